@@ -1,0 +1,46 @@
+"""ensure-flydsl: make ``import flydsl, kernels.moe_gemm_2stage`` work from one consistent tree.
+
+The Python API mirrors the command line::
+
+    import ensure_flydsl
+    result = ensure_flydsl.ensure(root="/opt/flydsl/FlyDSL", min_version="0.2.2")
+    ensure_flydsl.activate(result)   # os.environ and sys.path, for in-process callers
+
+``ensure`` takes the settings of DESIGN.md as keyword arguments (unset ones come from the environment, as
+for the command) and returns a :class:`Result`, or raises :class:`EnsureError` carrying the exit code.
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+import os
+import sys
+from typing import TYPE_CHECKING, Mapping, Optional
+
+from .errors import BadInput, EnsureError, ExitCode
+
+if TYPE_CHECKING:
+    from .pipeline import Result
+
+
+def ensure(*, environ: Optional[Mapping[str, str]] = None, verbose: bool = False, **settings: object) -> "Result":
+    """Ensure FlyDSL is importable; return the Result or raise EnsureError (``.code`` is the exit code)."""
+    from .pipeline import Run, ensure_run
+    from .report import Reporter
+    from .settings import settings_from_kwargs
+
+    env = dict(os.environ if environ is None else environ)
+    parsed = settings_from_kwargs(settings, env)
+    return ensure_run(Run(parsed, Reporter(sys.stderr if verbose else None), env))
+
+
+def activate(result: "Result") -> None:
+    """Apply a result's environment to this process: os.environ, and sys.path for imports from now on."""
+    os.environ.update(result.env)
+    for folder in reversed(result.prepend):
+        if folder not in sys.path:
+            sys.path.insert(0, folder)
+
+
+__all__ = ["BadInput", "EnsureError", "ExitCode", "__version__", "activate", "ensure"]

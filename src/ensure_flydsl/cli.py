@@ -1,0 +1,172 @@
+"""Command line: parse, dispatch, and map every outcome to an exit code.  No logic of its own."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import traceback
+from typing import Callable, Dict, List, Optional, Sequence
+
+from . import __version__
+from .errors import EXIT_MEANINGS, EnsureError, ExitCode, Interrupted
+from .report import Reporter
+from .settings import SETTINGS, Settings, join_require, load_settings
+
+COMMANDS = ("ensure", "env", "verify", "clean")
+
+
+def _add_setting_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("settings (each also from its environment variable; a flag wins)")
+    for setting in SETTINGS:
+        if setting.name == "vllm_moe":
+            group.add_argument("--vllm-moe", dest="vllm_moe", action="store_const", const="1",
+                               help=f"{setting.help} [{setting.env}]")
+            group.add_argument("--no-vllm-moe", dest="vllm_moe", action="store_const", const="0",
+                               help="do not export VLLM_USE_FLYDSL_MOE (A/B baselines)")
+        elif setting.name == "verify":
+            group.add_argument("--verify", dest="verify", action="store_const", const="1",
+                               help=f"{setting.help} [{setting.env}]")
+        elif setting.name == "require":
+            group.add_argument("--require", dest="require", action="append", metavar="MODULES",
+                               help=f"{setting.help}; repeatable [{setting.env}]")
+        else:
+            group.add_argument(setting.flag, dest=setting.name, metavar=setting.name.upper(),
+                               help=f"{setting.help} [{setting.env}]")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="ensure-flydsl",
+        description="Make `import flydsl, kernels.moe_gemm_2stage` work from one consistent tree: reuse a "
+        "good-enough FlyDSL, else provision the pinned one into an isolated folder.",
+        epilog="exit codes: " + "; ".join(f"{int(c)} {m}" for c, m in EXIT_MEANINGS.items()),
+    )
+    parser.add_argument("--version", action="version", version=f"ensure-flydsl {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    def command(name: str, help_text: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        _add_setting_flags(p)
+        return p
+
+    p = command("ensure", "make FlyDSL importable (the default command); blocking")
+    p.add_argument("--json", action="store_true", help="print one JSON result object on stdout")
+    p = command("env", "print the env file (or its JSON twin)")
+    p.add_argument("--format", choices=("sh", "json"), default="sh")
+    p = command("verify", "run the full import probe and print each module's file")
+    p.add_argument("--json", action="store_true")
+    command("clean", "remove what this tool created for the root (never anything else)")
+    return parser
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    argv = list(argv)
+    if not argv or (argv[0] not in COMMANDS and argv[0] not in ("-h", "--help", "--version")):
+        argv.insert(0, "ensure")
+    return build_parser().parse_args(argv)
+
+
+def settings_from_args(args: argparse.Namespace, environ: Dict[str, str]) -> Settings:
+    flags: Dict[str, Optional[str]] = {s.name: getattr(args, s.name, None) for s in SETTINGS}
+    flags["require"] = join_require(getattr(args, "require", None))
+    return load_settings(flags, environ)
+
+
+def format_error(exc: EnsureError, log_tail: List[str], log_path: Optional[str]) -> str:
+    if exc.code == ExitCode.BAD_INPUT:
+        return f"ensure-flydsl: {exc.reason}"  # one line, naming the setting and what is allowed
+    stage = f", stage {exc.stage}" if exc.stage else ""
+    lines = [f"ensure-flydsl: failed (exit {int(exc.code)}: {EXIT_MEANINGS[exc.code]}{stage}): {exc.reason}"]
+    if exc.detail:
+        lines.extend("  " + line for line in exc.detail.splitlines())
+    if log_tail:
+        lines.append(f"  last lines of the log ({log_path}):")
+        lines.extend("    " + line for line in log_tail)
+    elif log_path:
+        lines.append(f"  log: {log_path}")
+    if exc.hint:
+        lines.append(f"  next: {exc.hint}")
+    return "\n".join(lines)
+
+
+def _raise_interrupted(signum: int, _frame: object) -> None:
+    raise Interrupted(signal.Signals(signum).name)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    environ = dict(os.environ)
+    json_mode = bool(getattr(args, "json", False))
+    reporter = Reporter(sys.stderr if json_mode else sys.stdout)
+    previous = signal.signal(signal.SIGTERM, _raise_interrupted)
+    try:
+        settings = settings_from_args(args, environ)
+        handler = _HANDLERS[args.command]
+        return handler(args, settings, reporter, environ)
+    except EnsureError as exc:
+        if json_mode:
+            print(json.dumps({"ok": False, "exit_code": int(exc.code), "stage": exc.stage, "reason": exc.reason,
+                              "hint": exc.hint, "log": reporter.log_path}))
+        tail = reporter.tail(20) if exc.code in _BUILD_FAILURES else []
+        print(format_error(exc, tail, reporter.log_path), file=sys.stderr)
+        return int(exc.code)
+    except (KeyboardInterrupt, Interrupted) as exc:
+        name = exc.signame if isinstance(exc, Interrupted) else "SIGINT"
+        print(f"ensure-flydsl: interrupted by {name}; the next run resumes where this one stopped",
+              file=sys.stderr)
+        return int(ExitCode.INTERRUPTED)
+    except Exception:
+        text = traceback.format_exc()
+        reporter.build_line(text)
+        print(f"ensure-flydsl: internal error (exit 70), a bug; please report it with this:\n{text}",
+              file=sys.stderr)
+        return int(ExitCode.INTERNAL)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        reporter.close()
+
+
+_BUILD_FAILURES = (ExitCode.FETCH, ExitCode.CHECKOUT, ExitCode.LLVM_BUILD, ExitCode.FLYDSL_BUILD, ExitCode.PROBE)
+
+
+def _ensure(args: argparse.Namespace, settings: Settings, reporter: Reporter, environ: Dict[str, str]) -> int:
+    from .pipeline import Run, ensure_run
+
+    result = ensure_run(Run(settings, reporter, environ))
+    if args.json:
+        print(json.dumps(result.to_json(), sort_keys=True))
+    else:
+        reporter.say(
+            f"ready: flydsl {result.version} ({result.how}) for {result.python}; "
+            f"source {result.env_file}"
+        )
+    return 0
+
+
+def _env(args: argparse.Namespace, settings: Settings, reporter: Reporter, environ: Dict[str, str]) -> int:
+    from .commands.env import show_env
+
+    return show_env(settings, args.format)
+
+
+def _verify(args: argparse.Namespace, settings: Settings, reporter: Reporter, environ: Dict[str, str]) -> int:
+    from .commands.verify import verify
+
+    return verify(settings, environ, as_json=args.json)
+
+
+def _clean(args: argparse.Namespace, settings: Settings, reporter: Reporter, environ: Dict[str, str]) -> int:
+    from .commands.clean import clean
+
+    return clean(settings, reporter)
+
+
+_HANDLERS: Dict[str, Callable[[argparse.Namespace, Settings, Reporter, Dict[str, str]], int]] = {
+    "ensure": _ensure,
+    "env": _env,
+    "verify": _verify,
+    "clean": _clean,
+}

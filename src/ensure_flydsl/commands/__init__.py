@@ -1,0 +1,1 @@
+"""One module per command that is more than a call into the pipeline."""

@@ -1,0 +1,82 @@
+"""``ensure-flydsl clean``: remove what this tool created for the root, and never anything else.
+
+Under the build lock (a running build is never pulled from under itself).  The root goes entirely only
+when the tool created it and it holds nothing the tool did not put there; otherwise only the tool's own
+parts go (its state folder, its build folder, the markers) and the rest is listed as kept.  The lock file
+itself is never deleted (see lock.py).
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from typing import List
+
+from ..build import mlir_install_of
+from ..gitsource import git
+from ..lock import build_lock
+from ..markers import withdraw_env_file
+from ..pipeline import llvm_record_path
+from ..report import Reporter
+from ..settings import Settings
+from ..state import BUILD_OUTPUTS, Stamps, is_ours, owner, remove_tree, state_dir
+from ..util import CommandFailed, read_json, remove_file
+
+
+def clean(settings: Settings, reporter: Reporter) -> int:
+    root = settings.root
+    with build_lock(settings.lock_file, timeout=0, run_id="clean-" + uuid.uuid4().hex[:8], say=reporter.say):
+        removed: List[str] = []
+        for path in (settings.fail_marker, settings.log_file, settings.log_file + ".1"):
+            if remove_file(path):
+                removed.append(path)
+        if withdraw_env_file(settings.env_file, settings.env_json):
+            removed.append(settings.env_file)
+        record_path = llvm_record_path(settings.base_dir)
+        record = read_json(record_path)
+        if record and record.get("created"):
+            llvm_dir = os.path.dirname(mlir_install_of(settings.base_dir))
+            if os.path.lexists(llvm_dir):
+                remove_tree(llvm_dir)
+                removed.append(llvm_dir)
+            remove_file(record_path)
+        if is_ours(root):
+            removed.extend(_clean_root(root, settings, reporter))
+        elif os.path.isdir(root):
+            reporter.say(f"kept {root}: ensure-flydsl did not create it")
+        for path in removed:
+            reporter.say(f"removed {path}")
+        if not removed:
+            reporter.say("nothing to clean")
+    return 0
+
+
+def _clean_root(root: str, settings: Settings, reporter: Reporter) -> List[str]:
+    info = owner(root) or {}
+    foreign = _foreign_files(root, settings.repo)
+    if info.get("created_root") and not foreign:
+        remove_tree(root)
+        return [root]
+    removed: List[str] = []
+    build_dir = os.path.join(root, "build-fly")
+    if os.path.lexists(build_dir) and Stamps(root).started_key("build") is not None:
+        remove_tree(build_dir)
+        removed.append(build_dir)
+    remove_tree(state_dir(root))
+    removed.append(state_dir(root))
+    why = f"it holds files ensure-flydsl did not create ({', '.join(foreign[:3])})" if foreign else \
+        "ensure-flydsl adopted it (another tool made the checkout)"
+    reporter.say(f"kept {root} itself: {why}")
+    return removed
+
+
+def _foreign_files(root: str, repo: str) -> List[str]:
+    """Untracked files in the root that are not build outputs or the tool's: somebody else's work."""
+    if not os.path.isdir(os.path.join(root, ".git")):
+        return [e for e in os.listdir(root) if e not in (".ensure_flydsl", "flydsl_env.sh", "flydsl_env.json")]
+    try:
+        out = git(root, "status", "--porcelain=v1", "--untracked-files=normal", repo=repo)
+    except CommandFailed:
+        return ["(git status failed)"]
+    paths = [line[3:] for line in out.splitlines() if line.strip()]
+    return [p for p in paths if not any(p == o or p.startswith(o) for o in BUILD_OUTPUTS)]

@@ -1,0 +1,99 @@
+"""Exit codes and the one user-facing error type.
+
+Every failure the tool reports is an :class:`EnsureError` carrying the exit code of the contract
+(DESIGN.md, "Exit codes"), the stage it happened in, a one-line reason and what to do next.  The CLI's
+top-level handler maps it, Ctrl-C and bugs to distinct exit codes.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Optional
+
+
+class ExitCode(enum.IntEnum):
+    OK = 0
+    FETCH = 2
+    CHECKOUT = 3
+    LLVM_BUILD = 4
+    FLYDSL_BUILD = 5
+    PROBE = 6
+    LOCK = 7
+    ARTIFACT = 8
+    WORKER_DIED = 9
+    BAD_INPUT = 64
+    INTERNAL = 70
+    STILL_RUNNING = 75
+    INTERRUPTED = 130
+
+
+EXIT_MEANINGS = {
+    ExitCode.OK: "usable and env file written",
+    ExitCode.FETCH: "clone/fetch failed",
+    ExitCode.CHECKOUT: "checkout of the pin failed",
+    ExitCode.LLVM_BUILD: "LLVM/MLIR build failed",
+    ExitCode.FLYDSL_BUILD: "FlyDSL build failed",
+    ExitCode.PROBE: "built but the import probe still fails",
+    ExitCode.LOCK: "lock not acquired",
+    ExitCode.ARTIFACT: "release or cache artifact could not be installed",
+    ExitCode.WORKER_DIED: "a detached worker died without finishing",
+    ExitCode.BAD_INPUT: "bad input",
+    ExitCode.INTERNAL: "internal error",
+    ExitCode.STILL_RUNNING: "still running",
+    ExitCode.INTERRUPTED: "interrupted",
+}
+
+
+class EnsureError(Exception):
+    """A failure with an exit code, the stage it happened in, why, and what to do next."""
+
+    def __init__(
+        self,
+        code: ExitCode,
+        reason: str,
+        *,
+        stage: str = "",
+        hint: str = "",
+        detail: str = "",
+    ) -> None:
+        super().__init__(reason)
+        self.code = ExitCode(code)
+        self.reason = reason
+        self.stage = stage
+        self.hint = hint
+        # Multi-line output (a command's indented output, a traceback tail) shown under the reason.
+        self.detail = detail
+
+    def __str__(self) -> str:
+        return self.reason
+
+
+class BadInput(EnsureError):
+    """A setting with a value the tool refuses, detected before anything is touched."""
+
+    def __init__(self, setting: str, value: object, allowed: str) -> None:
+        shown = repr(value) if isinstance(value, str) else str(value)
+        super().__init__(
+            ExitCode.BAD_INPUT,
+            f"{setting}={shown} is not allowed: {allowed}",
+            stage="settings",
+        )
+        self.setting = setting
+
+
+class Interrupted(BaseException):
+    """Raised from the SIGTERM handler so that the run unwinds like Ctrl-C (exit 130)."""
+
+    def __init__(self, signame: str = "SIGINT") -> None:
+        super().__init__(signame)
+        self.signame = signame
+
+
+def exit_code_of(exc: Optional[BaseException]) -> ExitCode:
+    if exc is None:
+        return ExitCode.OK
+    if isinstance(exc, EnsureError):
+        return exc.code
+    if isinstance(exc, (KeyboardInterrupt, Interrupted)):
+        return ExitCode.INTERRUPTED
+    return ExitCode.INTERNAL

@@ -1,0 +1,171 @@
+"""Fetch the pinned source into the root: init or reuse the checkout, fetch, check out, submodules.
+
+Every git call goes through :func:`git`, which refuses remote helpers that run commands (``ext::``) and
+never prompts.  Settings that reach git were validated not to start with ``-``, and are passed after the
+options they belong to, so they can never be read as options.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Callable, List, Optional
+
+from .errors import EnsureError, ExitCode
+from .util import CommandFailed, cmd_output
+
+_HEX = re.compile(r"^[0-9a-fA-F]{7,40}$")
+# Lock files a killed git leaves behind; under the build lock, in a root of ours, nobody else runs git.
+_GIT_LOCKS = ("index.lock", "HEAD.lock", "config.lock", "packed-refs.lock", "shallow.lock", "FETCH_HEAD.lock")
+
+
+def is_local_repo(repo: str) -> bool:
+    return repo.startswith(("/", "file://"))
+
+
+def git_env(repo: str) -> dict:
+    env = dict(os.environ)
+    env.update(
+        {
+            "GIT_TERMINAL_PROMPT": "0",
+            "GIT_ASKPASS": "true",
+            "LC_ALL": "C",
+            # Only plain transports: no ext:: or fd:: helpers, whatever the repository or .gitmodules say.
+            "GIT_ALLOW_PROTOCOL": "file:https:http:ssh:git",
+        }
+    )
+    env.pop("GIT_DIR", None)
+    env.pop("GIT_WORK_TREE", None)
+    return env
+
+
+def git(root: str, *args: str, repo: str, timeout: Optional[float] = None) -> str:
+    extra: List[str] = []
+    if is_local_repo(repo):
+        # git >= 2.38 refuses file:// submodules by default (CVE-2022-39253); a local mirror's submodules
+        # are local too, and the user chose that mirror.
+        extra = ["-c", "protocol.file.allow=always"]
+    return cmd_output(["git", *extra, "-C", root, *args], env=git_env(repo), timeout=timeout)
+
+
+def clear_stale_git_locks(root: str, say: Callable[[str], None]) -> None:
+    for name in _GIT_LOCKS:
+        path = os.path.join(root, ".git", name)
+        if os.path.exists(path):
+            os.unlink(path)
+            say(f"removed a stale {name} left by an interrupted git command in {root}")
+
+
+def ensure_repository(root: str, repo: str) -> None:
+    """A git repository in ``root`` whose origin is ``repo`` (init it, or point origin at the repo)."""
+    try:
+        if not os.path.isdir(os.path.join(root, ".git")):
+            cmd_output(["git", "init", "-q", root], env=git_env(repo))
+        try:
+            current = git(root, "config", "--get", "remote.origin.url", repo=repo).strip()
+        except CommandFailed:
+            current = None
+        if current is None:
+            git(root, "remote", "add", "origin", repo, repo=repo)
+        elif current != repo:
+            git(root, "remote", "set-url", "origin", repo, repo=repo)
+    except CommandFailed as exc:
+        raise EnsureError(
+            ExitCode.FETCH, f"cannot prepare a git repository in {root}", stage="fetch", detail=exc.describe()
+        ) from None
+
+
+def resolve_pin(root: str, pin: str, repo: str) -> Optional[str]:
+    """The commit ``pin`` names in the local repository, or None."""
+    for candidate in (f"refs/tags/{pin}", f"refs/remotes/origin/{pin}", pin):
+        try:
+            return git(root, "rev-parse", "--verify", "--quiet", "--end-of-options", f"{candidate}^{{commit}}",
+                       repo=repo).strip()
+        except CommandFailed:
+            continue
+    return None
+
+
+def fetch_pin(root: str, pin: str, repo: str, say: Callable[[str], None]) -> str:
+    """Fetch what is needed to name ``pin``; return its full commit hash."""
+    if len(pin) == 40 and _HEX.match(pin):
+        known = resolve_pin(root, pin, repo)
+        if known:
+            say(f"commit {pin[:12]} is already in {root}; nothing to fetch")
+            return known
+    say(f"fetching {repo} into {root}")
+    try:
+        git(root, "fetch", "--quiet", "--tags", "--force", "origin",
+            "+refs/heads/*:refs/remotes/origin/*", repo=repo)
+    except CommandFailed as exc:
+        raise EnsureError(
+            ExitCode.FETCH,
+            f"git fetch from {repo} failed",
+            stage="fetch",
+            hint="check that FLYDSL_REPO is reachable from here (or point it at a local mirror)",
+            detail=exc.describe(),
+        ) from None
+    commit = resolve_pin(root, pin, repo)
+    if commit is None and len(pin) == 40 and _HEX.match(pin):
+        # A commit no branch or tag reaches (GitHub serves those by hash when asked directly).
+        try:
+            git(root, "fetch", "--quiet", "origin", pin, repo=repo)
+            commit = resolve_pin(root, pin, repo)
+        except CommandFailed:
+            commit = None
+    if commit is None:
+        raise EnsureError(
+            ExitCode.CHECKOUT,
+            f"the pin {pin} is not a commit, tag or branch of {repo}",
+            stage="checkout",
+            hint="check FLYDSL_PIN (a full commit hash or a tag such as v0.2.2)",
+        )
+    return commit
+
+
+def head_commit(root: str, repo: str) -> Optional[str]:
+    try:
+        return git(root, "rev-parse", "--verify", "--quiet", "HEAD", repo=repo).strip()
+    except CommandFailed:
+        return None
+
+
+def tracked_changes(root: str, repo: str) -> List[str]:
+    out = git(root, "status", "--porcelain=v1", "--untracked-files=no", repo=repo)
+    return [line[3:] for line in out.splitlines() if line.strip()]
+
+
+def checkout(root: str, commit: str, repo: str, *, force: bool) -> None:
+    """Check out ``commit`` detached.  ``force`` only when the tool's own interrupted checkout left the
+    work tree half-changed; otherwise local edits make this fail rather than be overwritten."""
+    args = ["-c", "advice.detachedHead=false", "checkout", "--quiet", "--detach"]
+    if force:
+        args.append("--force")
+    try:
+        git(root, *args, commit, repo=repo)
+    except CommandFailed as exc:
+        raise EnsureError(
+            ExitCode.CHECKOUT,
+            f"git checkout of {commit[:12]} in {root} failed",
+            stage="checkout",
+            hint="the checkout has local changes or is damaged; look at `git -C ROOT status`",
+            detail=exc.describe(),
+        ) from None
+
+
+def update_submodules(root: str, repo: str) -> bool:
+    """Initialise and update submodules; return whether there were any.  A failure is reported."""
+    if not os.path.isfile(os.path.join(root, ".gitmodules")):
+        return False
+    try:
+        git(root, "submodule", "sync", "--quiet", "--recursive", repo=repo)
+        git(root, "submodule", "update", "--init", "--recursive", "--force", repo=repo)
+    except CommandFailed as exc:
+        raise EnsureError(
+            ExitCode.FETCH,
+            f"git submodule update in {root} failed",
+            stage="submodules",
+            hint="a submodule's repository is unreachable from here; check the network or the mirror",
+            detail=exc.describe(),
+        ) from None
+    return True

@@ -1,0 +1,334 @@
+"""Settings: one frozen dataclass, read from flags and environment variables and validated without I/O.
+
+A flag wins over its variable; an empty variable means the default (as in the seed script); an empty flag
+value is refused.  Every refusal is a :class:`BadInput` (exit 64) naming the setting as the user spelled
+it (``--jobs`` or ``FLYDSL_JOBS``), the value, and what is allowed.  Checks that need the file system or a
+subprocess (the interpreter runs, the root is ours) live in :mod:`ensure_flydsl.preflight`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from typing import Callable, Dict, List, Mapping, Optional, Tuple
+
+from packaging.version import InvalidVersion, Version
+
+from .errors import BadInput
+
+DEFAULT_ROOT = "/opt/flydsl/FlyDSL"
+DEFAULT_MIN_VERSION = "0.2.2"
+DEFAULT_PIN = "a35627a2fef0a5a70c63536c4174674223866737"
+DEFAULT_REPO = "https://github.com/ROCm/FlyDSL.git"
+DEFAULT_ROCM_PATH = "/opt/rocm"
+DEFAULT_PYTHON = "python3"
+DEFAULT_REQUIRE = ("flydsl", "kernels.moe_gemm_2stage")
+STRATEGIES = ("auto", "source", "release", "reuse-only")
+
+ENV_FILE_NAME = "flydsl_env.sh"
+ENV_JSON_NAME = "flydsl_env.json"
+LOG_FILE_NAME = "ensure_flydsl.log"
+
+
+@dataclasses.dataclass(frozen=True)
+class Setting:
+    """One row of DESIGN.md's settings table."""
+
+    name: str  # the keyword of Settings and of ensure_flydsl.ensure()
+    env: str
+    flag: str
+    help: str
+
+
+SETTINGS: Tuple[Setting, ...] = (
+    Setting("root", "FLYDSL_ROOT", "--root", f"the isolated tree and the env file's home (default {DEFAULT_ROOT})"),
+    Setting("min_version", "FLYDSL_MIN_VERSION", "--min-version", "reuse floor for flydsl.__version__"),
+    Setting("pin", "FLYDSL_PIN", "--pin", "the commit (or tag) built when a build is needed"),
+    Setting("repo", "FLYDSL_REPO", "--repo", "source repository: URL or mirror path"),
+    Setting("lock_file", "FLYDSL_BUILD_LOCK", "--lock-file", "the build lock (default next to the root)"),
+    Setting("fail_marker", "FLYDSL_BUILD_FAILED", "--fail-marker", "failure marker (default next to the root)"),
+    Setting("rocm_path", "ROCM_PATH", "--rocm-path", "ROCm prefix"),
+    Setting("mlir_path", "MLIR_PATH", "--mlir-path", "a ready MLIR install: skip the LLVM build"),
+    Setting("python", "FLYDSL_PYTHON", "--python", "the interpreter that must import FlyDSL"),
+    Setting("shim_dir", "FLYDSL_SHIM_DIR", "--shim-dir", "exported to the env file for the vLLM shim"),
+    Setting("vllm_moe", "FLYDSL_VLLM_MOE", "--vllm-moe", "export VLLM_USE_FLYDSL_MOE=1 (--no-vllm-moe: off)"),
+    Setting("require", "FLYDSL_REQUIRE", "--require", "modules that must import from the one tree"),
+    Setting("strategy", "FLYDSL_STRATEGY", "--strategy", "auto, source, release or reuse-only"),
+    Setting("jobs", "FLYDSL_JOBS", "--jobs", "build parallelism (default: cores, capped by memory)"),
+    Setting("lock_timeout", "FLYDSL_LOCK_TIMEOUT", "--lock-timeout", "seconds to wait for the lock, then exit 7"),
+    Setting("cache", "FLYDSL_CACHE", "--cache", "binary cache: a folder or an fsspec URL"),
+    Setting("verify", "FLYDSL_VERIFY", "--verify", "force the full import probe"),
+)
+SETTING_BY_NAME: Dict[str, Setting] = {s.name: s for s in SETTINGS}
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    root: str = DEFAULT_ROOT
+    min_version: str = DEFAULT_MIN_VERSION
+    pin: str = DEFAULT_PIN
+    repo: str = DEFAULT_REPO
+    lock_file: str = ""
+    fail_marker: str = ""
+    rocm_path: str = DEFAULT_ROCM_PATH
+    mlir_path: Optional[str] = None
+    python: str = DEFAULT_PYTHON
+    shim_dir: Optional[str] = None
+    vllm_moe: bool = True
+    require: Tuple[str, ...] = DEFAULT_REQUIRE
+    strategy: str = "auto"
+    jobs: Optional[int] = None
+    lock_timeout: Optional[float] = None
+    cache: Optional[str] = None
+    verify: bool = False
+    # Where each value came from, for messages: the flag or the variable as the user spelled it.
+    sources: Mapping[str, str] = dataclasses.field(default_factory=dict, compare=False, repr=False)
+
+    def label(self, name: str) -> str:
+        return self.sources.get(name) or SETTING_BY_NAME[name].env
+
+    @property
+    def base_dir(self) -> str:
+        """The folder holding the root: home of the lock, the markers, the log and build_llvm.sh's tree."""
+        return os.path.dirname(self.root)
+
+    @property
+    def env_file(self) -> str:
+        return os.path.join(self.root, ENV_FILE_NAME)
+
+    @property
+    def env_json(self) -> str:
+        return os.path.join(self.root, ENV_JSON_NAME)
+
+    @property
+    def log_file(self) -> str:
+        return os.path.join(self.base_dir, LOG_FILE_NAME)
+
+    def request(self) -> Dict[str, object]:
+        """What a success marker must satisfy: everything that changes the answer of a run."""
+        return {
+            "root": self.root,
+            "min_version": self.min_version,
+            "pin": self.pin,
+            "repo": self.repo,
+            "python": self.python,
+            "require": list(self.require),
+            "strategy": self.strategy,
+            "mlir_path": self.mlir_path,
+            "shim_dir": self.shim_dir,
+            "vllm_moe": self.vllm_moe,
+        }
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Value checks: each takes the raw string and the name to blame, returns the parsed value or raises BadInput.
+# ---------------------------------------------------------------------------------------------------------
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+_PIN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._/+-]{0,254}$")
+_URL_SCHEMES = ("https://", "http://", "ssh://", "git://", "file://")
+_SCP_LIKE = re.compile(r"^[A-Za-z0-9_.+-]+@[A-Za-z0-9_.-]+:[^-]")
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
+
+
+def _path(name: str, value: str, *, pythonpath_entry: bool = False) -> str:
+    if _CONTROL.search(value):
+        raise BadInput(name, value, "a path without newlines or control characters")
+    if pythonpath_entry and ":" in value:
+        # The root's folders go on PYTHONPATH, whose separator is ':'; such a root could never be imported.
+        raise BadInput(name, value, "a path without ':' (its folders go on PYTHONPATH)")
+    return os.path.abspath(value)
+
+
+def parse_root(name: str, value: str) -> str:
+    root = _path(name, value, pythonpath_entry=True)
+    if root == "/":
+        raise BadInput(name, value, "a dedicated folder, not / (the tool builds into it and writes next to it)")
+    return root
+
+
+def parse_min_version(name: str, value: str) -> str:
+    try:
+        Version(value)
+    except InvalidVersion:
+        raise BadInput(name, value, "a PEP 440 version such as 0.2.2") from None
+    return value
+
+
+def parse_pin(name: str, value: str) -> str:
+    if (
+        not _PIN.match(value)
+        or ".." in value
+        or "//" in value
+        or "@{" in value
+        or value.endswith((".lock", "/", "."))
+    ):
+        raise BadInput(name, value, "a commit hash or a tag/branch name (letters, digits, . _ / + -, not starting with -)")
+    return value
+
+
+def parse_repo(name: str, value: str) -> str:
+    if value.startswith("-") or _CONTROL.search(value):
+        raise BadInput(name, value, "a repository URL (https, ssh, git, file) or a local path; never an option")
+    if value.startswith(_URL_SCHEMES) or _SCP_LIKE.match(value):
+        return value
+    if "::" in value or re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", value):
+        # git's "ext::" and other remote helpers run commands; only the plain transports are allowed.
+        raise BadInput(name, value, "a URL with scheme https, http, ssh, git or file, or a local path")
+    return os.path.abspath(value)
+
+
+def parse_python(name: str, value: str) -> str:
+    if _CONTROL.search(value):
+        raise BadInput(name, value, "an interpreter name on PATH or a path to one")
+    return value
+
+
+def parse_bool(name: str, value: str) -> bool:
+    lowered = value.strip().lower()
+    if lowered in _TRUE:
+        return True
+    if lowered in _FALSE:
+        return False
+    raise BadInput(name, value, "one of 1/0, true/false, yes/no, on/off")
+
+
+def parse_require(name: str, value: str) -> Tuple[str, ...]:
+    modules = tuple(m.strip() for m in value.split(",") if m.strip())
+    bad = [m for m in modules if not _MODULE.match(m)]
+    if not modules or bad:
+        raise BadInput(name, value, "comma-separated module names such as flydsl,kernels.moe_gemm_2stage")
+    return modules
+
+
+def parse_strategy(name: str, value: str) -> str:
+    if value not in STRATEGIES:
+        raise BadInput(name, value, "one of " + ", ".join(STRATEGIES))
+    return value
+
+
+def parse_jobs(name: str, value: str) -> int:
+    try:
+        jobs = int(value)
+    except ValueError:
+        jobs = 0
+    if jobs < 1 or jobs > 4096:
+        raise BadInput(name, value, "a whole number of parallel jobs from 1 to 4096")
+    return jobs
+
+
+def parse_lock_timeout(name: str, value: str) -> Optional[float]:
+    if value.strip().lower() in ("none", "inf", "infinite"):
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not (0 <= seconds < 10**9):
+        raise BadInput(name, value, "seconds to wait (a number >= 0), or 'none' to wait as long as it takes")
+    return seconds
+
+
+def parse_cache(name: str, value: str) -> str:
+    if _CONTROL.search(value) or value.startswith("-"):
+        raise BadInput(name, value, "a folder path or an fsspec URL such as s3://bucket/prefix")
+    if re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", value):
+        return value
+    return os.path.abspath(value)
+
+
+def parse_plain_path(name: str, value: str) -> str:
+    return _path(name, value)
+
+
+_PARSERS: Dict[str, Callable[[str, str], object]] = {
+    "root": parse_root,
+    "min_version": parse_min_version,
+    "pin": parse_pin,
+    "repo": parse_repo,
+    "lock_file": parse_plain_path,
+    "fail_marker": parse_plain_path,
+    "rocm_path": parse_plain_path,
+    "mlir_path": parse_plain_path,
+    "python": parse_python,
+    "shim_dir": parse_plain_path,
+    "vllm_moe": parse_bool,
+    "require": parse_require,
+    "strategy": parse_strategy,
+    "jobs": parse_jobs,
+    "lock_timeout": parse_lock_timeout,
+    "cache": parse_cache,
+    "verify": parse_bool,
+}
+
+
+def load_settings(
+    flags: Mapping[str, Optional[str]],
+    environ: Mapping[str, str],
+) -> Settings:
+    """Combine flags (already strings, None when not given) and environment variables into Settings.
+
+    ``flags`` maps a setting's name to the raw flag value; ``require`` may hold several values joined by
+    commas.  Raises BadInput for the first bad value, naming the flag or the variable it came from.
+    """
+    values: Dict[str, object] = {}
+    sources: Dict[str, str] = {}
+    for setting in SETTINGS:
+        raw = flags.get(setting.name)
+        if raw is not None:
+            label = setting.flag
+            if raw == "":
+                raise BadInput(label, raw, "a non-empty value (leave the flag out to get the default)")
+        else:
+            raw = environ.get(setting.env, "")
+            label = setting.env
+            if raw == "":
+                continue  # empty variable: the default, as in the seed script
+        values[setting.name] = _PARSERS[setting.name](label, raw)
+        sources[setting.name] = label
+    root = str(values.get("root", DEFAULT_ROOT))
+    values.setdefault("lock_file", os.path.join(os.path.dirname(root), ".flydsl_build.lock"))
+    values.setdefault("fail_marker", os.path.join(os.path.dirname(root), ".flydsl_build.failed"))
+    return Settings(sources=sources, **values)  # type: ignore[arg-type]
+
+
+def settings_from_kwargs(kwargs: Mapping[str, object], environ: Mapping[str, str]) -> Settings:
+    """The Python API's keyword arguments, validated exactly like flags (values may be typed)."""
+    unknown = sorted(set(kwargs) - set(SETTING_BY_NAME))
+    if unknown:
+        raise TypeError(f"unknown setting(s): {', '.join(unknown)}; known: {', '.join(SETTING_BY_NAME)}")
+    flags: Dict[str, Optional[str]] = {}
+    for key, value in kwargs.items():
+        if value is None:
+            continue
+        if isinstance(value, bool):
+            flags[key] = "1" if value else "0"
+        elif isinstance(value, (list, tuple)):
+            flags[key] = ",".join(str(v) for v in value)
+        else:
+            flags[key] = str(value)
+    return load_settings(flags, environ)
+
+
+def join_require(values: Optional[List[str]]) -> Optional[str]:
+    """``--require`` is repeatable; each value may itself be comma-separated."""
+    if values is None:
+        return None
+    return ",".join(values)
+
+
+__all__ = [
+    "DEFAULT_MIN_VERSION",
+    "DEFAULT_PIN",
+    "DEFAULT_REPO",
+    "DEFAULT_ROOT",
+    "SETTINGS",
+    "STRATEGIES",
+    "Setting",
+    "Settings",
+    "load_settings",
+    "settings_from_kwargs",
+]

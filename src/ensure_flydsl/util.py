@@ -1,0 +1,170 @@
+"""The two edges every module shares: running a command and writing a file atomically."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shlex
+import subprocess
+import tempfile
+from typing import Callable, Dict, Iterator, Mapping, Optional, Sequence
+
+
+class CommandFailed(Exception):
+    """A command exited non-zero (or could not start); the message shows the command, its code and output."""
+
+    def __init__(self, cmd: Sequence[str], returncode: int, output: str) -> None:
+        self.cmd = list(cmd)
+        self.returncode = returncode
+        self.output = output
+        super().__init__(self.describe())
+
+    def describe(self) -> str:
+        lines = [f"command: {shlex.join(self.cmd)}", f"return code: {self.returncode}"]
+        text = self.output.rstrip()
+        if text:
+            lines.append("output:")
+            lines.extend("    " + line for line in text.splitlines())
+        else:
+            lines.append("output: (none)")
+        return "\n".join(lines)
+
+
+def cmd_output(
+    cmd: Sequence[str],
+    *,
+    cwd: Optional[str] = None,
+    env: Optional[Mapping[str, str]] = None,
+    timeout: Optional[float] = None,
+    check: bool = True,
+) -> str:
+    """Run a short command and return its stdout+stderr; raise CommandFailed on a non-zero exit."""
+    try:
+        proc = subprocess.run(
+            list(cmd),
+            cwd=cwd,
+            env=None if env is None else dict(env),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            timeout=timeout,
+            check=False,
+        )
+    except FileNotFoundError as exc:
+        raise CommandFailed(cmd, 127, f"cannot run {cmd[0]}: {exc.strerror}") from None
+    except subprocess.TimeoutExpired as exc:
+        out = exc.output.decode(errors="replace") if isinstance(exc.output, bytes) else ""
+        raise CommandFailed(cmd, -1, out + f"\n(timed out after {timeout} s)") from None
+    out = proc.stdout.decode(errors="replace")
+    if check and proc.returncode != 0:
+        raise CommandFailed(cmd, proc.returncode, out)
+    return out
+
+
+def stream_command(
+    cmd: Sequence[str],
+    *,
+    sink: Callable[[str], None],
+    cwd: Optional[str] = None,
+    env: Optional[Mapping[str, str]] = None,
+) -> int:
+    """Run a long command, handing each output line to ``sink``; return its exit code.
+
+    If this process is interrupted (Ctrl-C, SIGTERM turned into an exception), the child is terminated
+    and reaped before the exception goes on, so no orphaned build keeps writing into the tree.
+    """
+    try:
+        proc = subprocess.Popen(
+            list(cmd),
+            cwd=cwd,
+            env=None if env is None else dict(env),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
+    except OSError as exc:
+        sink(f"cannot run {cmd[0]}: {exc.strerror}")
+        return 127
+    assert proc.stdout is not None
+    try:
+        for raw in proc.stdout:
+            sink(raw.decode(errors="replace").rstrip("\r\n"))
+        return proc.wait()
+    except BaseException:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        raise
+    finally:
+        proc.stdout.close()
+
+
+def atomic_write(path: str, data: bytes, mode: int = 0o644) -> None:
+    """Write ``data`` to ``path`` so that a reader sees the old file or the whole new one, never a part.
+
+    The temporary file lives in the same folder (same file system, so the rename is atomic), is flushed
+    to disk before the rename, and its mode is set explicitly (never world-writable, whatever the umask).
+    """
+    folder = os.path.dirname(path) or "."
+    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+            os.fchmod(handle.fileno(), mode)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    _fsync_dir(folder)
+
+
+def atomic_write_json(path: str, obj: object, mode: int = 0o644) -> None:
+    atomic_write(path, (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode(), mode)
+
+
+def read_json(path: str) -> Optional[Dict[str, object]]:
+    """The JSON object in ``path``, or None when it is missing or not a JSON object (a torn or foreign file)."""
+    try:
+        with open(path, "rb") as handle:
+            data = json.loads(handle.read().decode())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def remove_file(path: str) -> bool:
+    """Remove a file the tool wrote; return whether it was there."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def _fsync_dir(folder: str) -> None:
+    with contextlib.suppress(OSError):
+        dfd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+
+
+@contextlib.contextmanager
+def umask(mask: int) -> Iterator[None]:
+    old = os.umask(mask)
+    try:
+        yield
+    finally:
+        os.umask(old)
+
+
+def tail_lines(text: str, count: int) -> list[str]:
+    return text.splitlines()[-count:]

@@ -1,0 +1,238 @@
+"""FlyDSL-shaped git repositories and installed trees, made by the tests (no FlyDSL code in here).
+
+The repository has what ensure-flydsl relies on: ``python/flydsl/__init__.py`` with a static
+``__version__``; ``kernels/moe_gemm_2stage.py`` importing ``flydsl._mlir``, which only the build makes;
+``thirdparty/llvm-hash.txt``; and ``scripts/build_llvm.sh`` / ``scripts/build.sh`` that behave like
+FlyDSL's: build_llvm.sh installs into ``../llvm-project/mlir_install`` and build.sh auto-detects it (or
+takes MLIR_PATH), calls ``python3`` from PATH, and stages ``build-fly/python_packages/flydsl``.  The
+generated ``_mlir`` refuses to import under another interpreter, as a compiled extension would.
+
+Knobs (environment variables read by the scripts):
+  FIXTURE_COUNTER_DIR   folder where each script appends a line per run (llvm.count, build.count) and
+                        touches ``<step>.started`` when it begins
+  FIXTURE_LLVM_FAIL / FIXTURE_BUILD_FAIL   exit 1 from that script
+  FIXTURE_LLVM_SLEEP / FIXTURE_BUILD_SLEEP seconds to sleep at each of its progress steps
+  FIXTURE_BUILD_NO_MLIR  stage flydsl but never write _mlir (a build that "succeeds" unusably)
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from typing import Dict, List, Optional
+
+GIT_ENV = {
+    "GIT_AUTHOR_NAME": "Fixture",
+    "GIT_AUTHOR_EMAIL": "fixture@example.invalid",
+    "GIT_COMMITTER_NAME": "Fixture",
+    "GIT_COMMITTER_EMAIL": "fixture@example.invalid",
+    "GIT_CONFIG_NOSYSTEM": "1",
+}
+
+LLVM_HASH_A = "1111111111111111111111111111111111111111"
+LLVM_HASH_B = "2222222222222222222222222222222222222222"
+
+BUILD_LLVM_SH = r"""#!/bin/bash
+# Test fixture standing in for FlyDSL's build_llvm.sh (same paths, same inputs; no LLVM).
+set -e
+SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO_ROOT="$(cd "${SCRIPT_DIR}/.." && pwd)"
+BASE_DIR="$(cd "${REPO_ROOT}/.." && pwd)"
+LLVM_SRC_DIR="$BASE_DIR/llvm-project"
+LLVM_INSTALL_DIR="$LLVM_SRC_DIR/mlir_install"
+LLVM_REF="$(tr -d '[:space:]' < "$REPO_ROOT/thirdparty/llvm-hash.txt")"
+PARALLEL_JOBS=1
+for arg in "$@"; do
+  if [[ "$arg" =~ ^-j([0-9]+)$ ]]; then PARALLEL_JOBS="${BASH_REMATCH[1]}"; fi
+done
+echo "LLVM Ref:       $LLVM_REF"
+echo "jobs: $PARALLEL_JOBS"
+if [ -n "${FIXTURE_COUNTER_DIR:-}" ]; then
+  echo "$LLVM_REF" >> "$FIXTURE_COUNTER_DIR/llvm.count"
+  touch "$FIXTURE_COUNTER_DIR/llvm.started"
+fi
+if [ -n "${FIXTURE_LLVM_FAIL:-}" ]; then
+  echo "FAILED: lib/Fake/broken.cpp.o (fixture LLVM failure)" >&2
+  exit 1
+fi
+mkdir -p "$LLVM_SRC_DIR"
+# FlyDSL's script runs an unguarded pip install here; show which pip and python3 PATH gives us.
+echo "pip is $(command -v pip)"
+echo "python3 is $(command -v python3)"
+for i in 1 2 3 4; do
+  echo "[$i/4] Building CXX object lib/Fake/part$i.cpp.o"
+  sleep "${FIXTURE_LLVM_SLEEP:-0}"
+done
+rm -rf "$LLVM_INSTALL_DIR"
+mkdir -p "$LLVM_INSTALL_DIR/lib/cmake/mlir"
+echo "$LLVM_REF" > "$LLVM_INSTALL_DIR/llvm-commit.txt"
+python3 -c 'import sys; print(sys.implementation.cache_tag)' > "$LLVM_INSTALL_DIR/python-tag.txt"
+echo "LLVM/MLIR build completed successfully!"
+"""
+
+BUILD_SH = r"""#!/bin/bash
+# Test fixture standing in for FlyDSL's build.sh (same layout and MLIR discovery; no C++).
+set -e
+SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO_ROOT="$(cd "${SCRIPT_DIR}/.." && pwd)"
+BASE_DIR="$(cd "${REPO_ROOT}/.." && pwd)"
+BUILD_DIR="${FLY_BUILD_DIR:-${REPO_ROOT}/build-fly}"
+PARALLEL_JOBS=1
+for arg in "$@"; do
+  if [[ "$arg" =~ ^-j([0-9]+)$ ]]; then PARALLEL_JOBS="${BASH_REMATCH[1]}"; fi
+done
+if [ -z "${MLIR_PATH:-}" ]; then
+  for p in "${BASE_DIR}/llvm-project/mlir_install"; do
+    if [ -d "${p}/lib/cmake/mlir" ]; then echo "Auto-detected MLIR_PATH: ${p}"; MLIR_PATH="${p}"; fi
+  done
+fi
+if [ -z "${MLIR_PATH:-}" ]; then
+  echo "Error: MLIR_PATH not set and could not be auto-detected." >&2
+  exit 1
+fi
+echo "MLIR_PATH: $MLIR_PATH"
+echo "jobs: $PARALLEL_JOBS"
+if [ -n "${FIXTURE_COUNTER_DIR:-}" ]; then
+  echo "$(git -C "$REPO_ROOT" rev-parse HEAD)" >> "$FIXTURE_COUNTER_DIR/build.count"
+  touch "$FIXTURE_COUNTER_DIR/build.started"
+fi
+if [ -n "${FIXTURE_BUILD_FAIL:-}" ]; then
+  echo "FAILED: CMakeFiles/fake.dir/broken.cpp.o (fixture build failure)" >&2
+  exit 1
+fi
+PKG="$BUILD_DIR/python_packages"
+mkdir -p "$PKG"
+# Like CMake's CopyFlyPythonSources: the package is staged first, the compiled part comes later, so a
+# build killed in between leaves a half-built python_packages/flydsl behind.
+rm -rf "$PKG/flydsl"
+cp -r "$REPO_ROOT/python/flydsl" "$PKG/flydsl"
+for i in 1 2 3; do
+  echo "[$i/3] Building CXX object python/mlir_flydsl/part$i.cpp.o"
+  sleep "${FIXTURE_BUILD_SLEEP:-0}"
+done
+if [ -z "${FIXTURE_BUILD_NO_MLIR:-}" ]; then
+  TAG="$(python3 -c 'import sys; print(sys.implementation.cache_tag)')"
+  mkdir -p "$PKG/flydsl/_mlir"
+  cat > "$PKG/flydsl/_mlir/__init__.py" <<EOF
+import sys
+if sys.implementation.cache_tag != "$TAG":
+    raise ImportError("flydsl._mlir was built for $TAG, not for " + sys.implementation.cache_tag)
+BUILT_FOR = "$TAG"
+EOF
+fi
+echo "Build complete!"
+"""
+
+FLYDSL_INIT = '''"""Fixture stand-in for FlyDSL."""
+__version__ = "{version}"
+'''
+
+KERNEL = '''"""Fixture stand-in for kernels/moe_gemm_2stage.py: needs what only the build makes."""
+from flydsl._mlir import BUILT_FOR  # noqa: F401
+'''
+
+
+def git(cwd: str, *args: str) -> str:
+    env = dict(os.environ)
+    env.update(GIT_ENV)
+    return subprocess.run(
+        ["git", "-c", "protocol.file.allow=always", *args], cwd=cwd, env=env, check=True,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    ).stdout.decode().strip()
+
+
+def write(path: str, text: str, mode: int = 0o644) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as handle:
+        handle.write(text)
+    os.chmod(path, mode)
+
+
+def write_tree(repo: str, version: str, llvm_hash: str) -> None:
+    write(os.path.join(repo, "python", "flydsl", "__init__.py"), FLYDSL_INIT.format(version=version))
+    write(os.path.join(repo, "kernels", "__init__.py"), "")
+    write(os.path.join(repo, "kernels", "moe_gemm_2stage.py"), KERNEL)
+    write(os.path.join(repo, "thirdparty", "llvm-hash.txt"), llvm_hash + "\n")
+    write(os.path.join(repo, "scripts", "build_llvm.sh"), BUILD_LLVM_SH, 0o755)
+    write(os.path.join(repo, "scripts", "build.sh"), BUILD_SH, 0o755)
+    write(os.path.join(repo, ".gitignore"), "build-fly/\n__pycache__/\n")
+
+
+class FixtureRepo:
+    """A FlyDSL-shaped repository with a few commits and tags; ``commits`` maps a label to a hash."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.commits: Dict[str, str] = {}
+
+    @property
+    def url(self) -> str:
+        return "file://" + self.path
+
+    def commit(self, label: str, version: str, llvm_hash: str = LLVM_HASH_A, tag: Optional[str] = None) -> str:
+        write_tree(self.path, version, llvm_hash)
+        git(self.path, "add", "-A")
+        git(self.path, "commit", "-q", "--allow-empty", "-m", f"{label}: version {version}")
+        sha = git(self.path, "rev-parse", "HEAD")
+        if tag:
+            git(self.path, "tag", tag)
+        self.commits[label] = sha
+        return sha
+
+
+def make_repo(path: str) -> FixtureRepo:
+    """v0.2.2 (tag), dev (0.2.2 base version at a later commit, like the pin), v0.2.3 (tag), and
+    llvm-b (0.2.3 with another LLVM commit)."""
+    os.makedirs(path)
+    git(path, "init", "-q", "-b", "main")
+    repo = FixtureRepo(path)
+    repo.commit("v0.2.2", "0.2.2", tag="v0.2.2")
+    repo.commit("dev", "0.2.2")
+    repo.commit("v0.2.3", "0.2.3", tag="v0.2.3")
+    repo.commit("llvm-b", "0.2.3", llvm_hash=LLVM_HASH_B)
+    return repo
+
+
+def add_submodule(repo: FixtureRepo, sub_path: str, label: str) -> str:
+    """Add a submodule (thirdparty/dlpack) pointing at ``sub_path`` and commit it under ``label``."""
+    if not os.path.isdir(sub_path):
+        os.makedirs(sub_path)
+        git(sub_path, "init", "-q", "-b", "main")
+        write(os.path.join(sub_path, "include", "dlpack", "dlpack.h"), "/* fixture */\n")
+        git(sub_path, "add", "-A")
+        git(sub_path, "commit", "-q", "-m", "dlpack fixture")
+    git(repo.path, "submodule", "add", "-q", sub_path, "thirdparty/dlpack")
+    git(repo.path, "commit", "-q", "-m", f"{label}: add submodule")
+    sha = git(repo.path, "rev-parse", "HEAD")
+    repo.commits[label] = sha
+    return sha
+
+
+def make_installed_tree(path: str, version: str, python: str = sys.executable) -> str:
+    """An installed FlyDSL tree (flydsl + kernels side by side, as a pip install or checkout would have)
+    built for ``python``; returns ``path`` (the folder to put on PYTHONPATH)."""
+    tag = subprocess.run(
+        [python, "-c", "import sys; print(sys.implementation.cache_tag)"], check=True, stdout=subprocess.PIPE
+    ).stdout.decode().strip()
+    write(os.path.join(path, "flydsl", "__init__.py"), FLYDSL_INIT.format(version=version))
+    write(
+        os.path.join(path, "flydsl", "_mlir", "__init__.py"),
+        f'import sys\nassert sys.implementation.cache_tag == "{tag}"\nBUILT_FOR = "{tag}"\n',
+    )
+    write(os.path.join(path, "kernels", "__init__.py"), "")
+    write(os.path.join(path, "kernels", "moe_gemm_2stage.py"), KERNEL)
+    return path
+
+
+def counts(counter_dir: str, name: str) -> List[str]:
+    try:
+        with open(os.path.join(counter_dir, name + ".count")) as handle:
+            return [line.strip() for line in handle if line.strip()]
+    except FileNotFoundError:
+        return []
+
+
+def dedent(text: str) -> str:
+    return textwrap.dedent(text).lstrip()
