@@ -13,6 +13,8 @@ Knobs (environment variables read by the scripts):
   FIXTURE_LLVM_FAIL / FIXTURE_BUILD_FAIL   exit 1 from that script
   FIXTURE_LLVM_SLEEP / FIXTURE_BUILD_SLEEP seconds to sleep at each of its progress steps
   FIXTURE_BUILD_NO_MLIR  stage flydsl but never write _mlir (a build that "succeeds" unusably)
+  FIXTURE_PIP_INSTALL   arguments for a `pip install` in build_llvm.sh, as FlyDSL's runs one; it must
+                        then be able to import fixture_tool
 """
 
 from __future__ import annotations
@@ -61,6 +63,11 @@ mkdir -p "$LLVM_SRC_DIR"
 # FlyDSL's script runs an unguarded pip install here; show which pip and python3 PATH gives us.
 echo "pip is $(command -v pip)"
 echo "python3 is $(command -v python3)"
+if [ -n "${FIXTURE_PIP_INSTALL:-}" ]; then
+  # shellcheck disable=SC2086
+  pip install $FIXTURE_PIP_INSTALL
+  python3 -c "import fixture_tool; print('fixture_tool from', fixture_tool.__file__)"
+fi
 for i in 1 2 3 4; do
   echo "[$i/4] Building CXX object lib/Fake/part$i.cpp.o"
   sleep "${FIXTURE_LLVM_SLEEP:-0}"
@@ -224,6 +231,27 @@ def make_installed_tree(path: str, version: str, python: str = sys.executable) -
     write(os.path.join(path, "kernels", "__init__.py"), "")
     write(os.path.join(path, "kernels", "moe_gemm_2stage.py"), KERNEL)
     return path
+
+
+def make_tool_wheel(folder: str) -> str:
+    """A tiny wheel (fixture_tool 1.0), written by hand so no build backend or network is needed, for the
+    build's `pip install`; returns the folder holding it."""
+    import zipfile
+
+    wheels = os.path.join(folder, "wheels")
+    os.makedirs(wheels, exist_ok=True)
+    info = "fixture_tool-1.0.dist-info"
+    files = {
+        "fixture_tool.py": "VALUE = 42\n",
+        f"{info}/METADATA": "Metadata-Version: 2.1\nName: fixture-tool\nVersion: 1.0\n",
+        f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    record = "".join(f"{name},,\n" for name in files) + f"{info}/RECORD,,\n"
+    with zipfile.ZipFile(os.path.join(wheels, "fixture_tool-1.0-py3-none-any.whl"), "w") as whl:
+        for name, text in files.items():
+            whl.writestr(name, text)
+        whl.writestr(f"{info}/RECORD", record)
+    return wheels
 
 
 def counts(counter_dir: str, name: str) -> List[str]:

@@ -11,9 +11,10 @@ import traceback
 from typing import Callable, Dict, List, Optional, Sequence
 
 from . import __version__
-from .errors import EXIT_MEANINGS, EnsureError, ExitCode, Interrupted
+from .errors import EXIT_MEANINGS, BadInput, EnsureError, ExitCode, Interrupted
+from .markers import write_failure_marker
 from .report import Reporter
-from .settings import SETTINGS, Settings, join_require, load_settings
+from .settings import SETTINGS, Settings, fail_marker_path, join_require, load_settings
 
 COMMANDS = ("ensure", "env", "verify", "clean")
 
@@ -69,10 +70,22 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     return build_parser().parse_args(argv)
 
 
-def settings_from_args(args: argparse.Namespace, environ: Dict[str, str]) -> Settings:
+def _flags(args: argparse.Namespace) -> Dict[str, Optional[str]]:
     flags: Dict[str, Optional[str]] = {s.name: getattr(args, s.name, None) for s in SETTINGS}
     flags["require"] = join_require(getattr(args, "require", None))
-    return load_settings(flags, environ)
+    return flags
+
+
+def settings_from_args(args: argparse.Namespace, environ: Dict[str, str]) -> Settings:
+    return load_settings(_flags(args), environ)
+
+
+def _report_bad_input(exc: BadInput, flags: Dict[str, Optional[str]], environ: Dict[str, str]) -> None:
+    """A poller of the seed's recipe only sees markers: leave one, if its folder already exists."""
+    path = fail_marker_path(flags, environ)
+    if path and os.path.isdir(os.path.dirname(path)):
+        write_failure_marker(path, stage="settings", exit_code=int(exc.code), reason=exc.reason, hint=exc.hint,
+                             log=None, log_tail=[], run_id="", request={})
 
 
 def format_error(exc: EnsureError, log_tail: List[str], log_path: Optional[str]) -> str:
@@ -103,7 +116,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     reporter = Reporter(sys.stderr if json_mode else sys.stdout)
     previous = signal.signal(signal.SIGTERM, _raise_interrupted)
     try:
-        settings = settings_from_args(args, environ)
+        try:
+            settings = settings_from_args(args, environ)
+        except BadInput as exc:
+            if args.command == "ensure":
+                _report_bad_input(exc, _flags(args), environ)
+            raise
         handler = _HANDLERS[args.command]
         return handler(args, settings, reporter, environ)
     except EnsureError as exc:

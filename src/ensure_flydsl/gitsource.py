@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Callable, List, Optional
+from typing import Callable, Dict, List, Optional, Tuple
 
 from .errors import EnsureError, ExitCode
 from .util import CommandFailed, cmd_output
@@ -23,7 +23,7 @@ def is_local_repo(repo: str) -> bool:
     return repo.startswith(("/", "file://"))
 
 
-def git_env(repo: str) -> dict:
+def git_env(repo: str) -> Dict[str, str]:
     env = dict(os.environ)
     env.update(
         {
@@ -130,9 +130,14 @@ def head_commit(root: str, repo: str) -> Optional[str]:
         return None
 
 
-def tracked_changes(root: str, repo: str) -> List[str]:
+def tracked_changes(root: str, repo: str) -> List[Tuple[str, str]]:
+    """(status code, path) of each tracked file that differs from HEAD, e.g. (" M", "kernels/x.py")."""
     out = git(root, "status", "--porcelain=v1", "--untracked-files=no", repo=repo)
-    return [line[3:] for line in out.splitlines() if line.strip()]
+    return [(line[:2], line[3:]) for line in out.splitlines() if line.strip()]
+
+
+def is_deletion(code: str) -> bool:
+    return set(code.strip()) == {"D"}
 
 
 def checkout(root: str, commit: str, repo: str, *, force: bool) -> None:

@@ -149,7 +149,8 @@ def preflight(settings: Settings, environ: Mapping[str, str]) -> Interpreter:
     try:
         return describe_interpreter(settings.python, environ)
     except EnsureError as exc:
-        raise BadInput(settings.label("python"), settings.python, f"a Python interpreter that runs; {exc.reason}") from None
+        allowed = f"a Python interpreter that runs; {exc.reason}"
+        raise BadInput(settings.label("python"), settings.python, allowed) from None
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -210,7 +211,8 @@ def decide(run: Run) -> Decision:
         run.say(f"the tree in {root} imports, but {why}")
     elif verdict.reusable:
         run.say(f"reusing the tree found on the interpreter's path: {verdict.reason}")
-        return Decision(True, verdict.reason, HOW_REUSED, verdict.tree, _ambient_prepend(probe, verdict), probe, verdict)
+        prepend = _ambient_prepend(probe, verdict)
+        return Decision(True, verdict.reason, HOW_REUSED, verdict.tree, prepend, probe, verdict)
     else:
         run.say(f"no reusable FlyDSL with {root} first on PYTHONPATH: {verdict.reason}")
     if any(is_within(f, root) for f in verdict.files.values()):
@@ -219,7 +221,8 @@ def decide(run: Run) -> Decision:
         other = evaluate(ambient, settings.min_version, settings.require)
         if other.reusable:
             run.say(f"reusing the tree found on the interpreter's path: {other.reason}")
-            return Decision(True, other.reason, HOW_REUSED, other.tree, _ambient_prepend(ambient, other), ambient, other)
+            prepend = _ambient_prepend(ambient, other)
+            return Decision(True, other.reason, HOW_REUSED, other.tree, prepend, ambient, other)
         run.say(f"nothing reusable elsewhere either: {other.reason}")
     return Decision(False, verdict.reason, probe=probe, verdict=verdict)
 
@@ -277,7 +280,8 @@ def publish(run: Run, decision: Decision, action: str) -> Result:
         how=decision.how, action=action, root=settings.root, tree=decision.tree,
         version=str(decision.probe.version), python=interp.executable, python_version=interp.version,
         abi=interp.abi, commit=decision.commit, env=env, env_file=settings.env_file,
-        prepend=list(decision.prepend), files=dict(decision.verdict.files), durations=dict(run.durations), run_id=run.run_id,
+        prepend=list(decision.prepend), files=dict(decision.verdict.files), durations=dict(run.durations),
+        run_id=run.run_id,
     )
 
 
@@ -296,7 +300,8 @@ def record_failure(run: Run, exc: BaseException) -> None:
     if isinstance(exc, EnsureError):
         reason, hint, stage = exc.reason, exc.hint, exc.stage or run.step_name
     elif code == ExitCode.INTERRUPTED:
-        reason, hint, stage = f"interrupted ({exc})" if str(exc) else "interrupted", "run it again: it resumes", run.step_name
+        reason = f"interrupted ({exc})" if str(exc) else "interrupted"
+        hint, stage = "run it again: it resumes", run.step_name
     else:
         reason = f"internal error: {type(exc).__name__}: {exc}"
         hint, stage = "this is a bug in ensure-flydsl; the log has the traceback", run.step_name
@@ -378,11 +383,13 @@ def provision_from_source(run: Run) -> Result:
         commit = gitsource.fetch_pin(root, settings.pin, settings.repo, run.say)
         run.say(f"pin {settings.pin} is commit {commit}")
         checkout_key = {"commit": commit}
-        if not (stamps.done("checkout", checkout_key) and gitsource.head_commit(root, settings.repo) == commit):
-            started = stamps.started_key("checkout")
-            interrupted = started is not None and not stamps.done("checkout", started)
+        started = stamps.started_key("checkout")
+        interrupted = started is not None and not stamps.done("checkout", started)
+        deleted = False if interrupted else check_local_changes(root, settings.repo)
+        head = gitsource.head_commit(root, settings.repo)
+        if deleted or not (stamps.done("checkout", checkout_key) and head == commit):
             stamps.begin("checkout", checkout_key)
-            gitsource.checkout(root, commit, settings.repo, force=interrupted)
+            gitsource.checkout(root, commit, settings.repo, force=interrupted or deleted)
             stamps.finish("checkout", checkout_key)
             run.say(f"checked out {commit[:12]} in {root}")
         if not stamps.done("submodules", checkout_key):
@@ -399,12 +406,40 @@ def provision_from_source(run: Run) -> Result:
         mlir_path, mlir_identity = provide_mlir(run, env, jobs)
     env = build_environment(run.environ, toolchain, rocm_path=settings.rocm_path, mlir_path=mlir_path, jobs=jobs)
     with run.step("build"):
-        build_flydsl(run, commit, mlir_identity, env, jobs)
-    with run.step("verify"):
-        decision = verify_built_tree(run, commit)
+        built_now = build_flydsl(run, commit, mlir_identity, env, jobs)
+    try:
+        with run.step("verify"):
+            decision = verify_built_tree(run, commit)
+    except EnsureError:
+        # A finished build that does not import must not count as finished, or every later run would
+        # skip the build and fail the same way (the seed's "exit 6 forever").
+        stamps.undo("build")
+        if built_now:
+            raise
+        run.say("the finished build does not import now (damaged since?); building it again")
+        with run.step("build"):
+            build_flydsl(run, commit, mlir_identity, env, jobs)
+        with run.step("verify"):
+            decision = verify_built_tree(run, commit)
     stamps.finish("tree", tree_key(settings, commit, run.interpreter), how=HOW_BUILT, commit=commit,
                   version=decision.probe.version if decision.probe else None)
     return publish(run, decision, "provisioned")
+
+
+def check_local_changes(root: str, repo: str) -> bool:
+    """Refuse edits to tracked files: somebody's work and not the pin, never built, never overwritten.
+    Return whether tracked files were deleted (those are restored: nothing of anybody's is lost)."""
+    found = gitsource.tracked_changes(root, repo) if gitsource.head_commit(root, repo) else []
+    changed = [path for code, path in found if not gitsource.is_deletion(code)]
+    if changed:
+        shown = ", ".join(changed[:5]) + (", ..." if len(changed) > 5 else "")
+        raise EnsureError(
+            ExitCode.CHECKOUT,
+            f"the checkout in {root} has local changes to tracked files ({shown}); they are not the pin",
+            stage="checkout",
+            hint=f"save them elsewhere, then `git -C {root} checkout -- .`; ensure-flydsl never overwrites them",
+        )
+    return bool(found)
 
 
 def apply_fixes(run: Run) -> List[str]:
@@ -466,8 +501,9 @@ def provide_mlir(run: Run, env: Dict[str, str], jobs: int) -> Tuple[str, Dict[st
     return install, {"llvm": key}
 
 
-def build_flydsl(run: Run, commit: str, mlir_identity: Dict[str, object], env: Dict[str, str], jobs: int) -> None:
-    settings, root, stamps = run.settings, run.settings.root, run.stamps
+def build_flydsl(run: Run, commit: str, mlir_identity: Dict[str, object], env: Dict[str, str], jobs: int) -> bool:
+    """Build FlyDSL unless a finished build for the same inputs is there; return whether build.sh ran."""
+    root, stamps = run.settings.root, run.stamps
     assert run.interpreter is not None
     key = {
         "commit": commit,
@@ -479,7 +515,7 @@ def build_flydsl(run: Run, commit: str, mlir_identity: Dict[str, object], env: D
     packages = os.path.join(build_dir, "python_packages")
     if stamps.done("build", key) and os.path.isdir(packages):
         run.say("FlyDSL is already built for this commit and interpreter")
-        return
+        return False
     started = stamps.started_key("build")
     if os.path.lexists(build_dir):
         if started is None:
@@ -498,6 +534,7 @@ def build_flydsl(run: Run, commit: str, mlir_identity: Dict[str, object], env: D
         raise EnsureError(ExitCode.FLYDSL_BUILD, f"build.sh finished but {packages}/flydsl does not exist",
                           stage="build")
     stamps.finish("build", key)
+    return True
 
 
 def verify_built_tree(run: Run, commit: str) -> Decision:

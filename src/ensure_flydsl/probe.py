@@ -104,10 +104,14 @@ class Interpreter:
             platform=str(data["platform"]),
             prefix=str(data["prefix"]),
             base_prefix=str(data["base_prefix"]),
-            site_dirs=tuple(str(d) for d in data.get("site_dirs") or ()),  # type: ignore[union-attr]
+            site_dirs=tuple(str(d) for d in _as_list(data.get("site_dirs"))),
             stdlib=str(data.get("stdlib") or ""),
             include=str(data.get("include") or ""),
         )
+
+
+def _as_list(value: object) -> List[object]:
+    return list(value) if isinstance(value, (list, tuple)) else []
 
 
 @dataclasses.dataclass(frozen=True)

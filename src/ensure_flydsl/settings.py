@@ -166,7 +166,8 @@ def parse_pin(name: str, value: str) -> str:
         or "@{" in value
         or value.endswith((".lock", "/", "."))
     ):
-        raise BadInput(name, value, "a commit hash or a tag/branch name (letters, digits, . _ / + -, not starting with -)")
+        allowed = "a commit hash or a tag/branch name (letters, digits, . _ / + -, not starting with -)"
+        raise BadInput(name, value, allowed)
     return value
 
 
@@ -293,6 +294,17 @@ def load_settings(
     values.setdefault("lock_file", os.path.join(os.path.dirname(root), ".flydsl_build.lock"))
     values.setdefault("fail_marker", os.path.join(os.path.dirname(root), ".flydsl_build.failed"))
     return Settings(sources=sources, **values)  # type: ignore[arg-type]
+
+
+def fail_marker_path(flags: Mapping[str, Optional[str]], environ: Mapping[str, str]) -> Optional[str]:
+    """Where the failure marker goes, worked out from the root and marker settings alone, so that bad
+    input elsewhere can still be reported to a poller.  None when those settings are bad themselves."""
+    try:
+        partial = {name: flags.get(name) for name in ("root", "fail_marker")}
+        only = {s.env: environ.get(s.env, "") for s in SETTINGS if s.name in partial}
+        return load_settings(partial, only).fail_marker
+    except BadInput:
+        return None
 
 
 def settings_from_kwargs(kwargs: Mapping[str, object], environ: Mapping[str, str]) -> Settings:

@@ -21,7 +21,7 @@ import shutil
 import time
 from typing import Dict, List, Mapping, Optional
 
-from .util import atomic_write_json, cmd_output, read_json, remove_file, CommandFailed
+from .util import CommandFailed, atomic_write_json, cmd_output, read_json, remove_file
 
 STATE_DIR = ".ensure_flydsl"
 OWNER_FILE = "owner.json"
@@ -176,6 +176,11 @@ class Stamps:
         record: Dict[str, object] = {"key": dict(key), "time": time.time()}
         record.update(extra)
         atomic_write_json(self._path(step), record)
+
+    def undo(self, step: str) -> None:
+        """The step's result turned out unusable: not done any more (its started record stays)."""
+        remove_file(self._path("tree"))
+        remove_file(self._path(step))
 
     def forget(self, step: str) -> None:
         remove_file(self._path(step))

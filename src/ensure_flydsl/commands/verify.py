@@ -15,8 +15,9 @@ from ..settings import Settings
 def verify(settings: Settings, environ: Dict[str, str], *, as_json: bool) -> int:
     twin = read_env_json(settings.env_json)
     prepend: List[str] = tree_folders(settings.root)
-    if twin and isinstance(twin.get("pythonpath_prepend"), list):
-        prepend = [str(p) for p in twin["pythonpath_prepend"]]  # type: ignore[union-attr]
+    recorded = twin.get("pythonpath_prepend") if twin else None
+    if isinstance(recorded, list):
+        prepend = [str(p) for p in recorded]
     probe = run_probe(settings.python, modules=probe_modules(settings.require), prefix=prepend, environ=environ)
     verdict = evaluate(probe, settings.min_version, settings.require)
     if as_json:
