@@ -164,6 +164,7 @@ def run_script(
     env: Mapping[str, str],
     sink: Callable[[str], None],
     *,
+    on_start: Callable[[Optional[int]], None],
     code: ExitCode,
     stage: str,
     what: str,
@@ -174,7 +175,7 @@ def run_script(
                           hint="FLYDSL_PIN names a commit this tool does not know how to build")
     cmd = ["bash", path, f"-j{jobs}"]
     sink(f"$ {shlex.join(cmd)}")
-    status = stream_command(cmd, cwd=root, env=env, sink=sink)
+    status = stream_command(cmd, cwd=root, env=env, sink=sink, on_start=on_start)
     if status != 0:
         raise EnsureError(
             code,

@@ -16,7 +16,7 @@ from .markers import write_failure_marker
 from .report import Reporter
 from .settings import SETTINGS, Settings, fail_marker_path, join_require, load_settings
 
-COMMANDS = ("ensure", "env", "verify", "clean")
+COMMANDS = ("ensure", "start", "wait", "status", "env", "verify", "clean", "_worker", "_watchdog")
 
 
 def _add_setting_flags(parser: argparse.ArgumentParser) -> None:
@@ -54,13 +54,38 @@ def build_parser() -> argparse.ArgumentParser:
         return p
 
     p = command("ensure", "make FlyDSL importable (the default command); blocking")
-    p.add_argument("--json", action="store_true", help="print one JSON result object on stdout")
+    p.add_argument("--json", action="store_true",
+                   help="print one JSON result object on stdout (and JSON events on stderr)")
+    command("start", "launch the same work as `ensure` detached; print {run_id, pid, log, state} and return")
+    p = command("wait", "follow the root's run until it ends: 0, its failure's exit code, or 75 at --timeout")
+    p.add_argument("--timeout", type=_seconds, default=None, metavar="S", help="give up waiting after S seconds")
+    p.add_argument("--heartbeat", type=_seconds, default=30.0, metavar="S",
+                   help="print a heartbeat line at least every S seconds (default 30)")
+    p = command("status", "state, step, percent, elapsed, ETA, pid, version, root, python, how, log")
+    p.add_argument("--json", action="store_true", help="one JSON object (schema in the README)")
     p = command("env", "print the env file (or its JSON twin)")
     p.add_argument("--format", choices=("sh", "json"), default="sh")
     p = command("verify", "run the full import probe and print each module's file")
     p.add_argument("--json", action="store_true")
     command("clean", "remove what this tool created for the root (never anything else)")
+    p = sub.add_parser("_worker")  # internal: the detached worker that `start` launches
+    p.add_argument("--run-id", required=True)
+    p.add_argument("--alive-fd", type=int, required=True)
+    p.add_argument("--settings-json", required=True)
+    p = sub.add_parser("_watchdog")  # internal: notices a run's death
+    p.add_argument("watch_root")
+    p.add_argument("watch_run_id")
     return parser
+
+
+def _seconds(value: str) -> float:
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not 0 < seconds < 10**9:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number of seconds > 0")
+    return seconds
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
@@ -112,14 +137,25 @@ def _raise_interrupted(signum: int, _frame: object) -> None:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     environ = dict(os.environ)
+    if args.command == "_watchdog":
+        from .detached import watchdog
+
+        return watchdog(args.watch_root, args.watch_run_id)
     json_mode = bool(getattr(args, "json", False))
-    reporter = Reporter(sys.stderr if json_mode else sys.stdout)
+    if json_mode:
+        reporter = Reporter.for_stream(sys.stderr, json_events=args.command == "ensure")
+    else:
+        reporter = Reporter.for_stream(sys.stdout)
     previous = signal.signal(signal.SIGTERM, _raise_interrupted)
     try:
         try:
+            if args.command == "_worker":
+                from .detached import worker
+
+                return worker(args.run_id, args.alive_fd, args.settings_json, environ, reporter)
             settings = settings_from_args(args, environ)
         except BadInput as exc:
-            if args.command == "ensure":
+            if args.command in ("ensure", "start"):
                 _report_bad_input(exc, _flags(args), environ)
             raise
         handler = _HANDLERS[args.command]
@@ -182,8 +218,29 @@ def _clean(args: argparse.Namespace, settings: Settings, reporter: Reporter, env
     return clean(settings, reporter)
 
 
+def _start(args: argparse.Namespace, settings: Settings, reporter: Reporter, environ: Dict[str, str]) -> int:
+    from .detached import start
+
+    return start(settings, environ, reporter)
+
+
+def _wait(args: argparse.Namespace, settings: Settings, reporter: Reporter, environ: Dict[str, str]) -> int:
+    from .commands.wait import wait
+
+    return wait(settings, reporter, timeout=args.timeout, heartbeat=args.heartbeat)
+
+
+def _status(args: argparse.Namespace, settings: Settings, reporter: Reporter, environ: Dict[str, str]) -> int:
+    from .commands.status import status
+
+    return status(settings, as_json=args.json)
+
+
 _HANDLERS: Dict[str, Callable[[argparse.Namespace, Settings, Reporter, Dict[str, str]], int]] = {
     "ensure": _ensure,
+    "start": _start,
+    "wait": _wait,
+    "status": _status,
     "env": _env,
     "verify": _verify,
     "clean": _clean,

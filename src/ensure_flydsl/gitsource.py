@@ -86,7 +86,8 @@ def resolve_pin(root: str, pin: str, repo: str) -> Optional[str]:
     return None
 
 
-def fetch_pin(root: str, pin: str, repo: str, say: Callable[[str], None]) -> str:
+def fetch_pin(root: str, pin: str, repo: str, say: Callable[[str], None],
+              on_fetch: Callable[[], None] = lambda: None) -> str:
     """Fetch what is needed to name ``pin``; return its full commit hash."""
     if len(pin) == 40 and _HEX.match(pin):
         known = resolve_pin(root, pin, repo)
@@ -94,6 +95,7 @@ def fetch_pin(root: str, pin: str, repo: str, say: Callable[[str], None]) -> str
             say(f"commit {pin[:12]} is already in {root}; nothing to fetch")
             return known
     say(f"fetching {repo} into {root}")
+    on_fetch()
     try:
         git(root, "fetch", "--quiet", "--tags", "--force", "origin",
             "+refs/heads/*:refs/remotes/origin/*", repo=repo)

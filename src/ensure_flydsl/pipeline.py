@@ -11,7 +11,6 @@ import dataclasses
 import os
 import shutil
 import time
-import uuid
 from typing import Dict, Iterator, List, Mapping, Optional, Tuple
 
 from . import gitsource, markers
@@ -31,7 +30,9 @@ from .fixes import check_hip, provide_hip_overlay
 from .gate import Verdict, evaluate, is_within, package_folder, tree_folders
 from .lock import build_lock, check_lock_path
 from .probe import Interpreter, Probe, describe_interpreter, probe_modules, run_probe
+from .progress import Tracker
 from .report import Reporter
+from .runs import STEP_ORDER, RunStore, new_run_id
 from .settings import Settings
 from .state import RootState, Stamps, claim_root, classify_root, exclude_from_git, is_ours, move_aside, remove_tree
 from .util import atomic_write_json, read_json
@@ -79,29 +80,70 @@ class Decision:
 
 
 class Run:
-    """One ensure run: its settings, the caller's environment, messages, and step durations."""
+    """One ensure run: its settings, the caller's environment, messages, step durations and progress."""
 
-    def __init__(self, settings: Settings, reporter: Reporter, environ: Mapping[str, str], run_id: str = "") -> None:
+    def __init__(
+        self, settings: Settings, reporter: Reporter, environ: Mapping[str, str], run_id: str = "", *,
+        kind: str = "blocking", alive_fd: Optional[int] = None,
+    ) -> None:
         self.settings = settings
         self.reporter = reporter
         self.environ = dict(environ)
-        self.run_id = run_id or uuid.uuid4().hex[:12]
+        self.run_id = run_id or new_run_id()
+        self.kind = kind
+        self.alive_fd = alive_fd
         self.durations: Dict[str, float] = {}
         self.step_name = "settings"
         self.interpreter: Optional[Interpreter] = None
         self.stamps = Stamps(settings.root)
+        self.tracker: Optional[Tracker] = None
+        self._worked = False
 
     def say(self, message: str) -> None:
         self.reporter.say(message)
 
+    def track(self) -> None:
+        """From here on the run is visible to ``status`` and ``wait``, and its death is noticed."""
+        if self.tracker is None:
+            s = self.settings
+            self.tracker = Tracker.begin(
+                RunStore(s.root), self.run_id, request=s.request(), fail_marker=s.fail_marker, log=s.log_file,
+                kind=self.kind, alive_fd=self.alive_fd,
+            )
+            if self.step_name in STEP_ORDER:
+                self.tracker.step_started(self.step_name)
+
+    def worked(self) -> None:
+        """The current step did its real work (not a no-op): its duration counts for future ETAs."""
+        self._worked = True
+
+    def build_line(self, line: str) -> None:
+        self.reporter.build_line(line)
+        if self.tracker is not None:
+            percent = self.tracker.line(line)
+            if percent is not None:
+                self.reporter.progress(self.step_name, percent, self.tracker.eta())
+
+    def build_started(self, pgid: Optional[int]) -> None:
+        if self.tracker is not None:
+            self.tracker.build_group(pgid)
+
     @contextlib.contextmanager
     def step(self, name: str) -> Iterator[None]:
         self.step_name = name
+        self._worked = False
         started = time.monotonic()
+        self.reporter.step(name, "started")
+        if self.tracker is not None:
+            self.tracker.step_started(name)
         try:
             yield
         finally:
-            self.durations[name] = self.durations.get(name, 0.0) + time.monotonic() - started
+            seconds = time.monotonic() - started
+            self.durations[name] = self.durations.get(name, 0.0) + seconds
+            self.reporter.step(name, "finished", seconds)
+            if self.tracker is not None:
+                self.tracker.step_ended(name, seconds, self._worked or name not in ("fetch", "llvm", "build"))
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -190,9 +232,10 @@ def _ambient_prepend(probe: Probe, verdict: Verdict) -> List[str]:
     return folders
 
 
-def decide(run: Run) -> Decision:
+def decide(run: Run, again: bool = False) -> Decision:
     """Probe with the root's folders first; reuse what passes the gate, else say why not."""
     settings = run.settings
+    before = "after taking the lock, still " if again else ""
     root = settings.root
     prefix = tree_folders(root)
     probe = _probe(run, prefix)
@@ -214,7 +257,7 @@ def decide(run: Run) -> Decision:
         prepend = _ambient_prepend(probe, verdict)
         return Decision(True, verdict.reason, HOW_REUSED, verdict.tree, prepend, probe, verdict)
     else:
-        run.say(f"no reusable FlyDSL with {root} first on PYTHONPATH: {verdict.reason}")
+        run.say(f"{before}no reusable FlyDSL with {root} first on PYTHONPATH: {verdict.reason}")
     if any(is_within(f, root) for f in verdict.files.values()):
         # The root shadowed whatever else the interpreter has; look at that on its own.
         ambient = _probe(run, [])
@@ -305,6 +348,8 @@ def record_failure(run: Run, exc: BaseException) -> None:
     else:
         reason = f"internal error: {type(exc).__name__}: {exc}"
         hint, stage = "this is a bug in ensure-flydsl; the log has the traceback", run.step_name
+    if run.tracker is not None:
+        run.tracker.failed(int(code), stage, reason)
     if not os.path.isdir(os.path.dirname(settings.fail_marker)):
         return  # bad input about the marker's own folder: nothing may be created
     markers.write_failure_marker(
@@ -319,13 +364,22 @@ def record_failure(run: Run, exc: BaseException) -> None:
 
 
 def ensure_run(run: Run) -> Result:
+    if run.kind == "detached":
+        run.track()  # a detached worker is visible from its first step
     try:
-        return _ensure(run)
+        result = _ensure(run)
     except BaseException as exc:
         if isinstance(exc, (SystemExit, GeneratorExit)):
             raise
         record_failure(run, exc)
         raise
+    else:
+        if run.tracker is not None:
+            run.tracker.succeeded(result.to_json())
+        return result
+    finally:
+        if run.tracker is not None:
+            run.tracker.close()  # last: a waiter that sees the run end finds its final state written
 
 
 def _ensure(run: Run) -> Result:
@@ -346,6 +400,7 @@ def _ensure(run: Run) -> Result:
         )
     if shutil.which("git", path=run.environ.get("PATH")) is None:
         raise BadInput("PATH", run.environ.get("PATH", ""), "a PATH with git on it (needed to fetch the pin)")
+    run.track()
     with contextlib.ExitStack() as held:
         with run.step("lock"):
             held.enter_context(
@@ -353,7 +408,7 @@ def _ensure(run: Run) -> Result:
             )
         run.reporter.open_log(settings.log_file)
         with run.step("probe"):
-            decision = decide(run)  # a concurrent run may have finished while we waited
+            decision = decide(run, again=True)  # a concurrent run may have finished while we waited
         if decision.ok:
             run.say("another run finished this while we waited for the lock")
             return publish(run, decision, "warm" if is_within(str(decision.tree), settings.root) else "reused")
@@ -380,7 +435,7 @@ def provision_from_source(run: Run) -> Result:
         gitsource.clear_stale_git_locks(root, run.say)
         gitsource.ensure_repository(root, settings.repo)
         exclude_from_git(root)
-        commit = gitsource.fetch_pin(root, settings.pin, settings.repo, run.say)
+        commit = gitsource.fetch_pin(root, settings.pin, settings.repo, run.say, on_fetch=run.worked)
         run.say(f"pin {settings.pin} is commit {commit}")
         checkout_key = {"commit": commit}
         started = stamps.started_key("checkout")
@@ -492,7 +547,8 @@ def provide_mlir(run: Run, env: Dict[str, str], jobs: int) -> Tuple[str, Dict[st
         )
     atomic_write_json(record_path, {"created": True, "started": key, "done": None})
     run.say(f"building LLVM/MLIR {str(key['llvm_commit'])[:12]} with {jobs} jobs (the long step)")
-    run_script(root, "build_llvm.sh", jobs, env, run.reporter.build_line,
+    run.worked()
+    run_script(root, "build_llvm.sh", jobs, env, run.build_line, on_start=run.build_started,
                code=ExitCode.LLVM_BUILD, stage="llvm", what="the LLVM/MLIR build")
     if not is_mlir_install(install):
         raise EnsureError(ExitCode.LLVM_BUILD, f"build_llvm.sh finished but {install} holds no lib/cmake/mlir",
@@ -528,7 +584,8 @@ def build_flydsl(run: Run, commit: str, mlir_identity: Dict[str, object], env: D
             run.say(f"resuming the interrupted build in {build_dir}")
     stamps.begin("build", key)
     run.say(f"building FlyDSL {commit[:12]} for {run.interpreter.executable} with {jobs} jobs")
-    run_script(root, "build.sh", jobs, env, run.reporter.build_line,
+    run.worked()
+    run_script(root, "build.sh", jobs, env, run.build_line, on_start=run.build_started,
                code=ExitCode.FLYDSL_BUILD, stage="build", what="the FlyDSL build")
     if not os.path.isdir(os.path.join(packages, "flydsl")):
         raise EnsureError(ExitCode.FLYDSL_BUILD, f"build.sh finished but {packages}/flydsl does not exist",

@@ -1,40 +1,96 @@
 """Messages for people and agents, and the run's log.
 
-Decisions and step lines go to the chosen stream (stdout, or stderr under ``--json``) with a time stamp,
-and to the log once a provisioning run opens it.  A build's own output goes only to the log; the last
-lines are kept in memory so a failure can show them with the log's path.  When the caller already
-redirected our stdout into the log (the seed's ``nohup ... > ensure_flydsl.log`` recipe), the log is not
-opened a second time, so nothing is written twice.
+Three ways to show a run: on a terminal, step lines plus a live progress line redrawn in place; off a
+terminal, plain time-stamped lines (a progress line every 10 %); with ``--json``, one JSON event per line
+(on stderr: stdout carries the result object).  Every message also goes to the log once a provisioning
+run opens it.  A build's own output goes only to the log; its last lines are kept in memory so a failure
+can show them with the log's path.  When our stream already is the log (the seed's
+``nohup ... > ensure_flydsl.log`` recipe, or a detached worker), the log is not opened a second time.
 """
 
 from __future__ import annotations
 
 import collections
+import json
 import os
 import time
 from typing import IO, Deque, List, Optional
 
 LOG_ROTATE_BYTES = 64 * 1024**2
 TAIL_LINES = 40
+JSON_PROGRESS_INTERVAL_S = 1.0
+
+
+def fmt_seconds(seconds: Optional[float]) -> str:
+    if seconds is None:
+        return "unknown"
+    seconds = max(0, int(round(seconds)))
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{(seconds % 3600) // 60:02d}m"
 
 
 class Reporter:
-    def __init__(self, stream: Optional[IO[str]], *, prefix: str = "ensure-flydsl") -> None:
+    def __init__(self, stream: Optional[IO[str]], *, mode: str = "plain", prefix: str = "ensure-flydsl") -> None:
         self.stream = stream
+        self.mode = mode  # "tty", "plain" or "json"
         self.prefix = prefix
         self.log_path: Optional[str] = None
         self._log: Optional[IO[str]] = None
         self._log_is_stream = False
         self._tail: Deque[str] = collections.deque(maxlen=TAIL_LINES)
+        self._live = False
+        self._last_decile = -1
+        self._last_json_progress = 0.0
+
+    @classmethod
+    def for_stream(cls, stream: IO[str], *, json_events: bool = False) -> "Reporter":
+        if json_events:
+            return cls(stream, mode="json")
+        try:
+            tty = stream.isatty()
+        except (AttributeError, ValueError):
+            tty = False
+        return cls(stream, mode="tty" if tty else "plain")
 
     # -- messages ----------------------------------------------------------------------------------------
     def say(self, message: str) -> None:
         line = f"[{time.strftime('%H:%M:%S')}] {self.prefix}: {message}"
-        if self.stream is not None:
-            self.stream.write(line + "\n")
-            self.stream.flush()
+        if self.mode == "json":
+            self._emit({"event": "message", "time": time.time(), "text": message})
+        else:
+            self._print(line)
         if self._log is not None and not self._log_is_stream:
             self._write_log(line)
+
+    def step(self, name: str, state: str, seconds: Optional[float] = None) -> None:
+        self._last_decile = -1
+        if self.mode == "json":
+            event = {"event": "step", "time": time.time(), "step": name, "state": state}
+            if seconds is not None:
+                event["seconds"] = round(seconds, 3)
+            self._emit(event)
+
+    def progress(self, step: str, percent: Optional[float], eta: Optional[float]) -> None:
+        if percent is None:
+            return
+        if self.mode == "tty" and self.stream is not None:
+            self.stream.write(f"\r\x1b[K  {step} {percent:5.1f}%  ETA {fmt_seconds(eta)}")
+            self.stream.flush()
+            self._live = True
+        elif self.mode == "plain":
+            decile = int(percent // 10)
+            if decile != self._last_decile:
+                self._last_decile = decile
+                self.say(f"{step} {percent:.0f}% (ETA {fmt_seconds(eta)})")
+        elif self.mode == "json":
+            now = time.time()
+            if now - self._last_json_progress >= JSON_PROGRESS_INTERVAL_S or percent >= 100:
+                self._last_json_progress = now
+                self._emit({"event": "progress", "time": now, "step": step, "percent": round(percent, 1),
+                            "eta_s": None if eta is None else round(eta, 1)})
 
     def build_line(self, line: str) -> None:
         """One line of a build command's output: the log, and the in-memory tail."""
@@ -45,6 +101,20 @@ class Reporter:
     def tail(self, count: int = 20) -> List[str]:
         return list(self._tail)[-count:]
 
+    def _print(self, line: str) -> None:
+        if self.stream is None:
+            return
+        if self._live:
+            self.stream.write("\r\x1b[K")
+            self._live = False
+        self.stream.write(line + "\n")
+        self.stream.flush()
+
+    def _emit(self, event: dict) -> None:  # type: ignore[type-arg]
+        if self.stream is not None:
+            self.stream.write(json.dumps(event, sort_keys=True) + "\n")
+            self.stream.flush()
+
     # -- the log -----------------------------------------------------------------------------------------
     def open_log(self, path: str) -> None:
         if self._log is not None or self.log_path == path:
@@ -52,6 +122,7 @@ class Reporter:
         self.log_path = path
         if self.stream is not None and _same_file(self.stream, path):
             self._log, self._log_is_stream = self.stream, True  # our stream already is the log
+            self._write_log(_log_header())
             return
         os.makedirs(os.path.dirname(path), exist_ok=True)
         try:
@@ -61,7 +132,7 @@ class Reporter:
             pass
         self._log = open(path, "a", encoding="utf-8", errors="replace")
         os.chmod(path, 0o644)
-        self._write_log(f"==== ensure-flydsl run, pid {os.getpid()}, {time.strftime('%Y-%m-%d %H:%M:%S %z')}")
+        self._write_log(_log_header())
 
     def _write_log(self, line: str) -> None:
         assert self._log is not None
@@ -69,9 +140,16 @@ class Reporter:
         self._log.flush()
 
     def close(self) -> None:
+        if self._live and self.stream is not None:
+            self.stream.write("\r\x1b[K")
+            self._live = False
         if self._log is not None and not self._log_is_stream:
             self._log.close()
         self._log = None
+
+
+def _log_header() -> str:
+    return f"==== ensure-flydsl run, pid {os.getpid()}, {time.strftime('%Y-%m-%d %H:%M:%S %z')}"
 
 
 def _same_file(stream: IO[str], path: str) -> bool:

@@ -6,6 +6,7 @@ import contextlib
 import json
 import os
 import shlex
+import signal
 import subprocess
 import tempfile
 from typing import Callable, Dict, Iterator, Mapping, Optional, Sequence
@@ -68,11 +69,14 @@ def stream_command(
     sink: Callable[[str], None],
     cwd: Optional[str] = None,
     env: Optional[Mapping[str, str]] = None,
+    on_start: Callable[[Optional[int]], None] = lambda pgid: None,
 ) -> int:
-    """Run a long command, handing each output line to ``sink``; return its exit code.
+    """Run a long command in a process group of its own, handing each output line to ``sink``.
 
-    If this process is interrupted (Ctrl-C, SIGTERM turned into an exception), the child is terminated
-    and reaped before the exception goes on, so no orphaned build keeps writing into the tree.
+    ``on_start`` learns the group's id (and None once it is gone), so that whoever notices this process
+    die can stop the build it leaves behind.  If this process is interrupted (Ctrl-C, SIGTERM turned into
+    an exception), the whole group is terminated and reaped before the exception goes on, so no orphaned
+    build keeps writing into the tree.
     """
     try:
         proc = subprocess.Popen(
@@ -82,25 +86,36 @@ def stream_command(
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
     except OSError as exc:
         sink(f"cannot run {cmd[0]}: {exc.strerror}")
         return 127
     assert proc.stdout is not None
+    on_start(proc.pid)
     try:
         for raw in proc.stdout:
             sink(raw.decode(errors="replace").rstrip("\r\n"))
         return proc.wait()
     except BaseException:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        _stop_group(proc)
         raise
     finally:
         proc.stdout.close()
+        on_start(None)
+
+
+def _stop_group(proc: "subprocess.Popen[bytes]") -> None:
+    """SIGTERM the group, give it 10 s, then SIGKILL whatever of it is left (the leader may go first)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=10.0)
+    except subprocess.TimeoutExpired:
+        pass
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
 
 
 def atomic_write(path: str, data: bytes, mode: int = 0o644) -> None:

@@ -18,6 +18,7 @@ from ..lock import build_lock
 from ..markers import withdraw_env_file
 from ..pipeline import llvm_record_path
 from ..report import Reporter
+from ..runs import RunStore
 from ..settings import Settings
 from ..state import BUILD_OUTPUTS, Stamps, is_ours, owner, remove_tree, state_dir
 from ..util import CommandFailed, read_json, remove_file
@@ -40,6 +41,7 @@ def clean(settings: Settings, reporter: Reporter) -> int:
                 remove_tree(llvm_dir)
                 removed.append(llvm_dir)
             remove_file(record_path)
+        removed.extend(_clean_runs(settings))
         if is_ours(root):
             removed.extend(_clean_root(root, settings, reporter))
         elif os.path.isdir(root):
@@ -49,6 +51,22 @@ def clean(settings: Settings, reporter: Reporter) -> int:
         if not removed:
             reporter.say("nothing to clean")
     return 0
+
+
+def _clean_runs(settings: Settings) -> List[str]:
+    """The root's run records; the base's state folder too once no other root has records in it."""
+    store = RunStore(settings.root)
+    removed: List[str] = []
+    if os.path.isdir(store.folder):
+        remove_tree(store.folder)
+        removed.append(store.folder)
+    runs = os.path.dirname(store.folder)
+    if os.path.isdir(runs) and not os.listdir(runs):
+        os.rmdir(runs)
+    if os.path.isdir(store.base) and set(os.listdir(store.base)) <= {"history.json"}:
+        remove_tree(store.base)
+        removed.append(store.base)
+    return removed
 
 
 def _clean_root(root: str, settings: Settings, reporter: Reporter) -> List[str]:
