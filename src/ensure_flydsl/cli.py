@@ -16,7 +16,7 @@ from .markers import write_failure_marker
 from .report import Reporter
 from .settings import SETTINGS, Settings, fail_marker_path, join_require, load_settings
 
-COMMANDS = ("ensure", "start", "wait", "status", "env", "verify", "clean", "_worker", "_watchdog")
+COMMANDS = ("ensure", "start", "wait", "status", "env", "verify", "doctor", "cache", "clean", "_worker", "_watchdog")
 
 
 def _add_setting_flags(parser: argparse.ArgumentParser) -> None:
@@ -27,8 +27,8 @@ def _add_setting_flags(parser: argparse.ArgumentParser) -> None:
                                help=f"{setting.help} [{setting.env}]")
             group.add_argument("--no-vllm-moe", dest="vllm_moe", action="store_const", const="0",
                                help="do not export VLLM_USE_FLYDSL_MOE (A/B baselines)")
-        elif setting.name == "verify":
-            group.add_argument("--verify", dest="verify", action="store_const", const="1",
+        elif setting.name in ("verify", "fix_rocm_in_place"):
+            group.add_argument(setting.flag, dest=setting.name, action="store_const", const="1",
                                help=f"{setting.help} [{setting.env}]")
         elif setting.name == "require":
             group.add_argument("--require", dest="require", action="append", metavar="MODULES",
@@ -67,6 +67,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=("sh", "json"), default="sh")
     p = command("verify", "run the full import probe and print each module's file")
     p.add_argument("--json", action="store_true")
+    p = command("doctor", "predict, in seconds, whether the configured strategy can succeed here, and why not")
+    p.add_argument("--json", action="store_true", help="one JSON object with every check")
+    p = command("cache", "housekeeping of the binary cache (FLYDSL_CACHE)")
+    p.add_argument("cache_action", choices=("list", "prune"), metavar="{list,prune}")
+    p.add_argument("--max-size", metavar="SIZE", help="prune: remove the oldest entries until the cache "
+                   "holds at most SIZE (bytes, or with K/M/G/T)")
+    p.add_argument("--json", action="store_true", help="list: one JSON object per entry")
     command("clean", "remove what this tool created for the root (never anything else)")
     p = sub.add_parser("_worker")  # internal: the detached worker that `start` launches
     p.add_argument("--run-id", required=True)
@@ -236,7 +243,21 @@ def _status(args: argparse.Namespace, settings: Settings, reporter: Reporter, en
     return status(settings, as_json=args.json)
 
 
+def _doctor(args: argparse.Namespace, settings: Settings, reporter: Reporter, environ: Dict[str, str]) -> int:
+    from .commands.doctor import doctor
+
+    return doctor(settings, environ, as_json=args.json)
+
+
+def _cache(args: argparse.Namespace, settings: Settings, reporter: Reporter, environ: Dict[str, str]) -> int:
+    from .commands.cache import cache_command
+
+    return cache_command(settings, args.cache_action, max_size=args.max_size, as_json=args.json, say=reporter.say)
+
+
 _HANDLERS: Dict[str, Callable[[argparse.Namespace, Settings, Reporter, Dict[str, str]], int]] = {
+    "doctor": _doctor,
+    "cache": _cache,
     "ensure": _ensure,
     "start": _start,
     "wait": _wait,

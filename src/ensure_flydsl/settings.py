@@ -59,6 +59,8 @@ SETTINGS: Tuple[Setting, ...] = (
     Setting("lock_timeout", "FLYDSL_LOCK_TIMEOUT", "--lock-timeout", "seconds to wait for the lock, then exit 7"),
     Setting("cache", "FLYDSL_CACHE", "--cache", "binary cache: a folder or an fsspec URL"),
     Setting("verify", "FLYDSL_VERIFY", "--verify", "force the full import probe"),
+    Setting("fix_rocm_in_place", "FLYDSL_FIX_ROCM_IN_PLACE", "--fix-rocm-in-place",
+            "fix the hip CMake library name inside ROCM_PATH itself (default: a private corrected copy)"),
 )
 SETTING_BY_NAME: Dict[str, Setting] = {s.name: s for s in SETTINGS}
 
@@ -82,6 +84,7 @@ class Settings:
     lock_timeout: Optional[float] = None
     cache: Optional[str] = None
     verify: bool = False
+    fix_rocm_in_place: bool = False
     # Where each value came from, for messages: the flag or the variable as the user spelled it.
     sources: Mapping[str, str] = dataclasses.field(default_factory=dict, compare=False, repr=False)
 
@@ -263,6 +266,7 @@ _PARSERS: Dict[str, Callable[[str, str], object]] = {
     "lock_timeout": parse_lock_timeout,
     "cache": parse_cache,
     "verify": parse_bool,
+    "fix_rocm_in_place": parse_bool,
 }
 
 
