@@ -12,15 +12,19 @@ import json
 import os
 import subprocess
 import sys
+import time
 from typing import Callable, Dict, Mapping, Optional
 
 from . import markers
-from .pipeline import Run, ensure_run, preflight
+from .decide import preflight
+from .pipeline import Run, ensure_run
 from .progress import kill_build_group, mark_died, new_record
 from .report import Reporter
 from .runs import RUNNING, RunStore, new_run_id
 from .settings import Settings
 from .state import Stamps, is_ours
+
+JOIN_PID_WAIT_S = 2.0
 
 
 def live_run(store: RunStore) -> Optional[Dict[str, object]]:
@@ -28,6 +32,15 @@ def live_run(store: RunStore) -> Optional[Dict[str, object]]:
     if record and record.get("state") == RUNNING and store.is_alive(str(record["run_id"])):
         return record
     return None
+
+
+def _with_pid(store: RunStore, record: Dict[str, object]) -> Dict[str, object]:
+    """A run announced by `start` a moment ago has no pid in its record until its worker writes it."""
+    deadline = time.monotonic() + JOIN_PID_WAIT_S
+    while record.get("pid") is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+        record = store.read(str(record["run_id"])) or record
+    return record
 
 
 def withdraw_markers_for(settings: Settings, say: Callable[[str], None]) -> None:
@@ -49,6 +62,7 @@ def start(settings: Settings, environ: Mapping[str, str], reporter: Reporter) ->
     store = RunStore(settings.root)
     running = live_run(store)
     if running is not None and running.get("request") == settings.request():
+        running = _with_pid(store, running)
         print(json.dumps({"run_id": running["run_id"], "pid": running["pid"], "log": running["log"],
                           "state": RUNNING, "joined": True}))
         return 0

@@ -176,3 +176,12 @@ def update_submodules(root: str, repo: str) -> bool:
             detail=exc.describe(),
         ) from None
     return True
+
+
+def tags_at(root: str, commit: str, repo: str) -> List[str]:
+    """The tags that point at ``commit`` (a release tag's commit has its ``vX`` among them)."""
+    try:
+        out = git(root, "tag", "--points-at", commit, repo=repo)
+    except CommandFailed:
+        return []
+    return [line.strip() for line in out.splitlines() if line.strip()]

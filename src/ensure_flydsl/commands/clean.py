@@ -16,7 +16,7 @@ from ..build import mlir_install_of
 from ..gitsource import git
 from ..lock import build_lock
 from ..markers import withdraw_env_file
-from ..pipeline import llvm_record_path
+from ..provision import llvm_record_path
 from ..report import Reporter
 from ..runs import RunStore
 from ..settings import Settings

@@ -1,0 +1,126 @@
+"""The state of one ensure run: its settings, messages, step durations and progress; what it decides and returns."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import time
+from typing import Dict, Iterator, List, Mapping, Optional
+
+from .gate import Verdict
+from .probe import Interpreter, Probe
+from .progress import Tracker
+from .report import Reporter
+from .runs import STEP_ORDER, RunStore, new_run_id
+from .settings import Settings
+from .state import Stamps
+
+HOW_REUSED = "reused"
+HOW_BUILT = "built"
+HOW_RELEASED = "released"
+HOW_CACHED = "cached"
+
+
+@dataclasses.dataclass(frozen=True)
+class Result:
+    """What ``ensure`` returns: the tree in use and how it was obtained."""
+
+    how: str  # reused | built | released | cached: how the tree came to be
+    action: str  # what this call did: "warm" (nothing changed), "reused", "provisioned"
+    root: str
+    tree: str
+    version: str
+    python: str
+    python_version: str
+    abi: str
+    commit: Optional[str]
+    env: Dict[str, str]
+    env_file: str
+    prepend: List[str]  # the folders the env file puts first on PYTHONPATH
+    files: Dict[str, str]
+    durations: Dict[str, float]
+    run_id: str
+
+    def to_json(self) -> Dict[str, object]:
+        data = dataclasses.asdict(self)
+        data["durations"] = {k: round(v, 3) for k, v in self.durations.items()}
+        return data
+
+
+@dataclasses.dataclass
+class Decision:
+    ok: bool
+    reason: str
+    how: str = HOW_REUSED
+    tree: Optional[str] = None
+    prepend: List[str] = dataclasses.field(default_factory=list)
+    probe: Optional[Probe] = None
+    verdict: Optional[Verdict] = None
+    commit: Optional[str] = None
+
+
+class Run:
+    """One ensure run: its settings, the caller's environment, messages, step durations and progress."""
+
+    def __init__(
+        self, settings: Settings, reporter: Reporter, environ: Mapping[str, str], run_id: str = "", *,
+        kind: str = "blocking", alive_fd: Optional[int] = None,
+    ) -> None:
+        self.settings = settings
+        self.reporter = reporter
+        self.environ = dict(environ)
+        self.run_id = run_id or new_run_id()
+        self.kind = kind
+        self.alive_fd = alive_fd
+        self.durations: Dict[str, float] = {}
+        self.step_name = "settings"
+        self.interpreter: Optional[Interpreter] = None
+        self.stamps = Stamps(settings.root)
+        self.tracker: Optional[Tracker] = None
+        self._worked = False
+
+    def say(self, message: str) -> None:
+        self.reporter.say(message)
+
+    def track(self) -> None:
+        """From here on the run is visible to ``status`` and ``wait``, and its death is noticed."""
+        if self.tracker is None:
+            s = self.settings
+            self.tracker = Tracker.begin(
+                RunStore(s.root), self.run_id, request=s.request(), fail_marker=s.fail_marker, log=s.log_file,
+                kind=self.kind, alive_fd=self.alive_fd,
+            )
+            if self.step_name in STEP_ORDER:
+                self.tracker.step_started(self.step_name)
+
+    def worked(self) -> None:
+        """The current step did its real work (not a no-op): its duration counts for future ETAs."""
+        self._worked = True
+
+    def build_line(self, line: str) -> None:
+        self.reporter.build_line(line)
+        if self.tracker is not None:
+            percent = self.tracker.line(line)
+            if percent is not None:
+                self.reporter.progress(self.step_name, percent, self.tracker.eta())
+
+    def build_started(self, pgid: Optional[int]) -> None:
+        if self.tracker is not None:
+            self.tracker.build_group(pgid)
+
+    @contextlib.contextmanager
+    def step(self, name: str) -> Iterator[None]:
+        self.step_name = name
+        self._worked = False
+        started = time.monotonic()
+        self.reporter.step(name, "started")
+        if self.tracker is not None:
+            self.tracker.step_started(name)
+        try:
+            yield
+        finally:
+            seconds = time.monotonic() - started
+            self.durations[name] = self.durations.get(name, 0.0) + seconds
+            self.reporter.step(name, "finished", seconds)
+            if self.tracker is not None:
+                self.tracker.step_ended(name, seconds, self._worked or name not in ("fetch", "llvm", "build"))

@@ -1,0 +1,129 @@
+"""Before anything is touched: the checks that can refuse a request, the probe, and the reuse decision."""
+
+from __future__ import annotations
+
+import os
+from typing import Dict, List, Mapping, Optional
+
+from .build import is_mlir_install
+from .context import HOW_BUILT, HOW_REUSED, Decision, Run
+from .errors import BadInput, EnsureError
+from .gate import Verdict, evaluate, is_within, package_folder, tree_folders
+from .lock import check_lock_path
+from .probe import Interpreter, Probe, describe_interpreter, probe_modules, run_probe
+from .settings import Settings
+from .state import RootState, classify_root, is_ours
+
+
+def _nearest_existing(path: str) -> str:
+    while not os.path.lexists(path):
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    return path
+
+
+def check_root_location(settings: Settings) -> RootState:
+    root, label = settings.root, settings.label("root")
+    anchor = _nearest_existing(root)
+    if anchor != root and not os.path.isdir(anchor):
+        raise BadInput(label, root, f"a folder path; {anchor} is a file, so nothing can be created under it")
+    if anchor != root and not os.access(anchor, os.W_OK | os.X_OK):
+        raise BadInput(label, root, f"a path this user can create; {anchor} is not writable")
+    state = classify_root(root, settings.repo)
+    if state.kind == "foreign":
+        raise BadInput(label, root, f"an empty or new folder, or a checkout made by ensure-flydsl; {state.reason}")
+    return state
+
+
+def preflight(settings: Settings, environ: Mapping[str, str]) -> Interpreter:
+    """Everything that can refuse the request, checked before any file is written."""
+    check_root_location(settings)
+    for name in ("lock_file", "fail_marker"):
+        path = getattr(settings, name)
+        anchor = _nearest_existing(os.path.dirname(path))
+        if not os.path.isdir(anchor):
+            raise BadInput(settings.label(name), path, f"a file path; {anchor} is not a folder")
+    problem = check_lock_path(settings.lock_file)
+    if problem:
+        raise BadInput(settings.label("lock_file"), settings.lock_file, f"a lock file path; {problem}")
+    if settings.mlir_path is not None and not is_mlir_install(settings.mlir_path):
+        raise BadInput(
+            settings.label("mlir_path"), settings.mlir_path, "an MLIR install prefix holding lib/cmake/mlir"
+        )
+    try:
+        return describe_interpreter(settings.python, environ)
+    except EnsureError as exc:
+        allowed = f"a Python interpreter that runs; {exc.reason}"
+        raise BadInput(settings.label("python"), settings.python, allowed) from None
+
+
+def probe_tree(run: Run, prefix: List[str]) -> Probe:
+    return run_probe(
+        run.settings.python, modules=probe_modules(run.settings.require), prefix=prefix, environ=run.environ
+    )
+
+
+def tree_key(settings: Settings, commit: str, interpreter: Interpreter) -> Dict[str, object]:
+    """What a finished tree in the root must have been made for to satisfy a request."""
+    return {"repo": settings.repo, "pin": settings.pin, "commit": commit, "abi": interpreter.abi}
+
+
+def _stamped_tree_matches(run: Run) -> Optional[Dict[str, object]]:
+    stamp = run.stamps.read("tree")
+    if not stamp or not isinstance(stamp.get("key"), dict) or run.interpreter is None:
+        return None
+    key = stamp["key"]
+    assert isinstance(key, dict)
+    wanted = tree_key(run.settings, str(key.get("commit")), run.interpreter)
+    return stamp if key == wanted else None
+
+
+def _ambient_prepend(probe: Probe, verdict: Verdict) -> List[str]:
+    """The folders a reused tree needs on PYTHONPATH: those of its modules not already on sys.path."""
+    skip = {os.path.normpath(p) for p in probe.interpreter.site_dirs + (probe.interpreter.stdlib,)}
+    folders: List[str] = []
+    for name, file in verdict.files.items():
+        folder = package_folder(name, file)
+        if os.path.normpath(folder) not in skip and folder not in folders:
+            folders.append(folder)
+    return folders
+
+
+def decide(run: Run, again: bool = False) -> Decision:
+    """Probe with the root's folders first; reuse what passes the gate, else say why not."""
+    settings = run.settings
+    before = "after taking the lock, still " if again else ""
+    root = settings.root
+    prefix = tree_folders(root)
+    probe = probe_tree(run, prefix)
+    verdict = evaluate(probe, settings.min_version, settings.require)
+    if verdict.reusable and verdict.tree and is_within(verdict.tree, root):
+        if not is_ours(root):
+            run.say(f"found a working tree in {root} made by another tool: {verdict.reason}")
+            return Decision(True, verdict.reason, HOW_REUSED, verdict.tree, prefix, probe, verdict)
+        stamp = _stamped_tree_matches(run)
+        if stamp is not None:
+            return Decision(
+                True, verdict.reason, str(stamp.get("how", HOW_BUILT)), root, prefix, probe, verdict,
+                str(dict(stamp["key"]).get("commit")),  # type: ignore[call-overload]
+            )
+        why = "it was not built for this pin, repository and interpreter (or its build did not finish)"
+        run.say(f"the tree in {root} imports, but {why}")
+    elif verdict.reusable:
+        run.say(f"reusing the tree found on the interpreter's path: {verdict.reason}")
+        prepend = _ambient_prepend(probe, verdict)
+        return Decision(True, verdict.reason, HOW_REUSED, verdict.tree, prepend, probe, verdict)
+    else:
+        run.say(f"{before}no reusable FlyDSL with {root} first on PYTHONPATH: {verdict.reason}")
+    if any(is_within(f, root) for f in verdict.files.values()):
+        # The root shadowed whatever else the interpreter has; look at that on its own.
+        ambient = probe_tree(run, [])
+        other = evaluate(ambient, settings.min_version, settings.require)
+        if other.reusable:
+            run.say(f"reusing the tree found on the interpreter's path: {other.reason}")
+            prepend = _ambient_prepend(ambient, other)
+            return Decision(True, other.reason, HOW_REUSED, other.tree, prepend, ambient, other)
+        run.say(f"nothing reusable elsewhere either: {other.reason}")
+    return Decision(False, verdict.reason, probe=probe, verdict=verdict)

@@ -1,0 +1,227 @@
+"""Provisioning under the lock: claim the root, fetch and check out the pin, then a release wheel or a
+source build (fixes, LLVM/MLIR, FlyDSL), and the full verification of what was made."""
+
+from __future__ import annotations
+
+import os
+from typing import Dict, List, Tuple
+
+from . import gitsource
+from .build import (
+    build_environment,
+    file_sha256,
+    is_mlir_install,
+    llvm_key,
+    mlir_install_of,
+    prepare_toolchain,
+    resolve_jobs,
+    run_script,
+    tools_dir,
+)
+from .context import HOW_BUILT, Decision, Result, Run
+from .decide import probe_tree, tree_key
+from .errors import BadInput, EnsureError, ExitCode
+from .fixes import check_hip, provide_hip_overlay
+from .gate import evaluate, is_within, tree_folders
+from .publish import publish
+from .state import claim_root, classify_root, exclude_from_git, move_aside, remove_tree
+from .util import atomic_write_json, read_json
+
+
+def provision_from_source(run: Run) -> Result:
+    settings, root = run.settings, run.settings.root
+    assert run.interpreter is not None
+    state = classify_root(root, settings.repo)
+    if state.kind == "foreign":  # changed since the preflight
+        raise BadInput(settings.label("root"), root, f"an empty or new folder; {state.reason}")
+    if state.kind != "ours":
+        created = state.kind == "absent"
+        os.makedirs(root, exist_ok=True)
+        claim_root(root, created=created, adopted=state.kind == "adoptable")
+        if state.kind == "adoptable":
+            run.say(f"adopting {root}: {state.reason}")
+    stamps = run.stamps
+    with run.step("fetch"):
+        gitsource.clear_stale_git_locks(root, run.say)
+        gitsource.ensure_repository(root, settings.repo)
+        exclude_from_git(root)
+        commit = gitsource.fetch_pin(root, settings.pin, settings.repo, run.say, on_fetch=run.worked)
+        run.say(f"pin {settings.pin} is commit {commit}")
+        checkout_key = {"commit": commit}
+        started = stamps.started_key("checkout")
+        interrupted = started is not None and not stamps.done("checkout", started)
+        deleted = False if interrupted else check_local_changes(root, settings.repo)
+        head = gitsource.head_commit(root, settings.repo)
+        if deleted or not (stamps.done("checkout", checkout_key) and head == commit):
+            stamps.begin("checkout", checkout_key)
+            gitsource.checkout(root, commit, settings.repo, force=interrupted or deleted)
+            stamps.finish("checkout", checkout_key)
+            run.say(f"checked out {commit[:12]} in {root}")
+        if not stamps.done("submodules", checkout_key):
+            stamps.begin("submodules")
+            if gitsource.update_submodules(root, settings.repo):
+                run.say("submodules updated")
+            stamps.finish("submodules", checkout_key)
+    with run.step("fixes"):
+        toolchain_prefixes = apply_fixes(run)
+        toolchain = prepare_toolchain(root, run.interpreter, toolchain_prefixes)
+    jobs = resolve_jobs(settings.jobs)
+    env = build_environment(run.environ, toolchain, rocm_path=settings.rocm_path, mlir_path=None, jobs=jobs)
+    with run.step("llvm"):
+        mlir_path, mlir_identity = provide_mlir(run, env, jobs)
+    env = build_environment(run.environ, toolchain, rocm_path=settings.rocm_path, mlir_path=mlir_path, jobs=jobs)
+    with run.step("build"):
+        built_now = build_flydsl(run, commit, mlir_identity, env, jobs)
+    try:
+        with run.step("verify"):
+            decision = verify_built_tree(run, commit)
+    except EnsureError:
+        # A finished build that does not import must not count as finished, or every later run would
+        # skip the build and fail the same way (the seed's "exit 6 forever").
+        stamps.undo("build")
+        if built_now:
+            raise
+        run.say("the finished build does not import now (damaged since?); building it again")
+        with run.step("build"):
+            build_flydsl(run, commit, mlir_identity, env, jobs)
+        with run.step("verify"):
+            decision = verify_built_tree(run, commit)
+    stamps.finish("tree", tree_key(settings, commit, run.interpreter), how=HOW_BUILT, commit=commit,
+                  version=decision.probe.version if decision.probe else None)
+    return publish(run, decision, "provisioned")
+
+
+def check_local_changes(root: str, repo: str) -> bool:
+    """Refuse edits to tracked files: somebody's work and not the pin, never built, never overwritten.
+    Return whether tracked files were deleted (those are restored: nothing of anybody's is lost)."""
+    found = gitsource.tracked_changes(root, repo) if gitsource.head_commit(root, repo) else []
+    changed = [path for code, path in found if not gitsource.is_deletion(code)]
+    if changed:
+        shown = ", ".join(changed[:5]) + (", ..." if len(changed) > 5 else "")
+        raise EnsureError(
+            ExitCode.CHECKOUT,
+            f"the checkout in {root} has local changes to tracked files ({shown}); they are not the pin",
+            stage="checkout",
+            hint=f"save them elsewhere, then `git -C {root} checkout -- .`; ensure-flydsl never overwrites them",
+        )
+    return bool(found)
+
+
+def apply_fixes(run: Run) -> List[str]:
+    """The hip CMake library-name fix (a private overlay; ROCm is never written). Returns CMake prefixes."""
+    settings = run.settings
+    check = check_hip(settings.rocm_path)
+    if check.needs_fix:
+        overlay = os.path.join(tools_dir(settings.root), "rocm-overlay")
+        changed = provide_hip_overlay(settings.rocm_path, overlay, check)
+        names = ", ".join(check.missing)
+        run.say(
+            f"fix: the hip CMake package in {settings.rocm_path} names {names}, which is missing; "
+            f"{'provided' if changed else 'using'} a private corrected copy at {overlay} "
+            f"(pointing at {os.path.basename(str(check.actual))}); {settings.rocm_path} is left untouched"
+        )
+        return [overlay]
+    if check.unfixable:
+        run.say(f"warning: the hip CMake package names {', '.join(check.missing)} and no libamdhip64 exists "
+                f"in {settings.rocm_path}/lib; a build that needs HIP will fail to configure")
+    elif check.package_dir:
+        run.say(f"fix: hip CMake package in {settings.rocm_path} names libraries that exist; nothing to fix")
+    return []
+
+
+def llvm_record_path(base_dir: str) -> str:
+    return os.path.join(base_dir, ".llvm-project.ensure-flydsl.json")
+
+
+def provide_mlir(run: Run, env: Dict[str, str], jobs: int) -> Tuple[str, Dict[str, object]]:
+    settings, root = run.settings, run.settings.root
+    if settings.mlir_path is not None:
+        run.say(f"using MLIR_PATH={settings.mlir_path}; skipping the LLVM/MLIR build")
+        return settings.mlir_path, {"mlir_path": settings.mlir_path}
+    assert run.interpreter is not None
+    key = llvm_key(root, run.interpreter)
+    llvm_dir = os.path.join(settings.base_dir, "llvm-project")
+    install = mlir_install_of(settings.base_dir)
+    record_path = llvm_record_path(settings.base_dir)
+    record = read_json(record_path) or {}
+    if record.get("done") == key and is_mlir_install(install):
+        run.say(f"MLIR for LLVM {str(key['llvm_commit'])[:12]} is already built in {install}")
+        return install, {"llvm": key}
+    created = bool(record.get("created"))
+    if os.path.lexists(llvm_dir) and not created:
+        raise EnsureError(
+            ExitCode.LLVM_BUILD,
+            f"{llvm_dir} exists and was not made by ensure-flydsl; build_llvm.sh would build into it",
+            stage="llvm",
+            hint="move it away, or set MLIR_PATH to an MLIR install built for this interpreter",
+        )
+    atomic_write_json(record_path, {"created": True, "started": key, "done": None})
+    run.say(f"building LLVM/MLIR {str(key['llvm_commit'])[:12]} with {jobs} jobs (the long step)")
+    run.worked()
+    run_script(root, "build_llvm.sh", jobs, env, run.build_line, on_start=run.build_started,
+               code=ExitCode.LLVM_BUILD, stage="llvm", what="the LLVM/MLIR build")
+    if not is_mlir_install(install):
+        raise EnsureError(ExitCode.LLVM_BUILD, f"build_llvm.sh finished but {install} holds no lib/cmake/mlir",
+                          stage="llvm")
+    atomic_write_json(record_path, {"created": True, "started": key, "done": key})
+    return install, {"llvm": key}
+
+
+def build_flydsl(run: Run, commit: str, mlir_identity: Dict[str, object], env: Dict[str, str], jobs: int) -> bool:
+    """Build FlyDSL unless a finished build for the same inputs is there; return whether build.sh ran."""
+    root, stamps = run.settings.root, run.stamps
+    assert run.interpreter is not None
+    key = {
+        "commit": commit,
+        "abi": run.interpreter.abi,
+        "mlir": mlir_identity,
+        "script": file_sha256(os.path.join(root, "scripts", "build.sh")),
+    }
+    build_dir = os.path.join(root, "build-fly")
+    packages = os.path.join(build_dir, "python_packages")
+    if stamps.done("build", key) and os.path.isdir(packages):
+        run.say("FlyDSL is already built for this commit and interpreter")
+        return False
+    started = stamps.started_key("build")
+    if os.path.lexists(build_dir):
+        if started is None:
+            moved = move_aside(build_dir)
+            run.say(f"moved {build_dir}, which ensure-flydsl did not make, to {moved}")
+        elif started != key:
+            run.say(f"removing {build_dir}: it was made for another commit, interpreter or MLIR")
+            remove_tree(build_dir)
+        else:
+            run.say(f"resuming the interrupted build in {build_dir}")
+    stamps.begin("build", key)
+    run.say(f"building FlyDSL {commit[:12]} for {run.interpreter.executable} with {jobs} jobs")
+    run.worked()
+    run_script(root, "build.sh", jobs, env, run.build_line, on_start=run.build_started,
+               code=ExitCode.FLYDSL_BUILD, stage="build", what="the FlyDSL build")
+    if not os.path.isdir(os.path.join(packages, "flydsl")):
+        raise EnsureError(ExitCode.FLYDSL_BUILD, f"build.sh finished but {packages}/flydsl does not exist",
+                          stage="build")
+    stamps.finish("build", key)
+    return True
+
+
+def verify_built_tree(run: Run, commit: str) -> Decision:
+    settings = run.settings
+    prefix = tree_folders(settings.root)
+    probe = probe_tree(run, prefix)
+    verdict = evaluate(probe, settings.min_version, settings.require)
+    if not verdict.reusable:
+        raise EnsureError(
+            ExitCode.PROBE,
+            f"built, but the import probe fails: {verdict.reason}",
+            stage="verify",
+            hint="the build finished but the tree does not import for this interpreter; "
+            "see the module files and errors with `ensure-flydsl verify`",
+        )
+    if not (verdict.tree and is_within(verdict.tree, settings.root)):
+        raise EnsureError(
+            ExitCode.PROBE,
+            f"built, but the modules import from {verdict.tree}, not from the built tree {settings.root}",
+            stage="verify",
+        )
+    run.say(f"verified: {verdict.reason}")
+    return Decision(True, verdict.reason, HOW_BUILT, settings.root, prefix, probe, verdict, commit)

@@ -1,0 +1,94 @@
+"""The files pollers read: stale markers withdrawn first, the env file published last, failures recorded."""
+
+from __future__ import annotations
+
+import os
+from typing import Optional
+
+from . import markers
+from .context import Decision, Result, Run
+from .errors import EnsureError, ExitCode, exit_code_of
+from .state import claim_root
+
+
+def withdraw_stale_markers(run: Run) -> None:
+    """Before this run does anything: no marker of an earlier run may answer for this one."""
+    settings = run.settings
+    if os.path.exists(settings.fail_marker) and os.path.isfile(settings.fail_marker):
+        os.unlink(settings.fail_marker)
+    twin = markers.read_env_json(settings.env_json)
+    if os.path.exists(settings.env_file) and (twin is None or twin.get("request") != settings.request()):
+        markers.withdraw_env_file(settings.env_file, settings.env_json)
+        run.say("took away an env file written for a different request")
+
+
+def publish(run: Run, decision: Decision, action: str) -> Result:
+    settings = run.settings
+    assert decision.probe is not None and decision.tree is not None and decision.verdict is not None
+    interp = decision.probe.interpreter
+    if not os.path.isdir(settings.root):
+        os.makedirs(settings.root)
+        claim_root(settings.root, created=True, adopted=False)
+    details = {
+        "request": settings.request(),
+        "how": decision.how,
+        "tree": decision.tree,
+        "version": decision.probe.version,
+        "python": interp.executable,
+        "python_version": interp.version,
+        "abi": interp.abi,
+        "commit": decision.commit,
+        "files": decision.verdict.files,
+    }
+    text = markers.render_env_sh(settings.root, decision.prepend, settings.shim_dir, settings.vllm_moe)
+    twin = markers.read_env_json(settings.env_json) or {}
+    current = {k: twin.get(k) for k in details} == details and _read_text(settings.env_file) == text
+    with run.step("publish"):
+        if current:
+            run.say(f"{settings.env_file} is current")
+        else:
+            markers.publish_env_file(
+                settings.env_file, settings.env_json, root=settings.root, prepend=decision.prepend,
+                shim_dir=settings.shim_dir, vllm_moe=settings.vllm_moe, details=details,
+            )
+            run.say(f"wrote {settings.env_file}")
+    env = markers.env_mapping(
+        settings.root, decision.prepend, run.environ.get("PYTHONPATH"), settings.shim_dir, settings.vllm_moe
+    )
+    return Result(
+        how=decision.how, action=action, root=settings.root, tree=decision.tree,
+        version=str(decision.probe.version), python=interp.executable, python_version=interp.version,
+        abi=interp.abi, commit=decision.commit, env=env, env_file=settings.env_file,
+        prepend=list(decision.prepend), files=dict(decision.verdict.files), durations=dict(run.durations),
+        run_id=run.run_id,
+    )
+
+
+def _read_text(path: str) -> Optional[str]:
+    try:
+        with open(path) as handle:
+            return handle.read()
+    except OSError:
+        return None
+
+
+def record_failure(run: Run, exc: BaseException) -> None:
+    """Write the failure marker for this run (any failure, Ctrl-C included)."""
+    settings = run.settings
+    code = exit_code_of(exc)
+    if isinstance(exc, EnsureError):
+        reason, hint, stage = exc.reason, exc.hint, exc.stage or run.step_name
+    elif code == ExitCode.INTERRUPTED:
+        reason = f"interrupted ({exc})" if str(exc) else "interrupted"
+        hint, stage = "run it again: it resumes", run.step_name
+    else:
+        reason = f"internal error: {type(exc).__name__}: {exc}"
+        hint, stage = "this is a bug in ensure-flydsl; the log has the traceback", run.step_name
+    if run.tracker is not None:
+        run.tracker.failed(int(code), stage, reason)
+    if not os.path.isdir(os.path.dirname(settings.fail_marker)):
+        return  # bad input about the marker's own folder: nothing may be created
+    markers.write_failure_marker(
+        settings.fail_marker, stage=stage, exit_code=int(code), reason=reason, hint=hint,
+        log=run.reporter.log_path, log_tail=run.reporter.tail(20), run_id=run.run_id, request=settings.request(),
+    )
