@@ -56,6 +56,9 @@ class Workspace:
             "FLYDSL_REPO": repo.url,
             "FLYDSL_PIN": repo.commits["dev"],
             "FLYDSL_PYTHON": sys.executable,
+            # The fixture's tags v0.2.2 and v0.2.3 would send `auto` to PyPI for the real wheels; tests of
+            # the release path ask for it themselves.
+            "FLYDSL_STRATEGY": "source",
             "ROCM_PATH": os.path.join(os.path.dirname(base), "no-rocm"),
             "FIXTURE_COUNTER_DIR": self.counter,
         })

@@ -117,7 +117,7 @@ def test_python_api_ensure_and_activate(ws: Workspace) -> None:
         f"""
         import json, os, sys
         import ensure_flydsl
-        result = ensure_flydsl.ensure(root={ws.root!r}, repo={ws.repo.url!r}, pin="v0.2.3",
+        result = ensure_flydsl.ensure(root={ws.root!r}, repo={ws.repo.url!r}, pin="v0.2.3", strategy="source",
                                       python=sys.executable, rocm_path="/nonexistent")
         assert "flydsl" not in sys.modules  # never imported into the tool's own process
         ensure_flydsl.activate(result)
@@ -175,7 +175,7 @@ def test_seed_procedure_with_ensure_flydsl(ws: Workspace) -> None:
 
 def test_damaged_tree_is_repaired(ws: Workspace) -> None:
     assert ws.run().returncode == 0
-    os.unlink(os.path.join(ws.root, "build-fly", "python_packages", "flydsl", "_mlir", "__init__.py"))
+    os.unlink(os.path.join(ws.root, "build-fly", "python_packages", "flydsl", "_mlir", "_mlir_libs", "_mlir.py"))
     out = ws.run("--json")
     assert out.returncode == 0, out.stderr
     assert "building it again" in out.stderr

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Mapping, Optional
 from .errors import BadInput, EnsureError, ExitCode
 
 if TYPE_CHECKING:
-    from .pipeline import Result
+    from .result import Result
 
 
 def ensure(*, environ: Optional[Mapping[str, str]] = None, verbose: bool = False, **settings: object) -> "Result":
@@ -29,10 +29,12 @@ def ensure(*, environ: Optional[Mapping[str, str]] = None, verbose: bool = False
     from .pipeline import Run, ensure_run
     from .report import Reporter
     from .settings import settings_from_kwargs
+    from .warm import try_warm
 
     env = dict(os.environ if environ is None else environ)
     parsed = settings_from_kwargs(settings, env)
-    return ensure_run(Run(parsed, Reporter(sys.stderr if verbose else None), env))
+    warm = None if parsed.verify else try_warm(parsed, env)
+    return warm or ensure_run(Run(parsed, Reporter(sys.stderr if verbose else None), env))
 
 
 def activate(result: "Result") -> None:

@@ -194,9 +194,15 @@ _BUILD_FAILURES = (ExitCode.FETCH, ExitCode.CHECKOUT, ExitCode.LLVM_BUILD, ExitC
 
 
 def _ensure(args: argparse.Namespace, settings: Settings, reporter: Reporter, environ: Dict[str, str]) -> int:
-    from .pipeline import Run, ensure_run
+    from .warm import try_warm
 
-    result = ensure_run(Run(settings, reporter, environ))
+    result = None if settings.verify else try_warm(settings, environ)
+    if result is None:
+        from .pipeline import Run, ensure_run
+
+        result = ensure_run(Run(settings, reporter, environ))
+    else:
+        reporter.say(f"nothing changed since the last success (fingerprint); {settings.env_file} is current")
     if args.json:
         print(json.dumps(result.to_json(), sort_keys=True))
     else:

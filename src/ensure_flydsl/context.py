@@ -5,13 +5,13 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import time
-from typing import Dict, Iterator, List, Mapping, Optional
+from typing import Dict, Iterator, List, Mapping, Optional, Sequence
 
 from .gate import Verdict
 from .probe import Interpreter, Probe
 from .progress import Tracker
 from .report import Reporter
-from .runs import STEP_ORDER, RunStore, new_run_id
+from .runs import SOURCE_PLAN, RunStore, new_run_id
 from .settings import Settings
 from .state import Stamps
 
@@ -19,32 +19,8 @@ HOW_REUSED = "reused"
 HOW_BUILT = "built"
 HOW_RELEASED = "released"
 HOW_CACHED = "cached"
-
-
-@dataclasses.dataclass(frozen=True)
-class Result:
-    """What ``ensure`` returns: the tree in use and how it was obtained."""
-
-    how: str  # reused | built | released | cached: how the tree came to be
-    action: str  # what this call did: "warm" (nothing changed), "reused", "provisioned"
-    root: str
-    tree: str
-    version: str
-    python: str
-    python_version: str
-    abi: str
-    commit: Optional[str]
-    env: Dict[str, str]
-    env_file: str
-    prepend: List[str]  # the folders the env file puts first on PYTHONPATH
-    files: Dict[str, str]
-    durations: Dict[str, float]
-    run_id: str
-
-    def to_json(self) -> Dict[str, object]:
-        data = dataclasses.asdict(self)
-        data["durations"] = {k: round(v, 3) for k, v in self.durations.items()}
-        return data
+# Steps whose duration depends on whether they had anything to do; only real work counts for ETAs.
+WORK_STEPS = ("fetch", "llvm", "build", "release", "cache")
 
 
 @dataclasses.dataclass
@@ -90,8 +66,13 @@ class Run:
                 RunStore(s.root), self.run_id, request=s.request(), fail_marker=s.fail_marker, log=s.log_file,
                 kind=self.kind, alive_fd=self.alive_fd,
             )
-            if self.step_name in STEP_ORDER:
+            if self.step_name in SOURCE_PLAN:
                 self.tracker.step_started(self.step_name)
+
+    def plan(self, steps: Sequence[str]) -> None:
+        """How this run will provision (for the ETA)."""
+        if self.tracker is not None:
+            self.tracker.plan = steps
 
     def worked(self) -> None:
         """The current step did its real work (not a no-op): its duration counts for future ETAs."""
@@ -123,4 +104,4 @@ class Run:
             self.durations[name] = self.durations.get(name, 0.0) + seconds
             self.reporter.step(name, "finished", seconds)
             if self.tracker is not None:
-                self.tracker.step_ended(name, seconds, self._worked or name not in ("fetch", "llvm", "build"))
+                self.tracker.step_ended(name, seconds, self._worked or name not in WORK_STEPS)

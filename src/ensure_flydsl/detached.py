@@ -107,7 +107,7 @@ def worker(run_id: str, alive_fd: int, settings_json: str, environ: Mapping[str,
     """The detached worker: an ensure run that is tracked from its first step; its stdout is the log."""
     settings = settings_from_json(settings_json)
     run = Run(settings, reporter, environ, run_id, kind="detached", alive_fd=alive_fd)
-    result = ensure_run(run)
+    result = ensure_run(run)  # the full run (not the warm path): its record must show how it ended
     reporter.say(f"ready: flydsl {result.version} ({result.how}) for {result.python}; source {result.env_file}")
     return 0
 

@@ -10,13 +10,14 @@ import contextlib
 import shutil
 
 from . import markers
-from .context import HOW_REUSED, Result, Run
+from .context import HOW_REUSED, Run
 from .decide import decide, preflight
 from .errors import BadInput, EnsureError, ExitCode
 from .gate import is_within
 from .lock import build_lock
-from .provision import provision_from_source
+from .provision import provision
 from .publish import publish, record_failure, withdraw_stale_markers
+from .result import Result
 
 __all__ = ["Result", "Run", "ensure_run"]
 
@@ -73,4 +74,4 @@ def _ensure(run: Run) -> Result:
         # Under the lock nobody else publishes: an env file still here answers for a tree that fails now.
         if markers.withdraw_env_file(settings.env_file, settings.env_json):
             run.say(f"took away {settings.env_file}: the tree it names does not pass the probe now")
-        return provision_from_source(run)
+        return provision(run)

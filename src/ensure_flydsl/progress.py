@@ -16,11 +16,11 @@ import socket
 import subprocess
 import sys
 import time
-from typing import Dict, List, Mapping, Optional
+from typing import Dict, List, Mapping, Optional, Sequence
 
 from . import markers
 from .errors import ExitCode
-from .runs import FAILED, RUNNING, STEP_ORDER, SUCCEEDED, RunStore, process_start_time
+from .runs import FAILED, RUNNING, SOURCE_PLAN, SUCCEEDED, RunStore, process_start_time
 
 _NINJA = re.compile(r"^\s*\[\s*(\d+)\s*/\s*(\d+)\s*\]")  # ninja: "[12/345] Building CXX object ..."
 _MAKE = re.compile(r"^\s*\[\s*(\d{1,3})%\]")  # CMake's Makefiles: "[ 45%] Building CXX object ..."
@@ -42,17 +42,17 @@ def parse_percent(line: str) -> Optional[float]:
 
 def estimate_eta(
     step: Optional[str], step_elapsed: float, percent: Optional[float], typical: Mapping[str, float],
-    done: List[str],
+    done: Sequence[str], plan: Sequence[str] = SOURCE_PLAN,
 ) -> Optional[float]:
     """Seconds left: the rest of the current step (from its percent when known, else its typical length),
-    plus the typical length of each step still to come."""
+    plus the typical length of each step of the plan still to come."""
     if step is None:
         return None
     if percent is not None and percent > 0:
         current = step_elapsed * (100.0 - percent) / percent
     else:
         current = max(0.0, typical.get(step, 0.0) - step_elapsed)
-    later = STEP_ORDER[STEP_ORDER.index(step) + 1:] if step in STEP_ORDER else ()
+    later = plan[list(plan).index(step) + 1:] if step in plan else ()
     return current + sum(typical.get(s, 0.0) for s in later if s not in done)
 
 
@@ -131,6 +131,7 @@ class Tracker:
         self.typical = store.typical_seconds()
         self.step_started_at = time.time()
         self.worked: Dict[str, float] = {}
+        self.plan: Sequence[str] = SOURCE_PLAN
         self._last_write = 0.0
 
     @classmethod
@@ -198,7 +199,7 @@ class Tracker:
         percent = self.record.get("percent")
         return estimate_eta(
             str(self.record.get("step")), time.time() - self.step_started_at,
-            float(percent) if isinstance(percent, (int, float)) else None, self.typical, done,
+            float(percent) if isinstance(percent, (int, float)) else None, self.typical, done, self.plan,
         )
 
     def _write(self, force: bool = False) -> None:

@@ -4,7 +4,7 @@ source build (fixes, LLVM/MLIR, FlyDSL), and the full verification of what was m
 from __future__ import annotations
 
 import os
-from typing import Dict, List, Tuple
+from typing import Dict, List, Mapping, Optional, Tuple
 
 from . import gitsource
 from .build import (
@@ -18,50 +18,128 @@ from .build import (
     run_script,
     tools_dir,
 )
-from .context import HOW_BUILT, Decision, Result, Run
+from .context import HOW_BUILT, HOW_RELEASED, Decision, Run
 from .decide import probe_tree, tree_key
 from .errors import BadInput, EnsureError, ExitCode
 from .fixes import check_hip, provide_hip_overlay
 from .gate import evaluate, is_within, tree_folders
 from .publish import publish
+from .release import check_versions_agree, install_wheel, installed_version, pin_as_tag, release_tags, static_version
+from .result import Result
+from .runs import RELEASE_PLAN
 from .state import claim_root, classify_root, exclude_from_git, move_aside, remove_tree
 from .util import atomic_write_json, read_json
 
 
-def provision_from_source(run: Run) -> Result:
+def provision(run: Run) -> Result:
+    """Under the lock: the pin into the root, then its release wheel (when the strategy allows and there is
+    one) or a source build, verified with the full probe and published."""
+    claim_for_build(run)
+    with run.step("fetch"):
+        commit = fetch_and_checkout(run)
+    settings = run.settings
+    version = release_version(run, commit)
+    if settings.strategy == "release" and version is None:
+        raise EnsureError(
+            ExitCode.ARTIFACT,
+            f"the pin {settings.pin} (commit {commit[:12]}) is not the commit of a release tag vX.Y.Z",
+            stage="release",
+            hint="pin a release tag (for example v0.2.2) or a version (0.2.2), or use FLYDSL_STRATEGY=source",
+        )
+    if version is not None and settings.strategy in ("auto", "release"):
+        try:
+            return provision_release(run, commit, version)
+        except EnsureError as exc:
+            if settings.strategy == "release" or exc.code != ExitCode.ARTIFACT:
+                raise
+            run.say(f"no release wheel to use ({exc.reason}); building the pin from source instead")
+    return provision_source(run, commit)
+
+
+def claim_for_build(run: Run) -> None:
     settings, root = run.settings, run.settings.root
-    assert run.interpreter is not None
     state = classify_root(root, settings.repo)
     if state.kind == "foreign":  # changed since the preflight
         raise BadInput(settings.label("root"), root, f"an empty or new folder; {state.reason}")
     if state.kind != "ours":
-        created = state.kind == "absent"
         os.makedirs(root, exist_ok=True)
-        claim_root(root, created=created, adopted=state.kind == "adoptable")
+        claim_root(root, created=state.kind == "absent", adopted=state.kind == "adoptable")
         if state.kind == "adoptable":
             run.say(f"adopting {root}: {state.reason}")
-    stamps = run.stamps
-    with run.step("fetch"):
-        gitsource.clear_stale_git_locks(root, run.say)
-        gitsource.ensure_repository(root, settings.repo)
-        exclude_from_git(root)
-        commit = gitsource.fetch_pin(root, settings.pin, settings.repo, run.say, on_fetch=run.worked)
-        run.say(f"pin {settings.pin} is commit {commit}")
-        checkout_key = {"commit": commit}
-        started = stamps.started_key("checkout")
-        interrupted = started is not None and not stamps.done("checkout", started)
-        deleted = False if interrupted else check_local_changes(root, settings.repo)
-        head = gitsource.head_commit(root, settings.repo)
-        if deleted or not (stamps.done("checkout", checkout_key) and head == commit):
-            stamps.begin("checkout", checkout_key)
-            gitsource.checkout(root, commit, settings.repo, force=interrupted or deleted)
-            stamps.finish("checkout", checkout_key)
-            run.say(f"checked out {commit[:12]} in {root}")
-        if not stamps.done("submodules", checkout_key):
-            stamps.begin("submodules")
-            if gitsource.update_submodules(root, settings.repo):
-                run.say("submodules updated")
-            stamps.finish("submodules", checkout_key)
+
+
+def fetch_and_checkout(run: Run) -> str:
+    """The pin's commit, checked out (with submodules) in the root; returns the commit."""
+    settings, root, stamps = run.settings, run.settings.root, run.stamps
+    pin = pin_as_tag(settings.pin) if settings.strategy == "release" else settings.pin
+    gitsource.clear_stale_git_locks(root, run.say)
+    gitsource.ensure_repository(root, settings.repo)
+    exclude_from_git(root)
+    commit = gitsource.fetch_pin(root, pin, settings.repo, run.say, on_fetch=run.worked)
+    run.say(f"pin {pin} is commit {commit}")
+    checkout_key = {"commit": commit}
+    started = stamps.started_key("checkout")
+    interrupted = started is not None and not stamps.done("checkout", started)
+    deleted = False if interrupted else check_local_changes(root, settings.repo)
+    head = gitsource.head_commit(root, settings.repo)
+    if deleted or not (stamps.done("checkout", checkout_key) and head == commit):
+        stamps.begin("checkout", checkout_key)
+        gitsource.checkout(root, commit, settings.repo, force=interrupted or deleted)
+        stamps.finish("checkout", checkout_key)
+        run.say(f"checked out {commit[:12]} in {root}")
+    if not stamps.done("submodules", checkout_key):
+        stamps.begin("submodules")
+        if gitsource.update_submodules(root, settings.repo):
+            run.say("submodules updated")
+        stamps.finish("submodules", checkout_key)
+    return commit
+
+
+def release_version(run: Run, commit: str) -> Optional[str]:
+    """X when the commit is the one a release tag vX names (the newest, if several do)."""
+    versions = release_tags(gitsource.tags_at(run.settings.root, commit, run.settings.repo))
+    return versions[0] if versions else None
+
+
+def provision_release(run: Run, commit: str, version: str) -> Result:
+    root, stamps = run.settings.root, run.stamps
+    assert run.interpreter is not None
+    run.plan(RELEASE_PLAN)
+    key = {"release": version, "commit": commit, "abi": run.interpreter.abi}
+    with run.step("release"):
+        build_dir = prepare_build_dir(run, key)
+        packages = os.path.join(build_dir, "python_packages")
+        if stamps.done("build", key) and os.path.isdir(packages):
+            run.say(f"the flydsl {version} wheel is already installed in {packages}")
+        else:
+            stamps.begin("build", key)
+            run.worked()
+            run.say(f"release v{version}: installing the flydsl=={version} wheel for {run.interpreter.executable}")
+            os.makedirs(build_dir, exist_ok=True)
+            staging = os.path.join(build_dir, ".python_packages.installing")
+            remove_tree(staging)  # a leftover of an interrupted install of ours
+            install_wheel(run.interpreter, version, staging, run.build_line)
+            check_versions_agree(
+                "v" + version,
+                static_version(os.path.join(root, "python", "flydsl", "__init__.py")),
+                installed_version(staging),
+                static_version(os.path.join(staging, "flydsl", "__init__.py")),
+            )
+            remove_tree(packages)
+            os.rename(staging, packages)
+            stamps.finish("build", key)
+    with run.step("verify"):
+        try:
+            decision = verify_tree(run, commit, HOW_RELEASED)
+        except EnsureError:
+            stamps.undo("build")
+            raise
+    return finish(run, commit, decision)
+
+
+def provision_source(run: Run, commit: str) -> Result:
+    settings, root, stamps = run.settings, run.settings.root, run.stamps
+    assert run.interpreter is not None
     with run.step("fixes"):
         toolchain_prefixes = apply_fixes(run)
         toolchain = prepare_toolchain(root, run.interpreter, toolchain_prefixes)
@@ -74,7 +152,7 @@ def provision_from_source(run: Run) -> Result:
         built_now = build_flydsl(run, commit, mlir_identity, env, jobs)
     try:
         with run.step("verify"):
-            decision = verify_built_tree(run, commit)
+            decision = verify_tree(run, commit, HOW_BUILT)
     except EnsureError:
         # A finished build that does not import must not count as finished, or every later run would
         # skip the build and fail the same way (the seed's "exit 6 forever").
@@ -85,9 +163,15 @@ def provision_from_source(run: Run) -> Result:
         with run.step("build"):
             build_flydsl(run, commit, mlir_identity, env, jobs)
         with run.step("verify"):
-            decision = verify_built_tree(run, commit)
-    stamps.finish("tree", tree_key(settings, commit, run.interpreter), how=HOW_BUILT, commit=commit,
-                  version=decision.probe.version if decision.probe else None)
+            decision = verify_tree(run, commit, HOW_BUILT)
+    return finish(run, commit, decision)
+
+
+def finish(run: Run, commit: str, decision: Decision) -> Result:
+    """The tree is verified: stamp it as finished for this request, then publish the env file."""
+    assert run.interpreter is not None
+    run.stamps.finish("tree", tree_key(run.settings, commit, run.interpreter), how=decision.how, commit=commit,
+                      version=decision.probe.version if decision.probe else None)
     return publish(run, decision, "provisioned")
 
 
@@ -177,21 +261,11 @@ def build_flydsl(run: Run, commit: str, mlir_identity: Dict[str, object], env: D
         "mlir": mlir_identity,
         "script": file_sha256(os.path.join(root, "scripts", "build.sh")),
     }
-    build_dir = os.path.join(root, "build-fly")
-    packages = os.path.join(build_dir, "python_packages")
+    packages = os.path.join(root, "build-fly", "python_packages")
     if stamps.done("build", key) and os.path.isdir(packages):
         run.say("FlyDSL is already built for this commit and interpreter")
         return False
-    started = stamps.started_key("build")
-    if os.path.lexists(build_dir):
-        if started is None:
-            moved = move_aside(build_dir)
-            run.say(f"moved {build_dir}, which ensure-flydsl did not make, to {moved}")
-        elif started != key:
-            run.say(f"removing {build_dir}: it was made for another commit, interpreter or MLIR")
-            remove_tree(build_dir)
-        else:
-            run.say(f"resuming the interrupted build in {build_dir}")
+    prepare_build_dir(run, key)
     stamps.begin("build", key)
     run.say(f"building FlyDSL {commit[:12]} for {run.interpreter.executable} with {jobs} jobs")
     run.worked()
@@ -204,7 +278,24 @@ def build_flydsl(run: Run, commit: str, mlir_identity: Dict[str, object], env: D
     return True
 
 
-def verify_built_tree(run: Run, commit: str) -> Decision:
+def prepare_build_dir(run: Run, key: Mapping[str, object]) -> str:
+    """``ROOT/build-fly`` ready for a build (or wheel install) with inputs ``key``: one of ours made for
+    other inputs is removed, one the tool did not make is moved aside (never deleted)."""
+    build_dir = os.path.join(run.settings.root, "build-fly")
+    started = run.stamps.started_key("build")
+    if os.path.lexists(build_dir):
+        if started is None:
+            moved = move_aside(build_dir)
+            run.say(f"moved {build_dir}, which ensure-flydsl did not make, to {moved}")
+        elif started != key:
+            run.say(f"removing {build_dir}: it was made for another commit, interpreter, MLIR or release")
+            remove_tree(build_dir)
+        elif not run.stamps.done("build", key):
+            run.say(f"resuming the interrupted build in {build_dir}")
+    return build_dir
+
+
+def verify_tree(run: Run, commit: str, how: str) -> Decision:
     settings = run.settings
     prefix = tree_folders(settings.root)
     probe = probe_tree(run, prefix)
@@ -212,7 +303,7 @@ def verify_built_tree(run: Run, commit: str) -> Decision:
     if not verdict.reusable:
         raise EnsureError(
             ExitCode.PROBE,
-            f"built, but the import probe fails: {verdict.reason}",
+            f"{how}, but the import probe fails: {verdict.reason}",
             stage="verify",
             hint="the build finished but the tree does not import for this interpreter; "
             "see the module files and errors with `ensure-flydsl verify`",
@@ -220,8 +311,8 @@ def verify_built_tree(run: Run, commit: str) -> Decision:
     if not (verdict.tree and is_within(verdict.tree, settings.root)):
         raise EnsureError(
             ExitCode.PROBE,
-            f"built, but the modules import from {verdict.tree}, not from the built tree {settings.root}",
+            f"{how}, but the modules import from {verdict.tree}, not from the tree in {settings.root}",
             stage="verify",
         )
     run.say(f"verified: {verdict.reason}")
-    return Decision(True, verdict.reason, HOW_BUILT, settings.root, prefix, probe, verdict, commit)
+    return Decision(True, verdict.reason, how, settings.root, prefix, probe, verdict, commit)

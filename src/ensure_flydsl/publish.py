@@ -6,9 +6,13 @@ import os
 from typing import Optional
 
 from . import markers
-from .context import Decision, Result, Run
+from .context import Decision, Run
 from .errors import EnsureError, ExitCode, exit_code_of
+from .fingerprint import compute, watch_folders
+from .gate import package_folder
+from .result import Result
 from .state import claim_root
+from .warm import tree_stamp_path
 
 
 def withdraw_stale_markers(run: Run) -> None:
@@ -29,8 +33,15 @@ def publish(run: Run, decision: Decision, action: str) -> Result:
     if not os.path.isdir(settings.root):
         os.makedirs(settings.root)
         claim_root(settings.root, created=True, adopted=False)
+    package_folders = {name: package_folder(name, path) for name, path in decision.verdict.files.items()}
+    watch = watch_folders(settings.root, decision.verdict.files, package_folders)
+    site_dirs = list(interp.site_dirs)
     details = {
         "request": settings.request(),
+        "watch": watch,
+        "site_dirs": site_dirs,
+        "fingerprint": compute(request=settings.request(), python=settings.python, environ=run.environ,
+                               watch=watch, site_dirs=site_dirs, tree_stamp=tree_stamp_path(settings.root)),
         "how": decision.how,
         "tree": decision.tree,
         "version": decision.probe.version,

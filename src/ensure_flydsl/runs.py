@@ -40,8 +40,13 @@ DEFAULT_STEP_SECONDS: Dict[str, float] = {
     "build": 300.0,
     "verify": 15.0,
     "publish": 1.0,
+    "release": 30.0,
+    "cache": 30.0,
 }
-STEP_ORDER = ("probe", "lock", "fetch", "fixes", "llvm", "build", "verify", "publish")
+# The steps a run goes through, by how it provisions (the ETA adds up the typical length of those ahead).
+SOURCE_PLAN = ("probe", "lock", "fetch", "fixes", "llvm", "build", "verify", "publish")
+RELEASE_PLAN = ("probe", "lock", "fetch", "release", "verify", "publish")
+CACHE_PLAN = ("probe", "lock", "fetch", "cache", "verify", "publish")
 
 
 def new_run_id() -> str:

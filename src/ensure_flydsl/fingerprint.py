@@ -1,0 +1,118 @@
+"""The warm-call fingerprint: cheap stat data proving that nothing a successful probe depended on changed.
+
+A full import probe costs seconds (``kernels.moe_gemm_2stage`` imports torch).  After a success the
+tool records a fingerprint of everything the answer depends on; a later call with the same fingerprint
+may answer without probing.  The fingerprint covers:
+
+- the request (every setting that changes the answer);
+- the interpreter: the file the name resolves to on PATH, its real path, size and mtime;
+- the tree: every file under the watched folders (the package folders of the imported modules, the root's
+  ``build-fly/python_packages``), as relative path, size, mtime and mode; ``__pycache__`` is left out
+  because the workflow's own imports write into it;
+- the interpreter's site folders (their mtime changes when a package is installed or removed);
+- the caller's PYTHONPATH and the variables that change how Python finds modules;
+- the root's finished-tree stamp (commit, how it was made).
+
+Anything different, or ``--verify``, means a full probe.  Standard library only: this runs on the warm
+path, where every import counts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from typing import Dict, List, Mapping, Optional, Sequence
+
+FINGERPRINT_VERSION = 1
+PYTHON_ENV = ("PYTHONPATH", "PYTHONHOME", "PYTHONNOUSERSITE", "PYTHONPLATLIBDIR", "PYTHONSAFEPATH", "PYTHONUSERBASE")
+
+
+def interpreter_identity(python: str, path_env: Optional[str]) -> Optional[Dict[str, object]]:
+    found = python if os.sep in python else shutil.which(python, path=path_env)
+    if not found:
+        return None
+    real = os.path.realpath(found)
+    try:
+        st = os.stat(real)
+    except OSError:
+        return None
+    return {"found": os.path.abspath(found), "real": real, "size": st.st_size, "mtime": st.st_mtime_ns}
+
+
+def folder_digest(folder: str) -> str:
+    """sha256 over (relative path, type, size, mtime, mode) of everything under ``folder``."""
+    digest = hashlib.sha256()
+    if not os.path.isdir(folder):
+        return "missing"
+    for current, dirs, files in os.walk(folder):
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+        rel = os.path.relpath(current, folder)
+        for name in sorted(files):
+            if name.endswith((".pyc", ".pyo")):
+                continue
+            try:
+                st = os.lstat(os.path.join(current, name))
+            except OSError:
+                continue
+            digest.update(f"{rel}/{name}\0{st.st_mode}\0{st.st_size}\0{st.st_mtime_ns}\n".encode("utf-8", "replace"))
+        for name in dirs:
+            digest.update(f"{rel}/{name}/\n".encode("utf-8", "replace"))
+    return digest.hexdigest()
+
+
+def site_stats(site_dirs: Sequence[str]) -> List[List[object]]:
+    stats: List[List[object]] = []
+    for folder in site_dirs:
+        try:
+            stats.append([folder, os.stat(folder).st_mtime_ns])
+        except OSError:
+            stats.append([folder, None])
+    return stats
+
+
+def file_hash(path: str) -> Optional[str]:
+    try:
+        with open(path, "rb") as handle:
+            return hashlib.sha256(handle.read()).hexdigest()
+    except OSError:
+        return None
+
+
+def compute(
+    *,
+    request: Mapping[str, object],
+    python: str,
+    environ: Mapping[str, str],
+    watch: Sequence[str],
+    site_dirs: Sequence[str],
+    tree_stamp: str,
+) -> str:
+    fields = {
+        "version": FINGERPRINT_VERSION,
+        "request": dict(request),
+        "interpreter": interpreter_identity(python, environ.get("PATH")),
+        "environment": {name: environ.get(name) for name in PYTHON_ENV},
+        "tree": {folder: folder_digest(folder) for folder in watch},
+        "sites": site_stats(site_dirs),
+        "stamp": file_hash(tree_stamp),
+    }
+    return hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def watch_folders(root: str, files: Mapping[str, str], package_folders: Mapping[str, str]) -> List[str]:
+    """The folders whose contents the answer depends on: each imported module's top-level package, its
+    ``<package>.libs`` sibling (auditwheel's bundled libraries), and the root's ``build-fly/python_packages``
+    when the tree is in the root.  Folders inside another watched folder are not listed twice."""
+    folders = set()
+    for name in files:
+        top = os.path.join(package_folders[name], name.split(".")[0])
+        folders.add(top)
+        if os.path.isdir(top + ".libs"):
+            folders.add(top + ".libs")
+    packages = os.path.join(root, "build-fly", "python_packages")
+    if any(f == packages or f.startswith(packages + os.sep) for f in folders):
+        folders.add(packages)
+    ordered = sorted(folders)
+    return [f for f in ordered if not any(f != g and f.startswith(g + os.sep) for g in ordered)]
