@@ -15,6 +15,11 @@ Knobs (environment variables read by the scripts):
   FIXTURE_BUILD_NO_MLIR  stage flydsl but never write _mlir (a build that "succeeds" unusably)
   FIXTURE_PIP_INSTALL   arguments for a `pip install` in build_llvm.sh, as FlyDSL's runs one; it must
                         then be able to import fixture_tool
+  FIXTURE_CMAKE         build.sh configures and builds the checkout's top-level CMakeLists.txt with the real
+                        cmake into build-fly, as FlyDSL's does (tests/build_fixtures.py writes one that
+                        does find_package(hip REQUIRED CONFIG), runs patchelf, ... on request)
+  FIXTURE_NEEDS_PATCHELF build.sh runs `patchelf --version` after "compiling", as FlyDSL's
+                        CopyFlyPythonSources does, and fails with 127 when patchelf is not on PATH
 """
 
 from __future__ import annotations
@@ -109,6 +114,13 @@ if [ -n "${FIXTURE_BUILD_FAIL:-}" ]; then
   echo "FAILED: CMakeFiles/fake.dir/broken.cpp.o (fixture build failure)" >&2
   exit 1
 fi
+if [ -n "${FIXTURE_CMAKE:-}" ]; then
+  GENERATOR="Unix Makefiles"
+  if command -v ninja &> /dev/null; then GENERATOR="Ninja"; fi
+  echo "Configuring CMake..."
+  cmake -G "$GENERATOR" -S "$REPO_ROOT" -B "$BUILD_DIR" -DHIP_PLATFORM=amd
+  cmake --build "$BUILD_DIR" -j"$PARALLEL_JOBS"
+fi
 PKG="$BUILD_DIR/python_packages"
 mkdir -p "$PKG"
 # Like CMake's CopyFlyPythonSources: the package is staged first, the compiled part comes later, so a
@@ -119,10 +131,22 @@ for i in 1 2 3; do
   echo "[$i/3] Building CXX object python/mlir_flydsl/part$i.cpp.o"
   sleep "${FIXTURE_BUILD_SLEEP:-0}"
 done
+if [ -n "${FIXTURE_NEEDS_PATCHELF:-}" ]; then
+  # FlyDSL's CopyFlyPythonSources: `bash -c "patchelf --set-rpath ..."` after all the C++ has compiled.
+  if ! command -v patchelf > /dev/null; then
+    echo "bash: line 1: patchelf: command not found" >&2
+    echo "FAILED: python/mlir_flydsl/CMakeFiles/CopyFlyPythonSources" >&2
+    exit 127
+  fi
+  patchelf --version
+fi
 if [ -z "${FIXTURE_BUILD_NO_MLIR:-}" ]; then
   TAG="$(python3 -c 'import sys; print(sys.implementation.cache_tag)')"
-  mkdir -p "$PKG/flydsl/_mlir"
-  cat > "$PKG/flydsl/_mlir/__init__.py" <<EOF
+  mkdir -p "$PKG/flydsl/_mlir/_mlir_libs"
+  : > "$PKG/flydsl/_mlir/__init__.py"
+  : > "$PKG/flydsl/_mlir/_mlir_libs/__init__.py"
+  # Stands in for _mlir.cpython-3XY-*.so: refuses another interpreter, as a compiled extension would.
+  cat > "$PKG/flydsl/_mlir/_mlir_libs/_mlir.py" <<EOF
 import sys
 if sys.implementation.cache_tag != "$TAG":
     raise ImportError("flydsl._mlir was built for $TAG, not for " + sys.implementation.cache_tag)
@@ -136,8 +160,8 @@ FLYDSL_INIT = '''"""Fixture stand-in for FlyDSL."""
 __version__ = "{version}"
 '''
 
-KERNEL = '''"""Fixture stand-in for kernels/moe_gemm_2stage.py: needs what only the build makes."""
-from flydsl._mlir import BUILT_FOR  # noqa: F401
+KERNEL = '''"""Fixture stand-in for kernels/moe_gemm_2stage.py: needs what only a build (or the release wheel) makes."""
+import flydsl._mlir._mlir_libs._mlir  # noqa: F401  (the compiled MLIR bindings)
 '''
 
 
@@ -224,8 +248,10 @@ def make_installed_tree(path: str, version: str, python: str = sys.executable) -
         [python, "-c", "import sys; print(sys.implementation.cache_tag)"], check=True, stdout=subprocess.PIPE
     ).stdout.decode().strip()
     write(os.path.join(path, "flydsl", "__init__.py"), FLYDSL_INIT.format(version=version))
+    write(os.path.join(path, "flydsl", "_mlir", "__init__.py"), "")
+    write(os.path.join(path, "flydsl", "_mlir", "_mlir_libs", "__init__.py"), "")
     write(
-        os.path.join(path, "flydsl", "_mlir", "__init__.py"),
+        os.path.join(path, "flydsl", "_mlir", "_mlir_libs", "_mlir.py"),
         f'import sys\nassert sys.implementation.cache_tag == "{tag}"\nBUILT_FOR = "{tag}"\n',
     )
     write(os.path.join(path, "kernels", "__init__.py"), "")
