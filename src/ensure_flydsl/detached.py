@@ -15,6 +15,8 @@ import sys
 import time
 from typing import Callable, Dict, Mapping, Optional
 
+import filelock
+
 from . import markers
 from .decide import preflight
 from .pipeline import Run, ensure_run
@@ -27,8 +29,8 @@ from .state import Stamps, is_ours
 JOIN_PID_WAIT_S = 2.0
 
 
-def live_run(store: RunStore) -> Optional[Dict[str, object]]:
-    record = store.current()
+def live_run(store: RunStore, request: Mapping[str, object]) -> Optional[Dict[str, object]]:
+    record = store.latest_for(request)
     if record and record.get("state") == RUNNING and store.is_alive(str(record["run_id"])):
         return record
     return None
@@ -60,8 +62,15 @@ def withdraw_markers_for(settings: Settings, say: Callable[[str], None]) -> None
 def start(settings: Settings, environ: Mapping[str, str], reporter: Reporter) -> int:
     preflight(settings, environ)
     store = RunStore(settings.root)
-    running = live_run(store)
-    if running is not None and running.get("request") == settings.request():
+    store.ensure_folder()
+    # Sixteen agents calling `start` at once: one launches, the others join it.
+    with filelock.FileLock(os.path.join(store.folder, "start.lock")):
+        return _join_or_launch(settings, environ, reporter, store)
+
+
+def _join_or_launch(settings: Settings, environ: Mapping[str, str], reporter: Reporter, store: RunStore) -> int:
+    running = live_run(store, settings.request())
+    if running is not None:
         running = _with_pid(store, running)
         print(json.dumps({"run_id": running["run_id"], "pid": running["pid"], "log": running["log"],
                           "state": RUNNING, "joined": True}))

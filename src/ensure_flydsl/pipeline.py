@@ -18,6 +18,7 @@ from .lock import build_lock
 from .provision import provision
 from .publish import publish, record_failure, withdraw_stale_markers
 from .result import Result
+from .warm import try_warm
 
 __all__ = ["Result", "Run", "ensure_run"]
 
@@ -66,6 +67,12 @@ def _ensure(run: Run) -> Result:
                 build_lock(settings.lock_file, timeout=settings.lock_timeout, run_id=run.run_id, say=run.say)
             )
         run.reporter.open_log(settings.log_file)
+        warm = None if settings.verify else try_warm(settings, run.environ)
+        if warm is not None:
+            # The run we waited for published a tree for this very request: its fingerprint says so,
+            # without a probe (sixteen waiters do not probe one after another).
+            run.say("another run finished this while we waited for the lock")
+            return warm
         with run.step("probe"):
             decision = decide(run, again=True)  # a concurrent run may have finished while we waited
         if decision.ok:

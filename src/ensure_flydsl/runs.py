@@ -21,7 +21,7 @@ import os
 import statistics
 import time
 import uuid
-from typing import Dict, List, Optional
+from typing import Dict, List, Mapping, Optional
 
 from .util import atomic_write, atomic_write_json, read_json
 
@@ -100,6 +100,16 @@ class RunStore:
     def current(self) -> Optional[Dict[str, object]]:
         run_id = self.current_id()
         return self.read(run_id) if run_id else None
+
+    def latest_for(self, request: Mapping[str, object]) -> Optional[Dict[str, object]]:
+        """The newest run made for ``request``: the one a caller with that request follows (another
+        request's run on the same root may be queued or going at the same time)."""
+        try:
+            names = [n[:-5] for n in os.listdir(self.folder) if n.endswith(".json")]
+        except FileNotFoundError:
+            return None
+        records = [r for r in (self.read(n) for n in names) if r and r.get("request") == dict(request)]
+        return max(records, key=lambda r: float(r.get("started") or 0.0), default=None)  # type: ignore[arg-type]
 
     def prune(self) -> None:
         """Keep the newest records (and never the current one's or a live run's)."""

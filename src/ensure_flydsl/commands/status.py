@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Dict, Optional
+from typing import Dict, Mapping, Optional
 
 from ..markers import read_env_json
 from ..progress import kill_build_group, mark_died
@@ -22,10 +22,16 @@ FIELDS = ("state", "step", "percent", "elapsed_s", "eta_s", "pid", "run_id", "ve
           "how", "log", "env_file", "stage", "exit_code", "reason")
 
 
-def current_record(store: RunStore) -> Optional[Dict[str, object]]:
-    """The latest run's record, with a dead "running" run turned into a failure (and its marker written)."""
-    record = store.current()
-    if record and record.get("state") == RUNNING and not store.is_alive(str(record["run_id"])):
+def current_record(store: RunStore, request: Mapping[str, object]) -> Optional[Dict[str, object]]:
+    """The latest run for ``request``, with a dead "running" run turned into a failure (and its marker
+    written)."""
+    record = store.latest_for(request)
+    return settle(store, record) if record else None
+
+
+def settle(store: RunStore, record: Dict[str, object]) -> Dict[str, object]:
+    """A record that says "running" for a run whose alive lock is free: the run died."""
+    if record.get("state") == RUNNING and not store.is_alive(str(record["run_id"])):
         record = store.read(str(record["run_id"])) or record  # it may have finished just now
         if record.get("state") == RUNNING:
             kill_build_group(record)
@@ -36,7 +42,7 @@ def current_record(store: RunStore) -> Optional[Dict[str, object]]:
 def status_data(settings: Settings) -> Dict[str, object]:
     data: Dict[str, object] = {field: None for field in FIELDS}
     data.update(state="absent", root=settings.root, log=settings.log_file)
-    record = current_record(RunStore(settings.root))
+    record = current_record(RunStore(settings.root), settings.request())
     if record:
         data.update(run_id=record.get("run_id"), pid=record.get("pid"))
         started = record.get("started")

@@ -15,7 +15,7 @@ from ..report import Reporter, fmt_seconds
 from ..runs import RUNNING, SUCCEEDED, RunStore
 from ..settings import Settings
 from ..util import read_json
-from .status import current_record, status_data
+from .status import settle, status_data
 
 POLL_S = 0.05
 
@@ -39,14 +39,16 @@ def wait(settings: Settings, reporter: Reporter, *, timeout: Optional[float], he
     store = RunStore(settings.root)
     started = time.monotonic()
     deadline = None if timeout is None else started + timeout
-    run_id = store.current_id()
-    if run_id is None:
+    first = store.latest_for(settings.request())
+    if first is None:
         return _settled(settings, reporter)
+    run_id = str(first["run_id"])
     next_beat = started
     while True:
-        record = current_record(store)
-        if record is None or record.get("run_id") != run_id:
+        record = store.read(run_id)
+        if record is None:
             return _settled(settings, reporter)
+        record = settle(store, record)
         if record.get("state") != RUNNING:
             return _finished(settings, record, reporter)
         now = time.monotonic()
