@@ -13,7 +13,7 @@ import shlex
 import socket
 from typing import Dict, List, Mapping, Optional, Sequence
 
-from . import __version__
+from . import __version__, faults
 from .util import atomic_write, atomic_write_json, read_json, remove_file
 
 
@@ -67,7 +67,9 @@ def publish_env_file(
         }
     )
     atomic_write_json(env_json, twin)
+    faults.point("twin-written")
     atomic_write(env_file, render_env_sh(root, prepend, shim_dir, vllm_moe).encode())
+    faults.point("published")
 
 
 def withdraw_env_file(env_file: str, env_json: str) -> bool:

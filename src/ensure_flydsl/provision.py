@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from typing import Dict, List, Mapping, Optional, Tuple
 
-from . import gitsource
+from . import faults, gitsource
 from .build import (
     build_environment,
     file_sha256,
@@ -66,6 +66,7 @@ def claim_for_build(run: Run) -> None:
         claim_root(root, created=state.kind == "absent", adopted=state.kind == "adoptable")
         if state.kind == "adoptable":
             run.say(f"adopting {root}: {state.reason}")
+    faults.point("root-claimed")
 
 
 def fetch_and_checkout(run: Run) -> str:
@@ -77,6 +78,7 @@ def fetch_and_checkout(run: Run) -> str:
     exclude_from_git(root)
     commit = gitsource.fetch_pin(root, pin, settings.repo, run.say, on_fetch=run.worked)
     run.say(f"pin {pin} is commit {commit}")
+    faults.point("fetched")
     checkout_key = {"commit": commit}
     started = stamps.started_key("checkout")
     interrupted = started is not None and not stamps.done("checkout", started)
@@ -84,9 +86,11 @@ def fetch_and_checkout(run: Run) -> str:
     head = gitsource.head_commit(root, settings.repo)
     if deleted or not (stamps.done("checkout", checkout_key) and head == commit):
         stamps.begin("checkout", checkout_key)
+        faults.point("checkout-begun")
         gitsource.checkout(root, commit, settings.repo, force=interrupted or deleted)
         stamps.finish("checkout", checkout_key)
         run.say(f"checked out {commit[:12]} in {root}")
+        faults.point("checked-out")
     if not stamps.done("submodules", checkout_key):
         stamps.begin("submodules")
         if gitsource.update_submodules(root, settings.repo):
@@ -119,6 +123,7 @@ def provision_release(run: Run, commit: str, version: str) -> Result:
             staging = os.path.join(build_dir, ".python_packages.installing")
             remove_tree(staging)  # a leftover of an interrupted install of ours
             install_wheel(run.interpreter, version, staging, run.build_line)
+            faults.point("release-installed")
             check_versions_agree(
                 "v" + version,
                 static_version(os.path.join(root, "python", "flydsl", "__init__.py")),
@@ -143,6 +148,7 @@ def provision_source(run: Run, commit: str) -> Result:
     with run.step("fixes"):
         toolchain_prefixes = apply_fixes(run)
         toolchain = prepare_toolchain(root, run.interpreter, toolchain_prefixes)
+    faults.point("fixes-applied")
     jobs = resolve_jobs(settings.jobs)
     env = build_environment(run.environ, toolchain, rocm_path=settings.rocm_path, mlir_path=None, jobs=jobs)
     with run.step("llvm"):
@@ -170,6 +176,7 @@ def provision_source(run: Run, commit: str) -> Result:
 def finish(run: Run, commit: str, decision: Decision) -> Result:
     """The tree is verified: stamp it as finished for this request, then publish the env file."""
     assert run.interpreter is not None
+    faults.point("verified")
     run.stamps.finish("tree", tree_key(run.settings, commit, run.interpreter), how=decision.how, commit=commit,
                       version=decision.probe.version if decision.probe else None)
     return publish(run, decision, "provisioned")
@@ -247,6 +254,7 @@ def provide_mlir(run: Run, env: Dict[str, str], jobs: int) -> Tuple[str, Dict[st
     if not is_mlir_install(install):
         raise EnsureError(ExitCode.LLVM_BUILD, f"build_llvm.sh finished but {install} holds no lib/cmake/mlir",
                           stage="llvm")
+    faults.point("llvm-built")
     atomic_write_json(record_path, {"created": True, "started": key, "done": key})
     return install, {"llvm": key}
 
@@ -274,6 +282,7 @@ def build_flydsl(run: Run, commit: str, mlir_identity: Dict[str, object], env: D
     if not os.path.isdir(os.path.join(packages, "flydsl")):
         raise EnsureError(ExitCode.FLYDSL_BUILD, f"build.sh finished but {packages}/flydsl does not exist",
                           stage="build")
+    faults.point("build-done")
     stamps.finish("build", key)
     return True
 

@@ -1,0 +1,32 @@
+"""Fault points: where the reliability suite kills a run, exactly as the OOM killer or `kill -9` would.
+
+``ENSURE_FLYDSL_FAULT=<point>`` makes the run SIGKILL its own process group when it reaches that point
+(a build it started runs in a group of its own and is left to the run's watchdog, as in a real kill).
+Nothing is simulated: the process dies without running any handler, and the suite then checks that a
+plain rerun succeeds and that no success marker ever named an unfinished tree.  Unset, a point costs one
+dictionary lookup.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+POINTS = (
+    "root-claimed",  # the root is ours, nothing fetched yet
+    "fetched",  # the pin's objects are fetched, nothing checked out
+    "checkout-begun",  # the checkout's intent is recorded, git checkout not run
+    "checked-out",  # the pin is checked out, submodules not updated
+    "fixes-applied",  # the hip overlay and tool shims exist, LLVM not started
+    "llvm-built",  # build_llvm.sh succeeded, its record not yet written
+    "build-done",  # build.sh succeeded, its stamp not yet written
+    "release-installed",  # the wheel is unpacked into the staging folder, not yet moved into place
+    "verified",  # the full probe passed, the tree stamp not yet written
+    "twin-written",  # flydsl_env.json is written, flydsl_env.sh is not
+    "published",  # the env file is written, the run has not returned
+)
+
+
+def point(name: str) -> None:
+    if os.environ.get("ENSURE_FLYDSL_FAULT") == name:
+        os.killpg(os.getpgrp(), signal.SIGKILL)
