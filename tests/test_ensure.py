@@ -347,3 +347,20 @@ def test_build_pip_install_goes_to_the_private_folder(ws: Workspace, tmp_path: "
     # Nothing landed in the interpreter's own site-packages.
     check = subprocess.run([sys.executable, "-c", "import fixture_tool"], stderr=subprocess.PIPE, text=True)
     assert check.returncode != 0 and "No module named 'fixture_tool'" in check.stderr
+
+
+def test_a_mirror_missing_objects_of_other_branches_still_serves_the_pin(ws: Workspace, own_repo) -> None:  # type: ignore[no-untyped-def]
+    """Only the pin's history is fetched: a snapshot mirror that lost an unrelated branch's objects works."""
+    from flydsl_fixture import git
+
+    git(own_repo.path, "checkout", "-q", "-b", "unrelated")
+    with open(os.path.join(own_repo.path, "other.txt"), "w") as handle:
+        handle.write("other\n")
+    git(own_repo.path, "add", "other.txt")
+    git(own_repo.path, "commit", "-q", "-m", "unrelated work")
+    lost = git(own_repo.path, "rev-parse", "HEAD")
+    git(own_repo.path, "checkout", "-q", "main")
+    os.unlink(os.path.join(own_repo.path, ".git", "objects", lost[:2], lost[2:]))
+    out = ws.run("--json", FLYDSL_REPO=own_repo.url, FLYDSL_PIN="v0.2.3")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["commit"] == own_repo.commits["v0.2.3"]

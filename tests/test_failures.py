@@ -27,7 +27,7 @@ def check_marker(ws: Workspace, code: int, stage: str) -> Dict[str, object]:
 def test_exit_2_clone_fails(ws: Workspace) -> None:
     out = ws.run(FLYDSL_REPO="file:///nonexistent/FlyDSL.git")
     assert out.returncode == 2
-    assert "failed (exit 2: clone/fetch failed, stage fetch): git fetch from file:///nonexistent" in out.stderr
+    assert "failed (exit 2: clone/fetch failed, stage fetch): cannot list the refs of file:///nonexistent" in out.stderr
     assert "return code: 128" in out.stderr and "next: check that FLYDSL_REPO is reachable" in out.stderr
     check_marker(ws, 2, "fetch")
 

@@ -86,19 +86,29 @@ def resolve_pin(root: str, pin: str, repo: str) -> Optional[str]:
     return None
 
 
-def fetch_pin(root: str, pin: str, repo: str, say: Callable[[str], None],
-              on_fetch: Callable[[], None] = lambda: None) -> str:
-    """Fetch what is needed to name ``pin``; return its full commit hash."""
-    if len(pin) == 40 and _HEX.match(pin):
-        known = resolve_pin(root, pin, repo)
-        if known:
-            say(f"commit {pin[:12]} is already in {root}; nothing to fetch")
-            return known
-    say(f"fetching {repo} into {root}")
-    on_fetch()
+def remote_refs(root: str, repo: str) -> Dict[str, str]:
+    """``git ls-remote``: ref name -> commit, with annotated tags peeled (``refs/tags/v1^{}``)."""
     try:
-        git(root, "fetch", "--quiet", "--tags", "--force", "origin",
-            "+refs/heads/*:refs/remotes/origin/*", repo=repo)
+        out = git(root, "ls-remote", "origin", repo=repo, timeout=300)
+    except CommandFailed as exc:
+        raise EnsureError(
+            ExitCode.FETCH,
+            f"cannot list the refs of {repo}",
+            stage="fetch",
+            hint="check that FLYDSL_REPO is reachable from here (or point it at a local mirror)",
+            detail=exc.describe(),
+        ) from None
+    refs: Dict[str, str] = {}
+    for line in out.splitlines():
+        sha, _, name = line.partition("\t")
+        if name:
+            refs[name.strip()] = sha.strip()
+    return refs
+
+
+def _fetch(root: str, repo: str, *refspecs: str) -> None:
+    try:
+        git(root, "fetch", "--quiet", "--force", "--no-tags", "origin", *refspecs, repo=repo)
     except CommandFailed as exc:
         raise EnsureError(
             ExitCode.FETCH,
@@ -107,14 +117,37 @@ def fetch_pin(root: str, pin: str, repo: str, say: Callable[[str], None],
             hint="check that FLYDSL_REPO is reachable from here (or point it at a local mirror)",
             detail=exc.describe(),
         ) from None
-    commit = resolve_pin(root, pin, repo)
-    if commit is None and len(pin) == 40 and _HEX.match(pin):
-        # A commit no branch or tag reaches (GitHub serves those by hash when asked directly).
+
+
+def fetch_pin(root: str, pin: str, repo: str, say: Callable[[str], None],
+              on_fetch: Callable[[], None] = lambda: None) -> str:
+    """Fetch only what names ``pin`` (and the tags pointing at its commit); return its full commit hash.
+
+    The refs are listed first, so an unreachable repository is exit 2 and a pin it does not have is exit 3,
+    and only the pin's history is fetched (a mirror that lacks objects of unrelated branches still works).
+    """
+    full_hash = len(pin) == 40 and bool(_HEX.match(pin))
+    if full_hash:
+        known = resolve_pin(root, pin, repo)
+        if known:
+            say(f"commit {pin[:12]} is already in {root}; nothing to fetch")
+            return known
+    say(f"fetching {pin} from {repo} into {root}")
+    on_fetch()
+    refs = remote_refs(root, repo)
+    if f"refs/tags/{pin}" in refs:
+        _fetch(root, repo, f"+refs/tags/{pin}:refs/tags/{pin}")
+    elif f"refs/heads/{pin}" in refs:
+        _fetch(root, repo, f"+refs/heads/{pin}:refs/remotes/origin/{pin}")
+    elif full_hash:
         try:
-            git(root, "fetch", "--quiet", "origin", pin, repo=repo)
-            commit = resolve_pin(root, pin, repo)
+            git(root, "fetch", "--quiet", "--no-tags", "origin", pin, repo=repo)
         except CommandFailed:
-            commit = None
+            pass  # the repository answered (ls-remote) but does not have it: reported below
+    elif _HEX.match(pin):
+        # An abbreviated hash can only be found among everything the repository has.
+        _fetch(root, repo, "+refs/heads/*:refs/remotes/origin/*", "+refs/tags/*:refs/tags/*")
+    commit = resolve_pin(root, pin, repo)
     if commit is None:
         raise EnsureError(
             ExitCode.CHECKOUT,
@@ -122,6 +155,13 @@ def fetch_pin(root: str, pin: str, repo: str, say: Callable[[str], None],
             stage="checkout",
             hint="check FLYDSL_PIN (a full commit hash or a tag such as v0.2.2)",
         )
+    # The tags that point at the commit, so that a release tag's commit is known as one.
+    tags = [name[len("refs/tags/"):-3] for name, sha in refs.items()
+            if name.startswith("refs/tags/") and name.endswith("^{}") and sha == commit]
+    tags += [name[len("refs/tags/"):] for name, sha in refs.items()
+             if name.startswith("refs/tags/") and not name.endswith("^{}") and sha == commit]
+    if tags:
+        _fetch(root, repo, *(f"+refs/tags/{t}:refs/tags/{t}" for t in sorted(set(tags))))
     return commit
 
 

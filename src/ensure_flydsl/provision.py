@@ -91,12 +91,18 @@ def fetch_and_checkout(run: Run) -> str:
         stamps.finish("checkout", checkout_key)
         run.say(f"checked out {commit[:12]} in {root}")
         faults.point("checked-out")
-    if not stamps.done("submodules", checkout_key):
-        stamps.begin("submodules")
-        if gitsource.update_submodules(root, settings.repo):
-            run.say("submodules updated")
-        stamps.finish("submodules", checkout_key)
     return commit
+
+
+def update_submodules(run: Run, commit: str) -> None:
+    """The checkout's submodules (C++ dependencies: a source build needs them, a release does not)."""
+    key = {"commit": commit}
+    if not run.stamps.done("submodules", key):
+        run.stamps.begin("submodules")
+        if gitsource.update_submodules(run.settings.root, run.settings.repo):
+            run.worked()
+            run.say("submodules updated")
+        run.stamps.finish("submodules", key)
 
 
 def release_version(run: Run, commit: str) -> Optional[str]:
@@ -145,6 +151,8 @@ def provision_release(run: Run, commit: str, version: str) -> Result:
 def provision_source(run: Run, commit: str) -> Result:
     settings, root, stamps = run.settings, run.settings.root, run.stamps
     assert run.interpreter is not None
+    with run.step("fetch"):
+        update_submodules(run, commit)
     with run.step("fixes"):
         toolchain_prefixes = apply_fixes(run)
         toolchain = prepare_toolchain(root, run.interpreter, toolchain_prefixes)
