@@ -1,0 +1,110 @@
+"""Ask the package index what it has, quickly, through pip so that pip's own configuration applies.
+
+``pip index versions`` reads PIP_INDEX_URL, PIP_EXTRA_INDEX_URL, PIP_FIND_LINKS, pip.conf, proxies and
+certificates exactly as the later ``pip install`` will, and given the install's own
+``--python-version/--abi/--platform`` options it lists only versions that have a wheel for the target
+interpreter: no download, one request per index.
+Nothing here installs anything.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import subprocess
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+
+from packaging.version import InvalidVersion, Version
+
+# pip's words for "the index could not be reached" (as opposed to "it answered: no such thing").
+_UNREACHABLE = (
+    "Could not fetch URL",
+    "NewConnectionError",
+    "Failed to establish a new connection",
+    "Max retries exceeded",
+    "ConnectTimeoutError",
+    "ReadTimeoutError",
+    "ProxyError",
+    "SSLError",
+    "Temporary failure in name resolution",
+    "Name or service not known",
+    "Network is unreachable",
+    "Connection refused",
+    "timed out",
+)
+_AVAILABLE = re.compile(r"^Available versions:\s*(.*)$", re.MULTILINE)
+
+
+@dataclasses.dataclass(frozen=True)
+class IndexAnswer:
+    package: str
+    answered: bool  # pip reached the index (or the find-links) and got an answer
+    versions: Tuple[str, ...]  # versions with a usable distribution, as pip lists them (newest first)
+    detail: str  # the last lines of pip's output when something went wrong
+
+
+def _pip_env(environ: Mapping[str, str]) -> Dict[str, str]:
+    env = {k: v for k, v in environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
+    env["PIP_NO_INPUT"] = "1"
+    return env
+
+
+def query_versions(
+    python: str,
+    package: str,
+    environ: Mapping[str, str],
+    *,
+    timeout: float,
+    options: Sequence[str] = (),
+) -> IndexAnswer:
+    """``python -m pip index versions package`` with a short timeout; binary distributions only.
+    ``options`` select another interpreter's wheels (release.wheel_tags: --python-version, --abi, ...)."""
+    # -vv: with --retries 0 pip reports an index it could not reach only at debug level ("Could not fetch
+    # URL ..."); without it, "cannot reach the index" looks like "the index has no such package".
+    cmd = [python, "-m", "pip", "index", "versions", package, "--only-binary=:all:", "-vv",
+           "--timeout", str(max(1, int(timeout))), "--retries", "0"]
+    cmd += list(options)
+    try:
+        proc = subprocess.run(cmd, env=_pip_env(environ), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, timeout=timeout * 2 + 10, check=False)
+    except subprocess.TimeoutExpired:
+        return IndexAnswer(package, False, (), f"pip did not answer within {timeout * 2 + 10:.0f} s")
+    except OSError as exc:
+        return IndexAnswer(package, False, (), f"cannot run {python}: {exc.strerror}")
+    out = proc.stdout.decode(errors="replace")
+    found = _AVAILABLE.search(out)
+    if proc.returncode == 0 and found:
+        versions = tuple(v.strip() for v in found.group(1).split(",") if v.strip())
+        return IndexAnswer(package, True, versions, "")
+    if "No module named pip" in out:
+        return IndexAnswer(package, False, (), f"{python} has no pip")
+    lines = [line.strip() for line in out.splitlines() if line.strip()]
+    # "Could not fetch URL ...: 404 Client Error" is an answer (no such project there); anything else is not.
+    unreachable = [line for line in lines if any(word in line for word in _UNREACHABLE)
+                   and not re.search(r"\b4\d\d Client Error", line)]
+    if "No matching distribution" in out and not unreachable:
+        return IndexAnswer(package, True, (), f"no {package} distribution for this interpreter")
+    why = (unreachable or [line for line in lines if line.startswith("ERROR")] or lines[-1:])
+    detail = why[0][:300] if why else f"pip exited with {proc.returncode}"
+    return IndexAnswer(package, False, (), detail)
+
+
+def best_version(
+    versions: Sequence[str], *, exact: Optional[str] = None, minimum: Optional[str] = None
+) -> Optional[str]:
+    """The newest of ``versions`` equal to ``exact``, or with a release segment >= ``minimum``."""
+    parsed: List[Tuple[Version, str]] = []
+    for text in versions:
+        try:
+            parsed.append((Version(text), text))
+        except InvalidVersion:
+            continue
+    parsed.sort(reverse=True)
+    for version, text in parsed:
+        if exact is not None:
+            if version == Version(exact):
+                return text
+        elif minimum is None or version.release >= Version(minimum).release:
+            return text
+    return None
