@@ -9,7 +9,6 @@ import signal
 import subprocess
 
 import pytest
-
 from conftest import Workspace
 from test_ensure import assert_one_tree, wait_for
 

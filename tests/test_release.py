@@ -9,7 +9,6 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import Workspace, other_python
 from flydsl_fixture import FixtureRepo, git
 from test_ensure import assert_one_tree

@@ -11,7 +11,6 @@ import time
 from typing import Dict
 
 import pytest
-
 from conftest import Workspace
 from test_ensure import assert_one_tree
 

@@ -6,6 +6,7 @@ import os
 from typing import Dict, List, Mapping, Optional
 
 from .build import is_mlir_install
+from .cache import CacheError, open_cache
 from .context import HOW_BUILT, HOW_REUSED, Decision, Run
 from .errors import BadInput, EnsureError
 from .gate import Verdict, evaluate, is_within, package_folder, tree_folders
@@ -52,6 +53,11 @@ def preflight(settings: Settings, environ: Mapping[str, str]) -> Interpreter:
         raise BadInput(
             settings.label("mlir_path"), settings.mlir_path, "an MLIR install prefix holding lib/cmake/mlir"
         )
+    if settings.cache is not None:
+        try:
+            open_cache(settings.cache)
+        except CacheError as exc:
+            raise BadInput(settings.label("cache"), settings.cache, f"a usable cache location; {exc}") from None
     try:
         return describe_interpreter(settings.python, environ)
     except EnsureError as exc:

@@ -3,8 +3,9 @@ source build (fixes, LLVM/MLIR, FlyDSL), and the full verification of what was m
 
 from __future__ import annotations
 
+import dataclasses
 import os
-from typing import Dict, List, Mapping, Optional, Tuple
+from typing import Dict, Mapping, Optional, Tuple
 
 from . import faults, gitsource
 from .build import (
@@ -18,16 +19,21 @@ from .build import (
     run_script,
     tools_dir,
 )
+from .cache import Cache
+from .cached import mlir_from_cache, open_run_cache, publish_mlir, publish_tree, tree_from_cache
 from .context import HOW_BUILT, HOW_RELEASED, Decision, Run
 from .decide import probe_tree, tree_key
+from .doctor import run_checks, stop_if_blocked
 from .errors import BadInput, EnsureError, ExitCode
-from .fixes import check_hip, provide_hip_overlay
+from .fixes import drop_stale_hip_dir, fix_hip
 from .gate import evaluate, is_within, tree_folders
+from .needs import build_tools, find_needs, tool_minimums
 from .publish import publish
 from .release import check_versions_agree, install_wheel, installed_version, pin_as_tag, release_tags, static_version
 from .result import Result
-from .runs import RELEASE_PLAN
+from .runs import RELEASE_PLAN, SOURCE_PLAN
 from .state import claim_root, classify_root, exclude_from_git, move_aside, remove_tree
+from .toolchain import provide_build_tools
 from .util import atomic_write_json, read_json
 
 
@@ -149,19 +155,50 @@ def provision_release(run: Run, commit: str, version: str) -> Result:
 
 
 def provision_source(run: Run, commit: str) -> Result:
+    """The cache's tree for this commit and interpreter, else a build: doctor, fixes and private tools,
+    MLIR (given, built before, cached, or built now), FlyDSL, verification; then share it in the cache."""
     settings, root, stamps = run.settings, run.settings.root, run.stamps
     assert run.interpreter is not None
+    cache = open_run_cache(run)
+    if cache is not None:
+        with run.step("cache"):
+            decision = tree_from_cache(run, cache, commit)
+        if decision is not None:
+            return finish(run, commit, decision)
+        run.plan(SOURCE_PLAN)
     with run.step("fetch"):
         update_submodules(run, commit)
     with run.step("fixes"):
-        toolchain_prefixes = apply_fixes(run)
-        toolchain = prepare_toolchain(root, run.interpreter, toolchain_prefixes)
+        mlir = ready_mlir(run, cache)
+        # The doctor, with what is known now: stop here rather than after an hour of compiling.
+        checked = dataclasses.replace(settings, mlir_path=mlir[0] if mlir else settings.mlir_path)
+        stop_if_blocked(run_checks(checked, run.environ, checkout=root), settings.strategy)
+        needs = find_needs(root, settings.repo, settings.pin, checkout=root)
+        hip = fix_hip(settings.rocm_path, os.path.join(tools_dir(root), "rocm-overlay"),
+                      in_place=settings.fix_rocm_in_place)
+        run.say("fix: " + hip.message)
+        provided = provide_build_tools(
+            tools_dir(root), build_tools(needs, llvm=mlir is None), run.environ,
+            python=run.interpreter.executable, say=run.say, minimums=tool_minimums(needs),
+            code=ExitCode.LLVM_BUILD if mlir is None else ExitCode.FLYDSL_BUILD,
+        )
+        run.say("build tools: " + provided.summary())
+        toolchain = prepare_toolchain(root, run.interpreter, [])
     faults.point("fixes-applied")
     jobs = resolve_jobs(settings.jobs)
-    env = build_environment(run.environ, toolchain, rocm_path=settings.rocm_path, mlir_path=None, jobs=jobs)
     with run.step("llvm"):
-        mlir_path, mlir_identity = provide_mlir(run, env, jobs)
-    env = build_environment(run.environ, toolchain, rocm_path=settings.rocm_path, mlir_path=mlir_path, jobs=jobs)
+        if mlir is None:
+            env = provided.apply(build_environment(run.environ, toolchain, rocm_path=settings.rocm_path,
+                                                   mlir_path=None, jobs=jobs))
+            mlir = build_mlir(run, env, jobs, cache)
+    mlir_path, mlir_identity = mlir
+    # The hip overlay is for FlyDSL's configure only (LLVM's must not find ROCm's own LLVM through it).
+    build_chain = dataclasses.replace(toolchain, cmake_prefixes=list(hip.cmake_prefixes))
+    env = provided.apply(build_environment(run.environ, build_chain, rocm_path=settings.rocm_path,
+                                           mlir_path=mlir_path, jobs=jobs))
+    if hip.check.needs_fix and not settings.fix_rocm_in_place:
+        drop_stale_hip_dir(os.path.join(root, "build-fly"), os.path.join(tools_dir(root), "rocm-overlay", "lib",
+                                                                       "cmake", "hip"))
     with run.step("build"):
         built_now = build_flydsl(run, commit, mlir_identity, env, jobs)
     try:
@@ -178,7 +215,11 @@ def provision_source(run: Run, commit: str) -> Result:
             build_flydsl(run, commit, mlir_identity, env, jobs)
         with run.step("verify"):
             decision = verify_tree(run, commit, HOW_BUILT)
-    return finish(run, commit, decision)
+    result = finish(run, commit, decision)
+    if cache is not None and built_now:
+        with run.step("cache"):
+            publish_tree(run, cache, commit)  # after the env file: pollers need not wait for the upload
+    return result
 
 
 def finish(run: Run, commit: str, decision: Decision) -> Result:
@@ -206,48 +247,38 @@ def check_local_changes(root: str, repo: str) -> bool:
     return bool(found)
 
 
-def apply_fixes(run: Run) -> List[str]:
-    """The hip CMake library-name fix (a private overlay; ROCm is never written). Returns CMake prefixes."""
-    settings = run.settings
-    check = check_hip(settings.rocm_path)
-    if check.needs_fix:
-        overlay = os.path.join(tools_dir(settings.root), "rocm-overlay")
-        changed = provide_hip_overlay(settings.rocm_path, overlay, check)
-        names = ", ".join(check.missing)
-        run.say(
-            f"fix: the hip CMake package in {settings.rocm_path} names {names}, which is missing; "
-            f"{'provided' if changed else 'using'} a private corrected copy at {overlay} "
-            f"(pointing at {os.path.basename(str(check.actual))}); {settings.rocm_path} is left untouched"
-        )
-        return [overlay]
-    if check.unfixable:
-        run.say(f"warning: the hip CMake package names {', '.join(check.missing)} and no libamdhip64 exists "
-                f"in {settings.rocm_path}/lib; a build that needs HIP will fail to configure")
-    elif check.package_dir:
-        run.say(f"fix: hip CMake package in {settings.rocm_path} names libraries that exist; nothing to fix")
-    return []
-
-
 def llvm_record_path(base_dir: str) -> str:
     return os.path.join(base_dir, ".llvm-project.ensure-flydsl.json")
 
 
-def provide_mlir(run: Run, env: Dict[str, str], jobs: int) -> Tuple[str, Dict[str, object]]:
-    settings, root = run.settings, run.settings.root
+def ready_mlir(run: Run, cache: Optional[Cache]) -> Optional[Tuple[str, Dict[str, object]]]:
+    """An MLIR install that needs no build: MLIR_PATH, this host's finished LLVM build for the pin's LLVM
+    commit and this interpreter, or the cache's; None when the LLVM/MLIR step has to build it."""
+    settings = run.settings
     if settings.mlir_path is not None:
         run.say(f"using MLIR_PATH={settings.mlir_path}; skipping the LLVM/MLIR build")
         return settings.mlir_path, {"mlir_path": settings.mlir_path}
+    assert run.interpreter is not None
+    key = llvm_key(settings.root, run.interpreter)
+    install = mlir_install_of(settings.base_dir)
+    record = read_json(llvm_record_path(settings.base_dir)) or {}
+    if record.get("done") == key and is_mlir_install(install):
+        run.say(f"MLIR for LLVM {str(key['llvm_commit'])[:12]} is already built in {install}")
+        return install, {"llvm": key}
+    fetched = mlir_from_cache(run, cache, key) if cache is not None else None
+    return (fetched, {"llvm": key}) if fetched else None
+
+
+def build_mlir(run: Run, env: Dict[str, str], jobs: int, cache: Optional[Cache]) -> Tuple[str, Dict[str, object]]:
+    """FlyDSL's build_llvm.sh, into ``$(dirname ROOT)/llvm-project`` (where it builds; recorded as ours)."""
+    settings, root = run.settings, run.settings.root
     assert run.interpreter is not None
     key = llvm_key(root, run.interpreter)
     llvm_dir = os.path.join(settings.base_dir, "llvm-project")
     install = mlir_install_of(settings.base_dir)
     record_path = llvm_record_path(settings.base_dir)
     record = read_json(record_path) or {}
-    if record.get("done") == key and is_mlir_install(install):
-        run.say(f"MLIR for LLVM {str(key['llvm_commit'])[:12]} is already built in {install}")
-        return install, {"llvm": key}
-    created = bool(record.get("created"))
-    if os.path.lexists(llvm_dir) and not created:
+    if os.path.lexists(llvm_dir) and not record.get("created"):
         raise EnsureError(
             ExitCode.LLVM_BUILD,
             f"{llvm_dir} exists and was not made by ensure-flydsl; build_llvm.sh would build into it",
@@ -264,6 +295,8 @@ def provide_mlir(run: Run, env: Dict[str, str], jobs: int) -> Tuple[str, Dict[st
                           stage="llvm")
     faults.point("llvm-built")
     atomic_write_json(record_path, {"created": True, "started": key, "done": key})
+    if cache is not None:
+        publish_mlir(run, cache, key, install)
     return install, {"llvm": key}
 
 
