@@ -54,6 +54,14 @@ def preflight(settings: Settings, environ: Mapping[str, str]) -> Interpreter:
             settings.label("mlir_path"), settings.mlir_path, "an MLIR install prefix holding lib/cmake/mlir"
         )
     if settings.cache is not None:
+        if settings.cache.startswith("/"):
+            anchor = _nearest_existing(settings.cache)
+            if not os.path.isdir(anchor):
+                raise BadInput(settings.label("cache"), settings.cache,
+                               f"a folder path or an fsspec URL; {anchor} is a file, so no cache can live under it")
+            if not os.access(anchor, os.W_OK | os.X_OK):
+                allowed = f"a folder this user can write; {anchor} is not writable"
+                raise BadInput(settings.label("cache"), settings.cache, allowed)
         try:
             open_cache(settings.cache)
         except CacheError as exc:
