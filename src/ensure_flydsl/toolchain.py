@@ -155,8 +155,14 @@ def machine_state(name: str, environ: Mapping[str, str], *, python: str, minimum
     return find_executable_tool(name, machine_path(environ, tools_dir), minimum)
 
 
+# CMake 4 refuses projects that declare cmake_minimum_required(VERSION < 3.5), which third-party code of
+# older pins (submodules, LLVM's own runtimes) still does: a provided cmake stays on the 3.x line.
+UPPER_BOUNDS = {"cmake": "4"}
+
+
 def package_spec(name: str, minimum: Optional[str]) -> str:
-    return f"{name}>={minimum}" if minimum else name
+    parts = ([f">={minimum}"] if minimum else []) + ([f"<{UPPER_BOUNDS[name]}"] if name in UPPER_BOUNDS else [])
+    return name + ",".join(parts)
 
 
 # ---------------------------------------------------------------------------------------------------------
