@@ -7,9 +7,10 @@ options they belong to, so they can never be read as options.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 from .errors import EnsureError, ExitCode
 from .util import CommandFailed, cmd_output
@@ -17,6 +18,18 @@ from .util import CommandFailed, cmd_output
 _HEX = re.compile(r"^[0-9a-fA-F]{7,40}$")
 # Lock files a killed git leaves behind; under the build lock, in a root of ours, nobody else runs git.
 _GIT_LOCKS = ("index.lock", "HEAD.lock", "config.lock", "packed-refs.lock", "shallow.lock", "FETCH_HEAD.lock")
+
+
+UNREACHABLE = "check that FLYDSL_REPO is reachable from here (or point it at a local mirror)"
+
+
+@contextlib.contextmanager
+def failing_as(code: ExitCode, reason: str, *, stage: str, hint: str = "") -> Iterator[None]:
+    """A git command that fails inside becomes the run's failure: exit ``code``, its output as the detail."""
+    try:
+        yield
+    except CommandFailed as exc:
+        raise EnsureError(code, reason, stage=stage, hint=hint, detail=exc.describe()) from None
 
 
 def is_local_repo(repo: str) -> bool:
@@ -58,21 +71,17 @@ def clear_stale_git_locks(root: str, say: Callable[[str], None]) -> None:
 
 def ensure_repository(root: str, repo: str) -> None:
     """A git repository in ``root`` whose origin is ``repo`` (init it, or point origin at the repo)."""
-    try:
+    with failing_as(ExitCode.FETCH, f"cannot prepare a git repository in {root}", stage="fetch"):
         if not os.path.isdir(os.path.join(root, ".git")):
             cmd_output(["git", "init", "-q", root], env=git_env(repo))
         try:
-            current = git(root, "config", "--get", "remote.origin.url", repo=repo).strip()
+            current: Optional[str] = git(root, "config", "--get", "remote.origin.url", repo=repo).strip()
         except CommandFailed:
             current = None
         if current is None:
             git(root, "remote", "add", "origin", repo, repo=repo)
         elif current != repo:
             git(root, "remote", "set-url", "origin", repo, repo=repo)
-    except CommandFailed as exc:
-        raise EnsureError(
-            ExitCode.FETCH, f"cannot prepare a git repository in {root}", stage="fetch", detail=exc.describe()
-        ) from None
 
 
 def resolve_pin(root: str, pin: str, repo: str) -> Optional[str]:
@@ -88,16 +97,8 @@ def resolve_pin(root: str, pin: str, repo: str) -> Optional[str]:
 
 def remote_refs(root: str, repo: str) -> Dict[str, str]:
     """``git ls-remote``: ref name -> commit, with annotated tags peeled (``refs/tags/v1^{}``)."""
-    try:
+    with failing_as(ExitCode.FETCH, f"cannot list the refs of {repo}", stage="fetch", hint=UNREACHABLE):
         out = git(root, "ls-remote", "origin", repo=repo, timeout=300)
-    except CommandFailed as exc:
-        raise EnsureError(
-            ExitCode.FETCH,
-            f"cannot list the refs of {repo}",
-            stage="fetch",
-            hint="check that FLYDSL_REPO is reachable from here (or point it at a local mirror)",
-            detail=exc.describe(),
-        ) from None
     refs: Dict[str, str] = {}
     for line in out.splitlines():
         sha, _, name = line.partition("\t")
@@ -107,16 +108,8 @@ def remote_refs(root: str, repo: str) -> Dict[str, str]:
 
 
 def _fetch(root: str, repo: str, *refspecs: str) -> None:
-    try:
+    with failing_as(ExitCode.FETCH, f"git fetch from {repo} failed", stage="fetch", hint=UNREACHABLE):
         git(root, "fetch", "--quiet", "--force", "--no-tags", "origin", *refspecs, repo=repo)
-    except CommandFailed as exc:
-        raise EnsureError(
-            ExitCode.FETCH,
-            f"git fetch from {repo} failed",
-            stage="fetch",
-            hint="check that FLYDSL_REPO is reachable from here (or point it at a local mirror)",
-            detail=exc.describe(),
-        ) from None
 
 
 def fetch_pin(root: str, pin: str, repo: str, say: Callable[[str], None],
@@ -188,33 +181,19 @@ def checkout(root: str, commit: str, repo: str, *, force: bool) -> None:
     args = ["-c", "advice.detachedHead=false", "checkout", "--quiet", "--detach"]
     if force:
         args.append("--force")
-    try:
+    with failing_as(ExitCode.CHECKOUT, f"git checkout of {commit[:12]} in {root} failed", stage="checkout",
+                    hint="the checkout has local changes or is damaged; look at `git -C ROOT status`"):
         git(root, *args, commit, repo=repo)
-    except CommandFailed as exc:
-        raise EnsureError(
-            ExitCode.CHECKOUT,
-            f"git checkout of {commit[:12]} in {root} failed",
-            stage="checkout",
-            hint="the checkout has local changes or is damaged; look at `git -C ROOT status`",
-            detail=exc.describe(),
-        ) from None
 
 
 def update_submodules(root: str, repo: str) -> bool:
     """Initialise and update submodules; return whether there were any.  A failure is reported."""
     if not os.path.isfile(os.path.join(root, ".gitmodules")):
         return False
-    try:
+    with failing_as(ExitCode.FETCH, f"git submodule update in {root} failed", stage="submodules",
+                    hint="a submodule's repository is unreachable from here; check the network or the mirror"):
         git(root, "submodule", "sync", "--quiet", "--recursive", repo=repo)
         git(root, "submodule", "update", "--init", "--recursive", "--force", repo=repo)
-    except CommandFailed as exc:
-        raise EnsureError(
-            ExitCode.FETCH,
-            f"git submodule update in {root} failed",
-            stage="submodules",
-            hint="a submodule's repository is unreachable from here; check the network or the mirror",
-            detail=exc.describe(),
-        ) from None
     return True
 
 
