@@ -65,6 +65,10 @@ def test_a_second_pin_with_the_same_llvm_commit_fetches_mlir(tmp_path: "os.PathL
     assert_one_tree(b)
     log = open(b.log).read()
     assert "MLIR_PATH: " + os.path.join(b.base, ".ensure_flydsl", "mlir") in log
+    cleaned = b.run("clean")
+    assert cleaned.returncode == 0
+    assert not os.path.exists(os.path.join(b.base, ".ensure_flydsl"))  # the fetched MLIR went with it
+    assert list(_blobs(cache))  # the shared cache is not the root's to clean
 
 
 def test_another_llvm_commit_builds_llvm(tmp_path: "os.PathLike[str]", fixture_repo: FixtureRepo, cache: str) -> None:

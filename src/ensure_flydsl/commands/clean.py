@@ -54,16 +54,16 @@ def clean(settings: Settings, reporter: Reporter) -> int:
 
 
 def _clean_runs(settings: Settings) -> List[str]:
-    """The root's run records; the base's state folder too once no other root has records in it."""
+    """The root's run records; the base's state folder (ETA history, MLIR installs fetched from the cache)
+    too once no other root of this base has records in it."""
     store = RunStore(settings.root)
     removed: List[str] = []
     if os.path.isdir(store.folder):
         remove_tree(store.folder)
         removed.append(store.folder)
     runs = os.path.dirname(store.folder)
-    if os.path.isdir(runs) and not os.listdir(runs):
-        os.rmdir(runs)
-    if os.path.isdir(store.base) and set(os.listdir(store.base)) <= {"history.json"}:
+    others = os.listdir(runs) if os.path.isdir(runs) else []
+    if not others and os.path.isdir(store.base):
         remove_tree(store.base)
         removed.append(store.base)
     return removed
