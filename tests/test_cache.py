@@ -394,7 +394,8 @@ def test_the_tar_itself_is_checked_not_only_its_manifest(cache_dir: str, work: s
     honest = Member("evil", "file", 0o644, 1, hashlib.sha256(b"x").hexdigest())
     lying = CacheEntry(entry.kind, entry.key, entry.blob, entry.size, entry.created, entry.fields, 1,
                        members=(honest,))
-    assert_rejected(open_cache(cache_dir), lying, work, "member '../evil' escapes the destination")
+    # Each header is held against the manifest before its member is written: ../evil is not in it.
+    assert_rejected(open_cache(cache_dir), lying, work, "member '../evil' is not in the manifest")
 
 
 def test_modes_from_a_hand_made_manifest_are_never_group_or_world_writable(cache_dir: str, work: str) -> None:
@@ -694,3 +695,12 @@ def test_s3_cli_list_and_unreachable_endpoint(s3_url: str, s3_server: S3Server,
     dead = dict(s3_server.env(), AWS_ENDPOINT_URL_S3="http://127.0.0.1:9", AWS_MAX_ATTEMPTS="1")
     unreachable = cli("list", "--cache", s3_url, env=dead)
     assert unreachable.returncode == 64 and "cannot list entries in the cache" in unreachable.stderr
+
+
+def test_a_member_before_its_folder_in_the_tar_is_rejected(cache_dir: str, work: str) -> None:
+    """The manifest lists the folder first; the tar stream brings its file first: refused, not written."""
+    entry = publish_raw(cache_dir, [_member("d/x", data=b"x"), _member("d", kind=tarfile.DIRTYPE)])
+    honest = (Member("d", "dir", 0o755), Member("d/x", "file", 0o644, 1, hashlib.sha256(b"x").hexdigest()))
+    lying = CacheEntry(entry.kind, entry.key, entry.blob, entry.size, entry.created, entry.fields, 1,
+                       members=honest)
+    assert_rejected(open_cache(cache_dir), lying, work, "comes before its folder")

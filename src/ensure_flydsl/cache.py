@@ -55,7 +55,7 @@ from typing import IO, Dict, List, Mapping, Optional, Tuple
 
 from . import __version__
 from .cachestore import CacheCorrupt, CacheError, Store, StoredFile, open_store
-from .cachetar import CHUNK, Member, check_members, compare_members, extract, pack, read_members, walk
+from .cachetar import CHUNK, Member, check_members, extract_checked, pack, walk
 
 FORMAT = 1
 # An unreferenced blob younger than this may belong to a publisher that has not written its manifest yet.
@@ -181,12 +181,11 @@ class Cache:
             self._download(entry, blob)
             tree = os.path.join(tmp, "tree")
             try:
-                with tarfile.open(blob, "r:gz") as tar:
-                    found = read_members(tar)
-                    check_members(found)
-                    compare_members(found, members)
+                # One streaming pass ("r|gz"): each header is checked against the manifest before its
+                # member is written (reading all headers first would decompress the blob twice).
+                with tarfile.open(blob, "r|gz") as tar:
                     os.mkdir(tree, 0o755)
-                    extract(tar, tree)
+                    extract_checked(tar, tree, members)
             except (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile) as exc:
                 raise CacheCorrupt(f"blob {entry.blob[:12]} is not a readable gzip'd tar: {exc}") from None
             _verify_tree(tree, members)

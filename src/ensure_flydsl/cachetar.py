@@ -16,7 +16,7 @@ import os
 import posixpath
 import stat
 import tarfile
-from typing import IO, Dict, List, Optional, Sequence, Tuple, cast
+from typing import IO, Dict, List, Optional, Sequence, Set, Tuple, cast
 
 from .cachestore import CacheCorrupt
 
@@ -151,26 +151,22 @@ def pack(source: str, out: IO[bytes]) -> Tuple[str, int, List[Member]]:
     return sink.digest.hexdigest(), sink.size, members
 
 
-def read_members(tar: tarfile.TarFile) -> List[Member]:
-    """The members a tarball declares, from its headers; CacheCorrupt for any type the cache never writes."""
-    members: List[Member] = []
-    for info in tar.getmembers():
-        name = info.name
-        if info.type in (tarfile.REGTYPE, tarfile.AREGTYPE):
-            members.append(Member(name, "file", info.mode, size=info.size))
-        elif info.type == tarfile.DIRTYPE:
-            members.append(Member(name, "dir", info.mode))
-        elif info.type == tarfile.SYMTYPE:
-            members.append(Member(name, "symlink", info.mode, target=info.linkname))
-        elif info.type == tarfile.LNKTYPE:
-            raise CacheCorrupt(f"member {name!r} is a hard link (to {info.linkname!r})")
-        elif info.type in (tarfile.CHRTYPE, tarfile.BLKTYPE):
-            raise CacheCorrupt(f"member {name!r} is a device file")
-        elif info.type == tarfile.FIFOTYPE:
-            raise CacheCorrupt(f"member {name!r} is a fifo")
-        else:
-            raise CacheCorrupt(f"member {name!r} has the unsupported tar type {info.type!r}")
-    return members
+def member_of(info: tarfile.TarInfo) -> Member:
+    """The member a tar header declares; CacheCorrupt for any type the cache never writes."""
+    name = info.name
+    if info.type in (tarfile.REGTYPE, tarfile.AREGTYPE):
+        return Member(name, "file", info.mode, size=info.size)
+    if info.type == tarfile.DIRTYPE:
+        return Member(name, "dir", info.mode)
+    if info.type == tarfile.SYMTYPE:
+        return Member(name, "symlink", info.mode, target=info.linkname)
+    if info.type == tarfile.LNKTYPE:
+        raise CacheCorrupt(f"member {name!r} is a hard link (to {info.linkname!r})")
+    if info.type in (tarfile.CHRTYPE, tarfile.BLKTYPE):
+        raise CacheCorrupt(f"member {name!r} is a device file")
+    if info.type == tarfile.FIFOTYPE:
+        raise CacheCorrupt(f"member {name!r} is a fifo")
+    raise CacheCorrupt(f"member {name!r} has the unsupported tar type {info.type!r}")
 
 
 def check_members(members: Sequence[Member]) -> None:
@@ -240,41 +236,59 @@ def _escapes(link: str, target: str, members: Dict[str, Member]) -> bool:
     return False
 
 
-def compare_members(found: Sequence[Member], expected: Sequence[Member]) -> None:
-    """The tarball must hold exactly the manifest's members, each with the manifest's type, mode and size."""
+def same_member(got: Member, want: Member) -> None:
+    """A tar member must be the manifest's member: same type, mode, size and symlink target."""
+    for field in ("type", "mode", "size", "target"):
+        if getattr(got, field) != getattr(want, field):
+            raise CacheCorrupt(f"member {got.path!r} differs from the manifest in its {field}: "
+                               f"{getattr(got, field)!r} != {getattr(want, field)!r}")
+
+
+def extract_checked(tar: tarfile.TarFile, root: str, expected: Sequence[Member]) -> None:
+    """Create the members of a tar stream under ``root``, in one pass (one decompression of the blob).
+
+    ``expected`` is the manifest's member list, already checked by :func:`check_members` (no absolute path,
+    no ``..``, no link out of the tree, nothing through a symlink).  Each header is held against it BEFORE
+    its member is written: a member the manifest does not name, or names differently, a duplicate, or one
+    that comes before its folder is refused, so nothing unchecked is ever created; members are created
+    exclusively and never through a symlink.  Every manifest member must have come.
+    """
     want = {m.path: m for m in expected}
-    have = {m.path: m for m in found}
-    for path in have:
-        if path not in want:
-            raise CacheCorrupt(f"member {path!r} is not in the manifest")
-    for path, member in want.items():
-        got = have.get(path)
-        if got is None:
-            raise CacheCorrupt(f"manifest member {path!r} is missing from the blob")
-        for field in ("type", "mode", "size", "target"):
-            if getattr(got, field) != getattr(member, field):
-                raise CacheCorrupt(f"member {path!r} differs from the manifest in its {field}: "
-                                   f"{getattr(got, field)!r} != {getattr(member, field)!r}")
-
-
-def extract(tar: tarfile.TarFile, root: str) -> None:
-    """Create every (already checked) member under ``root``: exclusively, never through a symlink."""
-    for info in tar.getmembers():
+    done: Set[str] = set()
+    for info in tar:
+        got = member_of(info)
+        member = want.get(got.path)
+        if member is None:
+            raise CacheCorrupt(f"member {got.path!r} is not in the manifest")
+        if got.path in done:
+            raise CacheCorrupt(f"member {got.path!r} appears twice")
+        same_member(got, member)
+        parent = posixpath.dirname(got.path)
+        if parent and parent not in done:
+            raise CacheCorrupt(f"member {got.path!r} comes before its folder {parent!r}")
         path = os.path.join(root, *info.name.split("/"))
         if info.type == tarfile.DIRTYPE:
             os.mkdir(path, 0o700)
         elif info.type == tarfile.SYMTYPE:
             os.symlink(info.linkname, path)
         else:
-            src = tar.extractfile(info)
-            if src is None:
-                raise CacheCorrupt(f"member {info.name!r} has no data")
-            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
-            with src, os.fdopen(os.open(path, flags, 0o600), "wb") as out:
-                while True:
-                    chunk = src.read(CHUNK)
-                    if not chunk:
-                        break
-                    out.write(chunk)
-                # The archive's mtime, not now: a .pyc is valid only for its source's recorded mtime.
-                os.utime(out.fileno(), (info.mtime, info.mtime))
+            _write_file(tar, info, path)
+        done.add(got.path)
+    missing = [path for path in want if path not in done]
+    if missing:
+        raise CacheCorrupt(f"manifest member {missing[0]!r} is missing from the blob")
+
+
+def _write_file(tar: tarfile.TarFile, info: tarfile.TarInfo, path: str) -> None:
+    src = tar.extractfile(info)
+    if src is None:
+        raise CacheCorrupt(f"member {info.name!r} has no data")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    with src, os.fdopen(os.open(path, flags, 0o600), "wb") as out:
+        while True:
+            chunk = src.read(CHUNK)
+            if not chunk:
+                break
+            out.write(chunk)
+        # The archive's mtime, not now: a .pyc is valid only for its source's recorded mtime.
+        os.utime(out.fileno(), (info.mtime, info.mtime))
