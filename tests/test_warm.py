@@ -51,7 +51,8 @@ def test_second_call_is_answered_from_the_fingerprint(ws: Workspace) -> None:
 
 def test_verify_forces_the_full_probe(ws: Workspace) -> None:
     ensure_json(ws)
-    assert not warm(ensure_json(ws, "--verify"))
+    verified = ensure_json(ws, "--verify")
+    assert not warm(verified) and verified["action"] == "verified" and "probe" in verified["durations"]
     assert not warm(ensure_json(ws, FLYDSL_VERIFY="1"))
     assert warm(ensure_json(ws))
 

@@ -49,7 +49,7 @@ def _ensure(run: Run) -> Result:
         withdraw_stale_markers(run)
         decision = decide(run)
     if decision.ok:
-        action = "warm" if decision.how != HOW_REUSED and is_within(str(decision.tree), settings.root) else "reused"
+        action = "verified" if decision.how != HOW_REUSED and is_within(str(decision.tree), settings.root) else "reused"
         return publish(run, decision, action)
     if settings.strategy == "reuse-only":
         raise EnsureError(
@@ -77,7 +77,7 @@ def _ensure(run: Run) -> Result:
             decision = decide(run, again=True)  # a concurrent run may have finished while we waited
         if decision.ok:
             run.say("another run finished this while we waited for the lock")
-            return publish(run, decision, "warm" if is_within(str(decision.tree), settings.root) else "reused")
+            return publish(run, decision, "verified" if is_within(str(decision.tree), settings.root) else "reused")
         # Under the lock nobody else publishes: an env file still here answers for a tree that fails now.
         if markers.withdraw_env_file(settings.env_file, settings.env_json):
             run.say(f"took away {settings.env_file}: the tree it names does not pass the probe now")

@@ -12,7 +12,9 @@ class Result:
     """What ``ensure`` returns: the tree in use and how it was obtained."""
 
     how: str  # reused | built | released | cached: how the tree came to be
-    action: str  # what this call did: "warm" (nothing changed), "reused", "provisioned"
+    # What this call did: "warm" (answered from the fingerprint: nothing changed, no probe), "verified" (the
+    # full probe confirmed the root's tree), "reused" (a tree found elsewhere on the path), "provisioned".
+    action: str
     root: str
     tree: str
     version: str
