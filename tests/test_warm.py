@@ -14,7 +14,7 @@ import pytest
 from conftest import Workspace
 from test_ensure import assert_one_tree
 
-from ensure_flydsl.fingerprint import folder_digest, watch_folders
+from ensure_flydsl.fingerprint import folder_listing, watch_folders
 
 
 def ensure_json(ws: Workspace, *args: str, **env: str) -> Dict[str, object]:
@@ -162,14 +162,17 @@ def test_watch_folders_cover_the_tree() -> None:
     assert watch_folders("/r", files, folders) == ["/r/build-fly/python_packages", "/r/kernels"]
 
 
-def test_folder_digest_sees_size_mtime_and_names(tmp_path: "os.PathLike[str]") -> None:
+def test_folder_listing_sees_size_mtime_and_names_but_not_bytecode(tmp_path: "os.PathLike[str]") -> None:
     folder = os.path.join(str(tmp_path), "pkg")
-    os.makedirs(os.path.join(folder, "sub"))
+    os.makedirs(os.path.join(folder, "sub", "__pycache__"))
     path = os.path.join(folder, "sub", "a.py")
     with open(path, "w") as handle:
         handle.write("a")
-    first = folder_digest(folder)
-    assert folder_digest(folder) == first
+    first = folder_listing(folder)
+    assert folder_listing(folder) == first
+    with open(os.path.join(folder, "sub", "__pycache__", "a.cpython-311.pyc"), "w") as handle:
+        handle.write("")
+    assert folder_listing(folder) == first
     os.utime(path, ns=(1, 1))
-    assert folder_digest(folder) != first
-    assert folder_digest(os.path.join(str(tmp_path), "none")) == "missing"
+    assert folder_listing(folder) != first
+    assert folder_listing(os.path.join(str(tmp_path), "none")) is None

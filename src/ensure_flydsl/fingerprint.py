@@ -13,19 +13,19 @@ may answer without probing.  The fingerprint covers:
 - the caller's PYTHONPATH and the variables that change how Python finds modules;
 - the root's finished-tree stamp (commit, how it was made).
 
-Anything different, or ``--verify``, means a full probe.  Standard library only: this runs on the warm
-path, where every import counts.
+Anything different, or ``--verify``, means a full probe.  The fingerprint is the data itself (a JSON
+value kept in the env file's twin), compared for equality: no hashing, and standard library only, since
+this runs on the warm path where every import counts (hashlib alone costs more than the whole check).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
 from typing import Dict, List, Mapping, Optional, Sequence
 
-FINGERPRINT_VERSION = 1
+FINGERPRINT_VERSION = 2
 PYTHON_ENV = ("PYTHONPATH", "PYTHONHOME", "PYTHONNOUSERSITE", "PYTHONPLATLIBDIR", "PYTHONSAFEPATH", "PYTHONUSERBASE")
 
 
@@ -41,11 +41,11 @@ def interpreter_identity(python: str, path_env: Optional[str]) -> Optional[Dict[
     return {"found": os.path.abspath(found), "real": real, "size": st.st_size, "mtime": st.st_mtime_ns}
 
 
-def folder_digest(folder: str) -> str:
-    """sha256 over (relative path, type, size, mtime, mode) of everything under ``folder``."""
-    digest = hashlib.sha256()
+def folder_listing(folder: str) -> Optional[List[List[object]]]:
+    """(relative path, mode, size, mtime) of everything under ``folder``, in a stable order; None if absent."""
     if not os.path.isdir(folder):
-        return "missing"
+        return None
+    listing: List[List[object]] = []
     for current, dirs, files in os.walk(folder):
         dirs[:] = sorted(d for d in dirs if d != "__pycache__")
         rel = os.path.relpath(current, folder)
@@ -56,10 +56,9 @@ def folder_digest(folder: str) -> str:
                 st = os.lstat(os.path.join(current, name))
             except OSError:
                 continue
-            digest.update(f"{rel}/{name}\0{st.st_mode}\0{st.st_size}\0{st.st_mtime_ns}\n".encode("utf-8", "replace"))
-        for name in dirs:
-            digest.update(f"{rel}/{name}/\n".encode("utf-8", "replace"))
-    return digest.hexdigest()
+            listing.append([f"{rel}/{name}", st.st_mode, st.st_size, st.st_mtime_ns])
+        listing.extend([f"{rel}/{name}/", 0, 0, 0] for name in dirs)
+    return listing
 
 
 def site_stats(site_dirs: Sequence[str]) -> List[List[object]]:
@@ -72,10 +71,10 @@ def site_stats(site_dirs: Sequence[str]) -> List[List[object]]:
     return stats
 
 
-def file_hash(path: str) -> Optional[str]:
+def file_text(path: str) -> Optional[str]:
     try:
-        with open(path, "rb") as handle:
-            return hashlib.sha256(handle.read()).hexdigest()
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return handle.read()
     except OSError:
         return None
 
@@ -88,17 +87,22 @@ def compute(
     watch: Sequence[str],
     site_dirs: Sequence[str],
     tree_stamp: str,
-) -> str:
-    fields = {
+) -> Dict[str, object]:
+    """The fingerprint: JSON data, equal to the recorded one exactly when nothing the answer depends on changed."""
+    return {
         "version": FINGERPRINT_VERSION,
         "request": dict(request),
         "interpreter": interpreter_identity(python, environ.get("PATH")),
         "environment": {name: environ.get(name) for name in PYTHON_ENV},
-        "tree": {folder: folder_digest(folder) for folder in watch},
+        "tree": {folder: folder_listing(folder) for folder in watch},
         "sites": site_stats(site_dirs),
-        "stamp": file_hash(tree_stamp),
+        "stamp": file_text(tree_stamp),
     }
-    return hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def same(recorded: object, current: Mapping[str, object]) -> bool:
+    """Whether a fingerprint read back from JSON equals one computed now (tuples and lists alike)."""
+    return bool(recorded == json.loads(json.dumps(current)))
 
 
 def watch_folders(root: str, files: Mapping[str, str], package_folders: Mapping[str, str]) -> List[str]:

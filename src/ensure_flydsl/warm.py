@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import os
 import time
-import uuid
 from typing import List, Mapping, Optional
 
-from .fingerprint import compute
+from .fingerprint import compute, same
 from .markers import env_mapping, render_env_sh
 from .result import Result
 from .settings import Settings
@@ -27,7 +26,7 @@ def tree_stamp_path(root: str) -> str:
 def try_warm(settings: Settings, environ: Mapping[str, str]) -> Optional[Result]:
     started = time.monotonic()
     twin = read_json(settings.env_json)
-    if twin is None or twin.get("request") != settings.request() or not isinstance(twin.get("fingerprint"), str):
+    if twin is None or twin.get("request") != settings.request() or not isinstance(twin.get("fingerprint"), dict):
         return None
     prepend = _strings(twin.get("pythonpath_prepend"))
     watch = _strings(twin.get("watch"))
@@ -42,7 +41,7 @@ def try_warm(settings: Settings, environ: Mapping[str, str]) -> Optional[Result]
         return None
     now = compute(request=settings.request(), python=settings.python, environ=environ, watch=watch,
                   site_dirs=site_dirs, tree_stamp=tree_stamp_path(settings.root))
-    if now != twin["fingerprint"]:
+    if not same(twin["fingerprint"], now):
         return None
     if os.path.isfile(settings.fail_marker):
         remove_file(settings.fail_marker)  # an earlier run's failure never answers for this one
@@ -55,7 +54,7 @@ def try_warm(settings: Settings, environ: Mapping[str, str]) -> Optional[Result]
         env=env_mapping(settings.root, prepend, environ.get("PYTHONPATH"), settings.shim_dir, settings.vllm_moe),
         env_file=settings.env_file, prepend=prepend,
         files={str(k): str(v) for k, v in files.items()} if isinstance(files, dict) else {},
-        durations={"fingerprint": time.monotonic() - started}, run_id=uuid.uuid4().hex[:12],
+        durations={"fingerprint": time.monotonic() - started}, run_id=os.urandom(6).hex(),
     )
 
 
