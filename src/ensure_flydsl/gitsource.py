@@ -95,6 +95,16 @@ def resolve_pin(root: str, pin: str, repo: str) -> Optional[str]:
     return None
 
 
+def has_all_objects(root: str, commit: str, repo: str) -> bool:
+    """Whether every object of ``commit``'s tree is here.  A fetch killed half-way can leave the commit and
+    its trees without some blobs, and git then checks it out without an error, those files missing."""
+    try:
+        git(root, "rev-list", "--quiet", "--objects", "--no-walk", "--missing=error", commit, repo=repo)
+    except CommandFailed:
+        return False
+    return True
+
+
 def remote_refs(root: str, repo: str) -> Dict[str, str]:
     """``git ls-remote``: ref name -> commit, with annotated tags peeled (``refs/tags/v1^{}``)."""
     with failing_as(ExitCode.FETCH, f"cannot list the refs of {repo}", stage="fetch", hint=UNREACHABLE):
@@ -122,7 +132,7 @@ def fetch_pin(root: str, pin: str, repo: str, say: Callable[[str], None],
     full_hash = len(pin) == 40 and bool(_HEX.match(pin))
     if full_hash:
         known = resolve_pin(root, pin, repo)
-        if known:
+        if known and has_all_objects(root, known, repo):
             say(f"commit {pin[:12]} is already in {root}; nothing to fetch")
             return known
     say(f"fetching {pin} from {repo} into {root}")
@@ -153,8 +163,9 @@ def fetch_pin(root: str, pin: str, repo: str, say: Callable[[str], None],
             if name.startswith("refs/tags/") and name.endswith("^{}") and sha == commit]
     tags += [name[len("refs/tags/"):] for name, sha in refs.items()
              if name.startswith("refs/tags/") and not name.endswith("^{}") and sha == commit]
-    if tags:
-        _fetch(root, repo, *(f"+refs/tags/{t}:refs/tags/{t}" for t in sorted(set(tags))))
+    missing = sorted(set(tags) - {pin})  # the pin's own tag is already here
+    if missing:
+        _fetch(root, repo, *(f"+refs/tags/{t}:refs/tags/{t}" for t in missing))
     return commit
 
 
