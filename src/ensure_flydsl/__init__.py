@@ -33,8 +33,14 @@ def ensure(*, environ: Optional[Mapping[str, str]] = None, verbose: bool = False
 
     env = dict(os.environ if environ is None else environ)
     parsed = settings_from_kwargs(settings, env)
-    warm = None if parsed.verify else try_warm(parsed, env)
-    return warm or ensure_run(Run(parsed, Reporter(sys.stderr if verbose else None), env))
+    # As in cli.main: nothing the run makes is world-writable, whatever the caller's umask.
+    previous = os.umask(0o022)
+    os.umask(previous | 0o002)
+    try:
+        warm = None if parsed.verify else try_warm(parsed, env)
+        return warm or ensure_run(Run(parsed, Reporter(sys.stderr if verbose else None), env))
+    finally:
+        os.umask(previous)
 
 
 def activate(result: "Result") -> None:

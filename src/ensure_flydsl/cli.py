@@ -8,7 +8,7 @@ import os
 import signal
 import sys
 import traceback
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, NoReturn, Optional, Sequence
 
 from . import __version__
 from .errors import EXIT_MEANINGS, BadInput, EnsureError, ExitCode, Interrupted
@@ -38,8 +38,14 @@ def _add_setting_flags(parser: argparse.ArgumentParser) -> None:
                                help=f"{setting.help} [{setting.env}]")
 
 
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        # A usage error is bad input: exit 64 and one line (argparse's own exit 2 means "clone failed" here).
+        self.exit(int(ExitCode.BAD_INPUT), f"{self.prog}: {message}\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="ensure-flydsl",
         description="Make `import flydsl, kernels.moe_gemm_2stage` work from one consistent tree: reuse a "
         "good-enough FlyDSL, else provision the pinned one into an isolated folder.",
@@ -116,8 +122,11 @@ def _report_bad_input(exc: BadInput, flags: Dict[str, Optional[str]], environ: D
     """A poller of the seed's recipe only sees markers: leave one, if its folder already exists."""
     path = fail_marker_path(flags, environ)
     if path and os.path.isdir(os.path.dirname(path)):
-        write_failure_marker(path, stage="settings", exit_code=int(exc.code), reason=exc.reason, hint=exc.hint,
-                             log=None, log_tail=[], run_id="", request={})
+        try:
+            write_failure_marker(path, stage="settings", exit_code=int(exc.code), reason=exc.reason,
+                                 hint=exc.hint, log=None, log_tail=[], run_id="", request={})
+        except OSError:
+            pass  # a read-only or full folder: the one line on stderr still says what is wrong
 
 
 def format_error(exc: EnsureError, log_tail: List[str], log_path: Optional[str]) -> str:
@@ -142,6 +151,9 @@ def _raise_interrupted(signum: int, _frame: object) -> None:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    # Under umask 000 (common in containers) the checkout, its .git/hooks and the build would be
+    # world-writable: anyone could plant a hook that the next run's git executes.  Never world-writable.
+    os.umask(os.umask(0o022) | 0o002)
     args = parse_args(sys.argv[1:] if argv is None else argv)
     environ = dict(os.environ)
     if args.command == "_watchdog":

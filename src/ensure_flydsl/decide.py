@@ -11,6 +11,7 @@ from .context import HOW_BUILT, HOW_REUSED, Decision, Run
 from .errors import BadInput, EnsureError
 from .gate import Verdict, evaluate, is_within, package_folder, tree_folders
 from .lock import check_lock_path
+from .markers import marker_path_problem
 from .probe import Interpreter, Probe, describe_interpreter, probe_modules, run_probe
 from .settings import Settings
 from .state import RootState, classify_root, is_ours
@@ -46,9 +47,18 @@ def preflight(settings: Settings, environ: Mapping[str, str]) -> Interpreter:
         anchor = _nearest_existing(os.path.dirname(path))
         if not os.path.isdir(anchor):
             raise BadInput(settings.label(name), path, f"a file path; {anchor} is not a folder")
+        if not os.access(anchor, os.W_OK | os.X_OK):
+            raise BadInput(settings.label(name), path, f"a path this user can create; {anchor} is not writable")
     problem = check_lock_path(settings.lock_file)
     if problem:
         raise BadInput(settings.label("lock_file"), settings.lock_file, f"a lock file path; {problem}")
+    problem = marker_path_problem(settings.fail_marker)
+    if problem:
+        raise BadInput(settings.label("fail_marker"), settings.fail_marker, f"a marker file path; {problem}")
+    problem = check_lock_path(settings.log_file)  # the log is appended to: never through a symlink
+    if problem:
+        raise BadInput(settings.label("root"), settings.root, f"a root whose log {settings.log_file} is a plain "
+                       f"file; {problem}")
     if settings.mlir_path is not None and not is_mlir_install(settings.mlir_path):
         raise BadInput(
             settings.label("mlir_path"), settings.mlir_path, "an MLIR install prefix holding lib/cmake/mlir"

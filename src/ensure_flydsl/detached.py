@@ -79,8 +79,9 @@ def _join_or_launch(settings: Settings, environ: Mapping[str, str], reporter: Re
     run_id = new_run_id()
     alive_fd = store.hold_alive(run_id)
     os.makedirs(settings.base_dir, exist_ok=True)
-    log = open(settings.log_file, "a", encoding="utf-8")
-    os.chmod(settings.log_file, 0o644)
+    # As Reporter.open_log: never append to (or chmod) the target of a symlink planted at the log's path.
+    log = os.open(settings.log_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    os.fchmod(log, 0o644)
     # Announce the run before the worker exists, so that `wait` and `status` issued the moment we return
     # follow it.  Only the worker writes its record after this: no stale write can overwrite its end.
     store.write(new_record(store, run_id, request=settings.request(), fail_marker=settings.fail_marker,
@@ -92,7 +93,7 @@ def _join_or_launch(settings: Settings, environ: Mapping[str, str], reporter: Re
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                 env=dict(environ), start_new_session=True, pass_fds=(alive_fd,), cwd="/")
     finally:
-        log.close()
+        os.close(log)
         os.close(alive_fd)  # the worker holds its own copy of the locked descriptor
     print(json.dumps({"run_id": run_id, "pid": proc.pid, "log": settings.log_file, "state": RUNNING,
                       "joined": False}))

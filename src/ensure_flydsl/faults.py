@@ -24,6 +24,8 @@ POINTS = (
     "verified",  # the full probe passed, the tree stamp not yet written
     "twin-written",  # flydsl_env.json is written, flydsl_env.sh is not
     "published",  # the env file is written, the run has not returned
+    "cache-fetched",  # a cached tree is unpacked into build-fly/python_packages, its stamp not yet written
+    "cache-published",  # a built tree is uploaded to FLYDSL_CACHE (after the env file), the run has not returned
 )
 
 

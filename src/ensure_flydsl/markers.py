@@ -11,6 +11,7 @@ import datetime
 import os
 import shlex
 import socket
+import stat
 from typing import Dict, List, Mapping, Optional, Sequence
 
 from . import __version__, faults
@@ -82,6 +83,20 @@ def read_env_json(env_json: str) -> Optional[Dict[str, object]]:
     return read_json(env_json)
 
 
+def marker_path_problem(path: str) -> Optional[str]:
+    """Why the failure marker cannot go to ``path``, or None.  Writing it replaces what is there: with
+    FLYDSL_BUILD_FAILED=/dev/null, a run as root would replace the device with a JSON file."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"cannot inspect it: {exc.strerror}"
+    if not (stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode)):
+        return "it exists and is not a regular file (the marker would replace it)"
+    return None
+
+
 def write_failure_marker(
     path: str,
     *,
@@ -94,6 +109,8 @@ def write_failure_marker(
     run_id: str,
     request: Mapping[str, object],
 ) -> None:
+    if marker_path_problem(path) is not None:
+        return  # refused as bad input (exit 64); never replace a device or a folder
     atomic_write_json(
         path,
         {

@@ -209,18 +209,24 @@ class Tracker:
         self._last_write = now
         eta = self.eta()
         self.record["eta_s"] = None if eta is None else round(eta, 1)
-        self.store.write(self.record)
+        self._store()
+
+    def _store(self) -> None:
+        try:
+            self.store.write(self.record)
+        except OSError:
+            pass  # a full disk: the record is progress for pollers, never a reason to fail (or crash) the run
 
     # -- the end -----------------------------------------------------------------------------------------
     def succeeded(self, result: Mapping[str, object]) -> None:
         self.store.remember(self.worked)
         self.record.update(state=SUCCEEDED, finished=time.time(), result=dict(result), percent=None, eta_s=0)
-        self.store.write(self.record)
+        self._store()
 
     def failed(self, code: int, stage: str, reason: str) -> None:
         self.record.update(state=FAILED, finished=time.time(),
                            failure={"stage": stage, "exit_code": code, "reason": reason})
-        self.store.write(self.record)
+        self._store()
 
     def close(self) -> None:
         try:

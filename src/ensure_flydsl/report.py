@@ -11,6 +11,7 @@ can show them with the log's path.  When our stream already is the log (the seed
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import os
 import time
@@ -130,21 +131,33 @@ class Reporter:
                 os.replace(path, path + ".1")
         except OSError:
             pass
-        self._log = open(path, "a", encoding="utf-8", errors="replace")
-        os.chmod(path, 0o644)
+        # O_NOFOLLOW: a symlink planted at the log's path must not make us append to (or chmod) its target.
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        os.fchmod(fd, 0o644)
+        self._log = os.fdopen(fd, "a", encoding="utf-8", errors="replace")
         self._write_log(_log_header())
 
     def _write_log(self, line: str) -> None:
         assert self._log is not None
-        self._log.write(line + "\n")
-        self._log.flush()
+        try:
+            self._log.write(line + "\n")
+            self._log.flush()
+        except OSError:
+            # A full disk: the run goes on without its log (and fails or succeeds on its own merits); the
+            # last lines stay in memory for the failure message.
+            log, self._log = self._log, None
+            if not self._log_is_stream:
+                with contextlib.suppress(OSError):
+                    log.close()
 
     def close(self) -> None:
         if self._live and self.stream is not None:
-            self.stream.write("\r\x1b[K")
+            with contextlib.suppress(OSError):
+                self.stream.write("\r\x1b[K")
             self._live = False
         if self._log is not None and not self._log_is_stream:
-            self._log.close()
+            with contextlib.suppress(OSError):
+                self._log.close()
         self._log = None
 
 

@@ -188,7 +188,9 @@ def parse_repo(name: str, value: str) -> str:
 def parse_python(name: str, value: str) -> str:
     if _CONTROL.search(value):
         raise BadInput(name, value, "an interpreter name on PATH or a path to one")
-    return value
+    # A relative path is relative to the caller's folder (the probe and the build run elsewhere); a bare
+    # name is looked up on PATH.
+    return os.path.abspath(value) if "/" in value else value
 
 
 def parse_bool(name: str, value: str) -> bool:
