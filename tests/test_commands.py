@@ -190,3 +190,15 @@ def test_removed_kernels_are_restored(ws: Workspace) -> None:
     out = ws.run()
     assert out.returncode == 0, out.stderr
     assert_one_tree(ws)
+
+
+def test_clean_keeps_the_llvm_build_another_root_shares(ws: Workspace) -> None:
+    second = os.path.join(ws.base, "FlyDSL-second")
+    assert ws.run().returncode == 0
+    assert ws.run(FLYDSL_ROOT=second).returncode == 0
+    llvm = os.path.join(ws.base, "llvm-project")
+    out = ws.run("clean")
+    assert out.returncode == 0 and os.path.isdir(llvm) and "kept " + llvm in out.stdout
+    assert os.path.isdir(second) and not os.path.exists(ws.root)
+    assert ws.run("clean", FLYDSL_ROOT=second).returncode == 0
+    assert not os.path.exists(llvm)

@@ -273,3 +273,15 @@ def test_json_failure_object(ws: Workspace) -> None:
     data = json.loads(out.stdout)
     assert data == {"ok": False, "exit_code": 5, "stage": "build", "hint": data["hint"], "log": ws.log,
                     "reason": "the FlyDSL build failed: scripts/build.sh exited with 1"}
+
+
+def test_a_lock_timeout_marker_is_answered_by_the_build_it_waited_for(ws: Workspace) -> None:
+    """Exit 7 leaves a marker (any failure does), but the build that held the lock, once it succeeds for
+    the same request, takes it away: a poller never sees "failed" beside the success."""
+    builder = ws.popen(FIXTURE_BUILD_SLEEP="1")
+    wait_for(os.path.join(ws.counter, "build.started"))
+    impatient = ws.run("--lock-timeout", "0.2")
+    assert impatient.returncode == 7 and ws.marker()["exit_code"] == 7
+    out, err = builder.communicate(timeout=60)
+    assert builder.returncode == 0, err
+    assert os.path.exists(ws.env_file) and not os.path.exists(ws.fail_marker)

@@ -12,6 +12,7 @@ from .fingerprint import compute, watch_folders
 from .gate import package_folder
 from .result import Result
 from .state import claim_root
+from .util import read_json, remove_file
 from .warm import tree_stamp_path
 
 
@@ -63,6 +64,7 @@ def publish(run: Run, decision: Decision, action: str) -> Result:
                 shim_dir=settings.shim_dir, vllm_moe=settings.vllm_moe, details=details,
             )
             run.say(f"wrote {settings.env_file}")
+        clear_answered_failure(run)
     env = markers.env_mapping(
         settings.root, decision.prepend, run.environ.get("PYTHONPATH"), settings.shim_dir, settings.vllm_moe
     )
@@ -73,6 +75,14 @@ def publish(run: Run, decision: Decision, action: str) -> Result:
         prepend=list(decision.prepend), files=dict(decision.verdict.files), durations=dict(run.durations),
         run_id=run.run_id,
     )
+
+
+def clear_answered_failure(run: Run) -> None:
+    """A failure marker for this same request, written while this run worked (a caller that gave up
+    waiting for the lock, exit 7), is answered now: a poller must not see "failed" beside a success."""
+    marker = read_json(run.settings.fail_marker)
+    if marker is not None and marker.get("request") == run.settings.request():
+        remove_file(run.settings.fail_marker)
 
 
 def _read_text(path: str) -> Optional[str]:
@@ -99,7 +109,11 @@ def record_failure(run: Run, exc: BaseException) -> None:
         run.tracker.failed(int(code), stage, reason)
     if not os.path.isdir(os.path.dirname(settings.fail_marker)):
         return  # bad input about the marker's own folder: nothing may be created
-    markers.write_failure_marker(
-        settings.fail_marker, stage=stage, exit_code=int(code), reason=reason, hint=hint,
-        log=run.reporter.log_path, log_tail=run.reporter.tail(20), run_id=run.run_id, request=settings.request(),
-    )
+    try:
+        markers.write_failure_marker(
+            settings.fail_marker, stage=stage, exit_code=int(code), reason=reason, hint=hint,
+            log=run.reporter.log_path, log_tail=run.reporter.tail(20), run_id=run.run_id,
+            request=settings.request(),
+        )
+    except OSError as exc:  # a full disk or a read-only folder: report the run's failure, not this one
+        run.say(f"could not write the failure marker {settings.fail_marker}: {exc}")

@@ -35,8 +35,12 @@ def clean(settings: Settings, reporter: Reporter) -> int:
             removed.append(settings.env_file)
         record_path = llvm_record_path(settings.base_dir)
         record = read_json(record_path)
-        if record and record.get("created"):
-            llvm_dir = os.path.dirname(mlir_install_of(settings.base_dir))
+        llvm_dir = os.path.dirname(mlir_install_of(settings.base_dir))
+        sharing = _other_roots(settings)
+        if record and record.get("created") and sharing:
+            reporter.say(f"kept {llvm_dir}: the other roots in {settings.base_dir} build with it too "
+                         f"({', '.join(sharing[:3])})")
+        elif record and record.get("created"):
             if os.path.lexists(llvm_dir):
                 remove_tree(llvm_dir)
                 removed.append(llvm_dir)
@@ -51,6 +55,16 @@ def clean(settings: Settings, reporter: Reporter) -> int:
         if not removed:
             reporter.say("nothing to clean")
     return 0
+
+
+def _other_roots(settings: Settings) -> List[str]:
+    """The other roots of this tool in the same folder (they share its LLVM build)."""
+    try:
+        names = os.listdir(settings.base_dir)
+    except OSError:
+        return []
+    return [os.path.join(settings.base_dir, n) for n in sorted(names)
+            if os.path.join(settings.base_dir, n) != settings.root and is_ours(os.path.join(settings.base_dir, n))]
 
 
 def _clean_runs(settings: Settings) -> List[str]:
