@@ -7,7 +7,6 @@ import json
 import os
 import signal
 import sys
-import traceback
 from typing import Callable, Dict, List, NoReturn, Optional, Sequence
 
 from . import __version__
@@ -192,6 +191,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
               file=sys.stderr)
         return int(ExitCode.INTERRUPTED)
     except Exception:
+        import traceback
+
         text = traceback.format_exc()
         reporter.build_line(text)
         print(f"ensure-flydsl: internal error (exit 70), a bug; please report it with this:\n{text}",

@@ -7,10 +7,8 @@ rename) and the env file last: its existence is the success signal.
 
 from __future__ import annotations
 
-import datetime
 import os
 import shlex
-import socket
 import stat
 from typing import Dict, List, Mapping, Optional, Sequence
 
@@ -122,7 +120,7 @@ def write_failure_marker(
             "log_tail": log_tail,
             "run_id": run_id,
             "pid": os.getpid(),
-            "host": socket.gethostname(),
+            "host": _hostname(),
             "time": now_iso(),
             "request": dict(request),
         },
@@ -130,4 +128,12 @@ def write_failure_marker(
 
 
 def now_iso() -> str:
+    import datetime  # here, not at the top: the warm path imports this module for render_env_sh alone
+
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def _hostname() -> str:
+    import socket
+
+    return socket.gethostname()

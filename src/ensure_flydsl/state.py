@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import shutil
 import time
 from typing import Dict, List, Mapping, Optional
 
@@ -209,4 +208,6 @@ def remove_tree(path: str) -> None:
     if os.path.islink(path):
         os.unlink(path)
     elif os.path.isdir(path):
+        import shutil
+
         shutil.rmtree(path)

@@ -1,4 +1,8 @@
-"""The two edges every module shares: running a command and writing a file atomically."""
+"""The two edges every module shares: running a command and writing a file atomically.
+
+``subprocess``, ``signal`` and ``tempfile`` are imported where they are used: the warm path (which only
+reads) imports this module, and those three cost more to import than its whole check.
+"""
 
 from __future__ import annotations
 
@@ -6,10 +10,10 @@ import contextlib
 import json
 import os
 import shlex
-import signal
-import subprocess
-import tempfile
-from typing import Callable, Dict, Iterator, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Dict, Iterator, Mapping, Optional, Sequence
+
+if TYPE_CHECKING:
+    import subprocess
 
 
 class CommandFailed(Exception):
@@ -41,6 +45,8 @@ def cmd_output(
     check: bool = True,
 ) -> str:
     """Run a short command and return its stdout+stderr; raise CommandFailed on a non-zero exit."""
+    import subprocess
+
     try:
         proc = subprocess.run(
             list(cmd),
@@ -78,6 +84,8 @@ def stream_command(
     an exception), the whole group is terminated and reaped before the exception goes on, so no orphaned
     build keeps writing into the tree.
     """
+    import subprocess
+
     try:
         proc = subprocess.Popen(
             list(cmd),
@@ -107,6 +115,9 @@ def stream_command(
 
 def _stop_group(proc: "subprocess.Popen[bytes]") -> None:
     """SIGTERM the group, give it 10 s, then SIGKILL whatever of it is left (the leader may go first)."""
+    import signal
+    import subprocess
+
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGTERM)
     try:
@@ -124,6 +135,8 @@ def atomic_write(path: str, data: bytes, mode: int = 0o644) -> None:
     The temporary file lives in the same folder (same file system, so the rename is atomic), is flushed
     to disk before the rename, and its mode is set explicitly (never world-writable, whatever the umask).
     """
+    import tempfile
+
     folder = os.path.dirname(path) or "."
     fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=folder)
     try:
