@@ -259,6 +259,16 @@ def make_installed_tree(path: str, version: str, python: str = sys.executable) -
     return path
 
 
+def make_split_trees(folder: str, version: str = "0.2.5") -> str:
+    """flydsl in one folder and kernels in another (two installs that happen to sit on one path): each
+    imports, but not from one tree.  Returns the PYTHONPATH that puts both on the path."""
+    a = make_installed_tree(os.path.join(folder, "a"), version)
+    b = make_installed_tree(os.path.join(folder, "b"), version)
+    os.rename(os.path.join(a, "kernels"), os.path.join(a, "kernels-gone"))
+    os.rename(os.path.join(b, "flydsl"), os.path.join(b, "flydsl-gone"))
+    return f"{a}:{b}"
+
+
 def make_tool_wheel(folder: str) -> str:
     """A tiny wheel (fixture_tool 1.0), written by hand so no build backend or network is needed, for the
     build's `pip install`; returns the folder holding it."""

@@ -9,7 +9,7 @@ import sys
 import textwrap
 
 from conftest import Workspace
-from flydsl_fixture import make_installed_tree
+from flydsl_fixture import make_installed_tree, make_split_trees
 from test_ensure import assert_one_tree
 
 
@@ -39,11 +39,7 @@ def test_verify_prints_each_modules_file(ws: Workspace) -> None:
 
 
 def test_verify_fails_for_two_trees(ws: Workspace, tmp_path: "os.PathLike[str]") -> None:
-    a = make_installed_tree(os.path.join(str(tmp_path), "a"), "0.2.5")
-    b = make_installed_tree(os.path.join(str(tmp_path), "b"), "0.2.5")
-    os.rename(os.path.join(a, "kernels"), os.path.join(a, "k2"))
-    os.rename(os.path.join(b, "flydsl"), os.path.join(b, "f2"))
-    out = ws.run("verify", PYTHONPATH=f"{a}:{b}")
+    out = ws.run("verify", PYTHONPATH=make_split_trees(str(tmp_path)))
     assert out.returncode == 6 and "different trees" in out.stdout
 
 

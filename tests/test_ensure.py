@@ -11,7 +11,7 @@ import time
 
 import pytest
 from conftest import Workspace, other_python
-from flydsl_fixture import make_installed_tree
+from flydsl_fixture import make_installed_tree, make_split_trees
 
 
 def wait_for(path: str, timeout: float = 30.0) -> None:
@@ -111,11 +111,7 @@ def test_ambient_below_the_floor_is_not_reused(ws: Workspace, tmp_path: "os.Path
 
 
 def test_ambient_split_across_two_trees_is_not_reused(ws: Workspace, tmp_path: "os.PathLike[str]") -> None:
-    a = make_installed_tree(os.path.join(str(tmp_path), "a"), "0.2.5")
-    b = make_installed_tree(os.path.join(str(tmp_path), "b"), "0.2.5")
-    os.rename(os.path.join(a, "kernels"), os.path.join(a, "kernels-gone"))
-    os.rename(os.path.join(b, "flydsl"), os.path.join(b, "flydsl-gone"))
-    out = ws.run("--json", PYTHONPATH=f"{a}:{b}")
+    out = ws.run("--json", PYTHONPATH=make_split_trees(str(tmp_path)))
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["how"] == "built"
     assert "different trees" in out.stderr

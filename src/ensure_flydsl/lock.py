@@ -13,14 +13,13 @@ import datetime
 import inspect
 import os
 import socket
-import stat
 import time
 from typing import Callable, Dict, Iterator, Optional
 
 import filelock
 
 from .errors import EnsureError, ExitCode
-from .util import atomic_write_json, read_json, remove_file
+from .util import atomic_write_json, file_path_problem, read_json, remove_file
 
 WAIT_REPORT_INTERVAL_S = 30.0
 
@@ -49,17 +48,7 @@ def _make_lock(path: str) -> filelock.BaseFileLock:
 def check_lock_path(path: str) -> Optional[str]:
     """Why ``path`` cannot serve as the lock file, or None.  A symlink could redirect the lock (and the
     holder record written beside it) to a file of somebody else's."""
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        return f"cannot inspect it: {exc.strerror}"
-    if stat.S_ISLNK(st.st_mode):
-        return "it is a symbolic link; use a plain file path"
-    if not stat.S_ISREG(st.st_mode):
-        return "it exists and is not a regular file"
-    return None
+    return file_path_problem(path, symlink_ok=False)
 
 
 @contextlib.contextmanager

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import os
 import shlex
-import stat
 from typing import Dict, List, Mapping, Optional, Sequence
 
 from . import __version__, faults
-from .util import atomic_write, atomic_write_json, read_json, remove_file
+from .util import atomic_write, atomic_write_json, file_path_problem, read_json, remove_file
 
 
 def env_mapping(
@@ -82,17 +81,8 @@ def read_env_json(env_json: str) -> Optional[Dict[str, object]]:
 
 
 def marker_path_problem(path: str) -> Optional[str]:
-    """Why the failure marker cannot go to ``path``, or None.  Writing it replaces what is there: with
-    FLYDSL_BUILD_FAILED=/dev/null, a run as root would replace the device with a JSON file."""
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        return f"cannot inspect it: {exc.strerror}"
-    if not (stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode)):
-        return "it exists and is not a regular file (the marker would replace it)"
-    return None
+    """Why the failure marker cannot go to ``path`` (it is renamed into place: a symlink is fine)."""
+    return file_path_problem(path, symlink_ok=True)
 
 
 def write_failure_marker(

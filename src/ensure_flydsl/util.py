@@ -10,6 +10,7 @@ import contextlib
 import json
 import os
 import shlex
+import stat
 from typing import TYPE_CHECKING, Callable, Dict, Iterator, Mapping, Optional, Sequence
 
 if TYPE_CHECKING:
@@ -165,6 +166,27 @@ def read_json(path: str) -> Optional[Dict[str, object]]:
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
+
+
+def file_path_problem(path: str, *, symlink_ok: bool) -> Optional[str]:
+    """Why ``path`` cannot be a file the tool writes (or locks), or None when it is absent or a plain file.
+
+    A device or a folder there would be replaced (FLYDSL_BUILD_FAILED=/dev/null, as root, would turn the
+    device into a JSON file).  A symlink is refused where the tool opens the path (a lock, a log): it would
+    redirect the write or the lock to somebody else's file; it is fine where the tool only renames a new
+    file over the path, which replaces the link itself.
+    """
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"cannot inspect it: {exc.strerror}"
+    if stat.S_ISLNK(st.st_mode):
+        return None if symlink_ok else "it is a symbolic link; use a plain file path"
+    if not stat.S_ISREG(st.st_mode):
+        return "it exists and is not a regular file (writing there would replace it)"
+    return None
 
 
 def remove_file(path: str) -> bool:
