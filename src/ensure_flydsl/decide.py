@@ -26,13 +26,21 @@ def _nearest_existing(path: str) -> str:
     return path
 
 
+def _check_creatable(label: str, value: str, folder: str) -> None:
+    """``folder`` exists as a folder this user can write in, or can be created: its nearest existing
+    ancestor is a writable folder (not a file, not read-only)."""
+    anchor = _nearest_existing(folder)
+    if not os.path.isdir(anchor):
+        raise BadInput(label, value, f"a path whose folders can be created; {anchor} is a file, so nothing can "
+                       "be created under it")
+    if not os.access(anchor, os.W_OK | os.X_OK):
+        raise BadInput(label, value, f"a path this user can create; {anchor} is not writable")
+
+
 def check_root_location(settings: Settings) -> RootState:
     root, label = settings.root, settings.label("root")
-    anchor = _nearest_existing(root)
-    if anchor != root and not os.path.isdir(anchor):
-        raise BadInput(label, root, f"a folder path; {anchor} is a file, so nothing can be created under it")
-    if anchor != root and not os.access(anchor, os.W_OK | os.X_OK):
-        raise BadInput(label, root, f"a path this user can create; {anchor} is not writable")
+    if not os.path.lexists(root):
+        _check_creatable(label, root, root)
     state = classify_root(root, settings.repo)
     if state.kind == "foreign":
         raise BadInput(label, root, f"an empty or new folder, or a checkout made by ensure-flydsl; {state.reason}")
@@ -44,11 +52,7 @@ def preflight(settings: Settings, environ: Mapping[str, str]) -> Interpreter:
     check_root_location(settings)
     for name in ("lock_file", "fail_marker"):
         path = getattr(settings, name)
-        anchor = _nearest_existing(os.path.dirname(path))
-        if not os.path.isdir(anchor):
-            raise BadInput(settings.label(name), path, f"a file path; {anchor} is not a folder")
-        if not os.access(anchor, os.W_OK | os.X_OK):
-            raise BadInput(settings.label(name), path, f"a path this user can create; {anchor} is not writable")
+        _check_creatable(settings.label(name), path, os.path.dirname(path))
     problem = check_lock_path(settings.lock_file)
     if problem:
         raise BadInput(settings.label("lock_file"), settings.lock_file, f"a lock file path; {problem}")
@@ -65,13 +69,7 @@ def preflight(settings: Settings, environ: Mapping[str, str]) -> Interpreter:
         )
     if settings.cache is not None:
         if settings.cache.startswith("/"):
-            anchor = _nearest_existing(settings.cache)
-            if not os.path.isdir(anchor):
-                raise BadInput(settings.label("cache"), settings.cache,
-                               f"a folder path or an fsspec URL; {anchor} is a file, so no cache can live under it")
-            if not os.access(anchor, os.W_OK | os.X_OK):
-                allowed = f"a folder this user can write; {anchor} is not writable"
-                raise BadInput(settings.label("cache"), settings.cache, allowed)
+            _check_creatable(settings.label("cache"), settings.cache, settings.cache)
         try:
             open_cache(settings.cache)
         except CacheError as exc:

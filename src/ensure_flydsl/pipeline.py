@@ -10,7 +10,7 @@ import contextlib
 import shutil
 
 from . import markers
-from .context import HOW_REUSED, Run
+from .context import HOW_REUSED, Decision, Run
 from .decide import decide, preflight
 from .errors import BadInput, EnsureError, ExitCode
 from .gate import is_within
@@ -49,8 +49,7 @@ def _ensure(run: Run) -> Result:
         withdraw_stale_markers(run)
         decision = decide(run)
     if decision.ok:
-        action = "verified" if decision.how != HOW_REUSED and is_within(str(decision.tree), settings.root) else "reused"
-        return publish(run, decision, action)
+        return publish(run, decision, _action(decision, settings.root))
     if settings.strategy == "reuse-only":
         raise EnsureError(
             ExitCode.PROBE,
@@ -67,18 +66,21 @@ def _ensure(run: Run) -> Result:
                 build_lock(settings.lock_file, timeout=settings.lock_timeout, run_id=run.run_id, say=run.say)
             )
         run.reporter.open_log(settings.log_file)
+        # A concurrent run may have finished while we waited: its fingerprint answers without a probe
+        # (sixteen waiters do not probe one after another), else a probe does.
         warm = None if settings.verify else try_warm(settings, run.environ)
-        if warm is not None:
-            # The run we waited for published a tree for this very request: its fingerprint says so,
-            # without a probe (sixteen waiters do not probe one after another).
+        if warm is None:
+            with run.step("probe"):
+                decision = decide(run, again=True)
+        if warm is not None or decision.ok:
             run.say("another run finished this while we waited for the lock")
-            return warm
-        with run.step("probe"):
-            decision = decide(run, again=True)  # a concurrent run may have finished while we waited
-        if decision.ok:
-            run.say("another run finished this while we waited for the lock")
-            return publish(run, decision, "verified" if is_within(str(decision.tree), settings.root) else "reused")
+            return warm or publish(run, decision, _action(decision, settings.root))
         # Under the lock nobody else publishes: an env file still here answers for a tree that fails now.
         if markers.withdraw_env_file(settings.env_file, settings.env_json):
             run.say(f"took away {settings.env_file}: the tree it names does not pass the probe now")
         return provision(run)
+
+
+def _action(decision: Decision, root: str) -> str:
+    """What a call that found a good tree did: confirmed the root's own ("verified"), or took one elsewhere."""
+    return "verified" if decision.how != HOW_REUSED and is_within(str(decision.tree), root) else "reused"

@@ -76,7 +76,7 @@ def claim_for_build(run: Run) -> None:
 
 
 def fetch_and_checkout(run: Run) -> str:
-    """The pin's commit, checked out (with submodules) in the root; returns the commit."""
+    """The pin's commit, checked out in the root (submodules come later, for a source build only)."""
     settings, root, stamps = run.settings, run.settings.root, run.stamps
     pin = pin_as_tag(settings.pin) if settings.strategy == "release" else settings.pin
     gitsource.clear_stale_git_locks(root, run.say)
