@@ -335,3 +335,30 @@ def test_doctor_for_the_real_pin_reports_the_missing_hip(tmp_path: "os.PathLike[
     assert hip["status"] == "missing" and hip["blocking"] is True
     assert "lib/Runtime/ROCm/CMakeLists.txt does find_package(hip REQUIRED)" in str(hip["detail"])
     assert data["ok"] is False and data["exit_code"] != 0
+
+
+def test_parse_gitmodules() -> None:
+    from ensure_flydsl.needs import parse_gitmodules
+
+    text = ('[submodule "thirdparty/dlpack"]\n\tpath = thirdparty/dlpack\n\turl = https://github.com/dmlc/dlpack.git\n'
+            '[submodule "x"]\n  url = ../x.git\n  path = third party/x\n[submodule "broken"]\n\tpath = y\n')
+    assert parse_gitmodules(text) == (("thirdparty/dlpack", "https://github.com/dmlc/dlpack.git"),
+                                      ("third party/x", "../x.git"))
+    assert parse_gitmodules("") == ()
+
+
+def test_submodules_that_cannot_be_fetched_stop_at_fetch(tmp_path: "os.PathLike[str]", own_repo: FixtureRepo) -> None:
+    """A source build fetches the submodules first (FlyDSL's point at GitHub): the doctor predicts that."""
+    from flydsl_fixture import add_submodule
+
+    sub = os.path.join(str(tmp_path), "dlpack.git")
+    add_submodule(own_repo, sub, "with-sub")
+    ws = workspace_for(tmp_path, own_repo, "with-sub")
+    reachable = check_of(doctor_json(ws), "submodules")
+    assert reachable["status"] == "ok" and "thirdparty/dlpack" in str(reachable["detail"])
+    shutil.rmtree(sub)
+    out = doctor(ws)
+    assert out.returncode == 2, out.stdout
+    assert "[MISSING] submodules" in out.stdout and f"{sub} does not exist" in out.stdout
+    assert "(a run would stop at its fetch step, exit 2)" in out.stdout
+    assert check_of(doctor_json(ws), "submodules")["blocking"] is True

@@ -373,6 +373,44 @@ def check_llvm_source(ctx: RunContext) -> Check:
                  remedy, True, "llvm")
 
 
+def _submodule_url(url: str, repo: str) -> str:
+    """A submodule URL as git resolves it: ``../x`` and ``./x`` are relative to the superproject's URL."""
+    if not url.startswith(("./", "../")):
+        return url
+    base = repo.rstrip("/")
+    for part in url.split("/"):
+        if part == "..":
+            base = base.rsplit("/", 1)[0] if "/" in base else base
+        elif part not in (".", ""):
+            base = f"{base}/{part}"
+    return base
+
+
+def check_submodules(ctx: RunContext, checkout: Optional[str]) -> Check:
+    """A source build fetches the pin's submodules first: those whose repository does not answer stop it."""
+    subs = ctx.needs.submodules
+    if not subs:
+        return _skip("submodules", "the pin has no submodules", "fetch")
+    unreachable: List[str] = []
+    for path, url in subs:
+        if any(top and os.path.exists(os.path.join(top, path, ".git")) for top in (checkout, ctx.settings.root)):
+            continue  # already fetched into the checkout
+        where = _submodule_url(url, ctx.settings.repo)
+        if is_local_repo(where):
+            local = where[len("file://"):] if where.startswith("file://") else where
+            if not os.path.isdir(local):
+                unreachable.append(f"{path} ({local} does not exist)")
+            continue
+        answered, out = _ls_remote(where, ctx.environ, ctx.timeout, "HEAD")
+        if not answered:
+            unreachable.append(f"{path} ({where}: {out})")
+    if unreachable:
+        return Check("submodules", MISSING, "the pin's submodules cannot be fetched: " + "; ".join(unreachable),
+                     "make them reachable, or mirror them and point git there "
+                     "(git config --global url.<mirror>.insteadOf <url>)", True, "fetch")
+    return _ok("submodules", f"{len(subs)} submodule(s) can be fetched: " + ", ".join(p for p, _ in subs), "fetch")
+
+
 def _free_bytes(path: str) -> Tuple[Optional[int], str]:
     while not os.path.exists(path) and os.path.dirname(path) != path:
         path = os.path.dirname(path)

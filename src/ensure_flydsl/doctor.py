@@ -43,6 +43,7 @@ from .checks import (
     check_repository,
     check_reuse,
     check_root,
+    check_submodules,
     check_tool,
     disk_check,
     installer_python,
@@ -130,6 +131,7 @@ def run_checks(
                       submit(check_headers, ctx)]
             later += [submit(check_tool, ctx, name, tools) for name in ("cmake", "ninja", "patchelf", "nanobind")]
             later.append(submit(check_hip_package, ctx))
+            later.append(submit(check_submodules, ctx, checkout))
         if strategy in ("release", "auto"):
             later.append(submit(check_release, ctx, checkout, demanded=strategy == "release"))
         checks = [interp_check] + [f.result() for f in early + later]

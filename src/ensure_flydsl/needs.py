@@ -24,6 +24,7 @@ MIN_CMAKE = "3.20"  # LLVM's own minimum: never ask for less
 DEFAULT_LLVM_REMOTE = "https://github.com/llvm/llvm-project.git"
 LLVM_SCRIPT = "scripts/build_llvm.sh"
 LLVM_HASH = "thirdparty/llvm-hash.txt"
+GITMODULES = ".gitmodules"
 _SKIPPED_DIRS = ("thirdparty", "build-fly", ".git", ".ensure_flydsl", "node_modules")
 
 _FIND_HIP = re.compile(r"find_package\s*\(\s*hip\b([^)]*)\)", re.IGNORECASE)
@@ -52,6 +53,7 @@ class BuildNeeds:
     llvm_cmake: bool  # build_llvm.sh configures and builds LLVM with CMake (the heavy step)
     llvm_python_bindings: bool  # MLIR's Python bindings: Python.h and nanobind for the LLVM step
     llvm_pip: Tuple[str, ...]  # packages build_llvm.sh pip-installs by name
+    submodules: Tuple[Tuple[str, str], ...] = ()  # (path, url) from .gitmodules: fetched for a source build
 
     def summary(self) -> str:
         parts = []
@@ -89,6 +91,8 @@ KNOWN_FLYDSL_NEEDS = BuildNeeds(
     llvm_cmake=True,
     llvm_python_bindings=True,
     llvm_pip=("nanobind", "numpy", "pybind11"),
+    submodules=(("thirdparty/dlpack", "https://github.com/dmlc/dlpack.git"),
+                ("thirdparty/tvm-ffi", "https://github.com/apache/tvm-ffi.git")),
 )
 
 
@@ -98,7 +102,7 @@ def is_build_file(path: str) -> bool:
     return (
         name == "CMakeLists.txt"
         or name.endswith(".cmake")
-        or path in (LLVM_SCRIPT, LLVM_HASH, "pyproject.toml")
+        or path in (LLVM_SCRIPT, LLVM_HASH, "pyproject.toml", GITMODULES)
     )
 
 
@@ -148,6 +152,7 @@ def needs_from_files(files: Mapping[str, str], source: str) -> BuildNeeds:
                 pip_packages.append(word)
     commit = files.get(LLVM_HASH, "").strip() or None
     nanobind = "nanobind" in flydsl_text
+    submodules = parse_gitmodules(files.get(GITMODULES, ""))
     return BuildNeeds(
         source=source,
         read=True,
@@ -164,7 +169,19 @@ def needs_from_files(files: Mapping[str, str], source: str) -> BuildNeeds:
         llvm_cmake=re.search(r"^\s*cmake\b", llvm, re.MULTILINE) is not None,
         llvm_python_bindings="MLIR_ENABLE_BINDINGS_PYTHON=ON" in llvm,
         llvm_pip=tuple(pip_packages),
+        submodules=submodules,
     )
+
+
+def parse_gitmodules(text: str) -> Tuple[Tuple[str, str], ...]:
+    """(path, url) of each ``[submodule]`` section that has both (git's own config syntax, simply read)."""
+    found = []
+    for section in re.split(r"^\s*\[submodule\b[^\]]*\]\s*$", text, flags=re.MULTILINE)[1:]:
+        path = re.search(r"^\s*path\s*=\s*(.+?)\s*$", section, re.MULTILINE)
+        url = re.search(r"^\s*url\s*=\s*(.+?)\s*$", section, re.MULTILINE)
+        if path and url:
+            found.append((path.group(1), url.group(1)))
+    return tuple(found)
 
 
 # ---------------------------------------------------------------------------------------------------------
