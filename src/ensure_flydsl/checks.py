@@ -389,6 +389,8 @@ def _submodule_url(url: str, repo: str) -> str:
 def check_submodules(ctx: RunContext, checkout: Optional[str]) -> Check:
     """A source build fetches the pin's submodules first: those whose repository does not answer stop it."""
     subs = ctx.needs.submodules
+    if not ctx.needs.read:
+        return _skip("submodules", "the pin's source could not be read (see the repository check)", "fetch")
     if not subs:
         return _skip("submodules", "the pin has no submodules", "fetch")
     unreachable: List[str] = []
