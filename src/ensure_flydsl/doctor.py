@@ -34,16 +34,11 @@ from .checks import (
     check_git,
     check_headers,
     check_hip_package,
-    check_index,
     check_interpreter,
-    check_llvm_source,
     check_memory,
     check_mlir,
-    check_release,
-    check_repository,
     check_reuse,
     check_root,
-    check_submodules,
     check_tool,
     disk_check,
     installer_python,
@@ -52,6 +47,7 @@ from .checks import (
 )
 from .errors import EnsureError, ExitCode
 from .needs import KNOWN_FLYDSL_NEEDS, BuildNeeds, build_tools, find_needs
+from .remote_checks import check_index, check_llvm_source, check_release, check_repository, check_submodules
 from .settings import Settings
 
 __all__ = ["Check", "Diagnosis", "diagnose", "disk_check", "first_blocking", "llvm_step_needed", "memory_check",
