@@ -19,6 +19,7 @@ import sys
 import threading
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
+from .answer import roots_sharing_marker, sharing_advice
 from .build import (
     MEMORY_PER_JOB_BYTES,
     available_memory,
@@ -227,6 +228,16 @@ def check_reuse(settings: Settings, environ: Mapping[str, str], interp: Optional
     if decision.ok:
         return _ok("reuse", f"reusable: {decision.reason} (ensure will reuse it; nothing is built)", "probe")
     return Check("reuse", MISSING, f"nothing to reuse: {decision.reason}", remedy, blocking, "probe")
+
+
+def check_marker_sharing(settings: Settings) -> Check:
+    sharing = roots_sharing_marker(settings)
+    if not sharing:
+        return _ok("fail-marker", f"{settings.fail_marker} is this root's alone", "settings")
+    advice = sharing_advice(settings, sharing)
+    problem, remedy = advice.split("; give each root its own, ")
+    return Check("fail-marker", WRONG, problem, "give each root its own FLYDSL_BUILD_FAILED, " + remedy, False,
+                 "settings")
 
 
 def check_git(environ: Mapping[str, str]) -> Check:

@@ -13,27 +13,22 @@ import os
 import subprocess
 import sys
 import time
-from typing import Callable, Dict, Mapping, Optional
+from typing import Callable, Dict, Mapping
 
 import filelock
 
 from . import markers
+from .answer import live_runs
 from .decide import preflight
 from .pipeline import Run, ensure_run
 from .progress import kill_build_group, mark_died, new_record
+from .publish import withdraw_own_failure_marker
 from .report import Reporter
 from .runs import RUNNING, RunStore, new_run_id
 from .settings import Settings
 from .state import Stamps, is_ours
 
 JOIN_PID_WAIT_S = 2.0
-
-
-def live_run(store: RunStore, request: Mapping[str, object]) -> Optional[Dict[str, object]]:
-    record = store.latest_for(request)
-    if record and record.get("state") == RUNNING and store.is_alive(str(record["run_id"])):
-        return record
-    return None
 
 
 def _with_pid(store: RunStore, record: Dict[str, object]) -> Dict[str, object]:
@@ -48,8 +43,7 @@ def _with_pid(store: RunStore, record: Dict[str, object]) -> Dict[str, object]:
 def withdraw_markers_for(settings: Settings, say: Callable[[str], None]) -> None:
     """Before ``start`` returns: no failure marker of an earlier run, and no env file that does not answer
     this request (another request, or a tree of ours no longer stamped as finished for it)."""
-    if os.path.isfile(settings.fail_marker):
-        os.unlink(settings.fail_marker)
+    withdraw_own_failure_marker(settings)
     twin = markers.read_env_json(settings.env_json)
     stale = twin is None or twin.get("request") != settings.request()
     if not stale and twin and is_ours(settings.root) and twin.get("how") != "reused":
@@ -69,9 +63,9 @@ def start(settings: Settings, environ: Mapping[str, str], reporter: Reporter) ->
 
 
 def _join_or_launch(settings: Settings, environ: Mapping[str, str], reporter: Reporter, store: RunStore) -> int:
-    running = live_run(store, settings.request())
-    if running is not None:
-        running = _with_pid(store, running)
+    live = live_runs(store, settings.request())
+    if live:
+        running = _with_pid(store, live[0])
         print(json.dumps({"run_id": running["run_id"], "pid": running["pid"], "log": running["log"],
                           "state": RUNNING, "joined": True}))
         return 0

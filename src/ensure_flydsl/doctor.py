@@ -35,6 +35,7 @@ from .checks import (
     check_headers,
     check_hip_package,
     check_interpreter,
+    check_marker_sharing,
     check_memory,
     check_mlir,
     check_reuse,
@@ -130,7 +131,7 @@ def run_checks(
             later.append(submit(check_submodules, ctx, checkout))
         if strategy in ("release", "auto"):
             later.append(submit(check_release, ctx, checkout, demanded=strategy == "release"))
-        checks = [interp_check] + [f.result() for f in early + later]
+        checks = [interp_check] + [f.result() for f in early + later] + [check_marker_sharing(settings)]
         if fetches:
             checks.append(check_index(ctx, release=strategy == "release"))
         wheel = next((c for c in checks if c.name == "release-wheel"), None)

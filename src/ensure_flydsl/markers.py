@@ -85,6 +85,15 @@ def marker_path_problem(path: str) -> Optional[str]:
     return file_path_problem(path, symlink_ok=True)
 
 
+def marker_names(marker: Optional[Mapping[str, object]], root: str) -> bool:
+    """Whether a failure marker was written for ``root`` (one without a request, the bash executor's, is
+    taken as the root's own: it cannot say otherwise)."""
+    if marker is None:
+        return False
+    request = marker.get("request")
+    return not isinstance(request, dict) or request.get("root") == root
+
+
 def write_failure_marker(
     path: str,
     *,

@@ -10,6 +10,7 @@ import contextlib
 import shutil
 
 from . import markers
+from .answer import roots_sharing_marker, sharing_advice
 from .context import HOW_REUSED, Decision, Run
 from .decide import decide, preflight
 from .errors import BadInput, EnsureError, ExitCode
@@ -47,6 +48,9 @@ def _ensure(run: Run) -> Result:
     with run.step("probe"):
         run.interpreter = preflight(settings, run.environ)
         withdraw_stale_markers(run)
+        sharing = roots_sharing_marker(settings)
+        if sharing:
+            run.say("note: " + sharing_advice(settings, sharing))
         decision = decide(run)
     if decision.ok:
         return publish(run, decision, _action(decision, settings.root))
@@ -65,6 +69,8 @@ def _ensure(run: Run) -> Result:
             held.enter_context(
                 build_lock(settings.lock_file, timeout=settings.lock_timeout, run_id=run.run_id, say=run.say)
             )
+            if run.tracker is not None:
+                run.tracker.held_lock()
         run.reporter.open_log(settings.log_file)
         # A concurrent run may have finished while we waited: its fingerprint answers without a probe
         # (sixteen waiters do not probe one after another), else a probe does.

@@ -64,21 +64,29 @@ def died_reason(record: Mapping[str, object]) -> str:
 
 
 def mark_died(store: RunStore, record: Dict[str, object]) -> Dict[str, object]:
-    """Record a dead run as failed with exit 9 and write the failure marker (idempotent)."""
+    """Record a dead run as failed with exit 9 and write the failure marker (idempotent).
+
+    It ended when it last gave a sign of life, not when its death is noticed: a caller killed while it
+    waited for the lock must not look newer than the run that went on to build.  Nor does such a caller
+    write the marker while another run for its request lives: that run will answer for the request."""
     reason = died_reason(record)
+    last_seen = record.get("updated")
     record.update(
         state=FAILED,
-        finished=time.time(),
+        finished=last_seen if isinstance(last_seen, (int, float)) else time.time(),
         failure={"stage": record.get("step"), "exit_code": int(ExitCode.WORKER_DIED), "reason": reason},
     )
     store.write(record)
+    request = dict(record.get("request") or {})  # type: ignore[call-overload]
+    if not record.get("locked") and store.others_alive(request, str(record.get("run_id"))):
+        return record
     fail_marker = str(record.get("fail_marker") or "")
     if fail_marker and os.path.isdir(os.path.dirname(fail_marker)):
         markers.write_failure_marker(
             fail_marker, stage=str(record.get("step")), exit_code=int(ExitCode.WORKER_DIED), reason=reason,
             hint="run `ensure-flydsl start` (or `ensure-flydsl`) again: it resumes where the dead run stopped",
             log=str(record.get("log") or "") or None, log_tail=tail_of(str(record.get("log") or "")),
-            run_id=str(record.get("run_id")), request=dict(record.get("request") or {}),  # type: ignore[call-overload]
+            run_id=str(record.get("run_id")), request=request,
         )
     return record
 
@@ -117,7 +125,7 @@ def new_record(
         "pid": pid, "pid_start": process_start_time(pid) if pid else None, "host": socket.gethostname(),
         "state": RUNNING, "step": step, "percent": None, "eta_s": None, "started": time.time(),
         "finished": None, "steps": [], "log": log, "fail_marker": fail_marker, "result": None,
-        "failure": None, "build_pgid": None, "build_leader_start": None,
+        "failure": None, "build_pgid": None, "build_leader_start": None, "locked": False,
     }
 
 
@@ -183,9 +191,17 @@ class Tracker:
     def line(self, text: str) -> Optional[float]:
         percent = parse_percent(text)
         if percent is not None:
+            shown = self.record.get("percent")
             self.record["percent"] = round(percent, 1)
-            self._write()
+            # Throttled, but never past a whole percent: a step that prints "[1/4]" and then works for
+            # minutes must not show no percent (or a stale one) all that time.
+            self._write(force=not isinstance(shown, (int, float)) or int(shown) != int(percent))
         return percent
+
+    def held_lock(self) -> None:
+        """From here on this run does the work for its request: its outcome is the request's outcome."""
+        self.record["locked"] = True
+        self._write(force=True)
 
     def build_group(self, pgid: Optional[int]) -> None:
         self.record["build_pgid"] = pgid

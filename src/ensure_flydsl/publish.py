@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import os
-from typing import Optional
+from typing import List, Optional
 
 from . import markers
 from .context import Decision, Run
 from .errors import EnsureError, ExitCode, exit_code_of
 from .fingerprint import compute, watch_folders
 from .gate import package_folder
+from .progress import tail_of
 from .result import Result
+from .runs import RunStore
+from .settings import Settings
 from .state import claim_root
 from .util import read_json, remove_file
 from .warm import tree_stamp_path
@@ -19,12 +22,20 @@ from .warm import tree_stamp_path
 def withdraw_stale_markers(run: Run) -> None:
     """Before this run does anything: no marker of an earlier run may answer for this one."""
     settings = run.settings
-    if os.path.exists(settings.fail_marker) and os.path.isfile(settings.fail_marker):
-        os.unlink(settings.fail_marker)
+    withdraw_own_failure_marker(settings)
     twin = markers.read_env_json(settings.env_json)
     if os.path.exists(settings.env_file) and (twin is None or twin.get("request") != settings.request()):
         markers.withdraw_env_file(settings.env_file, settings.env_json)
         run.say("took away an env file written for a different request")
+
+
+def withdraw_own_failure_marker(settings: Settings) -> bool:
+    """Take away the failure marker if it was written for this root: a sibling root in the same folder
+    shares the default marker path, and its poller must still see its own failure."""
+    path = settings.fail_marker
+    if not os.path.isfile(path) or not markers.marker_names(read_json(path), settings.root):
+        return False
+    return remove_file(path)
 
 
 def publish(run: Run, decision: Decision, action: str) -> Result:
@@ -109,11 +120,28 @@ def record_failure(run: Run, exc: BaseException) -> None:
         run.tracker.failed(int(code), stage, reason)
     if not os.path.isdir(os.path.dirname(settings.fail_marker)):
         return  # bad input about the marker's own folder: nothing may be created
+    held_lock = run.tracker is not None and bool(run.tracker.record.get("locked"))
+    if not held_lock and RunStore(settings.root).others_alive(settings.request(), run.run_id):
+        # A caller that gave up on the lock (or was stopped while waiting): the run it waited for does
+        # the work, and will write the request's outcome.  A poller must not see a failure now.
+        run.say(f"not writing {settings.fail_marker}: another run for this request is going and will answer")
+        return
     try:
         markers.write_failure_marker(
             settings.fail_marker, stage=stage, exit_code=int(code), reason=reason, hint=hint,
-            log=run.reporter.log_path, log_tail=run.reporter.tail(20), run_id=run.run_id,
+            log=run.reporter.log_path, log_tail=_log_tail(run, exc), run_id=run.run_id,
             request=settings.request(),
         )
     except OSError as exc:  # a full disk or a read-only folder: report the run's failure, not this one
         run.say(f"could not write the failure marker {settings.fail_marker}: {exc}")
+
+
+def _log_tail(run: Run, exc: BaseException) -> List[str]:
+    """The last lines that explain the failure: the build's output, else the failed command's (a
+    submodule fetch), else the log's."""
+    tail = run.reporter.tail(20)
+    if not tail and isinstance(exc, EnsureError) and exc.detail:
+        tail = exc.detail.splitlines()[-20:]
+    if not tail and run.reporter.log_path:
+        tail = tail_of(run.reporter.log_path)
+    return tail

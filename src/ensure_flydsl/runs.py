@@ -101,15 +101,25 @@ class RunStore:
         run_id = self.current_id()
         return self.read(run_id) if run_id else None
 
-    def latest_for(self, request: Mapping[str, object]) -> Optional[Dict[str, object]]:
-        """The newest run made for ``request``: the one a caller with that request follows (another
-        request's run on the same root may be queued or going at the same time)."""
+    def records(self) -> List[Dict[str, object]]:
         try:
             names = [n[:-5] for n in os.listdir(self.folder) if n.endswith(".json")]
         except FileNotFoundError:
-            return None
-        records = [r for r in (self.read(n) for n in names) if r and r.get("request") == dict(request)]
-        return max(records, key=lambda r: float(r.get("started") or 0.0), default=None)  # type: ignore[arg-type]
+            return []
+        return [r for r in (self.read(n) for n in names) if r]
+
+    def records_for(self, request: Mapping[str, object]) -> List[Dict[str, object]]:
+        """The runs made for ``request`` (another request's run on the same root may be going too)."""
+        return [r for r in self.records() if r.get("request") == dict(request)]
+
+    def others_alive(self, request: Mapping[str, object], run_id: str) -> bool:
+        """Whether a run for ``request`` other than ``run_id`` is alive (it will answer for the request)."""
+        return any(str(r.get("run_id")) != run_id and r.get("state") == RUNNING and self.is_alive(str(r["run_id"]))
+                   for r in self.records_for(request))
+
+    def any_alive(self) -> List[Dict[str, object]]:
+        """The live runs of this root, whatever their request."""
+        return [r for r in self.records() if r.get("state") == RUNNING and self.is_alive(str(r["run_id"]))]
 
     def prune(self) -> None:
         """Keep the newest records (and never the current one's or a live run's)."""

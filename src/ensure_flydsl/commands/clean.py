@@ -13,9 +13,10 @@ import uuid
 from typing import List
 
 from ..build import mlir_install_of
+from ..errors import EnsureError, ExitCode
 from ..gitsource import git
 from ..lock import build_lock
-from ..markers import withdraw_env_file
+from ..markers import marker_names, withdraw_env_file
 from ..provision import llvm_record_path
 from ..report import Reporter
 from ..runs import RunStore
@@ -26,11 +27,10 @@ from ..util import CommandFailed, read_json, remove_file
 
 def clean(settings: Settings, reporter: Reporter) -> int:
     root = settings.root
+    _refuse_while_running(settings)
     with build_lock(settings.lock_file, timeout=0, run_id="clean-" + uuid.uuid4().hex[:8], say=reporter.say):
-        removed: List[str] = []
-        for path in (settings.fail_marker, settings.log_file, settings.log_file + ".1"):
-            if remove_file(path):
-                removed.append(path)
+        _refuse_while_running(settings)  # a detached worker probes before it takes the lock
+        removed = _clean_shared_files(settings, reporter)
         if withdraw_env_file(settings.env_file, settings.env_json):
             removed.append(settings.env_file)
         record_path = llvm_record_path(settings.base_dir)
@@ -55,6 +55,47 @@ def clean(settings: Settings, reporter: Reporter) -> int:
         if not removed:
             reporter.say("nothing to clean")
     return 0
+
+
+def _refuse_while_running(settings: Settings) -> None:
+    live = RunStore(settings.root).any_alive()
+    if live:
+        run = live[0]
+        raise EnsureError(
+            ExitCode.LOCK,
+            f"a run for {settings.root} is going (run {run.get('run_id')}, pid {run.get('pid')}, step "
+            f"{run.get('step')}): cleaning now would take its files from under it",
+            stage="clean", hint="wait for it to end (`ensure-flydsl wait`), or stop it, then run clean again",
+        )
+
+
+def _clean_shared_files(settings: Settings, reporter: Reporter) -> List[str]:
+    """The failure marker if it was written for this root, and the log unless other roots write to it too
+    (sibling roots in one folder share both paths by default)."""
+    removed: List[str] = []
+    marker = settings.fail_marker
+    if os.path.isfile(marker) and marker_names(read_json(marker), settings.root):
+        remove_file(marker)
+        removed.append(marker)
+    elif os.path.lexists(marker):
+        reporter.say(f"kept {marker}: it was written for another root")
+    sharing = _roots_with_runs(settings)
+    for path in (settings.log_file, settings.log_file + ".1"):
+        if sharing and os.path.lexists(path):
+            reporter.say(f"kept {path}: other roots log there too ({', '.join(sharing[:3])})")
+        elif remove_file(path):
+            removed.append(path)
+    return removed
+
+
+def _roots_with_runs(settings: Settings) -> List[str]:
+    """The other roots of this folder that have run records (they write to the same log)."""
+    runs = os.path.dirname(RunStore(settings.root).folder)
+    try:
+        names = sorted(os.listdir(runs))
+    except OSError:
+        return []
+    return [os.path.join(settings.base_dir, n) for n in names if n != os.path.basename(settings.root)]
 
 
 def _other_roots(settings: Settings) -> List[str]:
@@ -96,19 +137,36 @@ def _clean_root(root: str, settings: Settings, reporter: Reporter) -> List[str]:
         removed.append(build_dir)
     remove_tree(state_dir(root))
     removed.append(state_dir(root))
-    why = f"it holds files ensure-flydsl did not create ({', '.join(foreign[:3])})" if foreign else \
-        "ensure-flydsl adopted it (another tool made the checkout)"
-    reporter.say(f"kept {root} itself: {why}")
+    if foreign:
+        shown = ", ".join(foreign[:10]) + (f" and {len(foreign) - 10} more" if len(foreign) > 10 else "")
+        reporter.say(f"kept {root} itself and the files in it that ensure-flydsl did not create: {shown}")
+    else:
+        reporter.say(f"kept {root} itself: ensure-flydsl adopted it (another tool made the checkout)")
     return removed
 
 
 def _foreign_files(root: str, repo: str) -> List[str]:
-    """Untracked files in the root that are not build outputs or the tool's: somebody else's work."""
+    """Files in the root that the tool did not put there: changed tracked files, and untracked files
+    whether the checkout's .gitignore matches them or not (FlyDSL's ignores *.diff, *.log, tmp/: exactly
+    what people and agents write into the tree)."""
     if not os.path.isdir(os.path.join(root, ".git")):
-        return [e for e in os.listdir(root) if e not in (".ensure_flydsl", "flydsl_env.sh", "flydsl_env.json")]
+        return [e for e in sorted(os.listdir(root)) if not _is_ours(root, e)]
     try:
-        out = git(root, "status", "--porcelain=v1", "--untracked-files=normal", repo=repo)
+        out = git(root, "status", "--porcelain=v1", "-z", "--untracked-files=normal", "--ignored=matching",
+                  repo=repo)
     except CommandFailed:
-        return ["(git status failed)"]
-    paths = [line[3:] for line in out.splitlines() if line.strip()]
-    return [p for p in paths if not any(p == o or p.startswith(o) for o in BUILD_OUTPUTS)]
+        return ["(git status failed: nothing can be proven to be the tool's)"]
+    paths = [entry[3:] for entry in out.split("\0") if len(entry) > 3]
+    return [p for p in paths if not _is_ours(root, p)]
+
+
+def _is_ours(root: str, path: str) -> bool:
+    """Build outputs and the tool's records; bytecode caches of the checkout's sources (the tool
+    byte-compiles the tree, and its probes import it)."""
+    if any(path.rstrip("/") == o.rstrip("/") or path.startswith(o) for o in BUILD_OUTPUTS):
+        return True
+    parts = path.rstrip("/").split("/")
+    if parts[-1] == "__pycache__":
+        folder = os.path.join(root, *parts)
+        return all(name.endswith(".pyc") for name in os.listdir(folder)) if os.path.isdir(folder) else False
+    return len(parts) >= 2 and parts[-2] == "__pycache__" and parts[-1].endswith(".pyc")

@@ -9,13 +9,13 @@ from __future__ import annotations
 import time
 from typing import Dict, Optional
 
+from ..answer import Answer, answer
 from ..errors import ExitCode
 from ..progress import tail_of
 from ..report import Reporter, fmt_seconds
-from ..runs import RUNNING, SUCCEEDED, RunStore
+from ..runs import FAILED, RUNNING, SUCCEEDED
 from ..settings import Settings
 from ..util import read_json
-from .status import settle, status_data
 
 POLL_S = 0.05
 
@@ -36,21 +36,15 @@ def heartbeat_line(record: Dict[str, object]) -> str:
 
 
 def wait(settings: Settings, reporter: Reporter, *, timeout: Optional[float], heartbeat: float) -> int:
-    store = RunStore(settings.root)
+    """Answer from what is true for the request (answer.py), polling while a run for it lives."""
     started = time.monotonic()
     deadline = None if timeout is None else started + timeout
-    first = store.latest_for(settings.request())
-    if first is None:
-        return _settled(settings, reporter)
-    run_id = str(first["run_id"])
     next_beat = started
     while True:
-        record = store.read(run_id)
-        if record is None:
-            return _settled(settings, reporter)
-        record = settle(store, record)
-        if record.get("state") != RUNNING:
-            return _finished(settings, record, reporter)
+        found = answer(settings)
+        if found.state != RUNNING:
+            return _finished(settings, found, reporter)
+        record = found.record or {}
         now = time.monotonic()
         if now >= next_beat:
             reporter.say(heartbeat_line(record))
@@ -61,33 +55,24 @@ def wait(settings: Settings, reporter: Reporter, *, timeout: Optional[float], he
         time.sleep(POLL_S)
 
 
-def _finished(settings: Settings, record: Dict[str, object], reporter: Reporter) -> int:
-    if record.get("state") == SUCCEEDED:
-        result = record.get("result") or {}
-        assert isinstance(result, dict)
-        reporter.say(f"succeeded: flydsl {result.get('version')} ({result.get('how')}) for {result.get('python')}; "
-                     f"source {result.get('env_file')}")
+def _finished(settings: Settings, found: Answer, reporter: Reporter) -> int:
+    if found.state == SUCCEEDED:
+        twin = found.twin or {}
+        reporter.say(f"succeeded: flydsl {twin.get('version')} ({twin.get('how')}) for {twin.get('python')}; "
+                     f"source {settings.env_file}")
         return 0
-    failure = record.get("failure") or {}
-    assert isinstance(failure, dict)
-    code = int(failure.get("exit_code") or ExitCode.INTERNAL)
-    reporter.say(f"failed (exit {code}) in step {failure.get('stage')}: {failure.get('reason')}")
-    marker = read_json(settings.fail_marker) or {}
-    tail = marker.get("log_tail") or tail_of(str(record.get("log") or ""))
-    if isinstance(tail, list) and tail:
-        reporter.say(f"last lines of the log ({record.get('log')}):\n" + "\n".join("    " + str(t) for t in tail))
-    return code
-
-
-def _settled(settings: Settings, reporter: Reporter) -> int:
-    """No run to follow: answer from the markers."""
-    data = status_data(settings)
-    if data["state"] == SUCCEEDED:
-        reporter.say(f"succeeded: flydsl {data['version']} ({data['how']}); source {data['env_file']}")
-        return 0
-    if data["state"] == "failed":
-        reporter.say(f"failed (exit {data['exit_code']}) in step {data['stage']}: {data['reason']}")
-        code = data["exit_code"]
-        return code if isinstance(code, int) else int(ExitCode.INTERNAL)
-    reporter.say(f"nothing to wait for: no run for {settings.root}; start one with `ensure-flydsl start`")
+    if found.state == FAILED:
+        failure = found.failure or {}
+        code = failure.get("exit_code")
+        code = code if isinstance(code, int) else int(ExitCode.INTERNAL)
+        reporter.say(f"failed (exit {code}) in step {failure.get('stage')}: {failure.get('reason')}")
+        record = found.record or {}
+        log = str(record.get("log") or failure.get("log") or "")
+        marker = read_json(settings.fail_marker) or {}
+        same_run = marker.get("run_id") == failure.get("run_id")
+        tail = (marker.get("log_tail") if same_run else None) or failure.get("log_tail") or tail_of(log)
+        if isinstance(tail, list) and tail:
+            reporter.say(f"last lines of the log ({log}):\n" + "\n".join("    " + str(t) for t in tail))
+        return code
+    reporter.say(f"nothing to wait for: {found.reason}; start a run with `ensure-flydsl start`")
     return 1
