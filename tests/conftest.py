@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from typing import Dict, Iterator, List, Optional
 
 import pytest
@@ -25,6 +26,41 @@ def other_python(not_tag: str) -> Optional[str]:
         if out.returncode == 0 and out.stdout.decode().strip() != not_tag:
             return candidate
     return None
+
+
+TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """One file for the whole run (xdist workers inherit the variable) where each fault point that fires
+    writes its name: a point that stops firing is caught even where a test would accept a finished run."""
+    if not hasattr(config, "workerinput"):
+        fd, path = tempfile.mkstemp(prefix="ensure-flydsl-faults-", suffix=".txt")
+        os.close(fd)
+        os.environ["ENSURE_FLYDSL_FAULT_LOG"] = path
+        config.stash[_FAULT_LOG] = path
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    config = session.config
+    path = config.stash.get(_FAULT_LOG, None)
+    if path is None:
+        return
+    with open(path) as handle:
+        fired = set(handle.read().split())
+    os.unlink(path)
+    whole_suite = (not config.option.keyword and not config.option.markexpr and not config.option.lf
+                   and all(os.path.abspath(a) == TESTS_DIR for a in config.args))
+    if whole_suite and exitstatus == 0:
+        from ensure_flydsl.faults import POINTS
+
+        missing = sorted(set(POINTS) - fired)
+        if missing:
+            print(f"\nfault points that never fired in the whole suite: {', '.join(missing)}")
+            session.exitstatus = 1
+
+
+_FAULT_LOG = pytest.StashKey[str]()
 
 
 @pytest.fixture(scope="session")

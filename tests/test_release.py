@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+from typing import Dict
 
 import pytest
 from conftest import Workspace, other_python
@@ -133,7 +135,35 @@ def test_release_from_the_package_index_itself(ws: Workspace) -> None:
     assert_one_tree(ws)
 
 
+def _site_listing() -> Dict[str, str]:
+    """Every file under the interpreter's site folders, with its size and mtime."""
+    import site
+
+    found: Dict[str, str] = {}
+    for top in {*site.getsitepackages(), site.getusersitepackages()}:
+        for folder, _dirs, files in os.walk(top):
+            if "__pycache__" in folder:
+                continue
+            for name in files:
+                path = os.path.join(folder, name)
+                st = os.lstat(path)
+                found[path] = f"{st.st_size}:{st.st_mtime_ns}"
+    return found
+
+
 def test_release_leaves_the_interpreter_untouched(ws: Workspace, wheelhouse: str) -> None:
+    before = _site_listing()
     assert ws.run(FLYDSL_PIN="v0.2.2", **offline(wheelhouse)).returncode == 0
-    check = subprocess.run([sys.executable, "-c", "import flydsl"], stderr=subprocess.PIPE, text=True, cwd="/")
-    assert check.returncode != 0  # the wheel went into the root, not into site-packages
+    assert _site_listing() == before  # the wheel went into the root, nothing into site-packages
+    assert os.path.isdir(os.path.join(ws.root, "build-fly", "python_packages", "flydsl"))
+
+
+def test_kill_9_at_release_installed_then_a_plain_rerun_succeeds(ws: Workspace, wheelhouse: str) -> None:
+    from test_faults import killed_at
+
+    out = killed_at(ws, "release-installed", FLYDSL_PIN="v0.2.2", **offline(wheelhouse))
+    assert out.returncode == -signal.SIGKILL, out.stdout + out.stderr
+    assert not os.path.exists(ws.env_file)
+    again = ws.run("--json", FLYDSL_PIN="v0.2.2", **offline(wheelhouse))
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["how"] == "released"

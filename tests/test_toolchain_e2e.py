@@ -101,8 +101,13 @@ def test_a_good_hip_package_at_a_non_default_rocm_path_is_found(tmp_path: "os.Pa
     commit_build_files(own_repo, "hip", {"CMakeLists.txt": cmake_lists(hip=True)})
     ws = workspace_for(tmp_path, own_repo, "hip")
     rocm = make_fake_rocm(os.path.join(str(tmp_path), "rocm-good"), named=RUNTIME_VERSION)
+    before = tree_fingerprint(rocm)
     out = ws.run(timeout=300, ROCM_PATH=rocm, FIXTURE_CMAKE="1")
     assert out.returncode == 0, out.stdout + out.stderr + open(ws.log).read()[-3000:]
+    assert "private corrected copy" not in out.stdout + out.stderr  # nothing to correct
+    cache = open(os.path.join(ws.root, "build-fly", "CMakeCache.txt")).read()
+    assert f"hip_DIR:PATH={rocm}/lib/cmake/hip" in cache  # found at ROCM_PATH itself, not at /opt/rocm
+    assert tree_fingerprint(rocm) == before
 
 
 @needs_cmake

@@ -4,7 +4,7 @@
 (a build it started runs in a group of its own and is left to the run's watchdog, as in a real kill).
 Nothing is simulated: the process dies without running any handler, and the suite then checks that a
 plain rerun succeeds and that no success marker ever named an unfinished tree.  Unset, a point costs one
-dictionary lookup.
+dictionary lookup.  ``ENSURE_FLYDSL_FAULT_LOG=<file>`` appends the point's name there before the kill.
 """
 
 from __future__ import annotations
@@ -31,4 +31,8 @@ POINTS = (
 
 def point(name: str) -> None:
     if os.environ.get("ENSURE_FLYDSL_FAULT") == name:
+        fired = os.environ.get("ENSURE_FLYDSL_FAULT_LOG")
+        if fired:  # the suite checks that every point fired somewhere: a point that stops firing is a bug
+            with open(fired, "a") as handle:
+                handle.write(name + "\n")
         os.killpg(os.getpgrp(), signal.SIGKILL)
