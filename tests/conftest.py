@@ -52,7 +52,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     whole_suite = (not config.option.keyword and not config.option.markexpr and not config.option.lf
                    and all(os.path.abspath(a) == TESTS_DIR for a in config.args))
     if whole_suite and exitstatus == 0:
-        from ensure_flydsl.faults import POINTS
+        from ensure_flydsl.support.faults import POINTS
 
         missing = sorted(set(POINTS) - fired)
         if missing:

@@ -27,7 +27,7 @@ from conftest import Workspace
 from flydsl_fixture import FixtureRepo, write
 from reliability import device, listing, record, tmpfs
 
-from ensure_flydsl.cache import open_cache
+from ensure_flydsl.binary_cache.entries import open_cache
 from ensure_flydsl.settings import SETTING_BY_NAME, SETTINGS, load_settings
 
 INJECT = ["$(touch {canary})", "`touch {canary}`", "--upload-pack=touch {canary}", "-c core.sshCommand=touch {canary}"]

@@ -18,7 +18,7 @@ from typing import Callable, Dict, Iterator, List, Optional, Tuple
 import pytest
 from s3_server import S3Server
 
-from ensure_flydsl.cache import (
+from ensure_flydsl.binary_cache.entries import (
     Cache,
     CacheCorrupt,
     CacheEntry,

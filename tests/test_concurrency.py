@@ -20,7 +20,7 @@ from flydsl_fixture import counts
 from reliability import kill_group, record, wait_for_file
 from test_ensure import assert_one_tree
 
-from ensure_flydsl.runs import RunStore
+from ensure_flydsl.runs.records import RunStore
 from ensure_flydsl.settings import load_settings
 
 CALLERS = 16  # of each kind: blocking `ensure` and detached `start` + `wait`

@@ -15,8 +15,8 @@ from typing import Dict, List
 from conftest import Workspace
 from test_ensure import assert_one_tree, wait_for
 
-from ensure_flydsl.progress import estimate_eta, parse_percent
-from ensure_flydsl.runs import DEFAULT_STEP_SECONDS, RunStore
+from ensure_flydsl.runs.progress import estimate_eta, parse_percent
+from ensure_flydsl.runs.records import DEFAULT_STEP_SECONDS, RunStore
 
 # A hang guard, not a performance target (benchmarks/ measures how fast these really are).
 HANG_GUARD_S = 20.0

@@ -18,10 +18,10 @@ from build_fixtures import cmake_lists, commit_build_files, make_fake_mlir, make
 from conftest import Workspace
 from flydsl_fixture import FixtureRepo, git, make_installed_tree
 
-from ensure_flydsl.build import MEMORY_PER_JOB_BYTES, default_jobs
-from ensure_flydsl.doctor import Check, disk_check, first_blocking, memory_check, stop_if_blocked
+from ensure_flydsl.build.environment import MEMORY_PER_JOB_BYTES, default_jobs
+from ensure_flydsl.doctor.diagnose import Check, disk_check, first_blocking, memory_check, stop_if_blocked
 from ensure_flydsl.errors import EnsureError, ExitCode
-from ensure_flydsl.needs import KNOWN_FLYDSL_NEEDS, build_tools, find_needs, needs_from_files, tool_minimums
+from ensure_flydsl.source.needs import KNOWN_FLYDSL_NEEDS, build_tools, find_needs, needs_from_files, tool_minimums
 
 GIB = 1024**3
 # The real FlyDSL repository (a bare mirror fetched by hand; never committed), for the tests that read the
@@ -272,7 +272,7 @@ def test_an_unreachable_repository_stops_at_fetch(ws: Workspace) -> None:
 def test_reuse_only_needs_something_to_reuse(ws: Workspace, tmp_path: "os.PathLike[str]") -> None:
     data = doctor_json(ws, FLYDSL_STRATEGY="reuse-only")
     assert data["exit_code"] == 6 and check_of(data, "reuse")["blocking"] is True
-    assert [c["name"] for c in data["checks"]] == ["interpreter", "reuse"]  # type: ignore[union-attr]
+    assert [c["name"] for c in data["checks"]] == ["interpreter", "reuse", "fail-marker"]  # type: ignore[union-attr]
     tree = make_installed_tree(os.path.join(str(tmp_path), "site"), "0.2.3")
     ok = doctor_json(ws, FLYDSL_STRATEGY="reuse-only", PYTHONPATH=tree)
     assert ok["exit_code"] == 0 and check_of(ok, "reuse")["status"] == "ok"
@@ -338,7 +338,7 @@ def test_doctor_for_the_real_pin_reports_the_missing_hip(tmp_path: "os.PathLike[
 
 
 def test_parse_gitmodules() -> None:
-    from ensure_flydsl.needs import parse_gitmodules
+    from ensure_flydsl.source.needs import parse_gitmodules
 
     text = ('[submodule "thirdparty/dlpack"]\n\tpath = thirdparty/dlpack\n\turl = https://github.com/dmlc/dlpack.git\n'
             '[submodule "x"]\n  url = ../x.git\n  path = third party/x\n[submodule "broken"]\n\tpath = y\n')

@@ -12,7 +12,7 @@ import pytest
 from conftest import Workspace
 from test_ensure import assert_one_tree, wait_for
 
-from ensure_flydsl.faults import POINTS
+from ensure_flydsl.support.faults import POINTS
 
 # The cache's points need FLYDSL_CACHE: tests/test_kill_stages.py kills at those.
 SOURCE_POINTS = [p for p in POINTS if p != "release-installed" and not p.startswith("cache-")]

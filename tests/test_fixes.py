@@ -22,8 +22,8 @@ from build_fixtures import (
     tree_fingerprint,
 )
 
+from ensure_flydsl.build.rocm import check_hip, drop_stale_hip_dir, fix_hip, fix_hip_in_place
 from ensure_flydsl.errors import EnsureError, ExitCode
-from ensure_flydsl.fixes import check_hip, drop_stale_hip_dir, fix_hip, fix_hip_in_place
 
 needs_cmake = pytest.mark.skipif(
     not (shutil.which("cmake") and (shutil.which("cc") or shutil.which("gcc")) and shutil.which("c++")),

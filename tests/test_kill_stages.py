@@ -26,9 +26,9 @@ from reliability import git_wrapper, kill_group, record, wait_for_file
 from test_ensure import assert_one_tree
 from test_faults import assert_finished_build_of, killed_at
 
-from ensure_flydsl.cache import open_cache
-from ensure_flydsl.faults import POINTS
-from ensure_flydsl.runs import RunStore
+from ensure_flydsl.binary_cache.entries import open_cache
+from ensure_flydsl.runs.records import RunStore
+from ensure_flydsl.support.faults import POINTS
 
 BLOB_BYTES = 16 << 20  # makes `git fetch` take about a second here: long enough to be killed inside
 STAGE_OF_POINT = {

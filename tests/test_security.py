@@ -24,7 +24,7 @@ from reliability import device, listing, record
 from test_cache import _member, blob_file, manifest_file, publish_raw
 from test_ensure import assert_one_tree
 
-from ensure_flydsl.markers import render_env_sh
+from ensure_flydsl.runs.markers import render_env_sh
 
 # -- the env file, for arbitrary paths ---------------------------------------------------------------------
 BATCH = 25  # paths per shell invocation (one bash and one sh process per example)

@@ -19,7 +19,7 @@ from build_fixtures import RUNTIME_VERSION, cmake_lists, commit_build_files, mak
 from conftest import Workspace
 from flydsl_fixture import FixtureRepo
 
-from ensure_flydsl.pkgindex import query_versions
+from ensure_flydsl.build.package_index import query_versions
 
 needs_cmake = pytest.mark.skipif(not (shutil.which("cmake") and shutil.which("cc") and shutil.which("c++")),
                                  reason="needs cmake and a C/C++ compiler")

@@ -14,7 +14,7 @@ import pytest
 from conftest import Workspace
 from test_ensure import assert_one_tree
 
-from ensure_flydsl.fingerprint import folder_listing, watch_folders
+from ensure_flydsl.pipeline.fingerprint import folder_listing, watch_folders
 
 
 def ensure_json(ws: Workspace, *args: str, **env: str) -> Dict[str, object]:

@@ -6,30 +6,29 @@ The Python API mirrors the command line::
     result = ensure_flydsl.ensure(root="/opt/flydsl/FlyDSL", min_version="0.2.2")
     ensure_flydsl.activate(result)   # os.environ and sys.path, for in-process callers
 
-``ensure`` takes the settings of DESIGN.md as keyword arguments (unset ones come from the environment, as
+``ensure`` takes the settings of the README's table as keyword arguments (unset ones come from the environment, as
 for the command) and returns a :class:`Result`, or raises :class:`EnsureError` carrying the exit code.
 """
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
-
 import os
 import sys
 from typing import TYPE_CHECKING, Mapping, Optional
 
-from .errors import BadInput, EnsureError, ExitCode
+from ensure_flydsl.errors import BadInput, EnsureError, ExitCode
+from ensure_flydsl.version import __version__
 
 if TYPE_CHECKING:
-    from .result import Result
+    from ensure_flydsl.result import Result
 
 
 def ensure(*, environ: Optional[Mapping[str, str]] = None, verbose: bool = False, **settings: object) -> "Result":
     """Ensure FlyDSL is importable; return the Result or raise EnsureError (``.code`` is the exit code)."""
-    from .pipeline import Run, ensure_run
-    from .report import Reporter
-    from .settings import settings_from_kwargs
-    from .warm import try_warm
+    from ensure_flydsl.pipeline.run import Run, ensure_run
+    from ensure_flydsl.pipeline.warm import try_warm
+    from ensure_flydsl.settings import settings_from_kwargs
+    from ensure_flydsl.support.report import Reporter
 
     env = dict(os.environ if environ is None else environ)
     parsed = settings_from_kwargs(settings, env)

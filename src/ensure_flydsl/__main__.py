@@ -1,3 +1,3 @@
-from .cli import main
+from ensure_flydsl.cli.main import main
 
 raise SystemExit(main())

@@ -15,7 +15,8 @@ from typing import Callable, Dict, List, Mapping, Optional, Tuple
 
 from packaging.version import InvalidVersion, Version
 
-from .errors import BadInput
+from ensure_flydsl import layout
+from ensure_flydsl.errors import BadInput
 
 DEFAULT_ROOT = "/opt/flydsl/FlyDSL"
 DEFAULT_MIN_VERSION = "0.2.2"
@@ -26,9 +27,6 @@ DEFAULT_PYTHON = "python3"
 DEFAULT_REQUIRE = ("flydsl", "kernels.moe_gemm_2stage")
 STRATEGIES = ("auto", "source", "release", "reuse-only")
 
-ENV_FILE_NAME = "flydsl_env.sh"
-ENV_JSON_NAME = "flydsl_env.json"
-LOG_FILE_NAME = "ensure_flydsl.log"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,15 +96,15 @@ class Settings:
 
     @property
     def env_file(self) -> str:
-        return os.path.join(self.root, ENV_FILE_NAME)
+        return layout.env_file(self.root)
 
     @property
     def env_json(self) -> str:
-        return os.path.join(self.root, ENV_JSON_NAME)
+        return layout.env_json(self.root)
 
     @property
     def log_file(self) -> str:
-        return os.path.join(self.base_dir, LOG_FILE_NAME)
+        return layout.log_file(self.root)
 
     def request(self) -> Dict[str, object]:
         """What a success marker must satisfy: everything that changes the answer of a run."""
@@ -297,8 +295,8 @@ def load_settings(
         values[setting.name] = _PARSERS[setting.name](label, raw)
         sources[setting.name] = label
     root = str(values.get("root", DEFAULT_ROOT))
-    values.setdefault("lock_file", os.path.join(os.path.dirname(root), ".flydsl_build.lock"))
-    values.setdefault("fail_marker", os.path.join(os.path.dirname(root), ".flydsl_build.failed"))
+    values.setdefault("lock_file", layout.default_lock_file(root))
+    values.setdefault("fail_marker", layout.default_fail_marker(root))
     return Settings(sources=sources, **values)  # type: ignore[arg-type]
 
 

@@ -1,0 +1,412 @@
+"""The binary cache: finished trees and MLIR installs, shared between runs, containers and hosts.
+
+Layout, content-addressed so that concurrent publishers can never leave a manifest naming another
+publisher's bytes::
+
+    <cache>/blobs/<sha256>.tar.gz          the artifact: a gzip'd tar of the folder, members relative,
+                                           in sorted depth-first order, owners zeroed (same folder, same bytes)
+    <cache>/entries/<kind>/<key>.json      the manifest: format, kind, key, key fields, blob sha256 and size,
+                                           every member (path, type, mode, size, sha256 or symlink target),
+                                           created, host, tool version
+
+``kind`` is ``tree`` (``build-fly/python_packages`` after a verified build) or ``mlir``; ``key`` is
+:func:`cache_key` of the fields that determine the artifact (repository, commit, interpreter ABI,
+platform, build settings).  Publishing uploads the blob (skipped when one of that name exists), then the
+manifest, each atomically (see cachestore.py): a reader sees an entry only once its manifest exists, and
+its blob is complete by then.  Two publishers of one key both succeed; the last manifest wins.
+
+Fetching trusts nothing it reads: the blob is copied into a temporary folder beside the destination
+while its sha256 and size are checked; every tar member is checked before anything is extracted (no
+absolute path, no ``..``, no hard link or device, no symlink leaving the tree, nothing written through a
+symlink, no duplicate, exactly the manifest's members); the extracted files are hashed again; modes are
+the manifest's without group/world write.  Only then is the folder renamed into place.  Any failure
+leaves nothing behind: :class:`CacheCorrupt` for a bad entry, :class:`CacheError` for I/O (a full disk).
+
+A manifest that cannot be parsed counts as a miss: ``lookup`` returns None and notes why in
+``Cache.warnings``; the next publish of that key replaces it.
+
+Locations: an absolute folder (plain os calls, no extra needed), or an fsspec URL such as
+``s3://bucket/prefix`` with ``pip install 'ensure-flydsl[s3]'``.  s3fs takes credentials and endpoint
+from the usual AWS settings, so a non-AWS endpoint (MinIO, Ceph, moto) needs no setting of this tool::
+
+    export AWS_ENDPOINT_URL_S3=http://minio.local:9000   # or AWS_ENDPOINT_URL (all services), or
+                                                         # FSSPEC_S3_ENDPOINT_URL, or endpoint_url in
+                                                         # the profile of ~/.aws/config
+    export AWS_ACCESS_KEY_ID=... AWS_SECRET_ACCESS_KEY=... AWS_DEFAULT_REGION=us-east-1
+    export FLYDSL_CACHE=s3://flydsl-cache/builds
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import hashlib
+import json
+import math
+import os
+import re
+import shutil
+import socket
+import tarfile
+import tempfile
+import time
+import zlib
+from typing import IO, Dict, List, Mapping, Optional, Tuple
+
+from ensure_flydsl.binary_cache.archive import CHUNK, Member, check_members, extract_checked, pack, walk
+from ensure_flydsl.binary_cache.store import CacheCorrupt, CacheError, Store, StoredFile, open_store
+from ensure_flydsl.version import __version__
+
+FORMAT = 1
+# An unreferenced blob younger than this may belong to a publisher that has not written its manifest yet.
+ORPHAN_GRACE_S = 3600.0
+_KIND = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([kmgt]?)(?:i?b)?\s*$", re.IGNORECASE)
+_UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
+
+__all__ = ["Cache", "CacheCorrupt", "CacheEntry", "CacheError", "Member", "cache_key", "format_size",
+           "open_cache", "parse_size"]
+
+
+@dataclasses.dataclass(frozen=True)
+class CacheEntry:
+    kind: str  # "tree" or "mlir" ("orphan" only in what prune returns: a file no manifest names)
+    key: str  # hex sha256 of the canonical key fields
+    blob: str  # hex sha256 of the artifact bytes
+    size: int  # artifact bytes
+    created: float  # time.time() of publishing
+    fields: Dict[str, object]  # the key fields, for humans (cache list)
+    files: int  # number of regular files in the artifact
+    members: Tuple[Member, ...] = dataclasses.field(default=(), repr=False, compare=False)
+    host: str = ""
+    tool: str = ""
+
+    def to_json(self) -> Dict[str, object]:
+        return {"kind": self.kind, "key": self.key, "blob": self.blob, "size": self.size, "created": self.created,
+                "fields": self.fields, "files": self.files, "host": self.host, "tool": self.tool}
+
+
+def cache_key(kind: str, fields: Mapping[str, object]) -> str:
+    """sha256 of the canonical JSON (sorted keys, no spaces) of ``{"kind": kind, **fields}``."""
+    if "kind" in fields:
+        raise ValueError("the key fields may not contain 'kind'; it is the cache_key argument")
+    try:
+        text = json.dumps({"kind": kind, **fields}, sort_keys=True, separators=(",", ":"), ensure_ascii=True,
+                          allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"cache key fields must be JSON values: {exc}") from None
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def parse_size(text: str) -> int:
+    """``"500M"``, ``"2G"``, ``"1.5T"``, ``"1234"`` (also ``500MB``, ``2GiB``) to bytes; units are powers of 1024."""
+    match = _SIZE.match(text)
+    if not match:
+        raise ValueError(f"{text!r} is not a size: bytes, or a number with K, M, G or T (e.g. 500M, 2G, 1.5T)")
+    value = float(match.group(1)) * _UNITS[match.group(2).lower()]
+    if not math.isfinite(value) or value >= 2**63:
+        raise ValueError(f"{text!r} is too large a size")
+    return int(value)
+
+
+def format_size(size: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(size) < 1024:
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} TiB"
+
+
+def open_cache(location: str) -> "Cache":
+    """The cache at a folder path or an fsspec URL; CacheError when it cannot be used (missing extra...)."""
+    return Cache(open_store(location))
+
+
+class Cache:
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self.location = store.location
+        # Manifests skipped as unreadable by lookup/entries, one line each, for the caller to report.
+        self.warnings: List[str] = []
+
+    # -- reading -------------------------------------------------------------------------------------
+    def lookup(self, kind: str, key: str) -> Optional[CacheEntry]:
+        """The entry published under ``kind``/``key``, or None (a miss, or a manifest that cannot be parsed)."""
+        rel = _manifest_path(kind, key)
+        data = self._store.read_bytes(rel)
+        if data is None:
+            return None
+        try:
+            entry = _parse_manifest(data)
+            if (entry.kind, entry.key) != (kind, key):
+                raise ValueError(f"it describes {entry.kind}/{entry.key}")
+        except ValueError as exc:
+            self.warnings.append(f"ignored the manifest {rel} in {self.location}: {exc}")
+            return None
+        return entry
+
+    def entries(self) -> List[CacheEntry]:
+        """Every readable entry, newest first."""
+        return sorted((entry for _rel, entry in self._manifests()), key=lambda e: e.created, reverse=True)
+
+    def _manifests(self) -> List[Tuple[str, CacheEntry]]:
+        found: List[Tuple[str, CacheEntry]] = []
+        for stored in self._store.list_files("entries"):
+            if not stored.path.endswith(".json") or stored.path.rsplit("/", 1)[-1].startswith("."):
+                continue
+            data = self._store.read_bytes(stored.path)
+            if data is None:
+                continue  # pruned meanwhile
+            try:
+                found.append((stored.path, _parse_manifest(data)))
+            except ValueError as exc:
+                self.warnings.append(f"ignored the manifest {stored.path} in {self.location}: {exc}")
+        return found
+
+    def fetch(self, entry: CacheEntry, dest: str) -> None:
+        """Verify ``entry`` and unpack it as the new folder ``dest``; on any failure nothing is left behind."""
+        dest = os.path.abspath(dest)
+        if os.path.lexists(dest):
+            raise CacheError(f"cannot fetch into {dest}: it already exists (the caller removes it first)")
+        members = entry.members or self._members_of(entry)
+        check_members(members)  # a manifest naming ../x is refused before a byte is downloaded
+        parent = os.path.dirname(dest)
+        try:
+            tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(dest)}.fetch-", dir=parent)
+        except OSError as exc:
+            raise CacheError(f"cannot fetch into {dest}: {exc.strerror or exc}") from None
+        try:
+            blob = os.path.join(tmp, "blob.tar.gz")
+            self._download(entry, blob)
+            tree = os.path.join(tmp, "tree")
+            try:
+                # One streaming pass ("r|gz"): each header is checked against the manifest before its
+                # member is written (reading all headers first would decompress the blob twice).
+                with tarfile.open(blob, "r|gz") as tar:
+                    os.mkdir(tree, 0o755)
+                    extract_checked(tar, tree, members)
+            except (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile) as exc:
+                raise CacheCorrupt(f"blob {entry.blob[:12]} is not a readable gzip'd tar: {exc}") from None
+            _verify_tree(tree, members)
+            if os.path.lexists(dest):
+                raise CacheError(f"cannot fetch into {dest}: something else created it meanwhile")
+            os.rename(tree, dest)
+        except CacheError:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        except OSError as exc:
+            # ENOSPC, EDQUOT, EFBIG: a full disk must not leave half a tree that looks like a finished one.
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise CacheError(f"fetching {entry.kind} entry {entry.key[:12]} into {dest} failed: "
+                             f"{exc.strerror or exc}; nothing was left behind; free space on that file system "
+                             "or unset FLYDSL_CACHE") from None
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    def _members_of(self, entry: CacheEntry) -> Tuple[Member, ...]:
+        current = self.lookup(entry.kind, entry.key)
+        if current is None or current.blob != entry.blob:
+            raise CacheCorrupt(f"the manifest of {entry.kind}/{entry.key[:12]} is gone or names another blob")
+        return current.members
+
+    def _download(self, entry: CacheEntry, path: str) -> None:
+        digest = hashlib.sha256()
+        size = 0
+        try:
+            with self._store.open_read(_blob_path(entry.blob)) as src, open(path, "xb") as out:
+                os.fchmod(out.fileno(), 0o600)
+                while True:
+                    chunk = src.read(CHUNK)
+                    if not chunk:
+                        break
+                    digest.update(chunk)
+                    size += len(chunk)
+                    if size > entry.size:
+                        raise CacheCorrupt(f"blob size mismatch: expected {entry.size} bytes, got more")
+                    out.write(chunk)
+        except FileNotFoundError:
+            raise CacheCorrupt(f"blob {entry.blob[:12]}.. is missing from the cache (pruned while in use?)") from None
+        if size != entry.size:
+            raise CacheCorrupt(f"blob size mismatch: expected {entry.size} bytes, got {size} (truncated)")
+        got = digest.hexdigest()
+        if got != entry.blob:
+            raise CacheCorrupt(f"blob sha256 mismatch: expected {entry.blob[:12]}.. got {got[:12]}..")
+
+    # -- writing -------------------------------------------------------------------------------------
+    def publish(self, kind: str, key: str, fields: Mapping[str, object], source: str) -> CacheEntry:
+        """Pack the folder ``source`` and publish it under ``kind``/``key`` (blob first, manifest last)."""
+        _check_name(kind, key)
+        if cache_key(kind, fields) != key:
+            raise ValueError(f"key {key[:12]}.. is not cache_key({kind!r}, fields)")
+        if not os.path.isdir(source):
+            raise CacheError(f"cannot publish {source}: it is not a folder")
+        try:
+            check_members([member for member, _full in walk(source)])
+        except CacheCorrupt as exc:
+            # Publishing it would only produce an entry that every fetch refuses.
+            raise CacheError(f"cannot publish {source}: {exc.reason}; the cache stores self-contained trees "
+                             "of files, folders and relative symlinks") from None
+        except OSError as exc:
+            raise CacheError(f"cannot publish {source}: {exc}") from None
+        tmp = self._store.new_upload("blobs")
+        try:
+            with open(tmp, "wb") as out:
+                blob, size, members = pack(source, out)
+            check_members(members)
+            rel = _blob_path(blob)
+            if self._store.exists(rel):
+                self._store.discard_upload(tmp)  # same name, same bytes: someone published them already
+            else:
+                self._store.commit_upload(tmp, rel)
+        except CacheCorrupt as exc:
+            self._store.discard_upload(tmp)
+            raise CacheError(f"cannot publish {source}: {exc.reason} (it changed while being packed)") from None
+        except OSError as exc:
+            self._store.discard_upload(tmp)
+            raise CacheError(f"cannot publish {source} to {self.location}: {exc.strerror or exc}") from None
+        except BaseException:
+            self._store.discard_upload(tmp)
+            raise
+        entry = CacheEntry(kind=kind, key=key, blob=blob, size=size, created=time.time(), fields=dict(fields),
+                           files=sum(1 for m in members if m.type == "file"), members=tuple(members),
+                           host=socket.gethostname(), tool=f"ensure-flydsl {__version__}")
+        self._store.put_bytes(_manifest_path(kind, key), _manifest_bytes(entry))
+        return entry
+
+    def prune(self, max_bytes: int) -> List[CacheEntry]:
+        """Remove the oldest entries until the blobs still referenced total at most ``max_bytes``.
+
+        Then remove blobs that no entry names (and abandoned uploads), returned as kind ``"orphan"``
+        pseudo-entries; those that were never referenced only once older than ORPHAN_GRACE_S, since a
+        publisher uploads its blob before its manifest.  Unreadable manifests are left alone.
+        """
+        if max_bytes < 0:
+            raise ValueError("max_bytes must be >= 0")
+        blobs: Dict[str, StoredFile] = {}
+        others: List[StoredFile] = []
+        for stored in self._store.list_files("blobs"):
+            name = stored.path.rsplit("/", 1)[-1]
+            if name.endswith(".tar.gz") and _HEX64.match(name[: -len(".tar.gz")]):
+                blobs[name[: -len(".tar.gz")]] = stored
+            elif name.startswith(".upload.") or name.endswith(".tmp"):
+                others.append(stored)
+        alive = sorted(self._manifests(), key=lambda item: item[1].created)
+
+        def total() -> int:
+            return sum(blobs[b].size for b in {e.blob for _r, e in alive} if b in blobs)
+
+        removed: List[CacheEntry] = []
+        while alive and total() > max_bytes:
+            rel, victim = alive.pop(0)
+            self._store.remove(rel)  # the manifest first: readers never see an entry without its blob
+            removed.append(victim)
+        referenced = {e.blob for _r, e in alive}
+        freed = {e.blob for e in removed}
+        now = time.time()
+        for sha, stored in sorted(blobs.items()):
+            old = stored.mtime is not None and now - stored.mtime > ORPHAN_GRACE_S
+            if sha not in referenced and (sha in freed or old):
+                self._store.remove(stored.path)
+                if sha not in freed:
+                    removed.append(_orphan(stored, sha))
+        for stored in others:
+            if stored.mtime is not None and now - stored.mtime > ORPHAN_GRACE_S:
+                self._store.remove(stored.path)
+                removed.append(_orphan(stored, ""))
+        return removed
+
+
+def _orphan(stored: StoredFile, sha: str) -> CacheEntry:
+    return CacheEntry(kind="orphan", key="", blob=sha, size=stored.size, created=stored.mtime or 0.0,
+                      fields={"path": stored.path}, files=0)
+
+
+def _check_name(kind: str, key: str) -> None:
+    if not _KIND.match(kind):
+        raise ValueError(f"cache kind {kind!r} is not a short lower-case name such as 'tree' or 'mlir'")
+    if not _HEX64.match(key):
+        raise ValueError(f"cache key {key!r} is not a hex sha256 (use cache_key)")
+
+
+def _manifest_path(kind: str, key: str) -> str:
+    _check_name(kind, key)
+    return f"entries/{kind}/{key}.json"
+
+
+def _blob_path(blob: str) -> str:
+    return f"blobs/{blob}.tar.gz"
+
+
+def _manifest_bytes(entry: CacheEntry) -> bytes:
+    data = {"format": FORMAT, "kind": entry.kind, "key": entry.key, "fields": entry.fields, "blob": entry.blob,
+            "size": entry.size, "created": entry.created, "host": entry.host, "tool": entry.tool,
+            "members": [m.to_json() for m in entry.members]}
+    return (json.dumps(data, sort_keys=True, separators=(",", ":")) + "\n").encode()
+
+
+def _parse_manifest(data: bytes) -> CacheEntry:
+    """The entry a manifest describes; ValueError (one line) for anything that is not a well-formed one."""
+    try:
+        obj = json.loads(data.decode())
+    except (UnicodeDecodeError, ValueError):
+        raise ValueError("not JSON (torn or foreign file)") from None
+    if not isinstance(obj, dict):
+        raise ValueError("not a JSON object")
+    if obj.get("format") != FORMAT:
+        raise ValueError(f"format {obj.get('format')!r}, this tool reads {FORMAT}")
+    kind, key, blob, fields = obj.get("kind"), obj.get("key"), obj.get("blob"), obj.get("fields")
+    size, created, raw_members = obj.get("size"), obj.get("created"), obj.get("members")
+    if not (isinstance(kind, str) and isinstance(key, str) and _KIND.match(kind) and _HEX64.match(key)):
+        raise ValueError("kind or key missing or malformed")
+    if not isinstance(fields, dict) or cache_key(kind, fields) != key:
+        raise ValueError("its key is not the hash of its fields")
+    if not (isinstance(blob, str) and _HEX64.match(blob)):
+        raise ValueError("blob is not a sha256")
+    if not (isinstance(size, int) and size >= 0 and isinstance(created, (int, float))):
+        raise ValueError("size or created missing")
+    if not isinstance(raw_members, list):
+        raise ValueError("members missing")
+    members = tuple(Member.from_json(m) for m in raw_members)
+    return CacheEntry(kind=kind, key=key, blob=blob, size=size, created=float(created), fields=fields,
+                      files=sum(1 for m in members if m.type == "file"), members=members,
+                      host=str(obj.get("host") or ""), tool=str(obj.get("tool") or ""))
+
+
+def _verify_tree(tree: str, members: Tuple[Member, ...]) -> None:
+    """Hash what landed on disk against the manifest: exactly its members, each with its bytes."""
+    expected = {m.path: m for m in members}
+    seen = set()
+    for member, full in walk(tree):
+        want = expected.get(member.path)
+        if want is None:
+            raise CacheCorrupt(f"extracted tree holds {member.path!r}, which is not in the manifest")
+        seen.add(member.path)
+        if member.type != want.type or member.target != want.target or member.size != want.size:
+            raise CacheCorrupt(f"extracted {member.path!r} differs from the manifest")
+        if want.type == "file":
+            got = _sha256_file(full)
+            if got != want.sha256:
+                raise CacheCorrupt(f"extracted file {member.path!r} sha256 mismatch: expected "
+                                   f"{str(want.sha256)[:12]}.. got {got[:12]}..")
+    missing = sorted(set(expected) - seen)
+    if missing:
+        raise CacheCorrupt(f"extracted tree lacks {missing[0]!r}, which the manifest lists")
+    # Modes last, deepest first: a read-only folder must not stop the writes into it.
+    for m in sorted(members, key=lambda m: m.path.count("/"), reverse=True):
+        full = os.path.join(tree, *m.path.split("/"))
+        if m.type == "file":
+            os.chmod(full, m.mode & 0o755)  # never group/world-writable, never setuid
+        elif m.type == "dir":
+            os.chmod(full, (m.mode & 0o755) | 0o700)  # the owner must stay able to rebuild or remove it
+
+
+def _sha256_file(path: str) -> str:
+    digest = hashlib.sha256()
+    handle: IO[bytes]
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(CHUNK), b""):
+            digest.update(chunk)
+    return digest.hexdigest()

@@ -1,0 +1,177 @@
+"""The build steps of a source build: the private toolchain, LLVM/MLIR, FlyDSL.
+
+FlyDSL's scripts call ``python3`` and ``pip`` from PATH (CMake's Python3_EXECUTABLE, nanobind's
+location), so every step runs with shims for the target interpreter first on PATH under those names, or
+the build would be for the wrong Python.  ``build_llvm.sh`` also runs an unguarded
+``pip install nanobind numpy pybind11``: the ``pip`` shim routes installs into the tool's private folder,
+never into the interpreter's site-packages.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import shlex
+from typing import Callable, Dict, List, Mapping, Optional
+
+from ensure_flydsl.errors import EnsureError, ExitCode
+from ensure_flydsl.probe.interpreter import Interpreter
+from ensure_flydsl.layout import tools_dir
+from ensure_flydsl.support.files import atomic_write
+from ensure_flydsl.support.processes import stream_command
+
+# Documented default parallelism: a job of the LLVM/MLIR build (its big static links) may take this much.
+MEMORY_PER_JOB_BYTES = 4 * 1024**3
+LLVM_HASH_FILES = ("thirdparty/llvm-hash.txt",)
+LLVM_INFO_FILE = "thirdparty/llvm-build-info.json"
+
+
+def default_jobs(cores: int, available_memory: Optional[int]) -> int:
+    """Cores, capped so that every job has MEMORY_PER_JOB_BYTES: the default never OOMs a small machine."""
+    jobs = max(1, cores)
+    if available_memory is not None:
+        jobs = min(jobs, max(1, available_memory // MEMORY_PER_JOB_BYTES))
+    return jobs
+
+
+def available_memory() -> Optional[int]:
+    try:
+        with open("/proc/meminfo") as handle:
+            for line in handle:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def cpu_count() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def resolve_jobs(setting: Optional[int]) -> int:
+    return setting if setting is not None else default_jobs(cpu_count(), available_memory())
+
+
+@dataclasses.dataclass(frozen=True)
+class Toolchain:
+    bin_dir: str  # python3 / python / pip / pip3 shims for the target interpreter
+    pylib: str  # private site folder for Python build tools (nanobind, ...)
+    cmake_prefixes: List[str]  # private CMake packages (the hip overlay), searched first
+
+
+def prepare_toolchain(root: str, interpreter: Interpreter, cmake_prefixes: List[str]) -> Toolchain:
+    tools = tools_dir(root)
+    bin_dir = os.path.join(tools, "bin")
+    pylib = os.path.join(tools, "pylib")
+    os.makedirs(bin_dir, exist_ok=True)
+    os.makedirs(pylib, exist_ok=True)
+    py = shlex.quote(interpreter.executable)
+    python_shim = f'#!/bin/sh\nexec {py} "$@"\n'
+    pip_shim = (
+        "#!/bin/sh\n"
+        "# FlyDSL's build_llvm.sh runs an unguarded `pip install ...`: keep it out of the interpreter's\n"
+        "# site-packages by installing into ensure-flydsl's private folder (on PYTHONPATH for the build).\n"
+        'if [ "$1" = install ]; then\n'
+        "  shift\n"
+        f"  exec {py} -m pip install --disable-pip-version-check --no-warn-script-location --upgrade "
+        f'--target {shlex.quote(pylib)} "$@"\n'
+        "fi\n"
+        f'exec {py} -m pip "$@"\n'
+    )
+    for name, text in (("python3", python_shim), ("python", python_shim), ("pip", pip_shim), ("pip3", pip_shim)):
+        atomic_write(os.path.join(bin_dir, name), text.encode(), mode=0o755)
+    return Toolchain(bin_dir, pylib, list(cmake_prefixes))
+
+
+def build_environment(
+    base: Mapping[str, str], toolchain: Toolchain, *, rocm_path: str, mlir_path: Optional[str], jobs: int
+) -> Dict[str, str]:
+    env = dict(base)
+    env["PATH"] = os.pathsep.join([toolchain.bin_dir, base.get("PATH", os.defpath)])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (toolchain.pylib, base.get("PYTHONPATH", "")) if p)
+    prefixes = toolchain.cmake_prefixes + ([base["CMAKE_PREFIX_PATH"]] if base.get("CMAKE_PREFIX_PATH") else [])
+    if prefixes:
+        env["CMAKE_PREFIX_PATH"] = os.pathsep.join(prefixes)
+    env["ROCM_PATH"] = rocm_path
+    env["CMAKE_BUILD_PARALLEL_LEVEL"] = str(jobs)
+    env.pop("PYTHONHOME", None)
+    if mlir_path:
+        env["MLIR_PATH"] = mlir_path
+    else:
+        env.pop("MLIR_PATH", None)
+    return env
+
+
+def file_sha256(path: str) -> Optional[str]:
+    try:
+        with open(path, "rb") as handle:
+            return hashlib.sha256(handle.read()).hexdigest()
+    except OSError:
+        return None
+
+
+def llvm_commit(root: str) -> Optional[str]:
+    """The LLVM commit the checkout names (thirdparty/llvm-hash.txt, or the newer llvm-build-info.json)."""
+    for name in LLVM_HASH_FILES:
+        try:
+            with open(os.path.join(root, name)) as handle:
+                text = handle.read().strip()
+            if text:
+                return text
+        except OSError:
+            pass
+    try:
+        with open(os.path.join(root, LLVM_INFO_FILE)) as handle:
+            info = json.load(handle)
+        for key in ("llvm_commit", "llvm_hash", "commit", "hash"):
+            if isinstance(info.get(key), str):
+                return str(info[key])
+    except (OSError, ValueError, AttributeError):
+        pass
+    return None
+
+
+def llvm_key(root: str, interpreter: Interpreter) -> Dict[str, object]:
+    return {
+        "llvm_commit": llvm_commit(root),
+        "abi": interpreter.abi,
+        "script": file_sha256(os.path.join(root, "scripts", "build_llvm.sh")),
+    }
+
+
+def is_mlir_install(path: str) -> bool:
+    return os.path.isdir(os.path.join(path, "lib", "cmake", "mlir"))
+
+
+def run_script(
+    root: str,
+    script: str,
+    jobs: int,
+    env: Mapping[str, str],
+    sink: Callable[[str], None],
+    *,
+    on_start: Callable[[Optional[int]], None],
+    code: ExitCode,
+    stage: str,
+    what: str,
+) -> None:
+    path = os.path.join(root, "scripts", script)
+    if not os.path.isfile(path):
+        raise EnsureError(code, f"the checkout has no scripts/{script}", stage=stage,
+                          hint="FLYDSL_PIN names a commit this tool does not know how to build")
+    cmd = ["bash", path, f"-j{jobs}"]
+    sink(f"$ {shlex.join(cmd)}")
+    status = stream_command(cmd, cwd=root, env=env, sink=sink, on_start=on_start)
+    if status != 0:
+        raise EnsureError(
+            code,
+            f"{what} failed: scripts/{script} exited with {status}",
+            stage=stage,
+            hint="the log's last lines are below; the full output is in the log",
+        )

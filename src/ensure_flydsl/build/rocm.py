@@ -1,0 +1,236 @@
+"""Compatibility fixes for ROCm images: small, idempotent, reported, and never written into ROCm.
+
+The hip CMake library-name mismatch: an image's ``lib/cmake/hip/hip-targets-*.cmake`` names
+``libamdhip64.so.7.2.70201`` while the runtime installed is ``libamdhip64.so.7.2.53211``; CMake's import
+check then stops the FlyDSL configure.  The seed symlinked the expected name inside /opt/rocm/lib.  Here a
+private overlay prefix is built instead: every entry of ROCm is linked into it, ``lib/cmake/hip`` is a
+byte-identical copy (hip-config.cmake derives its prefix from its own location, possibly through
+REALPATH, so a link would lead back to ROCm), and the missing name points at the real library.  The
+overlay goes first on CMAKE_PREFIX_PATH for the build steps only; ROCM_PATH is left untouched.
+
+With ``--fix-rocm-in-place`` (FLYDSL_FIX_ROCM_IN_PLACE=1) the seed's fix is applied instead: the missing
+name is linked to the real library inside ``ROCM_PATH/lib`` itself.  Only when explicitly asked.
+
+A real ``cmake`` configure of ``find_package(hip REQUIRED CONFIG)`` against a broken tree fails with CMake's
+"The imported target "hip::amdhip64" references the file ... but this file does not exist", and succeeds
+with the overlay first on CMAKE_PREFIX_PATH (tests/test_fixes.py).  A build folder whose earlier configure
+found ROCm's own package keeps ``hip_DIR`` in its CMakeCache.txt, which wins over CMAKE_PREFIX_PATH:
+:func:`drop_stale_hip_dir` removes that entry so the next configure searches again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import hashlib
+import os
+import re
+import shutil
+from typing import Dict, List, Optional, Tuple
+
+from ensure_flydsl.errors import EnsureError, ExitCode
+from ensure_flydsl.source.root import remove_tree
+from ensure_flydsl.support.files import atomic_write, atomic_write_json, read_json, remove_file
+
+_HIP_LIB_REF = re.compile(r"\$\{_IMPORT_PREFIX\}/lib/(libamdhip64\.so[0-9.]*)")
+# Entries of ROCm left out of the overlay.  ROCm's own LLVM (``llvm/lib/cmake/llvm``) would otherwise be a
+# candidate for MLIR's find_package(LLVM ... EXACT), which searches CMAKE_PREFIX_PATH before its HINTS; the
+# hip package reaches it through ROCM_PATH (set for the build), not through its own prefix.
+OVERLAY_SKIPPED = ("llvm",)
+
+
+@dataclasses.dataclass(frozen=True)
+class HipCheck:
+    """What the hip CMake package under a ROCm prefix says, and what the file system has."""
+
+    package_dir: Optional[str]  # <rocm>/lib/cmake/hip when present
+    referenced: Tuple[str, ...]  # library file names the package's targets files name
+    missing: Tuple[str, ...]  # of those, the ones not in <rocm>/lib
+    actual: Optional[str]  # the real libamdhip64 in <rocm>/lib, when there is one
+
+    @property
+    def needs_fix(self) -> bool:
+        return bool(self.missing) and self.actual is not None
+
+    @property
+    def unfixable(self) -> bool:
+        return bool(self.missing) and self.actual is None
+
+
+def check_hip(rocm_path: str) -> HipCheck:
+    package_dir = os.path.join(rocm_path, "lib", "cmake", "hip")
+    if not os.path.isdir(package_dir):
+        return HipCheck(None, (), (), None)
+    referenced: List[str] = []
+    for path in sorted(glob.glob(os.path.join(package_dir, "*.cmake"))):
+        try:
+            with open(path, errors="replace") as handle:
+                text = handle.read()
+        except OSError:
+            continue
+        for name in _HIP_LIB_REF.findall(text):
+            if name not in referenced:
+                referenced.append(name)
+    lib = os.path.join(rocm_path, "lib")
+    missing = tuple(n for n in referenced if not os.path.exists(os.path.join(lib, n)))
+    return HipCheck(package_dir, tuple(referenced), missing, _actual_library(lib))
+
+
+def _actual_library(lib: str) -> Optional[str]:
+    """The real (non-link) libamdhip64.so.* in ``lib``, preferring the longest version string."""
+    candidates = [
+        p for p in glob.glob(os.path.join(lib, "libamdhip64.so*")) if os.path.isfile(p) and not os.path.islink(p)
+    ]
+    if not candidates:
+        candidates = [p for p in glob.glob(os.path.join(lib, "libamdhip64.so*")) if os.path.isfile(p)]
+    return max(candidates, key=len) if candidates else None
+
+
+def _listing_digest(folder: str) -> str:
+    try:
+        names = sorted(os.listdir(folder))
+    except OSError:
+        names = []
+    return hashlib.sha256("\0".join(names).encode(errors="replace")).hexdigest()
+
+
+def _overlay_key(rocm_path: str, check: HipCheck) -> Dict[str, object]:
+    listing = sorted(os.listdir(rocm_path)) if os.path.isdir(rocm_path) else []
+    package_files = []
+    if check.package_dir:
+        for name in sorted(os.listdir(check.package_dir)):
+            st = os.stat(os.path.join(check.package_dir, name))
+            package_files.append([name, st.st_size, int(st.st_mtime)])
+    return {
+        "rocm_path": rocm_path,
+        "entries": listing,
+        "lib": _listing_digest(os.path.join(rocm_path, "lib")),
+        "cmake": _listing_digest(os.path.join(rocm_path, "lib", "cmake")),
+        "package": package_files,
+        "missing": list(check.missing),
+        "actual": check.actual,
+    }
+
+
+def provide_hip_overlay(rocm_path: str, overlay: str, check: HipCheck) -> bool:
+    """Build (or keep) the private overlay prefix for ``rocm_path``; return whether anything changed."""
+    key = _overlay_key(rocm_path, check)
+    stamp = os.path.join(overlay + ".json")
+    recorded = read_json(stamp)
+    if recorded is not None and recorded.get("key") == key and os.path.isdir(overlay):
+        return False
+    # The overlay is ours alone (it lives in the tool's private folder), so it is rebuilt from scratch; its
+    # stamp goes first, so that an interrupted rebuild is never taken for a finished one.
+    remove_file(stamp)
+    remove_tree(overlay)
+    os.makedirs(os.path.join(overlay, "lib", "cmake"))
+    for entry in os.listdir(rocm_path):
+        if entry != "lib" and entry not in OVERLAY_SKIPPED:
+            os.symlink(os.path.join(rocm_path, entry), os.path.join(overlay, entry))
+    real_lib = os.path.join(rocm_path, "lib")
+    for entry in os.listdir(real_lib):
+        if entry != "cmake":
+            os.symlink(os.path.join(real_lib, entry), os.path.join(overlay, "lib", entry))
+    real_cmake = os.path.join(real_lib, "cmake")
+    for entry in os.listdir(real_cmake):
+        if entry != "hip":
+            os.symlink(os.path.join(real_cmake, entry), os.path.join(overlay, "lib", "cmake", entry))
+    assert check.package_dir is not None and check.actual is not None
+    # A copy, links inside it followed: hip-config.cmake takes its prefix from the REALPATH of a linked file.
+    shutil.copytree(check.package_dir, os.path.join(overlay, "lib", "cmake", "hip"), symlinks=False,
+                    ignore_dangling_symlinks=True)
+    for name in check.missing:
+        os.symlink(check.actual, os.path.join(overlay, "lib", name))
+    atomic_write_json(stamp, {"key": key})
+    return True
+
+
+def fix_hip_in_place(rocm_path: str, check: HipCheck) -> List[str]:
+    """The seed's fix, only with --fix-rocm-in-place: link each missing name to the real library inside
+    ``<rocm>/lib``.  Idempotent; returns the links it created (none when all are there)."""
+    if not check.needs_fix:
+        return []
+    assert check.actual is not None
+    lib = os.path.join(rocm_path, "lib")
+    created: List[str] = []
+    for name in check.missing:
+        link = os.path.join(lib, name)
+        if os.path.exists(link):
+            continue
+        try:
+            if os.path.islink(link):
+                os.unlink(link)  # a dangling link: it points nowhere, nothing is lost
+            os.symlink(os.path.relpath(check.actual, lib), link)
+        except OSError as exc:
+            raise EnsureError(
+                ExitCode.FLYDSL_BUILD,
+                f"cannot create {link} (-> {os.path.basename(check.actual)}) for --fix-rocm-in-place: {exc.strerror}",
+                stage="fixes",
+                hint="run as a user who may write ROCM_PATH, or leave --fix-rocm-in-place off to use a private "
+                "corrected copy of the hip CMake package instead",
+            ) from None
+        created.append(link)
+    return created
+
+
+@dataclasses.dataclass(frozen=True)
+class HipFix:
+    """What was done about the hip CMake package, and the prefixes to put first on CMAKE_PREFIX_PATH."""
+
+    check: HipCheck
+    cmake_prefixes: Tuple[str, ...]
+    changed: bool  # this call created or rebuilt something
+    message: str  # one line for the report
+
+
+def fix_hip(rocm_path: str, overlay: str, *, in_place: bool = False) -> HipFix:
+    """Check the hip package under ``rocm_path`` and fix a library-name mismatch: a private overlay at
+    ``overlay`` (ROCm untouched), or links inside ROCm when ``in_place``.  A package that needs no fix
+    still has ``rocm_path`` as its prefix, so CMake finds it when ROCM_PATH is not /opt/rocm."""
+    check = check_hip(rocm_path)
+    names = ", ".join(check.missing)
+    if check.needs_fix and in_place:
+        created = fix_hip_in_place(rocm_path, check)
+        done = f"created {', '.join(created)}" if created else "the links are already there"
+        return HipFix(check, (rocm_path,), bool(created), (
+            f"the hip CMake package in {rocm_path} names {names}, which is missing; --fix-rocm-in-place: {done} "
+            f"(pointing at {os.path.basename(str(check.actual))})"))
+    if check.needs_fix:
+        changed = provide_hip_overlay(rocm_path, overlay, check)
+        return HipFix(check, (overlay,), changed, (
+            f"the hip CMake package in {rocm_path} names {names}, which is missing; "
+            f"{'provided' if changed else 'using'} a private corrected copy at {overlay} "
+            f"(pointing at {os.path.basename(str(check.actual))}); {rocm_path} is left untouched"))
+    if check.unfixable:
+        return HipFix(check, (rocm_path,), False, (
+            f"warning: the hip CMake package in {rocm_path} names {names} and there is no libamdhip64 in "
+            f"{rocm_path}/lib to point it at; a build that needs HIP will fail to configure"))
+    if check.package_dir:
+        return HipFix(check, (rocm_path,), False,
+                      f"the hip CMake package in {rocm_path} names libraries that exist; nothing to fix")
+    return HipFix(check, (), False, f"there is no hip CMake package in {rocm_path}/lib/cmake/hip")
+
+
+_HIP_DIR_ENTRY = re.compile(r"^(hip_DIR:[A-Z]+=)(.*)$", re.MULTILINE)
+
+
+def drop_stale_hip_dir(build_dir: str, package_dir: str) -> bool:
+    """Forget ``hip_DIR`` in ``build_dir``'s CMakeCache.txt when it names another package folder than
+    ``package_dir`` (the overlay's lib/cmake/hip): a cached hip_DIR wins over CMAKE_PREFIX_PATH, so a build
+    folder configured before the fix would keep failing.  The entry becomes ``hip_DIR-NOTFOUND`` (CMake
+    searches again; removing the line would break the cache's comment/entry pairs).  Return whether it
+    was changed."""
+    cache = os.path.join(build_dir, "CMakeCache.txt")
+    try:
+        with open(cache, errors="replace") as handle:
+            text = handle.read()
+    except OSError:
+        return False
+    found = _HIP_DIR_ENTRY.search(text)
+    if found is None:
+        return False
+    value = found.group(2).strip()
+    if value.endswith("-NOTFOUND") or os.path.normpath(value) == os.path.normpath(package_dir):
+        return False
+    atomic_write(cache, _HIP_DIR_ENTRY.sub(lambda m: m.group(1) + "hip_DIR-NOTFOUND", text, count=1).encode())
+    return True

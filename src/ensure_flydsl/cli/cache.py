@@ -1,0 +1,100 @@
+"""``ensure-flydsl cache list|prune``: look into the binary cache (FLYDSL_CACHE) and keep it within a size.
+
+Housekeeping, not provisioning: an unusable cache (unset, bad location, missing extra, no access) is
+bad input here (exit 64), where a build would merely go on without the cache.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Callable, List, Optional
+
+from ensure_flydsl.binary_cache.entries import CacheEntry, CacheError, format_size, open_cache, parse_size
+from ensure_flydsl.errors import ExitCode
+from ensure_flydsl.settings import Settings
+
+# Fields shown first in `cache list`, when an entry has them; the rest follow in name order.
+SUMMARY_FIELDS = ("commit", "llvm_commit", "abi", "platform")
+SUMMARY_MAX = 4
+
+
+def cache_command(settings: Settings, action: str, *, max_size: Optional[str], as_json: bool,
+                  say: Callable[[str], None]) -> int:
+    if settings.cache is None:
+        return _refuse("FLYDSL_CACHE (--cache) is not set: point it at a folder or an fsspec URL such as "
+                       "s3://bucket/prefix")
+    limit = None
+    if action == "prune":
+        if max_size is None:
+            return _refuse("cache prune needs --max-size SIZE: bytes, or a number with K, M, G or T (e.g. 500M, 2G)")
+        try:
+            limit = parse_size(max_size)
+        except ValueError:
+            return _refuse(f"--max-size={max_size!r} is not allowed: bytes, or a number with K, M, G or T "
+                           "(powers of 1024; e.g. 500M, 2G, 1.5T)")
+    try:
+        cache = open_cache(settings.cache)
+        if action == "list":
+            entries = cache.entries()
+            _warn(cache.warnings, say)
+            return _list(entries, cache.location, as_json, say)
+        assert limit is not None
+        removed = cache.prune(limit)
+        _warn(cache.warnings, say)
+        for entry in removed:
+            say(f"removed {describe(entry)}")
+        kept = cache.entries()
+        total = sum({e.blob: e.size for e in kept}.values())
+        say(f"{len(removed)} removed; {cache.location} now holds {len(kept)} entries, {format_size(total)} "
+            f"(limit {format_size(limit)})")
+        return 0
+    except CacheError as exc:
+        return _refuse(str(exc))
+
+
+def _list(entries: List[CacheEntry], location: str, as_json: bool, say: Callable[[str], None]) -> int:
+    if as_json:
+        for entry in entries:
+            print(json.dumps(entry.to_json(), sort_keys=True))
+        return 0
+    if not entries:
+        say(f"no entries in {location}")
+        return 0
+    for entry in entries:
+        print(describe(entry))
+    return 0
+
+
+def describe(entry: CacheEntry) -> str:
+    """One line: kind, short key, size, created, and the fields a person tells entries apart by."""
+    created = time.strftime("%Y-%m-%d %H:%M", time.localtime(entry.created))
+    if entry.kind == "orphan":
+        return f"orphan  {entry.fields.get('path')}  {format_size(entry.size)}  {created}"
+    return f"{entry.kind:<5} {entry.key[:12]}  {format_size(entry.size):>10}  {created}  {summary(entry)}"
+
+
+def summary(entry: CacheEntry) -> str:
+    names = [n for n in SUMMARY_FIELDS if n in entry.fields]
+    names += sorted(n for n in entry.fields if n not in SUMMARY_FIELDS)
+    parts = []
+    for name in names[:SUMMARY_MAX]:
+        value = entry.fields[name]
+        text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+        if len(text) == 40 and all(c in "0123456789abcdef" for c in text):
+            text = text[:12]  # a commit
+        elif len(text) > 40:
+            text = text[:37] + "..."
+        parts.append(f"{name}={text}")
+    return " ".join(parts)
+
+
+def _warn(warnings: List[str], say: Callable[[str], None]) -> None:
+    for warning in warnings:
+        say(f"warning: {warning}")
+
+
+def _refuse(message: str) -> int:
+    print(f"ensure-flydsl: {message}", file=sys.stderr)
+    return int(ExitCode.BAD_INPUT)

@@ -1,0 +1,172 @@
+"""``ensure-flydsl clean``: remove what this tool created for the root, and never anything else.
+
+Under the build lock (a running build is never pulled from under itself).  The root goes entirely only
+when the tool created it and it holds nothing the tool did not put there; otherwise only the tool's own
+parts go (its state folder, its build folder, the markers) and the rest is listed as kept.  The lock file
+itself is never deleted (see lock.py).
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from typing import List
+
+from ensure_flydsl.errors import EnsureError, ExitCode
+from ensure_flydsl.layout import build_dir, llvm_dir, llvm_record, state_dir
+from ensure_flydsl.pipeline.lock import build_lock
+from ensure_flydsl.runs.markers import marker_names, withdraw_env_file
+from ensure_flydsl.runs.records import RunStore
+from ensure_flydsl.settings import Settings
+from ensure_flydsl.source.git import git
+from ensure_flydsl.source.root import BUILD_OUTPUTS, Stamps, is_ours, owner, remove_tree
+from ensure_flydsl.support.files import read_json, remove_file
+from ensure_flydsl.support.processes import CommandFailed
+from ensure_flydsl.support.report import Reporter
+
+
+def clean(settings: Settings, reporter: Reporter) -> int:
+    root = settings.root
+    _refuse_while_running(settings)
+    with build_lock(settings.lock_file, timeout=0, run_id="clean-" + uuid.uuid4().hex[:8], say=reporter.say):
+        _refuse_while_running(settings)  # a detached worker probes before it takes the lock
+        removed = _clean_shared_files(settings, reporter)
+        if withdraw_env_file(settings.env_file, settings.env_json):
+            removed.append(settings.env_file)
+        record_path = llvm_record(settings.base_dir)
+        record = read_json(record_path)
+        llvm_folder = llvm_dir(settings.base_dir)
+        sharing = _other_roots(settings)
+        if record and record.get("created") and sharing:
+            reporter.say(f"kept {llvm_folder}: the other roots in {settings.base_dir} build with it too "
+                         f"({', '.join(sharing[:3])})")
+        elif record and record.get("created"):
+            if os.path.lexists(llvm_folder):
+                remove_tree(llvm_folder)
+                removed.append(llvm_folder)
+            remove_file(record_path)
+        removed.extend(_clean_runs(settings))
+        if is_ours(root):
+            removed.extend(_clean_root(root, settings, reporter))
+        elif os.path.isdir(root):
+            reporter.say(f"kept {root}: ensure-flydsl did not create it")
+        for path in removed:
+            reporter.say(f"removed {path}")
+        if not removed:
+            reporter.say("nothing to clean")
+    return 0
+
+
+def _refuse_while_running(settings: Settings) -> None:
+    live = RunStore(settings.root).any_alive()
+    if live:
+        run = live[0]
+        raise EnsureError(
+            ExitCode.LOCK,
+            f"a run for {settings.root} is going (run {run.get('run_id')}, pid {run.get('pid')}, step "
+            f"{run.get('step')}): cleaning now would take its files from under it",
+            stage="clean", hint="wait for it to end (`ensure-flydsl wait`), or stop it, then run clean again",
+        )
+
+
+def _clean_shared_files(settings: Settings, reporter: Reporter) -> List[str]:
+    """The failure marker if it was written for this root, and the log unless other roots write to it too
+    (sibling roots in one folder share both paths by default)."""
+    removed: List[str] = []
+    marker = settings.fail_marker
+    if os.path.isfile(marker) and marker_names(read_json(marker), settings.root):
+        remove_file(marker)
+        removed.append(marker)
+    elif os.path.lexists(marker):
+        reporter.say(f"kept {marker}: it was written for another root")
+    sharing = _roots_with_runs(settings)
+    for path in (settings.log_file, settings.log_file + ".1"):
+        if sharing and os.path.lexists(path):
+            reporter.say(f"kept {path}: other roots log there too ({', '.join(sharing[:3])})")
+        elif remove_file(path):
+            removed.append(path)
+    return removed
+
+
+def _roots_with_runs(settings: Settings) -> List[str]:
+    """The other roots of this folder that have run records (they write to the same log)."""
+    runs = os.path.dirname(RunStore(settings.root).folder)
+    try:
+        names = sorted(os.listdir(runs))
+    except OSError:
+        return []
+    return [os.path.join(settings.base_dir, n) for n in names if n != os.path.basename(settings.root)]
+
+
+def _other_roots(settings: Settings) -> List[str]:
+    """The other roots of this tool in the same folder (they share its LLVM build)."""
+    try:
+        names = os.listdir(settings.base_dir)
+    except OSError:
+        return []
+    return [os.path.join(settings.base_dir, n) for n in sorted(names)
+            if os.path.join(settings.base_dir, n) != settings.root and is_ours(os.path.join(settings.base_dir, n))]
+
+
+def _clean_runs(settings: Settings) -> List[str]:
+    """The root's run records; the base's state folder (ETA history, MLIR installs fetched from the cache)
+    too once no other root of this base has records in it."""
+    store = RunStore(settings.root)
+    removed: List[str] = []
+    if os.path.isdir(store.folder):
+        remove_tree(store.folder)
+        removed.append(store.folder)
+    runs = os.path.dirname(store.folder)
+    others = os.listdir(runs) if os.path.isdir(runs) else []
+    if not others and os.path.isdir(store.base):
+        remove_tree(store.base)
+        removed.append(store.base)
+    return removed
+
+
+def _clean_root(root: str, settings: Settings, reporter: Reporter) -> List[str]:
+    info = owner(root) or {}
+    foreign = _foreign_files(root, settings.repo)
+    if info.get("created_root") and not foreign:
+        remove_tree(root)
+        return [root]
+    removed: List[str] = []
+    build_folder = build_dir(root)
+    if os.path.lexists(build_folder) and Stamps(root).started_key("build") is not None:
+        remove_tree(build_folder)
+        removed.append(build_folder)
+    remove_tree(state_dir(root))
+    removed.append(state_dir(root))
+    if foreign:
+        shown = ", ".join(foreign[:10]) + (f" and {len(foreign) - 10} more" if len(foreign) > 10 else "")
+        reporter.say(f"kept {root} itself and the files in it that ensure-flydsl did not create: {shown}")
+    else:
+        reporter.say(f"kept {root} itself: ensure-flydsl adopted it (another tool made the checkout)")
+    return removed
+
+
+def _foreign_files(root: str, repo: str) -> List[str]:
+    """Files in the root that the tool did not put there: changed tracked files, and untracked files
+    whether the checkout's .gitignore matches them or not (FlyDSL's ignores *.diff, *.log, tmp/: exactly
+    what people and agents write into the tree)."""
+    if not os.path.isdir(os.path.join(root, ".git")):
+        return [e for e in sorted(os.listdir(root)) if not _is_ours(root, e)]
+    try:
+        out = git(root, "status", "--porcelain=v1", "-z", "--untracked-files=normal", "--ignored=matching",
+                  repo=repo)
+    except CommandFailed:
+        return ["(git status failed: nothing can be proven to be the tool's)"]
+    paths = [entry[3:] for entry in out.split("\0") if len(entry) > 3]
+    return [p for p in paths if not _is_ours(root, p)]
+
+
+def _is_ours(root: str, path: str) -> bool:
+    """Build outputs and the tool's records; bytecode caches of the checkout's sources (the tool
+    byte-compiles the tree, and its probes import it)."""
+    if any(path.rstrip("/") == o.rstrip("/") or path.startswith(o) for o in BUILD_OUTPUTS):
+        return True
+    parts = path.rstrip("/").split("/")
+    if parts[-1] == "__pycache__":
+        folder = os.path.join(root, *parts)
+        return all(name.endswith(".pyc") for name in os.listdir(folder)) if os.path.isdir(folder) else False
+    return len(parts) >= 2 and parts[-2] == "__pycache__" and parts[-1].endswith(".pyc")

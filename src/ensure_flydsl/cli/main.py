@@ -1,0 +1,287 @@
+"""Command line: parse, dispatch, and map every outcome to an exit code.  No logic of its own."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+from typing import Callable, Dict, List, NoReturn, Optional, Sequence
+
+from ensure_flydsl.errors import EXIT_MEANINGS, BadInput, EnsureError, ExitCode, Interrupted
+from ensure_flydsl.runs.markers import write_failure_marker
+from ensure_flydsl.settings import SETTINGS, Settings, fail_marker_path, join_require, load_settings
+from ensure_flydsl.support.report import Reporter
+from ensure_flydsl.version import __version__
+
+COMMANDS = ("ensure", "start", "wait", "status", "env", "verify", "doctor", "cache", "clean", "_worker", "_watchdog")
+
+
+def _add_setting_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("settings (each also from its environment variable; a flag wins)")
+    for setting in SETTINGS:
+        if setting.name == "vllm_moe":
+            group.add_argument("--vllm-moe", dest="vllm_moe", action="store_const", const="1",
+                               help=f"{setting.help} [{setting.env}]")
+            group.add_argument("--no-vllm-moe", dest="vllm_moe", action="store_const", const="0",
+                               help="do not export VLLM_USE_FLYDSL_MOE (A/B baselines)")
+        elif setting.name in ("verify", "fix_rocm_in_place"):
+            group.add_argument(setting.flag, dest=setting.name, action="store_const", const="1",
+                               help=f"{setting.help} [{setting.env}]")
+        elif setting.name == "require":
+            group.add_argument("--require", dest="require", action="append", metavar="MODULES",
+                               help=f"{setting.help}; repeatable [{setting.env}]")
+        else:
+            group.add_argument(setting.flag, dest=setting.name, metavar=setting.name.upper(),
+                               help=f"{setting.help} [{setting.env}]")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        # A usage error is bad input: exit 64 and one line (argparse's own exit 2 means "clone failed" here).
+        self.exit(int(ExitCode.BAD_INPUT), f"{self.prog}: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="ensure-flydsl",
+        description="Make `import flydsl, kernels.moe_gemm_2stage` work from one consistent tree: reuse a "
+        "good-enough FlyDSL, else provision the pinned one into an isolated folder.",
+        epilog="exit codes: " + "; ".join(f"{int(c)} {m}" for c, m in EXIT_MEANINGS.items()),
+    )
+    parser.add_argument("--version", action="version", version=f"ensure-flydsl {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    def command(name: str, help_text: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        _add_setting_flags(p)
+        return p
+
+    p = command("ensure", "make FlyDSL importable (the default command); blocking")
+    p.add_argument("--json", action="store_true",
+                   help="print one JSON result object on stdout (and JSON events on stderr)")
+    command("start", "launch the same work as `ensure` detached; print {run_id, pid, log, state} and return")
+    p = command("wait", "follow the root's run until it ends: 0, its failure's exit code, or 75 at --timeout")
+    p.add_argument("--timeout", type=_seconds, default=None, metavar="S", help="give up waiting after S seconds")
+    p.add_argument("--heartbeat", type=_seconds, default=30.0, metavar="S",
+                   help="print a heartbeat line at least every S seconds (default 30)")
+    p = command("status", "state, step, percent, elapsed, ETA, pid, version, root, python, how, log")
+    p.add_argument("--json", action="store_true", help="one JSON object (schema in the README)")
+    p = command("env", "print the env file (or its JSON twin)")
+    p.add_argument("--format", choices=("sh", "json"), default="sh")
+    p = command("verify", "run the full import probe and print each module's file")
+    p.add_argument("--json", action="store_true")
+    p = command("doctor", "predict, in seconds, whether the configured strategy can succeed here, and why not")
+    p.add_argument("--json", action="store_true", help="one JSON object with every check")
+    p = command("cache", "housekeeping of the binary cache (FLYDSL_CACHE)")
+    p.add_argument("cache_action", choices=("list", "prune"), metavar="{list,prune}")
+    p.add_argument("--max-size", metavar="SIZE", help="prune: remove the oldest entries until the cache "
+                   "holds at most SIZE (bytes, or with K/M/G/T)")
+    p.add_argument("--json", action="store_true", help="list: one JSON object per entry")
+    command("clean", "remove what this tool created for the root (never anything else)")
+    p = sub.add_parser("_worker")  # internal: the detached worker that `start` launches
+    p.add_argument("--run-id", required=True)
+    p.add_argument("--alive-fd", type=int, required=True)
+    p.add_argument("--settings-json", required=True)
+    p = sub.add_parser("_watchdog")  # internal: notices a run's death
+    p.add_argument("watch_root")
+    p.add_argument("watch_run_id")
+    return parser
+
+
+def _seconds(value: str) -> float:
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not 0 < seconds < 10**9:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number of seconds > 0")
+    return seconds
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    argv = list(argv)
+    if not argv or (argv[0] not in COMMANDS and argv[0] not in ("-h", "--help", "--version")):
+        argv.insert(0, "ensure")
+    return build_parser().parse_args(argv)
+
+
+def _flags(args: argparse.Namespace) -> Dict[str, Optional[str]]:
+    flags: Dict[str, Optional[str]] = {s.name: getattr(args, s.name, None) for s in SETTINGS}
+    flags["require"] = join_require(getattr(args, "require", None))
+    return flags
+
+
+def settings_from_args(args: argparse.Namespace, environ: Dict[str, str]) -> Settings:
+    return load_settings(_flags(args), environ)
+
+
+def _report_bad_input(exc: BadInput, flags: Dict[str, Optional[str]], environ: Dict[str, str]) -> None:
+    """A poller of the seed's recipe only sees markers: leave one, if its folder already exists."""
+    path = fail_marker_path(flags, environ)
+    if path and os.path.isdir(os.path.dirname(path)):
+        try:
+            write_failure_marker(path, stage="settings", exit_code=int(exc.code), reason=exc.reason,
+                                 hint=exc.hint, log=None, log_tail=[], run_id="", request={})
+        except OSError:
+            pass  # a read-only or full folder: the one line on stderr still says what is wrong
+
+
+def format_error(exc: EnsureError, log_tail: List[str], log_path: Optional[str]) -> str:
+    if exc.code == ExitCode.BAD_INPUT:
+        return f"ensure-flydsl: {exc.reason}"  # one line, naming the setting and what is allowed
+    stage = f", stage {exc.stage}" if exc.stage else ""
+    lines = [f"ensure-flydsl: failed (exit {int(exc.code)}: {EXIT_MEANINGS[exc.code]}{stage}): {exc.reason}"]
+    if exc.detail:
+        lines.extend("  " + line for line in exc.detail.splitlines())
+    if log_tail:
+        lines.append(f"  last lines of the log ({log_path}):")
+        lines.extend("    " + line for line in log_tail)
+    elif log_path:
+        lines.append(f"  log: {log_path}")
+    if exc.hint:
+        lines.append(f"  next: {exc.hint}")
+    return "\n".join(lines)
+
+
+def _raise_interrupted(signum: int, _frame: object) -> None:
+    raise Interrupted(signal.Signals(signum).name)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    # Under umask 000 (common in containers) the checkout, its .git/hooks and the build would be
+    # world-writable: anyone could plant a hook that the next run's git executes.  Never world-writable.
+    os.umask(os.umask(0o022) | 0o002)
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    environ = dict(os.environ)
+    if args.command == "_watchdog":
+        from ensure_flydsl.cli.start import watchdog
+
+        return watchdog(args.watch_root, args.watch_run_id)
+    json_mode = bool(getattr(args, "json", False))
+    if json_mode:
+        reporter = Reporter.for_stream(sys.stderr, json_events=args.command == "ensure")
+    else:
+        reporter = Reporter.for_stream(sys.stdout)
+    previous = signal.signal(signal.SIGTERM, _raise_interrupted)
+    try:
+        try:
+            if args.command == "_worker":
+                from ensure_flydsl.cli.start import worker
+
+                return worker(args.run_id, args.alive_fd, args.settings_json, environ, reporter)
+            settings = settings_from_args(args, environ)
+        except BadInput as exc:
+            if args.command in ("ensure", "start"):
+                _report_bad_input(exc, _flags(args), environ)
+            raise
+        handler = _HANDLERS[args.command]
+        return handler(args, settings, reporter, environ)
+    except EnsureError as exc:
+        if json_mode:
+            print(json.dumps({"ok": False, "exit_code": int(exc.code), "stage": exc.stage, "reason": exc.reason,
+                              "hint": exc.hint, "log": reporter.log_path}))
+        tail = reporter.tail(20) if exc.code in _BUILD_FAILURES else []
+        print(format_error(exc, tail, reporter.log_path), file=sys.stderr)
+        return int(exc.code)
+    except (KeyboardInterrupt, Interrupted) as exc:
+        name = exc.signame if isinstance(exc, Interrupted) else "SIGINT"
+        print(f"ensure-flydsl: interrupted by {name}; the next run resumes where this one stopped",
+              file=sys.stderr)
+        return int(ExitCode.INTERRUPTED)
+    except Exception:
+        import traceback
+
+        text = traceback.format_exc()
+        reporter.build_line(text)
+        print(f"ensure-flydsl: internal error (exit 70), a bug; please report it with this:\n{text}",
+              file=sys.stderr)
+        return int(ExitCode.INTERNAL)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        reporter.close()
+
+
+_BUILD_FAILURES = (ExitCode.FETCH, ExitCode.CHECKOUT, ExitCode.LLVM_BUILD, ExitCode.FLYDSL_BUILD, ExitCode.PROBE)
+
+
+def _ensure(args: argparse.Namespace, settings: Settings, reporter: Reporter, environ: Dict[str, str]) -> int:
+    from ensure_flydsl.pipeline.warm import try_warm
+
+    result = None if settings.verify else try_warm(settings, environ)
+    if result is None:
+        from ensure_flydsl.pipeline.run import Run, ensure_run
+
+        result = ensure_run(Run(settings, reporter, environ))
+    else:
+        reporter.say(f"nothing changed since the last success (fingerprint); {settings.env_file} is current")
+    if args.json:
+        print(json.dumps(result.to_json(), sort_keys=True))
+    else:
+        reporter.say(
+            f"ready: flydsl {result.version} ({result.how}) for {result.python}; "
+            f"source {result.env_file}"
+        )
+    return 0
+
+
+def _env(args: argparse.Namespace, settings: Settings, reporter: Reporter, environ: Dict[str, str]) -> int:
+    from ensure_flydsl.cli.env import show_env
+
+    return show_env(settings, args.format)
+
+
+def _verify(args: argparse.Namespace, settings: Settings, reporter: Reporter, environ: Dict[str, str]) -> int:
+    from ensure_flydsl.cli.verify import verify
+
+    return verify(settings, environ, as_json=args.json)
+
+
+def _clean(args: argparse.Namespace, settings: Settings, reporter: Reporter, environ: Dict[str, str]) -> int:
+    from ensure_flydsl.cli.clean import clean
+
+    return clean(settings, reporter)
+
+
+def _start(args: argparse.Namespace, settings: Settings, reporter: Reporter, environ: Dict[str, str]) -> int:
+    from ensure_flydsl.cli.start import start
+
+    return start(settings, environ, reporter)
+
+
+def _wait(args: argparse.Namespace, settings: Settings, reporter: Reporter, environ: Dict[str, str]) -> int:
+    from ensure_flydsl.cli.wait import wait
+
+    return wait(settings, reporter, timeout=args.timeout, heartbeat=args.heartbeat)
+
+
+def _status(args: argparse.Namespace, settings: Settings, reporter: Reporter, environ: Dict[str, str]) -> int:
+    from ensure_flydsl.cli.status import status
+
+    return status(settings, as_json=args.json)
+
+
+def _doctor(args: argparse.Namespace, settings: Settings, reporter: Reporter, environ: Dict[str, str]) -> int:
+    from ensure_flydsl.cli.doctor import doctor
+
+    return doctor(settings, environ, as_json=args.json)
+
+
+def _cache(args: argparse.Namespace, settings: Settings, reporter: Reporter, environ: Dict[str, str]) -> int:
+    from ensure_flydsl.cli.cache import cache_command
+
+    return cache_command(settings, args.cache_action, max_size=args.max_size, as_json=args.json, say=reporter.say)
+
+
+_HANDLERS: Dict[str, Callable[[argparse.Namespace, Settings, Reporter, Dict[str, str]], int]] = {
+    "doctor": _doctor,
+    "cache": _cache,
+    "ensure": _ensure,
+    "start": _start,
+    "wait": _wait,
+    "status": _status,
+    "env": _env,
+    "verify": _verify,
+    "clean": _clean,
+}

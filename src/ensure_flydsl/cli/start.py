@@ -1,0 +1,131 @@
+"""Detached runs for agents: ``start`` launches a worker in a session of its own and returns at once.
+
+``start`` validates the request (bad input is exit 64 here, not a silent worker failure), takes any
+success marker that does not answer this request out of the way, and either joins the live run for the
+same request or launches a worker.  The worker's alive lock is taken by ``start`` itself and handed to the
+worker, so a ``wait`` issued the moment ``start`` returns already sees a live run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from typing import Callable, Dict, Mapping
+
+import filelock
+
+from ensure_flydsl.pipeline.decide import preflight
+from ensure_flydsl.pipeline.publish import withdraw_own_failure_marker
+from ensure_flydsl.pipeline.run import Run, ensure_run
+from ensure_flydsl.runs import markers
+from ensure_flydsl.runs.answer import live_runs
+from ensure_flydsl.runs.progress import kill_build_group, mark_died, new_record
+from ensure_flydsl.runs.records import RUNNING, RunStore, new_run_id
+from ensure_flydsl.settings import Settings
+from ensure_flydsl.source.root import Stamps, is_ours
+from ensure_flydsl.support.report import Reporter
+
+JOIN_PID_WAIT_S = 2.0
+
+
+def _with_pid(store: RunStore, record: Dict[str, object]) -> Dict[str, object]:
+    """A run announced by `start` a moment ago has no pid in its record until its worker writes it."""
+    deadline = time.monotonic() + JOIN_PID_WAIT_S
+    while record.get("pid") is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+        record = store.read(str(record["run_id"])) or record
+    return record
+
+
+def withdraw_markers_for(settings: Settings, say: Callable[[str], None]) -> None:
+    """Before ``start`` returns: no failure marker of an earlier run, and no env file that does not answer
+    this request (another request, or a tree of ours no longer stamped as finished for it)."""
+    withdraw_own_failure_marker(settings)
+    twin = markers.read_env_json(settings.env_json)
+    stale = twin is None or twin.get("request") != settings.request()
+    if not stale and twin and is_ours(settings.root) and twin.get("how") != "reused":
+        stale = Stamps(settings.root).read("tree") is None
+    if os.path.exists(settings.env_file) and stale:
+        markers.withdraw_env_file(settings.env_file, settings.env_json)
+        say(f"took away {settings.env_file}: it does not answer this request")
+
+
+def start(settings: Settings, environ: Mapping[str, str], reporter: Reporter) -> int:
+    preflight(settings, environ)
+    store = RunStore(settings.root)
+    store.ensure_folder()
+    # Sixteen agents calling `start` at once: one launches, the others join it.
+    with filelock.FileLock(os.path.join(store.folder, "start.lock")):
+        return _join_or_launch(settings, environ, reporter, store)
+
+
+def _join_or_launch(settings: Settings, environ: Mapping[str, str], reporter: Reporter, store: RunStore) -> int:
+    live = live_runs(store, settings.request())
+    if live:
+        running = _with_pid(store, live[0])
+        print(json.dumps({"run_id": running["run_id"], "pid": running["pid"], "log": running["log"],
+                          "state": RUNNING, "joined": True}))
+        return 0
+    withdraw_markers_for(settings, reporter.say)
+    run_id = new_run_id()
+    alive_fd = store.hold_alive(run_id)
+    os.makedirs(settings.base_dir, exist_ok=True)
+    # As Reporter.open_log: never append to (or chmod) the target of a symlink planted at the log's path.
+    log = os.open(settings.log_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    os.fchmod(log, 0o644)
+    # Announce the run before the worker exists, so that `wait` and `status` issued the moment we return
+    # follow it.  Only the worker writes its record after this: no stale write can overwrite its end.
+    store.write(new_record(store, run_id, request=settings.request(), fail_marker=settings.fail_marker,
+                           log=settings.log_file, kind="detached", pid=None, step="starting"))
+    store.set_current(run_id)
+    cmd = [sys.executable, "-m", "ensure_flydsl", "_worker", "--run-id", run_id, "--alive-fd", str(alive_fd),
+           "--settings-json", json.dumps(settings_to_json(settings))]
+    try:
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                env=dict(environ), start_new_session=True, pass_fds=(alive_fd,), cwd="/")
+    finally:
+        os.close(log)
+        os.close(alive_fd)  # the worker holds its own copy of the locked descriptor
+    print(json.dumps({"run_id": run_id, "pid": proc.pid, "log": settings.log_file, "state": RUNNING,
+                      "joined": False}))
+    proc.returncode = 0  # not ours to reap: it outlives this process by design
+    return 0
+
+
+def settings_to_json(settings: Settings) -> Dict[str, object]:
+    data = {name: getattr(settings, name) for name in Settings.__dataclass_fields__ if name != "sources"}
+    data["require"] = list(settings.require)
+    return data
+
+
+def settings_from_json(text: str) -> Settings:
+    data = json.loads(text)
+    data["require"] = tuple(data["require"])
+    return Settings(**data)
+
+
+def worker(run_id: str, alive_fd: int, settings_json: str, environ: Mapping[str, str], reporter: Reporter) -> int:
+    """The detached worker: an ensure run that is tracked from its first step; its stdout is the log."""
+    settings = settings_from_json(settings_json)
+    run = Run(settings, reporter, environ, run_id, kind="detached", alive_fd=alive_fd)
+    result = ensure_run(run)  # the full run (not the warm path): its record must show how it ended
+    reporter.say(f"ready: flydsl {result.version} ({result.how}) for {result.python}; source {result.env_file}")
+    return 0
+
+
+def watchdog(root: str, run_id: str) -> int:
+    """Blocks until the run's alive lock is free; if the run did not finish, it died: say so."""
+    store = RunStore(root)
+    try:
+        store.wait_dead(run_id)
+    except OSError:
+        return 0
+    record = store.read(run_id)
+    if record is None or record.get("state") != RUNNING:
+        return 0
+    kill_build_group(record)
+    mark_died(store, record)
+    return 0

@@ -1,0 +1,76 @@
+"""``ensure-flydsl status``: what is going on for the root, as one stable JSON object or a few lines.
+
+The state is what is true for the request now (see answer.py): a live run for it is "running"; else an
+env file that answers it is "succeeded"; else the last run for it that ended, if it failed, is "failed";
+else "absent" (with the reason).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Dict
+
+from ensure_flydsl.runs.answer import ABSENT, answer
+from ensure_flydsl.runs.records import FAILED, RUNNING, SUCCEEDED
+from ensure_flydsl.settings import Settings
+from ensure_flydsl.support.report import fmt_seconds
+
+FIELDS = ("state", "step", "percent", "elapsed_s", "eta_s", "pid", "run_id", "version", "root", "python",
+          "how", "log", "env_file", "stage", "exit_code", "reason")
+
+
+def status_data(settings: Settings) -> Dict[str, object]:
+    data: Dict[str, object] = {field: None for field in FIELDS}
+    data.update(state=ABSENT, root=settings.root, log=settings.log_file)
+    found = answer(settings)
+    data["state"] = found.state
+    record = found.record
+    if record:
+        data.update(run_id=record.get("run_id"), pid=record.get("pid"))
+        started = record.get("started")
+        finished = record.get("finished")
+        if isinstance(started, (int, float)):
+            end = finished if isinstance(finished, (int, float)) else time.time()
+            data["elapsed_s"] = round(end - started, 1)
+    if found.state == RUNNING and record:
+        eta = record.get("eta_s")
+        updated = record.get("updated")
+        if isinstance(eta, (int, float)) and isinstance(updated, (int, float)):
+            eta = max(0.0, eta - (time.time() - updated))
+        data.update(step=record.get("step"), percent=record.get("percent"),
+                    eta_s=None if eta is None else round(float(eta), 1))  # type: ignore[arg-type]
+    elif found.state == SUCCEEDED and found.twin:
+        twin = found.twin
+        data.update(version=twin.get("version"), python=twin.get("python"), how=twin.get("how"),
+                    env_file=settings.env_file, eta_s=0)
+    elif found.state == FAILED and found.failure:
+        failure = found.failure
+        data.update(stage=failure.get("stage"), exit_code=failure.get("exit_code"), reason=failure.get("reason"),
+                    run_id=failure.get("run_id") or data["run_id"])
+    else:
+        data["reason"] = found.reason
+    return data
+
+
+def status(settings: Settings, *, as_json: bool) -> int:
+    data = status_data(settings)
+    if as_json:
+        print(json.dumps(data, sort_keys=True))
+        return 0
+    print(f"state:   {data['state']}")
+    if data["state"] == RUNNING:
+        percent = f" {data['percent']}%" if data["percent"] is not None else ""
+        print(f"step:    {data['step']}{percent}")
+        print(f"elapsed: {fmt_seconds(data['elapsed_s'])}  ETA: {fmt_seconds(data['eta_s'])}")  # type: ignore[arg-type]
+        print(f"pid:     {data['pid']} (run {data['run_id']})")
+    elif data["state"] == SUCCEEDED:
+        print(f"flydsl:  {data['version']} ({data['how']}) for {data['python']}")
+        print(f"env:     {data['env_file']}")
+    elif data["state"] == FAILED:
+        print(f"failed:  exit {data['exit_code']} in step {data['stage']}: {data['reason']}")
+    elif data["reason"]:
+        print(f"why:     {data['reason']}")
+    print(f"root:    {data['root']}")
+    print(f"log:     {data['log']}")
+    return 0

@@ -1,1 +1,0 @@
-"""One module per command that is more than a call into the pipeline."""

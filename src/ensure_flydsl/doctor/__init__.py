@@ -1,0 +1,1 @@
+"""Checks, in seconds, whether the configured strategy can succeed here, and why not."""

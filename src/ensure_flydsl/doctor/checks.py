@@ -1,0 +1,414 @@
+"""The doctor's checks, one function each: what the run will need, and whether this machine has it.
+
+Each returns a :class:`Check` (ok / missing / wrong / skipped, the detail, the remedy, whether it blocks
+the configured strategy, the step that would fail, whether the tool provides it itself).  The decisions
+on figures (memory against jobs, free disk) are pure functions; the rest look at the machine with short
+timeouts.  :mod:`ensure_flydsl.doctor` runs them concurrently and gives the verdict.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import importlib.util
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import threading
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+
+from ensure_flydsl.build.environment import (
+    MEMORY_PER_JOB_BYTES,
+    available_memory,
+    cpu_count,
+    default_jobs,
+    is_mlir_install,
+)
+from ensure_flydsl.build.package_index import IndexAnswer, best_version, query_versions
+from ensure_flydsl.build.rocm import check_hip
+from ensure_flydsl.build.toolchain import ToolState, machine_state, package_spec
+from ensure_flydsl.errors import EnsureError, ExitCode
+from ensure_flydsl.layout import llvm_record, mlir_install, tools_dir
+from ensure_flydsl.probe.interpreter import Interpreter, describe_interpreter
+from ensure_flydsl.runs.answer import roots_sharing_marker, sharing_advice
+from ensure_flydsl.settings import Settings
+from ensure_flydsl.source.needs import BuildNeeds, tool_minimums
+from ensure_flydsl.source.root import classify_root
+from ensure_flydsl.support.files import read_json
+
+OK, MISSING, WRONG, SKIPPED = "ok", "missing", "wrong", "skipped"
+STAGE_EXIT: Dict[str, int] = {"settings": 64, "fetch": 2, "checkout": 3, "llvm": 4, "build": 5, "probe": 6,
+                              "release": 8}
+STAGE_ORDER = ("settings", "fetch", "checkout", "llvm", "build", "release", "probe")
+GIB = 1024**3
+LLVM_DISK_BYTES = 40 * GIB  # LLVM/MLIR source, build folder and install (mlir, clang, lld; three targets)
+BUILD_DISK_BYTES = 5 * GIB  # FlyDSL's own build against a ready MLIR
+SOURCE_DISK_BYTES = GIB // 2  # a checkout and the tool's files
+_CXX17_PROBE = "#include <optional>\n#include <string_view>\nint main() { std::optional<std::string_view> v; }\n"
+
+
+@dataclasses.dataclass(frozen=True)
+class Check:
+    """One thing the configured strategy needs, and what this machine has of it."""
+
+    name: str
+    status: str  # "ok" | "missing" | "wrong" | "skipped"
+    detail: str
+    remedy: str
+    blocking: bool  # the configured strategy cannot succeed while this stands
+    stage: str  # the run's step that would fail: "settings", "fetch", "checkout", "llvm", "build", ...
+    provided: bool = False  # missing here, but ensure-flydsl provides it (private toolchain, hip overlay)
+
+    @property
+    def exit_code(self) -> int:
+        return STAGE_EXIT.get(self.stage, int(ExitCode.INTERNAL))
+
+    def to_json(self) -> Dict[str, object]:
+        return dataclasses.asdict(self)
+
+
+def _ok(name: str, detail: str, stage: str) -> Check:
+    return Check(name, OK, detail, "", False, stage)
+
+
+def _skip(name: str, detail: str, stage: str) -> Check:
+    return Check(name, SKIPPED, detail, "", False, stage)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Pure decisions (unit-tested with simulated figures)
+# ---------------------------------------------------------------------------------------------------------
+
+
+def memory_check(jobs_setting: Optional[int], cores: int, available: Optional[int], *, heavy: bool,
+                 compiles: bool, label: str = "FLYDSL_JOBS") -> Check:
+    """Build parallelism against available memory (MEMORY_PER_JOB_BYTES a job: LLVM's big links).  Too many
+    jobs is a warning with the number that fits; blocking only when not even one job fits an LLVM build."""
+    stage = "llvm" if heavy else "build"
+    if not compiles:
+        return _skip("memory", "nothing is compiled", stage)
+    if available is None:
+        return _skip("memory", "available memory is unknown (no /proc/meminfo)", stage)
+    jobs = jobs_setting if jobs_setting is not None else default_jobs(cores, available)
+    per_job = MEMORY_PER_JOB_BYTES // GIB
+    have = f"{available / GIB:.1f} GiB available"
+    source = f"{label}={jobs}" if jobs_setting is not None else f"{jobs} jobs by default ({cores} cores)"
+    if jobs * MEMORY_PER_JOB_BYTES <= available:
+        return _ok("memory", f"{source} x {per_job} GiB a job fits {have}", stage)
+    fits = available // MEMORY_PER_JOB_BYTES
+    if fits >= 1:
+        return Check("memory", WRONG, f"{source} x {per_job} GiB a job is more than {have}: big link steps may run "
+                     "out of memory (killed, exit 137)", f"set {label}={fits} (or leave it unset: the default "
+                     "caps jobs by memory)", False, stage)
+    return Check("memory", WRONG, f"{have}: not even one {per_job} GiB job fits; "
+                 + ("LLVM's links will likely be killed" if heavy else "the build may run out of memory"),
+                 "free memory or use a bigger machine" + ("; or set MLIR_PATH to a ready MLIR install to skip "
+                 "the LLVM build" if heavy else ""), heavy, stage)
+
+
+def disk_check(free: Optional[int], need: int, where: str, *, heavy: bool) -> Check:
+    stage = "llvm" if heavy else "build"
+    if free is None:
+        return _skip("disk", f"cannot tell the free space at {where}", stage)
+    what = "an LLVM/MLIR build and FlyDSL's" if heavy else "the build"
+    detail = f"{free / GIB:.1f} GiB free at {where}; {what} needs about {need / GIB:.{0 if need >= GIB else 1}f} GiB"
+    if free >= need:
+        return _ok("disk", detail, stage)
+    remedy = "free space there, or set FLYDSL_ROOT to a folder on a bigger file system"
+    if heavy:
+        remedy += ", or set MLIR_PATH to a ready MLIR install (then about 5 GiB is enough)"
+    return Check("disk", MISSING, detail, remedy, True, stage)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# What the checks share, and the checks
+# ---------------------------------------------------------------------------------------------------------
+
+
+class Index:
+    """Package index answers, each asked once (concurrent askers wait for the first)."""
+
+    def __init__(self, python: str, environ: Mapping[str, str], timeout: float) -> None:
+        self.python = python
+        self.environ = environ
+        self.timeout = timeout
+        self._lock = threading.Lock()
+        self._answers: Dict[Tuple[str, Tuple[str, ...]], "concurrent.futures.Future[IndexAnswer]"] = {}
+
+    def answer(self, package: str, options: Sequence[str] = ()) -> IndexAnswer:
+        key = (package, tuple(options))
+        with self._lock:
+            future = self._answers.get(key)
+            owner = future is None
+            if future is None:
+                future = self._answers[key] = concurrent.futures.Future()
+        if owner:
+            try:
+                future.set_result(query_versions(self.python, package, self.environ, timeout=self.timeout,
+                                                 options=options))
+            except BaseException as exc:  # never leave the other askers waiting
+                future.set_exception(exc)
+        return future.result()
+
+    def asked(self) -> List[IndexAnswer]:
+        with self._lock:
+            futures = list(self._answers.values())
+        return [f.result() for f in futures]
+
+
+@dataclasses.dataclass
+class RunContext:
+    settings: Settings
+    environ: Mapping[str, str]
+    timeout: float
+    interpreter: Optional[Interpreter]
+    needs: BuildNeeds
+    llvm: bool  # the LLVM/MLIR step will run
+    index: Index
+
+    @property
+    def heavy(self) -> bool:
+        return self.llvm and (self.needs.llvm_cmake or self.needs.llvm_remote is not None)
+
+    @property
+    def compiles(self) -> bool:
+        return self.needs.cmake or self.heavy
+
+    def tool_stage(self) -> str:
+        return "llvm" if self.heavy else "build"
+
+
+def check_interpreter(settings: Settings, environ: Mapping[str, str]) -> Tuple[Check, Optional[Interpreter]]:
+    label = settings.label("python")
+    try:
+        interp = describe_interpreter(settings.python, environ)
+    except EnsureError as exc:
+        return Check("interpreter", WRONG, f"{label}={settings.python}: {exc.reason}",
+                     f"set {label} to the Python interpreter that will import FlyDSL", True, "settings"), None
+    return _ok("interpreter", f"{interp.executable} {interp.version} ({interp.abi})", "settings"), interp
+
+
+def check_root(settings: Settings) -> Check:
+    root, label = settings.root, settings.label("root")
+    anchor = root
+    while not os.path.lexists(anchor) and os.path.dirname(anchor) != anchor:
+        anchor = os.path.dirname(anchor)
+    if anchor != root and not (os.path.isdir(anchor) and os.access(anchor, os.W_OK | os.X_OK)):
+        return Check("root", WRONG, f"{root} cannot be created: {anchor} is not a writable folder",
+                     f"set {label} to a folder this user can create", True, "settings")
+    state = classify_root(root, settings.repo)
+    if state.kind == "foreign":
+        return Check("root", WRONG, f"{root}: {state.reason}",
+                     f"set {label} to an empty or new folder (ensure-flydsl never overwrites others' files)",
+                     True, "settings")
+    return _ok("root", f"{root} ({state.kind}{': ' + state.reason if state.reason else ''})", "settings")
+
+
+def check_marker_sharing(settings: Settings) -> Check:
+    sharing = roots_sharing_marker(settings)
+    if not sharing:
+        return _ok("fail-marker", f"{settings.fail_marker} is this root's alone", "settings")
+    advice = sharing_advice(settings, sharing)
+    problem, remedy = advice.split("; give each root its own, ")
+    return Check("fail-marker", WRONG, problem, "give each root its own FLYDSL_BUILD_FAILED, " + remedy, False,
+                 "settings")
+
+
+def check_git(environ: Mapping[str, str]) -> Check:
+    exe = shutil.which("git", path=environ.get("PATH"))
+    if exe is None:
+        return Check("git", MISSING, "git is not on PATH; it fetches the pin (and LLVM)",
+                     "install git (your OS package) or put it on PATH", True, "fetch")
+    try:
+        out = subprocess.run([exe, "--version"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=20,
+                             check=False).stdout.decode(errors="replace").strip()
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return Check("git", WRONG, f"{exe} does not run: {exc}", "reinstall git", True, "fetch")
+    return _ok("git", f"{out} at {exe}", "fetch")
+
+
+def _llvm_already_built(settings: Settings, needs: BuildNeeds) -> Optional[str]:
+    """The MLIR install a previous run built for this LLVM commit, if it is there."""
+    install = mlir_install(settings.base_dir)
+    record = read_json(llvm_record(settings.base_dir)) or {}
+    done = record.get("done")
+    if (needs.llvm_commit and isinstance(done, dict) and done.get("llvm_commit") == needs.llvm_commit
+            and is_mlir_install(install)):
+        return install
+    return None
+
+
+def llvm_step_needed(settings: Settings, needs: BuildNeeds) -> bool:
+    """Whether a source build runs the LLVM/MLIR step: MLIR_PATH unset and no finished build of the pin's
+    LLVM commit next to the root."""
+    return settings.mlir_path is None and _llvm_already_built(settings, needs) is None
+
+
+def check_mlir(ctx: RunContext) -> Check:
+    s = ctx.settings
+    if s.mlir_path is not None:
+        label = s.label("mlir_path")
+        remedy = (f"point {label} at an MLIR install prefix (cmake --install of an LLVM build with mlir), or "
+                  "unset it to build LLVM/MLIR")
+        if not is_mlir_install(s.mlir_path):
+            # ensure refuses it before anything else (bad input, 64)
+            return Check("mlir", WRONG, f"{label}={s.mlir_path} holds no lib/cmake/mlir", remedy, True, "settings")
+        configs = [os.path.join(s.mlir_path, "lib", "cmake", "mlir", n) for n in ("MLIRConfig.cmake",
+                                                                                  "mlir-config.cmake")]
+        if not any(os.path.isfile(c) for c in configs) and ctx.needs.cmake:
+            return Check("mlir", WRONG, f"{label}={s.mlir_path} holds no lib/cmake/mlir/MLIRConfig.cmake: the "
+                         "build's find_package(MLIR) will fail", remedy, True, "build")
+        return _ok("mlir", f"{label}={s.mlir_path}; no LLVM build", "build")
+    built = _llvm_already_built(s, ctx.needs)
+    if built:
+        return _ok("mlir", f"MLIR for LLVM {str(ctx.needs.llvm_commit)[:12]} is already built in {built}", "llvm")
+    return _skip("mlir", "MLIR_PATH is unset: the run builds LLVM/MLIR (the long step)", "llvm")
+
+
+def _free_bytes(path: str) -> Tuple[Optional[int], str]:
+    while not os.path.exists(path) and os.path.dirname(path) != path:
+        path = os.path.dirname(path)
+    try:
+        return shutil.disk_usage(path).free, path
+    except OSError:
+        return None, path
+
+
+def check_disk(ctx: RunContext) -> Check:
+    need = (LLVM_DISK_BYTES if ctx.heavy else 0) + (BUILD_DISK_BYTES if ctx.needs.cmake else SOURCE_DISK_BYTES)
+    free, where = _free_bytes(ctx.settings.base_dir)
+    return disk_check(free, need, where, heavy=ctx.heavy)
+
+
+def check_memory(ctx: RunContext) -> Check:
+    return memory_check(ctx.settings.jobs, cpu_count(), available_memory(), heavy=ctx.heavy,
+                        compiles=ctx.compiles, label=ctx.settings.label("jobs"))
+
+
+def _compiler(env_var: str, names: Sequence[str], environ: Mapping[str, str]) -> Tuple[Optional[List[str]], str]:
+    path = environ.get("PATH")
+    if environ.get(env_var):
+        words = shlex.split(environ[env_var])
+        exe = shutil.which(words[0], path=path) if words else None
+        if exe is None:
+            return None, f"{env_var}={environ[env_var]} is not found"
+        return [exe] + words[1:], f"{env_var}={environ[env_var]}"
+    for name in names:
+        exe = shutil.which(name, path=path)
+        if exe:
+            return [exe], exe
+    return None, f"no {' / '.join(names)} on PATH"
+
+
+def check_compiler(ctx: RunContext, cxx: bool) -> Check:
+    name = "c++17-compiler" if cxx else "c-compiler"
+    if not ctx.compiles:
+        return _skip(name, "nothing is compiled", "build")
+    stage = ctx.tool_stage()
+    cmd, where = (_compiler("CXX", ("c++", "g++", "clang++"), ctx.environ) if cxx
+                  else _compiler("CC", ("cc", "gcc", "clang"), ctx.environ))
+    remedy = ("install a C++17 compiler (g++ >= 8 or clang++ >= 7; e.g. the OS package build-essential) or set CXX"
+              if cxx else "install a C compiler (gcc or clang) or set CC")
+    if cmd is None:
+        return Check(name, MISSING, where, remedy, True, stage)
+    lang, source = ("c++", _CXX17_PROBE) if cxx else ("c", "int main(void) { return 0; }\n")
+    flags = ["-std=c++17"] if cxx else []
+    try:
+        proc = subprocess.run(cmd + flags + ["-fsyntax-only", "-x", lang, "-"], input=source.encode(),
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=60, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return Check(name, WRONG, f"{where} does not run: {exc}", remedy, True, stage)
+    if proc.returncode != 0:
+        last = proc.stdout.decode(errors="replace").strip().splitlines()[-1:] or [""]
+        return Check(name, WRONG, f"{where} cannot compile {'C++17' if cxx else 'C'}: {last[0]}", remedy, True,
+                     stage)
+    return _ok(name, f"{where} compiles {'C++17' if cxx else 'C'}", stage)
+
+
+def check_headers(ctx: RunContext) -> Check:
+    stage = "llvm" if ctx.llvm and ctx.needs.llvm_python_bindings else "build"
+    if not (ctx.needs.nanobind or (ctx.llvm and ctx.needs.llvm_python_bindings)):
+        return _skip("python-headers", "no Python extension is built", stage)
+    if ctx.interpreter is None:
+        return _skip("python-headers", "the interpreter does not run", stage)
+    header = os.path.join(ctx.interpreter.include, "Python.h")
+    if os.path.isfile(header):
+        return _ok("python-headers", header, stage)
+    version = ".".join(ctx.interpreter.version.split(".")[:2])
+    return Check("python-headers", MISSING, f"{header} does not exist: the Python bindings cannot be compiled for "
+                 f"{ctx.interpreter.executable}", f"install the interpreter's development headers (e.g. the OS "
+                 f"package python{version}-dev), or set FLYDSL_PYTHON to an interpreter that has them", True, stage)
+
+
+def check_tool(ctx: RunContext, name: str, needed: Sequence[str]) -> Check:
+    """A tool the private toolchain can provide: ok on the machine, else provided from the index."""
+    stage = ctx.tool_stage() if name in ("cmake", "ninja") else "build"
+    if name not in needed:
+        return _skip(name, "not used by this build", stage)
+    minimum = tool_minimums(ctx.needs).get(name)
+    python = ctx.interpreter.executable if ctx.interpreter else ctx.settings.python
+    state: ToolState = machine_state(name, ctx.environ, python=python, minimum=minimum,
+                                     tools_dir=tools_dir(ctx.settings.root))
+    if state.good:
+        return _ok(name, state.describe(), stage)
+    status = WRONG if state.found else MISSING
+    spec = package_spec(name, minimum)
+    answer = ctx.index.answer(name)
+    yourself = "install nanobind for the interpreter" if name == "nanobind" else f"put {name} on PATH"
+    if answer.answered and best_version(answer.versions, minimum=minimum):
+        return Check(name, status, f"{state.problem}; ensure-flydsl installs {spec} "
+                     f"({best_version(answer.versions, minimum=minimum)}) from the package index into "
+                     f"{tools_dir(ctx.settings.root)}/provided for the build (nothing system-wide)",
+                     f"none needed (or {yourself} yourself)", False, stage, provided=True)
+    if name == "ninja" and shutil.which("make", path=ctx.environ.get("PATH")):
+        return Check(name, status, f"{state.problem}, and the package index cannot provide it; the build falls "
+                     "back to make (slower)", "make the package index reachable, or install ninja", False, stage)
+    why = ("the package index does not answer" if not answer.answered
+           else f"the package index has no {spec} wheel for this machine")
+    what = "import nanobind" if name == "nanobind" else f"put {name} on PATH"
+    return Check(name, status, f"{state.problem}, and {why}",
+                 f"{what} (e.g. from your OS packages), or make the package index reachable (PIP_INDEX_URL, "
+                 "pip.conf) so that ensure-flydsl installs it privately", True, stage)
+
+
+def check_hip_package(ctx: RunContext) -> Check:
+    needs, s = ctx.needs, ctx.settings
+    if not (needs.hip or needs.hip_optional):
+        return _skip("hip", "the pin's CMake files do not ask for hip", "build")
+    blocking = needs.hip
+    asked = f"{needs.hip_where} does find_package(hip{' REQUIRED' if needs.hip else ''})"
+    prefixes = [s.rocm_path] + [p for p in ctx.environ.get("CMAKE_PREFIX_PATH", "").split(os.pathsep) if p]
+    label = s.label("rocm_path")
+    for prefix in prefixes:
+        check = check_hip(prefix)
+        if check.package_dir is None:
+            continue
+        if check.needs_fix and prefix != s.rocm_path:
+            return Check("hip", WRONG, f"{check.package_dir} (found through CMAKE_PREFIX_PATH) names "
+                         f"{', '.join(check.missing)}, which is missing", f"set {label}={prefix}: ensure-flydsl then "
+                         "builds with a private corrected copy of the package", blocking, "build")
+        if check.needs_fix:
+            fix = (f"--fix-rocm-in-place: links {', '.join(check.missing)} inside {prefix}/lib" if s.fix_rocm_in_place
+                   else f"ensure-flydsl builds with a private corrected copy of the package ({prefix} untouched)")
+            return Check("hip", WRONG, f"{check.package_dir} names {', '.join(check.missing)}, which is missing "
+                         f"(the library is {os.path.basename(str(check.actual))}); {fix}", "none needed",
+                         False, "build", provided=True)
+        if check.unfixable:
+            return Check("hip", WRONG, f"{check.package_dir} names {', '.join(check.missing)}, and {prefix}/lib has "
+                         "no libamdhip64 at all", "install ROCm's HIP runtime (the hip-runtime-amd package) or "
+                         f"point {label} at a complete ROCm", blocking, "build")
+        return _ok("hip", f"{check.package_dir} (names {', '.join(check.referenced) or 'no library'}, present); "
+                   f"{asked}", "build")
+    where = " or ".join([f"{label}={s.rocm_path}"] + (["CMAKE_PREFIX_PATH"] if len(prefixes) > 1 else []))
+    return Check("hip", MISSING, f"no hip CMake package (lib/cmake/hip) under {where}; {asked}",
+                 f"install ROCm's HIP development files (hip-dev), or set {label} to the ROCm prefix holding "
+                 "lib/cmake/hip", blocking, "build")
+
+
+def installer_python(interp: Optional[Interpreter], settings: Settings) -> str:
+    """Whose pip asks the index: this tool's interpreter (it installs the private tools), else the target's."""
+    if importlib.util.find_spec("pip") is not None:
+        return sys.executable
+    return interp.executable if interp else settings.python

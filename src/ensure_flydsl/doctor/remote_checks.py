@@ -1,0 +1,233 @@
+"""The doctor's checks that ask something of the network or of git: the repository and the pin, the pin's
+submodules, where LLVM's source comes from, the package index, and a release wheel for the interpreter.
+Each has a short timeout; the doctor runs them concurrently (see doctor.py)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from typing import Dict, List, Mapping, Optional, Tuple
+
+from ensure_flydsl.build.package_index import best_version
+from ensure_flydsl.build.wheels import pin_as_tag, release_tags, tag_version, wheel_tags
+from ensure_flydsl.doctor.checks import MISSING, WRONG, Check, RunContext, _ok, _skip
+from ensure_flydsl.errors import EnsureError
+from ensure_flydsl.layout import llvm_dir
+from ensure_flydsl.settings import Settings
+from ensure_flydsl.source.git import is_local_repo
+from ensure_flydsl.source.needs import resolve_in
+
+
+def _git_env(environ: Mapping[str, str], timeout: float) -> Dict[str, str]:
+    env = {k: v for k, v in environ.items() if k not in ("GIT_DIR", "GIT_WORK_TREE")}
+    env.update({"GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "true", "LC_ALL": "C",
+                "GIT_ALLOW_PROTOCOL": "file:https:http:ssh:git",
+                # a stalled https transfer gives up after the timeout instead of curl's minutes
+                "GIT_HTTP_LOW_SPEED_LIMIT": "1000", "GIT_HTTP_LOW_SPEED_TIME": str(max(1, int(timeout)))})
+    if "GIT_SSH_COMMAND" not in environ and "GIT_SSH" not in environ:
+        env["GIT_SSH_COMMAND"] = f"ssh -o BatchMode=yes -o ConnectTimeout={max(1, int(timeout))}"
+    return env
+
+
+def _ls_remote(url: str, environ: Mapping[str, str], timeout: float, *refs: str) -> Tuple[bool, str]:
+    """Whether ``git ls-remote url`` answers within the timeout; (ok, output or the reason)."""
+    cmd = ["git", "ls-remote", "--quiet", url, *refs]
+    try:
+        proc = subprocess.run(cmd, env=_git_env(environ, timeout), stdin=subprocess.DEVNULL,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout, check=False)
+    except subprocess.TimeoutExpired:
+        return False, f"no answer within {timeout:.0f} s"
+    except OSError as exc:
+        return False, f"cannot run git: {exc.strerror}"
+    if proc.returncode != 0:
+        lines = proc.stderr.decode(errors="replace").strip().splitlines()
+        return False, lines[-1] if lines else f"git ls-remote exited with {proc.returncode}"
+    return True, proc.stdout.decode(errors="replace")
+
+
+def _root_has(root: str, pin: str) -> Optional[str]:
+    return resolve_in(root, pin) if os.path.isdir(os.path.join(root, ".git")) else None
+
+
+def check_repository(settings: Settings, environ: Mapping[str, str], timeout: float,
+                     checkout: Optional[str]) -> Check:
+    repo, pin, label = settings.repo, settings.pin, settings.label("repo")
+    if checkout is not None:
+        return _ok("repository", f"the source is already checked out in {checkout}", "fetch")
+    fetched = _root_has(settings.root, pin)
+    if is_local_repo(repo):
+        path = repo[len("file://"):] if repo.startswith("file://") else repo
+        if not os.path.isdir(path):
+            return Check("repository", MISSING, f"{label}={repo}: {path} does not exist",
+                         f"point {label} at a FlyDSL clone or mirror", fetched is None, "fetch")
+        commit = resolve_in(path, pin)
+        if commit is None:
+            return Check("repository", WRONG, f"the pin {pin} is not a commit, tag or branch of {repo}",
+                         "check FLYDSL_PIN (a full commit hash or a tag such as v0.2.2)", fetched is None,
+                         "checkout")
+        return _ok("repository", f"local repository {path}; the pin is commit {commit[:12]}", "fetch")
+    answered, out = _ls_remote(repo, environ, timeout)
+    if not answered:
+        if fetched is not None:
+            return Check("repository", MISSING, f"{repo} does not answer ({out}), but the pin is already fetched "
+                         f"into {settings.root} (commit {fetched[:12]})", "none needed for this pin", False, "fetch")
+        return Check("repository", MISSING, f"{repo} does not answer: {out}",
+                     f"check the network, or point {label} at a reachable mirror (a local path works)", True,
+                     "fetch")
+    if re.fullmatch(r"[0-9a-fA-F]{40}", pin):
+        return _ok("repository", f"{repo} answers (the pin is a commit hash, fetched by hash)", "fetch")
+    refs = {line.split("\t", 1)[1].strip() for line in out.splitlines() if "\t" in line}
+    if {f"refs/tags/{pin}", f"refs/heads/{pin}"} & refs:
+        return _ok("repository", f"{repo} answers and has {pin}", "fetch")
+    return Check("repository", WRONG, f"{repo} answers, but has no tag or branch {pin}",
+                 "check FLYDSL_PIN (a full commit hash or a tag such as v0.2.2)", True, "checkout")
+
+
+def check_llvm_source(ctx: RunContext) -> Check:
+    needs = ctx.needs
+    if not ctx.llvm:
+        return _skip("llvm-source", "no LLVM build", "llvm")
+    if needs.llvm_remote is None:
+        return _skip("llvm-source", "build_llvm.sh does not clone llvm-project", "llvm")
+    commit = needs.llvm_commit
+    local = llvm_dir(ctx.settings.base_dir)
+    if commit and os.path.isdir(os.path.join(local, ".git")) and resolve_in(local, commit):
+        return _ok("llvm-source", f"LLVM {commit[:12]} is already in {local}", "llvm")
+    remote = ctx.environ.get("LLVM_REMOTE") or needs.llvm_remote
+    remedy = (f"set MLIR_PATH to an MLIR install built from LLVM {commit[:12] if commit else 'at the pin'} "
+              f"(thirdparty/llvm-hash.txt), or LLVM_REMOTE to a reachable mirror of llvm-project")
+    if is_local_repo(remote):
+        path = remote[len("file://"):] if remote.startswith("file://") else remote
+        if os.path.isdir(path):
+            return _ok("llvm-source", f"LLVM is cloned from the local {path}", "llvm")
+        return Check("llvm-source", MISSING, f"LLVM_REMOTE={remote} does not exist", remedy, True, "llvm")
+    answered, out = _ls_remote(remote, ctx.environ, ctx.timeout, "HEAD")
+    if answered:
+        return _ok("llvm-source", f"{remote} answers (build_llvm.sh clones LLVM from it)", "llvm")
+    return Check("llvm-source", MISSING, f"build_llvm.sh clones LLVM from {remote}, which does not answer: {out}",
+                 remedy, True, "llvm")
+
+
+def _submodule_url(url: str, repo: str) -> str:
+    """A submodule URL as git resolves it: ``../x`` and ``./x`` are relative to the superproject's URL."""
+    if not url.startswith(("./", "../")):
+        return url
+    base = repo.rstrip("/")
+    for part in url.split("/"):
+        if part == "..":
+            base = base.rsplit("/", 1)[0] if "/" in base else base
+        elif part not in (".", ""):
+            base = f"{base}/{part}"
+    return base
+
+
+def check_submodules(ctx: RunContext, checkout: Optional[str]) -> Check:
+    """A source build fetches the pin's submodules first: those whose repository does not answer stop it."""
+    subs = ctx.needs.submodules
+    if not ctx.needs.read:
+        return _skip("submodules", "the pin's source could not be read (see the repository check)", "fetch")
+    if not subs:
+        return _skip("submodules", "the pin has no submodules", "fetch")
+    unreachable: List[str] = []
+    for path, url in subs:
+        if any(top and os.path.exists(os.path.join(top, path, ".git")) for top in (checkout, ctx.settings.root)):
+            continue  # already fetched into the checkout
+        where = _submodule_url(url, ctx.settings.repo)
+        if is_local_repo(where):
+            local = where[len("file://"):] if where.startswith("file://") else where
+            if not os.path.isdir(local):
+                unreachable.append(f"{path} ({local} does not exist)")
+            continue
+        answered, out = _ls_remote(where, ctx.environ, ctx.timeout, "HEAD")
+        if not answered:
+            unreachable.append(f"{path} ({where}: {out})")
+    if unreachable:
+        return Check("submodules", MISSING, "the pin's submodules cannot be fetched: " + "; ".join(unreachable),
+                     "make them reachable, or mirror them and point git there "
+                     "(git config --global url.<mirror>.insteadOf <url>)", True, "fetch")
+    return _ok("submodules", f"{len(subs)} submodule(s) can be fetched: " + ", ".join(p for p, _ in subs), "fetch")
+
+
+def check_index(ctx: RunContext, release: bool) -> Check:
+    """Whether pip reaches the package index; needed when something is installed from it."""
+    stage = "release" if release else ("llvm" if ctx.llvm and ctx.needs.llvm_pip else "build")
+    asked = ctx.index.asked()
+    if not asked and ctx.llvm and ctx.needs.llvm_pip:
+        asked = [ctx.index.answer(ctx.needs.llvm_pip[0])]
+    if not asked:
+        return _skip("package-index", "nothing is installed from it", stage)
+    answered = [a for a in asked if a.answered]
+    if answered:
+        return _ok("package-index", f"pip ({ctx.index.python}) answers for {', '.join(a.package for a in answered)}",
+                   stage)
+    why = "; ".join(f"{a.package}: {a.detail.splitlines()[-1] if a.detail else 'no answer'}" for a in asked)
+    needed_by = ("the release wheel" if release else
+                 "build_llvm.sh's pip install " + " ".join(ctx.needs.llvm_pip) if ctx.llvm and ctx.needs.llvm_pip
+                 else "the private build tools")
+    blocking = release or (ctx.llvm and bool(ctx.needs.llvm_pip))
+    return Check("package-index", MISSING, f"pip does not reach the package index ({why}); needed for {needed_by}",
+                 "check the network or pip's configuration (PIP_INDEX_URL, pip.conf); a local mirror works",
+                 blocking, stage)
+
+
+def release_version_of_pin(settings: Settings, checkout: Optional[str]) -> Tuple[Optional[str], str, bool]:
+    """(X, how it is known, True) when the pin is the release vX (a tag, a version, or a commit a release
+    tag points at in a local repository); (None, why not, known) otherwise, ``known`` False when only a
+    fetch can tell.  As provision.release_version decides after the fetch."""
+    tag = pin_as_tag(settings.pin)
+    version = tag_version(tag)
+    if version is not None:
+        return version, f"the pin names the release tag {tag}", True
+    candidates = [p for p in (checkout, settings.root) if p and os.path.isdir(os.path.join(p, ".git"))]
+    if is_local_repo(settings.repo):
+        candidates.append(settings.repo[len("file://"):] if settings.repo.startswith("file://") else settings.repo)
+    for path in candidates:
+        commit = resolve_in(path, settings.pin)
+        if commit is None:
+            continue
+        try:
+            out = subprocess.run(["git", "-C", path, "tag", "--points-at", commit], stdout=subprocess.PIPE,
+                                 stderr=subprocess.DEVNULL, timeout=30, check=False).stdout.decode()
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        versions = release_tags(out.split())
+        if versions:
+            return versions[0], f"commit {commit[:12]} is the release tag v{versions[0]}", True
+        return None, f"the pin (commit {commit[:12]}) is not the commit of a release tag vX.Y.Z", True
+    return None, "the pin's release is known only after fetching", False
+
+
+def check_release(ctx: RunContext, checkout: Optional[str], *, demanded: bool) -> Check:
+    """A flydsl wheel for the target interpreter (asked with the install's own options).  ``demanded``:
+    FLYDSL_STRATEGY=release (blocking); else auto's first choice (never blocking: it falls back)."""
+    if ctx.interpreter is None:
+        return _skip("release-wheel", "the interpreter does not run", "release")
+    version, how, known = release_version_of_pin(ctx.settings, checkout)
+    if version is None and not demanded:
+        return _skip("release-wheel", f"auto builds from source: {how}", "release")
+    if version is None and known:
+        return Check("release-wheel", WRONG, how, "pin a release tag (for example v0.2.2) or a version, or use "
+                     "FLYDSL_STRATEGY=source", True, "release")
+    try:
+        options = wheel_tags(ctx.interpreter)
+    except EnsureError as exc:
+        return Check("release-wheel", WRONG, exc.reason, "use a CPython interpreter, or FLYDSL_STRATEGY=source",
+                     demanded, "release")
+    answer = ctx.index.answer("flydsl", options)
+    wanted = f"flydsl=={version}" if version else f"flydsl >= {ctx.settings.min_version}"
+    abi = options[options.index("--abi") + 1]
+    if not answer.answered:
+        return Check("release-wheel", MISSING, f"cannot ask the package index for {wanted}: {answer.detail}",
+                     "check the network or pip's configuration (PIP_INDEX_URL, pip.conf)", demanded, "release")
+    found = best_version(answer.versions, exact=version, minimum=None if version else ctx.settings.min_version)
+    if found:
+        return _ok("release-wheel", f"{how}; the package index has a flydsl {found} wheel for {abi}", "release")
+    listed = ", ".join(answer.versions[:5]) or "none"
+    fallback = "" if demanded else "; auto builds from source instead"
+    return Check("release-wheel", MISSING, f"{how}, but the package index has no {wanted} wheel for {abi} "
+                 f"(versions it has for {abi}: {listed}){fallback}", "use FLYDSL_STRATEGY=source to build the pin, "
+                 "or set FLYDSL_PYTHON to an interpreter FlyDSL publishes wheels for (cp310-cp314)", demanded,
+                 "release")
+
+

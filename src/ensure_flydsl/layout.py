@@ -1,0 +1,119 @@
+"""Where everything lives: the one owner of every path under a root and under its parent folder.
+
+    BASE/                                  the root's parent folder (``$(dirname ROOT)``)
+      .flydsl_build.lock                   the build lock (FLYDSL_BUILD_LOCK); never deleted
+      .flydsl_build.lock.holder            who holds it (pid, host, start, run id)
+      .flydsl_build.failed                 the failure marker (FLYDSL_BUILD_FAILED); JSON
+      ensure_flydsl.log                    the log of provisioning runs
+      .ensure_flydsl/                      state shared by the roots of BASE
+        history.json                       step durations on this host, for ETAs
+        runs/<root name>/                  run records, alive locks, `current`, start.lock
+        mlir/                              MLIR installs fetched from the binary cache
+      llvm-project/mlir_install/           an LLVM/MLIR build (FlyDSL's build.sh finds it here)
+      .llvm-project.ensure-flydsl.json     the record that this tool made llvm-project/, and for what
+      ROOT/                                the checkout of the pin (FLYDSL_ROOT)
+        flydsl_env.sh, flydsl_env.json     the env file (the success signal, written last) and its twin
+        build-fly/python_packages/         the built (or installed) flydsl package; kernels/ is at ROOT
+        .ensure_flydsl/                    the tool's records for the root
+          owner.json                       the tool made or adopted the root
+          stamps/<step>.json               steps finished, keyed by their inputs
+          tools/                           private build tools, shims, the ROCm overlay
+
+The default lock, marker and log paths are shared by the roots of one folder, as the bash executor
+(``ensure_flydsl.sh``) had them.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import List
+
+STATE_DIR = ".ensure_flydsl"
+BUILD_DIR = "build-fly"
+PACKAGES_DIR = "python_packages"
+ENV_FILE_NAME = "flydsl_env.sh"
+ENV_JSON_NAME = "flydsl_env.json"
+LOG_FILE_NAME = "ensure_flydsl.log"
+LOCK_FILE_NAME = ".flydsl_build.lock"
+FAIL_MARKER_NAME = ".flydsl_build.failed"
+LLVM_DIR_NAME = "llvm-project"
+LLVM_RECORD_NAME = ".llvm-project.ensure-flydsl.json"
+
+
+# -- under the root -----------------------------------------------------------------------------------------
+def state_dir(root: str) -> str:
+    return os.path.join(root, STATE_DIR)
+
+
+def stamps_dir(root: str) -> str:
+    return os.path.join(root, STATE_DIR, "stamps")
+
+
+def owner_file(root: str) -> str:
+    return os.path.join(root, STATE_DIR, "owner.json")
+
+
+def tools_dir(root: str) -> str:
+    """Private build tools, shims and the ROCm overlay (never on the system's paths)."""
+    return os.path.join(root, STATE_DIR, "tools")
+
+
+def build_dir(root: str) -> str:
+    return os.path.join(root, BUILD_DIR)
+
+
+def packages_dir(root: str) -> str:
+    """Where a build (or the release wheel, or the cache) puts the flydsl package."""
+    return os.path.join(root, BUILD_DIR, PACKAGES_DIR)
+
+
+def tree_folders(root: str) -> List[str]:
+    """The tree's import folders, in PYTHONPATH order: ``kernels/`` is at the root, flydsl in the build's."""
+    return [root, packages_dir(root)]
+
+
+def env_file(root: str) -> str:
+    return os.path.join(root, ENV_FILE_NAME)
+
+
+def env_json(root: str) -> str:
+    return os.path.join(root, ENV_JSON_NAME)
+
+
+# -- under the root's parent folder ---------------------------------------------------------------------------
+def default_lock_file(root: str) -> str:
+    return os.path.join(os.path.dirname(root), LOCK_FILE_NAME)
+
+
+def default_fail_marker(root: str) -> str:
+    return os.path.join(os.path.dirname(root), FAIL_MARKER_NAME)
+
+
+def log_file(root: str) -> str:
+    return os.path.join(os.path.dirname(root), LOG_FILE_NAME)
+
+
+def base_state_dir(base_dir: str) -> str:
+    return os.path.join(base_dir, STATE_DIR)
+
+
+def runs_dir(root: str) -> str:
+    """The run records of ``root`` (kept beside it, so that they survive `clean` of the root's files)."""
+    return os.path.join(base_state_dir(os.path.dirname(root)), "runs", os.path.basename(root))
+
+
+def history_file(base_dir: str) -> str:
+    return os.path.join(base_state_dir(base_dir), "history.json")
+
+
+def llvm_dir(base_dir: str) -> str:
+    return os.path.join(base_dir, LLVM_DIR_NAME)
+
+
+def mlir_install(base_dir: str) -> str:
+    """Where FlyDSL's build_llvm.sh installs MLIR and its build.sh looks for it."""
+    return os.path.join(base_dir, LLVM_DIR_NAME, "mlir_install")
+
+
+def llvm_record(base_dir: str) -> str:
+    return os.path.join(base_dir, LLVM_RECORD_NAME)

@@ -1,0 +1,1 @@
+"""The ensure run in order: preflight, reuse decision, lock, warm path, provisioning, publishing."""

@@ -1,0 +1,168 @@
+"""Before anything is touched: the checks that can refuse a request, the probe, and the reuse decision."""
+
+from __future__ import annotations
+
+import os
+from typing import Dict, List, Mapping, Optional
+
+from ensure_flydsl.binary_cache.entries import CacheError, open_cache
+from ensure_flydsl.build.environment import is_mlir_install
+from ensure_flydsl.doctor.checks import MISSING, OK, SKIPPED, WRONG, Check
+from ensure_flydsl.errors import BadInput, EnsureError
+from ensure_flydsl.layout import tree_folders
+from ensure_flydsl.pipeline.lock import check_lock_path
+from ensure_flydsl.probe.gate import Verdict, evaluate, is_within, package_folder
+from ensure_flydsl.probe.interpreter import Interpreter, Probe, describe_interpreter
+from ensure_flydsl.providers.tree import probe_tree
+from ensure_flydsl.runs.context import HOW_BUILT, HOW_REUSED, Decision, Run
+from ensure_flydsl.runs.markers import marker_path_problem
+from ensure_flydsl.settings import Settings
+from ensure_flydsl.source.root import RootState, classify_root, is_ours
+from ensure_flydsl.support.report import Reporter
+
+
+def _nearest_existing(path: str) -> str:
+    while not os.path.lexists(path):
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    return path
+
+
+def _check_creatable(label: str, value: str, folder: str) -> None:
+    """``folder`` exists as a folder this user can write in, or can be created: its nearest existing
+    ancestor is a writable folder (not a file, not read-only)."""
+    anchor = _nearest_existing(folder)
+    if not os.path.isdir(anchor):
+        raise BadInput(label, value, f"a path whose folders can be created; {anchor} is a file, so nothing can "
+                       "be created under it")
+    if not os.access(anchor, os.W_OK | os.X_OK):
+        raise BadInput(label, value, f"a path this user can create; {anchor} is not writable")
+
+
+def check_root_location(settings: Settings) -> RootState:
+    root, label = settings.root, settings.label("root")
+    if not os.path.lexists(root):
+        _check_creatable(label, root, root)
+    state = classify_root(root, settings.repo)
+    if state.kind == "foreign":
+        raise BadInput(label, root, f"an empty or new folder, or a checkout made by ensure-flydsl; {state.reason}")
+    return state
+
+
+def preflight(settings: Settings, environ: Mapping[str, str]) -> Interpreter:
+    """Everything that can refuse the request, checked before any file is written."""
+    check_root_location(settings)
+    for name in ("lock_file", "fail_marker"):
+        path = getattr(settings, name)
+        _check_creatable(settings.label(name), path, os.path.dirname(path))
+    problem = check_lock_path(settings.lock_file)
+    if problem:
+        raise BadInput(settings.label("lock_file"), settings.lock_file, f"a lock file path; {problem}")
+    problem = marker_path_problem(settings.fail_marker)
+    if problem:
+        raise BadInput(settings.label("fail_marker"), settings.fail_marker, f"a marker file path; {problem}")
+    problem = check_lock_path(settings.log_file)  # the log is appended to: never through a symlink
+    if problem:
+        raise BadInput(settings.label("root"), settings.root, f"a root whose log {settings.log_file} is a plain "
+                       f"file; {problem}")
+    if settings.mlir_path is not None and not is_mlir_install(settings.mlir_path):
+        raise BadInput(
+            settings.label("mlir_path"), settings.mlir_path, "an MLIR install prefix holding lib/cmake/mlir"
+        )
+    if settings.cache is not None:
+        if settings.cache.startswith("/"):
+            _check_creatable(settings.label("cache"), settings.cache, settings.cache)
+        try:
+            open_cache(settings.cache)
+        except CacheError as exc:
+            raise BadInput(settings.label("cache"), settings.cache, f"a usable cache location; {exc}") from None
+    try:
+        return describe_interpreter(settings.python, environ)
+    except EnsureError as exc:
+        allowed = f"a Python interpreter that runs; {exc.reason}"
+        raise BadInput(settings.label("python"), settings.python, allowed) from None
+
+
+def tree_key(settings: Settings, commit: str, interpreter: Interpreter) -> Dict[str, object]:
+    """What a finished tree in the root must have been made for to satisfy a request."""
+    return {"repo": settings.repo, "pin": settings.pin, "commit": commit, "abi": interpreter.abi}
+
+
+def _stamped_tree_matches(run: Run) -> Optional[Dict[str, object]]:
+    stamp = run.stamps.read("tree")
+    if not stamp or not isinstance(stamp.get("key"), dict):
+        return None
+    key = stamp["key"]
+    assert isinstance(key, dict)
+    wanted = tree_key(run.settings, str(key.get("commit")), run.interpreter)
+    return stamp if key == wanted else None
+
+
+def _ambient_prepend(probe: Probe, verdict: Verdict) -> List[str]:
+    """The folders a reused tree needs on PYTHONPATH: those of its modules not already on sys.path."""
+    skip = {os.path.normpath(p) for p in probe.interpreter.site_dirs + (probe.interpreter.stdlib,)}
+    folders: List[str] = []
+    for name, file in verdict.files.items():
+        folder = package_folder(name, file)
+        if os.path.normpath(folder) not in skip and folder not in folders:
+            folders.append(folder)
+    return folders
+
+
+def decide(run: Run, again: bool = False) -> Decision:
+    """Probe with the root's folders first; reuse what passes the gate, else say why not."""
+    settings = run.settings
+    before = "after taking the lock, still " if again else ""
+    root = settings.root
+    prefix = tree_folders(root)
+    probe = probe_tree(run, prefix)
+    verdict = evaluate(probe, settings.min_version, settings.require)
+    if verdict.reusable and verdict.tree and is_within(verdict.tree, root):
+        if not is_ours(root):
+            run.say(f"found a working tree in {root} made by another tool: {verdict.reason}")
+            return Decision(True, verdict.reason, HOW_REUSED, verdict.tree, prefix, probe, verdict)
+        stamp = _stamped_tree_matches(run)
+        if stamp is not None:
+            return Decision(
+                True, verdict.reason, str(stamp.get("how", HOW_BUILT)), root, prefix, probe, verdict,
+                str(dict(stamp["key"]).get("commit")),  # type: ignore[call-overload]
+            )
+        why = "it was not built for this pin, repository and interpreter (or its build did not finish)"
+        run.say(f"the tree in {root} imports, but {why}")
+    elif verdict.reusable:
+        run.say(f"reusing the tree found on the interpreter's path: {verdict.reason}")
+        prepend = _ambient_prepend(probe, verdict)
+        return Decision(True, verdict.reason, HOW_REUSED, verdict.tree, prepend, probe, verdict)
+    else:
+        run.say(f"{before}no reusable FlyDSL with {root} first on PYTHONPATH: {verdict.reason}")
+    if any(is_within(f, root) for f in verdict.files.values()):
+        # The root shadowed whatever else the interpreter has; look at that on its own.
+        ambient = probe_tree(run, [])
+        other = evaluate(ambient, settings.min_version, settings.require)
+        if other.reusable:
+            run.say(f"reusing the tree found on the interpreter's path: {other.reason}")
+            prepend = _ambient_prepend(ambient, other)
+            return Decision(True, other.reason, HOW_REUSED, other.tree, prepend, ambient, other)
+        run.say(f"nothing reusable elsewhere either: {other.reason}")
+    return Decision(False, verdict.reason, probe=probe, verdict=verdict)
+
+
+def check_reuse(settings: Settings, environ: Mapping[str, str], interp: Optional[Interpreter]) -> Check:
+    """The doctor's "reuse" check: what ``ensure`` would decide first (then nothing is provisioned)."""
+    blocking = settings.strategy == "reuse-only"
+    remedy = ("install FlyDSL for this interpreter, or use FLYDSL_STRATEGY=auto to build the pin" if blocking
+              else "none needed: the configured strategy provisions one")
+    if interp is None:
+        return Check("reuse", SKIPPED, "the interpreter does not run", "", False, "probe")
+    run = Run(settings, Reporter(None), environ)
+    run.interpreter = interp
+    try:
+        decision = decide(run)
+    except EnsureError as exc:
+        return Check("reuse", WRONG, f"the import probe failed: {exc.reason}", remedy, blocking, "probe")
+    if decision.ok:
+        return Check("reuse", OK, f"reusable: {decision.reason} (ensure will reuse it; nothing is built)", "",
+                     False, "probe")
+    return Check("reuse", MISSING, f"nothing to reuse: {decision.reason}", remedy, blocking, "probe")

@@ -1,0 +1,114 @@
+"""The build lock: one provisioning run per root per host.
+
+An flock (through ``filelock``) dies with its process, so a killed run never leaves a stale lock.  The
+lock file itself is never deleted: unlinking it would let a new caller lock a fresh inode while a waiter
+still holds the old one, and two builds would run at once.  Beside it, ``<lock>.holder`` records who holds
+it (pid, host, start time, run id) so that a waiter can say whom it waits for.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import inspect
+import os
+import socket
+import time
+from typing import Callable, Dict, Iterator, Optional
+
+import filelock
+
+from ensure_flydsl.errors import EnsureError, ExitCode
+from ensure_flydsl.support.files import atomic_write_json, file_path_problem, read_json, remove_file
+
+WAIT_REPORT_INTERVAL_S = 30.0
+
+
+def holder_path(lock_file: str) -> str:
+    return lock_file + ".holder"
+
+
+def describe_holder(info: Optional[Dict[str, object]]) -> str:
+    if not info:
+        return "a process that did not record itself (an older tool or another program)"
+    return (
+        f"pid {info.get('pid')} on host {info.get('host')} since {info.get('started')}"
+        + (f" (run {info['run_id']})" if info.get("run_id") else "")
+    )
+
+
+def _make_lock(path: str) -> filelock.BaseFileLock:
+    kwargs: Dict[str, object] = {"mode": 0o644}
+    # filelock >= 4 may unlink the lock file on release unless told not to; 3.x never does.
+    if "preserve_lock_file" in inspect.signature(filelock.FileLock.__init__).parameters:
+        kwargs["preserve_lock_file"] = True
+    return filelock.FileLock(path, **kwargs)  # type: ignore[arg-type]
+
+
+def check_lock_path(path: str) -> Optional[str]:
+    """Why ``path`` cannot serve as the lock file, or None.  A symlink could redirect the lock (and the
+    holder record written beside it) to a file of somebody else's."""
+    return file_path_problem(path, symlink_ok=False)
+
+
+@contextlib.contextmanager
+def build_lock(
+    path: str,
+    *,
+    timeout: Optional[float],
+    run_id: str,
+    say: Callable[[str], None],
+) -> Iterator[None]:
+    """Hold the build lock for the body; wait at most ``timeout`` seconds (None: as long as it takes).
+
+    Raises EnsureError(LOCK) naming the holder when the wait runs out.
+    """
+    problem = check_lock_path(path)
+    if problem:
+        raise EnsureError(ExitCode.BAD_INPUT, f"FLYDSL_BUILD_LOCK={path!r} is not allowed: {problem}", stage="lock")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    lock = _make_lock(path)
+    try:
+        lock.acquire(timeout=0)
+    except filelock.Timeout:
+        _wait_for(lock, path, timeout, say)
+    try:
+        atomic_write_json(
+            holder_path(path),
+            {
+                "pid": os.getpid(),
+                "host": socket.gethostname(),
+                "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                "started_ts": time.time(),
+                "run_id": run_id,
+            },
+        )
+        yield
+    finally:
+        remove_file(holder_path(path))
+        lock.release()
+
+
+def _wait_for(lock: filelock.BaseFileLock, path: str, timeout: Optional[float], say: Callable[[str], None]) -> None:
+    started = time.monotonic()
+    deadline = None if timeout is None else started + timeout
+    while True:
+        holder = describe_holder(read_json(holder_path(path)))
+        waited = time.monotonic() - started
+        limit = "as long as it takes" if deadline is None else f"up to {timeout:g} s"
+        say(f"waiting for the build lock {path}, held by {holder}; waited {waited:.0f} s, waiting {limit}")
+        chunk = WAIT_REPORT_INTERVAL_S
+        if deadline is not None:
+            chunk = min(chunk, max(0.0, deadline - time.monotonic()))
+        try:
+            lock.acquire(timeout=chunk, poll_interval=0.1)
+            return
+        except filelock.Timeout:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise EnsureError(
+                    ExitCode.LOCK,
+                    f"could not take the build lock {path} within {timeout:g} s: it is held by {holder}",
+                    stage="lock",
+                    hint="another ensure-flydsl run is provisioning this root; `ensure-flydsl wait` follows it, "
+                    "or raise FLYDSL_LOCK_TIMEOUT",
+                ) from None

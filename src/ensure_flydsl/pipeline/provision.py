@@ -1,0 +1,127 @@
+"""Provisioning under the lock: claim the root, fetch and check out the pin, then ask the providers that
+apply (release wheel, binary cache, source build), in that order, for a verified tree; stamp it, publish."""
+
+from __future__ import annotations
+
+import os
+from typing import List, Optional
+
+from ensure_flydsl.build.wheels import pin_as_tag, release_tags
+from ensure_flydsl.errors import BadInput, EnsureError, ExitCode
+from ensure_flydsl.pipeline.decide import tree_key
+from ensure_flydsl.pipeline.publish import publish
+from ensure_flydsl.providers.base import Provider
+from ensure_flydsl.providers.cache import CacheProvider, open_run_cache
+from ensure_flydsl.providers.release import ReleaseProvider
+from ensure_flydsl.providers.source import SourceProvider
+from ensure_flydsl.result import Result
+from ensure_flydsl.runs.context import Decision, Run
+from ensure_flydsl.source import git as gitsource
+from ensure_flydsl.source.root import claim_root, classify_root, exclude_from_git
+from ensure_flydsl.support import faults
+
+
+def provision(run: Run) -> Result:
+    """Under the lock: the pin into the root, then the first provider that gives a verified tree."""
+    claim_for_build(run)
+    with run.step("fetch"):
+        commit = fetch_and_checkout(run)
+    for provider in providers_for(run, commit):
+        decision = provider.provide(run, commit)
+        if decision is not None:
+            result = finish(run, commit, decision)
+            provider.after_publish(run, commit)
+            return result
+    raise EnsureError(ExitCode.INTERNAL, "no provider gave a tree", stage="provision")  # source always does
+
+
+def providers_for(run: Run, commit: str) -> List[Provider]:
+    """Release when the pin is a release tag's commit (``auto``) or demanded; the cache when one is set;
+    the source build unless a release was demanded."""
+    settings = run.settings
+    version = release_version(run, commit)
+    if settings.strategy == "release" and version is None:
+        raise EnsureError(
+            ExitCode.ARTIFACT,
+            f"the pin {settings.pin} (commit {commit[:12]}) is not the commit of a release tag vX.Y.Z",
+            stage="release",
+            hint="pin a release tag (for example v0.2.2) or a version (0.2.2), or use FLYDSL_STRATEGY=source",
+        )
+    providers: List[Provider] = []
+    if version is not None and settings.strategy in ("auto", "release"):
+        providers.append(ReleaseProvider(version, demanded=settings.strategy == "release"))
+    if settings.strategy == "release":
+        return providers
+    cache = open_run_cache(run)
+    if cache is not None:
+        providers.append(CacheProvider(cache))
+    providers.append(SourceProvider(cache))
+    return providers
+
+
+def finish(run: Run, commit: str, decision: Decision) -> Result:
+    """The tree is verified: stamp it as finished for this request, then publish the env file."""
+    faults.point("verified")
+    run.stamps.finish("tree", tree_key(run.settings, commit, run.interpreter), how=decision.how, commit=commit,
+                      version=decision.probe.version if decision.probe else None)
+    return publish(run, decision, "provisioned")
+
+
+def claim_for_build(run: Run) -> None:
+    settings, root = run.settings, run.settings.root
+    state = classify_root(root, settings.repo)
+    if state.kind == "foreign":  # changed since the preflight
+        raise BadInput(settings.label("root"), root, f"an empty or new folder; {state.reason}")
+    if state.kind != "ours":
+        os.makedirs(root, exist_ok=True)
+        claim_root(root, created=state.kind == "absent", adopted=state.kind == "adoptable")
+        if state.kind == "adoptable":
+            run.say(f"adopting {root}: {state.reason}")
+    faults.point("root-claimed")
+
+
+def fetch_and_checkout(run: Run) -> str:
+    """The pin's commit, checked out in the root (submodules come later, for a source build only)."""
+    settings, root, stamps = run.settings, run.settings.root, run.stamps
+    pin = pin_as_tag(settings.pin) if settings.strategy == "release" else settings.pin
+    gitsource.clear_stale_git_locks(root, run.say)
+    gitsource.ensure_repository(root, settings.repo)
+    exclude_from_git(root)
+    commit = gitsource.fetch_pin(root, pin, settings.repo, run.say, on_fetch=run.worked)
+    run.say(f"pin {pin} is commit {commit}")
+    faults.point("fetched")
+    checkout_key = {"commit": commit}
+    started = stamps.started_key("checkout")
+    interrupted = started is not None and not stamps.done("checkout", started)
+    deleted = False if interrupted else check_local_changes(root, settings.repo)
+    head = gitsource.head_commit(root, settings.repo)
+    if deleted or not (stamps.done("checkout", checkout_key) and head == commit):
+        stamps.begin("checkout", checkout_key)
+        faults.point("checkout-begun")
+        gitsource.checkout(root, commit, settings.repo, force=interrupted or deleted)
+        stamps.finish("checkout", checkout_key)
+        run.say(f"checked out {commit[:12]} in {root}")
+        faults.point("checked-out")
+    return commit
+
+
+def check_local_changes(root: str, repo: str) -> bool:
+    """Refuse edits to tracked files: somebody's work and not the pin, never built, never overwritten.
+    Return whether tracked files were deleted (those are restored: nothing of anybody's is lost)."""
+    found = gitsource.tracked_changes(root, repo) if gitsource.head_commit(root, repo) else []
+    changed = [path for code, path in found if not gitsource.is_deletion(code)]
+    if changed:
+        shown = ", ".join(changed[:5]) + (", ..." if len(changed) > 5 else "")
+        raise EnsureError(
+            ExitCode.CHECKOUT,
+            f"the checkout in {root} has local changes to tracked files ({shown}); they are not the pin",
+            stage="checkout",
+            hint=f"save them elsewhere, then `git -C {root} checkout -- .`; ensure-flydsl never overwrites them",
+        )
+    return bool(found)
+
+
+def release_version(run: Run, commit: str) -> Optional[str]:
+    """X when the commit is the one a release tag vX names (the newest, if several do)."""
+    versions = release_tags(gitsource.tags_at(run.settings.root, commit, run.settings.repo))
+    return versions[0] if versions else None

@@ -1,0 +1,147 @@
+"""The files pollers read: stale markers withdrawn first, the env file published last, failures recorded."""
+
+from __future__ import annotations
+
+import os
+from typing import List, Optional
+
+from ensure_flydsl.errors import EnsureError, ExitCode, exit_code_of
+from ensure_flydsl.pipeline.fingerprint import compute, watch_folders
+from ensure_flydsl.pipeline.warm import tree_stamp_path
+from ensure_flydsl.probe.gate import package_folder
+from ensure_flydsl.result import Result
+from ensure_flydsl.runs import markers
+from ensure_flydsl.runs.context import Decision, Run
+from ensure_flydsl.runs.progress import tail_of
+from ensure_flydsl.runs.records import RunStore
+from ensure_flydsl.settings import Settings
+from ensure_flydsl.source.root import claim_root
+from ensure_flydsl.support.files import read_json, remove_file
+
+
+def withdraw_stale_markers(run: Run) -> None:
+    """Before this run does anything: no marker of an earlier run may answer for this one."""
+    settings = run.settings
+    withdraw_own_failure_marker(settings)
+    twin = markers.read_env_json(settings.env_json)
+    if os.path.exists(settings.env_file) and (twin is None or twin.get("request") != settings.request()):
+        markers.withdraw_env_file(settings.env_file, settings.env_json)
+        run.say("took away an env file written for a different request")
+
+
+def withdraw_own_failure_marker(settings: Settings) -> bool:
+    """Take away the failure marker if it was written for this root: a sibling root in the same folder
+    shares the default marker path, and its poller must still see its own failure."""
+    path = settings.fail_marker
+    if not os.path.isfile(path) or not markers.marker_names(read_json(path), settings.root):
+        return False
+    return remove_file(path)
+
+
+def publish(run: Run, decision: Decision, action: str) -> Result:
+    settings = run.settings
+    assert decision.probe is not None and decision.tree is not None and decision.verdict is not None
+    interp = decision.probe.interpreter
+    if not os.path.isdir(settings.root):
+        os.makedirs(settings.root)
+        claim_root(settings.root, created=True, adopted=False)
+    package_folders = {name: package_folder(name, path) for name, path in decision.verdict.files.items()}
+    watch = watch_folders(settings.root, decision.verdict.files, package_folders)
+    site_dirs = list(interp.site_dirs)
+    details = {
+        "request": settings.request(),
+        "watch": watch,
+        "site_dirs": site_dirs,
+        "fingerprint": compute(request=settings.request(), python=settings.python, environ=run.environ,
+                               watch=watch, site_dirs=site_dirs, tree_stamp=tree_stamp_path(settings.root)),
+        "how": decision.how,
+        "tree": decision.tree,
+        "version": decision.probe.version,
+        "python": interp.executable,
+        "python_version": interp.version,
+        "abi": interp.abi,
+        "commit": decision.commit,
+        "files": decision.verdict.files,
+    }
+    text = markers.render_env_sh(settings.root, decision.prepend, settings.shim_dir, settings.vllm_moe)
+    twin = markers.read_env_json(settings.env_json) or {}
+    current = {k: twin.get(k) for k in details} == details and _read_text(settings.env_file) == text
+    with run.step("publish"):
+        if current:
+            run.say(f"{settings.env_file} is current")
+        else:
+            markers.publish_env_file(
+                settings.env_file, settings.env_json, root=settings.root, prepend=decision.prepend,
+                shim_dir=settings.shim_dir, vllm_moe=settings.vllm_moe, details=details,
+            )
+            run.say(f"wrote {settings.env_file}")
+        clear_answered_failure(run)
+    env = markers.env_mapping(
+        settings.root, decision.prepend, run.environ.get("PYTHONPATH"), settings.shim_dir, settings.vllm_moe
+    )
+    return Result(
+        how=decision.how, action=action, root=settings.root, tree=decision.tree,
+        version=str(decision.probe.version), python=interp.executable, python_version=interp.version,
+        abi=interp.abi, commit=decision.commit, env=env, env_file=settings.env_file,
+        prepend=list(decision.prepend), files=dict(decision.verdict.files), durations=dict(run.durations),
+        run_id=run.run_id,
+    )
+
+
+def clear_answered_failure(run: Run) -> None:
+    """A failure marker for this same request, written while this run worked (a caller that gave up
+    waiting for the lock, exit 7), is answered now: a poller must not see "failed" beside a success."""
+    marker = read_json(run.settings.fail_marker)
+    if marker is not None and marker.get("request") == run.settings.request():
+        remove_file(run.settings.fail_marker)
+
+
+def _read_text(path: str) -> Optional[str]:
+    try:
+        with open(path) as handle:
+            return handle.read()
+    except OSError:
+        return None
+
+
+def record_failure(run: Run, exc: BaseException) -> None:
+    """Write the failure marker for this run (any failure, Ctrl-C included)."""
+    settings = run.settings
+    code = exit_code_of(exc)
+    if isinstance(exc, EnsureError):
+        reason, hint, stage = exc.reason, exc.hint, exc.stage or run.step_name
+    elif code == ExitCode.INTERRUPTED:
+        reason = f"interrupted ({exc})" if str(exc) else "interrupted"
+        hint, stage = "run it again: it resumes", run.step_name
+    else:
+        reason = f"internal error: {type(exc).__name__}: {exc}"
+        hint, stage = "this is a bug in ensure-flydsl; the log has the traceback", run.step_name
+    if run.tracker is not None:
+        run.tracker.failed(int(code), stage, reason)
+    if not os.path.isdir(os.path.dirname(settings.fail_marker)):
+        return  # bad input about the marker's own folder: nothing may be created
+    held_lock = run.tracker is not None and bool(run.tracker.record.get("locked"))
+    if not held_lock and RunStore(settings.root).others_alive(settings.request(), run.run_id):
+        # A caller that gave up on the lock (or was stopped while waiting): the run it waited for does
+        # the work, and will write the request's outcome.  A poller must not see a failure now.
+        run.say(f"not writing {settings.fail_marker}: another run for this request is going and will answer")
+        return
+    try:
+        markers.write_failure_marker(
+            settings.fail_marker, stage=stage, exit_code=int(code), reason=reason, hint=hint,
+            log=run.reporter.log_path, log_tail=_log_tail(run, exc), run_id=run.run_id,
+            request=settings.request(),
+        )
+    except OSError as exc:  # a full disk or a read-only folder: report the run's failure, not this one
+        run.say(f"could not write the failure marker {settings.fail_marker}: {exc}")
+
+
+def _log_tail(run: Run, exc: BaseException) -> List[str]:
+    """The last lines that explain the failure: the build's output, else the failed command's (a
+    submodule fetch), else the log's."""
+    tail = run.reporter.tail(20)
+    if not tail and isinstance(exc, EnsureError) and exc.detail:
+        tail = exc.detail.splitlines()[-20:]
+    if not tail and run.reporter.log_path:
+        tail = tail_of(run.reporter.log_path)
+    return tail

@@ -1,0 +1,92 @@
+"""The ensure run, in the order it happens: check, probe, decide, lock, probe again, provision, verify, publish.
+
+Each stage is a small function taking the run; a failure is an EnsureError with its exit code, which the
+run turns into the failure marker before it propagates.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+
+from ensure_flydsl.errors import BadInput, EnsureError, ExitCode
+from ensure_flydsl.pipeline.decide import decide, preflight
+from ensure_flydsl.pipeline.lock import build_lock
+from ensure_flydsl.pipeline.provision import provision
+from ensure_flydsl.pipeline.publish import publish, record_failure, withdraw_stale_markers
+from ensure_flydsl.pipeline.warm import try_warm
+from ensure_flydsl.probe.gate import is_within
+from ensure_flydsl.result import Result
+from ensure_flydsl.runs import markers
+from ensure_flydsl.runs.answer import roots_sharing_marker, sharing_advice
+from ensure_flydsl.runs.context import HOW_REUSED, Decision, Run
+
+__all__ = ["Result", "Run", "ensure_run"]
+
+
+def ensure_run(run: Run) -> Result:
+    if run.kind == "detached":
+        run.track()  # a detached worker is visible from its first step
+    try:
+        result = _ensure(run)
+    except BaseException as exc:
+        if isinstance(exc, (SystemExit, GeneratorExit)):
+            raise
+        record_failure(run, exc)
+        raise
+    else:
+        if run.tracker is not None:
+            run.tracker.succeeded(result.to_json())
+        return result
+    finally:
+        if run.tracker is not None:
+            run.tracker.close()  # last: a waiter that sees the run end finds its final state written
+
+
+def _ensure(run: Run) -> Result:
+    settings = run.settings
+    with run.step("probe"):
+        run.interpreter = preflight(settings, run.environ)
+        withdraw_stale_markers(run)
+        sharing = roots_sharing_marker(settings)
+        if sharing:
+            run.say("note: " + sharing_advice(settings, sharing))
+        decision = decide(run)
+    if decision.ok:
+        return publish(run, decision, _action(decision, settings.root))
+    if settings.strategy == "reuse-only":
+        raise EnsureError(
+            ExitCode.PROBE,
+            f"nothing reusable ({decision.reason}) and FLYDSL_STRATEGY=reuse-only never provisions",
+            stage="probe",
+            hint="install FlyDSL for this interpreter, or use FLYDSL_STRATEGY=auto to build the pin",
+        )
+    if shutil.which("git", path=run.environ.get("PATH")) is None:
+        raise BadInput("PATH", run.environ.get("PATH", ""), "a PATH with git on it (needed to fetch the pin)")
+    run.track()
+    with contextlib.ExitStack() as held:
+        with run.step("lock"):
+            held.enter_context(
+                build_lock(settings.lock_file, timeout=settings.lock_timeout, run_id=run.run_id, say=run.say)
+            )
+            if run.tracker is not None:
+                run.tracker.held_lock()
+        run.reporter.open_log(settings.log_file)
+        # A concurrent run may have finished while we waited: its fingerprint answers without a probe
+        # (sixteen waiters do not probe one after another), else a probe does.
+        warm = None if settings.verify else try_warm(settings, run.environ)
+        if warm is None:
+            with run.step("probe"):
+                decision = decide(run, again=True)
+        if warm is not None or decision.ok:
+            run.say("another run finished this while we waited for the lock")
+            return warm or publish(run, decision, _action(decision, settings.root))
+        # Under the lock nobody else publishes: an env file still here answers for a tree that fails now.
+        if markers.withdraw_env_file(settings.env_file, settings.env_json):
+            run.say(f"took away {settings.env_file}: the tree it names does not pass the probe now")
+        return provision(run)
+
+
+def _action(decision: Decision, root: str) -> str:
+    """What a call that found a good tree did: confirmed the root's own ("verified"), or took one elsewhere."""
+    return "verified" if decision.how != HOW_REUSED and is_within(str(decision.tree), root) else "reused"

@@ -1,0 +1,105 @@
+"""The reuse decision: pure functions of a probe's result, no I/O.
+
+Reuse iff every required module imports, all from one tree, and the release segment of
+``flydsl.__version__`` is at least the floor.  FlyDSL's dev builds carry their base version (``0.2.2`` at a
+commit after v0.2.2), so only the release segment is compared, as the seed did.  A version that cannot be
+parsed fails the gate: the seed treated a failed comparison as "equal" and reused anything.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Dict, Optional, Sequence
+
+from packaging.version import InvalidVersion, Version
+
+from ensure_flydsl.probe.interpreter import Probe
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    reusable: bool
+    reason: str
+    tree: Optional[str] = None  # the one folder that holds every imported module, when there is one
+    version: Optional[str] = None
+    files: Dict[str, str] = dataclasses.field(default_factory=dict)
+
+
+def release_at_least(version: str, floor: str) -> bool:
+    """Whether the release segment of ``version`` is >= that of ``floor`` (0.2.2.dev3+g1 passes 0.2.2).
+
+    Raises InvalidVersion for a version packaging cannot parse.
+    """
+    have = Version(version).release
+    need = Version(floor).release
+    return Version(".".join(map(str, have))) >= Version(".".join(map(str, need)))
+
+
+def package_folder(module: str, file: str) -> str:
+    """The folder on sys.path that ``module`` was imported from, given the file it was loaded from.
+
+    ``X/kernels/moe_gemm_2stage.py`` for ``kernels.moe_gemm_2stage`` gives X;
+    ``P/flydsl/__init__.py`` for ``flydsl`` gives P.
+    """
+    levels = module.count(".") + 1
+    if os.path.basename(file).startswith("__init__."):
+        levels += 1
+    folder = os.path.normpath(file)
+    for _ in range(levels):
+        folder = os.path.dirname(folder)
+    return folder
+
+
+def is_within(path: str, folder: str) -> bool:
+    path, folder = os.path.normpath(path), os.path.normpath(folder)
+    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
+
+
+def one_tree(folders: Sequence[str]) -> Optional[str]:
+    """The one folder among ``folders`` that holds all the others, or None if they are separate trees.
+
+    A source build imports ``flydsl`` from ROOT/build-fly/python_packages and ``kernels`` from ROOT:
+    ROOT holds both, so that is one tree.  flydsl from site-packages with kernels from a checkout is not.
+    """
+    real = [os.path.realpath(f) for f in folders]
+    for candidate, real_candidate in sorted(zip(folders, real), key=lambda pair: len(pair[1])):
+        if all(is_within(other, real_candidate) for other in real):
+            return candidate
+    return None
+
+
+def evaluate(probe: Probe, floor: str, require: Sequence[str]) -> Verdict:
+    failed = [m for m in probe.modules if m.error or not m.file]
+    files = {m.name: m.file for m in probe.modules if m.file}
+    if failed:
+        first = failed[0]
+        more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
+        return Verdict(False, f"{first.name} does not import: {first.error}{more}", files=files)
+    folders = {name: package_folder(name, path) for name, path in files.items()}
+    tree = one_tree(list(folders.values()))
+    if tree is None:
+        where = ", ".join(f"{name} from {folder}" for name, folder in folders.items())
+        return Verdict(False, f"the modules come from different trees ({where})", files=files)
+    if probe.version is None:
+        why = probe.version_error or "flydsl has no __version__"
+        return Verdict(False, f"{why}; cannot check it against the floor {floor}", tree=tree, files=files)
+    try:
+        ok = release_at_least(probe.version, floor)
+    except InvalidVersion:
+        return Verdict(
+            False,
+            f"flydsl.__version__ {probe.version!r} cannot be parsed, so it cannot be shown to be >= {floor}",
+            tree=tree,
+            version=probe.version,
+            files=files,
+        )
+    if not ok:
+        return Verdict(
+            False, f"flydsl {probe.version} in {tree} is older than the floor {floor}", tree, probe.version, files
+        )
+    names = ", ".join(require)
+    return Verdict(
+        True, f"flydsl {probe.version} >= {floor} and {names} import from one tree: {tree}", tree, probe.version, files
+    )
+

@@ -1,0 +1,1 @@
+"""The ways to provision a tree (release wheel, binary cache, source build), behind one interface."""

@@ -1,0 +1,191 @@
+"""The binary cache in a provisioning run: a finished tree or an MLIR install instead of a build.
+
+A fleet of N containers pays one build: the first host to build a key publishes
+``build-fly/python_packages`` (kind ``tree``) and its MLIR install (kind ``mlir``); the others fetch,
+verify every hash (cache.py) and run the full probe.  The cache is an accelerator, never a dependency: a
+miss, an unreachable store or a corrupt entry is reported and the run builds as usual.  Keys hold every
+input that determines the artifact, and nothing local to one host (no paths of this machine).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+from typing import Dict, Mapping, Optional
+
+from ensure_flydsl.binary_cache.entries import Cache, CacheCorrupt, CacheError, cache_key, format_size, open_cache
+from ensure_flydsl.build.environment import file_sha256, llvm_key
+from ensure_flydsl.layout import base_state_dir, packages_dir
+from ensure_flydsl.providers.base import Provider
+from ensure_flydsl.providers.tree import prepare_build_dir, verify_tree
+from ensure_flydsl.runs.context import HOW_CACHED, Decision, Run
+from ensure_flydsl.runs.records import CACHE_PLAN
+from ensure_flydsl.source.root import remove_tree
+from ensure_flydsl.support import faults
+
+
+def repo_identity(repo: str) -> str:
+    """The repository as a name every host agrees on: host and path, no scheme, no ``.git``, no user."""
+    text = repo.strip().rstrip("/")
+    text = re.sub(r"^[a-z][a-z0-9+.-]*://", "", text)  # https://, ssh://, file://
+    text = re.sub(r"^[^@/]+@", "", text)  # user@ of ssh and scp-like addresses
+    text = re.sub(r"^([^/:]+):(?!\d)", r"\1/", text)  # scp-like host:path
+    text = text[:-4] if text.endswith(".git") else text
+    host, _, path = text.partition("/")
+    return (host.lower() + "/" + path) if path else host.lower()
+
+
+def open_run_cache(run: Run) -> Optional[Cache]:
+    location = run.settings.cache
+    if location is None:
+        return None
+    try:
+        return open_cache(location)
+    except CacheError as exc:  # the preflight checked it; it may have gone away since
+        run.say(f"cache: {location} cannot be used now ({exc}); going on without it")
+        return None
+
+
+def mlir_spec(run: Run) -> Dict[str, object]:
+    """What the MLIR a source build uses is made from (known before anything is built)."""
+    if run.settings.mlir_path is not None:
+        return {"mlir_path": run.settings.mlir_path}
+    return {"llvm": llvm_key(run.settings.root, run.interpreter)}
+
+
+def tree_fields(run: Run, commit: str) -> Dict[str, object]:
+    root = run.settings.root
+    return {
+        "repo": repo_identity(run.settings.repo),
+        "commit": commit,
+        "abi": run.interpreter.abi,
+        "platform": run.interpreter.platform,
+        "build_script": file_sha256(os.path.join(root, "scripts", "build.sh")),
+        "mlir": mlir_spec(run),
+    }
+
+
+def mlir_fields(key: Mapping[str, object], platform: str) -> Dict[str, object]:
+    fields = dict(key)
+    fields["platform"] = platform
+    return fields
+
+
+def tree_from_cache(run: Run, cache: Cache, commit: str) -> Optional[Decision]:
+    """Fetch the tree for this commit and interpreter into ``ROOT/build-fly/python_packages`` and verify
+    it; None (and the reason said) when there is none or it cannot be used."""
+    fields = tree_fields(run, commit)
+    key = cache_key("tree", fields)
+    entry = _lookup(run, cache, "tree", key)
+    if entry is None:
+        run.say(f"cache: no tree for {commit[:12]} and {run.interpreter.abi} "
+                f"in {cache.location}")
+        return None
+    run.plan(CACHE_PLAN)
+    run.worked()
+    stamp_key = {"cache": key, "commit": commit}
+    build_dir = prepare_build_dir(run, stamp_key)
+    packages = os.path.join(build_dir, "python_packages")
+    run.stamps.begin("build", stamp_key)
+    os.makedirs(build_dir, exist_ok=True)
+    remove_tree(packages)
+    _clear_partial_fetches(build_dir)
+    run.say(f"cache: fetching the tree {key[:12]} ({format_size(entry.size)}, {entry.files} files, "
+            f"built on {entry.host or 'another host'})")
+    try:
+        cache.fetch(entry, packages)
+    except CacheCorrupt as exc:
+        run.say(f"cache: the entry {key[:12]} is corrupt and was not installed ({exc.reason}); building instead")
+        return None
+    except CacheError as exc:
+        run.say(f"cache: fetching {key[:12]} failed ({exc}); building instead")
+        return None
+    faults.point("cache-fetched")
+    run.stamps.finish("build", stamp_key)
+    try:
+        return verify_tree(run, commit, HOW_CACHED)
+    except Exception as exc:  # an artifact that does not import here is not this host's answer
+        run.stamps.undo("build")
+        run.say(f"cache: the cached tree does not pass the probe here ({exc}); building instead")
+        return None
+
+
+def publish_tree(run: Run, cache: Cache, commit: str) -> None:
+    """After a verified source build: share it (a failure to share never fails the run)."""
+    fields = tree_fields(run, commit)
+    key = cache_key("tree", fields)
+    packages = packages_dir(run.settings.root)
+    _publish(run, cache, "tree", key, fields, packages)
+
+
+def mlir_from_cache(run: Run, cache: Cache, key: Mapping[str, object]) -> Optional[str]:
+    """An MLIR install for this LLVM key, fetched into the tool's own folder; None when there is none."""
+    fields = mlir_fields(key, run.interpreter.platform)
+    ckey = cache_key("mlir", fields)
+    folder = os.path.join(base_state_dir(run.settings.base_dir), "mlir")
+    dest = os.path.join(folder, ckey[:32])
+    if os.path.isdir(os.path.join(dest, "lib", "cmake", "mlir")):
+        run.say(f"cache: MLIR {ckey[:12]} was fetched before: {dest}")
+        return dest
+    entry = _lookup(run, cache, "mlir", ckey)
+    if entry is None:
+        run.say(f"cache: no MLIR for LLVM {str(key.get('llvm_commit'))[:12]} in {cache.location}")
+        return None
+    os.makedirs(folder, exist_ok=True)
+    remove_tree(dest)
+    _clear_partial_fetches(folder)
+    run.worked()
+    run.say(f"cache: fetching MLIR {ckey[:12]} ({format_size(entry.size)}); the LLVM build is skipped")
+    try:
+        cache.fetch(entry, dest)
+    except CacheError as exc:
+        run.say(f"cache: MLIR {ckey[:12]} could not be used ({exc}); building LLVM instead")
+        return None
+    return dest
+
+
+def publish_mlir(run: Run, cache: Cache, key: Mapping[str, object], install: str) -> None:
+    fields = mlir_fields(key, run.interpreter.platform)
+    _publish(run, cache, "mlir", cache_key("mlir", fields), fields, install)
+
+
+def _lookup(run: Run, cache: Cache, kind: str, key: str):  # type: ignore[no-untyped-def]
+    try:
+        entry = cache.lookup(kind, key)
+    except CacheError as exc:
+        run.say(f"cache: cannot look into {cache.location} ({exc}); going on without it")
+        return None
+    for warning in cache.warnings:
+        run.say(f"cache: {warning}")
+    cache.warnings.clear()
+    return entry
+
+
+def _publish(run: Run, cache: Cache, kind: str, key: str, fields: Mapping[str, object], source: str) -> None:
+    try:
+        entry = cache.publish(kind, key, fields, source)
+    except (CacheError, OSError) as exc:
+        run.say(f"cache: could not publish the {kind} {key[:12]} to {cache.location} ({exc}); the run goes on")
+        return
+    faults.point("cache-published")
+    run.say(f"cache: published the {kind} {key[:12]} ({format_size(entry.size)}) to {cache.location}")
+
+
+def _clear_partial_fetches(folder: str) -> None:
+    """Temporary folders of fetches killed half-way (ours: the cache builds them beside the destination)."""
+    for leftover in glob.glob(os.path.join(folder, ".*.fetch-*")):
+        remove_tree(leftover)
+
+
+class CacheProvider(Provider):
+    """The tree another host built for this commit, interpreter ABI and platform, checked hash by hash."""
+
+    name = "cache"
+
+    def __init__(self, cache: Cache) -> None:
+        self.cache = cache
+
+    def provide(self, run: Run, commit: str) -> Optional[Decision]:
+        with run.step("cache"):
+            return tree_from_cache(run, self.cache, commit)

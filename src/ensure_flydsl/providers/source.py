@@ -1,0 +1,206 @@
+"""The source way: the pin's submodules, the doctor's checks (stop before an hour of compiling), the
+compatibility fixes and private build tools, MLIR (given, built before, cached, or built now), FlyDSL's
+build.sh, verification; then the new tree and MLIR go to the binary cache."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Dict, NamedTuple, Optional, Tuple
+
+from ensure_flydsl.binary_cache.entries import Cache
+from ensure_flydsl.build.environment import (
+    Toolchain,
+    build_environment,
+    file_sha256,
+    is_mlir_install,
+    llvm_key,
+    prepare_toolchain,
+    resolve_jobs,
+    run_script,
+)
+from ensure_flydsl.build.rocm import HipFix, drop_stale_hip_dir, fix_hip
+from ensure_flydsl.build.toolchain import ProvidedTools, provide_build_tools
+from ensure_flydsl.doctor.diagnose import run_checks, stop_if_blocked
+from ensure_flydsl.errors import EnsureError, ExitCode
+from ensure_flydsl.layout import build_dir, llvm_dir, llvm_record, mlir_install, packages_dir, tools_dir
+from ensure_flydsl.providers.base import Provider
+from ensure_flydsl.providers.cache import mlir_from_cache, publish_mlir, publish_tree
+from ensure_flydsl.providers.tree import prepare_build_dir, verify_tree
+from ensure_flydsl.runs.context import HOW_BUILT, Decision, Run
+from ensure_flydsl.runs.records import SOURCE_PLAN
+from ensure_flydsl.source import git as gitsource
+from ensure_flydsl.source.needs import build_tools, find_needs, tool_minimums
+from ensure_flydsl.support import faults
+from ensure_flydsl.support.files import atomic_write_json, read_json
+
+Mlir = Tuple[str, Dict[str, object]]  # an MLIR install and what identifies it in the build's stamp
+
+
+class Prepared(NamedTuple):
+    """What the fixes step found or made for the build steps."""
+
+    mlir: Optional[Mlir]
+    hip: HipFix
+    provided: ProvidedTools
+    toolchain: Toolchain
+
+
+class SourceProvider(Provider):
+    name = "source"
+
+    def __init__(self, cache: Optional[Cache]) -> None:
+        self.cache = cache  # MLIR from it, and the new tree and MLIR to it
+        self.built_now = False
+
+    def provide(self, run: Run, commit: str) -> Optional[Decision]:
+        run.plan(SOURCE_PLAN)
+        with run.step("fetch"):
+            update_submodules(run, commit)
+        with run.step("fixes"):
+            prepared = prepare(run, self.cache)
+        faults.point("fixes-applied")
+        jobs = resolve_jobs(run.settings.jobs)
+        mlir = prepared.mlir
+        with run.step("llvm"):
+            if mlir is None:
+                env = prepared.provided.apply(build_environment(
+                    run.environ, prepared.toolchain, rocm_path=run.settings.rocm_path, mlir_path=None, jobs=jobs))
+                mlir = build_mlir(run, env, jobs, self.cache)
+        return self._build_and_verify(run, commit, prepared, mlir, jobs)
+
+    def _build_and_verify(self, run: Run, commit: str, prepared: Prepared, mlir: Mlir, jobs: int) -> Decision:
+        settings, root = run.settings, run.settings.root
+        mlir_path, mlir_identity = mlir
+        # The hip overlay is for FlyDSL's configure only (LLVM's must not find ROCm's own LLVM through it).
+        chain = dataclasses.replace(prepared.toolchain, cmake_prefixes=list(prepared.hip.cmake_prefixes))
+        env = prepared.provided.apply(build_environment(run.environ, chain, rocm_path=settings.rocm_path,
+                                                        mlir_path=mlir_path, jobs=jobs))
+        if prepared.hip.check.needs_fix and not settings.fix_rocm_in_place:
+            drop_stale_hip_dir(build_dir(root), os.path.join(tools_dir(root), "rocm-overlay", "lib", "cmake", "hip"))
+        with run.step("build"):
+            self.built_now = build_flydsl(run, commit, mlir_identity, env, jobs)
+        try:
+            with run.step("verify"):
+                return verify_tree(run, commit, HOW_BUILT)
+        except EnsureError:
+            # A finished build that does not import must not count as finished, or every later run would
+            # skip the build and fail the same way (the bash executor's "exit 6 forever").
+            run.stamps.undo("build")
+            if self.built_now:
+                raise
+            run.say("the finished build does not import now (damaged since?); building it again")
+        with run.step("build"):
+            self.built_now = build_flydsl(run, commit, mlir_identity, env, jobs)
+        with run.step("verify"):
+            return verify_tree(run, commit, HOW_BUILT)
+
+    def after_publish(self, run: Run, commit: str) -> None:
+        if self.cache is not None and self.built_now:
+            with run.step("cache"):
+                publish_tree(run, self.cache, commit)  # after the env file: pollers need not wait for the upload
+
+
+def prepare(run: Run, cache: Optional[Cache]) -> Prepared:
+    """MLIR if it needs no build; the doctor's checks with what is known now (stop here rather than after
+    an hour of compiling); the hip fix; the private build tools."""
+    settings, root = run.settings, run.settings.root
+    mlir = ready_mlir(run, cache)
+    checked = dataclasses.replace(settings, mlir_path=mlir[0] if mlir else settings.mlir_path)
+    stop_if_blocked(run_checks(checked, run.environ, checkout=root), settings.strategy)
+    needs = find_needs(root, settings.repo, settings.pin, checkout=root)
+    hip = fix_hip(settings.rocm_path, os.path.join(tools_dir(root), "rocm-overlay"),
+                  in_place=settings.fix_rocm_in_place)
+    run.say("fix: " + hip.message)
+    provided = provide_build_tools(
+        tools_dir(root), build_tools(needs, llvm=mlir is None), run.environ,
+        python=run.interpreter.executable, say=run.say, minimums=tool_minimums(needs),
+        code=ExitCode.LLVM_BUILD if mlir is None else ExitCode.FLYDSL_BUILD,
+    )
+    run.say("build tools: " + provided.summary())
+    return Prepared(mlir, hip, provided, prepare_toolchain(root, run.interpreter, []))
+
+
+def update_submodules(run: Run, commit: str) -> None:
+    """The checkout's submodules (C++ dependencies: a source build needs them, a release does not)."""
+    key = {"commit": commit}
+    if not run.stamps.done("submodules", key):
+        run.stamps.begin("submodules")
+        if gitsource.update_submodules(run.settings.root, run.settings.repo):
+            run.worked()
+            run.say("submodules updated")
+        run.stamps.finish("submodules", key)
+
+
+def ready_mlir(run: Run, cache: Optional[Cache]) -> Optional[Mlir]:
+    """An MLIR install that needs no build: MLIR_PATH, this host's finished LLVM build for the pin's LLVM
+    commit and this interpreter, or the cache's; None when the LLVM/MLIR step has to build it."""
+    settings = run.settings
+    if settings.mlir_path is not None:
+        run.say(f"using MLIR_PATH={settings.mlir_path}; skipping the LLVM/MLIR build")
+        return settings.mlir_path, {"mlir_path": settings.mlir_path}
+    key = llvm_key(settings.root, run.interpreter)
+    install = mlir_install(settings.base_dir)
+    record = read_json(llvm_record(settings.base_dir)) or {}
+    if record.get("done") == key and is_mlir_install(install):
+        run.say(f"MLIR for LLVM {str(key['llvm_commit'])[:12]} is already built in {install}")
+        return install, {"llvm": key}
+    fetched = mlir_from_cache(run, cache, key) if cache is not None else None
+    return (fetched, {"llvm": key}) if fetched else None
+
+
+def build_mlir(run: Run, env: Dict[str, str], jobs: int, cache: Optional[Cache]) -> Mlir:
+    """FlyDSL's build_llvm.sh, into ``$(dirname ROOT)/llvm-project`` (where it builds; recorded as ours)."""
+    settings, root = run.settings, run.settings.root
+    key = llvm_key(root, run.interpreter)
+    llvm_folder = llvm_dir(settings.base_dir)
+    install = mlir_install(settings.base_dir)
+    record_path = llvm_record(settings.base_dir)
+    record = read_json(record_path) or {}
+    if os.path.lexists(llvm_folder) and not record.get("created"):
+        raise EnsureError(
+            ExitCode.LLVM_BUILD,
+            f"{llvm_folder} exists and was not made by ensure-flydsl; build_llvm.sh would build into it",
+            stage="llvm",
+            hint="move it away, or set MLIR_PATH to an MLIR install built for this interpreter",
+        )
+    atomic_write_json(record_path, {"created": True, "started": key, "done": None})
+    run.say(f"building LLVM/MLIR {str(key['llvm_commit'])[:12]} with {jobs} jobs (the long step)")
+    run.worked()
+    run_script(root, "build_llvm.sh", jobs, env, run.build_line, on_start=run.build_started,
+               code=ExitCode.LLVM_BUILD, stage="llvm", what="the LLVM/MLIR build")
+    if not is_mlir_install(install):
+        raise EnsureError(ExitCode.LLVM_BUILD, f"build_llvm.sh finished but {install} holds no lib/cmake/mlir",
+                          stage="llvm")
+    faults.point("llvm-built")
+    atomic_write_json(record_path, {"created": True, "started": key, "done": key})
+    if cache is not None:
+        publish_mlir(run, cache, key, install)
+    return install, {"llvm": key}
+
+
+def build_flydsl(run: Run, commit: str, mlir_identity: Dict[str, object], env: Dict[str, str], jobs: int) -> bool:
+    """Build FlyDSL unless a finished build for the same inputs is there; return whether build.sh ran."""
+    root, stamps = run.settings.root, run.stamps
+    key = {
+        "commit": commit,
+        "abi": run.interpreter.abi,
+        "mlir": mlir_identity,
+        "script": file_sha256(os.path.join(root, "scripts", "build.sh")),
+    }
+    packages = packages_dir(root)
+    if stamps.done("build", key) and os.path.isdir(packages):
+        run.say("FlyDSL is already built for this commit and interpreter")
+        return False
+    prepare_build_dir(run, key)
+    stamps.begin("build", key)
+    run.say(f"building FlyDSL {commit[:12]} for {run.interpreter.executable} with {jobs} jobs")
+    run.worked()
+    run_script(root, "build.sh", jobs, env, run.build_line, on_start=run.build_started,
+               code=ExitCode.FLYDSL_BUILD, stage="build", what="the FlyDSL build")
+    if not os.path.isdir(os.path.join(packages, "flydsl")):
+        raise EnsureError(ExitCode.FLYDSL_BUILD, f"build.sh finished but {packages}/flydsl does not exist",
+                          stage="build")
+    faults.point("build-done")
+    stamps.finish("build", key)
+    return True

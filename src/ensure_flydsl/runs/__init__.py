@@ -1,0 +1,1 @@
+"""What pollers see: run records, progress, liveness, the markers, and the answer for a request."""

@@ -1,0 +1,116 @@
+"""What is true for one request on one root right now: running, succeeded, failed, or absent.
+
+``status`` and ``wait`` answer from this, and from nothing else.  The rules, in order:
+
+1. running: a run for this request is alive (its alive lock is held), whichever run was started last;
+2. succeeded: the env file is there and its JSON twin names this very request;
+3. failed: the run for this request that ended last failed.  A run that died or gave up while another run
+   for the request was alive (a caller waiting for the lock, killed at its shell's 600 s limit) ended
+   before that run did, so it never hides the outcome of the run that did the work;
+4. absent: nothing was started for the request, or its success was since replaced (another request's env
+   file on the same root, or ``clean``).
+
+A failure marker counts only when it names this request: sibling roots in one folder share the default
+marker path, and one root's failure is not another's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Dict, List, Mapping, Optional
+
+from ensure_flydsl.runs.markers import read_env_json
+from ensure_flydsl.runs.progress import kill_build_group, mark_died
+from ensure_flydsl.runs.records import FAILED, RUNNING, SUCCEEDED, RunStore
+from ensure_flydsl.settings import Settings
+from ensure_flydsl.support.files import read_json
+
+ABSENT = "absent"
+
+
+@dataclasses.dataclass
+class Answer:
+    state: str
+    record: Optional[Dict[str, object]] = None  # the live run, or the run whose outcome this is
+    twin: Optional[Dict[str, object]] = None  # the env file's JSON twin, when succeeded
+    failure: Optional[Dict[str, object]] = None  # stage, exit_code, reason (and run_id), when failed
+    reason: str = ""  # why absent
+
+
+def settle(store: RunStore, record: Dict[str, object]) -> Dict[str, object]:
+    """A record that says "running" for a run whose alive lock is free: the run died (its watchdog may
+    not have said so yet)."""
+    if record.get("state") == RUNNING and not store.is_alive(str(record["run_id"])):
+        record = store.read(str(record["run_id"])) or record  # it may have finished just now
+        if record.get("state") == RUNNING:
+            kill_build_group(record)
+            record = mark_died(store, record)
+    return record
+
+
+def live_runs(store: RunStore, request: Mapping[str, object]) -> List[Dict[str, object]]:
+    """The runs for ``request`` that are alive, the one holding the build lock first, then the oldest."""
+    return _in_speaking_order([r for r in (settle(store, r) for r in store.records_for(request))
+                               if r.get("state") == RUNNING])
+
+
+def _in_speaking_order(live: List[Dict[str, object]]) -> List[Dict[str, object]]:
+    return sorted(live, key=lambda r: (not r.get("locked"), _time(r, "started")))
+
+
+def answer(settings: Settings) -> Answer:
+    store = RunStore(settings.root)
+    request = settings.request()
+    records = [settle(store, r) for r in store.records_for(request)]
+    live = [r for r in records if r.get("state") == RUNNING]
+    if live:
+        return Answer(RUNNING, record=_in_speaking_order(live)[0])
+    twin = read_env_json(settings.env_json)
+    if twin is not None and twin.get("request") == request and os.path.isfile(settings.env_file):
+        return Answer(SUCCEEDED, twin=twin)
+    ended = [r for r in records if r.get("state") in (SUCCEEDED, FAILED)]
+    last = max(ended, key=lambda r: _time(r, "finished"), default=None)
+    if last is not None and last.get("state") == FAILED and isinstance(last.get("failure"), dict):
+        failure = dict(last["failure"])  # type: ignore[call-overload]
+        failure.setdefault("run_id", last.get("run_id"))
+        return Answer(FAILED, record=last, failure=failure)
+    if last is not None:
+        return Answer(ABSENT, record=last, reason=(
+            f"run {last.get('run_id')} succeeded for this request, but {settings.env_file} no longer answers it "
+            "(a run for another request on this root replaced it, or it was cleaned)"))
+    marker = read_json(settings.fail_marker)
+    if marker is not None and marker.get("request") == request:
+        return Answer(FAILED, failure=marker)
+    return Answer(ABSENT, reason=f"nothing was started for this request on {settings.root}")
+
+
+def _time(record: Mapping[str, object], field: str) -> float:
+    value = record.get(field)
+    return float(value) if isinstance(value, (int, float)) else 0.0
+
+
+def roots_sharing_marker(settings: Settings) -> List[str]:
+    """The other roots of this folder whose runs report to the same failure marker (the default path,
+    ``$(dirname ROOT)/.flydsl_build.failed``, is one file for every root in a folder)."""
+    runs = os.path.dirname(RunStore(settings.root).folder)
+    try:
+        names = sorted(os.listdir(runs))
+    except OSError:
+        return []
+    sharing = []
+    for name in names:
+        other = os.path.join(settings.base_dir, name)
+        if other == settings.root:
+            continue
+        if any(r.get("fail_marker") == settings.fail_marker for r in RunStore(other).records()):
+            sharing.append(other)
+    return sharing
+
+
+def sharing_advice(settings: Settings, sharing: List[str]) -> str:
+    shown = ", ".join(sharing[:3]) + (" ..." if len(sharing) > 3 else "")
+    name = os.path.basename(settings.root)
+    return (f"the root(s) {shown} report to the same failure marker {settings.fail_marker}: a file poller of one "
+            f"sees the other's failures; give each root its own, e.g. "
+            f"FLYDSL_BUILD_FAILED={os.path.join(settings.base_dir, '.flydsl_build.' + name + '.failed')}")

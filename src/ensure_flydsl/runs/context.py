@@ -1,0 +1,118 @@
+"""The state of one ensure run: its settings, messages, step durations and progress; what it decides and returns."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import time
+from typing import Dict, Iterator, List, Mapping, Optional, Sequence
+
+from ensure_flydsl.probe.gate import Verdict
+from ensure_flydsl.probe.interpreter import Interpreter, Probe
+from ensure_flydsl.runs.progress import Tracker
+from ensure_flydsl.runs.records import SOURCE_PLAN, RunStore, new_run_id
+from ensure_flydsl.settings import Settings
+from ensure_flydsl.source.root import Stamps
+from ensure_flydsl.support.report import Reporter
+
+HOW_REUSED = "reused"
+HOW_BUILT = "built"
+HOW_RELEASED = "released"
+HOW_CACHED = "cached"
+# Steps whose duration depends on whether they had anything to do; only real work counts for ETAs.
+WORK_STEPS = ("fetch", "llvm", "build", "release", "cache")
+
+
+@dataclasses.dataclass
+class Decision:
+    ok: bool
+    reason: str
+    how: str = HOW_REUSED
+    tree: Optional[str] = None
+    prepend: List[str] = dataclasses.field(default_factory=list)
+    probe: Optional[Probe] = None
+    verdict: Optional[Verdict] = None
+    commit: Optional[str] = None
+
+
+class Run:
+    """One ensure run: its settings, the caller's environment, messages, step durations and progress."""
+
+    def __init__(
+        self, settings: Settings, reporter: Reporter, environ: Mapping[str, str], run_id: str = "", *,
+        kind: str = "blocking", alive_fd: Optional[int] = None,
+    ) -> None:
+        self.settings = settings
+        self.reporter = reporter
+        self.environ = dict(environ)
+        self.run_id = run_id or new_run_id()
+        self.kind = kind
+        self.alive_fd = alive_fd
+        self.durations: Dict[str, float] = {}
+        self.step_name = "settings"
+        self._interpreter: Optional[Interpreter] = None
+        self.stamps = Stamps(settings.root)
+        self.tracker: Optional[Tracker] = None
+        self._worked = False
+
+    @property
+    def interpreter(self) -> Interpreter:
+        """The target interpreter, known from the preflight on (every stage after it uses it)."""
+        if self._interpreter is None:
+            raise RuntimeError("the target interpreter is described by the preflight, before any stage uses it")
+        return self._interpreter
+
+    @interpreter.setter
+    def interpreter(self, value: Interpreter) -> None:
+        self._interpreter = value
+
+    def say(self, message: str) -> None:
+        self.reporter.say(message)
+
+    def track(self) -> None:
+        """From here on the run is visible to ``status`` and ``wait``, and its death is noticed."""
+        if self.tracker is None:
+            s = self.settings
+            self.tracker = Tracker.begin(
+                RunStore(s.root), self.run_id, request=s.request(), fail_marker=s.fail_marker, log=s.log_file,
+                kind=self.kind, alive_fd=self.alive_fd,
+            )
+            if self.step_name in SOURCE_PLAN:
+                self.tracker.step_started(self.step_name)
+
+    def plan(self, steps: Sequence[str]) -> None:
+        """How this run will provision (for the ETA)."""
+        if self.tracker is not None:
+            self.tracker.plan = steps
+
+    def worked(self) -> None:
+        """The current step did its real work (not a no-op): its duration counts for future ETAs."""
+        self._worked = True
+
+    def build_line(self, line: str) -> None:
+        self.reporter.build_line(line)
+        if self.tracker is not None:
+            percent = self.tracker.line(line)
+            if percent is not None:
+                self.reporter.progress(self.step_name, percent, self.tracker.eta())
+
+    def build_started(self, pgid: Optional[int]) -> None:
+        if self.tracker is not None:
+            self.tracker.build_group(pgid)
+
+    @contextlib.contextmanager
+    def step(self, name: str) -> Iterator[None]:
+        self.step_name = name
+        self._worked = False
+        started = time.monotonic()
+        self.reporter.step(name, "started")
+        if self.tracker is not None:
+            self.tracker.step_started(name)
+        try:
+            yield
+        finally:
+            seconds = time.monotonic() - started
+            self.durations[name] = self.durations.get(name, 0.0) + seconds
+            self.reporter.step(name, "finished", seconds)
+            if self.tracker is not None:
+                self.tracker.step_ended(name, seconds, self._worked or name not in WORK_STEPS)

@@ -1,0 +1,139 @@
+"""The files pollers read: the env file (success), its JSON twin, and the failure marker.
+
+Every value in the env file is shell-quoted, so sourcing it can never run code that came from a path
+(the seed wrote ``export FLYDSL_ROOT=$FR`` unquoted).  Each file is written atomically (temp file +
+rename) and the env file last: its existence is the success signal.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from typing import Dict, List, Mapping, Optional, Sequence
+
+from ensure_flydsl.support import faults
+from ensure_flydsl.support.files import atomic_write, atomic_write_json, file_path_problem, read_json, remove_file
+from ensure_flydsl.version import __version__
+
+
+def env_mapping(
+    root: str, prepend: Sequence[str], caller_pythonpath: Optional[str], shim_dir: Optional[str], vllm_moe: bool
+) -> Dict[str, str]:
+    """The variables the env file exports, with PYTHONPATH as it will be after sourcing it now."""
+    parts = list(prepend) + ([caller_pythonpath] if caller_pythonpath else [])
+    env = {"FLYDSL_ROOT": root, "PYTHONPATH": os.pathsep.join(parts)}
+    if shim_dir is not None:
+        env["FLYDSL_SHIM_DIR"] = shim_dir
+    if vllm_moe:
+        env["VLLM_USE_FLYDSL_MOE"] = "1"
+    return env
+
+
+def render_env_sh(root: str, prepend: Sequence[str], shim_dir: Optional[str], vllm_moe: bool) -> str:
+    """The env file's text: POSIX sh, every value single-quoted, the caller's PYTHONPATH kept at the end.
+
+    No path ever appears outside quotes, not even in a comment (a newline would end the comment).
+    """
+    quoted_path = ":".join(shlex.quote(p) for p in prepend) if prepend else "''"
+    lines = [
+        "# flydsl_env.sh: written by ensure-flydsl " + __version__ + ". Source it: . ./flydsl_env.sh",
+        "# Every value is quoted literally; the caller's PYTHONPATH is kept after the tree's folders.",
+        f"export FLYDSL_ROOT={shlex.quote(root)}",
+        f'export PYTHONPATH={quoted_path}"${{PYTHONPATH:+:${{PYTHONPATH}}}}"',
+    ]
+    if shim_dir is not None:
+        lines.append(f"export FLYDSL_SHIM_DIR={shlex.quote(shim_dir)}")
+    if vllm_moe:
+        lines.append("export VLLM_USE_FLYDSL_MOE=1")
+    return "\n".join(lines) + "\n"
+
+
+def publish_env_file(
+    env_file: str, env_json: str, *, root: str, prepend: Sequence[str], shim_dir: Optional[str], vllm_moe: bool,
+    details: Mapping[str, object],
+) -> None:
+    """Write the JSON twin, then the env file: the success signal comes last."""
+    os.makedirs(os.path.dirname(env_file), exist_ok=True)
+    twin = dict(details)
+    twin.update(
+        {
+            "FLYDSL_ROOT": root,
+            "pythonpath_prepend": list(prepend),
+            "FLYDSL_SHIM_DIR": shim_dir,
+            "VLLM_USE_FLYDSL_MOE": "1" if vllm_moe else None,
+            "written_at": now_iso(),
+            "tool_version": __version__,
+        }
+    )
+    atomic_write_json(env_json, twin)
+    faults.point("twin-written")
+    atomic_write(env_file, render_env_sh(root, prepend, shim_dir, vllm_moe).encode())
+    faults.point("published")
+
+
+def withdraw_env_file(env_file: str, env_json: str) -> bool:
+    """Take a success marker out of the way (the sh file first: it is the signal)."""
+    removed = remove_file(env_file)
+    return remove_file(env_json) or removed
+
+
+def read_env_json(env_json: str) -> Optional[Dict[str, object]]:
+    return read_json(env_json)
+
+
+def marker_path_problem(path: str) -> Optional[str]:
+    """Why the failure marker cannot go to ``path`` (it is renamed into place: a symlink is fine)."""
+    return file_path_problem(path, symlink_ok=True)
+
+
+def marker_names(marker: Optional[Mapping[str, object]], root: str) -> bool:
+    """Whether a failure marker was written for ``root`` (one without a request, the bash executor's, is
+    taken as the root's own: it cannot say otherwise)."""
+    if marker is None:
+        return False
+    request = marker.get("request")
+    return not isinstance(request, dict) or request.get("root") == root
+
+
+def write_failure_marker(
+    path: str,
+    *,
+    stage: str,
+    exit_code: int,
+    reason: str,
+    hint: str,
+    log: Optional[str],
+    log_tail: List[str],
+    run_id: str,
+    request: Mapping[str, object],
+) -> None:
+    if marker_path_problem(path) is not None:
+        return  # refused as bad input (exit 64); never replace a device or a folder
+    atomic_write_json(
+        path,
+        {
+            "stage": stage,
+            "exit_code": exit_code,
+            "reason": reason,
+            "hint": hint,
+            "log": log,
+            "log_tail": log_tail,
+            "run_id": run_id,
+            "pid": os.getpid(),
+            "host": _hostname(),
+            "time": now_iso(),
+            "request": dict(request),
+        },
+    )
+
+
+def now_iso() -> str:
+    import datetime  # here, not at the top: the warm path imports this module for render_env_sh alone
+
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def _hostname() -> str:
+    import socket
+
+    return socket.gethostname()

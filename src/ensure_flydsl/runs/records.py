@@ -1,0 +1,192 @@
+"""Run records: what a provisioning run is doing, for ``status`` and ``wait``, and whether it is alive.
+
+Under ``$(dirname ROOT)/.ensure_flydsl/runs/<root name>/``:
+
+- ``<run_id>.json``: the run's record (state, step, percent, step times, result or failure), replaced
+  atomically on every change.
+- ``<run_id>.alive``: a file the run holds an exclusive flock on for its whole life.  The kernel drops the
+  flock when the last process holding it dies, however it dies (kill -9, OOM), so a waiter that can take
+  a shared flock knows at once that the run is gone: no pid files, no pid reuse, no polling of /proc.
+  (``filelock`` guards the build lock; this is a liveness signal that needs a shared probe and a
+  descriptor handed to the detached worker, which ``filelock`` does not offer.)
+- ``current``: the id of the latest run for the root.
+
+``$(dirname ROOT)/.ensure_flydsl/history.json`` keeps recent step durations on this host, for ETAs.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import statistics
+import time
+import uuid
+from typing import Dict, List, Mapping, Optional
+
+from ensure_flydsl.layout import base_state_dir, history_file, runs_dir
+from ensure_flydsl.support.files import atomic_write, atomic_write_json, read_json
+
+RUNNING, SUCCEEDED, FAILED = "running", "succeeded", "failed"
+KEEP_RECORDS = 20
+HISTORY_KEEP = 7
+
+# Documented defaults for an ETA when this host has no history yet (seconds, from FlyDSL builds on MI300X
+# hosts: LLVM/MLIR dominates).
+DEFAULT_STEP_SECONDS: Dict[str, float] = {
+    "probe": 5.0,
+    "lock": 0.0,
+    "fetch": 60.0,
+    "fixes": 5.0,
+    "llvm": 900.0,
+    "build": 300.0,
+    "verify": 15.0,
+    "publish": 1.0,
+    "release": 30.0,
+    "cache": 30.0,
+}
+# The steps a run goes through, by how it provisions (the ETA adds up the typical length of those ahead).
+SOURCE_PLAN = ("probe", "lock", "fetch", "fixes", "llvm", "build", "verify", "publish")
+RELEASE_PLAN = ("probe", "lock", "fetch", "release", "verify", "publish")
+CACHE_PLAN = ("probe", "lock", "fetch", "cache", "verify", "publish")
+
+
+def new_run_id() -> str:
+    return time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
+
+
+class RunStore:
+    """The run records of one root."""
+
+    def __init__(self, root: str) -> None:
+        self.root = root
+        self.base = base_state_dir(os.path.dirname(root))
+        self.folder = runs_dir(root)
+
+    def record_path(self, run_id: str) -> str:
+        return os.path.join(self.folder, run_id + ".json")
+
+    def alive_path(self, run_id: str) -> str:
+        return os.path.join(self.folder, run_id + ".alive")
+
+    @property
+    def history_path(self) -> str:
+        return history_file(os.path.dirname(self.root))
+
+    def ensure_folder(self) -> None:
+        os.makedirs(self.folder, mode=0o755, exist_ok=True)
+
+    # -- records -----------------------------------------------------------------------------------------
+    def read(self, run_id: str) -> Optional[Dict[str, object]]:
+        return read_json(self.record_path(run_id))
+
+    def write(self, record: Dict[str, object]) -> None:
+        record["updated"] = time.time()
+        atomic_write_json(self.record_path(str(record["run_id"])), record)
+
+    def current_id(self) -> Optional[str]:
+        try:
+            with open(os.path.join(self.folder, "current")) as handle:
+                value = handle.read().strip()
+        except OSError:
+            return None
+        return value or None
+
+    def set_current(self, run_id: str) -> None:
+        atomic_write(os.path.join(self.folder, "current"), (run_id + "\n").encode())
+
+    def current(self) -> Optional[Dict[str, object]]:
+        run_id = self.current_id()
+        return self.read(run_id) if run_id else None
+
+    def records(self) -> List[Dict[str, object]]:
+        try:
+            names = [n[:-5] for n in os.listdir(self.folder) if n.endswith(".json")]
+        except FileNotFoundError:
+            return []
+        return [r for r in (self.read(n) for n in names) if r]
+
+    def records_for(self, request: Mapping[str, object]) -> List[Dict[str, object]]:
+        """The runs made for ``request`` (another request's run on the same root may be going too)."""
+        return [r for r in self.records() if r.get("request") == dict(request)]
+
+    def others_alive(self, request: Mapping[str, object], run_id: str) -> bool:
+        """Whether a run for ``request`` other than ``run_id`` is alive (it will answer for the request)."""
+        return any(str(r.get("run_id")) != run_id and r.get("state") == RUNNING and self.is_alive(str(r["run_id"]))
+                   for r in self.records_for(request))
+
+    def any_alive(self) -> List[Dict[str, object]]:
+        """The live runs of this root, whatever their request."""
+        return [r for r in self.records() if r.get("state") == RUNNING and self.is_alive(str(r["run_id"]))]
+
+    def prune(self) -> None:
+        """Keep the newest records (and never the current one's or a live run's)."""
+        try:
+            names = sorted(n[:-5] for n in os.listdir(self.folder) if n.endswith(".json"))
+        except FileNotFoundError:
+            return
+        keep = set(names[-KEEP_RECORDS:]) | {self.current_id() or ""}
+        for run_id in names:
+            if run_id not in keep and not self.is_alive(run_id):
+                for path in (self.record_path(run_id), self.alive_path(run_id)):
+                    try:
+                        os.unlink(path)
+                    except FileNotFoundError:
+                        pass
+
+    # -- liveness ----------------------------------------------------------------------------------------
+    def hold_alive(self, run_id: str) -> int:
+        """Open and exclusively flock the run's alive file; the returned descriptor keeps the run alive."""
+        self.ensure_folder()
+        fd = os.open(self.alive_path(run_id), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        return fd
+
+    def is_alive(self, run_id: str) -> bool:
+        try:
+            fd = os.open(self.alive_path(run_id), os.O_RDONLY | os.O_NOFOLLOW)
+        except OSError:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)
+        return False
+
+    def wait_dead(self, run_id: str) -> None:
+        """Block until the run holding the alive file has ended (used by the watchdog)."""
+        fd = os.open(self.alive_path(run_id), os.O_RDONLY | os.O_NOFOLLOW)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH)
+        finally:
+            os.close(fd)
+
+    # -- history for ETAs --------------------------------------------------------------------------------
+    def typical_seconds(self) -> Dict[str, float]:
+        history = read_json(self.history_path) or {}
+        typical = dict(DEFAULT_STEP_SECONDS)
+        for step, values in history.items():
+            if isinstance(values, list) and values:
+                typical[step] = float(statistics.median(float(v) for v in values))
+        return typical
+
+    def remember(self, durations: Dict[str, float]) -> None:
+        if not durations:
+            return
+        os.makedirs(self.base, exist_ok=True)
+        history = read_json(self.history_path) or {}
+        for step, seconds in durations.items():
+            values = history.get(step)
+            past: List[float] = [float(v) for v in values] if isinstance(values, list) else []
+            history[step] = (past + [round(seconds, 3)])[-HISTORY_KEEP:]
+        atomic_write_json(self.history_path, history)
+
+
+def process_start_time(pid: int) -> Optional[str]:
+    """The kernel's start time of ``pid`` (clock ticks since boot), to tell a process from a reused pid."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None

@@ -1,0 +1,217 @@
+"""Fetch the pinned source into the root: init or reuse the checkout, fetch, check out, submodules.
+
+Every git call goes through :func:`git`, which refuses remote helpers that run commands (``ext::``) and
+never prompts.  Settings that reach git were validated not to start with ``-``, and are passed after the
+options they belong to, so they can never be read as options.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+from typing import Callable, Dict, Iterator, List, Optional, Tuple
+
+from ensure_flydsl.errors import EnsureError, ExitCode
+from ensure_flydsl.support.processes import CommandFailed, cmd_output
+
+_HEX = re.compile(r"^[0-9a-fA-F]{7,40}$")
+# Lock files a killed git leaves behind; under the build lock, in a root of ours, nobody else runs git.
+_GIT_LOCKS = ("index.lock", "HEAD.lock", "config.lock", "packed-refs.lock", "shallow.lock", "FETCH_HEAD.lock")
+
+
+UNREACHABLE = "check that FLYDSL_REPO is reachable from here (or point it at a local mirror)"
+
+
+@contextlib.contextmanager
+def failing_as(code: ExitCode, reason: str, *, stage: str, hint: str = "") -> Iterator[None]:
+    """A git command that fails inside becomes the run's failure: exit ``code``, its output as the detail."""
+    try:
+        yield
+    except CommandFailed as exc:
+        raise EnsureError(code, reason, stage=stage, hint=hint, detail=exc.describe()) from None
+
+
+def is_local_repo(repo: str) -> bool:
+    return repo.startswith(("/", "file://"))
+
+
+def git_env(repo: str) -> Dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        {
+            "GIT_TERMINAL_PROMPT": "0",
+            "GIT_ASKPASS": "true",
+            "LC_ALL": "C",
+            # Only plain transports: no ext:: or fd:: helpers, whatever the repository or .gitmodules say.
+            "GIT_ALLOW_PROTOCOL": "file:https:http:ssh:git",
+        }
+    )
+    env.pop("GIT_DIR", None)
+    env.pop("GIT_WORK_TREE", None)
+    return env
+
+
+def git(root: str, *args: str, repo: str, timeout: Optional[float] = None) -> str:
+    extra: List[str] = []
+    if is_local_repo(repo):
+        # git >= 2.38 refuses file:// submodules by default (CVE-2022-39253); a local mirror's submodules
+        # are local too, and the user chose that mirror.
+        extra = ["-c", "protocol.file.allow=always"]
+    return cmd_output(["git", *extra, "-C", root, *args], env=git_env(repo), timeout=timeout)
+
+
+def clear_stale_git_locks(root: str, say: Callable[[str], None]) -> None:
+    for name in _GIT_LOCKS:
+        path = os.path.join(root, ".git", name)
+        if os.path.exists(path):
+            os.unlink(path)
+            say(f"removed a stale {name} left by an interrupted git command in {root}")
+
+
+def ensure_repository(root: str, repo: str) -> None:
+    """A git repository in ``root`` whose origin is ``repo`` (init it, or point origin at the repo)."""
+    with failing_as(ExitCode.FETCH, f"cannot prepare a git repository in {root}", stage="fetch"):
+        if not os.path.isdir(os.path.join(root, ".git")):
+            cmd_output(["git", "init", "-q", root], env=git_env(repo))
+        try:
+            current: Optional[str] = git(root, "config", "--get", "remote.origin.url", repo=repo).strip()
+        except CommandFailed:
+            current = None
+        if current is None:
+            git(root, "remote", "add", "origin", repo, repo=repo)
+        elif current != repo:
+            git(root, "remote", "set-url", "origin", repo, repo=repo)
+
+
+def resolve_pin(root: str, pin: str, repo: str) -> Optional[str]:
+    """The commit ``pin`` names in the local repository, or None."""
+    for candidate in (f"refs/tags/{pin}", f"refs/remotes/origin/{pin}", pin):
+        try:
+            return git(root, "rev-parse", "--verify", "--quiet", "--end-of-options", f"{candidate}^{{commit}}",
+                       repo=repo).strip()
+        except CommandFailed:
+            continue
+    return None
+
+
+def has_all_objects(root: str, commit: str, repo: str) -> bool:
+    """Whether every object of ``commit``'s tree is here.  A fetch killed half-way can leave the commit and
+    its trees without some blobs, and git then checks it out without an error, those files missing."""
+    try:
+        git(root, "rev-list", "--quiet", "--objects", "--no-walk", "--missing=error", commit, repo=repo)
+    except CommandFailed:
+        return False
+    return True
+
+
+def remote_refs(root: str, repo: str) -> Dict[str, str]:
+    """``git ls-remote``: ref name -> commit, with annotated tags peeled (``refs/tags/v1^{}``)."""
+    with failing_as(ExitCode.FETCH, f"cannot list the refs of {repo}", stage="fetch", hint=UNREACHABLE):
+        out = git(root, "ls-remote", "origin", repo=repo, timeout=300)
+    refs: Dict[str, str] = {}
+    for line in out.splitlines():
+        sha, _, name = line.partition("\t")
+        if name:
+            refs[name.strip()] = sha.strip()
+    return refs
+
+
+def _fetch(root: str, repo: str, *refspecs: str) -> None:
+    with failing_as(ExitCode.FETCH, f"git fetch from {repo} failed", stage="fetch", hint=UNREACHABLE):
+        git(root, "fetch", "--quiet", "--force", "--no-tags", "origin", *refspecs, repo=repo)
+
+
+def fetch_pin(root: str, pin: str, repo: str, say: Callable[[str], None],
+              on_fetch: Callable[[], None] = lambda: None) -> str:
+    """Fetch only what names ``pin`` (and the tags pointing at its commit); return its full commit hash.
+
+    The refs are listed first, so an unreachable repository is exit 2 and a pin it does not have is exit 3,
+    and only the pin's history is fetched (a mirror that lacks objects of unrelated branches still works).
+    """
+    full_hash = len(pin) == 40 and bool(_HEX.match(pin))
+    if full_hash:
+        known = resolve_pin(root, pin, repo)
+        if known and has_all_objects(root, known, repo):
+            say(f"commit {pin[:12]} is already in {root}; nothing to fetch")
+            return known
+    say(f"fetching {pin} from {repo} into {root}")
+    on_fetch()
+    refs = remote_refs(root, repo)
+    if f"refs/tags/{pin}" in refs:
+        _fetch(root, repo, f"+refs/tags/{pin}:refs/tags/{pin}")
+    elif f"refs/heads/{pin}" in refs:
+        _fetch(root, repo, f"+refs/heads/{pin}:refs/remotes/origin/{pin}")
+    elif full_hash:
+        try:
+            git(root, "fetch", "--quiet", "--no-tags", "origin", pin, repo=repo)
+        except CommandFailed:
+            pass  # the repository answered (ls-remote) but does not have it: reported below
+    elif _HEX.match(pin):
+        # An abbreviated hash can only be found among everything the repository has.
+        _fetch(root, repo, "+refs/heads/*:refs/remotes/origin/*", "+refs/tags/*:refs/tags/*")
+    commit = resolve_pin(root, pin, repo)
+    if commit is None:
+        raise EnsureError(
+            ExitCode.CHECKOUT,
+            f"the pin {pin} is not a commit, tag or branch of {repo}",
+            stage="checkout",
+            hint="check FLYDSL_PIN (a full commit hash or a tag such as v0.2.2)",
+        )
+    # The tags that point at the commit, so that a release tag's commit is known as one.
+    tags = [name[len("refs/tags/"):-3] for name, sha in refs.items()
+            if name.startswith("refs/tags/") and name.endswith("^{}") and sha == commit]
+    tags += [name[len("refs/tags/"):] for name, sha in refs.items()
+             if name.startswith("refs/tags/") and not name.endswith("^{}") and sha == commit]
+    missing = sorted(set(tags) - {pin})  # the pin's own tag is already here
+    if missing:
+        _fetch(root, repo, *(f"+refs/tags/{t}:refs/tags/{t}" for t in missing))
+    return commit
+
+
+def head_commit(root: str, repo: str) -> Optional[str]:
+    try:
+        return git(root, "rev-parse", "--verify", "--quiet", "HEAD", repo=repo).strip()
+    except CommandFailed:
+        return None
+
+
+def tracked_changes(root: str, repo: str) -> List[Tuple[str, str]]:
+    """(status code, path) of each tracked file that differs from HEAD, e.g. (" M", "kernels/x.py")."""
+    out = git(root, "status", "--porcelain=v1", "--untracked-files=no", repo=repo)
+    return [(line[:2], line[3:]) for line in out.splitlines() if line.strip()]
+
+
+def is_deletion(code: str) -> bool:
+    return set(code.strip()) == {"D"}
+
+
+def checkout(root: str, commit: str, repo: str, *, force: bool) -> None:
+    """Check out ``commit`` detached.  ``force`` only when the tool's own interrupted checkout left the
+    work tree half-changed; otherwise local edits make this fail rather than be overwritten."""
+    args = ["-c", "advice.detachedHead=false", "checkout", "--quiet", "--detach"]
+    if force:
+        args.append("--force")
+    with failing_as(ExitCode.CHECKOUT, f"git checkout of {commit[:12]} in {root} failed", stage="checkout",
+                    hint="the checkout has local changes or is damaged; look at `git -C ROOT status`"):
+        git(root, *args, commit, repo=repo)
+
+
+def update_submodules(root: str, repo: str) -> bool:
+    """Initialise and update submodules; return whether there were any.  A failure is reported."""
+    if not os.path.isfile(os.path.join(root, ".gitmodules")):
+        return False
+    with failing_as(ExitCode.FETCH, f"git submodule update in {root} failed", stage="submodules",
+                    hint="a submodule's repository is unreachable from here; check the network or the mirror"):
+        git(root, "submodule", "sync", "--quiet", "--recursive", repo=repo)
+        git(root, "submodule", "update", "--init", "--recursive", "--force", repo=repo)
+    return True
+
+
+def tags_at(root: str, commit: str, repo: str) -> List[str]:
+    """The tags that point at ``commit`` (a release tag's commit has its ``vX`` among them)."""
+    try:
+        out = git(root, "tag", "--points-at", commit, repo=repo)
+    except CommandFailed:
+        return []
+    return [line.strip() for line in out.splitlines() if line.strip()]

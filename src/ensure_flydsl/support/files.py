@@ -1,0 +1,98 @@
+"""Files written so that a reader never sees half of one: atomic writes, JSON records, paths."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import stat
+from typing import TYPE_CHECKING, Dict, Iterator, Optional
+
+if TYPE_CHECKING:
+    pass
+
+
+def atomic_write(path: str, data: bytes, mode: int = 0o644) -> None:
+    """Write ``data`` to ``path`` so that a reader sees the old file or the whole new one, never a part.
+
+    The temporary file lives in the same folder (same file system, so the rename is atomic), is flushed
+    to disk before the rename, and its mode is set explicitly (never world-writable, whatever the umask).
+    """
+    import tempfile
+
+    folder = os.path.dirname(path) or "."
+    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+            os.fchmod(handle.fileno(), mode)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    _fsync_dir(folder)
+
+
+def atomic_write_json(path: str, obj: object, mode: int = 0o644) -> None:
+    atomic_write(path, (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode(), mode)
+
+
+def read_json(path: str) -> Optional[Dict[str, object]]:
+    """The JSON object in ``path``, or None when it is missing or not a JSON object (a torn or foreign file)."""
+    try:
+        with open(path, "rb") as handle:
+            data = json.loads(handle.read().decode())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def file_path_problem(path: str, *, symlink_ok: bool) -> Optional[str]:
+    """Why ``path`` cannot be a file the tool writes (or locks), or None when it is absent or a plain file.
+
+    A device or a folder there would be replaced (FLYDSL_BUILD_FAILED=/dev/null, as root, would turn the
+    device into a JSON file).  A symlink is refused where the tool opens the path (a lock, a log): it would
+    redirect the write or the lock to somebody else's file; it is fine where the tool only renames a new
+    file over the path, which replaces the link itself.
+    """
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"cannot inspect it: {exc.strerror}"
+    if stat.S_ISLNK(st.st_mode):
+        return None if symlink_ok else "it is a symbolic link; use a plain file path"
+    if not stat.S_ISREG(st.st_mode):
+        return "it exists and is not a regular file (writing there would replace it)"
+    return None
+
+
+def remove_file(path: str) -> bool:
+    """Remove a file the tool wrote; return whether it was there."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def _fsync_dir(folder: str) -> None:
+    with contextlib.suppress(OSError):
+        dfd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+
+
+@contextlib.contextmanager
+def umask(mask: int) -> Iterator[None]:
+    old = os.umask(mask)
+    try:
+        yield
+    finally:
+        os.umask(old)
