@@ -18,7 +18,7 @@ import os
 import sys
 from typing import TYPE_CHECKING, Mapping, Optional
 
-from .errors import BadInput, EnsureError, ExitCode
+from .errors import AlreadyImported, BadInput, EnsureError, ExitCode
 
 if TYPE_CHECKING:
     from .result import Result
@@ -44,11 +44,15 @@ def ensure(*, environ: Optional[Mapping[str, str]] = None, verbose: bool = False
 
 
 def activate(result: "Result") -> None:
-    """Apply a result's environment to this process: os.environ, and sys.path for imports from now on."""
-    os.environ.update(result.env)
-    for folder in reversed(result.prepend):
-        if folder not in sys.path:
-            sys.path.insert(0, folder)
+    """Apply a result's environment to this process: os.environ, and sys.path for imports from now on.
+
+    Idempotent: the tree's folders end up first on sys.path and PYTHONPATH, once.  Raises
+    :class:`AlreadyImported` (an EnsureError, code 6) and changes nothing when flydsl or kernels were
+    already imported from another tree: those modules would stay, mixing two trees.
+    """
+    from .activation import activate as apply
+
+    apply(result)
 
 
-__all__ = ["BadInput", "EnsureError", "ExitCode", "__version__", "activate", "ensure"]
+__all__ = ["AlreadyImported", "BadInput", "EnsureError", "ExitCode", "__version__", "activate", "ensure"]

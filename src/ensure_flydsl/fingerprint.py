@@ -10,7 +10,9 @@ may answer without probing.  The fingerprint covers:
   ``build-fly/python_packages``), as relative path, size, mtime and mode; ``__pycache__`` is left out
   because the workflow's own imports write into it;
 - the interpreter's site folders (their mtime changes when a package is installed or removed);
-- the caller's PYTHONPATH and the variables that change how Python finds modules;
+- the caller's PYTHONPATH and the variables that change how Python finds modules (PYTHONPATH without the
+  tree's own folders: the env file puts them first, once, so a caller that already has them, e.g. after
+  ``activate()`` or sourcing the env file, gets the very same imports);
 - the root's finished-tree stamp (commit, how it was made).
 
 Anything different, or ``--verify``, means a full probe.  The fingerprint is the data itself (a JSON
@@ -87,17 +89,35 @@ def compute(
     watch: Sequence[str],
     site_dirs: Sequence[str],
     tree_stamp: str,
+    tree_folders: Sequence[str],
 ) -> Dict[str, object]:
     """The fingerprint: JSON data, equal to the recorded one exactly when nothing the answer depends on changed."""
     return {
         "version": FINGERPRINT_VERSION,
         "request": dict(request),
         "interpreter": interpreter_identity(python, environ.get("PATH")),
-        "environment": {name: environ.get(name) for name in PYTHON_ENV},
+        "environment": python_environment(environ, tree_folders),
         "tree": {folder: folder_listing(folder) for folder in watch},
         "sites": site_stats(site_dirs),
         "stamp": file_text(tree_stamp),
     }
+
+
+def python_environment(environ: Mapping[str, str], tree_folders: Sequence[str]) -> Dict[str, Optional[str]]:
+    """The variables that change how Python finds modules, as the env file leaves them.  An empty
+    PYTHONPATH is no PYTHONPATH, for Python and for the env file alike."""
+    env = {name: environ.get(name) for name in PYTHON_ENV}
+    env["PYTHONPATH"] = without_folders(env["PYTHONPATH"], tree_folders) or None
+    return env
+
+
+def without_folders(pythonpath: Optional[str], folders: Sequence[str]) -> str:
+    """``pythonpath`` without the entries equal to one of ``folders`` (the env file's own), the rest kept as
+    it was, in order: what the env file keeps of a caller's PYTHONPATH after its folders."""
+    if not pythonpath:
+        return ""
+    drop = {f for f in folders if f}
+    return os.pathsep.join(entry for entry in pythonpath.split(os.pathsep) if entry not in drop)
 
 
 def same(recorded: object, current: Mapping[str, object]) -> bool:
