@@ -99,11 +99,23 @@ class AlreadyImported(EnsureError):
 
 
 class Interrupted(BaseException):
-    """Raised from the SIGTERM handler so that the run unwinds like Ctrl-C (exit 130)."""
+    """Raised from the SIGTERM and SIGHUP handlers so that the run unwinds like Ctrl-C (exit 130)."""
 
     def __init__(self, signame: str = "SIGINT") -> None:
         super().__init__(signame)
         self.signame = signame
+
+    @property
+    def description(self) -> str:
+        return interrupted_by(self.signame)
+
+
+_SIGNAL_CAUSES = {"SIGHUP": " (the terminal closed)"}
+
+
+def interrupted_by(signame: str) -> str:
+    """What a failure marker and the last line say about a run stopped by ``signame``."""
+    return f"interrupted by {signame}{_SIGNAL_CAUSES.get(signame, '')}"
 
 
 def exit_code_of(exc: Optional[BaseException]) -> ExitCode:

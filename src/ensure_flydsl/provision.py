@@ -20,7 +20,7 @@ from .build import (
     tools_dir,
 )
 from .cache import Cache
-from .cached import mlir_from_cache, open_run_cache, publish_mlir, publish_tree, tree_from_cache
+from .cached import llvm_label, mlir_from_cache, open_run_cache, publish_mlir, publish_tree, tree_from_cache
 from .context import HOW_BUILT, HOW_RELEASED, Decision, Run
 from .decide import probe_tree, tree_key
 from .doctor import run_checks, stop_if_blocked
@@ -263,7 +263,7 @@ def ready_mlir(run: Run, cache: Optional[Cache]) -> Optional[Tuple[str, Dict[str
     install = mlir_install_of(settings.base_dir)
     record = read_json(llvm_record_path(settings.base_dir)) or {}
     if record.get("done") == key and is_mlir_install(install):
-        run.say(f"MLIR for LLVM {str(key['llvm_commit'])[:12]} is already built in {install}")
+        run.say(f"MLIR for LLVM {llvm_label(key)} is already built in {install}")
         return install, {"llvm": key}
     fetched = mlir_from_cache(run, cache, key) if cache is not None else None
     return (fetched, {"llvm": key}) if fetched else None
@@ -286,7 +286,7 @@ def build_mlir(run: Run, env: Dict[str, str], jobs: int, cache: Optional[Cache])
             hint="move it away, or set MLIR_PATH to an MLIR install built for this interpreter",
         )
     atomic_write_json(record_path, {"created": True, "started": key, "done": None})
-    run.say(f"building LLVM/MLIR {str(key['llvm_commit'])[:12]} with {jobs} jobs (the long step)")
+    run.say(f"building LLVM/MLIR {llvm_label(key)} with {jobs} jobs (the long step)")
     run.worked()
     run_script(root, "build_llvm.sh", jobs, env, run.build_line, on_start=run.build_started,
                code=ExitCode.LLVM_BUILD, stage="llvm", what="the LLVM/MLIR build")

@@ -7,7 +7,7 @@ from typing import Optional
 
 from . import markers
 from .context import Decision, Run
-from .errors import EnsureError, ExitCode, exit_code_of
+from .errors import EnsureError, ExitCode, Interrupted, exit_code_of, interrupted_by
 from .fingerprint import compute, watch_folders
 from .gate import package_folder
 from .result import Result
@@ -101,7 +101,7 @@ def record_failure(run: Run, exc: BaseException) -> None:
     if isinstance(exc, EnsureError):
         reason, hint, stage = exc.reason, exc.hint, exc.stage or run.step_name
     elif code == ExitCode.INTERRUPTED:
-        reason = f"interrupted ({exc})" if str(exc) else "interrupted"
+        reason = exc.description if isinstance(exc, Interrupted) else interrupted_by("SIGINT")
         hint, stage = "run it again: it resumes", run.step_name
     else:
         reason = f"internal error: {type(exc).__name__}: {exc}"
