@@ -175,7 +175,7 @@ def _stdout_gone() -> bool:
     try:
         poller = select.poll()
         poller.register(sys.stdout.fileno(), select.POLLOUT)
-        return any(event & select.POLLERR for _, event in poller.poll(0))
+        return any(event & (select.POLLERR | select.POLLHUP) for _, event in poller.poll(0))
     except (OSError, ValueError, AttributeError):
         return False
 
@@ -227,8 +227,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 0 if code is None else code
     except EnsureError as exc:
         if json_mode:
-            print(json.dumps({"ok": False, "exit_code": int(exc.code), "stage": exc.stage, "reason": exc.reason,
-                              "hint": exc.hint, "log": reporter.log_path}))
+            try:
+                print(json.dumps({"ok": False, "exit_code": int(exc.code), "stage": exc.stage,
+                                  "reason": exc.reason, "hint": exc.hint, "log": reporter.log_path}), flush=True)
+            except BrokenPipeError:
+                silence_stdout()  # the exit code and stderr still tell the failure
         tail = reporter.tail(20) if exc.code in _BUILD_FAILURES else []
         print(format_error(exc, tail, reporter.log_path), file=sys.stderr)
         return int(exc.code)
