@@ -16,7 +16,7 @@ import os
 import sys
 from typing import TYPE_CHECKING, Mapping, Optional
 
-from ensure_flydsl.errors import BadInput, EnsureError, ExitCode
+from ensure_flydsl.errors import AlreadyImported, BadInput, EnsureError, ExitCode
 from ensure_flydsl.version import __version__
 
 if TYPE_CHECKING:
@@ -43,11 +43,15 @@ def ensure(*, environ: Optional[Mapping[str, str]] = None, verbose: bool = False
 
 
 def activate(result: "Result") -> None:
-    """Apply a result's environment to this process: os.environ, and sys.path for imports from now on."""
-    os.environ.update(result.env)
-    for folder in reversed(result.prepend):
-        if folder not in sys.path:
-            sys.path.insert(0, folder)
+    """Apply a result's environment to this process: os.environ, and sys.path for imports from now on.
+
+    Idempotent: the tree's folders end up first on sys.path and PYTHONPATH, once.  Raises
+    :class:`AlreadyImported` (an EnsureError, code 6) and changes nothing when flydsl or kernels were
+    already imported from another tree: those modules would stay, mixing two trees.
+    """
+    from ensure_flydsl.activation import activate as apply
+
+    apply(result)
 
 
-__all__ = ["BadInput", "EnsureError", "ExitCode", "__version__", "activate", "ensure"]
+__all__ = ["AlreadyImported", "BadInput", "EnsureError", "ExitCode", "__version__", "activate", "ensure"]

@@ -81,12 +81,41 @@ class BadInput(EnsureError):
         self.setting = setting
 
 
+class AlreadyImported(EnsureError):
+    """``activate()`` in a process that already imported the tree's packages from elsewhere: the old modules
+    stay in ``sys.modules``, so activating would mix two trees (exit code 6, as a probe failure)."""
+
+    def __init__(self, module: str, imported: str, tree_file: str) -> None:
+        super().__init__(
+            ExitCode.PROBE,
+            f"{module} is already imported from {imported}; the tree is {tree_file}; "
+            f"activate before importing {module}, or in a fresh process",
+            stage="activate",
+            hint=f"call ensure_flydsl.activate() before the first import of {module}, or use a fresh process",
+        )
+        self.module = module
+        self.imported = imported
+        self.tree_file = tree_file
+
+
 class Interrupted(BaseException):
-    """Raised from the SIGTERM handler so that the run unwinds like Ctrl-C (exit 130)."""
+    """Raised from the SIGTERM and SIGHUP handlers so that the run unwinds like Ctrl-C (exit 130)."""
 
     def __init__(self, signame: str = "SIGINT") -> None:
         super().__init__(signame)
         self.signame = signame
+
+    @property
+    def description(self) -> str:
+        return interrupted_by(self.signame)
+
+
+_SIGNAL_CAUSES = {"SIGHUP": " (the terminal closed)"}
+
+
+def interrupted_by(signame: str) -> str:
+    """What a failure marker and the last line say about a run stopped by ``signame``."""
+    return f"interrupted by {signame}{_SIGNAL_CAUSES.get(signame, '')}"
 
 
 def exit_code_of(exc: Optional[BaseException]) -> ExitCode:

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
 import sys
 from typing import Callable, Dict, List, NoReturn, Optional, Sequence
 
-from ensure_flydsl.errors import EXIT_MEANINGS, BadInput, EnsureError, ExitCode, Interrupted
+from ensure_flydsl.errors import EXIT_MEANINGS, BadInput, EnsureError, ExitCode, Interrupted, interrupted_by
 from ensure_flydsl.runs.markers import write_failure_marker
 from ensure_flydsl.settings import SETTINGS, Settings, fail_marker_path, join_require, load_settings
 from ensure_flydsl.support.report import Reporter
@@ -63,7 +64,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="print one JSON result object on stdout (and JSON events on stderr)")
     command("start", "launch the same work as `ensure` detached; print {run_id, pid, log, state} and return")
     p = command("wait", "follow the root's run until it ends: 0, its failure's exit code, or 75 at --timeout")
-    p.add_argument("--timeout", type=_seconds, default=None, metavar="S", help="give up waiting after S seconds")
+    p.add_argument("--timeout", type=_timeout_seconds, default=None, metavar="S",
+                   help="give up waiting after S seconds (0: answer at once)")
     p.add_argument("--heartbeat", type=_seconds, default=30.0, metavar="S",
                    help="print a heartbeat line at least every S seconds (default 30)")
     p = command("status", "state, step, percent, elapsed, ETA, pid, version, root, python, how, log")
@@ -90,14 +92,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _seconds(value: str) -> float:
+def _seconds(value: str, *, zero_ok: bool = False) -> float:
     try:
         seconds = float(value)
     except ValueError:
         seconds = -1.0
-    if not 0 < seconds < 10**9:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a number of seconds > 0")
+    if not ((seconds >= 0 if zero_ok else seconds > 0) and seconds < 10**9):  # NaN fails both
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number of seconds {'>= 0' if zero_ok else '> 0'}")
     return seconds
+
+
+def _timeout_seconds(value: str) -> float:
+    """0 too: check the state once and answer (75 if the run is still going)."""
+    return _seconds(value, zero_ok=True)
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
@@ -149,6 +156,38 @@ def _raise_interrupted(signum: int, _frame: object) -> None:
     raise Interrupted(signal.Signals(signum).name)
 
 
+def _handle_stop_signals() -> Dict[int, object]:
+    """SIGTERM and SIGHUP (the terminal closed) unwind the run like Ctrl-C, so that its failure marker says
+    what happened (not "died: kill -9") and the build's group is stopped.  An ignored SIGHUP stays ignored:
+    that is how `nohup ensure-flydsl &` asks to outlive the terminal."""
+    previous: Dict[int, object] = {}
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        if signum == signal.SIGHUP and signal.getsignal(signum) == signal.SIG_IGN:
+            continue
+        previous[signum] = signal.signal(signum, _raise_interrupted)
+    return previous
+
+
+def _stdout_gone() -> bool:
+    """Whether stdout is a pipe whose reader has gone (`ensure-flydsl status | head -1`)."""
+    import select
+
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(event & (select.POLLERR | select.POLLHUP) for _, event in poller.poll(0))
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def silence_stdout() -> None:
+    """Point stdout at /dev/null, so that what is still buffered (flushed at exit) goes nowhere quietly."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     # Under umask 000 (common in containers) the checkout, its .git/hooks and the build would be
     # world-writable: anyone could plant a hook that the next run's git executes.  Never world-writable.
@@ -164,7 +203,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         reporter = Reporter.for_stream(sys.stderr, json_events=args.command == "ensure")
     else:
         reporter = Reporter.for_stream(sys.stdout)
-    previous = signal.signal(signal.SIGTERM, _raise_interrupted)
+    previous = _handle_stop_signals()
+    code: Optional[int] = None
     try:
         try:
             if args.command == "_worker":
@@ -176,31 +216,44 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             if args.command in ("ensure", "start"):
                 _report_bad_input(exc, _flags(args), environ)
             raise
-        handler = _HANDLERS[args.command]
-        return handler(args, settings, reporter, environ)
+        code = _HANDLERS[args.command](args, settings, reporter, environ)
+        sys.stdout.flush()  # here, where a reader that went away is handled, not at exit
+        return code
+    except BrokenPipeError:
+        if not _stdout_gone():
+            return _internal_error(reporter)
+        # The reader stopped reading (`| head -1`): what it did not read is nobody's failure.
+        silence_stdout()
+        return 0 if code is None else code
     except EnsureError as exc:
         if json_mode:
-            print(json.dumps({"ok": False, "exit_code": int(exc.code), "stage": exc.stage, "reason": exc.reason,
-                              "hint": exc.hint, "log": reporter.log_path}))
+            try:
+                print(json.dumps({"ok": False, "exit_code": int(exc.code), "stage": exc.stage,
+                                  "reason": exc.reason, "hint": exc.hint, "log": reporter.log_path}), flush=True)
+            except BrokenPipeError:
+                silence_stdout()  # the exit code and stderr still tell the failure
         tail = reporter.tail(20) if exc.code in _BUILD_FAILURES else []
         print(format_error(exc, tail, reporter.log_path), file=sys.stderr)
         return int(exc.code)
     except (KeyboardInterrupt, Interrupted) as exc:
-        name = exc.signame if isinstance(exc, Interrupted) else "SIGINT"
-        print(f"ensure-flydsl: interrupted by {name}; the next run resumes where this one stopped",
-              file=sys.stderr)
+        what = exc.description if isinstance(exc, Interrupted) else interrupted_by("SIGINT")
+        print(f"ensure-flydsl: {what}; the next run resumes where this one stopped", file=sys.stderr)
         return int(ExitCode.INTERRUPTED)
     except Exception:
-        import traceback
-
-        text = traceback.format_exc()
-        reporter.build_line(text)
-        print(f"ensure-flydsl: internal error (exit 70), a bug; please report it with this:\n{text}",
-              file=sys.stderr)
-        return int(ExitCode.INTERNAL)
+        return _internal_error(reporter)
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)  # type: ignore[arg-type]
         reporter.close()
+
+
+def _internal_error(reporter: Reporter) -> int:
+    import traceback
+
+    text = traceback.format_exc()
+    reporter.build_line(text)
+    print(f"ensure-flydsl: internal error (exit 70), a bug; please report it with this:\n{text}", file=sys.stderr)
+    return int(ExitCode.INTERNAL)
 
 
 _BUILD_FAILURES = (ExitCode.FETCH, ExitCode.CHECKOUT, ExitCode.LLVM_BUILD, ExitCode.FLYDSL_BUILD, ExitCode.PROBE)

@@ -10,7 +10,9 @@ may answer without probing.  The fingerprint covers:
   ``build-fly/python_packages``), as relative path, size, mtime and mode; ``__pycache__`` is left out
   because the workflow's own imports write into it;
 - the interpreter's site folders (their mtime changes when a package is installed or removed);
-- the caller's PYTHONPATH and the variables that change how Python finds modules;
+- the caller's PYTHONPATH and the variables that change how Python finds modules (PYTHONPATH without the
+  tree's own folders: the env file puts them first, once, so a caller that already has them, e.g. after
+  ``activate()`` or sourcing the env file, gets the very same imports);
 - the root's finished-tree stamp (commit, how it was made).
 
 Anything different, or ``--verify``, means a full probe.  The fingerprint is the data itself (a JSON
@@ -24,6 +26,8 @@ import json
 import os
 import shutil
 from typing import Dict, List, Mapping, Optional, Sequence
+
+from ensure_flydsl.runs.markers import without_folders
 
 FINGERPRINT_VERSION = 2
 PYTHON_ENV = ("PYTHONPATH", "PYTHONHOME", "PYTHONNOUSERSITE", "PYTHONPLATLIBDIR", "PYTHONSAFEPATH", "PYTHONUSERBASE")
@@ -87,17 +91,26 @@ def compute(
     watch: Sequence[str],
     site_dirs: Sequence[str],
     tree_stamp: str,
+    tree_folders: Sequence[str],
 ) -> Dict[str, object]:
     """The fingerprint: JSON data, equal to the recorded one exactly when nothing the answer depends on changed."""
     return {
         "version": FINGERPRINT_VERSION,
         "request": dict(request),
         "interpreter": interpreter_identity(python, environ.get("PATH")),
-        "environment": {name: environ.get(name) for name in PYTHON_ENV},
+        "environment": python_environment(environ, tree_folders),
         "tree": {folder: folder_listing(folder) for folder in watch},
         "sites": site_stats(site_dirs),
         "stamp": file_text(tree_stamp),
     }
+
+
+def python_environment(environ: Mapping[str, str], tree_folders: Sequence[str]) -> Dict[str, Optional[str]]:
+    """The variables that change how Python finds modules, as the env file leaves them.  An empty
+    PYTHONPATH is no PYTHONPATH, for Python and for the env file alike."""
+    env = {name: environ.get(name) for name in PYTHON_ENV}
+    env["PYTHONPATH"] = without_folders(env["PYTHONPATH"], tree_folders) or None
+    return env
 
 
 def same(recorded: object, current: Mapping[str, object]) -> bool:

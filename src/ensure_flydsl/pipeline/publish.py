@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import List, Optional
 
-from ensure_flydsl.errors import EnsureError, ExitCode, exit_code_of
+from ensure_flydsl.errors import EnsureError, ExitCode, Interrupted, exit_code_of, interrupted_by
 from ensure_flydsl.pipeline.fingerprint import compute, watch_folders
 from ensure_flydsl.pipeline.warm import tree_stamp_path
 from ensure_flydsl.probe.gate import package_folder
@@ -53,7 +53,8 @@ def publish(run: Run, decision: Decision, action: str) -> Result:
         "watch": watch,
         "site_dirs": site_dirs,
         "fingerprint": compute(request=settings.request(), python=settings.python, environ=run.environ,
-                               watch=watch, site_dirs=site_dirs, tree_stamp=tree_stamp_path(settings.root)),
+                               watch=watch, site_dirs=site_dirs, tree_stamp=tree_stamp_path(settings.root),
+                               tree_folders=decision.prepend),
         "how": decision.how,
         "tree": decision.tree,
         "version": decision.probe.version,
@@ -111,7 +112,7 @@ def record_failure(run: Run, exc: BaseException) -> None:
     if isinstance(exc, EnsureError):
         reason, hint, stage = exc.reason, exc.hint, exc.stage or run.step_name
     elif code == ExitCode.INTERRUPTED:
-        reason = f"interrupted ({exc})" if str(exc) else "interrupted"
+        reason = exc.description if isinstance(exc, Interrupted) else interrupted_by("SIGINT")
         hint, stage = "run it again: it resumes", run.step_name
     else:
         reason = f"internal error: {type(exc).__name__}: {exc}"

@@ -40,7 +40,7 @@ def try_warm(settings: Settings, environ: Mapping[str, str]) -> Optional[Result]
     except OSError:
         return None
     now = compute(request=settings.request(), python=settings.python, environ=environ, watch=watch,
-                  site_dirs=site_dirs, tree_stamp=tree_stamp_path(settings.root))
+                  site_dirs=site_dirs, tree_stamp=tree_stamp_path(settings.root), tree_folders=prepend)
     if not same(twin["fingerprint"], now):
         return None
     if os.path.isfile(settings.fail_marker):

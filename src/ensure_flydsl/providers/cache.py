@@ -25,6 +25,14 @@ from ensure_flydsl.source.root import remove_tree
 from ensure_flydsl.support import faults
 
 
+def llvm_label(key: Mapping[str, object]) -> str:
+    """The LLVM commit of an MLIR key, short, for messages (a checkout may name none)."""
+    commit = key.get("llvm_commit")
+    if isinstance(commit, str) and commit:
+        return commit[:12]
+    return "(commit unknown: the checkout has no thirdparty/llvm-hash.txt)"
+
+
 def repo_identity(repo: str) -> str:
     """The repository as a name every host agrees on: host and path, no scheme, no ``.git``, no user."""
     text = repo.strip().rstrip("/")
@@ -130,7 +138,7 @@ def mlir_from_cache(run: Run, cache: Cache, key: Mapping[str, object]) -> Option
         return dest
     entry = _lookup(run, cache, "mlir", ckey)
     if entry is None:
-        run.say(f"cache: no MLIR for LLVM {str(key.get('llvm_commit'))[:12]} in {cache.location}")
+        run.say(f"cache: no MLIR for LLVM {llvm_label(key)} in {cache.location}")
         return None
     os.makedirs(folder, exist_ok=True)
     remove_tree(dest)

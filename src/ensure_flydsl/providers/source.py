@@ -25,7 +25,7 @@ from ensure_flydsl.doctor.diagnose import run_checks, stop_if_blocked
 from ensure_flydsl.errors import EnsureError, ExitCode
 from ensure_flydsl.layout import build_dir, llvm_dir, llvm_record, mlir_install, packages_dir, tools_dir
 from ensure_flydsl.providers.base import Provider
-from ensure_flydsl.providers.cache import mlir_from_cache, publish_mlir, publish_tree
+from ensure_flydsl.providers.cache import llvm_label, mlir_from_cache, publish_mlir, publish_tree
 from ensure_flydsl.providers.tree import prepare_build_dir, verify_tree
 from ensure_flydsl.runs.context import HOW_BUILT, Decision, Run
 from ensure_flydsl.runs.records import SOURCE_PLAN
@@ -143,7 +143,7 @@ def ready_mlir(run: Run, cache: Optional[Cache]) -> Optional[Mlir]:
     install = mlir_install(settings.base_dir)
     record = read_json(llvm_record(settings.base_dir)) or {}
     if record.get("done") == key and is_mlir_install(install):
-        run.say(f"MLIR for LLVM {str(key['llvm_commit'])[:12]} is already built in {install}")
+        run.say(f"MLIR for LLVM {llvm_label(key)} is already built in {install}")
         return install, {"llvm": key}
     fetched = mlir_from_cache(run, cache, key) if cache is not None else None
     return (fetched, {"llvm": key}) if fetched else None
@@ -165,7 +165,7 @@ def build_mlir(run: Run, env: Dict[str, str], jobs: int, cache: Optional[Cache])
             hint="move it away, or set MLIR_PATH to an MLIR install built for this interpreter",
         )
     atomic_write_json(record_path, {"created": True, "started": key, "done": None})
-    run.say(f"building LLVM/MLIR {str(key['llvm_commit'])[:12]} with {jobs} jobs (the long step)")
+    run.say(f"building LLVM/MLIR {llvm_label(key)} with {jobs} jobs (the long step)")
     run.worked()
     run_script(root, "build_llvm.sh", jobs, env, run.build_line, on_start=run.build_started,
                code=ExitCode.LLVM_BUILD, stage="llvm", what="the LLVM/MLIR build")

@@ -16,11 +16,22 @@ from ensure_flydsl.support.files import atomic_write, atomic_write_json, file_pa
 from ensure_flydsl.version import __version__
 
 
+def without_folders(pythonpath: Optional[str], folders: Sequence[str]) -> str:
+    """``pythonpath`` without the entries equal to one of ``folders`` (the env file's own), the rest kept as
+    it was, in order: what the env file keeps of a caller's PYTHONPATH after its folders."""
+    if not pythonpath:
+        return ""
+    drop = {f for f in folders if f}
+    return os.pathsep.join(entry for entry in pythonpath.split(os.pathsep) if entry not in drop)
+
+
 def env_mapping(
     root: str, prepend: Sequence[str], caller_pythonpath: Optional[str], shim_dir: Optional[str], vllm_moe: bool
 ) -> Dict[str, str]:
-    """The variables the env file exports, with PYTHONPATH as it will be after sourcing it now."""
-    parts = list(prepend) + ([caller_pythonpath] if caller_pythonpath else [])
+    """The variables the env file exports, with PYTHONPATH as it will be after sourcing it now (the tree's
+    folders first, once: sourcing it again, or a caller that already has them, changes nothing)."""
+    rest = without_folders(caller_pythonpath, prepend)
+    parts = list(prepend) + ([rest] if rest else [])
     env = {"FLYDSL_ROOT": root, "PYTHONPATH": os.pathsep.join(parts)}
     if shim_dir is not None:
         env["FLYDSL_SHIM_DIR"] = shim_dir
@@ -32,15 +43,34 @@ def env_mapping(
 def render_env_sh(root: str, prepend: Sequence[str], shim_dir: Optional[str], vllm_moe: bool) -> str:
     """The env file's text: POSIX sh, every value single-quoted, the caller's PYTHONPATH kept at the end.
 
-    No path ever appears outside quotes, not even in a comment (a newline would end the comment).
+    No path ever appears outside quotes, not even in a comment (a newline would end the comment).  Sourcing
+    it twice changes nothing: the tree's folders are taken out of the caller's PYTHONPATH before they are
+    put first (``case`` and ``${var%%pattern}`` with the folder quoted, so it is matched literally).
     """
     quoted_path = ":".join(shlex.quote(p) for p in prepend) if prepend else "''"
     lines = [
         "# flydsl_env.sh: written by ensure-flydsl " + __version__ + ". Source it: . ./flydsl_env.sh",
         "# Every value is quoted literally; the caller's PYTHONPATH is kept after the tree's folders.",
         f"export FLYDSL_ROOT={shlex.quote(root)}",
-        f'export PYTHONPATH={quoted_path}"${{PYTHONPATH:+:${{PYTHONPATH}}}}"',
     ]
+    folders = [p for p in prepend if p]
+    if folders:
+        lines += [
+            '_ensure_flydsl_pp=":${PYTHONPATH:-}:"',
+            f"for _ensure_flydsl_d in {' '.join(shlex.quote(p) for p in folders)}; do",
+            '  while :; do case "$_ensure_flydsl_pp" in',
+            '    *":$_ensure_flydsl_d:"*) _ensure_flydsl_pp=${_ensure_flydsl_pp%%":$_ensure_flydsl_d:"*}'
+            ':${_ensure_flydsl_pp#*":$_ensure_flydsl_d:"} ;;',
+            "    *) break ;;",
+            "  esac; done",
+            "done",
+            "_ensure_flydsl_pp=${_ensure_flydsl_pp#:}",
+            "_ensure_flydsl_pp=${_ensure_flydsl_pp%:}",
+            f'export PYTHONPATH={quoted_path}"${{_ensure_flydsl_pp:+:$_ensure_flydsl_pp}}"',
+            "unset _ensure_flydsl_pp _ensure_flydsl_d",
+        ]
+    else:
+        lines.append(f'export PYTHONPATH={quoted_path}"${{PYTHONPATH:+:${{PYTHONPATH}}}}"')
     if shim_dir is not None:
         lines.append(f"export FLYDSL_SHIM_DIR={shlex.quote(shim_dir)}")
     if vllm_moe:

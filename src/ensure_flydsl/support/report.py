@@ -78,9 +78,7 @@ class Reporter:
         if percent is None:
             return
         if self.mode == "tty" and self.stream is not None:
-            self.stream.write(f"\r\x1b[K  {step} {percent:5.1f}%  ETA {fmt_seconds(eta)}")
-            self.stream.flush()
-            self._live = True
+            self._live = self._write(f"\r\x1b[K  {step} {percent:5.1f}%  ETA {fmt_seconds(eta)}")
         elif self.mode == "plain":
             decile = int(percent // 10)
             if decile != self._last_decile:
@@ -103,18 +101,27 @@ class Reporter:
         return list(self._tail)[-count:]
 
     def _print(self, line: str) -> None:
-        if self.stream is None:
-            return
         if self._live:
-            self.stream.write("\r\x1b[K")
             self._live = False
-        self.stream.write(line + "\n")
-        self.stream.flush()
+            line = "\r\x1b[K" + line
+        self._write(line + "\n")
 
     def _emit(self, event: dict) -> None:  # type: ignore[type-arg]
-        if self.stream is not None:
-            self.stream.write(json.dumps(event, sort_keys=True) + "\n")
+        self._write(json.dumps(event, sort_keys=True) + "\n")
+
+    def _write(self, text: str) -> bool:
+        """Show ``text``; False if there is nowhere to show it.  A reader that went away (``| head -1``, a
+        closed terminal) ends the messages, never the run: the log still gets every line."""
+        if self.stream is None:
+            return False
+        try:
+            self.stream.write(text)
             self.stream.flush()
+            return True
+        except BrokenPipeError:
+            _to_devnull(self.stream)
+            self.stream = None
+            return False
 
     # -- the log -----------------------------------------------------------------------------------------
     def open_log(self, path: str) -> None:
@@ -159,6 +166,16 @@ class Reporter:
             with contextlib.suppress(OSError):
                 self._log.close()
         self._log = None
+
+
+def _to_devnull(stream: IO[str]) -> None:
+    """Point a stream whose reader went away at /dev/null: what it still buffers is dropped quietly, at
+    once or when the interpreter flushes it at exit."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, stream.fileno())
+        os.close(devnull)
+        stream.flush()
 
 
 def _log_header() -> str:
