@@ -13,7 +13,7 @@ from . import markers
 from .context import HOW_REUSED, Decision, Run
 from .decide import decide, preflight
 from .errors import BadInput, EnsureError, ExitCode
-from .gate import is_within
+from .gate import same_folder
 from .lock import build_lock
 from .provision import provision
 from .publish import publish, record_failure, withdraw_stale_markers
@@ -83,4 +83,4 @@ def _ensure(run: Run) -> Result:
 
 def _action(decision: Decision, root: str) -> str:
     """What a call that found a good tree did: confirmed the root's own ("verified"), or took one elsewhere."""
-    return "verified" if decision.how != HOW_REUSED and is_within(str(decision.tree), root) else "reused"
+    return "verified" if decision.how != HOW_REUSED and same_folder(str(decision.tree), root) else "reused"
