@@ -2,8 +2,9 @@
 
 A flag wins over its variable; an empty variable means the default (as in the seed script); an empty flag
 value is refused.  Every refusal is a :class:`BadInput` (exit 64) naming the setting as the user spelled
-it (``--jobs`` or ``FLYDSL_JOBS``), the value, and what is allowed.  Checks that need the file system or a
-subprocess (the interpreter runs, the root is ours) live in :mod:`ensure_flydsl.preflight`.
+it (``--jobs`` or ``FLYDSL_JOBS``), the value, and what is allowed.  The one look at the file system here
+resolves symlinks, so that two path settings that name one file are refused before any command writes it;
+checks that need more (the interpreter runs, the root is ours) live in :func:`ensure_flydsl.decide.preflight`.
 """
 
 from __future__ import annotations
@@ -126,6 +127,14 @@ class Settings:
 # Value checks: each takes the raw string and the name to blame, returns the parsed value or raises BadInput.
 # ---------------------------------------------------------------------------------------------------------
 
+# Linux's limits: a name of at most NAME_MAX bytes, a path of fewer than PATH_MAX bytes (it counts the NUL).
+NAME_MAX = 255
+PATH_MAX = 4096
+# Beside a file it writes, the tool writes a temporary twin (".NAME.xxxxxxxx.tmp") and, for the lock, NAME.holder.
+WRITTEN_FILE_ROOM = 32
+# The root gets a checkout, a build and an LLVM install beside it: their files lie up to ~1 KB deeper.
+ROOT_ROOM = 1024
+
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 _PIN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._/+-]{0,254}$")
@@ -135,17 +144,50 @@ _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
 
 
-def _path(name: str, value: str, *, pythonpath_entry: bool = False) -> str:
+def check_utf8(name: str, value: str, what: str = "a path") -> None:
+    """Refuse a value that is not valid UTF-8 (Python hands undecodable bytes over as lone surrogates):
+    it would end up in the env file and its JSON twin, which must be valid text for sh and JSON."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise BadInput(name, value, f"{what} that is valid UTF-8 (it goes into the env file, its JSON twin and "
+                       "the markers, which must be valid text for sh and JSON)") from None
+
+
+def check_length(name: str, path: str, *, room: int = 0, leaf_room: int = 0) -> None:
+    """Refuse a path the kernel would refuse (ENAMETOOLONG) once the tool writes files ``room`` bytes below
+    it, or a file whose name is up to ``leaf_room`` bytes longer beside it."""
+    parts = os.fsencode(path).split(b"/")
+    for index, part in enumerate(parts):
+        last = index == len(parts) - 1
+        limit = NAME_MAX - (leaf_room if last else 0)
+        if len(part) > limit:
+            why = "; the tool writes files with longer names beside it" if last and leaf_room else ""
+            raise BadInput(name, path, f"a path whose every name between slashes is at most {limit} bytes (one "
+                           f"here has {len(part)}; Linux allows {NAME_MAX}{why})")
+    limit = PATH_MAX - 1 - max(room, leaf_room)
+    size = len(os.fsencode(path))
+    if size > limit:
+        why = f"; the tool's files lie up to {room} bytes deeper" if room else ""
+        raise BadInput(name, path, f"a path of at most {limit} bytes (this one has {size}; Linux allows "
+                       f"{PATH_MAX - 1}{why})")
+
+
+def _path(name: str, value: str, *, pythonpath_entry: bool = False, room: int = 0, leaf_room: int = 0) -> str:
+    check_utf8(name, value)
     if _CONTROL.search(value):
         raise BadInput(name, value, "a path without newlines or control characters")
     if pythonpath_entry and ":" in value:
         # The root's folders go on PYTHONPATH, whose separator is ':'; such a root could never be imported.
         raise BadInput(name, value, "a path without ':' (its folders go on PYTHONPATH)")
-    return os.path.abspath(value)
+    path = os.path.abspath(value)
+    check_utf8(name, path)  # a relative path under an undecodable working folder
+    check_length(name, path, room=room, leaf_room=leaf_room)
+    return path
 
 
 def parse_root(name: str, value: str) -> str:
-    root = _path(name, value, pythonpath_entry=True)
+    root = _path(name, value, pythonpath_entry=True, room=ROOT_ROOM)
     if root == "/":
         raise BadInput(name, value, "a dedicated folder, not / (the tool builds into it and writes next to it)")
     return root
@@ -175,20 +217,25 @@ def parse_pin(name: str, value: str) -> str:
 def parse_repo(name: str, value: str) -> str:
     if value.startswith("-") or _CONTROL.search(value):
         raise BadInput(name, value, "a repository URL (https, ssh, git, file) or a local path; never an option")
+    check_utf8(name, value, "a URL or a path")
     if value.startswith(_URL_SCHEMES) or _SCP_LIKE.match(value):
         return value
     if "::" in value or re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", value):
         # git's "ext::" and other remote helpers run commands; only the plain transports are allowed.
         raise BadInput(name, value, "a URL with scheme https, http, ssh, git or file, or a local path")
-    return os.path.abspath(value)
+    return _path(name, value)
 
 
 def parse_python(name: str, value: str) -> str:
+    check_utf8(name, value)
     if _CONTROL.search(value):
         raise BadInput(name, value, "an interpreter name on PATH or a path to one")
     # A relative path is relative to the caller's folder (the probe and the build run elsewhere); a bare
     # name is looked up on PATH.
-    return os.path.abspath(value) if "/" in value else value
+    if "/" not in value:
+        check_length(name, value)
+        return value
+    return _path(name, value)
 
 
 def parse_bool(name: str, value: str) -> bool:
@@ -237,15 +284,21 @@ def parse_lock_timeout(name: str, value: str) -> Optional[float]:
 
 
 def parse_cache(name: str, value: str) -> str:
+    check_utf8(name, value, "a folder path or URL")
     if _CONTROL.search(value) or value.startswith("-"):
         raise BadInput(name, value, "a folder path or an fsspec URL such as s3://bucket/prefix")
     if re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", value):
         return value
-    return os.path.abspath(value)
+    return _path(name, value, room=NAME_MAX)  # entries are written in it
 
 
 def parse_plain_path(name: str, value: str) -> str:
     return _path(name, value)
+
+
+def parse_written_file(name: str, value: str) -> str:
+    """The lock file and the failure marker: the tool writes them, and temporary files beside them."""
+    return _path(name, value, leaf_room=WRITTEN_FILE_ROOM)
 
 
 _PARSERS: Dict[str, Callable[[str, str], object]] = {
@@ -253,8 +306,8 @@ _PARSERS: Dict[str, Callable[[str, str], object]] = {
     "min_version": parse_min_version,
     "pin": parse_pin,
     "repo": parse_repo,
-    "lock_file": parse_plain_path,
-    "fail_marker": parse_plain_path,
+    "lock_file": parse_written_file,
+    "fail_marker": parse_written_file,
     "rocm_path": parse_plain_path,
     "mlir_path": parse_plain_path,
     "python": parse_python,
@@ -268,6 +321,55 @@ _PARSERS: Dict[str, Callable[[str, str], object]] = {
     "verify": parse_bool,
     "fix_rocm_in_place": parse_bool,
 }
+
+
+class PathClash(BadInput):
+    """Two files of the tool at one path, or a file the tool writes inside the root: refused before either
+    is written, since one would replace the other (a failure marker over the env file reads as success)."""
+
+    def __init__(self, setting: str, value: str, clash: str, allowed: str) -> None:
+        super().__init__(setting, value, allowed)
+        self.reason = f"{setting}={value!r} {clash}; allowed: {allowed}"
+
+
+def _own_files(settings: Settings) -> List[Tuple[str, str, str]]:
+    """(setting, what, path) of every file the tool writes at a fixed path; what "" is the setting's own."""
+    return [
+        ("fail_marker", "", settings.fail_marker),
+        ("lock_file", "", settings.lock_file),
+        ("lock_file", "holder record", settings.lock_file + ".holder"),
+        ("root", "env file", settings.env_file),
+        ("root", "env file's JSON twin", settings.env_json),
+        ("root", "log", settings.log_file),
+    ]
+
+
+def check_path_clashes(settings: Settings) -> None:
+    """The failure marker, the lock (and its holder record), the env file, its twin and the log are
+    pairwise different files, and the marker and the lock lie outside the root (whose files are tracked
+    or the tool's).  Paths are compared resolved, so a symlink to another of them counts as that file."""
+    def text(setting: str, what: str = "") -> str:
+        named = f"{settings.label(setting)}={getattr(settings, setting)!r}"
+        return f"the {what} of {named}" if what else named
+
+    files = _own_files(settings)
+    real = [os.path.realpath(path) for _, _, path in files]
+    for i, (setting, what, _) in enumerate(files):
+        for j in range(i + 1, len(files)):
+            if real[i] == real[j]:
+                clash = f"is the same file as {text(*files[j][:2])}"
+                if what:
+                    clash = f"(its {what}) {clash}"
+                raise PathClash(settings.label(setting), getattr(settings, setting), clash, "a path of its own")
+    root = os.path.realpath(settings.root)
+    for setting in ("fail_marker", "lock_file"):
+        path = os.path.realpath(getattr(settings, setting))
+        if path == root or path.startswith(root.rstrip("/") + "/"):
+            raise PathClash(
+                settings.label(setting), getattr(settings, setting),
+                f"lies inside {text('root')} (the tool's tree: its files are tracked or the tool's own)",
+                "a path outside the root",
+            )
 
 
 def load_settings(
@@ -297,16 +399,27 @@ def load_settings(
     root = str(values.get("root", DEFAULT_ROOT))
     values.setdefault("lock_file", layout.default_lock_file(root))
     values.setdefault("fail_marker", layout.default_fail_marker(root))
-    return Settings(sources=sources, **values)  # type: ignore[arg-type]
+    settings = Settings(sources=sources, **values)  # type: ignore[arg-type]
+    check_path_clashes(settings)
+    return settings
 
 
 def fail_marker_path(flags: Mapping[str, Optional[str]], environ: Mapping[str, str]) -> Optional[str]:
     """Where the failure marker goes, worked out from the root and marker settings alone, so that bad
     input elsewhere can still be reported to a poller.  None when those settings are bad themselves."""
+    def partial(names: Tuple[str, ...]) -> str:
+        given = {name: flags.get(name) for name in names}
+        only = {s.env: environ.get(s.env, "") for s in SETTINGS if s.name in names}
+        return load_settings(given, only).fail_marker
+
     try:
-        partial = {name: flags.get(name) for name in ("root", "fail_marker")}
-        only = {s.env: environ.get(s.env, "") for s in SETTINGS if s.name in partial}
-        return load_settings(partial, only).fail_marker
+        return partial(("root", "lock_file", "fail_marker"))
+    except PathClash:
+        return None  # writing it would replace another of the tool's files, or a file in the root
+    except BadInput:
+        pass  # a bad lock file: the marker may still be written
+    try:
+        return partial(("root", "fail_marker"))
     except BadInput:
         return None
 

@@ -11,7 +11,7 @@ from ensure_flydsl.doctor.checks import MISSING, OK, SKIPPED, WRONG, Check
 from ensure_flydsl.errors import BadInput, EnsureError
 from ensure_flydsl.layout import tree_folders
 from ensure_flydsl.pipeline.lock import check_lock_path
-from ensure_flydsl.probe.gate import Verdict, evaluate, is_within, package_folder
+from ensure_flydsl.probe.gate import Verdict, evaluate, is_tree_folder, package_folder, same_folder
 from ensure_flydsl.probe.interpreter import Interpreter, Probe, describe_interpreter
 from ensure_flydsl.providers.tree import probe_tree
 from ensure_flydsl.runs.context import HOW_BUILT, HOW_REUSED, Decision, Run
@@ -119,7 +119,7 @@ def decide(run: Run, again: bool = False) -> Decision:
     prefix = tree_folders(root)
     probe = probe_tree(run, prefix)
     verdict = evaluate(probe, settings.min_version, settings.require)
-    if verdict.reusable and verdict.tree and is_within(verdict.tree, root):
+    if verdict.reusable and verdict.tree and same_folder(verdict.tree, root):
         if not is_ours(root):
             run.say(f"found a working tree in {root} made by another tool: {verdict.reason}")
             return Decision(True, verdict.reason, HOW_REUSED, verdict.tree, prefix, probe, verdict)
@@ -137,7 +137,7 @@ def decide(run: Run, again: bool = False) -> Decision:
         return Decision(True, verdict.reason, HOW_REUSED, verdict.tree, prepend, probe, verdict)
     else:
         run.say(f"{before}no reusable FlyDSL with {root} first on PYTHONPATH: {verdict.reason}")
-    if any(is_within(f, root) for f in verdict.files.values()):
+    if any(is_tree_folder(package_folder(name, f), root) for name, f in verdict.files.items()):
         # The root shadowed whatever else the interpreter has; look at that on its own.
         ambient = probe_tree(run, [])
         other = evaluate(ambient, settings.min_version, settings.require)

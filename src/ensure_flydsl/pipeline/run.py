@@ -15,7 +15,7 @@ from ensure_flydsl.pipeline.lock import build_lock
 from ensure_flydsl.pipeline.provision import provision
 from ensure_flydsl.pipeline.publish import publish, record_failure, withdraw_stale_markers
 from ensure_flydsl.pipeline.warm import try_warm
-from ensure_flydsl.probe.gate import is_within
+from ensure_flydsl.probe.gate import same_folder
 from ensure_flydsl.result import Result
 from ensure_flydsl.runs import markers
 from ensure_flydsl.runs.answer import roots_sharing_marker, sharing_advice
@@ -89,4 +89,4 @@ def _ensure(run: Run) -> Result:
 
 def _action(decision: Decision, root: str) -> str:
     """What a call that found a good tree did: confirmed the root's own ("verified"), or took one elsewhere."""
-    return "verified" if decision.how != HOW_REUSED and is_within(str(decision.tree), root) else "reused"
+    return "verified" if decision.how != HOW_REUSED and same_folder(str(decision.tree), root) else "reused"

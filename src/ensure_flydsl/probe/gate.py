@@ -14,6 +14,7 @@ from typing import Dict, Optional, Sequence
 
 from packaging.version import InvalidVersion, Version
 
+from ensure_flydsl.layout import BUILD_DIR, PACKAGES_DIR, tree_folders
 from ensure_flydsl.probe.interpreter import Probe
 
 
@@ -56,17 +57,40 @@ def is_within(path: str, folder: str) -> bool:
     return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
 
 
-def one_tree(folders: Sequence[str]) -> Optional[str]:
-    """The one folder among ``folders`` that holds all the others, or None if they are separate trees.
+def own_tree(folder: str) -> str:
+    """The tree an import folder belongs to: X for X/build-fly/python_packages (where a build or the release
+    wheel puts flydsl), else the folder itself."""
+    norm = os.path.normpath(folder)
+    parent, leaf = os.path.split(norm)
+    grand, middle = os.path.split(parent)
+    return grand if (middle, leaf) == (BUILD_DIR, PACKAGES_DIR) else norm
 
-    A source build imports ``flydsl`` from ROOT/build-fly/python_packages and ``kernels`` from ROOT:
-    ROOT holds both, so that is one tree.  flydsl from site-packages with kernels from a checkout is not.
+
+def same_folder(a: str, b: str) -> bool:
+    return os.path.realpath(a) == os.path.realpath(b)
+
+
+def one_tree(folders: Sequence[str]) -> Optional[str]:
+    """The tree that every folder in ``folders`` is an import folder of, or None if they are separate trees.
+
+    A source build imports ``flydsl`` from ROOT/build-fly/python_packages and ``kernels`` from ROOT: both are
+    ROOT's own import folders, so that is one tree.  Being merely inside ROOT is not enough: flydsl from
+    ROOT/.venv/lib/.../site-packages with kernels from ROOT is two installs, as is site-packages plus a
+    checkout elsewhere.
     """
-    real = [os.path.realpath(f) for f in folders]
-    for candidate, real_candidate in sorted(zip(folders, real), key=lambda pair: len(pair[1])):
-        if all(is_within(other, real_candidate) for other in real):
-            return candidate
-    return None
+    if not folders:
+        return None
+    real = {own_tree(os.path.realpath(f)) for f in folders}
+    if len(real) != 1:
+        return None
+    # Name the tree as the caller spelled it (the root may sit behind a symlink such as /tmp).
+    spelled = [t for t in (own_tree(f) for f in folders) if os.path.realpath(t) in real]
+    return min(spelled, key=len) if spelled else real.pop()
+
+
+def is_tree_folder(folder: str, root: str) -> bool:
+    """Whether ``folder`` is one of the import folders a tree in ``root`` puts on PYTHONPATH."""
+    return any(same_folder(folder, own) for own in tree_folders(root))
 
 
 def evaluate(probe: Probe, floor: str, require: Sequence[str]) -> Verdict:
