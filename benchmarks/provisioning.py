@@ -55,7 +55,7 @@ REAL_VERSION = "0.2.2"
 TORCH = "torch==2.13.0"
 
 # Runs in the tool's venv: the cache entry a source-strategy run of REAL_PIN looks up, made from a released
-# tree.  The fields are those of ensure_flydsl.cached.tree_fields (which needs a Run); the cache publishes
+# tree.  The fields are those of ensure_flydsl.providers.cache.tree_fields (which needs a Run); the cache publishes
 # only after a source build, and this machine cannot build FlyDSL.
 MAKE_ENTRY = r"""
 import json, os, sys
@@ -300,7 +300,7 @@ def bench_warm(r: Runner) -> str:
         "ensure-flydsl --verify (full probe)": ([r.tool, "--verify", "--json"], True),
         "ensure-flydsl verify (probe only)": ([r.tool, "verify", "--json"], True),
         "floor: tool interpreter start-up": ([r.tool_python, "-c", "pass"], False),
-        "floor: import ensure_flydsl.cli": ([r.tool_python, "-c", "import ensure_flydsl.cli"], False),
+        "floor: import ensure_flydsl.cli.main": ([r.tool_python, "-c", "import ensure_flydsl.cli.main"], False),
         "floor: bare `import flydsl, kernels.moe_gemm_2stage`": (
             [r.target, "-c", "import flydsl, kernels.moe_gemm_2stage"], False),
         "floor: the same with flydsl's bytecode compiled": (

@@ -410,7 +410,7 @@ def test_modes_from_a_hand_made_manifest_are_never_group_or_world_writable(cache
 # -- races, pruning, full disks ------------------------------------------------------------------------
 RACE_SCRIPT = textwrap.dedent("""
     import os, shutil, sys, time
-    from ensure_flydsl.cache import open_cache, cache_key
+    from ensure_flydsl.binary_cache.entries import open_cache, cache_key
     role, cache_dir, go, stop = sys.argv[1:5]
     fields = {"commit": "c" * 40, "abi": "race"}
     key = cache_key("tree", fields)
@@ -505,7 +505,7 @@ def test_prune_by_size_keeps_the_newest_and_removes_orphans(cache_dir: str, tmp_
 
 FULL_DISK_SCRIPT = textwrap.dedent("""
     import os, resource, signal, sys
-    from ensure_flydsl.cache import open_cache, CacheError, CacheCorrupt
+    from ensure_flydsl.binary_cache.entries import open_cache, CacheError, CacheCorrupt
     cache_dir, key, dest, limit = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
     cache = open_cache(cache_dir)
     entry = cache.lookup("tree", key)
@@ -574,12 +574,12 @@ def test_a_full_tmpfs_during_fetch_leaves_nothing_behind(small_tmpfs: str, cache
 # -- locations and the command line --------------------------------------------------------------------
 def test_a_url_without_fsspec_says_which_extra_to_install(tmp_path: "os.PathLike[str]") -> None:
     code = ("import sys; sys.modules['fsspec'] = None\n"  # as on a bare image without the extra
-            "from ensure_flydsl.cache import open_cache, CacheError\n"
+            "from ensure_flydsl.binary_cache.entries import open_cache, CacheError\n"
             "try:\n    open_cache('s3://bucket/prefix')\nexcept CacheError as exc:\n    print(exc)\n")
     out = subprocess.run([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, check=True)
     assert "needs fsspec" in out.stdout and "pip install 'ensure-flydsl[s3]'" in out.stdout
     folder = subprocess.run([sys.executable, "-c", "import sys; sys.modules['fsspec'] = None\n"
-                             "from ensure_flydsl.cache import open_cache\n"
+                             "from ensure_flydsl.binary_cache.entries import open_cache\n"
                              f"print(open_cache({str(tmp_path)!r}).entries())"],
                             stdout=subprocess.PIPE, text=True, check=True)
     assert folder.stdout.strip() == "[]"  # a folder cache needs no extra

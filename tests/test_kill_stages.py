@@ -3,7 +3,7 @@ the verification probe) as well as at the fault points between steps; damage don
 
 After each: a plain rerun succeeds with a finished build of the pin, no success marker ever names an
 unfinished tree, and the lock file is the same file.  (tests/test_faults.py kills once at each fault point
-of ensure_flydsl.faults.POINTS on a fresh root; this file adds kills inside commands, chains of kills on
+of ensure_flydsl.support.faults.POINTS on a fresh root; this file adds kills inside commands, chains of kills on
 one root, the cache's points, Ctrl-C at more stages, and damage after success.)
 """
 

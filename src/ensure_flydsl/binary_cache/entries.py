@@ -12,7 +12,7 @@ publisher's bytes::
 ``kind`` is ``tree`` (``build-fly/python_packages`` after a verified build) or ``mlir``; ``key`` is
 :func:`cache_key` of the fields that determine the artifact (repository, commit, interpreter ABI,
 platform, build settings).  Publishing uploads the blob (skipped when one of that name exists), then the
-manifest, each atomically (see cachestore.py): a reader sees an entry only once its manifest exists, and
+manifest, each atomically (see store.py): a reader sees an entry only once its manifest exists, and
 its blob is complete by then.  Two publishers of one key both succeed; the last manifest wins.
 
 Fetching trusts nothing it reads: the blob is copied into a temporary folder beside the destination
@@ -25,23 +25,14 @@ leaves nothing behind: :class:`CacheCorrupt` for a bad entry, :class:`CacheError
 A manifest that cannot be parsed counts as a miss: ``lookup`` returns None and notes why in
 ``Cache.warnings``; the next publish of that key replaces it.
 
-Locations: an absolute folder (plain os calls, no extra needed), or an fsspec URL such as
-``s3://bucket/prefix`` with ``pip install 'ensure-flydsl[s3]'``.  s3fs takes credentials and endpoint
-from the usual AWS settings, so a non-AWS endpoint (MinIO, Ceph, moto) needs no setting of this tool::
-
-    export AWS_ENDPOINT_URL_S3=http://minio.local:9000   # or AWS_ENDPOINT_URL (all services), or
-                                                         # FSSPEC_S3_ENDPOINT_URL, or endpoint_url in
-                                                         # the profile of ~/.aws/config
-    export AWS_ACCESS_KEY_ID=... AWS_SECRET_ACCESS_KEY=... AWS_DEFAULT_REGION=us-east-1
-    export FLYDSL_CACHE=s3://flydsl-cache/builds
+Locations: an absolute folder (plain os calls) or an fsspec URL (the README says how to point s3fs at an
+S3-compatible server).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import gzip
 import hashlib
-import json
 import math
 import os
 import re
@@ -54,49 +45,27 @@ import zlib
 from typing import IO, Dict, List, Mapping, Optional, Tuple
 
 from ensure_flydsl.binary_cache.archive import CHUNK, Member, check_members, extract_checked, pack, walk
+from ensure_flydsl.binary_cache.manifest import (
+    HEX64,
+    CacheEntry,
+    blob_path,
+    cache_key,
+    check_name,
+    manifest_bytes,
+    manifest_path,
+    orphan_entry,
+    parse_manifest,
+)
 from ensure_flydsl.binary_cache.store import CacheCorrupt, CacheError, Store, StoredFile, open_store
 from ensure_flydsl.version import __version__
 
-FORMAT = 1
 # An unreferenced blob younger than this may belong to a publisher that has not written its manifest yet.
 ORPHAN_GRACE_S = 3600.0
-_KIND = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
-_HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([kmgt]?)(?:i?b)?\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
 
 __all__ = ["Cache", "CacheCorrupt", "CacheEntry", "CacheError", "Member", "cache_key", "format_size",
            "open_cache", "parse_size"]
-
-
-@dataclasses.dataclass(frozen=True)
-class CacheEntry:
-    kind: str  # "tree" or "mlir" ("orphan" only in what prune returns: a file no manifest names)
-    key: str  # hex sha256 of the canonical key fields
-    blob: str  # hex sha256 of the artifact bytes
-    size: int  # artifact bytes
-    created: float  # time.time() of publishing
-    fields: Dict[str, object]  # the key fields, for humans (cache list)
-    files: int  # number of regular files in the artifact
-    members: Tuple[Member, ...] = dataclasses.field(default=(), repr=False, compare=False)
-    host: str = ""
-    tool: str = ""
-
-    def to_json(self) -> Dict[str, object]:
-        return {"kind": self.kind, "key": self.key, "blob": self.blob, "size": self.size, "created": self.created,
-                "fields": self.fields, "files": self.files, "host": self.host, "tool": self.tool}
-
-
-def cache_key(kind: str, fields: Mapping[str, object]) -> str:
-    """sha256 of the canonical JSON (sorted keys, no spaces) of ``{"kind": kind, **fields}``."""
-    if "kind" in fields:
-        raise ValueError("the key fields may not contain 'kind'; it is the cache_key argument")
-    try:
-        text = json.dumps({"kind": kind, **fields}, sort_keys=True, separators=(",", ":"), ensure_ascii=True,
-                          allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"cache key fields must be JSON values: {exc}") from None
-    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def parse_size(text: str) -> int:
@@ -133,12 +102,12 @@ class Cache:
     # -- reading -------------------------------------------------------------------------------------
     def lookup(self, kind: str, key: str) -> Optional[CacheEntry]:
         """The entry published under ``kind``/``key``, or None (a miss, or a manifest that cannot be parsed)."""
-        rel = _manifest_path(kind, key)
+        rel = manifest_path(kind, key)
         data = self._store.read_bytes(rel)
         if data is None:
             return None
         try:
-            entry = _parse_manifest(data)
+            entry = parse_manifest(data)
             if (entry.kind, entry.key) != (kind, key):
                 raise ValueError(f"it describes {entry.kind}/{entry.key}")
         except ValueError as exc:
@@ -159,7 +128,7 @@ class Cache:
             if data is None:
                 continue  # pruned meanwhile
             try:
-                found.append((stored.path, _parse_manifest(data)))
+                found.append((stored.path, parse_manifest(data)))
             except ValueError as exc:
                 self.warnings.append(f"ignored the manifest {stored.path} in {self.location}: {exc}")
         return found
@@ -216,7 +185,7 @@ class Cache:
         digest = hashlib.sha256()
         size = 0
         try:
-            with self._store.open_read(_blob_path(entry.blob)) as src, open(path, "xb") as out:
+            with self._store.open_read(blob_path(entry.blob)) as src, open(path, "xb") as out:
                 os.fchmod(out.fileno(), 0o600)
                 while True:
                     chunk = src.read(CHUNK)
@@ -238,7 +207,7 @@ class Cache:
     # -- writing -------------------------------------------------------------------------------------
     def publish(self, kind: str, key: str, fields: Mapping[str, object], source: str) -> CacheEntry:
         """Pack the folder ``source`` and publish it under ``kind``/``key`` (blob first, manifest last)."""
-        _check_name(kind, key)
+        check_name(kind, key)
         if cache_key(kind, fields) != key:
             raise ValueError(f"key {key[:12]}.. is not cache_key({kind!r}, fields)")
         if not os.path.isdir(source):
@@ -256,7 +225,7 @@ class Cache:
             with open(tmp, "wb") as out:
                 blob, size, members = pack(source, out)
             check_members(members)
-            rel = _blob_path(blob)
+            rel = blob_path(blob)
             if self._store.exists(rel):
                 self._store.discard_upload(tmp)  # same name, same bytes: someone published them already
             else:
@@ -273,7 +242,7 @@ class Cache:
         entry = CacheEntry(kind=kind, key=key, blob=blob, size=size, created=time.time(), fields=dict(fields),
                            files=sum(1 for m in members if m.type == "file"), members=tuple(members),
                            host=socket.gethostname(), tool=f"ensure-flydsl {__version__}")
-        self._store.put_bytes(_manifest_path(kind, key), _manifest_bytes(entry))
+        self._store.put_bytes(manifest_path(kind, key), manifest_bytes(entry))
         return entry
 
     def prune(self, max_bytes: int) -> List[CacheEntry]:
@@ -289,7 +258,7 @@ class Cache:
         others: List[StoredFile] = []
         for stored in self._store.list_files("blobs"):
             name = stored.path.rsplit("/", 1)[-1]
-            if name.endswith(".tar.gz") and _HEX64.match(name[: -len(".tar.gz")]):
+            if name.endswith(".tar.gz") and HEX64.match(name[: -len(".tar.gz")]):
                 blobs[name[: -len(".tar.gz")]] = stored
             elif name.startswith(".upload.") or name.endswith(".tmp"):
                 others.append(stored)
@@ -311,68 +280,12 @@ class Cache:
             if sha not in referenced and (sha in freed or old):
                 self._store.remove(stored.path)
                 if sha not in freed:
-                    removed.append(_orphan(stored, sha))
+                    removed.append(orphan_entry(stored, sha))
         for stored in others:
             if stored.mtime is not None and now - stored.mtime > ORPHAN_GRACE_S:
                 self._store.remove(stored.path)
-                removed.append(_orphan(stored, ""))
+                removed.append(orphan_entry(stored, ""))
         return removed
-
-
-def _orphan(stored: StoredFile, sha: str) -> CacheEntry:
-    return CacheEntry(kind="orphan", key="", blob=sha, size=stored.size, created=stored.mtime or 0.0,
-                      fields={"path": stored.path}, files=0)
-
-
-def _check_name(kind: str, key: str) -> None:
-    if not _KIND.match(kind):
-        raise ValueError(f"cache kind {kind!r} is not a short lower-case name such as 'tree' or 'mlir'")
-    if not _HEX64.match(key):
-        raise ValueError(f"cache key {key!r} is not a hex sha256 (use cache_key)")
-
-
-def _manifest_path(kind: str, key: str) -> str:
-    _check_name(kind, key)
-    return f"entries/{kind}/{key}.json"
-
-
-def _blob_path(blob: str) -> str:
-    return f"blobs/{blob}.tar.gz"
-
-
-def _manifest_bytes(entry: CacheEntry) -> bytes:
-    data = {"format": FORMAT, "kind": entry.kind, "key": entry.key, "fields": entry.fields, "blob": entry.blob,
-            "size": entry.size, "created": entry.created, "host": entry.host, "tool": entry.tool,
-            "members": [m.to_json() for m in entry.members]}
-    return (json.dumps(data, sort_keys=True, separators=(",", ":")) + "\n").encode()
-
-
-def _parse_manifest(data: bytes) -> CacheEntry:
-    """The entry a manifest describes; ValueError (one line) for anything that is not a well-formed one."""
-    try:
-        obj = json.loads(data.decode())
-    except (UnicodeDecodeError, ValueError):
-        raise ValueError("not JSON (torn or foreign file)") from None
-    if not isinstance(obj, dict):
-        raise ValueError("not a JSON object")
-    if obj.get("format") != FORMAT:
-        raise ValueError(f"format {obj.get('format')!r}, this tool reads {FORMAT}")
-    kind, key, blob, fields = obj.get("kind"), obj.get("key"), obj.get("blob"), obj.get("fields")
-    size, created, raw_members = obj.get("size"), obj.get("created"), obj.get("members")
-    if not (isinstance(kind, str) and isinstance(key, str) and _KIND.match(kind) and _HEX64.match(key)):
-        raise ValueError("kind or key missing or malformed")
-    if not isinstance(fields, dict) or cache_key(kind, fields) != key:
-        raise ValueError("its key is not the hash of its fields")
-    if not (isinstance(blob, str) and _HEX64.match(blob)):
-        raise ValueError("blob is not a sha256")
-    if not (isinstance(size, int) and size >= 0 and isinstance(created, (int, float))):
-        raise ValueError("size or created missing")
-    if not isinstance(raw_members, list):
-        raise ValueError("members missing")
-    members = tuple(Member.from_json(m) for m in raw_members)
-    return CacheEntry(kind=kind, key=key, blob=blob, size=size, created=float(created), fields=fields,
-                      files=sum(1 for m in members if m.type == "file"), members=members,
-                      host=str(obj.get("host") or ""), tool=str(obj.get("tool") or ""))
 
 
 def _verify_tree(tree: str, members: Tuple[Member, ...]) -> None:

@@ -7,7 +7,7 @@ from typing import List, Mapping
 
 from ensure_flydsl.errors import EnsureError, ExitCode
 from ensure_flydsl.layout import build_dir, packages_dir, tree_folders
-from ensure_flydsl.probe.gate import evaluate, is_within
+from ensure_flydsl.probe.gate import evaluate, same_folder
 from ensure_flydsl.probe.interpreter import Probe, probe_modules, run_probe
 from ensure_flydsl.runs.context import Decision, Run
 from ensure_flydsl.source.root import move_aside, remove_tree
@@ -62,7 +62,7 @@ def verify_tree(run: Run, commit: str, how: str) -> Decision:
             hint="the build finished but the tree does not import for this interpreter; "
             "see the module files and errors with `ensure-flydsl verify`",
         )
-    if not (verdict.tree and is_within(verdict.tree, settings.root)):
+    if not (verdict.tree and same_folder(verdict.tree, settings.root)):
         raise EnsureError(
             ExitCode.PROBE,
             f"{how}, but the modules import from {verdict.tree}, not from the tree in {settings.root}",
