@@ -17,8 +17,7 @@ import subprocess
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from .errors import EnsureError, ExitCode
-
-PROBE_TIMEOUT_S = 300.0  # FLYDSL_PROBE_TIMEOUT's default
+from .settings import DEFAULT_PROBE_TIMEOUT
 
 # Runs inside the target interpreter (any CPython 3.6+): keep it dependency-free and version-neutral.
 _PROBE_SCRIPT = r"""
@@ -295,7 +294,7 @@ def run_probe(
     modules: Sequence[str],
     prefix: Sequence[str] = (),
     environ: Optional[Mapping[str, str]] = None,
-    timeout: float = PROBE_TIMEOUT_S,
+    timeout: float = DEFAULT_PROBE_TIMEOUT,
     timeout_label: str = "FLYDSL_PROBE_TIMEOUT",
 ) -> Probe:
     """Run the probe in ``python`` and return what it saw; raise EnsureError if the probe itself breaks
