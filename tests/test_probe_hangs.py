@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import shlex
 import subprocess
+import sys
 from typing import List
 
 import pytest
@@ -111,3 +112,22 @@ def test_a_bad_probe_timeout_is_refused_naming_it(ws: Workspace, value: str) -> 
     flag = subprocess.run(ws.cmd("--probe-timeout", value), env=ws.env, stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True, timeout=60, check=False)
     assert flag.returncode == 64 and "--probe-timeout" in flag.stderr, flag.stderr
+
+
+def test_a_crashing_flydsl_in_the_interpreters_site_packages_is_shadowed_by_the_build(
+    ws: Workspace, tmp_path: "os.PathLike[str]"
+) -> None:
+    venv = os.path.join(str(tmp_path), "venv")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True, timeout=120)
+    python = os.path.join(venv, "bin", "python")
+    site = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          stdout=subprocess.PIPE, text=True, check=True).stdout.strip()
+    ambient_flydsl(site, CRASH)
+    ws.env["FLYDSL_PYTHON"] = python
+    done = ws.run(timeout=150)
+    said = done.stdout + done.stderr
+    assert done.returncode == 0, said
+    assert f"the interpreter exited with status 3 while importing flydsl (from {site}/flydsl/__init__.py)" in said
+    imported = ws.source_and_import(python=python)
+    assert imported.returncode == 0, imported.stderr
+    assert imported.stdout.splitlines()[0].startswith(ws.root + "/"), imported.stdout
