@@ -18,6 +18,9 @@ Knobs (environment variables read by the scripts):
   FIXTURE_CMAKE         build.sh configures and builds the checkout's top-level CMakeLists.txt with the real
                         cmake into build-fly, as FlyDSL's does (tests/build_fixtures.py writes one that
                         does find_package(hip REQUIRED CONFIG), runs patchelf, ... on request)
+  FIXTURE_BUILD_HOOK    shell code build.sh evals after staging the package, just before it reports success
+                        (``$PKG`` is the python_packages folder): leave a process behind, print a huge
+                        line, break the staged flydsl
   FIXTURE_NEEDS_PATCHELF build.sh runs `patchelf --version` after "compiling", as FlyDSL's
                         CopyFlyPythonSources does, and fails with 127 when patchelf is not on PATH
 """
@@ -152,6 +155,9 @@ if sys.implementation.cache_tag != "$TAG":
     raise ImportError("flydsl._mlir was built for $TAG, not for " + sys.implementation.cache_tag)
 BUILT_FOR = "$TAG"
 EOF
+fi
+if [ -n "${FIXTURE_BUILD_HOOK:-}" ]; then
+  eval "$FIXTURE_BUILD_HOOK"
 fi
 echo "Build complete!"
 """

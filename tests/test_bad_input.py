@@ -96,6 +96,8 @@ def _rows() -> List[Row]:
     add("jobs", "negative", "-1")
     add("lock_timeout", "unparseable", "soon", "nan", "1e10", "$(touch {canary})")
     add("lock_timeout", "negative", "-1", "-inf")
+    add("probe_timeout", "unparseable", "soon", "nan", "inf", "none", "$(touch {canary})")
+    add("probe_timeout", "out of range", "0", "-1")
     add("cache", "newline", "{scratch}/a\nb")
     add("cache", "option-shaped", "-c core.sshCommand=touch {canary}", "--upload-pack=touch {canary}")
     add("cache", "under a regular file", "{file}/cache")

@@ -26,6 +26,7 @@ DEFAULT_REPO = "https://github.com/ROCm/FlyDSL.git"
 DEFAULT_ROCM_PATH = "/opt/rocm"
 DEFAULT_PYTHON = "python3"
 DEFAULT_REQUIRE = ("flydsl", "kernels.moe_gemm_2stage")
+DEFAULT_PROBE_TIMEOUT = 300.0
 STRATEGIES = ("auto", "source", "release", "reuse-only")
 
 
@@ -56,6 +57,8 @@ SETTINGS: Tuple[Setting, ...] = (
     Setting("strategy", "FLYDSL_STRATEGY", "--strategy", "auto, source, release or reuse-only"),
     Setting("jobs", "FLYDSL_JOBS", "--jobs", "build parallelism (default: cores, capped by memory)"),
     Setting("lock_timeout", "FLYDSL_LOCK_TIMEOUT", "--lock-timeout", "seconds to wait for the lock, then exit 7"),
+    Setting("probe_timeout", "FLYDSL_PROBE_TIMEOUT", "--probe-timeout",
+            "seconds an import probe may take before it is killed (default 300)"),
     Setting("cache", "FLYDSL_CACHE", "--cache", "binary cache: a folder or an fsspec URL"),
     Setting("verify", "FLYDSL_VERIFY", "--verify", "force the full import probe"),
     Setting("fix_rocm_in_place", "FLYDSL_FIX_ROCM_IN_PLACE", "--fix-rocm-in-place",
@@ -81,6 +84,7 @@ class Settings:
     strategy: str = "auto"
     jobs: Optional[int] = None
     lock_timeout: Optional[float] = None
+    probe_timeout: float = DEFAULT_PROBE_TIMEOUT
     cache: Optional[str] = None
     verify: bool = False
     fix_rocm_in_place: bool = False
@@ -283,6 +287,16 @@ def parse_lock_timeout(name: str, value: str) -> Optional[float]:
     return seconds
 
 
+def parse_probe_timeout(name: str, value: str) -> float:
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = 0.0
+    if not (0 < seconds < 10**9):  # also refuses nan and inf: a probe that may hang forever blocks the run
+        raise BadInput(name, value, "seconds an import probe may take (a number > 0), such as 300")
+    return seconds
+
+
 def parse_cache(name: str, value: str) -> str:
     check_utf8(name, value, "a folder path or URL")
     if _CONTROL.search(value) or value.startswith("-"):
@@ -317,6 +331,7 @@ _PARSERS: Dict[str, Callable[[str, str], object]] = {
     "strategy": parse_strategy,
     "jobs": parse_jobs,
     "lock_timeout": parse_lock_timeout,
+    "probe_timeout": parse_probe_timeout,
     "cache": parse_cache,
     "verify": parse_bool,
     "fix_rocm_in_place": parse_bool,

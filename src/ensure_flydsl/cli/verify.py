@@ -19,7 +19,8 @@ def verify(settings: Settings, environ: Dict[str, str], *, as_json: bool) -> int
     recorded = twin.get("pythonpath_prepend") if twin else None
     if isinstance(recorded, list):
         prepend = [str(p) for p in recorded]
-    probe = run_probe(settings.python, modules=probe_modules(settings.require), prefix=prepend, environ=environ)
+    probe = run_probe(settings.python, modules=probe_modules(settings.require), prefix=prepend, environ=environ,
+                      timeout=settings.probe_timeout, timeout_label=settings.label("probe_timeout"))
     verdict = evaluate(probe, settings.min_version, settings.require)
     if as_json:
         data = probe.to_json()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import Dict, List, Mapping, Optional
+from typing import Dict, List, Mapping, Optional, Union
 
 from ensure_flydsl.binary_cache.entries import CacheError, open_cache
 from ensure_flydsl.build.environment import is_mlir_install
@@ -11,8 +11,8 @@ from ensure_flydsl.doctor.checks import MISSING, OK, SKIPPED, WRONG, Check
 from ensure_flydsl.errors import BadInput, EnsureError
 from ensure_flydsl.layout import tree_folders
 from ensure_flydsl.pipeline.lock import check_lock_path
-from ensure_flydsl.probe.gate import Verdict, evaluate, is_tree_folder, package_folder, same_folder
-from ensure_flydsl.probe.interpreter import Interpreter, Probe, describe_interpreter
+from ensure_flydsl.probe.gate import Verdict, evaluate, is_tree_folder, is_within, package_folder, same_folder
+from ensure_flydsl.probe.interpreter import Interpreter, Probe, ProbeBroke, describe_interpreter
 from ensure_flydsl.providers.tree import probe_tree
 from ensure_flydsl.runs.context import HOW_BUILT, HOW_REUSED, Decision, Run
 from ensure_flydsl.runs.markers import marker_path_problem
@@ -85,6 +85,51 @@ def preflight(settings: Settings, environ: Mapping[str, str]) -> Interpreter:
         raise BadInput(settings.label("python"), settings.python, allowed) from None
 
 
+# The top-level packages a tree in the root provides; with the root first on PYTHONPATH, they shadow any
+# other copy the interpreter could find.
+TREE_PACKAGES = ("flydsl", "kernels")
+
+
+def _probe_or_broke(run: Run, prefix: List[str]) -> Union[Probe, ProbeBroke]:
+    """The probe, or how it broke when its interpreter crashed or hung while importing a module of the
+    tree; a break before any import, or in a module no tree here provides, stays an error (no build
+    would change it)."""
+    try:
+        return probe_tree(run, prefix)
+    except ProbeBroke as exc:
+        if exc.importing is None or exc.importing.split(".")[0] not in TREE_PACKAGES:
+            raise
+        return exc
+
+
+def _after_broken_probe(run: Run, broke: ProbeBroke, before: str) -> Decision:
+    """A probe crashed or hung importing a tree's module: if the root's own tree did that, look at the
+    interpreter's own path alone; either way a tree built in the root comes first and shadows the other."""
+    root = run.settings.root
+    run.say(f"{before}no reusable FlyDSL: {broke.reason}")
+    if broke.origin and is_within(broke.origin, root):
+        elsewhere = _reuse_elsewhere(run)
+        if elsewhere is not None:
+            return elsewhere
+    else:
+        run.say(f"a tree built in {root} comes first on PYTHONPATH and shadows that one: provisioning it")
+    return Decision(False, broke.reason)
+
+
+def _reuse_elsewhere(run: Run) -> Optional[Decision]:
+    """The root shadowed whatever else the interpreter has: look at that on its own."""
+    ambient = _probe_or_broke(run, [])
+    if isinstance(ambient, ProbeBroke):
+        run.say(f"nothing reusable elsewhere either: {ambient.reason}")
+        return None
+    other = evaluate(ambient, run.settings.min_version, run.settings.require)
+    if not other.reusable:
+        run.say(f"nothing reusable elsewhere either: {other.reason}")
+        return None
+    run.say(f"reusing the tree found on the interpreter's path: {other.reason}")
+    return Decision(True, other.reason, HOW_REUSED, other.tree, _ambient_prepend(ambient, other), ambient, other)
+
+
 def tree_key(settings: Settings, commit: str, interpreter: Interpreter) -> Dict[str, object]:
     """What a finished tree in the root must have been made for to satisfy a request."""
     return {"repo": settings.repo, "pin": settings.pin, "commit": commit, "abi": interpreter.abi}
@@ -117,7 +162,9 @@ def decide(run: Run, again: bool = False) -> Decision:
     before = "after taking the lock, still " if again else ""
     root = settings.root
     prefix = tree_folders(root)
-    probe = probe_tree(run, prefix)
+    probe = _probe_or_broke(run, prefix)
+    if isinstance(probe, ProbeBroke):
+        return _after_broken_probe(run, probe, before)
     verdict = evaluate(probe, settings.min_version, settings.require)
     if verdict.reusable and verdict.tree and same_folder(verdict.tree, root):
         if not is_ours(root):
@@ -138,14 +185,9 @@ def decide(run: Run, again: bool = False) -> Decision:
     else:
         run.say(f"{before}no reusable FlyDSL with {root} first on PYTHONPATH: {verdict.reason}")
     if any(is_tree_folder(package_folder(name, f), root) for name, f in verdict.files.items()):
-        # The root shadowed whatever else the interpreter has; look at that on its own.
-        ambient = probe_tree(run, [])
-        other = evaluate(ambient, settings.min_version, settings.require)
-        if other.reusable:
-            run.say(f"reusing the tree found on the interpreter's path: {other.reason}")
-            prepend = _ambient_prepend(ambient, other)
-            return Decision(True, other.reason, HOW_REUSED, other.tree, prepend, ambient, other)
-        run.say(f"nothing reusable elsewhere either: {other.reason}")
+        elsewhere = _reuse_elsewhere(run)
+        if elsewhere is not None:
+            return elsewhere
     return Decision(False, verdict.reason, probe=probe, verdict=verdict)
 
 

@@ -8,19 +8,20 @@ without the script folder on sys.path, so what it sees is what the workflow will
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
+import signal
 import subprocess
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ensure_flydsl.errors import EnsureError, ExitCode
-
-PROBE_TIMEOUT_S = 600.0
+from ensure_flydsl.settings import DEFAULT_PROBE_TIMEOUT
 
 # Runs inside the target interpreter (any CPython 3.6+): keep it dependency-free and version-neutral.
 _PROBE_SCRIPT = r"""
-import json, os, sys, sysconfig, site, traceback, importlib
+import json, os, sys, sysconfig, site, traceback, importlib, importlib.util
 out = os.dup(1)
 os.dup2(2, 1)  # whatever the imports print goes to stderr; fd `out` carries only our JSON
 sys.stdout = sys.stderr
@@ -50,6 +51,15 @@ info = {
 }
 results = {}
 for name in modules:
+    # Say what is imported next (and from where) before importing it: if the import kills or hangs the
+    # interpreter, these lines are all the tool learns.
+    os.write(out, ("importing %s\n" % name).encode())
+    try:
+        spec = importlib.util.find_spec(name.split(".")[0])
+        if spec is not None and spec.origin:
+            os.write(out, ("origin %s %s\n" % (name, spec.origin)).encode())
+    except BaseException:
+        pass
     entry = {"file": None, "error": None}
     try:
         mod = importlib.import_module(name)
@@ -69,7 +79,7 @@ if "flydsl" in sys.modules:
     elif version is None:
         version_error = "flydsl has no __version__"
 payload = {"python": info, "modules": results, "version": version, "version_error": version_error}
-os.write(out, json.dumps(payload).encode())
+os.write(out, ("result " + json.dumps(payload) + "\n").encode())
 os.close(out)
 """
 
@@ -164,15 +174,131 @@ def probe_modules(modules: Sequence[str]) -> List[str]:
     return ordered
 
 
+class ProbeBroke(EnsureError):
+    """The probe's interpreter died or hung instead of reporting; ``importing`` is the module it was importing
+    then (None when it broke before the first import), ``origin`` the file that module would come from."""
+
+    def __init__(self, reason: str, importing: Optional[str], origin: Optional[str], detail: str = "") -> None:
+        super().__init__(
+            ExitCode.PROBE, reason, stage="probe", detail=detail,
+            hint="run `ensure-flydsl verify` by hand to see it; an import that crashes or hangs the interpreter "
+            "must be fixed or taken off the path",
+        )
+        self.importing = importing
+        self.origin = origin
+
+
+@dataclasses.dataclass
+class _Output:
+    """What the probe wrote on its report channel: the module it reached, and its result when it finished."""
+
+    importing: Optional[str] = None
+    origin: Optional[str] = None
+    result: Optional[str] = None
+
+    @classmethod
+    def parse(cls, raw: bytes) -> "_Output":
+        out = cls()
+        for line in raw.decode(errors="replace").splitlines():
+            word, _, rest = line.partition(" ")
+            if word == "importing":
+                out.importing, out.origin = rest, None
+            elif word == "origin":
+                out.origin = rest.partition(" ")[2]
+            elif word == "result":
+                out.result = rest
+        return out
+
+    def what(self) -> str:
+        if self.importing is None:
+            return "before importing anything"
+        where = f" (from {self.origin})" if self.origin else ""
+        return f"while importing {self.importing}{where}"
+
+
+def _stop_group(proc: "subprocess.Popen[bytes]") -> Tuple[bytes, bytes]:
+    """SIGKILL the probe's whole process group (whatever the import started goes too) and collect what it
+    wrote; a process that left the group and holds the pipes is not waited for."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    try:
+        return proc.communicate(timeout=5.0)
+    except subprocess.TimeoutExpired as exc:
+        for pipe in (proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
+        proc.wait()
+        return _as_bytes(exc.output), _as_bytes(exc.stderr)
+
+
+def _as_bytes(data: object) -> bytes:
+    return data if isinstance(data, bytes) else b""
+
+
+def _start(python: str, modules: Sequence[str], env: Mapping[str, str]) -> "subprocess.Popen[bytes]":
+    try:
+        return subprocess.Popen(
+            [python, "-c", _PROBE_SCRIPT, json.dumps(list(modules))],
+            env=dict(env), cwd="/", stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            start_new_session=True,  # a group of its own: a timeout kills what the imports started as well
+        )
+    except FileNotFoundError:
+        raise EnsureError(
+            ExitCode.BAD_INPUT,
+            f"the interpreter {python!r} does not exist",
+            stage="probe",
+            hint="set FLYDSL_PYTHON (or --python) to the interpreter that will import FlyDSL",
+        ) from None
+    except PermissionError:
+        raise EnsureError(ExitCode.BAD_INPUT, f"the interpreter {python!r} is not executable", stage="probe") from None
+
+
+def _communicate(proc: "subprocess.Popen[bytes]", timeout: float) -> Tuple[bytes, bytes, bool]:
+    """The probe's stdout and stderr, and whether it had to be killed for taking longer than ``timeout``."""
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        out, err = _stop_group(proc)
+        return out, err, True
+    except BaseException:
+        _stop_group(proc)  # interrupted: leave no probe behind
+        raise
+    return out, err, False
+
+
+def _broke(python: str, proc: "subprocess.Popen[bytes]", out: _Output, err: bytes,
+           timed_out: Optional[str]) -> ProbeBroke:
+    """Say in words what happened to a probe that did not report: killed after the timeout, or died."""
+    detail = "\n".join(err.decode(errors="replace").strip().splitlines()[-20:])
+    if timed_out is not None:
+        if out.importing is None:
+            hangs = "the interpreter hangs before importing anything"
+        else:
+            hangs = f"importing {out.importing} hangs" + (f" (from {out.origin})" if out.origin else "")
+        reason = f"the import probe of {python} was killed after {timed_out}: {hangs}"
+    elif proc.returncode is not None and proc.returncode < 0:
+        try:
+            name = signal.Signals(-proc.returncode).name
+        except ValueError:
+            name = str(-proc.returncode)
+        reason = f"the import probe of {python} failed: the interpreter died with signal {name} {out.what()}"
+    else:
+        reason = (f"the import probe of {python} failed: the interpreter exited with status {proc.returncode} "
+                  f"{out.what()}, before it could report")
+    return ProbeBroke(reason, out.importing, out.origin, detail)
+
+
 def run_probe(
     python: str,
     *,
     modules: Sequence[str],
     prefix: Sequence[str] = (),
     environ: Optional[Mapping[str, str]] = None,
-    timeout: float = PROBE_TIMEOUT_S,
+    timeout: float = DEFAULT_PROBE_TIMEOUT,
+    timeout_label: str = "FLYDSL_PROBE_TIMEOUT",
 ) -> Probe:
-    """Run the probe in ``python`` and return what it saw; raise EnsureError if the probe itself breaks."""
+    """Run the probe in ``python`` and return what it saw; raise EnsureError if the probe itself breaks
+    (ProbeBroke when it crashes or is killed after ``timeout`` seconds, the setting ``timeout_label``)."""
     import time
 
     env = dict(os.environ if environ is None else environ)
@@ -184,46 +310,15 @@ def run_probe(
     # Keep probed trees byte-for-byte as they were: no __pycache__ written into them by us.
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     started = time.monotonic()
-    try:
-        proc = subprocess.run(
-            [python, "-c", _PROBE_SCRIPT, json.dumps(list(modules))],
-            env=env,
-            cwd="/",
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            timeout=timeout,
-            check=False,
-        )
-    except FileNotFoundError:
-        raise EnsureError(
-            ExitCode.BAD_INPUT,
-            f"the interpreter {python!r} does not exist",
-            stage="probe",
-            hint="set FLYDSL_PYTHON (or --python) to the interpreter that will import FlyDSL",
-        ) from None
-    except PermissionError:
-        raise EnsureError(ExitCode.BAD_INPUT, f"the interpreter {python!r} is not executable", stage="probe") from None
-    except subprocess.TimeoutExpired:
-        raise EnsureError(
-            ExitCode.PROBE,
-            f"the import probe in {python} did not finish within {timeout:.0f} s",
-            stage="probe",
-            hint="an import hangs; run `ensure-flydsl verify` by hand to see which",
-        ) from None
+    proc = _start(python, modules, env)
+    raw, err, timed_out = _communicate(proc, timeout)
     seconds = time.monotonic() - started
+    out = _Output.parse(raw)
     try:
-        data = json.loads(proc.stdout.decode())
+        data = json.loads(out.result or "")
         interpreter = Interpreter.from_json(data["python"])
     except (ValueError, KeyError, TypeError):
-        stderr = proc.stderr.decode(errors="replace").strip()
-        raise EnsureError(
-            ExitCode.PROBE,
-            f"the import probe in {python} crashed (exit {proc.returncode}) before it could report",
-            stage="probe",
-            hint="the interpreter or one of its imports aborts the process; run it by hand",
-            detail="\n".join(stderr.splitlines()[-20:]),
-        ) from None
+        raise _broke(python, proc, out, err, f"{timeout:g} s ({timeout_label})" if timed_out else None) from None
     results = tuple(
         ModuleResult(name, entry.get("file"), entry.get("error")) for name, entry in data["modules"].items()
     )
@@ -232,4 +327,4 @@ def run_probe(
 
 def describe_interpreter(python: str, environ: Optional[Mapping[str, str]] = None) -> Interpreter:
     """The interpreter's identity alone (no imports): quick enough for validating FLYDSL_PYTHON."""
-    return run_probe(python, modules=(), environ=environ, timeout=60.0).interpreter
+    return run_probe(python, modules=(), environ=environ, timeout=60.0, timeout_label="a fixed limit").interpreter

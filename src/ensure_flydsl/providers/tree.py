@@ -15,8 +15,10 @@ from ensure_flydsl.support.processes import cmd_output
 
 
 def probe_tree(run: Run, prefix: List[str]) -> Probe:
+    s = run.settings
     return run_probe(
-        run.settings.python, modules=probe_modules(run.settings.require), prefix=prefix, environ=run.environ
+        s.python, modules=probe_modules(s.require), prefix=prefix, environ=run.environ,
+        timeout=s.probe_timeout, timeout_label=s.label("probe_timeout"),
     )
 
 

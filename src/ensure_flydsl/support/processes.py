@@ -65,6 +65,47 @@ def cmd_output(
     return out
 
 
+# A build line longer than this is cut (its start is kept, with a note): a megabyte-long line without a
+# newline would otherwise be held whole, several times over, in memory.
+MAX_LINE_BYTES = 64 * 1024
+# When the build script has exited: how long what is left of its group gets after SIGTERM, and how long
+# its output is still read (a process that left the group may keep the pipe open for ever).
+LEFTOVER_GRACE_S = 2.0
+DRAIN_S = 2.0
+
+
+class _Lines:
+    """Splits a byte stream into lines for ``sink``, keeping at most MAX_LINE_BYTES of each."""
+
+    def __init__(self, sink: Callable[[str], None]) -> None:
+        self.sink = sink
+        self.buf = bytearray()
+        self.cut = 0
+
+    def feed(self, data: bytes) -> None:
+        *whole, rest = data.split(b"\n")
+        for piece in whole:
+            self._add(piece)
+            self._emit()
+        self._add(rest)
+
+    def flush(self) -> None:
+        if self.buf or self.cut:
+            self._emit()
+
+    def _add(self, piece: bytes) -> None:
+        room = MAX_LINE_BYTES - len(self.buf)
+        self.buf += piece[:room]
+        self.cut += max(0, len(piece) - room)
+
+    def _emit(self) -> None:
+        line = self.buf.decode(errors="replace").rstrip("\r")
+        if self.cut:
+            line += f" ... ({self.cut} bytes cut)"
+        self.buf, self.cut = bytearray(), 0
+        self.sink(line)
+
+
 def stream_command(
     cmd: Sequence[str],
     *,
@@ -78,7 +119,9 @@ def stream_command(
     ``on_start`` learns the group's id (and None once it is gone), so that whoever notices this process
     die can stop the build it leaves behind.  If this process is interrupted (Ctrl-C, SIGTERM turned into
     an exception), the whole group is terminated and reaped before the exception goes on, so no orphaned
-    build keeps writing into the tree.
+    build keeps writing into the tree.  When the command itself exits, what it left running in its group
+    is stopped, and the output is read only a little longer: a leftover that holds the pipe open (even
+    one that left the group) does not hold the run.
     """
     import subprocess
 
@@ -97,9 +140,13 @@ def stream_command(
         return 127
     assert proc.stdout is not None
     on_start(proc.pid)
+    lines = _Lines(sink)
     try:
-        for raw in proc.stdout:
-            sink(raw.decode(errors="replace").rstrip("\r\n"))
+        ended = _read_until_exit(proc, lines)
+        _stop_leftovers(proc.pid)  # even those that no longer write: nothing of the build outlives it
+        if not ended:
+            _drain(proc.stdout.fileno(), lines)
+        lines.flush()
         return proc.wait()
     except BaseException:
         _stop_group(proc)
@@ -107,6 +154,56 @@ def stream_command(
     finally:
         proc.stdout.close()
         on_start(None)
+
+
+def _read_until_exit(proc: "subprocess.Popen[bytes]", lines: _Lines) -> bool:
+    """Hand the output to ``lines`` until the command exits; True when the pipe reached its end too."""
+    import select
+
+    assert proc.stdout is not None
+    fd = proc.stdout.fileno()
+    while True:
+        readable, _, _ = select.select([fd], [], [], 0.2)
+        if readable:
+            data = os.read(fd, 1 << 16)
+            if not data:
+                proc.wait()  # every writer closed the pipe; the command itself ends now, or soon
+                return True
+            lines.feed(data)
+        if proc.poll() is not None:
+            return False
+
+
+def _stop_leftovers(pgid: int) -> None:
+    """SIGTERM what is left of the exited command's process group, then SIGKILL it after a short grace."""
+    import signal
+    import time
+
+    deadline = time.monotonic() + LEFTOVER_GRACE_S
+    try:
+        os.killpg(pgid, signal.SIGTERM)
+        while time.monotonic() < deadline:
+            time.sleep(0.05)
+            os.killpg(pgid, 0)
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass  # the group is gone (or was never more than the command)
+
+
+def _drain(fd: int, lines: _Lines) -> None:
+    """Read what is still in the pipe, for at most DRAIN_S seconds or until its end."""
+    import select
+    import time
+
+    deadline = time.monotonic() + DRAIN_S
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            return
+        data = os.read(fd, 1 << 16)
+        if not data:
+            return
+        lines.feed(data)
 
 
 def _stop_group(proc: "subprocess.Popen[bytes]") -> None:
