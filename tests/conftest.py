@@ -49,7 +49,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     with open(path) as handle:
         fired = set(handle.read().split())
     os.unlink(path)
-    whole_suite = (not config.option.keyword and not config.option.markexpr and not config.option.lf
+    whole_suite = (not config.option.keyword and not config.option.markexpr
+                   and not getattr(config.option, "lf", False)
                    and all(os.path.abspath(a) == TESTS_DIR for a in config.args))
     if whole_suite and exitstatus == 0:
         from ensure_flydsl.support.faults import POINTS

@@ -1,7 +1,7 @@
 """Exit codes and the one user-facing error type.
 
 Every failure the tool reports is an :class:`EnsureError` carrying the exit code of the contract
-(DESIGN.md, "Exit codes"), the stage it happened in, a one-line reason and what to do next.  The CLI's
+(the README's exit-code table), the stage it happened in, a one-line reason and what to do next.  The CLI's
 top-level handler maps it, Ctrl-C and bugs to distinct exit codes.
 """
 

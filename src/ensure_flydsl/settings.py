@@ -1,10 +1,11 @@
 """Settings: one frozen dataclass, read from flags and environment variables and validated without I/O.
 
-A flag wins over its variable; an empty variable means the default (as in the seed script); an empty flag
-value is refused.  Every refusal is a :class:`BadInput` (exit 64) naming the setting as the user spelled
-it (``--jobs`` or ``FLYDSL_JOBS``), the value, and what is allowed.  The one look at the file system here
-resolves symlinks, so that two path settings that name one file are refused before any command writes it;
-checks that need more (the interpreter runs, the root is ours) live in :func:`ensure_flydsl.decide.preflight`.
+A flag wins over its variable; an empty variable means the default (as in the bash executor,
+ensure_flydsl.sh); an empty flag value is refused.  Every refusal is a :class:`BadInput` (exit 64) naming
+the setting as the user spelled it (``--jobs`` or ``FLYDSL_JOBS``), the value, and what is allowed.  The one
+look at the file system here resolves symlinks, so that two path settings that name one file are refused
+before any command writes it; checks that need more (the interpreter runs, the root is ours) live in
+:func:`ensure_flydsl.pipeline.decide.preflight`.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ STRATEGIES = ("auto", "source", "release", "reuse-only")
 
 @dataclasses.dataclass(frozen=True)
 class Setting:
-    """One row of DESIGN.md's settings table."""
+    """One row of the settings table (the README's)."""
 
     name: str  # the keyword of Settings and of ensure_flydsl.ensure()
     env: str
@@ -408,7 +409,7 @@ def load_settings(
             raw = environ.get(setting.env, "")
             label = setting.env
             if raw == "":
-                continue  # empty variable: the default, as in the seed script
+                continue  # empty variable: the default, as in the bash executor
         values[setting.name] = _PARSERS[setting.name](label, raw)
         sources[setting.name] = label
     root = str(values.get("root", DEFAULT_ROOT))

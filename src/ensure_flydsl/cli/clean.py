@@ -3,7 +3,7 @@
 Under the build lock (a running build is never pulled from under itself).  The root goes entirely only
 when the tool created it and it holds nothing the tool did not put there; otherwise only the tool's own
 parts go (its state folder, its build folder, the markers) and the rest is listed as kept.  The lock file
-itself is never deleted (see lock.py).
+itself is never deleted (see pipeline/lock.py).
 """
 
 from __future__ import annotations

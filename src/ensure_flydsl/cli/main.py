@@ -125,7 +125,7 @@ def settings_from_args(args: argparse.Namespace, environ: Dict[str, str]) -> Set
 
 
 def _report_bad_input(exc: BadInput, flags: Dict[str, Optional[str]], environ: Dict[str, str]) -> None:
-    """A poller of the seed's recipe only sees markers: leave one, if its folder already exists."""
+    """A poller of the bash executor's recipe only sees markers: leave one, if its folder already exists."""
     path = fail_marker_path(flags, environ)
     if path and os.path.isdir(os.path.dirname(path)):
         try:

@@ -1,6 +1,6 @@
 """``ensure-flydsl status``: what is going on for the root, as one stable JSON object or a few lines.
 
-The state is what is true for the request now (see answer.py): a live run for it is "running"; else an
+The state is what is true for the request now (see runs/answer.py): a live run for it is "running"; else an
 env file that answers it is "succeeded"; else the last run for it that ended, if it failed, is "failed";
 else "absent" (with the reason).
 """

@@ -36,7 +36,7 @@ def heartbeat_line(record: Dict[str, object]) -> str:
 
 
 def wait(settings: Settings, reporter: Reporter, *, timeout: Optional[float], heartbeat: float) -> int:
-    """Answer from what is true for the request (answer.py), polling while a run for it lives."""
+    """Answer from what is true for the request (runs/answer.py), polling while a run for it lives."""
     started = time.monotonic()
     deadline = None if timeout is None else started + timeout
     next_beat = started

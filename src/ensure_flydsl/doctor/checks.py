@@ -3,7 +3,7 @@
 Each returns a :class:`Check` (ok / missing / wrong / skipped, the detail, the remedy, whether it blocks
 the configured strategy, the step that would fail, whether the tool provides it itself).  The decisions
 on figures (memory against jobs, free disk) are pure functions; the rest look at the machine with short
-timeouts.  :mod:`ensure_flydsl.doctor` runs them concurrently and gives the verdict.
+timeouts.  :mod:`ensure_flydsl.doctor.diagnose` runs them concurrently and gives the verdict.
 """
 
 from __future__ import annotations

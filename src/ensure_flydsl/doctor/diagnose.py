@@ -2,10 +2,10 @@
 
 A source build that lacks something fails late and expensively: without patchelf after LLVM and all the
 C++ have compiled; without HIP's CMake package at configure.  The doctor checks first what the run will
-need, read from the pin's source where it can be (:mod:`ensure_flydsl.needs`): the interpreter and its
+need, read from the pin's source where it can be (:mod:`ensure_flydsl.source.needs`): the interpreter and its
 headers, git and the repository, compilers, cmake, ninja, patchelf, nanobind, HIP's CMake package and its
 library-name mismatch, MLIR_PATH, disk and memory, the package index, and for ``release`` a wheel for the
-target interpreter (the checks themselves: :mod:`ensure_flydsl.checks`).  Independent checks run
+target interpreter (the checks themselves: :mod:`ensure_flydsl.doctor.checks`).  Independent checks run
 concurrently; network checks have short timeouts.
 
 Each :class:`Check` says ok / missing / wrong / skipped, the detail and the remedy.  ``blocking`` marks

@@ -1,6 +1,6 @@
 """The doctor's checks that ask something of the network or of git: the repository and the pin, the pin's
 submodules, where LLVM's source comes from, the package index, and a release wheel for the interpreter.
-Each has a short timeout; the doctor runs them concurrently (see doctor.py)."""
+Each has a short timeout; the doctor runs them concurrently (see diagnose.py)."""
 
 from __future__ import annotations
 

@@ -2,8 +2,8 @@
 
 Reuse iff every required module imports, all from one tree, and the release segment of
 ``flydsl.__version__`` is at least the floor.  FlyDSL's dev builds carry their base version (``0.2.2`` at a
-commit after v0.2.2), so only the release segment is compared, as the seed did.  A version that cannot be
-parsed fails the gate: the seed treated a failed comparison as "equal" and reused anything.
+commit after v0.2.2), so only the release segment is compared, as the bash executor did.  A version that cannot be
+parsed fails the gate: the bash executor (ensure_flydsl.sh) treated a failed comparison as "equal" and reused anything.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 A fleet of N containers pays one build: the first host to build a key publishes
 ``build-fly/python_packages`` (kind ``tree``) and its MLIR install (kind ``mlir``); the others fetch,
-verify every hash (cache.py) and run the full probe.  The cache is an accelerator, never a dependency: a
+verify every hash (binary_cache/entries.py) and run the full probe.  The cache is an accelerator, never a dependency: a
 miss, an unreachable store or a corrupt entry is reported and the run builds as usual.  Keys hold every
 input that determines the artifact, and nothing local to one host (no paths of this machine).
 """

@@ -1,8 +1,8 @@
 """The files pollers read: the env file (success), its JSON twin, and the failure marker.
 
 Every value in the env file is shell-quoted, so sourcing it can never run code that came from a path
-(the seed wrote ``export FLYDSL_ROOT=$FR`` unquoted).  Each file is written atomically (temp file +
-rename) and the env file last: its existence is the success signal.
+(the bash executor, ensure_flydsl.sh, wrote ``export FLYDSL_ROOT=$FR`` unquoted).  Each file is written
+atomically (temp file + rename) and the env file last: its existence is the success signal.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Progress of a provisioning run: named steps, percent parsed from build output, ETA, the run record.
 
-A run that goes past its first probe is tracked: it writes a run record (see runs.py), holds the record's
+A run that goes past its first probe is tracked: it writes a run record (see records.py), holds the record's
 alive lock for its whole life, and starts a watchdog in a session of its own.  If the run dies without
 finishing (kill -9 of its process group, the OOM killer), the watchdog's blocking flock returns at once:
 it stops the orphaned build (its own process group) and writes the failure marker with exit 9, so even a

@@ -6,7 +6,7 @@ LLVM step clones llvm-project (from where), runs CMake and a C++17 compiler, bui
 ``pip install``s packages.  The source is read from a checkout, or with ``git show`` from a local
 repository (the configured mirror, or the root once fetched).  Only when neither can be read are FlyDSL's
 known needs assumed, and the result says so.  A repository that does not need HIP is not refused for
-lacking it (DESIGN.md, "Source builds").
+lacking it.
 """
 
 from __future__ import annotations

@@ -20,11 +20,12 @@ import os
 import time
 from typing import Dict, List, Mapping, Optional
 
-from ensure_flydsl.layout import BUILD_DIR, ENV_FILE_NAME, ENV_JSON_NAME, STATE_DIR, owner_file, stamps_dir
+from ensure_flydsl.layout import BUILD_DIR, ENV_FILE_NAME, ENV_JSON_NAME, STATE_DIR, owner_file, stamps_dir, state_dir
 from ensure_flydsl.support.files import atomic_write_json, read_json, remove_file
 from ensure_flydsl.support.processes import CommandFailed, cmd_output
 
-# Files a root may hold that are ours by contract (the seed wrote them too) rather than somebody's work.
+# Files a root may hold that are ours by contract (the bash executor, ensure_flydsl.sh, wrote them too)
+# rather than somebody's work.
 CONTRACT_FILES = (ENV_FILE_NAME, ENV_JSON_NAME)
 # Untracked paths in a checkout that are build outputs or ours, not local changes.
 BUILD_OUTPUTS = (STATE_DIR + "/", BUILD_DIR + "/", ENV_FILE_NAME, ENV_JSON_NAME)
@@ -83,7 +84,7 @@ def classify_root(root: str, repo: str) -> RootState:
 
 
 def _classify_checkout(root: str, repo: str) -> RootState:
-    """A git checkout the tool did not make (the seed's, say) may be adopted: same origin, no local changes."""
+    """A git checkout the tool did not make (the bash executor's, say) may be adopted: same origin, no local changes."""
     try:
         origin = cmd_output(["git", "-C", root, "config", "--get", "remote.origin.url"], timeout=30).strip()
     except CommandFailed:
@@ -103,12 +104,25 @@ def _classify_checkout(root: str, repo: str) -> RootState:
 
 
 def claim_root(root: str, *, created: bool, adopted: bool) -> None:
-    """Record that the tool owns ``root`` (made it, or adopted a clean checkout of the configured repo)."""
+    """Record that the tool owns ``root`` (made it, or adopted a clean checkout of the configured repo).
+
+    The state folder appears in the root with its owner record already inside (made beside the root, then
+    renamed in): a concurrent caller's preflight must never see a root holding a state folder without an
+    owner, which is somebody else's folder (exit 64)."""
+    record = {"tool": "ensure-flydsl", "created_root": created, "adopted": adopted, "time": time.time()}
+    if not os.path.isdir(state_dir(root)):
+        import tempfile
+
+        staging = tempfile.mkdtemp(prefix=".ensure_flydsl-claim-", dir=os.path.dirname(root))
+        try:
+            os.chmod(staging, 0o755)
+            os.makedirs(os.path.join(staging, "stamps"))
+            atomic_write_json(os.path.join(staging, os.path.basename(owner_file(root))), record)
+            os.rename(staging, state_dir(root))
+        except OSError:
+            remove_tree(staging)  # another caller's claim won the rename: write into theirs
     os.makedirs(stamps_dir(root), exist_ok=True)
-    atomic_write_json(
-        owner_file(root),
-        {"tool": "ensure-flydsl", "created_root": created, "adopted": adopted, "time": time.time()},
-    )
+    atomic_write_json(owner_file(root), record)
 
 
 def exclude_from_git(root: str) -> None:

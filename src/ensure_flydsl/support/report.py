@@ -4,7 +4,7 @@ Three ways to show a run: on a terminal, step lines plus a live progress line re
 terminal, plain time-stamped lines (a progress line every 10 %); with ``--json``, one JSON event per line
 (on stderr: stdout carries the result object).  Every message also goes to the log once a provisioning
 run opens it.  A build's own output goes only to the log; its last lines are kept in memory so a failure
-can show them with the log's path.  When our stream already is the log (the seed's
+can show them with the log's path.  When our stream already is the log (the bash executor's
 ``nohup ... > ensure_flydsl.log`` recipe, or a detached worker), the log is not opened a second time.
 """
 
