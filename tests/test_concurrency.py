@@ -191,10 +191,10 @@ def test_mixed_requests_on_one_root_are_serialized_and_each_answered(ws: Workspa
     store = RunStore(ws.root)
     requests = {name: _request(ws, pin) for name, pin in pins.items()}
     runs = [store.read(n[:-5]) for n in os.listdir(store.folder) if n.endswith(".json")]
-    succeeded = [r for r in runs if r and r.get("state") == "succeeded"]
+    succeeded = [r for r in runs if r and r.state == "succeeded"]
     for run in succeeded:
-        name = next(n for n, req in requests.items() if req == run["request"])
-        assert run["result"]["commit"] == pins[name], run  # type: ignore[index]
+        name = next(n for n, req in requests.items() if req == run.request)
+        assert run.result is not None and run.result["commit"] == pins[name], run
     twin = ws.env_twin()
     final = next(n for n, pin in pins.items() if twin["commit"] == pin)
     assert twin["request"] == requests[final]

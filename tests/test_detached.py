@@ -106,7 +106,7 @@ def test_kill_9_of_the_workers_group_is_noticed_and_resumable(ws: Workspace) -> 
     time.sleep(0.3)
     record = RunStore(ws.root).current()
     assert record is not None
-    build_pgid = record["build_pgid"]
+    build_pgid = record.build_pgid
     assert isinstance(build_pgid, int)
     os.killpg(int(data["pid"]), signal.SIGKILL)
     killed = time.monotonic()

@@ -176,7 +176,8 @@ def test_kill_9_inside_a_step(ws: Workspace, tmp_path: "os.PathLike[str]", stage
     try:
         wait_for_file(started, proc=proc)
         time.sleep(0.2)
-        build_pgid = (RunStore(ws.root).current() or {}).get("build_pgid")
+        current = RunStore(ws.root).current()
+        build_pgid = current.build_pgid if current is not None else None
         kill_group(proc.pid)
         if scope == "everything" and isinstance(build_pgid, int):
             kill_group(build_pgid)

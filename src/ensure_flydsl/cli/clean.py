@@ -63,8 +63,8 @@ def _refuse_while_running(settings: Settings) -> None:
         run = live[0]
         raise EnsureError(
             ExitCode.LOCK,
-            f"a run for {settings.root} is going (run {run.get('run_id')}, pid {run.get('pid')}, step "
-            f"{run.get('step')}): cleaning now would take its files from under it",
+            f"a run for {settings.root} is going (run {run.run_id}, pid {run.pid}, step {run.step}): cleaning "
+            "now would take its files from under it",
             stage="clean", hint="wait for it to end (`ensure-flydsl wait`), or stop it, then run clean again",
         )
 

@@ -195,9 +195,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     environ = dict(os.environ)
     if args.command == "_watchdog":
-        from ensure_flydsl.cli.start import watchdog
+        from ensure_flydsl.runs.liveness import watch
 
-        return watchdog(args.watch_root, args.watch_run_id)
+        return watch(args.watch_root, args.watch_run_id)
     json_mode = bool(getattr(args, "json", False))
     if json_mode:
         reporter = Reporter.for_stream(sys.stderr, json_events=args.command == "ensure")
@@ -208,7 +208,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         try:
             if args.command == "_worker":
-                from ensure_flydsl.cli.start import worker
+                from ensure_flydsl.cli.worker import worker
 
                 return worker(args.run_id, args.alive_fd, args.settings_json, environ, reporter)
             settings = settings_from_args(args, environ)

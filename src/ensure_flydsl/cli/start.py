@@ -13,17 +13,16 @@ import os
 import subprocess
 import sys
 import time
-from typing import Callable, Dict, Mapping
+from typing import Callable, Mapping
 
 import filelock
 
+from ensure_flydsl.cli.worker import settings_to_json
 from ensure_flydsl.pipeline.decide import preflight
 from ensure_flydsl.pipeline.publish import withdraw_own_failure_marker
-from ensure_flydsl.pipeline.run import Run, ensure_run
 from ensure_flydsl.runs import markers
 from ensure_flydsl.runs.answer import live_runs
-from ensure_flydsl.runs.progress import kill_build_group, mark_died, new_record
-from ensure_flydsl.runs.records import RUNNING, RunStore, new_run_id
+from ensure_flydsl.runs.records import RUNNING, RunRecord, RunStore, new_record, new_run_id
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.source.root import Stamps, is_ours
 from ensure_flydsl.support.report import Reporter
@@ -31,12 +30,12 @@ from ensure_flydsl.support.report import Reporter
 JOIN_PID_WAIT_S = 2.0
 
 
-def _with_pid(store: RunStore, record: Dict[str, object]) -> Dict[str, object]:
+def _with_pid(store: RunStore, record: RunRecord) -> RunRecord:
     """A run announced by `start` a moment ago has no pid in its record until its worker writes it."""
     deadline = time.monotonic() + JOIN_PID_WAIT_S
-    while record.get("pid") is None and time.monotonic() < deadline:
+    while record.pid is None and time.monotonic() < deadline:
         time.sleep(0.02)
-        record = store.read(str(record["run_id"])) or record
+        record = store.read(record.run_id) or record
     return record
 
 
@@ -66,7 +65,7 @@ def _join_or_launch(settings: Settings, environ: Mapping[str, str], reporter: Re
     live = live_runs(store, settings.request())
     if live:
         running = _with_pid(store, live[0])
-        print(json.dumps({"run_id": running["run_id"], "pid": running["pid"], "log": running["log"],
+        print(json.dumps({"run_id": running.run_id, "pid": running.pid, "log": running.log,
                           "state": RUNNING, "joined": True}))
         return 0
     withdraw_markers_for(settings, reporter.say)
@@ -92,40 +91,4 @@ def _join_or_launch(settings: Settings, environ: Mapping[str, str], reporter: Re
     print(json.dumps({"run_id": run_id, "pid": proc.pid, "log": settings.log_file, "state": RUNNING,
                       "joined": False}))
     proc.returncode = 0  # not ours to reap: it outlives this process by design
-    return 0
-
-
-def settings_to_json(settings: Settings) -> Dict[str, object]:
-    data = {name: getattr(settings, name) for name in Settings.__dataclass_fields__ if name != "sources"}
-    data["require"] = list(settings.require)
-    return data
-
-
-def settings_from_json(text: str) -> Settings:
-    data = json.loads(text)
-    data["require"] = tuple(data["require"])
-    return Settings(**data)
-
-
-def worker(run_id: str, alive_fd: int, settings_json: str, environ: Mapping[str, str], reporter: Reporter) -> int:
-    """The detached worker: an ensure run that is tracked from its first step; its stdout is the log."""
-    settings = settings_from_json(settings_json)
-    run = Run(settings, reporter, environ, run_id, kind="detached", alive_fd=alive_fd)
-    result = ensure_run(run)  # the full run (not the warm path): its record must show how it ended
-    reporter.say(f"ready: flydsl {result.version} ({result.how}) for {result.python}; source {result.env_file}")
-    return 0
-
-
-def watchdog(root: str, run_id: str) -> int:
-    """Blocks until the run's alive lock is free; if the run did not finish, it died: say so."""
-    store = RunStore(root)
-    try:
-        store.wait_dead(run_id)
-    except OSError:
-        return 0
-    record = store.read(run_id)
-    if record is None or record.get("state") != RUNNING:
-        return 0
-    kill_build_group(record)
-    mark_died(store, record)
     return 0

@@ -11,7 +11,7 @@ import json
 import time
 from typing import Dict
 
-from ensure_flydsl.runs.answer import ABSENT, answer
+from ensure_flydsl.runs.answer import answer
 from ensure_flydsl.runs.records import FAILED, RUNNING, SUCCEEDED
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.support.report import fmt_seconds
@@ -21,33 +21,23 @@ FIELDS = ("state", "step", "percent", "elapsed_s", "eta_s", "pid", "run_id", "ve
 
 
 def status_data(settings: Settings) -> Dict[str, object]:
+    """A pure query: nothing is written, whatever it finds (a dead run is reported, its watchdog records it)."""
     data: Dict[str, object] = {field: None for field in FIELDS}
-    data.update(state=ABSENT, root=settings.root, log=settings.log_file)
     found = answer(settings)
-    data["state"] = found.state
+    data.update(state=found.state, root=settings.root, log=settings.log_file, run_id=found.run_id)
     record = found.record
-    if record:
-        data.update(run_id=record.get("run_id"), pid=record.get("pid"))
-        started = record.get("started")
-        finished = record.get("finished")
-        if isinstance(started, (int, float)):
-            end = finished if isinstance(finished, (int, float)) else time.time()
-            data["elapsed_s"] = round(end - started, 1)
-    if found.state == RUNNING and record:
-        eta = record.get("eta_s")
-        updated = record.get("updated")
-        if isinstance(eta, (int, float)) and isinstance(updated, (int, float)):
-            eta = max(0.0, eta - (time.time() - updated))
-        data.update(step=record.get("step"), percent=record.get("percent"),
-                    eta_s=None if eta is None else round(float(eta), 1))  # type: ignore[arg-type]
+    if record is not None:
+        data["pid"] = record.pid
+        end = record.finished if record.finished is not None else time.time()
+        data["elapsed_s"] = round(end - record.started, 1)
+    if found.state == RUNNING and record is not None:
+        data.update(step=record.step, percent=record.percent, eta_s=record.remaining_eta())
     elif found.state == SUCCEEDED and found.twin:
         twin = found.twin
         data.update(version=twin.get("version"), python=twin.get("python"), how=twin.get("how"),
                     env_file=settings.env_file, eta_s=0)
     elif found.state == FAILED and found.failure:
-        failure = found.failure
-        data.update(stage=failure.get("stage"), exit_code=failure.get("exit_code"), reason=failure.get("reason"),
-                    run_id=failure.get("run_id") or data["run_id"])
+        data.update(stage=found.failure.stage, exit_code=found.failure.exit_code, reason=found.failure.reason)
     else:
         data["reason"] = found.reason
     return data

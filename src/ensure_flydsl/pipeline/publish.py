@@ -12,7 +12,7 @@ from ensure_flydsl.probe.gate import package_folder
 from ensure_flydsl.result import Result
 from ensure_flydsl.runs import markers
 from ensure_flydsl.runs.context import Decision, Run
-from ensure_flydsl.runs.progress import tail_of
+from ensure_flydsl.runs.markers import tail_of
 from ensure_flydsl.runs.records import RunStore
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.source.root import claim_root
@@ -121,7 +121,7 @@ def record_failure(run: Run, exc: BaseException) -> None:
         run.tracker.failed(int(code), stage, reason)
     if not os.path.isdir(os.path.dirname(settings.fail_marker)):
         return  # bad input about the marker's own folder: nothing may be created
-    held_lock = run.tracker is not None and bool(run.tracker.record.get("locked"))
+    held_lock = run.tracker is not None and run.tracker.record.locked
     if not held_lock and RunStore(settings.root).others_alive(settings.request(), run.run_id):
         # A caller that gave up on the lock (or was stopped while waiting): the run it waited for does
         # the work, and will write the request's outcome.  A poller must not see a failure now.

@@ -20,9 +20,9 @@ import dataclasses
 import os
 from typing import Dict, List, Mapping, Optional
 
+from ensure_flydsl.runs.liveness import record_death, seen_dead
 from ensure_flydsl.runs.markers import read_env_json
-from ensure_flydsl.runs.progress import kill_build_group, mark_died
-from ensure_flydsl.runs.records import FAILED, RUNNING, SUCCEEDED, RunStore
+from ensure_flydsl.runs.records import FAILED, RUNNING, SUCCEEDED, Failure, RunRecord, RunStore
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.support.files import read_json
 
@@ -32,62 +32,51 @@ ABSENT = "absent"
 @dataclasses.dataclass
 class Answer:
     state: str
-    record: Optional[Dict[str, object]] = None  # the live run, or the run whose outcome this is
+    record: Optional[RunRecord] = None  # the live run, or the run whose outcome this is
     twin: Optional[Dict[str, object]] = None  # the env file's JSON twin, when succeeded
-    failure: Optional[Dict[str, object]] = None  # stage, exit_code, reason (and run_id), when failed
+    failure: Optional[Failure] = None  # when failed
     reason: str = ""  # why absent
+    run_id: Optional[str] = None  # the run the answer comes from
 
 
-def settle(store: RunStore, record: Dict[str, object]) -> Dict[str, object]:
-    """A record that says "running" for a run whose alive lock is free: the run died (its watchdog may
-    not have said so yet)."""
-    if record.get("state") == RUNNING and not store.is_alive(str(record["run_id"])):
-        record = store.read(str(record["run_id"])) or record  # it may have finished just now
-        if record.get("state") == RUNNING:
-            kill_build_group(record)
-            record = mark_died(store, record)
-    return record
-
-
-def live_runs(store: RunStore, request: Mapping[str, object]) -> List[Dict[str, object]]:
+def live_runs(store: RunStore, request: Mapping[str, object]) -> List[RunRecord]:
     """The runs for ``request`` that are alive, the one holding the build lock first, then the oldest."""
-    return _in_speaking_order([r for r in (settle(store, r) for r in store.records_for(request))
-                               if r.get("state") == RUNNING])
+    return _in_speaking_order([r for r in (seen_dead(store, r) for r in store.records_for(request))
+                               if r.state == RUNNING])
 
 
-def _in_speaking_order(live: List[Dict[str, object]]) -> List[Dict[str, object]]:
-    return sorted(live, key=lambda r: (not r.get("locked"), _time(r, "started")))
+def _in_speaking_order(live: List[RunRecord]) -> List[RunRecord]:
+    return sorted(live, key=lambda r: (not r.locked, r.started))
 
 
-def answer(settings: Settings) -> Answer:
+def answer(settings: Settings, *, record_deaths: bool = False) -> Answer:
+    """What is true for the settings' request.  A pure query; with ``record_deaths`` (``wait``), a run
+    found dead is also recorded as such and its failure marker written (its watchdog may be gone too)."""
     store = RunStore(settings.root)
     request = settings.request()
+    settle = record_death if record_deaths else seen_dead
     records = [settle(store, r) for r in store.records_for(request)]
-    live = [r for r in records if r.get("state") == RUNNING]
+    live = [r for r in records if r.state == RUNNING]
     if live:
-        return Answer(RUNNING, record=_in_speaking_order(live)[0])
+        first = _in_speaking_order(live)[0]
+        return Answer(RUNNING, record=first, run_id=first.run_id)
     twin = read_env_json(settings.env_json)
     if twin is not None and twin.get("request") == request and os.path.isfile(settings.env_file):
         return Answer(SUCCEEDED, twin=twin)
-    ended = [r for r in records if r.get("state") in (SUCCEEDED, FAILED)]
-    last = max(ended, key=lambda r: _time(r, "finished"), default=None)
-    if last is not None and last.get("state") == FAILED and isinstance(last.get("failure"), dict):
-        failure = dict(last["failure"])  # type: ignore[call-overload]
-        failure.setdefault("run_id", last.get("run_id"))
-        return Answer(FAILED, record=last, failure=failure)
+    ended = [r for r in records if r.state in (SUCCEEDED, FAILED)]
+    last = max(ended, key=lambda r: r.finished or 0.0, default=None)
+    if last is not None and last.state == FAILED and last.failure is not None:
+        return Answer(FAILED, record=last, failure=last.failure, run_id=last.run_id)
     if last is not None:
-        return Answer(ABSENT, record=last, reason=(
-            f"run {last.get('run_id')} succeeded for this request, but {settings.env_file} no longer answers it "
+        return Answer(ABSENT, record=last, run_id=last.run_id, reason=(
+            f"run {last.run_id} succeeded for this request, but {settings.env_file} no longer answers it "
             "(a run for another request on this root replaced it, or it was cleaned)"))
     marker = read_json(settings.fail_marker)
-    if marker is not None and marker.get("request") == request:
-        return Answer(FAILED, failure=marker)
+    failure = Failure.from_json(marker)
+    if marker is not None and failure is not None and marker.get("request") == request:
+        run_id = marker.get("run_id")
+        return Answer(FAILED, failure=failure, run_id=str(run_id) if run_id else None)
     return Answer(ABSENT, reason=f"nothing was started for this request on {settings.root}")
-
-
-def _time(record: Mapping[str, object], field: str) -> float:
-    value = record.get(field)
-    return float(value) if isinstance(value, (int, float)) else 0.0
 
 
 def roots_sharing_marker(settings: Settings) -> List[str]:
@@ -103,7 +92,7 @@ def roots_sharing_marker(settings: Settings) -> List[str]:
         other = os.path.join(settings.base_dir, name)
         if other == settings.root:
             continue
-        if any(r.get("fail_marker") == settings.fail_marker for r in RunStore(other).records()):
+        if any(r.fail_marker == settings.fail_marker for r in RunStore(other).records()):
             sharing.append(other)
     return sharing
 

@@ -167,3 +167,16 @@ def _hostname() -> str:
     import socket
 
     return socket.gethostname()
+
+
+def tail_of(path: str, count: int = 20) -> List[str]:
+    """The last lines of a log, for a failure marker (read from its end: logs grow large)."""
+    if not path:
+        return []
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            handle.seek(max(0, handle.tell() - 16384))
+            return handle.read().decode(errors="replace").splitlines()[-count:]
+    except OSError:
+        return []

@@ -11,16 +11,21 @@ from __future__ import annotations
 
 import os
 import re
-import signal
-import socket
 import subprocess
 import sys
 import time
 from typing import Dict, List, Mapping, Optional, Sequence
 
-from ensure_flydsl.errors import ExitCode
-from ensure_flydsl.runs import markers
-from ensure_flydsl.runs.records import FAILED, RUNNING, SOURCE_PLAN, SUCCEEDED, RunStore, process_start_time
+from ensure_flydsl.runs.records import (
+    FAILED,
+    SOURCE_PLAN,
+    SUCCEEDED,
+    Failure,
+    RunRecord,
+    RunStore,
+    new_record,
+    process_start_time,
+)
 
 _NINJA = re.compile(r"^\s*\[\s*(\d+)\s*/\s*(\d+)\s*\]")  # ninja: "[12/345] Building CXX object ..."
 _MAKE = re.compile(r"^\s*\[\s*(\d{1,3})%\]")  # CMake's Makefiles: "[ 45%] Building CXX object ..."
@@ -56,83 +61,10 @@ def estimate_eta(
     return current + sum(typical.get(s, 0.0) for s in later if s not in done)
 
 
-def died_reason(record: Mapping[str, object]) -> str:
-    return (
-        f"the run's process (pid {record.get('pid')}) died without finishing, during step {record.get('step')} "
-        "(killed: kill -9, the OOM killer, or the container stopped)"
-    )
-
-
-def mark_died(store: RunStore, record: Dict[str, object]) -> Dict[str, object]:
-    """Record a dead run as failed with exit 9 and write the failure marker (idempotent).
-
-    It ended when it last gave a sign of life, not when its death is noticed: a caller killed while it
-    waited for the lock must not look newer than the run that went on to build.  Nor does such a caller
-    write the marker while another run for its request lives: that run will answer for the request."""
-    reason = died_reason(record)
-    last_seen = record.get("updated")
-    record.update(
-        state=FAILED,
-        finished=last_seen if isinstance(last_seen, (int, float)) else time.time(),
-        failure={"stage": record.get("step"), "exit_code": int(ExitCode.WORKER_DIED), "reason": reason},
-    )
-    store.write(record)
-    request = dict(record.get("request") or {})  # type: ignore[call-overload]
-    if not record.get("locked") and store.others_alive(request, str(record.get("run_id"))):
-        return record
-    fail_marker = str(record.get("fail_marker") or "")
-    if fail_marker and os.path.isdir(os.path.dirname(fail_marker)):
-        markers.write_failure_marker(
-            fail_marker, stage=str(record.get("step")), exit_code=int(ExitCode.WORKER_DIED), reason=reason,
-            hint="run `ensure-flydsl start` (or `ensure-flydsl`) again: it resumes where the dead run stopped",
-            log=str(record.get("log") or "") or None, log_tail=tail_of(str(record.get("log") or "")),
-            run_id=str(record.get("run_id")), request=request,
-        )
-    return record
-
-
-def tail_of(path: str, count: int = 20) -> List[str]:
-    if not path:
-        return []
-    try:
-        with open(path, "rb") as handle:
-            handle.seek(0, os.SEEK_END)
-            handle.seek(max(0, handle.tell() - 16384))
-            return handle.read().decode(errors="replace").splitlines()[-count:]
-    except OSError:
-        return []
-
-
-def kill_build_group(record: Mapping[str, object]) -> None:
-    """Stop a build process group left behind by a dead run (only if its leader is the one we started)."""
-    pgid = record.get("build_pgid")
-    if not isinstance(pgid, int) or pgid <= 1:
-        return
-    if process_start_time(pgid) not in (None, record.get("build_leader_start")):
-        return  # the leader's pid now belongs to another process
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def new_record(
-    store: RunStore, run_id: str, *, request: Mapping[str, object], fail_marker: str, log: str, kind: str,
-    pid: Optional[int], step: str,
-) -> Dict[str, object]:
-    return {
-        "run_id": run_id, "root": store.root, "request": dict(request), "kind": kind,
-        "pid": pid, "pid_start": process_start_time(pid) if pid else None, "host": socket.gethostname(),
-        "state": RUNNING, "step": step, "percent": None, "eta_s": None, "started": time.time(),
-        "finished": None, "steps": [], "log": log, "fail_marker": fail_marker, "result": None,
-        "failure": None, "build_pgid": None, "build_leader_start": None, "locked": False,
-    }
-
-
 class Tracker:
     """Keeps the run record of one provisioning run up to date."""
 
-    def __init__(self, store: RunStore, record: Dict[str, object], alive_fd: int) -> None:
+    def __init__(self, store: RunStore, record: RunRecord, alive_fd: int) -> None:
         self.store = store
         self.record = record
         self.alive_fd = alive_fd
@@ -153,8 +85,8 @@ class Tracker:
         record = new_record(store, run_id, request=request, fail_marker=fail_marker, log=log, kind=kind,
                             pid=os.getpid(), step="probe")
         announced = store.read(run_id)  # `start` wrote it before launching us
-        if announced and isinstance(announced.get("started"), (int, float)):
-            record["started"] = announced["started"]
+        if announced is not None:
+            record.started = announced.started
         tracker = cls(store, record, fd)
         tracker._write(force=True)
         store.set_current(run_id)
@@ -163,7 +95,7 @@ class Tracker:
         return tracker
 
     def _start_watchdog(self) -> None:
-        cmd = [sys.executable, "-m", "ensure_flydsl", "_watchdog", self.store.root, str(self.record["run_id"])]
+        cmd = [sys.executable, "-m", "ensure_flydsl", "_watchdog", self.store.root, self.record.run_id]
         _WATCHDOGS.append(
             subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                              start_new_session=True, close_fds=True)
@@ -172,16 +104,13 @@ class Tracker:
     # -- steps and progress ------------------------------------------------------------------------------
     def step_started(self, name: str) -> None:
         self.step_started_at = time.time()
-        self.record["step"] = name
-        self.record["percent"] = None
-        steps = self.record["steps"]
-        assert isinstance(steps, list)
-        steps.append({"name": name, "started": self.step_started_at, "ended": None})
+        self.record.step = name
+        self.record.percent = None
+        self.record.steps.append({"name": name, "started": self.step_started_at, "ended": None})
         self._write(force=True)
 
     def step_ended(self, name: str, seconds: float, worked: bool) -> None:
-        steps = self.record["steps"]
-        assert isinstance(steps, list)
+        steps = self.record.steps
         if steps and steps[-1]["name"] == name:
             steps[-1]["ended"] = time.time()
         if worked:
@@ -191,8 +120,8 @@ class Tracker:
     def line(self, text: str) -> Optional[float]:
         percent = parse_percent(text)
         if percent is not None:
-            shown = self.record.get("percent")
-            self.record["percent"] = round(percent, 1)
+            shown = self.record.percent
+            self.record.percent = round(percent, 1)
             # Throttled, but never past a whole percent: a step that prints "[1/4]" and then works for
             # minutes must not show no percent (or a stale one) all that time.
             self._write(force=not isinstance(shown, (int, float)) or int(shown) != int(percent))
@@ -200,23 +129,18 @@ class Tracker:
 
     def held_lock(self) -> None:
         """From here on this run does the work for its request: its outcome is the request's outcome."""
-        self.record["locked"] = True
+        self.record.locked = True
         self._write(force=True)
 
     def build_group(self, pgid: Optional[int]) -> None:
-        self.record["build_pgid"] = pgid
-        self.record["build_leader_start"] = process_start_time(pgid) if pgid else None
+        self.record.build_pgid = pgid
+        self.record.build_leader_start = process_start_time(pgid) if pgid else None
         self._write(force=True)
 
     def eta(self) -> Optional[float]:
-        steps = self.record["steps"]
-        assert isinstance(steps, list)
-        done = [str(s["name"]) for s in steps if s.get("ended")]
-        percent = self.record.get("percent")
-        return estimate_eta(
-            str(self.record.get("step")), time.time() - self.step_started_at,
-            float(percent) if isinstance(percent, (int, float)) else None, self.typical, done, self.plan,
-        )
+        done = [str(s["name"]) for s in self.record.steps if s.get("ended")]
+        return estimate_eta(self.record.step, time.time() - self.step_started_at, self.record.percent,
+                            self.typical, done, self.plan)
 
     def _write(self, force: bool = False) -> None:
         now = time.time()
@@ -224,7 +148,7 @@ class Tracker:
             return
         self._last_write = now
         eta = self.eta()
-        self.record["eta_s"] = None if eta is None else round(eta, 1)
+        self.record.eta_s = None if eta is None else round(eta, 1)
         self._store()
 
     def _store(self) -> None:
@@ -236,12 +160,13 @@ class Tracker:
     # -- the end -----------------------------------------------------------------------------------------
     def succeeded(self, result: Mapping[str, object]) -> None:
         self.store.remember(self.worked)
-        self.record.update(state=SUCCEEDED, finished=time.time(), result=dict(result), percent=None, eta_s=0)
+        self.record.state, self.record.finished, self.record.result = SUCCEEDED, time.time(), dict(result)
+        self.record.percent, self.record.eta_s = None, 0
         self._store()
 
     def failed(self, code: int, stage: str, reason: str) -> None:
-        self.record.update(state=FAILED, finished=time.time(),
-                           failure={"stage": stage, "exit_code": code, "reason": reason})
+        self.record.state, self.record.finished = FAILED, time.time()
+        self.record.failure = Failure(stage, code, reason)
         self._store()
 
     def close(self) -> None:

@@ -16,6 +16,7 @@ Under ``$(dirname ROOT)/.ensure_flydsl/runs/<root name>/``:
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import os
 import statistics
@@ -50,6 +51,79 @@ RELEASE_PLAN = ("probe", "lock", "fetch", "release", "verify", "publish")
 CACHE_PLAN = ("probe", "lock", "fetch", "cache", "verify", "publish")
 
 
+@dataclasses.dataclass
+class Failure:
+    """How a run failed: the stage, its exit code, the one-line reason."""
+
+    stage: Optional[str]
+    exit_code: int
+    reason: str
+
+    def to_json(self) -> Dict[str, object]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: object) -> Optional["Failure"]:
+        if not isinstance(data, dict) or not isinstance(data.get("exit_code"), int):
+            return None
+        stage = data.get("stage")
+        return cls(str(stage) if stage is not None else None, int(data["exit_code"]), str(data.get("reason", "")))
+
+
+@dataclasses.dataclass
+class RunRecord:
+    """``<run_id>.json``: what one run is doing, or how it ended."""
+
+    run_id: str
+    root: str
+    request: Dict[str, object]
+    kind: str = "blocking"  # "blocking" or "detached"
+    pid: Optional[int] = None
+    pid_start: Optional[str] = None  # the kernel's start time of pid, to tell it from a reused pid
+    host: str = ""
+    state: str = "running"
+    step: Optional[str] = None
+    percent: Optional[float] = None
+    eta_s: Optional[float] = None
+    started: float = 0.0
+    finished: Optional[float] = None
+    updated: Optional[float] = None  # its last sign of life
+    steps: List[Dict[str, object]] = dataclasses.field(default_factory=list)
+    log: str = ""
+    fail_marker: str = ""
+    result: Optional[Dict[str, object]] = None
+    failure: Optional[Failure] = None
+    build_pgid: Optional[int] = None
+    build_leader_start: Optional[str] = None
+    locked: bool = False  # it took the build lock: its outcome is its request's outcome
+
+    def remaining_eta(self) -> Optional[float]:
+        """The ETA the run last wrote, less the time since."""
+        if self.eta_s is None or self.updated is None:
+            return None
+        return round(max(0.0, self.eta_s - (time.time() - self.updated)), 1)
+
+    def to_json(self) -> Dict[str, object]:
+        data = dataclasses.asdict(self)
+        data["failure"] = self.failure.to_json() if self.failure else None
+        return data
+
+    @classmethod
+    def from_json(cls, data: object) -> Optional["RunRecord"]:
+        """The record, or None for a file that is not one (torn, foreign, or from another version)."""
+        if not isinstance(data, dict) or not isinstance(data.get("run_id"), str):
+            return None
+        if not isinstance(data.get("request"), dict):
+            return None
+        known = {f.name for f in dataclasses.fields(cls)}
+        values = {k: v for k, v in data.items() if k in known}
+        values["failure"] = Failure.from_json(data.get("failure"))
+        try:
+            return cls(**values)
+        except TypeError:
+            return None
+
+
 def new_run_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
 
@@ -76,12 +150,12 @@ class RunStore:
         os.makedirs(self.folder, mode=0o755, exist_ok=True)
 
     # -- records -----------------------------------------------------------------------------------------
-    def read(self, run_id: str) -> Optional[Dict[str, object]]:
-        return read_json(self.record_path(run_id))
+    def read(self, run_id: str) -> Optional[RunRecord]:
+        return RunRecord.from_json(read_json(self.record_path(run_id)))
 
-    def write(self, record: Dict[str, object]) -> None:
-        record["updated"] = time.time()
-        atomic_write_json(self.record_path(str(record["run_id"])), record)
+    def write(self, record: RunRecord) -> None:
+        record.updated = time.time()
+        atomic_write_json(self.record_path(record.run_id), record.to_json())
 
     def current_id(self) -> Optional[str]:
         try:
@@ -94,29 +168,29 @@ class RunStore:
     def set_current(self, run_id: str) -> None:
         atomic_write(os.path.join(self.folder, "current"), (run_id + "\n").encode())
 
-    def current(self) -> Optional[Dict[str, object]]:
+    def current(self) -> Optional[RunRecord]:
         run_id = self.current_id()
         return self.read(run_id) if run_id else None
 
-    def records(self) -> List[Dict[str, object]]:
+    def records(self) -> List[RunRecord]:
         try:
             names = [n[:-5] for n in os.listdir(self.folder) if n.endswith(".json")]
         except FileNotFoundError:
             return []
         return [r for r in (self.read(n) for n in names) if r]
 
-    def records_for(self, request: Mapping[str, object]) -> List[Dict[str, object]]:
+    def records_for(self, request: Mapping[str, object]) -> List[RunRecord]:
         """The runs made for ``request`` (another request's run on the same root may be going too)."""
-        return [r for r in self.records() if r.get("request") == dict(request)]
+        return [r for r in self.records() if r.request == dict(request)]
 
     def others_alive(self, request: Mapping[str, object], run_id: str) -> bool:
         """Whether a run for ``request`` other than ``run_id`` is alive (it will answer for the request)."""
-        return any(str(r.get("run_id")) != run_id and r.get("state") == RUNNING and self.is_alive(str(r["run_id"]))
+        return any(r.run_id != run_id and r.state == RUNNING and self.is_alive(r.run_id)
                    for r in self.records_for(request))
 
-    def any_alive(self) -> List[Dict[str, object]]:
+    def any_alive(self) -> List[RunRecord]:
         """The live runs of this root, whatever their request."""
-        return [r for r in self.records() if r.get("state") == RUNNING and self.is_alive(str(r["run_id"]))]
+        return [r for r in self.records() if r.state == RUNNING and self.is_alive(r.run_id)]
 
     def prune(self) -> None:
         """Keep the newest records (and never the current one's or a live run's)."""
@@ -190,3 +264,12 @@ def process_start_time(pid: int) -> Optional[str]:
             return handle.read().rsplit(")", 1)[1].split()[19]
     except (OSError, IndexError):
         return None
+
+
+def new_record(store: RunStore, run_id: str, *, request: Mapping[str, object], fail_marker: str, log: str,
+               kind: str, pid: Optional[int], step: str) -> RunRecord:
+    import socket
+
+    return RunRecord(run_id=run_id, root=store.root, request=dict(request), kind=kind, pid=pid,
+                     pid_start=process_start_time(pid) if pid else None, host=socket.gethostname(), step=step,
+                     started=time.time(), log=log, fail_marker=fail_marker)

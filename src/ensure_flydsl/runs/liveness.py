@@ -1,0 +1,89 @@
+"""Noticing a dead run, and saying so: the one place a run's death is handled.
+
+A run holds an flock on its alive file for its whole life; when it is free while the record still says
+"running", the run died (kill -9, the OOM killer, a stopped container).  Its watchdog (``_watchdog``, in a
+session of its own) notices at once and calls :func:`record_death`; ``wait`` does the same if the
+watchdog itself was killed.  ``status`` only reads: :func:`seen_dead` gives the same answer in memory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import time
+
+from ensure_flydsl.errors import ExitCode
+from ensure_flydsl.runs import markers
+from ensure_flydsl.runs.records import FAILED, RUNNING, Failure, RunRecord, RunStore, process_start_time
+
+DEATH_HINT = "run `ensure-flydsl start` (or `ensure-flydsl`) again: it resumes where the dead run stopped"
+
+
+def died_reason(record: RunRecord) -> str:
+    return (
+        f"the run's process (pid {record.pid}) died without finishing, during step {record.step} "
+        "(killed: kill -9, the OOM killer, or the container stopped)"
+    )
+
+
+def seen_dead(store: RunStore, record: RunRecord) -> RunRecord:
+    """The record as it is, or, for a "running" run whose alive lock is free, as its death makes it: failed
+    with exit 9, ended when it last gave a sign of life (so that a caller killed while it waited for the
+    lock never looks newer than the run that went on to build).  Writes nothing."""
+    if record.state != RUNNING or store.is_alive(record.run_id):
+        return record
+    record = store.read(record.run_id) or record  # it may have finished just now
+    if record.state != RUNNING:
+        return record
+    return dataclasses.replace(
+        record, state=FAILED, finished=record.updated if record.updated is not None else time.time(),
+        failure=Failure(record.step, int(ExitCode.WORKER_DIED), died_reason(record)),
+    )
+
+
+def record_death(store: RunStore, record: RunRecord) -> RunRecord:
+    """For a dead run: stop the build it left behind, record it as failed and write the failure marker
+    (idempotent).  A run that never took the build lock writes no marker while another run for its
+    request lives: that run will answer for the request."""
+    dead = seen_dead(store, record)
+    if dead is record or dead.state != FAILED or record.state != RUNNING:
+        return dead
+    kill_build_group(dead)
+    store.write(dead)
+    if not dead.locked and store.others_alive(dead.request, dead.run_id):
+        return dead
+    if dead.fail_marker and os.path.isdir(os.path.dirname(dead.fail_marker)):
+        assert dead.failure is not None
+        markers.write_failure_marker(
+            dead.fail_marker, stage=str(dead.step), exit_code=dead.failure.exit_code, reason=dead.failure.reason,
+            hint=DEATH_HINT, log=dead.log or None, log_tail=markers.tail_of(dead.log), run_id=dead.run_id,
+            request=dead.request,
+        )
+    return dead
+
+
+def kill_build_group(record: RunRecord) -> None:
+    """Stop a build process group left behind by a dead run (only if its leader is the one we started)."""
+    pgid = record.build_pgid
+    if not isinstance(pgid, int) or pgid <= 1:
+        return
+    if process_start_time(pgid) not in (None, record.build_leader_start):
+        return  # the leader's pid now belongs to another process
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def watch(root: str, run_id: str) -> int:
+    """The watchdog: block until the run's alive lock is free; if the run did not finish, it died."""
+    store = RunStore(root)
+    try:
+        store.wait_dead(run_id)
+    except OSError:
+        return 0
+    record = store.read(run_id)
+    if record is not None and record.state == RUNNING:
+        record_death(store, record)
+    return 0
