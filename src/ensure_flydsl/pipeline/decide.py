@@ -14,7 +14,8 @@ from ensure_flydsl.pipeline.lock import check_lock_path
 from ensure_flydsl.probe.gate import Verdict, evaluate, is_tree_folder, is_within, package_folder, same_folder
 from ensure_flydsl.probe.interpreter import Interpreter, Probe, ProbeBroke, describe_interpreter
 from ensure_flydsl.providers.tree import probe_tree
-from ensure_flydsl.runs.context import HOW_BUILT, HOW_REUSED, Decision, Run
+from ensure_flydsl.result import How
+from ensure_flydsl.runs.context import Decision, Run
 from ensure_flydsl.runs.markers import marker_path_problem
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.source.root import RootState, classify_root, is_ours
@@ -127,7 +128,7 @@ def _reuse_elsewhere(run: Run) -> Optional[Decision]:
         run.say(f"nothing reusable elsewhere either: {other.reason}")
         return None
     run.say(f"reusing the tree found on the interpreter's path: {other.reason}")
-    return Decision(True, other.reason, HOW_REUSED, other.tree, _ambient_prepend(ambient, other), ambient, other)
+    return Decision(True, other.reason, How.REUSED, other.tree, _ambient_prepend(ambient, other), ambient, other)
 
 
 def tree_key(settings: Settings, commit: str, interpreter: Interpreter) -> Dict[str, object]:
@@ -169,11 +170,11 @@ def decide(run: Run, again: bool = False) -> Decision:
     if verdict.reusable and verdict.tree and same_folder(verdict.tree, root):
         if not is_ours(root):
             run.say(f"found a working tree in {root} made by another tool: {verdict.reason}")
-            return Decision(True, verdict.reason, HOW_REUSED, verdict.tree, prefix, probe, verdict)
+            return Decision(True, verdict.reason, How.REUSED, verdict.tree, prefix, probe, verdict)
         stamp = _stamped_tree_matches(run)
         if stamp is not None:
             return Decision(
-                True, verdict.reason, str(stamp.get("how", HOW_BUILT)), root, prefix, probe, verdict,
+                True, verdict.reason, How(str(stamp.get("how", How.BUILT))), root, prefix, probe, verdict,
                 str(dict(stamp["key"]).get("commit")),  # type: ignore[call-overload]
             )
         why = "it was not built for this pin, repository and interpreter (or its build did not finish)"
@@ -181,7 +182,7 @@ def decide(run: Run, again: bool = False) -> Decision:
     elif verdict.reusable:
         run.say(f"reusing the tree found on the interpreter's path: {verdict.reason}")
         prepend = _ambient_prepend(probe, verdict)
-        return Decision(True, verdict.reason, HOW_REUSED, verdict.tree, prepend, probe, verdict)
+        return Decision(True, verdict.reason, How.REUSED, verdict.tree, prepend, probe, verdict)
     else:
         run.say(f"{before}no reusable FlyDSL with {root} first on PYTHONPATH: {verdict.reason}")
     if any(is_tree_folder(package_folder(name, f), root) for name, f in verdict.files.items()):

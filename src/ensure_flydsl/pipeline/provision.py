@@ -14,7 +14,7 @@ from ensure_flydsl.providers.base import Provider
 from ensure_flydsl.providers.cache import CacheProvider, open_run_cache
 from ensure_flydsl.providers.release import ReleaseProvider
 from ensure_flydsl.providers.source import SourceProvider
-from ensure_flydsl.result import Result
+from ensure_flydsl.result import Action, Result
 from ensure_flydsl.runs.context import Decision, Run
 from ensure_flydsl.source import git as gitsource
 from ensure_flydsl.source.root import claim_root, classify_root, exclude_from_git
@@ -64,7 +64,7 @@ def finish(run: Run, commit: str, decision: Decision) -> Result:
     faults.point("verified")
     run.stamps.finish("tree", tree_key(run.settings, commit, run.interpreter), how=decision.how, commit=commit,
                       version=decision.probe.version if decision.probe else None)
-    return publish(run, decision, "provisioned")
+    return publish(run, decision, Action.PROVISIONED)
 
 
 def claim_for_build(run: Run) -> None:

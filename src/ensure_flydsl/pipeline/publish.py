@@ -9,7 +9,7 @@ from ensure_flydsl.errors import EnsureError, ExitCode, Interrupted, exit_code_o
 from ensure_flydsl.pipeline.fingerprint import compute, watch_folders
 from ensure_flydsl.pipeline.warm import tree_stamp_path
 from ensure_flydsl.probe.gate import package_folder
-from ensure_flydsl.result import Result
+from ensure_flydsl.result import Action, Result
 from ensure_flydsl.runs import markers
 from ensure_flydsl.runs.context import Decision, Run
 from ensure_flydsl.runs.markers import tail_of
@@ -38,7 +38,7 @@ def withdraw_own_failure_marker(settings: Settings) -> bool:
     return remove_file(path)
 
 
-def publish(run: Run, decision: Decision, action: str) -> Result:
+def publish(run: Run, decision: Decision, action: Action) -> Result:
     settings = run.settings
     assert decision.probe is not None and decision.tree is not None and decision.verdict is not None
     interp = decision.probe.interpreter

@@ -16,10 +16,10 @@ from ensure_flydsl.pipeline.provision import provision
 from ensure_flydsl.pipeline.publish import publish, record_failure, withdraw_stale_markers
 from ensure_flydsl.pipeline.warm import try_warm
 from ensure_flydsl.probe.gate import same_folder
-from ensure_flydsl.result import Result
+from ensure_flydsl.result import Action, How, Result
 from ensure_flydsl.runs import markers
 from ensure_flydsl.runs.answer import roots_sharing_marker, sharing_advice
-from ensure_flydsl.runs.context import HOW_REUSED, Decision, Run
+from ensure_flydsl.runs.context import Decision, Run
 
 __all__ = ["Result", "Run", "ensure_run"]
 
@@ -87,6 +87,8 @@ def _ensure(run: Run) -> Result:
         return provision(run)
 
 
-def _action(decision: Decision, root: str) -> str:
+def _action(decision: Decision, root: str) -> Action:
     """What a call that found a good tree did: confirmed the root's own ("verified"), or took one elsewhere."""
-    return "verified" if decision.how != HOW_REUSED and same_folder(str(decision.tree), root) else "reused"
+    if decision.how != How.REUSED and same_folder(str(decision.tree), root):
+        return Action.VERIFIED
+    return Action.REUSED

@@ -13,7 +13,7 @@ from typing import List, Mapping, Optional
 
 from ensure_flydsl.layout import stamps_dir
 from ensure_flydsl.pipeline.fingerprint import compute, same
-from ensure_flydsl.result import Result
+from ensure_flydsl.result import Action, How, Result
 from ensure_flydsl.runs.markers import env_mapping, render_env_sh
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.support.files import read_json, remove_file
@@ -47,7 +47,7 @@ def try_warm(settings: Settings, environ: Mapping[str, str]) -> Optional[Result]
         remove_file(settings.fail_marker)  # an earlier run's failure never answers for this one
     files = twin.get("files")
     return Result(
-        how=str(twin.get("how")), action="warm", root=settings.root, tree=str(twin.get("tree")),
+        how=How(str(twin.get("how"))), action=Action.WARM, root=settings.root, tree=str(twin.get("tree")),
         version=str(twin.get("version")), python=str(twin.get("python")),
         python_version=str(twin.get("python_version")), abi=str(twin.get("abi")),
         commit=twin.get("commit") if isinstance(twin.get("commit"), str) else None,  # type: ignore[arg-type]

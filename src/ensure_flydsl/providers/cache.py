@@ -19,7 +19,8 @@ from ensure_flydsl.build.environment import file_sha256, llvm_key
 from ensure_flydsl.layout import base_state_dir, packages_dir
 from ensure_flydsl.providers.base import Provider
 from ensure_flydsl.providers.tree import prepare_build_dir, verify_tree
-from ensure_flydsl.runs.context import HOW_CACHED, Decision, Run
+from ensure_flydsl.result import How
+from ensure_flydsl.runs.context import Decision, Run
 from ensure_flydsl.runs.records import CACHE_PLAN
 from ensure_flydsl.source.root import remove_tree
 from ensure_flydsl.support import faults
@@ -112,7 +113,7 @@ def tree_from_cache(run: Run, cache: Cache, commit: str) -> Optional[Decision]:
     faults.point("cache-fetched")
     run.stamps.finish("build", stamp_key)
     try:
-        return verify_tree(run, commit, HOW_CACHED)
+        return verify_tree(run, commit, How.CACHED)
     except Exception as exc:  # an artifact that does not import here is not this host's answer
         run.stamps.undo("build")
         run.say(f"cache: the cached tree does not pass the probe here ({exc}); building instead")

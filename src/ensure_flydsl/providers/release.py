@@ -12,7 +12,8 @@ from ensure_flydsl.errors import EnsureError, ExitCode
 from ensure_flydsl.layout import packages_dir
 from ensure_flydsl.providers.base import Provider
 from ensure_flydsl.providers.tree import prepare_build_dir, verify_tree
-from ensure_flydsl.runs.context import HOW_RELEASED, Decision, Run
+from ensure_flydsl.result import How
+from ensure_flydsl.runs.context import Decision, Run
 from ensure_flydsl.runs.records import RELEASE_PLAN
 from ensure_flydsl.source.root import remove_tree
 from ensure_flydsl.support import faults
@@ -41,7 +42,7 @@ class ReleaseProvider(Provider):
             self._install(run, key)
         with run.step("verify"):
             try:
-                return verify_tree(run, commit, HOW_RELEASED)
+                return verify_tree(run, commit, How.RELEASED)
             except EnsureError:
                 run.stamps.undo("build")
                 raise

@@ -27,7 +27,8 @@ from ensure_flydsl.layout import build_dir, llvm_dir, llvm_record, mlir_install,
 from ensure_flydsl.providers.base import Provider
 from ensure_flydsl.providers.cache import llvm_label, mlir_from_cache, publish_mlir, publish_tree
 from ensure_flydsl.providers.tree import prepare_build_dir, verify_tree
-from ensure_flydsl.runs.context import HOW_BUILT, Decision, Run
+from ensure_flydsl.result import How
+from ensure_flydsl.runs.context import Decision, Run
 from ensure_flydsl.runs.records import SOURCE_PLAN
 from ensure_flydsl.source import git as gitsource
 from ensure_flydsl.source.needs import build_tools, find_needs, tool_minimums
@@ -82,7 +83,7 @@ class SourceProvider(Provider):
             self.built_now = build_flydsl(run, commit, mlir_identity, env, jobs)
         try:
             with run.step("verify"):
-                return verify_tree(run, commit, HOW_BUILT)
+                return verify_tree(run, commit, How.BUILT)
         except EnsureError:
             # A finished build that does not import must not count as finished, or every later run would
             # skip the build and fail the same way (the bash executor's "exit 6 forever").
@@ -93,7 +94,7 @@ class SourceProvider(Provider):
         with run.step("build"):
             self.built_now = build_flydsl(run, commit, mlir_identity, env, jobs)
         with run.step("verify"):
-            return verify_tree(run, commit, HOW_BUILT)
+            return verify_tree(run, commit, How.BUILT)
 
     def after_publish(self, run: Run, commit: str) -> None:
         if self.cache is not None and self.built_now:

@@ -9,6 +9,7 @@ from ensure_flydsl.errors import EnsureError, ExitCode
 from ensure_flydsl.layout import build_dir, packages_dir, tree_folders
 from ensure_flydsl.probe.gate import evaluate, same_folder
 from ensure_flydsl.probe.interpreter import Probe, probe_modules, run_probe
+from ensure_flydsl.result import How
 from ensure_flydsl.runs.context import Decision, Run
 from ensure_flydsl.source.root import move_aside, remove_tree
 from ensure_flydsl.support.processes import cmd_output
@@ -50,7 +51,7 @@ def compile_tree(run: Run) -> None:
                    timeout=900)
 
 
-def verify_tree(run: Run, commit: str, how: str) -> Decision:
+def verify_tree(run: Run, commit: str, how: How) -> Decision:
     settings = run.settings
     prefix = tree_folders(settings.root)
     compile_tree(run)

@@ -9,16 +9,13 @@ from typing import Dict, Iterator, List, Mapping, Optional, Sequence
 
 from ensure_flydsl.probe.gate import Verdict
 from ensure_flydsl.probe.interpreter import Interpreter, Probe
+from ensure_flydsl.result import How
 from ensure_flydsl.runs.progress import Tracker
 from ensure_flydsl.runs.records import SOURCE_PLAN, RunStore, new_run_id
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.source.root import Stamps
 from ensure_flydsl.support.report import Reporter
 
-HOW_REUSED = "reused"
-HOW_BUILT = "built"
-HOW_RELEASED = "released"
-HOW_CACHED = "cached"
 # Steps whose duration depends on whether they had anything to do; only real work counts for ETAs.
 WORK_STEPS = ("fetch", "llvm", "build", "release", "cache")
 
@@ -27,7 +24,7 @@ WORK_STEPS = ("fetch", "llvm", "build", "release", "cache")
 class Decision:
     ok: bool
     reason: str
-    how: str = HOW_REUSED
+    how: How = How.REUSED
     tree: Optional[str] = None
     prepend: List[str] = dataclasses.field(default_factory=list)
     probe: Optional[Probe] = None
