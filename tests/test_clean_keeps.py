@@ -59,6 +59,19 @@ def test_clean_keeps_files_the_gitignore_matches(ws: Workspace, own_repo: Fixtur
         assert not os.path.lexists(os.path.join(ws.root, rel)), rel
 
 
+def test_a_root_clean_kept_for_its_users_files_is_still_the_tools(ws: Workspace, own_repo: FixtureRepo) -> None:
+    """Found by the state machine: clean kept the checkout but dropped the tool's claim on it, so every
+    later run refused the root as somebody else's folder (exit 64)."""
+    _checkout_with_ignores(ws, own_repo)
+    planted = _plant(ws.root)
+    assert ws.run("clean").returncode == 0
+    again = ws.run()
+    assert again.returncode == 0, again.stdout + again.stderr
+    for rel, text in planted.items():
+        with open(os.path.join(ws.root, rel)) as handle:
+            assert handle.read() == text, rel
+
+
 def test_clean_keeps_a_changed_tracked_file(ws: Workspace, own_repo: FixtureRepo) -> None:
     _checkout_with_ignores(ws, own_repo)
     kernel = os.path.join(ws.root, "kernels", "moe_gemm_2stage.py")

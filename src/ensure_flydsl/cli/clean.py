@@ -13,7 +13,7 @@ import uuid
 from typing import List
 
 from ensure_flydsl.errors import EnsureError, ExitCode
-from ensure_flydsl.layout import build_dir, llvm_dir, llvm_record, state_dir
+from ensure_flydsl.layout import build_dir, llvm_dir, llvm_record, owner_file, state_dir
 from ensure_flydsl.pipeline.lock import build_lock
 from ensure_flydsl.runs.markers import marker_names, withdraw_env_file
 from ensure_flydsl.runs.records import RunStore
@@ -135,11 +135,24 @@ def _clean_root(root: str, settings: Settings, reporter: Reporter) -> List[str]:
     if os.path.lexists(build_folder) and Stamps(root).started_key("build") is not None:
         remove_tree(build_folder)
         removed.append(build_folder)
-    remove_tree(state_dir(root))
-    removed.append(state_dir(root))
+    if foreign and info.get("created_root"):
+        # The checkout stays (it holds somebody's files), and so does the record that the tool made it:
+        # without it the next run would take the root for somebody else's folder and refuse it.
+        for entry in sorted(os.listdir(state_dir(root))):
+            path = os.path.join(state_dir(root), entry)
+            if path != owner_file(root):
+                if os.path.isdir(path) and not os.path.islink(path):
+                    remove_tree(path)
+                else:
+                    remove_file(path)
+                removed.append(path)
+    else:
+        remove_tree(state_dir(root))
+        removed.append(state_dir(root))
     if foreign:
         shown = ", ".join(foreign[:10]) + (f" and {len(foreign) - 10} more" if len(foreign) > 10 else "")
-        reporter.say(f"kept {root} itself and the files in it that ensure-flydsl did not create: {shown}")
+        reporter.say(f"kept {root} itself (still ensure-flydsl's checkout) and the files in it that "
+                     f"ensure-flydsl did not create: {shown}")
     else:
         reporter.say(f"kept {root} itself: ensure-flydsl adopted it (another tool made the checkout)")
     return removed

@@ -1,0 +1,197 @@
+"""Each setting's value, checked and parsed: each check takes the raw string and the name to blame (the
+flag or variable as the user spelled it) and returns the parsed value or raises BadInput (exit 64)."""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Optional, Tuple
+
+from packaging.version import InvalidVersion, Version
+
+from ensure_flydsl.errors import BadInput
+
+STRATEGIES = ("auto", "source", "release", "reuse-only")
+
+# Linux's limits: a name of at most NAME_MAX bytes, a path of fewer than PATH_MAX bytes (it counts the NUL).
+NAME_MAX = 255
+PATH_MAX = 4096
+# Beside a file it writes, the tool writes a temporary twin (".NAME.xxxxxxxx.tmp") and, for the lock, NAME.holder.
+WRITTEN_FILE_ROOM = 32
+# The root gets a checkout, a build and an LLVM install beside it: their files lie up to ~1 KB deeper.
+ROOT_ROOM = 1024
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+_PIN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._/+-]{0,254}$")
+_URL_SCHEMES = ("https://", "http://", "ssh://", "git://", "file://")
+_SCP_LIKE = re.compile(r"^[A-Za-z0-9_.+-]+@[A-Za-z0-9_.-]+:[^-]")
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
+
+
+def check_utf8(name: str, value: str, what: str = "a path") -> None:
+    """Refuse a value that is not valid UTF-8 (Python hands undecodable bytes over as lone surrogates):
+    it would end up in the env file and its JSON twin, which must be valid text for sh and JSON."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise BadInput(name, value, f"{what} that is valid UTF-8 (it goes into the env file, its JSON twin and "
+                       "the markers, which must be valid text for sh and JSON)") from None
+
+
+def check_length(name: str, path: str, *, room: int = 0, leaf_room: int = 0) -> None:
+    """Refuse a path the kernel would refuse (ENAMETOOLONG) once the tool writes files ``room`` bytes below
+    it, or a file whose name is up to ``leaf_room`` bytes longer beside it."""
+    parts = os.fsencode(path).split(b"/")
+    for index, part in enumerate(parts):
+        last = index == len(parts) - 1
+        limit = NAME_MAX - (leaf_room if last else 0)
+        if len(part) > limit:
+            why = "; the tool writes files with longer names beside it" if last and leaf_room else ""
+            raise BadInput(name, path, f"a path whose every name between slashes is at most {limit} bytes (one "
+                           f"here has {len(part)}; Linux allows {NAME_MAX}{why})")
+    limit = PATH_MAX - 1 - max(room, leaf_room)
+    size = len(os.fsencode(path))
+    if size > limit:
+        why = f"; the tool's files lie up to {room} bytes deeper" if room else ""
+        raise BadInput(name, path, f"a path of at most {limit} bytes (this one has {size}; Linux allows "
+                       f"{PATH_MAX - 1}{why})")
+
+
+def _path(name: str, value: str, *, pythonpath_entry: bool = False, room: int = 0, leaf_room: int = 0) -> str:
+    check_utf8(name, value)
+    if _CONTROL.search(value):
+        raise BadInput(name, value, "a path without newlines or control characters")
+    if pythonpath_entry and ":" in value:
+        # The root's folders go on PYTHONPATH, whose separator is ':'; such a root could never be imported.
+        raise BadInput(name, value, "a path without ':' (its folders go on PYTHONPATH)")
+    path = os.path.abspath(value)
+    check_utf8(name, path)  # a relative path under an undecodable working folder
+    check_length(name, path, room=room, leaf_room=leaf_room)
+    return path
+
+
+def parse_root(name: str, value: str) -> str:
+    root = _path(name, value, pythonpath_entry=True, room=ROOT_ROOM)
+    if root == "/":
+        raise BadInput(name, value, "a dedicated folder, not / (the tool builds into it and writes next to it)")
+    return root
+
+
+def parse_min_version(name: str, value: str) -> str:
+    try:
+        Version(value)
+    except InvalidVersion:
+        raise BadInput(name, value, "a PEP 440 version such as 0.2.2") from None
+    return value
+
+
+def parse_pin(name: str, value: str) -> str:
+    if (
+        not _PIN.match(value)
+        or ".." in value
+        or "//" in value
+        or "@{" in value
+        or value.endswith((".lock", "/", "."))
+    ):
+        allowed = "a commit hash or a tag/branch name (letters, digits, . _ / + -, not starting with -)"
+        raise BadInput(name, value, allowed)
+    return value
+
+
+def parse_repo(name: str, value: str) -> str:
+    if value.startswith("-") or _CONTROL.search(value):
+        raise BadInput(name, value, "a repository URL (https, ssh, git, file) or a local path; never an option")
+    check_utf8(name, value, "a URL or a path")
+    if value.startswith(_URL_SCHEMES) or _SCP_LIKE.match(value):
+        return value
+    if "::" in value or re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", value):
+        # git's "ext::" and other remote helpers run commands; only the plain transports are allowed.
+        raise BadInput(name, value, "a URL with scheme https, http, ssh, git or file, or a local path")
+    return _path(name, value)
+
+
+def parse_python(name: str, value: str) -> str:
+    check_utf8(name, value)
+    if _CONTROL.search(value):
+        raise BadInput(name, value, "an interpreter name on PATH or a path to one")
+    # A relative path is relative to the caller's folder (the probe and the build run elsewhere); a bare
+    # name is looked up on PATH.
+    if "/" not in value:
+        check_length(name, value)
+        return value
+    return _path(name, value)
+
+
+def parse_bool(name: str, value: str) -> bool:
+    lowered = value.strip().lower()
+    if lowered in _TRUE:
+        return True
+    if lowered in _FALSE:
+        return False
+    raise BadInput(name, value, "one of 1/0, true/false, yes/no, on/off")
+
+
+def parse_require(name: str, value: str) -> Tuple[str, ...]:
+    modules = tuple(m.strip() for m in value.split(",") if m.strip())
+    bad = [m for m in modules if not _MODULE.match(m)]
+    if not modules or bad:
+        raise BadInput(name, value, "comma-separated module names such as flydsl,kernels.moe_gemm_2stage")
+    return modules
+
+
+def parse_strategy(name: str, value: str) -> str:
+    if value not in STRATEGIES:
+        raise BadInput(name, value, "one of " + ", ".join(STRATEGIES))
+    return value
+
+
+def parse_jobs(name: str, value: str) -> int:
+    try:
+        jobs = int(value)
+    except ValueError:
+        jobs = 0
+    if jobs < 1 or jobs > 4096:
+        raise BadInput(name, value, "a whole number of parallel jobs from 1 to 4096")
+    return jobs
+
+
+def parse_lock_timeout(name: str, value: str) -> Optional[float]:
+    if value.strip().lower() in ("none", "inf", "infinite"):
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not (0 <= seconds < 10**9):
+        raise BadInput(name, value, "seconds to wait (a number >= 0), or 'none' to wait as long as it takes")
+    return seconds
+
+
+def parse_probe_timeout(name: str, value: str) -> float:
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = 0.0
+    if not (0 < seconds < 10**9):  # also refuses nan and inf: a probe that may hang forever blocks the run
+        raise BadInput(name, value, "seconds an import probe may take (a number > 0), such as 300")
+    return seconds
+
+
+def parse_cache(name: str, value: str) -> str:
+    check_utf8(name, value, "a folder path or URL")
+    if _CONTROL.search(value) or value.startswith("-"):
+        raise BadInput(name, value, "a folder path or an fsspec URL such as s3://bucket/prefix")
+    if re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", value):
+        return value
+    return _path(name, value, room=NAME_MAX)  # entries are written in it
+
+
+def parse_plain_path(name: str, value: str) -> str:
+    return _path(name, value)
+
+
+def parse_written_file(name: str, value: str) -> str:
+    """The lock file and the failure marker: the tool writes them, and temporary files beside them."""
+    return _path(name, value, leaf_room=WRITTEN_FILE_ROOM)
