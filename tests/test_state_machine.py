@@ -40,7 +40,7 @@ import pytest
 from flydsl_fixture import FixtureRepo
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule, run_state_machine_as_test
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 from state_model import (
     REAL_FAIL,
     SUCCESS,
@@ -277,7 +277,8 @@ class ToolMachine(RuleBasedStateMachine):
         if req != self.current[root]:
             self.previous[root], self.current[root] = self.current[root], req
 
-    @precondition(lambda self: bool(self.model.live()))
+    # No preconditions on timing-dependent state (which processes live, whether a root exists yet): the same
+    # choices must draw the same data when hypothesis replays a case; a rule with nothing to act on is a no-op.
     @rule(pick=st.integers(0, 50), sig=st.sampled_from([signal.SIGKILL, signal.SIGTERM]))
     def kill(self, pick: int, sig: int) -> None:
         live = self.model.live()
@@ -291,7 +292,6 @@ class ToolMachine(RuleBasedStateMachine):
         proc.signal(sig)
         self.wait_all([proc])
 
-    @precondition(lambda self: any(os.path.isdir(os.path.join(r, ".git")) for r in self.roots.values()))
     @rule(root=st.sampled_from(["A", "B"]), kind=st.sampled_from(PLANTS))
     def plant(self, root: str, kind: str) -> None:
         path = self.roots[root]
