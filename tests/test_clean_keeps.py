@@ -51,12 +51,14 @@ def test_clean_keeps_files_the_gitignore_matches(ws: Workspace, own_repo: Fixtur
     for rel, text in planted.items():
         with open(os.path.join(ws.root, rel)) as handle:
             assert handle.read() == text, rel
-    assert "kept " + ws.root + " itself and the files in it that ensure-flydsl did not create" in out.stdout
+    assert "kept " + ws.root + " itself (still ensure-flydsl's checkout) and the files in it that ensure-flydsl " \
+        "did not create" in out.stdout
     for rel in ("tuned.diff", "my_ir_dumps_1/", "tmp/", "run.log", "notes.md"):
         assert rel in out.stdout, rel
-    # the tool's own parts are gone
-    for rel in ("build-fly", ".ensure_flydsl", "flydsl_env.sh", "flydsl_env.json"):
+    # the tool's own parts are gone, but for the record that the checkout is the tool's
+    for rel in ("build-fly", "flydsl_env.sh", "flydsl_env.json"):
         assert not os.path.lexists(os.path.join(ws.root, rel)), rel
+    assert os.listdir(os.path.join(ws.root, ".ensure_flydsl")) == ["owner.json"]
 
 
 def test_a_root_clean_kept_for_its_users_files_is_still_the_tools(ws: Workspace, own_repo: FixtureRepo) -> None:
