@@ -29,6 +29,11 @@ def withdraw_stale_markers(run: Run) -> None:
         run.say("took away an env file written for a different request")
 
 
+def env_file_answers(settings: Settings) -> bool:
+    twin = markers.read_env_json(settings.env_json)
+    return twin is not None and twin.get("request") == settings.request() and os.path.isfile(settings.env_file)
+
+
 def withdraw_own_failure_marker(settings: Settings) -> bool:
     """Take away the failure marker if it was written for this root: a sibling root in the same folder
     shares the default marker path, and its poller must still see its own failure."""
@@ -126,6 +131,11 @@ def record_failure(run: Run, exc: BaseException) -> None:
         # A caller that gave up on the lock (or was stopped while waiting): the run it waited for does
         # the work, and will write the request's outcome.  A poller must not see a failure now.
         run.say(f"not writing {settings.fail_marker}: another run for this request is going and will answer")
+        return
+    if not held_lock and env_file_answers(settings):
+        # The run it waited for finished this request while it waited (then another root's or request's
+        # run took the shared lock): the env file answers the request, and no marker may say otherwise.
+        run.say(f"not writing {settings.fail_marker}: {settings.env_file} answers this request")
         return
     try:
         markers.write_failure_marker(
