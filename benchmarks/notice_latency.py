@@ -22,9 +22,9 @@ import time
 from typing import Dict, List, Optional
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "tests"))
+sys.path.insert(0, os.path.join(HERE, ".."))  # the project, for tests.helpers
 
-from flydsl_fixture import make_repo  # noqa: E402
+from tests.helpers.flydsl_fixture import make_repo  # noqa: E402
 
 SEED_POLL = r"""
 ENV="$1"; FAIL="$2"

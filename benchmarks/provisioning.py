@@ -45,9 +45,9 @@ from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PROJECT = os.path.dirname(HERE)
-sys.path.insert(0, os.path.join(PROJECT, "tests"))
+sys.path.insert(0, PROJECT)  # for tests.helpers
 
-from flydsl_fixture import LLVM_HASH_A, counts, make_repo  # type: ignore[import-not-found]  # noqa: E402
+from tests.helpers.flydsl_fixture import LLVM_HASH_A, counts, make_repo  # noqa: E402
 
 REAL_REPO_VAR = "ENSURE_FLYDSL_REAL_REPO"
 REAL_PIN = "v0.2.2"

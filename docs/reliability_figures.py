@@ -6,7 +6,7 @@
 
 It runs ``pytest`` on the suites below with RELIABILITY_FIGURES set: each test records what it did (callers,
 builds and wall times; each fault injected and where; each bad input and what came of it; fuzz examples) via
-tests/reliability.py, and pytest's JUnit XML says which tests passed.  A fault, a bad input or an example
+tests/helpers/reliability.py, and pytest's JUnit XML says which tests passed.  A fault, a bad input or an example
 counts only if its test passed; any failed or skipped test is printed and makes the exit status 1.
 """
 
@@ -25,12 +25,12 @@ from typing import Dict, List, Sequence, Tuple
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOP = os.path.dirname(HERE)
-SUITES = ["tests/test_concurrency.py", "tests/test_kill_stages.py", "tests/test_faults.py", "tests/test_disk.py",
-          "tests/test_bad_input.py", "tests/test_security.py"]
+SUITES = ["tests/scenarios/" + name for name in ("test_concurrency.py", "test_kill_stages.py", "test_faults.py",
+                                                  "test_disk.py", "test_bad_input.py", "test_security.py")]
 COMMAND = "python docs/reliability_figures.py"
 BEGIN, END = "<!-- figures:begin (docs/reliability_figures.py --update) -->", "<!-- figures:end -->"
 
-sys.path.insert(0, os.path.join(TOP, "tests"))
+sys.path.insert(0, TOP)  # for tests.helpers
 sys.path.insert(0, os.path.join(TOP, "src"))
 
 Event = Dict[str, object]
@@ -71,7 +71,7 @@ def table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> List[str]:
 
 
 def faults_from_test_faults(cases: Sequence[Tuple[str, str, str, float]]) -> List[Event]:
-    """tests/test_faults.py records nothing itself: each of its passed parametrized kills is one fault."""
+    """tests/scenarios/test_faults.py records nothing itself: each of its passed parametrized kills is one fault."""
     from test_kill_stages import STAGE_OF_POINT
 
     found: List[Event] = []

@@ -15,7 +15,7 @@ from typing import List
 from ensure_flydsl.errors import EnsureError, ExitCode
 from ensure_flydsl.layout import build_dir, llvm_dir, llvm_record, owner_file, state_dir
 from ensure_flydsl.pipeline.lock import build_lock
-from ensure_flydsl.runs.markers import marker_names, withdraw_env_file
+from ensure_flydsl.runs.markers import withdraw_env_file, withdraw_failure_marker
 from ensure_flydsl.runs.records import RunStore
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.source.git import git
@@ -74,8 +74,7 @@ def _clean_shared_files(settings: Settings, reporter: Reporter) -> List[str]:
     (sibling roots in one folder share both paths by default)."""
     removed: List[str] = []
     marker = settings.fail_marker
-    if os.path.isfile(marker) and marker_names(read_json(marker), settings.root):
-        remove_file(marker)
+    if withdraw_failure_marker(marker, settings.root):
         removed.append(marker)
     elif os.path.lexists(marker):
         reporter.say(f"kept {marker}: it was written for another root")

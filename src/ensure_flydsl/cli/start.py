@@ -13,18 +13,16 @@ import os
 import subprocess
 import sys
 import time
-from typing import Callable, Mapping
+from typing import Mapping
 
 import filelock
 
 from ensure_flydsl.cli.worker import settings_to_json
 from ensure_flydsl.pipeline.decide import preflight
-from ensure_flydsl.pipeline.publish import withdraw_own_failure_marker
-from ensure_flydsl.runs import markers
+from ensure_flydsl.pipeline.publish import withdraw_stale_markers
 from ensure_flydsl.runs.answer import live_runs
 from ensure_flydsl.runs.records import RUNNING, RunRecord, RunStore, new_record, new_run_id
 from ensure_flydsl.settings import Settings
-from ensure_flydsl.source.root import Stamps, is_ours
 from ensure_flydsl.support.report import Reporter
 
 JOIN_PID_WAIT_S = 2.0
@@ -37,19 +35,6 @@ def _with_pid(store: RunStore, record: RunRecord) -> RunRecord:
         time.sleep(0.02)
         record = store.read(record.run_id) or record
     return record
-
-
-def withdraw_markers_for(settings: Settings, say: Callable[[str], None]) -> None:
-    """Before ``start`` returns: no failure marker of an earlier run, and no env file that does not answer
-    this request (another request, or a tree of ours no longer stamped as finished for it)."""
-    withdraw_own_failure_marker(settings)
-    twin = markers.read_env_json(settings.env_json)
-    stale = twin is None or twin.get("request") != settings.request()
-    if not stale and twin and is_ours(settings.root) and twin.get("how") != "reused":
-        stale = Stamps(settings.root).read("tree") is None
-    if os.path.exists(settings.env_file) and stale:
-        markers.withdraw_env_file(settings.env_file, settings.env_json)
-        say(f"took away {settings.env_file}: it does not answer this request")
 
 
 def start(settings: Settings, environ: Mapping[str, str], reporter: Reporter) -> int:
@@ -68,7 +53,7 @@ def _join_or_launch(settings: Settings, environ: Mapping[str, str], reporter: Re
         print(json.dumps({"run_id": running.run_id, "pid": running.pid, "log": running.log,
                           "state": RUNNING, "joined": True}))
         return 0
-    withdraw_markers_for(settings, reporter.say)
+    withdraw_stale_markers(settings, reporter.say)
     run_id = new_run_id()
     alive_fd = store.hold_alive(run_id)
     os.makedirs(settings.base_dir, exist_ok=True)

@@ -3,44 +3,39 @@
 from __future__ import annotations
 
 import os
-from typing import List, Optional
+from typing import Callable, List, Optional
 
 from ensure_flydsl.errors import EnsureError, ExitCode, Interrupted, exit_code_of, interrupted_by
 from ensure_flydsl.pipeline.fingerprint import compute, watch_folders
 from ensure_flydsl.pipeline.warm import tree_stamp_path
 from ensure_flydsl.probe.gate import package_folder
-from ensure_flydsl.result import Action, Result
+from ensure_flydsl.result import Action, How, Result
 from ensure_flydsl.runs import markers
 from ensure_flydsl.runs.context import Decision, Run
 from ensure_flydsl.runs.markers import tail_of
 from ensure_flydsl.runs.records import RunStore
 from ensure_flydsl.settings import Settings
-from ensure_flydsl.source.root import claim_root
+from ensure_flydsl.source.root import Stamps, claim_root, is_ours
 from ensure_flydsl.support.files import read_json, remove_file
 
 
-def withdraw_stale_markers(run: Run) -> None:
-    """Before this run does anything: no marker of an earlier run may answer for this one."""
-    settings = run.settings
-    withdraw_own_failure_marker(settings)
+def withdraw_stale_markers(settings: Settings, say: Callable[[str], None]) -> None:
+    """Before a run (or ``start``) does anything: no failure marker of an earlier run for this root, and no
+    env file that does not answer this request (another request, or a tree of ours no longer stamped as
+    finished for it)."""
+    markers.withdraw_failure_marker(settings.fail_marker, settings.root)
     twin = markers.read_env_json(settings.env_json)
-    if os.path.exists(settings.env_file) and (twin is None or twin.get("request") != settings.request()):
+    stale = twin is None or twin.get("request") != settings.request()
+    if not stale and is_ours(settings.root) and twin is not None and twin.get("how") != How.REUSED:
+        stale = Stamps(settings.root).read("tree") is None
+    if os.path.exists(settings.env_file) and stale:
         markers.withdraw_env_file(settings.env_file, settings.env_json)
-        run.say("took away an env file written for a different request")
+        say(f"took away {settings.env_file}: it does not answer this request")
 
 
 def env_file_answers(settings: Settings) -> bool:
     twin = markers.read_env_json(settings.env_json)
     return twin is not None and twin.get("request") == settings.request() and os.path.isfile(settings.env_file)
-
-
-def withdraw_own_failure_marker(settings: Settings) -> bool:
-    """Take away the failure marker if it was written for this root: a sibling root in the same folder
-    shares the default marker path, and its poller must still see its own failure."""
-    path = settings.fail_marker
-    if not os.path.isfile(path) or not markers.marker_names(read_json(path), settings.root):
-        return False
-    return remove_file(path)
 
 
 def publish(run: Run, decision: Decision, action: Action) -> Result:

@@ -47,7 +47,7 @@ def _ensure(run: Run) -> Result:
     settings = run.settings
     with run.step("probe"):
         run.interpreter = preflight(settings, run.environ)
-        withdraw_stale_markers(run)
+        withdraw_stale_markers(settings, run.say)
         sharing = roots_sharing_marker(settings)
         if sharing:
             run.say("note: " + sharing_advice(settings, sharing))

@@ -14,9 +14,9 @@ from typing import List, Mapping, Optional
 from ensure_flydsl.layout import stamps_dir
 from ensure_flydsl.pipeline.fingerprint import compute, same
 from ensure_flydsl.result import Action, How, Result
-from ensure_flydsl.runs.markers import env_mapping, render_env_sh
+from ensure_flydsl.runs.markers import env_mapping, render_env_sh, withdraw_failure_marker
 from ensure_flydsl.settings import Settings
-from ensure_flydsl.support.files import read_json, remove_file
+from ensure_flydsl.support.files import read_json
 
 
 def tree_stamp_path(root: str) -> str:
@@ -43,8 +43,8 @@ def try_warm(settings: Settings, environ: Mapping[str, str]) -> Optional[Result]
                   site_dirs=site_dirs, tree_stamp=tree_stamp_path(settings.root), tree_folders=prepend)
     if not same(twin["fingerprint"], now):
         return None
-    if os.path.isfile(settings.fail_marker):
-        remove_file(settings.fail_marker)  # an earlier run's failure never answers for this one
+    # An earlier run's failure never answers for this one (a sibling root's is not ours to take away).
+    withdraw_failure_marker(settings.fail_marker, settings.root)
     files = twin.get("files")
     return Result(
         how=How(str(twin.get("how"))), action=Action.WARM, root=settings.root, tree=str(twin.get("tree")),

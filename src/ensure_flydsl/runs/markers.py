@@ -125,6 +125,14 @@ def marker_names(marker: Optional[Mapping[str, object]], root: str) -> bool:
     return not isinstance(request, dict) or request.get("root") == root
 
 
+def withdraw_failure_marker(path: str, root: str) -> bool:
+    """Take away the failure marker if it was written for ``root``: sibling roots in one folder share the
+    default marker path, and a sibling's poller must still see its own failure."""
+    if not os.path.isfile(path) or not marker_names(read_json(path), root):
+        return False
+    return remove_file(path)
+
+
 def write_failure_marker(
     path: str,
     *,

@@ -1,0 +1,1 @@
+"""The test suite: unit/ (pure functions), scenarios/ (the CLI end to end), helpers/."""

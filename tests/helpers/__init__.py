@@ -1,0 +1,1 @@
+"""What the tests share: the workspace, fixture repositories and trees, processes."""

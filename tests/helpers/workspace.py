@@ -1,0 +1,119 @@
+"""The workspace of a scenario: a base folder with the root in it, the settings pointing at a fixture
+repository, and ways to run the tool there."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import shutil
+import subprocess
+import sys
+from typing import Dict, List, Optional
+
+from tests.helpers.flydsl_fixture import FixtureRepo, counts
+
+
+def other_python(not_tag: str) -> Optional[str]:
+    """An interpreter of another minor version than ``not_tag`` (cpython-311 ...), if this machine has one:
+    ``python3.X`` on PATH, or one of pyenv's versions (its root from ``pyenv root``).  Callers skip without."""
+    candidates = [shutil.which(f"python3.{minor}") for minor in range(9, 15)]
+    pyenv = shutil.which("pyenv")
+    if pyenv:
+        root = subprocess.run([pyenv, "root"], stdout=subprocess.PIPE, text=True, check=False).stdout.strip()
+        candidates += sorted(glob.glob(os.path.join(root, "versions", "3.*", "bin", "python3")))
+    for candidate in candidates:
+        if not candidate or ".pyenv/shims" in candidate:
+            continue
+        out = subprocess.run([candidate, "-c", "import sys; print(sys.implementation.cache_tag)"],
+                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, check=False)
+        if out.returncode == 0 and out.stdout.decode().strip() not in ("", not_tag):
+            return candidate
+    return None
+
+
+class Workspace:
+    """A base folder with the root in it, the settings pointing at the fixture repo, and helpers."""
+
+    def __init__(self, base: str, repo: FixtureRepo) -> None:
+        self.base = base
+        self.root = os.path.join(base, "FlyDSL")
+        self.repo = repo
+        self.counter = os.path.join(os.path.dirname(base), "counters")
+        os.makedirs(self.base, exist_ok=True)
+        os.makedirs(self.counter, exist_ok=True)
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith(("FLYDSL_", "FIXTURE_")) and k not in ("PYTHONPATH", "MLIR_PATH", "ROCM_PATH")}
+        env.update({
+            "FLYDSL_ROOT": self.root,
+            "FLYDSL_REPO": repo.url,
+            "FLYDSL_PIN": repo.commits["dev"],
+            "FLYDSL_PYTHON": sys.executable,
+            # The fixture's tags v0.2.2 and v0.2.3 would send `auto` to PyPI for the real wheels; tests of
+            # the release path ask for it themselves.
+            "FLYDSL_STRATEGY": "source",
+            "ROCM_PATH": os.path.join(os.path.dirname(base), "no-rocm"),
+            "FIXTURE_COUNTER_DIR": self.counter,
+        })
+        self.env: Dict[str, str] = env
+
+    @property
+    def env_file(self) -> str:
+        return os.path.join(self.root, "flydsl_env.sh")
+
+    @property
+    def env_json(self) -> str:
+        return os.path.join(self.root, "flydsl_env.json")
+
+    @property
+    def fail_marker(self) -> str:
+        return os.path.join(self.base, ".flydsl_build.failed")
+
+    @property
+    def lock_file(self) -> str:
+        return os.path.join(self.base, ".flydsl_build.lock")
+
+    @property
+    def log(self) -> str:
+        return os.path.join(self.base, "ensure_flydsl.log")
+
+    def cmd(self, *args: str) -> List[str]:
+        return [sys.executable, "-m", "ensure_flydsl", *args]
+
+    def run(self, *args: str, timeout: float = 120, **env: str) -> subprocess.CompletedProcess:
+        full = dict(self.env)
+        full.update(env)
+        return subprocess.run(self.cmd(*args), env=full, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              timeout=timeout, text=True, check=False)
+
+    def popen(self, *args: str, **env: str) -> subprocess.Popen:
+        full = dict(self.env)
+        full.update(env)
+        return subprocess.Popen(self.cmd(*args), env=full, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, start_new_session=True)
+
+    def marker(self) -> Dict[str, object]:
+        with open(self.fail_marker) as handle:
+            data = json.load(handle)
+        assert isinstance(data, dict)
+        return data
+
+    def env_twin(self) -> Dict[str, object]:
+        with open(self.env_json) as handle:
+            data = json.load(handle)
+        assert isinstance(data, dict)
+        return data
+
+    def source_and_import(self, python: str = sys.executable, extra: str = "") -> subprocess.CompletedProcess:
+        """The seed document's last step: source the env file, import from ONE tree, print the files."""
+        script = (
+            f'. "$1" && {python} -c "import flydsl, kernels.moe_gemm_2stage as k; '
+            f'print(flydsl.__file__); print(k.__file__); print(flydsl.__version__)"'
+        )
+        env = {k: v for k, v in self.env.items() if k != "PYTHONPATH"}
+        return subprocess.run(["bash", "-c", extra + script, "bash", self.env_file], env=env, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd="/", check=False)
+
+    def count(self, name: str) -> int:
+
+        return len(counts(self.counter, name))

@@ -1,0 +1,1 @@
+"""The tool end to end: real git repositories, processes, locks, kills."""

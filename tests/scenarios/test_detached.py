@@ -1,0 +1,330 @@
+"""Detached runs with real processes: start, wait, status, heartbeats, dead workers, progress."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import signal
+import subprocess
+import sys
+import threading
+import time
+from typing import Dict, List
+
+from ensure_flydsl.runs.progress import estimate_eta, parse_percent
+from ensure_flydsl.runs.records import DEFAULT_STEP_SECONDS, RunStore
+from tests.helpers.scenario import assert_one_tree, wait_for
+from tests.helpers.workspace import Workspace
+
+# A hang guard, not a performance target (benchmarks/ measures how fast these really are).
+HANG_GUARD_S = 20.0
+
+
+def start(ws: Workspace, *args: str, **env: str) -> Dict[str, object]:
+    out = ws.run("start", *args, **env)
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout.strip().splitlines()[-1])
+    assert set(data) == {"run_id", "pid", "log", "state", "joined"}
+    return data
+
+
+def status(ws: Workspace) -> Dict[str, object]:
+    out = ws.run("status", "--json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert isinstance(data, dict)
+    return data
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie is dead for our purposes
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_start_returns_while_the_build_runs_then_wait_succeeds(ws: Workspace) -> None:
+    data = start(ws, FIXTURE_BUILD_SLEEP="1")
+    assert data["state"] == "running" and data["joined"] is False and data["log"] == ws.log
+    assert pid_alive(int(data["pid"]))  # start came back; the worker goes on
+    assert status(ws)["state"] == "running"
+    out = ws.run("wait", timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "succeeded: flydsl 0.2.2 (built)" in out.stdout
+    assert_one_tree(ws)
+
+
+def test_second_start_joins_the_running_one(ws: Workspace) -> None:
+    first = start(ws, FIXTURE_BUILD_SLEEP="1")
+    second = start(ws, FIXTURE_BUILD_SLEEP="1")
+    assert second["joined"] is True and second["run_id"] == first["run_id"] and second["pid"] == first["pid"]
+    assert ws.run("wait", timeout=60).returncode == 0
+    assert ws.count("build") == 1
+
+
+def test_wait_times_out_with_75_then_returns_0(ws: Workspace) -> None:
+    start(ws, FIXTURE_BUILD_SLEEP="1.5")
+    out = ws.run("wait", "--timeout", "0.5", timeout=30)
+    assert out.returncode == 75, out.stdout + out.stderr
+    assert "still running after" in out.stdout and "exit 75" in out.stdout
+    out = ws.run("wait", "--timeout", "60", timeout=90)
+    assert out.returncode == 0, out.stdout
+
+
+def test_wait_returns_soon_after_the_worker_finishes(ws: Workspace) -> None:
+    data = start(ws, FIXTURE_BUILD_SLEEP="0.5")
+    waiter = ws.popen("wait")
+    store = RunStore(ws.root)
+    while store.is_alive(str(data["run_id"])):
+        time.sleep(0.005)
+    ended = time.monotonic()
+    waiter.communicate(timeout=HANG_GUARD_S)
+    assert waiter.returncode == 0
+    assert time.monotonic() - ended < HANG_GUARD_S
+
+
+def test_wait_reports_a_failure_with_its_exit_code(ws: Workspace) -> None:
+    start(ws, FIXTURE_BUILD_FAIL="1")
+    out = ws.run("wait", timeout=60)
+    assert out.returncode == 5, out.stdout
+    assert "failed (exit 5) in step build" in out.stdout and "fixture build failure" in out.stdout
+    assert ws.marker()["exit_code"] == 5
+    assert status(ws)["state"] == "failed"
+
+
+def test_kill_9_of_the_workers_group_is_noticed_and_resumable(ws: Workspace) -> None:
+    data = start(ws, FIXTURE_BUILD_SLEEP="30")
+    wait_for(os.path.join(ws.counter, "build.started"))
+    waiter = ws.popen("wait", "--heartbeat", "60")
+    time.sleep(0.3)
+    record = RunStore(ws.root).current()
+    assert record is not None
+    build_pgid = record.build_pgid
+    assert isinstance(build_pgid, int)
+    os.killpg(int(data["pid"]), signal.SIGKILL)
+    killed = time.monotonic()
+    out, err = waiter.communicate(timeout=HANG_GUARD_S)
+    assert waiter.returncode == 9, out + err
+    assert time.monotonic() - killed < HANG_GUARD_S
+    assert "died without finishing, during step build" in out
+    marker = ws.marker()
+    assert marker["exit_code"] == 9 and marker["stage"] == "build" and "died without finishing" in str(marker["reason"])
+    assert not os.path.exists(ws.env_file)
+    # The build (in its own process group) did not outlive the worker: the orphan is stopped.
+    deadline = time.monotonic() + HANG_GUARD_S
+    while True:
+        try:
+            os.killpg(build_pgid, 0)
+        except ProcessLookupError:
+            break
+        assert time.monotonic() < deadline, "the orphaned build kept running"
+        time.sleep(0.05)
+    assert status(ws)["state"] == "failed" and status(ws)["exit_code"] == 9
+    again = start(ws)
+    assert again["joined"] is False
+    assert ws.run("wait", timeout=60).returncode == 0
+    assert_one_tree(ws)
+
+
+def test_death_is_noticed_by_file_pollers_without_wait(ws: Workspace) -> None:
+    data = start(ws, FIXTURE_BUILD_SLEEP="30")
+    wait_for(os.path.join(ws.counter, "build.started"))
+    os.killpg(int(data["pid"]), signal.SIGKILL)
+    # Nobody runs `wait` or `status`: the run's watchdog writes the marker the seed's poll loop looks for.
+    wait_for(ws.fail_marker, timeout=HANG_GUARD_S)
+    assert ws.marker()["exit_code"] == 9
+
+
+def test_a_rebuild_request_never_shows_the_old_env_file(ws: Workspace) -> None:
+    assert ws.run().returncode == 0
+    assert ws.env_twin()["commit"] == ws.repo.commits["dev"]
+    seen: List[str] = []
+    stop = threading.Event()
+
+    def poll() -> None:
+        while not stop.is_set():
+            try:
+                with open(ws.env_json) as handle:
+                    seen.append(json.load(handle)["commit"])
+            except (OSError, ValueError):
+                pass
+            time.sleep(0.002)
+
+    start(ws, FLYDSL_PIN="v0.2.3", FIXTURE_BUILD_SLEEP="0.3")
+    poller = threading.Thread(target=poll)
+    poller.start()  # a poller that starts after `start` returned
+    try:
+        assert ws.run("wait", "--timeout", "60", FLYDSL_PIN="v0.2.3", timeout=90).returncode == 0
+    finally:
+        stop.set()
+        poller.join()
+    assert seen and set(seen) == {ws.repo.commits["v0.2.3"]}
+
+
+def test_heartbeat_cadence(ws: Workspace) -> None:
+    start(ws, FIXTURE_BUILD_SLEEP="1", FIXTURE_LLVM_SLEEP="0.5")
+    proc = ws.popen("wait", "--heartbeat", "0.5")
+    stamps: List[float] = []
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if "running: step" in line:
+            stamps.append(time.monotonic())
+    proc.wait(timeout=HANG_GUARD_S)
+    assert proc.returncode == 0
+    assert len(stamps) >= 5
+    gaps = [b - a for a, b in zip(stamps, stamps[1:])]
+    assert max(gaps) < 1.5  # at least every 0.5 s, with room for a busy machine
+
+
+def test_status_json_in_each_state(ws: Workspace) -> None:
+    absent = status(ws)
+    assert absent["state"] == "absent" and absent["root"] == ws.root and absent["log"] == ws.log
+    fields = {"state", "step", "percent", "elapsed_s", "eta_s", "pid", "run_id", "version", "root", "python", "how",
+              "log", "env_file", "stage", "exit_code", "reason"}
+    assert set(absent) == fields
+    data = start(ws, FIXTURE_BUILD_SLEEP="1")
+    wait_for(os.path.join(ws.counter, "build.started"))
+    time.sleep(1.2)
+    running = status(ws)
+    assert set(running) == fields
+    assert running["state"] == "running" and running["step"] == "build" and running["pid"] == data["pid"]
+    assert running["run_id"] == data["run_id"] and isinstance(running["elapsed_s"], float)
+    assert isinstance(running["percent"], float) and 0 < running["percent"] <= 100
+    assert isinstance(running["eta_s"], float)
+    assert ws.run("wait", timeout=60).returncode == 0
+    done = status(ws)
+    assert done["state"] == "succeeded" and done["version"] == "0.2.2" and done["how"] == "built"
+    assert done["python"] == sys.executable and done["env_file"] == ws.env_file
+    start(ws, FLYDSL_PIN="v0.2.3", FIXTURE_BUILD_FAIL="1")
+    assert ws.run("wait", FLYDSL_PIN="v0.2.3", timeout=60).returncode == 5
+    failed = json.loads(ws.run("status", "--json", FLYDSL_PIN="v0.2.3").stdout)
+    assert failed["state"] == "failed" and failed["exit_code"] == 5 and failed["stage"] == "build"
+    assert "build.sh exited with 1" in str(failed["reason"])
+
+
+def test_status_text(ws: Workspace) -> None:
+    assert "state:   absent" in ws.run("status").stdout
+    assert ws.run().returncode == 0
+    text = ws.run("status").stdout
+    assert "state:   succeeded" in text and "flydsl:  0.2.2 (built)" in text
+
+
+def test_start_refuses_bad_input_at_once(ws: Workspace) -> None:
+    out = ws.run("start", FLYDSL_JOBS="0")
+    assert out.returncode == 64 and out.stderr.startswith("ensure-flydsl: FLYDSL_JOBS='0' is not allowed")
+    assert ws.marker()["exit_code"] == 64
+    assert ws.run("status", "--json", FLYDSL_JOBS="0").returncode == 64  # status validates settings too
+
+
+def test_wait_with_nothing_started(ws: Workspace) -> None:
+    out = ws.run("wait")
+    assert out.returncode == 1 and "nothing to wait for" in out.stdout
+    assert ws.run().returncode == 0
+    assert ws.run("wait").returncode == 0  # a finished earlier run answers at once
+
+
+def test_wait_follows_a_blocking_run(ws: Workspace) -> None:
+    blocking = ws.popen(FIXTURE_BUILD_SLEEP="1")
+    wait_for(os.path.join(ws.counter, "build.started"))
+    out = ws.run("wait", timeout=60)
+    blocking.communicate(timeout=60)
+    assert out.returncode == 0 and blocking.returncode == 0
+
+
+def test_warm_start_publishes_quickly(ws: Workspace) -> None:
+    assert ws.run().returncode == 0
+    start(ws)
+    assert os.path.exists(ws.env_file)  # a good tree for the same request: the env file stays
+    assert ws.run("wait", timeout=60).returncode == 0
+    assert ws.count("build") == 1
+
+
+def test_percent_parsing() -> None:
+    assert parse_percent("[12/48] Building CXX object lib/x.cpp.o") == 25.0
+    assert parse_percent("  [ 1/ 4] Linking CXX executable bin/mlir-opt") == 25.0
+    assert parse_percent("[ 45%] Building CXX object foo.o") == 45.0
+    assert parse_percent("[100%] Built target flydsl") == 100.0
+    assert parse_percent("[0/0] nothing") is None
+    assert parse_percent("-- Configuring done [3/4]") is None
+    assert parse_percent("warning: [-Wunused] x") is None
+
+
+def test_eta_model() -> None:
+    typical = dict(DEFAULT_STEP_SECONDS)
+    # Half-way through the build after 100 s: 100 s left, plus verify and publish.
+    assert estimate_eta("build", 100.0, 50.0, typical, []) == 100.0 + typical["verify"] + typical["publish"]
+    # No percent: the step's typical length minus what has passed.
+    assert estimate_eta("llvm", 100.0, None, typical, []) == (typical["llvm"] - 100.0 + typical["build"]
+                                                             + typical["verify"] + typical["publish"])
+    assert estimate_eta(None, 0.0, None, typical, []) is None
+
+
+def test_eta_learns_from_history_on_this_host(ws: Workspace) -> None:
+    assert ws.run(FIXTURE_BUILD_SLEEP="0.4").returncode == 0
+    typical = RunStore(ws.root).typical_seconds()
+    assert 1.0 <= typical["build"] < 30.0  # measured here, not the 300 s default
+    assert typical["llvm"] < 30.0
+
+
+def test_terminal_shows_a_live_progress_line(ws: Workspace) -> None:
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen(ws.cmd(), env={**ws.env, "FIXTURE_BUILD_SLEEP": "0.3"}, stdout=follower,
+                            stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    os.close(follower)
+    chunks: List[bytes] = []
+    while True:
+        try:
+            chunk = os.read(leader, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    proc.wait(timeout=60)
+    os.close(leader)
+    text = b"".join(chunks).decode()
+    assert proc.returncode == 0
+    assert "\r\x1b[K  build " in text and "ETA" in text
+
+
+def test_json_events(ws: Workspace) -> None:
+    out = ws.run("--json", FIXTURE_BUILD_SLEEP="0.2")
+    assert out.returncode == 0
+    events = [json.loads(line) for line in out.stderr.splitlines()]
+    kinds = {e["event"] for e in events}
+    assert {"message", "step", "progress"} <= kinds
+    steps = [e["step"] for e in events if e["event"] == "step" and e["state"] == "finished"]
+    assert steps[-4:] == ["llvm", "build", "verify", "publish"]
+    assert json.loads(out.stdout)["how"] == "built"
+
+
+def test_plain_output_is_time_stamped_lines(ws: Workspace) -> None:
+    out = ws.run(FIXTURE_BUILD_SLEEP="0.1")
+    lines = out.stdout.splitlines()
+    assert lines and all(line.startswith("[") and "] ensure-flydsl: " in line for line in lines)
+    assert any("build 100%" in line for line in lines)
+
+
+def test_readme_agent_loop_runs_as_written(ws: Workspace) -> None:
+    """The README's loop with the new commands, run verbatim: it prints one tree."""
+    readme = open(os.path.join(os.path.dirname(__file__), "..", "..", "README.md")).read()
+    marker = "and the same loop written with the new commands"
+    block = readme[readme.index(marker):].split("```bash\n", 1)[1].split("```", 1)[0]
+    env = dict(ws.env, FIXTURE_BUILD_SLEEP="0.3")
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env["PATH"]
+    # `python3` in the recipe is the workflow's interpreter: the one the tree was built for.
+    shim = os.path.join(ws.base, "..", "shimbin")
+    os.makedirs(shim, exist_ok=True)
+    os.symlink(sys.executable, os.path.join(shim, "python3"))
+    env["PATH"] = shim + os.pathsep + env["PATH"]
+    out = subprocess.run(["bash", "-c", block], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, timeout=120, cwd="/")
+    assert out.returncode == 0, out.stdout + out.stderr
+    pkgs = os.path.join(ws.root, "build-fly", "python_packages")
+    assert out.stdout.strip().splitlines()[-1] == f"{pkgs}/flydsl/__init__.py {ws.root}/kernels/moe_gemm_2stage.py"

@@ -1,0 +1,290 @@
+"""Every failure path of the contract: its exit code, its failure marker, and its message."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from typing import Dict
+
+import pytest
+
+from tests.helpers.scenario import assert_one_tree, wait_for
+from tests.helpers.workspace import Workspace
+
+
+def check_marker(ws: Workspace, code: int, stage: str) -> Dict[str, object]:
+    marker = ws.marker()
+    assert marker["exit_code"] == code and marker["stage"] == stage
+    assert marker["reason"] and isinstance(marker["log_tail"], list)
+    assert marker["request"] == {} or marker["request"]["root"] == ws.root  # type: ignore[index]
+    assert not os.path.exists(ws.env_file)  # never a success marker beside a failure
+    return marker
+
+
+def test_exit_2_clone_fails(ws: Workspace) -> None:
+    out = ws.run(FLYDSL_REPO="file:///nonexistent/FlyDSL.git")
+    assert out.returncode == 2
+    assert "failed (exit 2: clone/fetch failed, stage fetch): cannot list the refs of file:///nonexistent" in out.stderr
+    assert "return code: 128" in out.stderr and "next: check that FLYDSL_REPO is reachable" in out.stderr
+    check_marker(ws, 2, "fetch")
+
+
+def test_exit_2_submodule_fails(ws: Workspace, own_repo, tmp_path: "os.PathLike[str]") -> None:  # type: ignore[no-untyped-def]
+    import shutil
+
+    from tests.helpers.flydsl_fixture import add_submodule
+
+    sub = os.path.join(str(tmp_path), "dlpack.git")
+    sha = add_submodule(own_repo, sub, "with-sub")
+    shutil.rmtree(sub)  # the submodule's repository is gone: the update must fail loudly
+    out = ws.run(FLYDSL_REPO=own_repo.url, FLYDSL_PIN=sha)
+    assert out.returncode == 2
+    assert "git submodule update" in out.stderr and "stage submodules" in out.stderr
+    check_marker(ws, 2, "submodules")
+
+
+def test_exit_3_pin_not_found(ws: Workspace) -> None:
+    out = ws.run(FLYDSL_PIN="v9.9.9")
+    assert out.returncode == 3
+    assert "the pin v9.9.9 is not a commit, tag or branch of" in out.stderr
+    check_marker(ws, 3, "checkout")
+
+
+def test_exit_3_unknown_full_hash(ws: Workspace) -> None:
+    out = ws.run(FLYDSL_PIN="0123456789abcdef0123456789abcdef01234567")
+    assert out.returncode == 3 and "is not a commit, tag or branch" in out.stderr
+    check_marker(ws, 3, "checkout")
+
+
+def test_exit_3_checkout_blocked_by_local_edits(ws: Workspace) -> None:
+    assert ws.run().returncode == 0
+    with open(os.path.join(ws.root, "kernels", "moe_gemm_2stage.py"), "a") as handle:
+        handle.write("# somebody's edit in the tool's checkout\n")
+    out = ws.run(FLYDSL_PIN="v0.2.3")
+    assert out.returncode == 3
+    assert "local changes to tracked files (kernels/moe_gemm_2stage.py)" in out.stderr
+    assert "never overwrites them" in out.stderr
+    check_marker(ws, 3, "checkout")
+    assert "somebody's edit" in open(os.path.join(ws.root, "kernels", "moe_gemm_2stage.py")).read()
+
+
+def test_exit_4_llvm_build_fails(ws: Workspace) -> None:
+    out = ws.run(FIXTURE_LLVM_FAIL="1")
+    assert out.returncode == 4
+    assert "the LLVM/MLIR build failed: scripts/build_llvm.sh exited with 1" in out.stderr
+    assert "fixture LLVM failure" in out.stderr and f"last lines of the log ({ws.log})" in out.stderr
+    marker = check_marker(ws, 4, "llvm")
+    assert marker["log"] == ws.log
+    assert any("fixture LLVM failure" in line for line in marker["log_tail"])  # type: ignore[union-attr]
+
+
+def test_exit_4_foreign_llvm_project_is_not_built_into(ws: Workspace) -> None:
+    foreign = os.path.join(ws.base, "llvm-project")
+    os.makedirs(foreign)
+    with open(os.path.join(foreign, "mine.txt"), "w") as handle:
+        handle.write("keep")
+    out = ws.run()
+    assert out.returncode == 4 and "was not made by ensure-flydsl" in out.stderr
+    assert os.listdir(foreign) == ["mine.txt"]
+    check_marker(ws, 4, "llvm")
+
+
+def test_exit_5_flydsl_build_fails_then_recovers(ws: Workspace) -> None:
+    out = ws.run(FIXTURE_BUILD_FAIL="1")
+    assert out.returncode == 5
+    assert "the FlyDSL build failed: scripts/build.sh exited with 1" in out.stderr
+    assert "fixture build failure" in out.stderr
+    marker = check_marker(ws, 5, "build")
+    assert any("fixture build failure" in line for line in marker["log_tail"])  # type: ignore[union-attr]
+    again = ws.run()
+    assert again.returncode == 0, again.stderr
+    assert not os.path.exists(ws.fail_marker)
+    assert ws.count("llvm") == 1  # the finished LLVM step is not redone
+
+
+def test_exit_6_built_but_probe_fails(ws: Workspace) -> None:
+    out = ws.run(FIXTURE_BUILD_NO_MLIR="1")
+    assert out.returncode == 6
+    assert "built, but the import probe fails: kernels.moe_gemm_2stage does not import" in out.stderr
+    assert "flydsl._mlir" in out.stderr
+    check_marker(ws, 6, "verify")
+    # Not exit 6 forever (the seed's failure): the build is redone once it can succeed.
+    again = ws.run()
+    assert again.returncode == 0, again.stderr
+    assert_one_tree(ws)
+
+
+def _hold_lock(path: str) -> subprocess.Popen:
+    """Another process holding the build lock, recorded the way the tool records itself."""
+    code = (
+        "import sys, time, json, os, fcntl\n"
+        "fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o644)\n"
+        "fcntl.flock(fd, fcntl.LOCK_EX)\n"
+        "json.dump({'pid': os.getpid(), 'host': 'buildhost-7', 'started': '2026-11-29T03:00:00+00:00',"
+        " 'run_id': 'r-holder'}, open(sys.argv[1] + '.holder', 'w'))\n"
+        "print('locked', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code, path], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "locked"
+    return proc
+
+
+def test_exit_7_lock_timeout_names_the_holder(ws: Workspace) -> None:
+    os.makedirs(ws.base, exist_ok=True)
+    holder = _hold_lock(ws.lock_file)
+    try:
+        started = time.monotonic()
+        out = ws.run("--lock-timeout", "1")
+        assert time.monotonic() - started < 20
+        assert out.returncode == 7
+        assert f"could not take the build lock {ws.lock_file} within 1 s" in out.stderr
+        assert f"pid {holder.pid} on host buildhost-7 since 2026-11-29T03:00:00+00:00 (run r-holder)" in out.stderr
+        assert "waiting for the build lock" in out.stdout
+        check_marker(ws, 7, "lock")
+    finally:
+        holder.kill()
+        holder.wait()
+    assert os.path.exists(ws.lock_file)
+    assert ws.run().returncode == 0  # the holder died: its flock went with it
+
+
+def test_exit_7_lock_wait_ends_when_the_holder_releases(ws: Workspace) -> None:
+    holder = _hold_lock(ws.lock_file)
+    proc = ws.popen("--lock-timeout", "30")
+    time.sleep(1.0)
+    assert proc.poll() is None
+    holder.kill()
+    holder.wait()
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+
+
+def test_exit_64_bad_input_touches_nothing(ws: Workspace) -> None:
+    out = ws.run(FLYDSL_JOBS="0")
+    assert out.returncode == 64
+    expected = "FLYDSL_JOBS='0' is not allowed: a whole number of parallel jobs from 1 to 4096"
+    assert out.stderr == f"ensure-flydsl: {expected}\n"
+    assert out.stdout == ""
+    assert os.listdir(ws.base) == [".flydsl_build.failed"]  # the marker for pollers, nothing else
+    marker = ws.marker()
+    assert marker["exit_code"] == 64 and marker["stage"] == "settings" and "FLYDSL_JOBS" in str(marker["reason"])
+
+
+def test_exit_64_marker_folder_missing_creates_nothing(tmp_path: "os.PathLike[str]", ws: Workspace) -> None:
+    root = os.path.join(str(tmp_path), "nowhere", "FlyDSL")
+    out = ws.run(FLYDSL_ROOT=root, FLYDSL_STRATEGY="fast")
+    assert out.returncode == 64 and "FLYDSL_STRATEGY='fast'" in out.stderr
+    assert not os.path.exists(os.path.dirname(root))
+
+
+@pytest.mark.parametrize(
+    "env, expected",
+    [
+        ({"FLYDSL_MIN_VERSION": "zero"}, "FLYDSL_MIN_VERSION='zero' is not allowed"),
+        ({"FLYDSL_PIN": "--upload-pack=touch PWNED"}, "FLYDSL_PIN='--upload-pack=touch PWNED' is not allowed"),
+        ({"FLYDSL_REPO": "-c core.sshCommand=touch PWNED"}, "FLYDSL_REPO='-c core.sshCommand=touch PWNED' is"),
+        ({"FLYDSL_REPO": "ext::sh -c touch% PWNED"}, "FLYDSL_REPO='ext::sh -c touch% PWNED' is not allowed"),
+        ({"FLYDSL_PYTHON": "/nonexistent/python3"}, "FLYDSL_PYTHON='/nonexistent/python3' is not allowed"),
+        ({"FLYDSL_PYTHON": "/bin/false"}, "FLYDSL_PYTHON='/bin/false' is not allowed"),
+        ({"FLYDSL_STRATEGY": "fast"}, "FLYDSL_STRATEGY='fast' is not allowed: one of auto, source"),
+        ({"FLYDSL_ROOT": "/"}, "FLYDSL_ROOT='/' is not allowed"),
+        ({"MLIR_PATH": "/nonexistent/mlir"}, "MLIR_PATH='/nonexistent/mlir' is not allowed"),
+    ],
+)
+def test_exit_64_table(ws: Workspace, env: Dict[str, str], expected: str) -> None:
+    out = ws.run(**env)
+    assert out.returncode == 64, out.stderr
+    assert out.stderr.startswith("ensure-flydsl: " + expected)
+    assert out.stderr.count("\n") == 1
+    assert not os.path.exists(ws.root) and not os.path.exists(os.path.join(ws.base, "PWNED"))
+    assert not os.path.exists("PWNED")
+
+
+def test_exit_64_flag_is_named(ws: Workspace) -> None:
+    out = ws.run("--jobs", "-2")
+    assert out.returncode == 64 and out.stderr.startswith("ensure-flydsl: --jobs='-2' is not allowed")
+    out = ws.run("--root", "")
+    assert out.returncode == 64 and "--root=''" in out.stderr
+
+
+def test_exit_64_root_under_a_file(ws: Workspace) -> None:
+    blocker = os.path.join(ws.base, "file")
+    with open(blocker, "w") as handle:
+        handle.write("x")
+    out = ws.run(FLYDSL_ROOT=os.path.join(blocker, "FlyDSL"))
+    assert out.returncode == 64 and "is a file, so nothing can be created under it" in out.stderr
+
+
+def test_exit_64_lock_path_symlink(ws: Workspace, tmp_path: "os.PathLike[str]") -> None:
+    target = os.path.join(str(tmp_path), "elsewhere")
+    with open(target, "w") as handle:
+        handle.write("not yours")
+    os.symlink(target, ws.lock_file)
+    out = ws.run()
+    assert out.returncode == 64 and "symbolic link" in out.stderr and "FLYDSL_BUILD_LOCK" in out.stderr
+    assert open(target).read() == "not yours"
+
+
+def test_exit_64_no_git_on_path(ws: Workspace, tmp_path: "os.PathLike[str]") -> None:
+    empty = os.path.join(str(tmp_path), "emptybin")
+    os.makedirs(empty)
+    out = ws.run(PATH=empty + ":/nonexistent")
+    assert out.returncode == 64 and "git" in out.stderr
+
+
+def test_exit_70_internal_error(ws: Workspace) -> None:
+    assert ws.run().returncode == 0
+    stamps = os.path.join(ws.root, ".ensure_flydsl", "stamps")
+    # A state the tool cannot have made: its stamps folder replaced by a file.
+    for name in os.listdir(stamps):
+        os.unlink(os.path.join(stamps, name))
+    os.rmdir(stamps)
+    with open(stamps, "w") as handle:
+        handle.write("")
+    out = ws.run(FLYDSL_PIN="v0.2.3")
+    assert out.returncode == 70
+    assert "internal error (exit 70)" in out.stderr and "Traceback" in out.stderr
+    marker = ws.marker()
+    assert marker["exit_code"] == 70 and "internal error" in str(marker["reason"])
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_exit_130_interrupted_then_resumes(ws: Workspace, sig: signal.Signals) -> None:
+    proc = ws.popen(FIXTURE_BUILD_SLEEP="5")
+    wait_for(os.path.join(ws.counter, "build.started"))
+    os.kill(proc.pid, sig)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, err
+    assert f"interrupted by {sig.name}" in err
+    marker = check_marker(ws, 130, "build")
+    assert "interrupted" in str(marker["reason"])
+    again = ws.run()
+    assert again.returncode == 0, again.stderr
+    assert_one_tree(ws)
+
+
+def test_json_failure_object(ws: Workspace) -> None:
+    out = ws.run("--json", FIXTURE_BUILD_FAIL="1")
+    assert out.returncode == 5
+    data = json.loads(out.stdout)
+    assert data == {"ok": False, "exit_code": 5, "stage": "build", "hint": data["hint"], "log": ws.log,
+                    "reason": "the FlyDSL build failed: scripts/build.sh exited with 1"}
+
+
+def test_a_lock_timeout_leaves_no_marker_while_the_build_it_waited_for_goes_on(ws: Workspace) -> None:
+    """Exit 7 for the impatient caller, but no failure marker: the build that holds the lock is for the same
+    request and will answer for it; a poller never sees "failed" while it builds, nor beside its success."""
+    builder = ws.popen(FIXTURE_BUILD_SLEEP="1")
+    wait_for(os.path.join(ws.counter, "build.started"))
+    impatient = ws.run("--lock-timeout", "0.2")
+    assert impatient.returncode == 7, impatient.stderr
+    assert "another run for this request is going and will answer" in impatient.stdout, impatient.stdout
+    assert not os.path.exists(ws.fail_marker)
+    out, err = builder.communicate(timeout=60)
+    assert builder.returncode == 0, err
+    assert os.path.exists(ws.env_file) and not os.path.exists(ws.fail_marker)

@@ -1,0 +1,57 @@
+"""kill -9 of the whole process group at every fault point of a run: a plain rerun always succeeds with a
+finished build of the pin, and no success marker ever exists for an unfinished tree."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+import pytest
+
+from ensure_flydsl.support.faults import POINTS
+from tests.helpers.scenario import assert_finished_build_of, assert_one_tree, killed_at, wait_for
+from tests.helpers.workspace import Workspace
+
+# The cache's points need FLYDSL_CACHE: tests/test_kill_stages.py kills at those.
+SOURCE_POINTS = [p for p in POINTS if p != "release-installed" and not p.startswith("cache-")]
+
+
+@pytest.mark.parametrize("point", SOURCE_POINTS)
+def test_kill_9_at_each_point_then_a_plain_rerun_succeeds(ws: Workspace, point: str) -> None:
+    out = killed_at(ws, point)
+    assert out.returncode == -signal.SIGKILL, out.stdout + out.stderr
+    if point == "published":
+        assert os.path.exists(ws.env_file)  # killed after the success marker: the tree was finished
+        assert_finished_build_of(ws, ws.repo.commits["dev"])
+    else:
+        assert not os.path.exists(ws.env_file), "a success marker for an unfinished tree"
+    again = ws.run("--json")
+    assert again.returncode == 0, again.stderr
+    assert_finished_build_of(ws, ws.repo.commits["dev"])
+    assert ws.count("build") <= 2 and ws.count("llvm") <= 2
+
+
+@pytest.mark.parametrize("point", ["checkout-begun", "build-done", "verified", "twin-written"])
+def test_kill_9_while_changing_pins(ws: Workspace, point: str) -> None:
+    """A tree built for one pin, a run for another killed half-way: the rerun finishes the new pin and
+    the old env file never answered for it."""
+    assert ws.run().returncode == 0
+    out = killed_at(ws, point, FLYDSL_PIN="v0.2.3")
+    assert out.returncode == -signal.SIGKILL
+    assert not os.path.exists(ws.env_file) or ws.env_twin()["commit"] == ws.repo.commits["v0.2.3"]
+    again = ws.run("--json", FLYDSL_PIN="v0.2.3")
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["commit"] == ws.repo.commits["v0.2.3"]
+    assert_finished_build_of(ws, ws.repo.commits["v0.2.3"])
+
+
+def test_kill_9_of_a_detached_worker_at_a_point_is_noticed(ws: Workspace) -> None:
+    out = ws.run("start", ENSURE_FLYDSL_FAULT="fixes-applied")
+    assert out.returncode == 0
+    waited = ws.run("wait", "--timeout", "60", timeout=90)
+    assert waited.returncode == 9, waited.stdout
+    wait_for(ws.fail_marker)
+    assert ws.marker()["exit_code"] == 9 and ws.marker()["stage"] == "fixes"
+    assert ws.run().returncode == 0
+    assert_one_tree(ws)

@@ -1,0 +1,395 @@
+"""kill -9 and Ctrl-C at every stage of a run, timed to land inside the work (git, the LLVM step, the build,
+the verification probe) as well as at the fault points between steps; damage done to a finished tree.
+
+After each: a plain rerun succeeds with a finished build of the pin, no success marker ever names an
+unfinished tree, and the lock file is the same file.  (tests/test_faults.py kills once at each fault point
+of ensure_flydsl.support.faults.POINTS on a fresh root; this file adds kills inside commands, chains of kills on
+one root, the cache's points, Ctrl-C at more stages, and damage after success.)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from typing import Callable, Dict, List, Optional, Tuple
+
+import pytest
+
+from ensure_flydsl.binary_cache.entries import open_cache
+from ensure_flydsl.runs.records import RunStore
+from ensure_flydsl.support.faults import POINTS
+from tests.helpers.flydsl_fixture import FixtureRepo, git, make_repo
+from tests.helpers.reliability import git_wrapper, kill_group, record, wait_for_file
+from tests.helpers.scenario import assert_finished_build_of, assert_one_tree, killed_at
+from tests.helpers.workspace import Workspace, other_python
+
+BLOB_BYTES = 16 << 20  # makes `git fetch` take about a second here: long enough to be killed inside
+STAGE_OF_POINT = {
+    "root-claimed": "fetch", "fetched": "fetch", "checkout-begun": "checkout", "checked-out": "checkout",
+    "fixes-applied": "fixes", "llvm-built": "llvm", "build-done": "build", "release-installed": "release",
+    "verified": "verify", "twin-written": "publish", "published": "publish", "cache-fetched": "cache",
+    "cache-published": "cache",
+}
+CHAIN = ["root-claimed", "fetched", "checkout-begun", "checked-out", "fixes-applied", "llvm-built", "build-done",
+         "verified", "twin-written", "published"]
+
+
+def test_every_fault_point_has_a_stage() -> None:
+    assert set(POINTS) == set(STAGE_OF_POINT)
+    assert {"cache-fetched", "cache-published"} <= set(POINTS)
+
+
+@pytest.fixture(scope="module")
+def big_repo(tmp_path_factory: pytest.TempPathFactory) -> Tuple[FixtureRepo, str]:
+    """The fixture repository plus a commit with a large incompressible file; returns it and that file's sha256."""
+    repo = make_repo(str(tmp_path_factory.mktemp("big-upstream") / "FlyDSL.git"))
+    data = os.urandom(BLOB_BYTES)
+    with open(os.path.join(repo.path, "thirdparty", "blob.bin"), "wb") as handle:
+        handle.write(data)
+    git(repo.path, "add", "-A")
+    git(repo.path, "commit", "-q", "-m", "big: a large file")
+    repo.commits["big"] = git(repo.path, "rev-parse", "HEAD")
+    return repo, hashlib.sha256(data).hexdigest()
+
+
+def lock_inode(ws: Workspace) -> Optional[int]:
+    try:
+        return os.stat(ws.lock_file).st_ino
+    except FileNotFoundError:
+        return None
+
+
+def rerun_succeeds(ws: Workspace, commit: str, **env: str) -> Dict[str, object]:
+    out = ws.run("--json", **env)
+    assert out.returncode == 0, out.stdout + out.stderr
+    result = json.loads(out.stdout)
+    assert result["commit"] == commit and result["tree"] == ws.root
+    assert_one_tree(ws)
+    assert ws.env_twin()["commit"] == commit
+    assert not os.path.exists(ws.fail_marker)
+    return dict(result)
+
+
+def no_build_left_running(ws: Workspace) -> None:
+    """No process still runs one of the root's build scripts (an orphan of the killed run)."""
+    needle = os.path.join(ws.root, "scripts").encode()
+    deadline = time.monotonic() + 20
+    while True:
+        alive = []
+        for pid in os.listdir("/proc"):
+            if pid.isdigit():
+                try:
+                    with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                        if needle in handle.read():
+                            alive.append(pid)
+                except OSError:
+                    pass
+        if not alive:
+            return
+        assert time.monotonic() < deadline, f"orphaned build processes still running: {alive}"
+        time.sleep(0.05)
+
+
+# -- inside git ------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("sub, offset", [("ls-remote", 0.0), ("fetch", 0.0), ("fetch", 0.3), ("fetch", "commit"),
+                                         ("checkout", 0.0), ("checkout", 0.01)])
+def test_kill_9_inside_git(ws: Workspace, big_repo: Tuple[FixtureRepo, str], which_git: str,
+                           tmp_path: "os.PathLike[str]", sub: str, offset: object) -> None:
+    """``offset``: seconds after git started, or ``commit``: as soon as the pin's commit object has arrived
+    (its blobs still coming): the state in which the commit is "already here" but its tree is not."""
+    repo, blob_sha = big_repo
+    commit = repo.commits["big"]
+    slow = os.path.join(str(tmp_path), "slow")
+    os.makedirs(slow)
+    path = git_wrapper(os.path.join(str(tmp_path), "gitbin"), which_git) + os.pathsep + ws.env["PATH"]
+    env = dict(ws.env, FLYDSL_REPO=repo.url, FLYDSL_PIN=commit, PATH=path)
+    proc = subprocess.Popen(ws.cmd(), env=dict(env, GIT_SLOW_DIR=slow, GIT_SLOW_SUB=sub), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        wait_for_file(os.path.join(slow, sub + ".entered"), proc=proc)
+        if offset == "commit":
+            wait_for_file(os.path.join(ws.root, ".git", "objects", commit[:2], commit[2:]), proc=proc)
+        else:
+            assert isinstance(offset, float)
+            time.sleep(offset)
+        kill_group(proc.pid)
+        proc.communicate(timeout=30)
+    finally:
+        kill_group(proc.pid)
+    inside = not os.path.exists(os.path.join(slow, sub + ".done"))
+    assert proc.returncode == -signal.SIGKILL
+    assert not os.path.exists(ws.env_file)
+    inode = lock_inode(ws)
+    out = ws.run("--json", FLYDSL_REPO=repo.url, FLYDSL_PIN=commit, PATH=path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert json.loads(out.stdout)["commit"] == commit
+    assert_one_tree(ws)
+    with open(os.path.join(ws.root, "thirdparty", "blob.bin"), "rb") as handle:
+        assert hashlib.sha256(handle.read()).hexdigest() == blob_sha
+    status = subprocess.run(["git", "-C", ws.root, "status", "--porcelain"], stdout=subprocess.PIPE, text=True)
+    assert status.stdout == "", status.stdout  # the checkout is the pin, nothing half-written
+    assert inode is not None and lock_inode(ws) == inode
+    stage = "checkout" if sub == "checkout" else "fetch"
+    when = "once the commit object arrived" if offset == "commit" else f"{offset} s"
+    record("fault", stage=stage, how=f"kill -9 of the run's group {when} into git {sub}", inside=inside,
+           survived=True)
+
+
+# -- inside the LLVM step, the build and the verification probe ------------------------------------------
+SLOW_PROBE = """#!/bin/sh
+# The target interpreter, made slow for the verification probe (once the build's stamp exists) when armed.
+if [ -n "${SLOW_PROBE_ARM:-}" ] && [ -f "$SLOW_PROBE_ARM" ]; then
+  : > "$SLOW_PROBE_DIR/probe.entered"
+  sleep 30
+fi
+exec "@PY@" "$@"
+"""
+
+
+@pytest.mark.parametrize("stage, scope", [("llvm", "run"), ("llvm", "everything"), ("build", "run"),
+                                          ("build", "everything"), ("verify", "run")])
+def test_kill_9_inside_a_step(ws: Workspace, tmp_path: "os.PathLike[str]", stage: str, scope: str) -> None:
+    """``run``: the run's process group (the build, in a group of its own, is left to the run's watchdog, as
+    when the OOM killer takes the main process); ``everything``: the build's group too (a container stop)."""
+    env: Dict[str, str] = {}
+    if stage == "verify":
+        wrapper = os.path.join(str(tmp_path), "py bin", "python")
+        os.makedirs(os.path.dirname(wrapper))
+        with open(wrapper, "w") as handle:
+            handle.write(SLOW_PROBE.replace("@PY@", sys.executable))
+        os.chmod(wrapper, 0o755)
+        env["FLYDSL_PYTHON"] = wrapper
+        started = os.path.join(str(tmp_path), "probe.entered")
+        armed = dict(env, SLOW_PROBE_DIR=str(tmp_path),
+                     SLOW_PROBE_ARM=os.path.join(ws.root, ".ensure_flydsl", "stamps", "build.json"))
+    else:
+        started = os.path.join(ws.counter, f"{stage}.started")
+        armed = dict(env, **{f"FIXTURE_{stage.upper()}_SLEEP": "0.4"})
+    proc = ws.popen(**armed)
+    try:
+        wait_for_file(started, proc=proc)
+        time.sleep(0.2)
+        current = RunStore(ws.root).current()
+        build_pgid = current.build_pgid if current is not None else None
+        kill_group(proc.pid)
+        if scope == "everything" and isinstance(build_pgid, int):
+            kill_group(build_pgid)
+        proc.communicate(timeout=30)
+    finally:
+        kill_group(proc.pid)
+    assert proc.returncode == -signal.SIGKILL
+    assert not os.path.exists(ws.env_file), "a success marker for an unfinished tree"
+    rerun_succeeds(ws, ws.repo.commits["dev"], **env)  # at once: the orphan may still be dying
+    assert ws.count("llvm") <= 2 and ws.count("build") <= 2
+    no_build_left_running(ws)
+    record("fault", stage=stage, how=f"kill -9 of the {'run' if scope == 'run' else 'run and its build'} "
+           f"0.2 s into {stage}", inside=True, survived=True)
+
+
+# -- chains of kills on one root -------------------------------------------------------------------------
+def test_a_chain_of_kills_at_every_point_on_one_root(ws: Workspace) -> None:
+    """Each run resumes what the killed ones left and dies at the next point; then a plain run finishes."""
+    inode = None
+    for point in CHAIN:
+        out = killed_at(ws, point)
+        # Every point of the chain is reached: each run resumes what the last one left, up to the next point.
+        assert out.returncode == -signal.SIGKILL, (point, out.returncode, out.stdout + out.stderr)
+        if point != "published":
+            assert not os.path.exists(ws.env_file), f"a success marker after a kill at {point}"
+        inode = inode or lock_inode(ws)
+        record("fault", stage=STAGE_OF_POINT[point], how=f"kill -9 at {point}, chained on one root",
+               inside=True, survived=True)
+    assert inode is not None
+    rerun_succeeds(ws, ws.repo.commits["dev"])
+    assert ws.count("build") <= 2 and ws.count("llvm") <= 2
+    assert lock_inode(ws) == inode
+
+
+def test_a_chain_of_kills_while_changing_pins(ws: Workspace) -> None:
+    """A finished tree for one pin, then a kill at each point of the rebuild for another pin, alternating."""
+    assert ws.run().returncode == 0
+    pins = [ws.repo.commits["v0.2.3"], ws.repo.commits["dev"]]
+    for n, point in enumerate(["checkout-begun", "checked-out", "build-done", "verified", "twin-written"]):
+        pin = pins[n % 2]
+        out = killed_at(ws, point, FLYDSL_PIN=pin)
+        assert out.returncode == -signal.SIGKILL, (point, out.returncode, out.stdout + out.stderr)
+        assert not os.path.exists(ws.env_file) or ws.env_twin()["commit"] == pin, "an env file for the other pin"
+        record("fault", stage=STAGE_OF_POINT[point], how=f"kill -9 at {point} while switching pins",
+               inside=True, survived=True)
+    for pin in pins:
+        result = rerun_succeeds(ws, pin, FLYDSL_PIN=pin)
+        assert result["version"] == ("0.2.3" if pin == pins[0] else "0.2.2")
+
+
+# -- the cache's points ----------------------------------------------------------------------------------
+def second_host(tmp_path: "os.PathLike[str]", repo: FixtureRepo, cache: str) -> Workspace:
+    other = Workspace(os.path.join(str(tmp_path), "host2", "base"), repo)
+    other.env["FLYDSL_CACHE"] = cache
+    return other
+
+
+def test_kill_9_at_cache_published(ws: Workspace, tmp_path: "os.PathLike[str]") -> None:
+    """The point is reached twice in a build: after the MLIR upload (before the FlyDSL build), then after the
+    tree's upload (after the env file)."""
+    cache = os.path.join(str(tmp_path), "cache")
+    ws.env["FLYDSL_CACHE"] = cache
+    out = killed_at(ws, "cache-published")
+    assert out.returncode == -signal.SIGKILL, out.stdout + out.stderr
+    assert not os.path.exists(ws.env_file) and [e.kind for e in open_cache(cache).entries()] == ["mlir"]
+    record("fault", stage="cache", how="kill -9 at cache-published (the MLIR upload)", inside=True, survived=True)
+    out = killed_at(ws, "cache-published")
+    assert out.returncode == -signal.SIGKILL, out.stdout + out.stderr
+    assert_finished_build_of(ws, ws.repo.commits["dev"])  # the env file comes before the tree's upload
+    assert ws.count("llvm") == 1
+    entries = open_cache(cache).entries()
+    assert sorted(e.kind for e in entries) == ["mlir", "tree"]
+    for entry in entries:  # complete entries: every one fetches and verifies
+        open_cache(cache).fetch(entry, os.path.join(str(tmp_path), "check-" + entry.kind))
+    assert ws.run().returncode == 0
+    other = second_host(tmp_path, ws.repo, cache)
+    result = rerun_succeeds(other, ws.repo.commits["dev"])
+    assert result["how"] == "cached" and other.count("build") == 0 and other.count("llvm") == 0
+    record("fault", stage="cache", how="kill -9 at cache-published (the tree's upload)", inside=True, survived=True)
+
+
+def test_kill_9_at_cache_fetched_twice_then_rerun(ws: Workspace, tmp_path: "os.PathLike[str]") -> None:
+    cache = os.path.join(str(tmp_path), "cache")
+    assert ws.run(FLYDSL_CACHE=cache).returncode == 0
+    other = second_host(tmp_path, ws.repo, cache)
+    for _ in range(2):
+        out = killed_at(other, "cache-fetched")
+        assert out.returncode == -signal.SIGKILL, out.stdout + out.stderr
+        assert not os.path.exists(other.env_file)
+        record("fault", stage="cache", how="kill -9 at cache-fetched (twice in a row)", inside=True, survived=True)
+    result = rerun_succeeds(other, ws.repo.commits["dev"])
+    assert result["how"] == "cached" and other.count("build") == 0 and other.count("llvm") == 0
+    packages = os.path.join(other.root, "build-fly")
+    assert [n for n in os.listdir(packages) if ".fetch-" in n] == []  # no half-fetched folder left
+
+
+# -- Ctrl-C at more stages -------------------------------------------------------------------------------
+@pytest.mark.parametrize("stage, target", [("fetch", "process"), ("fetch", "group"), ("llvm", "group")])
+def test_ctrl_c_gives_130_and_a_resumable_state(ws: Workspace, big_repo: Tuple[FixtureRepo, str], which_git: str,
+                                                tmp_path: "os.PathLike[str]", stage: str, target: str) -> None:
+    """SIGINT to the run (``process``) or to its whole process group, as a terminal's Ctrl-C does."""
+    repo, _sha = big_repo
+    slow = os.path.join(str(tmp_path), "slow")
+    os.makedirs(slow)
+    path = git_wrapper(os.path.join(str(tmp_path), "gitbin"), which_git) + os.pathsep + ws.env["PATH"]
+    env = dict(ws.env, FLYDSL_REPO=repo.url, FLYDSL_PIN=repo.commits["big"], PATH=path)
+    if stage == "fetch":
+        env.update(GIT_SLOW_DIR=slow, GIT_SLOW_SUB="fetch")
+        started = os.path.join(slow, "fetch.entered")
+    else:
+        env.update(FIXTURE_LLVM_SLEEP="1")
+        started = os.path.join(ws.counter, "llvm.started")
+    proc = subprocess.Popen(ws.cmd(), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        wait_for_file(started, proc=proc)
+        time.sleep(0.1)
+        if target == "group":
+            kill_group(proc.pid, signal.SIGINT)
+        else:
+            os.kill(proc.pid, signal.SIGINT)
+        _out, err = proc.communicate(timeout=60)
+    finally:
+        kill_group(proc.pid)
+    assert proc.returncode == 130, err
+    assert "interrupted by SIGINT; the next run resumes" in err
+    marker = ws.marker()
+    assert marker["exit_code"] == 130 and marker["stage"] == stage
+    assert not os.path.exists(ws.env_file)
+    no_build_left_running(ws)
+    rerun_succeeds(ws, repo.commits["big"], FLYDSL_REPO=repo.url, FLYDSL_PIN=repo.commits["big"], PATH=path)
+    record("interrupt", stage=stage, target=target, exit_code=proc.returncode, resumed=True)
+
+
+def test_ctrl_c_of_wait_leaves_the_run_going(ws: Workspace) -> None:
+    assert ws.run("start", FIXTURE_BUILD_SLEEP="0.7").returncode == 0
+    waiter = ws.popen("wait")
+    wait_for_file(os.path.join(ws.counter, "build.started"))
+    waiter.send_signal(signal.SIGINT)
+    _out, err = waiter.communicate(timeout=30)
+    assert waiter.returncode == 130, err
+    out = ws.run("wait", "--timeout", "60", timeout=90)
+    assert out.returncode == 0, out.stdout
+    assert_one_tree(ws)
+    record("interrupt", stage="wait", target="process", exit_code=130, resumed=True)
+
+
+# -- damage after success ---------------------------------------------------------------------------------
+def _rmtree(*parts: str) -> Callable[[Workspace], None]:
+    return lambda ws: shutil.rmtree(os.path.join(ws.root, *parts))
+
+
+def _unlink(*parts: str) -> Callable[[Workspace], None]:
+    return lambda ws: os.unlink(os.path.join(ws.root, *parts))
+
+
+def _truncate_env_file(ws: Workspace) -> None:
+    with open(ws.env_file, "r+") as handle:
+        handle.truncate(20)
+
+
+DAMAGES: List[Tuple[str, Callable[[Workspace], None]]] = [
+    ("build-fly/python_packages/flydsl removed", _rmtree("build-fly", "python_packages", "flydsl")),
+    ("a compiled part removed (_mlir_libs)", _rmtree("build-fly", "python_packages", "flydsl", "_mlir", "_mlir_libs")),
+    ("build-fly/ removed", _rmtree("build-fly")),
+    ("kernels/ removed", _rmtree("kernels")),
+    ("python/flydsl/__init__.py removed", _unlink("python", "flydsl", "__init__.py")),
+    ("flydsl_env.sh removed", lambda ws: os.unlink(ws.env_file)),
+    ("flydsl_env.sh truncated", _truncate_env_file),
+    ("flydsl_env.json removed", lambda ws: os.unlink(ws.env_json)),
+    ("the step stamps removed", _rmtree(".ensure_flydsl", "stamps")),
+]
+
+
+def test_damage_after_success_is_detected_and_repaired(ws: Workspace) -> None:
+    assert ws.run().returncode == 0
+    commit = ws.repo.commits["dev"]
+    for name, damage in DAMAGES:
+        damage(ws)
+        out = ws.run("--json")
+        assert out.returncode == 0, f"{name}: {out.stderr}"
+        result = json.loads(out.stdout)
+        assert result["commit"] in (commit, None) and result["tree"] == ws.root, (name, result)
+        assert_one_tree(ws)
+        again = json.loads(ws.run("--json").stdout)  # and the repaired state is stable
+        assert again["action"] == "warm", (name, again)
+        record("damage", what=name, detected=True, repaired=result["action"] != "warm", survived=True)
+
+
+@pytest.fixture
+def upgradable_venv(tmp_path: "os.PathLike[str]") -> Tuple[str, str]:
+    """A venv of this interpreter, and a pyenv interpreter of another minor version to recreate it with."""
+    other = other_python(sys.implementation.cache_tag)
+    assert other, "this machine has pyenv interpreters; the test needs one of another minor version"
+    folder = os.path.join(str(tmp_path), "venv")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", folder], check=True)
+    return folder, other
+
+
+def test_the_interpreter_replaced_after_success_is_detected_and_rebuilt_for(ws: Workspace,
+                                                                           upgradable_venv: Tuple[str, str]) -> None:
+    folder, other = upgradable_venv
+    python = os.path.join(folder, "bin", "python")
+    first = json.loads(ws.run("--json", FLYDSL_PYTHON=python).stdout)
+    assert first["how"] == "built" and first["python_version"].startswith("%d.%d." % sys.version_info[:2])
+    # An upgrade in place: the same venv path, now another minor version (as `python3.X -m venv --clear`).
+    subprocess.run([other, "-m", "venv", "--clear", "--without-pip", folder], check=True)
+    out = ws.run("--json", FLYDSL_PYTHON=python)
+    assert out.returncode == 0, out.stderr
+    second = json.loads(out.stdout)
+    assert second["action"] == "provisioned" and second["abi"] != first["abi"]
+    assert second["python_version"].split(".")[:2] != first["python_version"].split(".")[:2]
+    assert ws.count("build") == 2 and ws.count("llvm") == 2
+    assert_one_tree(ws, python)
+    record("damage", what="the interpreter replaced by another minor version", detected=True, repaired=True,
+           survived=True)

@@ -1,0 +1,134 @@
+"""Import probes that crash or hang: an ambient flydsl that kills or blocks the interpreter on import does not
+block provisioning (the root's tree comes first and shadows it), a probe is killed with its whole process
+group after FLYDSL_PROBE_TIMEOUT, and the message says what happened."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+from typing import List
+
+import pytest
+
+from tests.helpers.flydsl_fixture import write
+from tests.helpers.workspace import Workspace
+
+# flydsl/__init__.py bodies of a broken ambient install.  The hanging one records its pid and starts a child
+# in its own process group, so the test can see that the timeout leaves neither behind.
+CRASH = "import os\nos._exit(3)\n"
+SEGFAULT = "import ctypes\nctypes.string_at(0)\n"
+HANG = """import os, subprocess, time
+child = subprocess.Popen(["sleep", "1000"])
+with open({pids!r}, "a") as handle:
+    handle.write("%d\\n%d\\n" % (os.getpid(), child.pid))
+time.sleep(10**6)
+"""
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` is a live process (a zombie waiting for a reaper counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            state = handle.read().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state != "Z"
+
+
+def pids_in(path: str) -> List[int]:
+    with open(path) as handle:
+        return [int(line) for line in handle if line.strip()]
+
+
+def ambient_flydsl(folder: str, body: str) -> str:
+    write(os.path.join(folder, "flydsl", "__init__.py"), body)
+    return folder
+
+
+@pytest.mark.parametrize(
+    "body, what",
+    [
+        (CRASH, "the interpreter exited with status 3 while importing flydsl"),
+        (SEGFAULT, "the interpreter died with signal SIGSEGV while importing flydsl"),
+        (HANG, "was killed after 3 s (FLYDSL_PROBE_TIMEOUT): importing flydsl hangs"),
+    ],
+    ids=["exit", "segfault", "hang"],
+)
+def test_an_ambient_flydsl_that_breaks_on_import_is_shadowed_by_the_build(
+    ws: Workspace, tmp_path: "os.PathLike[str]", body: str, what: str
+) -> None:
+    pids = os.path.join(str(tmp_path), "probe.pids")
+    ambient = ambient_flydsl(os.path.join(str(tmp_path), "ambient"), body.format(pids=pids))
+    ws.env["PYTHONPATH"] = ambient
+    done = ws.run(FLYDSL_PROBE_TIMEOUT="3", timeout=150)
+    said = done.stdout + done.stderr
+    assert done.returncode == 0, said
+    assert what in said and ambient in said, said
+    assert "shadows that one: provisioning it" in said, said
+    assert ws.count("build") == 1
+    assert not os.path.exists(ws.fail_marker)
+    # The env file puts the root first: even with the broken copy on the caller's path, one tree imports.
+    imported = ws.source_and_import(extra=f"export PYTHONPATH={ambient}; ")
+    assert imported.returncode == 0, imported.stderr
+    assert imported.stdout.splitlines()[0].startswith(ws.root + "/"), imported.stdout
+    if body == HANG:
+        found = pids_in(pids)
+        assert len(found) >= 4  # two probes (before and after the lock), each a python and its child
+        assert [p for p in found if alive(p)] == []
+
+
+def test_the_roots_own_tree_that_hangs_on_import_is_exit_6_with_the_timeout(
+    ws: Workspace, tmp_path: "os.PathLike[str]"
+) -> None:
+    pids = os.path.join(str(tmp_path), "probe.pids")
+    hook = f"printf '%s' {shlex.quote(HANG.format(pids=pids))} >> \"$PKG/flydsl/__init__.py\""
+    done = ws.run("--probe-timeout", "3", FIXTURE_BUILD_HOOK=hook, timeout=150)
+    said = done.stdout + done.stderr
+    assert done.returncode == 6, said
+    python = ws.env["FLYDSL_PYTHON"]
+    expected = f"the import probe of {python} was killed after 3 s (--probe-timeout): importing flydsl hangs"
+    assert expected in said, said
+    assert ws.root in said.split(expected, 1)[1].splitlines()[0], said  # it names the root's file
+    marker = ws.marker()
+    assert marker["exit_code"] == 6 and expected in str(marker["reason"]), marker
+    assert not os.path.exists(ws.env_file)
+    found = pids_in(pids)
+    assert found and [p for p in found if alive(p)] == []
+
+
+def test_verify_names_the_import_that_crashes(ws: Workspace, tmp_path: "os.PathLike[str]") -> None:
+    ws.env["PYTHONPATH"] = ambient_flydsl(os.path.join(str(tmp_path), "ambient"), SEGFAULT)
+    done = ws.run("verify", timeout=60)
+    assert done.returncode == 6, done.stdout + done.stderr
+    assert "the interpreter died with signal SIGSEGV while importing flydsl" in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "soon", "inf"])
+def test_a_bad_probe_timeout_is_refused_naming_it(ws: Workspace, value: str) -> None:
+    done = ws.run(FLYDSL_PROBE_TIMEOUT=value, timeout=60)
+    assert done.returncode == 64, done.stdout + done.stderr
+    assert "FLYDSL_PROBE_TIMEOUT" in done.stderr and not os.path.exists(ws.root)
+    flag = subprocess.run(ws.cmd("--probe-timeout", value), env=ws.env, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True, timeout=60, check=False)
+    assert flag.returncode == 64 and "--probe-timeout" in flag.stderr, flag.stderr
+
+
+def test_a_crashing_flydsl_in_the_interpreters_site_packages_is_shadowed_by_the_build(
+    ws: Workspace, tmp_path: "os.PathLike[str]"
+) -> None:
+    venv = os.path.join(str(tmp_path), "venv")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True, timeout=120)
+    python = os.path.join(venv, "bin", "python")
+    site = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          stdout=subprocess.PIPE, text=True, check=True).stdout.strip()
+    ambient_flydsl(site, CRASH)
+    ws.env["FLYDSL_PYTHON"] = python
+    done = ws.run(timeout=150)
+    said = done.stdout + done.stderr
+    assert done.returncode == 0, said
+    assert f"the interpreter exited with status 3 while importing flydsl (from {site}/flydsl/__init__.py)" in said
+    imported = ws.source_and_import(python=python)
+    assert imported.returncode == 0, imported.stderr
+    assert imported.stdout.splitlines()[0].startswith(ws.root + "/"), imported.stdout

@@ -1,0 +1,493 @@
+"""Model-based test of the state machine: random interleavings of the real CLI over two roots that share one
+parent folder (so they share the default failure marker, lock and log, as the bash executor did).
+
+Rules: `start`, a blocking `ensure` in the background (with and without FLYDSL_LOCK_TIMEOUT=1), `wait
+--timeout T`, `status --json`, `clean`, `verify`, a change of request (pin P1/P2, --no-vllm-moe), SIGKILL or
+SIGTERM of any live process the machine started, failing and slow builds, files planted in a root, and a
+settle step.  After each step the invariants are checked against the files and the live processes
+(state_model.py), never against the tool's own bookkeeping:
+
+1. `status --json` and `wait --timeout 0` agree with the truth (success iff the env file answers the
+   request; running while a run for it is mid-build; a failure only from a run for it that failed).
+2. An env file imports from one tree under its root, built from the pin its twin names.
+3. A file the tool did not create is never gone.
+4. The failure marker never names a request whose env file is there (answered by a later success).
+5. A root's marker is not removed by the other root's runs and commands.
+6. No process of the tool or its builds outlives its run (a tag variable in their environment).
+
+ENSURE_FLYDSL_SM_EXAMPLES / ENSURE_FLYDSL_SM_STEPS run it longer; ENSURE_FLYDSL_SM_STATS names a JSON file
+that receives the counts of what it tried (docs/RELIABILITY.md).  A failure prints the steps and a
+@reproduce_failure blob (and the seed, when it cannot be replayed).  ENSURE_FLYDSL_SM_SURVEY names a
+JSON-lines file: each kind of violation is written there once (with the steps that led to it) and the run
+goes on, to list every distinct defect at once instead of the first one.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from typing import Counter, Dict, List, Optional, Tuple
+
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
+
+from tests.helpers.flydsl_fixture import FixtureRepo
+from tests.helpers.state_model import (
+    REAL_FAIL,
+    SUCCESS,
+    TAG_VAR,
+    VERSIONS,
+    Outcomes,
+    Proc,
+    Request,
+    classify,
+    file_id,
+    import_check,
+    kill_tagged,
+    make_sm_repo,
+    names,
+    names_root,
+    proc_start_time,
+    read_json,
+    request_args,
+    survivors,
+)
+
+EXAMPLES = int(os.environ.get("ENSURE_FLYDSL_SM_EXAMPLES") or 6)
+STEPS = int(os.environ.get("ENSURE_FLYDSL_SM_STEPS") or 40)
+HANG_GUARD_S = 120.0  # a hang guard, not a performance target
+WAIT_NOW = ("--timeout", "0")  # "answer at once" (issue 9, item 9)
+FAILURE = "failed"
+REQUESTS: List[Request] = [(pin, vllm) for pin in ("P1", "P2") for vllm in (True, False)]
+PLANTS = ("note", "diff", "dumps", "tmp")
+SURVEY = os.environ.get("ENSURE_FLYDSL_SM_SURVEY")
+_SURVEYED: set = set()
+
+STATS: Counter[str] = collections.Counter()
+_REPO: List[FixtureRepo] = []
+_WORK: List[str] = []
+
+
+def _cmd(*args: str) -> List[str]:
+    return [sys.executable, "-m", "ensure_flydsl", *args]
+
+
+class ToolMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.repo = _REPO[0]
+        self.dir = tempfile.mkdtemp(prefix="sm-", dir=_WORK[0])
+        self.base = os.path.join(self.dir, "base")
+        self.roots = {name: os.path.join(self.base, name) for name in ("A", "B")}
+        self.tag = "sm-" + uuid.uuid4().hex
+        self.model = Outcomes()
+        self.current: Dict[str, Request] = {name: REQUESTS[0] for name in self.roots}
+        self.previous: Dict[str, Optional[Request]] = {name: None for name in self.roots}
+        self.planted: Dict[str, bytes] = {}
+        self.index = 0
+        self.serial = 0
+        self.touched: set = set()
+        self.marker_seen: Optional[Tuple[object, Optional[str]]] = None
+        self.alive_roots_at_check: set = set()
+        self.steps: List[str] = []
+        STATS["examples"] += 1
+
+    # -- helpers ---------------------------------------------------------------------------------------------
+    def expect(self, ok: bool, key: str, message: str) -> bool:
+        """An invariant: fails the test, or with ENSURE_FLYDSL_SM_SURVEY set (to a JSON-lines file) records
+        the first case of each kind of violation and goes on, to list every distinct defect in one run."""
+        if ok:
+            return True
+        STATS["violation:" + key] += 1
+        if not SURVEY:
+            raise AssertionError(message)
+        if key not in _SURVEYED:
+            _SURVEYED.add(key)
+            with open(SURVEY, "a") as handle:
+                handle.write(json.dumps({"key": key, "message": message, "steps": self.steps}) + "\n")
+        return False
+
+    def note(self, *step: object) -> None:
+        self.steps.append(" ".join(str(s) for s in step))
+
+    @property
+    def marker(self) -> str:
+        return os.path.join(self.base, ".flydsl_build.failed")
+
+    def env(self, counter: Optional[str] = None, **extra: str) -> Dict[str, str]:
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith(("FLYDSL_", "FIXTURE_")) and k not in ("PYTHONPATH", "MLIR_PATH", "ROCM_PATH")}
+        self.serial += 1
+        env.update({
+            "FLYDSL_REPO": self.repo.url,
+            "FLYDSL_PYTHON": sys.executable,
+            "FLYDSL_STRATEGY": "source",
+            "ROCM_PATH": os.path.join(self.dir, "no-rocm"),
+            "FIXTURE_COUNTER_DIR": counter or os.path.join(self.dir, "counters", "shared"),
+            TAG_VAR: self.tag,
+        })
+        env.update(extra)
+        os.makedirs(env["FIXTURE_COUNTER_DIR"], exist_ok=True)
+        return env
+
+    def new_counter(self) -> str:
+        self.serial += 1
+        return os.path.join(self.dir, "counters", f"p{self.serial}")
+
+    def run(self, root: str, *args: str, req: Optional[Request] = None, timeout: float = HANG_GUARD_S
+            ) -> subprocess.CompletedProcess:
+        full = list(args) + request_args(self.roots[root], req or self.current[root], self.repo)
+        return subprocess.run(_cmd(*full), env=self.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, timeout=timeout, check=False)
+
+    def build_env(self, counter: str, fail: bool, slow: Optional[str], lock_timeout: bool = False) -> Dict[str, str]:
+        extra: Dict[str, str] = {}
+        if fail:
+            extra["FIXTURE_BUILD_FAIL"] = "1"
+        if slow:
+            extra["FIXTURE_BUILD_SLEEP"] = slow
+        if lock_timeout:
+            extra["FLYDSL_LOCK_TIMEOUT"] = "1"
+        return self.env(counter, **extra)
+
+    def planted_in(self, root: str) -> bool:
+        return any(path.startswith(self.roots[root] + os.sep) for path in self.planted)
+
+    def reap(self) -> None:
+        for proc in self.model.procs:
+            if proc.outcome is None and not proc.alive():
+                classify(proc, self.base, self.index)
+                STATS["outcome:" + str(proc.outcome)] += 1
+                if proc.outcome == REAL_FAIL and not proc.fail and proc.killed is None:
+                    STATS[f"unexpected_exit:{proc.code}"] += 1
+
+    def wait_all(self, procs: List[Proc]) -> None:
+        deadline = time.monotonic() + HANG_GUARD_S
+        for proc in procs:
+            while proc.alive():
+                assert time.monotonic() < deadline, f"pid {proc.pid} ({proc.kind} {proc.req}) still runs"
+                time.sleep(0.05)
+        self.reap()
+
+    # -- rules -------------------------------------------------------------------------------------------------
+    @rule(root=st.sampled_from(["A", "B"]), fail=st.sampled_from([False, False, True]),
+          slow=st.sampled_from([None, None, "0.3", "1"]))
+    def start(self, root: str, fail: bool, slow: Optional[str]) -> None:
+        STATS["rule:start"] += 1
+        self.note("start", root, self.current[root], "fail" if fail else "", f"slow={slow}" if slow else "")
+        self.touched.add(root)
+        counter, req = self.new_counter(), self.current[root]
+        env = self.build_env(counter, fail, slow)
+        out = subprocess.run(_cmd("start", *request_args(self.roots[root], req, self.repo)), env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=HANG_GUARD_S)
+        if out.returncode == 64 and "local changes" in out.stderr and self.planted_in(root):
+            # `clean` kept the root for the files planted in it but took the tool's claim on it: the tool now
+            # treats it as somebody else's checkout with local changes and refuses it (reported, not a model
+            # error).
+            STATS["start:refused_local_changes"] += 1
+            return
+        assert out.returncode == 0, f"start exited {out.returncode}: {out.stdout}{out.stderr}"
+        data = json.loads(out.stdout.strip().splitlines()[-1])
+        if data.get("joined"):
+            STATS["start:joined"] += 1
+            return
+        pid = int(data["pid"])
+        self.model.procs.append(Proc("worker", self.roots[root], req, pid, counter, fail, run_id=data["run_id"],
+                                     started=proc_start_time(pid), started_index=self.index))
+
+    @rule(root=st.sampled_from(["A", "B"]), fail=st.sampled_from([False, False, True]),
+          slow=st.sampled_from([None, None, "0.3", "1"]), lock_timeout=st.booleans())
+    def ensure(self, root: str, fail: bool, slow: Optional[str], lock_timeout: bool) -> None:
+        STATS["rule:ensure" + (":lock_timeout" if lock_timeout else "")] += 1
+        self.note("ensure&", root, self.current[root], "fail" if fail else "", f"slow={slow}" if slow else "",
+                  "FLYDSL_LOCK_TIMEOUT=1" if lock_timeout else "")
+        self.touched.add(root)
+        counter, req = self.new_counter(), self.current[root]
+        env = self.build_env(counter, fail, slow, lock_timeout)
+        log = open(os.path.join(self.dir, f"ensure-{self.serial}.out"), "wb")
+        popen = subprocess.Popen(_cmd("ensure", *request_args(self.roots[root], req, self.repo)), env=env,
+                                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        log.close()
+        self.model.procs.append(Proc("ensure", self.roots[root], req, popen.pid, counter, fail,
+                                     lock_timeout=lock_timeout, popen=popen, started_index=self.index))
+
+    @rule(root=st.sampled_from(["A", "B"]), timeout=st.sampled_from([0, 1, 2, 3]))
+    def wait(self, root: str, timeout: int) -> None:
+        STATS["rule:wait"] += 1
+        self.note("wait --timeout", timeout, root, self.current[root])
+        req = self.current[root]
+        self.reap()
+        live_before = bool(self.model.live(self.roots[root], req))
+        out = self.run(root, "wait", "--timeout", str(timeout))
+        self.reap()
+        self.expect(out.returncode not in (64, 70), "wait-refused",
+                    f"wait --timeout {timeout} exited {out.returncode}: {out.stderr}")
+        if out.returncode == 75:
+            self.expect(live_before, "wait-75-idle",
+                        f"wait says still running (75) but no run for {root} {req} lives: {out.stdout}")
+        twin = read_json(os.path.join(self.roots[root], "flydsl_env.json"))
+        quiet = not self.model.live(self.roots[root])
+        if out.returncode == 0 and quiet:
+            self.expect(names(twin, self.roots[root], req, self.repo), "wait-0-unanswered",
+                        f"wait exited 0 for {root} {req} but the env file answers {(twin or {}).get('request')}")
+
+    @rule(root=st.sampled_from(["A", "B"]))
+    def status(self, root: str) -> None:
+        STATS["rule:status"] += 1
+        self.note("status", root, self.current[root])
+        self.check_pair(root, self.current[root])
+
+    @rule(root=st.sampled_from(["A", "B"]))
+    def clean(self, root: str) -> None:
+        STATS["rule:clean"] += 1
+        self.note("clean", root, self.current[root])
+        self.touched.add(root)
+        workers = [p for p in self.model.live(self.roots[root]) if p.kind == "worker"]
+        STATS["check:clean_beside_live_run"] += bool(workers)
+        out = self.run(root, "clean")
+        still = [p.pid for p in workers if p.alive()]
+        self.expect(out.returncode != 0 or not still, "clean-live-run",
+                    f"clean exited 0 while the detached run (pid {still[:1]}) for {root} lived: {out.stdout}")
+        self.expect(out.returncode not in (64, 70), "clean-exit",
+                    f"clean exited {out.returncode}: {out.stdout}{out.stderr}")
+        STATS[f"clean:exit{out.returncode}"] += 1
+        if out.returncode == 0:
+            self.reap()
+            self.model.reset_index[self.roots[root]] = self.index
+
+    @rule(root=st.sampled_from(["A", "B"]))
+    def verify(self, root: str) -> None:
+        STATS["rule:verify"] += 1
+        self.note("verify", root, self.current[root])
+        out = self.run(root, "verify")
+        self.expect(out.returncode != 70 and "Traceback" not in out.stderr, "verify-70", out.stderr)
+
+    @rule(root=st.sampled_from(["A", "B"]), req=st.sampled_from(REQUESTS))
+    def change_request(self, root: str, req: Request) -> None:
+        STATS["rule:change_request"] += 1
+        self.note("use request", root, req)
+        if req != self.current[root]:
+            self.previous[root], self.current[root] = self.current[root], req
+
+    # No preconditions on timing-dependent state (which processes live, whether a root exists yet): the same
+    # choices must draw the same data when hypothesis replays a case; a rule with nothing to act on is a no-op.
+    @rule(pick=st.integers(0, 50), sig=st.sampled_from([signal.SIGKILL, signal.SIGTERM]))
+    def kill(self, pick: int, sig: int) -> None:
+        live = self.model.live()
+        if not live:
+            return
+        proc = live[pick % len(live)]
+        STATS[f"rule:kill:{signal.Signals(sig).name}"] += 1
+        self.note("kill", signal.Signals(sig).name, proc.kind, os.path.basename(proc.root), proc.req, "pid", proc.pid)
+        proc.others_live_at_kill = any(p is not proc for p in self.model.live(proc.root, proc.req))
+        proc.killed = sig
+        proc.signal(sig)
+        self.wait_all([proc])
+
+    @rule(root=st.sampled_from(["A", "B"]), kind=st.sampled_from(PLANTS))
+    def plant(self, root: str, kind: str) -> None:
+        path = self.roots[root]
+        if not os.path.isdir(os.path.join(path, ".git")):
+            return
+        STATS[f"rule:plant:{kind}"] += 1
+        self.note("plant", kind, root)
+        self.serial += 1
+        rel = {"note": f"sm-note-{self.serial}.txt", "diff": f"tuned-{self.serial}.diff",
+               "dumps": f"my_ir_dumps_{self.serial}/x", "tmp": f"tmp/scratch-{self.serial}"}[kind]
+        target = os.path.join(path, rel)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        content = f"planted {kind} {self.serial}\n".encode()
+        with open(target, "wb") as handle:
+            handle.write(content)
+        self.planted[target] = content
+
+    @rule()
+    def settle(self) -> None:
+        STATS["rule:settle"] += 1
+        self.note("settle")
+        self.wait_all(self.model.live())
+        left = survivors(self.tag)
+        self.expect(not left, "inv6", "processes outlived their runs (invariant 6):\n" + "\n".join(left))
+
+    # -- invariants --------------------------------------------------------------------------------------------
+    @invariant()
+    def files_and_answers(self) -> None:
+        self.index += 1
+        STATS["steps"] += 1
+        self.reap()
+        self.check_planted()
+        self.check_markers_of_other_root()
+        for root in self.roots:
+            self.check_env_file(root)
+            self.check_marker_answered(root)
+            for req in {self.current[root], self.previous[root]} - {None}:
+                self.check_pair(root, req)  # type: ignore[arg-type]
+        self.touched = set()
+        self.alive_roots_at_check = {p.root for p in self.model.live()}
+
+    def check_planted(self) -> None:
+        for path, content in self.planted.items():
+            try:
+                with open(path, "rb") as handle:
+                    now: Optional[bytes] = handle.read()
+            except OSError:
+                now = None
+            self.expect(now == content, "inv3-" + os.path.basename(path).split("-")[0],
+                        f"invariant 3: the planted file {path} is gone or changed")
+
+    def check_env_file(self, root: str) -> None:
+        path = self.roots[root]
+        env_file, twin_path = os.path.join(path, "flydsl_env.sh"), os.path.join(path, "flydsl_env.json")
+        before, twin = file_id(env_file), read_json(twin_path)
+        if before is None:
+            return
+        rc, data, err = import_check(env_file, self.env())
+        if file_id(env_file) != before or read_json(twin_path) != twin:
+            return  # replaced or withdrawn while we looked: judge it next time
+        STATS["check:env_file_imports"] += 1
+        if not self.expect(twin is not None, "inv2-twin", f"invariant 2: {env_file} without its JSON twin"):
+            return
+        assert twin is not None
+        request = twin.get("request") or {}
+        assert isinstance(request, dict)
+        pin = str(request.get("pin"))
+        label = next((k for k, v in self.repo.commits.items() if v == pin), None)
+        if not self.expect(rc == 0, "inv2-import",
+                           f"invariant 2: sourcing {env_file} and importing failed ({rc}): {err}"):
+            return
+        real = os.path.realpath(path) + os.sep
+        flydsl_dir = os.path.dirname(os.path.realpath(str(data["flydsl"])))
+        kernels_dir = os.path.dirname(os.path.realpath(str(data["kernels"])))
+        self.expect(flydsl_dir == real + os.path.join("build-fly", "python_packages", "flydsl")
+                    and kernels_dir == real + "kernels", "inv2-one-tree",
+                    f"invariant 2: not one tree under {path}: {data}")
+        self.expect(request.get("root") == path, "inv2-root",
+                    f"invariant 2: {env_file}'s twin names root {request.get('root')}")
+        self.expect(twin.get("commit") == pin == data["head"], "inv2-commit",
+                    f"invariant 2: twin commit {twin.get('commit')}, pin {pin}, checkout at {data['head']}")
+        self.expect(label in VERSIONS and data["version"] == VERSIONS[label], "inv2-version",
+                    f"invariant 2: flydsl {data['version']} imported for pin {label}")
+
+    def check_marker_answered(self, root: str) -> None:
+        path = self.roots[root]
+        twin_path = os.path.join(path, "flydsl_env.json")
+        twin, marker = read_json(twin_path), read_json(self.marker)
+        if not twin or not marker or not os.path.exists(os.path.join(path, "flydsl_env.sh")):
+            return
+        req = twin.get("request")
+        if any(p.alive() for p in self.model.procs if p.root == path):
+            return  # a run for it may be between publishing and clearing
+        if read_json(twin_path) != twin or read_json(self.marker) != marker:
+            return
+        STATS["check:marker_vs_env"] += 1
+        self.expect(marker.get("request") != req, "inv4",
+                    f"invariant 4: the failure marker names {req} although {path}'s env file answers it: {marker}")
+
+    def check_markers_of_other_root(self) -> None:
+        now = file_id(self.marker)
+        named = names_root(read_json(self.marker))
+        seen = self.marker_seen
+        if seen is not None and seen[1] in self.roots.values() and now is None:
+            owner = str(seen[1])
+            own_activity = owner in {self.roots[r] for r in self.touched} or owner in self.alive_roots_at_check \
+                or any(p.root == owner for p in self.model.live())
+            # The other root's failure may have replaced the marker since (then its own start removed it).
+            replaced = any(p.end_index == self.index and p.outcome != SUCCESS for p in self.model.procs)
+            STATS["check:marker_removed"] += 1
+            self.expect(own_activity or replaced, "inv5",
+                        f"invariant 5: the marker of {owner} was removed by the other root's runs/commands")
+        self.marker_seen = (now, named) if now is not None else None
+
+    def check_pair(self, root: str, req: Request) -> None:
+        """Invariant 1 for one (root, request): `status --json` and `wait --timeout 0` against the truth."""
+        path = self.roots[root]
+        env_file, twin_path = os.path.join(path, "flydsl_env.sh"), os.path.join(path, "flydsl_env.json")
+        self.reap()
+        live_before = self.model.live(path)
+        mid = [p for p in live_before if p.req == req and p.mid_build()]
+        files_before = (file_id(env_file), read_json(twin_path))
+        args = request_args(path, req, self.repo)
+        env = self.env()
+        status_p = subprocess.Popen(_cmd("status", "--json", *args), env=env, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True)
+        wait_p = subprocess.Popen(_cmd("wait", *WAIT_NOW, *args), env=env, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True)
+        s_out, s_err = status_p.communicate(timeout=HANG_GUARD_S)
+        w_out, w_err = wait_p.communicate(timeout=HANG_GUARD_S)
+        self.reap()
+        mid = [p for p in mid if p.mid_build()]
+        live_after = self.model.live(path)
+        stable = files_before == (file_id(env_file), read_json(twin_path))
+        rc = wait_p.returncode
+        assert status_p.returncode == 0, f"status exited {status_p.returncode}: {s_err}"
+        state = json.loads(s_out)["state"]
+        said = f"{root} {req}: status {state}, wait --timeout 0 exit {rc} ({w_out.strip()[-300:]} {w_err[-300:]})"
+        STATS["check:pairs"] += 1
+        self.expect(not (rc == 64 and "--timeout" in w_err) and rc != 70, "inv1-wait0-refused",
+                    "invariant 1: wait --timeout 0 must answer at once; " + said)
+        if mid:
+            STATS["check:mid_build"] += 1
+            self.expect(state == "running" and rc == 75, f"inv1-midbuild-{state}-{rc}",
+                        f"invariant 1: a run for it is mid-build (pid {mid[0].pid}); {said}")
+        req_live = any(p.req == req for p in live_before + live_after)
+        answers = names(files_before[1], path, req, self.repo) and files_before[0] is not None
+        if stable and not answers:
+            self.expect(state != "succeeded" and rc != 0, f"inv1-unanswered-{state}-{rc}",
+                        f"invariant 1: no env file answers it; {said}")
+        if stable and answers and not req_live:
+            STATS["check:succeeded"] += 1
+            self.expect(state == "succeeded" and rc == 0, f"inv1-answered-{state}-{rc}",
+                        f"invariant 1: the env file answers it; {said}")
+        if not live_before and not live_after:
+            STATS["check:quiet"] += 1
+            self.expect(state != "running" and rc != 75, "inv1-idle-running",
+                        f"invariant 1: nothing runs for {root}; {said}")
+        reported = state == FAILURE or rc not in (0, 1, 75)
+        if reported and not req_live:
+            STATS["check:failure_reported"] += 1
+            ends = [(p.kind, p.outcome, p.code, p.end_index) for p in self.model.of(path, req)]
+            self.expect(self.model.failure_ok(path, req), f"inv1-failure-origin-{state}-{rc}",
+                f"invariant 1: a failure reported without a failed run for it (runs: {ends}); {said}")
+
+    def teardown(self) -> None:
+        for proc in self.model.procs:
+            if proc.alive():
+                proc.signal(signal.SIGKILL)
+        kill_tagged(self.tag)
+        for proc in self.model.procs:
+            if proc.popen is not None:
+                try:
+                    proc.popen.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    pass
+        kill_tagged(self.tag)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def sm_repo(tmp_path_factory: pytest.TempPathFactory) -> FixtureRepo:
+    return make_sm_repo(str(tmp_path_factory.mktemp("sm-upstream") / "FlyDSL.git"))
+
+
+def test_state_machine(sm_repo: FixtureRepo, tmp_path_factory: pytest.TempPathFactory) -> None:
+    _REPO[:] = [sm_repo]
+    _WORK[:] = [str(tmp_path_factory.mktemp("sm-work"))]
+    config = settings(max_examples=EXAMPLES, stateful_step_count=STEPS, deadline=None, derandomize=False,
+                      print_blob=True, suppress_health_check=list(HealthCheck))
+    try:
+        run_state_machine_as_test(ToolMachine, settings=config)
+    finally:
+        target = os.environ.get("ENSURE_FLYDSL_SM_STATS")
+        if target:
+            with open(target, "w") as handle:
+                json.dump(dict(sorted(STATS.items())), handle, indent=1)

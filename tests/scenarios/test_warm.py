@@ -1,0 +1,178 @@
+"""The warm-call fingerprint: a call may skip the import probe only when nothing it depends on changed."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from typing import Dict
+
+import pytest
+
+from ensure_flydsl.pipeline.fingerprint import folder_listing, watch_folders
+from tests.helpers.scenario import assert_one_tree
+from tests.helpers.workspace import Workspace
+
+
+def ensure_json(ws: Workspace, *args: str, **env: str) -> Dict[str, object]:
+    out = ws.run("--json", *args, **env)
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert isinstance(data, dict)
+    return data
+
+
+def warm(result: Dict[str, object]) -> bool:
+    """Answered from the fingerprint, without a probe."""
+    return result["action"] == "warm" and set(result["durations"]) == {"fingerprint"}  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def venv_python(tmp_path: "os.PathLike[str]") -> str:
+    """An interpreter of our own (a venv without pip), so its site folder can change."""
+    folder = os.path.join(str(tmp_path), "venv")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", folder], check=True)
+    return os.path.join(folder, "bin", "python")
+
+
+def test_second_call_is_answered_from_the_fingerprint(ws: Workspace) -> None:
+    first = ensure_json(ws)
+    assert first["action"] == "provisioned"
+    second = ensure_json(ws)
+    assert warm(second)
+    for key in ("how", "tree", "version", "python", "abi", "commit", "files", "prepend", "env_file"):
+        assert second[key] == first[key], key
+    out = ws.run()
+    assert "nothing changed since the last success (fingerprint)" in out.stdout
+
+
+def test_verify_forces_the_full_probe(ws: Workspace) -> None:
+    ensure_json(ws)
+    verified = ensure_json(ws, "--verify")
+    assert not warm(verified) and verified["action"] == "verified" and "probe" in verified["durations"]
+    assert not warm(ensure_json(ws, FLYDSL_VERIFY="1"))
+    assert warm(ensure_json(ws))
+
+
+def test_a_file_added_removed_or_changed_in_the_tree_means_a_probe(ws: Workspace) -> None:
+    ensure_json(ws)
+    packages = os.path.join(ws.root, "build-fly", "python_packages", "flydsl")
+    extra = os.path.join(packages, "extra.py")
+    with open(extra, "w") as handle:
+        handle.write("x = 1\n")
+    assert not warm(ensure_json(ws))
+    assert warm(ensure_json(ws))
+    with open(os.path.join(ws.root, "kernels", "moe_gemm_2stage.py"), "a") as handle:
+        handle.write("\n")
+    result = ensure_json(ws)
+    assert not warm(result)
+    os.unlink(extra)
+    assert not warm(ensure_json(ws))
+
+
+def test_pycache_written_by_imports_does_not_spoil_the_fingerprint(ws: Workspace) -> None:
+    ensure_json(ws)
+    out = subprocess.run(["bash", "-c", f'. "$1" && {sys.executable} -c "import kernels.moe_gemm_2stage"', "bash",
+                          ws.env_file], env={"PATH": os.environ["PATH"]}, cwd="/")
+    assert out.returncode == 0
+    assert os.path.isdir(os.path.join(ws.root, "kernels", "__pycache__"))
+    assert warm(ensure_json(ws))
+
+
+def test_a_damaged_tree_is_detected_and_repaired(ws: Workspace) -> None:
+    ensure_json(ws)
+    os.unlink(os.path.join(ws.root, "build-fly", "python_packages", "flydsl", "_mlir", "_mlir_libs", "_mlir.py"))
+    out = ws.run("--json")
+    assert out.returncode == 0, out.stderr
+    repaired = json.loads(out.stdout)
+    assert repaired["action"] == "provisioned" and "building it again" in out.stderr
+    assert_one_tree(ws)
+    assert warm(ensure_json(ws))
+
+
+def test_the_callers_pythonpath_matters(ws: Workspace, tmp_path: "os.PathLike[str]") -> None:
+    ensure_json(ws)
+    other = os.path.join(str(tmp_path), "elsewhere")
+    os.makedirs(other)
+    assert not warm(ensure_json(ws, PYTHONPATH=other))
+    assert warm(ensure_json(ws, PYTHONPATH=other))
+    assert not warm(ensure_json(ws))  # back to no PYTHONPATH: another probe
+
+
+def test_settings_matter(ws: Workspace) -> None:
+    ensure_json(ws)
+    assert not warm(ensure_json(ws, "--no-vllm-moe"))
+    assert not warm(ensure_json(ws, FLYDSL_MIN_VERSION="0.2.1"))
+    assert not warm(ensure_json(ws, FLYDSL_REQUIRE="flydsl"))
+
+
+def test_the_interpreter_matters(ws: Workspace, venv_python: str) -> None:
+    ensure_json(ws, FLYDSL_PYTHON=venv_python)
+    assert warm(ensure_json(ws, FLYDSL_PYTHON=venv_python))
+    # The venv's interpreter replaced by another file (an upgrade in place).
+    real = os.path.realpath(venv_python)
+    os.unlink(venv_python)
+    shutil.copy2(real, venv_python)
+    assert not warm(ensure_json(ws, FLYDSL_PYTHON=venv_python))
+    assert warm(ensure_json(ws, FLYDSL_PYTHON=venv_python))
+
+
+def test_the_site_folders_matter(ws: Workspace, venv_python: str) -> None:
+    ensure_json(ws, FLYDSL_PYTHON=venv_python)
+    site = subprocess.run([venv_python, "-c", "import site; print(site.getsitepackages()[0])"],
+                          stdout=subprocess.PIPE, text=True, check=True).stdout.strip()
+    time.sleep(0.01)
+    with open(os.path.join(site, "newly_installed.py"), "w") as handle:
+        handle.write("")
+    assert not warm(ensure_json(ws, FLYDSL_PYTHON=venv_python))
+
+
+def test_a_rebuild_changes_the_fingerprint(ws: Workspace) -> None:
+    ensure_json(ws)
+    assert ensure_json(ws, FLYDSL_PIN="v0.2.3")["action"] == "provisioned"
+    assert warm(ensure_json(ws, FLYDSL_PIN="v0.2.3"))
+    assert ensure_json(ws)["action"] == "provisioned"  # back to the first pin: its build is gone
+
+
+def test_a_reused_ambient_tree_is_fingerprinted_too(ws: Workspace, tmp_path: "os.PathLike[str]") -> None:
+    from tests.helpers.flydsl_fixture import make_installed_tree
+
+    ambient = make_installed_tree(os.path.join(str(tmp_path), "site"), "0.2.5")
+    assert ensure_json(ws, PYTHONPATH=ambient)["how"] == "reused"
+    assert warm(ensure_json(ws, PYTHONPATH=ambient))
+    os.unlink(os.path.join(ambient, "kernels", "moe_gemm_2stage.py"))
+    assert ensure_json(ws, PYTHONPATH=ambient)["how"] == "built"
+
+
+def test_an_edited_env_file_is_rewritten(ws: Workspace) -> None:
+    ensure_json(ws)
+    with open(ws.env_file, "a") as handle:
+        handle.write("export SOMETHING=else\n")
+    assert not warm(ensure_json(ws))
+    assert "SOMETHING" not in open(ws.env_file).read()
+
+
+def test_watch_folders_cover_the_tree() -> None:
+    files = {"flydsl": "/r/build-fly/python_packages/flydsl/__init__.py",
+             "kernels.moe_gemm_2stage": "/r/kernels/moe_gemm_2stage.py"}
+    folders = {"flydsl": "/r/build-fly/python_packages", "kernels.moe_gemm_2stage": "/r"}
+    assert watch_folders("/r", files, folders) == ["/r/build-fly/python_packages", "/r/kernels"]
+
+
+def test_folder_listing_sees_size_mtime_and_names_but_not_bytecode(tmp_path: "os.PathLike[str]") -> None:
+    folder = os.path.join(str(tmp_path), "pkg")
+    os.makedirs(os.path.join(folder, "sub", "__pycache__"))
+    path = os.path.join(folder, "sub", "a.py")
+    with open(path, "w") as handle:
+        handle.write("a")
+    first = folder_listing(folder)
+    assert folder_listing(folder) == first
+    with open(os.path.join(folder, "sub", "__pycache__", "a.cpython-311.pyc"), "w") as handle:
+        handle.write("")
+    assert folder_listing(folder) == first
+    os.utime(path, ns=(1, 1))
+    assert folder_listing(folder) != first
+    assert folder_listing(os.path.join(str(tmp_path), "none")) is None

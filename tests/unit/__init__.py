@@ -1,0 +1,1 @@
+"""Pure functions: no subprocess, no file system beyond tmp_path."""
