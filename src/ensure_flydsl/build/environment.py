@@ -18,8 +18,8 @@ from typing import Callable, Dict, List, Mapping, Optional
 
 from ensure_flydsl.errors import EnsureError, ExitCode
 from ensure_flydsl.probe.interpreter import Interpreter
-from ensure_flydsl.layout import tools_dir
-from ensure_flydsl.support.files import atomic_write
+from ensure_flydsl.layout import llvm_record, mlir_install, tools_dir
+from ensure_flydsl.support.files import atomic_write, read_json
 from ensure_flydsl.support.processes import stream_command
 
 # Documented default parallelism: a job of the LLVM/MLIR build (its big static links) may take this much.
@@ -147,6 +147,14 @@ def llvm_key(root: str, interpreter: Interpreter) -> Dict[str, object]:
 
 def is_mlir_install(path: str) -> bool:
     return os.path.isdir(os.path.join(path, "lib", "cmake", "mlir"))
+
+
+def finished_llvm_build(base_dir: str) -> Optional[Dict[str, object]]:
+    """The key (LLVM commit, interpreter ABI, ...) of the LLVM/MLIR build this tool finished in
+    ``BASE/llvm-project``, if its install is there: what its record says, checked against the files."""
+    record = read_json(llvm_record(base_dir)) or {}
+    done = record.get("done")
+    return done if isinstance(done, dict) and is_mlir_install(mlir_install(base_dir)) else None
 
 
 def run_script(

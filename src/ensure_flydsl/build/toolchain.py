@@ -348,24 +348,42 @@ def provide_build_tools(
             provided[name] = str(entry.get("version"))
             _link_programs(root, dict(entry["programs"]), str(entry["folder"]))  # repairs a removed link
             continue
-        spec = package_spec(name, minimum)
-        pip_python = installer or sys.executable
-        if not _has_pip(pip_python) and _has_pip(python):
-            pip_python = python
-        say(f"fix: {state.problem}; installing {spec} from the package index into {root} (private to this tool)")
-        folder, version = _install(name, spec, root, pip_python, environ, code)
-        programs = _programs(folder, name)
-        if name in EXECUTABLES:
-            if name not in programs:
-                raise EnsureError(code, f"the {spec} wheel installed into {folder} holds no {name} program",
-                                  stage="fixes", hint=f"put {name} on PATH yourself and run again")
-            _link_programs(root, programs, folder)
-            _check_runs(name, os.path.join(root, "bin", name), code)
-        record[name] = {"version": version, "spec": spec, "folder": folder, "programs": programs}
+        installed_now = _install_privately(name, minimum, root, python, installer, environ, code, state, say)
+        record[name] = installed_now
         atomic_write_json(stamp_path, record)
-        provided[name] = version
+        provided[name] = str(installed_now["version"])
         installed.append(name)
-        say(f"fix: provided {name} {version} in {folder}")
+        say(f"fix: provided {name} {provided[name]} in {installed_now['folder']}")
+    path, pythonpath, prefixes = _search_paths(root, provided, record)
+    return ProvidedTools(tools_dir, present, provided, tuple(installed), tuple(path), tuple(pythonpath),
+                         tuple(prefixes))
+
+
+
+def _install_privately(name: str, minimum: Optional[str], root: str, python: str, installer: Optional[str],
+                       environ: Mapping[str, str], code: ExitCode, state: ToolState,
+                       say: Callable[[str], None]) -> Dict[str, object]:
+    """Install one tool from the package index into ``root`` (never the interpreter's site-packages); its
+    programs linked into ``root/bin`` and checked to run.  Returns its record."""
+    spec = package_spec(name, minimum)
+    pip_python = installer or sys.executable
+    if not _has_pip(pip_python) and _has_pip(python):
+        pip_python = python
+    say(f"fix: {state.problem}; installing {spec} from the package index into {root} (private to this tool)")
+    folder, version = _install(name, spec, root, pip_python, environ, code)
+    programs = _programs(folder, name)
+    if name in EXECUTABLES:
+        if name not in programs:
+            raise EnsureError(code, f"the {spec} wheel installed into {folder} holds no {name} program",
+                              stage="fixes", hint=f"put {name} on PATH yourself and run again")
+        _link_programs(root, programs, folder)
+        _check_runs(name, os.path.join(root, "bin", name), code)
+    return {"version": version, "spec": spec, "folder": folder, "programs": programs}
+
+
+def _search_paths(root: str, provided: Mapping[str, str],
+                  record: Mapping[str, object]) -> Tuple[List[str], List[str], List[str]]:
+    """PATH, PYTHONPATH and CMAKE_PREFIX_PATH entries for what was provided."""
     path: List[str] = []
     pythonpath: List[str] = []
     prefixes: List[str] = []
@@ -377,6 +395,4 @@ def provide_build_tools(
         folder = str(entry["folder"])
         pythonpath.append(folder)  # `python3 -c "import nanobind"` in build.sh
         prefixes.append(folder)  # find_package(nanobind CONFIG): <prefix>/nanobind/cmake
-    return ProvidedTools(tools_dir, present, provided, tuple(installed), tuple(path), tuple(pythonpath),
-                         tuple(prefixes))
-
+    return path, pythonpath, prefixes

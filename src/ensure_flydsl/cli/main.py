@@ -260,23 +260,9 @@ _BUILD_FAILURES = (ExitCode.FETCH, ExitCode.CHECKOUT, ExitCode.LLVM_BUILD, ExitC
 
 
 def _ensure(args: argparse.Namespace, settings: Settings, reporter: Reporter, environ: Dict[str, str]) -> int:
-    from ensure_flydsl.pipeline.warm import try_warm
+    from ensure_flydsl.cli.ensure import ensure_command
 
-    result = None if settings.verify else try_warm(settings, environ)
-    if result is None:
-        from ensure_flydsl.pipeline.run import Run, ensure_run
-
-        result = ensure_run(Run(settings, reporter, environ))
-    else:
-        reporter.say(f"nothing changed since the last success (fingerprint); {settings.env_file} is current")
-    if args.json:
-        print(json.dumps(result.to_json(), sort_keys=True))
-    else:
-        reporter.say(
-            f"ready: flydsl {result.version} ({result.how}) for {result.python}; "
-            f"source {result.env_file}"
-        )
-    return 0
+    return ensure_command(settings, reporter, environ, as_json=args.json)
 
 
 def _env(args: argparse.Namespace, settings: Settings, reporter: Reporter, environ: Dict[str, str]) -> int:

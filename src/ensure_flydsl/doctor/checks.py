@@ -24,57 +24,26 @@ from ensure_flydsl.build.environment import (
     available_memory,
     cpu_count,
     default_jobs,
+    finished_llvm_build,
     is_mlir_install,
 )
 from ensure_flydsl.build.package_index import IndexAnswer, best_version, query_versions
 from ensure_flydsl.build.rocm import check_hip
 from ensure_flydsl.build.toolchain import ToolState, machine_state, package_spec
-from ensure_flydsl.errors import EnsureError, ExitCode
-from ensure_flydsl.layout import llvm_record, mlir_install, tools_dir
+from ensure_flydsl.doctor.check import MISSING, WRONG, Check, _ok, _skip
+from ensure_flydsl.errors import EnsureError
+from ensure_flydsl.layout import mlir_install, tools_dir
 from ensure_flydsl.probe.interpreter import Interpreter, describe_interpreter
 from ensure_flydsl.runs.answer import roots_sharing_marker, sharing_advice
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.source.needs import BuildNeeds, tool_minimums
-from ensure_flydsl.source.root import classify_root
-from ensure_flydsl.support.files import read_json
+from ensure_flydsl.source.root import classify_root, creatable_problem
 
-OK, MISSING, WRONG, SKIPPED = "ok", "missing", "wrong", "skipped"
-STAGE_EXIT: Dict[str, int] = {"settings": 64, "fetch": 2, "checkout": 3, "llvm": 4, "build": 5, "probe": 6,
-                              "release": 8}
-STAGE_ORDER = ("settings", "fetch", "checkout", "llvm", "build", "release", "probe")
 GIB = 1024**3
 LLVM_DISK_BYTES = 40 * GIB  # LLVM/MLIR source, build folder and install (mlir, clang, lld; three targets)
 BUILD_DISK_BYTES = 5 * GIB  # FlyDSL's own build against a ready MLIR
 SOURCE_DISK_BYTES = GIB // 2  # a checkout and the tool's files
 _CXX17_PROBE = "#include <optional>\n#include <string_view>\nint main() { std::optional<std::string_view> v; }\n"
-
-
-@dataclasses.dataclass(frozen=True)
-class Check:
-    """One thing the configured strategy needs, and what this machine has of it."""
-
-    name: str
-    status: str  # "ok" | "missing" | "wrong" | "skipped"
-    detail: str
-    remedy: str
-    blocking: bool  # the configured strategy cannot succeed while this stands
-    stage: str  # the run's step that would fail: "settings", "fetch", "checkout", "llvm", "build", ...
-    provided: bool = False  # missing here, but ensure-flydsl provides it (private toolchain, hip overlay)
-
-    @property
-    def exit_code(self) -> int:
-        return STAGE_EXIT.get(self.stage, int(ExitCode.INTERNAL))
-
-    def to_json(self) -> Dict[str, object]:
-        return dataclasses.asdict(self)
-
-
-def _ok(name: str, detail: str, stage: str) -> Check:
-    return Check(name, OK, detail, "", False, stage)
-
-
-def _skip(name: str, detail: str, stage: str) -> Check:
-    return Check(name, SKIPPED, detail, "", False, stage)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -192,11 +161,9 @@ def check_interpreter(settings: Settings, environ: Mapping[str, str]) -> Tuple[C
 
 def check_root(settings: Settings) -> Check:
     root, label = settings.root, settings.label("root")
-    anchor = root
-    while not os.path.lexists(anchor) and os.path.dirname(anchor) != anchor:
-        anchor = os.path.dirname(anchor)
-    if anchor != root and not (os.path.isdir(anchor) and os.access(anchor, os.W_OK | os.X_OK)):
-        return Check("root", WRONG, f"{root} cannot be created: {anchor} is not a writable folder",
+    problem = None if os.path.lexists(root) else creatable_problem(root)
+    if problem is not None:
+        return Check("root", WRONG, f"{root} cannot be created: {problem[1]}",
                      f"set {label} to a folder this user can create", True, "settings")
     state = classify_root(root, settings.repo)
     if state.kind == "foreign":
@@ -231,12 +198,9 @@ def check_git(environ: Mapping[str, str]) -> Check:
 
 def _llvm_already_built(settings: Settings, needs: BuildNeeds) -> Optional[str]:
     """The MLIR install a previous run built for this LLVM commit, if it is there."""
-    install = mlir_install(settings.base_dir)
-    record = read_json(llvm_record(settings.base_dir)) or {}
-    done = record.get("done")
-    if (needs.llvm_commit and isinstance(done, dict) and done.get("llvm_commit") == needs.llvm_commit
-            and is_mlir_install(install)):
-        return install
+    done = finished_llvm_build(settings.base_dir)
+    if needs.llvm_commit and done is not None and done.get("llvm_commit") == needs.llvm_commit:
+        return mlir_install(settings.base_dir)
     return None
 
 

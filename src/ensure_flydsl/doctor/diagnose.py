@@ -22,11 +22,8 @@ import dataclasses
 import time
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from ensure_flydsl.doctor.check import OK, SKIPPED, STAGE_ORDER, Check
 from ensure_flydsl.doctor.checks import (
-    OK,
-    SKIPPED,
-    STAGE_ORDER,
-    Check,
     Index,
     RunContext,
     check_compiler,

@@ -11,7 +11,10 @@ from typing import Dict, List, Mapping, Optional, Tuple
 
 from ensure_flydsl.build.package_index import best_version
 from ensure_flydsl.build.wheels import pin_as_tag, release_tags, tag_version, wheel_tags
-from ensure_flydsl.doctor.checks import MISSING, WRONG, Check, RunContext, _ok, _skip
+from ensure_flydsl.doctor.check import MISSING, WRONG, Check, _ok, _skip
+from ensure_flydsl.doctor.checks import (
+    RunContext,
+)
 from ensure_flydsl.errors import EnsureError
 from ensure_flydsl.layout import llvm_dir
 from ensure_flydsl.settings import Settings

@@ -7,7 +7,7 @@ from typing import Dict, List, Mapping, Optional, Union
 
 from ensure_flydsl.binary_cache.entries import CacheError, open_cache
 from ensure_flydsl.build.environment import is_mlir_install
-from ensure_flydsl.doctor.checks import MISSING, OK, SKIPPED, WRONG, Check
+from ensure_flydsl.doctor.check import MISSING, OK, SKIPPED, WRONG, Check
 from ensure_flydsl.errors import BadInput, EnsureError
 from ensure_flydsl.layout import tree_folders
 from ensure_flydsl.pipeline.lock import check_lock_path
@@ -18,28 +18,14 @@ from ensure_flydsl.result import How
 from ensure_flydsl.runs.context import Decision, Run
 from ensure_flydsl.runs.markers import marker_path_problem
 from ensure_flydsl.settings import Settings
-from ensure_flydsl.source.root import RootState, classify_root, is_ours
+from ensure_flydsl.source.root import RootState, classify_root, creatable_problem, is_ours
 from ensure_flydsl.support.report import Reporter
 
 
-def _nearest_existing(path: str) -> str:
-    while not os.path.lexists(path):
-        parent = os.path.dirname(path)
-        if parent == path:
-            break
-        path = parent
-    return path
-
-
 def _check_creatable(label: str, value: str, folder: str) -> None:
-    """``folder`` exists as a folder this user can write in, or can be created: its nearest existing
-    ancestor is a writable folder (not a file, not read-only)."""
-    anchor = _nearest_existing(folder)
-    if not os.path.isdir(anchor):
-        raise BadInput(label, value, f"a path whose folders can be created; {anchor} is a file, so nothing can "
-                       "be created under it")
-    if not os.access(anchor, os.W_OK | os.X_OK):
-        raise BadInput(label, value, f"a path this user can create; {anchor} is not writable")
+    problem = creatable_problem(folder)
+    if problem is not None:
+        raise BadInput(label, value, f"{problem[0]}; {problem[1]}")
 
 
 def check_root_location(settings: Settings) -> RootState:

@@ -13,6 +13,7 @@ from ensure_flydsl.build.environment import (
     Toolchain,
     build_environment,
     file_sha256,
+    finished_llvm_build,
     is_mlir_install,
     llvm_key,
     prepare_toolchain,
@@ -142,8 +143,7 @@ def ready_mlir(run: Run, cache: Optional[Cache]) -> Optional[Mlir]:
         return settings.mlir_path, {"mlir_path": settings.mlir_path}
     key = llvm_key(settings.root, run.interpreter)
     install = mlir_install(settings.base_dir)
-    record = read_json(llvm_record(settings.base_dir)) or {}
-    if record.get("done") == key and is_mlir_install(install):
+    if finished_llvm_build(settings.base_dir) == key:
         run.say(f"MLIR for LLVM {llvm_label(key)} is already built in {install}")
         return install, {"llvm": key}
     fetched = mlir_from_cache(run, cache, key) if cache is not None else None

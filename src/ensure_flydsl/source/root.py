@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-from typing import Dict, List, Mapping, Optional
+from typing import Dict, List, Mapping, Optional, Tuple
 
 from ensure_flydsl.layout import BUILD_DIR, ENV_FILE_NAME, ENV_JSON_NAME, STATE_DIR, owner_file, stamps_dir, state_dir
 from ensure_flydsl.support.files import atomic_write_json, read_json, remove_file
@@ -43,6 +43,19 @@ def owner(root: str) -> Optional[Dict[str, object]]:
 class RootState:
     kind: str  # absent | empty | ours | contract-only | adoptable | foreign
     reason: str = ""
+
+
+def creatable_problem(folder: str) -> Optional[Tuple[str, str]]:
+    """Why ``folder`` can neither be used nor created by this user, as (what is allowed, what is wrong), or
+    None: its nearest existing ancestor must be a folder this user can write in."""
+    anchor = folder
+    while not os.path.lexists(anchor) and os.path.dirname(anchor) != anchor:
+        anchor = os.path.dirname(anchor)
+    if not os.path.isdir(anchor):
+        return "a path whose folders can be created", f"{anchor} is a file, so nothing can be created under it"
+    if not os.access(anchor, os.W_OK | os.X_OK):
+        return "a path this user can create", f"{anchor} is not writable"
+    return None
 
 
 def same_repo(url_a: str, url_b: str) -> bool:

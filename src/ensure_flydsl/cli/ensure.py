@@ -1,0 +1,27 @@
+"""``ensure-flydsl`` (= ``ensure-flydsl ensure``): blocking; answer warm when nothing changed, else run the
+pipeline; say what it decided, or print one JSON result object with ``--json``."""
+
+from __future__ import annotations
+
+import json
+from typing import Mapping
+
+from ensure_flydsl.pipeline.warm import try_warm
+from ensure_flydsl.settings import Settings
+from ensure_flydsl.support.report import Reporter
+
+
+def ensure_command(settings: Settings, reporter: Reporter, environ: Mapping[str, str], *, as_json: bool) -> int:
+    result = None if settings.verify else try_warm(settings, environ)
+    if result is None:
+        # Imported here: the warm path (most calls) needs none of the pipeline's machinery.
+        from ensure_flydsl.pipeline.run import Run, ensure_run
+
+        result = ensure_run(Run(settings, reporter, environ))
+    else:
+        reporter.say(f"nothing changed since the last success (fingerprint); {settings.env_file} is current")
+    if as_json:
+        print(json.dumps(result.to_json(), sort_keys=True))
+    else:
+        reporter.say(f"ready: flydsl {result.version} ({result.how}) for {result.python}; source {result.env_file}")
+    return 0
