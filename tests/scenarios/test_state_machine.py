@@ -98,6 +98,7 @@ class ToolMachine(RuleBasedStateMachine):
         self.serial = 0
         self.touched: set = set()
         self.marker_seen: Optional[Tuple[object, Optional[str]]] = None
+        self.marker_seen_at = 0.0
         self.alive_roots_at_check: set = set()
         self.steps: List[str] = []
         STATS["examples"] += 1
@@ -401,12 +402,32 @@ class ToolMachine(RuleBasedStateMachine):
             owner = str(seen[1])
             own_activity = owner in {self.roots[r] for r in self.touched} or owner in self.alive_roots_at_check \
                 or any(p.root == owner for p in self.model.live())
-            # The other root's failure may have replaced the marker since (then its own start removed it).
-            replaced = any(p.end_index == self.index and p.outcome != SUCCESS for p in self.model.procs)
+            # The other root's failure may have replaced the marker since (the path is shared: its failure
+            # must be written there), and then its own next run removed it: a run of the other root that
+            # failed since the marker was last seen, by its processes or by its run records.
+            replaced = any(p.end_index == self.index and p.outcome != SUCCESS for p in self.model.procs) \
+                or self.other_root_failed_since(owner, self.marker_seen_at)
             STATS["check:marker_removed"] += 1
             self.expect(own_activity or replaced, "inv5",
                         f"invariant 5: the marker of {owner} was removed by the other root's runs/commands")
         self.marker_seen = (now, named) if now is not None else None
+        self.marker_seen_at = time.time()
+
+    def other_root_failed_since(self, owner: str, since: float) -> bool:
+        """Whether a run of a root other than ``owner`` ended failed after ``since`` (its run record)."""
+        runs = os.path.join(os.path.dirname(owner), ".ensure_flydsl", "runs")
+        for root_name in (os.listdir(runs) if os.path.isdir(runs) else []):
+            if os.path.join(os.path.dirname(owner), root_name) == owner:
+                continue
+            folder = os.path.join(runs, root_name)
+            for name in os.listdir(folder):
+                record = read_json(os.path.join(folder, name)) if name.endswith(".json") else None
+                # "updated" is when the failure was written (a death is written when noticed)
+                written = (record or {}).get("updated") or (record or {}).get("finished")
+                if record and record.get("state") == "failed" and isinstance(written, (int, float)) \
+                        and written >= since - 1.0:
+                    return True
+        return False
 
     def check_pair(self, root: str, req: Request) -> None:
         """Invariant 1 for one (root, request): `status --json` and `wait --timeout 0` against the truth."""
@@ -441,7 +462,8 @@ class ToolMachine(RuleBasedStateMachine):
                         f"invariant 1: a run for it is mid-build (pid {mid[0].pid}); {said}")
         req_live = any(p.req == req for p in live_before + live_after)
         answers = names(files_before[1], path, req, self.repo) and files_before[0] is not None
-        if stable and not answers:
+        root_quiet = not live_before and not live_after  # no run of this root could change its files meanwhile
+        if stable and not answers and root_quiet:
             self.expect(state != "succeeded" and rc != 0, f"inv1-unanswered-{state}-{rc}",
                         f"invariant 1: no env file answers it; {said}")
         if stable and answers and not req_live:
