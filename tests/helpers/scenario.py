@@ -53,3 +53,13 @@ def start(ws: Workspace, *args: str, **env: str) -> Dict[str, object]:
     data = json.loads(out.stdout.splitlines()[-1])
     assert isinstance(data, dict)
     return data
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` is a live process (a zombie waiting for a reaper counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            state = handle.read().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state != "Z"

@@ -14,6 +14,7 @@ from typing import Iterator
 
 import pytest
 
+from tests.helpers.scenario import alive
 from tests.helpers.workspace import Workspace
 
 # Runs the tool and prints the peak RSS (KiB) of the largest process it waited for: the tool itself (the
@@ -23,16 +24,6 @@ PEAK_RSS = textwrap.dedent("""
     done = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=300)
     print(done.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
 """)
-
-
-def alive(pid: int) -> bool:
-    """Whether ``pid`` is a live process (a zombie waiting for a reaper counts as gone)."""
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            state = handle.read().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return state != "Z"
 
 
 @contextlib.contextmanager

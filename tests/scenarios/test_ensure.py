@@ -276,7 +276,7 @@ def test_env_file_of_another_request_is_withdrawn_first(ws: Workspace) -> None:
     out = ws.run(FLYDSL_PIN="v0.2.3", FIXTURE_BUILD_FAIL="1")
     assert out.returncode == 5
     assert not os.path.exists(ws.env_file) and not os.path.exists(ws.env_json)
-    assert "took away an env file written for a different request" in out.stdout
+    assert f"took away {ws.env_file}: it does not answer this request" in out.stdout
 
 
 def test_reuse_only_never_provisions(ws: Workspace) -> None:

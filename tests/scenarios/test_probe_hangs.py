@@ -13,6 +13,7 @@ from typing import List
 import pytest
 
 from tests.helpers.flydsl_fixture import write
+from tests.helpers.scenario import alive
 from tests.helpers.workspace import Workspace
 
 # flydsl/__init__.py bodies of a broken ambient install.  The hanging one records its pid and starts a child
@@ -25,16 +26,6 @@ with open({pids!r}, "a") as handle:
     handle.write("%d\\n%d\\n" % (os.getpid(), child.pid))
 time.sleep(10**6)
 """
-
-
-def alive(pid: int) -> bool:
-    """Whether ``pid`` is a live process (a zombie waiting for a reaper counts as gone)."""
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            state = handle.read().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return state != "Z"
 
 
 def pids_in(path: str) -> List[int]:
