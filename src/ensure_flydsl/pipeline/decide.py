@@ -18,7 +18,7 @@ from ensure_flydsl.result import How
 from ensure_flydsl.runs.context import Decision, Run
 from ensure_flydsl.runs.markers import marker_path_problem
 from ensure_flydsl.settings import Settings
-from ensure_flydsl.source.root import RootState, classify_root, creatable_problem, is_ours
+from ensure_flydsl.source.root import RootState, Stamp, classify_root, creatable_problem, is_ours
 from ensure_flydsl.support.report import Reporter
 
 
@@ -122,14 +122,12 @@ def tree_key(settings: Settings, commit: str, interpreter: Interpreter) -> Dict[
     return {"repo": settings.repo, "pin": settings.pin, "commit": commit, "abi": interpreter.abi}
 
 
-def _stamped_tree_matches(run: Run) -> Optional[Dict[str, object]]:
+def _stamped_tree_matches(run: Run) -> Optional[Stamp]:
     stamp = run.stamps.read("tree")
-    if not stamp or not isinstance(stamp.get("key"), dict):
+    if stamp is None:
         return None
-    key = stamp["key"]
-    assert isinstance(key, dict)
-    wanted = tree_key(run.settings, str(key.get("commit")), run.interpreter)
-    return stamp if key == wanted else None
+    wanted = tree_key(run.settings, str(stamp.key.get("commit")), run.interpreter)
+    return stamp if stamp.key == wanted else None
 
 
 def _ambient_prepend(probe: Probe, verdict: Verdict) -> List[str]:
@@ -160,8 +158,8 @@ def decide(run: Run, again: bool = False) -> Decision:
         stamp = _stamped_tree_matches(run)
         if stamp is not None:
             return Decision(
-                True, verdict.reason, How(str(stamp.get("how", How.BUILT))), root, prefix, probe, verdict,
-                str(dict(stamp["key"]).get("commit")),  # type: ignore[call-overload]
+                True, verdict.reason, How(stamp.how or How.BUILT), root, prefix, probe, verdict,
+                str(stamp.key.get("commit")),
             )
         why = "it was not built for this pin, repository and interpreter (or its build did not finish)"
         run.say(f"the tree in {root} imports, but {why}")

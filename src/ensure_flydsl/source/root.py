@@ -159,6 +159,35 @@ def exclude_from_git(root: str) -> None:
             handle.write("\n".join(missing) + "\n")
 
 
+@dataclasses.dataclass(frozen=True)
+class Stamp:
+    """``stamps/<step>.json``: the inputs a finished step was done for (and, for the tree, how it came to
+    be, its commit and version)."""
+
+    key: Dict[str, object]
+    time: float = 0.0
+    how: Optional[str] = None
+    commit: Optional[str] = None
+    version: Optional[str] = None
+
+    def to_json(self) -> Dict[str, object]:
+        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+
+    @classmethod
+    def from_json(cls, data: object) -> Optional["Stamp"]:
+        """The stamp, or None for a file that is not one (torn, foreign, older)."""
+        if not isinstance(data, dict) or not isinstance(data.get("key"), dict):
+            return None
+        when = data.get("time")
+
+        def text(name: str) -> Optional[str]:
+            value = data.get(name)
+            return str(value) if value is not None else None
+
+        return cls(dict(data["key"]), float(when) if isinstance(when, (int, float)) else 0.0, text("how"),
+                   text("commit"), text("version"))
+
+
 class Stamps:
     """Step stamps of one root (see the module docstring)."""
 
@@ -168,12 +197,12 @@ class Stamps:
     def _path(self, step: str) -> str:
         return os.path.join(self.folder, step + ".json")
 
-    def read(self, step: str) -> Optional[Dict[str, object]]:
-        return read_json(self._path(step))
+    def read(self, step: str) -> Optional[Stamp]:
+        return Stamp.from_json(read_json(self._path(step)))
 
     def done(self, step: str, key: Mapping[str, object]) -> bool:
         stamp = self.read(step)
-        return stamp is not None and stamp.get("key") == dict(key)
+        return stamp is not None and stamp.key == dict(key)
 
     def begin(self, step: str, key: Optional[Mapping[str, object]] = None) -> None:
         """Before a step runs: the tree is unfinished, the step is not done, and (with ``key``) record
@@ -182,18 +211,16 @@ class Stamps:
         remove_file(self._path(step))
         if key is not None:
             os.makedirs(self.folder, exist_ok=True)
-            atomic_write_json(self._path(step + ".started"), {"key": dict(key), "time": time.time()})
+            atomic_write_json(self._path(step + ".started"), Stamp(dict(key), time.time()).to_json())
 
     def started_key(self, step: str) -> Optional[Dict[str, object]]:
-        record = read_json(self._path(step + ".started"))
-        key = record.get("key") if record else None
-        return key if isinstance(key, dict) else None
+        started = Stamp.from_json(read_json(self._path(step + ".started")))
+        return started.key if started is not None else None
 
-    def finish(self, step: str, key: Mapping[str, object], **extra: object) -> None:
+    def finish(self, step: str, key: Mapping[str, object], *, how: Optional[str] = None,
+               commit: Optional[str] = None, version: Optional[str] = None) -> None:
         os.makedirs(self.folder, exist_ok=True)
-        record: Dict[str, object] = {"key": dict(key), "time": time.time()}
-        record.update(extra)
-        atomic_write_json(self._path(step), record)
+        atomic_write_json(self._path(step), Stamp(dict(key), time.time(), how, commit, version).to_json())
 
     def undo(self, step: str) -> None:
         """The step's result turned out unusable: not done any more (its started record stays)."""
