@@ -17,8 +17,8 @@ import shlex
 from typing import Callable, Dict, List, Mapping, Optional
 
 from ensure_flydsl.errors import EnsureError, ExitCode
-from ensure_flydsl.probe.interpreter import Interpreter
 from ensure_flydsl.layout import llvm_record, mlir_install, tools_dir
+from ensure_flydsl.probe.interpreter import Interpreter
 from ensure_flydsl.support.files import atomic_write, read_json
 from ensure_flydsl.support.processes import stream_command
 

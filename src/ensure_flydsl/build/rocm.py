@@ -2,14 +2,15 @@
 
 The hip CMake library-name mismatch: an image's ``lib/cmake/hip/hip-targets-*.cmake`` names
 ``libamdhip64.so.7.2.70201`` while the runtime installed is ``libamdhip64.so.7.2.53211``; CMake's import
-check then stops the FlyDSL configure.  The bash executor (ensure_flydsl.sh) symlinked the expected name inside /opt/rocm/lib.  Here a
-private overlay prefix is built instead: every entry of ROCm is linked into it, ``lib/cmake/hip`` is a
-byte-identical copy (hip-config.cmake derives its prefix from its own location, possibly through
-REALPATH, so a link would lead back to ROCm), and the missing name points at the real library.  The
-overlay goes first on CMAKE_PREFIX_PATH for the build steps only; ROCM_PATH is left untouched.
+check then stops the FlyDSL configure.  The bash executor (ensure_flydsl.sh) symlinked the expected name
+inside /opt/rocm/lib.  Here a private overlay prefix is built instead: every entry of ROCm is linked into
+it, ``lib/cmake/hip`` is a byte-identical copy (hip-config.cmake derives its prefix from its own location,
+possibly through REALPATH, so a link would lead back to ROCm), and the missing name points at the real
+library.  The overlay goes first on CMAKE_PREFIX_PATH for the build steps only; ROCM_PATH is left
+untouched.
 
-With ``--fix-rocm-in-place`` (FLYDSL_FIX_ROCM_IN_PLACE=1) the bash executor's fix is applied instead: the missing
-name is linked to the real library inside ``ROCM_PATH/lib`` itself.  Only when explicitly asked.
+With ``--fix-rocm-in-place`` (FLYDSL_FIX_ROCM_IN_PLACE=1) the bash executor's fix is applied instead: the
+missing name is linked to the real library inside ``ROCM_PATH/lib`` itself.  Only when explicitly asked.
 
 A real ``cmake`` configure of ``find_package(hip REQUIRED CONFIG)`` against a broken tree fails with CMake's
 "The imported target "hip::amdhip64" references the file ... but this file does not exist", and succeeds

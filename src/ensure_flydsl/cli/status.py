@@ -34,7 +34,7 @@ def status_data(settings: Settings) -> Dict[str, object]:
         data.update(step=record.step, percent=record.percent, eta_s=record.remaining_eta())
     elif found.state == SUCCEEDED and found.twin:
         twin = found.twin
-        data.update(version=twin.get("version"), python=twin.get("python"), how=twin.get("how"),
+        data.update(version=twin.version, python=twin.python, how=twin.how,
                     env_file=settings.env_file, eta_s=0)
     elif found.state == FAILED and found.failure:
         data.update(stage=found.failure.stage, exit_code=found.failure.exit_code, reason=found.failure.reason)

@@ -16,9 +16,8 @@ from ensure_flydsl.settings import Settings
 def verify(settings: Settings, environ: Dict[str, str], *, as_json: bool) -> int:
     twin = read_env_json(settings.env_json)
     prepend: List[str] = tree_folders(settings.root)
-    recorded = twin.get("pythonpath_prepend") if twin else None
-    if isinstance(recorded, list):
-        prepend = [str(p) for p in recorded]
+    if twin is not None:
+        prepend = list(twin.pythonpath_prepend)
     probe = run_probe(settings.python, modules=probe_modules(settings.require), prefix=prepend, environ=environ,
                       timeout=settings.probe_timeout, timeout_label=settings.label("probe_timeout"))
     verdict = evaluate(probe, settings.min_version, settings.require)

@@ -49,9 +49,9 @@ def wait(settings: Settings, reporter: Reporter, *, timeout: Optional[float], he
 
 def _finished(settings: Settings, found: Answer, reporter: Reporter) -> int:
     if found.state == SUCCEEDED:
-        twin = found.twin or {}
-        reporter.say(f"succeeded: flydsl {twin.get('version')} ({twin.get('how')}) for {twin.get('python')}; "
-                     f"source {settings.env_file}")
+        twin = found.twin
+        what = f"flydsl {twin.version} ({twin.how}) for {twin.python}" if twin is not None else "the env file"
+        reporter.say(f"succeeded: {what}; source {settings.env_file}")
         return 0
     if found.state == FAILED and found.failure is not None:
         failure = found.failure

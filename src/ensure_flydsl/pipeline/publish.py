@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Callable, List, Optional
 
@@ -25,8 +26,8 @@ def withdraw_stale_markers(settings: Settings, say: Callable[[str], None]) -> No
     finished for it)."""
     markers.withdraw_failure_marker(settings.fail_marker, settings.root)
     twin = markers.read_env_json(settings.env_json)
-    stale = twin is None or twin.get("request") != settings.request()
-    if not stale and is_ours(settings.root) and twin is not None and twin.get("how") != How.REUSED:
+    stale = twin is None or twin.request != settings.request()
+    if not stale and is_ours(settings.root) and twin is not None and twin.how != How.REUSED:
         stale = Stamps(settings.root).read("tree") is None
     if os.path.exists(settings.env_file) and stale:
         markers.withdraw_env_file(settings.env_file, settings.env_json)
@@ -35,7 +36,7 @@ def withdraw_stale_markers(settings: Settings, say: Callable[[str], None]) -> No
 
 def env_file_answers(settings: Settings) -> bool:
     twin = markers.read_env_json(settings.env_json)
-    return twin is not None and twin.get("request") == settings.request() and os.path.isfile(settings.env_file)
+    return twin is not None and twin.request == settings.request() and os.path.isfile(settings.env_file)
 
 
 def publish(run: Run, decision: Decision, action: Action) -> Result:
@@ -48,33 +49,27 @@ def publish(run: Run, decision: Decision, action: Action) -> Result:
     package_folders = {name: package_folder(name, path) for name, path in decision.verdict.files.items()}
     watch = watch_folders(settings.root, decision.verdict.files, package_folders)
     site_dirs = list(interp.site_dirs)
-    details = {
-        "request": settings.request(),
-        "watch": watch,
-        "site_dirs": site_dirs,
-        "fingerprint": compute(request=settings.request(), python=settings.python, environ=run.environ,
-                               watch=watch, site_dirs=site_dirs, tree_stamp=tree_stamp_path(settings.root),
-                               tree_folders=decision.prepend),
-        "how": decision.how,
-        "tree": decision.tree,
-        "version": decision.probe.version,
-        "python": interp.executable,
-        "python_version": interp.version,
-        "abi": interp.abi,
-        "commit": decision.commit,
-        "files": decision.verdict.files,
-    }
+    twin = markers.EnvTwin(
+        request=settings.request(), how=decision.how, tree=decision.tree, version=str(decision.probe.version),
+        python=interp.executable, python_version=interp.version, abi=interp.abi, commit=decision.commit,
+        files=dict(decision.verdict.files), watch=watch, site_dirs=site_dirs,
+        fingerprint=compute(request=settings.request(), python=settings.python, environ=run.environ, watch=watch,
+                            site_dirs=site_dirs, tree_stamp=tree_stamp_path(settings.root),
+                            tree_folders=decision.prepend),
+        FLYDSL_ROOT=settings.root, pythonpath_prepend=list(decision.prepend), FLYDSL_SHIM_DIR=settings.shim_dir,
+        VLLM_USE_FLYDSL_MOE="1" if settings.vllm_moe else None,
+    )
     text = markers.render_env_sh(settings.root, decision.prepend, settings.shim_dir, settings.vllm_moe)
-    twin = markers.read_env_json(settings.env_json) or {}
-    current = {k: twin.get(k) for k in details} == details and _read_text(settings.env_file) == text
+    there = markers.read_env_json(settings.env_json)
+    as_read = markers.EnvTwin.from_json(json.loads(json.dumps(twin.to_json())))  # as it reads back
+    current = there is not None and as_read is not None and there.answers(as_read) \
+        and _read_text(settings.env_file) == text
     with run.step("publish"):
         if current:
             run.say(f"{settings.env_file} is current")
         else:
-            markers.publish_env_file(
-                settings.env_file, settings.env_json, root=settings.root, prepend=decision.prepend,
-                shim_dir=settings.shim_dir, vllm_moe=settings.vllm_moe, details=details,
-            )
+            markers.publish_env_file(settings.env_file, settings.env_json, twin, shim_dir=settings.shim_dir,
+                                     vllm_moe=settings.vllm_moe)
             run.say(f"wrote {settings.env_file}")
         clear_answered_failure(run)
     env = markers.env_mapping(

@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Dict, List, Mapping, Optional
+from typing import List, Mapping, Optional
 
 from ensure_flydsl.runs.liveness import record_death, seen_dead
-from ensure_flydsl.runs.markers import read_env_json
+from ensure_flydsl.runs.markers import EnvTwin, read_env_json
 from ensure_flydsl.runs.records import FAILED, RUNNING, SUCCEEDED, Failure, RunRecord, RunStore
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.support.files import read_json
@@ -33,7 +33,7 @@ ABSENT = "absent"
 class Answer:
     state: str
     record: Optional[RunRecord] = None  # the live run, or the run whose outcome this is
-    twin: Optional[Dict[str, object]] = None  # the env file's JSON twin, when succeeded
+    twin: Optional[EnvTwin] = None  # the env file's JSON twin, when succeeded
     failure: Optional[Failure] = None  # when failed
     reason: str = ""  # why absent
     run_id: Optional[str] = None  # the run the answer comes from
@@ -61,7 +61,7 @@ def answer(settings: Settings, *, record_deaths: bool = False) -> Answer:
         first = _in_speaking_order(live)[0]
         return Answer(RUNNING, record=first, run_id=first.run_id)
     twin = read_env_json(settings.env_json)
-    if twin is not None and twin.get("request") == request and os.path.isfile(settings.env_file):
+    if twin is not None and twin.request == request and os.path.isfile(settings.env_file):
         return Answer(SUCCEEDED, twin=twin)
     ended = [r for r in records if r.state in (SUCCEEDED, FAILED)]
     last = max(ended, key=lambda r: r.finished or 0.0, default=None)

@@ -7,6 +7,7 @@ atomically (temp file + rename) and the env file last: its existence is the succ
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shlex
 from typing import Dict, List, Mapping, Optional, Sequence
@@ -78,26 +79,65 @@ def render_env_sh(root: str, prepend: Sequence[str], shim_dir: Optional[str], vl
     return "\n".join(lines) + "\n"
 
 
-def publish_env_file(
-    env_file: str, env_json: str, *, root: str, prepend: Sequence[str], shim_dir: Optional[str], vllm_moe: bool,
-    details: Mapping[str, object],
-) -> None:
+@dataclasses.dataclass(frozen=True)
+class EnvTwin:
+    """``flydsl_env.json``: what the env file exports, the request it answers, the tree and interpreter it
+    was made for, and the warm path's fingerprint with the folders and site dirs it watches."""
+
+    request: Dict[str, object]
+    how: str
+    tree: str
+    version: str
+    python: str
+    python_version: str
+    abi: str
+    commit: Optional[str]
+    files: Dict[str, str]
+    watch: List[str]
+    site_dirs: List[str]
+    fingerprint: Dict[str, object]
+    FLYDSL_ROOT: str = ""
+    pythonpath_prepend: List[str] = dataclasses.field(default_factory=list)
+    FLYDSL_SHIM_DIR: Optional[str] = None
+    VLLM_USE_FLYDSL_MOE: Optional[str] = None
+    written_at: str = ""
+    tool_version: str = ""
+
+    # What says which tree answers which request; the rest records when and by what it was written.
+    ANSWER_FIELDS = ("request", "how", "tree", "version", "python", "python_version", "abi", "commit", "files",
+                     "watch", "site_dirs", "fingerprint", "FLYDSL_ROOT", "pythonpath_prepend", "FLYDSL_SHIM_DIR",
+                     "VLLM_USE_FLYDSL_MOE")
+
+    def to_json(self) -> Dict[str, object]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: object) -> Optional["EnvTwin"]:
+        """The twin, or None for a file that is not one (torn, foreign, an older tool's)."""
+        if not isinstance(data, dict) or not isinstance(data.get("request"), dict):
+            return None
+        lists = ("watch", "site_dirs", "pythonpath_prepend")
+        if not all(isinstance(data.get(k), list) and all(isinstance(v, str) for v in data[k]) for k in lists):
+            return None
+        if not isinstance(data.get("fingerprint"), dict) or not isinstance(data.get("files"), dict):
+            return None
+        known = {f.name for f in dataclasses.fields(cls)}
+        try:
+            return cls(**{k: v for k, v in data.items() if k in known})
+        except TypeError:
+            return None
+
+    def answers(self, other: "EnvTwin") -> bool:
+        return all(getattr(self, k) == getattr(other, k) for k in self.ANSWER_FIELDS)
+
+
+def publish_env_file(env_file: str, env_json: str, twin: EnvTwin, *, shim_dir: Optional[str], vllm_moe: bool) -> None:
     """Write the JSON twin, then the env file: the success signal comes last."""
     os.makedirs(os.path.dirname(env_file), exist_ok=True)
-    twin = dict(details)
-    twin.update(
-        {
-            "FLYDSL_ROOT": root,
-            "pythonpath_prepend": list(prepend),
-            "FLYDSL_SHIM_DIR": shim_dir,
-            "VLLM_USE_FLYDSL_MOE": "1" if vllm_moe else None,
-            "written_at": now_iso(),
-            "tool_version": __version__,
-        }
-    )
-    atomic_write_json(env_json, twin)
+    written = dataclasses.replace(twin, written_at=now_iso(), tool_version=__version__)
+    atomic_write_json(env_json, written.to_json())
     faults.point("twin-written")
-    atomic_write(env_file, render_env_sh(root, prepend, shim_dir, vllm_moe).encode())
+    atomic_write(env_file, render_env_sh(twin.FLYDSL_ROOT, twin.pythonpath_prepend, shim_dir, vllm_moe).encode())
     faults.point("published")
 
 
@@ -107,8 +147,8 @@ def withdraw_env_file(env_file: str, env_json: str) -> bool:
     return remove_file(env_json) or removed
 
 
-def read_env_json(env_json: str) -> Optional[Dict[str, object]]:
-    return read_json(env_json)
+def read_env_json(env_json: str) -> Optional[EnvTwin]:
+    return EnvTwin.from_json(read_json(env_json))
 
 
 def marker_path_problem(path: str) -> Optional[str]:
