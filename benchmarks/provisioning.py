@@ -55,14 +55,14 @@ REAL_VERSION = "0.2.2"
 TORCH = "torch==2.13.0"
 
 # Runs in the tool's venv: the cache entry a source-strategy run of REAL_PIN looks up, made from a released
-# tree.  The fields are those of ensure_flydsl.providers.cache.tree_fields (which needs a Run); the cache publishes
-# only after a source build, and this machine cannot build FlyDSL.
+# tree.  The fields are those of ensure_flydsl.providers.cache.tree_fields (which needs a Run); the cache
+# publishes only after a source build, and this machine cannot build FlyDSL.
 MAKE_ENTRY = r"""
 import json, os, sys
-from ensure_flydsl.build import file_sha256, llvm_key
-from ensure_flydsl.cache import cache_key, open_cache
-from ensure_flydsl.cached import repo_identity
-from ensure_flydsl.probe import describe_interpreter
+from ensure_flydsl.build.environment import file_sha256, llvm_key
+from ensure_flydsl.binary_cache.entries import cache_key, open_cache
+from ensure_flydsl.providers.cache import repo_identity
+from ensure_flydsl.probe.interpreter import describe_interpreter
 root, repo, python, commit, location = sys.argv[1:6]
 interpreter = describe_interpreter(python, os.environ)
 fields = {
@@ -86,7 +86,7 @@ print(json.dumps({"key": key, "size": entry.size, "files": entry.files, "publish
 # member, extraction, sha256 of every extracted file), without a run around it or the import probe after it.
 FETCH_ENTRY = r"""
 import json, os, shutil, sys, tempfile, time
-from ensure_flydsl.cache import open_cache
+from ensure_flydsl.binary_cache.entries import open_cache
 location, key, work = sys.argv[1:4]
 started = time.perf_counter()
 cache = open_cache(location)
