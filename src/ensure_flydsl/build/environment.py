@@ -19,7 +19,7 @@ from typing import Callable, Dict, List, Mapping, Optional
 from ensure_flydsl.errors import EnsureError, ExitCode
 from ensure_flydsl.layout import llvm_record, mlir_install, tools_dir
 from ensure_flydsl.probe.interpreter import Interpreter
-from ensure_flydsl.support.files import atomic_write, read_json
+from ensure_flydsl.support.files import atomic_write, atomic_write_json, read_json
 from ensure_flydsl.support.processes import stream_command
 
 # Documented default parallelism: a job of the LLVM/MLIR build (its big static links) may take this much.
@@ -149,12 +149,37 @@ def is_mlir_install(path: str) -> bool:
     return os.path.isdir(os.path.join(path, "lib", "cmake", "mlir"))
 
 
+@dataclasses.dataclass(frozen=True)
+class LlvmRecord:
+    """``BASE/.llvm-project.ensure-flydsl.json``: this tool made ``llvm-project/``, the inputs of the build
+    it started there, and of the one it finished."""
+
+    created: bool
+    started: Optional[Dict[str, object]] = None
+    done: Optional[Dict[str, object]] = None
+
+    def to_json(self) -> Dict[str, object]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def read(cls, base_dir: str) -> Optional["LlvmRecord"]:
+        data = read_json(llvm_record(base_dir))
+        if data is None or not isinstance(data.get("created"), bool):
+            return None
+        started, done = data.get("started"), data.get("done")
+        return cls(data["created"] is True, started if isinstance(started, dict) else None,
+                   done if isinstance(done, dict) else None)
+
+    def write(self, base_dir: str) -> None:
+        atomic_write_json(llvm_record(base_dir), self.to_json())
+
+
 def finished_llvm_build(base_dir: str) -> Optional[Dict[str, object]]:
     """The key (LLVM commit, interpreter ABI, ...) of the LLVM/MLIR build this tool finished in
     ``BASE/llvm-project``, if its install is there: what its record says, checked against the files."""
-    record = read_json(llvm_record(base_dir)) or {}
-    done = record.get("done")
-    return done if isinstance(done, dict) and is_mlir_install(mlir_install(base_dir)) else None
+    record = LlvmRecord.read(base_dir)
+    done = record.done if record is not None else None
+    return done if done is not None and is_mlir_install(mlir_install(base_dir)) else None
 
 
 def run_script(

@@ -12,6 +12,7 @@ import os
 import uuid
 from typing import List
 
+from ensure_flydsl.build.environment import LlvmRecord
 from ensure_flydsl.errors import EnsureError, ExitCode
 from ensure_flydsl.layout import build_dir, llvm_dir, llvm_record, owner_file, state_dir
 from ensure_flydsl.pipeline.lock import build_lock
@@ -20,7 +21,7 @@ from ensure_flydsl.runs.records import RunStore
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.source.git import git
 from ensure_flydsl.source.root import BUILD_OUTPUTS, Stamps, is_ours, owner, remove_tree
-from ensure_flydsl.support.files import read_json, remove_file
+from ensure_flydsl.support.files import remove_file
 from ensure_flydsl.support.processes import CommandFailed
 from ensure_flydsl.support.report import Reporter
 
@@ -33,18 +34,17 @@ def clean(settings: Settings, reporter: Reporter) -> int:
         removed = _clean_shared_files(settings, reporter)
         if withdraw_env_file(settings.env_file, settings.env_json):
             removed.append(settings.env_file)
-        record_path = llvm_record(settings.base_dir)
-        record = read_json(record_path)
+        record = LlvmRecord.read(settings.base_dir)
         llvm_folder = llvm_dir(settings.base_dir)
         sharing = _other_roots(settings)
-        if record and record.get("created") and sharing:
+        if record is not None and record.created and sharing:
             reporter.say(f"kept {llvm_folder}: the other roots in {settings.base_dir} build with it too "
                          f"({', '.join(sharing[:3])})")
-        elif record and record.get("created"):
+        elif record is not None and record.created:
             if os.path.lexists(llvm_folder):
                 remove_tree(llvm_folder)
                 removed.append(llvm_folder)
-            remove_file(record_path)
+            remove_file(llvm_record(settings.base_dir))
         removed.extend(_clean_runs(settings))
         if is_ours(root):
             removed.extend(_clean_root(root, settings, reporter))
@@ -124,9 +124,9 @@ def _clean_runs(settings: Settings) -> List[str]:
 
 
 def _clean_root(root: str, settings: Settings, reporter: Reporter) -> List[str]:
-    info = owner(root) or {}
+    info = owner(root)
     foreign = _foreign_files(root, settings.repo)
-    if info.get("created_root") and not foreign:
+    if (info is not None and info.created_root) and not foreign:
         remove_tree(root)
         return [root]
     removed: List[str] = []
@@ -134,7 +134,7 @@ def _clean_root(root: str, settings: Settings, reporter: Reporter) -> List[str]:
     if os.path.lexists(build_folder) and Stamps(root).started_key("build") is not None:
         remove_tree(build_folder)
         removed.append(build_folder)
-    if foreign and info.get("created_root"):
+    if foreign and (info is not None and info.created_root):
         # The checkout stays (it holds somebody's files), and so does the record that the tool made it:
         # without it the next run would take the root for somebody else's folder and refuse it.
         for entry in sorted(os.listdir(state_dir(root))):

@@ -9,6 +9,7 @@ it (pid, host, start time, run id) so that a waiter can say whom it waits for.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime
 import inspect
 import os
@@ -28,13 +29,33 @@ def holder_path(lock_file: str) -> str:
     return lock_file + ".holder"
 
 
-def describe_holder(info: Optional[Dict[str, object]]) -> str:
-    if not info:
+@dataclasses.dataclass(frozen=True)
+class LockHolder:
+    """``<lock>.holder``: who holds the build lock, for the message of whoever waits for it."""
+
+    pid: int
+    host: str
+    started: str  # ISO 8601, UTC
+    started_ts: float
+    run_id: str
+
+    @classmethod
+    def read(cls, lock_file: str) -> Optional["LockHolder"]:
+        data = read_json(holder_path(lock_file))
+        if data is None:
+            return None
+        pid, when = data.get("pid"), data.get("started_ts")
+        if not isinstance(pid, int):
+            return None
+        return cls(pid, str(data.get("host") or "?"), str(data.get("started") or "?"),
+                   float(when) if isinstance(when, (int, float)) else 0.0, str(data.get("run_id") or ""))
+
+
+def describe_holder(holder: Optional[LockHolder]) -> str:
+    if holder is None:
         return "a process that did not record itself (an older tool or another program)"
-    return (
-        f"pid {info.get('pid')} on host {info.get('host')} since {info.get('started')}"
-        + (f" (run {info['run_id']})" if info.get("run_id") else "")
-    )
+    return f"pid {holder.pid} on host {holder.host} since {holder.started}" + (
+        f" (run {holder.run_id})" if holder.run_id else "")
 
 
 def _make_lock(path: str) -> filelock.BaseFileLock:
@@ -73,16 +94,10 @@ def build_lock(
     except filelock.Timeout:
         _wait_for(lock, path, timeout, say)
     try:
-        atomic_write_json(
-            holder_path(path),
-            {
-                "pid": os.getpid(),
-                "host": socket.gethostname(),
-                "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                "started_ts": time.time(),
-                "run_id": run_id,
-            },
-        )
+        holder = LockHolder(os.getpid(), socket.gethostname(),
+                            datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), time.time(),
+                            run_id)
+        atomic_write_json(holder_path(path), dataclasses.asdict(holder))
         yield
     finally:
         remove_file(holder_path(path))
@@ -93,7 +108,7 @@ def _wait_for(lock: filelock.BaseFileLock, path: str, timeout: Optional[float], 
     started = time.monotonic()
     deadline = None if timeout is None else started + timeout
     while True:
-        holder = describe_holder(read_json(holder_path(path)))
+        holder = describe_holder(LockHolder.read(path))
         waited = time.monotonic() - started
         limit = "as long as it takes" if deadline is None else f"up to {timeout:g} s"
         say(f"waiting for the build lock {path}, held by {holder}; waited {waited:.0f} s, waiting {limit}")

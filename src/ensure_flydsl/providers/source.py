@@ -10,6 +10,7 @@ from typing import Dict, NamedTuple, Optional, Tuple
 
 from ensure_flydsl.binary_cache.entries import Cache
 from ensure_flydsl.build.environment import (
+    LlvmRecord,
     Toolchain,
     build_environment,
     file_sha256,
@@ -24,7 +25,7 @@ from ensure_flydsl.build.rocm import HipFix, drop_stale_hip_dir, fix_hip
 from ensure_flydsl.build.toolchain import ProvidedTools, provide_build_tools
 from ensure_flydsl.doctor.diagnose import run_checks, stop_if_blocked
 from ensure_flydsl.errors import EnsureError, ExitCode
-from ensure_flydsl.layout import build_dir, llvm_dir, llvm_record, mlir_install, packages_dir, tools_dir
+from ensure_flydsl.layout import build_dir, llvm_dir, mlir_install, packages_dir, tools_dir
 from ensure_flydsl.providers.base import Provider
 from ensure_flydsl.providers.cache import llvm_label, mlir_from_cache, publish_mlir, publish_tree
 from ensure_flydsl.providers.tree import prepare_build_dir, verify_tree
@@ -34,7 +35,6 @@ from ensure_flydsl.runs.records import SOURCE_PLAN
 from ensure_flydsl.source import git as gitsource
 from ensure_flydsl.source.needs import build_tools, find_needs, tool_minimums
 from ensure_flydsl.support import faults
-from ensure_flydsl.support.files import atomic_write_json, read_json
 
 Mlir = Tuple[str, Dict[str, object]]  # an MLIR install and what identifies it in the build's stamp
 
@@ -156,16 +156,15 @@ def build_mlir(run: Run, env: Dict[str, str], jobs: int, cache: Optional[Cache])
     key = llvm_key(root, run.interpreter)
     llvm_folder = llvm_dir(settings.base_dir)
     install = mlir_install(settings.base_dir)
-    record_path = llvm_record(settings.base_dir)
-    record = read_json(record_path) or {}
-    if os.path.lexists(llvm_folder) and not record.get("created"):
+    record = LlvmRecord.read(settings.base_dir)
+    if os.path.lexists(llvm_folder) and not (record is not None and record.created):
         raise EnsureError(
             ExitCode.LLVM_BUILD,
             f"{llvm_folder} exists and was not made by ensure-flydsl; build_llvm.sh would build into it",
             stage="llvm",
             hint="move it away, or set MLIR_PATH to an MLIR install built for this interpreter",
         )
-    atomic_write_json(record_path, {"created": True, "started": key, "done": None})
+    LlvmRecord(created=True, started=key).write(settings.base_dir)
     run.say(f"building LLVM/MLIR {llvm_label(key)} with {jobs} jobs (the long step)")
     run.worked()
     run_script(root, "build_llvm.sh", jobs, env, run.build_line, on_start=run.build_started,
@@ -174,7 +173,7 @@ def build_mlir(run: Run, env: Dict[str, str], jobs: int, cache: Optional[Cache])
         raise EnsureError(ExitCode.LLVM_BUILD, f"build_llvm.sh finished but {install} holds no lib/cmake/mlir",
                           stage="llvm")
     faults.point("llvm-built")
-    atomic_write_json(record_path, {"created": True, "started": key, "done": key})
+    LlvmRecord(created=True, started=key, done=key).write(settings.base_dir)
     if cache is not None:
         publish_mlir(run, cache, key, install)
     return install, {"llvm": key}

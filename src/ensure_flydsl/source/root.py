@@ -35,8 +35,26 @@ def is_ours(root: str) -> bool:
     return os.path.isfile(owner_file(root))
 
 
-def owner(root: str) -> Optional[Dict[str, object]]:
-    return read_json(owner_file(root))
+@dataclasses.dataclass(frozen=True)
+class Owner:
+    """``ROOT/.ensure_flydsl/owner.json``: the tool made the root, or adopted another tool's clean checkout."""
+
+    created_root: bool
+    adopted: bool
+    time: float = 0.0
+    tool: str = "ensure-flydsl"
+
+    def to_json(self) -> Dict[str, object]:
+        return dataclasses.asdict(self)
+
+
+def owner(root: str) -> Optional[Owner]:
+    data = read_json(owner_file(root))
+    if data is None:
+        return None
+    when = data.get("time")
+    return Owner(data.get("created_root") is True, data.get("adopted") is True,
+                 float(when) if isinstance(when, (int, float)) else 0.0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,7 +140,7 @@ def claim_root(root: str, *, created: bool, adopted: bool) -> None:
     The state folder appears in the root with its owner record already inside (made beside the root, then
     renamed in): a concurrent caller's preflight must never see a root holding a state folder without an
     owner, which is somebody else's folder (exit 64)."""
-    record = {"tool": "ensure-flydsl", "created_root": created, "adopted": adopted, "time": time.time()}
+    record = Owner(created, adopted, time.time()).to_json()
     if not os.path.isdir(state_dir(root)):
         import tempfile
 
