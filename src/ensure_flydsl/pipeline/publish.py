@@ -34,11 +34,6 @@ def withdraw_stale_markers(settings: Settings, say: Callable[[str], None]) -> No
         say(f"took away {settings.env_file}: it does not answer this request")
 
 
-def env_file_answers(settings: Settings) -> bool:
-    twin = markers.read_env_json(settings.env_json)
-    return twin is not None and twin.request == settings.request() and os.path.isfile(settings.env_file)
-
-
 def publish(run: Run, decision: Decision, action: Action) -> Result:
     settings = run.settings
     assert decision.probe is not None and decision.tree is not None and decision.verdict is not None
@@ -122,7 +117,7 @@ def record_failure(run: Run, exc: BaseException) -> None:
         # the work, and will write the request's outcome.  A poller must not see a failure now.
         run.say(f"not writing {settings.fail_marker}: another run for this request is going and will answer")
         return
-    if not held_lock and env_file_answers(settings):
+    if not held_lock and markers.env_file_answers(settings.root, settings.request()):
         # The run it waited for finished this request while it waited (then another root's or request's
         # run took the shared lock): the env file answers the request, and no marker may say otherwise.
         run.say(f"not writing {settings.fail_marker}: {settings.env_file} answers this request")

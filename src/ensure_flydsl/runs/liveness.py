@@ -53,6 +53,8 @@ def record_death(store: RunStore, record: RunRecord) -> RunRecord:
     store.write(dead)
     if not dead.locked and store.others_alive(dead.request, dead.run_id):
         return dead
+    if markers.env_file_answers(dead.root, dead.request):
+        return dead  # another run for the request finished it meanwhile (its death is noticed late)
     if dead.fail_marker and os.path.isdir(os.path.dirname(dead.fail_marker)):
         assert dead.failure is not None
         markers.write_failure_marker(

@@ -12,6 +12,7 @@ import os
 import shlex
 from typing import Dict, List, Mapping, Optional, Sequence
 
+from ensure_flydsl import layout
 from ensure_flydsl.support import faults
 from ensure_flydsl.support.files import atomic_write, atomic_write_json, file_path_problem, read_json, remove_file
 from ensure_flydsl.version import __version__
@@ -139,6 +140,13 @@ def publish_env_file(env_file: str, env_json: str, twin: EnvTwin, *, shim_dir: O
     faults.point("twin-written")
     atomic_write(env_file, render_env_sh(twin.FLYDSL_ROOT, twin.pythonpath_prepend, shim_dir, vllm_moe).encode())
     faults.point("published")
+
+
+def env_file_answers(root: str, request: Mapping[str, object]) -> bool:
+    """Whether the root's env file is there and its twin names ``request``: then no failure marker may
+    name that request (a poller would see both a success and a failure)."""
+    twin = read_env_json(layout.env_json(root))
+    return twin is not None and twin.request == dict(request) and os.path.isfile(layout.env_file(root))
 
 
 def withdraw_env_file(env_file: str, env_json: str) -> bool:
