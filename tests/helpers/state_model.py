@@ -192,7 +192,9 @@ def classify(proc: Proc, base: str, index: int) -> None:
     elif proc.code is None:
         proc.outcome = AMBIGUOUS  # a worker whose record was taken away (clean): nobody can tell
     elif proc.code == 7:
-        proc.outcome = NOT_FAIL  # gave up on the lock: it never built anything
+        # Gave up on the lock: no build failed, but when no other run for its request was going (a sibling
+        # root's or another request's build held the lock), "lock not acquired" is that request's outcome.
+        proc.outcome = AMBIGUOUS
     else:
         proc.outcome = REAL_FAIL
 
