@@ -10,9 +10,6 @@ from ensure_flydsl.errors import AlreadyImported
 from ensure_flydsl.result import Result
 from ensure_flydsl.runs.markers import without_folders
 
-# The tree's own packages: one already imported from elsewhere stays in sys.modules whatever sys.path says.
-TREE_PACKAGES = ("flydsl", "kernels")
-
 
 def activate(result: Result) -> None:
     conflict = imported_elsewhere(result)
@@ -30,17 +27,18 @@ def activate(result: Result) -> None:
 def imported_elsewhere(result: Result) -> Optional[Tuple[str, str, str]]:
     """(module, the file it was imported from, the tree's file) for the first of the tree's modules already
     imported in this process from another file; None if there is none."""
-    from ensure_flydsl.probe.gate import package_folder
+    from ensure_flydsl.probe.gate import TREE_PACKAGES, package_folder, same_folder
 
     for name, tree_file in sorted(result.files.items()):
         top = name.split(".")[0]
         if top not in TREE_PACKAGES:
             continue
         module_file = _file_of(name)
-        if module_file is not None and not _same(module_file, tree_file):
+        if module_file is not None and not same_folder(module_file, tree_file):
             return name, module_file, tree_file
         package_file = _file_of(top) if top != name else None
-        if package_file is not None and not _same(package_folder(top, package_file), package_folder(name, tree_file)):
+        if package_file is not None and not same_folder(package_folder(top, package_file),
+                                                        package_folder(name, tree_file)):
             return top, package_file, tree_file
     return None
 
@@ -52,7 +50,4 @@ def _file_of(name: str) -> Optional[str]:
     file = getattr(module, "__file__", None) if module is not None else None
     return file if isinstance(file, str) else None
 
-
-def _same(a: str, b: str) -> bool:
-    return os.path.realpath(a) == os.path.realpath(b)
 

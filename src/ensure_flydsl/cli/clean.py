@@ -17,10 +17,10 @@ from ensure_flydsl.errors import EnsureError, ExitCode
 from ensure_flydsl.layout import build_dir, llvm_dir, llvm_record, owner_file, state_dir
 from ensure_flydsl.pipeline.lock import build_lock
 from ensure_flydsl.runs.markers import withdraw_env_file, withdraw_failure_marker
-from ensure_flydsl.runs.records import RunStore
+from ensure_flydsl.runs.records import RunStore, sibling_roots
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.source.git import git
-from ensure_flydsl.source.root import BUILD_OUTPUTS, Stamps, is_ours, owner, remove_tree
+from ensure_flydsl.source.root import Stamps, is_build_output, is_ours, owner, remove_tree
 from ensure_flydsl.support.files import remove_file
 from ensure_flydsl.support.processes import CommandFailed
 from ensure_flydsl.support.report import Reporter
@@ -78,7 +78,7 @@ def _clean_shared_files(settings: Settings, reporter: Reporter) -> List[str]:
         removed.append(marker)
     elif os.path.lexists(marker):
         reporter.say(f"kept {marker}: it was written for another root")
-    sharing = _roots_with_runs(settings)
+    sharing = sibling_roots(settings.root)
     for path in (settings.log_file, settings.log_file + ".1"):
         if sharing and os.path.lexists(path):
             reporter.say(f"kept {path}: other roots log there too ({', '.join(sharing[:3])})")
@@ -86,15 +86,6 @@ def _clean_shared_files(settings: Settings, reporter: Reporter) -> List[str]:
             removed.append(path)
     return removed
 
-
-def _roots_with_runs(settings: Settings) -> List[str]:
-    """The other roots of this folder that have run records (they write to the same log)."""
-    runs = os.path.dirname(RunStore(settings.root).folder)
-    try:
-        names = sorted(os.listdir(runs))
-    except OSError:
-        return []
-    return [os.path.join(settings.base_dir, n) for n in names if n != os.path.basename(settings.root)]
 
 
 def _other_roots(settings: Settings) -> List[str]:
@@ -175,7 +166,7 @@ def _foreign_files(root: str, repo: str) -> List[str]:
 def _is_ours(root: str, path: str) -> bool:
     """Build outputs and the tool's records; bytecode caches of the checkout's sources (the tool
     byte-compiles the tree, and its probes import it)."""
-    if any(path.rstrip("/") == o.rstrip("/") or path.startswith(o) for o in BUILD_OUTPUTS):
+    if is_build_output(path):
         return True
     parts = path.rstrip("/").split("/")
     if parts[-1] == "__pycache__":

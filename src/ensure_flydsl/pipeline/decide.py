@@ -7,11 +7,19 @@ from typing import Dict, List, Mapping, Optional, Union
 
 from ensure_flydsl.binary_cache.entries import CacheError, open_cache
 from ensure_flydsl.build.environment import is_mlir_install
-from ensure_flydsl.doctor.check import MISSING, OK, SKIPPED, WRONG, Check
+from ensure_flydsl.doctor.check import MISSING, WRONG, Check, _ok, _skip
 from ensure_flydsl.errors import BadInput, EnsureError
 from ensure_flydsl.layout import tree_folders
 from ensure_flydsl.pipeline.lock import check_lock_path
-from ensure_flydsl.probe.gate import Verdict, evaluate, is_tree_folder, is_within, package_folder, same_folder
+from ensure_flydsl.probe.gate import (
+    TREE_PACKAGES,
+    Verdict,
+    evaluate,
+    is_tree_folder,
+    is_within,
+    package_folder,
+    same_folder,
+)
 from ensure_flydsl.probe.interpreter import Interpreter, Probe, ProbeBroke, describe_interpreter
 from ensure_flydsl.providers.tree import probe_tree
 from ensure_flydsl.result import How
@@ -70,11 +78,6 @@ def preflight(settings: Settings, environ: Mapping[str, str]) -> Interpreter:
     except EnsureError as exc:
         allowed = f"a Python interpreter that runs; {exc.reason}"
         raise BadInput(settings.label("python"), settings.python, allowed) from None
-
-
-# The top-level packages a tree in the root provides; with the root first on PYTHONPATH, they shadow any
-# other copy the interpreter could find.
-TREE_PACKAGES = ("flydsl", "kernels")
 
 
 def _probe_or_broke(run: Run, prefix: List[str]) -> Union[Probe, ProbeBroke]:
@@ -182,7 +185,7 @@ def check_reuse(settings: Settings, environ: Mapping[str, str], interp: Optional
     remedy = ("install FlyDSL for this interpreter, or use FLYDSL_STRATEGY=auto to build the pin" if blocking
               else "none needed: the configured strategy provisions one")
     if interp is None:
-        return Check("reuse", SKIPPED, "the interpreter does not run", "", False, "probe")
+        return _skip("reuse", "the interpreter does not run", "probe")
     run = Run(settings, Reporter(None), environ)
     run.interpreter = interp
     try:
@@ -190,6 +193,5 @@ def check_reuse(settings: Settings, environ: Mapping[str, str], interp: Optional
     except EnsureError as exc:
         return Check("reuse", WRONG, f"the import probe failed: {exc.reason}", remedy, blocking, "probe")
     if decision.ok:
-        return Check("reuse", OK, f"reusable: {decision.reason} (ensure will reuse it; nothing is built)", "",
-                     False, "probe")
+        return _ok("reuse", f"reusable: {decision.reason} (ensure will reuse it; nothing is built)", "probe")
     return Check("reuse", MISSING, f"nothing to reuse: {decision.reason}", remedy, blocking, "probe")

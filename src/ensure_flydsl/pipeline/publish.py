@@ -13,6 +13,7 @@ from ensure_flydsl.probe.gate import package_folder
 from ensure_flydsl.result import Action, How, Result
 from ensure_flydsl.runs import markers
 from ensure_flydsl.runs.context import Decision, Run
+from ensure_flydsl.runs.liveness import marker_is_answered
 from ensure_flydsl.runs.markers import tail_of
 from ensure_flydsl.runs.records import RunStore
 from ensure_flydsl.settings import Settings
@@ -112,15 +113,10 @@ def record_failure(run: Run, exc: BaseException) -> None:
     if not os.path.isdir(os.path.dirname(settings.fail_marker)):
         return  # bad input about the marker's own folder: nothing may be created
     held_lock = run.tracker is not None and run.tracker.record.locked
-    if not held_lock and RunStore(settings.root).others_alive(settings.request(), run.run_id):
-        # A caller that gave up on the lock (or was stopped while waiting): the run it waited for does
-        # the work, and will write the request's outcome.  A poller must not see a failure now.
-        run.say(f"not writing {settings.fail_marker}: another run for this request is going and will answer")
-        return
-    if not held_lock and markers.env_file_answers(settings.root, settings.request()):
-        # The run it waited for finished this request while it waited (then another root's or request's
-        # run took the shared lock): the env file answers the request, and no marker may say otherwise.
-        run.say(f"not writing {settings.fail_marker}: {settings.env_file} answers this request")
+    answered = marker_is_answered(RunStore(settings.root), settings.request(), run.run_id, settings.root,
+                                  held_lock)
+    if answered is not None:
+        run.say(f"not writing {settings.fail_marker}: {answered}")
         return
     try:
         markers.write_failure_marker(

@@ -66,6 +66,11 @@ def own_tree(folder: str) -> str:
     return grand if (middle, leaf) == (BUILD_DIR, PACKAGES_DIR) else norm
 
 
+# The top-level packages of a FlyDSL tree: with a tree first on PYTHONPATH they shadow any other copy, and
+# one already imported from elsewhere stays in sys.modules whatever sys.path says.
+TREE_PACKAGES = ("flydsl", "kernels")
+
+
 def same_folder(a: str, b: str) -> bool:
     return os.path.realpath(a) == os.path.realpath(b)
 

@@ -21,8 +21,8 @@ import os
 from typing import List, Mapping, Optional
 
 from ensure_flydsl.runs.liveness import record_death, seen_dead
-from ensure_flydsl.runs.markers import EnvTwin, read_env_json
-from ensure_flydsl.runs.records import FAILED, RUNNING, SUCCEEDED, Failure, RunRecord, RunStore
+from ensure_flydsl.runs.markers import EnvTwin, answering_twin
+from ensure_flydsl.runs.records import FAILED, RUNNING, SUCCEEDED, Failure, RunRecord, RunStore, sibling_roots
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.support.files import read_json
 
@@ -60,8 +60,8 @@ def answer(settings: Settings, *, record_deaths: bool = False) -> Answer:
     if live:
         first = _in_speaking_order(live)[0]
         return Answer(RUNNING, record=first, run_id=first.run_id)
-    twin = read_env_json(settings.env_json)
-    if twin is not None and twin.request == request and os.path.isfile(settings.env_file):
+    twin = answering_twin(settings.root, request)
+    if twin is not None:
         return Answer(SUCCEEDED, twin=twin)
     ended = [r for r in records if r.state in (SUCCEEDED, FAILED)]
     last = max(ended, key=lambda r: r.finished or 0.0, default=None)
@@ -82,19 +82,8 @@ def answer(settings: Settings, *, record_deaths: bool = False) -> Answer:
 def roots_sharing_marker(settings: Settings) -> List[str]:
     """The other roots of this folder whose runs report to the same failure marker (the default path,
     ``$(dirname ROOT)/.flydsl_build.failed``, is one file for every root in a folder)."""
-    runs = os.path.dirname(RunStore(settings.root).folder)
-    try:
-        names = sorted(os.listdir(runs))
-    except OSError:
-        return []
-    sharing = []
-    for name in names:
-        other = os.path.join(settings.base_dir, name)
-        if other == settings.root:
-            continue
-        if any(r.fail_marker == settings.fail_marker for r in RunStore(other).records()):
-            sharing.append(other)
-    return sharing
+    return [other for other in sibling_roots(settings.root)
+            if any(r.fail_marker == settings.fail_marker for r in RunStore(other).records())]
 
 
 def sharing_advice(settings: Settings, sharing: List[str]) -> str:

@@ -12,6 +12,7 @@ import dataclasses
 import os
 import signal
 import time
+from typing import Mapping, Optional
 
 from ensure_flydsl.errors import ExitCode
 from ensure_flydsl.runs import markers
@@ -42,6 +43,18 @@ def seen_dead(store: RunStore, record: RunRecord) -> RunRecord:
     )
 
 
+def marker_is_answered(store: RunStore, request: Mapping[str, object], run_id: str, root: str,
+                       locked: bool) -> Optional[str]:
+    """Why a run that failed or died must not write the failure marker, or None: a run that never took the
+    build lock while another run for its request lives (that run answers for the request), or any run once
+    the env file answers its request (another run finished it meanwhile)."""
+    if not locked and store.others_alive(request, run_id):
+        return "another run for this request is going and will answer"
+    if markers.answering_twin(root, request) is not None:
+        return "the env file answers this request"
+    return None
+
+
 def record_death(store: RunStore, record: RunRecord) -> RunRecord:
     """For a dead run: stop the build it left behind, record it as failed and write the failure marker
     (idempotent).  A run that never took the build lock writes no marker while another run for its
@@ -51,10 +64,8 @@ def record_death(store: RunStore, record: RunRecord) -> RunRecord:
         return dead
     kill_build_group(dead)
     store.write(dead)
-    if not dead.locked and store.others_alive(dead.request, dead.run_id):
+    if marker_is_answered(store, dead.request, dead.run_id, dead.root, dead.locked) is not None:
         return dead
-    if markers.env_file_answers(dead.root, dead.request):
-        return dead  # another run for the request finished it meanwhile (its death is noticed late)
     if dead.fail_marker and os.path.isdir(os.path.dirname(dead.fail_marker)):
         assert dead.failure is not None
         markers.write_failure_marker(

@@ -142,11 +142,13 @@ def publish_env_file(env_file: str, env_json: str, twin: EnvTwin, *, shim_dir: O
     faults.point("published")
 
 
-def env_file_answers(root: str, request: Mapping[str, object]) -> bool:
-    """Whether the root's env file is there and its twin names ``request``: then no failure marker may
-    name that request (a poller would see both a success and a failure)."""
+def answering_twin(root: str, request: Mapping[str, object]) -> Optional[EnvTwin]:
+    """The twin of the root's env file if the env file is there and answers ``request``: then the request
+    has succeeded, and no failure marker may name it (a poller would see both)."""
     twin = read_env_json(layout.env_json(root))
-    return twin is not None and twin.request == dict(request) and os.path.isfile(layout.env_file(root))
+    if twin is not None and twin.request == dict(request) and os.path.isfile(layout.env_file(root)):
+        return twin
+    return None
 
 
 def withdraw_env_file(env_file: str, env_json: str) -> bool:

@@ -266,6 +266,17 @@ def process_start_time(pid: int) -> Optional[str]:
         return None
 
 
+def sibling_roots(root: str) -> List[str]:
+    """The other roots of ``root``'s folder that have run records (they share its log, and by default its
+    lock and failure marker)."""
+    runs = os.path.dirname(runs_dir(root))
+    try:
+        names = sorted(os.listdir(runs))
+    except OSError:
+        return []
+    return [os.path.join(os.path.dirname(root), n) for n in names if n != os.path.basename(root)]
+
+
 def new_record(store: RunStore, run_id: str, *, request: Mapping[str, object], fail_marker: str, log: str,
                kind: str, pid: Optional[int], step: str) -> RunRecord:
     import socket

@@ -31,6 +31,11 @@ CONTRACT_FILES = (ENV_FILE_NAME, ENV_JSON_NAME)
 BUILD_OUTPUTS = (STATE_DIR + "/", BUILD_DIR + "/", ENV_FILE_NAME, ENV_JSON_NAME)
 
 
+def is_build_output(path: str) -> bool:
+    """Whether a path in a checkout (as git status spells it) is a build output or the tool's own."""
+    return any(path.rstrip("/") == o.rstrip("/") or path.startswith(o) for o in BUILD_OUTPUTS)
+
+
 def is_ours(root: str) -> bool:
     return os.path.isfile(owner_file(root))
 
@@ -127,7 +132,7 @@ def _classify_checkout(root: str, repo: str) -> RootState:
     except CommandFailed as exc:
         return RootState("foreign", f"git cannot read its status ({exc.returncode})")
     changes = [line[3:] for line in status.splitlines() if line.strip()]
-    local = [p for p in changes if not any(p == o or p.startswith(o) for o in BUILD_OUTPUTS)]
+    local = [p for p in changes if not is_build_output(p)]
     if local:
         shown = ", ".join(local[:3]) + (", ..." if len(local) > 3 else "")
         return RootState("foreign", f"its checkout of {origin} has local changes ({shown})")
