@@ -1,18 +1,20 @@
 """The release strategy with the real flydsl 0.2.2 wheel from the package index and a fixture repository
-whose tag v0.2.2 carries the matching version and kernels."""
+whose tag v0.2.2 carries the matching version and kernels, and the wheel's own python/flydsl sources
+(extracted at test time): the release way installs only a wheel built from the pin's sources, so with the
+plain fixture's sources these runs would build from source (that case is tests/scenarios/test_provenance.py)."""
 
 from __future__ import annotations
 
 import json
 import os
 import signal
-import subprocess
 import sys
 from typing import Dict
 
 import pytest
 
 from tests.helpers.flydsl_fixture import FixtureRepo, git
+from tests.helpers.release_fixture import download_wheelhouse, make_release_repo
 from tests.helpers.scenario import assert_one_tree
 from tests.helpers.workspace import Workspace, other_python
 
@@ -22,11 +24,17 @@ pytestmark = pytest.mark.index  # the real flydsl wheel, or build tools, from th
 @pytest.fixture(scope="session")
 def wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> str:
     """flydsl 0.2.2 for the test interpreter, downloaded once from the package index."""
-    folder = str(tmp_path_factory.mktemp("wheelhouse"))
-    subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-q",
-                    "--disable-pip-version-check", "-d", folder, "flydsl==0.2.2"], check=True)
-    assert any(name.startswith("flydsl-0.2.2-") for name in os.listdir(folder))
-    return folder
+    return download_wheelhouse(str(tmp_path_factory.mktemp("wheelhouse")))
+
+
+@pytest.fixture(scope="session")
+def release_repo(tmp_path_factory: pytest.TempPathFactory, wheelhouse: str) -> FixtureRepo:
+    return make_release_repo(str(tmp_path_factory.mktemp("release-upstream") / "FlyDSL.git"), wheelhouse)
+
+
+@pytest.fixture
+def ws(tmp_path: "os.PathLike[str]", release_repo: FixtureRepo) -> Workspace:
+    return Workspace(os.path.join(str(tmp_path), "base"), release_repo)
 
 
 def offline(wheelhouse: str) -> dict:  # type: ignore[type-arg]
@@ -43,7 +51,9 @@ def test_auto_takes_the_release_wheel_for_a_release_tag(ws: Workspace, wheelhous
     assert ws.count("build") == 0 and ws.count("llvm") == 0  # nothing was built
     packages = os.path.join(ws.root, "build-fly", "python_packages")
     assert os.path.isdir(os.path.join(packages, "flydsl-0.2.2.dist-info"))
-    assert "release v0.2.2: installing the flydsl==0.2.2 wheel" in out.stderr
+    assert "release v0.2.2: downloading the flydsl==0.2.2 wheel" in out.stderr
+    assert "is built from the pin: all 48 files are byte-identical in python/flydsl" in out.stderr
+    assert "release v0.2.2: installing flydsl-0.2.2-" in out.stderr
     assert_one_tree(ws)  # the wheel's flydsl and the tag's kernels: one tree, the layout of a build
     assert ws.env_twin()["how"] == "released"
     again = ws.run("--json", FLYDSL_PIN="v0.2.2", **offline(wheelhouse))
@@ -90,7 +100,7 @@ def test_release_demanded_without_a_wheel_for_the_interpreter_is_exit_8(ws: Work
     env["FLYDSL_STRATEGY"] = "release"
     out = ws.run(FLYDSL_PIN="v0.2.2", FLYDSL_PYTHON=other, **env)
     assert out.returncode == 8
-    assert "no flydsl==0.2.2 wheel could be installed for" in out.stderr and other in out.stderr
+    assert "no flydsl==0.2.2 wheel could be downloaded for" in out.stderr and other in out.stderr
     assert "No matching distribution" in out.stderr
     marker = ws.marker()
     assert marker["exit_code"] == 8 and marker["stage"] == "release"

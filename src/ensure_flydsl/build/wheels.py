@@ -3,17 +3,20 @@
 Then nothing is built: the tag is checked out in the root (for ``kernels/`` and the sources) and the
 ``flydsl==X`` wheel for the TARGET interpreter is installed, without dependencies, into
 ``ROOT/build-fly/python_packages``, the layout of a source build.  The wheel is chosen by the target's
-tags (Python version, ABI, this host's platform tags), not the tool's own, and fetched with pip under the
-user's own pip configuration (PIP_INDEX_URL, PIP_FIND_LINKS, pip.conf) for private indexes and
-wheelhouses.
+tags (Python version, ABI, this host's platform tags), not the tool's own, and downloaded with pip under
+the user's own pip configuration (PIP_INDEX_URL, PIP_FIND_LINKS, pip.conf) for private indexes and
+wheelhouses.  Download, provenance check and install are separate steps: the downloaded file is read as a
+zip and compared with the checkout's sources before anything of it is installed.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import sys
-from typing import Callable, List, Optional
+import zipfile
+from typing import Callable, List, Mapping, Optional, Sequence, Tuple
 
 from packaging.tags import platform_tags
 from packaging.version import InvalidVersion, Version
@@ -79,31 +82,116 @@ def wheel_tags(interpreter: Interpreter) -> List[str]:
     return options
 
 
-def install_wheel(interpreter: Interpreter, version: str, target: str, sink: Callable[[str], None]) -> None:
-    """Install ``flydsl==version`` for ``interpreter`` into ``target`` (a new folder); raise EnsureError(8)."""
-    cmd = [sys.executable, "-m", "pip", "install", "--no-deps", "--only-binary=:all:", "--no-compile",
-           "--disable-pip-version-check", "--no-warn-script-location", "--target", target,
-           *wheel_tags(interpreter), f"flydsl=={version}"]
-    sink("$ " + " ".join(cmd))
-    try:
-        output = cmd_output(cmd)
-    except CommandFailed as exc:
-        for line in exc.output.splitlines():
-            sink(line)
-        lines = [line for line in exc.output.splitlines() if line.strip()]
-        why = next((line.strip() for line in lines if "No matching distribution" in line or "ERROR" in line),
-                   lines[-1].strip() if lines else f"pip exited with {exc.returncode}")
-        raise EnsureError(
-            ExitCode.ARTIFACT,
-            f"no flydsl=={version} wheel could be installed for {interpreter.executable} "
-            f"(Python {interpreter.version}, {interpreter.soabi}): {why}",
-            stage="release",
-            hint="the package index has no wheel for this interpreter (FlyDSL publishes cp310-cp314 "
-            "manylinux x86_64); use another FLYDSL_PYTHON or FLYDSL_STRATEGY=source",
-            detail=exc.describe(),
-        ) from None
-    for line in output.splitlines():
+def _pip_failed(exc: CommandFailed, interpreter: Interpreter, version: str, doing: str,
+                sink: Callable[[str], None]) -> EnsureError:
+    for line in exc.output.splitlines():
         sink(line)
+    lines = [line for line in exc.output.splitlines() if line.strip()]
+    why = next((line.strip() for line in lines if "No matching distribution" in line or "ERROR" in line),
+               lines[-1].strip() if lines else f"pip exited with {exc.returncode}")
+    return EnsureError(
+        ExitCode.ARTIFACT,
+        f"no flydsl=={version} wheel could be {doing} for {interpreter.executable} "
+        f"(Python {interpreter.version}, {interpreter.soabi}): {why}",
+        stage="release",
+        hint="the package index has no wheel for this interpreter (FlyDSL publishes cp310-cp314 "
+        "manylinux x86_64); use another FLYDSL_PYTHON or FLYDSL_STRATEGY=source",
+        detail=exc.describe(),
+    )
+
+
+def _pip(cmd: List[str], sink: Callable[[str], None]) -> None:
+    sink("$ " + " ".join(cmd))
+    for line in cmd_output(cmd).splitlines():
+        sink(line)
+
+
+def download_wheel(interpreter: Interpreter, version: str, folder: str, sink: Callable[[str], None]) -> str:
+    """Download the ``flydsl==version`` wheel for ``interpreter`` into ``folder`` (a new folder) and return
+    its path; nothing is installed.  pip chooses and fetches it, so the user's pip configuration applies."""
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+           "--disable-pip-version-check", "--dest", folder, *wheel_tags(interpreter), f"flydsl=={version}"]
+    try:
+        _pip(cmd, sink)
+    except CommandFailed as exc:
+        raise _pip_failed(exc, interpreter, version, "downloaded", sink) from None
+    wheels = [name for name in os.listdir(folder) if name.startswith("flydsl-") and name.endswith(".whl")]
+    if len(wheels) != 1:
+        raise EnsureError(ExitCode.ARTIFACT, f"pip download of flydsl=={version} left {len(wheels)} wheels in "
+                          f"{folder}, not one", stage="release")
+    return os.path.join(folder, wheels[0])
+
+
+def install_wheel_file(interpreter: Interpreter, wheel: str, version: str, target: str,
+                       sink: Callable[[str], None]) -> None:
+    """Install the local ``wheel`` for ``interpreter`` into ``target`` (a new folder), without dependencies
+    and without asking any index; raise EnsureError(8)."""
+    cmd = [sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--only-binary=:all:",
+           "--no-compile", "--disable-pip-version-check", "--no-warn-script-location", "--target", target,
+           *wheel_tags(interpreter), wheel]
+    try:
+        _pip(cmd, sink)
+    except CommandFailed as exc:
+        raise _pip_failed(exc, interpreter, version, "installed", sink) from None
+
+
+@dataclasses.dataclass(frozen=True)
+class Provenance:
+    """How a wheel's package compares with the checkout's ``python/flydsl``: the relative paths compared,
+    those whose bytes differ, those the wheel lacks."""
+
+    compared: Tuple[str, ...]
+    differ: Tuple[str, ...]
+    missing: Tuple[str, ...]
+
+    @property
+    def proven(self) -> bool:
+        return bool(self.compared) and not self.differ and not self.missing
+
+    def summary(self) -> str:
+        """``3 of 48 files differ, e.g. flydsl/__init__.py`` (and the missing ones), for the one line."""
+        total = len(self.compared)
+        if not total:
+            return "the checkout has no files in python/flydsl to compare"
+        parts = []
+        if self.differ:
+            parts.append(f"{len(self.differ)} of {total} files differ, e.g. flydsl/{self.differ[0]}")
+        if self.missing:
+            parts.append(f"{len(self.missing)} of {total} files are not in the wheel, e.g. flydsl/{self.missing[0]}")
+        return "; ".join(parts) if parts else f"all {total} files are byte-identical"
+
+
+def check_provenance(wheel: str, sources: str, files: Sequence[str]) -> Provenance:
+    """Compare each of ``files`` (paths relative to ``sources``, the checkout's ``python/flydsl``) with
+    ``flydsl/<path>`` in the wheel, read as the zip it is.  Files only in the wheel (the generated ``_mlir``,
+    dist-info) are not compared."""
+    differ: List[str] = []
+    missing: List[str] = []
+    try:
+        with zipfile.ZipFile(wheel) as archive:
+            members = {info.filename: info for info in archive.infolist() if not info.is_dir()}
+            for rel in files:
+                info = members.get("flydsl/" + rel)
+                if info is None:
+                    missing.append(rel)
+                    continue
+                mine = _read_source(sources, rel)
+                if info.file_size != len(mine) or archive.read(info) != mine:
+                    differ.append(rel)
+    except (zipfile.BadZipFile, OSError, ValueError) as exc:
+        raise EnsureError(ExitCode.ARTIFACT, f"cannot read the wheel {wheel}: {exc}", stage="release",
+                          hint="the download is damaged; run again, or use FLYDSL_STRATEGY=source") from None
+    return Provenance(tuple(files), tuple(differ), tuple(missing))
+
+
+def _read_source(sources: str, rel: str) -> bytes:
+    path = os.path.join(sources, rel)
+    try:
+        with open(path, "rb") as handle:
+            return handle.read()
+    except OSError as exc:
+        raise EnsureError(ExitCode.CHECKOUT, f"cannot read {path} of the checkout: {exc.strerror}",
+                          stage="release", hint="the checkout is damaged; run again to restore it") from None
 
 
 def installed_version(target: str) -> Optional[str]:
@@ -128,9 +216,17 @@ def check_versions_agree(tag: str, checkout_version: Optional[str], wheel_versio
                          package_version: Optional[str]) -> None:
     """The tag, the checkout's __version__, the wheel's metadata and its __version__ must all agree, or the
     kernels and the package would come from different releases."""
+    _agree(tag, {"the checkout's __version__": checkout_version, "the wheel's metadata": wheel_version,
+                 "the installed __version__": package_version})
+
+
+def check_checkout_version(tag: str, checkout_version: Optional[str]) -> None:
+    """The part of :func:`check_versions_agree` known before any download: the tag and the checkout."""
+    _agree(tag, {"the checkout's __version__": checkout_version})
+
+
+def _agree(tag: str, seen: Mapping[str, Optional[str]]) -> None:
     expected = tag_version(tag) or tag
-    seen = {"the checkout's __version__": checkout_version, "the wheel's metadata": wheel_version,
-            "the installed __version__": package_version}
     wrong = {what: v for what, v in seen.items() if not _same_version(v, expected)}
     if wrong:
         detail = ", ".join(f"{what} is {v}" for what, v in wrong.items())

@@ -1,22 +1,52 @@
 """The release way: when the pin is a release tag's commit, the ``flydsl==X`` wheel for the target
 interpreter, installed without dependencies into ``ROOT/build-fly/python_packages`` beside the tag's
-``kernels/`` (the layout of a source build, in seconds)."""
+``kernels/`` (the layout of a source build, in seconds).
+
+A tag's name proves nothing (a fork may tag its own commit ``v0.2.3``), so the wheel is downloaded first and
+its package compared with the checkout's ``python/flydsl`` (the folder a build copies), file by file; only a
+wheel built from the pin's sources is installed.  Under ``auto`` a wheel that is not, or that installs but
+fails the probe for a reason inside it (built for another ABI), gives way to the source build."""
 
 from __future__ import annotations
 
 import os
-from typing import Optional
+import re
+from typing import List, Optional
 
-from ensure_flydsl.build.wheels import check_versions_agree, install_wheel, installed_version, static_version
+from ensure_flydsl.build.wheels import (
+    check_checkout_version,
+    check_provenance,
+    check_versions_agree,
+    download_wheel,
+    install_wheel_file,
+    installed_version,
+    static_version,
+)
 from ensure_flydsl.errors import EnsureError, ExitCode
 from ensure_flydsl.layout import packages_dir
+from ensure_flydsl.probe.gate import TREE_PACKAGES
+from ensure_flydsl.probe.interpreter import Probe
 from ensure_flydsl.providers.base import Provider
-from ensure_flydsl.providers.tree import prepare_build_dir, verify_tree
+from ensure_flydsl.providers.tree import TreeDoesNotImport, prepare_build_dir, verify_tree
 from ensure_flydsl.result import How
 from ensure_flydsl.runs.context import Decision, Run
 from ensure_flydsl.runs.records import RELEASE_PLAN
+from ensure_flydsl.source import git as gitsource
 from ensure_flydsl.source.root import remove_tree
 from ensure_flydsl.support import faults
+
+SOURCES = "python/flydsl"  # what FlyDSL's build copies into the package; the wheel must hold it unchanged
+_DOWNLOAD = ".wheel-download"  # under build-fly: the wheel between download and install
+_NO_MODULE = re.compile(r"^ModuleNotFoundError: No module named '([^']+)'")
+_FLYDSL_MODULE = re.compile(r"'(flydsl(?:\.\w+)+)'")
+
+
+class NotThePin(EnsureError):
+    """The wheel on the index was not built from the pin's sources: under ``auto``, build from source."""
+
+
+class WheelDoesNotWork(EnsureError):
+    """The installed wheel fails the probe for a reason inside it: under ``auto``, build from source."""
 
 
 class ReleaseProvider(Provider):
@@ -29,6 +59,11 @@ class ReleaseProvider(Provider):
     def provide(self, run: Run, commit: str) -> Optional[Decision]:
         try:
             return self._provide(run, commit)
+        except (NotThePin, WheelDoesNotWork) as exc:
+            if self.demanded:
+                raise
+            run.say(f"{exc.reason}; building the pin from source instead")
+            return None
         except EnsureError as exc:
             if self.demanded or exc.code != ExitCode.ARTIFACT:
                 raise
@@ -39,35 +74,128 @@ class ReleaseProvider(Provider):
         run.plan(RELEASE_PLAN)
         key = {"release": self.version, "commit": commit, "abi": run.interpreter.abi}
         with run.step("release"):
-            self._install(run, key)
+            self._install(run, commit, key)
         with run.step("verify"):
             try:
                 return verify_tree(run, commit, How.RELEASED)
+            except TreeDoesNotImport as exc:
+                run.stamps.undo("build")
+                root = run.settings.root
+                fault = wheel_fault(exc.probe, packages_dir(root), os.path.join(root, SOURCES))
+                if fault is None or self.demanded:
+                    raise
+                remove_tree(packages_dir(root))  # what the wheel installed: the build starts clean
+                raise WheelDoesNotWork(
+                    ExitCode.PROBE, f"the flydsl {self.version} wheel does not work with "
+                    f"{run.interpreter.executable}: {fault}", stage="verify") from None
             except EnsureError:
                 run.stamps.undo("build")
                 raise
 
-    def _install(self, run: Run, key: dict) -> None:  # type: ignore[type-arg]
+    def _install(self, run: Run, commit: str, key: dict) -> None:  # type: ignore[type-arg]
         root, stamps, version = run.settings.root, run.stamps, self.version
         build_dir = prepare_build_dir(run, key)
         packages = packages_dir(root)
         if stamps.done("build", key) and os.path.isdir(packages):
             run.say(f"the flydsl {version} wheel is already installed in {packages}")
             return
+        check_checkout_version("v" + version, static_version(os.path.join(root, SOURCES, "__init__.py")))
         stamps.begin("build", key)
         run.worked()
-        run.say(f"release v{version}: installing the flydsl=={version} wheel for {run.interpreter.executable}")
         os.makedirs(build_dir, exist_ok=True)
+        download = os.path.join(build_dir, _DOWNLOAD)
         staging = os.path.join(build_dir, ".python_packages.installing")
-        remove_tree(staging)  # a leftover of an interrupted install of ours
-        install_wheel(run.interpreter, version, staging, run.build_line)
+        remove_tree(download)  # leftovers of an interrupted run of ours
+        remove_tree(staging)
+        try:
+            run.say(f"release v{version}: downloading the flydsl=={version} wheel for {run.interpreter.executable}")
+            wheel = download_wheel(run.interpreter, version, download, run.build_line)
+            self._prove(run, commit, wheel)
+            run.say(f"release v{version}: installing {os.path.basename(wheel)}")
+            install_wheel_file(run.interpreter, wheel, version, staging, run.build_line)
+        finally:
+            remove_tree(download)
         faults.point("release-installed")
         check_versions_agree(
             "v" + version,
-            static_version(os.path.join(root, "python", "flydsl", "__init__.py")),
+            static_version(os.path.join(root, SOURCES, "__init__.py")),
             installed_version(staging),
             static_version(os.path.join(staging, "flydsl", "__init__.py")),
         )
         remove_tree(packages)
         os.rename(staging, packages)
         stamps.finish("build", key)
+
+    def _prove(self, run: Run, commit: str, wheel: str) -> None:
+        """Refuse a wheel whose package is not the checkout's ``python/flydsl``, before any of it is installed."""
+        settings = run.settings
+        files = tracked_sources(settings.root, commit, settings.repo)
+        found = check_provenance(wheel, os.path.join(settings.root, SOURCES), files)
+        if not found.proven:
+            raise NotThePin(
+                ExitCode.ARTIFACT,
+                f"the index's flydsl {self.version} is not built from {settings.repo} v{self.version}: "
+                f"{found.summary()}",
+                stage="release",
+                hint="the package index's wheel comes from other sources than the pin; use FLYDSL_STRATEGY=source "
+                "to build the pin (or FLYDSL_REPO of the repository the wheel is built from)",
+            )
+        run.say(f"release v{self.version}: {os.path.basename(wheel)} is built from the pin: {found.summary()} "
+                f"in {SOURCES}")
+
+
+def tracked_sources(root: str, commit: str, repo: str) -> List[str]:
+    """The files git tracks in ``python/flydsl`` at ``commit``, relative to it (submodules left out)."""
+    out = gitsource.git(root, "ls-tree", "-r", "-z", "--full-tree", commit, "--", SOURCES + "/", repo=repo)
+    files = []
+    for entry in out.split("\0"):
+        meta, _, path = entry.partition("\t")
+        if meta.split(" ")[1:2] == ["blob"] and path.startswith(SOURCES + "/"):
+            files.append(path[len(SOURCES) + 1:])
+    return files
+
+
+def wheel_fault(probe: Probe, packages: str, sources: str) -> Optional[str]:
+    """The failure of ``probe`` when its cause is what the wheel adds to the pin's sources (``sources``, the
+    checkout's ``python/flydsl``): the generated ``_mlir`` built for another ABI, an extension that does not
+    load.  None otherwise, in particular when the interpreter lacks a third-party module: a source build
+    would fail the same way."""
+    failed = [m for m in probe.modules if m.error or not m.file]
+    for module in failed:
+        missing = _NO_MODULE.match(module.error or "")
+        if missing and missing.group(1).split(".")[0] not in TREE_PACKAGES:
+            return None
+    for module in failed:
+        error = module.error or ""
+        if _names_generated_module(error, packages, sources) or _names_generated_file(error, packages, sources):
+            return f"{module.name} does not import: {error}"
+    return None
+
+
+def _names_generated_module(error: str, packages: str, sources: str) -> bool:
+    """``No module named 'flydsl._mlir._mlir_libs._mlir'`` (its file is there, for another interpreter) or
+    ``cannot import name 'ir' from 'flydsl._mlir._mlir_libs._mlir'``: a module the wheel has and the
+    sources do not."""
+    for name in _FLYDSL_MODULE.findall(error):
+        parts = name.split(".")[1:]
+        if os.path.exists(os.path.join(sources, *parts) + ".py") or os.path.isdir(os.path.join(sources, *parts)):
+            continue
+        folder, leaf = os.path.join(packages, "flydsl", *parts[:-1]), parts[-1]
+        try:
+            if any(entry == leaf or entry.startswith(leaf + ".") for entry in os.listdir(folder)):
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def _names_generated_file(error: str, packages: str, sources: str) -> bool:
+    """``ImportError: ROOT/build-fly/python_packages/flydsl/_mlir/_mlir_libs/_mlir...so: file too short``:
+    a file the wheel installed that is not one of the pin's sources."""
+    for top in {packages, os.path.realpath(packages)}:
+        for match in re.finditer(re.escape(top + os.sep) + r"([^:\s)'\"]+)", error):
+            rel = match.group(1)
+            inner = rel[len("flydsl/"):] if rel.startswith("flydsl/") else None
+            if inner is None or not os.path.isfile(os.path.join(sources, inner)):
+                return True
+    return False

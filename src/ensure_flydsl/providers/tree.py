@@ -51,6 +51,15 @@ def compile_tree(run: Run) -> None:
                    timeout=900)
 
 
+class TreeDoesNotImport(EnsureError):
+    """The probe of a finished tree fails (exit 6); ``probe`` is what it saw, for a provider that must tell
+    a fault of what it installed from one of the interpreter's."""
+
+    def __init__(self, reason: str, probe: Probe, hint: str) -> None:
+        super().__init__(ExitCode.PROBE, reason, stage="verify", hint=hint)
+        self.probe = probe
+
+
 def verify_tree(run: Run, commit: str, how: How) -> Decision:
     settings = run.settings
     prefix = tree_folders(settings.root)
@@ -58,10 +67,8 @@ def verify_tree(run: Run, commit: str, how: How) -> Decision:
     probe = probe_tree(run, prefix)
     verdict = evaluate(probe, settings.min_version, settings.require)
     if not verdict.reusable:
-        raise EnsureError(
-            ExitCode.PROBE,
-            f"{how}, but the import probe fails: {verdict.reason}",
-            stage="verify",
+        raise TreeDoesNotImport(
+            f"{how}, but the import probe fails: {verdict.reason}", probe,
             hint="the build finished but the tree does not import for this interpreter; "
             "see the module files and errors with `ensure-flydsl verify`",
         )

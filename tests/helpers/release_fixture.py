@@ -1,0 +1,88 @@
+"""Fixtures for the release way made from the real flydsl wheel at test time (nothing of it is committed).
+
+The release provider installs a wheel only when its package is byte-identical to the pin's
+``python/flydsl``, so a repository whose tag v0.2.2 should take the real 0.2.2 wheel must carry that
+wheel's sources: :func:`make_release_repo` extracts them from a downloaded wheel into the fixture's tag.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import zipfile
+from typing import Dict
+
+from tests.helpers.flydsl_fixture import LLVM_HASH_B, FixtureRepo, git, write
+
+VERSION = "0.2.2"
+MISSING_MODULE = "fixture_module_no_interpreter_has"
+
+
+def download_wheelhouse(folder: str) -> str:
+    """``folder`` holding flydsl 0.2.2 for the test interpreter, downloaded from the package index."""
+    subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-q",
+                    "--disable-pip-version-check", "-d", folder, f"flydsl=={VERSION}"], check=True)
+    wheel_in(folder)
+    return folder
+
+
+def wheel_in(wheelhouse: str) -> str:
+    wheels = [n for n in os.listdir(wheelhouse) if n.startswith(f"flydsl-{VERSION}-") and n.endswith(".whl")]
+    assert len(wheels) == 1, wheels
+    return os.path.join(wheelhouse, wheels[0])
+
+
+def wheel_sources(wheel: str) -> Dict[str, bytes]:
+    """The wheel's ``flydsl/**/*.py`` outside the generated ``_mlir``, by path relative to ``flydsl/``."""
+    with zipfile.ZipFile(wheel) as archive:
+        return {name[len("flydsl/"):]: archive.read(name) for name in archive.namelist()
+                if name.startswith("flydsl/") and name.endswith(".py") and not name.startswith("flydsl/_mlir/")}
+
+
+def put_sources(repo: str, sources: Dict[str, bytes]) -> None:
+    for rel, data in sources.items():
+        path = os.path.join(repo, "python", "flydsl", rel)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as handle:
+            handle.write(data)
+
+
+def make_release_repo(path: str, wheelhouse: str, kernel_extra: str = "") -> FixtureRepo:
+    """The plain fixture (v0.2.2, dev, v0.2.3, llvm-b) except that the tag v0.2.2 carries the real 0.2.2
+    wheel's sources in python/flydsl beside the fixture's kernels (``kernel_extra`` appended to its kernel);
+    the later commits have the fixture's own sources again."""
+    os.makedirs(path)
+    git(path, "init", "-q", "-b", "main")
+    repo = FixtureRepo(path)
+    repo.commit("v0.2.2", VERSION)
+    put_sources(path, wheel_sources(wheel_in(wheelhouse)))
+    if kernel_extra:
+        kernel = os.path.join(path, "kernels", "moe_gemm_2stage.py")
+        with open(kernel, encoding="utf-8") as handle:
+            write(kernel, handle.read() + kernel_extra)
+    git(path, "add", "-A")
+    git(path, "commit", "-q", "--amend", "-m", "v0.2.2: the real 0.2.2 sources, the fixture's kernels")
+    git(path, "tag", "v0.2.2")
+    repo.commits["v0.2.2"] = git(path, "rev-parse", "HEAD")
+    git(path, "rm", "-r", "-q", "python/flydsl")
+    repo.commit("dev", VERSION)
+    repo.commit("v0.2.3", "0.2.3", tag="v0.2.3")
+    repo.commit("llvm-b", "0.2.3", llvm_hash=LLVM_HASH_B)
+    return repo
+
+
+def damaged_wheelhouse(wheelhouse: str, folder: str) -> str:
+    """``folder`` holding a copy of the real wheel whose compiled ``_mlir`` extension is cut short (an
+    extension that does not load, as one built for another ABI or a broken download would): its Python
+    sources are untouched, so it is still built from the v0.2.2 sources."""
+    os.makedirs(folder, exist_ok=True)
+    source = wheel_in(wheelhouse)
+    target = os.path.join(folder, os.path.basename(source))
+    with zipfile.ZipFile(source) as old, zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as new:
+        for info in old.infolist():
+            data = old.read(info)
+            if info.filename.startswith("flydsl/_mlir/_mlir_libs/_mlir.") and info.filename.endswith(".so"):
+                data = b"not an ELF file\n"
+            new.writestr(info, data)
+    return folder
