@@ -86,3 +86,22 @@ def damaged_wheelhouse(wheelhouse: str, folder: str) -> str:
                 data = b"not an ELF file\n"
             new.writestr(info, data)
     return folder
+
+
+def retagged_wheelhouse(wheelhouse: str, folder: str, cache_tag: str) -> str:
+    """``folder`` holding the real wheel relabelled for another CPython (``cpython-310`` -> ``cp310``) with
+    its compiled files unchanged: the wheel of another interpreter's ABI forced in, as a mislabelled upload
+    on a private index would be."""
+    os.makedirs(folder, exist_ok=True)
+    source = wheel_in(wheelhouse)
+    old_tag = os.path.basename(source).split("-")[2]
+    new_tag = "cp" + cache_tag.split("-")[1]
+    target = os.path.join(folder, os.path.basename(source).replace(f"-{old_tag}-{old_tag}-", f"-{new_tag}-{new_tag}-"))
+    assert target != os.path.join(folder, os.path.basename(source))
+    with zipfile.ZipFile(source) as old, zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as new:
+        for info in old.infolist():
+            data = old.read(info)
+            if info.filename.endswith(".dist-info/WHEEL"):
+                data = data.replace(f"Tag: {old_tag}-{old_tag}-".encode(), f"Tag: {new_tag}-{new_tag}-".encode())
+            new.writestr(info, data)
+    return folder
