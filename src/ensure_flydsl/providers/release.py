@@ -146,7 +146,9 @@ class ReleaseProvider(Provider):
 
 def tracked_sources(root: str, commit: str, repo: str) -> List[str]:
     """The files git tracks in ``python/flydsl`` at ``commit``, relative to it (submodules left out)."""
-    out = gitsource.git(root, "ls-tree", "-r", "-z", "--full-tree", commit, "--", SOURCES + "/", repo=repo)
+    with gitsource.failing_as(ExitCode.CHECKOUT, f"cannot list {SOURCES} of {commit[:12]} in {root}",
+                              stage="release", hint="the checkout is damaged; look at `git -C ROOT status`"):
+        out = gitsource.git(root, "ls-tree", "-r", "-z", "--full-tree", commit, "--", SOURCES + "/", repo=repo)
     files = []
     for entry in out.split("\0"):
         meta, _, path = entry.partition("\t")
