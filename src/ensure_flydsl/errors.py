@@ -33,7 +33,7 @@ EXIT_MEANINGS = {
     ExitCode.CHECKOUT: "checkout of the pin failed",
     ExitCode.LLVM_BUILD: "LLVM/MLIR build failed",
     ExitCode.FLYDSL_BUILD: "FlyDSL build failed",
-    ExitCode.PROBE: "built but the import probe still fails",
+    ExitCode.PROBE: "built but the import probe still fails, or the interpreter lacks a module the pin imports",
     ExitCode.LOCK: "lock not acquired",
     ExitCode.ARTIFACT: "release or cache artifact could not be installed",
     ExitCode.WORKER_DIED: "a detached worker died without finishing",

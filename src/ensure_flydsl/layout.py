@@ -38,6 +38,9 @@ LOCK_FILE_NAME = ".flydsl_build.lock"
 FAIL_MARKER_NAME = ".flydsl_build.failed"
 LLVM_DIR_NAME = "llvm-project"
 LLVM_RECORD_NAME = ".llvm-project.ensure-flydsl.json"
+# The tree's top-level packages and where their sources are in a checkout of the pin (the build copies
+# python/flydsl into build-fly/python_packages; kernels/ is imported from the root itself).
+PACKAGE_SOURCES = (("flydsl", "python/flydsl"), ("kernels", "kernels"))
 
 
 # -- under the root -----------------------------------------------------------------------------------------

@@ -12,8 +12,9 @@ OK, MISSING, WRONG, SKIPPED = "ok", "missing", "wrong", "skipped"
 STAGE_EXIT: Dict[str, ExitCode] = {
     "settings": ExitCode.BAD_INPUT, "fetch": ExitCode.FETCH, "checkout": ExitCode.CHECKOUT, "llvm": ExitCode.LLVM_BUILD,
     "build": ExitCode.FLYDSL_BUILD, "probe": ExitCode.PROBE, "release": ExitCode.ARTIFACT,
+    "requirements": ExitCode.PROBE,
 }
-STAGE_ORDER = ("settings", "fetch", "checkout", "llvm", "build", "release", "probe")
+STAGE_ORDER = ("settings", "fetch", "checkout", "requirements", "llvm", "build", "release", "probe")
 
 
 @dataclasses.dataclass(frozen=True)

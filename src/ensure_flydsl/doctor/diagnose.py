@@ -4,15 +4,17 @@ A source build that lacks something fails late and expensively: without patchelf
 C++ have compiled; without HIP's CMake package at configure.  The doctor checks first what the run will
 need, read from the pin's source where it can be (:mod:`ensure_flydsl.source.needs`): the interpreter and its
 headers, git and the repository, compilers, cmake, ninja, patchelf, nanobind, HIP's CMake package and its
-library-name mismatch, MLIR_PATH, disk and memory, the package index, and for ``release`` a wheel for the
-target interpreter (the checks themselves: :mod:`ensure_flydsl.doctor.checks`).  Independent checks run
-concurrently; network checks have short timeouts.
+library-name mismatch, MLIR_PATH, disk and memory, the package index, the third-party modules the pin's code
+imports (:mod:`ensure_flydsl.doctor.requirements`), and for ``release`` a wheel for the target interpreter
+(the checks themselves: :mod:`ensure_flydsl.doctor.checks`).  Independent checks run concurrently; network
+checks have short timeouts.
 
 Each :class:`Check` says ok / missing / wrong / skipped, the detail and the remedy.  ``blocking`` marks
 what the configured strategy cannot get past; ``stage`` is the run's step that would fail, whose exit code
 the doctor returns (and ``ensure`` stops with, before anything long starts): settings 64, fetch 2,
-checkout 3, llvm 4, build 5, probe 6, release 8.  ``provided`` marks what is missing here but provided by
-the tool itself (a private build tool from the package index, the private hip overlay), so not blocking.
+checkout 3, requirements 6, llvm 4, build 5, probe 6, release 8.  ``provided`` marks what is missing here
+but provided by the tool itself (a private build tool from the package index, the private hip overlay), so
+not blocking.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ from ensure_flydsl.doctor.remote_checks import (
     check_repository,
     check_submodules,
 )
+from ensure_flydsl.doctor.requirements import check_requirements
 from ensure_flydsl.errors import EnsureError, ExitCode
 from ensure_flydsl.probe.interpreter import Interpreter
 from ensure_flydsl.settings import Settings
@@ -137,6 +140,8 @@ def run_checks(
             later += [submit(check_tool, ctx, name, tools) for name in ("cmake", "ninja", "patchelf", "nanobind")]
             later.append(submit(check_hip_package, ctx))
             later.append(submit(check_submodules, ctx, checkout))
+        if fetches:
+            later.append(submit(check_requirements, settings, environ, interp, checkout))
         if strategy in ("release", "auto"):
             later.append(submit(check_release, ctx, checkout, demanded=strategy == "release"))
         checks = [interp_check] + [f.result() for f in early + later] + [check_marker_sharing(settings)]

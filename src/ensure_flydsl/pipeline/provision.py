@@ -1,5 +1,6 @@
-"""Provisioning under the lock: claim the root, fetch and check out the pin, then ask the providers that
-apply (release wheel, binary cache, source build), in that order, for a verified tree; stamp it, publish."""
+"""Provisioning under the lock: claim the root, fetch and check out the pin, check that the interpreter has
+the modules the pin's code imports, then ask the providers that apply (release wheel, binary cache, source
+build), in that order, for a verified tree; stamp it, publish."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import os
 from typing import List, Optional
 
 from ensure_flydsl.build.wheels import pin_as_tag, release_tags
+from ensure_flydsl.doctor.requirements import assess, stop_if_missing, summary
 from ensure_flydsl.errors import BadInput, EnsureError, ExitCode
 from ensure_flydsl.pipeline.decide import tree_key
 from ensure_flydsl.pipeline.publish import publish
@@ -17,6 +19,7 @@ from ensure_flydsl.providers.source import SourceProvider
 from ensure_flydsl.result import Action, Result
 from ensure_flydsl.runs.context import Decision, Run
 from ensure_flydsl.source import git as gitsource
+from ensure_flydsl.source.requirements import CheckoutSources, readable_checkout
 from ensure_flydsl.source.root import claim_root, classify_root, exclude_from_git
 from ensure_flydsl.support import faults
 
@@ -26,6 +29,8 @@ def provision(run: Run) -> Result:
     claim_for_build(run)
     with run.step("fetch"):
         commit = fetch_and_checkout(run)
+    with run.step("requirements"):
+        check_requirements(run)
     for provider in providers_for(run, commit):
         decision = provider.provide(run, commit)
         if decision is not None:
@@ -57,6 +62,19 @@ def providers_for(run: Run, commit: str) -> List[Provider]:
         providers.append(CacheProvider(cache))
     providers.append(SourceProvider(cache))
     return providers
+
+
+def check_requirements(run: Run) -> None:
+    """Stop before any download or build when the interpreter lacks a module the pin's code imports
+    unconditionally (exit 6): such a tree could never pass the final probe."""
+    settings, root = run.settings, run.settings.root
+    if not readable_checkout(root):
+        run.say(f"requirements: not checked ({root} does not hold the tree's package sources)")
+        return
+    finding = assess(CheckoutSources(root), run.interpreter.executable, settings.require, run.environ,
+                     settings.probe_timeout, settings.label("probe_timeout"))
+    stop_if_missing(finding)
+    run.say(f"requirements: {summary(finding)}; {finding.python} has them all")
 
 
 def finish(run: Run, commit: str, decision: Decision) -> Result:

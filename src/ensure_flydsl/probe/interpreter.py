@@ -235,10 +235,11 @@ def _as_bytes(data: object) -> bytes:
     return data if isinstance(data, bytes) else b""
 
 
-def _start(python: str, modules: Sequence[str], env: Mapping[str, str]) -> "subprocess.Popen[bytes]":
+def _start(python: str, modules: Sequence[str], env: Mapping[str, str],
+           script: str = _PROBE_SCRIPT) -> "subprocess.Popen[bytes]":
     try:
         return subprocess.Popen(
-            [python, "-c", _PROBE_SCRIPT, json.dumps(list(modules))],
+            [python, "-c", script, json.dumps(list(modules))],
             env=dict(env), cwd="/", stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             start_new_session=True,  # a group of its own: a timeout kills what the imports started as well
         )
@@ -328,3 +329,60 @@ def run_probe(
 def describe_interpreter(python: str, environ: Optional[Mapping[str, str]] = None) -> Interpreter:
     """The interpreter's identity alone (no imports): quick enough for validating FLYDSL_PYTHON."""
     return run_probe(python, modules=(), environ=environ, timeout=60.0, timeout_label="a fixed limit").interpreter
+
+
+# Runs inside the target interpreter: for each top-level name, "stdlib", "missing" or "present", found with
+# importlib.util.find_spec, which locates a top-level module without running any of its code.  Before 3.10
+# there is no sys.stdlib_module_names: a module built in, frozen, or under the stdlib folders (and not in a
+# site-packages below them) is the standard library's.
+_FIND_SCRIPT = r"""
+import json, os, sys, sysconfig, importlib.util
+if sys.path and sys.path[0] in ("", os.getcwd()):
+    del sys.path[0]
+names = json.loads(sys.argv[1])
+known = getattr(sys, "stdlib_module_names", None)
+paths = sysconfig.get_paths()
+std_dirs = set(os.path.realpath(paths[k]) for k in ("stdlib", "platstdlib") if paths.get(k))
+def find(name):
+    try:
+        return importlib.util.find_spec(name)
+    except BaseException:
+        return False  # present but odd: not provably missing; the final probe judges it
+def is_std(name, spec):
+    if known is not None:
+        return name in known
+    if name in sys.builtin_module_names:
+        return True
+    if not spec:
+        return False
+    if spec.origin in ("built-in", "frozen"):
+        return True
+    where = spec.origin or next(iter(spec.submodule_search_locations or []), "")
+    where = os.path.realpath(where)
+    return (any(where.startswith(d + os.sep) for d in std_dirs)
+            and "site-packages" not in where and "dist-packages" not in where)
+answer = {}
+for name in names:
+    spec = find(name)
+    answer[name] = "stdlib" if is_std(name, spec) else ("missing" if spec is None else "present")
+sys.stdout.write("result " + json.dumps(answer) + "\n")
+sys.stdout.flush()
+"""
+
+
+def find_modules(python: str, names: Sequence[str], *, environ: Optional[Mapping[str, str]] = None,
+                 timeout: float = DEFAULT_PROBE_TIMEOUT,
+                 timeout_label: str = "FLYDSL_PROBE_TIMEOUT") -> Dict[str, str]:
+    """For each top-level module name, whether ``python`` has it: "stdlib", "present" or "missing", asked
+    in one subprocess without importing any of them.  The tree is not on the path (only the caller's
+    PYTHONPATH is): these are the modules the tree needs from the interpreter's own installs."""
+    env = dict(os.environ if environ is None else environ)
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    proc = _start(python, names, env, script=_FIND_SCRIPT)
+    raw, err, timed_out = _communicate(proc, timeout)
+    out = _Output.parse(raw)
+    try:
+        data = json.loads(out.result or "")
+        return {str(name): str(data[name]) for name in names}
+    except (ValueError, KeyError, TypeError):
+        raise _broke(python, proc, out, err, f"{timeout:g} s ({timeout_label})" if timed_out else None) from None

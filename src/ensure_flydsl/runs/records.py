@@ -37,6 +37,7 @@ DEFAULT_STEP_SECONDS: Dict[str, float] = {
     "probe": 5.0,
     "lock": 0.0,
     "fetch": 60.0,
+    "requirements": 1.0,
     "fixes": 5.0,
     "llvm": 900.0,
     "build": 300.0,
@@ -46,9 +47,9 @@ DEFAULT_STEP_SECONDS: Dict[str, float] = {
     "cache": 30.0,
 }
 # The steps a run goes through, by how it provisions (the ETA adds up the typical length of those ahead).
-SOURCE_PLAN = ("probe", "lock", "fetch", "fixes", "llvm", "build", "verify", "publish")
-RELEASE_PLAN = ("probe", "lock", "fetch", "release", "verify", "publish")
-CACHE_PLAN = ("probe", "lock", "fetch", "cache", "verify", "publish")
+SOURCE_PLAN = ("probe", "lock", "fetch", "requirements", "fixes", "llvm", "build", "verify", "publish")
+RELEASE_PLAN = ("probe", "lock", "fetch", "requirements", "release", "verify", "publish")
+CACHE_PLAN = ("probe", "lock", "fetch", "requirements", "cache", "verify", "publish")
 
 
 @dataclasses.dataclass
