@@ -7,11 +7,13 @@ wheel's sources: :func:`make_release_repo` extracts them from a downloaded wheel
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import os
 import subprocess
 import sys
 import zipfile
-from typing import Dict
+from typing import Callable, Dict
 
 from tests.helpers.flydsl_fixture import LLVM_HASH_B, FixtureRepo, git, write
 
@@ -72,19 +74,44 @@ def make_release_repo(path: str, wheelhouse: str, kernel_extra: str = "") -> Fix
     return repo
 
 
-def damaged_wheelhouse(wheelhouse: str, folder: str) -> str:
+def rewrite_wheel(source: str, target: str, change: Callable[[str, bytes], bytes], record: bool = True) -> None:
+    """A copy of the wheel ``source`` at ``target`` with each file's bytes passed through ``change``; its
+    RECORD is rewritten to match (as a wheel built that way would carry) unless ``record`` is False (a wheel
+    damaged after it was built)."""
+    with zipfile.ZipFile(source) as old:
+        files = {info.filename: change(info.filename, old.read(info)) for info in old.infolist()}
+        infos = old.infolist()
+    if record:
+        name = next(n for n in files if n.endswith(".dist-info/RECORD"))
+        lines = []
+        for path in files:
+            if path.endswith("/"):  # a folder entry: RECORD lists files only
+                continue
+            if path == name:
+                lines.append(f"{path},,")
+            else:
+                digest = base64.urlsafe_b64encode(hashlib.sha256(files[path]).digest()).rstrip(b"=").decode()
+                lines.append(f"{path},sha256={digest},{len(files[path])}")
+        files[name] = ("\n".join(lines) + "\n").encode()
+    with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as new:
+        for info in infos:
+            new.writestr(info, files[info.filename])
+
+
+def damaged_wheelhouse(wheelhouse: str, folder: str, record: bool = True) -> str:
     """``folder`` holding a copy of the real wheel whose compiled ``_mlir`` extension is cut short (an
-    extension that does not load, as one built for another ABI or a broken download would): its Python
-    sources are untouched, so it is still built from the v0.2.2 sources."""
+    extension that does not load, as one built for another ABI would), its RECORD matching; with ``record``
+    False, RECORD still names the original bytes (a wheel damaged after it was built).  Its Python sources
+    are untouched, so it is still built from the v0.2.2 sources."""
     os.makedirs(folder, exist_ok=True)
     source = wheel_in(wheelhouse)
-    target = os.path.join(folder, os.path.basename(source))
-    with zipfile.ZipFile(source) as old, zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as new:
-        for info in old.infolist():
-            data = old.read(info)
-            if info.filename.startswith("flydsl/_mlir/_mlir_libs/_mlir.") and info.filename.endswith(".so"):
-                data = b"not an ELF file\n"
-            new.writestr(info, data)
+
+    def cut(name: str, data: bytes) -> bytes:
+        if name.startswith("flydsl/_mlir/_mlir_libs/_mlir.") and name.endswith(".so"):
+            return b"not an ELF file\n"
+        return data
+
+    rewrite_wheel(source, os.path.join(folder, os.path.basename(source)), cut, record)
     return folder
 
 
@@ -98,10 +125,11 @@ def retagged_wheelhouse(wheelhouse: str, folder: str, cache_tag: str) -> str:
     new_tag = "cp" + cache_tag.split("-")[1]
     target = os.path.join(folder, os.path.basename(source).replace(f"-{old_tag}-{old_tag}-", f"-{new_tag}-{new_tag}-"))
     assert target != os.path.join(folder, os.path.basename(source))
-    with zipfile.ZipFile(source) as old, zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as new:
-        for info in old.infolist():
-            data = old.read(info)
-            if info.filename.endswith(".dist-info/WHEEL"):
-                data = data.replace(f"Tag: {old_tag}-{old_tag}-".encode(), f"Tag: {new_tag}-{new_tag}-".encode())
-            new.writestr(info, data)
+
+    def retag(name: str, data: bytes) -> bytes:
+        if name.endswith(".dist-info/WHEEL"):
+            return data.replace(f"Tag: {old_tag}-{old_tag}-".encode(), f"Tag: {new_tag}-{new_tag}-".encode())
+        return data
+
+    rewrite_wheel(source, target, retag)
     return folder

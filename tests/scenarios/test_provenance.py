@@ -217,3 +217,24 @@ def test_the_real_tag_and_the_real_wheel_pass(ws: Workspace, wheelhouse: str) ->
     assert json.loads(out.stdout)["how"] == "released"
     assert any("is built from the pin: all 48 files are byte-identical in python/flydsl" in t
                for t in messages(out.stderr)), messages(out.stderr)
+
+
+# -- the install itself: every file against the wheel's RECORD ------------------------------------------------
+
+
+def test_a_wheel_whose_files_do_not_match_its_record_is_not_installed(
+        ws: Workspace, wheelhouse: str, release_repo: FixtureRepo, tmp_path: "os.PathLike[str]") -> None:
+    damaged = damaged_wheelhouse(wheelhouse, os.path.join(str(tmp_path), "damaged"), record=False)
+    out = ws.run(FLYDSL_REPO=release_repo.url, **offline(damaged, "release"))
+    assert out.returncode == 8, out.stderr
+    marker = ws.marker()
+    assert marker["exit_code"] == 8 and marker["stage"] == "release"
+    assert "could not be installed: 1 files do not match the wheel's RECORD, e.g. flydsl/_mlir/_mlir_libs/_mlir." \
+        in str(marker["reason"])
+    assert_no_wheel_installed(ws)
+    assert not os.path.exists(ws.env_file)
+    auto = ws.run("--json", FLYDSL_REPO=release_repo.url, **offline(damaged))  # auto: the pin from source
+    assert auto.returncode == 0, auto.stderr
+    assert json.loads(auto.stdout)["how"] == "built"
+    assert any("do not match the wheel's RECORD" in t and "building the pin from source instead" in t
+               for t in messages(auto.stderr))

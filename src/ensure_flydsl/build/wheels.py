@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import pathlib
 import re
 import sys
 import zipfile
-from typing import Callable, List, Mapping, Optional, Sequence, Tuple
+from typing import IO, Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, cast
 
 from packaging.tags import platform_tags
 from packaging.version import InvalidVersion, Version
@@ -124,15 +125,82 @@ def download_wheel(interpreter: Interpreter, version: str, folder: str, sink: Ca
 
 def install_wheel_file(interpreter: Interpreter, wheel: str, version: str, target: str,
                        sink: Callable[[str], None]) -> None:
-    """Install the local ``wheel`` for ``interpreter`` into ``target`` (a new folder), without dependencies
-    and without asking any index; raise EnsureError(8)."""
-    cmd = [sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--only-binary=:all:",
-           "--no-compile", "--disable-pip-version-check", "--no-warn-script-location", "--target", target,
-           *wheel_tags(interpreter), wheel]
+    """Unpack the local ``wheel`` into ``target`` (a new folder), the layout of ``pip install --target``,
+    in this process with pypa's ``installer``: every file is hashed as it is written and checked against
+    the wheel's RECORD, and RECORD must name every file of the wheel.  Raise EnsureError(8)."""
+    from installer import install
+    from installer.exceptions import InstallerError
+    from installer.sources import WheelFile
+
+    destination = _CheckedDestination(target, interpreter.executable)
     try:
-        _pip(cmd, sink)
-    except CommandFailed as exc:
-        raise _pip_failed(exc, interpreter, version, "installed", sink) from None
+        with WheelFile.open(pathlib.Path(wheel)) as source:
+            source.validate_record(validate_contents=False)  # names only: the contents are hashed once, below
+            install(source, cast(Any, destination), additional_metadata={"INSTALLER": b"ensure-flydsl\n"})
+            destination.check_against(source)
+    except (InstallerError, ValueError, OSError, zipfile.BadZipFile) as exc:
+        sink(f"installing {wheel}: {exc}")
+        raise EnsureError(
+            ExitCode.ARTIFACT,
+            f"the flydsl=={version} wheel {os.path.basename(wheel)} could not be installed: {exc}",
+            stage="release",
+            hint="the download is damaged or not a valid wheel; run again, or use FLYDSL_STRATEGY=source",
+        ) from None
+    sink(f"installed {len(destination.written)} files of {os.path.basename(wheel)} into {target}, each "
+         f"matching the wheel's RECORD")
+
+
+class _CheckedDestination:
+    """installer's folder destination for ``pip install --target`` (every scheme in one folder, scripts in
+    ``bin``), keeping the hash and size of every file it writes, to compare with the wheel's RECORD."""
+
+    def __init__(self, target: str, python: str) -> None:
+        from installer.destinations import SchemeDictionaryDestination
+
+        schemes = {"purelib": target, "platlib": target, "headers": os.path.join(target, "include"),
+                   "scripts": os.path.join(target, "bin"), "data": target}
+        self._inner = SchemeDictionaryDestination(schemes, interpreter=python, script_kind="posix")
+        self.written: Dict[str, Tuple[Optional[str], Optional[int]]] = {}  # wheel path -> (sha256, size)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._inner, name)
+
+    def write_file(self, scheme: str, path: str, stream: IO[bytes], is_executable: bool) -> object:
+        entry = self._inner.write_file(scheme, path, stream, is_executable)  # type: ignore[arg-type]
+        hashed = entry.hash_
+        self.written[f"{scheme}/{path}"] = (hashed.value if hashed and hashed.name == "sha256" else None, entry.size)
+        return entry
+
+    def check_against(self, source: Any) -> None:
+        """Every file written has the sha256 and size its RECORD line gives (the wheel's own RECORD)."""
+        from installer.records import parse_record_file
+
+        root = "platlib" if not _is_purelib(source) else "purelib"
+        wrong = []
+        for path, digest, size in parse_record_file(source.read_dist_info("RECORD").splitlines()):
+            if path.endswith(("/", ".dist-info/RECORD", ".dist-info/RECORD.jws", ".dist-info/RECORD.p7s")):
+                continue
+            key = _scheme_path(path, source.data_dir, root)
+            got = self.written.get(key)
+            want = (digest.partition("=")[2] if digest.startswith("sha256=") else None, int(size) if size else None)
+            if got is None or want[0] is None or want != got:  # RECORD's digest is urlsafe base64, as installer's
+                wrong.append(path)
+        if wrong:
+            raise ValueError(f"{len(wrong)} files do not match the wheel's RECORD, e.g. {wrong[0]}")
+
+
+def _is_purelib(source: Any) -> bool:
+    from installer.utils import parse_metadata_file
+
+    return str(parse_metadata_file(source.read_dist_info("WHEEL")).get("Root-Is-Purelib", "")).lower() == "true"
+
+
+def _scheme_path(path: str, data_dir: str, root: str) -> str:
+    """The ``scheme/path`` installer writes a wheel's ``path`` to."""
+    if path.startswith(data_dir + "/"):
+        scheme, _, rest = path[len(data_dir) + 1:].partition("/")
+        return f"{scheme}/{rest}"
+    return f"{root}/{path}"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -8,10 +8,12 @@ import os
 from typing import List, Optional
 
 from ensure_flydsl.build.wheels import pin_as_tag, release_tags
-from ensure_flydsl.doctor.requirements import assess, stop_if_missing, summary
+from ensure_flydsl.doctor.requirements import Finding, assess, stop_if_missing, summary
 from ensure_flydsl.errors import BadInput, EnsureError, ExitCode
+from ensure_flydsl.layout import tree_folders
 from ensure_flydsl.pipeline.decide import tree_key
 from ensure_flydsl.pipeline.publish import publish
+from ensure_flydsl.probe.interpreter import WarmProbe, probe_modules
 from ensure_flydsl.providers.base import Provider
 from ensure_flydsl.providers.cache import CacheProvider, open_run_cache
 from ensure_flydsl.providers.release import ReleaseProvider
@@ -30,13 +32,21 @@ def provision(run: Run) -> Result:
     with run.step("fetch"):
         commit = fetch_and_checkout(run)
     with run.step("requirements"):
-        check_requirements(run)
-    for provider in providers_for(run, commit):
-        decision = provider.provide(run, commit)
-        if decision is not None:
-            result = finish(run, commit, decision)
-            provider.after_publish(run, commit)
-            return result
+        finding = check_requirements(run)
+    providers = providers_for(run, commit)
+    try:
+        if finding is not None and finding.needed and providers[0].name != "source":
+            start_warm_probe(run, [r.module for r in finding.needed])
+        for provider in providers:
+            decision = provider.provide(run, commit)
+            if decision is not None:
+                result = finish(run, commit, decision)
+                provider.after_publish(run, commit)
+                return result
+    finally:
+        if run.warm_probe is not None:
+            run.warm_probe.close()
+            run.warm_probe = None
     raise EnsureError(ExitCode.INTERNAL, "no provider gave a tree", stage="provision")  # source always does
 
 
@@ -64,17 +74,27 @@ def providers_for(run: Run, commit: str) -> List[Provider]:
     return providers
 
 
-def check_requirements(run: Run) -> None:
+def check_requirements(run: Run) -> Optional[Finding]:
     """Stop before any download or build when the interpreter lacks a module the pin's code imports
-    unconditionally (exit 6): such a tree could never pass the final probe."""
+    unconditionally (exit 6): such a tree could never pass the final probe.  Return what it found."""
     settings, root = run.settings, run.settings.root
     if not readable_checkout(root):
         run.say(f"requirements: not checked ({root} does not hold the tree's package sources)")
-        return
+        return None
     finding = assess(CheckoutSources(root), run.interpreter.executable, settings.require, run.environ,
                      settings.probe_timeout, settings.label("probe_timeout"))
     stop_if_missing(finding)
     run.say(f"requirements: {summary(finding)}; {finding.python} has them all")
+    return finding
+
+
+def start_warm_probe(run: Run, preload: List[str]) -> None:
+    """Start the final probe's interpreter now, importing ``preload`` (torch alone takes seconds) while the
+    wheel or the cache entry is fetched and unpacked; a source build, an hour long, stops it (memory)."""
+    s = run.settings
+    run.warm_probe = WarmProbe(s.python, modules=probe_modules(s.require), prefix=tree_folders(s.root),
+                               environ=run.environ, preload=preload)
+    run.say(f"importing {', '.join(preload)} in {s.python} while the tree is put in place")
 
 
 def finish(run: Run, commit: str, decision: Decision) -> Result:

@@ -14,6 +14,7 @@ import json
 import os
 import signal
 import subprocess
+import time
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ensure_flydsl.errors import EnsureError, ExitCode
@@ -28,6 +29,30 @@ sys.stdout = sys.stderr
 if sys.path and sys.path[0] in ("", os.getcwd()):
     del sys.path[0]
 modules = json.loads(sys.argv[1])
+preload = json.loads(sys.argv[2]) if len(sys.argv) > 2 else None
+if preload is not None:
+    # Started early (WarmProbe): import the heavy third-party modules the tree needs while the tree is put in
+    # place, then wait for "go" and probe as always.  A failed import is left to the probe proper to report.
+    for name in preload:
+        os.write(out, ("importing %s\n" % name).encode())
+        try:
+            importlib.import_module(name)
+        except BaseException:
+            pass
+    os.write(out, b"ready\n")
+    if sys.stdin.readline().strip() != "go":
+        sys.exit(0)
+    importlib.invalidate_caches()
+    sys.path_importer_cache.clear()  # the tree's folders may not have existed when the path was first read
+    from importlib.machinery import PathFinder
+    for name in preload:
+        loaded = sys.modules.get(name)
+        if loaded is None:
+            continue
+        now = PathFinder.find_spec(name)
+        if now is None or now.origin != getattr(getattr(loaded, "__spec__", None), "origin", None):
+            os.write(out, ("stale %s\n" % name).encode())  # the tree shadows it now: a fresh probe must answer
+            sys.exit(0)
 try:
     site_dirs = list(site.getsitepackages())
 except Exception:
@@ -195,6 +220,7 @@ class _Output:
     importing: Optional[str] = None
     origin: Optional[str] = None
     result: Optional[str] = None
+    stale: Optional[str] = None  # a preloaded module the finished tree shadows (WarmProbe)
 
     @classmethod
     def parse(cls, raw: bytes) -> "_Output":
@@ -207,6 +233,8 @@ class _Output:
                 out.origin = rest.partition(" ")[2]
             elif word == "result":
                 out.result = rest
+            elif word == "stale":
+                out.stale = rest
         return out
 
     def what(self) -> str:
@@ -235,12 +263,14 @@ def _as_bytes(data: object) -> bytes:
     return data if isinstance(data, bytes) else b""
 
 
-def _start(python: str, modules: Sequence[str], env: Mapping[str, str],
-           script: str = _PROBE_SCRIPT) -> "subprocess.Popen[bytes]":
+def _start(python: str, modules: Sequence[str], env: Mapping[str, str], script: str = _PROBE_SCRIPT,
+           preload: Optional[Sequence[str]] = None) -> "subprocess.Popen[bytes]":
+    extra = [] if preload is None else [json.dumps(list(preload))]
     try:
         return subprocess.Popen(
-            [python, "-c", script, json.dumps(list(modules))],
-            env=dict(env), cwd="/", stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            [python, "-c", script, json.dumps(list(modules)), *extra],
+            env=dict(env), cwd="/", stdin=subprocess.DEVNULL if preload is None else subprocess.PIPE,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             start_new_session=True,  # a group of its own: a timeout kills what the imports started as well
         )
     except FileNotFoundError:
@@ -254,10 +284,11 @@ def _start(python: str, modules: Sequence[str], env: Mapping[str, str],
         raise EnsureError(ExitCode.BAD_INPUT, f"the interpreter {python!r} is not executable", stage="probe") from None
 
 
-def _communicate(proc: "subprocess.Popen[bytes]", timeout: float) -> Tuple[bytes, bytes, bool]:
+def _communicate(proc: "subprocess.Popen[bytes]", timeout: float,
+                 stdin: Optional[bytes] = None) -> Tuple[bytes, bytes, bool]:
     """The probe's stdout and stderr, and whether it had to be killed for taking longer than ``timeout``."""
     try:
-        out, err = proc.communicate(timeout=timeout)
+        out, err = proc.communicate(input=stdin, timeout=timeout)
     except subprocess.TimeoutExpired:
         out, err = _stop_group(proc)
         return out, err, True
@@ -289,6 +320,19 @@ def _broke(python: str, proc: "subprocess.Popen[bytes]", out: _Output, err: byte
     return ProbeBroke(reason, out.importing, out.origin, detail)
 
 
+def probe_environment(prefix: Sequence[str], environ: Optional[Mapping[str, str]]) -> Dict[str, str]:
+    """The probe's environment: the tree's folders first on PYTHONPATH, as the env file will put them."""
+    env = dict(os.environ if environ is None else environ)
+    pythonpath = joined_pythonpath(prefix, env.get("PYTHONPATH"))
+    if pythonpath:
+        env["PYTHONPATH"] = pythonpath
+    else:
+        env.pop("PYTHONPATH", None)
+    # Keep probed trees byte-for-byte as they were: no __pycache__ written into them by us.
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    return env
+
+
 def run_probe(
     python: str,
     *,
@@ -300,21 +344,22 @@ def run_probe(
 ) -> Probe:
     """Run the probe in ``python`` and return what it saw; raise EnsureError if the probe itself breaks
     (ProbeBroke when it crashes or is killed after ``timeout`` seconds, the setting ``timeout_label``)."""
-    import time
-
-    env = dict(os.environ if environ is None else environ)
-    pythonpath = joined_pythonpath(prefix, env.get("PYTHONPATH"))
-    if pythonpath:
-        env["PYTHONPATH"] = pythonpath
-    else:
-        env.pop("PYTHONPATH", None)
-    # Keep probed trees byte-for-byte as they were: no __pycache__ written into them by us.
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env = probe_environment(prefix, environ)
     started = time.monotonic()
     proc = _start(python, modules, env)
-    raw, err, timed_out = _communicate(proc, timeout)
+    probe = _answer(python, proc, env.get("PYTHONPATH", ""), started, timeout, timeout_label)
+    assert probe is not None  # only a warm probe can answer "stale"
+    return probe
+
+
+def _answer(python: str, proc: "subprocess.Popen[bytes]", pythonpath: str, started: float, timeout: float,
+            timeout_label: str, stdin: Optional[bytes] = None) -> Optional[Probe]:
+    """Wait for the probe's report and read it; None when a warm probe found a preloaded module stale."""
+    raw, err, timed_out = _communicate(proc, timeout, stdin)
     seconds = time.monotonic() - started
     out = _Output.parse(raw)
+    if out.stale is not None and out.result is None:
+        return None
     try:
         data = json.loads(out.result or "")
         interpreter = Interpreter.from_json(data["python"])
@@ -324,6 +369,39 @@ def run_probe(
         ModuleResult(name, entry.get("file"), entry.get("error")) for name, entry in data["modules"].items()
     )
     return Probe(interpreter, results, data.get("version"), data.get("version_error"), pythonpath, seconds)
+
+
+class WarmProbe:
+    """The final probe's interpreter, started before the tree is in place: it imports ``preload`` (the heavy
+    third-party modules the tree needs: torch, numpy) while the pin is fetched and the wheel or cache entry
+    is unpacked.  :meth:`answer` then probes exactly as :func:`run_probe` would with the same arguments, in
+    that process; it answers None (use a fresh probe) when the arguments differ or the finished tree shadows
+    a module it preloaded."""
+
+    def __init__(self, python: str, *, modules: Sequence[str], prefix: Sequence[str],
+                 environ: Mapping[str, str], preload: Sequence[str]) -> None:
+        self._env = probe_environment(prefix, environ)
+        self._key = (python, tuple(modules), tuple(prefix), dict(environ))
+        self._python = python
+        self._started = time.monotonic()
+        self._proc: Optional["subprocess.Popen[bytes]"] = _start(python, modules, self._env, preload=preload)
+
+    def answer(self, python: str, *, modules: Sequence[str], prefix: Sequence[str], environ: Mapping[str, str],
+               timeout: float, timeout_label: str) -> Optional[Probe]:
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return None
+        if self._key != (python, tuple(modules), tuple(prefix), dict(environ)):
+            _stop_group(proc)
+            return None
+        return _answer(python, proc, self._env.get("PYTHONPATH", ""), time.monotonic(), timeout, timeout_label,
+                       stdin=b"go\n")
+
+    def close(self) -> None:
+        """Stop it if it was never asked (the run failed or took another way)."""
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            _stop_group(proc)
 
 
 def describe_interpreter(python: str, environ: Optional[Mapping[str, str]] = None) -> Interpreter:

@@ -112,7 +112,11 @@ class ReleaseProvider(Provider):
             wheel = download_wheel(run.interpreter, version, download, run.build_line)
             self._prove(run, commit, wheel)
             run.say(f"release v{version}: installing {os.path.basename(wheel)}")
-            install_wheel_file(run.interpreter, wheel, version, staging, run.build_line)
+            try:
+                install_wheel_file(run.interpreter, wheel, version, staging, run.build_line)
+            except EnsureError:
+                remove_tree(staging)  # the part written before a file failed its RECORD check
+                raise
         finally:
             remove_tree(download)
         faults.point("release-installed")

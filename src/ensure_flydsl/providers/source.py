@@ -56,6 +56,9 @@ class SourceProvider(Provider):
         self.built_now = False
 
     def provide(self, run: Run, commit: str) -> Optional[Decision]:
+        if run.warm_probe is not None:  # started for a quick way that gave way to this one
+            run.warm_probe.close()
+            run.warm_probe = None
         run.plan(SOURCE_PLAN)
         with run.step("fetch"):
             update_submodules(run, commit)

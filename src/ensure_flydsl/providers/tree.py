@@ -16,11 +16,19 @@ from ensure_flydsl.support.processes import cmd_output
 
 
 def probe_tree(run: Run, prefix: List[str]) -> Probe:
+    """The final probe: in the interpreter the run started early (it has imported the heavy modules by
+    now) when it was started for exactly this probe, else in a fresh one."""
     s = run.settings
-    return run_probe(
-        s.python, modules=probe_modules(s.require), prefix=prefix, environ=run.environ,
-        timeout=s.probe_timeout, timeout_label=s.label("probe_timeout"),
-    )
+    modules, timeout, label = probe_modules(s.require), s.probe_timeout, s.label("probe_timeout")
+    warm, run.warm_probe = run.warm_probe, None
+    probe = None
+    if warm is not None:
+        probe = warm.answer(s.python, modules=modules, prefix=prefix, environ=run.environ, timeout=timeout,
+                            timeout_label=label)
+    if probe is None:
+        probe = run_probe(s.python, modules=modules, prefix=prefix, environ=run.environ, timeout=timeout,
+                          timeout_label=label)
+    return probe
 
 
 def prepare_build_dir(run: Run, key: Mapping[str, object]) -> str:

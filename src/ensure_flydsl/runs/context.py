@@ -8,7 +8,7 @@ import time
 from typing import Dict, Iterator, List, Mapping, Optional, Sequence
 
 from ensure_flydsl.probe.gate import Verdict
-from ensure_flydsl.probe.interpreter import Interpreter, Probe
+from ensure_flydsl.probe.interpreter import Interpreter, Probe, WarmProbe
 from ensure_flydsl.result import How
 from ensure_flydsl.runs.progress import Tracker
 from ensure_flydsl.runs.records import SOURCE_PLAN, RunStore, new_run_id
@@ -51,6 +51,7 @@ class Run:
         self.stamps = Stamps(settings.root)
         self.tracker: Optional[Tracker] = None
         self._worked = False
+        self.warm_probe: Optional[WarmProbe] = None  # the final probe's interpreter, started early
 
     @property
     def interpreter(self) -> Interpreter:

@@ -1,0 +1,121 @@
+"""The final probe's interpreter is started before the tree is in place (issue 13): it imports the heavy
+third-party modules the requirements preflight found while the cache entry (or the wheel) is fetched and
+unpacked, then answers exactly as a fresh probe would.  A module the finished tree shadows sends the
+question to a fresh probe; nothing of it outlives the run."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import List
+
+from tests.helpers.flydsl_fixture import KERNEL, FixtureRepo
+from tests.helpers.scenario import assert_one_tree
+from tests.helpers.workspace import Workspace
+from tests.scenarios.test_requirements import commit_files
+
+# The kernel says, each time it is imported, whether filelock was imported before it in that process (it
+# is only when the warm probe preloaded it) and which filelock it got.
+TRACED_KERNEL = KERNEL + '''import os, sys
+_preloaded = "filelock" in sys.modules
+import filelock
+with open(os.environ["FIXTURE_TRACE"], "a") as _trace:
+    _trace.write("kernel preloaded=%s filelock=%s\\n" % (_preloaded, filelock.__file__))
+'''
+# A build that puts its own filelock into python_packages: once the tree is in place, it shadows the
+# interpreter's, which the warm probe had already imported.
+SHADOW_HOOK = ('mkdir -p "$PKG/filelock" && printf "%s\\n" "__version__ = \\"shadow\\"" '
+               '"import os; open(os.environ[\\"FIXTURE_TRACE\\"], \\"a\\").write(\\"shadow imported\\\\n\\")" '
+               '> "$PKG/filelock/__init__.py"')
+
+
+def hosts(tmp_path: "os.PathLike[str]", repo: FixtureRepo, pin: str) -> List[Workspace]:
+    """Two roots sharing one binary cache: the first builds and publishes, the second hits."""
+    cache = os.path.join(str(tmp_path), "cache")
+    made = []
+    for name in ("a", "b"):
+        ws = Workspace(os.path.join(str(tmp_path), name, "base"), repo)
+        ws.env.update({"FLYDSL_PIN": pin, "FLYDSL_CACHE": cache,
+                       "FIXTURE_TRACE": os.path.join(str(tmp_path), name + ".trace")})
+        made.append(ws)
+    return made
+
+
+def trace(ws: Workspace) -> List[str]:
+    path = ws.env["FIXTURE_TRACE"]
+    return open(path).read().splitlines() if os.path.exists(path) else []
+
+
+def processes_of(root: str) -> List[int]:
+    """Live processes whose environment names ``root`` (a warm probe's PYTHONPATH does)."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as handle:
+                if root.encode() in handle.read():
+                    found.append(int(pid))
+        except OSError:
+            continue
+    return found
+
+
+def test_a_cache_hit_is_probed_by_the_interpreter_started_early(tmp_path: "os.PathLike[str]",
+                                                                 own_repo: FixtureRepo) -> None:
+    pin = commit_files(own_repo, "traced", "0.2.2", {"kernels/moe_gemm_2stage.py": TRACED_KERNEL})
+    builder, hitter = hosts(tmp_path, own_repo, pin)
+    built = builder.run("--json")
+    assert built.returncode == 0, built.stderr
+    assert trace(builder) and all("preloaded=False" in line for line in trace(builder))  # a build: no warm probe
+
+    out = hitter.run("--json")
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert result["how"] == "cached"
+    assert f"importing filelock in {hitter.env['FLYDSL_PYTHON']} while the tree is put in place" in out.stderr
+    lines = trace(hitter)
+    assert len(lines) == 1 and "preloaded=True" in lines[0], lines  # the probe ran in the warm process
+    assert_one_tree(hitter)
+    assert processes_of(hitter.root) == []
+
+
+def test_a_module_the_finished_tree_shadows_is_probed_afresh(tmp_path: "os.PathLike[str]",
+                                                             own_repo: FixtureRepo) -> None:
+    pin = commit_files(own_repo, "traced", "0.2.2", {"kernels/moe_gemm_2stage.py": TRACED_KERNEL})
+    builder, hitter = hosts(tmp_path, own_repo, pin)
+    built = builder.run(FIXTURE_BUILD_HOOK=SHADOW_HOOK)
+    assert built.returncode == 0, built.stderr
+
+    out = hitter.run("--json")
+    assert out.returncode == 0, out.stderr
+    assert "importing filelock" in out.stderr  # it was started
+    lines = trace(hitter)
+    # The answer is a fresh probe's: the tree's own filelock, imported by the kernel, nothing preloaded.
+    assert lines[0] == "shadow imported" and "preloaded=False" in lines[1], lines
+    assert os.path.join(hitter.root, "build-fly", "python_packages", "filelock") in lines[1]
+    assert processes_of(hitter.root) == []
+
+
+def test_a_warm_probe_is_stopped_when_the_run_builds_instead(tmp_path: "os.PathLike[str]",
+                                                             own_repo: FixtureRepo) -> None:
+    pin = commit_files(own_repo, "traced", "0.2.2", {"kernels/moe_gemm_2stage.py": TRACED_KERNEL})
+    _, hitter = hosts(tmp_path, own_repo, pin)  # an empty cache: the cache gives way to the source build
+    scan = os.path.join(str(tmp_path), "scan.py")
+    with open(scan, "w") as handle:  # run by build.sh: the probes (the script's text is their argv) of this root
+        handle.write("import os, sys\n"
+                     "for pid in filter(str.isdigit, os.listdir('/proc')):\n"
+                     "    try:\n"
+                     "        args = open('/proc/%s/cmdline' % pid, 'rb').read()\n"
+                     "        env = open('/proc/%s/environ' % pid, 'rb').read()\n"
+                     "    except OSError:\n"
+                     "        continue\n"
+                     "    if b'importing %s' in args and sys.argv[1].encode() in env:\n"
+                     "        print(pid)\n")
+    during = os.path.join(str(tmp_path), "probes-during-build")
+    out = hitter.run("--json", FIXTURE_BUILD_HOOK=f"{sys.executable} {scan} {hitter.root} > {during}")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["how"] == "built"
+    assert "importing filelock" in out.stdout + out.stderr  # it had been started for the cache
+    assert "preloaded=False" in trace(hitter)[0]
+    assert open(during).read() == ""  # stopped before the build
+    assert processes_of(hitter.root) == []
