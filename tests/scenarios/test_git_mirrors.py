@@ -284,6 +284,18 @@ def test_the_doctor_checks_the_repository_through_the_mirrors(site: Site, fixtur
     assert "unable to access 'https://mirror.invalid/gh/FlyDSL.git/'" in detail
 
 
+def test_the_doctor_reads_the_pin_from_a_local_mirror_before_any_fetch(site: Site, own_repo: FixtureRepo) -> None:
+    """The pin's submodules are known from the mirror of FLYDSL_REPO, so they are checked before a fetch."""
+    ws = site.ws
+    ws.env["FLYDSL_REPO"] = "https://unreachable.invalid/ROCm/FlyDSL.git"
+    flydsl = f"https://unreachable.invalid/ROCm/={os.path.dirname(own_repo.path)}/"
+    code, checks = doctor(ws, FLYDSL_GIT_MIRRORS=flydsl)
+    assert code == 2 and checks["submodules"]["status"] == "missing", checks["submodules"]
+    assert f"thirdparty/dlpack ({DLPACK_URL}: " in str(checks["submodules"]["detail"])
+    code, checks = doctor(ws, FLYDSL_GIT_MIRRORS=f"{flydsl} {site.dlpack_pair}")
+    assert code == 0 and checks["submodules"]["status"] == "ok", checks["submodules"]
+
+
 # -- the parts, as git decides ----------------------------------------------------------------------------
 
 
