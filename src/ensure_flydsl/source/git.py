@@ -1,7 +1,8 @@
 """Fetch the pinned source into the root: init or reuse the checkout, fetch, check out, submodules.
 
 Every git call goes through :func:`git`, which refuses remote helpers that run commands (``ext::``) and
-never prompts.  Settings that reach git were validated not to start with ``-``, and are passed after the
+never prompts, and applies the run's git mirrors (FLYDSL_GIT_MIRRORS, see :mod:`.mirrors`) in its
+environment.  Settings that reach git were validated not to start with ``-``, and are passed after the
 options they belong to, so they can never be read as options.
 """
 
