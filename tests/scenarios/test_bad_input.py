@@ -105,6 +105,12 @@ def _rows() -> List[Row]:
     add("verify", "unparseable", "maybe", "$(touch {canary})")
     add("verify", "negative", "-1")
     add("fix_rocm_in_place", "unparseable", "maybe")
+    add("git_mirrors", "not FROM=TO", "https://github.com/", "=/m/", "https://github.com/=", "a=/m/ b")
+    add("git_mirrors", "option-shaped", "-c=/m/", "x=--upload-pack=touch {canary}", "--upload-pack=touch {canary}")
+    add("git_mirrors", "remote helper", "x=ext::sh -c touch% {canary}", "ext::sh=/m/", "x=fd::3")
+    add("git_mirrors", "control character", "x=/m/\x01")
+    add("git_mirrors", "another scheme", "x=foo://mirror/")
+    add("git_mirrors", "two TOs for one FROM", "x=/a/ x=/b/")
     add("PATH", "no git on PATH", "{dir}")
     return rows
 

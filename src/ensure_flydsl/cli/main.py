@@ -12,7 +12,14 @@ from typing import Callable, Dict, List, NoReturn, Optional, Sequence
 
 from ensure_flydsl.errors import EXIT_MEANINGS, BadInput, EnsureError, ExitCode, Interrupted, interrupted_by
 from ensure_flydsl.runs.markers import write_failure_marker
-from ensure_flydsl.settings import SETTINGS, Settings, fail_marker_path, join_require, load_settings
+from ensure_flydsl.settings import (
+    SETTINGS,
+    Settings,
+    fail_marker_path,
+    join_git_mirrors,
+    join_require,
+    load_settings,
+)
 from ensure_flydsl.support.report import Reporter
 from ensure_flydsl.version import __version__
 
@@ -33,6 +40,9 @@ def _add_setting_flags(parser: argparse.ArgumentParser) -> None:
         elif setting.name == "require":
             group.add_argument("--require", dest="require", action="append", metavar="MODULES",
                                help=f"{setting.help}; repeatable [{setting.env}]")
+        elif setting.name == "git_mirrors":
+            group.add_argument(setting.flag, dest=setting.name, action="append", metavar="FROM=TO",
+                               help=f"{setting.help}; repeatable, replaces the variable's list [{setting.env}]")
         else:
             group.add_argument(setting.flag, dest=setting.name, metavar=setting.name.upper(),
                                help=f"{setting.help} [{setting.env}]")
@@ -117,6 +127,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
 def _flags(args: argparse.Namespace) -> Dict[str, Optional[str]]:
     flags: Dict[str, Optional[str]] = {s.name: getattr(args, s.name, None) for s in SETTINGS}
     flags["require"] = join_require(getattr(args, "require", None))
+    flags["git_mirrors"] = join_git_mirrors(getattr(args, "git_mirrors", None))
     return flags
 
 

@@ -67,7 +67,8 @@ class SourceProvider(Provider):
         with run.step("llvm"):
             if mlir is None:
                 env = prepared.provided.apply(build_environment(
-                    run.environ, prepared.toolchain, rocm_path=run.settings.rocm_path, mlir_path=None, jobs=jobs))
+                    run.environ, prepared.toolchain, rocm_path=run.settings.rocm_path, mlir_path=None, jobs=jobs,
+                    git_mirrors=run.settings.git_mirrors))
                 mlir = build_mlir(run, env, jobs, self.cache)
         return self._build_and_verify(run, commit, prepared, mlir, jobs)
 
@@ -77,7 +78,8 @@ class SourceProvider(Provider):
         # The hip overlay is for FlyDSL's configure only (LLVM's must not find ROCm's own LLVM through it).
         chain = dataclasses.replace(prepared.toolchain, cmake_prefixes=list(prepared.hip.cmake_prefixes))
         env = prepared.provided.apply(build_environment(run.environ, chain, rocm_path=settings.rocm_path,
-                                                        mlir_path=mlir_path, jobs=jobs))
+                                                        mlir_path=mlir_path, jobs=jobs,
+                                                        git_mirrors=settings.git_mirrors))
         if prepared.hip.check.needs_fix and not settings.fix_rocm_in_place:
             drop_stale_hip_dir(build_dir(root), os.path.join(tools_dir(root), "rocm-overlay", "lib", "cmake", "hip"))
         with run.step("build"):
@@ -128,7 +130,7 @@ def update_submodules(run: Run, commit: str) -> None:
     key = {"commit": commit}
     if not run.stamps.done("submodules", key):
         run.stamps.begin("submodules")
-        if gitsource.update_submodules(run.settings.root, run.settings.repo):
+        if gitsource.update_submodules(run.settings.root, run.settings.repo, mirrors=run.settings.git_mirrors):
             run.worked()
             run.say("submodules updated")
         run.stamps.finish("submodules", key)
