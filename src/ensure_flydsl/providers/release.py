@@ -29,9 +29,9 @@ from ensure_flydsl.probe.interpreter import Probe
 from ensure_flydsl.providers.base import Provider
 from ensure_flydsl.providers.tree import TreeDoesNotImport, prepare_build_dir, verify_tree
 from ensure_flydsl.result import How
-from ensure_flydsl.setting_values import GitMirrors
 from ensure_flydsl.runs.context import Decision, Run
 from ensure_flydsl.runs.records import RELEASE_PLAN
+from ensure_flydsl.setting_values import GitMirrors
 from ensure_flydsl.source import git as gitsource
 from ensure_flydsl.source.root import remove_tree
 from ensure_flydsl.support import faults
