@@ -86,7 +86,7 @@ def take_turn(run: Run, cache: Cache, kind: str, key: str, what: str, fetch: Cal
                     return Turn(held=held)
                 held.release(published=False)
                 continue
-            time.sleep(min(2.0, leases.ttl / 8))
+            time.sleep(min(1.0, leases.ttl / 8))
     except CacheError as exc:
         run.say(f"cache: the build lease cannot be used now ({exc}); building without it")
         return Turn()
