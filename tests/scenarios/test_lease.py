@@ -15,10 +15,11 @@ from typing import Dict, Iterator
 
 import pytest
 
-from ensure_flydsl.binary_cache.lease import Leases, exclusive_create
-from ensure_flydsl.binary_cache.store import FolderStore
+from ensure_flydsl.binary_cache.lease import exclusive_create
+from ensure_flydsl.binary_cache.store import FolderStore, open_store
 from tests.helpers.fleet import SharedCache, builds, finish, fleet_host
 from tests.helpers.flydsl_fixture import FixtureRepo
+from tests.helpers.ftp_server import FtpServer
 from tests.helpers.s3_server import S3Server
 from tests.helpers.scenario import assert_one_tree, wait_for
 from tests.helpers.workspace import Workspace
@@ -198,23 +199,40 @@ def test_status_and_wait_show_whom_a_waiter_waits_for(tmp_path: "os.PathLike[str
     assert builds(b.counter, "build") == 1
 
 
-class IgnoresExclusiveCreate(FolderStore):
-    """A store whose "create if absent" overwrites, as fsspec's FTP file system does with "xb"."""
+@pytest.fixture
+def ftp() -> Iterator[FtpServer]:
+    server = FtpServer().start()
+    yield server
+    server.stop()
 
-    def create_exclusive(self, rel: str, data: bytes) -> bool:
-        self.put_bytes(rel, data)
-        return True
 
-
-def test_a_store_that_ignores_exclusive_create_is_detected(tmp_path: "os.PathLike[str]") -> None:
+def test_a_store_that_ignores_exclusive_create_is_detected(tmp_path: "os.PathLike[str]", ftp: FtpServer) -> None:
     honest = FolderStore(os.path.join(str(tmp_path), "honest"))
     assert exclusive_create(honest) == (True, "")
-    sloppy = IgnoresExclusiveCreate(os.path.join(str(tmp_path), "sloppy"))
+    sloppy = open_store(ftp.url("probe-cache"))  # fsspec's FTP: "xb" is a plain STOR
     honoured, why = exclusive_create(sloppy)
     assert not honoured and "a second create of one object succeeded" in why
-    assert Leases(honest, 1.0).generations("tree", "0" * 64) == []
     for store in (honest, sloppy):  # the probe leaves nothing behind
         assert store.list_files("leases") == []
+
+
+def test_on_such_a_store_each_host_builds_without_a_lease_as_before(tmp_path: "os.PathLike[str]",
+                                                                   fixture_repo: FixtureRepo, ftp: FtpServer) -> None:
+    shared = SharedCache("folder", str(tmp_path))
+    shared.url = ftp.url("fleet-cache")
+    fleet = hosts(tmp_path, fixture_repo, shared, "abc")
+    ended = finish({name: fleet[name].popen() for name in "ab"})
+    for name, (code, said) in ended.items():
+        assert code == 0, f"{name}: {said}"
+        assert said.count("does not honour exclusive create (a second create of one object succeeded") == 1
+        assert "so hosts sharing it cannot take turns at a build" in said
+        assert "waiting for" not in said and "took the build lease" not in said
+    assert builds(fleet["a"].counter, "build") == 2 and builds(fleet["a"].counter, "llvm") == 2
+    later = fleet["c"].run()  # the cache itself works on it: the third host fetches
+    assert later.returncode == 0, later.stderr
+    assert fleet["c"].env_twin()["how"] == "cached"
+    assert not os.path.exists(os.path.join(ftp.home, "fleet-cache", "leases")) or not any(
+        files for _d, _s, files in os.walk(os.path.join(ftp.home, "fleet-cache", "leases")))
 
 
 @pytest.mark.parametrize("value", ["0", "-5", "abc", "nan", "inf"])
