@@ -140,9 +140,8 @@ def main() -> None:
     print("| | FlyDSL builds | LLVM builds | CPU seconds (all hosts) | wall time to the last host's success |")
     print("|---|---|---|---|---|")
     for name, found in rows.items():
-        def med(key: str) -> float:
-            return statistics.median(r[key] for r in found)
-        print(f"| {name} | {med('builds'):g} | {med('llvm'):g} | {med('cpu_s'):.1f} | {med('wall_s'):.1f} s |")
+        med = {key: statistics.median(r[key] for r in found) for key in ("builds", "llvm", "cpu_s", "wall_s")}
+        print(f"| {name} | {med['builds']:g} | {med['llvm']:g} | {med['cpu_s']:.1f} | {med['wall_s']:.1f} s |")
 
 
 if __name__ == "__main__":

@@ -15,10 +15,10 @@ import dataclasses
 import os
 import socket
 import time
-from typing import Callable, Dict, Generic, Iterator, Optional, Set, TypeVar
+from typing import Callable, Dict, Generic, Iterator, Optional, Set, Tuple, TypeVar
 
 from ensure_flydsl.binary_cache.entries import Cache, CacheError
-from ensure_flydsl.binary_cache.lease import FAILED, HeldLease, LeaseRecord, Leases, exclusive_create
+from ensure_flydsl.binary_cache.lease import FAILED, HeldLease, LeaseRecord, Leases, Progress, exclusive_create
 from ensure_flydsl.errors import EnsureError, ExitCode, Interrupted
 from ensure_flydsl.runs.context import Run
 from ensure_flydsl.support.report import fmt_seconds
@@ -52,8 +52,9 @@ def open_leases(run: Run, cache: Cache) -> Optional[Leases]:
     return None
 
 
-def holder_progress(run: Run) -> Callable[[], tuple]:  # type: ignore[type-arg]
-    def progress() -> tuple:  # type: ignore[type-arg]
+def holder_progress(run: Run) -> Progress:
+    """The holder's step, percent and ETA for its heartbeat, from its run record."""
+    def progress() -> Tuple[Optional[str], Optional[float], Optional[float]]:
         tracker = run.tracker
         if tracker is None:
             return run.step_name, None, None
@@ -99,9 +100,9 @@ class _Waiter:
 
     def __init__(self, run: Run, leases: Leases, kind: str, key: str, what: str) -> None:
         self.run, self.leases, self.kind, self.key, self.what = run, leases, kind, key, what
-        self.seen: Dict[int, tuple] = {}  # type: ignore[type-arg]  # generation: (bytes, when first seen)
+        self.seen: Dict[int, Tuple[bytes, float]] = {}  # generation: (its bytes, when first seen so)
         self.started: Optional[float] = None
-        self.reported: Optional[tuple] = None  # type: ignore[type-arg]
+        self.reported: Optional[Tuple[int, str]] = None
         self.next_report = 0.0
 
     def turn(self) -> Optional[HeldLease]:
@@ -141,7 +142,7 @@ class _Waiter:
             return False
         # The holder's TTL: hosts with different settings still agree on when a lease is dead.
         ttl = record.ttl if record.ttl > 0 else self.leases.ttl
-        return now - float(seen[1]) > ttl
+        return now - seen[1] > ttl
 
     def _wait(self, holder: LeaseRecord) -> None:
         now = time.monotonic()
