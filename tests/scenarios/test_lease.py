@@ -166,6 +166,15 @@ def test_a_waiters_lock_timeout_is_exit_7_naming_the_holder(tmp_path: "os.PathLi
     marker = fleet["b"].marker()
     assert marker["exit_code"] == 7 and marker["stage"] == "lease" and holder["run_id"] in str(marker["reason"])
     assert builds(fleet["a"].counter, "build") == 1  # b never built
+    b = fleet["b"].popen()
+    deadline = time.monotonic() + 60
+    while not isinstance(json.loads(fleet["b"].run("status", "--json").stdout).get("waiting_for"), dict):
+        assert time.monotonic() < deadline and b.poll() is None
+        time.sleep(0.1)
+    os.killpg(b.pid, signal.SIGINT)  # Ctrl-C of a waiter: it held nothing, the holder builds on
+    b.communicate(timeout=60)
+    assert b.returncode == 130
+    assert [(r["host"], r["state"]) for r in shared.leases("tree")] == [("a", "building")]
     os.killpg(a.pid, signal.SIGINT)  # Ctrl-C of the holder releases its lease at once
     a.communicate(timeout=60)
     assert a.returncode == 130
