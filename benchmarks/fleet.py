@@ -96,8 +96,11 @@ def open_store(kind: str, work: str) -> tuple:  # type: ignore[type-arg]
     """(a fresh-cache factory, the environment for it, something to stop)."""
     if kind == "folder":
         return (lambda: os.path.join(work, "caches", uuid.uuid4().hex[:8])), {}, None
+    import logging
+
     from tests.helpers.s3_server import S3Server
 
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # moto's server logs every request otherwise
     server = S3Server().start()
 
     def fresh() -> str:

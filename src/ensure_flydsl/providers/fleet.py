@@ -19,6 +19,7 @@ from typing import Callable, Dict, Generic, Iterator, Optional, Set, Tuple, Type
 
 from ensure_flydsl.binary_cache.entries import Cache, CacheError
 from ensure_flydsl.binary_cache.lease import FAILED, HeldLease, LeaseRecord, Leases, Progress, exclusive_create
+from ensure_flydsl.binary_cache.manifest import manifest_path
 from ensure_flydsl.errors import EnsureError, ExitCode, Interrupted
 from ensure_flydsl.runs.context import Run
 from ensure_flydsl.support.report import fmt_seconds
@@ -75,15 +76,16 @@ def take_turn(run: Run, cache: Cache, kind: str, key: str, what: str, fetch: Cal
     if leases is None:
         return Turn()
     waiter = _Waiter(run, leases, kind, key, what)
+    manifest = manifest_path(kind, key)  # polled by existence: a tree's manifest can be a megabyte
     try:
         while True:
-            if cache.lookup(kind, key) is not None:
+            if cache.store.exists(manifest):
                 # Published by another host (while we waited, or since our miss): a cache hit; an entry we
                 # cannot use is built around without a lease, as without one.
                 return Turn(fetched=fetch())
             held = waiter.turn()
             if held is not None:
-                if cache.lookup(kind, key) is None:  # nobody published while we took it
+                if not cache.store.exists(manifest):  # nobody published while we took it
                     return Turn(held=held)
                 held.release(published=False)
                 continue
