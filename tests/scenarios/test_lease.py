@@ -15,7 +15,7 @@ from typing import Dict, Iterator
 
 import pytest
 
-from ensure_flydsl.binary_cache.lease import exclusive_create
+from ensure_flydsl.binary_cache.lease import LeaseRecord, Leases, exclusive_create, generation_path
 from ensure_flydsl.binary_cache.store import FolderStore, open_store
 from tests.helpers.fleet import SharedCache, builds, finish, fleet_host
 from tests.helpers.flydsl_fixture import FixtureRepo
@@ -243,6 +243,35 @@ def test_on_such_a_store_each_host_builds_without_a_lease_as_before(tmp_path: "o
     assert fleet["c"].env_twin()["how"] == "cached"
     assert not os.path.exists(os.path.join(ftp.home, "fleet-cache", "leases")) or not any(
         files for _d, _s, files in os.walk(os.path.join(ftp.home, "fleet-cache", "leases")))
+
+
+def test_lease_objects_generations_and_unreadable_records(tmp_path: "os.PathLike[str]") -> None:
+    store = FolderStore(os.path.join(str(tmp_path), "cache"))
+    leases, key = Leases(store, 60.0), "ab" * 32
+
+    def record(generation: int) -> LeaseRecord:
+        return LeaseRecord("tree", key, generation, "h", f"run-{generation}", os.getpid(), time.time(), "x")
+
+    held = leases.take(record(1), lambda: ("build", 50.0, 10.0))
+    assert held is not None
+    assert leases.take(record(1), lambda: (None, None, None)) is None  # one generation, one taker
+    first = leases.newest("tree", key)
+    assert first is not None and (first.step, first.percent, first.beat) == ("build", 50.0, 0)
+    held.beat()
+    again = leases.newest("tree", key)
+    assert again is not None and again.beat == 1 and again.raw != first.raw  # what a waiter watches change
+    # A taker acting on an older listing (a generation newer than its own exists) yields at once.
+    assert store.create_exclusive(generation_path("tree", key, 3), b"\x00 torn or foreign")
+    assert leases.take(record(2), lambda: (None, None, None)) is None
+    assert leases.generations("tree", key) == [1, 3]
+    unknown = leases.newest("tree", key)
+    assert unknown is not None and unknown.generation == 3 and unknown.state == "building"
+    assert unknown.host == "an unknown host"  # dies like any lease once its bytes stop changing
+    held.fail("build", 5, "boom")
+    data = json.loads(open(os.path.join(store.root, *generation_path("tree", key, 1).split("/"))).read())
+    assert data["state"] == "failed" and data["failure"] == {"stage": "build", "exit_code": 5, "reason": "boom"}
+    held.release(published=True)  # ended already: nothing more happens
+    assert leases.generations("tree", key) == [1, 3]
 
 
 @pytest.mark.parametrize("value", ["0", "-5", "abc", "nan", "inf"])
