@@ -72,7 +72,7 @@ SETTINGS: Tuple[Setting, ...] = (
     Setting("require", "FLYDSL_REQUIRE", "--require", "modules that must import from the one tree"),
     Setting("strategy", "FLYDSL_STRATEGY", "--strategy", "auto, source, release or reuse-only"),
     Setting("jobs", "FLYDSL_JOBS", "--jobs", "build parallelism (default: cores, capped by memory)"),
-    Setting("lock_timeout", "FLYDSL_LOCK_TIMEOUT", "--lock-timeout", "seconds to wait for the lock, then exit 7"),
+    Setting("lock_timeout", "FLYDSL_LOCK_TIMEOUT", "--lock-timeout", "seconds to wait for the lock (or a build lease), then exit 7"),
     Setting("probe_timeout", "FLYDSL_PROBE_TIMEOUT", "--probe-timeout",
             "seconds an import probe may take before it is killed (default 300)"),
     Setting("cache", "FLYDSL_CACHE", "--cache", "binary cache: a folder or an fsspec URL"),
