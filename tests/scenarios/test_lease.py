@@ -272,6 +272,15 @@ def test_lease_objects_generations_and_unreadable_records(tmp_path: "os.PathLike
     assert data["state"] == "failed" and data["failure"] == {"stage": "build", "exit_code": 5, "reason": "boom"}
     held.release(published=True)  # ended already: nothing more happens
     assert leases.generations("tree", key) == [1, 3]
+    # A holder whose beats came late by a TTL was taken over: it stops beating, resurrects nothing.
+    late = leases.take(record(4), lambda: ("build", 1.0, None))
+    assert late is not None and leases.generations("tree", key) == [4]
+    assert store.create_exclusive(generation_path("tree", key, 5), record(5).to_bytes())
+    store.remove(generation_path("tree", key, 4))  # the new holder cleared the generations below its own
+    late.beat()
+    assert late.lost and leases.generations("tree", key) == [5]
+    late.fail("build", 5, "late")  # the key is the new holder's: no failure record of ours
+    assert leases.generations("tree", key) == [5]
 
 
 @pytest.mark.parametrize("value", ["0", "-5", "abc", "nan", "inf"])

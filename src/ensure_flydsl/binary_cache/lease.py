@@ -193,6 +193,7 @@ class HeldLease:
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._beat_until_stopped, name="lease-heartbeat", daemon=True)
         self.ended = False
+        self.lost = False  # another run took the key over: stop beating
 
     def start(self) -> None:
         self._thread.start()
@@ -203,7 +204,7 @@ class HeldLease:
 
     def beat(self) -> None:
         with self._lock:
-            if self.ended:
+            if self.ended or self.lost:
                 return
             record = self.record
             record.step, record.percent, record.eta_s = self.progress()
@@ -211,6 +212,11 @@ class HeldLease:
             record.heartbeat = time.time()
             record.elapsed_s = round(time.monotonic() - self._taken, 1)
             try:
+                if self.leases.generations(record.kind, record.key)[-1:] != [record.generation]:
+                    # Taken over (our beats were late by a TTL) or cleared: writing would resurrect a
+                    # generation nobody removes again.  The build goes on; both publish the same entry.
+                    self.lost = True
+                    return
                 self.leases.store.put_bytes(self.path, record.to_bytes())
             except CacheError:
                 pass  # the next beat tries again; a TTL without one hands the build to a waiter
@@ -229,6 +235,8 @@ class HeldLease:
         """Record the failure for the waiters (the record stays; it is no lease any more)."""
         if not self._end():
             return
+        if self.lost:
+            return  # the key is another run's now: its record, not ours, is the news
         record = self.record
         record.state, record.ended = FAILED, time.time()
         record.failure = {"stage": stage, "exit_code": exit_code, "reason": reason}
