@@ -180,6 +180,16 @@ def parse_probe_timeout(name: str, value: str) -> float:
     return seconds
 
 
+def parse_lease_ttl(name: str, value: str) -> float:
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = 0.0
+    if not (0 < seconds < 10**6):  # also refuses nan and inf: a lease that never dies would stop a fleet
+        raise BadInput(name, value, "seconds a build lease lives without a heartbeat (a number > 0), such as 120")
+    return seconds
+
+
 def parse_cache(name: str, value: str) -> str:
     check_utf8(name, value, "a folder path or URL")
     if _CONTROL.search(value) or value.startswith("-"):

@@ -24,6 +24,7 @@ from ensure_flydsl.setting_values import (
     parse_cache,
     parse_git_mirrors,
     parse_jobs,
+    parse_lease_ttl,
     parse_lock_timeout,
     parse_min_version,
     parse_pin,
@@ -45,6 +46,7 @@ DEFAULT_ROCM_PATH = "/opt/rocm"
 DEFAULT_PYTHON = "python3"
 DEFAULT_REQUIRE = ("flydsl", "kernels.moe_gemm_2stage")
 DEFAULT_PROBE_TIMEOUT = 300.0
+DEFAULT_LEASE_TTL = 120.0
 
 
 
@@ -73,10 +75,13 @@ SETTINGS: Tuple[Setting, ...] = (
     Setting("require", "FLYDSL_REQUIRE", "--require", "modules that must import from the one tree"),
     Setting("strategy", "FLYDSL_STRATEGY", "--strategy", "auto, source, release or reuse-only"),
     Setting("jobs", "FLYDSL_JOBS", "--jobs", "build parallelism (default: cores, capped by memory)"),
-    Setting("lock_timeout", "FLYDSL_LOCK_TIMEOUT", "--lock-timeout", "seconds to wait for the lock, then exit 7"),
+    Setting("lock_timeout", "FLYDSL_LOCK_TIMEOUT", "--lock-timeout",
+            "seconds to wait for the lock (or a build lease), then exit 7"),
     Setting("probe_timeout", "FLYDSL_PROBE_TIMEOUT", "--probe-timeout",
             "seconds an import probe may take before it is killed (default 300)"),
     Setting("cache", "FLYDSL_CACHE", "--cache", "binary cache: a folder or an fsspec URL"),
+    Setting("lease_ttl", "FLYDSL_LEASE_TTL", "--lease-ttl",
+            "seconds a build lease in the cache lives without a heartbeat (default 120)"),
     Setting("verify", "FLYDSL_VERIFY", "--verify", "force the full import probe"),
     Setting("fix_rocm_in_place", "FLYDSL_FIX_ROCM_IN_PLACE", "--fix-rocm-in-place",
             "fix the hip CMake library name inside ROCM_PATH itself (default: a private corrected copy)"),
@@ -105,6 +110,7 @@ class Settings:
     lock_timeout: Optional[float] = None
     probe_timeout: float = DEFAULT_PROBE_TIMEOUT
     cache: Optional[str] = None
+    lease_ttl: float = DEFAULT_LEASE_TTL
     verify: bool = False
     fix_rocm_in_place: bool = False
     git_mirrors: GitMirrors = ()
@@ -165,6 +171,7 @@ _PARSERS: Dict[str, Callable[[str, str], object]] = {
     "lock_timeout": parse_lock_timeout,
     "probe_timeout": parse_probe_timeout,
     "cache": parse_cache,
+    "lease_ttl": parse_lease_ttl,
     "verify": parse_bool,
     "fix_rocm_in_place": parse_bool,
     "git_mirrors": parse_git_mirrors,

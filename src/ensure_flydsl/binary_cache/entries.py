@@ -99,6 +99,11 @@ class Cache:
         # Manifests skipped as unreadable by lookup/entries, one line each, for the caller to report.
         self.warnings: List[str] = []
 
+    @property
+    def store(self) -> Store:
+        """Where the bytes live (the build lease, binary_cache/lease.py, keeps its objects there too)."""
+        return self._store
+
     # -- reading -------------------------------------------------------------------------------------
     def lookup(self, kind: str, key: str) -> Optional[CacheEntry]:
         """The entry published under ``kind``/``key``, or None (a miss, or a manifest that cannot be parsed)."""

@@ -119,6 +119,29 @@ class FolderStore:
             raise CacheError(f"cannot write {path}: {exc.strerror or exc}; make the cache folder writable or "
                              "point FLYDSL_CACHE elsewhere") from None
 
+    def create_exclusive(self, rel: str, data: bytes) -> bool:
+        """Create ``rel`` holding ``data`` unless it exists; False when it does.  A link of a complete
+        temporary file: readers never see it half written, and link(2) fails with EEXIST atomically,
+        on NFS too (the classic lock-file technique)."""
+        path = self._abs(rel)
+        try:
+            os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=".create.", suffix=".tmp", dir=os.path.dirname(path))
+            try:
+                with os.fdopen(fd, "wb") as handle:
+                    handle.write(data)
+                os.chmod(tmp, 0o644)
+                os.link(tmp, path)
+                return True
+            except FileExistsError:
+                return False
+            finally:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)
+        except OSError as exc:
+            raise CacheError(f"cannot write {path}: {exc.strerror or exc}; make the cache folder writable or "
+                             "point FLYDSL_CACHE elsewhere") from None
+
     def list_files(self, rel_dir: str) -> List[StoredFile]:
         top = self._abs(rel_dir)
         found: List[StoredFile] = []
@@ -172,7 +195,7 @@ class FsspecStore:
         # ClientError...), not OSError; without this a missing credential would end the run with exit 70.
         try:
             yield
-        except (CacheError, FileNotFoundError):
+        except (CacheError, FileNotFoundError, FileExistsError):
             raise
         except Exception as exc:
             raise CacheError(f"cannot {what} in the cache {self.location}: {type(exc).__name__}: {exc}; "
@@ -227,6 +250,20 @@ class FsspecStore:
                 staged = f"{target}.{uuid.uuid4().hex}.tmp"
                 self.fs.pipe_file(staged, data)
                 self.fs.mv(staged, target)
+
+    def create_exclusive(self, rel: str, data: bytes) -> bool:
+        """Create ``rel`` unless it exists (``open(..., "xb")``: S3's ``If-None-Match: *``); False when it
+        does.  A file system that ignores "xb" overwrites instead: see binary_cache/lease.py's probe."""
+        target = self._path(rel)
+        try:
+            with self._remote(f"create {rel}"):
+                if not self.atomic_put:
+                    self.fs.makedirs(target.rsplit("/", 1)[0], exist_ok=True)
+                with self.fs.open(target, "xb") as handle:
+                    handle.write(data)
+        except FileExistsError:
+            return False
+        return True
 
     def list_files(self, rel_dir: str) -> List[StoredFile]:
         top = self._path(rel_dir)

@@ -33,11 +33,15 @@ def provision(run: Run) -> Result:
     with run.step("requirements"):
         check_requirements(run)
     for provider in providers_for(run, commit):
-        decision = provider.provide(run, commit)
-        if decision is not None:
-            result = finish(run, commit, decision)
-            provider.after_publish(run, commit)
-            return result
+        try:
+            decision = provider.provide(run, commit)
+            if decision is not None:
+                result = finish(run, commit, decision)
+                provider.after_publish(run, commit)
+                return result
+        except BaseException as exc:
+            provider.abandon(run, exc)  # a build lease held for the fleet records the failure
+            raise
     raise EnsureError(ExitCode.INTERNAL, "no provider gave a tree", stage="provision")  # source always does
 
 
