@@ -152,3 +152,38 @@ def test_the_file_size_limit_does_catch_a_copy_of_the_blob(tmp_path: "os.PathLik
                              stdout=subprocess.PIPE, text=True, check=True)
     assert json.loads(fetched.stdout)["code"] == 0, fetched.stdout
     assert len(os.listdir(os.path.join(str(tmp_path), "fetched", "flydsl", "lib"))) == 3
+
+
+# -- memory: whatever the blob holds, the fetch holds a few chunks ----------------------------------------
+FETCH_PEAK = textwrap.dedent("""
+    import resource, sys
+    from ensure_flydsl.binary_cache.entries import open_cache
+    cache = open_cache(sys.argv[1])
+    cache.fetch(cache.lookup("tree", sys.argv[2]), sys.argv[3])
+    print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)  # KiB on Linux
+""")
+
+
+def fetch_peak(location: str, dest: str) -> int:
+    """The peak RSS in bytes of a process that fetches the entry KEY from ``location`` into ``dest``."""
+    os.makedirs(os.path.dirname(dest), exist_ok=True)
+    out = subprocess.run([sys.executable, "-c", FETCH_PEAK, location, KEY, dest], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, timeout=600, check=False)
+    assert out.returncode == 0, out.stderr
+    return int(out.stdout.strip())
+
+
+def test_a_highly_compressible_blob_is_not_decompressed_into_memory(tmp_path: "os.PathLike[str]") -> None:
+    """512 MiB of zeros gzip to half a MiB: decompressing a whole read at once would hold them all."""
+    source = os.path.join(str(tmp_path), "src", "flydsl")
+    os.makedirs(source)
+    with open(os.path.join(source, "zeros.bin"), "wb") as handle:
+        for _ in range(512):
+            handle.write(bytes(MIB))
+    cache_dir = os.path.join(str(tmp_path), "cache")
+    entry = open_cache(cache_dir).publish("tree", KEY, FIELDS, os.path.dirname(source))
+    assert entry.size < 2 * MIB
+    dest = os.path.join(str(tmp_path), "work", "python_packages")
+    peak = fetch_peak(cache_dir, dest)
+    assert peak < 100 * MIB, f"the fetch peaked at {peak / MIB:.0f} MiB"
+    assert os.path.getsize(os.path.join(dest, "flydsl", "zeros.bin")) == 512 * MIB

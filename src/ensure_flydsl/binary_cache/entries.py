@@ -65,6 +65,7 @@ from ensure_flydsl.version import __version__
 
 # An unreferenced blob younger than this may belong to a publisher that has not written its manifest yet.
 ORPHAN_GRACE_S = 3600.0
+_TAR_BUFFER = 256 << 10  # tarfile's reads from the decompressed stream: what it may hold beyond one request
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([kmgt]?)(?:i?b)?\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
 
@@ -192,9 +193,10 @@ class Cache:
                                    ) from None
             blob = _BlobReader(src, entry)
             try:
-                # "r|gz": each header is checked before its member is written, and the blob is
-                # decompressed once; bufsize keeps the reads large without holding more than a chunk.
-                with tarfile.open(fileobj=cast(IO[bytes], blob), mode="r|gz", bufsize=CHUNK) as tar:
+                # A stream ("r|"): each header is checked before its member is written.  The gzip layer is
+                # ours, not tarfile's: its "r|gz" decompresses each read whole, so one read of a highly
+                # compressible blob (a hostile one: 1 MiB of zeros is 1 GiB) would land in memory at once.
+                with tarfile.open(fileobj=cast(IO[bytes], _Gunzip(blob)), mode="r|", bufsize=_TAR_BUFFER) as tar:
                     os.mkdir(tree, 0o755)
                     extract_checked(tar, tree, members)
             except CacheCorrupt:
@@ -317,6 +319,25 @@ class _BlobReader:
         got = self._digest.hexdigest()
         if got != self._entry.blob:
             raise CacheCorrupt(f"blob sha256 mismatch: expected {self._entry.blob[:12]}.. got {got[:12]}..")
+
+
+class _Gunzip:
+    """The decompressed stream of a gzip'd blob, never more than the size asked for per read."""
+
+    def __init__(self, raw: "_BlobReader") -> None:
+        self._raw = raw
+        self._zlib = zlib.decompressobj(16 + zlib.MAX_WBITS)  # gzip header and trailer (CRC-32, length)
+
+    def read(self, size: int = -1) -> bytes:
+        size = CHUNK if size is None or size < 0 else size
+        while not self._zlib.eof:
+            data = self._zlib.unconsumed_tail or self._raw.read(CHUNK)
+            if not data:
+                raise EOFError("the blob ends inside its compressed data")
+            out = self._zlib.decompress(data, size)
+            if out:
+                return out
+        return b""
 
 
 def _check_tree(tree: str, members: Tuple[Member, ...]) -> None:
