@@ -66,6 +66,7 @@ from ensure_flydsl.version import __version__
 # An unreferenced blob younger than this may belong to a publisher that has not written its manifest yet.
 ORPHAN_GRACE_S = 3600.0
 _TAR_BUFFER = 256 << 10  # tarfile's reads from the decompressed stream: what it may hold beyond one request
+_GZIP_INPUT = 64 << 10  # compressed bytes fed to zlib at a time
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([kmgt]?)(?:i?b)?\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
 
@@ -331,7 +332,8 @@ class _Gunzip:
     def read(self, size: int = -1) -> bytes:
         size = CHUNK if size is None or size < 0 else size
         while not self._zlib.eof:
-            data = self._zlib.unconsumed_tail or self._raw.read(CHUNK)
+            # Small input pieces: zlib copies what a bounded call leaves unconsumed, once per call.
+            data = self._zlib.unconsumed_tail or self._raw.read(_GZIP_INPUT)
             if not data:
                 raise EOFError("the blob ends inside its compressed data")
             out = self._zlib.decompress(data, size)
