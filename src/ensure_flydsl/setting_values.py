@@ -7,8 +7,6 @@ import os
 import re
 from typing import Dict, List, Mapping, Optional, Tuple
 
-from packaging.version import InvalidVersion, Version
-
 from ensure_flydsl.errors import BadInput
 
 STRATEGIES = ("auto", "source", "release", "reuse-only")
@@ -81,6 +79,8 @@ def parse_root(name: str, value: str) -> str:
 
 
 def parse_min_version(name: str, value: str) -> str:
+    from packaging.version import InvalidVersion, Version  # here: the warm call without this setting needs none
+
     try:
         Version(value)
     except InvalidVersion:

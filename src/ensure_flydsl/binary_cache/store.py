@@ -27,6 +27,7 @@ from typing import IO, Any, Iterator, List, Optional, Union
 from ensure_flydsl.support.files import atomic_write
 
 INSTALL_HINT = "install the extra: pip install 'ensure-flydsl[s3]' (fsspec and s3fs)"
+READ_BLOCK = 8 << 20  # bytes an fsspec file reads ahead when streaming a blob
 # Protocols whose uploads are atomic by themselves (a PUT, or a multipart upload, appears whole or not at all).
 OBJECT_STORES = frozenset({"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl", "oss"})
 
@@ -210,7 +211,8 @@ class FsspecStore:
 
     @contextlib.contextmanager
     def open_read(self, rel: str) -> Iterator[IO[bytes]]:
-        with self._remote(f"read {rel}"), self.fs.open(self._path(rel), "rb") as handle:
+        # A bounded read-ahead: a fetch streams the blob, and s3fs would otherwise buffer 50 MiB blocks.
+        with self._remote(f"read {rel}"), self.fs.open(self._path(rel), "rb", block_size=READ_BLOCK) as handle:
             yield handle
 
     def exists(self, rel: str) -> bool:
