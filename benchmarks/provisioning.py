@@ -82,8 +82,8 @@ if entry is None:
 print(json.dumps({"key": key, "size": entry.size, "files": entry.files, "published": published}))
 """
 
-# Runs in the tool's venv: the cache's fetch of that entry alone (copy, sha256 of the blob, checks of every
-# member, extraction, sha256 of every extracted file), without a run around it or the import probe after it.
+# Runs in the tool's venv: the cache's fetch of that entry alone (one streaming pass: sha256 of the blob,
+# checks of every member, extraction with each file's sha256), without a run around it or the probe after it.
 FETCH_ENTRY = r"""
 import json, os, shutil, sys, tempfile, time
 from ensure_flydsl.binary_cache.entries import open_cache

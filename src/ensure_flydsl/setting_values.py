@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Optional, Tuple
-
-from packaging.version import InvalidVersion, Version
+from typing import Dict, List, Mapping, Optional, Tuple
 
 from ensure_flydsl.errors import BadInput
 
@@ -26,6 +24,7 @@ _MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 _PIN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._/+-]{0,254}$")
 _URL_SCHEMES = ("https://", "http://", "ssh://", "git://", "file://")
 _SCP_LIKE = re.compile(r"^[A-Za-z0-9_.+-]+@[A-Za-z0-9_.-]+:[^-]")
+_HELPER = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*::")  # git's remote helpers: "ext::cmd", "fd::0"
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
 
@@ -80,6 +79,8 @@ def parse_root(name: str, value: str) -> str:
 
 
 def parse_min_version(name: str, value: str) -> str:
+    from packaging.version import InvalidVersion, Version  # here: the warm call without this setting needs none
+
     try:
         Version(value)
     except InvalidVersion:
@@ -179,6 +180,16 @@ def parse_probe_timeout(name: str, value: str) -> float:
     return seconds
 
 
+def parse_lease_ttl(name: str, value: str) -> float:
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = 0.0
+    if not (0 < seconds < 10**6):  # also refuses nan and inf: a lease that never dies would stop a fleet
+        raise BadInput(name, value, "seconds a build lease lives without a heartbeat (a number > 0), such as 120")
+    return seconds
+
+
 def parse_cache(name: str, value: str) -> str:
     check_utf8(name, value, "a folder path or URL")
     if _CONTROL.search(value) or value.startswith("-"):
@@ -195,3 +206,62 @@ def parse_plain_path(name: str, value: str) -> str:
 def parse_written_file(name: str, value: str) -> str:
     """The lock file and the failure marker: the tool writes them, and temporary files beside them."""
     return _path(name, value, leaf_room=WRITTEN_FILE_ROOM)
+
+
+# (FROM, TO) URL prefixes: git fetches what starts with FROM from TO instead (url.<TO>.insteadOf <FROM>).
+GitMirrors = Tuple[Tuple[str, str], ...]
+MIRRORS_ALLOWED = ("whitespace-separated FROM=TO pairs (URL prefixes; TO a https, http, ssh, git or file URL or a "
+                   "local path), such as https://github.com/=https://git.example.internal/github/")
+
+
+def _mirror_to(name: str, value: str, pair: str, to: str) -> str:
+    """A mirror's TO: a URL of a plain transport, scp-like, or a local path made absolute (git rewrites URLs
+    for commands that run in several folders), keeping a trailing slash: TO is a prefix."""
+    if to.startswith(_URL_SCHEMES) or _SCP_LIKE.match(to):
+        return to
+    if re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", to):
+        raise BadInput(name, value, f"{MIRRORS_ALLOWED}; {pair!r} has a TO of another scheme")
+    path = os.path.abspath(to) + ("/" if to.endswith("/") else "")
+    check_length(name, path)
+    return path
+
+
+def _mirror_pair(name: str, value: str, pair: str) -> Tuple[str, str]:
+    source, equals, to = pair.partition("=")
+    if not equals or not source or not to:
+        raise BadInput(name, value, f"{MIRRORS_ALLOWED}; {pair!r} is not FROM=TO with both non-empty")
+    if source.startswith("-") or to.startswith("-"):
+        raise BadInput(name, value, f"{MIRRORS_ALLOWED}; {pair!r} starts with '-' (never an option)")
+    if _HELPER.match(source) or _HELPER.match(to):
+        # ext:: runs a command and fd:: talks to a descriptor: only the plain transports are allowed.
+        raise BadInput(name, value, f"{MIRRORS_ALLOWED}; {pair!r} names a remote helper (ext::, fd::, ...)")
+    return source, _mirror_to(name, value, pair, to)
+
+
+def git_config_count(environ: Mapping[str, str]) -> int:
+    """The caller's own GIT_CONFIG_COUNT (0 when unset): the mirrors' entries go after that many."""
+    raw = environ.get("GIT_CONFIG_COUNT", "").strip()
+    if raw and not raw.isdigit():
+        # git itself refuses every command then ("bogus count"); say so before anything runs.
+        raise BadInput("GIT_CONFIG_COUNT", raw, "a whole number >= 0 (git reads that many GIT_CONFIG_KEY_n/"
+                       "GIT_CONFIG_VALUE_n pairs; FLYDSL_GIT_MIRRORS appends its own after them)")
+    return int(raw or "0")
+
+
+def parse_git_mirrors(name: str, value: str) -> GitMirrors:
+    check_utf8(name, value, "URL prefixes")
+    if _CONTROL.search(value.replace("\t", " ").replace("\n", " ")):  # tabs and newlines separate pairs
+        raise BadInput(name, value, f"{MIRRORS_ALLOWED}; no control characters")
+    chosen: Dict[str, str] = {}
+    pairs: List[Tuple[str, str]] = []
+    for pair in value.split():
+        source, to = _mirror_pair(name, value, pair)
+        if chosen.get(source, to) != to:
+            raise BadInput(name, value, f"{MIRRORS_ALLOWED}; {source} is given two mirrors ({chosen[source]} and "
+                           f"{to}): one TO for each FROM")
+        if source not in chosen:
+            chosen[source] = to
+            pairs.append((source, to))
+    if not pairs:
+        raise BadInput(name, value, MIRRORS_ALLOWED)
+    return tuple(pairs)

@@ -18,9 +18,13 @@ from ensure_flydsl import layout
 from ensure_flydsl.errors import BadInput
 from ensure_flydsl.setting_values import (
     STRATEGIES,
+    GitMirrors,
+    git_config_count,
     parse_bool,
     parse_cache,
+    parse_git_mirrors,
     parse_jobs,
+    parse_lease_ttl,
     parse_lock_timeout,
     parse_min_version,
     parse_pin,
@@ -42,6 +46,7 @@ DEFAULT_ROCM_PATH = "/opt/rocm"
 DEFAULT_PYTHON = "python3"
 DEFAULT_REQUIRE = ("flydsl", "kernels.moe_gemm_2stage")
 DEFAULT_PROBE_TIMEOUT = 300.0
+DEFAULT_LEASE_TTL = 120.0
 
 
 
@@ -70,13 +75,18 @@ SETTINGS: Tuple[Setting, ...] = (
     Setting("require", "FLYDSL_REQUIRE", "--require", "modules that must import from the one tree"),
     Setting("strategy", "FLYDSL_STRATEGY", "--strategy", "auto, source, release or reuse-only"),
     Setting("jobs", "FLYDSL_JOBS", "--jobs", "build parallelism (default: cores, capped by memory)"),
-    Setting("lock_timeout", "FLYDSL_LOCK_TIMEOUT", "--lock-timeout", "seconds to wait for the lock, then exit 7"),
+    Setting("lock_timeout", "FLYDSL_LOCK_TIMEOUT", "--lock-timeout",
+            "seconds to wait for the lock (or a build lease), then exit 7"),
     Setting("probe_timeout", "FLYDSL_PROBE_TIMEOUT", "--probe-timeout",
             "seconds an import probe may take before it is killed (default 300)"),
     Setting("cache", "FLYDSL_CACHE", "--cache", "binary cache: a folder or an fsspec URL"),
+    Setting("lease_ttl", "FLYDSL_LEASE_TTL", "--lease-ttl",
+            "seconds a build lease in the cache lives without a heartbeat (default 120)"),
     Setting("verify", "FLYDSL_VERIFY", "--verify", "force the full import probe"),
     Setting("fix_rocm_in_place", "FLYDSL_FIX_ROCM_IN_PLACE", "--fix-rocm-in-place",
             "fix the hip CMake library name inside ROCM_PATH itself (default: a private corrected copy)"),
+    Setting("git_mirrors", "FLYDSL_GIT_MIRRORS", "--git-mirror",
+            "FROM=TO URL prefixes: every git command fetches FROM... from TO... instead"),
 )
 SETTING_BY_NAME: Dict[str, Setting] = {s.name: s for s in SETTINGS}
 
@@ -100,8 +110,10 @@ class Settings:
     lock_timeout: Optional[float] = None
     probe_timeout: float = DEFAULT_PROBE_TIMEOUT
     cache: Optional[str] = None
+    lease_ttl: float = DEFAULT_LEASE_TTL
     verify: bool = False
     fix_rocm_in_place: bool = False
+    git_mirrors: GitMirrors = ()
     # Where each value came from, for messages: the flag or the variable as the user spelled it.
     sources: Mapping[str, str] = dataclasses.field(default_factory=dict, compare=False, repr=False)
 
@@ -159,8 +171,10 @@ _PARSERS: Dict[str, Callable[[str, str], object]] = {
     "lock_timeout": parse_lock_timeout,
     "probe_timeout": parse_probe_timeout,
     "cache": parse_cache,
+    "lease_ttl": parse_lease_ttl,
     "verify": parse_bool,
     "fix_rocm_in_place": parse_bool,
+    "git_mirrors": parse_git_mirrors,
 }
 
 
@@ -242,6 +256,8 @@ def load_settings(
     values.setdefault("fail_marker", layout.default_fail_marker(root))
     settings = Settings(sources=sources, **values)  # type: ignore[arg-type]
     check_path_clashes(settings)
+    if settings.git_mirrors:
+        git_config_count(environ)  # the mirrors' entries go after the caller's own
     return settings
 
 
@@ -276,6 +292,8 @@ def settings_from_kwargs(kwargs: Mapping[str, object], environ: Mapping[str, str
             continue
         if isinstance(value, bool):
             flags[key] = "1" if value else "0"
+        elif key == "git_mirrors" and not isinstance(value, str):
+            flags[key] = join_git_mirrors(value)
         elif isinstance(value, (list, tuple)):
             flags[key] = ",".join(str(v) for v in value)
         else:
@@ -288,6 +306,19 @@ def join_require(values: Optional[List[str]]) -> Optional[str]:
     if values is None:
         return None
     return ",".join(values)
+
+
+def join_git_mirrors(values: object) -> Optional[str]:
+    """``--git-mirror`` is repeatable; the Python API also takes {FROM: TO} or (FROM, TO) pairs."""
+    if values is None:
+        return None
+    if isinstance(values, Mapping):
+        values = [f"{source}={to}" for source, to in values.items()]
+    if isinstance(values, (list, tuple)):
+        items = [item if isinstance(item, str) else "=".join(str(part) for part in item) for item in values]
+        # an empty one among others is refused like a lone empty one: shown as the empty pair "="
+        return " ".join(item if item.strip() else "=" for item in items)
+    return str(values)
 
 
 __all__ = [

@@ -13,6 +13,8 @@ Knobs (environment variables read by the scripts):
   FIXTURE_LLVM_FAIL / FIXTURE_BUILD_FAIL   exit 1 from that script
   FIXTURE_LLVM_SLEEP / FIXTURE_BUILD_SLEEP seconds to sleep at each of its progress steps
   FIXTURE_BUILD_NO_MLIR  stage flydsl but never write _mlir (a build that "succeeds" unusably)
+  FIXTURE_LLVM_CLONE    a URL build_llvm.sh clones with git (into ../llvm-project/src), as FlyDSL's fetches
+                        llvm-project, and whose last commit's subject it prints
   FIXTURE_PIP_INSTALL   arguments for a `pip install` in build_llvm.sh, as FlyDSL's runs one; it must
                         then be able to import fixture_tool
   FIXTURE_CMAKE         build.sh configures and builds the checkout's top-level CMakeLists.txt with the real
@@ -68,6 +70,12 @@ if [ -n "${FIXTURE_LLVM_FAIL:-}" ]; then
   exit 1
 fi
 mkdir -p "$LLVM_SRC_DIR"
+if [ -n "${FIXTURE_LLVM_CLONE:-}" ]; then
+  # FlyDSL's script fetches llvm-project here with git, from a URL: the run's URL rewriting must reach it.
+  rm -rf "$LLVM_SRC_DIR/src"
+  git clone -q "$FIXTURE_LLVM_CLONE" "$LLVM_SRC_DIR/src"
+  echo "LLVM source from $FIXTURE_LLVM_CLONE: $(git -C "$LLVM_SRC_DIR/src" log -1 --format=%s)"
+fi
 # FlyDSL's script runs an unguarded pip install here; show which pip and python3 PATH gives us.
 echo "pip is $(command -v pip)"
 echo "python3 is $(command -v python3)"

@@ -98,6 +98,8 @@ def _rows() -> List[Row]:
     add("lock_timeout", "negative", "-1", "-inf")
     add("probe_timeout", "unparseable", "soon", "nan", "inf", "none", "$(touch {canary})")
     add("probe_timeout", "out of range", "0", "-1")
+    add("lease_ttl", "unparseable", "soon", "nan", "inf", "none", "$(touch {canary})")
+    add("lease_ttl", "out of range", "0", "-1", "1e7")
     add("cache", "newline", "{scratch}/a\nb")
     add("cache", "option-shaped", "-c core.sshCommand=touch {canary}", "--upload-pack=touch {canary}")
     add("cache", "under a regular file", "{file}/cache")
@@ -105,6 +107,12 @@ def _rows() -> List[Row]:
     add("verify", "unparseable", "maybe", "$(touch {canary})")
     add("verify", "negative", "-1")
     add("fix_rocm_in_place", "unparseable", "maybe")
+    add("git_mirrors", "not FROM=TO", "https://github.com/", "=/m/", "https://github.com/=", "a=/m/ b")
+    add("git_mirrors", "option-shaped", "-c=/m/", "x=--upload-pack=touch {canary}", "--upload-pack=touch {canary}")
+    add("git_mirrors", "remote helper", "x=ext::sh -c touch% {canary}", "ext::sh=/m/", "x=fd::3")
+    add("git_mirrors", "control character", "x=/m/\x01")
+    add("git_mirrors", "another scheme", "x=foo://mirror/")
+    add("git_mirrors", "two TOs for one FROM", "x=/a/ x=/b/")
     add("PATH", "no git on PATH", "{dir}")
     return rows
 

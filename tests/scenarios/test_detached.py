@@ -186,7 +186,7 @@ def test_status_json_in_each_state(ws: Workspace) -> None:
     absent = status(ws)
     assert absent["state"] == "absent" and absent["root"] == ws.root and absent["log"] == ws.log
     fields = {"state", "step", "percent", "elapsed_s", "eta_s", "pid", "run_id", "version", "root", "python", "how",
-              "log", "env_file", "stage", "exit_code", "reason"}
+              "log", "env_file", "stage", "exit_code", "reason", "waiting_for"}
     assert set(absent) == fields
     data = start(ws, FIXTURE_BUILD_SLEEP="1")
     wait_for(os.path.join(ws.counter, "build.started"))

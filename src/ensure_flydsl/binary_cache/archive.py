@@ -251,7 +251,8 @@ def extract_checked(tar: tarfile.TarFile, root: str, expected: Sequence[Member])
     no ``..``, no link out of the tree, nothing through a symlink).  Each header is held against it BEFORE
     its member is written: a member the manifest does not name, or names differently, a duplicate, or one
     that comes before its folder is refused, so nothing unchecked is ever created; members are created
-    exclusively and never through a symlink.  Every manifest member must have come.
+    exclusively and never through a symlink, each file hashed while it is written and held against the
+manifest's sha256.  Every manifest member must have come.
     """
     want = {m.path: m for m in expected}
     done: Set[str] = set()
@@ -272,23 +273,30 @@ def extract_checked(tar: tarfile.TarFile, root: str, expected: Sequence[Member])
         elif info.type == tarfile.SYMTYPE:
             os.symlink(info.linkname, path)
         else:
-            _write_file(tar, info, path)
+            _write_file(tar, info, path, member)
         done.add(got.path)
     missing = [path for path in want if path not in done]
     if missing:
         raise CacheCorrupt(f"manifest member {missing[0]!r} is missing from the blob")
 
 
-def _write_file(tar: tarfile.TarFile, info: tarfile.TarInfo, path: str) -> None:
+def _write_file(tar: tarfile.TarFile, info: tarfile.TarInfo, path: str, want: Member) -> None:
+    """Write one member's bytes, hashing them on the way: nothing is read back afterwards."""
     src = tar.extractfile(info)
     if src is None:
         raise CacheCorrupt(f"member {info.name!r} has no data")
+    digest = hashlib.sha256()
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
     with src, os.fdopen(os.open(path, flags, 0o600), "wb") as out:
         while True:
             chunk = src.read(CHUNK)
             if not chunk:
                 break
+            digest.update(chunk)
             out.write(chunk)
         # The archive's mtime, not now: a .pyc is valid only for its source's recorded mtime.
         os.utime(out.fileno(), (info.mtime, info.mtime))
+    got = digest.hexdigest()
+    if want.sha256 is not None and got != want.sha256:
+        raise CacheCorrupt(f"extracted file {info.name!r} sha256 mismatch: expected {want.sha256[:12]}.. "
+                           f"got {got[:12]}..")

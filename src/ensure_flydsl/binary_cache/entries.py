@@ -15,12 +15,15 @@ platform, build settings).  Publishing uploads the blob (skipped when one of tha
 manifest, each atomically (see store.py): a reader sees an entry only once its manifest exists, and
 its blob is complete by then.  Two publishers of one key both succeed; the last manifest wins.
 
-Fetching trusts nothing it reads: the blob is copied into a temporary folder beside the destination
-while its sha256 and size are checked; every tar member is checked before anything is extracted (no
-absolute path, no ``..``, no hard link or device, no symlink leaving the tree, nothing written through a
-symlink, no duplicate, exactly the manifest's members); the extracted files are hashed again; modes are
-the manifest's without group/world write.  Only then is the folder renamed into place.  Any failure
-leaves nothing behind: :class:`CacheCorrupt` for a bad entry, :class:`CacheError` for I/O (a full disk).
+Fetching trusts nothing it reads, and reads the blob once: straight from the store (a folder cache in
+place, never copied; a URL as a stream), its bytes hashed and counted on their way into the decompressor.
+The manifest's members are checked before a byte is read (no absolute path, no ``..``, no hard link or
+device, no symlink leaving the tree, nothing written through a symlink, no duplicate); each tar header is
+held against its manifest member before it is written, each file hashed while it is written; modes are
+the manifest's without group/world write.  All of it lands in a staging folder beside the destination,
+renamed into place only once the whole blob's size and sha256 matched.  Any failure leaves nothing
+behind: :class:`CacheCorrupt` for a bad entry, :class:`CacheError` for I/O (a full disk).  Memory stays
+at a few chunks whatever the blob's size.
 
 A manifest that cannot be parsed counts as a miss: ``lookup`` returns None and notes why in
 ``Cache.warnings``; the next publish of that key replaces it.
@@ -31,6 +34,7 @@ S3-compatible server).
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import hashlib
 import math
@@ -42,7 +46,7 @@ import tarfile
 import tempfile
 import time
 import zlib
-from typing import IO, Dict, List, Mapping, Optional, Tuple
+from typing import IO, Dict, List, Mapping, Optional, Tuple, cast
 
 from ensure_flydsl.binary_cache.archive import CHUNK, Member, check_members, extract_checked, pack, walk
 from ensure_flydsl.binary_cache.manifest import (
@@ -61,6 +65,8 @@ from ensure_flydsl.version import __version__
 
 # An unreferenced blob younger than this may belong to a publisher that has not written its manifest yet.
 ORPHAN_GRACE_S = 3600.0
+_TAR_BUFFER = 256 << 10  # tarfile's reads from the decompressed stream: what it may hold beyond one request
+_GZIP_INPUT = 64 << 10  # compressed bytes fed to zlib at a time
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([kmgt]?)(?:i?b)?\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
 
@@ -98,6 +104,11 @@ class Cache:
         self.location = store.location
         # Manifests skipped as unreadable by lookup/entries, one line each, for the caller to report.
         self.warnings: List[str] = []
+
+    @property
+    def store(self) -> Store:
+        """Where the bytes live (the build lease, binary_cache/lease.py, keeps its objects there too)."""
+        return self._store
 
     # -- reading -------------------------------------------------------------------------------------
     def lookup(self, kind: str, key: str) -> Optional[CacheEntry]:
@@ -146,18 +157,9 @@ class Cache:
         except OSError as exc:
             raise CacheError(f"cannot fetch into {dest}: {exc.strerror or exc}") from None
         try:
-            blob = os.path.join(tmp, "blob.tar.gz")
-            self._download(entry, blob)
             tree = os.path.join(tmp, "tree")
-            try:
-                # One streaming pass ("r|gz"): each header is checked against the manifest before its
-                # member is written (reading all headers first would decompress the blob twice).
-                with tarfile.open(blob, "r|gz") as tar:
-                    os.mkdir(tree, 0o755)
-                    extract_checked(tar, tree, members)
-            except (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile) as exc:
-                raise CacheCorrupt(f"blob {entry.blob[:12]} is not a readable gzip'd tar: {exc}") from None
-            _verify_tree(tree, members)
+            self._unpack(entry, members, tree)
+            _set_modes(tree, members)
             if os.path.lexists(dest):
                 raise CacheError(f"cannot fetch into {dest}: something else created it meanwhile")
             os.rename(tree, dest)
@@ -181,28 +183,36 @@ class Cache:
             raise CacheCorrupt(f"the manifest of {entry.kind}/{entry.key[:12]} is gone or names another blob")
         return current.members
 
-    def _download(self, entry: CacheEntry, path: str) -> None:
-        digest = hashlib.sha256()
-        size = 0
-        try:
-            with self._store.open_read(blob_path(entry.blob)) as src, open(path, "xb") as out:
-                os.fchmod(out.fileno(), 0o600)
-                while True:
-                    chunk = src.read(CHUNK)
-                    if not chunk:
-                        break
-                    digest.update(chunk)
-                    size += len(chunk)
-                    if size > entry.size:
-                        raise CacheCorrupt(f"blob size mismatch: expected {entry.size} bytes, got more")
-                    out.write(chunk)
-        except FileNotFoundError:
-            raise CacheCorrupt(f"blob {entry.blob[:12]}.. is missing from the cache (pruned while in use?)") from None
-        if size != entry.size:
-            raise CacheCorrupt(f"blob size mismatch: expected {entry.size} bytes, got {size} (truncated)")
-        got = digest.hexdigest()
-        if got != entry.blob:
-            raise CacheCorrupt(f"blob sha256 mismatch: expected {entry.blob[:12]}.. got {got[:12]}..")
+    def _unpack(self, entry: CacheEntry, members: Tuple[Member, ...], tree: str) -> None:
+        """Extract the blob into the staging folder ``tree`` straight from the store, in one pass.
+
+        The blob is read once, in place (a folder cache) or as a stream (a URL): its bytes are hashed on
+        their way into the decompressor, each member is checked against the manifest before it is written
+        and each file hashed while it is written.  The blob's own hash is known only at its end, so the
+        caller renames the staging folder into place only after this returns.
+        """
+        with contextlib.ExitStack() as stack:
+            try:
+                src = stack.enter_context(self._store.open_read(blob_path(entry.blob)))
+            except FileNotFoundError:
+                raise CacheCorrupt(f"blob {entry.blob[:12]}.. is missing from the cache (pruned while in use?)"
+                                   ) from None
+            blob = _BlobReader(src, entry)
+            try:
+                # A stream ("r|"): each header is checked before its member is written.  The gzip layer is
+                # ours, not tarfile's: its "r|gz" decompresses each read whole, so one read of a highly
+                # compressible blob (a hostile one: 1 MiB of zeros is 1 GiB) would land in memory at once.
+                with tarfile.open(fileobj=cast(IO[bytes], _Gunzip(blob)), mode="r|", bufsize=_TAR_BUFFER) as tar:
+                    os.mkdir(tree, 0o755)
+                    extract_checked(tar, tree, members)
+            except CacheCorrupt:
+                blob.check_rest()  # a damaged blob is named as such, not by the first symptom it caused
+                raise
+            except (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile) as exc:
+                blob.check_rest()
+                raise CacheCorrupt(f"blob {entry.blob[:12]} is not a readable gzip'd tar: {exc}") from None
+            blob.check_rest()
+        _check_tree(tree, members)
 
     # -- writing -------------------------------------------------------------------------------------
     def publish(self, kind: str, key: str, fields: Mapping[str, object], source: str) -> CacheEntry:
@@ -288,25 +298,72 @@ class Cache:
         return removed
 
 
-def _verify_tree(tree: str, members: Tuple[Member, ...]) -> None:
-    """Hash what landed on disk against the manifest: exactly its members, each with its bytes."""
+class _BlobReader:
+    """The blob as tarfile reads it: every byte hashed and counted on its way through, once."""
+
+    def __init__(self, src: IO[bytes], entry: CacheEntry) -> None:
+        self._src = src
+        self._entry = entry
+        self._digest = hashlib.sha256()
+        self._size = 0
+
+    def read(self, size: int = -1) -> bytes:
+        chunk = self._src.read(CHUNK if size is None or size < 0 else size)
+        self._digest.update(chunk)
+        self._size += len(chunk)
+        if self._size > self._entry.size:
+            raise CacheCorrupt(f"blob size mismatch: expected {self._entry.size} bytes, got more")
+        return chunk
+
+    def check_rest(self) -> None:
+        """Read what the tar stream left (its end blocks, gzip's trailer) and hold the whole against the manifest."""
+        while self.read(CHUNK):
+            pass
+        if self._size != self._entry.size:
+            raise CacheCorrupt(f"blob size mismatch: expected {self._entry.size} bytes, got {self._size} "
+                               "(truncated)")
+        got = self._digest.hexdigest()
+        if got != self._entry.blob:
+            raise CacheCorrupt(f"blob sha256 mismatch: expected {self._entry.blob[:12]}.. got {got[:12]}..")
+
+
+class _Gunzip:
+    """The decompressed stream of a gzip'd blob, never more than the size asked for per read."""
+
+    def __init__(self, raw: "_BlobReader") -> None:
+        self._raw = raw
+        self._zlib = zlib.decompressobj(16 + zlib.MAX_WBITS)  # gzip header and trailer (CRC-32, length)
+
+    def read(self, size: int = -1) -> bytes:
+        size = CHUNK if size is None or size < 0 else size
+        while not self._zlib.eof:
+            # Small input pieces: zlib copies what a bounded call leaves unconsumed, once per call.
+            data = self._zlib.unconsumed_tail or self._raw.read(_GZIP_INPUT)
+            if not data:
+                raise EOFError("the blob ends inside its compressed data")
+            out = self._zlib.decompress(data, size)
+            if out:
+                return out
+        return b""
+
+
+def _check_tree(tree: str, members: Tuple[Member, ...]) -> None:
+    """What landed on disk is exactly the manifest's members (their bytes were hashed while written)."""
     expected = {m.path: m for m in members}
     seen = set()
-    for member, full in walk(tree):
+    for member, _full in walk(tree):
         want = expected.get(member.path)
         if want is None:
             raise CacheCorrupt(f"extracted tree holds {member.path!r}, which is not in the manifest")
         seen.add(member.path)
         if member.type != want.type or member.target != want.target or member.size != want.size:
             raise CacheCorrupt(f"extracted {member.path!r} differs from the manifest")
-        if want.type == "file":
-            got = _sha256_file(full)
-            if got != want.sha256:
-                raise CacheCorrupt(f"extracted file {member.path!r} sha256 mismatch: expected "
-                                   f"{str(want.sha256)[:12]}.. got {got[:12]}..")
     missing = sorted(set(expected) - seen)
     if missing:
         raise CacheCorrupt(f"extracted tree lacks {missing[0]!r}, which the manifest lists")
+
+
+def _set_modes(tree: str, members: Tuple[Member, ...]) -> None:
     # Modes last, deepest first: a read-only folder must not stop the writes into it.
     for m in sorted(members, key=lambda m: m.path.count("/"), reverse=True):
         full = os.path.join(tree, *m.path.split("/"))
@@ -314,12 +371,3 @@ def _verify_tree(tree: str, members: Tuple[Member, ...]) -> None:
             os.chmod(full, m.mode & 0o755)  # never group/world-writable, never setuid
         elif m.type == "dir":
             os.chmod(full, (m.mode & 0o755) | 0o700)  # the owner must stay able to rebuild or remove it
-
-
-def _sha256_file(path: str) -> str:
-    digest = hashlib.sha256()
-    handle: IO[bytes]
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(CHUNK), b""):
-            digest.update(chunk)
-    return digest.hexdigest()

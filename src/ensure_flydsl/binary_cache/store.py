@@ -27,6 +27,7 @@ from typing import IO, Any, Iterator, List, Optional, Union
 from ensure_flydsl.support.files import atomic_write
 
 INSTALL_HINT = "install the extra: pip install 'ensure-flydsl[s3]' (fsspec and s3fs)"
+READ_BLOCK = 8 << 20  # bytes an fsspec file reads ahead when streaming a blob
 # Protocols whose uploads are atomic by themselves (a PUT, or a multipart upload, appears whole or not at all).
 OBJECT_STORES = frozenset({"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl", "oss"})
 
@@ -119,6 +120,29 @@ class FolderStore:
             raise CacheError(f"cannot write {path}: {exc.strerror or exc}; make the cache folder writable or "
                              "point FLYDSL_CACHE elsewhere") from None
 
+    def create_exclusive(self, rel: str, data: bytes) -> bool:
+        """Create ``rel`` holding ``data`` unless it exists; False when it does.  A link of a complete
+        temporary file: readers never see it half written, and link(2) fails with EEXIST atomically,
+        on NFS too (the classic lock-file technique)."""
+        path = self._abs(rel)
+        try:
+            os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=".create.", suffix=".tmp", dir=os.path.dirname(path))
+            try:
+                with os.fdopen(fd, "wb") as handle:
+                    handle.write(data)
+                os.chmod(tmp, 0o644)
+                os.link(tmp, path)
+                return True
+            except FileExistsError:
+                return False
+            finally:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)
+        except OSError as exc:
+            raise CacheError(f"cannot write {path}: {exc.strerror or exc}; make the cache folder writable or "
+                             "point FLYDSL_CACHE elsewhere") from None
+
     def list_files(self, rel_dir: str) -> List[StoredFile]:
         top = self._abs(rel_dir)
         found: List[StoredFile] = []
@@ -172,7 +196,7 @@ class FsspecStore:
         # ClientError...), not OSError; without this a missing credential would end the run with exit 70.
         try:
             yield
-        except (CacheError, FileNotFoundError):
+        except (CacheError, FileNotFoundError, FileExistsError):
             raise
         except Exception as exc:
             raise CacheError(f"cannot {what} in the cache {self.location}: {type(exc).__name__}: {exc}; "
@@ -187,7 +211,8 @@ class FsspecStore:
 
     @contextlib.contextmanager
     def open_read(self, rel: str) -> Iterator[IO[bytes]]:
-        with self._remote(f"read {rel}"), self.fs.open(self._path(rel), "rb") as handle:
+        # A bounded read-ahead: a fetch streams the blob, and s3fs would otherwise buffer 50 MiB blocks.
+        with self._remote(f"read {rel}"), self.fs.open(self._path(rel), "rb", block_size=READ_BLOCK) as handle:
             yield handle
 
     def exists(self, rel: str) -> bool:
@@ -227,6 +252,20 @@ class FsspecStore:
                 staged = f"{target}.{uuid.uuid4().hex}.tmp"
                 self.fs.pipe_file(staged, data)
                 self.fs.mv(staged, target)
+
+    def create_exclusive(self, rel: str, data: bytes) -> bool:
+        """Create ``rel`` unless it exists (``open(..., "xb")``: S3's ``If-None-Match: *``); False when it
+        does.  A file system that ignores "xb" overwrites instead: see binary_cache/lease.py's probe."""
+        target = self._path(rel)
+        try:
+            with self._remote(f"create {rel}"):
+                if not self.atomic_put:
+                    self.fs.makedirs(target.rsplit("/", 1)[0], exist_ok=True)
+                with self.fs.open(target, "xb") as handle:
+                    handle.write(data)
+        except FileExistsError:
+            return False
+        return True
 
     def list_files(self, rel_dir: str) -> List[StoredFile]:
         top = self._path(rel_dir)

@@ -19,6 +19,8 @@ from typing import Callable, Dict, List, Mapping, Optional
 from ensure_flydsl.errors import EnsureError, ExitCode
 from ensure_flydsl.layout import llvm_record, mlir_install, tools_dir
 from ensure_flydsl.probe.interpreter import Interpreter
+from ensure_flydsl.setting_values import GitMirrors
+from ensure_flydsl.source.mirrors import with_mirrors
 from ensure_flydsl.support.files import atomic_write, atomic_write_json, read_json
 from ensure_flydsl.support.processes import stream_command
 
@@ -90,9 +92,11 @@ def prepare_toolchain(root: str, interpreter: Interpreter, cmake_prefixes: List[
 
 
 def build_environment(
-    base: Mapping[str, str], toolchain: Toolchain, *, rocm_path: str, mlir_path: Optional[str], jobs: int
+    base: Mapping[str, str], toolchain: Toolchain, *, rocm_path: str, mlir_path: Optional[str], jobs: int,
+    git_mirrors: GitMirrors,
 ) -> Dict[str, str]:
-    env = dict(base)
+    # The scripts' own git commands (build_llvm.sh clones llvm-project) fetch through the mirrors too.
+    env = with_mirrors(base, git_mirrors)
     env["PATH"] = os.pathsep.join([toolchain.bin_dir, base.get("PATH", os.defpath)])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (toolchain.pylib, base.get("PYTHONPATH", "")) if p)
     prefixes = toolchain.cmake_prefixes + ([base["CMAKE_PREFIX_PATH"]] if base.get("CMAKE_PREFIX_PATH") else [])

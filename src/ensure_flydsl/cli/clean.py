@@ -116,7 +116,7 @@ def _clean_runs(settings: Settings) -> List[str]:
 
 def _clean_root(root: str, settings: Settings, reporter: Reporter) -> List[str]:
     info = owner(root)
-    foreign = _foreign_files(root, settings.repo)
+    foreign = _foreign_files(root, settings)
     if (info is not None and info.created_root) and not foreign:
         remove_tree(root)
         return [root]
@@ -148,7 +148,7 @@ def _clean_root(root: str, settings: Settings, reporter: Reporter) -> List[str]:
     return removed
 
 
-def _foreign_files(root: str, repo: str) -> List[str]:
+def _foreign_files(root: str, settings: Settings) -> List[str]:
     """Files in the root that the tool did not put there: changed tracked files, and untracked files
     whether the checkout's .gitignore matches them or not (FlyDSL's ignores *.diff, *.log, tmp/: exactly
     what people and agents write into the tree)."""
@@ -156,7 +156,7 @@ def _foreign_files(root: str, repo: str) -> List[str]:
         return [e for e in sorted(os.listdir(root)) if not _is_ours(root, e)]
     try:
         out = git(root, "status", "--porcelain=v1", "-z", "--untracked-files=normal", "--ignored=matching",
-                  repo=repo)
+                  repo=settings.repo, mirrors=settings.git_mirrors)
     except CommandFailed:
         return ["(git status failed: nothing can be proven to be the tool's)"]
     paths = [entry[3:] for entry in out.split("\0") if len(entry) > 3]

@@ -17,7 +17,7 @@ from ensure_flydsl.settings import Settings
 from ensure_flydsl.support.report import fmt_seconds
 
 FIELDS = ("state", "step", "percent", "elapsed_s", "eta_s", "pid", "run_id", "version", "root", "python",
-          "how", "log", "env_file", "stage", "exit_code", "reason")
+          "how", "log", "env_file", "stage", "exit_code", "reason", "waiting_for")
 
 
 def status_data(settings: Settings) -> Dict[str, object]:
@@ -31,7 +31,7 @@ def status_data(settings: Settings) -> Dict[str, object]:
         end = record.finished if record.finished is not None else time.time()
         data["elapsed_s"] = round(end - record.started, 1)
     if found.state == RUNNING and record is not None:
-        data.update(step=record.step, percent=record.percent, eta_s=record.remaining_eta())
+        data.update(step=record.step, percent=record.percent, eta_s=record.remaining_eta(), waiting_for=record.waiting)
     elif found.state == SUCCEEDED and found.twin:
         twin = found.twin
         data.update(version=twin.version, python=twin.python, how=twin.how,
@@ -54,6 +54,8 @@ def status(settings: Settings, *, as_json: bool) -> int:
         print(f"step:    {data['step']}{percent}")
         print(f"elapsed: {fmt_seconds(data['elapsed_s'])}  ETA: {fmt_seconds(data['eta_s'])}")  # type: ignore[arg-type]
         print(f"pid:     {data['pid']} (run {data['run_id']})")
+        if isinstance(data["waiting_for"], dict):
+            print(f"waiting: for {data['waiting_for'].get('text')} (the build lease in the cache)")
     elif data["state"] == SUCCEEDED:
         print(f"flydsl:  {data['version']} ({data['how']}) for {data['python']}")
         print(f"env:     {data['env_file']}")

@@ -23,8 +23,9 @@ POLL_S = 0.05
 def heartbeat_line(record: RunRecord) -> str:
     elapsed = time.time() - record.started
     shown = f" {record.percent}%" if record.percent is not None else ""
+    waiting = f"; waiting for {record.waiting.get('text')}" if isinstance(record.waiting, dict) else ""
     return (f"running: step {record.step}{shown}, elapsed {fmt_seconds(elapsed)}, "
-            f"ETA {fmt_seconds(record.remaining_eta())} (run {record.run_id}, pid {record.pid})")
+            f"ETA {fmt_seconds(record.remaining_eta())} (run {record.run_id}, pid {record.pid}){waiting}")
 
 
 def wait(settings: Settings, reporter: Reporter, *, timeout: Optional[float], heartbeat: float) -> int:

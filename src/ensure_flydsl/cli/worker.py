@@ -21,6 +21,7 @@ def settings_to_json(settings: Settings) -> Dict[str, object]:
 def settings_from_json(text: str) -> Settings:
     data = json.loads(text)
     data["require"] = tuple(data["require"])
+    data["git_mirrors"] = tuple((source, to) for source, to in data.get("git_mirrors", ()))
     return Settings(**data)
 
 

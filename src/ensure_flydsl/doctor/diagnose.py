@@ -55,10 +55,16 @@ from ensure_flydsl.doctor.requirements import check_requirements
 from ensure_flydsl.errors import EnsureError, ExitCode
 from ensure_flydsl.probe.interpreter import Interpreter
 from ensure_flydsl.settings import Settings
+from ensure_flydsl.source.mirrors import rewrite
 from ensure_flydsl.source.needs import KNOWN_FLYDSL_NEEDS, BuildNeeds, build_tools, find_needs
 
 __all__ = ["Check", "Diagnosis", "diagnose", "disk_check", "first_blocking", "llvm_step_needed", "memory_check",
            "render_check", "run_checks", "stop_if_blocked"]
+
+
+def mirrored(settings: Settings) -> str:
+    """The repository git fetches from (a local mirror's sources can be read before any fetch)."""
+    return rewrite(settings.repo, settings.git_mirrors)[0]
 
 
 # The reuse decision belongs to the pipeline (above the doctor): it is handed in as a check.
@@ -119,7 +125,7 @@ def run_checks(
         f_interp = pool.submit(check_interpreter, settings, environ)
         builds = strategy in ("auto", "source")
         fetches = builds or strategy == "release"
-        f_needs = pool.submit(find_needs, settings.root, settings.repo, settings.pin, checkout) if builds else None
+        f_needs = pool.submit(find_needs, settings.root, mirrored(settings), settings.pin, checkout) if builds else None
         early: List["concurrent.futures.Future[Check]"] = []
         if fetches:
             early = [submit(check_root, settings), submit(check_git, environ),
@@ -212,7 +218,7 @@ def diagnose(settings: Settings, environ: Mapping[str, str], *, reuse: Optional[
     checks = run_checks(settings, environ, checkout=checkout, timeout=timeout, reuse=reuse)
     needs = None
     if settings.strategy in ("auto", "source"):
-        needs = find_needs(settings.root, settings.repo, settings.pin, checkout)
+        needs = find_needs(settings.root, mirrored(settings), settings.pin, checkout)
     return Diagnosis(settings.strategy, tuple(checks), needs, time.monotonic() - started)
 
 

@@ -17,13 +17,16 @@ from ensure_flydsl.doctor.checks import (
 )
 from ensure_flydsl.errors import EnsureError
 from ensure_flydsl.layout import llvm_dir
+from ensure_flydsl.setting_values import GitMirrors
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.source.git import is_local_repo
+from ensure_flydsl.source.mirrors import describe, rewrite, with_mirrors
 from ensure_flydsl.source.needs import resolve_in
 
 
-def _git_env(environ: Mapping[str, str], timeout: float) -> Dict[str, str]:
-    env = {k: v for k, v in environ.items() if k not in ("GIT_DIR", "GIT_WORK_TREE")}
+def _git_env(environ: Mapping[str, str], timeout: float, mirrors: GitMirrors) -> Dict[str, str]:
+    """As the run's git commands see it (the mirrors applied), with short timeouts."""
+    env = {k: v for k, v in with_mirrors(environ, mirrors).items() if k not in ("GIT_DIR", "GIT_WORK_TREE")}
     env.update({"GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "true", "LC_ALL": "C",
                 "GIT_ALLOW_PROTOCOL": "file:https:http:ssh:git",
                 # a stalled https transfer gives up after the timeout instead of curl's minutes
@@ -33,11 +36,13 @@ def _git_env(environ: Mapping[str, str], timeout: float) -> Dict[str, str]:
     return env
 
 
-def _ls_remote(url: str, environ: Mapping[str, str], timeout: float, *refs: str) -> Tuple[bool, str]:
-    """Whether ``git ls-remote url`` answers within the timeout; (ok, output or the reason)."""
+def _ls_remote(url: str, environ: Mapping[str, str], timeout: float, *refs: str,
+               mirrors: GitMirrors) -> Tuple[bool, str]:
+    """Whether ``git ls-remote url`` answers within the timeout (through the mirrors, as git rewrites the
+    URL itself); (ok, output or the reason)."""
     cmd = ["git", "ls-remote", "--quiet", url, *refs]
     try:
-        proc = subprocess.run(cmd, env=_git_env(environ, timeout), stdin=subprocess.DEVNULL,
+        proc = subprocess.run(cmd, env=_git_env(environ, timeout, mirrors), stdin=subprocess.DEVNULL,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout, check=False)
     except subprocess.TimeoutExpired:
         return False, f"no answer within {timeout:.0f} s"
@@ -53,37 +58,65 @@ def _root_has(root: str, pin: str) -> Optional[str]:
     return resolve_in(root, pin) if os.path.isdir(os.path.join(root, ".git")) else None
 
 
+def _local_path(url: str) -> str:
+    return url[len("file://"):] if url.startswith("file://") else url
+
+
+def _reach(url: str, environ: Mapping[str, str], timeout: float, settings: Settings,
+           *refs: str) -> Tuple[bool, str, str]:
+    """Whether git can fetch from ``url`` (through the mirrors): (it can, ls-remote's output or why not,
+    the URL and the mirror that serves it, for messages).  A local target is only looked at."""
+    mirrors = settings.git_mirrors
+    where, _ = rewrite(url, mirrors)
+    how = describe(url, mirrors, settings.label("git_mirrors"))
+    if is_local_repo(where):
+        path = _local_path(where)
+        return os.path.isdir(path), "" if os.path.isdir(path) else f"{path} does not exist", how
+    answered, out = _ls_remote(url, environ, timeout, *refs, mirrors=mirrors)
+    return answered, out, how
+
+
+def _no_mirror(url: str, settings: Settings) -> str:
+    """For a URL that cannot be fetched: that no mirror covers it, when mirrors are set."""
+    if settings.git_mirrors and rewrite(url, settings.git_mirrors)[1] is None:
+        return f"; no {settings.label('git_mirrors')} pair covers it"
+    return ""
+
+
 def check_repository(settings: Settings, environ: Mapping[str, str], timeout: float,
                      checkout: Optional[str]) -> Check:
     repo, pin, label = settings.repo, settings.pin, settings.label("repo")
     if checkout is not None:
         return _ok("repository", f"the source is already checked out in {checkout}", "fetch")
     fetched = _root_has(settings.root, pin)
-    if is_local_repo(repo):
-        path = repo[len("file://"):] if repo.startswith("file://") else repo
+    where, _ = rewrite(repo, settings.git_mirrors)
+    shown = describe(repo, settings.git_mirrors, settings.label("git_mirrors"))
+    if is_local_repo(where):
+        path = _local_path(where)
         if not os.path.isdir(path):
-            return Check("repository", MISSING, f"{label}={repo}: {path} does not exist",
+            return Check("repository", MISSING, f"{label}={shown}: {path} does not exist",
                          f"point {label} at a FlyDSL clone or mirror", fetched is None, "fetch")
         commit = resolve_in(path, pin)
         if commit is None:
-            return Check("repository", WRONG, f"the pin {pin} is not a commit, tag or branch of {repo}",
+            return Check("repository", WRONG, f"the pin {pin} is not a commit, tag or branch of {shown}",
                          "check FLYDSL_PIN (a full commit hash or a tag such as v0.2.2)", fetched is None,
                          "checkout")
-        return _ok("repository", f"local repository {path}; the pin is commit {commit[:12]}", "fetch")
-    answered, out = _ls_remote(repo, environ, timeout)
+        return _ok("repository", f"local repository {path}{' for ' + repo if where != repo else ''}; the pin is "
+                   f"commit {commit[:12]}", "fetch")
+    answered, out, _ = _reach(repo, environ, timeout, settings)
     if not answered:
         if fetched is not None:
-            return Check("repository", MISSING, f"{repo} does not answer ({out}), but the pin is already fetched "
+            return Check("repository", MISSING, f"{shown} does not answer ({out}), but the pin is already fetched "
                          f"into {settings.root} (commit {fetched[:12]})", "none needed for this pin", False, "fetch")
-        return Check("repository", MISSING, f"{repo} does not answer: {out}",
-                     f"check the network, or point {label} at a reachable mirror (a local path works)", True,
-                     "fetch")
+        return Check("repository", MISSING, f"{shown} does not answer: {out}{_no_mirror(repo, settings)}",
+                     f"check the network, or point {label} at a reachable mirror (a local path works), or map its "
+                     "URL with FLYDSL_GIT_MIRRORS=FROM=TO", True, "fetch")
     if re.fullmatch(r"[0-9a-fA-F]{40}", pin):
-        return _ok("repository", f"{repo} answers (the pin is a commit hash, fetched by hash)", "fetch")
+        return _ok("repository", f"{shown} answers (the pin is a commit hash, fetched by hash)", "fetch")
     refs = {line.split("\t", 1)[1].strip() for line in out.splitlines() if "\t" in line}
     if {f"refs/tags/{pin}", f"refs/heads/{pin}"} & refs:
-        return _ok("repository", f"{repo} answers and has {pin}", "fetch")
-    return Check("repository", WRONG, f"{repo} answers, but has no tag or branch {pin}",
+        return _ok("repository", f"{shown} answers and has {pin}", "fetch")
+    return Check("repository", WRONG, f"{shown} answers, but has no tag or branch {pin}",
                  "check FLYDSL_PIN (a full commit hash or a tag such as v0.2.2)", True, "checkout")
 
 
@@ -99,17 +132,13 @@ def check_llvm_source(ctx: RunContext) -> Check:
         return _ok("llvm-source", f"LLVM {commit[:12]} is already in {local}", "llvm")
     remote = ctx.environ.get("LLVM_REMOTE") or needs.llvm_remote
     remedy = (f"set MLIR_PATH to an MLIR install built from LLVM {commit[:12] if commit else 'at the pin'} "
-              f"(thirdparty/llvm-hash.txt), or LLVM_REMOTE to a reachable mirror of llvm-project")
-    if is_local_repo(remote):
-        path = remote[len("file://"):] if remote.startswith("file://") else remote
-        if os.path.isdir(path):
-            return _ok("llvm-source", f"LLVM is cloned from the local {path}", "llvm")
-        return Check("llvm-source", MISSING, f"LLVM_REMOTE={remote} does not exist", remedy, True, "llvm")
-    answered, out = _ls_remote(remote, ctx.environ, ctx.timeout, "HEAD")
+              f"(thirdparty/llvm-hash.txt), or LLVM_REMOTE to a reachable mirror of llvm-project (or map its URL "
+              "with FLYDSL_GIT_MIRRORS=FROM=TO)")
+    answered, out, shown = _reach(remote, ctx.environ, ctx.timeout, ctx.settings, "HEAD")
     if answered:
-        return _ok("llvm-source", f"{remote} answers (build_llvm.sh clones LLVM from it)", "llvm")
-    return Check("llvm-source", MISSING, f"build_llvm.sh clones LLVM from {remote}, which does not answer: {out}",
-                 remedy, True, "llvm")
+        return _ok("llvm-source", f"build_llvm.sh clones LLVM from {shown}, which answers", "llvm")
+    return Check("llvm-source", MISSING, f"build_llvm.sh clones LLVM from {shown}, which cannot be fetched: {out}"
+                 f"{_no_mirror(remote, ctx.settings)}", remedy, True, "llvm")
 
 
 def _submodule_url(url: str, repo: str) -> str:
@@ -133,23 +162,23 @@ def check_submodules(ctx: RunContext, checkout: Optional[str]) -> Check:
     if not subs:
         return _skip("submodules", "the pin has no submodules", "fetch")
     unreachable: List[str] = []
+    served: List[str] = []
     for path, url in subs:
         if any(top and os.path.exists(os.path.join(top, path, ".git")) for top in (checkout, ctx.settings.root)):
-            continue  # already fetched into the checkout
-        where = _submodule_url(url, ctx.settings.repo)
-        if is_local_repo(where):
-            local = where[len("file://"):] if where.startswith("file://") else where
-            if not os.path.isdir(local):
-                unreachable.append(f"{path} ({local} does not exist)")
+            served.append(f"{path} (already fetched)")
             continue
-        answered, out = _ls_remote(where, ctx.environ, ctx.timeout, "HEAD")
+        where = _submodule_url(url, ctx.settings.repo)
+        answered, out, shown = _reach(where, ctx.environ, ctx.timeout, ctx.settings, "HEAD")
+        served.append(f"{path} from {shown}")
         if not answered:
-            unreachable.append(f"{path} ({where}: {out})")
+            local = is_local_repo(rewrite(where, ctx.settings.git_mirrors)[0])
+            unreachable.append(f"{path} ({out})" if local and shown == where else
+                               f"{path} ({shown}: {out}{_no_mirror(where, ctx.settings)})")
     if unreachable:
         return Check("submodules", MISSING, "the pin's submodules cannot be fetched: " + "; ".join(unreachable),
-                     "make them reachable, or mirror them and point git there "
-                     "(git config --global url.<mirror>.insteadOf <url>)", True, "fetch")
-    return _ok("submodules", f"{len(subs)} submodule(s) can be fetched: " + ", ".join(p for p, _ in subs), "fetch")
+                     "make them reachable, or mirror them and map their URLs with FLYDSL_GIT_MIRRORS=FROM=TO "
+                     "(a URL prefix, such as https://github.com/=https://git.example.internal/github/)", True, "fetch")
+    return _ok("submodules", f"{len(subs)} submodule(s) can be fetched: " + ", ".join(served), "fetch")
 
 
 def check_index(ctx: RunContext, release: bool) -> Check:

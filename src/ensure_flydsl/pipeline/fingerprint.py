@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from typing import Dict, List, Mapping, Optional, Sequence
 
 from ensure_flydsl.runs.markers import without_folders
@@ -34,7 +33,12 @@ PYTHON_ENV = ("PYTHONPATH", "PYTHONHOME", "PYTHONNOUSERSITE", "PYTHONPLATLIBDIR"
 
 
 def interpreter_identity(python: str, path_env: Optional[str]) -> Optional[Dict[str, object]]:
-    found = python if os.sep in python else shutil.which(python, path=path_env)
+    if os.sep in python:
+        found: Optional[str] = python
+    else:
+        import shutil  # here: the warm call of an interpreter given as a path needs no shutil
+
+        found = shutil.which(python, path=path_env)
     if not found:
         return None
     real = os.path.realpath(found)

@@ -20,6 +20,7 @@ from ensure_flydsl.providers.release import ReleaseProvider
 from ensure_flydsl.providers.source import SourceProvider
 from ensure_flydsl.result import Action, Result
 from ensure_flydsl.runs.context import Decision, Run
+from ensure_flydsl.setting_values import GitMirrors
 from ensure_flydsl.source import git as gitsource
 from ensure_flydsl.source.requirements import CheckoutSources, readable_checkout
 from ensure_flydsl.source.root import claim_root, classify_root, exclude_from_git
@@ -38,11 +39,15 @@ def provision(run: Run) -> Result:
         if finding is not None and finding.needed and providers[0].name != "source":
             start_warm_probe(run, [r.module for r in finding.needed])
         for provider in providers:
-            decision = provider.provide(run, commit)
-            if decision is not None:
-                result = finish(run, commit, decision)
-                provider.after_publish(run, commit)
-                return result
+            try:
+                decision = provider.provide(run, commit)
+                if decision is not None:
+                    result = finish(run, commit, decision)
+                    provider.after_publish(run, commit)
+                    return result
+            except BaseException as exc:
+                provider.abandon(run, exc)  # a build lease held for the fleet records the failure
+                raise
     finally:
         if run.warm_probe is not None:
             run.warm_probe.close()
@@ -123,30 +128,32 @@ def fetch_and_checkout(run: Run) -> str:
     settings, root, stamps = run.settings, run.settings.root, run.stamps
     pin = pin_as_tag(settings.pin) if settings.strategy == "release" else settings.pin
     gitsource.clear_stale_git_locks(root, run.say)
-    gitsource.ensure_repository(root, settings.repo)
+    gitsource.ensure_repository(root, settings.repo, mirrors=settings.git_mirrors)
     exclude_from_git(root)
-    commit = gitsource.fetch_pin(root, pin, settings.repo, run.say, on_fetch=run.worked)
+    commit = gitsource.fetch_pin(root, pin, settings.repo, run.say, mirrors=settings.git_mirrors,
+                                 on_fetch=run.worked)
     run.say(f"pin {pin} is commit {commit}")
     faults.point("fetched")
     checkout_key = {"commit": commit}
     started = stamps.started_key("checkout")
     interrupted = started is not None and not stamps.done("checkout", started)
-    deleted = False if interrupted else check_local_changes(root, settings.repo)
-    head = gitsource.head_commit(root, settings.repo)
+    deleted = False if interrupted else check_local_changes(root, settings.repo, settings.git_mirrors)
+    head = gitsource.head_commit(root, settings.repo, mirrors=settings.git_mirrors)
     if deleted or not (stamps.done("checkout", checkout_key) and head == commit):
         stamps.begin("checkout", checkout_key)
         faults.point("checkout-begun")
-        gitsource.checkout(root, commit, settings.repo, force=interrupted or deleted)
+        gitsource.checkout(root, commit, settings.repo, force=interrupted or deleted, mirrors=settings.git_mirrors)
         stamps.finish("checkout", checkout_key)
         run.say(f"checked out {commit[:12]} in {root}")
         faults.point("checked-out")
     return commit
 
 
-def check_local_changes(root: str, repo: str) -> bool:
+def check_local_changes(root: str, repo: str, mirrors: GitMirrors) -> bool:
     """Refuse edits to tracked files: somebody's work and not the pin, never built, never overwritten.
     Return whether tracked files were deleted (those are restored: nothing of anybody's is lost)."""
-    found = gitsource.tracked_changes(root, repo) if gitsource.head_commit(root, repo) else []
+    found = (gitsource.tracked_changes(root, repo, mirrors=mirrors)
+             if gitsource.head_commit(root, repo, mirrors=mirrors) else [])
     changed = [path for code, path in found if not gitsource.is_deletion(code)]
     if changed:
         shown = ", ".join(changed[:5]) + (", ..." if len(changed) > 5 else "")
@@ -161,5 +168,6 @@ def check_local_changes(root: str, repo: str) -> bool:
 
 def release_version(run: Run, commit: str) -> Optional[str]:
     """X when the commit is the one a release tag vX names (the newest, if several do)."""
-    versions = release_tags(gitsource.tags_at(run.settings.root, commit, run.settings.repo))
+    settings = run.settings
+    versions = release_tags(gitsource.tags_at(settings.root, commit, settings.repo, mirrors=settings.git_mirrors))
     return versions[0] if versions else None

@@ -23,3 +23,6 @@ class Provider:
 
     def after_publish(self, run: Run, commit: str) -> None:
         """Work that may wait until the env file is written (pollers do not wait for it)."""
+
+    def abandon(self, run: Run, error: BaseException) -> None:
+        """The run ends with ``error`` after :meth:`provide` began: give up what the provider holds."""

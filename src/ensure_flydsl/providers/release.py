@@ -31,6 +31,7 @@ from ensure_flydsl.providers.tree import TreeDoesNotImport, prepare_build_dir, v
 from ensure_flydsl.result import How
 from ensure_flydsl.runs.context import Decision, Run
 from ensure_flydsl.runs.records import RELEASE_PLAN
+from ensure_flydsl.setting_values import GitMirrors
 from ensure_flydsl.source import git as gitsource
 from ensure_flydsl.source.root import remove_tree
 from ensure_flydsl.support import faults
@@ -133,7 +134,7 @@ class ReleaseProvider(Provider):
     def _prove(self, run: Run, commit: str, wheel: str) -> None:
         """Refuse a wheel whose package is not the checkout's ``python/flydsl``, before any of it is installed."""
         settings = run.settings
-        files = tracked_sources(settings.root, commit, settings.repo)
+        files = tracked_sources(settings.root, commit, settings.repo, settings.git_mirrors)
         found = check_provenance(wheel, os.path.join(settings.root, SOURCES), files)
         if not found.proven:
             raise NotThePin(
@@ -148,11 +149,12 @@ class ReleaseProvider(Provider):
                 f"in {SOURCES}")
 
 
-def tracked_sources(root: str, commit: str, repo: str) -> List[str]:
+def tracked_sources(root: str, commit: str, repo: str, mirrors: GitMirrors) -> List[str]:
     """The files git tracks in ``python/flydsl`` at ``commit``, relative to it (submodules left out)."""
     with gitsource.failing_as(ExitCode.CHECKOUT, f"cannot list {SOURCES} of {commit[:12]} in {root}",
                               stage="release", hint="the checkout is damaged; look at `git -C ROOT status`"):
-        out = gitsource.git(root, "ls-tree", "-r", "-z", "--full-tree", commit, "--", SOURCES + "/", repo=repo)
+        out = gitsource.git(root, "ls-tree", "-r", "-z", "--full-tree", commit, "--", SOURCES + "/", repo=repo,
+                            mirrors=mirrors)
     files = []
     for entry in out.split("\0"):
         meta, _, path = entry.partition("\t")

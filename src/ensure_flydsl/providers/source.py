@@ -8,7 +8,8 @@ import dataclasses
 import os
 from typing import Dict, NamedTuple, Optional, Tuple
 
-from ensure_flydsl.binary_cache.entries import Cache
+from ensure_flydsl.binary_cache.entries import Cache, cache_key
+from ensure_flydsl.binary_cache.lease import HeldLease
 from ensure_flydsl.build.environment import (
     LlvmRecord,
     Toolchain,
@@ -27,7 +28,16 @@ from ensure_flydsl.doctor.diagnose import run_checks, stop_if_blocked
 from ensure_flydsl.errors import EnsureError, ExitCode
 from ensure_flydsl.layout import build_dir, llvm_dir, mlir_install, packages_dir, tools_dir
 from ensure_flydsl.providers.base import Provider
-from ensure_flydsl.providers.cache import llvm_label, mlir_from_cache, publish_mlir, publish_tree
+from ensure_flydsl.providers.cache import (
+    llvm_label,
+    mlir_fields,
+    mlir_from_cache,
+    publish_mlir,
+    publish_tree,
+    tree_fields,
+    tree_from_cache,
+)
+from ensure_flydsl.providers.fleet import end_turn, holding, take_turn
 from ensure_flydsl.providers.tree import prepare_build_dir, verify_tree
 from ensure_flydsl.result import How
 from ensure_flydsl.runs.context import Decision, Run
@@ -54,6 +64,7 @@ class SourceProvider(Provider):
     def __init__(self, cache: Optional[Cache]) -> None:
         self.cache = cache  # MLIR from it, and the new tree and MLIR to it
         self.built_now = False
+        self.tree_lease: Optional[HeldLease] = None  # held from before build.sh until the tree is published
 
     def provide(self, run: Run, commit: str) -> Optional[Decision]:
         if run.warm_probe is not None:  # started for a quick way that gave way to this one
@@ -70,9 +81,35 @@ class SourceProvider(Provider):
         with run.step("llvm"):
             if mlir is None:
                 env = prepared.provided.apply(build_environment(
-                    run.environ, prepared.toolchain, rocm_path=run.settings.rocm_path, mlir_path=None, jobs=jobs))
-                mlir = build_mlir(run, env, jobs, self.cache)
+                    run.environ, prepared.toolchain, rocm_path=run.settings.rocm_path, mlir_path=None, jobs=jobs,
+                    git_mirrors=run.settings.git_mirrors))
+                mlir = self._mlir(run, env, jobs)
         return self._build_and_verify(run, commit, prepared, mlir, jobs)
+
+    def _mlir(self, run: Run, env: Dict[str, str], jobs: int) -> Mlir:
+        """build_llvm.sh under the MLIR key's lease, unless another host publishes that MLIR meanwhile."""
+        cache = self.cache
+        if cache is None:
+            return build_mlir(run, env, jobs, None)
+        key = llvm_key(run.settings.root, run.interpreter)
+        ckey = cache_key("mlir", mlir_fields(key, run.interpreter.platform))
+        turn = take_turn(run, cache, "mlir", ckey, f"MLIR for LLVM {llvm_label(key)}",
+                         lambda: mlir_from_cache(run, cache, key))
+        if turn.fetched is not None:
+            return turn.fetched, {"llvm": key}
+        with holding(turn.held):
+            return build_mlir(run, env, jobs, cache)
+
+    def _tree_turn(self, run: Run, commit: str) -> Optional[Decision]:
+        """The tree key's lease before build.sh; a verified cached tree when another host published it."""
+        cache = self.cache
+        if cache is None:
+            return None
+        key = cache_key("tree", tree_fields(run, commit))
+        turn = take_turn(run, cache, "tree", key, f"the FlyDSL tree for {commit[:8]}",
+                         lambda: tree_from_cache(run, cache, commit))
+        self.tree_lease = turn.held
+        return turn.fetched
 
     def _build_and_verify(self, run: Run, commit: str, prepared: Prepared, mlir: Mlir, jobs: int) -> Decision:
         settings, root = run.settings, run.settings.root
@@ -80,10 +117,14 @@ class SourceProvider(Provider):
         # The hip overlay is for FlyDSL's configure only (LLVM's must not find ROCm's own LLVM through it).
         chain = dataclasses.replace(prepared.toolchain, cmake_prefixes=list(prepared.hip.cmake_prefixes))
         env = prepared.provided.apply(build_environment(run.environ, chain, rocm_path=settings.rocm_path,
-                                                        mlir_path=mlir_path, jobs=jobs))
+                                                        mlir_path=mlir_path, jobs=jobs,
+                                                        git_mirrors=settings.git_mirrors))
         if prepared.hip.check.needs_fix and not settings.fix_rocm_in_place:
             drop_stale_hip_dir(build_dir(root), os.path.join(tools_dir(root), "rocm-overlay", "lib", "cmake", "hip"))
         with run.step("build"):
+            fetched = self._tree_turn(run, commit)
+            if fetched is not None:
+                return fetched
             self.built_now = build_flydsl(run, commit, mlir_identity, env, jobs)
         try:
             with run.step("verify"):
@@ -101,9 +142,15 @@ class SourceProvider(Provider):
             return verify_tree(run, commit, How.BUILT)
 
     def after_publish(self, run: Run, commit: str) -> None:
-        if self.cache is not None and self.built_now:
-            with run.step("cache"):
-                publish_tree(run, self.cache, commit)  # after the env file: pollers need not wait for the upload
+        with holding(self.tree_lease):
+            self.tree_lease = None
+            if self.cache is not None and self.built_now:
+                with run.step("cache"):
+                    publish_tree(run, self.cache, commit)  # after the env file: pollers need not wait for it
+
+    def abandon(self, run: Run, error: BaseException) -> None:
+        held, self.tree_lease = self.tree_lease, None
+        end_turn(held, error)
 
 
 def prepare(run: Run, cache: Optional[Cache]) -> Prepared:
@@ -131,7 +178,7 @@ def update_submodules(run: Run, commit: str) -> None:
     key = {"commit": commit}
     if not run.stamps.done("submodules", key):
         run.stamps.begin("submodules")
-        if gitsource.update_submodules(run.settings.root, run.settings.repo):
+        if gitsource.update_submodules(run.settings.root, run.settings.repo, mirrors=run.settings.git_mirrors):
             run.worked()
             run.say("submodules updated")
         run.stamps.finish("submodules", key)

@@ -137,6 +137,14 @@ class Tracker:
         self.record.build_leader_start = process_start_time(pgid) if pgid else None
         self._write(force=True)
 
+    def follow(self, waiting: Optional[Dict[str, object]], percent: Optional[float], eta: Optional[float]) -> None:
+        """Waiting for another host's build (the build lease): its percent and ETA are this run's."""
+        self.record.waiting = waiting
+        if waiting is not None:
+            self.record.percent = percent
+            self.record.eta_s = eta
+        self._store()
+
     def eta(self) -> Optional[float]:
         done = [str(s["name"]) for s in self.record.steps if s.get("ended")]
         return estimate_eta(self.record.step, time.time() - self.step_started_at, self.record.percent,

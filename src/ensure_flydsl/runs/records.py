@@ -97,6 +97,7 @@ class RunRecord:
     build_pgid: Optional[int] = None
     build_leader_start: Optional[str] = None
     locked: bool = False  # it took the build lock: its outcome is its request's outcome
+    waiting: Optional[Dict[str, object]] = None  # the build lease's holder it waits for (host, run_id, what, text)
 
     def remaining_eta(self) -> Optional[float]:
         """The ETA the run last wrote, less the time since."""

@@ -1,7 +1,8 @@
 """Fetch the pinned source into the root: init or reuse the checkout, fetch, check out, submodules.
 
 Every git call goes through :func:`git`, which refuses remote helpers that run commands (``ext::``) and
-never prompts.  Settings that reach git were validated not to start with ``-``, and are passed after the
+never prompts, and applies the run's git mirrors (FLYDSL_GIT_MIRRORS, see :mod:`.mirrors`) in its
+environment.  Settings that reach git were validated not to start with ``-``, and are passed after the
 options they belong to, so they can never be read as options.
 """
 
@@ -13,6 +14,8 @@ import re
 from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 from ensure_flydsl.errors import EnsureError, ExitCode
+from ensure_flydsl.setting_values import GitMirrors
+from ensure_flydsl.source.mirrors import describe, is_local, with_mirrors
 from ensure_flydsl.support.processes import CommandFailed, cmd_output
 
 _HEX = re.compile(r"^[0-9a-fA-F]{7,40}$")
@@ -20,7 +23,12 @@ _HEX = re.compile(r"^[0-9a-fA-F]{7,40}$")
 _GIT_LOCKS = ("index.lock", "HEAD.lock", "config.lock", "packed-refs.lock", "shallow.lock", "FETCH_HEAD.lock")
 
 
-UNREACHABLE = "check that FLYDSL_REPO is reachable from here (or point it at a local mirror)"
+UNREACHABLE = ("check that FLYDSL_REPO is reachable from here (or point it at a local mirror, or map its URL "
+               "to a mirror with FLYDSL_GIT_MIRRORS=FROM=TO)")
+SUBMODULES_UNREACHABLE = ("a submodule's repository is unreachable from here; check the network, or map its URL to "
+                          "a reachable mirror with FLYDSL_GIT_MIRRORS=FROM=TO (a URL or a local path)")
+# git submodule update's words for a clone that failed: "clone of '<url>' into submodule path '<path>' failed"
+_CLONE_FAILED = re.compile(r"clone of '([^']+)' into submodule path '([^']+)' failed")
 
 
 @contextlib.contextmanager
@@ -33,11 +41,11 @@ def failing_as(code: ExitCode, reason: str, *, stage: str, hint: str = "") -> It
 
 
 def is_local_repo(repo: str) -> bool:
-    return repo.startswith(("/", "file://"))
+    return is_local(repo)
 
 
-def git_env(repo: str) -> Dict[str, str]:
-    env = dict(os.environ)
+def git_env(repo: str, mirrors: GitMirrors) -> Dict[str, str]:
+    env = with_mirrors(os.environ, mirrors)
     env.update(
         {
             "GIT_TERMINAL_PROMPT": "0",
@@ -52,13 +60,13 @@ def git_env(repo: str) -> Dict[str, str]:
     return env
 
 
-def git(root: str, *args: str, repo: str, timeout: Optional[float] = None) -> str:
+def git(root: str, *args: str, repo: str, mirrors: GitMirrors, timeout: Optional[float] = None) -> str:
     extra: List[str] = []
     if is_local_repo(repo):
         # git >= 2.38 refuses file:// submodules by default (CVE-2022-39253); a local mirror's submodules
         # are local too, and the user chose that mirror.
         extra = ["-c", "protocol.file.allow=always"]
-    return cmd_output(["git", *extra, "-C", root, *args], env=git_env(repo), timeout=timeout)
+    return cmd_output(["git", *extra, "-C", root, *args], env=git_env(repo, mirrors), timeout=timeout)
 
 
 def clear_stale_git_locks(root: str, say: Callable[[str], None]) -> None:
@@ -69,46 +77,49 @@ def clear_stale_git_locks(root: str, say: Callable[[str], None]) -> None:
             say(f"removed a stale {name} left by an interrupted git command in {root}")
 
 
-def ensure_repository(root: str, repo: str) -> None:
+def ensure_repository(root: str, repo: str, *, mirrors: GitMirrors) -> None:
     """A git repository in ``root`` whose origin is ``repo`` (init it, or point origin at the repo)."""
     with failing_as(ExitCode.FETCH, f"cannot prepare a git repository in {root}", stage="fetch"):
         if not os.path.isdir(os.path.join(root, ".git")):
-            cmd_output(["git", "init", "-q", root], env=git_env(repo))
+            cmd_output(["git", "init", "-q", root], env=git_env(repo, mirrors))
         try:
-            current: Optional[str] = git(root, "config", "--get", "remote.origin.url", repo=repo).strip()
+            current: Optional[str] = git(root, "config", "--get", "remote.origin.url", repo=repo,
+                                         mirrors=mirrors).strip()
         except CommandFailed:
             current = None
         if current is None:
-            git(root, "remote", "add", "origin", repo, repo=repo)
+            git(root, "remote", "add", "origin", repo, repo=repo, mirrors=mirrors)
         elif current != repo:
-            git(root, "remote", "set-url", "origin", repo, repo=repo)
+            git(root, "remote", "set-url", "origin", repo, repo=repo, mirrors=mirrors)
 
 
-def resolve_pin(root: str, pin: str, repo: str) -> Optional[str]:
+def resolve_pin(root: str, pin: str, repo: str, *, mirrors: GitMirrors) -> Optional[str]:
     """The commit ``pin`` names in the local repository, or None."""
     for candidate in (f"refs/tags/{pin}", f"refs/remotes/origin/{pin}", pin):
         try:
             return git(root, "rev-parse", "--verify", "--quiet", "--end-of-options", f"{candidate}^{{commit}}",
-                       repo=repo).strip()
+                       repo=repo, mirrors=mirrors).strip()
         except CommandFailed:
             continue
     return None
 
 
-def has_all_objects(root: str, commit: str, repo: str) -> bool:
+def has_all_objects(root: str, commit: str, repo: str, *, mirrors: GitMirrors) -> bool:
     """Whether every object of ``commit``'s tree is here.  A fetch killed half-way can leave the commit and
     its trees without some blobs, and git then checks it out without an error, those files missing."""
     try:
-        git(root, "rev-list", "--quiet", "--objects", "--no-walk", "--missing=error", commit, repo=repo)
+        git(root, "rev-list", "--quiet", "--objects", "--no-walk", "--missing=error", commit, repo=repo,
+            mirrors=mirrors)
     except CommandFailed:
         return False
     return True
 
 
-def remote_refs(root: str, repo: str) -> Dict[str, str]:
+def remote_refs(root: str, repo: str, *, mirrors: GitMirrors) -> Dict[str, str]:
     """``git ls-remote``: ref name -> commit, with annotated tags peeled (``refs/tags/v1^{}``)."""
-    with failing_as(ExitCode.FETCH, f"cannot list the refs of {repo}", stage="fetch", hint=UNREACHABLE):
-        out = git(root, "ls-remote", "origin", repo=repo, timeout=300)
+    with failing_as(ExitCode.FETCH, f"cannot list the refs of {describe(repo, mirrors)}", stage="fetch",
+                    hint=UNREACHABLE):
+        out = git(root, "ls-remote", "origin", repo=repo, mirrors=mirrors, timeout=300)
     refs: Dict[str, str] = {}
     for line in out.splitlines():
         sha, _, name = line.partition("\t")
@@ -117,12 +128,13 @@ def remote_refs(root: str, repo: str) -> Dict[str, str]:
     return refs
 
 
-def _fetch(root: str, repo: str, *refspecs: str) -> None:
-    with failing_as(ExitCode.FETCH, f"git fetch from {repo} failed", stage="fetch", hint=UNREACHABLE):
-        git(root, "fetch", "--quiet", "--force", "--no-tags", "origin", *refspecs, repo=repo)
+def _fetch(root: str, repo: str, *refspecs: str, mirrors: GitMirrors) -> None:
+    with failing_as(ExitCode.FETCH, f"git fetch from {describe(repo, mirrors)} failed", stage="fetch",
+                    hint=UNREACHABLE):
+        git(root, "fetch", "--quiet", "--force", "--no-tags", "origin", *refspecs, repo=repo, mirrors=mirrors)
 
 
-def fetch_pin(root: str, pin: str, repo: str, say: Callable[[str], None],
+def fetch_pin(root: str, pin: str, repo: str, say: Callable[[str], None], *, mirrors: GitMirrors,
               on_fetch: Callable[[], None] = lambda: None) -> str:
     """Fetch only what names ``pin`` (and the tags pointing at its commit); return its full commit hash.
 
@@ -131,26 +143,26 @@ def fetch_pin(root: str, pin: str, repo: str, say: Callable[[str], None],
     """
     full_hash = len(pin) == 40 and bool(_HEX.match(pin))
     if full_hash:
-        known = resolve_pin(root, pin, repo)
-        if known and has_all_objects(root, known, repo):
+        known = resolve_pin(root, pin, repo, mirrors=mirrors)
+        if known and has_all_objects(root, known, repo, mirrors=mirrors):
             say(f"commit {pin[:12]} is already in {root}; nothing to fetch")
             return known
     say(f"fetching {pin} from {repo} into {root}")
     on_fetch()
-    refs = remote_refs(root, repo)
+    refs = remote_refs(root, repo, mirrors=mirrors)
     if f"refs/tags/{pin}" in refs:
-        _fetch(root, repo, f"+refs/tags/{pin}:refs/tags/{pin}")
+        _fetch(root, repo, f"+refs/tags/{pin}:refs/tags/{pin}", mirrors=mirrors)
     elif f"refs/heads/{pin}" in refs:
-        _fetch(root, repo, f"+refs/heads/{pin}:refs/remotes/origin/{pin}")
+        _fetch(root, repo, f"+refs/heads/{pin}:refs/remotes/origin/{pin}", mirrors=mirrors)
     elif full_hash:
         try:
-            git(root, "fetch", "--quiet", "--no-tags", "origin", pin, repo=repo)
+            git(root, "fetch", "--quiet", "--no-tags", "origin", pin, repo=repo, mirrors=mirrors)
         except CommandFailed:
             pass  # the repository answered (ls-remote) but does not have it: reported below
     elif _HEX.match(pin):
         # An abbreviated hash can only be found among everything the repository has.
-        _fetch(root, repo, "+refs/heads/*:refs/remotes/origin/*", "+refs/tags/*:refs/tags/*")
-    commit = resolve_pin(root, pin, repo)
+        _fetch(root, repo, "+refs/heads/*:refs/remotes/origin/*", "+refs/tags/*:refs/tags/*", mirrors=mirrors)
+    commit = resolve_pin(root, pin, repo, mirrors=mirrors)
     if commit is None:
         raise EnsureError(
             ExitCode.CHECKOUT,
@@ -165,20 +177,20 @@ def fetch_pin(root: str, pin: str, repo: str, say: Callable[[str], None],
              if name.startswith("refs/tags/") and not name.endswith("^{}") and sha == commit]
     missing = sorted(set(tags) - {pin})  # the pin's own tag is already here
     if missing:
-        _fetch(root, repo, *(f"+refs/tags/{t}:refs/tags/{t}" for t in missing))
+        _fetch(root, repo, *(f"+refs/tags/{t}:refs/tags/{t}" for t in missing), mirrors=mirrors)
     return commit
 
 
-def head_commit(root: str, repo: str) -> Optional[str]:
+def head_commit(root: str, repo: str, *, mirrors: GitMirrors) -> Optional[str]:
     try:
-        return git(root, "rev-parse", "--verify", "--quiet", "HEAD", repo=repo).strip()
+        return git(root, "rev-parse", "--verify", "--quiet", "HEAD", repo=repo, mirrors=mirrors).strip()
     except CommandFailed:
         return None
 
 
-def tracked_changes(root: str, repo: str) -> List[Tuple[str, str]]:
+def tracked_changes(root: str, repo: str, *, mirrors: GitMirrors) -> List[Tuple[str, str]]:
     """(status code, path) of each tracked file that differs from HEAD, e.g. (" M", "kernels/x.py")."""
-    out = git(root, "status", "--porcelain=v1", "--untracked-files=no", repo=repo)
+    out = git(root, "status", "--porcelain=v1", "--untracked-files=no", repo=repo, mirrors=mirrors)
     return [(line[:2], line[3:]) for line in out.splitlines() if line.strip()]
 
 
@@ -186,7 +198,7 @@ def is_deletion(code: str) -> bool:
     return set(code.strip()) == {"D"}
 
 
-def checkout(root: str, commit: str, repo: str, *, force: bool) -> None:
+def checkout(root: str, commit: str, repo: str, *, force: bool, mirrors: GitMirrors) -> None:
     """Check out ``commit`` detached.  ``force`` only when the tool's own interrupted checkout left the
     work tree half-changed; otherwise local edits make this fail rather than be overwritten."""
     args = ["-c", "advice.detachedHead=false", "checkout", "--quiet", "--detach"]
@@ -194,24 +206,31 @@ def checkout(root: str, commit: str, repo: str, *, force: bool) -> None:
         args.append("--force")
     with failing_as(ExitCode.CHECKOUT, f"git checkout of {commit[:12]} in {root} failed", stage="checkout",
                     hint="the checkout has local changes or is damaged; look at `git -C ROOT status`"):
-        git(root, *args, commit, repo=repo)
+        git(root, *args, commit, repo=repo, mirrors=mirrors)
 
 
-def update_submodules(root: str, repo: str) -> bool:
-    """Initialise and update submodules; return whether there were any.  A failure is reported."""
+def update_submodules(root: str, repo: str, *, mirrors: GitMirrors) -> bool:
+    """Initialise and update submodules; return whether there were any.  A failure is reported, naming the
+    submodules git could not clone and where it tried (through which mirror)."""
     if not os.path.isfile(os.path.join(root, ".gitmodules")):
         return False
-    with failing_as(ExitCode.FETCH, f"git submodule update in {root} failed", stage="submodules",
-                    hint="a submodule's repository is unreachable from here; check the network or the mirror"):
-        git(root, "submodule", "sync", "--quiet", "--recursive", repo=repo)
-        git(root, "submodule", "update", "--init", "--recursive", "--force", repo=repo)
+    try:
+        git(root, "submodule", "sync", "--quiet", "--recursive", repo=repo, mirrors=mirrors)
+        git(root, "submodule", "update", "--init", "--recursive", "--force", repo=repo, mirrors=mirrors)
+    except CommandFailed as exc:
+        top = root.rstrip("/") + "/"
+        failed = [f"{path[len(top):] if path.startswith(top) else path} from {describe(url, mirrors)}"
+                  for url, path in _CLONE_FAILED.findall(exc.output)]
+        what = ": cannot fetch " + "; ".join(dict.fromkeys(failed)) if failed else ""
+        raise EnsureError(ExitCode.FETCH, f"git submodule update in {root} failed{what}", stage="submodules",
+                          hint=SUBMODULES_UNREACHABLE, detail=exc.describe()) from None
     return True
 
 
-def tags_at(root: str, commit: str, repo: str) -> List[str]:
+def tags_at(root: str, commit: str, repo: str, *, mirrors: GitMirrors) -> List[str]:
     """The tags that point at ``commit`` (a release tag's commit has its ``vX`` among them)."""
     try:
-        out = git(root, "tag", "--points-at", commit, repo=repo)
+        out = git(root, "tag", "--points-at", commit, repo=repo, mirrors=mirrors)
     except CommandFailed:
         return []
     return [line.strip() for line in out.splitlines() if line.strip()]

@@ -1,0 +1,263 @@
+"""The build lease: hosts sharing one cache that miss the same key at once pay one build, not one each.
+
+Objects, beside the entries in the cache::
+
+    <cache>/leases/<kind>/<key>/<generation>.json     the lease of one builder of kind/key (10 digits)
+
+- **Take**: create generation n+1 exclusively (S3's ``If-None-Match: *`` through fsspec's ``open(path,
+  "xb")``; link(2) of a complete temporary file in a folder), n being the newest there is (0 for none).
+  Two runs that race for one generation: one create succeeds, the other gets FileExistsError.  The newest
+  generation is the lease: a taker that finds a newer generation after its create yields it at once.
+- **Heartbeat**: the holder rewrites its own generation every TTL/4 seconds (a plain overwrite; only the
+  holder writes it) with a beat counter, its step, percent, ETA and seconds since it took the lease.
+- **Dead**: a waiter that sees the same bytes of a lease for longer than the TTL **by its own monotonic
+  clock** takes over with the next generation.  No clock of two hosts is compared for liveness.
+- **Failure**: the holder rewrites its generation with state ``failed`` and the stage, exit code and reason;
+  the record is no lease any more (nobody holds it) but news for the waiters: the first failure is tried
+  once more by one waiter, the second one ends them.  A failure record counts for TTL seconds after it was
+  written by the writer's wall clock (the one place hosts' clocks are compared: NTP keeps them within far
+  less than a TTL); older, it is history and the next run starts afresh.
+- **Release**: after publishing, the holder removes every generation up to its own; interrupted, only its
+  own.  A taker removes the generations below its own once it holds the lease.
+
+A store that does not honour exclusive create (a second create of one object succeeds) is found by a
+probe once per cache location and process; the run then builds without a lease (:func:`exclusive_create`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import threading
+import time
+import uuid
+from typing import Callable, Dict, List, Optional, Tuple
+
+from ensure_flydsl.binary_cache.manifest import check_name
+from ensure_flydsl.binary_cache.store import CacheError, Store
+
+LEASES = "leases"
+BUILDING, FAILED = "building", "failed"
+_GENERATION = re.compile(r"^(\d{10})\.json$")
+_PROBED: Dict[str, Tuple[bool, str]] = {}
+
+Progress = Callable[[], Tuple[Optional[str], Optional[float], Optional[float]]]  # step, percent, ETA
+
+
+@dataclasses.dataclass
+class LeaseRecord:
+    """One generation of a key's lease: who builds what, and how far (or how it failed)."""
+
+    kind: str
+    key: str
+    generation: int
+    host: str
+    run_id: str
+    pid: int
+    started: float  # the holder's wall clock when it took the lease, for people
+    what: str  # "the FlyDSL tree for a35627a2", for messages
+    failures_before: int = 0  # recorded failures of this key before this generation, in this round
+    ttl: float = 0.0  # the holder's FLYDSL_LEASE_TTL: it beats every ttl/4 and is dead after ttl without one
+    state: str = BUILDING
+    beat: int = 0
+    heartbeat: float = 0.0  # the holder's wall clock at its last beat, for people
+    elapsed_s: float = 0.0  # the holder's monotonic seconds since it took the lease, at its last beat
+    step: Optional[str] = None
+    percent: Optional[float] = None
+    eta_s: Optional[float] = None
+    failure: Optional[Dict[str, object]] = None  # stage, exit_code, reason
+    ended: Optional[float] = None
+    raw: bytes = dataclasses.field(default=b"", repr=False, compare=False)  # as read: liveness compares it
+
+    def to_bytes(self) -> bytes:
+        data = {k: v for k, v in dataclasses.asdict(self).items() if k != "raw"}
+        return (json.dumps(data, sort_keys=True) + "\n").encode()
+
+    @classmethod
+    def from_bytes(cls, data: bytes, kind: str, key: str, generation: int) -> "LeaseRecord":
+        """The record; an unreadable one (foreign, or torn on a store without atomic writes) reads as a
+        lease of an unknown holder, which dies like any other when its bytes stop changing."""
+        record = None
+        try:
+            obj = json.loads(data.decode())
+            known = {f.name for f in dataclasses.fields(cls)} - {"raw"}
+            if isinstance(obj, dict):
+                record = cls(**{k: v for k, v in obj.items() if k in known})
+        except (UnicodeDecodeError, ValueError, TypeError):
+            record = None
+        if record is None or record.kind != kind or record.key != key or not isinstance(record.ttl, (int, float)):
+            record = cls(kind, key, generation, "an unknown host", "?", 0, 0.0, f"the {kind} {key[:12]}")
+        record.generation = generation
+        record.raw = data
+        return record
+
+    def who(self) -> str:
+        return f"{self.host} (run {self.run_id})"
+
+
+def lease_folder(kind: str, key: str) -> str:
+    check_name(kind, key)
+    return f"{LEASES}/{kind}/{key}"
+
+
+def generation_path(kind: str, key: str, generation: int) -> str:
+    return f"{lease_folder(kind, key)}/{generation:010d}.json"
+
+
+def exclusive_create(store: Store) -> Tuple[bool, str]:
+    """Whether the store refuses a second create of one object, and if not, why; probed once per location
+    and process (two small objects written and removed)."""
+    known = _PROBED.get(store.location)
+    if known is not None:
+        return known
+    rel = f"{LEASES}/probe-{uuid.uuid4().hex}.json"
+    try:
+        first = store.create_exclusive(rel, b"first\n")
+        second = store.create_exclusive(rel, b"second\n")
+        if not first:
+            found = (False, "a create of a new object reported that it existed")
+        elif second:
+            found = (False, "a second create of one object succeeded instead of failing")
+        else:
+            found = (True, "")
+    except CacheError as exc:
+        found = (False, str(exc))
+    finally:
+        try:
+            store.remove(rel)
+        except CacheError:
+            pass
+    _PROBED[store.location] = found
+    return found
+
+
+class Leases:
+    """The leases of one cache; ``ttl`` is FLYDSL_LEASE_TTL."""
+
+    def __init__(self, store: Store, ttl: float) -> None:
+        self.store = store
+        self.ttl = ttl
+
+    def generations(self, kind: str, key: str) -> List[int]:
+        found = []
+        for stored in self.store.list_files(lease_folder(kind, key)):
+            match = _GENERATION.match(stored.path.rsplit("/", 1)[-1])
+            if match:
+                found.append(int(match.group(1)))
+        return sorted(found)
+
+    def newest(self, kind: str, key: str) -> Optional[LeaseRecord]:
+        for generation in reversed(self.generations(kind, key)):
+            data = self.store.read_bytes(generation_path(kind, key, generation))
+            if data is not None:  # else removed since the listing
+                return LeaseRecord.from_bytes(data, kind, key, generation)
+        return None
+
+    def is_news(self, record: LeaseRecord) -> bool:
+        """A failure record written less than TTL ago (by the writer's clock)."""
+        return record.state == FAILED and time.time() - (record.ended or 0.0) <= self.ttl
+
+    def take(self, record: LeaseRecord, progress: Progress) -> Optional["HeldLease"]:
+        """Create ``record``'s generation exclusively; the held lease (heartbeat running), or None when
+        another run created it or a newer one first."""
+        path = generation_path(record.kind, record.key, record.generation)
+        record.heartbeat = time.time()
+        record.step, record.percent, record.eta_s = progress()
+        if not self.store.create_exclusive(path, record.to_bytes()):
+            return None
+        if any(g > record.generation for g in self.generations(record.kind, record.key)):
+            self.store.remove(path)  # taken from an older listing: the newest generation is the lease
+            return None
+        self.clear(record.kind, record.key, below=record.generation)
+        held = HeldLease(self, record, progress)
+        held.start()
+        return held
+
+    def clear(self, kind: str, key: str, *, below: int) -> None:
+        for generation in self.generations(kind, key):
+            if generation < below:
+                self.store.remove(generation_path(kind, key, generation))
+
+
+class HeldLease:
+    """A lease this run holds: a thread beats every TTL/4 until :meth:`fail` or :meth:`release`."""
+
+    def __init__(self, leases: Leases, record: LeaseRecord, progress: Progress) -> None:
+        self.leases = leases
+        self.record = record
+        self.progress = progress
+        self.path = generation_path(record.kind, record.key, record.generation)
+        self._taken = time.monotonic()
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._beat_until_stopped, name="lease-heartbeat", daemon=True)
+        self.ended = False
+        self.lost = False  # another run took the key over: stop beating
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _beat_until_stopped(self) -> None:
+        while not self._stop.wait(self.leases.ttl / 4):
+            self.beat()
+
+    def beat(self) -> None:
+        with self._lock:
+            if self.ended or self.lost:
+                return
+            record = self.record
+            record.step, record.percent, record.eta_s = self.progress()
+            record.beat += 1
+            record.heartbeat = time.time()
+            record.elapsed_s = round(time.monotonic() - self._taken, 1)
+            try:
+                if self.leases.generations(record.kind, record.key)[-1:] != [record.generation]:
+                    # Taken over (our beats were late by a TTL) or cleared: writing would resurrect a
+                    # generation nobody removes again.  The build goes on; both publish the same entry.
+                    self.lost = True
+                    return
+                self.leases.store.put_bytes(self.path, record.to_bytes())
+            except CacheError:
+                pass  # the next beat tries again; a TTL without one hands the build to a waiter
+
+    def _end(self) -> bool:
+        with self._lock:
+            if self.ended:
+                return False
+            self.ended = True
+        self._stop.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join()
+        return True
+
+    def fail(self, stage: Optional[str], exit_code: int, reason: str) -> None:
+        """Record the failure for the waiters (the record stays; it is no lease any more)."""
+        if not self._end():
+            return
+        if self.lost:
+            return  # the key is another run's now: its record, not ours, is the news
+        record = self.record
+        record.state, record.ended = FAILED, time.time()
+        record.failure = {"stage": stage, "exit_code": exit_code, "reason": reason}
+        record.elapsed_s = round(time.monotonic() - self._taken, 1)
+        try:
+            self.leases.store.put_bytes(self.path, record.to_bytes())
+        except CacheError:
+            try:
+                self.leases.store.remove(self.path)  # no record: a waiter takes over at once, as after Ctrl-C
+            except CacheError:
+                pass  # the heartbeat stopped: the waiters take over after a TTL
+
+    def release(self, *, published: bool) -> None:
+        """Give the lease up: with the entry published, every generation up to ours goes (nobody needs its
+        history any more); without (interrupted), only ours, and a waiter takes over at once."""
+        if not self._end():
+            return
+        try:
+            if published:
+                self.leases.clear(self.record.kind, self.record.key, below=self.record.generation + 1)
+            else:
+                self.leases.store.remove(self.path)
+        except CacheError:
+            pass  # the heartbeat stopped: the waiters take over after a TTL

@@ -1,0 +1,218 @@
+"""A fleet pays one build: the build lease (binary_cache/lease.py) around each build a run would publish.
+
+Before build_llvm.sh (key: the MLIR entry) and before build.sh (key: the tree entry) a run with a cache
+takes its turn (:func:`take_turn`): the entry is there (fetch it, a cache hit); or it takes the key's lease
+and builds; or another host holds it, and the run waits, saying who builds and how far, until the entry
+appears (fetch), the holder dies (take over after the TTL), fails (try once; a second failure ends the
+waiters with the holder's stage, exit code and reason) or FLYDSL_LOCK_TIMEOUT runs out (exit 7).
+The host's name is FLYDSL_HOST_ID when set (several "hosts" on one machine), else the host name.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import socket
+import time
+from typing import Callable, Dict, Generic, Iterator, Optional, Set, Tuple, TypeVar
+
+from ensure_flydsl.binary_cache.entries import Cache, CacheError
+from ensure_flydsl.binary_cache.lease import FAILED, HeldLease, LeaseRecord, Leases, Progress, exclusive_create
+from ensure_flydsl.binary_cache.manifest import manifest_path
+from ensure_flydsl.errors import EnsureError, ExitCode, Interrupted
+from ensure_flydsl.runs.context import Run
+from ensure_flydsl.support.report import fmt_seconds
+
+T = TypeVar("T")
+REPORT_INTERVAL_S = 30.0
+_REPORTED: Set[str] = set()
+
+
+@dataclasses.dataclass
+class Turn(Generic[T]):
+    """A run's turn at a key: the entry fetched, or the lease held (both None: build without a lease)."""
+
+    fetched: Optional[T] = None
+    held: Optional[HeldLease] = None
+
+
+def host_id(run: Run) -> str:
+    return run.environ.get("FLYDSL_HOST_ID") or socket.gethostname()
+
+
+def open_leases(run: Run, cache: Cache) -> Optional[Leases]:
+    """The cache's leases, or None (said once per cache) when its store does not honour exclusive create."""
+    honoured, why = exclusive_create(cache.store)
+    if honoured:
+        return Leases(cache.store, run.settings.lease_ttl)
+    if cache.location not in _REPORTED:
+        _REPORTED.add(cache.location)
+        run.say(f"cache: {cache.location} does not honour exclusive create ({why}), so hosts sharing it cannot "
+                "take turns at a build; each host that misses builds by itself, as without a lease")
+    return None
+
+
+def holder_progress(run: Run) -> Progress:
+    """The holder's step, percent and ETA for its heartbeat, from its run record."""
+    def progress() -> Tuple[Optional[str], Optional[float], Optional[float]]:
+        tracker = run.tracker
+        if tracker is None:
+            return run.step_name, None, None
+        return tracker.record.step, tracker.record.percent, tracker.record.remaining_eta()
+    return progress
+
+
+def describe(record: LeaseRecord) -> str:
+    """"host-7 (run 20261130-...) building the FlyDSL tree for a35627a2: build 62%, 9 min so far"."""
+    shown = record.step or "starting"
+    if record.percent is not None:
+        shown += f" {record.percent:g}%"
+    return f"{record.who()} building {record.what}: {shown}, {fmt_seconds(record.elapsed_s)} so far"
+
+
+def take_turn(run: Run, cache: Cache, kind: str, key: str, what: str, fetch: Callable[[], Optional[T]]) -> Turn[T]:
+    leases = open_leases(run, cache)
+    if leases is None:
+        return Turn()
+    waiter = _Waiter(run, leases, kind, key, what)
+    manifest = manifest_path(kind, key)  # polled by existence: a tree's manifest can be a megabyte
+    try:
+        while True:
+            if cache.store.exists(manifest):
+                # Published by another host (while we waited, or since our miss): a cache hit; an entry we
+                # cannot use is built around without a lease, as without one.
+                return Turn(fetched=fetch())
+            held = waiter.turn()
+            if held is not None:
+                if not cache.store.exists(manifest):  # nobody published while we took it
+                    return Turn(held=held)
+                held.release(published=False)
+                continue
+            time.sleep(min(1.0, leases.ttl / 8))
+    except CacheError as exc:
+        run.say(f"cache: the build lease cannot be used now ({exc}); building without it")
+        return Turn()
+    finally:
+        waiter.stop()
+
+
+class _Waiter:
+    """One run's view of a key's lease: take it when free, dead or failed once; else wait and report."""
+
+    def __init__(self, run: Run, leases: Leases, kind: str, key: str, what: str) -> None:
+        self.run, self.leases, self.kind, self.key, self.what = run, leases, kind, key, what
+        self.seen: Dict[int, Tuple[bytes, float]] = {}  # generation: (its bytes, when first seen so)
+        self.started: Optional[float] = None
+        self.reported: Optional[Tuple[int, str]] = None
+        self.next_report = 0.0
+
+    def turn(self) -> Optional[HeldLease]:
+        newest = self.leases.newest(self.kind, self.key)
+        if newest is None:
+            return self._take(1, 0)
+        if newest.state == FAILED:
+            if not self.leases.is_news(newest):
+                return self._take(newest.generation + 1, 0)  # history: a new round
+            if newest.failures_before >= 1:
+                raise self._give_up(newest)
+            self.run.say(f"{newest.who()} failed to build {self.what} ({_failure_text(newest)}); trying once here")
+            return self._take(newest.generation + 1, newest.failures_before + 1)
+        if self._dead(newest):
+            ttl = newest.ttl if newest.ttl > 0 else self.leases.ttl
+            self.run.say(f"the build lease of {newest.who()} on {self.what} is dead: no heartbeat for "
+                         f"{ttl:g} s (its FLYDSL_LEASE_TTL); taking it over")
+            return self._take(newest.generation + 1, newest.failures_before)
+        self._wait(newest)
+        return None
+
+    def _take(self, generation: int, failures_before: int) -> Optional[HeldLease]:
+        record = LeaseRecord(self.kind, self.key, generation, host_id(self.run), self.run.run_id, os.getpid(),
+                             time.time(), self.what, failures_before, self.leases.ttl)
+        held = self.leases.take(record, holder_progress(self.run))
+        if held is not None:
+            self.run.say(f"took the build lease on {self.what} in {self.leases.store.location} "
+                         f"(generation {generation}); other hosts wait for this build")
+        return held
+
+    def _dead(self, record: LeaseRecord) -> bool:
+        """The same bytes for longer than the TTL, by this host's own monotonic clock."""
+        now = time.monotonic()
+        seen = self.seen.get(record.generation)
+        if seen is None or seen[0] != record.raw:
+            self.seen[record.generation] = (record.raw, now)
+            return False
+        # The holder's TTL: hosts with different settings still agree on when a lease is dead.
+        ttl = record.ttl if record.ttl > 0 else self.leases.ttl
+        return now - seen[1] > ttl
+
+    def _wait(self, holder: LeaseRecord) -> None:
+        now = time.monotonic()
+        if self.started is None:
+            self.started = now
+        text = describe(holder)
+        if (holder.generation, holder.host) != self.reported or now >= self.next_report:
+            self.reported = (holder.generation, holder.host)
+            self.next_report = now + REPORT_INTERVAL_S
+            self.run.say(f"waiting for {text}; this run fetches the result when it is published")
+        if self.run.tracker is not None:
+            self.run.tracker.follow({"host": holder.host, "run_id": holder.run_id, "pid": holder.pid,
+                                     "what": holder.what, "step": holder.step, "percent": holder.percent,
+                                     "elapsed_s": holder.elapsed_s, "text": text}, holder.percent, holder.eta_s)
+        if holder.percent is not None:
+            self.run.reporter.progress(self.run.step_name, holder.percent, holder.eta_s)
+        timeout = self.run.settings.lock_timeout
+        if timeout is not None and now - self.started >= timeout:
+            raise EnsureError(
+                ExitCode.LOCK,
+                f"waited {fmt_seconds(now - self.started)} for {text}; "
+                f"{self.run.settings.label('lock_timeout')}={timeout:g} s ran out",
+                stage="lease",
+                hint=f"that host ({holder.host}, run {holder.run_id}) is building {holder.what} for the whole "
+                "fleet; run again later to fetch it from the cache, or raise FLYDSL_LOCK_TIMEOUT",
+            )
+
+    def _give_up(self, record: LeaseRecord) -> EnsureError:
+        failure = record.failure or {}
+        code = failure.get("exit_code")
+        return EnsureError(
+            ExitCode(code) if isinstance(code, int) and code in ExitCode._value2member_map_ else ExitCode.INTERNAL,
+            f"{self.what} failed twice in the fleet, last on {record.who()}: {_failure_text(record)}",
+            stage=str(failure.get("stage") or "lease"),
+            hint=f"read the log of run {record.run_id} on {record.host}; the failure is not this host's. Once "
+            "the cause is fixed, run again (a failure record stops the fleet for FLYDSL_LEASE_TTL seconds)",
+        )
+
+    def stop(self) -> None:
+        if self.started is not None and self.run.tracker is not None:
+            self.run.tracker.follow(None, None, None)
+
+
+def _failure_text(record: LeaseRecord) -> str:
+    failure = record.failure or {}
+    return f"stage {failure.get('stage')}, exit {failure.get('exit_code')}: {failure.get('reason')}"
+
+
+def end_turn(held: Optional[HeldLease], error: Optional[BaseException]) -> None:
+    """After the build (and the publish) of a lease holder: release it, or record how the build failed."""
+    if held is None:
+        return
+    if error is None:
+        held.release(published=True)
+    elif isinstance(error, (KeyboardInterrupt, Interrupted, SystemExit, GeneratorExit)):
+        held.release(published=False)  # not the build's fault: a waiter takes over at once
+    elif isinstance(error, EnsureError):
+        held.fail(error.stage or None, int(error.code), error.reason)
+    else:
+        held.fail(None, int(ExitCode.INTERNAL), f"{type(error).__name__}: {error}")
+
+
+@contextlib.contextmanager
+def holding(held: Optional[HeldLease]) -> Iterator[None]:
+    """The body builds and publishes under ``held``; the lease ends with it, however it ends."""
+    try:
+        yield
+    except BaseException as exc:
+        end_turn(held, exc)
+        raise
+    end_turn(held, None)

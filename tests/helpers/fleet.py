@@ -1,0 +1,96 @@
+"""Several "hosts" on one machine sharing one binary cache (a folder or moto's S3 server), for the build
+lease's tests and benchmark: each host is a Workspace of its own (its own base folder, root and lock) with
+FLYDSL_HOST_ID naming it; every host counts its builds into one shared FIXTURE_COUNTER_DIR."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+import uuid
+from typing import Any, Dict, List, Optional
+
+from tests.helpers.flydsl_fixture import FixtureRepo, counts
+from tests.helpers.s3_server import S3Server
+from tests.helpers.workspace import Workspace
+
+
+class SharedCache:
+    """FLYDSL_CACHE for every host, and a look at its lease objects from outside the tool."""
+
+    def __init__(self, kind: str, tmp: str, server: Optional[S3Server] = None) -> None:
+        self.kind = kind
+        self.server = server
+        self.env: Dict[str, str] = {}
+        if kind == "s3":
+            assert server is not None
+            self.bucket = "flydsl-" + uuid.uuid4().hex[:12]
+            server.make_bucket(self.bucket)
+            self.url = f"s3://{self.bucket}/builds"
+            self.env = dict(server.env(), AWS_SHARED_CREDENTIALS_FILE="/nonexistent", AWS_CONFIG_FILE="/nonexistent")
+        else:
+            self.url = os.path.join(tmp, "shared-cache")
+
+    def files(self, under: str) -> List[str]:
+        """Paths relative to the cache of every object under ``under`` (e.g. "leases")."""
+        if self.kind == "s3":
+            assert self.server is not None
+            listing = self.server.client().list_objects_v2(Bucket=self.bucket, Prefix=f"builds/{under}/")
+            return sorted(o["Key"][len("builds/"):] for o in listing.get("Contents", []))
+        top = os.path.join(self.url, under)
+        found = []
+        for folder, _dirs, names in os.walk(top):
+            found += [os.path.relpath(os.path.join(folder, n), self.url) for n in names]
+        return sorted(found)
+
+    def read(self, rel: str) -> Optional[Dict[str, Any]]:
+        try:
+            if self.kind == "s3":
+                assert self.server is not None
+                body = self.server.client().get_object(Bucket=self.bucket, Key=f"builds/{rel}")["Body"].read()
+            else:
+                with open(os.path.join(self.url, rel), "rb") as handle:
+                    body = handle.read()
+        except Exception:
+            return None  # removed since the listing
+        data = json.loads(body)
+        assert isinstance(data, dict)
+        return data
+
+    def leases(self, kind: str) -> List[Dict[str, Any]]:
+        """The lease records of ``kind`` ("tree" or "mlir") there are now (probe objects left out)."""
+        found = [self.read(p) for p in self.files("leases") if p.startswith(f"leases/{kind}/")]
+        return [r for r in found if r is not None]
+
+    def wait_lease(self, kind: str, timeout: float = 60.0, **match: object) -> Dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for record in self.leases(kind):
+                if all(record.get(k) == v for k, v in match.items()):
+                    return record
+            time.sleep(0.05)
+        raise AssertionError(f"no {kind} lease {match} within {timeout} s: {self.files('leases')}")
+
+
+def fleet_host(tmp: str, repo: FixtureRepo, name: str, cache: SharedCache, **env: str) -> Workspace:
+    ws = Workspace(os.path.join(tmp, name, "base"), repo)
+    ws.counter = os.path.join(tmp, "fleet-counters")
+    os.makedirs(ws.counter, exist_ok=True)
+    ws.env.update(cache.env)
+    ws.env.update({"FLYDSL_CACHE": cache.url, "FLYDSL_HOST_ID": name, "FIXTURE_COUNTER_DIR": ws.counter})
+    ws.env.update(env)
+    return ws
+
+
+def builds(counter: str, name: str) -> int:
+    return len(counts(counter, name))
+
+
+def finish(procs: Dict[str, "subprocess.Popen[str]"], timeout: float = 300) -> Dict[str, Any]:
+    """Each host's (exit code, what it said: stdout and stderr), once all have ended."""
+    out = {}
+    for name, proc in procs.items():
+        stdout, stderr = proc.communicate(timeout=timeout)
+        out[name] = (proc.returncode, stdout + stderr)
+    return out

@@ -1,0 +1,37 @@
+"""An FTP server on 127.0.0.1 (pyftpdlib, in a thread): a real store whose "create if absent" is a plain
+overwrite (fsspec's FTP file system sends STOR for ``open(path, "xb")``), for the build lease's probe."""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+import threading
+from typing import Any
+
+USER, PASSWORD = "fleet", "fleet-test"
+
+
+class FtpServer:
+    def __init__(self) -> None:
+        from pyftpdlib.authorizers import DummyAuthorizer
+        from pyftpdlib.handlers import FTPHandler
+        from pyftpdlib.servers import FTPServer
+
+        logging.getLogger("pyftpdlib").setLevel(logging.WARNING)
+        self.home = tempfile.mkdtemp(prefix="ensure-flydsl-ftp-")
+        authorizer = DummyAuthorizer()
+        authorizer.add_user(USER, PASSWORD, self.home, perm="elradfmwMT")
+        handler: Any = type("Handler", (FTPHandler,), {"authorizer": authorizer})
+        self._server = FTPServer(("127.0.0.1", 0), handler)
+        self.port = int(self._server.socket.getsockname()[1])
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"timeout": 0.2}, daemon=True)
+
+    def start(self) -> "FtpServer":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.close_all()
+
+    def url(self, path: str) -> str:
+        return f"ftp://{USER}:{PASSWORD}@127.0.0.1:{self.port}/{path}"

@@ -1,0 +1,299 @@
+"""The build lease: hosts sharing one cache that miss the same pin at once pay one LLVM build and one
+FlyDSL build; a dead holder is taken over, a failure is tried once more and then reported to every
+waiter, a waiter's FLYDSL_LOCK_TIMEOUT ends it with exit 7 naming the holder, and no lease outlives its
+run.  Each scenario runs against a shared folder and moto's S3 server."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from typing import Dict, Iterator
+
+import pytest
+
+from ensure_flydsl.binary_cache.lease import LeaseRecord, Leases, exclusive_create, generation_path
+from ensure_flydsl.binary_cache.store import FolderStore, open_store
+from tests.helpers.fleet import SharedCache, builds, finish, fleet_host
+from tests.helpers.flydsl_fixture import FixtureRepo
+from tests.helpers.ftp_server import FtpServer
+from tests.helpers.s3_server import S3Server
+from tests.helpers.scenario import assert_one_tree, wait_for
+from tests.helpers.workspace import Workspace
+
+
+@pytest.fixture(scope="module")
+def s3_server() -> Iterator[S3Server]:
+    server = S3Server().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(params=["folder", "s3"])
+def shared(request: pytest.FixtureRequest, tmp_path: "os.PathLike[str]") -> SharedCache:
+    if request.param == "s3":
+        return SharedCache("s3", str(tmp_path), request.getfixturevalue("s3_server"))
+    return SharedCache("folder", str(tmp_path))
+
+
+def hosts(tmp_path: "os.PathLike[str]", repo: FixtureRepo, shared: SharedCache, names: str,
+          **env: str) -> Dict[str, Workspace]:
+    return {name: fleet_host(str(tmp_path), repo, name, shared, **env) for name in names}
+
+
+def test_hosts_that_miss_at_once_pay_one_llvm_and_one_flydsl_build(tmp_path: "os.PathLike[str]",
+                                                                  fixture_repo: FixtureRepo,
+                                                                  shared: SharedCache) -> None:
+    fleet = hosts(tmp_path, fixture_repo, shared, "abcd", FIXTURE_LLVM_SLEEP="1", FIXTURE_BUILD_SLEEP="1.5")
+    procs = {name: ws.popen("--json") for name, ws in fleet.items()}
+    ended = finish(procs)
+    for name, (code, stderr) in ended.items():
+        assert code == 0, f"{name}: {stderr}"
+    counter = fleet["a"].counter
+    assert builds(counter, "llvm") == 1 and builds(counter, "build") == 1
+    assert open(os.path.join(counter, "build.count")).read().split() == [fixture_repo.commits["dev"]]
+    hows = sorted(ws.env_twin()["how"] for ws in fleet.values())
+    assert hows == ["built", "cached", "cached", "cached"]
+    for ws in fleet.values():
+        assert ws.env_twin()["commit"] == fixture_repo.commits["dev"]
+        assert_one_tree(ws)
+    waited = [said for _code, said in ended.values() if "waiting for " in said]
+    assert waited  # (a host slowed down by the machine may find an entry published before it looked)
+    assert any("building the FlyDSL tree for " + fixture_repo.commits["dev"][:8] in s or
+               "building MLIR for LLVM " in s for s in waited)
+    assert shared.files("leases") == []  # no lease (nor probe object) outlives the runs
+
+
+def test_a_holder_killed_with_kill_9_is_taken_over(tmp_path: "os.PathLike[str]", fixture_repo: FixtureRepo,
+                                                   shared: SharedCache) -> None:
+    fleet = hosts(tmp_path, fixture_repo, shared, "ab", FLYDSL_LEASE_TTL="3")
+    a = fleet["a"].popen(FIXTURE_BUILD_SLEEP="30")
+    holder = shared.wait_lease("tree", host="a")
+    b = fleet["b"].popen()
+    shared.wait_lease("tree", host="a", beat=1)  # a beats while it builds (every TTL/4)
+    wait_for(os.path.join(fleet["a"].counter, "build.started"))
+    os.kill(holder["pid"], signal.SIGKILL)
+    assert a.wait(timeout=30) == -signal.SIGKILL
+    out, stderr = b.communicate(timeout=120)
+    stderr += out
+    assert b.returncode == 0, stderr
+    assert f"the build lease of a (run {holder['run_id']}) on the FlyDSL tree" in stderr and "is dead" in stderr
+    assert fleet["b"].env_twin()["how"] == "built"
+    assert builds(fleet["a"].counter, "build") == 2  # a's, killed, and b's
+    assert builds(fleet["a"].counter, "llvm") == 1  # b fetched the MLIR a had published
+    assert_one_tree(fleet["b"])
+    assert shared.files("leases") == []
+
+
+def test_two_waiters_racing_for_a_dead_lease_give_one_builder(tmp_path: "os.PathLike[str]",
+                                                             fixture_repo: FixtureRepo, shared: SharedCache) -> None:
+    fleet = hosts(tmp_path, fixture_repo, shared, "abc", FLYDSL_LEASE_TTL="2")
+    a = fleet["a"].popen(FIXTURE_LLVM_SLEEP="30")
+    holder = shared.wait_lease("mlir", host="a")
+    wait_for(os.path.join(fleet["a"].counter, "llvm.started"))
+    os.kill(holder["pid"], signal.SIGKILL)
+    assert a.wait(timeout=30) == -signal.SIGKILL
+    ended = finish({name: fleet[name].popen() for name in "bc"})
+    for name, (code, stderr) in ended.items():
+        assert code == 0, f"{name}: {stderr}"
+    counter = fleet["a"].counter
+    assert builds(counter, "llvm") == 2  # a's, killed, and one of b and c
+    assert builds(counter, "build") == 1
+    took = [name for name, (_c, stderr) in ended.items() if "taking it over" in stderr and
+            "took the build lease on MLIR" in stderr]
+    assert len(took) == 1, ended
+    assert sorted(fleet[n].env_twin()["how"] for n in "bc") in (["built", "cached"], ["built", "built"])
+    assert shared.files("leases") == []
+
+
+def test_a_recorded_failure_is_tried_once_more_then_reported_to_every_waiter(
+        tmp_path: "os.PathLike[str]", fixture_repo: FixtureRepo, shared: SharedCache) -> None:
+    fleet = hosts(tmp_path, fixture_repo, shared, "abc", FIXTURE_BUILD_HOOK="sleep 2; exit 1")
+    a = fleet["a"].popen()
+    shared.wait_lease("tree", host="a")
+    others = {name: fleet[name].popen() for name in "bc"}
+    a_out, a_err = a.communicate(timeout=120)
+    a_err += a_out
+    assert a.returncode == 5, a_err
+    ended = finish(others)
+    assert sorted(code for code, _ in ended.values()) == [5, 5]
+    assert builds(fleet["a"].counter, "build") == 2  # a's and one retry, never a third
+    retried = [n for n, (_c, err) in ended.items() if "trying once here" in err and "took the build lease on the"
+               in err]
+    assert len(retried) == 1, ended
+    gave_up = next(n for n in "bc" if n not in retried)
+    stderr = ended[gave_up][1]
+    assert f"failed twice in the fleet, last on {retried[0]} (run " in stderr
+    assert "stage build, exit 5" in stderr
+    marker = fleet[gave_up].marker()
+    assert marker["exit_code"] == 5 and marker["stage"] == "build"
+    assert "failed twice in the fleet" in str(marker["reason"])
+    for name in (retried[0], "a"):
+        own = fleet[name].marker()
+        assert own["exit_code"] == 5 and own["stage"] == "build", own
+    # What stays is the last failure record (no lease: nobody holds it), news for TTL seconds.
+    left = shared.leases("tree")
+    assert [r["state"] for r in left] == ["failed"] and left[0]["host"] == retried[0]
+
+
+def test_a_failure_on_one_host_does_not_stop_the_fleet(tmp_path: "os.PathLike[str]", fixture_repo: FixtureRepo,
+                                                       tmp_path_factory: pytest.TempPathFactory) -> None:
+    shared = SharedCache("folder", str(tmp_path))
+    fleet = hosts(tmp_path, fixture_repo, shared, "abc")
+    a = fleet["a"].popen(FIXTURE_BUILD_HOOK="sleep 2; exit 1")  # say, the OOM killer on host a
+    shared.wait_lease("tree", host="a")
+    ended = finish({name: fleet[name].popen() for name in "bc"})
+    a.communicate(timeout=60)
+    assert a.returncode == 5
+    assert [code for code, _ in ended.values()] == [0, 0], ended
+    assert builds(fleet["a"].counter, "build") == 2
+    assert sorted(fleet[n].env_twin()["how"] for n in "bc") == ["built", "cached"]
+    assert shared.files("leases") == []
+
+
+def test_a_waiters_lock_timeout_is_exit_7_naming_the_holder(tmp_path: "os.PathLike[str]",
+                                                           fixture_repo: FixtureRepo, shared: SharedCache) -> None:
+    fleet = hosts(tmp_path, fixture_repo, shared, "ab")
+    a = fleet["a"].popen(FIXTURE_BUILD_SLEEP="20")
+    holder = shared.wait_lease("tree", host="a")
+    out = fleet["b"].run(FLYDSL_LOCK_TIMEOUT="1")
+    assert out.returncode == 7, out.stderr
+    assert f"for a (run {holder['run_id']}) building the FlyDSL tree" in out.stderr
+    assert "FLYDSL_LOCK_TIMEOUT=1 s ran out" in out.stderr
+    marker = fleet["b"].marker()
+    assert marker["exit_code"] == 7 and marker["stage"] == "lease" and holder["run_id"] in str(marker["reason"])
+    assert builds(fleet["a"].counter, "build") == 1  # b never built
+    b = fleet["b"].popen()
+    deadline = time.monotonic() + 60
+    while not isinstance(json.loads(fleet["b"].run("status", "--json").stdout).get("waiting_for"), dict):
+        assert time.monotonic() < deadline and b.poll() is None
+        time.sleep(0.1)
+    os.killpg(b.pid, signal.SIGINT)  # Ctrl-C of a waiter: it held nothing, the holder builds on
+    b.communicate(timeout=60)
+    assert b.returncode == 130
+    assert [(r["host"], r["state"]) for r in shared.leases("tree")] == [("a", "building")]
+    os.killpg(a.pid, signal.SIGINT)  # Ctrl-C of the holder releases its lease at once
+    a.communicate(timeout=60)
+    assert a.returncode == 130
+    assert shared.leases("tree") == []
+
+
+def test_status_and_wait_show_whom_a_waiter_waits_for(tmp_path: "os.PathLike[str]", fixture_repo: FixtureRepo) -> None:
+    shared = SharedCache("folder", str(tmp_path))
+    fleet = hosts(tmp_path, fixture_repo, shared, "ab", FLYDSL_LEASE_TTL="2")
+    a = fleet["a"].popen(FIXTURE_BUILD_SLEEP="5")
+    holder = shared.wait_lease("tree", host="a")
+    b = fleet["b"]
+    assert b.run("start").returncode == 0
+    deadline = time.monotonic() + 60
+    while True:
+        data = json.loads(b.run("status", "--json").stdout)
+        if isinstance(data.get("waiting_for"), dict) and data["waiting_for"].get("percent") is not None:
+            break
+        assert data["state"] == "running" and time.monotonic() < deadline, data
+        time.sleep(0.1)
+    waiting = data["waiting_for"]
+    assert waiting["host"] == "a" and waiting["run_id"] == holder["run_id"]
+    assert data["percent"] == waiting["percent"]  # the holder's figures are the waiter's
+    assert waiting["text"].startswith(f"a (run {holder['run_id']}) building the FlyDSL tree for ")
+    text = b.run("status").stdout
+    assert f"waiting: for a (run {holder['run_id']}) building the FlyDSL tree" in text
+    followed = b.run("wait", "--heartbeat", "0.2")
+    assert followed.returncode == 0, followed.stderr
+    assert f"waiting for a (run {holder['run_id']}) building" in followed.stdout + followed.stderr
+    assert a.wait(timeout=60) == 0
+    assert b.env_twin()["how"] == "cached"
+    assert builds(b.counter, "build") == 1
+
+
+@pytest.fixture
+def ftp() -> Iterator[FtpServer]:
+    server = FtpServer().start()
+    yield server
+    server.stop()
+
+
+def test_a_store_that_ignores_exclusive_create_is_detected(tmp_path: "os.PathLike[str]", ftp: FtpServer) -> None:
+    honest = FolderStore(os.path.join(str(tmp_path), "honest"))
+    assert exclusive_create(honest) == (True, "")
+    sloppy = open_store(ftp.url("probe-cache"))  # fsspec's FTP: "xb" is a plain STOR
+    honoured, why = exclusive_create(sloppy)
+    assert not honoured and "a second create of one object succeeded" in why
+    for store in (honest, sloppy):  # the probe leaves nothing behind
+        assert store.list_files("leases") == []
+
+
+def test_on_such_a_store_each_host_builds_without_a_lease_as_before(tmp_path: "os.PathLike[str]",
+                                                                   fixture_repo: FixtureRepo, ftp: FtpServer) -> None:
+    shared = SharedCache("folder", str(tmp_path))
+    shared.url = ftp.url("fleet-cache")
+    fleet = hosts(tmp_path, fixture_repo, shared, "abc")
+    ended = finish({name: fleet[name].popen() for name in "ab"})
+    for name, (code, said) in ended.items():
+        assert code == 0, f"{name}: {said}"
+        assert said.count("does not honour exclusive create (a second create of one object succeeded") == 1
+        assert "so hosts sharing it cannot take turns at a build" in said
+        assert "waiting for" not in said and "took the build lease" not in said
+    assert builds(fleet["a"].counter, "build") == 2 and builds(fleet["a"].counter, "llvm") == 2
+    later = fleet["c"].run()  # the cache itself works on it: the third host fetches
+    assert later.returncode == 0, later.stderr
+    assert fleet["c"].env_twin()["how"] == "cached"
+    assert not os.path.exists(os.path.join(ftp.home, "fleet-cache", "leases")) or not any(
+        files for _d, _s, files in os.walk(os.path.join(ftp.home, "fleet-cache", "leases")))
+
+
+def test_lease_objects_generations_and_unreadable_records(tmp_path: "os.PathLike[str]") -> None:
+    store = FolderStore(os.path.join(str(tmp_path), "cache"))
+    leases, key = Leases(store, 60.0), "ab" * 32
+
+    def record(generation: int) -> LeaseRecord:
+        return LeaseRecord("tree", key, generation, "h", f"run-{generation}", os.getpid(), time.time(), "x")
+
+    held = leases.take(record(1), lambda: ("build", 50.0, 10.0))
+    assert held is not None
+    assert leases.take(record(1), lambda: (None, None, None)) is None  # one generation, one taker
+    first = leases.newest("tree", key)
+    assert first is not None and (first.step, first.percent, first.beat) == ("build", 50.0, 0)
+    held.beat()
+    again = leases.newest("tree", key)
+    assert again is not None and again.beat == 1 and again.raw != first.raw  # what a waiter watches change
+    # A taker acting on an older listing (a generation newer than its own exists) yields at once.
+    assert store.create_exclusive(generation_path("tree", key, 3), b"\x00 torn or foreign")
+    assert leases.take(record(2), lambda: (None, None, None)) is None
+    assert leases.generations("tree", key) == [1, 3]
+    unknown = leases.newest("tree", key)
+    assert unknown is not None and unknown.generation == 3 and unknown.state == "building"
+    assert unknown.host == "an unknown host"  # dies like any lease once its bytes stop changing
+    held.fail("build", 5, "boom")
+    data = json.loads(open(os.path.join(store.root, *generation_path("tree", key, 1).split("/"))).read())
+    assert data["state"] == "failed" and data["failure"] == {"stage": "build", "exit_code": 5, "reason": "boom"}
+    held.release(published=True)  # ended already: nothing more happens
+    assert leases.generations("tree", key) == [1, 3]
+    # A holder whose beats came late by a TTL was taken over: it stops beating, resurrects nothing.
+    late = leases.take(record(4), lambda: ("build", 1.0, None))
+    assert late is not None and leases.generations("tree", key) == [4]
+    assert store.create_exclusive(generation_path("tree", key, 5), record(5).to_bytes())
+    store.remove(generation_path("tree", key, 4))  # the new holder cleared the generations below its own
+    late.beat()
+    assert late.lost and leases.generations("tree", key) == [5]
+    late.fail("build", 5, "late")  # the key is the new holder's: no failure record of ours
+    assert leases.generations("tree", key) == [5]
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "abc", "nan", "inf"])
+def test_a_bad_lease_ttl_is_bad_input(ws: Workspace, value: str) -> None:
+    out = ws.run(FLYDSL_LEASE_TTL=value)
+    assert out.returncode == 64
+    assert f"FLYDSL_LEASE_TTL={value!r} is not allowed: seconds a build lease lives" in out.stderr
+    flag = ws.run(f"--lease-ttl={value}")
+    assert flag.returncode == 64 and f"--lease-ttl={value!r}" in flag.stderr
+    assert not os.path.exists(ws.root)
+
+
+def test_the_lease_needs_no_extra_for_a_folder() -> None:
+    out = subprocess.run([sys.executable, "-c", "import ensure_flydsl.binary_cache.lease, sys; "
+                          "print('fsspec' in sys.modules)"], stdout=subprocess.PIPE, text=True, check=True)
+    assert out.stdout.strip() == "False"
