@@ -171,3 +171,19 @@ def test_a_warm_probe_is_stopped_when_the_run_builds_instead(tmp_path: "os.PathL
     assert "preloaded=False" in trace(hitter)[0]
     assert open(during).read() == ""  # stopped before the build
     assert processes_of(hitter.root) == []
+
+
+def test_the_tree_is_byte_compiled_while_it_is_probed(ws: Workspace) -> None:
+    """The compile runs beside the probe; it is finished when the run is, and the next call is warm."""
+    out = ws.run("--json")
+    assert out.returncode == 0, out.stderr
+    tag = sys.implementation.cache_tag
+    packages = os.path.join(ws.root, "build-fly", "python_packages")
+    for folder, _dirs, files in os.walk(packages):
+        if "__pycache__" in folder:
+            continue
+        for name in files:
+            if name.endswith(".py"):
+                assert os.path.exists(os.path.join(folder, "__pycache__", f"{name[:-3]}.{tag}.pyc")), (folder, name)
+    assert os.path.exists(os.path.join(ws.root, "kernels", "__pycache__", f"moe_gemm_2stage.{tag}.pyc"))
+    assert json.loads(ws.run("--json").stdout)["action"] == "warm"

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
-from typing import List, Mapping
+import signal
+import subprocess
+from typing import Iterator, List, Mapping
 
 from ensure_flydsl.errors import EnsureError, ExitCode
 from ensure_flydsl.layout import build_dir, packages_dir, tree_folders
@@ -12,7 +15,6 @@ from ensure_flydsl.probe.interpreter import Probe, probe_modules, run_probe
 from ensure_flydsl.result import How
 from ensure_flydsl.runs.context import Decision, Run
 from ensure_flydsl.source.root import move_aside, remove_tree
-from ensure_flydsl.support.processes import cmd_output
 
 
 def probe_tree(run: Run, prefix: List[str]) -> Probe:
@@ -48,15 +50,36 @@ def prepare_build_dir(run: Run, key: Mapping[str, object]) -> str:
     return folder
 
 
-def compile_tree(run: Run) -> None:
-    """Byte-compile the tree once, with the target interpreter: the probe and every later import then skip
-    compiling FlyDSL's modules (about 1.2 s of each cold import; a wheel is installed with --no-compile
-    because pip would compile for the tool's own Python).  Cached trees carry their bytecode along."""
+@contextlib.contextmanager
+def compiling_tree(run: Run) -> Iterator[None]:
+    """Byte-compile the tree with the target interpreter while the probe runs: every later import then
+    skips compiling FlyDSL's modules (about 1.2 s of each cold import; a wheel is unpacked without
+    bytecode, which would be the tool's own Python's).  The compiler writes each .pyc atomically, so the
+    probe, which writes none, reads a whole one or compiles that module itself.  Cached trees carry their
+    bytecode along.  Waited for when the probe is done; stopped if the probe fails or is interrupted."""
     root = run.settings.root
     folders = [f for f in (packages_dir(root), os.path.join(root, "kernels")) if os.path.isdir(f)]
-    if folders:
-        cmd_output([run.interpreter.executable, "-m", "compileall", "-q", "-j", "0", *folders], check=False,
-                   timeout=900)
+    if not folders:
+        yield
+        return
+    proc = subprocess.Popen([run.interpreter.executable, "-m", "compileall", "-q", "-j", "0", *folders],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    try:
+        yield
+    except BaseException:
+        _stop(proc)
+        raise
+    try:
+        proc.wait(timeout=900)
+    except subprocess.TimeoutExpired:
+        _stop(proc)
+
+
+def _stop(proc: "subprocess.Popen[bytes]") -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
 
 
 class TreeDoesNotImport(EnsureError):
@@ -71,8 +94,8 @@ class TreeDoesNotImport(EnsureError):
 def verify_tree(run: Run, commit: str, how: How) -> Decision:
     settings = run.settings
     prefix = tree_folders(settings.root)
-    compile_tree(run)
-    probe = probe_tree(run, prefix)
+    with compiling_tree(run):
+        probe = probe_tree(run, prefix)
     verdict = evaluate(probe, settings.min_version, settings.require)
     if not verdict.reusable:
         raise TreeDoesNotImport(
