@@ -18,6 +18,7 @@
           owner.json                       the tool made or adopted the root
           stamps/<step>.json               steps finished, keyed by their inputs
           tools/                           private build tools, shims, the ROCm overlay
+          wheel-download/                  a release wheel downloaded while the pin is fetched
 
 The default lock, marker and log paths are shared by the roots of one folder, as the bash executor
 (``ensure_flydsl.sh``) had them.
@@ -54,6 +55,11 @@ def stamps_dir(root: str) -> str:
 
 def owner_file(root: str) -> str:
     return os.path.join(root, STATE_DIR, "owner.json")
+
+
+def wheel_download_dir(root: str) -> str:
+    """Where a release run's wheel lands while git fetches the pin (removed when the run ends)."""
+    return os.path.join(root, STATE_DIR, "wheel-download")
 
 
 def tools_dir(root: str) -> str:

@@ -7,10 +7,10 @@ from __future__ import annotations
 import os
 from typing import List, Optional
 
-from ensure_flydsl.build.wheels import pin_as_tag, release_tags
+from ensure_flydsl.build.wheels import WheelDownload, pin_as_tag, release_tags
 from ensure_flydsl.doctor.requirements import Finding, assess, stop_if_missing, summary
 from ensure_flydsl.errors import BadInput, EnsureError, ExitCode
-from ensure_flydsl.layout import tree_folders
+from ensure_flydsl.layout import packages_dir, tree_folders, wheel_download_dir
 from ensure_flydsl.pipeline.decide import tree_key
 from ensure_flydsl.pipeline.publish import publish
 from ensure_flydsl.probe.interpreter import WarmProbe, probe_modules
@@ -23,18 +23,22 @@ from ensure_flydsl.runs.context import Decision, Run
 from ensure_flydsl.setting_values import GitMirrors
 from ensure_flydsl.source import git as gitsource
 from ensure_flydsl.source.requirements import CheckoutSources, readable_checkout
-from ensure_flydsl.source.root import claim_root, classify_root, exclude_from_git
+from ensure_flydsl.source.root import claim_root, classify_root, exclude_from_git, remove_tree
 from ensure_flydsl.support import faults
 
 
 def provision(run: Run) -> Result:
     """Under the lock: the pin into the root, then the first provider that gives a verified tree."""
     claim_for_build(run)
-    with run.step("fetch"):
-        commit = fetch_and_checkout(run)
-    with run.step("requirements"):
-        finding = check_requirements(run)
-    providers = providers_for(run, commit)
+    try:
+        with run.step("fetch"):
+            commit = fetch_and_checkout(run)
+        with run.step("requirements"):
+            finding = check_requirements(run)
+        providers = providers_for(run, commit)
+    except BaseException:
+        stop_wheel_download(run)
+        raise
     try:
         if finding is not None and finding.needed and providers[0].name != "source":
             start_warm_probe(run, [r.module for r in finding.needed])
@@ -52,6 +56,7 @@ def provision(run: Run) -> Result:
         if run.warm_probe is not None:
             run.warm_probe.close()
             run.warm_probe = None
+        stop_wheel_download(run)
     raise EnsureError(ExitCode.INTERNAL, "no provider gave a tree", stage="provision")  # source always does
 
 
@@ -93,6 +98,33 @@ def check_requirements(run: Run) -> Optional[Finding]:
     return finding
 
 
+def start_wheel_download(run: Run, commit: str, tags: List[str]) -> None:
+    """The refs say the pin is a release's commit: under ``auto`` or ``release``, start downloading its wheel
+    now, beside git's fetch of the pin (the release provider takes it over).  Not when that wheel is already
+    installed in the root; a requirements check that fails later stops it and removes what it fetched."""
+    settings, root = run.settings, run.settings.root
+    versions = release_tags(tags)
+    if settings.strategy not in ("auto", "release") or not versions:
+        return
+    key = {"release": versions[0], "commit": commit, "abi": run.interpreter.abi}
+    if run.stamps.done("build", key) and os.path.isdir(packages_dir(root)):
+        return
+    folder = wheel_download_dir(root)
+    remove_tree(folder)  # a leftover of an interrupted run of ours
+    try:
+        run.wheel_download = WheelDownload(run.interpreter, versions[0], folder)
+    except (EnsureError, OSError):
+        return  # the release provider meets the same problem and says it, at its turn
+    run.say(f"release v{versions[0]}: downloading the flydsl=={versions[0]} wheel while the pin is fetched")
+
+
+def stop_wheel_download(run: Run) -> None:
+    if run.wheel_download is not None:
+        run.wheel_download.abort()
+        run.wheel_download = None
+    remove_tree(wheel_download_dir(run.settings.root))
+
+
 def start_warm_probe(run: Run, preload: List[str]) -> None:
     """Start the final probe's interpreter now, importing ``preload`` (torch alone takes seconds) while the
     wheel or the cache entry is fetched and unpacked; a source build, an hour long, stops it (memory)."""
@@ -131,7 +163,7 @@ def fetch_and_checkout(run: Run) -> str:
     gitsource.ensure_repository(root, settings.repo, mirrors=settings.git_mirrors)
     exclude_from_git(root)
     commit = gitsource.fetch_pin(root, pin, settings.repo, run.say, mirrors=settings.git_mirrors,
-                                 on_fetch=run.worked)
+                                 on_fetch=run.worked, on_tags=lambda sha, tags: start_wheel_download(run, sha, tags))
     run.say(f"pin {pin} is commit {commit}")
     faults.point("fetched")
     checkout_key = {"commit": commit}

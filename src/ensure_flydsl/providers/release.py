@@ -23,7 +23,7 @@ from ensure_flydsl.build.wheels import (
     static_version,
 )
 from ensure_flydsl.errors import EnsureError, ExitCode
-from ensure_flydsl.layout import packages_dir
+from ensure_flydsl.layout import packages_dir, wheel_download_dir
 from ensure_flydsl.probe.gate import TREE_PACKAGES
 from ensure_flydsl.probe.interpreter import Probe
 from ensure_flydsl.providers.base import Provider
@@ -109,8 +109,7 @@ class ReleaseProvider(Provider):
         remove_tree(download)  # leftovers of an interrupted run of ours
         remove_tree(staging)
         try:
-            run.say(f"release v{version}: downloading the flydsl=={version} wheel for {run.interpreter.executable}")
-            wheel = download_wheel(run.interpreter, version, download, run.build_line)
+            wheel = self._download(run, download)
             self._prove(run, commit, wheel)
             run.say(f"release v{version}: installing {os.path.basename(wheel)}")
             try:
@@ -120,6 +119,7 @@ class ReleaseProvider(Provider):
                 raise
         finally:
             remove_tree(download)
+            remove_tree(wheel_download_dir(root))  # the one downloaded beside the fetch
         faults.point("release-installed")
         check_versions_agree(
             "v" + version,
@@ -130,6 +130,18 @@ class ReleaseProvider(Provider):
         remove_tree(packages)
         os.rename(staging, packages)
         stamps.finish("build", key)
+
+    def _download(self, run: Run, folder: str) -> str:
+        """The wheel's path: from the download the run started beside the fetch, or downloaded now."""
+        version, early = self.version, run.wheel_download
+        run.wheel_download = None
+        if early is not None and early.version == version:
+            run.say(f"release v{version}: taking the flydsl=={version} wheel downloaded beside the fetch")
+            return early.wheel(run.build_line)
+        if early is not None:
+            early.abort()
+        run.say(f"release v{version}: downloading the flydsl=={version} wheel for {run.interpreter.executable}")
+        return download_wheel(run.interpreter, version, folder, run.build_line)
 
     def _prove(self, run: Run, commit: str, wheel: str) -> None:
         """Refuse a wheel whose package is not the checkout's ``python/flydsl``, before any of it is installed."""

@@ -7,6 +7,7 @@ import dataclasses
 import time
 from typing import Dict, Iterator, List, Mapping, Optional, Sequence
 
+from ensure_flydsl.build.wheels import WheelDownload
 from ensure_flydsl.probe.gate import Verdict
 from ensure_flydsl.probe.interpreter import Interpreter, Probe, WarmProbe
 from ensure_flydsl.result import How
@@ -52,6 +53,7 @@ class Run:
         self.tracker: Optional[Tracker] = None
         self._worked = False
         self.warm_probe: Optional[WarmProbe] = None  # the final probe's interpreter, started early
+        self.wheel_download: Optional[WheelDownload] = None  # a release wheel, downloading beside the fetch
 
     @property
     def interpreter(self) -> Interpreter:

@@ -135,11 +135,14 @@ def _fetch(root: str, repo: str, *refspecs: str, mirrors: GitMirrors) -> None:
 
 
 def fetch_pin(root: str, pin: str, repo: str, say: Callable[[str], None], *, mirrors: GitMirrors,
-              on_fetch: Callable[[], None] = lambda: None) -> str:
+              on_fetch: Callable[[], None] = lambda: None,
+              on_tags: Callable[[str, List[str]], None] = lambda commit, tags: None) -> str:
     """Fetch only what names ``pin`` (and the tags pointing at its commit); return its full commit hash.
 
     The refs are listed first, so an unreachable repository is exit 2 and a pin it does not have is exit 3,
     and only the pin's history is fetched (a mirror that lacks objects of unrelated branches still works).
+    ``on_tags`` hears, before the fetch, the pin's commit and its tags when the refs already tell them (a
+    tag or a full hash): a release run starts its wheel download then, beside the fetch.
     """
     full_hash = len(pin) == 40 and bool(_HEX.match(pin))
     if full_hash:
@@ -150,6 +153,9 @@ def fetch_pin(root: str, pin: str, repo: str, say: Callable[[str], None], *, mir
     say(f"fetching {pin} from {repo} into {root}")
     on_fetch()
     refs = remote_refs(root, repo, mirrors=mirrors)
+    early = refs.get(f"refs/tags/{pin}^{{}}") or refs.get(f"refs/tags/{pin}") or (pin.lower() if full_hash else None)
+    if early is not None:
+        on_tags(early, _tags_at(refs, early))
     if f"refs/tags/{pin}" in refs:
         _fetch(root, repo, f"+refs/tags/{pin}:refs/tags/{pin}", mirrors=mirrors)
     elif f"refs/heads/{pin}" in refs:
@@ -171,14 +177,20 @@ def fetch_pin(root: str, pin: str, repo: str, say: Callable[[str], None], *, mir
             hint="check FLYDSL_PIN (a full commit hash or a tag such as v0.2.2)",
         )
     # The tags that point at the commit, so that a release tag's commit is known as one.
-    tags = [name[len("refs/tags/"):-3] for name, sha in refs.items()
-            if name.startswith("refs/tags/") and name.endswith("^{}") and sha == commit]
-    tags += [name[len("refs/tags/"):] for name, sha in refs.items()
-             if name.startswith("refs/tags/") and not name.endswith("^{}") and sha == commit]
+    tags = _tags_at(refs, commit)
     missing = sorted(set(tags) - {pin})  # the pin's own tag is already here
     if missing:
         _fetch(root, repo, *(f"+refs/tags/{t}:refs/tags/{t}" for t in missing), mirrors=mirrors)
     return commit
+
+
+def _tags_at(refs: Dict[str, str], commit: str) -> List[str]:
+    """The tags ``git ls-remote`` shows pointing at ``commit`` (annotated ones by their peeled line)."""
+    tags = [name[len("refs/tags/"):-3] for name, sha in refs.items()
+            if name.startswith("refs/tags/") and name.endswith("^{}") and sha == commit]
+    tags += [name[len("refs/tags/"):] for name, sha in refs.items()
+             if name.startswith("refs/tags/") and not name.endswith("^{}") and sha == commit]
+    return tags
 
 
 def head_commit(root: str, repo: str, *, mirrors: GitMirrors) -> Optional[str]:
