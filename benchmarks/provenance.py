@@ -42,7 +42,8 @@ def main() -> int:
         seconds = []
         for _ in range(args.runs):
             started = time.perf_counter()
-            found = check_provenance(wheel, os.path.join(checkout, SOURCES), tracked_sources(checkout, commit, repo))
+            files = tracked_sources(checkout, commit, repo, ())  # no git mirrors: the checkout is local
+            found = check_provenance(wheel, os.path.join(checkout, SOURCES), files)
             seconds.append(time.perf_counter() - started)
             assert found.proven, found.summary()
         size = os.path.getsize(wheel) / 2**20
