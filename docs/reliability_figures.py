@@ -72,7 +72,7 @@ def table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> List[str]:
 
 def faults_from_test_faults(cases: Sequence[Tuple[str, str, str, float]]) -> List[Event]:
     """tests/scenarios/test_faults.py records nothing itself: each of its passed parametrized kills is one fault."""
-    from test_kill_stages import STAGE_OF_POINT
+    from tests.scenarios.test_kill_stages import STAGE_OF_POINT
 
     found: List[Event] = []
     for module, name, outcome, _seconds in cases:
