@@ -28,7 +28,8 @@ from ensure_flydsl.support import faults
 
 
 def provision(run: Run) -> Result:
-    """Under the lock: the pin into the root, then the first provider that gives a verified tree."""
+    """Under the lock: the pin into the root, then the first provider that gives a verified tree.  What the
+    run started early (the wheel's download, the probe's interpreter) is stopped when it ends, however."""
     claim_for_build(run)
     try:
         with run.step("fetch"):
@@ -36,27 +37,27 @@ def provision(run: Run) -> Result:
         with run.step("requirements"):
             finding = check_requirements(run)
         providers = providers_for(run, commit)
-    except BaseException:
-        stop_wheel_download(run)
-        raise
-    try:
         if finding is not None and finding.needed and providers[0].name != "source":
             start_warm_probe(run, [r.module for r in finding.needed])
-        for provider in providers:
-            try:
-                decision = provider.provide(run, commit)
-                if decision is not None:
-                    result = finish(run, commit, decision)
-                    provider.after_publish(run, commit)
-                    return result
-            except BaseException as exc:
-                provider.abandon(run, exc)  # a build lease held for the fleet records the failure
-                raise
+        return first_tree(run, commit, providers)
     finally:
         if run.warm_probe is not None:
             run.warm_probe.close()
             run.warm_probe = None
         stop_wheel_download(run)
+
+
+def first_tree(run: Run, commit: str, providers: List[Provider]) -> Result:
+    for provider in providers:
+        try:
+            decision = provider.provide(run, commit)
+            if decision is not None:
+                result = finish(run, commit, decision)
+                provider.after_publish(run, commit)
+                return result
+        except BaseException as exc:
+            provider.abandon(run, exc)  # a build lease held for the fleet records the failure
+            raise
     raise EnsureError(ExitCode.INTERNAL, "no provider gave a tree", stage="provision")  # source always does
 
 
@@ -85,7 +86,7 @@ def providers_for(run: Run, commit: str) -> List[Provider]:
 
 
 def check_requirements(run: Run) -> Optional[Finding]:
-    """Stop before any download or build when the interpreter lacks a module the pin's code imports
+    """Stop before anything is installed or built when the interpreter lacks a module the pin's code imports
     unconditionally (exit 6): such a tree could never pass the final probe.  Return what it found."""
     settings, root = run.settings, run.settings.root
     if not readable_checkout(root):
