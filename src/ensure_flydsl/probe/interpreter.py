@@ -33,6 +33,7 @@ preload = json.loads(sys.argv[2]) if len(sys.argv) > 2 else None
 if preload is not None:
     # Started early (WarmProbe): import the heavy third-party modules the tree needs while the tree is put in
     # place, then wait for "go" and probe as always.  A failed import is left to the probe proper to report.
+    started_with = set(sys.modules)
     for name in preload:
         os.write(out, ("importing %s\n" % name).encode())
         try:
@@ -45,13 +46,15 @@ if preload is not None:
     importlib.invalidate_caches()
     sys.path_importer_cache.clear()  # the tree's folders may not have existed when the path was first read
     from importlib.machinery import PathFinder
-    for name in preload:
-        loaded = sys.modules.get(name)
-        if loaded is None:
+    # Every top-level module the preload brought in (torch's own imports too) must still be what the path,
+    # the tree's folders now first on it, finds: else the tree shadows it and a fresh probe must answer.
+    for name in sorted(set(sys.modules) - started_with):
+        spec = getattr(sys.modules.get(name), "__spec__", None)
+        if "." in name or spec is None or not getattr(spec, "has_location", False):
             continue
         now = PathFinder.find_spec(name)
-        if now is None or now.origin != getattr(getattr(loaded, "__spec__", None), "origin", None):
-            os.write(out, ("stale %s\n" % name).encode())  # the tree shadows it now: a fresh probe must answer
+        if now is None or now.origin != spec.origin:
+            os.write(out, ("stale %s\n" % name).encode())
             sys.exit(0)
 try:
     site_dirs = list(site.getsitepackages())
@@ -106,6 +109,9 @@ if "flydsl" in sys.modules:
 payload = {"python": info, "modules": results, "version": version, "version_error": version_error}
 os.write(out, ("result " + json.dumps(payload) + "\n").encode())
 os.close(out)
+# The answer is out: skip the interpreter's teardown (with torch loaded, a few hundred ms of finalizers).
+sys.stderr.flush()
+os._exit(0)
 """
 
 
