@@ -190,3 +190,23 @@ def test_a_highly_compressible_blob_is_not_decompressed_into_memory(tmp_path: "o
     peak = fetch_peak(cache_dir, dest)
     assert peak < 100 * MIB, f"the fetch peaked at {peak / MIB:.0f} MiB"
     assert os.path.getsize(os.path.join(dest, "flydsl", "zeros.bin")) == 512 * MIB
+
+
+def test_fetched_files_keep_their_mtimes_whatever_their_size(tmp_path: "os.PathLike[str]") -> None:
+    """A small file's bytes sit in the write buffer until it is closed; setting the mtime before flushing
+    them let the close set it to now (a .pyc is valid only for its source's recorded mtime)."""
+    source = os.path.join(str(tmp_path), "src", "flydsl")
+    os.makedirs(source)
+    past = 1000000000  # 2001
+    for name, size in (("__init__.py", 27), ("big.bin", 3 * MIB)):
+        path = os.path.join(source, name)
+        with open(path, "wb") as handle:
+            handle.write(b"x" * size)
+        os.utime(path, (past, past))
+    cache = open_cache(os.path.join(str(tmp_path), "cache"))
+    entry = cache.publish("tree", KEY, FIELDS, os.path.dirname(source))
+    dest = os.path.join(str(tmp_path), "work", "python_packages")
+    os.makedirs(os.path.dirname(dest))
+    cache.fetch(entry, dest)
+    for name in ("__init__.py", "big.bin"):
+        assert os.stat(os.path.join(dest, "flydsl", name)).st_mtime == past, name

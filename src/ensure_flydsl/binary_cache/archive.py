@@ -294,7 +294,9 @@ def _write_file(tar: tarfile.TarFile, info: tarfile.TarInfo, path: str, want: Me
                 break
             digest.update(chunk)
             out.write(chunk)
-        # The archive's mtime, not now: a .pyc is valid only for its source's recorded mtime.
+        # The archive's mtime, not now: a .pyc is valid only for its source's recorded mtime.  Flushed first:
+        # bytes still in the buffer would be written at close, after the utime, and set the mtime to now.
+        out.flush()
         os.utime(out.fileno(), (info.mtime, info.mtime))
     got = digest.hexdigest()
     if want.sha256 is not None and got != want.sha256:
