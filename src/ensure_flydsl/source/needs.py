@@ -253,6 +253,12 @@ def read_commit(path: str, commit: str) -> Dict[str, str]:
     wanted = [p for p in listing if p and is_build_file(p) and not _skipped(p)]
     if LLVM_HASH in listing:
         wanted.append(LLVM_HASH)
+    return read_blobs(path, commit, wanted)
+
+
+def read_blobs(path: str, commit: str, wanted: List[str]) -> Dict[str, str]:
+    """The text of each of ``wanted`` (paths) at ``commit`` in the repository at ``path``, in one
+    ``git cat-file --batch``; a path that is not a file there is left out."""
     if not wanted:
         return {}
     out = _git(path, "cat-file", "--batch", stdin="".join(f"{commit}:{p}\n" for p in wanted).encode())
@@ -265,7 +271,7 @@ def read_commit(path: str, commit: str) -> Dict[str, str]:
         if len(header) < 3 or header[1] != b"blob":
             continue  # "<spec> missing": nothing follows the header
         size = int(header[2])
-        files[rel] = out[pos:pos + size].decode(errors="replace")
+        files[rel] = out[pos:pos + size].decode("utf-8", errors="replace")
         pos += size + 1
     return files
 

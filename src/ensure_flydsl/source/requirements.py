@@ -21,7 +21,7 @@ from collections import deque
 from typing import Deque, Dict, Iterable, Iterator, List, Mapping, Optional, Protocol, Sequence, Set, Tuple
 
 from ensure_flydsl.layout import PACKAGE_SOURCES
-from ensure_flydsl.source.needs import _git, _git_path, resolve_in
+from ensure_flydsl.source.needs import _git, _git_path, read_blobs, resolve_in
 from ensure_flydsl.support.processes import CommandFailed
 
 
@@ -234,19 +234,7 @@ def read_commit_sources(path: str, commit: str) -> FileSources:
     folders = [folder for _, folder in PACKAGE_SOURCES]
     raw = _git(path, "ls-tree", "-r", "-z", "--name-only", commit, "--", *folders)
     wanted = _python_files((p.decode(errors="replace") for p in raw.split(b"\0") if p), folders)
-    files: Dict[str, str] = {}
-    if wanted:
-        out = _git(path, "cat-file", "--batch", stdin="".join(f"{commit}:{p}\n" for p in wanted).encode())
-        pos = 0
-        for rel in wanted:
-            header_end = out.index(b"\n", pos)
-            header = out[pos:header_end].split()
-            pos = header_end + 1
-            if len(header) < 3 or header[1] != b"blob":
-                continue
-            size = int(header[2])
-            files[rel] = out[pos:pos + size].decode("utf-8", errors="replace")
-            pos += size + 1
+    files = read_blobs(path, commit, wanted)
     return FileSources(files, f"repository {path} at {commit[:12]}")
 
 
