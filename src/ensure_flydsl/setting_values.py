@@ -171,22 +171,24 @@ def parse_lock_timeout(name: str, value: str) -> Optional[float]:
 
 
 def parse_probe_timeout(name: str, value: str) -> float:
-    try:
-        seconds = float(value)
-    except ValueError:
-        seconds = 0.0
-    if not (0 < seconds < 10**9):  # also refuses nan and inf: a probe that may hang forever blocks the run
-        raise BadInput(name, value, "seconds an import probe may take (a number > 0), such as 300")
-    return seconds
+    # A probe that may hang forever blocks the run: nan and inf are refused.
+    return _positive_seconds(name, value, 10**9, "seconds an import probe may take (a number > 0), such as 300")
 
 
 def parse_lease_ttl(name: str, value: str) -> float:
+    # A lease that never dies would stop a fleet: nan and inf are refused.
+    return _positive_seconds(name, value, 10**6,
+                             "seconds a build lease lives without a heartbeat (a number > 0), such as 120")
+
+
+def _positive_seconds(name: str, value: str, below: float, allowed: str) -> float:
+    """A number of seconds, > 0 and < ``below`` (so never nan or inf); else BadInput saying ``allowed``."""
     try:
         seconds = float(value)
     except ValueError:
         seconds = 0.0
-    if not (0 < seconds < 10**6):  # also refuses nan and inf: a lease that never dies would stop a fleet
-        raise BadInput(name, value, "seconds a build lease lives without a heartbeat (a number > 0), such as 120")
+    if not (0 < seconds < below):
+        raise BadInput(name, value, allowed)
     return seconds
 
 
