@@ -8,7 +8,6 @@ without the script folder on sys.path, so what it sees is what the workflow will
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import os
@@ -19,6 +18,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ensure_flydsl.errors import EnsureError, ExitCode
 from ensure_flydsl.settings import DEFAULT_PROBE_TIMEOUT
+from ensure_flydsl.support.processes import kill_group
 
 # Runs inside the target interpreter (any CPython 3.6+): keep it dependency-free and version-neutral.
 _PROBE_SCRIPT = r"""
@@ -253,8 +253,7 @@ class _Output:
 def _stop_group(proc: "subprocess.Popen[bytes]") -> Tuple[bytes, bytes]:
     """SIGKILL the probe's whole process group (whatever the import started goes too) and collect what it
     wrote; a process that left the group and holds the pipes is not waited for."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
+    kill_group(proc.pid)
     try:
         return proc.communicate(timeout=5.0)
     except subprocess.TimeoutExpired as exc:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import subprocess
 from typing import Iterator, List, Mapping
 
@@ -15,6 +14,7 @@ from ensure_flydsl.probe.interpreter import Probe, probe_modules, run_probe
 from ensure_flydsl.result import How
 from ensure_flydsl.runs.context import Decision, Run
 from ensure_flydsl.source.root import move_aside, remove_tree
+from ensure_flydsl.support.processes import kill_group
 
 
 def probe_tree(run: Run, prefix: List[str]) -> Probe:
@@ -77,8 +77,7 @@ def compiling_tree(run: Run) -> Iterator[None]:
 
 
 def _stop(proc: "subprocess.Popen[bytes]") -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
+    kill_group(proc.pid)
     proc.wait()
 
 

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import signal
 import time
 from typing import Mapping, Optional
 
 from ensure_flydsl.errors import ExitCode
 from ensure_flydsl.runs import markers
 from ensure_flydsl.runs.records import FAILED, RUNNING, Failure, RunRecord, RunStore, process_start_time
+from ensure_flydsl.support.processes import kill_group
 
 DEATH_HINT = "run `ensure-flydsl start` (or `ensure-flydsl`) again: it resumes where the dead run stopped"
 
@@ -83,10 +83,7 @@ def kill_build_group(record: RunRecord) -> None:
         return
     if process_start_time(pgid) not in (None, record.build_leader_start):
         return  # the leader's pid now belongs to another process
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
+    kill_group(pgid)
 
 
 def watch(root: str, run_id: str) -> int:

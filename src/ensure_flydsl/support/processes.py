@@ -222,5 +222,13 @@ def _stop_group(proc: "subprocess.Popen[bytes]") -> None:
     proc.wait()
 
 
+def kill_group(pgid: int) -> None:
+    """SIGKILL the process group ``pgid``; one that is already gone (or no longer ours) is left alone."""
+    import signal
+
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
 def tail_lines(text: str, count: int) -> list[str]:
     return text.splitlines()[-count:]
