@@ -8,7 +8,7 @@ import zipfile
 from typing import Dict, Optional
 
 from ensure_flydsl.build.wheels import check_provenance
-from ensure_flydsl.probe.interpreter import Interpreter, ModuleResult, Probe
+from ensure_flydsl.probe.records import Interpreter, ModuleResult, Probe
 from ensure_flydsl.providers.release import wheel_fault
 
 

@@ -18,7 +18,7 @@ from typing import Callable, Dict, List, Mapping, Optional
 
 from ensure_flydsl.errors import EnsureError, ExitCode
 from ensure_flydsl.layout import llvm_record, mlir_install, tools_dir
-from ensure_flydsl.probe.interpreter import Interpreter
+from ensure_flydsl.probe.records import Interpreter
 from ensure_flydsl.setting_values import GitMirrors
 from ensure_flydsl.source.mirrors import with_mirrors
 from ensure_flydsl.support.files import atomic_write, atomic_write_json, read_json

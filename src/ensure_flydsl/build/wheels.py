@@ -25,7 +25,7 @@ from packaging.tags import platform_tags
 from packaging.version import InvalidVersion, Version
 
 from ensure_flydsl.errors import EnsureError, ExitCode
-from ensure_flydsl.probe.interpreter import Interpreter
+from ensure_flydsl.probe.records import Interpreter
 from ensure_flydsl.support.processes import CommandFailed
 
 _VERSION_ASSIGN = re.compile(r"""^__version__\s*=\s*["']([^"']+)["']""", re.MULTILINE)

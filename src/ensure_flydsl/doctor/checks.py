@@ -33,7 +33,8 @@ from ensure_flydsl.build.toolchain import ToolState, machine_state, package_spec
 from ensure_flydsl.doctor.check import MISSING, WRONG, Check, _ok, _skip
 from ensure_flydsl.errors import EnsureError
 from ensure_flydsl.layout import mlir_install, tools_dir
-from ensure_flydsl.probe.interpreter import Interpreter, describe_interpreter
+from ensure_flydsl.probe.interpreter import describe_interpreter
+from ensure_flydsl.probe.records import Interpreter
 from ensure_flydsl.runs.answer import roots_sharing_marker, sharing_advice
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.source.needs import BuildNeeds, tool_minimums

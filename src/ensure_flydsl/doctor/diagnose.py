@@ -53,7 +53,7 @@ from ensure_flydsl.doctor.remote_checks import (
 )
 from ensure_flydsl.doctor.requirements import check_requirements
 from ensure_flydsl.errors import EnsureError, ExitCode
-from ensure_flydsl.probe.interpreter import Interpreter
+from ensure_flydsl.probe.records import Interpreter
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.source.mirrors import rewrite
 from ensure_flydsl.source.needs import KNOWN_FLYDSL_NEEDS, BuildNeeds, build_tools, find_needs

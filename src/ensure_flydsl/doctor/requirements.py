@@ -17,7 +17,8 @@ from typing import Mapping, Optional, Sequence, Tuple
 from ensure_flydsl.build.wheels import pin_as_tag
 from ensure_flydsl.doctor.check import MISSING, Check, _ok, _skip
 from ensure_flydsl.errors import EnsureError, ExitCode
-from ensure_flydsl.probe.interpreter import Interpreter, find_modules
+from ensure_flydsl.probe.interpreter import find_modules
+from ensure_flydsl.probe.records import Interpreter
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.source.requirements import Requirement, Sources, find_requirements, pin_sources
 

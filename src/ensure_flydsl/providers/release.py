@@ -25,7 +25,7 @@ from ensure_flydsl.build.wheels import (
 from ensure_flydsl.errors import EnsureError, ExitCode
 from ensure_flydsl.layout import packages_dir, wheel_download_dir
 from ensure_flydsl.probe.gate import TREE_PACKAGES
-from ensure_flydsl.probe.interpreter import Probe
+from ensure_flydsl.probe.records import Probe
 from ensure_flydsl.providers.base import Provider
 from ensure_flydsl.providers.tree import TreeDoesNotImport, prepare_build_dir, verify_tree
 from ensure_flydsl.result import How
