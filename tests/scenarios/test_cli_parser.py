@@ -10,7 +10,7 @@ from typing import Dict, List
 
 import pytest
 
-from ensure_flydsl.cli.main import COMMANDS
+from ensure_flydsl.cli.parser import COMMANDS
 
 PUBLIC = [c for c in COMMANDS if not c.startswith("_")]
 OWN_FLAGS = {"ensure": ["--json"], "start": [], "wait": ["--timeout", "--heartbeat"], "status": ["--json"],

@@ -1,0 +1,195 @@
+"""The command line's parsers: one per command, built only for the command in use (the full one for
+``--help``), with a flag for every setting."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any, Callable, Dict, NoReturn, Optional, Sequence
+
+from ensure_flydsl.errors import EXIT_MEANINGS, ExitCode
+from ensure_flydsl.settings import SETTINGS
+from ensure_flydsl.version import __version__
+
+COMMANDS = ("ensure", "start", "wait", "status", "env", "verify", "doctor", "cache", "clean", "_worker", "_watchdog")
+
+
+def _add_setting_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("settings (each also from its environment variable; a flag wins)")
+    for setting in SETTINGS:
+        if setting.name == "vllm_moe":
+            group.add_argument("--vllm-moe", dest="vllm_moe", action="store_const", const="1",
+                               help=f"{setting.help} [{setting.env}]")
+            group.add_argument("--no-vllm-moe", dest="vllm_moe", action="store_const", const="0",
+                               help="do not export VLLM_USE_FLYDSL_MOE (A/B baselines)")
+        elif setting.name in ("verify", "fix_rocm_in_place"):
+            group.add_argument(setting.flag, dest=setting.name, action="store_const", const="1",
+                               help=f"{setting.help} [{setting.env}]")
+        elif setting.name == "require":
+            group.add_argument("--require", dest="require", action="append", metavar="MODULES",
+                               help=f"{setting.help}; repeatable [{setting.env}]")
+        elif setting.name == "git_mirrors":
+            group.add_argument(setting.flag, dest=setting.name, action="append", metavar="FROM=TO",
+                               help=f"{setting.help}; repeatable, replaces the variable's list [{setting.env}]")
+        else:
+            group.add_argument(setting.flag, dest=setting.name, metavar=setting.name.upper(),
+                               help=f"{setting.help} [{setting.env}]")
+
+
+class _Formatter(argparse.HelpFormatter):
+    """argparse's formatter, sized as it sizes itself but without importing shutil (and its compression
+    modules) for every argument added: the warm call prints no help."""
+
+    def __init__(self, prog: str, indent_increment: int = 2, max_help_position: int = 24,
+                 width: Optional[int] = None) -> None:
+        super().__init__(prog, indent_increment, max_help_position, _columns() - 2 if width is None else width)
+
+
+def _columns() -> int:
+    """shutil.get_terminal_size().columns: $COLUMNS, else the terminal of stdout, else 80."""
+    try:
+        columns = int(os.environ["COLUMNS"])
+    except (KeyError, ValueError):
+        columns = 0
+    if columns > 0:
+        return columns
+    try:
+        return os.get_terminal_size(sys.__stdout__.fileno()).columns or 80  # type: ignore[union-attr]
+    except (AttributeError, ValueError, OSError):
+        return 80
+
+
+class _Parser(argparse.ArgumentParser):
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", _Formatter)
+        super().__init__(**kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        # A usage error is bad input: exit 64 and one line (argparse's own exit 2 means "clone failed" here).
+        self.exit(int(ExitCode.BAD_INPUT), f"{self.prog}: {message}\n")
+
+
+# Each command's one-line help, in the order --help lists them; the internal commands have none.
+_HELP = {
+    "ensure": "make FlyDSL importable (the default command); blocking",
+    "start": "launch the same work as `ensure` detached; print {run_id, pid, log, state} and return",
+    "wait": "follow the root's run until it ends: 0, its failure's exit code, or 75 at --timeout",
+    "status": "state, step, percent, elapsed, ETA, pid, version, root, python, how, log",
+    "env": "print the env file (or its JSON twin)",
+    "verify": "run the full import probe and print each module's file",
+    "doctor": "predict, in seconds, whether the configured strategy can succeed here, and why not",
+    "cache": "housekeeping of the binary cache (FLYDSL_CACHE)",
+    "clean": "remove what this tool created for the root (never anything else)",
+}
+
+
+def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
+    """The parser of every command, for ``--help``; with ``only``, that command's parser alone.
+
+    A run uses one command, and building the others' flags (each argparse parser also looks up its
+    translations) cost more than the warm call's own work.  The one-command parser has the subcommand's
+    own name, so its usage, help and errors read exactly as the full parser's.
+    """
+    if only is not None:
+        parser = _Parser(prog=f"ensure-flydsl {only}", description=_HELP.get(only))
+        parser.set_defaults(command=only)
+        _add_command_args(parser, only)
+        return parser
+    parser = _Parser(
+        prog="ensure-flydsl",
+        description="Make `import flydsl, kernels.moe_gemm_2stage` work from one consistent tree: reuse a "
+        "good-enough FlyDSL, else provision the pinned one into an isolated folder.",
+        epilog="exit codes: " + "; ".join(f"{int(c)} {m}" for c, m in EXIT_MEANINGS.items()),
+    )
+    parser.add_argument("--version", action="version", version=f"ensure-flydsl {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMANDS:
+        if name in _HELP:
+            _add_command_args(sub.add_parser(name, help=_HELP[name], description=_HELP[name]), name)
+        else:
+            _add_command_args(sub.add_parser(name), name)  # internal: listed nowhere
+    return parser
+
+
+def _add_command_args(p: argparse.ArgumentParser, name: str) -> None:
+    if name in _HELP:
+        _add_setting_flags(p)
+    _COMMAND_ARGS[name](p)
+
+
+def _json_flag(help_text: Optional[str] = None) -> Callable[[argparse.ArgumentParser], None]:
+    def add(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--json", action="store_true", help=help_text)
+
+    return add
+
+
+def _wait_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--timeout", type=_timeout_seconds, default=None, metavar="S",
+                   help="give up waiting after S seconds (0: answer at once)")
+    p.add_argument("--heartbeat", type=_seconds, default=30.0, metavar="S",
+                   help="print a heartbeat line at least every S seconds (default 30)")
+
+
+def _env_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--format", choices=("sh", "json"), default="sh")
+
+
+def _cache_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("cache_action", choices=("list", "prune"), metavar="{list,prune}")
+    p.add_argument("--max-size", metavar="SIZE", help="prune: remove the oldest entries until the cache "
+                   "holds at most SIZE (bytes, or with K/M/G/T)")
+    p.add_argument("--json", action="store_true", help="list: one JSON object per entry")
+
+
+def _no_args(p: argparse.ArgumentParser) -> None:
+    """start, clean: the settings alone."""
+
+
+def _worker_args(p: argparse.ArgumentParser) -> None:
+    """Internal: the detached worker that `start` launches."""
+    p.add_argument("--run-id", required=True)
+    p.add_argument("--alive-fd", type=int, required=True)
+    p.add_argument("--settings-json", required=True)
+
+
+def _watchdog_args(p: argparse.ArgumentParser) -> None:
+    """Internal: notices a run's death."""
+    p.add_argument("watch_root")
+    p.add_argument("watch_run_id")
+
+
+_COMMAND_ARGS: Dict[str, Callable[[argparse.ArgumentParser], None]] = {
+    "ensure": _json_flag("print one JSON result object on stdout (and JSON events on stderr)"),
+    "start": _no_args, "wait": _wait_args, "status": _json_flag("one JSON object (schema in the README)"),
+    "env": _env_args, "verify": _json_flag(), "doctor": _json_flag("one JSON object with every check"),
+    "cache": _cache_args, "clean": _no_args, "_worker": _worker_args, "_watchdog": _watchdog_args,
+}
+
+
+def _seconds(value: str, *, zero_ok: bool = False) -> float:
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not ((seconds >= 0 if zero_ok else seconds > 0) and seconds < 10**9):  # NaN fails both
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number of seconds {'>= 0' if zero_ok else '> 0'}")
+    return seconds
+
+
+def _timeout_seconds(value: str) -> float:
+    """0 too: check the state once and answer (75 if the run is still going)."""
+    return _seconds(value, zero_ok=True)
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    argv = list(argv)
+    if not argv or (argv[0] not in COMMANDS and argv[0] not in ("-h", "--help", "--version")):
+        argv.insert(0, "ensure")
+    if argv[0] in COMMANDS:
+        args, extra = build_parser(argv[0]).parse_known_args(argv[1:])
+        if extra:  # as the full parser says it: its top level collects what no subcommand took
+            _Parser(prog="ensure-flydsl").error(f"unrecognized arguments: {' '.join(extra)}")
+        return args
+    return build_parser().parse_args(argv)  # --help, --version
