@@ -37,6 +37,9 @@ sys.path.insert(0, PROJECT)  # for tests.helpers
 
 from tests.helpers.flydsl_fixture import make_repo  # noqa: E402
 
+sys.path.insert(0, HERE)
+from provisioning import check, say  # noqa: E402
+
 MIB = 1 << 20
 STDLIB = "import argparse, dataclasses, enum, json, typing"
 MEASURE = """
@@ -55,17 +58,6 @@ cache = open_cache(sys.argv[1])
 entry = [e for e in cache.entries() if e.kind == "tree"][0]
 cache.fetch(entry, sys.argv[2])
 """
-
-
-def say(text: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
-
-
-def check(cmd: Sequence[str], **kwargs: object) -> str:
-    proc = subprocess.run(list(cmd), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, **kwargs)  # type: ignore
-    if proc.returncode != 0:
-        raise SystemExit(f"failed ({proc.returncode}): {' '.join(cmd)}\n{proc.stdout.decode(errors='replace')}")
-    return str(proc.stdout.decode(errors="replace"))
 
 
 def measured(cmd: Sequence[str], env: Dict[str, str]) -> Tuple[float, float, int]:
