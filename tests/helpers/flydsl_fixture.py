@@ -216,8 +216,12 @@ class FixtureRepo:
     def url(self) -> str:
         return "file://" + self.path
 
-    def commit(self, label: str, version: str, llvm_hash: str = LLVM_HASH_A, tag: Optional[str] = None) -> str:
+    def commit(self, label: str, version: str, llvm_hash: str = LLVM_HASH_A, tag: Optional[str] = None,
+               files: Optional[Dict[str, str]] = None) -> str:
+        """The fixture tree, with ``files`` (path relative to the repository: text) written over it."""
         write_tree(self.path, version, llvm_hash)
+        for rel, text in (files or {}).items():
+            write(os.path.join(self.path, rel), text)
         git(self.path, "add", "-A")
         git(self.path, "commit", "-q", "--allow-empty", "-m", f"{label}: version {version}")
         sha = git(self.path, "rev-parse", "HEAD")

@@ -19,7 +19,7 @@ import pytest
 
 from ensure_flydsl.probe.interpreter import find_modules
 from ensure_flydsl.source.requirements import find_requirements, pin_sources
-from tests.helpers.flydsl_fixture import KERNEL, LLVM_HASH_A, FixtureRepo, git, write, write_tree
+from tests.helpers.flydsl_fixture import KERNEL, FixtureRepo, git
 from tests.helpers.workspace import Workspace
 
 MISSING = "ensure_flydsl_no_such_module_xyz"
@@ -48,23 +48,8 @@ def tile():
 HELPERS_LINE = 11
 
 
-def commit_files(repo: FixtureRepo, label: str, version: str, files: Dict[str, str],
-                 tag: Optional[str] = None) -> str:
-    """The fixture tree with ``files`` written over it, committed (and tagged) as ``label``."""
-    write_tree(repo.path, version, LLVM_HASH_A)
-    for rel, text in files.items():
-        write(os.path.join(repo.path, rel), text)
-    git(repo.path, "add", "-A")
-    git(repo.path, "commit", "-q", "-m", f"{label}: version {version}")
-    sha = git(repo.path, "rev-parse", "HEAD")
-    if tag:
-        git(repo.path, "tag", tag)
-    repo.commits[label] = sha
-    return sha
-
-
 def kernels_need_missing(repo: FixtureRepo) -> str:
-    return commit_files(repo, "needs-missing", "0.2.2", {"kernels/moe_gemm_2stage.py": KERNEL_WITH_HELPER,
+    return repo.commit("needs-missing", "0.2.2", files={"kernels/moe_gemm_2stage.py": KERNEL_WITH_HELPER,
                                                          "kernels/moe_helpers.py": HELPERS})
 
 
@@ -101,7 +86,7 @@ def test_source_build_is_not_started_for_a_module_the_interpreter_lacks(ws: Work
 
 def test_a_module_reached_through_flydsls_init_chain(ws: Workspace, own_repo: FixtureRepo) -> None:
     init = '"""Fixture stand-in for FlyDSL."""\n__version__ = "0.2.2"\nfrom .runtime import device as device\n'
-    sha = commit_files(own_repo, "init-chain", "0.2.2", {
+    sha = own_repo.commit("init-chain", "0.2.2", files={
         "python/flydsl/__init__.py": init,
         "python/flydsl/runtime/__init__.py": "from .device import *  # noqa: F403\n",
         "python/flydsl/runtime/device.py": f"import json\nimport {MISSING}\n",
@@ -117,7 +102,7 @@ def test_a_release_pin_is_refused_before_any_wheel_is_asked_for(ws: Workspace, o
     # is off: if the run got to the release step it would fail there with "no wheel" (exit 8) instead.
     git(own_repo.path, "tag", "-d", "v0.2.2")
     files = {"kernels/moe_gemm_2stage.py": KERNEL_WITH_HELPER, "kernels/moe_helpers.py": HELPERS}
-    commit_files(own_repo, "release-needs-missing", "0.2.2", files, tag="v0.2.2")
+    own_repo.commit("release-needs-missing", "0.2.2", files=files, tag="v0.2.2")
     wheelhouse = os.path.join(str(tmp_path), "empty-wheelhouse")
     os.makedirs(wheelhouse)
     out = ws.run(FLYDSL_REPO=own_repo.url, FLYDSL_PIN="v0.2.2", FLYDSL_STRATEGY="release",

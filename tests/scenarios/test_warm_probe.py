@@ -14,7 +14,6 @@ from ensure_flydsl.probe.interpreter import WarmProbe, run_probe
 from tests.helpers.flydsl_fixture import KERNEL, FixtureRepo
 from tests.helpers.scenario import assert_one_tree, wait_for
 from tests.helpers.workspace import Workspace
-from tests.scenarios.test_requirements import commit_files
 
 # The kernel says, each time it is imported, whether filelock was imported before it in that process (it
 # is only when the warm probe preloaded it) and which filelock it got.
@@ -63,7 +62,7 @@ def processes_of(root: str) -> List[int]:
 
 def test_a_cache_hit_is_probed_by_the_interpreter_started_early(tmp_path: "os.PathLike[str]",
                                                                  own_repo: FixtureRepo) -> None:
-    pin = commit_files(own_repo, "traced", "0.2.2", {"kernels/moe_gemm_2stage.py": TRACED_KERNEL})
+    pin = own_repo.commit("traced", "0.2.2", files={"kernels/moe_gemm_2stage.py": TRACED_KERNEL})
     builder, hitter = hosts(tmp_path, own_repo, pin)
     built = builder.run("--json")
     assert built.returncode == 0, built.stderr
@@ -82,7 +81,7 @@ def test_a_cache_hit_is_probed_by_the_interpreter_started_early(tmp_path: "os.Pa
 
 def test_a_module_the_finished_tree_shadows_is_probed_afresh(tmp_path: "os.PathLike[str]",
                                                              own_repo: FixtureRepo) -> None:
-    pin = commit_files(own_repo, "traced", "0.2.2", {"kernels/moe_gemm_2stage.py": TRACED_KERNEL})
+    pin = own_repo.commit("traced", "0.2.2", files={"kernels/moe_gemm_2stage.py": TRACED_KERNEL})
     builder, hitter = hosts(tmp_path, own_repo, pin)
     built = builder.run(FIXTURE_BUILD_HOOK=SHADOW_HOOK)
     assert built.returncode == 0, built.stderr
@@ -150,7 +149,7 @@ def test_a_warm_probe_answers_as_a_fresh_probe_does(tmp_path: "os.PathLike[str]"
 
 def test_a_warm_probe_is_stopped_when_the_run_builds_instead(tmp_path: "os.PathLike[str]",
                                                              own_repo: FixtureRepo) -> None:
-    pin = commit_files(own_repo, "traced", "0.2.2", {"kernels/moe_gemm_2stage.py": TRACED_KERNEL})
+    pin = own_repo.commit("traced", "0.2.2", files={"kernels/moe_gemm_2stage.py": TRACED_KERNEL})
     _, hitter = hosts(tmp_path, own_repo, pin)  # an empty cache: the cache gives way to the source build
     scan = os.path.join(str(tmp_path), "scan.py")
     with open(scan, "w") as handle:  # run by build.sh: the probes (the script's text is their argv) of this root
