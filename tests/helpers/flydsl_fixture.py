@@ -20,6 +20,7 @@ Knobs (environment variables read by the scripts):
   FIXTURE_CMAKE         build.sh configures and builds the checkout's top-level CMakeLists.txt with the real
                         cmake into build-fly, as FlyDSL's does (tests/build_fixtures.py writes one that
                         does find_package(hip REQUIRED CONFIG), runs patchelf, ... on request)
+  FIXTURE_LLVM_HOOK     shell code build_llvm.sh evals after "compiling", before it installs MLIR
   FIXTURE_BUILD_HOOK    shell code build.sh evals after staging the package, just before it reports success
                         (``$PKG`` is the python_packages folder): leave a process behind, print a huge
                         line, break the staged flydsl
@@ -88,6 +89,9 @@ for i in 1 2 3 4; do
   echo "[$i/4] Building CXX object lib/Fake/part$i.cpp.o"
   sleep "${FIXTURE_LLVM_SLEEP:-0}"
 done
+if [ -n "${FIXTURE_LLVM_HOOK:-}" ]; then
+  eval "$FIXTURE_LLVM_HOOK"
+fi
 rm -rf "$LLVM_INSTALL_DIR"
 mkdir -p "$LLVM_INSTALL_DIR/lib/cmake/mlir"
 echo "$LLVM_REF" > "$LLVM_INSTALL_DIR/llvm-commit.txt"

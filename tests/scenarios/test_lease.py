@@ -230,7 +230,18 @@ def test_on_such_a_store_each_host_builds_without_a_lease_as_before(tmp_path: "o
                                                                    fixture_repo: FixtureRepo, ftp: FtpServer) -> None:
     shared = SharedCache("folder", str(tmp_path))
     shared.url = ftp.url("fleet-cache")
+    # Each build waits (up to 60 s) until both hosts have reached it, so neither publishes before the other
+    # has missed the cache: a host the machine slowed down would otherwise fetch instead of building.
+    barrier = os.path.join(str(tmp_path), "barrier")
+    os.makedirs(barrier)
+
+    def meet(step: str) -> str:
+        return (f'touch "{barrier}/{step}.$$"; n=0; while [ "$(ls "{barrier}" | grep -c "^{step}\\.")" -lt 2 ] '
+                f'&& [ $n -lt 600 ]; do sleep 0.1; n=$((n+1)); done')
+
     fleet = hosts(tmp_path, fixture_repo, shared, "abc")
+    for name in "ab":
+        fleet[name].env.update(FIXTURE_LLVM_HOOK=meet("llvm"), FIXTURE_BUILD_HOOK=meet("build"))
     ended = finish({name: fleet[name].popen() for name in "ab"})
     for name, (code, said) in ended.items():
         assert code == 0, f"{name}: {said}"
