@@ -5,7 +5,9 @@ The repository has what ensure-flydsl relies on: ``python/flydsl/__init__.py`` w
 ``thirdparty/llvm-hash.txt``; and ``scripts/build_llvm.sh`` / ``scripts/build.sh`` that behave like
 FlyDSL's: build_llvm.sh installs into ``../llvm-project/mlir_install`` and build.sh auto-detects it (or
 takes MLIR_PATH), calls ``python3`` from PATH, and stages ``build-fly/python_packages/flydsl``.  The
-generated ``_mlir`` refuses to import under another interpreter, as a compiled extension would.
+generated ``_mlir`` refuses to import under another interpreter, as a compiled extension would.  build.sh
+refuses an MLIR built from another LLVM commit than the checkout names, as FlyDSL's compile would fail.
+``FixtureRepo.commit(layout=...)`` makes upstream's later shapes instead (LAYOUTS, below).
 
 Knobs (environment variables read by the scripts):
   FIXTURE_COUNTER_DIR   folder where each script appends a line per run (llvm.count, build.count) and
@@ -31,6 +33,7 @@ Knobs (environment variables read by the scripts):
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -47,31 +50,71 @@ GIT_ENV = {
 LLVM_HASH_A = "1111111111111111111111111111111111111111"
 LLVM_HASH_B = "2222222222222222222222222222222222222222"
 
-BUILD_LLVM_SH = r"""#!/bin/bash
+BUILD_LLVM_HEAD = r"""#!/bin/bash
 # Test fixture standing in for FlyDSL's build_llvm.sh (same paths, same inputs; no LLVM).
+# The fixture's knobs (FIXTURE_*) are read as "$NAME", never "${NAME:-default}": that form is how the
+# script lets a caller change what is built, and ensure-flydsl keys the MLIR on each such variable.
 set -e
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO_ROOT="$(cd "${SCRIPT_DIR}/.." && pwd)"
 BASE_DIR="$(cd "${REPO_ROOT}/.." && pwd)"
 LLVM_SRC_DIR="$BASE_DIR/llvm-project"
-LLVM_INSTALL_DIR="$LLVM_SRC_DIR/mlir_install"
+"""
+
+BUILD_LLVM_INPUTS = r"""LLVM_INSTALL_DIR="$LLVM_SRC_DIR/mlir_install"
 LLVM_REF="$(tr -d '[:space:]' < "$REPO_ROOT/thirdparty/llvm-hash.txt")"
+"""
+
+# The v0.3.2.dev838 shape: the commit in llvm-build-info.json, a patch applied to LLVM, a build profile,
+# and upstream's own override forms (nested, and `-` without `:` for the runtimes).
+BUILD_LLVM_INPUTS_V032 = r"""LLVM_INSTALL_DIR="${LLVM_INSTALL_DIR:-$LLVM_SRC_DIR/mlir_install}"
+LLVM_INSTALL_TGZ="${LLVM_INSTALL_TGZ:-$LLVM_SRC_DIR/mlir_install.tgz}"
+LLVM_PACKAGE_INSTALL="${LLVM_PACKAGE_INSTALL:-1}"
+LLVM_BUILD_INFO="${REPO_ROOT}/thirdparty/llvm-build-info.json"
+LLVM_COMMIT_DEFAULT=$(python3 -c "import json; print(json.load(open('${LLVM_BUILD_INFO}'))['upstream']['llvm_hash'])")
+LLVM_REF="${LLVM_REF:-${LLVM_COMMIT:-$LLVM_COMMIT_DEFAULT}}"
+LLVM_PATCH="${REPO_ROOT}/thirdparty/llvm-rocdl-lld-argv0.patch"
+LLVM_BUILD_PROFILE="${LLVM_BUILD_PROFILE:-full}"
+case "${LLVM_BUILD_PROFILE}" in
+  full)
+    LLVM_TARGETS_TO_BUILD="${LLVM_TARGETS_TO_BUILD:-X86;NVPTX;AMDGPU}"
+    LLVM_ENABLE_RUNTIMES="${LLVM_ENABLE_RUNTIMES-compiler-rt}"
+    ;;
+  amd-minimal)
+    LLVM_TARGETS_TO_BUILD="X86;AMDGPU"
+    LLVM_ENABLE_RUNTIMES=
+    ;;
+  *)
+    echo "Unknown LLVM_BUILD_PROFILE: ${LLVM_BUILD_PROFILE}" >&2
+    exit 2
+    ;;
+esac
+echo "LLVM Profile:   $LLVM_BUILD_PROFILE"
+echo "LLVM Patch:     $(sha256sum "$LLVM_PATCH" | cut -c1-12)"
+if [ "$LLVM_PACKAGE_INSTALL" != 1 ]; then
+  echo "not installing (LLVM_PACKAGE_INSTALL=$LLVM_PACKAGE_INSTALL)"
+  exit 0
+fi
+"""
+
+BUILD_LLVM_BODY = r"""LLVM_SLEEP="$FIXTURE_LLVM_SLEEP"
+[ -n "$LLVM_SLEEP" ] || LLVM_SLEEP=0
 PARALLEL_JOBS=1
 for arg in "$@"; do
   if [[ "$arg" =~ ^-j([0-9]+)$ ]]; then PARALLEL_JOBS="${BASH_REMATCH[1]}"; fi
 done
 echo "LLVM Ref:       $LLVM_REF"
 echo "jobs: $PARALLEL_JOBS"
-if [ -n "${FIXTURE_COUNTER_DIR:-}" ]; then
+if [ -n "$FIXTURE_COUNTER_DIR" ]; then
   echo "$LLVM_REF" >> "$FIXTURE_COUNTER_DIR/llvm.count"
   touch "$FIXTURE_COUNTER_DIR/llvm.started"
 fi
-if [ -n "${FIXTURE_LLVM_FAIL:-}" ]; then
+if [ -n "$FIXTURE_LLVM_FAIL" ]; then
   echo "FAILED: lib/Fake/broken.cpp.o (fixture LLVM failure)" >&2
   exit 1
 fi
 mkdir -p "$LLVM_SRC_DIR"
-if [ -n "${FIXTURE_LLVM_CLONE:-}" ]; then
+if [ -n "$FIXTURE_LLVM_CLONE" ]; then
   # FlyDSL's script fetches llvm-project here with git, from a URL: the run's URL rewriting must reach it.
   rm -rf "$LLVM_SRC_DIR/src"
   git clone -q "$FIXTURE_LLVM_CLONE" "$LLVM_SRC_DIR/src"
@@ -80,24 +123,28 @@ fi
 # FlyDSL's script runs an unguarded pip install here; show which pip and python3 PATH gives us.
 echo "pip is $(command -v pip)"
 echo "python3 is $(command -v python3)"
-if [ -n "${FIXTURE_PIP_INSTALL:-}" ]; then
+if [ -n "$FIXTURE_PIP_INSTALL" ]; then
   # shellcheck disable=SC2086
   pip install $FIXTURE_PIP_INSTALL
   python3 -c "import fixture_tool; print('fixture_tool from', fixture_tool.__file__)"
 fi
 for i in 1 2 3 4; do
   echo "[$i/4] Building CXX object lib/Fake/part$i.cpp.o"
-  sleep "${FIXTURE_LLVM_SLEEP:-0}"
+  sleep "$LLVM_SLEEP"
 done
-if [ -n "${FIXTURE_LLVM_HOOK:-}" ]; then
+if [ -n "$FIXTURE_LLVM_HOOK" ]; then
   eval "$FIXTURE_LLVM_HOOK"
 fi
 rm -rf "$LLVM_INSTALL_DIR"
 mkdir -p "$LLVM_INSTALL_DIR/lib/cmake/mlir"
 echo "$LLVM_REF" > "$LLVM_INSTALL_DIR/llvm-commit.txt"
+echo "${LLVM_BUILD_PROFILE}" > "$LLVM_INSTALL_DIR/llvm-profile.txt"
 python3 -c 'import sys; print(sys.implementation.cache_tag)' > "$LLVM_INSTALL_DIR/python-tag.txt"
 echo "LLVM/MLIR build completed successfully!"
 """
+
+BUILD_LLVM_SH = BUILD_LLVM_HEAD + BUILD_LLVM_INPUTS + BUILD_LLVM_BODY
+BUILD_LLVM_SH_V032 = BUILD_LLVM_HEAD + BUILD_LLVM_INPUTS_V032 + BUILD_LLVM_BODY
 
 BUILD_SH = r"""#!/bin/bash
 # Test fixture standing in for FlyDSL's build.sh (same layout and MLIR discovery; no C++).
@@ -121,6 +168,19 @@ if [ -z "${MLIR_PATH:-}" ]; then
 fi
 echo "MLIR_PATH: $MLIR_PATH"
 echo "jobs: $PARALLEL_JOBS"
+# FlyDSL's sources compile against one LLVM: an MLIR built from another commit fails the build.
+WANT=""
+if [ -f "$REPO_ROOT/thirdparty/llvm-hash.txt" ]; then
+  WANT="$(tr -d '[:space:]' < "$REPO_ROOT/thirdparty/llvm-hash.txt")"
+elif [ -f "$REPO_ROOT/thirdparty/llvm-build-info.json" ]; then
+  WANT="$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['upstream']['llvm_hash'])" \
+          "$REPO_ROOT/thirdparty/llvm-build-info.json")"
+fi
+if [ -n "$WANT" ] && [ -z "$LLVM_REF$LLVM_COMMIT" ] && [ -f "$MLIR_PATH/llvm-commit.txt" ] \
+   && [ "$(cat "$MLIR_PATH/llvm-commit.txt")" != "$WANT" ]; then
+  echo "error: MLIR at $MLIR_PATH was built from LLVM $(cat "$MLIR_PATH/llvm-commit.txt"), this FlyDSL needs $WANT" >&2
+  exit 1
+fi
 if [ -n "${FIXTURE_COUNTER_DIR:-}" ]; then
   echo "$(git -C "$REPO_ROOT" rev-parse HEAD)" >> "$FIXTURE_COUNTER_DIR/build.count"
   touch "$FIXTURE_COUNTER_DIR/build.started"
@@ -199,12 +259,54 @@ def write(path: str, text: str, mode: int = 0o644) -> None:
     os.chmod(path, mode)
 
 
-def write_tree(repo: str, version: str, llvm_hash: str) -> None:
+LLVM_PATCH = "thirdparty/llvm-rocdl-lld-argv0.patch"
+PATCH_TEXT = "--- a/lld/tools/lld/lld.cpp\n+++ b/lld/tools/lld/lld.cpp\n@@ fixture @@\n-argv0\n+argv[0]\n"
+
+# Upstream's shapes (tags of ROCm/FlyDSL); the default is v0.2.2's, which every other test relies on.
+#   v0.2.2  thirdparty/llvm-hash.txt, kernels/moe_gemm_2stage.py (flat kernels)
+#   v0.2.3  kernels/moe/moe_gemm_2stage.py (kernels in subpackages)
+#   v0.3.0  kernels/moe/moe_gemm_2stage/__init__.py (the module became a package)
+#   v0.3.1  thirdparty/llvm-build-info.json ({"upstream": {"llvm_hash": ...}}); no moe_gemm_2stage at all
+#   v0.3.2  v0.3.0's kernels, llvm-build-info.json, an LLVM patch and LLVM_BUILD_PROFILE (BUILD_LLVM_SH_V032)
+LAYOUTS = ("v0.2.2", "v0.2.3", "v0.3.0", "v0.3.1", "v0.3.2")
+_LAYOUT_PATHS = ("kernels/moe_gemm_2stage.py", "kernels/moe", "kernels/norm", "thirdparty/llvm-hash.txt",
+                 "thirdparty/llvm-build-info.json", LLVM_PATCH)
+
+
+def build_info(llvm_hash: str) -> str:
+    return ('{\n  "upstream": {\n    "repository": "https://github.com/llvm/llvm-project.git",\n'
+            f'    "llvm_hash": "{llvm_hash}"\n  }}\n}}\n')
+
+
+def write_tree(repo: str, version: str, llvm_hash: str, layout: str = "v0.2.2") -> None:
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout {layout!r} is not one of {LAYOUTS}")
+    for rel in _LAYOUT_PATHS:  # what another layout's commit left
+        path = os.path.join(repo, rel)
+        if os.path.isdir(path):
+            shutil.rmtree(path)
+        elif os.path.lexists(path):
+            os.remove(path)
     write(os.path.join(repo, "python", "flydsl", "__init__.py"), FLYDSL_INIT.format(version=version))
     write(os.path.join(repo, "kernels", "__init__.py"), "")
-    write(os.path.join(repo, "kernels", "moe_gemm_2stage.py"), KERNEL)
-    write(os.path.join(repo, "thirdparty", "llvm-hash.txt"), llvm_hash + "\n")
-    write(os.path.join(repo, "scripts", "build_llvm.sh"), BUILD_LLVM_SH, 0o755)
+    if layout == "v0.2.2":
+        write(os.path.join(repo, "kernels", "moe_gemm_2stage.py"), KERNEL)
+    else:
+        write(os.path.join(repo, "kernels", "moe", "__init__.py"), "")
+        write(os.path.join(repo, "kernels", "norm", "__init__.py"), "")
+        write(os.path.join(repo, "kernels", "norm", "rmsnorm_kernel.py"), KERNEL)
+    if layout == "v0.2.3":
+        write(os.path.join(repo, "kernels", "moe", "moe_gemm_2stage.py"), KERNEL)
+    elif layout in ("v0.3.0", "v0.3.2"):
+        write(os.path.join(repo, "kernels", "moe", "moe_gemm_2stage", "__init__.py"), KERNEL)
+    if layout in ("v0.3.1", "v0.3.2"):
+        write(os.path.join(repo, "thirdparty", "llvm-build-info.json"), build_info(llvm_hash))
+    else:
+        write(os.path.join(repo, "thirdparty", "llvm-hash.txt"), llvm_hash + "\n")
+    if layout == "v0.3.2":
+        write(os.path.join(repo, LLVM_PATCH), PATCH_TEXT)
+    write(os.path.join(repo, "scripts", "build_llvm.sh"), BUILD_LLVM_SH_V032 if layout == "v0.3.2" else BUILD_LLVM_SH,
+          0o755)
     write(os.path.join(repo, "scripts", "build.sh"), BUILD_SH, 0o755)
     write(os.path.join(repo, ".gitignore"), "build-fly/\n__pycache__/\n")
 
@@ -221,9 +323,10 @@ class FixtureRepo:
         return "file://" + self.path
 
     def commit(self, label: str, version: str, llvm_hash: str = LLVM_HASH_A, tag: Optional[str] = None,
-               files: Optional[Dict[str, str]] = None) -> str:
-        """The fixture tree, with ``files`` (path relative to the repository: text) written over it."""
-        write_tree(self.path, version, llvm_hash)
+               files: Optional[Dict[str, str]] = None, layout: str = "v0.2.2") -> str:
+        """The fixture tree in ``layout`` (LAYOUTS), with ``files`` (path relative to the repository: text)
+        written over it."""
+        write_tree(self.path, version, llvm_hash, layout)
         for rel, text in (files or {}).items():
             write(os.path.join(self.path, rel), text)
         git(self.path, "add", "-A")

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 import os
 import shlex
 from typing import Callable, Dict, List, Mapping, Optional
@@ -20,14 +19,13 @@ from ensure_flydsl.errors import EnsureError, ExitCode
 from ensure_flydsl.layout import llvm_record, mlir_install, tools_dir
 from ensure_flydsl.probe.records import Interpreter
 from ensure_flydsl.setting_values import GitMirrors
+from ensure_flydsl.source.llvm_inputs import LlvmInputs, checkout_llvm_inputs
 from ensure_flydsl.source.mirrors import with_mirrors
 from ensure_flydsl.support.files import atomic_write, atomic_write_json, read_json
 from ensure_flydsl.support.processes import stream_command
 
 # Documented default parallelism: a job of the LLVM/MLIR build (its big static links) may take this much.
 MEMORY_PER_JOB_BYTES = 4 * 1024**3
-LLVM_HASH_FILES = ("thirdparty/llvm-hash.txt",)
-LLVM_INFO_FILE = "thirdparty/llvm-build-info.json"
 
 
 def default_jobs(cores: int, available_memory: Optional[int]) -> int:
@@ -120,33 +118,23 @@ def file_sha256(path: str) -> Optional[str]:
         return None
 
 
-def llvm_commit(root: str) -> Optional[str]:
-    """The LLVM commit the checkout names (thirdparty/llvm-hash.txt, or the newer llvm-build-info.json)."""
-    for name in LLVM_HASH_FILES:
-        try:
-            with open(os.path.join(root, name)) as handle:
-                text = handle.read().strip()
-            if text:
-                return text
-        except OSError:
-            pass
-    try:
-        with open(os.path.join(root, LLVM_INFO_FILE)) as handle:
-            info = json.load(handle)
-        for key in ("llvm_commit", "llvm_hash", "commit", "hash"):
-            if isinstance(info.get(key), str):
-                return str(info[key])
-    except (OSError, ValueError, AttributeError):
-        pass
-    return None
+def pin_llvm_inputs(root: str, environ: Mapping[str, str]) -> LlvmInputs:
+    """What the checkout's LLVM/MLIR build is made from (source/llvm_inputs.py), with the run's environment."""
+    return checkout_llvm_inputs(root, environ)
 
 
-def llvm_key(root: str, interpreter: Interpreter) -> Dict[str, object]:
-    return {
-        "llvm_commit": llvm_commit(root),
-        "abi": interpreter.abi,
-        "script": file_sha256(os.path.join(root, "scripts", "build_llvm.sh")),
-    }
+def llvm_key(root: str, interpreter: Interpreter, environ: Optional[Mapping[str, str]] = None
+             ) -> Optional[Dict[str, object]]:
+    """The MLIR key of the checkout at ``root`` for ``interpreter``; None when its LLVM commit is unknown."""
+    return pin_llvm_inputs(root, os.environ if environ is None else environ).key(interpreter.abi)
+
+
+def llvm_step_settings(base_dir: str) -> Dict[str, str]:
+    """Variables build_llvm.sh lets the caller override that the tool sets itself for the LLVM step: the
+    install goes where the tool (and build.sh's auto-detection) reads it, and is always made.  These are
+    the same on every run, so the MLIR key leaves them out (llvm_inputs.TOOL_SET); a caller's own
+    LLVM_INSTALL_DIR or LLVM_PACKAGE_INSTALL=0 would otherwise leave no install where it is looked for."""
+    return {"LLVM_INSTALL_DIR": mlir_install(base_dir), "LLVM_PACKAGE_INSTALL": "1"}
 
 
 def is_mlir_install(path: str) -> bool:

@@ -197,18 +197,20 @@ def check_git(environ: Mapping[str, str]) -> Check:
     return _ok("git", f"{out} at {exe}", "fetch")
 
 
-def _llvm_already_built(settings: Settings, needs: BuildNeeds) -> Optional[str]:
-    """The MLIR install a previous run built for this LLVM commit, if it is there."""
+def _llvm_already_built(settings: Settings, needs: BuildNeeds, interp: Optional[Interpreter]) -> Optional[str]:
+    """The MLIR install a previous run built from the pin's LLVM inputs (its commit, patches, build_llvm.sh,
+    overrides: source/llvm_inputs.py) for this interpreter, if it is there."""
     done = finished_llvm_build(settings.base_dir)
-    if needs.llvm_commit and done is not None and done.get("llvm_commit") == needs.llvm_commit:
-        return mlir_install(settings.base_dir)
-    return None
+    if done is None or needs.llvm is None or interp is None:
+        return None
+    key = needs.llvm.key(interp.abi)
+    return mlir_install(settings.base_dir) if key is not None and done == key else None
 
 
-def llvm_step_needed(settings: Settings, needs: BuildNeeds) -> bool:
+def llvm_step_needed(settings: Settings, needs: BuildNeeds, interp: Optional[Interpreter] = None) -> bool:
     """Whether a source build runs the LLVM/MLIR step: MLIR_PATH unset and no finished build of the pin's
-    LLVM commit next to the root."""
-    return settings.mlir_path is None and _llvm_already_built(settings, needs) is None
+    LLVM inputs next to the root."""
+    return settings.mlir_path is None and _llvm_already_built(settings, needs, interp) is None
 
 
 def check_mlir(ctx: RunContext) -> Check:
@@ -226,10 +228,17 @@ def check_mlir(ctx: RunContext) -> Check:
             return Check("mlir", WRONG, f"{label}={s.mlir_path} holds no lib/cmake/mlir/MLIRConfig.cmake: the "
                          "build's find_package(MLIR) will fail", remedy, True, "build")
         return _ok("mlir", f"{label}={s.mlir_path}; no LLVM build", "build")
-    built = _llvm_already_built(s, ctx.needs)
-    if built:
-        return _ok("mlir", f"MLIR for LLVM {str(ctx.needs.llvm_commit)[:12]} is already built in {built}", "llvm")
-    return _skip("mlir", "MLIR_PATH is unset: the run builds LLVM/MLIR (the long step)", "llvm")
+    built = _llvm_already_built(s, ctx.needs, ctx.interpreter)
+    llvm = ctx.needs.llvm
+    if built and llvm is not None:
+        return _ok("mlir", f"MLIR for {llvm.describe()} is already built in {built}", "llvm")
+    if llvm is not None and llvm.commit is None:
+        return Check("mlir", WRONG, f"MLIR_PATH is unset and the pin's LLVM commit cannot be determined "
+                     f"({llvm.problem}): the run builds LLVM/MLIR (the long step) every time, neither reusing "
+                     "nor sharing it", f"set MLIR_PATH to an MLIR install built for this pin, or give the commit "
+                     f"in {llvm.commit_from}", False, "llvm")
+    what = f" of {llvm.describe()}" if llvm is not None else ""
+    return _skip("mlir", f"MLIR_PATH is unset: the run builds LLVM/MLIR{what} (the long step)", "llvm")
 
 
 def _free_bytes(path: str) -> Tuple[Optional[int], str]:

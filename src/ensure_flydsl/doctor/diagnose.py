@@ -125,14 +125,15 @@ def run_checks(
         f_interp = pool.submit(check_interpreter, settings, environ)
         builds = strategy in ("auto", "source")
         fetches = builds or strategy == "release"
-        f_needs = pool.submit(find_needs, settings.root, mirrored(settings), settings.pin, checkout) if builds else None
+        f_needs = pool.submit(find_needs, settings.root, mirrored(settings), settings.pin, checkout,
+                              environ) if builds else None
         early: List["concurrent.futures.Future[Check]"] = []
         if fetches:
             early = [submit(check_root, settings), submit(check_git, environ),
                      submit(check_repository, settings, environ, timeout, checkout)]
         interp_check, interp = f_interp.result()
         needs = f_needs.result() if f_needs is not None else KNOWN_FLYDSL_NEEDS
-        llvm = builds and llvm_step_needed(settings, needs)
+        llvm = builds and llvm_step_needed(settings, needs, interp)
         index = Index(installer_python(interp, settings), environ, timeout)
         ctx = RunContext(settings, environ, timeout, interp, needs, llvm, index)
         later: List["concurrent.futures.Future[Check]"] = []
@@ -218,7 +219,7 @@ def diagnose(settings: Settings, environ: Mapping[str, str], *, reuse: Optional[
     checks = run_checks(settings, environ, checkout=checkout, timeout=timeout, reuse=reuse)
     needs = None
     if settings.strategy in ("auto", "source"):
-        needs = find_needs(settings.root, mirrored(settings), settings.pin, checkout)
+        needs = find_needs(settings.root, mirrored(settings), settings.pin, checkout, environ)
     return Diagnosis(settings.strategy, tuple(checks), needs, time.monotonic() - started)
 
 

@@ -131,8 +131,9 @@ def check_llvm_source(ctx: RunContext) -> Check:
     if commit and os.path.isdir(os.path.join(local, ".git")) and resolve_in(local, commit):
         return _ok("llvm-source", f"LLVM {commit[:12]} is already in {local}", "llvm")
     remote = ctx.environ.get("LLVM_REMOTE") or needs.llvm_remote
+    named = f"named in {needs.llvm.commit_from}" if needs.llvm is not None else "the pin names"
     remedy = (f"set MLIR_PATH to an MLIR install built from LLVM {commit[:12] if commit else 'at the pin'} "
-              f"(thirdparty/llvm-hash.txt), or LLVM_REMOTE to a reachable mirror of llvm-project (or map its URL "
+              f"({named}), or LLVM_REMOTE to a reachable mirror of llvm-project (or map its URL "
               "with FLYDSL_GIT_MIRRORS=FROM=TO)")
     answered, out, shown = _reach(remote, ctx.environ, ctx.timeout, ctx.settings, "HEAD")
     if answered:

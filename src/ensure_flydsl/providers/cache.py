@@ -15,7 +15,7 @@ import re
 from typing import Dict, Mapping, Optional
 
 from ensure_flydsl.binary_cache.entries import Cache, CacheCorrupt, CacheError, cache_key, format_size, open_cache
-from ensure_flydsl.build.environment import file_sha256, llvm_key
+from ensure_flydsl.build.environment import file_sha256, pin_llvm_inputs
 from ensure_flydsl.layout import base_state_dir, packages_dir
 from ensure_flydsl.providers.base import Provider
 from ensure_flydsl.providers.tree import prepare_build_dir, verify_tree
@@ -27,11 +27,9 @@ from ensure_flydsl.support import faults
 
 
 def llvm_label(key: Mapping[str, object]) -> str:
-    """The LLVM commit of an MLIR key, short, for messages (a checkout may name none)."""
+    """The LLVM commit of an MLIR key, short, for messages (a key always has one: llvm_inputs.py)."""
     commit = key.get("llvm_commit")
-    if isinstance(commit, str) and commit:
-        return commit[:12]
-    return "(commit unknown: the checkout has no thirdparty/llvm-hash.txt)"
+    return commit[:12] if isinstance(commit, str) else "(commit unknown)"
 
 
 def repo_identity(repo: str) -> str:
@@ -60,7 +58,13 @@ def mlir_spec(run: Run) -> Dict[str, object]:
     """What the MLIR a source build uses is made from (known before anything is built)."""
     if run.settings.mlir_path is not None:
         return {"mlir_path": run.settings.mlir_path}
-    return {"llvm": llvm_key(run.settings.root, run.interpreter)}
+    return {"llvm": pin_llvm_inputs(run.settings.root, run.environ).key(run.interpreter.abi)}
+
+
+def tree_shareable(run: Run) -> bool:
+    """Whether the tree's key names its MLIR: not when the pin's LLVM commit is unknown (llvm_inputs.py), as
+    then nothing built from that MLIR is shared."""
+    return mlir_spec(run) != {"llvm": None}
 
 
 def tree_fields(run: Run, commit: str) -> Dict[str, object]:
@@ -84,6 +88,9 @@ def mlir_fields(key: Mapping[str, object], platform: str) -> Dict[str, object]:
 def tree_from_cache(run: Run, cache: Cache, commit: str) -> Optional[Decision]:
     """Fetch the tree for this commit and interpreter into ``ROOT/build-fly/python_packages`` and verify
     it; None (and the reason said) when there is none or it cannot be used."""
+    if not tree_shareable(run):
+        run.say("cache: not looked up: the pin's LLVM commit is unknown, so no entry can be known to match")
+        return None
     fields = tree_fields(run, commit)
     key = cache_key("tree", fields)
     entry = _lookup(run, cache, "tree", key)
@@ -122,6 +129,9 @@ def tree_from_cache(run: Run, cache: Cache, commit: str) -> Optional[Decision]:
 
 def publish_tree(run: Run, cache: Cache, commit: str) -> None:
     """After a verified source build: share it (a failure to share never fails the run)."""
+    if not tree_shareable(run):
+        run.say("cache: the tree is not published: it was built from an MLIR of an unknown LLVM commit")
+        return
     fields = tree_fields(run, commit)
     key = cache_key("tree", fields)
     packages = packages_dir(run.settings.root)

@@ -17,7 +17,8 @@ from ensure_flydsl.build.environment import (
     file_sha256,
     finished_llvm_build,
     is_mlir_install,
-    llvm_key,
+    llvm_step_settings,
+    pin_llvm_inputs,
     prepare_toolchain,
     resolve_jobs,
     run_script,
@@ -36,6 +37,7 @@ from ensure_flydsl.providers.cache import (
     publish_tree,
     tree_fields,
     tree_from_cache,
+    tree_shareable,
 )
 from ensure_flydsl.providers.fleet import end_turn, holding, take_turn
 from ensure_flydsl.providers.tree import prepare_build_dir, verify_tree
@@ -89,9 +91,9 @@ class SourceProvider(Provider):
     def _mlir(self, run: Run, env: Dict[str, str], jobs: int) -> Mlir:
         """build_llvm.sh under the MLIR key's lease, unless another host publishes that MLIR meanwhile."""
         cache = self.cache
-        if cache is None:
+        key = pin_llvm_inputs(run.settings.root, run.environ).key(run.interpreter.abi)
+        if cache is None or key is None:  # an unknown LLVM commit: nothing to share, so no lease either
             return build_mlir(run, env, jobs, None)
-        key = llvm_key(run.settings.root, run.interpreter)
         ckey = cache_key("mlir", mlir_fields(key, run.interpreter.platform))
         turn = take_turn(run, cache, "mlir", ckey, f"MLIR for LLVM {llvm_label(key)}",
                          lambda: mlir_from_cache(run, cache, key))
@@ -103,7 +105,7 @@ class SourceProvider(Provider):
     def _tree_turn(self, run: Run, commit: str) -> Optional[Decision]:
         """The tree key's lease before build.sh; a verified cached tree when another host published it."""
         cache = self.cache
-        if cache is None:
+        if cache is None or not tree_shareable(run):
             return None
         key = cache_key("tree", tree_fields(run, commit))
         turn = take_turn(run, cache, "tree", key, f"the FlyDSL tree for {commit[:8]}",
@@ -191,7 +193,12 @@ def ready_mlir(run: Run, cache: Optional[Cache]) -> Optional[Mlir]:
     if settings.mlir_path is not None:
         run.say(f"using MLIR_PATH={settings.mlir_path}; skipping the LLVM/MLIR build")
         return settings.mlir_path, {"mlir_path": settings.mlir_path}
-    key = llvm_key(settings.root, run.interpreter)
+    inputs = pin_llvm_inputs(settings.root, run.environ)
+    key = inputs.key(run.interpreter.abi)
+    if key is None:
+        run.say(f"warning: the LLVM commit of this pin cannot be determined ({inputs.problem}): its LLVM/MLIR "
+                "is built for this run, neither reused from an earlier build nor shared through the cache")
+        return None
     install = mlir_install(settings.base_dir)
     if finished_llvm_build(settings.base_dir) == key:
         run.say(f"MLIR for LLVM {llvm_label(key)} is already built in {install}")
@@ -203,7 +210,8 @@ def ready_mlir(run: Run, cache: Optional[Cache]) -> Optional[Mlir]:
 def build_mlir(run: Run, env: Dict[str, str], jobs: int, cache: Optional[Cache]) -> Mlir:
     """FlyDSL's build_llvm.sh, into ``$(dirname ROOT)/llvm-project`` (where it builds; recorded as ours)."""
     settings, root = run.settings, run.settings.root
-    key = llvm_key(root, run.interpreter)
+    inputs = pin_llvm_inputs(root, run.environ)
+    key = inputs.key(run.interpreter.abi)
     llvm_folder = llvm_dir(settings.base_dir)
     install = mlir_install(settings.base_dir)
     record = LlvmRecord.read(settings.base_dir)
@@ -215,8 +223,9 @@ def build_mlir(run: Run, env: Dict[str, str], jobs: int, cache: Optional[Cache])
             hint="move it away, or set MLIR_PATH to an MLIR install built for this interpreter",
         )
     LlvmRecord(created=True, started=key).write(settings.base_dir)
-    run.say(f"building LLVM/MLIR {llvm_label(key)} with {jobs} jobs (the long step)")
+    run.say(f"building LLVM/MLIR {inputs.describe()} with {jobs} jobs (the long step)")
     run.worked()
+    env = {**env, **llvm_step_settings(settings.base_dir)}
     run_script(root, "build_llvm.sh", jobs, env, run.build_line, on_start=run.build_started,
                code=ExitCode.LLVM_BUILD, stage="llvm", what="the LLVM/MLIR build")
     if not is_mlir_install(install):
@@ -224,6 +233,9 @@ def build_mlir(run: Run, env: Dict[str, str], jobs: int, cache: Optional[Cache])
                           stage="llvm")
     faults.point("llvm-built")
     LlvmRecord(created=True, started=key, done=key).write(settings.base_dir)
+    if key is None:
+        # Not reusable: the build.sh stamp must not match a later run's MLIR (built anew) either.
+        return install, {"llvm": None, "built": os.urandom(8).hex()}
     if cache is not None:
         publish_mlir(run, cache, key, install)
     return install, {"llvm": key}

@@ -19,12 +19,20 @@ from typing import Dict, Iterator, List, Mapping, Optional, Tuple
 
 from ensure_flydsl.layout import BUILD_DIR, STATE_DIR
 from ensure_flydsl.source.git import is_local_repo
+from ensure_flydsl.source.llvm_inputs import (
+    COMMIT_FILES,
+    LLVM_HASH_FILE,
+    LlvmInputs,
+    checkout_llvm_inputs,
+    read_llvm_inputs,
+    wanted_files,
+)
 from ensure_flydsl.support.processes import CommandFailed
 
 MIN_CMAKE = "3.20"  # LLVM's own minimum: never ask for less
 DEFAULT_LLVM_REMOTE = "https://github.com/llvm/llvm-project.git"
 LLVM_SCRIPT = "scripts/build_llvm.sh"
-LLVM_HASH = "thirdparty/llvm-hash.txt"
+LLVM_HASH = LLVM_HASH_FILE
 GITMODULES = ".gitmodules"
 _SKIPPED_DIRS = ("thirdparty", BUILD_DIR, ".git", STATE_DIR, "node_modules")
 
@@ -55,6 +63,7 @@ class BuildNeeds:
     llvm_python_bindings: bool  # MLIR's Python bindings: Python.h and nanobind for the LLVM step
     llvm_pip: Tuple[str, ...]  # packages build_llvm.sh pip-installs by name
     submodules: Tuple[Tuple[str, str], ...] = ()  # (path, url) from .gitmodules: fetched for a source build
+    llvm: Optional[LlvmInputs] = None  # the LLVM build's inputs (source/llvm_inputs.py); None: not read
 
     def summary(self) -> str:
         parts = []
@@ -103,12 +112,12 @@ def is_build_file(path: str) -> bool:
     return (
         name == "CMakeLists.txt"
         or name.endswith(".cmake")
-        or path in (LLVM_SCRIPT, LLVM_HASH, "pyproject.toml", GITMODULES)
+        or path in (LLVM_SCRIPT, "pyproject.toml", GITMODULES, *COMMIT_FILES)
     )
 
 
 def _skipped(path: str) -> bool:
-    return path.split("/", 1)[0] in _SKIPPED_DIRS and path != LLVM_HASH
+    return path.split("/", 1)[0] in _SKIPPED_DIRS and path not in COMMIT_FILES
 
 
 def _code_lines(text: str) -> str:
@@ -121,8 +130,12 @@ def _version_key(text: str) -> Tuple[int, ...]:
     return tuple(int(p) for p in text.split(".") if p.isdigit())
 
 
-def needs_from_files(files: Mapping[str, str], source: str) -> BuildNeeds:
-    """Pure: the needs that the build files' texts (path relative to the source's top -> text) show."""
+def needs_from_files(files: Mapping[str, str], source: str, inputs: Optional[LlvmInputs] = None,
+                     environ: Optional[Mapping[str, str]] = None) -> BuildNeeds:
+    """Pure: the needs that the build files' texts (path relative to the source's top -> text) show;
+    ``inputs``: the LLVM inputs when read apart (a patch's exact bytes), else read from ``files``."""
+    if inputs is None:
+        inputs = read_llvm_inputs(files, environ or {})
     cmake_files = {p: _code_lines(t) for p, t in files.items() if p.endswith((".txt", ".cmake")) and p != LLVM_HASH}
     hip = hip_optional = False
     hip_where = ""
@@ -151,7 +164,6 @@ def needs_from_files(files: Mapping[str, str], source: str) -> BuildNeeds:
         for word in args.split():
             if not word.startswith("-") and "$" not in word and word not in pip_packages:
                 pip_packages.append(word)
-    commit = files.get(LLVM_HASH, "").strip() or None
     nanobind = "nanobind" in flydsl_text
     submodules = parse_gitmodules(files.get(GITMODULES, ""))
     return BuildNeeds(
@@ -165,12 +177,13 @@ def needs_from_files(files: Mapping[str, str], source: str) -> BuildNeeds:
         nanobind_minimum=nanobind_min.group(1) if nanobind_min and nanobind else None,
         cmake="CMakeLists.txt" in files,
         cmake_minimum=cmake_minimum,
-        llvm_commit=commit,
+        llvm_commit=inputs.commit,
         llvm_remote=remote,
         llvm_cmake=re.search(r"^\s*cmake\b", llvm, re.MULTILINE) is not None,
         llvm_python_bindings="MLIR_ENABLE_BINDINGS_PYTHON=ON" in llvm,
         llvm_pip=tuple(pip_packages),
         submodules=submodules,
+        llvm=inputs,
     )
 
 
@@ -202,8 +215,9 @@ def _walk_build_files(top: str) -> Iterator[str]:
             rel = os.path.join(rel_folder, name).replace(os.sep, "/")
             if is_build_file(rel):
                 yield rel
-    if os.path.isfile(os.path.join(top, LLVM_HASH)):
-        yield LLVM_HASH
+    for rel in COMMIT_FILES:
+        if os.path.isfile(os.path.join(top, rel)):
+            yield rel
 
 
 def read_checkout(top: str) -> Dict[str, str]:
@@ -251,18 +265,22 @@ def read_commit(path: str, commit: str) -> Dict[str, str]:
     raw = _git(path, "ls-tree", "-r", "-z", "--name-only", commit)
     listing = [p.decode(errors="replace") for p in raw.split(b"\0")]
     wanted = [p for p in listing if p and is_build_file(p) and not _skipped(p)]
-    if LLVM_HASH in listing:
-        wanted.append(LLVM_HASH)
+    wanted += [p for p in COMMIT_FILES if p in listing]
     return read_blobs(path, commit, wanted)
 
 
 def read_blobs(path: str, commit: str, wanted: List[str]) -> Dict[str, str]:
     """The text of each of ``wanted`` (paths) at ``commit`` in the repository at ``path``, in one
     ``git cat-file --batch``; a path that is not a file there is left out."""
+    return {rel: data.decode("utf-8", errors="replace") for rel, data in read_blob_bytes(path, commit, wanted).items()}
+
+
+def read_blob_bytes(path: str, commit: str, wanted: List[str]) -> Dict[str, bytes]:
+    """:func:`read_blobs`, the contents as they are."""
     if not wanted:
         return {}
     out = _git(path, "cat-file", "--batch", stdin="".join(f"{commit}:{p}\n" for p in wanted).encode())
-    files: Dict[str, str] = {}
+    files: Dict[str, bytes] = {}
     pos = 0
     for rel in wanted:
         header_end = out.index(b"\n", pos)
@@ -271,16 +289,27 @@ def read_blobs(path: str, commit: str, wanted: List[str]) -> Dict[str, str]:
         if len(header) < 3 or header[1] != b"blob":
             continue  # "<spec> missing": nothing follows the header
         size = int(header[2])
-        files[rel] = out[pos:pos + size].decode("utf-8", errors="replace")
+        files[rel] = out[pos:pos + size]
         pos += size + 1
     return files
 
 
-def find_needs(root: str, repo: str, pin: str, checkout: Optional[str] = None) -> BuildNeeds:
+def commit_llvm_inputs(path: str, commit: str, environ: Mapping[str, str]) -> LlvmInputs:
+    """The LLVM inputs of ``commit`` in the local repository at ``path``, read from git objects."""
+    found: Dict[str, Optional[bytes]] = dict(read_blob_bytes(path, commit, wanted_files(None)))
+    script = found.get(LLVM_SCRIPT)
+    extra = wanted_files(script)[len(wanted_files(None)):]
+    found.update(read_blob_bytes(path, commit, extra))
+    return read_llvm_inputs(found, environ)
+
+
+def find_needs(root: str, repo: str, pin: str, checkout: Optional[str] = None,
+               environ: Optional[Mapping[str, str]] = None) -> BuildNeeds:
     """Read the needs from ``checkout``; else from the root's repository or a local ``repo`` at the pin;
-    else assume FlyDSL's known needs."""
+    else assume FlyDSL's known needs.  ``environ``: the build's, for the LLVM inputs it overrides."""
+    env = os.environ if environ is None else environ
     if checkout is not None and os.path.isdir(checkout):
-        return needs_from_files(read_checkout(checkout), f"checkout {checkout}")
+        return needs_from_files(read_checkout(checkout), f"checkout {checkout}", checkout_llvm_inputs(checkout, env))
     candidates = []
     if os.path.isdir(os.path.join(root, ".git")):
         candidates.append(root)
@@ -292,9 +321,10 @@ def find_needs(root: str, repo: str, pin: str, checkout: Optional[str] = None) -
             continue
         try:
             files = read_commit(path, commit)
+            llvm = commit_llvm_inputs(path, commit, env)
         except (CommandFailed, OSError, ValueError):
             continue
-        return needs_from_files(files, f"repository {path} at {commit[:12]}")
+        return needs_from_files(files, f"repository {path} at {commit[:12]}", llvm)
     return KNOWN_FLYDSL_NEEDS
 
 

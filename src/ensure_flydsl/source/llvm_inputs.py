@@ -1,0 +1,248 @@
+"""The inputs of a pin's LLVM/MLIR build, read from the pin's own files: the one reader behind the MLIR key,
+the LLVM record, the doctor and every message that names the LLVM commit.
+
+What ``scripts/build_llvm.sh`` builds is decided by
+
+* the LLVM commit: ``thirdparty/llvm-hash.txt`` (FlyDSL up to v0.2.4, and v0.3.0) or
+  ``thirdparty/llvm-build-info.json``'s ``upstream.llvm_hash`` (v0.2.5.dev732, v0.3.1 and later), whichever
+  the script reads; or ``LLVM_REF`` / ``LLVM_COMMIT`` from the environment when the script lets the caller
+  override the commit with them (``${LLVM_REF:-${LLVM_COMMIT:-...}}``) and the value is a commit hash;
+* the script itself (its sha256) and every other file under ``thirdparty/`` it names (from v0.3.2.dev838 a
+  patch applied to LLVM, ``thirdparty/llvm-rocdl-lld-argv0.patch``), by sha256;
+* the value of every variable the script lets the caller override (``${NAME:-default}``, ``${NAME-default}``,
+  ``${NAME:=default}``, ``${NAME=default}``), read from the script rather than from a list of ours, so the
+  next upstream knob is keyed too (``LLVM_BUILD_PROFILE``, ``LLVM_ENABLE_PROJECTS``,
+  ``LLVM_TARGETS_TO_BUILD``, ``LLVM_ENABLE_RUNTIMES`` ... at v0.3.2.dev838).  Left out of the key, by name:
+
+  - ``LLVM_REF`` / ``LLVM_COMMIT``: they are the commit (above), which is keyed;
+  - ``LLVM_INSTALL_DIR`` and ``LLVM_PACKAGE_INSTALL``: the tool sets them for the build (the install goes
+    where the tool reads it, ``BASE/llvm-project/mlir_install``, and is always made), so the build sees the
+    same value on every run and every host; keying the host's path would only keep hosts from sharing;
+  - ``LLVM_INSTALL_TGZ`` and ``LLVM_REMOTE``: where a by-product tarball goes and where llvm-project is
+    fetched from.  Neither changes what is built: the commit hash names the same source on every remote (a
+    ref that is not a hash makes the commit unknown, and then nothing is reused at all).
+
+A pin whose commit cannot be determined gets no key (:meth:`LlvmInputs.key` is None): no host-local reuse and
+no cache entry, never a key with a null commit.
+
+Pure where it can be: :func:`read_llvm_inputs` takes the files' contents, so the doctor reads them from git
+objects and a run from its checkout, and both get the same answer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import re
+from typing import Dict, List, Mapping, Optional, Tuple, Union
+
+LLVM_SCRIPT = "scripts/build_llvm.sh"
+LLVM_HASH_FILE = "thirdparty/llvm-hash.txt"
+LLVM_INFO_FILE = "thirdparty/llvm-build-info.json"
+COMMIT_FILES = (LLVM_HASH_FILE, LLVM_INFO_FILE)
+COMMIT_VARIABLES = ("LLVM_REF", "LLVM_COMMIT")  # the scripts' precedence: ${LLVM_REF:-${LLVM_COMMIT:-...}}
+TOOL_SET = ("LLVM_INSTALL_DIR", "LLVM_PACKAGE_INSTALL")  # the tool sets them for the build (environment.py)
+WHERE_ONLY = ("LLVM_INSTALL_TGZ", "LLVM_REMOTE")  # where things go or come from, not what is built
+NOT_KEYED = COMMIT_VARIABLES + TOOL_SET + WHERE_ONLY
+
+# ${NAME:-x}, ${NAME-x}, ${NAME:=x}, ${NAME=x}; group 2 is ":" for the forms where an empty value is unset.
+_OVERRIDE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(:?)[-=]")
+_THIRDPARTY = re.compile(r"thirdparty/[A-Za-z0-9_.+-]+(?:/[A-Za-z0-9_.+-]+)*")
+_SHA = re.compile(r"[0-9a-fA-F]{40}")
+_LITERAL_COMMIT = re.compile(r"\$\{(?:LLVM_REF|LLVM_COMMIT):-([0-9a-fA-F]{7,40})\}")
+
+Text = Union[str, bytes]
+
+
+def _bytes(content: Text) -> bytes:
+    return content.encode("utf-8", errors="surrogateescape") if isinstance(content, str) else content
+
+
+def _text(content: Text) -> str:
+    return content.decode("utf-8", errors="replace") if isinstance(content, bytes) else content
+
+
+def sha256(content: Text) -> str:
+    return hashlib.sha256(_bytes(content)).hexdigest()
+
+
+def code_lines(script: str) -> str:
+    """The script without whole-line comments: a comment naming a variable or a file is not a use."""
+    return "\n".join(line for line in script.splitlines() if not line.lstrip().startswith("#"))
+
+
+def overridable(script: str) -> Tuple[Tuple[str, bool], ...]:
+    """(name, empty counts as set) of each variable the script lets the caller override, in the order first
+    met; nested forms (``${LLVM_REF:-${LLVM_COMMIT:-$X}}``) give each name.  ``empty counts as set`` is True
+    when the script has the name in a form without ``:`` (``${LLVM_ENABLE_RUNTIMES-compiler-rt}``: an empty
+    value disables the runtimes, so it differs from unset)."""
+    found: Dict[str, bool] = {}
+    for match in _OVERRIDE.finditer(code_lines(script)):
+        name, colon = match.group(1), match.group(2)
+        found[name] = found.get(name, False) or not colon
+    return tuple(found.items())
+
+
+def named_files(script: str) -> Tuple[str, ...]:
+    """The files under ``thirdparty/`` the script names, other than the commit files, in the order met."""
+    names: List[str] = []
+    for path in _THIRDPARTY.findall(code_lines(script)):
+        path = path.rstrip(".")
+        if path not in COMMIT_FILES and path not in names:
+            names.append(path)
+    return tuple(names)
+
+
+def wanted_files(script: Optional[Text]) -> List[str]:
+    """Every file the reader needs, the script first: read the script, then ask for the rest."""
+    return [LLVM_SCRIPT, *COMMIT_FILES, *(named_files(_text(script)) if script is not None else ())]
+
+
+@dataclasses.dataclass(frozen=True)
+class LlvmInputs:
+    """What a pin's LLVM/MLIR build is made from, as read (see the module's docstring)."""
+
+    commit: Optional[str]  # None: cannot be determined (``problem`` says why)
+    commit_from: str  # the file (or variable) it was read from, or the file the pin would name it in
+    problem: Optional[str]  # why the commit is unknown; None when it is known
+    script: Optional[str]  # sha256 of scripts/build_llvm.sh; None when the pin has none
+    files: Tuple[Tuple[str, Optional[str]], ...]  # other thirdparty files the script names: sha256 (None: absent)
+    environment: Tuple[Tuple[str, str], ...]  # overridable variables set for the build, as keyed
+    variables: Tuple[str, ...]  # every variable the script lets the caller override
+
+    def key(self, abi: str) -> Optional[Dict[str, object]]:
+        """The MLIR key, or None when the commit is unknown (then nothing is reused or shared).  ``files`` and
+        ``environment`` appear only when non-empty, so a pin of the v0.2.2 shape keeps the key it always had
+        (MLIR built or cached by an earlier version of the tool is still found)."""
+        if self.commit is None:
+            return None
+        key: Dict[str, object] = {"llvm_commit": self.commit, "abi": abi, "script": self.script}
+        if self.files:
+            key["files"] = dict(self.files)
+        if self.environment:
+            key["environment"] = dict(self.environment)
+        return key
+
+    def label(self) -> str:
+        """The commit, short, for messages."""
+        if self.commit is not None:
+            return self.commit[:12]
+        return f"(commit unknown: {self.problem})"
+
+    def describe(self) -> str:
+        """One line: the commit and where it was read, the patches, the overrides set."""
+        parts = [f"LLVM {self.label()}" + (f" from {self.commit_from}" if self.commit else "")]
+        parts += [f"{path} {digest[:12] if digest else '(named by build_llvm.sh, absent)'}"
+                  for path, digest in self.files]
+        parts += [f"{name}={value}" for name, value in self.environment]
+        return ", ".join(parts)
+
+    def to_json(self) -> Dict[str, object]:
+        return dataclasses.asdict(self)
+
+
+def _commit_in_info(content: Text) -> Tuple[Optional[str], Optional[str]]:
+    try:
+        info = json.loads(_text(content))
+    except ValueError:
+        return None, f"{LLVM_INFO_FILE} is not valid JSON"
+    upstream = info.get("upstream") if isinstance(info, dict) else None
+    value = upstream.get("llvm_hash") if isinstance(upstream, dict) else None
+    if not isinstance(value, str):
+        return None, f"{LLVM_INFO_FILE} has no upstream.llvm_hash"
+    return value.strip(), None
+
+
+def _commit_in_file(name: str, content: Text) -> Tuple[Optional[str], Optional[str]]:
+    if name == LLVM_INFO_FILE:
+        value, problem = _commit_in_info(content)
+        if value is None:
+            return None, problem
+    else:
+        value = _text(content).strip()
+    if not _SHA.fullmatch(value):
+        return None, f"{name} does not hold a 40-digit commit hash ({value[:60]!r})"
+    return value.lower(), None
+
+
+def _commit_file(script: str, files: Mapping[str, Optional[Text]]) -> str:
+    """The file the script reads its commit from; when it names neither, the one the pin has."""
+    code = code_lines(script)
+    for name in (LLVM_INFO_FILE, LLVM_HASH_FILE):
+        if name.split("/")[-1] in code:
+            return name
+    for name in COMMIT_FILES:
+        if files.get(name) is not None:
+            return name
+    return LLVM_HASH_FILE
+
+
+def _from_environment(variables: Mapping[str, bool], environ: Mapping[str, str]
+                      ) -> Optional[Tuple[Optional[str], str, Optional[str]]]:
+    for name in COMMIT_VARIABLES:
+        value = environ.get(name)
+        if name in variables and value:
+            if _SHA.fullmatch(value.strip()):
+                return value.strip().lower(), name, None
+            return None, name, (f"{name}={value} is not a 40-digit commit hash (a branch or tag moves, so the "
+                                "MLIR it builds cannot be reused)")
+    return None
+
+
+def read_llvm_inputs(files: Mapping[str, Optional[Text]], environ: Mapping[str, str]) -> LlvmInputs:
+    """Pure: the inputs that ``files`` (path -> content, None or absent: the pin lacks it; see
+    :func:`wanted_files`) and the build's environment give."""
+    script_content = files.get(LLVM_SCRIPT)
+    script = _text(script_content) if script_content is not None else ""
+    variables = dict(overridable(script))
+    commit: Optional[str] = None
+    problem: Optional[str] = None
+    chosen = _from_environment(variables, environ)
+    if chosen is not None:
+        commit, commit_from, problem = chosen
+    else:
+        commit_from = _commit_file(script, files)
+        content = files.get(commit_from)
+        literal = _LITERAL_COMMIT.search(code_lines(script))
+        if content is not None:
+            commit, problem = _commit_in_file(commit_from, content)
+        elif literal is not None and LLVM_HASH_FILE.split("/")[-1] not in script \
+                and LLVM_INFO_FILE.split("/")[-1] not in script:
+            commit, commit_from = literal.group(1).lower(), f"{LLVM_SCRIPT} (its default)"
+        else:
+            problem = f"the pin has no {commit_from}"
+    named = tuple((path, sha256(c) if (c := files.get(path)) is not None else None)
+                  for path in named_files(script))
+    environment = tuple(
+        (name, environ[name]) for name, empty_is_set in variables.items()
+        if name not in NOT_KEYED and name in environ and (environ[name] or empty_is_set)
+    )
+    return LlvmInputs(
+        commit=commit,
+        commit_from=commit_from,
+        problem=problem,
+        script=sha256(script_content) if script_content is not None else None,
+        files=named,
+        environment=environment,
+        variables=tuple(variables),
+    )
+
+
+def read_checkout_files(top: str, wanted: List[str]) -> Dict[str, Optional[bytes]]:
+    found: Dict[str, Optional[bytes]] = {}
+    for rel in wanted:
+        try:
+            with open(os.path.join(top, rel), "rb") as handle:
+                found[rel] = handle.read()
+        except OSError:
+            found[rel] = None
+    return found
+
+
+def checkout_llvm_inputs(top: str, environ: Mapping[str, str]) -> LlvmInputs:
+    """The inputs of the checkout at ``top`` (a run's root)."""
+    files = read_checkout_files(top, [LLVM_SCRIPT])
+    files.update(read_checkout_files(top, wanted_files(files[LLVM_SCRIPT])[1:]))
+    return read_llvm_inputs(files, environ)
