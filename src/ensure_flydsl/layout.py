@@ -42,6 +42,7 @@ LLVM_RECORD_NAME = ".llvm-project.ensure-flydsl.json"
 # The tree's top-level packages and where their sources are in a checkout of the pin (the build copies
 # python/flydsl into build-fly/python_packages; kernels/ is imported from the root itself).
 PACKAGE_SOURCES = (("flydsl", "python/flydsl"), ("kernels", "kernels"))
+BUILT_PACKAGES = ("flydsl",)  # the build stages these and adds compiled modules (flydsl._mlir) to them
 
 
 # -- under the root -----------------------------------------------------------------------------------------

@@ -65,15 +65,22 @@ BUILD_LLVM_INPUTS = r"""LLVM_INSTALL_DIR="$LLVM_SRC_DIR/mlir_install"
 LLVM_REF="$(tr -d '[:space:]' < "$REPO_ROOT/thirdparty/llvm-hash.txt")"
 """
 
-# The v0.3.2.dev838 shape: the commit in llvm-build-info.json, a patch applied to LLVM, a build profile,
-# and upstream's own override forms (nested, and `-` without `:` for the runtimes).
-BUILD_LLVM_INPUTS_V032 = r"""LLVM_INSTALL_DIR="${LLVM_INSTALL_DIR:-$LLVM_SRC_DIR/mlir_install}"
+# The v0.3.1 shape: the commit in llvm-build-info.json, upstream's override forms (nested for the commit).
+BUILD_LLVM_INPUTS_V031 = r"""LLVM_INSTALL_DIR="${LLVM_INSTALL_DIR:-$LLVM_SRC_DIR/mlir_install}"
 LLVM_INSTALL_TGZ="${LLVM_INSTALL_TGZ:-$LLVM_SRC_DIR/mlir_install.tgz}"
 LLVM_PACKAGE_INSTALL="${LLVM_PACKAGE_INSTALL:-1}"
 LLVM_BUILD_INFO="${REPO_ROOT}/thirdparty/llvm-build-info.json"
 LLVM_COMMIT_DEFAULT=$(python3 -c "import json; print(json.load(open('${LLVM_BUILD_INFO}'))['upstream']['llvm_hash'])")
 LLVM_REF="${LLVM_REF:-${LLVM_COMMIT:-$LLVM_COMMIT_DEFAULT}}"
-LLVM_PATCH="${REPO_ROOT}/thirdparty/llvm-rocdl-lld-argv0.patch"
+if [ "$LLVM_PACKAGE_INSTALL" != 1 ]; then
+  echo "not installing (LLVM_PACKAGE_INSTALL=$LLVM_PACKAGE_INSTALL)"
+  exit 0
+fi
+"""
+
+# The v0.3.2.dev838 shape: v0.3.1's, a patch applied to LLVM and a build profile (`-` without `:` for the
+# runtimes, as upstream has it).
+BUILD_LLVM_INPUTS_V032 = BUILD_LLVM_INPUTS_V031 + r"""LLVM_PATCH="${REPO_ROOT}/thirdparty/llvm-rocdl-lld-argv0.patch"
 LLVM_BUILD_PROFILE="${LLVM_BUILD_PROFILE:-full}"
 case "${LLVM_BUILD_PROFILE}" in
   full)
@@ -91,10 +98,6 @@ case "${LLVM_BUILD_PROFILE}" in
 esac
 echo "LLVM Profile:   $LLVM_BUILD_PROFILE"
 echo "LLVM Patch:     $(sha256sum "$LLVM_PATCH" | cut -c1-12)"
-if [ "$LLVM_PACKAGE_INSTALL" != 1 ]; then
-  echo "not installing (LLVM_PACKAGE_INSTALL=$LLVM_PACKAGE_INSTALL)"
-  exit 0
-fi
 """
 
 BUILD_LLVM_BODY = r"""LLVM_SLEEP="$FIXTURE_LLVM_SLEEP"
@@ -144,6 +147,7 @@ echo "LLVM/MLIR build completed successfully!"
 """
 
 BUILD_LLVM_SH = BUILD_LLVM_HEAD + BUILD_LLVM_INPUTS + BUILD_LLVM_BODY
+BUILD_LLVM_SH_V031 = BUILD_LLVM_HEAD + BUILD_LLVM_INPUTS_V031 + BUILD_LLVM_BODY
 BUILD_LLVM_SH_V032 = BUILD_LLVM_HEAD + BUILD_LLVM_INPUTS_V032 + BUILD_LLVM_BODY
 
 BUILD_SH = r"""#!/bin/bash
@@ -266,7 +270,8 @@ PATCH_TEXT = "--- a/lld/tools/lld/lld.cpp\n+++ b/lld/tools/lld/lld.cpp\n@@ fixtu
 #   v0.2.2  thirdparty/llvm-hash.txt, kernels/moe_gemm_2stage.py (flat kernels)
 #   v0.2.3  kernels/moe/moe_gemm_2stage.py (kernels in subpackages)
 #   v0.3.0  kernels/moe/moe_gemm_2stage/__init__.py (the module became a package)
-#   v0.3.1  thirdparty/llvm-build-info.json ({"upstream": {"llvm_hash": ...}}); no moe_gemm_2stage at all
+#   v0.3.1  thirdparty/llvm-build-info.json ({"upstream": {"llvm_hash": ...}}, read by BUILD_LLVM_SH_V031 with
+#           upstream's ${LLVM_REF:-${LLVM_COMMIT:-...}}); no moe_gemm_2stage at all
 #   v0.3.2  v0.3.0's kernels, llvm-build-info.json, an LLVM patch and LLVM_BUILD_PROFILE (BUILD_LLVM_SH_V032)
 LAYOUTS = ("v0.2.2", "v0.2.3", "v0.3.0", "v0.3.1", "v0.3.2")
 _LAYOUT_PATHS = ("kernels/moe_gemm_2stage.py", "kernels/moe", "kernels/norm", "thirdparty/llvm-hash.txt",
@@ -305,8 +310,8 @@ def write_tree(repo: str, version: str, llvm_hash: str, layout: str = "v0.2.2") 
         write(os.path.join(repo, "thirdparty", "llvm-hash.txt"), llvm_hash + "\n")
     if layout == "v0.3.2":
         write(os.path.join(repo, LLVM_PATCH), PATCH_TEXT)
-    write(os.path.join(repo, "scripts", "build_llvm.sh"), BUILD_LLVM_SH_V032 if layout == "v0.3.2" else BUILD_LLVM_SH,
-          0o755)
+    script = {"v0.3.1": BUILD_LLVM_SH_V031, "v0.3.2": BUILD_LLVM_SH_V032}.get(layout, BUILD_LLVM_SH)
+    write(os.path.join(repo, "scripts", "build_llvm.sh"), script, 0o755)
     write(os.path.join(repo, "scripts", "build.sh"), BUILD_SH, 0o755)
     write(os.path.join(repo, ".gitignore"), "build-fly/\n__pycache__/\n")
 

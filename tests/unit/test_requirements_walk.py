@@ -10,6 +10,7 @@ from typing import Dict
 from ensure_flydsl.source.requirements import (
     CheckoutSources,
     FileSources,
+    absent_modules,
     find_requirements,
     readable_checkout,
 )
@@ -159,3 +160,54 @@ def test_sources_in_memory_and_on_disk_agree(tmp_path: "os.PathLike[str]") -> No
     assert [find_requirements(REQUIRE, s).names() for s in (FileSources(files), CheckoutSources(top))] == \
         [["yaml", "numpy"]] * 2
     assert readable_checkout(top) and not readable_checkout(os.path.join(top, "python"))
+
+
+# -- issue 19 item 12 and issue 17 item 2 ------------------------------------------------------------------
+
+
+def test_a_module_at_the_checkouts_top_is_the_trees_and_is_walked(tmp_path: "os.PathLike[str]") -> None:
+    """The env file puts the checkout first on PYTHONPATH: ``top_helper.py`` and ``tools/`` there are the
+    tree's own, not third-party; what they import at module level is followed."""
+    top = tree(tmp_path, {"kernels/moe_gemm_2stage.py": "import top_helper\nimport tools.thing\nimport numpy\n",
+                          "top_helper.py": "import from_top_helper\n",
+                          "tools/__init__.py": "", "tools/thing.py": "import from_tools\n"})
+    assert list(found(top)) == ["numpy", "from_top_helper", "from_tools"]
+    listing = {rel: open(os.path.join(top, rel)).read() for rel in
+               ("python/flydsl/__init__.py", "kernels/__init__.py", "kernels/moe_gemm_2stage.py", "top_helper.py",
+                "tools/__init__.py", "tools/thing.py")}
+    assert find_requirements(REQUIRE, FileSources(listing)).names() == ["numpy", "from_top_helper", "from_tools"]
+
+
+def test_an_import_inside_suppress_of_an_import_error_is_optional(tmp_path: "os.PathLike[str]") -> None:
+    top = tree(tmp_path, {"kernels/moe_gemm_2stage.py": """
+        import contextlib
+        from contextlib import suppress
+        with contextlib.suppress(ImportError):
+            import optional_one
+        with suppress(ModuleNotFoundError, AttributeError):
+            import optional_two
+        with suppress(KeyError):
+            import still_needed
+        """})
+    assert list(found(top)) == ["contextlib", "still_needed"]
+
+
+def test_required_modules_missing_from_the_sources_and_where_they_are(tmp_path: "os.PathLike[str]") -> None:
+    files = {"python/flydsl/__init__.py": "", "kernels/__init__.py": "", "kernels/moe/__init__.py": "",
+             "kernels/moe/moe_gemm_2stage.py": "", "kernels/gemm/moe_gemm_2stage/__init__.py": "",
+             "kernels/ns/tool.py": "", "kernels/flat.py": ""}
+    top = tree(tmp_path, files)
+    os.unlink(os.path.join(top, "kernels/moe_gemm_2stage.py"))  # tree() writes the flat one by default
+    for sources in (FileSources(files), CheckoutSources(top)):
+        absent = absent_modules(("flydsl", "flydsl._mlir", "kernels.moe_gemm_2stage", "kernels.flat", "kernels.ns",
+                                 "kernels.ns.tool", "kernels.gone", "kernels.moe.gone", "numpy"), sources)
+        assert [(a.module, a.instead) for a in absent] == [
+            ("kernels.moe_gemm_2stage", (("kernels.gemm.moe_gemm_2stage", "kernels/gemm/moe_gemm_2stage/__init__.py"),
+                                         ("kernels.moe.moe_gemm_2stage", "kernels/moe/moe_gemm_2stage.py"))),
+            ("kernels.gone", ()), ("kernels.moe.gone", ())]
+
+
+def test_the_listing_of_sources_in_memory() -> None:
+    sources = FileSources({"a/b.py": ""}, listing=("a/b.py", "a/c/d.py", "e.py"))
+    assert sources.entries("") == ["a/", "e.py"] and sources.entries("a") == ["b.py", "c/"]
+    assert sources.entries("x") is None and sources.has("a/c/d.py") and sources.read("a/c/d.py") is None

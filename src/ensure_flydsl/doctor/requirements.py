@@ -3,9 +3,11 @@
 subprocess without importing them (:func:`ensure_flydsl.probe.interpreter.find_modules`).
 
 A run does this after the checkout and before any wheel is downloaded or anything is built, and stops
-(exit 6, stage ``requirements``) when the interpreter lacks one: a build that cannot pass the final probe
-is not started.  The doctor shows the same finding as its ``requirements`` check.  A module that is there
-but broken is not seen here (nothing is imported); the final probe still catches it.
+(exit 6, stage ``requirements``) when a required module is not in the pin at all (FlyDSL moved
+``kernels/moe_gemm_2stage.py`` at v0.2.3 and removed it at v0.3.1: the message says where a module of that
+name is), or when the interpreter lacks one: a build that cannot pass the final probe is not started.
+The doctor shows the same finding as its ``requirements`` check.  A module that is there but broken is not
+seen here (nothing is imported); the final probe still catches it.
 """
 
 from __future__ import annotations
@@ -20,7 +22,14 @@ from ensure_flydsl.errors import EnsureError, ExitCode
 from ensure_flydsl.probe.interpreter import find_modules
 from ensure_flydsl.probe.records import Interpreter
 from ensure_flydsl.settings import Settings
-from ensure_flydsl.source.requirements import Requirement, Sources, find_requirements, pin_sources
+from ensure_flydsl.source.requirements import (
+    Absent,
+    Requirement,
+    Sources,
+    absent_modules,
+    find_requirements,
+    pin_sources,
+)
 
 STAGE = "requirements"
 
@@ -34,21 +43,63 @@ class Finding:
     files: int  # the tree's files the walk read
     needed: Tuple[Requirement, ...]  # third-party modules (the standard library left out)
     missing: Tuple[Requirement, ...]
+    absent: Tuple[Absent, ...] = ()  # required modules the pin does not have
+    require: Tuple[str, ...] = ()
+    pin: str = "the pin"
 
     def names(self, which: Sequence[Requirement]) -> str:
         return ", ".join(r.module for r in which)
 
+    def names_of_absent(self) -> str:
+        return ", ".join(a.module for a in self.absent)
+
 
 def assess(sources: Sources, python: str, require: Sequence[str], environ: Mapping[str, str],
-           timeout: float, timeout_label: str) -> Finding:
-    """Walk the sources from ``require``, then ask ``python`` about every module outside the tree."""
+           timeout: float, timeout_label: str, pin: Optional[str] = None) -> Finding:
+    """Check that each required module of the tree is in the sources, walk them from ``require``, then ask
+    ``python`` about every module outside the tree."""
+    absent = tuple(absent_modules(require, sources))
     walk = find_requirements(require, sources)
     names = walk.names()
     answer = find_modules(python, names, environ=environ, timeout=timeout, timeout_label=timeout_label) \
         if names else {}
     needed = tuple(r for r in walk.requirements if answer.get(r.module) != "stdlib")
     missing = tuple(r for r in needed if answer.get(r.module) == "missing")
-    return Finding(python, sources.where, len(walk.files), needed, missing)
+    return Finding(python, sources.where, len(walk.files), needed, missing, absent, tuple(require),
+                   pin or "the pin")
+
+
+def _absent_line(absent: Absent, pin: str) -> str:
+    if not absent.instead:
+        last = absent.module.split(".")[-1]
+        return f"{absent.module} is not in {pin} (no module named {last} anywhere in its {absent.module.split('.')[0]})"
+    paths = " and ".join(path for _, path in absent.instead)
+    return f"{absent.module} is not in {pin}; {paths} {'is' if len(absent.instead) == 1 else 'are'}"
+
+
+def _replaced_require(finding: Finding) -> Optional[str]:
+    """FLYDSL_REQUIRE with each absent module replaced by the one module of that name the pin has; None when
+    some absent module has none (or several)."""
+    moved = {a.module: a.instead[0][0] for a in finding.absent if len(a.instead) == 1}
+    if len(moved) != len(finding.absent):
+        return None
+    return ",".join(moved.get(m, m) for m in finding.require)
+
+
+def absent_reason(finding: Finding) -> str:
+    said = "; ".join(_absent_line(a, finding.pin) for a in finding.absent)
+    replaced = _replaced_require(finding)
+    return said + (f": set FLYDSL_REQUIRE={replaced}" if replaced else "")
+
+
+def absent_remedy(finding: Finding) -> str:
+    replaced = _replaced_require(finding)
+    if replaced:
+        return (f"set FLYDSL_REQUIRE={replaced} (the modules that must import from the tree), or pin a commit "
+                f"that has {finding.names_of_absent()}; then run again")
+    kept = ",".join(m for m in finding.require if m not in {a.module for a in finding.absent}) or "flydsl"
+    return (f"set FLYDSL_REQUIRE to modules {finding.pin} has (for example FLYDSL_REQUIRE={kept}), or pin a "
+            f"commit that has {finding.names_of_absent()}; then run again")
 
 
 def _line(req: Requirement) -> str:
@@ -76,7 +127,15 @@ def requirements_error(finding: Finding) -> EnsureError:
                        detail="\n".join(_line(r) for r in finding.missing))
 
 
+def absent_error(finding: Finding) -> EnsureError:
+    """The run's stop for a required module the pin does not have: exit 6 at stage ``requirements``."""
+    return EnsureError(ExitCode.PROBE, absent_reason(finding), stage=STAGE, hint=absent_remedy(finding),
+                       detail=f"sources read from {finding.sources}")
+
+
 def stop_if_missing(finding: Finding) -> None:
+    if finding.absent:
+        raise absent_error(finding)
     if finding.missing:
         raise requirements_error(finding)
 
@@ -99,9 +158,11 @@ def check_requirements(settings: Settings, environ: Mapping[str, str], interp: O
                      "after fetching, before downloading or building anything", STAGE)
     try:
         finding = assess(sources, interp.executable, settings.require, environ,
-                         settings.probe_timeout, settings.label("probe_timeout"))
+                         settings.probe_timeout, settings.label("probe_timeout"), pin)
     except EnsureError as exc:
         return _skip(STAGE, f"could not ask {interp.executable}: {exc.reason}", STAGE)
+    if finding.absent:
+        return Check(STAGE, MISSING, absent_reason(finding), absent_remedy(finding), True, STAGE)
     if not finding.missing:
         return _ok(STAGE, f"{summary(finding)}; {interp.executable} has them all", STAGE)
     return Check(STAGE, MISSING, reason(finding), remedy(finding), True, STAGE)

@@ -93,7 +93,7 @@ def check_requirements(run: Run) -> Optional[Finding]:
         run.say(f"requirements: not checked ({root} does not hold the tree's package sources)")
         return None
     finding = assess(CheckoutSources(root), run.interpreter.executable, settings.require, run.environ,
-                     settings.probe_timeout, settings.label("probe_timeout"))
+                     settings.probe_timeout, settings.label("probe_timeout"), settings.pin)
     stop_if_missing(finding)
     run.say(f"requirements: {summary(finding)}; {finding.python} has them all")
     return finding

@@ -5,9 +5,16 @@ Starting from the required modules, every module-level import is followed throug
 packages is a requirement, recorded with the first file and line that imports it.  An import the module
 treats as optional or late is not one: inside any ``try`` (the module handles its absence), a function or
 method (runs only when called), or an ``if`` (``TYPE_CHECKING``, a version or platform test, ``__main__``).
+``with contextlib.suppress(ImportError): import x`` is optional too (the ``with`` swallows its absence).
 Reporting a module the code can do without would refuse a tree that works; one missed here is still caught
 by the final probe.  A module of a tree package that has no source file (``flydsl._mlir``) is the build's,
-not a requirement.  The standard library is left to the caller: only the target interpreter knows its own.
+not a requirement.  The tree's own modules are those of its packages and every module at the checkout's
+top (the env file puts the checkout first on PYTHONPATH).  The standard library is left to the caller: only
+the target interpreter knows its own.
+
+:func:`absent_modules` checks that each required module of the tree's packages is in the pin's sources at
+all (a module file, a package, or a namespace folder), and where a module of that last name is instead
+(``kernels/moe_gemm_2stage.py`` moved to ``kernels/moe/`` at FlyDSL v0.2.3, and is gone at v0.3.1).
 
 Pure: the sources come from a :class:`Sources` (a checkout, or a commit read with git); nothing is imported.
 """
@@ -20,7 +27,7 @@ import os
 from collections import deque
 from typing import Deque, Dict, Iterable, Iterator, List, Mapping, Optional, Protocol, Sequence, Set, Tuple
 
-from ensure_flydsl.layout import PACKAGE_SOURCES
+from ensure_flydsl.layout import BUILT_PACKAGES, PACKAGE_SOURCES
 from ensure_flydsl.source.needs import _git, _git_path, read_blobs, resolve_in
 from ensure_flydsl.support.processes import CommandFailed
 
@@ -41,7 +48,8 @@ class Requirement:
 
 class Sources(Protocol):
     """The pin's Python sources: which files exist (paths relative to the tree, ``/``-separated), and
-    their text (None when unreadable); ``where`` says where they are read from."""
+    their text (None when unreadable); ``where`` says where they are read from.  ``entries`` lists a folder
+    (``""``: the top), sub-folders with a trailing ``/``; None when there is no such folder."""
 
     @property
     def where(self) -> str: ...
@@ -50,19 +58,37 @@ class Sources(Protocol):
 
     def read(self, rel: str) -> Optional[str]: ...
 
+    def entries(self, folder: str) -> Optional[List[str]]: ...
+
+
+def entries_of(paths: Iterable[str], folder: str) -> Optional[List[str]]:
+    """What a listing of files (``/``-separated paths) holds directly in ``folder``, folders with a ``/``."""
+    prefix = folder.rstrip("/") + "/" if folder else ""
+    found: Set[str] = set()
+    for path in paths:
+        if path.startswith(prefix) and len(path) > len(prefix):
+            head, sep, _ = path[len(prefix):].partition("/")
+            found.add(head + sep)
+    return sorted(found) if found else None
+
 
 @dataclasses.dataclass(frozen=True)
 class FileSources:
-    """Sources held in memory (a commit read with git, or a test's tree)."""
+    """Sources held in memory (a commit read with git, or a test's tree); ``listing``: every file of the
+    tree when more exist than were read (a commit's other files), else the files' own paths."""
 
     files: Mapping[str, str]
     where: str = "memory"
+    listing: Tuple[str, ...] = ()
 
     def has(self, rel: str) -> bool:
-        return rel in self.files
+        return rel in self.files or rel in self.listing
 
     def read(self, rel: str) -> Optional[str]:
         return self.files.get(rel)
+
+    def entries(self, folder: str) -> Optional[List[str]]:
+        return entries_of(self.listing or self.files, folder)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,6 +108,13 @@ class CheckoutSources:
         try:
             with open(os.path.join(self.top, rel), "rb") as handle:
                 return handle.read().decode("utf-8", errors="replace")
+        except OSError:
+            return None
+
+    def entries(self, folder: str) -> Optional[List[str]]:
+        try:
+            with os.scandir(os.path.join(self.top, folder)) as scan:
+                return sorted(e.name + ("/" if e.is_dir() else "") for e in scan)
         except OSError:
             return None
 
@@ -140,10 +173,26 @@ def unconditional_imports(tree: ast.Module) -> Iterator[ast.stmt]:
         elif isinstance(node, ast.ClassDef):
             pending[:0] = node.body
         elif isinstance(node, (ast.With, ast.AsyncWith)):
-            pending[:0] = node.body
+            if not any(_suppresses_import_error(item.context_expr) for item in node.items):
+                pending[:0] = node.body
         elif isinstance(node, (ast.For, ast.AsyncFor, ast.While)):
             pending[:0] = node.body  # the body may run zero times, but an import in it is not optional
         # ast.Try (and TryStar), ast.If, ast.Match, functions: the module treats those imports as optional
+
+
+_IMPORT_ERRORS = ("ImportError", "ModuleNotFoundError", "Exception", "BaseException")
+
+
+def _suppresses_import_error(expr: ast.expr) -> bool:
+    """``contextlib.suppress(ImportError)`` (or ``suppress(...)`` of a class an import error is one of)."""
+    if not isinstance(expr, ast.Call):
+        return False
+    func = expr.func
+    name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+    if name != "suppress":
+        return False
+    names = [a.attr if isinstance(a, ast.Attribute) else a.id if isinstance(a, ast.Name) else "" for a in expr.args]
+    return any(n in _IMPORT_ERRORS for n in names)
 
 
 def _imported_names(node: ast.stmt, module: str, is_package: bool) -> Iterator[Tuple[str, bool]]:
@@ -165,6 +214,18 @@ def _imported_names(node: ast.stmt, module: str, is_package: bool) -> Iterator[T
 # -- the walk ---------------------------------------------------------------------------------------------
 
 
+def tree_modules(sources: Sources, packages: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
+    """Top-level name -> folder in the tree: the tree's packages (``packages``, by default the pin's own,
+    :data:`ensure_flydsl.layout.PACKAGE_SOURCES`), and each module at the checkout's top (``x.py``, or a
+    folder ``x/``), which the env file's PYTHONPATH also reaches: the tree's own, not third-party."""
+    folders = dict(PACKAGE_SOURCES) if packages is None else dict(packages)
+    for entry in sources.entries("") or []:
+        name = entry[:-1] if entry.endswith("/") else entry[:-3] if entry.endswith(".py") else ""
+        if name.isidentifier() and name not in folders:
+            folders[name] = name
+    return folders
+
+
 @dataclasses.dataclass
 class Walk:
     """The outcome: requirements in the order first met, the tree's files read, and files that did not parse."""
@@ -181,7 +242,7 @@ def find_requirements(required: Sequence[str], sources: Sources,
                       packages: Optional[Mapping[str, str]] = None) -> Walk:
     """Walk the module-level imports from ``required`` through the tree's packages (``packages``: top-level
     name -> folder in the tree; by default the pin's own, :data:`ensure_flydsl.layout.PACKAGE_SOURCES`)."""
-    folders = dict(PACKAGE_SOURCES) if packages is None else dict(packages)
+    folders = tree_modules(sources, packages)
     walk = Walk()
     seen_modules: Set[str] = set()
     found: Dict[str, Requirement] = {}
@@ -221,6 +282,63 @@ def find_requirements(required: Sequence[str], sources: Sources,
     return walk
 
 
+# -- required modules that are not in the sources at all ----------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Absent:
+    """A required module of the tree's packages that the pin does not have, and the modules of the same last
+    name it has instead: (module, path) each."""
+
+    module: str
+    instead: Tuple[Tuple[str, str], ...]
+
+
+def _exists(module: str, sources: Sources, folders: Mapping[str, str]) -> bool:
+    """A module file, a package, or a namespace folder (a folder of the tree is importable without one)."""
+    if source_file(module, sources, folders) is not None:
+        return True
+    parts = module.split(".")
+    return sources.entries("/".join([folders[parts[0]], *parts[1:]])) is not None
+
+
+def _named(last: str, folder: str, module: str, sources: Sources, budget: List[int]) -> Iterator[Tuple[str, str]]:
+    """(module, path) of each module called ``last`` under ``folder`` (the module ``module``), depth first."""
+    for entry in sources.entries(folder) or []:
+        budget[0] -= 1
+        if budget[0] < 0:
+            return
+        if entry == f"{last}.py":
+            yield f"{module}.{last}", f"{folder}/{entry}"
+        elif entry.endswith("/") and entry[:-1].isidentifier():
+            sub = entry[:-1]
+            if sub == last:
+                init = f"{folder}/{sub}/__init__.py"
+                yield f"{module}.{sub}", init if sources.has(init) else f"{folder}/{sub}/"
+            else:
+                yield from _named(last, f"{folder}/{sub}", f"{module}.{sub}", sources, budget)
+
+
+def absent_modules(required: Sequence[str], sources: Sources,
+                   packages: Optional[Mapping[str, str]] = None) -> List[Absent]:
+    """The required modules of the tree's packages that the sources do not hold (every prefix checked:
+    ``kernels.moe`` must be there for ``kernels.moe.x``).  A package the build adds to
+    (:data:`ensure_flydsl.layout.BUILT_PACKAGES`: ``flydsl._mlir`` only a build makes) is not checked, nor is
+    a module outside the tree (the interpreter's, asked by the caller)."""
+    folders = dict(PACKAGE_SOURCES) if packages is None else dict(packages)
+    absent: List[Absent] = []
+    for name in required:
+        top = name.split(".")[0]
+        if top not in folders or top in BUILT_PACKAGES:
+            continue
+        if all(_exists(prefix, sources, folders) for prefix in _prefixes(name)):
+            continue
+        last = name.split(".")[-1]
+        instead = tuple(m for m in _named(last, folders[top], top, sources, [20000]) if m[0] != name)
+        absent.append(Absent(name, instead))
+    return absent
+
+
 # -- reading the pin's sources ------------------------------------------------------------------------------
 
 
@@ -230,12 +348,14 @@ def _python_files(listing: Iterable[str], folders: Iterable[str]) -> List[str]:
 
 
 def read_commit_sources(path: str, commit: str) -> FileSources:
-    """The tree packages' ``.py`` files of ``commit`` in the local repository at ``path`` (no checkout)."""
+    """The tree packages' ``.py`` files and the top's of ``commit`` in the local repository at ``path``, and
+    the list of all its files (no checkout)."""
     folders = [folder for _, folder in PACKAGE_SOURCES]
-    raw = _git(path, "ls-tree", "-r", "-z", "--name-only", commit, "--", *folders)
-    wanted = _python_files((p.decode(errors="replace") for p in raw.split(b"\0") if p), folders)
+    raw = _git(path, "ls-tree", "-r", "-z", "--name-only", commit)
+    listing = tuple(p.decode(errors="replace") for p in raw.split(b"\0") if p)
+    wanted = _python_files(listing, folders) + [p for p in listing if p.endswith(".py") and "/" not in p]
     files = read_blobs(path, commit, wanted)
-    return FileSources(files, f"repository {path} at {commit[:12]}")
+    return FileSources(files, f"repository {path} at {commit[:12]}", listing)
 
 
 def pin_sources(root: str, repo: str, pin: str, checkout: Optional[str] = None) -> Optional[Sources]:

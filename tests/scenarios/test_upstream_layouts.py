@@ -1,0 +1,266 @@
+"""Every FlyDSL pin as it is: the fixture in each of upstream's shapes (flydsl_fixture.LAYOUTS), built and
+checked as a user pinning that tag would.  The LLVM commit is read from llvm-build-info.json as well as
+llvm-hash.txt, the MLIR key holds the patch and the profile, and a pin without a required module is refused
+before anything is built, with where that module is instead."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import subprocess
+import sys
+from typing import Dict, List
+
+import pytest
+
+from tests.helpers.flydsl_fixture import LLVM_HASH_A, LLVM_HASH_B, LLVM_PATCH, FixtureRepo, counts
+from tests.helpers.workspace import Workspace
+
+LLVM_HASH_C = "3333333333333333333333333333333333333333"
+
+
+def host(tmp_path: "os.PathLike[str]", repo: FixtureRepo, name: str, cache: str = "") -> Workspace:
+    ws = Workspace(os.path.join(str(tmp_path), name, "base"), repo)
+    if cache:
+        ws.env["FLYDSL_CACHE"] = cache
+    return ws
+
+
+def ok(ws: Workspace, **env: str) -> str:
+    """Run ensure; it must succeed; its stderr and log."""
+    out = ws.run(**env)
+    assert out.returncode == 0, out.stdout + out.stderr
+    with open(ws.log) as handle:
+        return out.stderr + handle.read()
+
+
+def mlir_manifests(cache: str) -> List[Dict[str, object]]:
+    found = []
+    for path in glob.glob(os.path.join(cache, "**", "*.json"), recursive=True):
+        try:
+            with open(path) as handle:
+                data = json.load(handle)
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict) and data.get("kind") == "mlir":
+            found.append(data)
+    return found
+
+
+def mlir_commits(cache: str) -> List[str]:
+    commits = []
+    for data in mlir_manifests(cache):
+        fields = data.get("fields")
+        if isinstance(fields, dict):
+            commits.append(str(fields.get("llvm_commit")))
+    return sorted(commits)
+
+
+# -- the LLVM commit, read from the file the pin has --------------------------------------------------------
+
+
+def test_a_pin_moved_across_llvm_commits_in_llvm_build_info_rebuilds_mlir(tmp_path: "os.PathLike[str]",
+                                                                           own_repo: FixtureRepo) -> None:
+    """v0.3.1's shape (no llvm-hash.txt): moving one root from P1 (LLVM 1111) to P2 (LLVM 2222) builds MLIR
+    again; before, both keys had a null commit, P1's MLIR was reused and build.sh failed (exit 5)."""
+    p1 = own_repo.commit("p1", "0.3.1", llvm_hash=LLVM_HASH_A, layout="v0.3.1")
+    p2 = own_repo.commit("p2", "0.3.1", llvm_hash=LLVM_HASH_B, layout="v0.3.1")
+    ws = host(tmp_path, own_repo, "a")
+    require = "flydsl,kernels.norm.rmsnorm_kernel"
+    first = ok(ws, FLYDSL_PIN=p1, FLYDSL_REQUIRE=require)
+    assert f"building LLVM/MLIR LLVM {LLVM_HASH_A[:12]} from thirdparty/llvm-build-info.json" in first
+    ok(ws, FLYDSL_PIN=p2, FLYDSL_REQUIRE=require)
+    assert counts(ws.counter, "llvm") == [LLVM_HASH_A, LLVM_HASH_B]
+    # And back: P1's MLIR is not there any more (one llvm-project per base), so it is built again, not
+    # taken from P2's.
+    ok(ws, FLYDSL_PIN=p1, FLYDSL_REQUIRE=require)
+    assert counts(ws.counter, "llvm") == [LLVM_HASH_A, LLVM_HASH_B, LLVM_HASH_A]
+
+
+def test_two_llvm_commits_on_two_hosts_never_share_an_mlir_entry(tmp_path: "os.PathLike[str]",
+                                                                  own_repo: FixtureRepo) -> None:
+    cache = os.path.join(str(tmp_path), "cache")
+    p1 = own_repo.commit("p1", "0.3.1", llvm_hash=LLVM_HASH_A, layout="v0.3.1")
+    p2 = own_repo.commit("p2", "0.3.1", llvm_hash=LLVM_HASH_B, layout="v0.3.1")
+    p3 = own_repo.commit("p3", "0.3.1", llvm_hash=LLVM_HASH_A, layout="v0.3.1", files={"kernels/x.py": ""})
+    require = "flydsl,kernels.norm.rmsnorm_kernel"
+    a, b, c = (host(tmp_path, own_repo, n, cache) for n in "abc")
+    ok(a, FLYDSL_PIN=p1, FLYDSL_REQUIRE=require)
+    log_b = ok(b, FLYDSL_PIN=p2, FLYDSL_REQUIRE=require)
+    assert "cache: fetching MLIR" not in log_b and counts(b.counter, "llvm") == [LLVM_HASH_B]
+    assert mlir_commits(cache) == [LLVM_HASH_A, LLVM_HASH_B]
+    # The same LLVM commit on a third host is still shared.
+    log_c = ok(c, FLYDSL_PIN=p3, FLYDSL_REQUIRE=require)
+    assert "cache: fetching MLIR" in log_c and counts(c.counter, "llvm") == []
+
+
+def test_the_patch_and_the_profile_are_in_the_mlir_key(tmp_path: "os.PathLike[str]", own_repo: FixtureRepo) -> None:
+    """v0.3.2's shape: the same LLVM commit with another patch, or another LLVM_BUILD_PROFILE, is another MLIR
+    (a rebuild here, another cache entry); the profile's value as the build sees it is keyed."""
+    cache = os.path.join(str(tmp_path), "cache")
+    p1 = own_repo.commit("p1", "0.3.2", llvm_hash=LLVM_HASH_A, layout="v0.3.2")
+    p2 = own_repo.commit("p2", "0.3.2", llvm_hash=LLVM_HASH_A, layout="v0.3.2",
+                         files={LLVM_PATCH: "--- a/x\n+++ b/x\n@@ another fix @@\n"})
+    p3 = own_repo.commit("p3", "0.3.2", llvm_hash=LLVM_HASH_A, layout="v0.3.2",
+                         files={LLVM_PATCH: "--- a/x\n+++ b/x\n@@ another fix @@\n", "kernels/y.py": ""})
+    p4 = own_repo.commit("p4", "0.3.2", llvm_hash=LLVM_HASH_A, layout="v0.3.2",
+                         files={LLVM_PATCH: "--- a/x\n+++ b/x\n@@ another fix @@\n", "kernels/z.py": ""})
+    p5 = own_repo.commit("p5", "0.3.2", llvm_hash=LLVM_HASH_A, layout="v0.3.2",
+                         files={LLVM_PATCH: "--- a/x\n+++ b/x\n@@ another fix @@\n", "kernels/w.py": ""})
+    require = "flydsl,kernels.moe.moe_gemm_2stage"
+    ws = host(tmp_path, own_repo, "a", cache)
+    first = ok(ws, FLYDSL_PIN=p1, FLYDSL_REQUIRE=require)
+    assert f"{LLVM_PATCH} " in first and counts(ws.counter, "llvm") == [LLVM_HASH_A]
+    ok(ws, FLYDSL_PIN=p2, FLYDSL_REQUIRE=require)
+    assert counts(ws.counter, "llvm") == [LLVM_HASH_A] * 2, "another patch: MLIR built again"
+    ok(ws, FLYDSL_PIN=p3, FLYDSL_REQUIRE=require, LLVM_BUILD_PROFILE="amd-minimal")
+    assert counts(ws.counter, "llvm") == [LLVM_HASH_A] * 3, "another profile: MLIR built again"
+    with open(os.path.join(ws.base, "llvm-project", "mlir_install", "llvm-profile.txt")) as handle:
+        assert handle.read().strip() == "amd-minimal"
+    keys = [m["fields"] for m in mlir_manifests(cache)]
+    assert len(keys) == 3 and len({json.dumps(k, sort_keys=True) for k in keys}) == 3
+    patches = {str(k["files"]) for k in keys if isinstance(k, dict)}  # type: ignore[index]
+    assert len(patches) == 2
+    profiles = sorted(str(k.get("environment")) for k in keys if isinstance(k, dict))
+    assert profiles == ["None", "None", "{'LLVM_BUILD_PROFILE': 'amd-minimal'}"]
+    # The same inputs again are found: built here before (no build), and for another host in the cache.
+    ok(ws, FLYDSL_PIN=p4, FLYDSL_REQUIRE=require, LLVM_BUILD_PROFILE="amd-minimal")
+    assert counts(ws.counter, "llvm") == [LLVM_HASH_A] * 3
+    other = host(tmp_path, own_repo, "b", cache)
+    assert "cache: fetching MLIR" in ok(other, FLYDSL_PIN=p5, FLYDSL_REQUIRE=require, LLVM_BUILD_PROFILE="amd-minimal")
+    assert counts(other.counter, "llvm") == []
+
+
+def test_llvm_ref_is_the_commit_and_the_install_location_is_the_tools(tmp_path: "os.PathLike[str]",
+                                                                        own_repo: FixtureRepo) -> None:
+    """LLVM_REF (a commit hash) is the commit built and keyed; a caller's LLVM_INSTALL_DIR neither moves
+    the install away from where the tool reads it nor splits the key."""
+    pins = [own_repo.commit(f"p{i}", "0.3.1", llvm_hash=LLVM_HASH_A, layout="v0.3.1", files={f"kernels/k{i}.py": ""})
+            for i in range(3)]
+    ws = host(tmp_path, own_repo, "a")
+    elsewhere = os.path.join(str(tmp_path), "elsewhere")
+    require = "flydsl,kernels.norm.rmsnorm_kernel"
+    log = ok(ws, FLYDSL_PIN=pins[0], FLYDSL_REQUIRE=require, LLVM_REF=LLVM_HASH_C, LLVM_INSTALL_DIR=elsewhere)
+    assert f"LLVM {LLVM_HASH_C[:12]} from LLVM_REF" in log
+    assert counts(ws.counter, "llvm") == [LLVM_HASH_C] and not os.path.exists(elsewhere)
+    ok(ws, FLYDSL_PIN=pins[1], FLYDSL_REQUIRE=require, LLVM_REF=LLVM_HASH_C, LLVM_INSTALL_DIR=elsewhere + "2")
+    assert counts(ws.counter, "llvm") == [LLVM_HASH_C], "the same commit, another install dir: reused"
+    ok(ws, FLYDSL_PIN=pins[2], FLYDSL_REQUIRE=require)
+    assert counts(ws.counter, "llvm") == [LLVM_HASH_C, LLVM_HASH_A]
+
+
+@pytest.mark.parametrize("case", ["empty llvm-hash.txt", "LLVM_REF is a branch"])
+def test_an_unknown_llvm_commit_is_never_reused_nor_shared(tmp_path: "os.PathLike[str]", own_repo: FixtureRepo,
+                                                           case: str) -> None:
+    """No key with a null commit: each run builds MLIR, nothing goes to the cache, one warning line says
+    why (a branch in LLVM_REF moves, so what it built cannot be named)."""
+    cache = os.path.join(str(tmp_path), "cache")
+    env = {"FLYDSL_REQUIRE": "flydsl"}
+    if case == "LLVM_REF is a branch":
+        env["LLVM_REF"] = "main"
+        pins = [own_repo.commit(f"p{i}", "0.3.1", layout="v0.3.1", files={f"kernels/k{i}.py": ""}) for i in range(2)]
+    else:
+        pins = [own_repo.commit(f"p{i}", "0.2.2", llvm_hash="", files={f"kernels/k{i}.py": ""}) for i in range(2)]
+    ws = host(tmp_path, own_repo, "a", cache)
+    first = ok(ws, FLYDSL_PIN=pins[0], **env)
+    warnings = [line for line in first.splitlines() if "cannot be determined" in line]
+    assert len(set(warnings)) == 1, first
+    if case == "LLVM_REF is a branch":
+        assert "LLVM_REF=main is not a 40-digit commit hash" in warnings[0]
+    else:
+        assert "thirdparty/llvm-hash.txt does not hold a 40-digit commit hash" in warnings[0]
+    assert "published the mlir" not in first and "published the tree" not in first
+    ok(ws, FLYDSL_PIN=pins[1], **env)
+    with open(os.path.join(ws.counter, "llvm.count")) as handle:  # one line a build (empty: no commit)
+        assert len(handle.readlines()) == 2
+    assert len(counts(ws.counter, "build")) == 2
+    assert mlir_manifests(cache) == []
+    with open(os.path.join(ws.base, ".llvm-project.ensure-flydsl.json")) as handle:
+        assert json.load(handle) == {"created": True, "started": None, "done": None}
+
+
+# -- a required module the pin does not have ---------------------------------------------------------------
+
+
+def refused(ws: Workspace, pin: str) -> str:
+    out = ws.run(FLYDSL_PIN=pin)
+    assert out.returncode == 6, out.stdout + out.stderr
+    assert "stage requirements" in out.stderr
+    marker = ws.marker()
+    assert marker["exit_code"] == 6 and marker["stage"] == "requirements"
+    assert ws.count("llvm") == 0 and ws.count("build") == 0
+    assert not os.path.exists(os.path.join(ws.base, "llvm-project")) and not os.path.exists(ws.env_file)
+    return str(marker["reason"]) + "\n" + out.stderr
+
+
+@pytest.mark.parametrize("layout,where", [("v0.2.3", "kernels/moe/moe_gemm_2stage.py"),
+                                          ("v0.3.0", "kernels/moe/moe_gemm_2stage/__init__.py"),
+                                          ("v0.3.2", "kernels/moe/moe_gemm_2stage/__init__.py")])
+def test_a_moved_required_module_is_refused_before_building_with_where_it_is(
+        tmp_path: "os.PathLike[str]", own_repo: FixtureRepo, layout: str, where: str) -> None:
+    own_repo.commit("moved", "0.3.0", layout=layout, tag="v9.9.9")
+    ws = host(tmp_path, own_repo, "a")
+    said = refused(ws, "v9.9.9")
+    assert (f"kernels.moe_gemm_2stage is not in v9.9.9; {where} is: set "
+            "FLYDSL_REQUIRE=flydsl,kernels.moe.moe_gemm_2stage") in said
+    # The doctor says the same, blocking, before any checkout.
+    doctor = host(tmp_path, own_repo, "d")
+    out = doctor.run("doctor", "--json", timeout=90, FLYDSL_PIN="v9.9.9")
+    data = json.loads(out.stdout)
+    check = next(c for c in data["checks"] if c["name"] == "requirements")
+    assert check["status"] == "missing" and check["blocking"] and out.returncode == 6
+    assert f"kernels.moe_gemm_2stage is not in v9.9.9; {where} is" in check["detail"]
+    assert "FLYDSL_REQUIRE=flydsl,kernels.moe.moe_gemm_2stage" in check["remedy"]
+    # Following the advice builds it.
+    os.unlink(ws.fail_marker)
+    ok(ws, FLYDSL_PIN="v9.9.9", FLYDSL_REQUIRE="flydsl,kernels.moe.moe_gemm_2stage")
+
+
+def test_a_removed_required_module_is_refused_and_so_said(tmp_path: "os.PathLike[str]",
+                                                          own_repo: FixtureRepo) -> None:
+    pin = own_repo.commit("gone", "0.3.1", layout="v0.3.1")
+    ws = host(tmp_path, own_repo, "a")
+    said = refused(ws, pin)
+    assert f"kernels.moe_gemm_2stage is not in {pin} (no module named moe_gemm_2stage anywhere in its kernels)" \
+        in said
+    assert "FLYDSL_REQUIRE=flydsl" in said and "pin a commit that has kernels.moe_gemm_2stage" in said
+
+
+def test_a_module_only_the_build_makes_is_not_refused(ws: Workspace) -> None:
+    """flydsl._mlir is not in the sources: the build makes it (the default layout, pin dev)."""
+    ok(ws, FLYDSL_REQUIRE="flydsl,flydsl._mlir,kernels.moe_gemm_2stage")
+
+
+# -- issue 19 item 12: the preflight must not refuse pins that work ------------------------------------------
+
+
+WORKING_KERNEL = '''"""A helper module at the checkout's top, and an import the ``with`` makes optional."""
+import contextlib
+
+import fly_top_helpers  # at the checkout's top: the env file's PYTHONPATH has it
+import flydsl._mlir._mlir_libs._mlir  # noqa: F401
+
+with contextlib.suppress(ImportError):
+    import ensure_flydsl_not_installed_anywhere  # noqa: F401
+'''
+
+
+def test_a_top_level_module_and_a_suppressed_import_are_not_requirements(tmp_path: "os.PathLike[str]",
+                                                                          own_repo: FixtureRepo) -> None:
+    pin = own_repo.commit("works", "0.2.2", files={"kernels/moe_gemm_2stage.py": WORKING_KERNEL,
+                                                   "fly_top_helpers.py": "import json\nVALUE = 1\n"})
+    ws = host(tmp_path, own_repo, "a")
+    log = ok(ws, FLYDSL_PIN=pin)
+    assert "requirements: the pin's code (4 files read" in log, log
+    script = f'. "$1" && {sys.executable} -c "import kernels.moe_gemm_2stage, fly_top_helpers; print(1 + 1)"'
+    env = {k: v for k, v in ws.env.items() if k != "PYTHONPATH"}
+    imported = subprocess.run(["bash", "-c", script, "bash", ws.env_file], env=env, text=True, cwd="/",
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, check=False)
+    assert imported.returncode == 0 and imported.stdout.strip() == "2", imported.stderr
+    # The doctor, reading the commit with git, agrees.
+    doctor = host(tmp_path, own_repo, "d")
+    out = doctor.run("doctor", "--json", timeout=90, FLYDSL_PIN=pin)
+    check = next(c for c in json.loads(out.stdout)["checks"] if c["name"] == "requirements")
+    assert check["status"] == "ok", check
+    assert "read from repository" in check["detail"] and "4 files" in check["detail"], check

@@ -1,0 +1,160 @@
+"""The reader of a pin's LLVM inputs (source/llvm_inputs.py), on script texts in upstream's forms (written
+here, not copied): the commit from either file or the environment, the patches the script names, and the
+variables it lets the caller override."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+from typing import Dict, Optional, Union
+
+import pytest
+
+from ensure_flydsl.source.llvm_inputs import (
+    LLVM_HASH_FILE,
+    LLVM_INFO_FILE,
+    LLVM_SCRIPT,
+    LlvmInputs,
+    checkout_llvm_inputs,
+    named_files,
+    overridable,
+    read_llvm_inputs,
+)
+from ensure_flydsl.source.needs import commit_llvm_inputs
+from tests.helpers.flydsl_fixture import LLVM_HASH_A, LLVM_HASH_B, FixtureRepo
+
+HASH_SCRIPT = """
+LLVM_INSTALL_DIR="${LLVM_INSTALL_DIR:-$SRC/mlir_install}"
+LLVM_COMMIT_DEFAULT=$(cat "${REPO_ROOT}/thirdparty/llvm-hash.txt" | tr -d '[:space:]')
+LLVM_REF="${LLVM_REF:-${LLVM_COMMIT:-$LLVM_COMMIT_DEFAULT}}"
+LLVM_REMOTE="${LLVM_REMOTE:-https://example.invalid/llvm-project.git}"
+LLVM_TARGETS_TO_BUILD="${LLVM_TARGETS_TO_BUILD:-X86;AMDGPU}"
+"""
+
+INFO_SCRIPT = """
+LLVM_BUILD_INFO="${REPO_ROOT}/thirdparty/llvm-build-info.json"
+LLVM_COMMIT_DEFAULT=$(python3 -c "import json; print(json.load(open('$LLVM_BUILD_INFO'))['upstream']['llvm_hash'])")
+LLVM_REF="${LLVM_REF:-${LLVM_COMMIT:-$LLVM_COMMIT_DEFAULT}}"
+LLVM_PATCH="${REPO_ROOT}/thirdparty/llvm-fix.patch"
+# thirdparty/not-used.patch is only mentioned in a comment
+LLVM_BUILD_PROFILE="${LLVM_BUILD_PROFILE:-full}"
+LLVM_ENABLE_RUNTIMES="${LLVM_ENABLE_RUNTIMES-compiler-rt}"
+LLVM_INSTALL_TGZ="${LLVM_INSTALL_TGZ:-$SRC/mlir_install.tgz}"
+LLVM_PACKAGE_INSTALL="${LLVM_PACKAGE_INSTALL:-1}"
+echo "${LLVM_NEXT_KNOB:=on}"
+"""
+
+
+def info(commit: str) -> str:
+    return json.dumps({"upstream": {"repository": "x", "llvm_hash": commit}, "internal": {"llvm_hash": "f" * 40}})
+
+
+def read(script: str, environ: Optional[Dict[str, str]] = None, **files: Union[str, bytes, None]) -> LlvmInputs:
+    mapping: Dict[str, Union[str, bytes, None]] = {LLVM_SCRIPT: script}
+    for name, content in files.items():
+        mapping[{"hash": LLVM_HASH_FILE, "info": LLVM_INFO_FILE}.get(name, f"thirdparty/{name}")] = content
+    return read_llvm_inputs(mapping, environ or {})
+
+
+def test_the_overridable_variables_are_read_from_the_script_in_every_form() -> None:
+    assert overridable(INFO_SCRIPT) == (("LLVM_REF", False), ("LLVM_COMMIT", False), ("LLVM_BUILD_PROFILE", False),
+                                        ("LLVM_ENABLE_RUNTIMES", True), ("LLVM_INSTALL_TGZ", False),
+                                        ("LLVM_PACKAGE_INSTALL", False), ("LLVM_NEXT_KNOB", False))
+    assert named_files(INFO_SCRIPT) == ("thirdparty/llvm-fix.patch",)
+    assert named_files(HASH_SCRIPT) == ()
+
+
+def test_the_commit_from_llvm_hash_txt_and_from_llvm_build_info_json() -> None:
+    old = read(HASH_SCRIPT, hash=LLVM_HASH_A + "\n")
+    assert (old.commit, old.commit_from, old.files) == (LLVM_HASH_A, LLVM_HASH_FILE, ())
+    new = read(INFO_SCRIPT, info=info(LLVM_HASH_B), **{"llvm-fix.patch": b"--- a\n+++ b\n"})
+    assert (new.commit, new.commit_from) == (LLVM_HASH_B, LLVM_INFO_FILE)
+    digest = hashlib.sha256(b"--- a\n+++ b\n").hexdigest()
+    assert new.files == (("thirdparty/llvm-fix.patch", digest),)
+    assert new.key("cpython-311") == {"llvm_commit": LLVM_HASH_B, "abi": "cpython-311",
+                                      "script": hashlib.sha256(INFO_SCRIPT.encode()).hexdigest(),
+                                      "files": {"thirdparty/llvm-fix.patch": digest}}
+    # The v0.2.2 shape keeps the key it always had: no empty "files" or "environment".
+    assert set(old.key("cpython-311") or {}) == {"llvm_commit", "abi", "script"}
+
+
+def test_every_input_changes_the_key_and_nothing_else_does() -> None:
+    base = read(INFO_SCRIPT, info=info(LLVM_HASH_A), **{"llvm-fix.patch": "p1"})
+    key = base.key("cp")
+    changed = [
+        read(INFO_SCRIPT, info=info(LLVM_HASH_B), **{"llvm-fix.patch": "p1"}),
+        read(INFO_SCRIPT, info=info(LLVM_HASH_A), **{"llvm-fix.patch": "p2"}),
+        read(INFO_SCRIPT + "\n# edited\n", info=info(LLVM_HASH_A), **{"llvm-fix.patch": "p1"}),
+        read(INFO_SCRIPT, {"LLVM_BUILD_PROFILE": "amd-minimal"}, info=info(LLVM_HASH_A), **{"llvm-fix.patch": "p1"}),
+        read(INFO_SCRIPT, {"LLVM_ENABLE_RUNTIMES": ""}, info=info(LLVM_HASH_A), **{"llvm-fix.patch": "p1"}),
+        read(INFO_SCRIPT, {"LLVM_NEXT_KNOB": "off"}, info=info(LLVM_HASH_A), **{"llvm-fix.patch": "p1"}),
+        read(INFO_SCRIPT, info=info(LLVM_HASH_A), **{"llvm-fix.patch": None}),
+    ]
+    keys = [json.dumps(c.key("cp"), sort_keys=True) for c in changed]
+    assert len(set(keys + [json.dumps(key, sort_keys=True)])) == len(changed) + 1
+    same = [
+        # where things go or come from, the values the tool sets, an empty `:-` value, names the script lacks
+        read(INFO_SCRIPT, {"LLVM_INSTALL_TGZ": "/x.tgz", "LLVM_REMOTE": "https://mirror.invalid/llvm.git",
+                           "LLVM_INSTALL_DIR": "/elsewhere", "LLVM_PACKAGE_INSTALL": "0", "LLVM_BUILD_PROFILE": "",
+                           "LLVM_TARGETS_TO_BUILD": "X86", "HOME": "/h"}, info=info(LLVM_HASH_A),
+             **{"llvm-fix.patch": "p1"}),
+        # LLVM_COMMIT naming the commit the file names
+        read(INFO_SCRIPT, {"LLVM_COMMIT": LLVM_HASH_A.upper()}, info=info(LLVM_HASH_A), **{"llvm-fix.patch": "p1"}),
+    ]
+    assert [c.key("cp") for c in same] == [key, key]
+    assert same[1].commit_from == "LLVM_COMMIT"
+
+
+def test_llvm_ref_wins_over_llvm_commit_and_the_file_but_only_where_the_script_honours_it() -> None:
+    env = {"LLVM_REF": LLVM_HASH_B, "LLVM_COMMIT": "c" * 40}
+    assert read(HASH_SCRIPT, env, hash=LLVM_HASH_A).commit == LLVM_HASH_B
+    assert read(HASH_SCRIPT, {"LLVM_COMMIT": "c" * 40}, hash=LLVM_HASH_A).commit == "c" * 40
+    no_ref = 'LLVM_COMMIT_DEFAULT=$(cat thirdparty/llvm-hash.txt)\nLLVM_COMMIT="${LLVM_COMMIT:-$LLVM_COMMIT_DEFAULT}"\n'
+    assert read(no_ref, env, hash=LLVM_HASH_A).commit == "c" * 40  # LLVM_REF means nothing to that script
+    assert read("echo no overrides\n", env, hash=LLVM_HASH_A).commit == LLVM_HASH_A
+
+
+@pytest.mark.parametrize("env,files,problem", [
+    ({"LLVM_REF": "main"}, {"hash": LLVM_HASH_A}, "LLVM_REF=main is not a 40-digit commit hash"),
+    ({}, {"hash": ""}, "thirdparty/llvm-hash.txt does not hold a 40-digit commit hash"),
+    ({}, {"hash": "7f77ca0"}, "thirdparty/llvm-hash.txt does not hold a 40-digit commit hash"),
+    ({}, {}, "the pin has no thirdparty/llvm-hash.txt"),
+])
+def test_an_unknown_commit_has_no_key_and_says_why(env: Dict[str, str], files: Dict[str, str], problem: str) -> None:
+    inputs = read(HASH_SCRIPT, env, **files)
+    assert inputs.commit is None and inputs.key("cp") is None
+    assert inputs.problem is not None and inputs.problem.startswith(problem)
+    assert inputs.label().startswith("(commit unknown: " + problem)
+
+
+@pytest.mark.parametrize("content,problem", [
+    ('{"llvm_hash": "' + LLVM_HASH_A + '"}', "has no upstream.llvm_hash"),  # a top-level key is not read
+    ('{"upstream": {"llvm_hash": 7}}', "has no upstream.llvm_hash"),
+    ("[1, 2]", "has no upstream.llvm_hash"),
+    ("{not json", "is not valid JSON"),
+])
+def test_a_build_info_without_upstream_llvm_hash_is_an_unknown_commit(content: str, problem: str) -> None:
+    inputs = read(INFO_SCRIPT, info=content)
+    assert inputs.commit is None and inputs.problem == f"{LLVM_INFO_FILE} {problem}"
+
+
+def test_a_literal_default_in_a_script_that_reads_no_file() -> None:
+    inputs = read('LLVM_COMMIT="${LLVM_COMMIT:-04f968b02917}"\n')
+    assert inputs.commit == "04f968b02917" and inputs.commit_from == f"{LLVM_SCRIPT} (its default)"
+
+
+def test_the_checkout_and_the_commit_read_with_git_agree(tmp_path: "os.PathLike[str]") -> None:
+    repo = FixtureRepo(os.path.join(str(tmp_path), "repo"))
+    os.makedirs(repo.path)
+    subprocess.run(["git", "init", "-q", "-b", "main", repo.path], check=True)
+    patch = "--- a/x\n+++ b/x\n"
+    sha = repo.commit("p", "0.3.2", llvm_hash=LLVM_HASH_B, layout="v0.3.2",
+                      files={"thirdparty/llvm-rocdl-lld-argv0.patch": patch})
+    env = {"LLVM_BUILD_PROFILE": "amd-minimal"}
+    from_git = commit_llvm_inputs(repo.path, sha, env)
+    from_checkout = checkout_llvm_inputs(repo.path, env)
+    assert from_git == from_checkout
+    assert from_git.commit == LLVM_HASH_B and from_git.environment == (("LLVM_BUILD_PROFILE", "amd-minimal"),)
+    assert [path for path, _ in from_git.files] == ["thirdparty/llvm-rocdl-lld-argv0.patch"]
