@@ -29,6 +29,7 @@ from ensure_flydsl.build.environment import (
 )
 from ensure_flydsl.build.package_index import IndexAnswer, best_version, query_versions
 from ensure_flydsl.build.rocm import check_hip
+from ensure_flydsl.build.rocm_sdk import choose_rocm
 from ensure_flydsl.build.toolchain import ToolState, machine_state, package_spec
 from ensure_flydsl.doctor.check import MISSING, WRONG, Check, _ok, _skip
 from ensure_flydsl.errors import EnsureError
@@ -353,13 +354,16 @@ def check_hip_package(ctx: RunContext) -> Check:
         return _skip("hip", "the pin's CMake files do not ask for hip", "build")
     blocking = needs.hip
     asked = f"{needs.hip_where} does find_package(hip{' REQUIRED' if needs.hip else ''})"
-    prefixes = [s.rocm_path] + [p for p in ctx.environ.get("CMAKE_PREFIX_PATH", "").split(os.pathsep) if p]
+    rocm = choose_rocm(s.rocm_path, ctx.interpreter.executable if ctx.interpreter else s.python, ctx.environ)
+    prefixes = [rocm.path] + [p for p in ctx.environ.get("CMAKE_PREFIX_PATH", "").split(os.pathsep) if p]
     label = s.label("rocm_path")
+    if rocm.rocm_sdk is not None:
+        asked += f"; ROCm: {rocm.said(label)}"
     for prefix in prefixes:
         check = check_hip(prefix)
         if check.package_dir is None:
             continue
-        if check.needs_fix and prefix != s.rocm_path:
+        if check.needs_fix and prefix != rocm.path:
             return Check("hip", WRONG, f"{check.package_dir} (found through CMAKE_PREFIX_PATH) names "
                          f"{', '.join(check.missing)}, which is missing", f"set {label}={prefix}: ensure-flydsl then "
                          "builds with a private corrected copy of the package", blocking, "build")
@@ -376,9 +380,11 @@ def check_hip_package(ctx: RunContext) -> Check:
         return _ok("hip", f"{check.package_dir} (names {', '.join(check.referenced) or 'no library'}, present); "
                    f"{asked}", "build")
     where = " or ".join([f"{label}={s.rocm_path}"] + (["CMAKE_PREFIX_PATH"] if len(prefixes) > 1 else []))
-    return Check("hip", MISSING, f"no hip CMake package (lib/cmake/hip) under {where}; {asked}",
+    return Check("hip", MISSING, f"no hip CMake package (lib/cmake/hip) under {where}, nor from the package "
+                 f"index ({rocm.tried}); {asked}",
                  f"install ROCm's HIP development files (hip-dev), or set {label} to the ROCm prefix holding "
-                 "lib/cmake/hip", blocking, "build")
+                 "lib/cmake/hip, or install ROCm from the package index for the interpreter (its `rocm-sdk path "
+                 "--root` is used then)", blocking, "build")
 
 
 def installer_python(interp: Optional[Interpreter], settings: Settings) -> str:

@@ -24,6 +24,7 @@ from ensure_flydsl.build.environment import (
     run_script,
 )
 from ensure_flydsl.build.rocm import HipFix, drop_stale_hip_dir, fix_hip
+from ensure_flydsl.build.rocm_sdk import choose_rocm
 from ensure_flydsl.build.toolchain import ProvidedTools, provide_build_tools
 from ensure_flydsl.doctor.diagnose import run_checks, stop_if_blocked
 from ensure_flydsl.errors import EnsureError, ExitCode
@@ -58,6 +59,7 @@ class Prepared(NamedTuple):
     hip: HipFix
     provided: ProvidedTools
     toolchain: Toolchain
+    rocm: str  # the ROCm prefix the build uses (ROCM_PATH, or the package index's: build/rocm_sdk.py)
 
 
 class SourceProvider(Provider):
@@ -83,7 +85,7 @@ class SourceProvider(Provider):
         with run.step("llvm"):
             if mlir is None:
                 env = prepared.provided.apply(build_environment(
-                    run.environ, prepared.toolchain, rocm_path=run.settings.rocm_path, mlir_path=None, jobs=jobs,
+                    run.environ, prepared.toolchain, rocm_path=prepared.rocm, mlir_path=None, jobs=jobs,
                     git_mirrors=run.settings.git_mirrors))
                 mlir = self._mlir(run, env, jobs)
         return self._build_and_verify(run, commit, prepared, mlir, jobs)
@@ -118,7 +120,7 @@ class SourceProvider(Provider):
         mlir_path, mlir_identity = mlir
         # The hip overlay is for FlyDSL's configure only (LLVM's must not find ROCm's own LLVM through it).
         chain = dataclasses.replace(prepared.toolchain, cmake_prefixes=list(prepared.hip.cmake_prefixes))
-        env = prepared.provided.apply(build_environment(run.environ, chain, rocm_path=settings.rocm_path,
+        env = prepared.provided.apply(build_environment(run.environ, chain, rocm_path=prepared.rocm,
                                                         mlir_path=mlir_path, jobs=jobs,
                                                         git_mirrors=settings.git_mirrors))
         if prepared.hip.check.needs_fix and not settings.fix_rocm_in_place:
@@ -162,8 +164,11 @@ def prepare(run: Run, cache: Optional[Cache]) -> Prepared:
     mlir = ready_mlir(run, cache)
     checked = dataclasses.replace(settings, mlir_path=mlir[0] if mlir else settings.mlir_path)
     stop_if_blocked(run_checks(checked, run.environ, checkout=root), settings.strategy)
-    needs = find_needs(root, settings.repo, settings.pin, checkout=root)
-    hip = fix_hip(settings.rocm_path, os.path.join(tools_dir(root), "rocm-overlay"),
+    needs = find_needs(root, settings.repo, settings.pin, checkout=root, environ=run.environ)
+    rocm = choose_rocm(settings.rocm_path, run.interpreter.executable, run.environ)
+    if rocm.rocm_sdk is not None:
+        run.say(f"ROCm: {rocm.said(settings.label('rocm_path'))}")
+    hip = fix_hip(rocm.path, os.path.join(tools_dir(root), "rocm-overlay"),
                   in_place=settings.fix_rocm_in_place)
     run.say("fix: " + hip.message)
     provided = provide_build_tools(
@@ -172,7 +177,7 @@ def prepare(run: Run, cache: Optional[Cache]) -> Prepared:
         code=ExitCode.LLVM_BUILD if mlir is None else ExitCode.FLYDSL_BUILD,
     )
     run.say("build tools: " + provided.summary())
-    return Prepared(mlir, hip, provided, prepare_toolchain(root, run.interpreter, []))
+    return Prepared(mlir, hip, provided, prepare_toolchain(root, run.interpreter, []), rocm.path)
 
 
 def update_submodules(run: Run, commit: str) -> None:
