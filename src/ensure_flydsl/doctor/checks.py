@@ -238,8 +238,8 @@ def check_mlir(ctx: RunContext) -> Check:
                      f"({llvm.problem}): the run builds LLVM/MLIR (the long step) every time, neither reusing "
                      "nor sharing it", f"set MLIR_PATH to an MLIR install built for this pin, or give the commit "
                      f"in {llvm.commit_from}", False, "llvm")
-    what = f" of {llvm.describe()}" if llvm is not None else ""
-    return _skip("mlir", f"MLIR_PATH is unset: the run builds LLVM/MLIR{what} (the long step)", "llvm")
+    what = f"{llvm.describe()}; " if llvm is not None else ""
+    return _skip("mlir", f"MLIR_PATH is unset: the run builds LLVM/MLIR ({what}the long step)", "llvm")
 
 
 def _free_bytes(path: str) -> Tuple[Optional[int], str]:

@@ -77,7 +77,7 @@ def _absent_line(absent: Absent, pin: str) -> str:
     return f"{absent.module} is not in {pin}; {paths} {'is' if len(absent.instead) == 1 else 'are'}"
 
 
-def _replaced_require(finding: Finding) -> Optional[str]:
+def advised_require(finding: Finding) -> Optional[str]:
     """FLYDSL_REQUIRE with each absent module replaced by the one module of that name the pin has; None when
     some absent module has none (or several)."""
     moved = {a.module: a.instead[0][0] for a in finding.absent if len(a.instead) == 1}
@@ -88,12 +88,12 @@ def _replaced_require(finding: Finding) -> Optional[str]:
 
 def absent_reason(finding: Finding) -> str:
     said = "; ".join(_absent_line(a, finding.pin) for a in finding.absent)
-    replaced = _replaced_require(finding)
+    replaced = advised_require(finding)
     return said + (f": set FLYDSL_REQUIRE={replaced}" if replaced else "")
 
 
 def absent_remedy(finding: Finding) -> str:
-    replaced = _replaced_require(finding)
+    replaced = advised_require(finding)
     if replaced:
         return (f"set FLYDSL_REQUIRE={replaced} (the modules that must import from the tree), or pin a commit "
                 f"that has {finding.names_of_absent()}; then run again")
