@@ -76,7 +76,7 @@ def where_modules(sources: Sources, require: Sequence[str]) -> str:
             said.append(f"{module}: absent" + (f", at {', '.join(p for _, p in instead)}" if instead else ""))
         else:
             path = source_file(module, sources, dict(PACKAGE_SOURCES))
-            said.append(f"{module}: {path or 'there'}")
+            said.append(f"{module}: {path or 'no source file (not checked: the build adds to it)'}")
     return "; ".join(said)
 
 

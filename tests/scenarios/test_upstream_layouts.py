@@ -180,6 +180,37 @@ def test_an_unknown_llvm_commit_is_never_reused_nor_shared(tmp_path: "os.PathLik
         assert json.load(handle) == {"created": True, "started": None, "done": None}
 
 
+def test_the_doctor_reads_the_llvm_inputs_the_pin_has(tmp_path: "os.PathLike[str]", own_repo: FixtureRepo) -> None:
+    """The doctor names the commit from llvm-build-info.json (before: "an LLVM/MLIR build" with no commit),
+    and says MLIR is already built only for the same inputs (the profile too)."""
+    pin = own_repo.commit("p", "0.3.2", llvm_hash=LLVM_HASH_B, layout="v0.3.2")
+    ws = host(tmp_path, own_repo, "a")
+    require = "flydsl,kernels.moe.moe_gemm_2stage"
+
+    def doctor(**env: str) -> Dict[str, object]:
+        out = ws.run("doctor", "--json", timeout=90, FLYDSL_PIN=pin, FLYDSL_REQUIRE=require, **env)
+        data = json.loads(out.stdout)
+        assert isinstance(data, dict)
+        return data
+
+    def mlir(data: Dict[str, object]) -> str:
+        checks = data["checks"]
+        assert isinstance(checks, list)
+        check = next(c for c in checks if c["name"] == "mlir")
+        return f"[{check['status']}] {check['detail']}"
+
+    before = doctor()
+    needs = before["needs"]
+    assert isinstance(needs, dict) and needs["llvm_commit"] == LLVM_HASH_B
+    said = mlir(before)
+    assert said.startswith("[skipped] MLIR_PATH is unset: the run builds LLVM/MLIR (LLVM 222222222222 from "
+                           f"thirdparty/llvm-build-info.json, {LLVM_PATCH} "), said
+    ok(ws, FLYDSL_PIN=pin, FLYDSL_REQUIRE=require)
+    assert mlir(doctor()).startswith("[ok] MLIR for LLVM 222222222222 from thirdparty/llvm-build-info.json")
+    other = mlir(doctor(LLVM_BUILD_PROFILE="amd-minimal"))
+    assert other.startswith("[skipped]") and "LLVM_BUILD_PROFILE=amd-minimal" in other, other
+
+
 # -- a required module the pin does not have ---------------------------------------------------------------
 
 
@@ -264,3 +295,38 @@ def test_a_top_level_module_and_a_suppressed_import_are_not_requirements(tmp_pat
     check = next(c for c in json.loads(out.stdout)["checks"] if c["name"] == "requirements")
     assert check["status"] == "ok", check
     assert "read from repository" in check["detail"] and "4 files" in check["detail"], check
+
+
+# -- the real repository (skipped unless ENSURE_FLYDSL_REAL_REPO points at a clone of ROCm/FlyDSL) ---------
+
+REAL = os.environ.get("ENSURE_FLYDSL_REAL_REPO")
+REAL_TAGS = [
+    # tag, LLVM commit (short), the file it is read from, patches, where kernels.moe_gemm_2stage is instead
+    ("v0.2.2", "7f77ca0dbda4", "thirdparty/llvm-hash.txt", 0, None),
+    ("v0.2.3", "7f77ca0dbda4", "thirdparty/llvm-hash.txt", 0, "kernels/moe/moe_gemm_2stage.py"),
+    ("v0.2.5.dev732", "e2a39f504fee", "thirdparty/llvm-build-info.json", 0, "kernels/moe/moe_gemm_2stage.py"),
+    ("v0.3.0", "7f77ca0dbda4", "thirdparty/llvm-hash.txt", 0, "kernels/moe/moe_gemm_2stage/__init__.py"),
+    ("v0.3.1", "e2a39f504fee", "thirdparty/llvm-build-info.json", 0, ""),
+    ("v0.3.2.dev838", "e2a39f504fee", "thirdparty/llvm-build-info.json", 1, "kernels/moe/moe_gemm_2stage/__init__.py"),
+]
+
+
+@pytest.mark.skipif(not REAL, reason="ENSURE_FLYDSL_REAL_REPO is not set")
+@pytest.mark.parametrize("tag,commit,source,patches,instead", REAL_TAGS)
+def test_the_real_tags_as_read(tag: str, commit: str, source: str, patches: int, instead: "str | None") -> None:
+    from ensure_flydsl.source.needs import commit_llvm_inputs, resolve_in
+    from ensure_flydsl.source.requirements import absent_modules, read_commit_sources
+
+    assert REAL is not None
+    sha = resolve_in(REAL, tag)
+    assert sha is not None
+    inputs = commit_llvm_inputs(REAL, sha, {"LLVM_BUILD_PROFILE": "amd-minimal"})
+    assert inputs.commit is not None and inputs.commit[:12] == commit and inputs.commit_from == source
+    assert len(inputs.files) == patches and all(digest for _, digest in inputs.files)
+    assert inputs.environment == ((("LLVM_BUILD_PROFILE", "amd-minimal"),) if patches else ())
+    absent = absent_modules(("flydsl", "kernels.moe_gemm_2stage"), read_commit_sources(REAL, sha))
+    if instead is None:
+        assert absent == []
+    else:
+        assert [a.module for a in absent] == ["kernels.moe_gemm_2stage"]
+        assert [path for _, path in absent[0].instead] == ([instead] if instead else [])
