@@ -382,7 +382,8 @@ def test_legal_odd_paths_are_handled_end_to_end(fixture_repo: FixtureRepo, tmp_p
     if "cache" in given:
         assert {e.kind for e in open_cache(absolute["cache"]).entries()} == {"tree"}
         evidence["cache"] = "the built tree was published there"
-    failing = subprocess.run(ws.cmd(), env=dict(env, FLYDSL_PIN="v9.9.9", FLYDSL_EXACT_PIN="1"), cwd=cwd, stdout=subprocess.PIPE,
+    bad_pin = dict(env, FLYDSL_PIN="v9.9.9", FLYDSL_EXACT_PIN="1")  # the built tree would pass the gate
+    failing = subprocess.run(ws.cmd(), env=bad_pin, cwd=cwd, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True, timeout=120)
     assert failing.returncode == 3, failing.stderr
     with open(absolute["fail_marker"]) as handle:
