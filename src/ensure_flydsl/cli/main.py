@@ -110,10 +110,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         from ensure_flydsl.runs.liveness import watch
 
         return watch(args.watch_root, args.watch_run_id)
-    json_mode = bool(getattr(args, "json", False)) or args.command == "start"  # start prints JSON always
+    json_mode = bool(getattr(args, "json", False))
     if json_mode:
         # stdout carries the one result object; stderr only JSON events (messages, steps, the failure).
         reporter = Reporter.for_stream(sys.stderr, json_events=True)
+    elif args.command == "start":
+        reporter = Reporter.for_stream(sys.stderr)  # start's stdout is its JSON object alone
     else:
         reporter = Reporter.for_stream(sys.stdout)
     previous = _handle_stop_signals()
