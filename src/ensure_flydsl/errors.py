@@ -8,7 +8,7 @@ top-level handler maps it, Ctrl-C and bugs to distinct exit codes.
 from __future__ import annotations
 
 import enum
-from typing import Optional
+from typing import Dict, Optional
 
 
 class ExitCode(enum.IntEnum):
@@ -63,6 +63,11 @@ class EnsureError(Exception):
         self.hint = hint
         # Multi-line output (a command's indented output, a traceback tail) shown under the reason.
         self.detail = detail
+        # Set by the run that failed, for the result object: its id, how long it ran, and what the root's
+        # env file still holds (the previous install, which a failure before the build leaves answering).
+        self.run_id: Optional[str] = None
+        self.elapsed_s: Optional[float] = None
+        self.installed: Optional[Dict[str, object]] = None
 
     def __str__(self) -> str:
         return self.reason

@@ -7,6 +7,21 @@ import dataclasses
 import enum
 from typing import Dict, List, Optional
 
+# The one shape every JSON answer of the tool has, success or failure (docs/schema/result.schema.json); GEAK's
+# gate schema (``ok`` required; ``built``, ``env_file``, ``version``, ``reason``) is a subset of it.
+SCHEMA_VERSION = 1
+RESULT_KEYS = ("schema_version", "ok", "exit_code", "stage", "built", "how", "env_file", "version", "reason",
+               "hint", "log", "run_id", "elapsed_s")
+
+
+def result_object(**fields: object) -> Dict[str, object]:
+    """A result object: every key of the shape (``None`` when not known), then ``fields`` (the command's
+    own keys may follow the common ones).  ``ok`` is false and ``built`` false unless given."""
+    data: Dict[str, object] = {key: None for key in RESULT_KEYS}
+    data.update(schema_version=SCHEMA_VERSION, ok=False, built=False)
+    data.update(fields)
+    return data
+
 
 class How(str, enum.Enum):
     """How the tree in use came to be (the env file's twin and ``status`` show it)."""
@@ -51,8 +66,20 @@ class Result:
     files: Dict[str, str]
     durations: Dict[str, float]
     run_id: str
+    reason: str = ""  # why the tree in use passes the gate
+    log: Optional[str] = None  # the run's log, when it opened one
+    elapsed_s: Optional[float] = None  # the whole call
+
+    @property
+    def built(self) -> bool:
+        """A fresh build or install by this call (GEAK's ``built``)."""
+        return self.action == Action.PROVISIONED
 
     def to_json(self) -> Dict[str, object]:
-        data = dataclasses.asdict(self)
+        data = result_object(ok=True, exit_code=0, built=self.built)
+        data.update(dataclasses.asdict(self))
+        data["how"] = str(self.how)
+        data["action"] = str(self.action)
         data["durations"] = {k: round(v, 3) for k, v in self.durations.items()}
+        data["elapsed_s"] = None if self.elapsed_s is None else round(self.elapsed_s, 3)
         return data

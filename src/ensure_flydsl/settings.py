@@ -87,6 +87,8 @@ SETTINGS: Tuple[Setting, ...] = (
             "fix the hip CMake library name inside ROCM_PATH itself (default: a private corrected copy)"),
     Setting("git_mirrors", "FLYDSL_GIT_MIRRORS", "--git-mirror",
             "FROM=TO URL prefixes: every git command fetches FROM... from TO... instead"),
+    Setting("exact_pin", "FLYDSL_EXACT_PIN", "--exact-pin",
+            "reuse only a tree built from the pin (default: any one tree whose flydsl passes the floor)"),
 )
 SETTING_BY_NAME: Dict[str, Setting] = {s.name: s for s in SETTINGS}
 
@@ -114,6 +116,7 @@ class Settings:
     verify: bool = False
     fix_rocm_in_place: bool = False
     git_mirrors: GitMirrors = ()
+    exact_pin: bool = False
     # Where each value came from, for messages: the flag or the variable as the user spelled it.
     sources: Mapping[str, str] = dataclasses.field(default_factory=dict, compare=False, repr=False)
 
@@ -150,6 +153,7 @@ class Settings:
             "mlir_path": self.mlir_path,
             "shim_dir": self.shim_dir,
             "vllm_moe": self.vllm_moe,
+            "exact_pin": self.exact_pin,
         }
 
 
@@ -175,6 +179,7 @@ _PARSERS: Dict[str, Callable[[str, str], object]] = {
     "verify": parse_bool,
     "fix_rocm_in_place": parse_bool,
     "git_mirrors": parse_git_mirrors,
+    "exact_pin": parse_bool,
 }
 
 

@@ -31,7 +31,7 @@ from tests.helpers.reliability import device, listing, record, tmpfs
 from tests.helpers.workspace import Workspace
 
 INJECT = ["$(touch {canary})", "`touch {canary}`", "--upload-pack=touch {canary}", "-c core.sshCommand=touch {canary}"]
-BOOL_FLAGS = ("vllm_moe", "verify", "fix_rocm_in_place")  # flags without a value
+BOOL_FLAGS = ("vllm_moe", "verify", "fix_rocm_in_place", "exact_pin")  # flags without a value
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,6 +107,7 @@ def _rows() -> List[Row]:
     add("verify", "unparseable", "maybe", "$(touch {canary})")
     add("verify", "negative", "-1")
     add("fix_rocm_in_place", "unparseable", "maybe")
+    add("exact_pin", "unparseable", "maybe", "$(touch {canary})", "2")
     add("git_mirrors", "not FROM=TO", "https://github.com/", "=/m/", "https://github.com/=", "a=/m/ b")
     add("git_mirrors", "option-shaped", "-c=/m/", "x=--upload-pack=touch {canary}", "--upload-pack=touch {canary}")
     add("git_mirrors", "remote helper", "x=ext::sh -c touch% {canary}", "ext::sh=/m/", "x=fd::3")
@@ -381,7 +382,8 @@ def test_legal_odd_paths_are_handled_end_to_end(fixture_repo: FixtureRepo, tmp_p
     if "cache" in given:
         assert {e.kind for e in open_cache(absolute["cache"]).entries()} == {"tree"}
         evidence["cache"] = "the built tree was published there"
-    failing = subprocess.run(ws.cmd(), env=dict(env, FLYDSL_PIN="v9.9.9"), cwd=cwd, stdout=subprocess.PIPE,
+    bad_pin = dict(env, FLYDSL_PIN="v9.9.9", FLYDSL_EXACT_PIN="1")  # the built tree would pass the gate
+    failing = subprocess.run(ws.cmd(), env=bad_pin, cwd=cwd, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True, timeout=120)
     assert failing.returncode == 3, failing.stderr
     with open(absolute["fail_marker"]) as handle:

@@ -174,6 +174,7 @@ def test_mixed_requests_on_one_root_are_serialized_and_each_answered(ws: Workspa
     pin, and every run recorded as succeeded answered its own request."""
     pins = {"A": ws.repo.commits["dev"], "B": ws.repo.commits["v0.2.3"]}
     versions = {"A": "0.2.2", "B": "0.2.3"}
+    ws.env["FLYDSL_EXACT_PIN"] = "1"  # each pin's own tree (the version-only gate would let A's answer B)
     which: List[str] = []
     with all_succeed(ws) as (callers, _watch):
         started = time.time()

@@ -10,10 +10,11 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Dict, List
+from typing import Dict, List, Tuple
 
 from ensure_flydsl.runs.progress import estimate_eta, parse_percent
 from ensure_flydsl.runs.records import DEFAULT_STEP_SECONDS, RunStore
+from tests.helpers.result_schema import validate
 from tests.helpers.scenario import assert_one_tree, wait_for
 from tests.helpers.workspace import Workspace
 
@@ -25,16 +26,15 @@ def start(ws: Workspace, *args: str, **env: str) -> Dict[str, object]:
     out = ws.run("start", *args, **env)
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout.strip().splitlines()[-1])
-    assert set(data) == {"run_id", "pid", "log", "state", "joined"}
+    assert {"run_id", "pid", "log", "state", "joined"} <= set(data)
+    validate(data, "start")
     return data
 
 
 def status(ws: Workspace) -> Dict[str, object]:
     out = ws.run("status", "--json")
     assert out.returncode == 0, out.stderr
-    data = json.loads(out.stdout)
-    assert isinstance(data, dict)
-    return data
+    return validate(json.loads(out.stdout), "status")
 
 
 def pid_alive(pid: int) -> bool:
@@ -141,17 +141,22 @@ def test_death_is_noticed_by_file_pollers_without_wait(ws: Workspace) -> None:
     assert ws.marker()["exit_code"] == 9
 
 
-def test_a_rebuild_request_never_shows_the_old_env_file(ws: Workspace) -> None:
+def test_a_rebuild_request_never_shows_the_old_env_file_once_its_build_starts(ws: Workspace) -> None:
+    """The previous install answers until the run knows its build can start (the pin fetched, its
+    requirements there); from then on a poller never sees it again, only the new pin's env file."""
+    ws.env["FLYDSL_EXACT_PIN"] = "1"  # the version-only gate would answer v0.2.3 with dev's tree
     assert ws.run().returncode == 0
     assert ws.env_twin()["commit"] == ws.repo.commits["dev"]
-    seen: List[str] = []
+    os.unlink(os.path.join(ws.counter, "build.started"))
+    seen: List[Tuple[bool, str]] = []
     stop = threading.Event()
 
     def poll() -> None:
         while not stop.is_set():
+            building = os.path.exists(os.path.join(ws.counter, "build.started"))  # first: then the read
             try:
                 with open(ws.env_json) as handle:
-                    seen.append(json.load(handle)["commit"])
+                    seen.append((building, json.load(handle)["commit"]))
             except (OSError, ValueError):
                 pass
             time.sleep(0.002)
@@ -164,7 +169,11 @@ def test_a_rebuild_request_never_shows_the_old_env_file(ws: Workspace) -> None:
     finally:
         stop.set()
         poller.join()
-    assert seen and set(seen) == {ws.repo.commits["v0.2.3"]}
+    new = ws.repo.commits["v0.2.3"]
+    assert seen and seen[-1][1] == new
+    assert all(commit == new for building, commit in seen if building), "the old env file after the build began"
+    commits = [commit for _, commit in seen]
+    assert commits == sorted(commits, key=lambda c: c == new)  # the old one, then only the new one
 
 
 def test_heartbeat_cadence(ws: Workspace) -> None:
@@ -186,7 +195,8 @@ def test_status_json_in_each_state(ws: Workspace) -> None:
     absent = status(ws)
     assert absent["state"] == "absent" and absent["root"] == ws.root and absent["log"] == ws.log
     fields = {"state", "step", "percent", "elapsed_s", "eta_s", "pid", "run_id", "version", "root", "python", "how",
-              "log", "env_file", "stage", "exit_code", "reason", "waiting_for"}
+              "log", "env_file", "stage", "exit_code", "reason", "waiting_for", "schema_version", "ok", "built",
+              "hint", "installed"}
     assert set(absent) == fields
     data = start(ws, FIXTURE_BUILD_SLEEP="1")
     wait_for(os.path.join(ws.counter, "build.started"))
@@ -201,6 +211,7 @@ def test_status_json_in_each_state(ws: Workspace) -> None:
     done = status(ws)
     assert done["state"] == "succeeded" and done["version"] == "0.2.2" and done["how"] == "built"
     assert done["python"] == sys.executable and done["env_file"] == ws.env_file
+    ws.env["FLYDSL_EXACT_PIN"] = "1"  # v0.2.3's own tree: dev's 0.2.2 would pass the version-only gate
     start(ws, FLYDSL_PIN="v0.2.3", FIXTURE_BUILD_FAIL="1")
     assert ws.run("wait", FLYDSL_PIN="v0.2.3", timeout=60).returncode == 5
     failed = json.loads(ws.run("status", "--json", FLYDSL_PIN="v0.2.3").stdout)

@@ -133,19 +133,42 @@ def test_new_pin_with_a_raised_floor_rebuilds(ws: Workspace) -> None:
     assert_one_tree(ws)
 
 
-def test_new_pin_with_the_same_floor_rebuilds(ws: Workspace) -> None:
-    # The seed kept any tree whose version passed the floor: a changed pin was silently ignored.
+def test_new_pin_with_the_same_floor_reuses_the_tree_as_the_seed_did(ws: Workspace) -> None:
+    # The seed's gate is version-only, for the root's own tree too: the pin is what gets built when a build
+    # is needed, never a reason to replace a tree that passes the floor.
     assert ws.run().returncode == 0
-    out = ws.run("--json", FLYDSL_PIN=ws.repo.commits["v0.2.2"])
+    out = ws.run("--json", FLYDSL_PIN=ws.repo.commits["v0.2.2"], FLYDSL_REPO="file:///nonexistent/FlyDSL.git")
     assert out.returncode == 0, out.stderr
-    assert json.loads(out.stdout)["commit"] == ws.repo.commits["v0.2.2"]
-    assert "not built for this pin" in out.stderr
+    result = json.loads(out.stdout)
+    assert result["commit"] == ws.repo.commits["dev"] and result["action"] == "warm", result
+    assert result["ok"] is True and result["built"] is False
+    # The full probe says why the tree is taken.
+    out = ws.run("--json", "--verify", FLYDSL_PIN=ws.repo.commits["v0.2.2"], FLYDSL_REPO="file:///nonexistent")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["action"] == "verified"
+    assert f"was built from {ws.repo.commits['dev']}, not from the pin" in out.stderr
+    assert ws.count("build") == 1  # nothing built, nothing fetched (the repository does not even exist)
+    assert ws.env_twin()["commit"] == ws.repo.commits["dev"]
+    assert_one_tree(ws)
+
+
+def test_new_pin_with_exact_pin_rebuilds(ws: Workspace) -> None:
+    assert ws.run().returncode == 0
+    out = ws.run("--json", "--exact-pin", FLYDSL_PIN=ws.repo.commits["v0.2.2"])
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert result["commit"] == ws.repo.commits["v0.2.2"] and result["built"] is True
+    assert "asks for a tree built from the pin" in out.stderr
     assert ws.count("build") == 2 and ws.count("llvm") == 1  # same LLVM commit: MLIR kept
     twin = ws.env_twin()
-    assert twin["commit"] == ws.repo.commits["v0.2.2"]
+    assert twin["commit"] == ws.repo.commits["v0.2.2"] and twin["pin"] == ws.repo.commits["v0.2.2"]
+    # The same request again: the tree built from the pin answers it (warm: nothing changed).
+    again = ws.run("--json", FLYDSL_PIN=ws.repo.commits["v0.2.2"], FLYDSL_EXACT_PIN="1")
+    assert json.loads(again.stdout)["action"] == "warm"
 
 
 def test_pin_by_tag_and_by_short_hash(ws: Workspace) -> None:
+    ws.env["FLYDSL_EXACT_PIN"] = "1"
     out = ws.run("--json", FLYDSL_PIN="v0.2.3")
     assert out.returncode == 0 and json.loads(out.stdout)["commit"] == ws.repo.commits["v0.2.3"]
     short = ws.repo.commits["v0.2.2"][:10]
@@ -271,12 +294,12 @@ def test_stale_failure_marker_never_answers_for_this_run(ws: Workspace) -> None:
     assert not os.path.exists(ws.fail_marker)
 
 
-def test_env_file_of_another_request_is_withdrawn_first(ws: Workspace) -> None:
+def test_env_file_of_another_request_is_withdrawn_when_the_build_starts(ws: Workspace) -> None:
     assert ws.run().returncode == 0
-    out = ws.run(FLYDSL_PIN="v0.2.3", FIXTURE_BUILD_FAIL="1")
+    out = ws.run(FLYDSL_PIN="v0.2.3", FLYDSL_EXACT_PIN="1", FIXTURE_BUILD_FAIL="1")
     assert out.returncode == 5
     assert not os.path.exists(ws.env_file) and not os.path.exists(ws.env_json)
-    assert f"took away {ws.env_file}: it does not answer this request" in out.stdout
+    assert f"took away {ws.env_file} (flydsl 0.2.2, built): the tree in {ws.root} changes now" in out.stdout
 
 
 def test_reuse_only_never_provisions(ws: Workspace) -> None:

@@ -21,7 +21,9 @@ def check_marker(ws: Workspace, code: int, stage: str) -> Dict[str, object]:
     assert marker["exit_code"] == code and marker["stage"] == stage
     assert marker["reason"] and isinstance(marker["log_tail"], list)
     assert marker["request"] == {} or marker["request"]["root"] == ws.root  # type: ignore[index]
-    assert not os.path.exists(ws.env_file)  # never a success marker beside a failure
+    # Never a success marker for the failed request beside its failure; another request's install, which a
+    # run refused before its build started leaves in place, may be there.
+    assert not os.path.exists(ws.env_file) or ws.env_twin()["request"] != marker["request"]
     return marker
 
 
@@ -64,8 +66,10 @@ def test_exit_3_checkout_blocked_by_local_edits(ws: Workspace) -> None:
     assert ws.run().returncode == 0
     with open(os.path.join(ws.root, "kernels", "moe_gemm_2stage.py"), "a") as handle:
         handle.write("# somebody's edit in the tool's checkout\n")
-    out = ws.run(FLYDSL_PIN="v0.2.3")
+    twin = ws.env_twin()
+    out = ws.run(FLYDSL_PIN="v0.2.3", FLYDSL_EXACT_PIN="1")
     assert out.returncode == 3
+    assert ws.env_twin() == twin and os.path.exists(ws.env_file)  # refused before the build starts: kept
     assert "local changes to tracked files (kernels/moe_gemm_2stage.py)" in out.stderr
     assert "never overwrites them" in out.stderr
     check_marker(ws, 3, "checkout")
@@ -272,8 +276,13 @@ def test_json_failure_object(ws: Workspace) -> None:
     out = ws.run("--json", FIXTURE_BUILD_FAIL="1")
     assert out.returncode == 5
     data = json.loads(out.stdout)
-    assert data == {"ok": False, "exit_code": 5, "stage": "build", "hint": data["hint"], "log": ws.log,
-                    "reason": "the FlyDSL build failed: scripts/build.sh exited with 1"}
+    assert data == {"schema_version": 1, "ok": False, "exit_code": 5, "stage": "build", "built": False,
+                    "how": None, "env_file": None, "version": None, "hint": data["hint"], "log": ws.log,
+                    "reason": "the FlyDSL build failed: scripts/build.sh exited with 1", "installed": None,
+                    "run_id": data["run_id"], "elapsed_s": data["elapsed_s"]}
+    assert isinstance(data["run_id"], str) and data["run_id"] and isinstance(data["elapsed_s"], float)
+    events = [json.loads(line) for line in out.stderr.splitlines()]  # stderr: JSON events only
+    assert events[-1]["event"] == "failed" and events[-1]["exit_code"] == 5 and events[-1]["log_tail"]
 
 
 def test_a_lock_timeout_leaves_no_marker_while_the_build_it_waited_for_goes_on(ws: Workspace) -> None:

@@ -133,7 +133,7 @@ def test_versions_that_disagree_are_refused(ws: Workspace, wheelhouse: str, tmp_
 
 def test_release_then_source_for_the_same_pin_replaces_the_tree(ws: Workspace, wheelhouse: str) -> None:
     assert ws.run(FLYDSL_PIN="v0.2.2", **offline(wheelhouse)).returncode == 0
-    out = ws.run("--json", FLYDSL_PIN=ws.repo.commits["dev"])
+    out = ws.run("--json", FLYDSL_PIN=ws.repo.commits["dev"], FLYDSL_EXACT_PIN="1")
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["how"] == "built"
     assert not os.path.exists(os.path.join(ws.root, "build-fly", "python_packages", "flydsl-0.2.2.dist-info"))

@@ -237,7 +237,7 @@ def test_nothing_the_tool_creates_is_world_writable_even_under_umask_000(ws: Wor
     assert run().returncode == 0  # a build: checkout, LLVM, FlyDSL, markers, log, lock, cache upload
     assert run("start", FLYDSL_PIN="v0.2.3").returncode == 0  # a detached run: its records, its watchdog
     assert run("wait", "--timeout", "60", FLYDSL_PIN="v0.2.3").returncode == 0
-    assert run(FLYDSL_PIN="v9.9.9").returncode == 3  # a failure marker
+    assert run(FLYDSL_PIN="v9.9.9", FLYDSL_EXACT_PIN="1").returncode == 3  # a failure marker
     api_root = os.path.join(ws.base, "API root")
     code = ("import os, sys, ensure_flydsl\n"
             "os.umask(0)\n"

@@ -133,6 +133,9 @@ class ToolMachine(RuleBasedStateMachine):
             "FLYDSL_REPO": self.repo.url,
             "FLYDSL_PYTHON": sys.executable,
             "FLYDSL_STRATEGY": "source",
+            # The model's requests are pins (P1, P2): each answered only by a tree built from it.  With the
+            # seed's version-only gate (the default) P1's tree answers P2 too; test_keep_install.py covers that.
+            "FLYDSL_EXACT_PIN": "1",
             "ROCM_PATH": os.path.join(self.dir, "no-rocm"),
             "FIXTURE_COUNTER_DIR": counter or os.path.join(self.dir, "counters", "shared"),
             TAG_VAR: self.tag,

@@ -84,6 +84,7 @@ def test_wait_does_not_answer_for_an_env_file_another_request_replaced(ws: Works
 
 def test_two_pins_back_to_back_each_wait_tells_the_truth(ws: Workspace) -> None:
     p1, p2 = ws.repo.commits["dev"], ws.repo.commits["llvm-b"]
+    ws.env["FLYDSL_EXACT_PIN"] = "1"  # each pin's own tree (with the version-only gate, P1's answers P2)
     start(ws, FLYDSL_PIN=p1, FIXTURE_BUILD_SLEEP="0.5")
     start(ws, FLYDSL_PIN=p2)
     first = ws.run("wait", "--timeout", "60", FLYDSL_PIN=p1)

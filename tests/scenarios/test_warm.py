@@ -105,8 +105,14 @@ def test_the_callers_pythonpath_matters(ws: Workspace, tmp_path: "os.PathLike[st
 def test_settings_matter(ws: Workspace) -> None:
     ensure_json(ws)
     assert not warm(ensure_json(ws, "--no-vllm-moe"))
-    assert not warm(ensure_json(ws, FLYDSL_MIN_VERSION="0.2.1"))
-    assert not warm(ensure_json(ws, FLYDSL_REQUIRE="flydsl"))
+    ensure_json(ws)
+    # The env file answers every request its tree passes the gate of (a lower floor, fewer modules, another
+    # pin): nothing changed, so warm; a module it was never probed for is not.
+    assert warm(ensure_json(ws, FLYDSL_MIN_VERSION="0.2.1"))
+    assert warm(ensure_json(ws, FLYDSL_REQUIRE="flydsl"))
+    assert warm(ensure_json(ws, FLYDSL_PIN="v0.2.3"))
+    assert not warm(ensure_json(ws, FLYDSL_REQUIRE="flydsl,kernels"))
+    assert not warm(ensure_json(ws, FLYDSL_PIN="v0.2.3", FLYDSL_EXACT_PIN="1"))
 
 
 def test_the_interpreter_matters(ws: Workspace, venv_python: str) -> None:
@@ -131,6 +137,7 @@ def test_the_site_folders_matter(ws: Workspace, venv_python: str) -> None:
 
 
 def test_a_rebuild_changes_the_fingerprint(ws: Workspace) -> None:
+    ws.env["FLYDSL_EXACT_PIN"] = "1"
     ensure_json(ws)
     assert ensure_json(ws, FLYDSL_PIN="v0.2.3")["action"] == "provisioned"
     assert warm(ensure_json(ws, FLYDSL_PIN="v0.2.3"))

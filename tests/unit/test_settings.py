@@ -50,7 +50,7 @@ def test_every_setting_has_a_variable_and_a_flag() -> None:
     names = {s.name for s in SETTINGS}
     assert names == {"root", "min_version", "pin", "repo", "lock_file", "fail_marker", "rocm_path", "mlir_path",
                      "python", "shim_dir", "vllm_moe", "require", "strategy", "jobs", "lock_timeout", "probe_timeout",
-                     "cache", "lease_ttl", "verify", "fix_rocm_in_place", "git_mirrors"}
+                     "cache", "lease_ttl", "verify", "fix_rocm_in_place", "git_mirrors", "exact_pin"}
     assert all(s.env and s.flag.startswith("--") for s in SETTINGS)
 
 
@@ -169,3 +169,13 @@ def test_request_identifies_what_a_marker_must_satisfy() -> None:
     a, b = load(), load(FLYDSL_PIN="v0.2.3")
     assert a.request() != b.request()
     assert load(FLYDSL_JOBS="3").request() == a.request()  # parallelism changes nothing in the result
+
+
+def test_exact_pin_from_its_variable_flag_and_keyword() -> None:
+    assert load().exact_pin is False and "exact_pin" in load().request()
+    assert load(FLYDSL_EXACT_PIN="1").exact_pin is True
+    assert load_settings({"exact_pin": "1"}, {}).exact_pin is True
+    assert settings_from_kwargs({"exact_pin": True}, {}).exact_pin is True
+    with pytest.raises(BadInput) as refused:
+        load(FLYDSL_EXACT_PIN="sometimes")
+    assert "FLYDSL_EXACT_PIN='sometimes' is not allowed" in refused.value.reason

@@ -11,6 +11,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 from ensure_flydsl.cli.parser import parse_args
 from ensure_flydsl.errors import EXIT_MEANINGS, BadInput, EnsureError, ExitCode, Interrupted, interrupted_by
+from ensure_flydsl.result import result_object
 from ensure_flydsl.settings import (
     SETTINGS,
     Settings,
@@ -111,7 +112,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return watch(args.watch_root, args.watch_run_id)
     json_mode = bool(getattr(args, "json", False))
     if json_mode:
-        reporter = Reporter.for_stream(sys.stderr, json_events=args.command == "ensure")
+        # stdout carries the one result object; stderr only JSON events (messages, steps, the failure).
+        reporter = Reporter.for_stream(sys.stderr, json_events=True)
+    elif args.command == "start":
+        reporter = Reporter.for_stream(sys.stderr)  # start's stdout is its JSON object alone
     else:
         reporter = Reporter.for_stream(sys.stdout)
     previous = _handle_stop_signals()
@@ -137,36 +141,66 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         silence_stdout()
         return 0 if code is None else code
     except EnsureError as exc:
-        if json_mode:
-            import json
-
-            try:
-                print(json.dumps({"ok": False, "exit_code": int(exc.code), "stage": exc.stage,
-                                  "reason": exc.reason, "hint": exc.hint, "log": reporter.log_path}), flush=True)
-            except BrokenPipeError:
-                silence_stdout()  # the exit code and stderr still tell the failure
         tail = reporter.tail(20) if exc.code in _BUILD_FAILURES else []
-        print(format_error(exc, tail, reporter.log_path), file=sys.stderr)
+        if json_mode:
+            _json_failure(reporter, failure_object(exc, reporter.log_path), tail)
+        else:
+            print(format_error(exc, tail, reporter.log_path), file=sys.stderr)
         return int(exc.code)
     except (KeyboardInterrupt, Interrupted) as exc:
         what = exc.description if isinstance(exc, Interrupted) else interrupted_by("SIGINT")
-        print(f"ensure-flydsl: {what}; the next run resumes where this one stopped", file=sys.stderr)
+        if json_mode:
+            _json_failure(reporter, result_object(exit_code=int(ExitCode.INTERRUPTED), reason=what,
+                                                  hint="run it again: it resumes", log=reporter.log_path), [])
+        else:
+            print(f"ensure-flydsl: {what}; the next run resumes where this one stopped", file=sys.stderr)
         return int(ExitCode.INTERRUPTED)
     except Exception:
-        return _internal_error(reporter)
+        return _internal_error(reporter, json_mode)
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)  # type: ignore[arg-type]
         reporter.close()
 
 
-def _internal_error(reporter: Reporter) -> int:
+def _internal_error(reporter: Reporter, json_mode: bool = False) -> int:
     import traceback
 
     text = traceback.format_exc()
     reporter.build_line(text)
-    print(f"ensure-flydsl: internal error (exit 70), a bug; please report it with this:\n{text}", file=sys.stderr)
+    if json_mode:
+        _json_failure(reporter, result_object(
+            exit_code=int(ExitCode.INTERNAL), reason="internal error, a bug: " + text.strip().splitlines()[-1],
+            hint="please report it with the traceback (in the event's detail)", log=reporter.log_path), [], text)
+    else:
+        print(f"ensure-flydsl: internal error (exit 70), a bug; please report it with this:\n{text}",
+              file=sys.stderr)
     return int(ExitCode.INTERNAL)
+
+
+def failure_object(exc: EnsureError, log_path: Optional[str]) -> Dict[str, object]:
+    """The result object of a failure (the shape of a success's, ``ok`` false): what the run set on the
+    error (its id, time, and what the root still holds) included."""
+    data = result_object(exit_code=int(exc.code), stage=exc.stage or None, reason=exc.reason,
+                         hint=exc.hint or None, log=log_path, run_id=exc.run_id, elapsed_s=exc.elapsed_s)
+    data["installed"] = exc.installed
+    return data
+
+
+def _json_failure(reporter: Reporter, data: Dict[str, object], tail: List[str], detail: str = "") -> None:
+    """Under --json: the result object on stdout, and on stderr one JSON event (no text block)."""
+    import json
+
+    event: Dict[str, object] = {"event": "failed", "exit_code": data["exit_code"], "stage": data["stage"],
+                                "reason": data["reason"], "hint": data["hint"], "log": data["log"],
+                                "log_tail": tail}
+    if detail:
+        event["detail"] = detail
+    reporter.event(event)
+    try:
+        print(json.dumps(data, sort_keys=True), flush=True)
+    except BrokenPipeError:
+        silence_stdout()  # the exit code and stderr still tell the failure
 
 
 _BUILD_FAILURES = (ExitCode.FETCH, ExitCode.CHECKOUT, ExitCode.LLVM_BUILD, ExitCode.FLYDSL_BUILD, ExitCode.PROBE)
@@ -181,7 +215,7 @@ def _ensure(args: argparse.Namespace, settings: Settings, reporter: Reporter, en
 def _env(args: argparse.Namespace, settings: Settings, reporter: Reporter, environ: Dict[str, str]) -> int:
     from ensure_flydsl.cli.env import show_env
 
-    return show_env(settings, args.format)
+    return show_env(settings, args.format, environ, as_json=args.json)
 
 
 def _verify(args: argparse.Namespace, settings: Settings, reporter: Reporter, environ: Dict[str, str]) -> int:
@@ -193,7 +227,21 @@ def _verify(args: argparse.Namespace, settings: Settings, reporter: Reporter, en
 def _clean(args: argparse.Namespace, settings: Settings, reporter: Reporter, environ: Dict[str, str]) -> int:
     from ensure_flydsl.cli.clean import clean
 
-    return clean(settings, reporter)
+    if not args.json:
+        return clean(settings, reporter)
+    import json
+
+    from ensure_flydsl.result import result_object as shaped
+
+    said: List[str] = []
+    listening = _Listening(reporter, said)
+    code = clean(settings, listening)
+    data = shaped(ok=code == 0, exit_code=code, reason="; ".join(said) or "nothing to clean",
+                  log=settings.log_file)
+    data.update(root=settings.root, removed=[m[len("removed "):] for m in said if m.startswith("removed ")],
+                kept=[m for m in said if m.startswith("kept ")])
+    print(json.dumps(data, sort_keys=True))
+    return code
 
 
 def _start(args: argparse.Namespace, settings: Settings, reporter: Reporter, environ: Dict[str, str]) -> int:
@@ -205,7 +253,7 @@ def _start(args: argparse.Namespace, settings: Settings, reporter: Reporter, env
 def _wait(args: argparse.Namespace, settings: Settings, reporter: Reporter, environ: Dict[str, str]) -> int:
     from ensure_flydsl.cli.wait import wait
 
-    return wait(settings, reporter, timeout=args.timeout, heartbeat=args.heartbeat)
+    return wait(settings, reporter, timeout=args.timeout, heartbeat=args.heartbeat, as_json=args.json)
 
 
 def _status(args: argparse.Namespace, settings: Settings, reporter: Reporter, environ: Dict[str, str]) -> int:
@@ -224,6 +272,18 @@ def _cache(args: argparse.Namespace, settings: Settings, reporter: Reporter, env
     from ensure_flydsl.cli.cache import cache_command
 
     return cache_command(settings, args.cache_action, max_size=args.max_size, as_json=args.json, say=reporter.say)
+
+
+class _Listening(Reporter):
+    """A reporter that also keeps what is said (``clean --json`` lists what it removed and kept)."""
+
+    def __init__(self, inner: Reporter, said: List[str]) -> None:
+        super().__init__(inner.stream, mode=inner.mode, prefix=inner.prefix)
+        self._said = said
+
+    def say(self, message: str) -> None:
+        self._said.append(message)
+        super().say(message)
 
 
 _HANDLERS: Dict[str, Callable[[argparse.Namespace, Settings, Reporter, Dict[str, str]], int]] = {

@@ -23,7 +23,7 @@ def _add_setting_flags(parser: argparse.ArgumentParser) -> None:
                                help=f"{setting.help} [{setting.env}]")
             group.add_argument("--no-vllm-moe", dest="vllm_moe", action="store_const", const="0",
                                help="do not export VLLM_USE_FLYDSL_MOE (A/B baselines)")
-        elif setting.name in ("verify", "fix_rocm_in_place"):
+        elif setting.name in ("verify", "fix_rocm_in_place", "exact_pin"):
             group.add_argument(setting.flag, dest=setting.name, action="store_const", const="1",
                                help=f"{setting.help} [{setting.env}]")
         elif setting.name == "require":
@@ -130,10 +130,14 @@ def _wait_args(p: argparse.ArgumentParser) -> None:
                    help="give up waiting after S seconds (0: answer at once)")
     p.add_argument("--heartbeat", type=_seconds, default=30.0, metavar="S",
                    help="print a heartbeat line at least every S seconds (default 30)")
+    p.add_argument("--json", action="store_true",
+                   help="print the answer as one JSON result object on stdout (heartbeats as JSON events on stderr)")
 
 
 def _env_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--format", choices=("sh", "json"), default="sh")
+    p.add_argument("--json", action="store_true", help="one JSON result object: whether the env file answers "
+                   "this request, its version, and the variables it exports")
 
 
 def _cache_args(p: argparse.ArgumentParser) -> None:
@@ -162,9 +166,11 @@ def _watchdog_args(p: argparse.ArgumentParser) -> None:
 
 _COMMAND_ARGS: Dict[str, Callable[[argparse.ArgumentParser], None]] = {
     "ensure": _json_flag("print one JSON result object on stdout (and JSON events on stderr)"),
-    "start": _no_args, "wait": _wait_args, "status": _json_flag("one JSON object (schema in the README)"),
-    "env": _env_args, "verify": _json_flag(), "doctor": _json_flag("one JSON object with every check"),
-    "cache": _cache_args, "clean": _no_args, "_worker": _worker_args, "_watchdog": _watchdog_args,
+    "start": _no_args, "wait": _wait_args, "status": _json_flag("one JSON result object (docs/schema/)"),
+    "env": _env_args, "verify": _json_flag("one JSON result object with each module's file"),
+    "doctor": _json_flag("one JSON object with every check"),
+    "cache": _cache_args, "clean": _json_flag("one JSON result object naming what was removed and kept"),
+    "_worker": _worker_args, "_watchdog": _watchdog_args,
 }
 
 

@@ -1,9 +1,10 @@
 """Detached runs for agents: ``start`` launches a worker in a session of its own and returns at once.
 
-``start`` validates the request (bad input is exit 64 here, not a silent worker failure), takes any
-success marker that does not answer this request out of the way, and either joins the live run for the
-same request or launches a worker.  The worker's alive lock is taken by ``start`` itself and handed to the
-worker, so a ``wait`` issued the moment ``start`` returns already sees a live run.
+``start`` validates the request (bad input is exit 64 here, not a silent worker failure), takes an env
+file known to be untrue out of the way (one written for another request stays until the run's build
+starts), and either joins the live run for the same request or launches a worker.  The worker's alive lock
+is taken by ``start`` itself and handed to the worker, so a ``wait`` issued the moment ``start`` returns
+already sees a live run.
 """
 
 from __future__ import annotations
@@ -13,15 +14,18 @@ import os
 import subprocess
 import sys
 import time
-from typing import Mapping
+from typing import Dict, Mapping, Optional
 
 import filelock
 
 from ensure_flydsl.cli.worker import settings_to_json
+from ensure_flydsl.errors import ExitCode
 from ensure_flydsl.pipeline.decide import preflight
 from ensure_flydsl.pipeline.publish import withdraw_stale_markers
+from ensure_flydsl.result import result_object
 from ensure_flydsl.runs.answer import live_runs
 from ensure_flydsl.runs.records import RUNNING, RunRecord, RunStore, new_record, new_run_id
+from ensure_flydsl.runs.twin_gate import installed
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.support.report import Reporter
 
@@ -37,6 +41,18 @@ def _with_pid(store: RunStore, record: RunRecord) -> RunRecord:
     return record
 
 
+def _started(settings: Settings, run_id: str, pid: Optional[int], log: str, *, joined: bool) -> Dict[str, object]:
+    """start's answer: the common result object (not ok yet: exit_code 75, what `wait` returns while the run
+    goes), and the run's pid, state and whether this call joined a run already going."""
+    what = "joined the run already going" if joined else "launched a detached run"
+    data = result_object(ok=False, exit_code=int(ExitCode.STILL_RUNNING), reason=f"{what} for this request",
+                         hint="run `ensure-flydsl wait --timeout 540` (again while it exits 75)", log=log,
+                         run_id=run_id, elapsed_s=None)
+    data.update(pid=pid, state=RUNNING, joined=joined, root=settings.root,
+                installed=installed(settings.root, settings.request(), os.environ.get("PATH")))
+    return data
+
+
 def start(settings: Settings, environ: Mapping[str, str], reporter: Reporter) -> int:
     preflight(settings, environ)
     store = RunStore(settings.root)
@@ -50,8 +66,7 @@ def _join_or_launch(settings: Settings, environ: Mapping[str, str], reporter: Re
     live = live_runs(store, settings.request())
     if live:
         running = _with_pid(store, live[0])
-        print(json.dumps({"run_id": running.run_id, "pid": running.pid, "log": running.log,
-                          "state": RUNNING, "joined": True}))
+        print(json.dumps(_started(settings, running.run_id, running.pid, running.log, joined=True), sort_keys=True))
         return 0
     withdraw_stale_markers(settings, reporter.say)
     run_id = new_run_id()
@@ -73,7 +88,6 @@ def _join_or_launch(settings: Settings, environ: Mapping[str, str], reporter: Re
     finally:
         os.close(log)
         os.close(alive_fd)  # the worker holds its own copy of the locked descriptor
-    print(json.dumps({"run_id": run_id, "pid": proc.pid, "log": settings.log_file, "state": RUNNING,
-                      "joined": False}))
+    print(json.dumps(_started(settings, run_id, proc.pid, settings.log_file, joined=False), sort_keys=True))
     proc.returncode = 0  # not ours to reap: it outlives this process by design
     return 0

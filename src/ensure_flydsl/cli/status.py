@@ -1,46 +1,66 @@
-"""``ensure-flydsl status``: what is going on for the root, as one stable JSON object or a few lines.
+"""``ensure-flydsl status``: what is going on for the root, as one JSON result object or a few lines.
 
 The state is what is true for the request now (see runs/answer.py): a live run for it is "running"; else an
 env file that answers it is "succeeded"; else the last run for it that ended, if it failed, is "failed";
-else "absent" (with the reason).
+else "absent" (with the reason).  ``installed`` says what the root's env file holds whatever the state.
 """
 
 from __future__ import annotations
 
 import json
-import time
-from typing import Dict
+from typing import Dict, Optional
 
-from ensure_flydsl.runs.answer import answer
+from ensure_flydsl.errors import ExitCode
+from ensure_flydsl.result import result_object
+from ensure_flydsl.runs.answer import Answer, answer
 from ensure_flydsl.runs.records import FAILED, RUNNING, SUCCEEDED
+from ensure_flydsl.runs.twin_gate import installed_line
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.support.report import fmt_seconds
 
-FIELDS = ("state", "step", "percent", "elapsed_s", "eta_s", "pid", "run_id", "version", "root", "python",
-          "how", "log", "env_file", "stage", "exit_code", "reason", "waiting_for")
+ABSENT_EXIT = 1  # `wait` and `env` when nothing answers the request
+
+
+def exit_code_of(found: Answer) -> int:
+    """What `wait --timeout 0` returns for this answer: 0, the failure's code, 75 running, 1 absent."""
+    if found.state == SUCCEEDED:
+        return 0
+    if found.state == RUNNING:
+        return int(ExitCode.STILL_RUNNING)
+    if found.state == FAILED and found.failure is not None:
+        return found.failure.exit_code
+    return ABSENT_EXIT
+
+
+def answer_object(settings: Settings, found: Answer) -> Dict[str, object]:
+    """The result object of an answer (docs/schema/status.schema.json): the common keys, then status's own."""
+    record, twin, failure = found.record, found.twin, found.failure
+    data = result_object(ok=found.state == SUCCEEDED, exit_code=exit_code_of(found), log=settings.log_file,
+                         run_id=found.run_id, elapsed_s=found.elapsed_s, hint=found.hint or None)
+    data.update(state=found.state, step=None, percent=None, eta_s=None, pid=None, root=settings.root, python=None,
+                waiting_for=None, installed=found.installed)
+    if record is not None:
+        data["pid"] = record.pid
+        data["log"] = record.log or settings.log_file
+    if found.state == RUNNING and record is not None:
+        data.update(step=record.step, percent=record.percent, eta_s=record.remaining_eta(),
+                    waiting_for=record.waiting, reason=f"run {record.run_id} is at step {record.step}",
+                    hint="run `ensure-flydsl wait --timeout 540` again until it exits with something else than 75")
+    elif found.state == SUCCEEDED and twin is not None:
+        data.update(version=twin.version, python=twin.python, how=twin.how, built=twin.built,
+                    env_file=settings.env_file, eta_s=0,
+                    reason=f"{settings.env_file} answers this request: flydsl {twin.version} ({twin.how}) for "
+                           f"{twin.python}")
+    elif found.state == FAILED and failure is not None:
+        data.update(stage=failure.stage, reason=failure.reason)
+    else:
+        data["reason"] = found.reason
+    return data
 
 
 def status_data(settings: Settings) -> Dict[str, object]:
     """A pure query: nothing is written, whatever it finds (a dead run is reported, its watchdog records it)."""
-    data: Dict[str, object] = {field: None for field in FIELDS}
-    found = answer(settings)
-    data.update(state=found.state, root=settings.root, log=settings.log_file, run_id=found.run_id)
-    record = found.record
-    if record is not None:
-        data["pid"] = record.pid
-        end = record.finished if record.finished is not None else time.time()
-        data["elapsed_s"] = round(end - record.started, 1)
-    if found.state == RUNNING and record is not None:
-        data.update(step=record.step, percent=record.percent, eta_s=record.remaining_eta(), waiting_for=record.waiting)
-    elif found.state == SUCCEEDED and found.twin:
-        twin = found.twin
-        data.update(version=twin.version, python=twin.python, how=twin.how,
-                    env_file=settings.env_file, eta_s=0)
-    elif found.state == FAILED and found.failure:
-        data.update(stage=found.failure.stage, exit_code=found.failure.exit_code, reason=found.failure.reason)
-    else:
-        data["reason"] = found.reason
-    return data
+    return answer_object(settings, answer(settings))
 
 
 def status(settings: Settings, *, as_json: bool) -> int:
@@ -52,7 +72,7 @@ def status(settings: Settings, *, as_json: bool) -> int:
     if data["state"] == RUNNING:
         percent = f" {data['percent']}%" if data["percent"] is not None else ""
         print(f"step:    {data['step']}{percent}")
-        print(f"elapsed: {fmt_seconds(data['elapsed_s'])}  ETA: {fmt_seconds(data['eta_s'])}")  # type: ignore[arg-type]
+        print(f"elapsed: {fmt_seconds(_seconds(data['elapsed_s']))}  ETA: {fmt_seconds(_seconds(data['eta_s']))}")
         print(f"pid:     {data['pid']} (run {data['run_id']})")
         if isinstance(data["waiting_for"], dict):
             print(f"waiting: for {data['waiting_for'].get('text')} (the build lease in the cache)")
@@ -63,6 +83,15 @@ def status(settings: Settings, *, as_json: bool) -> int:
         print(f"failed:  exit {data['exit_code']} in step {data['stage']}: {data['reason']}")
     elif data["reason"]:
         print(f"why:     {data['reason']}")
+    installed = data.get("installed")
+    if data["state"] != SUCCEEDED and isinstance(installed, dict):
+        print(f"holds:   {installed_line(installed)}")
+    if data["state"] in (FAILED, "absent") and data["hint"]:
+        print(f"next:    {data['hint']}")
     print(f"root:    {data['root']}")
     print(f"log:     {data['log']}")
     return 0
+
+
+def _seconds(value: object) -> Optional[float]:
+    return float(value) if isinstance(value, (int, float)) else None

@@ -1,29 +1,51 @@
-"""``ensure-flydsl verify``: the full import probe, as the workflow will run it; exit 0 only for one good tree."""
+"""``ensure-flydsl verify``: the full import probe, as the workflow will run it (the env file's folders first);
+exit 0 only for one good tree that the env file offers for this request (the same answer as `status`, `env`
+and `wait`: runs/twin_gate.py).  Without an env file it probes the root's folders first, to diagnose."""
 
 from __future__ import annotations
 
 import json
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 from ensure_flydsl.errors import ExitCode
 from ensure_flydsl.layout import tree_folders
 from ensure_flydsl.probe.gate import evaluate
 from ensure_flydsl.probe.interpreter import probe_modules, run_probe
-from ensure_flydsl.runs.markers import read_env_json
+from ensure_flydsl.result import result_object
+from ensure_flydsl.runs.answer import START_HINT
+from ensure_flydsl.runs.twin_gate import installed, installed_twin, twin_gap
 from ensure_flydsl.settings import Settings
+
+NOT_ANSWERED = 1  # as `env` and `wait`: no env file answers this request
 
 
 def verify(settings: Settings, environ: Dict[str, str], *, as_json: bool) -> int:
-    twin = read_env_json(settings.env_json)
+    twin = installed_twin(settings.root)
     prepend: List[str] = tree_folders(settings.root)
+    gap: Optional[str] = f"there is no env file at {settings.env_file}"
     if twin is not None:
         prepend = list(twin.pythonpath_prepend)
+        gap = twin_gap(twin, settings.request(), environ.get("PATH"))
+        if gap is not None:
+            gap = f"{settings.env_file} does not answer this request: {gap}"
     probe = run_probe(settings.python, modules=probe_modules(settings.require), prefix=prepend, environ=environ,
                       timeout=settings.probe_timeout, timeout_label=settings.label("probe_timeout"))
     verdict = evaluate(probe, settings.min_version, settings.require)
+    if not verdict.reusable:
+        code, ok, reason = int(ExitCode.PROBE), False, verdict.reason
+    elif gap is not None:
+        code, ok, reason = NOT_ANSWERED, False, f"the tree imports ({verdict.reason}), but {gap}"
+    else:
+        code, ok, reason = 0, True, verdict.reason
     if as_json:
         data = probe.to_json()
-        data.update({"ok": verdict.reusable, "reason": verdict.reason, "tree": verdict.tree})
+        data.update(result_object(
+            ok=ok, exit_code=code, stage=None if ok else "probe", reason=reason, version=probe.version,
+            env_file=settings.env_file if ok else None, how=twin.how if ok and twin is not None else None,
+            hint=None if ok else (START_HINT if code == NOT_ANSWERED else
+                                  "run `ensure-flydsl` to provision a tree that passes, or see `ensure-flydsl doctor`"),
+            log=settings.log_file))
+        data.update(tree=verdict.tree, installed=installed(settings.root, settings.request(), environ.get("PATH")))
         print(json.dumps(data, sort_keys=True))
     else:
         print(f"python:  {probe.interpreter.executable} ({probe.interpreter.version}, {probe.interpreter.abi})")
@@ -32,5 +54,5 @@ def verify(settings: Settings, environ: Dict[str, str], *, as_json: bool) -> int
             print(f"  {module.name}: {module.file if module.file else 'FAILED: ' + str(module.error)}")
         print(f"version: {probe.version if probe.version is not None else probe.version_error}")
         print(f"tree:    {verdict.tree}")
-        print(("ok: " if verdict.reusable else "not usable: ") + verdict.reason)
-    return 0 if verdict.reusable else int(ExitCode.PROBE)
+        print(("ok: " if ok else "not usable: ") + reason)
+    return code

@@ -6,13 +6,16 @@ if the run died (noticed within a poll interval through its alive lock; the fail
 
 from __future__ import annotations
 
+import json
 import time
-from typing import Optional
+from typing import Optional, Tuple
 
+from ensure_flydsl.cli.status import ABSENT_EXIT, answer_object
 from ensure_flydsl.errors import ExitCode
 from ensure_flydsl.runs.answer import Answer, answer
 from ensure_flydsl.runs.markers import tail_of
 from ensure_flydsl.runs.records import FAILED, RUNNING, SUCCEEDED, RunRecord
+from ensure_flydsl.runs.twin_gate import installed_line
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.support.files import read_json
 from ensure_flydsl.support.report import Reporter, fmt_seconds
@@ -28,23 +31,34 @@ def heartbeat_line(record: RunRecord) -> str:
             f"ETA {fmt_seconds(record.remaining_eta())} (run {record.run_id}, pid {record.pid}){waiting}")
 
 
-def wait(settings: Settings, reporter: Reporter, *, timeout: Optional[float], heartbeat: float) -> int:
+def wait(settings: Settings, reporter: Reporter, *, timeout: Optional[float], heartbeat: float,
+         as_json: bool = False) -> int:
     """Answer from what is true for the request (runs/answer.py), polling while a run for it lives; a run
-    found dead is recorded as such here (its failure marker written), should its watchdog be gone too."""
+    found dead is recorded as such here (its failure marker written), should its watchdog be gone too.
+    With ``as_json`` the answer is also one result object on stdout (the heartbeats are JSON events)."""
+    code, found = _wait(settings, reporter, timeout=timeout, heartbeat=heartbeat)
+    if as_json:
+        print(json.dumps(answer_object(settings, found), sort_keys=True))
+    return code
+
+
+def _wait(settings: Settings, reporter: Reporter, *, timeout: Optional[float],
+          heartbeat: float) -> Tuple[int, Answer]:
     started = time.monotonic()
     deadline = None if timeout is None else started + timeout
     next_beat = started
     while True:
         found = answer(settings, record_deaths=True)
         if found.state != RUNNING or found.record is None:
-            return _finished(settings, found, reporter)
+            return _finished(settings, found, reporter), found
         now = time.monotonic()
         if now >= next_beat:
             reporter.say(heartbeat_line(found.record))
             next_beat = now + heartbeat
         if deadline is not None and now >= deadline:
-            reporter.say(f"still running after {fmt_seconds(timeout)}; run `ensure-flydsl wait` again (exit 75)")
-            return int(ExitCode.STILL_RUNNING)
+            reporter.say(f"still running after {fmt_seconds(timeout)}; run `ensure-flydsl wait --timeout 540` "
+                         "again (exit 75)")
+            return int(ExitCode.STILL_RUNNING), found
         time.sleep(POLL_S)
 
 
@@ -54,6 +68,7 @@ def _finished(settings: Settings, found: Answer, reporter: Reporter) -> int:
         what = f"flydsl {twin.version} ({twin.how}) for {twin.python}" if twin is not None else "the env file"
         reporter.say(f"succeeded: {what}; source {settings.env_file}")
         return 0
+    there = found.installed
     if found.state == FAILED and found.failure is not None:
         failure = found.failure
         reporter.say(f"failed (exit {failure.exit_code}) in step {failure.stage}: {failure.reason}")
@@ -63,6 +78,12 @@ def _finished(settings: Settings, found: Answer, reporter: Reporter) -> int:
         tail = tail or tail_of(log)
         if isinstance(tail, list) and tail:
             reporter.say(f"last lines of the log ({log}):\n" + "\n".join("    " + str(t) for t in tail))
+        if there is not None:
+            reporter.say(installed_line(there))
+        if found.hint:
+            reporter.say(f"next: {found.hint}")
         return failure.exit_code
     reporter.say(f"nothing to wait for: {found.reason}; start a run with `ensure-flydsl start`")
-    return 1
+    if there is not None:
+        reporter.say(installed_line(there))
+    return ABSENT_EXIT

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import Dict, List, Mapping, Optional, Union
+from typing import Dict, List, Mapping, Optional, Tuple, Union
 
 from ensure_flydsl.binary_cache.entries import CacheError, open_cache
 from ensure_flydsl.build.environment import is_mlir_install
@@ -117,6 +117,8 @@ def _reuse_elsewhere(run: Run) -> Optional[Decision]:
     if not other.reusable:
         run.say(f"nothing reusable elsewhere either: {other.reason}")
         return None
+    if _exact_pin_refuses(run, f"found on the interpreter's path ({other.tree})"):
+        return None
     run.say(f"reusing the tree found on the interpreter's path: {other.reason}")
     return Decision(True, other.reason, How.REUSED, other.tree, _ambient_prepend(ambient, other), ambient, other)
 
@@ -126,12 +128,34 @@ def tree_key(settings: Settings, commit: str, interpreter: Interpreter) -> Dict[
     return {"repo": settings.repo, "pin": settings.pin, "commit": commit, "abi": interpreter.abi}
 
 
-def _stamped_tree_matches(run: Run) -> Optional[Stamp]:
+def _stamped_tree(run: Run) -> Tuple[Optional[Stamp], str]:
+    """The root's finished tree's stamp when the gate may take that tree, else None and why not.
+
+    The seed's gate is version-only, for the root's own tree too: a finished tree (its stamp written after
+    verification) made for this interpreter's ABI passes whatever pin built it; the pin is what gets built
+    when a build is needed.  Under --exact-pin the stamp must also name this request's pin and repository.
+    """
     stamp = run.stamps.read("tree")
     if stamp is None:
-        return None
-    wanted = tree_key(run.settings, str(stamp.key.get("commit")), run.interpreter)
-    return stamp if stamp.key == wanted else None
+        return None, "its build did not finish (no stamp of a finished tree)"
+    if run.settings.exact_pin:
+        wanted = tree_key(run.settings, str(stamp.key.get("commit")), run.interpreter)
+        if stamp.key != wanted:
+            return None, (f"it was built from {stamp.key.get('pin')} of {stamp.key.get('repo')} for "
+                          f"{stamp.key.get('abi')}, and {run.settings.label('exact_pin')} asks for a tree built "
+                          f"from the pin {run.settings.pin} of {run.settings.repo} for {run.interpreter.abi}")
+        return stamp, ""
+    if stamp.key.get("abi") != run.interpreter.abi:
+        return None, f"it was built for {stamp.key.get('abi')}, not for this interpreter's {run.interpreter.abi}"
+    return stamp, ""
+
+
+def _exact_pin_refuses(run: Run, where: str) -> bool:
+    """Under --exact-pin, a tree not built by this tool from the pin is not reused (said once)."""
+    if run.settings.exact_pin:
+        run.say(f"not reusing the tree {where}: {run.settings.label('exact_pin')} takes only a tree built "
+                f"from the pin {run.settings.pin}")
+    return run.settings.exact_pin
 
 
 def _ambient_prepend(probe: Probe, verdict: Verdict) -> List[str]:
@@ -157,16 +181,25 @@ def decide(run: Run, again: bool = False) -> Decision:
     verdict = evaluate(probe, settings.min_version, settings.require)
     if verdict.reusable and verdict.tree and same_folder(verdict.tree, root):
         if not is_ours(root):
-            run.say(f"found a working tree in {root} made by another tool: {verdict.reason}")
-            return Decision(True, verdict.reason, How.REUSED, verdict.tree, prefix, probe, verdict)
-        stamp = _stamped_tree_matches(run)
-        if stamp is not None:
-            return Decision(
-                True, verdict.reason, How(stamp.how or How.BUILT), root, prefix, probe, verdict,
-                str(stamp.key.get("commit")),
-            )
-        why = "it was not built for this pin, repository and interpreter (or its build did not finish)"
-        run.say(f"the tree in {root} imports, but {why}")
+            if not _exact_pin_refuses(run, f"in {root}, made by another tool"):
+                run.say(f"found a working tree in {root} made by another tool: {verdict.reason}")
+                return Decision(True, verdict.reason, How.REUSED, verdict.tree, prefix, probe, verdict)
+        else:
+            stamp, why = _stamped_tree(run)
+            if stamp is not None:
+                pin, repo = stamp.key.get("pin"), stamp.key.get("repo")
+                if pin != settings.pin:
+                    run.say(f"the tree in {root} was built from {pin}, not from the pin {settings.pin}; it "
+                            f"passes the gate ({verdict.reason}), so it is reused: the pin is built only when "
+                            f"a build is needed (raise {settings.label('min_version')}, or set FLYDSL_EXACT_PIN=1 "
+                            "to take only a tree built from the pin)")
+                return Decision(
+                    True, verdict.reason, How(stamp.how or How.BUILT), root, prefix, probe, verdict,
+                    str(stamp.key.get("commit")), str(pin) if pin else None, str(repo) if repo else None,
+                )
+            run.say(f"the tree in {root} imports, but {why}")
+    elif verdict.reusable and _exact_pin_refuses(run, f"found on the interpreter's path ({verdict.tree})"):
+        pass
     elif verdict.reusable:
         run.say(f"reusing the tree found on the interpreter's path: {verdict.reason}")
         prepend = _ambient_prepend(probe, verdict)

@@ -1,11 +1,18 @@
-"""Provisioning under the lock: claim the root, fetch and check out the pin, check that the interpreter has
-the modules the pin's code imports, then ask the providers that apply (release wheel, binary cache, source
-build), in that order, for a verified tree; stamp it, publish."""
+"""Provisioning under the lock: fetch the pin into the root's repository, check from its objects (no
+checkout) that the interpreter has the modules the pin's code imports, then, the run knowing its build can
+start, withdraw the env file and check the pin out, and ask the providers that apply (release wheel, binary
+cache, source build), in that order, for a verified tree; stamp it, publish.
+
+Nothing a poller or a workflow uses changes before that point: a pin that does not exist (exit 3), an
+unreachable repository (exit 2), a module the interpreter lacks (exit 6), local edits to the checkout
+(exit 3) or a release demanded of a pin that is none (exit 8) leave the env file, its twin, the tree and
+its stamps as they were, so the previous install keeps answering."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 from ensure_flydsl.build.wheels import WheelDownload, pin_as_tag, release_tags
 from ensure_flydsl.doctor.requirements import Finding, assess, stop_if_missing, summary
@@ -13,18 +20,21 @@ from ensure_flydsl.errors import BadInput, EnsureError, ExitCode
 from ensure_flydsl.layout import packages_dir, tree_folders, wheel_download_dir
 from ensure_flydsl.pipeline.decide import tree_key
 from ensure_flydsl.pipeline.publish import publish
+from ensure_flydsl.probe.gate import is_within
 from ensure_flydsl.probe.interpreter import WarmProbe, probe_modules
 from ensure_flydsl.providers.base import Provider
 from ensure_flydsl.providers.cache import CacheProvider, open_run_cache
 from ensure_flydsl.providers.release import ReleaseProvider
 from ensure_flydsl.providers.source import SourceProvider
 from ensure_flydsl.result import Action, Result
+from ensure_flydsl.runs import markers
 from ensure_flydsl.runs.context import Decision, Run
 from ensure_flydsl.setting_values import GitMirrors
 from ensure_flydsl.source import git as gitsource
-from ensure_flydsl.source.requirements import CheckoutSources, readable_checkout
-from ensure_flydsl.source.root import claim_root, classify_root, exclude_from_git, remove_tree
+from ensure_flydsl.source.requirements import read_commit_sources
+from ensure_flydsl.source.root import claim_root, classify_root, exclude_from_git, is_ours, remove_tree
 from ensure_flydsl.support import faults
+from ensure_flydsl.support.processes import CommandFailed
 
 
 def provision(run: Run) -> Result:
@@ -33,10 +43,14 @@ def provision(run: Run) -> Result:
     claim_for_build(run)
     try:
         with run.step("fetch"):
-            commit = fetch_and_checkout(run)
+            commit = fetch(run)
         with run.step("requirements"):
-            finding = check_requirements(run)
+            finding = check_requirements(run, commit)
         providers = providers_for(run, commit)
+        with run.step("fetch"):
+            interrupted, deleted = refuse_local_changes(run)
+            begin_build(run)
+            checkout_pin(run, commit, force=interrupted or deleted)
         if finding is not None and finding.needed and providers[0].name != "source":
             start_warm_probe(run, [r.module for r in finding.needed])
         return first_tree(run, commit, providers)
@@ -85,14 +99,17 @@ def providers_for(run: Run, commit: str) -> List[Provider]:
     return providers
 
 
-def check_requirements(run: Run) -> Optional[Finding]:
-    """Stop before anything is installed or built when the interpreter lacks a module the pin's code imports
-    unconditionally (exit 6): such a tree could never pass the final probe.  Return what it found."""
+def check_requirements(run: Run, commit: str) -> Optional[Finding]:
+    """Stop before anything is checked out, installed or built when the interpreter lacks a module the pin's
+    code imports unconditionally (exit 6): such a tree could never pass the final probe.  The sources are
+    the fetched commit's, read from the repository's objects.  Return what it found."""
     settings, root = run.settings, run.settings.root
-    if not readable_checkout(root):
-        run.say(f"requirements: not checked ({root} does not hold the tree's package sources)")
+    try:
+        sources = read_commit_sources(root, commit)
+    except (CommandFailed, OSError, ValueError) as exc:
+        run.say(f"requirements: not checked (the sources of {commit[:12]} cannot be read in {root}: {exc})")
         return None
-    finding = assess(CheckoutSources(root), run.interpreter.executable, settings.require, run.environ,
+    finding = assess(sources, run.interpreter.executable, settings.require, run.environ,
                      settings.probe_timeout, settings.label("probe_timeout"), settings.pin)
     stop_if_missing(finding)
     run.say(f"requirements: {summary(finding)}; {finding.python} has them all")
@@ -107,6 +124,8 @@ def start_wheel_download(run: Run, commit: str, tags: List[str]) -> None:
     versions = release_tags(tags)
     if settings.strategy not in ("auto", "release") or not versions:
         return
+    if not is_ours(root):
+        return  # a checkout another tool made, not claimed before the build starts: nothing of ours in it yet
     key = {"release": versions[0], "commit": commit, "abi": run.interpreter.abi}
     if run.stamps.done("build", key) and os.path.isdir(packages_dir(root)):
         return
@@ -140,25 +159,27 @@ def finish(run: Run, commit: str, decision: Decision) -> Result:
     faults.point("verified")
     run.stamps.finish("tree", tree_key(run.settings, commit, run.interpreter), how=decision.how, commit=commit,
                       version=decision.probe.version if decision.probe else None)
-    return publish(run, decision, Action.PROVISIONED)
+    made = dataclasses.replace(decision, commit=commit, pin=run.settings.pin, repo=run.settings.repo)
+    return publish(run, made, Action.PROVISIONED)
 
 
 def claim_for_build(run: Run) -> None:
+    """A root that is absent, empty or holds only env files becomes the tool's now (it holds no tree anyone
+    uses).  A clean checkout another tool made is claimed only when the build starts (:func:`begin_build`):
+    until then a working tree in it is still reused as that tool's."""
     settings, root = run.settings, run.settings.root
     state = classify_root(root, settings.repo)
     if state.kind == "foreign":  # changed since the preflight
         raise BadInput(settings.label("root"), root, f"an empty or new folder; {state.reason}")
-    if state.kind != "ours":
+    if state.kind not in ("ours", "adoptable"):
         os.makedirs(root, exist_ok=True)
-        claim_root(root, created=state.kind == "absent", adopted=state.kind == "adoptable")
-        if state.kind == "adoptable":
-            run.say(f"adopting {root}: {state.reason}")
+        claim_root(root, created=state.kind == "absent", adopted=False)
     faults.point("root-claimed")
 
 
-def fetch_and_checkout(run: Run) -> str:
-    """The pin's commit, checked out in the root (submodules come later, for a source build only)."""
-    settings, root, stamps = run.settings, run.settings.root, run.stamps
+def fetch(run: Run) -> str:
+    """The pin's commit, fetched into the root's repository: objects and refs only, the work tree untouched."""
+    settings, root = run.settings, run.settings.root
     pin = pin_as_tag(settings.pin) if settings.strategy == "release" else settings.pin
     gitsource.clear_stale_git_locks(root, run.say)
     gitsource.ensure_repository(root, settings.repo, mirrors=settings.git_mirrors)
@@ -167,19 +188,48 @@ def fetch_and_checkout(run: Run) -> str:
                                  on_fetch=run.worked, on_tags=lambda sha, tags: start_wheel_download(run, sha, tags))
     run.say(f"pin {pin} is commit {commit}")
     faults.point("fetched")
-    checkout_key = {"commit": commit}
-    started = stamps.started_key("checkout")
-    interrupted = started is not None and not stamps.done("checkout", started)
+    return commit
+
+
+def refuse_local_changes(run: Run) -> Tuple[bool, bool]:
+    """Before the build starts: edits to tracked files are refused (exit 3).  Return whether the tool's own
+    checkout was interrupted, and whether tracked files were deleted (either way it is redone with --force)."""
+    settings, root = run.settings, run.settings.root
+    started = run.stamps.started_key("checkout") if is_ours(root) else None
+    interrupted = started is not None and not run.stamps.done("checkout", started)
     deleted = False if interrupted else check_local_changes(root, settings.repo, settings.git_mirrors)
+    return interrupted, deleted
+
+
+def begin_build(run: Run) -> None:
+    """The run knows its build can start: from here on the root's tree changes.  The env file goes first when
+    it names a tree in the root (it would no longer be true); a checkout another tool made is claimed."""
+    settings, root = run.settings, run.settings.root
+    twin = markers.read_env_json(settings.env_json)
+    names_root = twin is None or any(is_within(p, root) for p in [twin.tree, *twin.pythonpath_prepend])
+    if names_root and markers.withdraw_env_file(settings.env_file, settings.env_json):
+        what = f" (flydsl {twin.version}, {twin.how})" if twin is not None else ""
+        run.say(f"took away {settings.env_file}{what}: the tree in {root} changes now for the pin {settings.pin}")
+    if not is_ours(root):
+        state = classify_root(root, settings.repo)
+        if state.kind == "foreign":  # changed since the preflight
+            raise BadInput(settings.label("root"), root, f"an empty or new folder; {state.reason}")
+        claim_root(root, created=False, adopted=True)
+        run.say(f"adopting {root}: {state.reason}")
+
+
+def checkout_pin(run: Run, commit: str, *, force: bool) -> None:
+    """The pin's commit, checked out in the root (submodules come later, for a source build only)."""
+    settings, root, stamps = run.settings, run.settings.root, run.stamps
+    checkout_key = {"commit": commit}
     head = gitsource.head_commit(root, settings.repo, mirrors=settings.git_mirrors)
-    if deleted or not (stamps.done("checkout", checkout_key) and head == commit):
+    if force or not (stamps.done("checkout", checkout_key) and head == commit):
         stamps.begin("checkout", checkout_key)
         faults.point("checkout-begun")
-        gitsource.checkout(root, commit, settings.repo, force=interrupted or deleted, mirrors=settings.git_mirrors)
+        gitsource.checkout(root, commit, settings.repo, force=force, mirrors=settings.git_mirrors)
         stamps.finish("checkout", checkout_key)
         run.say(f"checked out {commit[:12]} in {root}")
         faults.point("checked-out")
-    return commit
 
 
 def check_local_changes(root: str, repo: str, mirrors: GitMirrors) -> bool:

@@ -7,9 +7,12 @@ import os
 from typing import Callable, List, Optional
 
 from ensure_flydsl.errors import EnsureError, ExitCode, Interrupted, exit_code_of, interrupted_by
+from ensure_flydsl.layout import tree_folders
 from ensure_flydsl.pipeline.fingerprint import compute, watch_folders
 from ensure_flydsl.pipeline.warm import tree_stamp_path
-from ensure_flydsl.probe.gate import package_folder
+from ensure_flydsl.probe.gate import evaluate, package_folder
+from ensure_flydsl.probe.interpreter import probe_modules, run_probe
+from ensure_flydsl.probe.records import Probe
 from ensure_flydsl.result import Action, How, Result
 from ensure_flydsl.runs import markers
 from ensure_flydsl.runs.context import Decision, Run
@@ -23,22 +26,61 @@ from ensure_flydsl.support.files import read_json, remove_file
 
 def withdraw_stale_markers(settings: Settings, say: Callable[[str], None]) -> None:
     """Before a run (or ``start``) does anything: no failure marker of an earlier run for this root, and no
-    env file that does not answer this request (another request, or a tree of ours no longer stamped as
-    finished for it)."""
+    env file that is known to be untrue (no JSON twin says what it answers, or it names a tree of ours no
+    longer stamped as finished).  An env file written for another request stays: it answers its own
+    requests until this run's build starts, and this request too when its tree passes this gate."""
     markers.withdraw_failure_marker(settings.fail_marker, settings.root)
+    if not os.path.exists(settings.env_file):
+        return
     twin = markers.read_env_json(settings.env_json)
-    stale = twin is None or twin.request != settings.request()
-    if not stale and is_ours(settings.root) and twin is not None and twin.how != How.REUSED:
-        stale = Stamps(settings.root).read("tree") is None
-    if os.path.exists(settings.env_file) and stale:
+    why = None
+    if twin is None:
+        why = "it has no readable JSON twin saying which tree and request it answers"
+    elif is_ours(settings.root) and twin.how != How.REUSED and Stamps(settings.root).read("tree") is None:
+        why = "the tree it names is not stamped as finished"
+    if why is not None:
         markers.withdraw_env_file(settings.env_file, settings.env_json)
-        say(f"took away {settings.env_file}: it does not answer this request")
+        say(f"took away {settings.env_file}: {why}")
+
+
+def withdraw_if_untrue(run: Run, decision: Decision) -> None:
+    """Under the lock, when nothing here passes this request's gate: the env file goes now if the tree it
+    names no longer passes its own request's gate, probed as the env file runs it (its interpreter, its
+    folders first); an env file that is still true stays until the build starts."""
+    settings = run.settings
+    twin = markers.read_env_json(settings.env_json)
+    if twin is None or not os.path.exists(settings.env_file):
+        return
+    listed = twin.request.get("require")
+    require = tuple(str(m) for m in listed) if isinstance(listed, list) and listed else settings.require
+    floor = str(twin.request.get("min_version") or settings.min_version)
+    same = (decision.probe is not None and decision.probe.interpreter.executable == twin.python
+            and list(twin.pythonpath_prepend) == tree_folders(settings.root) and set(require) <= set(settings.require))
+    why: Optional[str] = None
+    if same and decision.probe is not None:
+        probe: Optional[Probe] = decision.probe
+    elif decision.probe is None and run.interpreter.executable == twin.python \
+            and list(twin.pythonpath_prepend) == tree_folders(settings.root):
+        probe, why = None, decision.reason  # the probe as the env file runs it broke
+    else:
+        try:
+            probe = run_probe(twin.python, modules=probe_modules(require), prefix=list(twin.pythonpath_prepend),
+                              environ=run.environ, timeout=settings.probe_timeout,
+                              timeout_label=settings.label("probe_timeout"))
+        except EnsureError as exc:
+            probe, why = None, exc.reason
+    if probe is not None:
+        verdict = evaluate(probe, floor, require)
+        why = None if verdict.reusable else verdict.reason
+    if why is not None and markers.withdraw_env_file(settings.env_file, settings.env_json):
+        run.say(f"took away {settings.env_file}: the tree it names does not pass the probe now ({why})")
 
 
 def publish(run: Run, decision: Decision, action: Action) -> Result:
     settings = run.settings
     assert decision.probe is not None and decision.tree is not None and decision.verdict is not None
     interp = decision.probe.interpreter
+    elapsed = run.elapsed()
     if not os.path.isdir(settings.root):
         os.makedirs(settings.root)
         claim_root(settings.root, created=True, adopted=False)
@@ -54,6 +96,8 @@ def publish(run: Run, decision: Decision, action: Action) -> Result:
                             tree_folders=decision.prepend),
         FLYDSL_ROOT=settings.root, pythonpath_prepend=list(decision.prepend), FLYDSL_SHIM_DIR=settings.shim_dir,
         VLLM_USE_FLYDSL_MOE="1" if settings.vllm_moe else None,
+        pin=decision.pin, repo=decision.repo, run_id=run.run_id, built=action == Action.PROVISIONED,
+        elapsed_s=round(elapsed, 3),
     )
     text = markers.render_env_sh(settings.root, decision.prepend, settings.shim_dir, settings.vllm_moe)
     there = markers.read_env_json(settings.env_json)
@@ -76,7 +120,7 @@ def publish(run: Run, decision: Decision, action: Action) -> Result:
         version=str(decision.probe.version), python=interp.executable, python_version=interp.version,
         abi=interp.abi, commit=decision.commit, env=env, env_file=settings.env_file,
         prepend=list(decision.prepend), files=dict(decision.verdict.files), durations=dict(run.durations),
-        run_id=run.run_id,
+        run_id=run.run_id, reason=decision.reason, log=run.reporter.log_path, elapsed_s=run.elapsed(),
     )
 
 
@@ -109,7 +153,7 @@ def record_failure(run: Run, exc: BaseException) -> None:
         reason = f"internal error: {type(exc).__name__}: {exc}"
         hint, stage = "this is a bug in ensure-flydsl; the log has the traceback", run.step_name
     if run.tracker is not None:
-        run.tracker.failed(int(code), stage, reason)
+        run.tracker.failed(int(code), stage, reason, hint)
     if not os.path.isdir(os.path.dirname(settings.fail_marker)):
         return  # bad input about the marker's own folder: nothing may be created
     held_lock = run.tracker is not None and run.tracker.record.locked

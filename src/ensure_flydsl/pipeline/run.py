@@ -13,13 +13,13 @@ from ensure_flydsl.errors import BadInput, EnsureError, ExitCode
 from ensure_flydsl.pipeline.decide import decide, preflight
 from ensure_flydsl.pipeline.lock import build_lock
 from ensure_flydsl.pipeline.provision import provision
-from ensure_flydsl.pipeline.publish import publish, record_failure, withdraw_stale_markers
+from ensure_flydsl.pipeline.publish import publish, record_failure, withdraw_if_untrue, withdraw_stale_markers
 from ensure_flydsl.pipeline.warm import try_warm
 from ensure_flydsl.probe.gate import same_folder
 from ensure_flydsl.result import Action, How, Result
-from ensure_flydsl.runs import markers
 from ensure_flydsl.runs.answer import roots_sharing_marker, sharing_advice
 from ensure_flydsl.runs.context import Decision, Run
+from ensure_flydsl.runs.twin_gate import installed, installed_line
 
 __all__ = ["Result", "Run", "ensure_run"]
 
@@ -33,6 +33,11 @@ def ensure_run(run: Run) -> Result:
         if isinstance(exc, (SystemExit, GeneratorExit)):
             raise
         record_failure(run, exc)
+        if isinstance(exc, EnsureError):
+            exc.run_id, exc.elapsed_s = run.run_id, round(run.elapsed(), 3)
+            exc.installed = installed(run.settings.root, run.settings.request(), run.environ.get("PATH"))
+            if exc.installed is not None and not exc.installed.get("answers"):
+                run.say(installed_line(exc.installed))
         raise
     else:
         if run.tracker is not None:
@@ -81,9 +86,9 @@ def _ensure(run: Run) -> Result:
         if warm is not None or decision.ok:
             run.say("another run finished this while we waited for the lock")
             return warm or publish(run, decision, _action(decision, settings.root))
-        # Under the lock nobody else publishes: an env file still here answers for a tree that fails now.
-        if markers.withdraw_env_file(settings.env_file, settings.env_json):
-            run.say(f"took away {settings.env_file}: the tree it names does not pass the probe now")
+        # Under the lock nobody else publishes: an env file whose tree fails its own request's gate now goes;
+        # one that is still true stays until this run's build starts (provision: begin_build).
+        withdraw_if_untrue(run, decision)
         return provision(run)
 
 

@@ -1,6 +1,7 @@
 """The warm path: answer from the last success when its fingerprint proves nothing changed.
 
-No subprocess, no lock, no probe: read the JSON twin, check that it answers this request, that the env file
+No subprocess, no lock, no probe: read the JSON twin, check that it answers this request (written for it, or
+its tree passes this request's gate: runs/twin_gate.py), that the env file
 is exactly what this request would write, and that the fingerprint (see fingerprint.py) still matches.
 Any doubt means None, and the caller runs the full ensure.
 """
@@ -25,8 +26,14 @@ def tree_stamp_path(root: str) -> str:
 def try_warm(settings: Settings, environ: Mapping[str, str]) -> Optional[Result]:
     started = time.monotonic()
     twin = read_env_json(settings.env_json)
-    if twin is None or twin.request != settings.request():
+    if twin is None:
         return None
+    if twin.request != settings.request():
+        # Written for another request: it answers this one too when its tree passes this request's gate.
+        from ensure_flydsl.runs.twin_gate import twin_gap
+
+        if twin_gap(twin, settings.request(), environ.get("PATH")) is not None:
+            return None
     prepend = twin.pythonpath_prepend
     try:
         with open(settings.env_file) as handle:
@@ -34,7 +41,7 @@ def try_warm(settings: Settings, environ: Mapping[str, str]) -> Optional[Result]
                 return None
     except OSError:
         return None
-    now = compute(request=settings.request(), python=settings.python, environ=environ, watch=twin.watch,
+    now = compute(request=twin.request, python=settings.python, environ=environ, watch=twin.watch,
                   site_dirs=twin.site_dirs, tree_stamp=tree_stamp_path(settings.root), tree_folders=prepend)
     if not same(twin.fingerprint, now):
         return None
@@ -46,5 +53,7 @@ def try_warm(settings: Settings, environ: Mapping[str, str]) -> Optional[Result]
         env=env_mapping(settings.root, prepend, environ.get("PYTHONPATH"), settings.shim_dir, settings.vllm_moe),
         env_file=settings.env_file, prepend=list(prepend), files={str(k): str(v) for k, v in twin.files.items()},
         durations={"fingerprint": time.monotonic() - started}, run_id=os.urandom(6).hex(),
+        reason=f"nothing changed since run {twin.run_id or 'of an earlier version'} wrote {settings.env_file}",
+        elapsed_s=time.monotonic() - started,
     )
 

@@ -3,12 +3,17 @@
 ``status`` and ``wait`` answer from this, and from nothing else.  The rules, in order:
 
 1. running: a run for this request is alive (its alive lock is held), whichever run was started last;
-2. succeeded: the env file is there and its JSON twin names this very request;
+2. succeeded: the env file is there and answers this request: its JSON twin names this very request, or the
+   tree it names passes this request's gate (runs/twin_gate.py: version-only, or built from the pin under
+   --exact-pin), the one answer ``ensure``'s warm path, ``env`` and ``verify`` give too;
 3. failed: the run for this request that ended last failed.  A run that died or gave up while another run
    for the request was alive (a caller waiting for the lock, killed at its shell's 600 s limit) ended
    before that run did, so it never hides the outcome of the run that did the work;
 4. absent: nothing was started for the request, or its success was since replaced (another request's env
    file on the same root, or ``clean``).
+
+Whatever the state, ``installed`` says what the root's env file holds now: a request that failed before its
+build started leaves the previous install answering the requests it was made for.
 
 A failure marker counts only when it names this request: sibling roots in one folder share the default
 marker path, and one root's failure is not another's.
@@ -18,11 +23,13 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import List, Mapping, Optional
+import time
+from typing import Dict, List, Mapping, Optional
 
 from ensure_flydsl.runs.liveness import record_death, seen_dead
-from ensure_flydsl.runs.markers import EnvTwin, answering_twin
+from ensure_flydsl.runs.markers import EnvTwin
 from ensure_flydsl.runs.records import FAILED, RUNNING, SUCCEEDED, Failure, RunRecord, RunStore, sibling_roots
+from ensure_flydsl.runs.twin_gate import answering_twin, installed, installed_twin, twin_gap
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.support.files import read_json
 
@@ -37,6 +44,9 @@ class Answer:
     failure: Optional[Failure] = None  # when failed
     reason: str = ""  # why absent
     run_id: Optional[str] = None  # the run the answer comes from
+    elapsed_s: Optional[float] = None  # how long that run took (or has taken so far)
+    installed: Optional[Dict[str, object]] = None  # what the root's env file holds now (twin_gate.installed)
+    hint: str = ""  # what to do next
 
 
 def live_runs(store: RunStore, request: Mapping[str, object]) -> List[RunRecord]:
@@ -52,6 +62,16 @@ def _in_speaking_order(live: List[RunRecord]) -> List[RunRecord]:
 def answer(settings: Settings, *, record_deaths: bool = False) -> Answer:
     """What is true for the settings' request.  A pure query; with ``record_deaths`` (``wait``), a run
     found dead is also recorded as such and its failure marker written (its watchdog may be gone too)."""
+    found = _answer(settings, record_deaths=record_deaths)
+    found.installed = installed(settings.root, settings.request(), os.environ.get("PATH"))
+    record = found.record
+    if record is not None and found.elapsed_s is None:
+        end = record.finished if record.finished is not None else time.time()
+        found.elapsed_s = round(end - record.started, 1)
+    return found
+
+
+def _answer(settings: Settings, *, record_deaths: bool) -> Answer:
     store = RunStore(settings.root)
     request = settings.request()
     settle = record_death if record_deaths else seen_dead
@@ -60,23 +80,39 @@ def answer(settings: Settings, *, record_deaths: bool = False) -> Answer:
     if live:
         first = _in_speaking_order(live)[0]
         return Answer(RUNNING, record=first, run_id=first.run_id)
-    twin = answering_twin(settings.root, request)
-    if twin is not None:
-        return Answer(SUCCEEDED, twin=twin)
+    twin = answering_twin(settings.root, request, os.environ.get("PATH"))
     ended = [r for r in records if r.state in (SUCCEEDED, FAILED)]
     last = max(ended, key=lambda r: r.finished or 0.0, default=None)
+    if twin is not None:
+        if last is not None and last.state == SUCCEEDED:
+            return Answer(SUCCEEDED, record=last, twin=twin, run_id=last.run_id)
+        return Answer(SUCCEEDED, twin=twin, run_id=twin.run_id or None, elapsed_s=twin.elapsed_s)
     if last is not None and last.state == FAILED and last.failure is not None:
-        return Answer(FAILED, record=last, failure=last.failure, run_id=last.run_id)
+        return Answer(FAILED, record=last, failure=last.failure, run_id=last.run_id, hint=last.failure.hint)
     if last is not None:
         return Answer(ABSENT, record=last, run_id=last.run_id, reason=(
             f"run {last.run_id} succeeded for this request, but {settings.env_file} no longer answers it "
-            "(a run for another request on this root replaced it, or it was cleaned)"))
+            f"({_why_not(settings, request)})"), hint=START_HINT)
     marker = read_json(settings.fail_marker)
     failure = Failure.from_json(marker)
     if marker is not None and failure is not None and marker.get("request") == request:
         run_id = marker.get("run_id")
-        return Answer(FAILED, failure=failure, run_id=str(run_id) if run_id else None)
-    return Answer(ABSENT, reason=f"nothing was started for this request on {settings.root}")
+        return Answer(FAILED, failure=failure, run_id=str(run_id) if run_id else None, hint=failure.hint)
+    reason = f"nothing was started for this request on {settings.root}"
+    there = installed_twin(settings.root)
+    if there is not None:
+        reason += f", and {settings.env_file} does not answer it ({_why_not(settings, request)})"
+    return Answer(ABSENT, reason=reason, hint=START_HINT)
+
+
+START_HINT = "run `ensure-flydsl start` (then `ensure-flydsl wait --timeout 540`), or `ensure-flydsl`"
+
+
+def _why_not(settings: Settings, request: Mapping[str, object]) -> str:
+    twin = installed_twin(settings.root)
+    if twin is None:
+        return "there is none: another request's run replaced it, or `clean` removed it"
+    return twin_gap(twin, request, os.environ.get("PATH")) or "it answers it now"
 
 
 def roots_sharing_marker(settings: Settings) -> List[str]:

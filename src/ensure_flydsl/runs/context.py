@@ -32,6 +32,8 @@ class Decision:
     probe: Optional[Probe] = None
     verdict: Optional[Verdict] = None
     commit: Optional[str] = None
+    pin: Optional[str] = None  # the pin and repository the root's tree was made from (None: found elsewhere)
+    repo: Optional[str] = None
 
 
 class Run:
@@ -42,6 +44,7 @@ class Run:
         kind: str = "blocking", alive_fd: Optional[int] = None,
     ) -> None:
         self.settings = settings
+        self.started = time.monotonic()
         self.reporter = reporter
         self.environ = dict(environ)
         self.run_id = run_id or new_run_id()
@@ -55,6 +58,9 @@ class Run:
         self._worked = False
         self.warm_probe: Optional[WarmProbe] = None  # the final probe's interpreter, started early
         self.wheel_download: Optional[WheelDownload] = None  # a release wheel, downloading beside the fetch
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
 
     @property
     def interpreter(self) -> Interpreter:

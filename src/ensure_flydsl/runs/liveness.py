@@ -16,6 +16,7 @@ from typing import Mapping, Optional
 from ensure_flydsl.errors import ExitCode
 from ensure_flydsl.runs import markers
 from ensure_flydsl.runs.records import FAILED, RUNNING, Failure, RunRecord, RunStore, process_start_time
+from ensure_flydsl.runs.twin_gate import answering_twin
 from ensure_flydsl.support.processes import kill_group
 
 DEATH_HINT = "run `ensure-flydsl start` (or `ensure-flydsl`) again: it resumes where the dead run stopped"
@@ -39,7 +40,7 @@ def seen_dead(store: RunStore, record: RunRecord) -> RunRecord:
         return record
     return dataclasses.replace(
         record, state=FAILED, finished=record.updated if record.updated is not None else time.time(),
-        failure=Failure(record.step, int(ExitCode.WORKER_DIED), died_reason(record)),
+        failure=Failure(record.step, int(ExitCode.WORKER_DIED), died_reason(record), DEATH_HINT),
     )
 
 
@@ -50,7 +51,7 @@ def marker_is_answered(store: RunStore, request: Mapping[str, object], run_id: s
     the env file answers its request (another run finished it meanwhile)."""
     if not locked and store.others_alive(request, run_id):
         return "another run for this request is going and will answer"
-    if markers.answering_twin(root, request) is not None:
+    if answering_twin(root, request) is not None:
         return "the env file answers this request"
     return None
 

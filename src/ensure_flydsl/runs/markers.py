@@ -12,7 +12,6 @@ import os
 import shlex
 from typing import Dict, List, Mapping, Optional, Sequence
 
-from ensure_flydsl import layout
 from ensure_flydsl.support import faults
 from ensure_flydsl.support.files import atomic_write, atomic_write_json, file_path_problem, read_json, remove_file
 from ensure_flydsl.version import __version__
@@ -103,11 +102,19 @@ class EnvTwin:
     VLLM_USE_FLYDSL_MOE: Optional[str] = None
     written_at: str = ""
     tool_version: str = ""
+    # The pin and repository the root's tree was built (or installed) from, None for a tree found elsewhere:
+    # what --exact-pin compares; the request above may be a later one that reused the tree.
+    pin: Optional[str] = None
+    repo: Optional[str] = None
+    # The run that wrote the file, whether it built or installed the tree, and how long it took.
+    run_id: str = ""
+    built: bool = False
+    elapsed_s: Optional[float] = None
 
     # What says which tree answers which request; the rest records when and by what it was written.
     ANSWER_FIELDS = ("request", "how", "tree", "version", "python", "python_version", "abi", "commit", "files",
                      "watch", "site_dirs", "fingerprint", "FLYDSL_ROOT", "pythonpath_prepend", "FLYDSL_SHIM_DIR",
-                     "VLLM_USE_FLYDSL_MOE")
+                     "VLLM_USE_FLYDSL_MOE", "pin", "repo")
 
     def to_json(self) -> Dict[str, object]:
         return dataclasses.asdict(self)
@@ -123,8 +130,15 @@ class EnvTwin:
         if not isinstance(data.get("fingerprint"), dict) or not isinstance(data.get("files"), dict):
             return None
         known = {f.name for f in dataclasses.fields(cls)}
+        fields = {k: v for k, v in data.items() if k in known}
+        # The fields later versions added: a wrong type reads as not recorded.
+        for name, kinds in (("pin", (str,)), ("repo", (str,)), ("run_id", (str,)), ("built", (bool,)),
+                            ("elapsed_s", (int, float))):
+            if name in fields and (not isinstance(fields[name], kinds) or isinstance(fields[name], bool)
+                                   and bool not in kinds):
+                del fields[name]
         try:
-            return cls(**{k: v for k, v in data.items() if k in known})
+            return cls(**fields)
         except TypeError:
             return None
 
@@ -140,15 +154,6 @@ def publish_env_file(env_file: str, env_json: str, twin: EnvTwin, *, shim_dir: O
     faults.point("twin-written")
     atomic_write(env_file, render_env_sh(twin.FLYDSL_ROOT, twin.pythonpath_prepend, shim_dir, vllm_moe).encode())
     faults.point("published")
-
-
-def answering_twin(root: str, request: Mapping[str, object]) -> Optional[EnvTwin]:
-    """The twin of the root's env file if the env file is there and answers ``request``: then the request
-    has succeeded, and no failure marker may name it (a poller would see both)."""
-    twin = read_env_json(layout.env_json(root))
-    if twin is not None and twin.request == dict(request) and os.path.isfile(layout.env_file(root)):
-        return twin
-    return None
 
 
 def withdraw_env_file(env_file: str, env_json: str) -> bool:

@@ -172,9 +172,9 @@ class Tracker:
         self.record.percent, self.record.eta_s = None, 0
         self._store()
 
-    def failed(self, code: int, stage: str, reason: str) -> None:
+    def failed(self, code: int, stage: str, reason: str, hint: str = "") -> None:
         self.record.state, self.record.finished = FAILED, time.time()
-        self.record.failure = Failure(stage, code, reason)
+        self.record.failure = Failure(stage, code, reason, hint)
         self._store()
 
     def close(self) -> None:

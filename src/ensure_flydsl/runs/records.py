@@ -59,6 +59,7 @@ class Failure:
     stage: Optional[str]
     exit_code: int
     reason: str
+    hint: str = ""  # what to do next
 
     def to_json(self) -> Dict[str, object]:
         return dataclasses.asdict(self)
@@ -67,8 +68,9 @@ class Failure:
     def from_json(cls, data: object) -> Optional["Failure"]:
         if not isinstance(data, dict) or not isinstance(data.get("exit_code"), int):
             return None
-        stage = data.get("stage")
-        return cls(str(stage) if stage is not None else None, int(data["exit_code"]), str(data.get("reason", "")))
+        stage, hint = data.get("stage"), data.get("hint")
+        return cls(str(stage) if stage is not None else None, int(data["exit_code"]), str(data.get("reason", "")),
+                   hint if isinstance(hint, str) else "")
 
 
 @dataclasses.dataclass

@@ -15,7 +15,7 @@ import contextlib
 import json
 import os
 import time
-from typing import IO, Deque, List, Optional
+from typing import IO, Deque, Dict, List, Optional
 
 LOG_ROTATE_BYTES = 64 * 1024**2
 TAIL_LINES = 40
@@ -65,6 +65,11 @@ class Reporter:
             self._print(line)
         if self._log is not None and not self._log_is_stream:
             self._write_log(line)
+
+    def event(self, event: Dict[str, object]) -> None:
+        """One JSON event as given, with its time (``--json`` mode; the other modes show nothing)."""
+        if self.mode == "json":
+            self._emit({"time": time.time(), **event})
 
     def step(self, name: str, state: str, seconds: Optional[float] = None) -> None:
         self._last_decile = -1
