@@ -22,6 +22,8 @@ LLVM_HASH_C = "3333333333333333333333333333333333333333"
 
 def host(tmp_path: "os.PathLike[str]", repo: FixtureRepo, name: str, cache: str = "") -> Workspace:
     ws = Workspace(os.path.join(str(tmp_path), name, "base"), repo)
+    # Each pin here must get its own tree: the default, version-only gate would reuse the first pin's.
+    ws.env["FLYDSL_EXACT_PIN"] = "1"
     if cache:
         ws.env["FLYDSL_CACHE"] = cache
     return ws
