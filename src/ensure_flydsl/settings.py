@@ -37,6 +37,7 @@ from ensure_flydsl.setting_values import (
     parse_strategy,
     parse_written_file,
 )
+from ensure_flydsl.signing_keys import TrustedKeys, parse_signing_key, parse_trusted_keys
 
 DEFAULT_ROOT = "/opt/flydsl/FlyDSL"
 DEFAULT_MIN_VERSION = "0.2.2"
@@ -87,6 +88,10 @@ SETTINGS: Tuple[Setting, ...] = (
             "fix the hip CMake library name inside ROCM_PATH itself (default: a private corrected copy)"),
     Setting("git_mirrors", "FLYDSL_GIT_MIRRORS", "--git-mirror",
             "FROM=TO URL prefixes: every git command fetches FROM... from TO... instead"),
+    Setting("cache_signing_key", "FLYDSL_CACHE_SIGNING_KEY", "--cache-signing-key",
+            "secret key file (`cache keygen`): sign every cache entry this run publishes"),
+    Setting("cache_trusted_keys", "FLYDSL_CACHE_TRUSTED_KEYS", "--cache-trusted-key",
+            "public keys NAME:BASE64 or .pub files: fetch only cache entries one of them signed"),
 )
 SETTING_BY_NAME: Dict[str, Setting] = {s.name: s for s in SETTINGS}
 
@@ -114,6 +119,8 @@ class Settings:
     verify: bool = False
     fix_rocm_in_place: bool = False
     git_mirrors: GitMirrors = ()
+    cache_signing_key: Optional[str] = None
+    cache_trusted_keys: TrustedKeys = ()
     # Where each value came from, for messages: the flag or the variable as the user spelled it.
     sources: Mapping[str, str] = dataclasses.field(default_factory=dict, compare=False, repr=False)
 
@@ -175,6 +182,8 @@ _PARSERS: Dict[str, Callable[[str, str], object]] = {
     "verify": parse_bool,
     "fix_rocm_in_place": parse_bool,
     "git_mirrors": parse_git_mirrors,
+    "cache_signing_key": parse_signing_key,
+    "cache_trusted_keys": parse_trusted_keys,
 }
 
 
@@ -294,6 +303,8 @@ def settings_from_kwargs(kwargs: Mapping[str, object], environ: Mapping[str, str
             flags[key] = "1" if value else "0"
         elif key == "git_mirrors" and not isinstance(value, str):
             flags[key] = join_git_mirrors(value)
+        elif key == "cache_trusted_keys" and isinstance(value, (list, tuple)):
+            flags[key] = join_trusted_keys([str(v) for v in value])
         elif isinstance(value, (list, tuple)):
             flags[key] = ",".join(str(v) for v in value)
         else:
@@ -306,6 +317,13 @@ def join_require(values: Optional[List[str]]) -> Optional[str]:
     if values is None:
         return None
     return ",".join(values)
+
+
+def join_trusted_keys(values: Optional[List[str]]) -> Optional[str]:
+    """``--cache-trusted-key`` is repeatable (each a key or a .pub file); an empty one stays refused."""
+    if values is None:
+        return None
+    return " ".join(item if item.strip() else "''" for item in values)
 
 
 def join_git_mirrors(values: object) -> Optional[str]:

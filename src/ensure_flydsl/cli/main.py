@@ -17,6 +17,7 @@ from ensure_flydsl.settings import (
     fail_marker_path,
     join_git_mirrors,
     join_require,
+    join_trusted_keys,
     load_settings,
 )
 from ensure_flydsl.support.report import Reporter
@@ -26,6 +27,7 @@ def _flags(args: argparse.Namespace) -> Dict[str, Optional[str]]:
     flags: Dict[str, Optional[str]] = {s.name: getattr(args, s.name, None) for s in SETTINGS}
     flags["require"] = join_require(getattr(args, "require", None))
     flags["git_mirrors"] = join_git_mirrors(getattr(args, "git_mirrors", None))
+    flags["cache_trusted_keys"] = join_trusted_keys(getattr(args, "cache_trusted_keys", None))
     return flags
 
 

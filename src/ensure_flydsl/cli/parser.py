@@ -32,6 +32,9 @@ def _add_setting_flags(parser: argparse.ArgumentParser) -> None:
         elif setting.name == "git_mirrors":
             group.add_argument(setting.flag, dest=setting.name, action="append", metavar="FROM=TO",
                                help=f"{setting.help}; repeatable, replaces the variable's list [{setting.env}]")
+        elif setting.name == "cache_trusted_keys":
+            group.add_argument(setting.flag, dest=setting.name, action="append", metavar="KEY",
+                               help=f"{setting.help}; repeatable, replaces the variable's list [{setting.env}]")
         else:
             group.add_argument(setting.flag, dest=setting.name, metavar=setting.name.upper(),
                                help=f"{setting.help} [{setting.env}]")
