@@ -225,7 +225,8 @@ def _doctor(args: argparse.Namespace, settings: Settings, reporter: Reporter, en
 def _cache(args: argparse.Namespace, settings: Settings, reporter: Reporter, environ: Dict[str, str]) -> int:
     from ensure_flydsl.cli.cache import cache_command
 
-    return cache_command(settings, args.cache_action, max_size=args.max_size, as_json=args.json, say=reporter.say)
+    return cache_command(settings, args.cache_action, max_size=args.max_size, as_json=args.json, say=reporter.say,
+                         names=args.names, out=args.out, key=args.key)
 
 
 _HANDLERS: Dict[str, Callable[[argparse.Namespace, Settings, Reporter, Dict[str, str]], int]] = {

@@ -82,7 +82,7 @@ _HELP = {
     "env": "print the env file (or its JSON twin)",
     "verify": "run the full import probe and print each module's file",
     "doctor": "predict, in seconds, whether the configured strategy can succeed here, and why not",
-    "cache": "housekeeping of the binary cache (FLYDSL_CACHE)",
+    "cache": "housekeeping of the binary cache (FLYDSL_CACHE): list, prune, keygen, sign",
     "clean": "remove what this tool created for the root (never anything else)",
 }
 
@@ -140,10 +140,14 @@ def _env_args(p: argparse.ArgumentParser) -> None:
 
 
 def _cache_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("cache_action", choices=("list", "prune"), metavar="{list,prune}")
+    p.add_argument("cache_action", choices=("list", "prune", "keygen", "sign"), metavar="{list,prune,keygen,sign}")
+    p.add_argument("names", nargs="*", metavar="NAME",
+                   help="keygen: the key's name; sign: the entries (key prefixes, as list shows them; default all)")
     p.add_argument("--max-size", metavar="SIZE", help="prune: remove the oldest entries until the cache "
                    "holds at most SIZE (bytes, or with K/M/G/T)")
     p.add_argument("--json", action="store_true", help="list: one JSON object per entry")
+    p.add_argument("--out", metavar="DIR", help="keygen: the folder for NAME.secret (mode 600) and NAME.pub")
+    p.add_argument("--key", metavar="PATH", help="sign: the secret key file to sign with")
 
 
 def _no_args(p: argparse.ArgumentParser) -> None:
