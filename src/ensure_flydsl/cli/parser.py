@@ -195,7 +195,10 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     if not argv or (argv[0] not in COMMANDS and argv[0] not in ("-h", "--help", "--version")):
         argv.insert(0, "ensure")
     if argv[0] in COMMANDS:
-        args, extra = build_parser(argv[0]).parse_known_args(argv[1:])
+        parser = build_parser(argv[0])
+        # `cache keygen --out DIR NAME`: names may follow options (argparse takes positionals in one go).
+        parse = parser.parse_known_intermixed_args if argv[0] == "cache" else parser.parse_known_args
+        args, extra = parse(argv[1:])
         if extra:  # as the full parser says it: its top level collects what no subcommand took
             _Parser(prog="ensure-flydsl").error(f"unrecognized arguments: {' '.join(extra)}")
         return args
