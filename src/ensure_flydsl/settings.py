@@ -37,7 +37,6 @@ from ensure_flydsl.setting_values import (
     parse_strategy,
     parse_written_file,
 )
-from ensure_flydsl.signing_keys import TrustedKeys, parse_signing_key, parse_trusted_keys
 
 DEFAULT_ROOT = "/opt/flydsl/FlyDSL"
 DEFAULT_MIN_VERSION = "0.2.2"
@@ -48,6 +47,20 @@ DEFAULT_PYTHON = "python3"
 DEFAULT_REQUIRE = ("flydsl", "kernels.moe_gemm_2stage")
 DEFAULT_PROBE_TIMEOUT = 300.0
 DEFAULT_LEASE_TTL = 120.0
+# FLYDSL_CACHE_TRUSTED_KEYS, each key as its public line "NAME:BASE64" (signing_keys.py reads and checks them).
+TrustedKeys = Tuple[str, ...]
+
+
+def parse_signing_key(name: str, value: str) -> str:
+    from ensure_flydsl.signing_keys import parse_signing_key as parse  # only when a key is set: not warm-path
+
+    return parse(name, value)
+
+
+def parse_trusted_keys(name: str, value: str) -> TrustedKeys:
+    from ensure_flydsl.signing_keys import parse_trusted_keys as parse
+
+    return parse(name, value)
 
 
 

@@ -13,8 +13,6 @@ made here holds key material: a malformed line is named by its key name or its f
 
 from __future__ import annotations
 
-import base64
-import binascii
 import dataclasses
 import importlib.util
 import os
@@ -47,6 +45,8 @@ class PublicKey:
     key: bytes = dataclasses.field(repr=False)
 
     def line(self) -> str:
+        import base64
+
         return f"{self.name}:{base64.b64encode(self.key).decode()}"
 
 
@@ -64,6 +64,9 @@ def library_available() -> bool:
 
 def split_line(text: str, what: str) -> Tuple[str, bytes]:
     """``NAME:BASE64`` into the name and the decoded bytes; KeyProblem naming ``what`` otherwise."""
+    import base64  # here: the settings import this module, and the warm call needs no base64 without a key
+    import binascii
+
     name, colon, encoded = text.strip().partition(":")
     if not colon or not KEY_NAME.match(name):
         raise KeyProblem(f"{what} is not NAME:BASE64 with {NAME_ALLOWED}")
@@ -143,7 +146,7 @@ def read_public_keys(path: str) -> List[PublicKey]:
 # -- the settings: FLYDSL_CACHE_SIGNING_KEY and FLYDSL_CACHE_TRUSTED_KEYS ----------------------------------
 
 # The trusted keys, each as its normalised public line "NAME:BASE64" (public: they may travel in settings).
-TrustedKeys = Tuple[str, ...]
+TrustedKeys = Tuple[str, ...]  # as settings.py names it
 TRUSTED_ALLOWED = ("whitespace-separated public keys NAME:BASE64 (32-byte ed25519, as `cache keygen` writes to "
                    "NAME.pub) or paths to such .pub files")
 

@@ -299,3 +299,21 @@ def test_without_the_signing_extra_a_key_is_bad_input_naming_the_remedy(tmp_path
     plain = subprocess.run([tool, "env"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                            check=False, cwd=str(tmp_path))
     assert plain.returncode != 64 and "Traceback" not in plain.stderr  # no key: the library is not needed
+
+
+def _imported(ws: Workspace, **env: str) -> List[str]:
+    out = subprocess.run([sys.executable, "-X", "importtime", "-m", "ensure_flydsl", "--json"], env={**ws.env, **env},
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, check=False)
+    assert out.returncode == 0 and json.loads(out.stdout)["action"] == "warm", out.stderr[-2000:]
+    return [line.rsplit("|", 1)[-1].strip() for line in out.stderr.splitlines() if line.startswith("import time:")]
+
+
+def test_the_warm_call_imports_no_signing_code(ws: Workspace, keys: Dict[str, Tuple[str, str]]) -> None:
+    """Without a key the warm call imports nothing of signing; with keys it reads them (exit 64 stays
+    possible) but imports neither the cryptography package nor the cache."""
+    assert ws.run().returncode == 0
+    plain = _imported(ws)
+    assert not [m for m in plain if "signing" in m or m in ("base64", "binascii")]
+    keyed = _imported(ws, FLYDSL_CACHE_TRUSTED_KEYS=keys["k1"][1], FLYDSL_CACHE_SIGNING_KEY=keys["k1"][0])
+    assert "ensure_flydsl.signing_keys" in keyed
+    assert not [m for m in keyed if m.startswith(("cryptography", "ensure_flydsl.binary_cache"))]
