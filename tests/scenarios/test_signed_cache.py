@@ -8,6 +8,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import re
 import subprocess
 import sys
 from typing import Dict, Iterator, List, Tuple
@@ -317,3 +318,22 @@ def test_the_warm_call_imports_no_signing_code(ws: Workspace, keys: Dict[str, Tu
     keyed = _imported(ws, FLYDSL_CACHE_TRUSTED_KEYS=keys["k1"][1], FLYDSL_CACHE_SIGNING_KEY=keys["k1"][0])
     assert "ensure_flydsl.signing_keys" in keyed
     assert not [m for m in keyed if m.startswith(("cryptography", "ensure_flydsl.binary_cache"))]
+
+
+def test_the_doctor_warns_about_a_cache_without_trusted_keys(ws: Workspace, cache: str,
+                                                             keys: Dict[str, Tuple[str, str]]) -> None:
+    out = ws.run("doctor", "--json", FLYDSL_CACHE=cache)
+    data = json.loads(out.stdout)
+    trust = next(c for c in data["checks"] if c["name"] == "cache-trust")
+    assert trust["status"] == "wrong" and trust["blocking"] is False  # a warning: the verdict does not change
+    assert trust["detail"].startswith(f"FLYDSL_CACHE_TRUSTED_KEYS is not set: if other hosts or users can write to "
+                                      f"{cache}, this host installs whatever they put there")
+    text = ws.run("doctor", FLYDSL_CACHE=cache)
+    assert re.search(r"\[wrong\] +cache-trust +FLYDSL_CACHE_TRUSTED_KEYS is not set", text.stdout)
+    assert "remedy: sign on the host that builds" in text.stdout
+    assert text.returncode == out.returncode
+    trusted = json.loads(ws.run("doctor", "--json", FLYDSL_CACHE=cache, FLYDSL_CACHE_TRUSTED_KEYS=keys["k1"][1]).stdout)
+    trust = next(c for c in trusted["checks"] if c["name"] == "cache-trust")
+    assert trust["status"] == "ok" and "signed by k1; this host publishes unsigned" in trust["detail"]
+    without = json.loads(ws.run("doctor", "--json").stdout)
+    assert not [c for c in without["checks"] if c["name"] == "cache-trust"]  # no cache, no check
