@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import os
 import threading
+import time
 from typing import List, Tuple
 
 import pytest
@@ -288,3 +289,44 @@ def test_an_edited_manifest_that_still_parses_is_refused(tmp_path: "os.PathLike[
     assert check_entry(store, entry, [P1]).problem.startswith("was changed after k1 signed it: no signature covers")
     store.put_bytes(signature_path("tree", KEY, edited, "k1"), sign(K1, MANIFEST))
     assert check_entry(store, entry, [P1]).problem.startswith("was changed after k1 signed it: the signature does")
+
+
+def test_prune_removes_signatures_of_gone_or_replaced_manifests_once_old(tmp_path: "os.PathLike[str]") -> None:
+    from ensure_flydsl.binary_cache.entries import ORPHAN_GRACE_S, open_cache
+    from tests.helpers.cache_entries import FIELDS
+
+    source = os.path.join(str(tmp_path), "src")
+    os.makedirs(source)
+    with open(os.path.join(source, "a.py"), "w") as handle:
+        handle.write("x = 1\n")
+    folder = os.path.join(str(tmp_path), "cache")
+    cache = open_cache(folder)
+    entry = cache.publish("tree", KEY, FIELDS, source, [K1])
+    current = os.path.join(folder, signature_path("tree", KEY, entry.manifest, "k1"))
+    stale = os.path.join(folder, signature_path("tree", KEY, MANIFEST, "k1"))  # another version's
+    write_signature(cache.store, "tree", KEY, MANIFEST, K1)
+    cache.prune(1 << 40)
+    assert os.path.exists(stale) and os.path.exists(current)  # young: maybe a publisher's, before its manifest
+    old = time.time() - ORPHAN_GRACE_S - 60
+    os.utime(stale, (old, old))
+    os.utime(current, (old, old))
+    removed = cache.prune(1 << 40)
+    assert not os.path.exists(stale) and os.path.exists(current)  # the current manifest's signature stays
+    assert [r.fields["path"] for r in removed] == [signature_path("tree", KEY, MANIFEST, "k1")]
+    cache.prune(0)  # the entry goes; its (old) signature with it
+    assert not os.path.exists(current)
+
+
+def test_the_python_api_and_the_detached_worker_carry_the_key_settings(tmp_path: "os.PathLike[str]") -> None:
+    import json
+
+    from ensure_flydsl.cli.worker import settings_from_json, settings_to_json
+    from ensure_flydsl.settings import settings_from_kwargs
+
+    secret, public = keygen(str(tmp_path), "k1")
+    settings = settings_from_kwargs({"cache_trusted_keys": [public, P2.line()], "cache_signing_key": secret}, {})
+    assert settings.cache_trusted_keys == (read_public_keys(public)[0].line(), P2.line())
+    assert settings.cache_signing_key == secret
+    text = json.dumps(settings_to_json(settings))
+    assert settings_from_json(text) == settings
+    assert open(secret).read().strip().partition(":")[2] not in text  # the worker gets the path, not the secret
