@@ -200,6 +200,10 @@ def test_cache_sign_with_trusted_keys_signs_only_what_they_vouch_for(tmp_path: "
     out = a.run("cache", "sign", "--key", keys["k2"][0], key)
     assert "no trusted keys are set" in out.stdout and f"signed tree {key} with k2" in out.stdout
     assert len(signature_files(cache)) == 1
+    os.chmod(keys["k2"][1], 0o644)
+    public_key = a.run("cache", "sign", "--key", keys["k2"][1])
+    assert public_key.returncode == 64 and public_key.stderr.count("\n") == 1
+    assert "cache sign --key=" in public_key.stderr and "may be read by others" in public_key.stderr
     bad = a.run("cache", "sign", "--key", keys["k2"][0], "ffffffffffff")
     assert bad.returncode == 64 and "names no single entry" in bad.stderr and bad.stderr.count("\n") == 1
 
