@@ -8,6 +8,8 @@ publisher's bytes::
     <cache>/entries/<kind>/<key>.json      the manifest: format, kind, key, key fields, blob sha256 and size,
                                            every member (path, type, mode, size, sha256 or symlink target),
                                            created, host, tool version
+    <cache>/entries/<kind>/<key>.sig/<sha256 of the manifest>/<NAME>.sig
+                                           a signature of the manifest's bytes by key NAME (signing.py)
 
 ``kind`` is ``tree`` (``build-fly/python_packages`` after a verified build) or ``mlir``; ``key`` is
 :func:`cache_key` of the fields that determine the artifact (repository, commit, interpreter ABI,
