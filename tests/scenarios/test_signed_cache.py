@@ -179,7 +179,8 @@ def test_rotation_old_key_then_resigned_by_the_new(tmp_path: "os.PathLike[str]",
     rows = [line for line in listed.stdout.splitlines() if line.startswith(("tree", "mlir"))]
     assert len(rows) == 2 and all(row.endswith("signed by k1 (not trusted), k2 (trusted)") for row in rows)
     as_json = [json.loads(line) for line in ci.run("cache", "list", "--json").stdout.splitlines()]
-    assert all(e["signers"] == [{"name": "k1", "trusted": None}, {"name": "k2", "trusted": None}] for e in as_json)
+    assert all(e["signers"] == [{"name": "k1", "trusted": None, "verifies": None},
+                                {"name": "k2", "trusted": None, "verifies": None}] for e in as_json)
     after = host(tmp_path, fixture_repo, "after", cache, FLYDSL_CACHE_TRUSTED_KEYS=new[1])  # k1 retired
     data = result(after)
     assert data["how"] == "cached" and after.count("build") == 0 and after.count("llvm") == 0

@@ -330,3 +330,22 @@ def test_the_python_api_and_the_detached_worker_carry_the_key_settings(tmp_path:
     text = json.dumps(settings_to_json(settings))
     assert settings_from_json(text) == settings
     assert open(secret).read().strip().partition(":")[2] not in text  # the worker gets the path, not the secret
+
+
+def test_cache_list_names_each_signer_and_whether_it_is_trusted(tmp_path: "os.PathLike[str]") -> None:
+    from ensure_flydsl.binary_cache.entries import Cache
+    from ensure_flydsl.cli.cache_signing import signers_of, signers_text
+    from ensure_flydsl.settings import Settings
+
+    store = FolderStore(str(tmp_path))
+    edited = MANIFEST.replace(b'"ci-host"', b'"ev-host"', 1)
+    store.put_bytes(signature_path("tree", KEY, edited, "k1"), sign(K1, MANIFEST))  # a copied signature
+    write_signature(store, "tree", KEY, edited, K2)
+    entry = parse_manifest(edited)
+    warnings: List[str] = []
+    shown = signers_of(Settings(cache_trusted_keys=(P1.line(),)), Cache(store), [entry], warnings)
+    assert signers_text(shown[("tree", KEY)]) == ("signed by k1 (trusted key, but the signature does not match the "
+                                                  "manifest), k2 (not trusted)")
+    plain = signers_of(Settings(), Cache(store), [entry], warnings)
+    assert signers_text(plain[("tree", KEY)]) == "signed by k1, k2" and not warnings
+    assert signers_text([]) == "unsigned"

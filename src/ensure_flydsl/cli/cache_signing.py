@@ -125,8 +125,9 @@ def _chosen(entries: List[CacheEntry], names: Sequence[str]) -> List[CacheEntry]
 
 def signers_of(settings: Settings, cache: Cache, entries: Sequence[CacheEntry],
                warnings: List[str]) -> Dict[Tuple[str, str], List[Dict[str, object]]]:
-    """For ``cache list``: each entry's signers, {"name", "trusted"}; ``trusted`` is None without trusted
-    keys (nothing is verified then), else whether the signature verifies under a trusted key."""
+    """For ``cache list``: each entry's signers, {"name", "trusted", "verifies"}; ``trusted`` is None without
+    trusted keys (nothing is verified then), else whether the signature verifies under a trusted key;
+    ``verifies`` is None for a name no trusted key has, else whether its signature matches the manifest."""
     from ensure_flydsl.binary_cache.signing import check_entry, trusted_keys
 
     trusted: List[PublicKey] = trusted_keys(settings.cache_trusted_keys) if settings.cache_trusted_keys else []
@@ -135,8 +136,10 @@ def signers_of(settings: Settings, cache: Cache, entries: Sequence[CacheEntry],
         if entry.kind == "orphan":
             continue
         verdict = check_entry(cache.store, entry, trusted, warnings)
+        names = {public.name for public in trusted}
         found[(entry.kind, entry.key)] = [
-            {"name": name, "trusted": (name in verdict.trusted_by) if trusted else None} for name in verdict.signers]
+            {"name": name, "trusted": (name in verdict.trusted_by) if trusted else None,
+             "verifies": (name in verdict.trusted_by) if name in names else None} for name in verdict.signers]
     return found
 
 
@@ -146,5 +149,7 @@ def signers_text(signers: Optional[List[Dict[str, object]]]) -> str:
     shown = []
     for signer in signers:
         mark = {True: " (trusted)", False: " (not trusted)", None: ""}[signer["trusted"]]  # type: ignore[index]
+        if signer.get("verifies") is False:
+            mark = " (trusted key, but the signature does not match the manifest)"
         shown.append(f"{signer['name']}{mark}")
     return "signed by " + ", ".join(shown)
