@@ -96,9 +96,15 @@ def parse_secret(text: str, what: str) -> SecretKey:
 
 
 def looks_inline(item: str) -> bool:
-    """Whether a trusted-keys item is a ``NAME:BASE64`` key rather than the path of a ``.pub`` file."""
-    name, colon, encoded = item.partition(":")
-    return bool(colon and KEY_NAME.match(name) and _BASE64.match(encoded))
+    """Whether a value is meant as a ``NAME:BASE64`` key (maybe a malformed one) rather than a file's path:
+    a key name, then ':'.  (A relative path holding ':' is written ./name:x.)"""
+    name, colon, _encoded = item.partition(":")
+    return bool(colon and KEY_NAME.match(name))
+
+
+def withheld(item: str) -> str:
+    """A value as messages may show it: a key's name only, never what follows it."""
+    return item.partition(":")[0] + ":..." if looks_inline(item) else item
 
 
 def read_key_file(path: str, *, secret: bool) -> str:
@@ -159,6 +165,10 @@ def _need_library(name: str, value: str) -> None:
 
 def parse_signing_key(name: str, value: str) -> str:
     """The secret key file's absolute path, once it reads as a secret key only its owner may read."""
+    if looks_inline(value.strip()):
+        raise BadInput(name, withheld(value.strip()), "the path of a secret key file (from `ensure-flydsl cache "
+                       "keygen`), not the key itself: a key in the environment would be copied into every child "
+                       "process")
     path = parse_plain_path(name, value)
     try:
         read_secret_key(path)
@@ -173,7 +183,7 @@ def parse_trusted_keys(name: str, value: str) -> TrustedKeys:
     items = value.split()
     # Shown in the message (and so the failure marker) with every inline key withheld: a secret pasted
     # here by mistake must not be copied anywhere.
-    shown = " ".join(item.partition(":")[0] + ":..." if looks_inline(item) else item for item in items)
+    shown = " ".join(withheld(item) for item in items)
     if not items or _CONTROL.search(value.replace("\t", " ").replace("\n", " ")):
         raise BadInput(name, shown, TRUSTED_ALLOWED)
     keys: List[str] = []

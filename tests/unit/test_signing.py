@@ -110,11 +110,12 @@ def test_no_message_holds_key_material(tmp_path: "os.PathLike[str]") -> None:
     material = open(secret).read().strip()
     encoded = material.partition(":")[2]
     for env in ({"FLYDSL_CACHE_TRUSTED_KEYS": material}, {"FLYDSL_CACHE_TRUSTED_KEYS": secret},
-                {"FLYDSL_CACHE_TRUSTED_KEYS": "k0:" + encoded[:40]}):
+                {"FLYDSL_CACHE_TRUSTED_KEYS": "k0:" + encoded[:40]}, {"FLYDSL_CACHE_TRUSTED_KEYS": material + ";"},
+                {"FLYDSL_CACHE_SIGNING_KEY": material}, {"FLYDSL_CACHE_SIGNING_KEY": material + "!"}):
         with pytest.raises(BadInput) as info:
             load_settings({}, env)
         assert encoded not in info.value.reason and encoded[:20] not in info.value.reason
-        assert info.value.reason.startswith("FLYDSL_CACHE_TRUSTED_KEYS=")
+        assert info.value.reason.startswith(next(iter(env)) + "=")
 
 
 # -- the verdict --------------------------------------------------------------------------------------------
