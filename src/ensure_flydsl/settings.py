@@ -47,6 +47,20 @@ DEFAULT_PYTHON = "python3"
 DEFAULT_REQUIRE = ("flydsl", "kernels.moe_gemm_2stage")
 DEFAULT_PROBE_TIMEOUT = 300.0
 DEFAULT_LEASE_TTL = 120.0
+# FLYDSL_CACHE_TRUSTED_KEYS, each key as its public line "NAME:BASE64" (signing_keys.py reads and checks them).
+TrustedKeys = Tuple[str, ...]
+
+
+def parse_signing_key(name: str, value: str) -> str:
+    from ensure_flydsl.signing_keys import parse_signing_key as parse  # only when a key is set: not warm-path
+
+    return parse(name, value)
+
+
+def parse_trusted_keys(name: str, value: str) -> TrustedKeys:
+    from ensure_flydsl.signing_keys import parse_trusted_keys as parse
+
+    return parse(name, value)
 
 
 
@@ -89,6 +103,10 @@ SETTINGS: Tuple[Setting, ...] = (
             "FROM=TO URL prefixes: every git command fetches FROM... from TO... instead"),
     Setting("exact_pin", "FLYDSL_EXACT_PIN", "--exact-pin",
             "reuse only a tree built from the pin (default: any one tree whose flydsl passes the floor)"),
+    Setting("cache_signing_key", "FLYDSL_CACHE_SIGNING_KEY", "--cache-signing-key",
+            "secret key file (`cache keygen`): sign every cache entry this run publishes"),
+    Setting("cache_trusted_keys", "FLYDSL_CACHE_TRUSTED_KEYS", "--cache-trusted-key",
+            "public keys NAME:BASE64 or .pub files: fetch only cache entries one of them signed"),
 )
 SETTING_BY_NAME: Dict[str, Setting] = {s.name: s for s in SETTINGS}
 
@@ -117,6 +135,8 @@ class Settings:
     fix_rocm_in_place: bool = False
     git_mirrors: GitMirrors = ()
     exact_pin: bool = False
+    cache_signing_key: Optional[str] = None
+    cache_trusted_keys: TrustedKeys = ()
     # Where each value came from, for messages: the flag or the variable as the user spelled it.
     sources: Mapping[str, str] = dataclasses.field(default_factory=dict, compare=False, repr=False)
 
@@ -180,6 +200,8 @@ _PARSERS: Dict[str, Callable[[str, str], object]] = {
     "fix_rocm_in_place": parse_bool,
     "git_mirrors": parse_git_mirrors,
     "exact_pin": parse_bool,
+    "cache_signing_key": parse_signing_key,
+    "cache_trusted_keys": parse_trusted_keys,
 }
 
 
@@ -299,6 +321,8 @@ def settings_from_kwargs(kwargs: Mapping[str, object], environ: Mapping[str, str
             flags[key] = "1" if value else "0"
         elif key == "git_mirrors" and not isinstance(value, str):
             flags[key] = join_git_mirrors(value)
+        elif key == "cache_trusted_keys" and isinstance(value, (list, tuple)):
+            flags[key] = join_trusted_keys([str(v) for v in value])
         elif isinstance(value, (list, tuple)):
             flags[key] = ",".join(str(v) for v in value)
         else:
@@ -311,6 +335,13 @@ def join_require(values: Optional[List[str]]) -> Optional[str]:
     if values is None:
         return None
     return ",".join(values)
+
+
+def join_trusted_keys(values: Optional[List[str]]) -> Optional[str]:
+    """``--cache-trusted-key`` is repeatable (each a key or a .pub file); an empty one stays refused."""
+    if values is None:
+        return None
+    return " ".join(item if item.strip() else "''" for item in values)
 
 
 def join_git_mirrors(values: object) -> Optional[str]:

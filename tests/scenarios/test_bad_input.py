@@ -28,6 +28,7 @@ from ensure_flydsl.binary_cache.entries import open_cache
 from ensure_flydsl.settings import SETTING_BY_NAME, SETTINGS, load_settings
 from tests.helpers.flydsl_fixture import FixtureRepo, write
 from tests.helpers.reliability import device, listing, record, tmpfs
+from tests.helpers.signing_keys import SECRET_LINE, keygen
 from tests.helpers.workspace import Workspace
 
 INJECT = ["$(touch {canary})", "`touch {canary}`", "--upload-pack=touch {canary}", "-c core.sshCommand=touch {canary}"]
@@ -114,11 +115,33 @@ def _rows() -> List[Row]:
     add("git_mirrors", "control character", "x=/m/\x01")
     add("git_mirrors", "another scheme", "x=foo://mirror/")
     add("git_mirrors", "two TOs for one FROM", "x=/a/ x=/b/")
+    add("cache_signing_key", "unreadable", "{scratch}/absent.secret", "{dir}", "{dev}", "{keys}/fifo.secret")
+    add("cache_signing_key", "readable by others", "{keys}/open.secret")
+    add("cache_signing_key", "malformed", "{keys}/bad.secret", "{keys}/pub-600.pub")
+    add("cache_signing_key", "newline", "{keys}/k1\n.secret")
+    add("cache_signing_key", "the key itself, not its file", SECRET_LINE)
+    add("cache_trusted_keys", "malformed", "k1", "k1:!!!", "{keys}/bad.pub", "{keys}/k1.pub k2", SECRET_LINE + ";")
+    add("cache_trusted_keys", "wrong length", "k1:AAAA", "{keys}/k1.secret", SECRET_LINE)
+    add("cache_trusted_keys", "unreadable", "{scratch}/absent.pub", "{dir}", "{keys}/fifo.secret")
+    add("cache_trusted_keys", "code", "$(touch {canary})", "--upload-pack=touch {canary}")
+    add("cache_trusted_keys", "control character", "{keys}/k1.pub\x01")
     add("PATH", "no git on PATH", "{dir}")
     return rows
 
 
 ROWS = _rows()
+
+
+def key_files(folder: str) -> str:
+    """A real key pair, and key files that are not allowed: readable by others, malformed, a FIFO."""
+    secret, public = keygen(folder, "k1")
+    files = {"open.secret": (SECRET_LINE, 0o644), "bad.secret": ("k1 is not a key\n", 0o600),
+             "pub-600.pub": (open(public).read(), 0o600), "bad.pub": ("k1:" + "A" * 10 + "!\n", 0o644)}
+    for name, (text, mode) in files.items():
+        write(os.path.join(folder, name), text)
+        os.chmod(os.path.join(folder, name), mode)
+    os.mkfifo(os.path.join(folder, "fifo.secret"), 0o600)
+    return folder
 
 
 @pytest.fixture(scope="module")
@@ -146,7 +169,8 @@ class Scratch:
         os.makedirs(os.path.join(self.scratch, "adir"))
         self.names = {"scratch": self.scratch, "canary": os.path.join(self.scratch, "CANARY"),
                       "file": os.path.join(self.scratch, "afile"), "dir": os.path.join(self.scratch, "adir"),
-                      "dev": device(os.path.join(self.scratch, "null")), "ro": ro}
+                      "dev": device(os.path.join(self.scratch, "null")), "ro": ro,
+                      "keys": key_files(os.path.join(self.scratch, "keys"))}
 
     def fill(self, value: str) -> str:
         for key, path in self.names.items():
@@ -218,11 +242,16 @@ def check_refused(result: Dict[str, object]) -> Optional[str]:
         return f"something was touched: {result['changed']}"
     if result["canaries"]:
         return f"code ran: {result['canaries']}"
+    secret = SECRET_LINE.partition(":")[2]
+    if secret[:16] in err:
+        return "the line copies a secret key"
     for marker in result["markers"]:  # type: ignore[union-attr]
         with open(str(marker)) as handle:
             data = json.load(handle)
         if data["exit_code"] != 64 or data["stage"] != "settings":
             return f"the failure marker says {data}"
+        if secret[:16] in json.dumps(data):
+            return "the failure marker copies a secret key"
     return None
 
 

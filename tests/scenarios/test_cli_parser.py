@@ -14,8 +14,8 @@ from ensure_flydsl.cli.parser import COMMANDS
 
 PUBLIC = [c for c in COMMANDS if not c.startswith("_")]
 OWN_FLAGS = {"ensure": ["--json"], "start": [], "wait": ["--timeout", "--heartbeat"], "status": ["--json"],
-             "env": ["--format"], "verify": ["--json"], "doctor": ["--json"], "cache": ["{list,prune}", "--max-size"],
-             "clean": []}
+             "env": ["--format"], "verify": ["--json"], "doctor": ["--json"],
+             "cache": ["{list,prune,keygen,sign}", "--max-size", "--out", "--key"], "clean": []}
 
 
 @pytest.fixture
@@ -57,7 +57,7 @@ def test_each_command_has_its_own_help_with_the_settings(env: Dict[str, str], co
     (["--json", "--format", "sh"], "ensure-flydsl: unrecognized arguments: --format sh"),
     (["status", "--json", "extra"], "ensure-flydsl: unrecognized arguments: extra"),
     (["wait", "--timeout", "soon"], "ensure-flydsl wait: argument --timeout: 'soon' is not a number of seconds"),
-    (["cache", "tidy"], "ensure-flydsl cache: argument {list,prune}: invalid choice: 'tidy'"),
+    (["cache", "tidy"], "ensure-flydsl cache: argument {list,prune,keygen,sign}: invalid choice: 'tidy'"),
     (["env", "--format", "xml"], "ensure-flydsl env: argument --format: invalid choice: 'xml'"),
 ])
 def test_bad_arguments_are_bad_input_with_one_line(env: Dict[str, str], args: List[str], says: str) -> None:

@@ -8,6 +8,8 @@ publisher's bytes::
     <cache>/entries/<kind>/<key>.json      the manifest: format, kind, key, key fields, blob sha256 and size,
                                            every member (path, type, mode, size, sha256 or symlink target),
                                            created, host, tool version
+    <cache>/entries/<kind>/<key>.sig/<sha256 of the manifest>/<NAME>.sig
+                                           a signature of the manifest's bytes by key NAME (signing.py)
 
 ``kind`` is ``tree`` (``build-fly/python_packages`` after a verified build) or ``mlir``; ``key`` is
 :func:`cache_key` of the fields that determine the artifact (repository, commit, interpreter ABI,
@@ -35,6 +37,7 @@ S3-compatible server).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gzip
 import hashlib
 import math
@@ -46,7 +49,7 @@ import tarfile
 import tempfile
 import time
 import zlib
-from typing import IO, Dict, List, Mapping, Optional, Tuple, cast
+from typing import IO, Dict, List, Mapping, Optional, Sequence, Tuple, cast
 
 from ensure_flydsl.binary_cache.archive import CHUNK, Member, check_members, extract_checked, pack, walk
 from ensure_flydsl.binary_cache.manifest import (
@@ -60,7 +63,9 @@ from ensure_flydsl.binary_cache.manifest import (
     orphan_entry,
     parse_manifest,
 )
+from ensure_flydsl.binary_cache.signing import manifest_sha, stale_signatures, write_signature
 from ensure_flydsl.binary_cache.store import CacheCorrupt, CacheError, Store, StoredFile, open_store
+from ensure_flydsl.signing_keys import SecretKey
 from ensure_flydsl.version import __version__
 
 # An unreferenced blob younger than this may belong to a publisher that has not written its manifest yet.
@@ -217,8 +222,10 @@ class Cache:
         _check_tree(tree, members)
 
     # -- writing -------------------------------------------------------------------------------------
-    def publish(self, kind: str, key: str, fields: Mapping[str, object], source: str) -> CacheEntry:
-        """Pack the folder ``source`` and publish it under ``kind``/``key`` (blob first, manifest last)."""
+    def publish(self, kind: str, key: str, fields: Mapping[str, object], source: str,
+                signers: Sequence[SecretKey] = ()) -> CacheEntry:
+        """Pack the folder ``source`` and publish it under ``kind``/``key`` (blob first, then the manifest's
+        signatures by ``signers``, manifest last)."""
         check_name(kind, key)
         if cache_key(kind, fields) != key:
             raise ValueError(f"key {key[:12]}.. is not cache_key({kind!r}, fields)")
@@ -254,8 +261,11 @@ class Cache:
         entry = CacheEntry(kind=kind, key=key, blob=blob, size=size, created=time.time(), fields=dict(fields),
                            files=sum(1 for m in members if m.type == "file"), members=tuple(members),
                            host=socket.gethostname(), tool=f"ensure-flydsl {__version__}")
-        self._store.put_bytes(manifest_path(kind, key), manifest_bytes(entry))
-        return entry
+        data = manifest_bytes(entry)
+        for secret in signers:  # before the manifest: a reader never sees this entry unsigned
+            write_signature(self._store, kind, key, data, secret)
+        self._store.put_bytes(manifest_path(kind, key), data)
+        return dataclasses.replace(entry, manifest=data)
 
     def prune(self, max_bytes: int) -> List[CacheEntry]:
         """Remove the oldest entries until the blobs still referenced total at most ``max_bytes``.
@@ -297,6 +307,10 @@ class Cache:
             if stored.mtime is not None and now - stored.mtime > ORPHAN_GRACE_S:
                 self._store.remove(stored.path)
                 removed.append(orphan_entry(stored, ""))
+        versions = {(e.kind, e.key): manifest_sha(e.manifest) for _r, e in alive}
+        for stored in stale_signatures(self._store, versions, now - ORPHAN_GRACE_S):
+            self._store.remove(stored.path)  # it signs a manifest that is gone or was replaced
+            removed.append(orphan_entry(stored, ""))
         return removed
 
 

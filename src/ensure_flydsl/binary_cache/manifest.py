@@ -30,6 +30,8 @@ class CacheEntry:
     members: Tuple[Member, ...] = dataclasses.field(default=(), repr=False, compare=False)
     host: str = ""
     tool: str = ""
+    # The manifest's exact bytes, as read or written: what a signature covers (binary_cache/signing.py).
+    manifest: bytes = dataclasses.field(default=b"", repr=False, compare=False)
 
     def to_json(self) -> Dict[str, object]:
         return {"kind": self.kind, "key": self.key, "blob": self.blob, "size": self.size, "created": self.created,
@@ -101,4 +103,4 @@ def parse_manifest(data: bytes) -> CacheEntry:
     members = tuple(Member.from_json(m) for m in raw_members)
     return CacheEntry(kind=kind, key=key, blob=blob, size=size, created=float(created), fields=fields,
                       files=sum(1 for m in members if m.type == "file"), members=members,
-                      host=str(obj.get("host") or ""), tool=str(obj.get("tool") or ""))
+                      host=str(obj.get("host") or ""), tool=str(obj.get("tool") or ""), manifest=data)

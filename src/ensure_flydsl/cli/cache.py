@@ -1,4 +1,5 @@
-"""``ensure-flydsl cache list|prune``: look into the binary cache (FLYDSL_CACHE) and keep it within a size.
+"""``ensure-flydsl cache list|prune|keygen|sign``: look into the binary cache (FLYDSL_CACHE), keep it within a
+size, and sign its entries (cli/cache_signing.py).
 
 Housekeeping, not provisioning: an unusable cache (unset, bad location, missing extra, no access) is
 bad input here (exit 64), where a build would merely go on without the cache.
@@ -9,7 +10,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from typing import Callable, List, Optional
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ensure_flydsl.binary_cache.entries import CacheEntry, CacheError, format_size, open_cache, parse_size
 from ensure_flydsl.errors import ExitCode
@@ -21,7 +22,34 @@ SUMMARY_MAX = 4
 
 
 def cache_command(settings: Settings, action: str, *, max_size: Optional[str], as_json: bool,
-                  say: Callable[[str], None]) -> int:
+                  say: Callable[[str], None], names: Sequence[str] = (), out: Optional[str] = None,
+                  key: Optional[str] = None) -> int:
+    from ensure_flydsl.cli.cache_signing import Refused
+
+    try:
+        if action == "keygen":
+            return _keygen(names, out, say)
+        if names and action != "sign":
+            return _refuse(f"cache {action} takes no NAME ({' '.join(names)})")
+        return _cache_command(settings, action, max_size=max_size, as_json=as_json, say=say, names=names,
+                              key=key)
+    except Refused as exc:
+        return _refuse(str(exc))
+
+
+def _keygen(names: Sequence[str], out: Optional[str], say: Callable[[str], None]) -> int:
+    from ensure_flydsl.cli.cache_signing import keygen
+
+    if out is None or len(names) != 1:
+        return _refuse("cache keygen needs --out DIR and one NAME (e.g. cache keygen --out ~/.config/flydsl ci-1)")
+    secret, public = keygen(out, names[0])
+    say(f"wrote the secret key {secret} (mode 600: give it to the host that signs, as FLYDSL_CACHE_SIGNING_KEY) "
+        f"and the public key {public} (give it to every host that checks, in FLYDSL_CACHE_TRUSTED_KEYS)")
+    return 0
+
+
+def _cache_command(settings: Settings, action: str, *, max_size: Optional[str], as_json: bool,
+                   say: Callable[[str], None], names: Sequence[str], key: Optional[str]) -> int:
     if settings.cache is None:
         return _refuse("FLYDSL_CACHE (--cache) is not set: point it at a folder or an fsspec URL such as "
                        "s3://bucket/prefix")
@@ -34,12 +62,24 @@ def cache_command(settings: Settings, action: str, *, max_size: Optional[str], a
         except ValueError:
             return _refuse(f"--max-size={max_size!r} is not allowed: bytes, or a number with K, M, G or T "
                            "(powers of 1024; e.g. 500M, 2G, 1.5T)")
+    if action == "sign" and key is None:
+        return _refuse("cache sign needs --key PATH: the secret key file to sign with (from cache keygen)")
     try:
         cache = open_cache(settings.cache)
-        if action == "list":
-            entries = cache.entries()
+        if action == "sign":
+            from ensure_flydsl.cli.cache_signing import sign_entries
+
+            assert key is not None
+            code = sign_entries(settings, cache, key, names, say)
             _warn(cache.warnings, say)
-            return _list(entries, cache.location, as_json, say)
+            return code
+        if action == "list":
+            from ensure_flydsl.cli.cache_signing import signers_of
+
+            entries = cache.entries()
+            signers = signers_of(settings, cache, entries, cache.warnings)
+            _warn(cache.warnings, say)
+            return _list(entries, cache.location, as_json, say, signers)
         assert limit is not None
         removed = cache.prune(limit)
         _warn(cache.warnings, say)
@@ -54,16 +94,21 @@ def cache_command(settings: Settings, action: str, *, max_size: Optional[str], a
         return _refuse(str(exc))
 
 
-def _list(entries: List[CacheEntry], location: str, as_json: bool, say: Callable[[str], None]) -> int:
+def _list(entries: List[CacheEntry], location: str, as_json: bool, say: Callable[[str], None],
+          signers: Mapping[Tuple[str, str], List[Dict[str, object]]]) -> int:
+    from ensure_flydsl.cli.cache_signing import signers_text
+
     if as_json:
         for entry in entries:
-            print(json.dumps(entry.to_json(), sort_keys=True))
+            data = entry.to_json()
+            data["signers"] = signers.get((entry.kind, entry.key), [])
+            print(json.dumps(data, sort_keys=True))
         return 0
     if not entries:
         say(f"no entries in {location}")
         return 0
     for entry in entries:
-        print(describe(entry))
+        print(f"{describe(entry)}  {signers_text(signers.get((entry.kind, entry.key)))}")
     return 0
 
 

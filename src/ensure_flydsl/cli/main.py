@@ -18,6 +18,7 @@ from ensure_flydsl.settings import (
     fail_marker_path,
     join_git_mirrors,
     join_require,
+    join_trusted_keys,
     load_settings,
 )
 from ensure_flydsl.support.report import Reporter
@@ -27,6 +28,7 @@ def _flags(args: argparse.Namespace) -> Dict[str, Optional[str]]:
     flags: Dict[str, Optional[str]] = {s.name: getattr(args, s.name, None) for s in SETTINGS}
     flags["require"] = join_require(getattr(args, "require", None))
     flags["git_mirrors"] = join_git_mirrors(getattr(args, "git_mirrors", None))
+    flags["cache_trusted_keys"] = join_trusted_keys(getattr(args, "cache_trusted_keys", None))
     return flags
 
 
@@ -271,7 +273,8 @@ def _doctor(args: argparse.Namespace, settings: Settings, reporter: Reporter, en
 def _cache(args: argparse.Namespace, settings: Settings, reporter: Reporter, environ: Dict[str, str]) -> int:
     from ensure_flydsl.cli.cache import cache_command
 
-    return cache_command(settings, args.cache_action, max_size=args.max_size, as_json=args.json, say=reporter.say)
+    return cache_command(settings, args.cache_action, max_size=args.max_size, as_json=args.json, say=reporter.say,
+                         names=args.names, out=args.out, key=args.key)
 
 
 class _Listening(Reporter):

@@ -32,6 +32,9 @@ def _add_setting_flags(parser: argparse.ArgumentParser) -> None:
         elif setting.name == "git_mirrors":
             group.add_argument(setting.flag, dest=setting.name, action="append", metavar="FROM=TO",
                                help=f"{setting.help}; repeatable, replaces the variable's list [{setting.env}]")
+        elif setting.name == "cache_trusted_keys":
+            group.add_argument(setting.flag, dest=setting.name, action="append", metavar="KEY",
+                               help=f"{setting.help}; repeatable, replaces the variable's list [{setting.env}]")
         else:
             group.add_argument(setting.flag, dest=setting.name, metavar=setting.name.upper(),
                                help=f"{setting.help} [{setting.env}]")
@@ -79,7 +82,7 @@ _HELP = {
     "env": "print the env file (or its JSON twin)",
     "verify": "run the full import probe and print each module's file",
     "doctor": "predict, in seconds, whether the configured strategy can succeed here, and why not",
-    "cache": "housekeeping of the binary cache (FLYDSL_CACHE)",
+    "cache": "housekeeping of the binary cache (FLYDSL_CACHE): list, prune, keygen, sign",
     "clean": "remove what this tool created for the root (never anything else)",
 }
 
@@ -141,10 +144,14 @@ def _env_args(p: argparse.ArgumentParser) -> None:
 
 
 def _cache_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("cache_action", choices=("list", "prune"), metavar="{list,prune}")
+    p.add_argument("cache_action", choices=("list", "prune", "keygen", "sign"), metavar="{list,prune,keygen,sign}")
+    p.add_argument("names", nargs="*", metavar="NAME",
+                   help="keygen: the key's name; sign: the entries (key prefixes, as list shows them; default all)")
     p.add_argument("--max-size", metavar="SIZE", help="prune: remove the oldest entries until the cache "
                    "holds at most SIZE (bytes, or with K/M/G/T)")
     p.add_argument("--json", action="store_true", help="list: one JSON object per entry")
+    p.add_argument("--out", metavar="DIR", help="keygen: the folder for NAME.secret (mode 600) and NAME.pub")
+    p.add_argument("--key", metavar="PATH", help="sign: the secret key file to sign with")
 
 
 def _no_args(p: argparse.ArgumentParser) -> None:
@@ -194,7 +201,10 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     if not argv or (argv[0] not in COMMANDS and argv[0] not in ("-h", "--help", "--version")):
         argv.insert(0, "ensure")
     if argv[0] in COMMANDS:
-        args, extra = build_parser(argv[0]).parse_known_args(argv[1:])
+        parser = build_parser(argv[0])
+        # `cache keygen --out DIR NAME`: names may follow options (argparse takes positionals in one go).
+        parse = parser.parse_known_intermixed_args if argv[0] == "cache" else parser.parse_known_args
+        args, extra = parse(argv[1:])
         if extra:  # as the full parser says it: its top level collects what no subcommand took
             _Parser(prog="ensure-flydsl").error(f"unrecognized arguments: {' '.join(extra)}")
         return args

@@ -22,6 +22,7 @@ def settings_from_json(text: str) -> Settings:
     data = json.loads(text)
     data["require"] = tuple(data["require"])
     data["git_mirrors"] = tuple((source, to) for source, to in data.get("git_mirrors", ()))
+    data["cache_trusted_keys"] = tuple(data.get("cache_trusted_keys", ()))
     return Settings(**data)
 
 

@@ -24,6 +24,7 @@ import dataclasses
 import time
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from ensure_flydsl.doctor.cache_trust import check_cache_trust
 from ensure_flydsl.doctor.check import OK, SKIPPED, STAGE_ORDER, Check
 from ensure_flydsl.doctor.checks import (
     Index,
@@ -152,6 +153,9 @@ def run_checks(
         if strategy in ("release", "auto"):
             later.append(submit(check_release, ctx, checkout, demanded=strategy == "release"))
         checks = [interp_check] + [f.result() for f in early + later] + [check_marker_sharing(settings)]
+        trust = check_cache_trust(settings)
+        if trust is not None:
+            checks.append(trust)
         if fetches:
             checks.append(check_index(ctx, release=strategy == "release"))
         wheel = next((c for c in checks if c.name == "release-wheel"), None)

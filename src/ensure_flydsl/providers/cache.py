@@ -19,6 +19,7 @@ from ensure_flydsl.build.environment import file_sha256, pin_llvm_inputs
 from ensure_flydsl.layout import base_state_dir, packages_dir
 from ensure_flydsl.providers.base import Provider
 from ensure_flydsl.providers.tree import prepare_build_dir, verify_tree
+from ensure_flydsl.providers.trust import entry_trusted, publish_note, signers
 from ensure_flydsl.result import How
 from ensure_flydsl.runs.context import Decision, Run
 from ensure_flydsl.runs.records import CACHE_PLAN
@@ -98,6 +99,8 @@ def tree_from_cache(run: Run, cache: Cache, commit: str) -> Optional[Decision]:
         run.say(f"cache: no tree for {commit[:12]} and {run.interpreter.abi} "
                 f"in {cache.location}")
         return None
+    if not entry_trusted(run, cache, entry, f"tree entry for {commit[:8]}"):
+        return None
     run.plan(CACHE_PLAN)
     run.worked()
     stamp_key = {"cache": key, "commit": commit}
@@ -151,6 +154,8 @@ def mlir_from_cache(run: Run, cache: Cache, key: Mapping[str, object]) -> Option
     if entry is None:
         run.say(f"cache: no MLIR for LLVM {llvm_label(key)} in {cache.location}")
         return None
+    if not entry_trusted(run, cache, entry, f"MLIR entry for LLVM {llvm_label(key)}"):
+        return None
     os.makedirs(folder, exist_ok=True)
     remove_tree(dest)
     _clear_partial_fetches(folder)
@@ -183,12 +188,14 @@ def _lookup(run: Run, cache: Cache, kind: str, key: str):  # type: ignore[no-unt
 
 def _publish(run: Run, cache: Cache, kind: str, key: str, fields: Mapping[str, object], source: str) -> None:
     try:
-        entry = cache.publish(kind, key, fields, source)
+        secrets = signers(run)
+        entry = cache.publish(kind, key, fields, source, secrets)
     except (CacheError, OSError) as exc:
         run.say(f"cache: could not publish the {kind} {key[:12]} to {cache.location} ({exc}); the run goes on")
         return
     faults.point("cache-published")
-    run.say(f"cache: published the {kind} {key[:12]} ({format_size(entry.size)}) to {cache.location}")
+    run.say(f"cache: published the {kind} {key[:12]} ({format_size(entry.size)}) to {cache.location}"
+            f"{publish_note(run, secrets)}")
 
 
 def _clear_partial_fetches(folder: str) -> None:

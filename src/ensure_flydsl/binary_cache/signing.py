@@ -1,0 +1,281 @@
+"""Signed cache entries (as Nix signs a narinfo): who wrote a manifest, checked offline against trusted keys.
+
+A signature covers the manifest's exact bytes (every field: the key fields, the blob's sha256 and size,
+every member's hash) and names its key.  Signatures live beside the manifest, one object per key and per
+version of the manifest::
+
+    <cache>/entries/<kind>/<key>.sig/<sha256 of the manifest's bytes>/<key name>.sig   "NAME:BASE64\\n"
+
+- ed25519 is deterministic: one key signing one manifest always writes the same bytes, so two signers at
+  once (two publishers, or ``cache sign`` beside a publish) write the same object, each atomically (the
+  store's put), and never need a lock.  Each version of a manifest has its own folder: a publish that
+  replaces the manifest cannot leave it beside another version's signature by the same key.
+- A publisher writes its signatures before its manifest: a reader never sees an honest entry unsigned.
+- ``cache sign`` adds a signature to an existing entry without touching the manifest (no rebuild).
+- A reader lists the entry's ``.sig`` folder once, reads at most :data:`MAX_SIGNATURES` objects of the
+  manifest's version, each of at most :data:`SIGNATURE_MAX` bytes through the store's read (an empty one,
+  which a FIFO also looks like, is not opened), and trusts the entry when one of them verifies under a
+  trusted key of its name.  What it refuses it names in one line: unsigned, signed by keys it does not
+  trust, or changed after signing (signatures for another version, or one that does not verify).
+
+The cryptography package (the ``signing`` extra) is imported on the first use of a key, never otherwise.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import hashlib
+import importlib
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from ensure_flydsl.binary_cache.manifest import CacheEntry, check_name
+from ensure_flydsl.binary_cache.store import CacheError, Store, StoredFile
+from ensure_flydsl.signing_keys import (
+    KEY_NAME,
+    LIBRARY_HINT,
+    SECRET_BYTES,
+    SIGNATURE_BYTES,
+    KeyProblem,
+    PublicKey,
+    SecretKey,
+    parse_public,
+    split_line,
+)
+
+SIGNATURE_MAX = 512  # "NAME:" (at most 65 bytes) and 88 base64 characters: anything larger is not a signature
+MAX_SIGNATURES = 64  # per version of a manifest: more is a store flooded on purpose
+
+
+class MissingLibrary(CacheError):
+    """A key is in use and the cryptography package cannot be imported."""
+
+
+def _ed25519() -> Any:
+    try:
+        return importlib.import_module("cryptography.hazmat.primitives.asymmetric.ed25519")
+    except ImportError as exc:
+        raise MissingLibrary(f"signed cache entries need the cryptography package, which cannot be imported "
+                             f"({exc}): {LIBRARY_HINT}") from None
+
+
+# -- keys and signatures ----------------------------------------------------------------------------------
+
+def generate(name: str) -> Tuple[str, str]:
+    """A new key pair: the secret file's line and the public file's line (each without a newline)."""
+    if not KEY_NAME.match(name):
+        raise KeyProblem(f"{name!r} is not a key name: letters, digits, '.', '_' and '-', at most 64")
+    ed = _ed25519()
+    private = ed.Ed25519PrivateKey.generate()
+    raw = importlib.import_module("cryptography.hazmat.primitives.serialization")
+    seed = private.private_bytes(raw.Encoding.Raw, raw.PrivateFormat.Raw, raw.NoEncryption())
+    public = private.public_key().public_bytes(raw.Encoding.Raw, raw.PublicFormat.Raw)
+    return (f"{name}:{base64.b64encode(seed + public).decode()}", PublicKey(name, public).line())
+
+
+def check_secret(secret: SecretKey) -> None:
+    """The secret key's public half is the one its file records (a file pieced together wrongly is refused)."""
+    raw = importlib.import_module("cryptography.hazmat.primitives.serialization")
+    private = _ed25519().Ed25519PrivateKey.from_private_bytes(secret.seed)
+    if private.public_key().public_bytes(raw.Encoding.Raw, raw.PublicFormat.Raw) != secret.public:
+        raise KeyProblem(f"the secret key {secret.name}'s two halves do not belong together "
+                         f"(its {SECRET_BYTES} bytes are the seed and then the public key)")
+
+
+def public_of(secret: SecretKey) -> PublicKey:
+    return PublicKey(secret.name, secret.public)
+
+
+def sign(secret: SecretKey, manifest: bytes) -> bytes:
+    """The signature object's bytes: ``NAME:BASE64\\n`` of the ed25519 signature of the manifest's bytes."""
+    signature = _ed25519().Ed25519PrivateKey.from_private_bytes(secret.seed).sign(manifest)
+    return f"{secret.name}:{base64.b64encode(signature).decode()}\n".encode()
+
+
+def parse_signature(data: bytes) -> Tuple[str, bytes]:
+    """A signature object's key name and signature; ValueError (one line) for anything else."""
+    if len(data) > SIGNATURE_MAX:
+        raise ValueError(f"larger than {SIGNATURE_MAX} bytes")
+    try:
+        text = data.decode("ascii")
+    except UnicodeDecodeError:
+        raise ValueError("not ASCII text") from None
+    if text.count("\n") > 1 or (text.count("\n") == 1 and not text.endswith("\n")):
+        raise ValueError("not one line")
+    try:
+        name, signature = split_line(text, "the signature")
+    except KeyProblem as exc:
+        raise ValueError(str(exc)) from None
+    if len(signature) != SIGNATURE_BYTES:
+        raise ValueError(f"its signature holds {len(signature)} bytes, an ed25519 signature {SIGNATURE_BYTES}")
+    return name, signature
+
+
+def verify(public: PublicKey, manifest: bytes, signature: bytes) -> bool:
+    """Whether ``signature`` is ``public``'s signature of exactly these bytes."""
+    ed = _ed25519()
+    exceptions = importlib.import_module("cryptography.exceptions")
+    try:
+        ed.Ed25519PublicKey.from_public_bytes(public.key).verify(signature, manifest)
+    except exceptions.InvalidSignature:
+        return False
+    return True
+
+
+def trusted_keys(lines: Sequence[str]) -> List[PublicKey]:
+    """The settings' trusted keys (normalised ``NAME:BASE64`` lines, checked when the settings were read)."""
+    return [parse_public(line, "a trusted key") for line in lines]
+
+
+# -- where signatures live --------------------------------------------------------------------------------
+
+def manifest_sha(manifest: bytes) -> str:
+    return hashlib.sha256(manifest).hexdigest()
+
+
+def signatures_dir(kind: str, key: str) -> str:
+    check_name(kind, key)
+    return f"entries/{kind}/{key}.sig"
+
+
+def signature_path(kind: str, key: str, manifest: bytes, name: str) -> str:
+    if not KEY_NAME.match(name):
+        raise ValueError(f"{name!r} is not a key name")
+    return f"{signatures_dir(kind, key)}/{manifest_sha(manifest)}/{name}.sig"
+
+
+@dataclasses.dataclass(frozen=True)
+class Found:
+    """A signature object of an entry: for which version of its manifest, by which key name."""
+
+    version: str  # sha256 of the manifest's bytes it claims to sign
+    name: str  # the key name its object is named after
+    stored: StoredFile
+
+
+def found_signatures(store: Store, kind: str, key: str) -> List[Found]:
+    """Every signature object of one entry, from one listing of its ``.sig`` folder (not read yet)."""
+    top = signatures_dir(kind, key) + "/"
+    found: List[Found] = []
+    for stored in store.list_files(signatures_dir(kind, key)):
+        version, _, leaf = stored.path[len(top):].partition("/") if stored.path.startswith(top) else ("", "", "")
+        name = leaf[:-len(".sig")] if leaf.endswith(".sig") else ""
+        if len(version) == 64 and KEY_NAME.match(name):
+            found.append(Found(version, name, stored))
+    return sorted(found, key=lambda f: (f.version, f.name))
+
+
+def stale_signatures(store: Store, current: Mapping[Tuple[str, str], str], before: float) -> List[StoredFile]:
+    """Signature objects older than ``before`` (a time) that sign no manifest the cache holds now:
+    ``current`` maps (kind, key) to the sha256 of its manifest's bytes.  Younger ones may be a publisher's
+    that has not written its manifest yet."""
+    stale: List[StoredFile] = []
+    for stored in store.list_files("entries"):
+        parts = stored.path.split("/")
+        if len(parts) != 5 or not parts[2].endswith(".sig") or not parts[4].endswith(".sig"):
+            continue
+        kind, key, version = parts[1], parts[2][:-len(".sig")], parts[3]
+        old = stored.mtime is not None and stored.mtime < before
+        if old and current.get((kind, key)) != version:
+            stale.append(stored)
+    return stale
+
+
+def read_signature(store: Store, found: Found) -> Tuple[str, bytes]:
+    """One signature object, read through the store with a bound; ValueError when it is not one."""
+    if found.stored.size <= 0:
+        raise ValueError("empty (or not a regular file)")
+    if found.stored.size > SIGNATURE_MAX:
+        raise ValueError(f"larger than {SIGNATURE_MAX} bytes")
+    try:
+        with store.open_read(found.stored.path) as handle:
+            data = handle.read(SIGNATURE_MAX + 1)
+    except FileNotFoundError:
+        raise ValueError("removed while being read") from None
+    except OSError as exc:
+        raise ValueError(f"cannot be read: {exc.strerror or exc}") from None
+    name, signature = parse_signature(data)
+    if name != found.name:
+        raise ValueError(f"it is named after {found.name} but names the key {name}")
+    return name, signature
+
+
+def write_signature(store: Store, kind: str, key: str, manifest: bytes, secret: SecretKey) -> str:
+    """Sign the manifest's bytes and store the signature beside it (atomically); its path."""
+    rel = signature_path(kind, key, manifest, secret.name)
+    store.put_bytes(rel, sign(secret, manifest))
+    return rel
+
+
+# -- the verdict on one entry ------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    """What the signatures of one manifest say: who signed it, which of them verify under a trusted key."""
+
+    trusted_by: Tuple[str, ...]  # names whose signature verifies under a trusted key of that name
+    signers: Tuple[str, ...]  # names with a signature object for this version of the manifest
+    problem: str  # why it is not trusted ("" when trusted_by is not empty), completing "the ... entry for X"
+
+    @property
+    def trusted(self) -> bool:
+        return bool(self.trusted_by)
+
+
+def judge(manifest: bytes, signatures: Mapping[str, bytes], trusted: Sequence[PublicKey],
+          other_versions: Sequence[str] = ()) -> Verdict:
+    """The verdict on a manifest's exact bytes, given its signatures (key name: signature) and the trusted
+    keys; ``other_versions``: names that signed other versions of the manifest (it changed since)."""
+    by_name: Dict[str, List[PublicKey]] = {}
+    for public in trusted:
+        by_name.setdefault(public.name, []).append(public)
+    good = tuple(sorted(name for name, signature in signatures.items()
+                        if any(verify(public, manifest, signature) for public in by_name.get(name, ()))))
+    signers = tuple(sorted(signatures))
+    if good:
+        return Verdict(good, signers, "")
+    bad = [name for name in signers if name in by_name]
+    if bad:
+        return Verdict((), signers, f"was changed after {_names(bad)} signed it: the signature does not match "
+                       "its manifest's bytes")
+    if signers:
+        return Verdict((), signers, f"is signed by {_names(signers)}, which {'is' if len(signers) == 1 else 'are'} "
+                       f"not trusted (trusted: {_names(sorted(by_name))})")
+    if other_versions:
+        return Verdict((), (), f"was changed after {_names(sorted(set(other_versions)))} signed it: no signature "
+                       "covers its manifest's bytes")
+    return Verdict((), (), "is not signed")
+
+
+def _names(names: Sequence[str]) -> str:
+    return ", ".join(names)
+
+
+def signatures_of(store: Store, entry: CacheEntry, found: Sequence[Found], prefer: Sequence[str] = (),
+                  problems: Optional[List[str]] = None) -> Tuple[Dict[str, bytes], List[str]]:
+    """The readable signatures of this version of the entry's manifest (name: signature), and the names
+    that signed other versions.  Those named in ``prefer`` (the trusted keys' names) are read first, so a
+    flood of other objects cannot hide them.  Unreadable objects are skipped, each noted in ``problems``."""
+    version = manifest_sha(entry.manifest)
+    mine = sorted((f for f in found if f.version == version), key=lambda f: (f.name not in prefer, f.name))
+    others = sorted({f.name for f in found if f.version != version})
+    signatures: Dict[str, bytes] = {}
+    for item in mine[:MAX_SIGNATURES]:
+        try:
+            name, signature = read_signature(store, item)
+        except ValueError as exc:
+            if problems is not None:
+                problems.append(f"ignored the signature {item.stored.path}: {exc}")
+            continue
+        signatures[name] = signature
+    if len(mine) > MAX_SIGNATURES and problems is not None:
+        problems.append(f"read only {MAX_SIGNATURES} of the {len(mine)} signatures of {entry.kind}/{entry.key[:12]}")
+    return signatures, others
+
+
+def check_entry(store: Store, entry: CacheEntry, trusted: Sequence[PublicKey],
+                problems: Optional[List[str]] = None) -> Verdict:
+    """The verdict on an entry as the store holds it now (CacheError when the store cannot be read)."""
+    found = found_signatures(store, entry.kind, entry.key)
+    signatures, others = signatures_of(store, entry, found, [public.name for public in trusted], problems)
+    return judge(entry.manifest, signatures, trusted, others)

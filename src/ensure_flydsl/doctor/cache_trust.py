@@ -1,0 +1,30 @@
+"""The doctor's look at the binary cache's trust: a cache that hosts share installs, into each of them, what
+anybody who can write to it put there, unless FLYDSL_CACHE_TRUSTED_KEYS names whose signatures count.
+A warning, never blocking: many caches are one host's own folder."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from ensure_flydsl.doctor.check import OK, WRONG, Check
+from ensure_flydsl.settings import Settings
+
+
+def check_cache_trust(settings: Settings) -> Optional[Check]:
+    """None without a cache; else ok (trusted keys are set) or a non-blocking warning."""
+    if settings.cache is None:
+        return None
+    trusted = settings.label("cache_trusted_keys")
+    if settings.cache_trusted_keys:
+        names = ", ".join(line.partition(":")[0] for line in settings.cache_trusted_keys)
+        signing = ("; this host signs what it publishes" if settings.cache_signing_key else
+                   f"; this host publishes unsigned ({settings.label('cache_signing_key')} is not set), and hosts "
+                   "that check signatures will not install what it publishes")
+        return Check("cache-trust", OK, f"cache entries are installed only when signed by {names}{signing}", "",
+                     False, "settings")
+    return Check("cache-trust", WRONG,
+                 f"{trusted} is not set: if other hosts or users can write to {settings.cache}, this host installs "
+                 "whatever they put there (the hashes only prove the blob matches its manifest, not who wrote it)",
+                 "sign on the host that builds (FLYDSL_CACHE_SIGNING_KEY, from `ensure-flydsl cache keygen`) and set "
+                 f"{trusted} to its .pub file on every host; ignore this if the cache is this host's alone",
+                 False, "settings")

@@ -1,0 +1,28 @@
+"""Real ed25519 key pairs and real manifests for the signed-cache tests."""
+
+from __future__ import annotations
+
+from typing import Tuple
+
+from ensure_flydsl.binary_cache.archive import Member
+from ensure_flydsl.binary_cache.manifest import CacheEntry, manifest_bytes
+from ensure_flydsl.binary_cache.signing import generate
+from ensure_flydsl.cli.cache_signing import keygen as _keygen
+from tests.helpers.cache_entries import FIELDS, KEY
+
+# A secret key's line (never used to sign anything): for refusals that must not copy it anywhere.
+SECRET_LINE = generate("k1")[0]
+
+
+def keygen(folder: str, name: str) -> Tuple[str, str]:
+    """``cache keygen --out FOLDER NAME``'s files: (secret path, public path)."""
+    return _keygen(folder, name)
+
+
+def entry_manifest() -> bytes:
+    """The bytes of a tree manifest as publish writes them: key fields, blob hash, members with hashes."""
+    members = (Member("flydsl", "dir", 0o755), Member("flydsl/__init__.py", "file", 0o644, 24, "ab" * 32),
+               Member("flydsl/_mlir/libFly.so", "symlink", 0o777, 0, None, "libFly.so.1"))
+    entry = CacheEntry(kind="tree", key=KEY, blob="cd" * 32, size=123456, created=1764547200.25, fields=FIELDS,
+                       files=1, members=members, host="ci-host", tool="ensure-flydsl 1.0")
+    return manifest_bytes(entry)

@@ -1,0 +1,344 @@
+"""Signed cache entries end to end: real ed25519 keys from `cache keygen`, hosts (roots) sharing a real cache
+folder or a real S3 server (moto), the fixture FlyDSL repository, and the build counters
+(FIXTURE_COUNTER_DIR) that show what each host built.  A fleet that trusts keys installs only entries one
+of them signed; everything else is reported in one line and built around, never installed or deleted."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+import subprocess
+import sys
+from typing import Dict, Iterator, List, Tuple
+
+import pytest
+
+from tests.helpers.flydsl_fixture import FixtureRepo
+from tests.helpers.s3_server import S3Server
+from tests.helpers.scenario import assert_one_tree
+from tests.helpers.workspace import Workspace
+
+PROJECT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def host(tmp_path: "os.PathLike[str]", repo: FixtureRepo, name: str, cache: str, **env: str) -> Workspace:
+    ws = Workspace(os.path.join(str(tmp_path), name, "base"), repo)
+    ws.env["FLYDSL_CACHE"] = cache
+    ws.env.update(env)
+    return ws
+
+
+def result(ws: Workspace, *args: str, **env: str) -> Dict[str, object]:
+    out = ws.run("--json", *args, **env)
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert isinstance(data, dict)
+    # The lines the run said (its JSON events' texts), one per line.
+    events = [json.loads(line) for line in out.stderr.splitlines() if line.startswith("{")]
+    data["_stderr"] = "\n".join(str(e["text"]) for e in events if e.get("event") == "message")
+    data["_raw"] = out.stdout + out.stderr
+    return data
+
+
+@pytest.fixture
+def keys(tmp_path: "os.PathLike[str]") -> Dict[str, Tuple[str, str]]:
+    """name: (secret file, public file), each pair made by `ensure-flydsl cache keygen`."""
+    folder = os.path.join(str(tmp_path), "keys")
+    made = {}
+    for name in ("k1", "k2"):
+        out = subprocess.run([sys.executable, "-m", "ensure_flydsl", "cache", "keygen", "--out", folder, name],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, check=False)
+        assert out.returncode == 0, out.stderr
+        made[name] = (os.path.join(folder, f"{name}.secret"), os.path.join(folder, f"{name}.pub"))
+    return made
+
+
+@pytest.fixture
+def cache(tmp_path: "os.PathLike[str]") -> str:
+    return os.path.join(str(tmp_path), "shared-cache")
+
+
+def manifests(cache: str, kind: str) -> List[str]:
+    return glob.glob(os.path.join(cache, "entries", kind, "*.json"))
+
+
+def signature_files(cache: str) -> List[str]:
+    return sorted(glob.glob(os.path.join(cache, "entries", "*", "*.sig", "*", "*.sig")))
+
+
+def test_an_honest_signers_entries_are_fetched_and_no_key_leaks(tmp_path: "os.PathLike[str]",
+                                                                fixture_repo: FixtureRepo, cache: str,
+                                                                keys: Dict[str, Tuple[str, str]]) -> None:
+    ci = host(tmp_path, fixture_repo, "ci", cache, FLYDSL_CACHE_SIGNING_KEY=keys["k1"][0])
+    built = result(ci)
+    assert built["how"] == "built"
+    assert f"cache: published the tree {os.path.basename(manifests(cache, 'tree')[0])[:12]}" in str(built["_stderr"])
+    assert str(built["_stderr"]).count(", signed by k1") == 2  # the tree and the MLIR install
+    assert len(signature_files(cache)) == 2
+    fleet = host(tmp_path, fixture_repo, "fleet", cache, FLYDSL_CACHE_TRUSTED_KEYS=keys["k1"][1])
+    fetched = result(fleet)
+    assert fetched["how"] == "cached" and fleet.count("build") == 0 and fleet.count("llvm") == 0
+    commit = fixture_repo.commits["dev"]
+    assert (f"cache: the cache's tree entry for {commit[:8]} is signed by k1, which FLYDSL_CACHE_TRUSTED_KEYS "
+            "trusts") in str(fetched["_stderr"])
+    assert_one_tree(fleet)
+    # The secret appears nowhere the tool writes: logs, markers, the JSON twin, the JSON results, the cache.
+    secret_text = open(keys["k1"][0]).read()
+    secret = secret_text.strip().partition(":")[2]
+    written = [ci.log, ci.env_json, ci.env_file, fleet.log, fleet.env_json]
+    written += glob.glob(os.path.join(cache, "**", "*"), recursive=True)
+    for path in written:
+        if os.path.isfile(path) and not path.endswith(".tar.gz"):
+            text = open(path, errors="replace").read()
+            assert secret not in text and secret[:24] not in text and secret_text not in text, path
+    for data in (built, fetched):
+        assert secret[:24] not in str(data["_raw"])
+
+
+def _edit_the_tree_manifest(cache: str) -> None:
+    """An attacker with write access changes the signed manifest (another host name: it still parses)."""
+    path = manifests(cache, "tree")[0]
+    data = open(path, "rb").read()
+    edited = data.replace(b'"host":"', b'"host":"x', 1)
+    assert edited != data
+    with open(path, "wb") as handle:
+        handle.write(edited)
+
+
+@pytest.mark.parametrize("case", ["unsigned", "foreign", "edited"])
+def test_entries_no_trusted_key_signed_are_refused_and_built_around(tmp_path: "os.PathLike[str]",
+                                                                    fixture_repo: FixtureRepo, cache: str,
+                                                                    keys: Dict[str, Tuple[str, str]],
+                                                                    case: str) -> None:
+    signer = {"unsigned": {}, "foreign": {"FLYDSL_CACHE_SIGNING_KEY": keys["k2"][0]},
+              "edited": {"FLYDSL_CACHE_SIGNING_KEY": keys["k1"][0]}}[case]
+    a = host(tmp_path, fixture_repo, "a", cache, **signer)
+    result(a)
+    if case == "edited":
+        _edit_the_tree_manifest(cache)
+    blobs = sorted(glob.glob(os.path.join(cache, "blobs", "*")))
+    signatures = {path: open(path, "rb").read() for path in signature_files(cache)}
+    # Host b trusts k1 and signs its own builds with it.
+    b = host(tmp_path, fixture_repo, "b", cache, FLYDSL_CACHE_TRUSTED_KEYS=keys["k1"][1],
+             FLYDSL_CACHE_SIGNING_KEY=keys["k1"][0])
+    data = result(b)
+    stderr = str(data["_stderr"])
+    commit = fixture_repo.commits["dev"][:8]
+    why = {"unsigned": "is not signed",
+           "foreign": "is signed by k2, which is not trusted (trusted: k1)",
+           "edited": "was changed after k1 signed it: no signature covers its manifest's bytes"}[case]
+    line = f"cache: the cache's tree entry for {commit} {why}; not installed, building instead"
+    assert line in stderr.splitlines()
+    assert data["how"] == "built" and b.count("build") == 1
+    # The MLIR entry: refused as well, unless only the tree's manifest was edited.
+    assert b.count("llvm") == (0 if case == "edited" else 1)
+    assert ("cache: fetching the tree" in stderr) is False
+    assert_one_tree(b)
+    # Nothing of the refused entries was deleted: their blobs and signatures are all still there.
+    assert set(blobs) <= set(glob.glob(os.path.join(cache, "blobs", "*")))
+    assert all(open(path, "rb").read() == body for path, body in signatures.items())
+    # b published its own build signed by k1, so a third host that trusts k1 fetches it.
+    assert ", signed by k1" in stderr
+    c = host(tmp_path, fixture_repo, "c", cache, FLYDSL_CACHE_TRUSTED_KEYS=keys["k1"][1])
+    assert result(c)["how"] == "cached" and c.count("build") == 0 and c.count("llvm") == 0
+
+
+def test_trusted_keys_without_a_signing_key_publish_unsigned_and_say_so(tmp_path: "os.PathLike[str]",
+                                                                         fixture_repo: FixtureRepo, cache: str,
+                                                                         keys: Dict[str, Tuple[str, str]]) -> None:
+    a = host(tmp_path, fixture_repo, "a", cache, FLYDSL_CACHE_TRUSTED_KEYS=keys["k1"][1])
+    stderr = str(result(a)["_stderr"])
+    assert ("unsigned: FLYDSL_CACHE_TRUSTED_KEYS is set but FLYDSL_CACHE_SIGNING_KEY is not, so hosts that check "
+            "signatures will not install it") in stderr
+    assert signature_files(cache) == []
+    b = host(tmp_path, fixture_repo, "b", cache, FLYDSL_CACHE_TRUSTED_KEYS=keys["k1"][1])
+    assert result(b)["how"] == "built" and b.count("build") == 1  # as announced
+    plain = host(tmp_path, fixture_repo, "plain", cache)  # without trusted keys: behaviour as before
+    assert result(plain)["how"] == "cached" and plain.count("build") == 0
+
+
+def test_rotation_old_key_then_resigned_by_the_new(tmp_path: "os.PathLike[str]", fixture_repo: FixtureRepo,
+                                                  cache: str, keys: Dict[str, Tuple[str, str]]) -> None:
+    old, new = keys["k1"], keys["k2"]
+    ci = host(tmp_path, fixture_repo, "ci", cache, FLYDSL_CACHE_SIGNING_KEY=old[0])
+    result(ci)
+    both = f"{old[1]} {new[1]}"
+    during = host(tmp_path, fixture_repo, "during", cache, FLYDSL_CACHE_TRUSTED_KEYS=both)
+    assert result(during)["how"] == "cached" and during.count("build") == 0  # signed by the old key: fetched
+    manifest_bytes = {path: open(path, "rb").read() for path in manifests(cache, "tree") + manifests(cache, "mlir")}
+    signed = ci.run("cache", "sign", "--key", new[0], FLYDSL_CACHE_TRUSTED_KEYS=both)
+    assert signed.returncode == 0, signed.stderr
+    assert "2 signed with k2, 0 already signed by it, 0 skipped" in signed.stdout
+    again = ci.run("cache", "sign", "--key", new[0], FLYDSL_CACHE_TRUSTED_KEYS=both)
+    assert "0 signed with k2, 2 already signed by it" in again.stdout
+    assert {path: open(path, "rb").read() for path in manifest_bytes} == manifest_bytes  # manifests untouched
+    listed = ci.run("cache", "list", FLYDSL_CACHE_TRUSTED_KEYS=new[1])
+    assert listed.returncode == 0, listed.stderr
+    rows = [line for line in listed.stdout.splitlines() if line.startswith(("tree", "mlir"))]
+    assert len(rows) == 2 and all(row.endswith("signed by k1 (not trusted), k2 (trusted)") for row in rows)
+    as_json = [json.loads(line) for line in ci.run("cache", "list", "--json").stdout.splitlines()]
+    assert all(e["signers"] == [{"name": "k1", "trusted": None, "verifies": None},
+                                {"name": "k2", "trusted": None, "verifies": None}] for e in as_json)
+    after = host(tmp_path, fixture_repo, "after", cache, FLYDSL_CACHE_TRUSTED_KEYS=new[1])  # k1 retired
+    data = result(after)
+    assert data["how"] == "cached" and after.count("build") == 0 and after.count("llvm") == 0
+    assert "is signed by k2, which FLYDSL_CACHE_TRUSTED_KEYS trusts" in str(data["_stderr"])
+
+
+def test_cache_sign_with_trusted_keys_signs_only_what_they_vouch_for(tmp_path: "os.PathLike[str]",
+                                                                      fixture_repo: FixtureRepo, cache: str,
+                                                                      keys: Dict[str, Tuple[str, str]]) -> None:
+    """A planted (unsigned) entry is not laundered by a re-signing pass; naming an entry by its key prefix."""
+    a = host(tmp_path, fixture_repo, "a", cache)
+    result(a)
+    key = os.path.basename(manifests(cache, "tree")[0])[:12]
+    out = a.run("cache", "sign", "--key", keys["k2"][0], key, FLYDSL_CACHE_TRUSTED_KEYS=keys["k1"][1])
+    assert out.returncode == 0, out.stderr
+    assert f"skipped tree {key}: it is not signed; only entries a trusted key signed are signed" in out.stdout
+    assert signature_files(cache) == []
+    out = a.run("cache", "sign", "--key", keys["k2"][0], key)
+    assert "no trusted keys are set" in out.stdout and f"signed tree {key} with k2" in out.stdout
+    assert len(signature_files(cache)) == 1
+    os.chmod(keys["k2"][1], 0o644)
+    public_key = a.run("cache", "sign", "--key", keys["k2"][1])
+    assert public_key.returncode == 64 and public_key.stderr.count("\n") == 1
+    assert "cache sign --key=" in public_key.stderr and "may be read by others" in public_key.stderr
+    bad = a.run("cache", "sign", "--key", keys["k2"][0], "ffffffffffff")
+    assert bad.returncode == 64 and "names no single entry" in bad.stderr and bad.stderr.count("\n") == 1
+
+
+def test_keygen_refuses_to_overwrite_and_keys_are_checked(tmp_path: "os.PathLike[str]",
+                                                          keys: Dict[str, Tuple[str, str]], ws: Workspace) -> None:
+    secret, public = keys["k1"]
+    assert os.stat(secret).st_mode & 0o777 == 0o600
+    body = open(secret).read()
+    out = ws.run("cache", "keygen", "--out", os.path.dirname(secret), "k1")
+    assert out.returncode == 64 and "exists; it is never replaced" in out.stderr
+    assert open(secret).read() == body
+    bad = ws.run("cache", "keygen", "--out", str(tmp_path), "-bad")
+    assert bad.returncode == 64 and bad.stderr.count("\n") == 1
+    os.chmod(secret, 0o640)
+    refused = ws.run("ensure", FLYDSL_CACHE_SIGNING_KEY=secret)
+    assert refused.returncode == 64
+    assert refused.stderr.startswith(f"ensure-flydsl: FLYDSL_CACHE_SIGNING_KEY={secret!r} is not allowed")
+    assert "may be read by others (mode 640)" in refused.stderr and refused.stderr.count("\n") == 1
+    assert ws.marker()["exit_code"] == 64
+    assert body.strip().partition(":")[2][:24] not in json.dumps(ws.marker())
+    flag = ws.run("ensure", "--cache-trusted-key", public, "--cache-trusted-key", "k9:AAAA")
+    assert flag.returncode == 64 and flag.stderr.startswith("ensure-flydsl: --cache-trusted-key=")
+    assert "(k9) holds 3 bytes; an ed25519 public key has 32" in flag.stderr
+
+
+# -- S3 (moto's server) ---------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def s3() -> Iterator[S3Server]:
+    server = S3Server().start()
+    server.make_bucket("signed-cache")
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def test_signed_entries_in_s3(tmp_path: "os.PathLike[str]", fixture_repo: FixtureRepo, s3: S3Server,
+                              keys: Dict[str, Tuple[str, str]]) -> None:
+    url = f"s3://signed-cache/{os.path.basename(str(tmp_path))}"
+    ci = host(tmp_path, fixture_repo, "ci", url, FLYDSL_CACHE_SIGNING_KEY=keys["k1"][0], **s3.env())
+    assert str(result(ci)["_stderr"]).count(", signed by k1") == 2
+    fleet = host(tmp_path, fixture_repo, "fleet", url, FLYDSL_CACHE_TRUSTED_KEYS=keys["k1"][1], **s3.env())
+    assert result(fleet)["how"] == "cached" and fleet.count("build") == 0 and fleet.count("llvm") == 0
+    # An edited manifest in the bucket: refused by a host that trusts k1, which builds the tree (the MLIR
+    # entry is intact) and publishes it signed by k1.
+    client = s3.client()
+    prefix = url.split("/", 3)[3]
+    listed = client.list_objects_v2(Bucket="signed-cache", Prefix=f"{prefix}/entries/tree/")["Contents"]
+    name = next(o["Key"] for o in listed if o["Key"].endswith(".json"))
+    body = client.get_object(Bucket="signed-cache", Key=name)["Body"].read()
+    client.put_object(Bucket="signed-cache", Key=name, Body=body.replace(b'"host":"', b'"host":"x', 1))
+    commit = fixture_repo.commits["dev"][:8]
+    late = host(tmp_path, fixture_repo, "late", url, FLYDSL_CACHE_TRUSTED_KEYS=keys["k1"][1],
+                FLYDSL_CACHE_SIGNING_KEY=keys["k1"][0], **s3.env())
+    data = result(late)
+    assert f"cache: the cache's tree entry for {commit} was changed after k1 signed it" in str(data["_stderr"])
+    assert data["how"] == "built" and late.count("build") == 1 and late.count("llvm") == 0
+    listed_out = late.run("cache", "list", FLYDSL_CACHE_TRUSTED_KEYS=keys["k1"][1])
+    rows = [line for line in listed_out.stdout.splitlines() if line.startswith(("tree", "mlir"))]
+    assert len(rows) == 2 and all(row.endswith("signed by k1 (trusted)") for row in rows), listed_out.stdout
+    # A host that trusts only k2 refuses both entries.
+    other = host(tmp_path, fixture_repo, "other", url, FLYDSL_CACHE_TRUSTED_KEYS=keys["k2"][1], **s3.env())
+    data = result(other)
+    assert (f"cache: the cache's tree entry for {commit} is signed by k1, which is not trusted (trusted: k2); "
+            "not installed, building instead") in str(data["_stderr"])
+    assert data["how"] == "built" and other.count("build") == 1 and other.count("llvm") == 1
+
+
+# -- the optional library ------------------------------------------------------------------------------------
+
+@pytest.mark.index
+def test_without_the_signing_extra_a_key_is_bad_input_naming_the_remedy(tmp_path: "os.PathLike[str]",
+                                                                         keys: Dict[str, Tuple[str, str]]) -> None:
+    """A venv with the tool and its dependencies only (`pip install ensure-flydsl`): no cryptography."""
+    venv = os.path.join(str(tmp_path), "venv")
+    subprocess.run([sys.executable, "-m", "venv", venv], check=True)
+    python = os.path.join(venv, "bin", "python")
+    out = subprocess.run([python, "-m", "pip", "install", "-q", "--disable-pip-version-check", PROJECT],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False, cwd=str(tmp_path))
+    assert out.returncode == 0, out.stdout[-3000:]
+    lacks = subprocess.run([python, "-c", "import cryptography"], stderr=subprocess.PIPE, check=False)
+    assert lacks.returncode == 1  # the tool's own install did not bring it
+    tool = os.path.join(venv, "bin", "ensure-flydsl")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLYDSL_")}
+    env["FLYDSL_ROOT"] = os.path.join(str(tmp_path), "base", "FlyDSL")
+    for name, value in (("FLYDSL_CACHE_TRUSTED_KEYS", keys["k1"][1]), ("FLYDSL_CACHE_SIGNING_KEY", keys["k1"][0])):
+        run = subprocess.run([tool, "env"], env={**env, name: value}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, check=False, cwd=str(tmp_path))
+        assert run.returncode == 64, run.stderr
+        assert run.stderr.startswith(f"ensure-flydsl: {name}=") and run.stderr.count("\n") == 1
+        assert "pip install 'ensure-flydsl[signing]'" in run.stderr
+    keygen = subprocess.run([tool, "cache", "keygen", "--out", str(tmp_path), "k3"], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, check=False, cwd=str(tmp_path))
+    assert keygen.returncode == 64 and "pip install 'ensure-flydsl[signing]'" in keygen.stderr
+    assert not os.path.exists(os.path.join(str(tmp_path), "k3.secret"))
+    plain = subprocess.run([tool, "env"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           check=False, cwd=str(tmp_path))
+    assert plain.returncode != 64 and "Traceback" not in plain.stderr  # no key: the library is not needed
+
+
+def _imported(ws: Workspace, **env: str) -> List[str]:
+    out = subprocess.run([sys.executable, "-X", "importtime", "-m", "ensure_flydsl", "--json"], env={**ws.env, **env},
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, check=False)
+    assert out.returncode == 0 and json.loads(out.stdout)["action"] == "warm", out.stderr[-2000:]
+    return [line.rsplit("|", 1)[-1].strip() for line in out.stderr.splitlines() if line.startswith("import time:")]
+
+
+def test_the_warm_call_imports_no_signing_code(ws: Workspace, keys: Dict[str, Tuple[str, str]]) -> None:
+    """Without a key the warm call imports nothing of signing; with keys it reads them (exit 64 stays
+    possible) but imports neither the cryptography package nor the cache."""
+    assert ws.run().returncode == 0
+    plain = _imported(ws)
+    assert not [m for m in plain if "signing" in m or m in ("base64", "binascii")]
+    keyed = _imported(ws, FLYDSL_CACHE_TRUSTED_KEYS=keys["k1"][1], FLYDSL_CACHE_SIGNING_KEY=keys["k1"][0])
+    assert "ensure_flydsl.signing_keys" in keyed
+    assert not [m for m in keyed if m.startswith(("cryptography", "ensure_flydsl.binary_cache"))]
+
+
+def test_the_doctor_warns_about_a_cache_without_trusted_keys(ws: Workspace, cache: str,
+                                                             keys: Dict[str, Tuple[str, str]]) -> None:
+    out = ws.run("doctor", "--json", FLYDSL_CACHE=cache)
+    data = json.loads(out.stdout)
+    trust = next(c for c in data["checks"] if c["name"] == "cache-trust")
+    assert trust["status"] == "wrong" and trust["blocking"] is False  # a warning: the verdict does not change
+    assert trust["detail"].startswith(f"FLYDSL_CACHE_TRUSTED_KEYS is not set: if other hosts or users can write to "
+                                      f"{cache}, this host installs whatever they put there")
+    text = ws.run("doctor", FLYDSL_CACHE=cache)
+    assert re.search(r"\[wrong\] +cache-trust +FLYDSL_CACHE_TRUSTED_KEYS is not set", text.stdout)
+    assert "remedy: sign on the host that builds" in text.stdout
+    assert text.returncode == out.returncode
+    trusted = json.loads(ws.run("doctor", "--json", FLYDSL_CACHE=cache, FLYDSL_CACHE_TRUSTED_KEYS=keys["k1"][1]).stdout)
+    trust = next(c for c in trusted["checks"] if c["name"] == "cache-trust")
+    assert trust["status"] == "ok" and "signed by k1; this host publishes unsigned" in trust["detail"]
+    without = json.loads(ws.run("doctor", "--json").stdout)
+    assert not [c for c in without["checks"] if c["name"] == "cache-trust"]  # no cache, no check
