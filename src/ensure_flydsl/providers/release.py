@@ -148,6 +148,15 @@ class ReleaseProvider(Provider):
         settings = run.settings
         files = tracked_sources(settings.root, commit, settings.repo, settings.git_mirrors)
         found = check_provenance(wheel, os.path.join(settings.root, SOURCES), files)
+        if found.foreign and not (found.differ or found.missing):
+            raise NotThePin(
+                ExitCode.ARTIFACT,
+                f"the index's flydsl {self.version} wheel holds {len(found.foreign)} files a FlyDSL wheel must "
+                f"not hold, e.g. {found.foreign[0]}",
+                stage="release",
+                hint="other top-level names, .pth files, site customisation, bytecode or modules that shadow the "
+                "pin's sources would run code the pin does not have; use FLYDSL_STRATEGY=source to build the pin",
+            )
         if not found.proven:
             raise NotThePin(
                 ExitCode.ARTIFACT,
