@@ -104,6 +104,26 @@ def _pip_failed(exc: CommandFailed, interpreter: Interpreter, version: str, doin
     )
 
 
+def disk_full(output: str, folder: str, version: str) -> Optional[EnsureError]:
+    """The error for a download pip gave up because the file system of ``folder`` is full (ENOSPC, which
+    pip reports as a traceback ending in ``[Errno 28] No space left on device``); None for any other."""
+    if "[Errno 28]" not in output and "No space left on device" not in output:
+        return None
+    import shutil
+
+    try:
+        free = f" ({shutil.disk_usage(folder).free // (1 << 20)} MiB free)"
+    except OSError:
+        free = ""
+    return EnsureError(
+        ExitCode.ARTIFACT,
+        f"the flydsl=={version} wheel could not be downloaded into {folder}: no space left on the device{free}",
+        stage="release",
+        hint=f"free space on the file system of {folder} (a FlyDSL wheel is about 75 MB, its install about "
+        "270 MB), or set FLYDSL_ROOT to a folder on a roomier one",
+    )
+
+
 class WheelDownload:
     """``pip download`` of ``flydsl==version`` for ``interpreter`` into ``folder`` (a new folder), running in
     the background from the start: a release run starts it as soon as the remote's refs name the pin's
@@ -131,6 +151,11 @@ class WheelDownload:
             _stop(proc)
             raise
         if proc.returncode != 0:
+            full = disk_full(output, self.folder, self.version)
+            if full is not None:
+                for line in output.splitlines():
+                    sink(line)
+                raise full
             raise _pip_failed(CommandFailed(self.cmd, proc.returncode, output), self.interpreter, self.version,
                               "downloaded", sink) from None
         for line in output.splitlines():
