@@ -84,7 +84,7 @@ def site_stats(site_dirs: Sequence[str]) -> List[List[object]]:
         try:
             mtime: Optional[int] = os.stat(folder).st_mtime_ns
             names = sorted(os.listdir(folder))
-        except OSError:
+        except (OSError, ValueError):  # ValueError: a NUL in the name
             stats.append([folder, None])
             continue
         hooks: Dict[str, Optional[str]] = {}

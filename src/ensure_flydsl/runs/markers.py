@@ -13,7 +13,8 @@ import shlex
 from typing import Dict, List, Mapping, Optional, Sequence
 
 from ensure_flydsl import layout
-from ensure_flydsl.support import faults
+from ensure_flydsl.result import How
+from ensure_flydsl.support import faults, fields
 from ensure_flydsl.support.files import atomic_write, atomic_write_json, file_path_problem, read_json, remove_file
 from ensure_flydsl.version import __version__
 
@@ -80,6 +81,9 @@ def render_env_sh(root: str, prepend: Sequence[str], shim_dir: Optional[str], vl
     return "\n".join(lines) + "\n"
 
 
+_HOWS = {how.value for how in How}
+
+
 @dataclasses.dataclass(frozen=True)
 class EnvTwin:
     """``flydsl_env.json``: what the env file exports, the request it answers, the tree and interpreter it
@@ -114,19 +118,32 @@ class EnvTwin:
 
     @classmethod
     def from_json(cls, data: object) -> Optional["EnvTwin"]:
-        """The twin, or None for a file that is not one (torn, foreign, an older tool's)."""
+        """The twin, or None for a file that is not one (torn, foreign, an older tool's), field by field."""
         if not isinstance(data, dict) or not isinstance(data.get("request"), dict):
             return None
-        lists = ("watch", "site_dirs", "pythonpath_prepend")
-        if not all(isinstance(data.get(k), list) and all(isinstance(v, str) for v in data[k]) for k in lists):
+        how = fields.text(data.get("how"))
+        required = {
+            "how": how if how in _HOWS else None,
+            "tree": fields.path(data.get("tree")),
+            "version": fields.text(data.get("version")),
+            "python": fields.path(data.get("python")),
+            "python_version": fields.text(data.get("python_version")),
+            "abi": fields.text(data.get("abi")),
+            "files": fields.text_map(data.get("files")),
+            "watch": fields.paths(data.get("watch")),
+            "site_dirs": fields.paths(data.get("site_dirs")),
+            "fingerprint": data.get("fingerprint") if isinstance(data.get("fingerprint"), dict) else None,
+            "FLYDSL_ROOT": fields.path(data.get("FLYDSL_ROOT", "")),
+            "pythonpath_prepend": fields.paths(data.get("pythonpath_prepend", [])),
+            "written_at": fields.text(data.get("written_at", "")),
+            "tool_version": fields.text(data.get("tool_version", "")),
+        }
+        if any(value is None for value in required.values()):
             return None
-        if not isinstance(data.get("fingerprint"), dict) or not isinstance(data.get("files"), dict):
+        optional = {name: data.get(name) for name in ("commit", "FLYDSL_SHIM_DIR", "VLLM_USE_FLYDSL_MOE")}
+        if any(value is not None and fields.path(value) is None for value in optional.values()):
             return None
-        known = {f.name for f in dataclasses.fields(cls)}
-        try:
-            return cls(**{k: v for k, v in data.items() if k in known})
-        except TypeError:
-            return None
+        return cls(request=dict(data["request"]), **required, **optional)  # type: ignore[arg-type]
 
     def answers(self, other: "EnvTwin") -> bool:
         return all(getattr(self, k) == getattr(other, k) for k in self.ANSWER_FIELDS)
