@@ -139,12 +139,16 @@ def recording(folder: str, record: str) -> Iterator[None]:
     before = listing(folder)
     known = read_record(record)
     theirs = frozenset(rel for rel, entry in before.items() if not known.owns(rel, entry))
-    write_record(record, MadeRecord({rel: e for rel, e in before.items() if rel not in theirs}, True, theirs))
+    # Best effort, both times (a full disk must fail the step with its own error): without the open record
+    # what the step makes is kept by clean, without the closed one it is known from the open one.
+    with contextlib.suppress(OSError):
+        write_record(record, MadeRecord({rel: e for rel, e in before.items() if rel not in theirs}, True, theirs))
     try:
         yield
     finally:
         after = listing(folder)
-        write_record(record, MadeRecord({rel: e for rel, e in after.items() if rel not in theirs}))
+        with contextlib.suppress(OSError):
+            write_record(record, MadeRecord({rel: e for rel, e in after.items() if rel not in theirs}))
 
 
 def sort_made(folder: str, record: str) -> Tuple[List[str], List[str]]:
