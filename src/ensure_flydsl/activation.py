@@ -44,10 +44,22 @@ def imported_elsewhere(result: Result) -> Optional[Tuple[str, str, str]]:
 
 
 def _file_of(name: str) -> Optional[str]:
-    """The file a module in sys.modules came from (None if not imported, or a namespace package: its path is
-    computed again from sys.path, so it follows the activation)."""
+    """The file a module in sys.modules came from; for a namespace package (a folder without
+    ``__init__.py``), the first folder of its path.  None if it is not imported.
+
+    A namespace package's path is computed again when sys.path changes, but only from the other namespace
+    portions: the tree's regular ``kernels`` package never joins it, so ``import kernels.moe_gemm_2stage``
+    after the activation would still look in the old folder and fail."""
     module = sys.modules.get(name)
-    file = getattr(module, "__file__", None) if module is not None else None
-    return file if isinstance(file, str) else None
+    if module is None:
+        return None
+    file = getattr(module, "__file__", None)
+    if isinstance(file, str):
+        return file
+    try:
+        portions = [str(entry) for entry in getattr(module, "__path__", None) or ()]
+    except Exception:  # a module's __path__ is its own business: anything it raises means "unknown"
+        return None
+    return portions[0] if portions else None
 
 

@@ -72,6 +72,11 @@ def build_dir(root: str) -> str:
     return os.path.join(root, BUILD_DIR)
 
 
+def build_made_record(root: str) -> str:
+    """What the build steps made in ``build-fly`` (``source/made.py``): ``clean`` removes only that."""
+    return os.path.join(root, STATE_DIR, "build-fly.made.json.gz")
+
+
 def packages_dir(root: str) -> str:
     """Where a build (or the release wheel, or the cache) puts the flydsl package."""
     return os.path.join(root, BUILD_DIR, PACKAGES_DIR)
@@ -127,3 +132,8 @@ def mlir_install(base_dir: str) -> str:
 
 def llvm_record(base_dir: str) -> str:
     return os.path.join(base_dir, LLVM_RECORD_NAME)
+
+
+def llvm_made_record(base_dir: str) -> str:
+    """What build_llvm.sh made in ``llvm-project`` (``source/made.py``): ``clean`` removes only that."""
+    return os.path.join(base_dir, ".llvm-project.ensure-flydsl.made.json.gz")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from typing import Callable, Dict, List, Mapping, Optional, Tuple
 
 from ensure_flydsl import layout
@@ -243,15 +244,36 @@ def check_path_clashes(settings: Settings) -> None:
                 if what:
                     clash = f"(its {what}) {clash}"
                 raise PathClash(settings.label(setting), getattr(settings, setting), clash, "a path of its own")
-    root = os.path.realpath(settings.root)
     for setting in ("fail_marker", "lock_file"):
         path = os.path.realpath(getattr(settings, setting))
-        if path == root or path.startswith(root.rstrip("/") + "/"):
-            raise PathClash(
-                settings.label(setting), getattr(settings, setting),
-                f"lies inside {text('root')} (the tool's tree: its files are tracked or the tool's own)",
-                "a path outside the root",
-            )
+        for folder, what, allowed in _own_folders(settings, text):
+            if _inside(path, os.path.realpath(folder)):
+                raise PathClash(settings.label(setting), getattr(settings, setting), f"lies inside {what}", allowed)
+
+
+def _inside(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
+def _own_folders(settings: Settings, text: Callable[..., str]) -> List[Tuple[str, str, str]]:
+    """(folder, what it is, what is allowed) of the folders whose files are the root's or the tool's own: a
+    marker or a lock in one would overwrite, or be deleted with, a file the tool reads back (ETA history, run
+    records, the cache's entries, the LLVM build and its records)."""
+    base = settings.base_dir
+    own = "a path outside the tool's own files"
+    folders = [
+        (settings.root, f"{text('root')} (the tool's tree: its files are tracked or the tool's own)",
+         "a path outside the root"),
+        (layout.base_state_dir(base), f"{layout.base_state_dir(base)}, the tool's own folder (ETA history, run "
+                                      "records)", own),
+        (layout.llvm_dir(base), f"{layout.llvm_dir(base)}, the tool's LLVM build", own),
+        (layout.llvm_record(base), f"{layout.llvm_record(base)}, the tool's record of its LLVM build", own),
+        (layout.llvm_made_record(base), f"{layout.llvm_made_record(base)}, the tool's record of its LLVM build",
+         own),
+    ]
+    if settings.cache is not None and not re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", settings.cache):
+        folders.append((settings.cache, f"{text('cache')} (the binary cache)", "a path outside the cache"))
+    return folders
 
 
 def load_settings(

@@ -133,3 +133,28 @@ def retagged_wheelhouse(wheelhouse: str, folder: str, cache_tag: str) -> str:
 
     rewrite_wheel(source, target, retag)
     return folder
+
+
+def extended_wheelhouse(wheelhouse: str, folder: str, extra: Dict[str, bytes]) -> str:
+    """``folder`` holding a copy of the real wheel with the files ``extra`` added (by their names in the zip),
+    its RECORD naming them with their hashes, as a wheel built that way would carry: it installs, and its
+    sources are still byte-identical to the v0.2.2 sources."""
+    os.makedirs(folder, exist_ok=True)
+    source = wheel_in(wheelhouse)
+    target = os.path.join(folder, os.path.basename(source))
+    rewrite_wheel(source, target, lambda name, data: data)
+    with zipfile.ZipFile(target) as old:
+        files = {info.filename: old.read(info) for info in old.infolist()}
+        infos = old.infolist()
+    record = next(n for n in files if n.endswith(".dist-info/RECORD"))
+    lines = files[record].decode().splitlines()
+    for name, data in extra.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        lines.insert(0, f"{name},sha256={digest},{len(data)}")
+    files[record] = ("\n".join(lines) + "\n").encode()
+    with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as new:
+        for info in infos:
+            new.writestr(info, files[info.filename])
+        for name, data in extra.items():
+            new.writestr(name, data)
+    return folder

@@ -155,12 +155,18 @@ class LlvmRecord:
 
     @classmethod
     def read(cls, base_dir: str) -> Optional["LlvmRecord"]:
-        data = read_json(llvm_record(base_dir))
-        if data is None or not isinstance(data.get("created"), bool):
+        return cls.from_json(read_json(llvm_record(base_dir)))
+
+    @classmethod
+    def from_json(cls, data: object) -> Optional["LlvmRecord"]:
+        """The record, or None for one that is not (``created`` a bool; the keys objects or null)."""
+        if not isinstance(data, dict) or not isinstance(data.get("created"), bool):
             return None
         started, done = data.get("started"), data.get("done")
-        return cls(data["created"] is True, started if isinstance(started, dict) else None,
-                   done if isinstance(done, dict) else None)
+        if any(key is not None and not isinstance(key, dict) for key in (started, done)):
+            return None
+        return cls(data["created"] is True, dict(started) if started is not None else None,
+                   dict(done) if done is not None else None)
 
     def write(self, base_dir: str) -> None:
         atomic_write_json(llvm_record(base_dir), self.to_json())

@@ -24,6 +24,7 @@ from typing import IO, Any, Callable, Dict, List, Mapping, Optional, Sequence, T
 from packaging.tags import platform_tags
 from packaging.version import InvalidVersion, Version
 
+from ensure_flydsl.build.wheel_shape import shape_problems
 from ensure_flydsl.errors import EnsureError, ExitCode
 from ensure_flydsl.probe.records import Interpreter
 from ensure_flydsl.support.processes import CommandFailed
@@ -103,6 +104,26 @@ def _pip_failed(exc: CommandFailed, interpreter: Interpreter, version: str, doin
     )
 
 
+def disk_full(output: str, folder: str, version: str) -> Optional[EnsureError]:
+    """The error for a download pip gave up because the file system of ``folder`` is full (ENOSPC, which
+    pip reports as a traceback ending in ``[Errno 28] No space left on device``); None for any other."""
+    if "[Errno 28]" not in output and "No space left on device" not in output:
+        return None
+    import shutil
+
+    try:
+        free = f" ({shutil.disk_usage(folder).free // (1 << 20)} MiB free)"
+    except OSError:
+        free = ""
+    return EnsureError(
+        ExitCode.ARTIFACT,
+        f"the flydsl=={version} wheel could not be downloaded into {folder}: no space left on the device{free}",
+        stage="release",
+        hint=f"free space on the file system of {folder} (a FlyDSL wheel is about 75 MB, its install about "
+        "270 MB), or set FLYDSL_ROOT to a folder on a roomier one",
+    )
+
+
 class WheelDownload:
     """``pip download`` of ``flydsl==version`` for ``interpreter`` into ``folder`` (a new folder), running in
     the background from the start: a release run starts it as soon as the remote's refs name the pin's
@@ -130,6 +151,11 @@ class WheelDownload:
             _stop(proc)
             raise
         if proc.returncode != 0:
+            full = disk_full(output, self.folder, self.version)
+            if full is not None:
+                for line in output.splitlines():
+                    sink(line)
+                raise full
             raise _pip_failed(CommandFailed(self.cmd, proc.returncode, output), self.interpreter, self.version,
                               "downloaded", sink) from None
         for line in output.splitlines():
@@ -242,15 +268,17 @@ def _scheme_path(path: str, data_dir: str, root: str) -> str:
 @dataclasses.dataclass(frozen=True)
 class Provenance:
     """How a wheel's package compares with the checkout's ``python/flydsl``: the relative paths compared,
-    those whose bytes differ, those the wheel lacks."""
+    those whose bytes differ, those the wheel lacks; and the wheel's files that a FlyDSL wheel must not hold
+    (``wheel_shape.py``), each as ``name (why)``."""
 
     compared: Tuple[str, ...]
     differ: Tuple[str, ...]
     missing: Tuple[str, ...]
+    foreign: Tuple[str, ...] = ()
 
     @property
     def proven(self) -> bool:
-        return bool(self.compared) and not self.differ and not self.missing
+        return bool(self.compared) and not self.differ and not self.missing and not self.foreign
 
     def summary(self) -> str:
         """``3 of 48 files differ, e.g. flydsl/__init__.py`` (and the missing ones), for the one line."""
@@ -262,18 +290,22 @@ class Provenance:
             parts.append(f"{len(self.differ)} of {total} files differ, e.g. flydsl/{self.differ[0]}")
         if self.missing:
             parts.append(f"{len(self.missing)} of {total} files are not in the wheel, e.g. flydsl/{self.missing[0]}")
+        if self.foreign:
+            parts.append(f"the wheel holds {len(self.foreign)} files a FlyDSL wheel must not, e.g. {self.foreign[0]}")
         return "; ".join(parts) if parts else f"all {total} files are byte-identical"
 
 
 def check_provenance(wheel: str, sources: str, files: Sequence[str]) -> Provenance:
     """Compare each of ``files`` (paths relative to ``sources``, the checkout's ``python/flydsl``) with
     ``flydsl/<path>`` in the wheel, read as the zip it is.  Files only in the wheel (the generated ``_mlir``,
-    dist-info) are not compared."""
+    dist-info) are not compared, but every name in it must fit a FlyDSL wheel's shape (``wheel_shape.py``)."""
     differ: List[str] = []
     missing: List[str] = []
     try:
         with zipfile.ZipFile(wheel) as archive:
-            members = {info.filename: info for info in archive.infolist() if not info.is_dir()}
+            infos = archive.infolist()
+            foreign = shape_problems([info.filename for info in infos], files)
+            members = {info.filename: info for info in infos if not info.is_dir()}
             for rel in files:
                 info = members.get("flydsl/" + rel)
                 if info is None:
@@ -285,7 +317,7 @@ def check_provenance(wheel: str, sources: str, files: Sequence[str]) -> Provenan
     except (zipfile.BadZipFile, OSError, ValueError) as exc:
         raise EnsureError(ExitCode.ARTIFACT, f"cannot read the wheel {wheel}: {exc}", stage="release",
                           hint="the download is damaged; run again, or use FLYDSL_STRATEGY=source") from None
-    return Provenance(tuple(files), tuple(differ), tuple(missing))
+    return Provenance(tuple(files), tuple(differ), tuple(missing), tuple(foreign))
 
 
 def _read_source(sources: str, rel: str) -> bytes:

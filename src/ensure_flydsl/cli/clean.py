@@ -14,12 +14,22 @@ from typing import List
 
 from ensure_flydsl.build.environment import LlvmRecord
 from ensure_flydsl.errors import EnsureError, ExitCode
-from ensure_flydsl.layout import build_dir, llvm_dir, llvm_record, owner_file, state_dir
+from ensure_flydsl.layout import (
+    BUILD_DIR,
+    build_dir,
+    build_made_record,
+    llvm_dir,
+    llvm_made_record,
+    llvm_record,
+    owner_file,
+    state_dir,
+)
 from ensure_flydsl.pipeline.lock import build_lock
 from ensure_flydsl.runs.markers import withdraw_env_file, withdraw_failure_marker
 from ensure_flydsl.runs.records import RunStore, sibling_roots
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.source.git import git
+from ensure_flydsl.source.made import remove_made, sort_made
 from ensure_flydsl.source.root import Stamps, is_build_output, is_ours, owner, remove_tree
 from ensure_flydsl.support.files import remove_file
 from ensure_flydsl.support.processes import CommandFailed
@@ -41,10 +51,13 @@ def clean(settings: Settings, reporter: Reporter) -> int:
             reporter.say(f"kept {llvm_folder}: the other roots in {settings.base_dir} build with it too "
                          f"({', '.join(sharing[:3])})")
         elif record is not None and record.created:
-            if os.path.lexists(llvm_folder):
-                remove_tree(llvm_folder)
-                removed.append(llvm_folder)
-            remove_file(llvm_record(settings.base_dir))
+            kept = _remove_made(llvm_folder, llvm_made_record(settings.base_dir), reporter)
+            if not kept:
+                if os.path.lexists(llvm_folder):
+                    removed.append(llvm_folder)
+                remove_file(llvm_record(settings.base_dir))
+            elif record.done is not None:
+                LlvmRecord(created=True).write(settings.base_dir)  # its MLIR is gone; the folder is still ours
         removed.extend(_clean_runs(settings))
         if is_ours(root):
             removed.extend(_clean_root(root, settings, reporter))
@@ -123,8 +136,8 @@ def _clean_root(root: str, settings: Settings, reporter: Reporter) -> List[str]:
     removed: List[str] = []
     build_folder = build_dir(root)
     if os.path.lexists(build_folder) and Stamps(root).started_key("build") is not None:
-        remove_tree(build_folder)
-        removed.append(build_folder)
+        if not _remove_made(build_folder, build_made_record(root), reporter):
+            removed.append(build_folder)
     if foreign and (info is not None and info.created_root):
         # The checkout stays (it holds somebody's files), and so does the record that the tool made it:
         # without it the next run would take the root for somebody else's folder and refuse it.
@@ -148,19 +161,36 @@ def _clean_root(root: str, settings: Settings, reporter: Reporter) -> List[str]:
     return removed
 
 
+def _remove_made(folder: str, record: str, reporter: Reporter) -> List[str]:
+    """What the build steps recorded making in ``folder`` goes; somebody else's files stay, named.  Return
+    those (empty when the folder is gone)."""
+    if os.path.islink(folder) or (os.path.lexists(folder) and not os.path.isdir(folder)):
+        reporter.say(f"kept {folder}: it is not the folder ensure-flydsl built in")
+        return [folder]
+    kept = remove_made(folder, record)
+    if kept:
+        shown = ", ".join(kept[:10]) + (f" and {len(kept) - 10} more" if len(kept) > 10 else "")
+        reporter.say(f"kept {len(kept)} files or folders in {folder} that ensure-flydsl did not create: {shown}; "
+                     f"removed what its builds made there")
+    return kept
+
+
 def _foreign_files(root: str, settings: Settings) -> List[str]:
     """Files in the root that the tool did not put there: changed tracked files, and untracked files
     whether the checkout's .gitignore matches them or not (FlyDSL's ignores *.diff, *.log, tmp/: exactly
-    what people and agents write into the tree)."""
+    what people and agents write into the tree); in ``build-fly/``, what its build steps did not make."""
+    build_folder = build_dir(root)
+    inside = [] if not os.path.isdir(build_folder) or os.path.islink(build_folder) else \
+        [BUILD_DIR + "/" + rel for rel in sort_made(build_folder, build_made_record(root))[1]]
     if not os.path.isdir(os.path.join(root, ".git")):
-        return [e for e in sorted(os.listdir(root)) if not _is_ours(root, e)]
+        return [e for e in sorted(os.listdir(root)) if not _is_ours(root, e)] + inside
     try:
         out = git(root, "status", "--porcelain=v1", "-z", "--untracked-files=normal", "--ignored=matching",
                   repo=settings.repo, mirrors=settings.git_mirrors)
     except CommandFailed:
         return ["(git status failed: nothing can be proven to be the tool's)"]
     paths = [entry[3:] for entry in out.split("\0") if len(entry) > 3]
-    return [p for p in paths if not _is_ours(root, p)]
+    return [p for p in paths if not _is_ours(root, p)] + inside
 
 
 def _is_ours(root: str, path: str) -> bool:

@@ -133,7 +133,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             if args.command in ("ensure", "start"):
                 _report_bad_input(exc, _flags(args), environ)
             raise
-        code = _HANDLERS[args.command](args, settings, reporter, environ)
+        try:
+            code = _HANDLERS[args.command](args, settings, reporter, environ)
+        except (PermissionError, OSError) as exc:  # another user's files, a read-only mount: one line
+            from ensure_flydsl.cli.access import access_error
+
+            refused = access_error(exc, args.command) if not isinstance(exc, BrokenPipeError) else None
+            if refused is None:
+                raise
+            raise refused from None
         sys.stdout.flush()  # here, where a reader that went away is handled, not at exit
         return code
     except BrokenPipeError:

@@ -47,12 +47,13 @@ def check_root_location(settings: Settings) -> RootState:
     return state
 
 
-def preflight(settings: Settings, environ: Mapping[str, str]) -> Interpreter:
-    """Everything that can refuse the request, checked before any file is written."""
+def preflight(settings: Settings, environ: Mapping[str, str], *, writes: bool = True) -> Interpreter:
+    """Everything that can refuse the request, checked before any file is written.  With ``writes`` False
+    (``--verify``: a good tree is verified without the lock), whether the lock and the marker can be
+    written is left to :func:`check_writable`, called before the run takes the lock."""
     check_root_location(settings)
-    for name in ("lock_file", "fail_marker"):
-        path = getattr(settings, name)
-        _check_creatable(settings.label(name), path, os.path.dirname(path))
+    if writes:
+        check_writable(settings)
     problem = check_lock_path(settings.lock_file)
     if problem:
         raise BadInput(settings.label("lock_file"), settings.lock_file, f"a lock file path; {problem}")
@@ -79,6 +80,13 @@ def preflight(settings: Settings, environ: Mapping[str, str]) -> Interpreter:
     except EnsureError as exc:
         allowed = f"a Python interpreter that runs; {exc.reason}"
         raise BadInput(settings.label("python"), settings.python, allowed) from None
+
+
+def check_writable(settings: Settings) -> None:
+    """The lock and the failure marker can be created by this user (a run that provisions writes both)."""
+    for name in ("lock_file", "fail_marker"):
+        path = getattr(settings, name)
+        _check_creatable(settings.label(name), path, os.path.dirname(path))
 
 
 def _probe_or_broke(run: Run, prefix: List[str]) -> Union[Probe, ProbeBroke]:

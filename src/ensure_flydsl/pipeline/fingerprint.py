@@ -9,7 +9,9 @@ may answer without probing.  The fingerprint covers:
 - the tree: every file under the watched folders (the package folders of the imported modules, the root's
   ``build-fly/python_packages``), as relative path, size, mtime and mode; ``__pycache__`` is left out
   because the workflow's own imports write into it;
-- the interpreter's site folders (their mtime changes when a package is installed or removed);
+- the interpreter's site folders (their mtime changes when a package is installed or removed), with the
+  text of their ``.pth`` files and site customisation modules (edited in place, they change no mtime of
+  the folder), and the folders the probe found ``sitecustomize``/``usercustomize`` in;
 - the caller's PYTHONPATH and the variables that change how Python finds modules (PYTHONPATH without the
   tree's own folders: the env file puts them first, once, so a caller that already has them, e.g. after
   ``activate()`` or sourcing the env file, gets the very same imports);
@@ -24,11 +26,12 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from typing import Dict, List, Mapping, Optional, Sequence
 
 from ensure_flydsl.runs.markers import without_folders
 
-FINGERPRINT_VERSION = 2
+FINGERPRINT_VERSION = 3
 PYTHON_ENV = ("PYTHONPATH", "PYTHONHOME", "PYTHONNOUSERSITE", "PYTHONPLATLIBDIR", "PYTHONSAFEPATH", "PYTHONUSERBASE")
 
 
@@ -69,14 +72,45 @@ def folder_listing(folder: str) -> Optional[List[List[object]]]:
     return listing
 
 
+SITE_HOOKS = ("sitecustomize.py", "usercustomize.py", "sitecustomize", "usercustomize")
+
+
 def site_stats(site_dirs: Sequence[str]) -> List[List[object]]:
+    """Each site folder's mtime (a package installed or removed), and the text of what ``site`` runs from it:
+    its ``.pth`` files and ``sitecustomize``/``usercustomize`` modules (or packages).  ``setup.py develop``
+    and ``conda develop`` rewrite a ``.pth`` in place, which a folder's mtime does not show."""
     stats: List[List[object]] = []
     for folder in site_dirs:
         try:
-            stats.append([folder, os.stat(folder).st_mtime_ns])
-        except OSError:
+            mtime: Optional[int] = os.stat(folder).st_mtime_ns
+            names = sorted(os.listdir(folder))
+        except (OSError, ValueError):  # ValueError: a NUL in the name
             stats.append([folder, None])
+            continue
+        hooks: Dict[str, Optional[str]] = {}
+        for name in names:
+            if name.endswith(".pth") or name in SITE_HOOKS:
+                path = os.path.join(folder, name)
+                hooks[name] = regular_text(os.path.join(path, "__init__.py") if "." not in name else path)
+        stats.append([folder, mtime, hooks])
     return stats
+
+
+def regular_text(path: str) -> Optional[str]:
+    """The text of ``path`` if it is a regular file (a FIFO planted as a ``.pth`` must not hang the call)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        with os.fdopen(fd, encoding="utf-8", errors="replace", closefd=False) as handle:
+            return handle.read()
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 def file_text(path: str) -> Optional[str]:

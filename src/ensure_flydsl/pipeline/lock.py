@@ -20,6 +20,7 @@ from typing import Callable, Dict, Iterator, Optional
 import filelock
 
 from ensure_flydsl.errors import EnsureError, ExitCode
+from ensure_flydsl.support import fields
 from ensure_flydsl.support.files import atomic_write_json, file_path_problem, read_json, remove_file
 
 WAIT_REPORT_INTERVAL_S = 30.0
@@ -41,14 +42,19 @@ class LockHolder:
 
     @classmethod
     def read(cls, lock_file: str) -> Optional["LockHolder"]:
-        data = read_json(holder_path(lock_file))
-        if data is None:
+        return cls.from_json(read_json(holder_path(lock_file)))
+
+    @classmethod
+    def from_json(cls, data: object) -> Optional["LockHolder"]:
+        """The holder, or None for a record that is not one (its pid a positive integer); the other fields
+        are for a message: one of the wrong type reads as unknown."""
+        if not isinstance(data, dict):
             return None
-        pid, when = data.get("pid"), data.get("started_ts")
-        if not isinstance(pid, int):
+        pid = fields.integer(data.get("pid"))
+        if pid is None or pid <= 0:
             return None
-        return cls(pid, str(data.get("host") or "?"), str(data.get("started") or "?"),
-                   float(when) if isinstance(when, (int, float)) else 0.0, str(data.get("run_id") or ""))
+        return cls(pid, fields.text(data.get("host")) or "?", fields.text(data.get("started")) or "?",
+                   fields.number(data.get("started_ts")) or 0.0, fields.text(data.get("run_id")) or "")
 
 
 def describe_holder(holder: Optional[LockHolder]) -> str:

@@ -86,7 +86,8 @@ def publish(run: Run, decision: Decision, action: Action) -> Result:
         claim_root(settings.root, created=True, adopted=False)
     package_folders = {name: package_folder(name, path) for name, path in decision.verdict.files.items()}
     watch = watch_folders(settings.root, decision.verdict.files, package_folders)
-    site_dirs = list(interp.site_dirs)
+    # What site reads at start-up: the site folders, where the site hooks came from, the standard library.
+    site_dirs = [d for d in dict.fromkeys([*interp.site_dirs, *interp.hook_dirs, interp.stdlib]) if d]
     twin = markers.EnvTwin(
         request=settings.request(), how=decision.how, tree=decision.tree, version=str(decision.probe.version),
         python=interp.executable, python_version=interp.version, abi=interp.abi, commit=decision.commit,

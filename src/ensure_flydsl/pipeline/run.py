@@ -10,7 +10,7 @@ import contextlib
 import shutil
 
 from ensure_flydsl.errors import BadInput, EnsureError, ExitCode
-from ensure_flydsl.pipeline.decide import decide, preflight
+from ensure_flydsl.pipeline.decide import check_writable, decide, preflight
 from ensure_flydsl.pipeline.lock import build_lock
 from ensure_flydsl.pipeline.provision import provision
 from ensure_flydsl.pipeline.publish import publish, record_failure, withdraw_if_untrue, withdraw_stale_markers
@@ -51,7 +51,8 @@ def ensure_run(run: Run) -> Result:
 def _ensure(run: Run) -> Result:
     settings = run.settings
     with run.step("probe"):
-        run.interpreter = preflight(settings, run.environ)
+        # --verify of a good tree writes nothing and takes no lock (as `verify`): its paths are checked below.
+        run.interpreter = preflight(settings, run.environ, writes=not settings.verify)
         withdraw_stale_markers(settings, run.say)
         sharing = roots_sharing_marker(settings)
         if sharing:
@@ -68,6 +69,8 @@ def _ensure(run: Run) -> Result:
         )
     if shutil.which("git", path=run.environ.get("PATH")) is None:
         raise BadInput("PATH", run.environ.get("PATH", ""), "a PATH with git on it (needed to fetch the pin)")
+    if settings.verify:
+        check_writable(settings)
     run.track()
     with contextlib.ExitStack() as held:
         with run.step("lock"):

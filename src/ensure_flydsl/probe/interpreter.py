@@ -65,6 +65,12 @@ try:
     site_dirs.append(site.getusersitepackages())
 except Exception:
     pass
+hook_dirs = []
+for hook in ("sitecustomize", "usercustomize"):  # imported by site at start-up, from anywhere on the path
+    hook_file = getattr(sys.modules.get(hook), "__file__", None)
+    if isinstance(hook_file, str):
+        hook_dir = os.path.dirname(os.path.abspath(hook_file))
+        hook_dirs.append(os.path.dirname(hook_dir) if os.path.basename(hook_file).startswith("__init__.") else hook_dir)
 info = {
     "executable": sys.executable,
     "version": "%d.%d.%d" % sys.version_info[:3],
@@ -75,6 +81,7 @@ info = {
     "prefix": sys.prefix,
     "base_prefix": getattr(sys, "base_prefix", sys.prefix),
     "site_dirs": site_dirs,
+    "hook_dirs": hook_dirs,
     "stdlib": sysconfig.get_paths().get("stdlib", ""),
     "include": sysconfig.get_paths().get("include", ""),
 }

@@ -20,6 +20,7 @@ class Interpreter:
     site_dirs: Tuple[str, ...]
     stdlib: str
     include: str
+    hook_dirs: Tuple[str, ...] = ()  # the folders ``sitecustomize``/``usercustomize`` came from at start-up
 
     @property
     def abi(self) -> str:
@@ -40,6 +41,7 @@ class Interpreter:
             site_dirs=tuple(str(d) for d in _as_list(data.get("site_dirs"))),
             stdlib=str(data.get("stdlib") or ""),
             include=str(data.get("include") or ""),
+            hook_dirs=tuple(str(d) for d in _as_list(data.get("hook_dirs"))),
         )
 
 

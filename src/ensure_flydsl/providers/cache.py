@@ -16,13 +16,14 @@ from typing import Dict, Mapping, Optional
 
 from ensure_flydsl.binary_cache.entries import Cache, CacheCorrupt, CacheError, cache_key, format_size, open_cache
 from ensure_flydsl.build.environment import file_sha256, pin_llvm_inputs
-from ensure_flydsl.layout import base_state_dir, packages_dir
+from ensure_flydsl.layout import base_state_dir, build_made_record, packages_dir
 from ensure_flydsl.providers.base import Provider
 from ensure_flydsl.providers.tree import prepare_build_dir, verify_tree
 from ensure_flydsl.providers.trust import entry_trusted, publish_note, signers
 from ensure_flydsl.result import How
 from ensure_flydsl.runs.context import Decision, Run
 from ensure_flydsl.runs.records import CACHE_PLAN
+from ensure_flydsl.source.made import recording
 from ensure_flydsl.source.root import remove_tree
 from ensure_flydsl.support import faults
 
@@ -113,7 +114,8 @@ def tree_from_cache(run: Run, cache: Cache, commit: str) -> Optional[Decision]:
     run.say(f"cache: fetching the tree {key[:12]} ({format_size(entry.size)}, {entry.files} files, "
             f"built on {entry.host or 'another host'})")
     try:
-        cache.fetch(entry, packages)
+        with recording(build_dir, build_made_record(run.settings.root)):  # clean removes only what it made
+            cache.fetch(entry, packages)
     except CacheCorrupt as exc:
         run.say(f"cache: the entry {key[:12]} is corrupt and was not installed ({exc.reason}); building instead")
         return None

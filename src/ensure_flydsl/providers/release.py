@@ -23,7 +23,7 @@ from ensure_flydsl.build.wheels import (
     static_version,
 )
 from ensure_flydsl.errors import EnsureError, ExitCode
-from ensure_flydsl.layout import packages_dir, wheel_download_dir
+from ensure_flydsl.layout import build_made_record, packages_dir, wheel_download_dir
 from ensure_flydsl.probe.gate import TREE_PACKAGES
 from ensure_flydsl.probe.records import Probe
 from ensure_flydsl.providers.base import Provider
@@ -33,6 +33,7 @@ from ensure_flydsl.runs.context import Decision, Run
 from ensure_flydsl.runs.records import RELEASE_PLAN
 from ensure_flydsl.setting_values import GitMirrors
 from ensure_flydsl.source import git as gitsource
+from ensure_flydsl.source.made import recording
 from ensure_flydsl.source.root import remove_tree
 from ensure_flydsl.support import faults
 
@@ -104,6 +105,12 @@ class ReleaseProvider(Provider):
         stamps.begin("build", key)
         run.worked()
         os.makedirs(build_dir, exist_ok=True)
+        with recording(build_dir, build_made_record(root)):  # clean removes only what it made
+            self._download_and_install(run, commit, build_dir, packages)
+        stamps.finish("build", key)
+
+    def _download_and_install(self, run: Run, commit: str, build_dir: str, packages: str) -> None:
+        root, version = run.settings.root, self.version
         download = os.path.join(build_dir, _DOWNLOAD)
         staging = os.path.join(build_dir, ".python_packages.installing")
         remove_tree(download)  # leftovers of an interrupted run of ours
@@ -129,7 +136,6 @@ class ReleaseProvider(Provider):
         )
         remove_tree(packages)
         os.rename(staging, packages)
-        stamps.finish("build", key)
 
     def _download(self, run: Run, folder: str) -> str:
         """The wheel's path: from the download the run started beside the fetch, or downloaded now."""
@@ -148,6 +154,15 @@ class ReleaseProvider(Provider):
         settings = run.settings
         files = tracked_sources(settings.root, commit, settings.repo, settings.git_mirrors)
         found = check_provenance(wheel, os.path.join(settings.root, SOURCES), files)
+        if found.foreign and not (found.differ or found.missing):
+            raise NotThePin(
+                ExitCode.ARTIFACT,
+                f"the index's flydsl {self.version} wheel holds {len(found.foreign)} files a FlyDSL wheel must "
+                f"not hold, e.g. {found.foreign[0]}",
+                stage="release",
+                hint="other top-level names, .pth files, site customisation, bytecode or modules that shadow the "
+                "pin's sources would run code the pin does not have; use FLYDSL_STRATEGY=source to build the pin",
+            )
         if not found.proven:
             raise NotThePin(
                 ExitCode.ARTIFACT,

@@ -28,7 +28,15 @@ from ensure_flydsl.build.rocm_sdk import choose_rocm
 from ensure_flydsl.build.toolchain import ProvidedTools, provide_build_tools
 from ensure_flydsl.doctor.diagnose import run_checks, stop_if_blocked
 from ensure_flydsl.errors import EnsureError, ExitCode
-from ensure_flydsl.layout import build_dir, llvm_dir, mlir_install, packages_dir, tools_dir
+from ensure_flydsl.layout import (
+    build_dir,
+    build_made_record,
+    llvm_dir,
+    llvm_made_record,
+    mlir_install,
+    packages_dir,
+    tools_dir,
+)
 from ensure_flydsl.providers.base import Provider
 from ensure_flydsl.providers.cache import (
     llvm_label,
@@ -46,6 +54,7 @@ from ensure_flydsl.result import How
 from ensure_flydsl.runs.context import Decision, Run
 from ensure_flydsl.runs.records import SOURCE_PLAN
 from ensure_flydsl.source import git as gitsource
+from ensure_flydsl.source.made import recording
 from ensure_flydsl.source.needs import build_tools, find_needs, tool_minimums
 from ensure_flydsl.support import faults
 
@@ -231,8 +240,9 @@ def build_mlir(run: Run, env: Dict[str, str], jobs: int, cache: Optional[Cache])
     run.say(f"building LLVM/MLIR {inputs.describe()} with {jobs} jobs (the long step)")
     run.worked()
     env = {**env, **llvm_step_settings(settings.base_dir)}
-    run_script(root, "build_llvm.sh", jobs, env, run.build_line, on_start=run.build_started,
-               code=ExitCode.LLVM_BUILD, stage="llvm", what="the LLVM/MLIR build")
+    with recording(llvm_folder, llvm_made_record(settings.base_dir)):  # clean removes only what it made
+        run_script(root, "build_llvm.sh", jobs, env, run.build_line, on_start=run.build_started,
+                   code=ExitCode.LLVM_BUILD, stage="llvm", what="the LLVM/MLIR build")
     if not is_mlir_install(install):
         raise EnsureError(ExitCode.LLVM_BUILD, f"build_llvm.sh finished but {install} holds no lib/cmake/mlir",
                           stage="llvm")
@@ -259,12 +269,13 @@ def build_flydsl(run: Run, commit: str, mlir_identity: Dict[str, object], env: D
     if stamps.done("build", key) and os.path.isdir(packages):
         run.say("FlyDSL is already built for this commit and interpreter")
         return False
-    prepare_build_dir(run, key)
+    folder = prepare_build_dir(run, key)
     stamps.begin("build", key)
     run.say(f"building FlyDSL {commit[:12]} for {run.interpreter.executable} with {jobs} jobs")
     run.worked()
-    run_script(root, "build.sh", jobs, env, run.build_line, on_start=run.build_started,
-               code=ExitCode.FLYDSL_BUILD, stage="build", what="the FlyDSL build")
+    with recording(folder, build_made_record(root)):  # clean removes only what it made
+        run_script(root, "build.sh", jobs, env, run.build_line, on_start=run.build_started,
+                   code=ExitCode.FLYDSL_BUILD, stage="build", what="the FlyDSL build")
     if not os.path.isdir(os.path.join(packages, "flydsl")):
         raise EnsureError(ExitCode.FLYDSL_BUILD, f"build.sh finished but {packages}/flydsl does not exist",
                           stage="build")

@@ -12,7 +12,8 @@ import os
 import shlex
 from typing import Dict, List, Mapping, Optional, Sequence
 
-from ensure_flydsl.support import faults
+from ensure_flydsl.result import How
+from ensure_flydsl.support import faults, fields
 from ensure_flydsl.support.files import atomic_write, atomic_write_json, file_path_problem, read_json, remove_file
 from ensure_flydsl.version import __version__
 
@@ -79,6 +80,9 @@ def render_env_sh(root: str, prepend: Sequence[str], shim_dir: Optional[str], vl
     return "\n".join(lines) + "\n"
 
 
+_HOWS = {how.value for how in How}
+
+
 @dataclasses.dataclass(frozen=True)
 class EnvTwin:
     """``flydsl_env.json``: what the env file exports, the request it answers, the tree and interpreter it
@@ -121,26 +125,40 @@ class EnvTwin:
 
     @classmethod
     def from_json(cls, data: object) -> Optional["EnvTwin"]:
-        """The twin, or None for a file that is not one (torn, foreign, an older tool's)."""
+        """The twin, or None for a file that is not one (torn, foreign, an older tool's), field by field."""
         if not isinstance(data, dict) or not isinstance(data.get("request"), dict):
             return None
-        lists = ("watch", "site_dirs", "pythonpath_prepend")
-        if not all(isinstance(data.get(k), list) and all(isinstance(v, str) for v in data[k]) for k in lists):
+        how = fields.text(data.get("how"))
+        required = {
+            "how": how if how in _HOWS else None,
+            "tree": fields.path(data.get("tree")),
+            "version": fields.text(data.get("version")),
+            "python": fields.path(data.get("python")),
+            "python_version": fields.text(data.get("python_version")),
+            "abi": fields.text(data.get("abi")),
+            "files": fields.text_map(data.get("files")),
+            "watch": fields.paths(data.get("watch")),
+            "site_dirs": fields.paths(data.get("site_dirs")),
+            "fingerprint": data.get("fingerprint") if isinstance(data.get("fingerprint"), dict) else None,
+            "FLYDSL_ROOT": fields.path(data.get("FLYDSL_ROOT", "")),
+            "pythonpath_prepend": fields.paths(data.get("pythonpath_prepend", [])),
+            "written_at": fields.text(data.get("written_at", "")),
+            "tool_version": fields.text(data.get("tool_version", "")),
+        }
+        if any(value is None for value in required.values()):
             return None
-        if not isinstance(data.get("fingerprint"), dict) or not isinstance(data.get("files"), dict):
+        optional = {name: data.get(name) for name in ("commit", "FLYDSL_SHIM_DIR", "VLLM_USE_FLYDSL_MOE")}
+        if any(value is not None and fields.path(value) is None for value in optional.values()):
             return None
-        known = {f.name for f in dataclasses.fields(cls)}
-        fields = {k: v for k, v in data.items() if k in known}
         # The fields later versions added: a wrong type reads as not recorded.
-        for name, kinds in (("pin", (str,)), ("repo", (str,)), ("run_id", (str,)), ("built", (bool,)),
-                            ("elapsed_s", (int, float))):
-            if name in fields and (not isinstance(fields[name], kinds) or isinstance(fields[name], bool)
-                                   and bool not in kinds):
-                del fields[name]
-        try:
-            return cls(**fields)
-        except TypeError:
-            return None
+        later = {
+            "pin": fields.text(data.get("pin")),
+            "repo": fields.text(data.get("repo")),
+            "run_id": fields.text(data.get("run_id")) or "",
+            "built": data.get("built") is True,
+            "elapsed_s": fields.number(data.get("elapsed_s")),
+        }
+        return cls(request=dict(data["request"]), **required, **optional, **later)  # type: ignore[arg-type]
 
     def answers(self, other: "EnvTwin") -> bool:
         return all(getattr(self, k) == getattr(other, k) for k in self.ANSWER_FIELDS)

@@ -19,12 +19,14 @@ from __future__ import annotations
 import dataclasses
 import fcntl
 import os
+import re
 import statistics
 import time
 import uuid
-from typing import Dict, List, Mapping, Optional
+from typing import Callable, Dict, List, Mapping, Optional
 
 from ensure_flydsl.layout import base_state_dir, history_file, runs_dir
+from ensure_flydsl.support import fields
 from ensure_flydsl.support.files import atomic_write, atomic_write_json, read_json
 
 RUNNING, SUCCEEDED, FAILED = "running", "succeeded", "failed"
@@ -66,11 +68,17 @@ class Failure:
 
     @classmethod
     def from_json(cls, data: object) -> Optional["Failure"]:
-        if not isinstance(data, dict) or not isinstance(data.get("exit_code"), int):
+        """The failure (of a run record, or a failure marker), or None when it is not one: the exit code an
+        exit status the tool gives (1 to 255), the stage a string or null, the reason a string."""
+        if not isinstance(data, dict):
             return None
-        stage, hint = data.get("stage"), data.get("hint")
-        return cls(str(stage) if stage is not None else None, int(data["exit_code"]), str(data.get("reason", "")),
-                   hint if isinstance(hint, str) else "")
+        code, stage, reason = fields.integer(data.get("exit_code")), data.get("stage"), data.get("reason", "")
+        if code is None or not 0 < code < 256 or not isinstance(reason, str):
+            return None
+        if stage is not None and not isinstance(stage, str):
+            return None
+        hint = data.get("hint")
+        return cls(stage, code, reason, hint if isinstance(hint, str) else "")
 
 
 @dataclasses.dataclass
@@ -114,18 +122,50 @@ class RunRecord:
 
     @classmethod
     def from_json(cls, data: object) -> Optional["RunRecord"]:
-        """The record, or None for a file that is not one (torn, foreign, or from another version)."""
-        if not isinstance(data, dict) or not isinstance(data.get("run_id"), str):
+        """The record, or None for a file that is not one (torn, foreign, or from another version), field by
+        field: a wrong type anywhere refuses the whole record."""
+        if not isinstance(data, dict):
             return None
-        if not isinstance(data.get("request"), dict):
+        run_id, request = fields.text(data.get("run_id")), data.get("request")
+        if run_id is None or not _RUN_ID.fullmatch(run_id) or not isinstance(request, dict) or "root" not in data:
             return None
-        known = {f.name for f in dataclasses.fields(cls)}
-        values = {k: v for k, v in data.items() if k in known}
-        values["failure"] = Failure.from_json(data.get("failure"))
-        try:
-            return cls(**values)
-        except TypeError:
+        values: Dict[str, object] = {"run_id": run_id, "request": dict(request)}
+        for name, check in _RECORD_FIELDS.items():
+            if name not in data:
+                continue
+            value = data[name]
+            checked = check(value)
+            if checked is None and (value is not None or name in _NOT_NULL):
+                return None
+            values[name] = checked
+        failure = data.get("failure")
+        values["failure"] = Failure.from_json(failure)
+        if failure is not None and values["failure"] is None:
             return None
+        return cls(**values)  # type: ignore[arg-type]
+
+
+def _positive(value: object) -> Optional[int]:
+    number = fields.integer(value)
+    return number if number is not None and number > 0 else None
+
+
+def _dicts(value: object) -> Optional[List[Dict[str, object]]]:
+    return list(value) if isinstance(value, list) and all(isinstance(v, dict) for v in value) else None
+
+
+_RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")  # it names files beside the record
+# Each field of a record but run_id, request and failure, with its check (the value, or None when wrong).
+_RECORD_FIELDS: Dict[str, Callable[[object], object]] = {
+    "root": fields.path, "kind": fields.text, "pid": _positive, "pid_start": fields.text, "host": fields.text,
+    "state": fields.text, "step": fields.text, "percent": fields.number, "eta_s": fields.number,
+    "started": fields.number, "finished": fields.number, "updated": fields.number, "steps": _dicts,
+    "log": fields.path, "fail_marker": fields.path, "result": lambda v: v if isinstance(v, dict) else None,
+    "build_pgid": _positive, "build_leader_start": fields.text,
+    "locked": lambda v: v if isinstance(v, bool) else None,
+    "waiting": lambda v: v if isinstance(v, dict) else None,
+}
+_NOT_NULL = ("root", "kind", "host", "state", "started", "steps", "log", "fail_marker", "locked")
 
 
 def new_run_id() -> str:
@@ -245,8 +285,9 @@ class RunStore:
         history = read_json(self.history_path) or {}
         typical = dict(DEFAULT_STEP_SECONDS)
         for step, values in history.items():
-            if isinstance(values, list) and values:
-                typical[step] = float(statistics.median(float(v) for v in values))
+            seconds = _seconds(values)
+            if seconds:
+                typical[step] = float(statistics.median(seconds))
         return typical
 
     def remember(self, durations: Dict[str, float]) -> None:
@@ -255,10 +296,15 @@ class RunStore:
         os.makedirs(self.base, exist_ok=True)
         history = read_json(self.history_path) or {}
         for step, seconds in durations.items():
-            values = history.get(step)
-            past: List[float] = [float(v) for v in values] if isinstance(values, list) else []
+            past = _seconds(history.get(step))
             history[step] = (past + [round(seconds, 3)])[-HISTORY_KEEP:]
         atomic_write_json(self.history_path, history)
+
+
+def _seconds(values: object) -> List[float]:
+    """The durations a history entry holds (what is not a finite number of seconds is left out)."""
+    found = [fields.number(v) for v in values] if isinstance(values, list) else []
+    return [v for v in found if v is not None and v >= 0]
 
 
 def process_start_time(pid: int) -> Optional[str]:

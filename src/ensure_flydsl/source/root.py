@@ -21,6 +21,7 @@ import time
 from typing import Dict, List, Mapping, Optional, Tuple
 
 from ensure_flydsl.layout import BUILD_DIR, ENV_FILE_NAME, ENV_JSON_NAME, STATE_DIR, owner_file, stamps_dir, state_dir
+from ensure_flydsl.support import fields
 from ensure_flydsl.support.files import atomic_write_json, read_json, remove_file
 from ensure_flydsl.support.processes import CommandFailed, cmd_output
 
@@ -52,14 +53,18 @@ class Owner:
     def to_json(self) -> Dict[str, object]:
         return dataclasses.asdict(self)
 
+    @classmethod
+    def from_json(cls, data: object) -> Optional["Owner"]:
+        """The record, or None for one that is not a JSON object; a field of the wrong type reads as its
+        default (not created, not adopted: the record still says the root is the tool's)."""
+        if not isinstance(data, dict):
+            return None
+        when = fields.number(data.get("time")) or 0.0
+        return cls(data.get("created_root") is True, data.get("adopted") is True, when)
+
 
 def owner(root: str) -> Optional[Owner]:
-    data = read_json(owner_file(root))
-    if data is None:
-        return None
-    when = data.get("time")
-    return Owner(data.get("created_root") is True, data.get("adopted") is True,
-                 float(when) if isinstance(when, (int, float)) else 0.0)
+    return Owner.from_json(read_json(owner_file(root)))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -201,14 +206,11 @@ class Stamp:
         """The stamp, or None for a file that is not one (torn, foreign, older)."""
         if not isinstance(data, dict) or not isinstance(data.get("key"), dict):
             return None
-        when = data.get("time")
-
-        def text(name: str) -> Optional[str]:
-            value = data.get(name)
-            return str(value) if value is not None else None
-
-        return cls(dict(data["key"]), float(when) if isinstance(when, (int, float)) else 0.0, text("how"),
-                   text("commit"), text("version"))
+        named = {name: data.get(name) for name in ("how", "commit", "version")}
+        if any(value is not None and not isinstance(value, str) for value in named.values()):
+            return None
+        return cls(dict(data["key"]), fields.number(data.get("time")) or 0.0, fields.text(named["how"]),
+                   fields.text(named["commit"]), fields.text(named["version"]))
 
 
 class Stamps:

@@ -1,0 +1,72 @@
+"""The one line for a path this user may not read or write: another user's root (made under umask 077),
+``clean`` by a user who does not own the files, a root on a read-only mount.
+
+Whichever command meets it, wherever it is met, the system's refusal (EACCES, EPERM, EROFS) becomes an
+EnsureError (exit 64: the root given is not one this user can use) naming the folder that blocks, who owns
+it, and what the command needs; never a traceback (exit 70)."""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from typing import Optional, Tuple
+
+from ensure_flydsl.errors import EnsureError, ExitCode
+
+_REFUSED = (errno.EACCES, errno.EPERM, errno.EROFS)
+
+
+def access_error(exc: OSError, command: str) -> Optional[EnsureError]:
+    """The EnsureError for ``exc`` when it is the system refusing access; None for any other OSError."""
+    if exc.errno not in _REFUSED:
+        return None
+    doing = f"`ensure-flydsl {command}`"
+    path = exc.filename if isinstance(exc.filename, str) else None
+    if path is None:
+        return EnsureError(ExitCode.BAD_INPUT, f"{doing} was refused by the system ({exc.strerror}); run it as the "
+                           "user who owns FLYDSL_ROOT and the folder it is in", stage="access")
+    if exc.errno == errno.EROFS:
+        return EnsureError(ExitCode.BAD_INPUT, f"{path} is on a read-only file system, and {doing} needs to write "
+                           "there: remount it read-write, or use a FLYDSL_ROOT on a writable file system",
+                           stage="access")
+    blocking, info = _blocking(path)
+    me = _user(os.geteuid())
+    if info is None:
+        return EnsureError(ExitCode.BAD_INPUT, f"{path} cannot be reached by {me}, and {doing} needs it: run it as "
+                           "the user who owns FLYDSL_ROOT, or use a FLYDSL_ROOT of your own", stage="access")
+    is_dir = stat.S_ISDIR(info.st_mode)
+    readable = os.access(blocking, os.R_OK | (os.X_OK if is_dir else 0))
+    need = "write" if readable else "read"
+    owner = _user(info.st_uid)
+    what = "folder" if is_dir else "file"
+    return EnsureError(
+        ExitCode.BAD_INPUT,
+        f"the {what} {blocking} cannot be {'written' if readable else 'read'} by {me}: it belongs to {owner}, mode "
+        f"{stat.S_IMODE(info.st_mode):04o}; {doing} needs {need} access to it: run it as {owner}, or use a "
+        "FLYDSL_ROOT of your own",
+        stage="access",
+    )
+
+
+def _blocking(path: str) -> Tuple[str, Optional[os.stat_result]]:
+    """The deepest of ``path`` and its parents that this user can stat (a folder it cannot search, or the
+    path itself), with its stat; the path and None when not even ``/`` can be read."""
+    current = os.path.abspath(path)
+    while True:
+        try:
+            return current, os.stat(current)
+        except OSError:
+            parent = os.path.dirname(current)
+            if parent == current:
+                return path, None
+            current = parent
+
+
+def _user(uid: int) -> str:
+    try:
+        import pwd
+
+        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except (ImportError, KeyError):
+        return f"uid {uid}"

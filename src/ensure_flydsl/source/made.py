@@ -1,0 +1,192 @@
+"""What the tool's build steps made in a folder people also use (``ROOT/build-fly``, ``BASE/llvm-project``).
+
+A build step records, when it ends (finished or failed), each file, link and folder the folder holds then,
+with the size and mtime of files and links, less what it held when the step started and was not the tool's
+already.  ``clean`` removes an entry only when the record names it and it is unchanged since (same size and
+mtime); everything else (a note, a tuned config, an edited LLVM source, a whole folder of somebody's dumps)
+is kept and named.  Bytecode in ``__pycache__`` beside the tool's files is the tool's (it byte-compiles the
+tree).
+
+A step killed before its end cannot record what it made, so the step's start writes the record "open" with
+what was somebody else's then: until a step ends again, everything else in the folder is the killed
+step's (a file somebody adds between the kill and the next run is taken for it: the one window).
+
+The record is ``{"version": 1, "entries": {relative path: [size, mtime_ns] or null for a folder},
+"open": bool, "theirs": [relative path, ...]}``, gzip'd (an LLVM checkout and build is about 200,000
+entries), written atomically.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import gzip
+import json
+import os
+import stat
+from typing import Dict, FrozenSet, Iterator, List, Optional, Tuple
+
+from ensure_flydsl.support.files import atomic_write
+
+Entry = Optional[Tuple[int, int]]  # (size, mtime_ns) of a file or link; None for a folder
+Listing = Dict[str, Entry]
+_VERSION = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class MadeRecord:
+    """What the build steps made in a folder (see the module docstring); empty when there is no record."""
+
+    entries: Listing = dataclasses.field(default_factory=dict)
+    open: bool = False
+    theirs: FrozenSet[str] = frozenset()
+
+    def owns(self, rel: str, entry: Entry) -> bool:
+        """Whether the entry at ``rel``, as it is now, is the tool's."""
+        if rel in self.entries and (entry is None or self.entries[rel] == entry):
+            return True
+        if self.open and rel not in self.theirs:
+            return True  # made by a step that was killed before it could say so
+        return _bytecode_beside(rel, entry, self)
+
+    def to_json(self) -> Dict[str, object]:
+        return {"version": _VERSION, "open": self.open, "theirs": sorted(self.theirs),
+                "entries": {rel: list(v) if v is not None else None for rel, v in self.entries.items()}}
+
+    @classmethod
+    def from_json(cls, data: object) -> "MadeRecord":
+        """The record, field by field; an empty one (nothing is the tool's) for anything that is not one."""
+        if not isinstance(data, dict) or data.get("version") != _VERSION:
+            return cls()
+        entries, theirs = data.get("entries"), data.get("theirs", [])
+        if not isinstance(entries, dict) or not isinstance(theirs, list) or not isinstance(data.get("open"), bool):
+            return cls()
+        listing: Listing = {}
+        for rel, value in entries.items():
+            if not _plain_relative(rel):
+                continue
+            if value is None:
+                listing[rel] = None
+            elif (isinstance(value, list) and len(value) == 2
+                  and all(isinstance(v, int) and not isinstance(v, bool) for v in value)):
+                listing[rel] = (value[0], value[1])
+        return cls(listing, data["open"] is True, frozenset(t for t in theirs if isinstance(t, str)))
+
+
+def _bytecode_beside(rel: str, entry: Entry, record: MadeRecord) -> bool:
+    """``x/__pycache__`` (a folder) or ``x/__pycache__/m.cpython-311.pyc`` (a file) where ``x`` is the tool's."""
+    parts = rel.split("/")
+    if parts[-1] == "__pycache__" and entry is None:
+        owner = parts[:-1]
+    elif len(parts) >= 2 and parts[-2] == "__pycache__" and parts[-1].endswith(".pyc") and entry is not None:
+        owner = parts[:-2]
+    else:
+        return False
+    return bool(owner) and "/".join(owner) in record.entries
+
+
+def listing(folder: str) -> Listing:
+    """Every entry under ``folder`` (links not followed), by path relative to it; empty if it is absent."""
+    found: Listing = {}
+    for current, dirs, files in os.walk(folder):
+        rel = os.path.relpath(current, folder)
+        prefix = "" if rel == "." else rel + "/"
+        for name in list(dirs):
+            path = os.path.join(current, name)
+            try:
+                st = os.lstat(path)
+            except OSError:
+                continue
+            if stat.S_ISLNK(st.st_mode):  # a link to a folder: an entry, never walked into
+                dirs.remove(name)
+                found[prefix + name] = (st.st_size, st.st_mtime_ns)
+            else:
+                found[prefix + name] = None
+        for name in files:
+            try:
+                st = os.lstat(os.path.join(current, name))
+            except OSError:
+                continue
+            found[prefix + name] = (st.st_size, st.st_mtime_ns)
+    return found
+
+
+def read_record(path: str) -> MadeRecord:
+    """The record at ``path``; an empty one for a missing, torn or foreign file (then nothing is the tool's)."""
+    try:
+        with gzip.open(path, "rt", encoding="utf-8") as handle:
+            data = json.load(handle)
+    except (OSError, EOFError, ValueError, UnicodeDecodeError):
+        return MadeRecord()
+    return MadeRecord.from_json(data)
+
+
+def _plain_relative(rel: object) -> bool:
+    return (isinstance(rel, str) and bool(rel) and "\0" not in rel and not rel.startswith("/")
+            and all(part not in ("", ".", "..") for part in rel.split("/")))
+
+
+def write_record(path: str, record: MadeRecord) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    data = json.dumps(record.to_json(), sort_keys=True).encode()
+    atomic_write(path, gzip.compress(data, compresslevel=3, mtime=0))
+
+
+@contextlib.contextmanager
+def recording(folder: str, record: str) -> Iterator[None]:
+    """Around a build step that writes into ``folder``: ``record`` says, from the step's start, what is
+    somebody else's there, and at its end, finished or failed, what the tool made."""
+    before = listing(folder)
+    known = read_record(record)
+    theirs = frozenset(rel for rel, entry in before.items() if not known.owns(rel, entry))
+    # Best effort, both times (a full disk must fail the step with its own error): without the open record
+    # what the step makes is kept by clean, without the closed one it is known from the open one.
+    with contextlib.suppress(OSError):
+        write_record(record, MadeRecord({rel: e for rel, e in before.items() if rel not in theirs}, True, theirs))
+    try:
+        yield
+    finally:
+        after = listing(folder)
+        with contextlib.suppress(OSError):
+            write_record(record, MadeRecord({rel: e for rel, e in after.items() if rel not in theirs}))
+
+
+def sort_made(folder: str, record: str) -> Tuple[List[str], List[str]]:
+    """(the tool's entries, somebody else's) in ``folder``, by relative path; the tool's deepest first,
+    somebody else's as the topmost of each part (a folder of theirs is named, not each file in it)."""
+    made = read_record(record)
+    now = listing(folder)
+    ours = [rel for rel in now if made.owns(rel, now[rel])]
+    theirs = [rel for rel in now if not made.owns(rel, now[rel])]
+    return sorted(ours, key=lambda r: r.count("/"), reverse=True), _topmost(theirs)
+
+
+def remove_made(folder: str, record: str) -> List[str]:
+    """Remove the tool's entries of ``folder`` (a folder of the tool's only once empty: somebody's file inside
+    keeps it), the folder itself when nothing is left, and the record then.  Return what is kept: somebody
+    else's entries (``sort_made``)."""
+    ours, theirs = sort_made(folder, record)
+    for rel in ours:
+        path = os.path.join(folder, rel)
+        with contextlib.suppress(OSError):
+            if os.path.isdir(path) and not os.path.islink(path):
+                os.rmdir(path)
+            else:
+                os.unlink(path)
+    with contextlib.suppress(OSError):
+        os.rmdir(folder)
+    if not os.path.lexists(folder):
+        with contextlib.suppress(OSError):
+            os.unlink(record)
+    return theirs
+
+
+def _topmost(paths: List[str]) -> List[str]:
+    """``a`` for ``a``, ``a/b`` and ``a/b/c`` all somebody's (the folder is named, not each file in it)."""
+    kept = set(paths)
+
+    def inside_kept(rel: str) -> bool:
+        parts = rel.split("/")
+        return any("/".join(parts[:i]) in kept for i in range(1, len(parts)))
+
+    return sorted(rel for rel in kept if not inside_kept(rel))

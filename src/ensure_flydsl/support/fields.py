@@ -1,0 +1,44 @@
+"""Field by field, the values of a record read from outside (a JSON file the tool wrote once, or somebody
+else did): each function returns the value when it has the type the record needs, else None, so a wrong
+type is refused at the edge instead of travelling inward to become a traceback.  Standard library only
+(the warm path reads the env file's twin through these)."""
+
+from __future__ import annotations
+
+from typing import Dict, List, Optional
+
+
+def number(value: object) -> Optional[float]:
+    """A finite number (an int or a float, not a bool; an int too large for a float is refused)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        result = float(value)
+    except OverflowError:
+        return None
+    return result if result - result == 0.0 else None  # NaN and the infinities are not numbers here
+
+
+def integer(value: object) -> Optional[int]:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def text(value: object) -> Optional[str]:
+    return value if isinstance(value, str) else None
+
+
+def path(value: object) -> Optional[str]:
+    """A string the operating system can take as a path (no NUL)."""
+    return value if isinstance(value, str) and "\0" not in value else None
+
+
+def paths(value: object) -> Optional[List[str]]:
+    if not isinstance(value, list) or not all(isinstance(v, str) and "\0" not in v for v in value):
+        return None
+    return list(value)
+
+
+def text_map(value: object) -> Optional[Dict[str, str]]:
+    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+        return None
+    return {str(k): v for k, v in value.items()}

@@ -1,0 +1,83 @@
+"""``clean`` removes what the build steps made in ``build-fly/`` and ``llvm-project/`` and keeps, and names,
+everything else there (issue 19, item 10): each step records what it made when it ends, and from its start
+what was somebody else's (so a killed step's files are still known to be the tool's)."""
+
+from __future__ import annotations
+
+import os
+from typing import Dict
+
+from tests.helpers.flydsl_fixture import write
+from tests.helpers.workspace import Workspace
+
+
+def plant(folder: str, files: Dict[str, str]) -> None:
+    for rel, text in files.items():
+        write(os.path.join(folder, rel), text)
+
+
+def assert_kept(folder: str, files: Dict[str, str]) -> None:
+    for rel, text in files.items():
+        with open(os.path.join(folder, rel), encoding="utf-8") as handle:
+            assert handle.read() == text, rel
+
+
+def test_clean_keeps_and_names_files_people_put_in_build_fly_and_llvm_project(ws: Workspace) -> None:
+    assert ws.run().returncode == 0
+    build, llvm = os.path.join(ws.root, "build-fly"), os.path.join(ws.base, "llvm-project")
+    mine = {"notes.txt": "tuning notes\n", "my_dumps/k1.mlir": "ir\n", "my_dumps/k2.mlir": "ir\n"}
+    plant(build, mine)
+    theirs = {"my_patch.diff": "a patch\n"}
+    plant(llvm, theirs)
+    edited = os.path.join(llvm, "mlir_install", "llvm-commit.txt")  # the build's file, changed by somebody
+    with open(edited, "a", encoding="utf-8") as handle:
+        handle.write("# pinned by hand\n")
+    out = ws.run("clean")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert_kept(build, mine)
+    assert_kept(llvm, theirs)
+    assert open(edited, encoding="utf-8").read().endswith("# pinned by hand\n")
+    # What the builds made is gone.
+    assert not os.path.lexists(os.path.join(build, "python_packages"))
+    assert sorted(os.listdir(build)) == ["my_dumps", "notes.txt"]
+    assert not os.path.lexists(os.path.join(llvm, "mlir_install", "python-tag.txt"))
+    assert sorted(os.listdir(llvm)) == ["mlir_install", "my_patch.diff"]
+    assert os.listdir(os.path.join(llvm, "mlir_install")) == ["llvm-commit.txt"]
+    assert (f"kept 2 files or folders in {build} that ensure-flydsl did not create: my_dumps, notes.txt; "
+            "removed what its builds made there") in out.stdout
+    assert (f"kept 2 files or folders in {llvm} that ensure-flydsl did not create: mlir_install/llvm-commit.txt, "
+            "my_patch.diff; removed what its builds made there") in out.stdout
+    assert "build-fly/my_dumps, build-fly/notes.txt" in out.stdout  # the root is kept for them
+    assert os.path.isdir(ws.root) and not os.path.exists(ws.env_file)
+    again = ws.run()  # the root is still the tool's; the build works beside the kept files
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert_kept(llvm, theirs)
+
+
+def test_what_a_killed_build_made_is_the_tools_and_what_was_there_before_is_not(ws: Workspace) -> None:
+    assert ws.run().returncode == 0
+    build = os.path.join(ws.root, "build-fly")
+    mine = {"notes.txt": "tuning notes\n"}
+    plant(build, mine)
+    # The build made again (its package gone), and the run killed -9 inside build.sh, after it made a file.
+    for current, _, files in os.walk(os.path.join(build, "python_packages"), topdown=False):
+        for name in files:
+            os.unlink(os.path.join(current, name))
+        os.rmdir(current)
+    killed = ws.run(FIXTURE_BUILD_HOOK='touch "$PKG/../half-made.o"; kill -9 $PPID; sleep 5')
+    assert killed.returncode == -9, killed.stdout + killed.stderr
+    assert os.path.exists(os.path.join(build, "half-made.o"))
+    out = ws.run("clean")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert_kept(build, mine)
+    assert os.listdir(build) == ["notes.txt"]
+    assert f"kept 1 files or folders in {build} that ensure-flydsl did not create: notes.txt" in out.stdout
+
+
+def test_a_clean_root_with_nothing_planted_is_removed_whole(ws: Workspace) -> None:
+    """The control: nothing of anybody's, nothing kept."""
+    assert ws.run().returncode == 0
+    out = ws.run("clean")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert not os.path.exists(ws.root) and not os.path.exists(os.path.join(ws.base, "llvm-project"))
+    assert "did not create" not in out.stdout

@@ -1,0 +1,56 @@
+"""A full disk during the wheel's download (issue 19, item 15) is said as such, with the folder: not "no
+wheel could be downloaded" with the package index blamed.  The root is on a tmpfs too small for the real
+flydsl 0.2.2 wheel."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from typing import Iterator
+
+import pytest
+
+from tests.helpers.flydsl_fixture import FixtureRepo
+from tests.helpers.release_fixture import download_wheelhouse
+from tests.helpers.workspace import Workspace
+from tests.scenarios.test_provenance import offline
+
+pytestmark = pytest.mark.index  # the real flydsl wheel from the package index
+
+
+@pytest.fixture(scope="module")
+def wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return download_wheelhouse(str(tmp_path_factory.mktemp("wheelhouse")))
+
+
+@pytest.fixture
+def small_ws(tmp_path: "os.PathLike[str]", fixture_repo: FixtureRepo) -> Iterator[Workspace]:
+    """A workspace on an 8 MiB tmpfs: room for the checkout, not for the 75 MB wheel."""
+    if os.geteuid() != 0:
+        pytest.skip(f"mounting a small tmpfs needs root; this runs as uid {os.geteuid()}")
+    disk = os.path.join(str(tmp_path), "small-disk")
+    os.makedirs(disk)
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", disk], stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True, check=False)
+    if mounted.returncode != 0:
+        pytest.skip(f"mount -t tmpfs is not possible here: {mounted.stdout.strip()}")
+    try:
+        yield Workspace(os.path.join(disk, "base"), fixture_repo)
+    finally:
+        subprocess.run(["umount", disk], check=True)
+
+
+def test_a_full_disk_during_the_download_is_named(small_ws: Workspace, wheelhouse: str) -> None:
+    ws = small_ws
+    out = ws.run(**offline(wheelhouse, "release"))
+    assert out.returncode == 8, out.stdout + out.stderr
+    marker = ws.marker()
+    assert marker["exit_code"] == 8 and marker["stage"] == "release"
+    folders = "|".join(re.escape(os.path.join(ws.root, f)) for f in (".ensure_flydsl/wheel-download",
+                                                                      "build-fly/.wheel-download"))
+    reason = str(marker["reason"])
+    assert re.fullmatch(rf"the flydsl==0\.2\.2 wheel could not be downloaded into ({folders}): no space left on the "
+                        r"device \(\d+ MiB free\)", reason), reason
+    assert "free space on the file system of" in str(marker["hint"])
+    assert "could be downloaded" not in out.stderr and reason in out.stderr

@@ -1,0 +1,91 @@
+"""Other users and read-only places (issue 19, item 3): a root made under umask 077 and read by another
+user, ``clean`` by a user who does not own the root, ``clean`` on a read-only mount.  Each command says in
+one line which path blocks it and what it needs (exit 64), never a traceback (exit 70), and nothing is
+removed."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from typing import Iterator, List
+
+import pytest
+
+from tests.helpers.flydsl_fixture import FixtureRepo
+from tests.helpers.other_user import open_workspace, other_python, read_only_bind, run_as_other
+from tests.helpers.workspace import Workspace
+
+COMMANDS = [["status"], ["status", "--json"], ["env"], ["doctor"], ["clean"], ["start"], ["ensure"],
+            ["ensure", "--verify"], ["wait", "--timeout", "1"], ["verify"]]
+
+
+@pytest.fixture
+def shared_ws(fixture_repo: FixtureRepo) -> Iterator[Workspace]:
+    yield from open_workspace(fixture_repo)
+
+
+def listing(folder: str) -> List[str]:
+    return sorted(os.path.relpath(os.path.join(d, n), folder) for d, ds, fs in os.walk(folder) for n in ds + fs)
+
+
+def made_under_umask_077(ws: Workspace) -> None:
+    out = subprocess.run(["bash", "-c", 'umask 077; exec "$@"', "bash", *ws.cmd()], env=ws.env, text=True,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, check=False)
+    assert out.returncode == 0, out.stderr
+    assert os.stat(ws.root).st_mode & 0o077 == 0
+
+
+@pytest.mark.parametrize("args", COMMANDS, ids=[" ".join(c) for c in COMMANDS])
+def test_another_user_gets_one_line_for_a_root_made_under_umask_077(shared_ws: Workspace, args: List[str]) -> None:
+    python = other_python()
+    made_under_umask_077(shared_ws)
+    before = listing(shared_ws.base)
+    out = run_as_other(shared_ws, python, *args)
+    lines = out.stderr.strip().splitlines()
+    if args == ["verify"]:  # verify only probes: it reads nothing of the tool's, and the tree is not there for it
+        assert out.returncode == 6 and "Traceback" not in out.stderr, out.stdout + out.stderr
+        return
+    assert out.returncode == 64, out.stdout + out.stderr
+    assert len(lines) == 1 and "Traceback" not in out.stderr, out.stderr
+    blocked = {f"the folder {shared_ws.root} ", f"the folder {os.path.join(shared_ws.base, '.ensure_flydsl')} "}
+    assert any(lines[0].startswith("ensure-flydsl: " + b) for b in blocked), lines[0]
+    assert (f"cannot be read by nobody (uid 65534): it belongs to root (uid 0), mode 0700; `ensure-flydsl {args[0]}` "
+            "needs read access to it: run it as root (uid 0), or use a FLYDSL_ROOT of your own") in lines[0]
+    assert listing(shared_ws.base) == before
+
+
+def test_clean_by_a_user_who_does_not_own_the_root(shared_ws: Workspace) -> None:
+    python = other_python()
+    assert shared_ws.run().returncode == 0
+    before = listing(shared_ws.base)
+    out = run_as_other(shared_ws, python, "clean")
+    assert out.returncode == 64, out.stdout + out.stderr
+    assert out.stderr.strip() == (
+        f"ensure-flydsl: the file {shared_ws.lock_file} cannot be written by nobody (uid 65534): it belongs to root "
+        "(uid 0), mode 0644; `ensure-flydsl clean` needs write access to it: run it as root (uid 0), or use a "
+        "FLYDSL_ROOT of your own")
+    assert listing(shared_ws.base) == before
+
+
+def test_clean_on_a_read_only_mount(ws: Workspace) -> None:
+    if os.geteuid() != 0:
+        pytest.skip(f"a read-only bind mount needs root; this runs as uid {os.geteuid()}")
+    assert ws.run().returncode == 0
+    mounted = os.path.join(os.path.dirname(ws.base), "read-only")
+    why = read_only_bind(ws.base, mounted)
+    if why is not None:
+        pytest.skip(why)
+    try:
+        before = listing(ws.base)
+        root = os.path.join(mounted, "FlyDSL")
+        out = subprocess.run([sys.executable, "-m", "ensure_flydsl", "clean"], env=dict(ws.env, FLYDSL_ROOT=root),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, check=False)
+        assert out.returncode == 64, out.stdout + out.stderr
+        assert out.stderr.strip() == (
+            f"ensure-flydsl: {os.path.join(mounted, '.flydsl_build.lock')} is on a read-only file system, and "
+            "`ensure-flydsl clean` needs to write there: remount it read-write, or use a FLYDSL_ROOT on a writable "
+            "file system")
+        assert listing(ws.base) == before
+    finally:
+        subprocess.run(["umount", mounted], check=True)
