@@ -5,6 +5,7 @@ removed."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -48,6 +49,10 @@ def test_another_user_gets_one_line_for_a_root_made_under_umask_077(shared_ws: W
         return
     assert out.returncode == 64, out.stdout + out.stderr
     assert len(lines) == 1 and "Traceback" not in out.stderr, out.stderr
+    if "--json" in args:  # stderr carries JSON events only: the one line is the failure's event
+        event = json.loads(lines[0])
+        assert event["event"] == "failed" and event["exit_code"] == 64 and event["stage"] == "access", event
+        lines = ["ensure-flydsl: " + event["reason"]]
     blocked = {f"the folder {shared_ws.root} ", f"the folder {os.path.join(shared_ws.base, '.ensure_flydsl')} "}
     assert any(lines[0].startswith("ensure-flydsl: " + b) for b in blocked), lines[0]
     assert (f"cannot be read by nobody (uid 65534): it belongs to root (uid 0), mode 0700; `ensure-flydsl {args[0]}` "

@@ -18,6 +18,8 @@ NO_ENV_FILE = 1
 
 def show_env(settings: Settings, fmt: str, environ: Mapping[str, str], *, as_json: bool = False) -> int:
     twin = installed_twin(settings.root)
+    if twin is None:
+        _open_or_absent(settings.env_json)
     request = settings.request()
     gap: Optional[str] = f"there is no env file at {settings.env_file}" if twin is None else \
         twin_gap(twin, request, environ.get("PATH"))
@@ -50,3 +52,13 @@ def show_env(settings: Settings, fmt: str, environ: Mapping[str, str], *, as_jso
               file=sys.stderr)
         return NO_ENV_FILE
     return 0
+
+
+def _open_or_absent(path: str) -> None:
+    """A twin another user's umask keeps from us is not "no env file": the system's refusal goes up to the
+    command's handler, which names the folder that blocks (cli/access.py)."""
+    try:
+        with open(path, "rb"):
+            pass
+    except FileNotFoundError:
+        pass
