@@ -105,10 +105,12 @@ class Index:
         self.environ = environ
         self.timeout = timeout
         self._lock = threading.Lock()
-        self._answers: Dict[Tuple[str, Tuple[str, ...]], "concurrent.futures.Future[IndexAnswer]"] = {}
+        self._answers: Dict[Tuple[str, Tuple[str, ...], str], "concurrent.futures.Future[IndexAnswer]"] = {}
 
-    def answer(self, package: str, options: Sequence[str] = ()) -> IndexAnswer:
-        key = (package, tuple(options))
+    def answer(self, package: str, options: Sequence[str] = (), python: Optional[str] = None) -> IndexAnswer:
+        """What the index has for ``package``, asked through ``python``'s pip (default: the installer's)."""
+        python = python or self.python
+        key = (package, tuple(options), python)
         with self._lock:
             future = self._answers.get(key)
             owner = future is None
@@ -116,7 +118,7 @@ class Index:
                 future = self._answers[key] = concurrent.futures.Future()
         if owner:
             try:
-                future.set_result(query_versions(self.python, package, self.environ, timeout=self.timeout,
+                future.set_result(query_versions(python, package, self.environ, timeout=self.timeout,
                                                  options=options))
             except BaseException as exc:  # never leave the other askers waiting
                 future.set_exception(exc)
