@@ -155,7 +155,8 @@ class RunContext:
 def check_interpreter(settings: Settings, environ: Mapping[str, str]) -> Tuple[Check, Optional[Interpreter]]:
     label = settings.label("python")
     try:
-        interp = describe_interpreter(settings.python, environ)
+        interp = describe_interpreter(settings.python, environ, timeout=settings.probe_timeout,
+                                      timeout_label=settings.label("probe_timeout"))
     except EnsureError as exc:
         return Check("interpreter", WRONG, f"{label}={settings.python}: {exc.reason}",
                      f"set {label} to the Python interpreter that will import FlyDSL", True, "settings"), None
@@ -314,6 +315,8 @@ def check_tool(ctx: RunContext, name: str, needed: Sequence[str]) -> Check:
     stage = ctx.tool_stage() if name in ("cmake", "ninja") else "build"
     if name not in needed:
         return _skip(name, "not used by this build", stage)
+    if name == "nanobind" and ctx.interpreter is None:  # asked of the interpreter: it would hang or fail again
+        return _skip(name, "the interpreter does not run", stage)
     minimum = tool_minimums(ctx.needs).get(name)
     python = ctx.interpreter.executable if ctx.interpreter else ctx.settings.python
     state: ToolState = machine_state(name, ctx.environ, python=python, minimum=minimum,

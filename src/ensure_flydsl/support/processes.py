@@ -278,7 +278,8 @@ class Silent(CommandFailed):
     def __init__(self, cmd: Sequence[str], output: str, remote: str, seconds: float) -> None:
         self.remote = remote
         self.seconds = seconds
-        super().__init__(cmd, -9, output + f"\n(stopped: nothing received from {remote} for {seconds:g} s)")
+        text = output.strip("\n") + "\n" if output.strip() else ""
+        super().__init__(cmd, -9, text + f"(stopped: nothing received from {remote} for {seconds:g} s)")
 
 
 def waiting_line(what: str, remote: str, elapsed: float, silent: float, limit: float) -> str:
