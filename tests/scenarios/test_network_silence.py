@@ -87,3 +87,20 @@ def test_a_silent_package_index_ends_the_wheel_download_naming_it(ws: Workspace)
     marker = ws.marker()
     assert marker["stage"] == "release" and index in str(marker["reason"])
     assert seconds < LIMIT + 30, seconds
+
+
+@pytest.mark.parametrize("command", ["start", "doctor", "ensure"])
+def test_a_hanging_interpreter_is_refused_within_the_probe_timeout(ws: Workspace, tmp_path: "os.PathLike[str]",
+                                                                    command: str) -> None:
+    """Checking FLYDSL_PYTHON takes FLYDSL_PROBE_TIMEOUT (at most 60 s), not a fixed 60 s (62 s for `start`,
+    80 s for `doctor` before)."""
+    hangs = os.path.join(str(tmp_path), "python-that-hangs")
+    with open(hangs, "w") as handle:
+        handle.write("#!/bin/sh\nexec sleep 1000\n")
+    os.chmod(hangs, 0o755)
+    started = time.monotonic()
+    out = ws.run(command, timeout=100, FLYDSL_PYTHON=hangs, FLYDSL_PROBE_TIMEOUT="2")
+    seconds = time.monotonic() - started
+    assert out.returncode == 64, out.stdout + out.stderr
+    assert f"the import probe of {hangs} was killed after 2 s (FLYDSL_PROBE_TIMEOUT)" in out.stdout + out.stderr
+    assert seconds < 2 + 20, seconds  # the doctor's other checks run beside it, each with its short timeout

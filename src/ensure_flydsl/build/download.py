@@ -62,11 +62,10 @@ def release_pip(target: str, environ: Optional[Mapping[str, str]] = None) -> Tup
     for python in dict.fromkeys((target, sys.executable)):
         if has_pip(python, environ):
             return python, ""
-    tool = ("" if sys.executable == target
-            else f" nor ensure-flydsl's own interpreter {sys.executable} (installed with `uv tool install` or "
-            "pipx, it has none)")
-    return None, (f"there is no pip to download the wheel with: neither FLYDSL_PYTHON={target}{tool} has pip; "
-                  f"give it pip (`{target} -m ensurepip --upgrade`, or `uv pip install --python {target} pip`)")
+    tool = "" if sys.executable == target else f" nor ensure-flydsl's own interpreter {sys.executable}"
+    return None, (f"there is no pip to download the wheel with: neither FLYDSL_PYTHON={target}{tool} has pip "
+                  f"(an install by `uv tool install` has none); give FLYDSL_PYTHON pip (`{target} -m ensurepip "
+                  f"--upgrade`, or `uv pip install --python {target} pip`)")
 
 
 def pip_env(environ: Mapping[str, str]) -> Dict[str, str]:
