@@ -110,10 +110,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
         return watch(args.watch_root, args.watch_run_id)
     json_mode = bool(getattr(args, "json", False))
+    verbosity = int(getattr(args, "verbosity", 0) or 0)
     if json_mode:
-        reporter = Reporter.for_stream(sys.stderr, json_events=args.command == "ensure")
+        reporter = Reporter.for_stream(sys.stderr, json_events=args.command == "ensure", verbosity=verbosity)
     else:
-        reporter = Reporter.for_stream(sys.stdout)
+        reporter = Reporter.for_stream(sys.stdout, verbosity=verbosity)
     previous = _handle_stop_signals()
     code: Optional[int] = None
     try:

@@ -14,7 +14,7 @@ from typing import Dict
 from ensure_flydsl.runs.answer import answer
 from ensure_flydsl.runs.records import FAILED, RUNNING, SUCCEEDED
 from ensure_flydsl.settings import Settings
-from ensure_flydsl.support.report import fmt_seconds
+from ensure_flydsl.support.report import fmt_seconds, known
 
 FIELDS = ("state", "step", "percent", "elapsed_s", "eta_s", "pid", "run_id", "version", "root", "python",
           "how", "log", "env_file", "stage", "exit_code", "reason", "waiting_for")
@@ -51,18 +51,18 @@ def status(settings: Settings, *, as_json: bool) -> int:
     print(f"state:   {data['state']}")
     if data["state"] == RUNNING:
         percent = f" {data['percent']}%" if data["percent"] is not None else ""
-        print(f"step:    {data['step']}{percent}")
+        print(f"step:    {known(data['step'], 'starting')}{percent}")
         print(f"elapsed: {fmt_seconds(data['elapsed_s'])}  ETA: {fmt_seconds(data['eta_s'])}")  # type: ignore[arg-type]
-        print(f"pid:     {data['pid']} (run {data['run_id']})")
+        print(f"pid:     {known(data['pid'])} (run {known(data['run_id'])})")
         if isinstance(data["waiting_for"], dict):
             print(f"waiting: for {data['waiting_for'].get('text')} (the build lease in the cache)")
     elif data["state"] == SUCCEEDED:
-        print(f"flydsl:  {data['version']} ({data['how']}) for {data['python']}")
-        print(f"env:     {data['env_file']}")
+        print(f"flydsl:  {known(data['version'])} ({known(data['how'])}) for {known(data['python'])}")
+        print(f"env:     {known(data['env_file'])}")
     elif data["state"] == FAILED:
-        print(f"failed:  exit {data['exit_code']} in step {data['stage']}: {data['reason']}")
+        print(f"failed:  exit {known(data['exit_code'])} in step {known(data['stage'])}: {known(data['reason'])}")
     elif data["reason"]:
         print(f"why:     {data['reason']}")
     print(f"root:    {data['root']}")
-    print(f"log:     {data['log']}")
+    print(f"log:     {known(data['log'], 'none yet')}")
     return 0

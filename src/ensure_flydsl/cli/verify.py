@@ -11,6 +11,7 @@ from ensure_flydsl.probe.gate import evaluate
 from ensure_flydsl.probe.interpreter import probe_modules, run_probe
 from ensure_flydsl.runs.markers import read_env_json
 from ensure_flydsl.settings import Settings
+from ensure_flydsl.support.report import known
 
 
 def verify(settings: Settings, environ: Dict[str, str], *, as_json: bool) -> int:
@@ -29,8 +30,8 @@ def verify(settings: Settings, environ: Dict[str, str], *, as_json: bool) -> int
         print(f"python:  {probe.interpreter.executable} ({probe.interpreter.version}, {probe.interpreter.abi})")
         print(f"PYTHONPATH: {probe.pythonpath}")
         for module in probe.modules:
-            print(f"  {module.name}: {module.file if module.file else 'FAILED: ' + str(module.error)}")
-        print(f"version: {probe.version if probe.version is not None else probe.version_error}")
-        print(f"tree:    {verdict.tree}")
+            print(f"  {module.name}: {module.file if module.file else 'FAILED: ' + known(module.error)}")
+        print(f"version: {probe.version if probe.version is not None else known(probe.version_error)}")
+        print(f"tree:    {known(verdict.tree, 'none (the modules do not import from one tree)')}")
         print(("ok: " if verdict.reusable else "not usable: ") + verdict.reason)
     return 0 if verdict.reusable else int(ExitCode.PROBE)
