@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from typing import Dict
 
 import pytest
@@ -143,3 +144,31 @@ def test_doctor_does_not_block_a_release_pin_on_submodules_only_a_source_build_f
     assert "only for a source build: auto installs the release wheel" in checks["submodules"]["remedy"]
     assert checks["release-wheel"]["status"] == "ok"
     assert out.returncode == 0 and data["ok"], data["verdict"]
+
+
+def test_auto_that_cannot_build_names_a_release_with_a_wheel(ws: Workspace, wheelhouse: str) -> None:
+    """The build fails (exit 5) under auto for a pin that is no release: the hint names the newest release
+    >= the floor that the repository tags and the index has a wheel of for this interpreter."""
+    out = ws.run(FIXTURE_BUILD_HOOK="exit 1", **offline(wheelhouse))
+    assert out.returncode == 5, out.stderr
+    suggestion = "FLYDSL_PIN=v0.2.2 has a wheel for this interpreter: about 10 s, nothing built"
+    assert suggestion in str(ws.marker()["hint"]) and suggestion in out.stderr
+    # an index with no wheel for it: no such hint
+    empty = os.path.join(os.path.dirname(wheelhouse), "empty-wheelhouse")
+    os.makedirs(empty, exist_ok=True)
+    out = ws.run(FIXTURE_BUILD_HOOK="exit 1", **dict(offline(wheelhouse), PIP_FIND_LINKS=empty))
+    assert out.returncode == 5 and "has a wheel for this interpreter" not in out.stderr
+
+
+def test_the_release_hint_never_waits_long_for_a_silent_index(ws: Workspace) -> None:
+    from tests.helpers.stall_server import stall_server
+
+    with stall_server("silent") as server:
+        started = time.monotonic()
+        out = ws.run(FIXTURE_BUILD_HOOK="exit 1", FLYDSL_STRATEGY="auto", PIP_NO_INDEX="", PIP_FIND_LINKS="",
+                     PIP_INDEX_URL=f"http://127.0.0.1:{server.port}/simple", PIP_CONFIG_FILE=os.devnull)
+        seconds = time.monotonic() - started
+        assert server.accepted >= 1  # it was asked
+    assert out.returncode == 5, out.stderr
+    assert "has a wheel for this interpreter" not in out.stderr
+    assert seconds < 40, seconds  # the hint's question is bounded (8 s), not pip's minutes of retries

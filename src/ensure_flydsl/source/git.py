@@ -65,7 +65,10 @@ def git_env(repo: str, mirrors: GitMirrors) -> Dict[str, str]:
     return env
 
 
-def git(root: str, *args: str, repo: str, mirrors: GitMirrors, timeout: Optional[float] = None) -> str:
+def git(root: str, *args: str, repo: str, mirrors: GitMirrors, timeout: Optional[float] = None,
+        silence_s: Optional[float] = None) -> str:
+    """Run git in ``root``; a network command (ls-remote, fetch, submodule update) is stopped after
+    ``silence_s`` seconds without output (default: the network silence limit), exit 2 naming the remote."""
     extra: List[str] = []
     if is_local_repo(repo):
         # git >= 2.38 refuses file:// submodules by default (CVE-2022-39253); a local mirror's submodules
@@ -82,6 +85,7 @@ def git(root: str, *args: str, repo: str, mirrors: GitMirrors, timeout: Optional
     remote = describe(repo, mirrors)
     try:
         return watched_output(cmd, env=env, what=f"git {sub}" + (" update" if sub == "submodule" else ""),
+                              silence_s=silence_s,
                               remote=(lambda out: _submodule_remote(out, root, mirrors)) if sub == "submodule"
                               else (lambda out: remote))
     except Silent as exc:
@@ -276,6 +280,17 @@ def update_submodules(root: str, repo: str, *, mirrors: GitMirrors) -> bool:
         raise EnsureError(ExitCode.FETCH, f"git submodule update in {root} failed{what}", stage="submodules",
                           hint=SUBMODULES_UNREACHABLE, detail=exc.describe()) from None
     return True
+
+
+def remote_tags(root: str, repo: str, *, mirrors: GitMirrors, silence_s: float) -> Optional[List[str]]:
+    """The repository's tag names (``git ls-remote --tags``), or None when it does not answer within
+    ``silence_s`` seconds: for a hint, never a wait."""
+    try:
+        out = git(root, "ls-remote", "--tags", "origin", repo=repo, mirrors=mirrors, silence_s=silence_s)
+    except (CommandFailed, EnsureError):
+        return None
+    names = [line.partition("\t")[2].strip() for line in out.splitlines()]
+    return sorted({n[len("refs/tags/"):].removesuffix("^{}") for n in names if n.startswith("refs/tags/")})
 
 
 def tags_at(root: str, commit: str, repo: str, *, mirrors: GitMirrors) -> List[str]:
