@@ -20,7 +20,7 @@ from ensure_flydsl.layout import llvm_record, mlir_install, tools_dir
 from ensure_flydsl.probe.records import Interpreter
 from ensure_flydsl.setting_values import GitMirrors
 from ensure_flydsl.source.llvm_inputs import LlvmInputs, checkout_llvm_inputs
-from ensure_flydsl.source.mirrors import with_mirrors
+from ensure_flydsl.source.mirrors import with_mirrors, with_network_limits
 from ensure_flydsl.support.files import atomic_write, atomic_write_json, read_json
 from ensure_flydsl.support.processes import stream_command
 
@@ -93,8 +93,9 @@ def build_environment(
     base: Mapping[str, str], toolchain: Toolchain, *, rocm_path: str, mlir_path: Optional[str], jobs: int,
     git_mirrors: GitMirrors,
 ) -> Dict[str, str]:
-    # The scripts' own git commands (build_llvm.sh clones llvm-project) fetch through the mirrors too.
-    env = with_mirrors(base, git_mirrors)
+    # The scripts' own git commands (build_llvm.sh clones llvm-project) fetch through the mirrors too, and
+    # give up an http(s) transfer that stalls for the network silence limit.
+    env = with_network_limits(with_mirrors(base, git_mirrors))
     env["PATH"] = os.pathsep.join([toolchain.bin_dir, base.get("PATH", os.defpath)])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (toolchain.pylib, base.get("PYTHONPATH", "")) if p)
     prefixes = toolchain.cmake_prefixes + ([base["CMAKE_PREFIX_PATH"]] if base.get("CMAKE_PREFIX_PATH") else [])

@@ -57,19 +57,22 @@ def query_versions(
     *,
     timeout: float,
     options: Sequence[str] = (),
+    limit: Optional[float] = None,
 ) -> IndexAnswer:
     """``python -m pip index versions package`` with a short timeout; binary distributions only.
-    ``options`` select another interpreter's wheels (release.wheel_tags: --python-version, --abi, ...)."""
+    ``options`` select another interpreter's wheels (release.wheel_tags: --python-version, --abi, ...).
+    ``limit``: the most the whole command may take (default: twice the timeout and 10 s)."""
     # -vv: with --retries 0 pip reports an index it could not reach only at debug level ("Could not fetch
     # URL ..."); without it, "cannot reach the index" looks like "the index has no such package".
     cmd = [python, "-m", "pip", "index", "versions", package, "--only-binary=:all:", "-vv",
            "--timeout", str(max(1, int(timeout))), "--retries", "0"]
     cmd += list(options)
+    most = timeout * 2 + 10 if limit is None else limit
     try:
         proc = subprocess.run(cmd, env=_pip_env(environ), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, timeout=timeout * 2 + 10, check=False)
+                              stderr=subprocess.STDOUT, timeout=most, check=False)
     except subprocess.TimeoutExpired:
-        return IndexAnswer(package, False, (), f"pip did not answer within {timeout * 2 + 10:.0f} s")
+        return IndexAnswer(package, False, (), f"pip did not answer within {most:.0f} s")
     except OSError as exc:
         return IndexAnswer(package, False, (), f"cannot run {python}: {exc.strerror}")
     out = proc.stdout.decode(errors="replace")

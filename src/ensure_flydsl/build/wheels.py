@@ -11,23 +11,22 @@ zip and compared with the checkout's sources before anything of it is installed.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
 import pathlib
 import re
-import subprocess
-import sys
 import zipfile
 from typing import IO, Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, cast
 
-from packaging.tags import platform_tags
 from packaging.version import InvalidVersion, Version
 
+# The download (which pip, the silence watchdog) lives in .download; its names are still taken from here.
+from ensure_flydsl.build.download import WheelDownload as WheelDownload
+from ensure_flydsl.build.download import download_wheel as download_wheel
+from ensure_flydsl.build.download import wheel_tags as wheel_tags
 from ensure_flydsl.build.wheel_shape import shape_problems
 from ensure_flydsl.errors import EnsureError, ExitCode
 from ensure_flydsl.probe.records import Interpreter
-from ensure_flydsl.support.processes import CommandFailed
 
 _VERSION_ASSIGN = re.compile(r"""^__version__\s*=\s*["']([^"']+)["']""", re.MULTILINE)
 
@@ -70,119 +69,6 @@ def static_version(init_file: str) -> Optional[str]:
     except OSError:
         return None
     return match.group(1) if match else None
-
-
-def wheel_tags(interpreter: Interpreter) -> List[str]:
-    """pip options that select wheels for the target interpreter on this host."""
-    major, minor = interpreter.version.split(".")[:2]
-    threading = re.match(r"cpython-\d+(t?)-", interpreter.soabi)
-    abi = "cp" + major + minor + (threading.group(1) if threading else "")
-    if interpreter.implementation != "cpython":
-        raise EnsureError(ExitCode.ARTIFACT, f"FlyDSL wheels are for CPython; {interpreter.executable} is "
-                          f"{interpreter.implementation}", stage="release")
-    options = ["--python-version", f"{major}.{minor}", "--implementation", "cp", "--abi", abi]
-    for platform in platform_tags():  # the target runs on this host: same libc, same architecture
-        options += ["--platform", platform]
-    return options
-
-
-def _pip_failed(exc: CommandFailed, interpreter: Interpreter, version: str, doing: str,
-                sink: Callable[[str], None]) -> EnsureError:
-    for line in exc.output.splitlines():
-        sink(line)
-    lines = [line for line in exc.output.splitlines() if line.strip()]
-    why = next((line.strip() for line in lines if "No matching distribution" in line or "ERROR" in line),
-               lines[-1].strip() if lines else f"pip exited with {exc.returncode}")
-    return EnsureError(
-        ExitCode.ARTIFACT,
-        f"no flydsl=={version} wheel could be {doing} for {interpreter.executable} "
-        f"(Python {interpreter.version}, {interpreter.soabi}): {why}",
-        stage="release",
-        hint="the package index has no wheel for this interpreter (FlyDSL publishes cp310-cp314 "
-        "manylinux x86_64); use another FLYDSL_PYTHON or FLYDSL_STRATEGY=source",
-        detail=exc.describe(),
-    )
-
-
-def disk_full(output: str, folder: str, version: str) -> Optional[EnsureError]:
-    """The error for a download pip gave up because the file system of ``folder`` is full (ENOSPC, which
-    pip reports as a traceback ending in ``[Errno 28] No space left on device``); None for any other."""
-    if "[Errno 28]" not in output and "No space left on device" not in output:
-        return None
-    import shutil
-
-    try:
-        free = f" ({shutil.disk_usage(folder).free // (1 << 20)} MiB free)"
-    except OSError:
-        free = ""
-    return EnsureError(
-        ExitCode.ARTIFACT,
-        f"the flydsl=={version} wheel could not be downloaded into {folder}: no space left on the device{free}",
-        stage="release",
-        hint=f"free space on the file system of {folder} (a FlyDSL wheel is about 75 MB, its install about "
-        "270 MB), or set FLYDSL_ROOT to a folder on a roomier one",
-    )
-
-
-class WheelDownload:
-    """``pip download`` of ``flydsl==version`` for ``interpreter`` into ``folder`` (a new folder), running in
-    the background from the start: a release run starts it as soon as the remote's refs name the pin's
-    release, so the download overlaps git's fetch of the pin.  pip chooses and fetches the wheel, so the
-    user's pip configuration applies."""
-
-    def __init__(self, interpreter: Interpreter, version: str, folder: str) -> None:
-        self.interpreter, self.version, self.folder = interpreter, version, folder
-        self.cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-                    "--disable-pip-version-check", "--dest", folder, *wheel_tags(interpreter), f"flydsl=={version}"]
-        os.makedirs(folder, exist_ok=True)
-        self._proc: Optional["subprocess.Popen[str]"] = subprocess.Popen(
-            self.cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-            errors="replace")  # in the tool's process group: a Ctrl-C or a kill of the group stops it too
-
-    def wheel(self, sink: Callable[[str], None]) -> str:
-        """Wait for it; the wheel's path, or EnsureError(8) with pip's reason."""
-        sink("$ " + " ".join(self.cmd))
-        proc, self._proc = self._proc, None
-        if proc is None:
-            raise EnsureError(ExitCode.INTERNAL, "the wheel download was already taken", stage="release")
-        try:
-            output, _ = proc.communicate()
-        except BaseException:
-            _stop(proc)
-            raise
-        if proc.returncode != 0:
-            full = disk_full(output, self.folder, self.version)
-            if full is not None:
-                for line in output.splitlines():
-                    sink(line)
-                raise full
-            raise _pip_failed(CommandFailed(self.cmd, proc.returncode, output), self.interpreter, self.version,
-                              "downloaded", sink) from None
-        for line in output.splitlines():
-            sink(line)
-        wheels = [name for name in os.listdir(self.folder) if name.startswith("flydsl-") and name.endswith(".whl")]
-        if len(wheels) != 1:
-            raise EnsureError(ExitCode.ARTIFACT, f"pip download of flydsl=={self.version} left {len(wheels)} "
-                              f"wheels in {self.folder}, not one", stage="release")
-        return os.path.join(self.folder, wheels[0])
-
-    def abort(self) -> None:
-        """Stop it if it is still running (the run failed, or took another way)."""
-        proc, self._proc = self._proc, None
-        if proc is not None:
-            _stop(proc)
-
-
-def _stop(proc: "subprocess.Popen[str]") -> None:
-    with contextlib.suppress(ProcessLookupError):
-        proc.kill()
-    proc.communicate()
-
-
-def download_wheel(interpreter: Interpreter, version: str, folder: str, sink: Callable[[str], None]) -> str:
-    """Download the ``flydsl==version`` wheel for ``interpreter`` into ``folder`` (a new folder) and return
-    its path; nothing is installed."""
-    return WheelDownload(interpreter, version, folder).wheel(sink)
 
 
 def install_wheel_file(interpreter: Interpreter, wheel: str, version: str, target: str,

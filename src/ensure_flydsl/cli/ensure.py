@@ -8,7 +8,7 @@ from typing import Mapping
 
 from ensure_flydsl.pipeline.warm import try_warm
 from ensure_flydsl.settings import Settings
-from ensure_flydsl.support.report import Reporter
+from ensure_flydsl.support.report import Reporter, known
 
 
 def ensure_command(settings: Settings, reporter: Reporter, environ: Mapping[str, str], *, as_json: bool) -> int:
@@ -23,5 +23,6 @@ def ensure_command(settings: Settings, reporter: Reporter, environ: Mapping[str,
     if as_json:
         print(json.dumps(result.to_json(), sort_keys=True))
     else:
-        reporter.say(f"ready: flydsl {result.version} ({result.how}) for {result.python}; source {result.env_file}")
+        reporter.say(f"ready: flydsl {known(result.version)} ({known(result.how)}) for {known(result.python)}; "
+                     f"source {result.env_file}")
     return 0

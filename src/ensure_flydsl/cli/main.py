@@ -113,13 +113,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
         return watch(args.watch_root, args.watch_run_id)
     json_mode = bool(getattr(args, "json", False))
+    verbosity = int(getattr(args, "verbosity", 0) or 0)
     if json_mode:
         # stdout carries the one result object; stderr only JSON events (messages, steps, the failure).
-        reporter = Reporter.for_stream(sys.stderr, json_events=True)
+        reporter = Reporter.for_stream(sys.stderr, json_events=True, verbosity=verbosity)
     elif args.command == "start":
-        reporter = Reporter.for_stream(sys.stderr)  # start's stdout is its JSON object alone
+        reporter = Reporter.for_stream(sys.stderr, verbosity=verbosity)  # start's stdout is its JSON object alone
     else:
-        reporter = Reporter.for_stream(sys.stdout)
+        reporter = Reporter.for_stream(sys.stdout, verbosity=verbosity)
     previous = _handle_stop_signals()
     code: Optional[int] = None
     try:

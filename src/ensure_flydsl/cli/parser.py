@@ -118,6 +118,11 @@ def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
 def _add_command_args(p: argparse.ArgumentParser, name: str) -> None:
     if name in _HELP:
         _add_setting_flags(p)
+        loud = p.add_mutually_exclusive_group()
+        loud.add_argument("-q", "--quiet", dest="verbosity", action="store_const", const=-1, default=0,
+                          help="show nothing but a failure (the log still gets everything)")
+        loud.add_argument("-v", "--verbose", dest="verbosity", action="store_const", const=1,
+                          help="show the build's own output as well")
     _COMMAND_ARGS[name](p)
 
 
@@ -196,10 +201,36 @@ def _timeout_seconds(value: str) -> float:
     return _seconds(value, zero_ok=True)
 
 
-def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+def _flags_with_values() -> "set[str]":
+    """The setting flags that take a value (``--root X``; not ``--verify``)."""
+    bare = {"--vllm-moe", "--no-vllm-moe", "--verify", "--fix-rocm-in-place"}
+    return {s.flag for s in SETTINGS if s.flag not in bare} | {"--require", "--git-mirror"}
+
+
+def command_first(argv: Sequence[str]) -> "list[str]":
+    """``argv`` with its command first: settings and -q/-v may come before it (``ensure-flydsl --root X
+    status`` is ``ensure-flydsl status --root X``); without a command it is ``ensure``."""
     argv = list(argv)
-    if not argv or (argv[0] not in COMMANDS and argv[0] not in ("-h", "--help", "--version")):
-        argv.insert(0, "ensure")
+    if argv and (argv[0] in COMMANDS or argv[0] in ("-h", "--help", "--version")):
+        return argv
+    valued = _flags_with_values()
+    index = 0
+    while index < len(argv):
+        word = argv[index]
+        if word == "--":
+            break
+        if not word.startswith("-"):
+            if word in COMMANDS:
+                return [word] + argv[:index] + argv[index + 1:]
+            break  # not a command: the ensure command's parser says what is wrong with it
+        if word == "--version":
+            return [word]
+        index += 2 if word in valued else 1
+    return ["ensure"] + argv
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    argv = command_first(argv)
     if argv[0] in COMMANDS:
         parser = build_parser(argv[0])
         # `cache keygen --out DIR NAME`: names may follow options (argparse takes positionals in one go).

@@ -16,7 +16,7 @@ from ensure_flydsl.runs.answer import Answer, answer
 from ensure_flydsl.runs.records import FAILED, RUNNING, SUCCEEDED
 from ensure_flydsl.runs.twin_gate import installed_line
 from ensure_flydsl.settings import Settings
-from ensure_flydsl.support.report import fmt_seconds
+from ensure_flydsl.support.report import fmt_seconds, known
 
 ABSENT_EXIT = 1  # `wait` and `env` when nothing answers the request
 
@@ -71,16 +71,16 @@ def status(settings: Settings, *, as_json: bool) -> int:
     print(f"state:   {data['state']}")
     if data["state"] == RUNNING:
         percent = f" {data['percent']}%" if data["percent"] is not None else ""
-        print(f"step:    {data['step']}{percent}")
+        print(f"step:    {known(data['step'], 'starting')}{percent}")
         print(f"elapsed: {fmt_seconds(_seconds(data['elapsed_s']))}  ETA: {fmt_seconds(_seconds(data['eta_s']))}")
-        print(f"pid:     {data['pid']} (run {data['run_id']})")
+        print(f"pid:     {known(data['pid'])} (run {known(data['run_id'])})")
         if isinstance(data["waiting_for"], dict):
             print(f"waiting: for {data['waiting_for'].get('text')} (the build lease in the cache)")
     elif data["state"] == SUCCEEDED:
-        print(f"flydsl:  {data['version']} ({data['how']}) for {data['python']}")
-        print(f"env:     {data['env_file']}")
+        print(f"flydsl:  {known(data['version'])} ({known(data['how'])}) for {known(data['python'])}")
+        print(f"env:     {known(data['env_file'])}")
     elif data["state"] == FAILED:
-        print(f"failed:  exit {data['exit_code']} in step {data['stage']}: {data['reason']}")
+        print(f"failed:  exit {known(data['exit_code'])} in step {known(data['stage'])}: {known(data['reason'])}")
     elif data["reason"]:
         print(f"why:     {data['reason']}")
     installed = data.get("installed")
@@ -89,7 +89,7 @@ def status(settings: Settings, *, as_json: bool) -> int:
     if data["state"] in (FAILED, "absent") and data["hint"]:
         print(f"next:    {data['hint']}")
     print(f"root:    {data['root']}")
-    print(f"log:     {data['log']}")
+    print(f"log:     {known(data['log'], 'none yet')}")
     return 0
 
 

@@ -15,6 +15,7 @@ from ensure_flydsl.result import result_object
 from ensure_flydsl.runs.answer import START_HINT
 from ensure_flydsl.runs.twin_gate import installed, installed_twin, twin_gap
 from ensure_flydsl.settings import Settings
+from ensure_flydsl.support.report import known
 
 NOT_ANSWERED = 1  # as `env` and `wait`: no env file answers this request
 
@@ -51,8 +52,8 @@ def verify(settings: Settings, environ: Dict[str, str], *, as_json: bool) -> int
         print(f"python:  {probe.interpreter.executable} ({probe.interpreter.version}, {probe.interpreter.abi})")
         print(f"PYTHONPATH: {probe.pythonpath}")
         for module in probe.modules:
-            print(f"  {module.name}: {module.file if module.file else 'FAILED: ' + str(module.error)}")
-        print(f"version: {probe.version if probe.version is not None else probe.version_error}")
-        print(f"tree:    {verdict.tree}")
+            print(f"  {module.name}: {module.file if module.file else 'FAILED: ' + known(module.error)}")
+        print(f"version: {probe.version if probe.version is not None else known(probe.version_error)}")
+        print(f"tree:    {known(verdict.tree, 'none (the modules do not import from one tree)')}")
         print(("ok: " if ok else "not usable: ") + reason)
     return code

@@ -18,7 +18,7 @@ from ensure_flydsl.runs.records import FAILED, RUNNING, SUCCEEDED, RunRecord
 from ensure_flydsl.runs.twin_gate import installed_line
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.support.files import read_json
-from ensure_flydsl.support.report import Reporter, fmt_seconds
+from ensure_flydsl.support.report import Reporter, fmt_seconds, known
 
 POLL_S = 0.05
 
@@ -27,8 +27,8 @@ def heartbeat_line(record: RunRecord) -> str:
     elapsed = time.time() - record.started
     shown = f" {record.percent}%" if record.percent is not None else ""
     waiting = f"; waiting for {record.waiting.get('text')}" if isinstance(record.waiting, dict) else ""
-    return (f"running: step {record.step}{shown}, elapsed {fmt_seconds(elapsed)}, "
-            f"ETA {fmt_seconds(record.remaining_eta())} (run {record.run_id}, pid {record.pid}){waiting}")
+    return (f"running: step {known(record.step, 'starting')}{shown}, elapsed {fmt_seconds(elapsed)}, "
+            f"ETA {fmt_seconds(record.remaining_eta())} (run {known(record.run_id)}, pid {known(record.pid)}){waiting}")
 
 
 def wait(settings: Settings, reporter: Reporter, *, timeout: Optional[float], heartbeat: float,
@@ -65,13 +65,14 @@ def _wait(settings: Settings, reporter: Reporter, *, timeout: Optional[float],
 def _finished(settings: Settings, found: Answer, reporter: Reporter) -> int:
     if found.state == SUCCEEDED:
         twin = found.twin
-        what = f"flydsl {twin.version} ({twin.how}) for {twin.python}" if twin is not None else "the env file"
+        what = (f"flydsl {known(twin.version)} ({known(twin.how)}) for {known(twin.python)}" if twin is not None
+                else "the env file")
         reporter.say(f"succeeded: {what}; source {settings.env_file}")
         return 0
     there = found.installed
     if found.state == FAILED and found.failure is not None:
         failure = found.failure
-        reporter.say(f"failed (exit {failure.exit_code}) in step {failure.stage}: {failure.reason}")
+        reporter.say(f"failed (exit {failure.exit_code}) in step {known(failure.stage)}: {known(failure.reason)}")
         marker = read_json(settings.fail_marker) or {}
         log = found.record.log if found.record is not None else str(marker.get("log") or "")
         tail = marker.get("log_tail") if marker.get("run_id") == found.run_id else None

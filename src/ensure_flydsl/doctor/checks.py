@@ -106,10 +106,12 @@ class Index:
         self.environ = environ
         self.timeout = timeout
         self._lock = threading.Lock()
-        self._answers: Dict[Tuple[str, Tuple[str, ...]], "concurrent.futures.Future[IndexAnswer]"] = {}
+        self._answers: Dict[Tuple[str, Tuple[str, ...], str], "concurrent.futures.Future[IndexAnswer]"] = {}
 
-    def answer(self, package: str, options: Sequence[str] = ()) -> IndexAnswer:
-        key = (package, tuple(options))
+    def answer(self, package: str, options: Sequence[str] = (), python: Optional[str] = None) -> IndexAnswer:
+        """What the index has for ``package``, asked through ``python``'s pip (default: the installer's)."""
+        python = python or self.python
+        key = (package, tuple(options), python)
         with self._lock:
             future = self._answers.get(key)
             owner = future is None
@@ -117,7 +119,7 @@ class Index:
                 future = self._answers[key] = concurrent.futures.Future()
         if owner:
             try:
-                future.set_result(query_versions(self.python, package, self.environ, timeout=self.timeout,
+                future.set_result(query_versions(python, package, self.environ, timeout=self.timeout,
                                                  options=options))
             except BaseException as exc:  # never leave the other askers waiting
                 future.set_exception(exc)
@@ -154,7 +156,8 @@ class RunContext:
 def check_interpreter(settings: Settings, environ: Mapping[str, str]) -> Tuple[Check, Optional[Interpreter]]:
     label = settings.label("python")
     try:
-        interp = describe_interpreter(settings.python, environ)
+        interp = describe_interpreter(settings.python, environ, timeout=settings.probe_timeout,
+                                      timeout_label=settings.label("probe_timeout"))
     except EnsureError as exc:
         return Check("interpreter", WRONG, f"{label}={settings.python}: {exc.reason}",
                      f"set {label} to the Python interpreter that will import FlyDSL", True, "settings"), None
@@ -322,6 +325,8 @@ def check_tool(ctx: RunContext, name: str, needed: Sequence[str]) -> Check:
     stage = ctx.tool_stage() if name in ("cmake", "ninja") else "build"
     if name not in needed:
         return _skip(name, "not used by this build", stage)
+    if name == "nanobind" and ctx.interpreter is None:  # asked of the interpreter: it would hang or fail again
+        return _skip(name, "the interpreter does not run", stage)
     minimum = tool_minimums(ctx.needs).get(name)
     python = ctx.interpreter.executable if ctx.interpreter else ctx.settings.python
     state: ToolState = machine_state(name, ctx.environ, python=python, minimum=minimum,

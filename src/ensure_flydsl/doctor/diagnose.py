@@ -98,10 +98,11 @@ def stop_if_blocked(checks: Sequence[Check], strategy: str) -> None:
 
 
 def _without_build_blocks(checks: List[Check], version_check: Check) -> List[Check]:
-    """auto installs an available release wheel and builds nothing: build problems do not block it."""
+    """auto installs an available release wheel and builds nothing: build problems, and submodules only a
+    source build fetches, do not block it."""
     note = f" (only for a source build: auto installs the release wheel, {version_check.detail.split('; ')[-1]})"
     return [dataclasses.replace(c, blocking=False, remedy=c.remedy + note)
-            if c.blocking and c.stage in ("llvm", "build") else c for c in checks]
+            if c.blocking and (c.stage in ("llvm", "build") or c.name == "submodules") else c for c in checks]
 
 
 def run_checks(

@@ -9,6 +9,7 @@ import re
 import subprocess
 from typing import Dict, List, Mapping, Optional, Tuple
 
+from ensure_flydsl.build.download import release_pip
 from ensure_flydsl.build.package_index import best_version
 from ensure_flydsl.build.wheels import pin_as_tag, release_tags, tag_version, wheel_tags
 from ensure_flydsl.doctor.check import MISSING, WRONG, Check, _ok, _skip
@@ -247,7 +248,12 @@ def check_release(ctx: RunContext, checkout: Optional[str], *, demanded: bool) -
     except EnsureError as exc:
         return Check("release-wheel", WRONG, exc.reason, "use a CPython interpreter, or FLYDSL_STRATEGY=source",
                      demanded, "release")
-    answer = ctx.index.answer("flydsl", options)
+    pip, no_pip = release_pip(ctx.interpreter.executable, ctx.environ)  # the pip ensure downloads with
+    fallback = "" if demanded else "; auto builds from source instead"
+    if pip is None:
+        return Check("release-wheel", MISSING, f"{how}, but {no_pip}{fallback}",
+                     "give the interpreter pip, or use FLYDSL_STRATEGY=source", demanded, "release")
+    answer = ctx.index.answer("flydsl", options, python=pip)
     wanted = f"flydsl=={version}" if version else f"flydsl >= {ctx.settings.min_version}"
     abi = options[options.index("--abi") + 1]
     if not answer.answered:
@@ -257,7 +263,6 @@ def check_release(ctx: RunContext, checkout: Optional[str], *, demanded: bool) -
     if found:
         return _ok("release-wheel", f"{how}; the package index has a flydsl {found} wheel for {abi}", "release")
     listed = ", ".join(answer.versions[:5]) or "none"
-    fallback = "" if demanded else "; auto builds from source instead"
     return Check("release-wheel", MISSING, f"{how}, but the package index has no {wanted} wheel for {abi} "
                  f"(versions it has for {abi}: {listed}){fallback}", "use FLYDSL_STRATEGY=source to build the pin, "
                  "or set FLYDSL_PYTHON to an interpreter FlyDSL publishes wheels for (cp310-cp314)", demanded,

@@ -76,7 +76,8 @@ def preflight(settings: Settings, environ: Mapping[str, str], *, writes: bool = 
         except CacheError as exc:
             raise BadInput(settings.label("cache"), settings.cache, f"a usable cache location; {exc}") from None
     try:
-        return describe_interpreter(settings.python, environ)
+        return describe_interpreter(settings.python, environ, timeout=settings.probe_timeout,
+                                    timeout_label=settings.label("probe_timeout"))
     except EnsureError as exc:
         allowed = f"a Python interpreter that runs; {exc.reason}"
         raise BadInput(settings.label("python"), settings.python, allowed) from None

@@ -344,9 +344,18 @@ class WarmProbe:
             _stop_group(proc)
 
 
-def describe_interpreter(python: str, environ: Optional[Mapping[str, str]] = None) -> Interpreter:
-    """The interpreter's identity alone (no imports): quick enough for validating FLYDSL_PYTHON."""
-    return run_probe(python, modules=(), environ=environ, timeout=60.0, timeout_label="a fixed limit").interpreter
+# The identity probe imports nothing: it never gets longer than this, whatever FLYDSL_PROBE_TIMEOUT says.
+IDENTITY_TIMEOUT_S = 60.0
+
+
+def describe_interpreter(python: str, environ: Optional[Mapping[str, str]] = None, *,
+                         timeout: float = IDENTITY_TIMEOUT_S,
+                         timeout_label: str = "FLYDSL_PROBE_TIMEOUT") -> Interpreter:
+    """The interpreter's identity alone (no imports): quick enough for validating FLYDSL_PYTHON.  It gets
+    the probe timeout (``timeout``, the setting ``timeout_label``), at most IDENTITY_TIMEOUT_S."""
+    if timeout > IDENTITY_TIMEOUT_S:
+        timeout, timeout_label = IDENTITY_TIMEOUT_S, f"at most {IDENTITY_TIMEOUT_S:g} s to start an interpreter"
+    return run_probe(python, modules=(), environ=environ, timeout=timeout, timeout_label=timeout_label).interpreter
 
 
 # Runs inside the target interpreter: for each top-level name, "stdlib", "missing" or "present", found with

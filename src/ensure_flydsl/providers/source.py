@@ -10,6 +10,7 @@ from typing import Dict, NamedTuple, Optional, Tuple
 
 from ensure_flydsl.binary_cache.entries import Cache, cache_key
 from ensure_flydsl.binary_cache.lease import HeldLease
+from ensure_flydsl.build.download import SUGGEST_TIMEOUT_S, release_suggestion
 from ensure_flydsl.build.environment import (
     LlvmRecord,
     Toolchain,
@@ -26,6 +27,7 @@ from ensure_flydsl.build.environment import (
 from ensure_flydsl.build.rocm import HipFix, drop_stale_hip_dir, fix_hip
 from ensure_flydsl.build.rocm_sdk import choose_rocm
 from ensure_flydsl.build.toolchain import ProvidedTools, provide_build_tools
+from ensure_flydsl.build.wheels import tag_version
 from ensure_flydsl.doctor.diagnose import run_checks, stop_if_blocked
 from ensure_flydsl.errors import EnsureError, ExitCode
 from ensure_flydsl.layout import (
@@ -80,6 +82,14 @@ class SourceProvider(Provider):
         self.tree_lease: Optional[HeldLease] = None  # held from before build.sh until the tree is published
 
     def provide(self, run: Run, commit: str) -> Optional[Decision]:
+        try:
+            return self._provide(run, commit)
+        except EnsureError as exc:
+            if run.settings.strategy == "auto" and exc.code not in (ExitCode.LOCK, ExitCode.INTERRUPTED):
+                suggest_release(run, exc)
+            raise
+
+    def _provide(self, run: Run, commit: str) -> Optional[Decision]:
         if run.warm_probe is not None:  # started for a quick way that gave way to this one
             run.warm_probe.close()
             run.warm_probe = None
@@ -164,6 +174,19 @@ class SourceProvider(Provider):
     def abandon(self, run: Run, error: BaseException) -> None:
         held, self.tree_lease = self.tree_lease, None
         end_turn(held, error)
+
+
+def suggest_release(run: Run, exc: EnsureError) -> None:
+    """``auto`` could not build: when a release >= the floor has a wheel for this interpreter (and the
+    repository has its tag), the failure's hint says so.  Asked in seconds at most, or not at all."""
+    settings = run.settings
+    tags = gitsource.remote_tags(settings.root, settings.repo, mirrors=settings.git_mirrors,
+                                 silence_s=SUGGEST_TIMEOUT_S)
+    pinned = tag_version(settings.pin) if settings.pin.startswith("v") else None
+    suggestion = release_suggestion(run.interpreter, settings.min_version, run.environ, tags, exclude=pinned)
+    if suggestion is not None:
+        run.say(f"instead of building: {suggestion}")
+        exc.hint = f"{exc.hint}; or, without a build, {suggestion}" if exc.hint else suggestion
 
 
 def prepare(run: Run, cache: Optional[Cache]) -> Prepared:

@@ -16,6 +16,7 @@ from ensure_flydsl.runs.progress import Tracker
 from ensure_flydsl.runs.records import SOURCE_PLAN, RunStore, new_run_id
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.source.root import Stamps
+from ensure_flydsl.support import processes
 from ensure_flydsl.support.report import Reporter
 
 # Steps whose duration depends on whether they had anything to do; only real work counts for ETAs.
@@ -58,6 +59,7 @@ class Run:
         self._worked = False
         self.warm_probe: Optional[WarmProbe] = None  # the final probe's interpreter, started early
         self.wheel_download: Optional[WheelDownload] = None  # a release wheel, downloading beside the fetch
+        processes.set_heartbeat(self.say)  # a network step that waits says so every 30 s
 
     def elapsed(self) -> float:
         return time.monotonic() - self.started

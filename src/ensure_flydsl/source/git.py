@@ -15,8 +15,8 @@ from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 from ensure_flydsl.errors import EnsureError, ExitCode
 from ensure_flydsl.setting_values import GitMirrors
-from ensure_flydsl.source.mirrors import describe, is_local, with_mirrors
-from ensure_flydsl.support.processes import CommandFailed, cmd_output
+from ensure_flydsl.source.mirrors import describe, is_local, with_mirrors, with_network_limits
+from ensure_flydsl.support.processes import CommandFailed, Silent, cmd_output, watched_output
 
 _HEX = re.compile(r"^[0-9a-fA-F]{7,40}$")
 # Lock files a killed git leaves behind; under the build lock, in a root of ours, nobody else runs git.
@@ -29,6 +29,11 @@ SUBMODULES_UNREACHABLE = ("a submodule's repository is unreachable from here; ch
                           "a reachable mirror with FLYDSL_GIT_MIRRORS=FROM=TO (a URL or a local path)")
 # git submodule update's words for a clone that failed: "clone of '<url>' into submodule path '<path>' failed"
 _CLONE_FAILED = re.compile(r"clone of '([^']+)' into submodule path '([^']+)' failed")
+# git submodule update's words as it starts on a submodule, to name the remote a silent one waits for
+_REGISTERED = re.compile(r"Submodule '[^']*' \(([^)]+)\) registered for path '([^']+)'")
+_CLONING = re.compile(r"Cloning into '([^']+)'")
+# The git commands that talk to a remote: stopped after the network silence limit (see processes).
+_NETWORK = {"ls-remote", "fetch", "clone", "submodule"}
 
 
 @contextlib.contextmanager
@@ -45,7 +50,7 @@ def is_local_repo(repo: str) -> bool:
 
 
 def git_env(repo: str, mirrors: GitMirrors) -> Dict[str, str]:
-    env = with_mirrors(os.environ, mirrors)
+    env = with_network_limits(with_mirrors(os.environ, mirrors))
     env.update(
         {
             "GIT_TERMINAL_PROMPT": "0",
@@ -60,13 +65,51 @@ def git_env(repo: str, mirrors: GitMirrors) -> Dict[str, str]:
     return env
 
 
-def git(root: str, *args: str, repo: str, mirrors: GitMirrors, timeout: Optional[float] = None) -> str:
+def git(root: str, *args: str, repo: str, mirrors: GitMirrors, timeout: Optional[float] = None,
+        silence_s: Optional[float] = None) -> str:
+    """Run git in ``root``; a network command (ls-remote, fetch, submodule update) is stopped after
+    ``silence_s`` seconds without output (default: the network silence limit), exit 2 naming the remote."""
     extra: List[str] = []
     if is_local_repo(repo):
         # git >= 2.38 refuses file:// submodules by default (CVE-2022-39253); a local mirror's submodules
         # are local too, and the user chose that mirror.
         extra = ["-c", "protocol.file.allow=always"]
-    return cmd_output(["git", *extra, "-C", root, *args], env=git_env(repo, mirrors), timeout=timeout)
+    cmd = ["git", *extra, "-C", root, *args]
+    env = git_env(repo, mirrors)
+    sub = next((a for a in args if not a.startswith("-")), "")
+    if sub not in _NETWORK or (sub == "submodule" and "update" not in args):
+        return cmd_output(cmd, env=env, timeout=timeout)
+    if sub in ("fetch", "clone", "submodule"):  # progress as objects arrive: output is the sign of life
+        at = args.index(sub) + (2 if sub == "submodule" else 1)
+        cmd = ["git", *extra, "-C", root, *args[:at], "--progress", *args[at:]]
+    remote = describe(repo, mirrors)
+    try:
+        return watched_output(cmd, env=env, what=f"git {sub}" + (" update" if sub == "submodule" else ""),
+                              silence_s=silence_s,
+                              remote=(lambda out: _submodule_remote(out, root, mirrors)) if sub == "submodule"
+                              else (lambda out: remote))
+    except Silent as exc:
+        raise EnsureError(
+            ExitCode.FETCH,
+            f"git {sub}{' update' if sub == 'submodule' else ''} stopped: nothing received from {exc.remote} "
+            f"for {exc.seconds:g} s",
+            stage="submodules" if sub == "submodule" else "fetch",
+            hint=SUBMODULES_UNREACHABLE if sub == "submodule" else UNREACHABLE,
+            detail=exc.describe(),
+        ) from None
+
+
+def _submodule_remote(output: str, root: str, mirrors: GitMirrors) -> str:
+    """The submodule ``git submodule update`` was cloning when it went silent (its URL, through which
+    mirror), from what it printed; the repository's submodules in general when it printed nothing yet."""
+    urls = {os.path.normpath(os.path.join(root, path)): url for url, path in _REGISTERED.findall(output)}
+    cloning = _CLONING.findall(output)
+    if cloning:
+        url = urls.get(os.path.normpath(os.path.join(root, cloning[-1])))
+        if url:
+            return describe(url, mirrors)
+        return f"the repository of the submodule {cloning[-1]}"
+    return f"the submodules' repositories of {root}"
 
 
 def clear_stale_git_locks(root: str, say: Callable[[str], None]) -> None:
@@ -119,7 +162,7 @@ def remote_refs(root: str, repo: str, *, mirrors: GitMirrors) -> Dict[str, str]:
     """``git ls-remote``: ref name -> commit, with annotated tags peeled (``refs/tags/v1^{}``)."""
     with failing_as(ExitCode.FETCH, f"cannot list the refs of {describe(repo, mirrors)}", stage="fetch",
                     hint=UNREACHABLE):
-        out = git(root, "ls-remote", "origin", repo=repo, mirrors=mirrors, timeout=300)
+        out = git(root, "ls-remote", "origin", repo=repo, mirrors=mirrors)
     refs: Dict[str, str] = {}
     for line in out.splitlines():
         sha, _, name = line.partition("\t")
@@ -237,6 +280,17 @@ def update_submodules(root: str, repo: str, *, mirrors: GitMirrors) -> bool:
         raise EnsureError(ExitCode.FETCH, f"git submodule update in {root} failed{what}", stage="submodules",
                           hint=SUBMODULES_UNREACHABLE, detail=exc.describe()) from None
     return True
+
+
+def remote_tags(root: str, repo: str, *, mirrors: GitMirrors, silence_s: float) -> Optional[List[str]]:
+    """The repository's tag names (``git ls-remote --tags``), or None when it does not answer within
+    ``silence_s`` seconds: for a hint, never a wait."""
+    try:
+        out = git(root, "ls-remote", "--tags", "origin", repo=repo, mirrors=mirrors, silence_s=silence_s)
+    except (CommandFailed, EnsureError):
+        return None
+    names = [line.partition("\t")[2].strip() for line in out.splitlines()]
+    return sorted({n[len("refs/tags/"):].removesuffix("^{}") for n in names if n.startswith("refs/tags/")})
 
 
 def tags_at(root: str, commit: str, repo: str, *, mirrors: GitMirrors) -> List[str]:

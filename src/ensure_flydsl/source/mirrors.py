@@ -8,6 +8,10 @@ from __future__ import annotations
 from typing import Dict, List, Mapping, Optional, Tuple
 
 from ensure_flydsl.setting_values import GitMirrors, git_config_count
+from ensure_flydsl.support.processes import network_silence_s
+
+# curl's own stall limit for http(s) (git's http.lowSpeedLimit/Time): under 1 byte/s for the silence limit.
+LOW_SPEED_LIMIT = "1"
 
 
 def is_local(url: str) -> bool:
@@ -36,6 +40,25 @@ def with_mirrors(environ: Mapping[str, str], mirrors: GitMirrors) -> Dict[str, s
         env[f"GIT_CONFIG_VALUE_{index}"] = value
     env["GIT_CONFIG_COUNT"] = str(first + len(entries))
     return env
+
+
+def with_network_limits(environ: Dict[str, str]) -> Dict[str, str]:
+    """``environ`` with git's http low-speed limits (``http.lowSpeedLimit``/``http.lowSpeedTime``: a transfer
+    under 1 byte/s for the network silence limit is given up) appended to its GIT_CONFIG_COUNT entries, as
+    the mirrors are: never written to a config file, and handed on to what git runs (submodule clones) and
+    to the build scripts' git commands.  The caller's GIT_HTTP_LOW_SPEED_LIMIT/TIME still win (git reads
+    them after its configuration).  A GIT_CONFIG_COUNT that is not a number is left to git to refuse."""
+    raw = environ.get("GIT_CONFIG_COUNT", "").strip()
+    if raw and not raw.isdigit():
+        return environ
+    first = int(raw or "0")
+    seconds = max(1, int(network_silence_s(environ)))
+    entries = [("http.lowSpeedLimit", LOW_SPEED_LIMIT), ("http.lowSpeedTime", str(seconds))]
+    for index, (key, value) in enumerate(entries, start=first):
+        environ[f"GIT_CONFIG_KEY_{index}"] = key
+        environ[f"GIT_CONFIG_VALUE_{index}"] = value
+    environ["GIT_CONFIG_COUNT"] = str(first + len(entries))
+    return environ
 
 
 def rewrite(url: str, mirrors: GitMirrors) -> Tuple[str, Optional[Tuple[str, str]]]:

@@ -22,6 +22,11 @@ TAIL_LINES = 40
 JSON_PROGRESS_INTERVAL_S = 1.0
 
 
+def known(value: object, unknown: str = "unknown") -> str:
+    """``value`` for a person to read: never the word None."""
+    return unknown if value is None or value == "" else str(value)
+
+
 def fmt_seconds(seconds: Optional[float]) -> str:
     if seconds is None:
         return "unknown"
@@ -34,10 +39,14 @@ def fmt_seconds(seconds: Optional[float]) -> str:
 
 
 class Reporter:
-    def __init__(self, stream: Optional[IO[str]], *, mode: str = "plain", prefix: str = "ensure-flydsl") -> None:
+    def __init__(self, stream: Optional[IO[str]], *, mode: str = "plain", prefix: str = "ensure-flydsl",
+                 verbosity: int = 0) -> None:
         self.stream = stream
         self.mode = mode  # "tty", "plain" or "json"
         self.prefix = prefix
+        # -1 (-q): nothing shown but failures (the log still gets every line); 1 (-v): the build's own
+        # output shown as well
+        self.verbosity = verbosity
         self.log_path: Optional[str] = None
         self._log: Optional[IO[str]] = None
         self._log_is_stream = False
@@ -47,19 +56,17 @@ class Reporter:
         self._last_json_progress = 0.0
 
     @classmethod
-    def for_stream(cls, stream: IO[str], *, json_events: bool = False) -> "Reporter":
+    def for_stream(cls, stream: IO[str], *, json_events: bool = False, verbosity: int = 0) -> "Reporter":
         if json_events:
-            return cls(stream, mode="json")
-        try:
-            tty = stream.isatty()
-        except (AttributeError, ValueError):
-            tty = False
-        return cls(stream, mode="tty" if tty else "plain")
+            return cls(stream, mode="json", verbosity=verbosity)
+        return cls(stream, mode="tty" if redraws(stream) else "plain", verbosity=verbosity)
 
     # -- messages ----------------------------------------------------------------------------------------
     def say(self, message: str) -> None:
         line = f"[{time.strftime('%H:%M:%S')}] {self.prefix}: {message}"
-        if self.mode == "json":
+        if self.verbosity < 0:
+            pass
+        elif self.mode == "json":
             self._emit({"event": "message", "time": time.time(), "text": message})
         else:
             self._print(line)
@@ -80,7 +87,7 @@ class Reporter:
             self._emit(event)
 
     def progress(self, step: str, percent: Optional[float], eta: Optional[float]) -> None:
-        if percent is None:
+        if percent is None or self.verbosity < 0:
             return
         if self.mode == "tty" and self.stream is not None:
             self._live = self._write(f"\r\x1b[K  {step} {percent:5.1f}%  ETA {fmt_seconds(eta)}")
@@ -99,7 +106,11 @@ class Reporter:
     def build_line(self, line: str) -> None:
         """One line of a build command's output: the log, and the in-memory tail."""
         self._tail.append(line)
-        if self._log is not None:
+        if self._log is not None and not self._log_is_stream:
+            self._write_log(line)
+        if self.verbosity > 0 and self.mode != "json":
+            self._print("    " + line)
+        elif self._log is not None and self._log_is_stream:
             self._write_log(line)
 
     def tail(self, count: int = 20) -> List[str]:
@@ -171,6 +182,15 @@ class Reporter:
             with contextlib.suppress(OSError):
                 self._log.close()
         self._log = None
+
+
+def redraws(stream: IO[str]) -> bool:
+    """Whether a live line may be redrawn in place (``\\r``, ``ESC [K``): a terminal that is not dumb."""
+    try:
+        tty = stream.isatty()
+    except (AttributeError, ValueError):
+        tty = False
+    return tty and os.environ.get("TERM", "") != "dumb"
 
 
 def _to_devnull(stream: IO[str]) -> None:

@@ -1,0 +1,298 @@
+"""The release wheel's download: ``pip download`` of ``flydsl==X`` for the TARGET interpreter's tags, run by
+a pip that exists wherever the tool was installed (pip, ``uv tool install``, pipx, a venv without pip), under
+the user's own pip configuration (PIP_INDEX_URL, PIP_FIND_LINKS, pip.conf), stopped when the index sends
+nothing for the network silence limit.
+
+Which pip: the target interpreter's (``FLYDSL_PYTHON -m pip``: what installs into it is what the user's pip
+settings are for), else the tool's own interpreter's; with neither there is no download, and the reason says
+which interpreters were asked and how to give one of them pip (:func:`release_pip`).  The doctor asks the
+index through the same one, so it predicts what ``ensure`` does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from packaging.tags import platform_tags
+
+from ensure_flydsl.errors import EnsureError, ExitCode
+from ensure_flydsl.probe.records import Interpreter
+from ensure_flydsl.support.processes import CommandFailed, heartbeat, network_silence_s, waiting_line
+
+# pip's words for a retry after a stalled or broken connection: not a sign that the index answers.
+_RETRY = "Retrying ("
+_LOOKING = re.compile(r"^Looking in (?:indexes|links): (.+)$", re.MULTILINE)
+_pip_cache: Dict[str, bool] = {}
+_pip_lock = threading.Lock()
+
+
+def has_pip(python: str, environ: Optional[Mapping[str, str]] = None) -> bool:
+    """Whether ``python -m pip`` can run: pip is found on its own path (looked up, not imported; asked
+    once per process and interpreter)."""
+    with _pip_lock:
+        if python in _pip_cache:
+            return _pip_cache[python]
+    if python == sys.executable:
+        import importlib.util
+
+        found = importlib.util.find_spec("pip") is not None
+    else:
+        env = pip_env(os.environ if environ is None else environ)
+        try:
+            found = subprocess.run(
+                [python, "-c", "import importlib.util, sys; sys.exit(importlib.util.find_spec('pip') is None)"],
+                env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                timeout=60, check=False).returncode == 0
+        except (OSError, subprocess.TimeoutExpired):
+            found = False
+    with _pip_lock:
+        _pip_cache[python] = found
+    return found
+
+
+def release_pip(target: str, environ: Optional[Mapping[str, str]] = None) -> Tuple[Optional[str], str]:
+    """(the interpreter whose pip asks the index and downloads the wheel, or None; why not, when None)."""
+    for python in dict.fromkeys((target, sys.executable)):
+        if has_pip(python, environ):
+            return python, ""
+    tool = "" if sys.executable == target else f" nor ensure-flydsl's own interpreter {sys.executable}"
+    return None, (f"there is no pip to download the wheel with: neither FLYDSL_PYTHON={target}{tool} has pip "
+                  f"(an install by `uv tool install` has none); give FLYDSL_PYTHON pip (`{target} -m ensurepip "
+                  f"--upgrade`, or `uv pip install --python {target} pip`)")
+
+
+def pip_env(environ: Mapping[str, str]) -> Dict[str, str]:
+    """The caller's environment for pip: its PIP_* settings kept; the tree's PYTHONPATH not handed on."""
+    env = {k: v for k, v in environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
+    env["PIP_NO_INPUT"] = "1"
+    return env
+
+
+def wheel_tags(interpreter: Interpreter) -> List[str]:
+    """pip options that select wheels for the target interpreter on this host."""
+    major, minor = interpreter.version.split(".")[:2]
+    threading_ = re.match(r"cpython-\d+(t?)-", interpreter.soabi)
+    abi = "cp" + major + minor + (threading_.group(1) if threading_ else "")
+    if interpreter.implementation != "cpython":
+        raise EnsureError(ExitCode.ARTIFACT, f"FlyDSL wheels are for CPython; {interpreter.executable} is "
+                          f"{interpreter.implementation}", stage="release")
+    options = ["--python-version", f"{major}.{minor}", "--implementation", "cp", "--abi", abi]
+    for platform in platform_tags():  # the target runs on this host: same libc, same architecture
+        options += ["--platform", platform]
+    return options
+
+
+def _pip_failed(exc: CommandFailed, interpreter: Interpreter, version: str, doing: str,
+                sink: Callable[[str], None]) -> EnsureError:
+    for line in exc.output.splitlines():
+        sink(line)
+    lines = [line for line in exc.output.splitlines() if line.strip()]
+    why = next((line.strip() for line in lines if "No matching distribution" in line or "ERROR" in line),
+               lines[-1].strip() if lines else f"pip exited with {exc.returncode}")
+    return EnsureError(
+        ExitCode.ARTIFACT,
+        f"no flydsl=={version} wheel could be {doing} for {interpreter.executable} "
+        f"(Python {interpreter.version}, {interpreter.soabi}): {why}",
+        stage="release",
+        hint="the package index has no wheel for this interpreter (FlyDSL publishes cp310-cp314 "
+        "manylinux x86_64); use another FLYDSL_PYTHON or FLYDSL_STRATEGY=source",
+        detail=exc.describe(),
+    )
+
+
+def _folder_bytes(folder: str) -> int:
+    total = 0
+    for top, _, files in os.walk(folder):
+        for name in files:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(top, name)).st_size
+    return total
+
+
+def disk_full(output: str, folder: str, version: str) -> Optional[EnsureError]:
+    """The error for a download pip gave up because the file system of ``folder`` is full (ENOSPC, which
+    pip reports as a traceback ending in ``[Errno 28] No space left on device``); None for any other."""
+    if "[Errno 28]" not in output and "No space left on device" not in output:
+        return None
+    import shutil
+
+    try:
+        free = f" ({shutil.disk_usage(folder).free // (1 << 20)} MiB free)"
+    except OSError:
+        free = ""
+    return EnsureError(
+        ExitCode.ARTIFACT,
+        f"the flydsl=={version} wheel could not be downloaded into {folder}: no space left on the device{free}",
+        stage="release",
+        hint=f"free space on the file system of {folder} (a FlyDSL wheel is about 75 MB, its install about "
+        "270 MB), or set FLYDSL_ROOT to a folder on a roomier one",
+    )
+
+
+
+class WheelDownload:
+    """``pip download`` of ``flydsl==version`` for ``interpreter`` into ``folder`` (a new folder), running in
+    the background from the start: a release run starts it as soon as the remote's refs name the pin's
+    release, so the download overlaps git's fetch of the pin.  pip chooses and fetches the wheel, so the
+    user's pip configuration applies.  Its temporary files go under ``folder`` too: bytes arriving there, or
+    a line from pip other than a retry, are its signs of life (see :meth:`wheel`)."""
+
+    def __init__(self, interpreter: Interpreter, version: str, folder: str,
+                 environ: Optional[Mapping[str, str]] = None) -> None:
+        environ = os.environ if environ is None else environ
+        self.interpreter, self.version, self.folder = interpreter, version, folder
+        pip, why = release_pip(interpreter.executable, environ)
+        if pip is None:
+            raise EnsureError(ExitCode.ARTIFACT, why, stage="release",
+                              hint="give one of them pip, or use FLYDSL_STRATEGY=source to build the pin")
+        self.pip = pip
+        self.limit = network_silence_s(environ)
+        self.cmd = [pip, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--progress-bar", "off",
+                    "--dest", folder, *wheel_tags(interpreter), f"flydsl=={version}"]
+        scratch = os.path.join(folder, ".tmp")
+        os.makedirs(scratch, exist_ok=True)
+        env = pip_env(environ)
+        env["TMPDIR"] = scratch
+        self._lines: List[str] = []
+        self.started = self._last_data = time.monotonic()
+        self._proc: Optional["subprocess.Popen[str]"] = subprocess.Popen(
+            self.cmd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            text=True, errors="replace")  # in the tool's process group: a Ctrl-C or a kill of the group stops it too
+        self._reader = threading.Thread(target=self._read, args=(self._proc,), daemon=True)
+        self._reader.start()
+
+    def _read(self, proc: "subprocess.Popen[str]") -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            self._lines.append(line.rstrip("\n"))
+            if _RETRY not in line:
+                self._last_data = time.monotonic()
+
+    def index(self) -> str:
+        """Where pip looks (its own ``Looking in indexes`` line, passwords already hidden), for messages."""
+        found = _LOOKING.findall("\n".join(self._lines))
+        return found[-1].strip() if found else "the package index pip is configured with (PyPI by default)"
+
+    def wheel(self, sink: Callable[[str], None]) -> str:
+        """Wait for it; the wheel's path, or EnsureError(8) with pip's reason.  When neither a byte nor a
+        line came for the silence limit, pip is stopped and the error names the index; while it waits, a
+        line is said every half of that limit."""
+        sink("$ " + " ".join(self.cmd))
+        proc, self._proc = self._proc, None
+        if proc is None:
+            raise EnsureError(ExitCode.INTERNAL, "the wheel download was already taken", stage="release")
+        try:
+            self._watch(proc)
+        except BaseException:
+            _stop(proc)
+            raise
+        self._reader.join()
+        output = "\n".join(self._lines)
+        if proc.returncode != 0:
+            full = disk_full(output, self.folder, self.version)
+            if full is not None:
+                for line in self._lines:
+                    sink(line)
+                raise full
+            raise _pip_failed(CommandFailed(self.cmd, proc.returncode, output), self.interpreter, self.version,
+                              "downloaded", sink) from None
+        for line in self._lines:
+            sink(line)
+        wheels = [name for name in os.listdir(self.folder) if name.startswith("flydsl-") and name.endswith(".whl")]
+        if len(wheels) != 1:
+            raise EnsureError(ExitCode.ARTIFACT, f"pip download of flydsl=={self.version} left {len(wheels)} "
+                              f"wheels in {self.folder}, not one", stage="release")
+        return os.path.join(self.folder, wheels[0])
+
+    def _watch(self, proc: "subprocess.Popen[str]") -> None:
+        size, beat = -1, min(30.0, self.limit / 2)
+        last_beat = time.monotonic()
+        while True:
+            try:
+                proc.wait(timeout=0.25)
+                return
+            except subprocess.TimeoutExpired:
+                pass
+            now = time.monotonic()
+            grown = _folder_bytes(self.folder)
+            if grown > size:  # bytes arrived (the first look counts those that came while nobody watched)
+                if grown > 0:
+                    self._last_data = now
+                size = grown
+            silent = now - self._last_data
+            if silent >= self.limit:
+                _stop(proc)
+                self._reader.join()
+                raise EnsureError(
+                    ExitCode.ARTIFACT,
+                    f"the flydsl=={self.version} wheel's download stopped: nothing received from {self.index()} "
+                    f"for {self.limit:g} s",
+                    stage="release",
+                    hint="check the network or pip's configuration (PIP_INDEX_URL, PIP_FIND_LINKS, pip.conf); "
+                    "or use FLYDSL_STRATEGY=source",
+                    detail="\n".join(self._lines[-20:]),
+                )
+            if now - last_beat >= beat:
+                last_beat = now
+                heartbeat(waiting_line(f"the flydsl=={self.version} wheel's download", self.index(),
+                                       now - self.started, silent, self.limit))
+
+    def abort(self) -> None:
+        """Stop it if it is still running (the run failed, or took another way)."""
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            _stop(proc)
+
+
+def _stop(proc: "subprocess.Popen[str]") -> None:
+    with contextlib.suppress(ProcessLookupError):
+        proc.kill()
+    with contextlib.suppress(ValueError, OSError):
+        proc.wait()
+
+
+def download_wheel(interpreter: Interpreter, version: str, folder: str, sink: Callable[[str], None]) -> str:
+    """Download the ``flydsl==version`` wheel for ``interpreter`` into ``folder`` (a new folder) and return
+    its path; nothing is installed."""
+    return WheelDownload(interpreter, version, folder).wheel(sink)
+
+
+# A failure path asks the index at most this long (pip's socket timeout, then the whole command).
+SUGGEST_TIMEOUT_S = 3.0
+SUGGEST_LIMIT_S = 8.0
+
+
+def release_suggestion(interpreter: Interpreter, min_version: str, environ: Mapping[str, str],
+                       tags: Optional[Sequence[str]], *, exclude: Optional[str] = None) -> Optional[str]:
+    """For ``auto`` when it cannot build: ``FLYDSL_PIN=vX has a wheel for this interpreter: about 10 s``
+    for the newest release X >= ``min_version`` that the package index has a wheel of for ``interpreter``
+    (asked through the pip the release way would use, in a few seconds at most) and, when ``tags`` (the
+    repository's tags) are known, that the repository has as a tag.  None when there is none, or the
+    question cannot be answered quickly: this is a hint, never a wait."""
+    from ensure_flydsl.build.package_index import best_version, query_versions
+
+    pip, _ = release_pip(interpreter.executable, environ)
+    if pip is None:
+        return None
+    try:
+        options = wheel_tags(interpreter)
+    except EnsureError:
+        return None
+    answer = query_versions(pip, "flydsl", environ, timeout=SUGGEST_TIMEOUT_S, options=options,
+                            limit=SUGGEST_LIMIT_S)
+    versions = [v for v in answer.versions if v != exclude]
+    if tags is not None:
+        released = {t[1:] for t in tags if t.startswith("v")}
+        versions = [v for v in versions if v in released]
+    found = best_version(versions, minimum=min_version)
+    if found is None:
+        return None
+    return f"FLYDSL_PIN=v{found} has a wheel for this interpreter: about 10 s, nothing built"

@@ -1,0 +1,103 @@
+"""The command line's manners: settings accepted before the command, -q and -v, no terminal redraws off a
+terminal or on a dumb one, and never the word None in what a person reads, in every state a root can be in."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import re
+import subprocess
+import sys
+from typing import List
+
+from tests.helpers.scenario import start, wait_for
+from tests.helpers.workspace import Workspace
+
+NONE = re.compile(r"\bNone\b")
+
+
+def human(ws: Workspace, *args: str, **env: str) -> "subprocess.CompletedProcess[str]":
+    out = ws.run(*args, **env)
+    for stream in (out.stdout, out.stderr):
+        assert not NONE.search(stream), f"`{' '.join(args)}` printed None:\n{stream}"
+    return out
+
+
+def test_settings_before_the_command(ws: Workspace) -> None:
+    env = {k: v for k, v in ws.env.items() if k != "FLYDSL_ROOT"}
+    out = subprocess.run([sys.executable, "-m", "ensure_flydsl", "--root", ws.root, "status", "--json"], env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, check=False)
+    assert out.returncode == 0, out.stderr  # was exit 64: "unrecognized arguments: status"
+    assert json.loads(out.stdout)["root"] == ws.root
+    # a flag's value that is a command's name is still the value
+    out = ws.run("--pin", "status", "doctor", "--json")
+    assert json.loads(out.stdout)["strategy"] == "source"
+    assert any("status" in c["detail"] for c in json.loads(out.stdout)["checks"] if c["name"] == "repository")
+    assert ws.run("-q", "-v", "status").returncode == 64
+
+
+def test_quiet_shows_nothing_but_a_failure_and_verbose_shows_the_build(ws: Workspace) -> None:
+    quiet = ws.run("-q")
+    assert quiet.returncode == 0 and quiet.stdout == "" and quiet.stderr == "", quiet.stdout + quiet.stderr
+    assert os.path.exists(ws.env_file)
+    with open(ws.log) as handle:
+        assert "ready: flydsl 0.2.2" in handle.read()  # the log still has everything
+    verbose = ws.run("-v", "--verify", FLYDSL_PIN=ws.repo.commits["v0.2.3"])
+    assert verbose.returncode == 0, verbose.stderr
+    assert "    [3/3] Building CXX object python/mlir_flydsl/part3.cpp.o\n" in verbose.stdout  # the build's lines
+    failed = ws.run("-q", FLYDSL_PIN="no-such-pin")
+    assert failed.returncode == 3 and failed.stdout == "" and "no-such-pin" in failed.stderr
+
+
+def live_output(ws: Workspace, term: str) -> bytes:
+    """What `ensure-flydsl` writes on a terminal (a real pty) with TERM=``term``, building into a root of
+    its own (so that it builds, with progress)."""
+    root = os.path.join(ws.base, term, "FlyDSL")
+    env = dict(ws.env, TERM=term, FIXTURE_BUILD_SLEEP="0.05", FLYDSL_ROOT=root)
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen(ws.cmd(), env=env, stdin=subprocess.DEVNULL, stdout=follower, stderr=follower)
+    os.close(follower)
+    chunks: List[bytes] = []
+    while True:
+        try:
+            data = os.read(leader, 65536)
+        except OSError:
+            break
+        if not data:
+            break
+        chunks.append(data)
+    assert proc.wait() == 0
+    os.close(leader)
+    return b"".join(chunks)
+
+
+def test_no_redraws_off_a_terminal_or_on_a_dumb_one(ws: Workspace) -> None:
+    assert b"\r\x1b[K  build " in live_output(ws, "xterm")  # a terminal: the live progress line
+    dumb = live_output(ws, "dumb")
+    assert b"\x1b" not in dumb and b"ensure-flydsl: build 100%" in dumb  # progress as plain lines
+    piped = ws.run(FIXTURE_BUILD_SLEEP="0.05")
+    assert "\x1b" not in piped.stdout + piped.stderr and "\r" not in piped.stdout + piped.stderr
+    assert "ensure-flydsl: build 100%" in piped.stdout
+
+
+def test_no_none_in_human_output_in_any_state(ws: Workspace) -> None:
+    # absent
+    for args in (("status",), ("wait", "--timeout", "0"), ("verify",), ("env",), ("clean",), ("doctor",)):
+        human(ws, *args)
+    # running, held at a barrier in build.sh
+    barrier = os.path.join(ws.base, "go")
+    hook = f'while [ ! -e "{barrier}" ]; do sleep 0.05; done'
+    start(ws, FIXTURE_BUILD_HOOK=hook)
+    wait_for(os.path.join(ws.root, "kernels"))
+    human(ws, "status", FIXTURE_BUILD_HOOK=hook)
+    human(ws, "wait", "--timeout", "0", FIXTURE_BUILD_HOOK=hook)
+    open(barrier, "w").close()
+    assert human(ws, "wait", "--timeout", "60").returncode == 0
+    # succeeded
+    for args in (("status",), ("verify",), ("wait", "--timeout", "0"), ("",)):
+        human(ws, *[a for a in args if a])
+    # failed
+    assert human(ws, FLYDSL_PIN="no-such-pin").returncode == 3
+    for args in (("status",), ("wait", "--timeout", "0")):
+        human(ws, *args, FLYDSL_PIN="no-such-pin")

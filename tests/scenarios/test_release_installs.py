@@ -1,0 +1,174 @@
+"""The release way however the tool was installed: with `uv tool install` (no pip in the tool's own
+environment) the wheel is downloaded by the target interpreter's pip; with no pip anywhere the run says why
+instead of falling back silently (auto: one line, then the source build; release: exit 8 naming what is
+missing and the remedy), and the doctor, asking through the same pip, predicts it.  A real `uv tool install`
+of this worktree, a real venv without pip, the real flydsl 0.2.2 wheel from a wheelhouse."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from typing import Dict
+
+import pytest
+
+from tests.helpers.flydsl_fixture import FixtureRepo, add_submodule, git
+from tests.helpers.release_fixture import download_wheelhouse, make_release_repo
+from tests.helpers.scenario import assert_one_tree
+from tests.helpers.workspace import Workspace
+
+pytestmark = pytest.mark.index  # the real flydsl wheel, and the tool's own dependencies for uv
+
+WORKTREE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@pytest.fixture(scope="session")
+def wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return download_wheelhouse(str(tmp_path_factory.mktemp("wheelhouse")))
+
+
+@pytest.fixture(scope="session")
+def release_repo(tmp_path_factory: pytest.TempPathFactory, wheelhouse: str) -> FixtureRepo:
+    return make_release_repo(str(tmp_path_factory.mktemp("release-upstream") / "FlyDSL.git"), wheelhouse)
+
+
+@pytest.fixture(scope="session")
+def uv_tool(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """``ensure-flydsl`` installed from this worktree with `uv tool install` (its tool folders in a temp
+    folder): its interpreter has no pip."""
+    from uv import find_uv_bin
+
+    folder = str(tmp_path_factory.mktemp("uv-tool"))
+    env = dict(os.environ, UV_TOOL_DIR=os.path.join(folder, "tools"), UV_TOOL_BIN_DIR=os.path.join(folder, "bin"),
+               UV_CACHE_DIR=os.path.join(folder, "cache"))
+    subprocess.run([find_uv_bin(), "tool", "install", "--quiet", "--python", sys.executable, "--from", WORKTREE,
+                    "ensure-flydsl"], env=env, check=True)
+    python = os.path.join(folder, "tools", "ensure-flydsl", "bin", "python")
+    no_pip = subprocess.run([python, "-c", "import pip"], stderr=subprocess.DEVNULL, check=False)
+    assert no_pip.returncode != 0, "uv's tool environment is expected to have no pip"
+    return os.path.join(folder, "bin", "ensure-flydsl")
+
+
+@pytest.fixture(scope="session")
+def python_without_pip(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A venv of the test interpreter made without pip (`python -m venv --without-pip`)."""
+    folder = str(tmp_path_factory.mktemp("venv-without-pip"))
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", folder], check=True)
+    python = os.path.join(folder, "bin", "python")
+    assert subprocess.run([python, "-c", "import pip"], stderr=subprocess.DEVNULL, check=False).returncode != 0
+    return python
+
+
+def offline(wheelhouse: str) -> Dict[str, str]:
+    """pip's own settings: the wheelhouse only (as a user's private wheelhouse would be set up)."""
+    return {"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": wheelhouse, "FLYDSL_STRATEGY": "auto"}
+
+
+def run_tool(tool: str, ws: Workspace, *args: str, **env: str) -> "subprocess.CompletedProcess[str]":
+    return subprocess.run([tool, *args], env=dict(ws.env, **env), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True, timeout=300, check=False)
+
+
+def test_uv_tool_install_takes_the_release_wheel_through_the_targets_pip(
+        tmp_path: "os.PathLike[str]", release_repo: FixtureRepo, wheelhouse: str, uv_tool: str) -> None:
+    ws = Workspace(os.path.join(str(tmp_path), "base"), release_repo)
+    out = run_tool(uv_tool, ws, "--json", FLYDSL_PIN="v0.2.2", **offline(wheelhouse))
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert result["how"] == "released" and result["version"] == "0.2.2"  # before: "built" (no pip: fell back)
+    assert ws.count("build") == 0 and ws.count("llvm") == 0
+    with open(ws.log) as handle:
+        assert f"$ {sys.executable} -m pip download --no-deps" in handle.read()  # the target's own pip
+    assert_one_tree(ws)
+
+
+def test_uv_tool_doctor_asks_the_index_through_the_same_pip(
+        tmp_path: "os.PathLike[str]", release_repo: FixtureRepo, wheelhouse: str, uv_tool: str) -> None:
+    ws = Workspace(os.path.join(str(tmp_path), "base"), release_repo)
+    out = run_tool(uv_tool, ws, "doctor", "--json", FLYDSL_PIN="v0.2.2", **offline(wheelhouse))
+    assert out.returncode == 0, out.stdout + out.stderr
+    wheel = next(c for c in json.loads(out.stdout)["checks"] if c["name"] == "release-wheel")
+    assert wheel["status"] == "ok" and "has a flydsl 0.2.2 wheel" in wheel["detail"], wheel
+
+
+def no_pip_reason(target: str, tool: str) -> str:
+    tool_python = os.path.join(os.path.dirname(os.path.realpath(tool)), "python")  # the tool's own venv
+    return (f"there is no pip to download the wheel with: neither FLYDSL_PYTHON={target} nor ensure-flydsl's own "
+            f"interpreter {tool_python} has pip (an install by `uv tool install` has none); give FLYDSL_PYTHON pip "
+            f"(`{target} -m ensurepip --upgrade`, or `uv pip install --python {target} pip`)")
+
+
+def test_no_pip_anywhere_auto_says_why_in_one_line_then_builds(
+        ws: Workspace, wheelhouse: str, uv_tool: str, python_without_pip: str) -> None:
+    out = run_tool(uv_tool, ws, "--json", FLYDSL_PIN="v0.2.2", FLYDSL_PYTHON=python_without_pip, **offline(wheelhouse))
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["how"] == "built"
+    said = [json.loads(line)["text"] for line in out.stderr.splitlines() if '"message"' in line]
+    assert f"no release wheel to use ({no_pip_reason(python_without_pip, uv_tool)}); building the pin from source " \
+        "instead" in said, said
+
+
+def test_no_pip_anywhere_release_is_exit_8_naming_what_is_missing(
+        ws: Workspace, wheelhouse: str, uv_tool: str, python_without_pip: str) -> None:
+    env = dict(offline(wheelhouse), FLYDSL_STRATEGY="release", FLYDSL_PIN="v0.2.2", FLYDSL_PYTHON=python_without_pip)
+    out = run_tool(uv_tool, ws, **env)
+    assert out.returncode == 8, out.stderr
+    marker = ws.marker()
+    assert marker["stage"] == "release" and marker["exit_code"] == 8
+    assert marker["reason"] == no_pip_reason(python_without_pip, uv_tool)
+    assert "FLYDSL_STRATEGY=source" in str(marker["hint"])
+    doctor = run_tool(uv_tool, ws, "doctor", "--json", **env)  # predicts it, through the same question
+    assert doctor.returncode == 8, doctor.stdout + doctor.stderr
+    wheel = next(c for c in json.loads(doctor.stdout)["checks"] if c["name"] == "release-wheel")
+    assert wheel["status"] == "missing" and wheel["blocking"]
+    assert no_pip_reason(python_without_pip, uv_tool) in wheel["detail"]
+
+
+def test_doctor_does_not_block_a_release_pin_on_submodules_only_a_source_build_fetches(
+        ws: Workspace, own_repo: FixtureRepo, wheelhouse: str, tmp_path: "os.PathLike[str]") -> None:
+    """A fresh root, pin v0.2.2 whose submodule cannot be fetched: auto installs the wheel, so the doctor
+    says it can succeed (it said "cannot succeed", exit 2, and ensure then succeeded)."""
+    sub = os.path.join(str(tmp_path), "dlpack.git")
+    add_submodule(own_repo, sub, "with-sub")
+    git(own_repo.path, "tag", "-f", "v0.2.2")
+    git(sub, "rev-parse", "HEAD")
+    subprocess.run(["rm", "-rf", sub], check=True)  # unreachable from here on
+    out = ws.run("doctor", "--json", FLYDSL_REPO=own_repo.url, FLYDSL_PIN="v0.2.2", **offline(wheelhouse))
+    data = json.loads(out.stdout)
+    checks = {c["name"]: c for c in data["checks"]}
+    assert checks["submodules"]["status"] == "missing", checks["submodules"]
+    assert not checks["submodules"]["blocking"]
+    assert "only for a source build: auto installs the release wheel" in checks["submodules"]["remedy"]
+    assert checks["release-wheel"]["status"] == "ok"
+    assert out.returncode == 0 and data["ok"], data["verdict"]
+
+
+def test_auto_that_cannot_build_names_a_release_with_a_wheel(ws: Workspace, wheelhouse: str) -> None:
+    """The build fails (exit 5) under auto for a pin that is no release: the hint names the newest release
+    >= the floor that the repository tags and the index has a wheel of for this interpreter."""
+    out = ws.run(FIXTURE_BUILD_HOOK="exit 1", **offline(wheelhouse))
+    assert out.returncode == 5, out.stderr
+    suggestion = "FLYDSL_PIN=v0.2.2 has a wheel for this interpreter: about 10 s, nothing built"
+    assert suggestion in str(ws.marker()["hint"]) and suggestion in out.stderr
+    # an index with no wheel for it: no such hint
+    empty = os.path.join(os.path.dirname(wheelhouse), "empty-wheelhouse")
+    os.makedirs(empty, exist_ok=True)
+    out = ws.run(FIXTURE_BUILD_HOOK="exit 1", **dict(offline(wheelhouse), PIP_FIND_LINKS=empty))
+    assert out.returncode == 5 and "has a wheel for this interpreter" not in out.stderr
+
+
+def test_the_release_hint_never_waits_long_for_a_silent_index(ws: Workspace) -> None:
+    from tests.helpers.stall_server import stall_server
+
+    with stall_server("silent") as server:
+        started = time.monotonic()
+        out = ws.run(FIXTURE_BUILD_HOOK="exit 1", FLYDSL_STRATEGY="auto", PIP_NO_INDEX="", PIP_FIND_LINKS="",
+                     PIP_INDEX_URL=f"http://127.0.0.1:{server.port}/simple", PIP_CONFIG_FILE=os.devnull)
+        seconds = time.monotonic() - started
+        assert server.accepted >= 1  # it was asked
+    assert out.returncode == 5, out.stderr
+    assert "has a wheel for this interpreter" not in out.stderr
+    assert seconds < 40, seconds  # the hint's question is bounded (8 s), not pip's minutes of retries
