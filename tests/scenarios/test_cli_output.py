@@ -43,10 +43,11 @@ def test_quiet_shows_nothing_but_a_failure_and_verbose_shows_the_build(ws: Works
     assert os.path.exists(ws.env_file)
     with open(ws.log) as handle:
         assert "ready: flydsl 0.2.2" in handle.read()  # the log still has everything
-    verbose = ws.run("-v", "--verify", FLYDSL_PIN=ws.repo.commits["v0.2.3"])
+    # --exact-pin: the other pin must be built (the version-only gate would reuse the first tree)
+    verbose = ws.run("-v", "--verify", "--exact-pin", FLYDSL_PIN=ws.repo.commits["v0.2.3"])
     assert verbose.returncode == 0, verbose.stderr
     assert "    [3/3] Building CXX object python/mlir_flydsl/part3.cpp.o\n" in verbose.stdout  # the build's lines
-    failed = ws.run("-q", FLYDSL_PIN="no-such-pin")
+    failed = ws.run("-q", "--exact-pin", FLYDSL_PIN="no-such-pin")
     assert failed.returncode == 3 and failed.stdout == "" and "no-such-pin" in failed.stderr
 
 
@@ -98,6 +99,6 @@ def test_no_none_in_human_output_in_any_state(ws: Workspace) -> None:
     for args in (("status",), ("verify",), ("wait", "--timeout", "0"), ("",)):
         human(ws, *[a for a in args if a])
     # failed
-    assert human(ws, FLYDSL_PIN="no-such-pin").returncode == 3
+    assert human(ws, FLYDSL_PIN="no-such-pin", FLYDSL_EXACT_PIN="1").returncode == 3  # else the tree answers
     for args in (("status",), ("wait", "--timeout", "0")):
-        human(ws, *args, FLYDSL_PIN="no-such-pin")
+        human(ws, *args, FLYDSL_PIN="no-such-pin", FLYDSL_EXACT_PIN="1")
