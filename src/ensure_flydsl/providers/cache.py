@@ -50,10 +50,30 @@ def open_run_cache(run: Run) -> Optional[Cache]:
     if location is None:
         return None
     try:
-        return open_cache(location)
+        cache = open_cache(location)
     except CacheError as exc:  # the preflight checked it; it may have gone away since
         run.say(f"cache: {location} cannot be used now ({exc}); going on without it")
         return None
+    if cache.read_only:
+        run.say(f"cache: {location} is read-only for this user: entries are fetched from it, nothing is published "
+                "to it and builds take no lease there (make it writable to share this host's builds)")
+    return cache
+
+
+def cache_failed(run: Run, cache: Cache, exc: CacheError, what: str) -> None:
+    """Say that ``what`` failed and the run goes on; a cache that is down (unreachable, misconfigured) is said
+    once per run, and no later step tries it again (binary_cache/store.py remembers it)."""
+    if cache.down is None:
+        run.say(f"cache: {what} ({exc}); the run goes on without it")
+    elif not cache.down_reported:
+        cache.down_reported = True
+        run.say(f"cache: {cache.location} cannot be used in this run: {exc}; building without it, and this run "
+                "does not try it again")
+
+
+def usable(cache: Cache, *, writing: bool = False) -> bool:
+    """Whether to use the cache now: not once it is down for this run, and not for writes when read-only."""
+    return cache.down is None and not (writing and cache.read_only)
 
 
 def mlir_spec(run: Run) -> Dict[str, object]:
@@ -84,6 +104,8 @@ def mlir_fields(key: Mapping[str, object], platform: str) -> Dict[str, object]:
 def tree_from_cache(run: Run, cache: Cache, commit: str) -> Optional[Decision]:
     """Fetch the tree for this commit and interpreter into ``ROOT/build-fly/python_packages`` and verify
     it; None (and the reason said) when there is none or it cannot be used."""
+    if not usable(cache):
+        return None
     fields = tree_fields(run, commit)
     key = cache_key("tree", fields)
     entry = _lookup(run, cache, "tree", key)
@@ -108,7 +130,7 @@ def tree_from_cache(run: Run, cache: Cache, commit: str) -> Optional[Decision]:
         run.say(f"cache: the entry {key[:12]} is corrupt and was not installed ({exc.reason}); building instead")
         return None
     except CacheError as exc:
-        run.say(f"cache: fetching {key[:12]} failed ({exc}); building instead")
+        cache_failed(run, cache, exc, f"fetching {key[:12]} failed; building instead")
         return None
     faults.point("cache-fetched")
     run.stamps.finish("build", stamp_key)
@@ -137,6 +159,8 @@ def mlir_from_cache(run: Run, cache: Cache, key: Mapping[str, object]) -> Option
     if os.path.isdir(os.path.join(dest, "lib", "cmake", "mlir")):
         run.say(f"cache: MLIR {ckey[:12]} was fetched before: {dest}")
         return dest
+    if not usable(cache):
+        return None
     entry = _lookup(run, cache, "mlir", ckey)
     if entry is None:
         run.say(f"cache: no MLIR for LLVM {llvm_label(key)} in {cache.location}")
@@ -149,7 +173,7 @@ def mlir_from_cache(run: Run, cache: Cache, key: Mapping[str, object]) -> Option
     try:
         cache.fetch(entry, dest)
     except CacheError as exc:
-        run.say(f"cache: MLIR {ckey[:12]} could not be used ({exc}); building LLVM instead")
+        cache_failed(run, cache, exc, f"MLIR {ckey[:12]} could not be used; building LLVM instead")
         return None
     return dest
 
@@ -163,7 +187,7 @@ def _lookup(run: Run, cache: Cache, kind: str, key: str):  # type: ignore[no-unt
     try:
         entry = cache.lookup(kind, key)
     except CacheError as exc:
-        run.say(f"cache: cannot look into {cache.location} ({exc}); going on without it")
+        cache_failed(run, cache, exc, f"cannot look into {cache.location}")
         return None
     for warning in cache.warnings:
         run.say(f"cache: {warning}")
@@ -172,9 +196,14 @@ def _lookup(run: Run, cache: Cache, kind: str, key: str):  # type: ignore[no-unt
 
 
 def _publish(run: Run, cache: Cache, kind: str, key: str, fields: Mapping[str, object], source: str) -> None:
+    if not usable(cache, writing=True):
+        return  # said once already (read-only, or down)
     try:
         entry = cache.publish(kind, key, fields, source)
-    except (CacheError, OSError) as exc:
+    except CacheError as exc:
+        cache_failed(run, cache, exc, f"could not publish the {kind} {key[:12]} to {cache.location}")
+        return
+    except OSError as exc:
         run.say(f"cache: could not publish the {kind} {key[:12]} to {cache.location} ({exc}); the run goes on")
         return
     faults.point("cache-published")
