@@ -64,6 +64,12 @@ class FolderStore:
         ``create``); CacheError when one is a link or not a folder.  A missing component ends the check:
         nothing below it exists."""
         path = self.root
+        if create and not os.path.isdir(path):
+            try:
+                os.makedirs(path, 0o755, exist_ok=True)  # the root itself: the user's setting, may be a link
+            except OSError as exc:
+                raise CacheError(f"cannot create the cache folder {path}: {exc.strerror or exc}; point "
+                                 "FLYDSL_CACHE elsewhere") from None
         for part in (p for p in rel_dir.split("/") if p):
             path = os.path.join(path, part)
             try:

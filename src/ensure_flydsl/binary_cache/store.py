@@ -38,12 +38,12 @@ OBJECT_STORES = frozenset({"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl
 # Per protocol: timeouts (seconds) and few retries.  botocore's defaults are 60 s per connect and per read
 # with its own retries, under s3fs's five: about a minute per operation against a silent endpoint.
 REMOTE_OPTIONS: Dict[str, Dict[str, object]] = {
-    "s3": {"config_kwargs": {"connect_timeout": 10, "read_timeout": 60, "retries": {"max_attempts": 2}},
-           "retries": 2},
+    "s3": {"config_kwargs": {"connect_timeout": 10, "read_timeout": 60, "retries": {"max_attempts": 2}}},
     "ftp": {"timeout": 60},
     "sftp": {"timeout": 60},
 }
 REMOTE_OPTIONS["s3a"] = REMOTE_OPTIONS["s3"]
+REMOTE_RETRIES = 2
 
 
 class FsspecStore:
@@ -66,6 +66,8 @@ class FsspecStore:
         except (ValueError, TypeError) as exc:
             raise CacheError(f"the cache location {location} cannot be used: {exc}; use a folder or a URL such "
                              "as s3://bucket/prefix") from None
+        if hasattr(fs, "retries"):
+            fs.retries = REMOTE_RETRIES  # s3fs's own retries (5), each over botocore's
         self.fs: Any = fs
         self.root = str(root).rstrip("/")
         self.location = location
