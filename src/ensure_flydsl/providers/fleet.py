@@ -18,7 +18,15 @@ import time
 from typing import Callable, Dict, Generic, Iterator, Optional, Set, Tuple, TypeVar
 
 from ensure_flydsl.binary_cache.entries import Cache, CacheError
-from ensure_flydsl.binary_cache.lease import FAILED, HeldLease, LeaseRecord, Leases, Progress, exclusive_create
+from ensure_flydsl.binary_cache.lease import (
+    FAILED,
+    HeldLease,
+    LeaseRecord,
+    Leases,
+    Progress,
+    exclusive_create,
+    generation_path,
+)
 from ensure_flydsl.binary_cache.manifest import manifest_path
 from ensure_flydsl.errors import EnsureError, ExitCode, Interrupted
 from ensure_flydsl.providers.cache import cache_failed, usable
@@ -132,8 +140,16 @@ class _Waiter:
         newest = self.leases.newest(self.kind, self.key)
         if newest is None:
             return self._take(1, 0)
+        if newest.invalid is not None and newest.generation not in self.watched:
+            self.run.say(f"the lease record {generation_path(self.kind, self.key, newest.generation)} in "
+                         f"{self.leases.store.location} is not one this tool writes ({newest.invalid}): it counts "
+                         "as the lease of an unknown host, taken over once it has not changed for a TTL")
         if newest.state == FAILED:
             if not self._is_news(newest):
+                ahead = (newest.ended or 0.0) - time.time()
+                if ahead > CLOCK_SKEW_S:
+                    self.run.say(f"the failure record of {newest.who()} on {self.what} is dated {ahead:.0f} s ahead "
+                                 "of this host's clock: its date is not believed and the failure is history here")
                 return self._take(newest.generation + 1, 0)  # history: a new round
             if newest.failures_before >= 1:
                 raise self._give_up(newest)
