@@ -71,7 +71,7 @@ class Nobody:
         os.makedirs(os.path.dirname(target), exist_ok=True)
         os.chmod(os.path.dirname(target), 0o755)
         shutil.copytree(path, target, symlinks=True)
-        for folder, dirs, files in os.walk(target):
+        for folder, _dirs, files in os.walk(target):
             os.chmod(folder, 0o755)
             for name in files:
                 os.chmod(os.path.join(folder, name), 0o644 | (os.stat(os.path.join(folder, name)).st_mode & 0o111))

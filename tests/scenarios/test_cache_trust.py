@@ -26,7 +26,6 @@ from tests.helpers.fleet import SharedCache, builds, fleet_host
 from tests.helpers.flydsl_fixture import FixtureRepo
 from tests.helpers.reliability import listing
 from tests.helpers.s3_server import S3Server
-from tests.helpers.workspace import Workspace
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +77,8 @@ def plant(shared: SharedCache, key: str, record: object, generation: int = 1) ->
     return path
 
 
-FAILED = {"state": "failed", "ended": "now", "failure": {"stage": "build", "exit_code": 5, "reason": "boom"}}
+# Dated 20 s ahead: news to every reader (within the clock skew a newcomer believes), however slow the machine.
+FAILED = {"state": "failed", "ended": "soon", "failure": {"stage": "build", "exit_code": 5, "reason": "boom"}}
 BAD_RECORDS = {
     "percent a string": {"percent": "50"},
     "elapsed_s a string": {"elapsed_s": "7"},
@@ -97,7 +97,7 @@ def test_an_invalid_lease_record_reads_as_an_unknown_holder(case: str, seeded: T
                                                            tmp_path: "os.PathLike[str]",
                                                            fixture_repo: FixtureRepo) -> None:
     shared, key = own_copy(seeded, str(tmp_path))
-    fields = {k: (time.time() if v == "now" else v) for k, v in BAD_RECORDS[case].items()}
+    fields = {k: (time.time() + 20 if v == "soon" else v) for k, v in BAD_RECORDS[case].items()}
     plant(shared, key, lease_record(key, **fields))
     # FLYDSL_LOCK_TIMEOUT ends a waiter that would wait for ever (ttl Infinity, before the fix) with exit 7.
     host = fleet_host(str(tmp_path), fixture_repo, "b", shared, FLYDSL_LEASE_TTL="1", FLYDSL_LOCK_TIMEOUT="30")
@@ -231,9 +231,9 @@ def test_a_link_planted_as_blobs_gets_no_write(tmp_path: "os.PathLike[str]", fix
     out = host.run()
     said = out.stdout + out.stderr
     assert out.returncode == 0, said
+    assert os.listdir(elsewhere) == []
     assert f"{os.path.join(shared.url, 'blobs')} in the cache is a symbolic link (to {elsewhere})" in said
     assert "could not publish the tree" in said and "could not publish the mlir" in said
-    assert os.listdir(elsewhere) == []
     assert host.env_twin()["how"] == "built"
 
 
@@ -253,9 +253,9 @@ def test_a_link_planted_as_leases_tree_gets_no_write_and_no_removal(seeded: Tupl
     out = host.run()
     said = out.stdout + out.stderr
     assert out.returncode == 0, said
-    assert "the build lease cannot be used now" in said and "is a symbolic link" in said
     assert listing(elsewhere) == before
     assert open(os.path.join(elsewhere, key, "0000000001.json")).read() == "somebody's file\n"
+    assert "the build lease cannot be used now" in said and "is a symbolic link" in said
     assert host.env_twin()["how"] == "built"
 
 

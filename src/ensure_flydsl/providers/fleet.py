@@ -152,7 +152,7 @@ class _Waiter:
                                  "of this host's clock: its date is not believed and the failure is history here")
                 return self._take(newest.generation + 1, 0)  # history: a new round
             if newest.failures_before >= 1:
-                raise self._give_up(newest)
+                raise give_up(newest, self.what)
             self.run.say(f"{newest.who()} failed to build {self.what} ({_failure_text(newest)}); trying once here")
             return self._take(newest.generation + 1, newest.failures_before + 1)
         self.watched.add(newest.generation)
@@ -230,20 +230,22 @@ class _Waiter:
                 "fleet; run again later to fetch it from the cache, or raise FLYDSL_LOCK_TIMEOUT",
             )
 
-    def _give_up(self, record: LeaseRecord) -> EnsureError:
-        failure = record.failure or {}
-        code = failure.get("exit_code")
-        return EnsureError(
-            ExitCode(code) if isinstance(code, int) and code in ExitCode._value2member_map_ else ExitCode.INTERNAL,
-            f"{self.what} failed twice in the fleet, last on {record.who()}: {_failure_text(record)}",
-            stage=str(failure.get("stage") or "lease"),
-            hint=f"read the log of run {record.run_id} on {record.host}; the failure is not this host's. Once "
-            "the cause is fixed, run again (a failure record stops the fleet for FLYDSL_LEASE_TTL seconds)",
-        )
-
     def stop(self) -> None:
         if self.started is not None and self.run.tracker is not None:
             self.run.tracker.follow(None, None, None)
+
+
+def give_up(record: LeaseRecord, what: str) -> EnsureError:
+    """The error that ends a waiter after the second recorded failure of a key (the holder's exit code)."""
+    failure = record.failure or {}
+    code = failure.get("exit_code")
+    return EnsureError(
+        ExitCode(code) if isinstance(code, int) and code in ExitCode._value2member_map_ else ExitCode.INTERNAL,
+        f"{what} failed twice in the fleet, last on {record.who()}: {_failure_text(record)}",
+        stage=str(failure.get("stage") or "lease"),
+        hint=f"read the log of run {record.run_id} on {record.host}; the failure is not this host's. Once "
+        "the cause is fixed, run again (a failure record stops the fleet for FLYDSL_LEASE_TTL seconds)",
+    )
 
 
 def _failure_text(record: LeaseRecord) -> str:
