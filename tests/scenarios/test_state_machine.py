@@ -133,6 +133,7 @@ class ToolMachine(RuleBasedStateMachine):
         self.shared = tempfile.mkdtemp(prefix="sm-cache-", dir=nobody.dir if nobody else self.dir)
         os.chmod(self.shared, 0o755)
         self.cache = os.path.join(self.shared, "cache")
+        os.makedirs(self.cache)  # root's, mode 755: read-only to the second user (a missing one it cannot create is 64)
         self.sentinel = os.path.join(self.shared, "elsewhere")  # what planted links point to
         os.makedirs(os.path.join(self.sentinel, "victim"))
         with open(os.path.join(self.sentinel, "victim", "0000000001.json"), "w") as handle:
