@@ -27,7 +27,8 @@ the machine can switch to it) runs against the cache, which is read-only to it. 
 8. After a settle, every lease record in state "building" is a planted one or belongs to a run killed with
    SIGKILL: no lease outlives its run.
 9. What the planted links point to never changes (nothing written or removed through them).
-10. The second user's run succeeds, says once that the cache is read-only, and writes nothing into it.
+10. The second user's run succeeds, says once that the cache is read-only (when it uses the cache), and
+    writes nothing into it.
 
 ENSURE_FLYDSL_SM_EXAMPLES / ENSURE_FLYDSL_SM_STEPS run it longer; ENSURE_FLYDSL_SM_STATS names a JSON file
 that receives the counts of what it tried (docs/RELIABILITY.md).  A failure prints the steps and a
@@ -402,7 +403,9 @@ class ToolMachine(RuleBasedStateMachine):
         STATS[f"nobody:exit{out.returncode}"] += 1
         self.expect(out.returncode == 0 and "Traceback" not in said, "inv10-exit",
                     f"invariant 10: the second user's run exited {out.returncode}: {said[-3000:]}")
-        self.expect(said.count(f"cache: {self.cache} is read-only for this user") == 1, "inv10-said",
+        told = said.count(f"cache: {self.cache} is read-only for this user")
+        # Once when it used the cache; a warm run (nothing changed) does not open it.
+        self.expect(told == 1 or (told == 0 and "cache:" not in said), "inv10-said",
                     f"invariant 10: the second user's run did not say once that the cache is read-only: {said[-3000:]}")
         written = owned_by(self.cache, NOBODY_UID)
         self.expect(not written, "inv10-wrote", f"invariant 10: the second user wrote into the cache: {written[:3]}")
