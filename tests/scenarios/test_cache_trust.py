@@ -21,6 +21,8 @@ from typing import Dict, Iterator, List, Tuple
 
 import pytest
 
+from ensure_flydsl.binary_cache.lease import LeaseRecord, Leases, generation_path
+from ensure_flydsl.binary_cache.store import CacheError, FolderStore
 from tests.helpers.as_nobody import Nobody, unavailable
 from tests.helpers.fleet import SharedCache, builds, fleet_host
 from tests.helpers.flydsl_fixture import FixtureRepo
@@ -195,6 +197,37 @@ def test_an_unreachable_endpoint_is_tried_once_per_run(tmp_path: "os.PathLike[st
     assert said.count("cannot be used in this run") == 1, said
     assert "ConnectionClosedError" in said or "EndpointConnectionError" in said
     assert host.env_twin()["how"] == "built"
+
+
+def test_a_closed_port_is_reported_once_and_the_run_builds(tmp_path: "os.PathLike[str]", fixture_repo: FixtureRepo,
+                                                           s3_server: S3Server) -> None:
+    shared = SharedCache("s3", str(tmp_path), s3_server)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # closed when the block ends: nothing listens there
+    host = fleet_host(str(tmp_path), fixture_repo, "b", shared, AWS_ENDPOINT_URL_S3=f"http://127.0.0.1:{port}")
+    out = host.run()
+    said = out.stdout + out.stderr
+    assert out.returncode == 0, said
+    assert said.count(f"cache: {shared.url} cannot be used in this run") == 1, said
+    assert "EndpointConnectionError" in said and "does not try it again" in said
+    assert said.count("cache: ") == 1, said  # no other step tried it, nor said anything about it
+    assert host.env_twin()["how"] == "built"
+
+
+def test_a_generation_beyond_the_last_is_refused_and_built_around(tmp_path: "os.PathLike[str]") -> None:
+    store = FolderStore(os.path.join(str(tmp_path), "cache"))
+    leases, key = Leases(store, 60.0), "cd" * 32
+    last = 10**18 - 1
+    assert store.create_exclusive(generation_path("tree", key, last), json.dumps(lease_record(key)).encode())
+    assert store.create_exclusive(f"leases/tree/{key}/{10**18}.json", b"{}")  # 19 digits: not a generation
+    assert store.create_exclusive(f"leases/tree/{key}/00000000001.json", b"{}")  # a leading zero: not one
+    assert leases.generations("tree", key) == [last]
+    newest = leases.newest("tree", key)
+    assert newest is not None and newest.generation == last and newest.host == "h9"
+    taker = LeaseRecord("tree", key, last + 1, "me", "run", os.getpid(), time.time(), "the tree")
+    with pytest.raises(CacheError, match="which no run of this tool reaches"):
+        leases.take(taker, lambda: (None, None, None))
 
 
 @pytest.mark.parametrize("where", ["blob", "manifest", "lease"])

@@ -110,8 +110,8 @@ def tree_from_cache(run: Run, cache: Cache, commit: str) -> Optional[Decision]:
     key = cache_key("tree", fields)
     entry = _lookup(run, cache, "tree", key)
     if entry is None:
-        run.say(f"cache: no tree for {commit[:12]} and {run.interpreter.abi} "
-                f"in {cache.location}")
+        if usable(cache):  # (a cache that went down just now was said to be down, not to miss)
+            run.say(f"cache: no tree for {commit[:12]} and {run.interpreter.abi} in {cache.location}")
         return None
     run.plan(CACHE_PLAN)
     run.worked()
@@ -163,7 +163,8 @@ def mlir_from_cache(run: Run, cache: Cache, key: Mapping[str, object]) -> Option
         return None
     entry = _lookup(run, cache, "mlir", ckey)
     if entry is None:
-        run.say(f"cache: no MLIR for LLVM {llvm_label(key)} in {cache.location}")
+        if usable(cache):
+            run.say(f"cache: no MLIR for LLVM {llvm_label(key)} in {cache.location}")
         return None
     os.makedirs(folder, exist_ok=True)
     remove_tree(dest)
