@@ -56,8 +56,8 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
+from tests.helpers.as_nobody import SYSTEM_PYTHON, Nobody, unavailable
 from tests.helpers.as_nobody import UID as NOBODY_UID
-from tests.helpers.as_nobody import Nobody, unavailable
 from tests.helpers.flydsl_fixture import FixtureRepo
 from tests.helpers.reliability import record
 from tests.helpers.state_model import (
@@ -365,6 +365,8 @@ class ToolMachine(RuleBasedStateMachine):
         counter = self.new_counter()
         env = self.build_env(counter, fail, slow)
         env.update(FLYDSL_CACHE=self.cache, FLYDSL_HOST_ID=host_id, FLYDSL_LEASE_TTL=LEASE_TTL)
+        if _NOBODY and _NOBODY[0] is not None:
+            env["FLYDSL_PYTHON"] = SYSTEM_PYTHON  # the second user's interpreter: its runs hit the hosts' entries
         out = os.path.join(self.dir, f"host-{self.serial}.out")
         with open(out, "wb") as log:
             popen = subprocess.Popen(_cmd("ensure", *request_args(self.hosts[host], req, self.repo)), env=env,
