@@ -60,11 +60,11 @@ def open_run_cache(run: Run) -> Optional[Cache]:
     return cache
 
 
-def cache_failed(run: Run, cache: Cache, exc: CacheError, what: str) -> None:
-    """Say that ``what`` failed and the run goes on; a cache that is down (unreachable, misconfigured) is said
-    once per run, and no later step tries it again (binary_cache/store.py remembers it)."""
+def cache_failed(run: Run, cache: Cache, exc: CacheError, what: str, then: str = "going on without it") -> None:
+    """Say that ``what`` failed and what the run does ``then``; a cache that is down (unreachable,
+    misconfigured) is said once per run, and no later step tries it again (binary_cache/store.py remembers it)."""
     if cache.down is None:
-        run.say(f"cache: {what} ({exc}); the run goes on without it")
+        run.say(f"cache: {what} ({exc}); {then}")
     elif not cache.down_reported:
         cache.down_reported = True
         run.say(f"cache: {cache.location} cannot be used in this run: {exc}; building without it, and this run "
@@ -130,7 +130,7 @@ def tree_from_cache(run: Run, cache: Cache, commit: str) -> Optional[Decision]:
         run.say(f"cache: the entry {key[:12]} is corrupt and was not installed ({exc.reason}); building instead")
         return None
     except CacheError as exc:
-        cache_failed(run, cache, exc, f"fetching {key[:12]} failed; building instead")
+        cache_failed(run, cache, exc, f"fetching {key[:12]} failed", "building instead")
         return None
     faults.point("cache-fetched")
     run.stamps.finish("build", stamp_key)
@@ -174,7 +174,7 @@ def mlir_from_cache(run: Run, cache: Cache, key: Mapping[str, object]) -> Option
     try:
         cache.fetch(entry, dest)
     except CacheError as exc:
-        cache_failed(run, cache, exc, f"MLIR {ckey[:12]} could not be used; building LLVM instead")
+        cache_failed(run, cache, exc, f"MLIR {ckey[:12]} could not be used", "building LLVM instead")
         return None
     return dest
 
@@ -202,7 +202,7 @@ def _publish(run: Run, cache: Cache, kind: str, key: str, fields: Mapping[str, o
     try:
         entry = cache.publish(kind, key, fields, source)
     except CacheError as exc:
-        cache_failed(run, cache, exc, f"could not publish the {kind} {key[:12]} to {cache.location}")
+        cache_failed(run, cache, exc, f"could not publish the {kind} {key[:12]} to {cache.location}", "the run goes on")
         return
     except OSError as exc:
         run.say(f"cache: could not publish the {kind} {key[:12]} to {cache.location} ({exc}); the run goes on")

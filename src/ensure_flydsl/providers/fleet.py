@@ -118,7 +118,7 @@ def take_turn(run: Run, cache: Cache, kind: str, key: str, what: str, fetch: Cal
                 continue
             time.sleep(min(1.0, leases.ttl / 8))
     except CacheError as exc:
-        cache_failed(run, cache, exc, "the build lease cannot be used now; building without it")
+        cache_failed(run, cache, exc, "the build lease cannot be used now", "building without it")
         return Turn()
     finally:
         if waiter is not None:
