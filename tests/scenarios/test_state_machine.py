@@ -142,6 +142,7 @@ class ToolMachine(RuleBasedStateMachine):
         self.sentinel_listing = tree_listing(self.sentinel)
         self.hosts = {name: os.path.join(self.dir, "hosts", name, "FlyDSL") for name in HOSTS}
         self.planted_leases: set = set()
+        self.host_env_checked: Dict[str, object] = {}
         self.nobody_base = nobody.own_folder(f"nobody-{uuid.uuid4().hex[:8]}") if nobody else None
         STATS["examples"] += 1
 
@@ -439,7 +440,11 @@ class ToolMachine(RuleBasedStateMachine):
             for req in {self.current[root], self.previous[root]} - {None}:
                 self.check_pair(root, req)  # type: ignore[arg-type]
         for host in HOSTS:
-            self.check_env_path(self.hosts[host])
+            now = (file_id(os.path.join(self.hosts[host], "flydsl_env.sh")),
+                   file_id(os.path.join(self.hosts[host], "flydsl_env.json")))
+            if self.host_env_checked.get(host) != now:  # (a host's env file is imported again only once changed)
+                self.host_env_checked[host] = now
+                self.check_env_path(self.hosts[host])
         self.check_hosts()
         self.touched = set()
         self.alive_roots_at_check = {p.root for p in self.model.live()}
