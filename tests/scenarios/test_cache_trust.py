@@ -377,3 +377,14 @@ def test_a_read_only_cache_is_used_read_only(nobody: Nobody, fixture_repo: Fixtu
     with open(os.path.join(base, "FlyDSL", "flydsl_env.json")) as handle:
         assert json.load(handle)["how"] == "built"
     assert listing(shared.url) == before  # nothing written, no lease, no probe object
+
+
+def test_url_stores_have_timeouts_and_few_retries() -> None:
+    """A stalled S3 endpoint cannot hold a run (and the root's lock) for ever: botocore's connects and reads
+    time out, with two attempts under s3fs's own two (botocore's defaults: 60 s each, s3fs's five retries)."""
+    from ensure_flydsl.binary_cache.store import open_store
+
+    store = open_store("s3://bucket/prefix")
+    fs = getattr(store, "fs")
+    assert fs.config_kwargs == {"connect_timeout": 10, "read_timeout": 60, "retries": {"max_attempts": 2}}
+    assert fs.retries == 2
