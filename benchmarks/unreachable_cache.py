@@ -31,7 +31,7 @@ from tests.helpers.workspace import Workspace  # noqa: E402
 
 
 class Closer:
-    """Accepts connections and closes them at once, counting them."""
+    """Reads each request and closes the connection without a response, counting the connections."""
 
     def __init__(self) -> None:
         self.sock = socket.socket()
@@ -43,9 +43,29 @@ class Closer:
 
     def _serve(self) -> None:
         while True:
-            conn, _ = self.sock.accept()
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
             self.count += 1
-            conn.close()
+            threading.Thread(target=self._close_after_request, args=(conn,), daemon=True).start()
+
+    @staticmethod
+    def _close_after_request(conn: socket.socket) -> None:
+        # The whole request head first, then the close: the client always sees "closed before a response"
+        # (closed before it wrote, it sees another error, which botocore and s3fs retry a different number
+        # of times).
+        conn.settimeout(10)
+        data = b""
+        try:
+            while b"\r\n\r\n" not in data:
+                chunk = conn.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+        except OSError:
+            pass
+        conn.close()
 
 
 def closed_port() -> int:

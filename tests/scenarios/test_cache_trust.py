@@ -156,7 +156,8 @@ def test_a_bucket_that_does_not_exist_is_reported_once_and_the_run_builds(tmp_pa
 
 
 class CountingServer:
-    """An endpoint that accepts connections and closes them at once (a broken proxy), counting them."""
+    """An endpoint that reads each request and closes the connection without a response (a broken proxy),
+    counting the connections."""
 
     def __init__(self) -> None:
         self.sock = socket.socket()
@@ -173,7 +174,24 @@ class CountingServer:
             except OSError:
                 return
             self.count += 1
-            conn.close()
+            threading.Thread(target=self._close_after_request, args=(conn,), daemon=True).start()
+
+    @staticmethod
+    def _close_after_request(conn: socket.socket) -> None:
+        # The whole request head first, then the close: the client always sees "closed before a response"
+        # (closed before it wrote, it sees another error, which botocore and s3fs retry a different number
+        # of times).
+        conn.settimeout(10)
+        data = b""
+        try:
+            while b"\r\n\r\n" not in data:
+                chunk = conn.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+        except OSError:
+            pass
+        conn.close()
 
 
 def test_an_unreachable_endpoint_is_tried_once_per_run(tmp_path: "os.PathLike[str]", fixture_repo: FixtureRepo,
@@ -382,9 +400,10 @@ def test_a_read_only_cache_is_used_read_only(nobody: Nobody, fixture_repo: Fixtu
 def test_url_stores_have_timeouts_and_few_retries() -> None:
     """A stalled S3 endpoint cannot hold a run (and the root's lock) for ever: botocore's connects and reads
     time out, with two attempts under s3fs's own two (botocore's defaults: 60 s each, s3fs's five retries)."""
-    from ensure_flydsl.binary_cache.store import open_store
+    from ensure_flydsl.binary_cache.store import FsspecStore, open_store
 
     store = open_store("s3://bucket/prefix")
-    fs = getattr(store, "fs")
+    assert isinstance(store, FsspecStore)
+    fs = store.fs
     assert fs.config_kwargs == {"connect_timeout": 10, "read_timeout": 60, "retries": {"max_attempts": 2}}
     assert fs.retries == 2
