@@ -27,6 +27,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 TOP = os.path.dirname(HERE)
 SUITES = ["tests/scenarios/" + name for name in ("test_concurrency.py", "test_kill_stages.py", "test_faults.py",
                                                   "test_disk.py", "test_bad_input.py", "test_security.py")]
+# The cache's untrusted data (issue 19): its readers' fuzzers, its scenarios, and the state machine, which
+# records what its rules and invariants tried (ENSURE_FLYDSL_SM_EXAMPLES / _STEPS make it longer).
+SUITES += ["tests/unit/test_fuzz_cache.py", "tests/scenarios/test_cache_trust.py",
+           "tests/scenarios/test_state_machine.py"]
 COMMAND = "python docs/reliability_figures.py"
 BEGIN, END = "<!-- figures:begin (docs/reliability_figures.py --update) -->", "<!-- figures:end -->"
 
@@ -172,6 +176,10 @@ def figures(events: List[Event], cases: Sequence[Tuple[str, str, str, float]]) -
     for e in by["fuzz"]:
         out.append(f"- Fuzz ({e['what']}): {e['examples']} hypothesis examples, {e['paths']} paths, "
                    f"{e['sourcings']} sourcings, {e['failures']} failures; nothing ran.")
+    for e in by["fuzz_reader"]:
+        out.append(f"- Fuzz of a reader of the shared cache ({e['what']}): {e['examples']} hypothesis examples, "
+                   f"{e['accepted']} read as valid, {e['refused']} refused as documented, {e['exceptions']} "
+                   "other exceptions (tests/unit/test_fuzz_cache.py).")
     for e in by["cache_attack"]:
         out.append(f"- Cache entry, {e['attack']}: rejected, {e['written_outside']} files written outside the "
                    f"root, the run {e['run']}.")
@@ -183,7 +191,29 @@ def figures(events: List[Event], cases: Sequence[Tuple[str, str, str, float]]) -
         out.append(f"- `clean` with {e['foreign_paths']} foreign files and links in and beside the root: "
                    f"{e['foreign_kept']} kept; another root in the same folder intact: "
                    f"{'yes' if e['other_root_intact'] else 'NO'}.")
+    out += state_machine(by["state_machine"])
     return out, ok
+
+
+def state_machine(events: List[Event]) -> List[str]:
+    """What the model-based test of the state machine tried: its rules, checks and outcomes."""
+    out: List[str] = []
+    for e in events:
+        stats = e.get("stats")
+        if not isinstance(stats, dict):
+            continue
+        out += ["", "### The state machine (tests/scenarios/test_state_machine.py)", ""]
+        out += [f"{e.get('examples')} examples of up to {e.get('steps')} steps ({stats.get('examples', 0)} runs of "
+                f"the machine with hypothesis's shrinking), {stats.get('steps', 0)} steps in all; "
+                f"{sum(v for k, v in stats.items() if k.startswith('violation:'))} invariant violations.", ""]
+        groups = [("rules run", "rule:"), ("checks made", "check:"), ("outcomes of runs", "outcome:"),
+                  ("the shared cache: other hosts' runs", "host:"), ("the second user's runs (read-only cache)",
+                                                                     "nobody:"), ("violations", "violation:")]
+        for title, prefix in groups:
+            rows = [(k[len(prefix):], v) for k, v in sorted(stats.items()) if k.startswith(prefix)]
+            if rows:
+                out += [f"{title}:", ""] + table(["what", "count"], rows) + [""]
+    return out
 
 
 def update(doc: str, text: str) -> None:

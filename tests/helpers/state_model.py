@@ -95,7 +95,7 @@ def proc_start_time(pid: int) -> Optional[str]:
 class Proc:
     """A process the machine started: a blocking `ensure` (our child) or the worker a `start` launched."""
 
-    kind: str  # "ensure" or "worker"
+    kind: str  # "ensure", "worker" or "host" (an `ensure` of another host sharing the cache)
     root: str
     req: Request
     pid: int
@@ -111,6 +111,9 @@ class Proc:
     code: Optional[int] = None
     end_index: int = -1
     started_index: int = 0
+    host: Optional[str] = None  # FLYDSL_HOST_ID of a run that uses the shared cache
+    out: Optional[str] = None  # the file its stdout and stderr went to
+    checked: bool = False  # its end was held against the invariants
 
     def alive(self) -> bool:
         if self.outcome is not None:
@@ -259,3 +262,131 @@ def import_check(env_file: str, env: Dict[str, str]) -> Tuple[int, Dict[str, obj
         data = json.loads(lines[-2])
         data["head"] = lines[-1].strip()
     return out.returncode, data, out.stderr[-2000:]
+
+
+# -- the shared cache (issue 19): what is in it, read without the tool's code and without following links --
+def cache_keys(cache: str, kind: str = "tree") -> List[str]:
+    """Keys of ``kind`` the cache has an entry or a lease folder for (an lstat'd walk: no planted link)."""
+    keys = set()
+    for sub in ("entries", "leases"):
+        folder = os.path.join(cache, sub, kind)
+        if os.path.islink(os.path.join(cache, sub)) or os.path.islink(folder) or not os.path.isdir(folder):
+            continue
+        for name in os.listdir(folder):
+            key = name[:-5] if name.endswith(".json") else name
+            if len(key) == 64 and all(c in "0123456789abcdef" for c in key):
+                keys.add(key)
+    return sorted(keys)
+
+
+def lease_records(cache: str) -> List[Tuple[str, Optional[Dict[str, object]]]]:
+    """(path, its JSON object or None) of every lease generation file in the cache; a planted link is not
+    followed."""
+    top = os.path.join(cache, "leases")
+    found: List[Tuple[str, Optional[Dict[str, object]]]] = []
+    if os.path.islink(top):
+        return found
+    for folder, _dirs, files in os.walk(top):
+        for name in files:
+            path = os.path.join(folder, name)
+            if name.endswith(".json") and not name.startswith("probe-") and os.path.isfile(path) \
+                    and not os.path.islink(path):
+                found.append((path, read_json(path)))
+    return found
+
+
+def owned_by(top: str, uid: int) -> List[str]:
+    found = []
+    for folder, dirs, files in os.walk(top):
+        for name in dirs + files:
+            path = os.path.join(folder, name)
+            try:
+                if os.lstat(path).st_uid == uid:
+                    found.append(path)
+            except OSError:
+                continue
+    return found
+
+
+def tree_listing(top: str) -> Dict[str, Tuple[str, int]]:
+    """Every path under ``top`` (type and size, not following links): what must never change."""
+    out: Dict[str, Tuple[str, int]] = {}
+    for folder, dirs, files in os.walk(top):
+        for name in dirs + files:
+            path = os.path.join(folder, name)
+            st = os.lstat(path)
+            out[os.path.relpath(path, top)] = ("link" if os.path.islink(path) else "dir" if name in dirs else "file",
+                                               st.st_size if name in files else 0)
+    return out
+
+
+CACHE_PLANTS = ("lease-invalid", "lease-failed-ahead", "lease-dead", "fifo-blob", "fifo-manifest",
+                "garbage-manifest", "truncated-blob", "link-blobs", "link-leases")
+BAD_LEASE_FIELDS: List[Dict[str, object]] = [
+    {"percent": "50"}, {"elapsed_s": "7"}, {"eta_s": [1]}, {"ttl": float("inf")}, {"failures_before": True},
+    {"state": "failed", "ended": "x", "failure": {"stage": "build", "exit_code": 5, "reason": "x"}},
+    {"state": "failed", "ended": 1.0, "failures_before": 1, "failure": "boom"}, {"pid": float("nan")},
+]
+
+
+def lease_doc(key: str, **fields: object) -> Dict[str, object]:
+    now = time.time()
+    doc: Dict[str, object] = {
+        "kind": "tree", "key": key, "generation": 1, "host": "planted", "run_id": "planted-run", "pid": 1,
+        "started": now, "what": "the FlyDSL tree for planted", "failures_before": 0, "ttl": 3.0,
+        "state": "building", "beat": 0, "heartbeat": now, "elapsed_s": 1.0, "step": "build", "percent": 50.0,
+        "eta_s": 1.0, "failure": None, "ended": None}
+    doc.update(fields)
+    return doc
+
+
+def plant_in_cache(cache: str, kind: str, key: str, pick: int, sentinel: str) -> Optional[str]:
+    """Plant one thing of ``kind`` for the tree ``key``; the path planted (None: nothing to plant on)."""
+    entries = os.path.join(cache, "entries", "tree")
+    leases = os.path.join(cache, "leases", "tree", key)
+    manifest = os.path.join(entries, key + ".json")
+    if kind.startswith("lease-"):
+        if os.path.islink(os.path.join(cache, "leases")) or os.path.islink(os.path.join(cache, "leases", "tree")):
+            return None
+        os.makedirs(leases, exist_ok=True)
+        gens = [int(n[:-5]) for n in os.listdir(leases) if n.endswith(".json") and n[:-5].isdigit()]
+        path = os.path.join(leases, f"{max(gens, default=0) + 1:010d}.json")
+        if kind == "lease-invalid":
+            doc = lease_doc(key, **BAD_LEASE_FIELDS[pick % len(BAD_LEASE_FIELDS)])
+        elif kind == "lease-failed-ahead":
+            doc = lease_doc(key, state="failed", ended=time.time() + 3600, failures_before=1,
+                            failure={"stage": "build", "exit_code": 5, "reason": "planted"})
+        else:
+            doc = lease_doc(key)  # a holder that never beats: dead after its TTL
+        with open(path, "w") as handle:
+            json.dump(doc, handle)
+        return path
+    if kind == "link-blobs" or kind == "link-leases":
+        target = os.path.join(cache, "blobs" if kind == "link-blobs" else os.path.join("leases", "tree"))
+        if os.path.islink(target) or os.path.islink(os.path.dirname(target)):
+            return None
+        if os.path.isdir(target):
+            os.rename(target, target + f".moved-{pick}")
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        os.symlink(sentinel, target)
+        return target
+    if os.path.islink(os.path.join(cache, "entries")) or not os.path.isfile(manifest) or os.path.islink(manifest):
+        return None
+    if kind in ("fifo-blob", "truncated-blob"):
+        data = read_json(manifest)
+        blob = os.path.join(cache, "blobs", f"{(data or {}).get('blob')}.tar.gz")
+        if os.path.islink(os.path.join(cache, "blobs")) or not os.path.isfile(blob) or os.path.islink(blob):
+            return None
+        if kind == "fifo-blob":
+            os.unlink(blob)
+            os.mkfifo(blob)
+        else:
+            os.truncate(blob, os.path.getsize(blob) // 2)
+        return blob
+    os.unlink(manifest)
+    if kind == "fifo-manifest":
+        os.mkfifo(manifest)
+    else:
+        with open(manifest, "wb") as handle:
+            handle.write(b'{"format": 1, "kind": "tree", "key": ' + b"\xff" * (pick % 5) + b"}")
+    return manifest

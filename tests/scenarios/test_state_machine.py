@@ -15,6 +15,21 @@ settle step.  After each step the invariants are checked against the files and t
 5. A root's marker is not removed by the other root's runs and commands.
 6. No process of the tool or its builds outlives its run (a tag variable in their environment).
 
+The shared cache (issue 19): two more hosts (roots H1 and H2, each in a base of its own) run `ensure` with
+FLYDSL_CACHE pointing at one folder: they publish, fetch, take, hold and lose build leases (the kill rule
+picks them too), while the cache gets planted records and blobs of every kind (state_model.CACHE_PLANTS:
+invalid lease records, a failure record dated an hour ahead, a dead lease, FIFOs as blob and manifest, a
+garbage manifest, a truncated blob, links as `blobs` and `leases/tree`), and a second user (nobody, when
+the machine can switch to it) runs against the cache, which is read-only to it.  Invariants:
+
+7. A host's run ends 0, or failed because it was asked to fail, was killed, or its fleet failed twice
+   (exit 5, "failed twice in the fleet"); never 64, 70 or a traceback; its env file imports as in 2.
+8. After a settle, every lease record in state "building" is a planted one or belongs to a run killed with
+   SIGKILL: no lease outlives its run.
+9. What the planted links point to never changes (nothing written or removed through them).
+10. The second user's run succeeds, says once that the cache is read-only (when it uses the cache), and
+    writes nothing into it.
+
 ENSURE_FLYDSL_SM_EXAMPLES / ENSURE_FLYDSL_SM_STEPS run it longer; ENSURE_FLYDSL_SM_STATS names a JSON file
 that receives the counts of what it tried (docs/RELIABILITY.md).  A failure prints the steps and a
 @reproduce_failure blob (and the seed, when it cannot be replayed).  ENSURE_FLYDSL_SM_SURVEY names a
@@ -34,15 +49,19 @@ import sys
 import tempfile
 import time
 import uuid
-from typing import Counter, Dict, List, Optional, Tuple
+from typing import Counter, Dict, Iterator, List, Optional, Tuple
 
 import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
+from tests.helpers.as_nobody import SYSTEM_PYTHON, Nobody, unavailable
+from tests.helpers.as_nobody import UID as NOBODY_UID
 from tests.helpers.flydsl_fixture import FixtureRepo
+from tests.helpers.reliability import record
 from tests.helpers.state_model import (
+    CACHE_PLANTS,
     REAL_FAIL,
     SUCCESS,
     TAG_VAR,
@@ -50,17 +69,22 @@ from tests.helpers.state_model import (
     Outcomes,
     Proc,
     Request,
+    cache_keys,
     classify,
     file_id,
     import_check,
     kill_tagged,
+    lease_records,
     make_sm_repo,
     names,
     names_root,
+    owned_by,
+    plant_in_cache,
     proc_start_time,
     read_json,
     request_args,
     survivors,
+    tree_listing,
 )
 
 EXAMPLES = int(os.environ.get("ENSURE_FLYDSL_SM_EXAMPLES") or 6)
@@ -76,6 +100,9 @@ _SURVEYED: set = set()
 STATS: Counter[str] = collections.Counter()
 _REPO: List[FixtureRepo] = []
 _WORK: List[str] = []
+_NOBODY: List[Optional[Nobody]] = []  # the second user, when the machine can switch to it
+HOSTS = ("H1", "H2")
+LEASE_TTL = "3"
 
 
 def _cmd(*args: str) -> List[str]:
@@ -101,6 +128,22 @@ class ToolMachine(RuleBasedStateMachine):
         self.marker_seen_at = 0.0
         self.alive_roots_at_check: set = set()
         self.steps: List[str] = []
+        # The shared cache and the hosts: world-readable (the second user reads the cache), the hosts' roots
+        # each in a base of its own (own lock and marker, as on another machine).
+        nobody = _NOBODY[0] if _NOBODY else None
+        self.shared = tempfile.mkdtemp(prefix="sm-cache-", dir=nobody.dir if nobody else self.dir)
+        os.chmod(self.shared, 0o755)
+        self.cache = os.path.join(self.shared, "cache")
+        os.makedirs(self.cache)  # root's, mode 755: read-only to the second user (a missing one it cannot create is 64)
+        self.sentinel = os.path.join(self.shared, "elsewhere")  # what planted links point to
+        os.makedirs(os.path.join(self.sentinel, "victim"))
+        with open(os.path.join(self.sentinel, "victim", "0000000001.json"), "w") as handle:
+            handle.write("somebody else's file\n")
+        self.sentinel_listing = tree_listing(self.sentinel)
+        self.hosts = {name: os.path.join(self.dir, "hosts", name, "FlyDSL") for name in HOSTS}
+        self.planted_leases: set = set()
+        self.host_env_checked: Dict[str, object] = {}
+        self.nobody_base = nobody.own_folder(f"nobody-{uuid.uuid4().hex[:8]}") if nobody else None
         STATS["examples"] += 1
 
     # -- helpers ---------------------------------------------------------------------------------------------
@@ -315,6 +358,67 @@ class ToolMachine(RuleBasedStateMachine):
             handle.write(content)
         self.planted[target] = content
 
+    @rule(host=st.sampled_from(HOSTS), req=st.sampled_from(REQUESTS), fail=st.sampled_from([False, False, False, True]),
+          slow=st.sampled_from([None, "0.3", "1"]))
+    def host_ensure(self, host: str, req: Request, fail: bool, slow: Optional[str]) -> None:
+        """Another host's `ensure` sharing the cache: it publishes, fetches, takes or waits for a lease."""
+        STATS["rule:host_ensure"] += 1
+        self.serial += 1
+        host_id = f"{host.lower()}-{self.serial}"
+        self.note("host ensure&", host, req, host_id, "fail" if fail else "", f"slow={slow}" if slow else "")
+        counter = self.new_counter()
+        env = self.build_env(counter, fail, slow)
+        env.update(FLYDSL_CACHE=self.cache, FLYDSL_HOST_ID=host_id, FLYDSL_LEASE_TTL=LEASE_TTL)
+        if _NOBODY and _NOBODY[0] is not None:
+            env["FLYDSL_PYTHON"] = SYSTEM_PYTHON  # the second user's interpreter: its runs hit the hosts' entries
+        out = os.path.join(self.dir, f"host-{self.serial}.out")
+        with open(out, "wb") as log:
+            popen = subprocess.Popen(_cmd("ensure", *request_args(self.hosts[host], req, self.repo)), env=env,
+                                     stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.model.procs.append(Proc("host", self.hosts[host], req, popen.pid, counter, fail, popen=popen,
+                                     started_index=self.index, host=host_id, out=out))
+
+    @rule(kind=st.sampled_from(CACHE_PLANTS), pick=st.integers(0, 50))
+    def plant_cache(self, kind: str, pick: int) -> None:
+        """Something planted in the shared cache by a broken host or another user."""
+        keys = cache_keys(self.cache)
+        if not keys and not kind.startswith("link-"):
+            return
+        key = keys[pick % len(keys)] if keys else ""
+        planted = plant_in_cache(self.cache, kind, key, pick, self.sentinel)
+        if planted is None:
+            return
+        STATS[f"rule:plant_cache:{kind}"] += 1
+        self.note("plant in cache", kind, key[:12])
+        if kind.startswith("lease-"):
+            self.planted_leases.add(planted)
+
+    @rule(req=st.sampled_from(REQUESTS))
+    def nobody_ensure(self, req: Request) -> None:
+        """The second user's `ensure` (its own root) against the cache, which is read-only to it."""
+        nobody = _NOBODY[0] if _NOBODY else None
+        if nobody is None or self.nobody_base is None:
+            return
+        STATS["rule:nobody_ensure"] += 1
+        self.note("nobody ensure", req)
+        counter = nobody.own_folder(f"counters-{uuid.uuid4().hex[:8]}")
+        env = self.env(counter, FLYDSL_CACHE=self.cache, FLYDSL_HOST_ID="nobody", FLYDSL_LEASE_TTL=LEASE_TTL)
+        root = os.path.join(self.nobody_base, "FlyDSL")
+        out = nobody.run(env, "ensure", *request_args(root, req, self.repo), timeout=HANG_GUARD_S)
+        said = out.stdout + out.stderr
+        STATS[f"nobody:exit{out.returncode}"] += 1
+        self.expect(out.returncode == 0 and "Traceback" not in said, "inv10-exit",
+                    f"invariant 10: the second user's run exited {out.returncode}: {said[-3000:]}")
+        told = said.count(f"cache: {self.cache} is read-only for this user")
+        # Once when it used the cache; a warm run (nothing changed) does not open it.
+        self.expect(told == 1 or (told == 0 and "cache:" not in said), "inv10-said",
+                    f"invariant 10: the second user's run did not say once that the cache is read-only: {said[-3000:]}")
+        written = owned_by(self.cache, NOBODY_UID)
+        self.expect(not written, "inv10-wrote", f"invariant 10: the second user wrote into the cache: {written[:3]}")
+        if out.returncode == 0:
+            how = read_json(os.path.join(root, "flydsl_env.json")) or {}
+            STATS[f"nobody:how:{how.get('how')}"] += 1
+
     @rule()
     def settle(self) -> None:
         STATS["rule:settle"] += 1
@@ -322,6 +426,8 @@ class ToolMachine(RuleBasedStateMachine):
         self.wait_all(self.model.live())
         left = survivors(self.tag)
         self.expect(not left, "inv6", "processes outlived their runs (invariant 6):\n" + "\n".join(left))
+        self.check_hosts()
+        self.check_leases_after_settle()
 
     # -- invariants --------------------------------------------------------------------------------------------
     @invariant()
@@ -336,8 +442,48 @@ class ToolMachine(RuleBasedStateMachine):
             self.check_marker_answered(root)
             for req in {self.current[root], self.previous[root]} - {None}:
                 self.check_pair(root, req)  # type: ignore[arg-type]
+        for host in HOSTS:
+            now = (file_id(os.path.join(self.hosts[host], "flydsl_env.sh")),
+                   file_id(os.path.join(self.hosts[host], "flydsl_env.json")))
+            if self.host_env_checked.get(host) != now:  # (a host's env file is imported again only once changed)
+                self.host_env_checked[host] = now
+                self.check_env_path(self.hosts[host])
+        self.check_hosts()
         self.touched = set()
         self.alive_roots_at_check = {p.root for p in self.model.live()}
+
+    def check_hosts(self) -> None:
+        """Invariant 7 for each host run that ended since the last check; invariant 9 (the links' targets)."""
+        for proc in self.model.procs:
+            if proc.kind != "host" or proc.outcome is None or proc.checked:
+                continue
+            proc.checked = True
+            said = open(str(proc.out), errors="replace").read() if proc.out else ""
+            for line, stat in (("took the build lease", "took_lease"), ("waiting for ", "waited"),
+                               ("is dead", "took_over_dead"), ("unknown host", "unknown_holder"),
+                               ("failed twice in the fleet", "fleet_failed"), ("is not a regular file", "refused_fifo"),
+                               ("is a symbolic link", "refused_link"), ("is corrupt", "corrupt_entry"),
+                               ("ahead of this host's clock", "failure_from_the_future")):
+                STATS[f"host:{stat}"] += line in said
+            how = said.rsplit("ready: flydsl ", 1)[-1].split(")", 1)[0].split("(")[-1] if "ready: " in said else "-"
+            STATS[f"host:exit{proc.code}:{how if proc.code == 0 else ''}"] += 1
+            explained = (proc.code == 0 or proc.killed is not None or (proc.fail and proc.code == 5)
+                         or (proc.code == 5 and "failed twice in the fleet" in said))
+            self.expect(explained and "Traceback" not in said, f"inv7-exit{proc.code}",
+                        f"invariant 7: host run {proc.host} ({proc.req}) exited {proc.code}: {said[-3000:]}")
+        self.expect(tree_listing(self.sentinel) == self.sentinel_listing, "inv9",
+                    f"invariant 9: what a planted link points to changed: {tree_listing(self.sentinel)}")
+
+    def check_leases_after_settle(self) -> None:
+        """Invariant 8: nothing runs now, so no lease may be held but a SIGKILLed run's or a planted one."""
+        killed = {p.host for p in self.model.procs if p.host and p.killed == signal.SIGKILL}
+        for path, doc in lease_records(self.cache):
+            if path in self.planted_leases or doc is None or doc.get("state") != "building":
+                continue
+            STATS["check:lease_after_settle"] += 1
+            self.expect(doc.get("host") in killed, "inv8",
+                        f"invariant 8: {path} is held by {doc.get('host')} (run {doc.get('run_id')}), which was not "
+                        "killed with SIGKILL and has ended")
 
     def check_planted(self) -> None:
         for path, content in self.planted.items():
@@ -350,7 +496,9 @@ class ToolMachine(RuleBasedStateMachine):
                         f"invariant 3: the planted file {path} is gone or changed")
 
     def check_env_file(self, root: str) -> None:
-        path = self.roots[root]
+        self.check_env_path(self.roots[root])
+
+    def check_env_path(self, path: str) -> None:
         env_file, twin_path = os.path.join(path, "flydsl_env.sh"), os.path.join(path, "flydsl_env.json")
         before, twin = file_id(env_file), read_json(twin_path)
         if before is None:
@@ -505,15 +653,42 @@ class ToolMachine(RuleBasedStateMachine):
                     pass
         kill_tagged(self.tag)
         shutil.rmtree(self.dir, ignore_errors=True)
+        shutil.rmtree(self.shared, ignore_errors=True)
+        if self.nobody_base:
+            shutil.rmtree(self.nobody_base, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
-def sm_repo(tmp_path_factory: pytest.TempPathFactory) -> FixtureRepo:
-    return make_sm_repo(str(tmp_path_factory.mktemp("sm-upstream") / "FlyDSL.git"))
+def sm_nobody() -> Iterator[Optional[Nobody]]:
+    """The second user, or None (the reason is printed) when the machine cannot switch to one."""
+    why = unavailable()
+    if why:
+        print(f"state machine: no second user ({why}); its rule is a no-op")
+        yield None
+        return
+    helper = Nobody()
+    yield helper
+    helper.cleanup()
 
 
-def test_state_machine(sm_repo: FixtureRepo, tmp_path_factory: pytest.TempPathFactory) -> None:
+@pytest.fixture(scope="module")
+def sm_repo(tmp_path_factory: pytest.TempPathFactory, sm_nobody: Optional[Nobody]) -> FixtureRepo:
+    if sm_nobody is None:
+        return make_sm_repo(str(tmp_path_factory.mktemp("sm-upstream") / "FlyDSL.git"))
+    # Where the second user can read it too (its runs share the cache's keys, which name the repository).
+    repo = make_sm_repo(os.path.join(sm_nobody.dir, "sm-upstream", "FlyDSL.git"))
+    sm_nobody.copy_repo(repo.path)  # only for its .gitconfig's safe.directory
+    for folder, _dirs, files in os.walk(os.path.join(sm_nobody.dir, "sm-upstream")):
+        os.chmod(folder, 0o755)
+        for name in files:
+            os.chmod(os.path.join(folder, name), 0o644)
+    return repo
+
+
+def test_state_machine(sm_repo: FixtureRepo, tmp_path_factory: pytest.TempPathFactory,
+                       sm_nobody: Optional[Nobody]) -> None:
     _REPO[:] = [sm_repo]
+    _NOBODY[:] = [sm_nobody]
     _WORK[:] = [str(tmp_path_factory.mktemp("sm-work"))]
     config = settings(max_examples=EXAMPLES, stateful_step_count=STEPS, deadline=None, derandomize=False,
                       print_blob=True, suppress_health_check=list(HealthCheck))
@@ -524,3 +699,4 @@ def test_state_machine(sm_repo: FixtureRepo, tmp_path_factory: pytest.TempPathFa
         if target:
             with open(target, "w") as handle:
                 json.dump(dict(sorted(STATS.items())), handle, indent=1)
+        record("state_machine", examples=EXAMPLES, steps=STEPS, stats=dict(sorted(STATS.items())))

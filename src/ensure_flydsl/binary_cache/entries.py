@@ -111,6 +111,17 @@ class Cache:
         self.location = store.location
         # Manifests skipped as unreadable by lookup/entries, one line each, for the caller to report.
         self.warnings: List[str] = []
+        self.down_reported = False  # the caller said once that the cache is down for this run
+
+    @property
+    def read_only(self) -> bool:
+        """A folder this user may not write in: fetch from it, publish nothing, take no lease."""
+        return self._store.read_only
+
+    @property
+    def down(self) -> Optional[str]:
+        """Why the cache's remote cannot be used for the rest of this run (tried once, failed), or None."""
+        return self._store.down
 
     @property
     def store(self) -> Store:
@@ -121,7 +132,11 @@ class Cache:
     def lookup(self, kind: str, key: str) -> Optional[CacheEntry]:
         """The entry published under ``kind``/``key``, or None (a miss, or a manifest that cannot be parsed)."""
         rel = manifest_path(kind, key)
-        data = self._store.read_bytes(rel)
+        try:
+            data = self._store.read_bytes(rel)
+        except CacheCorrupt as exc:  # a FIFO, a link...: not a manifest; built around like a torn one
+            self.warnings.append(f"ignored the manifest {rel} in {self.location}: {exc.reason}")
+            return None
         if data is None:
             return None
         try:
@@ -142,11 +157,13 @@ class Cache:
         for stored in self._store.list_files("entries"):
             if not stored.path.endswith(".json") or stored.path.rsplit("/", 1)[-1].startswith("."):
                 continue
-            data = self._store.read_bytes(stored.path)
-            if data is None:
-                continue  # pruned meanwhile
             try:
+                data = self._store.read_bytes(stored.path)
+                if data is None:
+                    continue  # pruned meanwhile
                 found.append((stored.path, parse_manifest(data)))
+            except CacheCorrupt as exc:
+                self.warnings.append(f"ignored the manifest {stored.path} in {self.location}: {exc.reason}")
             except ValueError as exc:
                 self.warnings.append(f"ignored the manifest {stored.path} in {self.location}: {exc}")
         return found

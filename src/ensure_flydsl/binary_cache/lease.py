@@ -2,7 +2,8 @@
 
 Objects, beside the entries in the cache::
 
-    <cache>/leases/<kind>/<key>/<generation>.json     the lease of one builder of kind/key (10 digits)
+    <cache>/leases/<kind>/<key>/<generation>.json     the lease of one builder of kind/key (10 digits,
+                                                      more past 9999999999; binary_cache/lease_record.py)
 
 - **Take**: create generation n+1 exclusively (S3's ``If-None-Match: *`` through fsspec's ``open(path,
   "xb")``; link(2) of a complete temporary file in a folder), n being the newest there is (0 for none).
@@ -14,9 +15,11 @@ Objects, beside the entries in the cache::
   clock** takes over with the next generation.  No clock of two hosts is compared for liveness.
 - **Failure**: the holder rewrites its generation with state ``failed`` and the stage, exit code and reason;
   the record is no lease any more (nobody holds it) but news for the waiters: the first failure is tried
-  once more by one waiter, the second one ends them.  A failure record counts for TTL seconds after it was
-  written by the writer's wall clock (the one place hosts' clocks are compared: NTP keeps them within far
-  less than a TTL); older, it is history and the next run starts afresh.
+  once more by one waiter, the second one ends them.  A failure record is news for at most a TTL after
+  the reader first saw it, **by the reader's own monotonic clock** (providers/fleet.py): to a run that
+  watched the key while it was being built, always; to a run that comes later, only when the writer's
+  wall clock dates it within the last TTL.  A record dated in the future (a host whose clock is ahead) is
+  history to a newcomer: it cannot stop the fleet for as long as that clock is ahead, it costs one build.
 - **Release**: after publishing, the holder removes every generation up to its own; interrupted, only its
   own.  A taker removes the generations below its own once it holds the lease.
 
@@ -26,74 +29,25 @@ probe once per cache location and process; the run then builds without a lease (
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import re
 import threading
 import time
 import uuid
 from typing import Callable, Dict, List, Optional, Tuple
 
+from ensure_flydsl.binary_cache.lease_record import BUILDING, FAILED, MAX_REASON, LeaseRecord
 from ensure_flydsl.binary_cache.manifest import check_name
-from ensure_flydsl.binary_cache.store import CacheError, Store
+from ensure_flydsl.binary_cache.store import CacheCorrupt, CacheError, CacheUnreachable, Store
 
+__all__ = ["BUILDING", "FAILED", "HeldLease", "LeaseRecord", "Leases", "exclusive_create", "generation_path"]
 LEASES = "leases"
-BUILDING, FAILED = "building", "failed"
-_GENERATION = re.compile(r"^(\d{10})\.json$")
+# A generation's name: 10 digits, more once past 9999999999 (no leading zero then, so one number has one
+# name); at most 18, so a planted name cannot make a number Python refuses to read or a take that never ends.
+_GENERATION = re.compile(r"^(\d{10}|[1-9]\d{10,17})\.json$")
+MAX_GENERATION = 10**18 - 1
 _PROBED: Dict[str, Tuple[bool, str]] = {}
 
 Progress = Callable[[], Tuple[Optional[str], Optional[float], Optional[float]]]  # step, percent, ETA
-
-
-@dataclasses.dataclass
-class LeaseRecord:
-    """One generation of a key's lease: who builds what, and how far (or how it failed)."""
-
-    kind: str
-    key: str
-    generation: int
-    host: str
-    run_id: str
-    pid: int
-    started: float  # the holder's wall clock when it took the lease, for people
-    what: str  # "the FlyDSL tree for a35627a2", for messages
-    failures_before: int = 0  # recorded failures of this key before this generation, in this round
-    ttl: float = 0.0  # the holder's FLYDSL_LEASE_TTL: it beats every ttl/4 and is dead after ttl without one
-    state: str = BUILDING
-    beat: int = 0
-    heartbeat: float = 0.0  # the holder's wall clock at its last beat, for people
-    elapsed_s: float = 0.0  # the holder's monotonic seconds since it took the lease, at its last beat
-    step: Optional[str] = None
-    percent: Optional[float] = None
-    eta_s: Optional[float] = None
-    failure: Optional[Dict[str, object]] = None  # stage, exit_code, reason
-    ended: Optional[float] = None
-    raw: bytes = dataclasses.field(default=b"", repr=False, compare=False)  # as read: liveness compares it
-
-    def to_bytes(self) -> bytes:
-        data = {k: v for k, v in dataclasses.asdict(self).items() if k != "raw"}
-        return (json.dumps(data, sort_keys=True) + "\n").encode()
-
-    @classmethod
-    def from_bytes(cls, data: bytes, kind: str, key: str, generation: int) -> "LeaseRecord":
-        """The record; an unreadable one (foreign, or torn on a store without atomic writes) reads as a
-        lease of an unknown holder, which dies like any other when its bytes stop changing."""
-        record = None
-        try:
-            obj = json.loads(data.decode())
-            known = {f.name for f in dataclasses.fields(cls)} - {"raw"}
-            if isinstance(obj, dict):
-                record = cls(**{k: v for k, v in obj.items() if k in known})
-        except (UnicodeDecodeError, ValueError, TypeError):
-            record = None
-        if record is None or record.kind != kind or record.key != key or not isinstance(record.ttl, (int, float)):
-            record = cls(kind, key, generation, "an unknown host", "?", 0, 0.0, f"the {kind} {key[:12]}")
-        record.generation = generation
-        record.raw = data
-        return record
-
-    def who(self) -> str:
-        return f"{self.host} (run {self.run_id})"
 
 
 def lease_folder(kind: str, key: str) -> str:
@@ -121,6 +75,8 @@ def exclusive_create(store: Store) -> Tuple[bool, str]:
             found = (False, "a second create of one object succeeded instead of failing")
         else:
             found = (True, "")
+    except CacheUnreachable:
+        raise  # not an answer about the store: the run goes on without the cache (and probes next time)
     except CacheError as exc:
         found = (False, str(exc))
     finally:
@@ -149,18 +105,21 @@ class Leases:
 
     def newest(self, kind: str, key: str) -> Optional[LeaseRecord]:
         for generation in reversed(self.generations(kind, key)):
-            data = self.store.read_bytes(generation_path(kind, key, generation))
+            try:
+                data = self.store.read_bytes(generation_path(kind, key, generation))
+            except CacheCorrupt as exc:  # a FIFO, a link: no record, but it stands there like one
+                return LeaseRecord.unknown(kind, key, generation, exc.reason)
             if data is not None:  # else removed since the listing
                 return LeaseRecord.from_bytes(data, kind, key, generation)
         return None
 
-    def is_news(self, record: LeaseRecord) -> bool:
-        """A failure record written less than TTL ago (by the writer's clock)."""
-        return record.state == FAILED and time.time() - (record.ended or 0.0) <= self.ttl
-
     def take(self, record: LeaseRecord, progress: Progress) -> Optional["HeldLease"]:
         """Create ``record``'s generation exclusively; the held lease (heartbeat running), or None when
         another run created it or a newer one first."""
+        if record.generation > MAX_GENERATION:
+            raise CacheError(f"the lease of {record.what} is at generation {record.generation - 1}, which no run of "
+                             f"this tool reaches (a planted record?); remove {lease_folder(record.kind, record.key)} "
+                             "from the cache")
         path = generation_path(record.kind, record.key, record.generation)
         record.heartbeat = time.time()
         record.step, record.percent, record.eta_s = progress()
@@ -239,7 +198,7 @@ class HeldLease:
             return  # the key is another run's now: its record, not ours, is the news
         record = self.record
         record.state, record.ended = FAILED, time.time()
-        record.failure = {"stage": stage, "exit_code": exit_code, "reason": reason}
+        record.failure = {"stage": stage, "exit_code": exit_code, "reason": reason[:MAX_REASON]}
         record.elapsed_s = round(time.monotonic() - self._taken, 1)
         try:
             self.leases.store.put_bytes(self.path, record.to_bytes())

@@ -11,155 +11,39 @@ relative to the cache's root, and writes each one atomically: a reader sees the 
 
 fsspec is imported only for a URL; without it (or without the protocol's package, s3fs for ``s3://``)
 :func:`open_store` raises CacheError naming the extra to install.
+
+A remote that cannot be reached or is misconfigured (network, credentials, a bucket that does not exist)
+raises :class:`CacheUnreachable` and is remembered for the run (``down``): every later operation fails at
+once, so an unreachable endpoint costs one timeout per run, not one per step.  S3's reads and connects
+have timeouts (``REMOTE_OPTIONS``): a stalled server cannot hold the run, and the root's lock, forever.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import datetime
 import importlib
 import os
 import tempfile
 import uuid
-from typing import IO, Any, Iterator, List, Optional, Union
+from typing import IO, Any, Dict, Iterator, List, Optional, Union, cast
 
-from ensure_flydsl.support.files import atomic_write
+from ensure_flydsl.binary_cache.folder import FolderStore
+from ensure_flydsl.binary_cache.stored import CacheCorrupt, CacheError, CacheUnreachable, StoredFile
 
 INSTALL_HINT = "install the extra: pip install 'ensure-flydsl[s3]' (fsspec and s3fs)"
 READ_BLOCK = 8 << 20  # bytes an fsspec file reads ahead when streaming a blob
 # Protocols whose uploads are atomic by themselves (a PUT, or a multipart upload, appears whole or not at all).
 OBJECT_STORES = frozenset({"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl", "oss"})
-
-
-class CacheError(Exception):
-    """The cache cannot be used at all (bad location, missing extra, no access); the message says what to do."""
-
-
-class CacheCorrupt(CacheError):
-    """An entry that failed verification; ``reason`` is one line."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
-
-
-@dataclasses.dataclass(frozen=True)
-class StoredFile:
-    path: str  # relative to the cache's root, "/"-separated
-    size: int
-    mtime: Optional[float]  # None when the file system does not say
-
-
-class FolderStore:
-    """A cache in a local (or NFS) folder, with plain os calls."""
-
-    def __init__(self, root: str) -> None:
-        root = os.path.abspath(root)
-        if os.path.exists(root) and not os.path.isdir(root):
-            raise CacheError(f"the cache location {root} is not a folder; point FLYDSL_CACHE at a folder or an "
-                             "fsspec URL such as s3://bucket/prefix")
-        self.root = root
-        self.location = root
-
-    def _abs(self, rel: str) -> str:
-        return os.path.join(self.root, *rel.split("/"))
-
-    def read_bytes(self, rel: str) -> Optional[bytes]:
-        try:
-            with open(self._abs(rel), "rb") as handle:
-                return handle.read()
-        except (FileNotFoundError, NotADirectoryError):
-            return None
-        except OSError as exc:
-            raise CacheError(f"cannot read {self._abs(rel)} in the cache: {exc.strerror or exc}") from None
-
-    @contextlib.contextmanager
-    def open_read(self, rel: str) -> Iterator[IO[bytes]]:
-        with open(self._abs(rel), "rb") as handle:
-            yield handle
-
-    def exists(self, rel: str) -> bool:
-        return os.path.isfile(self._abs(rel))
-
-    def new_upload(self, rel_dir: str) -> str:
-        """A temporary local file to write an upload into: in the target folder, so committing is a rename."""
-        folder = self._abs(rel_dir)
-        try:
-            os.makedirs(folder, mode=0o755, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=".upload.", suffix=".tmp", dir=folder)
-        except OSError as exc:
-            raise CacheError(f"cannot write to the cache folder {folder}: {exc.strerror or exc}; make it writable "
-                             "or point FLYDSL_CACHE elsewhere") from None
-        os.close(fd)
-        return tmp
-
-    def commit_upload(self, tmp: str, rel: str) -> None:
-        # fsync before the rename: after a power cut a manifest must never name a blob whose bytes are lost.
-        with open(tmp, "rb") as handle:
-            os.fsync(handle.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, self._abs(rel))
-        with contextlib.suppress(OSError):
-            dfd = os.open(os.path.dirname(self._abs(rel)), os.O_RDONLY)
-            try:
-                os.fsync(dfd)
-            finally:
-                os.close(dfd)
-
-    def discard_upload(self, tmp: str) -> None:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-
-    def put_bytes(self, rel: str, data: bytes) -> None:
-        path = self._abs(rel)
-        try:
-            os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
-            atomic_write(path, data, 0o644)
-        except OSError as exc:
-            raise CacheError(f"cannot write {path}: {exc.strerror or exc}; make the cache folder writable or "
-                             "point FLYDSL_CACHE elsewhere") from None
-
-    def create_exclusive(self, rel: str, data: bytes) -> bool:
-        """Create ``rel`` holding ``data`` unless it exists; False when it does.  A link of a complete
-        temporary file: readers never see it half written, and link(2) fails with EEXIST atomically,
-        on NFS too (the classic lock-file technique)."""
-        path = self._abs(rel)
-        try:
-            os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=".create.", suffix=".tmp", dir=os.path.dirname(path))
-            try:
-                with os.fdopen(fd, "wb") as handle:
-                    handle.write(data)
-                os.chmod(tmp, 0o644)
-                os.link(tmp, path)
-                return True
-            except FileExistsError:
-                return False
-            finally:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(tmp)
-        except OSError as exc:
-            raise CacheError(f"cannot write {path}: {exc.strerror or exc}; make the cache folder writable or "
-                             "point FLYDSL_CACHE elsewhere") from None
-
-    def list_files(self, rel_dir: str) -> List[StoredFile]:
-        top = self._abs(rel_dir)
-        found: List[StoredFile] = []
-        for folder, _dirs, names in os.walk(top):
-            for name in names:
-                full = os.path.join(folder, name)
-                try:
-                    st = os.lstat(full)
-                except FileNotFoundError:
-                    continue  # removed meanwhile (a concurrent prune)
-                rel = os.path.relpath(full, self.root).replace(os.sep, "/")
-                found.append(StoredFile(rel, st.st_size, st.st_mtime))
-        return found
-
-    def remove(self, rel: str) -> None:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self._abs(rel))
+# Per protocol: timeouts (seconds) and few retries.  botocore's defaults are 60 s per connect and per read
+# with its own retries, under s3fs's five: about a minute per operation against a silent endpoint.
+REMOTE_OPTIONS: Dict[str, Dict[str, object]] = {
+    "s3": {"config_kwargs": {"connect_timeout": 10, "read_timeout": 60, "retries": {"max_attempts": 2}}},
+    "ftp": {"timeout": 60},
+    "sftp": {"timeout": 60},
+}
+REMOTE_OPTIONS["s3a"] = REMOTE_OPTIONS["s3"]
+REMOTE_RETRIES = 2
 
 
 class FsspecStore:
@@ -174,33 +58,50 @@ class FsspecStore:
         try:
             # Own instance (fsspec shares one per URL otherwise) and no listing cache: another process or
             # host publishes and prunes under us, and a stale listing would hide or resurrect entries.
-            fs, root = fsspec.core.url_to_fs(location, skip_instance_cache=True, use_listings_cache=False)
+            options = REMOTE_OPTIONS.get(location.split("://", 1)[0].lower(), {})
+            fs, root = fsspec.core.url_to_fs(location, skip_instance_cache=True, use_listings_cache=False, **options)
         except ImportError as exc:
             raise CacheError(f"the cache {location} needs a package fsspec could not import ({exc}): "
                              f"{INSTALL_HINT}") from None
         except (ValueError, TypeError) as exc:
             raise CacheError(f"the cache location {location} cannot be used: {exc}; use a folder or a URL such "
                              "as s3://bucket/prefix") from None
+        if hasattr(fs, "retries"):
+            fs.retries = REMOTE_RETRIES  # s3fs's own retries (5), each over botocore's
         self.fs: Any = fs
         self.root = str(root).rstrip("/")
         self.location = location
         protocols = fs.protocol if isinstance(fs.protocol, (tuple, list)) else (fs.protocol,)
         self.atomic_put = any(p in OBJECT_STORES for p in protocols)
+        self.read_only = False  # known only by trying: a refused write is reported where it happens
+        self.down: Optional[str] = None  # why the remote cannot be used, once it failed in this run
 
     def _path(self, rel: str) -> str:
         return f"{self.root}/{rel}" if self.root else rel
 
     @contextlib.contextmanager
-    def _remote(self, what: str) -> Iterator[None]:
+    def _remote(self, what: str, *, writing: bool = False) -> Iterator[None]:
         # botocore and aiohttp raise their own exception types (NoCredentialsError, EndpointConnectionError,
         # ClientError...), not OSError; without this a missing credential would end the run with exit 70.
+        if self.down is not None:
+            raise CacheUnreachable(self.down)
         try:
             yield
-        except (CacheError, FileNotFoundError, FileExistsError):
+        except FileNotFoundError:
+            if not writing:
+                raise  # a miss
+            # A write's parent is missing: on S3 the bucket itself (NoSuchBucket).
+            self._fail(f"cannot {what} in the cache {self.location}: its bucket or folder does not exist; create "
+                       "it, or point FLYDSL_CACHE at one that does")
+        except (CacheError, FileExistsError):
             raise
         except Exception as exc:
-            raise CacheError(f"cannot {what} in the cache {self.location}: {type(exc).__name__}: {exc}; "
-                             "check the credentials and the endpoint (AWS_ENDPOINT_URL_S3)") from None
+            self._fail(f"cannot {what} in the cache {self.location}: {type(exc).__name__}: {_one_line(exc)}; "
+                       "check the credentials and the endpoint (AWS_ENDPOINT_URL_S3)")
+
+    def _fail(self, message: str) -> None:
+        self.down = message
+        raise CacheUnreachable(message) from None
 
     def read_bytes(self, rel: str) -> Optional[bytes]:
         try:
@@ -212,8 +113,14 @@ class FsspecStore:
     @contextlib.contextmanager
     def open_read(self, rel: str) -> Iterator[IO[bytes]]:
         # A bounded read-ahead: a fetch streams the blob, and s3fs would otherwise buffer 50 MiB blocks.
-        with self._remote(f"read {rel}"), self.fs.open(self._path(rel), "rb", block_size=READ_BLOCK) as handle:
-            yield handle
+        # Only the store's own calls are judged here: what the caller's body raises (a corrupt tar) is its own.
+        with self._remote(f"read {rel}"):
+            handle = self.fs.open(self._path(rel), "rb", block_size=READ_BLOCK)
+        try:
+            yield cast(IO[bytes], _RemoteReader(self, rel, handle))
+        finally:
+            with contextlib.suppress(Exception):
+                handle.close()
 
     def exists(self, rel: str) -> bool:
         with self._remote(f"look for {rel}"):
@@ -226,7 +133,7 @@ class FsspecStore:
 
     def commit_upload(self, tmp: str, rel: str) -> None:
         try:
-            with self._remote(f"upload {rel}"):
+            with self._remote(f"upload {rel}", writing=True):
                 target = self._path(rel)
                 if self.atomic_put:
                     self.fs.put_file(tmp, target)
@@ -243,7 +150,7 @@ class FsspecStore:
             os.unlink(tmp)
 
     def put_bytes(self, rel: str, data: bytes) -> None:
-        with self._remote(f"upload {rel}"):
+        with self._remote(f"upload {rel}", writing=True):
             target = self._path(rel)
             if self.atomic_put:
                 self.fs.pipe_file(target, data)
@@ -258,7 +165,7 @@ class FsspecStore:
         does.  A file system that ignores "xb" overwrites instead: see binary_cache/lease.py's probe."""
         target = self._path(rel)
         try:
-            with self._remote(f"create {rel}"):
+            with self._remote(f"create {rel}", writing=True):
                 if not self.atomic_put:
                     self.fs.makedirs(target.rsplit("/", 1)[0], exist_ok=True)
                 with self.fs.open(target, "xb") as handle:
@@ -290,6 +197,22 @@ class FsspecStore:
             pass
 
 
+class _RemoteReader:
+    """A remote file whose reads fail as the store's other calls do (CacheUnreachable, remembered)."""
+
+    def __init__(self, store: FsspecStore, rel: str, handle: Any) -> None:
+        self._store, self._rel, self._handle = store, rel, handle
+
+    def read(self, size: int = -1) -> bytes:
+        with self._store._remote(f"read {self._rel}"):
+            return bytes(self._handle.read(size))
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
 def _mtime(info: Any) -> Optional[float]:
     """The modification time in an fsspec info dict; each file system names it differently."""
     for field in ("mtime", "LastModified", "last_modified", "updated", "created"):
@@ -302,6 +225,8 @@ def _mtime(info: Any) -> Optional[float]:
 
 
 Store = Union[FolderStore, FsspecStore]
+__all__ = ["CacheCorrupt", "CacheError", "CacheUnreachable", "FolderStore", "FsspecStore", "Store", "StoredFile",
+           "open_store"]
 
 
 def open_store(location: str) -> Store:

@@ -69,7 +69,8 @@ def preflight(settings: Settings, environ: Mapping[str, str], *, writes: bool = 
             settings.label("mlir_path"), settings.mlir_path, "an MLIR install prefix holding lib/cmake/mlir"
         )
     if settings.cache is not None:
-        if settings.cache.startswith("/"):
+        if settings.cache.startswith("/") and not os.path.isdir(settings.cache):
+            # An existing folder this user cannot write in is used read-only (providers/cache.py).
             _check_creatable(settings.label("cache"), settings.cache, settings.cache)
         try:
             open_cache(settings.cache)

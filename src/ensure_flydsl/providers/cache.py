@@ -50,10 +50,30 @@ def open_run_cache(run: Run) -> Optional[Cache]:
     if location is None:
         return None
     try:
-        return open_cache(location)
+        cache = open_cache(location)
     except CacheError as exc:  # the preflight checked it; it may have gone away since
         run.say(f"cache: {location} cannot be used now ({exc}); going on without it")
         return None
+    if cache.read_only:
+        run.say(f"cache: {location} is read-only for this user: entries are fetched from it, nothing is published "
+                "to it and builds take no lease there (make it writable to share this host's builds)")
+    return cache
+
+
+def cache_failed(run: Run, cache: Cache, exc: CacheError, what: str, then: str = "going on without it") -> None:
+    """Say that ``what`` failed and what the run does ``then``; a cache that is down (unreachable,
+    misconfigured) is said once per run, and no later step tries it again (binary_cache/store.py remembers it)."""
+    if cache.down is None:
+        run.say(f"cache: {what} ({exc}); {then}")
+    elif not cache.down_reported:
+        cache.down_reported = True
+        run.say(f"cache: {cache.location} cannot be used in this run: {exc}; building without it, and this run "
+                "does not try it again")
+
+
+def usable(cache: Cache, *, writing: bool = False) -> bool:
+    """Whether to use the cache now: not once it is down for this run, and not for writes when read-only."""
+    return cache.down is None and not (writing and cache.read_only)
 
 
 def mlir_spec(run: Run) -> Dict[str, object]:
@@ -93,12 +113,14 @@ def tree_from_cache(run: Run, cache: Cache, commit: str) -> Optional[Decision]:
     if not tree_shareable(run):
         run.say("cache: not looked up: the pin's LLVM commit is unknown, so no entry can be known to match")
         return None
+    if not usable(cache):
+        return None
     fields = tree_fields(run, commit)
     key = cache_key("tree", fields)
     entry = _lookup(run, cache, "tree", key)
     if entry is None:
-        run.say(f"cache: no tree for {commit[:12]} and {run.interpreter.abi} "
-                f"in {cache.location}")
+        if usable(cache):  # (a cache that went down just now was said to be down, not to miss)
+            run.say(f"cache: no tree for {commit[:12]} and {run.interpreter.abi} in {cache.location}")
         return None
     if not entry_trusted(run, cache, entry, f"tree entry for {commit[:8]}"):
         return None
@@ -120,7 +142,7 @@ def tree_from_cache(run: Run, cache: Cache, commit: str) -> Optional[Decision]:
         run.say(f"cache: the entry {key[:12]} is corrupt and was not installed ({exc.reason}); building instead")
         return None
     except CacheError as exc:
-        run.say(f"cache: fetching {key[:12]} failed ({exc}); building instead")
+        cache_failed(run, cache, exc, f"fetching {key[:12]} failed", "building instead")
         return None
     faults.point("cache-fetched")
     run.stamps.finish("build", stamp_key)
@@ -152,9 +174,12 @@ def mlir_from_cache(run: Run, cache: Cache, key: Mapping[str, object]) -> Option
     if os.path.isdir(os.path.join(dest, "lib", "cmake", "mlir")):
         run.say(f"cache: MLIR {ckey[:12]} was fetched before: {dest}")
         return dest
+    if not usable(cache):
+        return None
     entry = _lookup(run, cache, "mlir", ckey)
     if entry is None:
-        run.say(f"cache: no MLIR for LLVM {llvm_label(key)} in {cache.location}")
+        if usable(cache):
+            run.say(f"cache: no MLIR for LLVM {llvm_label(key)} in {cache.location}")
         return None
     if not entry_trusted(run, cache, entry, f"MLIR entry for LLVM {llvm_label(key)}"):
         return None
@@ -166,7 +191,7 @@ def mlir_from_cache(run: Run, cache: Cache, key: Mapping[str, object]) -> Option
     try:
         cache.fetch(entry, dest)
     except CacheError as exc:
-        run.say(f"cache: MLIR {ckey[:12]} could not be used ({exc}); building LLVM instead")
+        cache_failed(run, cache, exc, f"MLIR {ckey[:12]} could not be used", "building LLVM instead")
         return None
     return dest
 
@@ -180,7 +205,7 @@ def _lookup(run: Run, cache: Cache, kind: str, key: str):  # type: ignore[no-unt
     try:
         entry = cache.lookup(kind, key)
     except CacheError as exc:
-        run.say(f"cache: cannot look into {cache.location} ({exc}); going on without it")
+        cache_failed(run, cache, exc, f"cannot look into {cache.location}")
         return None
     for warning in cache.warnings:
         run.say(f"cache: {warning}")
@@ -189,10 +214,15 @@ def _lookup(run: Run, cache: Cache, kind: str, key: str):  # type: ignore[no-unt
 
 
 def _publish(run: Run, cache: Cache, kind: str, key: str, fields: Mapping[str, object], source: str) -> None:
+    if not usable(cache, writing=True):
+        return  # said once already (read-only, or down)
     try:
         secrets = signers(run)
         entry = cache.publish(kind, key, fields, source, secrets)
-    except (CacheError, OSError) as exc:
+    except CacheError as exc:
+        cache_failed(run, cache, exc, f"could not publish the {kind} {key[:12]} to {cache.location}", "the run goes on")
+        return
+    except OSError as exc:
         run.say(f"cache: could not publish the {kind} {key[:12]} to {cache.location} ({exc}); the run goes on")
         return
     faults.point("cache-published")

@@ -18,14 +18,26 @@ import time
 from typing import Callable, Dict, Generic, Iterator, Optional, Set, Tuple, TypeVar
 
 from ensure_flydsl.binary_cache.entries import Cache, CacheError
-from ensure_flydsl.binary_cache.lease import FAILED, HeldLease, LeaseRecord, Leases, Progress, exclusive_create
+from ensure_flydsl.binary_cache.lease import (
+    FAILED,
+    HeldLease,
+    LeaseRecord,
+    Leases,
+    Progress,
+    exclusive_create,
+    generation_path,
+)
 from ensure_flydsl.binary_cache.manifest import manifest_path
 from ensure_flydsl.errors import EnsureError, ExitCode, Interrupted
+from ensure_flydsl.providers.cache import cache_failed, usable
 from ensure_flydsl.runs.context import Run
 from ensure_flydsl.support.report import fmt_seconds
 
 T = TypeVar("T")
 REPORT_INTERVAL_S = 30.0
+# How far ahead a failure record's date may be and still count as "just now" to a run that did not watch it
+# being written: NTP keeps clocks far closer; a clock further ahead is wrong, and its date is not believed.
+CLOCK_SKEW_S = 30.0
 _REPORTED: Set[str] = set()
 
 
@@ -54,12 +66,24 @@ def open_leases(run: Run, cache: Cache) -> Optional[Leases]:
 
 
 def holder_progress(run: Run) -> Progress:
-    """The holder's step, percent and ETA for its heartbeat, from its run record."""
+    """The holder's step, percent and ETA for its heartbeat, from its run record: the step's own figures.
+
+    The ETA is the rest of the step from its percent (0 at 100 %), not the run's: the run's would add the
+    typical length of every step after it (an MLIR waiter would read LLVM's holder's FlyDSL build and
+    verify into it; at 100 % it read 15 s, the typical verify).  Figures the run shows while it follows
+    another host's build are that host's, never this holder's."""
     def progress() -> Tuple[Optional[str], Optional[float], Optional[float]]:
         tracker = run.tracker
         if tracker is None:
             return run.step_name, None, None
-        return tracker.record.step, tracker.record.percent, tracker.record.remaining_eta()
+        record = tracker.record
+        percent = record.percent
+        if record.waiting is not None or not isinstance(percent, (int, float)) or isinstance(percent, bool):
+            return record.step, None, None
+        eta = None
+        if percent > 0:
+            eta = round(max(0.0, time.time() - tracker.step_started_at) * (100.0 - percent) / percent, 1)
+        return record.step, float(percent), eta
     return progress
 
 
@@ -72,12 +96,15 @@ def describe(record: LeaseRecord) -> str:
 
 
 def take_turn(run: Run, cache: Cache, kind: str, key: str, what: str, fetch: Callable[[], Optional[T]]) -> Turn[T]:
-    leases = open_leases(run, cache)
-    if leases is None:
-        return Turn()
-    waiter = _Waiter(run, leases, kind, key, what)
+    if not usable(cache, writing=True):
+        return Turn()  # read-only (said once when opened) or down for this run: build without a lease
+    waiter: Optional[_Waiter] = None
     manifest = manifest_path(kind, key)  # polled by existence: a tree's manifest can be a megabyte
     try:
+        leases = open_leases(run, cache)
+        if leases is None:
+            return Turn()
+        waiter = _Waiter(run, leases, kind, key, what)
         while True:
             if cache.store.exists(manifest):
                 # Published by another host (while we waited, or since our miss): a cache hit; an entry we
@@ -91,10 +118,11 @@ def take_turn(run: Run, cache: Cache, kind: str, key: str, what: str, fetch: Cal
                 continue
             time.sleep(min(1.0, leases.ttl / 8))
     except CacheError as exc:
-        run.say(f"cache: the build lease cannot be used now ({exc}); building without it")
+        cache_failed(run, cache, exc, "the build lease cannot be used now", "building without it")
         return Turn()
     finally:
-        waiter.stop()
+        if waiter is not None:
+            waiter.stop()
 
 
 class _Waiter:
@@ -103,6 +131,7 @@ class _Waiter:
     def __init__(self, run: Run, leases: Leases, kind: str, key: str, what: str) -> None:
         self.run, self.leases, self.kind, self.key, self.what = run, leases, kind, key, what
         self.seen: Dict[int, Tuple[bytes, float]] = {}  # generation: (its bytes, when first seen so)
+        self.watched: Set[int] = set()  # generations this run saw being built
         self.started: Optional[float] = None
         self.reported: Optional[Tuple[int, str]] = None
         self.next_report = 0.0
@@ -111,13 +140,22 @@ class _Waiter:
         newest = self.leases.newest(self.kind, self.key)
         if newest is None:
             return self._take(1, 0)
+        if newest.invalid is not None and newest.generation not in self.watched:
+            self.run.say(f"the lease record {generation_path(self.kind, self.key, newest.generation)} in "
+                         f"{self.leases.store.location} is not one this tool writes ({newest.invalid}): it counts "
+                         "as the lease of an unknown host, taken over once it has not changed for a TTL")
         if newest.state == FAILED:
-            if not self.leases.is_news(newest):
+            if not self._is_news(newest):
+                ahead = (newest.ended or 0.0) - time.time()
+                if ahead > CLOCK_SKEW_S:
+                    self.run.say(f"the failure record of {newest.who()} on {self.what} is dated {ahead:.0f} s ahead "
+                                 "of this host's clock: its date is not believed and the failure is history here")
                 return self._take(newest.generation + 1, 0)  # history: a new round
             if newest.failures_before >= 1:
-                raise self._give_up(newest)
+                raise give_up(newest, self.what)
             self.run.say(f"{newest.who()} failed to build {self.what} ({_failure_text(newest)}); trying once here")
             return self._take(newest.generation + 1, newest.failures_before + 1)
+        self.watched.add(newest.generation)
         if self._dead(newest):
             ttl = newest.ttl if newest.ttl > 0 else self.leases.ttl
             self.run.say(f"the build lease of {newest.who()} on {self.what} is dead: no heartbeat for "
@@ -127,6 +165,8 @@ class _Waiter:
         return None
 
     def _take(self, generation: int, failures_before: int) -> Optional[HeldLease]:
+        if self.run.tracker is not None:
+            self.run.tracker.follow(None, None, None)  # the figures followed so far were the old holder's
         record = LeaseRecord(self.kind, self.key, generation, host_id(self.run), self.run.run_id, os.getpid(),
                              time.time(), self.what, failures_before, self.leases.ttl)
         held = self.leases.take(record, holder_progress(self.run))
@@ -135,16 +175,34 @@ class _Waiter:
                          f"(generation {generation}); other hosts wait for this build")
         return held
 
-    def _dead(self, record: LeaseRecord) -> bool:
-        """The same bytes for longer than the TTL, by this host's own monotonic clock."""
+    def _age(self, record: LeaseRecord) -> float:
+        """Seconds since this run first saw these bytes of the record, by its own monotonic clock."""
         now = time.monotonic()
         seen = self.seen.get(record.generation)
         if seen is None or seen[0] != record.raw:
             self.seen[record.generation] = (record.raw, now)
-            return False
-        # The holder's TTL: hosts with different settings still agree on when a lease is dead.
+            return 0.0
+        return now - seen[1]
+
+    def _dead(self, record: LeaseRecord) -> bool:
+        """The same bytes for longer than the TTL, by this host's own monotonic clock."""
+        # The holder's TTL (validated: below FLYDSL_LEASE_TTL's bound): hosts with different settings still
+        # agree on when a lease is dead.
         ttl = record.ttl if record.ttl > 0 else self.leases.ttl
-        return now - seen[1] > ttl
+        return self._age(record) > ttl
+
+    def _is_news(self, record: LeaseRecord) -> bool:
+        """A failure record is news for at most a TTL after this run first saw it, by its own clock.  To a
+        run that watched the key being built, it is news then; to one that comes later, only when the
+        writer's clock dates it within the last TTL (give or take CLOCK_SKEW_S): a record from yesterday is
+        history, and so is one dated in the future (a fast clock), which would otherwise stop every newcomer
+        for as long as that clock is ahead."""
+        if self._age(record) > self.leases.ttl:
+            return False
+        if record.generation in self.watched:
+            return True
+        age = time.time() - (record.ended or 0.0)
+        return -CLOCK_SKEW_S <= age <= self.leases.ttl
 
     def _wait(self, holder: LeaseRecord) -> None:
         now = time.monotonic()
@@ -172,20 +230,22 @@ class _Waiter:
                 "fleet; run again later to fetch it from the cache, or raise FLYDSL_LOCK_TIMEOUT",
             )
 
-    def _give_up(self, record: LeaseRecord) -> EnsureError:
-        failure = record.failure or {}
-        code = failure.get("exit_code")
-        return EnsureError(
-            ExitCode(code) if isinstance(code, int) and code in ExitCode._value2member_map_ else ExitCode.INTERNAL,
-            f"{self.what} failed twice in the fleet, last on {record.who()}: {_failure_text(record)}",
-            stage=str(failure.get("stage") or "lease"),
-            hint=f"read the log of run {record.run_id} on {record.host}; the failure is not this host's. Once "
-            "the cause is fixed, run again (a failure record stops the fleet for FLYDSL_LEASE_TTL seconds)",
-        )
-
     def stop(self) -> None:
         if self.started is not None and self.run.tracker is not None:
             self.run.tracker.follow(None, None, None)
+
+
+def give_up(record: LeaseRecord, what: str) -> EnsureError:
+    """The error that ends a waiter after the second recorded failure of a key (the holder's exit code)."""
+    failure = record.failure or {}
+    code = failure.get("exit_code")
+    return EnsureError(
+        ExitCode(code) if isinstance(code, int) and code in ExitCode._value2member_map_ else ExitCode.INTERNAL,
+        f"{what} failed twice in the fleet, last on {record.who()}: {_failure_text(record)}",
+        stage=str(failure.get("stage") or "lease"),
+        hint=f"read the log of run {record.run_id} on {record.host}; the failure is not this host's. Once "
+        "the cause is fixed, run again (a failure record stops the fleet for FLYDSL_LEASE_TTL seconds)",
+    )
 
 
 def _failure_text(record: LeaseRecord) -> str:

@@ -138,9 +138,11 @@ class Tracker:
         self._write(force=True)
 
     def follow(self, waiting: Optional[Dict[str, object]], percent: Optional[float], eta: Optional[float]) -> None:
-        """Waiting for another host's build (the build lease): its percent and ETA are this run's."""
+        """Waiting for another host's build (the build lease): its percent and ETA are this run's; when the
+        wait ends (``waiting`` None) they go with it: they were never this run's own."""
+        followed = self.record.waiting is not None
         self.record.waiting = waiting
-        if waiting is not None:
+        if waiting is not None or followed:
             self.record.percent = percent
             self.record.eta_s = eta
         self._store()

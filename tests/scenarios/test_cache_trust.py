@@ -1,0 +1,409 @@
+"""The shared cache is somebody else's data: a bad lease record, a failure record from a fast clock, a
+missing bucket, an unreachable endpoint, a FIFO planted as a blob, links planted under a folder cache's
+root and a cache this user may only read are each reported and built around; none ends a run with exit 70,
+hangs it, or makes it write outside the cache (issue 19, items 4-8, 13 and 15's lease parts)."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from typing import Dict, Iterator, List, Tuple
+
+import pytest
+
+from ensure_flydsl.binary_cache.lease import LeaseRecord, Leases, generation_path
+from ensure_flydsl.binary_cache.store import CacheError, FolderStore
+from tests.helpers.as_nobody import Nobody, unavailable
+from tests.helpers.fleet import SharedCache, builds, fleet_host
+from tests.helpers.flydsl_fixture import FixtureRepo
+from tests.helpers.reliability import listing
+from tests.helpers.s3_server import S3Server
+
+
+@pytest.fixture(scope="module")
+def s3_server() -> Iterator[S3Server]:
+    server = S3Server().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def seeded(tmp_path_factory: pytest.TempPathFactory, fixture_repo: FixtureRepo) -> Tuple[str, str]:
+    """A folder cache that holds the MLIR and the tree of the fixture's "dev" pin (published by one run),
+    and the tree's key."""
+    tmp = str(tmp_path_factory.mktemp("seeded"))
+    shared = SharedCache("folder", tmp)
+    out = fleet_host(tmp, fixture_repo, "seed", shared).run()
+    assert out.returncode == 0, out.stderr
+    (manifest,) = glob.glob(os.path.join(shared.url, "entries", "tree", "*.json"))
+    return shared.url, os.path.basename(manifest)[: -len(".json")]
+
+
+def own_copy(seeded: Tuple[str, str], tmp: str, *, keep_tree: bool = False) -> Tuple[SharedCache, str]:
+    """This test's copy of the seeded cache; without the tree entry unless ``keep_tree`` (a miss)."""
+    source, key = seeded
+    shared = SharedCache("folder", tmp)
+    shutil.copytree(source, shared.url, symlinks=True)
+    if not keep_tree:
+        os.unlink(os.path.join(shared.url, "entries", "tree", key + ".json"))
+    return shared, key
+
+
+def lease_record(key: str, **fields: object) -> Dict[str, object]:
+    """A lease record as the tool writes it (here: a holder on another host that stopped beating)."""
+    now = time.time()
+    record: Dict[str, object] = {
+        "kind": "tree", "key": key, "generation": 1, "host": "h9", "run_id": "20261201-000000-1", "pid": 4242,
+        "started": now, "what": "the FlyDSL tree for 0badf00d", "failures_before": 0, "ttl": 1.0,
+        "state": "building", "beat": 3, "heartbeat": now, "elapsed_s": 2.5, "step": "build", "percent": 33.3,
+        "eta_s": 5.0, "failure": None, "ended": None}
+    record.update(fields)
+    return record
+
+
+def plant(shared: SharedCache, key: str, record: object, generation: int = 1) -> str:
+    path = os.path.join(shared.url, "leases", "tree", key, f"{generation:010d}.json")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as handle:
+        handle.write(record if isinstance(record, str) else json.dumps(record))
+    return path
+
+
+# Dated 20 s ahead: news to every reader (within the clock skew a newcomer believes), however slow the machine.
+FAILED = {"state": "failed", "ended": "soon", "failure": {"stage": "build", "exit_code": 5, "reason": "boom"}}
+BAD_RECORDS = {
+    "percent a string": {"percent": "50"},
+    "elapsed_s a string": {"elapsed_s": "7"},
+    "eta_s a list": {"eta_s": [1]},
+    "ended a string": dict(FAILED, ended="yesterday"),
+    "failures_before a string": dict(FAILED, failures_before="1"),
+    "failures_before true": dict(FAILED, failures_before=True),
+    "failure a string": dict(FAILED, failures_before=1, failure="boom"),
+    "ttl Infinity": {"ttl": float("inf")},
+    "percent NaN": {"percent": float("nan")},
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_RECORDS))
+def test_an_invalid_lease_record_reads_as_an_unknown_holder(case: str, seeded: Tuple[str, str],
+                                                           tmp_path: "os.PathLike[str]",
+                                                           fixture_repo: FixtureRepo) -> None:
+    shared, key = own_copy(seeded, str(tmp_path))
+    fields = {k: (time.time() + 20 if v == "soon" else v) for k, v in BAD_RECORDS[case].items()}
+    plant(shared, key, lease_record(key, **fields))
+    # FLYDSL_LOCK_TIMEOUT ends a waiter that would wait for ever (ttl Infinity, before the fix) with exit 7.
+    host = fleet_host(str(tmp_path), fixture_repo, "b", shared, FLYDSL_LEASE_TTL="1", FLYDSL_LOCK_TIMEOUT="30")
+    out = host.run()
+    said = out.stdout + out.stderr
+    assert out.returncode == 0, said
+    assert f"the lease record leases/tree/{key}/0000000001.json in {shared.url} is not one this tool writes" in said
+    assert "the build lease of an unknown host (run ?) on the FlyDSL tree for " in said and "is dead" in said
+    assert host.env_twin()["how"] == "built"
+    assert shared.files("leases") == []
+
+
+def test_a_failure_record_dated_an_hour_ahead_does_not_stop_a_newcomer(seeded: Tuple[str, str],
+                                                                       tmp_path: "os.PathLike[str]",
+                                                                       fixture_repo: FixtureRepo) -> None:
+    shared, key = own_copy(seeded, str(tmp_path))
+    plant(shared, key, lease_record(key, **dict(FAILED, failures_before=1, ended=time.time() + 3600)))
+    host = fleet_host(str(tmp_path), fixture_repo, "b", shared)
+    out = host.run()
+    said = out.stdout + out.stderr
+    assert out.returncode == 0, said
+    assert "failed twice in the fleet" not in said
+    ahead = re.search(r"the failure record of h9 \(run 20261201-000000-1\) on the FlyDSL tree for \w+ is dated "
+                      r"(\d+) s ahead of this host's clock: its date is not believed", said)
+    assert ahead and 3000 < int(ahead.group(1)) <= 3600, said
+    assert host.env_twin()["how"] == "built"
+
+
+def test_a_failure_record_of_now_still_stops_a_newcomer(seeded: Tuple[str, str], tmp_path: "os.PathLike[str]",
+                                                        fixture_repo: FixtureRepo) -> None:
+    """The other side of the test above: a second failure written just now is news, and ends the run."""
+    shared, key = own_copy(seeded, str(tmp_path))
+    plant(shared, key, lease_record(key, **dict(FAILED, failures_before=1, ended=time.time())))
+    host = fleet_host(str(tmp_path), fixture_repo, "b", shared)
+    out = host.run()
+    assert out.returncode == 5, out.stderr
+    assert "failed twice in the fleet, last on h9 (run 20261201-000000-1): stage build, exit 5: boom" in out.stderr
+    assert builds(host.counter, "build") == 0
+
+
+def test_a_bucket_that_does_not_exist_is_reported_once_and_the_run_builds(tmp_path: "os.PathLike[str]",
+                                                                         fixture_repo: FixtureRepo,
+                                                                         s3_server: S3Server) -> None:
+    shared = SharedCache("s3", str(tmp_path), s3_server)
+    missing = f"s3://no-such-bucket-{uuid.uuid4().hex[:12]}/builds"
+    host = fleet_host(str(tmp_path), fixture_repo, "b", shared, FLYDSL_CACHE=missing)
+    out = host.run()
+    said = out.stdout + out.stderr
+    assert out.returncode == 0, said
+    assert said.count(f"cache: {missing} cannot be used in this run") == 1, said
+    assert "its bucket or folder does not exist" in said
+    assert "does not try it again" in said
+    assert host.env_twin()["how"] == "built"
+
+
+class CountingServer:
+    """An endpoint that reads each request and closes the connection without a response (a broken proxy),
+    counting the connections."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.port = self.sock.getsockname()[1]
+        self.count = 0
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.count += 1
+            threading.Thread(target=self._close_after_request, args=(conn,), daemon=True).start()
+
+    @staticmethod
+    def _close_after_request(conn: socket.socket) -> None:
+        # The whole request head first, then the close: the client always sees "closed before a response"
+        # (closed before it wrote, it sees another error, which botocore and s3fs retry a different number
+        # of times).
+        conn.settimeout(10)
+        data = b""
+        try:
+            while b"\r\n\r\n" not in data:
+                chunk = conn.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+        except OSError:
+            pass
+        conn.close()
+
+
+def test_an_unreachable_endpoint_is_tried_once_per_run(tmp_path: "os.PathLike[str]", fixture_repo: FixtureRepo,
+                                                       s3_server: S3Server) -> None:
+    server = CountingServer()
+    shared = SharedCache("s3", str(tmp_path), s3_server)
+    env = dict(AWS_ENDPOINT_URL_S3=f"http://127.0.0.1:{server.port}")
+    host = fleet_host(str(tmp_path), fixture_repo, "b", shared, **env)
+    # What one operation costs (s3fs's and botocore's retries): the whole run may cost no more.
+    one = subprocess.run([sys.executable, "-c", "from ensure_flydsl.binary_cache.store import open_store, CacheError\n"
+                          f"try:\n    open_store({shared.url!r}).read_bytes('entries/x.json')\n"
+                          "except CacheError as exc:\n    print(type(exc).__name__)"],
+                         env=dict(host.env), stdout=subprocess.PIPE, text=True, check=True)
+    assert one.stdout.strip() == "CacheUnreachable"
+    per_operation, server.count = server.count, 0
+    assert per_operation > 0
+    out = host.run()
+    said = out.stdout + out.stderr
+    assert out.returncode == 0, said
+    assert server.count == per_operation, (server.count, per_operation)
+    assert said.count("cannot be used in this run") == 1, said
+    assert "ConnectionClosedError" in said or "EndpointConnectionError" in said
+    assert host.env_twin()["how"] == "built"
+
+
+def test_a_closed_port_is_reported_once_and_the_run_builds(tmp_path: "os.PathLike[str]", fixture_repo: FixtureRepo,
+                                                           s3_server: S3Server) -> None:
+    shared = SharedCache("s3", str(tmp_path), s3_server)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # closed when the block ends: nothing listens there
+    host = fleet_host(str(tmp_path), fixture_repo, "b", shared, AWS_ENDPOINT_URL_S3=f"http://127.0.0.1:{port}")
+    out = host.run()
+    said = out.stdout + out.stderr
+    assert out.returncode == 0, said
+    assert said.count(f"cache: {shared.url} cannot be used in this run") == 1, said
+    assert "EndpointConnectionError" in said and "does not try it again" in said
+    assert said.count("cache: ") == 1, said  # no other step tried it, nor said anything about it
+    assert host.env_twin()["how"] == "built"
+
+
+def test_a_generation_beyond_the_last_is_refused_and_built_around(tmp_path: "os.PathLike[str]") -> None:
+    store = FolderStore(os.path.join(str(tmp_path), "cache"))
+    leases, key = Leases(store, 60.0), "cd" * 32
+    last = 10**18 - 1
+    assert store.create_exclusive(generation_path("tree", key, last), json.dumps(lease_record(key)).encode())
+    assert store.create_exclusive(f"leases/tree/{key}/{10**18}.json", b"{}")  # 19 digits: not a generation
+    assert store.create_exclusive(f"leases/tree/{key}/00000000001.json", b"{}")  # a leading zero: not one
+    assert leases.generations("tree", key) == [last]
+    newest = leases.newest("tree", key)
+    assert newest is not None and newest.generation == last and newest.host == "h9"
+    taker = LeaseRecord("tree", key, last + 1, "me", "run", os.getpid(), time.time(), "the tree")
+    with pytest.raises(CacheError, match="which no run of this tool reaches"):
+        leases.take(taker, lambda: (None, None, None))
+
+
+@pytest.mark.parametrize("where", ["blob", "manifest", "lease"])
+def test_a_fifo_in_the_cache_is_refused_without_blocking(where: str, seeded: Tuple[str, str],
+                                                         tmp_path: "os.PathLike[str]",
+                                                         fixture_repo: FixtureRepo) -> None:
+    shared, key = own_copy(seeded, str(tmp_path), keep_tree=where == "blob")
+    manifest = os.path.join(shared.url, "entries", "tree", key + ".json")
+    if where == "blob":
+        with open(manifest) as handle:
+            blob = os.path.join(shared.url, "blobs", json.load(handle)["blob"] + ".tar.gz")
+        os.unlink(blob)
+        os.mkfifo(blob)
+    elif where == "manifest":
+        os.mkfifo(manifest)
+    else:
+        os.unlink(plant(shared, key, {}))
+        os.mkfifo(os.path.join(shared.url, "leases", "tree", key, "0000000001.json"))
+    host = fleet_host(str(tmp_path), fixture_repo, "b", shared, FLYDSL_LEASE_TTL="1")
+    out = host.run(timeout=120)  # before the fix: blocked in open() for ever, holding the root's lock
+    said = out.stdout + out.stderr
+    assert out.returncode == 0, said
+    assert "is a FIFO, not a regular file" in said
+    assert host.env_twin()["how"] == "built"
+
+
+def test_a_link_planted_as_blobs_gets_no_write(tmp_path: "os.PathLike[str]", fixture_repo: FixtureRepo) -> None:
+    shared = SharedCache("folder", str(tmp_path))
+    elsewhere = os.path.join(str(tmp_path), "elsewhere")
+    os.makedirs(elsewhere)
+    os.makedirs(shared.url)
+    os.symlink(elsewhere, os.path.join(shared.url, "blobs"))
+    host = fleet_host(str(tmp_path), fixture_repo, "b", shared)
+    out = host.run()
+    said = out.stdout + out.stderr
+    assert out.returncode == 0, said
+    assert os.listdir(elsewhere) == []
+    assert f"{os.path.join(shared.url, 'blobs')} in the cache is a symbolic link (to {elsewhere})" in said
+    assert "could not publish the tree" in said and "could not publish the mlir" in said
+    assert host.env_twin()["how"] == "built"
+
+
+def test_a_link_planted_as_leases_tree_gets_no_write_and_no_removal(seeded: Tuple[str, str],
+                                                                    tmp_path: "os.PathLike[str]",
+                                                                    fixture_repo: FixtureRepo) -> None:
+    shared, key = own_copy(seeded, str(tmp_path))
+    elsewhere = os.path.join(str(tmp_path), "elsewhere")
+    os.makedirs(os.path.join(elsewhere, key))
+    with open(os.path.join(elsewhere, key, "0000000001.json"), "w") as handle:
+        handle.write("somebody's file\n")
+    before = listing(elsewhere)
+    shutil.rmtree(os.path.join(shared.url, "leases"), ignore_errors=True)  # the seeding run's empty folders
+    os.makedirs(os.path.join(shared.url, "leases"))
+    os.symlink(elsewhere, os.path.join(shared.url, "leases", "tree"))
+    host = fleet_host(str(tmp_path), fixture_repo, "b", shared, FLYDSL_LEASE_TTL="1")
+    out = host.run()
+    said = out.stdout + out.stderr
+    assert out.returncode == 0, said
+    assert listing(elsewhere) == before
+    assert open(os.path.join(elsewhere, key, "0000000001.json")).read() == "somebody's file\n"
+    assert "the build lease cannot be used now" in said and "is a symbolic link" in said
+    assert host.env_twin()["how"] == "built"
+
+
+def test_lease_generations_go_past_ten_digits(seeded: Tuple[str, str], tmp_path: "os.PathLike[str]",
+                                              fixture_repo: FixtureRepo) -> None:
+    shared, key = own_copy(seeded, str(tmp_path))
+    plant(shared, key, lease_record(key), generation=9999999999)  # a dead holder's
+    host = fleet_host(str(tmp_path), fixture_repo, "b", shared, FLYDSL_LEASE_TTL="1")
+    out = host.run()
+    said = out.stdout + out.stderr
+    assert out.returncode == 0, said
+    assert "took the build lease on the FlyDSL tree" in said and "(generation 10000000000)" in said
+    assert shared.files("leases") == []  # before the fix the 11-digit generation was never listed, never removed
+
+
+def test_a_taker_shows_its_own_figures_and_eta_is_0_at_100_percent(seeded: Tuple[str, str],
+                                                                    tmp_path: "os.PathLike[str]",
+                                                                    fixture_repo: FixtureRepo) -> None:
+    shared, _key = own_copy(seeded, str(tmp_path))
+    a = fleet_host(str(tmp_path), fixture_repo, "a", shared, FLYDSL_LEASE_TTL="8")
+    b = fleet_host(str(tmp_path), fixture_repo, "b", shared, FLYDSL_LEASE_TTL="8")
+    pa = a.popen(FIXTURE_BUILD_SLEEP="4")  # [1/3], 4 s, [2/3], 4 s, [3/3], 4 s
+    holder = shared.wait_lease("tree", host="a", percent=66.7)
+    pb = b.popen(FIXTURE_BUILD_SLEEP="2")
+    deadline = time.monotonic() + 60
+    while not isinstance(json.loads(b.run("status", "--json").stdout).get("waiting_for"), dict):
+        assert time.monotonic() < deadline and pb.poll() is None
+        time.sleep(0.1)
+    while json.loads(b.run("status", "--json").stdout).get("percent") != 66.7:
+        assert time.monotonic() < deadline and pb.poll() is None
+        time.sleep(0.1)
+    os.killpg(pa.pid, signal.SIGKILL)
+    pa.wait(timeout=30)
+    assert holder["pid"]
+    seen: List[Dict[str, object]] = []
+    at_100 = None
+    deadline = time.monotonic() + 90
+    while pb.poll() is None and time.monotonic() < deadline:
+        for record in shared.leases("tree"):
+            if record.get("host") == "b":
+                seen.append(record)
+                if record.get("percent") == 100.0 and at_100 is None:
+                    at_100 = record
+        time.sleep(0.02)
+    out, err = pb.communicate(timeout=60)
+    assert pb.returncode == 0, out + err
+    assert seen, "b never held the lease"
+    assert seen[0]["beat"] == 0 and seen[0]["percent"] is None and seen[0]["eta_s"] is None, seen[0]
+    assert all(r["percent"] != 66.7 or r["beat"] > 0 for r in seen)
+    assert at_100 is not None and at_100["eta_s"] == 0.0, at_100
+
+
+@pytest.fixture
+def nobody() -> Iterator[Nobody]:
+    why = unavailable()
+    if why:
+        pytest.skip(f"needs a second user: {why}")
+    helper = Nobody()
+    yield helper
+    helper.cleanup()
+
+
+def test_a_read_only_cache_is_used_read_only(nobody: Nobody, fixture_repo: FixtureRepo) -> None:
+    """A cache folder another user owns (mode 755) gives this user its entries: fetched, never published to,
+    no lease taken, said in one line; before the fix the run was refused with exit 64."""
+    repo = FixtureRepo(nobody.copy_repo(fixture_repo.path))
+    repo.commits = dict(fixture_repo.commits)
+    shared = SharedCache("folder", nobody.dir)
+    seed = fleet_host(nobody.dir, repo, "seed", shared)
+    seed.env["FLYDSL_PYTHON"] = "/usr/bin/python3"  # the interpreter (ABI) the second user has
+    assert seed.run().returncode == 0
+    before = listing(shared.url)
+    base = nobody.own_folder("mine")
+    env = dict(seed.env, FLYDSL_ROOT=os.path.join(base, "FlyDSL"), FLYDSL_HOST_ID="nobody",
+               FIXTURE_COUNTER_DIR=nobody.own_folder("counters"))
+    hit = nobody.run(env)
+    said = hit.stdout + hit.stderr
+    assert hit.returncode == 0, said
+    assert said.count(f"cache: {shared.url} is read-only for this user") == 1, said
+    with open(os.path.join(base, "FlyDSL", "flydsl_env.json")) as handle:
+        assert json.load(handle)["how"] == "cached"
+    miss = nobody.run(dict(env, FLYDSL_PIN=repo.commits["v0.2.3"]))
+    said = miss.stdout + miss.stderr
+    assert miss.returncode == 0, said
+    assert "took the build lease" not in said and "could not publish" not in said
+    with open(os.path.join(base, "FlyDSL", "flydsl_env.json")) as handle:
+        assert json.load(handle)["how"] == "built"
+    assert listing(shared.url) == before  # nothing written, no lease, no probe object
+
+
+def test_url_stores_have_timeouts_and_few_retries() -> None:
+    """A stalled S3 endpoint cannot hold a run (and the root's lock) for ever: botocore's connects and reads
+    time out, with two attempts under s3fs's own two (botocore's defaults: 60 s each, s3fs's five retries)."""
+    from ensure_flydsl.binary_cache.store import FsspecStore, open_store
+
+    store = open_store("s3://bucket/prefix")
+    assert isinstance(store, FsspecStore)
+    fs = store.fs
+    assert fs.config_kwargs == {"connect_timeout": 10, "read_timeout": 60, "retries": {"max_attempts": 2}}
+    assert fs.retries == 2
