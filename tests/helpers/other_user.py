@@ -2,9 +2,9 @@
 one user and read by another.  Needs root (to change user) and ``setpriv``; the tests skip, saying which,
 only when one of them is missing.
 
-The other user runs the tool from this checkout's sources with an interpreter it may execute: the test's
-own when it can, else the system's ``python3`` (the tool's dependencies are pure Python: the test
-interpreter's site folder is put on PYTHONPATH)."""
+The other user runs the tool with an interpreter it may execute (the test's own when it can, else the
+system's ``python3``) from a world-readable copy of the tool and its pure-Python dependencies
+(``as_nobody.Nobody``'s site folder)."""
 
 from __future__ import annotations
 
@@ -12,18 +12,16 @@ import os
 import shutil
 import subprocess
 import sys
-import sysconfig
 import tempfile
 from typing import Dict, Iterator, List, Optional
 
 import pytest
 
-import ensure_flydsl
+from tests.helpers.as_nobody import Nobody
 from tests.helpers.flydsl_fixture import FixtureRepo
 from tests.helpers.workspace import Workspace
 
 OTHER_UID = 65534
-SRC = os.path.dirname(os.path.dirname(os.path.abspath(ensure_flydsl.__file__)))
 SETPRIV = shutil.which("setpriv")
 
 
@@ -54,13 +52,23 @@ def other_python() -> str:
     raise AssertionError("unreachable")
 
 
+_SITE: List[str] = []
+
+
+def _world_readable_site() -> str:
+    """The tool and its dependencies where the other user can read them: the test's own site folder may be
+    under a folder only root may enter (CI's venv is in a mktemp -d folder, mode 0700)."""
+    if not _SITE:
+        _SITE.append(Nobody().site)
+    return _SITE[0]
+
+
 def run_as_other(ws: Workspace, python: str, *args: str, **env: str) -> subprocess.CompletedProcess:
     """``ensure-flydsl ARGS`` as the other user, with the workspace's settings (FLYDSL_PYTHON the other
     user's interpreter)."""
     full: Dict[str, str] = dict(ws.env)
     full.update(env)
-    full.update(HOME="/", FLYDSL_PYTHON=python,
-                PYTHONPATH=os.pathsep.join([SRC, sysconfig.get_paths()["purelib"]]))
+    full.update(HOME="/", FLYDSL_PYTHON=python, PYTHONPATH=_world_readable_site())
     return subprocess.run(as_other([python, "-m", "ensure_flydsl", *args]), env=full, stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True, cwd="/", timeout=120, check=False)
 

@@ -388,7 +388,8 @@ def test_a_read_only_cache_is_used_read_only(nobody: Nobody, fixture_repo: Fixtu
     assert said.count(f"cache: {shared.url} is read-only for this user") == 1, said
     with open(os.path.join(base, "FlyDSL", "flydsl_env.json")) as handle:
         assert json.load(handle)["how"] == "cached"
-    miss = nobody.run(dict(env, FLYDSL_PIN=repo.commits["v0.2.3"]))
+    # another pin, and --exact-pin: the version-only gate would reuse the fetched tree
+    miss = nobody.run(dict(env, FLYDSL_PIN=repo.commits["v0.2.3"], FLYDSL_EXACT_PIN="1"))
     said = miss.stdout + miss.stderr
     assert miss.returncode == 0, said
     assert "took the build lease" not in said and "could not publish" not in said

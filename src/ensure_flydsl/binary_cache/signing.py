@@ -194,6 +194,8 @@ def read_signature(store: Store, found: Found) -> Tuple[str, bytes]:
         raise ValueError("removed while being read") from None
     except OSError as exc:
         raise ValueError(f"cannot be read: {exc.strerror or exc}") from None
+    except CacheError as exc:  # a link, a FIFO, a device: the store refuses to open it
+        raise ValueError(str(exc)) from None
     name, signature = parse_signature(data)
     if name != found.name:
         raise ValueError(f"it is named after {found.name} but names the key {name}")
