@@ -400,11 +400,13 @@ def test_a_read_only_cache_is_used_read_only(nobody: Nobody, fixture_repo: Fixtu
 
 def test_url_stores_have_timeouts_and_few_retries() -> None:
     """A stalled S3 endpoint cannot hold a run (and the root's lock) for ever: botocore's connects and reads
-    time out, with two attempts under s3fs's own two (botocore's defaults: 60 s each, s3fs's five retries)."""
+    time out after half of the network silence limit, with two attempts and no s3fs retry on top (botocore's
+    defaults: 60 s each, under s3fs's five retries: six minutes of silence)."""
     from ensure_flydsl.binary_cache.store import FsspecStore, open_store
 
     store = open_store("s3://bucket/prefix")
     assert isinstance(store, FsspecStore)
     fs = store.fs
-    assert fs.config_kwargs == {"connect_timeout": 10, "read_timeout": 60, "retries": {"max_attempts": 2}}
-    assert fs.retries == 2
+    assert fs.config_kwargs == {"connect_timeout": 10, "read_timeout": 30,
+                                "retries": {"mode": "standard", "total_max_attempts": 2}}
+    assert fs.retries == 1

@@ -107,3 +107,22 @@ def test_a_hanging_interpreter_is_refused_within_the_probe_timeout(ws: Workspace
     assert out.returncode == 64, out.stdout + out.stderr
     assert f"the import probe of {hangs} was killed after 2 s (FLYDSL_PROBE_TIMEOUT)" in out.stdout + out.stderr
     assert seconds < 2 + 20, seconds  # the doctor's other checks run beside it, each with its short timeout
+
+
+def test_a_silent_cache_endpoint_is_given_up_after_the_limit_and_the_run_builds(ws: Workspace) -> None:
+    """An S3 cache whose endpoint accepts connections and never answers: before, botocore's 60 s reads under
+    its own and s3fs's retries held the run for about six minutes without a line; now one operation waits
+    the limit at most (two reads of half of it), says so while it waits, and the run builds without it."""
+    with stall_server("silent") as server:
+        endpoint = f"http://127.0.0.1:{server.port}"
+        out, seconds = timed(ws, FLYDSL_CACHE="s3://bucket/prefix", AWS_ENDPOINT_URL_S3=endpoint,
+                             AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing",
+                             AWS_DEFAULT_REGION="us-east-1")
+        reached = server.accepted
+    said = out.stdout + out.stderr
+    assert out.returncode == 0, said
+    assert 1 <= reached <= 2, reached  # one operation, two attempts; the cache is not tried again
+    assert ": still waiting for s3://bucket/prefix (" in said  # the line said while it waits
+    assert said.count("s3://bucket/prefix cannot be used in this run") == 1, said
+    assert "ReadTimeoutError" in said
+    assert seconds < LIMIT + 30, seconds

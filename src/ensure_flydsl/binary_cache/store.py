@@ -15,7 +15,8 @@ fsspec is imported only for a URL; without it (or without the protocol's package
 A remote that cannot be reached or is misconfigured (network, credentials, a bucket that does not exist)
 raises :class:`CacheUnreachable` and is remembered for the run (``down``): every later operation fails at
 once, so an unreachable endpoint costs one timeout per run, not one per step.  S3's reads and connects
-have timeouts (``REMOTE_OPTIONS``): a stalled server cannot hold the run, and the root's lock, forever.
+have timeouts (``remote_options``): a stalled server holds the run (and the root's lock) for the network
+silence limit at most, and a line is said every half of it while an operation waits.
 """
 
 from __future__ import annotations
@@ -25,25 +26,35 @@ import datetime
 import importlib
 import os
 import tempfile
+import threading
+import time
 import uuid
 from typing import IO, Any, Dict, Iterator, List, Optional, Union, cast
 
 from ensure_flydsl.binary_cache.folder import FolderStore
 from ensure_flydsl.binary_cache.stored import CacheCorrupt, CacheError, CacheUnreachable, StoredFile
+from ensure_flydsl.support.processes import heartbeat, network_silence_s, waiting_line
 
 INSTALL_HINT = "install the extra: pip install 'ensure-flydsl[s3]' (fsspec and s3fs)"
 READ_BLOCK = 8 << 20  # bytes an fsspec file reads ahead when streaming a blob
 # Protocols whose uploads are atomic by themselves (a PUT, or a multipart upload, appears whole or not at all).
 OBJECT_STORES = frozenset({"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl", "oss"})
-# Per protocol: timeouts (seconds) and few retries.  botocore's defaults are 60 s per connect and per read
-# with its own retries, under s3fs's five: about a minute per operation against a silent endpoint.
-REMOTE_OPTIONS: Dict[str, Dict[str, object]] = {
-    "s3": {"config_kwargs": {"connect_timeout": 10, "read_timeout": 60, "retries": {"max_attempts": 2}}},
-    "ftp": {"timeout": 60},
-    "sftp": {"timeout": 60},
-}
-REMOTE_OPTIONS["s3a"] = REMOTE_OPTIONS["s3"]
-REMOTE_RETRIES = 2
+# Per protocol: timeouts and few retries, so that a silent endpoint ends an operation after the network
+# silence limit (60 s; support/processes.py), as every network step of a run does: S3 reads time out after
+# half of it, with two attempts and no s3fs retry on top (botocore's defaults: 60 s per read, its own
+# retries under s3fs's five: six minutes of silence were seen).
+REMOTE_RETRIES = 1
+
+
+def remote_options(protocol: str) -> Dict[str, object]:
+    silence = network_silence_s()
+    if protocol in ("s3", "s3a"):
+        half = max(1.0, silence / 2)
+        return {"config_kwargs": {"connect_timeout": min(10.0, half), "read_timeout": half,
+                                  "retries": {"mode": "standard", "total_max_attempts": 2}}}
+    if protocol in ("ftp", "sftp"):
+        return {"timeout": silence}
+    return {}
 
 
 class FsspecStore:
@@ -58,7 +69,7 @@ class FsspecStore:
         try:
             # Own instance (fsspec shares one per URL otherwise) and no listing cache: another process or
             # host publishes and prunes under us, and a stale listing would hide or resurrect entries.
-            options = REMOTE_OPTIONS.get(location.split("://", 1)[0].lower(), {})
+            options = remote_options(location.split("://", 1)[0].lower())
             fs, root = fsspec.core.url_to_fs(location, skip_instance_cache=True, use_listings_cache=False, **options)
         except ImportError as exc:
             raise CacheError(f"the cache {location} needs a package fsspec could not import ({exc}): "
@@ -67,7 +78,7 @@ class FsspecStore:
             raise CacheError(f"the cache location {location} cannot be used: {exc}; use a folder or a URL such "
                              "as s3://bucket/prefix") from None
         if hasattr(fs, "retries"):
-            fs.retries = REMOTE_RETRIES  # s3fs's own retries (5), each over botocore's
+            fs.retries = REMOTE_RETRIES  # s3fs's own attempts (5), each over botocore's two
         self.fs: Any = fs
         self.root = str(root).rstrip("/")
         self.location = location
@@ -85,6 +96,13 @@ class FsspecStore:
         # ClientError...), not OSError; without this a missing credential would end the run with exit 70.
         if self.down is not None:
             raise CacheUnreachable(self.down)
+        limit = network_silence_s()
+        started = time.monotonic()
+        waiting = threading.Timer(limit / 2, lambda: heartbeat(
+            "cache: " + waiting_line(what, self.location, time.monotonic() - started, time.monotonic() - started,
+                                     limit)))
+        waiting.daemon = True
+        waiting.start()
         try:
             yield
         except FileNotFoundError:
@@ -98,6 +116,8 @@ class FsspecStore:
         except Exception as exc:
             self._fail(f"cannot {what} in the cache {self.location}: {type(exc).__name__}: {_one_line(exc)}; "
                        "check the credentials and the endpoint (AWS_ENDPOINT_URL_S3)")
+        finally:
+            waiting.cancel()
 
     def _fail(self, message: str) -> None:
         self.down = message
