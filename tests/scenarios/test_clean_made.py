@@ -81,3 +81,23 @@ def test_a_clean_root_with_nothing_planted_is_removed_whole(ws: Workspace) -> No
     assert out.returncode == 0, out.stdout + out.stderr
     assert not os.path.exists(ws.root) and not os.path.exists(os.path.join(ws.base, "llvm-project"))
     assert "did not create" not in out.stdout
+
+
+def test_a_rebuild_for_another_pin_keeps_files_people_put_in_build_fly(ws: Workspace) -> None:
+    """A build-fly made for another pin was removed whole before a rebuild (issue 19's data loss, the other
+    path): now only what the build recorded is removed, and somebody's files go aside with the folder."""
+    assert ws.run().returncode == 0
+    build = os.path.join(ws.root, "build-fly")
+    mine = {"notes.txt": "tuning notes\n", "my_dumps/k1.mlir": "ir\n"}
+    plant(build, mine)
+    out = ws.run(FLYDSL_PIN=ws.repo.commits["v0.2.3"], FLYDSL_EXACT_PIN="1")
+    said = out.stdout + out.stderr
+    assert out.returncode == 0, said
+    aside = [n for n in os.listdir(ws.root) if n.startswith("build-fly.moved-by-ensure-flydsl-")]
+    assert len(aside) == 1, os.listdir(ws.root)
+    assert_kept(os.path.join(ws.root, aside[0]), mine)
+    assert sorted(os.listdir(os.path.join(ws.root, aside[0]))) == ["my_dumps", "notes.txt"]  # the old build is gone
+    assert (f"removed what ensure-flydsl made in {build} (it was made for another commit, interpreter, MLIR or "
+            f"release); the rest, which it did not make (my_dumps, notes.txt), is kept in "
+            f"{os.path.join(ws.root, aside[0])}") in said
+    assert ws.env_twin()["version"] == "0.2.3"

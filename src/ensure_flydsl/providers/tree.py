@@ -8,13 +8,14 @@ import subprocess
 from typing import Iterator, List, Mapping
 
 from ensure_flydsl.errors import EnsureError, ExitCode
-from ensure_flydsl.layout import build_dir, packages_dir, tree_folders
+from ensure_flydsl.layout import build_dir, build_made_record, packages_dir, tree_folders
 from ensure_flydsl.probe.gate import evaluate, same_folder
 from ensure_flydsl.probe.interpreter import probe_modules, run_probe
 from ensure_flydsl.probe.records import Probe
 from ensure_flydsl.result import How
 from ensure_flydsl.runs.context import Decision, Run
-from ensure_flydsl.source.root import move_aside, remove_tree
+from ensure_flydsl.source.made import remove_made
+from ensure_flydsl.source.root import move_aside
 from ensure_flydsl.support.processes import kill_group
 
 
@@ -35,8 +36,8 @@ def probe_tree(run: Run, prefix: List[str]) -> Probe:
 
 
 def prepare_build_dir(run: Run, key: Mapping[str, object]) -> str:
-    """``ROOT/build-fly`` ready for a build (or wheel install) with inputs ``key``: one of ours made for
-    other inputs is removed, one the tool did not make is moved aside (never deleted)."""
+    """``ROOT/build-fly`` ready for a build (or wheel install) with inputs ``key``: what our steps made there for
+    other inputs is removed, anything else is moved aside with the folder (never deleted)."""
     folder = build_dir(run.settings.root)
     started = run.stamps.started_key("build")
     if os.path.lexists(folder):
@@ -44,8 +45,18 @@ def prepare_build_dir(run: Run, key: Mapping[str, object]) -> str:
             moved = move_aside(folder)
             run.say(f"moved {folder}, which ensure-flydsl did not make, to {moved}")
         elif started != key:
-            run.say(f"removing {folder}: it was made for another commit, interpreter, MLIR or release")
-            remove_tree(folder)
+            # Only what the build steps recorded as theirs is removed (source/made.py); anything else there
+            # (somebody's notes, dumps, or a build an older version of the tool did not record) goes aside
+            # with the folder, so the new build starts clean and nothing is lost.
+            why = "it was made for another commit, interpreter, MLIR or release"
+            kept = remove_made(folder, build_made_record(run.settings.root))
+            if os.path.lexists(folder):
+                moved = move_aside(folder)
+                shown = ", ".join(kept[:5]) + (", ..." if len(kept) > 5 else "")
+                run.say(f"removed what ensure-flydsl made in {folder} ({why}); the rest, which it did not make "
+                        f"({shown}), is kept in {moved}")
+            else:
+                run.say(f"removed {folder}: {why}")
         elif not run.stamps.done("build", key):
             run.say(f"resuming the interrupted build in {folder}")
     return folder
