@@ -10,7 +10,9 @@ from ensure_flydsl.build.environment import is_mlir_install
 from ensure_flydsl.doctor.check import MISSING, WRONG, Check, _ok, _skip
 from ensure_flydsl.errors import BadInput, EnsureError
 from ensure_flydsl.layout import tree_folders
+from ensure_flydsl.pipeline.context import Decision, Run
 from ensure_flydsl.pipeline.lock import check_lock_path
+from ensure_flydsl.pipeline.providers.tree import probe_tree
 from ensure_flydsl.probe.gate import (
     TREE_PACKAGES,
     Verdict,
@@ -22,9 +24,7 @@ from ensure_flydsl.probe.gate import (
 )
 from ensure_flydsl.probe.interpreter import ProbeBroke, describe_interpreter
 from ensure_flydsl.probe.records import Interpreter, Probe
-from ensure_flydsl.providers.tree import probe_tree
 from ensure_flydsl.result import How
-from ensure_flydsl.runs.context import Decision, Run
 from ensure_flydsl.runs.markers import marker_path_problem
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.source.root import RootState, Stamp, classify_root, creatable_problem, is_ours

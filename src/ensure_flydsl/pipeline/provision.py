@@ -18,17 +18,17 @@ from ensure_flydsl.build.wheels import WheelDownload, pin_as_tag, release_tags
 from ensure_flydsl.doctor.requirements import Finding, assess, stop_if_missing, summary
 from ensure_flydsl.errors import BadInput, EnsureError, ExitCode
 from ensure_flydsl.layout import packages_dir, tree_folders, wheel_download_dir
+from ensure_flydsl.pipeline.context import Decision, Run
 from ensure_flydsl.pipeline.decide import tree_key
+from ensure_flydsl.pipeline.providers.base import Provider
+from ensure_flydsl.pipeline.providers.cache import CacheProvider, open_run_cache
+from ensure_flydsl.pipeline.providers.release import ReleaseProvider
+from ensure_flydsl.pipeline.providers.source import SourceProvider
 from ensure_flydsl.pipeline.publish import publish
 from ensure_flydsl.probe.gate import is_within
 from ensure_flydsl.probe.interpreter import WarmProbe, probe_modules
-from ensure_flydsl.providers.base import Provider
-from ensure_flydsl.providers.cache import CacheProvider, open_run_cache
-from ensure_flydsl.providers.release import ReleaseProvider
-from ensure_flydsl.providers.source import SourceProvider
 from ensure_flydsl.result import Action, Result
 from ensure_flydsl.runs import markers
-from ensure_flydsl.runs.context import Decision, Run
 from ensure_flydsl.setting_values import GitMirrors
 from ensure_flydsl.source import git as gitsource
 from ensure_flydsl.source.requirements import read_commit_sources

@@ -8,6 +8,7 @@ from typing import Callable, List, Optional
 
 from ensure_flydsl.errors import EnsureError, ExitCode, Interrupted, exit_code_of, interrupted_by
 from ensure_flydsl.layout import tree_folders
+from ensure_flydsl.pipeline.context import Decision, Run
 from ensure_flydsl.pipeline.fingerprint import compute, watch_folders
 from ensure_flydsl.pipeline.warm import tree_stamp_path
 from ensure_flydsl.probe.gate import evaluate, package_folder
@@ -15,7 +16,6 @@ from ensure_flydsl.probe.interpreter import probe_modules, run_probe
 from ensure_flydsl.probe.records import Probe
 from ensure_flydsl.result import Action, How, Result
 from ensure_flydsl.runs import markers
-from ensure_flydsl.runs.context import Decision, Run
 from ensure_flydsl.runs.liveness import marker_is_answered
 from ensure_flydsl.runs.markers import tail_of
 from ensure_flydsl.runs.records import RunStore

@@ -10,6 +10,7 @@ import contextlib
 import shutil
 
 from ensure_flydsl.errors import BadInput, EnsureError, ExitCode
+from ensure_flydsl.pipeline.context import Decision, Run
 from ensure_flydsl.pipeline.decide import check_writable, decide, preflight
 from ensure_flydsl.pipeline.lock import build_lock
 from ensure_flydsl.pipeline.provision import provision
@@ -18,7 +19,6 @@ from ensure_flydsl.pipeline.warm import try_warm
 from ensure_flydsl.probe.gate import same_folder
 from ensure_flydsl.result import Action, How, Result
 from ensure_flydsl.runs.answer import roots_sharing_marker, sharing_advice
-from ensure_flydsl.runs.context import Decision, Run
 from ensure_flydsl.runs.twin_gate import installed, installed_line
 
 __all__ = ["Result", "Run", "ensure_run"]

@@ -29,8 +29,8 @@ from ensure_flydsl.binary_cache.lease import (
 )
 from ensure_flydsl.binary_cache.manifest import manifest_path
 from ensure_flydsl.errors import EnsureError, ExitCode, Interrupted
-from ensure_flydsl.providers.cache import cache_failed, usable
-from ensure_flydsl.runs.context import Run
+from ensure_flydsl.pipeline.context import Run
+from ensure_flydsl.pipeline.providers.cache import cache_failed, usable
 from ensure_flydsl.support.report import fmt_seconds
 
 T = TypeVar("T")

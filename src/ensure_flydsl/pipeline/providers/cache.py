@@ -17,11 +17,11 @@ from typing import Dict, Mapping, Optional
 from ensure_flydsl.binary_cache.entries import Cache, CacheCorrupt, CacheError, cache_key, format_size, open_cache
 from ensure_flydsl.build.environment import file_sha256, pin_llvm_inputs
 from ensure_flydsl.layout import base_state_dir, build_made_record, packages_dir
-from ensure_flydsl.providers.base import Provider
-from ensure_flydsl.providers.tree import prepare_build_dir, verify_tree
-from ensure_flydsl.providers.trust import entry_trusted, publish_note, signers
+from ensure_flydsl.pipeline.context import Decision, Run
+from ensure_flydsl.pipeline.providers.base import Provider
+from ensure_flydsl.pipeline.providers.tree import prepare_build_dir, verify_tree
+from ensure_flydsl.pipeline.providers.trust import entry_trusted, publish_note, signers
 from ensure_flydsl.result import How
-from ensure_flydsl.runs.context import Decision, Run
 from ensure_flydsl.runs.records import CACHE_PLAN
 from ensure_flydsl.source.made import recording
 from ensure_flydsl.source.root import remove_tree

@@ -9,11 +9,11 @@ from typing import Iterator, List, Mapping
 
 from ensure_flydsl.errors import EnsureError, ExitCode
 from ensure_flydsl.layout import build_dir, packages_dir, tree_folders
+from ensure_flydsl.pipeline.context import Decision, Run
 from ensure_flydsl.probe.gate import evaluate, same_folder
 from ensure_flydsl.probe.interpreter import probe_modules, run_probe
 from ensure_flydsl.probe.records import Probe
 from ensure_flydsl.result import How
-from ensure_flydsl.runs.context import Decision, Run
 from ensure_flydsl.source.root import move_aside, remove_tree
 from ensure_flydsl.support.processes import kill_group
 

@@ -39,8 +39,9 @@ from ensure_flydsl.layout import (
     packages_dir,
     tools_dir,
 )
-from ensure_flydsl.providers.base import Provider
-from ensure_flydsl.providers.cache import (
+from ensure_flydsl.pipeline.context import Decision, Run
+from ensure_flydsl.pipeline.providers.base import Provider
+from ensure_flydsl.pipeline.providers.cache import (
     llvm_label,
     mlir_fields,
     mlir_from_cache,
@@ -50,10 +51,9 @@ from ensure_flydsl.providers.cache import (
     tree_from_cache,
     tree_shareable,
 )
-from ensure_flydsl.providers.fleet import end_turn, holding, take_turn
-from ensure_flydsl.providers.tree import prepare_build_dir, verify_tree
+from ensure_flydsl.pipeline.providers.fleet import end_turn, holding, take_turn
+from ensure_flydsl.pipeline.providers.tree import prepare_build_dir, verify_tree
 from ensure_flydsl.result import How
-from ensure_flydsl.runs.context import Decision, Run
 from ensure_flydsl.runs.records import SOURCE_PLAN
 from ensure_flydsl.source import git as gitsource
 from ensure_flydsl.source.made import recording

@@ -24,12 +24,12 @@ from ensure_flydsl.build.wheels import (
 )
 from ensure_flydsl.errors import EnsureError, ExitCode
 from ensure_flydsl.layout import build_made_record, packages_dir, wheel_download_dir
+from ensure_flydsl.pipeline.context import Decision, Run
+from ensure_flydsl.pipeline.providers.base import Provider
+from ensure_flydsl.pipeline.providers.tree import TreeDoesNotImport, prepare_build_dir, verify_tree
 from ensure_flydsl.probe.gate import TREE_PACKAGES
 from ensure_flydsl.probe.records import Probe
-from ensure_flydsl.providers.base import Provider
-from ensure_flydsl.providers.tree import TreeDoesNotImport, prepare_build_dir, verify_tree
 from ensure_flydsl.result import How
-from ensure_flydsl.runs.context import Decision, Run
 from ensure_flydsl.runs.records import RELEASE_PLAN
 from ensure_flydsl.setting_values import GitMirrors
 from ensure_flydsl.source import git as gitsource

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from ensure_flydsl.runs.context import Decision, Run
+from ensure_flydsl.pipeline.context import Decision, Run
 
 
 class Provider:
