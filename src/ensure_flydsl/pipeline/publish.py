@@ -153,11 +153,10 @@ def record_failure(run: Run, exc: BaseException) -> None:
     else:
         reason = f"internal error: {type(exc).__name__}: {exc}"
         hint, stage = "this is a bug in ensure-flydsl; the log has the traceback", run.step_name
-    if run.tracker is not None:
-        run.tracker.failed(int(code), stage, reason, hint)
+    run.tracker.failed(int(code), stage, reason, hint)
     if not os.path.isdir(os.path.dirname(settings.fail_marker)):
         return  # bad input about the marker's own folder: nothing may be created
-    held_lock = run.tracker is not None and run.tracker.record.locked
+    held_lock = run.tracker.locked
     answered = marker_is_answered(RunStore(settings.root), settings.request(), run.run_id, settings.root,
                                   held_lock)
     if answered is not None:

@@ -40,12 +40,10 @@ def ensure_run(run: Run) -> Result:
                 run.say(installed_line(exc.installed))
         raise
     else:
-        if run.tracker is not None:
-            run.tracker.succeeded(result.to_json())
+        run.tracker.succeeded(result.to_json())
         return result
     finally:
-        if run.tracker is not None:
-            run.tracker.close()  # last: a waiter that sees the run end finds its final state written
+        run.tracker.close()  # last: a waiter that sees the run end finds its final state written
 
 
 def _ensure(run: Run) -> Result:
@@ -77,8 +75,7 @@ def _ensure(run: Run) -> Result:
             held.enter_context(
                 build_lock(settings.lock_file, timeout=settings.lock_timeout, run_id=run.run_id, say=run.say)
             )
-            if run.tracker is not None:
-                run.tracker.held_lock()
+            run.tracker.held_lock()
         run.reporter.open_log(settings.log_file)
         # A concurrent run may have finished while we waited: its fingerprint answers without a probe
         # (sixteen waiters do not probe one after another), else a probe does.

@@ -14,7 +14,7 @@ import re
 import subprocess
 import sys
 import time
-from typing import Dict, List, Mapping, Optional, Sequence
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ensure_flydsl.runs.records import (
     FAILED,
@@ -132,6 +132,22 @@ class Tracker:
         self.record.locked = True
         self._write(force=True)
 
+    @property
+    def locked(self) -> bool:
+        return self.record.locked
+
+    def step_progress(self) -> Tuple[Optional[str], Optional[float], Optional[float]]:
+        """The current step, its own percent and the rest of it from that percent (0 at 100 %): never the
+        figures the run shows while it follows another host's build (those are that host's)."""
+        record = self.record
+        percent = record.percent
+        if record.waiting is not None or not isinstance(percent, (int, float)) or isinstance(percent, bool):
+            return record.step, None, None
+        eta = None
+        if percent > 0:
+            eta = round(max(0.0, time.time() - self.step_started_at) * (100.0 - percent) / percent, 1)
+        return record.step, float(percent), eta
+
     def build_group(self, pgid: Optional[int]) -> None:
         self.record.build_pgid = pgid
         self.record.build_leader_start = process_start_time(pgid) if pgid else None
@@ -184,3 +200,45 @@ class Tracker:
             os.close(self.alive_fd)
         except OSError:
             pass
+
+
+class NullTracker:
+    """The tracker of a run that is not tracked (yet, or ever: a warm call): the same calls, recording nothing."""
+
+    locked = False
+
+    def __init__(self) -> None:
+        self.plan: Sequence[str] = SOURCE_PLAN
+
+    def step_started(self, name: str) -> None:
+        pass
+
+    def step_ended(self, name: str, seconds: float, worked: bool) -> None:
+        pass
+
+    def line(self, text: str) -> Optional[float]:
+        return None
+
+    def held_lock(self) -> None:
+        pass
+
+    def step_progress(self) -> Tuple[Optional[str], Optional[float], Optional[float]]:
+        return None, None, None
+
+    def build_group(self, pgid: Optional[int]) -> None:
+        pass
+
+    def follow(self, waiting: Optional[Dict[str, object]], percent: Optional[float], eta: Optional[float]) -> None:
+        pass
+
+    def eta(self) -> Optional[float]:
+        return None
+
+    def succeeded(self, result: Mapping[str, object]) -> None:
+        pass
+
+    def failed(self, code: int, stage: str, reason: str, hint: str = "") -> None:
+        pass
+
+    def close(self) -> None:
+        pass

@@ -18,7 +18,7 @@ from ensure_flydsl.binary_cache.entries import Cache, CacheCorrupt, CacheError, 
 from ensure_flydsl.build.environment import file_sha256, pin_llvm_inputs
 from ensure_flydsl.layout import base_state_dir, build_made_record, packages_dir
 from ensure_flydsl.pipeline.context import Decision, Run
-from ensure_flydsl.pipeline.providers.base import Provider
+from ensure_flydsl.pipeline.providers.base import Early, Provider
 from ensure_flydsl.pipeline.providers.tree import prepare_build_dir, verify_tree
 from ensure_flydsl.pipeline.providers.trust import entry_trusted, publish_note, signers
 from ensure_flydsl.result import How
@@ -107,7 +107,7 @@ def mlir_fields(key: Mapping[str, object], platform: str) -> Dict[str, object]:
     return fields
 
 
-def tree_from_cache(run: Run, cache: Cache, commit: str) -> Optional[Decision]:
+def tree_from_cache(run: Run, cache: Cache, commit: str, early: Optional[Early] = None) -> Optional[Decision]:
     """Fetch the tree for this commit and interpreter into ``ROOT/build-fly/python_packages`` and verify
     it; None (and the reason said) when there is none or it cannot be used."""
     if not tree_shareable(run):
@@ -147,7 +147,7 @@ def tree_from_cache(run: Run, cache: Cache, commit: str) -> Optional[Decision]:
     faults.point("cache-fetched")
     run.stamps.finish("build", stamp_key)
     try:
-        return verify_tree(run, commit, How.CACHED)
+        return verify_tree(run, commit, How.CACHED, early)
     except Exception as exc:  # an artifact that does not import here is not this host's answer
         run.stamps.undo("build")
         run.say(f"cache: the cached tree does not pass the probe here ({exc}); building instead")
@@ -241,9 +241,10 @@ class CacheProvider(Provider):
 
     name = "cache"
 
-    def __init__(self, cache: Cache) -> None:
+    def __init__(self, cache: Cache, early: Early) -> None:
         self.cache = cache
+        self.early = early
 
     def provide(self, run: Run, commit: str) -> Optional[Decision]:
         with run.step("cache"):
-            return tree_from_cache(run, self.cache, commit)
+            return tree_from_cache(run, self.cache, commit, self.early)

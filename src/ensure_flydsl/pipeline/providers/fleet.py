@@ -73,17 +73,8 @@ def holder_progress(run: Run) -> Progress:
     verify into it; at 100 % it read 15 s, the typical verify).  Figures the run shows while it follows
     another host's build are that host's, never this holder's."""
     def progress() -> Tuple[Optional[str], Optional[float], Optional[float]]:
-        tracker = run.tracker
-        if tracker is None:
-            return run.step_name, None, None
-        record = tracker.record
-        percent = record.percent
-        if record.waiting is not None or not isinstance(percent, (int, float)) or isinstance(percent, bool):
-            return record.step, None, None
-        eta = None
-        if percent > 0:
-            eta = round(max(0.0, time.time() - tracker.step_started_at) * (100.0 - percent) / percent, 1)
-        return record.step, float(percent), eta
+        step, percent, eta = run.tracker.step_progress()
+        return step or run.step_name, percent, eta
     return progress
 
 
@@ -165,8 +156,7 @@ class _Waiter:
         return None
 
     def _take(self, generation: int, failures_before: int) -> Optional[HeldLease]:
-        if self.run.tracker is not None:
-            self.run.tracker.follow(None, None, None)  # the figures followed so far were the old holder's
+        self.run.tracker.follow(None, None, None)  # the figures followed so far were the old holder's
         record = LeaseRecord(self.kind, self.key, generation, host_id(self.run), self.run.run_id, os.getpid(),
                              time.time(), self.what, failures_before, self.leases.ttl)
         held = self.leases.take(record, holder_progress(self.run))
@@ -213,10 +203,9 @@ class _Waiter:
             self.reported = (holder.generation, holder.host)
             self.next_report = now + REPORT_INTERVAL_S
             self.run.say(f"waiting for {text}; this run fetches the result when it is published")
-        if self.run.tracker is not None:
-            self.run.tracker.follow({"host": holder.host, "run_id": holder.run_id, "pid": holder.pid,
-                                     "what": holder.what, "step": holder.step, "percent": holder.percent,
-                                     "elapsed_s": holder.elapsed_s, "text": text}, holder.percent, holder.eta_s)
+        self.run.tracker.follow({"host": holder.host, "run_id": holder.run_id, "pid": holder.pid,
+                                 "what": holder.what, "step": holder.step, "percent": holder.percent,
+                                 "elapsed_s": holder.elapsed_s, "text": text}, holder.percent, holder.eta_s)
         if holder.percent is not None:
             self.run.reporter.progress(self.run.step_name, holder.percent, holder.eta_s)
         timeout = self.run.settings.lock_timeout
@@ -231,7 +220,7 @@ class _Waiter:
             )
 
     def stop(self) -> None:
-        if self.started is not None and self.run.tracker is not None:
+        if self.started is not None:
             self.run.tracker.follow(None, None, None)
 
 

@@ -25,7 +25,7 @@ from ensure_flydsl.build.wheels import (
 from ensure_flydsl.errors import EnsureError, ExitCode
 from ensure_flydsl.layout import build_made_record, packages_dir, wheel_download_dir
 from ensure_flydsl.pipeline.context import Decision, Run
-from ensure_flydsl.pipeline.providers.base import Provider
+from ensure_flydsl.pipeline.providers.base import Early, Provider
 from ensure_flydsl.pipeline.providers.tree import TreeDoesNotImport, prepare_build_dir, verify_tree
 from ensure_flydsl.probe.gate import TREE_PACKAGES
 from ensure_flydsl.probe.records import Probe
@@ -54,8 +54,9 @@ class WheelDoesNotWork(EnsureError):
 class ReleaseProvider(Provider):
     name = "release"
 
-    def __init__(self, version: str, *, demanded: bool) -> None:
+    def __init__(self, version: str, early: Early, *, demanded: bool) -> None:
         self.version = version
+        self.early = early  # the wheel downloaded beside the fetch, the probe started for it
         self.demanded = demanded  # FLYDSL_STRATEGY=release: no wheel is the run's failure (exit 8)
 
     def provide(self, run: Run, commit: str) -> Optional[Decision]:
@@ -79,7 +80,7 @@ class ReleaseProvider(Provider):
             self._install(run, commit, key)
         with run.step("verify"):
             try:
-                return verify_tree(run, commit, How.RELEASED)
+                return verify_tree(run, commit, How.RELEASED, self.early)
             except TreeDoesNotImport as exc:
                 run.stamps.undo("build")
                 root = run.settings.root
@@ -139,8 +140,7 @@ class ReleaseProvider(Provider):
 
     def _download(self, run: Run, folder: str) -> str:
         """The wheel's path: from the download the run started beside the fetch, or downloaded now."""
-        version, early = self.version, run.wheel_download
-        run.wheel_download = None
+        version, early = self.version, self.early.take_download()
         if early is not None and early.version == version:
             run.say(f"release v{version}: taking the flydsl=={version} wheel downloaded beside the fetch")
             return early.wheel(run.build_line)

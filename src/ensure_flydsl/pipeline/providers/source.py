@@ -40,7 +40,7 @@ from ensure_flydsl.layout import (
     tools_dir,
 )
 from ensure_flydsl.pipeline.context import Decision, Run
-from ensure_flydsl.pipeline.providers.base import Provider
+from ensure_flydsl.pipeline.providers.base import Early, Provider
 from ensure_flydsl.pipeline.providers.cache import (
     llvm_label,
     mlir_fields,
@@ -76,8 +76,9 @@ class Prepared(NamedTuple):
 class SourceProvider(Provider):
     name = "source"
 
-    def __init__(self, cache: Optional[Cache]) -> None:
+    def __init__(self, cache: Optional[Cache], early: Early) -> None:
         self.cache = cache  # MLIR from it, and the new tree and MLIR to it
+        self.early = early
         self.built_now = False
         self.tree_lease: Optional[HeldLease] = None  # held from before build.sh until the tree is published
 
@@ -90,9 +91,7 @@ class SourceProvider(Provider):
             raise
 
     def _provide(self, run: Run, commit: str) -> Optional[Decision]:
-        if run.warm_probe is not None:  # started for a quick way that gave way to this one
-            run.warm_probe.close()
-            run.warm_probe = None
+        self.early.stop_probe()  # started for a quick way that gave way to this one
         run.plan(SOURCE_PLAN)
         with run.step("fetch"):
             update_submodules(run, commit)
