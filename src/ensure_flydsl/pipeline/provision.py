@@ -18,7 +18,7 @@ from typing import List, Optional, Tuple
 
 from ensure_flydsl.build.wheels import WheelDownload, pin_as_tag, release_tags
 from ensure_flydsl.doctor.requirements import Finding, assess, stop_if_missing, summary
-from ensure_flydsl.errors import BadInput, EnsureError, ExitCode
+from ensure_flydsl.errors import BadInput, EnsureError, ExitCode, Stage
 from ensure_flydsl.layout import packages_dir, tree_folders, wheel_download_dir
 from ensure_flydsl.pipeline.context import Decision, Run
 from ensure_flydsl.pipeline.decide import tree_key
@@ -47,12 +47,12 @@ def provision(run: Run) -> Result:
         early = Early()
         started.callback(stop_wheel_download, run, early)
         started.callback(early.stop_probe)
-        with run.step("fetch"):
+        with run.step(Stage.FETCH):
             commit = fetch(run, early)
-        with run.step("requirements"):
+        with run.step(Stage.REQUIREMENTS):
             finding = check_requirements(run, commit)
         providers = providers_for(run, commit, early)
-        with run.step("fetch"):
+        with run.step(Stage.FETCH):
             interrupted, deleted = refuse_local_changes(run)
             begin_build(run)
             checkout_pin(run, commit, force=interrupted or deleted)
@@ -72,7 +72,7 @@ def first_tree(run: Run, commit: str, providers: List[Provider]) -> Result:
         except BaseException as exc:
             provider.abandon(run, exc)  # a build lease held for the fleet records the failure
             raise
-    raise EnsureError(ExitCode.INTERNAL, "no provider gave a tree", stage="provision")  # source always does
+    raise EnsureError(ExitCode.INTERNAL, "no provider gave a tree", stage=Stage.PROVISION)  # source always does
 
 
 def providers_for(run: Run, commit: str, early: Early) -> List[Provider]:
@@ -84,7 +84,7 @@ def providers_for(run: Run, commit: str, early: Early) -> List[Provider]:
         raise EnsureError(
             ExitCode.ARTIFACT,
             f"the pin {settings.pin} (commit {commit[:12]}) is not the commit of a release tag vX.Y.Z",
-            stage="release",
+            stage=Stage.RELEASE,
             hint="pin a release tag (for example v0.2.2) or a version (0.2.2), or use FLYDSL_STRATEGY=source",
         )
     providers: List[Provider] = []
@@ -241,7 +241,7 @@ def check_local_changes(root: str, repo: str, mirrors: GitMirrors) -> bool:
         raise EnsureError(
             ExitCode.CHECKOUT,
             f"the checkout in {root} has local changes to tracked files ({shown}); they are not the pin",
-            stage="checkout",
+            stage=Stage.CHECKOUT,
             hint=f"save them elsewhere, then `git -C {root} checkout -- .`; ensure-flydsl never overwrites them",
         )
     return bool(found)

@@ -6,7 +6,7 @@ import json
 import os
 from typing import Callable, List, Optional
 
-from ensure_flydsl.errors import EnsureError, ExitCode, Interrupted, exit_code_of, interrupted_by
+from ensure_flydsl.errors import EnsureError, ExitCode, Interrupted, Stage, exit_code_of, interrupted_by
 from ensure_flydsl.layout import tree_folders
 from ensure_flydsl.pipeline.context import Decision, Run
 from ensure_flydsl.pipeline.fingerprint import compute, watch_folders
@@ -105,7 +105,7 @@ def publish(run: Run, decision: Decision, action: Action) -> Result:
     as_read = markers.EnvTwin.from_json(json.loads(json.dumps(twin.to_json())))  # as it reads back
     current = there is not None and as_read is not None and there.answers(as_read) \
         and _read_text(settings.env_file) == text
-    with run.step("publish"):
+    with run.step(Stage.PUBLISH):
         if current:
             run.say(f"{settings.env_file} is current")
         else:

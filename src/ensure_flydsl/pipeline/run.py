@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import shutil
 
-from ensure_flydsl.errors import BadInput, EnsureError, ExitCode
+from ensure_flydsl.errors import BadInput, EnsureError, ExitCode, Stage
 from ensure_flydsl.pipeline.context import Decision, Run
 from ensure_flydsl.pipeline.decide import check_writable, decide, preflight
 from ensure_flydsl.pipeline.lock import build_lock
@@ -48,7 +48,7 @@ def ensure_run(run: Run) -> Result:
 
 def _ensure(run: Run) -> Result:
     settings = run.settings
-    with run.step("probe"):
+    with run.step(Stage.PROBE):
         # --verify of a good tree writes nothing and takes no lock (as `verify`): its paths are checked below.
         run.interpreter = preflight(settings, run.environ, writes=not settings.verify)
         withdraw_stale_markers(settings, run.say)
@@ -62,7 +62,7 @@ def _ensure(run: Run) -> Result:
         raise EnsureError(
             ExitCode.PROBE,
             f"nothing reusable ({decision.reason}) and FLYDSL_STRATEGY=reuse-only never provisions",
-            stage="probe",
+            stage=Stage.PROBE,
             hint="install FlyDSL for this interpreter, or use FLYDSL_STRATEGY=auto to build the pin",
         )
     if shutil.which("git", path=run.environ.get("PATH")) is None:
@@ -71,7 +71,7 @@ def _ensure(run: Run) -> Result:
         check_writable(settings)
     run.track()
     with contextlib.ExitStack() as held:
-        with run.step("lock"):
+        with run.step(Stage.LOCK):
             held.enter_context(
                 build_lock(settings.lock_file, timeout=settings.lock_timeout, run_id=run.run_id, say=run.say)
             )
@@ -81,7 +81,7 @@ def _ensure(run: Run) -> Result:
         # (sixteen waiters do not probe one after another), else a probe does.
         warm = None if settings.verify else try_warm(settings, run.environ)
         if warm is None:
-            with run.step("probe"):
+            with run.step(Stage.PROBE):
                 decision = decide(run, again=True)
         if warm is not None or decision.ok:
             run.say("another run finished this while we waited for the lock")

@@ -16,13 +16,13 @@ from typing import Dict, Mapping, Optional
 
 from ensure_flydsl.binary_cache.entries import Cache, CacheCorrupt, CacheError, cache_key, format_size, open_cache
 from ensure_flydsl.build.environment import file_sha256, pin_llvm_inputs
+from ensure_flydsl.errors import Plan, Stage
 from ensure_flydsl.layout import base_state_dir, build_made_record, packages_dir
 from ensure_flydsl.pipeline.context import Decision, Run
 from ensure_flydsl.pipeline.providers.base import Early, Provider
 from ensure_flydsl.pipeline.providers.tree import prepare_build_dir, verify_tree
 from ensure_flydsl.pipeline.providers.trust import entry_trusted, publish_note, signers
 from ensure_flydsl.result import How
-from ensure_flydsl.runs.records import CACHE_PLAN
 from ensure_flydsl.source.made import recording
 from ensure_flydsl.source.root import remove_tree
 from ensure_flydsl.support import faults
@@ -124,7 +124,7 @@ def tree_from_cache(run: Run, cache: Cache, commit: str, early: Optional[Early] 
         return None
     if not entry_trusted(run, cache, entry, f"tree entry for {commit[:8]}"):
         return None
-    run.plan(CACHE_PLAN)
+    run.plan(Plan.CACHE)
     run.worked()
     stamp_key = {"cache": key, "commit": commit}
     build_dir = prepare_build_dir(run, stamp_key)
@@ -246,5 +246,5 @@ class CacheProvider(Provider):
         self.early = early
 
     def provide(self, run: Run, commit: str) -> Optional[Decision]:
-        with run.step("cache"):
+        with run.step(Stage.CACHE):
             return tree_from_cache(run, self.cache, commit, self.early)

@@ -28,7 +28,7 @@ from ensure_flydsl.binary_cache.lease import (
     generation_path,
 )
 from ensure_flydsl.binary_cache.manifest import manifest_path
-from ensure_flydsl.errors import EnsureError, ExitCode, Interrupted
+from ensure_flydsl.errors import EnsureError, ExitCode, Interrupted, Stage
 from ensure_flydsl.pipeline.context import Run
 from ensure_flydsl.pipeline.providers.cache import cache_failed, usable
 from ensure_flydsl.support.report import fmt_seconds
@@ -80,7 +80,7 @@ def holder_progress(run: Run) -> Progress:
 
 def describe(record: LeaseRecord) -> str:
     """"host-7 (run 20261130-...) building the FlyDSL tree for a35627a2: build 62%, 9 min so far"."""
-    shown = record.step or "starting"
+    shown = record.step or Stage.STARTING
     if record.percent is not None:
         shown += f" {record.percent:g}%"
     return f"{record.who()} building {record.what}: {shown}, {fmt_seconds(record.elapsed_s)} so far"
@@ -214,7 +214,7 @@ class _Waiter:
                 ExitCode.LOCK,
                 f"waited {fmt_seconds(now - self.started)} for {text}; "
                 f"{self.run.settings.label('lock_timeout')}={timeout:g} s ran out",
-                stage="lease",
+                stage=Stage.LEASE,
                 hint=f"that host ({holder.host}, run {holder.run_id}) is building {holder.what} for the whole "
                 "fleet; run again later to fetch it from the cache, or raise FLYDSL_LOCK_TIMEOUT",
             )
@@ -231,7 +231,7 @@ def give_up(record: LeaseRecord, what: str) -> EnsureError:
     return EnsureError(
         ExitCode(code) if isinstance(code, int) and code in ExitCode._value2member_map_ else ExitCode.INTERNAL,
         f"{what} failed twice in the fleet, last on {record.who()}: {_failure_text(record)}",
-        stage=str(failure.get("stage") or "lease"),
+        stage=Stage.parse(failure.get("stage")) or Stage.LEASE,  # a stage this version does not know: the lease
         hint=f"read the log of run {record.run_id} on {record.host}; the failure is not this host's. Once "
         "the cause is fixed, run again (a failure record stops the fleet for FLYDSL_LEASE_TTL seconds)",
     )

@@ -22,7 +22,7 @@ from ensure_flydsl.build.wheels import (
     installed_version,
     static_version,
 )
-from ensure_flydsl.errors import EnsureError, ExitCode
+from ensure_flydsl.errors import EnsureError, ExitCode, Plan, Stage
 from ensure_flydsl.layout import build_made_record, packages_dir, wheel_download_dir
 from ensure_flydsl.pipeline.context import Decision, Run
 from ensure_flydsl.pipeline.providers.base import Early, Provider
@@ -30,7 +30,6 @@ from ensure_flydsl.pipeline.providers.tree import TreeDoesNotImport, prepare_bui
 from ensure_flydsl.probe.gate import TREE_PACKAGES
 from ensure_flydsl.probe.records import Probe
 from ensure_flydsl.result import How
-from ensure_flydsl.runs.records import RELEASE_PLAN
 from ensure_flydsl.setting_values import GitMirrors
 from ensure_flydsl.source import git as gitsource
 from ensure_flydsl.source.made import recording
@@ -74,11 +73,11 @@ class ReleaseProvider(Provider):
             return None
 
     def _provide(self, run: Run, commit: str) -> Decision:
-        run.plan(RELEASE_PLAN)
+        run.plan(Plan.RELEASE)
         key = {"release": self.version, "commit": commit, "abi": run.interpreter.abi}
-        with run.step("release"):
+        with run.step(Stage.RELEASE):
             self._install(run, commit, key)
-        with run.step("verify"):
+        with run.step(Stage.VERIFY):
             try:
                 return verify_tree(run, commit, How.RELEASED, self.early)
             except TreeDoesNotImport as exc:
@@ -90,7 +89,7 @@ class ReleaseProvider(Provider):
                 remove_tree(packages_dir(root))  # what the wheel installed: the build starts clean
                 raise WheelDoesNotWork(
                     ExitCode.PROBE, f"the flydsl {self.version} wheel does not work with "
-                    f"{run.interpreter.executable}: {fault}", stage="verify") from None
+                    f"{run.interpreter.executable}: {fault}", stage=Stage.VERIFY) from None
             except EnsureError:
                 run.stamps.undo("build")
                 raise
@@ -159,7 +158,7 @@ class ReleaseProvider(Provider):
                 ExitCode.ARTIFACT,
                 f"the index's flydsl {self.version} wheel holds {len(found.foreign)} files a FlyDSL wheel must "
                 f"not hold, e.g. {found.foreign[0]}",
-                stage="release",
+                stage=Stage.RELEASE,
                 hint="other top-level names, .pth files, site customisation, bytecode or modules that shadow the "
                 "pin's sources would run code the pin does not have; use FLYDSL_STRATEGY=source to build the pin",
             )
@@ -168,7 +167,7 @@ class ReleaseProvider(Provider):
                 ExitCode.ARTIFACT,
                 f"the index's flydsl {self.version} is not built from {settings.repo} v{self.version}: "
                 f"{found.summary()}",
-                stage="release",
+                stage=Stage.RELEASE,
                 hint="the package index's wheel comes from other sources than the pin; use FLYDSL_STRATEGY=source "
                 "to build the pin (or FLYDSL_REPO of the repository the wheel is built from)",
             )
@@ -179,7 +178,7 @@ class ReleaseProvider(Provider):
 def tracked_sources(root: str, commit: str, repo: str, mirrors: GitMirrors) -> List[str]:
     """The files git tracks in ``python/flydsl`` at ``commit``, relative to it (submodules left out)."""
     with gitsource.failing_as(ExitCode.CHECKOUT, f"cannot list {SOURCES} of {commit[:12]} in {root}",
-                              stage="release", hint="the checkout is damaged; look at `git -C ROOT status`"):
+                              stage=Stage.RELEASE, hint="the checkout is damaged; look at `git -C ROOT status`"):
         out = gitsource.git(root, "ls-tree", "-r", "-z", "--full-tree", commit, "--", SOURCES + "/", repo=repo,
                             mirrors=mirrors)
     files = []

@@ -7,7 +7,7 @@ import os
 import subprocess
 from typing import Iterator, List, Mapping, Optional
 
-from ensure_flydsl.errors import EnsureError, ExitCode
+from ensure_flydsl.errors import EnsureError, ExitCode, Stage
 from ensure_flydsl.layout import build_dir, packages_dir, tree_folders
 from ensure_flydsl.pipeline.context import Decision, Run
 from ensure_flydsl.pipeline.providers.base import Early
@@ -87,7 +87,7 @@ class TreeDoesNotImport(EnsureError):
     a fault of what it installed from one of the interpreter's."""
 
     def __init__(self, reason: str, probe: Probe, hint: str) -> None:
-        super().__init__(ExitCode.PROBE, reason, stage="verify", hint=hint)
+        super().__init__(ExitCode.PROBE, reason, stage=Stage.VERIFY, hint=hint)
         self.probe = probe
 
 
@@ -108,7 +108,7 @@ def verify_tree(run: Run, commit: str, how: How, early: Optional[Early] = None) 
         raise EnsureError(
             ExitCode.PROBE,
             f"{how}, but the modules import from {verdict.tree}, not from the tree in {settings.root}",
-            stage="verify",
+            stage=Stage.VERIFY,
         )
     run.say(f"verified: {verdict.reason}")
     return Decision(True, verdict.reason, how, settings.root, prefix, probe, verdict, commit)
