@@ -19,7 +19,7 @@ import tempfile
 import time
 
 from ensure_flydsl.build.wheels import check_provenance
-from ensure_flydsl.providers.release import SOURCES, tracked_sources
+from ensure_flydsl.pipeline.providers.release import SOURCES, tracked_sources
 
 
 def main() -> int:

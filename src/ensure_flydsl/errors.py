@@ -1,14 +1,22 @@
-"""Exit codes and the one user-facing error type.
+"""Exit codes, the stages of a run, and the one user-facing error type.
 
 Every failure the tool reports is an :class:`EnsureError` carrying the exit code of the contract
 (the README's exit-code table), the stage it happened in, a one-line reason and what to do next.  The CLI's
 top-level handler maps it, Ctrl-C and bugs to distinct exit codes.
+
+The stages are in one place (:class:`Stage`): each one's name (the string the failure marker, the run
+records, the JSON objects and the README write), the exit code a failure in it has, its place in the
+doctor's order, whether its time counts for ETAs only when it did real work, and the plans (how a run
+provisions) that go through it.  A stage is a :class:`Stage`, never a bare string: a misspelt one is a type
+error.  It is a ``str`` (its name), so a record or a message writes it as before; a reader of a file parses
+the name back with :meth:`Stage.parse`, which gives None for a name it does not know (a file from another
+version, or not the tool's).
 """
 
 from __future__ import annotations
 
 import enum
-from typing import Dict, Optional
+from typing import Dict, FrozenSet, Optional, Tuple
 
 
 class ExitCode(enum.IntEnum):
@@ -44,6 +52,70 @@ EXIT_MEANINGS = {
 }
 
 
+class Plan(enum.Enum):
+    """How a run provisions: each goes through its own stages (the ETA adds up the typical length of those
+    still ahead)."""
+
+    SOURCE = "source"
+    RELEASE = "release"
+    CACHE = "cache"
+
+    @property
+    def stages(self) -> Tuple["Stage", ...]:
+        return tuple(stage for stage in Stage if self in stage.plans)
+
+
+_ALL = frozenset(Plan)
+_NONE: FrozenSet[Plan] = frozenset()
+
+
+class Stage(str, enum.Enum):
+    """One stage; the members are in the order a run goes through them (the plans follow it)."""
+
+    exit_code: Optional[ExitCode]  # a failure in it exits with this (None: its failures have several codes)
+    order: Optional[int]  # the doctor's: a run stops at the blocking check of the earliest stage
+    work: bool  # its time counts for ETAs only when it had something to do (not a no-op)
+    plans: FrozenSet[Plan]
+
+    def __new__(cls, name: str, exit_code: Optional[ExitCode], order: Optional[int], work: bool,
+                plans: FrozenSet[Plan]) -> "Stage":
+        stage = str.__new__(cls, name)
+        stage._value_ = name
+        stage.exit_code, stage.order, stage.work, stage.plans = exit_code, order, work, plans
+        return stage
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    @classmethod
+    def parse(cls, name: object) -> Optional["Stage"]:
+        """The stage a file names, or None for a name this version does not know (or no name at all)."""
+        return cls._value2member_map_.get(name) if isinstance(name, str) else None  # type: ignore[return-value]
+
+    STARTING = ("starting", None, None, False, _NONE)  # announced by `start`, before its worker runs
+    SETTINGS = ("settings", ExitCode.BAD_INPUT, 0, False, _NONE)
+    PROBE = ("probe", ExitCode.PROBE, 7, False, _ALL)
+    LOCK = ("lock", ExitCode.LOCK, None, False, _ALL)
+    FETCH = ("fetch", ExitCode.FETCH, 1, True, _ALL)
+    SUBMODULES = ("submodules", ExitCode.FETCH, None, False, _NONE)
+    CHECKOUT = ("checkout", ExitCode.CHECKOUT, 2, False, _NONE)
+    REQUIREMENTS = ("requirements", ExitCode.PROBE, 3, False, _ALL)
+    FIXES = ("fixes", None, None, False, frozenset({Plan.SOURCE}))
+    LLVM = ("llvm", ExitCode.LLVM_BUILD, 4, True, frozenset({Plan.SOURCE}))
+    BUILD = ("build", ExitCode.FLYDSL_BUILD, 5, True, frozenset({Plan.SOURCE}))
+    RELEASE = ("release", ExitCode.ARTIFACT, 6, True, frozenset({Plan.RELEASE}))
+    CACHE = ("cache", ExitCode.ARTIFACT, None, True, frozenset({Plan.CACHE}))
+    VERIFY = ("verify", ExitCode.PROBE, None, False, _ALL)
+    PUBLISH = ("publish", None, None, False, _ALL)
+    # Not steps of a run's plan: where else a failure can come from.
+    PROVISION = ("provision", ExitCode.INTERNAL, None, False, _NONE)  # no provider gave a tree (a bug)
+    LEASE = ("lease", None, None, False, _NONE)  # waiting for another host's build
+    DOCTOR = ("doctor", None, None, False, _NONE)  # checked before building: the failing check's stage's code
+    ACTIVATE = ("activate", ExitCode.PROBE, None, False, _NONE)  # the API's activate()
+    ACCESS = ("access", ExitCode.BAD_INPUT, None, False, _NONE)  # the system refused a folder
+    CLEAN = ("clean", ExitCode.LOCK, None, False, _NONE)  # clean while a run is going
+
+
 class EnsureError(Exception):
     """A failure with an exit code, the stage it happened in, why, and what to do next."""
 
@@ -52,7 +124,7 @@ class EnsureError(Exception):
         code: ExitCode,
         reason: str,
         *,
-        stage: str = "",
+        stage: Optional[Stage] = None,
         hint: str = "",
         detail: str = "",
     ) -> None:
@@ -81,7 +153,7 @@ class BadInput(EnsureError):
         super().__init__(
             ExitCode.BAD_INPUT,
             f"{setting}={shown} is not allowed: {allowed}",
-            stage="settings",
+            stage=Stage.SETTINGS,
         )
         self.setting = setting
 
@@ -95,7 +167,7 @@ class AlreadyImported(EnsureError):
             ExitCode.PROBE,
             f"{module} is already imported from {imported}; the tree is {tree_file}; "
             f"activate before importing {module}, or in a fresh process",
-            stage="activate",
+            stage=Stage.ACTIVATE,
             hint=f"call ensure_flydsl.activate() before the first import of {module}, or use a fresh process",
         )
         self.module = module

@@ -1,5 +1,6 @@
 """Each setting's value, checked and parsed: each check takes the raw string and the name to blame (the
-flag or variable as the user spelled it) and returns the parsed value or raises BadInput (exit 64)."""
+flag or variable as the user spelled it) and returns the parsed value or raises BadInput (exit 64).  Also
+how two values of a setting compare: a version against the floor, two repository addresses."""
 
 from __future__ import annotations
 
@@ -88,6 +89,18 @@ def parse_min_version(name: str, value: str) -> str:
     return value
 
 
+def release_at_least(version: str, floor: str) -> bool:
+    """Whether the release segment of ``version`` is >= that of ``floor`` (0.2.2.dev3+g1 passes 0.2.2).
+
+    Raises InvalidVersion for a version packaging cannot parse.
+    """
+    from packaging.version import Version
+
+    have = Version(version).release
+    need = Version(floor).release
+    return Version(".".join(map(str, have))) >= Version(".".join(map(str, need)))
+
+
 def parse_pin(name: str, value: str) -> str:
     if (
         not _PIN.match(value)
@@ -111,6 +124,23 @@ def parse_repo(name: str, value: str) -> str:
         # git's "ext::" and other remote helpers run commands; only the plain transports are allowed.
         raise BadInput(name, value, "a URL with scheme https, http, ssh, git or file, or a local path")
     return _path(name, value)
+
+
+def same_repo(url_a: str, url_b: str) -> bool:
+    """Whether two repository addresses name the same repository (``.git``, ``file://``, slashes aside)."""
+
+    def norm(url: str) -> str:
+        url = url.strip()
+        if url.startswith("file://"):
+            url = url[len("file://"):]
+        url = url.rstrip("/")
+        if url.endswith(".git"):
+            url = url[: -len(".git")]
+        if url.startswith("/"):
+            url = os.path.normpath(url)
+        return url.rstrip("/").lower() if "://" in url or "@" in url else url.rstrip("/")
+
+    return norm(url_a) == norm(url_b)
 
 
 def parse_python(name: str, value: str) -> str:

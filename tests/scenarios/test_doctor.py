@@ -17,7 +17,7 @@ import pytest
 
 from ensure_flydsl.build.environment import MEMORY_PER_JOB_BYTES, default_jobs
 from ensure_flydsl.doctor.diagnose import Check, disk_check, first_blocking, memory_check, stop_if_blocked
-from ensure_flydsl.errors import EnsureError, ExitCode
+from ensure_flydsl.errors import EnsureError, ExitCode, Stage
 from ensure_flydsl.source.needs import KNOWN_FLYDSL_NEEDS, build_tools, find_needs, needs_from_files, tool_minimums
 from tests.helpers.build_fixtures import (
     cmake_lists,
@@ -75,9 +75,9 @@ def test_disk_check() -> None:
 
 
 def test_the_first_blocking_check_is_the_earliest_stage_and_ensure_stops_with_it() -> None:
-    hip = Check("hip", "missing", "no hip", "install hip", True, "build")
-    repo = Check("repository", "missing", "no answer", "use a mirror", True, "fetch")
-    warn = Check("memory", "wrong", "too many jobs", "FLYDSL_JOBS=2", False, "llvm")
+    hip = Check("hip", "missing", "no hip", "install hip", True, Stage.BUILD)
+    repo = Check("repository", "missing", "no answer", "use a mirror", True, Stage.FETCH)
+    warn = Check("memory", "wrong", "too many jobs", "FLYDSL_JOBS=2", False, Stage.LLVM)
     assert first_blocking([warn, hip, repo]) is repo and first_blocking([warn]) is None
     stop_if_blocked([warn], "source")  # warnings never stop a run
     with pytest.raises(EnsureError) as info:

@@ -8,8 +8,8 @@ import zipfile
 from typing import Dict, Optional
 
 from ensure_flydsl.build.wheels import check_provenance
+from ensure_flydsl.pipeline.providers.release import wheel_fault
 from ensure_flydsl.probe.records import Interpreter, ModuleResult, Probe
-from ensure_flydsl.providers.release import wheel_fault
 
 
 def make_wheel(path: str, files: Dict[str, bytes]) -> str:

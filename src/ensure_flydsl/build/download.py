@@ -22,7 +22,7 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from packaging.tags import platform_tags
 
-from ensure_flydsl.errors import EnsureError, ExitCode
+from ensure_flydsl.errors import EnsureError, ExitCode, Stage
 from ensure_flydsl.probe.records import Interpreter
 from ensure_flydsl.support.processes import CommandFailed, heartbeat, network_silence_s, waiting_line
 
@@ -83,7 +83,7 @@ def wheel_tags(interpreter: Interpreter) -> List[str]:
     abi = "cp" + major + minor + (threading_.group(1) if threading_ else "")
     if interpreter.implementation != "cpython":
         raise EnsureError(ExitCode.ARTIFACT, f"FlyDSL wheels are for CPython; {interpreter.executable} is "
-                          f"{interpreter.implementation}", stage="release")
+                          f"{interpreter.implementation}", stage=Stage.RELEASE)
     options = ["--python-version", f"{major}.{minor}", "--implementation", "cp", "--abi", abi]
     for platform in platform_tags():  # the target runs on this host: same libc, same architecture
         options += ["--platform", platform]
@@ -101,7 +101,7 @@ def _pip_failed(exc: CommandFailed, interpreter: Interpreter, version: str, doin
         ExitCode.ARTIFACT,
         f"no flydsl=={version} wheel could be {doing} for {interpreter.executable} "
         f"(Python {interpreter.version}, {interpreter.soabi}): {why}",
-        stage="release",
+        stage=Stage.RELEASE,
         hint="the package index has no wheel for this interpreter (FlyDSL publishes cp310-cp314 "
         "manylinux x86_64); use another FLYDSL_PYTHON or FLYDSL_STRATEGY=source",
         detail=exc.describe(),
@@ -131,7 +131,7 @@ def disk_full(output: str, folder: str, version: str) -> Optional[EnsureError]:
     return EnsureError(
         ExitCode.ARTIFACT,
         f"the flydsl=={version} wheel could not be downloaded into {folder}: no space left on the device{free}",
-        stage="release",
+        stage=Stage.RELEASE,
         hint=f"free space on the file system of {folder} (a FlyDSL wheel is about 75 MB, its install about "
         "270 MB), or set FLYDSL_ROOT to a folder on a roomier one",
     )
@@ -151,7 +151,7 @@ class WheelDownload:
         self.interpreter, self.version, self.folder = interpreter, version, folder
         pip, why = release_pip(interpreter.executable, environ)
         if pip is None:
-            raise EnsureError(ExitCode.ARTIFACT, why, stage="release",
+            raise EnsureError(ExitCode.ARTIFACT, why, stage=Stage.RELEASE,
                               hint="give one of them pip, or use FLYDSL_STRATEGY=source to build the pin")
         self.pip = pip
         self.limit = network_silence_s(environ)
@@ -188,7 +188,7 @@ class WheelDownload:
         sink("$ " + " ".join(self.cmd))
         proc, self._proc = self._proc, None
         if proc is None:
-            raise EnsureError(ExitCode.INTERNAL, "the wheel download was already taken", stage="release")
+            raise EnsureError(ExitCode.INTERNAL, "the wheel download was already taken", stage=Stage.RELEASE)
         try:
             self._watch(proc)
         except BaseException:
@@ -209,7 +209,7 @@ class WheelDownload:
         wheels = [name for name in os.listdir(self.folder) if name.startswith("flydsl-") and name.endswith(".whl")]
         if len(wheels) != 1:
             raise EnsureError(ExitCode.ARTIFACT, f"pip download of flydsl=={self.version} left {len(wheels)} "
-                              f"wheels in {self.folder}, not one", stage="release")
+                              f"wheels in {self.folder}, not one", stage=Stage.RELEASE)
         return os.path.join(self.folder, wheels[0])
 
     def _watch(self, proc: "subprocess.Popen[str]") -> None:
@@ -235,7 +235,7 @@ class WheelDownload:
                     ExitCode.ARTIFACT,
                     f"the flydsl=={self.version} wheel's download stopped: nothing received from {self.index()} "
                     f"for {self.limit:g} s",
-                    stage="release",
+                    stage=Stage.RELEASE,
                     hint="check the network or pip's configuration (PIP_INDEX_URL, PIP_FIND_LINKS, pip.conf); "
                     "or use FLYDSL_STRATEGY=source",
                     detail="\n".join(self._lines[-20:]),

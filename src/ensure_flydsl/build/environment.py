@@ -15,7 +15,7 @@ import os
 import shlex
 from typing import Callable, Dict, List, Mapping, Optional
 
-from ensure_flydsl.errors import EnsureError, ExitCode
+from ensure_flydsl.errors import EnsureError, ExitCode, Stage
 from ensure_flydsl.layout import llvm_record, mlir_install, tools_dir
 from ensure_flydsl.probe.records import Interpreter
 from ensure_flydsl.setting_values import GitMirrors
@@ -190,7 +190,7 @@ def run_script(
     *,
     on_start: Callable[[Optional[int]], None],
     code: ExitCode,
-    stage: str,
+    stage: Stage,
     what: str,
 ) -> None:
     path = os.path.join(root, "scripts", script)

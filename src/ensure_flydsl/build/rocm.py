@@ -29,7 +29,7 @@ import re
 import shutil
 from typing import Dict, List, Optional, Tuple
 
-from ensure_flydsl.errors import EnsureError, ExitCode
+from ensure_flydsl.errors import EnsureError, ExitCode, Stage
 from ensure_flydsl.source.root import remove_tree
 from ensure_flydsl.support.files import atomic_write, atomic_write_json, read_json, remove_file
 
@@ -166,7 +166,7 @@ def fix_hip_in_place(rocm_path: str, check: HipCheck) -> List[str]:
             raise EnsureError(
                 ExitCode.FLYDSL_BUILD,
                 f"cannot create {link} (-> {os.path.basename(check.actual)}) for --fix-rocm-in-place: {exc.strerror}",
-                stage="fixes",
+                stage=Stage.FIXES,
                 hint="run as a user who may write ROCM_PATH, or leave --fix-rocm-in-place off to use a private "
                 "corrected copy of the hip CMake package instead",
             ) from None

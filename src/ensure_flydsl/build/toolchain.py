@@ -28,7 +28,7 @@ from typing import Callable, Dict, Iterable, List, Mapping, Optional, Tuple
 
 from packaging.version import InvalidVersion, Version
 
-from ensure_flydsl.errors import EnsureError, ExitCode
+from ensure_flydsl.errors import EnsureError, ExitCode, Stage
 from ensure_flydsl.source.root import remove_tree
 from ensure_flydsl.support.files import atomic_write_json, read_json
 from ensure_flydsl.support.processes import CommandFailed, cmd_output
@@ -268,7 +268,7 @@ def _install(name: str, spec: str, root: str, installer: str, environ: Mapping[s
         raise EnsureError(
             code,
             f"could not provide {name} for the build: `pip install {spec}` from the package index failed",
-            stage="fixes",
+            stage=Stage.FIXES,
             hint=f"the package index (pip's configuration: PIP_INDEX_URL, pip.conf) must offer a {name} wheel; "
             f"or put {name} on PATH yourself and run again",
             detail=exc.describe(),
@@ -290,7 +290,7 @@ def _check_runs(name: str, exe: str, code: ExitCode) -> None:
         raise EnsureError(
             code,
             f"{name} was installed from the package index into {exe}, but it does not run here",
-            stage="fixes",
+            stage=Stage.FIXES,
             hint=f"the wheel is not for this machine (architecture or C library); put {name} on PATH yourself",
             detail=exc.describe(),
         ) from None
@@ -375,7 +375,7 @@ def _install_privately(name: str, minimum: Optional[str], root: str, python: str
     if name in EXECUTABLES:
         if name not in programs:
             raise EnsureError(code, f"the {spec} wheel installed into {folder} holds no {name} program",
-                              stage="fixes", hint=f"put {name} on PATH yourself and run again")
+                              stage=Stage.FIXES, hint=f"put {name} on PATH yourself and run again")
         _link_programs(root, programs, folder)
         _check_runs(name, os.path.join(root, "bin", name), code)
     return {"version": version, "spec": spec, "folder": folder, "programs": programs}

@@ -25,7 +25,7 @@ from ensure_flydsl.build.download import WheelDownload as WheelDownload
 from ensure_flydsl.build.download import download_wheel as download_wheel
 from ensure_flydsl.build.download import wheel_tags as wheel_tags
 from ensure_flydsl.build.wheel_shape import shape_problems
-from ensure_flydsl.errors import EnsureError, ExitCode
+from ensure_flydsl.errors import EnsureError, ExitCode, Stage
 from ensure_flydsl.probe.records import Interpreter
 
 _VERSION_ASSIGN = re.compile(r"""^__version__\s*=\s*["']([^"']+)["']""", re.MULTILINE)
@@ -91,7 +91,7 @@ def install_wheel_file(interpreter: Interpreter, wheel: str, version: str, targe
         raise EnsureError(
             ExitCode.ARTIFACT,
             f"the flydsl=={version} wheel {os.path.basename(wheel)} could not be installed: {exc}",
-            stage="release",
+            stage=Stage.RELEASE,
             hint="the download is damaged or not a valid wheel; run again, or use FLYDSL_STRATEGY=source",
         ) from None
     sink(f"installed {len(destination.written)} files of {os.path.basename(wheel)} into {target}, each "
@@ -201,7 +201,7 @@ def check_provenance(wheel: str, sources: str, files: Sequence[str]) -> Provenan
                 if info.file_size != len(mine) or archive.read(info) != mine:
                     differ.append(rel)
     except (zipfile.BadZipFile, OSError, ValueError) as exc:
-        raise EnsureError(ExitCode.ARTIFACT, f"cannot read the wheel {wheel}: {exc}", stage="release",
+        raise EnsureError(ExitCode.ARTIFACT, f"cannot read the wheel {wheel}: {exc}", stage=Stage.RELEASE,
                           hint="the download is damaged; run again, or use FLYDSL_STRATEGY=source") from None
     return Provenance(tuple(files), tuple(differ), tuple(missing), tuple(foreign))
 
@@ -213,7 +213,7 @@ def _read_source(sources: str, rel: str) -> bytes:
             return handle.read()
     except OSError as exc:
         raise EnsureError(ExitCode.CHECKOUT, f"cannot read {path} of the checkout: {exc.strerror}",
-                          stage="release", hint="the checkout is damaged; run again to restore it") from None
+                          stage=Stage.RELEASE, hint="the checkout is damaged; run again to restore it") from None
 
 
 def installed_version(target: str) -> Optional[str]:
@@ -253,7 +253,8 @@ def _agree(tag: str, seen: Mapping[str, Optional[str]]) -> None:
     if wrong:
         detail = ", ".join(f"{what} is {v}" for what, v in wrong.items())
         raise EnsureError(ExitCode.ARTIFACT, f"the release {tag} does not agree with itself: {detail}",
-                          stage="release", hint="the tag and the published wheel differ; use FLYDSL_STRATEGY=source")
+                          stage=Stage.RELEASE,
+                          hint="the tag and the published wheel differ; use FLYDSL_STRATEGY=source")
 
 
 def _same_version(version: Optional[str], expected: str) -> bool:

@@ -12,7 +12,7 @@ import os
 import stat
 from typing import Optional, Tuple
 
-from ensure_flydsl.errors import EnsureError, ExitCode
+from ensure_flydsl.errors import EnsureError, ExitCode, Stage
 
 _REFUSED = (errno.EACCES, errno.EPERM, errno.EROFS)
 
@@ -25,16 +25,16 @@ def access_error(exc: OSError, command: str) -> Optional[EnsureError]:
     path = exc.filename if isinstance(exc.filename, str) else None
     if path is None:
         return EnsureError(ExitCode.BAD_INPUT, f"{doing} was refused by the system ({exc.strerror}); run it as the "
-                           "user who owns FLYDSL_ROOT and the folder it is in", stage="access")
+                           "user who owns FLYDSL_ROOT and the folder it is in", stage=Stage.ACCESS)
     if exc.errno == errno.EROFS:
         return EnsureError(ExitCode.BAD_INPUT, f"{path} is on a read-only file system, and {doing} needs to write "
                            "there: remount it read-write, or use a FLYDSL_ROOT on a writable file system",
-                           stage="access")
+                           stage=Stage.ACCESS)
     blocking, info = _blocking(path)
     me = _user(os.geteuid())
     if info is None:
         return EnsureError(ExitCode.BAD_INPUT, f"{path} cannot be reached by {me}, and {doing} needs it: run it as "
-                           "the user who owns FLYDSL_ROOT, or use a FLYDSL_ROOT of your own", stage="access")
+                           "the user who owns FLYDSL_ROOT, or use a FLYDSL_ROOT of your own", stage=Stage.ACCESS)
     is_dir = stat.S_ISDIR(info.st_mode)
     readable = os.access(blocking, os.R_OK | (os.X_OK if is_dir else 0))
     need = "write" if readable else "read"
@@ -45,7 +45,7 @@ def access_error(exc: OSError, command: str) -> Optional[EnsureError]:
         f"the {what} {blocking} cannot be {'written' if readable else 'read'} by {me}: it belongs to {owner}, mode "
         f"{stat.S_IMODE(info.st_mode):04o}; {doing} needs {need} access to it: run it as {owner}, or use a "
         "FLYDSL_ROOT of your own",
-        stage="access",
+        stage=Stage.ACCESS,
     )
 
 

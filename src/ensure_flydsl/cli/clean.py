@@ -13,7 +13,7 @@ import uuid
 from typing import List
 
 from ensure_flydsl.build.environment import LlvmRecord
-from ensure_flydsl.errors import EnsureError, ExitCode
+from ensure_flydsl.errors import EnsureError, ExitCode, Stage
 from ensure_flydsl.layout import (
     BUILD_DIR,
     build_dir,
@@ -78,7 +78,7 @@ def _refuse_while_running(settings: Settings) -> None:
             ExitCode.LOCK,
             f"a run for {settings.root} is going (run {run.run_id}, pid {run.pid}, step {run.step}): cleaning "
             "now would take its files from under it",
-            stage="clean", hint="wait for it to end (`ensure-flydsl wait`), or stop it, then run clean again",
+            stage=Stage.CLEAN, hint="wait for it to end (`ensure-flydsl wait`), or stop it, then run clean again",
         )
 
 

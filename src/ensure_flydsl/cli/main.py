@@ -10,7 +10,7 @@ import sys
 from typing import Callable, Dict, List, Optional, Sequence
 
 from ensure_flydsl.cli.parser import parse_args
-from ensure_flydsl.errors import EXIT_MEANINGS, BadInput, EnsureError, ExitCode, Interrupted, interrupted_by
+from ensure_flydsl.errors import EXIT_MEANINGS, BadInput, EnsureError, ExitCode, Interrupted, Stage, interrupted_by
 from ensure_flydsl.result import result_object
 from ensure_flydsl.settings import (
     SETTINGS,
@@ -43,7 +43,7 @@ def _report_bad_input(exc: BadInput, flags: Dict[str, Optional[str]], environ: D
         from ensure_flydsl.runs.markers import write_failure_marker
 
         try:
-            write_failure_marker(path, stage="settings", exit_code=int(exc.code), reason=exc.reason,
+            write_failure_marker(path, stage=Stage.SETTINGS, exit_code=int(exc.code), reason=exc.reason,
                                  hint=exc.hint, log=None, log_tail=[], run_id="", request={})
         except OSError:
             pass  # a read-only or full folder: the one line on stderr still says what is wrong

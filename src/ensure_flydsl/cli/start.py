@@ -19,7 +19,7 @@ from typing import Dict, Mapping, Optional
 import filelock
 
 from ensure_flydsl.cli.worker import settings_to_json
-from ensure_flydsl.errors import ExitCode
+from ensure_flydsl.errors import ExitCode, Stage
 from ensure_flydsl.pipeline.decide import preflight
 from ensure_flydsl.pipeline.publish import withdraw_stale_markers
 from ensure_flydsl.result import result_object
@@ -78,7 +78,7 @@ def _join_or_launch(settings: Settings, environ: Mapping[str, str], reporter: Re
     # Announce the run before the worker exists, so that `wait` and `status` issued the moment we return
     # follow it.  Only the worker writes its record after this: no stale write can overwrite its end.
     store.write(new_record(store, run_id, request=settings.request(), fail_marker=settings.fail_marker,
-                           log=settings.log_file, kind="detached", pid=None, step="starting"))
+                           log=settings.log_file, kind="detached", pid=None, step=Stage.STARTING))
     store.set_current(run_id)
     cmd = [sys.executable, "-m", "ensure_flydsl", "_worker", "--run-id", run_id, "--alive-fd", str(alive_fd),
            "--settings-json", json.dumps(settings_to_json(settings))]

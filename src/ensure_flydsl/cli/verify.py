@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from typing import Dict, List, Optional
 
-from ensure_flydsl.errors import ExitCode
+from ensure_flydsl.errors import ExitCode, Stage
 from ensure_flydsl.layout import tree_folders
 from ensure_flydsl.probe.gate import evaluate
 from ensure_flydsl.probe.interpreter import probe_modules, run_probe
@@ -41,7 +41,7 @@ def verify(settings: Settings, environ: Dict[str, str], *, as_json: bool) -> int
     if as_json:
         data = probe.to_json()
         data.update(result_object(
-            ok=ok, exit_code=code, stage=None if ok else "probe", reason=reason, version=probe.version,
+            ok=ok, exit_code=code, stage=None if ok else Stage.PROBE, reason=reason, version=probe.version,
             env_file=settings.env_file if ok else None, how=twin.how if ok and twin is not None else None,
             hint=None if ok else (START_HINT if code == NOT_ANSWERED else
                                   "run `ensure-flydsl` to provision a tree that passes, or see `ensure-flydsl doctor`"),

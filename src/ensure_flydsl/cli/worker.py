@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from typing import Dict, Mapping
 
+from ensure_flydsl.pipeline.context import Run
 from ensure_flydsl.pipeline.run import ensure_run
-from ensure_flydsl.runs.context import Run
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.support.report import Reporter
 

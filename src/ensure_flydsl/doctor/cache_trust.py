@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Optional
 
 from ensure_flydsl.doctor.check import OK, WRONG, Check
+from ensure_flydsl.errors import Stage
 from ensure_flydsl.settings import Settings
 
 
@@ -21,10 +22,10 @@ def check_cache_trust(settings: Settings) -> Optional[Check]:
                    f"; this host publishes unsigned ({settings.label('cache_signing_key')} is not set), and hosts "
                    "that check signatures will not install what it publishes")
         return Check("cache-trust", OK, f"cache entries are installed only when signed by {names}{signing}", "",
-                     False, "settings")
+                     False, Stage.SETTINGS)
     return Check("cache-trust", WRONG,
                  f"{trusted} is not set: if other hosts or users can write to {settings.cache}, this host installs "
                  "whatever they put there (the hashes only prove the blob matches its manifest, not who wrote it)",
                  "sign on the host that builds (FLYDSL_CACHE_SIGNING_KEY, from `ensure-flydsl cache keygen`) and set "
                  f"{trusted} to its .pub file on every host; ignore this if the cache is this host's alone",
-                 False, "settings")
+                 False, Stage.SETTINGS)

@@ -6,15 +6,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Dict
 
-from ensure_flydsl.errors import ExitCode
+from ensure_flydsl.errors import ExitCode, Stage
 
 OK, MISSING, WRONG, SKIPPED = "ok", "missing", "wrong", "skipped"
-STAGE_EXIT: Dict[str, ExitCode] = {
-    "settings": ExitCode.BAD_INPUT, "fetch": ExitCode.FETCH, "checkout": ExitCode.CHECKOUT, "llvm": ExitCode.LLVM_BUILD,
-    "build": ExitCode.FLYDSL_BUILD, "probe": ExitCode.PROBE, "release": ExitCode.ARTIFACT,
-    "requirements": ExitCode.PROBE,
-}
-STAGE_ORDER = ("settings", "fetch", "checkout", "requirements", "llvm", "build", "release", "probe")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -26,20 +20,20 @@ class Check:
     detail: str
     remedy: str
     blocking: bool  # the configured strategy cannot succeed while this stands
-    stage: str  # the run's step that would fail: "settings", "fetch", "checkout", "llvm", "build", ...
+    stage: Stage  # the run's step that would fail: settings, fetch, checkout, requirements, llvm, build, ...
     provided: bool = False  # missing here, but ensure-flydsl provides it (private toolchain, hip overlay)
 
     @property
     def exit_code(self) -> int:
-        return int(STAGE_EXIT.get(self.stage, ExitCode.INTERNAL))
+        return int(self.stage.exit_code or ExitCode.INTERNAL)
 
     def to_json(self) -> Dict[str, object]:
         return dataclasses.asdict(self)
 
 
-def _ok(name: str, detail: str, stage: str) -> Check:
+def _ok(name: str, detail: str, stage: Stage) -> Check:
     return Check(name, OK, detail, "", False, stage)
 
 
-def _skip(name: str, detail: str, stage: str) -> Check:
+def _skip(name: str, detail: str, stage: Stage) -> Check:
     return Check(name, SKIPPED, detail, "", False, stage)

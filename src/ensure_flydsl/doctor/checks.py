@@ -32,7 +32,7 @@ from ensure_flydsl.build.rocm import check_hip
 from ensure_flydsl.build.rocm_sdk import choose_rocm
 from ensure_flydsl.build.toolchain import ToolState, machine_state, package_spec
 from ensure_flydsl.doctor.check import MISSING, WRONG, Check, _ok, _skip
-from ensure_flydsl.errors import EnsureError
+from ensure_flydsl.errors import EnsureError, Stage
 from ensure_flydsl.layout import mlir_install, tools_dir
 from ensure_flydsl.probe.interpreter import describe_interpreter
 from ensure_flydsl.probe.records import Interpreter
@@ -57,7 +57,7 @@ def memory_check(jobs_setting: Optional[int], cores: int, available: Optional[in
                  compiles: bool, label: str = "FLYDSL_JOBS") -> Check:
     """Build parallelism against available memory (MEMORY_PER_JOB_BYTES a job: LLVM's big links).  Too many
     jobs is a warning with the number that fits; blocking only when not even one job fits an LLVM build."""
-    stage = "llvm" if heavy else "build"
+    stage = Stage.LLVM if heavy else Stage.BUILD
     if not compiles:
         return _skip("memory", "nothing is compiled", stage)
     if available is None:
@@ -80,7 +80,7 @@ def memory_check(jobs_setting: Optional[int], cores: int, available: Optional[in
 
 
 def disk_check(free: Optional[int], need: int, where: str, *, heavy: bool) -> Check:
-    stage = "llvm" if heavy else "build"
+    stage = Stage.LLVM if heavy else Stage.BUILD
     if free is None:
         return _skip("disk", f"cannot tell the free space at {where}", stage)
     what = "an LLVM/MLIR build and FlyDSL's" if heavy else "the build"
@@ -149,8 +149,8 @@ class RunContext:
     def compiles(self) -> bool:
         return self.needs.cmake or self.heavy
 
-    def tool_stage(self) -> str:
-        return "llvm" if self.heavy else "build"
+    def tool_stage(self) -> Stage:
+        return Stage.LLVM if self.heavy else Stage.BUILD
 
 
 def check_interpreter(settings: Settings, environ: Mapping[str, str]) -> Tuple[Check, Optional[Interpreter]]:
@@ -160,8 +160,8 @@ def check_interpreter(settings: Settings, environ: Mapping[str, str]) -> Tuple[C
                                       timeout_label=settings.label("probe_timeout"))
     except EnsureError as exc:
         return Check("interpreter", WRONG, f"{label}={settings.python}: {exc.reason}",
-                     f"set {label} to the Python interpreter that will import FlyDSL", True, "settings"), None
-    return _ok("interpreter", f"{interp.executable} {interp.version} ({interp.abi})", "settings"), interp
+                     f"set {label} to the Python interpreter that will import FlyDSL", True, Stage.SETTINGS), None
+    return _ok("interpreter", f"{interp.executable} {interp.version} ({interp.abi})", Stage.SETTINGS), interp
 
 
 def check_root(settings: Settings) -> Check:
@@ -169,36 +169,36 @@ def check_root(settings: Settings) -> Check:
     problem = None if os.path.lexists(root) else creatable_problem(root)
     if problem is not None:
         return Check("root", WRONG, f"{root} cannot be created: {problem[1]}",
-                     f"set {label} to a folder this user can create", True, "settings")
+                     f"set {label} to a folder this user can create", True, Stage.SETTINGS)
     state = classify_root(root, settings.repo)
     if state.kind == "foreign":
         return Check("root", WRONG, f"{root}: {state.reason}",
                      f"set {label} to an empty or new folder (ensure-flydsl never overwrites others' files)",
-                     True, "settings")
-    return _ok("root", f"{root} ({state.kind}{': ' + state.reason if state.reason else ''})", "settings")
+                     True, Stage.SETTINGS)
+    return _ok("root", f"{root} ({state.kind}{': ' + state.reason if state.reason else ''})", Stage.SETTINGS)
 
 
 def check_marker_sharing(settings: Settings) -> Check:
     sharing = roots_sharing_marker(settings)
     if not sharing:
-        return _ok("fail-marker", f"{settings.fail_marker} is this root's alone", "settings")
+        return _ok("fail-marker", f"{settings.fail_marker} is this root's alone", Stage.SETTINGS)
     advice = sharing_advice(settings, sharing)
     problem, remedy = advice.split("; give each root its own, ")
     return Check("fail-marker", WRONG, problem, "give each root its own FLYDSL_BUILD_FAILED, " + remedy, False,
-                 "settings")
+                 Stage.SETTINGS)
 
 
 def check_git(environ: Mapping[str, str]) -> Check:
     exe = shutil.which("git", path=environ.get("PATH"))
     if exe is None:
         return Check("git", MISSING, "git is not on PATH; it fetches the pin (and LLVM)",
-                     "install git (your OS package) or put it on PATH", True, "fetch")
+                     "install git (your OS package) or put it on PATH", True, Stage.FETCH)
     try:
         out = subprocess.run([exe, "--version"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=20,
                              check=False).stdout.decode(errors="replace").strip()
     except (OSError, subprocess.TimeoutExpired) as exc:
-        return Check("git", WRONG, f"{exe} does not run: {exc}", "reinstall git", True, "fetch")
-    return _ok("git", f"{out} at {exe}", "fetch")
+        return Check("git", WRONG, f"{exe} does not run: {exc}", "reinstall git", True, Stage.FETCH)
+    return _ok("git", f"{out} at {exe}", Stage.FETCH)
 
 
 def _llvm_already_built(settings: Settings, needs: BuildNeeds, interp: Optional[Interpreter]) -> Optional[str]:
@@ -225,24 +225,24 @@ def check_mlir(ctx: RunContext) -> Check:
                   "unset it to build LLVM/MLIR")
         if not is_mlir_install(s.mlir_path):
             # ensure refuses it before anything else (bad input, 64)
-            return Check("mlir", WRONG, f"{label}={s.mlir_path} holds no lib/cmake/mlir", remedy, True, "settings")
+            return Check("mlir", WRONG, f"{label}={s.mlir_path} holds no lib/cmake/mlir", remedy, True, Stage.SETTINGS)
         configs = [os.path.join(s.mlir_path, "lib", "cmake", "mlir", n) for n in ("MLIRConfig.cmake",
                                                                                   "mlir-config.cmake")]
         if not any(os.path.isfile(c) for c in configs) and ctx.needs.cmake:
             return Check("mlir", WRONG, f"{label}={s.mlir_path} holds no lib/cmake/mlir/MLIRConfig.cmake: the "
-                         "build's find_package(MLIR) will fail", remedy, True, "build")
-        return _ok("mlir", f"{label}={s.mlir_path}; no LLVM build", "build")
+                         "build's find_package(MLIR) will fail", remedy, True, Stage.BUILD)
+        return _ok("mlir", f"{label}={s.mlir_path}; no LLVM build", Stage.BUILD)
     built = _llvm_already_built(s, ctx.needs, ctx.interpreter)
     llvm = ctx.needs.llvm
     if built and llvm is not None:
-        return _ok("mlir", f"MLIR for {llvm.describe()} is already built in {built}", "llvm")
+        return _ok("mlir", f"MLIR for {llvm.describe()} is already built in {built}", Stage.LLVM)
     if llvm is not None and llvm.commit is None:
         return Check("mlir", WRONG, f"MLIR_PATH is unset and the pin's LLVM commit cannot be determined "
                      f"({llvm.problem}): the run builds LLVM/MLIR (the long step) every time, neither reusing "
                      "nor sharing it", f"set MLIR_PATH to an MLIR install built for this pin, or give the commit "
-                     f"in {llvm.commit_from}", False, "llvm")
+                     f"in {llvm.commit_from}", False, Stage.LLVM)
     what = f"{llvm.describe()}; " if llvm is not None else ""
-    return _skip("mlir", f"MLIR_PATH is unset: the run builds LLVM/MLIR ({what}the long step)", "llvm")
+    return _skip("mlir", f"MLIR_PATH is unset: the run builds LLVM/MLIR ({what}the long step)", Stage.LLVM)
 
 
 def _free_bytes(path: str) -> Tuple[Optional[int], str]:
@@ -283,7 +283,7 @@ def _compiler(env_var: str, names: Sequence[str], environ: Mapping[str, str]) ->
 def check_compiler(ctx: RunContext, cxx: bool) -> Check:
     name = "c++17-compiler" if cxx else "c-compiler"
     if not ctx.compiles:
-        return _skip(name, "nothing is compiled", "build")
+        return _skip(name, "nothing is compiled", Stage.BUILD)
     stage = ctx.tool_stage()
     cmd, where = (_compiler("CXX", ("c++", "g++", "clang++"), ctx.environ) if cxx
                   else _compiler("CC", ("cc", "gcc", "clang"), ctx.environ))
@@ -306,7 +306,7 @@ def check_compiler(ctx: RunContext, cxx: bool) -> Check:
 
 
 def check_headers(ctx: RunContext) -> Check:
-    stage = "llvm" if ctx.llvm and ctx.needs.llvm_python_bindings else "build"
+    stage = Stage.LLVM if ctx.llvm and ctx.needs.llvm_python_bindings else Stage.BUILD
     if not (ctx.needs.nanobind or (ctx.llvm and ctx.needs.llvm_python_bindings)):
         return _skip("python-headers", "no Python extension is built", stage)
     if ctx.interpreter is None:
@@ -322,7 +322,7 @@ def check_headers(ctx: RunContext) -> Check:
 
 def check_tool(ctx: RunContext, name: str, needed: Sequence[str]) -> Check:
     """A tool the private toolchain can provide: ok on the machine, else provided from the index."""
-    stage = ctx.tool_stage() if name in ("cmake", "ninja") else "build"
+    stage = ctx.tool_stage() if name in ("cmake", "ninja") else Stage.BUILD
     if name not in needed:
         return _skip(name, "not used by this build", stage)
     if name == "nanobind" and ctx.interpreter is None:  # asked of the interpreter: it would hang or fail again
@@ -356,7 +356,7 @@ def check_tool(ctx: RunContext, name: str, needed: Sequence[str]) -> Check:
 def check_hip_package(ctx: RunContext) -> Check:
     needs, s = ctx.needs, ctx.settings
     if not (needs.hip or needs.hip_optional):
-        return _skip("hip", "the pin's CMake files do not ask for hip", "build")
+        return _skip("hip", "the pin's CMake files do not ask for hip", Stage.BUILD)
     blocking = needs.hip
     asked = f"{needs.hip_where} does find_package(hip{' REQUIRED' if needs.hip else ''})"
     rocm = choose_rocm(s.rocm_path, ctx.interpreter.executable if ctx.interpreter else s.python, ctx.environ)
@@ -371,25 +371,25 @@ def check_hip_package(ctx: RunContext) -> Check:
         if check.needs_fix and prefix != rocm.path:
             return Check("hip", WRONG, f"{check.package_dir} (found through CMAKE_PREFIX_PATH) names "
                          f"{', '.join(check.missing)}, which is missing", f"set {label}={prefix}: ensure-flydsl then "
-                         "builds with a private corrected copy of the package", blocking, "build")
+                         "builds with a private corrected copy of the package", blocking, Stage.BUILD)
         if check.needs_fix:
             fix = (f"--fix-rocm-in-place: links {', '.join(check.missing)} inside {prefix}/lib" if s.fix_rocm_in_place
                    else f"ensure-flydsl builds with a private corrected copy of the package ({prefix} untouched)")
             return Check("hip", WRONG, f"{check.package_dir} names {', '.join(check.missing)}, which is missing "
                          f"(the library is {os.path.basename(str(check.actual))}); {fix}", "none needed",
-                         False, "build", provided=True)
+                         False, Stage.BUILD, provided=True)
         if check.unfixable:
             return Check("hip", WRONG, f"{check.package_dir} names {', '.join(check.missing)}, and {prefix}/lib has "
                          "no libamdhip64 at all", "install ROCm's HIP runtime (the hip-runtime-amd package) or "
-                         f"point {label} at a complete ROCm", blocking, "build")
+                         f"point {label} at a complete ROCm", blocking, Stage.BUILD)
         return _ok("hip", f"{check.package_dir} (names {', '.join(check.referenced) or 'no library'}, present); "
-                   f"{asked}", "build")
+                   f"{asked}", Stage.BUILD)
     where = " or ".join([f"{label}={s.rocm_path}"] + (["CMAKE_PREFIX_PATH"] if len(prefixes) > 1 else []))
     return Check("hip", MISSING, f"no hip CMake package (lib/cmake/hip) under {where}, nor from the package "
                  f"index ({rocm.tried}); {asked}",
                  f"install ROCm's HIP development files (hip-dev), or set {label} to the ROCm prefix holding "
                  "lib/cmake/hip, or install ROCm from the package index for the interpreter (its `rocm-sdk path "
-                 "--root` is used then)", blocking, "build")
+                 "--root` is used then)", blocking, Stage.BUILD)
 
 
 def installer_python(interp: Optional[Interpreter], settings: Settings) -> str:

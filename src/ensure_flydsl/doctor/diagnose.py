@@ -25,7 +25,7 @@ import time
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ensure_flydsl.doctor.cache_trust import check_cache_trust
-from ensure_flydsl.doctor.check import OK, SKIPPED, STAGE_ORDER, Check
+from ensure_flydsl.doctor.check import OK, SKIPPED, Check
 from ensure_flydsl.doctor.checks import (
     Index,
     RunContext,
@@ -53,7 +53,7 @@ from ensure_flydsl.doctor.remote_checks import (
     check_submodules,
 )
 from ensure_flydsl.doctor.requirements import check_requirements
-from ensure_flydsl.errors import EnsureError, ExitCode
+from ensure_flydsl.errors import EnsureError, ExitCode, Stage
 from ensure_flydsl.probe.records import Interpreter
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.source.mirrors import rewrite
@@ -77,7 +77,7 @@ def first_blocking(checks: Sequence[Check]) -> Optional[Check]:
     found = [c for c in checks if c.blocking]
     if not found:
         return None
-    return min(found, key=lambda c: STAGE_ORDER.index(c.stage) if c.stage in STAGE_ORDER else len(STAGE_ORDER))
+    return min(found, key=lambda c: len(Stage) if c.stage.order is None else c.stage.order)
 
 
 def stop_if_blocked(checks: Sequence[Check], strategy: str) -> None:
@@ -91,7 +91,7 @@ def stop_if_blocked(checks: Sequence[Check], strategy: str) -> None:
     raise EnsureError(
         ExitCode(first.exit_code),
         f"checked before building: the {strategy} strategy cannot succeed here; {first.name}: {first.detail}",
-        stage="doctor",
+        stage=Stage.DOCTOR,
         hint=f"{first.remedy}{more}; `ensure-flydsl doctor` lists every check",
         detail="\n".join(line for c in checks if c.blocking for line in render_check(c)),
     )
@@ -102,7 +102,7 @@ def _without_build_blocks(checks: List[Check], version_check: Check) -> List[Che
     source build fetches, do not block it."""
     note = f" (only for a source build: auto installs the release wheel, {version_check.detail.split('; ')[-1]})"
     return [dataclasses.replace(c, blocking=False, remedy=c.remedy + note)
-            if c.blocking and (c.stage in ("llvm", "build") or c.name == "submodules") else c for c in checks]
+            if c.blocking and (c.stage in (Stage.LLVM, Stage.BUILD) or c.name == "submodules") else c for c in checks]
 
 
 def run_checks(

@@ -16,7 +16,7 @@ from ensure_flydsl.doctor.check import MISSING, WRONG, Check, _ok, _skip
 from ensure_flydsl.doctor.checks import (
     RunContext,
 )
-from ensure_flydsl.errors import EnsureError
+from ensure_flydsl.errors import EnsureError, Stage
 from ensure_flydsl.layout import llvm_dir
 from ensure_flydsl.setting_values import GitMirrors
 from ensure_flydsl.settings import Settings
@@ -88,7 +88,7 @@ def check_repository(settings: Settings, environ: Mapping[str, str], timeout: fl
                      checkout: Optional[str]) -> Check:
     repo, pin, label = settings.repo, settings.pin, settings.label("repo")
     if checkout is not None:
-        return _ok("repository", f"the source is already checked out in {checkout}", "fetch")
+        return _ok("repository", f"the source is already checked out in {checkout}", Stage.FETCH)
     fetched = _root_has(settings.root, pin)
     where, _ = rewrite(repo, settings.git_mirrors)
     shown = describe(repo, settings.git_mirrors, settings.label("git_mirrors"))
@@ -96,41 +96,42 @@ def check_repository(settings: Settings, environ: Mapping[str, str], timeout: fl
         path = _local_path(where)
         if not os.path.isdir(path):
             return Check("repository", MISSING, f"{label}={shown}: {path} does not exist",
-                         f"point {label} at a FlyDSL clone or mirror", fetched is None, "fetch")
+                         f"point {label} at a FlyDSL clone or mirror", fetched is None, Stage.FETCH)
         commit = resolve_in(path, pin)
         if commit is None:
             return Check("repository", WRONG, f"the pin {pin} is not a commit, tag or branch of {shown}",
                          "check FLYDSL_PIN (a full commit hash or a tag such as v0.2.2)", fetched is None,
-                         "checkout")
+                         Stage.CHECKOUT)
         return _ok("repository", f"local repository {path}{' for ' + repo if where != repo else ''}; the pin is "
-                   f"commit {commit[:12]}", "fetch")
+                   f"commit {commit[:12]}", Stage.FETCH)
     answered, out, _ = _reach(repo, environ, timeout, settings)
     if not answered:
         if fetched is not None:
             return Check("repository", MISSING, f"{shown} does not answer ({out}), but the pin is already fetched "
-                         f"into {settings.root} (commit {fetched[:12]})", "none needed for this pin", False, "fetch")
+                         f"into {settings.root} (commit {fetched[:12]})", "none needed for this pin", False,
+                         Stage.FETCH)
         return Check("repository", MISSING, f"{shown} does not answer: {out}{_no_mirror(repo, settings)}",
                      f"check the network, or point {label} at a reachable mirror (a local path works), or map its "
-                     "URL with FLYDSL_GIT_MIRRORS=FROM=TO", True, "fetch")
+                     "URL with FLYDSL_GIT_MIRRORS=FROM=TO", True, Stage.FETCH)
     if re.fullmatch(r"[0-9a-fA-F]{40}", pin):
-        return _ok("repository", f"{shown} answers (the pin is a commit hash, fetched by hash)", "fetch")
+        return _ok("repository", f"{shown} answers (the pin is a commit hash, fetched by hash)", Stage.FETCH)
     refs = {line.split("\t", 1)[1].strip() for line in out.splitlines() if "\t" in line}
     if {f"refs/tags/{pin}", f"refs/heads/{pin}"} & refs:
-        return _ok("repository", f"{shown} answers and has {pin}", "fetch")
+        return _ok("repository", f"{shown} answers and has {pin}", Stage.FETCH)
     return Check("repository", WRONG, f"{shown} answers, but has no tag or branch {pin}",
-                 "check FLYDSL_PIN (a full commit hash or a tag such as v0.2.2)", True, "checkout")
+                 "check FLYDSL_PIN (a full commit hash or a tag such as v0.2.2)", True, Stage.CHECKOUT)
 
 
 def check_llvm_source(ctx: RunContext) -> Check:
     needs = ctx.needs
     if not ctx.llvm:
-        return _skip("llvm-source", "no LLVM build", "llvm")
+        return _skip("llvm-source", "no LLVM build", Stage.LLVM)
     if needs.llvm_remote is None:
-        return _skip("llvm-source", "build_llvm.sh does not clone llvm-project", "llvm")
+        return _skip("llvm-source", "build_llvm.sh does not clone llvm-project", Stage.LLVM)
     commit = needs.llvm_commit
     local = llvm_dir(ctx.settings.base_dir)
     if commit and os.path.isdir(os.path.join(local, ".git")) and resolve_in(local, commit):
-        return _ok("llvm-source", f"LLVM {commit[:12]} is already in {local}", "llvm")
+        return _ok("llvm-source", f"LLVM {commit[:12]} is already in {local}", Stage.LLVM)
     remote = ctx.environ.get("LLVM_REMOTE") or needs.llvm_remote
     named = f"named in {needs.llvm.commit_from}" if needs.llvm is not None else "the pin names"
     remedy = (f"set MLIR_PATH to an MLIR install built from LLVM {commit[:12] if commit else 'at the pin'} "
@@ -138,9 +139,9 @@ def check_llvm_source(ctx: RunContext) -> Check:
               "with FLYDSL_GIT_MIRRORS=FROM=TO)")
     answered, out, shown = _reach(remote, ctx.environ, ctx.timeout, ctx.settings, "HEAD")
     if answered:
-        return _ok("llvm-source", f"build_llvm.sh clones LLVM from {shown}, which answers", "llvm")
+        return _ok("llvm-source", f"build_llvm.sh clones LLVM from {shown}, which answers", Stage.LLVM)
     return Check("llvm-source", MISSING, f"build_llvm.sh clones LLVM from {shown}, which cannot be fetched: {out}"
-                 f"{_no_mirror(remote, ctx.settings)}", remedy, True, "llvm")
+                 f"{_no_mirror(remote, ctx.settings)}", remedy, True, Stage.LLVM)
 
 
 def _submodule_url(url: str, repo: str) -> str:
@@ -160,9 +161,9 @@ def check_submodules(ctx: RunContext, checkout: Optional[str]) -> Check:
     """A source build fetches the pin's submodules first: those whose repository does not answer stop it."""
     subs = ctx.needs.submodules
     if not ctx.needs.read:
-        return _skip("submodules", "the pin's source could not be read (see the repository check)", "fetch")
+        return _skip("submodules", "the pin's source could not be read (see the repository check)", Stage.FETCH)
     if not subs:
-        return _skip("submodules", "the pin has no submodules", "fetch")
+        return _skip("submodules", "the pin has no submodules", Stage.FETCH)
     unreachable: List[str] = []
     served: List[str] = []
     for path, url in subs:
@@ -179,13 +180,14 @@ def check_submodules(ctx: RunContext, checkout: Optional[str]) -> Check:
     if unreachable:
         return Check("submodules", MISSING, "the pin's submodules cannot be fetched: " + "; ".join(unreachable),
                      "make them reachable, or mirror them and map their URLs with FLYDSL_GIT_MIRRORS=FROM=TO "
-                     "(a URL prefix, such as https://github.com/=https://git.example.internal/github/)", True, "fetch")
-    return _ok("submodules", f"{len(subs)} submodule(s) can be fetched: " + ", ".join(served), "fetch")
+                     "(a URL prefix, such as https://github.com/=https://git.example.internal/github/)", True,
+                     Stage.FETCH)
+    return _ok("submodules", f"{len(subs)} submodule(s) can be fetched: " + ", ".join(served), Stage.FETCH)
 
 
 def check_index(ctx: RunContext, release: bool) -> Check:
     """Whether pip reaches the package index; needed when something is installed from it."""
-    stage = "release" if release else ("llvm" if ctx.llvm and ctx.needs.llvm_pip else "build")
+    stage = Stage.RELEASE if release else (Stage.LLVM if ctx.llvm and ctx.needs.llvm_pip else Stage.BUILD)
     asked = ctx.index.asked()
     if not asked and ctx.llvm and ctx.needs.llvm_pip:
         asked = [ctx.index.answer(ctx.needs.llvm_pip[0])]
@@ -236,36 +238,36 @@ def check_release(ctx: RunContext, checkout: Optional[str], *, demanded: bool) -
     """A flydsl wheel for the target interpreter (asked with the install's own options).  ``demanded``:
     FLYDSL_STRATEGY=release (blocking); else auto's first choice (never blocking: it falls back)."""
     if ctx.interpreter is None:
-        return _skip("release-wheel", "the interpreter does not run", "release")
+        return _skip("release-wheel", "the interpreter does not run", Stage.RELEASE)
     version, how, known = release_version_of_pin(ctx.settings, checkout)
     if version is None and not demanded:
-        return _skip("release-wheel", f"auto builds from source: {how}", "release")
+        return _skip("release-wheel", f"auto builds from source: {how}", Stage.RELEASE)
     if version is None and known:
         return Check("release-wheel", WRONG, how, "pin a release tag (for example v0.2.2) or a version, or use "
-                     "FLYDSL_STRATEGY=source", True, "release")
+                     "FLYDSL_STRATEGY=source", True, Stage.RELEASE)
     try:
         options = wheel_tags(ctx.interpreter)
     except EnsureError as exc:
         return Check("release-wheel", WRONG, exc.reason, "use a CPython interpreter, or FLYDSL_STRATEGY=source",
-                     demanded, "release")
+                     demanded, Stage.RELEASE)
     pip, no_pip = release_pip(ctx.interpreter.executable, ctx.environ)  # the pip ensure downloads with
     fallback = "" if demanded else "; auto builds from source instead"
     if pip is None:
         return Check("release-wheel", MISSING, f"{how}, but {no_pip}{fallback}",
-                     "give the interpreter pip, or use FLYDSL_STRATEGY=source", demanded, "release")
+                     "give the interpreter pip, or use FLYDSL_STRATEGY=source", demanded, Stage.RELEASE)
     answer = ctx.index.answer("flydsl", options, python=pip)
     wanted = f"flydsl=={version}" if version else f"flydsl >= {ctx.settings.min_version}"
     abi = options[options.index("--abi") + 1]
     if not answer.answered:
         return Check("release-wheel", MISSING, f"cannot ask the package index for {wanted}: {answer.detail}",
-                     "check the network or pip's configuration (PIP_INDEX_URL, pip.conf)", demanded, "release")
+                     "check the network or pip's configuration (PIP_INDEX_URL, pip.conf)", demanded, Stage.RELEASE)
     found = best_version(answer.versions, exact=version, minimum=None if version else ctx.settings.min_version)
     if found:
-        return _ok("release-wheel", f"{how}; the package index has a flydsl {found} wheel for {abi}", "release")
+        return _ok("release-wheel", f"{how}; the package index has a flydsl {found} wheel for {abi}", Stage.RELEASE)
     listed = ", ".join(answer.versions[:5]) or "none"
     return Check("release-wheel", MISSING, f"{how}, but the package index has no {wanted} wheel for {abi} "
                  f"(versions it has for {abi}: {listed}){fallback}", "use FLYDSL_STRATEGY=source to build the pin, "
                  "or set FLYDSL_PYTHON to an interpreter FlyDSL publishes wheels for (cp310-cp314)", demanded,
-                 "release")
+                 Stage.RELEASE)
 
 

@@ -18,7 +18,7 @@ from typing import Mapping, Optional, Sequence, Tuple
 
 from ensure_flydsl.build.wheels import pin_as_tag
 from ensure_flydsl.doctor.check import MISSING, Check, _ok, _skip
-from ensure_flydsl.errors import EnsureError, ExitCode
+from ensure_flydsl.errors import EnsureError, ExitCode, Stage
 from ensure_flydsl.probe.interpreter import find_modules
 from ensure_flydsl.probe.records import Interpreter
 from ensure_flydsl.settings import Settings
@@ -31,7 +31,7 @@ from ensure_flydsl.source.requirements import (
     pin_sources,
 )
 
-STAGE = "requirements"
+CHECK = "requirements"  # the doctor check's name; its stage is Stage.REQUIREMENTS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,13 +123,13 @@ def remedy(finding: Finding) -> str:
 
 def requirements_error(finding: Finding) -> EnsureError:
     """The run's stop: exit 6 at stage ``requirements``, before anything is downloaded or built."""
-    return EnsureError(ExitCode.PROBE, reason(finding), stage=STAGE, hint=remedy(finding),
+    return EnsureError(ExitCode.PROBE, reason(finding), stage=Stage.REQUIREMENTS, hint=remedy(finding),
                        detail="\n".join(_line(r) for r in finding.missing))
 
 
 def absent_error(finding: Finding) -> EnsureError:
     """The run's stop for a required module the pin does not have: exit 6 at stage ``requirements``."""
-    return EnsureError(ExitCode.PROBE, absent_reason(finding), stage=STAGE, hint=absent_remedy(finding),
+    return EnsureError(ExitCode.PROBE, absent_reason(finding), stage=Stage.REQUIREMENTS, hint=absent_remedy(finding),
                        detail=f"sources read from {finding.sources}")
 
 
@@ -149,21 +149,21 @@ def check_requirements(settings: Settings, environ: Mapping[str, str], interp: O
                        checkout: Optional[str]) -> Check:
     """The doctor's view of the preflight: blocking when the interpreter lacks a module the pin imports."""
     if interp is None:
-        return _skip(STAGE, "the interpreter does not run", STAGE)
+        return _skip(CHECK, "the interpreter does not run", Stage.REQUIREMENTS)
     pin = pin_as_tag(settings.pin) if settings.strategy == "release" else settings.pin
     sources = pin_sources(settings.root, settings.repo, pin, checkout)
     if sources is None:
-        return _skip(STAGE, f"the pin's sources cannot be read here yet (no checkout of {pin} in "
+        return _skip(CHECK, f"the pin's sources cannot be read here yet (no checkout of {pin} in "
                      f"{settings.root}, and {settings.repo} is not a local repository); a run checks them "
-                     "after fetching, before downloading or building anything", STAGE)
+                     "after fetching, before downloading or building anything", Stage.REQUIREMENTS)
     try:
         finding = assess(sources, interp.executable, settings.require, environ,
                          settings.probe_timeout, settings.label("probe_timeout"), pin)
     except EnsureError as exc:
-        return _skip(STAGE, f"could not ask {interp.executable}: {exc.reason}", STAGE)
+        return _skip(CHECK, f"could not ask {interp.executable}: {exc.reason}", Stage.REQUIREMENTS)
     if finding.absent:
-        return Check(STAGE, MISSING, absent_reason(finding), absent_remedy(finding), True, STAGE)
+        return Check(CHECK, MISSING, absent_reason(finding), absent_remedy(finding), True, Stage.REQUIREMENTS)
     if not finding.missing:
-        return _ok(STAGE, f"{summary(finding)}; {interp.executable} has them all", STAGE)
-    return Check(STAGE, MISSING, reason(finding), remedy(finding), True, STAGE)
+        return _ok(CHECK, f"{summary(finding)}; {interp.executable} has them all", Stage.REQUIREMENTS)
+    return Check(CHECK, MISSING, reason(finding), remedy(finding), True, Stage.REQUIREMENTS)
 

@@ -19,7 +19,7 @@ from typing import Callable, Dict, Iterator, Optional
 
 import filelock
 
-from ensure_flydsl.errors import EnsureError, ExitCode
+from ensure_flydsl.errors import EnsureError, ExitCode, Stage
 from ensure_flydsl.support import fields
 from ensure_flydsl.support.files import atomic_write_json, file_path_problem, read_json, remove_file
 
@@ -92,7 +92,7 @@ def build_lock(
     """
     problem = check_lock_path(path)
     if problem:
-        raise EnsureError(ExitCode.BAD_INPUT, f"FLYDSL_BUILD_LOCK={path!r} is not allowed: {problem}", stage="lock")
+        raise EnsureError(ExitCode.BAD_INPUT, f"FLYDSL_BUILD_LOCK={path!r} is not allowed: {problem}", stage=Stage.LOCK)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     lock = _make_lock(path)
     try:
@@ -129,7 +129,7 @@ def _wait_for(lock: filelock.BaseFileLock, path: str, timeout: Optional[float], 
                 raise EnsureError(
                     ExitCode.LOCK,
                     f"could not take the build lock {path} within {timeout:g} s: it is held by {holder}",
-                    stage="lock",
+                    stage=Stage.LOCK,
                     hint="another ensure-flydsl run is provisioning this root; `ensure-flydsl wait` follows it, "
                     "or raise FLYDSL_LOCK_TIMEOUT",
                 ) from None

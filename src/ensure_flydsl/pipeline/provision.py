@@ -10,25 +10,27 @@ its stamps as they were, so the previous install keeps answering."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
 import os
 from typing import List, Optional, Tuple
 
 from ensure_flydsl.build.wheels import WheelDownload, pin_as_tag, release_tags
 from ensure_flydsl.doctor.requirements import Finding, assess, stop_if_missing, summary
-from ensure_flydsl.errors import BadInput, EnsureError, ExitCode
+from ensure_flydsl.errors import BadInput, EnsureError, ExitCode, Stage
 from ensure_flydsl.layout import packages_dir, tree_folders, wheel_download_dir
+from ensure_flydsl.pipeline.context import Decision, Run
 from ensure_flydsl.pipeline.decide import tree_key
+from ensure_flydsl.pipeline.providers.base import Early, Provider
+from ensure_flydsl.pipeline.providers.cache import CacheProvider, open_run_cache
+from ensure_flydsl.pipeline.providers.release import ReleaseProvider
+from ensure_flydsl.pipeline.providers.source import SourceProvider
 from ensure_flydsl.pipeline.publish import publish
 from ensure_flydsl.probe.gate import is_within
 from ensure_flydsl.probe.interpreter import WarmProbe, probe_modules
-from ensure_flydsl.providers.base import Provider
-from ensure_flydsl.providers.cache import CacheProvider, open_run_cache
-from ensure_flydsl.providers.release import ReleaseProvider
-from ensure_flydsl.providers.source import SourceProvider
 from ensure_flydsl.result import Action, Result
 from ensure_flydsl.runs import markers
-from ensure_flydsl.runs.context import Decision, Run
 from ensure_flydsl.setting_values import GitMirrors
 from ensure_flydsl.source import git as gitsource
 from ensure_flydsl.source.requirements import read_commit_sources
@@ -39,26 +41,24 @@ from ensure_flydsl.support.processes import CommandFailed
 
 def provision(run: Run) -> Result:
     """Under the lock: the pin into the root, then the first provider that gives a verified tree.  What the
-    run started early (the wheel's download, the probe's interpreter) is stopped when it ends, however."""
+    run starts early (the wheel's download, the probe's interpreter) is stopped when it ends, however."""
     claim_for_build(run)
-    try:
-        with run.step("fetch"):
-            commit = fetch(run)
-        with run.step("requirements"):
+    with contextlib.ExitStack() as started:
+        early = Early()
+        started.callback(stop_wheel_download, run, early)
+        started.callback(early.stop_probe)
+        with run.step(Stage.FETCH):
+            commit = fetch(run, early)
+        with run.step(Stage.REQUIREMENTS):
             finding = check_requirements(run, commit)
-        providers = providers_for(run, commit)
-        with run.step("fetch"):
+        providers = providers_for(run, commit, early)
+        with run.step(Stage.FETCH):
             interrupted, deleted = refuse_local_changes(run)
             begin_build(run)
             checkout_pin(run, commit, force=interrupted or deleted)
         if finding is not None and finding.needed and providers[0].name != "source":
-            start_warm_probe(run, [r.module for r in finding.needed])
+            start_warm_probe(run, early, [r.module for r in finding.needed])
         return first_tree(run, commit, providers)
-    finally:
-        if run.warm_probe is not None:
-            run.warm_probe.close()
-            run.warm_probe = None
-        stop_wheel_download(run)
 
 
 def first_tree(run: Run, commit: str, providers: List[Provider]) -> Result:
@@ -72,10 +72,10 @@ def first_tree(run: Run, commit: str, providers: List[Provider]) -> Result:
         except BaseException as exc:
             provider.abandon(run, exc)  # a build lease held for the fleet records the failure
             raise
-    raise EnsureError(ExitCode.INTERNAL, "no provider gave a tree", stage="provision")  # source always does
+    raise EnsureError(ExitCode.INTERNAL, "no provider gave a tree", stage=Stage.PROVISION)  # source always does
 
 
-def providers_for(run: Run, commit: str) -> List[Provider]:
+def providers_for(run: Run, commit: str, early: Early) -> List[Provider]:
     """Release when the pin is a release tag's commit (``auto``) or demanded; the cache when one is set;
     the source build unless a release was demanded."""
     settings = run.settings
@@ -84,18 +84,18 @@ def providers_for(run: Run, commit: str) -> List[Provider]:
         raise EnsureError(
             ExitCode.ARTIFACT,
             f"the pin {settings.pin} (commit {commit[:12]}) is not the commit of a release tag vX.Y.Z",
-            stage="release",
+            stage=Stage.RELEASE,
             hint="pin a release tag (for example v0.2.2) or a version (0.2.2), or use FLYDSL_STRATEGY=source",
         )
     providers: List[Provider] = []
     if version is not None and settings.strategy in ("auto", "release"):
-        providers.append(ReleaseProvider(version, demanded=settings.strategy == "release"))
+        providers.append(ReleaseProvider(version, early, demanded=settings.strategy == "release"))
     if settings.strategy == "release":
         return providers
     cache = open_run_cache(run)
     if cache is not None:
-        providers.append(CacheProvider(cache))
-    providers.append(SourceProvider(cache))
+        providers.append(CacheProvider(cache, early))
+    providers.append(SourceProvider(cache, early))
     return providers
 
 
@@ -116,7 +116,7 @@ def check_requirements(run: Run, commit: str) -> Optional[Finding]:
     return finding
 
 
-def start_wheel_download(run: Run, commit: str, tags: List[str]) -> None:
+def start_wheel_download(run: Run, early: Early, commit: str, tags: List[str]) -> None:
     """The refs say the pin is a release's commit: under ``auto`` or ``release``, start downloading its wheel
     now, beside git's fetch of the pin (the release provider takes it over).  Not when that wheel is already
     installed in the root; a requirements check that fails later stops it and removes what it fetched."""
@@ -132,25 +132,23 @@ def start_wheel_download(run: Run, commit: str, tags: List[str]) -> None:
     folder = wheel_download_dir(root)
     remove_tree(folder)  # a leftover of an interrupted run of ours
     try:
-        run.wheel_download = WheelDownload(run.interpreter, versions[0], folder)
+        early.started_download(WheelDownload(run.interpreter, versions[0], folder))
     except (EnsureError, OSError):
         return  # the release provider meets the same problem and says it, at its turn
     run.say(f"release v{versions[0]}: downloading the flydsl=={versions[0]} wheel while the pin is fetched")
 
 
-def stop_wheel_download(run: Run) -> None:
-    if run.wheel_download is not None:
-        run.wheel_download.abort()
-        run.wheel_download = None
+def stop_wheel_download(run: Run, early: Early) -> None:
+    early.stop_download()
     remove_tree(wheel_download_dir(run.settings.root))
 
 
-def start_warm_probe(run: Run, preload: List[str]) -> None:
+def start_warm_probe(run: Run, early: Early, preload: List[str]) -> None:
     """Start the final probe's interpreter now, importing ``preload`` (torch alone takes seconds) while the
     wheel or the cache entry is fetched and unpacked; a source build, an hour long, stops it (memory)."""
     s = run.settings
-    run.warm_probe = WarmProbe(s.python, modules=probe_modules(s.require), prefix=tree_folders(s.root),
-                               environ=run.environ, preload=preload)
+    early.started_probe(WarmProbe(s.python, modules=probe_modules(s.require), prefix=tree_folders(s.root),
+                                  environ=run.environ, preload=preload))
     run.say(f"importing {', '.join(preload)} in {s.python} while the tree is put in place")
 
 
@@ -177,7 +175,7 @@ def claim_for_build(run: Run) -> None:
     faults.point("root-claimed")
 
 
-def fetch(run: Run) -> str:
+def fetch(run: Run, early: Early) -> str:
     """The pin's commit, fetched into the root's repository: objects and refs only, the work tree untouched."""
     settings, root = run.settings, run.settings.root
     pin = pin_as_tag(settings.pin) if settings.strategy == "release" else settings.pin
@@ -185,7 +183,7 @@ def fetch(run: Run) -> str:
     gitsource.ensure_repository(root, settings.repo, mirrors=settings.git_mirrors)
     exclude_from_git(root)
     commit = gitsource.fetch_pin(root, pin, settings.repo, run.say, mirrors=settings.git_mirrors,
-                                 on_fetch=run.worked, on_tags=lambda sha, tags: start_wheel_download(run, sha, tags))
+                                 on_fetch=run.worked, on_tags=functools.partial(start_wheel_download, run, early))
     run.say(f"pin {pin} is commit {commit}")
     faults.point("fetched")
     return commit
@@ -243,7 +241,7 @@ def check_local_changes(root: str, repo: str, mirrors: GitMirrors) -> bool:
         raise EnsureError(
             ExitCode.CHECKOUT,
             f"the checkout in {root} has local changes to tracked files ({shown}); they are not the pin",
-            stage="checkout",
+            stage=Stage.CHECKOUT,
             hint=f"save them elsewhere, then `git -C {root} checkout -- .`; ensure-flydsl never overwrites them",
         )
     return bool(found)

@@ -6,8 +6,9 @@ import json
 import os
 from typing import Callable, List, Optional
 
-from ensure_flydsl.errors import EnsureError, ExitCode, Interrupted, exit_code_of, interrupted_by
+from ensure_flydsl.errors import EnsureError, ExitCode, Interrupted, Stage, exit_code_of, interrupted_by
 from ensure_flydsl.layout import tree_folders
+from ensure_flydsl.pipeline.context import Decision, Run
 from ensure_flydsl.pipeline.fingerprint import compute, watch_folders
 from ensure_flydsl.pipeline.warm import tree_stamp_path
 from ensure_flydsl.probe.gate import evaluate, package_folder
@@ -15,7 +16,6 @@ from ensure_flydsl.probe.interpreter import probe_modules, run_probe
 from ensure_flydsl.probe.records import Probe
 from ensure_flydsl.result import Action, How, Result
 from ensure_flydsl.runs import markers
-from ensure_flydsl.runs.context import Decision, Run
 from ensure_flydsl.runs.liveness import marker_is_answered
 from ensure_flydsl.runs.markers import tail_of
 from ensure_flydsl.runs.records import RunStore
@@ -105,7 +105,7 @@ def publish(run: Run, decision: Decision, action: Action) -> Result:
     as_read = markers.EnvTwin.from_json(json.loads(json.dumps(twin.to_json())))  # as it reads back
     current = there is not None and as_read is not None and there.answers(as_read) \
         and _read_text(settings.env_file) == text
-    with run.step("publish"):
+    with run.step(Stage.PUBLISH):
         if current:
             run.say(f"{settings.env_file} is current")
         else:
@@ -153,11 +153,10 @@ def record_failure(run: Run, exc: BaseException) -> None:
     else:
         reason = f"internal error: {type(exc).__name__}: {exc}"
         hint, stage = "this is a bug in ensure-flydsl; the log has the traceback", run.step_name
-    if run.tracker is not None:
-        run.tracker.failed(int(code), stage, reason, hint)
+    run.tracker.failed(int(code), stage, reason, hint)
     if not os.path.isdir(os.path.dirname(settings.fail_marker)):
         return  # bad input about the marker's own folder: nothing may be created
-    held_lock = run.tracker is not None and run.tracker.record.locked
+    held_lock = run.tracker.locked
     answered = marker_is_answered(RunStore(settings.root), settings.request(), run.run_id, settings.root,
                                   held_lock)
     if answered is not None:

@@ -9,7 +9,8 @@ from __future__ import annotations
 import contextlib
 import shutil
 
-from ensure_flydsl.errors import BadInput, EnsureError, ExitCode
+from ensure_flydsl.errors import BadInput, EnsureError, ExitCode, Stage
+from ensure_flydsl.pipeline.context import Decision, Run
 from ensure_flydsl.pipeline.decide import check_writable, decide, preflight
 from ensure_flydsl.pipeline.lock import build_lock
 from ensure_flydsl.pipeline.provision import provision
@@ -18,7 +19,6 @@ from ensure_flydsl.pipeline.warm import try_warm
 from ensure_flydsl.probe.gate import same_folder
 from ensure_flydsl.result import Action, How, Result
 from ensure_flydsl.runs.answer import roots_sharing_marker, sharing_advice
-from ensure_flydsl.runs.context import Decision, Run
 from ensure_flydsl.runs.twin_gate import installed, installed_line
 
 __all__ = ["Result", "Run", "ensure_run"]
@@ -40,17 +40,15 @@ def ensure_run(run: Run) -> Result:
                 run.say(installed_line(exc.installed))
         raise
     else:
-        if run.tracker is not None:
-            run.tracker.succeeded(result.to_json())
+        run.tracker.succeeded(result.to_json())
         return result
     finally:
-        if run.tracker is not None:
-            run.tracker.close()  # last: a waiter that sees the run end finds its final state written
+        run.tracker.close()  # last: a waiter that sees the run end finds its final state written
 
 
 def _ensure(run: Run) -> Result:
     settings = run.settings
-    with run.step("probe"):
+    with run.step(Stage.PROBE):
         # --verify of a good tree writes nothing and takes no lock (as `verify`): its paths are checked below.
         run.interpreter = preflight(settings, run.environ, writes=not settings.verify)
         withdraw_stale_markers(settings, run.say)
@@ -64,7 +62,7 @@ def _ensure(run: Run) -> Result:
         raise EnsureError(
             ExitCode.PROBE,
             f"nothing reusable ({decision.reason}) and FLYDSL_STRATEGY=reuse-only never provisions",
-            stage="probe",
+            stage=Stage.PROBE,
             hint="install FlyDSL for this interpreter, or use FLYDSL_STRATEGY=auto to build the pin",
         )
     if shutil.which("git", path=run.environ.get("PATH")) is None:
@@ -73,18 +71,17 @@ def _ensure(run: Run) -> Result:
         check_writable(settings)
     run.track()
     with contextlib.ExitStack() as held:
-        with run.step("lock"):
+        with run.step(Stage.LOCK):
             held.enter_context(
                 build_lock(settings.lock_file, timeout=settings.lock_timeout, run_id=run.run_id, say=run.say)
             )
-            if run.tracker is not None:
-                run.tracker.held_lock()
+            run.tracker.held_lock()
         run.reporter.open_log(settings.log_file)
         # A concurrent run may have finished while we waited: its fingerprint answers without a probe
         # (sixteen waiters do not probe one after another), else a probe does.
         warm = None if settings.verify else try_warm(settings, run.environ)
         if warm is None:
-            with run.step("probe"):
+            with run.step(Stage.PROBE):
                 decision = decide(run, again=True)
         if warm is not None or decision.ok:
             run.say("another run finished this while we waited for the lock")

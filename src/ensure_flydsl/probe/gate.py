@@ -12,10 +12,11 @@ import dataclasses
 import os
 from typing import Dict, Optional, Sequence
 
-from packaging.version import InvalidVersion, Version
+from packaging.version import InvalidVersion
 
 from ensure_flydsl.layout import BUILD_DIR, PACKAGES_DIR, tree_folders
 from ensure_flydsl.probe.records import Probe
+from ensure_flydsl.setting_values import release_at_least
 
 
 @dataclasses.dataclass(frozen=True)
@@ -25,16 +26,6 @@ class Verdict:
     tree: Optional[str] = None  # the one folder that holds every imported module, when there is one
     version: Optional[str] = None
     files: Dict[str, str] = dataclasses.field(default_factory=dict)
-
-
-def release_at_least(version: str, floor: str) -> bool:
-    """Whether the release segment of ``version`` is >= that of ``floor`` (0.2.2.dev3+g1 passes 0.2.2).
-
-    Raises InvalidVersion for a version packaging cannot parse.
-    """
-    have = Version(version).release
-    need = Version(floor).release
-    return Version(".".join(map(str, have))) >= Version(".".join(map(str, need)))
 
 
 def package_folder(module: str, file: str) -> str:

@@ -16,7 +16,7 @@ import subprocess
 import time
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
-from ensure_flydsl.errors import EnsureError, ExitCode
+from ensure_flydsl.errors import EnsureError, ExitCode, Stage
 from ensure_flydsl.probe.records import Interpreter, ModuleResult, Probe
 from ensure_flydsl.settings import DEFAULT_PROBE_TIMEOUT
 from ensure_flydsl.support.processes import kill_group
@@ -146,7 +146,7 @@ class ProbeBroke(EnsureError):
 
     def __init__(self, reason: str, importing: Optional[str], origin: Optional[str], detail: str = "") -> None:
         super().__init__(
-            ExitCode.PROBE, reason, stage="probe", detail=detail,
+            ExitCode.PROBE, reason, stage=Stage.PROBE, detail=detail,
             hint="run `ensure-flydsl verify` by hand to see it; an import that crashes or hangs the interpreter "
             "must be fixed or taken off the path",
         )
@@ -217,11 +217,12 @@ def _start(python: str, modules: Sequence[str], env: Mapping[str, str], script: 
         raise EnsureError(
             ExitCode.BAD_INPUT,
             f"the interpreter {python!r} does not exist",
-            stage="probe",
+            stage=Stage.PROBE,
             hint="set FLYDSL_PYTHON (or --python) to the interpreter that will import FlyDSL",
         ) from None
     except PermissionError:
-        raise EnsureError(ExitCode.BAD_INPUT, f"the interpreter {python!r} is not executable", stage="probe") from None
+        raise EnsureError(ExitCode.BAD_INPUT, f"the interpreter {python!r} is not executable",
+                          stage=Stage.PROBE) from None
 
 
 def _communicate(proc: "subprocess.Popen[bytes]", timeout: float,

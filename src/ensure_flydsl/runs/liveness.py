@@ -70,7 +70,7 @@ def record_death(store: RunStore, record: RunRecord) -> RunRecord:
     if dead.fail_marker and os.path.isdir(os.path.dirname(dead.fail_marker)):
         assert dead.failure is not None
         markers.write_failure_marker(
-            dead.fail_marker, stage=str(dead.step), exit_code=dead.failure.exit_code, reason=dead.failure.reason,
+            dead.fail_marker, stage=dead.step, exit_code=dead.failure.exit_code, reason=dead.failure.reason,
             hint=DEATH_HINT, log=dead.log or None, log_tail=markers.tail_of(dead.log), run_id=dead.run_id,
             request=dead.request,
         )

@@ -12,6 +12,7 @@ import os
 import shlex
 from typing import Dict, List, Mapping, Optional, Sequence
 
+from ensure_flydsl.errors import Stage
 from ensure_flydsl.result import How
 from ensure_flydsl.support import faults, fields
 from ensure_flydsl.support.files import atomic_write, atomic_write_json, file_path_problem, read_json, remove_file
@@ -209,7 +210,7 @@ def withdraw_failure_marker(path: str, root: str) -> bool:
 def write_failure_marker(
     path: str,
     *,
-    stage: str,
+    stage: Optional[Stage],
     exit_code: int,
     reason: str,
     hint: str,

@@ -14,11 +14,11 @@ import re
 import subprocess
 import sys
 import time
-from typing import Dict, List, Mapping, Optional, Sequence
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
+from ensure_flydsl.errors import Plan, Stage
 from ensure_flydsl.runs.records import (
     FAILED,
-    SOURCE_PLAN,
     SUCCEEDED,
     Failure,
     RunRecord,
@@ -46,8 +46,8 @@ def parse_percent(line: str) -> Optional[float]:
 
 
 def estimate_eta(
-    step: Optional[str], step_elapsed: float, percent: Optional[float], typical: Mapping[str, float],
-    done: Sequence[str], plan: Sequence[str] = SOURCE_PLAN,
+    step: Optional[Stage], step_elapsed: float, percent: Optional[float], typical: Mapping[str, float],
+    done: Sequence[str], plan: Sequence[Stage] = Plan.SOURCE.stages,
 ) -> Optional[float]:
     """Seconds left: the rest of the current step (from its percent when known, else its typical length),
     plus the typical length of each step of the plan still to come."""
@@ -71,7 +71,7 @@ class Tracker:
         self.typical = store.typical_seconds()
         self.step_started_at = time.time()
         self.worked: Dict[str, float] = {}
-        self.plan: Sequence[str] = SOURCE_PLAN
+        self.plan: Sequence[Stage] = Plan.SOURCE.stages
         self._last_write = 0.0
 
     @classmethod
@@ -83,7 +83,7 @@ class Tracker:
         fd = alive_fd if alive_fd is not None else store.hold_alive(run_id)
         os.set_inheritable(fd, False)  # a build we start must not keep the run "alive" after we die
         record = new_record(store, run_id, request=request, fail_marker=fail_marker, log=log, kind=kind,
-                            pid=os.getpid(), step="probe")
+                            pid=os.getpid(), step=Stage.PROBE)
         announced = store.read(run_id)  # `start` wrote it before launching us
         if announced is not None:
             record.started = announced.started
@@ -102,14 +102,14 @@ class Tracker:
         )
 
     # -- steps and progress ------------------------------------------------------------------------------
-    def step_started(self, name: str) -> None:
+    def step_started(self, name: Stage) -> None:
         self.step_started_at = time.time()
         self.record.step = name
         self.record.percent = None
         self.record.steps.append({"name": name, "started": self.step_started_at, "ended": None})
         self._write(force=True)
 
-    def step_ended(self, name: str, seconds: float, worked: bool) -> None:
+    def step_ended(self, name: Stage, seconds: float, worked: bool) -> None:
         steps = self.record.steps
         if steps and steps[-1]["name"] == name:
             steps[-1]["ended"] = time.time()
@@ -131,6 +131,22 @@ class Tracker:
         """From here on this run does the work for its request: its outcome is the request's outcome."""
         self.record.locked = True
         self._write(force=True)
+
+    @property
+    def locked(self) -> bool:
+        return self.record.locked
+
+    def step_progress(self) -> Tuple[Optional[Stage], Optional[float], Optional[float]]:
+        """The current step, its own percent and the rest of it from that percent (0 at 100 %): never the
+        figures the run shows while it follows another host's build (those are that host's)."""
+        record = self.record
+        percent = record.percent
+        if record.waiting is not None or not isinstance(percent, (int, float)) or isinstance(percent, bool):
+            return record.step, None, None
+        eta = None
+        if percent > 0:
+            eta = round(max(0.0, time.time() - self.step_started_at) * (100.0 - percent) / percent, 1)
+        return record.step, float(percent), eta
 
     def build_group(self, pgid: Optional[int]) -> None:
         self.record.build_pgid = pgid
@@ -174,7 +190,7 @@ class Tracker:
         self.record.percent, self.record.eta_s = None, 0
         self._store()
 
-    def failed(self, code: int, stage: str, reason: str, hint: str = "") -> None:
+    def failed(self, code: int, stage: Stage, reason: str, hint: str = "") -> None:
         self.record.state, self.record.finished = FAILED, time.time()
         self.record.failure = Failure(stage, code, reason, hint)
         self._store()
@@ -184,3 +200,45 @@ class Tracker:
             os.close(self.alive_fd)
         except OSError:
             pass
+
+
+class NullTracker:
+    """The tracker of a run that is not tracked (yet, or ever: a warm call): the same calls, recording nothing."""
+
+    locked = False
+
+    def __init__(self) -> None:
+        self.plan: Sequence[Stage] = Plan.SOURCE.stages
+
+    def step_started(self, name: Stage) -> None:
+        pass
+
+    def step_ended(self, name: Stage, seconds: float, worked: bool) -> None:
+        pass
+
+    def line(self, text: str) -> Optional[float]:
+        return None
+
+    def held_lock(self) -> None:
+        pass
+
+    def step_progress(self) -> Tuple[Optional[Stage], Optional[float], Optional[float]]:
+        return None, None, None
+
+    def build_group(self, pgid: Optional[int]) -> None:
+        pass
+
+    def follow(self, waiting: Optional[Dict[str, object]], percent: Optional[float], eta: Optional[float]) -> None:
+        pass
+
+    def eta(self) -> Optional[float]:
+        return None
+
+    def succeeded(self, result: Mapping[str, object]) -> None:
+        pass
+
+    def failed(self, code: int, stage: Stage, reason: str, hint: str = "") -> None:
+        pass
+
+    def close(self) -> None:
+        pass

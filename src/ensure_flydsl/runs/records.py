@@ -25,6 +25,7 @@ import time
 import uuid
 from typing import Callable, Dict, List, Mapping, Optional
 
+from ensure_flydsl.errors import Stage
 from ensure_flydsl.layout import base_state_dir, history_file, runs_dir
 from ensure_flydsl.support import fields
 from ensure_flydsl.support.files import atomic_write, atomic_write_json, read_json
@@ -36,29 +37,25 @@ HISTORY_KEEP = 7
 # Documented defaults for an ETA when this host has no history yet (seconds, from FlyDSL builds on MI300X
 # hosts: LLVM/MLIR dominates).
 DEFAULT_STEP_SECONDS: Dict[str, float] = {
-    "probe": 5.0,
-    "lock": 0.0,
-    "fetch": 60.0,
-    "requirements": 1.0,
-    "fixes": 5.0,
-    "llvm": 900.0,
-    "build": 300.0,
-    "verify": 15.0,
-    "publish": 1.0,
-    "release": 30.0,
-    "cache": 30.0,
+    Stage.PROBE: 5.0,
+    Stage.LOCK: 0.0,
+    Stage.FETCH: 60.0,
+    Stage.REQUIREMENTS: 1.0,
+    Stage.FIXES: 5.0,
+    Stage.LLVM: 900.0,
+    Stage.BUILD: 300.0,
+    Stage.VERIFY: 15.0,
+    Stage.PUBLISH: 1.0,
+    Stage.RELEASE: 30.0,
+    Stage.CACHE: 30.0,
 }
-# The steps a run goes through, by how it provisions (the ETA adds up the typical length of those ahead).
-SOURCE_PLAN = ("probe", "lock", "fetch", "requirements", "fixes", "llvm", "build", "verify", "publish")
-RELEASE_PLAN = ("probe", "lock", "fetch", "requirements", "release", "verify", "publish")
-CACHE_PLAN = ("probe", "lock", "fetch", "requirements", "cache", "verify", "publish")
 
 
 @dataclasses.dataclass
 class Failure:
     """How a run failed: the stage, its exit code, the one-line reason."""
 
-    stage: Optional[str]
+    stage: Optional[Stage]  # None also for a stage this version does not know
     exit_code: int
     reason: str
     hint: str = ""  # what to do next
@@ -69,7 +66,8 @@ class Failure:
     @classmethod
     def from_json(cls, data: object) -> Optional["Failure"]:
         """The failure (of a run record, or a failure marker), or None when it is not one: the exit code an
-        exit status the tool gives (1 to 255), the stage a string or null, the reason a string."""
+        exit status the tool gives (1 to 255), the stage a string or null (a name this version does not know
+        reads as null), the reason a string."""
         if not isinstance(data, dict):
             return None
         code, stage, reason = fields.integer(data.get("exit_code")), data.get("stage"), data.get("reason", "")
@@ -78,7 +76,7 @@ class Failure:
         if stage is not None and not isinstance(stage, str):
             return None
         hint = data.get("hint")
-        return cls(stage, code, reason, hint if isinstance(hint, str) else "")
+        return cls(Stage.parse(stage), code, reason, hint if isinstance(hint, str) else "")
 
 
 @dataclasses.dataclass
@@ -93,7 +91,7 @@ class RunRecord:
     pid_start: Optional[str] = None  # the kernel's start time of pid, to tell it from a reused pid
     host: str = ""
     state: str = "running"
-    step: Optional[str] = None
+    step: Optional[Stage] = None  # None also for a step this version does not know
     percent: Optional[float] = None
     eta_s: Optional[float] = None
     started: float = 0.0
@@ -138,6 +136,10 @@ class RunRecord:
             if checked is None and (value is not None or name in _NOT_NULL):
                 return None
             values[name] = checked
+        step = data.get("step")
+        if step is not None and fields.text(step) is None:
+            return None
+        values["step"] = Stage.parse(step)  # a step this version does not know: none (the record stands)
         failure = data.get("failure")
         values["failure"] = Failure.from_json(failure)
         if failure is not None and values["failure"] is None:
@@ -155,10 +157,10 @@ def _dicts(value: object) -> Optional[List[Dict[str, object]]]:
 
 
 _RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")  # it names files beside the record
-# Each field of a record but run_id, request and failure, with its check (the value, or None when wrong).
+# Each field of a record but run_id, request, step and failure, with its check (the value, or None when wrong).
 _RECORD_FIELDS: Dict[str, Callable[[object], object]] = {
     "root": fields.path, "kind": fields.text, "pid": _positive, "pid_start": fields.text, "host": fields.text,
-    "state": fields.text, "step": fields.text, "percent": fields.number, "eta_s": fields.number,
+    "state": fields.text, "percent": fields.number, "eta_s": fields.number,
     "started": fields.number, "finished": fields.number, "updated": fields.number, "steps": _dicts,
     "log": fields.path, "fail_marker": fields.path, "result": lambda v: v if isinstance(v, dict) else None,
     "build_pgid": _positive, "build_leader_start": fields.text,
@@ -328,7 +330,7 @@ def sibling_roots(root: str) -> List[str]:
 
 
 def new_record(store: RunStore, run_id: str, *, request: Mapping[str, object], fail_marker: str, log: str,
-               kind: str, pid: Optional[int], step: str) -> RunRecord:
+               kind: str, pid: Optional[int], step: Stage) -> RunRecord:
     import socket
 
     return RunRecord(run_id=run_id, root=store.root, request=dict(request), kind=kind, pid=pid,

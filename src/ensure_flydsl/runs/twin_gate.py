@@ -18,6 +18,7 @@ import os
 from typing import Dict, Mapping, Optional
 
 from ensure_flydsl.runs.markers import EnvTwin
+from ensure_flydsl.setting_values import release_at_least, same_repo
 
 
 def _same_interpreter(twin: EnvTwin, python: str, path_env: Optional[str]) -> bool:
@@ -30,12 +31,6 @@ def _same_interpreter(twin: EnvTwin, python: str, path_env: Optional[str]) -> bo
 
         found = shutil.which(python, path=path_env)
     return found is not None and os.path.abspath(found) == os.path.abspath(twin.python)
-
-
-def _same_repo(url_a: str, url_b: str) -> bool:
-    from ensure_flydsl.source.root import same_repo
-
-    return same_repo(url_a, url_b)
 
 
 def built_from(twin: EnvTwin) -> str:
@@ -66,8 +61,6 @@ def twin_gap(twin: EnvTwin, request: Mapping[str, object], path_env: Optional[st
     floor = str(request.get("min_version") or "")
     from packaging.version import InvalidVersion
 
-    from ensure_flydsl.probe.gate import release_at_least
-
     try:
         passes = release_at_least(twin.version, floor)
     except InvalidVersion:
@@ -77,7 +70,7 @@ def twin_gap(twin: EnvTwin, request: Mapping[str, object], path_env: Optional[st
     if request.get("exact_pin"):
         pin, repo = str(request.get("pin") or ""), str(request.get("repo") or "")
         same_pin = twin.pin == pin or (bool(twin.commit) and twin.commit == pin.lower())
-        if not (same_pin and twin.repo and _same_repo(twin.repo, repo)):
+        if not (same_pin and twin.repo and same_repo(twin.repo, repo)):
             return f"its tree was built from {built_from(twin)}, not from the pin {pin} (FLYDSL_EXACT_PIN)"
     shim = request.get("shim_dir")
     if twin.FLYDSL_SHIM_DIR != shim:

@@ -13,7 +13,7 @@ import os
 import re
 from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
-from ensure_flydsl.errors import EnsureError, ExitCode
+from ensure_flydsl.errors import EnsureError, ExitCode, Stage
 from ensure_flydsl.setting_values import GitMirrors
 from ensure_flydsl.source.mirrors import describe, is_local, with_mirrors, with_network_limits
 from ensure_flydsl.support.processes import CommandFailed, Silent, cmd_output, watched_output
@@ -37,7 +37,7 @@ _NETWORK = {"ls-remote", "fetch", "clone", "submodule"}
 
 
 @contextlib.contextmanager
-def failing_as(code: ExitCode, reason: str, *, stage: str, hint: str = "") -> Iterator[None]:
+def failing_as(code: ExitCode, reason: str, *, stage: Stage, hint: str = "") -> Iterator[None]:
     """A git command that fails inside becomes the run's failure: exit ``code``, its output as the detail."""
     try:
         yield
@@ -93,7 +93,7 @@ def git(root: str, *args: str, repo: str, mirrors: GitMirrors, timeout: Optional
             ExitCode.FETCH,
             f"git {sub}{' update' if sub == 'submodule' else ''} stopped: nothing received from {exc.remote} "
             f"for {exc.seconds:g} s",
-            stage="submodules" if sub == "submodule" else "fetch",
+            stage=Stage.SUBMODULES if sub == "submodule" else Stage.FETCH,
             hint=SUBMODULES_UNREACHABLE if sub == "submodule" else UNREACHABLE,
             detail=exc.describe(),
         ) from None
@@ -122,7 +122,7 @@ def clear_stale_git_locks(root: str, say: Callable[[str], None]) -> None:
 
 def ensure_repository(root: str, repo: str, *, mirrors: GitMirrors) -> None:
     """A git repository in ``root`` whose origin is ``repo`` (init it, or point origin at the repo)."""
-    with failing_as(ExitCode.FETCH, f"cannot prepare a git repository in {root}", stage="fetch"):
+    with failing_as(ExitCode.FETCH, f"cannot prepare a git repository in {root}", stage=Stage.FETCH):
         if not os.path.isdir(os.path.join(root, ".git")):
             cmd_output(["git", "init", "-q", root], env=git_env(repo, mirrors))
         try:
@@ -160,7 +160,7 @@ def has_all_objects(root: str, commit: str, repo: str, *, mirrors: GitMirrors) -
 
 def remote_refs(root: str, repo: str, *, mirrors: GitMirrors) -> Dict[str, str]:
     """``git ls-remote``: ref name -> commit, with annotated tags peeled (``refs/tags/v1^{}``)."""
-    with failing_as(ExitCode.FETCH, f"cannot list the refs of {describe(repo, mirrors)}", stage="fetch",
+    with failing_as(ExitCode.FETCH, f"cannot list the refs of {describe(repo, mirrors)}", stage=Stage.FETCH,
                     hint=UNREACHABLE):
         out = git(root, "ls-remote", "origin", repo=repo, mirrors=mirrors)
     refs: Dict[str, str] = {}
@@ -172,7 +172,7 @@ def remote_refs(root: str, repo: str, *, mirrors: GitMirrors) -> Dict[str, str]:
 
 
 def _fetch(root: str, repo: str, *refspecs: str, mirrors: GitMirrors) -> None:
-    with failing_as(ExitCode.FETCH, f"git fetch from {describe(repo, mirrors)} failed", stage="fetch",
+    with failing_as(ExitCode.FETCH, f"git fetch from {describe(repo, mirrors)} failed", stage=Stage.FETCH,
                     hint=UNREACHABLE):
         git(root, "fetch", "--quiet", "--force", "--no-tags", "origin", *refspecs, repo=repo, mirrors=mirrors)
 
@@ -216,7 +216,7 @@ def fetch_pin(root: str, pin: str, repo: str, say: Callable[[str], None], *, mir
         raise EnsureError(
             ExitCode.CHECKOUT,
             f"the pin {pin} is not a commit, tag or branch of {repo}",
-            stage="checkout",
+            stage=Stage.CHECKOUT,
             hint="check FLYDSL_PIN (a full commit hash or a tag such as v0.2.2)",
         )
     # The tags that point at the commit, so that a release tag's commit is known as one.
@@ -259,7 +259,7 @@ def checkout(root: str, commit: str, repo: str, *, force: bool, mirrors: GitMirr
     args = ["-c", "advice.detachedHead=false", "checkout", "--quiet", "--detach"]
     if force:
         args.append("--force")
-    with failing_as(ExitCode.CHECKOUT, f"git checkout of {commit[:12]} in {root} failed", stage="checkout",
+    with failing_as(ExitCode.CHECKOUT, f"git checkout of {commit[:12]} in {root} failed", stage=Stage.CHECKOUT,
                     hint="the checkout has local changes or is damaged; look at `git -C ROOT status`"):
         git(root, *args, commit, repo=repo, mirrors=mirrors)
 
@@ -277,7 +277,7 @@ def update_submodules(root: str, repo: str, *, mirrors: GitMirrors) -> bool:
         failed = [f"{path[len(top):] if path.startswith(top) else path} from {describe(url, mirrors)}"
                   for url, path in _CLONE_FAILED.findall(exc.output)]
         what = ": cannot fetch " + "; ".join(dict.fromkeys(failed)) if failed else ""
-        raise EnsureError(ExitCode.FETCH, f"git submodule update in {root} failed{what}", stage="submodules",
+        raise EnsureError(ExitCode.FETCH, f"git submodule update in {root} failed{what}", stage=Stage.SUBMODULES,
                           hint=SUBMODULES_UNREACHABLE, detail=exc.describe()) from None
     return True
 

@@ -21,6 +21,7 @@ import time
 from typing import Dict, List, Mapping, Optional, Tuple
 
 from ensure_flydsl.layout import BUILD_DIR, ENV_FILE_NAME, ENV_JSON_NAME, STATE_DIR, owner_file, stamps_dir, state_dir
+from ensure_flydsl.setting_values import same_repo
 from ensure_flydsl.support import fields
 from ensure_flydsl.support.files import atomic_write_json, read_json, remove_file
 from ensure_flydsl.support.processes import CommandFailed, cmd_output
@@ -84,23 +85,6 @@ def creatable_problem(folder: str) -> Optional[Tuple[str, str]]:
     if not os.access(anchor, os.W_OK | os.X_OK):
         return "a path this user can create", f"{anchor} is not writable"
     return None
-
-
-def same_repo(url_a: str, url_b: str) -> bool:
-    """Whether two repository addresses name the same repository (``.git``, ``file://``, slashes aside)."""
-
-    def norm(url: str) -> str:
-        url = url.strip()
-        if url.startswith("file://"):
-            url = url[len("file://"):]
-        url = url.rstrip("/")
-        if url.endswith(".git"):
-            url = url[: -len(".git")]
-        if url.startswith("/"):
-            url = os.path.normpath(url)
-        return url.rstrip("/").lower() if "://" in url or "@" in url else url.rstrip("/")
-
-    return norm(url_a) == norm(url_b)
 
 
 def classify_root(root: str, repo: str) -> RootState:

@@ -16,13 +16,13 @@ from typing import Dict, Mapping, Optional
 
 from ensure_flydsl.binary_cache.entries import Cache, CacheCorrupt, CacheError, cache_key, format_size, open_cache
 from ensure_flydsl.build.environment import file_sha256, pin_llvm_inputs
+from ensure_flydsl.errors import Plan, Stage
 from ensure_flydsl.layout import base_state_dir, build_made_record, packages_dir
-from ensure_flydsl.providers.base import Provider
-from ensure_flydsl.providers.tree import prepare_build_dir, verify_tree
-from ensure_flydsl.providers.trust import entry_trusted, publish_note, signers
+from ensure_flydsl.pipeline.context import Decision, Run
+from ensure_flydsl.pipeline.providers.base import Early, Provider
+from ensure_flydsl.pipeline.providers.tree import prepare_build_dir, verify_tree
+from ensure_flydsl.pipeline.providers.trust import entry_trusted, publish_note, signers
 from ensure_flydsl.result import How
-from ensure_flydsl.runs.context import Decision, Run
-from ensure_flydsl.runs.records import CACHE_PLAN
 from ensure_flydsl.source.made import recording
 from ensure_flydsl.source.root import remove_tree
 from ensure_flydsl.support import faults
@@ -107,7 +107,7 @@ def mlir_fields(key: Mapping[str, object], platform: str) -> Dict[str, object]:
     return fields
 
 
-def tree_from_cache(run: Run, cache: Cache, commit: str) -> Optional[Decision]:
+def tree_from_cache(run: Run, cache: Cache, commit: str, early: Optional[Early] = None) -> Optional[Decision]:
     """Fetch the tree for this commit and interpreter into ``ROOT/build-fly/python_packages`` and verify
     it; None (and the reason said) when there is none or it cannot be used."""
     if not tree_shareable(run):
@@ -124,7 +124,7 @@ def tree_from_cache(run: Run, cache: Cache, commit: str) -> Optional[Decision]:
         return None
     if not entry_trusted(run, cache, entry, f"tree entry for {commit[:8]}"):
         return None
-    run.plan(CACHE_PLAN)
+    run.plan(Plan.CACHE)
     run.worked()
     stamp_key = {"cache": key, "commit": commit}
     build_dir = prepare_build_dir(run, stamp_key)
@@ -147,7 +147,7 @@ def tree_from_cache(run: Run, cache: Cache, commit: str) -> Optional[Decision]:
     faults.point("cache-fetched")
     run.stamps.finish("build", stamp_key)
     try:
-        return verify_tree(run, commit, How.CACHED)
+        return verify_tree(run, commit, How.CACHED, early)
     except Exception as exc:  # an artifact that does not import here is not this host's answer
         run.stamps.undo("build")
         run.say(f"cache: the cached tree does not pass the probe here ({exc}); building instead")
@@ -241,9 +241,10 @@ class CacheProvider(Provider):
 
     name = "cache"
 
-    def __init__(self, cache: Cache) -> None:
+    def __init__(self, cache: Cache, early: Early) -> None:
         self.cache = cache
+        self.early = early
 
     def provide(self, run: Run, commit: str) -> Optional[Decision]:
-        with run.step("cache"):
-            return tree_from_cache(run, self.cache, commit)
+        with run.step(Stage.CACHE):
+            return tree_from_cache(run, self.cache, commit, self.early)

@@ -5,26 +5,26 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
-from typing import Iterator, List, Mapping
+from typing import Iterator, List, Mapping, Optional
 
-from ensure_flydsl.errors import EnsureError, ExitCode
+from ensure_flydsl.errors import EnsureError, ExitCode, Stage
 from ensure_flydsl.layout import build_dir, build_made_record, packages_dir, tree_folders
+from ensure_flydsl.pipeline.context import Decision, Run
+from ensure_flydsl.pipeline.providers.base import Early
 from ensure_flydsl.probe.gate import evaluate, same_folder
-from ensure_flydsl.probe.interpreter import probe_modules, run_probe
+from ensure_flydsl.probe.interpreter import WarmProbe, probe_modules, run_probe
 from ensure_flydsl.probe.records import Probe
 from ensure_flydsl.result import How
-from ensure_flydsl.runs.context import Decision, Run
 from ensure_flydsl.source.made import remove_made
 from ensure_flydsl.source.root import move_aside
 from ensure_flydsl.support.processes import kill_group
 
 
-def probe_tree(run: Run, prefix: List[str]) -> Probe:
-    """The final probe: in the interpreter the run started early (it has imported the heavy modules by
-    now) when it was started for exactly this probe, else in a fresh one."""
+def probe_tree(run: Run, prefix: List[str], warm: Optional[WarmProbe] = None) -> Probe:
+    """The final probe: in ``warm``, the interpreter the run started early (it has imported the heavy
+    modules by now), when it was started for exactly this probe, else in a fresh one."""
     s = run.settings
     modules, timeout, label = probe_modules(s.require), s.probe_timeout, s.label("probe_timeout")
-    warm, run.warm_probe = run.warm_probe, None
     probe = None
     if warm is not None:
         probe = warm.answer(s.python, modules=modules, prefix=prefix, environ=run.environ, timeout=timeout,
@@ -98,15 +98,16 @@ class TreeDoesNotImport(EnsureError):
     a fault of what it installed from one of the interpreter's."""
 
     def __init__(self, reason: str, probe: Probe, hint: str) -> None:
-        super().__init__(ExitCode.PROBE, reason, stage="verify", hint=hint)
+        super().__init__(ExitCode.PROBE, reason, stage=Stage.VERIFY, hint=hint)
         self.probe = probe
 
 
-def verify_tree(run: Run, commit: str, how: How) -> Decision:
+def verify_tree(run: Run, commit: str, how: How, early: Optional[Early] = None) -> Decision:
+    """The full probe of the new tree (in the early probe's interpreter when ``early`` still has it)."""
     settings = run.settings
     prefix = tree_folders(settings.root)
     with compiling_tree(run):
-        probe = probe_tree(run, prefix)
+        probe = probe_tree(run, prefix, early.take_probe() if early is not None else None)
     verdict = evaluate(probe, settings.min_version, settings.require)
     if not verdict.reusable:
         raise TreeDoesNotImport(
@@ -118,7 +119,7 @@ def verify_tree(run: Run, commit: str, how: How) -> Decision:
         raise EnsureError(
             ExitCode.PROBE,
             f"{how}, but the modules import from {verdict.tree}, not from the tree in {settings.root}",
-            stage="verify",
+            stage=Stage.VERIFY,
         )
     run.say(f"verified: {verdict.reason}")
     return Decision(True, verdict.reason, how, settings.root, prefix, probe, verdict, commit)

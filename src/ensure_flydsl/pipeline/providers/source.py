@@ -29,7 +29,7 @@ from ensure_flydsl.build.rocm_sdk import choose_rocm
 from ensure_flydsl.build.toolchain import ProvidedTools, provide_build_tools
 from ensure_flydsl.build.wheels import tag_version
 from ensure_flydsl.doctor.diagnose import run_checks, stop_if_blocked
-from ensure_flydsl.errors import EnsureError, ExitCode
+from ensure_flydsl.errors import EnsureError, ExitCode, Plan, Stage
 from ensure_flydsl.layout import (
     build_dir,
     build_made_record,
@@ -39,8 +39,9 @@ from ensure_flydsl.layout import (
     packages_dir,
     tools_dir,
 )
-from ensure_flydsl.providers.base import Provider
-from ensure_flydsl.providers.cache import (
+from ensure_flydsl.pipeline.context import Decision, Run
+from ensure_flydsl.pipeline.providers.base import Early, Provider
+from ensure_flydsl.pipeline.providers.cache import (
     llvm_label,
     mlir_fields,
     mlir_from_cache,
@@ -50,11 +51,9 @@ from ensure_flydsl.providers.cache import (
     tree_from_cache,
     tree_shareable,
 )
-from ensure_flydsl.providers.fleet import end_turn, holding, take_turn
-from ensure_flydsl.providers.tree import prepare_build_dir, verify_tree
+from ensure_flydsl.pipeline.providers.fleet import end_turn, holding, take_turn
+from ensure_flydsl.pipeline.providers.tree import prepare_build_dir, verify_tree
 from ensure_flydsl.result import How
-from ensure_flydsl.runs.context import Decision, Run
-from ensure_flydsl.runs.records import SOURCE_PLAN
 from ensure_flydsl.source import git as gitsource
 from ensure_flydsl.source.made import recording
 from ensure_flydsl.source.needs import build_tools, find_needs, tool_minimums
@@ -76,8 +75,9 @@ class Prepared(NamedTuple):
 class SourceProvider(Provider):
     name = "source"
 
-    def __init__(self, cache: Optional[Cache]) -> None:
+    def __init__(self, cache: Optional[Cache], early: Early) -> None:
         self.cache = cache  # MLIR from it, and the new tree and MLIR to it
+        self.early = early
         self.built_now = False
         self.tree_lease: Optional[HeldLease] = None  # held from before build.sh until the tree is published
 
@@ -90,18 +90,16 @@ class SourceProvider(Provider):
             raise
 
     def _provide(self, run: Run, commit: str) -> Optional[Decision]:
-        if run.warm_probe is not None:  # started for a quick way that gave way to this one
-            run.warm_probe.close()
-            run.warm_probe = None
-        run.plan(SOURCE_PLAN)
-        with run.step("fetch"):
+        self.early.stop_probe()  # started for a quick way that gave way to this one
+        run.plan(Plan.SOURCE)
+        with run.step(Stage.FETCH):
             update_submodules(run, commit)
-        with run.step("fixes"):
+        with run.step(Stage.FIXES):
             prepared = prepare(run, self.cache)
         faults.point("fixes-applied")
         jobs = resolve_jobs(run.settings.jobs)
         mlir = prepared.mlir
-        with run.step("llvm"):
+        with run.step(Stage.LLVM):
             if mlir is None:
                 env = prepared.provided.apply(build_environment(
                     run.environ, prepared.toolchain, rocm_path=prepared.rocm, mlir_path=None, jobs=jobs,
@@ -144,13 +142,13 @@ class SourceProvider(Provider):
                                                         git_mirrors=settings.git_mirrors))
         if prepared.hip.check.needs_fix and not settings.fix_rocm_in_place:
             drop_stale_hip_dir(build_dir(root), os.path.join(tools_dir(root), "rocm-overlay", "lib", "cmake", "hip"))
-        with run.step("build"):
+        with run.step(Stage.BUILD):
             fetched = self._tree_turn(run, commit)
             if fetched is not None:
                 return fetched
             self.built_now = build_flydsl(run, commit, mlir_identity, env, jobs)
         try:
-            with run.step("verify"):
+            with run.step(Stage.VERIFY):
                 return verify_tree(run, commit, How.BUILT)
         except EnsureError:
             # A finished build that does not import must not count as finished, or every later run would
@@ -159,16 +157,16 @@ class SourceProvider(Provider):
             if self.built_now:
                 raise
             run.say("the finished build does not import now (damaged since?); building it again")
-        with run.step("build"):
+        with run.step(Stage.BUILD):
             self.built_now = build_flydsl(run, commit, mlir_identity, env, jobs)
-        with run.step("verify"):
+        with run.step(Stage.VERIFY):
             return verify_tree(run, commit, How.BUILT)
 
     def after_publish(self, run: Run, commit: str) -> None:
         with holding(self.tree_lease):
             self.tree_lease = None
             if self.cache is not None and self.built_now:
-                with run.step("cache"):
+                with run.step(Stage.CACHE):
                     publish_tree(run, self.cache, commit)  # after the env file: pollers need not wait for it
 
     def abandon(self, run: Run, error: BaseException) -> None:
@@ -256,7 +254,7 @@ def build_mlir(run: Run, env: Dict[str, str], jobs: int, cache: Optional[Cache])
         raise EnsureError(
             ExitCode.LLVM_BUILD,
             f"{llvm_folder} exists and was not made by ensure-flydsl; build_llvm.sh would build into it",
-            stage="llvm",
+            stage=Stage.LLVM,
             hint="move it away, or set MLIR_PATH to an MLIR install built for this interpreter",
         )
     LlvmRecord(created=True, started=key).write(settings.base_dir)
@@ -265,10 +263,10 @@ def build_mlir(run: Run, env: Dict[str, str], jobs: int, cache: Optional[Cache])
     env = {**env, **llvm_step_settings(settings.base_dir)}
     with recording(llvm_folder, llvm_made_record(settings.base_dir)):  # clean removes only what it made
         run_script(root, "build_llvm.sh", jobs, env, run.build_line, on_start=run.build_started,
-                   code=ExitCode.LLVM_BUILD, stage="llvm", what="the LLVM/MLIR build")
+                   code=ExitCode.LLVM_BUILD, stage=Stage.LLVM, what="the LLVM/MLIR build")
     if not is_mlir_install(install):
         raise EnsureError(ExitCode.LLVM_BUILD, f"build_llvm.sh finished but {install} holds no lib/cmake/mlir",
-                          stage="llvm")
+                          stage=Stage.LLVM)
     faults.point("llvm-built")
     LlvmRecord(created=True, started=key, done=key).write(settings.base_dir)
     if key is None:
@@ -298,10 +296,10 @@ def build_flydsl(run: Run, commit: str, mlir_identity: Dict[str, object], env: D
     run.worked()
     with recording(folder, build_made_record(root)):  # clean removes only what it made
         run_script(root, "build.sh", jobs, env, run.build_line, on_start=run.build_started,
-                   code=ExitCode.FLYDSL_BUILD, stage="build", what="the FlyDSL build")
+                   code=ExitCode.FLYDSL_BUILD, stage=Stage.BUILD, what="the FlyDSL build")
     if not os.path.isdir(os.path.join(packages, "flydsl")):
         raise EnsureError(ExitCode.FLYDSL_BUILD, f"build.sh finished but {packages}/flydsl does not exist",
-                          stage="build")
+                          stage=Stage.BUILD)
     faults.point("build-done")
     stamps.finish("build", key)
     return True

@@ -28,9 +28,9 @@ from ensure_flydsl.binary_cache.lease import (
     generation_path,
 )
 from ensure_flydsl.binary_cache.manifest import manifest_path
-from ensure_flydsl.errors import EnsureError, ExitCode, Interrupted
-from ensure_flydsl.providers.cache import cache_failed, usable
-from ensure_flydsl.runs.context import Run
+from ensure_flydsl.errors import EnsureError, ExitCode, Interrupted, Stage
+from ensure_flydsl.pipeline.context import Run
+from ensure_flydsl.pipeline.providers.cache import cache_failed, usable
 from ensure_flydsl.support.report import fmt_seconds
 
 T = TypeVar("T")
@@ -73,23 +73,14 @@ def holder_progress(run: Run) -> Progress:
     verify into it; at 100 % it read 15 s, the typical verify).  Figures the run shows while it follows
     another host's build are that host's, never this holder's."""
     def progress() -> Tuple[Optional[str], Optional[float], Optional[float]]:
-        tracker = run.tracker
-        if tracker is None:
-            return run.step_name, None, None
-        record = tracker.record
-        percent = record.percent
-        if record.waiting is not None or not isinstance(percent, (int, float)) or isinstance(percent, bool):
-            return record.step, None, None
-        eta = None
-        if percent > 0:
-            eta = round(max(0.0, time.time() - tracker.step_started_at) * (100.0 - percent) / percent, 1)
-        return record.step, float(percent), eta
+        step, percent, eta = run.tracker.step_progress()
+        return step or run.step_name, percent, eta
     return progress
 
 
 def describe(record: LeaseRecord) -> str:
     """"host-7 (run 20261130-...) building the FlyDSL tree for a35627a2: build 62%, 9 min so far"."""
-    shown = record.step or "starting"
+    shown = record.step or Stage.STARTING
     if record.percent is not None:
         shown += f" {record.percent:g}%"
     return f"{record.who()} building {record.what}: {shown}, {fmt_seconds(record.elapsed_s)} so far"
@@ -165,8 +156,7 @@ class _Waiter:
         return None
 
     def _take(self, generation: int, failures_before: int) -> Optional[HeldLease]:
-        if self.run.tracker is not None:
-            self.run.tracker.follow(None, None, None)  # the figures followed so far were the old holder's
+        self.run.tracker.follow(None, None, None)  # the figures followed so far were the old holder's
         record = LeaseRecord(self.kind, self.key, generation, host_id(self.run), self.run.run_id, os.getpid(),
                              time.time(), self.what, failures_before, self.leases.ttl)
         held = self.leases.take(record, holder_progress(self.run))
@@ -213,10 +203,9 @@ class _Waiter:
             self.reported = (holder.generation, holder.host)
             self.next_report = now + REPORT_INTERVAL_S
             self.run.say(f"waiting for {text}; this run fetches the result when it is published")
-        if self.run.tracker is not None:
-            self.run.tracker.follow({"host": holder.host, "run_id": holder.run_id, "pid": holder.pid,
-                                     "what": holder.what, "step": holder.step, "percent": holder.percent,
-                                     "elapsed_s": holder.elapsed_s, "text": text}, holder.percent, holder.eta_s)
+        self.run.tracker.follow({"host": holder.host, "run_id": holder.run_id, "pid": holder.pid,
+                                 "what": holder.what, "step": holder.step, "percent": holder.percent,
+                                 "elapsed_s": holder.elapsed_s, "text": text}, holder.percent, holder.eta_s)
         if holder.percent is not None:
             self.run.reporter.progress(self.run.step_name, holder.percent, holder.eta_s)
         timeout = self.run.settings.lock_timeout
@@ -225,13 +214,13 @@ class _Waiter:
                 ExitCode.LOCK,
                 f"waited {fmt_seconds(now - self.started)} for {text}; "
                 f"{self.run.settings.label('lock_timeout')}={timeout:g} s ran out",
-                stage="lease",
+                stage=Stage.LEASE,
                 hint=f"that host ({holder.host}, run {holder.run_id}) is building {holder.what} for the whole "
                 "fleet; run again later to fetch it from the cache, or raise FLYDSL_LOCK_TIMEOUT",
             )
 
     def stop(self) -> None:
-        if self.started is not None and self.run.tracker is not None:
+        if self.started is not None:
             self.run.tracker.follow(None, None, None)
 
 
@@ -242,7 +231,7 @@ def give_up(record: LeaseRecord, what: str) -> EnsureError:
     return EnsureError(
         ExitCode(code) if isinstance(code, int) and code in ExitCode._value2member_map_ else ExitCode.INTERNAL,
         f"{what} failed twice in the fleet, last on {record.who()}: {_failure_text(record)}",
-        stage=str(failure.get("stage") or "lease"),
+        stage=Stage.parse(failure.get("stage")) or Stage.LEASE,  # a stage this version does not know: the lease
         hint=f"read the log of run {record.run_id} on {record.host}; the failure is not this host's. Once "
         "the cause is fixed, run again (a failure record stops the fleet for FLYDSL_LEASE_TTL seconds)",
     )

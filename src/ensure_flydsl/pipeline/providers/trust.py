@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import List
 
 from ensure_flydsl.binary_cache.entries import Cache, CacheEntry, CacheError
-from ensure_flydsl.runs.context import Run
+from ensure_flydsl.pipeline.context import Run
 from ensure_flydsl.signing_keys import KeyProblem, SecretKey, read_secret_key
 
 

@@ -22,15 +22,14 @@ from ensure_flydsl.build.wheels import (
     installed_version,
     static_version,
 )
-from ensure_flydsl.errors import EnsureError, ExitCode
+from ensure_flydsl.errors import EnsureError, ExitCode, Plan, Stage
 from ensure_flydsl.layout import build_made_record, packages_dir, wheel_download_dir
+from ensure_flydsl.pipeline.context import Decision, Run
+from ensure_flydsl.pipeline.providers.base import Early, Provider
+from ensure_flydsl.pipeline.providers.tree import TreeDoesNotImport, prepare_build_dir, verify_tree
 from ensure_flydsl.probe.gate import TREE_PACKAGES
 from ensure_flydsl.probe.records import Probe
-from ensure_flydsl.providers.base import Provider
-from ensure_flydsl.providers.tree import TreeDoesNotImport, prepare_build_dir, verify_tree
 from ensure_flydsl.result import How
-from ensure_flydsl.runs.context import Decision, Run
-from ensure_flydsl.runs.records import RELEASE_PLAN
 from ensure_flydsl.setting_values import GitMirrors
 from ensure_flydsl.source import git as gitsource
 from ensure_flydsl.source.made import recording
@@ -54,8 +53,9 @@ class WheelDoesNotWork(EnsureError):
 class ReleaseProvider(Provider):
     name = "release"
 
-    def __init__(self, version: str, *, demanded: bool) -> None:
+    def __init__(self, version: str, early: Early, *, demanded: bool) -> None:
         self.version = version
+        self.early = early  # the wheel downloaded beside the fetch, the probe started for it
         self.demanded = demanded  # FLYDSL_STRATEGY=release: no wheel is the run's failure (exit 8)
 
     def provide(self, run: Run, commit: str) -> Optional[Decision]:
@@ -73,13 +73,13 @@ class ReleaseProvider(Provider):
             return None
 
     def _provide(self, run: Run, commit: str) -> Decision:
-        run.plan(RELEASE_PLAN)
+        run.plan(Plan.RELEASE)
         key = {"release": self.version, "commit": commit, "abi": run.interpreter.abi}
-        with run.step("release"):
+        with run.step(Stage.RELEASE):
             self._install(run, commit, key)
-        with run.step("verify"):
+        with run.step(Stage.VERIFY):
             try:
-                return verify_tree(run, commit, How.RELEASED)
+                return verify_tree(run, commit, How.RELEASED, self.early)
             except TreeDoesNotImport as exc:
                 run.stamps.undo("build")
                 root = run.settings.root
@@ -89,7 +89,7 @@ class ReleaseProvider(Provider):
                 remove_tree(packages_dir(root))  # what the wheel installed: the build starts clean
                 raise WheelDoesNotWork(
                     ExitCode.PROBE, f"the flydsl {self.version} wheel does not work with "
-                    f"{run.interpreter.executable}: {fault}", stage="verify") from None
+                    f"{run.interpreter.executable}: {fault}", stage=Stage.VERIFY) from None
             except EnsureError:
                 run.stamps.undo("build")
                 raise
@@ -139,8 +139,7 @@ class ReleaseProvider(Provider):
 
     def _download(self, run: Run, folder: str) -> str:
         """The wheel's path: from the download the run started beside the fetch, or downloaded now."""
-        version, early = self.version, run.wheel_download
-        run.wheel_download = None
+        version, early = self.version, self.early.take_download()
         if early is not None and early.version == version:
             run.say(f"release v{version}: taking the flydsl=={version} wheel downloaded beside the fetch")
             return early.wheel(run.build_line)
@@ -159,7 +158,7 @@ class ReleaseProvider(Provider):
                 ExitCode.ARTIFACT,
                 f"the index's flydsl {self.version} wheel holds {len(found.foreign)} files a FlyDSL wheel must "
                 f"not hold, e.g. {found.foreign[0]}",
-                stage="release",
+                stage=Stage.RELEASE,
                 hint="other top-level names, .pth files, site customisation, bytecode or modules that shadow the "
                 "pin's sources would run code the pin does not have; use FLYDSL_STRATEGY=source to build the pin",
             )
@@ -168,7 +167,7 @@ class ReleaseProvider(Provider):
                 ExitCode.ARTIFACT,
                 f"the index's flydsl {self.version} is not built from {settings.repo} v{self.version}: "
                 f"{found.summary()}",
-                stage="release",
+                stage=Stage.RELEASE,
                 hint="the package index's wheel comes from other sources than the pin; use FLYDSL_STRATEGY=source "
                 "to build the pin (or FLYDSL_REPO of the repository the wheel is built from)",
             )
@@ -179,7 +178,7 @@ class ReleaseProvider(Provider):
 def tracked_sources(root: str, commit: str, repo: str, mirrors: GitMirrors) -> List[str]:
     """The files git tracks in ``python/flydsl`` at ``commit``, relative to it (submodules left out)."""
     with gitsource.failing_as(ExitCode.CHECKOUT, f"cannot list {SOURCES} of {commit[:12]} in {root}",
-                              stage="release", hint="the checkout is damaged; look at `git -C ROOT status`"):
+                              stage=Stage.RELEASE, hint="the checkout is damaged; look at `git -C ROOT status`"):
         out = gitsource.git(root, "ls-tree", "-r", "-z", "--full-tree", commit, "--", SOURCES + "/", repo=repo,
                             mirrors=mirrors)
     files = []

@@ -5,22 +5,18 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import time
-from typing import Dict, Iterator, List, Mapping, Optional, Sequence
+from typing import Dict, Iterator, List, Mapping, Optional, Union
 
-from ensure_flydsl.build.wheels import WheelDownload
+from ensure_flydsl.errors import Plan, Stage
 from ensure_flydsl.probe.gate import Verdict
-from ensure_flydsl.probe.interpreter import WarmProbe
 from ensure_flydsl.probe.records import Interpreter, Probe
 from ensure_flydsl.result import How
-from ensure_flydsl.runs.progress import Tracker
-from ensure_flydsl.runs.records import SOURCE_PLAN, RunStore, new_run_id
+from ensure_flydsl.runs.progress import NullTracker, Tracker
+from ensure_flydsl.runs.records import RunStore, new_run_id
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.source.root import Stamps
 from ensure_flydsl.support import processes
 from ensure_flydsl.support.report import Reporter
-
-# Steps whose duration depends on whether they had anything to do; only real work counts for ETAs.
-WORK_STEPS = ("fetch", "llvm", "build", "release", "cache")
 
 
 @dataclasses.dataclass
@@ -52,13 +48,11 @@ class Run:
         self.kind = kind
         self.alive_fd = alive_fd
         self.durations: Dict[str, float] = {}
-        self.step_name = "settings"
+        self.step_name = Stage.SETTINGS
         self._interpreter: Optional[Interpreter] = None
         self.stamps = Stamps(settings.root)
-        self.tracker: Optional[Tracker] = None
+        self.tracker: Union[Tracker, NullTracker] = NullTracker()  # a Tracker from track() on
         self._worked = False
-        self.warm_probe: Optional[WarmProbe] = None  # the final probe's interpreter, started early
-        self.wheel_download: Optional[WheelDownload] = None  # a release wheel, downloading beside the fetch
         processes.set_heartbeat(self.say)  # a network step that waits says so every 30 s
 
     def elapsed(self) -> float:
@@ -80,19 +74,18 @@ class Run:
 
     def track(self) -> None:
         """From here on the run is visible to ``status`` and ``wait``, and its death is noticed."""
-        if self.tracker is None:
+        if isinstance(self.tracker, NullTracker):
             s = self.settings
             self.tracker = Tracker.begin(
                 RunStore(s.root), self.run_id, request=s.request(), fail_marker=s.fail_marker, log=s.log_file,
                 kind=self.kind, alive_fd=self.alive_fd,
             )
-            if self.step_name in SOURCE_PLAN:
+            if self.step_name in Plan.SOURCE.stages:
                 self.tracker.step_started(self.step_name)
 
-    def plan(self, steps: Sequence[str]) -> None:
+    def plan(self, plan: Plan) -> None:
         """How this run will provision (for the ETA)."""
-        if self.tracker is not None:
-            self.tracker.plan = steps
+        self.tracker.plan = plan.stages
 
     def worked(self) -> None:
         """The current step did its real work (not a no-op): its duration counts for future ETAs."""
@@ -100,28 +93,24 @@ class Run:
 
     def build_line(self, line: str) -> None:
         self.reporter.build_line(line)
-        if self.tracker is not None:
-            percent = self.tracker.line(line)
-            if percent is not None:
-                self.reporter.progress(self.step_name, percent, self.tracker.eta())
+        percent = self.tracker.line(line)
+        if percent is not None:
+            self.reporter.progress(self.step_name, percent, self.tracker.eta())
 
     def build_started(self, pgid: Optional[int]) -> None:
-        if self.tracker is not None:
-            self.tracker.build_group(pgid)
+        self.tracker.build_group(pgid)
 
     @contextlib.contextmanager
-    def step(self, name: str) -> Iterator[None]:
+    def step(self, name: Stage) -> Iterator[None]:
         self.step_name = name
         self._worked = False
         started = time.monotonic()
         self.reporter.step(name, "started")
-        if self.tracker is not None:
-            self.tracker.step_started(name)
+        self.tracker.step_started(name)
         try:
             yield
         finally:
             seconds = time.monotonic() - started
             self.durations[name] = self.durations.get(name, 0.0) + seconds
             self.reporter.step(name, "finished", seconds)
-            if self.tracker is not None:
-                self.tracker.step_ended(name, seconds, self._worked or name not in WORK_STEPS)
+            self.tracker.step_ended(name, seconds, self._worked or not name.work)

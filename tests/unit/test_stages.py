@@ -1,0 +1,85 @@
+"""The one Stage type: the names the contract writes stay as they were, the plans, the doctor's order and the
+ETA's work steps come from it, and a reader of a file from another version parses a name it does not know
+as no stage (the record or marker still reads), never as a crash."""
+
+from __future__ import annotations
+
+import json
+
+from ensure_flydsl.binary_cache.lease_record import LeaseRecord
+from ensure_flydsl.doctor.check import Check
+from ensure_flydsl.doctor.diagnose import first_blocking
+from ensure_flydsl.errors import EnsureError, ExitCode, Plan, Stage
+from ensure_flydsl.pipeline.providers.fleet import give_up
+from ensure_flydsl.runs.records import Failure, RunRecord
+
+# The strings of the failure marker, the run records, the JSON objects and the README (the contract).
+NAMES = ["starting", "settings", "probe", "lock", "fetch", "submodules", "checkout", "requirements", "fixes", "llvm",
+         "build", "release", "cache", "verify", "publish", "provision", "lease", "doctor", "activate", "access",
+         "clean"]
+
+
+def test_the_names_are_the_contract_s_strings() -> None:
+    assert [stage.value for stage in Stage] == NAMES
+    assert [str(stage) for stage in Stage] == NAMES
+    assert [f"{stage}" for stage in Stage] == NAMES
+    assert json.dumps([Stage.FETCH, {Stage.BUILD: 1}]) == '["fetch", {"build": 1}]'
+
+
+def test_the_plans_the_doctor_s_order_and_the_work_steps() -> None:
+    assert Plan.SOURCE.stages == ("probe", "lock", "fetch", "requirements", "fixes", "llvm", "build", "verify",
+                                  "publish")
+    assert Plan.RELEASE.stages == ("probe", "lock", "fetch", "requirements", "release", "verify", "publish")
+    assert Plan.CACHE.stages == ("probe", "lock", "fetch", "requirements", "cache", "verify", "publish")
+    ordered = sorted((s for s in Stage if s.order is not None), key=lambda s: s.order or 0)
+    assert ordered == ["settings", "fetch", "checkout", "requirements", "llvm", "build", "release", "probe"]
+    assert [s for s in Stage if s.work] == ["fetch", "llvm", "build", "release", "cache"]
+    assert {s.value: int(s.exit_code or 0) for s in ordered} == {
+        "settings": 64, "fetch": 2, "checkout": 3, "requirements": 6, "llvm": 4, "build": 5, "release": 8, "probe": 6}
+
+
+def test_a_doctor_check_s_exit_code_and_order_come_from_its_stage() -> None:
+    late = Check("hip", "missing", "", "", True, Stage.BUILD)
+    early = Check("git", "missing", "", "", True, Stage.FETCH)
+    none = Check("x", "missing", "", "", True, Stage.PUBLISH)  # no order: after every ordered stage
+    assert first_blocking([none, late, early]) is early
+    assert (late.exit_code, early.exit_code, none.exit_code) == (5, 2, 70)
+    assert json.loads(json.dumps(early.to_json()))["stage"] == "fetch"
+
+
+def test_parse_gives_the_stage_or_none() -> None:
+    assert Stage.parse("llvm") is Stage.LLVM
+    assert Stage.parse("frobnicate") is None
+    assert Stage.parse("LLVM") is None
+    assert Stage.parse(None) is None
+    assert Stage.parse(4) is None
+
+
+def test_a_failure_with_a_stage_this_version_does_not_know_reads_with_no_stage() -> None:
+    known = Failure.from_json({"stage": "build", "exit_code": 5, "reason": "boom"})
+    assert known is not None and known.stage is Stage.BUILD
+    foreign = Failure.from_json({"stage": "frobnicate", "exit_code": 5, "reason": "boom", "hint": "h"})
+    assert foreign == Failure(None, 5, "boom", "h")
+    assert Failure.from_json({"stage": 3, "exit_code": 5, "reason": "boom"}) is None  # a wrong type: not one
+
+
+def test_a_run_record_with_a_step_this_version_does_not_know_reads_with_no_step() -> None:
+    data = {"run_id": "20261201-010203-abcdef", "root": "/r", "request": {}, "step": "build"}
+    record = RunRecord.from_json(data)
+    assert record is not None and record.step is Stage.BUILD
+    record = RunRecord.from_json(dict(data, step="frobnicate"))
+    assert record is not None and record.step is None and record.run_id == "20261201-010203-abcdef"
+    assert RunRecord.from_json(dict(data, step=["build"])) is None  # a wrong type refuses the record
+    back = RunRecord.from_json(json.loads(json.dumps(RunRecord.from_json(data).to_json())))  # type: ignore[union-attr]
+    assert back is not None and back.step is Stage.BUILD
+
+
+def test_a_lease_failure_with_a_stage_this_version_does_not_know_is_the_lease_s() -> None:
+    def failed(stage: object) -> EnsureError:
+        record = LeaseRecord("tree", "k", 2, "host-7", "20261201-010203-abcdef", 42, 0.0, "the tree",
+                             state="failed", failure={"stage": stage, "exit_code": 5, "reason": "boom"})
+        return give_up(record, "the tree")
+
+    assert failed("llvm").stage is Stage.LLVM and failed("llvm").code == ExitCode.FLYDSL_BUILD
+    assert failed("frobnicate").stage is Stage.LEASE
+    assert failed(None).stage is Stage.LEASE
