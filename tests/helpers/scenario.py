@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 import time
-from typing import Callable, Dict
+from typing import Callable, Dict, List
 
 from tests.helpers.workspace import Workspace
 
@@ -92,3 +92,24 @@ def wait_until(what: str, check: Callable[[], bool], timeout: float = 30.0) -> N
     while not check():
         assert time.monotonic() < deadline, f"{what}: not within {timeout} s"
         time.sleep(0.02)
+
+
+def run_records(ws: Workspace) -> List[Dict[str, object]]:
+    """The run records of the workspace's root as they are now (one being replaced is skipped)."""
+    folder = os.path.join(ws.base, ".ensure_flydsl", "runs", os.path.basename(ws.root))
+    found = []
+    for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
+        if name.endswith(".json"):
+            try:
+                with open(os.path.join(folder, name)) as handle:
+                    record = json.load(handle)
+            except (OSError, ValueError):
+                continue
+            if isinstance(record, dict):
+                found.append(record)
+    return found
+
+
+def run_record_of(ws: Workspace, pid: int) -> Dict[str, object]:
+    """The run record of the run whose process is ``pid``, or {} while there is none."""
+    return next((r for r in run_records(ws) if r.get("pid") == pid), {})

@@ -10,9 +10,8 @@ import json
 import os
 import signal
 import sys
-from typing import Dict, List
 
-from tests.helpers.scenario import Barrier, start, status, wait_for, wait_until
+from tests.helpers.scenario import Barrier, run_record_of, start, status, wait_for, wait_until
 from tests.helpers.workspace import Workspace
 
 
@@ -31,25 +30,6 @@ def test_a_caller_that_gives_up_on_the_lock_does_not_poison_wait(ws: Workspace) 
     assert not os.path.exists(ws.fail_marker)
 
 
-def _records(ws: Workspace) -> List[Dict[str, object]]:
-    folder = os.path.join(ws.base, ".ensure_flydsl", "runs", "FlyDSL")
-    found = []
-    for name in os.listdir(folder):
-        if name.endswith(".json"):
-            with open(os.path.join(folder, name)) as handle:
-                try:
-                    record = json.load(handle)
-                except ValueError:
-                    continue  # being replaced
-            if isinstance(record, dict):
-                found.append(record)
-    return found
-
-
-def _record_of(ws: Workspace, pid: int) -> Dict[str, object]:
-    return next((r for r in _records(ws) if r.get("pid") == pid), {})
-
-
 def test_a_caller_killed_while_waiting_for_the_lock_does_not_poison_wait(ws: Workspace) -> None:
     # The caller's own answer to each signal, and what its run record says once it (or, for kill -9, its
     # watchdog) has recorded the end: the step it died in and the exit code.
@@ -61,13 +41,13 @@ def test_a_caller_killed_while_waiting_for_the_lock_does_not_poison_wait(ws: Wor
         barrier.wait_reached()
         waiter = ws.popen()
         wait_until("the second caller waits for the lock",
-                   lambda pid=waiter.pid: _record_of(ws, pid).get("step") == "lock")
+                   lambda pid=waiter.pid: run_record_of(ws, pid).get("step") == "lock")
         os.kill(waiter.pid, sig)
         waiter.communicate(timeout=30)
         assert waiter.returncode == expected[sig][0], (sig, waiter.returncode)
         wait_until("the killed caller's end is recorded",
-                   lambda pid=waiter.pid: _record_of(ws, pid).get("state") == "failed", timeout=60)
-        failure = _record_of(ws, waiter.pid)["failure"]
+                   lambda pid=waiter.pid: run_record_of(ws, pid).get("state") == "failed", timeout=60)
+        failure = run_record_of(ws, waiter.pid)["failure"]
         assert isinstance(failure, dict) and (failure["stage"], failure["exit_code"]) == ("lock", expected[sig][1])
         assert status(ws)["state"] == "running", sig
         assert not os.path.exists(ws.fail_marker), sig
@@ -114,7 +94,7 @@ def test_two_pins_back_to_back_each_wait_tells_the_truth(ws: Workspace) -> None:
     p1_build.wait_reached()
     as_p2 = {"FLYDSL_PIN": p2, "FLYDSL_PYTHON": _held_python(ws, p1_build, p2_probe)}
     second_run = start(ws, FIXTURE_LLVM_HOOK=p2_llvm.hook, **as_p2)
-    wait_until("P2 waits for the lock", lambda: _record_of(ws, int(str(second_run["pid"]))).get("step") == "lock")
+    wait_until("P2 waits for the lock", lambda: run_record_of(ws, int(str(second_run["pid"]))).get("step") == "lock")
     assert ws.run("wait", "--timeout", "0", FLYDSL_PIN=p1).returncode == 75
     assert status(ws, **as_p2)["state"] == "running"
     p1_build.release()
