@@ -220,12 +220,20 @@ def test_a_chain_of_kills_while_changing_pins(ws: Workspace) -> None:
         pin = pins[n % 2]
         out = killed_at(ws, point, FLYDSL_PIN=pin)
         assert out.returncode == -signal.SIGKILL, (point, out.returncode, out.stdout + out.stderr)
-        assert not os.path.exists(ws.env_file) or ws.env_twin()["commit"] == pin, "an env file for the other pin"
+        # Only the first run found an env file (the finished tree's) to take away; no run got as far as
+        # writing one, and only the last got as far as its twin (written just before it).
+        assert (f"took away {ws.env_file} (flydsl 0.2.2, built)" in out.stdout) == (n == 0), (point, out.stdout)
+        assert not os.path.exists(ws.env_file), (point, "an env file for an unfinished tree")
+        assert os.path.exists(ws.env_json) == (point == "twin-written"), point
         record("fault", stage=STAGE_OF_POINT[point], how=f"kill -9 at {point} while switching pins",
                inside=True, survived=True)
+    assert ws.env_twin()["commit"] == pins[0]
+    builds = ws.count("build")
     for pin in pins:
         result = rerun_succeeds(ws, pin, FLYDSL_PIN=pin)
         assert result["version"] == ("0.2.3" if pin == pins[0] else "0.2.2")
+    # v0.2.3's tree was verified and stamped before the last kill: only dev's is built again.
+    assert ws.count("build") == builds + 1 and ws.count("llvm") == 1
 
 
 # -- the cache's points ----------------------------------------------------------------------------------
