@@ -90,7 +90,9 @@ def test_real_configure_fails_on_broken_rocm_and_succeeds_with_the_overlay(rocm:
     text = open(os.path.join(with_paths, "CMakeLists.txt")).read()
     with open(os.path.join(with_paths, "CMakeLists.txt"), "w") as handle:
         handle.write(text.replace("REQUIRED CONFIG)", f'REQUIRED CONFIG PATHS "{rocm}")'))
-    with_rocm = configure(with_paths, os.path.join(base, "b-paths"), [], rocm=rocm)
+    # (With no prefix at all it fails earlier, on hip's own find_dependency(amd_comgr): ROCm on the prefix
+    # path shows the failure the overlay fixes.)
+    with_rocm = configure(with_paths, os.path.join(base, "b-paths"), [rocm], rocm=rocm)
     assert fails_on_the_missing_library(with_rocm, rocm), with_rocm.stdout
     assert configure(with_paths, os.path.join(base, "b-paths-fixed"), [overlay], rocm=rocm).returncode == 0
 
