@@ -113,3 +113,18 @@ def run_records(ws: Workspace) -> List[Dict[str, object]]:
 def run_record_of(ws: Workspace, pid: int) -> Dict[str, object]:
     """The run record of the run whose process is ``pid``, or {} while there is none."""
     return next((r for r in run_records(ws) if r.get("pid") == pid), {})
+
+
+def watchdogs_of(run_id: str) -> List[int]:
+    """The pids of the watchdog processes (``ensure_flydsl _watchdog ROOT RUN_ID``) of the run ``run_id``."""
+    found = []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                    argv = handle.read().split(b"\0")
+            except OSError:
+                continue
+            if b"_watchdog" in argv and run_id.encode() in argv and alive(int(pid)):
+                found.append(int(pid))
+    return found
