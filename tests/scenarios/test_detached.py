@@ -102,7 +102,11 @@ def test_kill_9_of_the_workers_group_is_noticed_and_resumable(ws: Workspace) -> 
     data = start(ws, FIXTURE_BUILD_SLEEP="30")
     wait_for(os.path.join(ws.counter, "build.started"))
     waiter = ws.popen("wait", "--heartbeat", "60")
-    time.sleep(0.3)
+    assert waiter.stdout is not None
+    first = waiter.stdout.readline()  # the waiter follows the run: its first heartbeat
+    assert "running: step build" in first, first
+    wait_until("the record names the build's process group",
+               lambda: isinstance(getattr(RunStore(ws.root).current(), "build_pgid", None), int))
     record = RunStore(ws.root).current()
     assert record is not None
     build_pgid = record.build_pgid

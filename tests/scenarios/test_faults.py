@@ -29,7 +29,9 @@ def test_kill_9_at_each_point_then_a_plain_rerun_succeeds(ws: Workspace, point: 
     again = ws.run("--json")
     assert again.returncode == 0, again.stderr
     assert_finished_build_of(ws, ws.repo.commits["dev"])
-    assert ws.count("build") <= 2 and ws.count("llvm") <= 2
+    # Killed after a script succeeded but before its record, that script runs again; nothing else does.
+    redone = {"llvm-built": (2, 1), "build-done": (1, 2)}.get(point, (1, 1))
+    assert (ws.count("llvm"), ws.count("build")) == redone
 
 
 # What a run for v0.2.3 killed at each point leaves of the old tree's markers and the new one's, and how many
