@@ -11,18 +11,20 @@ import os
 import signal
 import sys
 
-from tests.helpers.scenario import Barrier, run_record_of, start, status, wait_for, wait_until, watchdogs_of
+from tests.helpers.scenario import Barrier, run_record_of, start, status, wait_until, watchdogs_of
 from tests.helpers.workspace import Workspace
 
 
 def test_a_caller_that_gives_up_on_the_lock_does_not_poison_wait(ws: Workspace) -> None:
-    start(ws, FIXTURE_BUILD_SLEEP="1.5")
-    wait_for(os.path.join(ws.counter, "build.started"))
+    barrier = Barrier(ws.counter, "build")  # the build goes on until the impatient caller's answer is checked
+    start(ws, FIXTURE_BUILD_HOOK=barrier.hook)
+    barrier.wait_reached()
     impatient = ws.run(FLYDSL_LOCK_TIMEOUT="0.5")
     assert impatient.returncode == 7, impatient.stderr
     assert not os.path.exists(ws.fail_marker), "a file poller would see a failure while the build goes on"
     assert status(ws)["state"] == "running"
     assert ws.run("wait", "--timeout", "0.01").returncode == 75
+    barrier.release()
     done = ws.run("wait", "--timeout", "60")
     assert done.returncode == 0, done.stdout + done.stderr
     assert status(ws)["state"] == "succeeded"
