@@ -12,7 +12,7 @@ and the floors: `python -c pass` and `python -c "import torch"` in the target in
 of the wheel alone from the same wheelhouse, `git clone --no-local` of the pin alone.
 
 "Before" is `git archive` of --before (default e52e6f2, the commit before issue 13 began), installed NOT
-editable into its own venv; "now" is this checkout, installed the same way (provisioning.py's Runner: the
+editable into its own venv; "now" is this checkout, installed the same way (common.py's Runner: the
 target venv with torch==2.13.0 CPU and numpy, the wheelhouse and the cache entry are shared with it, under
 --work).  Figures are medians of wall time measured from this script; peak RSS is GNU time's %M.
 """
@@ -30,7 +30,8 @@ from typing import Callable, Dict, List, Tuple
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-import provisioning as p  # noqa: E402
+import cold_provisioning as cold  # noqa: E402
+import common as p  # noqa: E402
 
 Case = Callable[[], Tuple[float, float]]  # one measurement: (wall seconds, peak RSS MiB or nan)
 NAN = float("nan")
@@ -67,13 +68,13 @@ def cases(now: p.Runner, before: p.Runner, cache_dir: str, key: str) -> Dict[str
     pip_caches = os.path.join(work, "runs", "pip-caches")
 
     def release(r: p.Runner) -> Case:
-        return lambda: (p.cold_run(r, "release", "release", r.offline(pip_caches)).seconds, NAN)
+        return lambda: (cold.cold_run(r, "release", "release", r.offline(pip_caches)).seconds, NAN)
 
     def cache_hit(r: p.Runner) -> Case:
-        return lambda: (p.cold_run(r, "cache", "source", {"FLYDSL_CACHE": cache_dir}).seconds, NAN)
+        return lambda: (cold.cold_run(r, "cache", "source", {"FLYDSL_CACHE": cache_dir}).seconds, NAN)
 
     def fetch(r: p.Runner) -> Case:
-        return lambda: timed([r.tool_python, "-c", p.FETCH_ENTRY, cache_dir, key, os.path.join(work, "runs")],
+        return lambda: timed([r.tool_python, "-c", cold.FETCH_ENTRY, cache_dir, key, os.path.join(work, "runs")],
                              r.env(), work)
 
     def download() -> Tuple[float, float]:
@@ -123,7 +124,7 @@ def main() -> int:
     before._tool = before_tool(now.work, args.before)  # noqa: SLF001 (the Runner's own slot for --tool)
     released = p.provisioned_real_root(now)
     cache_dir = os.path.join(now.work, "cache")
-    key = str(p.cache_entry(now, released, cache_dir)["key"])
+    key = str(cold.cache_entry(now, released, cache_dir)["key"])
     measured = cases(now, before, cache_dir, key)
     names = list(measured)
     samples: Dict[str, List[Tuple[float, float]]] = {name: [] for name in names}

@@ -38,7 +38,7 @@ sys.path.insert(0, PROJECT)  # for tests.helpers
 from tests.helpers.flydsl_fixture import make_repo  # noqa: E402
 
 sys.path.insert(0, HERE)
-from provisioning import check, say  # noqa: E402
+from common import check, say  # noqa: E402
 
 MIB = 1 << 20
 STDLIB = "import argparse, dataclasses, enum, json, typing"

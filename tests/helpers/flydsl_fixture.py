@@ -26,6 +26,8 @@ Knobs (environment variables read by the scripts):
   FIXTURE_BUILD_HOOK    shell code build.sh evals after staging the package, just before it reports success
                         (``$PKG`` is the python_packages folder): leave a process behind, print a huge
                         line, break the staged flydsl
+  FIXTURE_STAGED_HOOK   shell code build.sh evals once it has staged python_packages/flydsl, before the compiled
+                        part (_mlir) exists: the half-built package a kill there leaves behind
   FIXTURE_NEEDS_PATCHELF build.sh runs `patchelf --version` after "compiling", as FlyDSL's
                         CopyFlyPythonSources does, and fails with 127 when patchelf is not on PATH
 """
@@ -206,6 +208,9 @@ mkdir -p "$PKG"
 # build killed in between leaves a half-built python_packages/flydsl behind.
 rm -rf "$PKG/flydsl"
 cp -r "$REPO_ROOT/python/flydsl" "$PKG/flydsl"
+if [ -n "${FIXTURE_STAGED_HOOK:-}" ]; then
+  eval "$FIXTURE_STAGED_HOOK"
+fi
 for i in 1 2 3; do
   echo "[$i/3] Building CXX object python/mlir_flydsl/part$i.cpp.o"
   sleep "${FIXTURE_BUILD_SLEEP:-0}"

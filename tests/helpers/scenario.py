@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 import time
-from typing import Dict
+from typing import Callable, Dict, List
 
 from tests.helpers.workspace import Workspace
 
@@ -63,3 +63,68 @@ def alive(pid: int) -> bool:
     except (FileNotFoundError, ProcessLookupError):
         return False
     return state != "Z"
+
+
+class Barrier:
+    """A point a fixture script (or git hook) reaches and then holds at until the test lets it go, in place
+    of a sleep aimed between two writes: ``hook`` is shell code for FIXTURE_BUILD_HOOK / FIXTURE_LLVM_HOOK
+    that touches ``<name>.reached`` and waits for ``<name>.go`` (up to ``hold_s``, so that nothing a failed
+    test leaves behind holds for ever)."""
+
+    def __init__(self, folder: str, name: str, hold_s: float = 120.0) -> None:
+        os.makedirs(folder, exist_ok=True)
+        self.reached = os.path.join(folder, f"{name}.reached")
+        self.go = os.path.join(folder, f"{name}.go")
+        ticks = int(hold_s / 0.05)
+        self.hook = (f'touch "{self.reached}"; n=0; while [ ! -e "{self.go}" ] && [ $n -lt {ticks} ]; '
+                     f'do sleep 0.05; n=$((n+1)); done')
+
+    def wait_reached(self, timeout: float = 60.0) -> None:
+        wait_for(self.reached, timeout)
+
+    def release(self) -> None:
+        open(self.go, "w").close()
+
+
+def wait_until(what: str, check: Callable[[], bool], timeout: float = 30.0) -> None:
+    """Poll ``check`` (a read of a record or a log, never a guess at time) until it holds."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"{what}: not within {timeout} s"
+        time.sleep(0.02)
+
+
+def run_records(ws: Workspace) -> List[Dict[str, object]]:
+    """The run records of the workspace's root as they are now (one being replaced is skipped)."""
+    folder = os.path.join(ws.base, ".ensure_flydsl", "runs", os.path.basename(ws.root))
+    found = []
+    for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
+        if name.endswith(".json"):
+            try:
+                with open(os.path.join(folder, name)) as handle:
+                    record = json.load(handle)
+            except (OSError, ValueError):
+                continue
+            if isinstance(record, dict):
+                found.append(record)
+    return found
+
+
+def run_record_of(ws: Workspace, pid: int) -> Dict[str, object]:
+    """The run record of the run whose process is ``pid``, or {} while there is none."""
+    return next((r for r in run_records(ws) if r.get("pid") == pid), {})
+
+
+def watchdogs_of(run_id: str) -> List[int]:
+    """The pids of the watchdog processes (``ensure_flydsl _watchdog ROOT RUN_ID``) of the run ``run_id``."""
+    found = []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                    argv = handle.read().split(b"\0")
+            except OSError:
+                continue
+            if b"_watchdog" in argv and run_id.encode() in argv and alive(int(pid)):
+                found.append(int(pid))
+    return found

@@ -12,7 +12,7 @@ from typing import Dict, List
 import pytest
 
 from tests.helpers.flydsl_fixture import FixtureRepo
-from tests.helpers.scenario import wait_for
+from tests.helpers.scenario import Barrier, wait_for
 from tests.helpers.workspace import Workspace
 
 
@@ -97,14 +97,21 @@ def test_an_ignored_hangup_stays_ignored(ws: Workspace) -> None:
 
 def test_wait_timeout_0_answers_at_once(ws: Workspace) -> None:
     nothing = ws.run("wait", "--timeout", "0")
-    # Nothing started: an answer (1 today), neither bad input nor "still running".
-    assert nothing.returncode not in (64, 75), nothing.stdout + nothing.stderr
-    started = ws.run("start", FIXTURE_BUILD_SLEEP="5")
+    # Nothing started: the answer "nothing for this request" (1), neither bad input, "still running" nor a crash.
+    assert nothing.returncode == 1, nothing.stdout + nothing.stderr
+    assert f"ensure-flydsl: nothing to wait for: nothing was started for this request on {ws.root};" in nothing.stdout
+    barrier = Barrier(ws.counter, "build")  # the build holds here until the test lets it go
+    started = ws.run("start", FIXTURE_BUILD_HOOK=barrier.hook)
     assert started.returncode == 0, started.stderr
-    wait_for(os.path.join(ws.counter, "build.started"))
+    barrier.wait_reached()
     running = ws.run("wait", "--timeout", "0")
     assert running.returncode == 75, running.stdout + running.stderr
-    assert ws.run("wait", "--timeout", "60").returncode == 0
+    assert "running: step build" in running.stdout, running.stdout
+    assert "still running after 0s; run `ensure-flydsl wait --timeout 540` again (exit 75)" in running.stdout
+    barrier.release()
+    done = ws.run("wait", "--timeout", "60")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert ws.count("build") == 1
 
 
 @pytest.mark.parametrize("flags", [["--timeout", "-1"], ["--timeout", "soon"], ["--heartbeat", "0"]])

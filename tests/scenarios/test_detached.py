@@ -15,7 +15,7 @@ from typing import Dict, List, Tuple
 from ensure_flydsl.runs.progress import estimate_eta, parse_percent
 from ensure_flydsl.runs.records import DEFAULT_STEP_SECONDS, RunStore
 from tests.helpers.result_schema import validate
-from tests.helpers.scenario import assert_one_tree, wait_for
+from tests.helpers.scenario import Barrier, assert_one_tree, wait_for, wait_until
 from tests.helpers.workspace import Workspace
 
 # A hang guard, not a performance target (benchmarks/ measures how fast these really are).
@@ -102,7 +102,11 @@ def test_kill_9_of_the_workers_group_is_noticed_and_resumable(ws: Workspace) -> 
     data = start(ws, FIXTURE_BUILD_SLEEP="30")
     wait_for(os.path.join(ws.counter, "build.started"))
     waiter = ws.popen("wait", "--heartbeat", "60")
-    time.sleep(0.3)
+    assert waiter.stdout is not None
+    first = waiter.stdout.readline()  # the waiter follows the run: its first heartbeat
+    assert "running: step build" in first, first
+    wait_until("the record names the build's process group",
+               lambda: isinstance(getattr(RunStore(ws.root).current(), "build_pgid", None), int))
     record = RunStore(ws.root).current()
     assert record is not None
     build_pgid = record.build_pgid
@@ -198,15 +202,18 @@ def test_status_json_in_each_state(ws: Workspace) -> None:
               "log", "env_file", "stage", "exit_code", "reason", "waiting_for", "schema_version", "ok", "built",
               "hint", "installed"}
     assert set(absent) == fields
-    data = start(ws, FIXTURE_BUILD_SLEEP="1")
-    wait_for(os.path.join(ws.counter, "build.started"))
-    time.sleep(1.2)
+    barrier = Barrier(ws.counter, "built")  # build.sh has printed its last "[3/3]" line and holds
+    data = start(ws, FIXTURE_BUILD_HOOK=barrier.hook)
+    barrier.wait_reached()
+    # The run reads the build's output as it comes: its record shows the last line's percent once read.
+    wait_until("the record shows the build's [3/3]", lambda: status(ws)["percent"] == 100.0)
     running = status(ws)
     assert set(running) == fields
     assert running["state"] == "running" and running["step"] == "build" and running["pid"] == data["pid"]
     assert running["run_id"] == data["run_id"] and isinstance(running["elapsed_s"], float)
-    assert isinstance(running["percent"], float) and 0 < running["percent"] <= 100
-    assert isinstance(running["eta_s"], float)
+    assert isinstance(running["eta_s"], float) and running["eta_s"] >= 0
+    assert running["exit_code"] == 75 and running["ok"] is False and running["env_file"] is None
+    barrier.release()
     assert ws.run("wait", timeout=60).returncode == 0
     done = status(ws)
     assert done["state"] == "succeeded" and done["version"] == "0.2.2" and done["how"] == "built"

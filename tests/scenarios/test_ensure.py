@@ -7,12 +7,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
 from tests.helpers.flydsl_fixture import make_installed_tree, make_split_trees
-from tests.helpers.scenario import assert_one_tree, wait_for
+from tests.helpers.scenario import Barrier, assert_one_tree, wait_for
 from tests.helpers.workspace import Workspace, other_python
 
 
@@ -184,9 +183,9 @@ def test_repo_by_plain_path(ws: Workspace) -> None:
 
 
 def test_kill_9_during_the_build_then_rerun_succeeds(ws: Workspace) -> None:
-    proc = ws.popen(FIXTURE_BUILD_SLEEP="5")
-    wait_for(os.path.join(ws.counter, "build.started"))
-    time.sleep(0.3)  # the fixture has staged python_packages/flydsl but not yet _mlir
+    staged_barrier = Barrier(ws.counter, "staged")  # build.sh has staged python_packages/flydsl, not yet _mlir
+    proc = ws.popen(FIXTURE_STAGED_HOOK=staged_barrier.hook)
+    staged_barrier.wait_reached()
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(timeout=10)
     staged = os.path.join(ws.root, "build-fly", "python_packages", "flydsl")
@@ -195,8 +194,8 @@ def test_kill_9_during_the_build_then_rerun_succeeds(ws: Workspace) -> None:
     # The seed took the half-built python_packages for a finished build and failed with 6 forever.
     out = ws.run("--json")
     assert out.returncode == 0, out.stderr
-    assert "resuming the interrupted build" in out.stderr
-    assert ws.count("build") == 2
+    assert f"resuming the interrupted build in {os.path.join(ws.root, 'build-fly')}" in out.stderr
+    assert ws.count("build") == 2 and ws.count("llvm") == 1
     assert_one_tree(ws)
 
 

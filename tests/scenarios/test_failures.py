@@ -16,14 +16,22 @@ from tests.helpers.scenario import assert_one_tree, wait_for
 from tests.helpers.workspace import Workspace
 
 
-def check_marker(ws: Workspace, code: int, stage: str) -> Dict[str, object]:
+def check_marker(ws: Workspace, code: int, stage: str, **env: str) -> Dict[str, object]:
+    """The failure marker of a run with ``ws``'s settings and ``env`` over them: its code, stage, reason, log
+    tail, and the request it failed for (the one asked, never an empty one)."""
     marker = ws.marker()
     assert marker["exit_code"] == code and marker["stage"] == stage
     assert marker["reason"] and isinstance(marker["log_tail"], list)
-    assert marker["request"] == {} or marker["request"]["root"] == ws.root  # type: ignore[index]
+    asked = dict(ws.env, **env)
+    request = marker["request"]
+    assert isinstance(request, dict), marker
+    expected = {"root": ws.root, "pin": asked["FLYDSL_PIN"], "repo": asked["FLYDSL_REPO"],
+                "python": sys.executable, "strategy": asked["FLYDSL_STRATEGY"],
+                "exact_pin": asked.get("FLYDSL_EXACT_PIN") == "1"}
+    assert {key: request.get(key) for key in expected} == expected, request
     # Never a success marker for the failed request beside its failure; another request's install, which a
     # run refused before its build started leaves in place, may be there.
-    assert not os.path.exists(ws.env_file) or ws.env_twin()["request"] != marker["request"]
+    assert not os.path.exists(ws.env_file) or ws.env_twin()["request"] != request
     return marker
 
 
@@ -32,7 +40,7 @@ def test_exit_2_clone_fails(ws: Workspace) -> None:
     assert out.returncode == 2
     assert "failed (exit 2: clone/fetch failed, stage fetch): cannot list the refs of file:///nonexistent" in out.stderr
     assert "return code: 128" in out.stderr and "next: check that FLYDSL_REPO is reachable" in out.stderr
-    check_marker(ws, 2, "fetch")
+    check_marker(ws, 2, "fetch", FLYDSL_REPO="file:///nonexistent/FlyDSL.git")
 
 
 def test_exit_2_submodule_fails(ws: Workspace, own_repo, tmp_path: "os.PathLike[str]") -> None:  # type: ignore[no-untyped-def]
@@ -46,20 +54,20 @@ def test_exit_2_submodule_fails(ws: Workspace, own_repo, tmp_path: "os.PathLike[
     out = ws.run(FLYDSL_REPO=own_repo.url, FLYDSL_PIN=sha)
     assert out.returncode == 2
     assert "git submodule update" in out.stderr and "stage submodules" in out.stderr
-    check_marker(ws, 2, "submodules")
+    check_marker(ws, 2, "submodules", FLYDSL_REPO=own_repo.url, FLYDSL_PIN=sha)
 
 
 def test_exit_3_pin_not_found(ws: Workspace) -> None:
     out = ws.run(FLYDSL_PIN="v9.9.9")
     assert out.returncode == 3
     assert "the pin v9.9.9 is not a commit, tag or branch of" in out.stderr
-    check_marker(ws, 3, "checkout")
+    check_marker(ws, 3, "checkout", FLYDSL_PIN="v9.9.9")
 
 
 def test_exit_3_unknown_full_hash(ws: Workspace) -> None:
     out = ws.run(FLYDSL_PIN="0123456789abcdef0123456789abcdef01234567")
     assert out.returncode == 3 and "is not a commit, tag or branch" in out.stderr
-    check_marker(ws, 3, "checkout")
+    check_marker(ws, 3, "checkout", FLYDSL_PIN="0123456789abcdef0123456789abcdef01234567")
 
 
 def test_exit_3_checkout_blocked_by_local_edits(ws: Workspace) -> None:
@@ -72,7 +80,7 @@ def test_exit_3_checkout_blocked_by_local_edits(ws: Workspace) -> None:
     assert ws.env_twin() == twin and os.path.exists(ws.env_file)  # refused before the build starts: kept
     assert "local changes to tracked files (kernels/moe_gemm_2stage.py)" in out.stderr
     assert "never overwrites them" in out.stderr
-    check_marker(ws, 3, "checkout")
+    check_marker(ws, 3, "checkout", FLYDSL_PIN="v0.2.3", FLYDSL_EXACT_PIN="1")
     assert "somebody's edit" in open(os.path.join(ws.root, "kernels", "moe_gemm_2stage.py")).read()
 
 
@@ -160,12 +168,21 @@ def test_exit_7_lock_timeout_names_the_holder(ws: Workspace) -> None:
 def test_exit_7_lock_wait_ends_when_the_holder_releases(ws: Workspace) -> None:
     holder = _hold_lock(ws.lock_file)
     proc = ws.popen("--lock-timeout", "30")
-    time.sleep(1.0)
-    assert proc.poll() is None
+    assert proc.stdout is not None
+    said = []
+    waiting = (f"waiting for the build lock {ws.lock_file}, held by pid {holder.pid} on host buildhost-7 since "
+               "2026-11-29T03:00:00+00:00 (run r-holder); waited 0 s, waiting up to 30 s")
+    while not any(waiting in line for line in said):  # the run says it waits (an end of output fails below)
+        line = proc.stdout.readline()
+        assert line, "".join(said) + proc.communicate(timeout=60)[1]
+        said.append(line)
+    assert proc.poll() is None and ws.count("build") == 0 and not os.path.exists(ws.fail_marker)
     holder.kill()
     holder.wait()
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
+    assert "could not take the build lock" not in out + err
+    assert ws.count("build") == 1 and not os.path.exists(ws.fail_marker)
 
 
 def test_exit_64_bad_input_touches_nothing(ws: Workspace) -> None:

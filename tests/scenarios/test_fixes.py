@@ -90,7 +90,10 @@ def test_real_configure_fails_on_broken_rocm_and_succeeds_with_the_overlay(rocm:
     text = open(os.path.join(with_paths, "CMakeLists.txt")).read()
     with open(os.path.join(with_paths, "CMakeLists.txt"), "w") as handle:
         handle.write(text.replace("REQUIRED CONFIG)", f'REQUIRED CONFIG PATHS "{rocm}")'))
-    assert configure(with_paths, os.path.join(base, "b-paths"), [], rocm=rocm).returncode != 0
+    # (With no prefix at all it fails earlier, on hip's own find_dependency(amd_comgr): ROCm on the prefix
+    # path shows the failure the overlay fixes.)
+    with_rocm = configure(with_paths, os.path.join(base, "b-paths"), [rocm], rocm=rocm)
+    assert fails_on_the_missing_library(with_rocm, rocm), with_rocm.stdout
     assert configure(with_paths, os.path.join(base, "b-paths-fixed"), [overlay], rocm=rocm).returncode == 0
 
     assert tree_fingerprint(os.path.dirname(rocm)) == before  # every file and link of ROCm untouched
@@ -174,6 +177,21 @@ def test_fix_in_place_replaces_a_dangling_link_and_reports_what_it_cannot_write(
         os.chmod(os.path.join(rocm, "lib"), 0o755)
 
 
+def cached(build: str, name: str) -> Optional[str]:
+    """The value of ``name`` in ``build``'s CMakeCache.txt, or None."""
+    with open(os.path.join(build, "CMakeCache.txt")) as handle:
+        for line in handle:
+            if line.startswith(name + ":"):
+                return line.rstrip("\n").split("=", 1)[1]
+    return None
+
+
+def fails_on_the_missing_library(out: "subprocess.CompletedProcess[str]", rocm: str) -> bool:
+    """CMake's own import check of ROCm's hip package, failing on the library name it cannot find."""
+    return (out.returncode != 0 and 'The imported target "hip::amdhip64" references the file' in out.stdout
+            and os.path.join(rocm, "lib", MISSING) in out.stdout and "but this file does not exist" in out.stdout)
+
+
 @needs_cmake
 def test_stale_hip_dir_in_a_build_folder_is_forgotten(rocm: str, tmp_path: "os.PathLike[str]") -> None:
     """A build folder configured (and failed) before the fix caches ROCm's hip_DIR, which wins over
@@ -181,11 +199,25 @@ def test_stale_hip_dir_in_a_build_folder_is_forgotten(rocm: str, tmp_path: "os.P
     base = str(tmp_path)
     project = make_hip_user_project(os.path.join(base, "project"))
     build = os.path.join(base, "build-fly")
-    assert configure(project, build, [rocm], rocm=rocm).returncode != 0
+    rocm_package = os.path.join(rocm, "lib", "cmake", "hip")
+    first = configure(project, build, [rocm], rocm=rocm)
+    assert fails_on_the_missing_library(first, rocm), first.stdout
+    assert cached(build, "hip_DIR") == rocm_package
     fix = fix_hip(rocm, os.path.join(base, "overlay"))
-    assert configure(project, build, list(fix.cmake_prefixes), rocm=rocm).returncode != 0  # the cache wins
     package = os.path.join(fix.cmake_prefixes[0], "lib", "cmake", "hip")
+    stale = configure(project, build, list(fix.cmake_prefixes), rocm=rocm)
+    assert fails_on_the_missing_library(stale, rocm), stale.stdout  # the cached hip_DIR wins: ROCm's package
+    assert cached(build, "hip_DIR") == rocm_package
+    with open(os.path.join(build, "CMakeCache.txt")) as handle:
+        before = handle.read().splitlines()
     assert drop_stale_hip_dir(build, package)
-    assert configure(project, build, list(fix.cmake_prefixes), rocm=rocm).returncode == 0
+    with open(os.path.join(build, "CMakeCache.txt")) as handle:
+        after = handle.read().splitlines()
+    # Only hip_DIR changes (CMake searches again); every other entry of the build folder's cache stays.
+    changed = [(old, new) for old, new in zip(before, after) if old != new]
+    assert len(after) == len(before) and changed == [(f"hip_DIR:PATH={rocm_package}", "hip_DIR:PATH=hip_DIR-NOTFOUND")]
+    fixed = configure(project, build, list(fix.cmake_prefixes), rocm=rocm)
+    assert fixed.returncode == 0, fixed.stdout
+    assert cached(build, "hip_DIR") == package
     assert not drop_stale_hip_dir(build, package)  # now it names the overlay's package
     assert not drop_stale_hip_dir(os.path.join(base, "no-such-build"), package)

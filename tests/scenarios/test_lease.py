@@ -21,7 +21,7 @@ from tests.helpers.fleet import SharedCache, builds, finish, fleet_host
 from tests.helpers.flydsl_fixture import FixtureRepo
 from tests.helpers.ftp_server import FtpServer
 from tests.helpers.s3_server import S3Server
-from tests.helpers.scenario import assert_one_tree, wait_for
+from tests.helpers.scenario import Barrier, assert_one_tree, run_record_of, wait_for, wait_until
 from tests.helpers.workspace import Workspace
 
 
@@ -88,24 +88,55 @@ def test_a_holder_killed_with_kill_9_is_taken_over(tmp_path: "os.PathLike[str]",
     assert shared.files("leases") == []
 
 
+def waits_for(ws: Workspace, pid: int, host: str) -> None:
+    """Until the run ``pid`` of ``ws`` waits for ``host``'s build lease (its run record says so)."""
+    def waiting() -> bool:
+        followed = run_record_of(ws, pid).get("waiting")
+        return isinstance(followed, dict) and followed.get("host") == host
+
+    wait_until(f"{ws.base}: run {pid} waits for {host}'s build lease", waiting, timeout=60)
+
+
 def test_two_waiters_racing_for_a_dead_lease_give_one_builder(tmp_path: "os.PathLike[str]",
                                                              fixture_repo: FixtureRepo, shared: SharedCache) -> None:
     fleet = hosts(tmp_path, fixture_repo, shared, "abc", FLYDSL_LEASE_TTL="2")
-    a = fleet["a"].popen(FIXTURE_LLVM_SLEEP="30")
-    holder = shared.wait_lease("mlir", host="a")
-    wait_for(os.path.join(fleet["a"].counter, "llvm.started"))
-    os.kill(holder["pid"], signal.SIGKILL)
-    assert a.wait(timeout=30) == -signal.SIGKILL
-    ended = finish({name: fleet[name].popen() for name in "bc"})
+    counter = fleet["a"].counter
+    held = Barrier(str(tmp_path), "a-llvm")  # a holds the MLIR lease, building, until it is killed
+    a = fleet["a"].popen(FIXTURE_LLVM_HOOK=held.hook)
+    try:
+        holder = shared.wait_lease("mlir", host="a")
+        held.wait_reached()
+        # Each build says which host made it; b and c both wait for a's lease before it dies, so they race.
+        # The tree's build holds until the other host waits for its lease.
+        tree = Barrier(str(tmp_path), "tree")
+        said = {step: f'echo "$FLYDSL_HOST_ID" >> "{counter}/{step}.by"' for step in ("llvm", "build")}
+        waiters = {name: fleet[name].popen(FIXTURE_LLVM_HOOK=said["llvm"],
+                                           FIXTURE_BUILD_HOOK=said["build"] + "; " + tree.hook) for name in "bc"}
+        for name in "bc":
+            waits_for(fleet[name], waiters[name].pid, "a")
+        os.kill(holder["pid"], signal.SIGKILL)
+        assert a.wait(timeout=30) == -signal.SIGKILL
+        tree.wait_reached()
+        (tree_builder,) = open(os.path.join(counter, "build.by")).read().split()
+        fetcher = next(n for n in "bc" if n != tree_builder)
+        waits_for(fleet[fetcher], waiters[fetcher].pid, tree_builder)
+        tree.release()
+        ended = finish(waiters)
+    finally:
+        held.release()
     for name, (code, stderr) in ended.items():
         assert code == 0, f"{name}: {stderr}"
-    counter = fleet["a"].counter
-    assert builds(counter, "llvm") == 2  # a's, killed, and one of b and c
+    assert builds(counter, "llvm") == 2  # a's, killed, and the taker's
     assert builds(counter, "build") == 1
-    took = [name for name, (_c, stderr) in ended.items() if "taking it over" in stderr and
-            "took the build lease on MLIR" in stderr]
+    took = [name for name, (_c, said_) in ended.items() if "took the build lease on MLIR" in said_]
     assert len(took) == 1, ended
-    assert sorted(fleet[n].env_twin()["how"] for n in "bc") in (["built", "cached"], ["built", "built"])
+    taker, other = took[0], next(n for n in "bc" if n != took[0])
+    assert f"the build lease of a (run {holder['run_id']}) on MLIR" in ended[taker][1]
+    assert "is dead" in ended[taker][1] and "taking it over" in ended[taker][1]
+    assert f"waiting for a (run {holder['run_id']}) building MLIR" in ended[other][1]
+    assert open(os.path.join(counter, "llvm.by")).read().split() == [taker]
+    assert f"waiting for {tree_builder} (run " in ended[fetcher][1]
+    assert fleet[tree_builder].env_twin()["how"] == "built" and fleet[fetcher].env_twin()["how"] == "cached"
     assert shared.files("leases") == []
 
 

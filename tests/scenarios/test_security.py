@@ -138,13 +138,14 @@ def _edit_manifest(cache: str, edit: str) -> None:
 
 def _hostile(cache: str, members: List[Tuple[tarfile.TarInfo, bytes]]) -> None:
     """Replace the tree entry by a hostile tarball with a manifest that is correct for its bytes (built as
-    test_cache.publish_raw does, keeping the real entry's key fields, which its key is the hash of)."""
+    tests/helpers/cache_entries.py: publish_raw does, keeping the real entry's key fields, which its key is
+    the hash of)."""
     path = _entry_file(cache, "tree")
     with open(path) as handle:
         fields = json.load(handle)["fields"]
     scratch = tempfile.mkdtemp(prefix="hostile-")
     try:
-        entry = publish_raw(scratch, members)  # a hand-made entry under test_cache's key
+        entry = publish_raw(scratch, members)  # a hand-made entry under the cache tests' key
         with open(manifest_file(scratch), encoding="utf-8") as handle:
             manifest = json.load(handle)
         shutil.copy(blob_file(scratch, entry), os.path.join(cache, "blobs", entry.blob + ".tar.gz"))

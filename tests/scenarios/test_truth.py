@@ -9,20 +9,22 @@ from __future__ import annotations
 import json
 import os
 import signal
-import time
+import sys
 
-from tests.helpers.scenario import start, status, wait_for
+from tests.helpers.scenario import Barrier, run_record_of, start, status, wait_until, watchdogs_of
 from tests.helpers.workspace import Workspace
 
 
 def test_a_caller_that_gives_up_on_the_lock_does_not_poison_wait(ws: Workspace) -> None:
-    start(ws, FIXTURE_BUILD_SLEEP="1.5")
-    wait_for(os.path.join(ws.counter, "build.started"))
+    barrier = Barrier(ws.counter, "build")  # the build goes on until the impatient caller's answer is checked
+    start(ws, FIXTURE_BUILD_HOOK=barrier.hook)
+    barrier.wait_reached()
     impatient = ws.run(FLYDSL_LOCK_TIMEOUT="0.5")
     assert impatient.returncode == 7, impatient.stderr
     assert not os.path.exists(ws.fail_marker), "a file poller would see a failure while the build goes on"
     assert status(ws)["state"] == "running"
     assert ws.run("wait", "--timeout", "0.01").returncode == 75
+    barrier.release()
     done = ws.run("wait", "--timeout", "60")
     assert done.returncode == 0, done.stdout + done.stderr
     assert status(ws)["state"] == "succeeded"
@@ -30,42 +32,35 @@ def test_a_caller_that_gives_up_on_the_lock_does_not_poison_wait(ws: Workspace) 
     assert not os.path.exists(ws.fail_marker)
 
 
-def _wait_for_lock_waiter(ws: Workspace, proc_pid: int) -> None:
-    """Until the blocking caller is waiting for the lock (its record says step "lock")."""
-    folder = os.path.join(ws.base, ".ensure_flydsl", "runs", "FlyDSL")
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        for name in os.listdir(folder):
-            if name.endswith(".json"):
-                with open(os.path.join(folder, name)) as handle:
-                    try:
-                        record = json.load(handle)
-                    except ValueError:
-                        continue
-                if record.get("pid") == proc_pid and record.get("step") == "lock":
-                    return
-        time.sleep(0.05)
-    raise AssertionError("the second caller never waited for the lock")
-
-
 def test_a_caller_killed_while_waiting_for_the_lock_does_not_poison_wait(ws: Workspace) -> None:
-    for sig in (signal.SIGKILL, signal.SIGTERM):
+    # The caller's own answer to each signal, and what its run record says once it (or, for kill -9, its
+    # watchdog) has recorded the end: the step it died in and the exit code.
+    expected = {signal.SIGKILL: (-signal.SIGKILL, 9), signal.SIGTERM: (130, 130)}
+    for n, sig in enumerate((signal.SIGKILL, signal.SIGTERM)):
         ws.run("clean")
-        start(ws, FIXTURE_BUILD_SLEEP="1.5")
-        wait_for(os.path.join(ws.counter, "build.started"))
+        barrier = Barrier(ws.counter, f"build-{n}")  # the build holds until the killed caller's end is recorded
+        start(ws, FIXTURE_BUILD_HOOK=barrier.hook)
+        barrier.wait_reached()
         waiter = ws.popen()
-        _wait_for_lock_waiter(ws, waiter.pid)
+        wait_until("the second caller waits for the lock",
+                   lambda pid=waiter.pid: run_record_of(ws, pid).get("step") == "lock")
+        run_id = str(run_record_of(ws, waiter.pid)["run_id"])
+        assert watchdogs_of(run_id), "the caller's watchdog runs"
         os.kill(waiter.pid, sig)
         waiter.communicate(timeout=30)
-        assert waiter.returncode in (-9, 130), (sig, waiter.returncode)
-        time.sleep(0.3)  # the killed caller's watchdog has had its moment
+        assert waiter.returncode == expected[sig][0], (sig, waiter.returncode)
+        # Its watchdog has done all it does once it has exited (for kill -9: the record, and no marker).
+        wait_until("the killed caller's watchdog exits", lambda run_id=run_id: not watchdogs_of(run_id), timeout=60)
+        failure = run_record_of(ws, waiter.pid)["failure"]
+        assert isinstance(failure, dict) and (failure["stage"], failure["exit_code"]) == ("lock", expected[sig][1])
         assert status(ws)["state"] == "running", sig
         assert not os.path.exists(ws.fail_marker), sig
+        barrier.release()
         done = ws.run("wait", "--timeout", "60")
         assert done.returncode == 0, (sig, done.stdout + done.stderr)
         assert status(ws)["state"] == "succeeded"
         assert not os.path.exists(ws.fail_marker)
-        os.unlink(os.path.join(ws.counter, "build.started"))
+    assert ws.count("build") == 2  # one build per round: the killed callers built nothing
 
 
 def test_wait_does_not_answer_for_an_env_file_another_request_replaced(ws: Workspace) -> None:
@@ -82,22 +77,57 @@ def test_wait_does_not_answer_for_an_env_file_another_request_replaced(ws: Works
     assert data["state"] == "absent" and "no longer answers it" in str(data["reason"])
 
 
+def _held_python(ws: Workspace, after: Barrier, barrier: Barrier) -> str:
+    """FLYDSL_PYTHON for a run that holds at ``barrier`` the first time it starts the interpreter once ``after``
+    was released (the test releases it while the run waits for the lock: its next start of the interpreter
+    is the probe under the lock, before it changes anything)."""
+    path = os.path.join(ws.counter, "python-held")
+    with open(path, "w") as handle:
+        handle.write(f'#!/bin/sh\nif [ -e "{after.go}" ]; then {barrier.hook}; fi\nexec {sys.executable} "$@"\n')
+    os.chmod(path, 0o755)
+    return path
+
+
 def test_two_pins_back_to_back_each_wait_tells_the_truth(ws: Workspace) -> None:
     p1, p2 = ws.repo.commits["dev"], ws.repo.commits["llvm-b"]
     ws.env["FLYDSL_EXACT_PIN"] = "1"  # each pin's own tree (with the version-only gate, P1's answers P2)
-    start(ws, FLYDSL_PIN=p1, FIXTURE_BUILD_SLEEP="0.5")
-    start(ws, FLYDSL_PIN=p2)
+    p1_build = Barrier(ws.counter, "p1-build")  # P1 holds the lock, building
+    p2_probe = Barrier(ws.counter, "p2-probe")  # P2 has the lock, P1's env file still in place
+    p2_llvm = Barrier(ws.counter, "p2-llvm")  # P2 builds: P1's env file is gone
+    start(ws, FLYDSL_PIN=p1, FIXTURE_BUILD_HOOK=p1_build.hook)
+    p1_build.wait_reached()
+    as_p2 = {"FLYDSL_PIN": p2, "FLYDSL_PYTHON": _held_python(ws, p1_build, p2_probe)}
+    second_run = start(ws, FIXTURE_LLVM_HOOK=p2_llvm.hook, **as_p2)
+    wait_until("P2 waits for the lock", lambda: run_record_of(ws, int(str(second_run["pid"]))).get("step") == "lock")
+    assert ws.run("wait", "--timeout", "0", FLYDSL_PIN=p1).returncode == 75
+    assert status(ws, **as_p2)["state"] == "running"
+    p1_build.release()
+    p2_probe.wait_reached()
+    # P1 has finished and P2 has not yet taken its env file away: the wait for P1 says 0.
     first = ws.run("wait", "--timeout", "60", FLYDSL_PIN=p1)
-    # When the wait for P1 says 0, the env file it names answered P1 at that moment: P2's run (waiting for
-    # the lock) takes it away only after.
-    assert first.returncode in (0, 1), first.stdout
-    second = ws.run("wait", "--timeout", "60", FLYDSL_PIN=p2)
+    assert first.returncode == 0, first.stdout
+    assert f"succeeded: flydsl 0.2.2 (built) for {sys.executable}; source {ws.env_file}" in first.stdout
+    assert ws.env_twin()["commit"] == p1
+    p2_probe.release()
+    p2_llvm.wait_reached()
+    # P2's build has started: the env file that answered P1 is gone, and the wait for P1 says so (1).
+    gone = ws.run("wait", "--timeout", "0", FLYDSL_PIN=p1)
+    assert gone.returncode == 1, gone.stdout
+    assert "nothing to wait for" in gone.stdout and not os.path.exists(ws.env_file)
+    assert status(ws, FLYDSL_PIN=p1)["state"] == "absent"
+    assert ws.run("wait", "--timeout", "0", **as_p2).returncode == 75
+    p2_llvm.release()
+    second = ws.run("wait", "--timeout", "60", **as_p2)
     assert second.returncode == 0, second.stdout
     assert ws.env_twin()["commit"] == p2
     after = ws.run("wait", "--timeout", "0.01", FLYDSL_PIN=p1)
     assert after.returncode == 1, after.stdout
     assert status(ws, FLYDSL_PIN=p1)["state"] == "absent"
-    assert status(ws, FLYDSL_PIN=p2)["state"] == "succeeded"
+    assert status(ws, **as_p2)["state"] == "succeeded"
+    with open(ws.log) as handle:
+        log = handle.read()
+    assert log.count(f"took away {ws.env_file} (flydsl 0.2.2, built): the tree in {ws.root} changes now for the "
+                     f"pin {p2}") == 1
 
 
 class Siblings:
