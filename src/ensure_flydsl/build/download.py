@@ -23,6 +23,7 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 from packaging.tags import platform_tags
 
 from ensure_flydsl.errors import EnsureError, ExitCode
+from ensure_flydsl.probe import scripts
 from ensure_flydsl.probe.records import Interpreter
 from ensure_flydsl.support.processes import CommandFailed, heartbeat, network_silence_s, waiting_line
 
@@ -47,7 +48,7 @@ def has_pip(python: str, environ: Optional[Mapping[str, str]] = None) -> bool:
         env = pip_env(os.environ if environ is None else environ)
         try:
             found = subprocess.run(
-                [python, "-c", "import importlib.util, sys; sys.exit(importlib.util.find_spec('pip') is None)"],
+                [python, "-c", scripts.text("has_pip")],
                 env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                 timeout=60, check=False).returncode == 0
         except (OSError, subprocess.TimeoutExpired):
