@@ -37,9 +37,9 @@ class Check:
         return dataclasses.asdict(self)
 
 
-def _ok(name: str, detail: str, stage: str) -> Check:
+def passed(name: str, detail: str, stage: str) -> Check:
     return Check(name, OK, detail, "", False, stage)
 
 
-def _skip(name: str, detail: str, stage: str) -> Check:
+def skipped(name: str, detail: str, stage: str) -> Check:
     return Check(name, SKIPPED, detail, "", False, stage)

@@ -17,7 +17,7 @@ import shlex
 from typing import Mapping, Optional, Sequence, Tuple
 
 from ensure_flydsl.build.wheels import pin_as_tag
-from ensure_flydsl.doctor.check import MISSING, Check, _ok, _skip
+from ensure_flydsl.doctor.check import MISSING, Check, passed, skipped
 from ensure_flydsl.errors import EnsureError, ExitCode
 from ensure_flydsl.probe.interpreter import find_modules
 from ensure_flydsl.probe.records import Interpreter
@@ -149,21 +149,21 @@ def check_requirements(settings: Settings, environ: Mapping[str, str], interp: O
                        checkout: Optional[str]) -> Check:
     """The doctor's view of the preflight: blocking when the interpreter lacks a module the pin imports."""
     if interp is None:
-        return _skip(STAGE, "the interpreter does not run", STAGE)
+        return skipped(STAGE, "the interpreter does not run", STAGE)
     pin = pin_as_tag(settings.pin) if settings.strategy == "release" else settings.pin
     sources = pin_sources(settings.root, settings.repo, pin, checkout)
     if sources is None:
-        return _skip(STAGE, f"the pin's sources cannot be read here yet (no checkout of {pin} in "
+        return skipped(STAGE, f"the pin's sources cannot be read here yet (no checkout of {pin} in "
                      f"{settings.root}, and {settings.repo} is not a local repository); a run checks them "
                      "after fetching, before downloading or building anything", STAGE)
     try:
         finding = assess(sources, interp.executable, settings.require, environ,
                          settings.probe_timeout, settings.label("probe_timeout"), pin)
     except EnsureError as exc:
-        return _skip(STAGE, f"could not ask {interp.executable}: {exc.reason}", STAGE)
+        return skipped(STAGE, f"could not ask {interp.executable}: {exc.reason}", STAGE)
     if finding.absent:
         return Check(STAGE, MISSING, absent_reason(finding), absent_remedy(finding), True, STAGE)
     if not finding.missing:
-        return _ok(STAGE, f"{summary(finding)}; {interp.executable} has them all", STAGE)
+        return passed(STAGE, f"{summary(finding)}; {interp.executable} has them all", STAGE)
     return Check(STAGE, MISSING, reason(finding), remedy(finding), True, STAGE)
 

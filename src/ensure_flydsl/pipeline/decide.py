@@ -7,7 +7,7 @@ from typing import Dict, List, Mapping, Optional, Tuple, Union
 
 from ensure_flydsl.binary_cache.entries import CacheError, open_cache
 from ensure_flydsl.build.environment import is_mlir_install
-from ensure_flydsl.doctor.check import MISSING, WRONG, Check, _ok, _skip
+from ensure_flydsl.doctor.check import MISSING, WRONG, Check, passed, skipped
 from ensure_flydsl.errors import BadInput, EnsureError
 from ensure_flydsl.layout import tree_folders
 from ensure_flydsl.pipeline.lock import check_lock_path
@@ -229,7 +229,7 @@ def check_reuse(settings: Settings, environ: Mapping[str, str], interp: Optional
     remedy = ("install FlyDSL for this interpreter, or use FLYDSL_STRATEGY=auto to build the pin" if blocking
               else "none needed: the configured strategy provisions one")
     if interp is None:
-        return _skip("reuse", "the interpreter does not run", "probe")
+        return skipped("reuse", "the interpreter does not run", "probe")
     run = Run(settings, Reporter(None), environ)
     run.interpreter = interp
     try:
@@ -237,5 +237,5 @@ def check_reuse(settings: Settings, environ: Mapping[str, str], interp: Optional
     except EnsureError as exc:
         return Check("reuse", WRONG, f"the import probe failed: {exc.reason}", remedy, blocking, "probe")
     if decision.ok:
-        return _ok("reuse", f"reusable: {decision.reason} (ensure will reuse it; nothing is built)", "probe")
+        return passed("reuse", f"reusable: {decision.reason} (ensure will reuse it; nothing is built)", "probe")
     return Check("reuse", MISSING, f"nothing to reuse: {decision.reason}", remedy, blocking, "probe")
