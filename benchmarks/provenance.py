@@ -18,8 +18,8 @@ import sys
 import tempfile
 import time
 
-from ensure_flydsl.build.wheels import check_provenance
 from ensure_flydsl.providers.release import SOURCES, tracked_sources
+from ensure_flydsl.wheels.release import check_provenance
 
 
 def main() -> int:

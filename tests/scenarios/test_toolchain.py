@@ -16,7 +16,6 @@ from typing import Dict, List
 
 import pytest
 
-from ensure_flydsl.build.package_index import query_versions
 from ensure_flydsl.build.toolchain import (
     ProvidedTools,
     find_executable_tool,
@@ -25,6 +24,7 @@ from ensure_flydsl.build.toolchain import (
     provided_root,
 )
 from ensure_flydsl.errors import EnsureError, ExitCode
+from ensure_flydsl.wheels.package_index import query_versions
 from tests.helpers.build_fixtures import make_fake_mlir
 from tests.helpers.flydsl_fixture import FixtureRepo, git
 

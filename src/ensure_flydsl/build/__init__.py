@@ -1,1 +1,1 @@
-"""Building: the build environment, private build tools, the package index, the ROCm overlay, wheels."""
+"""Building: the build environment, private build tools, the ROCm overlay."""

@@ -27,7 +27,6 @@ from ensure_flydsl.build.environment import (
     finished_llvm_build,
     is_mlir_install,
 )
-from ensure_flydsl.build.package_index import IndexAnswer, best_version, query_versions
 from ensure_flydsl.build.rocm import check_hip
 from ensure_flydsl.build.rocm_sdk import choose_rocm
 from ensure_flydsl.build.toolchain import ToolState, machine_state, package_spec
@@ -40,6 +39,7 @@ from ensure_flydsl.runs.answer import roots_sharing_marker, sharing_advice
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.source.needs import BuildNeeds, tool_minimums
 from ensure_flydsl.source.root import classify_root, creatable_problem
+from ensure_flydsl.wheels.package_index import IndexAnswer, best_version, query_versions
 
 GIB = 1024**3
 LLVM_DISK_BYTES = 40 * GIB  # LLVM/MLIR source, build folder and install (mlir, clang, lld; three targets)

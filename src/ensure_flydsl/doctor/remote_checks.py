@@ -9,9 +9,6 @@ import re
 import subprocess
 from typing import Dict, List, Mapping, Optional, Tuple
 
-from ensure_flydsl.build.download import release_pip
-from ensure_flydsl.build.package_index import best_version
-from ensure_flydsl.build.wheels import pin_as_tag, release_tags, tag_version, wheel_tags
 from ensure_flydsl.doctor.check import MISSING, WRONG, Check, passed, skipped
 from ensure_flydsl.doctor.checks import (
     RunContext,
@@ -23,6 +20,9 @@ from ensure_flydsl.settings import Settings
 from ensure_flydsl.source.git import is_local_repo
 from ensure_flydsl.source.mirrors import describe, rewrite, with_mirrors
 from ensure_flydsl.source.needs import resolve_in
+from ensure_flydsl.wheels.download import release_pip
+from ensure_flydsl.wheels.package_index import best_version
+from ensure_flydsl.wheels.release import pin_as_tag, release_tags, tag_version, wheel_tags
 
 
 def _git_env(environ: Mapping[str, str], timeout: float, mirrors: GitMirrors) -> Dict[str, str]:

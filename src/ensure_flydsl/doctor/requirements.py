@@ -16,7 +16,6 @@ import dataclasses
 import shlex
 from typing import Mapping, Optional, Sequence, Tuple
 
-from ensure_flydsl.build.wheels import pin_as_tag
 from ensure_flydsl.doctor.check import MISSING, Check, passed, skipped
 from ensure_flydsl.errors import EnsureError, ExitCode
 from ensure_flydsl.probe.interpreter import find_modules
@@ -30,6 +29,7 @@ from ensure_flydsl.source.requirements import (
     find_requirements,
     pin_sources,
 )
+from ensure_flydsl.wheels.release import pin_as_tag
 
 STAGE = "requirements"
 

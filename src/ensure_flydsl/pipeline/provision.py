@@ -14,7 +14,6 @@ import dataclasses
 import os
 from typing import List, Optional, Tuple
 
-from ensure_flydsl.build.wheels import WheelDownload, pin_as_tag, release_tags
 from ensure_flydsl.doctor.requirements import Finding, assess, stop_if_missing, summary
 from ensure_flydsl.errors import BadInput, EnsureError, ExitCode
 from ensure_flydsl.layout import packages_dir, tree_folders, wheel_download_dir
@@ -35,6 +34,7 @@ from ensure_flydsl.source.requirements import read_commit_sources
 from ensure_flydsl.source.root import claim_root, classify_root, exclude_from_git, is_ours, remove_tree
 from ensure_flydsl.support import faults
 from ensure_flydsl.support.processes import CommandFailed
+from ensure_flydsl.wheels.release import WheelDownload, pin_as_tag, release_tags
 
 
 def provision(run: Run) -> Result:

@@ -13,15 +13,6 @@ import os
 import re
 from typing import List, Optional
 
-from ensure_flydsl.build.wheels import (
-    check_checkout_version,
-    check_provenance,
-    check_versions_agree,
-    download_wheel,
-    install_wheel_file,
-    installed_version,
-    static_version,
-)
 from ensure_flydsl.errors import EnsureError, ExitCode
 from ensure_flydsl.layout import build_made_record, packages_dir, wheel_download_dir
 from ensure_flydsl.probe.gate import TREE_PACKAGES
@@ -36,6 +27,15 @@ from ensure_flydsl.source import git as gitsource
 from ensure_flydsl.source.made import recording
 from ensure_flydsl.source.root import remove_tree
 from ensure_flydsl.support import faults
+from ensure_flydsl.wheels.release import (
+    check_checkout_version,
+    check_provenance,
+    check_versions_agree,
+    download_wheel,
+    install_wheel_file,
+    installed_version,
+    static_version,
+)
 
 SOURCES = "python/flydsl"  # what FlyDSL's build copies into the package; the wheel must hold it unchanged
 _DOWNLOAD = ".wheel-download"  # under build-fly: the wheel between download and install

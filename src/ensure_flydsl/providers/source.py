@@ -10,7 +10,6 @@ from typing import Dict, NamedTuple, Optional, Tuple
 
 from ensure_flydsl.binary_cache.entries import Cache, cache_key
 from ensure_flydsl.binary_cache.lease import HeldLease
-from ensure_flydsl.build.download import SUGGEST_TIMEOUT_S, release_suggestion
 from ensure_flydsl.build.environment import (
     LlvmRecord,
     Toolchain,
@@ -27,7 +26,6 @@ from ensure_flydsl.build.environment import (
 from ensure_flydsl.build.rocm import HipFix, drop_stale_hip_dir, fix_hip
 from ensure_flydsl.build.rocm_sdk import choose_rocm
 from ensure_flydsl.build.toolchain import ProvidedTools, provide_build_tools
-from ensure_flydsl.build.wheels import tag_version
 from ensure_flydsl.doctor.diagnose import run_checks, stop_if_blocked
 from ensure_flydsl.errors import EnsureError, ExitCode
 from ensure_flydsl.layout import (
@@ -59,6 +57,8 @@ from ensure_flydsl.source import git as gitsource
 from ensure_flydsl.source.made import recording
 from ensure_flydsl.source.needs import build_tools, find_needs, tool_minimums
 from ensure_flydsl.support import faults
+from ensure_flydsl.wheels.download import SUGGEST_TIMEOUT_S, release_suggestion
+from ensure_flydsl.wheels.release import tag_version
 
 Mlir = Tuple[str, Dict[str, object]]  # an MLIR install and what identifies it in the build's stamp
 

@@ -7,7 +7,6 @@ import dataclasses
 import time
 from typing import Dict, Iterator, List, Mapping, Optional, Sequence
 
-from ensure_flydsl.build.wheels import WheelDownload
 from ensure_flydsl.probe.gate import Verdict
 from ensure_flydsl.probe.interpreter import WarmProbe
 from ensure_flydsl.probe.records import Interpreter, Probe
@@ -18,6 +17,7 @@ from ensure_flydsl.settings import Settings
 from ensure_flydsl.source.root import Stamps
 from ensure_flydsl.support import processes
 from ensure_flydsl.support.report import Reporter
+from ensure_flydsl.wheels.release import WheelDownload
 
 # Steps whose duration depends on whether they had anything to do; only real work counts for ETAs.
 WORK_STEPS = ("fetch", "llvm", "build", "release", "cache")

@@ -278,7 +278,7 @@ def release_suggestion(interpreter: Interpreter, min_version: str, environ: Mapp
     (asked through the pip the release way would use, in a few seconds at most) and, when ``tags`` (the
     repository's tags) are known, that the repository has as a tag.  None when there is none, or the
     question cannot be answered quickly: this is a hint, never a wait."""
-    from ensure_flydsl.build.package_index import best_version, query_versions
+    from ensure_flydsl.wheels.package_index import best_version, query_versions
 
     pip, _ = release_pip(interpreter.executable, environ)
     if pip is None:
