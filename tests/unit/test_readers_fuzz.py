@@ -23,7 +23,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ensure_flydsl.build.environment import LlvmRecord
 from ensure_flydsl.cli.main import main
 from ensure_flydsl.errors import EnsureError, ExitCode
 from ensure_flydsl.pipeline.fingerprint import same, site_stats
@@ -36,6 +35,7 @@ from ensure_flydsl.runs.records import Failure, RunRecord
 from ensure_flydsl.settings import load_settings
 from ensure_flydsl.source.made import MadeRecord
 from ensure_flydsl.source.root import Owner, Stamp
+from ensure_flydsl.toolchain.environment import LlvmRecord
 from ensure_flydsl.wheels.release import install_wheel_file
 from ensure_flydsl.wheels.wheel_shape import shape_problems
 

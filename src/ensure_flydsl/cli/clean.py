@@ -12,7 +12,6 @@ import os
 import uuid
 from typing import List
 
-from ensure_flydsl.build.environment import LlvmRecord
 from ensure_flydsl.errors import EnsureError, ExitCode
 from ensure_flydsl.layout import (
     BUILD_DIR,
@@ -34,6 +33,7 @@ from ensure_flydsl.source.root import Stamps, is_build_output, is_ours, owner, r
 from ensure_flydsl.support.files import remove_file
 from ensure_flydsl.support.processes import CommandFailed
 from ensure_flydsl.support.report import Reporter
+from ensure_flydsl.toolchain.environment import LlvmRecord
 
 
 def clean(settings: Settings, reporter: Reporter) -> int:

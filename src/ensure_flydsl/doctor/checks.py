@@ -19,17 +19,6 @@ import sys
 import threading
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
-from ensure_flydsl.build.environment import (
-    MEMORY_PER_JOB_BYTES,
-    available_memory,
-    cpu_count,
-    default_jobs,
-    finished_llvm_build,
-    is_mlir_install,
-)
-from ensure_flydsl.build.rocm import check_hip
-from ensure_flydsl.build.rocm_sdk import choose_rocm
-from ensure_flydsl.build.toolchain import ToolState, machine_state, package_spec
 from ensure_flydsl.doctor.check import MISSING, WRONG, Check, passed, skipped
 from ensure_flydsl.errors import EnsureError
 from ensure_flydsl.layout import mlir_install, tools_dir
@@ -39,6 +28,17 @@ from ensure_flydsl.runs.answer import roots_sharing_marker, sharing_advice
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.source.needs import BuildNeeds, tool_minimums
 from ensure_flydsl.source.root import classify_root, creatable_problem
+from ensure_flydsl.toolchain.environment import (
+    MEMORY_PER_JOB_BYTES,
+    available_memory,
+    cpu_count,
+    default_jobs,
+    finished_llvm_build,
+    is_mlir_install,
+)
+from ensure_flydsl.toolchain.rocm import check_hip
+from ensure_flydsl.toolchain.rocm_sdk import choose_rocm
+from ensure_flydsl.toolchain.tools import ToolState, machine_state, package_spec
 from ensure_flydsl.wheels.package_index import IndexAnswer, best_version, query_versions
 
 GIB = 1024**3

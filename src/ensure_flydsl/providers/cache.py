@@ -15,7 +15,6 @@ import re
 from typing import Dict, Mapping, Optional
 
 from ensure_flydsl.binary_cache.entries import Cache, CacheCorrupt, CacheError, cache_key, format_size, open_cache
-from ensure_flydsl.build.environment import file_sha256, pin_llvm_inputs
 from ensure_flydsl.layout import base_state_dir, build_made_record, packages_dir
 from ensure_flydsl.providers.base import Provider
 from ensure_flydsl.providers.tree import prepare_build_dir, verify_tree
@@ -26,6 +25,7 @@ from ensure_flydsl.runs.records import CACHE_PLAN
 from ensure_flydsl.source.made import recording
 from ensure_flydsl.source.root import remove_tree
 from ensure_flydsl.support import faults
+from ensure_flydsl.toolchain.environment import file_sha256, pin_llvm_inputs
 
 
 def llvm_label(key: Mapping[str, object]) -> str:

@@ -10,22 +10,6 @@ from typing import Dict, NamedTuple, Optional, Tuple
 
 from ensure_flydsl.binary_cache.entries import Cache, cache_key
 from ensure_flydsl.binary_cache.lease import HeldLease
-from ensure_flydsl.build.environment import (
-    LlvmRecord,
-    Toolchain,
-    build_environment,
-    file_sha256,
-    finished_llvm_build,
-    is_mlir_install,
-    llvm_step_settings,
-    pin_llvm_inputs,
-    prepare_toolchain,
-    resolve_jobs,
-    run_script,
-)
-from ensure_flydsl.build.rocm import HipFix, drop_stale_hip_dir, fix_hip
-from ensure_flydsl.build.rocm_sdk import choose_rocm
-from ensure_flydsl.build.toolchain import ProvidedTools, provide_build_tools
 from ensure_flydsl.doctor.diagnose import run_checks, stop_if_blocked
 from ensure_flydsl.errors import EnsureError, ExitCode
 from ensure_flydsl.layout import (
@@ -57,6 +41,22 @@ from ensure_flydsl.source import git as gitsource
 from ensure_flydsl.source.made import recording
 from ensure_flydsl.source.needs import build_tools, find_needs, tool_minimums
 from ensure_flydsl.support import faults
+from ensure_flydsl.toolchain.environment import (
+    LlvmRecord,
+    Toolchain,
+    build_environment,
+    file_sha256,
+    finished_llvm_build,
+    is_mlir_install,
+    llvm_step_settings,
+    pin_llvm_inputs,
+    prepare_toolchain,
+    resolve_jobs,
+    run_script,
+)
+from ensure_flydsl.toolchain.rocm import HipFix, drop_stale_hip_dir, fix_hip
+from ensure_flydsl.toolchain.rocm_sdk import choose_rocm
+from ensure_flydsl.toolchain.tools import ProvidedTools, provide_build_tools
 from ensure_flydsl.wheels.download import SUGGEST_TIMEOUT_S, release_suggestion
 from ensure_flydsl.wheels.release import tag_version
 
@@ -70,7 +70,7 @@ class Prepared(NamedTuple):
     hip: HipFix
     provided: ProvidedTools
     toolchain: Toolchain
-    rocm: str  # the ROCm prefix the build uses (ROCM_PATH, or the package index's: build/rocm_sdk.py)
+    rocm: str  # the ROCm prefix the build uses (ROCM_PATH, or the package index's: toolchain/rocm_sdk.py)
 
 
 class SourceProvider(Provider):

@@ -1,1 +1,0 @@
-"""Building: the build environment, private build tools, the ROCm overlay."""
