@@ -20,7 +20,7 @@ from ensure_flydsl.layout import packages_dir, tree_folders, wheel_download_dir
 from ensure_flydsl.pipeline.decide import tree_key
 from ensure_flydsl.pipeline.publish import publish
 from ensure_flydsl.probe.gate import is_within
-from ensure_flydsl.probe.interpreter import WarmProbe, probe_modules
+from ensure_flydsl.probe.interpreter import EarlyProbe, probe_modules
 from ensure_flydsl.providers.base import Provider
 from ensure_flydsl.providers.cache import CacheProvider, open_run_cache
 from ensure_flydsl.providers.release import ReleaseProvider
@@ -149,7 +149,7 @@ def start_warm_probe(run: Run, preload: List[str]) -> None:
     """Start the final probe's interpreter now, importing ``preload`` (torch alone takes seconds) while the
     wheel or the cache entry is fetched and unpacked; a source build, an hour long, stops it (memory)."""
     s = run.settings
-    run.warm_probe = WarmProbe(s.python, modules=probe_modules(s.require), prefix=tree_folders(s.root),
+    run.warm_probe = EarlyProbe(s.python, modules=probe_modules(s.require), prefix=tree_folders(s.root),
                                environ=run.environ, preload=preload)
     run.say(f"importing {', '.join(preload)} in {s.python} while the tree is put in place")
 

@@ -61,7 +61,7 @@ class _Output:
     importing: Optional[str] = None
     origin: Optional[str] = None
     result: Optional[str] = None
-    stale: Optional[str] = None  # a preloaded module the finished tree shadows (WarmProbe)
+    stale: Optional[str] = None  # a preloaded module the finished tree shadows (EarlyProbe)
 
     @classmethod
     def parse(cls, raw: bytes) -> "_Output":
@@ -188,13 +188,13 @@ def run_probe(
     started = time.monotonic()
     proc = _start(python, modules, env)
     probe = _answer(python, proc, env.get("PYTHONPATH", ""), started, timeout, timeout_label)
-    assert probe is not None  # only a warm probe can answer "stale"
+    assert probe is not None  # only an early probe can answer "stale"
     return probe
 
 
 def _answer(python: str, proc: "subprocess.Popen[bytes]", pythonpath: str, started: float, timeout: float,
             timeout_label: str, stdin: Optional[bytes] = None) -> Optional[Probe]:
-    """Wait for the probe's report and read it; None when a warm probe found a preloaded module stale."""
+    """Wait for the probe's report and read it; None when an early probe found a preloaded module stale."""
     raw, err, timed_out = _communicate(proc, timeout, stdin)
     seconds = time.monotonic() - started
     out = _Output.parse(raw)
@@ -211,7 +211,7 @@ def _answer(python: str, proc: "subprocess.Popen[bytes]", pythonpath: str, start
     return Probe(interpreter, results, data.get("version"), data.get("version_error"), pythonpath, seconds)
 
 
-class WarmProbe:
+class EarlyProbe:
     """The final probe's interpreter, started before the tree is in place: it imports ``preload`` (the heavy
     third-party modules the tree needs: torch, numpy) while the pin is fetched and the wheel or cache entry
     is unpacked.  :meth:`answer` then probes exactly as :func:`run_probe` would with the same arguments, in

@@ -8,7 +8,7 @@ import time
 from typing import Dict, Iterator, List, Mapping, Optional, Sequence
 
 from ensure_flydsl.probe.gate import Verdict
-from ensure_flydsl.probe.interpreter import WarmProbe
+from ensure_flydsl.probe.interpreter import EarlyProbe
 from ensure_flydsl.probe.records import Interpreter, Probe
 from ensure_flydsl.result import How
 from ensure_flydsl.runs.progress import Tracker
@@ -57,7 +57,7 @@ class Run:
         self.stamps = Stamps(settings.root)
         self.tracker: Optional[Tracker] = None
         self._worked = False
-        self.warm_probe: Optional[WarmProbe] = None  # the final probe's interpreter, started early
+        self.warm_probe: Optional[EarlyProbe] = None  # the final probe's interpreter, started early
         self.wheel_download: Optional[WheelDownload] = None  # a release wheel, downloading beside the fetch
         processes.set_heartbeat(self.say)  # a network step that waits says so every 30 s
 
