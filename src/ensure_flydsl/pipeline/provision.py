@@ -22,9 +22,9 @@ from ensure_flydsl.pipeline.publish import publish
 from ensure_flydsl.probe.gate import is_within
 from ensure_flydsl.probe.interpreter import EarlyProbe, probe_modules
 from ensure_flydsl.providers.base import Provider
+from ensure_flydsl.providers.build import BuildProvider
 from ensure_flydsl.providers.cache import CacheProvider, open_run_cache
 from ensure_flydsl.providers.release import ReleaseProvider
-from ensure_flydsl.providers.source import SourceProvider
 from ensure_flydsl.result import Action, Result
 from ensure_flydsl.runs import markers
 from ensure_flydsl.runs.context import Decision, Run
@@ -95,7 +95,7 @@ def providers_for(run: Run, commit: str) -> List[Provider]:
     cache = open_run_cache(run)
     if cache is not None:
         providers.append(CacheProvider(cache))
-    providers.append(SourceProvider(cache))
+    providers.append(BuildProvider(cache))
     return providers
 
 

@@ -1,4 +1,5 @@
-"""The source way: the pin's submodules, the doctor's checks (stop before an hour of compiling), the
+"""The source way's build (the strategy is named ``source``; this module builds, :mod:`ensure_flydsl.source` is
+the pin's source and its checkout): the pin's submodules, the doctor's checks (stop before an hour of compiling), the
 compatibility fixes and private build tools, MLIR (given, built before, cached, or built now), FlyDSL's
 build.sh, verification; then the new tree and MLIR go to the binary cache."""
 
@@ -73,7 +74,7 @@ class Prepared(NamedTuple):
     rocm: str  # the ROCm prefix the build uses (ROCM_PATH, or the package index's: toolchain/rocm_sdk.py)
 
 
-class SourceProvider(Provider):
+class BuildProvider(Provider):
     name = "source"
 
     def __init__(self, cache: Optional[Cache]) -> None:
