@@ -19,7 +19,7 @@ import sys
 import threading
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
-from ensure_flydsl.doctor.check import MISSING, WRONG, Check, passed, skipped
+from ensure_flydsl.doctor.verdict import MISSING, WRONG, Check, passed, skipped
 from ensure_flydsl.errors import EnsureError
 from ensure_flydsl.layout import mlir_install, tools_dir
 from ensure_flydsl.probe.interpreter import describe_interpreter

@@ -25,7 +25,6 @@ import time
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ensure_flydsl.doctor.cache_trust import check_cache_trust
-from ensure_flydsl.doctor.check import OK, SKIPPED, STAGE_ORDER, Check
 from ensure_flydsl.doctor.checks import (
     Index,
     RunContext,
@@ -53,6 +52,7 @@ from ensure_flydsl.doctor.remote_checks import (
     check_submodules,
 )
 from ensure_flydsl.doctor.requirements import check_requirements
+from ensure_flydsl.doctor.verdict import OK, SKIPPED, STAGE_ORDER, Check
 from ensure_flydsl.errors import EnsureError, ExitCode
 from ensure_flydsl.probe.records import Interpreter
 from ensure_flydsl.settings import Settings

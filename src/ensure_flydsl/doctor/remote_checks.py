@@ -9,10 +9,10 @@ import re
 import subprocess
 from typing import Dict, List, Mapping, Optional, Tuple
 
-from ensure_flydsl.doctor.check import MISSING, WRONG, Check, passed, skipped
 from ensure_flydsl.doctor.checks import (
     RunContext,
 )
+from ensure_flydsl.doctor.verdict import MISSING, WRONG, Check, passed, skipped
 from ensure_flydsl.errors import EnsureError
 from ensure_flydsl.layout import llvm_dir
 from ensure_flydsl.setting_values import GitMirrors

@@ -16,7 +16,7 @@ import dataclasses
 import shlex
 from typing import Mapping, Optional, Sequence, Tuple
 
-from ensure_flydsl.doctor.check import MISSING, Check, passed, skipped
+from ensure_flydsl.doctor.verdict import MISSING, Check, passed, skipped
 from ensure_flydsl.errors import EnsureError, ExitCode
 from ensure_flydsl.probe.interpreter import find_modules
 from ensure_flydsl.probe.records import Interpreter

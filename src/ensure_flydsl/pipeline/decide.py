@@ -6,7 +6,7 @@ import os
 from typing import Dict, List, Mapping, Optional, Tuple, Union
 
 from ensure_flydsl.binary_cache.entries import CacheError, open_cache
-from ensure_flydsl.doctor.check import MISSING, WRONG, Check, passed, skipped
+from ensure_flydsl.doctor.verdict import MISSING, WRONG, Check, passed, skipped
 from ensure_flydsl.errors import BadInput, EnsureError
 from ensure_flydsl.layout import tree_folders
 from ensure_flydsl.pipeline.lock import check_lock_path
