@@ -9,7 +9,7 @@ import re
 import subprocess
 from typing import Dict, List, Mapping, Optional, Tuple
 
-from ensure_flydsl.doctor.checks import (
+from ensure_flydsl.doctor.local_checks import (
     RunContext,
 )
 from ensure_flydsl.doctor.verdict import MISSING, WRONG, Check, passed, skipped
