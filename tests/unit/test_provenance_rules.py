@@ -7,7 +7,7 @@ import os
 import zipfile
 from typing import Dict, Optional
 
-from ensure_flydsl.probe.records import Interpreter, ModuleResult, Probe
+from ensure_flydsl.probe.results import Interpreter, ModuleResult, Probe
 from ensure_flydsl.providers.release import wheel_fault
 from ensure_flydsl.wheels.release import check_provenance
 

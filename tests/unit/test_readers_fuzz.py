@@ -28,7 +28,7 @@ from ensure_flydsl.errors import EnsureError, ExitCode
 from ensure_flydsl.pipeline.fingerprint import same, site_stats
 from ensure_flydsl.pipeline.lock import LockHolder
 from ensure_flydsl.pipeline.warm import try_warm
-from ensure_flydsl.probe.records import Interpreter
+from ensure_flydsl.probe.results import Interpreter
 from ensure_flydsl.result import How
 from ensure_flydsl.runs.markers import EnvTwin, render_env_sh
 from ensure_flydsl.runs.records import Failure, RunRecord

@@ -54,7 +54,7 @@ from ensure_flydsl.doctor.remote_checks import (
 from ensure_flydsl.doctor.requirements import check_requirements
 from ensure_flydsl.doctor.verdict import OK, SKIPPED, STAGE_ORDER, Check
 from ensure_flydsl.errors import EnsureError, ExitCode
-from ensure_flydsl.probe.records import Interpreter
+from ensure_flydsl.probe.results import Interpreter
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.source.mirrors import rewrite
 from ensure_flydsl.source.needs import KNOWN_FLYDSL_NEEDS, BuildNeeds, build_tools, find_needs

@@ -23,7 +23,7 @@ from ensure_flydsl.doctor.verdict import MISSING, WRONG, Check, passed, skipped
 from ensure_flydsl.errors import EnsureError
 from ensure_flydsl.layout import mlir_install, tools_dir
 from ensure_flydsl.probe.interpreter import describe_interpreter
-from ensure_flydsl.probe.records import Interpreter
+from ensure_flydsl.probe.results import Interpreter
 from ensure_flydsl.runs.answer import roots_sharing_marker, sharing_advice
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.source.needs import BuildNeeds, tool_minimums

@@ -19,7 +19,7 @@ from typing import Mapping, Optional, Sequence, Tuple
 from ensure_flydsl.doctor.verdict import MISSING, Check, passed, skipped
 from ensure_flydsl.errors import EnsureError, ExitCode
 from ensure_flydsl.probe.interpreter import find_modules
-from ensure_flydsl.probe.records import Interpreter
+from ensure_flydsl.probe.results import Interpreter
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.source.requirements import (
     Absent,

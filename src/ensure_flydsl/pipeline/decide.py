@@ -20,7 +20,7 @@ from ensure_flydsl.probe.gate import (
     same_folder,
 )
 from ensure_flydsl.probe.interpreter import ProbeBroke, describe_interpreter
-from ensure_flydsl.probe.records import Interpreter, Probe
+from ensure_flydsl.probe.results import Interpreter, Probe
 from ensure_flydsl.providers.tree import probe_tree
 from ensure_flydsl.result import How
 from ensure_flydsl.runs.context import Decision, Run

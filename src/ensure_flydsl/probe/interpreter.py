@@ -18,7 +18,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ensure_flydsl.errors import EnsureError, ExitCode
 from ensure_flydsl.probe import scripts
-from ensure_flydsl.probe.records import Interpreter, ModuleResult, Probe
+from ensure_flydsl.probe.results import Interpreter, ModuleResult, Probe
 from ensure_flydsl.settings import DEFAULT_PROBE_TIMEOUT
 from ensure_flydsl.support.processes import kill_group
 

@@ -16,7 +16,7 @@ from typing import List, Optional
 from ensure_flydsl.errors import EnsureError, ExitCode
 from ensure_flydsl.layout import build_made_record, packages_dir, wheel_download_dir
 from ensure_flydsl.probe.gate import TREE_PACKAGES
-from ensure_flydsl.probe.records import Probe
+from ensure_flydsl.probe.results import Probe
 from ensure_flydsl.providers.base import Provider
 from ensure_flydsl.providers.tree import TreeDoesNotImport, prepare_build_dir, verify_tree
 from ensure_flydsl.result import How

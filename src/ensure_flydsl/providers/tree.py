@@ -11,7 +11,7 @@ from ensure_flydsl.errors import EnsureError, ExitCode
 from ensure_flydsl.layout import build_dir, packages_dir, tree_folders
 from ensure_flydsl.probe.gate import evaluate, same_folder
 from ensure_flydsl.probe.interpreter import probe_modules, run_probe
-from ensure_flydsl.probe.records import Probe
+from ensure_flydsl.probe.results import Probe
 from ensure_flydsl.result import How
 from ensure_flydsl.runs.context import Decision, Run
 from ensure_flydsl.source.root import move_aside, remove_tree

@@ -9,7 +9,7 @@ from typing import Dict, Iterator, List, Mapping, Optional, Sequence
 
 from ensure_flydsl.probe.gate import Verdict
 from ensure_flydsl.probe.interpreter import EarlyProbe
-from ensure_flydsl.probe.records import Interpreter, Probe
+from ensure_flydsl.probe.results import Interpreter, Probe
 from ensure_flydsl.result import How
 from ensure_flydsl.runs.progress import Tracker
 from ensure_flydsl.runs.records import SOURCE_PLAN, RunStore, new_run_id

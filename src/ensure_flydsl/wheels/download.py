@@ -24,7 +24,7 @@ from packaging.tags import platform_tags
 
 from ensure_flydsl.errors import EnsureError, ExitCode
 from ensure_flydsl.probe import scripts
-from ensure_flydsl.probe.records import Interpreter
+from ensure_flydsl.probe.results import Interpreter
 from ensure_flydsl.support.processes import CommandFailed, heartbeat, network_silence_s, waiting_line
 
 # pip's words for a retry after a stalled or broken connection: not a sign that the index answers.

@@ -21,7 +21,7 @@ from typing import IO, Any, Callable, Dict, List, Mapping, Optional, Sequence, T
 from packaging.version import InvalidVersion, Version
 
 from ensure_flydsl.errors import EnsureError, ExitCode
-from ensure_flydsl.probe.records import Interpreter
+from ensure_flydsl.probe.results import Interpreter
 
 # The download (which pip, the silence watchdog) lives in .download; its names are still taken from here.
 from ensure_flydsl.wheels.download import WheelDownload as WheelDownload
