@@ -20,6 +20,7 @@ from ensure_flydsl.layout import (
     llvm_made_record,
     mlir_install,
     packages_dir,
+    rocm_overlay,
     tools_dir,
 )
 from ensure_flydsl.providers.base import Provider
@@ -144,7 +145,7 @@ class BuildProvider(Provider):
                                                         mlir_path=mlir_path, jobs=jobs,
                                                         git_mirrors=settings.git_mirrors))
         if prepared.hip.check.needs_fix and not settings.fix_rocm_in_place:
-            drop_stale_hip_dir(build_dir(root), os.path.join(tools_dir(root), "rocm-overlay", "lib", "cmake", "hip"))
+            drop_stale_hip_dir(build_dir(root), os.path.join(rocm_overlay(root), "lib", "cmake", "hip"))
         with run.step("build"):
             fetched = self._tree_turn(run, commit)
             if fetched is not None:
@@ -201,7 +202,7 @@ def prepare(run: Run, cache: Optional[Cache]) -> Prepared:
     rocm = choose_rocm(settings.rocm_path, run.interpreter.executable, run.environ)
     if rocm.rocm_sdk is not None:
         run.say(f"ROCm: {rocm.said(settings.label('rocm_path'))}")
-    hip = fix_hip(rocm.path, os.path.join(tools_dir(root), "rocm-overlay"),
+    hip = fix_hip(rocm.path, rocm_overlay(root),
                   in_place=settings.fix_rocm_in_place)
     run.say("fix: " + hip.message)
     provided = provide_build_tools(

@@ -15,7 +15,7 @@ import re
 from typing import Dict, Mapping, Optional
 
 from ensure_flydsl.binary_cache.entries import Cache, CacheCorrupt, CacheError, cache_key, format_size, open_cache
-from ensure_flydsl.layout import base_state_dir, build_made_record, packages_dir
+from ensure_flydsl.layout import build_made_record, cached_mlir_dir, packages_dir
 from ensure_flydsl.providers.base import Provider
 from ensure_flydsl.providers.tree import prepare_build_dir, verify_tree
 from ensure_flydsl.providers.trust import entry_trusted, publish_note, signers
@@ -128,7 +128,7 @@ def tree_from_cache(run: Run, cache: Cache, commit: str) -> Optional[Decision]:
     run.worked()
     stamp_key = {"cache": key, "commit": commit}
     build_dir = prepare_build_dir(run, stamp_key)
-    packages = os.path.join(build_dir, "python_packages")
+    packages = packages_dir(run.settings.root)
     run.stamps.begin("build", stamp_key)
     os.makedirs(build_dir, exist_ok=True)
     remove_tree(packages)
@@ -169,7 +169,7 @@ def mlir_from_cache(run: Run, cache: Cache, key: Mapping[str, object]) -> Option
     """An MLIR install for this LLVM key, fetched into the tool's own folder; None when there is none."""
     fields = mlir_fields(key, run.interpreter.platform)
     ckey = cache_key("mlir", fields)
-    folder = os.path.join(base_state_dir(run.settings.base_dir), "mlir")
+    folder = cached_mlir_dir(run.settings.base_dir)
     dest = os.path.join(folder, ckey[:32])
     if os.path.isdir(os.path.join(dest, "lib", "cmake", "mlir")):
         run.say(f"cache: MLIR {ckey[:12]} was fetched before: {dest}")

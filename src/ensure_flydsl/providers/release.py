@@ -14,7 +14,7 @@ import re
 from typing import List, Optional
 
 from ensure_flydsl.errors import EnsureError, ExitCode
-from ensure_flydsl.layout import build_made_record, packages_dir, wheel_download_dir
+from ensure_flydsl.layout import build_made_record, packages_dir, wheel_download_dir, wheel_install_dirs
 from ensure_flydsl.probe.gate import TREE_PACKAGES
 from ensure_flydsl.probe.results import Probe
 from ensure_flydsl.providers.base import Provider
@@ -38,7 +38,6 @@ from ensure_flydsl.wheels.release import (
 )
 
 SOURCES = "python/flydsl"  # what FlyDSL's build copies into the package; the wheel must hold it unchanged
-_DOWNLOAD = ".wheel-download"  # under build-fly: the wheel between download and install
 _NO_MODULE = re.compile(r"^ModuleNotFoundError: No module named '([^']+)'")
 _FLYDSL_MODULE = re.compile(r"'(flydsl(?:\.\w+)+)'")
 
@@ -111,8 +110,7 @@ class ReleaseProvider(Provider):
 
     def _download_and_install(self, run: Run, commit: str, build_dir: str, packages: str) -> None:
         root, version = run.settings.root, self.version
-        download = os.path.join(build_dir, _DOWNLOAD)
-        staging = os.path.join(build_dir, ".python_packages.installing")
+        download, staging = wheel_install_dirs(root)
         remove_tree(download)  # leftovers of an interrupted run of ours
         remove_tree(staging)
         try:

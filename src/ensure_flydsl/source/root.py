@@ -157,7 +157,7 @@ def claim_root(root: str, *, created: bool, adopted: bool) -> None:
         staging = tempfile.mkdtemp(prefix=".ensure_flydsl-claim-", dir=os.path.dirname(root))
         try:
             os.chmod(staging, 0o755)
-            os.makedirs(os.path.join(staging, "stamps"))
+            os.makedirs(os.path.join(staging, os.path.basename(stamps_dir(root))))
             atomic_write_json(os.path.join(staging, os.path.basename(owner_file(root))), record)
             os.rename(staging, state_dir(root))
         except OSError:

