@@ -29,8 +29,8 @@ from ensure_flydsl.runs.records import RunStore, sibling_roots
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.source.git import git
 from ensure_flydsl.source.made import remove_made, sort_made
-from ensure_flydsl.source.root import Stamps, is_build_output, is_ours, owner, remove_tree
-from ensure_flydsl.support.files import remove_file
+from ensure_flydsl.source.root import Stamps, is_build_output, is_ours, owner
+from ensure_flydsl.support.files import remove_file, remove_tree
 from ensure_flydsl.support.processes import CommandFailed
 from ensure_flydsl.support.report import Reporter
 from ensure_flydsl.toolchain.environment import LlvmRecord

@@ -31,8 +31,9 @@ from ensure_flydsl.runs.context import Decision, Run
 from ensure_flydsl.setting_values import GitMirrors
 from ensure_flydsl.source import git as gitsource
 from ensure_flydsl.source.requirements import read_commit_sources
-from ensure_flydsl.source.root import claim_root, classify_root, exclude_from_git, is_ours, remove_tree
+from ensure_flydsl.source.root import claim_root, classify_root, exclude_from_git, is_ours
 from ensure_flydsl.support import faults
+from ensure_flydsl.support.files import remove_tree
 from ensure_flydsl.support.processes import CommandFailed
 from ensure_flydsl.wheels.release import WheelDownload, pin_as_tag, release_tags
 

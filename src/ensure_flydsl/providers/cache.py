@@ -23,8 +23,8 @@ from ensure_flydsl.result import How
 from ensure_flydsl.runs.context import Decision, Run
 from ensure_flydsl.runs.records import CACHE_PLAN
 from ensure_flydsl.source.made import recording
-from ensure_flydsl.source.root import remove_tree
 from ensure_flydsl.support import faults
+from ensure_flydsl.support.files import remove_tree
 from ensure_flydsl.toolchain.environment import file_sha256, pin_llvm_inputs
 
 

@@ -14,7 +14,7 @@ from ensure_flydsl.probe.interpreter import probe_modules, run_probe
 from ensure_flydsl.probe.results import Probe
 from ensure_flydsl.result import How
 from ensure_flydsl.runs.context import Decision, Run
-from ensure_flydsl.source.root import move_aside, remove_tree
+from ensure_flydsl.support.files import move_aside, remove_tree
 from ensure_flydsl.support.processes import kill_group
 
 

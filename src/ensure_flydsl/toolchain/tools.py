@@ -31,8 +31,7 @@ from packaging.version import InvalidVersion, Version
 from ensure_flydsl.errors import EnsureError, ExitCode
 from ensure_flydsl.layout import provided_dir
 from ensure_flydsl.probe import scripts
-from ensure_flydsl.source.root import remove_tree
-from ensure_flydsl.support.files import atomic_write_json, read_json
+from ensure_flydsl.support.files import atomic_write_json, read_json, remove_tree
 from ensure_flydsl.support.processes import CommandFailed, cmd_output
 
 PROVIDABLE = ("patchelf", "cmake", "ninja", "nanobind")
