@@ -203,3 +203,15 @@ def _is_ours(root: str, path: str) -> bool:
         folder = os.path.join(root, *parts)
         return all(name.endswith(".pyc") for name in os.listdir(folder)) if os.path.isdir(folder) else False
     return len(parts) >= 2 and parts[-2] == "__pycache__" and parts[-1].endswith(".pyc")
+
+
+class Listening(Reporter):
+    """A reporter that also keeps what is said (``clean --json`` lists what it removed and kept)."""
+
+    def __init__(self, inner: Reporter, said: List[str]) -> None:
+        super().__init__(inner.stream, mode=inner.mode, prefix=inner.prefix)
+        self._said = said
+
+    def say(self, message: str) -> None:
+        self._said.append(message)
+        super().say(message)
