@@ -94,7 +94,7 @@ def wheel_install_dirs(root: str) -> Tuple[str, str]:
 
 
 def build_made_record(root: str) -> str:
-    """What the build steps made in ``build-fly`` (``source/made.py``): ``clean`` removes only that."""
+    """What the build steps made in ``build-fly`` (``source/ownership.py``): ``clean`` removes only that."""
     return os.path.join(root, STATE_DIR, "build-fly.made.json.gz")
 
 
@@ -161,5 +161,5 @@ def llvm_record(base_dir: str) -> str:
 
 
 def llvm_made_record(base_dir: str) -> str:
-    """What build_llvm.sh made in ``llvm-project`` (``source/made.py``): ``clean`` removes only that."""
+    """What build_llvm.sh made in ``llvm-project`` (``source/ownership.py``): ``clean`` removes only that."""
     return os.path.join(base_dir, ".llvm-project.ensure-flydsl.made.json.gz")

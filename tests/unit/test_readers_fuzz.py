@@ -33,7 +33,7 @@ from ensure_flydsl.result import How
 from ensure_flydsl.runs.markers import EnvTwin, render_env_sh
 from ensure_flydsl.runs.records import Failure, RunRecord
 from ensure_flydsl.settings import load_settings
-from ensure_flydsl.source.made import MadeRecord
+from ensure_flydsl.source.ownership import MadeRecord
 from ensure_flydsl.source.root import Owner, Stamp
 from ensure_flydsl.toolchain.environment import LlvmRecord
 from ensure_flydsl.wheels.release import install_wheel_file

@@ -40,8 +40,8 @@ from ensure_flydsl.result import How
 from ensure_flydsl.runs.context import Decision, Run
 from ensure_flydsl.runs.records import SOURCE_PLAN
 from ensure_flydsl.source import git as gitsource
-from ensure_flydsl.source.made import recording
 from ensure_flydsl.source.needs import build_tools, find_needs, tool_minimums
+from ensure_flydsl.source.ownership import recording
 from ensure_flydsl.support import faults
 from ensure_flydsl.toolchain.environment import (
     LlvmRecord,

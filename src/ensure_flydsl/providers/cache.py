@@ -22,7 +22,7 @@ from ensure_flydsl.providers.trust import entry_trusted, publish_note, signers
 from ensure_flydsl.result import How
 from ensure_flydsl.runs.context import Decision, Run
 from ensure_flydsl.runs.records import CACHE_PLAN
-from ensure_flydsl.source.made import recording
+from ensure_flydsl.source.ownership import recording
 from ensure_flydsl.support import faults
 from ensure_flydsl.support.files import remove_tree
 from ensure_flydsl.toolchain.environment import file_sha256, pin_llvm_inputs

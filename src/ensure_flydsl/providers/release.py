@@ -24,7 +24,7 @@ from ensure_flydsl.runs.context import Decision, Run
 from ensure_flydsl.runs.records import RELEASE_PLAN
 from ensure_flydsl.setting_values import GitMirrors
 from ensure_flydsl.source import git as gitsource
-from ensure_flydsl.source.made import recording
+from ensure_flydsl.source.ownership import recording
 from ensure_flydsl.support import faults
 from ensure_flydsl.support.files import remove_tree
 from ensure_flydsl.wheels.release import (
