@@ -26,6 +26,7 @@ from ensure_flydsl.pipeline.lock import build_lock
 from ensure_flydsl.runs.markers import withdraw_env_file, withdraw_failure_marker
 from ensure_flydsl.runs.records import RunStore, sibling_roots
 from ensure_flydsl.settings import Settings
+from ensure_flydsl.source.git import Checkout
 from ensure_flydsl.source.ownership import foreign_files, other_roots, remove_made
 from ensure_flydsl.source.root import Stamps, is_ours, owner
 from ensure_flydsl.support.files import remove_file, remove_tree
@@ -115,7 +116,7 @@ def _clean_runs(settings: Settings) -> List[str]:
 
 def _clean_root(root: str, settings: Settings, reporter: Reporter) -> List[str]:
     info = owner(root)
-    foreign = foreign_files(root, settings.repo, settings.git_mirrors)
+    foreign = foreign_files(Checkout.of(settings))
     if (info is not None and info.created_root) and not foreign:
         remove_tree(root)
         return [root]

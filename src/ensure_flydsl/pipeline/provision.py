@@ -28,8 +28,7 @@ from ensure_flydsl.providers.release import ReleaseProvider
 from ensure_flydsl.result import Action, Result
 from ensure_flydsl.runs import markers
 from ensure_flydsl.runs.context import Decision, Run
-from ensure_flydsl.setting_values import GitMirrors
-from ensure_flydsl.source import git as gitsource
+from ensure_flydsl.source.git import Checkout, is_deletion
 from ensure_flydsl.source.requirements import read_commit_sources
 from ensure_flydsl.source.root import claim_root, classify_root, exclude_from_git, is_ours
 from ensure_flydsl.support import faults
@@ -182,11 +181,12 @@ def fetch(run: Run) -> str:
     """The pin's commit, fetched into the root's repository: objects and refs only, the work tree untouched."""
     settings, root = run.settings, run.settings.root
     pin = pin_as_tag(settings.pin) if settings.strategy == "release" else settings.pin
-    gitsource.clear_stale_git_locks(root, run.say)
-    gitsource.ensure_repository(root, settings.repo, mirrors=settings.git_mirrors)
+    checkout = Checkout.of(settings)
+    checkout.clear_stale_git_locks(run.say)
+    checkout.ensure_repository()
     exclude_from_git(root)
-    commit = gitsource.fetch_pin(root, pin, settings.repo, run.say, mirrors=settings.git_mirrors,
-                                 on_fetch=run.worked, on_tags=lambda sha, tags: start_wheel_download(run, sha, tags))
+    commit = checkout.fetch_pin(pin, run.say, on_fetch=run.worked,
+                                on_tags=lambda sha, tags: start_wheel_download(run, sha, tags))
     run.say(f"pin {pin} is commit {commit}")
     faults.point("fetched")
     return commit
@@ -198,7 +198,7 @@ def refuse_local_changes(run: Run) -> Tuple[bool, bool]:
     settings, root = run.settings, run.settings.root
     started = run.stamps.started_key("checkout") if is_ours(root) else None
     interrupted = started is not None and not run.stamps.done("checkout", started)
-    deleted = False if interrupted else check_local_changes(root, settings.repo, settings.git_mirrors)
+    deleted = False if interrupted else check_local_changes(Checkout.of(settings))
     return interrupted, deleted
 
 
@@ -223,22 +223,23 @@ def checkout_pin(run: Run, commit: str, *, force: bool) -> None:
     """The pin's commit, checked out in the root (submodules come later, for a source build only)."""
     settings, root, stamps = run.settings, run.settings.root, run.stamps
     checkout_key = {"commit": commit}
-    head = gitsource.head_commit(root, settings.repo, mirrors=settings.git_mirrors)
+    checkout = Checkout.of(settings)
+    head = checkout.head_commit()
     if force or not (stamps.done("checkout", checkout_key) and head == commit):
         stamps.begin("checkout", checkout_key)
         faults.point("checkout-begun")
-        gitsource.checkout(root, commit, settings.repo, force=force, mirrors=settings.git_mirrors)
+        checkout.checkout(commit, force=force)
         stamps.finish("checkout", checkout_key)
         run.say(f"checked out {commit[:12]} in {root}")
         faults.point("checked-out")
 
 
-def check_local_changes(root: str, repo: str, mirrors: GitMirrors) -> bool:
+def check_local_changes(checkout: Checkout) -> bool:
     """Refuse edits to tracked files: somebody's work and not the pin, never built, never overwritten.
     Return whether tracked files were deleted (those are restored: nothing of anybody's is lost)."""
-    found = (gitsource.tracked_changes(root, repo, mirrors=mirrors)
-             if gitsource.head_commit(root, repo, mirrors=mirrors) else [])
-    changed = [path for code, path in found if not gitsource.is_deletion(code)]
+    root = checkout.root
+    found = checkout.tracked_changes() if checkout.head_commit() else []
+    changed = [path for code, path in found if not is_deletion(code)]
     if changed:
         shown = ", ".join(changed[:5]) + (", ..." if len(changed) > 5 else "")
         raise EnsureError(
@@ -253,5 +254,5 @@ def check_local_changes(root: str, repo: str, mirrors: GitMirrors) -> bool:
 def release_version(run: Run, commit: str) -> Optional[str]:
     """X when the commit is the one a release tag vX names (the newest, if several do)."""
     settings = run.settings
-    versions = release_tags(gitsource.tags_at(settings.root, commit, settings.repo, mirrors=settings.git_mirrors))
+    versions = release_tags(Checkout.of(settings).tags_at(commit))
     return versions[0] if versions else None

@@ -39,7 +39,7 @@ from ensure_flydsl.providers.tree import prepare_build_dir, verify_tree
 from ensure_flydsl.result import How
 from ensure_flydsl.runs.context import Decision, Run
 from ensure_flydsl.runs.records import SOURCE_PLAN
-from ensure_flydsl.source import git as gitsource
+from ensure_flydsl.source.git import Checkout
 from ensure_flydsl.source.needs import build_tools, find_needs, tool_minimums
 from ensure_flydsl.source.ownership import recording
 from ensure_flydsl.support import faults
@@ -182,8 +182,7 @@ def suggest_release(run: Run, exc: EnsureError) -> None:
     """``auto`` could not build: when a release >= the floor has a wheel for this interpreter (and the
     repository has its tag), the failure's hint says so.  Asked in seconds at most, or not at all."""
     settings = run.settings
-    tags = gitsource.remote_tags(settings.root, settings.repo, mirrors=settings.git_mirrors,
-                                 silence_s=SUGGEST_TIMEOUT_S)
+    tags = Checkout.of(settings).remote_tags(silence_s=SUGGEST_TIMEOUT_S)
     pinned = tag_version(settings.pin) if settings.pin.startswith("v") else None
     suggestion = release_suggestion(run.interpreter, settings.min_version, run.environ, tags, exclude=pinned)
     if suggestion is not None:
@@ -219,7 +218,7 @@ def update_submodules(run: Run, commit: str) -> None:
     key = {"commit": commit}
     if not run.stamps.done("submodules", key):
         run.stamps.begin("submodules")
-        if gitsource.update_submodules(run.settings.root, run.settings.repo, mirrors=run.settings.git_mirrors):
+        if Checkout.of(run.settings).update_submodules():
             run.worked()
             run.say("submodules updated")
         run.stamps.finish("submodules", key)

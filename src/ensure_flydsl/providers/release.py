@@ -22,8 +22,7 @@ from ensure_flydsl.providers.tree import TreeDoesNotImport, prepare_build_dir, v
 from ensure_flydsl.result import How
 from ensure_flydsl.runs.context import Decision, Run
 from ensure_flydsl.runs.records import RELEASE_PLAN
-from ensure_flydsl.setting_values import GitMirrors
-from ensure_flydsl.source import git as gitsource
+from ensure_flydsl.source.git import Checkout, failing_as
 from ensure_flydsl.source.ownership import recording
 from ensure_flydsl.support import faults
 from ensure_flydsl.support.files import remove_tree
@@ -150,7 +149,7 @@ class ReleaseProvider(Provider):
     def _prove(self, run: Run, commit: str, wheel: str) -> None:
         """Refuse a wheel whose package is not the checkout's ``python/flydsl``, before any of it is installed."""
         settings = run.settings
-        files = tracked_sources(settings.root, commit, settings.repo, settings.git_mirrors)
+        files = tracked_sources(Checkout.of(settings), commit)
         found = check_provenance(wheel, os.path.join(settings.root, SOURCES), files)
         if found.foreign and not (found.differ or found.missing):
             raise NotThePin(
@@ -174,12 +173,11 @@ class ReleaseProvider(Provider):
                 f"in {SOURCES}")
 
 
-def tracked_sources(root: str, commit: str, repo: str, mirrors: GitMirrors) -> List[str]:
+def tracked_sources(checkout: Checkout, commit: str) -> List[str]:
     """The files git tracks in ``python/flydsl`` at ``commit``, relative to it (submodules left out)."""
-    with gitsource.failing_as(ExitCode.CHECKOUT, f"cannot list {SOURCES} of {commit[:12]} in {root}",
-                              stage="release", hint="the checkout is damaged; look at `git -C ROOT status`"):
-        out = gitsource.git(root, "ls-tree", "-r", "-z", "--full-tree", commit, "--", SOURCES + "/", repo=repo,
-                            mirrors=mirrors)
+    with failing_as(ExitCode.CHECKOUT, f"cannot list {SOURCES} of {commit[:12]} in {checkout.root}",
+                    stage="release", hint="the checkout is damaged; look at `git -C ROOT status`"):
+        out = checkout.git("ls-tree", "-r", "-z", "--full-tree", commit, "--", SOURCES + "/")
     files = []
     for entry in out.split("\0"):
         meta, _, path = entry.partition("\t")

@@ -32,8 +32,7 @@ import stat
 from typing import Dict, FrozenSet, Iterator, List, Optional, Tuple
 
 from ensure_flydsl.layout import BUILD_DIR, build_dir, build_made_record
-from ensure_flydsl.setting_values import GitMirrors
-from ensure_flydsl.source.git import git
+from ensure_flydsl.source.git import Checkout
 from ensure_flydsl.source.root import is_build_output, is_ours
 from ensure_flydsl.support.files import atomic_write
 from ensure_flydsl.support.processes import CommandFailed
@@ -214,18 +213,18 @@ def other_roots(base_dir: str, root: str) -> List[str]:
             if os.path.join(base_dir, n) != root and is_ours(os.path.join(base_dir, n))]
 
 
-def foreign_files(root: str, repo: str, mirrors: GitMirrors) -> List[str]:
+def foreign_files(checkout: Checkout) -> List[str]:
     """Files in the root that the tool did not put there: changed tracked files, and untracked files
     whether the checkout's .gitignore matches them or not (FlyDSL's ignores *.diff, *.log, tmp/: exactly
     what people and agents write into the tree); in ``build-fly/``, what its build steps did not make."""
+    root = checkout.root
     build_folder = build_dir(root)
     inside = [] if not os.path.isdir(build_folder) or os.path.islink(build_folder) else \
         [BUILD_DIR + "/" + rel for rel in sort_made(build_folder, build_made_record(root))[1]]
     if not os.path.isdir(os.path.join(root, ".git")):
         return [e for e in sorted(os.listdir(root)) if not tool_file(root, e)] + inside
     try:
-        out = git(root, "status", "--porcelain=v1", "-z", "--untracked-files=normal", "--ignored=matching",
-                  repo=repo, mirrors=mirrors)
+        out = checkout.git("status", "--porcelain=v1", "-z", "--untracked-files=normal", "--ignored=matching")
     except CommandFailed:
         return ["(git status failed: nothing can be proven to be the tool's)"]
     paths = [entry[3:] for entry in out.split("\0") if len(entry) > 3]
