@@ -9,7 +9,7 @@ import signal
 import sys
 from typing import Dict, List, Optional, Sequence
 
-from ensure_flydsl.cli.commands import COMMANDS
+from ensure_flydsl.cli import COMMANDS
 from ensure_flydsl.cli.parser import parse_args
 from ensure_flydsl.errors import EXIT_MEANINGS, BadInput, EnsureError, ExitCode, Interrupted, interrupted_by
 from ensure_flydsl.result import result_object

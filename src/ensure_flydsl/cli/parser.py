@@ -8,7 +8,7 @@ import os
 import sys
 from typing import Any, NoReturn, Optional, Sequence
 
-from ensure_flydsl.cli.commands import COMMANDS
+from ensure_flydsl.cli import COMMANDS
 from ensure_flydsl.errors import EXIT_MEANINGS, ExitCode
 from ensure_flydsl.settings import SETTINGS
 from ensure_flydsl.version import __version__
