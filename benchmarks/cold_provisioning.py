@@ -31,7 +31,7 @@ from common import (
 # publishes only after a source build, and this machine cannot build FlyDSL.
 MAKE_ENTRY = r"""
 import json, os, sys
-from ensure_flydsl.build.environment import file_sha256, llvm_key
+from ensure_flydsl.toolchain.environment import file_sha256, llvm_key
 from ensure_flydsl.binary_cache.entries import cache_key, open_cache
 from ensure_flydsl.pipeline.providers.cache import repo_identity
 from ensure_flydsl.probe.interpreter import describe_interpreter

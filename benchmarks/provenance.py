@@ -18,8 +18,9 @@ import sys
 import tempfile
 import time
 
-from ensure_flydsl.build.wheels import check_provenance
 from ensure_flydsl.pipeline.providers.release import SOURCES, tracked_sources
+from ensure_flydsl.source.git import Checkout
+from ensure_flydsl.wheels.release import check_provenance
 
 
 def main() -> int:
@@ -42,7 +43,7 @@ def main() -> int:
         seconds = []
         for _ in range(args.runs):
             started = time.perf_counter()
-            files = tracked_sources(checkout, commit, repo, ())  # no git mirrors: the checkout is local
+            files = tracked_sources(Checkout(checkout, repo, ()), commit)  # no git mirrors: the checkout is local
             found = check_provenance(wheel, os.path.join(checkout, SOURCES), files)
             seconds.append(time.perf_counter() - started)
             assert found.proven, found.summary()

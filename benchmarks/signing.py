@@ -39,7 +39,7 @@ from ensure_flydsl.binary_cache.signing import (  # noqa: E402
     sign,
     verify,
 )
-from ensure_flydsl.signing_keys import PublicKey, SecretKey, parse_public, parse_secret  # noqa: E402
+from ensure_flydsl.support.keys import PublicKey, SecretKey, parse_public, parse_secret  # noqa: E402
 
 SIZES = (10, 1000, 10000)
 

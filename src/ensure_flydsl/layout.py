@@ -14,10 +14,14 @@
       ROOT/                                the checkout of the pin (FLYDSL_ROOT)
         flydsl_env.sh, flydsl_env.json     the env file (the success signal, written last) and its twin
         build-fly/python_packages/         the built (or installed) flydsl package; kernels/ is at ROOT
+        build-fly/.wheel-download/         the release wheel between its download and its install
+        build-fly/.python_packages.installing/  the release wheel installed here, then moved into place
         .ensure_flydsl/                    the tool's records for the root
           owner.json                       the tool made or adopted the root
           stamps/<step>.json               steps finished, keyed by their inputs
           tools/                           private build tools, shims, the ROCm overlay
+            provided/                      the build tools installed from the package index
+            rocm-overlay/                  a copy of ROCm's lib/ with hip's CMake files fixed
           wheel-download/                  a release wheel downloaded while the pin is fetched
 
 The default lock, marker and log paths are shared by the roots of one folder, as the bash executor
@@ -27,7 +31,7 @@ The default lock, marker and log paths are shared by the roots of one folder, as
 from __future__ import annotations
 
 import os
-from typing import List
+from typing import List, Tuple
 
 STATE_DIR = ".ensure_flydsl"
 BUILD_DIR = "build-fly"
@@ -68,12 +72,29 @@ def tools_dir(root: str) -> str:
     return os.path.join(root, STATE_DIR, "tools")
 
 
+def provided_dir(tools: str) -> str:
+    """The build tools installed from the package index, under a tools folder (``tools_dir``)."""
+    return os.path.join(tools, "provided")
+
+
+def rocm_overlay(root: str) -> str:
+    """ROCm's lib/ as links, with hip's CMake package files copied and fixed (``toolchain/rocm.py``)."""
+    return os.path.join(tools_dir(root), "rocm-overlay")
+
+
 def build_dir(root: str) -> str:
     return os.path.join(root, BUILD_DIR)
 
 
+def wheel_install_dirs(root: str) -> Tuple[str, str]:
+    """The release way's folders in ``build-fly``: the downloaded wheel, and where it is installed before
+    it is moved to ``packages_dir`` (both removed when the run ends)."""
+    return (os.path.join(root, BUILD_DIR, ".wheel-download"),
+            os.path.join(root, BUILD_DIR, "." + PACKAGES_DIR + ".installing"))
+
+
 def build_made_record(root: str) -> str:
-    """What the build steps made in ``build-fly`` (``source/made.py``): ``clean`` removes only that."""
+    """What the build steps made in ``build-fly`` (``source/ownership.py``): ``clean`` removes only that."""
     return os.path.join(root, STATE_DIR, "build-fly.made.json.gz")
 
 
@@ -121,6 +142,11 @@ def history_file(base_dir: str) -> str:
     return os.path.join(base_state_dir(base_dir), "history.json")
 
 
+def cached_mlir_dir(base_dir: str) -> str:
+    """MLIR installs fetched from the binary cache, one folder per cache key."""
+    return os.path.join(base_state_dir(base_dir), "mlir")
+
+
 def llvm_dir(base_dir: str) -> str:
     return os.path.join(base_dir, LLVM_DIR_NAME)
 
@@ -135,5 +161,5 @@ def llvm_record(base_dir: str) -> str:
 
 
 def llvm_made_record(base_dir: str) -> str:
-    """What build_llvm.sh made in ``llvm-project`` (``source/made.py``): ``clean`` removes only that."""
+    """What build_llvm.sh made in ``llvm-project`` (``source/ownership.py``): ``clean`` removes only that."""
     return os.path.join(base_dir, ".llvm-project.ensure-flydsl.made.json.gz")

@@ -48,22 +48,31 @@ class Action(str, enum.Enum):
 
 
 @dataclasses.dataclass(frozen=True)
-class Result:
-    """What ``ensure`` returns: the tree in use and how it was obtained."""
+class TreeIdentity:
+    """The tree in use, as the result of a call and the env file's twin (``runs/markers.py: EnvTwin``) both
+    say it, each deriving from this: how it came to be, its folder, flydsl's version, the interpreter it was
+    made for, the commit, and the file each probed module was imported from.  Their JSON has these keys flat
+    (``how`` as its string)."""
 
     how: How
-    action: Action
-    root: str
     tree: str
     version: str
     python: str
     python_version: str
     abi: str
     commit: Optional[str]
+    files: Dict[str, str]
+
+
+@dataclasses.dataclass(frozen=True)
+class Result(TreeIdentity):
+    """What ``ensure`` returns: the tree in use (:class:`TreeIdentity`) and how this call obtained it."""
+
+    action: Action
+    root: str
     env: Dict[str, str]
     env_file: str
     prepend: List[str]  # the folders the env file puts first on PYTHONPATH
-    files: Dict[str, str]
     durations: Dict[str, float]
     run_id: str
     reason: str = ""  # why the tree in use passes the gate

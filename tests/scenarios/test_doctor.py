@@ -15,10 +15,10 @@ from typing import Dict
 
 import pytest
 
-from ensure_flydsl.build.environment import MEMORY_PER_JOB_BYTES, default_jobs
 from ensure_flydsl.doctor.diagnose import Check, disk_check, first_blocking, memory_check, stop_if_blocked
 from ensure_flydsl.errors import EnsureError, ExitCode, Stage
 from ensure_flydsl.source.needs import KNOWN_FLYDSL_NEEDS, build_tools, find_needs, needs_from_files, tool_minimums
+from ensure_flydsl.toolchain.environment import MEMORY_PER_JOB_BYTES, default_jobs
 from tests.helpers.build_fixtures import (
     cmake_lists,
     commit_build_files,

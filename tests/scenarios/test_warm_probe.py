@@ -10,7 +10,7 @@ import os
 import sys
 from typing import List
 
-from ensure_flydsl.probe.interpreter import WarmProbe, run_probe
+from ensure_flydsl.probe.interpreter import EarlyProbe, run_probe
 from tests.helpers.flydsl_fixture import KERNEL, FixtureRepo
 from tests.helpers.scenario import assert_one_tree, wait_for
 from tests.helpers.workspace import Workspace
@@ -101,7 +101,7 @@ def test_a_module_the_finished_tree_shadows_is_probed_afresh(tmp_path: "os.PathL
 
 
 def test_a_warm_probe_answers_none_when_the_tree_shadows_what_it_preloaded(tmp_path: "os.PathLike[str]") -> None:
-    """WarmProbe directly: it preloads a module from the caller's PYTHONPATH, the tree then lands with a
+    """EarlyProbe directly: it preloads a module from the caller's PYTHONPATH, the tree then lands with a
     module of the same name first on the path, and it answers None (a fresh probe must answer)."""
     base = str(tmp_path)
     site, tree = os.path.join(base, "site"), os.path.join(base, "tree")
@@ -110,7 +110,7 @@ def test_a_warm_probe_answers_none_when_the_tree_shadows_what_it_preloaded(tmp_p
     with open(os.path.join(site, "warmmod", "__init__.py"), "w") as handle:
         handle.write(f"open({log!r}, 'a').write('site warmmod imported\\n')\n")
     env = dict(os.environ, PYTHONPATH=site)
-    warm = WarmProbe(sys.executable, modules=["warmmod"], prefix=[tree], environ=env, preload=["warmmod"])
+    warm = EarlyProbe(sys.executable, modules=["warmmod"], prefix=[tree], environ=env, preload=["warmmod"])
     try:
         wait_for(log, timeout=60)  # it has imported the interpreter's copy
         os.makedirs(os.path.join(tree, "warmmod"))  # the tree lands, with its own warmmod first on the path
@@ -133,7 +133,7 @@ def test_a_warm_probe_answers_as_a_fresh_probe_does(tmp_path: "os.PathLike[str]"
     os.makedirs(os.path.join(site, "warmmod"))
     open(os.path.join(site, "warmmod", "__init__.py"), "w").close()
     env = dict(os.environ, PYTHONPATH=site)
-    warm = WarmProbe(sys.executable, modules=["warmmod", "treemod"], prefix=[tree], environ=env, preload=["warmmod"])
+    warm = EarlyProbe(sys.executable, modules=["warmmod", "treemod"], prefix=[tree], environ=env, preload=["warmmod"])
     os.makedirs(os.path.join(tree, "treemod"))  # the tree lands after the start
     open(os.path.join(tree, "treemod", "__init__.py"), "w").close()
     answer = warm.answer(sys.executable, modules=["warmmod", "treemod"], prefix=[tree], environ=env, timeout=60,
@@ -142,7 +142,7 @@ def test_a_warm_probe_answers_as_a_fresh_probe_does(tmp_path: "os.PathLike[str]"
     assert answer is not None
     assert answer.modules == fresh.modules and answer.pythonpath == fresh.pythonpath
     assert answer.interpreter == fresh.interpreter
-    other = WarmProbe(sys.executable, modules=["warmmod"], prefix=[tree], environ=env, preload=["warmmod"])
+    other = EarlyProbe(sys.executable, modules=["warmmod"], prefix=[tree], environ=env, preload=["warmmod"])
     assert other.answer(sys.executable, modules=["treemod"], prefix=[tree], environ=env, timeout=60,
                         timeout_label="a test") is None
 

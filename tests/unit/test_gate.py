@@ -9,7 +9,7 @@ from packaging.version import InvalidVersion
 
 from ensure_flydsl.layout import tree_folders
 from ensure_flydsl.probe.gate import evaluate, one_tree, package_folder
-from ensure_flydsl.probe.records import Interpreter, ModuleResult, Probe
+from ensure_flydsl.probe.results import Interpreter, ModuleResult, Probe
 from ensure_flydsl.setting_values import release_at_least
 
 INTERP = Interpreter("/usr/bin/python3", "3.11.7", "cpython", "cpython-311", "cpython-311-x86_64-linux-gnu",

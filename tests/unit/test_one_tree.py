@@ -8,7 +8,7 @@ import os
 import pytest
 
 from ensure_flydsl.probe.gate import evaluate, one_tree
-from ensure_flydsl.probe.records import Interpreter, ModuleResult, Probe
+from ensure_flydsl.probe.results import Interpreter, ModuleResult, Probe
 
 REQUIRE = ("flydsl", "kernels.moe_gemm_2stage")
 SITE = "/home/me/FlyDSL/.venv/lib/python3.11/site-packages"

@@ -23,21 +23,21 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ensure_flydsl.build.environment import LlvmRecord
-from ensure_flydsl.build.wheel_shape import shape_problems
-from ensure_flydsl.build.wheels import install_wheel_file
 from ensure_flydsl.cli.main import main
 from ensure_flydsl.errors import EnsureError, ExitCode
 from ensure_flydsl.pipeline.fingerprint import same, site_stats
 from ensure_flydsl.pipeline.lock import LockHolder
 from ensure_flydsl.pipeline.warm import try_warm
-from ensure_flydsl.probe.records import Interpreter
+from ensure_flydsl.probe.results import Interpreter
 from ensure_flydsl.result import How
 from ensure_flydsl.runs.markers import EnvTwin, render_env_sh
 from ensure_flydsl.runs.records import Failure, RunRecord
 from ensure_flydsl.settings import load_settings
-from ensure_flydsl.source.made import MadeRecord
+from ensure_flydsl.source.ownership import MadeRecord
 from ensure_flydsl.source.root import Owner, Stamp
+from ensure_flydsl.toolchain.environment import LlvmRecord
+from ensure_flydsl.wheels.release import install_wheel_file
+from ensure_flydsl.wheels.wheel_shape import shape_problems
 
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 SLOW_FUZZ = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])

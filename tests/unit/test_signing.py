@@ -30,7 +30,7 @@ from ensure_flydsl.binary_cache.signing import (
 from ensure_flydsl.binary_cache.store import FolderStore
 from ensure_flydsl.errors import BadInput
 from ensure_flydsl.settings import load_settings
-from ensure_flydsl.signing_keys import (
+from ensure_flydsl.support.keys import (
     KeyProblem,
     PublicKey,
     SecretKey,

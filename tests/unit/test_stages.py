@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 
 from ensure_flydsl.binary_cache.lease_record import LeaseRecord
-from ensure_flydsl.doctor.check import Check
 from ensure_flydsl.doctor.diagnose import first_blocking
+from ensure_flydsl.doctor.verdict import Check
 from ensure_flydsl.errors import EnsureError, ExitCode, Plan, Stage
 from ensure_flydsl.pipeline.providers.fleet import give_up
 from ensure_flydsl.runs.records import Failure, RunRecord

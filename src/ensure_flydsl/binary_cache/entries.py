@@ -65,7 +65,7 @@ from ensure_flydsl.binary_cache.manifest import (
 )
 from ensure_flydsl.binary_cache.signing import manifest_sha, stale_signatures, write_signature
 from ensure_flydsl.binary_cache.store import CacheCorrupt, CacheError, Store, StoredFile, open_store
-from ensure_flydsl.signing_keys import SecretKey
+from ensure_flydsl.support.keys import SecretKey
 from ensure_flydsl.version import __version__
 
 # An unreferenced blob younger than this may belong to a publisher that has not written its manifest yet.

@@ -27,7 +27,7 @@ import tempfile
 from typing import IO, Iterator, List, Optional
 
 from ensure_flydsl.binary_cache.stored import CacheCorrupt, CacheError, StoredFile
-from ensure_flydsl.support.files import atomic_write
+from ensure_flydsl.support.files import atomic_write, move_into_place
 
 _READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
 
@@ -175,17 +175,7 @@ class FolderStore:
 
     def commit_upload(self, tmp: str, rel: str) -> None:
         # fsync before the rename: after a power cut a manifest must never name a blob whose bytes are lost.
-        with open(tmp, "rb") as handle:
-            os.fsync(handle.fileno())
-        os.chmod(tmp, 0o644)
-        target = self._file(rel)
-        os.replace(tmp, target)  # replaces a link planted at the target itself, never follows it
-        with contextlib.suppress(OSError):
-            dfd = os.open(os.path.dirname(target), os.O_RDONLY)
-            try:
-                os.fsync(dfd)
-            finally:
-                os.close(dfd)
+        move_into_place(tmp, self._file(rel), 0o644)
 
     def discard_upload(self, tmp: str) -> None:
         with contextlib.suppress(FileNotFoundError):

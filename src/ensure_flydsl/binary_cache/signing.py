@@ -31,7 +31,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ensure_flydsl.binary_cache.manifest import CacheEntry, check_name
 from ensure_flydsl.binary_cache.store import CacheError, Store, StoredFile
-from ensure_flydsl.signing_keys import (
+from ensure_flydsl.support.keys import (
     KEY_NAME,
     LIBRARY_HINT,
     SECRET_BYTES,

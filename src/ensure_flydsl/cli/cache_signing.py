@@ -16,7 +16,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from ensure_flydsl.binary_cache.entries import Cache, CacheEntry
 from ensure_flydsl.settings import Settings
-from ensure_flydsl.signing_keys import KEY_NAME, NAME_ALLOWED, KeyProblem, PublicKey, read_secret_key
+from ensure_flydsl.support.keys import KEY_NAME, NAME_ALLOWED, KeyProblem, PublicKey, read_secret_key
 
 
 class Refused(Exception):

@@ -12,10 +12,8 @@ import os
 import uuid
 from typing import List
 
-from ensure_flydsl.build.environment import LlvmRecord
 from ensure_flydsl.errors import EnsureError, ExitCode, Stage
 from ensure_flydsl.layout import (
-    BUILD_DIR,
     build_dir,
     build_made_record,
     llvm_dir,
@@ -28,12 +26,12 @@ from ensure_flydsl.pipeline.lock import build_lock
 from ensure_flydsl.runs.markers import withdraw_env_file, withdraw_failure_marker
 from ensure_flydsl.runs.records import RunStore, sibling_roots
 from ensure_flydsl.settings import Settings
-from ensure_flydsl.source.git import git
-from ensure_flydsl.source.made import remove_made, sort_made
-from ensure_flydsl.source.root import Stamps, is_build_output, is_ours, owner, remove_tree
-from ensure_flydsl.support.files import remove_file
-from ensure_flydsl.support.processes import CommandFailed
+from ensure_flydsl.source.git import Checkout
+from ensure_flydsl.source.ownership import foreign_files, other_roots, remove_made
+from ensure_flydsl.source.root import Stamps, is_ours, owner
+from ensure_flydsl.support.files import remove_file, remove_tree
 from ensure_flydsl.support.report import Reporter
+from ensure_flydsl.toolchain.environment import LlvmRecord
 
 
 def clean(settings: Settings, reporter: Reporter) -> int:
@@ -46,7 +44,7 @@ def clean(settings: Settings, reporter: Reporter) -> int:
             removed.append(settings.env_file)
         record = LlvmRecord.read(settings.base_dir)
         llvm_folder = llvm_dir(settings.base_dir)
-        sharing = _other_roots(settings)
+        sharing = other_roots(settings.base_dir, settings.root)
         if record is not None and record.created and sharing:
             reporter.say(f"kept {llvm_folder}: the other roots in {settings.base_dir} build with it too "
                          f"({', '.join(sharing[:3])})")
@@ -100,17 +98,6 @@ def _clean_shared_files(settings: Settings, reporter: Reporter) -> List[str]:
     return removed
 
 
-
-def _other_roots(settings: Settings) -> List[str]:
-    """The other roots of this tool in the same folder (they share its LLVM build)."""
-    try:
-        names = os.listdir(settings.base_dir)
-    except OSError:
-        return []
-    return [os.path.join(settings.base_dir, n) for n in sorted(names)
-            if os.path.join(settings.base_dir, n) != settings.root and is_ours(os.path.join(settings.base_dir, n))]
-
-
 def _clean_runs(settings: Settings) -> List[str]:
     """The root's run records; the base's state folder (ETA history, MLIR installs fetched from the cache)
     too once no other root of this base has records in it."""
@@ -129,7 +116,7 @@ def _clean_runs(settings: Settings) -> List[str]:
 
 def _clean_root(root: str, settings: Settings, reporter: Reporter) -> List[str]:
     info = owner(root)
-    foreign = _foreign_files(root, settings)
+    foreign = foreign_files(Checkout.of(settings))
     if (info is not None and info.created_root) and not foreign:
         remove_tree(root)
         return [root]
@@ -175,31 +162,13 @@ def _remove_made(folder: str, record: str, reporter: Reporter) -> List[str]:
     return kept
 
 
-def _foreign_files(root: str, settings: Settings) -> List[str]:
-    """Files in the root that the tool did not put there: changed tracked files, and untracked files
-    whether the checkout's .gitignore matches them or not (FlyDSL's ignores *.diff, *.log, tmp/: exactly
-    what people and agents write into the tree); in ``build-fly/``, what its build steps did not make."""
-    build_folder = build_dir(root)
-    inside = [] if not os.path.isdir(build_folder) or os.path.islink(build_folder) else \
-        [BUILD_DIR + "/" + rel for rel in sort_made(build_folder, build_made_record(root))[1]]
-    if not os.path.isdir(os.path.join(root, ".git")):
-        return [e for e in sorted(os.listdir(root)) if not _is_ours(root, e)] + inside
-    try:
-        out = git(root, "status", "--porcelain=v1", "-z", "--untracked-files=normal", "--ignored=matching",
-                  repo=settings.repo, mirrors=settings.git_mirrors)
-    except CommandFailed:
-        return ["(git status failed: nothing can be proven to be the tool's)"]
-    paths = [entry[3:] for entry in out.split("\0") if len(entry) > 3]
-    return [p for p in paths if not _is_ours(root, p)] + inside
+class Listening(Reporter):
+    """A reporter that also keeps what is said (``clean --json`` lists what it removed and kept)."""
 
+    def __init__(self, inner: Reporter, said: List[str]) -> None:
+        super().__init__(inner.stream, mode=inner.mode, prefix=inner.prefix)
+        self._said = said
 
-def _is_ours(root: str, path: str) -> bool:
-    """Build outputs and the tool's records; bytecode caches of the checkout's sources (the tool
-    byte-compiles the tree, and its probes import it)."""
-    if is_build_output(path):
-        return True
-    parts = path.rstrip("/").split("/")
-    if parts[-1] == "__pycache__":
-        folder = os.path.join(root, *parts)
-        return all(name.endswith(".pyc") for name in os.listdir(folder)) if os.path.isdir(folder) else False
-    return len(parts) >= 2 and parts[-2] == "__pycache__" and parts[-1].endswith(".pyc")
+    def say(self, message: str) -> None:
+        self._said.append(message)
+        super().say(message)

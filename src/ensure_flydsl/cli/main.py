@@ -7,8 +7,9 @@ import contextlib
 import os
 import signal
 import sys
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
+from ensure_flydsl.cli import COMMANDS
 from ensure_flydsl.cli.parser import parse_args
 from ensure_flydsl.errors import EXIT_MEANINGS, BadInput, EnsureError, ExitCode, Interrupted, Stage, interrupted_by
 from ensure_flydsl.result import result_object
@@ -134,8 +135,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             if args.command in ("ensure", "start"):
                 _report_bad_input(exc, _flags(args), environ)
             raise
+        handler = COMMANDS[args.command].run
+        assert handler is not None  # the internal commands returned above
         try:
-            code = _HANDLERS[args.command](args, settings, reporter, environ)
+            code = handler(args, settings, reporter, environ)
         except (PermissionError, OSError) as exc:  # another user's files, a read-only mount: one line
             from ensure_flydsl.cli.access import access_error
 
@@ -169,8 +172,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except Exception:
         return _internal_error(reporter, json_mode)
     finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)  # type: ignore[arg-type]
+        for signum, was in previous.items():
+            signal.signal(signum, was)  # type: ignore[arg-type]
         reporter.close()
 
 
@@ -215,97 +218,3 @@ def _json_failure(reporter: Reporter, data: Dict[str, object], tail: List[str], 
 
 
 _BUILD_FAILURES = (ExitCode.FETCH, ExitCode.CHECKOUT, ExitCode.LLVM_BUILD, ExitCode.FLYDSL_BUILD, ExitCode.PROBE)
-
-
-def _ensure(args: argparse.Namespace, settings: Settings, reporter: Reporter, environ: Dict[str, str]) -> int:
-    from ensure_flydsl.cli.ensure import ensure_command
-
-    return ensure_command(settings, reporter, environ, as_json=args.json)
-
-
-def _env(args: argparse.Namespace, settings: Settings, reporter: Reporter, environ: Dict[str, str]) -> int:
-    from ensure_flydsl.cli.env import show_env
-
-    return show_env(settings, args.format, environ, as_json=args.json)
-
-
-def _verify(args: argparse.Namespace, settings: Settings, reporter: Reporter, environ: Dict[str, str]) -> int:
-    from ensure_flydsl.cli.verify import verify
-
-    return verify(settings, environ, as_json=args.json)
-
-
-def _clean(args: argparse.Namespace, settings: Settings, reporter: Reporter, environ: Dict[str, str]) -> int:
-    from ensure_flydsl.cli.clean import clean
-
-    if not args.json:
-        return clean(settings, reporter)
-    import json
-
-    from ensure_flydsl.result import result_object as shaped
-
-    said: List[str] = []
-    listening = _Listening(reporter, said)
-    code = clean(settings, listening)
-    data = shaped(ok=code == 0, exit_code=code, reason="; ".join(said) or "nothing to clean",
-                  log=settings.log_file)
-    data.update(root=settings.root, removed=[m[len("removed "):] for m in said if m.startswith("removed ")],
-                kept=[m for m in said if m.startswith("kept ")])
-    print(json.dumps(data, sort_keys=True))
-    return code
-
-
-def _start(args: argparse.Namespace, settings: Settings, reporter: Reporter, environ: Dict[str, str]) -> int:
-    from ensure_flydsl.cli.start import start
-
-    return start(settings, environ, reporter)
-
-
-def _wait(args: argparse.Namespace, settings: Settings, reporter: Reporter, environ: Dict[str, str]) -> int:
-    from ensure_flydsl.cli.wait import wait
-
-    return wait(settings, reporter, timeout=args.timeout, heartbeat=args.heartbeat, as_json=args.json)
-
-
-def _status(args: argparse.Namespace, settings: Settings, reporter: Reporter, environ: Dict[str, str]) -> int:
-    from ensure_flydsl.cli.status import status
-
-    return status(settings, as_json=args.json)
-
-
-def _doctor(args: argparse.Namespace, settings: Settings, reporter: Reporter, environ: Dict[str, str]) -> int:
-    from ensure_flydsl.cli.doctor import doctor
-
-    return doctor(settings, environ, as_json=args.json)
-
-
-def _cache(args: argparse.Namespace, settings: Settings, reporter: Reporter, environ: Dict[str, str]) -> int:
-    from ensure_flydsl.cli.cache import cache_command
-
-    return cache_command(settings, args.cache_action, max_size=args.max_size, as_json=args.json, say=reporter.say,
-                         names=args.names, out=args.out, key=args.key)
-
-
-class _Listening(Reporter):
-    """A reporter that also keeps what is said (``clean --json`` lists what it removed and kept)."""
-
-    def __init__(self, inner: Reporter, said: List[str]) -> None:
-        super().__init__(inner.stream, mode=inner.mode, prefix=inner.prefix)
-        self._said = said
-
-    def say(self, message: str) -> None:
-        self._said.append(message)
-        super().say(message)
-
-
-_HANDLERS: Dict[str, Callable[[argparse.Namespace, Settings, Reporter, Dict[str, str]], int]] = {
-    "doctor": _doctor,
-    "cache": _cache,
-    "ensure": _ensure,
-    "start": _start,
-    "wait": _wait,
-    "status": _status,
-    "env": _env,
-    "verify": _verify,
-    "clean": _clean,
-}

@@ -6,13 +6,12 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Any, Callable, Dict, NoReturn, Optional, Sequence
+from typing import Any, NoReturn, Optional, Sequence
 
+from ensure_flydsl.cli import COMMANDS
 from ensure_flydsl.errors import EXIT_MEANINGS, ExitCode
 from ensure_flydsl.settings import SETTINGS
 from ensure_flydsl.version import __version__
-
-COMMANDS = ("ensure", "start", "wait", "status", "env", "verify", "doctor", "cache", "clean", "_worker", "_watchdog")
 
 
 def _add_setting_flags(parser: argparse.ArgumentParser) -> None:
@@ -73,20 +72,6 @@ class _Parser(argparse.ArgumentParser):
         self.exit(int(ExitCode.BAD_INPUT), f"{self.prog}: {message}\n")
 
 
-# Each command's one-line help, in the order --help lists them; the internal commands have none.
-_HELP = {
-    "ensure": "make FlyDSL importable (the default command); blocking",
-    "start": "launch the same work as `ensure` detached; print {run_id, pid, log, state} and return",
-    "wait": "follow the root's run until it ends: 0, its failure's exit code, or 75 at --timeout",
-    "status": "state, step, percent, elapsed, ETA, pid, version, root, python, how, log",
-    "env": "print the env file (or its JSON twin)",
-    "verify": "run the full import probe and print each module's file",
-    "doctor": "predict, in seconds, whether the configured strategy can succeed here, and why not",
-    "cache": "housekeeping of the binary cache (FLYDSL_CACHE): list, prune, keygen, sign",
-    "clean": "remove what this tool created for the root (never anything else)",
-}
-
-
 def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
     """The parser of every command, for ``--help``; with ``only``, that command's parser alone.
 
@@ -95,7 +80,7 @@ def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
     own name, so its usage, help and errors read exactly as the full parser's.
     """
     if only is not None:
-        parser = _Parser(prog=f"ensure-flydsl {only}", description=_HELP.get(only))
+        parser = _Parser(prog=f"ensure-flydsl {only}", description=COMMANDS[only].help)
         parser.set_defaults(command=only)
         _add_command_args(parser, only)
         return parser
@@ -107,98 +92,23 @@ def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"ensure-flydsl {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMANDS:
-        if name in _HELP:
-            _add_command_args(sub.add_parser(name, help=_HELP[name], description=_HELP[name]), name)
+    for name, command in COMMANDS.items():
+        if command.help is not None:
+            _add_command_args(sub.add_parser(name, help=command.help, description=command.help), name)
         else:
             _add_command_args(sub.add_parser(name), name)  # internal: listed nowhere
     return parser
 
 
 def _add_command_args(p: argparse.ArgumentParser, name: str) -> None:
-    if name in _HELP:
+    if COMMANDS[name].help is not None:
         _add_setting_flags(p)
         loud = p.add_mutually_exclusive_group()
         loud.add_argument("-q", "--quiet", dest="verbosity", action="store_const", const=-1, default=0,
                           help="show nothing but a failure (the log still gets everything)")
         loud.add_argument("-v", "--verbose", dest="verbosity", action="store_const", const=1,
                           help="show the build's own output as well")
-    _COMMAND_ARGS[name](p)
-
-
-def _json_flag(help_text: Optional[str] = None) -> Callable[[argparse.ArgumentParser], None]:
-    def add(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--json", action="store_true", help=help_text)
-
-    return add
-
-
-def _wait_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--timeout", type=_timeout_seconds, default=None, metavar="S",
-                   help="give up waiting after S seconds (0: answer at once)")
-    p.add_argument("--heartbeat", type=_seconds, default=30.0, metavar="S",
-                   help="print a heartbeat line at least every S seconds (default 30)")
-    p.add_argument("--json", action="store_true",
-                   help="print the answer as one JSON result object on stdout (heartbeats as JSON events on stderr)")
-
-
-def _env_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--format", choices=("sh", "json"), default="sh")
-    p.add_argument("--json", action="store_true", help="one JSON result object: whether the env file answers "
-                   "this request, its version, and the variables it exports")
-
-
-def _cache_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("cache_action", choices=("list", "prune", "keygen", "sign"), metavar="{list,prune,keygen,sign}")
-    p.add_argument("names", nargs="*", metavar="NAME",
-                   help="keygen: the key's name; sign: the entries (key prefixes, as list shows them; default all)")
-    p.add_argument("--max-size", metavar="SIZE", help="prune: remove the oldest entries until the cache "
-                   "holds at most SIZE (bytes, or with K/M/G/T)")
-    p.add_argument("--json", action="store_true", help="list: one JSON object per entry")
-    p.add_argument("--out", metavar="DIR", help="keygen: the folder for NAME.secret (mode 600) and NAME.pub")
-    p.add_argument("--key", metavar="PATH", help="sign: the secret key file to sign with")
-
-
-def _no_args(p: argparse.ArgumentParser) -> None:
-    """start, clean: the settings alone."""
-
-
-def _worker_args(p: argparse.ArgumentParser) -> None:
-    """Internal: the detached worker that `start` launches."""
-    p.add_argument("--run-id", required=True)
-    p.add_argument("--alive-fd", type=int, required=True)
-    p.add_argument("--settings-json", required=True)
-
-
-def _watchdog_args(p: argparse.ArgumentParser) -> None:
-    """Internal: notices a run's death."""
-    p.add_argument("watch_root")
-    p.add_argument("watch_run_id")
-
-
-_COMMAND_ARGS: Dict[str, Callable[[argparse.ArgumentParser], None]] = {
-    "ensure": _json_flag("print one JSON result object on stdout (and JSON events on stderr)"),
-    "start": _no_args, "wait": _wait_args, "status": _json_flag("one JSON result object (docs/schema/)"),
-    "env": _env_args, "verify": _json_flag("one JSON result object with each module's file"),
-    "doctor": _json_flag("one JSON object with every check"),
-    "cache": _cache_args, "clean": _json_flag("one JSON result object naming what was removed and kept"),
-    "_worker": _worker_args, "_watchdog": _watchdog_args,
-}
-
-
-def _seconds(value: str, *, zero_ok: bool = False) -> float:
-    try:
-        seconds = float(value)
-    except ValueError:
-        seconds = -1.0
-    if not ((seconds >= 0 if zero_ok else seconds > 0) and seconds < 10**9):  # NaN fails both
-        raise argparse.ArgumentTypeError(f"{value!r} is not a number of seconds {'>= 0' if zero_ok else '> 0'}")
-    return seconds
-
-
-def _timeout_seconds(value: str) -> float:
-    """0 too: check the state once and answer (75 if the run is still going)."""
-    return _seconds(value, zero_ok=True)
+    COMMANDS[name].add_args(p)
 
 
 def _flags_with_values() -> "set[str]":

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from ensure_flydsl.doctor.check import OK, WRONG, Check
+from ensure_flydsl.doctor.verdict import OK, WRONG, Check
 from ensure_flydsl.errors import Stage
 from ensure_flydsl.settings import Settings
 

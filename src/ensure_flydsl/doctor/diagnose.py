@@ -6,7 +6,7 @@ need, read from the pin's source where it can be (:mod:`ensure_flydsl.source.nee
 headers, git and the repository, compilers, cmake, ninja, patchelf, nanobind, HIP's CMake package and its
 library-name mismatch, MLIR_PATH, disk and memory, the package index, the third-party modules the pin's code
 imports (:mod:`ensure_flydsl.doctor.requirements`), and for ``release`` a wheel for the target interpreter
-(the checks themselves: :mod:`ensure_flydsl.doctor.checks`).  Independent checks run concurrently; network
+(the checks themselves: :mod:`ensure_flydsl.doctor.local_checks`).  Independent checks run concurrently; network
 checks have short timeouts.
 
 Each :class:`Check` says ok / missing / wrong / skipped, the detail and the remedy.  ``blocking`` marks
@@ -25,8 +25,7 @@ import time
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ensure_flydsl.doctor.cache_trust import check_cache_trust
-from ensure_flydsl.doctor.check import OK, SKIPPED, Check
-from ensure_flydsl.doctor.checks import (
+from ensure_flydsl.doctor.local_checks import (
     Index,
     RunContext,
     check_compiler,
@@ -53,8 +52,9 @@ from ensure_flydsl.doctor.remote_checks import (
     check_submodules,
 )
 from ensure_flydsl.doctor.requirements import check_requirements
+from ensure_flydsl.doctor.verdict import OK, SKIPPED, Check
 from ensure_flydsl.errors import EnsureError, ExitCode, Stage
-from ensure_flydsl.probe.records import Interpreter
+from ensure_flydsl.probe.results import Interpreter
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.source.mirrors import rewrite
 from ensure_flydsl.source.needs import KNOWN_FLYDSL_NEEDS, BuildNeeds, build_tools, find_needs

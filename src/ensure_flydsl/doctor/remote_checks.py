@@ -9,13 +9,10 @@ import re
 import subprocess
 from typing import Dict, List, Mapping, Optional, Tuple
 
-from ensure_flydsl.build.download import release_pip
-from ensure_flydsl.build.package_index import best_version
-from ensure_flydsl.build.wheels import pin_as_tag, release_tags, tag_version, wheel_tags
-from ensure_flydsl.doctor.check import MISSING, WRONG, Check, _ok, _skip
-from ensure_flydsl.doctor.checks import (
+from ensure_flydsl.doctor.local_checks import (
     RunContext,
 )
+from ensure_flydsl.doctor.verdict import MISSING, WRONG, Check, passed, skipped
 from ensure_flydsl.errors import EnsureError, Stage
 from ensure_flydsl.layout import llvm_dir
 from ensure_flydsl.setting_values import GitMirrors
@@ -23,6 +20,9 @@ from ensure_flydsl.settings import Settings
 from ensure_flydsl.source.git import is_local_repo
 from ensure_flydsl.source.mirrors import describe, rewrite, with_mirrors
 from ensure_flydsl.source.needs import resolve_in
+from ensure_flydsl.wheels.download import release_pip
+from ensure_flydsl.wheels.package_index import best_version
+from ensure_flydsl.wheels.release import pin_as_tag, release_tags, tag_version, wheel_tags
 
 
 def _git_env(environ: Mapping[str, str], timeout: float, mirrors: GitMirrors) -> Dict[str, str]:
@@ -88,7 +88,7 @@ def check_repository(settings: Settings, environ: Mapping[str, str], timeout: fl
                      checkout: Optional[str]) -> Check:
     repo, pin, label = settings.repo, settings.pin, settings.label("repo")
     if checkout is not None:
-        return _ok("repository", f"the source is already checked out in {checkout}", Stage.FETCH)
+        return passed("repository", f"the source is already checked out in {checkout}", Stage.FETCH)
     fetched = _root_has(settings.root, pin)
     where, _ = rewrite(repo, settings.git_mirrors)
     shown = describe(repo, settings.git_mirrors, settings.label("git_mirrors"))
@@ -102,7 +102,7 @@ def check_repository(settings: Settings, environ: Mapping[str, str], timeout: fl
             return Check("repository", WRONG, f"the pin {pin} is not a commit, tag or branch of {shown}",
                          "check FLYDSL_PIN (a full commit hash or a tag such as v0.2.2)", fetched is None,
                          Stage.CHECKOUT)
-        return _ok("repository", f"local repository {path}{' for ' + repo if where != repo else ''}; the pin is "
+        return passed("repository", f"local repository {path}{' for ' + repo if where != repo else ''}; the pin is "
                    f"commit {commit[:12]}", Stage.FETCH)
     answered, out, _ = _reach(repo, environ, timeout, settings)
     if not answered:
@@ -114,10 +114,10 @@ def check_repository(settings: Settings, environ: Mapping[str, str], timeout: fl
                      f"check the network, or point {label} at a reachable mirror (a local path works), or map its "
                      "URL with FLYDSL_GIT_MIRRORS=FROM=TO", True, Stage.FETCH)
     if re.fullmatch(r"[0-9a-fA-F]{40}", pin):
-        return _ok("repository", f"{shown} answers (the pin is a commit hash, fetched by hash)", Stage.FETCH)
+        return passed("repository", f"{shown} answers (the pin is a commit hash, fetched by hash)", Stage.FETCH)
     refs = {line.split("\t", 1)[1].strip() for line in out.splitlines() if "\t" in line}
     if {f"refs/tags/{pin}", f"refs/heads/{pin}"} & refs:
-        return _ok("repository", f"{shown} answers and has {pin}", Stage.FETCH)
+        return passed("repository", f"{shown} answers and has {pin}", Stage.FETCH)
     return Check("repository", WRONG, f"{shown} answers, but has no tag or branch {pin}",
                  "check FLYDSL_PIN (a full commit hash or a tag such as v0.2.2)", True, Stage.CHECKOUT)
 
@@ -125,13 +125,13 @@ def check_repository(settings: Settings, environ: Mapping[str, str], timeout: fl
 def check_llvm_source(ctx: RunContext) -> Check:
     needs = ctx.needs
     if not ctx.llvm:
-        return _skip("llvm-source", "no LLVM build", Stage.LLVM)
+        return skipped("llvm-source", "no LLVM build", Stage.LLVM)
     if needs.llvm_remote is None:
-        return _skip("llvm-source", "build_llvm.sh does not clone llvm-project", Stage.LLVM)
+        return skipped("llvm-source", "build_llvm.sh does not clone llvm-project", Stage.LLVM)
     commit = needs.llvm_commit
     local = llvm_dir(ctx.settings.base_dir)
     if commit and os.path.isdir(os.path.join(local, ".git")) and resolve_in(local, commit):
-        return _ok("llvm-source", f"LLVM {commit[:12]} is already in {local}", Stage.LLVM)
+        return passed("llvm-source", f"LLVM {commit[:12]} is already in {local}", Stage.LLVM)
     remote = ctx.environ.get("LLVM_REMOTE") or needs.llvm_remote
     named = f"named in {needs.llvm.commit_from}" if needs.llvm is not None else "the pin names"
     remedy = (f"set MLIR_PATH to an MLIR install built from LLVM {commit[:12] if commit else 'at the pin'} "
@@ -139,7 +139,7 @@ def check_llvm_source(ctx: RunContext) -> Check:
               "with FLYDSL_GIT_MIRRORS=FROM=TO)")
     answered, out, shown = _reach(remote, ctx.environ, ctx.timeout, ctx.settings, "HEAD")
     if answered:
-        return _ok("llvm-source", f"build_llvm.sh clones LLVM from {shown}, which answers", Stage.LLVM)
+        return passed("llvm-source", f"build_llvm.sh clones LLVM from {shown}, which answers", Stage.LLVM)
     return Check("llvm-source", MISSING, f"build_llvm.sh clones LLVM from {shown}, which cannot be fetched: {out}"
                  f"{_no_mirror(remote, ctx.settings)}", remedy, True, Stage.LLVM)
 
@@ -161,9 +161,9 @@ def check_submodules(ctx: RunContext, checkout: Optional[str]) -> Check:
     """A source build fetches the pin's submodules first: those whose repository does not answer stop it."""
     subs = ctx.needs.submodules
     if not ctx.needs.read:
-        return _skip("submodules", "the pin's source could not be read (see the repository check)", Stage.FETCH)
+        return skipped("submodules", "the pin's source could not be read (see the repository check)", Stage.FETCH)
     if not subs:
-        return _skip("submodules", "the pin has no submodules", Stage.FETCH)
+        return skipped("submodules", "the pin has no submodules", Stage.FETCH)
     unreachable: List[str] = []
     served: List[str] = []
     for path, url in subs:
@@ -182,7 +182,7 @@ def check_submodules(ctx: RunContext, checkout: Optional[str]) -> Check:
                      "make them reachable, or mirror them and map their URLs with FLYDSL_GIT_MIRRORS=FROM=TO "
                      "(a URL prefix, such as https://github.com/=https://git.example.internal/github/)", True,
                      Stage.FETCH)
-    return _ok("submodules", f"{len(subs)} submodule(s) can be fetched: " + ", ".join(served), Stage.FETCH)
+    return passed("submodules", f"{len(subs)} submodule(s) can be fetched: " + ", ".join(served), Stage.FETCH)
 
 
 def check_index(ctx: RunContext, release: bool) -> Check:
@@ -192,10 +192,10 @@ def check_index(ctx: RunContext, release: bool) -> Check:
     if not asked and ctx.llvm and ctx.needs.llvm_pip:
         asked = [ctx.index.answer(ctx.needs.llvm_pip[0])]
     if not asked:
-        return _skip("package-index", "nothing is installed from it", stage)
+        return skipped("package-index", "nothing is installed from it", stage)
     answered = [a for a in asked if a.answered]
     if answered:
-        return _ok("package-index", f"pip ({ctx.index.python}) answers for {', '.join(a.package for a in answered)}",
+        return passed("package-index", f"pip ({ctx.index.python}) answers for {', '.join(a.package for a in answered)}",
                    stage)
     why = "; ".join(f"{a.package}: {a.detail.splitlines()[-1] if a.detail else 'no answer'}" for a in asked)
     needed_by = ("the release wheel" if release else
@@ -238,10 +238,10 @@ def check_release(ctx: RunContext, checkout: Optional[str], *, demanded: bool) -
     """A flydsl wheel for the target interpreter (asked with the install's own options).  ``demanded``:
     FLYDSL_STRATEGY=release (blocking); else auto's first choice (never blocking: it falls back)."""
     if ctx.interpreter is None:
-        return _skip("release-wheel", "the interpreter does not run", Stage.RELEASE)
+        return skipped("release-wheel", "the interpreter does not run", Stage.RELEASE)
     version, how, known = release_version_of_pin(ctx.settings, checkout)
     if version is None and not demanded:
-        return _skip("release-wheel", f"auto builds from source: {how}", Stage.RELEASE)
+        return skipped("release-wheel", f"auto builds from source: {how}", Stage.RELEASE)
     if version is None and known:
         return Check("release-wheel", WRONG, how, "pin a release tag (for example v0.2.2) or a version, or use "
                      "FLYDSL_STRATEGY=source", True, Stage.RELEASE)
@@ -263,7 +263,7 @@ def check_release(ctx: RunContext, checkout: Optional[str], *, demanded: bool) -
                      "check the network or pip's configuration (PIP_INDEX_URL, pip.conf)", demanded, Stage.RELEASE)
     found = best_version(answer.versions, exact=version, minimum=None if version else ctx.settings.min_version)
     if found:
-        return _ok("release-wheel", f"{how}; the package index has a flydsl {found} wheel for {abi}", Stage.RELEASE)
+        return passed("release-wheel", f"{how}; the package index has a flydsl {found} wheel for {abi}", Stage.RELEASE)
     listed = ", ".join(answer.versions[:5]) or "none"
     return Check("release-wheel", MISSING, f"{how}, but the package index has no {wanted} wheel for {abi} "
                  f"(versions it has for {abi}: {listed}){fallback}", "use FLYDSL_STRATEGY=source to build the pin, "

@@ -16,11 +16,10 @@ import dataclasses
 import shlex
 from typing import Mapping, Optional, Sequence, Tuple
 
-from ensure_flydsl.build.wheels import pin_as_tag
-from ensure_flydsl.doctor.check import MISSING, Check, _ok, _skip
+from ensure_flydsl.doctor.verdict import MISSING, Check, passed, skipped
 from ensure_flydsl.errors import EnsureError, ExitCode, Stage
 from ensure_flydsl.probe.interpreter import find_modules
-from ensure_flydsl.probe.records import Interpreter
+from ensure_flydsl.probe.results import Interpreter
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.source.requirements import (
     Absent,
@@ -30,6 +29,7 @@ from ensure_flydsl.source.requirements import (
     find_requirements,
     pin_sources,
 )
+from ensure_flydsl.wheels.release import pin_as_tag
 
 CHECK = "requirements"  # the doctor check's name; its stage is Stage.REQUIREMENTS
 
@@ -149,21 +149,21 @@ def check_requirements(settings: Settings, environ: Mapping[str, str], interp: O
                        checkout: Optional[str]) -> Check:
     """The doctor's view of the preflight: blocking when the interpreter lacks a module the pin imports."""
     if interp is None:
-        return _skip(CHECK, "the interpreter does not run", Stage.REQUIREMENTS)
+        return skipped(CHECK, "the interpreter does not run", Stage.REQUIREMENTS)
     pin = pin_as_tag(settings.pin) if settings.strategy == "release" else settings.pin
     sources = pin_sources(settings.root, settings.repo, pin, checkout)
     if sources is None:
-        return _skip(CHECK, f"the pin's sources cannot be read here yet (no checkout of {pin} in "
+        return skipped(CHECK, f"the pin's sources cannot be read here yet (no checkout of {pin} in "
                      f"{settings.root}, and {settings.repo} is not a local repository); a run checks them "
                      "after fetching, before downloading or building anything", Stage.REQUIREMENTS)
     try:
         finding = assess(sources, interp.executable, settings.require, environ,
                          settings.probe_timeout, settings.label("probe_timeout"), pin)
     except EnsureError as exc:
-        return _skip(CHECK, f"could not ask {interp.executable}: {exc.reason}", Stage.REQUIREMENTS)
+        return skipped(CHECK, f"could not ask {interp.executable}: {exc.reason}", Stage.REQUIREMENTS)
     if finding.absent:
         return Check(CHECK, MISSING, absent_reason(finding), absent_remedy(finding), True, Stage.REQUIREMENTS)
     if not finding.missing:
-        return _ok(CHECK, f"{summary(finding)}; {interp.executable} has them all", Stage.REQUIREMENTS)
+        return passed(CHECK, f"{summary(finding)}; {interp.executable} has them all", Stage.REQUIREMENTS)
     return Check(CHECK, MISSING, reason(finding), remedy(finding), True, Stage.REQUIREMENTS)
 

@@ -9,7 +9,7 @@ from typing import Dict, Iterator, List, Mapping, Optional, Union
 
 from ensure_flydsl.errors import Plan, Stage
 from ensure_flydsl.probe.gate import Verdict
-from ensure_flydsl.probe.records import Interpreter, Probe
+from ensure_flydsl.probe.results import Interpreter, Probe
 from ensure_flydsl.result import How
 from ensure_flydsl.runs.progress import NullTracker, Tracker
 from ensure_flydsl.runs.records import RunStore, new_run_id

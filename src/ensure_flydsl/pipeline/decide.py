@@ -6,8 +6,7 @@ import os
 from typing import Dict, List, Mapping, Optional, Tuple, Union
 
 from ensure_flydsl.binary_cache.entries import CacheError, open_cache
-from ensure_flydsl.build.environment import is_mlir_install
-from ensure_flydsl.doctor.check import MISSING, WRONG, Check, _ok, _skip
+from ensure_flydsl.doctor.verdict import MISSING, WRONG, Check, passed, skipped
 from ensure_flydsl.errors import BadInput, EnsureError, Stage
 from ensure_flydsl.layout import tree_folders
 from ensure_flydsl.pipeline.context import Decision, Run
@@ -23,12 +22,13 @@ from ensure_flydsl.probe.gate import (
     same_folder,
 )
 from ensure_flydsl.probe.interpreter import ProbeBroke, describe_interpreter
-from ensure_flydsl.probe.records import Interpreter, Probe
+from ensure_flydsl.probe.results import Interpreter, Probe
 from ensure_flydsl.result import How
 from ensure_flydsl.runs.markers import marker_path_problem
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.source.root import RootState, Stamp, classify_root, creatable_problem, is_ours
 from ensure_flydsl.support.report import Reporter
+from ensure_flydsl.toolchain.environment import is_mlir_install
 
 
 def _check_creatable(label: str, value: str, folder: str) -> None:
@@ -229,7 +229,7 @@ def check_reuse(settings: Settings, environ: Mapping[str, str], interp: Optional
     remedy = ("install FlyDSL for this interpreter, or use FLYDSL_STRATEGY=auto to build the pin" if blocking
               else "none needed: the configured strategy provisions one")
     if interp is None:
-        return _skip("reuse", "the interpreter does not run", Stage.PROBE)
+        return skipped("reuse", "the interpreter does not run", Stage.PROBE)
     run = Run(settings, Reporter(None), environ)
     run.interpreter = interp
     try:
@@ -237,5 +237,5 @@ def check_reuse(settings: Settings, environ: Mapping[str, str], interp: Optional
     except EnsureError as exc:
         return Check("reuse", WRONG, f"the import probe failed: {exc.reason}", remedy, blocking, Stage.PROBE)
     if decision.ok:
-        return _ok("reuse", f"reusable: {decision.reason} (ensure will reuse it; nothing is built)", Stage.PROBE)
+        return passed("reuse", f"reusable: {decision.reason} (ensure will reuse it; nothing is built)", Stage.PROBE)
     return Check("reuse", MISSING, f"nothing to reuse: {decision.reason}", remedy, blocking, Stage.PROBE)

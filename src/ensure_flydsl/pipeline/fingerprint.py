@@ -29,6 +29,7 @@ import os
 import stat
 from typing import Dict, List, Mapping, Optional, Sequence
 
+from ensure_flydsl.layout import packages_dir
 from ensure_flydsl.runs.markers import without_folders
 
 FINGERPRINT_VERSION = 3
@@ -166,7 +167,7 @@ def watch_folders(root: str, files: Mapping[str, str], package_folders: Mapping[
         folders.add(top)
         if os.path.isdir(top + ".libs"):
             folders.add(top + ".libs")
-    packages = os.path.join(root, "build-fly", "python_packages")
+    packages = packages_dir(root)
     if any(f == packages or f.startswith(packages + os.sep) for f in folders):
         folders.add(packages)
     ordered = sorted(folders)

@@ -16,27 +16,27 @@ import functools
 import os
 from typing import List, Optional, Tuple
 
-from ensure_flydsl.build.wheels import WheelDownload, pin_as_tag, release_tags
 from ensure_flydsl.doctor.requirements import Finding, assess, stop_if_missing, summary
 from ensure_flydsl.errors import BadInput, EnsureError, ExitCode, Stage
 from ensure_flydsl.layout import packages_dir, tree_folders, wheel_download_dir
 from ensure_flydsl.pipeline.context import Decision, Run
 from ensure_flydsl.pipeline.decide import tree_key
 from ensure_flydsl.pipeline.providers.base import Early, Provider
+from ensure_flydsl.pipeline.providers.build import BuildProvider
 from ensure_flydsl.pipeline.providers.cache import CacheProvider, open_run_cache
 from ensure_flydsl.pipeline.providers.release import ReleaseProvider
-from ensure_flydsl.pipeline.providers.source import SourceProvider
 from ensure_flydsl.pipeline.publish import publish
 from ensure_flydsl.probe.gate import is_within
-from ensure_flydsl.probe.interpreter import WarmProbe, probe_modules
+from ensure_flydsl.probe.interpreter import EarlyProbe, probe_modules
 from ensure_flydsl.result import Action, Result
 from ensure_flydsl.runs import markers
-from ensure_flydsl.setting_values import GitMirrors
-from ensure_flydsl.source import git as gitsource
+from ensure_flydsl.source.git import Checkout, is_deletion
 from ensure_flydsl.source.requirements import read_commit_sources
-from ensure_flydsl.source.root import claim_root, classify_root, exclude_from_git, is_ours, remove_tree
+from ensure_flydsl.source.root import claim_root, classify_root, exclude_from_git, is_ours
 from ensure_flydsl.support import faults
+from ensure_flydsl.support.files import remove_tree
 from ensure_flydsl.support.processes import CommandFailed
+from ensure_flydsl.wheels.release import WheelDownload, pin_as_tag, release_tags
 
 
 def provision(run: Run) -> Result:
@@ -95,7 +95,7 @@ def providers_for(run: Run, commit: str, early: Early) -> List[Provider]:
     cache = open_run_cache(run)
     if cache is not None:
         providers.append(CacheProvider(cache, early))
-    providers.append(SourceProvider(cache, early))
+    providers.append(BuildProvider(cache, early))
     return providers
 
 
@@ -147,8 +147,8 @@ def start_warm_probe(run: Run, early: Early, preload: List[str]) -> None:
     """Start the final probe's interpreter now, importing ``preload`` (torch alone takes seconds) while the
     wheel or the cache entry is fetched and unpacked; a source build, an hour long, stops it (memory)."""
     s = run.settings
-    early.started_probe(WarmProbe(s.python, modules=probe_modules(s.require), prefix=tree_folders(s.root),
-                                  environ=run.environ, preload=preload))
+    early.started_probe(EarlyProbe(s.python, modules=probe_modules(s.require), prefix=tree_folders(s.root),
+                                   environ=run.environ, preload=preload))
     run.say(f"importing {', '.join(preload)} in {s.python} while the tree is put in place")
 
 
@@ -179,11 +179,12 @@ def fetch(run: Run, early: Early) -> str:
     """The pin's commit, fetched into the root's repository: objects and refs only, the work tree untouched."""
     settings, root = run.settings, run.settings.root
     pin = pin_as_tag(settings.pin) if settings.strategy == "release" else settings.pin
-    gitsource.clear_stale_git_locks(root, run.say)
-    gitsource.ensure_repository(root, settings.repo, mirrors=settings.git_mirrors)
+    checkout = Checkout.of(settings)
+    checkout.clear_stale_git_locks(run.say)
+    checkout.ensure_repository()
     exclude_from_git(root)
-    commit = gitsource.fetch_pin(root, pin, settings.repo, run.say, mirrors=settings.git_mirrors,
-                                 on_fetch=run.worked, on_tags=functools.partial(start_wheel_download, run, early))
+    commit = checkout.fetch_pin(pin, run.say, on_fetch=run.worked,
+                                on_tags=functools.partial(start_wheel_download, run, early))
     run.say(f"pin {pin} is commit {commit}")
     faults.point("fetched")
     return commit
@@ -195,7 +196,7 @@ def refuse_local_changes(run: Run) -> Tuple[bool, bool]:
     settings, root = run.settings, run.settings.root
     started = run.stamps.started_key("checkout") if is_ours(root) else None
     interrupted = started is not None and not run.stamps.done("checkout", started)
-    deleted = False if interrupted else check_local_changes(root, settings.repo, settings.git_mirrors)
+    deleted = False if interrupted else check_local_changes(Checkout.of(settings))
     return interrupted, deleted
 
 
@@ -220,22 +221,23 @@ def checkout_pin(run: Run, commit: str, *, force: bool) -> None:
     """The pin's commit, checked out in the root (submodules come later, for a source build only)."""
     settings, root, stamps = run.settings, run.settings.root, run.stamps
     checkout_key = {"commit": commit}
-    head = gitsource.head_commit(root, settings.repo, mirrors=settings.git_mirrors)
+    checkout = Checkout.of(settings)
+    head = checkout.head_commit()
     if force or not (stamps.done("checkout", checkout_key) and head == commit):
         stamps.begin("checkout", checkout_key)
         faults.point("checkout-begun")
-        gitsource.checkout(root, commit, settings.repo, force=force, mirrors=settings.git_mirrors)
+        checkout.checkout(commit, force=force)
         stamps.finish("checkout", checkout_key)
         run.say(f"checked out {commit[:12]} in {root}")
         faults.point("checked-out")
 
 
-def check_local_changes(root: str, repo: str, mirrors: GitMirrors) -> bool:
+def check_local_changes(checkout: Checkout) -> bool:
     """Refuse edits to tracked files: somebody's work and not the pin, never built, never overwritten.
     Return whether tracked files were deleted (those are restored: nothing of anybody's is lost)."""
-    found = (gitsource.tracked_changes(root, repo, mirrors=mirrors)
-             if gitsource.head_commit(root, repo, mirrors=mirrors) else [])
-    changed = [path for code, path in found if not gitsource.is_deletion(code)]
+    root = checkout.root
+    found = checkout.tracked_changes() if checkout.head_commit() else []
+    changed = [path for code, path in found if not is_deletion(code)]
     if changed:
         shown = ", ".join(changed[:5]) + (", ..." if len(changed) > 5 else "")
         raise EnsureError(
@@ -250,5 +252,5 @@ def check_local_changes(root: str, repo: str, mirrors: GitMirrors) -> bool:
 def release_version(run: Run, commit: str) -> Optional[str]:
     """X when the commit is the one a release tag vX names (the newest, if several do)."""
     settings = run.settings
-    versions = release_tags(gitsource.tags_at(settings.root, commit, settings.repo, mirrors=settings.git_mirrors))
+    versions = release_tags(Checkout.of(settings).tags_at(commit))
     return versions[0] if versions else None

@@ -13,7 +13,7 @@ from ensure_flydsl.pipeline.fingerprint import compute, watch_folders
 from ensure_flydsl.pipeline.warm import tree_stamp_path
 from ensure_flydsl.probe.gate import evaluate, package_folder
 from ensure_flydsl.probe.interpreter import probe_modules, run_probe
-from ensure_flydsl.probe.records import Probe
+from ensure_flydsl.probe.results import Probe
 from ensure_flydsl.result import Action, How, Result
 from ensure_flydsl.runs import markers
 from ensure_flydsl.runs.liveness import marker_is_answered

@@ -15,7 +15,7 @@ from typing import Dict, Optional, Sequence
 from packaging.version import InvalidVersion
 
 from ensure_flydsl.layout import BUILD_DIR, PACKAGES_DIR, tree_folders
-from ensure_flydsl.probe.records import Probe
+from ensure_flydsl.probe.results import Probe
 from ensure_flydsl.setting_values import release_at_least
 
 

@@ -17,110 +17,10 @@ import time
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ensure_flydsl.errors import EnsureError, ExitCode, Stage
-from ensure_flydsl.probe.records import Interpreter, ModuleResult, Probe
+from ensure_flydsl.probe import scripts
+from ensure_flydsl.probe.results import Interpreter, ModuleResult, Probe
 from ensure_flydsl.settings import DEFAULT_PROBE_TIMEOUT
 from ensure_flydsl.support.processes import kill_group
-
-# Runs inside the target interpreter (any CPython 3.6+): keep it dependency-free and version-neutral.
-_PROBE_SCRIPT = r"""
-import json, os, sys, sysconfig, site, traceback, importlib, importlib.util
-out = os.dup(1)
-os.dup2(2, 1)  # whatever the imports print goes to stderr; fd `out` carries only our JSON
-sys.stdout = sys.stderr
-if sys.path and sys.path[0] in ("", os.getcwd()):
-    del sys.path[0]
-modules = json.loads(sys.argv[1])
-preload = json.loads(sys.argv[2]) if len(sys.argv) > 2 else None
-if preload is not None:
-    # Started early (WarmProbe): import the heavy third-party modules the tree needs while the tree is put in
-    # place, then wait for "go" and probe as always.  A failed import is left to the probe proper to report.
-    started_with = set(sys.modules)
-    for name in preload:
-        os.write(out, ("importing %s\n" % name).encode())
-        try:
-            importlib.import_module(name)
-        except BaseException:
-            pass
-    os.write(out, b"ready\n")
-    if sys.stdin.readline().strip() != "go":
-        sys.exit(0)
-    importlib.invalidate_caches()
-    sys.path_importer_cache.clear()  # the tree's folders may not have existed when the path was first read
-    from importlib.machinery import PathFinder
-    # Every top-level module the preload brought in (torch's own imports too) must still be what the path,
-    # the tree's folders now first on it, finds: else the tree shadows it and a fresh probe must answer.
-    for name in sorted(set(sys.modules) - started_with):
-        spec = getattr(sys.modules.get(name), "__spec__", None)
-        if "." in name or spec is None or not getattr(spec, "has_location", False):
-            continue
-        now = PathFinder.find_spec(name)
-        if now is None or now.origin != spec.origin:
-            os.write(out, ("stale %s\n" % name).encode())
-            sys.exit(0)
-try:
-    site_dirs = list(site.getsitepackages())
-except Exception:
-    site_dirs = []
-try:
-    site_dirs.append(site.getusersitepackages())
-except Exception:
-    pass
-hook_dirs = []
-for hook in ("sitecustomize", "usercustomize"):  # imported by site at start-up, from anywhere on the path
-    hook_file = getattr(sys.modules.get(hook), "__file__", None)
-    if isinstance(hook_file, str):
-        hook_dir = os.path.dirname(os.path.abspath(hook_file))
-        hook_dirs.append(os.path.dirname(hook_dir) if os.path.basename(hook_file).startswith("__init__.") else hook_dir)
-info = {
-    "executable": sys.executable,
-    "version": "%d.%d.%d" % sys.version_info[:3],
-    "implementation": sys.implementation.name,
-    "cache_tag": sys.implementation.cache_tag,
-    "soabi": sysconfig.get_config_var("SOABI") or "",
-    "platform": sysconfig.get_platform(),
-    "prefix": sys.prefix,
-    "base_prefix": getattr(sys, "base_prefix", sys.prefix),
-    "site_dirs": site_dirs,
-    "hook_dirs": hook_dirs,
-    "stdlib": sysconfig.get_paths().get("stdlib", ""),
-    "include": sysconfig.get_paths().get("include", ""),
-}
-results = {}
-for name in modules:
-    # Say what is imported next (and from where) before importing it: if the import kills or hangs the
-    # interpreter, these lines are all the tool learns.
-    os.write(out, ("importing %s\n" % name).encode())
-    try:
-        spec = importlib.util.find_spec(name.split(".")[0])
-        if spec is not None and spec.origin:
-            os.write(out, ("origin %s %s\n" % (name, spec.origin)).encode())
-    except BaseException:
-        pass
-    entry = {"file": None, "error": None}
-    try:
-        mod = importlib.import_module(name)
-        entry["file"] = getattr(mod, "__file__", None)
-        if entry["file"] is None:
-            entry["error"] = "imported as a namespace package without a file (no __init__.py)"
-    except BaseException as exc:
-        entry["error"] = "".join(traceback.format_exception_only(type(exc), exc)).strip().splitlines()[-1]
-    results[name] = entry
-version = None
-version_error = None
-if "flydsl" in sys.modules:
-    version = getattr(sys.modules["flydsl"], "__version__", None)
-    if version is not None and not isinstance(version, str):
-        version_error = "flydsl.__version__ is not a string: %r" % (version,)
-        version = None
-    elif version is None:
-        version_error = "flydsl has no __version__"
-payload = {"python": info, "modules": results, "version": version, "version_error": version_error}
-os.write(out, ("result " + json.dumps(payload) + "\n").encode())
-os.close(out)
-# The answer is out: skip the interpreter's teardown (with torch loaded, a few hundred ms of finalizers).
-sys.stderr.flush()
-os._exit(0)
-"""
 
 
 def joined_pythonpath(prefix: Sequence[str], caller: Optional[str]) -> str:
@@ -161,7 +61,7 @@ class _Output:
     importing: Optional[str] = None
     origin: Optional[str] = None
     result: Optional[str] = None
-    stale: Optional[str] = None  # a preloaded module the finished tree shadows (WarmProbe)
+    stale: Optional[str] = None  # a preloaded module the finished tree shadows (EarlyProbe)
 
     @classmethod
     def parse(cls, raw: bytes) -> "_Output":
@@ -203,12 +103,12 @@ def _as_bytes(data: object) -> bytes:
     return data if isinstance(data, bytes) else b""
 
 
-def _start(python: str, modules: Sequence[str], env: Mapping[str, str], script: str = _PROBE_SCRIPT,
+def _start(python: str, modules: Sequence[str], env: Mapping[str, str], script: str = "import_probe",
            preload: Optional[Sequence[str]] = None) -> "subprocess.Popen[bytes]":
     extra = [] if preload is None else [json.dumps(list(preload))]
     try:
         return subprocess.Popen(
-            [python, "-c", script, json.dumps(list(modules)), *extra],
+            [python, "-c", scripts.text(script), json.dumps(list(modules)), *extra],
             env=dict(env), cwd="/", stdin=subprocess.DEVNULL if preload is None else subprocess.PIPE,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             start_new_session=True,  # a group of its own: a timeout kills what the imports started as well
@@ -289,13 +189,13 @@ def run_probe(
     started = time.monotonic()
     proc = _start(python, modules, env)
     probe = _answer(python, proc, env.get("PYTHONPATH", ""), started, timeout, timeout_label)
-    assert probe is not None  # only a warm probe can answer "stale"
+    assert probe is not None  # only an early probe can answer "stale"
     return probe
 
 
 def _answer(python: str, proc: "subprocess.Popen[bytes]", pythonpath: str, started: float, timeout: float,
             timeout_label: str, stdin: Optional[bytes] = None) -> Optional[Probe]:
-    """Wait for the probe's report and read it; None when a warm probe found a preloaded module stale."""
+    """Wait for the probe's report and read it; None when an early probe found a preloaded module stale."""
     raw, err, timed_out = _communicate(proc, timeout, stdin)
     seconds = time.monotonic() - started
     out = _Output.parse(raw)
@@ -312,7 +212,7 @@ def _answer(python: str, proc: "subprocess.Popen[bytes]", pythonpath: str, start
     return Probe(interpreter, results, data.get("version"), data.get("version_error"), pythonpath, seconds)
 
 
-class WarmProbe:
+class EarlyProbe:
     """The final probe's interpreter, started before the tree is in place: it imports ``preload`` (the heavy
     third-party modules the tree needs: torch, numpy) while the pin is fetched and the wheel or cache entry
     is unpacked.  :meth:`answer` then probes exactly as :func:`run_probe` would with the same arguments, in
@@ -359,45 +259,6 @@ def describe_interpreter(python: str, environ: Optional[Mapping[str, str]] = Non
     return run_probe(python, modules=(), environ=environ, timeout=timeout, timeout_label=timeout_label).interpreter
 
 
-# Runs inside the target interpreter: for each top-level name, "stdlib", "missing" or "present", found with
-# importlib.util.find_spec, which locates a top-level module without running any of its code.  Before 3.10
-# there is no sys.stdlib_module_names: a module built in, frozen, or under the stdlib folders (and not in a
-# site-packages below them) is the standard library's.
-_FIND_SCRIPT = r"""
-import json, os, sys, sysconfig, importlib.util
-if sys.path and sys.path[0] in ("", os.getcwd()):
-    del sys.path[0]
-names = json.loads(sys.argv[1])
-known = getattr(sys, "stdlib_module_names", None)
-paths = sysconfig.get_paths()
-std_dirs = set(os.path.realpath(paths[k]) for k in ("stdlib", "platstdlib") if paths.get(k))
-def find(name):
-    try:
-        return importlib.util.find_spec(name)
-    except BaseException:
-        return False  # present but odd: not provably missing; the final probe judges it
-def is_std(name, spec):
-    if known is not None:
-        return name in known
-    if name in sys.builtin_module_names:
-        return True
-    if not spec:
-        return False
-    if spec.origin in ("built-in", "frozen"):
-        return True
-    where = spec.origin or next(iter(spec.submodule_search_locations or []), "")
-    where = os.path.realpath(where)
-    return (any(where.startswith(d + os.sep) for d in std_dirs)
-            and "site-packages" not in where and "dist-packages" not in where)
-answer = {}
-for name in names:
-    spec = find(name)
-    answer[name] = "stdlib" if is_std(name, spec) else ("missing" if spec is None else "present")
-sys.stdout.write("result " + json.dumps(answer) + "\n")
-sys.stdout.flush()
-"""
-
-
 def find_modules(python: str, names: Sequence[str], *, environ: Optional[Mapping[str, str]] = None,
                  timeout: float = DEFAULT_PROBE_TIMEOUT,
                  timeout_label: str = "FLYDSL_PROBE_TIMEOUT") -> Dict[str, str]:
@@ -406,7 +267,7 @@ def find_modules(python: str, names: Sequence[str], *, environ: Optional[Mapping
     PYTHONPATH is): these are the modules the tree needs from the interpreter's own installs."""
     env = dict(os.environ if environ is None else environ)
     env["PYTHONDONTWRITEBYTECODE"] = "1"
-    proc = _start(python, names, env, script=_FIND_SCRIPT)
+    proc = _start(python, names, env, script="find_modules")
     raw, err, timed_out = _communicate(proc, timeout)
     out = _Output.parse(raw)
     try:

@@ -13,7 +13,7 @@ import shlex
 from typing import Dict, List, Mapping, Optional, Sequence
 
 from ensure_flydsl.errors import Stage
-from ensure_flydsl.result import How
+from ensure_flydsl.result import How, TreeIdentity
 from ensure_flydsl.support import faults, fields
 from ensure_flydsl.support.files import atomic_write, atomic_write_json, file_path_problem, read_json, remove_file
 from ensure_flydsl.version import __version__
@@ -85,19 +85,12 @@ _HOWS = {how.value for how in How}
 
 
 @dataclasses.dataclass(frozen=True)
-class EnvTwin:
+class EnvTwin(TreeIdentity):
     """``flydsl_env.json``: what the env file exports, the request it answers, the tree and interpreter it
-    was made for, and the warm path's fingerprint with the folders and site dirs it watches."""
+    was made for (:class:`TreeIdentity`, as the result says it), and the warm path's fingerprint with the
+    folders and site dirs it watches."""
 
     request: Dict[str, object]
-    how: str
-    tree: str
-    version: str
-    python: str
-    python_version: str
-    abi: str
-    commit: Optional[str]
-    files: Dict[str, str]
     watch: List[str]
     site_dirs: List[str]
     fingerprint: Dict[str, object]
@@ -131,7 +124,7 @@ class EnvTwin:
             return None
         how = fields.text(data.get("how"))
         required = {
-            "how": how if how in _HOWS else None,
+            "how": How(how) if how in _HOWS else None,
             "tree": fields.path(data.get("tree")),
             "version": fields.text(data.get("version")),
             "python": fields.path(data.get("python")),

@@ -1,6 +1,7 @@
 """Fetch the pinned source into the root: init or reuse the checkout, fetch, check out, submodules.
 
-Every git call goes through :func:`git`, which refuses remote helpers that run commands (``ext::``) and
+:class:`Checkout` is the root's checkout (root, repository, mirrors) and every git command on it.  Every
+git call goes through :func:`git`, which refuses remote helpers that run commands (``ext::``) and
 never prompts, and applies the run's git mirrors (FLYDSL_GIT_MIRRORS, see :mod:`.mirrors`) in its
 environment.  Settings that reach git were validated not to start with ``-``, and are passed after the
 options they belong to, so they can never be read as options.
@@ -9,14 +10,18 @@ options they belong to, so they can never be read as options.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import re
-from typing import Callable, Dict, Iterator, List, Optional, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, Iterator, List, Optional, Tuple
 
 from ensure_flydsl.errors import EnsureError, ExitCode, Stage
 from ensure_flydsl.setting_values import GitMirrors
 from ensure_flydsl.source.mirrors import describe, is_local, with_mirrors, with_network_limits
 from ensure_flydsl.support.processes import CommandFailed, Silent, cmd_output, watched_output
+
+if TYPE_CHECKING:
+    from ensure_flydsl.settings import Settings
 
 _HEX = re.compile(r"^[0-9a-fA-F]{7,40}$")
 # Lock files a killed git leaves behind; under the build lock, in a root of ours, nobody else runs git.
@@ -112,121 +117,6 @@ def _submodule_remote(output: str, root: str, mirrors: GitMirrors) -> str:
     return f"the submodules' repositories of {root}"
 
 
-def clear_stale_git_locks(root: str, say: Callable[[str], None]) -> None:
-    for name in _GIT_LOCKS:
-        path = os.path.join(root, ".git", name)
-        if os.path.exists(path):
-            os.unlink(path)
-            say(f"removed a stale {name} left by an interrupted git command in {root}")
-
-
-def ensure_repository(root: str, repo: str, *, mirrors: GitMirrors) -> None:
-    """A git repository in ``root`` whose origin is ``repo`` (init it, or point origin at the repo)."""
-    with failing_as(ExitCode.FETCH, f"cannot prepare a git repository in {root}", stage=Stage.FETCH):
-        if not os.path.isdir(os.path.join(root, ".git")):
-            cmd_output(["git", "init", "-q", root], env=git_env(repo, mirrors))
-        try:
-            current: Optional[str] = git(root, "config", "--get", "remote.origin.url", repo=repo,
-                                         mirrors=mirrors).strip()
-        except CommandFailed:
-            current = None
-        if current is None:
-            git(root, "remote", "add", "origin", repo, repo=repo, mirrors=mirrors)
-        elif current != repo:
-            git(root, "remote", "set-url", "origin", repo, repo=repo, mirrors=mirrors)
-
-
-def resolve_pin(root: str, pin: str, repo: str, *, mirrors: GitMirrors) -> Optional[str]:
-    """The commit ``pin`` names in the local repository, or None."""
-    for candidate in (f"refs/tags/{pin}", f"refs/remotes/origin/{pin}", pin):
-        try:
-            return git(root, "rev-parse", "--verify", "--quiet", "--end-of-options", f"{candidate}^{{commit}}",
-                       repo=repo, mirrors=mirrors).strip()
-        except CommandFailed:
-            continue
-    return None
-
-
-def has_all_objects(root: str, commit: str, repo: str, *, mirrors: GitMirrors) -> bool:
-    """Whether every object of ``commit``'s tree is here.  A fetch killed half-way can leave the commit and
-    its trees without some blobs, and git then checks it out without an error, those files missing."""
-    try:
-        git(root, "rev-list", "--quiet", "--objects", "--no-walk", "--missing=error", commit, repo=repo,
-            mirrors=mirrors)
-    except CommandFailed:
-        return False
-    return True
-
-
-def remote_refs(root: str, repo: str, *, mirrors: GitMirrors) -> Dict[str, str]:
-    """``git ls-remote``: ref name -> commit, with annotated tags peeled (``refs/tags/v1^{}``)."""
-    with failing_as(ExitCode.FETCH, f"cannot list the refs of {describe(repo, mirrors)}", stage=Stage.FETCH,
-                    hint=UNREACHABLE):
-        out = git(root, "ls-remote", "origin", repo=repo, mirrors=mirrors)
-    refs: Dict[str, str] = {}
-    for line in out.splitlines():
-        sha, _, name = line.partition("\t")
-        if name:
-            refs[name.strip()] = sha.strip()
-    return refs
-
-
-def _fetch(root: str, repo: str, *refspecs: str, mirrors: GitMirrors) -> None:
-    with failing_as(ExitCode.FETCH, f"git fetch from {describe(repo, mirrors)} failed", stage=Stage.FETCH,
-                    hint=UNREACHABLE):
-        git(root, "fetch", "--quiet", "--force", "--no-tags", "origin", *refspecs, repo=repo, mirrors=mirrors)
-
-
-def fetch_pin(root: str, pin: str, repo: str, say: Callable[[str], None], *, mirrors: GitMirrors,
-              on_fetch: Callable[[], None] = lambda: None,
-              on_tags: Callable[[str, List[str]], None] = lambda commit, tags: None) -> str:
-    """Fetch only what names ``pin`` (and the tags pointing at its commit); return its full commit hash.
-
-    The refs are listed first, so an unreachable repository is exit 2 and a pin it does not have is exit 3,
-    and only the pin's history is fetched (a mirror that lacks objects of unrelated branches still works).
-    ``on_tags`` hears, before the fetch, the pin's commit and its tags when the refs already tell them (a
-    tag or a full hash): a release run starts its wheel download then, beside the fetch.
-    """
-    full_hash = len(pin) == 40 and bool(_HEX.match(pin))
-    if full_hash:
-        known = resolve_pin(root, pin, repo, mirrors=mirrors)
-        if known and has_all_objects(root, known, repo, mirrors=mirrors):
-            say(f"commit {pin[:12]} is already in {root}; nothing to fetch")
-            return known
-    say(f"fetching {pin} from {repo} into {root}")
-    on_fetch()
-    refs = remote_refs(root, repo, mirrors=mirrors)
-    early = refs.get(f"refs/tags/{pin}^{{}}") or refs.get(f"refs/tags/{pin}") or (pin.lower() if full_hash else None)
-    if early is not None:
-        on_tags(early, _tags_at(refs, early))
-    if f"refs/tags/{pin}" in refs:
-        _fetch(root, repo, f"+refs/tags/{pin}:refs/tags/{pin}", mirrors=mirrors)
-    elif f"refs/heads/{pin}" in refs:
-        _fetch(root, repo, f"+refs/heads/{pin}:refs/remotes/origin/{pin}", mirrors=mirrors)
-    elif full_hash:
-        try:
-            git(root, "fetch", "--quiet", "--no-tags", "origin", pin, repo=repo, mirrors=mirrors)
-        except CommandFailed:
-            pass  # the repository answered (ls-remote) but does not have it: reported below
-    elif _HEX.match(pin):
-        # An abbreviated hash can only be found among everything the repository has.
-        _fetch(root, repo, "+refs/heads/*:refs/remotes/origin/*", "+refs/tags/*:refs/tags/*", mirrors=mirrors)
-    commit = resolve_pin(root, pin, repo, mirrors=mirrors)
-    if commit is None:
-        raise EnsureError(
-            ExitCode.CHECKOUT,
-            f"the pin {pin} is not a commit, tag or branch of {repo}",
-            stage=Stage.CHECKOUT,
-            hint="check FLYDSL_PIN (a full commit hash or a tag such as v0.2.2)",
-        )
-    # The tags that point at the commit, so that a release tag's commit is known as one.
-    tags = _tags_at(refs, commit)
-    missing = sorted(set(tags) - {pin})  # the pin's own tag is already here
-    if missing:
-        _fetch(root, repo, *(f"+refs/tags/{t}:refs/tags/{t}" for t in missing), mirrors=mirrors)
-    return commit
-
-
 def _tags_at(refs: Dict[str, str], commit: str) -> List[str]:
     """The tags ``git ls-remote`` shows pointing at ``commit`` (annotated ones by their peeled line)."""
     tags = [name[len("refs/tags/"):-3] for name, sha in refs.items()
@@ -236,67 +126,187 @@ def _tags_at(refs: Dict[str, str], commit: str) -> List[str]:
     return tags
 
 
-def head_commit(root: str, repo: str, *, mirrors: GitMirrors) -> Optional[str]:
-    try:
-        return git(root, "rev-parse", "--verify", "--quiet", "HEAD", repo=repo, mirrors=mirrors).strip()
-    except CommandFailed:
-        return None
-
-
-def tracked_changes(root: str, repo: str, *, mirrors: GitMirrors) -> List[Tuple[str, str]]:
-    """(status code, path) of each tracked file that differs from HEAD, e.g. (" M", "kernels/x.py")."""
-    out = git(root, "status", "--porcelain=v1", "--untracked-files=no", repo=repo, mirrors=mirrors)
-    return [(line[:2], line[3:]) for line in out.splitlines() if line.strip()]
-
-
 def is_deletion(code: str) -> bool:
     return set(code.strip()) == {"D"}
 
 
-def checkout(root: str, commit: str, repo: str, *, force: bool, mirrors: GitMirrors) -> None:
-    """Check out ``commit`` detached.  ``force`` only when the tool's own interrupted checkout left the
-    work tree half-changed; otherwise local edits make this fail rather than be overwritten."""
-    args = ["-c", "advice.detachedHead=false", "checkout", "--quiet", "--detach"]
-    if force:
-        args.append("--force")
-    with failing_as(ExitCode.CHECKOUT, f"git checkout of {commit[:12]} in {root} failed", stage=Stage.CHECKOUT,
-                    hint="the checkout has local changes or is damaged; look at `git -C ROOT status`"):
-        git(root, *args, commit, repo=repo, mirrors=mirrors)
+@dataclasses.dataclass(frozen=True)
+class Checkout:
+    """The pin's checkout in ``root``, fetched from ``repo`` through the run's git ``mirrors``: every git
+    command on it goes through :meth:`git` (as uv's ``GitCheckout``)."""
 
+    root: str
+    repo: str
+    mirrors: GitMirrors
 
-def update_submodules(root: str, repo: str, *, mirrors: GitMirrors) -> bool:
-    """Initialise and update submodules; return whether there were any.  A failure is reported, naming the
-    submodules git could not clone and where it tried (through which mirror)."""
-    if not os.path.isfile(os.path.join(root, ".gitmodules")):
-        return False
-    try:
-        git(root, "submodule", "sync", "--quiet", "--recursive", repo=repo, mirrors=mirrors)
-        git(root, "submodule", "update", "--init", "--recursive", "--force", repo=repo, mirrors=mirrors)
-    except CommandFailed as exc:
-        top = root.rstrip("/") + "/"
-        failed = [f"{path[len(top):] if path.startswith(top) else path} from {describe(url, mirrors)}"
-                  for url, path in _CLONE_FAILED.findall(exc.output)]
-        what = ": cannot fetch " + "; ".join(dict.fromkeys(failed)) if failed else ""
-        raise EnsureError(ExitCode.FETCH, f"git submodule update in {root} failed{what}", stage=Stage.SUBMODULES,
-                          hint=SUBMODULES_UNREACHABLE, detail=exc.describe()) from None
-    return True
+    @classmethod
+    def of(cls, settings: "Settings") -> "Checkout":
+        """The run's checkout: FLYDSL_ROOT, fetched from FLYDSL_REPO through FLYDSL_GIT_MIRRORS."""
+        return cls(settings.root, settings.repo, settings.git_mirrors)
 
+    def git(self, *args: str, timeout: Optional[float] = None, silence_s: Optional[float] = None) -> str:
+        return git(self.root, *args, repo=self.repo, mirrors=self.mirrors, timeout=timeout, silence_s=silence_s)
 
-def remote_tags(root: str, repo: str, *, mirrors: GitMirrors, silence_s: float) -> Optional[List[str]]:
-    """The repository's tag names (``git ls-remote --tags``), or None when it does not answer within
-    ``silence_s`` seconds: for a hint, never a wait."""
-    try:
-        out = git(root, "ls-remote", "--tags", "origin", repo=repo, mirrors=mirrors, silence_s=silence_s)
-    except (CommandFailed, EnsureError):
+    def clear_stale_git_locks(self, say: Callable[[str], None]) -> None:
+        for name in _GIT_LOCKS:
+            path = os.path.join(self.root, ".git", name)
+            if os.path.exists(path):
+                os.unlink(path)
+                say(f"removed a stale {name} left by an interrupted git command in {self.root}")
+
+    def ensure_repository(self) -> None:
+        """A git repository in the root whose origin is the repo (init it, or point origin at the repo)."""
+        with failing_as(ExitCode.FETCH, f"cannot prepare a git repository in {self.root}", stage=Stage.FETCH):
+            if not os.path.isdir(os.path.join(self.root, ".git")):
+                cmd_output(["git", "init", "-q", self.root], env=git_env(self.repo, self.mirrors))
+            try:
+                current: Optional[str] = self.git("config", "--get", "remote.origin.url").strip()
+            except CommandFailed:
+                current = None
+            if current is None:
+                self.git("remote", "add", "origin", self.repo)
+            elif current != self.repo:
+                self.git("remote", "set-url", "origin", self.repo)
+
+    def resolve_pin(self, pin: str) -> Optional[str]:
+        """The commit ``pin`` names in the local repository, or None."""
+        for candidate in (f"refs/tags/{pin}", f"refs/remotes/origin/{pin}", pin):
+            try:
+                return self.git("rev-parse", "--verify", "--quiet", "--end-of-options",
+                                f"{candidate}^{{commit}}").strip()
+            except CommandFailed:
+                continue
         return None
-    names = [line.partition("\t")[2].strip() for line in out.splitlines()]
-    return sorted({n[len("refs/tags/"):].removesuffix("^{}") for n in names if n.startswith("refs/tags/")})
 
+    def has_all_objects(self, commit: str) -> bool:
+        """Whether every object of ``commit``'s tree is here.  A fetch killed half-way can leave the commit
+        and its trees without some blobs, and git then checks it out without an error, those files missing."""
+        try:
+            self.git("rev-list", "--quiet", "--objects", "--no-walk", "--missing=error", commit)
+        except CommandFailed:
+            return False
+        return True
 
-def tags_at(root: str, commit: str, repo: str, *, mirrors: GitMirrors) -> List[str]:
-    """The tags that point at ``commit`` (a release tag's commit has its ``vX`` among them)."""
-    try:
-        out = git(root, "tag", "--points-at", commit, repo=repo, mirrors=mirrors)
-    except CommandFailed:
-        return []
-    return [line.strip() for line in out.splitlines() if line.strip()]
+    def remote_refs(self) -> Dict[str, str]:
+        """``git ls-remote``: ref name -> commit, with annotated tags peeled (``refs/tags/v1^{}``)."""
+        with failing_as(ExitCode.FETCH, f"cannot list the refs of {describe(self.repo, self.mirrors)}",
+                        stage=Stage.FETCH, hint=UNREACHABLE):
+            out = self.git("ls-remote", "origin")
+        refs: Dict[str, str] = {}
+        for line in out.splitlines():
+            sha, _, name = line.partition("\t")
+            if name:
+                refs[name.strip()] = sha.strip()
+        return refs
+
+    def _fetch(self, *refspecs: str) -> None:
+        with failing_as(ExitCode.FETCH, f"git fetch from {describe(self.repo, self.mirrors)} failed",
+                        stage=Stage.FETCH, hint=UNREACHABLE):
+            self.git("fetch", "--quiet", "--force", "--no-tags", "origin", *refspecs)
+
+    def fetch_pin(self, pin: str, say: Callable[[str], None], *,
+                  on_fetch: Callable[[], None] = lambda: None,
+                  on_tags: Callable[[str, List[str]], None] = lambda commit, tags: None) -> str:
+        """Fetch only what names ``pin`` (and the tags pointing at its commit); return its full commit hash.
+
+        The refs are listed first, so an unreachable repository is exit 2 and a pin it does not have is exit
+        3, and only the pin's history is fetched (a mirror that lacks objects of unrelated branches still
+        works).  ``on_tags`` hears, before the fetch, the pin's commit and its tags when the refs already tell
+        them (a tag or a full hash): a release run starts its wheel download then, beside the fetch.
+        """
+        full_hash = len(pin) == 40 and bool(_HEX.match(pin))
+        if full_hash:
+            known = self.resolve_pin(pin)
+            if known and self.has_all_objects(known):
+                say(f"commit {pin[:12]} is already in {self.root}; nothing to fetch")
+                return known
+        say(f"fetching {pin} from {self.repo} into {self.root}")
+        on_fetch()
+        refs = self.remote_refs()
+        early = (refs.get(f"refs/tags/{pin}^{{}}") or refs.get(f"refs/tags/{pin}")
+                 or (pin.lower() if full_hash else None))
+        if early is not None:
+            on_tags(early, _tags_at(refs, early))
+        if f"refs/tags/{pin}" in refs:
+            self._fetch(f"+refs/tags/{pin}:refs/tags/{pin}")
+        elif f"refs/heads/{pin}" in refs:
+            self._fetch(f"+refs/heads/{pin}:refs/remotes/origin/{pin}")
+        elif full_hash:
+            try:
+                self.git("fetch", "--quiet", "--no-tags", "origin", pin)
+            except CommandFailed:
+                pass  # the repository answered (ls-remote) but does not have it: reported below
+        elif _HEX.match(pin):
+            # An abbreviated hash can only be found among everything the repository has.
+            self._fetch("+refs/heads/*:refs/remotes/origin/*", "+refs/tags/*:refs/tags/*")
+        commit = self.resolve_pin(pin)
+        if commit is None:
+            raise EnsureError(
+                ExitCode.CHECKOUT,
+                f"the pin {pin} is not a commit, tag or branch of {self.repo}",
+                stage=Stage.CHECKOUT,
+                hint="check FLYDSL_PIN (a full commit hash or a tag such as v0.2.2)",
+            )
+        # The tags that point at the commit, so that a release tag's commit is known as one.
+        tags = _tags_at(refs, commit)
+        missing = sorted(set(tags) - {pin})  # the pin's own tag is already here
+        if missing:
+            self._fetch(*(f"+refs/tags/{t}:refs/tags/{t}" for t in missing))
+        return commit
+
+    def head_commit(self) -> Optional[str]:
+        try:
+            return self.git("rev-parse", "--verify", "--quiet", "HEAD").strip()
+        except CommandFailed:
+            return None
+
+    def tracked_changes(self) -> List[Tuple[str, str]]:
+        """(status code, path) of each tracked file that differs from HEAD, e.g. (" M", "kernels/x.py")."""
+        out = self.git("status", "--porcelain=v1", "--untracked-files=no")
+        return [(line[:2], line[3:]) for line in out.splitlines() if line.strip()]
+
+    def checkout(self, commit: str, *, force: bool) -> None:
+        """Check out ``commit`` detached.  ``force`` only when the tool's own interrupted checkout left the
+        work tree half-changed; otherwise local edits make this fail rather than be overwritten."""
+        args = ["-c", "advice.detachedHead=false", "checkout", "--quiet", "--detach"]
+        if force:
+            args.append("--force")
+        with failing_as(ExitCode.CHECKOUT, f"git checkout of {commit[:12]} in {self.root} failed",
+                        stage=Stage.CHECKOUT,
+                        hint="the checkout has local changes or is damaged; look at `git -C ROOT status`"):
+            self.git(*args, commit)
+
+    def update_submodules(self) -> bool:
+        """Initialise and update submodules; return whether there were any.  A failure is reported, naming
+        the submodules git could not clone and where it tried (through which mirror)."""
+        if not os.path.isfile(os.path.join(self.root, ".gitmodules")):
+            return False
+        try:
+            self.git("submodule", "sync", "--quiet", "--recursive")
+            self.git("submodule", "update", "--init", "--recursive", "--force")
+        except CommandFailed as exc:
+            top = self.root.rstrip("/") + "/"
+            failed = [f"{path[len(top):] if path.startswith(top) else path} from {describe(url, self.mirrors)}"
+                      for url, path in _CLONE_FAILED.findall(exc.output)]
+            what = ": cannot fetch " + "; ".join(dict.fromkeys(failed)) if failed else ""
+            raise EnsureError(ExitCode.FETCH, f"git submodule update in {self.root} failed{what}",
+                              stage=Stage.SUBMODULES, hint=SUBMODULES_UNREACHABLE, detail=exc.describe()) from None
+        return True
+
+    def remote_tags(self, *, silence_s: float) -> Optional[List[str]]:
+        """The repository's tag names (``git ls-remote --tags``), or None when it does not answer within
+        ``silence_s`` seconds: for a hint, never a wait."""
+        try:
+            out = self.git("ls-remote", "--tags", "origin", silence_s=silence_s)
+        except (CommandFailed, EnsureError):
+            return None
+        names = [line.partition("\t")[2].strip() for line in out.splitlines()]
+        return sorted({n[len("refs/tags/"):].removesuffix("^{}") for n in names if n.startswith("refs/tags/")})
+
+    def tags_at(self, commit: str) -> List[str]:
+        """The tags that point at ``commit`` (a release tag's commit has its ``vX`` among them)."""
+        try:
+            out = self.git("tag", "--points-at", commit)
+        except CommandFailed:
+            return []
+        return [line.strip() for line in out.splitlines() if line.strip()]

@@ -231,11 +231,11 @@ def read_checkout(top: str) -> Dict[str, str]:
     return files
 
 
-def _git_path(repo: str) -> str:
+def repo_path(repo: str) -> str:
     return repo[len("file://"):] if repo.startswith("file://") else repo
 
 
-def _git(path: str, *args: str, stdin: bytes = b"", timeout: float = 30.0) -> bytes:
+def read_git(path: str, *args: str, stdin: bytes = b"", timeout: float = 30.0) -> bytes:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
     env.update({"GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"})
     cmd = ["git", "-C", path, *args]
@@ -253,7 +253,7 @@ def resolve_in(path: str, pin: str) -> Optional[str]:
     """The commit ``pin`` names in the local repository at ``path`` (bare or not), or None."""
     for candidate in (f"refs/tags/{pin}", f"refs/remotes/origin/{pin}", f"refs/heads/{pin}", pin):
         try:
-            out = _git(path, "rev-parse", "--verify", "--quiet", "--end-of-options", f"{candidate}^{{commit}}")
+            out = read_git(path, "rev-parse", "--verify", "--quiet", "--end-of-options", f"{candidate}^{{commit}}")
             return out.decode().strip()
         except (CommandFailed, OSError):
             continue
@@ -262,7 +262,7 @@ def resolve_in(path: str, pin: str) -> Optional[str]:
 
 def read_commit(path: str, commit: str) -> Dict[str, str]:
     """The build files of ``commit`` in the local repository at ``path``, read with git (no checkout)."""
-    raw = _git(path, "ls-tree", "-r", "-z", "--name-only", commit)
+    raw = read_git(path, "ls-tree", "-r", "-z", "--name-only", commit)
     listing = [p.decode(errors="replace") for p in raw.split(b"\0")]
     wanted = [p for p in listing if p and is_build_file(p) and not _skipped(p)]
     wanted += [p for p in COMMIT_FILES if p in listing]
@@ -279,7 +279,7 @@ def read_blob_bytes(path: str, commit: str, wanted: List[str]) -> Dict[str, byte
     """:func:`read_blobs`, the contents as they are."""
     if not wanted:
         return {}
-    out = _git(path, "cat-file", "--batch", stdin="".join(f"{commit}:{p}\n" for p in wanted).encode())
+    out = read_git(path, "cat-file", "--batch", stdin="".join(f"{commit}:{p}\n" for p in wanted).encode())
     files: Dict[str, bytes] = {}
     pos = 0
     for rel in wanted:
@@ -313,8 +313,8 @@ def find_needs(root: str, repo: str, pin: str, checkout: Optional[str] = None,
     candidates = []
     if os.path.isdir(os.path.join(root, ".git")):
         candidates.append(root)
-    if is_local_repo(repo) and os.path.isdir(_git_path(repo)):
-        candidates.append(_git_path(repo))
+    if is_local_repo(repo) and os.path.isdir(repo_path(repo)):
+        candidates.append(repo_path(repo))
     for path in candidates:
         commit = resolve_in(path, pin)
         if commit is None:

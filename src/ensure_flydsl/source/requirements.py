@@ -28,7 +28,7 @@ from collections import deque
 from typing import Deque, Dict, Iterable, Iterator, List, Mapping, Optional, Protocol, Sequence, Set, Tuple
 
 from ensure_flydsl.layout import BUILT_PACKAGES, PACKAGE_SOURCES
-from ensure_flydsl.source.needs import _git, _git_path, read_blobs, resolve_in
+from ensure_flydsl.source.needs import read_blobs, read_git, repo_path, resolve_in
 from ensure_flydsl.support.processes import CommandFailed
 
 
@@ -351,7 +351,7 @@ def read_commit_sources(path: str, commit: str) -> FileSources:
     """The tree packages' ``.py`` files and the top's of ``commit`` in the local repository at ``path``, and
     the list of all its files (no checkout)."""
     folders = [folder for _, folder in PACKAGE_SOURCES]
-    raw = _git(path, "ls-tree", "-r", "-z", "--name-only", commit)
+    raw = read_git(path, "ls-tree", "-r", "-z", "--name-only", commit)
     listing = tuple(p.decode(errors="replace") for p in raw.split(b"\0") if p)
     wanted = _python_files(listing, folders) + [p for p in listing if p.endswith(".py") and "/" not in p]
     files = read_blobs(path, commit, wanted)
@@ -365,7 +365,7 @@ def pin_sources(root: str, repo: str, pin: str, checkout: Optional[str] = None) 
         return CheckoutSources(checkout) if readable_checkout(checkout) else None
     candidates = [root] if os.path.isdir(os.path.join(root, ".git")) else []
     if repo.startswith("file://") or os.path.isabs(repo):
-        candidates.append(_git_path(repo))
+        candidates.append(repo_path(repo))
     for path in candidates:
         if not os.path.isdir(path):
             continue

@@ -23,7 +23,7 @@ from typing import Dict, List, Mapping, Optional, Tuple
 from ensure_flydsl.layout import BUILD_DIR, ENV_FILE_NAME, ENV_JSON_NAME, STATE_DIR, owner_file, stamps_dir, state_dir
 from ensure_flydsl.setting_values import same_repo
 from ensure_flydsl.support import fields
-from ensure_flydsl.support.files import atomic_write_json, read_json, remove_file
+from ensure_flydsl.support.files import atomic_write_json, read_json, remove_file, remove_tree
 from ensure_flydsl.support.processes import CommandFailed, cmd_output
 
 # Files a root may hold that are ours by contract (the bash executor, ensure_flydsl.sh, wrote them too)
@@ -141,7 +141,7 @@ def claim_root(root: str, *, created: bool, adopted: bool) -> None:
         staging = tempfile.mkdtemp(prefix=".ensure_flydsl-claim-", dir=os.path.dirname(root))
         try:
             os.chmod(staging, 0o755)
-            os.makedirs(os.path.join(staging, "stamps"))
+            os.makedirs(os.path.join(staging, os.path.basename(stamps_dir(root))))
             atomic_write_json(os.path.join(staging, os.path.basename(owner_file(root))), record)
             os.rename(staging, state_dir(root))
         except OSError:
@@ -245,24 +245,3 @@ class Stamps:
             return sorted(f[:-5] for f in os.listdir(self.folder) if f.endswith(".json"))
         except FileNotFoundError:
             return []
-
-
-def move_aside(path: str) -> str:
-    """Rename a folder the tool did not create out of the way (never delete it); return the new name."""
-    target = f"{path}.moved-by-ensure-flydsl-{time.strftime('%Y%m%d-%H%M%S')}"
-    n = 0
-    while os.path.lexists(target):
-        n += 1
-        target = f"{path}.moved-by-ensure-flydsl-{time.strftime('%Y%m%d-%H%M%S')}-{n}"
-    os.rename(path, target)
-    return target
-
-
-def remove_tree(path: str) -> None:
-    """Delete a folder this tool created (callers prove that first); a missing folder is fine."""
-    if os.path.islink(path):
-        os.unlink(path)
-    elif os.path.isdir(path):
-        import shutil
-
-        shutil.rmtree(path)

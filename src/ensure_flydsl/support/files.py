@@ -1,4 +1,5 @@
-"""Files written so that a reader never sees half of one: atomic writes, JSON records, paths."""
+"""Files written so that a reader never sees half of one (atomic writes, JSON records, paths), and the tool's
+generic file moves: a folder moved aside, a tree removed, a folder's entries flushed to disk."""
 
 from __future__ import annotations
 
@@ -25,15 +26,26 @@ def atomic_write(path: str, data: bytes, mode: int = 0o644) -> None:
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-            os.fchmod(handle.fileno(), mode)
-        os.replace(tmp, path)
+        move_into_place(tmp, path, mode)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
-    _fsync_dir(folder)
+
+
+def move_into_place(tmp: str, path: str, mode: int = 0o644) -> None:
+    """Stage-then-move's move: ``tmp``, a complete file in ``path``'s folder (same file system, so the rename
+    is atomic), is flushed to disk and given ``mode`` (never world-writable, whatever the umask), renamed over
+    ``path`` (a link planted at ``path`` is replaced, never followed), and the folder's entry is flushed: after
+    a power cut ``path`` holds the old file or the whole new one."""
+    fd = os.open(tmp, os.O_RDONLY | os.O_NOFOLLOW)
+    try:
+        os.fsync(fd)
+        os.fchmod(fd, mode)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    fsync_dir(os.path.dirname(path) or ".")
 
 
 def atomic_write_json(path: str, obj: object, mode: int = 0o644) -> None:
@@ -80,7 +92,8 @@ def remove_file(path: str) -> bool:
     return True
 
 
-def _fsync_dir(folder: str) -> None:
+def fsync_dir(folder: str) -> None:
+    """Flush a folder's entries (a rename into it) to disk; best effort (some file systems refuse)."""
     with contextlib.suppress(OSError):
         dfd = os.open(folder, os.O_RDONLY)
         try:
@@ -96,3 +109,26 @@ def umask(mask: int) -> Iterator[None]:
         yield
     finally:
         os.umask(old)
+
+
+def move_aside(path: str) -> str:
+    """Rename a folder the tool did not create out of the way (never delete it); return the new name."""
+    import time
+
+    target = f"{path}.moved-by-ensure-flydsl-{time.strftime('%Y%m%d-%H%M%S')}"
+    n = 0
+    while os.path.lexists(target):
+        n += 1
+        target = f"{path}.moved-by-ensure-flydsl-{time.strftime('%Y%m%d-%H%M%S')}-{n}"
+    os.rename(path, target)
+    return target
+
+
+def remove_tree(path: str) -> None:
+    """Delete a folder this tool created (callers prove that first); a missing folder is fine."""
+    if os.path.islink(path):
+        os.unlink(path)
+    elif os.path.isdir(path):
+        import shutil
+
+        shutil.rmtree(path)

@@ -14,19 +14,19 @@ from __future__ import annotations
 
 from typing import Optional
 
-from ensure_flydsl.build.wheels import WheelDownload
 from ensure_flydsl.pipeline.context import Decision, Run
-from ensure_flydsl.probe.interpreter import WarmProbe
+from ensure_flydsl.probe.interpreter import EarlyProbe
+from ensure_flydsl.wheels.release import WheelDownload
 
 
 class Early:
     """The early probe and the release wheel's download, started before the provider that uses them."""
 
     def __init__(self) -> None:
-        self._probe: Optional[WarmProbe] = None
+        self._probe: Optional[EarlyProbe] = None
         self._download: Optional[WheelDownload] = None
 
-    def started_probe(self, probe: WarmProbe) -> None:
+    def started_probe(self, probe: EarlyProbe) -> None:
         self.stop_probe()
         self._probe = probe
 
@@ -34,7 +34,7 @@ class Early:
         self.stop_download()
         self._download = download
 
-    def take_probe(self) -> Optional[WarmProbe]:
+    def take_probe(self) -> Optional[EarlyProbe]:
         """The early probe, now the taker's (it answers one probe, then closes)."""
         probe, self._probe = self._probe, None
         return probe

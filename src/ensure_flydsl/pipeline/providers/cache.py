@@ -15,17 +15,17 @@ import re
 from typing import Dict, Mapping, Optional
 
 from ensure_flydsl.binary_cache.entries import Cache, CacheCorrupt, CacheError, cache_key, format_size, open_cache
-from ensure_flydsl.build.environment import file_sha256, pin_llvm_inputs
 from ensure_flydsl.errors import Plan, Stage
-from ensure_flydsl.layout import base_state_dir, build_made_record, packages_dir
+from ensure_flydsl.layout import build_made_record, cached_mlir_dir, packages_dir
 from ensure_flydsl.pipeline.context import Decision, Run
 from ensure_flydsl.pipeline.providers.base import Early, Provider
 from ensure_flydsl.pipeline.providers.tree import prepare_build_dir, verify_tree
 from ensure_flydsl.pipeline.providers.trust import entry_trusted, publish_note, signers
 from ensure_flydsl.result import How
-from ensure_flydsl.source.made import recording
-from ensure_flydsl.source.root import remove_tree
+from ensure_flydsl.source.ownership import recording
 from ensure_flydsl.support import faults
+from ensure_flydsl.support.files import remove_tree
+from ensure_flydsl.toolchain.environment import file_sha256, pin_llvm_inputs
 
 
 def llvm_label(key: Mapping[str, object]) -> str:
@@ -128,7 +128,7 @@ def tree_from_cache(run: Run, cache: Cache, commit: str, early: Optional[Early] 
     run.worked()
     stamp_key = {"cache": key, "commit": commit}
     build_dir = prepare_build_dir(run, stamp_key)
-    packages = os.path.join(build_dir, "python_packages")
+    packages = packages_dir(run.settings.root)
     run.stamps.begin("build", stamp_key)
     os.makedirs(build_dir, exist_ok=True)
     remove_tree(packages)
@@ -169,7 +169,7 @@ def mlir_from_cache(run: Run, cache: Cache, key: Mapping[str, object]) -> Option
     """An MLIR install for this LLVM key, fetched into the tool's own folder; None when there is none."""
     fields = mlir_fields(key, run.interpreter.platform)
     ckey = cache_key("mlir", fields)
-    folder = os.path.join(base_state_dir(run.settings.base_dir), "mlir")
+    folder = cached_mlir_dir(run.settings.base_dir)
     dest = os.path.join(folder, ckey[:32])
     if os.path.isdir(os.path.join(dest, "lib", "cmake", "mlir")):
         run.say(f"cache: MLIR {ckey[:12]} was fetched before: {dest}")

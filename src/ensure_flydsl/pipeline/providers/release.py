@@ -13,7 +13,19 @@ import os
 import re
 from typing import List, Optional
 
-from ensure_flydsl.build.wheels import (
+from ensure_flydsl.errors import EnsureError, ExitCode, Plan, Stage
+from ensure_flydsl.layout import build_made_record, packages_dir, wheel_download_dir, wheel_install_dirs
+from ensure_flydsl.pipeline.context import Decision, Run
+from ensure_flydsl.pipeline.providers.base import Early, Provider
+from ensure_flydsl.pipeline.providers.tree import TreeDoesNotImport, prepare_build_dir, verify_tree
+from ensure_flydsl.probe.gate import TREE_PACKAGES
+from ensure_flydsl.probe.results import Probe
+from ensure_flydsl.result import How
+from ensure_flydsl.source.git import Checkout, failing_as
+from ensure_flydsl.source.ownership import recording
+from ensure_flydsl.support import faults
+from ensure_flydsl.support.files import remove_tree
+from ensure_flydsl.wheels.release import (
     check_checkout_version,
     check_provenance,
     check_versions_agree,
@@ -22,22 +34,8 @@ from ensure_flydsl.build.wheels import (
     installed_version,
     static_version,
 )
-from ensure_flydsl.errors import EnsureError, ExitCode, Plan, Stage
-from ensure_flydsl.layout import build_made_record, packages_dir, wheel_download_dir
-from ensure_flydsl.pipeline.context import Decision, Run
-from ensure_flydsl.pipeline.providers.base import Early, Provider
-from ensure_flydsl.pipeline.providers.tree import TreeDoesNotImport, prepare_build_dir, verify_tree
-from ensure_flydsl.probe.gate import TREE_PACKAGES
-from ensure_flydsl.probe.records import Probe
-from ensure_flydsl.result import How
-from ensure_flydsl.setting_values import GitMirrors
-from ensure_flydsl.source import git as gitsource
-from ensure_flydsl.source.made import recording
-from ensure_flydsl.source.root import remove_tree
-from ensure_flydsl.support import faults
 
 SOURCES = "python/flydsl"  # what FlyDSL's build copies into the package; the wheel must hold it unchanged
-_DOWNLOAD = ".wheel-download"  # under build-fly: the wheel between download and install
 _NO_MODULE = re.compile(r"^ModuleNotFoundError: No module named '([^']+)'")
 _FLYDSL_MODULE = re.compile(r"'(flydsl(?:\.\w+)+)'")
 
@@ -111,8 +109,7 @@ class ReleaseProvider(Provider):
 
     def _download_and_install(self, run: Run, commit: str, build_dir: str, packages: str) -> None:
         root, version = run.settings.root, self.version
-        download = os.path.join(build_dir, _DOWNLOAD)
-        staging = os.path.join(build_dir, ".python_packages.installing")
+        download, staging = wheel_install_dirs(root)
         remove_tree(download)  # leftovers of an interrupted run of ours
         remove_tree(staging)
         try:
@@ -151,7 +148,7 @@ class ReleaseProvider(Provider):
     def _prove(self, run: Run, commit: str, wheel: str) -> None:
         """Refuse a wheel whose package is not the checkout's ``python/flydsl``, before any of it is installed."""
         settings = run.settings
-        files = tracked_sources(settings.root, commit, settings.repo, settings.git_mirrors)
+        files = tracked_sources(Checkout.of(settings), commit)
         found = check_provenance(wheel, os.path.join(settings.root, SOURCES), files)
         if found.foreign and not (found.differ or found.missing):
             raise NotThePin(
@@ -175,12 +172,11 @@ class ReleaseProvider(Provider):
                 f"in {SOURCES}")
 
 
-def tracked_sources(root: str, commit: str, repo: str, mirrors: GitMirrors) -> List[str]:
+def tracked_sources(checkout: Checkout, commit: str) -> List[str]:
     """The files git tracks in ``python/flydsl`` at ``commit``, relative to it (submodules left out)."""
-    with gitsource.failing_as(ExitCode.CHECKOUT, f"cannot list {SOURCES} of {commit[:12]} in {root}",
-                              stage=Stage.RELEASE, hint="the checkout is damaged; look at `git -C ROOT status`"):
-        out = gitsource.git(root, "ls-tree", "-r", "-z", "--full-tree", commit, "--", SOURCES + "/", repo=repo,
-                            mirrors=mirrors)
+    with failing_as(ExitCode.CHECKOUT, f"cannot list {SOURCES} of {commit[:12]} in {checkout.root}",
+                    stage=Stage.RELEASE, hint="the checkout is damaged; look at `git -C ROOT status`"):
+        out = checkout.git("ls-tree", "-r", "-z", "--full-tree", commit, "--", SOURCES + "/")
     files = []
     for entry in out.split("\0"):
         meta, _, path = entry.partition("\t")

@@ -12,15 +12,15 @@ from ensure_flydsl.layout import build_dir, build_made_record, packages_dir, tre
 from ensure_flydsl.pipeline.context import Decision, Run
 from ensure_flydsl.pipeline.providers.base import Early
 from ensure_flydsl.probe.gate import evaluate, same_folder
-from ensure_flydsl.probe.interpreter import WarmProbe, probe_modules, run_probe
-from ensure_flydsl.probe.records import Probe
+from ensure_flydsl.probe.interpreter import EarlyProbe, probe_modules, run_probe
+from ensure_flydsl.probe.results import Probe
 from ensure_flydsl.result import How
-from ensure_flydsl.source.made import remove_made
-from ensure_flydsl.source.root import move_aside
+from ensure_flydsl.source.ownership import remove_made
+from ensure_flydsl.support.files import move_aside
 from ensure_flydsl.support.processes import kill_group
 
 
-def probe_tree(run: Run, prefix: List[str], warm: Optional[WarmProbe] = None) -> Probe:
+def probe_tree(run: Run, prefix: List[str], warm: Optional[EarlyProbe] = None) -> Probe:
     """The final probe: in ``warm``, the interpreter the run started early (it has imported the heavy
     modules by now), when it was started for exactly this probe, else in a fresh one."""
     s = run.settings

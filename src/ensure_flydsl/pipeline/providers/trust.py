@@ -9,7 +9,7 @@ from typing import List
 
 from ensure_flydsl.binary_cache.entries import Cache, CacheEntry, CacheError
 from ensure_flydsl.pipeline.context import Run
-from ensure_flydsl.signing_keys import KeyProblem, SecretKey, read_secret_key
+from ensure_flydsl.support.keys import KeyProblem, SecretKey, read_secret_key
 
 
 def entry_trusted(run: Run, cache: Cache, entry: CacheEntry, what: str) -> bool:

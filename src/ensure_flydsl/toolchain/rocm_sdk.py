@@ -12,7 +12,7 @@ import shutil
 import subprocess
 from typing import List, Mapping, Optional, Tuple
 
-from ensure_flydsl.build.rocm import check_hip
+from ensure_flydsl.toolchain.rocm import check_hip
 
 ROCM_SDK = "rocm-sdk"
 ROCM_SDK_TIMEOUT = 30.0  # it imports its Python package; a cold start on a busy machine takes seconds

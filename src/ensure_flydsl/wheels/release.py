@@ -20,13 +20,14 @@ from typing import IO, Any, Callable, Dict, List, Mapping, Optional, Sequence, T
 
 from packaging.version import InvalidVersion, Version
 
-# The download (which pip, the silence watchdog) lives in .download; its names are still taken from here.
-from ensure_flydsl.build.download import WheelDownload as WheelDownload
-from ensure_flydsl.build.download import download_wheel as download_wheel
-from ensure_flydsl.build.download import wheel_tags as wheel_tags
-from ensure_flydsl.build.wheel_shape import shape_problems
 from ensure_flydsl.errors import EnsureError, ExitCode, Stage
-from ensure_flydsl.probe.records import Interpreter
+from ensure_flydsl.probe.results import Interpreter
+
+# The download (which pip, the silence watchdog) lives in .download; its names are still taken from here.
+from ensure_flydsl.wheels.download import WheelDownload as WheelDownload
+from ensure_flydsl.wheels.download import download_wheel as download_wheel
+from ensure_flydsl.wheels.download import wheel_tags as wheel_tags
+from ensure_flydsl.wheels.wheel_shape import shape_problems
 
 _VERSION_ASSIGN = re.compile(r"""^__version__\s*=\s*["']([^"']+)["']""", re.MULTILINE)
 

@@ -19,7 +19,16 @@ import sys
 import threading
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
-from ensure_flydsl.build.environment import (
+from ensure_flydsl.doctor.verdict import MISSING, WRONG, Check, passed, skipped
+from ensure_flydsl.errors import EnsureError, Stage
+from ensure_flydsl.layout import mlir_install, tools_dir
+from ensure_flydsl.probe.interpreter import describe_interpreter
+from ensure_flydsl.probe.results import Interpreter
+from ensure_flydsl.runs.answer import roots_sharing_marker, sharing_advice
+from ensure_flydsl.settings import Settings
+from ensure_flydsl.source.needs import BuildNeeds, tool_minimums
+from ensure_flydsl.source.root import classify_root, creatable_problem
+from ensure_flydsl.toolchain.environment import (
     MEMORY_PER_JOB_BYTES,
     available_memory,
     cpu_count,
@@ -27,19 +36,10 @@ from ensure_flydsl.build.environment import (
     finished_llvm_build,
     is_mlir_install,
 )
-from ensure_flydsl.build.package_index import IndexAnswer, best_version, query_versions
-from ensure_flydsl.build.rocm import check_hip
-from ensure_flydsl.build.rocm_sdk import choose_rocm
-from ensure_flydsl.build.toolchain import ToolState, machine_state, package_spec
-from ensure_flydsl.doctor.check import MISSING, WRONG, Check, _ok, _skip
-from ensure_flydsl.errors import EnsureError, Stage
-from ensure_flydsl.layout import mlir_install, tools_dir
-from ensure_flydsl.probe.interpreter import describe_interpreter
-from ensure_flydsl.probe.records import Interpreter
-from ensure_flydsl.runs.answer import roots_sharing_marker, sharing_advice
-from ensure_flydsl.settings import Settings
-from ensure_flydsl.source.needs import BuildNeeds, tool_minimums
-from ensure_flydsl.source.root import classify_root, creatable_problem
+from ensure_flydsl.toolchain.rocm import check_hip
+from ensure_flydsl.toolchain.rocm_sdk import choose_rocm
+from ensure_flydsl.toolchain.tools import ToolState, machine_state, package_spec
+from ensure_flydsl.wheels.package_index import IndexAnswer, best_version, query_versions
 
 GIB = 1024**3
 LLVM_DISK_BYTES = 40 * GIB  # LLVM/MLIR source, build folder and install (mlir, clang, lld; three targets)
@@ -59,15 +59,15 @@ def memory_check(jobs_setting: Optional[int], cores: int, available: Optional[in
     jobs is a warning with the number that fits; blocking only when not even one job fits an LLVM build."""
     stage = Stage.LLVM if heavy else Stage.BUILD
     if not compiles:
-        return _skip("memory", "nothing is compiled", stage)
+        return skipped("memory", "nothing is compiled", stage)
     if available is None:
-        return _skip("memory", "available memory is unknown (no /proc/meminfo)", stage)
+        return skipped("memory", "available memory is unknown (no /proc/meminfo)", stage)
     jobs = jobs_setting if jobs_setting is not None else default_jobs(cores, available)
     per_job = MEMORY_PER_JOB_BYTES // GIB
     have = f"{available / GIB:.1f} GiB available"
     source = f"{label}={jobs}" if jobs_setting is not None else f"{jobs} jobs by default ({cores} cores)"
     if jobs * MEMORY_PER_JOB_BYTES <= available:
-        return _ok("memory", f"{source} x {per_job} GiB a job fits {have}", stage)
+        return passed("memory", f"{source} x {per_job} GiB a job fits {have}", stage)
     fits = available // MEMORY_PER_JOB_BYTES
     if fits >= 1:
         return Check("memory", WRONG, f"{source} x {per_job} GiB a job is more than {have}: big link steps may run "
@@ -82,11 +82,11 @@ def memory_check(jobs_setting: Optional[int], cores: int, available: Optional[in
 def disk_check(free: Optional[int], need: int, where: str, *, heavy: bool) -> Check:
     stage = Stage.LLVM if heavy else Stage.BUILD
     if free is None:
-        return _skip("disk", f"cannot tell the free space at {where}", stage)
+        return skipped("disk", f"cannot tell the free space at {where}", stage)
     what = "an LLVM/MLIR build and FlyDSL's" if heavy else "the build"
     detail = f"{free / GIB:.1f} GiB free at {where}; {what} needs about {need / GIB:.{0 if need >= GIB else 1}f} GiB"
     if free >= need:
-        return _ok("disk", detail, stage)
+        return passed("disk", detail, stage)
     remedy = "free space there, or set FLYDSL_ROOT to a folder on a bigger file system"
     if heavy:
         remedy += ", or set MLIR_PATH to a ready MLIR install (then about 5 GiB is enough)"
@@ -161,7 +161,7 @@ def check_interpreter(settings: Settings, environ: Mapping[str, str]) -> Tuple[C
     except EnsureError as exc:
         return Check("interpreter", WRONG, f"{label}={settings.python}: {exc.reason}",
                      f"set {label} to the Python interpreter that will import FlyDSL", True, Stage.SETTINGS), None
-    return _ok("interpreter", f"{interp.executable} {interp.version} ({interp.abi})", Stage.SETTINGS), interp
+    return passed("interpreter", f"{interp.executable} {interp.version} ({interp.abi})", Stage.SETTINGS), interp
 
 
 def check_root(settings: Settings) -> Check:
@@ -175,13 +175,13 @@ def check_root(settings: Settings) -> Check:
         return Check("root", WRONG, f"{root}: {state.reason}",
                      f"set {label} to an empty or new folder (ensure-flydsl never overwrites others' files)",
                      True, Stage.SETTINGS)
-    return _ok("root", f"{root} ({state.kind}{': ' + state.reason if state.reason else ''})", Stage.SETTINGS)
+    return passed("root", f"{root} ({state.kind}{': ' + state.reason if state.reason else ''})", Stage.SETTINGS)
 
 
 def check_marker_sharing(settings: Settings) -> Check:
     sharing = roots_sharing_marker(settings)
     if not sharing:
-        return _ok("fail-marker", f"{settings.fail_marker} is this root's alone", Stage.SETTINGS)
+        return passed("fail-marker", f"{settings.fail_marker} is this root's alone", Stage.SETTINGS)
     advice = sharing_advice(settings, sharing)
     problem, remedy = advice.split("; give each root its own, ")
     return Check("fail-marker", WRONG, problem, "give each root its own FLYDSL_BUILD_FAILED, " + remedy, False,
@@ -198,7 +198,7 @@ def check_git(environ: Mapping[str, str]) -> Check:
                              check=False).stdout.decode(errors="replace").strip()
     except (OSError, subprocess.TimeoutExpired) as exc:
         return Check("git", WRONG, f"{exe} does not run: {exc}", "reinstall git", True, Stage.FETCH)
-    return _ok("git", f"{out} at {exe}", Stage.FETCH)
+    return passed("git", f"{out} at {exe}", Stage.FETCH)
 
 
 def _llvm_already_built(settings: Settings, needs: BuildNeeds, interp: Optional[Interpreter]) -> Optional[str]:
@@ -231,18 +231,18 @@ def check_mlir(ctx: RunContext) -> Check:
         if not any(os.path.isfile(c) for c in configs) and ctx.needs.cmake:
             return Check("mlir", WRONG, f"{label}={s.mlir_path} holds no lib/cmake/mlir/MLIRConfig.cmake: the "
                          "build's find_package(MLIR) will fail", remedy, True, Stage.BUILD)
-        return _ok("mlir", f"{label}={s.mlir_path}; no LLVM build", Stage.BUILD)
+        return passed("mlir", f"{label}={s.mlir_path}; no LLVM build", Stage.BUILD)
     built = _llvm_already_built(s, ctx.needs, ctx.interpreter)
     llvm = ctx.needs.llvm
     if built and llvm is not None:
-        return _ok("mlir", f"MLIR for {llvm.describe()} is already built in {built}", Stage.LLVM)
+        return passed("mlir", f"MLIR for {llvm.describe()} is already built in {built}", Stage.LLVM)
     if llvm is not None and llvm.commit is None:
         return Check("mlir", WRONG, f"MLIR_PATH is unset and the pin's LLVM commit cannot be determined "
                      f"({llvm.problem}): the run builds LLVM/MLIR (the long step) every time, neither reusing "
                      "nor sharing it", f"set MLIR_PATH to an MLIR install built for this pin, or give the commit "
                      f"in {llvm.commit_from}", False, Stage.LLVM)
     what = f"{llvm.describe()}; " if llvm is not None else ""
-    return _skip("mlir", f"MLIR_PATH is unset: the run builds LLVM/MLIR ({what}the long step)", Stage.LLVM)
+    return skipped("mlir", f"MLIR_PATH is unset: the run builds LLVM/MLIR ({what}the long step)", Stage.LLVM)
 
 
 def _free_bytes(path: str) -> Tuple[Optional[int], str]:
@@ -283,7 +283,7 @@ def _compiler(env_var: str, names: Sequence[str], environ: Mapping[str, str]) ->
 def check_compiler(ctx: RunContext, cxx: bool) -> Check:
     name = "c++17-compiler" if cxx else "c-compiler"
     if not ctx.compiles:
-        return _skip(name, "nothing is compiled", Stage.BUILD)
+        return skipped(name, "nothing is compiled", Stage.BUILD)
     stage = ctx.tool_stage()
     cmd, where = (_compiler("CXX", ("c++", "g++", "clang++"), ctx.environ) if cxx
                   else _compiler("CC", ("cc", "gcc", "clang"), ctx.environ))
@@ -302,18 +302,18 @@ def check_compiler(ctx: RunContext, cxx: bool) -> Check:
         last = proc.stdout.decode(errors="replace").strip().splitlines()[-1:] or [""]
         return Check(name, WRONG, f"{where} cannot compile {'C++17' if cxx else 'C'}: {last[0]}", remedy, True,
                      stage)
-    return _ok(name, f"{where} compiles {'C++17' if cxx else 'C'}", stage)
+    return passed(name, f"{where} compiles {'C++17' if cxx else 'C'}", stage)
 
 
 def check_headers(ctx: RunContext) -> Check:
     stage = Stage.LLVM if ctx.llvm and ctx.needs.llvm_python_bindings else Stage.BUILD
     if not (ctx.needs.nanobind or (ctx.llvm and ctx.needs.llvm_python_bindings)):
-        return _skip("python-headers", "no Python extension is built", stage)
+        return skipped("python-headers", "no Python extension is built", stage)
     if ctx.interpreter is None:
-        return _skip("python-headers", "the interpreter does not run", stage)
+        return skipped("python-headers", "the interpreter does not run", stage)
     header = os.path.join(ctx.interpreter.include, "Python.h")
     if os.path.isfile(header):
-        return _ok("python-headers", header, stage)
+        return passed("python-headers", header, stage)
     version = ".".join(ctx.interpreter.version.split(".")[:2])
     return Check("python-headers", MISSING, f"{header} does not exist: the Python bindings cannot be compiled for "
                  f"{ctx.interpreter.executable}", f"install the interpreter's development headers (e.g. the OS "
@@ -324,15 +324,15 @@ def check_tool(ctx: RunContext, name: str, needed: Sequence[str]) -> Check:
     """A tool the private toolchain can provide: ok on the machine, else provided from the index."""
     stage = ctx.tool_stage() if name in ("cmake", "ninja") else Stage.BUILD
     if name not in needed:
-        return _skip(name, "not used by this build", stage)
+        return skipped(name, "not used by this build", stage)
     if name == "nanobind" and ctx.interpreter is None:  # asked of the interpreter: it would hang or fail again
-        return _skip(name, "the interpreter does not run", stage)
+        return skipped(name, "the interpreter does not run", stage)
     minimum = tool_minimums(ctx.needs).get(name)
     python = ctx.interpreter.executable if ctx.interpreter else ctx.settings.python
     state: ToolState = machine_state(name, ctx.environ, python=python, minimum=minimum,
                                      tools_dir=tools_dir(ctx.settings.root))
     if state.good:
-        return _ok(name, state.describe(), stage)
+        return passed(name, state.describe(), stage)
     status = WRONG if state.found else MISSING
     spec = package_spec(name, minimum)
     answer = ctx.index.answer(name)
@@ -356,7 +356,7 @@ def check_tool(ctx: RunContext, name: str, needed: Sequence[str]) -> Check:
 def check_hip_package(ctx: RunContext) -> Check:
     needs, s = ctx.needs, ctx.settings
     if not (needs.hip or needs.hip_optional):
-        return _skip("hip", "the pin's CMake files do not ask for hip", Stage.BUILD)
+        return skipped("hip", "the pin's CMake files do not ask for hip", Stage.BUILD)
     blocking = needs.hip
     asked = f"{needs.hip_where} does find_package(hip{' REQUIRED' if needs.hip else ''})"
     rocm = choose_rocm(s.rocm_path, ctx.interpreter.executable if ctx.interpreter else s.python, ctx.environ)
@@ -382,7 +382,7 @@ def check_hip_package(ctx: RunContext) -> Check:
             return Check("hip", WRONG, f"{check.package_dir} names {', '.join(check.missing)}, and {prefix}/lib has "
                          "no libamdhip64 at all", "install ROCm's HIP runtime (the hip-runtime-amd package) or "
                          f"point {label} at a complete ROCm", blocking, Stage.BUILD)
-        return _ok("hip", f"{check.package_dir} (names {', '.join(check.referenced) or 'no library'}, present); "
+        return passed("hip", f"{check.package_dir} (names {', '.join(check.referenced) or 'no library'}, present); "
                    f"{asked}", Stage.BUILD)
     where = " or ".join([f"{label}={s.rocm_path}"] + (["CMAKE_PREFIX_PATH"] if len(prefixes) > 1 else []))
     return Check("hip", MISSING, f"no hip CMake package (lib/cmake/hip) under {where}, nor from the package "

@@ -17,7 +17,7 @@ from typing import Callable, Dict, List, Mapping, Optional
 
 from ensure_flydsl.errors import EnsureError, ExitCode, Stage
 from ensure_flydsl.layout import llvm_record, mlir_install, tools_dir
-from ensure_flydsl.probe.records import Interpreter
+from ensure_flydsl.probe.results import Interpreter
 from ensure_flydsl.setting_values import GitMirrors
 from ensure_flydsl.source.llvm_inputs import LlvmInputs, checkout_llvm_inputs
 from ensure_flydsl.source.mirrors import with_mirrors, with_network_limits

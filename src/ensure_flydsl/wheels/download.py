@@ -23,7 +23,8 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 from packaging.tags import platform_tags
 
 from ensure_flydsl.errors import EnsureError, ExitCode, Stage
-from ensure_flydsl.probe.records import Interpreter
+from ensure_flydsl.probe import scripts
+from ensure_flydsl.probe.results import Interpreter
 from ensure_flydsl.support.processes import CommandFailed, heartbeat, network_silence_s, waiting_line
 
 # pip's words for a retry after a stalled or broken connection: not a sign that the index answers.
@@ -47,7 +48,7 @@ def has_pip(python: str, environ: Optional[Mapping[str, str]] = None) -> bool:
         env = pip_env(os.environ if environ is None else environ)
         try:
             found = subprocess.run(
-                [python, "-c", "import importlib.util, sys; sys.exit(importlib.util.find_spec('pip') is None)"],
+                [python, "-c", scripts.text("has_pip")],
                 env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                 timeout=60, check=False).returncode == 0
         except (OSError, subprocess.TimeoutExpired):
@@ -277,7 +278,7 @@ def release_suggestion(interpreter: Interpreter, min_version: str, environ: Mapp
     (asked through the pip the release way would use, in a few seconds at most) and, when ``tags`` (the
     repository's tags) are known, that the repository has as a tag.  None when there is none, or the
     question cannot be answered quickly: this is a hint, never a wait."""
-    from ensure_flydsl.build.package_index import best_version, query_versions
+    from ensure_flydsl.wheels.package_index import best_version, query_versions
 
     pip, _ = release_pip(interpreter.executable, environ)
     if pip is None:

@@ -1,4 +1,9 @@
-"""What the tool's build steps made in a folder people also use (``ROOT/build-fly``, ``BASE/llvm-project``).
+"""What a root and its folder hold that is the tool's, and what is somebody else's (``clean`` asks here).
+
+- The root's files: build outputs, the tool's records and bytecode caches are the tool's; changed tracked
+  files and untracked files are somebody's (:func:`foreign_files`).
+- The other roots of the tool in the same folder, which share its LLVM build (:func:`other_roots`).
+- What the tool's build steps made in a folder people also use (``ROOT/build-fly``, ``BASE/llvm-project``):
 
 A build step records, when it ends (finished or failed), each file, link and folder the folder holds then,
 with the size and mtime of files and links, less what it held when the step started and was not the tool's
@@ -26,7 +31,11 @@ import os
 import stat
 from typing import Dict, FrozenSet, Iterator, List, Optional, Tuple
 
+from ensure_flydsl.layout import BUILD_DIR, build_dir, build_made_record
+from ensure_flydsl.source.git import Checkout
+from ensure_flydsl.source.root import is_build_output, is_ours
 from ensure_flydsl.support.files import atomic_write
+from ensure_flydsl.support.processes import CommandFailed
 
 Entry = Optional[Tuple[int, int]]  # (size, mtime_ns) of a file or link; None for a folder
 Listing = Dict[str, Entry]
@@ -190,3 +199,45 @@ def _topmost(paths: List[str]) -> List[str]:
         return any("/".join(parts[:i]) in kept for i in range(1, len(parts)))
 
     return sorted(rel for rel in kept if not inside_kept(rel))
+
+
+# -- the root's files and the folder's other roots ----------------------------------------------------------
+
+def other_roots(base_dir: str, root: str) -> List[str]:
+    """The other roots of this tool in the same folder (they share its LLVM build)."""
+    try:
+        names = os.listdir(base_dir)
+    except OSError:
+        return []
+    return [os.path.join(base_dir, n) for n in sorted(names)
+            if os.path.join(base_dir, n) != root and is_ours(os.path.join(base_dir, n))]
+
+
+def foreign_files(checkout: Checkout) -> List[str]:
+    """Files in the root that the tool did not put there: changed tracked files, and untracked files
+    whether the checkout's .gitignore matches them or not (FlyDSL's ignores *.diff, *.log, tmp/: exactly
+    what people and agents write into the tree); in ``build-fly/``, what its build steps did not make."""
+    root = checkout.root
+    build_folder = build_dir(root)
+    inside = [] if not os.path.isdir(build_folder) or os.path.islink(build_folder) else \
+        [BUILD_DIR + "/" + rel for rel in sort_made(build_folder, build_made_record(root))[1]]
+    if not os.path.isdir(os.path.join(root, ".git")):
+        return [e for e in sorted(os.listdir(root)) if not tool_file(root, e)] + inside
+    try:
+        out = checkout.git("status", "--porcelain=v1", "-z", "--untracked-files=normal", "--ignored=matching")
+    except CommandFailed:
+        return ["(git status failed: nothing can be proven to be the tool's)"]
+    paths = [entry[3:] for entry in out.split("\0") if len(entry) > 3]
+    return [p for p in paths if not tool_file(root, p)] + inside
+
+
+def tool_file(root: str, path: str) -> bool:
+    """Whether ``path`` (relative to the root) is the tool's: build outputs and the tool's records; bytecode
+    caches of the checkout's sources (the tool byte-compiles the tree, and its probes import it)."""
+    if is_build_output(path):
+        return True
+    parts = path.rstrip("/").split("/")
+    if parts[-1] == "__pycache__":
+        folder = os.path.join(root, *parts)
+        return all(name.endswith(".pyc") for name in os.listdir(folder)) if os.path.isdir(folder) else False
+    return len(parts) >= 2 and parts[-2] == "__pycache__" and parts[-1].endswith(".pyc")

@@ -1,4 +1,5 @@
-"""The source way: the pin's submodules, the doctor's checks (stop before an hour of compiling), the
+"""The source way's build (the strategy is named ``source``; this module builds, :mod:`ensure_flydsl.source` is
+the pin's source and its checkout): the pin's submodules, the doctor's checks (stop before an hour of compiling), the
 compatibility fixes and private build tools, MLIR (given, built before, cached, or built now), FlyDSL's
 build.sh, verification; then the new tree and MLIR go to the binary cache."""
 
@@ -10,24 +11,6 @@ from typing import Dict, NamedTuple, Optional, Tuple
 
 from ensure_flydsl.binary_cache.entries import Cache, cache_key
 from ensure_flydsl.binary_cache.lease import HeldLease
-from ensure_flydsl.build.download import SUGGEST_TIMEOUT_S, release_suggestion
-from ensure_flydsl.build.environment import (
-    LlvmRecord,
-    Toolchain,
-    build_environment,
-    file_sha256,
-    finished_llvm_build,
-    is_mlir_install,
-    llvm_step_settings,
-    pin_llvm_inputs,
-    prepare_toolchain,
-    resolve_jobs,
-    run_script,
-)
-from ensure_flydsl.build.rocm import HipFix, drop_stale_hip_dir, fix_hip
-from ensure_flydsl.build.rocm_sdk import choose_rocm
-from ensure_flydsl.build.toolchain import ProvidedTools, provide_build_tools
-from ensure_flydsl.build.wheels import tag_version
 from ensure_flydsl.doctor.diagnose import run_checks, stop_if_blocked
 from ensure_flydsl.errors import EnsureError, ExitCode, Plan, Stage
 from ensure_flydsl.layout import (
@@ -37,6 +20,7 @@ from ensure_flydsl.layout import (
     llvm_made_record,
     mlir_install,
     packages_dir,
+    rocm_overlay,
     tools_dir,
 )
 from ensure_flydsl.pipeline.context import Decision, Run
@@ -54,10 +38,28 @@ from ensure_flydsl.pipeline.providers.cache import (
 from ensure_flydsl.pipeline.providers.fleet import end_turn, holding, take_turn
 from ensure_flydsl.pipeline.providers.tree import prepare_build_dir, verify_tree
 from ensure_flydsl.result import How
-from ensure_flydsl.source import git as gitsource
-from ensure_flydsl.source.made import recording
+from ensure_flydsl.source.git import Checkout
 from ensure_flydsl.source.needs import build_tools, find_needs, tool_minimums
+from ensure_flydsl.source.ownership import recording
 from ensure_flydsl.support import faults
+from ensure_flydsl.toolchain.environment import (
+    LlvmRecord,
+    Toolchain,
+    build_environment,
+    file_sha256,
+    finished_llvm_build,
+    is_mlir_install,
+    llvm_step_settings,
+    pin_llvm_inputs,
+    prepare_toolchain,
+    resolve_jobs,
+    run_script,
+)
+from ensure_flydsl.toolchain.rocm import HipFix, drop_stale_hip_dir, fix_hip
+from ensure_flydsl.toolchain.rocm_sdk import choose_rocm
+from ensure_flydsl.toolchain.tools import ProvidedTools, provide_build_tools
+from ensure_flydsl.wheels.download import SUGGEST_TIMEOUT_S, release_suggestion
+from ensure_flydsl.wheels.release import tag_version
 
 Mlir = Tuple[str, Dict[str, object]]  # an MLIR install and what identifies it in the build's stamp
 
@@ -69,10 +71,10 @@ class Prepared(NamedTuple):
     hip: HipFix
     provided: ProvidedTools
     toolchain: Toolchain
-    rocm: str  # the ROCm prefix the build uses (ROCM_PATH, or the package index's: build/rocm_sdk.py)
+    rocm: str  # the ROCm prefix the build uses (ROCM_PATH, or the package index's: toolchain/rocm_sdk.py)
 
 
-class SourceProvider(Provider):
+class BuildProvider(Provider):
     name = "source"
 
     def __init__(self, cache: Optional[Cache], early: Early) -> None:
@@ -141,7 +143,7 @@ class SourceProvider(Provider):
                                                         mlir_path=mlir_path, jobs=jobs,
                                                         git_mirrors=settings.git_mirrors))
         if prepared.hip.check.needs_fix and not settings.fix_rocm_in_place:
-            drop_stale_hip_dir(build_dir(root), os.path.join(tools_dir(root), "rocm-overlay", "lib", "cmake", "hip"))
+            drop_stale_hip_dir(build_dir(root), os.path.join(rocm_overlay(root), "lib", "cmake", "hip"))
         with run.step(Stage.BUILD):
             fetched = self._tree_turn(run, commit)
             if fetched is not None:
@@ -178,8 +180,7 @@ def suggest_release(run: Run, exc: EnsureError) -> None:
     """``auto`` could not build: when a release >= the floor has a wheel for this interpreter (and the
     repository has its tag), the failure's hint says so.  Asked in seconds at most, or not at all."""
     settings = run.settings
-    tags = gitsource.remote_tags(settings.root, settings.repo, mirrors=settings.git_mirrors,
-                                 silence_s=SUGGEST_TIMEOUT_S)
+    tags = Checkout.of(settings).remote_tags(silence_s=SUGGEST_TIMEOUT_S)
     pinned = tag_version(settings.pin) if settings.pin.startswith("v") else None
     suggestion = release_suggestion(run.interpreter, settings.min_version, run.environ, tags, exclude=pinned)
     if suggestion is not None:
@@ -198,7 +199,7 @@ def prepare(run: Run, cache: Optional[Cache]) -> Prepared:
     rocm = choose_rocm(settings.rocm_path, run.interpreter.executable, run.environ)
     if rocm.rocm_sdk is not None:
         run.say(f"ROCm: {rocm.said(settings.label('rocm_path'))}")
-    hip = fix_hip(rocm.path, os.path.join(tools_dir(root), "rocm-overlay"),
+    hip = fix_hip(rocm.path, rocm_overlay(root),
                   in_place=settings.fix_rocm_in_place)
     run.say("fix: " + hip.message)
     provided = provide_build_tools(
@@ -215,7 +216,7 @@ def update_submodules(run: Run, commit: str) -> None:
     key = {"commit": commit}
     if not run.stamps.done("submodules", key):
         run.stamps.begin("submodules")
-        if gitsource.update_submodules(run.settings.root, run.settings.repo, mirrors=run.settings.git_mirrors):
+        if Checkout.of(run.settings).update_submodules():
             run.worked()
             run.say("submodules updated")
         run.stamps.finish("submodules", key)

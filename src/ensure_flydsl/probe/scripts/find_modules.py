@@ -1,0 +1,54 @@
+"""For each top-level name in argv[1] (a JSON list): "stdlib", "missing" or "present", found with
+importlib.util.find_spec, which locates a top-level module without running any of its code.  Before 3.10
+there is no sys.stdlib_module_names: a module built in, frozen, or under the stdlib folders (and not in a
+site-packages below them) is the standard library's.
+
+Runs inside the target interpreter (``python -c``, see :mod:`ensure_flydsl.probe.scripts`).
+"""
+import importlib.util
+import json
+import os
+import sys
+import sysconfig
+
+MYPY = False
+if MYPY:  # for mypy only: the target does not import typing (it costs the probe time)
+    from importlib.machinery import ModuleSpec
+    from typing import Literal, Union
+
+if sys.path and sys.path[0] in ("", os.getcwd()):
+    del sys.path[0]
+names = json.loads(sys.argv[1])
+known = getattr(sys, "stdlib_module_names", None)
+paths = sysconfig.get_paths()
+std_dirs = set(os.path.realpath(paths[k]) for k in ("stdlib", "platstdlib") if paths.get(k))
+
+
+def find(name: str) -> "Union[ModuleSpec, None, Literal[False]]":
+    try:
+        return importlib.util.find_spec(name)
+    except BaseException:
+        return False  # present but odd: not provably missing; the final probe judges it
+
+
+def is_std(name: str, spec: "Union[ModuleSpec, None, Literal[False]]") -> bool:
+    if known is not None:
+        return name in known
+    if name in sys.builtin_module_names:
+        return True
+    if not spec:
+        return False
+    if spec.origin == "built-in" or spec.origin == "frozen":
+        return True
+    where = spec.origin or next(iter(spec.submodule_search_locations or []), "")
+    where = os.path.realpath(where)
+    return (any(where.startswith(d + os.sep) for d in std_dirs)
+            and "site-packages" not in where and "dist-packages" not in where)
+
+
+answer = {}
+for name in names:
+    spec = find(name)
+    answer[name] = "stdlib" if is_std(name, spec) else ("missing" if spec is None else "present")
+sys.stdout.write("result " + json.dumps(answer) + "\n")
+sys.stdout.flush()

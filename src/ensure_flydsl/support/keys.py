@@ -1,0 +1,147 @@
+"""The cache's signing keys as files and text: their format, read and checked, with no cryptography.
+
+The formats are Nix's (``nix-store --generate-binary-cache-key``), so keys carry over both ways:
+
+- a public key: one line ``NAME:<base64 of the 32-byte ed25519 public key>`` (``NAME.pub``);
+- a secret key: one line ``NAME:<base64 of the 64-byte seed and public key>`` (``NAME.secret``, mode 600);
+- a signature: one line ``NAME:<base64 of the 64-byte ed25519 signature>``.
+
+The settings read the key files with these (:mod:`ensure_flydsl.signing_keys`: bad input is exit 64 before
+anything is touched), the cache signs and verifies with them; the cryptography library is imported only by
+:mod:`ensure_flydsl.binary_cache.signing`, when a key is used.  No message made here holds key material: a
+malformed line is named by its key name or its file, never shown.  Here, at the bottom, so that the binary
+cache uses support alone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import os
+import re
+import stat
+from typing import List, Tuple
+
+KEY_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+NAME_ALLOWED = "a key name of letters, digits, '.', '_' and '-' (at most 64, not starting with '.', '_' or '-')"
+PUBLIC_BYTES = 32
+SECRET_BYTES = 64  # the seed, then the public key (Nix's layout)
+SIGNATURE_BYTES = 64
+KEY_FILE_MAX = 4096  # a key file is one short line; more is not a key file
+_BASE64 = re.compile(r"^[A-Za-z0-9+/]+={0,2}$")
+LIBRARY = "cryptography"
+LIBRARY_HINT = "pip install 'ensure-flydsl[signing]' (the cryptography package, for ed25519)"
+
+
+class KeyProblem(ValueError):
+    """A key file or key line that cannot be used; the message names the file or the key, never its bytes."""
+
+
+@dataclasses.dataclass(frozen=True)
+class PublicKey:
+    name: str
+    key: bytes = dataclasses.field(repr=False)
+
+    def line(self) -> str:
+        import base64
+
+        return f"{self.name}:{base64.b64encode(self.key).decode()}"
+
+
+@dataclasses.dataclass(frozen=True)
+class SecretKey:
+    name: str
+    seed: bytes = dataclasses.field(repr=False)
+    public: bytes = dataclasses.field(repr=False)
+
+
+def library_available() -> bool:
+    """Whether the cryptography package can be found (found only: importing it is left to its first use)."""
+    return importlib.util.find_spec(LIBRARY) is not None
+
+
+def split_line(text: str, what: str) -> Tuple[str, bytes]:
+    """``NAME:BASE64`` into the name and the decoded bytes; KeyProblem naming ``what`` otherwise."""
+    import base64  # here: the settings import this module, and the warm call needs no base64 without a key
+    import binascii
+
+    name, colon, encoded = text.strip().partition(":")
+    if not colon or not KEY_NAME.match(name):
+        raise KeyProblem(f"{what} is not NAME:BASE64 with {NAME_ALLOWED}")
+    if not _BASE64.match(encoded):
+        raise KeyProblem(f"{what} ({name}) is not NAME:BASE64: what follows the ':' is not base64")
+    try:
+        return name, base64.b64decode(encoded, validate=True)
+    except (binascii.Error, ValueError):
+        raise KeyProblem(f"{what} ({name}) is not NAME:BASE64: what follows the ':' is not base64") from None
+
+
+def parse_public(text: str, what: str) -> PublicKey:
+    name, key = split_line(text, what)
+    if len(key) != PUBLIC_BYTES:
+        extra = " (a secret key? trust the NAME.pub file, never the secret)" if len(key) == SECRET_BYTES else ""
+        raise KeyProblem(f"{what} ({name}) holds {len(key)} bytes; an ed25519 public key has {PUBLIC_BYTES}{extra}")
+    return PublicKey(name, key)
+
+
+def parse_secret(text: str, what: str) -> SecretKey:
+    name, key = split_line(text, what)
+    if len(key) != SECRET_BYTES:
+        extra = " (a public key? give the NAME.secret file)" if len(key) == PUBLIC_BYTES else ""
+        raise KeyProblem(f"{what} ({name}) holds {len(key)} bytes; an ed25519 secret key file holds "
+                         f"{SECRET_BYTES} (seed and public key, as `cache keygen` and Nix write it){extra}")
+    return SecretKey(name, key[:32], key[32:])
+
+
+def looks_inline(item: str) -> bool:
+    """Whether a value is meant as a ``NAME:BASE64`` key (maybe a malformed one) rather than a file's path:
+    a key name, then ':'.  (A relative path holding ':' is written ./name:x.)"""
+    name, colon, _encoded = item.partition(":")
+    return bool(colon and KEY_NAME.match(name))
+
+
+def withheld(item: str) -> str:
+    """A value as messages may show it: a key's name only, never what follows it."""
+    return item.partition(":")[0] + ":..." if looks_inline(item) else item
+
+
+def read_key_file(path: str, *, secret: bool) -> str:
+    """The text of a key file: a regular file of at most KEY_FILE_MAX bytes, and for a secret key one that
+    neither its group nor others may read.  Opened without blocking (a FIFO is refused, not waited on)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise KeyProblem(f"{path} cannot be read: {exc.strerror or exc}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise KeyProblem(f"{path} is not a regular file")
+        if secret and st.st_mode & 0o077:
+            raise KeyProblem(f"{path} may be read by others (mode {stat.S_IMODE(st.st_mode):o}): a secret key must "
+                             f"be the owner's alone; chmod 600 {path}")
+        data = os.read(fd, KEY_FILE_MAX + 1)
+    except OSError as exc:
+        raise KeyProblem(f"{path} cannot be read: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+    if len(data) > KEY_FILE_MAX:
+        raise KeyProblem(f"{path} is larger than {KEY_FILE_MAX} bytes: not a key file")
+    try:
+        return data.decode("ascii")
+    except UnicodeDecodeError:
+        raise KeyProblem(f"{path} is not a key file (not ASCII text)") from None
+
+
+def read_secret_key(path: str) -> SecretKey:
+    lines = [line for line in read_key_file(path, secret=True).splitlines() if line.strip()]
+    if len(lines) != 1:
+        raise KeyProblem(f"{path} holds {len(lines)} lines; a secret key file holds one, NAME:BASE64")
+    return parse_secret(lines[0], f"the secret key in {path}")
+
+
+def read_public_keys(path: str) -> List[PublicKey]:
+    """A ``.pub`` file: one ``NAME:BASE64`` line (several lines: several keys)."""
+    lines = [line for line in read_key_file(path, secret=False).splitlines() if line.strip()]
+    if not lines:
+        raise KeyProblem(f"{path} holds no key; a .pub file holds a line NAME:BASE64")
+    return [parse_public(line, f"line {n} of {path}") for n, line in enumerate(lines, 1)]
