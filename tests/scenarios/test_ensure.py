@@ -126,7 +126,7 @@ def test_new_pin_with_a_raised_floor_rebuilds(ws: Workspace) -> None:
     assert result["commit"] == ws.repo.commits["v0.2.3"] and result["version"] == "0.2.3"
     assert ws.count("build") == 2
     assert "older than the floor 0.2.3" in out.stderr
-    assert "removing" in out.stderr and "build-fly" in out.stderr  # the old build is not kept
+    assert "removed" in out.stderr and "build-fly" in out.stderr  # the old build is not kept
     staged = open(os.path.join(ws.root, "build-fly", "python_packages", "flydsl", "__init__.py")).read()
     assert '"0.2.3"' in staged
     assert_one_tree(ws)

@@ -10,13 +10,15 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
-from typing import Dict, Iterator
+import uuid
+from typing import Dict, Iterator, List
 
 import pytest
 
 from ensure_flydsl.binary_cache.lease import LeaseRecord, Leases, exclusive_create, generation_path
-from ensure_flydsl.binary_cache.store import FolderStore, open_store
+from ensure_flydsl.binary_cache.store import FolderStore, Store, open_store
 from tests.helpers.fleet import SharedCache, builds, finish, fleet_host
 from tests.helpers.flydsl_fixture import FixtureRepo
 from tests.helpers.ftp_server import FtpServer
@@ -255,6 +257,35 @@ def test_a_store_that_ignores_exclusive_create_is_detected(tmp_path: "os.PathLik
     assert not honoured and "a second create of one object succeeded" in why
     for store in (honest, sloppy):  # the probe leaves nothing behind
         assert store.list_files("leases") == []
+
+
+def test_hosts_making_one_folder_at_once_on_such_a_store_all_go_on(ftp: FtpServer) -> None:
+    """Hosts that write into one new folder at the same moment: on FTP the later MKD fails ("550 exists"),
+    which is neither "the object exists" nor an unreachable cache (it was read as the latter, and the host
+    went on without the cache for the rest of its run)."""
+    rounds, width = 6, 6
+    stores = [open_store(ftp.url("race-cache")) for _ in range(width)]
+    errors: List[str] = []
+
+    def write(store: Store, folder: str, gate: threading.Barrier) -> None:
+        gate.wait()
+        try:
+            assert store.create_exclusive(f"{folder}/{uuid.uuid4().hex}.json", b"{}")
+            store.put_bytes(f"{folder}/more/{uuid.uuid4().hex}.json", b"{}")
+        except Exception as exc:  # noqa: BLE001 - every failure is the finding
+            errors.append(f"{type(exc).__name__}: {exc}")
+
+    for turn in range(rounds):
+        gate = threading.Barrier(width)
+        threads = [threading.Thread(target=write, args=(store, f"leases/r{turn}", gate)) for store in stores]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+    assert errors == []
+    assert all(getattr(store, "down", None) is None for store in stores)
+    for turn in range(rounds):
+        assert len(os.listdir(os.path.join(ftp.home, "race-cache", "leases", f"r{turn}"))) == width + 1
 
 
 def test_on_such_a_store_each_host_builds_without_a_lease_as_before(tmp_path: "os.PathLike[str]",

@@ -119,6 +119,19 @@ class FsspecStore:
         finally:
             waiting.cancel()
 
+    def _make_parent(self, target: str) -> None:
+        """The folder of ``target`` on a file system that has folders (not an object store).  Another host may
+        make it at the same moment: fsspec's FTP then fails its MKD ("550 exists") despite exist_ok, which is
+        neither "the object exists" nor an unreachable cache; only a folder still missing afterwards is."""
+        if self.atomic_put:
+            return
+        parent = target.rsplit("/", 1)[0]
+        try:
+            self.fs.makedirs(parent, exist_ok=True)
+        except Exception:
+            if not self.fs.isdir(parent):
+                raise
+
     def _fail(self, message: str) -> None:
         self.down = message
         raise CacheUnreachable(message) from None
@@ -158,7 +171,7 @@ class FsspecStore:
                 if self.atomic_put:
                     self.fs.put_file(tmp, target)
                 else:
-                    self.fs.makedirs(target.rsplit("/", 1)[0], exist_ok=True)
+                    self._make_parent(target)
                     staged = f"{target}.{uuid.uuid4().hex}.tmp"
                     self.fs.put_file(tmp, staged)
                     self.fs.mv(staged, target)
@@ -175,7 +188,7 @@ class FsspecStore:
             if self.atomic_put:
                 self.fs.pipe_file(target, data)
             else:
-                self.fs.makedirs(target.rsplit("/", 1)[0], exist_ok=True)
+                self._make_parent(target)
                 staged = f"{target}.{uuid.uuid4().hex}.tmp"
                 self.fs.pipe_file(staged, data)
                 self.fs.mv(staged, target)
@@ -186,8 +199,7 @@ class FsspecStore:
         target = self._path(rel)
         try:
             with self._remote(f"create {rel}", writing=True):
-                if not self.atomic_put:
-                    self.fs.makedirs(target.rsplit("/", 1)[0], exist_ok=True)
+                self._make_parent(target)
                 with self.fs.open(target, "xb") as handle:
                     handle.write(data)
         except FileExistsError:

@@ -114,14 +114,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
         return watch(args.watch_root, args.watch_run_id)
     json_mode = bool(getattr(args, "json", False))
-    verbosity = int(getattr(args, "verbosity", 0) or 0)
-    if json_mode:
-        # stdout carries the one result object; stderr only JSON events (messages, steps, the failure).
-        reporter = Reporter.for_stream(sys.stderr, json_events=True, verbosity=verbosity)
-    elif args.command == "start":
-        reporter = Reporter.for_stream(sys.stderr, verbosity=verbosity)  # start's stdout is its JSON object alone
-    else:
-        reporter = Reporter.for_stream(sys.stdout, verbosity=verbosity)
+    reporter = _reporter_for(args, json_mode)
     previous = _handle_stop_signals()
     code: Optional[int] = None
     try:
@@ -135,17 +128,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             if args.command in ("ensure", "start"):
                 _report_bad_input(exc, _flags(args), environ)
             raise
-        handler = COMMANDS[args.command].run
-        assert handler is not None  # the internal commands returned above
-        try:
-            code = handler(args, settings, reporter, environ)
-        except (PermissionError, OSError) as exc:  # another user's files, a read-only mount: one line
-            from ensure_flydsl.cli.access import access_error
-
-            refused = access_error(exc, args.command) if not isinstance(exc, BrokenPipeError) else None
-            if refused is None:
-                raise
-            raise refused from None
+        code = _run_command(args, settings, reporter, environ)
         sys.stdout.flush()  # here, where a reader that went away is handled, not at exit
         return code
     except BrokenPipeError:
@@ -155,26 +138,58 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         silence_stdout()
         return 0 if code is None else code
     except EnsureError as exc:
-        tail = reporter.tail(20) if exc.code in _BUILD_FAILURES else []
-        if json_mode:
-            _json_failure(reporter, failure_object(exc, reporter.log_path), tail)
-        else:
-            print(format_error(exc, tail, reporter.log_path), file=sys.stderr)
-        return int(exc.code)
+        return _report_failure(exc, reporter, json_mode)
     except (KeyboardInterrupt, Interrupted) as exc:
-        what = exc.description if isinstance(exc, Interrupted) else interrupted_by("SIGINT")
-        if json_mode:
-            _json_failure(reporter, result_object(exit_code=int(ExitCode.INTERRUPTED), reason=what,
-                                                  hint="run it again: it resumes", log=reporter.log_path), [])
-        else:
-            print(f"ensure-flydsl: {what}; the next run resumes where this one stopped", file=sys.stderr)
-        return int(ExitCode.INTERRUPTED)
+        return _report_interrupted(exc, reporter, json_mode)
     except Exception:
         return _internal_error(reporter, json_mode)
     finally:
         for signum, was in previous.items():
             signal.signal(signum, was)  # type: ignore[arg-type]
         reporter.close()
+
+
+def _reporter_for(args: argparse.Namespace, json_mode: bool) -> Reporter:
+    verbosity = int(getattr(args, "verbosity", 0) or 0)
+    if json_mode:
+        # stdout carries the one result object; stderr only JSON events (messages, steps, the failure).
+        return Reporter.for_stream(sys.stderr, json_events=True, verbosity=verbosity)
+    if args.command == "start":
+        return Reporter.for_stream(sys.stderr, verbosity=verbosity)  # start's stdout is its JSON object alone
+    return Reporter.for_stream(sys.stdout, verbosity=verbosity)
+
+
+def _run_command(args: argparse.Namespace, settings: Settings, reporter: Reporter, environ: Dict[str, str]) -> int:
+    handler = COMMANDS[args.command].run
+    assert handler is not None  # the internal commands returned before
+    try:
+        return handler(args, settings, reporter, environ)
+    except (PermissionError, OSError) as exc:  # another user's files, a read-only mount: one line
+        from ensure_flydsl.cli.access import access_error
+
+        refused = access_error(exc, args.command) if not isinstance(exc, BrokenPipeError) else None
+        if refused is None:
+            raise
+        raise refused from None
+
+
+def _report_failure(exc: EnsureError, reporter: Reporter, json_mode: bool) -> int:
+    tail = reporter.tail(20) if exc.code in _BUILD_FAILURES else []
+    if json_mode:
+        _json_failure(reporter, failure_object(exc, reporter.log_path), tail)
+    else:
+        print(format_error(exc, tail, reporter.log_path), file=sys.stderr)
+    return int(exc.code)
+
+
+def _report_interrupted(exc: BaseException, reporter: Reporter, json_mode: bool) -> int:
+    what = exc.description if isinstance(exc, Interrupted) else interrupted_by("SIGINT")
+    if json_mode:
+        _json_failure(reporter, result_object(exit_code=int(ExitCode.INTERRUPTED), reason=what,
+                                              hint="run it again: it resumes", log=reporter.log_path), [])
+    else:
+        print(f"ensure-flydsl: {what}; the next run resumes where this one stopped", file=sys.stderr)
+    return int(ExitCode.INTERRUPTED)
 
 
 def _internal_error(reporter: Reporter, json_mode: bool = False) -> int:
