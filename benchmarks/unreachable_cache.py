@@ -18,7 +18,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from typing import Dict, List
 
@@ -26,46 +25,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 PROJECT = os.path.dirname(HERE)
 sys.path.insert(0, PROJECT)  # for tests.helpers
 
+from tests.helpers.closing_server import ClosingServer  # noqa: E402
 from tests.helpers.flydsl_fixture import make_repo  # noqa: E402
 from tests.helpers.workspace import Workspace  # noqa: E402
-
-
-class Closer:
-    """Reads each request and closes the connection without a response, counting the connections."""
-
-    def __init__(self) -> None:
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(64)
-        self.port = self.sock.getsockname()[1]
-        self.count = 0
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            self.count += 1
-            threading.Thread(target=self._close_after_request, args=(conn,), daemon=True).start()
-
-    @staticmethod
-    def _close_after_request(conn: socket.socket) -> None:
-        # The whole request head first, then the close: the client always sees "closed before a response"
-        # (closed before it wrote, it sees another error, which botocore and s3fs retry a different number
-        # of times).
-        conn.settimeout(10)
-        data = b""
-        try:
-            while b"\r\n\r\n" not in data:
-                chunk = conn.recv(65536)
-                if not chunk:
-                    break
-                data += chunk
-        except OSError:
-            pass
-        conn.close()
 
 
 def closed_port() -> int:
@@ -80,7 +42,7 @@ def main() -> int:
     args = parser.parse_args()
     work = tempfile.mkdtemp(prefix="unreachable-cache-")
     repo = make_repo(os.path.join(work, "FlyDSL.git"))
-    closer = Closer()
+    closer = ClosingServer()
     aws = {"AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x", "AWS_DEFAULT_REGION": "us-east-1",
            "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent", "AWS_CONFIG_FILE": "/nonexistent"}
     cases: Dict[str, Dict[str, str]] = {

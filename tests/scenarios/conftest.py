@@ -1,10 +1,15 @@
-"""Fixtures shared by several scenario files (the binary cache's: tests/scenarios/test_cache_*.py)."""
+"""Fixtures shared by several scenario files: the binary cache's (tests/scenarios/test_cache_*.py) and the
+release way's (the real flydsl 0.2.2 wheel, downloaded once per test process, and a repository whose v0.2.2 holds
+its sources)."""
 
 from __future__ import annotations
 
 import os
 
 import pytest
+
+from tests.helpers.flydsl_fixture import FixtureRepo
+from tests.helpers.release_fixture import download_wheelhouse, make_release_repo
 
 
 @pytest.fixture
@@ -18,3 +23,14 @@ def work(tmp_path: "os.PathLike[str]") -> str:
     path = os.path.join(str(tmp_path), "work")
     os.makedirs(path)
     return path
+
+
+@pytest.fixture(scope="session")
+def wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """flydsl 0.2.2 for the test interpreter, downloaded once from the package index (tests only read it)."""
+    return download_wheelhouse(str(tmp_path_factory.mktemp("wheelhouse")))
+
+
+@pytest.fixture(scope="session")
+def release_repo(tmp_path_factory: pytest.TempPathFactory, wheelhouse: str) -> FixtureRepo:
+    return make_release_repo(str(tmp_path_factory.mktemp("release-upstream") / "FlyDSL.git"), wheelhouse)

@@ -14,7 +14,6 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from typing import Dict, Iterator, List, Tuple
@@ -24,6 +23,7 @@ import pytest
 from ensure_flydsl.binary_cache.lease import LeaseRecord, Leases, generation_path
 from ensure_flydsl.binary_cache.store import CacheError, FolderStore
 from tests.helpers.as_nobody import Nobody, unavailable
+from tests.helpers.closing_server import ClosingServer
 from tests.helpers.fleet import SharedCache, builds, fleet_host
 from tests.helpers.flydsl_fixture import FixtureRepo
 from tests.helpers.reliability import listing
@@ -155,48 +155,9 @@ def test_a_bucket_that_does_not_exist_is_reported_once_and_the_run_builds(tmp_pa
     assert host.env_twin()["how"] == "built"
 
 
-class CountingServer:
-    """An endpoint that reads each request and closes the connection without a response (a broken proxy),
-    counting the connections."""
-
-    def __init__(self) -> None:
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(64)
-        self.port = self.sock.getsockname()[1]
-        self.count = 0
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            self.count += 1
-            threading.Thread(target=self._close_after_request, args=(conn,), daemon=True).start()
-
-    @staticmethod
-    def _close_after_request(conn: socket.socket) -> None:
-        # The whole request head first, then the close: the client always sees "closed before a response"
-        # (closed before it wrote, it sees another error, which botocore and s3fs retry a different number
-        # of times).
-        conn.settimeout(10)
-        data = b""
-        try:
-            while b"\r\n\r\n" not in data:
-                chunk = conn.recv(65536)
-                if not chunk:
-                    break
-                data += chunk
-        except OSError:
-            pass
-        conn.close()
-
-
 def test_an_unreachable_endpoint_is_tried_once_per_run(tmp_path: "os.PathLike[str]", fixture_repo: FixtureRepo,
                                                        s3_server: S3Server) -> None:
-    server = CountingServer()
+    server = ClosingServer()
     shared = SharedCache("s3", str(tmp_path), s3_server)
     env = dict(AWS_ENDPOINT_URL_S3=f"http://127.0.0.1:{server.port}")
     host = fleet_host(str(tmp_path), fixture_repo, "b", shared, **env)

@@ -12,16 +12,10 @@ from typing import Iterator
 import pytest
 
 from tests.helpers.flydsl_fixture import FixtureRepo
-from tests.helpers.release_fixture import download_wheelhouse
 from tests.helpers.workspace import Workspace
 from tests.scenarios.test_provenance import offline
 
 pytestmark = pytest.mark.index  # the real flydsl wheel from the package index
-
-
-@pytest.fixture(scope="module")
-def wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> str:
-    return download_wheelhouse(str(tmp_path_factory.mktemp("wheelhouse")))
 
 
 @pytest.fixture

@@ -11,16 +11,11 @@ from typing import Dict, List
 import pytest
 
 from tests.helpers.flydsl_fixture import FixtureRepo
-from tests.helpers.release_fixture import MISSING_MODULE, download_wheelhouse, make_release_repo
+from tests.helpers.release_fixture import MISSING_MODULE, make_release_repo
 from tests.helpers.scenario import assert_one_tree
 from tests.helpers.workspace import Workspace
 
 pytestmark = pytest.mark.index  # the real flydsl wheel from the package index
-
-
-@pytest.fixture(scope="module")
-def wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> str:
-    return download_wheelhouse(str(tmp_path_factory.mktemp("wheelhouse")))
 
 
 def offline(wheelhouse: str, repo: FixtureRepo) -> Dict[str, str]:

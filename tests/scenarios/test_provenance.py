@@ -20,7 +20,6 @@ from tests.helpers.flydsl_fixture import FixtureRepo, git
 from tests.helpers.release_fixture import (
     MISSING_MODULE,
     damaged_wheelhouse,
-    download_wheelhouse,
     make_release_repo,
     put_sources,
     retagged_wheelhouse,
@@ -33,16 +32,6 @@ from tests.helpers.workspace import Workspace, other_python
 pytestmark = pytest.mark.index  # the real flydsl wheel from the package index
 
 NOT_THE_PIN = "the index's flydsl 0.2.2 is not built from {repo} v0.2.2: {why}"
-
-
-@pytest.fixture(scope="session")
-def wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> str:
-    return download_wheelhouse(str(tmp_path_factory.mktemp("wheelhouse")))
-
-
-@pytest.fixture(scope="session")
-def release_repo(tmp_path_factory: pytest.TempPathFactory, wheelhouse: str) -> FixtureRepo:
-    return make_release_repo(str(tmp_path_factory.mktemp("release-upstream") / "FlyDSL.git"), wheelhouse)
 
 
 def offline(wheelhouse: str, strategy: str = "auto") -> Dict[str, str]:

@@ -14,22 +14,10 @@ from typing import Dict
 import pytest
 
 from tests.helpers.flydsl_fixture import FixtureRepo, git
-from tests.helpers.release_fixture import download_wheelhouse, make_release_repo
 from tests.helpers.scenario import assert_one_tree
 from tests.helpers.workspace import Workspace, other_python
 
 pytestmark = pytest.mark.index  # the real flydsl wheel, or build tools, from the package index
-
-
-@pytest.fixture(scope="session")
-def wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """flydsl 0.2.2 for the test interpreter, downloaded once from the package index."""
-    return download_wheelhouse(str(tmp_path_factory.mktemp("wheelhouse")))
-
-
-@pytest.fixture(scope="session")
-def release_repo(tmp_path_factory: pytest.TempPathFactory, wheelhouse: str) -> FixtureRepo:
-    return make_release_repo(str(tmp_path_factory.mktemp("release-upstream") / "FlyDSL.git"), wheelhouse)
 
 
 @pytest.fixture

@@ -16,23 +16,12 @@ from typing import Dict
 import pytest
 
 from tests.helpers.flydsl_fixture import FixtureRepo, add_submodule, git
-from tests.helpers.release_fixture import download_wheelhouse, make_release_repo
 from tests.helpers.scenario import assert_one_tree
 from tests.helpers.workspace import Workspace
 
 pytestmark = pytest.mark.index  # the real flydsl wheel, and the tool's own dependencies for uv
 
 WORKTREE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-@pytest.fixture(scope="session")
-def wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> str:
-    return download_wheelhouse(str(tmp_path_factory.mktemp("wheelhouse")))
-
-
-@pytest.fixture(scope="session")
-def release_repo(tmp_path_factory: pytest.TempPathFactory, wheelhouse: str) -> FixtureRepo:
-    return make_release_repo(str(tmp_path_factory.mktemp("release-upstream") / "FlyDSL.git"), wheelhouse)
 
 
 @pytest.fixture(scope="session")

@@ -13,7 +13,7 @@ from typing import Dict
 import pytest
 
 from tests.helpers.flydsl_fixture import FixtureRepo
-from tests.helpers.release_fixture import download_wheelhouse, extended_wheelhouse, make_release_repo
+from tests.helpers.release_fixture import extended_wheelhouse
 from tests.helpers.workspace import Workspace
 from tests.scenarios.test_provenance import assert_no_wheel_installed, messages, offline
 
@@ -40,16 +40,6 @@ EXTRA: Dict[str, str] = {
     "flydsl-0.2.2.data/purelib/sitecustomize.py":
         "not one of a FlyDSL wheel's top-level names flydsl/, flydsl.libs/, flydsl-X.dist-info/",
 }
-
-
-@pytest.fixture(scope="module")
-def wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> str:
-    return download_wheelhouse(str(tmp_path_factory.mktemp("wheelhouse")))
-
-
-@pytest.fixture(scope="module")
-def release_repo(tmp_path_factory: pytest.TempPathFactory, wheelhouse: str) -> FixtureRepo:
-    return make_release_repo(str(tmp_path_factory.mktemp("release-upstream") / "FlyDSL.git"), wheelhouse)
 
 
 def refusal(name: str) -> str:
