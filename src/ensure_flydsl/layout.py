@@ -7,7 +7,8 @@
       ensure_flydsl.log                    the log of provisioning runs
       .ensure_flydsl/                      state shared by the roots of BASE
         history.json                       step durations on this host, for ETAs
-        runs/<root name>/                  run records, alive locks, `current`, start.lock
+        runs/<root name>/                  run records (<run id>.json), alive locks (<run id>.alive),
+                                           `current`, start.lock
         mlir/                              MLIR installs fetched from the binary cache
       llvm-project/mlir_install/           an LLVM/MLIR build (FlyDSL's build.sh finds it here)
       .llvm-project.ensure-flydsl.json     the record that this tool made llvm-project/, and for what
@@ -18,10 +19,13 @@
         build-fly/.python_packages.installing/  the release wheel installed here, then moved into place
         .ensure_flydsl/                    the tool's records for the root
           owner.json                       the tool made or adopted the root
-          stamps/<step>.json               steps finished, keyed by their inputs
+          stamps/<step>.json               steps finished, keyed by their inputs (tree.json: the whole tree)
+          stamps/<step>.started.json       the inputs of a step that began (its outputs are for them)
           tools/                           private build tools, shims, the ROCm overlay
             provided/                      the build tools installed from the package index
+              tools.json                   which tools, at which versions
             rocm-overlay/                  a copy of ROCm's lib/ with hip's CMake files fixed
+            rocm-overlay.json              the ROCm install and fix the overlay is for
           wheel-download/                  a release wheel downloaded while the pin is fetched
 
 The default lock, marker and log paths are shared by the roots of one folder, as the bash executor
@@ -43,6 +47,8 @@ LOCK_FILE_NAME = ".flydsl_build.lock"
 FAIL_MARKER_NAME = ".flydsl_build.failed"
 LLVM_DIR_NAME = "llvm-project"
 LLVM_RECORD_NAME = ".llvm-project.ensure-flydsl.json"
+STAMP_SUFFIX = ".json"
+RUN_RECORD_SUFFIX = ".json"
 # The tree's top-level packages and where their sources are in a checkout of the pin (the build copies
 # python/flydsl into build-fly/python_packages; kernels/ is imported from the root itself).
 PACKAGE_SOURCES = (("flydsl", "python/flydsl"), ("kernels", "kernels"))
@@ -56,6 +62,11 @@ def state_dir(root: str) -> str:
 
 def stamps_dir(root: str) -> str:
     return os.path.join(root, STATE_DIR, "stamps")
+
+
+def stamp_file(root: str, step: str) -> str:
+    """The stamp of ``step`` (``source/root.py: Stamps``); ``STAMP_SUFFIX`` ends every stamp's name."""
+    return os.path.join(stamps_dir(root), step + STAMP_SUFFIX)
 
 
 def owner_file(root: str) -> str:
@@ -77,9 +88,19 @@ def provided_dir(tools: str) -> str:
     return os.path.join(tools, "provided")
 
 
+def provided_stamp(tools: str) -> str:
+    """Which build tools ``provided_dir`` holds, at which versions."""
+    return os.path.join(provided_dir(tools), "tools.json")
+
+
 def rocm_overlay(root: str) -> str:
     """ROCm's lib/ as links, with hip's CMake package files copied and fixed (``toolchain/rocm.py``)."""
     return os.path.join(tools_dir(root), "rocm-overlay")
+
+
+def overlay_stamp(overlay: str) -> str:
+    """Beside an overlay (``rocm_overlay``): the ROCm install and fix it was made for."""
+    return overlay + ".json"
 
 
 def build_dir(root: str) -> str:
@@ -136,6 +157,26 @@ def base_state_dir(base_dir: str) -> str:
 def runs_dir(root: str) -> str:
     """The run records of ``root`` (kept beside it, so that they survive `clean` of the root's files)."""
     return os.path.join(base_state_dir(os.path.dirname(root)), "runs", os.path.basename(root))
+
+
+def run_record_file(runs: str, run_id: str) -> str:
+    """A run's record in a root's ``runs_dir``; ``RUN_RECORD_SUFFIX`` ends every record's name."""
+    return os.path.join(runs, run_id + RUN_RECORD_SUFFIX)
+
+
+def run_alive_file(runs: str, run_id: str) -> str:
+    """The file a live run holds an flock on (``runs/liveness``)."""
+    return os.path.join(runs, run_id + ".alive")
+
+
+def current_run_file(runs: str) -> str:
+    """The id of the root's newest run."""
+    return os.path.join(runs, "current")
+
+
+def start_lock_file(runs: str) -> str:
+    """Held by `start` while it joins a run or launches one (sixteen agents at once launch one worker)."""
+    return os.path.join(runs, "start.lock")
 
 
 def history_file(base_dir: str) -> str:

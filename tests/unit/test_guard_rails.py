@@ -1,4 +1,5 @@
-"""Rules of the code that no linter here checks: a private name stays in its module.
+"""Rules of the code that no linter here checks: a private name stays in its module, and layout.py alone
+spells the names of the tool's own files and folders.
 
 ruff's PLC2701 (import-private-name) ignores imports within the same package, which is every import here.
 """
@@ -7,10 +8,11 @@ from __future__ import annotations
 
 import ast
 import os
-from typing import Iterator, List
+from typing import Iterator, List, Set
 
 TOP = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CHECKED = ("src", "benchmarks", os.path.join("docs", "reliability_figures.py"))
+GENERIC = {".json", "."}  # a file type or a dot, not a name of the tool's: records of the cache and of pins end so too
 
 
 def _python_files() -> Iterator[str]:
@@ -45,4 +47,35 @@ def test_no_private_name_is_imported_across_modules() -> None:
     for path in _python_files():
         with open(path, encoding="utf-8") as f:
             found.extend(f"{os.path.relpath(path, TOP)}: {name}" for name in private_imports(f.read()))
+    assert found == []
+
+
+def _strings(source: str) -> Set[str]:
+    """The string constants of a module that are not docstrings."""
+    tree = ast.parse(source)
+    docs = {id(node.body[0].value) for node in ast.walk(tree)
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body
+            and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+    return {node.value for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs}
+
+
+def own_file_names() -> Set[str]:
+    """The names layout.py gives the tool's files and folders that look like file names (a dot or a dash in
+    them): an exact copy of one elsewhere is a second owner of that path."""
+    with open(os.path.join(TOP, "src", "ensure_flydsl", "layout.py"), encoding="utf-8") as f:
+        return {s for s in _strings(f.read()) if ("." in s or "-" in s) and " " not in s and s not in GENERIC}
+
+
+def test_layout_names_the_files_it_owns() -> None:
+    assert {"owner.json", "tools.json", "start.lock", ".alive", "history.json", "rocm-overlay"} <= own_file_names()
+
+
+def test_no_module_but_layout_spells_the_tools_file_names() -> None:
+    owned, found = own_file_names(), []
+    for path in _python_files():
+        if path.endswith(os.path.join("ensure_flydsl", "layout.py")) or not path.startswith(os.path.join(TOP, "src")):
+            continue
+        with open(path, encoding="utf-8") as f:
+            found.extend(f"{os.path.relpath(path, TOP)}: {name!r}" for name in sorted(_strings(f.read()) & owned))
     assert found == []

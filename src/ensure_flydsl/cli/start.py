@@ -20,6 +20,7 @@ import filelock
 
 from ensure_flydsl.cli.worker import settings_to_json
 from ensure_flydsl.errors import ExitCode, Stage
+from ensure_flydsl.layout import start_lock_file
 from ensure_flydsl.pipeline.decide import preflight
 from ensure_flydsl.pipeline.publish import withdraw_stale_markers
 from ensure_flydsl.result import result_object
@@ -58,7 +59,7 @@ def start(settings: Settings, environ: Mapping[str, str], reporter: Reporter) ->
     store = RunStore(settings.root)
     store.ensure_folder()
     # Sixteen agents calling `start` at once: one launches, the others join it.
-    with filelock.FileLock(os.path.join(store.folder, "start.lock")):
+    with filelock.FileLock(start_lock_file(store.folder)):
         return _join_or_launch(settings, environ, reporter, store)
 
 

@@ -12,7 +12,7 @@ import os
 import time
 from typing import Mapping, Optional
 
-from ensure_flydsl.layout import stamps_dir
+from ensure_flydsl.layout import stamp_file
 from ensure_flydsl.pipeline.fingerprint import compute, same
 from ensure_flydsl.result import Action, How, Result
 from ensure_flydsl.runs.markers import env_mapping, read_env_json, render_env_sh, withdraw_failure_marker
@@ -20,7 +20,7 @@ from ensure_flydsl.settings import Settings
 
 
 def tree_stamp_path(root: str) -> str:
-    return os.path.join(stamps_dir(root), "tree.json")
+    return stamp_file(root, "tree")
 
 
 def try_warm(settings: Settings, environ: Mapping[str, str]) -> Optional[Result]:

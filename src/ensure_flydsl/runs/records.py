@@ -26,7 +26,15 @@ import uuid
 from typing import Callable, Dict, List, Mapping, Optional
 
 from ensure_flydsl.errors import Stage
-from ensure_flydsl.layout import base_state_dir, history_file, runs_dir
+from ensure_flydsl.layout import (
+    RUN_RECORD_SUFFIX,
+    base_state_dir,
+    current_run_file,
+    history_file,
+    run_alive_file,
+    run_record_file,
+    runs_dir,
+)
 from ensure_flydsl.support import fields
 from ensure_flydsl.support.files import atomic_write, atomic_write_json, read_json
 
@@ -183,10 +191,10 @@ class RunStore:
         self.folder = runs_dir(root)
 
     def record_path(self, run_id: str) -> str:
-        return os.path.join(self.folder, run_id + ".json")
+        return run_record_file(self.folder, run_id)
 
     def alive_path(self, run_id: str) -> str:
-        return os.path.join(self.folder, run_id + ".alive")
+        return run_alive_file(self.folder, run_id)
 
     @property
     def history_path(self) -> str:
@@ -205,22 +213,26 @@ class RunStore:
 
     def current_id(self) -> Optional[str]:
         try:
-            with open(os.path.join(self.folder, "current")) as handle:
+            with open(current_run_file(self.folder)) as handle:
                 value = handle.read().strip()
         except OSError:
             return None
         return value or None
 
     def set_current(self, run_id: str) -> None:
-        atomic_write(os.path.join(self.folder, "current"), (run_id + "\n").encode())
+        atomic_write(current_run_file(self.folder), (run_id + "\n").encode())
 
     def current(self) -> Optional[RunRecord]:
         run_id = self.current_id()
         return self.read(run_id) if run_id else None
 
+    def _record_ids(self) -> List[str]:
+        """The run ids that have a record here (FileNotFoundError before the first run)."""
+        return [n[:-len(RUN_RECORD_SUFFIX)] for n in os.listdir(self.folder) if n.endswith(RUN_RECORD_SUFFIX)]
+
     def records(self) -> List[RunRecord]:
         try:
-            names = [n[:-5] for n in os.listdir(self.folder) if n.endswith(".json")]
+            names = self._record_ids()
         except FileNotFoundError:
             return []
         return [r for r in (self.read(n) for n in names) if r]
@@ -241,7 +253,7 @@ class RunStore:
     def prune(self) -> None:
         """Keep the newest records (and never the current one's or a live run's)."""
         try:
-            names = sorted(n[:-5] for n in os.listdir(self.folder) if n.endswith(".json"))
+            names = sorted(self._record_ids())
         except FileNotFoundError:
             return
         keep = set(names[-KEEP_RECORDS:]) | {self.current_id() or ""}

@@ -20,7 +20,17 @@ import os
 import time
 from typing import Dict, List, Mapping, Optional, Tuple
 
-from ensure_flydsl.layout import BUILD_DIR, ENV_FILE_NAME, ENV_JSON_NAME, STATE_DIR, owner_file, stamps_dir, state_dir
+from ensure_flydsl.layout import (
+    BUILD_DIR,
+    ENV_FILE_NAME,
+    ENV_JSON_NAME,
+    STAMP_SUFFIX,
+    STATE_DIR,
+    owner_file,
+    stamp_file,
+    stamps_dir,
+    state_dir,
+)
 from ensure_flydsl.setting_values import same_repo
 from ensure_flydsl.support import fields
 from ensure_flydsl.support.files import atomic_write_json, read_json, remove_file, remove_tree
@@ -201,10 +211,11 @@ class Stamps:
     """Step stamps of one root (see the module docstring)."""
 
     def __init__(self, root: str) -> None:
+        self.root = root
         self.folder = stamps_dir(root)
 
     def _path(self, step: str) -> str:
-        return os.path.join(self.folder, step + ".json")
+        return stamp_file(self.root, step)
 
     def read(self, step: str) -> Optional[Stamp]:
         return Stamp.from_json(read_json(self._path(step)))
@@ -242,6 +253,6 @@ class Stamps:
 
     def steps(self) -> List[str]:
         try:
-            return sorted(f[:-5] for f in os.listdir(self.folder) if f.endswith(".json"))
+            return sorted(f[:-len(STAMP_SUFFIX)] for f in os.listdir(self.folder) if f.endswith(STAMP_SUFFIX))
         except FileNotFoundError:
             return []

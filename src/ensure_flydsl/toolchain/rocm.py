@@ -30,6 +30,7 @@ import shutil
 from typing import Dict, List, Optional, Tuple
 
 from ensure_flydsl.errors import EnsureError, ExitCode, Stage
+from ensure_flydsl.layout import overlay_stamp
 from ensure_flydsl.support.files import atomic_write, atomic_write_json, read_json, remove_file, remove_tree
 
 _HIP_LIB_REF = re.compile(r"\$\{_IMPORT_PREFIX\}/lib/(libamdhip64\.so[0-9.]*)")
@@ -115,7 +116,7 @@ def _overlay_key(rocm_path: str, check: HipCheck) -> Dict[str, object]:
 def provide_hip_overlay(rocm_path: str, overlay: str, check: HipCheck) -> bool:
     """Build (or keep) the private overlay prefix for ``rocm_path``; return whether anything changed."""
     key = _overlay_key(rocm_path, check)
-    stamp = os.path.join(overlay + ".json")
+    stamp = overlay_stamp(overlay)
     recorded = read_json(stamp)
     if recorded is not None and recorded.get("key") == key and os.path.isdir(overlay):
         return False

