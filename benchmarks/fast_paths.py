@@ -76,11 +76,12 @@ def table(title: str, header: Sequence[str], rows: Sequence[Sequence[object]]) -
 
 
 class Tools:
-    def __init__(self, args: argparse.Namespace) -> None:
+    def __init__(self, args: argparse.Namespace, skip_before: bool = False) -> None:
         self.args = args
         self.work = os.path.abspath(os.path.expanduser(args.work))
         os.makedirs(self.work, exist_ok=True)
-        self.venvs = {"before": self._install("before", self._before_source()), "now": self._install("now", PROJECT)}
+        self.venvs = {} if skip_before else {"before": self._install("before", self._before_source())}
+        self.venvs["now"] = self._install("now", PROJECT)
 
     def _before_source(self) -> str:
         folder = os.path.join(self.work, f"src-{self.args.before}")

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -25,15 +24,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 PROJECT = os.path.dirname(HERE)
 sys.path.insert(0, PROJECT)  # for tests.helpers
 
-from tests.helpers.closing_server import ClosingServer  # noqa: E402
+from tests.helpers.closing_server import ClosingServer, closed_port  # noqa: E402
 from tests.helpers.flydsl_fixture import make_repo  # noqa: E402
 from tests.helpers.workspace import Workspace  # noqa: E402
-
-
-def closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])  # closed again when this returns
 
 
 def main() -> int:

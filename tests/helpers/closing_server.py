@@ -1,5 +1,6 @@
-"""An endpoint that reads each request and closes the connection without a response (a broken proxy),
-counting the connections: what an unusable cache endpoint costs is its number of connections."""
+"""Endpoints that cannot serve a cache: one that reads each request and closes the connection without a
+response (a broken proxy), counting the connections (what an unusable endpoint costs is their number), and
+a closed port."""
 
 from __future__ import annotations
 
@@ -41,3 +42,10 @@ class ClosingServer:
         except OSError:
             pass
         conn.close()
+
+
+def closed_port() -> int:
+    """A port on 127.0.0.1 that nothing listens on (bound, then closed again)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])

@@ -11,7 +11,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -23,7 +22,7 @@ import pytest
 from ensure_flydsl.binary_cache.lease import LeaseRecord, Leases, generation_path
 from ensure_flydsl.binary_cache.store import CacheError, FolderStore
 from tests.helpers.as_nobody import Nobody, unavailable
-from tests.helpers.closing_server import ClosingServer
+from tests.helpers.closing_server import ClosingServer, closed_port
 from tests.helpers.fleet import SharedCache, builds, fleet_host
 from tests.helpers.flydsl_fixture import FixtureRepo
 from tests.helpers.reliability import listing
@@ -155,6 +154,22 @@ def test_a_bucket_that_does_not_exist_is_reported_once_and_the_run_builds(tmp_pa
     assert host.env_twin()["how"] == "built"
 
 
+def test_an_ftp_cache_whose_server_is_down_is_reported_once_and_the_run_builds(
+        tmp_path: "os.PathLike[str]", fixture_repo: FixtureRepo) -> None:
+    """fsspec's FTP connects when the store is made: a refused connection there raised out of the preflight
+    (exit 70).  It is an unreachable cache like any other: one line with advice for its kind, then the build."""
+    down = f"ftp://user:secret@127.0.0.1:{closed_port()}/fleet-cache"
+    shared = SharedCache("folder", str(tmp_path))
+    host = fleet_host(str(tmp_path), fixture_repo, "b", shared, FLYDSL_CACHE=down)
+    out = host.run()
+    said = out.stdout + out.stderr
+    assert out.returncode == 0, said
+    assert said.count(f"cache: {down} cannot be used in this run") == 1, said
+    assert "ConnectionRefusedError" in said and "check the URL's host, port and credentials" in said
+    assert "AWS_ENDPOINT_URL_S3" not in said  # the S3 advice is for S3 caches
+    assert host.env_twin()["how"] == "built"
+
+
 def test_an_unreachable_endpoint_is_tried_once_per_run(tmp_path: "os.PathLike[str]", fixture_repo: FixtureRepo,
                                                        s3_server: S3Server) -> None:
     server = ClosingServer()
@@ -181,10 +196,7 @@ def test_an_unreachable_endpoint_is_tried_once_per_run(tmp_path: "os.PathLike[st
 def test_a_closed_port_is_reported_once_and_the_run_builds(tmp_path: "os.PathLike[str]", fixture_repo: FixtureRepo,
                                                            s3_server: S3Server) -> None:
     shared = SharedCache("s3", str(tmp_path), s3_server)
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]  # closed when the block ends: nothing listens there
-    host = fleet_host(str(tmp_path), fixture_repo, "b", shared, AWS_ENDPOINT_URL_S3=f"http://127.0.0.1:{port}")
+    host = fleet_host(str(tmp_path), fixture_repo, "b", shared, AWS_ENDPOINT_URL_S3=f"http://127.0.0.1:{closed_port()}")
     out = host.run()
     said = out.stdout + out.stderr
     assert out.returncode == 0, said

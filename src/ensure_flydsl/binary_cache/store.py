@@ -66,26 +66,36 @@ class FsspecStore:
         except ImportError:
             raise CacheError(f"the cache {location} is a URL, which needs fsspec: {INSTALL_HINT}, or point "
                              "FLYDSL_CACHE at a folder") from None
+        self.location = location
+        self.read_only = False  # known only by trying: a refused write is reported where it happens
+        self.down: Optional[str] = None  # why the remote cannot be used, once it failed in this run
+        scheme = location.split("://", 1)[0].lower()
+        self.atomic_put = scheme in OBJECT_STORES
+        self.fs: Any = None
+        self.root = ""
         try:
             # Own instance (fsspec shares one per URL otherwise) and no listing cache: another process or
             # host publishes and prunes under us, and a stale listing would hide or resurrect entries.
-            options = remote_options(location.split("://", 1)[0].lower())
-            fs, root = fsspec.core.url_to_fs(location, skip_instance_cache=True, use_listings_cache=False, **options)
+            fs, root = fsspec.core.url_to_fs(location, skip_instance_cache=True, use_listings_cache=False,
+                                             **remote_options(scheme))
         except ImportError as exc:
             raise CacheError(f"the cache {location} needs a package fsspec could not import ({exc}): "
                              f"{INSTALL_HINT}") from None
         except (ValueError, TypeError) as exc:
             raise CacheError(f"the cache location {location} cannot be used: {exc}; use a folder or a URL such "
                              "as s3://bucket/prefix") from None
+        except Exception as exc:
+            # A file system that connects when it is made (FTP, SFTP) and whose server is down or refuses
+            # the login: unreachable, as any remote that fails later, so the run says so once and builds.
+            self.down = (f"cannot connect to the cache {location}: {type(exc).__name__}: {_one_line(exc)}; "
+                         f"{self._advice()}")
+            return
         if hasattr(fs, "retries"):
             fs.retries = REMOTE_RETRIES  # s3fs's own attempts (5), each over botocore's two
-        self.fs: Any = fs
+        self.fs = fs
         self.root = str(root).rstrip("/")
-        self.location = location
         protocols = fs.protocol if isinstance(fs.protocol, (tuple, list)) else (fs.protocol,)
         self.atomic_put = any(p in OBJECT_STORES for p in protocols)
-        self.read_only = False  # known only by trying: a refused write is reported where it happens
-        self.down: Optional[str] = None  # why the remote cannot be used, once it failed in this run
 
     def _path(self, rel: str) -> str:
         return f"{self.root}/{rel}" if self.root else rel
@@ -115,9 +125,14 @@ class FsspecStore:
             raise
         except Exception as exc:
             self._fail(f"cannot {what} in the cache {self.location}: {type(exc).__name__}: {_one_line(exc)}; "
-                       "check the credentials and the endpoint (AWS_ENDPOINT_URL_S3)")
+                       f"{self._advice()}")
         finally:
             waiting.cancel()
+
+    def _advice(self) -> str:
+        if self.location.lower().startswith(("s3://", "s3a://")):
+            return "check the credentials and the endpoint (AWS_ENDPOINT_URL_S3)"
+        return "check the URL's host, port and credentials, and that its server answers"
 
     def _make_parent(self, target: str) -> None:
         """The folder of ``target`` on a file system that has folders (not an object store).  Another host may

@@ -1,0 +1,147 @@
+"""Issue 18's figures: how long a call that cannot succeed takes to say so, and the release way of a tool
+installed with `uv tool install`.
+
+    python benchmarks/agent_limits.py [silent] [hang] [uv] [--before bbd0371|none] [--work DIR]
+
+silent  a remote that accepts connections and never answers, at the default network silence limit (60 s):
+        FLYDSL_REPO pointing at it (a source run of v0.2.2: exit 2 expected), and an S3 cache endpoint
+        (AWS_ENDPOINT_URL_S3) pointing at it (the fixture's few-second build then runs without the cache:
+        exit 0 expected).  Seconds to the exit and connections the run made.
+hang    FLYDSL_PYTHON is a program that never answers, FLYDSL_PROBE_TIMEOUT=3: `start` and `doctor` (exit 64).
+uv      ensure-flydsl installed from this checkout with `uv tool install` (no pip in its environment): the time
+        of the install, then `ensure` with FLYDSL_PIN=v0.2.2 and the release way against the package index
+        (the target interpreter's pip), first with an empty pip cache, then on a second root with it filled.
+
+Each row is one run of the tool before (--before, a commit of this repository; "none" skips it) and of this
+checkout, installed into venvs under --work (default ~/.cache/ensure-flydsl-bench/agent-limits).  The
+silent rows take minutes each before issue 18 (the remote was given up after about 300 s).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Dict, List, Optional, Sequence
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PROJECT = os.path.dirname(HERE)
+sys.path.insert(0, PROJECT)  # for tests.helpers
+sys.path.insert(0, HERE)
+
+from common import check, say, table  # noqa: E402
+from fast_paths import Tools, fixture  # noqa: E402
+
+from tests.helpers.release_fixture import download_wheelhouse, make_release_repo  # noqa: E402
+from tests.helpers.stall_server import stall_server  # noqa: E402
+
+NEVER_ANSWERS = "#!/bin/sh\nexec sleep 3600\n"
+
+
+def timed(cmd: Sequence[str], env: Dict[str, str], timeout: float = 1200) -> "tuple[int, float, str]":
+    started = time.monotonic()
+    out = subprocess.run(list(cmd), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         timeout=timeout, check=False)
+    return out.returncode, time.monotonic() - started, out.stdout
+
+
+def labels(tools: Tools) -> List[str]:
+    return [label for label in ("before", "now") if label in tools.venvs]
+
+
+def bench_silent(tools: Tools, work: str) -> str:
+    repo_url, pin = fixture(work)
+    rows = []
+    for label in labels(tools):
+        with stall_server("silent") as server:
+            base = tempfile.mkdtemp(dir=work, prefix=f"silent-repo-{label}-")
+            env = tools.env(base, f"http://127.0.0.1:{server.port}/FlyDSL.git", "v0.2.2")
+            code, seconds, _ = timed([tools.exe(label)], env)
+            rows.append(["silent repository (FLYDSL_REPO)", label, code, f"{seconds:.1f}", server.accepted])
+        with stall_server("silent") as server:
+            base = tempfile.mkdtemp(dir=work, prefix=f"silent-cache-{label}-")
+            env = tools.env(base, repo_url, pin, FLYDSL_CACHE="s3://bucket/prefix",
+                            AWS_ENDPOINT_URL_S3=f"http://127.0.0.1:{server.port}", AWS_ACCESS_KEY_ID="x",
+                            AWS_SECRET_ACCESS_KEY="x", AWS_DEFAULT_REGION="us-east-1")
+            code, seconds, _ = timed([tools.exe(label)], env)
+            rows.append(["silent S3 cache endpoint, then the build", label, code, f"{seconds:.1f}", server.accepted])
+    return table("a remote that never answers (default limit; one run each)",
+                 ["what", "tool", "exit", "seconds", "connections"], rows)
+
+
+def bench_hang(tools: Tools, work: str) -> str:
+    repo_url, pin = fixture(work)
+    python = os.path.join(work, "never-answers")
+    with open(python, "w") as handle:
+        handle.write(NEVER_ANSWERS)
+    os.chmod(python, 0o755)
+    rows = []
+    for label in labels(tools):
+        for command in ("start", "doctor"):
+            base = tempfile.mkdtemp(dir=work, prefix=f"hang-{label}-")
+            env = tools.env(base, repo_url, pin, FLYDSL_PYTHON=python, FLYDSL_PROBE_TIMEOUT="3")
+            code, seconds, _ = timed([tools.exe(label), command], env)
+            rows.append([f"`{command}`, FLYDSL_PYTHON never answers", label, code, f"{seconds:.1f}"])
+    return table("an interpreter that never answers (FLYDSL_PROBE_TIMEOUT=3; one run each)",
+                 ["what", "tool", "exit", "seconds"], rows)
+
+
+def bench_uv(work: str) -> str:
+    from uv import find_uv_bin
+
+    folder = tempfile.mkdtemp(dir=work, prefix="uv-tool-")
+    env = dict(os.environ, UV_TOOL_DIR=os.path.join(folder, "tools"), UV_TOOL_BIN_DIR=os.path.join(folder, "bin"),
+               UV_CACHE_DIR=os.path.join(folder, "uv-cache"))
+    started = time.monotonic()
+    check([find_uv_bin(), "tool", "install", "--quiet", "--python", sys.executable, "--from", PROJECT,
+           "ensure-flydsl"], env=env)
+    install = time.monotonic() - started
+    tool = os.path.join(folder, "bin", "ensure-flydsl")
+    no_pip = subprocess.run([os.path.join(folder, "tools", "ensure-flydsl", "bin", "python"), "-c", "import pip"],
+                            stderr=subprocess.DEVNULL, check=False).returncode != 0
+    wheelhouse = download_wheelhouse(os.path.join(folder, "wheelhouse"))
+    repo = make_release_repo(os.path.join(folder, "upstream", "FlyDSL.git"), wheelhouse)
+    pip_cache = os.path.join(folder, "pip-cache")
+    rows: List[List[object]] = [["`uv tool install` from this checkout", "-", f"{install:.1f}",
+                                 "no pip in the tool's environment" if no_pip else "pip present"]]
+    for turn in ("first (empty pip cache)", "second root (pip cache filled)"):
+        base = os.path.join(folder, turn.split()[0])
+        run_env = {k: v for k, v in os.environ.items() if not k.startswith(("FLYDSL_", "FIXTURE_", "PIP_"))}
+        run_env.update(FLYDSL_ROOT=os.path.join(base, "FlyDSL"), FLYDSL_REPO=repo.url, FLYDSL_PIN="v0.2.2",
+                       FLYDSL_STRATEGY="release", FLYDSL_PYTHON=sys.executable, PIP_CACHE_DIR=pip_cache)
+        code, seconds, said = timed([tool, "--json"], run_env)
+        how = "released" if '"how": "released"' in said else said.strip().splitlines()[-1][:80]
+        rows.append([f"`ensure` release v0.2.2, {turn}", code, f"{seconds:.1f}", how])
+    shutil.rmtree(folder, ignore_errors=True)
+    return table("the release way, tool installed with `uv tool install` (one run each)",
+                 ["what", "exit", "seconds", "result"], rows)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("which", nargs="*", choices=("silent", "hang", "uv"), default=[])
+    parser.add_argument("--work", default="~/.cache/ensure-flydsl-bench/agent-limits")
+    parser.add_argument("--before", default="bbd0371", help="the commit measured as 'before', or none")
+    args = parser.parse_args(argv)
+    which = args.which or ["silent", "hang", "uv"]
+    work = os.path.abspath(os.path.expanduser(args.work))
+    os.makedirs(work, exist_ok=True)
+    say(f"machine: {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}, Python {sys.version.split()[0]}")
+    if "silent" in which or "hang" in which:
+        tools = Tools(argparse.Namespace(work=work, before=args.before), skip_before=args.before == "none")
+        if "silent" in which:
+            print(bench_silent(tools, work), flush=True)
+        if "hang" in which:
+            print(bench_hang(tools, work), flush=True)
+    if "uv" in which:
+        print(bench_uv(work), flush=True)
+    say(f"load average at the end: {os.getloadavg()[0]:.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
