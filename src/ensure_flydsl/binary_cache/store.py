@@ -28,6 +28,7 @@ import os
 import tempfile
 import threading
 import time
+import urllib.parse
 import uuid
 from typing import IO, Any, Dict, Iterator, List, Optional, Union, cast
 
@@ -61,12 +62,12 @@ class FsspecStore:
     """A cache behind an fsspec URL.  Any failure of the remote (credentials, network) becomes CacheError."""
 
     def __init__(self, location: str) -> None:
+        self.location = shown_location(location)  # what messages name; the URL itself is only connected to
         try:
             fsspec: Any = importlib.import_module("fsspec")
         except ImportError:
-            raise CacheError(f"the cache {location} is a URL, which needs fsspec: {INSTALL_HINT}, or point "
+            raise CacheError(f"the cache {self.location} is a URL, which needs fsspec: {INSTALL_HINT}, or point "
                              "FLYDSL_CACHE at a folder") from None
-        self.location = location
         self.read_only = False  # known only by trying: a refused write is reported where it happens
         self.down: Optional[str] = None  # why the remote cannot be used, once it failed in this run
         scheme = location.split("://", 1)[0].lower()
@@ -79,15 +80,15 @@ class FsspecStore:
             fs, root = fsspec.core.url_to_fs(location, skip_instance_cache=True, use_listings_cache=False,
                                              **remote_options(scheme))
         except ImportError as exc:
-            raise CacheError(f"the cache {location} needs a package fsspec could not import ({exc}): "
+            raise CacheError(f"the cache {self.location} needs a package fsspec could not import ({exc}): "
                              f"{INSTALL_HINT}") from None
         except (ValueError, TypeError) as exc:
-            raise CacheError(f"the cache location {location} cannot be used: {exc}; use a folder or a URL such "
+            raise CacheError(f"the cache location {self.location} cannot be used: {exc}; use a folder or a URL such "
                              "as s3://bucket/prefix") from None
         except Exception as exc:
             # A file system that connects when it is made (FTP, SFTP) and whose server is down or refuses
             # the login: unreachable, as any remote that fails later, so the run says so once and builds.
-            self.down = (f"cannot connect to the cache {location}: {type(exc).__name__}: {_one_line(exc)}; "
+            self.down = (f"cannot connect to the cache {self.location}: {type(exc).__name__}: {_one_line(exc)}; "
                          f"{self._advice()}")
             return
         if hasattr(fs, "retries"):
@@ -130,7 +131,7 @@ class FsspecStore:
             waiting.cancel()
 
     def _advice(self) -> str:
-        if self.location.lower().startswith(("s3://", "s3a://")):
+        if self.location.split("://", 1)[0].lower() in ("s3", "s3a"):
             return "check the credentials and the endpoint (AWS_ENDPOINT_URL_S3)"
         return "check the URL's host, port and credentials, and that its server answers"
 
@@ -253,6 +254,19 @@ class _RemoteReader:
     def read(self, size: int = -1) -> bytes:
         with self._store._remote(f"read {self._rel}"):
             return bytes(self._handle.read(size))
+
+
+def shown_location(location: str) -> str:
+    """``location`` as messages, logs and markers show it: a password in a URL (``ftp://user:pw@host/``)
+    replaced by ``***``."""
+    try:
+        parts = urllib.parse.urlsplit(location)
+        if parts.password is None:
+            return location
+    except ValueError:
+        return location
+    host = parts.netloc.rsplit("@", 1)[1]
+    return urllib.parse.urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}"))
 
 
 def _one_line(exc: BaseException) -> str:

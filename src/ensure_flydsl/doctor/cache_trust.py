@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Optional
 
+from ensure_flydsl.binary_cache.store import shown_location
 from ensure_flydsl.doctor.verdict import OK, WRONG, Check
 from ensure_flydsl.errors import Stage
 from ensure_flydsl.settings import Settings
@@ -24,8 +25,9 @@ def check_cache_trust(settings: Settings) -> Optional[Check]:
         return Check("cache-trust", OK, f"cache entries are installed only when signed by {names}{signing}", "",
                      False, Stage.SETTINGS)
     return Check("cache-trust", WRONG,
-                 f"{trusted} is not set: if other hosts or users can write to {settings.cache}, this host installs "
-                 "whatever they put there (the hashes only prove the blob matches its manifest, not who wrote it)",
+                 f"{trusted} is not set: if other hosts or users can write to {shown_location(settings.cache)}, this "
+                 "host installs whatever they put there (the hashes only prove the blob matches its manifest, not "
+                 "who wrote it)",
                  "sign on the host that builds (FLYDSL_CACHE_SIGNING_KEY, from `ensure-flydsl cache keygen`) and set "
                  f"{trusted} to its .pub file on every host; ignore this if the cache is this host's alone",
                  False, Stage.SETTINGS)

@@ -6,6 +6,7 @@ import os
 from typing import Dict, List, Mapping, Optional, Tuple, Union
 
 from ensure_flydsl.binary_cache.entries import CacheError, open_cache
+from ensure_flydsl.binary_cache.store import shown_location
 from ensure_flydsl.doctor.verdict import MISSING, WRONG, Check, passed, skipped
 from ensure_flydsl.errors import BadInput, EnsureError, Stage
 from ensure_flydsl.layout import tree_folders
@@ -75,7 +76,8 @@ def preflight(settings: Settings, environ: Mapping[str, str], *, writes: bool = 
         try:
             open_cache(settings.cache)
         except CacheError as exc:
-            raise BadInput(settings.label("cache"), settings.cache, f"a usable cache location; {exc}") from None
+            raise BadInput(settings.label("cache"), shown_location(settings.cache), f"a usable cache location; {exc}") \
+                from None
     try:
         return describe_interpreter(settings.python, environ, timeout=settings.probe_timeout,
                                     timeout_label=settings.label("probe_timeout"))

@@ -15,6 +15,7 @@ import re
 from typing import Dict, Mapping, Optional
 
 from ensure_flydsl.binary_cache.entries import Cache, CacheCorrupt, CacheError, cache_key, format_size, open_cache
+from ensure_flydsl.binary_cache.store import shown_location
 from ensure_flydsl.binary_cache.stored import CacheUnreachable
 from ensure_flydsl.errors import Plan, Stage
 from ensure_flydsl.layout import build_made_record, cached_mlir_dir, packages_dir
@@ -53,7 +54,7 @@ def open_run_cache(run: Run) -> Optional[Cache]:
     try:
         cache = open_cache(location)
     except CacheError as exc:  # the preflight checked it; it may have gone away since
-        run.say(f"cache: {location} cannot be used now ({exc}); going on without it")
+        run.say(f"cache: {shown_location(location)} cannot be used now ({exc}); going on without it")
         return None
     if cache.down is not None:  # a store that connects when made (FTP, SFTP) and could not
         cache_failed(run, cache, CacheUnreachable(cache.down), "open")
