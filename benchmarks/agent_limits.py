@@ -132,7 +132,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     os.makedirs(work, exist_ok=True)
     say(f"machine: {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}, Python {sys.version.split()[0]}")
     if "silent" in which or "hang" in which:
-        tools = Tools(argparse.Namespace(work=work, before=args.before), skip_before=args.before == "none")
+        tools = Tools(argparse.Namespace(work=work, before=args.before), skip_before=args.before == "none",
+                      extras="[s3]")
         if "silent" in which:
             print(bench_silent(tools, work), flush=True)
         if "hang" in which:

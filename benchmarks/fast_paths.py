@@ -76,8 +76,9 @@ def table(title: str, header: Sequence[str], rows: Sequence[Sequence[object]]) -
 
 
 class Tools:
-    def __init__(self, args: argparse.Namespace, skip_before: bool = False) -> None:
+    def __init__(self, args: argparse.Namespace, skip_before: bool = False, extras: str = "") -> None:
         self.args = args
+        self.extras = extras  # e.g. "[s3]": installed with each tool
         self.work = os.path.abspath(os.path.expanduser(args.work))
         os.makedirs(self.work, exist_ok=True)
         self.venvs = {} if skip_before else {"before": self._install("before", self._before_source())}
@@ -102,7 +103,8 @@ class Tools:
             return venv
         say(f"installing ensure-flydsl from {source} (not editable) into {venv}")
         extra = [] if fresh else ["--no-deps", "--force-reinstall"]
-        check([os.path.join(venv, "bin", "pip"), "install", "-q", "--disable-pip-version-check", *extra, source])
+        check([os.path.join(venv, "bin", "pip"), "install", "-q", "--disable-pip-version-check", *extra,
+               source + self.extras])
         return venv
 
     def exe(self, label: str) -> str:
