@@ -60,8 +60,8 @@ def open_run_cache(run: Run) -> Optional[Cache]:
         cache_failed(run, cache, CacheUnreachable(cache.down), "open")
         return None
     if cache.read_only:
-        run.say(f"cache: {location} is read-only for this user: entries are fetched from it, nothing is published "
-                "to it and builds take no lease there (make it writable to share this host's builds)")
+        run.say(f"cache: {cache.location} is read-only for this user: entries are fetched from it, nothing is "
+                "published to it and builds take no lease there (make it writable to share this host's builds)")
     return cache
 
 
