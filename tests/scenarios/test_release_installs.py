@@ -15,6 +15,7 @@ from typing import Dict
 
 import pytest
 
+from tests.helpers.build_fixtures import cmake_lists, commit_build_files, make_fake_mlir
 from tests.helpers.flydsl_fixture import FixtureRepo, add_submodule, git
 from tests.helpers.scenario import assert_one_tree
 from tests.helpers.workspace import Workspace
@@ -147,6 +148,29 @@ def test_auto_that_cannot_build_names_a_release_with_a_wheel(ws: Workspace, whee
     os.makedirs(empty, exist_ok=True)
     out = ws.run(FIXTURE_BUILD_HOOK="exit 1", **dict(offline(wheelhouse), PIP_FIND_LINKS=empty))
     assert out.returncode == 5 and "has a wheel for this interpreter" not in out.stderr
+
+
+def test_the_doctor_predicts_the_release_hint_when_auto_cannot_build(
+        tmp_path: "os.PathLike[str]", own_repo: FixtureRepo, wheelhouse: str) -> None:
+    """The doctor predicts what ensure does: auto's source build is blocked (no HIP here, and the pin needs
+    it), so its verdict names the release ensure's failure would name; with no wheel, no such line."""
+    commit_build_files(own_repo, "hip", {"CMakeLists.txt": cmake_lists(hip=True)})
+    ws = Workspace(os.path.join(str(tmp_path), "base"), own_repo)
+    env = dict(offline(wheelhouse), FLYDSL_PIN=own_repo.commits["hip"],
+               MLIR_PATH=make_fake_mlir(os.path.join(str(tmp_path), "mlir")))
+    out = ws.run("doctor", "--json", timeout=120, **env)
+    data = json.loads(out.stdout)
+    suggestion = "FLYDSL_PIN=v0.2.2 has a wheel for this interpreter: about 10 s, nothing built"
+    assert out.returncode == 5 and data["exit_code"] == 5 and not data["ok"], data["verdict"]
+    assert data["suggestion"] == suggestion
+    assert data["verdict"].endswith(f"(a run would stop at its build step, exit 5); or, without a build, {suggestion}")
+    out = ws.run("doctor", timeout=120, **env)
+    assert out.returncode == 5 and f"or, without a build, {suggestion}" in out.stdout
+    empty = os.path.join(str(tmp_path), "empty-wheelhouse")
+    os.makedirs(empty)
+    data = json.loads(ws.run("doctor", "--json", timeout=120, **dict(env, PIP_FIND_LINKS=empty)).stdout)
+    assert data["suggestion"] is None and "without a build" not in data["verdict"]
+    assert not os.path.exists(ws.root)  # the doctor creates nothing
 
 
 def test_the_release_hint_never_waits_long_for_a_silent_index(ws: Workspace) -> None:

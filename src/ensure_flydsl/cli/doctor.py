@@ -1,7 +1,8 @@
 """``ensure-flydsl doctor [--json]``: can the configured strategy succeed here, and if not, why not.
 
 Prints one line per check (status, name, detail; a remedy line under each that is not ok) and a verdict,
-or with ``--json`` one object ``{strategy, ok, exit_code, verdict, needs, checks, seconds}``.
+or with ``--json`` one object ``{strategy, ok, exit_code, verdict, needs, checks, seconds, suggestion}``
+(``suggestion``: under ``auto``, a release to install when the source build is blocked, else null).
 
 Exit 0 only if the configured strategy can succeed here (or a reusable FlyDSL is already there); else the
 exit code of the step a run would stop at first (the first blocking check's stage): 64 a setting, 2 fetch,

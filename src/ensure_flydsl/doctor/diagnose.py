@@ -44,6 +44,7 @@ from ensure_flydsl.doctor.local_checks import (
     llvm_step_needed,
     memory_check,
 )
+from ensure_flydsl.doctor.release_hint import release_instead
 from ensure_flydsl.doctor.remote_checks import (
     check_index,
     check_llvm_source,
@@ -178,6 +179,7 @@ class Diagnosis:
     checks: Tuple[Check, ...]
     needs: Optional[BuildNeeds]
     seconds: float
+    suggestion: Optional[str] = None  # auto's way around a blocked source build (doctor/release_hint.py)
 
     @property
     def reusable(self) -> bool:
@@ -203,8 +205,9 @@ class Diagnosis:
             return f"the configured strategy ({self.strategy}) can succeed here: a reusable FlyDSL is there{tail}"
         if first is None:
             return f"the configured strategy ({self.strategy}) can succeed here"
+        instead = f"; or, without a build, {self.suggestion}" if self.suggestion else ""
         return (f"the configured strategy ({self.strategy}) cannot succeed here: {first.name}: {first.detail} "
-                f"(a run would stop at its {first.stage} step, exit {first.exit_code})")
+                f"(a run would stop at its {first.stage} step, exit {first.exit_code}){instead}")
 
     def to_json(self) -> Dict[str, object]:
         return {
@@ -215,6 +218,7 @@ class Diagnosis:
             "needs": self.needs.to_json() if self.needs else None,
             "checks": [c.to_json() for c in self.checks],
             "seconds": round(self.seconds, 3),
+            "suggestion": self.suggestion,
         }
 
 
@@ -225,7 +229,12 @@ def diagnose(settings: Settings, environ: Mapping[str, str], *, reuse: Optional[
     needs = None
     if settings.strategy in ("auto", "source"):
         needs = find_needs(settings.root, mirrored(settings), settings.pin, checkout, environ)
-    return Diagnosis(settings.strategy, tuple(checks), needs, time.monotonic() - started)
+    diagnosis = Diagnosis(settings.strategy, tuple(checks), needs, time.monotonic() - started)
+    blocking = diagnosis.first_blocking
+    if not diagnosis.ok and blocking is not None:
+        suggestion = release_instead(settings, environ, blocking)
+        diagnosis = dataclasses.replace(diagnosis, suggestion=suggestion, seconds=time.monotonic() - started)
+    return diagnosis
 
 
 def status_label(check: Check) -> str:

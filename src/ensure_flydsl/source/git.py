@@ -70,6 +70,12 @@ def git_env(repo: str, mirrors: GitMirrors) -> Dict[str, str]:
     return env
 
 
+def tag_names(ls_remote: str) -> List[str]:
+    """The tag names in ``git ls-remote`` output (an annotated tag's peeled line counted once)."""
+    names = [line.partition("\t")[2].strip() for line in ls_remote.splitlines()]
+    return sorted({n[len("refs/tags/"):].removesuffix("^{}") for n in names if n.startswith("refs/tags/")})
+
+
 def git(root: str, *args: str, repo: str, mirrors: GitMirrors, timeout: Optional[float] = None,
         silence_s: Optional[float] = None) -> str:
     """Run git in ``root``; a network command (ls-remote, fetch, submodule update) is stopped after
@@ -300,8 +306,7 @@ class Checkout:
             out = self.git("ls-remote", "--tags", "origin", silence_s=silence_s)
         except (CommandFailed, EnsureError):
             return None
-        names = [line.partition("\t")[2].strip() for line in out.splitlines()]
-        return sorted({n[len("refs/tags/"):].removesuffix("^{}") for n in names if n.startswith("refs/tags/")})
+        return tag_names(out)
 
     def tags_at(self, commit: str) -> List[str]:
         """The tags that point at ``commit`` (a release tag's commit has its ``vX`` among them)."""
