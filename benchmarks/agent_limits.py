@@ -1,7 +1,7 @@
 """Issue 18's figures: how long a call that cannot succeed takes to say so, and the release way of a tool
 installed with `uv tool install`.
 
-    python benchmarks/agent_limits.py [silent] [hang] [uv] [--before bbd0371|none] [--work DIR]
+    python benchmarks/agent_limits.py [silent] [hang] [uv] [--before bbd0371|none] [--cap 900] [--work DIR]
 
 silent  a remote that accepts connections and never answers, at the default network silence limit (60 s):
         FLYDSL_REPO pointing at it (a source run of v0.2.2: exit 2 expected), and an S3 cache endpoint
@@ -14,7 +14,8 @@ uv      ensure-flydsl installed from this checkout with `uv tool install` (no pi
 
 Each row is one run of the tool before (--before, a commit of this repository; "none" skips it) and of this
 checkout, installed into venvs under --work (default ~/.cache/ensure-flydsl-bench/agent-limits).  The
-silent rows take minutes each before issue 18 (the remote was given up after about 300 s).
+silent rows take minutes each before issue 18 (the repository was given up after about 300 s; the cache was
+tried again at each step), so a run still going after --cap seconds is stopped and shown as "> CAP".
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -42,11 +44,21 @@ from tests.helpers.stall_server import stall_server  # noqa: E402
 NEVER_ANSWERS = "#!/bin/sh\nexec sleep 3600\n"
 
 
-def timed(cmd: Sequence[str], env: Dict[str, str], timeout: float = 1200) -> "tuple[int, float, str]":
+CAP_S = [900.0]  # --cap: a run still going then is stopped (its process group) and shown as "> CAP"
+
+
+def timed(cmd: Sequence[str], env: Dict[str, str]) -> "tuple[object, object, str]":
+    """(exit code, seconds, output); ("-", "> CAP") for a run stopped at the cap."""
     started = time.monotonic()
-    out = subprocess.run(list(cmd), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                         timeout=timeout, check=False)
-    return out.returncode, time.monotonic() - started, out.stdout
+    proc = subprocess.Popen(list(cmd), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    try:
+        said, _ = proc.communicate(timeout=CAP_S[0])
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        said, _ = proc.communicate()
+        return "-", f"> {CAP_S[0]:.0f}", said
+    return proc.returncode, f"{time.monotonic() - started:.1f}", said
 
 
 def labels(tools: Tools) -> List[str]:
@@ -61,14 +73,14 @@ def bench_silent(tools: Tools, work: str) -> str:
             base = tempfile.mkdtemp(dir=work, prefix=f"silent-repo-{label}-")
             env = tools.env(base, f"http://127.0.0.1:{server.port}/FlyDSL.git", "v0.2.2")
             code, seconds, _ = timed([tools.exe(label)], env)
-            rows.append(["silent repository (FLYDSL_REPO)", label, code, f"{seconds:.1f}", server.accepted])
+            rows.append(["silent repository (FLYDSL_REPO)", label, code, seconds, server.accepted])
         with stall_server("silent") as server:
             base = tempfile.mkdtemp(dir=work, prefix=f"silent-cache-{label}-")
             env = tools.env(base, repo_url, pin, FLYDSL_CACHE="s3://bucket/prefix",
                             AWS_ENDPOINT_URL_S3=f"http://127.0.0.1:{server.port}", AWS_ACCESS_KEY_ID="x",
                             AWS_SECRET_ACCESS_KEY="x", AWS_DEFAULT_REGION="us-east-1")
             code, seconds, _ = timed([tools.exe(label)], env)
-            rows.append(["silent S3 cache endpoint, then the build", label, code, f"{seconds:.1f}", server.accepted])
+            rows.append(["silent S3 cache endpoint, then the build", label, code, seconds, server.accepted])
     return table("a remote that never answers (default limit; one run each)",
                  ["what", "tool", "exit", "seconds", "connections"], rows)
 
@@ -85,7 +97,7 @@ def bench_hang(tools: Tools, work: str) -> str:
             base = tempfile.mkdtemp(dir=work, prefix=f"hang-{label}-")
             env = tools.env(base, repo_url, pin, FLYDSL_PYTHON=python, FLYDSL_PROBE_TIMEOUT="3")
             code, seconds, _ = timed([tools.exe(label), command], env)
-            rows.append([f"`{command}`, FLYDSL_PYTHON never answers", label, code, f"{seconds:.1f}"])
+            rows.append([f"`{command}`, FLYDSL_PYTHON never answers", label, code, seconds])
     return table("an interpreter that never answers (FLYDSL_PROBE_TIMEOUT=3; one run each)",
                  ["what", "tool", "exit", "seconds"], rows)
 
@@ -115,7 +127,7 @@ def bench_uv(work: str) -> str:
                        FLYDSL_STRATEGY="release", FLYDSL_PYTHON=sys.executable, PIP_CACHE_DIR=pip_cache)
         code, seconds, said = timed([tool, "--json"], run_env)
         how = "released" if '"how": "released"' in said else said.strip().splitlines()[-1][:80]
-        rows.append([f"`ensure` release v0.2.2, {turn}", code, f"{seconds:.1f}", how])
+        rows.append([f"`ensure` release v0.2.2, {turn}", code, seconds, how])
     shutil.rmtree(folder, ignore_errors=True)
     return table("the release way, tool installed with `uv tool install` (one run each)",
                  ["what", "exit", "seconds", "result"], rows)
@@ -126,7 +138,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("which", nargs="*", choices=("silent", "hang", "uv"), default=[])
     parser.add_argument("--work", default="~/.cache/ensure-flydsl-bench/agent-limits")
     parser.add_argument("--before", default="bbd0371", help="the commit measured as 'before', or none")
+    parser.add_argument("--cap", type=float, default=900.0, help="seconds after which a run is stopped")
     args = parser.parse_args(argv)
+    CAP_S[0] = args.cap
     which = args.which or ["silent", "hang", "uv"]
     work = os.path.abspath(os.path.expanduser(args.work))
     os.makedirs(work, exist_ok=True)
