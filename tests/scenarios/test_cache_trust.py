@@ -179,7 +179,7 @@ def test_an_unreachable_endpoint_is_tried_once_per_run(tmp_path: "os.PathLike[st
     host = fleet_host(str(tmp_path), fixture_repo, "b", shared, **env)
     # What one operation costs (s3fs's and botocore's retries): the whole run may cost no more.
     one = subprocess.run([sys.executable, "-c", "from ensure_flydsl.binary_cache.store import open_store, CacheError\n"
-                          f"try:\n    open_store({shared.url!r}).read_bytes('entries/x.json')\n"
+                          f"try:\n    open_store({shared.url!r}).read_bytes('entries/x.json', 4096)\n"
                           "except CacheError as exc:\n    print(type(exc).__name__)"],
                          env=dict(host.env), stdout=subprocess.PIPE, text=True, check=True)
     assert one.stdout.strip() == "CacheUnreachable"
@@ -205,6 +205,49 @@ def test_a_closed_port_is_reported_once_and_the_run_builds(tmp_path: "os.PathLik
     assert "EndpointConnectionError" in said and "does not try it again" in said
     assert said.count("cache: ") == 1, said  # no other step tried it, nor said anything about it
     assert host.env_twin()["how"] == "built"
+
+
+READ_HUGE = """
+import resource, sys
+if sys.argv[3] == "limit":  # 1 GiB of address space: a whole read of the planted 8 GiB files cannot happen
+    resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+from ensure_flydsl.binary_cache.entries import open_cache
+from ensure_flydsl.binary_cache.lease import Leases
+cache = open_cache(sys.argv[1])
+print(cache.lookup("tree", sys.argv[2]))
+print(cache.warnings)
+print(Leases(cache.store, 60.0).newest("tree", sys.argv[2]))
+"""
+
+
+@pytest.mark.parametrize("where", ["folder", "s3"])
+def test_a_huge_manifest_or_lease_record_is_read_no_further(where: str, tmp_path: "os.PathLike[str]",
+                                                            request: pytest.FixtureRequest) -> None:
+    """A planted manifest or lease record is never trusted to be small: the store reads at most its bound
+    (64 MiB, 64 KiB) plus one byte and refuses it (it was read whole: 8 GiB into memory on every host)."""
+    key = "ab" * 32
+    if where == "folder":
+        shared = SharedCache("folder", str(tmp_path))
+        for rel in (f"entries/tree/{key}.json", f"leases/tree/{key}/0000000001.json"):
+            os.makedirs(os.path.dirname(os.path.join(shared.url, rel)), exist_ok=True)
+            with open(os.path.join(shared.url, rel), "wb") as handle:
+                handle.truncate(8 << 30)  # sparse: 8 GiB that take no disk
+        limit = "limit"
+    else:
+        shared = SharedCache("s3", str(tmp_path), request.getfixturevalue("s3_server"))
+        assert shared.server is not None
+        client = shared.server.client()  # S3 sizes it can hold here: past each bound, not gigabytes
+        client.put_object(Bucket=shared.bucket, Key=f"builds/entries/tree/{key}.json", Body=b" " * ((64 << 20) + 1))
+        client.put_object(Bucket=shared.bucket, Key=f"builds/leases/tree/{key}/0000000001.json",
+                          Body=b" " * ((64 << 10) + 1))
+        limit = "none"
+    out = subprocess.run([sys.executable, "-c", READ_HUGE, shared.url, key, limit], env=dict(os.environ, **shared.env),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120, check=False)
+    assert out.returncode == 0, out.stderr
+    found, warnings, lease = out.stdout.splitlines()
+    assert found == "None"  # a miss: the run builds
+    assert f"entries/tree/{key}.json is larger than 67108864 bytes, which no record of this tool is" in warnings
+    assert "host='an unknown host'" in lease, lease  # a lease of an unknown holder, as any unreadable record
 
 
 def test_a_generation_beyond_the_last_is_refused_and_built_around(tmp_path: "os.PathLike[str]") -> None:

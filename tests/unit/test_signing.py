@@ -193,7 +193,7 @@ def test_any_tampered_manifest_in_a_store_is_refused(tmp_path: "os.PathLike[str]
         entry = parse_manifest(tampered)
     except ValueError:
         return  # not a manifest any more: a miss, never installed
-    store.put_bytes(signature_path("tree", KEY, tampered, "k1"), store.read_bytes(rel) or b"")
+    store.put_bytes(signature_path("tree", KEY, tampered, "k1"), store.read_bytes(rel, 1 << 20) or b"")
     verdict = check_entry(store, entry, [P1])
     assert not verdict.trusted and "changed after k1 signed it" in verdict.problem
 

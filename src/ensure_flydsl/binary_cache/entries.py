@@ -54,6 +54,7 @@ from typing import IO, Dict, List, Mapping, Optional, Sequence, Tuple, cast
 from ensure_flydsl.binary_cache.archive import CHUNK, Member, check_members, extract_checked, pack, walk
 from ensure_flydsl.binary_cache.manifest import (
     HEX64,
+    MAX_MANIFEST_BYTES,
     CacheEntry,
     blob_path,
     cache_key,
@@ -133,7 +134,7 @@ class Cache:
         """The entry published under ``kind``/``key``, or None (a miss, or a manifest that cannot be parsed)."""
         rel = manifest_path(kind, key)
         try:
-            data = self._store.read_bytes(rel)
+            data = self._store.read_bytes(rel, MAX_MANIFEST_BYTES)
         except CacheCorrupt as exc:  # a FIFO, a link...: not a manifest; built around like a torn one
             self.warnings.append(f"ignored the manifest {rel} in {self.location}: {exc.reason}")
             return None
@@ -158,7 +159,7 @@ class Cache:
             if not stored.path.endswith(".json") or stored.path.rsplit("/", 1)[-1].startswith("."):
                 continue
             try:
-                data = self._store.read_bytes(stored.path)
+                data = self._store.read_bytes(stored.path, MAX_MANIFEST_BYTES)
                 if data is None:
                     continue  # pruned meanwhile
                 found.append((stored.path, parse_manifest(data)))

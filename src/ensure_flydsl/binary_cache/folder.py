@@ -26,7 +26,7 @@ import stat
 import tempfile
 from typing import IO, Iterator, List, Optional
 
-from ensure_flydsl.binary_cache.stored import CacheCorrupt, CacheError, StoredFile
+from ensure_flydsl.binary_cache.stored import CacheCorrupt, CacheError, StoredFile, bounded
 from ensure_flydsl.support.files import atomic_write, move_into_place
 
 _READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
@@ -125,14 +125,17 @@ class FolderStore:
             raise
 
     # -- reading ----------------------------------------------------------------------------------------
-    def read_bytes(self, rel: str) -> Optional[bytes]:
+    def read_bytes(self, rel: str, limit: int) -> Optional[bytes]:
+        """The file's bytes, or None when it does not exist; CacheCorrupt past ``limit`` bytes (only that much
+        more is read: a planted file is never trusted to be small)."""
         try:
             with self._open_regular(rel) as handle:
-                return handle.read()
+                data = handle.read(limit + 1)
         except FileNotFoundError:
             return None
         except OSError as exc:
             raise CacheError(f"cannot read {self._abs(rel)} in the cache: {exc.strerror or exc}") from None
+        return bounded(data, rel, limit)
 
     @contextlib.contextmanager
     def open_read(self, rel: str) -> Iterator[IO[bytes]]:

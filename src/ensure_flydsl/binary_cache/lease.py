@@ -35,7 +35,7 @@ import time
 import uuid
 from typing import Callable, Dict, List, Optional, Tuple
 
-from ensure_flydsl.binary_cache.lease_record import BUILDING, FAILED, MAX_REASON, LeaseRecord
+from ensure_flydsl.binary_cache.lease_record import BUILDING, FAILED, MAX_REASON, MAX_RECORD_BYTES, LeaseRecord
 from ensure_flydsl.binary_cache.manifest import check_name
 from ensure_flydsl.binary_cache.store import CacheCorrupt, CacheError, CacheUnreachable, Store
 
@@ -106,7 +106,7 @@ class Leases:
     def newest(self, kind: str, key: str) -> Optional[LeaseRecord]:
         for generation in reversed(self.generations(kind, key)):
             try:
-                data = self.store.read_bytes(generation_path(kind, key, generation))
+                data = self.store.read_bytes(generation_path(kind, key, generation), MAX_RECORD_BYTES)
             except CacheCorrupt as exc:  # a FIFO, a link: no record, but it stands there like one
                 return LeaseRecord.unknown(kind, key, generation, exc.reason)
             if data is not None:  # else removed since the listing

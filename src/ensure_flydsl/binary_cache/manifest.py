@@ -14,6 +14,9 @@ from ensure_flydsl.binary_cache.archive import Member
 from ensure_flydsl.binary_cache.store import StoredFile
 
 FORMAT = 1
+# A manifest names each member with its hash (about 150 bytes a file): a real FlyDSL tree or MLIR install
+# takes a few MB.  A larger object is read no further and refused, as a planted one.
+MAX_MANIFEST_BYTES = 64 << 20
 KIND = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
 HEX64 = re.compile(r"^[0-9a-f]{64}$")
 

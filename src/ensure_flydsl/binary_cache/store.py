@@ -33,7 +33,7 @@ import uuid
 from typing import IO, Any, Dict, Iterator, List, Optional, Union, cast
 
 from ensure_flydsl.binary_cache.folder import FolderStore
-from ensure_flydsl.binary_cache.stored import CacheCorrupt, CacheError, CacheUnreachable, StoredFile
+from ensure_flydsl.binary_cache.stored import CacheCorrupt, CacheError, CacheUnreachable, StoredFile, bounded
 from ensure_flydsl.support.processes import heartbeat, network_silence_s, waiting_line
 
 INSTALL_HINT = "install the extra: pip install 'ensure-flydsl[s3]' (fsspec and s3fs)"
@@ -152,12 +152,15 @@ class FsspecStore:
         self.down = message
         raise CacheUnreachable(message) from None
 
-    def read_bytes(self, rel: str) -> Optional[bytes]:
+    def read_bytes(self, rel: str, limit: int) -> Optional[bytes]:
+        """The object's bytes, or None when it does not exist; CacheCorrupt past ``limit`` bytes (only that
+        much more is read: a store's object is never trusted to be small)."""
         try:
             with self._remote(f"read {rel}"):
-                return bytes(self.fs.cat_file(self._path(rel)))
+                data = bytes(self.fs.cat_file(self._path(rel), start=0, end=limit + 1))
         except FileNotFoundError:
             return None
+        return bounded(data, rel, limit)
 
     @contextlib.contextmanager
     def open_read(self, rel: str) -> Iterator[IO[bytes]]:

@@ -31,3 +31,11 @@ class StoredFile:
     path: str  # relative to the cache's root, "/"-separated
     size: int
     mtime: Optional[float]  # None when the file system does not say
+
+
+def bounded(data: bytes, rel: str, limit: int) -> bytes:
+    """``data`` read as at most ``limit + 1`` bytes of ``rel``: CacheCorrupt when it is more than ``limit``
+    (a manifest or record that large was not written by this tool; reading it whole could exhaust memory)."""
+    if len(data) > limit:
+        raise CacheCorrupt(f"{rel} is larger than {limit} bytes, which no record of this tool is")
+    return data
