@@ -21,7 +21,7 @@ from ensure_flydsl.runs.markers import tail_of
 from ensure_flydsl.runs.records import RunStore
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.source.root import Stamps, claim_root, is_ours
-from ensure_flydsl.support.files import read_json, remove_file
+from ensure_flydsl.support.files import read_json, read_regular, remove_file
 
 
 def withdraw_stale_markers(settings: Settings, say: Callable[[str], None]) -> None:
@@ -134,11 +134,8 @@ def clear_answered_failure(run: Run) -> None:
 
 
 def _read_text(path: str) -> Optional[str]:
-    try:
-        with open(path) as handle:
-            return handle.read()
-    except OSError:
-        return None
+    raw = read_regular(path)
+    return None if raw is None else raw.decode(errors="replace")
 
 
 def record_failure(run: Run, exc: BaseException) -> None:

@@ -17,6 +17,7 @@ from ensure_flydsl.pipeline.fingerprint import compute, same
 from ensure_flydsl.result import Action, How, Result
 from ensure_flydsl.runs.markers import env_mapping, read_env_json, render_env_sh, withdraw_failure_marker
 from ensure_flydsl.settings import Settings
+from ensure_flydsl.support.files import read_regular
 
 
 def tree_stamp_path(root: str) -> str:
@@ -35,11 +36,9 @@ def try_warm(settings: Settings, environ: Mapping[str, str]) -> Optional[Result]
         if twin_gap(twin, settings.request(), environ.get("PATH")) is not None:
             return None
     prepend = twin.pythonpath_prepend
-    try:
-        with open(settings.env_file) as handle:
-            if handle.read() != render_env_sh(settings.root, prepend, settings.shim_dir, settings.vllm_moe):
-                return None
-    except OSError:
+    written = read_regular(settings.env_file)
+    if written is None or written.decode(errors="replace") != render_env_sh(settings.root, prepend, settings.shim_dir,
+                                                                             settings.vllm_moe):
         return None
     now = compute(request=twin.request, python=settings.python, environ=environ, watch=twin.watch,
                   site_dirs=twin.site_dirs, tree_stamp=tree_stamp_path(settings.root), tree_folders=prepend)

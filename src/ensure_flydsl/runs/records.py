@@ -36,7 +36,7 @@ from ensure_flydsl.layout import (
     runs_dir,
 )
 from ensure_flydsl.support import fields
-from ensure_flydsl.support.files import atomic_write, atomic_write_json, read_json
+from ensure_flydsl.support.files import atomic_write, atomic_write_json, read_json, read_regular
 
 RUNNING, SUCCEEDED, FAILED = "running", "succeeded", "failed"
 KEEP_RECORDS = 20
@@ -212,11 +212,8 @@ class RunStore:
         atomic_write_json(self.record_path(record.run_id), record.to_json())
 
     def current_id(self) -> Optional[str]:
-        try:
-            with open(current_run_file(self.folder)) as handle:
-                value = handle.read().strip()
-        except OSError:
-            return None
+        raw = read_regular(current_run_file(self.folder), 4096)
+        value = raw.decode(errors="replace").strip() if raw is not None else ""
         return value or None
 
     def set_current(self, run_id: str) -> None:

@@ -52,12 +52,42 @@ def atomic_write_json(path: str, obj: object, mode: int = 0o644) -> None:
     atomic_write(path, (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode(), mode)
 
 
-def read_json(path: str) -> Optional[Dict[str, object]]:
-    """The JSON object in ``path``, or None when it is missing or not a JSON object (a torn or foreign file)."""
+# The tool's own files (markers, twins, records, stamps, the env file) hold a few KB; a larger one is not
+# the tool's.
+MAX_OWN_FILE_BYTES = 16 << 20
+
+
+def read_regular(path: str, limit: int = MAX_OWN_FILE_BYTES) -> Optional[bytes]:
+    """The bytes of the regular file ``path``, or None when it is missing, unreadable, not a regular file or
+    larger than ``limit``.  Opened without blocking and checked before reading: a FIFO planted at one of the
+    tool's paths would otherwise hang every caller that looks (the warm path first)."""
     try:
-        with open(path, "rb") as handle:
-            data = json.loads(handle.read().decode())
-    except (OSError, ValueError):
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        with os.fdopen(fd, "rb") as handle:
+            fd = -1  # the handle closes it
+            raw = handle.read(limit + 1)
+    except OSError:
+        return None
+    finally:
+        if fd >= 0:
+            os.close(fd)
+    return raw if len(raw) <= limit else None
+
+
+def read_json(path: str) -> Optional[Dict[str, object]]:
+    """The JSON object in ``path``, or None when it is missing or not a JSON object (a torn or foreign file,
+    or not a regular file: ``read_regular``)."""
+    raw = read_regular(path)
+    if raw is None:
+        return None
+    try:
+        data = json.loads(raw.decode())
+    except ValueError:
         return None
     return data if isinstance(data, dict) else None
 
