@@ -26,11 +26,11 @@ from __future__ import annotations
 
 import json
 import os
-import stat
 from typing import Dict, List, Mapping, Optional, Sequence
 
 from ensure_flydsl.layout import packages_dir
 from ensure_flydsl.runs.markers import without_folders
+from ensure_flydsl.support.files import read_regular
 
 FINGERPRINT_VERSION = 3
 PYTHON_ENV = ("PYTHONPATH", "PYTHONHOME", "PYTHONNOUSERSITE", "PYTHONPLATLIBDIR", "PYTHONSAFEPATH", "PYTHONUSERBASE")
@@ -98,28 +98,10 @@ def site_stats(site_dirs: Sequence[str]) -> List[List[object]]:
 
 
 def regular_text(path: str) -> Optional[str]:
-    """The text of ``path`` if it is a regular file (a FIFO planted as a ``.pth`` must not hang the call)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    except OSError:
-        return None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        with os.fdopen(fd, encoding="utf-8", errors="replace", closefd=False) as handle:
-            return handle.read()
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-
-
-def file_text(path: str) -> Optional[str]:
-    try:
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            return handle.read()
-    except OSError:
-        return None
+    """The text of ``path`` if it is a regular file (a FIFO planted as a ``.pth`` or at the stamp must not hang
+    the call; support/files.py: read_regular)."""
+    raw = read_regular(path)
+    return None if raw is None else raw.decode("utf-8", errors="replace")
 
 
 def compute(
@@ -140,7 +122,7 @@ def compute(
         "environment": python_environment(environ, tree_folders),
         "tree": {folder: folder_listing(folder) for folder in watch},
         "sites": site_stats(site_dirs),
-        "stamp": file_text(tree_stamp),
+        "stamp": regular_text(tree_stamp),
     }
 
 
