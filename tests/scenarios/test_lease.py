@@ -318,6 +318,35 @@ def test_on_such_a_store_each_host_builds_without_a_lease_as_before(tmp_path: "o
         files for _d, _s, files in os.walk(os.path.join(ftp.home, "fleet-cache", "leases")))
 
 
+def test_what_a_killed_writer_left_goes_with_its_generation(tmp_path: "os.PathLike[str]") -> None:
+    """A holder killed with kill -9 in the middle of a heartbeat leaves its staged copy
+    (".0000000001.json.<random>.tmp"): it goes when its generation goes, as an old staged create does; a
+    fresh one may be a live writer's and stays.  (CI saw one outlive the runs of the kill -9 takeover test.)"""
+    store = FolderStore(os.path.join(str(tmp_path), "cache"))
+    leases, key = Leases(store, 60.0), "cd" * 32
+    folder = os.path.join(store.root, "leases", "tree", key)
+
+    def record(generation: int) -> LeaseRecord:
+        return LeaseRecord("tree", key, generation, "h", f"run-{generation}", os.getpid(), time.time(), "x")
+
+    first = leases.take(record(1), lambda: ("build", 1.0, None))
+    assert first is not None
+    planted = {".0000000001.json.k9x2a.tmp": 0.0, "0000000001.json.5f3e.tmp": 0.0,  # a folder's, fsspec's
+               ".create.old1.tmp": 3600.0, ".create.new1.tmp": 0.0, ".0000000002.json.live.tmp": 0.0}
+    for name, age in planted.items():
+        path = os.path.join(folder, name)
+        with open(path, "wb") as handle:
+            handle.write(b"{half")
+        os.utime(path, (time.time() - age, time.time() - age))
+    taker = leases.take(record(2), lambda: ("build", 1.0, None))  # gen 1 is past: it and its leftovers go
+    assert taker is not None
+    assert sorted(os.listdir(folder)) == [".0000000002.json.live.tmp", ".create.new1.tmp", "0000000002.json"]
+    taker.release(published=True)
+    assert sorted(os.listdir(folder)) == [".create.new1.tmp"]  # what may still be a live create's
+    first.release(published=False)  # (its heartbeat thread; its generation is gone already)
+    assert sorted(os.listdir(folder)) == [".create.new1.tmp"]
+
+
 def test_lease_objects_generations_and_unreadable_records(tmp_path: "os.PathLike[str]") -> None:
     store = FolderStore(os.path.join(str(tmp_path), "cache"))
     leases, key = Leases(store, 60.0), "ab" * 32

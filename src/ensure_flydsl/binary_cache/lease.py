@@ -45,6 +45,12 @@ LEASES = "leases"
 # name); at most 18, so a planted name cannot make a number Python refuses to read or a take that never ends.
 _GENERATION = re.compile(r"^(\d{10}|[1-9]\d{10,17})\.json$")
 MAX_GENERATION = 10**18 - 1
+# What a writer killed in the middle leaves beside the records: a heartbeat's staged copy of its generation
+# (support/files.py: atomic_write's ".NAME.<random>.tmp"; an fsspec folder store's "NAME.<hex>.tmp"), and an
+# exclusive create's ".create.<random>.tmp" (binary_cache/folder.py), which names no generation.
+_STAGED = re.compile(r"^\.?(\d{10}|[1-9]\d{10,17})\.json\..+\.tmp$")
+_CREATE_STAGED = re.compile(r"^\.create\..+\.tmp$")
+STAGED_AGE_S = 600.0  # a create's staged file older than this is no live writer's (it lives for a write)
 _PROBED: Dict[str, Tuple[bool, str]] = {}
 
 Progress = Callable[[], Tuple[Optional[str], Optional[float], Optional[float]]]  # step, percent, ETA
@@ -134,9 +140,19 @@ class Leases:
         return held
 
     def clear(self, kind: str, key: str, *, below: int) -> None:
-        for generation in self.generations(kind, key):
-            if generation < below:
-                self.store.remove(generation_path(kind, key, generation))
+        """Remove the generations below ``below``, with what killed writers of them left (their staged
+        copies; an exclusive create's staged file once it is old): no lease object outlives its runs."""
+        now = time.time()
+        for stored in self.store.list_files(lease_folder(kind, key)):
+            name = stored.path.rsplit("/", 1)[-1]
+            numbered = _GENERATION.match(name) or _STAGED.match(name)
+            if numbered is not None:
+                gone = int(numbered.group(1)) < below
+            else:
+                gone = bool(_CREATE_STAGED.match(name)) and stored.mtime is not None and \
+                    now - stored.mtime > STAGED_AGE_S
+            if gone:
+                self.store.remove(stored.path)
 
 
 class HeldLease:
