@@ -155,8 +155,16 @@ def test_prune_by_size_keeps_the_newest_and_removes_orphans(cache_dir: str, tmp_
     os.utime(old_upload, (week_ago, week_ago))
     foreign = os.path.join(blobs, "README")
     write(foreign, "not ours")
+    # A publisher killed while writing its manifest leaves the staged copy: old, it goes too; fresh, it stays.
+    staged_old, staged_new = (os.path.join(cache_dir, "entries", "tree", f".{entries[0].key}.json.{n}.tmp")
+                              for n in ("k9", "live"))
+    for path in (staged_old, staged_new):
+        write(path, "{half")
+    os.utime(staged_old, (week_ago, week_ago))
     removed = cache.prune(10 << 30)  # nothing over the limit: only what no manifest names, once old
-    assert sorted(str(e.fields["path"]) for e in removed) == ["blobs/.upload.x.tmp", "blobs/" + "e" * 64 + ".tar.gz"]
+    assert sorted(str(e.fields["path"]) for e in removed) == [
+        "blobs/.upload.x.tmp", "blobs/" + "e" * 64 + ".tar.gz", f"entries/tree/.{entries[0].key}.json.k9.tmp"]
+    assert os.path.exists(staged_new)
     assert {e.kind for e in removed} == {"orphan"} and len(cache.entries()) == 3
     removed = cache.prune(entries[2].size)
     kinds = [(e.kind, e.key) for e in removed if e.kind != "orphan"]

@@ -288,9 +288,10 @@ class Cache:
     def prune(self, max_bytes: int) -> List[CacheEntry]:
         """Remove the oldest entries until the blobs still referenced total at most ``max_bytes``.
 
-        Then remove blobs that no entry names (and abandoned uploads), returned as kind ``"orphan"``
-        pseudo-entries; those that were never referenced only once older than ORPHAN_GRACE_S, since a
-        publisher uploads its blob before its manifest.  Unreadable manifests are left alone.
+        Then remove blobs that no entry names (and abandoned uploads, staged manifests and signatures),
+        returned as kind ``"orphan"`` pseudo-entries; those that were never referenced only once older than
+        ORPHAN_GRACE_S, since a publisher uploads its blob before its manifest.  Unreadable manifests are left
+        alone.
         """
         if max_bytes < 0:
             raise ValueError("max_bytes must be >= 0")
@@ -302,6 +303,8 @@ class Cache:
                 blobs[name[: -len(".tar.gz")]] = stored
             elif name.startswith(".upload.") or name.endswith(".tmp"):
                 others.append(stored)
+        # A publisher killed mid-write leaves its staged manifest or signature (".NAME.<random>.tmp").
+        others += [s for s in self._store.list_files("entries") if s.path.endswith(".tmp")]
         alive = sorted(self._manifests(), key=lambda item: item[1].created)
 
         def total() -> int:
