@@ -39,7 +39,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import gzip
-import hashlib
 import math
 import os
 import re
@@ -51,7 +50,8 @@ import time
 import zlib
 from typing import IO, Dict, List, Mapping, Optional, Sequence, Tuple, cast
 
-from ensure_flydsl.binary_cache.archive import CHUNK, Member, check_members, extract_checked, pack, walk
+from ensure_flydsl.binary_cache.archive import Member, check_members, extract_checked, pack, walk
+from ensure_flydsl.binary_cache.blob_stream import BlobReader, Gunzip, check_tree, set_modes
 from ensure_flydsl.binary_cache.manifest import (
     HEX64,
     MAX_MANIFEST_BYTES,
@@ -74,7 +74,6 @@ ORPHAN_GRACE_S = 3600.0
 # tarfile's reads from the decompressed stream: what it may hold beyond one request.  4 MiB rather than
 # 256 KiB: fewer, larger joins, about 0.2 s less on the real 272 MiB tree; still a few MiB in memory.
 _TAR_BUFFER = 4 << 20
-_GZIP_INPUT = 64 << 10  # compressed bytes fed to zlib at a time
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([kmgt]?)(?:i?b)?\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
 
@@ -184,7 +183,7 @@ class Cache:
         try:
             tree = os.path.join(tmp, "tree")
             self._unpack(entry, members, tree)
-            _set_modes(tree, members)
+            set_modes(tree, members)
             if os.path.lexists(dest):
                 raise CacheError(f"cannot fetch into {dest}: something else created it meanwhile")
             os.rename(tree, dest)
@@ -222,12 +221,12 @@ class Cache:
             except FileNotFoundError:
                 raise CacheCorrupt(f"blob {entry.blob[:12]}.. is missing from the cache (pruned while in use?)"
                                    ) from None
-            blob = _BlobReader(src, entry)
+            blob = BlobReader(src, entry.size, entry.blob)
             try:
                 # A stream ("r|"): each header is checked before its member is written.  The gzip layer is
                 # ours, not tarfile's: its "r|gz" decompresses each read whole, so one read of a highly
                 # compressible blob (a hostile one: 1 MiB of zeros is 1 GiB) would land in memory at once.
-                with tarfile.open(fileobj=cast(IO[bytes], _Gunzip(blob)), mode="r|", bufsize=_TAR_BUFFER) as tar:
+                with tarfile.open(fileobj=cast(IO[bytes], Gunzip(blob)), mode="r|", bufsize=_TAR_BUFFER) as tar:
                     os.mkdir(tree, 0o755)
                     extract_checked(tar, tree, members)
             except CacheCorrupt:
@@ -237,7 +236,7 @@ class Cache:
                 blob.check_rest()
                 raise CacheCorrupt(f"blob {entry.blob[:12]} is not a readable gzip'd tar: {exc}") from None
             blob.check_rest()
-        _check_tree(tree, members)
+        check_tree(tree, members)
 
     # -- writing -------------------------------------------------------------------------------------
     def publish(self, kind: str, key: str, fields: Mapping[str, object], source: str,
@@ -333,78 +332,3 @@ class Cache:
             self._store.remove(stored.path)  # it signs a manifest that is gone or was replaced
             removed.append(orphan_entry(stored, ""))
         return removed
-
-
-class _BlobReader:
-    """The blob as tarfile reads it: every byte hashed and counted on its way through, once."""
-
-    def __init__(self, src: IO[bytes], entry: CacheEntry) -> None:
-        self._src = src
-        self._entry = entry
-        self._digest = hashlib.sha256()
-        self._size = 0
-
-    def read(self, size: int = -1) -> bytes:
-        chunk = self._src.read(CHUNK if size is None or size < 0 else size)
-        self._digest.update(chunk)
-        self._size += len(chunk)
-        if self._size > self._entry.size:
-            raise CacheCorrupt(f"blob size mismatch: expected {self._entry.size} bytes, got more")
-        return chunk
-
-    def check_rest(self) -> None:
-        """Read what the tar stream left (its end blocks, gzip's trailer) and hold the whole against the manifest."""
-        while self.read(CHUNK):
-            pass
-        if self._size != self._entry.size:
-            raise CacheCorrupt(f"blob size mismatch: expected {self._entry.size} bytes, got {self._size} "
-                               "(truncated)")
-        got = self._digest.hexdigest()
-        if got != self._entry.blob:
-            raise CacheCorrupt(f"blob sha256 mismatch: expected {self._entry.blob[:12]}.. got {got[:12]}..")
-
-
-class _Gunzip:
-    """The decompressed stream of a gzip'd blob, never more than the size asked for per read."""
-
-    def __init__(self, raw: "_BlobReader") -> None:
-        self._raw = raw
-        self._zlib = zlib.decompressobj(16 + zlib.MAX_WBITS)  # gzip header and trailer (CRC-32, length)
-
-    def read(self, size: int = -1) -> bytes:
-        size = CHUNK if size is None or size < 0 else size
-        while not self._zlib.eof:
-            # Small input pieces: zlib copies what a bounded call leaves unconsumed, once per call.
-            data = self._zlib.unconsumed_tail or self._raw.read(_GZIP_INPUT)
-            if not data:
-                raise EOFError("the blob ends inside its compressed data")
-            out = self._zlib.decompress(data, size)
-            if out:
-                return out
-        return b""
-
-
-def _check_tree(tree: str, members: Tuple[Member, ...]) -> None:
-    """What landed on disk is exactly the manifest's members (their bytes were hashed while written)."""
-    expected = {m.path: m for m in members}
-    seen = set()
-    for member, _full in walk(tree):
-        want = expected.get(member.path)
-        if want is None:
-            raise CacheCorrupt(f"extracted tree holds {member.path!r}, which is not in the manifest")
-        seen.add(member.path)
-        if member.type != want.type or member.target != want.target or member.size != want.size:
-            raise CacheCorrupt(f"extracted {member.path!r} differs from the manifest")
-    missing = sorted(set(expected) - seen)
-    if missing:
-        raise CacheCorrupt(f"extracted tree lacks {missing[0]!r}, which the manifest lists")
-
-
-def _set_modes(tree: str, members: Tuple[Member, ...]) -> None:
-    # Modes last, deepest first: a read-only folder must not stop the writes into it.
-    for m in sorted(members, key=lambda m: m.path.count("/"), reverse=True):
-        full = os.path.join(tree, *m.path.split("/"))
-        if m.type == "file":
-            os.chmod(full, m.mode & 0o755)  # never group/world-writable, never setuid
-        elif m.type == "dir":
-            os.chmod(full, (m.mode & 0o755) | 0o700)  # the owner must stay able to rebuild or remove it
