@@ -73,6 +73,14 @@ class SharedCache:
         raise AssertionError(f"no {kind} lease {match} within {timeout} s: {self.files('leases')}")
 
 
+def cache_host(tmp: str, repo: FixtureRepo, name: str, cache: str, **env: str) -> Workspace:
+    """Another container: its own base folder and build counters, the same cache (a folder or URL)."""
+    ws = Workspace(os.path.join(tmp, name, "base"), repo)
+    ws.env["FLYDSL_CACHE"] = cache
+    ws.env.update(env)
+    return ws
+
+
 def fleet_host(tmp: str, repo: FixtureRepo, name: str, cache: SharedCache, **env: str) -> Workspace:
     ws = Workspace(os.path.join(tmp, name, "base"), repo)
     ws.counter = os.path.join(tmp, "fleet-counters")

@@ -47,6 +47,19 @@ def status(ws: Workspace, *args: str, **env: str) -> Dict[str, object]:
     return data
 
 
+def ensure_json(ws: Workspace, *args: str, **env: str) -> Dict[str, object]:
+    """A successful ``ensure --json``: its result, with ``_stderr`` the lines the run said (its JSON message
+    events' texts, one per line) and ``_raw`` everything it printed."""
+    out = ws.run("--json", *args, **env)
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert isinstance(data, dict)
+    events = [json.loads(line) for line in out.stderr.splitlines() if line.startswith("{")]
+    data["_stderr"] = "\n".join(str(e["text"]) for e in events if e.get("event") == "message")
+    data["_raw"] = out.stdout + out.stderr
+    return data
+
+
 def start(ws: Workspace, *args: str, **env: str) -> Dict[str, object]:
     out = ws.run("start", *args, **env)
     assert out.returncode == 0, out.stderr

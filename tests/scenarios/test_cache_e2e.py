@@ -4,32 +4,16 @@ second pin with the same LLVM commit its LLVM build; a corrupt entry is reported
 from __future__ import annotations
 
 import glob
-import json
 import os
-from typing import Callable, Dict, Iterator
+from typing import Callable, Iterator
 
 import pytest
 
+from tests.helpers.fleet import cache_host
 from tests.helpers.flydsl_fixture import FixtureRepo
 from tests.helpers.s3_server import S3Server
-from tests.helpers.scenario import assert_one_tree
+from tests.helpers.scenario import assert_one_tree, ensure_json
 from tests.helpers.workspace import Workspace
-
-
-def host(tmp_path: "os.PathLike[str]", repo: FixtureRepo, name: str, cache: str) -> Workspace:
-    """Another container: its own base folder and build counters, the same cache."""
-    ws = Workspace(os.path.join(str(tmp_path), name, "base"), repo)
-    ws.env["FLYDSL_CACHE"] = cache
-    return ws
-
-
-def result(ws: Workspace, *args: str, **env: str) -> Dict[str, object]:
-    out = ws.run("--json", *args, **env)
-    assert out.returncode == 0, out.stderr
-    data = json.loads(out.stdout)
-    assert isinstance(data, dict)
-    data["_stderr"] = out.stderr
-    return data
 
 
 @pytest.fixture
@@ -39,27 +23,27 @@ def cache(tmp_path: "os.PathLike[str]") -> str:
 
 def test_a_second_host_fetches_the_tree_instead_of_building(tmp_path: "os.PathLike[str]", fixture_repo: FixtureRepo,
                                                             cache: str) -> None:
-    a = host(tmp_path, fixture_repo, "a", cache)
-    first = result(a)
+    a = cache_host(str(tmp_path), fixture_repo, "a", cache)
+    first = ensure_json(a)
     assert first["how"] == "built" and "cache: published the tree" in str(first["_stderr"])
     assert "cache: published the mlir" in str(first["_stderr"])
-    b = host(tmp_path, fixture_repo, "b", cache)
-    second = result(b)
+    b = cache_host(str(tmp_path), fixture_repo, "b", cache)
+    second = ensure_json(b)
     assert second["how"] == "cached" and second["commit"] == fixture_repo.commits["dev"]
     assert b.count("build") == 0 and b.count("llvm") == 0  # nothing built on host b
     assert "cache: fetching the tree" in str(second["_stderr"])
     assert "durations" in second and "cache" in second["durations"]  # type: ignore[operator]
     assert_one_tree(b)
     assert b.env_twin()["how"] == "cached"
-    assert result(b)["action"] == "warm"  # and fingerprinted like any other tree
+    assert ensure_json(b)["action"] == "warm"  # and fingerprinted like any other tree
 
 
 def test_a_second_pin_with_the_same_llvm_commit_fetches_mlir(tmp_path: "os.PathLike[str]",
                                                               fixture_repo: FixtureRepo, cache: str) -> None:
-    a = host(tmp_path, fixture_repo, "a", cache)
-    result(a)  # pin dev: LLVM commit A
-    b = host(tmp_path, fixture_repo, "b", cache)
-    other = result(b, FLYDSL_PIN="v0.2.3")  # another FlyDSL commit, the same LLVM commit
+    a = cache_host(str(tmp_path), fixture_repo, "a", cache)
+    ensure_json(a)  # pin dev: LLVM commit A
+    b = cache_host(str(tmp_path), fixture_repo, "b", cache)
+    other = ensure_json(b, FLYDSL_PIN="v0.2.3")  # another FlyDSL commit, the same LLVM commit
     assert other["how"] == "built" and b.count("build") == 1
     assert b.count("llvm") == 0, "the MLIR install came from the cache"
     assert "cache: fetching MLIR" in str(other["_stderr"])
@@ -73,10 +57,10 @@ def test_a_second_pin_with_the_same_llvm_commit_fetches_mlir(tmp_path: "os.PathL
 
 
 def test_another_llvm_commit_builds_llvm(tmp_path: "os.PathLike[str]", fixture_repo: FixtureRepo, cache: str) -> None:
-    a = host(tmp_path, fixture_repo, "a", cache)
-    result(a)
-    b = host(tmp_path, fixture_repo, "b", cache)
-    result(b, FLYDSL_PIN=fixture_repo.commits["llvm-b"])
+    a = cache_host(str(tmp_path), fixture_repo, "a", cache)
+    ensure_json(a)
+    b = cache_host(str(tmp_path), fixture_repo, "b", cache)
+    ensure_json(b, FLYDSL_PIN=fixture_repo.commits["llvm-b"])
     assert b.count("llvm") == 1
 
 
@@ -84,12 +68,12 @@ def test_another_interpreter_does_not_take_the_tree(tmp_path: "os.PathLike[str]"
                                                     cache: str) -> None:
     from tests.helpers.workspace import other_python
 
-    a = host(tmp_path, fixture_repo, "a", cache)
-    result(a)
+    a = cache_host(str(tmp_path), fixture_repo, "a", cache)
+    ensure_json(a)
     other = other_python(f"cpython-{os.sys.version_info[0]}{os.sys.version_info[1]}")  # type: ignore[attr-defined]
     assert other
-    b = host(tmp_path, fixture_repo, "b", cache)
-    data = result(b, FLYDSL_PYTHON=other)
+    b = cache_host(str(tmp_path), fixture_repo, "b", cache)
+    data = ensure_json(b, FLYDSL_PYTHON=other)
     assert data["how"] == "built" and b.count("build") == 1 and b.count("llvm") == 1
 
 
@@ -113,12 +97,12 @@ def _truncate(blob: str) -> None:
 @pytest.mark.parametrize("damage, why", [(_flip_a_byte, "sha256"), (_truncate, "")])
 def test_a_damaged_entry_is_reported_and_built_around(tmp_path: "os.PathLike[str]", fixture_repo: FixtureRepo,
                                                      cache: str, damage: Callable[[str], None], why: str) -> None:
-    a = host(tmp_path, fixture_repo, "a", cache)
-    result(a)
+    a = cache_host(str(tmp_path), fixture_repo, "a", cache)
+    ensure_json(a)
     for blob in _blobs(cache):
         damage(blob)
-    b = host(tmp_path, fixture_repo, "b", cache)
-    data = result(b)
+    b = cache_host(str(tmp_path), fixture_repo, "b", cache)
+    data = ensure_json(b)
     assert data["how"] == "built"
     stderr = str(data["_stderr"])
     assert "is corrupt and was not installed" in stderr and why in stderr
@@ -147,12 +131,12 @@ def s3() -> Iterator[S3Server]:
 
 def test_hosts_share_a_cache_in_s3(tmp_path: "os.PathLike[str]", fixture_repo: FixtureRepo, s3: S3Server) -> None:
     url = "s3://flydsl-cache/fleet"
-    a = host(tmp_path, fixture_repo, "a", url)
+    a = cache_host(str(tmp_path), fixture_repo, "a", url)
     a.env.update(s3.env())
-    assert result(a)["how"] == "built"
-    b = host(tmp_path, fixture_repo, "b", url)
+    assert ensure_json(a)["how"] == "built"
+    b = cache_host(str(tmp_path), fixture_repo, "b", url)
     b.env.update(s3.env())
-    assert result(b)["how"] == "cached" and b.count("build") == 0
+    assert ensure_json(b)["how"] == "cached" and b.count("build") == 0
     assert_one_tree(b)
     listed = b.run("cache", "list")
     assert listed.returncode == 0 and "tree" in listed.stdout and "mlir" in listed.stdout

@@ -15,31 +15,13 @@ from typing import Dict, Iterator, List, Tuple
 
 import pytest
 
+from tests.helpers.fleet import cache_host
 from tests.helpers.flydsl_fixture import FixtureRepo
 from tests.helpers.s3_server import S3Server
-from tests.helpers.scenario import assert_one_tree
+from tests.helpers.scenario import assert_one_tree, ensure_json
 from tests.helpers.workspace import Workspace
 
 PROJECT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def host(tmp_path: "os.PathLike[str]", repo: FixtureRepo, name: str, cache: str, **env: str) -> Workspace:
-    ws = Workspace(os.path.join(str(tmp_path), name, "base"), repo)
-    ws.env["FLYDSL_CACHE"] = cache
-    ws.env.update(env)
-    return ws
-
-
-def result(ws: Workspace, *args: str, **env: str) -> Dict[str, object]:
-    out = ws.run("--json", *args, **env)
-    assert out.returncode == 0, out.stderr
-    data = json.loads(out.stdout)
-    assert isinstance(data, dict)
-    # The lines the run said (its JSON events' texts), one per line.
-    events = [json.loads(line) for line in out.stderr.splitlines() if line.startswith("{")]
-    data["_stderr"] = "\n".join(str(e["text"]) for e in events if e.get("event") == "message")
-    data["_raw"] = out.stdout + out.stderr
-    return data
 
 
 @pytest.fixture
@@ -71,14 +53,14 @@ def signature_files(cache: str) -> List[str]:
 def test_an_honest_signers_entries_are_fetched_and_no_key_leaks(tmp_path: "os.PathLike[str]",
                                                                 fixture_repo: FixtureRepo, cache: str,
                                                                 keys: Dict[str, Tuple[str, str]]) -> None:
-    ci = host(tmp_path, fixture_repo, "ci", cache, FLYDSL_CACHE_SIGNING_KEY=keys["k1"][0])
-    built = result(ci)
+    ci = cache_host(str(tmp_path), fixture_repo, "ci", cache, FLYDSL_CACHE_SIGNING_KEY=keys["k1"][0])
+    built = ensure_json(ci)
     assert built["how"] == "built"
     assert f"cache: published the tree {os.path.basename(manifests(cache, 'tree')[0])[:12]}" in str(built["_stderr"])
     assert str(built["_stderr"]).count(", signed by k1") == 2  # the tree and the MLIR install
     assert len(signature_files(cache)) == 2
-    fleet = host(tmp_path, fixture_repo, "fleet", cache, FLYDSL_CACHE_TRUSTED_KEYS=keys["k1"][1])
-    fetched = result(fleet)
+    fleet = cache_host(str(tmp_path), fixture_repo, "fleet", cache, FLYDSL_CACHE_TRUSTED_KEYS=keys["k1"][1])
+    fetched = ensure_json(fleet)
     assert fetched["how"] == "cached" and fleet.count("build") == 0 and fleet.count("llvm") == 0
     commit = fixture_repo.commits["dev"]
     assert (f"cache: the cache's tree entry for {commit[:8]} is signed by k1, which FLYDSL_CACHE_TRUSTED_KEYS "
@@ -114,16 +96,16 @@ def test_entries_no_trusted_key_signed_are_refused_and_built_around(tmp_path: "o
                                                                     case: str) -> None:
     signer = {"unsigned": {}, "foreign": {"FLYDSL_CACHE_SIGNING_KEY": keys["k2"][0]},
               "edited": {"FLYDSL_CACHE_SIGNING_KEY": keys["k1"][0]}}[case]
-    a = host(tmp_path, fixture_repo, "a", cache, **signer)
-    result(a)
+    a = cache_host(str(tmp_path), fixture_repo, "a", cache, **signer)
+    ensure_json(a)
     if case == "edited":
         _edit_the_tree_manifest(cache)
     blobs = sorted(glob.glob(os.path.join(cache, "blobs", "*")))
     signatures = {path: open(path, "rb").read() for path in signature_files(cache)}
     # Host b trusts k1 and signs its own builds with it.
-    b = host(tmp_path, fixture_repo, "b", cache, FLYDSL_CACHE_TRUSTED_KEYS=keys["k1"][1],
+    b = cache_host(str(tmp_path), fixture_repo, "b", cache, FLYDSL_CACHE_TRUSTED_KEYS=keys["k1"][1],
              FLYDSL_CACHE_SIGNING_KEY=keys["k1"][0])
-    data = result(b)
+    data = ensure_json(b)
     stderr = str(data["_stderr"])
     commit = fixture_repo.commits["dev"][:8]
     why = {"unsigned": "is not signed",
@@ -141,32 +123,32 @@ def test_entries_no_trusted_key_signed_are_refused_and_built_around(tmp_path: "o
     assert all(open(path, "rb").read() == body for path, body in signatures.items())
     # b published its own build signed by k1, so a third host that trusts k1 fetches it.
     assert ", signed by k1" in stderr
-    c = host(tmp_path, fixture_repo, "c", cache, FLYDSL_CACHE_TRUSTED_KEYS=keys["k1"][1])
-    assert result(c)["how"] == "cached" and c.count("build") == 0 and c.count("llvm") == 0
+    c = cache_host(str(tmp_path), fixture_repo, "c", cache, FLYDSL_CACHE_TRUSTED_KEYS=keys["k1"][1])
+    assert ensure_json(c)["how"] == "cached" and c.count("build") == 0 and c.count("llvm") == 0
 
 
 def test_trusted_keys_without_a_signing_key_publish_unsigned_and_say_so(tmp_path: "os.PathLike[str]",
                                                                          fixture_repo: FixtureRepo, cache: str,
                                                                          keys: Dict[str, Tuple[str, str]]) -> None:
-    a = host(tmp_path, fixture_repo, "a", cache, FLYDSL_CACHE_TRUSTED_KEYS=keys["k1"][1])
-    stderr = str(result(a)["_stderr"])
+    a = cache_host(str(tmp_path), fixture_repo, "a", cache, FLYDSL_CACHE_TRUSTED_KEYS=keys["k1"][1])
+    stderr = str(ensure_json(a)["_stderr"])
     assert ("unsigned: FLYDSL_CACHE_TRUSTED_KEYS is set but FLYDSL_CACHE_SIGNING_KEY is not, so hosts that check "
             "signatures will not install it") in stderr
     assert signature_files(cache) == []
-    b = host(tmp_path, fixture_repo, "b", cache, FLYDSL_CACHE_TRUSTED_KEYS=keys["k1"][1])
-    assert result(b)["how"] == "built" and b.count("build") == 1  # as announced
-    plain = host(tmp_path, fixture_repo, "plain", cache)  # without trusted keys: behaviour as before
-    assert result(plain)["how"] == "cached" and plain.count("build") == 0
+    b = cache_host(str(tmp_path), fixture_repo, "b", cache, FLYDSL_CACHE_TRUSTED_KEYS=keys["k1"][1])
+    assert ensure_json(b)["how"] == "built" and b.count("build") == 1  # as announced
+    plain = cache_host(str(tmp_path), fixture_repo, "plain", cache)  # without trusted keys: behaviour as before
+    assert ensure_json(plain)["how"] == "cached" and plain.count("build") == 0
 
 
 def test_rotation_old_key_then_resigned_by_the_new(tmp_path: "os.PathLike[str]", fixture_repo: FixtureRepo,
                                                   cache: str, keys: Dict[str, Tuple[str, str]]) -> None:
     old, new = keys["k1"], keys["k2"]
-    ci = host(tmp_path, fixture_repo, "ci", cache, FLYDSL_CACHE_SIGNING_KEY=old[0])
-    result(ci)
+    ci = cache_host(str(tmp_path), fixture_repo, "ci", cache, FLYDSL_CACHE_SIGNING_KEY=old[0])
+    ensure_json(ci)
     both = f"{old[1]} {new[1]}"
-    during = host(tmp_path, fixture_repo, "during", cache, FLYDSL_CACHE_TRUSTED_KEYS=both)
-    assert result(during)["how"] == "cached" and during.count("build") == 0  # signed by the old key: fetched
+    during = cache_host(str(tmp_path), fixture_repo, "during", cache, FLYDSL_CACHE_TRUSTED_KEYS=both)
+    assert ensure_json(during)["how"] == "cached" and during.count("build") == 0  # signed by the old key: fetched
     manifest_bytes = {path: open(path, "rb").read() for path in manifests(cache, "tree") + manifests(cache, "mlir")}
     signed = ci.run("cache", "sign", "--key", new[0], FLYDSL_CACHE_TRUSTED_KEYS=both)
     assert signed.returncode == 0, signed.stderr
@@ -181,8 +163,8 @@ def test_rotation_old_key_then_resigned_by_the_new(tmp_path: "os.PathLike[str]",
     as_json = [json.loads(line) for line in ci.run("cache", "list", "--json").stdout.splitlines()]
     assert all(e["signers"] == [{"name": "k1", "trusted": None, "verifies": None},
                                 {"name": "k2", "trusted": None, "verifies": None}] for e in as_json)
-    after = host(tmp_path, fixture_repo, "after", cache, FLYDSL_CACHE_TRUSTED_KEYS=new[1])  # k1 retired
-    data = result(after)
+    after = cache_host(str(tmp_path), fixture_repo, "after", cache, FLYDSL_CACHE_TRUSTED_KEYS=new[1])  # k1 retired
+    data = ensure_json(after)
     assert data["how"] == "cached" and after.count("build") == 0 and after.count("llvm") == 0
     assert "is signed by k2, which FLYDSL_CACHE_TRUSTED_KEYS trusts" in str(data["_stderr"])
 
@@ -191,8 +173,8 @@ def test_cache_sign_with_trusted_keys_signs_only_what_they_vouch_for(tmp_path: "
                                                                       fixture_repo: FixtureRepo, cache: str,
                                                                       keys: Dict[str, Tuple[str, str]]) -> None:
     """A planted (unsigned) entry is not laundered by a re-signing pass; naming an entry by its key prefix."""
-    a = host(tmp_path, fixture_repo, "a", cache)
-    result(a)
+    a = cache_host(str(tmp_path), fixture_repo, "a", cache)
+    ensure_json(a)
     key = os.path.basename(manifests(cache, "tree")[0])[:12]
     out = a.run("cache", "sign", "--key", keys["k2"][0], key, FLYDSL_CACHE_TRUSTED_KEYS=keys["k1"][1])
     assert out.returncode == 0, out.stderr
@@ -246,10 +228,10 @@ def s3() -> Iterator[S3Server]:
 def test_signed_entries_in_s3(tmp_path: "os.PathLike[str]", fixture_repo: FixtureRepo, s3: S3Server,
                               keys: Dict[str, Tuple[str, str]]) -> None:
     url = f"s3://signed-cache/{os.path.basename(str(tmp_path))}"
-    ci = host(tmp_path, fixture_repo, "ci", url, FLYDSL_CACHE_SIGNING_KEY=keys["k1"][0], **s3.env())
-    assert str(result(ci)["_stderr"]).count(", signed by k1") == 2
-    fleet = host(tmp_path, fixture_repo, "fleet", url, FLYDSL_CACHE_TRUSTED_KEYS=keys["k1"][1], **s3.env())
-    assert result(fleet)["how"] == "cached" and fleet.count("build") == 0 and fleet.count("llvm") == 0
+    ci = cache_host(str(tmp_path), fixture_repo, "ci", url, FLYDSL_CACHE_SIGNING_KEY=keys["k1"][0], **s3.env())
+    assert str(ensure_json(ci)["_stderr"]).count(", signed by k1") == 2
+    fleet = cache_host(str(tmp_path), fixture_repo, "fleet", url, FLYDSL_CACHE_TRUSTED_KEYS=keys["k1"][1], **s3.env())
+    assert ensure_json(fleet)["how"] == "cached" and fleet.count("build") == 0 and fleet.count("llvm") == 0
     # An edited manifest in the bucket: refused by a host that trusts k1, which builds the tree (the MLIR
     # entry is intact) and publishes it signed by k1.
     client = s3.client()
@@ -259,17 +241,17 @@ def test_signed_entries_in_s3(tmp_path: "os.PathLike[str]", fixture_repo: Fixtur
     body = client.get_object(Bucket="signed-cache", Key=name)["Body"].read()
     client.put_object(Bucket="signed-cache", Key=name, Body=body.replace(b'"host":"', b'"host":"x', 1))
     commit = fixture_repo.commits["dev"][:8]
-    late = host(tmp_path, fixture_repo, "late", url, FLYDSL_CACHE_TRUSTED_KEYS=keys["k1"][1],
+    late = cache_host(str(tmp_path), fixture_repo, "late", url, FLYDSL_CACHE_TRUSTED_KEYS=keys["k1"][1],
                 FLYDSL_CACHE_SIGNING_KEY=keys["k1"][0], **s3.env())
-    data = result(late)
+    data = ensure_json(late)
     assert f"cache: the cache's tree entry for {commit} was changed after k1 signed it" in str(data["_stderr"])
     assert data["how"] == "built" and late.count("build") == 1 and late.count("llvm") == 0
     listed_out = late.run("cache", "list", FLYDSL_CACHE_TRUSTED_KEYS=keys["k1"][1])
     rows = [line for line in listed_out.stdout.splitlines() if line.startswith(("tree", "mlir"))]
     assert len(rows) == 2 and all(row.endswith("signed by k1 (trusted)") for row in rows), listed_out.stdout
     # A host that trusts only k2 refuses both entries.
-    other = host(tmp_path, fixture_repo, "other", url, FLYDSL_CACHE_TRUSTED_KEYS=keys["k2"][1], **s3.env())
-    data = result(other)
+    other = cache_host(str(tmp_path), fixture_repo, "other", url, FLYDSL_CACHE_TRUSTED_KEYS=keys["k2"][1], **s3.env())
+    data = ensure_json(other)
     assert (f"cache: the cache's tree entry for {commit} is signed by k1, which is not trusted (trusted: k2); "
             "not installed, building instead") in str(data["_stderr"])
     assert data["how"] == "built" and other.count("build") == 1 and other.count("llvm") == 1
