@@ -1,10 +1,12 @@
 """Fixtures shared by several scenario files: the binary cache's (tests/scenarios/test_cache_*.py) and the
 release way's (the real flydsl 0.2.2 wheel, downloaded once per test process, and a repository whose v0.2.2 holds
-its sources)."""
+its sources), and the warm path's interpreter with a site folder of its own."""
 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -34,3 +36,11 @@ def wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> str:
 @pytest.fixture(scope="session")
 def release_repo(tmp_path_factory: pytest.TempPathFactory, wheelhouse: str) -> FixtureRepo:
     return make_release_repo(str(tmp_path_factory.mktemp("release-upstream") / "FlyDSL.git"), wheelhouse)
+
+
+@pytest.fixture
+def venv_python(tmp_path: "os.PathLike[str]") -> str:
+    """An interpreter of our own (a venv without pip), so its site folder can change."""
+    folder = os.path.join(str(tmp_path), "venv")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", folder], check=True)
+    return os.path.join(folder, "bin", "python")

@@ -10,32 +10,14 @@ import sys
 import time
 from typing import Dict
 
-import pytest
-
 from ensure_flydsl.pipeline.fingerprint import folder_listing, watch_folders
-from tests.helpers.scenario import assert_one_tree
+from tests.helpers.scenario import assert_one_tree, ensure_json
 from tests.helpers.workspace import Workspace
-
-
-def ensure_json(ws: Workspace, *args: str, **env: str) -> Dict[str, object]:
-    out = ws.run("--json", *args, **env)
-    assert out.returncode == 0, out.stderr
-    data = json.loads(out.stdout)
-    assert isinstance(data, dict)
-    return data
 
 
 def warm(result: Dict[str, object]) -> bool:
     """Answered from the fingerprint, without a probe."""
     return result["action"] == "warm" and set(result["durations"]) == {"fingerprint"}  # type: ignore[arg-type]
-
-
-@pytest.fixture
-def venv_python(tmp_path: "os.PathLike[str]") -> str:
-    """An interpreter of our own (a venv without pip), so its site folder can change."""
-    folder = os.path.join(str(tmp_path), "venv")
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", folder], check=True)
-    return os.path.join(folder, "bin", "python")
 
 
 def test_second_call_is_answered_from_the_fingerprint(ws: Workspace) -> None:

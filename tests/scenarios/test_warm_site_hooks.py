@@ -7,20 +7,11 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
-
-import pytest
 
 from tests.helpers.flydsl_fixture import make_installed_tree
+from tests.helpers.scenario import ensure_json
 from tests.helpers.workspace import Workspace
-from tests.scenarios.test_warm import ensure_json, warm
-
-
-@pytest.fixture
-def venv_python(tmp_path: "os.PathLike[str]") -> str:
-    folder = os.path.join(str(tmp_path), "venv")
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", folder], check=True)
-    return os.path.join(folder, "bin", "python")
+from tests.scenarios.test_warm import warm
 
 
 def site_of(python: str) -> str:
