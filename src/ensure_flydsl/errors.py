@@ -114,6 +114,7 @@ class Stage(str, enum.Enum):
     ACTIVATE = ("activate", ExitCode.PROBE, None, False, _NONE)  # the API's activate()
     ACCESS = ("access", ExitCode.BAD_INPUT, None, False, _NONE)  # the system refused a folder
     CLEAN = ("clean", ExitCode.LOCK, None, False, _NONE)  # clean while a run is going
+    SKILL = ("skill", ExitCode.ARTIFACT, None, False, _NONE)  # `skill DIR`: the vendored wheels not obtained
 
 
 class EnsureError(Exception):

@@ -227,8 +227,26 @@ def parse_cache(name: str, value: str) -> str:
     if _CONTROL.search(value) or value.startswith("-"):
         raise BadInput(name, value, "a folder path or an fsspec URL such as s3://bucket/prefix")
     if re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", value):
+        _need_url_libraries(name, value)
         return value
     return _path(name, value, room=NAME_MAX)  # entries are written in it
+
+
+def _need_url_libraries(name: str, value: str) -> None:
+    """A URL cache needs fsspec (and s3fs for S3): without them the run could not use the cache it was told to
+    use, so the setting is refused before anything is touched, with the remedy for the way the tool was
+    installed (the GEAK folder vendors no extras)."""
+    import importlib.util
+
+    scheme = value.split("://", 1)[0].lower()
+    needed = ["fsspec"] + (["s3fs"] if scheme in ("s3", "s3a") else [])
+    missing = [module for module in needed if importlib.util.find_spec(module) is None]
+    if missing:
+        from ensure_flydsl.support.install_route import extra_remedy
+        from ensure_flydsl.support.urls import shown_location
+
+        raise BadInput(name, shown_location(value), f"the {scheme}:// cache needs {' and '.join(missing)}, which "
+                       "this Python lacks: " + extra_remedy("s3", "point FLYDSL_CACHE at a folder"))
 
 
 def parse_plain_path(name: str, value: str) -> str:

@@ -11,9 +11,9 @@ from typing import List, Tuple
 from ensure_flydsl.errors import BadInput
 from ensure_flydsl.setting_values import parse_plain_path
 from ensure_flydsl.support.keys import (
-    LIBRARY_HINT,
     KeyProblem,
     library_available,
+    library_hint,
     looks_inline,
     parse_public,
     read_public_keys,
@@ -33,8 +33,8 @@ TRUSTED_ALLOWED = ("whitespace-separated public keys NAME:BASE64 (32-byte ed2551
 
 def _need_library(name: str, value: str) -> None:
     if not library_available():
-        raise BadInput(name, value, f"a key needs the cryptography package, which this Python lacks: {LIBRARY_HINT}, "
-                       f"or unset {name}")
+        raise BadInput(name, value, "a key needs the cryptography package, which this Python lacks: "
+                       + library_hint(f"unset {name}"))
 
 
 def parse_signing_key(name: str, value: str) -> str:

@@ -15,7 +15,9 @@ from ensure_flydsl.cli.parser import COMMANDS
 PUBLIC = [c for c in COMMANDS if not c.startswith("_")]
 OWN_FLAGS = {"ensure": ["--json"], "start": [], "wait": ["--timeout", "--heartbeat"], "status": ["--json"],
              "env": ["--format"], "verify": ["--json"], "doctor": ["--json"],
-             "cache": ["{list,prune,keygen,sign}", "--max-size", "--out", "--key"], "clean": []}
+             "cache": ["{list,prune,keygen,sign}", "--max-size", "--out", "--key"], "clean": [],
+             "skill": ["--force", "--wheels", "DIR"]}
+ROOTLESS = {"skill"}  # about no root: no setting flags
 
 
 @pytest.fixture
@@ -46,7 +48,8 @@ def test_each_command_has_its_own_help_with_the_settings(env: Dict[str, str], co
     out = tool(env, command, "--help")
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith(f"usage: ensure-flydsl {command} [-h]")
-    assert "--root ROOT" in out.stdout and "--require MODULES" in out.stdout and "--no-vllm-moe" in out.stdout
+    settings = ("--root ROOT" in out.stdout, "--require MODULES" in out.stdout, "--no-vllm-moe" in out.stdout)
+    assert settings == ((command not in ROOTLESS,) * 3)
     for flag in OWN_FLAGS[command]:
         assert flag in out.stdout, flag
     assert not os.path.exists(os.path.dirname(env["FLYDSL_ROOT"]))

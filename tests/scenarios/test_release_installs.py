@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -185,3 +186,25 @@ def test_the_release_hint_never_waits_long_for_a_silent_index(ws: Workspace) -> 
     assert out.returncode == 5, out.stderr
     assert "has a wheel for this interpreter" not in out.stderr
     assert seconds < 40, seconds  # the hint's question is bounded (8 s), not pip's minutes of retries
+
+
+def test_uv_tool_a_missing_extra_names_uv_s_remedy_and_it_works(uv_tool: str, ws: Workspace) -> None:
+    """The remedy of a tool installed with `uv tool install` is uv's own (pip and `ensure-flydsl[s3]` are dead
+    ends there: no pip in its environment, no such package on the index), and following it works."""
+    key = "ci:" + "A" * 43 + "="
+    refused = run_tool(uv_tool, ws, "env", FLYDSL_CACHE_TRUSTED_KEYS=key)
+    assert refused.returncode == 64 and refused.stderr.count("\n") == 1, refused.stderr
+    remedy = refused.stderr.split("install the 'signing' extra into the tool's environment: ", 1)[1].split("; or")[0]
+    assert remedy == f"uv tool install --reinstall --with 'cryptography>=42' --from {WORKTREE} ensure-flydsl"
+    s3 = run_tool(uv_tool, ws, "env", FLYDSL_CACHE="s3://bucket/prefix")
+    assert s3.returncode == 64 and "--with 's3fs>=2025.5.0'" in s3.stderr and "pip install" not in s3.stderr
+    from uv import find_uv_bin
+
+    tool_env = os.path.dirname(os.path.dirname(os.path.realpath(uv_tool)))  # .../tools/ensure-flydsl
+    env = dict(os.environ, UV_TOOL_DIR=os.path.dirname(tool_env), UV_TOOL_BIN_DIR=os.path.dirname(uv_tool),
+               UV_CACHE_DIR=os.path.join(os.path.dirname(os.path.dirname(tool_env)), "cache"))
+    followed = subprocess.run([find_uv_bin(), "--quiet", *shlex.split(remedy)[1:]], env=env, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=600, check=False)
+    assert followed.returncode == 0, followed.stdout[-3000:]
+    accepted = run_tool(uv_tool, ws, "env", FLYDSL_CACHE_TRUSTED_KEYS=key)
+    assert accepted.returncode != 64, accepted.stderr

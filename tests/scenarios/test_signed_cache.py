@@ -279,14 +279,20 @@ def test_without_the_signing_extra_a_key_is_bad_input_naming_the_remedy(tmp_path
                              text=True, check=False, cwd=str(tmp_path))
         assert run.returncode == 64, run.stderr
         assert run.stderr.startswith(f"ensure-flydsl: {name}=") and run.stderr.count("\n") == 1
-        assert "pip install 'ensure-flydsl[signing]'" in run.stderr
+        assert f"{python} -m pip install 'cryptography>=42'" in run.stderr  # the remedy for a pip install
     keygen = subprocess.run([tool, "cache", "keygen", "--out", str(tmp_path), "k3"], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, check=False, cwd=str(tmp_path))
-    assert keygen.returncode == 64 and "pip install 'ensure-flydsl[signing]'" in keygen.stderr
+    assert keygen.returncode == 64 and f"{python} -m pip install 'cryptography>=42'" in keygen.stderr
     assert not os.path.exists(os.path.join(str(tmp_path), "k3.secret"))
     plain = subprocess.run([tool, "env"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                            check=False, cwd=str(tmp_path))
     assert plain.returncode != 64 and "Traceback" not in plain.stderr  # no key: the library is not needed
+    remedy = subprocess.run([python, "-m", "pip", "install", "-q", "--disable-pip-version-check", "cryptography>=42"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False)
+    assert remedy.returncode == 0, remedy.stdout[-2000:]
+    fixed = subprocess.run([tool, "env"], env={**env, "FLYDSL_CACHE_TRUSTED_KEYS": keys["k1"][1]}, text=True,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, check=False, cwd=str(tmp_path))
+    assert fixed.returncode != 64, fixed.stderr  # the remedy it named is the remedy
 
 
 def _imported(ws: Workspace, **env: str) -> List[str]:

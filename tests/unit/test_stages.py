@@ -16,7 +16,7 @@ from ensure_flydsl.runs.records import Failure, RunRecord
 # The strings of the failure marker, the run records, the JSON objects and the README (the contract).
 NAMES = ["starting", "settings", "probe", "lock", "fetch", "submodules", "checkout", "requirements", "fixes", "llvm",
          "build", "release", "cache", "verify", "publish", "provision", "lease", "doctor", "activate", "access",
-         "clean"]
+         "clean", "skill"]
 
 
 def test_the_names_are_the_contract_s_strings() -> None:

@@ -33,12 +33,12 @@ from ensure_flydsl.binary_cache.manifest import CacheEntry, check_name
 from ensure_flydsl.binary_cache.store import CacheError, Store, StoredFile
 from ensure_flydsl.support.keys import (
     KEY_NAME,
-    LIBRARY_HINT,
     SECRET_BYTES,
     SIGNATURE_BYTES,
     KeyProblem,
     PublicKey,
     SecretKey,
+    library_hint,
     parse_public,
     split_line,
 )
@@ -56,7 +56,7 @@ def _ed25519() -> Any:
         return importlib.import_module("cryptography.hazmat.primitives.asymmetric.ed25519")
     except ImportError as exc:
         raise MissingLibrary(f"signed cache entries need the cryptography package, which cannot be imported "
-                             f"({exc}): {LIBRARY_HINT}") from None
+                             f"({exc}): " + library_hint("unset the cache key settings")) from None
 
 
 # -- keys and signatures ----------------------------------------------------------------------------------

@@ -28,15 +28,15 @@ import os
 import tempfile
 import threading
 import time
-import urllib.parse
 import uuid
 from typing import IO, Any, Dict, Iterator, List, Optional, Union, cast
 
 from ensure_flydsl.binary_cache.folder import FolderStore
 from ensure_flydsl.binary_cache.stored import CacheCorrupt, CacheError, CacheUnreachable, StoredFile, bounded
+from ensure_flydsl.support.install_route import extra_remedy
 from ensure_flydsl.support.processes import heartbeat, network_silence_s, waiting_line
+from ensure_flydsl.support.urls import shown_location
 
-INSTALL_HINT = "install the extra: pip install 'ensure-flydsl[s3]' (fsspec and s3fs)"
 READ_BLOCK = 8 << 20  # bytes an fsspec file reads ahead when streaming a blob
 # Protocols whose uploads are atomic by themselves (a PUT, or a multipart upload, appears whole or not at all).
 OBJECT_STORES = frozenset({"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl", "oss"})
@@ -45,6 +45,10 @@ OBJECT_STORES = frozenset({"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl
 # half of it, with two attempts and no s3fs retry on top (botocore's defaults: 60 s per read, its own
 # retries under s3fs's five: six minutes of silence were seen).
 REMOTE_RETRIES = 1
+
+
+def s3_remedy() -> str:
+    return extra_remedy("s3", "point FLYDSL_CACHE at a folder")
 
 
 def remote_options(protocol: str) -> Dict[str, object]:
@@ -66,8 +70,7 @@ class FsspecStore:
         try:
             fsspec: Any = importlib.import_module("fsspec")
         except ImportError:
-            raise CacheError(f"the cache {self.location} is a URL, which needs fsspec: {INSTALL_HINT}, or point "
-                             "FLYDSL_CACHE at a folder") from None
+            raise CacheError(f"the cache {self.location} is a URL, which needs fsspec: " + s3_remedy()) from None
         self.read_only = False  # known only by trying: a refused write is reported where it happens
         self.down: Optional[str] = None  # why the remote cannot be used, once it failed in this run
         scheme = location.split("://", 1)[0].lower()
@@ -81,7 +84,7 @@ class FsspecStore:
                                              **remote_options(scheme))
         except ImportError as exc:
             raise CacheError(f"the cache {self.location} needs a package fsspec could not import ({exc}): "
-                             f"{INSTALL_HINT}") from None
+                             + s3_remedy()) from None
         except (ValueError, TypeError) as exc:
             raise CacheError(f"the cache location {self.location} cannot be used: {exc}; use a folder or a URL such "
                              "as s3://bucket/prefix") from None
@@ -257,19 +260,6 @@ class _RemoteReader:
     def read(self, size: int = -1) -> bytes:
         with self._store._remote(f"read {self._rel}"):
             return bytes(self._handle.read(size))
-
-
-def shown_location(location: str) -> str:
-    """``location`` as messages, logs and markers show it: a password in a URL (``ftp://user:pw@host/``)
-    replaced by ``***``."""
-    try:
-        parts = urllib.parse.urlsplit(location)
-        if parts.password is None:
-            return location
-    except ValueError:
-        return location
-    host = parts.netloc.rsplit("@", 1)[1]
-    return urllib.parse.urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}"))
 
 
 def _one_line(exc: BaseException) -> str:

@@ -17,16 +17,19 @@ if TYPE_CHECKING:
     from ensure_flydsl.support.report import Reporter
 
 Handler = Callable[[argparse.Namespace, "Settings", "Reporter", Dict[str, str]], int]
+PlainHandler = Callable[[argparse.Namespace, "Reporter", Dict[str, str]], int]
 
 
 @dataclasses.dataclass(frozen=True)
 class Command:
     """One command: its one-line help (None: internal, listed nowhere, no setting flags), what it adds to
-    its parser, and its handler (None: ``main`` runs it before the settings are read)."""
+    its parser, and its handler (None: ``main`` runs it before the settings are read).  A command about no
+    root (``skill``) has a ``plain`` handler instead: no setting flags, no settings read."""
 
     help: Optional[str]
     add_args: Callable[[argparse.ArgumentParser], None]
     run: Optional[Handler]
+    plain: Optional[PlainHandler] = None
 
 
 def _json_flag(help_text: Optional[str] = None) -> Callable[[argparse.ArgumentParser], None]:
@@ -60,6 +63,14 @@ def _cache_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="list: one JSON object per entry")
     p.add_argument("--out", metavar="DIR", help="keygen: the folder for NAME.secret (mode 600) and NAME.pub")
     p.add_argument("--key", metavar="PATH", help="sign: the secret key file to sign with")
+
+
+def _skill_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("dir", metavar="DIR", help="the folder to write (GEAK: perf_knowledge/expert_skills/skills/"
+                   "ensure_flydsl); refused if it exists and this command did not make it")
+    p.add_argument("--force", action="store_true", help="replace a folder this command made (and only such a folder)")
+    p.add_argument("--wheels", metavar="DIR", help="take the vendored libraries' pinned wheels from DIR (no network)")
+    p.add_argument("--json", action="store_true", help="one JSON result object")
 
 
 def _no_args(p: argparse.ArgumentParser) -> None:
@@ -165,6 +176,13 @@ def _cache(args: argparse.Namespace, settings: Settings, reporter: Reporter, env
 
 
 
+def _skill(args: argparse.Namespace, reporter: Reporter, environ: Dict[str, str]) -> int:
+    from ensure_flydsl.cli.skill import skill
+
+    return skill(args.dir, force=args.force, wheels=args.wheels, environ=environ, reporter=reporter,
+                 as_json=args.json)
+
+
 # In the order --help lists them.
 COMMANDS: Dict[str, Command] = {
     "ensure": Command("make FlyDSL importable (the default command); blocking",
@@ -184,6 +202,8 @@ COMMANDS: Dict[str, Command] = {
                      _cache),
     "clean": Command("remove what this tool created for the root (never anything else)",
                      _json_flag("one JSON result object naming what was removed and kept"), _clean),
+    "skill": Command("write the GEAK drop-in folder: skill.md, ensure_flydsl.sh and this tool vendored for a bare "
+                     "python3", _skill_args, None, plain=_skill),
     "_worker": Command(None, _worker_args, None),
     "_watchdog": Command(None, _watchdog_args, None),
 }

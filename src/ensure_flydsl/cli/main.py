@@ -123,6 +123,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 from ensure_flydsl.cli.worker import worker
 
                 return worker(args.run_id, args.alive_fd, args.settings_json, environ, reporter)
+            plain = COMMANDS[args.command].plain
+            if plain is not None:
+                return plain(args, reporter, environ)
             settings = settings_from_args(args, environ)
         except BadInput as exc:
             if args.command in ("ensure", "start"):

@@ -102,7 +102,8 @@ def build_parser(only: Optional[str] = None) -> argparse.ArgumentParser:
 
 def _add_command_args(p: argparse.ArgumentParser, name: str) -> None:
     if COMMANDS[name].help is not None:
-        _add_setting_flags(p)
+        if COMMANDS[name].plain is None:
+            _add_setting_flags(p)
         loud = p.add_mutually_exclusive_group()
         loud.add_argument("-q", "--quiet", dest="verbosity", action="store_const", const=-1, default=0,
                           help="show nothing but a failure (the log still gets everything)")

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import time
 from typing import Dict, Mapping, Optional
 
@@ -28,6 +27,7 @@ from ensure_flydsl.runs.answer import live_runs
 from ensure_flydsl.runs.records import RUNNING, RunRecord, RunStore, new_record, new_run_id
 from ensure_flydsl.runs.twin_gate import installed
 from ensure_flydsl.settings import Settings
+from ensure_flydsl.support.install_route import tool_command
 from ensure_flydsl.support.report import Reporter
 
 JOIN_PID_WAIT_S = 2.0
@@ -81,7 +81,7 @@ def _join_or_launch(settings: Settings, environ: Mapping[str, str], reporter: Re
     store.write(new_record(store, run_id, request=settings.request(), fail_marker=settings.fail_marker,
                            log=settings.log_file, kind="detached", pid=None, step=Stage.STARTING))
     store.set_current(run_id)
-    cmd = [sys.executable, "-m", "ensure_flydsl", "_worker", "--run-id", run_id, "--alive-fd", str(alive_fd),
+    cmd = [*tool_command(), "_worker", "--run-id", run_id, "--alive-fd", str(alive_fd),
            "--settings-json", json.dumps(settings_to_json(settings))]
     try:
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from typing import Optional
 
-from ensure_flydsl.binary_cache.store import shown_location
 from ensure_flydsl.doctor.verdict import OK, WRONG, Check
 from ensure_flydsl.errors import Stage
 from ensure_flydsl.settings import Settings
+from ensure_flydsl.support.urls import shown_location
 
 
 def check_cache_trust(settings: Settings) -> Optional[Check]:

@@ -6,7 +6,6 @@ import os
 from typing import Dict, List, Mapping, Optional, Tuple, Union
 
 from ensure_flydsl.binary_cache.entries import CacheError, open_cache
-from ensure_flydsl.binary_cache.store import shown_location
 from ensure_flydsl.doctor.verdict import MISSING, WRONG, Check, passed, skipped
 from ensure_flydsl.errors import BadInput, EnsureError, Stage
 from ensure_flydsl.layout import tree_folders
@@ -29,6 +28,7 @@ from ensure_flydsl.runs.markers import marker_path_problem
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.source.root import RootState, Stamp, classify_root, creatable_problem, is_ours
 from ensure_flydsl.support.report import Reporter
+from ensure_flydsl.support.urls import shown_location
 from ensure_flydsl.toolchain.environment import is_mlir_install
 
 

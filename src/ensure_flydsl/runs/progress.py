@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import sys
 import time
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -26,6 +25,7 @@ from ensure_flydsl.runs.records import (
     new_record,
     process_start_time,
 )
+from ensure_flydsl.support.install_route import tool_command
 
 _NINJA = re.compile(r"^\s*\[\s*(\d+)\s*/\s*(\d+)\s*\]")  # ninja: "[12/345] Building CXX object ..."
 _MAKE = re.compile(r"^\s*\[\s*(\d{1,3})%\]")  # CMake's Makefiles: "[ 45%] Building CXX object ..."
@@ -95,7 +95,7 @@ class Tracker:
         return tracker
 
     def _start_watchdog(self) -> None:
-        cmd = [sys.executable, "-m", "ensure_flydsl", "_watchdog", self.store.root, self.record.run_id]
+        cmd = [*tool_command(), "_watchdog", self.store.root, self.record.run_id]
         _WATCHDOGS.append(
             subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                              start_new_session=True, close_fds=True)

@@ -30,7 +30,13 @@ SIGNATURE_BYTES = 64
 KEY_FILE_MAX = 4096  # a key file is one short line; more is not a key file
 _BASE64 = re.compile(r"^[A-Za-z0-9+/]+={0,2}$")
 LIBRARY = "cryptography"
-LIBRARY_HINT = "pip install 'ensure-flydsl[signing]' (the cryptography package, for ed25519)"
+
+
+def library_hint(instead: str) -> str:
+    """What to do without the cryptography package (ed25519), for the way this copy was installed."""
+    from ensure_flydsl.support.install_route import extra_remedy
+
+    return extra_remedy("signing", instead)
 
 
 class KeyProblem(ValueError):

@@ -15,7 +15,6 @@ import re
 from typing import Dict, Mapping, Optional
 
 from ensure_flydsl.binary_cache.entries import Cache, CacheCorrupt, CacheError, cache_key, format_size, open_cache
-from ensure_flydsl.binary_cache.store import shown_location
 from ensure_flydsl.binary_cache.stored import CacheUnreachable
 from ensure_flydsl.errors import Plan, Stage
 from ensure_flydsl.layout import build_made_record, cached_mlir_dir, packages_dir
@@ -27,6 +26,7 @@ from ensure_flydsl.result import How
 from ensure_flydsl.source.ownership import recording
 from ensure_flydsl.support import faults
 from ensure_flydsl.support.files import remove_tree
+from ensure_flydsl.support.urls import shown_location
 from ensure_flydsl.toolchain.environment import file_sha256, pin_llvm_inputs
 
 

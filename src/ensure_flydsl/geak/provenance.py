@@ -1,0 +1,82 @@
+"""The commit a GEAK folder is made from: the tool's own checkout when it runs from one (an editable install,
+``src/``), else the folder pip installed it from (``direct_url.json``) when that checkout still holds exactly
+the installed code, else said to be unknown.  A commit is never claimed for code it does not hold."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Dict, Optional
+
+from ensure_flydsl.errors import EnsureError
+from ensure_flydsl.source.git import git
+
+PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the ensure_flydsl package
+
+
+def _git(folder: str, *args: str) -> Optional[str]:
+    try:
+        return git(folder, *args, repo=folder, mirrors=()).strip()
+    except EnsureError:
+        return None
+
+
+def _checkout_commit(folder: str, package_dir: str) -> Optional[str]:
+    """HEAD of the checkout holding ``folder``, marked when the package's files differ from it; None when the
+    package is not tracked there (a venv inside a checkout is not the checkout's code)."""
+    head = _git(folder, "rev-parse", "--verify", "HEAD")
+    if not head or not _git(folder, "ls-files", "--", package_dir):
+        return None
+    changes = _git(folder, "status", "--porcelain", "--", package_dir)
+    return head if changes == "" else f"{head} with local changes"
+
+
+def _package_files(folder: str) -> Dict[str, bytes]:
+    files: Dict[str, bytes] = {}
+    for current, dirs, names in os.walk(folder):
+        dirs[:] = [d for d in dirs if d != "__pycache__"]
+        for name in names:
+            if not name.endswith((".pyc", ".pyo")):
+                path = os.path.join(current, name)
+                with open(path, "rb") as handle:
+                    files[os.path.relpath(path, folder)] = handle.read()
+    return files
+
+
+def _installed_from() -> Optional[str]:
+    """The folder or VCS commit pip installed this copy from (PEP 610), if it says."""
+    from importlib import metadata
+
+    try:
+        text = metadata.distribution("ensure-flydsl").read_text("direct_url.json")
+        data = json.loads(text or "null")
+    except (metadata.PackageNotFoundError, ValueError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    vcs = data.get("vcs_info")
+    if isinstance(vcs, dict) and isinstance(vcs.get("commit_id"), str):
+        return "commit:" + str(vcs["commit_id"])
+    url = data.get("url")
+    if isinstance(url, str) and url.startswith("file://"):
+        return url[len("file://"):]
+    return None
+
+
+def tool_commit() -> str:
+    """The commit, or a sentence saying why none can be named."""
+    here = _checkout_commit(PACKAGE_DIR, PACKAGE_DIR)
+    if here:
+        return here
+    source = _installed_from()
+    if source is None:
+        return "unknown (installed without a record of its source)"
+    if source.startswith("commit:"):
+        return source[len("commit:"):]
+    checkout_package = os.path.join(source, "src", "ensure_flydsl")
+    head = _checkout_commit(source, checkout_package) if os.path.isdir(checkout_package) else None
+    if head is None:
+        return f"unknown (installed from {source}, which is not a git checkout of the tool now)"
+    if _package_files(checkout_package) != _package_files(PACKAGE_DIR):
+        return f"unknown (installed from {source}, whose code has changed since)"
+    return head

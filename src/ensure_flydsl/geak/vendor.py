@@ -1,0 +1,140 @@
+"""The libraries the GEAK folder vendors: pinned wheels that run on Python 3.9 to 3.14, found or downloaded,
+checked against their sha256, and installed into the folder by pypa's ``installer``.
+
+The tool's own environment cannot simply be copied: on a new Python it holds releases that dropped 3.9
+(packaging 26.4, filelock 3.20 and installer 1.0 need 3.10 or newer), and the container's ``python3`` may be
+3.9.  So the folder gets these exact files, whatever the tool runs on.  They come from ``--wheels DIR`` (an
+air-gapped site copies them there), else from this user's cache of them, else from the package index with
+the pip of this interpreter or of ``python3`` on PATH (under the user's pip configuration: a mirror works).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import pathlib
+import shutil
+import sys
+import tempfile
+from typing import Callable, Dict, List, Optional, Sequence
+
+from ensure_flydsl.errors import BadInput, EnsureError, ExitCode, Stage
+from ensure_flydsl.support.processes import cmd_output
+
+
+@dataclasses.dataclass(frozen=True)
+class Pinned:
+    name: str
+    version: str
+    sha256: str
+
+    @property
+    def filename(self) -> str:
+        return f"{self.name}-{self.version}-py3-none-any.whl"
+
+
+# The newest releases that still support Python 3.9 (Requires-Python), all pure Python.
+VENDORED = (
+    Pinned("packaging", "26.3", "d7193f7c8e4e93f444fde0262bf90af30e16fa0ad0ad44cb553c87339b23cd1c"),
+    Pinned("filelock", "3.19.1", "d38e30481def20772f5baf097c122c3babc4fcdb7e14e57049eb9d88c6dc017d"),
+    Pinned("installer", "0.7.0", "05d1933f0a5ba7d8d6296bb6d5018e7c94fa473ceb10cf198a92ccea19c27b53"),
+)
+DOWNLOAD_TIMEOUT_S = 300.0
+
+
+def wheel_cache_dir(environ: Dict[str, str]) -> str:
+    base = environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "ensure-flydsl", "vendored-wheels")
+
+
+def _sha256(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _good(path: str, pinned: Pinned) -> bool:
+    return os.path.isfile(path) and not os.path.islink(path) and _sha256(path) == pinned.sha256
+
+
+def find_wheels(wheels: Optional[str], environ: Dict[str, str], say: Callable[[str], None]) -> Dict[str, str]:
+    """The path of each pinned wheel, checked against its sha256: from ``wheels`` (a folder the user named:
+    every wheel must be there), else the cache, else downloaded into the cache."""
+    if wheels is not None:
+        found = {p.name: os.path.join(wheels, p.filename) for p in VENDORED}
+        bad = [p.filename for p in VENDORED if not _good(found[p.name], p)]
+        if bad:
+            raise BadInput("--wheels", wheels, f"a folder holding {', '.join(p.filename for p in VENDORED)} (each "
+                           f"checked against its pinned sha256; missing or different: {', '.join(bad)})")
+        return found
+    cache = wheel_cache_dir(environ)
+    missing = [p for p in VENDORED if not _good(os.path.join(cache, p.filename), p)]
+    if missing:
+        say(f"downloading {', '.join(f'{p.name} {p.version}' for p in missing)} (pure-Python wheels, for "
+            f"Python 3.9 to 3.14) into {cache}")
+        _download(missing, cache, environ)
+    return {p.name: os.path.join(cache, p.filename) for p in VENDORED}
+
+
+def _pip_python(environ: Dict[str, str]) -> Optional[str]:
+    """This interpreter if it has pip (not under `uv tool install`), else ``python3`` on PATH if it has."""
+    for python in (sys.executable, shutil.which("python3", path=environ.get("PATH"))):
+        if python:
+            try:
+                cmd_output([python, "-m", "pip", "--version"], timeout=60)
+                return python
+            except EnsureError:
+                continue
+    return None
+
+
+def _download(missing: Sequence[Pinned], cache: str, environ: Dict[str, str]) -> None:
+    python = _pip_python(environ)
+    names = " ".join(p.filename for p in missing)
+    if python is None:
+        raise EnsureError(ExitCode.ARTIFACT, f"no pip to download {names} with (neither {sys.executable} nor "
+                          "python3 on PATH has one)", stage=Stage.SKILL,
+                          hint="download them on a machine with pip (`pip download --no-deps --only-binary :all: "
+                          + " ".join(f"{p.name}=={p.version}" for p in missing) + "`) and pass --wheels DIR")
+    os.makedirs(cache, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".download-", dir=cache) as tmp:
+        requirements = os.path.join(tmp, "requirements.txt")
+        with open(requirements, "w") as handle:
+            handle.writelines(f"{p.name}=={p.version} --hash=sha256:{p.sha256}\n" for p in missing)
+        cmd: List[str] = [python, "-m", "pip", "download", "--disable-pip-version-check", "--no-deps",
+                          "--only-binary", ":all:", "--require-hashes", "--dest", tmp, "-r", requirements]
+        try:
+            cmd_output(cmd, timeout=DOWNLOAD_TIMEOUT_S, env=environ)
+        except EnsureError as exc:
+            raise EnsureError(ExitCode.ARTIFACT, f"could not download {names} from the package index",
+                              stage=Stage.SKILL, detail=exc.detail or exc.reason,
+                              hint="check pip's index settings (PIP_INDEX_URL, pip.conf), or pass --wheels DIR "
+                              "with those files") from None
+        for pinned in missing:
+            got = os.path.join(tmp, pinned.filename)
+            if not _good(got, pinned):  # pip checked the hash; a different file name is not the pin
+                raise EnsureError(ExitCode.ARTIFACT, f"pip did not download {pinned.filename}", stage=Stage.SKILL)
+            os.replace(got, os.path.join(cache, pinned.filename))
+
+
+def install_wheels(wheels: Dict[str, str], target: str) -> List[str]:
+    """Each wheel unpacked into ``target`` (purelib) by ``installer``, without bytecode: the container's
+    Python writes its own.  Returns "name version" for each, for the VERSION file."""
+    from installer import install
+    from installer.destinations import SchemeDictionaryDestination
+    from installer.sources import WheelFile
+
+    elsewhere = os.path.join(target, ".not-vendored")  # scripts, headers, data: none of these wheels has any
+    scheme = {"purelib": target, "platlib": target, "headers": elsewhere, "scripts": elsewhere, "data": elsewhere}
+    destination = SchemeDictionaryDestination(scheme, interpreter="/usr/bin/env python3", script_kind="posix",
+                                              bytecode_optimization_levels=())
+    for pinned in VENDORED:
+        with WheelFile.open(pathlib.Path(wheels[pinned.name])) as source:
+            install(source, destination, {"INSTALLER": b"ensure-flydsl skill\n"})
+    if os.path.exists(elsewhere):
+        raise EnsureError(ExitCode.INTERNAL, f"a vendored wheel installed files outside purelib: {elsewhere}",
+                          stage=Stage.SKILL)
+    return [f"{p.name} {p.version}" for p in VENDORED]

@@ -1,0 +1,388 @@
+"""The GEAK folder (`ensure-flydsl skill DIR`), built from this checkout and run as GEAK runs it: from GEAK's
+top folder, by bash, with a bare ``python3`` (a venv made --without-pip, nothing installed) first on PATH and no
+``ensure-flydsl`` on PATH.  Each of GEAK's ways of calling it, the failure marker, the JSON gate, Python 3.9
+and 3.12, and a second call with the network poisoned."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from typing import Dict, Iterator, List
+
+import pytest
+
+from ensure_flydsl.geak.vendor import VENDORED
+from tests.helpers.flydsl_fixture import FixtureRepo, make_repo
+from tests.helpers.geak import SCRIPT, Geak, bare_venv, build_folder, pyenv_python
+from tests.helpers.result_schema import validate
+
+pytestmark = pytest.mark.index  # the folder's vendored wheels come from the package index, once
+
+# The seed document's Procedure (shared/seed/ensure_flydsl_skill.md, GEAK's skill.md today), verbatim.
+SEED_PROCEDURE = r'''
+FR="${FLYDSL_ROOT:-/opt/flydsl/FlyDSL}"; ENV="$FR/flydsl_env.sh"; FAIL="$(dirname "$FR")/.flydsl_build.failed"
+SH="perf_knowledge/expert_skills/skills/ensure_flydsl/ensure_flydsl.sh"
+nohup bash "$SH" > "$(dirname "$FR")/ensure_flydsl.log" 2>&1 &   # detached
+for i in $(seq 1 180); do                                        # deadline 1800s (30 min)
+  [ -f "$ENV" ]  && break                                        # success: flydsl_env.sh written
+  [ -f "$FAIL" ] && { echo "flydsl build FAILED (see ensure_flydsl.log)"; break; }
+  sleep 10
+done
+[ -f "$ENV" ] && source "$ENV" && \
+  python3 -c "import flydsl, kernels.moe_gemm_2stage as k; print(flydsl.__file__, k.__file__)"  # ONE tree
+'''
+
+# The seed's front matter: GEAK matches skills on these keys, so the folder's skill.md keeps them as they were.
+SEED_FRONT_MATTER = """---
+id: ensure_flydsl
+title: Ensure FlyDSL is importable (version-gated reuse, else build the pinned source)
+kind: expert_skill
+authors:
+- geak
+scope: dependency          # a build/dependency skill: makes flydsl usable; invoked BY other flydsl skills, \
+not profile-matched on its own
+match:
+  needs: flydsl
+  arch_class:
+  - '*'
+  gens:
+  - gfx942
+  - gfx950
+  dtypes:
+  - int4_w4a16
+  - fp8_e4m3_fnuz
+role: dependency_provider
+supersedes: []
+---
+"""
+
+
+@pytest.fixture(scope="session")
+def skill_cache(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """XDG_CACHE_HOME of the builds: the pinned wheels are downloaded into it once."""
+    return str(tmp_path_factory.mktemp("skill-cache"))
+
+
+@pytest.fixture(scope="session")
+def skill_folder(tmp_path_factory: pytest.TempPathFactory, skill_cache: str) -> str:
+    """The folder, made once from this checkout by the tool's own command (tests copy it)."""
+    dest = os.path.join(str(tmp_path_factory.mktemp("skill")), "ensure_flydsl")
+    out = build_folder(dest, skill_cache)
+    assert out.returncode == 0, out.stdout + out.stderr
+    return dest
+
+
+@pytest.fixture(scope="session")
+def bare_pythons(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, str]:
+    """A bare venv of each Python a GEAK container may have as python3, where this machine has it."""
+    made: Dict[str, str] = {}
+    for minor in ("9", "12"):
+        base = pyenv_python(minor)
+        if base:
+            made[minor] = bare_venv(base, str(tmp_path_factory.mktemp(f"bare3{minor}")))
+    return made
+
+
+def _python(bare_pythons: Dict[str, str], minor: str) -> str:
+    if minor not in bare_pythons:
+        pytest.skip(f"no CPython 3.{minor} here (pyenv's or on PATH)")
+    return bare_pythons[minor]
+
+
+@pytest.fixture
+def geak(tmp_path: "os.PathLike[str]", skill_folder: str, fixture_repo: FixtureRepo,
+         bare_pythons: Dict[str, str]) -> Geak:
+    return Geak(str(tmp_path), skill_folder, fixture_repo, _python(bare_pythons, "12"))
+
+
+def _worker_cmdlines() -> Iterator[List[str]]:
+    for pid in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                yield [a.decode() for a in handle.read().split(b"\0") if a]
+        except OSError:
+            continue
+
+
+# -- what the folder holds --------------------------------------------------------------------------------
+
+def test_the_folder_holds_what_geak_takes(skill_folder: str) -> None:
+    with open(os.path.join(skill_folder, "skill.md")) as handle:
+        doc = handle.read()
+    assert doc.startswith(SEED_FRONT_MATTER)
+    procedure = doc.split("## Procedure", 1)[1].split("\n## ", 1)[0]
+    assert 'mkdir -p "$(dirname "$FR")"' in procedure  # before anything: the seed's log redirection needs it
+    assert procedure.index("ensure_flydsl.sh start") < procedure.index("ensure_flydsl.sh wait --timeout 540")
+    assert "75" in procedure and '"${FLYDSL_PYTHON:-python3}" -c' in procedure
+    assert "flydsl_env.sh" in procedure and ".flydsl_build.failed" in procedure
+    overrides = re.findall(r"^- `([A-Z_]+)`", doc.split("## Overrides", 1)[1], re.M)
+    assert overrides[:3] == ["FLYDSL_ROOT", "FLYDSL_MIN_VERSION", "FLYDSL_BUILD_LOCK"]
+    assert {"FLYDSL_PIN", "FLYDSL_REPO", "FLYDSL_PYTHON", "FLYDSL_STRATEGY", "FLYDSL_SHIM_DIR"} <= set(overrides)
+    assert os.access(os.path.join(skill_folder, "ensure_flydsl.sh"), os.X_OK)
+    with open(os.path.join(skill_folder, "VERSION")) as handle:
+        version = handle.read()
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=os.path.dirname(__file__), text=True,
+                          stdout=subprocess.PIPE, check=True).stdout.strip()
+    assert re.search(rf"^commit: {head}( with local changes)?$", version, re.M), version
+    from ensure_flydsl.version import __version__
+
+    assert version.startswith(f"ensure-flydsl {__version__}\n")
+    tool = os.path.join(skill_folder, "tool")
+    for pinned in VENDORED:
+        assert os.path.isdir(os.path.join(tool, f"{pinned.name}-{pinned.version}.dist-info"))
+        assert f"{pinned.name} {pinned.version}" in version
+    assert os.path.isfile(os.path.join(tool, "ensure_flydsl", "cli", "main.py"))
+    assert not [p for p in os.listdir(tool) if p.endswith(".pyc") or p == "__pycache__"]
+
+
+# -- GEAK's callers -------------------------------------------------------------------------------------
+
+def test_the_seed_procedure_verbatim_from_geak_s_top_folder(geak: Geak) -> None:
+    os.makedirs(geak.base)  # the seed's procedure needs the root's parent to exist (see the next test)
+    out = geak.bash(SEED_PROCEDURE)
+    assert out.returncode == 0, out.stdout + out.stderr
+    flydsl_file, kernel_file = out.stdout.split()
+    assert flydsl_file.startswith(geak.root + "/") and kernel_file.startswith(geak.root + "/")
+    geak.one_tree()
+    with open(geak.env_file) as handle:
+        env = handle.read()
+    assert f"export FLYDSL_SHIM_DIR={geak.shim_dir}\n" in env  # as the old script derived it from its place
+    assert "/tool" not in env and geak.skill not in env  # the vendored folder never reaches PYTHONPATH
+    with open(os.path.join(geak.base, "ensure_flydsl.log")) as handle:
+        assert "ready: flydsl" in handle.read()
+
+
+def test_the_seed_procedure_without_the_root_s_parent_never_starts(geak: Geak) -> None:
+    """Why the folder's Procedure makes the folder first: the seed's redirection fails, and its loop would poll
+    in silence for 1800 s (here: the first poll shows neither marker)."""
+    out = geak.bash(SEED_PROCEDURE.replace("sleep 10", "break"))
+    assert "No such file or directory" in out.stderr
+    assert not os.path.exists(geak.env_file) and not os.path.exists(geak.fail_marker)
+
+
+def test_the_system_architect_s_blocking_form(geak: Geak) -> None:
+    """roles/system_architect.md §0a: launch the script bare and detached, poll for either marker (30 min
+    deadline), then source the env file and import."""
+    out = geak.bash(
+        'FR="${FLYDSL_ROOT:-/opt/flydsl/FlyDSL}"; mkdir -p "$(dirname "$FR")"\n'
+        f'nohup bash {SCRIPT} > "$(dirname "$FR")/ensure_flydsl.log" 2>&1 &\n'
+        'for i in $(seq 1 1800); do\n'
+        '  [ -f "$FR/flydsl_env.sh" ] && { echo "flydsl ready"; break; }\n'
+        '  [ -f "$(dirname "$FR")/.flydsl_build.failed" ] && { echo "flydsl build FAILED"; break; }\n'
+        '  sleep 1\ndone\n'
+        '. "$FR/flydsl_env.sh" && python3 -c "import flydsl, kernels.moe_gemm_2stage; print(\'ok\')"\n')
+    assert out.returncode == 0 and out.stdout.split() == ["flydsl", "ready", "ok"], out.stdout + out.stderr
+    assert not os.path.exists(geak.fail_marker)
+
+
+def test_the_apply_skills_step_0_runs_it_blocking(geak: Geak) -> None:
+    out = geak.bash(f"bash {SCRIPT} && source \"$FLYDSL_ROOT/flydsl_env.sh\" && "
+                    "python3 -c \"import flydsl, kernels.moe_gemm_2stage as k; print(flydsl.__file__, k.__file__)\"")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "ready: flydsl 0.2.2 (built)" in out.stdout
+    again = geak.run()
+    assert again.returncode == 0 and "nothing changed since the last success" in again.stdout
+
+
+def _procedure_blocks(skill: str) -> List[str]:
+    with open(os.path.join(skill, "skill.md")) as handle:
+        procedure = handle.read().split("## Procedure", 1)[1].split("\n## ", 1)[0]
+    return [block for block in re.findall(r"```bash\n(.*?)```", procedure, re.S)]
+
+
+def test_the_agent_form_of_the_folder_s_own_procedure(geak: Geak) -> None:
+    """skill.md's three shell calls, each on its own, as an agent makes them: start (the root's parent does
+    not exist yet), wait until it is not 75, then the import check with ${FLYDSL_PYTHON:-python3}."""
+    start, wait, use = (re.sub(r"^ {3}", "", b, flags=re.M) for b in _procedure_blocks(geak.skill))
+    started = geak.bash(start, FIXTURE_BUILD_SLEEP="3")
+    assert started.returncode == 0, started.stdout + started.stderr
+    launched = json.loads(started.stdout.splitlines()[-1])
+    assert set(launched) >= {"run_id", "pid", "log", "state"}
+    worker = next((c for c in _worker_cmdlines() if "_worker" in c and launched["run_id"] in c), None)
+    assert worker is not None and worker[1:4] == ["-E", "-s", os.path.join(geak.skill, "tool", "run.py")], worker
+    codes = []
+    for _ in range(20):
+        waited = geak.bash(wait.replace("--timeout 540", "--timeout 1"))
+        codes.append(int(waited.stdout.split("exit ")[-1]))
+        if codes[-1] != 75:
+            break
+    assert codes[-1] == 0 and 75 in codes, codes  # it was still running at least once, then ready
+    used = geak.bash(use)
+    assert used.returncode == 0, used.stdout + used.stderr
+    assert used.stdout.split() == [os.path.join(geak.root, "build-fly", "python_packages", "flydsl", "__init__.py"),
+                                   os.path.join(geak.root, "kernels", "moe_gemm_2stage.py")]
+    status = json.loads(geak.run("status", "--json").stdout)
+    assert status["state"] == "succeeded" and status["how"] == "built"
+
+
+def test_a_failure_leaves_the_marker_and_a_json_gate_that_says_why(geak: Geak) -> None:
+    os.makedirs(geak.base)
+    gone = "file://" + os.path.join(geak.base, "no-such-repository.git")
+    out = geak.run("--json", FLYDSL_REPO=gone)
+    assert out.returncode == 2, out.stdout + out.stderr
+    gate = json.loads(out.stdout)
+    validate(gate, "ensure")
+    assert gate["ok"] is False and gate["built"] is False and gate["exit_code"] == 2
+    assert "no-such-repository" in str(gate["reason"])
+    with open(geak.fail_marker) as handle:
+        marker = json.load(handle)
+    assert marker["exit_code"] == 2 and marker["stage"] == "fetch" and "no-such-repository" in marker["reason"]
+    assert not os.path.exists(geak.env_file)
+    blocking = geak.run(FLYDSL_REPO=gone)  # the bare call, as nohup runs it: the same code and one line why
+    assert blocking.returncode == 2 and "ensure-flydsl: failed (exit 2: clone/fetch failed" in blocking.stderr
+
+
+def test_the_json_gate_of_a_success_has_geak_s_keys(geak: Geak) -> None:
+    out = geak.run("--json")
+    assert out.returncode == 0, out.stderr
+    gate = json.loads(out.stdout)
+    validate(gate, "ensure")
+    assert gate["ok"] is True and gate["built"] is True and gate["version"] == "0.2.2"
+    assert gate["env_file"] == geak.env_file and gate["reason"]
+    warm = json.loads(geak.run("--json").stdout)
+    assert warm["ok"] is True and warm["built"] is False and warm["durations"] == {"fingerprint": warm["durations"][
+        "fingerprint"]}
+
+
+@pytest.mark.parametrize("minor", ["9", "12"])
+def test_python_3_9_and_3_12_as_the_container_s_python3(tmp_path: "os.PathLike[str]", skill_folder: str,
+                                                        fixture_repo: FixtureRepo, bare_pythons: Dict[str, str],
+                                                        minor: str) -> None:
+    geak = Geak(str(tmp_path), skill_folder, fixture_repo, _python(bare_pythons, minor))
+    out = geak.run()
+    assert out.returncode == 0, out.stdout + out.stderr
+    geak.one_tree()
+    with open(os.path.join(geak.root, "flydsl_env.json")) as handle:
+        twin = json.load(handle)
+    assert twin["python"] == geak.python and twin["python_version"].startswith(f"3.{minor}.")
+    warm = geak.run("--json")
+    assert warm.returncode == 0 and json.loads(warm.stdout)["durations"].keys() == {"fingerprint"}, warm.stderr
+
+
+def test_a_second_call_with_the_network_poisoned(tmp_path: "os.PathLike[str]", skill_folder: str,
+                                                 bare_pythons: Dict[str, str]) -> None:
+    """Repository and package index unreachable after the first success: the same request answers warm, and
+    another request whose gate the tree passes answers by reuse, neither touching the network."""
+    repo = make_repo(os.path.join(str(tmp_path), "upstream", "FlyDSL.git"))
+    geak = Geak(str(tmp_path), skill_folder, repo, _python(bare_pythons, "12"))
+    assert geak.run().returncode == 0
+    shutil.move(os.path.dirname(repo.path), os.path.join(str(tmp_path), "upstream-gone"))
+    dead = "http://127.0.0.1:9/"
+    poison = {"PIP_INDEX_URL": dead + "simple", "http_proxy": dead, "https_proxy": dead, "HTTPS_PROXY": dead,
+              "HTTP_PROXY": dead, "GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "url.http://127.0.0.1:9/.insteadOf",
+              "GIT_CONFIG_VALUE_0": "file://"}
+    warm = geak.run("--json", **poison)
+    assert warm.returncode == 0, warm.stderr
+    assert json.loads(warm.stdout)["durations"].keys() == {"fingerprint"}
+    other = geak.run("--json", FLYDSL_MIN_VERSION="0.2.0", **poison)
+    assert other.returncode == 0, other.stderr
+    result = json.loads(other.stdout)
+    assert result["how"] == "built" and result["built"] is False and "fetch" not in result["durations"]
+    geak.one_tree()
+
+
+# -- the vendored tool stays out of what it checks -----------------------------------------------------------
+
+def test_the_vendored_libraries_are_not_what_the_probe_sees(geak: Geak) -> None:
+    """`filelock` is in tool/ but not in the bare python3: the probe, run as the workflow will run the tree,
+    must not import it from the vendored folder."""
+    out = geak.run(FLYDSL_REQUIRE="flydsl,kernels.moe_gemm_2stage,filelock")
+    assert out.returncode == 6, out.stdout + out.stderr
+    assert "filelock does not import: ModuleNotFoundError" in out.stderr
+    assert not os.path.exists(geak.env_file)
+
+
+def test_a_caller_s_shim_dir_wins(geak: Geak) -> None:
+    out = geak.run(FLYDSL_SHIM_DIR="/srv/shim")
+    assert out.returncode == 0, out.stderr
+    with open(geak.env_file) as handle:
+        assert "export FLYDSL_SHIM_DIR=/srv/shim\n" in handle.read()
+
+
+@pytest.mark.parametrize("name, value", [("FLYDSL_CACHE", "s3://bucket/flydsl"),
+                                         ("FLYDSL_CACHE_TRUSTED_KEYS", "ci:" + "A" * 43 + "=")])
+def test_a_setting_that_needs_an_extra_is_refused_in_one_line(geak: Geak, name: str, value: str) -> None:
+    out = geak.run(**{name: value})
+    assert out.returncode == 64, out.stdout + out.stderr
+    assert out.stderr.startswith(f"ensure-flydsl: {name}=") and out.stderr.count("\n") == 1
+    assert "the GEAK folder's vendored tool has no extras" in out.stderr and "pip install" not in out.stderr
+    assert not os.path.exists(geak.root)
+
+
+def test_an_older_python3_is_told_what_is_wrong(tmp_path: "os.PathLike[str]", skill_folder: str,
+                                                fixture_repo: FixtureRepo) -> None:
+    old = pyenv_python("8")
+    if old is None:
+        pytest.skip("no CPython 3.8 here")
+    geak = Geak(str(tmp_path), skill_folder, fixture_repo, bare_venv(old, os.path.join(str(tmp_path), "py38")))
+    out = geak.run()
+    assert out.returncode == 64
+    assert "needs Python 3.9 or newer" in out.stderr and out.stderr.count("\n") == 1
+
+
+# -- writing the folder ------------------------------------------------------------------------------------
+
+def _snapshot(folder: str) -> Dict[str, bytes]:
+    found = {}
+    for current, _dirs, names in os.walk(folder):
+        for name in names:
+            with open(os.path.join(current, name), "rb") as handle:
+                found[os.path.relpath(os.path.join(current, name), folder)] = handle.read()
+    return found
+
+
+def test_a_folder_it_did_not_make_is_refused_and_untouched(tmp_path: "os.PathLike[str]", skill_cache: str) -> None:
+    wheels = os.path.join(skill_cache, "ensure-flydsl", "vendored-wheels")
+    seed = os.path.join(str(tmp_path), "ensure_flydsl")
+    os.makedirs(seed)
+    with open(os.path.join(seed, "ensure_flydsl.sh"), "w") as handle:
+        handle.write("#!/bin/bash\n# the old script\n")
+    for args in ((), ("--force",)):
+        out = build_folder(seed, skill_cache, "--wheels", wheels, *args)
+        assert out.returncode == 64, out.stdout + out.stderr
+        assert "was not made by `ensure-flydsl skill`" in out.stderr and out.stderr.count("\n") == 1
+        assert _snapshot(seed) == {"ensure_flydsl.sh": b"#!/bin/bash\n# the old script\n"}
+    empty = os.path.join(str(tmp_path), "empty")
+    os.makedirs(empty)
+    assert build_folder(empty, skill_cache, "--wheels", wheels).returncode == 64 and os.listdir(empty) == []
+
+
+def test_force_replaces_only_a_folder_it_made(tmp_path: "os.PathLike[str]", skill_cache: str,
+                                              bare_pythons: Dict[str, str]) -> None:
+    wheels = os.path.join(skill_cache, "ensure-flydsl", "vendored-wheels")
+    dest = os.path.join(str(tmp_path), "ensure_flydsl")
+    assert build_folder(dest, skill_cache, "--wheels", wheels).returncode == 0
+    again = build_folder(dest, skill_cache, "--wheels", wheels)
+    assert again.returncode == 64 and "add --force to replace it" in again.stderr
+    # Running it leaves Python's bytecode beside the vendored modules: still the folder it made.
+    python = _python(bare_pythons, "12")
+    ran = subprocess.run(["bash", os.path.join(dest, "ensure_flydsl.sh"), "--version"], text=True,
+                         env={"PATH": f"{os.path.dirname(python)}:/usr/bin:/bin"}, stdout=subprocess.PIPE, check=False)
+    assert ran.returncode == 0 and ran.stdout.startswith("ensure-flydsl ")
+    assert any("__pycache__" in dirs for _, dirs, _ in os.walk(os.path.join(dest, "tool")))
+    before = os.stat(os.path.join(dest, "skill.md")).st_ino
+    forced = build_folder(dest, skill_cache, "--wheels", wheels, "--force")
+    assert forced.returncode == 0, forced.stderr
+    assert "replaced" in forced.stdout and os.stat(os.path.join(dest, "skill.md")).st_ino != before
+    with open(os.path.join(dest, "tool", "notes.txt"), "w") as handle:
+        handle.write("mine\n")
+    with open(os.path.join(dest, "skill.md"), "a") as handle:
+        handle.write("an edit\n")
+    kept = _snapshot(dest)
+    refused = build_folder(dest, skill_cache, "--wheels", wheels, "--force")
+    assert refused.returncode == 64 and "tool/notes.txt" in refused.stderr and "skill.md (changed)" in refused.stderr
+    assert _snapshot(dest) == kept
+    assert [n for n in os.listdir(str(tmp_path)) if n != "ensure_flydsl"] == []  # no staging left behind
+
+
+def test_wheels_that_are_not_the_pinned_ones_are_refused(tmp_path: "os.PathLike[str]", skill_cache: str) -> None:
+    wheels = os.path.join(str(tmp_path), "wheels")
+    shutil.copytree(os.path.join(skill_cache, "ensure-flydsl", "vendored-wheels"), wheels)
+    with open(os.path.join(wheels, VENDORED[1].filename), "ab") as handle:
+        handle.write(b"\0")
+    dest = os.path.join(str(tmp_path), "ensure_flydsl")
+    out = build_folder(dest, skill_cache, "--wheels", wheels)
+    assert out.returncode == 64 and VENDORED[1].filename in out.stderr and not os.path.exists(dest)
