@@ -10,6 +10,7 @@ from typing import Dict, Optional
 
 from ensure_flydsl.errors import EnsureError
 from ensure_flydsl.source.git import git
+from ensure_flydsl.support.processes import CommandFailed
 
 PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the ensure_flydsl package
 
@@ -17,7 +18,7 @@ PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the
 def _git(folder: str, *args: str) -> Optional[str]:
     try:
         return git(folder, *args, repo=folder, mirrors=()).strip()
-    except EnsureError:
+    except (EnsureError, CommandFailed):
         return None
 
 
