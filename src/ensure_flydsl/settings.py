@@ -65,14 +65,21 @@ def parse_trusted_keys(name: str, value: str) -> TrustedKeys:
 
 
 
+VALUE, FLAG, LIST, SWITCH = "value", "flag", "list", "switch"  # a setting's kind: how its flag is given
+
+
 @dataclasses.dataclass(frozen=True)
 class Setting:
-    """One row of the settings table (the README's)."""
+    """One row of the settings table (the README's).  ``kind`` is how the flag is given: VALUE (``--root X``),
+    FLAG (``--verify``: no value), LIST (repeatable, ``--require A --require B``) or SWITCH (``--vllm-moe`` and
+    ``--no-vllm-moe``); ``metavar`` names a LIST's value."""
 
     name: str  # the keyword of Settings and of ensure_flydsl.ensure()
     env: str
     flag: str
     help: str
+    kind: str = VALUE
+    metavar: str = ""
 
 
 SETTINGS: Tuple[Setting, ...] = (
@@ -86,8 +93,9 @@ SETTINGS: Tuple[Setting, ...] = (
     Setting("mlir_path", "MLIR_PATH", "--mlir-path", "a ready MLIR install: skip the LLVM build"),
     Setting("python", "FLYDSL_PYTHON", "--python", "the interpreter that must import FlyDSL"),
     Setting("shim_dir", "FLYDSL_SHIM_DIR", "--shim-dir", "exported to the env file for the vLLM shim"),
-    Setting("vllm_moe", "FLYDSL_VLLM_MOE", "--vllm-moe", "export VLLM_USE_FLYDSL_MOE=1 (--no-vllm-moe: off)"),
-    Setting("require", "FLYDSL_REQUIRE", "--require", "modules that must import from the one tree"),
+    Setting("vllm_moe", "FLYDSL_VLLM_MOE", "--vllm-moe", "export VLLM_USE_FLYDSL_MOE=1 (--no-vllm-moe: off)",
+            SWITCH),
+    Setting("require", "FLYDSL_REQUIRE", "--require", "modules that must import from the one tree", LIST, "MODULES"),
     Setting("strategy", "FLYDSL_STRATEGY", "--strategy", "auto, source, release or reuse-only"),
     Setting("jobs", "FLYDSL_JOBS", "--jobs", "build parallelism (default: cores, capped by memory)"),
     Setting("lock_timeout", "FLYDSL_LOCK_TIMEOUT", "--lock-timeout",
@@ -97,17 +105,17 @@ SETTINGS: Tuple[Setting, ...] = (
     Setting("cache", "FLYDSL_CACHE", "--cache", "binary cache: a folder or an fsspec URL"),
     Setting("lease_ttl", "FLYDSL_LEASE_TTL", "--lease-ttl",
             "seconds a build lease in the cache lives without a heartbeat (default 120)"),
-    Setting("verify", "FLYDSL_VERIFY", "--verify", "force the full import probe"),
+    Setting("verify", "FLYDSL_VERIFY", "--verify", "force the full import probe", FLAG),
     Setting("fix_rocm_in_place", "FLYDSL_FIX_ROCM_IN_PLACE", "--fix-rocm-in-place",
-            "fix the hip CMake library name inside ROCM_PATH itself (default: a private corrected copy)"),
+            "fix the hip CMake library name inside ROCM_PATH itself (default: a private corrected copy)", FLAG),
     Setting("git_mirrors", "FLYDSL_GIT_MIRRORS", "--git-mirror",
-            "FROM=TO URL prefixes: every git command fetches FROM... from TO... instead"),
+            "FROM=TO URL prefixes: every git command fetches FROM... from TO... instead", LIST, "FROM=TO"),
     Setting("exact_pin", "FLYDSL_EXACT_PIN", "--exact-pin",
-            "reuse only a tree built from the pin (default: any one tree whose flydsl passes the floor)"),
+            "reuse only a tree built from the pin (default: any one tree whose flydsl passes the floor)", FLAG),
     Setting("cache_signing_key", "FLYDSL_CACHE_SIGNING_KEY", "--cache-signing-key",
             "secret key file (`cache keygen`): sign every cache entry this run publishes"),
     Setting("cache_trusted_keys", "FLYDSL_CACHE_TRUSTED_KEYS", "--cache-trusted-key",
-            "public keys NAME:BASE64 or .pub files: fetch only cache entries one of them signed"),
+            "public keys NAME:BASE64 or .pub files: fetch only cache entries one of them signed", LIST, "KEY"),
 )
 SETTING_BY_NAME: Dict[str, Setting] = {s.name: s for s in SETTINGS}
 

@@ -37,6 +37,26 @@ def test_settings_before_the_command(ws: Workspace) -> None:
     assert ws.run("-q", "-v", "status").returncode == 64
 
 
+def test_every_setting_may_come_before_the_command_whatever_its_kind(ws: Workspace) -> None:
+    """`ensure-flydsl --exact-pin status` was exit 64 ("unrecognized arguments"): the parser's own list of the
+    flags without a value missed it.  Now the settings table's kinds say which flags take a value."""
+    from ensure_flydsl.settings import FLAG, LIST, SETTINGS, SWITCH
+
+    values = {"root": ws.root, "python": sys.executable, "require": "flydsl", "git_mirrors": "https://a/=https://b/",
+              "min_version": "0.2.2", "strategy": "source", "pin": ws.repo.commits["dev"], "repo": ws.repo.url}
+    for setting in SETTINGS:
+        if setting.kind in (FLAG, SWITCH):
+            flags = [[setting.flag]] + ([["--no-" + setting.flag[2:]]] if setting.kind == SWITCH else [])
+        elif setting.name in values:
+            flags = [[setting.flag, values[setting.name]]] * (2 if setting.kind == LIST else 1)
+        else:
+            continue  # a value whose check needs a file (keys, paths): the kind is what is tested here
+        for flag in flags:
+            out = ws.run(*flag, "status", "--json")
+            assert out.returncode == 0, (flag, out.stderr)
+            assert json.loads(out.stdout)["root"] == ws.root
+
+
 def test_quiet_shows_nothing_but_a_failure_and_verbose_shows_the_build(ws: Workspace) -> None:
     quiet = ws.run("-q")
     assert quiet.returncode == 0 and quiet.stdout == "" and quiet.stderr == "", quiet.stdout + quiet.stderr

@@ -26,8 +26,9 @@ def test_env_prints_the_env_file_and_its_twin(ws: Workspace) -> None:
 
 
 def test_verify_prints_each_modules_file(ws: Workspace) -> None:
-    bad = ws.run("verify")
-    assert bad.returncode == 6 and "flydsl: FAILED: ModuleNotFoundError" in bad.stdout
+    bad = ws.run("verify")  # no env file: nothing answers this request (exit 1, as the exit-code table says)
+    assert bad.returncode == 1 and "flydsl: FAILED: ModuleNotFoundError" in bad.stdout
+    assert f"not usable: there is no env file at {ws.env_file}; the probe: " in bad.stdout
     assert ws.run().returncode == 0
     good = ws.run("verify")
     assert good.returncode == 0, good.stdout
@@ -36,11 +37,14 @@ def test_verify_prints_each_modules_file(ws: Workspace) -> None:
     assert f"tree:    {ws.root}" in good.stdout and good.stdout.rstrip().splitlines()[-1].startswith("ok: ")
     data = json.loads(ws.run("verify", "--json").stdout)
     assert data["ok"] is True and data["tree"] == ws.root and data["version"] == "0.2.2"
+    os.unlink(os.path.join(ws.root, "kernels", "moe_gemm_2stage.py"))  # the env file answers; its tree broke
+    broken = ws.run("verify")
+    assert broken.returncode == 6 and "kernels.moe_gemm_2stage: FAILED" in broken.stdout, broken.stdout
 
 
 def test_verify_fails_for_two_trees(ws: Workspace, tmp_path: "os.PathLike[str]") -> None:
     out = ws.run("verify", PYTHONPATH=make_split_trees(str(tmp_path)))
-    assert out.returncode == 6 and "different trees" in out.stdout
+    assert out.returncode == 1 and "different trees" in out.stdout  # and no env file answers
 
 
 def test_verify_follows_a_reused_tree(ws: Workspace, tmp_path: "os.PathLike[str]") -> None:

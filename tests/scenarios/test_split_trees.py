@@ -48,7 +48,7 @@ def checkout_with_venv(tmp_path: "os.PathLike[str]") -> Tuple[str, str]:
 def test_verify_names_the_split(ws: Workspace, checkout_with_venv: Tuple[str, str]) -> None:
     checkout, python = checkout_with_venv
     out = ws.run("verify", FLYDSL_PYTHON=python, PYTHONPATH=checkout)
-    assert out.returncode == 6, out.stdout + out.stderr
+    assert out.returncode == 1, out.stdout + out.stderr  # no env file: nothing installed answers
     assert "different trees" in out.stdout
     assert f"kernels.moe_gemm_2stage from {checkout}" in out.stdout
     assert f"flydsl from {checkout}/.venv/lib/" in out.stdout

@@ -10,30 +10,25 @@ from typing import Any, NoReturn, Optional, Sequence
 
 from ensure_flydsl.cli import COMMANDS
 from ensure_flydsl.errors import EXIT_MEANINGS, ExitCode
-from ensure_flydsl.settings import SETTINGS
+from ensure_flydsl.settings import FLAG, LIST, SETTINGS, SWITCH, VALUE
 from ensure_flydsl.version import __version__
 
 
 def _add_setting_flags(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("settings (each also from its environment variable; a flag wins)")
     for setting in SETTINGS:
-        if setting.name == "vllm_moe":
-            group.add_argument("--vllm-moe", dest="vllm_moe", action="store_const", const="1",
-                               help=f"{setting.help} [{setting.env}]")
-            group.add_argument("--no-vllm-moe", dest="vllm_moe", action="store_const", const="0",
-                               help="do not export VLLM_USE_FLYDSL_MOE (A/B baselines)")
-        elif setting.name in ("verify", "fix_rocm_in_place", "exact_pin"):
+        if setting.kind == SWITCH:
             group.add_argument(setting.flag, dest=setting.name, action="store_const", const="1",
                                help=f"{setting.help} [{setting.env}]")
-        elif setting.name == "require":
-            group.add_argument("--require", dest="require", action="append", metavar="MODULES",
-                               help=f"{setting.help}; repeatable [{setting.env}]")
-        elif setting.name == "git_mirrors":
-            group.add_argument(setting.flag, dest=setting.name, action="append", metavar="FROM=TO",
-                               help=f"{setting.help}; repeatable, replaces the variable's list [{setting.env}]")
-        elif setting.name == "cache_trusted_keys":
-            group.add_argument(setting.flag, dest=setting.name, action="append", metavar="KEY",
-                               help=f"{setting.help}; repeatable, replaces the variable's list [{setting.env}]")
+            group.add_argument("--no-" + setting.flag[2:], dest=setting.name, action="store_const", const="0",
+                               help="do not export VLLM_USE_FLYDSL_MOE (A/B baselines)")
+        elif setting.kind == FLAG:
+            group.add_argument(setting.flag, dest=setting.name, action="store_const", const="1",
+                               help=f"{setting.help} [{setting.env}]")
+        elif setting.kind == LIST:
+            again = "repeatable" if setting.name == "require" else "repeatable, replaces the variable's list"
+            group.add_argument(setting.flag, dest=setting.name, action="append", metavar=setting.metavar,
+                               help=f"{setting.help}; {again} [{setting.env}]")
         else:
             group.add_argument(setting.flag, dest=setting.name, metavar=setting.name.upper(),
                                help=f"{setting.help} [{setting.env}]")
@@ -113,9 +108,8 @@ def _add_command_args(p: argparse.ArgumentParser, name: str) -> None:
 
 
 def _flags_with_values() -> "set[str]":
-    """The setting flags that take a value (``--root X``; not ``--verify``)."""
-    bare = {"--vllm-moe", "--no-vllm-moe", "--verify", "--fix-rocm-in-place"}
-    return {s.flag for s in SETTINGS if s.flag not in bare} | {"--require", "--git-mirror"}
+    """The setting flags that take a value (``--root X``, ``--require M``; not ``--verify`` or ``--exact-pin``)."""
+    return {s.flag for s in SETTINGS if s.kind in (VALUE, LIST)}
 
 
 def command_first(argv: Sequence[str]) -> "list[str]":

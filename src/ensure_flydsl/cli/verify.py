@@ -32,10 +32,11 @@ def verify(settings: Settings, environ: Dict[str, str], *, as_json: bool) -> int
     probe = run_probe(settings.python, modules=probe_modules(settings.require), prefix=prepend, environ=environ,
                       timeout=settings.probe_timeout, timeout_label=settings.label("probe_timeout"))
     verdict = evaluate(probe, settings.min_version, settings.require)
-    if not verdict.reusable:
+    if gap is not None:  # nothing installed answers this request: exit 1, as for `env` and `wait`
+        probed = f"the tree imports ({verdict.reason})" if verdict.reusable else f"the probe: {verdict.reason}"
+        code, ok, reason = NOT_ANSWERED, False, f"{gap}; {probed}"
+    elif not verdict.reusable:  # the env file answers this request, but its tree does not import now
         code, ok, reason = int(ExitCode.PROBE), False, verdict.reason
-    elif gap is not None:
-        code, ok, reason = NOT_ANSWERED, False, f"the tree imports ({verdict.reason}), but {gap}"
     else:
         code, ok, reason = 0, True, verdict.reason
     if as_json:
