@@ -12,6 +12,8 @@ import threading
 import time
 from typing import Dict, List, Tuple
 
+import pytest
+
 from ensure_flydsl.runs.progress import estimate_eta, parse_percent
 from ensure_flydsl.runs.records import DEFAULT_STEP_SECONDS, RunStore
 from tests.helpers.result_schema import validate
@@ -327,3 +329,19 @@ def test_plain_output_is_time_stamped_lines(ws: Workspace) -> None:
     lines = out.stdout.splitlines()
     assert lines and all(line.startswith("[") and "] ensure-flydsl: " in line for line in lines)
     assert any("build 100%" in line for line in lines)
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.005, 0.02, 0.05, 0.1, 0.2])
+def test_a_sigterm_at_any_instant_of_a_worker_s_start_is_an_interrupt(ws: Workspace, delay: float) -> None:
+    """A SIGTERM in a detached worker's first tenth of a second (before Python installs its handlers) was
+    reported as exit 9, "kill -9 / OOM", "pid None": `start` now launches it with the stop signals blocked,
+    and it unblocks them once its record can say how it ended."""
+    launched = start(ws, FIXTURE_BUILD_SLEEP="1")
+    time.sleep(delay)
+    os.kill(int(launched["pid"]), signal.SIGTERM)
+    done = ws.run("wait", "--timeout", "60")
+    assert done.returncode == 130, (delay, done.stdout + done.stderr)
+    assert "SIGTERM" in done.stdout + done.stderr and "kill -9" not in done.stdout + done.stderr
+    marker = ws.marker()
+    assert marker["exit_code"] == 130 and "SIGTERM" in str(marker["reason"]), marker
+    assert marker["pid"] == launched["pid"]

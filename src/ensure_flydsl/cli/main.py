@@ -111,7 +111,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     environ = dict(os.environ)
     if args.command == "_watchdog":
         from ensure_flydsl.runs.liveness import watch
+        from ensure_flydsl.support.processes import unblock_stop_signals
 
+        unblock_stop_signals()  # started by a worker that may still have them blocked (cli/start.py)
         return watch(args.watch_root, args.watch_run_id)
     json_mode = bool(getattr(args, "json", False))
     reporter = _reporter_for(args, json_mode)

@@ -28,6 +28,7 @@ from ensure_flydsl.runs.records import RUNNING, RunRecord, RunStore, new_record,
 from ensure_flydsl.runs.twin_gate import installed
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.support.install_route import tool_command
+from ensure_flydsl.support.processes import stop_signals_blocked
 from ensure_flydsl.support.report import Reporter
 
 JOIN_PID_WAIT_S = 2.0
@@ -84,8 +85,9 @@ def _join_or_launch(settings: Settings, environ: Mapping[str, str], reporter: Re
     cmd = [*tool_command(), "_worker", "--run-id", run_id, "--alive-fd", str(alive_fd),
            "--settings-json", json.dumps(settings_to_json(settings))]
     try:
-        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                env=dict(environ), start_new_session=True, pass_fds=(alive_fd,), cwd="/")
+        with stop_signals_blocked():  # the worker unblocks them once its record can say how it ended
+            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                    env=dict(environ), start_new_session=True, pass_fds=(alive_fd,), cwd="/")
     finally:
         os.close(log)
         os.close(alive_fd)  # the worker holds its own copy of the locked descriptor

@@ -20,14 +20,16 @@ from ensure_flydsl.probe.gate import same_folder
 from ensure_flydsl.result import Action, How, Result
 from ensure_flydsl.runs.answer import roots_sharing_marker, sharing_advice
 from ensure_flydsl.runs.twin_gate import installed, installed_line
+from ensure_flydsl.support.processes import unblock_stop_signals
 
 __all__ = ["Result", "Run", "ensure_run"]
 
 
 def ensure_run(run: Run) -> Result:
-    if run.kind == "detached":
-        run.track()  # a detached worker is visible from its first step
     try:
+        if run.kind == "detached":
+            run.track()  # a detached worker is visible from its first step
+            unblock_stop_signals()  # `start` launched it with them blocked: a SIGTERM now is recorded as one
         result = _ensure(run)
     except BaseException as exc:
         if isinstance(exc, (SystemExit, GeneratorExit)):

@@ -24,7 +24,8 @@ DEATH_HINT = "run `ensure-flydsl start` (or `ensure-flydsl`) again: it resumes w
 
 def died_reason(record: RunRecord) -> str:
     return (
-        f"the run's process (pid {record.pid}) died without finishing, during step {record.step} "
+        f"the run's process ({f'pid {record.pid}' if record.pid else 'before it recorded its pid'}) died "
+        f"without finishing, during step {record.step} "
         "(killed: kill -9, the OOM killer, or the container stopped)"
     )
 

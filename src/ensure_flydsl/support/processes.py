@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shlex
-from typing import TYPE_CHECKING, Callable, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Iterator, Mapping, Optional, Sequence
 
 if TYPE_CHECKING:
     import subprocess
@@ -260,6 +260,31 @@ def network_silence_s(environ: Optional[Mapping[str, str]] = None) -> float:
     except ValueError:
         return NETWORK_SILENCE_S
     return value if value > 0 else NETWORK_SILENCE_S
+
+
+# A detached worker is launched with these blocked and unblocks them once its run record can say how it ended:
+# a SIGTERM in its first tenth of a second (before Python installed its handlers) used to kill it outright,
+# reported as "died: kill -9 / OOM" (exit 9) instead of 130 naming the signal.
+STOP_SIGNAL_NAMES = ("SIGTERM", "SIGHUP", "SIGINT")
+
+
+@contextlib.contextmanager
+def stop_signals_blocked() -> Iterator[None]:
+    """Around the launch of a process that unblocks them itself (the mask is inherited through exec)."""
+    import signal
+
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, [getattr(signal, name) for name in STOP_SIGNAL_NAMES])
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def unblock_stop_signals() -> None:
+    """Deliver what arrived while they were blocked (a pending SIGTERM raises here, in the handler's way)."""
+    import signal
+
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, [getattr(signal, name) for name in STOP_SIGNAL_NAMES])
 
 
 def set_heartbeat(say: Callable[[str], None]) -> None:
