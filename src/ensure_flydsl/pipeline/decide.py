@@ -26,6 +26,7 @@ from ensure_flydsl.probe.results import Interpreter, Probe
 from ensure_flydsl.result import How
 from ensure_flydsl.runs.markers import marker_path_problem
 from ensure_flydsl.settings import Settings
+from ensure_flydsl.source.git import Checkout
 from ensure_flydsl.source.root import RootState, Stamp, classify_root, creatable_problem, is_ours
 from ensure_flydsl.support.report import Reporter
 from ensure_flydsl.support.urls import shown_location
@@ -156,10 +157,27 @@ def _stamped_tree(run: Run) -> Tuple[Optional[Stamp], str]:
             return None, (f"it was built from {stamp.key.get('pin')} of {stamp.key.get('repo')} for "
                           f"{stamp.key.get('abi')}, and {run.settings.label('exact_pin')} asks for a tree built "
                           f"from the pin {run.settings.pin} of {run.settings.repo} for {run.interpreter.abi}")
-        return stamp, ""
+        moved = _pin_moved(run, str(stamp.key.get("commit"))) if run.settings.verify else None
+        return (None, moved) if moved else (stamp, "")
     if stamp.key.get("abi") != run.interpreter.abi:
         return None, f"it was built for {stamp.key.get('abi')}, not for this interpreter's {run.interpreter.abi}"
     return stamp, ""
+
+
+def _pin_moved(run: Run, commit: str) -> Optional[str]:
+    """Under --exact-pin --verify, where a tag or branch pin points now (one ``ls-remote``): why the tree
+    built from ``commit`` is not the pin's any more, or None.  Offline, the tree is kept and that is said."""
+    pin = run.settings.pin
+    try:
+        now = Checkout.of(run.settings).remote_commit(pin)
+    except EnsureError as exc:
+        run.say(f"{run.settings.label('verify')}: where {pin} points now is unknown ({exc.reason}); keeping the "
+                f"tree built from {commit[:12]}")
+        return None
+    if now is None or now == commit:
+        return None
+    return (f"the pin {pin} names {now[:12]} in {run.settings.repo} now, and the tree was built from {commit[:12]} "
+            f"(re-resolved under {run.settings.label('verify')})")
 
 
 def _exact_pin_refuses(run: Run, where: str) -> bool:

@@ -205,6 +205,14 @@ class Checkout:
                 refs[name.strip()] = sha.strip()
         return refs
 
+    def remote_commit(self, pin: str) -> Optional[str]:
+        """The commit ``pin`` names in the repository now (one ``ls-remote``): a tag (peeled), else a branch;
+        a full hash is itself (no network); None for what the refs do not name (an abbreviated hash)."""
+        if len(pin) == 40 and _HEX.match(pin):
+            return pin.lower()
+        refs = self.remote_refs()
+        return refs.get(f"refs/tags/{pin}^{{}}") or refs.get(f"refs/tags/{pin}") or refs.get(f"refs/heads/{pin}")
+
     def _fetch(self, *refspecs: str) -> None:
         with failing_as(ExitCode.FETCH, f"git fetch from {describe(self.repo, self.mirrors)} failed",
                         stage=Stage.FETCH, hint=UNREACHABLE):
