@@ -93,7 +93,7 @@ def measure(work: str, files: int, secret: SecretKey, public: PublicKey, runs: i
     make_tree(source, files)
     cache = open_cache(os.path.join(work, f"cache-{files}"))
     fields = {"files": files}
-    entry = cache.publish("tree", cache_key("tree", fields), fields, source, [secret])
+    entry = cache.publish("tree", cache_key("tree", fields), fields, source, [secret]).entry
     manifest = entry.manifest
     signature = parse_signature(sign(secret, manifest))[1]
     assert check_entry(cache.store, entry, [public]).trusted

@@ -302,7 +302,7 @@ def test_prune_removes_signatures_of_gone_or_replaced_manifests_once_old(tmp_pat
         handle.write("x = 1\n")
     folder = os.path.join(str(tmp_path), "cache")
     cache = open_cache(folder)
-    entry = cache.publish("tree", KEY, FIELDS, source, [K1])
+    entry = cache.publish("tree", KEY, FIELDS, source, [K1]).entry
     current = os.path.join(folder, signature_path("tree", KEY, entry.manifest, "k1"))
     stale = os.path.join(folder, signature_path("tree", KEY, MANIFEST, "k1"))  # another version's
     write_signature(cache.store, "tree", KEY, MANIFEST, K1)
@@ -345,8 +345,8 @@ def test_cache_list_names_each_signer_and_whether_it_is_trusted(tmp_path: "os.Pa
     entry = parse_manifest(edited)
     warnings: List[str] = []
     shown = signers_of(Settings(cache_trusted_keys=(P1.line(),)), Cache(store), [entry], warnings)
-    assert signers_text(shown[("tree", KEY)]) == ("signed by k1 (trusted key, but the signature does not match the "
-                                                  "manifest), k2 (not trusted)")
+    assert signers_text(shown[manifest_sha(edited)]) == (
+        "signed by k1 (trusted key, but the signature does not match the manifest), k2 (not trusted)")
     plain = signers_of(Settings(), Cache(store), [entry], warnings)
-    assert signers_text(plain[("tree", KEY)]) == "signed by k1, k2" and not warnings
+    assert signers_text(plain[manifest_sha(edited)]) == "signed by k1, k2" and not warnings
     assert signers_text([]) == "unsigned"

@@ -1,0 +1,159 @@
+"""A key's manifests, and how a publish places one without replacing any (an entry at a key may be one
+that other hosts trust: a publish never takes it away from them)::
+
+    <cache>/entries/<kind>/<key>.json            the first manifest published for the key
+    <cache>/entries/<kind>/<key>.by/<NAME>.json  the variant of a host that signs with the key NAME
+
+- **The first manifest** is created exclusively (link(2) in a folder, S3's ``If-None-Match: *``), after a
+  look that it is not there (a store that ignores exclusive create then races only with a publish that
+  began at the same moment).
+- **When one is there**, a publish writes:
+  the same bytes: nothing more (its signatures, written first, now sit beside them);
+  over a file that is not a manifest of this key (torn, not JSON, another key's) and not one of a newer
+  format: the manifest, in its place (no host can trust that file);
+  otherwise, when it signs with NAME and none of the key's manifests carries NAME's signature yet: its
+  variant ``<key>.by/<NAME>.json``, created exclusively;
+  otherwise nothing, and says why: hosts without trusted keys take the entry that is there, and hosts
+  with trusted keys would refuse an unsigned one anyway.
+  Signature objects a publish wrote for a manifest it did not place are removed again (they are its own).
+- **Readers** take the first manifest; when it is missing or not trusted (pipeline/providers/trust.py),
+  the variants, those named after trusted keys first, at most :data:`MAX_VARIANTS` of them read.
+  Versions of the tool before variants read the first manifest only: what they find there is never
+  replaced under them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import List, Optional, Sequence
+
+from ensure_flydsl.binary_cache.manifest import (
+    MAX_MANIFEST_BYTES,
+    CacheEntry,
+    manifest_path,
+    newer_format,
+    parse_manifest,
+    variant_path,
+    variants_dir,
+)
+from ensure_flydsl.binary_cache.signing import check_entry, manifest_sha, public_of, write_signature
+from ensure_flydsl.binary_cache.store import CacheCorrupt, Store
+from ensure_flydsl.support.keys import KEY_NAME, SecretKey
+
+MAX_VARIANTS = 64  # per key: one per signing key; more is a store flooded on purpose
+
+
+@dataclasses.dataclass(frozen=True)
+class Published:
+    """What a publish did: ``entry`` is the manifest it made, its ``path`` where it was written ("" when
+    it was not); ``why`` says what was in the way then, ``note`` anything besides when it was written."""
+
+    entry: CacheEntry
+    why: str = ""
+    note: str = ""
+
+    @property
+    def written(self) -> bool:
+        return bool(self.entry.path)
+
+
+def read_manifest(store: Store, rel: str, kind: str, key: str, warnings: List[str]) -> Optional[CacheEntry]:
+    """The manifest at ``rel`` if it is one of ``kind``/``key``; None when absent or unusable (why noted)."""
+    try:
+        data = store.read_bytes(rel, MAX_MANIFEST_BYTES)
+    except CacheCorrupt as exc:  # a FIFO, a link...: not a manifest; built around like a torn one
+        warnings.append(f"ignored the manifest {rel} in {store.location}: {exc.reason}")
+        return None
+    if data is None:
+        return None
+    try:
+        entry = parse_manifest(data, rel)
+        if (entry.kind, entry.key) != (kind, key):
+            raise ValueError(f"it describes {entry.kind}/{entry.key}")
+    except ValueError as exc:
+        warnings.append(f"ignored the manifest {rel} in {store.location}: {exc}")
+        return None
+    return entry
+
+
+def read_variants(store: Store, kind: str, key: str, prefer: Sequence[str],
+                  warnings: List[str]) -> List[CacheEntry]:
+    """The key's variants, from one listing: those named in ``prefer`` first, then by name."""
+    top = variants_dir(kind, key) + "/"
+    names = []
+    for stored in store.list_files(variants_dir(kind, key)):
+        leaf = stored.path[len(top):] if stored.path.startswith(top) else ""
+        name = leaf[: -len(".json")] if leaf.endswith(".json") else ""
+        if KEY_NAME.match(name):
+            names.append(name)
+    names.sort(key=lambda name: (name not in prefer, name))
+    if len(names) > MAX_VARIANTS:
+        warnings.append(f"read only {MAX_VARIANTS} of the {len(names)} variants of {kind}/{key[:12]} in "
+                        f"{store.location}")
+    found = (read_manifest(store, variant_path(kind, key, name), kind, key, warnings) for name in names[:MAX_VARIANTS])
+    return [entry for entry in found if entry is not None]
+
+
+def place(store: Store, entry: CacheEntry, signers: Sequence[SecretKey]) -> Published:
+    """Sign ``entry``'s manifest and write it where it belongs, replacing no manifest (module docstring)."""
+    written = [write_signature(store, entry.kind, entry.key, entry.manifest, secret) for secret in signers]
+    placed = _place(store, entry, signers)
+    if not placed.written:
+        for rel in written:
+            store.remove(rel)  # this publish's own, a moment ago: they sign nothing the store holds
+    return placed
+
+
+def _place(store: Store, entry: CacheEntry, signers: Sequence[SecretKey]) -> Published:
+    kind, key, data = entry.kind, entry.key, entry.manifest
+    primary = manifest_path(kind, key)
+    existing: Optional[bytes] = None
+    in_the_way = ""
+    for _attempt in range(2):  # once more when the manifest there was removed (pruned) meanwhile
+        if not store.exists(primary) and store.create_exclusive(primary, data):
+            return Published(dataclasses.replace(entry, path=primary))
+        try:
+            existing = store.read_bytes(primary, MAX_MANIFEST_BYTES)
+        except CacheCorrupt as exc:  # a FIFO, a link: nobody's manifest, and not this tool's to replace
+            in_the_way = exc.reason
+            break
+        if existing is not None:
+            break
+    if existing == data:
+        return Published(dataclasses.replace(entry, path=primary), note="the same manifest was there already")
+    there = _parse(existing, kind, key)
+    if existing is not None and there is None and not newer_format(existing):
+        store.put_bytes(primary, data)  # torn or foreign: no host can trust it
+        return Published(dataclasses.replace(entry, path=primary),
+                         note=f"in place of {primary}, which was not a manifest of this key")
+    if not signers:
+        what = f"{primary} is {in_the_way}" if in_the_way else f"an entry for this key is already there ({primary})"
+        return Published(entry, why=f"{what}, and a publish never replaces one (other hosts may trust it)")
+    return _variant(store, entry, signers, there)
+
+
+def _variant(store: Store, entry: CacheEntry, signers: Sequence[SecretKey], there: Optional[CacheEntry]) -> Published:
+    kind, key, name = entry.kind, entry.key, signers[0].name
+    current = ([there] if there is not None else []) + read_variants(store, kind, key, [name], [])
+    live = {manifest_sha(e.manifest) for e in current}
+    mine = [public_of(secret) for secret in signers]
+    for other in current:
+        if check_entry(store, other, mine, None, live).trusted:
+            return Published(entry, why=f"{other.path} is signed by {name} already")
+    rel = variant_path(kind, key, name)
+    if not store.exists(rel) and store.create_exclusive(rel, entry.manifest):
+        return Published(dataclasses.replace(entry, path=rel),
+                         note=f"as {rel}, beside the entry another host published for this key")
+    return Published(entry, why=f"{rel} is there but no signature of {name} covers it (edited, or not written by "
+                     "this tool), and a publish never replaces a manifest: remove it to let a host that signs with "
+                     f"{name} publish there")
+
+
+def _parse(data: Optional[bytes], kind: str, key: str) -> Optional[CacheEntry]:
+    if data is None:
+        return None
+    try:
+        entry = parse_manifest(data, manifest_path(kind, key))
+    except ValueError:
+        return None
+    return entry if (entry.kind, entry.key) == (kind, key) else None
