@@ -91,6 +91,7 @@ def measure(work: str, files: int, secret: SecretKey, public: PublicKey, runs: i
     source = os.path.join(work, f"tree-{files}")
     shutil.rmtree(source, ignore_errors=True)
     make_tree(source, files)
+    shutil.rmtree(os.path.join(work, f"cache-{files}"), ignore_errors=True)  # a publish replaces no manifest
     cache = open_cache(os.path.join(work, f"cache-{files}"))
     fields = {"files": files}
     entry = cache.publish("tree", cache_key("tree", fields), fields, source, [secret]).entry
