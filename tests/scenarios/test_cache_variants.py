@@ -171,3 +171,21 @@ def test_prune_keeps_every_manifests_signatures_and_cache_sign_signs_every_manif
     assert f"signed tree {KEY[:12]} from k1 with k3" in said
     for entry in (first, variant):
         assert os.path.exists(os.path.join(cache_dir, signature_path("tree", KEY, entry.manifest, "k3")))
+
+
+def test_a_manifest_whose_blob_is_gone_is_replaced(cache_dir: str, tmp_path: "os.PathLike[str]") -> None:
+    """No host can install an entry without its blob (an older prune, a hand): a publish takes its place,
+    the first manifest's and a signer's variant's alike, instead of leaving the key dead for good."""
+    cache = open_cache(cache_dir)
+    first = publish(cache, str(tmp_path), "a", [K2]).entry
+    variant = publish(cache, str(tmp_path), "b", [K1]).entry
+    for entry in (first, variant):
+        os.unlink(os.path.join(cache_dir, "blobs", entry.blob + ".tar.gz"))
+    plain = publish(cache, str(tmp_path), "c", [])
+    assert plain.written and plain.entry.path == manifest_path("tree", KEY)
+    assert plain.note == f"in place of {manifest_path('tree', KEY)}, whose blob is gone, so that no host can install it"
+    signed = publish(cache, str(tmp_path), "d", [K1])
+    assert signed.written and signed.entry.path == variant_path("tree", KEY, "k1"), signed
+    assert cache.lookup("tree", KEY) == plain.entry and cache.variants("tree", KEY) == [signed.entry]
+    for n, entry in enumerate((plain.entry, signed.entry)):
+        cache.fetch(entry, os.path.join(str(tmp_path), f"dest{n}"))

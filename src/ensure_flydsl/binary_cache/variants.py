@@ -9,10 +9,10 @@ that other hosts trust: a publish never takes it away from them)::
   began at the same moment).
 - **When one is there**, a publish writes:
   the same bytes: nothing more (its signatures, written first, now sit beside them);
-  over a file that is not a manifest of this key (torn, not JSON, another key's) and not one of a newer
-  format: the manifest, in its place (no host can trust that file);
+  over a file that is not a manifest of this key (torn, not JSON, another key's; not one of a newer
+  format) or one whose blob is gone: the manifest, in its place (no host can install what is there);
   otherwise, when it signs with NAME and none of the key's manifests carries NAME's signature yet: its
-  variant ``<key>.by/<NAME>.json``, created exclusively;
+  variant ``<key>.by/<NAME>.json``, created exclusively (or over a dead one there, as above);
   otherwise nothing, and says why: hosts without trusted keys take the entry that is there, and hosts
   with trusted keys would refuse an unsigned one anyway.
   Signature objects a publish wrote for a manifest it did not place are removed again (they are its own).
@@ -30,6 +30,7 @@ from typing import List, Optional, Sequence
 from ensure_flydsl.binary_cache.manifest import (
     MAX_MANIFEST_BYTES,
     CacheEntry,
+    blob_path,
     manifest_path,
     newer_format,
     parse_manifest,
@@ -104,56 +105,79 @@ def place(store: Store, entry: CacheEntry, signers: Sequence[SecretKey]) -> Publ
     return placed
 
 
+@dataclasses.dataclass(frozen=True)
+class _There:
+    """What a publish finds at a manifest's path it could not create."""
+
+    data: Optional[bytes] = None  # its bytes (None: gone, or no regular file)
+    entry: Optional[CacheEntry] = None  # the manifest of this key it holds
+    blocked: str = ""  # why it is no file this tool may replace (a FIFO, a link)
+    dead: str = ""  # why no host can install it, so that a publish may replace it ("" when one may)
+
+    @property
+    def gone(self) -> bool:
+        return self.data is None and not self.blocked
+
+
+def _look(store: Store, rel: str, kind: str, key: str) -> _There:
+    try:
+        data = store.read_bytes(rel, MAX_MANIFEST_BYTES)
+    except CacheCorrupt as exc:  # a FIFO, a link: nobody's manifest, and not this tool's to replace
+        return _There(blocked=exc.reason)
+    if data is None:
+        return _There()
+    try:
+        entry = parse_manifest(data, rel)
+    except ValueError:
+        entry = None
+    if entry is None or (entry.kind, entry.key) != (kind, key):
+        # Torn or foreign: no host can trust it.  A newer format's manifest is a later version's entry.
+        return _There(data, None, dead="" if newer_format(data) else "which was not a manifest of this key")
+    if not store.exists(blob_path(entry.blob)):
+        return _There(data, entry, dead="whose blob is gone, so that no host can install it")
+    return _There(data, entry)
+
+
 def _place(store: Store, entry: CacheEntry, signers: Sequence[SecretKey]) -> Published:
     kind, key, data = entry.kind, entry.key, entry.manifest
     primary = manifest_path(kind, key)
-    existing: Optional[bytes] = None
-    in_the_way = ""
+    there = _There()
     for _attempt in range(2):  # once more when the manifest there was removed (pruned) meanwhile
         if not store.exists(primary) and store.create_exclusive(primary, data):
             return Published(dataclasses.replace(entry, path=primary))
-        try:
-            existing = store.read_bytes(primary, MAX_MANIFEST_BYTES)
-        except CacheCorrupt as exc:  # a FIFO, a link: nobody's manifest, and not this tool's to replace
-            in_the_way = exc.reason
+        there = _look(store, primary, kind, key)
+        if not there.gone:
             break
-        if existing is not None:
-            break
-    if existing == data:
+    if there.data == data:
         return Published(dataclasses.replace(entry, path=primary), note="the same manifest was there already")
-    there = _parse(existing, kind, key)
-    if existing is not None and there is None and not newer_format(existing):
-        store.put_bytes(primary, data)  # torn or foreign: no host can trust it
-        return Published(dataclasses.replace(entry, path=primary),
-                         note=f"in place of {primary}, which was not a manifest of this key")
+    if there.dead:
+        store.put_bytes(primary, data)
+        return Published(dataclasses.replace(entry, path=primary), note=f"in place of {primary}, {there.dead}")
     if not signers:
-        what = f"{primary} is {in_the_way}" if in_the_way else f"an entry for this key is already there ({primary})"
+        what = f"an entry for this key is already there ({primary})"
+        if there.blocked:
+            what = f"{primary} is {there.blocked}"
         return Published(entry, why=f"{what}, and a publish never replaces one (other hosts may trust it)")
-    return _variant(store, entry, signers, there)
+    return _variant(store, entry, signers, there.entry)
 
 
 def _variant(store: Store, entry: CacheEntry, signers: Sequence[SecretKey], there: Optional[CacheEntry]) -> Published:
     kind, key, name = entry.kind, entry.key, signers[0].name
-    current = ([there] if there is not None else []) + read_variants(store, kind, key, [name], [])
-    live = {manifest_sha(e.manifest) for e in current}
-    mine = [public_of(secret) for secret in signers]
-    for other in current:
-        if check_entry(store, other, mine, None, live).trusted:
-            return Published(entry, why=f"{other.path} is signed by {name} already")
     rel = variant_path(kind, key, name)
-    if not store.exists(rel) and store.create_exclusive(rel, entry.manifest):
-        return Published(dataclasses.replace(entry, path=rel),
-                         note=f"as {rel}, beside the entry another host published for this key")
+    mine = [public_of(secret) for secret in signers]
+    for attempt in range(2):  # again after losing the create to another host that signs with NAME
+        current = ([there] if there is not None else []) + read_variants(store, kind, key, [name], [])
+        live = {manifest_sha(e.manifest) for e in current}
+        for other in current:  # one that lost its blob does not count: it is replaced below
+            if check_entry(store, other, mine, None, live).trusted and store.exists(blob_path(other.blob)):
+                return Published(entry, why=f"{other.path} is signed by {name} already")
+        if attempt == 0 and not store.exists(rel) and store.create_exclusive(rel, entry.manifest):
+            return Published(dataclasses.replace(entry, path=rel),
+                             note=f"as {rel}, beside the entry another host published for this key")
+    slot = _look(store, rel, kind, key)
+    if slot.dead:
+        store.put_bytes(rel, entry.manifest)
+        return Published(dataclasses.replace(entry, path=rel), note=f"in place of {rel}, {slot.dead}")
     return Published(entry, why=f"{rel} is there but no signature of {name} covers it (edited, or not written by "
                      "this tool), and a publish never replaces a manifest: remove it to let a host that signs with "
                      f"{name} publish there")
-
-
-def _parse(data: Optional[bytes], kind: str, key: str) -> Optional[CacheEntry]:
-    if data is None:
-        return None
-    try:
-        entry = parse_manifest(data, manifest_path(kind, key))
-    except ValueError:
-        return None
-    return entry if (entry.kind, entry.key) == (kind, key) else None
