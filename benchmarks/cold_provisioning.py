@@ -50,7 +50,7 @@ cache = open_cache(location)
 entry = cache.lookup("tree", key)
 published = entry is None
 if entry is None:
-    entry = cache.publish("tree", key, fields, os.path.join(root, "build-fly", "python_packages"))
+    entry = cache.publish("tree", key, fields, os.path.join(root, "build-fly", "python_packages")).entry
 print(json.dumps({"key": key, "size": entry.size, "files": entry.files, "published": published}))
 """
 

@@ -91,9 +91,10 @@ def measure(work: str, files: int, secret: SecretKey, public: PublicKey, runs: i
     source = os.path.join(work, f"tree-{files}")
     shutil.rmtree(source, ignore_errors=True)
     make_tree(source, files)
+    shutil.rmtree(os.path.join(work, f"cache-{files}"), ignore_errors=True)  # a publish replaces no manifest
     cache = open_cache(os.path.join(work, f"cache-{files}"))
     fields = {"files": files}
-    entry = cache.publish("tree", cache_key("tree", fields), fields, source, [secret])
+    entry = cache.publish("tree", cache_key("tree", fields), fields, source, [secret]).entry
     manifest = entry.manifest
     signature = parse_signature(sign(secret, manifest))[1]
     assert check_entry(cache.store, entry, [public]).trusted

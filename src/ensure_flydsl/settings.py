@@ -1,8 +1,9 @@
 """Settings: one frozen dataclass, read from flags and environment variables and validated without I/O.
 
 A flag wins over its variable; an empty variable means the default (as in the bash executor,
-ensure_flydsl.sh); an empty flag value is refused.  Every refusal is a :class:`BadInput` (exit 64) naming
-the setting as the user spelled it (``--jobs`` or ``FLYDSL_JOBS``), the value, and what is allowed.  The one
+ensure_flydsl.sh), except for the settings in :data:`EMPTY_REFUSED`; an empty flag value is refused.  Every
+refusal is a :class:`BadInput` (exit 64) naming the setting as the user spelled it (``--jobs`` or
+``FLYDSL_JOBS``), the value, and what is allowed.  The one
 look at the file system here resolves symlinks, so that two path settings that name one file are refused
 before any command writes it; checks that need more (the interpreter runs, the root is ours) live in
 :func:`ensure_flydsl.pipeline.decide.preflight`.
@@ -50,6 +51,9 @@ DEFAULT_PROBE_TIMEOUT = 300.0
 DEFAULT_LEASE_TTL = 120.0
 # FLYDSL_CACHE_TRUSTED_KEYS, each key as its public line "NAME:BASE64" (signing_keys.py reads and checks them).
 TrustedKeys = Tuple[str, ...]
+# Settings whose empty (or blank) value is bad input, not the default: its parser says why.  Trusted keys set
+# but empty (`FLYDSL_CACHE_TRUSTED_KEYS="$(cat ci.pub)"` run where ci.pub is not) would turn checks off.
+EMPTY_REFUSED = frozenset({"cache_trusted_keys"})
 
 
 def parse_signing_key(name: str, value: str) -> str:
@@ -297,15 +301,16 @@ def load_settings(
     sources: Dict[str, str] = {}
     for setting in SETTINGS:
         raw = flags.get(setting.name)
+        refused = setting.name in EMPTY_REFUSED
         if raw is not None:
             label = setting.flag
-            if raw == "":
+            if raw == "" and not refused:
                 raise BadInput(label, raw, "a non-empty value (leave the flag out to get the default)")
         else:
-            raw = environ.get(setting.env, "")
+            raw = environ.get(setting.env)
             label = setting.env
-            if raw == "":
-                continue  # empty variable: the default, as in the bash executor
+            if raw is None or (raw == "" and not refused):
+                continue  # unset, or an empty variable: the default, as in the bash executor
         values[setting.name] = _PARSERS[setting.name](label, raw)
         sources[setting.name] = label
     root = str(values.get("root", DEFAULT_ROOT))
@@ -368,10 +373,11 @@ def join_require(values: Optional[List[str]]) -> Optional[str]:
 
 
 def join_trusted_keys(values: Optional[List[str]]) -> Optional[str]:
-    """``--cache-trusted-key`` is repeatable (each a key or a .pub file); an empty one stays refused."""
+    """``--cache-trusted-key`` is repeatable (each a key or a .pub file); an empty one among them, or an empty
+    list from the Python API, is the empty value, which the parser refuses (set but empty)."""
     if values is None:
         return None
-    return " ".join(item if item.strip() else "''" for item in values)
+    return "" if not values or any(not item.strip() for item in values) else " ".join(values)
 
 
 def join_git_mirrors(values: object) -> Optional[str]:

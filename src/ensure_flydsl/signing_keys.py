@@ -54,6 +54,11 @@ def parse_signing_key(name: str, value: str) -> str:
 
 
 def parse_trusted_keys(name: str, value: str) -> TrustedKeys:
+    if not value.strip():
+        # Not the default (settings.py: EMPTY_REFUSED): an empty value would check no signatures at all.
+        raise BadInput(name, value, f"{TRUSTED_ALLOWED}; set but empty, it would check no signatures (a `$(cat "
+                       "NAME.pub)` that could not read its file gives this): give the .pub file's absolute path (the "
+                       "setting reads the file), or leave the setting unset to check none")
     items = value.split()
     # Shown in the message (and so the failure marker) with every inline key withheld: a secret pasted
     # here by mistake must not be copied anywhere.

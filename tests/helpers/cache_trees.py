@@ -58,7 +58,7 @@ def snapshot(root: str) -> Dict[str, Tuple[str, int, str]]:
 def published(cache_dir: str, tmp_path: "os.PathLike[str]", big: int = 0) -> Tuple[Cache, CacheEntry, str]:
     source = make_tree(os.path.join(str(tmp_path), "src-" + uuid.uuid4().hex[:6]), big=big)
     cache = open_cache(cache_dir)
-    return cache, cache.publish("tree", KEY, FIELDS, source), source
+    return cache, cache.publish("tree", KEY, FIELDS, source).entry, source
 
 
 def assert_rejected(cache: Cache, entry: CacheEntry, work: str, reason: str) -> CacheCorrupt:

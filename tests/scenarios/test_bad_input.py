@@ -25,7 +25,7 @@ from typing import Dict, Iterator, List, Optional, Tuple
 import pytest
 
 from ensure_flydsl.binary_cache.entries import open_cache
-from ensure_flydsl.settings import SETTING_BY_NAME, SETTINGS, load_settings
+from ensure_flydsl.settings import EMPTY_REFUSED, SETTING_BY_NAME, SETTINGS, load_settings
 from tests.helpers.flydsl_fixture import FixtureRepo, write
 from tests.helpers.reliability import device, listing, record, tmpfs
 from tests.helpers.signing_keys import SECRET_LINE, keygen
@@ -49,8 +49,9 @@ def _rows() -> List[Row]:
     def add(setting: str, kind: str, *values: str, expect: str = "refused") -> None:
         rows.extend(Row(setting, kind, v, expect) for v in values)
 
-    for s in SETTINGS:
-        add(s.name, "empty", "", expect="default")
+    for s in SETTINGS:  # an empty variable is the default, as in the seed; trusted keys set but empty are not
+        add(s.name, "empty", "", expect="refused" if s.name in EMPTY_REFUSED else "default")
+    add("cache_trusted_keys", "set but blank", " ", "\t\n")
     add("root", "newline", "{scratch}/a\nb/FlyDSL")
     add("root", "control character", "{scratch}/a\tb/FlyDSL")
     add("root", "':' (it goes on PYTHONPATH)", "{scratch}/a:b/FlyDSL")

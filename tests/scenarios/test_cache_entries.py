@@ -79,9 +79,12 @@ def test_round_trip_keeps_files_modes_symlinks_and_never_world_writable(cache_di
     assert int(os.stat(got_init).st_mtime) == int(os.stat(src_init).st_mtime)  # .pyc files stay valid
     for path in [cache_dir] + [os.path.join(f, n) for f, ds, fs in os.walk(cache_dir) for n in ds + fs]:
         assert not os.stat(path).st_mode & 0o002, path
+    manifest = open(manifest_file(cache_dir), "rb").read()
     again = cache.publish("tree", KEY, FIELDS, source)
-    assert again.blob == entry.blob  # deterministic: same folder, same bytes, one blob
+    assert again.entry.blob == entry.blob  # deterministic: same folder, same bytes, one blob
     assert os.listdir(os.path.join(cache_dir, "blobs")) == [entry.blob + ".tar.gz"]
+    assert not again.written and "a publish never replaces one" in again.why  # the first manifest stays
+    assert open(manifest_file(cache_dir), "rb").read() == manifest
     with pytest.raises(CacheError, match="already exists"):
         cache.fetch(found, dest)
 
@@ -96,8 +99,9 @@ def test_lookup_miss_and_unreadable_manifests_are_misses(cache_dir: str, tmp_pat
     fresh = open_cache(cache_dir)
     assert fresh.lookup("tree", KEY) is None
     assert "not JSON" in fresh.warnings[0] and fresh.entries() == []
-    repaired = cache.publish("tree", KEY, FIELDS, _source)  # the next publish replaces it
-    assert open_cache(cache_dir).lookup("tree", KEY) == repaired and repaired.blob == entry.blob
+    repaired = cache.publish("tree", KEY, FIELDS, _source)  # the next publish replaces it: nobody can trust it
+    assert repaired.written and "which was not a manifest of this key" in repaired.note
+    assert open_cache(cache_dir).lookup("tree", KEY) == repaired.entry and repaired.entry.blob == entry.blob
     other = cache_key("tree", dict(FIELDS, commit="b" * 40))
     os.rename(manifest_file(cache_dir), manifest_file(cache_dir, key=other))  # a manifest under a foreign name
     moved = open_cache(cache_dir)
@@ -143,7 +147,7 @@ def test_prune_by_size_keeps_the_newest_and_removes_orphans(cache_dir: str, tmp_
     for n in range(3):
         fields = dict(FIELDS, commit=str(n) * 40)
         source = make_tree(os.path.join(str(tmp_path), f"src{n}"), seed=str(n), big=256 << 10)
-        entries.append(cache.publish("tree", cache_key("tree", fields), fields, source))
+        entries.append(cache.publish("tree", cache_key("tree", fields), fields, source).entry)
         time.sleep(0.01)
     blobs = os.path.join(cache_dir, "blobs")
     fresh_orphan, old_orphan, old_upload = (os.path.join(blobs, n) for n in

@@ -105,7 +105,7 @@ def test_s3_round_trip_miss_entries_and_prune(s3_url: str, s3_server: S3Server, 
     cache = open_cache(s3_url)
     assert cache.lookup("tree", KEY) is None and cache.entries() == []
     source = make_tree(os.path.join(str(tmp_path), "src"))
-    entry = cache.publish("tree", KEY, FIELDS, source)
+    entry = cache.publish("tree", KEY, FIELDS, source).entry
     found = open_cache(s3_url).lookup("tree", KEY)
     assert found is not None and found == entry
     dest = os.path.join(work, "dest")
@@ -114,7 +114,7 @@ def test_s3_round_trip_miss_entries_and_prune(s3_url: str, s3_server: S3Server, 
     want["flydsl/shared.txt"] = ("file", 0o644, want["flydsl/shared.txt"][2])
     assert snapshot(dest) == want
     mlir_fields = {"llvm_commit": "d" * 40, "abi": "cpython-311", "platform": "linux-x86_64", "script": "e" * 64}
-    mlir = cache.publish("mlir", cache_key("mlir", mlir_fields), mlir_fields, source)
+    mlir = cache.publish("mlir", cache_key("mlir", mlir_fields), mlir_fields, source).entry
     assert mlir.blob == entry.blob  # same bytes, one blob
     assert sorted(e.kind for e in cache.entries()) == ["mlir", "tree"]
     removed = cache.prune(0)
@@ -126,7 +126,7 @@ def test_s3_round_trip_miss_entries_and_prune(s3_url: str, s3_server: S3Server, 
 def test_s3_corrupted_blob_is_rejected(s3_url: str, s3_server: S3Server, work: str,
                                        tmp_path: "os.PathLike[str]") -> None:
     cache = open_cache(s3_url)
-    entry = cache.publish("tree", KEY, FIELDS, make_tree(os.path.join(str(tmp_path), "src")))
+    entry = cache.publish("tree", KEY, FIELDS, make_tree(os.path.join(str(tmp_path), "src"))).entry
     bucket, prefix = s3_url[len("s3://"):].split("/", 1)
     blob_key = f"{prefix}/blobs/{entry.blob}.tar.gz"
     client = s3_server.client()

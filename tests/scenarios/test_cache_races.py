@@ -112,7 +112,7 @@ def test_a_full_disk_during_fetch_leaves_nothing_behind(content: str, cache_dir:
     os.makedirs(source)
     with open(os.path.join(source, "big.bin"), "wb") as handle:
         handle.write(os.urandom(2 << 20) if content == "incompressible" else bytes(2 << 20))
-    entry = open_cache(cache_dir).publish("tree", KEY, FIELDS, source)
+    entry = open_cache(cache_dir).publish("tree", KEY, FIELDS, source).entry
     assert (entry.size > 1 << 20) == (content == "incompressible")
     script = os.path.join(str(tmp_path), "full.py")
     write(script, FULL_DISK_SCRIPT)
@@ -145,7 +145,7 @@ def test_a_full_tmpfs_during_fetch_leaves_nothing_behind(small_tmpfs: str, cache
         with open(os.path.join(source, f"part{n}.bin"), "wb") as handle:
             handle.write(bytes(600 << 10))  # compresses to almost nothing; 1.8 MiB does not fit in 1 MiB
     cache = open_cache(cache_dir)
-    entry = cache.publish("tree", KEY, FIELDS, source)
+    entry = cache.publish("tree", KEY, FIELDS, source).entry
     with pytest.raises(CacheError) as caught:
         cache.fetch(entry, os.path.join(small_tmpfs, "dest"))
     assert not isinstance(caught.value, CacheCorrupt)

@@ -35,7 +35,7 @@ def random_tree(root: str, files: int, size: int) -> str:
 def published(tmp_path: "os.PathLike[str]", files: int = 4, size: int = MIB) -> Tuple[Cache, CacheEntry, str]:
     cache_dir = os.path.join(str(tmp_path), "cache")
     cache = open_cache(cache_dir)
-    entry = cache.publish("tree", KEY, FIELDS, random_tree(os.path.join(str(tmp_path), "src"), files, size))
+    entry = cache.publish("tree", KEY, FIELDS, random_tree(os.path.join(str(tmp_path), "src"), files, size)).entry
     return cache, entry, cache_dir
 
 
@@ -184,7 +184,7 @@ def test_a_highly_compressible_blob_is_not_decompressed_into_memory(tmp_path: "o
         for _ in range(512):
             handle.write(bytes(MIB))
     cache_dir = os.path.join(str(tmp_path), "cache")
-    entry = open_cache(cache_dir).publish("tree", KEY, FIELDS, os.path.dirname(source))
+    entry = open_cache(cache_dir).publish("tree", KEY, FIELDS, os.path.dirname(source)).entry
     assert entry.size < 2 * MIB
     dest = os.path.join(str(tmp_path), "work", "python_packages")
     peak = fetch_peak(cache_dir, dest)
@@ -204,7 +204,7 @@ def test_fetched_files_keep_their_mtimes_whatever_their_size(tmp_path: "os.PathL
             handle.write(b"x" * size)
         os.utime(path, (past, past))
     cache = open_cache(os.path.join(str(tmp_path), "cache"))
-    entry = cache.publish("tree", KEY, FIELDS, os.path.dirname(source))
+    entry = cache.publish("tree", KEY, FIELDS, os.path.dirname(source)).entry
     dest = os.path.join(str(tmp_path), "work", "python_packages")
     os.makedirs(os.path.dirname(dest))
     cache.fetch(entry, dest)

@@ -11,18 +11,25 @@ import sys
 import time
 from typing import Dict, List
 
+from tests.helpers.flydsl_fixture import FixtureRepo
 from tests.helpers.workspace import Workspace
 
 README = os.path.join(os.path.dirname(__file__), "..", "..", "README.md")
 
 
-def agent_blocks() -> List[str]:
-    """The ```bash blocks of the README's "For agents" section, up to its first subsection, in order."""
+def section_blocks(heading: str) -> List[str]:
+    """The ```bash blocks of the README's section that starts with ``heading``, up to the next heading."""
     with open(README, encoding="utf-8") as handle:
         text = handle.read()
-    section = text[text.index("\n## For agents\n"):]
-    section = section[:section.index("\n### ")]
+    section = text[text.index(f"\n{heading}") + 1:]
+    following = re.search(r"\n#{2,3} ", section)  # the next heading (a block's comments are "# ...")
+    section = section[:following.start()] if following else section
     return re.findall(r"```bash\n(.*?)```", section, re.DOTALL)
+
+
+def agent_blocks() -> List[str]:
+    """The ```bash blocks of the README's "For agents" section, up to its first subsection, in order."""
+    return section_blocks("## For agents\n")
 
 
 def agent_env(ws: Workspace) -> Dict[str, str]:
@@ -82,3 +89,40 @@ def test_the_readme_agent_calls_leave_a_persistent_shell_running(ws: Workspace) 
     assert out.stdout.strip().splitlines()[-1] == "the-shell-is-still-here", out.stdout + out.stderr
     pkgs = os.path.join(ws.root, "build-fly", "python_packages")
     assert f"{pkgs}/flydsl/__init__.py {ws.root}/kernels/moe_gemm_2stage.py" in out.stdout
+
+
+def test_the_readme_signing_recipe_works_from_any_folder(tmp_path: "os.PathLike[str]",
+                                                         fixture_repo: FixtureRepo) -> None:
+    """Issue 26 item 6: the recipe's `FLYDSL_CACHE_TRUSTED_KEYS="$(cat ci-2026.pub)"` run from another folder
+    gave an empty value, which turned signature checks off without a word.  Its three blocks (keygen; the CI
+    host; a fleet host), each run as written in a shell of its own from `/`, the key folder and the bucket
+    swapped for folders here: the fleet host fetches what ci-2026 signed and says it checked."""
+    keygen, ci, fleet = section_blocks("### Signed entries")
+    keys, cache = os.path.join(str(tmp_path), "keys"), os.path.join(str(tmp_path), "cache")
+
+    def run(block: str, ws: Workspace) -> "subprocess.CompletedProcess[str]":
+        script = block.replace("/etc/flydsl-keys", keys).replace("s3://bucket/flydsl", cache)
+        env = dict(ws.env, PATH=os.pathsep.join([os.path.dirname(sys.executable), ws.env["PATH"]]))
+        env.pop("FLYDSL_CACHE", None)
+        return subprocess.run(["bash", "-e", "-c", script], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, timeout=600, cwd="/")
+
+    ci_host = Workspace(os.path.join(str(tmp_path), "ci", "base"), fixture_repo)
+    fleet_host = Workspace(os.path.join(str(tmp_path), "fleet", "base"), fixture_repo)
+    for block, ws in ((keygen, ci_host), (ci, ci_host)):
+        out = run(block, ws)
+        assert out.returncode == 0, out.stdout + out.stderr
+    assert ci_host.env_twin()["how"] == "built"
+    out = run(fleet, fleet_host)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert fleet_host.env_twin()["how"] == "cached" and fleet_host.count("build") == 0
+    assert "is signed by ci-2026, which FLYDSL_CACHE_TRUSTED_KEYS trusts" in out.stdout + out.stderr, out.stdout
+    rows = [line for line in out.stdout.splitlines() if line.startswith(("tree", "mlir"))]
+    assert len(rows) == 2 and all(row.endswith("signed by ci-2026 (trusted)") for row in rows), out.stdout
+    # The old recipe's failure is loud now: an empty value is bad input naming the setting, not checks off.
+    old = fleet.replace("/etc/flydsl-keys/ci-2026.pub", '"$(cat ci-2026.pub)"')
+    assert old != fleet
+    refused = run(old.splitlines()[0] + "\nensure-flydsl\n", fleet_host)
+    assert refused.returncode == 64, refused.stdout + refused.stderr
+    line = refused.stderr.splitlines()[-1]
+    assert line.startswith("ensure-flydsl: FLYDSL_CACHE_TRUSTED_KEYS='' is not allowed") and "set but empty" in line

@@ -11,6 +11,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from typing import Dict, Iterator, List, Tuple
 
 import pytest
@@ -246,14 +247,27 @@ def test_signed_entries_in_s3(tmp_path: "os.PathLike[str]", fixture_repo: Fixtur
     data = ensure_json(late)
     assert f"cache: the cache's tree entry for {commit} was changed after k1 signed it" in str(data["_stderr"])
     assert data["how"] == "built" and late.count("build") == 1 and late.count("llvm") == 0
+    # The edited manifest stays where it is (a publish replaces none); late's own is k1's variant beside it.
+    assert client.get_object(Bucket="signed-cache", Key=name)["Body"].read() != body
     listed_out = late.run("cache", "list", FLYDSL_CACHE_TRUSTED_KEYS=keys["k1"][1])
     rows = [line for line in listed_out.stdout.splitlines() if line.startswith(("tree", "mlir"))]
-    assert len(rows) == 2 and all(row.endswith("signed by k1 (trusted)") for row in rows), listed_out.stdout
-    # A host that trusts only k2 refuses both entries.
+    assert len(rows) == 3, listed_out.stdout
+    trees = sorted(row.rsplit("...", 1)[1] for row in rows if row.startswith("tree"))
+    assert trees == ["  from k1  signed by k1 (trusted)", "  unsigned"], rows
+    assert [row for row in rows if row.startswith("mlir")][0].endswith("...  signed by k1 (trusted)"), rows
+    again = cache_host(str(tmp_path), fixture_repo, "again", url, FLYDSL_CACHE_TRUSTED_KEYS=keys["k1"][1], **s3.env())
+    data = ensure_json(again)
+    assert data["how"] == "cached" and again.count("build") == 0, data["_stderr"]
+    assert (f"cache: the cache's tree entry for {commit} from k1 is signed by k1, which FLYDSL_CACHE_TRUSTED_KEYS "
+            "trusts") in str(data["_stderr"])
+    # A host that trusts only k2 refuses all three manifests, each in one line.
     other = cache_host(str(tmp_path), fixture_repo, "other", url, FLYDSL_CACHE_TRUSTED_KEYS=keys["k2"][1], **s3.env())
     data = ensure_json(other)
-    assert (f"cache: the cache's tree entry for {commit} is signed by k1, which is not trusted (trusted: k2); "
-            "not installed, building instead") in str(data["_stderr"])
+    said = str(data["_stderr"]).splitlines()
+    assert (f"cache: the cache's tree entry for {commit} was changed after k1 signed it: no signature covers its "
+            "manifest's bytes; not installed") in said
+    assert (f"cache: the cache's tree entry for {commit} from k1 is signed by k1, which is not trusted (trusted: k2); "
+            "not installed, building instead") in said
     assert data["how"] == "built" and other.count("build") == 1 and other.count("llvm") == 1
 
 
@@ -330,3 +344,63 @@ def test_the_doctor_warns_about_a_cache_without_trusted_keys(ws: Workspace, cach
     assert trust["status"] == "ok" and "signed by k1; this host publishes unsigned" in trust["detail"]
     without = json.loads(ws.run("doctor", "--json").stdout)
     assert not [c for c in without["checks"] if c["name"] == "cache-trust"]  # no cache, no check
+
+
+def _entry_files(cache: str) -> Dict[str, bytes]:
+    """Every manifest and signature object in the cache, with its bytes."""
+    found = glob.glob(os.path.join(cache, "entries", "**", "*"), recursive=True)
+    return {os.path.relpath(p, cache): open(p, "rb").read() for p in found if os.path.isfile(p)}
+
+
+def test_a_host_that_trusts_another_key_never_replaces_a_signed_entry(tmp_path: "os.PathLike[str]",
+                                                                      fixture_repo: FixtureRepo, cache: str,
+                                                                      keys: Dict[str, Tuple[str, str]]) -> None:
+    """Issue 26 item 5: host b trusts k1 and signs nothing; the entries a signed with k2 are refused there
+    (right), and b's own build must not take their place: hosts that trust k2 still find them."""
+    a = cache_host(str(tmp_path), fixture_repo, "a", cache, FLYDSL_CACHE_SIGNING_KEY=keys["k2"][0])
+    assert ensure_json(a)["how"] == "built"
+    before = _entry_files(cache)
+    assert len([p for p in before if p.endswith(".sig")]) == 2  # the tree and the MLIR install, signed by k2
+    b = cache_host(str(tmp_path), fixture_repo, "b", cache, FLYDSL_CACHE_TRUSTED_KEYS=keys["k1"][1])
+    data = ensure_json(b)
+    stderr = str(data["_stderr"])
+    assert data["how"] == "built" and b.count("build") == 1 and b.count("llvm") == 1
+    assert _entry_files(cache) == before  # a's manifests and signatures, byte for byte; nothing beside them
+    c = cache_host(str(tmp_path), fixture_repo, "c", cache, FLYDSL_CACHE_TRUSTED_KEYS=keys["k2"][1])
+    fetched = ensure_json(c)
+    assert fetched["how"] == "cached" and c.count("build") == 0 and c.count("llvm") == 0, fetched["_stderr"]
+    for what in ("MLIR entry for LLVM ", f"tree entry for {fixture_repo.commits['dev'][:8]}"):
+        assert stderr.count(f"cache: the cache's {what}") == 1, stderr  # said once each (they were said twice)
+    assert stderr.count("is signed by k2, which is not trusted (trusted: k1); not installed, building instead") == 2
+    assert stderr.count("a publish never replaces one (other hosts may trust it); sign this host's builds "
+                        "(FLYDSL_CACHE_SIGNING_KEY) to publish an entry of its own beside it") == 2, stderr
+    assert "cache: published" not in stderr
+    # A host that trusts and signs with k1 adds k1's variants beside a's entries, replacing nothing.
+    d = cache_host(str(tmp_path), fixture_repo, "d", cache, FLYDSL_CACHE_TRUSTED_KEYS=keys["k1"][1],
+                   FLYDSL_CACHE_SIGNING_KEY=keys["k1"][0])
+    stderr = str(ensure_json(d)["_stderr"])
+    assert d.count("build") == 1 and stderr.count("beside the entry another host published for this key), signed "
+                                                  "by k1") == 2, stderr
+    after = _entry_files(cache)
+    assert {p: after[p] for p in before} == before
+    assert sorted(p.split(os.sep, 2)[2].split(".", 1)[1] for p in after if p.endswith(".json")) == \
+        ["by/k1.json", "by/k1.json", "json", "json"]
+    tree = f"cache: the cache's tree entry for {fixture_repo.commits['dev'][:8]}"
+    for name, trusted, line in (("e", keys["k1"][1], f"{tree} from k1 is signed by k1, which"),
+                                ("f", keys["k2"][1], f"{tree} is signed by k2, which"),
+                                ("g", f"{keys['k1'][1]} {keys['k2'][1]}", f"{tree} is signed by k2, which")):
+        host = cache_host(str(tmp_path), fixture_repo, name, cache, FLYDSL_CACHE_TRUSTED_KEYS=trusted)
+        data = ensure_json(host)
+        assert data["how"] == "cached" and host.count("build") == 0 and host.count("llvm") == 0, data["_stderr"]
+        assert line + " FLYDSL_CACHE_TRUSTED_KEYS trusts" in str(data["_stderr"]).splitlines(), data["_stderr"]
+    # Each signer's entries are their own: `cache list` shows four, `cache prune` keeps every signature.
+    listed = d.run("cache", "list", FLYDSL_CACHE_TRUSTED_KEYS=keys["k1"][1])
+    rows = [line for line in listed.stdout.splitlines() if line.startswith(("tree", "mlir"))]
+    assert sorted(row.rsplit("...", 1)[1] for row in rows) == ["  from k1  signed by k1 (trusted)"] * 2 + \
+        ["  signed by k2 (not trusted)"] * 2, listed.stdout
+    old = time.time() - 7200
+    for path in after:
+        os.utime(os.path.join(cache, path), (old, old))
+    pruned = d.run("cache", "prune", "--max-size", "1T")
+    assert pruned.returncode == 0 and "0 removed" in pruned.stdout, pruned.stdout + pruned.stderr
+    assert _entry_files(cache) == after

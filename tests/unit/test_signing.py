@@ -29,7 +29,7 @@ from ensure_flydsl.binary_cache.signing import (
 )
 from ensure_flydsl.binary_cache.store import FolderStore
 from ensure_flydsl.errors import BadInput
-from ensure_flydsl.settings import load_settings
+from ensure_flydsl.settings import join_trusted_keys, load_settings
 from ensure_flydsl.support.keys import (
     KeyProblem,
     PublicKey,
@@ -116,6 +116,35 @@ def test_no_message_holds_key_material(tmp_path: "os.PathLike[str]") -> None:
             load_settings({}, env)
         assert encoded not in info.value.reason and encoded[:20] not in info.value.reason
         assert info.value.reason.startswith(next(iter(env)) + "=")
+
+
+@pytest.mark.parametrize("value", ["", " ", "\n", " \t\n "])
+def test_trusted_keys_set_but_empty_are_bad_input_not_checks_off(value: str, tmp_path: "os.PathLike[str]") -> None:
+    """Issue 26 item 6: `FLYDSL_CACHE_TRUSTED_KEYS="$(cat ci.pub)"` where ci.pub is not gives "": that turned
+    signature checks off without a word (an empty variable meant the default).  Refused, naming the setting."""
+    from ensure_flydsl.settings import settings_from_kwargs
+
+    _secret, public = keygen(str(tmp_path), "k1")
+    refusals = []
+    for flags, env in (({}, {"FLYDSL_CACHE_TRUSTED_KEYS": value}),
+                       ({"cache_trusted_keys": join_trusted_keys([value])}, {}),
+                       ({"cache_trusted_keys": join_trusted_keys([public, value])}, {}),
+                       ({"cache_trusted_keys": join_trusted_keys([value])}, {"FLYDSL_CACHE_TRUSTED_KEYS": public})):
+        with pytest.raises(BadInput) as info:
+            load_settings(flags, env)
+        refusals.append(info.value.reason)
+    for kwargs in ({"cache_trusted_keys": value}, {"cache_trusted_keys": [value]}, {"cache_trusted_keys": []}):
+        with pytest.raises(BadInput) as info:
+            settings_from_kwargs(kwargs, {})
+        refusals.append(info.value.reason)
+    for reason in refusals:
+        assert reason.startswith(("FLYDSL_CACHE_TRUSTED_KEYS=", "--cache-trusted-key=")), reason
+        assert "set but empty, it would check no signatures" in reason and "absolute path" in reason, reason
+        assert "\n" not in reason
+    # The other settings keep the seed's rule: an empty variable is the default.
+    assert load_settings({}, {"FLYDSL_CACHE_SIGNING_KEY": "", "FLYDSL_CACHE": ""}) == load_settings({}, {})
+    assert load_settings({}, {"FLYDSL_CACHE_TRUSTED_KEYS": public}).cache_trusted_keys == (
+        read_public_keys(public)[0].line(),)
 
 
 # -- the verdict --------------------------------------------------------------------------------------------
@@ -302,7 +331,7 @@ def test_prune_removes_signatures_of_gone_or_replaced_manifests_once_old(tmp_pat
         handle.write("x = 1\n")
     folder = os.path.join(str(tmp_path), "cache")
     cache = open_cache(folder)
-    entry = cache.publish("tree", KEY, FIELDS, source, [K1])
+    entry = cache.publish("tree", KEY, FIELDS, source, [K1]).entry
     current = os.path.join(folder, signature_path("tree", KEY, entry.manifest, "k1"))
     stale = os.path.join(folder, signature_path("tree", KEY, MANIFEST, "k1"))  # another version's
     write_signature(cache.store, "tree", KEY, MANIFEST, K1)
@@ -345,8 +374,8 @@ def test_cache_list_names_each_signer_and_whether_it_is_trusted(tmp_path: "os.Pa
     entry = parse_manifest(edited)
     warnings: List[str] = []
     shown = signers_of(Settings(cache_trusted_keys=(P1.line(),)), Cache(store), [entry], warnings)
-    assert signers_text(shown[("tree", KEY)]) == ("signed by k1 (trusted key, but the signature does not match the "
-                                                  "manifest), k2 (not trusted)")
+    assert signers_text(shown[manifest_sha(edited)]) == (
+        "signed by k1 (trusted key, but the signature does not match the manifest), k2 (not trusted)")
     plain = signers_of(Settings(), Cache(store), [entry], warnings)
-    assert signers_text(plain[("tree", KEY)]) == "signed by k1, k2" and not warnings
+    assert signers_text(plain[manifest_sha(edited)]) == "signed by k1, k2" and not warnings
     assert signers_text([]) == "unsigned"

@@ -8,6 +8,8 @@ publisher's bytes::
     <cache>/entries/<kind>/<key>.json      the manifest: format, kind, key, key fields, blob sha256 and size,
                                            every member (path, type, mode, size, sha256 or symlink target),
                                            created, host, tool version
+    <cache>/entries/<kind>/<key>.by/<NAME>.json
+                                           the variant a host signing with NAME published (variants.py)
     <cache>/entries/<kind>/<key>.sig/<sha256 of the manifest>/<NAME>.sig
                                            a signature of the manifest's bytes by key NAME (signing.py)
 
@@ -15,7 +17,9 @@ publisher's bytes::
 :func:`cache_key` of the fields that determine the artifact (repository, commit, interpreter ABI,
 platform, build settings).  Publishing uploads the blob (skipped when one of that name exists), then the
 manifest, each atomically (see store.py): a reader sees an entry only once its manifest exists, and
-its blob is complete by then.  Two publishers of one key both succeed; the last manifest wins.
+its blob is complete by then.  A publish never replaces a manifest (variants.py): of two publishers of
+one key the first one's manifest stays, and the second adds a variant when it signs with a key that the
+first one's lacks.
 
 Fetching trusts nothing it reads, and reads the blob once: straight from the store (a folder cache in
 place, never copied; a URL as a stream), its bytes hashed and counted on their way into the decompressor.
@@ -28,7 +32,7 @@ behind: :class:`CacheCorrupt` for a bad entry, :class:`CacheError` for I/O (a fu
 at a few chunks whatever the blob's size.
 
 A manifest that cannot be parsed counts as a miss: ``lookup`` returns None and notes why in
-``Cache.warnings``; the next publish of that key replaces it.
+``Cache.warnings``; the next publish of that key replaces it, unless it is one of a newer format.
 
 Locations: an absolute folder (plain os calls) or an fsspec URL (the README says how to point s3fs at an
 S3-compatible server).
@@ -48,7 +52,7 @@ import tarfile
 import tempfile
 import time
 import zlib
-from typing import IO, Dict, List, Mapping, Optional, Sequence, Tuple, cast
+from typing import IO, Dict, List, Mapping, Optional, Sequence, Set, Tuple, cast
 
 from ensure_flydsl.binary_cache.archive import Member, check_members, extract_checked, pack, walk
 from ensure_flydsl.binary_cache.blob_stream import BlobReader, Gunzip, check_tree, set_modes
@@ -64,8 +68,9 @@ from ensure_flydsl.binary_cache.manifest import (
     orphan_entry,
     parse_manifest,
 )
-from ensure_flydsl.binary_cache.signing import manifest_sha, stale_signatures, write_signature
+from ensure_flydsl.binary_cache.signing import manifest_sha, stale_signatures
 from ensure_flydsl.binary_cache.store import CacheCorrupt, CacheError, Store, StoredFile, open_store
+from ensure_flydsl.binary_cache.variants import Published, place, read_manifest, read_variants
 from ensure_flydsl.support.keys import SecretKey
 from ensure_flydsl.version import __version__
 
@@ -77,7 +82,7 @@ _TAR_BUFFER = 4 << 20
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([kmgt]?)(?:i?b)?\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
 
-__all__ = ["Cache", "CacheCorrupt", "CacheEntry", "CacheError", "Member", "cache_key", "format_size",
+__all__ = ["Cache", "CacheCorrupt", "CacheEntry", "CacheError", "Member", "Published", "cache_key", "format_size",
            "open_cache", "parse_size"]
 
 
@@ -112,6 +117,7 @@ class Cache:
         # Manifests skipped as unreadable by lookup/entries, one line each, for the caller to report.
         self.warnings: List[str] = []
         self.down_reported = False  # the caller said once that the cache is down for this run
+        self.said: Set[str] = set()  # lines the caller said about this cache in this run (each said once)
 
     @property
     def read_only(self) -> bool:
@@ -130,23 +136,14 @@ class Cache:
 
     # -- reading -------------------------------------------------------------------------------------
     def lookup(self, kind: str, key: str) -> Optional[CacheEntry]:
-        """The entry published under ``kind``/``key``, or None (a miss, or a manifest that cannot be parsed)."""
-        rel = manifest_path(kind, key)
-        try:
-            data = self._store.read_bytes(rel, MAX_MANIFEST_BYTES)
-        except CacheCorrupt as exc:  # a FIFO, a link...: not a manifest; built around like a torn one
-            self.warnings.append(f"ignored the manifest {rel} in {self.location}: {exc.reason}")
-            return None
-        if data is None:
-            return None
-        try:
-            entry = parse_manifest(data)
-            if (entry.kind, entry.key) != (kind, key):
-                raise ValueError(f"it describes {entry.kind}/{entry.key}")
-        except ValueError as exc:
-            self.warnings.append(f"ignored the manifest {rel} in {self.location}: {exc}")
-            return None
-        return entry
+        """The entry first published under ``kind``/``key``, or None (a miss, or a manifest that cannot be
+        parsed)."""
+        return read_manifest(self._store, manifest_path(kind, key), kind, key, self.warnings)
+
+    def variants(self, kind: str, key: str, prefer: Sequence[str] = ()) -> List[CacheEntry]:
+        """The entries that hosts signing with other keys published for ``kind``/``key`` beside the first
+        (variants.py), those named in ``prefer`` first."""
+        return read_variants(self._store, kind, key, prefer, self.warnings)
 
     def entries(self) -> List[CacheEntry]:
         """Every readable entry, newest first."""
@@ -161,7 +158,7 @@ class Cache:
                 data = self._store.read_bytes(stored.path, MAX_MANIFEST_BYTES)
                 if data is None:
                     continue  # pruned meanwhile
-                found.append((stored.path, parse_manifest(data)))
+                found.append((stored.path, parse_manifest(data, stored.path)))
             except CacheCorrupt as exc:
                 self.warnings.append(f"ignored the manifest {stored.path} in {self.location}: {exc.reason}")
             except ValueError as exc:
@@ -202,7 +199,8 @@ class Cache:
         shutil.rmtree(tmp, ignore_errors=True)
 
     def _members_of(self, entry: CacheEntry) -> Tuple[Member, ...]:
-        current = self.lookup(entry.kind, entry.key)
+        rel = entry.path or manifest_path(entry.kind, entry.key)
+        current = read_manifest(self._store, rel, entry.kind, entry.key, [])
         if current is None or current.blob != entry.blob:
             raise CacheCorrupt(f"the manifest of {entry.kind}/{entry.key[:12]} is gone or names another blob")
         return current.members
@@ -240,9 +238,9 @@ class Cache:
 
     # -- writing -------------------------------------------------------------------------------------
     def publish(self, kind: str, key: str, fields: Mapping[str, object], source: str,
-                signers: Sequence[SecretKey] = ()) -> CacheEntry:
+                signers: Sequence[SecretKey] = ()) -> Published:
         """Pack the folder ``source`` and publish it under ``kind``/``key`` (blob first, then the manifest's
-        signatures by ``signers``, manifest last)."""
+        signatures by ``signers``, manifest last), replacing no manifest that is there (variants.py)."""
         check_name(kind, key)
         if cache_key(kind, fields) != key:
             raise ValueError(f"key {key[:12]}.. is not cache_key({kind!r}, fields)")
@@ -278,11 +276,8 @@ class Cache:
         entry = CacheEntry(kind=kind, key=key, blob=blob, size=size, created=time.time(), fields=dict(fields),
                            files=sum(1 for m in members if m.type == "file"), members=tuple(members),
                            host=socket.gethostname(), tool=f"ensure-flydsl {__version__}")
-        data = manifest_bytes(entry)
-        for secret in signers:  # before the manifest: a reader never sees this entry unsigned
-            write_signature(self._store, kind, key, data, secret)
-        self._store.put_bytes(manifest_path(kind, key), data)
-        return dataclasses.replace(entry, manifest=data)
+        # The signatures go before the manifest: a reader never sees this entry unsigned.
+        return place(self._store, dataclasses.replace(entry, manifest=manifest_bytes(entry)), signers)
 
     def prune(self, max_bytes: int) -> List[CacheEntry]:
         """Remove the oldest entries until the blobs still referenced total at most ``max_bytes``.
@@ -327,8 +322,15 @@ class Cache:
             if stored.mtime is not None and now - stored.mtime > ORPHAN_GRACE_S:
                 self._store.remove(stored.path)
                 removed.append(orphan_entry(stored, ""))
-        versions = {(e.kind, e.key): manifest_sha(e.manifest) for _r, e in alive}
+        return removed + self._prune_signatures([entry for _rel, entry in alive], now)
+
+    def _prune_signatures(self, alive: List[CacheEntry], now: float) -> List[CacheEntry]:
+        """Remove the signature objects older than the grace that sign none of the manifests kept."""
+        versions: Dict[Tuple[str, str], Set[str]] = {}
+        for entry in alive:
+            versions.setdefault((entry.kind, entry.key), set()).add(manifest_sha(entry.manifest))
+        removed = []
         for stored in stale_signatures(self._store, versions, now - ORPHAN_GRACE_S):
-            self._store.remove(stored.path)  # it signs a manifest that is gone or was replaced
+            self._store.remove(stored.path)  # it signs a manifest that is gone or was edited
             removed.append(orphan_entry(stored, ""))
         return removed

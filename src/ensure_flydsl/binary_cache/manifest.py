@@ -1,6 +1,11 @@
 """The manifest of a cache entry: what it names (kind, key, key fields), its blob, and every member with
 its hash; and where entries and blobs live in a store (content-addressed: concurrent publishers can
-never leave a manifest naming another publisher's bytes)."""
+never leave a manifest naming another publisher's bytes).
+
+A key has one manifest, ``entries/<kind>/<key>.json``, written by the first host that published it, and
+at most one more per signing key, ``entries/<kind>/<key>.by/<NAME>.json``: the variant a host that signs
+with NAME published because the first one was not signed by NAME (binary_cache/variants.py).  None of
+them is ever replaced by a publish."""
 
 from __future__ import annotations
 
@@ -12,6 +17,7 @@ from typing import Dict, Mapping, Tuple
 
 from ensure_flydsl.binary_cache.archive import Member
 from ensure_flydsl.binary_cache.store import StoredFile
+from ensure_flydsl.support.keys import KEY_NAME
 
 FORMAT = 1
 # A manifest names each member with its hash (about 150 bytes a file): a real FlyDSL tree or MLIR install
@@ -35,10 +41,21 @@ class CacheEntry:
     tool: str = ""
     # The manifest's exact bytes, as read or written: what a signature covers (binary_cache/signing.py).
     manifest: bytes = dataclasses.field(default=b"", repr=False, compare=False)
+    # Where the manifest is in the store ("" when not known): manifest_path, or variant_path of a signer.
+    path: str = dataclasses.field(default="", repr=False, compare=False)
+
+    @property
+    def variant(self) -> str:
+        """The signer whose variant this entry is (its manifest at ``<key>.by/<NAME>.json``), else ""."""
+        folder, _, leaf = self.path.rpartition("/")
+        if folder.endswith(".by") and leaf.endswith(".json"):
+            return leaf[: -len(".json")]
+        return ""
 
     def to_json(self) -> Dict[str, object]:
         return {"kind": self.kind, "key": self.key, "blob": self.blob, "size": self.size, "created": self.created,
-                "fields": self.fields, "files": self.files, "host": self.host, "tool": self.tool}
+                "fields": self.fields, "files": self.files, "host": self.host, "tool": self.tool,
+                "path": self.path, "variant": self.variant or None}
 
 
 def cache_key(kind: str, fields: Mapping[str, object]) -> str:
@@ -70,6 +87,18 @@ def manifest_path(kind: str, key: str) -> str:
     return f"entries/{kind}/{key}.json"
 
 
+def variants_dir(kind: str, key: str) -> str:
+    check_name(kind, key)
+    return f"entries/{kind}/{key}.by"
+
+
+def variant_path(kind: str, key: str, name: str) -> str:
+    """The manifest a host signing with the key NAME publishes when the key's first manifest is not NAME's."""
+    if not KEY_NAME.match(name):
+        raise ValueError(f"{name!r} is not a key name")
+    return f"{variants_dir(kind, key)}/{name}.json"
+
+
 def blob_path(blob: str) -> str:
     return f"blobs/{blob}.tar.gz"
 
@@ -81,8 +110,20 @@ def manifest_bytes(entry: CacheEntry) -> bytes:
     return (json.dumps(data, sort_keys=True, separators=(",", ":")) + "\n").encode()
 
 
-def parse_manifest(data: bytes) -> CacheEntry:
-    """The entry a manifest describes; ValueError (one line) for anything that is not a well-formed one."""
+def newer_format(data: bytes) -> bool:
+    """Whether ``data`` is a manifest of a format newer than this tool's (a later version wrote it: never
+    replaced, though this tool cannot read it); a torn or foreign file is not."""
+    try:
+        obj = json.loads(data.decode())
+    except (UnicodeDecodeError, ValueError):
+        return False
+    fmt = obj.get("format") if isinstance(obj, dict) else None
+    return isinstance(fmt, int) and not isinstance(fmt, bool) and fmt > FORMAT
+
+
+def parse_manifest(data: bytes, path: str = "") -> CacheEntry:
+    """The entry a manifest describes (read at ``path``); ValueError (one line) for anything that is not a
+    well-formed one."""
     try:
         obj = json.loads(data.decode())
     except (UnicodeDecodeError, ValueError):
@@ -106,4 +147,4 @@ def parse_manifest(data: bytes) -> CacheEntry:
     members = tuple(Member.from_json(m) for m in raw_members)
     return CacheEntry(kind=kind, key=key, blob=blob, size=size, created=float(created), fields=fields,
                       files=sum(1 for m in members if m.type == "file"), members=members,
-                      host=str(obj.get("host") or ""), tool=str(obj.get("tool") or ""), manifest=data)
+                      host=str(obj.get("host") or ""), tool=str(obj.get("tool") or ""), manifest=data, path=path)

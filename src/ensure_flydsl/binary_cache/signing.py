@@ -8,15 +8,17 @@ version of the manifest::
 
 - ed25519 is deterministic: one key signing one manifest always writes the same bytes, so two signers at
   once (two publishers, or ``cache sign`` beside a publish) write the same object, each atomically (the
-  store's put), and never need a lock.  Each version of a manifest has its own folder: a publish that
-  replaces the manifest cannot leave it beside another version's signature by the same key.
+  store's put), and never need a lock.  Each version of a manifest has its own folder: the key's first
+  manifest and its signers' variants (binary_cache/variants.py) keep their signatures apart in one
+  ``.sig`` folder, and a manifest edited in place cannot sit beside another version's signature.
 - A publisher writes its signatures before its manifest: a reader never sees an honest entry unsigned.
 - ``cache sign`` adds a signature to an existing entry without touching the manifest (no rebuild).
 - A reader lists the entry's ``.sig`` folder once, reads at most :data:`MAX_SIGNATURES` objects of the
   manifest's version, each of at most :data:`SIGNATURE_MAX` bytes through the store's read (an empty one,
   which a FIFO also looks like, is not opened), and trusts the entry when one of them verifies under a
   trusted key of its name.  What it refuses it names in one line: unsigned, signed by keys it does not
-  trust, or changed after signing (signatures for another version, or one that does not verify).
+  trust, or changed after signing (signatures for a version that is none of the key's manifests now, or
+  one that does not verify).
 
 The cryptography package (the ``signing`` extra) is imported on the first use of a key, never otherwise.
 """
@@ -27,7 +29,7 @@ import base64
 import dataclasses
 import hashlib
 import importlib
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import AbstractSet, Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ensure_flydsl.binary_cache.manifest import CacheEntry, check_name
 from ensure_flydsl.binary_cache.store import CacheError, Store, StoredFile
@@ -165,10 +167,11 @@ def found_signatures(store: Store, kind: str, key: str) -> List[Found]:
     return sorted(found, key=lambda f: (f.version, f.name))
 
 
-def stale_signatures(store: Store, current: Mapping[Tuple[str, str], str], before: float) -> List[StoredFile]:
+def stale_signatures(store: Store, current: Mapping[Tuple[str, str], AbstractSet[str]],
+                     before: float) -> List[StoredFile]:
     """Signature objects older than ``before`` (a time) that sign no manifest the cache holds now:
-    ``current`` maps (kind, key) to the sha256 of its manifest's bytes.  Younger ones may be a publisher's
-    that has not written its manifest yet."""
+    ``current`` maps (kind, key) to the sha256s of its manifests' bytes (the first and the variants).
+    Younger ones may be a publisher's that has not written its manifest yet."""
     stale: List[StoredFile] = []
     for stored in store.list_files("entries"):
         parts = stored.path.split("/")
@@ -176,7 +179,7 @@ def stale_signatures(store: Store, current: Mapping[Tuple[str, str], str], befor
             continue
         kind, key, version = parts[1], parts[2][:-len(".sig")], parts[3]
         old = stored.mtime is not None and stored.mtime < before
-        if old and current.get((kind, key)) != version:
+        if old and version not in current.get((kind, key), ()):
             stale.append(stored)
     return stale
 
@@ -254,13 +257,16 @@ def _names(names: Sequence[str]) -> str:
 
 
 def signatures_of(store: Store, entry: CacheEntry, found: Sequence[Found], prefer: Sequence[str] = (),
-                  problems: Optional[List[str]] = None) -> Tuple[Dict[str, bytes], List[str]]:
+                  problems: Optional[List[str]] = None,
+                  live: AbstractSet[str] = frozenset()) -> Tuple[Dict[str, bytes], List[str]]:
     """The readable signatures of this version of the entry's manifest (name: signature), and the names
-    that signed other versions.  Those named in ``prefer`` (the trusted keys' names) are read first, so a
-    flood of other objects cannot hide them.  Unreadable objects are skipped, each noted in ``problems``."""
+    that signed other versions, leaving out ``live`` ones (the sha256s of the key's other manifests now: a
+    variant's signers did not sign this one, nothing changed).  Those named in ``prefer`` (the trusted keys'
+    names) are read first, so a flood of other objects cannot hide them.  Unreadable objects are skipped,
+    each noted in ``problems``."""
     version = manifest_sha(entry.manifest)
     mine = sorted((f for f in found if f.version == version), key=lambda f: (f.name not in prefer, f.name))
-    others = sorted({f.name for f in found if f.version != version})
+    others = sorted({f.name for f in found if f.version != version and f.version not in live})
     signatures: Dict[str, bytes] = {}
     for item in mine[:MAX_SIGNATURES]:
         try:
@@ -276,8 +282,9 @@ def signatures_of(store: Store, entry: CacheEntry, found: Sequence[Found], prefe
 
 
 def check_entry(store: Store, entry: CacheEntry, trusted: Sequence[PublicKey],
-                problems: Optional[List[str]] = None) -> Verdict:
-    """The verdict on an entry as the store holds it now (CacheError when the store cannot be read)."""
+                problems: Optional[List[str]] = None, live: AbstractSet[str] = frozenset()) -> Verdict:
+    """The verdict on an entry as the store holds it now (CacheError when the store cannot be read);
+    ``live``: the sha256s of the key's other manifests (see :func:`signatures_of`)."""
     found = found_signatures(store, entry.kind, entry.key)
-    signatures, others = signatures_of(store, entry, found, [public.name for public in trusted], problems)
+    signatures, others = signatures_of(store, entry, found, [public.name for public in trusted], problems, live)
     return judge(entry.manifest, signatures, trusted, others)

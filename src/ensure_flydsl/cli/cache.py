@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Mapping, Optional, Sequence
 
 from ensure_flydsl.binary_cache.entries import CacheEntry, CacheError, format_size, open_cache, parse_size
 from ensure_flydsl.errors import ExitCode
@@ -95,20 +95,22 @@ def _cache_command(settings: Settings, action: str, *, max_size: Optional[str], 
 
 
 def _list(entries: List[CacheEntry], location: str, as_json: bool, say: Callable[[str], None],
-          signers: Mapping[Tuple[str, str], List[Dict[str, object]]]) -> int:
+          signers: Mapping[str, List[Dict[str, object]]]) -> int:
+    from ensure_flydsl.binary_cache.signing import manifest_sha
     from ensure_flydsl.cli.cache_signing import signers_text
 
     if as_json:
         for entry in entries:
             data = entry.to_json()
-            data["signers"] = signers.get((entry.kind, entry.key), [])
+            data["signers"] = signers.get(manifest_sha(entry.manifest), [])
             print(json.dumps(data, sort_keys=True))
         return 0
     if not entries:
         say(f"no entries in {location}")
         return 0
     for entry in entries:
-        print(f"{describe(entry)}  {signers_text(signers.get((entry.kind, entry.key)))}")
+        variant = f"  from {entry.variant}" if entry.variant else ""
+        print(f"{describe(entry)}{variant}  {signers_text(signers.get(manifest_sha(entry.manifest)))}")
     return 0
 
 

@@ -3,7 +3,8 @@
 - ``cache keygen --out DIR NAME``: ``DIR/NAME.secret`` (created with mode 600, never readable by others
   even for an instant; an existing file is never replaced) and ``DIR/NAME.pub`` (``NAME:BASE64``).
 - ``cache sign --key PATH [KEY...]``: adds the key's signature to the entries named (by a prefix of their
-  key, as ``cache list`` shows it) or to all; the manifests are not touched, nothing is rebuilt.  With
+  key, as ``cache list`` shows it: every manifest of that key, the first and the variants) or to all; the
+  manifests are not touched, nothing is rebuilt.  With
   trusted keys set, only entries one of them already vouches for are signed (a rotation re-signs what the
   old key signed, never what anybody dropped into the store); without, every entry named, and the
   command says so.
@@ -12,7 +13,7 @@
 from __future__ import annotations
 
 import os
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import AbstractSet, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from ensure_flydsl.binary_cache.entries import Cache, CacheEntry
 from ensure_flydsl.settings import Settings
@@ -82,15 +83,16 @@ def sign_entries(settings: Settings, cache: Cache, key_path: str, names: Sequenc
                       f"`ensure-flydsl cache keygen` (mode 600); {exc}") from None
     entries = [e for e in cache.entries() if e.kind != "orphan"]
     chosen = _chosen(entries, names)
+    live = live_versions(entries)
     trusted = trusted_keys(settings.cache_trusted_keys) if settings.cache_trusted_keys else []
     if not trusted:
         say(f"cache sign: no trusted keys are set ({settings.label('cache_trusted_keys')}), so every entry named "
             "is signed as it is: sign only a cache that nobody else writes to")
     signed = already = skipped = 0
     for entry in chosen:
-        label = f"{entry.kind} {entry.key[:12]}"
+        label = f"{entry.kind} {entry.key[:12]}" + (f" from {entry.variant}" if entry.variant else "")
         problems: List[str] = []
-        verdict = check_entry(cache.store, entry, trusted, problems) if trusted else None
+        verdict = check_entry(cache.store, entry, trusted, problems, live[(entry.kind, entry.key)]) if trusted else None
         for problem in problems:
             say(f"warning: {problem}")
         if verdict is not None and not verdict.trusted:
@@ -109,35 +111,47 @@ def sign_entries(settings: Settings, cache: Cache, key_path: str, names: Sequenc
 
 
 def _chosen(entries: List[CacheEntry], names: Sequence[str]) -> List[CacheEntry]:
+    """The entries of the keys named by prefixes (each must name one key: all of its manifests are chosen)."""
     if not names:
         return entries
     chosen: List[CacheEntry] = []
     for name in names:
         found = [e for e in entries if e.key.startswith(name.lower())] if name else []
-        if len(found) != 1:
-            why = "no entry's key starts with it" if not found else f"{len(found)} entries' keys start with it"
+        keys = {(e.kind, e.key) for e in found}
+        if len(keys) != 1:
+            why = "no entry's key starts with it" if not keys else f"{len(keys)} entries' keys start with it"
             raise Refused(f"cache sign: {name!r} names no single entry ({why}); give a longer prefix of a key "
                           "that `ensure-flydsl cache list` shows")
-        if found[0] not in chosen:
-            chosen.append(found[0])
+        chosen += [e for e in found if not any(e is c for c in chosen)]
     return chosen
 
 
+def live_versions(entries: Sequence[CacheEntry]) -> Dict[Tuple[str, str], AbstractSet[str]]:
+    """(kind, key): the sha256s of that key's manifests among ``entries`` (binary_cache/signing.py's ``live``)."""
+    from ensure_flydsl.binary_cache.signing import manifest_sha
+
+    found: Dict[Tuple[str, str], Set[str]] = {}
+    for entry in entries:
+        found.setdefault((entry.kind, entry.key), set()).add(manifest_sha(entry.manifest))
+    return dict(found)
+
+
 def signers_of(settings: Settings, cache: Cache, entries: Sequence[CacheEntry],
-               warnings: List[str]) -> Dict[Tuple[str, str], List[Dict[str, object]]]:
-    """For ``cache list``: each entry's signers, {"name", "trusted", "verifies"}; ``trusted`` is None without
-    trusted keys (nothing is verified then), else whether the signature verifies under a trusted key;
-    ``verifies`` is None for a name no trusted key has, else whether its signature matches the manifest."""
-    from ensure_flydsl.binary_cache.signing import check_entry, trusted_keys
+               warnings: List[str]) -> Dict[str, List[Dict[str, object]]]:
+    """For ``cache list``: each entry's signers, by the sha256 of its manifest, {"name", "trusted",
+    "verifies"}; ``trusted`` is None without trusted keys (nothing is verified then), else whether the
+    signature verifies under a trusted key; ``verifies`` is None for a name no trusted key has, else whether
+    its signature matches the manifest."""
+    from ensure_flydsl.binary_cache.signing import check_entry, manifest_sha, trusted_keys
 
     trusted: List[PublicKey] = trusted_keys(settings.cache_trusted_keys) if settings.cache_trusted_keys else []
-    found: Dict[Tuple[str, str], List[Dict[str, object]]] = {}
+    found: Dict[str, List[Dict[str, object]]] = {}
+    entries = [entry for entry in entries if entry.kind != "orphan"]
+    live = live_versions(entries)
     for entry in entries:
-        if entry.kind == "orphan":
-            continue
-        verdict = check_entry(cache.store, entry, trusted, warnings)
+        verdict = check_entry(cache.store, entry, trusted, warnings, live[(entry.kind, entry.key)])
         names = {public.name for public in trusted}
-        found[(entry.kind, entry.key)] = [
+        found[manifest_sha(entry.manifest)] = [
             {"name": name, "trusted": (name in verdict.trusted_by) if trusted else None,
              "verifies": (name in verdict.trusted_by) if name in names else None} for name in verdict.signers]
     return found

@@ -12,16 +12,24 @@ from __future__ import annotations
 import glob
 import os
 import re
-from typing import Dict, Mapping, Optional
+from typing import Dict, Mapping, Optional, Tuple
 
-from ensure_flydsl.binary_cache.entries import Cache, CacheCorrupt, CacheError, cache_key, format_size, open_cache
+from ensure_flydsl.binary_cache.entries import (
+    Cache,
+    CacheCorrupt,
+    CacheEntry,
+    CacheError,
+    cache_key,
+    format_size,
+    open_cache,
+)
 from ensure_flydsl.binary_cache.stored import CacheUnreachable
 from ensure_flydsl.errors import Plan, Stage
 from ensure_flydsl.layout import build_made_record, cached_mlir_dir, packages_dir
 from ensure_flydsl.pipeline.context import Decision, Run
 from ensure_flydsl.pipeline.providers.base import Early, Provider
 from ensure_flydsl.pipeline.providers.tree import prepare_build_dir, verify_tree
-from ensure_flydsl.pipeline.providers.trust import entry_trusted, publish_note, signers
+from ensure_flydsl.pipeline.providers.trust import choose_entry, publish_note, say_once, signers
 from ensure_flydsl.result import How
 from ensure_flydsl.source.ownership import recording
 from ensure_flydsl.support import faults
@@ -122,12 +130,10 @@ def tree_from_cache(run: Run, cache: Cache, commit: str, early: Optional[Early] 
         return None
     fields = tree_fields(run, commit)
     key = cache_key("tree", fields)
-    entry = _lookup(run, cache, "tree", key)
+    entry, present = _find(run, cache, "tree", key, f"tree entry for {commit[:8]}")
     if entry is None:
-        if usable(cache):  # (a cache that went down just now was said to be down, not to miss)
+        if not present and usable(cache):  # (a cache that went down just now was said to be down, not to miss)
             run.say(f"cache: no tree for {commit[:12]} and {run.interpreter.abi} in {cache.location}")
-        return None
-    if not entry_trusted(run, cache, entry, f"tree entry for {commit[:8]}"):
         return None
     run.plan(Plan.CACHE)
     run.worked()
@@ -181,12 +187,10 @@ def mlir_from_cache(run: Run, cache: Cache, key: Mapping[str, object]) -> Option
         return dest
     if not usable(cache):
         return None
-    entry = _lookup(run, cache, "mlir", ckey)
+    entry, present = _find(run, cache, "mlir", ckey, f"MLIR entry for LLVM {llvm_label(key)}")
     if entry is None:
-        if usable(cache):
+        if not present and usable(cache):
             run.say(f"cache: no MLIR for LLVM {llvm_label(key)} in {cache.location}")
-        return None
-    if not entry_trusted(run, cache, entry, f"MLIR entry for LLVM {llvm_label(key)}"):
         return None
     os.makedirs(folder, exist_ok=True)
     remove_tree(dest)
@@ -206,16 +210,17 @@ def publish_mlir(run: Run, cache: Cache, key: Mapping[str, object], install: str
     _publish(run, cache, "mlir", cache_key("mlir", fields), fields, install)
 
 
-def _lookup(run: Run, cache: Cache, kind: str, key: str):  # type: ignore[no-untyped-def]
+def _find(run: Run, cache: Cache, kind: str, key: str, what: str) -> Tuple[Optional[CacheEntry], bool]:
+    """The entry to install (providers/trust.py: choose_entry), and whether the key has any manifest."""
     try:
-        entry = cache.lookup(kind, key)
+        return choose_entry(run, cache, kind, key, what)
     except CacheError as exc:
         cache_failed(run, cache, exc, f"cannot look into {cache.location}")
-        return None
-    for warning in cache.warnings:
-        run.say(f"cache: {warning}")
-    cache.warnings.clear()
-    return entry
+        return None, False
+    finally:
+        for warning in cache.warnings:
+            say_once(run, cache, f"cache: {warning}")
+        cache.warnings.clear()
 
 
 def _publish(run: Run, cache: Cache, kind: str, key: str, fields: Mapping[str, object], source: str) -> None:
@@ -223,7 +228,7 @@ def _publish(run: Run, cache: Cache, kind: str, key: str, fields: Mapping[str, o
         return  # said once already (read-only, or down)
     try:
         secrets = signers(run)
-        entry = cache.publish(kind, key, fields, source, secrets)
+        published = cache.publish(kind, key, fields, source, secrets)
     except CacheError as exc:
         cache_failed(run, cache, exc, f"could not publish the {kind} {key[:12]} to {cache.location}", "the run goes on")
         return
@@ -231,8 +236,14 @@ def _publish(run: Run, cache: Cache, kind: str, key: str, fields: Mapping[str, o
         run.say(f"cache: could not publish the {kind} {key[:12]} to {cache.location} ({exc}); the run goes on")
         return
     faults.point("cache-published")
-    run.say(f"cache: published the {kind} {key[:12]} ({format_size(entry.size)}) to {cache.location}"
-            f"{publish_note(run, secrets)}")
+    if not published.written:
+        hint = "" if secrets else (f"; sign this host's builds ({run.settings.label('cache_signing_key')}) to "
+                                   "publish an entry of its own beside it")
+        run.say(f"cache: the {kind} {key[:12]} is not published to {cache.location}: {published.why}{hint}")
+        return
+    note = f" ({published.note})" if published.note else ""
+    run.say(f"cache: published the {kind} {key[:12]} ({format_size(published.entry.size)}) to {cache.location}"
+            f"{note}{publish_note(run, secrets)}")
 
 
 def _clear_partial_fetches(folder: str) -> None:
