@@ -14,13 +14,14 @@ import json
 import math
 from typing import Dict, Mapping, Optional
 
+from ensure_flydsl.support.fields import SHORT_TEXT_MAX, short_text
+
 BUILDING, FAILED = "building", "failed"
 # FLYDSL_LEASE_TTL's own bound (setting_values.parse_lease_ttl): a record's ttl outside (0, 10**6) s was
 # not written by this tool.  ``ttl: Infinity`` (or 1e300) would make every waiter wait forever for a holder
 # that died: such a record is an unknown holder's, judged by the reader's own TTL.
 MAX_TTL_S = 10.0**6
 MAX_RECORD_BYTES = 64 << 10  # this tool writes a few hundred bytes
-_MAX_TEXT = 200  # host, run id, step, what: shown in messages
 MAX_REASON = 2000  # the holder writes at most this much of its failure's reason
 _MAX_SECONDS = 10.0**10  # wall clock times and durations: finite, and not beyond the year 2286
 UNKNOWN_HOST = "an unknown host"
@@ -125,10 +126,11 @@ def _finite(value: object) -> Optional[float]:
     return number if math.isfinite(number) else None
 
 
-def _text(obj: Mapping[str, object], name: str, limit: int = _MAX_TEXT) -> str:
-    value = obj.get(name)
-    if not isinstance(value, str) or not value or len(value) > limit or not value.isprintable():
-        raise ValueError(f"{name} {_shown(value)} is not a short printable text")
+def _text(obj: Mapping[str, object], name: str) -> str:
+    """Host, run id, step, what: shown in messages (support/fields.py: short_text; FLYDSL_HOST_ID is held to it)."""
+    value = short_text(obj.get(name))
+    if value is None:
+        raise ValueError(f"{name} {_shown(obj.get(name))} is not a text of 1 to {SHORT_TEXT_MAX} printable characters")
     return value
 
 

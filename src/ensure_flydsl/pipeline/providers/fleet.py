@@ -5,7 +5,8 @@ takes its turn (:func:`take_turn`): the entry is there (fetch it, a cache hit); 
 and builds; or another host holds it, and the run waits, saying who builds and how far, until the entry
 appears (fetch), the holder dies (take over after the TTL), fails (try once; a second failure ends the
 waiters with the holder's stage, exit code and reason) or FLYDSL_LOCK_TIMEOUT runs out (exit 7).
-The host's name is FLYDSL_HOST_ID when set (several "hosts" on one machine), else the host name.
+The host's name is FLYDSL_HOST_ID when set (several "hosts" on one machine; checked with the settings:
+setting_values.py: check_host_id), else the host name.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from ensure_flydsl.binary_cache.manifest import manifest_path
 from ensure_flydsl.errors import EnsureError, ExitCode, Interrupted, Stage
 from ensure_flydsl.pipeline.context import Run
 from ensure_flydsl.pipeline.providers.cache import cache_failed, usable
+from ensure_flydsl.support.fields import SHORT_TEXT_MAX, short_text
 from ensure_flydsl.support.report import fmt_seconds
 
 T = TypeVar("T")
@@ -50,7 +52,14 @@ class Turn(Generic[T]):
 
 
 def host_id(run: Run) -> str:
-    return run.environ.get("FLYDSL_HOST_ID") or socket.gethostname()
+    """FLYDSL_HOST_ID (checked with the settings), else the host name as text a lease record carries: the
+    kernel allows any byte in one, and a record with a control character in its host is an unknown host's
+    to every other host."""
+    given = run.environ.get("FLYDSL_HOST_ID")
+    if given:
+        return given
+    name = socket.gethostname()
+    return short_text(name) or "".join(c if c.isprintable() else "?" for c in name)[:SHORT_TEXT_MAX] or "localhost"
 
 
 def open_leases(run: Run, cache: Cache) -> Optional[Leases]:
