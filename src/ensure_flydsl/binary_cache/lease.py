@@ -13,7 +13,8 @@ Objects, beside the entries in the cache::
   holder writes it) with a beat counter, its step, percent, ETA and seconds since it took the lease.
 - **Dead**: a waiter that sees the same bytes of a lease for longer than the TTL **by its own monotonic
   clock** takes over with the next generation.  No clock of two hosts is compared for liveness.
-- **Failure**: the holder rewrites its generation with state ``failed`` and the stage, exit code and reason;
+- **Failure**: the holder rewrites its generation with state ``failed`` and the stage, exit code and reason
+  of a build step's failure (any other failure removes its generation, as an interrupt does);
   the record is no lease any more (nobody holds it) but news for the waiters: the first failure is tried
   once more by one waiter, the second one ends them.  A failure record is news for at most a TTL after
   the reader first saw it, **by the reader's own monotonic clock** (providers/fleet.py): to a run that

@@ -2,9 +2,10 @@
 
 A record that is not exactly what this tool writes (a wrong type, a bool for a number, NaN or Infinity,
 which Python's json accepts, a number out of range, a text too long or with control characters, a state
-that is neither "building" nor "failed", a failure without its stage, exit code and reason) reads as the
-lease of an unknown holder: it is waited for like any other and taken over once its bytes have not changed
-for a TTL of the reader's own.  Nothing of it reaches a message or a computation unchecked.
+that is neither "building" nor "failed", a failure without its stage, exit code and reason, or with an exit
+code no build step has) reads as the lease of an unknown holder: it is waited for like any other and taken
+over once its bytes have not changed for a TTL of the reader's own.  Nothing of it reaches a message or a
+computation unchecked.
 """
 
 from __future__ import annotations
@@ -25,6 +26,12 @@ MAX_RECORD_BYTES = 64 << 10  # this tool writes a few hundred bytes
 MAX_REASON = 2000  # the holder writes at most this much of its failure's reason
 _MAX_SECONDS = 10.0**10  # wall clock times and durations: finite, and not beyond the year 2286
 UNKNOWN_HOST = "an unknown host"
+# The exit codes a failure record may carry: a build step's (README: 2 clone/fetch ... 8 artifact).  A waiter
+# ends with the recorded code, so 0 ("usable and env file written", with none written), 75 ("still running",
+# which sends a README-following agent back to `wait` for ever), 130 or 9 (an interrupt, a dead worker) or
+# 1 from a record would be a lie to its caller.  Which step names which code is the provider's to check
+# (pipeline/providers/fleet.py: build_failure): this package knows no stages.
+FAILURE_EXIT_CODES = range(2, 9)
 
 
 @dataclasses.dataclass
@@ -177,7 +184,9 @@ def _failure(value: object) -> Optional[Dict[str, object]]:
     if not isinstance(value, dict):
         raise ValueError("failure is not an object")
     stage = _text_or_none(value, "stage")
-    code = _int(value, "exit_code", 255)
+    code = value.get("exit_code")
+    if not isinstance(code, int) or isinstance(code, bool) or code not in FAILURE_EXIT_CODES:
+        raise ValueError(f"failure exit_code {_shown(code)} is not a build step's (2 to 8)")
     reason = value.get("reason")
     if not isinstance(reason, str) or len(reason) > MAX_REASON:
         raise ValueError("failure reason is not a text")

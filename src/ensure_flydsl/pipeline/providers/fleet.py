@@ -5,6 +5,9 @@ takes its turn (:func:`take_turn`): the entry is there (fetch it, a cache hit); 
 and builds; or another host holds it, and the run waits, saying who builds and how far, until the entry
 appears (fetch), the holder dies (take over after the TTL), fails (try once; a second failure ends the
 waiters with the holder's stage, exit code and reason) or FLYDSL_LOCK_TIMEOUT runs out (exit 7).
+A failure record is believed only as a build step's failure with that step's exit code
+(:func:`build_failure`); a holder whose run fails otherwise (a bug, its own disk) gives its generation up
+instead, so a waiter takes over at once.
 The host's name is FLYDSL_HOST_ID when set (several "hosts" on one machine; checked with the settings:
 setting_values.py: check_host_id), else the host name.
 """
@@ -29,7 +32,7 @@ from ensure_flydsl.binary_cache.lease import (
     generation_path,
 )
 from ensure_flydsl.binary_cache.manifest import manifest_path
-from ensure_flydsl.errors import EnsureError, ExitCode, Interrupted, Stage
+from ensure_flydsl.errors import EnsureError, ExitCode, Stage
 from ensure_flydsl.pipeline.context import Run
 from ensure_flydsl.pipeline.providers.cache import cache_failed, usable
 from ensure_flydsl.support.fields import SHORT_TEXT_MAX, short_text
@@ -40,6 +43,10 @@ REPORT_INTERVAL_S = 30.0
 # How far ahead a failure record's date may be and still count as "just now" to a run that did not watch it
 # being written: NTP keeps clocks far closer; a clock further ahead is wrong, and its date is not believed.
 CLOCK_SKEW_S = 30.0
+# The steps a lease holder's work goes through (build_llvm.sh; build.sh and the probe of its tree), each with
+# the one exit code its failures have (errors.Stage): the only failures a holder records, and the only ones
+# a waiter believes.  The exit codes are all within binary_cache/lease_record.py's FAILURE_EXIT_CODES.
+HOLDER_STAGES = frozenset({Stage.LLVM, Stage.BUILD, Stage.VERIFY})
 _REPORTED: Set[str] = set()
 
 
@@ -60,6 +67,31 @@ def host_id(run: Run) -> str:
         return given
     name = socket.gethostname()
     return short_text(name) or "".join(c if c.isprintable() else "?" for c in name)[:SHORT_TEXT_MAX] or "localhost"
+
+
+def build_failure(stage: object, code: object) -> Optional[Stage]:
+    """The stage of a failure a lease holder records: one of its build's steps, with that step's exit code;
+    None for anything else (a record naming another stage, or a code its stage never has, is not this
+    tool's: "llvm" with exit 0 would end a waiter with exit 0 and no env file)."""
+    parsed = Stage.parse(stage)
+    if parsed is None or parsed not in HOLDER_STAGES or parsed.exit_code is None:
+        return None
+    if isinstance(code, bool) or not isinstance(code, int) or int(parsed.exit_code) != code:
+        return None
+    return parsed
+
+
+def believed(record: LeaseRecord) -> LeaseRecord:
+    """``record``, or the lease of an unknown holder when it records a failure no holder of this tool
+    records (its raw bytes kept: it dies like any other lease once they stop changing)."""
+    failure = record.failure or {}
+    if record.state != FAILED or build_failure(failure.get("stage"), failure.get("exit_code")) is not None:
+        return record
+    unknown = LeaseRecord.unknown(record.kind, record.key, record.generation,
+                                  f"its failure {_failure_text(record)} is not a failure of a build step "
+                                  "(llvm, build or verify, with that step's exit code)")
+    unknown.raw = record.raw
+    return unknown
 
 
 def open_leases(run: Run, cache: Cache) -> Optional[Leases]:
@@ -137,7 +169,8 @@ class _Waiter:
         self.next_report = 0.0
 
     def turn(self) -> Optional[HeldLease]:
-        newest = self.leases.newest(self.kind, self.key)
+        found = self.leases.newest(self.kind, self.key)
+        newest = None if found is None else believed(found)
         if newest is None:
             return self._take(1, 0)
         if newest.invalid is not None and newest.generation not in self.watched:
@@ -234,13 +267,14 @@ class _Waiter:
 
 
 def give_up(record: LeaseRecord, what: str) -> EnsureError:
-    """The error that ends a waiter after the second recorded failure of a key (the holder's exit code)."""
+    """The error that ends a waiter after the second recorded failure of a key: the holder's stage and its
+    exit code (a record :func:`believed` refused never comes here; for one, the lease's stage and exit 7)."""
     failure = record.failure or {}
-    code = failure.get("exit_code")
+    stage = build_failure(failure.get("stage"), failure.get("exit_code"))
     return EnsureError(
-        ExitCode(code) if isinstance(code, int) and code in ExitCode._value2member_map_ else ExitCode.INTERNAL,
+        stage.exit_code if stage is not None and stage.exit_code is not None else ExitCode.LOCK,
         f"{what} failed twice in the fleet, last on {record.who()}: {_failure_text(record)}",
-        stage=Stage.parse(failure.get("stage")) or Stage.LEASE,  # a stage this version does not know: the lease
+        stage=stage or Stage.LEASE,
         hint=f"read the log of run {record.run_id} on {record.host}; the failure is not this host's. Once "
         "the cause is fixed, run again (a failure record stops the fleet for FLYDSL_LEASE_TTL seconds)",
     )
@@ -257,12 +291,13 @@ def end_turn(held: Optional[HeldLease], error: Optional[BaseException]) -> None:
         return
     if error is None:
         held.release(published=True)
-    elif isinstance(error, (KeyboardInterrupt, Interrupted, SystemExit, GeneratorExit)):
-        held.release(published=False)  # not the build's fault: a waiter takes over at once
-    elif isinstance(error, EnsureError):
-        held.fail(error.stage or None, int(error.code), error.reason)
+    elif isinstance(error, EnsureError) and build_failure(error.stage, int(error.code)) is not None:
+        held.fail(error.stage, int(error.code), error.reason)
     else:
-        held.fail(None, int(ExitCode.INTERNAL), f"{type(error).__name__}: {error}")
+        # Not a failure of the build's steps: Ctrl-C, SIGTERM, a bug, this host's own disk or access.  No record
+        # a waiter would believe says so, and it is no reason for the fleet to stop: a waiter takes over at once.
+        held.release(published=False)
+
 
 
 @contextlib.contextmanager
