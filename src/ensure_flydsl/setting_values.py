@@ -9,6 +9,7 @@ import re
 from typing import Dict, List, Mapping, Optional, Tuple
 
 from ensure_flydsl.errors import BadInput
+from ensure_flydsl.support.fields import SHORT_TEXT_MAX, short_text
 
 STRATEGIES = ("auto", "source", "release", "reuse-only")
 
@@ -296,6 +297,21 @@ def git_config_count(environ: Mapping[str, str]) -> int:
         raise BadInput("GIT_CONFIG_COUNT", raw, "a whole number >= 0 (git reads that many GIT_CONFIG_KEY_n/"
                        "GIT_CONFIG_VALUE_n pairs; FLYDSL_GIT_MIRRORS appends its own after them)")
     return int(raw or "0")
+
+
+HOST_ID = "FLYDSL_HOST_ID"
+
+
+def check_host_id(environ: Mapping[str, str]) -> None:
+    """FLYDSL_HOST_ID, when set, names this host in the build lease records every other host reads: it must
+    be text such a record may carry (support/fields.py: short_text), or they would read this host's lease
+    as an unknown host's."""
+    value = environ.get(HOST_ID, "")
+    if value and short_text(value) is None:
+        length = f" (this one has {len(value)})" if len(value) > SHORT_TEXT_MAX else ""
+        raise BadInput(HOST_ID, value, f"a name of 1 to {SHORT_TEXT_MAX} printable characters{length}, no control "
+                       "characters or line breaks: it names this host in the build lease records other hosts "
+                       "read; leave it unset for the host name")
 
 
 def parse_git_mirrors(name: str, value: str) -> GitMirrors:

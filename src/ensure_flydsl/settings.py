@@ -21,6 +21,7 @@ from ensure_flydsl.errors import BadInput
 from ensure_flydsl.setting_values import (
     STRATEGIES,
     GitMirrors,
+    check_host_id,
     git_config_count,
     parse_bool,
     parse_cache,
@@ -320,6 +321,7 @@ def load_settings(
     check_path_clashes(settings)
     if settings.git_mirrors:
         git_config_count(environ)  # the mirrors' entries go after the caller's own
+    check_host_id(environ)
     return settings
 
 

@@ -58,6 +58,17 @@ class SharedCache:
         assert isinstance(data, dict)
         return data
 
+    def put(self, rel: str, data: bytes) -> None:
+        """Write an object into the cache from outside the tool (what another party may plant there)."""
+        if self.kind == "s3":
+            assert self.server is not None
+            self.server.client().put_object(Bucket=self.bucket, Key=f"builds/{rel}", Body=data)
+            return
+        path = os.path.join(self.url, *rel.split("/"))
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as handle:
+            handle.write(data)
+
     def leases(self, kind: str) -> List[Dict[str, Any]]:
         """The lease records of ``kind`` ("tree" or "mlir") there are now (probe objects left out)."""
         found = [self.read(p) for p in self.files("leases") if p.startswith(f"leases/{kind}/")]

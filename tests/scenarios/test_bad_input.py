@@ -37,7 +37,7 @@ BOOL_FLAGS = ("vllm_moe", "verify", "fix_rocm_in_place", "exact_pin")  # flags w
 
 @dataclasses.dataclass(frozen=True)
 class Row:
-    setting: str  # a Setting.name, or PATH (the environment, not a setting)
+    setting: str  # a Setting.name, or an environment variable that is no setting of the table (PATH, FLYDSL_HOST_ID)
     kind: str
     value: str  # with {scratch} {canary} {file} {dir} {dev} {ro} filled in per run
     expect: str = "refused"  # refused | default | exit N (legal, fails later for another reason)
@@ -127,6 +127,11 @@ def _rows() -> List[Row]:
     add("cache_trusted_keys", "code", "$(touch {canary})", "--upload-pack=touch {canary}")
     add("cache_trusted_keys", "control character", "{keys}/k1.pub\x01")
     add("PATH", "no git on PATH", "{dir}")
+    # It names this host in the build lease records other hosts read: what such a record carries, or they would
+    # read its lease as an unknown host's.
+    add("FLYDSL_HOST_ID", "longer than a lease record's 200 characters", "h" * 201)
+    add("FLYDSL_HOST_ID", "control character", "host\x1b[31m", "a\tb")
+    add("FLYDSL_HOST_ID", "newline", "a\nb")
     return rows
 
 
@@ -196,12 +201,8 @@ def run_row(row: Row, via: str, top: str, repo: FixtureRepo, ro: str) -> Dict[st
         # `env` (read-only) for the default rows: an empty FLYDSL_ROOT means /opt/flydsl/FlyDSL, which a
         # test must not build in; it parses and checks every setting exactly as `ensure` does.
         command = "env" if row.expect == "default" else "ensure"
-        if row.setting == "PATH":
-            env["PATH"] = value
-        else:
-            assert setting is not None
-            env[setting.env] = value
-        label = setting.env if setting else "PATH"
+        env[setting.env if setting else row.setting] = value
+        label = setting.env if setting else row.setting
     else:
         command = "start"
         assert setting is not None

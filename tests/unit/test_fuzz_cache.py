@@ -37,7 +37,7 @@ from ensure_flydsl.binary_cache.lease_record import BUILDING, FAILED, UNKNOWN_HO
 from ensure_flydsl.binary_cache.manifest import parse_manifest
 from ensure_flydsl.binary_cache.store import FolderStore
 from ensure_flydsl.errors import EnsureError
-from ensure_flydsl.pipeline.providers.fleet import describe, give_up
+from ensure_flydsl.pipeline.providers.fleet import believed, build_failure, describe, give_up
 from tests.helpers.reliability import record
 
 SCALE = float(os.environ.get("ENSURE_FLYDSL_FUZZ_EXAMPLES") or 1)
@@ -79,7 +79,9 @@ def valid_record() -> Dict[str, object]:
             "failure": None, "ended": None}
 
 
-FAILURES = st.fixed_dictionaries({"stage": st.none() | st.text(max_size=8), "exit_code": JSON_SCALARS,
+FAILURES = st.fixed_dictionaries({"stage": st.none() | st.text(max_size=8) | st.sampled_from(["llvm", "build", "verify",
+                                                                                             "lease", "fetch"]),
+                                  "exit_code": st.integers(-1, 256) | JSON_SCALARS,
                                   "reason": st.text(max_size=40) | JSON_SCALARS})
 LEASE_DOCS = st.one_of(
     # a valid record with some fields replaced by anything, or dropped
@@ -117,7 +119,7 @@ def check_record(got: LeaseRecord, data: bytes) -> None:
         assert got.failure is not None and got.ended is not None
     if got.failure is not None:
         code = got.failure["exit_code"]
-        assert type(code) is int and 0 <= code <= 255
+        assert type(code) is int and 2 <= code <= 8  # a build step's: never 0, 75, 130 or 9 from a record
         assert isinstance(got.failure["reason"], str) and str(got.failure["reason"]).isprintable()
     again = LeaseRecord.from_bytes(got.to_bytes(), "tree", KEY, 7)  # what a valid record writes reads back
     assert again.invalid is None and again.to_bytes() == got.to_bytes()
@@ -133,7 +135,14 @@ def test_any_lease_record_reads_as_a_record_or_an_unknown_holder(data: bytes) ->
     text = describe(got)  # what a waiter says and shows in `status`
     assert got.host in text and "\n" not in text
     error = give_up(got, "the FlyDSL tree for 01234567")
-    assert isinstance(error, EnsureError) and 0 < int(error.code) < 256 and "\n" not in error.reason
+    assert isinstance(error, EnsureError) and 2 <= int(error.code) <= 8 and "\n" not in error.reason
+    seen = believed(got)  # what a waiter acts on: a failure it believes is a build step's, with its exit code
+    if seen.state == FAILED:
+        failure = seen.failure or {}
+        stage = build_failure(failure.get("stage"), failure.get("exit_code"))
+        assert stage is not None and give_up(seen, "x").code == stage.exit_code and give_up(seen, "x").stage == stage
+    else:
+        assert seen.invalid is not None or got.state == BUILDING
 
 
 GENERATION_NAMES = st.one_of(

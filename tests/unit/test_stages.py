@@ -9,8 +9,8 @@ import json
 from ensure_flydsl.binary_cache.lease_record import LeaseRecord
 from ensure_flydsl.doctor.diagnose import first_blocking
 from ensure_flydsl.doctor.verdict import Check
-from ensure_flydsl.errors import EnsureError, ExitCode, Plan, Stage
-from ensure_flydsl.pipeline.providers.fleet import give_up
+from ensure_flydsl.errors import ExitCode, Plan, Stage
+from ensure_flydsl.pipeline.providers.fleet import believed, give_up
 from ensure_flydsl.runs.records import Failure, RunRecord
 
 # The strings of the failure marker, the run records, the JSON objects and the README (the contract).
@@ -74,12 +74,17 @@ def test_a_run_record_with_a_step_this_version_does_not_know_reads_with_no_step(
     assert back is not None and back.step is Stage.BUILD
 
 
-def test_a_lease_failure_with_a_stage_this_version_does_not_know_is_the_lease_s() -> None:
-    def failed(stage: object) -> EnsureError:
+def test_a_lease_failure_is_believed_only_with_a_build_steps_stage_and_its_exit_code() -> None:
+    """A stage this version does not know, none, or a step with another step's exit code: the record is an
+    unknown holder's lease (pipeline/providers/fleet.py: believed), never a waiter's stage and exit code."""
+    def seen(stage: object) -> LeaseRecord:
         record = LeaseRecord("tree", "k", 2, "host-7", "20261201-010203-abcdef", 42, 0.0, "the tree",
                              state="failed", failure={"stage": stage, "exit_code": 5, "reason": "boom"})
-        return give_up(record, "the tree")
+        return believed(record)
 
-    assert failed("llvm").stage is Stage.LLVM and failed("llvm").code == ExitCode.FLYDSL_BUILD
-    assert failed("frobnicate").stage is Stage.LEASE
-    assert failed(None).stage is Stage.LEASE
+    build = seen("build")
+    assert build.invalid is None and give_up(build, "the tree").stage is Stage.BUILD
+    assert give_up(build, "the tree").code == ExitCode.FLYDSL_BUILD
+    for stage in ("llvm", "frobnicate", None):
+        unknown = seen(stage)
+        assert unknown.invalid is not None and unknown.state == "building" and unknown.host == "an unknown host"

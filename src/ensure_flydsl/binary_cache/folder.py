@@ -164,6 +164,17 @@ class FolderStore:
                 found.append(StoredFile(rel, st.st_size, st.st_mtime))
         return found
 
+    def list_names(self, rel_dir: str) -> List[str]:
+        """Every name directly in the folder ``rel_dir``, whatever stands at it (a file, a folder, a link to
+        one, a dangling link, a FIFO): a create of any of them fails.  Empty when the folder does not exist."""
+        top = self._folder(rel_dir)
+        try:
+            return os.listdir(top)
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        except OSError as exc:
+            raise CacheError(f"cannot list {top} in the cache: {exc.strerror or exc}") from None
+
     # -- writing ----------------------------------------------------------------------------------------
     def new_upload(self, rel_dir: str) -> str:
         """A temporary local file to write an upload into: in the target folder, so committing is a rename."""

@@ -9,11 +9,14 @@ Objects, beside the entries in the cache::
   "xb")``; link(2) of a complete temporary file in a folder), n being the newest there is (0 for none).
   Two runs that race for one generation: one create succeeds, the other gets FileExistsError.  The newest
   generation is the lease: a taker that finds a newer generation after its create yields it at once.
+  Whatever stands at a generation's name is that generation (a folder, a link, a FIFO: its create fails;
+  :meth:`Leases.generations`), read as an unknown holder's lease.
 - **Heartbeat**: the holder rewrites its own generation every TTL/4 seconds (a plain overwrite; only the
   holder writes it) with a beat counter, its step, percent, ETA and seconds since it took the lease.
 - **Dead**: a waiter that sees the same bytes of a lease for longer than the TTL **by its own monotonic
   clock** takes over with the next generation.  No clock of two hosts is compared for liveness.
-- **Failure**: the holder rewrites its generation with state ``failed`` and the stage, exit code and reason;
+- **Failure**: the holder rewrites its generation with state ``failed`` and the stage, exit code and reason
+  of a build step's failure (any other failure removes its generation, as an interrupt does);
   the record is no lease any more (nobody holds it) but news for the waiters: the first failure is tried
   once more by one waiter, the second one ends them.  A failure record is news for at most a TTL after
   the reader first saw it, **by the reader's own monotonic clock** (providers/fleet.py): to a run that
@@ -102,11 +105,14 @@ class Leases:
         self.ttl = ttl
 
     def generations(self, kind: str, key: str) -> List[int]:
-        found = []
-        for stored in self.store.list_files(lease_folder(kind, key)):
-            match = _GENERATION.match(stored.path.rsplit("/", 1)[-1])
+        """The generations there are: whatever stands at a generation's name counts as that generation (a
+        record, or a folder, a link or a FIFO somebody put there: its create would fail, so a taker that
+        did not count it would try it for ever; :meth:`newest` reads it as an unknown holder's lease)."""
+        found = set()
+        for name in self.store.list_names(lease_folder(kind, key)):
+            match = _GENERATION.match(name)
             if match:
-                found.append(int(match.group(1)))
+                found.add(int(match.group(1)))
         return sorted(found)
 
     def newest(self, kind: str, key: str) -> Optional[LeaseRecord]:
@@ -143,8 +149,11 @@ class Leases:
         """Remove the generations below ``below``, with what killed writers of them left (their staged
         copies; an exclusive create's staged file once it is old): no lease object outlives its runs."""
         now = time.time()
-        for stored in self.store.list_files(lease_folder(kind, key)):
-            name = stored.path.rsplit("/", 1)[-1]
+        folder = lease_folder(kind, key) + "/"
+        for stored in self.store.list_files(folder[:-1]):
+            name = stored.path[len(folder):]
+            if not stored.path.startswith(folder) or "/" in name:
+                continue  # inside something at a generation's name (a folder, an S3 prefix): not the tool's
             numbered = _GENERATION.match(name) or _STAGED.match(name)
             if numbered is not None:
                 gone = int(numbered.group(1)) < below

@@ -2,9 +2,10 @@
 
 A record that is not exactly what this tool writes (a wrong type, a bool for a number, NaN or Infinity,
 which Python's json accepts, a number out of range, a text too long or with control characters, a state
-that is neither "building" nor "failed", a failure without its stage, exit code and reason) reads as the
-lease of an unknown holder: it is waited for like any other and taken over once its bytes have not changed
-for a TTL of the reader's own.  Nothing of it reaches a message or a computation unchecked.
+that is neither "building" nor "failed", a failure without its stage, exit code and reason, or with an exit
+code no build step has) reads as the lease of an unknown holder: it is waited for like any other and taken
+over once its bytes have not changed for a TTL of the reader's own.  Nothing of it reaches a message or a
+computation unchecked.
 """
 
 from __future__ import annotations
@@ -14,16 +15,23 @@ import json
 import math
 from typing import Dict, Mapping, Optional
 
+from ensure_flydsl.support.fields import SHORT_TEXT_MAX, short_text
+
 BUILDING, FAILED = "building", "failed"
 # FLYDSL_LEASE_TTL's own bound (setting_values.parse_lease_ttl): a record's ttl outside (0, 10**6) s was
 # not written by this tool.  ``ttl: Infinity`` (or 1e300) would make every waiter wait forever for a holder
 # that died: such a record is an unknown holder's, judged by the reader's own TTL.
 MAX_TTL_S = 10.0**6
 MAX_RECORD_BYTES = 64 << 10  # this tool writes a few hundred bytes
-_MAX_TEXT = 200  # host, run id, step, what: shown in messages
 MAX_REASON = 2000  # the holder writes at most this much of its failure's reason
 _MAX_SECONDS = 10.0**10  # wall clock times and durations: finite, and not beyond the year 2286
 UNKNOWN_HOST = "an unknown host"
+# The exit codes a failure record may carry: a build step's (README: 2 clone/fetch ... 8 artifact).  A waiter
+# ends with the recorded code, so 0 ("usable and env file written", with none written), 75 ("still running",
+# which sends a README-following agent back to `wait` for ever), 130 or 9 (an interrupt, a dead worker) or
+# 1 from a record would be a lie to its caller.  Which step names which code is the provider's to check
+# (pipeline/providers/fleet.py: build_failure): this package knows no stages.
+FAILURE_EXIT_CODES = range(2, 9)
 
 
 @dataclasses.dataclass
@@ -125,10 +133,11 @@ def _finite(value: object) -> Optional[float]:
     return number if math.isfinite(number) else None
 
 
-def _text(obj: Mapping[str, object], name: str, limit: int = _MAX_TEXT) -> str:
-    value = obj.get(name)
-    if not isinstance(value, str) or not value or len(value) > limit or not value.isprintable():
-        raise ValueError(f"{name} {_shown(value)} is not a short printable text")
+def _text(obj: Mapping[str, object], name: str) -> str:
+    """Host, run id, step, what: shown in messages (support/fields.py: short_text; FLYDSL_HOST_ID is held to it)."""
+    value = short_text(obj.get(name))
+    if value is None:
+        raise ValueError(f"{name} {_shown(obj.get(name))} is not a text of 1 to {SHORT_TEXT_MAX} printable characters")
     return value
 
 
@@ -175,7 +184,9 @@ def _failure(value: object) -> Optional[Dict[str, object]]:
     if not isinstance(value, dict):
         raise ValueError("failure is not an object")
     stage = _text_or_none(value, "stage")
-    code = _int(value, "exit_code", 255)
+    code = value.get("exit_code")
+    if not isinstance(code, int) or isinstance(code, bool) or code not in FAILURE_EXIT_CODES:
+        raise ValueError(f"failure exit_code {_shown(code)} is not a build step's (2 to 8)")
     reason = value.get("reason")
     if not isinstance(reason, str) or len(reason) > MAX_REASON:
         raise ValueError("failure reason is not a text")

@@ -243,6 +243,27 @@ class FsspecStore:
             files.append(StoredFile(str(name)[len(prefix):], int(info.get("size") or 0), _mtime(info)))
         return files
 
+    def list_names(self, rel_dir: str) -> List[str]:
+        """The names directly in ``rel_dir`` that a create of that name collides with.  On a file system with
+        folders (SFTP...), every entry.  On an object store, only objects: a "folder" there is a prefix of
+        other objects' keys (``NAME/x``); it stands beside the object ``NAME``, never at it, and a create of
+        ``NAME`` succeeds beside it (S3's keys are flat; tested against moto)."""
+        top = self._path(rel_dir).rstrip("/")
+        try:
+            with self._remote(f"list {rel_dir}"):
+                found = self.fs.ls(top, detail=True)
+        except FileNotFoundError:
+            return []
+        names = set()
+        for info in found:
+            name = str(info.get("name") or "").rstrip("/")
+            if name == top or not name.startswith(top + "/"):
+                continue
+            if self.atomic_put and info.get("type") == "directory":
+                continue
+            names.add(name[len(top) + 1:])
+        return sorted(names)
+
     def remove(self, rel: str) -> None:
         try:
             with self._remote(f"remove {rel}"):

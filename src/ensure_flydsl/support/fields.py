@@ -42,3 +42,16 @@ def text_map(value: object) -> Optional[Dict[str, str]]:
     if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
         return None
     return {str(k): v for k, v in value.items()}
+
+
+# A short text a record shows in messages (a lease record's host, run id, step): FLYDSL_HOST_ID is held to the
+# same rule when it is set, so that what one host writes, every other host reads.
+SHORT_TEXT_MAX = 200
+
+
+def short_text(value: object, limit: int = SHORT_TEXT_MAX) -> Optional[str]:
+    """A non-empty text of at most ``limit`` printable characters (no control character, line break or lone
+    surrogate), else None."""
+    if not isinstance(value, str) or not value or len(value) > limit or not value.isprintable():
+        return None
+    return value

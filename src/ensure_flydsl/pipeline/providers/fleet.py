@@ -4,8 +4,14 @@ Before build_llvm.sh (key: the MLIR entry) and before build.sh (key: the tree en
 takes its turn (:func:`take_turn`): the entry is there (fetch it, a cache hit); or it takes the key's lease
 and builds; or another host holds it, and the run waits, saying who builds and how far, until the entry
 appears (fetch), the holder dies (take over after the TTL), fails (try once; a second failure ends the
-waiters with the holder's stage, exit code and reason) or FLYDSL_LOCK_TIMEOUT runs out (exit 7).
-The host's name is FLYDSL_HOST_ID when set (several "hosts" on one machine), else the host name.
+waiters with the holder's stage, exit code and reason) or FLYDSL_LOCK_TIMEOUT runs out (exit 7), however
+the run waits.  A failure record is believed only as a build step's failure with that step's exit code
+(:func:`build_failure`); a holder whose run fails otherwise (a bug, its own disk) gives its generation up
+instead, so a waiter takes over at once.  A generation whose create failed counts as taken even when the
+store lists nothing there: the next take is of the one after it (twice at most; then the run builds
+without the lease).
+The host's name is FLYDSL_HOST_ID when set (several "hosts" on one machine; checked with the settings:
+setting_values.py: check_host_id), else the host name.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from typing import Callable, Dict, Generic, Iterator, Optional, Set, Tuple, Type
 
 from ensure_flydsl.binary_cache.entries import Cache, CacheError
 from ensure_flydsl.binary_cache.lease import (
+    BUILDING,
     FAILED,
     HeldLease,
     LeaseRecord,
@@ -28,9 +35,10 @@ from ensure_flydsl.binary_cache.lease import (
     generation_path,
 )
 from ensure_flydsl.binary_cache.manifest import manifest_path
-from ensure_flydsl.errors import EnsureError, ExitCode, Interrupted, Stage
+from ensure_flydsl.errors import EnsureError, ExitCode, Stage
 from ensure_flydsl.pipeline.context import Run
 from ensure_flydsl.pipeline.providers.cache import cache_failed, usable
+from ensure_flydsl.support.fields import SHORT_TEXT_MAX, short_text
 from ensure_flydsl.support.report import fmt_seconds
 
 T = TypeVar("T")
@@ -38,6 +46,13 @@ REPORT_INTERVAL_S = 30.0
 # How far ahead a failure record's date may be and still count as "just now" to a run that did not watch it
 # being written: NTP keeps clocks far closer; a clock further ahead is wrong, and its date is not believed.
 CLOCK_SKEW_S = 30.0
+# The steps a lease holder's work goes through (build_llvm.sh; build.sh and the probe of its tree), each with
+# the one exit code its failures have (errors.Stage): the only failures a holder records, and the only ones
+# a waiter believes.  The exit codes are all within binary_cache/lease_record.py's FAILURE_EXIT_CODES.
+HOLDER_STAGES = frozenset({Stage.LLVM, Stage.BUILD, Stage.VERIFY})
+# Creates of a generation that failed while the store listed nothing at its name, before the run gives the
+# lease up and builds without it (a store whose listing misses what it holds cannot be taken turns at).
+UNLISTED_TAKES = 2
 _REPORTED: Set[str] = set()
 
 
@@ -50,7 +65,39 @@ class Turn(Generic[T]):
 
 
 def host_id(run: Run) -> str:
-    return run.environ.get("FLYDSL_HOST_ID") or socket.gethostname()
+    """FLYDSL_HOST_ID (checked with the settings), else the host name as text a lease record carries: the
+    kernel allows any byte in one, and a record with a control character in its host is an unknown host's
+    to every other host."""
+    given = run.environ.get("FLYDSL_HOST_ID")
+    if given:
+        return given
+    name = socket.gethostname()
+    return short_text(name) or "".join(c if c.isprintable() else "?" for c in name)[:SHORT_TEXT_MAX] or "localhost"
+
+
+def build_failure(stage: object, code: object) -> Optional[Stage]:
+    """The stage of a failure a lease holder records: one of its build's steps, with that step's exit code;
+    None for anything else (a record naming another stage, or a code its stage never has, is not this
+    tool's: "llvm" with exit 0 would end a waiter with exit 0 and no env file)."""
+    parsed = Stage.parse(stage)
+    if parsed is None or parsed not in HOLDER_STAGES or parsed.exit_code is None:
+        return None
+    if isinstance(code, bool) or not isinstance(code, int) or int(parsed.exit_code) != code:
+        return None
+    return parsed
+
+
+def believed(record: LeaseRecord) -> LeaseRecord:
+    """``record``, or the lease of an unknown holder when it records a failure no holder of this tool
+    records (its raw bytes kept: it dies like any other lease once they stop changing)."""
+    failure = record.failure or {}
+    if record.state != FAILED or build_failure(failure.get("stage"), failure.get("exit_code")) is not None:
+        return record
+    unknown = LeaseRecord.unknown(record.kind, record.key, record.generation,
+                                  f"its failure {_failure_text(record)} is not a failure of a build step "
+                                  "(llvm, build or verify, with that step's exit code)")
+    unknown.raw = record.raw
+    return unknown
 
 
 def open_leases(run: Run, cache: Cache) -> Optional[Leases]:
@@ -107,6 +154,7 @@ def take_turn(run: Run, cache: Cache, kind: str, key: str, what: str, fetch: Cal
                     return Turn(held=held)
                 held.release(published=False)
                 continue
+            waiter.check_timeout()
             time.sleep(min(1.0, leases.ttl / 8))
     except CacheError as exc:
         cache_failed(run, cache, exc, "the build lease cannot be used now", "building without it")
@@ -123,12 +171,17 @@ class _Waiter:
         self.run, self.leases, self.kind, self.key, self.what = run, leases, kind, key, what
         self.seen: Dict[int, Tuple[bytes, float]] = {}  # generation: (its bytes, when first seen so)
         self.watched: Set[int] = set()  # generations this run saw being built
-        self.started: Optional[float] = None
+        self.started = time.monotonic()  # FLYDSL_LOCK_TIMEOUT counts from the first look, however it waits
+        self.holder: Optional[LeaseRecord] = None  # the lease it saw last, for the timeout's message
+        self.followed = False
+        self.refused = 0  # the newest generation whose create failed: it stands, listed or not
+        self.unlisted = 0  # takes that found the generation before them refused yet not listed
         self.reported: Optional[Tuple[int, str]] = None
         self.next_report = 0.0
 
     def turn(self) -> Optional[HeldLease]:
-        newest = self.leases.newest(self.kind, self.key)
+        found = self.leases.newest(self.kind, self.key)
+        self.holder = newest = None if found is None else believed(found)
         if newest is None:
             return self._take(1, 0)
         if newest.invalid is not None and newest.generation not in self.watched:
@@ -156,14 +209,32 @@ class _Waiter:
         return None
 
     def _take(self, generation: int, failures_before: int) -> Optional[HeldLease]:
+        if generation <= self.refused:
+            generation = self._past_refused(generation)
         self.run.tracker.follow(None, None, None)  # the figures followed so far were the old holder's
         record = LeaseRecord(self.kind, self.key, generation, host_id(self.run), self.run.run_id, os.getpid(),
                              time.time(), self.what, failures_before, self.leases.ttl)
         held = self.leases.take(record, holder_progress(self.run))
-        if held is not None:
+        if held is None:
+            self.refused = max(self.refused, generation)  # another run's now, or something else stands there
+        else:
             self.run.say(f"took the build lease on {self.what} in {self.leases.store.location} "
                          f"(generation {generation}); other hosts wait for this build")
         return held
+
+    def _past_refused(self, generation: int) -> int:
+        """The generation to take instead of ``generation``, whose create (or a later one's) failed although
+        the store lists nothing at or above it now: removed since, or a store whose listing misses what it
+        holds.  Trying it again would fail again, as often as the run polls; the next one is tried instead,
+        and after UNLISTED_TAKES such takes the lease is given up (CacheError: built without it)."""
+        self.unlisted += 1
+        path = generation_path(self.kind, self.key, self.refused)
+        if self.unlisted > UNLISTED_TAKES:
+            raise CacheError(f"{path} in {self.leases.store.location} could not be created, yet nothing is listed "
+                             "there: this store cannot be taken turns at")
+        self.run.say(f"{path} in {self.leases.store.location} could not be created a moment ago, and nothing is "
+                     f"listed there now; taking generation {self.refused + 1} instead")
+        return self.refused + 1
 
     def _age(self, record: LeaseRecord) -> float:
         """Seconds since this run first saw these bytes of the record, by its own monotonic clock."""
@@ -196,8 +267,7 @@ class _Waiter:
 
     def _wait(self, holder: LeaseRecord) -> None:
         now = time.monotonic()
-        if self.started is None:
-            self.started = now
+        self.followed = True
         text = describe(holder)
         if (holder.generation, holder.host) != self.reported or now >= self.next_report:
             self.reported = (holder.generation, holder.host)
@@ -208,30 +278,44 @@ class _Waiter:
                                  "elapsed_s": holder.elapsed_s, "text": text}, holder.percent, holder.eta_s)
         if holder.percent is not None:
             self.run.reporter.progress(self.run.step_name, holder.percent, holder.eta_s)
+
+    def check_timeout(self) -> None:
+        """Exit 7 once FLYDSL_LOCK_TIMEOUT has passed since the first look, whatever the run waited for (a
+        holder, or a generation it could not take)."""
         timeout = self.run.settings.lock_timeout
-        if timeout is not None and now - self.started >= timeout:
-            raise EnsureError(
-                ExitCode.LOCK,
-                f"waited {fmt_seconds(now - self.started)} for {text}; "
-                f"{self.run.settings.label('lock_timeout')}={timeout:g} s ran out",
-                stage=Stage.LEASE,
-                hint=f"that host ({holder.host}, run {holder.run_id}) is building {holder.what} for the whole "
-                "fleet; run again later to fetch it from the cache, or raise FLYDSL_LOCK_TIMEOUT",
-            )
+        waited = time.monotonic() - self.started
+        if timeout is None or waited < timeout:
+            return
+        holder = self.holder if self.holder is not None and self.holder.state == BUILDING else None
+        if holder is None:
+            text, hint = f"the build lease on {self.what}", "the lines above say why it was not taken"
+        elif holder.invalid is not None:
+            text, hint = describe(holder), (f"the record there is not one this tool writes ({holder.invalid}); it "
+                                            "is taken over once it has not changed for a TTL (FLYDSL_LEASE_TTL)")
+        else:
+            text, hint = describe(holder), f"that host ({holder.host}, run {holder.run_id}) is building " \
+                f"{holder.what} for the whole fleet"
+        raise EnsureError(
+            ExitCode.LOCK,
+            f"waited {fmt_seconds(waited)} for {text}; {self.run.settings.label('lock_timeout')}={timeout:g} s ran out",
+            stage=Stage.LEASE,
+            hint=f"{hint}; run again later to fetch it from the cache, or raise FLYDSL_LOCK_TIMEOUT",
+        )
 
     def stop(self) -> None:
-        if self.started is not None:
+        if self.followed:
             self.run.tracker.follow(None, None, None)
 
 
 def give_up(record: LeaseRecord, what: str) -> EnsureError:
-    """The error that ends a waiter after the second recorded failure of a key (the holder's exit code)."""
+    """The error that ends a waiter after the second recorded failure of a key: the holder's stage and its
+    exit code (a record :func:`believed` refused never comes here; for one, the lease's stage and exit 7)."""
     failure = record.failure or {}
-    code = failure.get("exit_code")
+    stage = build_failure(failure.get("stage"), failure.get("exit_code"))
     return EnsureError(
-        ExitCode(code) if isinstance(code, int) and code in ExitCode._value2member_map_ else ExitCode.INTERNAL,
+        stage.exit_code if stage is not None and stage.exit_code is not None else ExitCode.LOCK,
         f"{what} failed twice in the fleet, last on {record.who()}: {_failure_text(record)}",
-        stage=Stage.parse(failure.get("stage")) or Stage.LEASE,  # a stage this version does not know: the lease
+        stage=stage or Stage.LEASE,
         hint=f"read the log of run {record.run_id} on {record.host}; the failure is not this host's. Once "
         "the cause is fixed, run again (a failure record stops the fleet for FLYDSL_LEASE_TTL seconds)",
     )
@@ -248,12 +332,12 @@ def end_turn(held: Optional[HeldLease], error: Optional[BaseException]) -> None:
         return
     if error is None:
         held.release(published=True)
-    elif isinstance(error, (KeyboardInterrupt, Interrupted, SystemExit, GeneratorExit)):
-        held.release(published=False)  # not the build's fault: a waiter takes over at once
-    elif isinstance(error, EnsureError):
-        held.fail(error.stage or None, int(error.code), error.reason)
+    elif isinstance(error, EnsureError) and build_failure(error.stage, int(error.code)) is not None:
+        held.fail(error.stage, int(error.code), error.reason)
     else:
-        held.fail(None, int(ExitCode.INTERNAL), f"{type(error).__name__}: {error}")
+        # Not a failure of the build's steps: Ctrl-C, SIGTERM, a bug, this host's own disk or access.  No record
+        # a waiter would believe says so, and it is no reason for the fleet to stop: a waiter takes over at once.
+        held.release(published=False)
 
 
 @contextlib.contextmanager
