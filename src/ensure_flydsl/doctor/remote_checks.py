@@ -167,9 +167,9 @@ def check_submodules(ctx: RunContext, checkout: Optional[str]) -> Check:
     """A source build fetches the pin's submodules first: those whose repository does not answer stop it."""
     subs = ctx.needs.submodules
     if not ctx.needs.read:
-        return skipped("submodules", "the pin's source could not be read (see the repository check)", Stage.FETCH)
+        return skipped("submodules", "the pin's source could not be read (see the repository check)", Stage.SUBMODULES)
     if not subs:
-        return skipped("submodules", "the pin has no submodules", Stage.FETCH)
+        return skipped("submodules", "the pin has no submodules", Stage.SUBMODULES)
     unreachable: List[str] = []
     served: List[str] = []
     for path, url in subs:
@@ -187,8 +187,8 @@ def check_submodules(ctx: RunContext, checkout: Optional[str]) -> Check:
         return Check("submodules", MISSING, "the pin's submodules cannot be fetched: " + "; ".join(unreachable),
                      "make them reachable, or mirror them and map their URLs with FLYDSL_GIT_MIRRORS=FROM=TO "
                      "(a URL prefix, such as https://github.com/=https://git.example.internal/github/)", True,
-                     Stage.FETCH)
-    return passed("submodules", f"{len(subs)} submodule(s) can be fetched: " + ", ".join(served), Stage.FETCH)
+                     Stage.SUBMODULES)
+    return passed("submodules", f"{len(subs)} submodule(s) can be fetched: " + ", ".join(served), Stage.SUBMODULES)
 
 
 def check_index(ctx: RunContext, release: bool) -> Check:
