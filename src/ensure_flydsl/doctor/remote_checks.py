@@ -17,7 +17,7 @@ from ensure_flydsl.errors import EnsureError, Stage
 from ensure_flydsl.layout import llvm_dir
 from ensure_flydsl.setting_values import GitMirrors
 from ensure_flydsl.settings import Settings
-from ensure_flydsl.source.git import is_local_repo, tag_names
+from ensure_flydsl.source.git import is_local_repo
 from ensure_flydsl.source.mirrors import describe, rewrite, with_mirrors
 from ensure_flydsl.source.needs import resolve_in
 from ensure_flydsl.wheels.download import release_pip
@@ -53,12 +53,6 @@ def _ls_remote(url: str, environ: Mapping[str, str], timeout: float, *refs: str,
         lines = proc.stderr.decode(errors="replace").strip().splitlines()
         return False, lines[-1] if lines else f"git ls-remote exited with {proc.returncode}"
     return True, proc.stdout.decode(errors="replace")
-
-
-def remote_tag_names(settings: Settings, environ: Mapping[str, str], timeout: float) -> Optional[List[str]]:
-    """The repository's tags (through the mirrors), or None when it does not answer within ``timeout``."""
-    answered, out = _ls_remote(settings.repo, environ, timeout, "refs/tags/*", mirrors=settings.git_mirrors)
-    return tag_names(out) if answered else None
 
 
 def _root_has(root: str, pin: str) -> Optional[str]:
