@@ -94,16 +94,17 @@ class Stage(str, enum.Enum):
 
     STARTING = ("starting", None, None, False, _NONE)  # announced by `start`, before its worker runs
     SETTINGS = ("settings", ExitCode.BAD_INPUT, 0, False, _NONE)
-    PROBE = ("probe", ExitCode.PROBE, 7, False, _ALL)
+    PROBE = ("probe", ExitCode.PROBE, 8, False, _ALL)
     LOCK = ("lock", ExitCode.LOCK, None, False, _ALL)
     FETCH = ("fetch", ExitCode.FETCH, 1, True, _ALL)
-    SUBMODULES = ("submodules", ExitCode.FETCH, None, False, _NONE)
+    # The doctor orders submodules after the requirements: a source build fetches them after the checkout.
+    SUBMODULES = ("submodules", ExitCode.FETCH, 4, False, _NONE)
     CHECKOUT = ("checkout", ExitCode.CHECKOUT, 2, False, _NONE)
     REQUIREMENTS = ("requirements", ExitCode.PROBE, 3, False, _ALL)
     FIXES = ("fixes", None, None, False, frozenset({Plan.SOURCE}))
-    LLVM = ("llvm", ExitCode.LLVM_BUILD, 4, True, frozenset({Plan.SOURCE}))
-    BUILD = ("build", ExitCode.FLYDSL_BUILD, 5, True, frozenset({Plan.SOURCE}))
-    RELEASE = ("release", ExitCode.ARTIFACT, 6, True, frozenset({Plan.RELEASE}))
+    LLVM = ("llvm", ExitCode.LLVM_BUILD, 5, True, frozenset({Plan.SOURCE}))
+    BUILD = ("build", ExitCode.FLYDSL_BUILD, 6, True, frozenset({Plan.SOURCE}))
+    RELEASE = ("release", ExitCode.ARTIFACT, 7, True, frozenset({Plan.RELEASE}))
     CACHE = ("cache", ExitCode.ARTIFACT, None, True, frozenset({Plan.CACHE}))
     VERIFY = ("verify", ExitCode.PROBE, None, False, _ALL)
     PUBLISH = ("publish", None, None, False, _ALL)

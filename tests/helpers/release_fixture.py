@@ -13,7 +13,7 @@ import os
 import subprocess
 import sys
 import zipfile
-from typing import Callable, Dict
+from typing import Callable, Dict, Sequence
 
 from tests.helpers.flydsl_fixture import LLVM_HASH_B, FixtureRepo, git, write
 
@@ -157,4 +157,17 @@ def extended_wheelhouse(wheelhouse: str, folder: str, extra: Dict[str, bytes]) -
             new.writestr(info, files[info.filename])
         for name, data in extra.items():
             new.writestr(name, data)
+    return folder
+
+
+def listed_wheelhouse(wheelhouse: str, folder: str, versions: Sequence[str]) -> str:
+    """``folder`` holding the real 0.2.2 wheel and, under each of ``versions``' names, a link to it: what
+    ``pip index versions`` lists (it reads the names only), for a hint that asks which releases have a wheel
+    for this interpreter.  Nothing installs the linked ones."""
+    os.makedirs(folder, exist_ok=True)
+    source = wheel_in(wheelhouse)
+    os.symlink(source, os.path.join(folder, os.path.basename(source)))
+    for version in versions:
+        name = os.path.basename(source).replace(f"flydsl-{VERSION}-", f"flydsl-{version}-")
+        os.symlink(source, os.path.join(folder, name))
     return folder

@@ -354,8 +354,10 @@ def test_parse_gitmodules() -> None:
     assert parse_gitmodules("") == ()
 
 
-def test_submodules_that_cannot_be_fetched_stop_at_fetch(tmp_path: "os.PathLike[str]", own_repo: FixtureRepo) -> None:
-    """A source build fetches the submodules first (FlyDSL's point at GitHub): the doctor predicts that."""
+def test_submodules_that_cannot_be_fetched_stop_at_submodules(tmp_path: "os.PathLike[str]",
+                                                              own_repo: FixtureRepo) -> None:
+    """A source build fetches the submodules first (FlyDSL's point at GitHub): the doctor predicts that, at
+    the step the run's failure marker names (stage submodules, exit 2)."""
     from tests.helpers.flydsl_fixture import add_submodule
 
     sub = os.path.join(str(tmp_path), "dlpack.git")
@@ -367,5 +369,6 @@ def test_submodules_that_cannot_be_fetched_stop_at_fetch(tmp_path: "os.PathLike[
     out = doctor(ws)
     assert out.returncode == 2, out.stdout
     assert "[MISSING] submodules" in out.stdout and f"{sub} does not exist" in out.stdout
-    assert "(a run would stop at its fetch step, exit 2)" in out.stdout
-    assert check_of(doctor_json(ws), "submodules")["blocking"] is True
+    assert "(a run would stop at its submodules step, exit 2)" in out.stdout
+    blocked = check_of(doctor_json(ws), "submodules")
+    assert blocked["blocking"] is True and blocked["stage"] == "submodules"

@@ -142,7 +142,8 @@ def test_auto_that_cannot_build_names_a_release_with_a_wheel(ws: Workspace, whee
     >= the floor that the repository tags and the index has a wheel of for this interpreter."""
     out = ws.run(FIXTURE_BUILD_HOOK="exit 1", **offline(wheelhouse))
     assert out.returncode == 5, out.stderr
-    suggestion = "FLYDSL_PIN=v0.2.2 has a wheel for this interpreter: about 10 s, nothing built"
+    suggestion = ("FLYDSL_PIN=v0.2.2 has a wheel for this interpreter and its tag holds kernels.moe_gemm_2stage: "
+                  "about 10 s, nothing built")
     assert suggestion in str(ws.marker()["hint"]) and suggestion in out.stderr
     # an index with no wheel for it: no such hint
     empty = os.path.join(os.path.dirname(wheelhouse), "empty-wheelhouse")
@@ -161,7 +162,8 @@ def test_the_doctor_predicts_the_release_hint_when_auto_cannot_build(
                MLIR_PATH=make_fake_mlir(os.path.join(str(tmp_path), "mlir")))
     out = ws.run("doctor", "--json", timeout=120, **env)
     data = json.loads(out.stdout)
-    suggestion = "FLYDSL_PIN=v0.2.2 has a wheel for this interpreter: about 10 s, nothing built"
+    suggestion = ("FLYDSL_PIN=v0.2.2 has a wheel for this interpreter and its tag holds kernels.moe_gemm_2stage: "
+                  "about 10 s, nothing built")
     assert out.returncode == 5 and data["exit_code"] == 5 and not data["ok"], data["verdict"]
     assert data["suggestion"] == suggestion
     assert data["verdict"].endswith(f"(a run would stop at its build step, exit 5); or, without a build, {suggestion}")

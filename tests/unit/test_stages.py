@@ -32,10 +32,12 @@ def test_the_plans_the_doctor_s_order_and_the_work_steps() -> None:
     assert Plan.RELEASE.stages == ("probe", "lock", "fetch", "requirements", "release", "verify", "publish")
     assert Plan.CACHE.stages == ("probe", "lock", "fetch", "requirements", "cache", "verify", "publish")
     ordered = sorted((s for s in Stage if s.order is not None), key=lambda s: s.order or 0)
-    assert ordered == ["settings", "fetch", "checkout", "requirements", "llvm", "build", "release", "probe"]
+    assert ordered == ["settings", "fetch", "checkout", "requirements", "submodules", "llvm", "build", "release",
+                       "probe"]
     assert [s for s in Stage if s.work] == ["fetch", "llvm", "build", "release", "cache"]
     assert {s.value: int(s.exit_code or 0) for s in ordered} == {
-        "settings": 64, "fetch": 2, "checkout": 3, "requirements": 6, "llvm": 4, "build": 5, "release": 8, "probe": 6}
+        "settings": 64, "fetch": 2, "checkout": 3, "requirements": 6, "submodules": 2, "llvm": 4, "build": 5,
+        "release": 8, "probe": 6}
 
 
 def test_a_doctor_check_s_exit_code_and_order_come_from_its_stage() -> None:

@@ -12,7 +12,7 @@ checks have short timeouts.
 Each :class:`Check` says ok / missing / wrong / skipped, the detail and the remedy.  ``blocking`` marks
 what the configured strategy cannot get past; ``stage`` is the run's step that would fail, whose exit code
 the doctor returns (and ``ensure`` stops with, before anything long starts): settings 64, fetch 2,
-checkout 3, requirements 6, llvm 4, build 5, probe 6, release 8.  ``provided`` marks what is missing here
+checkout 3, requirements 6, submodules 2, llvm 4, build 5, probe 6, release 8.  ``provided`` marks what is missing here
 but provided by the tool itself (a private build tool from the package index, the private hip overlay), so
 not blocking.
 """
@@ -103,7 +103,7 @@ def _without_build_blocks(checks: List[Check], version_check: Check) -> List[Che
     source build fetches, do not block it."""
     note = f" (only for a source build: auto installs the release wheel, {version_check.detail.split('; ')[-1]})"
     return [dataclasses.replace(c, blocking=False, remedy=c.remedy + note)
-            if c.blocking and (c.stage in (Stage.LLVM, Stage.BUILD) or c.name == "submodules") else c for c in checks]
+            if c.blocking and c.stage in (Stage.SUBMODULES, Stage.LLVM, Stage.BUILD) else c for c in checks]
 
 
 def run_checks(

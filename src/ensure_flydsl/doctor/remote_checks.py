@@ -17,7 +17,7 @@ from ensure_flydsl.errors import EnsureError, Stage
 from ensure_flydsl.layout import llvm_dir
 from ensure_flydsl.setting_values import GitMirrors
 from ensure_flydsl.settings import Settings
-from ensure_flydsl.source.git import is_local_repo, tag_names
+from ensure_flydsl.source.git import is_local_repo
 from ensure_flydsl.source.mirrors import describe, rewrite, with_mirrors
 from ensure_flydsl.source.needs import resolve_in
 from ensure_flydsl.wheels.download import release_pip
@@ -53,12 +53,6 @@ def _ls_remote(url: str, environ: Mapping[str, str], timeout: float, *refs: str,
         lines = proc.stderr.decode(errors="replace").strip().splitlines()
         return False, lines[-1] if lines else f"git ls-remote exited with {proc.returncode}"
     return True, proc.stdout.decode(errors="replace")
-
-
-def remote_tag_names(settings: Settings, environ: Mapping[str, str], timeout: float) -> Optional[List[str]]:
-    """The repository's tags (through the mirrors), or None when it does not answer within ``timeout``."""
-    answered, out = _ls_remote(settings.repo, environ, timeout, "refs/tags/*", mirrors=settings.git_mirrors)
-    return tag_names(out) if answered else None
 
 
 def _root_has(root: str, pin: str) -> Optional[str]:
@@ -167,9 +161,9 @@ def check_submodules(ctx: RunContext, checkout: Optional[str]) -> Check:
     """A source build fetches the pin's submodules first: those whose repository does not answer stop it."""
     subs = ctx.needs.submodules
     if not ctx.needs.read:
-        return skipped("submodules", "the pin's source could not be read (see the repository check)", Stage.FETCH)
+        return skipped("submodules", "the pin's source could not be read (see the repository check)", Stage.SUBMODULES)
     if not subs:
-        return skipped("submodules", "the pin has no submodules", Stage.FETCH)
+        return skipped("submodules", "the pin has no submodules", Stage.SUBMODULES)
     unreachable: List[str] = []
     served: List[str] = []
     for path, url in subs:
@@ -187,8 +181,8 @@ def check_submodules(ctx: RunContext, checkout: Optional[str]) -> Check:
         return Check("submodules", MISSING, "the pin's submodules cannot be fetched: " + "; ".join(unreachable),
                      "make them reachable, or mirror them and map their URLs with FLYDSL_GIT_MIRRORS=FROM=TO "
                      "(a URL prefix, such as https://github.com/=https://git.example.internal/github/)", True,
-                     Stage.FETCH)
-    return passed("submodules", f"{len(subs)} submodule(s) can be fetched: " + ", ".join(served), Stage.FETCH)
+                     Stage.SUBMODULES)
+    return passed("submodules", f"{len(subs)} submodule(s) can be fetched: " + ", ".join(served), Stage.SUBMODULES)
 
 
 def check_index(ctx: RunContext, release: bool) -> Check:

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from ensure_flydsl.settings import Settings
 
 _HEX = re.compile(r"^[0-9a-fA-F]{7,40}$")
+_OBJECT_ID = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")  # as ls-remote prints one (SHA-1 or SHA-256)
 # Lock files a killed git leaves behind; under the build lock, in a root of ours, nobody else runs git.
 _GIT_LOCKS = ("index.lock", "HEAD.lock", "config.lock", "packed-refs.lock", "shallow.lock", "FETCH_HEAD.lock")
 
@@ -70,10 +71,21 @@ def git_env(repo: str, mirrors: GitMirrors) -> Dict[str, str]:
     return env
 
 
-def tag_names(ls_remote: str) -> List[str]:
-    """The tag names in ``git ls-remote`` output (an annotated tag's peeled line counted once)."""
-    names = [line.partition("\t")[2].strip() for line in ls_remote.splitlines()]
-    return sorted({n[len("refs/tags/"):].removesuffix("^{}") for n in names if n.startswith("refs/tags/")})
+def tag_commits(ls_remote: str) -> Dict[str, str]:
+    """Tag name -> the commit it names, from ``git ls-remote`` output (an annotated tag by its peeled line)."""
+    found: Dict[str, str] = {}
+    peeled: Dict[str, str] = {}
+    for line in ls_remote.splitlines():
+        sha, _, ref = (part.strip() for part in line.partition("\t"))
+        if not ref.startswith("refs/tags/") or not _OBJECT_ID.match(sha):
+            continue
+        name = ref[len("refs/tags/"):]
+        if name.endswith("^{}"):
+            peeled[name[:-3]] = sha
+        else:
+            found[name] = sha
+    found.update((name, sha) for name, sha in peeled.items() if name in found)
+    return found
 
 
 def git(root: str, *args: str, repo: str, mirrors: GitMirrors, timeout: Optional[float] = None,
@@ -306,15 +318,6 @@ class Checkout:
             raise EnsureError(ExitCode.FETCH, f"git submodule update in {self.root} failed{what}",
                               stage=Stage.SUBMODULES, hint=SUBMODULES_UNREACHABLE, detail=exc.describe()) from None
         return True
-
-    def remote_tags(self, *, silence_s: float) -> Optional[List[str]]:
-        """The repository's tag names (``git ls-remote --tags``), or None when it does not answer within
-        ``silence_s`` seconds: for a hint, never a wait."""
-        try:
-            out = self.git("ls-remote", "--tags", "origin", silence_s=silence_s)
-        except (CommandFailed, EnsureError):
-            return None
-        return tag_names(out)
 
     def tags_at(self, commit: str) -> List[str]:
         """The tags that point at ``commit`` (a release tag's commit has its ``vX`` among them)."""

@@ -347,12 +347,18 @@ def _python_files(listing: Iterable[str], folders: Iterable[str]) -> List[str]:
     return [p for p in listing if p.endswith(".py") and p.startswith(tops)]
 
 
+def commit_listing(path: str, commit: str, *folders: str) -> Tuple[str, ...]:
+    """Every file of ``commit`` (under ``folders`` when given) in the local repository at ``path``, read from
+    its trees alone: no file's contents (a repository fetched without blobs has none)."""
+    raw = read_git(path, "ls-tree", "-r", "-z", "--name-only", commit, *folders)
+    return tuple(p.decode(errors="replace") for p in raw.split(b"\0") if p)
+
+
 def read_commit_sources(path: str, commit: str) -> FileSources:
     """The tree packages' ``.py`` files and the top's of ``commit`` in the local repository at ``path``, and
     the list of all its files (no checkout)."""
     folders = [folder for _, folder in PACKAGE_SOURCES]
-    raw = read_git(path, "ls-tree", "-r", "-z", "--name-only", commit)
-    listing = tuple(p.decode(errors="replace") for p in raw.split(b"\0") if p)
+    listing = commit_listing(path, commit)
     wanted = _python_files(listing, folders) + [p for p in listing if p.endswith(".py") and "/" not in p]
     files = read_blobs(path, commit, wanted)
     return FileSources(files, f"repository {path} at {commit[:12]}", listing)

@@ -18,7 +18,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Mapping, Optional, Tuple
 
 from packaging.tags import platform_tags
 
@@ -264,36 +264,3 @@ def download_wheel(interpreter: Interpreter, version: str, folder: str, sink: Ca
     """Download the ``flydsl==version`` wheel for ``interpreter`` into ``folder`` (a new folder) and return
     its path; nothing is installed."""
     return WheelDownload(interpreter, version, folder).wheel(sink)
-
-
-# A failure path asks the index at most this long (pip's socket timeout, then the whole command).
-SUGGEST_TIMEOUT_S = 3.0
-SUGGEST_LIMIT_S = 8.0
-
-
-def release_suggestion(interpreter: Interpreter, min_version: str, environ: Mapping[str, str],
-                       tags: Optional[Sequence[str]], *, exclude: Optional[str] = None) -> Optional[str]:
-    """For ``auto`` when it cannot build: ``FLYDSL_PIN=vX has a wheel for this interpreter: about 10 s``
-    for the newest release X >= ``min_version`` that the package index has a wheel of for ``interpreter``
-    (asked through the pip the release way would use, in a few seconds at most) and, when ``tags`` (the
-    repository's tags) are known, that the repository has as a tag.  None when there is none, or the
-    question cannot be answered quickly: this is a hint, never a wait."""
-    from ensure_flydsl.wheels.package_index import best_version, query_versions
-
-    pip, _ = release_pip(interpreter.executable, environ)
-    if pip is None:
-        return None
-    try:
-        options = wheel_tags(interpreter)
-    except EnsureError:
-        return None
-    answer = query_versions(pip, "flydsl", environ, timeout=SUGGEST_TIMEOUT_S, options=options,
-                            limit=SUGGEST_LIMIT_S)
-    versions = [v for v in answer.versions if v != exclude]
-    if tags is not None:
-        released = {t[1:] for t in tags if t.startswith("v")}
-        versions = [v for v in versions if v in released]
-    found = best_version(versions, minimum=min_version)
-    if found is None:
-        return None
-    return f"FLYDSL_PIN=v{found} has a wheel for this interpreter: about 10 s, nothing built"

@@ -93,6 +93,18 @@ def query_versions(
     return IndexAnswer(package, False, (), detail)
 
 
+def newest_first(versions: Sequence[str], minimum: str) -> List[str]:
+    """``versions`` with a release segment >= ``minimum``, newest first (one that does not parse is left out)."""
+    floor = Version(minimum).release
+    parsed: List[Tuple[Version, str]] = []
+    for text in versions:
+        try:
+            parsed.append((Version(text), text))
+        except InvalidVersion:
+            continue
+    return [text for version, text in sorted(parsed, reverse=True) if version.release >= floor]
+
+
 def best_version(
     versions: Sequence[str], *, exact: Optional[str] = None, minimum: Optional[str] = None
 ) -> Optional[str]:

@@ -58,8 +58,7 @@ from ensure_flydsl.toolchain.environment import (
 from ensure_flydsl.toolchain.rocm import HipFix, drop_stale_hip_dir, fix_hip
 from ensure_flydsl.toolchain.rocm_sdk import choose_rocm
 from ensure_flydsl.toolchain.tools import ProvidedTools, provide_build_tools
-from ensure_flydsl.wheels.download import SUGGEST_TIMEOUT_S, release_suggestion
-from ensure_flydsl.wheels.release import tag_version
+from ensure_flydsl.wheels.suggestion import release_suggestion
 
 Mlir = Tuple[str, Dict[str, object]]  # an MLIR install and what identifies it in the build's stamp
 
@@ -177,12 +176,10 @@ class BuildProvider(Provider):
 
 
 def suggest_release(run: Run, exc: EnsureError) -> None:
-    """``auto`` could not build: when a release >= the floor has a wheel for this interpreter (and the
-    repository has its tag), the failure's hint says so.  Asked in seconds at most, or not at all."""
-    settings = run.settings
-    tags = Checkout.of(settings).remote_tags(silence_s=SUGGEST_TIMEOUT_S)
-    pinned = tag_version(settings.pin) if settings.pin.startswith("v") else None
-    suggestion = release_suggestion(run.interpreter, settings.min_version, run.environ, tags, exclude=pinned)
+    """``auto`` could not build: when a release >= the floor has a wheel for this interpreter and its tag
+    holds the required modules, the failure's hint says so (``wheels/suggestion.py``, which the doctor asks
+    too).  Asked in seconds at most, or not at all."""
+    suggestion = release_suggestion(run.settings, run.interpreter, run.environ)
     if suggestion is not None:
         run.say(f"instead of building: {suggestion}")
         exc.hint = f"{exc.hint}; or, without a build, {suggestion}" if exc.hint else suggestion

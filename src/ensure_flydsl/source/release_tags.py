@@ -1,0 +1,158 @@
+"""Which release of a repository holds the required modules, read from its tag's git objects: the release
+hint's question (``wheels/suggestion.py``), so that the hint never names a release that a run of it would
+refuse (FlyDSL v0.3.1 has a wheel and no ``kernels.moe_gemm_2stage``: following the hint ended in exit 6).
+
+The tags and their commits come from ``git ls-remote --tags`` of FLYDSL_REPO (through the mirrors).  A
+tag's commit is read with ``ls-tree`` (the names of its files, none of their contents) where its objects
+already are: the root's repository (after a run's fetch it holds the pin's history, and with it every
+release before the pin: upstream's default pin is v0.2.2-12), then a local FLYDSL_REPO or the local mirror
+it is rewritten to.  The tags not found there, and only those newer than the newest release that qualifies,
+are fetched in one ``git fetch --depth=1 --filter=blob:none`` (their commits and trees; a server without
+filters sends the blobs too) into a temporary bare repository that is removed afterwards: the root is not
+changed, so the doctor asks the same question of the same objects and gets the same answer.  Each network
+step stops after ``silence_s`` seconds without a byte, as the hint's other questions do.  What cannot be
+read is said (``TagAnswer.unread`` and ``why``), never taken as holding the modules.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tempfile
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+
+from ensure_flydsl.errors import EnsureError
+from ensure_flydsl.layout import BUILT_PACKAGES, PACKAGE_SOURCES
+from ensure_flydsl.setting_values import GitMirrors
+from ensure_flydsl.source.git import git, is_local_repo, tag_commits
+from ensure_flydsl.source.mirrors import describe, rewrite
+from ensure_flydsl.source.needs import repo_path
+from ensure_flydsl.source.requirements import FileSources, absent_modules, commit_listing
+from ensure_flydsl.support.processes import CommandFailed
+
+# The most releases one hint reads (newest first): a bound on the reads and on the one fetch.
+MAX_RELEASES = 12
+
+
+def checked_modules(required: Sequence[str]) -> List[str]:
+    """The required modules a tag's files show: those of the tree's packages that come from the sources
+    (``kernels.*``); not the wheel's own package (``flydsl``), nor the interpreter's modules."""
+    folders = dict(PACKAGE_SOURCES)
+    return [m for m in required if m.split(".")[0] in folders and m.split(".")[0] not in BUILT_PACKAGES]
+
+
+@dataclasses.dataclass(frozen=True)
+class TagAnswer:
+    """``holding``: the newest of the releases asked whose tag holds the modules; else ``unread``: the
+    newest whose tag could not be read, and ``why``; both None when every tag was read and none holds them
+    (or none of the releases is tagged)."""
+
+    holding: Optional[str] = None
+    unread: Optional[str] = None
+    why: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class TagSource:
+    """Where the tags are asked and read: the root, FLYDSL_REPO and the git mirrors of the run."""
+
+    root: str
+    repo: str
+    mirrors: GitMirrors
+    silence_s: float
+
+    def shown(self) -> str:
+        return describe(self.repo, self.mirrors)
+
+    def local_repositories(self) -> List[str]:
+        """The repositories whose objects are read without a fetch: the root's, a local FLYDSL_REPO or mirror."""
+        found = [self.root] if os.path.isdir(os.path.join(self.root, ".git")) else []
+        where = rewrite(self.repo, self.mirrors)[0]
+        if is_local_repo(where) and os.path.isdir(repo_path(where)):
+            found.append(repo_path(where))
+        return found
+
+    def tags(self, work: str) -> Tuple[Optional[Dict[str, str]], str]:
+        """Tag -> commit (``ls-remote --tags``), or None and why not."""
+        try:
+            out = git(work, "ls-remote", "--tags", self.repo, repo=self.repo, mirrors=self.mirrors,
+                      silence_s=self.silence_s)
+        except (CommandFailed, EnsureError) as exc:
+            return None, f"the tags of {self.shown()} could not be listed: {_why(exc)}"
+        return tag_commits(out), ""
+
+    def fetch(self, work: str, tags: Sequence[str]) -> Tuple[Optional[str], str]:
+        """A temporary bare repository in ``work`` holding the commits and trees of ``tags``, or None and why not."""
+        into = os.path.join(work, "tags.git")
+        names = ", ".join(tags)
+        try:
+            git(work, "init", "-q", "--bare", into, repo=self.repo, mirrors=self.mirrors)
+            git(into, "fetch", "--quiet", "--no-tags", "--depth=1", "--filter=blob:none", self.repo,
+                *(f"+refs/tags/{t}:refs/tags/{t}" for t in tags), repo=self.repo, mirrors=self.mirrors,
+                silence_s=self.silence_s)
+        except (CommandFailed, EnsureError) as exc:
+            return None, f"git fetch of {names} from {self.shown()} failed: {_why(exc)}"
+        return into, ""
+
+
+def _why(exc: Exception) -> str:
+    """One line: an EnsureError's reason (a network step that went silent), else the command's last line."""
+    if isinstance(exc, EnsureError):
+        return exc.reason
+    assert isinstance(exc, CommandFailed)
+    lines = [line.strip() for line in exc.output.splitlines() if line.strip()]
+    return lines[-1][:300] if lines else f"git exited with {exc.returncode}"
+
+
+def _listing(repositories: Sequence[str], commit: str) -> Optional[FileSources]:
+    """The files of ``commit`` under the tree's package folders, from the first repository that has it."""
+    folders = [folder for _, folder in PACKAGE_SOURCES]
+    for path in repositories:
+        try:
+            return FileSources({}, f"repository {path} at {commit[:12]}", commit_listing(path, commit, *folders))
+        except (CommandFailed, OSError):
+            continue
+    return None
+
+
+def _holds(found: Optional[FileSources], modules: Sequence[str]) -> bool:
+    return found is not None and not absent_modules(modules, found)
+
+
+def release_holding(source: TagSource, versions: Sequence[str], modules: Sequence[str]) -> TagAnswer:
+    """Of the releases ``versions`` (newest first; the tag of X is ``vX``), the newest whose tag holds every
+    one of ``modules`` (:func:`checked_modules`); with no modules to check, the newest that is tagged."""
+    if not versions:
+        return TagAnswer()
+    with tempfile.TemporaryDirectory(prefix="ensure-flydsl-tags-") as work:
+        commits, why = source.tags(work)
+        if commits is None:
+            return TagAnswer(unread=versions[0], why=why)
+        tagged = [v for v in versions if f"v{v}" in commits][:MAX_RELEASES]
+        if not modules or not tagged:
+            return TagAnswer(holding=tagged[0] if tagged else None)
+        return _read_tags(source, work, tagged, {v: commits[f"v{v}"] for v in tagged}, modules)
+
+
+def _read_tags(source: TagSource, work: str, tagged: Sequence[str], commits: Mapping[str, str],
+               modules: Sequence[str]) -> TagAnswer:
+    local = source.local_repositories()
+    found: Dict[str, Optional[FileSources]] = {}
+    for version in tagged:  # newest first, up to the first that holds the modules
+        found[version] = _listing(local, commits[version])
+        if _holds(found[version], modules):
+            break
+    unread = [v for v, listing in found.items() if listing is None]
+    why = ""
+    if unread:
+        fetched, why = source.fetch(work, [f"v{v}" for v in unread])
+        if fetched is not None:
+            for version in unread:
+                found[version] = _listing([fetched], commits[version])
+                if found[version] is None:
+                    why = why or f"the fetch from {source.shown()} did not bring the commit of v{version}"
+    holding = next((v for v, listing in found.items() if _holds(listing, modules)), None)
+    if holding is not None:
+        return TagAnswer(holding=holding)
+    still = next((v for v, listing in found.items() if listing is None), None)
+    return TagAnswer(unread=still, why=why) if still is not None else TagAnswer()
