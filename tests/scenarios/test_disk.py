@@ -77,6 +77,7 @@ def test_a_full_disk_during_the_build(knob_repo: FixtureRepo, small_disk: str) -
     assert "No space left on device" in out.stderr, out.stderr
     assert "internal error" not in out.stderr and "Traceback" not in out.stderr
     assert_nothing_half_published(ws)
+    assert ws.marker()["exit_code"] == 5  # written in the room the run kept for it (runs/records.py: reserve)
     # Room again (the file system grows; the partial output of the failed build is still there).
     subprocess.run(["mount", "-o", "remount,size=2g", small_disk], check=True)
     again = ws.run("--json")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import shutil
 
-from ensure_flydsl.errors import BadInput, EnsureError, ExitCode, Stage
+from ensure_flydsl.errors import BadInput, EnsureError, ExitCode, Stage, disk_full_error
 from ensure_flydsl.pipeline.context import Decision, Run
 from ensure_flydsl.pipeline.decide import check_writable, decide, preflight
 from ensure_flydsl.pipeline.lock import build_lock
@@ -25,10 +25,8 @@ __all__ = ["Result", "Run", "ensure_run"]
 
 
 def ensure_run(run: Run) -> Result:
-    if run.kind == "detached":
-        run.track()  # a detached worker is visible from its first step
     try:
-        result = _ensure(run)
+        result = _tracked(run)
     except BaseException as exc:
         if isinstance(exc, (SystemExit, GeneratorExit)):
             raise
@@ -44,6 +42,21 @@ def ensure_run(run: Run) -> Result:
         return result
     finally:
         run.tracker.close()  # last: a waiter that sees the run end finds its final state written
+
+
+def _tracked(run: Run) -> Result:
+    """The run, with a full file system met anywhere in it (the tool's own files: its record, the lock's
+    holder, stamps, the env file) turned into its one line before the failure marker is written."""
+    try:
+        if run.kind == "detached":
+            run.step_name = Stage.STARTING  # what its record says until the probe begins
+            run.track()  # a detached worker is visible from its first step
+        return _ensure(run)
+    except OSError as exc:
+        full = disk_full_error(exc, run.step_name)
+        if full is None:
+            raise
+        raise full from None
 
 
 def _ensure(run: Run) -> Result:
