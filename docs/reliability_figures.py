@@ -26,7 +26,8 @@ from typing import Dict, List, Sequence, Tuple
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOP = os.path.dirname(HERE)
 SUITES = ["tests/scenarios/" + name for name in ("test_concurrency.py", "test_kill_stages.py", "test_faults.py",
-                                                  "test_disk.py", "test_bad_input.py", "test_security.py")]
+                                                  "test_disk.py", "test_full_disk.py", "test_bad_input.py",
+                                                  "test_security.py")]
 # The cache's untrusted data (issue 19): its readers' fuzzers, its scenarios, and the state machine, which
 # records what its rules and invariants tried (ENSURE_FLYDSL_SM_EXAMPLES / _STEPS make it longer).
 SUITES += ["tests/unit/test_fuzz_cache.py", "tests/scenarios/test_cache_trust.py",

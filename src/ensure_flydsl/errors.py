@@ -118,6 +118,22 @@ class Stage(str, enum.Enum):
     SKILL = ("skill", ExitCode.ARTIFACT, None, False, _NONE)  # `skill DIR`: the vendored wheels not obtained
 
 
+# A full file system (ENOSPC, EDQUOT) is never a bug.  It stops a stage that fetches, checks out, builds or
+# installs with that stage's code, as a build or a download that fills the disk always did; anywhere else (the
+# tool's own records, markers, the lock's holder, the env file) with 5, the doctor's code for a disk without
+# room to build.
+_STAGES_THAT_FILL = frozenset({Stage.FETCH, Stage.SUBMODULES, Stage.CHECKOUT, Stage.LLVM, Stage.BUILD, Stage.RELEASE,
+                               Stage.CACHE})
+NO_SPACE_ADVICE = "free space there (`ensure-flydsl clean` removes what this tool made for the root) and run it again"
+
+
+def disk_full_code(stage: Optional[Stage]) -> ExitCode:
+    """The exit code of a full file system met in ``stage``."""
+    if stage is not None and stage in _STAGES_THAT_FILL and stage.exit_code is not None:
+        return stage.exit_code
+    return ExitCode.FLYDSL_BUILD
+
+
 class EnsureError(Exception):
     """A failure with an exit code, the stage it happened in, why, and what to do next."""
 
@@ -137,6 +153,9 @@ class EnsureError(Exception):
         self.hint = hint
         # Multi-line output (a command's indented output, a traceback tail) shown under the reason.
         self.detail = detail
+        # What the one line says the exit code means, when not the table's (a full file system's exit 5 is
+        # no failed build).
+        self.meaning = EXIT_MEANINGS[self.code]
         # Set by the run that failed, for the result object: its id, how long it ran, and what the root's
         # env file still holds (the previous install, which a failure before the build leaves answering).
         self.run_id: Optional[str] = None
@@ -145,6 +164,20 @@ class EnsureError(Exception):
 
     def __str__(self) -> str:
         return self.reason
+
+
+def disk_full_error(exc: OSError, stage: Optional[Stage]) -> Optional["EnsureError"]:
+    """The one-line EnsureError for ``exc`` when it is a full file system (or quota), met in ``stage``: it
+    names the file system, its free space and what to do; None for any other error."""
+    from ensure_flydsl.support import space
+
+    if not space.is_full(exc):
+        return None
+    path = exc.filename if isinstance(exc.filename, str) else None
+    where = space.no_space(path, exc.errno) if path else "no space left on a file system this command writes to"
+    error = EnsureError(disk_full_code(stage), f"{where}; {NO_SPACE_ADVICE}", stage=stage)
+    error.meaning = "a full file system"
+    return error
 
 
 class BadInput(EnsureError):

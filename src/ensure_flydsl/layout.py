@@ -8,6 +8,7 @@
       .ensure_flydsl/                      state shared by the roots of BASE
         history.json                       step durations on this host, for ETAs
         runs/<root name>/                  run records (<run id>.json), alive locks (<run id>.alive),
+                                           room kept for a live run's last words (<run id>.reserve),
                                            `current`, start.lock
         mlir/                              MLIR installs fetched from the binary cache
       llvm-project/mlir_install/           an LLVM/MLIR build (FlyDSL's build.sh finds it here)
@@ -167,6 +168,12 @@ def run_record_file(runs: str, run_id: str) -> str:
 def run_alive_file(runs: str, run_id: str) -> str:
     """The file a live run holds an flock on (``runs/liveness``)."""
     return os.path.join(runs, run_id + ".alive")
+
+
+def run_reserve_file(runs: str, run_id: str) -> str:
+    """Room a live run keeps on the disk for its last words: given up for its final record and the failure
+    marker, it lets both be written when the run ends on a full file system."""
+    return os.path.join(runs, run_id + ".reserve")
 
 
 def current_run_file(runs: str) -> str:

@@ -77,6 +77,7 @@ def test_a_full_disk_during_the_build(knob_repo: FixtureRepo, small_disk: str) -
     assert "No space left on device" in out.stderr, out.stderr
     assert "internal error" not in out.stderr and "Traceback" not in out.stderr
     assert_nothing_half_published(ws)
+    assert ws.marker()["exit_code"] == 5  # written in the room the run kept for it (runs/records.py: reserve)
     # Room again (the file system grows; the partial output of the failed build is still there).
     subprocess.run(["mount", "-o", "remount,size=2g", small_disk], check=True)
     again = ws.run("--json")
@@ -122,7 +123,8 @@ def test_a_full_disk_during_the_cache_download(knob_repo: FixtureRepo, tmp_path:
         ws.env.update(FLYDSL_PIN=knob_repo.commits["big"], FLYDSL_CACHE=cache)
         out = ws.run()
         assert out.returncode == 5, out.stdout + out.stderr
-        assert "No space left on device" in out.stdout and "nothing was left behind" in out.stdout, out.stdout
+        assert f"no space left on the file system holding {ws.root}" in out.stdout, out.stdout
+        assert f"mounted at {disk})" in out.stdout and "nothing was left behind" in out.stdout, out.stdout
         assert "stage doctor" in out.stderr and "disk" in out.stderr
         assert "Traceback" not in out.stderr
         assert_nothing_half_published(ws)
@@ -134,4 +136,5 @@ def test_a_full_disk_during_the_cache_download(knob_repo: FixtureRepo, tmp_path:
         assert json.loads(again.stdout)["how"] == "cached" and ws.count("build") == 0
         assert_one_tree(ws)
     record("disk", where="the cache download (80 MiB tree onto a 48 MiB tmpfs)", exit_code=out.returncode,
-           message="No space left on device (cache), then the doctor: disk", half_published=0, rerun="succeeded")
+           message="no space left on the file system (cache), then the doctor: disk", half_published=0,
+           rerun="succeeded")

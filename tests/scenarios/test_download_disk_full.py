@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 from typing import Iterator
 
 import pytest
 
 from tests.helpers.flydsl_fixture import FixtureRepo
+from tests.helpers.reliability import tmpfs
 from tests.helpers.workspace import Workspace
 from tests.scenarios.test_provenance import offline
 
@@ -21,18 +21,8 @@ pytestmark = pytest.mark.index  # the real flydsl wheel from the package index
 @pytest.fixture
 def small_ws(tmp_path: "os.PathLike[str]", fixture_repo: FixtureRepo) -> Iterator[Workspace]:
     """A workspace on an 8 MiB tmpfs: room for the checkout, not for the 75 MB wheel."""
-    if os.geteuid() != 0:
-        pytest.skip(f"mounting a small tmpfs needs root; this runs as uid {os.geteuid()}")
-    disk = os.path.join(str(tmp_path), "small-disk")
-    os.makedirs(disk)
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", disk], stdout=subprocess.PIPE,
-                             stderr=subprocess.STDOUT, text=True, check=False)
-    if mounted.returncode != 0:
-        pytest.skip(f"mount -t tmpfs is not possible here: {mounted.stdout.strip()}")
-    try:
+    with tmpfs(os.path.join(str(tmp_path), "small-disk"), "8m") as disk:
         yield Workspace(os.path.join(disk, "base"), fixture_repo)
-    finally:
-        subprocess.run(["umount", disk], check=True)
 
 
 def test_a_full_disk_during_the_download_is_named(small_ws: Workspace, wheelhouse: str) -> None:
@@ -45,6 +35,7 @@ def test_a_full_disk_during_the_download_is_named(small_ws: Workspace, wheelhous
                                                                       "build-fly/.wheel-download"))
     reason = str(marker["reason"])
     assert re.fullmatch(rf"the flydsl==0\.2\.2 wheel could not be downloaded into ({folders}): no space left on the "
-                        r"device \(\d+ MiB free\)", reason), reason
+                        rf"file system holding \1 \(df: [\d.]+ (B|[KMG]iB) free of [\d.]+ MiB, mounted at "
+                        rf"{re.escape(os.path.dirname(ws.base))}\)", reason), reason
     assert "free space on the file system of" in str(marker["hint"])
     assert "could be downloaded" not in out.stderr and reason in out.stderr

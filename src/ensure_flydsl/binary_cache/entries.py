@@ -71,6 +71,7 @@ from ensure_flydsl.binary_cache.manifest import (
 from ensure_flydsl.binary_cache.signing import manifest_sha, stale_signatures
 from ensure_flydsl.binary_cache.store import CacheCorrupt, CacheError, Store, StoredFile, open_store
 from ensure_flydsl.binary_cache.variants import Published, place, read_manifest, read_variants
+from ensure_flydsl.support import space
 from ensure_flydsl.support.keys import SecretKey
 from ensure_flydsl.version import __version__
 
@@ -190,9 +191,9 @@ class Cache:
         except OSError as exc:
             # ENOSPC, EDQUOT, EFBIG: a full disk must not leave half a tree that looks like a finished one.
             shutil.rmtree(tmp, ignore_errors=True)
-            raise CacheError(f"fetching {entry.kind} entry {entry.key[:12]} into {dest} failed: "
-                             f"{exc.strerror or exc}; nothing was left behind; free space on that file system "
-                             "or unset FLYDSL_CACHE") from None
+            why = space.no_space(dest, exc.errno) if space.is_full(exc) else (exc.strerror or str(exc))
+            raise CacheError(f"fetching {entry.kind} entry {entry.key[:12]} into {dest} failed: {why}; nothing "
+                             "was left behind; free space on that file system or unset FLYDSL_CACHE") from None
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise

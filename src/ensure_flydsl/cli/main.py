@@ -11,7 +11,7 @@ from typing import Dict, List, Optional, Sequence
 
 from ensure_flydsl.cli import COMMANDS
 from ensure_flydsl.cli.parser import parse_args
-from ensure_flydsl.errors import EXIT_MEANINGS, BadInput, EnsureError, ExitCode, Interrupted, Stage, interrupted_by
+from ensure_flydsl.errors import BadInput, EnsureError, ExitCode, Interrupted, Stage, disk_full_error, interrupted_by
 from ensure_flydsl.result import result_object
 from ensure_flydsl.settings import (
     SETTINGS,
@@ -54,7 +54,7 @@ def format_error(exc: EnsureError, log_tail: List[str], log_path: Optional[str])
     if exc.code == ExitCode.BAD_INPUT:
         return f"ensure-flydsl: {exc.reason}"  # one line, naming the setting and what is allowed
     stage = f", stage {exc.stage}" if exc.stage else ""
-    lines = [f"ensure-flydsl: failed (exit {int(exc.code)}: {EXIT_MEANINGS[exc.code]}{stage}): {exc.reason}"]
+    lines = [f"ensure-flydsl: failed (exit {int(exc.code)}: {exc.meaning}{stage}): {exc.reason}"]
     if exc.detail:
         lines.extend("  " + line for line in exc.detail.splitlines())
     if log_tail:
@@ -169,13 +169,19 @@ def _run_command(args: argparse.Namespace, settings: Settings, reporter: Reporte
     assert handler is not None  # the internal commands returned before
     try:
         return handler(args, settings, reporter, environ)
-    except (PermissionError, OSError) as exc:  # another user's files, a read-only mount: one line
+    except OSError as exc:  # another user's files, a read-only mount, a full file system: one line
         from ensure_flydsl.cli.access import access_error
 
-        refused = access_error(exc, args.command) if not isinstance(exc, BrokenPipeError) else None
+        if isinstance(exc, BrokenPipeError):
+            raise
+        refused = access_error(exc, args.command) or disk_full_error(exc, _STAGES.get(args.command))
         if refused is None:
             raise
         raise refused from None
+
+
+# The stage a command's own failure is said in (an ensure run says the stage it was in itself).
+_STAGES = {"start": Stage.STARTING, "clean": Stage.CLEAN}
 
 
 def _report_failure(exc: EnsureError, reporter: Reporter, json_mode: bool) -> int:
@@ -183,7 +189,8 @@ def _report_failure(exc: EnsureError, reporter: Reporter, json_mode: bool) -> in
     if json_mode:
         _json_failure(reporter, failure_object(exc, reporter.log_path), tail)
     else:
-        print(format_error(exc, tail, reporter.log_path), file=sys.stderr)
+        with contextlib.suppress(OSError):  # stderr on a full disk (a detached worker's is the log): the code says it
+            print(format_error(exc, tail, reporter.log_path), file=sys.stderr)
     return int(exc.code)
 
 

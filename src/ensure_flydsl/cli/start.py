@@ -18,12 +18,14 @@ from typing import Dict, Mapping, Optional
 import filelock
 
 from ensure_flydsl.cli.worker import settings_to_json
-from ensure_flydsl.errors import ExitCode, Stage
+from ensure_flydsl.errors import EnsureError, ExitCode, Stage, disk_full_error
 from ensure_flydsl.layout import start_lock_file
 from ensure_flydsl.pipeline.decide import preflight
 from ensure_flydsl.pipeline.publish import withdraw_stale_markers
 from ensure_flydsl.result import result_object
 from ensure_flydsl.runs.answer import live_runs
+from ensure_flydsl.runs.liveness import marker_is_answered
+from ensure_flydsl.runs.markers import marker_unwritten, write_failure_marker
 from ensure_flydsl.runs.records import RUNNING, RunRecord, RunStore, new_record, new_run_id
 from ensure_flydsl.runs.twin_gate import installed
 from ensure_flydsl.settings import Settings
@@ -73,15 +75,17 @@ def _join_or_launch(settings: Settings, environ: Mapping[str, str], reporter: Re
     withdraw_stale_markers(settings, reporter.say)
     run_id = new_run_id()
     alive_fd = store.hold_alive(run_id)
-    os.makedirs(settings.base_dir, exist_ok=True)
-    # As Reporter.open_log: never append to (or chmod) the target of a symlink planted at the log's path.
-    log = os.open(settings.log_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
-    os.fchmod(log, 0o644)
-    # Announce the run before the worker exists, so that `wait` and `status` issued the moment we return
-    # follow it.  Only the worker writes its record after this: no stale write can overwrite its end.
-    store.write(new_record(store, run_id, request=settings.request(), fail_marker=settings.fail_marker,
-                           log=settings.log_file, kind="detached", pid=None, step=Stage.STARTING))
-    store.set_current(run_id)
+    try:
+        log = _announce(settings, store, run_id)
+    except OSError as exc:
+        # Nothing may say that a run is going: not its record, not its alive file (each written whole or not).
+        os.close(alive_fd)
+        store.forget(run_id)
+        full = disk_full_error(exc, Stage.STARTING)
+        if full is None:
+            raise
+        _leave_marker(settings, store, full, run_id)
+        raise full from None
     cmd = [*tool_command(), "_worker", "--run-id", run_id, "--alive-fd", str(alive_fd),
            "--settings-json", json.dumps(settings_to_json(settings))]
     try:
@@ -94,3 +98,35 @@ def _join_or_launch(settings: Settings, environ: Mapping[str, str], reporter: Re
     print(json.dumps(_started(settings, run_id, proc.pid, settings.log_file, joined=False), sort_keys=True))
     proc.returncode = 0  # not ours to reap: it outlives this process by design
     return 0
+
+
+def _announce(settings: Settings, store: RunStore, run_id: str) -> int:
+    """Open the log for the worker (its descriptor returned) and announce the run before the worker exists,
+    so that `wait` and `status` issued the moment we return follow it.  Only the worker writes its record
+    after this: no stale write can overwrite its end."""
+    os.makedirs(settings.base_dir, exist_ok=True)
+    # As Reporter.open_log: never append to (or chmod) the target of a symlink planted at the log's path.
+    log = os.open(settings.log_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    try:
+        os.fchmod(log, 0o644)
+        store.write(new_record(store, run_id, request=settings.request(), fail_marker=settings.fail_marker,
+                               log=settings.log_file, kind="detached", pid=None, step=Stage.STARTING))
+        store.set_current(run_id)
+    except BaseException:
+        os.close(log)
+        raise
+    return log
+
+
+def _leave_marker(settings: Settings, store: RunStore, error: EnsureError, run_id: str) -> None:
+    """The failure marker for a run that could not start (a poller of the marker learns it too); when it
+    cannot be written either, the one line says so."""
+    request = settings.request()
+    if not os.path.isdir(os.path.dirname(settings.fail_marker)) or marker_is_answered(
+            store, request, run_id, settings.root, False):
+        return
+    try:
+        write_failure_marker(settings.fail_marker, stage=error.stage, exit_code=int(error.code), reason=error.reason,
+                             hint=error.hint, log=settings.log_file, log_tail=[], run_id=run_id, request=request)
+    except OSError as problem:
+        error.reason = f"{error.reason}; {marker_unwritten(settings.fail_marker, problem)}"

@@ -20,7 +20,7 @@ from typing import Callable, Dict, Iterator, Optional
 import filelock
 
 from ensure_flydsl.errors import EnsureError, ExitCode, Stage
-from ensure_flydsl.support import fields
+from ensure_flydsl.support import fields, space
 from ensure_flydsl.support.files import atomic_write_json, file_path_problem, read_json, remove_file
 
 WAIT_REPORT_INTERVAL_S = 30.0
@@ -103,7 +103,14 @@ def build_lock(
         holder = LockHolder(os.getpid(), socket.gethostname(),
                             datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), time.time(),
                             run_id)
-        atomic_write_json(holder_path(path), dataclasses.asdict(holder))
+        try:
+            atomic_write_json(holder_path(path), dataclasses.asdict(holder))
+        except OSError as exc:
+            if not space.is_full(exc):
+                raise
+            # The holder only names us to whoever waits: on a full disk the lock is held without it (`clean`
+            # must run there), and a dead holder's record must not name somebody else in our place.
+            remove_file(holder_path(path))
         yield
     finally:
         remove_file(holder_path(path))

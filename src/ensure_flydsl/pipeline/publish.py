@@ -17,7 +17,7 @@ from ensure_flydsl.probe.results import Probe
 from ensure_flydsl.result import Action, How, Result
 from ensure_flydsl.runs import markers
 from ensure_flydsl.runs.liveness import marker_is_answered
-from ensure_flydsl.runs.markers import tail_of
+from ensure_flydsl.runs.markers import marker_unwritten, tail_of
 from ensure_flydsl.runs.records import RunStore
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.source.root import Stamps, claim_root, is_ours
@@ -165,8 +165,12 @@ def record_failure(run: Run, exc: BaseException) -> None:
             log=run.reporter.log_path, log_tail=_log_tail(run, exc), run_id=run.run_id,
             request=settings.request(),
         )
-    except OSError as exc:  # a full disk or a read-only folder: report the run's failure, not this one
-        run.say(f"could not write the failure marker {settings.fail_marker}: {exc}")
+    except OSError as problem:  # a full disk or a read-only folder: report the run's failure, not this one
+        unseen = marker_unwritten(settings.fail_marker, problem)
+        if isinstance(exc, EnsureError):
+            exc.reason = f"{exc.reason}; {unseen}"  # in its one line: the poller of the marker waits on
+        else:
+            run.say(unseen)
 
 
 def _log_tail(run: Run, exc: BaseException) -> List[str]:

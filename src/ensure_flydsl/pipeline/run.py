@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import shutil
 
-from ensure_flydsl.errors import BadInput, EnsureError, ExitCode, Stage
+from ensure_flydsl.errors import BadInput, EnsureError, ExitCode, Stage, disk_full_error
 from ensure_flydsl.pipeline.context import Decision, Run
 from ensure_flydsl.pipeline.decide import check_writable, decide, preflight
 from ensure_flydsl.pipeline.lock import build_lock
@@ -27,10 +27,7 @@ __all__ = ["Result", "Run", "ensure_run"]
 
 def ensure_run(run: Run) -> Result:
     try:
-        if run.kind == "detached":
-            run.track()  # a detached worker is visible from its first step
-            unblock_stop_signals()  # `start` launched it with them blocked: a SIGTERM now is recorded as one
-        result = _ensure(run)
+        result = _tracked(run)
     except BaseException as exc:
         if isinstance(exc, (SystemExit, GeneratorExit)):
             raise
@@ -46,6 +43,22 @@ def ensure_run(run: Run) -> Result:
         return result
     finally:
         run.tracker.close()  # last: a waiter that sees the run end finds its final state written
+
+
+def _tracked(run: Run) -> Result:
+    """The run, with a full file system met anywhere in it (the tool's own files: its record, the lock's
+    holder, stamps, the env file) turned into its one line before the failure marker is written."""
+    try:
+        if run.kind == "detached":
+            run.step_name = Stage.STARTING  # what its record says until the probe begins
+            run.track()  # a detached worker is visible from its first step
+            unblock_stop_signals()  # `start` launched it with them blocked: a SIGTERM now is recorded as one
+        return _ensure(run)
+    except OSError as exc:
+        full = disk_full_error(exc, run.step_name)
+        if full is None:
+            raise
+        raise full from None
 
 
 def _ensure(run: Run) -> Result:

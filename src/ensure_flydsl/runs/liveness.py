@@ -17,6 +17,7 @@ from ensure_flydsl.errors import ExitCode
 from ensure_flydsl.runs import markers
 from ensure_flydsl.runs.records import FAILED, RUNNING, Failure, RunRecord, RunStore, process_start_time
 from ensure_flydsl.runs.twin_gate import answering_twin
+from ensure_flydsl.support import space
 from ensure_flydsl.support.processes import kill_group
 
 DEATH_HINT = "run `ensure-flydsl start` (or `ensure-flydsl`) again: it resumes where the dead run stopped"
@@ -65,16 +66,28 @@ def record_death(store: RunStore, record: RunRecord) -> RunRecord:
     if dead is record or dead.state != FAILED or record.state != RUNNING:
         return dead
     kill_build_group(dead)
-    store.write(dead)
+    store.release(dead.run_id)  # the room it kept for its last words: they are said here
+    try:
+        store.write(dead)
+    except OSError as exc:
+        if not space.is_full(exc):
+            raise
+        # A full disk: the death is still told (here, and by `status` from the free alive lock).
     if marker_is_answered(store, dead.request, dead.run_id, dead.root, dead.locked) is not None:
         return dead
     if dead.fail_marker and os.path.isdir(os.path.dirname(dead.fail_marker)):
         assert dead.failure is not None
-        markers.write_failure_marker(
-            dead.fail_marker, stage=dead.step, exit_code=dead.failure.exit_code, reason=dead.failure.reason,
-            hint=DEATH_HINT, log=dead.log or None, log_tail=markers.tail_of(dead.log), run_id=dead.run_id,
-            request=dead.request,
-        )
+        try:
+            markers.write_failure_marker(
+                dead.fail_marker, stage=dead.step, exit_code=dead.failure.exit_code, reason=dead.failure.reason,
+                hint=DEATH_HINT, log=dead.log or None, log_tail=markers.tail_of(dead.log), run_id=dead.run_id,
+                request=dead.request,
+            )
+        except OSError as exc:
+            if not space.is_full(exc):
+                raise
+            reason = f"{dead.failure.reason}; {markers.marker_unwritten(dead.fail_marker, exc)}"
+            dead = dataclasses.replace(dead, failure=dataclasses.replace(dead.failure, reason=reason))
     return dead
 
 

@@ -8,13 +8,14 @@ atomically (temp file + rename) and the env file last: its existence is the succ
 from __future__ import annotations
 
 import dataclasses
+import errno
 import os
 import shlex
 from typing import Dict, List, Mapping, Optional, Sequence
 
 from ensure_flydsl.errors import Stage
 from ensure_flydsl.result import How, TreeIdentity
-from ensure_flydsl.support import faults, fields
+from ensure_flydsl.support import faults, fields, space
 from ensure_flydsl.support.files import atomic_write, atomic_write_json, file_path_problem, read_json, remove_file
 from ensure_flydsl.version import __version__
 
@@ -230,6 +231,14 @@ def write_failure_marker(
             "request": dict(request),
         },
     )
+
+
+def marker_unwritten(path: str, problem: OSError) -> str:
+    """What a failure's one line adds when its marker could not be written: whoever polls for it waits on."""
+    why = problem.strerror or str(problem)
+    if space.is_full(problem):
+        why = "the disk quota is used up there" if problem.errno == errno.EDQUOT else "no space left on its file system"
+    return f"the failure marker {path} could not be written ({why}): a poller of it does not see this failure"
 
 
 def now_iso() -> str:

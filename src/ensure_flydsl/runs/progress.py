@@ -9,6 +9,7 @@ poller that only watches files learns of the death.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import subprocess
@@ -88,8 +89,18 @@ class Tracker:
         if announced is not None:
             record.started = announced.started
         tracker = cls(store, record, fd)
-        tracker._write(force=True)
-        store.set_current(run_id)
+        try:
+            # Room for the run's last words first; then the record and the pointer to it, each whole or not
+            # at all.  On a full disk none of it is left behind: no run that says it is going.
+            store.reserve(run_id)
+            tracker._write(force=True, strict=True)
+            store.set_current(run_id)
+        except BaseException:
+            store.release(run_id)
+            if alive_fd is None:  # a blocking run's own; a detached worker's record is `start`'s
+                os.close(fd)
+                store.forget(run_id)
+            raise
         tracker._start_watchdog()
         store.prune()
         return tracker
@@ -168,14 +179,17 @@ class Tracker:
         return estimate_eta(self.record.step, time.time() - self.step_started_at, self.record.percent,
                             self.typical, done, self.plan)
 
-    def _write(self, force: bool = False) -> None:
+    def _write(self, force: bool = False, strict: bool = False) -> None:
         now = time.time()
         if not force and now - self._last_write < RECORD_INTERVAL_S:
             return
         self._last_write = now
         eta = self.eta()
         self.record.eta_s = None if eta is None else round(eta, 1)
-        self._store()
+        if strict:
+            self.store.write(self.record)
+        else:
+            self._store()
 
     def _store(self) -> None:
         try:
@@ -184,18 +198,24 @@ class Tracker:
             pass  # a full disk: the record is progress for pollers, never a reason to fail (or crash) the run
 
     # -- the end -----------------------------------------------------------------------------------------
+    # Each gives the run's reserved room back first: on a disk that filled during the run, it takes the final
+    # record (and then the failure marker).
     def succeeded(self, result: Mapping[str, object]) -> None:
-        self.store.remember(self.worked)
+        self.store.release(self.record.run_id)
+        with contextlib.suppress(OSError):  # the ETA history: never a reason to fail a run that succeeded
+            self.store.remember(self.worked)
         self.record.state, self.record.finished, self.record.result = SUCCEEDED, time.time(), dict(result)
         self.record.percent, self.record.eta_s = None, 0
         self._store()
 
     def failed(self, code: int, stage: Stage, reason: str, hint: str = "") -> None:
+        self.store.release(self.record.run_id)
         self.record.state, self.record.finished = FAILED, time.time()
         self.record.failure = Failure(stage, code, reason, hint)
         self._store()
 
     def close(self) -> None:
+        self.store.release(self.record.run_id)
         try:
             os.close(self.alive_fd)
         except OSError:

@@ -9,6 +9,9 @@ Under ``$(dirname ROOT)/.ensure_flydsl/runs/<root name>/``:
   a shared flock knows at once that the run is gone: no pid files, no pid reuse, no polling of /proc.
   (``filelock`` guards the build lock; this is a liveness signal that needs a shared probe and a
   descriptor handed to the detached worker, which ``filelock`` does not offer.)
+- ``<run_id>.reserve``: room a live run keeps on the disk (random bytes, so that a compressing file system
+  counts them), given up when it ends: on a file system that filled during the run, that room takes its
+  final record and the failure marker, so a poller still sees how it ended.
 - ``current``: the id of the latest run for the root.
 
 ``$(dirname ROOT)/.ensure_flydsl/history.json`` keeps recent step durations on this host, for ETAs.
@@ -33,13 +36,17 @@ from ensure_flydsl.layout import (
     history_file,
     run_alive_file,
     run_record_file,
+    run_reserve_file,
     runs_dir,
 )
 from ensure_flydsl.support import fields
-from ensure_flydsl.support.files import atomic_write, atomic_write_json, read_json, read_regular
+from ensure_flydsl.support.files import atomic_write, atomic_write_json, read_json, read_regular, remove_file
 
 RUNNING, SUCCEEDED, FAILED = "running", "succeeded", "failed"
 KEEP_RECORDS = 20
+# Room for a run's last words: its final record (a few KB) and the failure marker (the log's last lines), on
+# file systems of any block size up to 16 KiB.
+RESERVE_BYTES = 64 << 10
 HISTORY_KEEP = 7
 
 # Documented defaults for an ETA when this host has no history yet (seconds, from FlyDSL builds on MI300X
@@ -200,6 +207,9 @@ class RunStore:
     def history_path(self) -> str:
         return history_file(os.path.dirname(self.root))
 
+    def reserve_path(self, run_id: str) -> str:
+        return run_reserve_file(self.folder, run_id)
+
     def ensure_folder(self) -> None:
         os.makedirs(self.folder, mode=0o755, exist_ok=True)
 
@@ -218,6 +228,26 @@ class RunStore:
 
     def set_current(self, run_id: str) -> None:
         atomic_write(current_run_file(self.folder), (run_id + "\n").encode())
+
+    def reserve(self, run_id: str) -> None:
+        """Keep room on the disk for the run's last words (OSError, a full disk among them, when it does not
+        fit: a run that could not record how it ends must not start)."""
+        atomic_write(self.reserve_path(run_id), os.urandom(RESERVE_BYTES))
+
+    def release(self, run_id: str) -> None:
+        """Give the run's reserved room back (before its last writes; idempotent)."""
+        try:
+            remove_file(self.reserve_path(run_id))
+        except OSError:
+            pass
+
+    def forget(self, run_id: str) -> None:
+        """Remove a run that never began (its record, alive file and reserve): nothing may say it runs."""
+        for path in (self.record_path(run_id), self.alive_path(run_id), self.reserve_path(run_id)):
+            try:
+                remove_file(path)
+            except OSError:
+                pass
 
     def current(self) -> Optional[RunRecord]:
         run_id = self.current_id()
@@ -248,19 +278,19 @@ class RunStore:
         return [r for r in self.records() if r.state == RUNNING and self.is_alive(r.run_id)]
 
     def prune(self) -> None:
-        """Keep the newest records (and never the current one's or a live run's)."""
+        """Keep the newest records (and never the current one's or a live run's); no ended run keeps room."""
         try:
             names = sorted(self._record_ids())
         except FileNotFoundError:
             return
         keep = set(names[-KEEP_RECORDS:]) | {self.current_id() or ""}
         for run_id in names:
-            if run_id not in keep and not self.is_alive(run_id):
-                for path in (self.record_path(run_id), self.alive_path(run_id)):
-                    try:
-                        os.unlink(path)
-                    except FileNotFoundError:
-                        pass
+            if self.is_alive(run_id):
+                continue
+            if run_id in keep:
+                self.release(run_id)  # a killed run's
+            else:
+                self.forget(run_id)
 
     # -- liveness ----------------------------------------------------------------------------------------
     def hold_alive(self, run_id: str) -> int:

@@ -27,9 +27,11 @@ def atomic_write(path: str, data: bytes, mode: int = 0o644) -> None:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
         move_into_place(tmp, path, mode)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+        if isinstance(exc, OSError) and exc.filename is None:
+            exc.filename = path  # a full disk fails the write or the close, which name no file: say which
         raise
 
 

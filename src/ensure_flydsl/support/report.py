@@ -17,6 +17,8 @@ import os
 import time
 from typing import IO, Deque, Dict, List, Optional
 
+from ensure_flydsl.support import space
+
 LOG_ROTATE_BYTES = 64 * 1024**2
 TAIL_LINES = 40
 JSON_PROGRESS_INTERVAL_S = 1.0
@@ -127,14 +129,18 @@ class Reporter:
 
     def _write(self, text: str) -> bool:
         """Show ``text``; False if there is nowhere to show it.  A reader that went away (``| head -1``, a
-        closed terminal) ends the messages, never the run: the log still gets every line."""
+        closed terminal) ends the messages, never the run: the log still gets every line.  So does a full
+        file system under the stream (a detached worker's stdout is the log): the run goes on, and fails or
+        succeeds on its own merits, its last lines kept in memory for the failure message."""
         if self.stream is None:
             return False
         try:
             self.stream.write(text)
             self.stream.flush()
             return True
-        except BrokenPipeError:
+        except OSError as exc:
+            if not isinstance(exc, BrokenPipeError) and not space.is_full(exc):
+                raise
             _to_devnull(self.stream)
             self.stream = None
             return False

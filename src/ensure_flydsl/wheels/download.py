@@ -12,6 +12,7 @@ index through the same one, so it predicts what ``ensure`` does.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import re
 import subprocess
@@ -120,18 +121,17 @@ def _folder_bytes(folder: str) -> int:
 
 def disk_full(output: str, folder: str, version: str) -> Optional[EnsureError]:
     """The error for a download pip gave up because the file system of ``folder`` is full (ENOSPC, which
-    pip reports as a traceback ending in ``[Errno 28] No space left on device``); None for any other."""
-    if "[Errno 28]" not in output and "No space left on device" not in output:
+    pip reports as a traceback ending in ``[Errno 28] No space left on device``, or EDQUOT: ``[Errno 122]``),
+    said as every full file system is (``support/space.py``); None for any other."""
+    quota = f"[Errno {errno.EDQUOT}]" in output or "Disk quota exceeded" in output
+    if not quota and f"[Errno {errno.ENOSPC}]" not in output and "No space left on device" not in output:
         return None
-    import shutil
+    from ensure_flydsl.support import space
 
-    try:
-        free = f" ({shutil.disk_usage(folder).free // (1 << 20)} MiB free)"
-    except OSError:
-        free = ""
     return EnsureError(
         ExitCode.ARTIFACT,
-        f"the flydsl=={version} wheel could not be downloaded into {folder}: no space left on the device{free}",
+        f"the flydsl=={version} wheel could not be downloaded into {folder}: "
+        f"{space.no_space(folder, errno.EDQUOT if quota else errno.ENOSPC)}",
         stage=Stage.RELEASE,
         hint=f"free space on the file system of {folder} (a FlyDSL wheel is about 75 MB, its install about "
         "270 MB), or set FLYDSL_ROOT to a folder on a roomier one",
