@@ -14,7 +14,15 @@ from typing import Dict, List
 
 import pytest
 
-from tests.helpers.flydsl_fixture import LLVM_HASH_A, LLVM_HASH_B, LLVM_PATCH, FixtureRepo, counts
+from tests.helpers.flydsl_fixture import (
+    LLVM_HASH_A,
+    LLVM_HASH_B,
+    LLVM_PATCH,
+    LLVM_PATCHES,
+    NEXT_PATCHES,
+    FixtureRepo,
+    counts,
+)
 from tests.helpers.workspace import Workspace
 
 LLVM_HASH_C = "3333333333333333333333333333333333333333"
@@ -132,6 +140,31 @@ def test_the_patch_and_the_profile_are_in_the_mlir_key(tmp_path: "os.PathLike[st
     other = host(tmp_path, own_repo, "b", cache)
     assert "cache: fetching MLIR" in ok(other, FLYDSL_PIN=p5, FLYDSL_REQUIRE=require, LLVM_BUILD_PROFILE="amd-minimal")
     assert counts(other.counter, "llvm") == []
+
+
+def test_every_patch_in_the_patches_folder_is_in_the_mlir_key(tmp_path: "os.PathLike[str]",
+                                                              own_repo: FixtureRepo) -> None:
+    """Upstream after the snapshot ("next"): build_llvm.sh applies every patch in thirdparty/llvm-patches/.  A
+    patch edited or added there is another MLIR (built again, another cache entry); the same patches again are
+    found.  Before, the folder was read as a missing file, so P1's MLIR was reused for P2 and P3."""
+    cache = os.path.join(str(tmp_path), "cache")
+    first, second = sorted(NEXT_PATCHES)
+    p1 = own_repo.commit("p1", "0.3.3", layout="next")
+    p2 = own_repo.commit("p2", "0.3.3", layout="next", files={second: "--- a/mlir/x\n+++ b/mlir/x\n@@ v2 @@\n"})
+    added = {second: "--- a/mlir/x\n+++ b/mlir/x\n@@ v2 @@\n", f"{LLVM_PATCHES}/0003-added.patch": "--- c\n"}
+    p3 = own_repo.commit("p3", "0.3.3", layout="next", files=added)
+    p4 = own_repo.commit("p4", "0.3.3", layout="next", files={**added, "kernels/k4.py": ""})
+    require = "flydsl,kernels.moe.moe_gemm_2stage"
+    ws = host(tmp_path, own_repo, "a", cache)
+    log = ok(ws, FLYDSL_PIN=p1, FLYDSL_REQUIRE=require)
+    assert f"{first} " in log and f"{second} " in log, log
+    for pin, builds in ((p2, 2), (p3, 3), (p4, 3)):
+        ok(ws, FLYDSL_PIN=pin, FLYDSL_REQUIRE=require)
+        assert counts(ws.counter, "llvm") == [LLVM_HASH_A] * builds, pin
+    keys = [m["fields"] for m in mlir_manifests(cache)]
+    assert len(keys) == 3 and len({json.dumps(k, sort_keys=True) for k in keys}) == 3
+    files = [sorted(k["files"]) for k in keys if isinstance(k, dict)]  # type: ignore[index]
+    assert sorted(files) == [sorted(NEXT_PATCHES)] * 2 + [sorted([*NEXT_PATCHES, f"{LLVM_PATCHES}/0003-added.patch"])]
 
 
 def test_llvm_ref_is_the_commit_and_the_install_location_is_the_tools(tmp_path: "os.PathLike[str]",

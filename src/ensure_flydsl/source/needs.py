@@ -295,11 +295,14 @@ def read_blob_bytes(path: str, commit: str, wanted: List[str]) -> Dict[str, byte
 
 
 def commit_llvm_inputs(path: str, commit: str, environ: Mapping[str, str]) -> LlvmInputs:
-    """The LLVM inputs of ``commit`` in the local repository at ``path``, read from git objects."""
+    """The LLVM inputs of ``commit`` in the local repository at ``path``, read from git objects (a path the
+    script names that is a folder there, as every file under it)."""
     found: Dict[str, Optional[bytes]] = dict(read_blob_bytes(path, commit, wanted_files(None)))
     script = found.get(LLVM_SCRIPT)
-    extra = wanted_files(script)[len(wanted_files(None)):]
-    found.update(read_blob_bytes(path, commit, extra))
+    named = wanted_files(script)[len(wanted_files(None)):]
+    if named:
+        listed = read_git(path, "ls-tree", "-r", "-z", "--name-only", commit, "--", *named)
+        found.update(read_blob_bytes(path, commit, [p.decode(errors="replace") for p in listed.split(b"\0") if p]))
     return read_llvm_inputs(found, environ)
 
 
