@@ -17,9 +17,10 @@ What ``scripts/build_llvm.sh`` builds is decided by
   ``LLVM_TARGETS_TO_BUILD``, ``LLVM_ENABLE_RUNTIMES`` ... at v0.3.2.dev838).  Left out of the key, by name:
 
   - ``LLVM_REF`` / ``LLVM_COMMIT``: they are the commit (above), which is keyed;
-  - ``LLVM_INSTALL_DIR`` and ``LLVM_PACKAGE_INSTALL``: the tool sets them for the build (the install goes
-    where the tool reads it, ``BASE/llvm-project/mlir_install``, and is always made), so the build sees the
-    same value on every run and every host; keying the host's path would only keep hosts from sharing;
+  - ``LLVM_INSTALL_DIR``, ``LLVM_PACKAGE_INSTALL`` and ``PYTHON_EXECUTABLE``: the tool sets them for the
+    build (the install goes where the tool reads it, ``BASE/llvm-project/mlir_install``, and is always made;
+    the Python is the target interpreter, whose ABI is keyed), so the build sees the same value on every run
+    and every host; keying the host's path would only keep hosts from sharing;
   - ``LLVM_INSTALL_TGZ`` and ``LLVM_REMOTE``: where a by-product tarball goes and where llvm-project is
     fetched from.  Neither changes what is built: the commit hash names the same source on every remote (a
     ref that is not a hash makes the commit unknown, and then nothing is reused at all).
@@ -45,7 +46,8 @@ LLVM_HASH_FILE = "thirdparty/llvm-hash.txt"
 LLVM_INFO_FILE = "thirdparty/llvm-build-info.json"
 COMMIT_FILES = (LLVM_HASH_FILE, LLVM_INFO_FILE)
 COMMIT_VARIABLES = ("LLVM_REF", "LLVM_COMMIT")  # the scripts' precedence: ${LLVM_REF:-${LLVM_COMMIT:-...}}
-TOOL_SET = ("LLVM_INSTALL_DIR", "LLVM_PACKAGE_INSTALL")  # the tool sets them for the build (environment.py)
+# The tool sets these for the build (toolchain/environment.py): the same on every run, so not keyed.
+TOOL_SET = ("LLVM_INSTALL_DIR", "LLVM_PACKAGE_INSTALL", "PYTHON_EXECUTABLE")
 WHERE_ONLY = ("LLVM_INSTALL_TGZ", "LLVM_REMOTE")  # where things go or come from, not what is built
 NOT_KEYED = COMMIT_VARIABLES + TOOL_SET + WHERE_ONLY
 
