@@ -5,8 +5,11 @@
 
 For each ref, from the repository's git objects (no checkout), with the tool's own readers:
 
-* the LLVM commit and the file it is read from, and the other MLIR inputs (patches build_llvm.sh names, the
-  variables it lets the caller override beyond those every tag has): ``source/llvm_inputs.py``;
+* the LLVM commit and the file it is read from, and the other MLIR inputs (patches build_llvm.sh names, every
+  file of a folder it names, the variables it lets the caller override beyond those every tag has and those
+  the tool sets): ``source/llvm_inputs.py``;
+* the knobs of the scripts the tool sets for the build (``PYTHON_EXECUTABLE``, ``FLY_BUILD_DIR``: which of
+  build_llvm.sh and build.sh read them) and the nanobind the build is held to (``source/nanobind.py``);
 * the submodules (``.gitmodules``);
 * where the default required modules (``FLYDSL_REQUIRE=flydsl,kernels.moe_gemm_2stage``) are;
 * what the requirements preflight says (``doctor/requirements.py: assess`` with ``--python``, default this
@@ -36,13 +39,22 @@ from packaging.version import InvalidVersion, Version
 
 from ensure_flydsl.doctor.requirements import absent_reason, advised_require, assess
 from ensure_flydsl.settings import DEFAULT_REQUIRE
-from ensure_flydsl.source.llvm_inputs import LlvmInputs
-from ensure_flydsl.source.needs import commit_llvm_inputs, needs_from_files, read_commit, resolve_in
+from ensure_flydsl.source.llvm_inputs import TOOL_SET, LlvmInputs, code_lines
+from ensure_flydsl.source.needs import (
+    BuildNeeds,
+    commit_llvm_inputs,
+    needs_from_files,
+    read_blobs,
+    read_commit,
+    resolve_in,
+)
 from ensure_flydsl.source.requirements import Sources, absent_modules, read_commit_sources, source_file
 from ensure_flydsl.wheels.release import check_provenance, tag_version
 
 BASE_VARIABLES = ("LLVM_INSTALL_DIR", "LLVM_INSTALL_TGZ", "LLVM_PACKAGE_INSTALL", "LLVM_REF", "LLVM_COMMIT",
                   "LLVM_REMOTE", "LLVM_TARGETS_TO_BUILD")
+TOOL_KNOBS = ("PYTHON_EXECUTABLE", "FLY_BUILD_DIR")  # toolchain/environment.py sets them for the build
+SCRIPTS = ("scripts/build_llvm.sh", "scripts/build.sh")
 
 
 def git(repo: str, *args: str) -> str:
@@ -88,13 +100,23 @@ def llvm_said(inputs: LlvmInputs) -> str:
 
 def other_inputs(inputs: LlvmInputs) -> str:
     parts = [f"{path} {digest[:12] if digest else '(absent)'}" for path, digest in inputs.files]
-    extra = [v for v in inputs.variables if v not in BASE_VARIABLES]
+    extra = [v for v in inputs.variables if v not in BASE_VARIABLES and v not in TOOL_SET]
     if extra:
         parts.append("overridable: " + ", ".join(extra))
     missing = [v for v in BASE_VARIABLES if v not in inputs.variables]
     if missing:
         parts.append("not overridable: " + ", ".join(missing))
     return "; ".join(parts) or "build_llvm.sh only"
+
+
+def knobs(repo: str, commit: str, needs: BuildNeeds) -> str:
+    """Which script reads each knob the tool sets, and the nanobind the build is held to."""
+    texts = {path: code_lines(text) for path, text in read_blobs(repo, commit, list(SCRIPTS)).items()}
+    parts = [f"nanobind {needs.nanobind_spec}"]
+    for knob in TOOL_KNOBS:
+        where = [os.path.basename(p) for p in SCRIPTS if re.search(rf"\b{knob}\b", texts.get(p, ""))]
+        parts.append(f"{knob}: {', '.join(where) or 'neither script'}")
+    return "; ".join(parts)
 
 
 def preflight(sources: Sources, python: str, ref: str, require: Sequence[str] = DEFAULT_REQUIRE) -> str:
@@ -193,6 +215,7 @@ def main() -> int:
             release = tag_version(ref)
             row = {
                 "ref": ref, "commit": commit[:12], "llvm": llvm_said(inputs), "inputs": other_inputs(inputs),
+                "build knobs": knobs(repo, commit, needs),
                 "submodules": ", ".join(p for p, _ in needs.submodules) or "none",
                 "modules": where_modules(sources, DEFAULT_REQUIRE),
                 "preflight": preflight(sources, args.python, ref),
@@ -219,8 +242,8 @@ def cell(text: str) -> str:
 
 
 def print_markdown(rows: List[Dict[str, str]]) -> None:
-    columns = ["ref", "commit", "llvm", "inputs", "submodules", "modules", "preflight", "doctor requirements",
-               "doctor mlir", "wheel"]
+    columns = ["ref", "commit", "llvm", "inputs", "build knobs", "submodules", "modules", "preflight",
+               "doctor requirements", "doctor mlir", "wheel"]
     print("| " + " | ".join(columns) + " |")
     print("|" + "---|" * len(columns))
     for row in rows:

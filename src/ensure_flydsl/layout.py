@@ -23,6 +23,8 @@
           stamps/<step>.json               steps finished, keyed by their inputs (tree.json: the whole tree)
           stamps/<step>.started.json       the inputs of a step that began (its outputs are for them)
           tools/                           private build tools, shims, the ROCm overlay
+            bin/, pylib/                   python3/pip shims for the target; where the build's pip installs go
+            pip-constraints.txt            what every pip install of the build is held to (nanobind<3)
             provided/                      the build tools installed from the package index
               tools.json                   which tools, at which versions
             rocm-overlay/                  a copy of ROCm's lib/ with hip's CMake files fixed
@@ -82,6 +84,12 @@ def wheel_download_dir(root: str) -> str:
 def tools_dir(root: str) -> str:
     """Private build tools, shims and the ROCm overlay (never on the system's paths)."""
     return os.path.join(root, STATE_DIR, "tools")
+
+
+def pip_constraints(tools: str) -> str:
+    """The pip constraints every ``pip install`` of a build step is held to, under a tools folder
+    (``toolchain/environment.py``: nanobind below 3, or what the pin says)."""
+    return os.path.join(tools, "pip-constraints.txt")
 
 
 def provided_dir(tools: str) -> str:

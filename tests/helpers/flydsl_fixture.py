@@ -4,7 +4,8 @@ The repository has what ensure-flydsl relies on: ``python/flydsl/__init__.py`` w
 ``__version__``; ``kernels/moe_gemm_2stage.py`` importing ``flydsl._mlir``, which only the build makes;
 ``thirdparty/llvm-hash.txt``; and ``scripts/build_llvm.sh`` / ``scripts/build.sh`` that behave like
 FlyDSL's: build_llvm.sh installs into ``../llvm-project/mlir_install`` and build.sh auto-detects it (or
-takes MLIR_PATH), calls ``python3`` from PATH, and stages ``build-fly/python_packages/flydsl``.  The
+takes MLIR_PATH), calls ``python3`` from PATH, and stages ``build-fly/python_packages/flydsl`` (or
+``$FLY_BUILD_DIR/python_packages/flydsl``).  The
 generated ``_mlir`` refuses to import under another interpreter, as a compiled extension would.  build.sh
 refuses an MLIR built from another LLVM commit than the checkout names, as FlyDSL's compile would fail.
 ``FixtureRepo.commit(layout=...)`` makes upstream's later shapes instead (LAYOUTS, below).
@@ -17,8 +18,9 @@ Knobs (environment variables read by the scripts):
   FIXTURE_BUILD_NO_MLIR  stage flydsl but never write _mlir (a build that "succeeds" unusably)
   FIXTURE_LLVM_CLONE    a URL build_llvm.sh clones with git (into ../llvm-project/src), as FlyDSL's fetches
                         llvm-project, and whose last commit's subject it prints
-  FIXTURE_PIP_INSTALL   arguments for a `pip install` in build_llvm.sh, as FlyDSL's runs one; it must
-                        then be able to import fixture_tool
+  FIXTURE_PIP_INSTALL   arguments for a `pip install` in build_llvm.sh, as FlyDSL's runs one (`pip` from PATH;
+                        `"$PYTHON_EXECUTABLE" -m pip` in the "next" layout); it must then be able to import
+                        fixture_tool (make_tool_wheel)
   FIXTURE_CMAKE         build.sh configures and builds the checkout's top-level CMakeLists.txt with the real
                         cmake into build-fly, as FlyDSL's does (tests/build_fixtures.py writes one that
                         does find_package(hip REQUIRED CONFIG), runs patchelf, ... on request)
@@ -82,8 +84,7 @@ fi
 
 # The v0.3.2.dev838 shape: v0.3.1's, a patch applied to LLVM and a build profile (`-` without `:` for the
 # runtimes, as upstream has it).
-BUILD_LLVM_INPUTS_V032 = BUILD_LLVM_INPUTS_V031 + r"""LLVM_PATCH="${REPO_ROOT}/thirdparty/llvm-rocdl-lld-argv0.patch"
-LLVM_BUILD_PROFILE="${LLVM_BUILD_PROFILE:-full}"
+BUILD_LLVM_PROFILE = r"""LLVM_BUILD_PROFILE="${LLVM_BUILD_PROFILE:-full}"
 case "${LLVM_BUILD_PROFILE}" in
   full)
     LLVM_TARGETS_TO_BUILD="${LLVM_TARGETS_TO_BUILD:-X86;NVPTX;AMDGPU}"
@@ -99,10 +100,21 @@ case "${LLVM_BUILD_PROFILE}" in
     ;;
 esac
 echo "LLVM Profile:   $LLVM_BUILD_PROFILE"
-echo "LLVM Patch:     $(sha256sum "$LLVM_PATCH" | cut -c1-12)"
 """
+BUILD_LLVM_INPUTS_V032 = (BUILD_LLVM_INPUTS_V031 + 'LLVM_PATCH="${REPO_ROOT}/thirdparty/llvm-rocdl-lld-argv0.patch"\n'
+                          + BUILD_LLVM_PROFILE + 'echo "LLVM Patch:     $(sha256sum "$LLVM_PATCH" | cut -c1-12)"\n')
 
-BUILD_LLVM_BODY = r"""LLVM_SLEEP="$FIXTURE_LLVM_SLEEP"
+# Upstream after the snapshot ("next"): the Python is PYTHON_EXECUTABLE's (python3 from PATH by default) and
+# every patch in thirdparty/llvm-patches/ is applied.
+BUILD_LLVM_INPUTS_NEXT = (BUILD_LLVM_INPUTS_V031.replace("$(python3 -c", '$("$PYTHON_EXECUTABLE" -c').replace(
+    'LLVM_BUILD_INFO="', 'PYTHON_EXECUTABLE="${PYTHON_EXECUTABLE:-python3}"\nLLVM_BUILD_INFO="')
+    + 'LLVM_PATCH_DIR="${REPO_ROOT}/thirdparty/llvm-patches"\n' + BUILD_LLVM_PROFILE
+    + r"""for patch in "${LLVM_PATCH_DIR}"/*.patch; do
+  echo "LLVM Patch:     $(basename "$patch") $(sha256sum "$patch" | cut -c1-12)"
+done
+""")
+
+BUILD_LLVM_START = r"""LLVM_SLEEP="$FIXTURE_LLVM_SLEEP"
 [ -n "$LLVM_SLEEP" ] || LLVM_SLEEP=0
 PARALLEL_JOBS=1
 for arg in "$@"; do
@@ -125,7 +137,8 @@ if [ -n "$FIXTURE_LLVM_CLONE" ]; then
   git clone -q "$FIXTURE_LLVM_CLONE" "$LLVM_SRC_DIR/src"
   echo "LLVM source from $FIXTURE_LLVM_CLONE: $(git -C "$LLVM_SRC_DIR/src" log -1 --format=%s)"
 fi
-# FlyDSL's script runs an unguarded pip install here; show which pip and python3 PATH gives us.
+"""
+BUILD_LLVM_PIP = r"""# FlyDSL's script runs an unguarded pip install here; show which pip and python3 PATH gives us.
 echo "pip is $(command -v pip)"
 echo "python3 is $(command -v python3)"
 if [ -n "$FIXTURE_PIP_INSTALL" ]; then
@@ -133,7 +146,17 @@ if [ -n "$FIXTURE_PIP_INSTALL" ]; then
   pip install $FIXTURE_PIP_INSTALL
   python3 -c "import fixture_tool; print('fixture_tool from', fixture_tool.__file__)"
 fi
-for i in 1 2 3 4; do
+"""
+BUILD_LLVM_PIP_NEXT = r"""# Upstream's newer script installs LLVM's Python dependencies with PYTHON_EXECUTABLE's pip.
+echo "PYTHON_EXECUTABLE is $PYTHON_EXECUTABLE"
+echo "LLVM python is $("$PYTHON_EXECUTABLE" -c 'import sys; print(sys.executable)')"
+if [ -n "$FIXTURE_PIP_INSTALL" ]; then
+  # shellcheck disable=SC2086
+  "$PYTHON_EXECUTABLE" -m pip install $FIXTURE_PIP_INSTALL
+  "$PYTHON_EXECUTABLE" -c "import fixture_tool; print('fixture_tool from', fixture_tool.__file__)"
+fi
+"""
+BUILD_LLVM_END = r"""for i in 1 2 3 4; do
   echo "[$i/4] Building CXX object lib/Fake/part$i.cpp.o"
   sleep "$LLVM_SLEEP"
 done
@@ -147,10 +170,16 @@ echo "${LLVM_BUILD_PROFILE}" > "$LLVM_INSTALL_DIR/llvm-profile.txt"
 python3 -c 'import sys; print(sys.implementation.cache_tag)' > "$LLVM_INSTALL_DIR/python-tag.txt"
 echo "LLVM/MLIR build completed successfully!"
 """
+BUILD_LLVM_BODY = BUILD_LLVM_START + BUILD_LLVM_PIP + BUILD_LLVM_END
+_TAG_LINE = "python3 -c 'import sys; print(sys.implementation.cache_tag)' > "
+assert _TAG_LINE in BUILD_LLVM_END
+BUILD_LLVM_BODY_NEXT = (BUILD_LLVM_START + BUILD_LLVM_PIP_NEXT
+                        + BUILD_LLVM_END.replace(_TAG_LINE, '"$PYTHON_EXECUTABLE"' + _TAG_LINE[len("python3"):]))
 
 BUILD_LLVM_SH = BUILD_LLVM_HEAD + BUILD_LLVM_INPUTS + BUILD_LLVM_BODY
 BUILD_LLVM_SH_V031 = BUILD_LLVM_HEAD + BUILD_LLVM_INPUTS_V031 + BUILD_LLVM_BODY
 BUILD_LLVM_SH_V032 = BUILD_LLVM_HEAD + BUILD_LLVM_INPUTS_V032 + BUILD_LLVM_BODY
+BUILD_LLVM_SH_NEXT = BUILD_LLVM_HEAD + BUILD_LLVM_INPUTS_NEXT + BUILD_LLVM_BODY_NEXT
 
 BUILD_SH = r"""#!/bin/bash
 # Test fixture standing in for FlyDSL's build.sh (same layout and MLIR discovery; no C++).
@@ -159,6 +188,10 @@ SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO_ROOT="$(cd "${SCRIPT_DIR}/.." && pwd)"
 BASE_DIR="$(cd "${REPO_ROOT}/.." && pwd)"
 BUILD_DIR="${FLY_BUILD_DIR:-${REPO_ROOT}/build-fly}"
+if [[ "${BUILD_DIR}" != /* ]]; then
+  BUILD_DIR="${REPO_ROOT}/${BUILD_DIR}"
+fi
+echo "BUILD_DIR: $BUILD_DIR"
 PARALLEL_JOBS=1
 for arg in "$@"; do
   if [[ "$arg" =~ ^-j([0-9]+)$ ]]; then PARALLEL_JOBS="${BASH_REMATCH[1]}"; fi
@@ -242,6 +275,13 @@ if [ -n "${FIXTURE_BUILD_HOOK:-}" ]; then
 fi
 echo "Build complete!"
 """
+_BUILD_TAG = "TAG=\"$(python3 -c 'import sys; print(sys.implementation.cache_tag)')\""
+assert _BUILD_TAG in BUILD_SH
+# "next": build.sh builds for the interpreter PYTHON_EXECUTABLE names (python3 from PATH by default).
+_BUILD_PYTHON = ('PYTHON_EXECUTABLE="${PYTHON_EXECUTABLE:-python3}"\n'
+                 'echo "build python is $("$PYTHON_EXECUTABLE" -c \'import sys; print(sys.executable)\')"\n')
+BUILD_SH_NEXT = BUILD_SH.replace('echo "BUILD_DIR: $BUILD_DIR"\n', 'echo "BUILD_DIR: $BUILD_DIR"\n' + _BUILD_PYTHON
+                                 ).replace(_BUILD_TAG, _BUILD_TAG.replace("$(python3", '$("$PYTHON_EXECUTABLE"'))
 
 FLYDSL_INIT = '''"""Fixture stand-in for FlyDSL."""
 __version__ = "{version}"
@@ -270,6 +310,9 @@ def write(path: str, text: str, mode: int = 0o644) -> None:
 
 LLVM_PATCH = "thirdparty/llvm-rocdl-lld-argv0.patch"
 PATCH_TEXT = "--- a/lld/tools/lld/lld.cpp\n+++ b/lld/tools/lld/lld.cpp\n@@ fixture @@\n-argv0\n+argv[0]\n"
+LLVM_PATCHES = "thirdparty/llvm-patches"  # "next": build_llvm.sh applies every patch in this folder
+NEXT_PATCHES = {f"{LLVM_PATCHES}/0001-rocdl-lld-argv0.patch": PATCH_TEXT,
+                f"{LLVM_PATCHES}/0002-fixture-mlir-python.patch": "--- a/mlir/x\n+++ b/mlir/x\n@@ fixture @@\n"}
 
 # Upstream's shapes (tags of ROCm/FlyDSL); the default is v0.2.2's, which every other test relies on.
 #   v0.2.2  thirdparty/llvm-hash.txt, kernels/moe_gemm_2stage.py (flat kernels)
@@ -278,9 +321,14 @@ PATCH_TEXT = "--- a/lld/tools/lld/lld.cpp\n+++ b/lld/tools/lld/lld.cpp\n@@ fixtu
 #   v0.3.1  thirdparty/llvm-build-info.json ({"upstream": {"llvm_hash": ...}}, read by BUILD_LLVM_SH_V031 with
 #           upstream's ${LLVM_REF:-${LLVM_COMMIT:-...}}); no moe_gemm_2stage at all
 #   v0.3.2  v0.3.0's kernels, llvm-build-info.json, an LLVM patch and LLVM_BUILD_PROFILE (BUILD_LLVM_SH_V032)
-LAYOUTS = ("v0.2.2", "v0.2.3", "v0.3.0", "v0.3.1", "v0.3.2")
+#   next    upstream after the snapshot the real-repository tests use (2026-08-22; no tag of it here): v0.3.2's,
+#           with the patches in a folder (thirdparty/llvm-patches/, NEXT_PATCHES), and both scripts building for
+#           the interpreter PYTHON_EXECUTABLE names (python3 from PATH by default); build_llvm.sh's pip install
+#           is "$PYTHON_EXECUTABLE" -m pip install (BUILD_LLVM_SH_NEXT, BUILD_SH_NEXT).  Every layout's
+#           build.sh builds into FLY_BUILD_DIR when it is set, as FlyDSL's has since v0.1.
+LAYOUTS = ("v0.2.2", "v0.2.3", "v0.3.0", "v0.3.1", "v0.3.2", "next")
 _LAYOUT_PATHS = ("kernels/moe_gemm_2stage.py", "kernels/moe", "kernels/norm", "thirdparty/llvm-hash.txt",
-                 "thirdparty/llvm-build-info.json", LLVM_PATCH)
+                 "thirdparty/llvm-build-info.json", LLVM_PATCH, LLVM_PATCHES)
 
 
 def build_info(llvm_hash: str) -> str:
@@ -307,17 +355,21 @@ def write_tree(repo: str, version: str, llvm_hash: str, layout: str = "v0.2.2") 
         write(os.path.join(repo, "kernels", "norm", "rmsnorm_kernel.py"), KERNEL)
     if layout == "v0.2.3":
         write(os.path.join(repo, "kernels", "moe", "moe_gemm_2stage.py"), KERNEL)
-    elif layout in ("v0.3.0", "v0.3.2"):
+    elif layout in ("v0.3.0", "v0.3.2", "next"):
         write(os.path.join(repo, "kernels", "moe", "moe_gemm_2stage", "__init__.py"), KERNEL)
-    if layout in ("v0.3.1", "v0.3.2"):
+    if layout in ("v0.3.1", "v0.3.2", "next"):
         write(os.path.join(repo, "thirdparty", "llvm-build-info.json"), build_info(llvm_hash))
     else:
         write(os.path.join(repo, "thirdparty", "llvm-hash.txt"), llvm_hash + "\n")
     if layout == "v0.3.2":
         write(os.path.join(repo, LLVM_PATCH), PATCH_TEXT)
-    script = {"v0.3.1": BUILD_LLVM_SH_V031, "v0.3.2": BUILD_LLVM_SH_V032}.get(layout, BUILD_LLVM_SH)
+    if layout == "next":
+        for rel, text in NEXT_PATCHES.items():
+            write(os.path.join(repo, rel), text)
+    script = {"v0.3.1": BUILD_LLVM_SH_V031, "v0.3.2": BUILD_LLVM_SH_V032, "next": BUILD_LLVM_SH_NEXT}.get(
+        layout, BUILD_LLVM_SH)
     write(os.path.join(repo, "scripts", "build_llvm.sh"), script, 0o755)
-    write(os.path.join(repo, "scripts", "build.sh"), BUILD_SH, 0o755)
+    write(os.path.join(repo, "scripts", "build.sh"), BUILD_SH_NEXT if layout == "next" else BUILD_SH, 0o755)
     write(os.path.join(repo, ".gitignore"), "build-fly/\n__pycache__/\n")
 
 
@@ -404,21 +456,23 @@ def make_split_trees(folder: str, version: str = "0.2.5") -> str:
     return f"{a}:{b}"
 
 
-def make_tool_wheel(folder: str) -> str:
-    """A tiny wheel (fixture_tool 1.0), written by hand so no build backend or network is needed, for the
-    build's `pip install`; returns the folder holding it."""
+def make_tool_wheel(folder: str, name: str = "fixture-tool", version: str = "1.0") -> str:
+    """A tiny wheel (fixture_tool 1.0; or ``name`` at ``version``, one module of that name), written by hand so
+    no build backend or network is needed, for the build's `pip install`; returns the folder holding it."""
     import zipfile
 
     wheels = os.path.join(folder, "wheels")
     os.makedirs(wheels, exist_ok=True)
-    info = "fixture_tool-1.0.dist-info"
+    module = name.replace("-", "_")
+    info = f"{module}-{version}.dist-info"
     files = {
-        "fixture_tool.py": "VALUE = 42\n",
-        f"{info}/METADATA": "Metadata-Version: 2.1\nName: fixture-tool\nVersion: 1.0\n",
+        # cmake_dir: what nanobind has and ensure-flydsl asks of a nanobind the interpreter imports
+        f"{module}.py": f"VALUE = 42\n__version__ = {version!r}\n\n\ndef cmake_dir():\n    return __file__\n",
+        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
         f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
     }
-    record = "".join(f"{name},,\n" for name in files) + f"{info}/RECORD,,\n"
-    with zipfile.ZipFile(os.path.join(wheels, "fixture_tool-1.0-py3-none-any.whl"), "w") as whl:
+    record = "".join(f"{path},,\n" for path in files) + f"{info}/RECORD,,\n"
+    with zipfile.ZipFile(os.path.join(wheels, f"{module}-{version}-py3-none-any.whl"), "w") as whl:
         for name, text in files.items():
             whl.writestr(name, text)
         whl.writestr(f"{info}/RECORD", record)

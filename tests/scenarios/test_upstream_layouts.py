@@ -14,8 +14,17 @@ from typing import Dict, List
 
 import pytest
 
-from tests.helpers.flydsl_fixture import LLVM_HASH_A, LLVM_HASH_B, LLVM_PATCH, FixtureRepo, counts
-from tests.helpers.workspace import Workspace
+from tests.helpers.flydsl_fixture import (
+    LLVM_HASH_A,
+    LLVM_HASH_B,
+    LLVM_PATCH,
+    LLVM_PATCHES,
+    NEXT_PATCHES,
+    FixtureRepo,
+    counts,
+    make_tool_wheel,
+)
+from tests.helpers.workspace import Workspace, other_python
 
 LLVM_HASH_C = "3333333333333333333333333333333333333333"
 
@@ -134,6 +143,31 @@ def test_the_patch_and_the_profile_are_in_the_mlir_key(tmp_path: "os.PathLike[st
     assert counts(other.counter, "llvm") == []
 
 
+def test_every_patch_in_the_patches_folder_is_in_the_mlir_key(tmp_path: "os.PathLike[str]",
+                                                              own_repo: FixtureRepo) -> None:
+    """Upstream after the snapshot ("next"): build_llvm.sh applies every patch in thirdparty/llvm-patches/.  A
+    patch edited or added there is another MLIR (built again, another cache entry); the same patches again are
+    found.  Before, the folder was read as a missing file, so P1's MLIR was reused for P2 and P3."""
+    cache = os.path.join(str(tmp_path), "cache")
+    first, second = sorted(NEXT_PATCHES)
+    p1 = own_repo.commit("p1", "0.3.3", layout="next")
+    p2 = own_repo.commit("p2", "0.3.3", layout="next", files={second: "--- a/mlir/x\n+++ b/mlir/x\n@@ v2 @@\n"})
+    added = {second: "--- a/mlir/x\n+++ b/mlir/x\n@@ v2 @@\n", f"{LLVM_PATCHES}/0003-added.patch": "--- c\n"}
+    p3 = own_repo.commit("p3", "0.3.3", layout="next", files=added)
+    p4 = own_repo.commit("p4", "0.3.3", layout="next", files={**added, "kernels/k4.py": ""})
+    require = "flydsl,kernels.moe.moe_gemm_2stage"
+    ws = host(tmp_path, own_repo, "a", cache)
+    log = ok(ws, FLYDSL_PIN=p1, FLYDSL_REQUIRE=require)
+    assert f"{first} " in log and f"{second} " in log, log
+    for pin, builds in ((p2, 2), (p3, 3), (p4, 3)):
+        ok(ws, FLYDSL_PIN=pin, FLYDSL_REQUIRE=require)
+        assert counts(ws.counter, "llvm") == [LLVM_HASH_A] * builds, pin
+    keys = [m["fields"] for m in mlir_manifests(cache)]
+    assert len(keys) == 3 and len({json.dumps(k, sort_keys=True) for k in keys}) == 3
+    files = [sorted(k["files"]) for k in keys if isinstance(k, dict)]  # type: ignore[index]
+    assert sorted(files) == [sorted(NEXT_PATCHES)] * 2 + [sorted([*NEXT_PATCHES, f"{LLVM_PATCHES}/0003-added.patch"])]
+
+
 def test_llvm_ref_is_the_commit_and_the_install_location_is_the_tools(tmp_path: "os.PathLike[str]",
                                                                         own_repo: FixtureRepo) -> None:
     """LLVM_REF (a commit hash) is the commit built and keyed; a caller's LLVM_INSTALL_DIR neither moves
@@ -211,6 +245,89 @@ def test_the_doctor_reads_the_llvm_inputs_the_pin_has(tmp_path: "os.PathLike[str
     assert mlir(doctor()).startswith("[ok] MLIR for LLVM 222222222222 from thirdparty/llvm-build-info.json")
     other = mlir(doctor(LLVM_BUILD_PROFILE="amd-minimal"))
     assert other.startswith("[skipped]") and "LLVM_BUILD_PROFILE=amd-minimal" in other, other
+
+
+# -- issue 26 item 11: upstream after the snapshot ("next"): PYTHON_EXECUTABLE, its pip, FLY_BUILD_DIR ------
+
+NEXT_REQUIRE = "flydsl,kernels.moe.moe_gemm_2stage"
+
+
+def site_listing(python: str) -> List[str]:
+    """Every file and folder in the interpreter's site-packages (purelib), with each file's size."""
+    purelib = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                             stdout=subprocess.PIPE, text=True, check=True).stdout.strip()
+    found = []
+    for folder, dirs, files in os.walk(purelib):
+        dirs[:] = [d for d in dirs if d != "__pycache__"]
+        found += [os.path.relpath(os.path.join(folder, d), purelib) + "/" for d in dirs]
+        found += [f"{os.path.relpath(os.path.join(folder, f), purelib)} {os.path.getsize(os.path.join(folder, f))}"
+                  for f in files]
+    assert found, purelib
+    return sorted(found)
+
+
+def test_the_next_layouts_pip_install_goes_to_the_private_folder_not_the_target(
+        tmp_path: "os.PathLike[str]", own_repo: FixtureRepo) -> None:
+    """build_llvm.sh runs `"$PYTHON_EXECUTABLE" -m pip install ...`: it lands in the tool's private folder and
+    the target's site-packages is as it was.  Before, PYTHON_EXECUTABLE was python3 (the target) and its pip
+    installed into the target's site-packages: the `pip` shim on PATH is not asked."""
+    pin = own_repo.commit("next", "0.3.3", layout="next")
+    wheels = make_tool_wheel(str(tmp_path))
+    python = os.path.join(str(tmp_path), "target", "bin", "python")
+    subprocess.run([sys.executable, "-m", "venv", os.path.dirname(os.path.dirname(python))], check=True)
+    before = site_listing(python)
+    ws = host(tmp_path, own_repo, "a")
+    log = ok(ws, FLYDSL_PIN=pin, FLYDSL_REQUIRE=NEXT_REQUIRE, FLYDSL_PYTHON=python,
+             FIXTURE_PIP_INSTALL=f"--no-index --find-links {wheels} fixture-tool")
+    pylib = os.path.join(ws.root, ".ensure_flydsl", "tools", "pylib")
+    assert f"fixture_tool from {pylib}/fixture_tool.py" in log, log
+    assert os.path.isfile(os.path.join(pylib, "fixture_tool.py"))
+    assert site_listing(python) == before
+    assert f"PYTHON_EXECUTABLE is {python}" in log
+
+
+def test_the_build_is_for_the_target_whatever_the_callers_python_executable_says(
+        tmp_path: "os.PathLike[str]", own_repo: FixtureRepo) -> None:
+    """Both scripts of the newer layout build for PYTHON_EXECUTABLE: the tool sets it to the target, so a
+    caller's own (an image exporting it for another Python) does not pick the build's interpreter.  Before:
+    LLVM and FlyDSL were built for the caller's, and the probe refused the tree (exit 6)."""
+    other = other_python(sys.implementation.cache_tag)
+    if other is None:
+        pytest.skip("needs an interpreter of another Python version")
+    pin = own_repo.commit("next", "0.3.3", layout="next")
+    ws = host(tmp_path, own_repo, "a")
+    log = ok(ws, FLYDSL_PIN=pin, FLYDSL_REQUIRE=NEXT_REQUIRE, PYTHON_EXECUTABLE=other)
+    said = {line.split(" is ", 1)[0]: line.split(" is ", 1)[1].strip() for line in log.splitlines()
+            if line.startswith(("PYTHON_EXECUTABLE is ", "LLVM python is ", "build python is "))}
+    assert set(said) == {"PYTHON_EXECUTABLE", "LLVM python", "build python"}, log
+    assert {os.path.realpath(p) for p in said.values()} == {os.path.realpath(sys.executable)}, said
+    with open(os.path.join(ws.base, "llvm-project", "mlir_install", "python-tag.txt")) as handle:
+        assert handle.read().strip() == sys.implementation.cache_tag
+
+
+@pytest.mark.parametrize("layout", ["v0.2.2", "next"])
+def test_fly_build_dir_is_the_tools_build_folder(tmp_path: "os.PathLike[str]", own_repo: FixtureRepo,
+                                                 layout: str) -> None:
+    """Every FlyDSL's build.sh builds into FLY_BUILD_DIR when it is set (the newer sources suggest one build
+    folder per Python).  The tool sets it to the root's build-fly, one interpreter's (the build stamp names it),
+    takes the package from there and exports it; a caller's own FLY_BUILD_DIR moves nothing.  Before, the
+    build went to the caller's folder and the tool found no package (exit 5)."""
+    pin = own_repo.commit(layout, "0.3.3", layout=layout)
+    ws = host(tmp_path, own_repo, "a")
+    elsewhere = os.path.join(str(tmp_path), "build-py-elsewhere")
+    require = NEXT_REQUIRE if layout == "next" else "flydsl,kernels.moe_gemm_2stage"
+    log = ok(ws, FLYDSL_PIN=pin, FLYDSL_REQUIRE=require, FLY_BUILD_DIR=elsewhere)
+    built = [line.split(": ", 1)[1].strip() for line in log.splitlines() if line.startswith("BUILD_DIR: ")]
+    assert built == [os.path.join(ws.root, "build-fly")], log
+    packages = os.path.join(built[0], "python_packages")
+    assert not os.path.exists(elsewhere)
+    assert ws.env_twin()["pythonpath_prepend"] == [ws.root, packages]
+    with open(ws.env_file) as handle:
+        assert packages in handle.read()
+    env = {k: v for k, v in ws.env.items() if k != "PYTHONPATH"}
+    imported = subprocess.run(["bash", "-c", f'. "$1" && {sys.executable} -c "import flydsl; print(flydsl.__file__)"',
+                               "bash", ws.env_file], env=env, text=True, stdout=subprocess.PIPE, check=True)
+    assert imported.stdout.strip() == os.path.join(packages, "flydsl", "__init__.py")
 
 
 # -- a required module the pin does not have ---------------------------------------------------------------

@@ -23,7 +23,7 @@ from ensure_flydsl.source.llvm_inputs import (
     read_llvm_inputs,
 )
 from ensure_flydsl.source.needs import commit_llvm_inputs
-from tests.helpers.flydsl_fixture import LLVM_HASH_A, LLVM_HASH_B, FixtureRepo
+from tests.helpers.flydsl_fixture import LLVM_HASH_A, LLVM_HASH_B, LLVM_PATCHES, NEXT_PATCHES, FixtureRepo
 
 HASH_SCRIPT = """
 LLVM_INSTALL_DIR="${LLVM_INSTALL_DIR:-$SRC/mlir_install}"
@@ -158,3 +158,62 @@ def test_the_checkout_and_the_commit_read_with_git_agree(tmp_path: "os.PathLike[
     assert from_git == from_checkout
     assert from_git.commit == LLVM_HASH_B and from_git.environment == (("LLVM_BUILD_PROFILE", "amd-minimal"),)
     assert [path for path, _ in from_git.files] == ["thirdparty/llvm-rocdl-lld-argv0.patch"]
+
+
+# -- issue 26 item 11: upstream's newer sources apply every patch in a folder ---------------------------------
+
+FOLDER_SCRIPT = INFO_SCRIPT.replace('LLVM_PATCH="${REPO_ROOT}/thirdparty/llvm-fix.patch"',
+                                    'LLVM_PATCH_DIR="${REPO_ROOT}/thirdparty/llvm-patches"\n'
+                                    'for p in "${LLVM_PATCH_DIR}"/*.patch; do git apply "$p"; done')
+PATCHES = {"llvm-patches/0001-a.patch": "--- a\n+++ a\n", "llvm-patches/0002-b.patch": "--- b\n+++ b\n"}
+
+
+def test_every_file_of_a_named_folder_is_in_the_key_sorted_with_its_sha256() -> None:
+    """Before: the folder was read as a file (absent), so no patch in it was keyed."""
+    assert named_files(FOLDER_SCRIPT) == ("thirdparty/llvm-patches",)
+    inputs = read(FOLDER_SCRIPT, info=info(LLVM_HASH_A), **dict(reversed(list(PATCHES.items()))))
+    assert inputs.files == tuple((f"thirdparty/{rel}", hashlib.sha256(text.encode()).hexdigest())
+                                 for rel, text in sorted(PATCHES.items()))
+    key = inputs.key("cp")
+    assert key is not None and key["files"] == dict(inputs.files)
+
+
+@pytest.mark.parametrize("change", ["a patch edited", "a patch added", "a patch removed", "a patch in a subfolder"])
+def test_the_key_follows_each_file_of_the_patches_folder(change: str) -> None:
+    base = read(FOLDER_SCRIPT, info=info(LLVM_HASH_A), **PATCHES)
+    files: Dict[str, Union[str, bytes, None]] = dict(PATCHES)
+    if change == "a patch edited":
+        files["llvm-patches/0002-b.patch"] = "--- b\n+++ b\n@@ changed @@\n"
+    elif change == "a patch added":
+        files["llvm-patches/0003-c.patch"] = "--- c\n"
+    elif change == "a patch removed":
+        del files["llvm-patches/0001-a.patch"]
+    else:
+        files["llvm-patches/extra/0001-d.patch"] = "--- d\n"
+    assert read(FOLDER_SCRIPT, info=info(LLVM_HASH_A), **files).key("cp") != base.key("cp")
+    # The same files in another order are the same key.
+    assert read(FOLDER_SCRIPT, info=info(LLVM_HASH_A), **dict(reversed(list(PATCHES.items())))).key("cp") == \
+        base.key("cp")
+
+
+def test_a_named_folder_that_is_missing_or_empty_is_named_absent() -> None:
+    assert read(FOLDER_SCRIPT, info=info(LLVM_HASH_A)).files == (("thirdparty/llvm-patches", None),)
+    # A file whose name only starts like the folder's is not in it.
+    assert read(FOLDER_SCRIPT, info=info(LLVM_HASH_A), **{"llvm-patches-old/x.patch": "x"}).files == \
+        (("thirdparty/llvm-patches", None),)
+
+
+def test_the_checkout_and_git_read_the_patches_folder_alike(tmp_path: "os.PathLike[str]") -> None:
+    repo = FixtureRepo(os.path.join(str(tmp_path), "repo"))
+    os.makedirs(repo.path)
+    subprocess.run(["git", "init", "-q", "-b", "main", repo.path], check=True)
+    first = repo.commit("p1", "0.3.3", llvm_hash=LLVM_HASH_B, layout="next")
+    from_git = commit_llvm_inputs(repo.path, first, {})
+    assert from_git == checkout_llvm_inputs(repo.path, {})
+    assert [path for path, _ in from_git.files] == sorted(NEXT_PATCHES)
+    assert all(digest for _, digest in from_git.files)
+    added = repo.commit("p2", "0.3.3", llvm_hash=LLVM_HASH_B, layout="next",
+                        files={f"{LLVM_PATCHES}/0003-added.patch": "--- added\n"})
+    later = commit_llvm_inputs(repo.path, added, {})
+    assert later == checkout_llvm_inputs(repo.path, {}) and len(later.files) == 3
+    assert later.key("cp") != from_git.key("cp")

@@ -26,7 +26,7 @@ from ensure_flydsl.probe.interpreter import describe_interpreter
 from ensure_flydsl.probe.results import Interpreter
 from ensure_flydsl.runs.answer import roots_sharing_marker, sharing_advice
 from ensure_flydsl.settings import Settings
-from ensure_flydsl.source.needs import BuildNeeds, tool_minimums
+from ensure_flydsl.source.needs import BuildNeeds, tool_requirements
 from ensure_flydsl.source.root import classify_root, creatable_problem
 from ensure_flydsl.toolchain.environment import (
     MEMORY_PER_JOB_BYTES,
@@ -38,8 +38,9 @@ from ensure_flydsl.toolchain.environment import (
 )
 from ensure_flydsl.toolchain.rocm import check_hip
 from ensure_flydsl.toolchain.rocm_sdk import choose_rocm
-from ensure_flydsl.toolchain.tools import ToolState, machine_state, package_spec
-from ensure_flydsl.wheels.package_index import IndexAnswer, best_version, query_versions
+from ensure_flydsl.toolchain.tool_versions import newest, package_spec
+from ensure_flydsl.toolchain.tools import machine_state
+from ensure_flydsl.wheels.package_index import IndexAnswer, query_versions
 
 GIB = 1024**3
 LLVM_DISK_BYTES = 40 * GIB  # LLVM/MLIR source, build folder and install (mlir, clang, lld; three targets)
@@ -327,20 +328,19 @@ def check_tool(ctx: RunContext, name: str, needed: Sequence[str]) -> Check:
         return skipped(name, "not used by this build", stage)
     if name == "nanobind" and ctx.interpreter is None:  # asked of the interpreter: it would hang or fail again
         return skipped(name, "the interpreter does not run", stage)
-    minimum = tool_minimums(ctx.needs).get(name)
+    requirement, tools = tool_requirements(ctx.needs).get(name), tools_dir(ctx.settings.root)
     python = ctx.interpreter.executable if ctx.interpreter else ctx.settings.python
-    state: ToolState = machine_state(name, ctx.environ, python=python, minimum=minimum,
-                                     tools_dir=tools_dir(ctx.settings.root))
+    state = machine_state(name, ctx.environ, python=python, requirement=requirement, tools_dir=tools)
     if state.good:
         return passed(name, state.describe(), stage)
     status = WRONG if state.found else MISSING
-    spec = package_spec(name, minimum)
+    spec = package_spec(name, requirement)
     answer = ctx.index.answer(name)
     yourself = "install nanobind for the interpreter" if name == "nanobind" else f"put {name} on PATH"
-    if answer.answered and best_version(answer.versions, minimum=minimum):
-        return Check(name, status, f"{state.problem}; ensure-flydsl installs {spec} "
-                     f"({best_version(answer.versions, minimum=minimum)}) from the package index into "
-                     f"{tools_dir(ctx.settings.root)}/provided for the build (nothing system-wide)",
+    found = newest(name, answer.versions, requirement) if answer.answered else None
+    if found:
+        return Check(name, status, f"{state.problem}; ensure-flydsl installs {spec} ({found}) from the package "
+                     f"index into {tools}/provided for the build (nothing system-wide)",
                      f"none needed (or {yourself} yourself)", False, stage, provided=True)
     if name == "ninja" and shutil.which("make", path=ctx.environ.get("PATH")):
         return Check(name, status, f"{state.problem}, and the package index cannot provide it; the build falls "

@@ -8,16 +8,19 @@ What ``scripts/build_llvm.sh`` builds is decided by
   the script reads; or ``LLVM_REF`` / ``LLVM_COMMIT`` from the environment when the script lets the caller
   override the commit with them (``${LLVM_REF:-${LLVM_COMMIT:-...}}``) and the value is a commit hash;
 * the script itself (its sha256) and every other file under ``thirdparty/`` it names (from v0.3.2.dev838 a
-  patch applied to LLVM, ``thirdparty/llvm-rocdl-lld-argv0.patch``), by sha256;
+  patch applied to LLVM, ``thirdparty/llvm-rocdl-lld-argv0.patch``), by sha256; a path it names that is a
+  folder (upstream's newer sources apply every patch in ``thirdparty/llvm-patches/``) stands for every file
+  in it, each by its own path and sha256, so a patch changed, added or removed there is another MLIR;
 * the value of every variable the script lets the caller override (``${NAME:-default}``, ``${NAME-default}``,
   ``${NAME:=default}``, ``${NAME=default}``), read from the script rather than from a list of ours, so the
   next upstream knob is keyed too (``LLVM_BUILD_PROFILE``, ``LLVM_ENABLE_PROJECTS``,
   ``LLVM_TARGETS_TO_BUILD``, ``LLVM_ENABLE_RUNTIMES`` ... at v0.3.2.dev838).  Left out of the key, by name:
 
   - ``LLVM_REF`` / ``LLVM_COMMIT``: they are the commit (above), which is keyed;
-  - ``LLVM_INSTALL_DIR`` and ``LLVM_PACKAGE_INSTALL``: the tool sets them for the build (the install goes
-    where the tool reads it, ``BASE/llvm-project/mlir_install``, and is always made), so the build sees the
-    same value on every run and every host; keying the host's path would only keep hosts from sharing;
+  - ``LLVM_INSTALL_DIR``, ``LLVM_PACKAGE_INSTALL`` and ``PYTHON_EXECUTABLE``: the tool sets them for the
+    build (the install goes where the tool reads it, ``BASE/llvm-project/mlir_install``, and is always made;
+    the Python is the target interpreter, whose ABI is keyed), so the build sees the same value on every run
+    and every host; keying the host's path would only keep hosts from sharing;
   - ``LLVM_INSTALL_TGZ`` and ``LLVM_REMOTE``: where a by-product tarball goes and where llvm-project is
     fetched from.  Neither changes what is built: the commit hash names the same source on every remote (a
     ref that is not a hash makes the commit unknown, and then nothing is reused at all).
@@ -43,7 +46,8 @@ LLVM_HASH_FILE = "thirdparty/llvm-hash.txt"
 LLVM_INFO_FILE = "thirdparty/llvm-build-info.json"
 COMMIT_FILES = (LLVM_HASH_FILE, LLVM_INFO_FILE)
 COMMIT_VARIABLES = ("LLVM_REF", "LLVM_COMMIT")  # the scripts' precedence: ${LLVM_REF:-${LLVM_COMMIT:-...}}
-TOOL_SET = ("LLVM_INSTALL_DIR", "LLVM_PACKAGE_INSTALL")  # the tool sets them for the build (environment.py)
+# The tool sets these for the build (toolchain/environment.py): the same on every run, so not keyed.
+TOOL_SET = ("LLVM_INSTALL_DIR", "LLVM_PACKAGE_INSTALL", "PYTHON_EXECUTABLE")
 WHERE_ONLY = ("LLVM_INSTALL_TGZ", "LLVM_REMOTE")  # where things go or come from, not what is built
 NOT_KEYED = COMMIT_VARIABLES + TOOL_SET + WHERE_ONLY
 
@@ -86,7 +90,8 @@ def overridable(script: str) -> Tuple[Tuple[str, bool], ...]:
 
 
 def named_files(script: str) -> Tuple[str, ...]:
-    """The files under ``thirdparty/`` the script names, other than the commit files, in the order met."""
+    """The paths under ``thirdparty/`` the script names, other than the commit files, in the order met: files,
+    or folders (``"${REPO_ROOT}/thirdparty/llvm-patches"/*.patch`` names ``thirdparty/llvm-patches``)."""
     names: List[str] = []
     for path in _THIRDPARTY.findall(code_lines(script)):
         path = path.rstrip(".")
@@ -96,8 +101,26 @@ def named_files(script: str) -> Tuple[str, ...]:
 
 
 def wanted_files(script: Optional[Text]) -> List[str]:
-    """Every file the reader needs, the script first: read the script, then ask for the rest."""
+    """Every path the reader needs, the script first: read the script, then ask for the rest (a named path
+    that is a folder is asked for as every file in it: see :func:`read_llvm_inputs`)."""
     return [LLVM_SCRIPT, *COMMIT_FILES, *(named_files(_text(script)) if script is not None else ())]
+
+
+def named_inputs(names: Tuple[str, ...], files: Mapping[str, Optional[Text]]) -> Tuple[Tuple[str, Optional[str]], ...]:
+    """(path, sha256) of each named path: a file by itself; a folder as every file under it, sorted (its
+    files are in ``files`` by their own paths); (path, None) for one that is neither."""
+    found: Dict[str, Optional[str]] = {}
+    for name in names:
+        content = files.get(name)
+        inside = sorted(p for p, c in files.items() if c is not None and p.startswith(name + "/"))
+        if content is not None:
+            found.setdefault(name, sha256(content))
+        elif inside:
+            for path in inside:
+                found.setdefault(path, sha256(files[path] or b""))
+        else:
+            found.setdefault(name, None)
+    return tuple(found.items())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,7 +131,8 @@ class LlvmInputs:
     commit_from: str  # the file (or variable) it was read from, or the file the pin would name it in
     problem: Optional[str]  # why the commit is unknown; None when it is known
     script: Optional[str]  # sha256 of scripts/build_llvm.sh; None when the pin has none
-    files: Tuple[Tuple[str, Optional[str]], ...]  # other thirdparty files the script names: sha256 (None: absent)
+    # Other thirdparty files the script names, and every file of a folder it names: sha256 (None: absent).
+    files: Tuple[Tuple[str, Optional[str]], ...]
     environment: Tuple[Tuple[str, str], ...]  # overridable variables set for the build, as keyed
     variables: Tuple[str, ...]  # every variable the script lets the caller override
 
@@ -193,7 +217,7 @@ def _from_environment(variables: Mapping[str, bool], environ: Mapping[str, str]
 
 def read_llvm_inputs(files: Mapping[str, Optional[Text]], environ: Mapping[str, str]) -> LlvmInputs:
     """Pure: the inputs that ``files`` (path -> content, None or absent: the pin lacks it; see
-    :func:`wanted_files`) and the build's environment give."""
+    :func:`wanted_files`; a named folder's files by their own paths) and the build's environment give."""
     script_content = files.get(LLVM_SCRIPT)
     script = _text(script_content) if script_content is not None else ""
     variables = dict(overridable(script))
@@ -213,8 +237,7 @@ def read_llvm_inputs(files: Mapping[str, Optional[Text]], environ: Mapping[str, 
             commit, commit_from = literal.group(1).lower(), f"{LLVM_SCRIPT} (its default)"
         else:
             problem = f"the pin has no {commit_from}"
-    named = tuple((path, sha256(c) if (c := files.get(path)) is not None else None)
-                  for path in named_files(script))
+    named = named_inputs(named_files(script), files)
     environment = tuple(
         (name, environ[name]) for name, empty_is_set in variables.items()
         if name not in NOT_KEYED and name in environ and (environ[name] or empty_is_set)
@@ -231,13 +254,37 @@ def read_llvm_inputs(files: Mapping[str, Optional[Text]], environ: Mapping[str, 
 
 
 def read_checkout_files(top: str, wanted: List[str]) -> Dict[str, Optional[bytes]]:
+    """Each of ``wanted`` (relative to ``top``); one that is a folder as every file under it, by its own path."""
     found: Dict[str, Optional[bytes]] = {}
     for rel in wanted:
+        path = os.path.join(top, rel)
+        if os.path.isdir(path) and not os.path.islink(path):
+            found.update(_folder_files(top, rel))
+            continue
         try:
-            with open(os.path.join(top, rel), "rb") as handle:
+            with open(path, "rb") as handle:
                 found[rel] = handle.read()
         except OSError:
             found[rel] = None
+    return found
+
+
+def _folder_files(top: str, rel: str) -> Dict[str, Optional[bytes]]:
+    """Every file under the folder ``top/rel``, as git holds it: a symbolic link as the path it names."""
+    found: Dict[str, Optional[bytes]] = {}
+    for folder, dirs, names in os.walk(os.path.join(top, rel)):
+        dirs.sort()
+        for name in sorted(names):
+            path = os.path.join(folder, name)
+            key = os.path.relpath(path, top).replace(os.sep, "/")
+            try:
+                if os.path.islink(path):
+                    found[key] = os.fsencode(os.readlink(path))
+                else:
+                    with open(path, "rb") as handle:
+                        found[key] = handle.read()
+            except OSError:
+                found[key] = None
     return found
 
 

@@ -18,10 +18,10 @@ import subprocess
 from typing import Dict, Iterator, List, Mapping, Optional, Tuple
 
 from ensure_flydsl.layout import BUILD_DIR, STATE_DIR
+from ensure_flydsl.source import nanobind as nanobind_pin
 from ensure_flydsl.source.git import is_local_repo
 from ensure_flydsl.source.llvm_inputs import (
     COMMIT_FILES,
-    LLVM_HASH_FILE,
     LlvmInputs,
     checkout_llvm_inputs,
     read_llvm_inputs,
@@ -32,15 +32,15 @@ from ensure_flydsl.support.processes import CommandFailed
 MIN_CMAKE = "3.20"  # LLVM's own minimum: never ask for less
 DEFAULT_LLVM_REMOTE = "https://github.com/llvm/llvm-project.git"
 LLVM_SCRIPT = "scripts/build_llvm.sh"
-LLVM_HASH = LLVM_HASH_FILE
 GITMODULES = ".gitmodules"
 _SKIPPED_DIRS = ("thirdparty", BUILD_DIR, ".git", STATE_DIR, "node_modules")
 
 _FIND_HIP = re.compile(r"find_package\s*\(\s*hip\b([^)]*)\)", re.IGNORECASE)
 _CMAKE_MIN = re.compile(r"cmake_minimum_required\s*\(\s*VERSION\s+([0-9]+(?:\.[0-9]+)*)", re.IGNORECASE)
-_NANOBIND_MIN = re.compile(r"""["']nanobind\s*>=\s*([0-9]+(?:\.[0-9]+)*)""")
 _LLVM_REMOTE = re.compile(r"LLVM_REMOTE:-([^}\s\"']+)")
-_PIP_INSTALL = re.compile(r"^\s*pip3?\s+install\s+([^\n#]*)$", re.MULTILINE)
+# `pip install ...`, and `"$PYTHON_EXECUTABLE" -m pip install ...` (upstream's newer build_llvm.sh)
+_PIP_INSTALL = re.compile(r"^\s*(?:pip3?|\S*(?i:python)\S*\s+-m\s+pip3?)\s+install\s+([^\n#]*)$", re.MULTILINE)
+_PACKAGE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,7 +54,7 @@ class BuildNeeds:
     hip_where: str  # the first file asking for it
     patchelf: bool
     nanobind: bool
-    nanobind_minimum: Optional[str]
+    nanobind_minimum: Optional[str]  # the lower bound the pin names (None: it names none)
     cmake: bool  # the FlyDSL build itself runs CMake (a top-level CMakeLists.txt)
     cmake_minimum: str
     llvm_commit: Optional[str]
@@ -64,6 +64,8 @@ class BuildNeeds:
     llvm_pip: Tuple[str, ...]  # packages build_llvm.sh pip-installs by name
     submodules: Tuple[Tuple[str, str], ...] = ()  # (path, url) from .gitmodules: fetched for a source build
     llvm: Optional[LlvmInputs] = None  # the LLVM build's inputs (source/llvm_inputs.py); None: not read
+    # What the build holds nanobind to (source/nanobind.py): the pin's bounds, the default's where it names none.
+    nanobind_spec: str = nanobind_pin.requirement(())
 
     def summary(self) -> str:
         parts = []
@@ -72,7 +74,7 @@ class BuildNeeds:
         if self.patchelf:
             parts.append("patchelf")
         if self.nanobind:
-            parts.append("nanobind" + (f" >= {self.nanobind_minimum}" if self.nanobind_minimum else ""))
+            parts.append(f"nanobind {self.nanobind_spec}")
         if self.cmake:
             parts.append(f"cmake >= {self.cmake_minimum}")
         if self.llvm_cmake:
@@ -103,6 +105,7 @@ KNOWN_FLYDSL_NEEDS = BuildNeeds(
     llvm_pip=("nanobind", "numpy", "pybind11"),
     submodules=(("thirdparty/dlpack", "https://github.com/dmlc/dlpack.git"),
                 ("thirdparty/tvm-ffi", "https://github.com/apache/tvm-ffi.git")),
+    nanobind_spec=nanobind_pin.requirement([">=2.0"]),
 )
 
 
@@ -113,6 +116,7 @@ def is_build_file(path: str) -> bool:
         name == "CMakeLists.txt"
         or name.endswith(".cmake")
         or path in (LLVM_SCRIPT, "pyproject.toml", GITMODULES, *COMMIT_FILES)
+        or nanobind_pin.REQUIREMENTS_FILE.fullmatch(path) is not None
     )
 
 
@@ -136,7 +140,8 @@ def needs_from_files(files: Mapping[str, str], source: str, inputs: Optional[Llv
     ``inputs``: the LLVM inputs when read apart (a patch's exact bytes), else read from ``files``."""
     if inputs is None:
         inputs = read_llvm_inputs(files, environ or {})
-    cmake_files = {p: _code_lines(t) for p, t in files.items() if p.endswith((".txt", ".cmake")) and p != LLVM_HASH}
+    cmake_files = {p: _code_lines(t) for p, t in files.items()
+                   if os.path.basename(p) == "CMakeLists.txt" or p.endswith(".cmake")}
     hip = hip_optional = False
     hip_where = ""
     for path in sorted(cmake_files, key=lambda p: (p.count("/"), p)):
@@ -151,7 +156,6 @@ def needs_from_files(files: Mapping[str, str], source: str, inputs: Optional[Llv
     flydsl_text = "\n".join(cmake_files.values())
     minimums = [m for text in cmake_files.values() for m in _CMAKE_MIN.findall(text)]
     cmake_minimum = max(minimums + [MIN_CMAKE], key=_version_key)
-    nanobind_min = _NANOBIND_MIN.search(files.get("pyproject.toml", ""))
     llvm = _code_lines(files.get(LLVM_SCRIPT, ""))
     remote: Optional[str] = None
     found_remote = _LLVM_REMOTE.search(llvm)
@@ -159,12 +163,15 @@ def needs_from_files(files: Mapping[str, str], source: str, inputs: Optional[Llv
         remote = found_remote.group(1)
     elif "llvm-project.git" in llvm:
         remote = DEFAULT_LLVM_REMOTE
+    pip_words = [w.strip("\"'") for args in _PIP_INSTALL.findall(llvm) for w in args.split()]
     pip_packages: List[str] = []
-    for args in _PIP_INSTALL.findall(llvm):
-        for word in args.split():
-            if not word.startswith("-") and "$" not in word and word not in pip_packages:
-                pip_packages.append(word)
+    for word in pip_words:
+        name = _PACKAGE_NAME.match(word)
+        if name and not word.startswith("-") and "$" not in word and name.group(0) not in pip_packages:
+            pip_packages.append(name.group(0))
     nanobind = "nanobind" in flydsl_text
+    pinned = nanobind_pin.pin_specifiers(files, cmake_files, pip_words)
+    lower = [s[2:] for s in pinned if s.startswith(">=")]
     submodules = parse_gitmodules(files.get(GITMODULES, ""))
     return BuildNeeds(
         source=source,
@@ -174,7 +181,7 @@ def needs_from_files(files: Mapping[str, str], source: str, inputs: Optional[Llv
         hip_where=hip_where,
         patchelf=re.search(r"\bpatchelf\b", flydsl_text) is not None,
         nanobind=nanobind,
-        nanobind_minimum=nanobind_min.group(1) if nanobind_min and nanobind else None,
+        nanobind_minimum=lower[0] if lower and nanobind else None,
         cmake="CMakeLists.txt" in files,
         cmake_minimum=cmake_minimum,
         llvm_commit=inputs.commit,
@@ -184,6 +191,7 @@ def needs_from_files(files: Mapping[str, str], source: str, inputs: Optional[Llv
         llvm_pip=tuple(pip_packages),
         submodules=submodules,
         llvm=inputs,
+        nanobind_spec=nanobind_pin.requirement(pinned),
     )
 
 
@@ -295,11 +303,14 @@ def read_blob_bytes(path: str, commit: str, wanted: List[str]) -> Dict[str, byte
 
 
 def commit_llvm_inputs(path: str, commit: str, environ: Mapping[str, str]) -> LlvmInputs:
-    """The LLVM inputs of ``commit`` in the local repository at ``path``, read from git objects."""
+    """The LLVM inputs of ``commit`` in the local repository at ``path``, read from git objects (a path the
+    script names that is a folder there, as every file under it)."""
     found: Dict[str, Optional[bytes]] = dict(read_blob_bytes(path, commit, wanted_files(None)))
     script = found.get(LLVM_SCRIPT)
-    extra = wanted_files(script)[len(wanted_files(None)):]
-    found.update(read_blob_bytes(path, commit, extra))
+    named = wanted_files(script)[len(wanted_files(None)):]
+    if named:
+        listed = read_git(path, "ls-tree", "-r", "-z", "--name-only", commit, "--", *named)
+        found.update(read_blob_bytes(path, commit, [p.decode(errors="replace") for p in listed.split(b"\0") if p]))
     return read_llvm_inputs(found, environ)
 
 
@@ -340,8 +351,6 @@ def build_tools(needs: BuildNeeds, *, llvm: bool) -> List[str]:
     return tools
 
 
-def tool_minimums(needs: BuildNeeds) -> Dict[str, str]:
-    minimums = {"cmake": needs.cmake_minimum}
-    if needs.nanobind_minimum:
-        minimums["nanobind"] = needs.nanobind_minimum
-    return minimums
+def tool_requirements(needs: BuildNeeds) -> Dict[str, str]:
+    """What each tool of the private toolchain must satisfy (a specifier), here and when installed."""
+    return {"cmake": f">={needs.cmake_minimum}", "nanobind": needs.nanobind_spec}

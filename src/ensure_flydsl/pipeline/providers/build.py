@@ -39,7 +39,7 @@ from ensure_flydsl.pipeline.providers.fleet import end_turn, holding, take_turn
 from ensure_flydsl.pipeline.providers.tree import prepare_build_dir, verify_tree
 from ensure_flydsl.result import How
 from ensure_flydsl.source.git import Checkout
-from ensure_flydsl.source.needs import build_tools, find_needs, tool_minimums
+from ensure_flydsl.source.needs import build_tools, find_needs, tool_requirements
 from ensure_flydsl.source.ownership import recording
 from ensure_flydsl.support import faults
 from ensure_flydsl.toolchain.environment import (
@@ -48,6 +48,7 @@ from ensure_flydsl.toolchain.environment import (
     build_environment,
     file_sha256,
     finished_llvm_build,
+    flydsl_step_settings,
     is_mlir_install,
     llvm_step_settings,
     pin_llvm_inputs,
@@ -57,6 +58,7 @@ from ensure_flydsl.toolchain.environment import (
 )
 from ensure_flydsl.toolchain.rocm import HipFix, drop_stale_hip_dir, fix_hip
 from ensure_flydsl.toolchain.rocm_sdk import choose_rocm
+from ensure_flydsl.toolchain.tool_versions import package_spec
 from ensure_flydsl.toolchain.tools import ProvidedTools, provide_build_tools
 from ensure_flydsl.wheels.suggestion import release_suggestion
 
@@ -199,13 +201,16 @@ def prepare(run: Run, cache: Optional[Cache]) -> Prepared:
     hip = fix_hip(rocm.path, rocm_overlay(root),
                   in_place=settings.fix_rocm_in_place)
     run.say("fix: " + hip.message)
+    requirements = tool_requirements(needs)
     provided = provide_build_tools(
         tools_dir(root), build_tools(needs, llvm=mlir is None), run.environ,
-        python=run.interpreter.executable, say=run.say, minimums=tool_minimums(needs),
+        python=run.interpreter.executable, say=run.say, requirements=requirements,
         code=ExitCode.LLVM_BUILD if mlir is None else ExitCode.FLYDSL_BUILD,
     )
     run.say("build tools: " + provided.summary())
-    return Prepared(mlir, hip, provided, prepare_toolchain(root, run.interpreter, []), rocm.path)
+    # Every pip install of the build (build_llvm.sh's unguarded one) is held to the nanobind MLIR configures with.
+    held = [package_spec("nanobind", requirements["nanobind"])]
+    return Prepared(mlir, hip, provided, prepare_toolchain(root, run.interpreter, [], held), rocm.path)
 
 
 def update_submodules(run: Run, commit: str) -> None:
@@ -292,6 +297,7 @@ def build_flydsl(run: Run, commit: str, mlir_identity: Dict[str, object], env: D
     stamps.begin("build", key)
     run.say(f"building FlyDSL {commit[:12]} for {run.interpreter.executable} with {jobs} jobs")
     run.worked()
+    env = {**env, **flydsl_step_settings(root)}  # into build-fly, where the package is taken from
     with recording(folder, build_made_record(root)):  # clean removes only what it made
         run_script(root, "build.sh", jobs, env, run.build_line, on_start=run.build_started,
                    code=ExitCode.FLYDSL_BUILD, stage=Stage.BUILD, what="the FlyDSL build")
