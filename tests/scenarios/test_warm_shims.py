@@ -10,6 +10,7 @@ either this machine's real pyenv or a stand-in with pyenv's lookup (``libexec/py
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -131,6 +132,56 @@ def test_a_pyenv_version_switch_is_probed_and_answered_for_the_new_interpreter(w
     assert warm(again) and again["python"] == pyenv.python("B")
     back = ensure_json(ws)  # the global file's A again
     assert not warm(back) and back["python"] == pyenv.python("A")
+
+
+def test_a_python_version_file_in_the_callers_folder_selects_the_interpreter(ws: Workspace, pyenv: PyenvRoot,
+                                                                            tmp_path: "os.PathLike[str]") -> None:
+    project = os.path.join(str(tmp_path), "project")
+    inner = os.path.join(project, "src", "deep")
+    os.makedirs(inner)
+    assert ensure_json(ws, cwd=project)["python"] == pyenv.python("A")
+    write(os.path.join(project, ".python-version"), "B\n")
+    chosen = ensure_json(ws, cwd=project)
+    assert not warm(chosen) and chosen["python"] == pyenv.python("B")
+    # pyenv looks for the file from the working folder up to /: a call from a folder below finds it too.
+    below = ensure_json(ws, cwd=inner)
+    assert warm(below) and below["python"] == pyenv.python("B")
+    # A call from elsewhere gets the global version, and PYENV_DIR stands for the working folder.
+    elsewhere = ensure_json(ws, cwd=str(tmp_path))
+    assert not warm(elsewhere) and elsewhere["python"] == pyenv.python("A")
+    by_dir = ensure_json(ws, cwd=str(tmp_path), PYENV_DIR=inner)
+    assert not warm(by_dir) and by_dir["python"] == pyenv.python("B")
+
+
+def test_a_detached_start_probes_the_interpreter_of_the_callers_folder(ws: Workspace, pyenv: PyenvRoot,
+                                                                        tmp_path: "os.PathLike[str]") -> None:
+    """``start``'s worker runs where its caller does: the caller's ``.python-version`` picks for it too."""
+    project = os.path.join(str(tmp_path), "project")
+    write(os.path.join(project, ".python-version"), "B\n")
+    out = ws.run("start", cwd=project)
+    assert out.returncode == 0, out.stderr
+    waited = ws.run("wait", "--timeout", "120", "--json", cwd=project)
+    assert waited.returncode == 0, waited.stderr
+    assert ws.env_twin()["python"] == pyenv.python("B")
+    assert warm(ensure_json(ws, cwd=project))
+
+
+def test_files_in_the_callers_folder_shadow_nothing_the_probe_imports(ws: Workspace,
+                                                                     tmp_path: "os.PathLike[str]") -> None:
+    """The probe runs in the caller's folder (for the shims' sake) but takes it off sys.path first.  The tool
+    runs as its console script here: ``python -m`` would put that folder on the tool's own path."""
+    script = os.path.join(os.path.dirname(sys.executable), "ensure-flydsl")
+    if not os.path.isfile(script):
+        pytest.skip(f"no console script {script} (the tool is not installed in the test interpreter's prefix)")
+    folder = os.path.join(str(tmp_path), "caller")
+    for name in ("json.py", "importlib.py", "traceback.py", "sysconfig.py", os.path.join("flydsl", "__init__.py")):
+        write(os.path.join(folder, name), 'raise SystemExit("imported from the caller\'s folder")\n')
+    for args in (["--json"], ["--json", "--verify"]):
+        out = subprocess.run([script, *args], env=ws.env, cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, timeout=120, check=False)
+        assert out.returncode == 0, out.stderr
+        result = json.loads(out.stdout)
+        assert str(result["tree"]).startswith(ws.root) and result["python"] == sys.executable
 
 
 def test_pyenv_global_selects_the_interpreter(ws: Workspace, pyenv: PyenvRoot) -> None:

@@ -23,6 +23,7 @@ from ensure_flydsl.errors import ExitCode, Stage
 from ensure_flydsl.layout import start_lock_file
 from ensure_flydsl.pipeline.decide import preflight
 from ensure_flydsl.pipeline.publish import withdraw_stale_markers
+from ensure_flydsl.probe.interpreter import callers_folder
 from ensure_flydsl.result import result_object
 from ensure_flydsl.runs.answer import live_runs
 from ensure_flydsl.runs.records import RUNNING, RunRecord, RunStore, new_record, new_run_id
@@ -84,8 +85,10 @@ def _join_or_launch(settings: Settings, environ: Mapping[str, str], reporter: Re
     cmd = [sys.executable, "-m", "ensure_flydsl", "_worker", "--run-id", run_id, "--alive-fd", str(alive_fd),
            "--settings-json", json.dumps(settings_to_json(settings))]
     try:
+        # In the caller's folder, as the probe runs (a pyenv or asdf shim picks the interpreter from it).
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                env=dict(environ), start_new_session=True, pass_fds=(alive_fd,), cwd="/")
+                                env=dict(environ), start_new_session=True, pass_fds=(alive_fd,),
+                                cwd=callers_folder())
     finally:
         os.close(log)
         os.close(alive_fd)  # the worker holds its own copy of the locked descriptor
