@@ -199,8 +199,8 @@ def read_version_file(path: str) -> Optional[str]:
 
 def pyenv_hooks(root: str, pyenv: str, environ: Mapping[str, str]) -> List[List[object]]:
     """The hook scripts pyenv runs on the way from the shim to the interpreter (``pyenv hooks exec`` etc.),
-    each as real path, size and mtime: a hook installed, removed or edited means another look."""
-    prefix = os.path.dirname(os.path.dirname(os.path.realpath(pyenv)))  # libexec/pyenv's install prefix
+    each as path, size and mtime: a hook installed, removed or edited means another look."""
+    prefix = os.path.dirname(os.path.dirname(_links_resolved(pyenv)))  # libexec/pyenv's install prefix
     folders = [f for f in environ.get("PYENV_HOOK_PATH", "").split(":") if f]
     folders.append(os.path.join(root, "pyenv.d"))
     if prefix != root:
@@ -208,8 +208,21 @@ def pyenv_hooks(root: str, pyenv: str, environ: Mapping[str, str]) -> List[List[
     folders.extend(SYSTEM_HOOK_PATH)
     plugins = os.path.join(root, "plugins")
     folders.extend(os.path.join(plugins, name, "etc", "pyenv.d") for name in _names(plugins))
-    return [hook for command in HOOK_COMMANDS for folder in folders
+    present = [f for f in folders if os.path.isdir(f)]  # most are absent: one stat each, not three listings
+    return [hook for command in HOOK_COMMANDS for folder in present
             for hook in _hook_files(os.path.join(folder, command))]
+
+
+def _links_resolved(path: str) -> str:
+    """libexec/pyenv's abs_dirname: ``path`` with links of its last part followed (bin/pyenv is a link to
+    ../libexec/pyenv), its folders as they are written; at most 40 links, as the kernel allows."""
+    for _ in range(40):
+        try:
+            target = os.readlink(path)
+        except OSError:
+            break
+        path = os.path.normpath(os.path.join(os.path.dirname(path), target))
+    return path
 
 
 def _names(folder: str) -> Sequence[str]:
@@ -220,13 +233,15 @@ def _names(folder: str) -> Sequence[str]:
 
 
 def _hook_files(folder: str) -> List[List[object]]:
+    """The ``*.bash`` files in ``folder`` (what ``pyenv hooks`` sources), each as path, size and mtime of what
+    it is or links to."""
     hooks: List[List[object]] = []
     for name in _names(folder):
         if name.endswith(".bash"):
-            real = os.path.realpath(os.path.join(folder, name))
+            path = os.path.join(folder, name)
             try:
-                st = os.stat(real)
+                st = os.stat(path)
             except OSError:
                 continue
-            hooks.append([real, st.st_size, st.st_mtime_ns])
+            hooks.append([path, st.st_size, st.st_mtime_ns])
     return hooks
