@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 import time
-from typing import Callable, Dict, List
+from typing import Callable, Dict, List, Optional
 
 from tests.helpers.workspace import Workspace
 
@@ -47,10 +47,10 @@ def status(ws: Workspace, *args: str, **env: str) -> Dict[str, object]:
     return data
 
 
-def ensure_json(ws: Workspace, *args: str, **env: str) -> Dict[str, object]:
-    """A successful ``ensure --json``: its result, with ``_stderr`` the lines the run said (its JSON message
-    events' texts, one per line) and ``_raw`` everything it printed."""
-    out = ws.run("--json", *args, **env)
+def ensure_json(ws: Workspace, *args: str, cwd: Optional[str] = None, **env: str) -> Dict[str, object]:
+    """A successful ``ensure --json`` (in ``cwd``, default the test's): its result, with ``_stderr`` the lines
+    the run said (its JSON message events' texts, one per line) and ``_raw`` everything it printed."""
+    out = ws.run("--json", *args, cwd=cwd, **env)
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
     assert isinstance(data, dict)

@@ -80,11 +80,13 @@ class Workspace:
     def cmd(self, *args: str) -> List[str]:
         return [sys.executable, "-m", "ensure_flydsl", *args]
 
-    def run(self, *args: str, timeout: float = 120, **env: str) -> subprocess.CompletedProcess:
+    def run(self, *args: str, timeout: float = 120, cwd: Optional[str] = None,
+            **env: str) -> subprocess.CompletedProcess:
+        """The tool with ``args``, the workspace's settings and ``env``, in ``cwd`` (default: the test's)."""
         full = dict(self.env)
         full.update(env)
         return subprocess.run(self.cmd(*args), env=full, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              timeout=timeout, text=True, check=False)
+                              timeout=timeout, text=True, check=False, cwd=cwd)
 
     def popen(self, *args: str, **env: str) -> subprocess.Popen:
         full = dict(self.env)

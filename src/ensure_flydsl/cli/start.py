@@ -22,6 +22,7 @@ from ensure_flydsl.errors import EnsureError, ExitCode, Stage, disk_full_error
 from ensure_flydsl.layout import start_lock_file
 from ensure_flydsl.pipeline.decide import preflight
 from ensure_flydsl.pipeline.publish import withdraw_stale_markers
+from ensure_flydsl.probe.interpreter import callers_folder
 from ensure_flydsl.result import result_object
 from ensure_flydsl.runs.answer import live_runs
 from ensure_flydsl.runs.liveness import marker_is_answered
@@ -89,9 +90,11 @@ def _join_or_launch(settings: Settings, environ: Mapping[str, str], reporter: Re
     cmd = [*tool_command(), "_worker", "--run-id", run_id, "--alive-fd", str(alive_fd),
            "--settings-json", json.dumps(settings_to_json(settings))]
     try:
+        # In the caller's folder, as the probe runs (a pyenv or asdf shim picks the interpreter from it).
         with stop_signals_blocked():  # the worker unblocks them once its record can say how it ended
             proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                    env=dict(environ), start_new_session=True, pass_fds=(alive_fd,), cwd="/")
+                                    env=dict(environ), start_new_session=True, pass_fds=(alive_fd,),
+                                    cwd=callers_folder())
     finally:
         os.close(log)
         os.close(alive_fd)  # the worker holds its own copy of the locked descriptor

@@ -5,7 +5,13 @@ tool records a fingerprint of everything the answer depends on; a later call wit
 may answer without probing.  The fingerprint covers:
 
 - the request (every setting that changes the answer);
-- the interpreter: the file the name resolves to on PATH, its real path, size and mtime;
+- the interpreter the name lands on now (probe/shims.py): the file PATH gives for it; when that is a binary,
+  the file itself; when it is pyenv's shim, the version's ``bin/<name>`` that PYENV_VERSION, a
+  ``.python-version`` from the working folder (or PYENV_DIR) up, or pyenv's global ``version`` file
+  selects, with pyenv's hook scripts; its path (which must be the probe's ``sys.executable``: a venv is
+  its path, not the binary it links to), real path, size and mtime.  A name that lands where this cannot
+  tell without running it (any other script, a shim choice pyenv's rules do not settle, a launcher that
+  runs another interpreter) has no identity: never warm;
 - the tree: every file under the watched folders (the package folders of the imported modules, the root's
   ``build-fly/python_packages``), as relative path, size, mtime and mode; ``__pycache__`` is left out
   because the workflow's own imports write into it;
@@ -29,28 +35,30 @@ import os
 from typing import Dict, List, Mapping, Optional, Sequence
 
 from ensure_flydsl.layout import packages_dir
+from ensure_flydsl.probe.shims import landing
 from ensure_flydsl.runs.markers import without_folders
 from ensure_flydsl.support.files import read_regular
 
-FINGERPRINT_VERSION = 3
+FINGERPRINT_VERSION = 4
 PYTHON_ENV = ("PYTHONPATH", "PYTHONHOME", "PYTHONNOUSERSITE", "PYTHONPLATLIBDIR", "PYTHONSAFEPATH", "PYTHONUSERBASE")
 
 
-def interpreter_identity(python: str, path_env: Optional[str]) -> Optional[Dict[str, object]]:
-    if os.sep in python:
-        found: Optional[str] = python
-    else:
-        import shutil  # here: the warm call of an interpreter given as a path needs no shutil
-
-        found = shutil.which(python, path=path_env)
-    if not found:
+def interpreter_identity(python: str, environ: Mapping[str, str], executable: str) -> Optional[Dict[str, object]]:
+    """What the name ``python`` runs now (probe/shims.py: ``landing``): the file PATH gives, the interpreter it
+    lands on (its path, real path, size and mtime) and what a shim's choice rests on; None when that cannot
+    be told without running it, or when it is not ``executable``, the probe's ``sys.executable``: a script
+    or launcher that runs something else (a shim pyenv's rules do not settle, asdf's, mise's) is never
+    answered warm."""
+    now = landing(python, environ)
+    if now is None or os.path.abspath(now.executable) != os.path.abspath(executable):
         return None
-    real = os.path.realpath(found)
+    real = os.path.realpath(now.executable)
     try:
         st = os.stat(real)
     except OSError:
         return None
-    return {"found": os.path.abspath(found), "real": real, "size": st.st_size, "mtime": st.st_mtime_ns}
+    return {"found": now.found, "executable": now.executable, "real": real, "size": st.st_size,
+            "mtime": st.st_mtime_ns, "dispatch": now.dispatch}
 
 
 def folder_listing(folder: str) -> Optional[List[List[object]]]:
@@ -108,17 +116,19 @@ def compute(
     *,
     request: Mapping[str, object],
     python: str,
+    executable: str,
     environ: Mapping[str, str],
     watch: Sequence[str],
     site_dirs: Sequence[str],
     tree_stamp: str,
     tree_folders: Sequence[str],
 ) -> Dict[str, object]:
-    """The fingerprint: JSON data, equal to the recorded one exactly when nothing the answer depends on changed."""
+    """The fingerprint: JSON data, equal to the recorded one exactly when nothing the answer depends on changed
+    (``executable`` is the probe's ``sys.executable``, the interpreter the answer is for)."""
     return {
         "version": FINGERPRINT_VERSION,
         "request": dict(request),
-        "interpreter": interpreter_identity(python, environ.get("PATH")),
+        "interpreter": interpreter_identity(python, environ, executable),
         "environment": python_environment(environ, tree_folders),
         "tree": {folder: folder_listing(folder) for folder in watch},
         "sites": site_stats(site_dirs),

@@ -40,9 +40,10 @@ def try_warm(settings: Settings, environ: Mapping[str, str]) -> Optional[Result]
     if written is None or written.decode(errors="replace") != render_env_sh(settings.root, prepend, settings.shim_dir,
                                                                              settings.vllm_moe):
         return None
-    now = compute(request=twin.request, python=settings.python, environ=environ, watch=twin.watch,
-                  site_dirs=twin.site_dirs, tree_stamp=tree_stamp_path(settings.root), tree_folders=prepend)
-    if not same(twin.fingerprint, now):
+    now = compute(request=twin.request, python=settings.python, executable=twin.python, environ=environ,
+                  watch=twin.watch, site_dirs=twin.site_dirs, tree_stamp=tree_stamp_path(settings.root),
+                  tree_folders=prepend)
+    if now["interpreter"] is None or not same(twin.fingerprint, now):
         return None
     # An earlier run's failure never answers for this one (a sibling root's is not ours to take away).
     withdraw_failure_marker(settings.fail_marker, settings.root)

@@ -2,8 +2,9 @@
 
 FlyDSL is never imported into the tool's own process: the tool may run under another Python, and an
 import would pin whatever tree it found for the life of the process.  The probe runs with the tree's
-folders prepended to PYTHONPATH exactly as the env file will do, from a neutral working directory and
-without the script folder on sys.path, so what it sees is what the workflow will see after ``source``.
+folders prepended to PYTHONPATH exactly as the env file will do, in the caller's working folder (where a
+shim picks the interpreter) but without it on sys.path, so what it sees is what the workflow will see
+after ``source``.
 """
 
 from __future__ import annotations
@@ -103,13 +104,24 @@ def _as_bytes(data: object) -> bytes:
     return data if isinstance(data, bytes) else b""
 
 
+def callers_folder() -> Optional[str]:
+    """Where the target interpreter runs: the caller's working folder (None: inherited), since a shim
+    (pyenv's, asdf's) picks the interpreter from the files there and above, as the caller's own ``python3``
+    will (the probe scripts take that folder off ``sys.path``); / when it is gone."""
+    try:
+        os.getcwd()
+    except OSError:
+        return "/"
+    return None
+
+
 def _start(python: str, modules: Sequence[str], env: Mapping[str, str], script: str = "import_probe",
            preload: Optional[Sequence[str]] = None) -> "subprocess.Popen[bytes]":
     extra = [] if preload is None else [json.dumps(list(preload))]
     try:
         return subprocess.Popen(
             [python, "-c", scripts.text(script), json.dumps(list(modules)), *extra],
-            env=dict(env), cwd="/", stdin=subprocess.DEVNULL if preload is None else subprocess.PIPE,
+            env=dict(env), cwd=callers_folder(), stdin=subprocess.DEVNULL if preload is None else subprocess.PIPE,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             start_new_session=True,  # a group of its own: a timeout kills what the imports started as well
         )

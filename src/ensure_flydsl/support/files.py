@@ -81,6 +81,23 @@ def read_regular(path: str, limit: int = MAX_OWN_FILE_BYTES) -> Optional[bytes]:
     return raw if len(raw) <= limit else None
 
 
+def read_head(path: str, size: int) -> Optional[bytes]:
+    """The first ``size`` bytes of the regular file ``path`` (all of it when shorter), or None when it is
+    missing, unreadable or not a regular file; opened without blocking, as :func:`read_regular`."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        return os.read(fd, size)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
 def read_json(path: str) -> Optional[Dict[str, object]]:
     """The JSON object in ``path``, or None when it is missing or not a JSON object (a torn or foreign file,
     or not a regular file: ``read_regular``)."""

@@ -5,19 +5,22 @@ site-packages below them) is the standard library's.
 
 Runs inside the target interpreter (``python -c``, see :mod:`ensure_flydsl.probe.scripts`).
 """
-import importlib.util
-import json
-import os
 import sys
-import sysconfig
+
+# `python -c` puts "" (the working folder: the caller's, where a shim picks the interpreter) first on
+# sys.path: off it before anything else is imported, so no file of the caller's shadows a module.
+if sys.path and sys.path[0] == "":
+    del sys.path[0]
+import importlib.util  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import sysconfig  # noqa: E402
 
 MYPY = False
 if MYPY:  # for mypy only: the target does not import typing (it costs the probe time)
     from importlib.machinery import ModuleSpec
     from typing import Literal, Union
 
-if sys.path and sys.path[0] in ("", os.getcwd()):
-    del sys.path[0]
 names = json.loads(sys.argv[1])
 known = getattr(sys, "stdlib_module_names", None)
 paths = sysconfig.get_paths()

@@ -4,14 +4,19 @@ Runs inside the target interpreter (``python -c``, see :mod:`ensure_flydsl.probe
 the JSON list of modules; argv[2], when given, the JSON list of modules to preload (the early probe).
 Its answer is one line ``result JSON`` on the descriptor that was stdout; progress lines before it.
 """
-import importlib
-import importlib.util
-import json
-import os
-import site
 import sys
-import sysconfig
-import traceback
+
+# `python -c` puts "" (the working folder: the caller's, where a shim picks the interpreter) first on
+# sys.path: off it before anything else is imported, so no file of the caller's shadows a module.
+if sys.path and sys.path[0] == "":
+    del sys.path[0]
+import importlib  # noqa: E402
+import importlib.util  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import site  # noqa: E402
+import sysconfig  # noqa: E402
+import traceback  # noqa: E402
 
 MYPY = False
 if MYPY:  # for mypy only: the target does not import typing (it costs the probe time)
@@ -20,8 +25,6 @@ if MYPY:  # for mypy only: the target does not import typing (it costs the probe
 out = os.dup(1)
 os.dup2(2, 1)  # whatever the imports print goes to stderr; fd `out` carries only our JSON
 sys.stdout = sys.stderr
-if sys.path and sys.path[0] in ("", os.getcwd()):
-    del sys.path[0]
 modules = json.loads(sys.argv[1])
 preload = json.loads(sys.argv[2]) if len(sys.argv) > 2 else None
 if preload is not None:
