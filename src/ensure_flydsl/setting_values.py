@@ -22,8 +22,8 @@ WRITTEN_FILE_ROOM = 32
 ROOT_ROOM = 1024
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-_MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
-_PIN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._/+-]{0,254}$")
+_MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*\Z")
+_PIN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._/+-]{0,254}\Z")
 _URL_SCHEMES = ("https://", "http://", "ssh://", "git://", "file://")
 _SCP_LIKE = re.compile(r"^[A-Za-z0-9_.+-]+@[A-Za-z0-9_.-]+:[^-]")
 _HELPER = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*::")  # git's remote helpers: "ext::cmd", "fd::0"
