@@ -4,6 +4,9 @@ where the tool reads or writes a manifest, a variant, a signature, a blob, an up
 generation, a staged copy of one, or a folder of them.  The names are those of src/ensure_flydsl/binary_cache/
 (manifest.py, variants.py, signing.py, entries.py, folder.py, lease.py), spelled here without the tool's code.
 
+A plant at a lease's name also takes the key's manifest away (as a broken host's cleanup would): a lease is
+taken only on a miss, so the next host's run for the key meets the plant.
+
 Links point into the machine's sentinel folder, whose listing must never change (invariant 9): nothing is
 written or removed through them.  Nothing is planted through a link or over a folder, and only a regular
 file of the tool's (a manifest, a blob) is replaced by the plant.
@@ -37,6 +40,7 @@ CACHE_NAMES: Dict[str, _Path] = {
     "blobs": lambda key, blob, pick: "blobs",
 }
 _WITHOUT_KEY = ("entries-kind", "leases-kind", "blobs")
+_LEASE_NAMES = ("lease-folder", "generation", "staged-generation", "create-staged")
 
 
 def _blob_of(cache: str, key: str) -> str:
@@ -82,6 +86,10 @@ def plant_odd(cache: str, name: str, kind: str, key: str, pick: int, sentinel: s
             return None  # a folder, a link, a FIFO already: never removed by the test
         os.unlink(path)  # a manifest or a blob of the tool's: replaced by the plant
     os.makedirs(os.path.dirname(path), exist_ok=True)
+    manifest = os.path.join(cache, "entries", "tree", key + ".json")
+    if name in _LEASE_NAMES and _parents_are_folders(cache, f"entries/tree/{key}.json") \
+            and os.path.isfile(manifest) and not os.path.islink(manifest):
+        os.unlink(manifest)
     if kind == "folder":
         os.makedirs(os.path.join(path, "inside"))
     elif kind == "link-folder":

@@ -466,13 +466,20 @@ class ToolMachine(RuleBasedStateMachine):
         self.shim.select_global(version)
         self.selected = version
 
-    @rule(root=st.sampled_from(["A", "B"]))
-    def ensure_answers_for_the_shims_choice(self, root: str) -> None:
+    @rule(root=st.sampled_from(["A", "B"]), then_switch=st.sampled_from([True, True, False]))
+    def ensure_answers_for_the_shims_choice(self, root: str, then_switch: bool) -> None:
         """A blocking `ensure --json` (FLYDSL_LOCK_TIMEOUT=1, behind a live build): a success, warm or not,
-        is for the interpreter `python3` lands on now, its version and ABI (issue 26, item 3: a warm answer
-        was given for the last call's interpreter)."""
+        is for the interpreter `python3` lands on now, its version and ABI; with ``then_switch``, once it
+        succeeded, pyenv's selection switches and `ensure` runs again: the call that was answered warm for
+        the last call's interpreter (issue 26, item 3)."""
         if self.shim is None:
             return
+        if self.shim_ensure(root) == 0 and then_switch:
+            self.switch_interpreter("B" if self.selected == "A" else "A")
+            self.shim_ensure(root)
+
+    def shim_ensure(self, root: str) -> Optional[int]:
+        assert self.shim is not None
         self.note("ensure --json (shim)", root, self.current[root], "selected", self.selected)
         self.touched.add(root)
         counter, req = self.new_counter(), self.current[root]
@@ -489,7 +496,7 @@ class ToolMachine(RuleBasedStateMachine):
             lines = handle.read().strip().splitlines()
         STATS[f"shim:exit{proc.code}"] += 1
         if proc.code != 0:
-            return
+            return proc.code
         result = json.loads(lines[-1])
         STATS[f"shim:action:{result.get('action')}"] += 1
         expected = self.shim.python(self.selected)
@@ -498,6 +505,7 @@ class ToolMachine(RuleBasedStateMachine):
                     f"shim-{result.get('action')}",
                     f"a {result.get('action')} answer for {result.get('python')} ({result.get('python_version')}, "
                     f"{result.get('abi')}) while python3 lands on {expected} ({version}, {abi})")
+        return proc.code
 
     @rule(req=st.sampled_from(REQUESTS))
     def nobody_ensure(self, req: Request) -> None:
