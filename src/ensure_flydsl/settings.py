@@ -1,4 +1,4 @@
-"""Settings: one frozen dataclass, read from flags and environment variables and validated without I/O.
+"""Settings: one frozen record, read from flags and environment variables and validated without I/O.
 
 A flag wins over its variable; an empty variable means the default (as in the bash executor,
 ensure_flydsl.sh), except for the settings in :data:`EMPTY_REFUSED`; an empty flag value is refused.  Every
@@ -11,7 +11,6 @@ before any command writes it; checks that need more (the interpreter runs, the r
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
 from typing import Callable, Dict, List, Mapping, Optional, Tuple
@@ -40,6 +39,7 @@ from ensure_flydsl.setting_values import (
     parse_strategy,
     parse_written_file,
 )
+from ensure_flydsl.support.frozen import Frozen, field
 
 DEFAULT_ROOT = "/opt/flydsl/FlyDSL"
 DEFAULT_MIN_VERSION = "0.2.2"
@@ -73,8 +73,7 @@ def parse_trusted_keys(name: str, value: str) -> TrustedKeys:
 VALUE, FLAG, LIST, SWITCH = "value", "flag", "list", "switch"  # a setting's kind: how its flag is given
 
 
-@dataclasses.dataclass(frozen=True)
-class Setting:
+class Setting(Frozen):
     """One row of the settings table (the README's).  ``kind`` is how the flag is given: VALUE (``--root X``),
     FLAG (``--verify``: no value), LIST (repeatable, ``--require A --require B``) or SWITCH (``--vllm-moe`` and
     ``--no-vllm-moe``); ``metavar`` names a LIST's value."""
@@ -125,8 +124,7 @@ SETTINGS: Tuple[Setting, ...] = (
 SETTING_BY_NAME: Dict[str, Setting] = {s.name: s for s in SETTINGS}
 
 
-@dataclasses.dataclass(frozen=True)
-class Settings:
+class Settings(Frozen):
     root: str = DEFAULT_ROOT
     min_version: str = DEFAULT_MIN_VERSION
     pin: str = DEFAULT_PIN
@@ -152,7 +150,7 @@ class Settings:
     cache_signing_key: Optional[str] = None
     cache_trusted_keys: TrustedKeys = ()
     # Where each value came from, for messages: the flag or the variable as the user spelled it.
-    sources: Mapping[str, str] = dataclasses.field(default_factory=dict, compare=False, repr=False)
+    sources: Mapping[str, str] = field(default_factory=dict, compare=False)
 
     def label(self, name: str) -> str:
         return self.sources.get(name) or SETTING_BY_NAME[name].env

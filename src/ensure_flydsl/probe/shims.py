@@ -20,12 +20,12 @@ with the probe's ``sys.executable`` (pipeline/fingerprint.py).  Light to import:
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
 from typing import List, Mapping, Optional, Sequence
 
 from ensure_flydsl.support.files import read_head, read_regular
+from ensure_flydsl.support.frozen import Frozen
 
 ELF_MAGIC = b"\x7fELF"
 SHIM_MAX_BYTES = 4096  # pyenv's shim is about 300 bytes
@@ -47,8 +47,7 @@ HOOK_COMMANDS = ("version-name", "which", "exec")  # the hooks that run between 
 SYSTEM_HOOK_PATH = ("/usr/etc/pyenv.d", "/usr/local/etc/pyenv.d", "/etc/pyenv.d", "/usr/lib/pyenv/hooks")
 
 
-@dataclasses.dataclass(frozen=True)
-class Landing:
+class Landing(Frozen):
     """What ``python`` runs: ``found`` is what PATH gives for it, ``executable`` the interpreter it lands on
     (``found`` itself for a binary), and ``dispatch`` what a shim's choice also rests on (JSON data)."""
 
