@@ -8,7 +8,7 @@ from typing import Iterator
 import pytest
 
 from tests.helpers.flydsl_fixture import FixtureRepo, make_repo
-from tests.helpers.workspace import Workspace
+from tests.helpers.workspace import Workspace, host_cache_env
 
 REAL_DEFAULT_BASE = "/opt/flydsl"
 
@@ -59,6 +59,21 @@ def _never_touch_the_real_default_root() -> Iterator[None]:
     before = os.path.exists(REAL_DEFAULT_BASE)
     yield
     assert os.path.exists(REAL_DEFAULT_BASE) == before, "a test touched the real default root /opt/flydsl"
+
+
+@pytest.fixture(autouse=True)
+def _host_cache_of_the_test(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Every test is one host with a cache folder of its own (XDG_CACHE_HOME, which workspaces and in-process
+    calls inherit): the tool's host files (the ETA history) never go into the real home, and one test's
+    history never steers another's ETA.  (A session-scoped factory, so hypothesis' tests may use it.)"""
+    saved = {k: os.environ.get(k) for k in ("XDG_CACHE_HOME", "PIP_CACHE_DIR", "UV_CACHE_DIR")}
+    os.environ.update(host_cache_env(str(tmp_path_factory.mktemp("host-cache"))))
+    yield
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
 
 
 @pytest.fixture

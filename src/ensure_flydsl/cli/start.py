@@ -21,6 +21,7 @@ import filelock
 from ensure_flydsl.cli.worker import settings_to_json
 from ensure_flydsl.errors import ExitCode, Stage
 from ensure_flydsl.layout import start_lock_file
+from ensure_flydsl.pipeline.context import announced_eta
 from ensure_flydsl.pipeline.decide import preflight
 from ensure_flydsl.pipeline.publish import withdraw_stale_markers
 from ensure_flydsl.result import result_object
@@ -78,8 +79,10 @@ def _join_or_launch(settings: Settings, environ: Mapping[str, str], reporter: Re
     os.fchmod(log, 0o644)
     # Announce the run before the worker exists, so that `wait` and `status` issued the moment we return
     # follow it.  Only the worker writes its record after this: no stale write can overwrite its end.
-    store.write(new_record(store, run_id, request=settings.request(), fail_marker=settings.fail_marker,
-                           log=settings.log_file, kind="detached", pid=None, step=Stage.STARTING))
+    announced = new_record(store, run_id, request=settings.request(), fail_marker=settings.fail_marker,
+                           log=settings.log_file, kind="detached", pid=None, step=Stage.STARTING)
+    announced.eta_s = announced_eta(settings, environ)  # the likeliest route's, from the host's history
+    store.write(announced)
     store.set_current(run_id)
     cmd = [sys.executable, "-m", "ensure_flydsl", "_worker", "--run-id", run_id, "--alive-fd", str(alive_fd),
            "--settings-json", json.dumps(settings_to_json(settings))]
