@@ -238,7 +238,7 @@ def _own_files(settings: Settings) -> List[Tuple[str, str, str]]:
     ]
 
 
-def check_path_clashes(settings: Settings) -> None:
+def check_path_clashes(settings: Settings, environ: Mapping[str, str]) -> None:
     """The failure marker, the lock (and its holder record), the env file, its twin and the log are
     pairwise different files, and the marker and the lock lie outside the root (whose files are tracked
     or the tool's).  Paths are compared resolved, so a symlink to another of them counts as that file."""
@@ -257,7 +257,7 @@ def check_path_clashes(settings: Settings) -> None:
                 raise PathClash(settings.label(setting), getattr(settings, setting), clash, "a path of its own")
     for setting in ("fail_marker", "lock_file"):
         path = os.path.realpath(getattr(settings, setting))
-        for folder, what, allowed in _own_folders(settings, text):
+        for folder, what, allowed in _own_folders(settings, text, environ):
             if _inside(path, os.path.realpath(folder)):
                 raise PathClash(settings.label(setting), getattr(settings, setting), f"lies inside {what}", allowed)
 
@@ -266,22 +266,25 @@ def _inside(path: str, folder: str) -> bool:
     return path == folder or path.startswith(folder.rstrip("/") + "/")
 
 
-def _own_folders(settings: Settings, text: Callable[..., str]) -> List[Tuple[str, str, str]]:
+def _own_folders(settings: Settings, text: Callable[..., str],
+                 environ: Mapping[str, str]) -> List[Tuple[str, str, str]]:
     """(folder, what it is, what is allowed) of the folders whose files are the root's or the tool's own: a
-    marker or a lock in one would overwrite, or be deleted with, a file the tool reads back (ETA history, run
-    records, the cache's entries, the LLVM build and its records)."""
+    marker or a lock in one would overwrite, or be deleted with, a file the tool reads back (run records, the
+    host's ETA history, the cache's entries, the LLVM build and its records)."""
     base = settings.base_dir
     own = "a path outside the tool's own files"
     folders = [
         (settings.root, f"{text('root')} (the tool's tree: its files are tracked or the tool's own)",
          "a path outside the root"),
-        (layout.base_state_dir(base), f"{layout.base_state_dir(base)}, the tool's own folder (ETA history, run "
-                                      "records)", own),
+        (layout.base_state_dir(base), f"{layout.base_state_dir(base)}, the tool's own folder (run records)", own),
         (layout.llvm_dir(base), f"{layout.llvm_dir(base)}, the tool's LLVM build", own),
         (layout.llvm_record(base), f"{layout.llvm_record(base)}, the tool's record of its LLVM build", own),
         (layout.llvm_made_record(base), f"{layout.llvm_made_record(base)}, the tool's record of its LLVM build",
          own),
     ]
+    host = layout.host_cache_dir(environ)
+    if host is not None:
+        folders.append((host, f"{host}, the tool's own folder for this host (ETA history)", own))
     if settings.cache is not None and not re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", settings.cache):
         folders.append((settings.cache, f"{text('cache')} (the binary cache)", "a path outside the cache"))
     return folders
@@ -316,7 +319,7 @@ def load_settings(
     values.setdefault("lock_file", layout.default_lock_file(root))
     values.setdefault("fail_marker", layout.default_fail_marker(root))
     settings = Settings(sources=sources, **values)  # type: ignore[arg-type]
-    check_path_clashes(settings)
+    check_path_clashes(settings, environ)
     if settings.git_mirrors:
         git_config_count(environ)  # the mirrors' entries go after the caller's own
     check_host_id(environ)
@@ -329,6 +332,7 @@ def fail_marker_path(flags: Mapping[str, Optional[str]], environ: Mapping[str, s
     def partial(names: Tuple[str, ...]) -> str:
         given = {name: flags.get(name) for name in names}
         only = {s.env: environ.get(s.env, "") for s in SETTINGS if s.name in names}
+        only.update((k, environ[k]) for k in layout.HOST_VARIABLES if k in environ)  # the host's folder
         return load_settings(given, only).fail_marker
 
     try:

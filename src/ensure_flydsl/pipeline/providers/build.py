@@ -78,6 +78,7 @@ class Prepared(NamedTuple):
 
 class BuildProvider(Provider):
     name = "source"
+    route = Plan.SOURCE
 
     def __init__(self, cache: Optional[Cache], early: Early) -> None:
         self.cache = cache  # MLIR from it, and the new tree and MLIR to it
