@@ -42,7 +42,10 @@ The default lock, marker and log paths are shared by the roots of one folder, as
 from __future__ import annotations
 
 import os
-from typing import List, Mapping, Optional, Tuple
+
+TYPE_CHECKING = False  # typing is for the type checker only: not imported on the warm call's path
+if TYPE_CHECKING:
+    from typing import List, Mapping, Optional, Tuple
 
 STATE_DIR = ".ensure_flydsl"
 BUILD_DIR = "build-fly"
@@ -236,6 +239,11 @@ def host_cache_dir(environ: Mapping[str, str]) -> Optional[str]:
             return None
         cache = os.path.join(home, ".cache")
     return os.path.join(cache, HOST_DIR_NAME)
+
+
+def vendored_wheels_dir(host_dir: str) -> str:
+    """The pinned wheels `ensure-flydsl skill` vendors into a GEAK folder, downloaded once (``geak/vendor.py``)."""
+    return os.path.join(host_dir, "vendored-wheels")
 
 
 def history_file(host_dir: str) -> str:

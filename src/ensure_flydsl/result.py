@@ -4,9 +4,12 @@ loading the machinery of a full run."""
 from __future__ import annotations
 
 import enum
-from typing import Dict, List, Optional
 
 from ensure_flydsl.support.frozen import Frozen, asdict
+
+TYPE_CHECKING = False  # typing is for the type checker only: not imported on the warm call's path
+if TYPE_CHECKING:
+    from typing import Dict, List, Optional
 
 # The one shape every JSON answer of the tool has, success or failure (docs/schema/result.schema.json); GEAK's
 # gate schema (``ok`` required; ``built``, ``env_file``, ``version``, ``reason``) is a subset of it.

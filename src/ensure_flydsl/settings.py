@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Callable, Dict, List, Mapping, Optional, Tuple
+from collections import abc
 
 from ensure_flydsl import layout
 from ensure_flydsl.errors import BadInput
@@ -41,6 +41,10 @@ from ensure_flydsl.setting_values import (
 )
 from ensure_flydsl.support.frozen import Frozen, field
 
+TYPE_CHECKING = False  # typing is for the type checker only: not imported on the warm call's path
+if TYPE_CHECKING:
+    from typing import Callable, Dict, List, Mapping, Optional, Tuple
+
 DEFAULT_ROOT = "/opt/flydsl/FlyDSL"
 DEFAULT_MIN_VERSION = "0.2.2"
 DEFAULT_PIN = "a35627a2fef0a5a70c63536c4174674223866737"
@@ -51,7 +55,10 @@ DEFAULT_REQUIRE = ("flydsl", "kernels.moe_gemm_2stage")
 DEFAULT_PROBE_TIMEOUT = 300.0
 DEFAULT_LEASE_TTL = 120.0
 # FLYDSL_CACHE_TRUSTED_KEYS, each key as its public line "NAME:BASE64" (signing_keys.py reads and checks them).
-TrustedKeys = Tuple[str, ...]
+if TYPE_CHECKING:
+    TrustedKeys = Tuple[str, ...]
+else:
+    TrustedKeys = tuple  # annotations are text at run time; the alias is the type checker's
 # Settings whose empty (or blank) value is bad input, not the default: its parser says why.  Trusted keys set
 # but empty (`FLYDSL_CACHE_TRUSTED_KEYS="$(cat ci.pub)"` run where ci.pub is not) would turn checks off.
 EMPTY_REFUSED = frozenset({"cache_trusted_keys"})
@@ -388,7 +395,7 @@ def join_git_mirrors(values: object) -> Optional[str]:
     """``--git-mirror`` is repeatable; the Python API also takes {FROM: TO} or (FROM, TO) pairs."""
     if values is None:
         return None
-    if isinstance(values, Mapping):
+    if isinstance(values, abc.Mapping):
         values = [f"{source}={to}" for source, to in values.items()]
     if isinstance(values, (list, tuple)):
         items = [item if isinstance(item, str) else "=".join(str(part) for part in item) for item in values]

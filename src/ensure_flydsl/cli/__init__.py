@@ -8,18 +8,19 @@ command's module when it runs, so the warm call loads the ``ensure`` command's c
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Dict, List, Optional
-
 from ensure_flydsl.support.frozen import Frozen
 
+TYPE_CHECKING = False  # typing is for the type checker only: not imported on the warm call's path
 if TYPE_CHECKING:
     import argparse
+    from typing import Callable, Dict, List, Optional
 
     from ensure_flydsl.settings import Settings
     from ensure_flydsl.support.report import Reporter
 
-Handler = Callable[["argparse.Namespace", "Settings", "Reporter", Dict[str, str]], int]
-PlainHandler = Callable[["argparse.Namespace", "Reporter", Dict[str, str]], int]
+if TYPE_CHECKING:
+    Handler = Callable[[argparse.Namespace, Settings, Reporter, Dict[str, str]], int]
+    PlainHandler = Callable[[argparse.Namespace, Reporter, Dict[str, str]], int]
 
 
 class Command(Frozen):

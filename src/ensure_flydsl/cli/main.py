@@ -6,7 +6,6 @@ import contextlib
 import os
 import signal
 import sys
-from typing import TYPE_CHECKING, Dict, List, Optional, Sequence
 
 from ensure_flydsl.cli import COMMANDS
 from ensure_flydsl.errors import BadInput, EnsureError, ExitCode, Interrupted, Stage, disk_full_error, interrupted_by
@@ -22,8 +21,10 @@ from ensure_flydsl.settings import (
 )
 from ensure_flydsl.support.report import Reporter
 
+TYPE_CHECKING = False  # typing is for the type checker only: not imported on the warm call's path
 if TYPE_CHECKING:
     import argparse
+    from typing import Dict, List, Optional, Sequence
 
 
 def _flags(args: argparse.Namespace) -> Dict[str, Optional[str]]:

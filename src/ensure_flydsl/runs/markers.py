@@ -10,7 +10,6 @@ from __future__ import annotations
 import errno
 import os
 import shlex
-from typing import Dict, List, Mapping, Optional, Sequence
 
 from ensure_flydsl.errors import Stage
 from ensure_flydsl.result import How, TreeIdentity
@@ -18,6 +17,10 @@ from ensure_flydsl.support import faults, fields, space
 from ensure_flydsl.support.files import atomic_write, atomic_write_json, file_path_problem, read_json, remove_file
 from ensure_flydsl.support.frozen import asdict, field, replace
 from ensure_flydsl.version import __version__
+
+TYPE_CHECKING = False  # typing is for the type checker only: not imported on the warm call's path
+if TYPE_CHECKING:
+    from typing import Dict, List, Mapping, Optional, Sequence
 
 
 def without_folders(pythonpath: Optional[str], folders: Sequence[str]) -> str:

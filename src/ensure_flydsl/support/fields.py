@@ -5,7 +5,10 @@ type is refused at the edge instead of travelling inward to become a traceback. 
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional
+TYPE_CHECKING = False  # typing is for the type checker only: not imported on the warm call's path
+if TYPE_CHECKING:
+    from typing import Dict, List, Optional
+
 
 
 def number(value: object) -> Optional[float]:

@@ -7,9 +7,10 @@ import contextlib
 import json
 import os
 import stat
-from typing import TYPE_CHECKING, Dict, Iterator, Optional
 
+TYPE_CHECKING = False  # typing is for the type checker only: not imported on the warm call's path
 if TYPE_CHECKING:
+    from typing import Dict, Iterator, Optional
     pass
 
 

@@ -17,12 +17,13 @@ import contextlib
 import json
 import os
 import time
-from typing import IO, TYPE_CHECKING, ContextManager, Deque, Dict, List, Optional
-
-if TYPE_CHECKING:
-    import threading
 
 from ensure_flydsl.support import space
+
+TYPE_CHECKING = False  # typing is for the type checker only: not imported on the warm call's path
+if TYPE_CHECKING:
+    import threading
+    from typing import IO, ContextManager, Deque, Dict, List, Optional
 
 LOG_ROTATE_BYTES = 64 * 1024**2
 TAIL_LINES = 40
