@@ -202,7 +202,7 @@ def test_the_agent_form_of_the_folder_s_own_procedure(geak: Geak) -> None:
     launched = json.loads(started.stdout.splitlines()[-1])
     assert set(launched) >= {"run_id", "pid", "log", "state"}
     worker = next((c for c in _worker_cmdlines() if "_worker" in c and launched["run_id"] in c), None)
-    assert worker is not None and worker[1:4] == ["-E", "-s", os.path.join(geak.skill, "tool", "run.py")], worker
+    assert worker is not None and worker[1:4] == ["-E", "-S", os.path.join(geak.skill, "tool", "run.py")], worker
     codes = []
     for _ in range(20):
         waited = geak.bash(wait.replace("--timeout 540", "--timeout 1"))

@@ -20,7 +20,8 @@ if not os.access(_here, os.W_OK):
 
 from ensure_flydsl.support.install_route import set_launcher  # noqa: E402
 
-_flags = [flag for flag, on in (("-E", sys.flags.ignore_environment), ("-s", sys.flags.no_user_site)) if on]
+_flags = [flag for flag, on in (("-E", sys.flags.ignore_environment), ("-s", sys.flags.no_user_site),
+                                ("-S", sys.flags.no_site)) if on]
 set_launcher([sys.executable, *_flags, os.path.abspath(__file__)])
 
 from ensure_flydsl.cli.main import main  # noqa: E402
