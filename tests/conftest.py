@@ -3,12 +3,13 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from typing import Iterator
+from typing import Iterator, Optional, Tuple
 
 import pytest
 
+from ensure_flydsl.layout import host_cache_dir
 from tests.helpers.flydsl_fixture import FixtureRepo, make_repo
-from tests.helpers.workspace import Workspace
+from tests.helpers.workspace import Workspace, host_cache_env
 
 REAL_DEFAULT_BASE = "/opt/flydsl"
 
@@ -18,16 +19,26 @@ TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 
 def pytest_configure(config: pytest.Config) -> None:
     """One file for the whole run (xdist workers inherit the variable) where each fault point that fires
-    writes its name: a point that stops firing is caught even where a test would accept a finished run."""
+    writes its name: a point that stops firing is caught even where a test would accept a finished run.
+    And one user's cache folder for the whole run (XDG_CACHE_HOME), so that what the session's and the
+    modules' fixtures run (a cache seeded by a build) never writes the real user's ETA history either; each
+    test then has a folder of its own (``_host_cache_of_the_test``)."""
     if not hasattr(config, "workerinput"):
         fd, path = tempfile.mkstemp(prefix="ensure-flydsl-faults-", suffix=".txt")
         os.close(fd)
         os.environ["ENSURE_FLYDSL_FAULT_LOG"] = path
         config.stash[_FAULT_LOG] = path
+        os.environ[_REAL_HOST] = host_cache_dir(os.environ) or ""
+        session_host = tempfile.mkdtemp(prefix="ensure-flydsl-host-")
+        os.environ.update(host_cache_env(session_host))
+        config.stash[_SESSION_HOST] = session_host
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     config = session.config
+    session_host = config.stash.get(_SESSION_HOST, None)
+    if session_host is not None:
+        shutil.rmtree(session_host, ignore_errors=True)
     path = config.stash.get(_FAULT_LOG, None)
     if path is None:
         return
@@ -47,6 +58,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 
 _FAULT_LOG = pytest.StashKey[str]()
+_SESSION_HOST = pytest.StashKey[str]()
+_REAL_HOST = "ENSURE_FLYDSL_TEST_REAL_HOST_DIR"  # the real user's folder, known before the session moved it
 
 
 @pytest.fixture(scope="session")
@@ -59,6 +72,33 @@ def _never_touch_the_real_default_root() -> Iterator[None]:
     before = os.path.exists(REAL_DEFAULT_BASE)
     yield
     assert os.path.exists(REAL_DEFAULT_BASE) == before, "a test touched the real default root /opt/flydsl"
+
+
+def _real_host_history() -> Optional[Tuple[float, int]]:
+    """The real user's ETA history as it is (mtime, size), None when absent: no test may write it."""
+    folder = os.environ.get(_REAL_HOST)
+    try:
+        found = os.stat(os.path.join(folder, "history.json")) if folder else None
+    except FileNotFoundError:
+        return None
+    return None if found is None else (found.st_mtime, found.st_size)
+
+
+@pytest.fixture(autouse=True)
+def _host_cache_of_the_test(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Every test is one host with a cache folder of its own (XDG_CACHE_HOME, which workspaces and in-process
+    calls inherit): the tool's host files (the ETA history) never go into the real home, and one test's
+    history never steers another's ETA.  (A session-scoped factory, so hypothesis' tests may use it.)"""
+    saved = {k: os.environ.get(k) for k in ("XDG_CACHE_HOME", "PIP_CACHE_DIR", "UV_CACHE_DIR")}
+    real = _real_host_history()
+    os.environ.update(host_cache_env(str(tmp_path_factory.mktemp("host-cache"))))
+    yield
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+    assert _real_host_history() == real, "a test wrote the real user's ETA history (~/.cache/ensure-flydsl)"
 
 
 @pytest.fixture

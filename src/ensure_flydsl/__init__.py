@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import TYPE_CHECKING, Mapping, Optional
 
 from ensure_flydsl.errors import AlreadyImported, BadInput, EnsureError, ExitCode
 from ensure_flydsl.version import __version__
 
+TYPE_CHECKING = False  # typing is for the type checker only: not imported on the warm call's path
 if TYPE_CHECKING:
+    from typing import Mapping, Optional
+
     from ensure_flydsl.result import Result
 
 

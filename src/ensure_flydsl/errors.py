@@ -16,7 +16,10 @@ version, or not the tool's).
 from __future__ import annotations
 
 import enum
-from typing import Dict, FrozenSet, Optional, Tuple
+
+TYPE_CHECKING = False  # typing is for the type checker only: not imported on the warm call's path
+if TYPE_CHECKING:
+    from typing import Dict, FrozenSet, Optional, Tuple
 
 
 class ExitCode(enum.IntEnum):

@@ -6,7 +6,6 @@
       .flydsl_build.failed                 the failure marker (FLYDSL_BUILD_FAILED); JSON
       ensure_flydsl.log                    the log of provisioning runs
       .ensure_flydsl/                      state shared by the roots of BASE
-        history.json                       step durations on this host, for ETAs
         runs/<root name>/                  run records (<run id>.json), alive locks (<run id>.alive),
                                            room kept for a live run's last words (<run id>.reserve),
                                            `current`, start.lock
@@ -31,6 +30,11 @@
             rocm-overlay.json              the ROCm install and fix the overlay is for
           wheel-download/                  a release wheel downloaded while the pin is fetched
 
+    HOST/                                  the user's cache folder: ${XDG_CACHE_HOME:-~/.cache}/ensure-flydsl
+      history.json                         step durations of this host's runs, per route, for ETAs (every
+                                           root of the host reads and adds to it)
+      history.lock                         the flock a run holds while it adds its durations (never deleted)
+
 The default lock, marker and log paths are shared by the roots of one folder, as the bash executor
 (``ensure_flydsl.sh``) had them.
 """
@@ -38,7 +42,10 @@ The default lock, marker and log paths are shared by the roots of one folder, as
 from __future__ import annotations
 
 import os
-from typing import List, Tuple
+
+TYPE_CHECKING = False  # typing is for the type checker only: not imported on the warm call's path
+if TYPE_CHECKING:
+    from typing import List, Mapping, Optional, Tuple
 
 STATE_DIR = ".ensure_flydsl"
 BUILD_DIR = "build-fly"
@@ -194,10 +201,6 @@ def start_lock_file(runs: str) -> str:
     return os.path.join(runs, "start.lock")
 
 
-def history_file(base_dir: str) -> str:
-    return os.path.join(base_state_dir(base_dir), "history.json")
-
-
 def cached_mlir_dir(base_dir: str) -> str:
     """MLIR installs fetched from the binary cache, one folder per cache key."""
     return os.path.join(base_state_dir(base_dir), "mlir")
@@ -219,3 +222,35 @@ def llvm_record(base_dir: str) -> str:
 def llvm_made_record(base_dir: str) -> str:
     """What build_llvm.sh made in ``llvm-project`` (``source/ownership.py``): ``clean`` removes only that."""
     return os.path.join(base_dir, ".llvm-project.ensure-flydsl.made.json.gz")
+
+
+# -- the host's, in the user's cache folder ------------------------------------------------------------------
+HOST_DIR_NAME = "ensure-flydsl"
+HOST_VARIABLES = ("XDG_CACHE_HOME", "HOME")  # what host_cache_dir reads
+
+
+def host_cache_dir(environ: Mapping[str, str]) -> Optional[str]:
+    """The tool's folder in the user's cache folder (``$XDG_CACHE_HOME``, else ``~/.cache``), shared by every
+    root of the host; None when neither names an absolute folder (the XDG rule: a relative value is ignored)."""
+    cache = environ.get("XDG_CACHE_HOME", "")
+    if not os.path.isabs(cache):
+        home = environ.get("HOME") or os.path.expanduser("~")
+        if not os.path.isabs(home):
+            return None
+        cache = os.path.join(home, ".cache")
+    return os.path.join(cache, HOST_DIR_NAME)
+
+
+def vendored_wheels_dir(host_dir: str) -> str:
+    """The pinned wheels `ensure-flydsl skill` vendors into a GEAK folder, downloaded once (``geak/vendor.py``)."""
+    return os.path.join(host_dir, "vendored-wheels")
+
+
+def history_file(host_dir: str) -> str:
+    """The step durations of the host's runs, per route (``runs/history.py``)."""
+    return os.path.join(host_dir, "history.json")
+
+
+def history_lock(host_dir: str) -> str:
+    """Held while a run adds its durations to ``history_file`` (read, merge, replace)."""
+    return os.path.join(host_dir, "history.lock")

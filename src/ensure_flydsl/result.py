@@ -3,9 +3,13 @@ loading the machinery of a full run."""
 
 from __future__ import annotations
 
-import dataclasses
 import enum
-from typing import Dict, List, Optional
+
+from ensure_flydsl.support.frozen import Frozen, asdict
+
+TYPE_CHECKING = False  # typing is for the type checker only: not imported on the warm call's path
+if TYPE_CHECKING:
+    from typing import Dict, List, Optional
 
 # The one shape every JSON answer of the tool has, success or failure (docs/schema/result.schema.json); GEAK's
 # gate schema (``ok`` required; ``built``, ``env_file``, ``version``, ``reason``) is a subset of it.
@@ -47,8 +51,7 @@ class Action(str, enum.Enum):
         return self.value
 
 
-@dataclasses.dataclass(frozen=True)
-class TreeIdentity:
+class TreeIdentity(Frozen):
     """The tree in use, as the result of a call and the env file's twin (``runs/markers.py: EnvTwin``) both
     say it, each deriving from this: how it came to be, its folder, flydsl's version, the interpreter it was
     made for, the commit, and the file each probed module was imported from.  Their JSON has these keys flat
@@ -64,7 +67,6 @@ class TreeIdentity:
     files: Dict[str, str]
 
 
-@dataclasses.dataclass(frozen=True)
 class Result(TreeIdentity):
     """What ``ensure`` returns: the tree in use (:class:`TreeIdentity`) and how this call obtained it."""
 
@@ -86,7 +88,7 @@ class Result(TreeIdentity):
 
     def to_json(self) -> Dict[str, object]:
         data = result_object(ok=True, exit_code=0, built=self.built)
-        data.update(dataclasses.asdict(self))
+        data.update(asdict(self))
         data["how"] = str(self.how)
         data["action"] = str(self.action)
         data["durations"] = {k: round(v, 3) for k, v in self.durations.items()}

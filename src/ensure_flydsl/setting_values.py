@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Dict, List, Mapping, Optional, Tuple
 
 from ensure_flydsl.errors import BadInput
 from ensure_flydsl.support.fields import SHORT_TEXT_MAX, short_text
+
+TYPE_CHECKING = False  # typing is for the type checker only: not imported on the warm call's path
+if TYPE_CHECKING:
+    from typing import Dict, List, Mapping, Optional, Tuple
 
 STRATEGIES = ("auto", "source", "release", "reuse-only")
 
@@ -21,12 +24,13 @@ WRITTEN_FILE_ROOM = 32
 # The root gets a checkout, a build and an LLVM install beside it: their files lie up to ~1 KB deeper.
 ROOT_ROOM = 1024
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-_MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*\Z")
-_PIN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._/+-]{0,254}\Z")
+# Patterns compiled at first use (re caches them): only a setting that is given needs its own.
+_CONTROL = r"[\x00-\x1f\x7f]"
+_MODULE = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*\Z"
+_PIN = r"^[A-Za-z0-9_][A-Za-z0-9._/+-]{0,254}\Z"
 _URL_SCHEMES = ("https://", "http://", "ssh://", "git://", "file://")
-_SCP_LIKE = re.compile(r"^[A-Za-z0-9_.+-]+@[A-Za-z0-9_.-]+:[^-]")
-_HELPER = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*::")  # git's remote helpers: "ext::cmd", "fd::0"
+_SCP_LIKE = r"^[A-Za-z0-9_.+-]+@[A-Za-z0-9_.-]+:[^-]"
+_HELPER = r"^[A-Za-z][A-Za-z0-9+.-]*::"  # git's remote helpers: "ext::cmd", "fd::0"
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
 
@@ -62,7 +66,7 @@ def check_length(name: str, path: str, *, room: int = 0, leaf_room: int = 0) -> 
 
 def _path(name: str, value: str, *, pythonpath_entry: bool = False, room: int = 0, leaf_room: int = 0) -> str:
     check_utf8(name, value)
-    if _CONTROL.search(value):
+    if re.search(_CONTROL, value):
         raise BadInput(name, value, "a path without newlines or control characters")
     if pythonpath_entry and ":" in value:
         # The root's folders go on PYTHONPATH, whose separator is ':'; such a root could never be imported.
@@ -104,7 +108,7 @@ def release_at_least(version: str, floor: str) -> bool:
 
 def parse_pin(name: str, value: str) -> str:
     if (
-        not _PIN.match(value)
+        not re.match(_PIN, value)
         or ".." in value
         or "//" in value
         or "@{" in value
@@ -116,10 +120,10 @@ def parse_pin(name: str, value: str) -> str:
 
 
 def parse_repo(name: str, value: str) -> str:
-    if value.startswith("-") or _CONTROL.search(value):
+    if value.startswith("-") or re.search(_CONTROL, value):
         raise BadInput(name, value, "a repository URL (https, ssh, git, file) or a local path; never an option")
     check_utf8(name, value, "a URL or a path")
-    if value.startswith(_URL_SCHEMES) or _SCP_LIKE.match(value):
+    if value.startswith(_URL_SCHEMES) or re.match(_SCP_LIKE, value):
         return value
     if "::" in value or re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", value):
         # git's "ext::" and other remote helpers run commands; only the plain transports are allowed.
@@ -146,7 +150,7 @@ def same_repo(url_a: str, url_b: str) -> bool:
 
 def parse_python(name: str, value: str) -> str:
     check_utf8(name, value)
-    if _CONTROL.search(value):
+    if re.search(_CONTROL, value):
         raise BadInput(name, value, "an interpreter name on PATH or a path to one")
     # A relative path is relative to the caller's folder (the probe and the build run elsewhere); a bare
     # name is looked up on PATH.
@@ -167,7 +171,7 @@ def parse_bool(name: str, value: str) -> bool:
 
 def parse_require(name: str, value: str) -> Tuple[str, ...]:
     modules = tuple(m.strip() for m in value.split(",") if m.strip())
-    bad = [m for m in modules if not _MODULE.match(m)]
+    bad = [m for m in modules if not re.match(_MODULE, m)]
     if not modules or bad:
         raise BadInput(name, value, "comma-separated module names such as flydsl,kernels.moe_gemm_2stage")
     return modules
@@ -225,7 +229,7 @@ def _positive_seconds(name: str, value: str, below: float, allowed: str) -> floa
 
 def parse_cache(name: str, value: str) -> str:
     check_utf8(name, value, "a folder path or URL")
-    if _CONTROL.search(value) or value.startswith("-"):
+    if re.search(_CONTROL, value) or value.startswith("-"):
         raise BadInput(name, value, "a folder path or an fsspec URL such as s3://bucket/prefix")
     if re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", value):
         _need_url_libraries(name, value)
@@ -260,7 +264,10 @@ def parse_written_file(name: str, value: str) -> str:
 
 
 # (FROM, TO) URL prefixes: git fetches what starts with FROM from TO instead (url.<TO>.insteadOf <FROM>).
-GitMirrors = Tuple[Tuple[str, str], ...]
+if TYPE_CHECKING:
+    GitMirrors = Tuple[Tuple[str, str], ...]
+else:
+    GitMirrors = tuple  # annotations are text at run time; the alias is the type checker's
 MIRRORS_ALLOWED = ("whitespace-separated FROM=TO pairs (URL prefixes; TO a https, http, ssh, git or file URL or a "
                    "local path), such as https://github.com/=https://git.example.internal/github/")
 
@@ -268,7 +275,7 @@ MIRRORS_ALLOWED = ("whitespace-separated FROM=TO pairs (URL prefixes; TO a https
 def _mirror_to(name: str, value: str, pair: str, to: str) -> str:
     """A mirror's TO: a URL of a plain transport, scp-like, or a local path made absolute (git rewrites URLs
     for commands that run in several folders), keeping a trailing slash: TO is a prefix."""
-    if to.startswith(_URL_SCHEMES) or _SCP_LIKE.match(to):
+    if to.startswith(_URL_SCHEMES) or re.match(_SCP_LIKE, to):
         return to
     if re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", to):
         raise BadInput(name, value, f"{MIRRORS_ALLOWED}; {pair!r} has a TO of another scheme")
@@ -283,7 +290,7 @@ def _mirror_pair(name: str, value: str, pair: str) -> Tuple[str, str]:
         raise BadInput(name, value, f"{MIRRORS_ALLOWED}; {pair!r} is not FROM=TO with both non-empty")
     if source.startswith("-") or to.startswith("-"):
         raise BadInput(name, value, f"{MIRRORS_ALLOWED}; {pair!r} starts with '-' (never an option)")
-    if _HELPER.match(source) or _HELPER.match(to):
+    if re.match(_HELPER, source) or re.match(_HELPER, to):
         # ext:: runs a command and fd:: talks to a descriptor: only the plain transports are allowed.
         raise BadInput(name, value, f"{MIRRORS_ALLOWED}; {pair!r} names a remote helper (ext::, fd::, ...)")
     return source, _mirror_to(name, value, pair, to)
@@ -316,7 +323,7 @@ def check_host_id(environ: Mapping[str, str]) -> None:
 
 def parse_git_mirrors(name: str, value: str) -> GitMirrors:
     check_utf8(name, value, "URL prefixes")
-    if _CONTROL.search(value.replace("\t", " ").replace("\n", " ")):  # tabs and newlines separate pairs
+    if re.search(_CONTROL, value.replace("\t", " ").replace("\n", " ")):  # tabs and newlines separate pairs
         raise BadInput(name, value, f"{MIRRORS_ALLOWED}; no control characters")
     chosen: Dict[str, str] = {}
     pairs: List[Tuple[str, str]] = []

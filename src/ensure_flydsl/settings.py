@@ -1,4 +1,4 @@
-"""Settings: one frozen dataclass, read from flags and environment variables and validated without I/O.
+"""Settings: one frozen record, read from flags and environment variables and validated without I/O.
 
 A flag wins over its variable; an empty variable means the default (as in the bash executor,
 ensure_flydsl.sh), except for the settings in :data:`EMPTY_REFUSED`; an empty flag value is refused.  Every
@@ -11,10 +11,9 @@ before any command writes it; checks that need more (the interpreter runs, the r
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
-from typing import Callable, Dict, List, Mapping, Optional, Tuple
+from collections import abc
 
 from ensure_flydsl import layout
 from ensure_flydsl.errors import BadInput
@@ -40,6 +39,11 @@ from ensure_flydsl.setting_values import (
     parse_strategy,
     parse_written_file,
 )
+from ensure_flydsl.support.frozen import Frozen, field
+
+TYPE_CHECKING = False  # typing is for the type checker only: not imported on the warm call's path
+if TYPE_CHECKING:
+    from typing import Callable, Dict, List, Mapping, Optional, Tuple
 
 DEFAULT_ROOT = "/opt/flydsl/FlyDSL"
 DEFAULT_MIN_VERSION = "0.2.2"
@@ -51,7 +55,10 @@ DEFAULT_REQUIRE = ("flydsl", "kernels.moe_gemm_2stage")
 DEFAULT_PROBE_TIMEOUT = 300.0
 DEFAULT_LEASE_TTL = 120.0
 # FLYDSL_CACHE_TRUSTED_KEYS, each key as its public line "NAME:BASE64" (signing_keys.py reads and checks them).
-TrustedKeys = Tuple[str, ...]
+if TYPE_CHECKING:
+    TrustedKeys = Tuple[str, ...]
+else:
+    TrustedKeys = tuple  # annotations are text at run time; the alias is the type checker's
 # Settings whose empty (or blank) value is bad input, not the default: its parser says why.  Trusted keys set
 # but empty (`FLYDSL_CACHE_TRUSTED_KEYS="$(cat ci.pub)"` run where ci.pub is not) would turn checks off.
 EMPTY_REFUSED = frozenset({"cache_trusted_keys"})
@@ -73,8 +80,7 @@ def parse_trusted_keys(name: str, value: str) -> TrustedKeys:
 VALUE, FLAG, LIST, SWITCH = "value", "flag", "list", "switch"  # a setting's kind: how its flag is given
 
 
-@dataclasses.dataclass(frozen=True)
-class Setting:
+class Setting(Frozen):
     """One row of the settings table (the README's).  ``kind`` is how the flag is given: VALUE (``--root X``),
     FLAG (``--verify``: no value), LIST (repeatable, ``--require A --require B``) or SWITCH (``--vllm-moe`` and
     ``--no-vllm-moe``); ``metavar`` names a LIST's value."""
@@ -125,8 +131,7 @@ SETTINGS: Tuple[Setting, ...] = (
 SETTING_BY_NAME: Dict[str, Setting] = {s.name: s for s in SETTINGS}
 
 
-@dataclasses.dataclass(frozen=True)
-class Settings:
+class Settings(Frozen):
     root: str = DEFAULT_ROOT
     min_version: str = DEFAULT_MIN_VERSION
     pin: str = DEFAULT_PIN
@@ -152,7 +157,7 @@ class Settings:
     cache_signing_key: Optional[str] = None
     cache_trusted_keys: TrustedKeys = ()
     # Where each value came from, for messages: the flag or the variable as the user spelled it.
-    sources: Mapping[str, str] = dataclasses.field(default_factory=dict, compare=False, repr=False)
+    sources: Mapping[str, str] = field(default_factory=dict, compare=False)
 
     def label(self, name: str) -> str:
         return self.sources.get(name) or SETTING_BY_NAME[name].env
@@ -240,7 +245,7 @@ def _own_files(settings: Settings) -> List[Tuple[str, str, str]]:
     ]
 
 
-def check_path_clashes(settings: Settings) -> None:
+def check_path_clashes(settings: Settings, environ: Mapping[str, str]) -> None:
     """The failure marker, the lock (and its holder record), the env file, its twin and the log are
     pairwise different files, and the marker and the lock lie outside the root (whose files are tracked
     or the tool's).  Paths are compared resolved, so a symlink to another of them counts as that file."""
@@ -259,7 +264,7 @@ def check_path_clashes(settings: Settings) -> None:
                 raise PathClash(settings.label(setting), getattr(settings, setting), clash, "a path of its own")
     for setting in ("fail_marker", "lock_file"):
         path = os.path.realpath(getattr(settings, setting))
-        for folder, what, allowed in _own_folders(settings, text):
+        for folder, what, allowed in _own_folders(settings, text, environ):
             if _inside(path, os.path.realpath(folder)):
                 raise PathClash(settings.label(setting), getattr(settings, setting), f"lies inside {what}", allowed)
 
@@ -268,22 +273,25 @@ def _inside(path: str, folder: str) -> bool:
     return path == folder or path.startswith(folder.rstrip("/") + "/")
 
 
-def _own_folders(settings: Settings, text: Callable[..., str]) -> List[Tuple[str, str, str]]:
+def _own_folders(settings: Settings, text: Callable[..., str],
+                 environ: Mapping[str, str]) -> List[Tuple[str, str, str]]:
     """(folder, what it is, what is allowed) of the folders whose files are the root's or the tool's own: a
-    marker or a lock in one would overwrite, or be deleted with, a file the tool reads back (ETA history, run
-    records, the cache's entries, the LLVM build and its records)."""
+    marker or a lock in one would overwrite, or be deleted with, a file the tool reads back (run records, the
+    host's ETA history, the cache's entries, the LLVM build and its records)."""
     base = settings.base_dir
     own = "a path outside the tool's own files"
     folders = [
         (settings.root, f"{text('root')} (the tool's tree: its files are tracked or the tool's own)",
          "a path outside the root"),
-        (layout.base_state_dir(base), f"{layout.base_state_dir(base)}, the tool's own folder (ETA history, run "
-                                      "records)", own),
+        (layout.base_state_dir(base), f"{layout.base_state_dir(base)}, the tool's own folder (run records)", own),
         (layout.llvm_dir(base), f"{layout.llvm_dir(base)}, the tool's LLVM build", own),
         (layout.llvm_record(base), f"{layout.llvm_record(base)}, the tool's record of its LLVM build", own),
         (layout.llvm_made_record(base), f"{layout.llvm_made_record(base)}, the tool's record of its LLVM build",
          own),
     ]
+    host = layout.host_cache_dir(environ)
+    if host is not None:
+        folders.append((host, f"{host}, the tool's own folder for this host (ETA history)", own))
     if settings.cache is not None and not re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", settings.cache):
         folders.append((settings.cache, f"{text('cache')} (the binary cache)", "a path outside the cache"))
     return folders
@@ -318,7 +326,7 @@ def load_settings(
     values.setdefault("lock_file", layout.default_lock_file(root))
     values.setdefault("fail_marker", layout.default_fail_marker(root))
     settings = Settings(sources=sources, **values)  # type: ignore[arg-type]
-    check_path_clashes(settings)
+    check_path_clashes(settings, environ)
     if settings.git_mirrors:
         git_config_count(environ)  # the mirrors' entries go after the caller's own
     check_host_id(environ)
@@ -331,6 +339,7 @@ def fail_marker_path(flags: Mapping[str, Optional[str]], environ: Mapping[str, s
     def partial(names: Tuple[str, ...]) -> str:
         given = {name: flags.get(name) for name in names}
         only = {s.env: environ.get(s.env, "") for s in SETTINGS if s.name in names}
+        only.update((k, environ[k]) for k in layout.HOST_VARIABLES if k in environ)  # the host's folder
         return load_settings(given, only).fail_marker
 
     try:
@@ -386,7 +395,7 @@ def join_git_mirrors(values: object) -> Optional[str]:
     """``--git-mirror`` is repeatable; the Python API also takes {FROM: TO} or (FROM, TO) pairs."""
     if values is None:
         return None
-    if isinstance(values, Mapping):
+    if isinstance(values, abc.Mapping):
         values = [f"{source}={to}" for source, to in values.items()]
     if isinstance(values, (list, tuple)):
         items = [item if isinstance(item, str) else "=".join(str(part) for part in item) for item in values]

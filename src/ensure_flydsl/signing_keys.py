@@ -21,7 +21,7 @@ from ensure_flydsl.support.keys import (
     withheld,
 )
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_CONTROL = r"[\x00-\x1f\x7f]"  # compiled at first use (re caches it): not on the warm path
 
 # -- the settings: FLYDSL_CACHE_SIGNING_KEY and FLYDSL_CACHE_TRUSTED_KEYS ----------------------------------
 
@@ -63,7 +63,7 @@ def parse_trusted_keys(name: str, value: str) -> TrustedKeys:
     # Shown in the message (and so the failure marker) with every inline key withheld: a secret pasted
     # here by mistake must not be copied anywhere.
     shown = " ".join(withheld(item) for item in items)
-    if not items or _CONTROL.search(value.replace("\t", " ").replace("\n", " ")):
+    if not items or re.search(_CONTROL, value.replace("\t", " ").replace("\n", " ")):
         raise BadInput(name, shown, TRUSTED_ALLOWED)
     keys: List[str] = []
     try:

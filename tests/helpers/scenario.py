@@ -6,8 +6,9 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
-from typing import Callable, Dict, List, Optional
+from typing import IO, Callable, Dict, List, Optional, Tuple
 
 from tests.helpers.workspace import Workspace
 
@@ -141,3 +142,55 @@ def watchdogs_of(run_id: str) -> List[int]:
             if b"_watchdog" in argv and run_id.encode() in argv and alive(int(pid)):
                 found.append(int(pid))
     return found
+
+
+def timed_lines(ws: Workspace, *args: str, into: str = "file", stream: str = "stdout",
+                timeout: float = 120.0, **env: str) -> Tuple[int, List[Tuple[float, str]]]:
+    """Run the tool with its ``stream`` (stdout or stderr) going ``into`` a file (as GEAK runs it, under nohup
+    with its output in a file) or a pipe (a caller that captures it); return the exit code and each line with
+    the monotonic time it arrived, read while the run goes on (the other stream goes to a file of its own)."""
+    folder = os.path.join(os.path.dirname(ws.base), "timed-output")
+    os.makedirs(folder, exist_ok=True)
+    other = open(os.path.join(folder, f"other.{time.monotonic_ns()}"), "w")
+    lines: List[Tuple[float, str]] = []
+    path = os.path.join(folder, f"{stream}.{time.monotonic_ns()}")
+    with open(path, "w") as out, other:
+        target = subprocess.PIPE if into == "pipe" else out
+        streams = {"stdout": target, "stderr": other} if stream == "stdout" else {"stdout": other, "stderr": target}
+        proc = subprocess.Popen(ws.cmd(*args), env={**ws.env, **env}, stdin=subprocess.DEVNULL, text=True,
+                                start_new_session=True, **streams)  # type: ignore[call-overload]
+        piped = proc.stdout if stream == "stdout" else proc.stderr
+        if piped is not None:
+            reader = threading.Thread(target=_read_pipe, args=(piped, lines), daemon=True)
+            reader.start()
+            proc.wait(timeout=timeout)
+            reader.join(timeout=10)
+        else:
+            _follow_file(path, proc, lines, timeout)
+    return proc.returncode, lines
+
+
+def _read_pipe(pipe: IO[str], lines: List[Tuple[float, str]]) -> None:
+    for line in pipe:
+        lines.append((time.monotonic(), line.rstrip("\n")))
+
+
+def _follow_file(path: str, proc: "subprocess.Popen[str]", lines: List[Tuple[float, str]], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    with open(path) as handle:
+        partial = ""
+        while True:
+            ended = proc.poll() is not None
+            partial += handle.read()
+            *whole, partial = partial.split("\n")
+            now = time.monotonic()
+            lines.extend((now, line) for line in whole)
+            if ended:
+                return
+            assert now < deadline, f"still running after {timeout} s"
+            time.sleep(0.02)
+
+
+def gaps(lines: List[Tuple[float, str]]) -> List[float]:
+    """The seconds between each line and the next."""
+    return [b[0] - a[0] for a, b in zip(lines, lines[1:])]

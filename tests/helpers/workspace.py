@@ -9,9 +9,22 @@ import os
 import shutil
 import subprocess
 import sys
-from typing import Dict, List, Optional
+from typing import Dict, List, Mapping, Optional
 
+from ensure_flydsl.layout import host_cache_dir
 from tests.helpers.flydsl_fixture import FixtureRepo, counts
+
+
+def host_cache_env(folder: str, environ: Mapping[str, str] = os.environ) -> Dict[str, str]:
+    """The variables that make ``folder`` the user's cache folder for the tool (XDG_CACHE_HOME: the host's
+    files, such as the ETA history, ``layout.host_cache_dir``), so that no test writes into the real home.
+    The tests' conftest sets them for every test (one test is one host: its workspaces share the folder).
+    pip's and uv's own caches stay where they were (PIP_CACHE_DIR, UV_CACHE_DIR), so what the package index
+    gave one test is not downloaded again by the next."""
+    real = environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return {"XDG_CACHE_HOME": folder,
+            "PIP_CACHE_DIR": environ.get("PIP_CACHE_DIR") or os.path.join(real, "pip"),
+            "UV_CACHE_DIR": environ.get("UV_CACHE_DIR") or os.path.join(real, "uv")}
 
 
 def other_python(not_tag: str) -> Optional[str]:
@@ -56,6 +69,13 @@ class Workspace:
             "FIXTURE_COUNTER_DIR": self.counter,
         })
         self.env: Dict[str, str] = env
+
+    @property
+    def host_dir(self) -> str:
+        """The tool's folder in the user's cache folder of this workspace's runs (the host's ETA history)."""
+        found = host_cache_dir(self.env)
+        assert found is not None
+        return found
 
     @property
     def env_file(self) -> str:

@@ -14,8 +14,8 @@ from typing import Dict, List, Tuple
 
 import pytest
 
-from ensure_flydsl.runs.progress import estimate_eta, parse_percent
-from ensure_flydsl.runs.records import DEFAULT_STEP_SECONDS, RunStore
+from ensure_flydsl.runs.progress import parse_percent
+from ensure_flydsl.runs.records import RunStore
 from tests.helpers.result_schema import validate
 from tests.helpers.scenario import Barrier, assert_one_tree, wait_for, wait_until
 from tests.helpers.workspace import Workspace
@@ -273,23 +273,6 @@ def test_percent_parsing() -> None:
     assert parse_percent("[0/0] nothing") is None
     assert parse_percent("-- Configuring done [3/4]") is None
     assert parse_percent("warning: [-Wunused] x") is None
-
-
-def test_eta_model() -> None:
-    typical = dict(DEFAULT_STEP_SECONDS)
-    # Half-way through the build after 100 s: 100 s left, plus verify and publish.
-    assert estimate_eta("build", 100.0, 50.0, typical, []) == 100.0 + typical["verify"] + typical["publish"]
-    # No percent: the step's typical length minus what has passed.
-    assert estimate_eta("llvm", 100.0, None, typical, []) == (typical["llvm"] - 100.0 + typical["build"]
-                                                             + typical["verify"] + typical["publish"])
-    assert estimate_eta(None, 0.0, None, typical, []) is None
-
-
-def test_eta_learns_from_history_on_this_host(ws: Workspace) -> None:
-    assert ws.run(FIXTURE_BUILD_SLEEP="0.4").returncode == 0
-    typical = RunStore(ws.root).typical_seconds()
-    assert 1.0 <= typical["build"] < 30.0  # measured here, not the 300 s default
-    assert typical["llvm"] < 30.0
 
 
 def test_terminal_shows_a_live_progress_line(ws: Workspace) -> None:

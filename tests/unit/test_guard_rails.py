@@ -12,7 +12,9 @@ from typing import Iterator, List, Set
 
 TOP = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CHECKED = ("src", "benchmarks", os.path.join("docs", "reliability_figures.py"))
-GENERIC = {".json", "."}  # a file type or a dot, not a name of the tool's: records of the cache and of pins end so too
+# A file type or a dot, not a name of the tool's (records of the cache and of pins end so too); the tool's
+# own name, which its messages say and which names its folder in the user's cache folder.
+GENERIC = {".json", ".", "ensure-flydsl"}
 
 
 def _python_files() -> Iterator[str]:
@@ -68,7 +70,8 @@ def own_file_names() -> Set[str]:
 
 
 def test_layout_names_the_files_it_owns() -> None:
-    assert {"owner.json", "tools.json", "start.lock", ".alive", "history.json", "rocm-overlay"} <= own_file_names()
+    assert {"owner.json", "tools.json", "start.lock", ".alive", "history.json", "history.lock",
+            "rocm-overlay"} <= own_file_names()
 
 
 def test_no_module_but_layout_spells_the_tools_file_names() -> None:

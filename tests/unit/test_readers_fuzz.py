@@ -24,12 +24,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ensure_flydsl.cli.main import main
-from ensure_flydsl.errors import EnsureError, ExitCode
+from ensure_flydsl.errors import EnsureError, ExitCode, Plan
 from ensure_flydsl.pipeline.fingerprint import same, site_stats
 from ensure_flydsl.pipeline.lock import LockHolder
 from ensure_flydsl.pipeline.warm import try_warm
 from ensure_flydsl.probe.results import Interpreter
 from ensure_flydsl.result import How
+from ensure_flydsl.runs.history import History
 from ensure_flydsl.runs.markers import EnvTwin, render_env_sh
 from ensure_flydsl.runs.records import Failure, RunRecord
 from ensure_flydsl.settings import load_settings
@@ -202,11 +203,21 @@ def test_failure_reads_any_input_as_a_failure_or_none(raw: Any) -> None:
     check_failure(Failure.from_json(json.loads(json.dumps(raw))))
 
 
+@FUZZ
+@given(raw=inputs({"version": 1, "routes": {"source": {"build": [1.0, 2.0], "llvm": [3]}, "release": {}}}))
+def test_history_reads_any_input_as_a_history_or_none(raw: Any) -> None:
+    """The host's ETA history: every route's expected seconds are finite and >= 0, or the file is none."""
+    history = History.from_json(json.loads(json.dumps(raw)))
+    for plan in Plan:
+        expected = (history or History()).expected(plan)
+        assert set(plan.stages) <= set(expected)
+        assert all(finite(v) and v >= 0 for v in expected.values())
+
+
 @SLOW_FUZZ
-@given(record=inputs(VALID_RECORD), marker=inputs({**VALID_RECORD["failure"], "request": {}, "run_id": "x"}),
-       history=inputs({"build": [1.0, 2.0], "llvm": [3]}))
-def test_status_and_wait_answer_whatever_the_records_hold(record: Any, marker: Any, history: Any) -> None:
-    """The records, the failure marker and the ETA history, as files where the commands read them."""
+@given(record=inputs(VALID_RECORD), marker=inputs({**VALID_RECORD["failure"], "request": {}, "run_id": "x"}))
+def test_status_and_wait_answer_whatever_the_records_hold(record: Any, marker: Any) -> None:
+    """The records and the failure marker, as files where the commands read them."""
     with empty_cwd() as cwd:
         root = os.path.join(cwd, "base", "FlyDSL")
         environ = {"FLYDSL_ROOT": root, "FLYDSL_PYTHON": "/usr/bin/python3"}
@@ -218,8 +229,7 @@ def test_status_and_wait_answer_whatever_the_records_hold(record: Any, marker: A
         runs = os.path.join(cwd, "base", ".ensure_flydsl", "runs", "FlyDSL")
         os.makedirs(runs)
         for path, value in ((os.path.join(runs, "20261201-004914-9a2ede.json"), record),
-                            (os.path.join(runs, "..json"), record), (current.fail_marker, marker),
-                            (os.path.join(cwd, "base", ".ensure_flydsl", "history.json"), history)):
+                            (os.path.join(runs, "..json"), record), (current.fail_marker, marker)):
             with open(path, "w") as handle:
                 json.dump(value, handle)
         with open(os.path.join(runs, "current"), "w") as handle:

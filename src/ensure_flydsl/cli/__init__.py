@@ -8,26 +8,28 @@ command's module when it runs, so the warm call loads the ``ensure`` command's c
 
 from __future__ import annotations
 
-import argparse
-import dataclasses
-from typing import TYPE_CHECKING, Callable, Dict, List, Optional
+from ensure_flydsl.support.frozen import Frozen
 
+TYPE_CHECKING = False  # typing is for the type checker only: not imported on the warm call's path
 if TYPE_CHECKING:
+    import argparse
+    from typing import Callable, Dict, List, Optional
+
     from ensure_flydsl.settings import Settings
     from ensure_flydsl.support.report import Reporter
 
-Handler = Callable[[argparse.Namespace, "Settings", "Reporter", Dict[str, str]], int]
-PlainHandler = Callable[[argparse.Namespace, "Reporter", Dict[str, str]], int]
+if TYPE_CHECKING:
+    Handler = Callable[[argparse.Namespace, Settings, Reporter, Dict[str, str]], int]
+    PlainHandler = Callable[[argparse.Namespace, Reporter, Dict[str, str]], int]
 
 
-@dataclasses.dataclass(frozen=True)
-class Command:
+class Command(Frozen):
     """One command: its one-line help (None: internal, listed nowhere, no setting flags), what it adds to
     its parser, and its handler (None: ``main`` runs it before the settings are read).  A command about no
     root (``skill``) has a ``plain`` handler instead: no setting flags, no settings read."""
 
     help: Optional[str]
-    add_args: Callable[[argparse.ArgumentParser], None]
+    add_args: Callable[["argparse.ArgumentParser"], None]
     run: Optional[Handler]
     plain: Optional[PlainHandler] = None
 
@@ -96,6 +98,8 @@ def _seconds(value: str, *, zero_ok: bool = False) -> float:
     except ValueError:
         seconds = -1.0
     if not ((seconds >= 0 if zero_ok else seconds > 0) and seconds < 10**9):  # NaN fails both
+        import argparse  # a parser is in use: argparse is imported already
+
         raise argparse.ArgumentTypeError(f"{value!r} is not a number of seconds {'>= 0' if zero_ok else '> 0'}")
     return seconds
 

@@ -99,8 +99,9 @@ def _clean_shared_files(settings: Settings, reporter: Reporter) -> List[str]:
 
 
 def _clean_runs(settings: Settings) -> List[str]:
-    """The root's run records; the base's state folder (ETA history, MLIR installs fetched from the cache)
-    too once no other root of this base has records in it."""
+    """The root's run records; the base's state folder (MLIR installs fetched from the cache) too once no
+    other root of this base has records in it.  The host's ETA history (the user's cache folder) is every
+    root's: it stays."""
     store = RunStore(settings.root)
     removed: List[str] = []
     if os.path.isdir(store.folder):

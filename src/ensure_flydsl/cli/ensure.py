@@ -4,11 +4,14 @@ pipeline; say what it decided, or print one JSON result object with ``--json``."
 from __future__ import annotations
 
 import json
-from typing import Mapping
 
 from ensure_flydsl.pipeline.warm import try_warm
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.support.report import Reporter, known
+
+TYPE_CHECKING = False  # typing is for the type checker only: not imported on the warm call's path
+if TYPE_CHECKING:
+    from typing import Mapping
 
 
 def ensure_command(settings: Settings, reporter: Reporter, environ: Mapping[str, str], *, as_json: bool) -> int:

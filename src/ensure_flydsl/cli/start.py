@@ -20,6 +20,7 @@ import filelock
 from ensure_flydsl.cli.worker import settings_to_json
 from ensure_flydsl.errors import EnsureError, ExitCode, Stage, disk_full_error
 from ensure_flydsl.layout import start_lock_file
+from ensure_flydsl.pipeline.context import announced_eta
 from ensure_flydsl.pipeline.decide import preflight
 from ensure_flydsl.pipeline.publish import withdraw_stale_markers
 from ensure_flydsl.probe.interpreter import callers_folder
@@ -77,7 +78,7 @@ def _join_or_launch(settings: Settings, environ: Mapping[str, str], reporter: Re
     run_id = new_run_id()
     alive_fd = store.hold_alive(run_id)
     try:
-        log = _announce(settings, store, run_id)
+        log = _announce(settings, environ, store, run_id)
     except OSError as exc:
         # Nothing may say that a run is going: not its record, not its alive file (each written whole or not).
         os.close(alive_fd)
@@ -103,7 +104,7 @@ def _join_or_launch(settings: Settings, environ: Mapping[str, str], reporter: Re
     return 0
 
 
-def _announce(settings: Settings, store: RunStore, run_id: str) -> int:
+def _announce(settings: Settings, environ: Mapping[str, str], store: RunStore, run_id: str) -> int:
     """Open the log for the worker (its descriptor returned) and announce the run before the worker exists,
     so that `wait` and `status` issued the moment we return follow it.  Only the worker writes its record
     after this: no stale write can overwrite its end."""
@@ -112,8 +113,10 @@ def _announce(settings: Settings, store: RunStore, run_id: str) -> int:
     log = os.open(settings.log_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
     try:
         os.fchmod(log, 0o644)
-        store.write(new_record(store, run_id, request=settings.request(), fail_marker=settings.fail_marker,
-                               log=settings.log_file, kind="detached", pid=None, step=Stage.STARTING))
+        announced = new_record(store, run_id, request=settings.request(), fail_marker=settings.fail_marker,
+                               log=settings.log_file, kind="detached", pid=None, step=Stage.STARTING)
+        announced.eta_s = announced_eta(settings, environ)  # the likeliest route's, from the host's history
+        store.write(announced)
         store.set_current(run_id)
     except BaseException:
         os.close(log)

@@ -5,6 +5,7 @@ and `wait`: runs/twin_gate.py).  Without an env file it probes the root's folder
 from __future__ import annotations
 
 import json
+import os
 from typing import Dict, List, Optional
 
 from ensure_flydsl.errors import ExitCode, Stage
@@ -20,10 +21,21 @@ from ensure_flydsl.support.report import known
 NOT_ANSWERED = 1  # as `env` and `wait`: no env file answers this request
 
 
+def absent_env_file(env_file: str) -> str:
+    """Why no env file answers when there is no twin: none is there, or it is there and this user cannot see it."""
+    try:
+        os.stat(env_file)
+    except PermissionError as error:
+        return f"the env file {env_file} cannot be read by this user ({error.strerror}); run as its owner"
+    except OSError:
+        return f"there is no env file at {env_file}"
+    return f"the env file {env_file} is not one this tool wrote (its record is missing or unreadable)"
+
+
 def verify(settings: Settings, environ: Dict[str, str], *, as_json: bool) -> int:
     twin = installed_twin(settings.root)
     prepend: List[str] = tree_folders(settings.root)
-    gap: Optional[str] = f"there is no env file at {settings.env_file}"
+    gap: Optional[str] = absent_env_file(settings.env_file)
     if twin is not None:
         prepend = list(twin.pythonpath_prepend)
         gap = twin_gap(twin, settings.request(), environ.get("PATH"))

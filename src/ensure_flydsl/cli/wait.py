@@ -13,8 +13,9 @@ from typing import Optional, Tuple
 from ensure_flydsl.cli.status import ABSENT_EXIT, answer_object
 from ensure_flydsl.errors import ExitCode
 from ensure_flydsl.runs.answer import Answer, answer
+from ensure_flydsl.runs.heartbeat import Pulse, say_pulse
 from ensure_flydsl.runs.markers import tail_of
-from ensure_flydsl.runs.records import FAILED, RUNNING, SUCCEEDED, RunRecord
+from ensure_flydsl.runs.records import FAILED, RUNNING, SUCCEEDED
 from ensure_flydsl.runs.twin_gate import installed_line
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.support.files import read_json
@@ -23,19 +24,12 @@ from ensure_flydsl.support.report import Reporter, fmt_seconds, known
 POLL_S = 0.05
 
 
-def heartbeat_line(record: RunRecord) -> str:
-    elapsed = time.time() - record.started
-    shown = f" {record.percent}%" if record.percent is not None else ""
-    waiting = f"; waiting for {record.waiting.get('text')}" if isinstance(record.waiting, dict) else ""
-    return (f"running: step {known(record.step, 'starting')}{shown}, elapsed {fmt_seconds(elapsed)}, "
-            f"ETA {fmt_seconds(record.remaining_eta())} (run {known(record.run_id)}, pid {known(record.pid)}){waiting}")
-
-
 def wait(settings: Settings, reporter: Reporter, *, timeout: Optional[float], heartbeat: float,
          as_json: bool = False) -> int:
     """Answer from what is true for the request (runs/answer.py), polling while a run for it lives; a run
     found dead is recorded as such here (its failure marker written), should its watchdog be gone too.
-    With ``as_json`` the answer is also one result object on stdout (the heartbeats are JSON events)."""
+    With ``as_json`` the answer is also one result object on stdout (the heartbeats are JSON events,
+    ``heartbeat``, as a run's own)."""
     code, found = _wait(settings, reporter, timeout=timeout, heartbeat=heartbeat)
     if as_json:
         print(json.dumps(answer_object(settings, found), sort_keys=True))
@@ -53,7 +47,7 @@ def _wait(settings: Settings, reporter: Reporter, *, timeout: Optional[float],
             return _finished(settings, found, reporter), found
         now = time.monotonic()
         if now >= next_beat:
-            reporter.say(heartbeat_line(found.record))
+            say_pulse(reporter, Pulse.of_record(found.record))  # the line a run's own heartbeat says
             next_beat = now + heartbeat
         if deadline is not None and now >= deadline:
             reporter.say(f"still running after {fmt_seconds(timeout)}; run `ensure-flydsl wait --timeout 540` "

@@ -13,7 +13,7 @@ from ensure_flydsl.support.report import Reporter
 
 
 def settings_to_json(settings: Settings) -> Dict[str, object]:
-    data = {name: getattr(settings, name) for name in Settings.__dataclass_fields__ if name != "sources"}
+    data = {name: getattr(settings, name) for name in Settings._fields if name != "sources"}
     data["require"] = list(settings.require)
     return data
 

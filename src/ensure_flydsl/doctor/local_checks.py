@@ -345,12 +345,15 @@ def check_tool(ctx: RunContext, name: str, needed: Sequence[str]) -> Check:
     if name == "ninja" and shutil.which("make", path=ctx.environ.get("PATH")):
         return Check(name, status, f"{state.problem}, and the package index cannot provide it; the build falls "
                      "back to make (slower)", "make the package index reachable, or install ninja", False, stage)
-    why = ("the package index does not answer" if not answer.answered
+    # What stood in the way, as pip said it: an index that does not answer, or no pip to ask it with.
+    why = (f"the package index cannot be asked ({answer.detail})" if not answer.answered
            else f"the package index has no {spec} wheel for this machine")
     what = "import nanobind" if name == "nanobind" else f"put {name} on PATH"
+    reach = ("give the interpreter pip (`python3 -m ensurepip`)" if answer.detail.endswith("has no pip")
+             else "make the package index reachable (PIP_INDEX_URL, pip.conf)")
     return Check(name, status, f"{state.problem}, and {why}",
-                 f"{what} (e.g. from your OS packages), or make the package index reachable (PIP_INDEX_URL, "
-                 "pip.conf) so that ensure-flydsl installs it privately", True, stage)
+                 f"{what} (e.g. from your OS packages), or {reach} so that ensure-flydsl installs it privately",
+                 True, stage)
 
 
 def check_hip_package(ctx: RunContext) -> Check:

@@ -157,7 +157,7 @@ def _fill(staging: str, wheels: Dict[str, str], commit: str) -> List[str]:
     tool = os.path.join(staging, "tool")
     _copy_package(os.path.join(tool, "ensure_flydsl"))
     vendored = vendor.install_wheels(wheels, tool)
-    with open(os.path.join(TEMPLATES, "run.py"), encoding="utf-8") as handle:
+    with open(os.path.join(TEMPLATES, "run.py.in"), encoding="utf-8") as handle:
         _write(os.path.join(tool, "run.py"), handle.read())
     license_text = _license()
     if license_text:

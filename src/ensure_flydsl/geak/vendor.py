@@ -20,6 +20,7 @@ import tempfile
 from typing import Callable, Dict, List, Optional, Sequence
 
 from ensure_flydsl.errors import BadInput, EnsureError, ExitCode, Stage
+from ensure_flydsl.layout import host_cache_dir, vendored_wheels_dir
 from ensure_flydsl.support.processes import cmd_output
 
 
@@ -43,9 +44,9 @@ VENDORED = (
 DOWNLOAD_TIMEOUT_S = 300.0
 
 
-def wheel_cache_dir(environ: Dict[str, str]) -> str:
-    base = environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "ensure-flydsl", "vendored-wheels")
+def wheel_cache_dir(environ: Dict[str, str]) -> Optional[str]:
+    host = host_cache_dir(environ)
+    return None if host is None else vendored_wheels_dir(host)
 
 
 def _sha256(path: str) -> str:
@@ -71,6 +72,8 @@ def find_wheels(wheels: Optional[str], environ: Dict[str, str], say: Callable[[s
                            f"checked against its pinned sha256; missing or different: {', '.join(bad)})")
         return found
     cache = wheel_cache_dir(environ)
+    if cache is None:  # no user cache folder (HOME and XDG_CACHE_HOME not absolute): download them now
+        cache = tempfile.mkdtemp(prefix="ensure-flydsl-wheels-")
     missing = [p for p in VENDORED if not _good(os.path.join(cache, p.filename), p)]
     if missing:
         say(f"downloading {', '.join(f'{p.name} {p.version}' for p in missing)} (pure-Python wheels, for "

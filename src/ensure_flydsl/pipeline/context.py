@@ -4,19 +4,24 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 import time
 from typing import Dict, Iterator, List, Mapping, Optional, Union
 
 from ensure_flydsl.errors import Plan, Stage
+from ensure_flydsl.layout import host_cache_dir
 from ensure_flydsl.probe.gate import Verdict
 from ensure_flydsl.probe.results import Interpreter, Probe
 from ensure_flydsl.result import How
-from ensure_flydsl.runs.progress import NullTracker, Tracker
+from ensure_flydsl.runs.heartbeat import Pulse
+from ensure_flydsl.runs.history import read_history
+from ensure_flydsl.runs.progress import NullTracker, Tracker, estimate_eta
 from ensure_flydsl.runs.records import RunStore, new_run_id
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.source.root import Stamps
 from ensure_flydsl.support import processes
 from ensure_flydsl.support.report import Reporter
+from ensure_flydsl.wheels.release import tag_version
 
 
 @dataclasses.dataclass
@@ -31,6 +36,34 @@ class Decision:
     commit: Optional[str] = None
     pin: Optional[str] = None  # the pin and repository the root's tree was made from (None: found elsewhere)
     repo: Optional[str] = None
+
+
+def likely_route(settings: Settings, release_commit: Optional[bool] = None) -> Optional[Plan]:
+    """The route a run will most likely take, before a provider takes one (for the ETA): a release when it
+    is demanded or the pin names a release tag (``auto``), or when the refs say the pin is a release's
+    commit (``release_commit``); else the cache when one is set; else a source build when nothing else
+    can be (``source``, or ``auto`` once the refs said the pin is no release).  None while nothing tells
+    a release from a build: a release run must never announce a source build's twenty minutes."""
+    strategy = settings.strategy
+    if strategy == "release" or (strategy == "auto" and (release_commit or (
+            release_commit is None and tag_version(settings.pin) is not None))):
+        return Plan.RELEASE
+    if settings.cache is not None:
+        return Plan.CACHE
+    if strategy == "source" or release_commit is False:
+        return Plan.SOURCE
+    return None
+
+
+def announced_eta(settings: Settings, environ: Mapping[str, str]) -> Optional[float]:
+    """The ETA of a run that is starting (``start`` announces it): the whole likeliest route, from the host's
+    history; None while the route is not known."""
+    route = likely_route(settings)
+    if route is None:
+        return None
+    expected = read_history(host_cache_dir(environ)).expected(route)
+    eta = estimate_eta(Stage.STARTING, 0.0, None, expected, [], route)
+    return None if eta is None else round(eta, 1)
 
 
 class Run:
@@ -78,14 +111,23 @@ class Run:
             s = self.settings
             self.tracker = Tracker.begin(
                 RunStore(s.root), self.run_id, request=s.request(), fail_marker=s.fail_marker, log=s.log_file,
-                kind=self.kind, alive_fd=self.alive_fd,
+                kind=self.kind, alive_fd=self.alive_fd, host_dir=host_cache_dir(self.environ),
+                route=likely_route(s),
             )
             if self.step_name in Plan.SOURCE.stages:
                 self.tracker.step_started(self.step_name)
 
+    def expect(self, route: Optional[Plan]) -> None:
+        """The likeliest route as the run learns more, before a provider takes one (for the ETA)."""
+        self.tracker.expect(route)
+
     def plan(self, plan: Plan) -> None:
-        """How this run will provision (for the ETA)."""
-        self.tracker.plan = plan.stages
+        """The route a provider takes: the ETA adds up its steps, and the host's history learns them."""
+        self.tracker.take(plan)
+
+    def pulse(self) -> Pulse:
+        """What the heartbeat says now: the tracker's figures once the run is tracked, else its step alone."""
+        return self.tracker.pulse() or Pulse(self.step_name, None, self.elapsed(), None, self.run_id, os.getpid())
 
     def worked(self) -> None:
         """The current step did its real work (not a no-op): its duration counts for future ETAs."""

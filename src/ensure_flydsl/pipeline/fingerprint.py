@@ -32,12 +32,15 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Dict, List, Mapping, Optional, Sequence
 
 from ensure_flydsl.layout import packages_dir
 from ensure_flydsl.probe.shims import landing
 from ensure_flydsl.runs.markers import without_folders
 from ensure_flydsl.support.files import read_regular
+
+TYPE_CHECKING = False  # typing is for the type checker only: not imported on the warm call's path
+if TYPE_CHECKING:
+    from typing import Dict, List, Mapping, Optional, Sequence
 
 FINGERPRINT_VERSION = 4
 PYTHON_ENV = ("PYTHONPATH", "PYTHONHOME", "PYTHONNOUSERSITE", "PYTHONPLATLIBDIR", "PYTHONSAFEPATH", "PYTHONUSERBASE")
@@ -62,23 +65,42 @@ def interpreter_identity(python: str, environ: Mapping[str, str], executable: st
 
 
 def folder_listing(folder: str) -> Optional[List[List[object]]]:
-    """(relative path, mode, size, mtime) of everything under ``folder``, in a stable order; None if absent."""
+    """(relative path, mode, size, mtime) of everything under ``folder``, in a stable order (as ``os.walk``:
+    each folder's files sorted, then its subfolders, then each of them, links to folders not entered); None if
+    absent.  Written with ``os.scandir`` for the warm call: ``os.walk`` and a path join per file cost more
+    than the stat calls themselves."""
     if not os.path.isdir(folder):
         return None
     listing: List[List[object]] = []
-    for current, dirs, files in os.walk(folder):
-        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
-        rel = os.path.relpath(current, folder)
-        for name in sorted(files):
-            if name.endswith((".pyc", ".pyo")):
-                continue
+    _list_into(listing, folder, ".")
+    return listing
+
+
+def _list_into(listing: List[List[object]], current: str, rel: str) -> None:
+    try:
+        with os.scandir(current) as scan:
+            entries = sorted(scan, key=lambda e: e.name)
+    except OSError:
+        return
+    dirs = []
+    for entry in entries:
+        try:
+            is_dir = entry.is_dir()
+        except OSError:
+            is_dir = False
+        if is_dir:
+            if entry.name != "__pycache__":
+                dirs.append(entry)
+        elif not entry.name.endswith((".pyc", ".pyo")):
             try:
-                st = os.lstat(os.path.join(current, name))
+                st = entry.stat(follow_symlinks=False)
             except OSError:
                 continue
-            listing.append([f"{rel}/{name}", st.st_mode, st.st_size, st.st_mtime_ns])
-        listing.extend([f"{rel}/{name}/", 0, 0, 0] for name in dirs)
-    return listing
+            listing.append([f"{rel}/{entry.name}", st.st_mode, st.st_size, st.st_mtime_ns])
+    listing.extend([f"{rel}/{entry.name}/", 0, 0, 0] for entry in dirs)
+    for entry in dirs:
+        if not entry.is_symlink():
+            _list_into(listing, entry.path, entry.name if rel == "." else f"{rel}/{entry.name}")
 
 
 SITE_HOOKS = ("sitecustomize.py", "usercustomize.py", "sitecustomize", "usercustomize")
@@ -146,6 +168,8 @@ def python_environment(environ: Mapping[str, str], tree_folders: Sequence[str]) 
 
 def same(recorded: object, current: Mapping[str, object]) -> bool:
     """Whether a fingerprint read back from JSON equals one computed now (tuples and lists alike)."""
+    if recorded == current:  # the warm call's case, without a copy: lists and dicts compare alike
+        return True
     return bool(recorded == json.loads(json.dumps(current)))
 
 

@@ -19,7 +19,7 @@ from typing import List, Optional, Tuple
 from ensure_flydsl.doctor.requirements import Finding, assess, stop_if_missing, summary
 from ensure_flydsl.errors import BadInput, EnsureError, ExitCode, Stage
 from ensure_flydsl.layout import packages_dir, tree_folders, wheel_download_dir
-from ensure_flydsl.pipeline.context import Decision, Run
+from ensure_flydsl.pipeline.context import Decision, Run, likely_route
 from ensure_flydsl.pipeline.decide import tree_key
 from ensure_flydsl.pipeline.providers.base import Early, Provider
 from ensure_flydsl.pipeline.providers.build import BuildProvider
@@ -52,6 +52,7 @@ def provision(run: Run) -> Result:
         with run.step(Stage.REQUIREMENTS):
             finding = check_requirements(run, commit)
         providers = providers_for(run, commit, early)
+        run.expect(providers[0].route)  # the likeliest: each provider takes its route when its turn comes
         with run.step(Stage.FETCH):
             interrupted, deleted = refuse_local_changes(run)
             begin_build(run)
@@ -122,6 +123,7 @@ def start_wheel_download(run: Run, early: Early, commit: str, tags: List[str]) -
     installed in the root; a requirements check that fails later stops it and removes what it fetched."""
     settings, root = run.settings, run.settings.root
     versions = release_tags(tags)
+    run.expect(likely_route(settings, release_commit=bool(versions)))  # the refs tell: the ETA's route
     if settings.strategy not in ("auto", "release") or not versions:
         return
     if not is_ours(root):

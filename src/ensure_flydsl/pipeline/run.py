@@ -1,7 +1,8 @@
 """The ensure run, in the order it happens: check, probe, decide, lock, probe again, provision, verify, publish.
 
 Each stage is a small function taking the run; a failure is an EnsureError with its exit code, which the
-run turns into the failure marker before it propagates.
+run turns into the failure marker before it propagates.  The heartbeat runs around all of it: whatever the
+step, a run that has shown nothing for 30 s says where it is (``runs/heartbeat.py``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from ensure_flydsl.pipeline.warm import try_warm
 from ensure_flydsl.probe.gate import same_folder
 from ensure_flydsl.result import Action, How, Result
 from ensure_flydsl.runs.answer import roots_sharing_marker, sharing_advice
+from ensure_flydsl.runs.heartbeat import Heartbeat, heartbeat_interval
 from ensure_flydsl.runs.twin_gate import installed, installed_line
 from ensure_flydsl.support.processes import unblock_stop_signals
 
@@ -27,7 +29,8 @@ __all__ = ["Result", "Run", "ensure_run"]
 
 def ensure_run(run: Run) -> Result:
     try:
-        result = _tracked(run)
+        with Heartbeat(run.reporter, run.pulse, heartbeat_interval(run.environ)):
+            result = _tracked(run)
     except BaseException as exc:
         if isinstance(exc, (SystemExit, GeneratorExit)):
             raise

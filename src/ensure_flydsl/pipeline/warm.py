@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Mapping, Optional
 
 from ensure_flydsl.layout import stamp_file
 from ensure_flydsl.pipeline.fingerprint import compute, same
@@ -18,6 +17,10 @@ from ensure_flydsl.result import Action, How, Result
 from ensure_flydsl.runs.markers import env_mapping, read_env_json, render_env_sh, withdraw_failure_marker
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.support.files import read_regular
+
+TYPE_CHECKING = False  # typing is for the type checker only: not imported on the warm call's path
+if TYPE_CHECKING:
+    from typing import Mapping, Optional
 
 
 def tree_stamp_path(root: str) -> str:

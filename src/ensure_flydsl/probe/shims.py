@@ -20,12 +20,15 @@ with the probe's ``sys.executable`` (pipeline/fingerprint.py).  Light to import:
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
-from typing import List, Mapping, Optional, Sequence
 
 from ensure_flydsl.support.files import read_head, read_regular
+from ensure_flydsl.support.frozen import Frozen
+
+TYPE_CHECKING = False  # typing is for the type checker only: not imported on the warm call's path
+if TYPE_CHECKING:
+    from typing import List, Mapping, Optional, Sequence
 
 ELF_MAGIC = b"\x7fELF"
 SHIM_MAX_BYTES = 4096  # pyenv's shim is about 300 bytes
@@ -34,21 +37,20 @@ SHIM_MAX_BYTES = 4096  # pyenv's shim is about 300 bytes
 # the pyenv it ran; pyenv before 2.3.36 wrote it without the SHIM_PATH lines.  Quotes, `$`, backslashes and
 # backquotes in either path would be expanded by bash: such a shim is not read.
 _PATH = r'[^"$`\\\n]+'
-PYENV_SHIM = re.compile(
+PYENV_SHIM = (  # compiled at first use (re caches it): only a script interpreter needs it
     r'#!/usr/bin/env bash\nset -e\n\[ -n "\$PYENV_DEBUG" \] && set -x\n\nprogram="\$\{0##\*/\}"\n\n'
     rf'export PYENV_ROOT="(?P<root>{_PATH})"\n'
     r'(?:SHIM_PATH=\$\{0%/\*\}\nif \[\[ \$SHIM_PATH != "(?P=root)/shims" \]\]; then\n'
     r'  export _PYENV_SHIM_PATH="\$SHIM_PATH"\nfi\n)?'
     rf'exec "(?P<pyenv>{_PATH})" exec "\$program" "\$@"\n'
 )
-VERSION_NAME = re.compile(r"[^\s:*?\[\]]+")
+VERSION_NAME = r"[^\s:*?\[\]]+"
 VERSION_LINE_MAX = 1024  # pyenv-version-file-read: read -n 1024
 HOOK_COMMANDS = ("version-name", "which", "exec")  # the hooks that run between the shim and the interpreter
 SYSTEM_HOOK_PATH = ("/usr/etc/pyenv.d", "/usr/local/etc/pyenv.d", "/etc/pyenv.d", "/usr/lib/pyenv/hooks")
 
 
-@dataclasses.dataclass(frozen=True)
-class Landing:
+class Landing(Frozen):
     """What ``python`` runs: ``found`` is what PATH gives for it, ``executable`` the interpreter it lands on
     (``found`` itself for a binary), and ``dispatch`` what a shim's choice also rests on (JSON data)."""
 
@@ -83,7 +85,7 @@ def pyenv_landing(shim: str, text: bytes, environ: Mapping[str, str]) -> Optiona
     """Where pyenv's shim ``shim`` (its bytes ``text``) dispatches, as ``pyenv exec`` picks it; None when
     ``text`` is not pyenv's shim or the choice is not one this module settles."""
     try:
-        match = PYENV_SHIM.fullmatch(text.decode("utf-8"))
+        match = re.fullmatch(PYENV_SHIM, text.decode("utf-8"))
     except UnicodeDecodeError:
         return None
     if match is None:
@@ -118,7 +120,7 @@ def pyenv_version(root: str, environ: Mapping[str, str]) -> Optional[str]:
 def safe_version(name: str) -> bool:
     """A version name pyenv takes as it is: no glob characters (its list is expanded unquoted), no space,
     and a path (pyenv-virtualenv's ``3.12.1/envs/NAME``) only of plain components under ``versions/``."""
-    return VERSION_NAME.fullmatch(name) is not None and all(c not in ("", ".", "..") for c in name.split("/"))
+    return re.fullmatch(VERSION_NAME, name) is not None and all(c not in ("", ".", "..") for c in name.split("/"))
 
 
 def resolved_pyenv_dir(environ: Mapping[str, str], pwd: str) -> Optional[str]:

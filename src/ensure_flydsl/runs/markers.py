@@ -7,17 +7,20 @@ atomically (temp file + rename) and the env file last: its existence is the succ
 
 from __future__ import annotations
 
-import dataclasses
 import errno
 import os
 import shlex
-from typing import Dict, List, Mapping, Optional, Sequence
 
 from ensure_flydsl.errors import Stage
 from ensure_flydsl.result import How, TreeIdentity
 from ensure_flydsl.support import faults, fields, space
 from ensure_flydsl.support.files import atomic_write, atomic_write_json, file_path_problem, read_json, remove_file
+from ensure_flydsl.support.frozen import asdict, field, replace
 from ensure_flydsl.version import __version__
+
+TYPE_CHECKING = False  # typing is for the type checker only: not imported on the warm call's path
+if TYPE_CHECKING:
+    from typing import Dict, List, Mapping, Optional, Sequence
 
 
 def without_folders(pythonpath: Optional[str], folders: Sequence[str]) -> str:
@@ -85,7 +88,6 @@ def render_env_sh(root: str, prepend: Sequence[str], shim_dir: Optional[str], vl
 _HOWS = {how.value for how in How}
 
 
-@dataclasses.dataclass(frozen=True)
 class EnvTwin(TreeIdentity):
     """``flydsl_env.json``: what the env file exports, the request it answers, the tree and interpreter it
     was made for (:class:`TreeIdentity`, as the result says it), and the warm path's fingerprint with the
@@ -96,7 +98,7 @@ class EnvTwin(TreeIdentity):
     site_dirs: List[str]
     fingerprint: Dict[str, object]
     FLYDSL_ROOT: str = ""
-    pythonpath_prepend: List[str] = dataclasses.field(default_factory=list)
+    pythonpath_prepend: List[str] = field(default_factory=list)
     FLYDSL_SHIM_DIR: Optional[str] = None
     VLLM_USE_FLYDSL_MOE: Optional[str] = None
     written_at: str = ""
@@ -116,7 +118,7 @@ class EnvTwin(TreeIdentity):
                      "VLLM_USE_FLYDSL_MOE", "pin", "repo")
 
     def to_json(self) -> Dict[str, object]:
-        return dataclasses.asdict(self)
+        return asdict(self)
 
     @classmethod
     def from_json(cls, data: object) -> Optional["EnvTwin"]:
@@ -176,7 +178,7 @@ def _root(value: object) -> Optional[str]:
 def publish_env_file(env_file: str, env_json: str, twin: EnvTwin, *, shim_dir: Optional[str], vllm_moe: bool) -> None:
     """Write the JSON twin, then the env file: the success signal comes last."""
     os.makedirs(os.path.dirname(env_file), exist_ok=True)
-    written = dataclasses.replace(twin, written_at=now_iso(), tool_version=__version__)
+    written = replace(twin, written_at=now_iso(), tool_version=__version__)
     atomic_write_json(env_json, written.to_json())
     faults.point("twin-written")
     atomic_write(env_file, render_env_sh(twin.FLYDSL_ROOT, twin.pythonpath_prepend, shim_dir, vllm_moe).encode())

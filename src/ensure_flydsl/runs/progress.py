@@ -1,5 +1,10 @@
 """Progress of a provisioning run: named steps, percent parsed from build output, ETA, the run record.
 
+The ETA follows the route the run takes (``Plan``: the steps it still has to go through, each its expected
+length on this host, from ``history.py``): the likeliest route until a provider takes one (``expect``,
+``take``), none when nothing tells a release from a build yet.  Within a step it moves with the step's
+percent.
+
 A run that goes past its first probe is tracked: it writes a run record (see records.py), holds the record's
 alive lock for its whole life, and starts a watchdog in a session of its own.  If the run dies without
 finishing (kill -9 of its process group, the OOM killer), the watchdog's blocking flock returns at once:
@@ -9,7 +14,7 @@ poller that only watches files learns of the death.
 
 from __future__ import annotations
 
-import contextlib
+import dataclasses
 import os
 import re
 import subprocess
@@ -17,6 +22,8 @@ import time
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ensure_flydsl.errors import Plan, Stage
+from ensure_flydsl.runs.heartbeat import Pulse
+from ensure_flydsl.runs.history import read_history, remember
 from ensure_flydsl.runs.records import (
     FAILED,
     SUCCEEDED,
@@ -46,39 +53,49 @@ def parse_percent(line: str) -> Optional[float]:
     return None
 
 
-def estimate_eta(
-    step: Optional[Stage], step_elapsed: float, percent: Optional[float], typical: Mapping[str, float],
-    done: Sequence[str], plan: Sequence[Stage] = Plan.SOURCE.stages,
-) -> Optional[float]:
-    """Seconds left: the rest of the current step (from its percent when known, else its typical length),
-    plus the typical length of each step of the plan still to come."""
-    if step is None:
-        return None
+def step_left(expected: float, step_elapsed: float, percent: Optional[float]) -> float:
+    """Seconds left of a step: its expected length (at least what it has taken so far) scaled by what is
+    left of its percent; without a percent, its expected length less what has passed."""
     if percent is not None and percent > 0:
-        current = step_elapsed * (100.0 - percent) / percent
-    else:
-        current = max(0.0, typical.get(step, 0.0) - step_elapsed)
-    later = plan[list(plan).index(step) + 1:] if step in plan else ()
-    return current + sum(typical.get(s, 0.0) for s in later if s not in done)
+        return max(expected, step_elapsed) * max(0.0, 100.0 - percent) / 100.0
+    return max(0.0, expected - step_elapsed)
+
+
+def estimate_eta(
+    step: Optional[Stage], step_elapsed: float, percent: Optional[float], expected: Mapping[Stage, float],
+    done: Sequence[str], plan: Optional[Plan],
+) -> Optional[float]:
+    """Seconds left: the rest of the current step (``step_left``), plus the expected length of each step of
+    the route still to come (all of them while the run is starting: ``start`` announced it, its worker has
+    not begun); None while the route is not known."""
+    if step is None or plan is None:
+        return None
+    stages = plan.stages
+    later = stages[stages.index(step) + 1:] if step in stages else stages if step == Stage.STARTING else ()
+    return (step_left(expected.get(step, 0.0), step_elapsed, percent)
+            + sum(expected.get(s, 0.0) for s in later if s not in done))
 
 
 class Tracker:
     """Keeps the run record of one provisioning run up to date."""
 
-    def __init__(self, store: RunStore, record: RunRecord, alive_fd: int) -> None:
+    def __init__(self, store: RunStore, record: RunRecord, alive_fd: int, *, host_dir: Optional[str] = None,
+                 route: Optional[Plan] = None) -> None:
         self.store = store
         self.record = record
         self.alive_fd = alive_fd
-        self.typical = store.typical_seconds()
+        self.host_dir = host_dir  # where the host's history is (None: nowhere, no history)
+        self.history = read_history(host_dir)
+        self.route = route  # the route the ETA adds up (None: not known yet)
+        self.taken: Optional[Plan] = None  # the route a provider took: its durations go into the history
         self.step_started_at = time.time()
-        self.worked: Dict[str, float] = {}
-        self.plan: Sequence[Stage] = Plan.SOURCE.stages
+        self.worked: Dict[Stage, float] = {}
         self._last_write = 0.0
 
     @classmethod
     def begin(
         cls, store: RunStore, run_id: str, *, request: Mapping[str, object], fail_marker: str, log: str,
-        kind: str, alive_fd: Optional[int] = None,
+        kind: str, alive_fd: Optional[int] = None, host_dir: Optional[str] = None, route: Optional[Plan] = None,
     ) -> "Tracker":
         store.ensure_folder()
         fd = alive_fd if alive_fd is not None else store.hold_alive(run_id)
@@ -88,7 +105,7 @@ class Tracker:
         announced = store.read(run_id)  # `start` wrote it before launching us
         if announced is not None:
             record.started = announced.started
-        tracker = cls(store, record, fd)
+        tracker = cls(store, record, fd, host_dir=host_dir, route=route)
         try:
             # Room for the run's last words first; then the record and the pointer to it, each whole or not
             # at all.  On a full disk none of it is left behind: no run that says it is going.
@@ -111,6 +128,18 @@ class Tracker:
             subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                              start_new_session=True, close_fds=True)
         )
+
+    # -- the route ---------------------------------------------------------------------------------------
+    def expect(self, route: Optional[Plan]) -> None:
+        """The likeliest route, before a provider takes one (a taken route stays)."""
+        if self.taken is None and route != self.route:
+            self.route = route
+            self._write(force=True)
+
+    def take(self, route: Plan) -> None:
+        """The route a provider takes: the ETA's, and the history's once the run succeeds."""
+        self.taken = self.route = route
+        self._write(force=True)
 
     # -- steps and progress ------------------------------------------------------------------------------
     def step_started(self, name: Stage) -> None:
@@ -155,8 +184,9 @@ class Tracker:
         if record.waiting is not None or not isinstance(percent, (int, float)) or isinstance(percent, bool):
             return record.step, None, None
         eta = None
-        if percent > 0:
-            eta = round(max(0.0, time.time() - self.step_started_at) * (100.0 - percent) / percent, 1)
+        if percent > 0 and record.step is not None:
+            own = self._expected().get(record.step, 0.0)
+            eta = round(step_left(own, max(0.0, time.time() - self.step_started_at), float(percent)), 1)
         return record.step, float(percent), eta
 
     def build_group(self, pgid: Optional[int]) -> None:
@@ -175,9 +205,20 @@ class Tracker:
         self._store()
 
     def eta(self) -> Optional[float]:
-        done = [str(s["name"]) for s in self.record.steps if s.get("ended")]
+        done = [str(s["name"]) for s in list(self.record.steps) if s.get("ended")]
         return estimate_eta(self.record.step, time.time() - self.step_started_at, self.record.percent,
-                            self.typical, done, self.plan)
+                            self._expected(), done, self.route)
+
+    def _expected(self) -> Mapping[Stage, float]:
+        return self.history.expected(self.route) if self.route is not None else {}
+
+    def pulse(self) -> Optional[Pulse]:
+        """What the heartbeat says now: the record's step and percent, the ETA as of now (while it follows
+        another host's build, that build's, as the record has it)."""
+        record = self.record
+        following = record.waiting is not None
+        pulse = Pulse.of_record(record)
+        return dataclasses.replace(pulse, eta_s=pulse.eta_s if following else self.eta())
 
     def _write(self, force: bool = False, strict: bool = False) -> None:
         now = time.time()
@@ -202,11 +243,11 @@ class Tracker:
     # record (and then the failure marker).
     def succeeded(self, result: Mapping[str, object]) -> None:
         self.store.release(self.record.run_id)
-        with contextlib.suppress(OSError):  # the ETA history: never a reason to fail a run that succeeded
-            self.store.remember(self.worked)
         self.record.state, self.record.finished, self.record.result = SUCCEEDED, time.time(), dict(result)
         self.record.percent, self.record.eta_s = None, 0
         self._store()
+        if self.taken is not None:  # a run that found the work done (by another run) took no route
+            remember(self.host_dir, self.taken, self.worked)
 
     def failed(self, code: int, stage: Stage, reason: str, hint: str = "") -> None:
         self.store.release(self.record.run_id)
@@ -227,8 +268,11 @@ class NullTracker:
 
     locked = False
 
-    def __init__(self) -> None:
-        self.plan: Sequence[Stage] = Plan.SOURCE.stages
+    def expect(self, route: Optional[Plan]) -> None:
+        pass
+
+    def take(self, route: Plan) -> None:
+        pass
 
     def step_started(self, name: Stage) -> None:
         pass
@@ -252,6 +296,9 @@ class NullTracker:
         pass
 
     def eta(self) -> Optional[float]:
+        return None
+
+    def pulse(self) -> Optional[Pulse]:
         return None
 
     def succeeded(self, result: Mapping[str, object]) -> None:

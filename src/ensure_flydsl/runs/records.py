@@ -14,7 +14,7 @@ Under ``$(dirname ROOT)/.ensure_flydsl/runs/<root name>/``:
   final record and the failure marker, so a poller still sees how it ended.
 - ``current``: the id of the latest run for the root.
 
-``$(dirname ROOT)/.ensure_flydsl/history.json`` keeps recent step durations on this host, for ETAs.
+The step durations for ETAs are the host's, not the root's: ``history.py``.
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ import dataclasses
 import fcntl
 import os
 import re
-import statistics
 import time
 import uuid
 from typing import Callable, Dict, List, Mapping, Optional
@@ -33,7 +32,6 @@ from ensure_flydsl.layout import (
     RUN_RECORD_SUFFIX,
     base_state_dir,
     current_run_file,
-    history_file,
     run_alive_file,
     run_record_file,
     run_reserve_file,
@@ -49,23 +47,6 @@ KEEP_RECORDS = 20
 # Room for a run's last words: its final record (a few KB) and the failure marker (the log's last lines), on
 # file systems of any block size up to 16 KiB.
 RESERVE_BYTES = 64 << 10
-HISTORY_KEEP = 7
-
-# Documented defaults for an ETA when this host has no history yet (seconds, from FlyDSL builds on MI300X
-# hosts: LLVM/MLIR dominates).
-DEFAULT_STEP_SECONDS: Dict[str, float] = {
-    Stage.PROBE: 5.0,
-    Stage.LOCK: 0.0,
-    Stage.FETCH: 60.0,
-    Stage.REQUIREMENTS: 1.0,
-    Stage.FIXES: 5.0,
-    Stage.LLVM: 900.0,
-    Stage.BUILD: 300.0,
-    Stage.VERIFY: 15.0,
-    Stage.PUBLISH: 1.0,
-    Stage.RELEASE: 30.0,
-    Stage.CACHE: 30.0,
-}
 
 
 @dataclasses.dataclass
@@ -209,10 +190,6 @@ class RunStore:
     def alive_path(self, run_id: str) -> str:
         return run_alive_file(self.folder, run_id)
 
-    @property
-    def history_path(self) -> str:
-        return history_file(os.path.dirname(self.root))
-
     def reserve_path(self, run_id: str) -> str:
         return run_reserve_file(self.folder, run_id)
 
@@ -326,32 +303,6 @@ class RunStore:
             fcntl.flock(fd, fcntl.LOCK_SH)
         finally:
             os.close(fd)
-
-    # -- history for ETAs --------------------------------------------------------------------------------
-    def typical_seconds(self) -> Dict[str, float]:
-        history = read_json(self.history_path) or {}
-        typical = dict(DEFAULT_STEP_SECONDS)
-        for step, values in history.items():
-            seconds = _seconds(values)
-            if seconds:
-                typical[step] = float(statistics.median(seconds))
-        return typical
-
-    def remember(self, durations: Dict[str, float]) -> None:
-        if not durations:
-            return
-        os.makedirs(self.base, exist_ok=True)
-        history = read_json(self.history_path) or {}
-        for step, seconds in durations.items():
-            past = _seconds(history.get(step))
-            history[step] = (past + [round(seconds, 3)])[-HISTORY_KEEP:]
-        atomic_write_json(self.history_path, history)
-
-
-def _seconds(values: object) -> List[float]:
-    """The durations a history entry holds (what is not a finite number of seconds is left out)."""
-    found = [fields.number(v) for v in values] if isinstance(values, list) else []
-    return [v for v in found if v is not None and v >= 0]
 
 
 def process_start_time(pid: int) -> Optional[str]:

@@ -8,7 +8,10 @@ these)."""
 
 from __future__ import annotations
 
-from typing import Collection, Dict, List, Optional
+TYPE_CHECKING = False  # typing is for the type checker only: not imported on the warm call's path
+if TYPE_CHECKING:
+    from typing import Collection, Dict, List, Optional
+
 
 
 def number(value: object) -> Optional[float]:

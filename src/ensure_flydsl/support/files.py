@@ -7,9 +7,10 @@ import contextlib
 import json
 import os
 import stat
-from typing import TYPE_CHECKING, Dict, Iterator, Optional
 
+TYPE_CHECKING = False  # typing is for the type checker only: not imported on the warm call's path
 if TYPE_CHECKING:
+    from typing import Dict, Iterator, Optional
     pass
 
 
@@ -100,13 +101,13 @@ def read_head(path: str, size: int) -> Optional[bytes]:
 
 def read_json(path: str) -> Optional[Dict[str, object]]:
     """The JSON object in ``path``, or None when it is missing or not a JSON object (a torn or foreign file,
-    or not a regular file: ``read_regular``)."""
+    or not a regular file: ``read_regular``; nesting too deep for the decoder, which raises RecursionError)."""
     raw = read_regular(path)
     if raw is None:
         return None
     try:
         data = json.loads(raw.decode())
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     return data if isinstance(data, dict) else None
 

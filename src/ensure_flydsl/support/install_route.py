@@ -15,7 +15,10 @@ import os
 import re
 import shlex
 import sys
-from typing import List, Optional, Sequence, Tuple
+
+TYPE_CHECKING = False  # typing is for the type checker only: not imported on the warm call's path
+if TYPE_CHECKING:
+    from typing import List, Optional, Sequence, Tuple
 
 # pyproject.toml's optional dependencies (tests/unit/test_install_route.py holds these to it).
 EXTRAS = {

@@ -2,7 +2,9 @@
 
 Three ways to show a run: on a terminal, step lines plus a live progress line redrawn in place; off a
 terminal, plain time-stamped lines (a progress line every 10 %); with ``--json``, one JSON event per line
-(on stderr: stdout carries the result object).  Every message also goes to the log once a provisioning
+(on stderr: stdout carries the result object).  A run's heartbeat (``runs/heartbeat.py``) writes from a
+thread of its own: ``share`` makes every write hold a lock from then on, and ``last_shown`` is when the
+stream was last written to.  Every message also goes to the log once a provisioning
 run opens it.  A build's own output goes only to the log; its last lines are kept in memory so a failure
 can show them with the log's path.  When our stream already is the log (the bash executor's
 ``nohup ... > ensure_flydsl.log`` recipe, or a detached worker), the log is not opened a second time.
@@ -15,9 +17,13 @@ import contextlib
 import json
 import os
 import time
-from typing import IO, Deque, Dict, List, Optional
 
 from ensure_flydsl.support import space
+
+TYPE_CHECKING = False  # typing is for the type checker only: not imported on the warm call's path
+if TYPE_CHECKING:
+    import threading
+    from typing import IO, ContextManager, Deque, Dict, List, Optional
 
 LOG_ROTATE_BYTES = 64 * 1024**2
 TAIL_LINES = 40
@@ -56,6 +62,8 @@ class Reporter:
         self._live = False
         self._last_decile = -1
         self._last_json_progress = 0.0
+        self.last_shown = time.monotonic()  # when the stream was last written to (the heartbeat's clock)
+        self._lock: Optional["threading.RLock"] = None
 
     @classmethod
     def for_stream(cls, stream: IO[str], *, json_events: bool = False, verbosity: int = 0) -> "Reporter":
@@ -74,6 +82,30 @@ class Reporter:
             self._print(line)
         if self._log is not None and not self._log_is_stream:
             self._write_log(line)
+
+    def pulse(self, line: str, event: Dict[str, object]) -> None:
+        """A heartbeat: ``line`` (``event`` under ``--json``), and to the log; nothing under ``-q``."""
+        if self.verbosity < 0:
+            return
+        if self.mode == "json":
+            self._emit({"time": time.time(), **event})
+            if self._log is not None and not self._log_is_stream:
+                self._write_log(f"[{time.strftime('%H:%M:%S')}] {self.prefix}: {line}")
+        else:
+            self.say(line)
+
+    def share(self) -> None:
+        """From now on another thread writes too (the heartbeat): every write holds one lock."""
+        if self._lock is None:
+            import threading
+
+            self._lock = threading.RLock()
+
+    def mark_shown(self) -> None:
+        self.last_shown = time.monotonic()
+
+    def _held(self) -> ContextManager[object]:
+        return self._lock if self._lock is not None else contextlib.nullcontext()
 
     def event(self, event: Dict[str, object]) -> None:
         """One JSON event as given, with its time (``--json`` mode; the other modes show nothing)."""
@@ -119,10 +151,11 @@ class Reporter:
         return list(self._tail)[-count:]
 
     def _print(self, line: str) -> None:
-        if self._live:
-            self._live = False
-            line = "\r\x1b[K" + line
-        self._write(line + "\n")
+        with self._held():
+            if self._live:
+                self._live = False
+                line = "\r\x1b[K" + line
+            self._write(line + "\n")
 
     def _emit(self, event: dict) -> None:  # type: ignore[type-arg]
         self._write(json.dumps(event, sort_keys=True) + "\n")
@@ -132,18 +165,20 @@ class Reporter:
         closed terminal) ends the messages, never the run: the log still gets every line.  So does a full
         file system under the stream (a detached worker's stdout is the log): the run goes on, and fails or
         succeeds on its own merits, its last lines kept in memory for the failure message."""
-        if self.stream is None:
-            return False
-        try:
-            self.stream.write(text)
-            self.stream.flush()
+        with self._held():
+            if self.stream is None:
+                return False
+            try:
+                self.stream.write(text)
+                self.stream.flush()
+            except OSError as exc:
+                if not isinstance(exc, BrokenPipeError) and not space.is_full(exc):
+                    raise
+                _to_devnull(self.stream)
+                self.stream = None
+                return False
+            self.last_shown = time.monotonic()
             return True
-        except OSError as exc:
-            if not isinstance(exc, BrokenPipeError) and not space.is_full(exc):
-                raise
-            _to_devnull(self.stream)
-            self.stream = None
-            return False
 
     # -- the log -----------------------------------------------------------------------------------------
     def open_log(self, path: str) -> None:
@@ -167,17 +202,22 @@ class Reporter:
         self._write_log(_log_header())
 
     def _write_log(self, line: str) -> None:
-        assert self._log is not None
-        try:
-            self._log.write(line + "\n")
-            self._log.flush()
-        except OSError:
-            # A full disk: the run goes on without its log (and fails or succeeds on its own merits); the
-            # last lines stay in memory for the failure message.
-            log, self._log = self._log, None
-            if not self._log_is_stream:
-                with contextlib.suppress(OSError):
-                    log.close()
+        with self._held():
+            if self._log is None:
+                return
+            try:
+                self._log.write(line + "\n")
+                self._log.flush()
+            except OSError:
+                # A full disk: the run goes on without its log (and fails or succeeds on its own merits); the
+                # last lines stay in memory for the failure message.
+                log, self._log = self._log, None
+                if not self._log_is_stream:
+                    with contextlib.suppress(OSError):
+                        log.close()
+            else:
+                if self._log_is_stream:
+                    self.last_shown = time.monotonic()
 
     def close(self) -> None:
         if self._live and self.stream is not None:

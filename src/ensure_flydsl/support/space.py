@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import errno
 import os
-from typing import Optional, Tuple
+
+TYPE_CHECKING = False  # typing is for the type checker only: not imported on the warm call's path
+if TYPE_CHECKING:
+    from typing import Optional, Tuple
 
 FULL = (errno.ENOSPC, errno.EDQUOT)
 

@@ -19,6 +19,7 @@ if [ -z "${FLYDSL_SHIM_DIR:-}" ]; then
   geak_root="$(cd "$here/../../../.." && pwd)" &&
     export FLYDSL_SHIM_DIR="$geak_root/perf_knowledge/expert_skills/skills/apply_flydsl_moe_to_vllm"
 fi
-# -E -s: the tool's own imports come from tool/ alone (not the caller's PYTHONPATH or user site); the
-# environment itself is passed on untouched to everything the tool runs.
-exec python3 -E -s "$here/tool/run.py" "$@"
+# -E -S: the tool's own imports come from tool/ and the standard library alone (not the caller's PYTHONPATH,
+# nor site-packages and their .pth files); the environment itself is passed on untouched to everything the
+# tool runs, the probe of the target interpreter included.
+exec python3 -E -S "$here/tool/run.py" "$@"

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Optional
 
+from ensure_flydsl.errors import Plan
 from ensure_flydsl.pipeline.context import Decision, Run
 from ensure_flydsl.probe.interpreter import EarlyProbe
 from ensure_flydsl.wheels.release import WheelDownload
@@ -59,6 +60,7 @@ class Provider:
     """One way to put a verified tree of ``commit`` into the root."""
 
     name = "provider"
+    route = Plan.SOURCE  # the steps it goes through (its ETA's); it calls ``run.plan`` when it takes them
 
     def provide(self, run: Run, commit: str) -> Optional[Decision]:
         raise NotImplementedError

@@ -42,6 +42,7 @@ from ensure_flydsl.source.git import Checkout
 from ensure_flydsl.source.needs import build_tools, find_needs, tool_requirements
 from ensure_flydsl.source.ownership import recording
 from ensure_flydsl.support import faults
+from ensure_flydsl.support.frozen import replace
 from ensure_flydsl.toolchain.environment import (
     LlvmRecord,
     Toolchain,
@@ -77,6 +78,7 @@ class Prepared(NamedTuple):
 
 class BuildProvider(Provider):
     name = "source"
+    route = Plan.SOURCE
 
     def __init__(self, cache: Optional[Cache], early: Early) -> None:
         self.cache = cache  # MLIR from it, and the new tree and MLIR to it
@@ -192,7 +194,7 @@ def prepare(run: Run, cache: Optional[Cache]) -> Prepared:
     an hour of compiling); the hip fix; the private build tools."""
     settings, root = run.settings, run.settings.root
     mlir = ready_mlir(run, cache)
-    checked = dataclasses.replace(settings, mlir_path=mlir[0] if mlir else settings.mlir_path)
+    checked = replace(settings, mlir_path=mlir[0] if mlir else settings.mlir_path)
     stop_if_blocked(run_checks(checked, run.environ, checkout=root), settings.strategy)
     needs = find_needs(root, settings.repo, settings.pin, checkout=root, environ=run.environ)
     rocm = choose_rocm(settings.rocm_path, run.interpreter.executable, run.environ)

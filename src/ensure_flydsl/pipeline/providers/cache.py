@@ -256,6 +256,7 @@ class CacheProvider(Provider):
     """The tree another host built for this commit, interpreter ABI and platform, checked hash by hash."""
 
     name = "cache"
+    route = Plan.CACHE
 
     def __init__(self, cache: Cache, early: Early) -> None:
         self.cache = cache

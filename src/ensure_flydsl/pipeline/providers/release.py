@@ -50,6 +50,7 @@ class WheelDoesNotWork(EnsureError):
 
 class ReleaseProvider(Provider):
     name = "release"
+    route = Plan.RELEASE
 
     def __init__(self, version: str, early: Early, *, demanded: bool) -> None:
         self.version = version
