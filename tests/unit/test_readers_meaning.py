@@ -31,14 +31,16 @@ from ensure_flydsl.binary_cache.manifest import cache_key, parse_manifest
 from ensure_flydsl.binary_cache.store import FolderStore
 from ensure_flydsl.binary_cache.variants import read_variants
 from ensure_flydsl.cli.cache import describe
-from ensure_flydsl.errors import FAILURE_CODES, ExitCode, Stage
+from ensure_flydsl.errors import FAILURE_CODES, ExitCode, Plan, Stage
 from ensure_flydsl.geak.folder import MADE_BY, MANIFEST, refusal
+from ensure_flydsl.layout import history_file
 from ensure_flydsl.pipeline.lock import LockHolder, describe_holder
 from ensure_flydsl.pipeline.providers.fleet import believed, give_up
 from ensure_flydsl.result import How
+from ensure_flydsl.runs.history import read_history
 from ensure_flydsl.runs.markers import EnvTwin
 from ensure_flydsl.runs.progress import estimate_eta
-from ensure_flydsl.runs.records import KINDS, STATES, Failure, RunRecord, RunStore
+from ensure_flydsl.runs.records import KINDS, STATES, Failure, RunRecord
 from ensure_flydsl.settings import load_settings
 from ensure_flydsl.source.root import Stamp
 from ensure_flydsl.support.fields import MAX_SECONDS, PID_MAX
@@ -345,21 +347,22 @@ def test_a_variant_named_with_a_line_break_is_not_read(tmp_path: "os.PathLike[st
 
 # -- the ETA history -------------------------------------------------------------------------------------------------
 @MEANING
-@given(history=st.dictionaries(st.sampled_from(["build", "llvm", "fetch", "unknown-step", ""]),
-                               st.lists(BAD_TIMES | st.sampled_from([0, 1.5, "3", True, None]), max_size=4),
-                               max_size=4))
-def test_the_eta_history_gives_finite_etas_whatever_it_holds(history: Dict[str, List[Any]]) -> None:
-    with tempfile.TemporaryDirectory() as tmp:
-        root = os.path.join(tmp, "base", "FlyDSL")
-        store = RunStore(root)
-        os.makedirs(os.path.dirname(store.history_path))
-        with open(store.history_path, "w") as handle:
-            json.dump(history, handle)
-        typical = store.typical_seconds()
-        assert all(isinstance(v, float) and 0 <= v < INF for v in typical.values())
-        for step in (Stage.FETCH, Stage.LLVM, Stage.BUILD):
-            eta = estimate_eta(step, 1.0, None, typical, [])
-            assert eta is not None and 0 <= eta < INF
+@given(history=st.dictionaries(st.sampled_from(["source", "release", "cache", "unknown-route", ""]),
+                               st.dictionaries(st.sampled_from(["build", "llvm", "fetch", "unknown-step", ""]),
+                                               st.lists(BAD_TIMES | st.sampled_from([0, 1.5, "3", True, None]),
+                                                        max_size=4), max_size=4),
+                               max_size=3),
+       version=st.sampled_from([1, 2, "1", None]))
+def test_the_eta_history_gives_finite_etas_whatever_it_holds(history: Dict[str, Any], version: object) -> None:
+    with tempfile.TemporaryDirectory() as host:
+        with open(history_file(host), "w") as handle:
+            json.dump({"version": version, "routes": history}, handle)
+        for plan in Plan:
+            expected = read_history(host).expected(plan)
+            assert all(isinstance(v, float) and 0 <= v < INF for v in expected.values())
+            for step in (Stage.FETCH, Stage.LLVM, Stage.BUILD):
+                eta = estimate_eta(step, 1.0, None, expected, [], plan)
+                assert eta is not None and 0 <= eta < INF
 
 
 # -- the GEAK folder's manifest ---------------------------------------------------------------------------------------
