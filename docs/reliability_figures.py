@@ -32,6 +32,9 @@ SUITES = ["tests/scenarios/" + name for name in ("test_concurrency.py", "test_ki
 # records what its rules and invariants tried (ENSURE_FLYDSL_SM_EXAMPLES / _STEPS make it longer).
 SUITES += ["tests/unit/test_fuzz_cache.py", "tests/scenarios/test_cache_trust.py",
            "tests/scenarios/test_state_machine.py"]
+# Issue 26, item 12: the records read for their meaning, and the state machine on a full disk.
+SUITES += ["tests/unit/test_readers_meaning.py", "tests/scenarios/test_planted_records.py",
+           "tests/scenarios/test_state_machine_disk.py"]
 COMMAND = "python docs/reliability_figures.py"
 BEGIN, END = "<!-- figures:begin (docs/reliability_figures.py --update) -->", "<!-- figures:end -->"
 
@@ -193,6 +196,7 @@ def figures(events: List[Event], cases: Sequence[Tuple[str, str, str, float]]) -
                    f"{e['foreign_kept']} kept; another root in the same folder intact: "
                    f"{'yes' if e['other_root_intact'] else 'NO'}.")
     out += state_machine(by["state_machine"])
+    out += disk_machine(by["state_machine_disk"])
     return out, ok
 
 
@@ -209,11 +213,36 @@ def state_machine(events: List[Event]) -> List[str]:
                 f"{sum(v for k, v in stats.items() if k.startswith('violation:'))} invariant violations.", ""]
         groups = [("rules run", "rule:"), ("checks made", "check:"), ("outcomes of runs", "outcome:"),
                   ("the shared cache: other hosts' runs", "host:"), ("the second user's runs (read-only cache)",
-                                                                     "nobody:"), ("violations", "violation:")]
+                                                                     "nobody:"),
+                  ("`cache list` / `cache prune` over what was planted (exit codes)", "cache:"),
+                  ("`ensure --json` through pyenv's shim (exit codes, what answered)", "shim:"),
+                  ("violations", "violation:")]
         for title, prefix in groups:
             rows = [(k[len(prefix):], v) for k, v in sorted(stats.items()) if k.startswith(prefix)]
             if rows:
                 out += [f"{title}:", ""] + table(["what", "count"], rows) + [""]
+    return out
+
+
+def disk_machine(events: List[Event]) -> List[str]:
+    """What the state machine on a full disk tried: each command's exit codes, full or not, and its fills."""
+    out: List[str] = []
+    for e in events:
+        stats = e.get("stats")
+        if not isinstance(stats, dict):
+            continue
+        out += ["", "### The state machine on a full disk (tests/scenarios/test_state_machine_disk.py)", ""]
+        out += [f"{e.get('examples')} examples of up to {e.get('steps')} steps ({stats.get('examples', 0)} runs of "
+                f"the machine), {stats.get('steps', 0)} steps; the disk filled {stats.get('fill:quiet', 0)} times "
+                f"between commands, {stats.get('fill:while_running', 0)} times while a run went on and "
+                f"{stats.get('fill:mid_build', 0)} times in the middle of a build; {stats.get('rerun:exit0', 0)} "
+                "runs after making room, each exit 0.", ""]
+        rows = []
+        for key, count in sorted(stats.items()):
+            if key.startswith("exit:"):
+                parts = key.split(":")
+                rows.append((parts[1], parts[2], "full" if len(parts) > 3 else "room", count))
+        out += table(["command", "exit", "disk", "count"], rows) + [""]
     return out
 
 

@@ -26,8 +26,8 @@ ROOT_ROOM = 1024
 
 # Patterns compiled at first use (re caches them): only a setting that is given needs its own.
 _CONTROL = r"[\x00-\x1f\x7f]"
-_MODULE = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"
-_PIN = r"^[A-Za-z0-9_][A-Za-z0-9._/+-]{0,254}$"
+_MODULE = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*\Z"
+_PIN = r"^[A-Za-z0-9_][A-Za-z0-9._/+-]{0,254}\Z"
 _URL_SCHEMES = ("https://", "http://", "ssh://", "git://", "file://")
 _SCP_LIKE = r"^[A-Za-z0-9_.+-]+@[A-Za-z0-9_.-]+:[^-]"
 _HELPER = r"^[A-Za-z][A-Za-z0-9+.-]*::"  # git's remote helpers: "ext::cmd", "fd::0"

@@ -30,6 +30,23 @@ the machine can switch to it) runs against the cache, which is read-only to it. 
 10. The second user's run succeeds, says once that the cache is read-only (when it uses the cache), and
     writes nothing into it.
 
+Issue 26, item 12 adds what found its items 2 and 3.  Something other than a regular file (a folder, a link to
+a folder, a dangling link, a FIFO) is planted at every name the binary cache uses (tests/helpers/
+cache_plants.py: manifests, variants, signatures, blobs, uploads in progress, lease generations and their
+staged copies, the folders of each), and `cache list` / `cache prune` run over whatever the cache holds:
+
+11. no host's run spins (settle's hang guard) or ends with 70 (invariant 7), nothing is written through a
+    link (invariant 9), and `cache list` and `cache prune` answer 0 or 64, never 70 or a traceback.
+
+In some examples (`choose_interpreter`) the roots' interpreter is `python3` on a PATH where it is pyenv's
+shim (tests/helpers/pyenv_root.py, the stand-in dispatcher), whose global version a rule switches between two
+interpreters:
+
+12. a success of `ensure --json`, warm or not, is for the interpreter the name lands on now: its path,
+    version and ABI.
+
+A full file system at every step is the sibling machine's (tests/scenarios/test_state_machine_disk.py).
+
 ENSURE_FLYDSL_SM_EXAMPLES / ENSURE_FLYDSL_SM_STEPS run it longer; ENSURE_FLYDSL_SM_STATS names a JSON file
 that receives the counts of what it tried (docs/RELIABILITY.md).  A failure prints the steps and a
 @reproduce_failure blob (and the seed, when it cannot be replayed).  ENSURE_FLYDSL_SM_SURVEY names a
@@ -54,11 +71,13 @@ from typing import Counter, Dict, Iterator, List, Optional, Tuple
 import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule, run_state_machine_as_test
 
 from tests.helpers.as_nobody import SYSTEM_PYTHON, Nobody, unavailable
 from tests.helpers.as_nobody import UID as NOBODY_UID
+from tests.helpers.cache_plants import CACHE_NAMES, ODD_KINDS, plant_odd
 from tests.helpers.flydsl_fixture import FixtureRepo
+from tests.helpers.pyenv_root import PyenvRoot
 from tests.helpers.reliability import record
 from tests.helpers.state_model import (
     CACHE_PLANTS,
@@ -101,6 +120,8 @@ STATS: Counter[str] = collections.Counter()
 _REPO: List[FixtureRepo] = []
 _WORK: List[str] = []
 _NOBODY: List[Optional[Nobody]] = []  # the second user, when the machine can switch to it
+_PYENV: List[PyenvRoot] = []  # a pyenv root whose shim is the roots' interpreter in some examples
+_PYENV_FACTS: Dict[str, Tuple[str, str]] = {}  # version -> (python_version, abi) of its interpreter
 HOSTS = ("H1", "H2")
 LEASE_TTL = "3"
 
@@ -144,7 +165,19 @@ class ToolMachine(RuleBasedStateMachine):
         self.planted_leases: set = set()
         self.host_env_checked: Dict[str, object] = {}
         self.nobody_base = nobody.own_folder(f"nobody-{uuid.uuid4().hex[:8]}") if nobody else None
+        self.shim: Optional[PyenvRoot] = None  # the roots' interpreter is `python3`, pyenv's shim (choose_interpreter)
+        self.selected = "A"
         STATS["examples"] += 1
+
+    @initialize(shim=st.booleans())
+    def choose_interpreter(self, shim: bool) -> None:
+        """The roots' FLYDSL_PYTHON: the test interpreter's path, or `python3` on a PATH where it is pyenv's
+        shim (tests/helpers/pyenv_root.py), whose selection switch_interpreter changes (issue 26, item 3)."""
+        self.note("interpreter:", "pyenv shim python3 (A)" if shim else sys.executable)
+        if shim:
+            self.shim = _PYENV[0]
+            self.shim.select_global("A")
+            STATS["examples:shim"] += 1
 
     # -- helpers ---------------------------------------------------------------------------------------------
     def expect(self, ok: bool, key: str, message: str) -> bool:
@@ -183,6 +216,10 @@ class ToolMachine(RuleBasedStateMachine):
             "FIXTURE_COUNTER_DIR": counter or os.path.join(self.dir, "counters", "shared"),
             TAG_VAR: self.tag,
         })
+        if self.shim is not None:  # `python3` is the shim, first on PATH; no selection of the caller's own
+            env = {k: v for k, v in env.items() if k not in ("PYENV_VERSION", "PYENV_DIR")}
+            env["PATH"] = os.pathsep.join([os.path.dirname(self.shim.shim), env.get("PATH", "")])
+            env["FLYDSL_PYTHON"] = "python3"
         env.update(extra)
         os.makedirs(env["FIXTURE_COUNTER_DIR"], exist_ok=True)
         return env
@@ -392,6 +429,83 @@ class ToolMachine(RuleBasedStateMachine):
         self.note("plant in cache", kind, key[:12])
         if kind.startswith("lease-"):
             self.planted_leases.add(planted)
+
+    @rule(name=st.sampled_from(sorted(CACHE_NAMES)), kind=st.sampled_from(ODD_KINDS), pick=st.integers(0, 50))
+    def plant_odd_in_cache(self, name: str, kind: str, pick: int) -> None:
+        """Something other than a regular file at a name the binary cache uses (issue 26, item 12): the
+        hosts' runs must neither spin (settle's hang guard) nor end with 70 (invariant 7), and nothing is
+        written through a link (invariant 9)."""
+        keys = cache_keys(self.cache)
+        key = keys[pick % len(keys)] if keys else ""
+        planted = plant_odd(self.cache, name, kind, key, pick, self.sentinel)
+        if planted is None:
+            return
+        STATS[f"rule:plant_odd:{name}:{kind}"] += 1
+        self.note("plant in cache", kind, "at", name, key[:12])
+
+    @rule(action=st.sampled_from(["list", "prune"]))
+    def cache_command(self, action: str) -> None:
+        """`cache list` and `cache prune` over whatever the cache holds: an answer within the hang guard, 0
+        or 64 (an unusable cache is bad input there) in one line, never 70 or a traceback."""
+        STATS[f"rule:cache:{action}"] += 1
+        self.note("cache", action)
+        args = ["cache", action, "--cache", self.cache] + (["--max-size", "100G"] if action == "prune" else [])
+        out = subprocess.run(_cmd(*args), env=self.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             timeout=HANG_GUARD_S, check=False)
+        STATS[f"cache:{action}:exit{out.returncode}"] += 1
+        self.expect(out.returncode in (0, 64) and "Traceback" not in out.stderr, f"cache-{action}-{out.returncode}",
+                    f"cache {action} exited {out.returncode}: {out.stdout[-1000:]}{out.stderr[-2000:]}")
+
+    @rule(version=st.sampled_from(["A", "B"]))
+    def switch_interpreter(self, version: str) -> None:
+        """pyenv's global version file selects another interpreter for `python3` (a no-op without the shim)."""
+        if self.shim is None:
+            return
+        STATS[f"rule:switch_interpreter:{'same' if version == self.selected else 'other'}"] += 1
+        self.note("pyenv global", version)
+        self.shim.select_global(version)
+        self.selected = version
+
+    @rule(root=st.sampled_from(["A", "B"]), then_switch=st.sampled_from([True, True, False]))
+    def ensure_answers_for_the_shims_choice(self, root: str, then_switch: bool) -> None:
+        """A blocking `ensure --json` (FLYDSL_LOCK_TIMEOUT=1, behind a live build): a success, warm or not,
+        is for the interpreter `python3` lands on now, its version and ABI; with ``then_switch``, once it
+        succeeded, pyenv's selection switches and `ensure` runs again: the call that was answered warm for
+        the last call's interpreter (issue 26, item 3)."""
+        if self.shim is None:
+            return
+        if self.shim_ensure(root) == 0 and then_switch:
+            self.switch_interpreter("B" if self.selected == "A" else "A")
+            self.shim_ensure(root)
+
+    def shim_ensure(self, root: str) -> Optional[int]:
+        assert self.shim is not None
+        self.note("ensure --json (shim)", root, self.current[root], "selected", self.selected)
+        self.touched.add(root)
+        counter, req = self.new_counter(), self.current[root]
+        out = os.path.join(self.dir, f"shim-{self.serial}.out")
+        with open(out, "wb") as log, open(out + ".err", "wb") as err:
+            popen = subprocess.Popen(_cmd("ensure", "--json", *request_args(self.roots[root], req, self.repo)),
+                                     env=self.build_env(counter, False, None, lock_timeout=True), stdout=log,
+                                     stderr=err, start_new_session=True)
+        proc = Proc("ensure", self.roots[root], req, popen.pid, counter, False, lock_timeout=True, popen=popen,
+                    started_index=self.index)
+        self.model.procs.append(proc)
+        self.wait_all([proc])
+        with open(out) as handle:
+            lines = handle.read().strip().splitlines()
+        STATS[f"shim:exit{proc.code}"] += 1
+        if proc.code != 0:
+            return proc.code
+        result = json.loads(lines[-1])
+        STATS[f"shim:action:{result.get('action')}"] += 1
+        expected = self.shim.python(self.selected)
+        version, abi = _PYENV_FACTS[self.selected]
+        self.expect((result.get("python"), result.get("python_version"), result.get("abi")) == (expected, version, abi),
+                    f"shim-{result.get('action')}",
+                    f"a {result.get('action')} answer for {result.get('python')} ({result.get('python_version')}, "
+                    f"{result.get('abi')}) while python3 lands on {expected} ({version}, {abi})")
+        return proc.code
 
     @rule(req=st.sampled_from(REQUESTS))
     def nobody_ensure(self, req: Request) -> None:
@@ -685,9 +799,24 @@ def sm_repo(tmp_path_factory: pytest.TempPathFactory, sm_nobody: Optional[Nobody
     return repo
 
 
+@pytest.fixture(scope="module")
+def sm_pyenv(tmp_path_factory: pytest.TempPathFactory) -> PyenvRoot:
+    """A pyenv root with the stand-in dispatcher (as fast as a script can be; test_warm_shims.py runs the real
+    pyenv's too), and what each of its interpreters reports as its version and ABI."""
+    made = PyenvRoot(str(tmp_path_factory.mktemp("sm-pyenv")), "fake")
+    script = ("import sys, sysconfig; print('%d.%d.%d' % sys.version_info[:3]); print('%s/%s/%s' % ("
+              "sys.implementation.cache_tag, sysconfig.get_config_var('SOABI') or 'none', sysconfig.get_platform()))")
+    for version in ("A", "B"):
+        lines = subprocess.run([made.python(version), "-c", script], stdout=subprocess.PIPE, text=True,
+                               check=True).stdout.split()
+        _PYENV_FACTS[version] = (lines[0], lines[1])
+    return made
+
+
 def test_state_machine(sm_repo: FixtureRepo, tmp_path_factory: pytest.TempPathFactory,
-                       sm_nobody: Optional[Nobody]) -> None:
+                       sm_nobody: Optional[Nobody], sm_pyenv: PyenvRoot) -> None:
     _REPO[:] = [sm_repo]
+    _PYENV[:] = [sm_pyenv]
     _NOBODY[:] = [sm_nobody]
     _WORK[:] = [str(tmp_path_factory.mktemp("sm-work"))]
     config = settings(max_examples=EXAMPLES, stateful_step_count=STEPS, deadline=None, derandomize=False,

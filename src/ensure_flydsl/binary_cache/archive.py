@@ -19,6 +19,7 @@ import tarfile
 from typing import IO, Dict, List, Optional, Sequence, Set, Tuple, cast
 
 from ensure_flydsl.binary_cache.store import CacheCorrupt
+from ensure_flydsl.support.fields import integer
 
 CHUNK = 1 << 20
 TYPES = ("file", "dir", "symlink")
@@ -52,7 +53,8 @@ class Member:
         sha, target = obj.get("sha256"), obj.get("target")
         if not isinstance(path, str) or kind not in TYPES:
             raise ValueError(f"member {path!r} has no path or an unknown type {kind!r}")
-        if not (isinstance(mode, int) and 0 <= mode <= 0o7777 and isinstance(size, int) and size >= 0):
+        mode, size = integer(mode), integer(size)  # a bool is no number
+        if mode is None or not 0 <= mode <= 0o7777 or size is None or size < 0:
             raise ValueError(f"member {path!r} has a malformed mode or size")
         if kind == "file" and not (isinstance(sha, str) and len(sha) == 64 and set(sha) <= _HEX):
             raise ValueError(f"member {path!r} has no sha256")

@@ -46,13 +46,13 @@ __all__ = ["BUILDING", "FAILED", "HeldLease", "LeaseRecord", "Leases", "exclusiv
 LEASES = "leases"
 # A generation's name: 10 digits, more once past 9999999999 (no leading zero then, so one number has one
 # name); at most 18, so a planted name cannot make a number Python refuses to read or a take that never ends.
-_GENERATION = re.compile(r"^(\d{10}|[1-9]\d{10,17})\.json$")
+_GENERATION = re.compile(r"^(\d{10}|[1-9]\d{10,17})\.json\Z")
 MAX_GENERATION = 10**18 - 1
 # What a writer killed in the middle leaves beside the records: a heartbeat's staged copy of its generation
 # (support/files.py: atomic_write's ".NAME.<random>.tmp"; an fsspec folder store's "NAME.<hex>.tmp"), and an
 # exclusive create's ".create.<random>.tmp" (binary_cache/folder.py), which names no generation.
-_STAGED = re.compile(r"^\.?(\d{10}|[1-9]\d{10,17})\.json\..+\.tmp$")
-_CREATE_STAGED = re.compile(r"^\.create\..+\.tmp$")
+_STAGED = re.compile(r"^\.?(\d{10}|[1-9]\d{10,17})\.json\..+\.tmp\Z")
+_CREATE_STAGED = re.compile(r"^\.create\..+\.tmp\Z")
 STAGED_AGE_S = 600.0  # a create's staged file older than this is no live writer's (it lives for a write)
 _PROBED: Dict[str, Tuple[bool, str]] = {}
 

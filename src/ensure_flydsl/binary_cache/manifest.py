@@ -17,14 +17,15 @@ from typing import Dict, Mapping, Tuple
 
 from ensure_flydsl.binary_cache.archive import Member
 from ensure_flydsl.binary_cache.store import StoredFile
+from ensure_flydsl.support.fields import integer, seconds, short_text
 from ensure_flydsl.support.keys import KEY_NAME
 
 FORMAT = 1
 # A manifest names each member with its hash (about 150 bytes a file): a real FlyDSL tree or MLIR install
 # takes a few MB.  A larger object is read no further and refused, as a planted one.
 MAX_MANIFEST_BYTES = 64 << 20
-KIND = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
-HEX64 = re.compile(r"^[0-9a-f]{64}$")
+KIND = re.compile(r"^[a-z][a-z0-9_-]{0,31}\Z")
+HEX64 = re.compile(r"^[0-9a-f]{64}\Z")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -140,11 +141,14 @@ def parse_manifest(data: bytes, path: str = "") -> CacheEntry:
         raise ValueError("its key is not the hash of its fields")
     if not (isinstance(blob, str) and HEX64.match(blob)):
         raise ValueError("blob is not a sha256")
-    if not (isinstance(size, int) and size >= 0 and isinstance(created, (int, float))):
-        raise ValueError("size or created missing")
+    size, created = integer(size), seconds(created)
+    if size is None or size < 0 or created is None:
+        # created: a time (NaN, Infinity or a year past 2286 is none; `cache list` shows it as a date)
+        raise ValueError("size or created missing or out of range")
     if not isinstance(raw_members, list):
         raise ValueError("members missing")
     members = tuple(Member.from_json(m) for m in raw_members)
     return CacheEntry(kind=kind, key=key, blob=blob, size=size, created=float(created), fields=fields,
                       files=sum(1 for m in members if m.type == "file"), members=members,
-                      host=str(obj.get("host") or ""), tool=str(obj.get("tool") or ""), manifest=data, path=path)
+                      host=short_text(obj.get("host")) or "", tool=short_text(obj.get("tool")) or "", manifest=data,
+                      path=path)

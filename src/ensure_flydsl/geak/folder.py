@@ -32,7 +32,7 @@ MADE_BY = "ensure-flydsl skill"
 TEMPLATES = os.path.join(PACKAGE_DIR, "geak", "templates")
 # The old script's own overrides, listed first in skill.md (the seed document named these three).
 SEED_SETTINGS = ("FLYDSL_ROOT", "FLYDSL_MIN_VERSION", "FLYDSL_BUILD_LOCK")
-_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+_HEX64 = re.compile(r"^[0-9a-f]{64}\Z")
 
 
 @dataclasses.dataclass(frozen=True)

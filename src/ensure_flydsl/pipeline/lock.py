@@ -46,15 +46,17 @@ class LockHolder:
 
     @classmethod
     def from_json(cls, data: object) -> Optional["LockHolder"]:
-        """The holder, or None for a record that is not one (its pid a positive integer); the other fields
-        are for a message: one of the wrong type reads as unknown."""
+        """The holder, or None for a record that is not one (its pid a process id: 1 .. the kernel's
+        PID_MAX_LIMIT); the other fields are for a message, whose one line a text with a line break or a
+        control character would break: one of the wrong type, or not a short printable text, reads as
+        unknown."""
         if not isinstance(data, dict):
             return None
-        pid = fields.integer(data.get("pid"))
-        if pid is None or pid <= 0:
+        pid = fields.pid(data.get("pid"))
+        if pid is None:
             return None
-        return cls(pid, fields.text(data.get("host")) or "?", fields.text(data.get("started")) or "?",
-                   fields.number(data.get("started_ts")) or 0.0, fields.text(data.get("run_id")) or "")
+        return cls(pid, fields.short_text(data.get("host")) or "?", fields.short_text(data.get("started")) or "?",
+                   fields.seconds(data.get("started_ts")) or 0.0, fields.short_text(data.get("run_id")) or "")
 
 
 def describe_holder(holder: Optional[LockHolder]) -> str:

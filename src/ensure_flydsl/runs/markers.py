@@ -122,23 +122,30 @@ class EnvTwin(TreeIdentity):
 
     @classmethod
     def from_json(cls, data: object) -> Optional["EnvTwin"]:
-        """The twin, or None for a file that is not one (torn, foreign, an older tool's), field by field."""
+        """The twin, or None for a file that is not one (torn, foreign, an older tool's), field by field, and
+        for what the values mean: ``how`` one of :class:`How`, the interpreter and the root absolute paths
+        (``python`` is the probe's ``sys.executable``; a relative one would be the caller's folder's), and a
+        tree the tool made (not reused) the root's own, with absolute import folders; ``commit`` a git object
+        name (``--exact-pin`` compares it with the pin)."""
         if not isinstance(data, dict) or not isinstance(data.get("request"), dict):
             return None
-        how = fields.text(data.get("how"))
+        how = fields.one_of(data.get("how"), _HOWS)
+        # A reused tree is named as the probe found it (a caller's relative PYTHONPATH entry stays relative).
+        tree_path = fields.path if how in (None, How.REUSED.value) else fields.absolute_path
+        tree_paths = fields.paths if how in (None, How.REUSED.value) else fields.absolute_paths
         required = {
-            "how": How(how) if how in _HOWS else None,
-            "tree": fields.path(data.get("tree")),
+            "how": How(how) if how is not None else None,
+            "tree": tree_path(data.get("tree")),
             "version": fields.text(data.get("version")),
-            "python": fields.path(data.get("python")),
+            "python": fields.absolute_path(data.get("python")),
             "python_version": fields.text(data.get("python_version")),
             "abi": fields.text(data.get("abi")),
             "files": fields.text_map(data.get("files")),
             "watch": fields.paths(data.get("watch")),
             "site_dirs": fields.paths(data.get("site_dirs")),
             "fingerprint": data.get("fingerprint") if isinstance(data.get("fingerprint"), dict) else None,
-            "FLYDSL_ROOT": fields.path(data.get("FLYDSL_ROOT", "")),
-            "pythonpath_prepend": fields.paths(data.get("pythonpath_prepend", [])),
+            "FLYDSL_ROOT": _root(data.get("FLYDSL_ROOT", "")),
+            "pythonpath_prepend": tree_paths(data.get("pythonpath_prepend", [])),
             "written_at": fields.text(data.get("written_at", "")),
             "tool_version": fields.text(data.get("tool_version", "")),
         }
@@ -147,18 +154,25 @@ class EnvTwin(TreeIdentity):
         optional = {name: data.get(name) for name in ("commit", "FLYDSL_SHIM_DIR", "VLLM_USE_FLYDSL_MOE")}
         if any(value is not None and fields.path(value) is None for value in optional.values()):
             return None
+        if optional["commit"] is not None and fields.object_name(optional["commit"]) is None:
+            return None
         # The fields later versions added: a wrong type reads as not recorded.
         later = {
             "pin": fields.text(data.get("pin")),
             "repo": fields.text(data.get("repo")),
             "run_id": fields.text(data.get("run_id")) or "",
             "built": data.get("built") is True,
-            "elapsed_s": fields.number(data.get("elapsed_s")),
+            "elapsed_s": fields.seconds(data.get("elapsed_s")),
         }
         return cls(request=dict(data["request"]), **required, **optional, **later)  # type: ignore[arg-type]
 
     def answers(self, other: "EnvTwin") -> bool:
         return all(getattr(self, k) == getattr(other, k) for k in self.ANSWER_FIELDS)
+
+
+def _root(value: object) -> Optional[str]:
+    """FLYDSL_ROOT: an absolute path ("" in an older tool's twin, which did not record it)."""
+    return value if value == "" else fields.absolute_path(value)
 
 
 def publish_env_file(env_file: str, env_json: str, twin: EnvTwin, *, shim_dir: Optional[str], vllm_moe: bool) -> None:

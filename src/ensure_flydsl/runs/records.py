@@ -27,7 +27,7 @@ import time
 import uuid
 from typing import Callable, Dict, List, Mapping, Optional
 
-from ensure_flydsl.errors import Stage
+from ensure_flydsl.errors import FAILURE_CODES, Stage
 from ensure_flydsl.layout import (
     RUN_RECORD_SUFFIX,
     base_state_dir,
@@ -41,6 +41,8 @@ from ensure_flydsl.support import fields
 from ensure_flydsl.support.files import atomic_write, atomic_write_json, read_json, read_regular, remove_file
 
 RUNNING, SUCCEEDED, FAILED = "running", "succeeded", "failed"
+STATES = (RUNNING, SUCCEEDED, FAILED)
+KINDS = ("blocking", "detached")
 KEEP_RECORDS = 20
 # Room for a run's last words: its final record (a few KB) and the failure marker (the log's last lines), on
 # file systems of any block size up to 16 KiB.
@@ -61,13 +63,14 @@ class Failure:
 
     @classmethod
     def from_json(cls, data: object) -> Optional["Failure"]:
-        """The failure (of a run record, or a failure marker), or None when it is not one: the exit code an
-        exit status the tool gives (1 to 255), the stage a string or null (a name this version does not know
-        reads as null), the reason a string."""
+        """The failure (of a run record, or a failure marker), or None when it is not one: the exit code one
+        a failed run records (errors.FAILURE_CODES: never 0 or 75, which `wait` would pass on as success or
+        "still running"), the stage a string or null (a name this version does not know reads as null), the
+        reason a string."""
         if not isinstance(data, dict):
             return None
         code, stage, reason = fields.integer(data.get("exit_code")), data.get("stage"), data.get("reason", "")
-        if code is None or not 0 < code < 256 or not isinstance(reason, str):
+        if code not in FAILURE_CODES or not isinstance(reason, str):
             return None
         if stage is not None and not isinstance(stage, str):
             return None
@@ -117,7 +120,8 @@ class RunRecord:
     @classmethod
     def from_json(cls, data: object) -> Optional["RunRecord"]:
         """The record, or None for a file that is not one (torn, foreign, or from another version), field by
-        field: a wrong type anywhere refuses the whole record."""
+        field: a wrong type, or a value no run writes (a state or kind outside its enumeration, a percent
+        outside 0..100, a negative time, a pid beyond the kernel's), anywhere refuses the whole record."""
         if not isinstance(data, dict):
             return None
         run_id, request = fields.text(data.get("run_id")), data.get("request")
@@ -143,9 +147,10 @@ class RunRecord:
         return cls(**values)  # type: ignore[arg-type]
 
 
-def _positive(value: object) -> Optional[int]:
-    number = fields.integer(value)
-    return number if number is not None and number > 0 else None
+def _non_negative(value: object) -> Optional[float]:
+    """An ETA: a finite number of seconds >= 0 (the ETA history's durations add up to it, unbounded)."""
+    found = fields.number(value)
+    return found if found is not None and found >= 0 else None
 
 
 def _dicts(value: object) -> Optional[List[Dict[str, object]]]:
@@ -155,11 +160,12 @@ def _dicts(value: object) -> Optional[List[Dict[str, object]]]:
 _RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")  # it names files beside the record
 # Each field of a record but run_id, request, step and failure, with its check (the value, or None when wrong).
 _RECORD_FIELDS: Dict[str, Callable[[object], object]] = {
-    "root": fields.path, "kind": fields.text, "pid": _positive, "pid_start": fields.text, "host": fields.text,
-    "state": fields.text, "percent": fields.number, "eta_s": fields.number,
-    "started": fields.number, "finished": fields.number, "updated": fields.number, "steps": _dicts,
-    "log": fields.path, "fail_marker": fields.path, "result": lambda v: v if isinstance(v, dict) else None,
-    "build_pgid": _positive, "build_leader_start": fields.text,
+    "root": fields.path, "kind": lambda v: fields.one_of(v, KINDS), "pid": fields.pid, "pid_start": fields.text,
+    "host": fields.text, "state": lambda v: fields.one_of(v, STATES), "percent": fields.percent,
+    "eta_s": _non_negative, "started": fields.seconds, "finished": fields.seconds, "updated": fields.seconds,
+    "steps": _dicts, "log": fields.path, "fail_marker": fields.path,
+    "result": lambda v: v if isinstance(v, dict) else None, "build_pgid": fields.pid,
+    "build_leader_start": fields.text,
     "locked": lambda v: v if isinstance(v, bool) else None,
     "waiting": lambda v: v if isinstance(v, dict) else None,
 }

@@ -23,8 +23,8 @@ from ensure_flydsl.support.processes import CommandFailed, Silent, cmd_output, w
 if TYPE_CHECKING:
     from ensure_flydsl.settings import Settings
 
-_HEX = re.compile(r"^[0-9a-fA-F]{7,40}$")
-_OBJECT_ID = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")  # as ls-remote prints one (SHA-1 or SHA-256)
+_HEX = re.compile(r"^[0-9a-fA-F]{7,40}\Z")
+_OBJECT_ID = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})\Z")  # as ls-remote prints one (SHA-1 or SHA-256)
 # Lock files a killed git leaves behind; under the build lock, in a root of ours, nobody else runs git.
 _GIT_LOCKS = ("index.lock", "HEAD.lock", "config.lock", "packed-refs.lock", "shallow.lock", "FETCH_HEAD.lock")
 

@@ -31,6 +31,7 @@ from ensure_flydsl.layout import (
     stamps_dir,
     state_dir,
 )
+from ensure_flydsl.result import How
 from ensure_flydsl.setting_values import same_repo
 from ensure_flydsl.support import fields
 from ensure_flydsl.support.files import atomic_write_json, read_json, remove_file, remove_tree
@@ -197,14 +198,23 @@ class Stamp:
 
     @classmethod
     def from_json(cls, data: object) -> Optional["Stamp"]:
-        """The stamp, or None for a file that is not one (torn, foreign, older)."""
+        """The stamp, or None for a file that is not one (torn, foreign, older): ``how`` one of the values of
+        :class:`How` (a finished tree's is taken as how the root's tree came to be), ``commit`` a git object
+        name."""
         if not isinstance(data, dict) or not isinstance(data.get("key"), dict):
             return None
         named = {name: data.get(name) for name in ("how", "commit", "version")}
         if any(value is not None and not isinstance(value, str) for value in named.values()):
             return None
+        if named["how"] is not None and fields.one_of(named["how"], _HOWS) is None:
+            return None
+        if named["commit"] is not None and fields.object_name(named["commit"]) is None:
+            return None
         return cls(dict(data["key"]), fields.number(data.get("time")) or 0.0, fields.text(named["how"]),
                    fields.text(named["commit"]), fields.text(named["version"]))
+
+
+_HOWS = frozenset(how.value for how in How)
 
 
 class Stamps:

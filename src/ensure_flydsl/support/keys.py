@@ -22,13 +22,13 @@ import re
 import stat
 from typing import List, Tuple
 
-KEY_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+KEY_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
 NAME_ALLOWED = "a key name of letters, digits, '.', '_' and '-' (at most 64, not starting with '.', '_' or '-')"
 PUBLIC_BYTES = 32
 SECRET_BYTES = 64  # the seed, then the public key (Nix's layout)
 SIGNATURE_BYTES = 64
 KEY_FILE_MAX = 4096  # a key file is one short line; more is not a key file
-_BASE64 = re.compile(r"^[A-Za-z0-9+/]+={0,2}$")
+_BASE64 = re.compile(r"^[A-Za-z0-9+/]+={0,2}\Z")
 LIBRARY = "cryptography"
 
 
