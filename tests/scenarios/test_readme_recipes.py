@@ -2,7 +2,8 @@
 (the release pin, the real flydsl 0.2.2 wheel), its agent calls as an agent would run them (each block one
 shell call, well under a shell tool's 600 s; call 2 repeated while it exits 75; the settings through the
 environment; a fixture repository over file://; also all of them in one persistent shell: none ends it) and
-docs/agents.md's copy of them, docs/fleet.md's signing recipe, and docs/guide.md's Python API block."""
+docs/agents.md's copy of them, docs/fleet.md's signing recipe, docs/air-gapped.md's mirrors, and docs/guide.md's
+Python API block."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from typing import Dict, List
 
 import pytest
 
-from tests.helpers.flydsl_fixture import FixtureRepo
+from tests.helpers.flydsl_fixture import FixtureRepo, add_submodule, git, write
 from tests.helpers.workspace import Workspace
 
 TOP = os.path.join(os.path.dirname(__file__), "..", "..")
@@ -177,3 +178,53 @@ def test_the_guide_s_python_api_block_runs(ws: Workspace) -> None:
     pkgs = os.path.join(ws.root, "build-fly", "python_packages")
     assert out.stdout.strip().splitlines()[-1] == (
         f"built {pkgs}/flydsl/__init__.py {ws.root}/kernels/moe_gemm_2stage.py")
+
+
+def test_the_air_gapped_recipe_builds_through_mirrors_on_disk(tmp_path: "os.PathLike[str]",
+                                                              own_repo: FixtureRepo) -> None:
+    """docs/air-gapped.md's recipe as written, in one shell, with a folder standing for GitHub where it is
+    reachable and the https server of the mirrors swapped for the copy on disk (as the recipe's comment
+    offers): FLYDSL_REPO left at its GitHub default, the pin's submodule and build_llvm.sh's llvm-project at
+    their GitHub URLs.  The four mirrors are made, the doctor runs, and the build fetches everything through
+    them; nothing is written to a git config file."""
+    tmp = str(tmp_path)
+    github = os.path.join(tmp, "github")  # what https://github.com/ serves where it is reachable
+    add_submodule(own_repo, os.path.join(github, "dmlc", "dlpack.git"), "with-sub")
+    git(own_repo.path, "config", "-f", ".gitmodules", "submodule.thirdparty/dlpack.url",
+        "https://github.com/dmlc/dlpack.git")
+    git(own_repo.path, "commit", "-q", "-am", "dlpack from GitHub")
+    pin = git(own_repo.path, "rev-parse", "HEAD")
+    os.makedirs(os.path.join(github, "ROCm"))
+    os.symlink(own_repo.path, os.path.join(github, "ROCm", "FlyDSL.git"))
+    for name in ("apache/tvm-ffi", "llvm/llvm-project"):
+        path = os.path.join(github, name + ".git")
+        os.makedirs(path)
+        git(path, "init", "-q", "-b", "main")
+        write(os.path.join(path, "README.txt"), f"fixture {name}\n")
+        git(path, "add", "-A")
+        git(path, "commit", "-q", "-m", f"fixture {name} commit")
+    (block,) = section_blocks("## Air-gapped sites", os.path.join(TOP, "docs", "air-gapped.md"))
+    mirrors = os.path.join(tmp, "srv", "mirrors", "github") + "/"
+    script = (block.replace('"https://github.com/$r.git"', f'"{github}/$r.git"')
+              .replace("/srv/mirrors/github/", mirrors)
+              .replace("https://git.example.internal/mirrors/github/", mirrors))
+    assert script.count(mirrors) >= 3 and f'"{github}/$r.git"' in script
+    ws = Workspace(os.path.join(tmp, "base"), own_repo)
+    home = os.path.join(tmp, "home")
+    os.makedirs(home)
+    env = {k: v for k, v in ws.env.items() if k not in ("FLYDSL_REPO", "XDG_CONFIG_HOME")}
+    env.update(FLYDSL_PIN=pin, HOME=home, FIXTURE_LLVM_CLONE="https://github.com/llvm/llvm-project.git",
+               PATH=os.pathsep.join([os.path.dirname(sys.executable), env["PATH"]]))
+    out = subprocess.run(["bash", "-c", script], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, timeout=600, cwd="/")
+    assert out.returncode == 0, out.stdout + out.stderr  # the last line's: ensure-flydsl
+    for name in ("ROCm/FlyDSL", "dmlc/dlpack", "apache/tvm-ffi", "llvm/llvm-project"):
+        assert os.path.isdir(os.path.join(mirrors, name + ".git")), name
+    assert ws.env_twin()["how"] == "built"
+    assert os.path.isfile(os.path.join(ws.root, "thirdparty", "dlpack", "include", "dlpack", "dlpack.h"))
+    with open(ws.log, encoding="utf-8") as handle:
+        assert "LLVM source from https://github.com/llvm/llvm-project.git: fixture" in handle.read()
+    assert os.listdir(home) == []  # no git config file written
+    # The doctor's line for the submodule names the mirror that serves it.
+    assert f"thirdparty/dlpack from https://github.com/dmlc/dlpack.git through the mirror {mirrors}dmlc/dlpack.git" \
+        in out.stdout, out.stdout
