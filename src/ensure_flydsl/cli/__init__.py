@@ -31,7 +31,8 @@ class Command(Frozen):
     ``examples`` are (command line, what it does), shown by its help; ``settings`` the names of the
     settings its help lists (None: every one; every command with setting flags accepts them all, so that
     one command line can carry the settings to any command); ``actions`` its own commands (``cache list``),
-    each a Command of its own, the dispatch going through this one's handler."""
+    each a Command of its own, the dispatch going through this one's handler; ``loud`` whether it takes
+    -q/-v (a command that says nothing but its answer does not)."""
 
     help: Optional[str]
     add_args: Callable[["argparse.ArgumentParser"], None]
@@ -40,6 +41,7 @@ class Command(Frozen):
     examples: Tuple[Tuple[str, str], ...] = ()
     settings: Optional[Tuple[str, ...]] = None
     actions: Optional[Dict[str, "Command"]] = None
+    loud: bool = True
 
 
 def _json_flag(help_text: Optional[str] = None) -> Callable[[argparse.ArgumentParser], None]:
@@ -303,10 +305,10 @@ COMMANDS: Dict[str, Command] = {
                                 ""),
                                ("ensure-flydsl skill ./ensure_flydsl --force --wheels ./wheels", "no network"))),
     "help": Command("this list; a command's help (help COMMAND); every setting (help settings)", _help_args,
-                    None, plain=_help,
+                    None, plain=_help, loud=False,
                     examples=(("ensure-flydsl help wait", ""), ("ensure-flydsl help settings", ""))),
     "completion": Command("print a completion script for bash, zsh or fish", _completion_args, None,
-                          plain=_completion,
+                          plain=_completion, loud=False,
                           examples=(("ensure-flydsl completion bash > ~/.local/share/bash-completion/completions/"
                                      "ensure-flydsl", ""),
                                     ("ensure-flydsl completion zsh", "eval it in ~/.zshrc, after compinit"),

@@ -10,6 +10,9 @@ from typing import Optional
 
 from ensure_flydsl.version import __version__
 
+# What geak/provenance.py says of code that is a commit's: its hash, marked when the files differ from it.
+COMMIT = r"^[0-9a-f]{40}( with local changes)?$"
+
 
 def version_line() -> str:
     """``ensure-flydsl VERSION``, with the commit when the code is known to be a commit's."""
@@ -24,7 +27,7 @@ def _commit() -> Optional[str]:
     if made is not None:
         return made or None
     commit = tool_commit()
-    return commit if re.match(r"^[0-9a-f]{40}( with local changes)?$", commit) else None
+    return commit if re.match(COMMIT, commit) else None
 
 
 def _skill_folder_commit(package_dir: str) -> Optional[str]:
@@ -41,7 +44,7 @@ def _skill_folder_commit(package_dir: str) -> Optional[str]:
     if manifest is None or manifest.get("made_by") != MADE_BY:
         return None
     files, commit = manifest.get("files"), manifest.get("commit")
-    if not isinstance(files, dict) or not isinstance(commit, str) or not re.match(r"^[0-9a-f]{40}$", commit):
+    if not isinstance(files, dict) or not isinstance(commit, str) or not re.match(COMMIT, commit):
         return ""
     prefix = os.path.relpath(package_dir, folder) + os.sep
     listed = {path: sha for path, sha in files.items() if isinstance(path, str) and path.startswith(prefix)}

@@ -126,9 +126,9 @@ def build_parser(*path: str) -> argparse.ArgumentParser:
     parser.set_defaults(command=path[0])
     if len(path) > 1:
         parser.set_defaults(**{f"{path[0]}_action": path[1]})
-    if command.help is not None:
-        if COMMANDS[path[0]].plain is None:
-            add_setting_flags(parser)
+    if command.help is not None and COMMANDS[path[0]].plain is None:
+        add_setting_flags(parser)
+    if command.help is not None and command.loud:
         loud = parser.add_mutually_exclusive_group()
         loud.add_argument("-q", "--quiet", dest="verbosity", action="store_const", const=-1, default=0,
                           help="show nothing but a failure (the log still gets everything)")
