@@ -128,6 +128,12 @@ def test_version(env: Dict[str, str]) -> None:
     (["frobnicate"], "ensure-flydsl: unknown command 'frobnicate' (ensure-flydsl help lists the commands)"),
     (["help", "doctr"], "ensure-flydsl: unknown command 'doctr'; did you mean 'doctor'? "
                         "(ensure-flydsl help lists the commands)"),
+    (["help", "cache", "lsit"], "ensure-flydsl: unknown cache command 'lsit'; did you mean 'list'? "
+                                "(ensure-flydsl help cache lists them)"),
+    (["help", "settings", "x"], "ensure-flydsl help: 'settings x' is no command (ensure-flydsl help lists the "
+                                "commands; `help settings` lists the settings)"),
+    (["help", "status", "list"], "ensure-flydsl help: 'status list' is no command (ensure-flydsl help lists the "
+                                 "commands)"),
     (["cache", "lst"], "ensure-flydsl: unknown cache command 'lst'; did you mean 'list'? "
                        "(ensure-flydsl help cache lists them)"),
     (["cache", "--cache", "/x"], "ensure-flydsl cache: which one? list, prune, keygen or sign "

@@ -21,6 +21,8 @@ def show_help(topic: Sequence[str]) -> int:
         print(settings_page(columns() - 2), end="")
         return 0
     name = topic[0]
+    if name == "settings":
+        refuse(f"ensure-flydsl help: {' '.join(topic)!r} is no command ({WHERE}; `help settings` lists the settings)")
     if name not in public(COMMANDS):
         refuse(unknown("command", name, public(COMMANDS) + ["settings"], WHERE))
     path: List[str] = [name]

@@ -108,10 +108,8 @@ def build_parser(*path: str) -> argparse.ArgumentParser:
     translations) cost more than the warm call's own work.  Each parser has its command's full name, so its
     usage, help and errors say which command they are about.
     """
-    from ensure_flydsl.cli import help_text
-
     if not path:
-        parser = _Parser(prog="ensure-flydsl", description=DESCRIPTION, epilog_from=help_text.top_epilog)
+        parser = _Parser(prog="ensure-flydsl", description=DESCRIPTION, epilog_from=_top_epilog)
         parser.add_argument("-V", "--version", action="store_true", help="print the version (and the commit, "
                             "when known) and exit")
         _list_commands(parser, COMMANDS, "COMMAND", "commands")
@@ -119,7 +117,7 @@ def build_parser(*path: str) -> argparse.ArgumentParser:
     command = command_at(path)
     prog = "ensure-flydsl " + " ".join(path)
     parser = _Parser(prog=prog, description=command.help,
-                     epilog_from=lambda width: help_text.command_epilog(path, width))
+                     epilog_from=lambda width: _command_epilog(path, width))
     if command.actions is not None:
         _list_commands(parser, command.actions, "ACTION", f"{path[-1]} commands")
         return parser
@@ -136,6 +134,18 @@ def build_parser(*path: str) -> argparse.ArgumentParser:
                           help="show the build's own output as well")
     command.add_args(parser)
     return parser
+
+
+def _top_epilog(width: int) -> str:
+    from ensure_flydsl.cli.help_text import top_epilog  # the words of the help: only when it is shown
+
+    return top_epilog(width)
+
+
+def _command_epilog(path: Sequence[str], width: int) -> str:
+    from ensure_flydsl.cli.help_text import command_epilog
+
+    return command_epilog(path, width)
 
 
 def _list_commands(parser: argparse.ArgumentParser, commands: Dict[str, Command], metavar: str, title: str) -> None:
