@@ -129,6 +129,19 @@ SETTINGS: Tuple[Setting, ...] = (
             "public keys NAME:BASE64 or .pub files: fetch only cache entries one of them signed", LIST, "KEY"),
 )
 SETTING_BY_NAME: Dict[str, Setting] = {s.name: s for s in SETTINGS}
+# The settings by concern, for the help (cli/help.py): (short name, title, settings).  A setting named in no
+# group is shown under "other", so a new row is never left out of the help.
+SETTING_GROUPS: Tuple[Tuple[str, str, Tuple[str, ...]], ...] = (
+    ("root", "the root and the files beside it", ("root", "lock_file", "fail_marker")),
+    ("import", "what must import, and how it is checked",
+     ("python", "require", "min_version", "exact_pin", "verify", "probe_timeout")),
+    ("build", "what is provisioned when nothing is reused, and how",
+     ("pin", "repo", "strategy", "git_mirrors", "jobs", "lock_timeout", "rocm_path", "mlir_path",
+      "fix_rocm_in_place")),
+    ("env file", "what the env file exports besides the tree", ("shim_dir", "vllm_moe")),
+    ("cache", "the binary cache shared between hosts",
+     ("cache", "lease_ttl", "cache_signing_key", "cache_trusted_keys")),
+)
 
 
 class Settings(Frozen):

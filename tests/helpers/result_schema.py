@@ -1,5 +1,6 @@
 """Validate what a command printed against the JSON Schemas in docs/schema/ (the result shape every JSON
-answer has, GEAK's gate schema, and the command's own)."""
+answer about FlyDSL has, GEAK's gate schema, and the command's own; `doctor` and `cache list` have their own
+alone)."""
 
 from __future__ import annotations
 
@@ -35,6 +36,17 @@ def validate(data: object, command: str) -> Dict[str, object]:
         schema = SCHEMAS[name]
         jsonschema.Draft202012Validator.check_schema(schema)
         jsonschema.Draft202012Validator(schema, registry=REGISTRY).validate(data)
+    VALIDATED.append(command)
+    assert isinstance(data, dict)
+    return data
+
+
+def validate_own(data: object, command: str) -> Dict[str, object]:
+    """``data`` against ``command``'s schema alone: a JSON answer that is no result object (``doctor``,
+    ``cache list``, which say nothing about a tree being usable); returns it."""
+    schema = SCHEMAS[command]
+    jsonschema.Draft202012Validator.check_schema(schema)
+    jsonschema.Draft202012Validator(schema, registry=REGISTRY).validate(data)
     VALIDATED.append(command)
     assert isinstance(data, dict)
     return data

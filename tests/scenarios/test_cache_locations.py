@@ -20,6 +20,7 @@ from ensure_flydsl.binary_cache.entries import (
 )
 from tests.helpers.cache_entries import FIELDS, KEY
 from tests.helpers.cache_trees import assert_rejected, make_tree, snapshot
+from tests.helpers.result_schema import validate_own
 from tests.helpers.s3_server import S3Server
 
 
@@ -48,6 +49,11 @@ def cli(*args: str, env: Optional[Dict[str, str]] = None) -> "subprocess.Complet
 def test_cache_list_and_prune_through_the_cli(cache_dir: str, tmp_path: "os.PathLike[str]") -> None:
     empty = cli("list", "--cache", cache_dir)
     assert empty.returncode == 0 and "no entries in" in empty.stdout
+    # --json: one object for an empty cache too (it printed nothing: a reader could not tell it from a crash)
+    none = cli("list", "--json", "--cache", cache_dir)
+    assert none.returncode == 0, none.stderr
+    assert validate_own(json.loads(none.stdout), "cache_list")["entries"] == []
+    assert len(none.stdout.splitlines()) == 1
     cache = open_cache(cache_dir)
     keys = []
     for n in range(2):
@@ -62,7 +68,9 @@ def test_cache_list_and_prune_through_the_cli(cache_dir: str, tmp_path: "os.Path
     assert re.search(r"^tree  [0-9a-f]{12} +\d+ B  \d{4}-\d\d-\d\d \d\d:\d\d  commit=111111111111 "
                      r"abi=cpython-311-x86_64-linux-gnu platform=linux-x86_64 repo=https://", lines[0]), lines[0]
     as_json = cli("list", "--json", env={"FLYDSL_CACHE": cache_dir})
-    objects = [json.loads(line) for line in as_json.stdout.splitlines()]
+    listing = validate_own(json.loads(as_json.stdout), "cache_list")  # one object (was JSON Lines)
+    assert len(as_json.stdout.splitlines()) == 1 and listing["location"] == cache_dir and listing["warnings"] == []
+    objects = listing["entries"]
     assert [o["key"] for o in objects] == keys[::-1] and objects[0]["fields"]["commit"] == "1" * 40
     assert {"kind", "key", "blob", "size", "created", "files", "fields"} <= set(objects[0])
     missing = cli("prune", "--cache", cache_dir)

@@ -33,6 +33,7 @@ from tests.helpers.build_fixtures import (
     tree_fingerprint,
 )
 from tests.helpers.flydsl_fixture import FixtureRepo, git, make_installed_tree
+from tests.helpers.result_schema import validate_own
 from tests.helpers.workspace import Workspace
 
 GIB = 1024**3
@@ -172,8 +173,7 @@ def doctor(ws: Workspace, *args: str, **env: str) -> subprocess.CompletedProcess
 
 def doctor_json(ws: Workspace, **env: str) -> Dict[str, object]:
     out = doctor(ws, "--json", **env)
-    data = json.loads(out.stdout)
-    assert isinstance(data, dict)
+    data = validate_own(json.loads(out.stdout), "doctor")  # every doctor object of these tests, against its schema
     assert out.returncode == data["exit_code"], out.stderr
     return data
 

@@ -371,9 +371,18 @@ def test_force_replaces_only_a_folder_it_made(tmp_path: "os.PathLike[str]", skil
     assert again.returncode == 64 and "add --force to replace it" in again.stderr
     # Running it leaves Python's bytecode beside the vendored modules: still the folder it made.
     python = _python(bare_pythons, "12")
-    ran = subprocess.run(["bash", os.path.join(dest, "ensure_flydsl.sh"), "--version"], text=True,
-                         env={"PATH": f"{os.path.dirname(python)}:/usr/bin:/bin"}, stdout=subprocess.PIPE, check=False)
-    assert ran.returncode == 0 and ran.stdout.startswith("ensure-flydsl ")
+    def version() -> str:
+        ran = subprocess.run(["bash", os.path.join(dest, "ensure_flydsl.sh"), "-V"], text=True, check=False,
+                             env={"PATH": f"{os.path.dirname(python)}:/usr/bin:/bin"}, stdout=subprocess.PIPE)
+        assert ran.returncode == 0 and ran.stdout.startswith("ensure-flydsl "), ran
+        return ran.stdout.strip()
+
+    # -V names the commit the folder was made from, while its code is the code it was made with.
+    with open(os.path.join(dest, ".ensure-flydsl-skill.json")) as handle:
+        made_from = json.load(handle)["commit"]
+    shown = version()
+    if re.match(r"^[0-9a-f]{40}( with local changes)?$", made_from):  # made from a checkout of the tool
+        assert shown.endswith(f" (commit {made_from})"), shown
     assert any("__pycache__" in dirs for _, dirs, _ in os.walk(os.path.join(dest, "tool")))
     before = os.stat(os.path.join(dest, "skill.md")).st_ino
     forced = build_folder(dest, skill_cache, "--wheels", wheels, "--force")
@@ -381,6 +390,9 @@ def test_force_replaces_only_a_folder_it_made(tmp_path: "os.PathLike[str]", skil
     assert "replaced" in forced.stdout and os.stat(os.path.join(dest, "skill.md")).st_ino != before
     with open(os.path.join(dest, "tool", "notes.txt"), "w") as handle:
         handle.write("mine\n")
+    with open(os.path.join(dest, "tool", "ensure_flydsl", "version.py"), "a") as handle:
+        handle.write("# an edit\n")
+    assert "(commit" not in version()  # no commit is claimed for code that is not the commit's
     with open(os.path.join(dest, "skill.md"), "a") as handle:
         handle.write("an edit\n")
     kept = _snapshot(dest)

@@ -132,5 +132,4 @@ def test_cache_list_takes_a_manifest_of_any_creation_time(tmp_path: "os.PathLike
                                  stderr=subprocess.PIPE, text=True, check=False)
             assert out.returncode == 0 and "Traceback" not in out.stderr, (created, out.stderr)
             if "--json" in args:
-                for line in out.stdout.splitlines():
-                    json.loads(line, parse_constant=lambda name: pytest.fail(f"{name} in the JSON"))
+                json.loads(out.stdout, parse_constant=lambda name: pytest.fail(f"{name} in the JSON"))

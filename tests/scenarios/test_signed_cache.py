@@ -18,6 +18,7 @@ import pytest
 
 from tests.helpers.fleet import cache_host
 from tests.helpers.flydsl_fixture import FixtureRepo
+from tests.helpers.result_schema import validate_own
 from tests.helpers.s3_server import S3Server
 from tests.helpers.scenario import assert_one_tree, ensure_json
 from tests.helpers.workspace import Workspace
@@ -161,7 +162,11 @@ def test_rotation_old_key_then_resigned_by_the_new(tmp_path: "os.PathLike[str]",
     assert listed.returncode == 0, listed.stderr
     rows = [line for line in listed.stdout.splitlines() if line.startswith(("tree", "mlir"))]
     assert len(rows) == 2 and all(row.endswith("signed by k1 (not trusted), k2 (trusted)") for row in rows)
-    as_json = [json.loads(line) for line in ci.run("cache", "list", "--json").stdout.splitlines()]
+    as_json = validate_own(json.loads(ci.run("cache", "list", "--json").stdout), "cache_list")["entries"]
+    trusted = validate_own(json.loads(ci.run("cache", "list", "--json", FLYDSL_CACHE_TRUSTED_KEYS=new[1]).stdout),
+                           "cache_list")["entries"]
+    assert all(e["signers"] == [{"name": "k1", "trusted": False, "verifies": None},
+                                {"name": "k2", "trusted": True, "verifies": True}] for e in trusted), trusted
     assert all(e["signers"] == [{"name": "k1", "trusted": None, "verifies": None},
                                 {"name": "k2", "trusted": None, "verifies": None}] for e in as_json)
     after = cache_host(str(tmp_path), fixture_repo, "after", cache, FLYDSL_CACHE_TRUSTED_KEYS=new[1])  # k1 retired

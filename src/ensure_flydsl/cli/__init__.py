@@ -13,7 +13,7 @@ from ensure_flydsl.support.frozen import Frozen
 TYPE_CHECKING = False  # typing is for the type checker only: not imported on the warm call's path
 if TYPE_CHECKING:
     import argparse
-    from typing import Callable, Dict, List, Optional
+    from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
     from ensure_flydsl.settings import Settings
     from ensure_flydsl.support.report import Reporter
@@ -26,12 +26,22 @@ if TYPE_CHECKING:
 class Command(Frozen):
     """One command: its one-line help (None: internal, listed nowhere, no setting flags), what it adds to
     its parser, and its handler (None: ``main`` runs it before the settings are read).  A command about no
-    root (``skill``) has a ``plain`` handler instead: no setting flags, no settings read."""
+    root (``skill``) has a ``plain`` handler instead: no setting flags, no settings read.
+
+    ``examples`` are (command line, what it does), shown by its help; ``settings`` the names of the
+    settings its help lists (None: every one; every command with setting flags accepts them all, so that
+    one command line can carry the settings to any command); ``actions`` its own commands (``cache list``),
+    each a Command of its own, the dispatch going through this one's handler; ``loud`` whether it takes
+    -q/-v (a command that says nothing but its answer does not)."""
 
     help: Optional[str]
     add_args: Callable[["argparse.ArgumentParser"], None]
     run: Optional[Handler]
     plain: Optional[PlainHandler] = None
+    examples: Tuple[Tuple[str, str], ...] = ()
+    settings: Optional[Tuple[str, ...]] = None
+    actions: Optional[Dict[str, "Command"]] = None
+    loud: bool = True
 
 
 def _json_flag(help_text: Optional[str] = None) -> Callable[[argparse.ArgumentParser], None]:
@@ -56,15 +66,34 @@ def _env_args(p: argparse.ArgumentParser) -> None:
                    "this request, its version, and the variables it exports")
 
 
-def _cache_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("cache_action", choices=("list", "prune", "keygen", "sign"), metavar="{list,prune,keygen,sign}")
-    p.add_argument("names", nargs="*", metavar="NAME",
-                   help="keygen: the key's name; sign: the entries (key prefixes, as list shows them; default all)")
-    p.add_argument("--max-size", metavar="SIZE", help="prune: remove the oldest entries until the cache "
-                   "holds at most SIZE (bytes, or with K/M/G/T)")
-    p.add_argument("--json", action="store_true", help="list: one JSON object per entry")
-    p.add_argument("--out", metavar="DIR", help="keygen: the folder for NAME.secret (mode 600) and NAME.pub")
-    p.add_argument("--key", metavar="PATH", help="sign: the secret key file to sign with")
+def _cache_list_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true",
+                   help="one JSON object {schema_version, location, entries: [...], warnings} (docs/schema/)")
+
+
+def _cache_prune_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--max-size", metavar="SIZE", help="remove the oldest entries until the cache holds at most "
+                   "SIZE (bytes, or with K/M/G/T: 500M, 2G)")
+
+
+def _cache_keygen_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("names", nargs="*", metavar="NAME", help="the key's name (letters, digits, . _ -)")
+    p.add_argument("--out", metavar="DIR", help="the folder for NAME.secret (mode 600) and NAME.pub")
+
+
+def _cache_sign_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("names", nargs="*", metavar="KEY",
+                   help="the entries to sign: prefixes of their keys, as `cache list` shows them (default: all)")
+    p.add_argument("--key", metavar="PATH", help="the secret key file to sign with (from `cache keygen`)")
+
+
+def _help_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("topic", nargs="*", metavar="COMMAND",
+                   help="a command (`cache list`: a cache command), or `settings` for every setting")
+
+
+def _completion_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("shell", choices=("bash", "zsh", "fish"), help="the shell the script is for")
 
 
 def _skill_args(p: argparse.ArgumentParser) -> None:
@@ -174,10 +203,9 @@ def _doctor(args: argparse.Namespace, settings: Settings, reporter: Reporter, en
 def _cache(args: argparse.Namespace, settings: Settings, reporter: Reporter, environ: Dict[str, str]) -> int:
     from ensure_flydsl.cli.cache import cache_command
 
-    return cache_command(settings, args.cache_action, max_size=args.max_size, as_json=args.json, say=reporter.say,
-                         names=args.names, out=args.out, key=args.key)
-
-
+    return cache_command(settings, args.cache_action, max_size=getattr(args, "max_size", None),
+                         as_json=getattr(args, "json", False), say=reporter.say, names=getattr(args, "names", ()),
+                         out=getattr(args, "out", None), key=getattr(args, "key", None))
 
 
 def _skill(args: argparse.Namespace, reporter: Reporter, environ: Dict[str, str]) -> int:
@@ -187,27 +215,114 @@ def _skill(args: argparse.Namespace, reporter: Reporter, environ: Dict[str, str]
                  as_json=args.json)
 
 
+def _help(args: argparse.Namespace, reporter: Reporter, environ: Dict[str, str]) -> int:
+    from ensure_flydsl.cli.help import show_help
+
+    return show_help(args.topic)
+
+
+def _completion(args: argparse.Namespace, reporter: Reporter, environ: Dict[str, str]) -> int:
+    from ensure_flydsl.cli.completion import completion
+
+    return completion(args.shell)
+
+
+# The settings the help of a command that reads the root's records lists: the request an env file must
+# answer (Settings.request; tests/unit/test_cli_help.py holds them equal) and the files beside the root.
+_REQUEST = ("root", "min_version", "pin", "repo", "python", "require", "strategy", "mlir_path", "shim_dir",
+            "vllm_moe", "exact_pin")
+_RECORDS = _REQUEST + ("lock_file", "fail_marker")
+
+CACHE_ACTIONS: Dict[str, Command] = {
+    "list": Command("every entry of the binary cache: kind, key, size, age, what it was built from, who signed it",
+                    _cache_list_args, _cache, settings=("cache", "cache_trusted_keys"),
+                    examples=(("ensure-flydsl cache list --cache /srv/flydsl-cache", "newest first"),
+                              ("ensure-flydsl cache list --json --cache-trusted-key ci-1.pub",
+                               "one JSON object; which signatures a trusted key verifies"))),
+    "prune": Command("remove the oldest entries until the binary cache holds at most --max-size",
+                     _cache_prune_args, _cache, settings=("cache",),
+                     examples=(("ensure-flydsl cache prune --max-size 50G --cache /srv/flydsl-cache", ""),
+                               ("ensure-flydsl --cache s3://bucket/flydsl cache prune --max-size 500M", ""))),
+    "keygen": Command("write a signing key pair: DIR/NAME.secret (mode 600) and DIR/NAME.pub",
+                      _cache_keygen_args, _cache, settings=(),
+                      examples=(("ensure-flydsl cache keygen --out ~/.config/flydsl ci-1",
+                                 "then FLYDSL_CACHE_SIGNING_KEY=~/.config/flydsl/ci-1.secret on the CI host"),
+                                ("ensure-flydsl cache keygen --out /etc/flydsl/keys ci-2",
+                                 "a new key to rotate to: sign with it, then trust it"))),
+    "sign": Command("add a key's signature to entries of the binary cache (manifests are not touched)",
+                    _cache_sign_args, _cache, settings=("cache", "cache_trusted_keys"),
+                    examples=(("ensure-flydsl cache sign --key ~/.config/flydsl/ci-1.secret", "every entry"),
+                              ("ensure-flydsl cache sign --key ci-2.secret 3f2a9c 77b0e1 --cache-trusted-key ci-1.pub",
+                               "a rotation: two entries, if ci-1 signed them"))),
+}
+
 # In the order --help lists them.
 COMMANDS: Dict[str, Command] = {
     "ensure": Command("make FlyDSL importable (the default command); blocking",
-                      _json_flag("print one JSON result object on stdout (and JSON events on stderr)"), _ensure),
+                      _json_flag("print one JSON result object on stdout (and JSON events on stderr)"), _ensure,
+                      examples=(("ensure-flydsl --root ~/.cache/flydsl/FlyDSL", "reuse, else provision; then "
+                                 "source ~/.cache/flydsl/FlyDSL/flydsl_env.sh"),
+                                ("ensure-flydsl --json --strategy release", "one JSON result object"),
+                                ("ensure-flydsl -q --python /usr/bin/python3.11", "say nothing but a failure"))),
     "start": Command("launch the same work as `ensure` detached; print {run_id, pid, log, state} and return",
-                     _no_args, _start),
+                     _no_args, _start,
+                     examples=(("ensure-flydsl start --root ~/.cache/flydsl/FlyDSL", "returns at once"),
+                               ("ensure-flydsl start --cache s3://bucket/flydsl", "then `ensure-flydsl wait`"))),
     "wait": Command("follow the root's run until it ends: 0, its failure's exit code, or 75 at --timeout",
-                    _wait_args, _wait),
+                    _wait_args, _wait, settings=_RECORDS,
+                    examples=(("ensure-flydsl wait --timeout 540", "inside an agent's 600 s shell call; 75: "
+                               "call it again"),
+                              ("ensure-flydsl wait --timeout 0 --json", "answer at once"))),
     "status": Command("state, step, percent, elapsed, ETA, pid, version, root, python, how, log",
-                      _json_flag("one JSON result object (docs/schema/)"), _status),
-    "env": Command("print the env file (or its JSON twin)", _env_args, _env),
+                      _json_flag("one JSON result object (docs/schema/)"), _status, settings=_RECORDS,
+                      examples=(("ensure-flydsl status", ""),
+                                ("ensure-flydsl --root ~/.cache/flydsl/FlyDSL status --json", ""))),
+    "env": Command("print the env file (or its JSON twin)", _env_args, _env, settings=_RECORDS,
+                   examples=(("ensure-flydsl env", "the env file, to source"),
+                             ("ensure-flydsl env --format json", "its JSON twin"),
+                             ("ensure-flydsl env --json --min-version 0.2.3", "does it answer this request?"))),
     "verify": Command("run the full import probe and print each module's file",
-                      _json_flag("one JSON result object with each module's file"), _verify),
+                      _json_flag("one JSON result object with each module's file"), _verify,
+                      settings=_RECORDS + ("probe_timeout",),
+                      examples=(("ensure-flydsl verify", "exit 0 only for one good tree"),
+                                ("ensure-flydsl verify --json --python /usr/bin/python3.11", ""))),
     "doctor": Command("predict, in seconds, whether the configured strategy can succeed here, and why not",
-                      _json_flag("one JSON object with every check"), _doctor),
-    "cache": Command("housekeeping of the binary cache (FLYDSL_CACHE): list, prune, keygen, sign", _cache_args,
-                     _cache),
+                      _json_flag("one JSON object with every check (docs/schema/doctor.schema.json)"), _doctor,
+                      examples=(("ensure-flydsl doctor", "one line per check, then the verdict"),
+                                ("ensure-flydsl doctor --strategy source --json", ""))),
+    "cache": Command("housekeeping of the binary cache (FLYDSL_CACHE): list, prune, keygen, sign", _no_args,
+                     _cache, actions=CACHE_ACTIONS, settings=("cache", "cache_trusted_keys"),
+                     examples=(("ensure-flydsl cache list --cache /srv/flydsl-cache", ""),
+                               ("ensure-flydsl help cache prune", "a cache command's own help"))),
     "clean": Command("remove what this tool created for the root (never anything else)",
-                     _json_flag("one JSON result object naming what was removed and kept"), _clean),
+                     _json_flag("one JSON result object naming what was removed and kept"), _clean,
+                     settings=("root", "lock_file", "fail_marker"),
+                     examples=(("ensure-flydsl clean", ""),
+                               ("ensure-flydsl clean --json --root ~/.cache/flydsl/FlyDSL", ""))),
     "skill": Command("write the GEAK drop-in folder: skill.md, ensure_flydsl.sh and this tool vendored for a bare "
-                     "python3", _skill_args, None, plain=_skill),
+                     "python3", _skill_args, None, plain=_skill,
+                     examples=(("ensure-flydsl skill $GEAK_ROOT/perf_knowledge/expert_skills/skills/ensure_flydsl",
+                                ""),
+                               ("ensure-flydsl skill ./ensure_flydsl --force --wheels ./wheels", "no network"))),
+    "help": Command("this list; a command's help (help COMMAND); every setting (help settings)", _help_args,
+                    None, plain=_help, loud=False,
+                    examples=(("ensure-flydsl help wait", ""), ("ensure-flydsl help settings", ""))),
+    "completion": Command("print a completion script for bash, zsh or fish", _completion_args, None,
+                          plain=_completion, loud=False,
+                          examples=(("ensure-flydsl completion bash > ~/.local/share/bash-completion/completions/"
+                                     "ensure-flydsl", ""),
+                                    ("ensure-flydsl completion zsh", "eval it in ~/.zshrc, after compinit"),
+                                    ("ensure-flydsl completion fish > ~/.config/fish/completions/ensure-flydsl.fish",
+                                     ""))),
     "_worker": Command(None, _worker_args, None),
     "_watchdog": Command(None, _watchdog_args, None),
 }
+
+
+def command_at(path: "Sequence[str]") -> Command:
+    """The command of ``path``: ``("status",)``, or ``("cache", "list")`` for one of a command's own commands."""
+    command = COMMANDS[path[0]]
+    for word in path[1:]:
+        assert command.actions is not None
+        command = command.actions[word]
+    return command

@@ -16,6 +16,9 @@ from ensure_flydsl.binary_cache.entries import CacheEntry, CacheError, format_si
 from ensure_flydsl.errors import ExitCode
 from ensure_flydsl.settings import Settings
 
+# The version of the shape of `cache list --json` (docs/schema/cache_list.schema.json): a new key does not
+# change it, a changed meaning does.
+LIST_SCHEMA_VERSION = 1
 # Fields shown first in `cache list`, when an entry has them; the rest follow in name order.
 SUMMARY_FIELDS = ("commit", "llvm_commit", "abi", "platform")
 SUMMARY_MAX = 4
@@ -79,7 +82,10 @@ def _cache_command(settings: Settings, action: str, *, max_size: Optional[str], 
             entries = cache.entries()
             signers = signers_of(settings, cache, entries, cache.warnings)
             _warn(cache.warnings, say)
-            return _list(entries, cache.location, as_json, say, signers)
+            if as_json:
+                print(json.dumps(list_object(entries, cache.location, signers, cache.warnings), sort_keys=True))
+                return 0
+            return _list(entries, cache.location, say, signers)
         assert limit is not None
         removed = cache.prune(limit)
         _warn(cache.warnings, say)
@@ -94,17 +100,26 @@ def _cache_command(settings: Settings, action: str, *, max_size: Optional[str], 
         return _refuse(str(exc))
 
 
-def _list(entries: List[CacheEntry], location: str, as_json: bool, say: Callable[[str], None],
+def list_object(entries: List[CacheEntry], location: str, signers: Mapping[str, List[Dict[str, object]]],
+                warnings: List[str]) -> Dict[str, object]:
+    """`cache list --json`: one object, also for an empty cache (a reader of JSON Lines got nothing at all
+    then, and could not tell an empty cache from a command that printed nothing)."""
+    from ensure_flydsl.binary_cache.signing import manifest_sha
+
+    listed = []
+    for entry in entries:
+        data = entry.to_json()
+        data["signers"] = signers.get(manifest_sha(entry.manifest), [])
+        listed.append(data)
+    return {"schema_version": LIST_SCHEMA_VERSION, "location": location, "entries": listed,
+            "warnings": list(warnings)}
+
+
+def _list(entries: List[CacheEntry], location: str, say: Callable[[str], None],
           signers: Mapping[str, List[Dict[str, object]]]) -> int:
     from ensure_flydsl.binary_cache.signing import manifest_sha
     from ensure_flydsl.cli.cache_signing import signers_text
 
-    if as_json:
-        for entry in entries:
-            data = entry.to_json()
-            data["signers"] = signers.get(manifest_sha(entry.manifest), [])
-            print(json.dumps(data, sort_keys=True))
-        return 0
     if not entries:
         say(f"no entries in {location}")
         return 0
