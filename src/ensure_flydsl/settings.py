@@ -414,7 +414,6 @@ __all__ = [
     "STRATEGIES",
     "Setting",
     "Settings",
-    "Strategy",
     "load_settings",
     "settings_from_kwargs",
 ]

@@ -7,7 +7,8 @@ import json
 from typing import Dict, Mapping
 
 from ensure_flydsl.pipeline.run import ensure_run
-from ensure_flydsl.settings import Settings, Strategy
+from ensure_flydsl.setting_values import Strategy
+from ensure_flydsl.settings import Settings
 from ensure_flydsl.support.report import Reporter
 from ensure_flydsl.ways.context import Run
 

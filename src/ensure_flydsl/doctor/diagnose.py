@@ -6,8 +6,9 @@ need, read from the pin's source where it can be (:mod:`ensure_flydsl.source.nee
 headers, git and the repository, compilers, cmake, ninja, patchelf, nanobind, HIP's CMake package and its
 library-name mismatch, MLIR_PATH, disk and memory, the package index, the third-party modules the pin's code
 imports (:mod:`ensure_flydsl.doctor.requirements`), and for ``release`` a wheel for the target interpreter
-(the checks themselves: :mod:`ensure_flydsl.doctor.local_checks`).  Independent checks run concurrently; network
-checks have short timeouts.
+(the shared checks: ``doctor/local_checks.py``, ``remote_checks.py``, ``requirements.py``; each way's own, for
+the ways ``ways.STRATEGY`` gives the strategy: ``ways/*/checks.py``, through ``PREDICTIONS``).  Independent
+checks run concurrently; network checks have short timeouts.
 
 Each :class:`Check` says ok / missing / wrong / skipped, the detail and the remedy.  ``blocking`` marks
 what the configured strategy cannot get past; ``stage`` is the run's step that would fail, whose exit code
@@ -35,7 +36,8 @@ from ensure_flydsl.doctor.remote_checks import check_index, check_repository
 from ensure_flydsl.doctor.requirements import check_requirements
 from ensure_flydsl.errors import EnsureError, ExitCode, Stage
 from ensure_flydsl.probe.results import Interpreter
-from ensure_flydsl.settings import Settings, Strategy
+from ensure_flydsl.setting_values import Strategy
+from ensure_flydsl.settings import Settings
 from ensure_flydsl.source.mirrors import rewrite
 from ensure_flydsl.source.needs import KNOWN_FLYDSL_NEEDS, BuildNeeds, find_needs
 from ensure_flydsl.ways import Way, demands, falls_back, provisioning, provisions, tries
