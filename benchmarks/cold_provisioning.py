@@ -27,13 +27,14 @@ from common import (
 )
 
 # Runs in the tool's venv: the cache entry a source-strategy run of REAL_PIN looks up, made from a released
-# tree.  The fields are those of ensure_flydsl.pipeline.providers.cache.tree_fields (which needs a Run); the cache
+# tree.  The fields are those of ensure_flydsl.ways.cache.provider.tree_fields (which needs a Run); the cache
 # publishes only after a source build, and this machine cannot build FlyDSL.
 MAKE_ENTRY = r"""
 import json, os, sys
-from ensure_flydsl.toolchain.environment import file_sha256, llvm_key
+from ensure_flydsl.support.files import file_sha256
+from ensure_flydsl.ways.source.environment import llvm_key
 from ensure_flydsl.binary_cache.entries import cache_key, open_cache
-from ensure_flydsl.pipeline.providers.cache import repo_identity
+from ensure_flydsl.ways.cache.provider import repo_identity
 from ensure_flydsl.probe.interpreter import describe_interpreter
 root, repo, python, commit, location = sys.argv[1:6]
 interpreter = describe_interpreter(python, os.environ)

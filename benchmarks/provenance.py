@@ -18,9 +18,9 @@ import sys
 import tempfile
 import time
 
-from ensure_flydsl.pipeline.providers.release import SOURCES, tracked_sources
 from ensure_flydsl.source.git import Checkout
-from ensure_flydsl.wheels.release import check_provenance
+from ensure_flydsl.ways.release.provider import SOURCES, tracked_sources
+from ensure_flydsl.ways.release.wheels import check_provenance
 
 
 def main() -> int:

@@ -17,7 +17,7 @@ For each ref, from the repository's git objects (no checkout), with the tool's o
 * what ``ensure-flydsl doctor --json`` (strategy source, a fresh root, the repository as FLYDSL_REPO) says:
   its requirements and mlir checks, and the build needs it read;
 * for a release tag whose wheel the package index has (one ``pip index versions flydsl`` look-up): whether
-  the release provider's provenance check (``wheels/release.py: check_provenance``, the tracked files of
+  the release provider's provenance check (``ways/release/wheels.py: check_provenance``, the tracked files of
   python/flydsl against the wheel) passes.  Wheels (~75 MB, one a tag, for this interpreter) are downloaded
   with pip into ``--wheels`` (kept there for the next run).
 
@@ -48,12 +48,13 @@ from ensure_flydsl.source.needs import (
     read_commit,
     resolve_in,
 )
+from ensure_flydsl.source.release_tags import tag_version
 from ensure_flydsl.source.requirements import Sources, absent_modules, read_commit_sources, source_file
-from ensure_flydsl.wheels.release import check_provenance, tag_version
+from ensure_flydsl.ways.release.wheels import check_provenance
 
 BASE_VARIABLES = ("LLVM_INSTALL_DIR", "LLVM_INSTALL_TGZ", "LLVM_PACKAGE_INSTALL", "LLVM_REF", "LLVM_COMMIT",
                   "LLVM_REMOTE", "LLVM_TARGETS_TO_BUILD")
-TOOL_KNOBS = ("PYTHON_EXECUTABLE", "FLY_BUILD_DIR")  # toolchain/environment.py sets them for the build
+TOOL_KNOBS = ("PYTHON_EXECUTABLE", "FLY_BUILD_DIR")  # ways/source/environment.py sets them for the build
 SCRIPTS = ("scripts/build_llvm.sh", "scripts/build.sh")
 
 

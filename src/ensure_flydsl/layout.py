@@ -95,7 +95,7 @@ def tools_dir(root: str) -> str:
 
 def pip_constraints(tools: str) -> str:
     """The pip constraints every ``pip install`` of a build step is held to, under a tools folder
-    (``toolchain/environment.py``: nanobind below 3, or what the pin says)."""
+    (``ways/source/environment.py``: nanobind below 3, or what the pin says)."""
     return os.path.join(tools, "pip-constraints.txt")
 
 
@@ -110,7 +110,7 @@ def provided_stamp(tools: str) -> str:
 
 
 def rocm_overlay(root: str) -> str:
-    """ROCm's lib/ as links, with hip's CMake package files copied and fixed (``toolchain/rocm.py``)."""
+    """ROCm's lib/ as links, with hip's CMake package files copied and fixed (``ways/source/rocm.py``)."""
     return os.path.join(tools_dir(root), "rocm-overlay")
 
 

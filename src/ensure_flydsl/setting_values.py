@@ -4,6 +4,7 @@ how two values of a setting compare: a version against the floor, two repository
 
 from __future__ import annotations
 
+import enum
 import os
 import re
 
@@ -14,7 +15,21 @@ TYPE_CHECKING = False  # typing is for the type checker only: not imported on th
 if TYPE_CHECKING:
     from typing import Dict, List, Mapping, Optional, Tuple
 
-STRATEGIES = ("auto", "source", "release", "reuse-only")
+
+
+class Strategy(str, enum.Enum):
+    """FLYDSL_STRATEGY's values; which ways each one tries, and in what order, is ``ways.STRATEGY``'s."""
+
+    AUTO = "auto"
+    SOURCE = "source"
+    RELEASE = "release"
+    REUSE_ONLY = "reuse-only"
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+
+STRATEGIES = tuple(s.value for s in Strategy)
 
 # Linux's limits: a name of at most NAME_MAX bytes, a path of fewer than PATH_MAX bytes (it counts the NUL).
 NAME_MAX = 255
@@ -177,10 +192,10 @@ def parse_require(name: str, value: str) -> Tuple[str, ...]:
     return modules
 
 
-def parse_strategy(name: str, value: str) -> str:
+def parse_strategy(name: str, value: str) -> Strategy:
     if value not in STRATEGIES:
         raise BadInput(name, value, "one of " + ", ".join(STRATEGIES))
-    return value
+    return Strategy(value)
 
 
 def parse_jobs(name: str, value: str) -> int:

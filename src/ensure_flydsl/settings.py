@@ -20,6 +20,7 @@ from ensure_flydsl.errors import BadInput
 from ensure_flydsl.setting_values import (
     STRATEGIES,
     GitMirrors,
+    Strategy,
     check_host_id,
     git_config_count,
     parse_bool,
@@ -157,7 +158,7 @@ class Settings(Frozen):
     shim_dir: Optional[str] = None
     vllm_moe: bool = True
     require: Tuple[str, ...] = DEFAULT_REQUIRE
-    strategy: str = "auto"
+    strategy: Strategy = Strategy.AUTO
     jobs: Optional[int] = None
     lock_timeout: Optional[float] = None
     probe_timeout: float = DEFAULT_PROBE_TIMEOUT
@@ -201,7 +202,7 @@ class Settings(Frozen):
             "repo": self.repo,
             "python": self.python,
             "require": list(self.require),
-            "strategy": self.strategy,
+            "strategy": self.strategy.value,
             "mlir_path": self.mlir_path,
             "shim_dir": self.shim_dir,
             "vllm_moe": self.vllm_moe,

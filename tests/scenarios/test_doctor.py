@@ -24,7 +24,7 @@ from ensure_flydsl.source.needs import (
     needs_from_files,
     tool_requirements,
 )
-from ensure_flydsl.toolchain.environment import MEMORY_PER_JOB_BYTES, default_jobs
+from ensure_flydsl.ways.source.environment import MEMORY_PER_JOB_BYTES, default_jobs
 from tests.helpers.build_fixtures import (
     cmake_lists,
     commit_build_files,

@@ -16,7 +16,7 @@ from typing import Dict, List, Optional
 import pytest
 
 from ensure_flydsl.errors import EnsureError, ExitCode
-from ensure_flydsl.toolchain.rocm import check_hip, drop_stale_hip_dir, fix_hip, fix_hip_in_place
+from ensure_flydsl.ways.source.rocm import check_hip, drop_stale_hip_dir, fix_hip, fix_hip_in_place
 from tests.helpers.build_fixtures import (
     NAMED_VERSION,
     RUNTIME_VERSION,

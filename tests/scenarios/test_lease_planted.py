@@ -30,10 +30,10 @@ import pytest
 from ensure_flydsl.binary_cache.entries import Cache
 from ensure_flydsl.binary_cache.lease import LeaseRecord, Leases, generation_path
 from ensure_flydsl.binary_cache.store import CacheError, FolderStore, StoredFile, open_store
-from ensure_flydsl.pipeline.context import Run
-from ensure_flydsl.pipeline.providers.fleet import Turn, take_turn
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.support.report import Reporter
+from ensure_flydsl.ways.cache.fleet import Turn, take_turn
+from ensure_flydsl.ways.context import Run
 from tests.helpers.fleet import SharedCache, builds, fleet_host
 from tests.helpers.flydsl_fixture import FixtureRepo
 from tests.helpers.s3_server import S3Server

@@ -29,7 +29,7 @@ def test_packaging_21_0_cannot_be_installed_with_the_tool_and_21_1_works(tmp_pat
     assert "and packaging==21.0 because these package versions have conflicting dependencies" in refused.stdout, \
         refused.stdout[-2000:]
     subprocess.run([python, "-m", "pip", "install", *QUIET, PROJECT, "packaging==21.1"], check=True)
-    tags = subprocess.run([python, "-c", "from ensure_flydsl.wheels.download import platform_tags; "
+    tags = subprocess.run([python, "-c", "from ensure_flydsl.ways.release.download import platform_tags; "
                            "print(next(iter(platform_tags())))"], stdout=subprocess.PIPE, text=True, check=True)
     assert tags.stdout.strip().startswith(("manylinux", "musllinux", "linux"))
 

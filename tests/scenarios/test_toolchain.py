@@ -17,14 +17,14 @@ from typing import Dict, List
 import pytest
 
 from ensure_flydsl.errors import EnsureError, ExitCode
-from ensure_flydsl.toolchain.tools import (
+from ensure_flydsl.ways.package_index import query_versions
+from ensure_flydsl.ways.source.tools import (
     ProvidedTools,
     find_executable_tool,
     machine_path,
     provide_build_tools,
     provided_root,
 )
-from ensure_flydsl.wheels.package_index import query_versions
 from tests.helpers.build_fixtures import make_fake_mlir
 from tests.helpers.flydsl_fixture import FixtureRepo, git
 
@@ -217,7 +217,7 @@ def test_a_failed_install_says_what_pip_said_and_leaves_nothing_half_made(tmp_pa
 
 
 def test_package_specs_keep_cmake_on_the_3_line() -> None:
-    from ensure_flydsl.toolchain.tool_versions import package_spec
+    from ensure_flydsl.ways.source.tool_versions import package_spec
 
     assert package_spec("cmake", ">=3.20") == "cmake>=3.20,<4"
     assert package_spec("cmake", ">=3.20,<3.30") == "cmake>=3.20,<3.30"

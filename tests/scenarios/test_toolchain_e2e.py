@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from ensure_flydsl.wheels.package_index import query_versions
+from ensure_flydsl.ways.package_index import query_versions
 from tests.helpers.build_fixtures import (
     RUNTIME_VERSION,
     cmake_lists,

@@ -10,7 +10,6 @@ import pytest
 
 from ensure_flydsl.errors import Plan, Stage
 from ensure_flydsl.layout import host_cache_dir
-from ensure_flydsl.pipeline.context import likely_route
 from ensure_flydsl.runs.heartbeat import HEARTBEAT_S, heartbeat_interval
 from ensure_flydsl.runs.history import (
     DEFAULT_SECONDS,
@@ -21,6 +20,7 @@ from ensure_flydsl.runs.history import (
 )
 from ensure_flydsl.runs.progress import estimate_eta, step_left
 from ensure_flydsl.settings import load_settings
+from ensure_flydsl.ways.context import likely_route
 
 SOURCE = DEFAULT_SECONDS[Plan.SOURCE]
 RELEASE = DEFAULT_SECONDS[Plan.RELEASE]

@@ -37,7 +37,7 @@ from ensure_flydsl.binary_cache.lease_record import BUILDING, FAILED, UNKNOWN_HO
 from ensure_flydsl.binary_cache.manifest import parse_manifest
 from ensure_flydsl.binary_cache.store import FolderStore
 from ensure_flydsl.errors import EnsureError
-from ensure_flydsl.pipeline.providers.fleet import believed, build_failure, describe, give_up
+from ensure_flydsl.ways.cache.fleet import believed, build_failure, describe, give_up
 from tests.helpers.reliability import record
 
 SCALE = float(os.environ.get("ENSURE_FLYDSL_FUZZ_EXAMPLES") or 1)

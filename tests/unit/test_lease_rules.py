@@ -20,8 +20,8 @@ from ensure_flydsl.binary_cache.lease import HeldLease, LeaseRecord, Leases, gen
 from ensure_flydsl.binary_cache.lease_record import FAILURE_EXIT_CODES
 from ensure_flydsl.binary_cache.store import FolderStore
 from ensure_flydsl.errors import BadInput, EnsureError, ExitCode, Interrupted, Stage
-from ensure_flydsl.pipeline.providers.fleet import HOLDER_STAGES, build_failure, end_turn
 from ensure_flydsl.setting_values import check_host_id
+from ensure_flydsl.ways.cache.fleet import HOLDER_STAGES, build_failure, end_turn
 
 KEY = "ab" * 32
 

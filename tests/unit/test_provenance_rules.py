@@ -7,9 +7,9 @@ import os
 import zipfile
 from typing import Dict, Optional
 
-from ensure_flydsl.pipeline.providers.release import wheel_fault
 from ensure_flydsl.probe.results import Interpreter, ModuleResult, Probe
-from ensure_flydsl.wheels.release import check_provenance
+from ensure_flydsl.ways.release.provider import wheel_fault
+from ensure_flydsl.ways.release.wheels import check_provenance
 
 
 def make_wheel(path: str, files: Dict[str, bytes]) -> str:

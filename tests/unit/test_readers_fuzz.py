@@ -36,9 +36,9 @@ from ensure_flydsl.runs.records import Failure, RunRecord
 from ensure_flydsl.settings import load_settings
 from ensure_flydsl.source.ownership import MadeRecord
 from ensure_flydsl.source.root import Owner, Stamp
-from ensure_flydsl.toolchain.environment import LlvmRecord
-from ensure_flydsl.wheels.release import install_wheel_file
-from ensure_flydsl.wheels.wheel_shape import shape_problems
+from ensure_flydsl.ways.release.wheel_shape import shape_problems
+from ensure_flydsl.ways.release.wheels import install_wheel_file
+from ensure_flydsl.ways.source.environment import LlvmRecord
 
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 SLOW_FUZZ = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -35,7 +35,6 @@ from ensure_flydsl.errors import FAILURE_CODES, ExitCode, Plan, Stage
 from ensure_flydsl.geak.folder import MADE_BY, MANIFEST, refusal
 from ensure_flydsl.layout import history_file
 from ensure_flydsl.pipeline.lock import LockHolder, describe_holder
-from ensure_flydsl.pipeline.providers.fleet import believed, give_up
 from ensure_flydsl.result import How
 from ensure_flydsl.runs.history import read_history
 from ensure_flydsl.runs.markers import EnvTwin
@@ -44,6 +43,7 @@ from ensure_flydsl.runs.records import KINDS, STATES, Failure, RunRecord
 from ensure_flydsl.settings import load_settings
 from ensure_flydsl.source.root import Stamp
 from ensure_flydsl.support.fields import MAX_SECONDS, PID_MAX
+from ensure_flydsl.ways.cache.fleet import believed, give_up
 from tests.unit.test_fuzz_cache import KEY, check_record, valid_record
 from tests.unit.test_readers_fuzz import VALID_RECORD, cli, empty_cwd, environment, valid_twin
 

@@ -8,10 +8,10 @@ import json
 
 from ensure_flydsl.binary_cache.lease_record import LeaseRecord
 from ensure_flydsl.doctor.diagnose import first_blocking
-from ensure_flydsl.doctor.verdict import Check
 from ensure_flydsl.errors import ExitCode, Plan, Stage
-from ensure_flydsl.pipeline.providers.fleet import believed, give_up
 from ensure_flydsl.runs.records import Failure, RunRecord
+from ensure_flydsl.ways.cache.fleet import believed, give_up
+from ensure_flydsl.ways.checks import Check
 
 # The strings of the failure marker, the run records, the JSON objects and the README (the contract).
 NAMES = ["starting", "settings", "probe", "lock", "fetch", "submodules", "checkout", "requirements", "fixes", "llvm",
@@ -78,7 +78,7 @@ def test_a_run_record_with_a_step_this_version_does_not_know_reads_with_no_step(
 
 def test_a_lease_failure_is_believed_only_with_a_build_steps_stage_and_its_exit_code() -> None:
     """A stage this version does not know, none, or a step with another step's exit code: the record is an
-    unknown holder's lease (pipeline/providers/fleet.py: believed), never a waiter's stage and exit code."""
+    unknown holder's lease (ways/cache/fleet.py: believed), never a waiter's stage and exit code."""
     def seen(stage: object) -> LeaseRecord:
         record = LeaseRecord("tree", "k", 2, "host-7", "20261201-010203-abcdef", 42, 0.0, "the tree",
                              state="failed", failure={"stage": stage, "exit_code": 5, "reason": "boom"})

@@ -10,7 +10,7 @@ folder, so nothing there is trusted:
 - **Only regular files are opened**, with O_NONBLOCK and checked with fstat: a FIFO planted as a blob
   would otherwise block the read forever, holding the root's lock.
 - **A folder this user cannot write in is used read-only** (``read_only``): entries are fetched, nothing
-  is published and no lease is taken (providers/cache.py says so once).
+  is published and no lease is taken (ways/cache/provider.py says so once).
 
 A refused file (a link, a FIFO) is :class:`CacheCorrupt`: its entry or lease record is built around.  A
 refused folder is :class:`CacheError`: the operation is reported and the run goes on without it.

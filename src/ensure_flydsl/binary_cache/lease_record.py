@@ -30,7 +30,7 @@ UNKNOWN_HOST = "an unknown host"
 # ends with the recorded code, so 0 ("usable and env file written", with none written), 75 ("still running",
 # which sends a README-following agent back to `wait` for ever), 130 or 9 (an interrupt, a dead worker) or
 # 1 from a record would be a lie to its caller.  Which step names which code is the provider's to check
-# (pipeline/providers/fleet.py: build_failure): this package knows no stages.
+# (ways/cache/fleet.py: build_failure): this package knows no stages.
 FAILURE_EXIT_CODES = range(2, 9)
 
 

@@ -16,7 +16,7 @@ that other hosts trust: a publish never takes it away from them)::
   otherwise nothing, and says why: hosts without trusted keys take the entry that is there, and hosts
   with trusted keys would refuse an unsigned one anyway.
   Signature objects a publish wrote for a manifest it did not place are removed again (they are its own).
-- **Readers** take the first manifest; when it is missing or not trusted (pipeline/providers/trust.py),
+- **Readers** take the first manifest; when it is missing or not trusted (ways/cache/trust.py),
   the variants, those named after trusted keys first, at most :data:`MAX_VARIANTS` of them read.
   Versions of the tool before variants read the first manifest only: what they find there is never
   replaced under them.

@@ -31,7 +31,7 @@ from ensure_flydsl.source.ownership import foreign_files, other_roots, remove_ma
 from ensure_flydsl.source.root import Stamps, is_ours, owner
 from ensure_flydsl.support.files import remove_file, remove_tree
 from ensure_flydsl.support.report import Reporter
-from ensure_flydsl.toolchain.environment import LlvmRecord
+from ensure_flydsl.ways.source.environment import LlvmRecord
 
 
 def clean(settings: Settings, reporter: Reporter) -> int:

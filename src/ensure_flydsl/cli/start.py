@@ -20,7 +20,6 @@ import filelock
 from ensure_flydsl.cli.worker import settings_to_json
 from ensure_flydsl.errors import EnsureError, ExitCode, Stage, disk_full_error
 from ensure_flydsl.layout import start_lock_file
-from ensure_flydsl.pipeline.context import announced_eta
 from ensure_flydsl.pipeline.decide import preflight
 from ensure_flydsl.pipeline.publish import withdraw_stale_markers
 from ensure_flydsl.probe.interpreter import callers_folder
@@ -34,6 +33,7 @@ from ensure_flydsl.settings import Settings
 from ensure_flydsl.support.install_route import tool_command
 from ensure_flydsl.support.processes import stop_signals_blocked
 from ensure_flydsl.support.report import Reporter
+from ensure_flydsl.ways.context import announced_eta
 
 JOIN_PID_WAIT_S = 2.0
 

@@ -6,10 +6,11 @@ from __future__ import annotations
 import json
 from typing import Dict, Mapping
 
-from ensure_flydsl.pipeline.context import Run
 from ensure_flydsl.pipeline.run import ensure_run
+from ensure_flydsl.setting_values import Strategy
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.support.report import Reporter
+from ensure_flydsl.ways.context import Run
 
 
 def settings_to_json(settings: Settings) -> Dict[str, object]:
@@ -23,6 +24,7 @@ def settings_from_json(text: str) -> Settings:
     data["require"] = tuple(data["require"])
     data["git_mirrors"] = tuple((source, to) for source, to in data.get("git_mirrors", ()))
     data["cache_trusted_keys"] = tuple(data.get("cache_trusted_keys", ()))
+    data["strategy"] = Strategy(data["strategy"])
     return Settings(**data)
 
 

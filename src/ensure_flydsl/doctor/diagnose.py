@@ -6,8 +6,9 @@ need, read from the pin's source where it can be (:mod:`ensure_flydsl.source.nee
 headers, git and the repository, compilers, cmake, ninja, patchelf, nanobind, HIP's CMake package and its
 library-name mismatch, MLIR_PATH, disk and memory, the package index, the third-party modules the pin's code
 imports (:mod:`ensure_flydsl.doctor.requirements`), and for ``release`` a wheel for the target interpreter
-(the checks themselves: :mod:`ensure_flydsl.doctor.local_checks`).  Independent checks run concurrently; network
-checks have short timeouts.
+(the shared checks: ``doctor/local_checks.py``, ``remote_checks.py``, ``requirements.py``; each way's own, for
+the ways ``ways.STRATEGY`` gives the strategy: ``ways/*/checks.py``, through ``PREDICTIONS``).  Independent
+checks run concurrently; network checks have short timeouts.
 
 Each :class:`Check` says ok / missing / wrong / skipped, the detail and the remedy.  ``blocking`` marks
 what the configured strategy cannot get past; ``stage`` is the run's step that would fail, whose exit code
@@ -24,41 +25,36 @@ import dataclasses
 import time
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from ensure_flydsl.doctor.cache_trust import check_cache_trust
 from ensure_flydsl.doctor.local_checks import (
-    Index,
-    RunContext,
-    check_compiler,
-    check_disk,
     check_git,
-    check_headers,
-    check_hip_package,
     check_interpreter,
     check_marker_sharing,
-    check_memory,
-    check_mlir,
     check_root,
-    check_tool,
-    disk_check,
     installer_python,
-    llvm_step_needed,
-    memory_check,
 )
-from ensure_flydsl.doctor.release_hint import release_instead
-from ensure_flydsl.doctor.remote_checks import (
-    check_index,
-    check_llvm_source,
-    check_release,
-    check_repository,
-    check_submodules,
-)
+from ensure_flydsl.doctor.remote_checks import check_index, check_repository
 from ensure_flydsl.doctor.requirements import check_requirements
-from ensure_flydsl.doctor.verdict import OK, SKIPPED, Check
 from ensure_flydsl.errors import EnsureError, ExitCode, Stage
 from ensure_flydsl.probe.results import Interpreter
+from ensure_flydsl.setting_values import Strategy
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.source.mirrors import rewrite
-from ensure_flydsl.source.needs import KNOWN_FLYDSL_NEEDS, BuildNeeds, build_tools, find_needs
+from ensure_flydsl.source.needs import KNOWN_FLYDSL_NEEDS, BuildNeeds, find_needs
+from ensure_flydsl.ways import Way, demands, falls_back, provisioning, provisions, tries
+from ensure_flydsl.ways.cache import checks as cache_checks
+from ensure_flydsl.ways.checks import OK, SKIPPED, Check, Index, RunContext, Submit
+from ensure_flydsl.ways.release import checks as release_checks
+from ensure_flydsl.ways.release.checks import release_instead
+from ensure_flydsl.ways.source import checks as source_checks
+from ensure_flydsl.ways.source.checks import disk_check, memory_check
+from ensure_flydsl.ways.source.provider import llvm_step_needed
+
+# Each way's prediction (its package's checks.py), asked for the ways the strategy tries.
+PREDICTIONS: Dict[Way, Callable[[RunContext, Optional[str], Submit], List["concurrent.futures.Future[Check]"]]] = {
+    Way.RELEASE: release_checks.predict,
+    Way.CACHE: cache_checks.predict,
+    Way.SOURCE: source_checks.predict,
+}
 
 __all__ = ["Check", "Diagnosis", "diagnose", "disk_check", "first_blocking", "llvm_step_needed", "memory_check",
            "render_check", "run_checks", "stop_if_blocked"]
@@ -81,7 +77,7 @@ def first_blocking(checks: Sequence[Check]) -> Optional[Check]:
     return min(found, key=lambda c: len(Stage) if c.stage.order is None else c.stage.order)
 
 
-def stop_if_blocked(checks: Sequence[Check], strategy: str) -> None:
+def stop_if_blocked(checks: Sequence[Check], strategy: Strategy) -> None:
     """For ``ensure``: raise the doctor's finding (stage "doctor", the failing stage's exit code) before
     anything long starts, instead of failing after a long build."""
     first = first_blocking(checks)
@@ -114,7 +110,8 @@ def run_checks(
     timeout: float = 5.0,
     reuse: Optional[ReuseCheck] = None,
 ) -> List[Check]:
-    """Every check the configured strategy depends on, in the order a run meets them.
+    """Every check the configured strategy depends on: the shared ones and the prediction of each way
+    ``ways.STRATEGY`` gives it, in the order a run meets them.
 
     ``checkout``: a folder holding the pin's source (the root after fetch), read for the build's needs;
     without it they are read from the root's or a local repository with git, else FlyDSL's known needs
@@ -124,10 +121,9 @@ def run_checks(
     strategy = settings.strategy
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=10, thread_name_prefix="doctor")
     try:
-        submit: Callable[..., "concurrent.futures.Future[Check]"] = pool.submit
+        submit: Submit = pool.submit
         f_interp = pool.submit(check_interpreter, settings, environ)
-        builds = strategy in ("auto", "source")
-        fetches = builds or strategy == "release"
+        builds, fetches = tries(strategy, Way.SOURCE), provisions(strategy)
         f_needs = pool.submit(find_needs, settings.root, mirrored(settings), settings.pin, checkout,
                               environ) if builds else None
         early: List["concurrent.futures.Future[Check]"] = []
@@ -139,29 +135,20 @@ def run_checks(
         llvm = builds and llvm_step_needed(settings, needs, interp)
         index = Index(installer_python(interp, settings), environ, timeout)
         ctx = RunContext(settings, environ, timeout, interp, needs, llvm, index)
-        later: List["concurrent.futures.Future[Check]"] = []
         if reuse is not None:
             early.insert(0, submit(reuse, settings, environ, interp))
-        if builds:
-            tools = build_tools(needs, llvm=llvm)
-            later += [submit(check_llvm_source, ctx), submit(check_mlir, ctx), submit(check_disk, ctx),
-                      submit(check_memory, ctx), submit(check_compiler, ctx, False), submit(check_compiler, ctx, True),
-                      submit(check_headers, ctx)]
-            later += [submit(check_tool, ctx, name, tools) for name in ("cmake", "ninja", "patchelf", "nanobind")]
-            later.append(submit(check_hip_package, ctx))
-            later.append(submit(check_submodules, ctx, checkout))
+        predicted = {way: PREDICTIONS[way](ctx, checkout, submit) for way in provisioning(strategy)}
+        # Shown as a run meets them: a build's needs, the pin's imports (every way's), the release wheel.
+        later = predicted.get(Way.SOURCE, [])
         if fetches:
             later.append(submit(check_requirements, settings, environ, interp, checkout))
-        if strategy in ("release", "auto"):
-            later.append(submit(check_release, ctx, checkout, demanded=strategy == "release"))
+        later += predicted.get(Way.RELEASE, [])
         checks = [interp_check] + [f.result() for f in early + later] + [check_marker_sharing(settings)]
-        trust = check_cache_trust(settings)
-        if trust is not None:
-            checks.append(trust)
+        checks += [f.result() for f in predicted.get(Way.CACHE, [])]
         if fetches:
-            checks.append(check_index(ctx, release=strategy == "release"))
+            checks.append(check_index(ctx, release=demands(strategy, Way.RELEASE)))
         wheel = next((c for c in checks if c.name == "release-wheel"), None)
-        if strategy == "auto" and wheel is not None and wheel.status == OK:
+        if falls_back(strategy) and wheel is not None and wheel.status == OK:
             checks = _without_build_blocks(checks, wheel)
         return checks
     finally:
@@ -175,11 +162,11 @@ def run_checks(
 
 @dataclasses.dataclass(frozen=True)
 class Diagnosis:
-    strategy: str
+    strategy: Strategy
     checks: Tuple[Check, ...]
     needs: Optional[BuildNeeds]
     seconds: float
-    suggestion: Optional[str] = None  # auto's way around a blocked source build (doctor/release_hint.py)
+    suggestion: Optional[str] = None  # auto's way around a blocked source build (ways/release/checks.py)
 
     @property
     def reusable(self) -> bool:
@@ -211,7 +198,7 @@ class Diagnosis:
 
     def to_json(self) -> Dict[str, object]:
         return {
-            "strategy": self.strategy,
+            "strategy": self.strategy.value,
             "ok": self.ok,
             "exit_code": self.exit_code,
             "verdict": self.verdict(),
@@ -227,7 +214,7 @@ def diagnose(settings: Settings, environ: Mapping[str, str], *, reuse: Optional[
     started = time.monotonic()
     checks = run_checks(settings, environ, checkout=checkout, timeout=timeout, reuse=reuse)
     needs = None
-    if settings.strategy in ("auto", "source"):
+    if tries(settings.strategy, Way.SOURCE):
         needs = find_needs(settings.root, mirrored(settings), settings.pin, checkout, environ)
     diagnosis = Diagnosis(settings.strategy, tuple(checks), needs, time.monotonic() - started)
     blocking = diagnosis.first_blocking

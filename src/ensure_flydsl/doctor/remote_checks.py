@@ -1,87 +1,23 @@
-"""The doctor's checks that ask something of the network or of git: the repository and the pin, the pin's
-submodules, where LLVM's source comes from, the package index, and a release wheel for the interpreter.
-Each has a short timeout; the doctor runs them concurrently (see diagnose.py)."""
+"""The doctor's shared checks that ask something of the network or of git: the repository and the pin, and
+the package index (the release wheel's and the build tools').  Each has a short timeout; the doctor runs
+them concurrently (see diagnose.py).  The ways' own checks are in their packages (``ways/*/checks.py``)."""
 
 from __future__ import annotations
 
 import os
 import re
-import subprocess
-from typing import Dict, List, Mapping, Optional, Tuple
+from typing import Mapping, Optional
 
-from ensure_flydsl.doctor.local_checks import (
-    RunContext,
-)
-from ensure_flydsl.doctor.verdict import MISSING, WRONG, Check, passed, skipped
-from ensure_flydsl.errors import EnsureError, Stage
-from ensure_flydsl.layout import llvm_dir
-from ensure_flydsl.setting_values import GitMirrors
+from ensure_flydsl.errors import Stage
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.source.git import is_local_repo
-from ensure_flydsl.source.mirrors import describe, rewrite, with_mirrors
+from ensure_flydsl.source.mirrors import describe, rewrite
 from ensure_flydsl.source.needs import resolve_in
-from ensure_flydsl.wheels.download import release_pip
-from ensure_flydsl.wheels.package_index import best_version
-from ensure_flydsl.wheels.release import pin_as_tag, release_tags, tag_version, wheel_tags
-
-
-def _git_env(environ: Mapping[str, str], timeout: float, mirrors: GitMirrors) -> Dict[str, str]:
-    """As the run's git commands see it (the mirrors applied), with short timeouts."""
-    env = {k: v for k, v in with_mirrors(environ, mirrors).items() if k not in ("GIT_DIR", "GIT_WORK_TREE")}
-    env.update({"GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "true", "LC_ALL": "C",
-                "GIT_ALLOW_PROTOCOL": "file:https:http:ssh:git",
-                # a stalled https transfer gives up after the timeout instead of curl's minutes
-                "GIT_HTTP_LOW_SPEED_LIMIT": "1000", "GIT_HTTP_LOW_SPEED_TIME": str(max(1, int(timeout)))})
-    if "GIT_SSH_COMMAND" not in environ and "GIT_SSH" not in environ:
-        env["GIT_SSH_COMMAND"] = f"ssh -o BatchMode=yes -o ConnectTimeout={max(1, int(timeout))}"
-    return env
-
-
-def _ls_remote(url: str, environ: Mapping[str, str], timeout: float, *refs: str,
-               mirrors: GitMirrors) -> Tuple[bool, str]:
-    """Whether ``git ls-remote url`` answers within the timeout (through the mirrors, as git rewrites the
-    URL itself); (ok, output or the reason)."""
-    cmd = ["git", "ls-remote", "--quiet", url, *refs]
-    try:
-        proc = subprocess.run(cmd, env=_git_env(environ, timeout, mirrors), stdin=subprocess.DEVNULL,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout, check=False)
-    except subprocess.TimeoutExpired:
-        return False, f"no answer within {timeout:.0f} s"
-    except OSError as exc:
-        return False, f"cannot run git: {exc.strerror}"
-    if proc.returncode != 0:
-        lines = proc.stderr.decode(errors="replace").strip().splitlines()
-        return False, lines[-1] if lines else f"git ls-remote exited with {proc.returncode}"
-    return True, proc.stdout.decode(errors="replace")
+from ensure_flydsl.ways.checks import MISSING, WRONG, Check, RunContext, local_path, no_mirror, passed, reach, skipped
 
 
 def _root_has(root: str, pin: str) -> Optional[str]:
     return resolve_in(root, pin) if os.path.isdir(os.path.join(root, ".git")) else None
-
-
-def _local_path(url: str) -> str:
-    return url[len("file://"):] if url.startswith("file://") else url
-
-
-def _reach(url: str, environ: Mapping[str, str], timeout: float, settings: Settings,
-           *refs: str) -> Tuple[bool, str, str]:
-    """Whether git can fetch from ``url`` (through the mirrors): (it can, ls-remote's output or why not,
-    the URL and the mirror that serves it, for messages).  A local target is only looked at."""
-    mirrors = settings.git_mirrors
-    where, _ = rewrite(url, mirrors)
-    how = describe(url, mirrors, settings.label("git_mirrors"))
-    if is_local_repo(where):
-        path = _local_path(where)
-        return os.path.isdir(path), "" if os.path.isdir(path) else f"{path} does not exist", how
-    answered, out = _ls_remote(url, environ, timeout, *refs, mirrors=mirrors)
-    return answered, out, how
-
-
-def _no_mirror(url: str, settings: Settings) -> str:
-    """For a URL that cannot be fetched: that no mirror covers it, when mirrors are set."""
-    if settings.git_mirrors and rewrite(url, settings.git_mirrors)[1] is None:
-        return f"; no {settings.label('git_mirrors')} pair covers it"
-    return ""
 
 
 def check_repository(settings: Settings, environ: Mapping[str, str], timeout: float,
@@ -93,7 +29,7 @@ def check_repository(settings: Settings, environ: Mapping[str, str], timeout: fl
     where, _ = rewrite(repo, settings.git_mirrors)
     shown = describe(repo, settings.git_mirrors, settings.label("git_mirrors"))
     if is_local_repo(where):
-        path = _local_path(where)
+        path = local_path(where)
         if not os.path.isdir(path):
             return Check("repository", MISSING, f"{label}={shown}: {path} does not exist",
                          f"point {label} at a FlyDSL clone or mirror", fetched is None, Stage.FETCH)
@@ -104,13 +40,13 @@ def check_repository(settings: Settings, environ: Mapping[str, str], timeout: fl
                          Stage.CHECKOUT)
         return passed("repository", f"local repository {path}{' for ' + repo if where != repo else ''}; the pin is "
                    f"commit {commit[:12]}", Stage.FETCH)
-    answered, out, _ = _reach(repo, environ, timeout, settings)
+    answered, out, _ = reach(repo, environ, timeout, settings)
     if not answered:
         if fetched is not None:
             return Check("repository", MISSING, f"{shown} does not answer ({out}), but the pin is already fetched "
                          f"into {settings.root} (commit {fetched[:12]})", "none needed for this pin", False,
                          Stage.FETCH)
-        return Check("repository", MISSING, f"{shown} does not answer: {out}{_no_mirror(repo, settings)}",
+        return Check("repository", MISSING, f"{shown} does not answer: {out}{no_mirror(repo, settings)}",
                      f"check the network, or point {label} at a reachable mirror (a local path works), or map its "
                      "URL with FLYDSL_GIT_MIRRORS=FROM=TO", True, Stage.FETCH)
     if re.fullmatch(r"[0-9a-fA-F]{40}", pin):
@@ -120,69 +56,6 @@ def check_repository(settings: Settings, environ: Mapping[str, str], timeout: fl
         return passed("repository", f"{shown} answers and has {pin}", Stage.FETCH)
     return Check("repository", WRONG, f"{shown} answers, but has no tag or branch {pin}",
                  "check FLYDSL_PIN (a full commit hash or a tag such as v0.2.2)", True, Stage.CHECKOUT)
-
-
-def check_llvm_source(ctx: RunContext) -> Check:
-    needs = ctx.needs
-    if not ctx.llvm:
-        return skipped("llvm-source", "no LLVM build", Stage.LLVM)
-    if needs.llvm_remote is None:
-        return skipped("llvm-source", "build_llvm.sh does not clone llvm-project", Stage.LLVM)
-    commit = needs.llvm_commit
-    local = llvm_dir(ctx.settings.base_dir)
-    if commit and os.path.isdir(os.path.join(local, ".git")) and resolve_in(local, commit):
-        return passed("llvm-source", f"LLVM {commit[:12]} is already in {local}", Stage.LLVM)
-    remote = ctx.environ.get("LLVM_REMOTE") or needs.llvm_remote
-    named = f"named in {needs.llvm.commit_from}" if needs.llvm is not None else "the pin names"
-    remedy = (f"set MLIR_PATH to an MLIR install built from LLVM {commit[:12] if commit else 'at the pin'} "
-              f"({named}), or LLVM_REMOTE to a reachable mirror of llvm-project (or map its URL "
-              "with FLYDSL_GIT_MIRRORS=FROM=TO)")
-    answered, out, shown = _reach(remote, ctx.environ, ctx.timeout, ctx.settings, "HEAD")
-    if answered:
-        return passed("llvm-source", f"build_llvm.sh clones LLVM from {shown}, which answers", Stage.LLVM)
-    return Check("llvm-source", MISSING, f"build_llvm.sh clones LLVM from {shown}, which cannot be fetched: {out}"
-                 f"{_no_mirror(remote, ctx.settings)}", remedy, True, Stage.LLVM)
-
-
-def _submodule_url(url: str, repo: str) -> str:
-    """A submodule URL as git resolves it: ``../x`` and ``./x`` are relative to the superproject's URL."""
-    if not url.startswith(("./", "../")):
-        return url
-    base = repo.rstrip("/")
-    for part in url.split("/"):
-        if part == "..":
-            base = base.rsplit("/", 1)[0] if "/" in base else base
-        elif part not in (".", ""):
-            base = f"{base}/{part}"
-    return base
-
-
-def check_submodules(ctx: RunContext, checkout: Optional[str]) -> Check:
-    """A source build fetches the pin's submodules first: those whose repository does not answer stop it."""
-    subs = ctx.needs.submodules
-    if not ctx.needs.read:
-        return skipped("submodules", "the pin's source could not be read (see the repository check)", Stage.SUBMODULES)
-    if not subs:
-        return skipped("submodules", "the pin has no submodules", Stage.SUBMODULES)
-    unreachable: List[str] = []
-    served: List[str] = []
-    for path, url in subs:
-        if any(top and os.path.exists(os.path.join(top, path, ".git")) for top in (checkout, ctx.settings.root)):
-            served.append(f"{path} (already fetched)")
-            continue
-        where = _submodule_url(url, ctx.settings.repo)
-        answered, out, shown = _reach(where, ctx.environ, ctx.timeout, ctx.settings, "HEAD")
-        served.append(f"{path} from {shown}")
-        if not answered:
-            local = is_local_repo(rewrite(where, ctx.settings.git_mirrors)[0])
-            unreachable.append(f"{path} ({out})" if local and shown == where else
-                               f"{path} ({shown}: {out}{_no_mirror(where, ctx.settings)})")
-    if unreachable:
-        return Check("submodules", MISSING, "the pin's submodules cannot be fetched: " + "; ".join(unreachable),
-                     "make them reachable, or mirror them and map their URLs with FLYDSL_GIT_MIRRORS=FROM=TO "
-                     "(a URL prefix, such as https://github.com/=https://git.example.internal/github/)", True,
-                     Stage.SUBMODULES)
-    return passed("submodules", f"{len(subs)} submodule(s) can be fetched: " + ", ".join(served), Stage.SUBMODULES)
 
 
 def check_index(ctx: RunContext, release: bool) -> Check:
@@ -205,69 +78,5 @@ def check_index(ctx: RunContext, release: bool) -> Check:
     return Check("package-index", MISSING, f"pip does not reach the package index ({why}); needed for {needed_by}",
                  "check the network or pip's configuration (PIP_INDEX_URL, pip.conf); a local mirror works",
                  blocking, stage)
-
-
-def release_version_of_pin(settings: Settings, checkout: Optional[str]) -> Tuple[Optional[str], str, bool]:
-    """(X, how it is known, True) when the pin is the release vX (a tag, a version, or a commit a release
-    tag points at in a local repository); (None, why not, known) otherwise, ``known`` False when only a
-    fetch can tell.  As provision.release_version decides after the fetch."""
-    tag = pin_as_tag(settings.pin)
-    version = tag_version(tag)
-    if version is not None:
-        return version, f"the pin names the release tag {tag}", True
-    candidates = [p for p in (checkout, settings.root) if p and os.path.isdir(os.path.join(p, ".git"))]
-    if is_local_repo(settings.repo):
-        candidates.append(settings.repo[len("file://"):] if settings.repo.startswith("file://") else settings.repo)
-    for path in candidates:
-        commit = resolve_in(path, settings.pin)
-        if commit is None:
-            continue
-        try:
-            out = subprocess.run(["git", "-C", path, "tag", "--points-at", commit], stdout=subprocess.PIPE,
-                                 stderr=subprocess.DEVNULL, timeout=30, check=False).stdout.decode()
-        except (OSError, subprocess.TimeoutExpired):
-            continue
-        versions = release_tags(out.split())
-        if versions:
-            return versions[0], f"commit {commit[:12]} is the release tag v{versions[0]}", True
-        return None, f"the pin (commit {commit[:12]}) is not the commit of a release tag vX.Y.Z", True
-    return None, "the pin's release is known only after fetching", False
-
-
-def check_release(ctx: RunContext, checkout: Optional[str], *, demanded: bool) -> Check:
-    """A flydsl wheel for the target interpreter (asked with the install's own options).  ``demanded``:
-    FLYDSL_STRATEGY=release (blocking); else auto's first choice (never blocking: it falls back)."""
-    if ctx.interpreter is None:
-        return skipped("release-wheel", "the interpreter does not run", Stage.RELEASE)
-    version, how, known = release_version_of_pin(ctx.settings, checkout)
-    if version is None and not demanded:
-        return skipped("release-wheel", f"auto builds from source: {how}", Stage.RELEASE)
-    if version is None and known:
-        return Check("release-wheel", WRONG, how, "pin a release tag (for example v0.2.2) or a version, or use "
-                     "FLYDSL_STRATEGY=source", True, Stage.RELEASE)
-    try:
-        options = wheel_tags(ctx.interpreter)
-    except EnsureError as exc:
-        return Check("release-wheel", WRONG, exc.reason, "use a CPython interpreter, or FLYDSL_STRATEGY=source",
-                     demanded, Stage.RELEASE)
-    pip, no_pip = release_pip(ctx.interpreter.executable, ctx.environ)  # the pip ensure downloads with
-    fallback = "" if demanded else "; auto builds from source instead"
-    if pip is None:
-        return Check("release-wheel", MISSING, f"{how}, but {no_pip}{fallback}",
-                     "give the interpreter pip, or use FLYDSL_STRATEGY=source", demanded, Stage.RELEASE)
-    answer = ctx.index.answer("flydsl", options, python=pip)
-    wanted = f"flydsl=={version}" if version else f"flydsl >= {ctx.settings.min_version}"
-    abi = options[options.index("--abi") + 1]
-    if not answer.answered:
-        return Check("release-wheel", MISSING, f"cannot ask the package index for {wanted}: {answer.detail}",
-                     "check the network or pip's configuration (PIP_INDEX_URL, pip.conf)", demanded, Stage.RELEASE)
-    found = best_version(answer.versions, exact=version, minimum=None if version else ctx.settings.min_version)
-    if found:
-        return passed("release-wheel", f"{how}; the package index has a flydsl {found} wheel for {abi}", Stage.RELEASE)
-    listed = ", ".join(answer.versions[:5]) or "none"
-    return Check("release-wheel", MISSING, f"{how}, but the package index has no {wanted} wheel for {abi} "
-                 f"(versions it has for {abi}: {listed}){fallback}", "use FLYDSL_STRATEGY=source to build the pin, "
-                 "or set FLYDSL_PYTHON to an interpreter FlyDSL publishes wheels for (cp310-cp314)", demanded,
-                 Stage.RELEASE)
 
 

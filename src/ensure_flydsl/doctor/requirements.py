@@ -16,11 +16,11 @@ import dataclasses
 import shlex
 from typing import Mapping, Optional, Sequence, Tuple
 
-from ensure_flydsl.doctor.verdict import MISSING, Check, passed, skipped
 from ensure_flydsl.errors import EnsureError, ExitCode, Stage
 from ensure_flydsl.probe.interpreter import find_modules
 from ensure_flydsl.probe.results import Interpreter
 from ensure_flydsl.settings import Settings
+from ensure_flydsl.source.release_tags import pin_as_tag
 from ensure_flydsl.source.requirements import (
     Absent,
     Requirement,
@@ -29,7 +29,8 @@ from ensure_flydsl.source.requirements import (
     find_requirements,
     pin_sources,
 )
-from ensure_flydsl.wheels.release import pin_as_tag
+from ensure_flydsl.ways import Way, demands
+from ensure_flydsl.ways.checks import MISSING, Check, passed, skipped
 
 CHECK = "requirements"  # the doctor check's name; its stage is Stage.REQUIREMENTS
 
@@ -150,7 +151,7 @@ def check_requirements(settings: Settings, environ: Mapping[str, str], interp: O
     """The doctor's view of the preflight: blocking when the interpreter lacks a module the pin imports."""
     if interp is None:
         return skipped(CHECK, "the interpreter does not run", Stage.REQUIREMENTS)
-    pin = pin_as_tag(settings.pin) if settings.strategy == "release" else settings.pin
+    pin = pin_as_tag(settings.pin) if demands(settings.strategy, Way.RELEASE) else settings.pin
     sources = pin_sources(settings.root, settings.repo, pin, checkout)
     if sources is None:
         return skipped(CHECK, f"the pin's sources cannot be read here yet (no checkout of {pin} in "

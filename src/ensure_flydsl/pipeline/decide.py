@@ -6,12 +6,9 @@ import os
 from typing import Dict, List, Mapping, Optional, Tuple, Union
 
 from ensure_flydsl.binary_cache.entries import CacheError, open_cache
-from ensure_flydsl.doctor.verdict import MISSING, WRONG, Check, passed, skipped
 from ensure_flydsl.errors import BadInput, EnsureError, Stage
 from ensure_flydsl.layout import tree_folders
-from ensure_flydsl.pipeline.context import Decision, Run
 from ensure_flydsl.pipeline.lock import check_lock_path
-from ensure_flydsl.pipeline.providers.tree import probe_tree
 from ensure_flydsl.probe.gate import (
     TREE_PACKAGES,
     Verdict,
@@ -27,10 +24,14 @@ from ensure_flydsl.result import How
 from ensure_flydsl.runs.markers import marker_path_problem
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.source.git import Checkout
-from ensure_flydsl.source.root import RootState, Stamp, classify_root, creatable_problem, is_ours
+from ensure_flydsl.source.root import RootKind, RootState, Stamp, classify_root, creatable_problem, is_ours
 from ensure_flydsl.support.report import Reporter
 from ensure_flydsl.support.urls import shown_location
-from ensure_flydsl.toolchain.environment import is_mlir_install
+from ensure_flydsl.ways import provisions
+from ensure_flydsl.ways.checks import MISSING, WRONG, Check, passed, skipped
+from ensure_flydsl.ways.context import Decision, Run
+from ensure_flydsl.ways.source.environment import is_mlir_install
+from ensure_flydsl.ways.tree import probe_tree
 
 
 def _check_creatable(label: str, value: str, folder: str) -> None:
@@ -44,7 +45,7 @@ def check_root_location(settings: Settings) -> RootState:
     if not os.path.lexists(root):
         _check_creatable(label, root, root)
     state = classify_root(root, settings.repo)
-    if state.kind == "foreign":
+    if state.kind is RootKind.FOREIGN:
         raise BadInput(label, root, f"an empty or new folder, or a checkout made by ensure-flydsl; {state.reason}")
     return state
 
@@ -72,7 +73,7 @@ def preflight(settings: Settings, environ: Mapping[str, str], *, writes: bool = 
         )
     if settings.cache is not None:
         if settings.cache.startswith("/") and not os.path.isdir(settings.cache):
-            # An existing folder this user cannot write in is used read-only (providers/cache.py).
+            # An existing folder this user cannot write in is used read-only (ways/cache/provider.py).
             _check_creatable(settings.label("cache"), settings.cache, settings.cache)
         try:
             open_cache(settings.cache)
@@ -245,7 +246,7 @@ def decide(run: Run, again: bool = False) -> Decision:
 
 def check_reuse(settings: Settings, environ: Mapping[str, str], interp: Optional[Interpreter]) -> Check:
     """The doctor's "reuse" check: what ``ensure`` would decide first (then nothing is provisioned)."""
-    blocking = settings.strategy == "reuse-only"
+    blocking = not provisions(settings.strategy)
     remedy = ("install FlyDSL for this interpreter, or use FLYDSL_STRATEGY=auto to build the pin" if blocking
               else "none needed: the configured strategy provisions one")
     if interp is None:

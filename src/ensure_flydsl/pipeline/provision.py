@@ -14,29 +14,33 @@ import contextlib
 import dataclasses
 import functools
 import os
-from typing import List, Optional, Tuple
+from typing import List, Mapping, Optional, Tuple
 
+from ensure_flydsl.doctor.diagnose import run_checks, stop_if_blocked
 from ensure_flydsl.doctor.requirements import Finding, assess, stop_if_missing, summary
 from ensure_flydsl.errors import BadInput, EnsureError, ExitCode, Stage
 from ensure_flydsl.layout import packages_dir, tree_folders, wheel_download_dir
-from ensure_flydsl.pipeline.context import Decision, Run, likely_route
 from ensure_flydsl.pipeline.decide import tree_key
-from ensure_flydsl.pipeline.providers.base import Early, Provider
-from ensure_flydsl.pipeline.providers.build import BuildProvider
-from ensure_flydsl.pipeline.providers.cache import CacheProvider, open_run_cache
-from ensure_flydsl.pipeline.providers.release import ReleaseProvider
 from ensure_flydsl.pipeline.publish import publish
 from ensure_flydsl.probe.gate import is_within
 from ensure_flydsl.probe.interpreter import EarlyProbe, probe_modules
 from ensure_flydsl.result import Action, Result
 from ensure_flydsl.runs import markers
+from ensure_flydsl.settings import Settings
 from ensure_flydsl.source.git import Checkout, is_deletion
+from ensure_flydsl.source.release_tags import pin_as_tag, release_tags
 from ensure_flydsl.source.requirements import read_commit_sources
-from ensure_flydsl.source.root import claim_root, classify_root, exclude_from_git, is_ours
+from ensure_flydsl.source.root import RootKind, claim_root, classify_root, exclude_from_git, is_ours
 from ensure_flydsl.support import faults
 from ensure_flydsl.support.files import remove_tree
 from ensure_flydsl.support.processes import CommandFailed
-from ensure_flydsl.wheels.release import WheelDownload, pin_as_tag, release_tags
+from ensure_flydsl.ways import Way, demands, provisioning, tries
+from ensure_flydsl.ways.base import Early, Provider
+from ensure_flydsl.ways.cache.provider import CacheProvider, open_run_cache
+from ensure_flydsl.ways.context import Decision, Run, likely_route
+from ensure_flydsl.ways.release.download import WheelDownload
+from ensure_flydsl.ways.release.provider import ReleaseProvider
+from ensure_flydsl.ways.source.provider import BuildProvider
 
 
 def provision(run: Run) -> Result:
@@ -57,7 +61,7 @@ def provision(run: Run) -> Result:
             interrupted, deleted = refuse_local_changes(run)
             begin_build(run)
             checkout_pin(run, commit, force=interrupted or deleted)
-        if finding is not None and finding.needed and providers[0].name != "source":
+        if finding is not None and finding.needed and providers[0].way is not Way.SOURCE:
             start_warm_probe(run, early, [r.module for r in finding.needed])
         return first_tree(run, commit, providers)
 
@@ -77,27 +81,33 @@ def first_tree(run: Run, commit: str, providers: List[Provider]) -> Result:
 
 
 def providers_for(run: Run, commit: str, early: Early) -> List[Provider]:
-    """Release when the pin is a release tag's commit (``auto``) or demanded; the cache when one is set;
-    the source build unless a release was demanded."""
+    """The ways ``ways.STRATEGY`` gives the strategy, in its order, each that applies: the release when the pin
+    is a release tag's commit (a demanded release that is none stops here), the cache when one is set, the
+    source build."""
     settings = run.settings
-    version = release_version(run, commit)
-    if settings.strategy == "release" and version is None:
+    strategy, version = settings.strategy, release_version(run, commit)
+    if demands(strategy, Way.RELEASE) and version is None:
         raise EnsureError(
             ExitCode.ARTIFACT,
             f"the pin {settings.pin} (commit {commit[:12]}) is not the commit of a release tag vX.Y.Z",
             stage=Stage.RELEASE,
             hint="pin a release tag (for example v0.2.2) or a version (0.2.2), or use FLYDSL_STRATEGY=source",
         )
+    cache = open_run_cache(run) if tries(strategy, Way.CACHE) else None
     providers: List[Provider] = []
-    if version is not None and settings.strategy in ("auto", "release"):
-        providers.append(ReleaseProvider(version, early, demanded=settings.strategy == "release"))
-    if settings.strategy == "release":
-        return providers
-    cache = open_run_cache(run)
-    if cache is not None:
-        providers.append(CacheProvider(cache, early))
-    providers.append(BuildProvider(cache, early))
+    for way in provisioning(strategy):
+        if way is Way.RELEASE and version is not None:
+            providers.append(ReleaseProvider(version, early, demanded=demands(strategy, Way.RELEASE)))
+        elif way is Way.CACHE and cache is not None:
+            providers.append(CacheProvider(cache, early))
+        elif way is Way.SOURCE:
+            providers.append(BuildProvider(cache, early, doctor_before_build))
     return providers
+
+
+def doctor_before_build(settings: Settings, environ: Mapping[str, str], checkout: str) -> None:
+    """The source way's stop before an hour of compiling: the doctor's checks with what is known now."""
+    stop_if_blocked(run_checks(settings, environ, checkout=checkout), settings.strategy)
 
 
 def check_requirements(run: Run, commit: str) -> Optional[Finding]:
@@ -124,7 +134,7 @@ def start_wheel_download(run: Run, early: Early, commit: str, tags: List[str]) -
     settings, root = run.settings, run.settings.root
     versions = release_tags(tags)
     run.expect(likely_route(settings, release_commit=bool(versions)))  # the refs tell: the ETA's route
-    if settings.strategy not in ("auto", "release") or not versions:
+    if not tries(settings.strategy, Way.RELEASE) or not versions:
         return
     if not is_ours(root):
         return  # a checkout another tool made, not claimed before the build starts: nothing of ours in it yet
@@ -169,18 +179,18 @@ def claim_for_build(run: Run) -> None:
     until then a working tree in it is still reused as that tool's."""
     settings, root = run.settings, run.settings.root
     state = classify_root(root, settings.repo)
-    if state.kind == "foreign":  # changed since the preflight
+    if state.kind is RootKind.FOREIGN:  # changed since the preflight
         raise BadInput(settings.label("root"), root, f"an empty or new folder; {state.reason}")
-    if state.kind not in ("ours", "adoptable"):
+    if state.kind not in (RootKind.OURS, RootKind.ADOPTABLE):
         os.makedirs(root, exist_ok=True)
-        claim_root(root, created=state.kind == "absent", adopted=False)
+        claim_root(root, created=state.kind is RootKind.ABSENT, adopted=False)
     faults.point("root-claimed")
 
 
 def fetch(run: Run, early: Early) -> str:
     """The pin's commit, fetched into the root's repository: objects and refs only, the work tree untouched."""
     settings, root = run.settings, run.settings.root
-    pin = pin_as_tag(settings.pin) if settings.strategy == "release" else settings.pin
+    pin = pin_as_tag(settings.pin) if demands(settings.strategy, Way.RELEASE) else settings.pin
     checkout = Checkout.of(settings)
     checkout.clear_stale_git_locks(run.say)
     checkout.ensure_repository()
@@ -213,7 +223,7 @@ def begin_build(run: Run) -> None:
         run.say(f"took away {settings.env_file}{what}: the tree in {root} changes now for the pin {settings.pin}")
     if not is_ours(root):
         state = classify_root(root, settings.repo)
-        if state.kind == "foreign":  # changed since the preflight
+        if state.kind is RootKind.FOREIGN:  # changed since the preflight
             raise BadInput(settings.label("root"), root, f"an empty or new folder; {state.reason}")
         claim_root(root, created=False, adopted=True)
         run.say(f"adopting {root}: {state.reason}")

@@ -8,7 +8,6 @@ from typing import Callable, List, Optional
 
 from ensure_flydsl.errors import EnsureError, ExitCode, Interrupted, Stage, exit_code_of, interrupted_by
 from ensure_flydsl.layout import tree_folders
-from ensure_flydsl.pipeline.context import Decision, Run
 from ensure_flydsl.pipeline.fingerprint import compute, watch_folders
 from ensure_flydsl.pipeline.warm import tree_stamp_path
 from ensure_flydsl.probe.gate import evaluate, package_folder
@@ -22,6 +21,7 @@ from ensure_flydsl.runs.records import RunStore
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.source.root import Stamps, claim_root, is_ours
 from ensure_flydsl.support.files import read_json, read_regular, remove_file
+from ensure_flydsl.ways.context import Decision, Run
 
 
 def withdraw_stale_markers(settings: Settings, say: Callable[[str], None]) -> None:

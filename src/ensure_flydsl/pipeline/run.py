@@ -11,7 +11,6 @@ import contextlib
 import shutil
 
 from ensure_flydsl.errors import BadInput, EnsureError, ExitCode, Stage, disk_full_error
-from ensure_flydsl.pipeline.context import Decision, Run
 from ensure_flydsl.pipeline.decide import check_writable, decide, preflight
 from ensure_flydsl.pipeline.lock import build_lock
 from ensure_flydsl.pipeline.provision import provision
@@ -23,6 +22,8 @@ from ensure_flydsl.runs.answer import roots_sharing_marker, sharing_advice
 from ensure_flydsl.runs.heartbeat import Heartbeat, heartbeat_interval
 from ensure_flydsl.runs.twin_gate import installed, installed_line
 from ensure_flydsl.support.processes import unblock_stop_signals
+from ensure_flydsl.ways import provisions
+from ensure_flydsl.ways.context import Decision, Run
 
 __all__ = ["Result", "Run", "ensure_run"]
 
@@ -76,7 +77,7 @@ def _ensure(run: Run) -> Result:
         decision = decide(run)
     if decision.ok:
         return publish(run, decision, _action(decision, settings.root))
-    if settings.strategy == "reuse-only":
+    if not provisions(settings.strategy):
         raise EnsureError(
             ExitCode.PROBE,
             f"nothing reusable ({decision.reason}) and FLYDSL_STRATEGY=reuse-only never provisions",

@@ -20,6 +20,7 @@ The step durations for ETAs are the host's, not the root's: ``history.py``.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import fcntl
 import os
 import re
@@ -40,8 +41,20 @@ from ensure_flydsl.layout import (
 from ensure_flydsl.support import fields
 from ensure_flydsl.support.files import atomic_write, atomic_write_json, read_json, read_regular, remove_file
 
-RUNNING, SUCCEEDED, FAILED = "running", "succeeded", "failed"
-STATES = (RUNNING, SUCCEEDED, FAILED)
+
+class RunState(str, enum.Enum):
+    """Where a run is: running, or ended in success or failure."""
+
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+
+RUNNING, SUCCEEDED, FAILED = RunState.RUNNING, RunState.SUCCEEDED, RunState.FAILED
+STATES = tuple(s.value for s in RunState)
 KINDS = ("blocking", "detached")
 KEEP_RECORDS = 20
 # Room for a run's last words: its final record (a few KB) and the failure marker (the log's last lines), on
@@ -89,7 +102,7 @@ class RunRecord:
     pid: Optional[int] = None
     pid_start: Optional[str] = None  # the kernel's start time of pid, to tell it from a reused pid
     host: str = ""
-    state: str = "running"
+    state: RunState = RunState.RUNNING
     step: Optional[Stage] = None  # None also for a step this version does not know
     percent: Optional[float] = None
     eta_s: Optional[float] = None
@@ -157,11 +170,16 @@ def _dicts(value: object) -> Optional[List[Dict[str, object]]]:
     return list(value) if isinstance(value, list) and all(isinstance(v, dict) for v in value) else None
 
 
+def _run_state(value: object) -> Optional[RunState]:
+    found = fields.one_of(value, STATES)
+    return RunState(found) if found is not None else None
+
+
 _RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")  # it names files beside the record
 # Each field of a record but run_id, request, step and failure, with its check (the value, or None when wrong).
 _RECORD_FIELDS: Dict[str, Callable[[object], object]] = {
     "root": fields.path, "kind": lambda v: fields.one_of(v, KINDS), "pid": fields.pid, "pid_start": fields.text,
-    "host": fields.text, "state": lambda v: fields.one_of(v, STATES), "percent": fields.percent,
+    "host": fields.text, "state": _run_state, "percent": fields.percent,
     "eta_s": _non_negative, "started": fields.seconds, "finished": fields.seconds, "updated": fields.seconds,
     "steps": _dicts, "log": fields.path, "fail_marker": fields.path,
     "result": lambda v: v if isinstance(v, dict) else None, "build_pgid": fields.pid,

@@ -46,7 +46,7 @@ LLVM_HASH_FILE = "thirdparty/llvm-hash.txt"
 LLVM_INFO_FILE = "thirdparty/llvm-build-info.json"
 COMMIT_FILES = (LLVM_HASH_FILE, LLVM_INFO_FILE)
 COMMIT_VARIABLES = ("LLVM_REF", "LLVM_COMMIT")  # the scripts' precedence: ${LLVM_REF:-${LLVM_COMMIT:-...}}
-# The tool sets these for the build (toolchain/environment.py): the same on every run, so not keyed.
+# The tool sets these for the build (ways/source/environment.py): the same on every run, so not keyed.
 TOOL_SET = ("LLVM_INSTALL_DIR", "LLVM_PACKAGE_INSTALL", "PYTHON_EXECUTABLE")
 WHERE_ONLY = ("LLVM_INSTALL_TGZ", "LLVM_REMOTE")  # where things go or come from, not what is built
 NOT_KEYED = COMMIT_VARIABLES + TOOL_SET + WHERE_ONLY

@@ -3,7 +3,7 @@ say nothing.
 
 nanobind 3 breaks MLIR's configure (upstream's newer sources pin it below 3), and the unguarded
 ``pip install nanobind numpy pybind11`` of ``build_llvm.sh`` takes the newest there is.  So the private build
-tools (``toolchain/tools.py``) and every ``pip install`` the build runs (``toolchain/environment.py``: a pip
+tools (``ways/source/tools.py``) and every ``pip install`` the build runs (``ways/source/environment.py``: a pip
 constraints file) hold nanobind to :data:`DEFAULT`, ``>=2.9,<3``, bound by bound where the pin does not say
 otherwise.  The pin says it in its pyproject (``"nanobind>=2.0"`` in the build requirements, as every FlyDSL
 tag has), a requirements file at the top or in ``python/`` or ``scripts/``, a CMake ``find_package(nanobind

@@ -340,7 +340,7 @@ def find_needs(root: str, repo: str, pin: str, checkout: Optional[str] = None,
 
 
 def build_tools(needs: BuildNeeds, *, llvm: bool) -> List[str]:
-    """The tools of the private toolchain (toolchain.PROVIDABLE) this build uses; ``llvm``: the LLVM step
+    """The tools of the private toolchain (ways/source/tools.py: PROVIDABLE) this build uses; ``llvm``: the LLVM step
     is still to run.  nanobind for the LLVM step comes from build_llvm.sh's own pip install."""
     cmake = needs.cmake or (llvm and needs.llvm_cmake)
     tools = ["cmake", "ninja"] if cmake else []

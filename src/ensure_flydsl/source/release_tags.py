@@ -1,5 +1,5 @@
 """Which release of a repository holds the required modules, read from its tag's git objects: the release
-hint's question (``wheels/suggestion.py``), so that the hint never names a release that a run of it would
+hint's question (``ways/release/suggestion.py``), so that the hint never names a release that a run of it would
 refuse (FlyDSL v0.3.1 has a wheel and no ``kernels.moe_gemm_2stage``: following the hint ended in exit 6).
 
 The tags and their commits come from ``git ls-remote --tags`` of FLYDSL_REPO (through the mirrors).  A
@@ -18,8 +18,11 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import tempfile
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+
+from packaging.version import InvalidVersion, Version
 
 from ensure_flydsl.errors import EnsureError
 from ensure_flydsl.layout import BUILT_PACKAGES, PACKAGE_SOURCES
@@ -156,3 +159,33 @@ def _read_tags(source: TagSource, work: str, tagged: Sequence[str], commits: Map
         return TagAnswer(holding=holding)
     still = next((v for v, listing in found.items() if listing is None), None)
     return TagAnswer(unread=still, why=why) if still is not None else TagAnswer()
+
+
+def tag_version(tag: str) -> Optional[str]:
+    """``v0.2.2`` -> ``0.2.2``; None for a tag that is not a release (``v0.2.5.dev732`` is not)."""
+    if not tag.startswith("v"):
+        return None
+    try:
+        version = Version(tag[1:])
+    except InvalidVersion:
+        return None
+    if version.is_devrelease or version.is_prerelease or version.local:
+        return None
+    return tag[1:]
+
+
+def release_tags(tags: List[str]) -> List[str]:
+    """The release versions among ``tags``, newest first."""
+    versions = [v for v in (tag_version(t) for t in tags) if v]
+    return sorted(versions, key=Version, reverse=True)
+
+
+def pin_as_tag(pin: str) -> str:
+    """Under ``--strategy release`` a pin may be a version: ``0.2.2`` names the tag ``v0.2.2``."""
+    if re.fullmatch(r"[0-9a-fA-F]{7,40}", pin):
+        return pin
+    try:
+        Version(pin)
+    except InvalidVersion:
+        return pin
+    return pin if pin.startswith("v") else "v" + pin

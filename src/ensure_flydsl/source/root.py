@@ -16,6 +16,7 @@ The tool's records live in ``ROOT/.ensure_flydsl/`` (excluded from git through `
 from __future__ import annotations
 
 import dataclasses
+import enum
 import os
 import time
 from typing import Dict, List, Mapping, Optional, Tuple
@@ -79,9 +80,23 @@ def owner(root: str) -> Optional[Owner]:
     return Owner.from_json(read_json(owner_file(root)))
 
 
+class RootKind(str, enum.Enum):
+    """What the root is to the tool."""
+
+    ABSENT = "absent"  # nothing there: created and claimed
+    EMPTY = "empty"  # an empty folder: claimed
+    OURS = "ours"  # the tool made or claimed it
+    CONTRACT_ONLY = "contract-only"  # only env files (the contract's): claimed
+    ADOPTABLE = "adoptable"  # a clean checkout another tool made: claimed when the build starts
+    FOREIGN = "foreign"  # somebody else's: refused
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+
 @dataclasses.dataclass(frozen=True)
 class RootState:
-    kind: str  # absent | empty | ours | contract-only | adoptable | foreign
+    kind: RootKind
     reason: str = ""
 
 
@@ -101,21 +116,22 @@ def creatable_problem(folder: str) -> Optional[Tuple[str, str]]:
 def classify_root(root: str, repo: str) -> RootState:
     """Decide, without changing anything, whether the tool may build into ``root``."""
     if not os.path.lexists(root):
-        return RootState("absent")
+        return RootState(RootKind.ABSENT)
     if os.path.islink(root) and not os.path.isdir(root):
-        return RootState("foreign", "it is a dangling symbolic link")
+        return RootState(RootKind.FOREIGN, "it is a dangling symbolic link")
     if not os.path.isdir(root):
-        return RootState("foreign", "it exists and is not a folder")
+        return RootState(RootKind.FOREIGN, "it exists and is not a folder")
     if is_ours(root):
-        return RootState("ours")
+        return RootState(RootKind.OURS)
     entries = [e for e in os.listdir(root)]
     if not entries:
-        return RootState("empty")
+        return RootState(RootKind.EMPTY)
     if all(e in CONTRACT_FILES for e in entries):
-        return RootState("contract-only")
+        return RootState(RootKind.CONTRACT_ONLY)
     if ".git" not in entries:
         shown = ", ".join(sorted(entries)[:3]) + (", ..." if len(entries) > 3 else "")
-        return RootState("foreign", f"it holds other files ({shown}) and is not a checkout made by ensure-flydsl")
+        return RootState(RootKind.FOREIGN,
+                         f"it holds other files ({shown}) and is not a checkout made by ensure-flydsl")
     return _classify_checkout(root, repo)
 
 
@@ -124,19 +140,19 @@ def _classify_checkout(root: str, repo: str) -> RootState:
     try:
         origin = cmd_output(["git", "-C", root, "config", "--get", "remote.origin.url"], timeout=30).strip()
     except CommandFailed:
-        return RootState("foreign", "it is a git checkout without an origin, not one made by ensure-flydsl")
+        return RootState(RootKind.FOREIGN, "it is a git checkout without an origin, not one made by ensure-flydsl")
     if not same_repo(origin, repo):
-        return RootState("foreign", f"it is a checkout of {origin}, not of the configured repository {repo}")
+        return RootState(RootKind.FOREIGN, f"it is a checkout of {origin}, not of the configured repository {repo}")
     try:
         status = cmd_output(["git", "-C", root, "status", "--porcelain=v1", "--untracked-files=normal"], timeout=120)
     except CommandFailed as exc:
-        return RootState("foreign", f"git cannot read its status ({exc.returncode})")
+        return RootState(RootKind.FOREIGN, f"git cannot read its status ({exc.returncode})")
     changes = [line[3:] for line in status.splitlines() if line.strip()]
     local = [p for p in changes if not is_build_output(p)]
     if local:
         shown = ", ".join(local[:3]) + (", ..." if len(local) > 3 else "")
-        return RootState("foreign", f"its checkout of {origin} has local changes ({shown})")
-    return RootState("adoptable", f"a clean checkout of {origin} made by another tool")
+        return RootState(RootKind.FOREIGN, f"its checkout of {origin} has local changes ({shown})")
+    return RootState(RootKind.ADOPTABLE, f"a clean checkout of {origin} made by another tool")
 
 
 def claim_root(root: str, *, created: bool, adopted: bool) -> None:

@@ -182,3 +182,14 @@ def remove_tree(path: str) -> None:
         import shutil
 
         shutil.rmtree(path)
+
+
+def file_sha256(path: str) -> Optional[str]:
+    """A file's sha256 (hex), or None when it cannot be read."""
+    import hashlib  # not on the warm call's path
+
+    try:
+        with open(path, "rb") as handle:
+            return hashlib.sha256(handle.read()).hexdigest()
+    except OSError:
+        return None

@@ -15,9 +15,6 @@ from typing import List, Optional
 
 from ensure_flydsl.errors import EnsureError, ExitCode, Plan, Stage
 from ensure_flydsl.layout import build_made_record, packages_dir, wheel_download_dir, wheel_install_dirs
-from ensure_flydsl.pipeline.context import Decision, Run
-from ensure_flydsl.pipeline.providers.base import Early, Provider
-from ensure_flydsl.pipeline.providers.tree import TreeDoesNotImport, prepare_build_dir, verify_tree
 from ensure_flydsl.probe.gate import TREE_PACKAGES
 from ensure_flydsl.probe.results import Probe
 from ensure_flydsl.result import How
@@ -25,7 +22,10 @@ from ensure_flydsl.source.git import Checkout, failing_as
 from ensure_flydsl.source.ownership import recording
 from ensure_flydsl.support import faults
 from ensure_flydsl.support.files import remove_tree
-from ensure_flydsl.wheels.release import (
+from ensure_flydsl.ways import Way
+from ensure_flydsl.ways.base import Early, Provider
+from ensure_flydsl.ways.context import Decision, Run
+from ensure_flydsl.ways.release.wheels import (
     check_checkout_version,
     check_provenance,
     check_versions_agree,
@@ -34,6 +34,7 @@ from ensure_flydsl.wheels.release import (
     installed_version,
     static_version,
 )
+from ensure_flydsl.ways.tree import TreeDoesNotImport, prepare_build_dir, verify_tree
 
 SOURCES = "python/flydsl"  # what FlyDSL's build copies into the package; the wheel must hold it unchanged
 _NO_MODULE = re.compile(r"^ModuleNotFoundError: No module named '([^']+)'")
@@ -49,7 +50,7 @@ class WheelDoesNotWork(EnsureError):
 
 
 class ReleaseProvider(Provider):
-    name = "release"
+    way = Way.RELEASE
     route = Plan.RELEASE
 
     def __init__(self, version: str, early: Early, *, demanded: bool) -> None:

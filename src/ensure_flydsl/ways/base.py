@@ -12,12 +12,22 @@ owns it and stops what is left of it when it ends, the provider whose turn it is
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Callable, Optional, Protocol
 
 from ensure_flydsl.errors import Plan
-from ensure_flydsl.pipeline.context import Decision, Run
 from ensure_flydsl.probe.interpreter import EarlyProbe
-from ensure_flydsl.wheels.release import WheelDownload
+from ensure_flydsl.ways import Way
+from ensure_flydsl.ways.context import Decision, Run
+
+
+class WheelDownload(Protocol):
+    """The release wheel's download started beside the fetch (``ways/release/download.py: WheelDownload``)."""
+
+    version: str
+
+    def wheel(self, sink: Callable[[str], None]) -> str: ...
+
+    def abort(self) -> None: ...
 
 
 class Early:
@@ -59,7 +69,7 @@ class Early:
 class Provider:
     """One way to put a verified tree of ``commit`` into the root."""
 
-    name = "provider"
+    way = Way.SOURCE  # which way of ``ways.STRATEGY`` it is
     route = Plan.SOURCE  # the steps it goes through (its ETA's); it calls ``run.plan`` when it takes them
 
     def provide(self, run: Run, commit: str) -> Optional[Decision]:

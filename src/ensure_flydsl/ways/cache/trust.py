@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import List, Optional, Tuple
 
 from ensure_flydsl.binary_cache.entries import Cache, CacheEntry, CacheError
-from ensure_flydsl.pipeline.context import Run
 from ensure_flydsl.support.keys import KeyProblem, SecretKey, read_secret_key
+from ensure_flydsl.ways.context import Run
 
 
 def say_once(run: Run, cache: Cache, line: str) -> None:

@@ -22,44 +22,15 @@ from packaging.version import InvalidVersion, Version
 
 from ensure_flydsl.errors import EnsureError, ExitCode, Stage
 from ensure_flydsl.probe.results import Interpreter
+from ensure_flydsl.source.release_tags import tag_version
 
 # The download (which pip, the silence watchdog) lives in .download; its names are still taken from here.
-from ensure_flydsl.wheels.download import WheelDownload as WheelDownload
-from ensure_flydsl.wheels.download import download_wheel as download_wheel
-from ensure_flydsl.wheels.download import wheel_tags as wheel_tags
-from ensure_flydsl.wheels.wheel_shape import shape_problems
+from ensure_flydsl.ways.release.download import WheelDownload as WheelDownload
+from ensure_flydsl.ways.release.download import download_wheel as download_wheel
+from ensure_flydsl.ways.release.download import wheel_tags as wheel_tags
+from ensure_flydsl.ways.release.wheel_shape import shape_problems
 
 _VERSION_ASSIGN = re.compile(r"""^__version__\s*=\s*["']([^"']+)["']""", re.MULTILINE)
-
-
-def tag_version(tag: str) -> Optional[str]:
-    """``v0.2.2`` -> ``0.2.2``; None for a tag that is not a release (``v0.2.5.dev732`` is not)."""
-    if not tag.startswith("v"):
-        return None
-    try:
-        version = Version(tag[1:])
-    except InvalidVersion:
-        return None
-    if version.is_devrelease or version.is_prerelease or version.local:
-        return None
-    return tag[1:]
-
-
-def release_tags(tags: List[str]) -> List[str]:
-    """The release versions among ``tags``, newest first."""
-    versions = [v for v in (tag_version(t) for t in tags) if v]
-    return sorted(versions, key=Version, reverse=True)
-
-
-def pin_as_tag(pin: str) -> str:
-    """Under ``--strategy release`` a pin may be a version: ``0.2.2`` names the tag ``v0.2.2``."""
-    if re.fullmatch(r"[0-9a-fA-F]{7,40}", pin):
-        return pin
-    try:
-        Version(pin)
-    except InvalidVersion:
-        return pin
-    return pin if pin.startswith("v") else "v" + pin
 
 
 def static_version(init_file: str) -> Optional[str]:

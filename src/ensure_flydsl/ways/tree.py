@@ -9,8 +9,6 @@ from typing import Iterator, List, Mapping, Optional
 
 from ensure_flydsl.errors import EnsureError, ExitCode, Stage
 from ensure_flydsl.layout import build_dir, build_made_record, packages_dir, tree_folders
-from ensure_flydsl.pipeline.context import Decision, Run
-from ensure_flydsl.pipeline.providers.base import Early
 from ensure_flydsl.probe.gate import evaluate, same_folder
 from ensure_flydsl.probe.interpreter import EarlyProbe, probe_modules, run_probe
 from ensure_flydsl.probe.results import Probe
@@ -18,6 +16,8 @@ from ensure_flydsl.result import How
 from ensure_flydsl.source.ownership import remove_made
 from ensure_flydsl.support.files import move_aside
 from ensure_flydsl.support.processes import kill_group
+from ensure_flydsl.ways.base import Early
+from ensure_flydsl.ways.context import Decision, Run
 
 
 def probe_tree(run: Run, prefix: List[str], warm: Optional[EarlyProbe] = None) -> Probe:

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Dict, NamedTuple, Optional, Tuple
+from typing import Callable, Dict, Mapping, NamedTuple, Optional, Tuple
 
 from ensure_flydsl.binary_cache.entries import Cache, cache_key
 from ensure_flydsl.binary_cache.lease import HeldLease
-from ensure_flydsl.doctor.diagnose import run_checks, stop_if_blocked
 from ensure_flydsl.errors import EnsureError, ExitCode, Plan, Stage
 from ensure_flydsl.layout import (
     build_dir,
@@ -23,9 +22,19 @@ from ensure_flydsl.layout import (
     rocm_overlay,
     tools_dir,
 )
-from ensure_flydsl.pipeline.context import Decision, Run
-from ensure_flydsl.pipeline.providers.base import Early, Provider
-from ensure_flydsl.pipeline.providers.cache import (
+from ensure_flydsl.probe.results import Interpreter
+from ensure_flydsl.result import How
+from ensure_flydsl.settings import Settings
+from ensure_flydsl.source.git import Checkout
+from ensure_flydsl.source.needs import BuildNeeds, build_tools, find_needs, tool_requirements
+from ensure_flydsl.source.ownership import recording
+from ensure_flydsl.support import faults
+from ensure_flydsl.support.files import file_sha256
+from ensure_flydsl.support.frozen import replace
+from ensure_flydsl.ways import Way, falls_back
+from ensure_flydsl.ways.base import Early, Provider
+from ensure_flydsl.ways.cache.fleet import end_turn, holding, take_turn
+from ensure_flydsl.ways.cache.provider import (
     llvm_label,
     mlir_fields,
     mlir_from_cache,
@@ -35,19 +44,13 @@ from ensure_flydsl.pipeline.providers.cache import (
     tree_from_cache,
     tree_shareable,
 )
-from ensure_flydsl.pipeline.providers.fleet import end_turn, holding, take_turn
-from ensure_flydsl.pipeline.providers.tree import prepare_build_dir, verify_tree
-from ensure_flydsl.result import How
-from ensure_flydsl.source.git import Checkout
-from ensure_flydsl.source.needs import build_tools, find_needs, tool_requirements
-from ensure_flydsl.source.ownership import recording
-from ensure_flydsl.support import faults
-from ensure_flydsl.support.frozen import replace
-from ensure_flydsl.toolchain.environment import (
+from ensure_flydsl.ways.checks import WRONG, Check, RunContext, passed, skipped
+from ensure_flydsl.ways.context import Decision, Run
+from ensure_flydsl.ways.release.suggestion import release_suggestion
+from ensure_flydsl.ways.source.environment import (
     LlvmRecord,
     Toolchain,
     build_environment,
-    file_sha256,
     finished_llvm_build,
     flydsl_step_settings,
     is_mlir_install,
@@ -57,13 +60,16 @@ from ensure_flydsl.toolchain.environment import (
     resolve_jobs,
     run_script,
 )
-from ensure_flydsl.toolchain.rocm import HipFix, drop_stale_hip_dir, fix_hip
-from ensure_flydsl.toolchain.rocm_sdk import choose_rocm
-from ensure_flydsl.toolchain.tool_versions import package_spec
-from ensure_flydsl.toolchain.tools import ProvidedTools, provide_build_tools
-from ensure_flydsl.wheels.suggestion import release_suggestion
+from ensure_flydsl.ways.source.rocm import HipFix, drop_stale_hip_dir, fix_hip
+from ensure_flydsl.ways.source.rocm_sdk import choose_rocm
+from ensure_flydsl.ways.source.tool_versions import package_spec
+from ensure_flydsl.ways.source.tools import ProvidedTools, provide_build_tools
+from ensure_flydsl.ways.tree import prepare_build_dir, verify_tree
 
 Mlir = Tuple[str, Dict[str, object]]  # an MLIR install and what identifies it in the build's stamp
+# The doctor's checks before the build, handed in by the pipeline (the doctor sits above the ways): raises the
+# blocking finding (stage "doctor") for these settings, environment and checkout.
+DoctorCheck = Callable[[Settings, Mapping[str, str], str], None]
 
 
 class Prepared(NamedTuple):
@@ -73,16 +79,17 @@ class Prepared(NamedTuple):
     hip: HipFix
     provided: ProvidedTools
     toolchain: Toolchain
-    rocm: str  # the ROCm prefix the build uses (ROCM_PATH, or the package index's: toolchain/rocm_sdk.py)
+    rocm: str  # the ROCm prefix the build uses (ROCM_PATH, or the package index's: ways/source/rocm_sdk.py)
 
 
 class BuildProvider(Provider):
-    name = "source"
+    way = Way.SOURCE
     route = Plan.SOURCE
 
-    def __init__(self, cache: Optional[Cache], early: Early) -> None:
+    def __init__(self, cache: Optional[Cache], early: Early, doctor: DoctorCheck) -> None:
         self.cache = cache  # MLIR from it, and the new tree and MLIR to it
         self.early = early
+        self.doctor = doctor
         self.built_now = False
         self.tree_lease: Optional[HeldLease] = None  # held from before build.sh until the tree is published
 
@@ -90,7 +97,7 @@ class BuildProvider(Provider):
         try:
             return self._provide(run, commit)
         except EnsureError as exc:
-            if run.settings.strategy == "auto" and exc.code not in (ExitCode.LOCK, ExitCode.INTERRUPTED):
+            if falls_back(run.settings.strategy) and exc.code not in (ExitCode.LOCK, ExitCode.INTERRUPTED):
                 suggest_release(run, exc)
             raise
 
@@ -100,7 +107,7 @@ class BuildProvider(Provider):
         with run.step(Stage.FETCH):
             update_submodules(run, commit)
         with run.step(Stage.FIXES):
-            prepared = prepare(run, self.cache)
+            prepared = prepare(run, self.cache, self.doctor)
         faults.point("fixes-applied")
         jobs = resolve_jobs(run.settings.jobs)
         mlir = prepared.mlir
@@ -181,7 +188,7 @@ class BuildProvider(Provider):
 
 def suggest_release(run: Run, exc: EnsureError) -> None:
     """``auto`` could not build: when a release >= the floor has a wheel for this interpreter and its tag
-    holds the required modules, the failure's hint says so (``wheels/suggestion.py``, which the doctor asks
+    holds the required modules, the failure's hint says so (``ways/release/suggestion.py``, which the doctor asks
     too).  Asked in seconds at most, or not at all."""
     suggestion = release_suggestion(run.settings, run.interpreter, run.environ)
     if suggestion is not None:
@@ -189,13 +196,13 @@ def suggest_release(run: Run, exc: EnsureError) -> None:
         exc.hint = f"{exc.hint}; or, without a build, {suggestion}" if exc.hint else suggestion
 
 
-def prepare(run: Run, cache: Optional[Cache]) -> Prepared:
+def prepare(run: Run, cache: Optional[Cache], doctor: DoctorCheck) -> Prepared:
     """MLIR if it needs no build; the doctor's checks with what is known now (stop here rather than after
     an hour of compiling); the hip fix; the private build tools."""
     settings, root = run.settings, run.settings.root
     mlir = ready_mlir(run, cache)
     checked = replace(settings, mlir_path=mlir[0] if mlir else settings.mlir_path)
-    stop_if_blocked(run_checks(checked, run.environ, checkout=root), settings.strategy)
+    doctor(checked, run.environ, root)
     needs = find_needs(root, settings.repo, settings.pin, checkout=root, environ=run.environ)
     rocm = choose_rocm(settings.rocm_path, run.interpreter.executable, run.environ)
     if rocm.rocm_sdk is not None:
@@ -309,3 +316,47 @@ def build_flydsl(run: Run, commit: str, mlir_identity: Dict[str, object], env: D
     faults.point("build-done")
     stamps.finish("build", key)
     return True
+
+
+def check_mlir(ctx: RunContext) -> Check:
+    s = ctx.settings
+    if s.mlir_path is not None:
+        label = s.label("mlir_path")
+        remedy = (f"point {label} at an MLIR install prefix (cmake --install of an LLVM build with mlir), or "
+                  "unset it to build LLVM/MLIR")
+        if not is_mlir_install(s.mlir_path):
+            # ensure refuses it before anything else (bad input, 64)
+            return Check("mlir", WRONG, f"{label}={s.mlir_path} holds no lib/cmake/mlir", remedy, True, Stage.SETTINGS)
+        configs = [os.path.join(s.mlir_path, "lib", "cmake", "mlir", n) for n in ("MLIRConfig.cmake",
+                                                                                  "mlir-config.cmake")]
+        if not any(os.path.isfile(c) for c in configs) and ctx.needs.cmake:
+            return Check("mlir", WRONG, f"{label}={s.mlir_path} holds no lib/cmake/mlir/MLIRConfig.cmake: the "
+                         "build's find_package(MLIR) will fail", remedy, True, Stage.BUILD)
+        return passed("mlir", f"{label}={s.mlir_path}; no LLVM build", Stage.BUILD)
+    built = _llvm_already_built(s, ctx.needs, ctx.interpreter)
+    llvm = ctx.needs.llvm
+    if built and llvm is not None:
+        return passed("mlir", f"MLIR for {llvm.describe()} is already built in {built}", Stage.LLVM)
+    if llvm is not None and llvm.commit is None:
+        return Check("mlir", WRONG, f"MLIR_PATH is unset and the pin's LLVM commit cannot be determined "
+                     f"({llvm.problem}): the run builds LLVM/MLIR (the long step) every time, neither reusing "
+                     "nor sharing it", f"set MLIR_PATH to an MLIR install built for this pin, or give the commit "
+                     f"in {llvm.commit_from}", False, Stage.LLVM)
+    what = f"{llvm.describe()}; " if llvm is not None else ""
+    return skipped("mlir", f"MLIR_PATH is unset: the run builds LLVM/MLIR ({what}the long step)", Stage.LLVM)
+
+
+def _llvm_already_built(settings: Settings, needs: BuildNeeds, interp: Optional[Interpreter]) -> Optional[str]:
+    """The MLIR install a previous run built from the pin's LLVM inputs (its commit, patches, build_llvm.sh,
+    overrides: source/llvm_inputs.py) for this interpreter, if it is there."""
+    done = finished_llvm_build(settings.base_dir)
+    if done is None or needs.llvm is None or interp is None:
+        return None
+    key = needs.llvm.key(interp.abi)
+    return mlir_install(settings.base_dir) if key is not None and done == key else None
+
+
+def llvm_step_needed(settings: Settings, needs: BuildNeeds, interp: Optional[Interpreter] = None) -> bool:
+    """Whether a source build runs the LLVM/MLIR step: MLIR_PATH unset and no finished build of the pin's
+    LLVM inputs next to the root."""
+    return settings.mlir_path is None and _llvm_already_built(settings, needs, interp) is None

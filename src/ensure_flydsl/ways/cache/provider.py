@@ -26,16 +26,17 @@ from ensure_flydsl.binary_cache.entries import (
 from ensure_flydsl.binary_cache.stored import CacheUnreachable
 from ensure_flydsl.errors import Plan, Stage
 from ensure_flydsl.layout import build_made_record, cached_mlir_dir, packages_dir
-from ensure_flydsl.pipeline.context import Decision, Run
-from ensure_flydsl.pipeline.providers.base import Early, Provider
-from ensure_flydsl.pipeline.providers.tree import prepare_build_dir, verify_tree
-from ensure_flydsl.pipeline.providers.trust import choose_entry, publish_note, say_once, signers
 from ensure_flydsl.result import How
+from ensure_flydsl.source.llvm_inputs import checkout_llvm_inputs
 from ensure_flydsl.source.ownership import recording
 from ensure_flydsl.support import faults
-from ensure_flydsl.support.files import remove_tree
+from ensure_flydsl.support.files import file_sha256, remove_tree
 from ensure_flydsl.support.urls import shown_location
-from ensure_flydsl.toolchain.environment import file_sha256, pin_llvm_inputs
+from ensure_flydsl.ways import Way
+from ensure_flydsl.ways.base import Early, Provider
+from ensure_flydsl.ways.cache.trust import choose_entry, publish_note, say_once, signers
+from ensure_flydsl.ways.context import Decision, Run
+from ensure_flydsl.ways.tree import prepare_build_dir, verify_tree
 
 
 def llvm_label(key: Mapping[str, object]) -> str:
@@ -93,7 +94,7 @@ def mlir_spec(run: Run) -> Dict[str, object]:
     """What the MLIR a source build uses is made from (known before anything is built)."""
     if run.settings.mlir_path is not None:
         return {"mlir_path": run.settings.mlir_path}
-    return {"llvm": pin_llvm_inputs(run.settings.root, run.environ).key(run.interpreter.abi)}
+    return {"llvm": checkout_llvm_inputs(run.settings.root, run.environ).key(run.interpreter.abi)}
 
 
 def tree_shareable(run: Run) -> bool:
@@ -211,7 +212,7 @@ def publish_mlir(run: Run, cache: Cache, key: Mapping[str, object], install: str
 
 
 def _find(run: Run, cache: Cache, kind: str, key: str, what: str) -> Tuple[Optional[CacheEntry], bool]:
-    """The entry to install (providers/trust.py: choose_entry), and whether the key has any manifest."""
+    """The entry to install (ways/cache/trust.py: choose_entry), and whether the key has any manifest."""
     try:
         return choose_entry(run, cache, kind, key, what)
     except CacheError as exc:
@@ -255,7 +256,7 @@ def _clear_partial_fetches(folder: str) -> None:
 class CacheProvider(Provider):
     """The tree another host built for this commit, interpreter ABI and platform, checked hash by hash."""
 
-    name = "cache"
+    way = Way.CACHE
     route = Plan.CACHE
 
     def __init__(self, cache: Cache, early: Early) -> None:

@@ -1,6 +1,6 @@
 """The release hint: what ``auto`` adds to its failure when the source build cannot succeed, and what the
-doctor predicts, from this one function (``pipeline/providers/build.py: suggest_release`` and
-``doctor/release_hint.py: release_instead``), so both say the same.
+doctor predicts, from this one function (``ways/source/provider.py: suggest_release`` and
+``ways/release/checks.py: release_instead``), so both say the same.
 
 A release is named only when a run of it would get past the checks it can be judged by here: the package
 index has its wheel for the target interpreter (asked through the pip the release way would use), its
@@ -18,10 +18,9 @@ from typing import List, Mapping, Optional, Sequence
 from ensure_flydsl.errors import EnsureError
 from ensure_flydsl.probe.results import Interpreter
 from ensure_flydsl.settings import Settings
-from ensure_flydsl.source.release_tags import TagAnswer, TagSource, checked_modules, release_holding
-from ensure_flydsl.wheels.download import release_pip, wheel_tags
-from ensure_flydsl.wheels.package_index import newest_first, query_versions
-from ensure_flydsl.wheels.release import tag_version
+from ensure_flydsl.source.release_tags import TagAnswer, TagSource, checked_modules, release_holding, tag_version
+from ensure_flydsl.ways.package_index import newest_first, query_versions
+from ensure_flydsl.ways.release.download import release_pip, wheel_tags
 
 # A failure path asks the index at most this long (pip's socket timeout, then the whole command); git's
 # questions stop after SUGGEST_TIMEOUT_S seconds without a byte.

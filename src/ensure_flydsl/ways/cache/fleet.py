@@ -36,10 +36,10 @@ from ensure_flydsl.binary_cache.lease import (
 )
 from ensure_flydsl.binary_cache.manifest import manifest_path
 from ensure_flydsl.errors import EnsureError, ExitCode, Stage
-from ensure_flydsl.pipeline.context import Run
-from ensure_flydsl.pipeline.providers.cache import cache_failed, usable
 from ensure_flydsl.support.fields import SHORT_TEXT_MAX, short_text
 from ensure_flydsl.support.report import fmt_seconds
+from ensure_flydsl.ways.cache.provider import cache_failed, usable
+from ensure_flydsl.ways.context import Run
 
 T = TypeVar("T")
 REPORT_INTERVAL_S = 30.0

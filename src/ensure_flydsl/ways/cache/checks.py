@@ -4,12 +4,13 @@ A warning, never blocking: many caches are one host's own folder."""
 
 from __future__ import annotations
 
-from typing import Optional
+import concurrent.futures
+from typing import List, Optional
 
-from ensure_flydsl.doctor.verdict import OK, WRONG, Check
 from ensure_flydsl.errors import Stage
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.support.urls import shown_location
+from ensure_flydsl.ways.checks import OK, WRONG, Check, RunContext, Submit, settled
 
 
 def check_cache_trust(settings: Settings) -> Optional[Check]:
@@ -31,3 +32,9 @@ def check_cache_trust(settings: Settings) -> Optional[Check]:
                  "sign on the host that builds (FLYDSL_CACHE_SIGNING_KEY, from `ensure-flydsl cache keygen`) and set "
                  f"{trusted} to its .pub file on every host; ignore this if the cache is this host's alone",
                  False, Stage.SETTINGS)
+
+
+def predict(ctx: RunContext, checkout: Optional[str], submit: Submit) -> List["concurrent.futures.Future[Check]"]:
+    """The cache way's check: whose entries it installs (a warning at most)."""
+    trust = check_cache_trust(ctx.settings)
+    return [settled(trust)] if trust is not None else []

@@ -1,1 +1,0 @@
-"""The ways to provision a tree (release wheel, binary cache, source build), behind one interface."""

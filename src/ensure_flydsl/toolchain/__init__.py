@@ -1,1 +1,0 @@
-"""The build toolchain: the build environment, private build tools, ROCm (the prefix, the overlay fix)."""

@@ -1,0 +1,185 @@
+"""One doctor check's answer: ok, missing, wrong or skipped, the detail, the remedy, whether it blocks the
+configured strategy, and the run's step (and so the exit code) that would fail."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import enum
+import os
+import subprocess
+import threading
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from ensure_flydsl.errors import ExitCode, Stage
+from ensure_flydsl.probe.results import Interpreter
+from ensure_flydsl.setting_values import GitMirrors
+from ensure_flydsl.settings import Settings
+from ensure_flydsl.source.git import is_local_repo
+from ensure_flydsl.source.mirrors import describe, rewrite, with_mirrors
+from ensure_flydsl.source.needs import BuildNeeds
+from ensure_flydsl.ways.package_index import IndexAnswer, query_versions
+
+
+class CheckStatus(str, enum.Enum):
+    """What a check found: what is needed is there, missing, there but wrong, or not looked at."""
+
+    OK = "ok"
+    MISSING = "missing"
+    WRONG = "wrong"
+    SKIPPED = "skipped"
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+
+OK, MISSING, WRONG, SKIPPED = CheckStatus.OK, CheckStatus.MISSING, CheckStatus.WRONG, CheckStatus.SKIPPED
+
+
+@dataclasses.dataclass(frozen=True)
+class Check:
+    """One thing the configured strategy needs, and what this machine has of it."""
+
+    name: str
+    status: CheckStatus
+    detail: str
+    remedy: str
+    blocking: bool  # the configured strategy cannot succeed while this stands
+    stage: Stage  # the run's step that would fail: settings, fetch, checkout, requirements, llvm, build, ...
+    provided: bool = False  # missing here, but ensure-flydsl provides it (private toolchain, hip overlay)
+
+    @property
+    def exit_code(self) -> int:
+        return int(self.stage.exit_code or ExitCode.INTERNAL)
+
+    def to_json(self) -> Dict[str, object]:
+        return dataclasses.asdict(self)
+
+
+def passed(name: str, detail: str, stage: Stage) -> Check:
+    return Check(name, OK, detail, "", False, stage)
+
+
+def skipped(name: str, detail: str, stage: Stage) -> Check:
+    return Check(name, SKIPPED, detail, "", False, stage)
+
+
+class Index:
+    """Package index answers, each asked once (concurrent askers wait for the first)."""
+
+    def __init__(self, python: str, environ: Mapping[str, str], timeout: float) -> None:
+        self.python = python
+        self.environ = environ
+        self.timeout = timeout
+        self._lock = threading.Lock()
+        self._answers: Dict[Tuple[str, Tuple[str, ...], str], "concurrent.futures.Future[IndexAnswer]"] = {}
+
+    def answer(self, package: str, options: Sequence[str] = (), python: Optional[str] = None) -> IndexAnswer:
+        """What the index has for ``package``, asked through ``python``'s pip (default: the installer's)."""
+        python = python or self.python
+        key = (package, tuple(options), python)
+        with self._lock:
+            future = self._answers.get(key)
+            owner = future is None
+            if future is None:
+                future = self._answers[key] = concurrent.futures.Future()
+        if owner:
+            try:
+                future.set_result(query_versions(python, package, self.environ, timeout=self.timeout,
+                                                 options=options))
+            except BaseException as exc:  # never leave the other askers waiting
+                future.set_exception(exc)
+        return future.result()
+
+    def asked(self) -> List[IndexAnswer]:
+        with self._lock:
+            futures = list(self._answers.values())
+        return [f.result() for f in futures]
+
+
+@dataclasses.dataclass
+class RunContext:
+    settings: Settings
+    environ: Mapping[str, str]
+    timeout: float
+    interpreter: Optional[Interpreter]
+    needs: BuildNeeds
+    llvm: bool  # the LLVM/MLIR step will run
+    index: Index
+
+    @property
+    def heavy(self) -> bool:
+        return self.llvm and (self.needs.llvm_cmake or self.needs.llvm_remote is not None)
+
+    @property
+    def compiles(self) -> bool:
+        return self.needs.cmake or self.heavy
+
+    def tool_stage(self) -> Stage:
+        return Stage.LLVM if self.heavy else Stage.BUILD
+
+
+def git_env(environ: Mapping[str, str], timeout: float, mirrors: GitMirrors) -> Dict[str, str]:
+    """As the run's git commands see it (the mirrors applied), with short timeouts."""
+    env = {k: v for k, v in with_mirrors(environ, mirrors).items() if k not in ("GIT_DIR", "GIT_WORK_TREE")}
+    env.update({"GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "true", "LC_ALL": "C",
+                "GIT_ALLOW_PROTOCOL": "file:https:http:ssh:git",
+                # a stalled https transfer gives up after the timeout instead of curl's minutes
+                "GIT_HTTP_LOW_SPEED_LIMIT": "1000", "GIT_HTTP_LOW_SPEED_TIME": str(max(1, int(timeout)))})
+    if "GIT_SSH_COMMAND" not in environ and "GIT_SSH" not in environ:
+        env["GIT_SSH_COMMAND"] = f"ssh -o BatchMode=yes -o ConnectTimeout={max(1, int(timeout))}"
+    return env
+
+
+def ls_remote(url: str, environ: Mapping[str, str], timeout: float, *refs: str,
+               mirrors: GitMirrors) -> Tuple[bool, str]:
+    """Whether ``git ls-remote url`` answers within the timeout (through the mirrors, as git rewrites the
+    URL itself); (ok, output or the reason)."""
+    cmd = ["git", "ls-remote", "--quiet", url, *refs]
+    try:
+        proc = subprocess.run(cmd, env=git_env(environ, timeout, mirrors), stdin=subprocess.DEVNULL,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout, check=False)
+    except subprocess.TimeoutExpired:
+        return False, f"no answer within {timeout:.0f} s"
+    except OSError as exc:
+        return False, f"cannot run git: {exc.strerror}"
+    if proc.returncode != 0:
+        lines = proc.stderr.decode(errors="replace").strip().splitlines()
+        return False, lines[-1] if lines else f"git ls-remote exited with {proc.returncode}"
+    return True, proc.stdout.decode(errors="replace")
+
+
+def local_path(url: str) -> str:
+    return url[len("file://"):] if url.startswith("file://") else url
+
+
+def reach(url: str, environ: Mapping[str, str], timeout: float, settings: Settings,
+           *refs: str) -> Tuple[bool, str, str]:
+    """Whether git can fetch from ``url`` (through the mirrors): (it can, ls-remote's output or why not,
+    the URL and the mirror that serves it, for messages).  A local target is only looked at."""
+    mirrors = settings.git_mirrors
+    where, _ = rewrite(url, mirrors)
+    how = describe(url, mirrors, settings.label("git_mirrors"))
+    if is_local_repo(where):
+        path = local_path(where)
+        return os.path.isdir(path), "" if os.path.isdir(path) else f"{path} does not exist", how
+    answered, out = ls_remote(url, environ, timeout, *refs, mirrors=mirrors)
+    return answered, out, how
+
+
+def no_mirror(url: str, settings: Settings) -> str:
+    """For a URL that cannot be fetched: that no mirror covers it, when mirrors are set."""
+    if settings.git_mirrors and rewrite(url, settings.git_mirrors)[1] is None:
+        return f"; no {settings.label('git_mirrors')} pair covers it"
+    return ""
+
+
+# A way's prediction: ``predict(ctx, checkout, submit)`` gives its checks, each submitted to the doctor's pool.
+Submit = Callable[..., "concurrent.futures.Future[Check]"]
+
+
+def settled(check: Check) -> "concurrent.futures.Future[Check]":
+    """A check made at once, as a future beside the submitted ones."""
+    future: "concurrent.futures.Future[Check]" = concurrent.futures.Future()
+    future.set_result(check)
+    return future

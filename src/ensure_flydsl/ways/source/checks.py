@@ -1,0 +1,263 @@
+"""The source way's prediction: the doctor's checks of what a source build needs (compilers, headers, the
+build tools, disk and memory, LLVM's source, the pin's submodules), each a :class:`Check`.  The decisions on
+figures (memory against jobs, free disk) are pure functions; the rest look at the machine with short
+timeouts.  ``check_mlir`` is beside ``ready_mlir`` (provider.py), ``check_hip_package`` beside the ROCm choice
+(rocm_sdk.py)."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import shlex
+import shutil
+import subprocess
+from typing import List, Mapping, Optional, Sequence, Tuple
+
+from ensure_flydsl.errors import Stage
+from ensure_flydsl.layout import llvm_dir, tools_dir
+from ensure_flydsl.source.git import is_local_repo
+from ensure_flydsl.source.mirrors import rewrite
+from ensure_flydsl.source.needs import build_tools, resolve_in, tool_requirements
+from ensure_flydsl.ways.checks import MISSING, WRONG, Check, RunContext, Submit, no_mirror, passed, reach, skipped
+from ensure_flydsl.ways.source.environment import MEMORY_PER_JOB_BYTES, available_memory, cpu_count, default_jobs
+from ensure_flydsl.ways.source.provider import check_mlir
+from ensure_flydsl.ways.source.rocm_sdk import check_hip_package
+from ensure_flydsl.ways.source.tool_versions import newest, package_spec
+from ensure_flydsl.ways.source.tools import machine_state
+
+GIB = 1024**3
+
+
+LLVM_DISK_BYTES = 40 * GIB  # LLVM/MLIR source, build folder and install (mlir, clang, lld; three targets)
+
+
+BUILD_DISK_BYTES = 5 * GIB  # FlyDSL's own build against a ready MLIR
+
+
+SOURCE_DISK_BYTES = GIB // 2  # a checkout and the tool's files
+
+
+_CXX17_PROBE = "#include <optional>\n#include <string_view>\nint main() { std::optional<std::string_view> v; }\n"
+
+
+def memory_check(jobs_setting: Optional[int], cores: int, available: Optional[int], *, heavy: bool,
+                 compiles: bool, label: str = "FLYDSL_JOBS") -> Check:
+    """Build parallelism against available memory (MEMORY_PER_JOB_BYTES a job: LLVM's big links).  Too many
+    jobs is a warning with the number that fits; blocking only when not even one job fits an LLVM build."""
+    stage = Stage.LLVM if heavy else Stage.BUILD
+    if not compiles:
+        return skipped("memory", "nothing is compiled", stage)
+    if available is None:
+        return skipped("memory", "available memory is unknown (no /proc/meminfo)", stage)
+    jobs = jobs_setting if jobs_setting is not None else default_jobs(cores, available)
+    per_job = MEMORY_PER_JOB_BYTES // GIB
+    have = f"{available / GIB:.1f} GiB available"
+    source = f"{label}={jobs}" if jobs_setting is not None else f"{jobs} jobs by default ({cores} cores)"
+    if jobs * MEMORY_PER_JOB_BYTES <= available:
+        return passed("memory", f"{source} x {per_job} GiB a job fits {have}", stage)
+    fits = available // MEMORY_PER_JOB_BYTES
+    if fits >= 1:
+        return Check("memory", WRONG, f"{source} x {per_job} GiB a job is more than {have}: big link steps may run "
+                     "out of memory (killed, exit 137)", f"set {label}={fits} (or leave it unset: the default "
+                     "caps jobs by memory)", False, stage)
+    return Check("memory", WRONG, f"{have}: not even one {per_job} GiB job fits; "
+                 + ("LLVM's links will likely be killed" if heavy else "the build may run out of memory"),
+                 "free memory or use a bigger machine" + ("; or set MLIR_PATH to a ready MLIR install to skip "
+                 "the LLVM build" if heavy else ""), heavy, stage)
+
+
+def disk_check(free: Optional[int], need: int, where: str, *, heavy: bool) -> Check:
+    stage = Stage.LLVM if heavy else Stage.BUILD
+    if free is None:
+        return skipped("disk", f"cannot tell the free space at {where}", stage)
+    what = "an LLVM/MLIR build and FlyDSL's" if heavy else "the build"
+    detail = f"{free / GIB:.1f} GiB free at {where}; {what} needs about {need / GIB:.{0 if need >= GIB else 1}f} GiB"
+    if free >= need:
+        return passed("disk", detail, stage)
+    remedy = "free space there, or set FLYDSL_ROOT to a folder on a bigger file system"
+    if heavy:
+        remedy += ", or set MLIR_PATH to a ready MLIR install (then about 5 GiB is enough)"
+    return Check("disk", MISSING, detail, remedy, True, stage)
+
+
+def _free_bytes(path: str) -> Tuple[Optional[int], str]:
+    while not os.path.exists(path) and os.path.dirname(path) != path:
+        path = os.path.dirname(path)
+    try:
+        return shutil.disk_usage(path).free, path
+    except OSError:
+        return None, path
+
+
+def check_disk(ctx: RunContext) -> Check:
+    need = (LLVM_DISK_BYTES if ctx.heavy else 0) + (BUILD_DISK_BYTES if ctx.needs.cmake else SOURCE_DISK_BYTES)
+    free, where = _free_bytes(ctx.settings.base_dir)
+    return disk_check(free, need, where, heavy=ctx.heavy)
+
+
+def check_memory(ctx: RunContext) -> Check:
+    return memory_check(ctx.settings.jobs, cpu_count(), available_memory(), heavy=ctx.heavy,
+                        compiles=ctx.compiles, label=ctx.settings.label("jobs"))
+
+
+def _compiler(env_var: str, names: Sequence[str], environ: Mapping[str, str]) -> Tuple[Optional[List[str]], str]:
+    path = environ.get("PATH")
+    if environ.get(env_var):
+        words = shlex.split(environ[env_var])
+        exe = shutil.which(words[0], path=path) if words else None
+        if exe is None:
+            return None, f"{env_var}={environ[env_var]} is not found"
+        return [exe] + words[1:], f"{env_var}={environ[env_var]}"
+    for name in names:
+        exe = shutil.which(name, path=path)
+        if exe:
+            return [exe], exe
+    return None, f"no {' / '.join(names)} on PATH"
+
+
+def check_compiler(ctx: RunContext, cxx: bool) -> Check:
+    name = "c++17-compiler" if cxx else "c-compiler"
+    if not ctx.compiles:
+        return skipped(name, "nothing is compiled", Stage.BUILD)
+    stage = ctx.tool_stage()
+    cmd, where = (_compiler("CXX", ("c++", "g++", "clang++"), ctx.environ) if cxx
+                  else _compiler("CC", ("cc", "gcc", "clang"), ctx.environ))
+    remedy = ("install a C++17 compiler (g++ >= 8 or clang++ >= 7; e.g. the OS package build-essential) or set CXX"
+              if cxx else "install a C compiler (gcc or clang) or set CC")
+    if cmd is None:
+        return Check(name, MISSING, where, remedy, True, stage)
+    lang, source = ("c++", _CXX17_PROBE) if cxx else ("c", "int main(void) { return 0; }\n")
+    flags = ["-std=c++17"] if cxx else []
+    try:
+        proc = subprocess.run(cmd + flags + ["-fsyntax-only", "-x", lang, "-"], input=source.encode(),
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=60, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return Check(name, WRONG, f"{where} does not run: {exc}", remedy, True, stage)
+    if proc.returncode != 0:
+        last = proc.stdout.decode(errors="replace").strip().splitlines()[-1:] or [""]
+        return Check(name, WRONG, f"{where} cannot compile {'C++17' if cxx else 'C'}: {last[0]}", remedy, True,
+                     stage)
+    return passed(name, f"{where} compiles {'C++17' if cxx else 'C'}", stage)
+
+
+def check_headers(ctx: RunContext) -> Check:
+    stage = Stage.LLVM if ctx.llvm and ctx.needs.llvm_python_bindings else Stage.BUILD
+    if not (ctx.needs.nanobind or (ctx.llvm and ctx.needs.llvm_python_bindings)):
+        return skipped("python-headers", "no Python extension is built", stage)
+    if ctx.interpreter is None:
+        return skipped("python-headers", "the interpreter does not run", stage)
+    header = os.path.join(ctx.interpreter.include, "Python.h")
+    if os.path.isfile(header):
+        return passed("python-headers", header, stage)
+    version = ".".join(ctx.interpreter.version.split(".")[:2])
+    return Check("python-headers", MISSING, f"{header} does not exist: the Python bindings cannot be compiled for "
+                 f"{ctx.interpreter.executable}", f"install the interpreter's development headers (e.g. the OS "
+                 f"package python{version}-dev), or set FLYDSL_PYTHON to an interpreter that has them", True, stage)
+
+
+def check_tool(ctx: RunContext, name: str, needed: Sequence[str]) -> Check:
+    """A tool the private toolchain can provide: ok on the machine, else provided from the index."""
+    stage = ctx.tool_stage() if name in ("cmake", "ninja") else Stage.BUILD
+    if name not in needed:
+        return skipped(name, "not used by this build", stage)
+    if name == "nanobind" and ctx.interpreter is None:  # asked of the interpreter: it would hang or fail again
+        return skipped(name, "the interpreter does not run", stage)
+    requirement, tools = tool_requirements(ctx.needs).get(name), tools_dir(ctx.settings.root)
+    python = ctx.interpreter.executable if ctx.interpreter else ctx.settings.python
+    state = machine_state(name, ctx.environ, python=python, requirement=requirement, tools_dir=tools)
+    if state.good:
+        return passed(name, state.describe(), stage)
+    status = WRONG if state.found else MISSING
+    spec = package_spec(name, requirement)
+    answer = ctx.index.answer(name)
+    yourself = "install nanobind for the interpreter" if name == "nanobind" else f"put {name} on PATH"
+    found = newest(name, answer.versions, requirement) if answer.answered else None
+    if found:
+        return Check(name, status, f"{state.problem}; ensure-flydsl installs {spec} ({found}) from the package "
+                     f"index into {tools}/provided for the build (nothing system-wide)",
+                     f"none needed (or {yourself} yourself)", False, stage, provided=True)
+    if name == "ninja" and shutil.which("make", path=ctx.environ.get("PATH")):
+        return Check(name, status, f"{state.problem}, and the package index cannot provide it; the build falls "
+                     "back to make (slower)", "make the package index reachable, or install ninja", False, stage)
+    # What stood in the way, as pip said it: an index that does not answer, or no pip to ask it with.
+    why = (f"the package index cannot be asked ({answer.detail})" if not answer.answered
+           else f"the package index has no {spec} wheel for this machine")
+    what = "import nanobind" if name == "nanobind" else f"put {name} on PATH"
+    reach = ("give the interpreter pip (`python3 -m ensurepip`)" if answer.detail.endswith("has no pip")
+             else "make the package index reachable (PIP_INDEX_URL, pip.conf)")
+    return Check(name, status, f"{state.problem}, and {why}",
+                 f"{what} (e.g. from your OS packages), or {reach} so that ensure-flydsl installs it privately",
+                 True, stage)
+
+
+def check_llvm_source(ctx: RunContext) -> Check:
+    needs = ctx.needs
+    if not ctx.llvm:
+        return skipped("llvm-source", "no LLVM build", Stage.LLVM)
+    if needs.llvm_remote is None:
+        return skipped("llvm-source", "build_llvm.sh does not clone llvm-project", Stage.LLVM)
+    commit = needs.llvm_commit
+    local = llvm_dir(ctx.settings.base_dir)
+    if commit and os.path.isdir(os.path.join(local, ".git")) and resolve_in(local, commit):
+        return passed("llvm-source", f"LLVM {commit[:12]} is already in {local}", Stage.LLVM)
+    remote = ctx.environ.get("LLVM_REMOTE") or needs.llvm_remote
+    named = f"named in {needs.llvm.commit_from}" if needs.llvm is not None else "the pin names"
+    remedy = (f"set MLIR_PATH to an MLIR install built from LLVM {commit[:12] if commit else 'at the pin'} "
+              f"({named}), or LLVM_REMOTE to a reachable mirror of llvm-project (or map its URL "
+              "with FLYDSL_GIT_MIRRORS=FROM=TO)")
+    answered, out, shown = reach(remote, ctx.environ, ctx.timeout, ctx.settings, "HEAD")
+    if answered:
+        return passed("llvm-source", f"build_llvm.sh clones LLVM from {shown}, which answers", Stage.LLVM)
+    return Check("llvm-source", MISSING, f"build_llvm.sh clones LLVM from {shown}, which cannot be fetched: {out}"
+                 f"{no_mirror(remote, ctx.settings)}", remedy, True, Stage.LLVM)
+
+
+def _submodule_url(url: str, repo: str) -> str:
+    """A submodule URL as git resolves it: ``../x`` and ``./x`` are relative to the superproject's URL."""
+    if not url.startswith(("./", "../")):
+        return url
+    base = repo.rstrip("/")
+    for part in url.split("/"):
+        if part == "..":
+            base = base.rsplit("/", 1)[0] if "/" in base else base
+        elif part not in (".", ""):
+            base = f"{base}/{part}"
+    return base
+
+
+def check_submodules(ctx: RunContext, checkout: Optional[str]) -> Check:
+    """A source build fetches the pin's submodules first: those whose repository does not answer stop it."""
+    subs = ctx.needs.submodules
+    if not ctx.needs.read:
+        return skipped("submodules", "the pin's source could not be read (see the repository check)", Stage.SUBMODULES)
+    if not subs:
+        return skipped("submodules", "the pin has no submodules", Stage.SUBMODULES)
+    unreachable: List[str] = []
+    served: List[str] = []
+    for path, url in subs:
+        if any(top and os.path.exists(os.path.join(top, path, ".git")) for top in (checkout, ctx.settings.root)):
+            served.append(f"{path} (already fetched)")
+            continue
+        where = _submodule_url(url, ctx.settings.repo)
+        answered, out, shown = reach(where, ctx.environ, ctx.timeout, ctx.settings, "HEAD")
+        served.append(f"{path} from {shown}")
+        if not answered:
+            local = is_local_repo(rewrite(where, ctx.settings.git_mirrors)[0])
+            unreachable.append(f"{path} ({out})" if local and shown == where else
+                               f"{path} ({shown}: {out}{no_mirror(where, ctx.settings)})")
+    if unreachable:
+        return Check("submodules", MISSING, "the pin's submodules cannot be fetched: " + "; ".join(unreachable),
+                     "make them reachable, or mirror them and map their URLs with FLYDSL_GIT_MIRRORS=FROM=TO "
+                     "(a URL prefix, such as https://github.com/=https://git.example.internal/github/)", True,
+                     Stage.SUBMODULES)
+    return passed("submodules", f"{len(subs)} submodule(s) can be fetched: " + ", ".join(served), Stage.SUBMODULES)
+
+
+def predict(ctx: RunContext, checkout: Optional[str], submit: Submit) -> List["concurrent.futures.Future[Check]"]:
+    """The source way's checks, in the order a build meets them."""
+    tools = build_tools(ctx.needs, llvm=ctx.llvm)
+    return ([submit(check_llvm_source, ctx), submit(check_mlir, ctx), submit(check_disk, ctx),
+             submit(check_memory, ctx), submit(check_compiler, ctx, False), submit(check_compiler, ctx, True),
+             submit(check_headers, ctx)]
+            + [submit(check_tool, ctx, name, tools) for name in ("cmake", "ninja", "patchelf", "nanobind")]
+            + [submit(check_hip_package, ctx), submit(check_submodules, ctx, checkout)])

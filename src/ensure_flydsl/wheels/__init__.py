@@ -1,1 +1,0 @@
-"""The release wheel: its tags and versions, download, shape, provenance and install; the package index's versions."""
