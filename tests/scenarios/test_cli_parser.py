@@ -16,8 +16,8 @@ PUBLIC = [c for c in COMMANDS if not c.startswith("_")]
 OWN_FLAGS = {"ensure": ["--json"], "start": [], "wait": ["--timeout", "--heartbeat"], "status": ["--json"],
              "env": ["--format"], "verify": ["--json"], "doctor": ["--json"],
              "cache": ["{list,prune,keygen,sign}", "--max-size", "--out", "--key"], "clean": [],
-             "skill": ["--force", "--wheels", "DIR"]}
-ROOTLESS = {"skill"}  # about no root: no setting flags
+             "skill": ["--force", "--wheels", "DIR"], "stats": ["--json", "--root ROOT", "--records DIR"]}
+ROOTLESS = {"skill", "stats"}  # about no root: no setting flags (stats' --root is its own: a filter)
 
 
 @pytest.fixture
@@ -49,7 +49,8 @@ def test_each_command_has_its_own_help_with_the_settings(env: Dict[str, str], co
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith(f"usage: ensure-flydsl {command} [-h]")
     settings = ("--root ROOT" in out.stdout, "--require MODULES" in out.stdout, "--no-vllm-moe" in out.stdout)
-    assert settings == ((command not in ROOTLESS,) * 3)
+    assert settings == ((command not in ROOTLESS or "--root ROOT" in OWN_FLAGS[command],)
+                        + (command not in ROOTLESS,) * 2)
     for flag in OWN_FLAGS[command]:
         assert flag in out.stdout, flag
     assert not os.path.exists(os.path.dirname(env["FLYDSL_ROOT"]))

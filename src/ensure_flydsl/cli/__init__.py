@@ -180,6 +180,20 @@ def _cache(args: argparse.Namespace, settings: Settings, reporter: Reporter, env
 
 
 
+def _stats_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="one JSON object: every run under `runs`, and the `summary` "
+                   "(docs/schema/stats.schema.json)")
+    p.add_argument("--root", metavar="ROOT", help="only the runs of this root (default: every root of the host)")
+    p.add_argument("--records", metavar="DIR", help="read the timing records in DIR (a fleet's, collected into one "
+                   "folder) instead of this host's")
+
+
+def _stats(args: argparse.Namespace, reporter: Reporter, environ: Dict[str, str]) -> int:
+    from ensure_flydsl.cli.stats import stats
+
+    return stats(args, environ)
+
+
 def _skill(args: argparse.Namespace, reporter: Reporter, environ: Dict[str, str]) -> int:
     from ensure_flydsl.cli.skill import skill
 
@@ -206,6 +220,8 @@ COMMANDS: Dict[str, Command] = {
                      _cache),
     "clean": Command("remove what this tool created for the root (never anything else)",
                      _json_flag("one JSON result object naming what was removed and kept"), _clean),
+    "stats": Command("where this host's runs spent their time: each run's stages, waits and bytes, and a summary",
+                     _stats_args, None, plain=_stats),
     "skill": Command("write the GEAK drop-in folder: skill.md, ensure_flydsl.sh and this tool vendored for a bare "
                      "python3", _skill_args, None, plain=_skill),
     "_worker": Command(None, _worker_args, None),

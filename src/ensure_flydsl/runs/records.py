@@ -172,6 +172,11 @@ _RECORD_FIELDS: Dict[str, Callable[[object], object]] = {
 _NOT_NULL = ("root", "kind", "host", "state", "started", "steps", "log", "fail_marker", "locked")
 
 
+def is_run_id(text: object) -> bool:
+    """Whether ``text`` is a run id: one that names files beside a record (and a timing record)."""
+    return isinstance(text, str) and _RUN_ID.fullmatch(text) is not None
+
+
 def new_run_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
 
