@@ -181,6 +181,14 @@ def new_run_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
 
 
+_NEW_RUN_ID = re.compile(r"\d{8}-\d{6}-[0-9a-f]{6}")
+
+
+def is_new_run_id(text: str) -> bool:
+    """Whether ``text`` has the shape ``new_run_id`` gives: a file named so in the tool's folders is its own."""
+    return _NEW_RUN_ID.fullmatch(text) is not None
+
+
 class RunStore:
     """The run records of one root."""
 

@@ -26,7 +26,7 @@ from typing import Callable, Dict, List, Mapping, Optional, Tuple
 
 from ensure_flydsl.errors import FAILURE_CODES, Plan, Stage
 from ensure_flydsl.layout import RUN_RECORD_SUFFIX, timing_file
-from ensure_flydsl.runs.records import KINDS, is_run_id
+from ensure_flydsl.runs.records import KINDS, is_new_run_id, is_run_id
 from ensure_flydsl.support import fields
 from ensure_flydsl.support.files import atomic_write_json, read_regular
 
@@ -193,13 +193,14 @@ def keep(folder: Optional[str], record: TimingRecord) -> bool:
 
 
 def _record_names(folder: str) -> List[str]:
+    """The names the tool gives records (``new_run_id``'s shape): nothing else there is its own to remove."""
     return [n for n in os.listdir(folder) if n.endswith(RUN_RECORD_SUFFIX)
-            and is_run_id(n[:-len(RUN_RECORD_SUFFIX)])]
+            and is_new_run_id(n[:-len(RUN_RECORD_SUFFIX)])]
 
 
 def prune(folder: str, *, keep_runs: int = KEEP_RUNS, keep_days: float = KEEP_DAYS) -> None:
     """Remove the records beyond the newest ``keep_runs``, and those older than ``keep_days`` (by their
-    files' times: no record is read).  Only regular files named as records are removed; runs pruning at
+    files' times: no record is read).  Only regular files named as the tool names records are removed; runs pruning at
     once each remove what the other did not (a record already gone is fine)."""
     try:
         names = _record_names(folder)
