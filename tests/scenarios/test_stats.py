@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import time
 from typing import Dict, List
 
@@ -16,7 +17,7 @@ from ensure_flydsl.layout import timings_dir
 from tests.helpers.fleet import SharedCache, fleet_host
 from tests.helpers.flydsl_fixture import FixtureRepo
 from tests.helpers.result_schema import REGISTRY, SCHEMAS, validate
-from tests.helpers.scenario import run_record_of, wait_until
+from tests.helpers.scenario import killed_at, run_record_of, wait_until
 from tests.helpers.workspace import Workspace
 
 
@@ -181,3 +182,14 @@ def test_a_fleet_records_cache_hits_bytes_and_lease_waits(tmp_path: "os.PathLike
     assert data["summary"]["hosts"] == {"b": 1}  # type: ignore[index]
     text = b.run("stats", "--root", b.root).stdout
     assert "build lease waits: median" in text and "binary cache, tree: 1 hit(s), 0 miss(es)" in text
+
+
+def test_a_run_killed_with_kill_9_is_recorded_by_its_watchdog(ws: Workspace) -> None:
+    out = killed_at(ws, "build-done")
+    assert out.returncode == -signal.SIGKILL
+    wait_until("the watchdog's timing record", lambda: len(records_of(ws)) == 1, timeout=60)
+    [record] = records_of(ws)
+    assert record["exit_code"] == 9 and record["way"] == "failed" and record["stage"] == "build"
+    assert record["root"] == ws.root and {"probe", "lock", "fetch", "llvm", "build"} <= set(record["stages"])
+    assert record["fetched"] == {} and record["bytes_fetched"] is None  # what only the run knew
+    assert runs(stats_json(ws))[0]["run_id"] == ws.marker()["run_id"]

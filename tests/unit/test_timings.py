@@ -58,7 +58,7 @@ def test_values_of_the_right_type_that_no_run_writes_refuse_the_record() -> None
         record(fetched={"git": -1}), record(fetched={"git": 1.5}), record(fetched={"torrent": 1}),
         record(fetched={"git": 2 ** 60}), record(cache={"tree": "maybe"}), record(cache={"wheel": "hit"}),
         record(link_mode="symlink"), record(lock_wait_s=-0.1), record(lease_wait_s="1"), record(pin="a\x00"),
-        record(stage=5),
+        record(stage=5), record(stages={"build": 12.0, "fetch": 1.0}),  # more than the run's 12.5 s
     ]
     for data in refused:
         assert TimingRecord.from_json(data) is None, data

@@ -26,7 +26,7 @@ from typing import Callable, Dict, List, Mapping, Optional, Tuple
 
 from ensure_flydsl.errors import FAILURE_CODES, Plan, Stage
 from ensure_flydsl.layout import RUN_RECORD_SUFFIX, timing_file
-from ensure_flydsl.runs.records import KINDS, is_new_run_id, is_run_id
+from ensure_flydsl.runs.records import KINDS, RunRecord, is_new_run_id, is_run_id
 from ensure_flydsl.support import fields
 from ensure_flydsl.support.files import atomic_write_json, read_regular
 
@@ -34,6 +34,7 @@ TIMING_VERSION = 1
 KEEP_RUNS = 500  # a few hundred KB: a month of a busy host's runs
 KEEP_DAYS = 30.0
 MAX_RECORD_BYTES = 256 << 10  # a record is a few KB; a larger file is not one (and costs no memory)
+ROUNDING_S = 0.001  # a record's seconds are rounded to milliseconds: its stages may add up to a little more
 MAX_BYTES = 1 << 50  # a fetch of more than a pebibyte is no run's
 # The way a run took: what its call did (result.py: Action), the tree's origin when it made one (How), or failed.
 WARM, VERIFIED, REUSED, BUILT, RELEASED, CACHED, FAILED = (
@@ -102,7 +103,8 @@ class TimingRecord:
         return {
             "version": TIMING_VERSION, "run_id": self.run_id, "host": self.host, "root": self.root,
             "kind": self.kind, "started": round(self.started, 3), "ended": round(self.ended, 3),
-            "total_s": round(self.total_s, 3), "exit_code": self.exit_code, "way": self.way,
+            "total_s": round(round(self.ended, 3) - round(self.started, 3), 3),  # as a reader derives it
+            "exit_code": self.exit_code, "way": self.way,
             "stage": None if self.stage is None else str(self.stage),
             "route": None if self.route is None else self.route.value, "pin": self.pin, "tool": self.tool,
             "stages": {str(s): round(v, 3) for s, v in self.stages.items()},
@@ -114,9 +116,9 @@ class TimingRecord:
     @classmethod
     def from_json(cls, data: object) -> Optional["TimingRecord"]:
         """The record, or None for a file that is not one: this version's, every field of its type and its
-        meaning (a run id, a printable host, an absolute root, times in order, an exit code a run ends with
-        and a way that agrees with it, durations and byte counts in range).  A stage this version does not
-        know is left out; ``total_s`` and ``bytes_fetched`` are derived, not read."""
+        meaning (a run id, a printable host, an absolute root, times in order, stages that fit in them, an
+        exit code a run ends with and a way that agrees with it, durations and byte counts in range).  A stage
+        this version does not know is left out; ``total_s`` and ``bytes_fetched`` are derived, not read."""
         if not isinstance(data, dict) or fields.integer(data.get("version")) != TIMING_VERSION:
             return None
         run_id, host, root = data.get("run_id"), fields.short_text(data.get("host")), fields.absolute_path(
@@ -137,7 +139,8 @@ class TimingRecord:
                    "link_mode": fields.one_of(optional["link_mode"], LINK_MODES),
                    "lock_wait_s": fields.seconds(optional["lock_wait_s"]),
                    "lease_wait_s": fields.seconds(optional["lease_wait_s"])}
-        if (stages is None or fetched is None or cache is None or (stage is not None and fields.text(stage) is None)
+        if (stages is None or sum(stages.values()) > ended - started + ROUNDING_S * (len(stages) + 2)
+                or fetched is None or cache is None or (stage is not None and fields.text(stage) is None)
                 or (route is not None and plan is None)
                 or any(checked[n] is None and optional[n] is not None for n in optional)):
             return None
@@ -176,6 +179,29 @@ def _table(value: object, names: Tuple[str, ...], check: Callable[[object], obje
         return None
     found = {name: check(v) for name, v in value.items()}
     return None if any(v is None for v in found.values()) else found
+
+
+def of_dead_run(dead: RunRecord, host: str) -> Optional[TimingRecord]:
+    """The timing record of a run that died (kill -9, the OOM killer), from its run record as its death made
+    it (``liveness.record_death``): its steps' times, exit 9, the step it died in; what only the run knew
+    (bytes, cache hits, the way it took) is not known.  None for a record that cannot say it."""
+    failure, ended = dead.failure, dead.finished
+    if failure is None or ended is None or ended < dead.started or not dead.root.startswith("/"):
+        return None
+    stages: Dict[Stage, float] = {}
+    steps = list(dead.steps)
+    for index, step in enumerate(steps):
+        # A step without its end ended when the next began (the tracker notes the step it was in when the run
+        # became tracked, and never its end), the last one when the run last gave a sign of life.
+        after = steps[index + 1].get("started") if index + 1 < len(steps) else ended
+        stage, began = Stage.parse(step.get("name")), fields.seconds(step.get("started"))
+        finished = fields.seconds(step["ended"] if step.get("ended") is not None else after)
+        if stage is not None and began is not None and finished is not None and (
+                dead.started <= began <= finished <= ended):
+            stages[stage] = stages.get(stage, 0.0) + finished - began
+    return TimingRecord(run_id=dead.run_id, host=host, root=dead.root, kind=dead.kind, started=dead.started,
+                        ended=ended, exit_code=failure.exit_code, way=FAILED, stages=stages, stage=failure.stage,
+                        pin=fields.short_text(dead.request.get("pin")), lock_wait_s=stages.get(Stage.LOCK))
 
 
 # -- the folder -------------------------------------------------------------------------------------------
