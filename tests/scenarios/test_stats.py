@@ -12,6 +12,7 @@ import time
 from typing import Dict, List
 
 import jsonschema
+import pytest
 
 from ensure_flydsl.layout import timings_dir
 from tests.helpers.fleet import SharedCache, fleet_host
@@ -89,7 +90,7 @@ def test_a_failed_run_records_its_exit_code_and_stage(ws: Workspace) -> None:
     assert record["route"] == "source" and "build" in record["stages"]  # type: ignore[operator]
     data = stats_json(ws)
     assert data["summary"]["failed"] == 1 and data["summary"]["ways"] == {"failed": 1}  # type: ignore[index]
-    assert "1 runs: failed 1" in ws.run("stats").stdout
+    assert "1 run: failed 1" in ws.run("stats").stdout
 
 
 def test_root_filters_and_a_planted_file_is_skipped_and_said(tmp_path: "os.PathLike[str]",
@@ -193,3 +194,17 @@ def test_a_run_killed_with_kill_9_is_recorded_by_its_watchdog(ws: Workspace) -> 
     assert record["root"] == ws.root and {"probe", "lock", "fetch", "llvm", "build"} <= set(record["stages"])
     assert record["fetched"] == {} and record["bytes_fetched"] is None  # what only the run knew
     assert runs(stats_json(ws))[0]["run_id"] == ws.marker()["run_id"]
+
+
+@pytest.mark.index  # the real flydsl 0.2.2 wheel, from the session's wheelhouse
+def test_a_release_run_records_the_wheel_s_bytes(tmp_path: "os.PathLike[str]", release_repo: FixtureRepo,
+                                                 wheelhouse: str) -> None:
+    ws = Workspace(os.path.join(str(tmp_path), "base"), release_repo)
+    out = ws.run(FLYDSL_PIN="v0.2.2", FLYDSL_STRATEGY="auto", PIP_NO_INDEX="1", PIP_FIND_LINKS=wheelhouse)
+    assert out.returncode == 0, out.stderr
+    [record] = records_of(ws)
+    wheel = [name for name in os.listdir(wheelhouse) if name.startswith("flydsl-0.2.2-")]
+    assert record["way"] == "released" and record["route"] == "release" and "release" in record["stages"]
+    assert record["fetched"]["wheel"] == os.path.getsize(os.path.join(wheelhouse, wheel[0]))  # type: ignore[index]
+    assert record["fetched"]["git"] > 0  # type: ignore[index]
+    assert record["bytes_fetched"] == sum(record["fetched"].values())  # type: ignore[union-attr]

@@ -58,7 +58,7 @@ class _Found:
 
     def to_json(self) -> Dict[str, object]:
         where = f" of {self.root}" if self.root else ""
-        reason = (f"{len(self.runs)} runs{where} in {self.folder}" if self.folder else
+        reason = (f"{runs_text(len(self.runs))}{where} in {self.folder}" if self.folder else
                   "no folder for timing records: neither XDG_CACHE_HOME nor HOME names an absolute folder")
         data = result_object(ok=True, exit_code=0, reason=reason)
         data.update(schema=SCHEMA, host=self.host, records=self.folder, root=self.root,
@@ -106,6 +106,10 @@ def text_lines(found: _Found) -> List[str]:
     return lines
 
 
+def runs_text(count: int) -> str:
+    return f"{count} run" if count == 1 else f"{count} runs"
+
+
 def seconds_text(seconds: Optional[float]) -> str:
     """Tenths of a second below a minute (most runs of a warm host take seconds), else as elsewhere."""
     return "unknown" if seconds is None else f"{seconds:.1f}s" if seconds < 60 else fmt_seconds(seconds)
@@ -123,7 +127,7 @@ def _table(runs: Sequence[TimingRecord]) -> List[str]:
 def summary_lines(summary: Summary) -> List[str]:
     if not summary.runs:
         return ["no runs recorded yet (every ensure run that is not answered warm writes one)"]
-    lines = [f"{summary.runs} runs: " + ", ".join(f"{way} {n}" for way, n in summary.ways.items()),
+    lines = [f"{runs_text(summary.runs)}: " + ", ".join(f"{way} {n}" for way, n in summary.ways.items()),
              f"median total {seconds_text(summary.total.median)}"]
     if summary.stages:
         lines.append("median per stage: " + ", ".join(f"{stage} {seconds_text(f.median)}"
@@ -133,10 +137,10 @@ def summary_lines(summary: Summary) -> List[str]:
     for figures, what in ((summary.lock_wait, "lock waits"), (summary.lease_wait, "build lease waits")):
         if figures.count:
             lines.append(f"{what}: median {seconds_text(figures.median)}, {seconds_text(figures.total)} in all "
-                         f"({figures.count} runs)")
+                         f"({runs_text(figures.count)})")
     if summary.fetched.count:
         by = ", ".join(f"{what} {format_size(size)}" for what, size in summary.fetched_by.items())
-        lines.append(f"fetched: {format_size(summary.fetched.total)} in {summary.fetched.count} runs ({by})")
+        lines.append(f"fetched: {format_size(summary.fetched.total)} in {runs_text(summary.fetched.count)} ({by})")
     for what, counts in summary.cache.items():
         lines.append(f"binary cache, {what}: {counts.get(HIT, 0)} hit(s), {counts.get(MISS, 0)} miss(es)")
     if summary.link_modes:
