@@ -43,11 +43,6 @@ def _of_root(records: Sequence[TimingRecord], root: Optional[str]) -> List[Timin
     return [r for r in records if r.root == root or os.path.realpath(r.root) == real]
 
 
-def stats_data(environ: Mapping[str, str], *, root: Optional[str], records: Optional[str]) -> Dict[str, object]:
-    """The JSON object ``stats --json`` prints: the result shape's keys, then the runs and their summary."""
-    return _query(environ, root, records).to_json()
-
-
 class _Found:
     """What the query found: the folder, the root it was held to, the runs, the files skipped."""
 
@@ -90,7 +85,8 @@ def stats(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
 # -- the human form ---------------------------------------------------------------------------------------
 def text_lines(found: _Found) -> List[str]:
     of_root = f" (root {found.root})" if found.root else ""
-    lines = [f"timing records of {found.host}: {found.folder or 'none (no user cache folder)'}{of_root}"]
+    lines = [f"timing records in {found.folder or 'no folder (no user cache folder)'}{of_root}; this host is "
+             f"{found.host}"]
     if found.runs:
         shown = found.runs[-SHOWN_RUNS:]
         if len(found.runs) > len(shown):
@@ -99,7 +95,8 @@ def text_lines(found: _Found) -> List[str]:
         lines.append("")
     lines.extend(summary_lines(found.summary))
     if found.skipped:
-        lines.append(f"skipped {len(found.skipped)} file(s) that are not timing records this version reads:")
+        lines.append(f"skipped {len(found.skipped)} file(s) that are not timing records this version reads (left "
+                     "alone; each run's records are named <run id>.json):")
         lines.extend(f"  {s.path}: {s.why}" for s in found.skipped[:SHOWN_SKIPPED])
         if len(found.skipped) > SHOWN_SKIPPED:
             lines.append(f"  ... and {len(found.skipped) - SHOWN_SKIPPED} more (--json lists them)")
