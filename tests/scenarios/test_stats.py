@@ -18,7 +18,7 @@ from ensure_flydsl.layout import timings_dir
 from tests.helpers.fleet import SharedCache, fleet_host
 from tests.helpers.flydsl_fixture import FixtureRepo
 from tests.helpers.result_schema import REGISTRY, SCHEMAS, validate
-from tests.helpers.scenario import killed_at, run_record_of, wait_until
+from tests.helpers.scenario import killed_at, run_record_of, start, wait_until
 from tests.helpers.workspace import Workspace
 
 
@@ -208,3 +208,10 @@ def test_a_release_run_records_the_wheel_s_bytes(tmp_path: "os.PathLike[str]", r
     assert record["fetched"]["wheel"] == os.path.getsize(os.path.join(wheelhouse, wheel[0]))  # type: ignore[index]
     assert record["fetched"]["git"] > 0  # type: ignore[index]
     assert record["bytes_fetched"] == sum(record["fetched"].values())  # type: ignore[union-attr]
+
+
+def test_a_detached_run_records_itself_once_wait_returns(ws: Workspace) -> None:
+    started = start(ws)
+    assert ws.run("wait", "--timeout", "120").returncode == 0
+    [record] = records_of(ws)  # written before the run's final record: there once `wait` has answered
+    assert record["run_id"] == started["run_id"] and record["kind"] == "detached" and record["way"] == "built"
