@@ -31,6 +31,8 @@
           wheel-download/                  a release wheel downloaded while the pin is fetched
 
     HOST/                                  the user's cache folder: ${XDG_CACHE_HOME:-~/.cache}/ensure-flydsl
+      runs/<run id>.json                   a timing record of each run of the host (runs/timings.py), one
+                                           file per run, written once; the last 500 runs of 30 days kept
       history.json                         step durations of this host's runs, per route, for ETAs (every
                                            root of the host reads and adds to it)
       history.lock                         the flock a run holds while it adds its durations (never deleted)
@@ -244,6 +246,16 @@ def host_cache_dir(environ: Mapping[str, str]) -> Optional[str]:
 def vendored_wheels_dir(host_dir: str) -> str:
     """The pinned wheels `ensure-flydsl skill` vendors into a GEAK folder, downloaded once (``geak/vendor.py``)."""
     return os.path.join(host_dir, "vendored-wheels")
+
+
+def timings_dir(host_dir: str) -> str:
+    """The timing records of the host's runs, one file per run (``runs/timings.py``; ``ensure-flydsl stats``)."""
+    return os.path.join(host_dir, "runs")
+
+
+def timing_file(timings: str, run_id: str) -> str:
+    """A run's timing record in ``timings_dir``; ``RUN_RECORD_SUFFIX`` ends every record's name."""
+    return os.path.join(timings, run_id + RUN_RECORD_SUFFIX)
 
 
 def history_file(host_dir: str) -> str:

@@ -336,6 +336,19 @@ def check_host_id(environ: Mapping[str, str]) -> None:
                        "read; leave it unset for the host name")
 
 
+def host_id(environ: Mapping[str, str]) -> str:
+    """This host's name in the records other hosts (and a fleet's collector) read: FLYDSL_HOST_ID (checked
+    with the settings, ``check_host_id``), else the host name as text such a record carries: the kernel
+    allows any byte in one, and a record with a control character in its host is an unknown host's."""
+    given = environ.get(HOST_ID)
+    if given:
+        return given
+    import socket
+
+    name = socket.gethostname()
+    return short_text(name) or "".join(c if c.isprintable() else "?" for c in name)[:SHORT_TEXT_MAX] or "localhost"
+
+
 def parse_git_mirrors(name: str, value: str) -> GitMirrors:
     check_utf8(name, value, "URL prefixes")
     if re.search(_CONTROL, value.replace("\t", " ").replace("\n", " ")):  # tabs and newlines separate pairs

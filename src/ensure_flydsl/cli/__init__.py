@@ -208,6 +208,20 @@ def _cache(args: argparse.Namespace, settings: Settings, reporter: Reporter, env
                          out=getattr(args, "out", None), key=getattr(args, "key", None))
 
 
+def _stats_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="one JSON object: every run under `runs`, and the `summary` "
+                   "(docs/schema/stats.schema.json)")
+    p.add_argument("--root", metavar="ROOT", help="only the runs of this root (default: every root of the host)")
+    p.add_argument("--records", metavar="DIR", help="read the timing records in DIR (a fleet's, collected into one "
+                   "folder) instead of this host's")
+
+
+def _stats(args: argparse.Namespace, reporter: Reporter, environ: Dict[str, str]) -> int:
+    from ensure_flydsl.cli.stats import stats
+
+    return stats(args, environ)
+
+
 def _skill(args: argparse.Namespace, reporter: Reporter, environ: Dict[str, str]) -> int:
     from ensure_flydsl.cli.skill import skill
 
@@ -299,6 +313,11 @@ COMMANDS: Dict[str, Command] = {
                      settings=("root", "lock_file", "fail_marker"),
                      examples=(("ensure-flydsl clean", ""),
                                ("ensure-flydsl clean --json --root ~/.cache/flydsl/FlyDSL", ""))),
+    "stats": Command("where this host's runs spent their time: each run's stages, waits and bytes, and a summary",
+                     _stats_args, None, plain=_stats,
+                     examples=(("ensure-flydsl stats", "the last runs and where their time went"),
+                               ("ensure-flydsl stats --json --root ~/.cache/flydsl/FlyDSL", "one root's runs"),
+                               ("ensure-flydsl stats --records ./fleet-records", "a fleet's records, collected"))),
     "skill": Command("write the GEAK drop-in folder: skill.md, ensure_flydsl.sh and this tool vendored for a bare "
                      "python3", _skill_args, None, plain=_skill,
                      examples=(("ensure-flydsl skill $GEAK_ROOT/perf_knowledge/expert_skills/skills/ensure_flydsl",

@@ -195,8 +195,11 @@ def fetch(run: Run, early: Early) -> str:
     checkout.clear_stale_git_locks(run.say)
     checkout.ensure_repository()
     exclude_from_git(root)
+    before = checkout.objects_bytes()
     commit = checkout.fetch_pin(pin, run.say, on_fetch=run.worked,
                                 on_tags=functools.partial(start_wheel_download, run, early))
+    after = checkout.objects_bytes()  # what the fetch added (a gc beside it: unknown)
+    run.facts.add_fetched("git", None if before is None or after is None or after < before else after - before)
     run.say(f"pin {pin} is commit {commit}")
     faults.point("fetched")
     return commit

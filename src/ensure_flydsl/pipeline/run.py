@@ -15,6 +15,7 @@ from ensure_flydsl.pipeline.decide import check_writable, decide, preflight
 from ensure_flydsl.pipeline.lock import build_lock
 from ensure_flydsl.pipeline.provision import provision
 from ensure_flydsl.pipeline.publish import publish, record_failure, withdraw_if_untrue, withdraw_stale_markers
+from ensure_flydsl.pipeline.timing import keep_timing
 from ensure_flydsl.pipeline.warm import try_warm
 from ensure_flydsl.probe.gate import same_folder
 from ensure_flydsl.result import Action, How, Result
@@ -35,6 +36,7 @@ def ensure_run(run: Run) -> Result:
     except BaseException as exc:
         if isinstance(exc, (SystemExit, GeneratorExit)):
             raise
+        keep_timing(run, None, exc)
         record_failure(run, exc)
         if isinstance(exc, EnsureError):
             exc.run_id, exc.elapsed_s = run.run_id, round(run.elapsed(), 3)
@@ -43,6 +45,7 @@ def ensure_run(run: Run) -> Result:
                 run.say(installed_line(exc.installed))
         raise
     else:
+        keep_timing(run, result, None)
         run.tracker.succeeded(result.to_json())
         return result
     finally:

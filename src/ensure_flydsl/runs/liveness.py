@@ -14,9 +14,11 @@ import time
 from typing import Mapping, Optional
 
 from ensure_flydsl.errors import ExitCode
-from ensure_flydsl.runs import markers
+from ensure_flydsl.layout import host_cache_dir, timings_dir
+from ensure_flydsl.runs import markers, timings
 from ensure_flydsl.runs.records import FAILED, RUNNING, Failure, RunRecord, RunStore, process_start_time
 from ensure_flydsl.runs.twin_gate import answering_twin
+from ensure_flydsl.setting_values import host_id
 from ensure_flydsl.support import space
 from ensure_flydsl.support.processes import kill_group
 
@@ -73,6 +75,7 @@ def record_death(store: RunStore, record: RunRecord) -> RunRecord:
         if not space.is_full(exc):
             raise
         # A full disk: the death is still told (here, and by `status` from the free alive lock).
+    keep_death(dead)
     if marker_is_answered(store, dead.request, dead.run_id, dead.root, dead.locked) is not None:
         return dead
     if dead.fail_marker and os.path.isdir(os.path.dirname(dead.fail_marker)):
@@ -89,6 +92,15 @@ def record_death(store: RunStore, record: RunRecord) -> RunRecord:
             reason = f"{dead.failure.reason}; {markers.marker_unwritten(dead.fail_marker, exc)}"
             dead = dataclasses.replace(dead, failure=dataclasses.replace(dead.failure, reason=reason))
     return dead
+
+
+def keep_death(dead: RunRecord) -> None:
+    """The dead run's timing record, in the host's folder of this process's environment (the watchdog's is
+    the run's own): a killed run is the one a fleet most needs to see (best effort, as any timing)."""
+    folder = host_cache_dir(os.environ)
+    found = timings.of_dead_run(dead, host_id(os.environ))
+    if folder is not None and found is not None:
+        timings.keep(timings_dir(folder), found)
 
 
 def kill_build_group(record: RunRecord) -> None:

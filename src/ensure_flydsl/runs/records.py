@@ -190,8 +190,21 @@ _RECORD_FIELDS: Dict[str, Callable[[object], object]] = {
 _NOT_NULL = ("root", "kind", "host", "state", "started", "steps", "log", "fail_marker", "locked")
 
 
+def is_run_id(text: object) -> bool:
+    """Whether ``text`` is a run id: one that names files beside a record (and a timing record)."""
+    return isinstance(text, str) and _RUN_ID.fullmatch(text) is not None
+
+
 def new_run_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
+
+
+_NEW_RUN_ID = re.compile(r"\d{8}-\d{6}-[0-9a-f]{6}")
+
+
+def is_new_run_id(text: str) -> bool:
+    """Whether ``text`` has the shape ``new_run_id`` gives: a file named so in the tool's folders is its own."""
+    return _NEW_RUN_ID.fullmatch(text) is not None
 
 
 class RunStore:

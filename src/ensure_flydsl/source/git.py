@@ -186,6 +186,19 @@ class Checkout:
             elif current != self.repo:
                 self.git("remote", "set-url", "origin", self.repo)
 
+    def objects_bytes(self) -> Optional[int]:
+        """The bytes of the repository's objects (packs, their indexes, loose objects), or None when they
+        cannot be listed: what a fetch added is the difference (the run's timing record)."""
+        total = 0
+        try:
+            for folder, _, names in os.walk(os.path.join(self.root, ".git", "objects")):
+                for name in names:
+                    with contextlib.suppress(FileNotFoundError):  # a gc that runs beside us
+                        total += os.lstat(os.path.join(folder, name)).st_size
+        except OSError:
+            return None
+        return total
+
     def resolve_pin(self, pin: str) -> Optional[str]:
         """The commit ``pin`` names in the local repository, or None."""
         for candidate in (f"refs/tags/{pin}", f"refs/remotes/origin/{pin}", pin):

@@ -17,6 +17,7 @@ from ensure_flydsl.runs.heartbeat import Pulse
 from ensure_flydsl.runs.history import read_history
 from ensure_flydsl.runs.progress import NullTracker, Tracker, estimate_eta
 from ensure_flydsl.runs.records import RunStore, new_run_id
+from ensure_flydsl.runs.timings import RunFacts
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.source.release_tags import tag_version
 from ensure_flydsl.source.root import Stamps
@@ -86,6 +87,7 @@ class Run:
         self._interpreter: Optional[Interpreter] = None
         self.stamps = Stamps(settings.root)
         self.tracker: Union[Tracker, NullTracker] = NullTracker()  # a Tracker from track() on
+        self.facts = RunFacts()  # bytes fetched, cache hits, lease waits: for the run's timing record
         self._worked = False
         processes.set_heartbeat(self.say)  # a network step that waits says so every 30 s
 
@@ -125,6 +127,7 @@ class Run:
     def plan(self, plan: Plan) -> None:
         """The route a provider takes: the ETA adds up its steps, and the host's history learns them."""
         self.tracker.take(plan)
+        self.facts.route = plan
 
     def pulse(self) -> Pulse:
         """What the heartbeat says now: the tracker's figures once the run is tracked, else its step alone."""

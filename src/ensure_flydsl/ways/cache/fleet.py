@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-import socket
 import time
 from typing import Callable, Dict, Generic, Iterator, Optional, Set, Tuple, TypeVar
 
@@ -36,7 +35,7 @@ from ensure_flydsl.binary_cache.lease import (
 )
 from ensure_flydsl.binary_cache.manifest import manifest_path
 from ensure_flydsl.errors import EnsureError, ExitCode, Stage
-from ensure_flydsl.support.fields import SHORT_TEXT_MAX, short_text
+from ensure_flydsl.setting_values import host_id as setting_host_id
 from ensure_flydsl.support.report import fmt_seconds
 from ensure_flydsl.ways.cache.provider import cache_failed, usable
 from ensure_flydsl.ways.context import Run
@@ -67,12 +66,8 @@ class Turn(Generic[T]):
 def host_id(run: Run) -> str:
     """FLYDSL_HOST_ID (checked with the settings), else the host name as text a lease record carries: the
     kernel allows any byte in one, and a record with a control character in its host is an unknown host's
-    to every other host."""
-    given = run.environ.get("FLYDSL_HOST_ID")
-    if given:
-        return given
-    name = socket.gethostname()
-    return short_text(name) or "".join(c if c.isprintable() else "?" for c in name)[:SHORT_TEXT_MAX] or "localhost"
+    to every other host (``setting_values.py: host_id``, which the run's timing record names too)."""
+    return setting_host_id(run.environ)
 
 
 def build_failure(stage: object, code: object) -> Optional[Stage]:
@@ -162,6 +157,7 @@ def take_turn(run: Run, cache: Cache, kind: str, key: str, what: str, fetch: Cal
     finally:
         if waiter is not None:
             waiter.stop()
+            run.facts.waited_for_lease(time.monotonic() - waiter.started if waiter.followed else 0.0)
 
 
 class _Waiter:

@@ -132,6 +132,7 @@ def tree_from_cache(run: Run, cache: Cache, commit: str, early: Optional[Early] 
     fields = tree_fields(run, commit)
     key = cache_key("tree", fields)
     entry, present = _find(run, cache, "tree", key, f"tree entry for {commit[:8]}")
+    run.facts.looked_up("tree", hit=False)  # a hit once the tree is fetched
     if entry is None:
         if not present and usable(cache):  # (a cache that went down just now was said to be down, not to miss)
             run.say(f"cache: no tree for {commit[:12]} and {run.interpreter.abi} in {cache.location}")
@@ -157,9 +158,12 @@ def tree_from_cache(run: Run, cache: Cache, commit: str, early: Optional[Early] 
         cache_failed(run, cache, exc, f"fetching {key[:12]} failed", "building instead")
         return None
     faults.point("cache-fetched")
+    run.facts.add_fetched("cache", entry.size)
     run.stamps.finish("build", stamp_key)
     try:
-        return verify_tree(run, commit, How.CACHED, early)
+        decision = verify_tree(run, commit, How.CACHED, early)
+        run.facts.looked_up("tree", hit=True)
+        return decision
     except Exception as exc:  # an artifact that does not import here is not this host's answer
         run.stamps.undo("build")
         run.say(f"cache: the cached tree does not pass the probe here ({exc}); building instead")
@@ -185,10 +189,12 @@ def mlir_from_cache(run: Run, cache: Cache, key: Mapping[str, object]) -> Option
     dest = os.path.join(folder, ckey[:32])
     if os.path.isdir(os.path.join(dest, "lib", "cmake", "mlir")):
         run.say(f"cache: MLIR {ckey[:12]} was fetched before: {dest}")
+        run.facts.looked_up("mlir", hit=True)
         return dest
     if not usable(cache):
         return None
     entry, present = _find(run, cache, "mlir", ckey, f"MLIR entry for LLVM {llvm_label(key)}")
+    run.facts.looked_up("mlir", hit=False)  # a hit once it is fetched
     if entry is None:
         if not present and usable(cache):
             run.say(f"cache: no MLIR for LLVM {llvm_label(key)} in {cache.location}")
@@ -203,6 +209,8 @@ def mlir_from_cache(run: Run, cache: Cache, key: Mapping[str, object]) -> Option
     except CacheError as exc:
         cache_failed(run, cache, exc, f"MLIR {ckey[:12]} could not be used", "building LLVM instead")
         return None
+    run.facts.add_fetched("cache", entry.size)
+    run.facts.looked_up("mlir", hit=True)
     return dest
 
 

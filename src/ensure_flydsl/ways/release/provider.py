@@ -116,6 +116,7 @@ class ReleaseProvider(Provider):
         remove_tree(staging)
         try:
             wheel = self._download(run, download)
+            run.facts.add_fetched("wheel", os.path.getsize(wheel))
             self._prove(run, commit, wheel)
             run.say(f"release v{version}: installing {os.path.basename(wheel)}")
             try:

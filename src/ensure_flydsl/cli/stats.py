@@ -1,0 +1,145 @@
+"""``ensure-flydsl stats [--json] [--root R] [--records DIR]``: where this host's runs spent their time.
+
+Reads the host's timing records (``runs/timings.py``; ``--records`` a folder a fleet collected them into),
+lists each run with its root, way and stage seconds, and summarises them (``runs/stats.py``).  A pure
+query: nothing is written.  A file there that is not a record is skipped and said, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from typing import Dict, List, Mapping, Optional, Sequence
+
+from ensure_flydsl.binary_cache.entries import format_size
+from ensure_flydsl.errors import BadInput
+from ensure_flydsl.layout import host_cache_dir, timings_dir
+from ensure_flydsl.result import result_object
+from ensure_flydsl.runs.stats import Summary, summarize
+from ensure_flydsl.runs.timings import HIT, MISS, Skipped, TimingRecord, read_records
+from ensure_flydsl.setting_values import host_id, parse_root
+from ensure_flydsl.support.report import fmt_seconds
+
+SCHEMA = "https://ensure-flydsl/schema/stats.schema.json"
+SHOWN_RUNS = 20  # the table's newest runs (--json lists every one)
+SHOWN_SKIPPED = 3
+
+
+def _folder(records: Optional[str], environ: Mapping[str, str]) -> Optional[str]:
+    if records is not None:
+        if not records or not os.path.isdir(records):
+            raise BadInput("--records", records, "a folder of timing records (a copy of hosts' "
+                           "~/.cache/ensure-flydsl/runs/ folders)")
+        return os.path.abspath(records)
+    host = host_cache_dir(environ)
+    return None if host is None else timings_dir(host)
+
+
+def _of_root(records: Sequence[TimingRecord], root: Optional[str]) -> List[TimingRecord]:
+    if root is None:
+        return list(records)
+    real = os.path.realpath(root)
+    return [r for r in records if r.root == root or os.path.realpath(r.root) == real]
+
+
+class _Found:
+    """What the query found: the folder, the root it was held to, the runs, the files skipped."""
+
+    def __init__(self, environ: Mapping[str, str], folder: Optional[str], root: Optional[str],
+                 runs: List[TimingRecord], skipped: List[Skipped]) -> None:
+        self.host, self.folder, self.root, self.runs, self.skipped = host_id(environ), folder, root, runs, skipped
+        self.summary = summarize(runs)
+
+    def to_json(self) -> Dict[str, object]:
+        where = f" of {self.root}" if self.root else ""
+        reason = (f"{runs_text(len(self.runs))}{where} in {self.folder}" if self.folder else
+                  "no folder for timing records: neither XDG_CACHE_HOME nor HOME names an absolute folder")
+        data = result_object(ok=True, exit_code=0, reason=reason)
+        data.update(schema=SCHEMA, host=self.host, records=self.folder, root=self.root,
+                    runs=[r.to_json() for r in self.runs], summary=self.summary.to_json(),
+                    skipped={"count": len(self.skipped),
+                             "files": [{"path": s.path, "why": s.why} for s in self.skipped]})
+        return data
+
+
+def _query(environ: Mapping[str, str], root: Optional[str], records: Optional[str]) -> _Found:
+    if root is not None and not root.strip():
+        raise BadInput("--root", root, "the root whose runs to list (a folder path; leave it out for every root)")
+    chosen = None if root is None else parse_root("--root", root)
+    folder = _folder(records, environ)
+    found, skipped = read_records(folder) if folder is not None else ([], [])
+    return _Found(environ, folder, chosen, _of_root(found, chosen), skipped)
+
+
+def stats(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
+    found = _query(environ, args.root, args.records)
+    if args.json:
+        print(json.dumps(found.to_json(), sort_keys=True))
+        return 0
+    for line in text_lines(found):
+        print(line)
+    return 0
+
+
+# -- the human form ---------------------------------------------------------------------------------------
+def text_lines(found: _Found) -> List[str]:
+    of_root = f" (root {found.root})" if found.root else ""
+    lines = [f"timing records in {found.folder or 'no folder (no user cache folder)'}{of_root}; this host is "
+             f"{found.host}"]
+    if found.runs:
+        shown = found.runs[-SHOWN_RUNS:]
+        if len(found.runs) > len(shown):
+            lines.append(f"the newest {len(shown)} of {len(found.runs)} runs (--json lists every one):")
+        lines.extend(_table(shown))
+        lines.append("")
+    lines.extend(summary_lines(found.summary))
+    if found.skipped:
+        lines.append(f"skipped {len(found.skipped)} file(s) that are not timing records this version reads (left "
+                     "alone; each run's records are named <run id>.json):")
+        lines.extend(f"  {s.path}: {s.why}" for s in found.skipped[:SHOWN_SKIPPED])
+        if len(found.skipped) > SHOWN_SKIPPED:
+            lines.append(f"  ... and {len(found.skipped) - SHOWN_SKIPPED} more (--json lists them)")
+    return lines
+
+
+def runs_text(count: int) -> str:
+    return f"{count} run" if count == 1 else f"{count} runs"
+
+
+def seconds_text(seconds: Optional[float]) -> str:
+    """Tenths of a second below a minute (most runs of a warm host take seconds), else as elsewhere."""
+    return "unknown" if seconds is None else f"{seconds:.1f}s" if seconds < 60 else fmt_seconds(seconds)
+
+
+def _table(runs: Sequence[TimingRecord]) -> List[str]:
+    rows = [("run", "host", "root", "way", "exit", "total", "stages")]
+    for run in runs:
+        steps = ", ".join(f"{stage} {seconds_text(seconds)}" for stage, seconds in run.stages.items())
+        rows.append((run.run_id, run.host, run.root, run.way, str(run.exit_code), seconds_text(run.total_s), steps))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    return ["  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[-1] for row in rows]
+
+
+def summary_lines(summary: Summary) -> List[str]:
+    if not summary.runs:
+        return ["no runs recorded yet (every ensure run that is not answered warm writes one)"]
+    lines = [f"{runs_text(summary.runs)}: " + ", ".join(f"{way} {n}" for way, n in summary.ways.items()),
+             f"median total {seconds_text(summary.total.median)}"]
+    if summary.stages:
+        lines.append("median per stage: " + ", ".join(f"{stage} {seconds_text(f.median)}"
+                                                      for stage, f in summary.stages.items()))
+    if summary.where:
+        lines.append("where the time went: " + ", ".join(f"{w.stage} {100 * w.share:.0f}%" for w in summary.where))
+    for figures, what in ((summary.lock_wait, "lock waits"), (summary.lease_wait, "build lease waits")):
+        if figures.count:
+            lines.append(f"{what}: median {seconds_text(figures.median)}, {seconds_text(figures.total)} in all "
+                         f"({runs_text(figures.count)})")
+    if summary.fetched.count:
+        by = ", ".join(f"{what} {format_size(size)}" for what, size in summary.fetched_by.items())
+        lines.append(f"fetched: {format_size(summary.fetched.total)} in {runs_text(summary.fetched.count)} ({by})")
+    for what, counts in summary.cache.items():
+        lines.append(f"binary cache, {what}: {counts.get(HIT, 0)} hit(s), {counts.get(MISS, 0)} miss(es)")
+    if summary.link_modes:
+        lines.append("host store links: " + ", ".join(f"{m} {n}" for m, n in summary.link_modes.items()))
+    return lines
