@@ -125,6 +125,8 @@ def test_version(env: Dict[str, str]) -> None:
                  "(ensure-flydsl help lists the commands)"),
     (["--root", "/x", "stauts", "--json"], "ensure-flydsl: unknown command 'stauts'; did you mean 'status'? "
                                            "(ensure-flydsl help lists the commands)"),
+    (["stat"], "ensure-flydsl: unknown command 'stat'; did you mean 'stats' or 'start'? "
+               "(ensure-flydsl help lists the commands)"),  # two as close: both
     (["frobnicate"], "ensure-flydsl: unknown command 'frobnicate' (ensure-flydsl help lists the commands)"),
     (["help", "doctr"], "ensure-flydsl: unknown command 'doctr'; did you mean 'doctor'? "
                         "(ensure-flydsl help lists the commands)"),

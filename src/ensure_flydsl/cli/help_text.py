@@ -23,8 +23,13 @@ def unknown(what: str, word: str, known: Sequence[str], where: str) -> str:
     """The one line for a word that names no command: the closest one, if one is close."""
     import difflib
 
-    close = difflib.get_close_matches(word, known, n=1)
-    meant = f"; did you mean '{close[0]}'?" if close else ""
+    # A word with the letters of a command, in another order, is that command (`stauts`: status, not stats);
+    # else the closest, and a second one as close as it.
+    close = sorted(difflib.get_close_matches(word, known, n=2), key=lambda k: sorted(k) != sorted(word))
+    ratio = [difflib.SequenceMatcher(None, word, k).ratio() for k in close]
+    if len(close) == 2 and (sorted(close[0]) == sorted(word) or ratio[0] - ratio[1] > 0.05):
+        close = close[:1]
+    meant = f"; did you mean {' or '.join(repr(k) for k in close)}?" if close else ""
     return f"ensure-flydsl: unknown {what} '{word}'{meant} ({where})"
 
 
