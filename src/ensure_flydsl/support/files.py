@@ -32,7 +32,8 @@ def atomic_write(path: str, data: bytes, mode: int = 0o644) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         if isinstance(exc, OSError) and exc.filename is None:
-            exc.filename = path  # a full disk fails the write or the close, which name no file: say which
+            # A full disk fails the write or the close, which name no file: the same error, saying which.
+            raise OSError(exc.errno, exc.strerror, path) from exc
         raise
 
 

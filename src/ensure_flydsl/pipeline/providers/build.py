@@ -91,7 +91,9 @@ class BuildProvider(Provider):
             return self._provide(run, commit)
         except EnsureError as exc:
             if run.settings.strategy == "auto" and exc.code not in (ExitCode.LOCK, ExitCode.INTERRUPTED):
-                suggest_release(run, exc)
+                hinted = suggest_release(run, exc)
+                if hinted is not exc:
+                    raise hinted from exc
             raise
 
     def _provide(self, run: Run, commit: str) -> Optional[Decision]:
@@ -179,14 +181,15 @@ class BuildProvider(Provider):
         end_turn(held, error)
 
 
-def suggest_release(run: Run, exc: EnsureError) -> None:
+def suggest_release(run: Run, exc: EnsureError) -> EnsureError:
     """``auto`` could not build: when a release >= the floor has a wheel for this interpreter and its tag
-    holds the required modules, the failure's hint says so (``wheels/suggestion.py``, which the doctor asks
-    too).  Asked in seconds at most, or not at all."""
+    holds the required modules, the failure to raise instead has a hint that says so (``wheels/suggestion.py``,
+    which the doctor asks too); else ``exc`` itself.  Asked in seconds at most, or not at all."""
     suggestion = release_suggestion(run.settings, run.interpreter, run.environ)
-    if suggestion is not None:
-        run.say(f"instead of building: {suggestion}")
-        exc.hint = f"{exc.hint}; or, without a build, {suggestion}" if exc.hint else suggestion
+    if suggestion is None:
+        return exc
+    run.say(f"instead of building: {suggestion}")
+    return exc.amended(hint=f"{exc.hint}; or, without a build, {suggestion}" if exc.hint else suggestion)
 
 
 def prepare(run: Run, cache: Optional[Cache]) -> Prepared:
