@@ -57,7 +57,7 @@ EXIT_MEANINGS = {
 # The exit codes a failed run records (its run record, the failure marker): every code of the contract but
 # 0 (success) and 75 (still running).  A record saying 0 or 75 would be a lie to `status` and `wait`'s caller
 # (75 sends a README-following agent back to `wait` for ever), and a code outside the table is no failure of
-# this tool's: its readers refuse both (runs/records.py: Failure.from_json).
+# this tool's: its readers refuse both (runs/markers.py: Failure.from_json).
 FAILURE_CODES: FrozenSet[int] = frozenset(int(code) for code in ExitCode
                                           if code not in (ExitCode.OK, ExitCode.STILL_RUNNING))
 

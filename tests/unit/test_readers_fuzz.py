@@ -31,8 +31,8 @@ from ensure_flydsl.pipeline.warm import try_warm
 from ensure_flydsl.probe.results import Interpreter
 from ensure_flydsl.result import How
 from ensure_flydsl.runs.history import History
-from ensure_flydsl.runs.markers import EnvTwin, render_env_sh
-from ensure_flydsl.runs.records import Failure, RunRecord
+from ensure_flydsl.runs.markers import EnvTwin, Failure, render_env_sh
+from ensure_flydsl.runs.records import RunRecord
 from ensure_flydsl.settings import load_settings
 from ensure_flydsl.source.ownership import MadeRecord
 from ensure_flydsl.source.root import Owner, Stamp

@@ -11,7 +11,8 @@ from ensure_flydsl.doctor.diagnose import first_blocking
 from ensure_flydsl.doctor.verdict import Check
 from ensure_flydsl.errors import ExitCode, Plan, Stage
 from ensure_flydsl.pipeline.providers.fleet import believed, give_up
-from ensure_flydsl.runs.records import Failure, RunRecord
+from ensure_flydsl.runs.markers import Failure
+from ensure_flydsl.runs.records import RunRecord
 
 # The strings of the failure marker, the run records, the JSON objects and the README (the contract).
 NAMES = ["starting", "settings", "probe", "lock", "fetch", "submodules", "checkout", "requirements", "fixes", "llvm",

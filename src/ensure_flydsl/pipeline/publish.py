@@ -21,7 +21,7 @@ from ensure_flydsl.runs.markers import marker_unwritten, tail_of
 from ensure_flydsl.runs.records import RunStore
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.source.root import Stamps, claim_root, is_ours
-from ensure_flydsl.support.files import read_json, read_regular, remove_file
+from ensure_flydsl.support.files import read_regular, remove_file
 
 
 def withdraw_stale_markers(settings: Settings, say: Callable[[str], None]) -> None:
@@ -128,8 +128,8 @@ def publish(run: Run, decision: Decision, action: Action) -> Result:
 def clear_answered_failure(run: Run) -> None:
     """A failure marker for this same request, written while this run worked (a caller that gave up
     waiting for the lock, exit 7), is answered now: a poller must not see "failed" beside a success."""
-    marker = read_json(run.settings.fail_marker)
-    if marker is not None and marker.get("request") == run.settings.request():
+    marker = markers.read_failure_marker(run.settings.fail_marker)
+    if marker is not None and marker.request == run.settings.request():
         remove_file(run.settings.fail_marker)
 
 

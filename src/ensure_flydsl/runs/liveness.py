@@ -15,7 +15,8 @@ from typing import Mapping, Optional
 
 from ensure_flydsl.errors import ExitCode
 from ensure_flydsl.runs import markers
-from ensure_flydsl.runs.records import FAILED, RUNNING, Failure, RunRecord, RunStore, process_start_time
+from ensure_flydsl.runs.markers import Failure
+from ensure_flydsl.runs.records import FAILED, RUNNING, RunRecord, RunStore, process_start_time
 from ensure_flydsl.runs.twin_gate import answering_twin
 from ensure_flydsl.support import space
 from ensure_flydsl.support.processes import kill_group
