@@ -32,7 +32,7 @@ from ensure_flydsl.runs.records import RUNNING, RunRecord, RunStore, new_record,
 from ensure_flydsl.runs.twin_gate import installed
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.support.install_route import tool_command
-from ensure_flydsl.support.processes import stop_signals_blocked
+from ensure_flydsl.support.processes import spawn, stop_signals_blocked
 from ensure_flydsl.support.report import Reporter
 
 JOIN_PID_WAIT_S = 2.0
@@ -92,9 +92,8 @@ def _join_or_launch(settings: Settings, environ: Mapping[str, str], reporter: Re
     try:
         # In the caller's folder, as the probe runs (a pyenv or asdf shim picks the interpreter from it).
         with stop_signals_blocked():  # the worker unblocks them once its record can say how it ended
-            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                    env=dict(environ), start_new_session=True, pass_fds=(alive_fd,),
-                                    cwd=callers_folder())
+            proc = spawn(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=environ,
+                         own_group=True, pass_fds=(alive_fd,), cwd=callers_folder())
     finally:
         os.close(log)
         os.close(alive_fd)  # the worker holds its own copy of the locked descriptor

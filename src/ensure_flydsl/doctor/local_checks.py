@@ -28,6 +28,7 @@ from ensure_flydsl.runs.answer import roots_sharing_marker, sharing_advice
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.source.needs import BuildNeeds, tool_requirements
 from ensure_flydsl.source.root import classify_root, creatable_problem
+from ensure_flydsl.support.processes import run_captured
 from ensure_flydsl.toolchain.environment import (
     MEMORY_PER_JOB_BYTES,
     available_memory,
@@ -195,8 +196,8 @@ def check_git(environ: Mapping[str, str]) -> Check:
         return Check("git", MISSING, "git is not on PATH; it fetches the pin (and LLVM)",
                      "install git (your OS package) or put it on PATH", True, Stage.FETCH)
     try:
-        out = subprocess.run([exe, "--version"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=20,
-                             check=False).stdout.decode(errors="replace").strip()
+        out = run_captured([exe, "--version"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           timeout=20).stdout.decode(errors="replace").strip()
     except (OSError, subprocess.TimeoutExpired) as exc:
         return Check("git", WRONG, f"{exe} does not run: {exc}", "reinstall git", True, Stage.FETCH)
     return passed("git", f"{out} at {exe}", Stage.FETCH)
@@ -295,8 +296,8 @@ def check_compiler(ctx: RunContext, cxx: bool) -> Check:
     lang, source = ("c++", _CXX17_PROBE) if cxx else ("c", "int main(void) { return 0; }\n")
     flags = ["-std=c++17"] if cxx else []
     try:
-        proc = subprocess.run(cmd + flags + ["-fsyntax-only", "-x", lang, "-"], input=source.encode(),
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=60, check=False)
+        proc = run_captured(cmd + flags + ["-fsyntax-only", "-x", lang, "-"], input=source.encode(),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=60)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return Check(name, WRONG, f"{where} does not run: {exc}", remedy, True, stage)
     if proc.returncode != 0:

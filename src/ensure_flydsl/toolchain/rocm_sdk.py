@@ -12,6 +12,7 @@ import shutil
 import subprocess
 from typing import List, Mapping, Optional, Tuple
 
+from ensure_flydsl.support.processes import run_captured
 from ensure_flydsl.toolchain.rocm import check_hip
 
 ROCM_SDK = "rocm-sdk"
@@ -51,8 +52,8 @@ def rocm_sdk_candidates(python: Optional[str], environ: Mapping[str, str]) -> Li
 def rocm_sdk_root(exe: str, environ: Mapping[str, str], timeout: float = ROCM_SDK_TIMEOUT) -> Tuple[Optional[str], str]:
     """The prefix ``exe path --root`` prints, or (None, what went wrong)."""
     try:
-        proc = subprocess.run([exe, "path", "--root"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              stdin=subprocess.DEVNULL, env=dict(environ), timeout=timeout, check=False)
+        proc = run_captured([exe, "path", "--root"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            stdin=subprocess.DEVNULL, env=environ, timeout=timeout)
     except subprocess.TimeoutExpired:
         return None, f"`{exe} path --root` did not answer within {timeout:.0f} s"
     except OSError as exc:
