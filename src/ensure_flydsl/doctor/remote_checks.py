@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-from typing import Dict, List, Mapping, Optional, Tuple
+from typing import List, Mapping, Optional, Tuple
 
 from ensure_flydsl.doctor.local_checks import (
     RunContext,
@@ -17,34 +17,21 @@ from ensure_flydsl.errors import EnsureError, Stage
 from ensure_flydsl.layout import llvm_dir
 from ensure_flydsl.setting_values import GitMirrors
 from ensure_flydsl.settings import Settings
-from ensure_flydsl.source.git import is_local_repo
-from ensure_flydsl.source.mirrors import describe, rewrite, with_mirrors
+from ensure_flydsl.source.git import is_local_repo, ls_remote_within, read_git
+from ensure_flydsl.source.mirrors import describe, rewrite
 from ensure_flydsl.source.needs import resolve_in
+from ensure_flydsl.support.processes import CommandFailed
 from ensure_flydsl.wheels.download import release_pip
 from ensure_flydsl.wheels.package_index import best_version
 from ensure_flydsl.wheels.release import pin_as_tag, release_tags, tag_version, wheel_tags
-
-
-def _git_env(environ: Mapping[str, str], timeout: float, mirrors: GitMirrors) -> Dict[str, str]:
-    """As the run's git commands see it (the mirrors applied), with short timeouts."""
-    env = {k: v for k, v in with_mirrors(environ, mirrors).items() if k not in ("GIT_DIR", "GIT_WORK_TREE")}
-    env.update({"GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "true", "LC_ALL": "C",
-                "GIT_ALLOW_PROTOCOL": "file:https:http:ssh:git",
-                # a stalled https transfer gives up after the timeout instead of curl's minutes
-                "GIT_HTTP_LOW_SPEED_LIMIT": "1000", "GIT_HTTP_LOW_SPEED_TIME": str(max(1, int(timeout)))})
-    if "GIT_SSH_COMMAND" not in environ and "GIT_SSH" not in environ:
-        env["GIT_SSH_COMMAND"] = f"ssh -o BatchMode=yes -o ConnectTimeout={max(1, int(timeout))}"
-    return env
 
 
 def _ls_remote(url: str, environ: Mapping[str, str], timeout: float, *refs: str,
                mirrors: GitMirrors) -> Tuple[bool, str]:
     """Whether ``git ls-remote url`` answers within the timeout (through the mirrors, as git rewrites the
     URL itself); (ok, output or the reason)."""
-    cmd = ["git", "ls-remote", "--quiet", url, *refs]
     try:
-        proc = subprocess.run(cmd, env=_git_env(environ, timeout, mirrors), stdin=subprocess.DEVNULL,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout, check=False)
+        proc = ls_remote_within(url, refs, environ, mirrors, timeout)
     except subprocess.TimeoutExpired:
         return False, f"no answer within {timeout:.0f} s"
     except OSError as exc:
@@ -223,10 +210,11 @@ def release_version_of_pin(settings: Settings, checkout: Optional[str]) -> Tuple
         if commit is None:
             continue
         try:
-            out = subprocess.run(["git", "-C", path, "tag", "--points-at", commit], stdout=subprocess.PIPE,
-                                 stderr=subprocess.DEVNULL, timeout=30, check=False).stdout.decode()
-        except (OSError, subprocess.TimeoutExpired):
-            continue
+            out = read_git(path, "tag", "--points-at", commit).decode()
+        except CommandFailed as exc:
+            if exc.returncode == -1:  # git did not start, or did not answer
+                continue
+            out = ""  # it answered no tag
         versions = release_tags(out.split())
         if versions:
             return versions[0], f"commit {commit[:12]} is the release tag v{versions[0]}", True
