@@ -153,6 +153,15 @@ def fsync_dir(folder: str) -> None:
             os.close(dfd)
 
 
+def rename_into_place(src: str, dest: str) -> None:
+    """Publish what was made whole beside ``dest`` (a folder, or a file already flushed), on the same file
+    system: one rename, so a reader finds the old entry or the new one, never a part; then the folder's
+    entry is flushed, so a power cut does not undo it.  A ``dest`` that is a non-empty folder is refused
+    (OSError), never merged into."""
+    os.rename(src, dest)
+    fsync_dir(os.path.dirname(dest) or ".")
+
+
 @contextlib.contextmanager
 def umask(mask: int) -> Iterator[None]:
     old = os.umask(mask)

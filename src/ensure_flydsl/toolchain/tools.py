@@ -30,7 +30,7 @@ from typing import Callable, Dict, Iterable, List, Mapping, Optional, Tuple
 from ensure_flydsl.errors import EnsureError, ExitCode, Stage
 from ensure_flydsl.layout import provided_dir, provided_stamp
 from ensure_flydsl.probe import scripts
-from ensure_flydsl.support.files import atomic_write_json, read_json, remove_tree
+from ensure_flydsl.support.files import atomic_write, atomic_write_json, read_json, remove_tree, rename_into_place
 from ensure_flydsl.support.processes import CommandFailed, cmd_output
 from ensure_flydsl.toolchain.tool_versions import accepts, needed, package_spec, version_of
 
@@ -191,11 +191,7 @@ def _write_launcher(link: str, exe: str, folder: str) -> None:
         "#!/bin/sh\n"
         f"PYTHONPATH={shlex.quote(folder)}${{PYTHONPATH:+:$PYTHONPATH}} exec {shlex.quote(exe)} \"$@\"\n"
     )
-    tmp = link + ".tmp"
-    with open(tmp, "w") as handle:
-        handle.write(text)
-    os.chmod(tmp, 0o755)
-    os.replace(tmp, link)
+    atomic_write(link, text.encode(), 0o755)
 
 
 def _programs(folder: str, name: str) -> Dict[str, str]:
@@ -250,9 +246,9 @@ def _install(name: str, spec: str, root: str, installer: str, environ: Mapping[s
     folder = os.path.join(root, name)
     if os.path.lexists(folder):
         old = tempfile.mkdtemp(prefix=f".{name}-old-", dir=root)
-        os.replace(folder, os.path.join(old, name))
+        rename_into_place(folder, os.path.join(old, name))
         remove_tree(old)
-    os.replace(tmp, folder)
+    rename_into_place(tmp, folder)
     return folder, _dist_version(folder, name) or "unknown"
 
 
