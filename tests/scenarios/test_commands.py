@@ -1,4 +1,4 @@
-"""env, verify, clean, the Python API, and the seed document's detached Procedure."""
+"""env, verify, clean, the Python API, and the README's detached procedure."""
 
 from __future__ import annotations
 

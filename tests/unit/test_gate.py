@@ -36,7 +36,7 @@ BUILT = {
         ("0.2.10", "0.2.2", True),
         ("0.2.1", "0.2.2", False),
         ("0.2.2.dev12+ga35627a2", "0.2.2", True),  # dev builds carry their base version
-        ("0.2.2rc1", "0.2.2", True),  # release segment only, as the seed compared
+        ("0.2.2rc1", "0.2.2", True),  # release segment only, as the bash script this tool replaces compared
         ("0.2", "0.2.0", True),  # trailing zeros are equal
         ("1.0", "0.2.2", True),
         ("0.2.2", "0.2.3", False),
@@ -106,7 +106,7 @@ def test_old_version_is_not_reusable() -> None:
 
 
 def test_unparseable_version_fails_the_gate() -> None:
-    # The seed treated a failed comparison as "equal" and reused anything; here it is refused.
+    # The bash script this tool replaces treated a failed comparison as "equal" and reused anything; here it is refused.
     verdict = evaluate(probe(BUILT, "banana"), "0.2.2", REQUIRE)
     assert not verdict.reusable and "cannot be parsed" in verdict.reason
 

@@ -144,7 +144,7 @@ def tree_key(settings: Settings, commit: str, interpreter: Interpreter) -> Dict[
 def _stamped_tree(run: Run) -> Tuple[Optional[Stamp], str]:
     """The root's finished tree's stamp when the gate may take that tree, else None and why not.
 
-    The seed's gate is version-only, for the root's own tree too: a finished tree (its stamp written after
+    The gate is version-only, for the root's own tree too: a finished tree (its stamp written after
     verification) made for this interpreter's ABI passes whatever pin built it; the pin is what gets built
     when a build is needed.  Under --exact-pin the stamp must also name this request's pin and repository.
     """
