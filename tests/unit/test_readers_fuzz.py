@@ -339,8 +339,10 @@ def test_the_shape_check_takes_any_file_list(names: List[str], tracked: List[str
             assert any(p.startswith(name + " (") for p in problems), name
 
 
-INTERP = Interpreter("/usr/bin/python3", "3.11.7", "cpython", "cpython-311", "cpython-311-x86_64-linux-gnu",
-                     "linux-x86_64", "/usr", "/usr", (), "/usr/lib/python3.11", "/usr/include/python3.11")
+INTERP = Interpreter(executable="/usr/bin/python3", version="3.11.7", implementation="cpython", cache_tag="cpython-311",
+                     soabi="cpython-311-x86_64-linux-gnu",
+                     platform="linux-x86_64", prefix="/usr", base_prefix="/usr", site_dirs=(),
+                     stdlib="/usr/lib/python3.11", include="/usr/include/python3.11")
 RECORD_LINE = st.one_of(
     st.text(max_size=40),
     st.tuples(st.sampled_from(["flydsl/__init__.py", "flydsl/x.py", "flydsl-0.2.2.dist-info/RECORD", "../x", "/abs",

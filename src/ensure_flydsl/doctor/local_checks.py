@@ -72,13 +72,14 @@ def memory_check(jobs_setting: Optional[int], cores: int, available: Optional[in
         return passed("memory", f"{source} x {per_job} GiB a job fits {have}", stage)
     fits = available // MEMORY_PER_JOB_BYTES
     if fits >= 1:
-        return Check("memory", WRONG, f"{source} x {per_job} GiB a job is more than {have}: big link steps may run "
-                     "out of memory (killed, exit 137)", f"set {label}={fits} (or leave it unset: the default "
-                     "caps jobs by memory)", False, stage)
-    return Check("memory", WRONG, f"{have}: not even one {per_job} GiB job fits; "
+        return Check(name="memory", status=WRONG,
+                     detail=f"{source} x {per_job} GiB a job is more than {have}: big link steps may run "
+                     "out of memory (killed, exit 137)", remedy=f"set {label}={fits} (or leave it unset: the default "
+                     "caps jobs by memory)", blocking=False, stage=stage)
+    return Check(name="memory", status=WRONG, detail=f"{have}: not even one {per_job} GiB job fits; "
                  + ("LLVM's links will likely be killed" if heavy else "the build may run out of memory"),
-                 "free memory or use a bigger machine" + ("; or set MLIR_PATH to a ready MLIR install to skip "
-                 "the LLVM build" if heavy else ""), heavy, stage)
+                 remedy="free memory or use a bigger machine" + ("; or set MLIR_PATH to a ready MLIR install to skip "
+                 "the LLVM build" if heavy else ""), blocking=heavy, stage=stage)
 
 
 def disk_check(free: Optional[int], need: int, where: str, *, heavy: bool) -> Check:
@@ -92,7 +93,7 @@ def disk_check(free: Optional[int], need: int, where: str, *, heavy: bool) -> Ch
     remedy = "free space there, or set FLYDSL_ROOT to a folder on a bigger file system"
     if heavy:
         remedy += ", or set MLIR_PATH to a ready MLIR install (then about 5 GiB is enough)"
-    return Check("disk", MISSING, detail, remedy, True, stage)
+    return Check(name="disk", status=MISSING, detail=detail, remedy=remedy, blocking=True, stage=stage)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -161,8 +162,9 @@ def check_interpreter(settings: Settings, environ: Mapping[str, str]) -> Tuple[C
         interp = describe_interpreter(settings.python, environ, timeout=settings.probe_timeout,
                                       timeout_label=settings.label("probe_timeout"))
     except EnsureError as exc:
-        return Check("interpreter", WRONG, f"{label}={settings.python}: {exc.reason}",
-                     f"set {label} to the Python interpreter that will import FlyDSL", True, Stage.SETTINGS), None
+        return Check(name="interpreter", status=WRONG, detail=f"{label}={settings.python}: {exc.reason}",
+                     remedy=f"set {label} to the Python interpreter that will import FlyDSL", blocking=True,
+                     stage=Stage.SETTINGS), None
     return passed("interpreter", f"{interp.executable} {interp.version} ({interp.abi})", Stage.SETTINGS), interp
 
 
@@ -170,13 +172,13 @@ def check_root(settings: Settings) -> Check:
     root, label = settings.root, settings.label("root")
     problem = None if os.path.lexists(root) else creatable_problem(root)
     if problem is not None:
-        return Check("root", WRONG, f"{root} cannot be created: {problem[1]}",
-                     f"set {label} to a folder this user can create", True, Stage.SETTINGS)
+        return Check(name="root", status=WRONG, detail=f"{root} cannot be created: {problem[1]}",
+                     remedy=f"set {label} to a folder this user can create", blocking=True, stage=Stage.SETTINGS)
     state = classify_root(root, settings.repo)
     if state.kind == "foreign":
-        return Check("root", WRONG, f"{root}: {state.reason}",
-                     f"set {label} to an empty or new folder (ensure-flydsl never overwrites others' files)",
-                     True, Stage.SETTINGS)
+        return Check(name="root", status=WRONG, detail=f"{root}: {state.reason}",
+                     remedy=f"set {label} to an empty or new folder (ensure-flydsl never overwrites others' files)",
+                     blocking=True, stage=Stage.SETTINGS)
     return passed("root", f"{root} ({state.kind}{': ' + state.reason if state.reason else ''})", Stage.SETTINGS)
 
 
@@ -186,20 +188,22 @@ def check_marker_sharing(settings: Settings) -> Check:
         return passed("fail-marker", f"{settings.fail_marker} is this root's alone", Stage.SETTINGS)
     advice = sharing_advice(settings, sharing)
     problem, remedy = advice.split("; give each root its own, ")
-    return Check("fail-marker", WRONG, problem, "give each root its own FLYDSL_BUILD_FAILED, " + remedy, False,
-                 Stage.SETTINGS)
+    return Check(name="fail-marker", status=WRONG, detail=problem,
+                 remedy="give each root its own FLYDSL_BUILD_FAILED, " + remedy, blocking=False,
+                 stage=Stage.SETTINGS)
 
 
 def check_git(environ: Mapping[str, str]) -> Check:
     exe = shutil.which("git", path=environ.get("PATH"))
     if exe is None:
-        return Check("git", MISSING, "git is not on PATH; it fetches the pin (and LLVM)",
-                     "install git (your OS package) or put it on PATH", True, Stage.FETCH)
+        return Check(name="git", status=MISSING, detail="git is not on PATH; it fetches the pin (and LLVM)",
+                     remedy="install git (your OS package) or put it on PATH", blocking=True, stage=Stage.FETCH)
     try:
         out = run_captured([exe, "--version"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                            timeout=20).stdout.decode(errors="replace").strip()
     except (OSError, subprocess.TimeoutExpired) as exc:
-        return Check("git", WRONG, f"{exe} does not run: {exc}", "reinstall git", True, Stage.FETCH)
+        return Check(name="git", status=WRONG, detail=f"{exe} does not run: {exc}", remedy="reinstall git",
+                     blocking=True, stage=Stage.FETCH)
     return passed("git", f"{out} at {exe}", Stage.FETCH)
 
 
@@ -227,22 +231,26 @@ def check_mlir(ctx: RunContext) -> Check:
                   "unset it to build LLVM/MLIR")
         if not is_mlir_install(s.mlir_path):
             # ensure refuses it before anything else (bad input, 64)
-            return Check("mlir", WRONG, f"{label}={s.mlir_path} holds no lib/cmake/mlir", remedy, True, Stage.SETTINGS)
+            return Check(name="mlir", status=WRONG, detail=f"{label}={s.mlir_path} holds no lib/cmake/mlir",
+                         remedy=remedy, blocking=True, stage=Stage.SETTINGS)
         configs = [os.path.join(s.mlir_path, "lib", "cmake", "mlir", n) for n in ("MLIRConfig.cmake",
                                                                                   "mlir-config.cmake")]
         if not any(os.path.isfile(c) for c in configs) and ctx.needs.cmake:
-            return Check("mlir", WRONG, f"{label}={s.mlir_path} holds no lib/cmake/mlir/MLIRConfig.cmake: the "
-                         "build's find_package(MLIR) will fail", remedy, True, Stage.BUILD)
+            return Check(name="mlir", status=WRONG,
+                         detail=f"{label}={s.mlir_path} holds no lib/cmake/mlir/MLIRConfig.cmake: the "
+                         "build's find_package(MLIR) will fail", remedy=remedy, blocking=True, stage=Stage.BUILD)
         return passed("mlir", f"{label}={s.mlir_path}; no LLVM build", Stage.BUILD)
     built = _llvm_already_built(s, ctx.needs, ctx.interpreter)
     llvm = ctx.needs.llvm
     if built and llvm is not None:
         return passed("mlir", f"MLIR for {llvm.describe()} is already built in {built}", Stage.LLVM)
     if llvm is not None and llvm.commit is None:
-        return Check("mlir", WRONG, f"MLIR_PATH is unset and the pin's LLVM commit cannot be determined "
+        return Check(name="mlir", status=WRONG,
+                     detail=f"MLIR_PATH is unset and the pin's LLVM commit cannot be determined "
                      f"({llvm.problem}): the run builds LLVM/MLIR (the long step) every time, neither reusing "
-                     "nor sharing it", f"set MLIR_PATH to an MLIR install built for this pin, or give the commit "
-                     f"in {llvm.commit_from}", False, Stage.LLVM)
+                     "nor sharing it",
+                     remedy=f"set MLIR_PATH to an MLIR install built for this pin, or give the commit "
+                     f"in {llvm.commit_from}", blocking=False, stage=Stage.LLVM)
     what = f"{llvm.describe()}; " if llvm is not None else ""
     return skipped("mlir", f"MLIR_PATH is unset: the run builds LLVM/MLIR ({what}the long step)", Stage.LLVM)
 
@@ -292,18 +300,20 @@ def check_compiler(ctx: RunContext, cxx: bool) -> Check:
     remedy = ("install a C++17 compiler (g++ >= 8 or clang++ >= 7; e.g. the OS package build-essential) or set CXX"
               if cxx else "install a C compiler (gcc or clang) or set CC")
     if cmd is None:
-        return Check(name, MISSING, where, remedy, True, stage)
+        return Check(name=name, status=MISSING, detail=where, remedy=remedy, blocking=True, stage=stage)
     lang, source = ("c++", _CXX17_PROBE) if cxx else ("c", "int main(void) { return 0; }\n")
     flags = ["-std=c++17"] if cxx else []
     try:
         proc = run_captured(cmd + flags + ["-fsyntax-only", "-x", lang, "-"], input=source.encode(),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=60)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        return Check(name, WRONG, f"{where} does not run: {exc}", remedy, True, stage)
+        return Check(name=name, status=WRONG, detail=f"{where} does not run: {exc}", remedy=remedy, blocking=True,
+                     stage=stage)
     if proc.returncode != 0:
         last = proc.stdout.decode(errors="replace").strip().splitlines()[-1:] or [""]
-        return Check(name, WRONG, f"{where} cannot compile {'C++17' if cxx else 'C'}: {last[0]}", remedy, True,
-                     stage)
+        return Check(name=name, status=WRONG, detail=f"{where} cannot compile {'C++17' if cxx else 'C'}: {last[0]}",
+                     remedy=remedy, blocking=True,
+                     stage=stage)
     return passed(name, f"{where} compiles {'C++17' if cxx else 'C'}", stage)
 
 
@@ -317,9 +327,11 @@ def check_headers(ctx: RunContext) -> Check:
     if os.path.isfile(header):
         return passed("python-headers", header, stage)
     version = ".".join(ctx.interpreter.version.split(".")[:2])
-    return Check("python-headers", MISSING, f"{header} does not exist: the Python bindings cannot be compiled for "
-                 f"{ctx.interpreter.executable}", f"install the interpreter's development headers (e.g. the OS "
-                 f"package python{version}-dev), or set FLYDSL_PYTHON to an interpreter that has them", True, stage)
+    return Check(name="python-headers", status=MISSING,
+                 detail=f"{header} does not exist: the Python bindings cannot be compiled for "
+                 f"{ctx.interpreter.executable}", remedy=f"install the interpreter's development headers (e.g. the OS "
+                 f"package python{version}-dev), or set FLYDSL_PYTHON to an interpreter that has them", blocking=True,
+                 stage=stage)
 
 
 def check_tool(ctx: RunContext, name: str, needed: Sequence[str]) -> Check:
@@ -340,21 +352,24 @@ def check_tool(ctx: RunContext, name: str, needed: Sequence[str]) -> Check:
     yourself = "install nanobind for the interpreter" if name == "nanobind" else f"put {name} on PATH"
     found = newest(name, answer.versions, requirement) if answer.answered else None
     if found:
-        return Check(name, status, f"{state.problem}; ensure-flydsl installs {spec} ({found}) from the package "
+        return Check(name=name, status=status,
+                     detail=f"{state.problem}; ensure-flydsl installs {spec} ({found}) from the package "
                      f"index into {tools}/provided for the build (nothing system-wide)",
-                     f"none needed (or {yourself} yourself)", False, stage, provided=True)
+                     remedy=f"none needed (or {yourself} yourself)", blocking=False, stage=stage, provided=True)
     if name == "ninja" and shutil.which("make", path=ctx.environ.get("PATH")):
-        return Check(name, status, f"{state.problem}, and the package index cannot provide it; the build falls "
-                     "back to make (slower)", "make the package index reachable, or install ninja", False, stage)
+        return Check(name=name, status=status,
+                     detail=f"{state.problem}, and the package index cannot provide it; the build falls "
+                     "back to make (slower)", remedy="make the package index reachable, or install ninja",
+                     blocking=False, stage=stage)
     # What stood in the way, as pip said it: an index that does not answer, or no pip to ask it with.
     why = (f"the package index cannot be asked ({answer.detail})" if not answer.answered
            else f"the package index has no {spec} wheel for this machine")
     what = "import nanobind" if name == "nanobind" else f"put {name} on PATH"
     reach = ("give the interpreter pip (`python3 -m ensurepip`)" if answer.detail.endswith("has no pip")
              else "make the package index reachable (PIP_INDEX_URL, pip.conf)")
-    return Check(name, status, f"{state.problem}, and {why}",
-                 f"{what} (e.g. from your OS packages), or {reach} so that ensure-flydsl installs it privately",
-                 True, stage)
+    return Check(name=name, status=status, detail=f"{state.problem}, and {why}",
+                 remedy=f"{what} (e.g. from your OS packages), or {reach} so that ensure-flydsl installs it privately",
+                 blocking=True, stage=stage)
 
 
 def check_hip_package(ctx: RunContext) -> Check:
@@ -373,27 +388,32 @@ def check_hip_package(ctx: RunContext) -> Check:
         if check.package_dir is None:
             continue
         if check.needs_fix and prefix != rocm.path:
-            return Check("hip", WRONG, f"{check.package_dir} (found through CMAKE_PREFIX_PATH) names "
-                         f"{', '.join(check.missing)}, which is missing", f"set {label}={prefix}: ensure-flydsl then "
-                         "builds with a private corrected copy of the package", blocking, Stage.BUILD)
+            return Check(name="hip", status=WRONG,
+                         detail=f"{check.package_dir} (found through CMAKE_PREFIX_PATH) names "
+                         f"{', '.join(check.missing)}, which is missing",
+                         remedy=f"set {label}={prefix}: ensure-flydsl then "
+                         "builds with a private corrected copy of the package", blocking=blocking, stage=Stage.BUILD)
         if check.needs_fix:
             fix = (f"--fix-rocm-in-place: links {', '.join(check.missing)} inside {prefix}/lib" if s.fix_rocm_in_place
                    else f"ensure-flydsl builds with a private corrected copy of the package ({prefix} untouched)")
-            return Check("hip", WRONG, f"{check.package_dir} names {', '.join(check.missing)}, which is missing "
-                         f"(the library is {os.path.basename(str(check.actual))}); {fix}", "none needed",
-                         False, Stage.BUILD, provided=True)
+            return Check(name="hip", status=WRONG,
+                         detail=f"{check.package_dir} names {', '.join(check.missing)}, which is missing "
+                         f"(the library is {os.path.basename(str(check.actual))}); {fix}", remedy="none needed",
+                         blocking=False, stage=Stage.BUILD, provided=True)
         if check.unfixable:
-            return Check("hip", WRONG, f"{check.package_dir} names {', '.join(check.missing)}, and {prefix}/lib has "
-                         "no libamdhip64 at all", "install ROCm's HIP runtime (the hip-runtime-amd package) or "
-                         f"point {label} at a complete ROCm", blocking, Stage.BUILD)
+            return Check(name="hip", status=WRONG,
+                         detail=f"{check.package_dir} names {', '.join(check.missing)}, and {prefix}/lib has "
+                         "no libamdhip64 at all", remedy="install ROCm's HIP runtime (the hip-runtime-amd package) or "
+                         f"point {label} at a complete ROCm", blocking=blocking, stage=Stage.BUILD)
         return passed("hip", f"{check.package_dir} (names {', '.join(check.referenced) or 'no library'}, present); "
                    f"{asked}", Stage.BUILD)
     where = " or ".join([f"{label}={s.rocm_path}"] + (["CMAKE_PREFIX_PATH"] if len(prefixes) > 1 else []))
-    return Check("hip", MISSING, f"no hip CMake package (lib/cmake/hip) under {where}, nor from the package "
+    return Check(name="hip", status=MISSING,
+                 detail=f"no hip CMake package (lib/cmake/hip) under {where}, nor from the package "
                  f"index ({rocm.tried}); {asked}",
-                 f"install ROCm's HIP development files (hip-dev), or set {label} to the ROCm prefix holding "
+                 remedy=f"install ROCm's HIP development files (hip-dev), or set {label} to the ROCm prefix holding "
                  "lib/cmake/hip, or install ROCm from the package index for the interpreter (its `rocm-sdk path "
-                 "--root` is used then)", blocking, Stage.BUILD)
+                 "--root` is used then)", blocking=blocking, stage=Stage.BUILD)
 
 
 def installer_python(interp: Optional[Interpreter], settings: Settings) -> str:

@@ -82,31 +82,38 @@ def check_repository(settings: Settings, environ: Mapping[str, str], timeout: fl
     if is_local_repo(where):
         path = _local_path(where)
         if not os.path.isdir(path):
-            return Check("repository", MISSING, f"{label}={shown}: {path} does not exist",
-                         f"point {label} at a FlyDSL clone or mirror", fetched is None, Stage.FETCH)
+            return Check(name="repository", status=MISSING, detail=f"{label}={shown}: {path} does not exist",
+                         remedy=f"point {label} at a FlyDSL clone or mirror", blocking=fetched is None,
+                         stage=Stage.FETCH)
         commit = resolve_in(path, pin)
         if commit is None:
-            return Check("repository", WRONG, f"the pin {pin} is not a commit, tag or branch of {shown}",
-                         "check FLYDSL_PIN (a full commit hash or a tag such as v0.2.2)", fetched is None,
-                         Stage.CHECKOUT)
+            return Check(name="repository", status=WRONG,
+                         detail=f"the pin {pin} is not a commit, tag or branch of {shown}",
+                         remedy="check FLYDSL_PIN (a full commit hash or a tag such as v0.2.2)",
+                         blocking=fetched is None,
+                         stage=Stage.CHECKOUT)
         return passed("repository", f"local repository {path}{' for ' + repo if where != repo else ''}; the pin is "
                    f"commit {commit[:12]}", Stage.FETCH)
     answered, out, _ = _reach(repo, environ, timeout, settings)
     if not answered:
         if fetched is not None:
-            return Check("repository", MISSING, f"{shown} does not answer ({out}), but the pin is already fetched "
-                         f"into {settings.root} (commit {fetched[:12]})", "none needed for this pin", False,
-                         Stage.FETCH)
-        return Check("repository", MISSING, f"{shown} does not answer: {out}{_no_mirror(repo, settings)}",
-                     f"check the network, or point {label} at a reachable mirror (a local path works), or map its "
-                     "URL with FLYDSL_GIT_MIRRORS=FROM=TO", True, Stage.FETCH)
+            return Check(name="repository", status=MISSING,
+                         detail=f"{shown} does not answer ({out}), but the pin is already fetched "
+                         f"into {settings.root} (commit {fetched[:12]})", remedy="none needed for this pin",
+                         blocking=False,
+                         stage=Stage.FETCH)
+        return Check(name="repository", status=MISSING,
+                     detail=f"{shown} does not answer: {out}{_no_mirror(repo, settings)}",
+                     remedy=f"check the network, or point {label} at a reachable mirror (a local path works), "
+                     "or map its URL with FLYDSL_GIT_MIRRORS=FROM=TO", blocking=True, stage=Stage.FETCH)
     if re.fullmatch(r"[0-9a-fA-F]{40}", pin):
         return passed("repository", f"{shown} answers (the pin is a commit hash, fetched by hash)", Stage.FETCH)
     refs = {line.split("\t", 1)[1].strip() for line in out.splitlines() if "\t" in line}
     if {f"refs/tags/{pin}", f"refs/heads/{pin}"} & refs:
         return passed("repository", f"{shown} answers and has {pin}", Stage.FETCH)
-    return Check("repository", WRONG, f"{shown} answers, but has no tag or branch {pin}",
-                 "check FLYDSL_PIN (a full commit hash or a tag such as v0.2.2)", True, Stage.CHECKOUT)
+    return Check(name="repository", status=WRONG, detail=f"{shown} answers, but has no tag or branch {pin}",
+                 remedy="check FLYDSL_PIN (a full commit hash or a tag such as v0.2.2)", blocking=True,
+                 stage=Stage.CHECKOUT)
 
 
 def check_llvm_source(ctx: RunContext) -> Check:
@@ -127,8 +134,9 @@ def check_llvm_source(ctx: RunContext) -> Check:
     answered, out, shown = _reach(remote, ctx.environ, ctx.timeout, ctx.settings, "HEAD")
     if answered:
         return passed("llvm-source", f"build_llvm.sh clones LLVM from {shown}, which answers", Stage.LLVM)
-    return Check("llvm-source", MISSING, f"build_llvm.sh clones LLVM from {shown}, which cannot be fetched: {out}"
-                 f"{_no_mirror(remote, ctx.settings)}", remedy, True, Stage.LLVM)
+    return Check(name="llvm-source", status=MISSING,
+                 detail=f"build_llvm.sh clones LLVM from {shown}, which cannot be fetched: {out}"
+                 f"{_no_mirror(remote, ctx.settings)}", remedy=remedy, blocking=True, stage=Stage.LLVM)
 
 
 def _submodule_url(url: str, repo: str) -> str:
@@ -165,10 +173,11 @@ def check_submodules(ctx: RunContext, checkout: Optional[str]) -> Check:
             unreachable.append(f"{path} ({out})" if local and shown == where else
                                f"{path} ({shown}: {out}{_no_mirror(where, ctx.settings)})")
     if unreachable:
-        return Check("submodules", MISSING, "the pin's submodules cannot be fetched: " + "; ".join(unreachable),
-                     "make them reachable, or mirror them and map their URLs with FLYDSL_GIT_MIRRORS=FROM=TO "
-                     "(a URL prefix, such as https://github.com/=https://git.example.internal/github/)", True,
-                     Stage.SUBMODULES)
+        return Check(name="submodules", status=MISSING,
+                     detail="the pin's submodules cannot be fetched: " + "; ".join(unreachable),
+                     remedy="make them reachable, or mirror them and map their URLs with FLYDSL_GIT_MIRRORS=FROM=TO "
+                     "(a URL prefix, such as https://github.com/=https://git.example.internal/github/)", blocking=True,
+                     stage=Stage.SUBMODULES)
     return passed("submodules", f"{len(subs)} submodule(s) can be fetched: " + ", ".join(served), Stage.SUBMODULES)
 
 
@@ -189,9 +198,10 @@ def check_index(ctx: RunContext, release: bool) -> Check:
                  "build_llvm.sh's pip install " + " ".join(ctx.needs.llvm_pip) if ctx.llvm and ctx.needs.llvm_pip
                  else "the private build tools")
     blocking = release or (ctx.llvm and bool(ctx.needs.llvm_pip))
-    return Check("package-index", MISSING, f"pip does not reach the package index ({why}); needed for {needed_by}",
-                 "check the network or pip's configuration (PIP_INDEX_URL, pip.conf); a local mirror works",
-                 blocking, stage)
+    return Check(name="package-index", status=MISSING,
+                 detail=f"pip does not reach the package index ({why}); needed for {needed_by}",
+                 remedy="check the network or pip's configuration (PIP_INDEX_URL, pip.conf); a local mirror works",
+                 blocking=blocking, stage=stage)
 
 
 def release_version_of_pin(settings: Settings, checkout: Optional[str]) -> Tuple[Optional[str], str, bool]:
@@ -231,31 +241,38 @@ def check_release(ctx: RunContext, checkout: Optional[str], *, demanded: bool) -
     if version is None and not demanded:
         return skipped("release-wheel", f"auto builds from source: {how}", Stage.RELEASE)
     if version is None and known:
-        return Check("release-wheel", WRONG, how, "pin a release tag (for example v0.2.2) or a version, or use "
-                     "FLYDSL_STRATEGY=source", True, Stage.RELEASE)
+        return Check(name="release-wheel", status=WRONG, detail=how,
+                     remedy="pin a release tag (for example v0.2.2) or a version, or use "
+                     "FLYDSL_STRATEGY=source", blocking=True, stage=Stage.RELEASE)
     try:
         options = wheel_tags(ctx.interpreter)
     except EnsureError as exc:
-        return Check("release-wheel", WRONG, exc.reason, "use a CPython interpreter, or FLYDSL_STRATEGY=source",
-                     demanded, Stage.RELEASE)
+        return Check(name="release-wheel", status=WRONG, detail=exc.reason,
+                     remedy="use a CPython interpreter, or FLYDSL_STRATEGY=source",
+                     blocking=demanded, stage=Stage.RELEASE)
     pip, no_pip = release_pip(ctx.interpreter.executable, ctx.environ)  # the pip ensure downloads with
     fallback = "" if demanded else "; auto builds from source instead"
     if pip is None:
-        return Check("release-wheel", MISSING, f"{how}, but {no_pip}{fallback}",
-                     "give the interpreter pip, or use FLYDSL_STRATEGY=source", demanded, Stage.RELEASE)
+        return Check(name="release-wheel", status=MISSING, detail=f"{how}, but {no_pip}{fallback}",
+                     remedy="give the interpreter pip, or use FLYDSL_STRATEGY=source", blocking=demanded,
+                     stage=Stage.RELEASE)
     answer = ctx.index.answer("flydsl", options, python=pip)
     wanted = f"flydsl=={version}" if version else f"flydsl >= {ctx.settings.min_version}"
     abi = options[options.index("--abi") + 1]
     if not answer.answered:
-        return Check("release-wheel", MISSING, f"cannot ask the package index for {wanted}: {answer.detail}",
-                     "check the network or pip's configuration (PIP_INDEX_URL, pip.conf)", demanded, Stage.RELEASE)
+        return Check(name="release-wheel", status=MISSING,
+                     detail=f"cannot ask the package index for {wanted}: {answer.detail}",
+                     remedy="check the network or pip's configuration (PIP_INDEX_URL, pip.conf)", blocking=demanded,
+                     stage=Stage.RELEASE)
     found = best_version(answer.versions, exact=version, minimum=None if version else ctx.settings.min_version)
     if found:
         return passed("release-wheel", f"{how}; the package index has a flydsl {found} wheel for {abi}", Stage.RELEASE)
     listed = ", ".join(answer.versions[:5]) or "none"
-    return Check("release-wheel", MISSING, f"{how}, but the package index has no {wanted} wheel for {abi} "
-                 f"(versions it has for {abi}: {listed}){fallback}", "use FLYDSL_STRATEGY=source to build the pin, "
-                 "or set FLYDSL_PYTHON to an interpreter FlyDSL publishes wheels for (cp310-cp314)", demanded,
-                 Stage.RELEASE)
+    return Check(name="release-wheel", status=MISSING,
+                 detail=f"{how}, but the package index has no {wanted} wheel for {abi} "
+                 f"(versions it has for {abi}: {listed}){fallback}",
+                 remedy="use FLYDSL_STRATEGY=source to build the pin, "
+                 "or set FLYDSL_PYTHON to an interpreter FlyDSL publishes wheels for (cp310-cp314)", blocking=demanded,
+                 stage=Stage.RELEASE)
 
 

@@ -32,8 +32,8 @@ class Check:
 
 
 def passed(name: str, detail: str, stage: Stage) -> Check:
-    return Check(name, OK, detail, "", False, stage)
+    return Check(name=name, status=OK, detail=detail, remedy="", blocking=False, stage=stage)
 
 
 def skipped(name: str, detail: str, stage: Stage) -> Check:
-    return Check(name, SKIPPED, detail, "", False, stage)
+    return Check(name=name, status=SKIPPED, detail=detail, remedy="", blocking=False, stage=stage)

@@ -215,4 +215,4 @@ def write_skill_folder(target: str, *, force: bool, wheels: Optional[str], envir
         raise
     if aside is not None:
         remove_tree(aside)  # the old folder, proven above to hold only what this command wrote
-    return SkillFolder(target, __version__, commit, vendored, replaced)
+    return SkillFolder(path=target, version=__version__, commit=commit, vendored=vendored, replaced=replaced)

@@ -221,7 +221,8 @@ def _answer(python: str, proc: "subprocess.Popen[bytes]", pythonpath: str, start
     results = tuple(
         ModuleResult(name, entry.get("file"), entry.get("error")) for name, entry in data["modules"].items()
     )
-    return Probe(interpreter, results, data.get("version"), data.get("version_error"), pythonpath, seconds)
+    return Probe(interpreter=interpreter, modules=results, version=data.get("version"),
+                 version_error=data.get("version_error"), pythonpath=pythonpath, seconds=seconds)
 
 
 class EarlyProbe:

@@ -250,7 +250,8 @@ class Stamps:
     def finish(self, step: str, key: Mapping[str, object], *, how: Optional[str] = None,
                commit: Optional[str] = None, version: Optional[str] = None) -> None:
         os.makedirs(self.folder, exist_ok=True)
-        atomic_write_json(self._path(step), Stamp(dict(key), time.time(), how, commit, version).to_json())
+        atomic_write_json(self._path(step), Stamp(key=dict(key), time=time.time(), how=how, commit=commit,
+                                                  version=version).to_json())
 
     def undo(self, step: str) -> None:
         """The step's result turned out unusable: not done any more (its started record stays)."""

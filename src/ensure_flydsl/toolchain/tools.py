@@ -103,16 +103,17 @@ def find_executable_tool(name: str, path: str, requirement: Optional[str] = None
     (a specifier: ``>=3.20``) accepts."""
     exe = shutil.which(name, path=path)
     if exe is None:
-        return ToolState(name, False, None, None, False, f"{name} is not on PATH")
+        return ToolState(name=name, found=False, version=None, where=None, good=False, problem=f"{name} is not on PATH")
     try:
         out = cmd_output([exe, "--version"], timeout=20)
     except CommandFailed as exc:
-        return ToolState(name, True, None, exe, False, f"{exe} --version fails (exit {exc.returncode})")
+        return ToolState(name=name, found=True, version=None, where=exe, good=False,
+                         problem=f"{exe} --version fails (exit {exc.returncode})")
     version = version_of(out)
     if requirement and not accepts(version, requirement):
-        return ToolState(name, True, version, exe, False,
-                         f"{exe} is version {version or 'unknown'}; {needed(requirement)}")
-    return ToolState(name, True, version, exe, True, "")
+        return ToolState(name=name, found=True, version=version, where=exe, good=False,
+                         problem=f"{exe} is version {version or 'unknown'}; {needed(requirement)}")
+    return ToolState(name=name, found=True, version=version, where=exe, good=True, problem="")
 
 
 def find_nanobind(python: str, environ: Mapping[str, str], requirement: Optional[str] = None) -> ToolState:
@@ -122,14 +123,15 @@ def find_nanobind(python: str, environ: Mapping[str, str], requirement: Optional
     try:
         out = cmd_output([python, "-c", scripts.text("nanobind")], env=env, timeout=30)
     except CommandFailed:
-        return ToolState("nanobind", False, None, None, False, f"{python} cannot import nanobind")
+        return ToolState(name="nanobind", found=False, version=None, where=None, good=False,
+                         problem=f"{python} cannot import nanobind")
     lines = out.strip().splitlines()
     version = lines[0].strip() if lines else None
     where = lines[-1].strip() if len(lines) > 1 else None
     if requirement and not accepts(version, requirement):
-        return ToolState("nanobind", True, version, where, False,
-                         f"{python} imports nanobind {version}; {needed(requirement)}")
-    return ToolState("nanobind", True, version, where, True, "")
+        return ToolState(name="nanobind", found=True, version=version, where=where, good=False,
+                         problem=f"{python} imports nanobind {version}; {needed(requirement)}")
+    return ToolState(name="nanobind", found=True, version=version, where=where, good=True, problem="")
 
 
 def machine_state(name: str, environ: Mapping[str, str], *, python: str, requirement: Optional[str] = None,
@@ -325,8 +327,9 @@ def provide_build_tools(
         installed.append(name)
         say(f"fix: provided {name} {provided[name]} in {installed_now['folder']}")
     path, pythonpath, prefixes = _search_paths(root, provided, record)
-    return ProvidedTools(tools_dir, present, provided, tuple(installed), tuple(path), tuple(pythonpath),
-                         tuple(prefixes))
+    return ProvidedTools(tools_dir=tools_dir, present=present, provided=provided, installed_now=tuple(installed),
+                         path=tuple(path), pythonpath=tuple(pythonpath),
+                         cmake_prefixes=tuple(prefixes))
 
 
 

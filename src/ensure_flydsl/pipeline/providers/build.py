@@ -215,7 +215,8 @@ def prepare(run: Run, cache: Optional[Cache]) -> Prepared:
     run.say("build tools: " + provided.summary())
     # Every pip install of the build (build_llvm.sh's unguarded one) is held to the nanobind MLIR configures with.
     held = [package_spec("nanobind", requirements["nanobind"])]
-    return Prepared(mlir, hip, provided, prepare_toolchain(root, run.interpreter, [], held), rocm.path)
+    return Prepared(mlir=mlir, hip=hip, provided=provided, toolchain=prepare_toolchain(root, run.interpreter, [], held),
+                    rocm=rocm.path)
 
 
 def update_submodules(run: Run, commit: str) -> None:

@@ -116,4 +116,5 @@ def verify_tree(run: Run, commit: str, how: How, early: Optional[Early] = None) 
             stage=Stage.VERIFY,
         )
     run.say(f"verified: {verdict.reason}")
-    return Decision(True, verdict.reason, how, settings.root, prefix, probe, verdict, commit)
+    return Decision(ok=True, reason=verdict.reason, how=how, tree=settings.root, prepend=prefix, probe=probe,
+                    verdict=verdict, commit=commit)
