@@ -121,3 +121,40 @@ def test_records_of_more_than_four_fields_are_made_by_keyword() -> None:
             found.extend(f"{os.path.relpath(path, TOP)}:{where}"
                          for where in positional_constructions(f.read(), classes))
     assert found == []
+
+
+# Who may call what: a process is started only by support/processes/ (its errors, its group, its stop), and a
+# file or folder is renamed into place only by support/files.py (the rename, then its folder flushed).
+OWNED_CALLS = {
+    ("subprocess", "Popen"): os.path.join("ensure_flydsl", "support", "processes", ""),
+    ("subprocess", "run"): os.path.join("ensure_flydsl", "support", "processes", ""),
+    ("subprocess", "call"): os.path.join("ensure_flydsl", "support", "processes", ""),
+    ("subprocess", "check_output"): os.path.join("ensure_flydsl", "support", "processes", ""),
+    ("subprocess", "check_call"): os.path.join("ensure_flydsl", "support", "processes", ""),
+    ("os", "rename"): os.path.join("ensure_flydsl", "support", "files.py"),
+    ("os", "replace"): os.path.join("ensure_flydsl", "support", "files.py"),
+}
+
+
+def owned_calls(source: str) -> List[str]:
+    """Each ``module.function(...)`` call of ``OWNED_CALLS`` in ``source``, as ``line: module.function``."""
+    return [f"{node.lineno}: {node.func.value.id}.{node.func.attr}" for node in ast.walk(ast.parse(source))
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+            and isinstance(node.func.value, ast.Name) and (node.func.value.id, node.func.attr) in OWNED_CALLS]
+
+
+def test_the_check_finds_an_owned_call() -> None:
+    assert owned_calls("import os\nos.replace(a, b)\nos.path.join(a)\n") == ["2: os.replace"]
+
+
+def test_processes_and_renames_have_one_owner_each() -> None:
+    found = []
+    for path in _python_files():
+        if not path.startswith(os.path.join(TOP, "src")):
+            continue
+        with open(path, encoding="utf-8") as f:
+            for call in owned_calls(f.read()):
+                module, function = call.split(": ")[1].split(".")
+                if OWNED_CALLS[(module, function)] not in path:
+                    found.append(f"{os.path.relpath(path, TOP)}:{call}")
+    assert found == []
