@@ -57,7 +57,7 @@ EXIT_MEANINGS = {
 # The exit codes a failed run records (its run record, the failure marker): every code of the contract but
 # 0 (success) and 75 (still running).  A record saying 0 or 75 would be a lie to `status` and `wait`'s caller
 # (75 sends a README-following agent back to `wait` for ever), and a code outside the table is no failure of
-# this tool's: its readers refuse both (runs/records.py: Failure.from_json).
+# this tool's: its readers refuse both (runs/markers.py: Failure.from_json).
 FAILURE_CODES: FrozenSet[int] = frozenset(int(code) for code in ExitCode
                                           if code not in (ExitCode.OK, ExitCode.STILL_RUNNING))
 
@@ -155,6 +155,7 @@ class EnsureError(Exception):
         stage: Optional[Stage] = None,
         hint: str = "",
         detail: str = "",
+        meaning: Optional[str] = None,
     ) -> None:
         super().__init__(reason)
         self.code = ExitCode(code)
@@ -165,15 +166,40 @@ class EnsureError(Exception):
         self.detail = detail
         # What the one line says the exit code means, when not the table's (a full file system's exit 5 is
         # no failed build).
-        self.meaning = EXIT_MEANINGS[self.code]
-        # Set by the run that failed, for the result object: its id, how long it ran, and what the root's
-        # env file still holds (the previous install, which a failure before the build leaves answering).
+        self.meaning = EXIT_MEANINGS[self.code] if meaning is None else meaning
+        # Given by the run that failed (``of_run``), for the result object: its id, how long it ran, and what
+        # the root's env file still holds (the previous install, which a failure before the build leaves
+        # answering).
         self.run_id: Optional[str] = None
         self.elapsed_s: Optional[float] = None
         self.installed: Optional[Dict[str, object]] = None
 
     def __str__(self) -> str:
         return self.reason
+
+    def amended(self, *, reason: Optional[str] = None, hint: Optional[str] = None) -> "EnsureError":
+        """A copy (of the same class, every attribute kept) with a new reason or hint, to raise in this one's
+        place: an error is never changed once raised, so whoever caught it before (a provider giving up its
+        lease, the failure marker's writer) saw the same error that goes on."""
+        new = self._copy()
+        if reason is not None:
+            new.reason = reason
+            new.args = (reason,)
+        if hint is not None:
+            new.hint = hint
+        return new
+
+    def of_run(self, run_id: str, elapsed_s: float, installed: Optional[Dict[str, object]]) -> "EnsureError":
+        """A copy that names the run that failed, how long it ran and what the env file still holds."""
+        new = self._copy()
+        new.run_id, new.elapsed_s, new.installed = run_id, elapsed_s, installed
+        return new
+
+    def _copy(self) -> "EnsureError":
+        new = type(self).__new__(type(self), *self.args)
+        new.__dict__.update(vars(self))
+        new.args = self.args
+        return new
 
 
 def disk_full_error(exc: OSError, stage: Optional[Stage]) -> Optional["EnsureError"]:
@@ -185,9 +211,8 @@ def disk_full_error(exc: OSError, stage: Optional[Stage]) -> Optional["EnsureErr
         return None
     path = exc.filename if isinstance(exc.filename, str) else None
     where = space.no_space(path, exc.errno) if path else "no space left on a file system this command writes to"
-    error = EnsureError(disk_full_code(stage), f"{where}; {NO_SPACE_ADVICE}", stage=stage)
-    error.meaning = "a full file system"
-    return error
+    return EnsureError(disk_full_code(stage), f"{where}; {NO_SPACE_ADVICE}", stage=stage,
+                       meaning="a full file system")
 
 
 class BadInput(EnsureError):

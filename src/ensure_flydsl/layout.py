@@ -61,9 +61,11 @@ LLVM_DIR_NAME = "llvm-project"
 LLVM_RECORD_NAME = ".llvm-project.ensure-flydsl.json"
 STAMP_SUFFIX = ".json"
 RUN_RECORD_SUFFIX = ".json"
-# The tree's top-level packages and where their sources are in a checkout of the pin (the build copies
-# python/flydsl into build-fly/python_packages; kernels/ is imported from the root itself).
-PACKAGE_SOURCES = (("flydsl", "python/flydsl"), ("kernels", "kernels"))
+# FlyDSL's own checkout layout: the tree's top-level packages and where their sources are in a checkout of
+# the pin (the build copies FLYDSL_SOURCES into build-fly/python_packages, and a release wheel must hold it
+# unchanged; kernels/ is imported from the root itself).
+FLYDSL_SOURCES = "python/flydsl"
+PACKAGE_SOURCES = (("flydsl", FLYDSL_SOURCES), ("kernels", "kernels"))
 BUILT_PACKAGES = ("flydsl",)  # the build stages these and adds compiled modules (flydsl._mlir) to them
 
 

@@ -92,7 +92,7 @@ class Geak:
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout, check=False)
 
     def one_tree(self, python: str = "python3") -> List[str]:
-        """The seed's check: source the env file and import both modules; their files."""
+        """GEAK's check: source the env file and import both modules; their files."""
         out = self.bash(f'source "$FLYDSL_ROOT/flydsl_env.sh" && {python} -c "import flydsl, '
                         'kernels.moe_gemm_2stage as k; print(flydsl.__file__); print(k.__file__)"')
         assert out.returncode == 0, out.stdout + out.stderr

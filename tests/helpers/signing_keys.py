@@ -21,8 +21,10 @@ def keygen(folder: str, name: str) -> Tuple[str, str]:
 
 def entry_manifest() -> bytes:
     """The bytes of a tree manifest as publish writes them: key fields, blob hash, members with hashes."""
-    members = (Member("flydsl", "dir", 0o755), Member("flydsl/__init__.py", "file", 0o644, 24, "ab" * 32),
-               Member("flydsl/_mlir/libFly.so", "symlink", 0o777, 0, None, "libFly.so.1"))
+    members = (Member("flydsl", "dir", 0o755), Member(path="flydsl/__init__.py", type="file", mode=0o644, size=24,
+                                                      sha256="ab" * 32),
+               Member(path="flydsl/_mlir/libFly.so", type="symlink", mode=0o777, size=0, sha256=None,
+                      target="libFly.so.1"))
     entry = CacheEntry(kind="tree", key=KEY, blob="cd" * 32, size=123456, created=1764547200.25, fields=FIELDS,
                        files=1, members=members, host="ci-host", tool="ensure-flydsl 1.0")
     return manifest_bytes(entry)

@@ -127,7 +127,7 @@ class Workspace:
         return data
 
     def source_and_import(self, python: str = sys.executable, extra: str = "") -> subprocess.CompletedProcess:
-        """The seed document's last step: source the env file, import from ONE tree, print the files."""
+        """A caller's last step (the README's recipe): source the env file, import from ONE tree, print the files."""
         script = (
             f'. "$1" && {python} -c "import flydsl, kernels.moe_gemm_2stage as k; '
             f'print(flydsl.__file__); print(k.__file__); print(flydsl.__version__)"'

@@ -141,8 +141,9 @@ def _copy(info: tarfile.TarInfo) -> tarfile.TarInfo:
 def test_the_tar_itself_is_checked_not_only_its_manifest(cache_dir: str, work: str) -> None:
     """An innocent manifest does not vouch for a tarball whose bytes match it but whose members do not."""
     entry = publish_raw(cache_dir, [_member("../evil", data=b"x")])
-    honest = Member("evil", "file", 0o644, 1, hashlib.sha256(b"x").hexdigest())
-    lying = CacheEntry(entry.kind, entry.key, entry.blob, entry.size, entry.created, entry.fields, 1,
+    honest = Member(path="evil", type="file", mode=0o644, size=1, sha256=hashlib.sha256(b"x").hexdigest())
+    lying = CacheEntry(kind=entry.kind, key=entry.key, blob=entry.blob, size=entry.size, created=entry.created,
+                       fields=entry.fields, files=1,
                        members=(honest,))
     # Each header is held against the manifest before its member is written: ../evil is not in it.
     assert_rejected(open_cache(cache_dir), lying, work, "member '../evil' is not in the manifest")
@@ -160,7 +161,9 @@ def test_modes_from_a_hand_made_manifest_are_never_group_or_world_writable(cache
 def test_a_member_before_its_folder_in_the_tar_is_rejected(cache_dir: str, work: str) -> None:
     """The manifest lists the folder first; the tar stream brings its file first: refused, not written."""
     entry = publish_raw(cache_dir, [_member("d/x", data=b"x"), _member("d", kind=tarfile.DIRTYPE)])
-    honest = (Member("d", "dir", 0o755), Member("d/x", "file", 0o644, 1, hashlib.sha256(b"x").hexdigest()))
-    lying = CacheEntry(entry.kind, entry.key, entry.blob, entry.size, entry.created, entry.fields, 1,
+    honest = (Member("d", "dir", 0o755), Member(path="d/x", type="file", mode=0o644, size=1,
+                                                sha256=hashlib.sha256(b"x").hexdigest()))
+    lying = CacheEntry(kind=entry.kind, key=entry.key, blob=entry.blob, size=entry.size, created=entry.created,
+                       fields=entry.fields, files=1,
                        members=honest)
     assert_rejected(open_cache(cache_dir), lying, work, "comes before its folder")

@@ -260,7 +260,8 @@ def test_a_generation_beyond_the_last_is_refused_and_built_around(tmp_path: "os.
     assert leases.generations("tree", key) == [last]
     newest = leases.newest("tree", key)
     assert newest is not None and newest.generation == last and newest.host == "h9"
-    taker = LeaseRecord("tree", key, last + 1, "me", "run", os.getpid(), time.time(), "the tree")
+    taker = LeaseRecord(kind="tree", key=key, generation=last + 1, host="me", run_id="run", pid=os.getpid(),
+                        started=time.time(), what="the tree")
     with pytest.raises(CacheError, match="which no run of this tool reaches"):
         leases.take(taker, lambda: (None, None, None))
 

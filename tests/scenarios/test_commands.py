@@ -1,4 +1,4 @@
-"""env, verify, clean, the Python API, and the seed document's detached Procedure."""
+"""env, verify, clean, the Python API, and the README's detached procedure."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import sys
 import textwrap
 
 from tests.helpers.flydsl_fixture import make_installed_tree, make_split_trees
+from tests.helpers.result_schema import json_lines
 from tests.helpers.scenario import assert_one_tree
 from tests.helpers.workspace import Workspace
 
@@ -203,3 +204,21 @@ def test_clean_keeps_the_llvm_build_another_root_shares(ws: Workspace) -> None:
     assert os.path.isdir(second) and not os.path.exists(ws.root)
     assert ws.run("clean", FLYDSL_ROOT=second).returncode == 0
     assert not os.path.exists(llvm)
+
+
+def test_clean_json_lists_what_its_lines_say(ws: Workspace) -> None:
+    """`clean --json` and clean's lines come from one record: every removed path and every kept line is in
+    both, in the same order, and the reason is the lines joined."""
+    assert ws.run().returncode == 0
+    with open(os.path.join(ws.root, "my-notes.txt"), "w") as handle:
+        handle.write("mine")
+    out = ws.run("clean", "--json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    said = [str(event["text"]) for event in json_lines(out.stderr) if event["event"] == "message"]
+    assert data["kept"] and all(line.startswith("kept ") for line in data["kept"])
+    assert any("my-notes.txt" in line for line in data["kept"]) and ws.env_file in data["removed"]
+    assert said == [*data["kept"], *(f"removed {path}" for path in data["removed"])]  # nothing else said
+    assert data["reason"] == "; ".join(said)
+    again = json.loads(ws.run("clean", "--json").stdout)
+    assert again["removed"] == [] and again["reason"].endswith("nothing to clean")

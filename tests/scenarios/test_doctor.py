@@ -82,9 +82,11 @@ def test_disk_check() -> None:
 
 
 def test_the_first_blocking_check_is_the_earliest_stage_and_ensure_stops_with_it() -> None:
-    hip = Check("hip", "missing", "no hip", "install hip", True, Stage.BUILD)
-    repo = Check("repository", "missing", "no answer", "use a mirror", True, Stage.FETCH)
-    warn = Check("memory", "wrong", "too many jobs", "FLYDSL_JOBS=2", False, Stage.LLVM)
+    hip = Check(name="hip", status="missing", detail="no hip", remedy="install hip", blocking=True, stage=Stage.BUILD)
+    repo = Check(name="repository", status="missing", detail="no answer", remedy="use a mirror", blocking=True,
+                 stage=Stage.FETCH)
+    warn = Check(name="memory", status="wrong", detail="too many jobs", remedy="FLYDSL_JOBS=2", blocking=False,
+                 stage=Stage.LLVM)
     assert first_blocking([warn, hip, repo]) is repo and first_blocking([warn]) is None
     stop_if_blocked([warn], "source")  # warnings never stop a run
     with pytest.raises(EnsureError) as info:

@@ -327,7 +327,8 @@ def test_what_a_killed_writer_left_goes_with_its_generation(tmp_path: "os.PathLi
     folder = os.path.join(store.root, "leases", "tree", key)
 
     def record(generation: int) -> LeaseRecord:
-        return LeaseRecord("tree", key, generation, "h", f"run-{generation}", os.getpid(), time.time(), "x")
+        return LeaseRecord(kind="tree", key=key, generation=generation, host="h", run_id=f"run-{generation}",
+                           pid=os.getpid(), started=time.time(), what="x")
 
     first = leases.take(record(1), lambda: ("build", 1.0, None))
     assert first is not None
@@ -352,7 +353,8 @@ def test_lease_objects_generations_and_unreadable_records(tmp_path: "os.PathLike
     leases, key = Leases(store, 60.0), "ab" * 32
 
     def record(generation: int) -> LeaseRecord:
-        return LeaseRecord("tree", key, generation, "h", f"run-{generation}", os.getpid(), time.time(), "x")
+        return LeaseRecord(kind="tree", key=key, generation=generation, host="h", run_id=f"run-{generation}",
+                           pid=os.getpid(), started=time.time(), what="x")
 
     held = leases.take(record(1), lambda: ("build", 50.0, 10.0))
     assert held is not None

@@ -309,7 +309,8 @@ def test_a_take_whose_create_fails_with_nothing_listed_moves_on(tmp_path: "os.Pa
     key = "cd" * 32
     hidden = f"{2:010d}.json"
     store = _Unlisted(os.path.join(str(tmp_path), "cache"), lambda name: name == hidden)
-    dead = LeaseRecord("mlir", key, 1, "ghost", "r-dead", 1, time.time() - 3600, "x", ttl=0.2)
+    dead = LeaseRecord(kind="mlir", key=key, generation=1, host="ghost", run_id="r-dead", pid=1,
+                       started=time.time() - 3600, what="x", ttl=0.2)
     assert store.create_exclusive(generation_path("mlir", key, 1), dead.to_bytes())
     assert store.create_exclusive(generation_path("mlir", key, 2), b"there, but never listed")
     turn, said = turn_in(store, key)

@@ -12,14 +12,17 @@ from ensure_flydsl.probe.gate import evaluate, one_tree, package_folder
 from ensure_flydsl.probe.results import Interpreter, ModuleResult, Probe
 from ensure_flydsl.setting_values import release_at_least
 
-INTERP = Interpreter("/usr/bin/python3", "3.11.7", "cpython", "cpython-311", "cpython-311-x86_64-linux-gnu",
-                     "linux-x86_64", "/usr", "/usr", ("/usr/lib/python3/site-packages",), "/usr/lib/python3.11", "")
+INTERP = Interpreter(executable="/usr/bin/python3", version="3.11.7", implementation="cpython", cache_tag="cpython-311",
+                     soabi="cpython-311-x86_64-linux-gnu",
+                     platform="linux-x86_64", prefix="/usr", base_prefix="/usr",
+                     site_dirs=("/usr/lib/python3/site-packages",), stdlib="/usr/lib/python3.11", include="")
 REQUIRE = ("flydsl", "kernels.moe_gemm_2stage")
 
 
 def probe(files: Dict[str, Tuple[Optional[str], Optional[str]]], version: Optional[str] = "0.2.2") -> Probe:
     modules = tuple(ModuleResult(name, f, e) for name, (f, e) in files.items())
-    return Probe(INTERP, modules, version, None if version else "flydsl has no __version__", "", 0.1)
+    return Probe(interpreter=INTERP, modules=modules, version=version,
+                 version_error=None if version else "flydsl has no __version__", pythonpath="", seconds=0.1)
 
 
 BUILT = {
@@ -36,7 +39,7 @@ BUILT = {
         ("0.2.10", "0.2.2", True),
         ("0.2.1", "0.2.2", False),
         ("0.2.2.dev12+ga35627a2", "0.2.2", True),  # dev builds carry their base version
-        ("0.2.2rc1", "0.2.2", True),  # release segment only, as the seed compared
+        ("0.2.2rc1", "0.2.2", True),  # release segment only, as the bash script this tool replaces compared
         ("0.2", "0.2.0", True),  # trailing zeros are equal
         ("1.0", "0.2.2", True),
         ("0.2.2", "0.2.3", False),
@@ -106,7 +109,7 @@ def test_old_version_is_not_reusable() -> None:
 
 
 def test_unparseable_version_fails_the_gate() -> None:
-    # The seed treated a failed comparison as "equal" and reused anything; here it is refused.
+    # The bash script this tool replaces treated a failed comparison as "equal" and reused anything; here it is refused.
     verdict = evaluate(probe(BUILT, "banana"), "0.2.2", REQUIRE)
     assert not verdict.reusable and "cannot be parsed" in verdict.reason
 

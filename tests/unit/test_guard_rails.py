@@ -63,15 +63,16 @@ def _strings(source: str) -> Set[str]:
 
 
 def own_file_names() -> Set[str]:
-    """The names layout.py gives the tool's files and folders that look like file names (a dot or a dash in
-    them): an exact copy of one elsewhere is a second owner of that path."""
+    """The names layout.py gives the tool's files and folders that look like file names (a dot, a dash or a
+    slash in them): an exact copy of one elsewhere is a second owner of that path."""
     with open(os.path.join(TOP, "src", "ensure_flydsl", "layout.py"), encoding="utf-8") as f:
-        return {s for s in _strings(f.read()) if ("." in s or "-" in s) and " " not in s and s not in GENERIC}
+        return {s for s in _strings(f.read())
+                if ("." in s or "-" in s or "/" in s) and " " not in s and s not in GENERIC}
 
 
 def test_layout_names_the_files_it_owns() -> None:
     assert {"owner.json", "tools.json", "start.lock", ".alive", "history.json", "history.lock",
-            "rocm-overlay"} <= own_file_names()
+            "rocm-overlay", "python/flydsl"} <= own_file_names()  # FlyDSL's own checkout layout too
 
 
 def test_no_module_but_layout_spells_the_tools_file_names() -> None:
@@ -81,4 +82,79 @@ def test_no_module_but_layout_spells_the_tools_file_names() -> None:
             continue
         with open(path, encoding="utf-8") as f:
             found.extend(f"{os.path.relpath(path, TOP)}: {name!r}" for name in sorted(_strings(f.read()) & owned))
+    assert found == []
+
+
+def _class_names() -> Set[str]:
+    names: Set[str] = set()
+    for path in _python_files():
+        if path.startswith(os.path.join(TOP, "src")):
+            with open(path, encoding="utf-8") as f:
+                names.update(node.name for node in ast.walk(ast.parse(f.read())) if isinstance(node, ast.ClassDef))
+    return names
+
+
+def positional_constructions(source: str, classes: Set[str]) -> List[str]:
+    """Each call of one of ``classes`` with more than four positional arguments (a record's fields are
+    named where it is made: a swapped pair of strings would otherwise pass every type check)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call) and len(node.args) > 4:
+            func = node.func
+            name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+            if name in classes:
+                found.append(f"{node.lineno}: {name} with {len(node.args)} positional arguments")
+    return found
+
+
+def test_the_check_finds_a_positional_construction() -> None:
+    assert positional_constructions("Check('a', 1, 'b', 'c', True, None)\nCheck(name='a')\n", {"Check"}) == [
+        "1: Check with 6 positional arguments"]
+
+
+def test_records_of_more_than_four_fields_are_made_by_keyword() -> None:
+    classes, found = _class_names(), []
+    tests = os.path.join(TOP, "tests")
+    for path in [*_python_files(), *(os.path.join(folder, f) for folder, _, files in os.walk(tests)
+                                      for f in sorted(files) if f.endswith(".py"))]:
+        with open(path, encoding="utf-8") as f:
+            found.extend(f"{os.path.relpath(path, TOP)}:{where}"
+                         for where in positional_constructions(f.read(), classes))
+    assert found == []
+
+
+# Who may call what: a process is started only by support/processes/ (its errors, its group, its stop), and a
+# file or folder is renamed into place only by support/files.py (the rename, then its folder flushed).
+OWNED_CALLS = {
+    ("subprocess", "Popen"): os.path.join("ensure_flydsl", "support", "processes", ""),
+    ("subprocess", "run"): os.path.join("ensure_flydsl", "support", "processes", ""),
+    ("subprocess", "call"): os.path.join("ensure_flydsl", "support", "processes", ""),
+    ("subprocess", "check_output"): os.path.join("ensure_flydsl", "support", "processes", ""),
+    ("subprocess", "check_call"): os.path.join("ensure_flydsl", "support", "processes", ""),
+    ("os", "rename"): os.path.join("ensure_flydsl", "support", "files.py"),
+    ("os", "replace"): os.path.join("ensure_flydsl", "support", "files.py"),
+}
+
+
+def owned_calls(source: str) -> List[str]:
+    """Each ``module.function(...)`` call of ``OWNED_CALLS`` in ``source``, as ``line: module.function``."""
+    return [f"{node.lineno}: {node.func.value.id}.{node.func.attr}" for node in ast.walk(ast.parse(source))
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+            and isinstance(node.func.value, ast.Name) and (node.func.value.id, node.func.attr) in OWNED_CALLS]
+
+
+def test_the_check_finds_an_owned_call() -> None:
+    assert owned_calls("import os\nos.replace(a, b)\nos.path.join(a)\n") == ["2: os.replace"]
+
+
+def test_processes_and_renames_have_one_owner_each() -> None:
+    found = []
+    for path in _python_files():
+        if not path.startswith(os.path.join(TOP, "src")):
+            continue
+        with open(path, encoding="utf-8") as f:
+            for call in owned_calls(f.read()):
+                module, function = call.split(": ")[1].split(".")
+                if OWNED_CALLS[(module, function)] not in path:
+                    found.append(f"{os.path.relpath(path, TOP)}:{call}")
     assert found == []

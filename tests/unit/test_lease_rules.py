@@ -39,7 +39,8 @@ def test_a_failure_is_believed_only_as_a_build_steps_with_its_exit_code() -> Non
 
 @pytest.mark.parametrize("code", [0, 1, 9, 64, 70, 75, 130, 255, -1, 256])
 def test_a_record_with_an_exit_code_no_build_step_has_is_an_unknown_holders(code: int) -> None:
-    record = LeaseRecord("tree", KEY, 1, "h", "r", 1, time.time(), "x", state="failed", ended=time.time(),
+    record = LeaseRecord(kind="tree", key=KEY, generation=1, host="h", run_id="r", pid=1, started=time.time(), what="x",
+                         state="failed", ended=time.time(),
                          failure={"stage": "llvm", "exit_code": code, "reason": "boom"})
     read = LeaseRecord.from_bytes(record.to_bytes(), "tree", KEY, 1)
     assert read.invalid is not None and "exit_code" in read.invalid and read.state == "building"
@@ -48,7 +49,8 @@ def test_a_record_with_an_exit_code_no_build_step_has_is_an_unknown_holders(code
 
 def _held(tmp: str) -> HeldLease:
     leases = Leases(FolderStore(os.path.join(tmp, "cache")), 60.0)
-    held = leases.take(LeaseRecord("tree", KEY, 1, "h", "r", os.getpid(), time.time(), "x"), lambda: (None, None, None))
+    held = leases.take(LeaseRecord(kind="tree", key=KEY, generation=1, host="h", run_id="r", pid=os.getpid(),
+                                   started=time.time(), what="x"), lambda: (None, None, None))
     assert held is not None
     return held
 
@@ -110,7 +112,8 @@ def test_a_host_id_is_taken_exactly_when_a_lease_record_carries_it(value: str) -
     if value == "":
         assert taken  # an empty variable is the default: the host name
         return
-    record = LeaseRecord("tree", KEY, 1, value, "r", 1, time.time(), "x")
+    record = LeaseRecord(kind="tree", key=KEY, generation=1, host=value, run_id="r", pid=1, started=time.time(),
+                         what="x")
     read = LeaseRecord.from_bytes(record.to_bytes(), "tree", KEY, 1)
     assert taken == (read.invalid is None)
     if taken:

@@ -12,14 +12,16 @@ from ensure_flydsl.probe.results import Interpreter, ModuleResult, Probe
 
 REQUIRE = ("flydsl", "kernels.moe_gemm_2stage")
 SITE = "/home/me/FlyDSL/.venv/lib/python3.11/site-packages"
-INTERP = Interpreter("/home/me/FlyDSL/.venv/bin/python", "3.11.7", "cpython", "cpython-311",
-                     "cpython-311-x86_64-linux-gnu", "linux-x86_64", "/home/me/FlyDSL/.venv", "/usr", (SITE,),
-                     "/usr/lib/python3.11", "")
+INTERP = Interpreter(executable="/home/me/FlyDSL/.venv/bin/python", version="3.11.7", implementation="cpython",
+                     cache_tag="cpython-311",
+                     soabi="cpython-311-x86_64-linux-gnu", platform="linux-x86_64", prefix="/home/me/FlyDSL/.venv",
+                     base_prefix="/usr", site_dirs=(SITE,),
+                     stdlib="/usr/lib/python3.11", include="")
 
 
 def _probe(flydsl: str, kernel: str) -> Probe:
     modules = (ModuleResult("flydsl", flydsl, None), ModuleResult("kernels.moe_gemm_2stage", kernel, None))
-    return Probe(INTERP, modules, "0.2.5", None, "", 0.1)
+    return Probe(interpreter=INTERP, modules=modules, version="0.2.5", version_error=None, pythonpath="", seconds=0.1)
 
 
 @pytest.mark.parametrize("flydsl", [

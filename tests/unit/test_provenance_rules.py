@@ -59,14 +59,17 @@ def test_nothing_to_compare_proves_nothing(tmp_path: "os.PathLike[str]") -> None
     assert not found.proven and "no files in python/flydsl" in found.summary()
 
 
-INTERPRETER = Interpreter("/usr/bin/python3", "3.11.7", "cpython", "cpython-311", "cpython-311-x86_64-linux-gnu",
-                          "linux-x86_64", "/usr", "/usr", (), "", "")
+INTERPRETER = Interpreter(executable="/usr/bin/python3", version="3.11.7", implementation="cpython",
+                          cache_tag="cpython-311", soabi="cpython-311-x86_64-linux-gnu",
+                          platform="linux-x86_64", prefix="/usr", base_prefix="/usr", site_dirs=(), stdlib="",
+                          include="")
 
 
 def probe(error: Optional[str]) -> Probe:
     modules = (ModuleResult("flydsl", "/x/flydsl/__init__.py", None),
                ModuleResult("kernels.moe_gemm_2stage", None if error else "/x/kernels/moe_gemm_2stage.py", error))
-    return Probe(INTERPRETER, modules, "0.2.2", None, "", 0.1)
+    return Probe(interpreter=INTERPRETER, modules=modules, version="0.2.2", version_error=None, pythonpath="",
+                 seconds=0.1)
 
 
 def tree(tmp_path: "os.PathLike[str]") -> Dict[str, str]:
@@ -106,8 +109,9 @@ def test_what_a_source_build_would_share_is_not_the_wheels_fault(tmp_path: "os.P
 
 def test_a_missing_third_party_module_outweighs_a_wheel_fault(tmp_path: "os.PathLike[str]") -> None:
     t = tree(tmp_path)
-    both = Probe(INTERPRETER, (
+    both = Probe(interpreter=INTERPRETER, modules=(
         ModuleResult("flydsl", None, "ModuleNotFoundError: No module named 'numpy'"),
         ModuleResult("kernels.moe_gemm_2stage", None,
-                     "ModuleNotFoundError: No module named 'flydsl._mlir._mlir_libs._mlir'")), None, None, "", 0.1)
+                     "ModuleNotFoundError: No module named 'flydsl._mlir._mlir_libs._mlir'")), version=None,
+                     version_error=None, pythonpath="", seconds=0.1)
     assert wheel_fault(both, t["packages"], t["sources"]) is None

@@ -31,8 +31,8 @@ from ensure_flydsl.pipeline.warm import try_warm
 from ensure_flydsl.probe.results import Interpreter
 from ensure_flydsl.result import How
 from ensure_flydsl.runs.history import History
-from ensure_flydsl.runs.markers import EnvTwin, render_env_sh
-from ensure_flydsl.runs.records import Failure, RunRecord
+from ensure_flydsl.runs.markers import EnvTwin, Failure, render_env_sh
+from ensure_flydsl.runs.records import RunRecord
 from ensure_flydsl.settings import load_settings
 from ensure_flydsl.source.ownership import MadeRecord
 from ensure_flydsl.source.root import Owner, Stamp
@@ -339,8 +339,10 @@ def test_the_shape_check_takes_any_file_list(names: List[str], tracked: List[str
             assert any(p.startswith(name + " (") for p in problems), name
 
 
-INTERP = Interpreter("/usr/bin/python3", "3.11.7", "cpython", "cpython-311", "cpython-311-x86_64-linux-gnu",
-                     "linux-x86_64", "/usr", "/usr", (), "/usr/lib/python3.11", "/usr/include/python3.11")
+INTERP = Interpreter(executable="/usr/bin/python3", version="3.11.7", implementation="cpython", cache_tag="cpython-311",
+                     soabi="cpython-311-x86_64-linux-gnu",
+                     platform="linux-x86_64", prefix="/usr", base_prefix="/usr", site_dirs=(),
+                     stdlib="/usr/lib/python3.11", include="/usr/include/python3.11")
 RECORD_LINE = st.one_of(
     st.text(max_size=40),
     st.tuples(st.sampled_from(["flydsl/__init__.py", "flydsl/x.py", "flydsl-0.2.2.dist-info/RECORD", "../x", "/abs",

@@ -31,7 +31,7 @@ def refused(flags: Optional[Dict[str, Optional[str]]] = None, **env: str) -> Bad
     return info.value
 
 
-def test_defaults_are_the_seeds() -> None:
+def test_defaults_are_the_contracts() -> None:
     s = load()
     assert s.root == DEFAULT_ROOT == "/opt/flydsl/FlyDSL"
     assert s.min_version == DEFAULT_MIN_VERSION == "0.2.2"

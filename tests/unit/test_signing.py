@@ -141,7 +141,7 @@ def test_trusted_keys_set_but_empty_are_bad_input_not_checks_off(value: str, tmp
         assert reason.startswith(("FLYDSL_CACHE_TRUSTED_KEYS=", "--cache-trusted-key=")), reason
         assert "set but empty, it would check no signatures" in reason and "absolute path" in reason, reason
         assert "\n" not in reason
-    # The other settings keep the seed's rule: an empty variable is the default.
+    # The other settings keep every setting's rule: an empty variable is the default.
     assert load_settings({}, {"FLYDSL_CACHE_SIGNING_KEY": "", "FLYDSL_CACHE": ""}) == load_settings({}, {})
     assert load_settings({}, {"FLYDSL_CACHE_TRUSTED_KEYS": public}).cache_trusted_keys == (
         read_public_keys(public)[0].line(),)

@@ -9,7 +9,8 @@ import json
 from ensure_flydsl.binary_cache.lease_record import LeaseRecord
 from ensure_flydsl.doctor.diagnose import first_blocking
 from ensure_flydsl.errors import ExitCode, Plan, Stage
-from ensure_flydsl.runs.records import Failure, RunRecord
+from ensure_flydsl.runs.markers import Failure
+from ensure_flydsl.runs.records import RunRecord
 from ensure_flydsl.ways.cache.fleet import believed, give_up
 from ensure_flydsl.ways.checks import Check
 
@@ -41,9 +42,10 @@ def test_the_plans_the_doctor_s_order_and_the_work_steps() -> None:
 
 
 def test_a_doctor_check_s_exit_code_and_order_come_from_its_stage() -> None:
-    late = Check("hip", "missing", "", "", True, Stage.BUILD)
-    early = Check("git", "missing", "", "", True, Stage.FETCH)
-    none = Check("x", "missing", "", "", True, Stage.PUBLISH)  # no order: after every ordered stage
+    late = Check(name="hip", status="missing", detail="", remedy="", blocking=True, stage=Stage.BUILD)
+    early = Check(name="git", status="missing", detail="", remedy="", blocking=True, stage=Stage.FETCH)
+    none = Check(name="x", status="missing", detail="", remedy="", blocking=True,
+                 stage=Stage.PUBLISH)  # no order: after every ordered stage
     assert first_blocking([none, late, early]) is early
     assert (late.exit_code, early.exit_code, none.exit_code) == (5, 2, 70)
     assert json.loads(json.dumps(early.to_json()))["stage"] == "fetch"
@@ -80,7 +82,8 @@ def test_a_lease_failure_is_believed_only_with_a_build_steps_stage_and_its_exit_
     """A stage this version does not know, none, or a step with another step's exit code: the record is an
     unknown holder's lease (ways/cache/fleet.py: believed), never a waiter's stage and exit code."""
     def seen(stage: object) -> LeaseRecord:
-        record = LeaseRecord("tree", "k", 2, "host-7", "20261201-010203-abcdef", 42, 0.0, "the tree",
+        record = LeaseRecord(kind="tree", key="k", generation=2, host="host-7", run_id="20261201-010203-abcdef", pid=42,
+                             started=0.0, what="the tree",
                              state="failed", failure={"stage": stage, "exit_code": 5, "reason": "boom"})
         return believed(record)
 

@@ -72,6 +72,7 @@ from ensure_flydsl.binary_cache.signing import manifest_sha, stale_signatures
 from ensure_flydsl.binary_cache.store import CacheCorrupt, CacheError, Store, StoredFile, open_store
 from ensure_flydsl.binary_cache.variants import Published, place, read_manifest, read_variants
 from ensure_flydsl.support import space
+from ensure_flydsl.support.files import rename_into_place
 from ensure_flydsl.support.keys import SecretKey
 from ensure_flydsl.version import __version__
 
@@ -184,7 +185,7 @@ class Cache:
             set_modes(tree, members)
             if os.path.lexists(dest):
                 raise CacheError(f"cannot fetch into {dest}: something else created it meanwhile")
-            os.rename(tree, dest)
+            rename_into_place(tree, dest)
         except CacheError:
             shutil.rmtree(tmp, ignore_errors=True)
             raise

@@ -13,7 +13,7 @@ from ensure_flydsl.support.frozen import Frozen
 TYPE_CHECKING = False  # typing is for the type checker only: not imported on the warm call's path
 if TYPE_CHECKING:
     import argparse
-    from typing import Callable, Dict, List, Optional, Sequence, Tuple
+    from typing import Callable, Dict, Optional, Sequence, Tuple
 
     from ensure_flydsl.settings import Settings
     from ensure_flydsl.support.report import Reporter
@@ -157,23 +157,16 @@ def _verify(args: argparse.Namespace, settings: Settings, reporter: Reporter, en
 
 
 def _clean(args: argparse.Namespace, settings: Settings, reporter: Reporter, environ: Dict[str, str]) -> int:
-    from ensure_flydsl.cli.clean import Listening, clean
+    from ensure_flydsl.cli.clean import clean
 
-    if not args.json:
-        return clean(settings, reporter)
-    import json
+    cleaned = clean(settings, reporter.say)
+    for line in cleaned.lines():
+        reporter.say(line)
+    if args.json:
+        import json
 
-    from ensure_flydsl.result import result_object as shaped
-
-    said: List[str] = []
-    listening = Listening(reporter, said)
-    code = clean(settings, listening)
-    data = shaped(ok=code == 0, exit_code=code, reason="; ".join(said) or "nothing to clean",
-                  log=settings.log_file)
-    data.update(root=settings.root, removed=[m[len("removed "):] for m in said if m.startswith("removed ")],
-                kept=[m for m in said if m.startswith("kept ")])
-    print(json.dumps(data, sort_keys=True))
-    return code
+        print(json.dumps(cleaned.to_json(settings), sort_keys=True))
+    return 0
 
 
 def _start(args: argparse.Namespace, settings: Settings, reporter: Reporter, environ: Dict[str, str]) -> int:

@@ -8,9 +8,10 @@ itself is never deleted (see pipeline/lock.py).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import uuid
-from typing import List
+from typing import Callable, Dict, List, Tuple
 
 from ensure_flydsl.errors import EnsureError, ExitCode, Stage
 from ensure_flydsl.layout import (
@@ -30,14 +31,46 @@ from ensure_flydsl.source.git import Checkout
 from ensure_flydsl.source.ownership import foreign_files, other_roots, remove_made
 from ensure_flydsl.source.root import Stamps, is_ours, owner
 from ensure_flydsl.support.files import remove_file, remove_tree
-from ensure_flydsl.support.report import Reporter
 from ensure_flydsl.ways.source.environment import LlvmRecord
 
 
-def clean(settings: Settings, reporter: Reporter) -> int:
+@dataclasses.dataclass(frozen=True)
+class Cleaned:
+    """What ``clean`` did: the paths it removed, in order, and a line for each thing it kept, saying why.
+    Both the human lines and ``clean --json`` are made from it."""
+
+    removed: Tuple[str, ...]
+    kept: Tuple[str, ...]
+
+    def lines(self) -> List[str]:
+        """What a person reads: the kept lines, then each removal (or that there was nothing to clean)."""
+        return [*self.kept, *(f"removed {path}" for path in self.removed)] + ([] if self.removed else
+                                                                             ["nothing to clean"])
+
+    def to_json(self, settings: Settings) -> Dict[str, object]:
+        from ensure_flydsl.result import result_object
+
+        data = result_object(ok=True, exit_code=0, reason="; ".join(self.lines()), log=settings.log_file)
+        data.update(root=settings.root, removed=list(self.removed), kept=list(self.kept))
+        return data
+
+
+class _Kept:
+    """The kept lines, collected while cleaning (each one says what stayed and why)."""
+
+    def __init__(self) -> None:
+        self.lines: List[str] = []
+
+    def say(self, message: str) -> None:
+        self.lines.append(message)
+
+
+def clean(settings: Settings, say: Callable[[str], None]) -> Cleaned:
+    """Clean the root under the build lock (``say`` hears the lock's line when another holds it)."""
     root = settings.root
+    reporter = _Kept()
     _refuse_while_running(settings)
-    with build_lock(settings.lock_file, timeout=0, run_id="clean-" + uuid.uuid4().hex[:8], say=reporter.say):
+    with build_lock(settings.lock_file, timeout=0, run_id="clean-" + uuid.uuid4().hex[:8], say=say):
         _refuse_while_running(settings)  # a detached worker probes before it takes the lock
         removed = _clean_shared_files(settings, reporter)
         if withdraw_env_file(settings.env_file, settings.env_json):
@@ -61,11 +94,7 @@ def clean(settings: Settings, reporter: Reporter) -> int:
             removed.extend(_clean_root(root, settings, reporter))
         elif os.path.isdir(root):
             reporter.say(f"kept {root}: ensure-flydsl did not create it")
-        for path in removed:
-            reporter.say(f"removed {path}")
-        if not removed:
-            reporter.say("nothing to clean")
-    return 0
+    return Cleaned(removed=tuple(removed), kept=tuple(reporter.lines))
 
 
 def _refuse_while_running(settings: Settings) -> None:
@@ -80,7 +109,7 @@ def _refuse_while_running(settings: Settings) -> None:
         )
 
 
-def _clean_shared_files(settings: Settings, reporter: Reporter) -> List[str]:
+def _clean_shared_files(settings: Settings, reporter: _Kept) -> List[str]:
     """The failure marker if it was written for this root, and the log unless other roots write to it too
     (sibling roots in one folder share both paths by default)."""
     removed: List[str] = []
@@ -115,7 +144,7 @@ def _clean_runs(settings: Settings) -> List[str]:
     return removed
 
 
-def _clean_root(root: str, settings: Settings, reporter: Reporter) -> List[str]:
+def _clean_root(root: str, settings: Settings, reporter: _Kept) -> List[str]:
     info = owner(root)
     foreign = foreign_files(Checkout.of(settings))
     if (info is not None and info.created_root) and not foreign:
@@ -149,7 +178,7 @@ def _clean_root(root: str, settings: Settings, reporter: Reporter) -> List[str]:
     return removed
 
 
-def _remove_made(folder: str, record: str, reporter: Reporter) -> List[str]:
+def _remove_made(folder: str, record: str, reporter: _Kept) -> List[str]:
     """What the build steps recorded making in ``folder`` goes; somebody else's files stay, named.  Return
     those (empty when the folder is gone)."""
     if os.path.islink(folder) or (os.path.lexists(folder) and not os.path.isdir(folder)):
@@ -161,15 +190,3 @@ def _remove_made(folder: str, record: str, reporter: Reporter) -> List[str]:
         reporter.say(f"kept {len(kept)} files or folders in {folder} that ensure-flydsl did not create: {shown}; "
                      f"removed what its builds made there")
     return kept
-
-
-class Listening(Reporter):
-    """A reporter that also keeps what is said (``clean --json`` lists what it removed and kept)."""
-
-    def __init__(self, inner: Reporter, said: List[str]) -> None:
-        super().__init__(inner.stream, mode=inner.mode, prefix=inner.prefix)
-        self._said = said
-
-    def say(self, message: str) -> None:
-        self._said.append(message)
-        super().say(message)

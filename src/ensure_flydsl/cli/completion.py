@@ -57,17 +57,29 @@ def nodes() -> List[Node]:
         if actions is None:
             found.append(_leaf((name,)))
             continue
-        found.append(Node(name, (Option(("-h", "--help"), "show this help", False, (), False),),
-                          tuple((a, actions[a].help or "") for a in public(actions)), True, False))
+        found.append(Node(path=name,
+                          options=(Option(flags=("-h", "--help"), help="show this help", takes_value=False,
+                                          values=(), files=False),),
+                          words=tuple((a, actions[a].help or "") for a in public(actions)),
+                          commands=True,
+                          files=False))
         found += [_leaf((name, action)) for action in public(actions)]
     return found
 
 
 def _top() -> Node:
     ensure = _leaf(("ensure",))
-    version = Option(("-V", "--version"), "print the version (and the commit, when known)", False, (), False)
+    version = Option(flags=("-V", "--version"),
+                     help="print the version (and the commit, when known)",
+                     takes_value=False,
+                     values=(),
+                     files=False)
     commands = tuple((name, COMMANDS[name].help or "") for name in public(COMMANDS))
-    return Node("", ensure.options + (version,), commands, True, False)
+    return Node(path="",
+                options=ensure.options + (version,),
+                words=commands,
+                commands=True,
+                files=False)
 
 
 def _leaf(path: Sequence[str]) -> Node:
@@ -88,7 +100,11 @@ def _leaf(path: Sequence[str]) -> Node:
         option = _option(action, command.settings)
         if option is not None:
             options.append(option)
-    return Node(" ".join(path), tuple(options), words, False, files)
+    return Node(path=" ".join(path),
+                options=tuple(options),
+                words=words,
+                commands=False,
+                files=files)
 
 
 def _option(action: argparse.Action, shown: Optional[Sequence[str]]) -> Optional[Option]:
@@ -99,10 +115,17 @@ def _option(action: argparse.Action, shown: Optional[Sequence[str]]) -> Optional
             return None
         files = takes and setting.name in PATH_SETTINGS
         values = SETTING_VALUES.get(setting.name, ())
-        return Option(tuple(action.option_strings), setting.help, takes, values, files)
+        return Option(flags=tuple(action.option_strings),
+                      help=setting.help,
+                      takes_value=takes,
+                      values=values,
+                      files=files)
     values = tuple(str(c) for c in action.choices) if action.choices else ()
-    return Option(tuple(action.option_strings), action.help or "", takes, values,
-                  takes and action.metavar in PATH_METAVARS)
+    return Option(flags=tuple(action.option_strings),
+                  help=action.help or "",
+                  takes_value=takes,
+                  values=values,
+                  files=takes and action.metavar in PATH_METAVARS)
 
 
 def _flags(found: Sequence[Node], which: str) -> List[str]:

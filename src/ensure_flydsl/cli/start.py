@@ -31,7 +31,7 @@ from ensure_flydsl.runs.records import RUNNING, RunRecord, RunStore, new_record,
 from ensure_flydsl.runs.twin_gate import installed
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.support.install_route import tool_command
-from ensure_flydsl.support.processes import stop_signals_blocked
+from ensure_flydsl.support.processes import spawn, stop_signals_blocked
 from ensure_flydsl.support.report import Reporter
 from ensure_flydsl.ways.context import announced_eta
 
@@ -86,16 +86,14 @@ def _join_or_launch(settings: Settings, environ: Mapping[str, str], reporter: Re
         full = disk_full_error(exc, Stage.STARTING)
         if full is None:
             raise
-        _leave_marker(settings, store, full, run_id)
-        raise full from None
+        raise _leave_marker(settings, store, full, run_id) from None
     cmd = [*tool_command(), "_worker", "--run-id", run_id, "--alive-fd", str(alive_fd),
            "--settings-json", json.dumps(settings_to_json(settings))]
     try:
         # In the caller's folder, as the probe runs (a pyenv or asdf shim picks the interpreter from it).
         with stop_signals_blocked():  # the worker unblocks them once its record can say how it ended
-            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                    env=dict(environ), start_new_session=True, pass_fds=(alive_fd,),
-                                    cwd=callers_folder())
+            proc = spawn(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=environ,
+                         own_group=True, pass_fds=(alive_fd,), cwd=callers_folder())
     finally:
         os.close(log)
         os.close(alive_fd)  # the worker holds its own copy of the locked descriptor
@@ -124,15 +122,16 @@ def _announce(settings: Settings, environ: Mapping[str, str], store: RunStore, r
     return log
 
 
-def _leave_marker(settings: Settings, store: RunStore, error: EnsureError, run_id: str) -> None:
-    """The failure marker for a run that could not start (a poller of the marker learns it too); when it
-    cannot be written either, the one line says so."""
+def _leave_marker(settings: Settings, store: RunStore, error: EnsureError, run_id: str) -> EnsureError:
+    """The failure marker for a run that could not start (a poller of the marker learns it too); the error
+    to raise: ``error``, or, when the marker cannot be written either, a copy whose one line says so."""
     request = settings.request()
     if not os.path.isdir(os.path.dirname(settings.fail_marker)) or marker_is_answered(
             store, request, run_id, settings.root, False):
-        return
+        return error
     try:
         write_failure_marker(settings.fail_marker, stage=error.stage, exit_code=int(error.code), reason=error.reason,
                              hint=error.hint, log=settings.log_file, log_tail=[], run_id=run_id, request=request)
     except OSError as problem:
-        error.reason = f"{error.reason}; {marker_unwritten(settings.fail_marker, problem)}"
+        return error.amended(reason=f"{error.reason}; {marker_unwritten(settings.fail_marker, problem)}")
+    return error

@@ -46,7 +46,7 @@ def _of_root(records: Sequence[TimingRecord], root: Optional[str]) -> List[Timin
 class _Found:
     """What the query found: the folder, the root it was held to, the runs, the files skipped."""
 
-    def __init__(self, environ: Mapping[str, str], folder: Optional[str], root: Optional[str],
+    def __init__(self, environ: Mapping[str, str], *, folder: Optional[str], root: Optional[str],
                  runs: List[TimingRecord], skipped: List[Skipped]) -> None:
         self.host, self.folder, self.root, self.runs, self.skipped = host_id(environ), folder, root, runs, skipped
         self.summary = summarize(runs)
@@ -69,7 +69,7 @@ def _query(environ: Mapping[str, str], root: Optional[str], records: Optional[st
     chosen = None if root is None else parse_root("--root", root)
     folder = _folder(records, environ)
     found, skipped = read_records(folder) if folder is not None else ([], [])
-    return _Found(environ, folder, chosen, _of_root(found, chosen), skipped)
+    return _Found(environ, folder=folder, root=chosen, runs=_of_root(found, chosen), skipped=skipped)
 
 
 def stats(args: argparse.Namespace, environ: Mapping[str, str]) -> int:

@@ -14,11 +14,10 @@ from ensure_flydsl.cli.status import ABSENT_EXIT, answer_object
 from ensure_flydsl.errors import ExitCode
 from ensure_flydsl.runs.answer import Answer, answer
 from ensure_flydsl.runs.heartbeat import Pulse, say_pulse
-from ensure_flydsl.runs.markers import tail_of
+from ensure_flydsl.runs.markers import read_failure_marker, tail_of
 from ensure_flydsl.runs.records import FAILED, RUNNING, SUCCEEDED
 from ensure_flydsl.runs.twin_gate import installed_line
 from ensure_flydsl.settings import Settings
-from ensure_flydsl.support.files import read_json
 from ensure_flydsl.support.report import Reporter, fmt_seconds, known
 
 POLL_S = 0.05
@@ -67,11 +66,11 @@ def _finished(settings: Settings, found: Answer, reporter: Reporter) -> int:
     if found.state == FAILED and found.failure is not None:
         failure = found.failure
         reporter.say(f"failed (exit {failure.exit_code}) in step {known(failure.stage)}: {known(failure.reason)}")
-        marker = read_json(settings.fail_marker) or {}
-        log = found.record.log if found.record is not None else str(marker.get("log") or "")
-        tail = marker.get("log_tail") if marker.get("run_id") == found.run_id else None
+        marker = read_failure_marker(settings.fail_marker)
+        log = found.record.log if found.record is not None else (marker.log if marker is not None else "")
+        tail = list(marker.log_tail) if marker is not None and marker.run_id == found.run_id else None
         tail = tail or tail_of(log)
-        if isinstance(tail, list) and tail:
+        if tail:
             reporter.say(f"last lines of the log ({log}):\n" + "\n".join("    " + str(t) for t in tail))
         if there is not None:
             reporter.say(installed_line(there))

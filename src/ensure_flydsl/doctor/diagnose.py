@@ -134,7 +134,8 @@ def run_checks(
         needs = f_needs.result() if f_needs is not None else KNOWN_FLYDSL_NEEDS
         llvm = builds and llvm_step_needed(settings, needs, interp)
         index = Index(installer_python(interp, settings), environ, timeout)
-        ctx = RunContext(settings, environ, timeout, interp, needs, llvm, index)
+        ctx = RunContext(settings=settings, environ=environ, timeout=timeout, interpreter=interp, needs=needs,
+                         llvm=llvm, index=index)
         if reuse is not None:
             early.insert(0, submit(reuse, settings, environ, interp))
         predicted = {way: PREDICTIONS[way](ctx, checkout, submit) for way in provisioning(strategy)}

@@ -21,6 +21,7 @@ from ensure_flydsl.probe.results import Interpreter
 from ensure_flydsl.runs.answer import roots_sharing_marker, sharing_advice
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.source.root import RootKind, classify_root, creatable_problem
+from ensure_flydsl.support.processes import run_captured
 from ensure_flydsl.ways.checks import MISSING, WRONG, Check, passed
 
 
@@ -30,8 +31,9 @@ def check_interpreter(settings: Settings, environ: Mapping[str, str]) -> Tuple[C
         interp = describe_interpreter(settings.python, environ, timeout=settings.probe_timeout,
                                       timeout_label=settings.label("probe_timeout"))
     except EnsureError as exc:
-        return Check("interpreter", WRONG, f"{label}={settings.python}: {exc.reason}",
-                     f"set {label} to the Python interpreter that will import FlyDSL", True, Stage.SETTINGS), None
+        return Check(name="interpreter", status=WRONG, detail=f"{label}={settings.python}: {exc.reason}",
+                     remedy=f"set {label} to the Python interpreter that will import FlyDSL", blocking=True,
+                     stage=Stage.SETTINGS), None
     return passed("interpreter", f"{interp.executable} {interp.version} ({interp.abi})", Stage.SETTINGS), interp
 
 
@@ -39,13 +41,13 @@ def check_root(settings: Settings) -> Check:
     root, label = settings.root, settings.label("root")
     problem = None if os.path.lexists(root) else creatable_problem(root)
     if problem is not None:
-        return Check("root", WRONG, f"{root} cannot be created: {problem[1]}",
-                     f"set {label} to a folder this user can create", True, Stage.SETTINGS)
+        return Check(name="root", status=WRONG, detail=f"{root} cannot be created: {problem[1]}",
+                     remedy=f"set {label} to a folder this user can create", blocking=True, stage=Stage.SETTINGS)
     state = classify_root(root, settings.repo)
     if state.kind is RootKind.FOREIGN:
-        return Check("root", WRONG, f"{root}: {state.reason}",
-                     f"set {label} to an empty or new folder (ensure-flydsl never overwrites others' files)",
-                     True, Stage.SETTINGS)
+        return Check(name="root", status=WRONG, detail=f"{root}: {state.reason}",
+                     remedy=f"set {label} to an empty or new folder (ensure-flydsl never overwrites others' files)",
+                     blocking=True, stage=Stage.SETTINGS)
     return passed("root", f"{root} ({state.kind}{': ' + state.reason if state.reason else ''})", Stage.SETTINGS)
 
 
@@ -55,20 +57,22 @@ def check_marker_sharing(settings: Settings) -> Check:
         return passed("fail-marker", f"{settings.fail_marker} is this root's alone", Stage.SETTINGS)
     advice = sharing_advice(settings, sharing)
     problem, remedy = advice.split("; give each root its own, ")
-    return Check("fail-marker", WRONG, problem, "give each root its own FLYDSL_BUILD_FAILED, " + remedy, False,
-                 Stage.SETTINGS)
+    return Check(name="fail-marker", status=WRONG, detail=problem,
+                 remedy="give each root its own FLYDSL_BUILD_FAILED, " + remedy, blocking=False,
+                 stage=Stage.SETTINGS)
 
 
 def check_git(environ: Mapping[str, str]) -> Check:
     exe = shutil.which("git", path=environ.get("PATH"))
     if exe is None:
-        return Check("git", MISSING, "git is not on PATH; it fetches the pin (and LLVM)",
-                     "install git (your OS package) or put it on PATH", True, Stage.FETCH)
+        return Check(name="git", status=MISSING, detail="git is not on PATH; it fetches the pin (and LLVM)",
+                     remedy="install git (your OS package) or put it on PATH", blocking=True, stage=Stage.FETCH)
     try:
-        out = subprocess.run([exe, "--version"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=20,
-                             check=False).stdout.decode(errors="replace").strip()
+        out = run_captured([exe, "--version"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           timeout=20).stdout.decode(errors="replace").strip()
     except (OSError, subprocess.TimeoutExpired) as exc:
-        return Check("git", WRONG, f"{exe} does not run: {exc}", "reinstall git", True, Stage.FETCH)
+        return Check(name="git", status=WRONG, detail=f"{exe} does not run: {exc}", remedy="reinstall git",
+                     blocking=True, stage=Stage.FETCH)
     return passed("git", f"{out} at {exe}", Stage.FETCH)
 
 

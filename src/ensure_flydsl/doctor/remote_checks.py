@@ -31,31 +31,38 @@ def check_repository(settings: Settings, environ: Mapping[str, str], timeout: fl
     if is_local_repo(where):
         path = local_path(where)
         if not os.path.isdir(path):
-            return Check("repository", MISSING, f"{label}={shown}: {path} does not exist",
-                         f"point {label} at a FlyDSL clone or mirror", fetched is None, Stage.FETCH)
+            return Check(name="repository", status=MISSING, detail=f"{label}={shown}: {path} does not exist",
+                         remedy=f"point {label} at a FlyDSL clone or mirror", blocking=fetched is None,
+                         stage=Stage.FETCH)
         commit = resolve_in(path, pin)
         if commit is None:
-            return Check("repository", WRONG, f"the pin {pin} is not a commit, tag or branch of {shown}",
-                         "check FLYDSL_PIN (a full commit hash or a tag such as v0.2.2)", fetched is None,
-                         Stage.CHECKOUT)
+            return Check(name="repository", status=WRONG,
+                         detail=f"the pin {pin} is not a commit, tag or branch of {shown}",
+                         remedy="check FLYDSL_PIN (a full commit hash or a tag such as v0.2.2)",
+                         blocking=fetched is None,
+                         stage=Stage.CHECKOUT)
         return passed("repository", f"local repository {path}{' for ' + repo if where != repo else ''}; the pin is "
                    f"commit {commit[:12]}", Stage.FETCH)
     answered, out, _ = reach(repo, environ, timeout, settings)
     if not answered:
         if fetched is not None:
-            return Check("repository", MISSING, f"{shown} does not answer ({out}), but the pin is already fetched "
-                         f"into {settings.root} (commit {fetched[:12]})", "none needed for this pin", False,
-                         Stage.FETCH)
-        return Check("repository", MISSING, f"{shown} does not answer: {out}{no_mirror(repo, settings)}",
-                     f"check the network, or point {label} at a reachable mirror (a local path works), or map its "
-                     "URL with FLYDSL_GIT_MIRRORS=FROM=TO", True, Stage.FETCH)
+            return Check(name="repository", status=MISSING,
+                         detail=f"{shown} does not answer ({out}), but the pin is already fetched "
+                         f"into {settings.root} (commit {fetched[:12]})", remedy="none needed for this pin",
+                         blocking=False,
+                         stage=Stage.FETCH)
+        return Check(name="repository", status=MISSING,
+                     detail=f"{shown} does not answer: {out}{no_mirror(repo, settings)}",
+                     remedy=f"check the network, or point {label} at a reachable mirror (a local path works), "
+                     "or map its URL with FLYDSL_GIT_MIRRORS=FROM=TO", blocking=True, stage=Stage.FETCH)
     if re.fullmatch(r"[0-9a-fA-F]{40}", pin):
         return passed("repository", f"{shown} answers (the pin is a commit hash, fetched by hash)", Stage.FETCH)
     refs = {line.split("\t", 1)[1].strip() for line in out.splitlines() if "\t" in line}
     if {f"refs/tags/{pin}", f"refs/heads/{pin}"} & refs:
         return passed("repository", f"{shown} answers and has {pin}", Stage.FETCH)
-    return Check("repository", WRONG, f"{shown} answers, but has no tag or branch {pin}",
-                 "check FLYDSL_PIN (a full commit hash or a tag such as v0.2.2)", True, Stage.CHECKOUT)
+    return Check(name="repository", status=WRONG, detail=f"{shown} answers, but has no tag or branch {pin}",
+                 remedy="check FLYDSL_PIN (a full commit hash or a tag such as v0.2.2)", blocking=True,
+                 stage=Stage.CHECKOUT)
 
 
 def check_index(ctx: RunContext, release: bool) -> Check:
@@ -75,8 +82,9 @@ def check_index(ctx: RunContext, release: bool) -> Check:
                  "build_llvm.sh's pip install " + " ".join(ctx.needs.llvm_pip) if ctx.llvm and ctx.needs.llvm_pip
                  else "the private build tools")
     blocking = release or (ctx.llvm and bool(ctx.needs.llvm_pip))
-    return Check("package-index", MISSING, f"pip does not reach the package index ({why}); needed for {needed_by}",
-                 "check the network or pip's configuration (PIP_INDEX_URL, pip.conf); a local mirror works",
-                 blocking, stage)
+    return Check(name="package-index", status=MISSING,
+                 detail=f"pip does not reach the package index ({why}); needed for {needed_by}",
+                 remedy="check the network or pip's configuration (PIP_INDEX_URL, pip.conf); a local mirror works",
+                 blocking=blocking, stage=stage)
 
 

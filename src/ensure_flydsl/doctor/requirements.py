@@ -66,8 +66,9 @@ def assess(sources: Sources, python: str, require: Sequence[str], environ: Mappi
         if names else {}
     needed = tuple(r for r in walk.requirements if answer.get(r.module) != "stdlib")
     missing = tuple(r for r in needed if answer.get(r.module) == "missing")
-    return Finding(python, sources.where, len(walk.files), needed, missing, absent, tuple(require),
-                   pin or "the pin")
+    return Finding(python=python, sources=sources.where, files=len(walk.files), needed=needed, missing=missing,
+                   absent=absent, require=tuple(require),
+                   pin=pin or "the pin")
 
 
 def _absent_line(absent: Absent, pin: str) -> str:
@@ -163,8 +164,10 @@ def check_requirements(settings: Settings, environ: Mapping[str, str], interp: O
     except EnsureError as exc:
         return skipped(CHECK, f"could not ask {interp.executable}: {exc.reason}", Stage.REQUIREMENTS)
     if finding.absent:
-        return Check(CHECK, MISSING, absent_reason(finding), absent_remedy(finding), True, Stage.REQUIREMENTS)
+        return Check(name=CHECK, status=MISSING, detail=absent_reason(finding), remedy=absent_remedy(finding),
+                     blocking=True, stage=Stage.REQUIREMENTS)
     if not finding.missing:
         return passed(CHECK, f"{summary(finding)}; {interp.executable} has them all", Stage.REQUIREMENTS)
-    return Check(CHECK, MISSING, reason(finding), remedy(finding), True, Stage.REQUIREMENTS)
+    return Check(name=CHECK, status=MISSING, detail=reason(finding), remedy=remedy(finding), blocking=True,
+                 stage=Stage.REQUIREMENTS)
 

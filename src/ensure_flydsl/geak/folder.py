@@ -24,14 +24,14 @@ from ensure_flydsl.errors import EXIT_MEANINGS, BadInput
 from ensure_flydsl.geak import vendor
 from ensure_flydsl.geak.provenance import PACKAGE_DIR, tool_commit
 from ensure_flydsl.settings import DEFAULT_MIN_VERSION, DEFAULT_PIN, DEFAULT_ROOT, SETTINGS
-from ensure_flydsl.support.files import atomic_write_json, fsync_dir, move_aside, read_json, remove_tree
+from ensure_flydsl.support.files import atomic_write_json, move_aside, read_json, remove_tree, rename_into_place
 from ensure_flydsl.version import __version__
 
 MANIFEST = ".ensure-flydsl-skill.json"
 MADE_BY = "ensure-flydsl skill"
 TEMPLATES = os.path.join(PACKAGE_DIR, "geak", "templates")
-# The old script's own overrides, listed first in skill.md (the seed document named these three).
-SEED_SETTINGS = ("FLYDSL_ROOT", "FLYDSL_MIN_VERSION", "FLYDSL_BUILD_LOCK")
+# The overrides GEAK's skill has always offered (the bash script's own), listed first in skill.md.
+FIRST_SETTINGS = ("FLYDSL_ROOT", "FLYDSL_MIN_VERSION", "FLYDSL_BUILD_LOCK")
 _HEX64 = re.compile(r"^[0-9a-f]{64}\Z")
 
 
@@ -110,8 +110,8 @@ def _render(name: str, values: Dict[str, str]) -> str:
 
 
 def _overrides() -> str:
-    ordered = sorted(SETTINGS, key=lambda s: (s.env not in SEED_SETTINGS, SEED_SETTINGS.index(s.env)
-                                              if s.env in SEED_SETTINGS else 0))
+    ordered = sorted(SETTINGS, key=lambda s: (s.env not in FIRST_SETTINGS, FIRST_SETTINGS.index(s.env)
+                                              if s.env in FIRST_SETTINGS else 0))
     return "\n".join(f"- `{s.env}`: {s.help}." for s in ordered)
 
 
@@ -205,15 +205,14 @@ def write_skill_folder(target: str, *, force: bool, wheels: Optional[str], envir
         replaced = os.path.lexists(target)
         aside = move_aside(target) if replaced else None
         try:
-            os.rename(staging, target)
+            rename_into_place(staging, target)
         except BaseException:
             if aside is not None:
-                os.rename(aside, target)  # the old folder back where it was
+                rename_into_place(aside, target)  # the old folder back where it was
             raise
-        fsync_dir(parent)
     except BaseException:
         remove_tree(staging)
         raise
     if aside is not None:
         remove_tree(aside)  # the old folder, proven above to hold only what this command wrote
-    return SkillFolder(target, __version__, commit, vendored, replaced)
+    return SkillFolder(path=target, version=__version__, commit=commit, vendored=vendored, replaced=replaced)

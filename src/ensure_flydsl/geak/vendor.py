@@ -21,6 +21,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 from ensure_flydsl.errors import BadInput, EnsureError, ExitCode, Stage
 from ensure_flydsl.layout import host_cache_dir, vendored_wheels_dir
+from ensure_flydsl.support.files import move_into_place
 from ensure_flydsl.support.processes import cmd_output
 
 
@@ -120,7 +121,7 @@ def _download(missing: Sequence[Pinned], cache: str, environ: Dict[str, str]) ->
             got = os.path.join(tmp, pinned.filename)
             if not _good(got, pinned):  # pip checked the hash; a different file name is not the pin
                 raise EnsureError(ExitCode.ARTIFACT, f"pip did not download {pinned.filename}", stage=Stage.SKILL)
-            os.replace(got, os.path.join(cache, pinned.filename))
+            move_into_place(got, os.path.join(cache, pinned.filename))
 
 
 def install_wheels(wheels: Dict[str, str], target: str) -> List[str]:

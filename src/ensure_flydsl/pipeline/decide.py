@@ -134,7 +134,8 @@ def _reuse_elsewhere(run: Run) -> Optional[Decision]:
     if _exact_pin_refuses(run, f"found on the interpreter's path ({other.tree})"):
         return None
     run.say(f"reusing the tree found on the interpreter's path: {other.reason}")
-    return Decision(True, other.reason, How.REUSED, other.tree, _ambient_prepend(ambient, other), ambient, other)
+    return Decision(ok=True, reason=other.reason, how=How.REUSED, tree=other.tree,
+                    prepend=_ambient_prepend(ambient, other), probe=ambient, verdict=other)
 
 
 def tree_key(settings: Settings, commit: str, interpreter: Interpreter) -> Dict[str, object]:
@@ -145,7 +146,7 @@ def tree_key(settings: Settings, commit: str, interpreter: Interpreter) -> Dict[
 def _stamped_tree(run: Run) -> Tuple[Optional[Stamp], str]:
     """The root's finished tree's stamp when the gate may take that tree, else None and why not.
 
-    The seed's gate is version-only, for the root's own tree too: a finished tree (its stamp written after
+    The gate is version-only, for the root's own tree too: a finished tree (its stamp written after
     verification) made for this interpreter's ABI passes whatever pin built it; the pin is what gets built
     when a build is needed.  Under --exact-pin the stamp must also name this request's pin and repository.
     """
@@ -214,7 +215,8 @@ def decide(run: Run, again: bool = False) -> Decision:
         if not is_ours(root):
             if not _exact_pin_refuses(run, f"in {root}, made by another tool"):
                 run.say(f"found a working tree in {root} made by another tool: {verdict.reason}")
-                return Decision(True, verdict.reason, How.REUSED, verdict.tree, prefix, probe, verdict)
+                return Decision(ok=True, reason=verdict.reason, how=How.REUSED, tree=verdict.tree, prepend=prefix,
+                                probe=probe, verdict=verdict)
         else:
             stamp, why = _stamped_tree(run)
             if stamp is not None:
@@ -225,8 +227,10 @@ def decide(run: Run, again: bool = False) -> Decision:
                             f"a build is needed (raise {settings.label('min_version')}, or set FLYDSL_EXACT_PIN=1 "
                             "to take only a tree built from the pin)")
                 return Decision(
-                    True, verdict.reason, How(stamp.how or How.BUILT), root, prefix, probe, verdict,
-                    str(stamp.key.get("commit")), str(pin) if pin else None, str(repo) if repo else None,
+                    ok=True, reason=verdict.reason, how=How(stamp.how or How.BUILT), tree=root, prepend=prefix,
+                    probe=probe, verdict=verdict,
+                    commit=str(stamp.key.get("commit")), pin=str(pin) if pin else None,
+                    repo=str(repo) if repo else None,
                 )
             run.say(f"the tree in {root} imports, but {why}")
     elif verdict.reusable and _exact_pin_refuses(run, f"found on the interpreter's path ({verdict.tree})"):
@@ -234,7 +238,8 @@ def decide(run: Run, again: bool = False) -> Decision:
     elif verdict.reusable:
         run.say(f"reusing the tree found on the interpreter's path: {verdict.reason}")
         prepend = _ambient_prepend(probe, verdict)
-        return Decision(True, verdict.reason, How.REUSED, verdict.tree, prepend, probe, verdict)
+        return Decision(ok=True, reason=verdict.reason, how=How.REUSED, tree=verdict.tree, prepend=prepend, probe=probe,
+                        verdict=verdict)
     else:
         run.say(f"{before}no reusable FlyDSL with {root} first on PYTHONPATH: {verdict.reason}")
     if any(is_tree_folder(package_folder(name, f), root) for name, f in verdict.files.items()):
@@ -256,7 +261,9 @@ def check_reuse(settings: Settings, environ: Mapping[str, str], interp: Optional
     try:
         decision = decide(run)
     except EnsureError as exc:
-        return Check("reuse", WRONG, f"the import probe failed: {exc.reason}", remedy, blocking, Stage.PROBE)
+        return Check(name="reuse", status=WRONG, detail=f"the import probe failed: {exc.reason}", remedy=remedy,
+                     blocking=blocking, stage=Stage.PROBE)
     if decision.ok:
         return passed("reuse", f"reusable: {decision.reason} (ensure will reuse it; nothing is built)", Stage.PROBE)
-    return Check("reuse", MISSING, f"nothing to reuse: {decision.reason}", remedy, blocking, Stage.PROBE)
+    return Check(name="reuse", status=MISSING, detail=f"nothing to reuse: {decision.reason}", remedy=remedy,
+                 blocking=blocking, stage=Stage.PROBE)

@@ -102,9 +102,10 @@ def build_lock(
     except filelock.Timeout:
         _wait_for(lock, path, timeout, say)
     try:
-        holder = LockHolder(os.getpid(), socket.gethostname(),
-                            datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), time.time(),
-                            run_id)
+        holder = LockHolder(pid=os.getpid(), host=socket.gethostname(),
+                            started=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                            started_ts=time.time(),
+                            run_id=run_id)
         try:
             atomic_write_json(holder_path(path), dataclasses.asdict(holder))
         except OSError as exc:

@@ -20,7 +20,7 @@ from ensure_flydsl.runs.markers import marker_unwritten, tail_of
 from ensure_flydsl.runs.records import RunStore
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.source.root import Stamps, claim_root, is_ours
-from ensure_flydsl.support.files import read_json, read_regular, remove_file
+from ensure_flydsl.support.files import read_regular, remove_file
 from ensure_flydsl.ways.context import Decision, Run
 
 
@@ -128,8 +128,8 @@ def publish(run: Run, decision: Decision, action: Action) -> Result:
 def clear_answered_failure(run: Run) -> None:
     """A failure marker for this same request, written while this run worked (a caller that gave up
     waiting for the lock, exit 7), is answered now: a poller must not see "failed" beside a success."""
-    marker = read_json(run.settings.fail_marker)
-    if marker is not None and marker.get("request") == run.settings.request():
+    marker = markers.read_failure_marker(run.settings.fail_marker)
+    if marker is not None and marker.request == run.settings.request():
         remove_file(run.settings.fail_marker)
 
 
@@ -138,8 +138,9 @@ def _read_text(path: str) -> Optional[str]:
     return None if raw is None else raw.decode(errors="replace")
 
 
-def record_failure(run: Run, exc: BaseException) -> None:
-    """Write the failure marker for this run (any failure, Ctrl-C included)."""
+def record_failure(run: Run, exc: BaseException) -> BaseException:
+    """Write the failure marker for this run (any failure, Ctrl-C included); return the failure to raise:
+    ``exc``, or a copy of it whose reason says that the marker could not be written."""
     settings = run.settings
     code = exit_code_of(exc)
     if isinstance(exc, EnsureError):
@@ -152,13 +153,13 @@ def record_failure(run: Run, exc: BaseException) -> None:
         hint, stage = "this is a bug in ensure-flydsl; the log has the traceback", run.step_name
     run.tracker.failed(int(code), stage, reason, hint)
     if not os.path.isdir(os.path.dirname(settings.fail_marker)):
-        return  # bad input about the marker's own folder: nothing may be created
+        return exc  # bad input about the marker's own folder: nothing may be created
     held_lock = run.tracker.locked
     answered = marker_is_answered(RunStore(settings.root), settings.request(), run.run_id, settings.root,
                                   held_lock)
     if answered is not None:
         run.say(f"not writing {settings.fail_marker}: {answered}")
-        return
+        return exc
     try:
         markers.write_failure_marker(
             settings.fail_marker, stage=stage, exit_code=int(code), reason=reason, hint=hint,
@@ -168,9 +169,9 @@ def record_failure(run: Run, exc: BaseException) -> None:
     except OSError as problem:  # a full disk or a read-only folder: report the run's failure, not this one
         unseen = marker_unwritten(settings.fail_marker, problem)
         if isinstance(exc, EnsureError):
-            exc.reason = f"{exc.reason}; {unseen}"  # in its one line: the poller of the marker waits on
-        else:
-            run.say(unseen)
+            return exc.amended(reason=f"{exc.reason}; {unseen}")  # in its one line: the marker's poller waits on
+        run.say(unseen)
+    return exc
 
 
 def _log_tail(run: Run, exc: BaseException) -> List[str]:

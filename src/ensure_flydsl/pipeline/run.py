@@ -37,13 +37,15 @@ def ensure_run(run: Run) -> Result:
         if isinstance(exc, (SystemExit, GeneratorExit)):
             raise
         keep_timing(run, None, exc)
-        record_failure(run, exc)
-        if isinstance(exc, EnsureError):
-            exc.run_id, exc.elapsed_s = run.run_id, round(run.elapsed(), 3)
-            exc.installed = installed(run.settings.root, run.settings.request(), run.environ.get("PATH"))
-            if exc.installed is not None and not exc.installed.get("answers"):
-                run.say(installed_line(exc.installed))
-        raise
+        failure = record_failure(run, exc)
+        if isinstance(failure, EnsureError):
+            still = installed(run.settings.root, run.settings.request(), run.environ.get("PATH"))
+            failure = failure.of_run(run.run_id, round(run.elapsed(), 3), still)
+            if still is not None and not still.get("answers"):
+                run.say(installed_line(still))
+        if failure is exc:
+            raise
+        raise failure from exc
     else:
         keep_timing(run, result, None)
         run.tracker.succeeded(result.to_json())

@@ -116,10 +116,12 @@ def evaluate(probe: Probe, floor: str, require: Sequence[str]) -> Verdict:
         )
     if not ok:
         return Verdict(
-            False, f"flydsl {probe.version} in {tree} is older than the floor {floor}", tree, probe.version, files
+            reusable=False, reason=f"flydsl {probe.version} in {tree} is older than the floor {floor}", tree=tree,
+            version=probe.version, files=files,
         )
     names = ", ".join(require)
     return Verdict(
-        True, f"flydsl {probe.version} >= {floor} and {names} import from one tree: {tree}", tree, probe.version, files
+        reusable=True, reason=f"flydsl {probe.version} >= {floor} and {names} import from one tree: {tree}",
+        tree=tree, version=probe.version, files=files,
     )
 

@@ -21,7 +21,7 @@ from ensure_flydsl.errors import EnsureError, ExitCode, Stage
 from ensure_flydsl.probe import scripts
 from ensure_flydsl.probe.results import Interpreter, ModuleResult, Probe
 from ensure_flydsl.settings import DEFAULT_PROBE_TIMEOUT
-from ensure_flydsl.support.processes import kill_group
+from ensure_flydsl.support.processes import kill_group, spawn
 
 
 def joined_pythonpath(prefix: Sequence[str], caller: Optional[str]) -> str:
@@ -119,11 +119,11 @@ def _start(python: str, modules: Sequence[str], env: Mapping[str, str], script: 
            preload: Optional[Sequence[str]] = None) -> "subprocess.Popen[bytes]":
     extra = [] if preload is None else [json.dumps(list(preload))]
     try:
-        return subprocess.Popen(
+        return spawn(
             [python, "-c", scripts.text(script), json.dumps(list(modules)), *extra],
-            env=dict(env), cwd=callers_folder(), stdin=subprocess.DEVNULL if preload is None else subprocess.PIPE,
+            env=env, cwd=callers_folder(), stdin=subprocess.DEVNULL if preload is None else subprocess.PIPE,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            start_new_session=True,  # a group of its own: a timeout kills what the imports started as well
+            own_group=True,  # a group of its own: a timeout kills what the imports started as well
         )
     except FileNotFoundError:
         raise EnsureError(
@@ -221,7 +221,8 @@ def _answer(python: str, proc: "subprocess.Popen[bytes]", pythonpath: str, start
     results = tuple(
         ModuleResult(name, entry.get("file"), entry.get("error")) for name, entry in data["modules"].items()
     )
-    return Probe(interpreter, results, data.get("version"), data.get("version_error"), pythonpath, seconds)
+    return Probe(interpreter=interpreter, modules=results, version=data.get("version"),
+                 version_error=data.get("version_error"), pythonpath=pythonpath, seconds=seconds)
 
 
 class EarlyProbe:

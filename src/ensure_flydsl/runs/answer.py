@@ -27,11 +27,10 @@ import time
 from typing import Dict, List, Mapping, Optional
 
 from ensure_flydsl.runs.liveness import record_death, seen_dead
-from ensure_flydsl.runs.markers import EnvTwin
-from ensure_flydsl.runs.records import FAILED, RUNNING, SUCCEEDED, Failure, RunRecord, RunStore, sibling_roots
+from ensure_flydsl.runs.markers import EnvTwin, Failure, read_failure_marker
+from ensure_flydsl.runs.records import FAILED, RUNNING, SUCCEEDED, RunRecord, RunStore, sibling_roots
 from ensure_flydsl.runs.twin_gate import answering_twin, installed, installed_twin, twin_gap
 from ensure_flydsl.settings import Settings
-from ensure_flydsl.support.files import read_json
 
 ABSENT = "absent"
 
@@ -93,11 +92,9 @@ def _answer(settings: Settings, *, record_deaths: bool) -> Answer:
         return Answer(ABSENT, record=last, run_id=last.run_id, reason=(
             f"run {last.run_id} succeeded for this request, but {settings.env_file} no longer answers it "
             f"({_why_not(settings, request)})"), hint=START_HINT)
-    marker = read_json(settings.fail_marker)
-    failure = Failure.from_json(marker)
-    if marker is not None and failure is not None and marker.get("request") == request:
-        run_id = marker.get("run_id")
-        return Answer(FAILED, failure=failure, run_id=str(run_id) if run_id else None, hint=failure.hint)
+    marker = read_failure_marker(settings.fail_marker)
+    if marker is not None and marker.failure is not None and marker.request == request:
+        return Answer(FAILED, failure=marker.failure, run_id=marker.run_id, hint=marker.failure.hint)
     reason = f"nothing was started for this request on {settings.root}"
     there = installed_twin(settings.root)
     if there is not None:

@@ -16,10 +16,11 @@ from typing import Mapping, Optional
 from ensure_flydsl.errors import ExitCode
 from ensure_flydsl.layout import host_cache_dir, timings_dir
 from ensure_flydsl.runs import markers, timings
-from ensure_flydsl.runs.records import FAILED, RUNNING, Failure, RunRecord, RunStore, process_start_time
+from ensure_flydsl.runs.markers import Failure
+from ensure_flydsl.runs.records import FAILED, RUNNING, RunRecord, RunStore, process_start_time
 from ensure_flydsl.runs.twin_gate import answering_twin
 from ensure_flydsl.setting_values import host_id
-from ensure_flydsl.support import space
+from ensure_flydsl.support import frozen, space
 from ensure_flydsl.support.processes import kill_group
 
 DEATH_HINT = "run `ensure-flydsl start` (or `ensure-flydsl`) again: it resumes where the dead run stopped"
@@ -90,7 +91,7 @@ def record_death(store: RunStore, record: RunRecord) -> RunRecord:
             if not space.is_full(exc):
                 raise
             reason = f"{dead.failure.reason}; {markers.marker_unwritten(dead.fail_marker, exc)}"
-            dead = dataclasses.replace(dead, failure=dataclasses.replace(dead.failure, reason=reason))
+            dead = dataclasses.replace(dead, failure=frozen.replace(dead.failure, reason=reason))
     return dead
 
 

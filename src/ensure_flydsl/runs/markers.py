@@ -11,16 +11,16 @@ import errno
 import os
 import shlex
 
-from ensure_flydsl.errors import Stage
+from ensure_flydsl.errors import FAILURE_CODES, Stage
 from ensure_flydsl.result import How, TreeIdentity
 from ensure_flydsl.support import faults, fields, space
 from ensure_flydsl.support.files import atomic_write, atomic_write_json, file_path_problem, read_json, remove_file
-from ensure_flydsl.support.frozen import asdict, field, replace
+from ensure_flydsl.support.frozen import Frozen, asdict, field, replace
 from ensure_flydsl.version import __version__
 
 TYPE_CHECKING = False  # typing is for the type checker only: not imported on the warm call's path
 if TYPE_CHECKING:
-    from typing import Dict, List, Mapping, Optional, Sequence
+    from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 
 def without_folders(pythonpath: Optional[str], folders: Sequence[str]) -> str:
@@ -200,19 +200,72 @@ def marker_path_problem(path: str) -> Optional[str]:
     return file_path_problem(path, symlink_ok=True)
 
 
-def marker_names(marker: Optional[Mapping[str, object]], root: str) -> bool:
-    """Whether a failure marker was written for ``root`` (one without a request, the bash executor's, is
-    taken as the root's own: it cannot say otherwise)."""
-    if marker is None:
-        return False
-    request = marker.get("request")
-    return not isinstance(request, dict) or request.get("root") == root
+class Failure(Frozen):
+    """How a run failed: the stage, its exit code, the one-line reason (a run record's, a failure marker's)."""
+
+    stage: Optional[Stage]  # None also for a stage this version does not know
+    exit_code: int
+    reason: str
+    hint: str = ""  # what to do next
+
+    def to_json(self) -> Dict[str, object]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: object) -> Optional["Failure"]:
+        """The failure (of a run record, or a failure marker), or None when it is not one: the exit code one
+        a failed run records (errors.FAILURE_CODES: never 0 or 75, which `wait` would pass on as success or
+        "still running"), the stage a string or null (a name this version does not know reads as null), the
+        reason a string."""
+        if not isinstance(data, dict):
+            return None
+        code, stage, reason = fields.integer(data.get("exit_code")), data.get("stage"), data.get("reason", "")
+        if code not in FAILURE_CODES or not isinstance(reason, str):
+            return None
+        if stage is not None and not isinstance(stage, str):
+            return None
+        hint = data.get("hint")
+        return cls(Stage.parse(stage), code, reason, hint if isinstance(hint, str) else "")
+
+
+class FailureMarker(Frozen):
+    """The failure marker as it reads back (``write_failure_marker`` writes it), field by field: the failure
+    (None when that part is not one a run writes), the request it was written for (None when it names none,
+    as an older tool's marker), the run, the log and the log's last lines."""
+
+    failure: Optional[Failure]
+    request: Optional[Dict[str, object]]
+    run_id: Optional[str]
+    log: str
+    log_tail: Tuple[str, ...]
+
+    @classmethod
+    def from_json(cls, data: Optional[Mapping[str, object]]) -> Optional["FailureMarker"]:
+        if data is None:
+            return None
+        request, tail = data.get("request"), data.get("log_tail")
+        return cls(
+            failure=Failure.from_json(data), request=dict(request) if isinstance(request, dict) else None,
+            run_id=fields.text(data.get("run_id")) or None, log=fields.text(data.get("log")) or "",
+            log_tail=tuple(str(line) for line in tail) if isinstance(tail, list) else (),
+        )
+
+    def names(self, root: str) -> bool:
+        """Whether it was written for ``root`` (one without a request cannot say otherwise: it is taken as
+        the root's own)."""
+        return self.request is None or self.request.get("root") == root
+
+
+def read_failure_marker(path: str) -> Optional[FailureMarker]:
+    """The failure marker at ``path``, or None when there is none (or it is not a JSON object)."""
+    return FailureMarker.from_json(read_json(path))
 
 
 def withdraw_failure_marker(path: str, root: str) -> bool:
     """Take away the failure marker if it was written for ``root``: sibling roots in one folder share the
     default marker path, and a sibling's poller must still see its own failure."""
-    if not os.path.isfile(path) or not marker_names(read_json(path), root):
+    marker = read_failure_marker(path) if os.path.isfile(path) else None
+    if marker is None or not marker.names(root):
         return False
     return remove_file(path)
 

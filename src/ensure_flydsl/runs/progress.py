@@ -24,16 +24,17 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 from ensure_flydsl.errors import Plan, Stage
 from ensure_flydsl.runs.heartbeat import Pulse
 from ensure_flydsl.runs.history import read_history, remember
+from ensure_flydsl.runs.markers import Failure
 from ensure_flydsl.runs.records import (
     FAILED,
     SUCCEEDED,
-    Failure,
     RunRecord,
     RunStore,
     new_record,
     process_start_time,
 )
 from ensure_flydsl.support.install_route import tool_command
+from ensure_flydsl.support.processes import spawn
 
 _NINJA = re.compile(r"^\s*\[\s*(\d+)\s*/\s*(\d+)\s*\]")  # ninja: "[12/345] Building CXX object ..."
 _MAKE = re.compile(r"^\s*\[\s*(\d{1,3})%\]")  # CMake's Makefiles: "[ 45%] Building CXX object ..."
@@ -125,8 +126,7 @@ class Tracker:
     def _start_watchdog(self) -> None:
         cmd = [*tool_command(), "_watchdog", self.store.root, self.record.run_id]
         _WATCHDOGS.append(
-            subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                             start_new_session=True, close_fds=True)
+            spawn(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, own_group=True)
         )
 
     # -- the route ---------------------------------------------------------------------------------------

@@ -28,7 +28,7 @@ import time
 import uuid
 from typing import Callable, Dict, List, Mapping, Optional
 
-from ensure_flydsl.errors import FAILURE_CODES, Stage
+from ensure_flydsl.errors import Stage
 from ensure_flydsl.layout import (
     RUN_RECORD_SUFFIX,
     base_state_dir,
@@ -38,6 +38,7 @@ from ensure_flydsl.layout import (
     run_reserve_file,
     runs_dir,
 )
+from ensure_flydsl.runs.markers import Failure
 from ensure_flydsl.support import fields
 from ensure_flydsl.support.files import atomic_write, atomic_write_json, read_json, read_regular, remove_file
 
@@ -60,35 +61,6 @@ KEEP_RECORDS = 20
 # Room for a run's last words: its final record (a few KB) and the failure marker (the log's last lines), on
 # file systems of any block size up to 16 KiB.
 RESERVE_BYTES = 64 << 10
-
-
-@dataclasses.dataclass
-class Failure:
-    """How a run failed: the stage, its exit code, the one-line reason."""
-
-    stage: Optional[Stage]  # None also for a stage this version does not know
-    exit_code: int
-    reason: str
-    hint: str = ""  # what to do next
-
-    def to_json(self) -> Dict[str, object]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_json(cls, data: object) -> Optional["Failure"]:
-        """The failure (of a run record, or a failure marker), or None when it is not one: the exit code one
-        a failed run records (errors.FAILURE_CODES: never 0 or 75, which `wait` would pass on as success or
-        "still running"), the stage a string or null (a name this version does not know reads as null), the
-        reason a string."""
-        if not isinstance(data, dict):
-            return None
-        code, stage, reason = fields.integer(data.get("exit_code")), data.get("stage"), data.get("reason", "")
-        if code not in FAILURE_CODES or not isinstance(reason, str):
-            return None
-        if stage is not None and not isinstance(stage, str):
-            return None
-        hint = data.get("hint")
-        return cls(Stage.parse(stage), code, reason, hint if isinstance(hint, str) else "")
 
 
 @dataclasses.dataclass

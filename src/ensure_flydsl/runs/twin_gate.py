@@ -2,11 +2,11 @@
 
 One answer for every command (``ensure``'s warm path, ``env``, ``verify``, ``status``, ``wait``, and the
 runs deciding whether to write a failure marker): the env file answers a request when the tree it names
-would pass that request's gate, as the seed's executor decided.  The gate is version-only: the twin's tree
-was probed for the same interpreter, covers every required module from one tree, and its flydsl passes the
-request's floor, whatever pin built it.  Under ``--exact-pin`` the tree must also have been built (or
-installed) in the root from the request's pin of the request's repository.  And the env file must export
-what the request asks (the shim folder, ``VLLM_USE_FLYDSL_MOE``).
+would pass that request's gate (``probe/gate.py``, the one a fresh probe is judged by).  The gate is
+version-only: the twin's tree was probed for the same interpreter, covers every required module from one
+tree, and its flydsl passes the request's floor, whatever pin built it.  Under ``--exact-pin`` the tree
+must also have been built (or installed) in the root from the request's pin of the request's repository.
+And the env file must export what the request asks (the shim folder, ``VLLM_USE_FLYDSL_MOE``).
 
 Pure but for resolving an interpreter's name on ``PATH``; light to import (the warm path uses it), with
 ``packaging`` imported only when a version has to be compared.

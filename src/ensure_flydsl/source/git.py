@@ -13,12 +13,13 @@ import contextlib
 import dataclasses
 import os
 import re
-from typing import TYPE_CHECKING, Callable, Dict, Iterator, List, Optional, Tuple
+import subprocess
+from typing import TYPE_CHECKING, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from ensure_flydsl.errors import EnsureError, ExitCode, Stage
 from ensure_flydsl.setting_values import GitMirrors
 from ensure_flydsl.source.mirrors import describe, is_local, with_mirrors, with_network_limits
-from ensure_flydsl.support.processes import CommandFailed, Silent, cmd_output, watched_output
+from ensure_flydsl.support.processes import CommandFailed, Silent, cmd_output, run_captured, watched_output
 
 if TYPE_CHECKING:
     from ensure_flydsl.settings import Settings
@@ -55,8 +56,25 @@ def is_local_repo(repo: str) -> bool:
     return is_local(repo)
 
 
-def git_env(repo: str, mirrors: GitMirrors) -> Dict[str, str]:
-    env = with_network_limits(with_mirrors(os.environ, mirrors))
+def git_env(environ: Mapping[str, str], mirrors: Optional[GitMirrors], *,
+            answer_within: Optional[float] = None) -> Dict[str, str]:
+    """The environment of every git command the tool runs, from ``environ``: never a prompt, C messages
+    (the tool reads them), never the caller's GIT_DIR or GIT_WORK_TREE.
+
+    - ``mirrors`` None: a local read of a repository's objects (:func:`read_git`), which fetches nothing:
+      none of the caller's GIT_* variables and no mirrors;
+    - else a command that may talk to a remote: the mirrors applied, plain transports only, and either the
+      run's http low-speed limits (the network silence limit) or, with ``answer_within`` (the doctor's
+      reachability checks), a transfer and an ssh connection given up after that many seconds."""
+    if mirrors is None:
+        env = {k: v for k, v in environ.items() if not k.startswith("GIT_")}
+        env.update({"GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"})
+        return env
+    env = with_mirrors(environ, mirrors)
+    if answer_within is None:
+        env = with_network_limits(env)
+    env.pop("GIT_DIR", None)
+    env.pop("GIT_WORK_TREE", None)
     env.update(
         {
             "GIT_TERMINAL_PROMPT": "0",
@@ -66,9 +84,38 @@ def git_env(repo: str, mirrors: GitMirrors) -> Dict[str, str]:
             "GIT_ALLOW_PROTOCOL": "file:https:http:ssh:git",
         }
     )
-    env.pop("GIT_DIR", None)
-    env.pop("GIT_WORK_TREE", None)
+    if answer_within is not None:
+        seconds = str(max(1, int(answer_within)))
+        # a stalled https transfer gives up after the timeout instead of curl's minutes
+        env.update({"GIT_HTTP_LOW_SPEED_LIMIT": "1000", "GIT_HTTP_LOW_SPEED_TIME": seconds})
+        if "GIT_SSH_COMMAND" not in environ and "GIT_SSH" not in environ:
+            env["GIT_SSH_COMMAND"] = f"ssh -o BatchMode=yes -o ConnectTimeout={seconds}"
     return env
+
+
+def read_git(path: str, *args: str, stdin: bytes = b"", timeout: float = 30.0) -> bytes:
+    """A local git command on the repository at ``path`` (it reads objects, refs, tags; it fetches
+    nothing): its stdout; CommandFailed with its stderr when it fails, cannot start or runs past
+    ``timeout``."""
+    cmd = ["git", "-C", path, *args]
+    try:
+        proc = run_captured(cmd, input=stdin, env=git_env(os.environ, None), timeout=timeout,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise CommandFailed(cmd, -1, str(exc)) from None
+    if proc.returncode != 0:
+        raise CommandFailed(cmd, proc.returncode, proc.stderr.decode(errors="replace"))
+    return proc.stdout
+
+
+def ls_remote_within(url: str, refs: Sequence[str], environ: Mapping[str, str], mirrors: GitMirrors,
+                     timeout: float) -> "subprocess.CompletedProcess[bytes]":
+    """``git ls-remote --quiet url refs`` answered within ``timeout`` (the doctor's reachability check,
+    through the mirrors as git rewrites the URL itself); stdout and stderr apart.  OSError when git cannot
+    start, ``subprocess.TimeoutExpired`` past the timeout."""
+    env = git_env(environ, mirrors, answer_within=timeout)
+    return run_captured(["git", "ls-remote", "--quiet", url, *refs], env=env, stdin=subprocess.DEVNULL,
+                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout)
 
 
 def tag_commits(ls_remote: str) -> Dict[str, str]:
@@ -98,7 +145,7 @@ def git(root: str, *args: str, repo: str, mirrors: GitMirrors, timeout: Optional
         # are local too, and the user chose that mirror.
         extra = ["-c", "protocol.file.allow=always"]
     cmd = ["git", *extra, "-C", root, *args]
-    env = git_env(repo, mirrors)
+    env = git_env(os.environ, mirrors)
     sub = next((a for a in args if not a.startswith("-")), "")
     if sub not in _NETWORK or (sub == "submodule" and "update" not in args):
         return cmd_output(cmd, env=env, timeout=timeout)
@@ -176,7 +223,7 @@ class Checkout:
         """A git repository in the root whose origin is the repo (init it, or point origin at the repo)."""
         with failing_as(ExitCode.FETCH, f"cannot prepare a git repository in {self.root}", stage=Stage.FETCH):
             if not os.path.isdir(os.path.join(self.root, ".git")):
-                cmd_output(["git", "init", "-q", self.root], env=git_env(self.repo, self.mirrors))
+                cmd_output(["git", "init", "-q", self.root], env=git_env(os.environ, self.mirrors))
             try:
                 current: Optional[str] = self.git("config", "--get", "remote.origin.url").strip()
             except CommandFailed:

@@ -14,12 +14,11 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-import subprocess
 from typing import Dict, Iterator, List, Mapping, Optional, Tuple
 
 from ensure_flydsl.layout import BUILD_DIR, STATE_DIR
 from ensure_flydsl.source import nanobind as nanobind_pin
-from ensure_flydsl.source.git import is_local_repo
+from ensure_flydsl.source.git import is_local_repo, read_git
 from ensure_flydsl.source.llvm_inputs import (
     COMMIT_FILES,
     LlvmInputs,
@@ -241,20 +240,6 @@ def read_checkout(top: str) -> Dict[str, str]:
 
 def repo_path(repo: str) -> str:
     return repo[len("file://"):] if repo.startswith("file://") else repo
-
-
-def read_git(path: str, *args: str, stdin: bytes = b"", timeout: float = 30.0) -> bytes:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    env.update({"GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"})
-    cmd = ["git", "-C", path, *args]
-    try:
-        proc = subprocess.run(cmd, input=stdin, env=env, timeout=timeout, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise CommandFailed(cmd, -1, str(exc)) from None
-    if proc.returncode != 0:
-        raise CommandFailed(cmd, proc.returncode, proc.stderr.decode(errors="replace"))
-    return proc.stdout
 
 
 def resolve_in(path: str, pin: str) -> Optional[str]:

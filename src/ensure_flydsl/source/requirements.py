@@ -28,7 +28,8 @@ from collections import deque
 from typing import Deque, Dict, Iterable, Iterator, List, Mapping, Optional, Protocol, Sequence, Set, Tuple
 
 from ensure_flydsl.layout import BUILT_PACKAGES, PACKAGE_SOURCES
-from ensure_flydsl.source.needs import read_blobs, read_git, repo_path, resolve_in
+from ensure_flydsl.source.git import read_git
+from ensure_flydsl.source.needs import read_blobs, repo_path, resolve_in
 from ensure_flydsl.support.processes import CommandFailed
 
 

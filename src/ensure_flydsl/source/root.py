@@ -35,7 +35,7 @@ from ensure_flydsl.layout import (
 from ensure_flydsl.result import How
 from ensure_flydsl.setting_values import same_repo
 from ensure_flydsl.support import fields
-from ensure_flydsl.support.files import atomic_write_json, read_json, remove_file, remove_tree
+from ensure_flydsl.support.files import atomic_write_json, read_json, remove_file, remove_tree, rename_into_place
 from ensure_flydsl.support.processes import CommandFailed, cmd_output
 
 # Files a root may hold that are ours by contract (the bash executor, ensure_flydsl.sh, wrote them too)
@@ -170,7 +170,7 @@ def claim_root(root: str, *, created: bool, adopted: bool) -> None:
             os.chmod(staging, 0o755)
             os.makedirs(os.path.join(staging, os.path.basename(stamps_dir(root))))
             atomic_write_json(os.path.join(staging, os.path.basename(owner_file(root))), record)
-            os.rename(staging, state_dir(root))
+            rename_into_place(staging, state_dir(root))
         except OSError:
             remove_tree(staging)  # another caller's claim won the rename: write into theirs
     os.makedirs(stamps_dir(root), exist_ok=True)
@@ -266,7 +266,8 @@ class Stamps:
     def finish(self, step: str, key: Mapping[str, object], *, how: Optional[str] = None,
                commit: Optional[str] = None, version: Optional[str] = None) -> None:
         os.makedirs(self.folder, exist_ok=True)
-        atomic_write_json(self._path(step), Stamp(dict(key), time.time(), how, commit, version).to_json())
+        atomic_write_json(self._path(step), Stamp(key=dict(key), time=time.time(), how=how, commit=commit,
+                                                  version=version).to_json())
 
     def undo(self, step: str) -> None:
         """The step's result turned out unusable: not done any more (its started record stays)."""

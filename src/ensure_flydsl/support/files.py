@@ -32,7 +32,8 @@ def atomic_write(path: str, data: bytes, mode: int = 0o644) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         if isinstance(exc, OSError) and exc.filename is None:
-            exc.filename = path  # a full disk fails the write or the close, which name no file: say which
+            # A full disk fails the write or the close, which name no file: the same error, saying which.
+            raise OSError(exc.errno, exc.strerror, path) from exc
         raise
 
 
@@ -150,6 +151,15 @@ def fsync_dir(folder: str) -> None:
             os.fsync(dfd)
         finally:
             os.close(dfd)
+
+
+def rename_into_place(src: str, dest: str) -> None:
+    """Publish what was made whole beside ``dest`` (a folder, or a file already flushed), on the same file
+    system: one rename, so a reader finds the old entry or the new one, never a part; then the folder's
+    entry is flushed, so a power cut does not undo it.  A ``dest`` that is a non-empty folder is refused
+    (OSError), never merged into."""
+    os.rename(src, dest)
+    fsync_dir(os.path.dirname(dest) or ".")
 
 
 @contextlib.contextmanager

@@ -19,6 +19,7 @@ import os
 import time
 
 from ensure_flydsl.support import space
+from ensure_flydsl.support.files import rename_into_place
 
 TYPE_CHECKING = False  # typing is for the type checker only: not imported on the warm call's path
 if TYPE_CHECKING:
@@ -192,7 +193,7 @@ class Reporter:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         try:
             if os.path.getsize(path) > LOG_ROTATE_BYTES:
-                os.replace(path, path + ".1")
+                rename_into_place(path, path + ".1")
         except OSError:
             pass
         # O_NOFOLLOW: a symlink planted at the log's path must not make us append to (or chmod) its target.

@@ -15,8 +15,8 @@ from ensure_flydsl.errors import ExitCode, Stage
 from ensure_flydsl.probe.results import Interpreter
 from ensure_flydsl.setting_values import GitMirrors
 from ensure_flydsl.settings import Settings
-from ensure_flydsl.source.git import is_local_repo
-from ensure_flydsl.source.mirrors import describe, rewrite, with_mirrors
+from ensure_flydsl.source.git import is_local_repo, ls_remote_within
+from ensure_flydsl.source.mirrors import describe, rewrite
 from ensure_flydsl.source.needs import BuildNeeds
 from ensure_flydsl.ways.package_index import IndexAnswer, query_versions
 
@@ -57,11 +57,11 @@ class Check:
 
 
 def passed(name: str, detail: str, stage: Stage) -> Check:
-    return Check(name, OK, detail, "", False, stage)
+    return Check(name=name, status=OK, detail=detail, remedy="", blocking=False, stage=stage)
 
 
 def skipped(name: str, detail: str, stage: Stage) -> Check:
-    return Check(name, SKIPPED, detail, "", False, stage)
+    return Check(name=name, status=SKIPPED, detail=detail, remedy="", blocking=False, stage=stage)
 
 
 class Index:
@@ -119,26 +119,12 @@ class RunContext:
         return Stage.LLVM if self.heavy else Stage.BUILD
 
 
-def git_env(environ: Mapping[str, str], timeout: float, mirrors: GitMirrors) -> Dict[str, str]:
-    """As the run's git commands see it (the mirrors applied), with short timeouts."""
-    env = {k: v for k, v in with_mirrors(environ, mirrors).items() if k not in ("GIT_DIR", "GIT_WORK_TREE")}
-    env.update({"GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "true", "LC_ALL": "C",
-                "GIT_ALLOW_PROTOCOL": "file:https:http:ssh:git",
-                # a stalled https transfer gives up after the timeout instead of curl's minutes
-                "GIT_HTTP_LOW_SPEED_LIMIT": "1000", "GIT_HTTP_LOW_SPEED_TIME": str(max(1, int(timeout)))})
-    if "GIT_SSH_COMMAND" not in environ and "GIT_SSH" not in environ:
-        env["GIT_SSH_COMMAND"] = f"ssh -o BatchMode=yes -o ConnectTimeout={max(1, int(timeout))}"
-    return env
-
-
 def ls_remote(url: str, environ: Mapping[str, str], timeout: float, *refs: str,
-               mirrors: GitMirrors) -> Tuple[bool, str]:
+              mirrors: GitMirrors) -> Tuple[bool, str]:
     """Whether ``git ls-remote url`` answers within the timeout (through the mirrors, as git rewrites the
     URL itself); (ok, output or the reason)."""
-    cmd = ["git", "ls-remote", "--quiet", url, *refs]
     try:
-        proc = subprocess.run(cmd, env=git_env(environ, timeout, mirrors), stdin=subprocess.DEVNULL,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout, check=False)
+        proc = ls_remote_within(url, refs, environ, mirrors, timeout)
     except subprocess.TimeoutExpired:
         return False, f"no answer within {timeout:.0f} s"
     except OSError as exc:

@@ -131,7 +131,8 @@ class Run:
 
     def pulse(self) -> Pulse:
         """What the heartbeat says now: the tracker's figures once the run is tracked, else its step alone."""
-        return self.tracker.pulse() or Pulse(self.step_name, None, self.elapsed(), None, self.run_id, os.getpid())
+        return self.tracker.pulse() or Pulse(step=self.step_name, percent=None, elapsed_s=self.elapsed(), eta_s=None,
+                                             run_id=self.run_id, pid=os.getpid())
 
     def worked(self) -> None:
         """The current step did its real work (not a no-op): its duration counts for future ETAs."""

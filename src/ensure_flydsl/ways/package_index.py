@@ -16,6 +16,8 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from packaging.version import InvalidVersion, Version
 
+from ensure_flydsl.support.processes import run_captured
+
 # pip's words for "the index could not be reached" (as opposed to "it answered: no such thing").
 _UNREACHABLE = (
     "Could not fetch URL",
@@ -69,8 +71,8 @@ def query_versions(
     cmd += list(options)
     most = timeout * 2 + 10 if limit is None else limit
     try:
-        proc = subprocess.run(cmd, env=_pip_env(environ), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, timeout=most, check=False)
+        proc = run_captured(cmd, env=_pip_env(environ), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, timeout=most)
     except subprocess.TimeoutExpired:
         return IndexAnswer(package, False, (), f"pip did not answer within {most:.0f} s")
     except OSError as exc:

@@ -15,7 +15,7 @@ from ensure_flydsl.probe.results import Probe
 from ensure_flydsl.result import How
 from ensure_flydsl.source.ownership import remove_made
 from ensure_flydsl.support.files import move_aside
-from ensure_flydsl.support.processes import kill_group
+from ensure_flydsl.support.processes import kill_and_reap, spawn
 from ensure_flydsl.ways.base import Early
 from ensure_flydsl.ways.context import Decision, Run
 
@@ -74,23 +74,17 @@ def compiling_tree(run: Run) -> Iterator[None]:
     if not folders:
         yield
         return
-    proc = subprocess.Popen([run.interpreter.executable, "-m", "compileall", "-q", "-j", "0", *folders],
-                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
+    proc = spawn([run.interpreter.executable, "-m", "compileall", "-q", "-j", "0", *folders],
+                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, own_group=True)
     try:
         yield
     except BaseException:
-        _stop(proc)
+        kill_and_reap(proc)
         raise
     try:
         proc.wait(timeout=900)
     except subprocess.TimeoutExpired:
-        _stop(proc)
-
-
-def _stop(proc: "subprocess.Popen[bytes]") -> None:
-    kill_group(proc.pid)
-    proc.wait()
+        kill_and_reap(proc)
 
 
 class TreeDoesNotImport(EnsureError):
@@ -122,4 +116,5 @@ def verify_tree(run: Run, commit: str, how: How, early: Optional[Early] = None) 
             stage=Stage.VERIFY,
         )
     run.say(f"verified: {verdict.reason}")
-    return Decision(True, verdict.reason, how, settings.root, prefix, probe, verdict, commit)
+    return Decision(ok=True, reason=verdict.reason, how=how, tree=settings.root, prepend=prefix, probe=probe,
+                    verdict=verdict, commit=commit)

@@ -23,15 +23,16 @@ def check_cache_trust(settings: Settings) -> Optional[Check]:
         signing = ("; this host signs what it publishes" if settings.cache_signing_key else
                    f"; this host publishes unsigned ({settings.label('cache_signing_key')} is not set), and hosts "
                    "that check signatures will not install what it publishes")
-        return Check("cache-trust", OK, f"cache entries are installed only when signed by {names}{signing}", "",
-                     False, Stage.SETTINGS)
-    return Check("cache-trust", WRONG,
-                 f"{trusted} is not set: if other hosts or users can write to {shown_location(settings.cache)}, this "
-                 "host installs whatever they put there (the hashes only prove the blob matches its manifest, not "
-                 "who wrote it)",
-                 "sign on the host that builds (FLYDSL_CACHE_SIGNING_KEY, from `ensure-flydsl cache keygen`) and set "
-                 f"{trusted} to its .pub file on every host; ignore this if the cache is this host's alone",
-                 False, Stage.SETTINGS)
+        return Check(name="cache-trust", status=OK,
+                     detail=f"cache entries are installed only when signed by {names}{signing}", remedy="",
+                     blocking=False, stage=Stage.SETTINGS)
+    return Check(name="cache-trust", status=WRONG,
+                 detail=f"{trusted} is not set: if other hosts or users can write to "
+                 f"{shown_location(settings.cache)}, this host installs whatever they put there (the hashes only "
+                 "prove the blob matches its manifest, not who wrote it)",
+                 remedy="sign on the host that builds (FLYDSL_CACHE_SIGNING_KEY, from `ensure-flydsl cache keygen`) "
+                 f"and set {trusted} to its .pub file on every host; ignore this if the cache is this host's alone",
+                 blocking=False, stage=Stage.SETTINGS)
 
 
 def predict(ctx: RunContext, checkout: Optional[str], submit: Submit) -> List["concurrent.futures.Future[Check]"]:

@@ -137,7 +137,7 @@ def take_turn(run: Run, cache: Cache, kind: str, key: str, what: str, fetch: Cal
         leases = open_leases(run, cache)
         if leases is None:
             return Turn()
-        waiter = _Waiter(run, leases, kind, key, what)
+        waiter = _Waiter(run=run, leases=leases, kind=kind, key=key, what=what)
         while True:
             if cache.store.exists(manifest):
                 # Published by another host (while we waited, or since our miss): a cache hit; an entry we
@@ -163,7 +163,7 @@ def take_turn(run: Run, cache: Cache, kind: str, key: str, what: str, fetch: Cal
 class _Waiter:
     """One run's view of a key's lease: take it when free, dead or failed once; else wait and report."""
 
-    def __init__(self, run: Run, leases: Leases, kind: str, key: str, what: str) -> None:
+    def __init__(self, run: Run, leases: Leases, *, kind: str, key: str, what: str) -> None:
         self.run, self.leases, self.kind, self.key, self.what = run, leases, kind, key, what
         self.seen: Dict[int, Tuple[bytes, float]] = {}  # generation: (its bytes, when first seen so)
         self.watched: Set[int] = set()  # generations this run saw being built
@@ -208,8 +208,9 @@ class _Waiter:
         if generation <= self.refused:
             generation = self._past_refused(generation)
         self.run.tracker.follow(None, None, None)  # the figures followed so far were the old holder's
-        record = LeaseRecord(self.kind, self.key, generation, host_id(self.run), self.run.run_id, os.getpid(),
-                             time.time(), self.what, failures_before, self.leases.ttl)
+        record = LeaseRecord(kind=self.kind, key=self.key, generation=generation, host=host_id(self.run),
+                             run_id=self.run.run_id, pid=os.getpid(),
+                             started=time.time(), what=self.what, failures_before=failures_before, ttl=self.leases.ttl)
         held = self.leases.take(record, holder_progress(self.run))
         if held is None:
             self.refused = max(self.refused, generation)  # another run's now, or something else stands there

@@ -7,15 +7,15 @@ from __future__ import annotations
 
 import concurrent.futures
 import os
-import subprocess
 from typing import List, Mapping, Optional, Tuple
 
 from ensure_flydsl.errors import EnsureError, Stage
 from ensure_flydsl.probe.interpreter import describe_interpreter
 from ensure_flydsl.settings import Settings
-from ensure_flydsl.source.git import is_local_repo
+from ensure_flydsl.source.git import is_local_repo, read_git
 from ensure_flydsl.source.needs import resolve_in
 from ensure_flydsl.source.release_tags import pin_as_tag, release_tags, tag_version
+from ensure_flydsl.support.processes import CommandFailed
 from ensure_flydsl.ways import Way, demands, falls_back
 from ensure_flydsl.ways.checks import MISSING, WRONG, Check, RunContext, Submit, passed, skipped
 from ensure_flydsl.ways.package_index import best_version
@@ -55,10 +55,11 @@ def release_version_of_pin(settings: Settings, checkout: Optional[str]) -> Tuple
         if commit is None:
             continue
         try:
-            out = subprocess.run(["git", "-C", path, "tag", "--points-at", commit], stdout=subprocess.PIPE,
-                                 stderr=subprocess.DEVNULL, timeout=30, check=False).stdout.decode()
-        except (OSError, subprocess.TimeoutExpired):
-            continue
+            out = read_git(path, "tag", "--points-at", commit).decode()
+        except CommandFailed as exc:
+            if exc.returncode == -1:  # git did not start, or did not answer
+                continue
+            out = ""  # it answered no tag
         versions = release_tags(out.split())
         if versions:
             return versions[0], f"commit {commit[:12]} is the release tag v{versions[0]}", True
@@ -75,32 +76,53 @@ def check_release(ctx: RunContext, checkout: Optional[str], *, demanded: bool) -
     if version is None and not demanded:
         return skipped("release-wheel", f"auto builds from source: {how}", Stage.RELEASE)
     if version is None and known:
-        return Check("release-wheel", WRONG, how, "pin a release tag (for example v0.2.2) or a version, or use "
-                     "FLYDSL_STRATEGY=source", True, Stage.RELEASE)
+        return Check(name="release-wheel",
+                     status=WRONG,
+                     detail=how,
+                     remedy="pin a release tag (for example v0.2.2) or a version, or use "
+                     "FLYDSL_STRATEGY=source",
+                     blocking=True,
+                     stage=Stage.RELEASE)
     try:
         options = wheel_tags(ctx.interpreter)
     except EnsureError as exc:
-        return Check("release-wheel", WRONG, exc.reason, "use a CPython interpreter, or FLYDSL_STRATEGY=source",
-                     demanded, Stage.RELEASE)
+        return Check(name="release-wheel",
+                     status=WRONG,
+                     detail=exc.reason,
+                     remedy="use a CPython interpreter, or FLYDSL_STRATEGY=source",
+                     blocking=demanded,
+                     stage=Stage.RELEASE)
     pip, no_pip = release_pip(ctx.interpreter.executable, ctx.environ)  # the pip ensure downloads with
     fallback = "" if demanded else "; auto builds from source instead"
     if pip is None:
-        return Check("release-wheel", MISSING, f"{how}, but {no_pip}{fallback}",
-                     "give the interpreter pip, or use FLYDSL_STRATEGY=source", demanded, Stage.RELEASE)
+        return Check(name="release-wheel",
+                     status=MISSING,
+                     detail=f"{how}, but {no_pip}{fallback}",
+                     remedy="give the interpreter pip, or use FLYDSL_STRATEGY=source",
+                     blocking=demanded,
+                     stage=Stage.RELEASE)
     answer = ctx.index.answer("flydsl", options, python=pip)
     wanted = f"flydsl=={version}" if version else f"flydsl >= {ctx.settings.min_version}"
     abi = options[options.index("--abi") + 1]
     if not answer.answered:
-        return Check("release-wheel", MISSING, f"cannot ask the package index for {wanted}: {answer.detail}",
-                     "check the network or pip's configuration (PIP_INDEX_URL, pip.conf)", demanded, Stage.RELEASE)
+        return Check(name="release-wheel",
+                     status=MISSING,
+                     detail=f"cannot ask the package index for {wanted}: {answer.detail}",
+                     remedy="check the network or pip's configuration (PIP_INDEX_URL, pip.conf)",
+                     blocking=demanded,
+                     stage=Stage.RELEASE)
     found = best_version(answer.versions, exact=version, minimum=None if version else ctx.settings.min_version)
     if found:
         return passed("release-wheel", f"{how}; the package index has a flydsl {found} wheel for {abi}", Stage.RELEASE)
     listed = ", ".join(answer.versions[:5]) or "none"
-    return Check("release-wheel", MISSING, f"{how}, but the package index has no {wanted} wheel for {abi} "
-                 f"(versions it has for {abi}: {listed}){fallback}", "use FLYDSL_STRATEGY=source to build the pin, "
-                 "or set FLYDSL_PYTHON to an interpreter FlyDSL publishes wheels for (cp310-cp314)", demanded,
-                 Stage.RELEASE)
+    return Check(name="release-wheel",
+                 status=MISSING,
+                 detail=f"{how}, but the package index has no {wanted} wheel for {abi} "
+                 f"(versions it has for {abi}: {listed}){fallback}",
+                 remedy="use FLYDSL_STRATEGY=source to build the pin, "
+                 "or set FLYDSL_PYTHON to an interpreter FlyDSL publishes wheels for (cp310-cp314)",
+                 blocking=demanded,
+                 stage=Stage.RELEASE)
 
 
 def predict(ctx: RunContext, checkout: Optional[str], submit: Submit) -> List["concurrent.futures.Future[Check]"]:

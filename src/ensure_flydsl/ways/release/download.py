@@ -26,7 +26,14 @@ from packaging.tags import platform_tags
 from ensure_flydsl.errors import EnsureError, ExitCode, Stage
 from ensure_flydsl.probe import scripts
 from ensure_flydsl.probe.results import Interpreter
-from ensure_flydsl.support.processes import CommandFailed, heartbeat, network_silence_s, waiting_line
+from ensure_flydsl.support.processes import (
+    CommandFailed,
+    heartbeat,
+    network_silence_s,
+    run_captured,
+    spawn_text,
+    waiting_line,
+)
 
 # pip's words for a retry after a stalled or broken connection: not a sign that the index answers.
 _RETRY = "Retrying ("
@@ -48,10 +55,10 @@ def has_pip(python: str, environ: Optional[Mapping[str, str]] = None) -> bool:
     else:
         env = pip_env(os.environ if environ is None else environ)
         try:
-            found = subprocess.run(
+            found = run_captured(
                 [python, "-c", scripts.text("has_pip")],
                 env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                timeout=60, check=False).returncode == 0
+                timeout=60).returncode == 0
         except (OSError, subprocess.TimeoutExpired):
             found = False
     with _pip_lock:
@@ -164,9 +171,8 @@ class WheelDownload:
         env["TMPDIR"] = scratch
         self._lines: List[str] = []
         self.started = self._last_data = time.monotonic()
-        self._proc: Optional["subprocess.Popen[str]"] = subprocess.Popen(
-            self.cmd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            text=True, errors="replace")  # in the tool's process group: a Ctrl-C or a kill of the group stops it too
+        # In the tool's process group: a Ctrl-C or a kill of the group stops it too.
+        self._proc: Optional["subprocess.Popen[str]"] = spawn_text(self.cmd, env=env)
         self._reader = threading.Thread(target=self._read, args=(self._proc,), daemon=True)
         self._reader.start()
 

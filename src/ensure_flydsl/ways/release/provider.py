@@ -14,14 +14,20 @@ import re
 from typing import List, Optional
 
 from ensure_flydsl.errors import EnsureError, ExitCode, Plan, Stage
-from ensure_flydsl.layout import build_made_record, packages_dir, wheel_download_dir, wheel_install_dirs
+from ensure_flydsl.layout import (
+    FLYDSL_SOURCES,
+    build_made_record,
+    packages_dir,
+    wheel_download_dir,
+    wheel_install_dirs,
+)
 from ensure_flydsl.probe.gate import TREE_PACKAGES
 from ensure_flydsl.probe.results import Probe
 from ensure_flydsl.result import How
 from ensure_flydsl.source.git import Checkout, failing_as
 from ensure_flydsl.source.ownership import recording
 from ensure_flydsl.support import faults
-from ensure_flydsl.support.files import remove_tree
+from ensure_flydsl.support.files import remove_tree, rename_into_place
 from ensure_flydsl.ways import Way
 from ensure_flydsl.ways.base import Early, Provider
 from ensure_flydsl.ways.context import Decision, Run
@@ -36,7 +42,7 @@ from ensure_flydsl.ways.release.wheels import (
 )
 from ensure_flydsl.ways.tree import TreeDoesNotImport, prepare_build_dir, verify_tree
 
-SOURCES = "python/flydsl"  # what FlyDSL's build copies into the package; the wheel must hold it unchanged
+SOURCES = FLYDSL_SOURCES  # what FlyDSL's build copies into the package; the wheel must hold it unchanged
 _NO_MODULE = re.compile(r"^ModuleNotFoundError: No module named '([^']+)'")
 _FLYDSL_MODULE = re.compile(r"'(flydsl(?:\.\w+)+)'")
 
@@ -135,7 +141,7 @@ class ReleaseProvider(Provider):
             static_version(os.path.join(staging, "flydsl", "__init__.py")),
         )
         remove_tree(packages)
-        os.rename(staging, packages)
+        rename_into_place(staging, packages)
 
     def _download(self, run: Run, folder: str) -> str:
         """The wheel's path: from the download the run started beside the fetch, or downloaded now."""

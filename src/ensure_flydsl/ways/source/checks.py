@@ -18,6 +18,7 @@ from ensure_flydsl.layout import llvm_dir, tools_dir
 from ensure_flydsl.source.git import is_local_repo
 from ensure_flydsl.source.mirrors import rewrite
 from ensure_flydsl.source.needs import build_tools, resolve_in, tool_requirements
+from ensure_flydsl.support.processes import run_captured
 from ensure_flydsl.ways.checks import MISSING, WRONG, Check, RunContext, Submit, no_mirror, passed, reach, skipped
 from ensure_flydsl.ways.source.environment import MEMORY_PER_JOB_BYTES, available_memory, cpu_count, default_jobs
 from ensure_flydsl.ways.source.provider import check_mlir
@@ -57,13 +58,22 @@ def memory_check(jobs_setting: Optional[int], cores: int, available: Optional[in
         return passed("memory", f"{source} x {per_job} GiB a job fits {have}", stage)
     fits = available // MEMORY_PER_JOB_BYTES
     if fits >= 1:
-        return Check("memory", WRONG, f"{source} x {per_job} GiB a job is more than {have}: big link steps may run "
-                     "out of memory (killed, exit 137)", f"set {label}={fits} (or leave it unset: the default "
-                     "caps jobs by memory)", False, stage)
-    return Check("memory", WRONG, f"{have}: not even one {per_job} GiB job fits; "
+        return Check(name="memory",
+                     status=WRONG,
+                     detail=f"{source} x {per_job} GiB a job is more than {have}: big link steps may run "
+                     "out of memory (killed, exit 137)",
+                     remedy=f"set {label}={fits} (or leave it unset: the default "
+                     "caps jobs by memory)",
+                     blocking=False,
+                     stage=stage)
+    return Check(name="memory",
+                 status=WRONG,
+                 detail=f"{have}: not even one {per_job} GiB job fits; "
                  + ("LLVM's links will likely be killed" if heavy else "the build may run out of memory"),
-                 "free memory or use a bigger machine" + ("; or set MLIR_PATH to a ready MLIR install to skip "
-                 "the LLVM build" if heavy else ""), heavy, stage)
+                 remedy="free memory or use a bigger machine" + ("; or set MLIR_PATH to a ready MLIR install to skip "
+                 "the LLVM build" if heavy else ""),
+                 blocking=heavy,
+                 stage=stage)
 
 
 def disk_check(free: Optional[int], need: int, where: str, *, heavy: bool) -> Check:
@@ -77,7 +87,12 @@ def disk_check(free: Optional[int], need: int, where: str, *, heavy: bool) -> Ch
     remedy = "free space there, or set FLYDSL_ROOT to a folder on a bigger file system"
     if heavy:
         remedy += ", or set MLIR_PATH to a ready MLIR install (then about 5 GiB is enough)"
-    return Check("disk", MISSING, detail, remedy, True, stage)
+    return Check(name="disk",
+                 status=MISSING,
+                 detail=detail,
+                 remedy=remedy,
+                 blocking=True,
+                 stage=stage)
 
 
 def _free_bytes(path: str) -> Tuple[Optional[int], str]:
@@ -125,18 +140,32 @@ def check_compiler(ctx: RunContext, cxx: bool) -> Check:
     remedy = ("install a C++17 compiler (g++ >= 8 or clang++ >= 7; e.g. the OS package build-essential) or set CXX"
               if cxx else "install a C compiler (gcc or clang) or set CC")
     if cmd is None:
-        return Check(name, MISSING, where, remedy, True, stage)
+        return Check(name=name,
+                     status=MISSING,
+                     detail=where,
+                     remedy=remedy,
+                     blocking=True,
+                     stage=stage)
     lang, source = ("c++", _CXX17_PROBE) if cxx else ("c", "int main(void) { return 0; }\n")
     flags = ["-std=c++17"] if cxx else []
     try:
-        proc = subprocess.run(cmd + flags + ["-fsyntax-only", "-x", lang, "-"], input=source.encode(),
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=60, check=False)
+        proc = run_captured(cmd + flags + ["-fsyntax-only", "-x", lang, "-"], input=source.encode(),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=60)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        return Check(name, WRONG, f"{where} does not run: {exc}", remedy, True, stage)
+        return Check(name=name,
+                     status=WRONG,
+                     detail=f"{where} does not run: {exc}",
+                     remedy=remedy,
+                     blocking=True,
+                     stage=stage)
     if proc.returncode != 0:
         last = proc.stdout.decode(errors="replace").strip().splitlines()[-1:] or [""]
-        return Check(name, WRONG, f"{where} cannot compile {'C++17' if cxx else 'C'}: {last[0]}", remedy, True,
-                     stage)
+        return Check(name=name,
+                     status=WRONG,
+                     detail=f"{where} cannot compile {'C++17' if cxx else 'C'}: {last[0]}",
+                     remedy=remedy,
+                     blocking=True,
+                     stage=stage)
     return passed(name, f"{where} compiles {'C++17' if cxx else 'C'}", stage)
 
 
@@ -150,9 +179,14 @@ def check_headers(ctx: RunContext) -> Check:
     if os.path.isfile(header):
         return passed("python-headers", header, stage)
     version = ".".join(ctx.interpreter.version.split(".")[:2])
-    return Check("python-headers", MISSING, f"{header} does not exist: the Python bindings cannot be compiled for "
-                 f"{ctx.interpreter.executable}", f"install the interpreter's development headers (e.g. the OS "
-                 f"package python{version}-dev), or set FLYDSL_PYTHON to an interpreter that has them", True, stage)
+    return Check(name="python-headers",
+                 status=MISSING,
+                 detail=f"{header} does not exist: the Python bindings cannot be compiled for "
+                 f"{ctx.interpreter.executable}",
+                 remedy=f"install the interpreter's development headers (e.g. the OS "
+                 f"package python{version}-dev), or set FLYDSL_PYTHON to an interpreter that has them",
+                 blocking=True,
+                 stage=stage)
 
 
 def check_tool(ctx: RunContext, name: str, needed: Sequence[str]) -> Check:
@@ -173,21 +207,34 @@ def check_tool(ctx: RunContext, name: str, needed: Sequence[str]) -> Check:
     yourself = "install nanobind for the interpreter" if name == "nanobind" else f"put {name} on PATH"
     found = newest(name, answer.versions, requirement) if answer.answered else None
     if found:
-        return Check(name, status, f"{state.problem}; ensure-flydsl installs {spec} ({found}) from the package "
+        return Check(name=name,
+                     status=status,
+                     detail=f"{state.problem}; ensure-flydsl installs {spec} ({found}) from the package "
                      f"index into {tools}/provided for the build (nothing system-wide)",
-                     f"none needed (or {yourself} yourself)", False, stage, provided=True)
+                     remedy=f"none needed (or {yourself} yourself)",
+                     blocking=False,
+                     stage=stage,
+                     provided=True)
     if name == "ninja" and shutil.which("make", path=ctx.environ.get("PATH")):
-        return Check(name, status, f"{state.problem}, and the package index cannot provide it; the build falls "
-                     "back to make (slower)", "make the package index reachable, or install ninja", False, stage)
+        return Check(name=name,
+                     status=status,
+                     detail=f"{state.problem}, and the package index cannot provide it; the build falls "
+                     "back to make (slower)",
+                     remedy="make the package index reachable, or install ninja",
+                     blocking=False,
+                     stage=stage)
     # What stood in the way, as pip said it: an index that does not answer, or no pip to ask it with.
     why = (f"the package index cannot be asked ({answer.detail})" if not answer.answered
            else f"the package index has no {spec} wheel for this machine")
     what = "import nanobind" if name == "nanobind" else f"put {name} on PATH"
     reach = ("give the interpreter pip (`python3 -m ensurepip`)" if answer.detail.endswith("has no pip")
              else "make the package index reachable (PIP_INDEX_URL, pip.conf)")
-    return Check(name, status, f"{state.problem}, and {why}",
-                 f"{what} (e.g. from your OS packages), or {reach} so that ensure-flydsl installs it privately",
-                 True, stage)
+    return Check(name=name,
+                 status=status,
+                 detail=f"{state.problem}, and {why}",
+                 remedy=f"{what} (e.g. from your OS packages), or {reach} so that ensure-flydsl installs it privately",
+                 blocking=True,
+                 stage=stage)
 
 
 def check_llvm_source(ctx: RunContext) -> Check:
@@ -208,8 +255,13 @@ def check_llvm_source(ctx: RunContext) -> Check:
     answered, out, shown = reach(remote, ctx.environ, ctx.timeout, ctx.settings, "HEAD")
     if answered:
         return passed("llvm-source", f"build_llvm.sh clones LLVM from {shown}, which answers", Stage.LLVM)
-    return Check("llvm-source", MISSING, f"build_llvm.sh clones LLVM from {shown}, which cannot be fetched: {out}"
-                 f"{no_mirror(remote, ctx.settings)}", remedy, True, Stage.LLVM)
+    return Check(name="llvm-source",
+                 status=MISSING,
+                 detail=f"build_llvm.sh clones LLVM from {shown}, which cannot be fetched: {out}"
+                 f"{no_mirror(remote, ctx.settings)}",
+                 remedy=remedy,
+                 blocking=True,
+                 stage=Stage.LLVM)
 
 
 def _submodule_url(url: str, repo: str) -> str:
@@ -246,10 +298,13 @@ def check_submodules(ctx: RunContext, checkout: Optional[str]) -> Check:
             unreachable.append(f"{path} ({out})" if local and shown == where else
                                f"{path} ({shown}: {out}{no_mirror(where, ctx.settings)})")
     if unreachable:
-        return Check("submodules", MISSING, "the pin's submodules cannot be fetched: " + "; ".join(unreachable),
-                     "make them reachable, or mirror them and map their URLs with FLYDSL_GIT_MIRRORS=FROM=TO "
-                     "(a URL prefix, such as https://github.com/=https://git.example.internal/github/)", True,
-                     Stage.SUBMODULES)
+        return Check(name="submodules",
+                     status=MISSING,
+                     detail="the pin's submodules cannot be fetched: " + "; ".join(unreachable),
+                     remedy="make them reachable, or mirror them and map their URLs with FLYDSL_GIT_MIRRORS=FROM=TO "
+                     "(a URL prefix, such as https://github.com/=https://git.example.internal/github/)",
+                     blocking=True,
+                     stage=Stage.SUBMODULES)
     return passed("submodules", f"{len(subs)} submodule(s) can be fetched: " + ", ".join(served), Stage.SUBMODULES)
 
 

@@ -107,7 +107,8 @@ def prepare_toolchain(root: str, interpreter: Interpreter, cmake_prefixes: List[
         atomic_write(os.path.join(bin_dir, name), text.encode(), mode=0o755)
     held = pip_constraints(tools)
     atomic_write(held, "".join(f"{line}\n" for line in constraints).encode())
-    return Toolchain(bin_dir, pylib, list(cmake_prefixes), interpreter.executable, held)
+    return Toolchain(bin_dir=bin_dir, pylib=pylib, cmake_prefixes=list(cmake_prefixes), python=interpreter.executable,
+                     constraints=held)
 
 
 def build_environment(

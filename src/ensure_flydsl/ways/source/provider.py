@@ -98,7 +98,9 @@ class BuildProvider(Provider):
             return self._provide(run, commit)
         except EnsureError as exc:
             if falls_back(run.settings.strategy) and exc.code not in (ExitCode.LOCK, ExitCode.INTERRUPTED):
-                suggest_release(run, exc)
+                hinted = suggest_release(run, exc)
+                if hinted is not exc:
+                    raise hinted from exc
             raise
 
     def _provide(self, run: Run, commit: str) -> Optional[Decision]:
@@ -186,14 +188,15 @@ class BuildProvider(Provider):
         end_turn(held, error)
 
 
-def suggest_release(run: Run, exc: EnsureError) -> None:
+def suggest_release(run: Run, exc: EnsureError) -> EnsureError:
     """``auto`` could not build: when a release >= the floor has a wheel for this interpreter and its tag
-    holds the required modules, the failure's hint says so (``ways/release/suggestion.py``, which the doctor asks
-    too).  Asked in seconds at most, or not at all."""
+    holds the required modules, the failure to raise instead has a hint that says so (``ways/release/suggestion.py``,
+    which the doctor asks too); else ``exc`` itself.  Asked in seconds at most, or not at all."""
     suggestion = release_suggestion(run.settings, run.interpreter, run.environ)
-    if suggestion is not None:
-        run.say(f"instead of building: {suggestion}")
-        exc.hint = f"{exc.hint}; or, without a build, {suggestion}" if exc.hint else suggestion
+    if suggestion is None:
+        return exc
+    run.say(f"instead of building: {suggestion}")
+    return exc.amended(hint=f"{exc.hint}; or, without a build, {suggestion}" if exc.hint else suggestion)
 
 
 def prepare(run: Run, cache: Optional[Cache], doctor: DoctorCheck) -> Prepared:
@@ -219,7 +222,8 @@ def prepare(run: Run, cache: Optional[Cache], doctor: DoctorCheck) -> Prepared:
     run.say("build tools: " + provided.summary())
     # Every pip install of the build (build_llvm.sh's unguarded one) is held to the nanobind MLIR configures with.
     held = [package_spec("nanobind", requirements["nanobind"])]
-    return Prepared(mlir, hip, provided, prepare_toolchain(root, run.interpreter, [], held), rocm.path)
+    return Prepared(mlir=mlir, hip=hip, provided=provided, toolchain=prepare_toolchain(root, run.interpreter, [], held),
+                    rocm=rocm.path)
 
 
 def update_submodules(run: Run, commit: str) -> None:
@@ -326,22 +330,37 @@ def check_mlir(ctx: RunContext) -> Check:
                   "unset it to build LLVM/MLIR")
         if not is_mlir_install(s.mlir_path):
             # ensure refuses it before anything else (bad input, 64)
-            return Check("mlir", WRONG, f"{label}={s.mlir_path} holds no lib/cmake/mlir", remedy, True, Stage.SETTINGS)
+            return Check(name="mlir",
+                         status=WRONG,
+                         detail=f"{label}={s.mlir_path} holds no lib/cmake/mlir",
+                         remedy=remedy,
+                         blocking=True,
+                         stage=Stage.SETTINGS)
         configs = [os.path.join(s.mlir_path, "lib", "cmake", "mlir", n) for n in ("MLIRConfig.cmake",
                                                                                   "mlir-config.cmake")]
         if not any(os.path.isfile(c) for c in configs) and ctx.needs.cmake:
-            return Check("mlir", WRONG, f"{label}={s.mlir_path} holds no lib/cmake/mlir/MLIRConfig.cmake: the "
-                         "build's find_package(MLIR) will fail", remedy, True, Stage.BUILD)
+            return Check(name="mlir",
+                         status=WRONG,
+                         detail=f"{label}={s.mlir_path} holds no lib/cmake/mlir/MLIRConfig.cmake: the "
+                         "build's find_package(MLIR) will fail",
+                         remedy=remedy,
+                         blocking=True,
+                         stage=Stage.BUILD)
         return passed("mlir", f"{label}={s.mlir_path}; no LLVM build", Stage.BUILD)
     built = _llvm_already_built(s, ctx.needs, ctx.interpreter)
     llvm = ctx.needs.llvm
     if built and llvm is not None:
         return passed("mlir", f"MLIR for {llvm.describe()} is already built in {built}", Stage.LLVM)
     if llvm is not None and llvm.commit is None:
-        return Check("mlir", WRONG, f"MLIR_PATH is unset and the pin's LLVM commit cannot be determined "
+        return Check(name="mlir",
+                     status=WRONG,
+                     detail=f"MLIR_PATH is unset and the pin's LLVM commit cannot be determined "
                      f"({llvm.problem}): the run builds LLVM/MLIR (the long step) every time, neither reusing "
-                     "nor sharing it", f"set MLIR_PATH to an MLIR install built for this pin, or give the commit "
-                     f"in {llvm.commit_from}", False, Stage.LLVM)
+                     "nor sharing it",
+                     remedy=f"set MLIR_PATH to an MLIR install built for this pin, or give the commit "
+                     f"in {llvm.commit_from}",
+                     blocking=False,
+                     stage=Stage.LLVM)
     what = f"{llvm.describe()}; " if llvm is not None else ""
     return skipped("mlir", f"MLIR_PATH is unset: the run builds LLVM/MLIR ({what}the long step)", Stage.LLVM)
 

@@ -13,6 +13,7 @@ import subprocess
 from typing import List, Mapping, Optional, Tuple
 
 from ensure_flydsl.errors import Stage
+from ensure_flydsl.support.processes import run_captured
 from ensure_flydsl.ways.checks import MISSING, WRONG, Check, RunContext, passed, skipped
 from ensure_flydsl.ways.source.rocm import check_hip
 
@@ -53,8 +54,8 @@ def rocm_sdk_candidates(python: Optional[str], environ: Mapping[str, str]) -> Li
 def rocm_sdk_root(exe: str, environ: Mapping[str, str], timeout: float = ROCM_SDK_TIMEOUT) -> Tuple[Optional[str], str]:
     """The prefix ``exe path --root`` prints, or (None, what went wrong)."""
     try:
-        proc = subprocess.run([exe, "path", "--root"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              stdin=subprocess.DEVNULL, env=dict(environ), timeout=timeout, check=False)
+        proc = run_captured([exe, "path", "--root"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            stdin=subprocess.DEVNULL, env=environ, timeout=timeout)
     except subprocess.TimeoutExpired:
         return None, f"`{exe} path --root` did not answer within {timeout:.0f} s"
     except OSError as exc:
@@ -103,24 +104,43 @@ def check_hip_package(ctx: RunContext) -> Check:
         if check.package_dir is None:
             continue
         if check.needs_fix and prefix != rocm.path:
-            return Check("hip", WRONG, f"{check.package_dir} (found through CMAKE_PREFIX_PATH) names "
-                         f"{', '.join(check.missing)}, which is missing", f"set {label}={prefix}: ensure-flydsl then "
-                         "builds with a private corrected copy of the package", blocking, Stage.BUILD)
+            return Check(name="hip",
+                         status=WRONG,
+                         detail=f"{check.package_dir} (found through CMAKE_PREFIX_PATH) names "
+                         f"{', '.join(check.missing)}, which is missing",
+                         remedy=f"set {label}={prefix}: ensure-flydsl then "
+                         "builds with a private corrected copy of the package",
+                         blocking=blocking,
+                         stage=Stage.BUILD)
         if check.needs_fix:
             fix = (f"--fix-rocm-in-place: links {', '.join(check.missing)} inside {prefix}/lib" if s.fix_rocm_in_place
                    else f"ensure-flydsl builds with a private corrected copy of the package ({prefix} untouched)")
-            return Check("hip", WRONG, f"{check.package_dir} names {', '.join(check.missing)}, which is missing "
-                         f"(the library is {os.path.basename(str(check.actual))}); {fix}", "none needed",
-                         False, Stage.BUILD, provided=True)
+            return Check(name="hip",
+                         status=WRONG,
+                         detail=f"{check.package_dir} names {', '.join(check.missing)}, which is missing "
+                         f"(the library is {os.path.basename(str(check.actual))}); {fix}",
+                         remedy="none needed",
+                         blocking=False,
+                         stage=Stage.BUILD,
+                         provided=True)
         if check.unfixable:
-            return Check("hip", WRONG, f"{check.package_dir} names {', '.join(check.missing)}, and {prefix}/lib has "
-                         "no libamdhip64 at all", "install ROCm's HIP runtime (the hip-runtime-amd package) or "
-                         f"point {label} at a complete ROCm", blocking, Stage.BUILD)
+            return Check(name="hip",
+                         status=WRONG,
+                         detail=f"{check.package_dir} names {', '.join(check.missing)}, and {prefix}/lib has "
+                         "no libamdhip64 at all",
+                         remedy="install ROCm's HIP runtime (the hip-runtime-amd package) or "
+                         f"point {label} at a complete ROCm",
+                         blocking=blocking,
+                         stage=Stage.BUILD)
         return passed("hip", f"{check.package_dir} (names {', '.join(check.referenced) or 'no library'}, present); "
                    f"{asked}", Stage.BUILD)
     where = " or ".join([f"{label}={s.rocm_path}"] + (["CMAKE_PREFIX_PATH"] if len(prefixes) > 1 else []))
-    return Check("hip", MISSING, f"no hip CMake package (lib/cmake/hip) under {where}, nor from the package "
+    return Check(name="hip",
+                 status=MISSING,
+                 detail=f"no hip CMake package (lib/cmake/hip) under {where}, nor from the package "
                  f"index ({rocm.tried}); {asked}",
-                 f"install ROCm's HIP development files (hip-dev), or set {label} to the ROCm prefix holding "
+                 remedy=f"install ROCm's HIP development files (hip-dev), or set {label} to the ROCm prefix holding "
                  "lib/cmake/hip, or install ROCm from the package index for the interpreter (its `rocm-sdk path "
-                 "--root` is used then)", blocking, Stage.BUILD)
+                 "--root` is used then)",
+                 blocking=blocking,
+                 stage=Stage.BUILD)

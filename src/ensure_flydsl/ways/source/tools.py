@@ -30,7 +30,7 @@ from typing import Callable, Dict, Iterable, List, Mapping, Optional, Tuple
 from ensure_flydsl.errors import EnsureError, ExitCode, Stage
 from ensure_flydsl.layout import provided_dir, provided_stamp
 from ensure_flydsl.probe import scripts
-from ensure_flydsl.support.files import atomic_write_json, read_json, remove_tree
+from ensure_flydsl.support.files import atomic_write, atomic_write_json, read_json, remove_tree, rename_into_place
 from ensure_flydsl.support.processes import CommandFailed, cmd_output
 from ensure_flydsl.ways.source.tool_versions import accepts, needed, package_spec, version_of
 
@@ -103,16 +103,17 @@ def find_executable_tool(name: str, path: str, requirement: Optional[str] = None
     (a specifier: ``>=3.20``) accepts."""
     exe = shutil.which(name, path=path)
     if exe is None:
-        return ToolState(name, False, None, None, False, f"{name} is not on PATH")
+        return ToolState(name=name, found=False, version=None, where=None, good=False, problem=f"{name} is not on PATH")
     try:
         out = cmd_output([exe, "--version"], timeout=20)
     except CommandFailed as exc:
-        return ToolState(name, True, None, exe, False, f"{exe} --version fails (exit {exc.returncode})")
+        return ToolState(name=name, found=True, version=None, where=exe, good=False,
+                         problem=f"{exe} --version fails (exit {exc.returncode})")
     version = version_of(out)
     if requirement and not accepts(version, requirement):
-        return ToolState(name, True, version, exe, False,
-                         f"{exe} is version {version or 'unknown'}; {needed(requirement)}")
-    return ToolState(name, True, version, exe, True, "")
+        return ToolState(name=name, found=True, version=version, where=exe, good=False,
+                         problem=f"{exe} is version {version or 'unknown'}; {needed(requirement)}")
+    return ToolState(name=name, found=True, version=version, where=exe, good=True, problem="")
 
 
 def find_nanobind(python: str, environ: Mapping[str, str], requirement: Optional[str] = None) -> ToolState:
@@ -122,14 +123,15 @@ def find_nanobind(python: str, environ: Mapping[str, str], requirement: Optional
     try:
         out = cmd_output([python, "-c", scripts.text("nanobind")], env=env, timeout=30)
     except CommandFailed:
-        return ToolState("nanobind", False, None, None, False, f"{python} cannot import nanobind")
+        return ToolState(name="nanobind", found=False, version=None, where=None, good=False,
+                         problem=f"{python} cannot import nanobind")
     lines = out.strip().splitlines()
     version = lines[0].strip() if lines else None
     where = lines[-1].strip() if len(lines) > 1 else None
     if requirement and not accepts(version, requirement):
-        return ToolState("nanobind", True, version, where, False,
-                         f"{python} imports nanobind {version}; {needed(requirement)}")
-    return ToolState("nanobind", True, version, where, True, "")
+        return ToolState(name="nanobind", found=True, version=version, where=where, good=False,
+                         problem=f"{python} imports nanobind {version}; {needed(requirement)}")
+    return ToolState(name="nanobind", found=True, version=version, where=where, good=True, problem="")
 
 
 def machine_state(name: str, environ: Mapping[str, str], *, python: str, requirement: Optional[str] = None,
@@ -191,11 +193,7 @@ def _write_launcher(link: str, exe: str, folder: str) -> None:
         "#!/bin/sh\n"
         f"PYTHONPATH={shlex.quote(folder)}${{PYTHONPATH:+:$PYTHONPATH}} exec {shlex.quote(exe)} \"$@\"\n"
     )
-    tmp = link + ".tmp"
-    with open(tmp, "w") as handle:
-        handle.write(text)
-    os.chmod(tmp, 0o755)
-    os.replace(tmp, link)
+    atomic_write(link, text.encode(), 0o755)
 
 
 def _programs(folder: str, name: str) -> Dict[str, str]:
@@ -250,9 +248,9 @@ def _install(name: str, spec: str, root: str, installer: str, environ: Mapping[s
     folder = os.path.join(root, name)
     if os.path.lexists(folder):
         old = tempfile.mkdtemp(prefix=f".{name}-old-", dir=root)
-        os.replace(folder, os.path.join(old, name))
+        rename_into_place(folder, os.path.join(old, name))
         remove_tree(old)
-    os.replace(tmp, folder)
+    rename_into_place(tmp, folder)
     return folder, _dist_version(folder, name) or "unknown"
 
 
@@ -329,8 +327,9 @@ def provide_build_tools(
         installed.append(name)
         say(f"fix: provided {name} {provided[name]} in {installed_now['folder']}")
     path, pythonpath, prefixes = _search_paths(root, provided, record)
-    return ProvidedTools(tools_dir, present, provided, tuple(installed), tuple(path), tuple(pythonpath),
-                         tuple(prefixes))
+    return ProvidedTools(tools_dir=tools_dir, present=present, provided=provided, installed_now=tuple(installed),
+                         path=tuple(path), pythonpath=tuple(pythonpath),
+                         cmake_prefixes=tuple(prefixes))
 
 
 
