@@ -5,7 +5,7 @@
     python docs/make_reference.py --update   # rewrite docs/reference.md
 
 Nothing here is written by hand but the headings and the bad values each setting is tried with: the rows are
-the settings table (src/ensure_flydsl/settings.py), the defaults ``load_settings`` gives with no flag and no
+the settings table (src/ensure_flydsl/settings_table.py), the defaults ``load_settings`` gives with no flag and no
 variable, what each setting allows as its own parser words it when it refuses a bad value, the exit codes and
 stages (errors.py), every path of layout.py (each function called with placeholders) and its docstring, and the
 JSON Schemas in docs/schema/.  tests/unit/test_reference.py runs ``--check``, so a change to any of them that is
