@@ -36,6 +36,7 @@ from ensure_flydsl.setting_values import (
     parse_repo,
     parse_require,
     parse_root,
+    parse_store,
     parse_strategy,
     parse_written_file,
 )
@@ -127,6 +128,8 @@ SETTINGS: Tuple[Setting, ...] = (
             "secret key file (`cache keygen`): sign every cache entry this run publishes"),
     Setting("cache_trusted_keys", "FLYDSL_CACHE_TRUSTED_KEYS", "--cache-trusted-key",
             "public keys NAME:BASE64 or .pub files: fetch only cache entries one of them signed", LIST, "KEY"),
+    Setting("store", "FLYDSL_STORE", "--store",
+            "the host store roots link their trees from (default: in the user's cache folder; off: none)"),
 )
 SETTING_BY_NAME: Dict[str, Setting] = {s.name: s for s in SETTINGS}
 
@@ -156,6 +159,7 @@ class Settings(Frozen):
     exact_pin: bool = False
     cache_signing_key: Optional[str] = None
     cache_trusted_keys: TrustedKeys = ()
+    store: Optional[str] = None  # None: the default under the user's cache folder; "off": no store
     # Where each value came from, for messages: the flag or the variable as the user spelled it.
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
 
@@ -221,6 +225,7 @@ _PARSERS: Dict[str, Callable[[str, str], object]] = {
     "exact_pin": parse_bool,
     "cache_signing_key": parse_signing_key,
     "cache_trusted_keys": parse_trusted_keys,
+    "store": parse_store,
 }
 
 

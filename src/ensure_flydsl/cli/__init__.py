@@ -180,6 +180,20 @@ def _cache(args: argparse.Namespace, settings: Settings, reporter: Reporter, env
 
 
 
+def _store_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("store_action", choices=("list", "prune"), metavar="{list,prune}")
+    p.add_argument("--max-size", metavar="SIZE", help="prune: remove the longest unused trees until the store "
+                   "holds at most SIZE (bytes, or with K/M/G/T); a tree a root uses is never removed")
+    p.add_argument("--json", action="store_true", help="list: one JSON object")
+
+
+def _store(args: argparse.Namespace, settings: Settings, reporter: Reporter, environ: Dict[str, str]) -> int:
+    from ensure_flydsl.cli.store import store_command
+
+    return store_command(settings, environ, args.store_action, max_size=args.max_size, as_json=args.json,
+                         say=reporter.say)
+
+
 def _skill(args: argparse.Namespace, reporter: Reporter, environ: Dict[str, str]) -> int:
     from ensure_flydsl.cli.skill import skill
 
@@ -204,6 +218,7 @@ COMMANDS: Dict[str, Command] = {
                       _json_flag("one JSON object with every check"), _doctor),
     "cache": Command("housekeeping of the binary cache (FLYDSL_CACHE): list, prune, keygen, sign", _cache_args,
                      _cache),
+    "store": Command("the host store of trees roots link: list, prune --max-size", _store_args, _store),
     "clean": Command("remove what this tool created for the root (never anything else)",
                      _json_flag("one JSON result object naming what was removed and kept"), _clean),
     "skill": Command("write the GEAK drop-in folder: skill.md, ensure_flydsl.sh and this tool vendored for a bare "

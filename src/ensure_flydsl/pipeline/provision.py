@@ -18,12 +18,14 @@ from typing import List, Optional, Tuple
 
 from ensure_flydsl.doctor.requirements import Finding, assess, stop_if_missing, summary
 from ensure_flydsl.errors import BadInput, EnsureError, ExitCode, Stage
+from ensure_flydsl.host_store.refs import release as release_store_tree
 from ensure_flydsl.layout import packages_dir, tree_folders, wheel_download_dir
 from ensure_flydsl.pipeline.context import Decision, Run, likely_route
 from ensure_flydsl.pipeline.decide import tree_key
 from ensure_flydsl.pipeline.providers.base import Early, Provider
 from ensure_flydsl.pipeline.providers.build import BuildProvider
 from ensure_flydsl.pipeline.providers.cache import CacheProvider, open_run_cache
+from ensure_flydsl.pipeline.providers.host import StoreProvider, keep_in_store, open_run_store
 from ensure_flydsl.pipeline.providers.release import ReleaseProvider
 from ensure_flydsl.pipeline.publish import publish
 from ensure_flydsl.probe.gate import is_within
@@ -57,16 +59,21 @@ def provision(run: Run) -> Result:
             interrupted, deleted = refuse_local_changes(run)
             begin_build(run)
             checkout_pin(run, commit, force=interrupted or deleted)
-        if finding is not None and finding.needed and providers[0].name != "source":
+        first = providers[0]  # a stored tree whose probe answers needs no interpreter importing torch beside it
+        unprobed = isinstance(first, StoreProvider) and first.answers_unprobed(run, commit)
+        if finding is not None and finding.needed and first.name != "source" and not unprobed:
             start_warm_probe(run, early, [r.module for r in finding.needed])
         return first_tree(run, commit, providers)
 
 
 def first_tree(run: Run, commit: str, providers: List[Provider]) -> Result:
+    store = providers[0].store if isinstance(providers[0], StoreProvider) else None
     for provider in providers:
         try:
             decision = provider.provide(run, commit)
             if decision is not None:
+                if store is not None:
+                    keep_in_store(run, store, commit, decision, release_version(run, commit))
                 result = finish(run, commit, decision)
                 provider.after_publish(run, commit)
                 return result
@@ -91,12 +98,14 @@ def providers_for(run: Run, commit: str, early: Early) -> List[Provider]:
     providers: List[Provider] = []
     if version is not None and settings.strategy in ("auto", "release"):
         providers.append(ReleaseProvider(version, early, demanded=settings.strategy == "release"))
-    if settings.strategy == "release":
-        return providers
-    cache = open_run_cache(run)
-    if cache is not None:
-        providers.append(CacheProvider(cache, early))
-    providers.append(BuildProvider(cache, early))
+    if settings.strategy != "release":
+        cache = open_run_cache(run)
+        if cache is not None:
+            providers.append(CacheProvider(cache, early))
+        providers.append(BuildProvider(cache, early))
+    store = open_run_store(run)
+    if store is not None:  # first in every strategy's order: a tree this host holds is linked, not made again
+        providers.insert(0, StoreProvider(store, version, early, providers[0].route))
     return providers
 
 
@@ -208,6 +217,7 @@ def begin_build(run: Run) -> None:
     settings, root = run.settings, run.settings.root
     twin = markers.read_env_json(settings.env_json)
     names_root = twin is None or any(is_within(p, root) for p in [twin.tree, *twin.pythonpath_prepend])
+    release_store_tree(root)  # the root's tree may change now: its hold on a stored tree goes first
     if names_root and markers.withdraw_env_file(settings.env_file, settings.env_json):
         what = f" (flydsl {twin.version}, {twin.how})" if twin is not None else ""
         run.say(f"took away {settings.env_file}{what}: the tree in {root} changes now for the pin {settings.pin}")
