@@ -16,6 +16,7 @@ PUBLIC = [c for c in COMMANDS if not c.startswith("_")]
 OWN_FLAGS = {"ensure": ["--json"], "start": [], "wait": ["--timeout", "--heartbeat"], "status": ["--json"],
              "env": ["--format"], "verify": ["--json"], "doctor": ["--json"],
              "cache": ["{list,prune,keygen,sign}", "--max-size", "--out", "--key"], "clean": [],
+             "store": ["{list,prune}", "--max-size", "--json"],
              "skill": ["--force", "--wheels", "DIR"]}
 ROOTLESS = {"skill"}  # about no root: no setting flags
 

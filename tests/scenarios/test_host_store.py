@@ -195,3 +195,16 @@ def test_a_store_on_another_file_system_copies_and_says_so(tmp_path: "os.PathLik
         said = [line for line in str(second["_stderr"]).splitlines() if "another file system" in line]
         assert len(said) == 1
         assert_one_tree(b)
+
+
+def test_a_file_deleted_from_a_linked_tree_comes_back_from_the_store(tmp_path: "os.PathLike[str]",
+                                                                     fixture_repo: FixtureRepo) -> None:
+    store = os.path.join(str(tmp_path), "store")
+    a = root_of(str(tmp_path), fixture_repo, "a", store)
+    ensure_json(a)
+    os.unlink(packaged(a, "flydsl/_mlir/_mlir_libs/_mlir.py"))  # the root's link goes; the store keeps its file
+    repaired = ensure_json(a)
+    said = str(repaired["_stderr"])
+    assert repaired["action"] == "provisioned" and "is missing" in said and "store: linked" in said, said
+    assert a.count("build") == 1
+    assert_one_tree(a)
