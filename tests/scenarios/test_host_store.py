@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from typing import Dict
 
+from ensure_flydsl.result import RESULT_KEYS
 from tests.helpers.flydsl_fixture import FixtureRepo
 from tests.helpers.scenario import assert_one_tree, ensure_json
 from tests.helpers.workspace import Workspace
@@ -56,6 +58,8 @@ def test_a_second_root_links_the_tree_and_skips_the_probe(tmp_path: "os.PathLike
     assert os.stat(packaged(a)).st_ino == os.stat(packaged(b)).st_ino
     assert_one_tree(b)
     assert ensure_json(b)["action"] == "warm"
+    verified = ensure_json(b, "--verify")  # --verify always probes, and hashes the linked files
+    assert verified["action"] == "verified" and "probe" in verified["durations"]  # type: ignore[operator]
 
 
 def test_a_pin_switched_back_comes_from_the_store(tmp_path: "os.PathLike[str]", fixture_repo: FixtureRepo) -> None:
@@ -106,7 +110,9 @@ def test_prune_never_removes_a_tree_a_root_uses(tmp_path: "os.PathLike[str]", fi
     ensure_json(a, FLYDSL_PIN="v0.2.3", FLYDSL_EXACT_PIN="1")  # the dev tree is used by no root now
     listed = a.run("store", "list", "--json")
     assert listed.returncode == 0, listed.stderr
-    found = {t["commit"]: t for t in json.loads(listed.stdout)["trees"]}
+    answer = json.loads(listed.stdout)
+    assert set(RESULT_KEYS) <= set(answer) and answer["ok"] is True  # the one shape of every JSON answer
+    found = {t["commit"]: t for t in answer["trees"]}
     assert sorted(found[str(ensure_json(b)["commit"])]["used_by"]) == sorted([a.root, b.root])
     assert found[fixture_repo.commits["dev"]]["used_by"] == []
     pruned = a.run("store", "prune", "--max-size", "0")
@@ -208,3 +214,35 @@ def test_a_file_deleted_from_a_linked_tree_comes_back_from_the_store(tmp_path: "
     assert repaired["action"] == "provisioned" and "is missing" in said and "store: linked" in said, said
     assert a.count("build") == 1
     assert_one_tree(a)
+
+
+def test_a_second_root_fetches_no_git_object_the_host_has(tmp_path: "os.PathLike[str]",
+                                                          fixture_repo: FixtureRepo) -> None:
+    store = os.path.join(str(tmp_path), "store")
+    a = root_of(str(tmp_path), fixture_repo, "a", store)
+    ensure_json(a)
+    b = root_of(str(tmp_path), fixture_repo, "b", store)
+    said = str(ensure_json(b)["_stderr"])
+    assert "borrows the host's git objects" in said
+    with open(os.path.join(b.root, ".git", "objects", "info", "alternates")) as handle:
+        assert handle.read().split() == [os.path.join(store, "git", "objects")]
+    counted = subprocess.run(["git", "-C", b.root, "count-objects", "-v"], stdout=subprocess.PIPE, text=True,
+                             check=True).stdout
+    assert "count: 0" in counted and "packs: 0" in counted, counted  # every object came through the alternate
+    assert_one_tree(b)
+
+
+def test_a_released_tree_is_linked_with_no_download_and_no_unpack(tmp_path: "os.PathLike[str]",
+                                                                  release_repo: FixtureRepo, wheelhouse: str) -> None:
+    store = os.path.join(str(tmp_path), "store")
+    offline = {"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": wheelhouse, "FLYDSL_STRATEGY": "auto", "FLYDSL_PIN": "v0.2.2"}
+    a = root_of(str(tmp_path), release_repo, "a", store, **offline)
+    first = ensure_json(a)
+    assert first["how"] == "released" and first["link_mode"] == "hardlink", first["_stderr"]
+    b = root_of(str(tmp_path), release_repo, "b", store, **offline)
+    second = ensure_json(b)
+    said = str(second["_stderr"])
+    assert second["how"] == "released" and second["link_mode"] == "hardlink", said
+    assert "downloading" not in said and "installing" not in said and "store: not probed again" in said
+    assert set(second["durations"]) & {"release", "verify"} == set()  # type: ignore[arg-type]
+    assert_one_tree(b)

@@ -15,6 +15,7 @@ from ensure_flydsl.binary_cache.entries import format_size, parse_size
 from ensure_flydsl.errors import ExitCode
 from ensure_flydsl.host_store.store import HostStore
 from ensure_flydsl.host_store.upkeep import list_trees, prune
+from ensure_flydsl.result import result_object
 from ensure_flydsl.settings import Settings
 
 
@@ -41,7 +42,8 @@ def store_command(settings: Settings, environ: Mapping[str, str], action: str, *
             return _refuse(f"--max-size={max_size!r} is not allowed: bytes, or a number with K, M, G or T (e.g. 2G)")
     if not os.path.isdir(path):
         if action == "list":
-            print(json.dumps({"store": path, "trees": []}) if as_json else f"the host store {path} holds no tree")
+            print(json.dumps(result_object(ok=True, exit_code=0, reason="no tree", store=path, trees=[]))
+                  if as_json else f"the host store {path} holds no tree")
         return 0
     try:
         store = HostStore.open(path)
@@ -62,7 +64,8 @@ def store_command(settings: Settings, environ: Mapping[str, str], action: str, *
 def _list(store: HostStore, as_json: bool) -> int:
     trees = list_trees(store)
     if as_json:
-        print(json.dumps({"store": store.path, "trees": [t.to_json() for t in trees]}, sort_keys=True))
+        print(json.dumps(result_object(ok=True, exit_code=0, reason=f"{len(trees)} trees", store=store.path,
+                                       trees=[t.to_json() for t in trees]), sort_keys=True))
         return 0
     print(f"the host store {store.path}: {len(trees)} trees, {format_size(sum(t.size for t in trees))}")
     for t in trees:

@@ -88,13 +88,14 @@ class HostStore:
             check_entry(os.path.join(files, entry.path), entry, seal, full)
 
     def add(self, key: str, folder: str, *, how: str, commit: str, abi: str, root: str, linker: Linker,
-            entries: List[Entry], root_specific: Optional[str]) -> Manifest:
+            entries: List[Entry], root_specific: Optional[str]) -> Tuple[Manifest, bool]:
         """``folder``'s tree (scanned as ``entries``) as the store's ``key``, placed by ``linker`` (a hardlink
-        makes the root's files the store's, read-only), staged and renamed whole.  A tree already there is kept."""
+        makes the root's files the store's, read-only), staged and renamed whole; whether it was added (a tree
+        already there is kept, and ``folder``'s files stay its own)."""
         with self.locked(exclusive=True):
             found, _ = self.manifest(key)
             if found is not None:
-                return found
+                return found, False
             remove_tree(self.tree_dir(key))  # something that is no tree of ours by its manifest
             name = f"{STAGING_PREFIX}{os.getpid()}-{os.urandom(4).hex()}"
             staging = os.path.join(layout.store_trees_dir(self.path), name)
@@ -107,7 +108,7 @@ class HostStore:
             except BaseException:
                 _remove_staging(staging)
                 raise
-        return manifest
+        return manifest, True
 
     def link(self, manifest: Manifest, dest: str, linker: Linker) -> None:
         """The tree of ``manifest`` at ``dest`` (which must not exist), each file placed by ``linker``."""

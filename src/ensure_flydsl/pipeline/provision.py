@@ -19,13 +19,21 @@ from typing import List, Optional, Tuple
 from ensure_flydsl.doctor.requirements import Finding, assess, stop_if_missing, summary
 from ensure_flydsl.errors import BadInput, EnsureError, ExitCode, Stage
 from ensure_flydsl.host_store.refs import release as release_store_tree
+from ensure_flydsl.host_store.store import HostStore
 from ensure_flydsl.layout import packages_dir, tree_folders, wheel_download_dir
 from ensure_flydsl.pipeline.context import Decision, Run, likely_route
 from ensure_flydsl.pipeline.decide import tree_key
 from ensure_flydsl.pipeline.providers.base import Early, Provider
 from ensure_flydsl.pipeline.providers.build import BuildProvider
 from ensure_flydsl.pipeline.providers.cache import CacheProvider, open_run_cache
-from ensure_flydsl.pipeline.providers.host import StoreProvider, keep_in_store, open_run_store
+from ensure_flydsl.pipeline.providers.host import (
+    StoreProvider,
+    borrow_git_objects,
+    give_git_objects,
+    keep_in_store,
+    open_run_store,
+    store_key,
+)
 from ensure_flydsl.pipeline.providers.release import ReleaseProvider
 from ensure_flydsl.pipeline.publish import publish
 from ensure_flydsl.probe.gate import is_within
@@ -45,23 +53,28 @@ def provision(run: Run) -> Result:
     """Under the lock: the pin into the root, then the first provider that gives a verified tree.  What the
     run starts early (the wheel's download, the probe's interpreter) is stopped when it ends, however."""
     claim_for_build(run)
+    store = open_run_store(run)
     with contextlib.ExitStack() as started:
         early = Early()
         started.callback(stop_wheel_download, run, early)
         started.callback(early.stop_probe)
         with run.step(Stage.FETCH):
-            commit = fetch(run, early)
+            commit = fetch(run, early, store)
+        # A stored tree of the pin whose probe answers: its imports are known to work as things are.
+        unprobed = store is not None and StoreProvider(store, release_version(run, commit), early, None) \
+            .answers_unprobed(run, commit)
         with run.step(Stage.REQUIREMENTS):
-            finding = check_requirements(run, commit)
-        providers = providers_for(run, commit, early)
+            finding = None if unprobed else check_requirements(run, commit)
+            if unprobed:
+                run.say("requirements: not checked: the host store's tree of this pin passed the full probe with "
+                        f"{run.interpreter.executable} as it is now")
+        providers = providers_for(run, commit, early, store)
         run.expect(providers[0].route)  # the likeliest: each provider takes its route when its turn comes
         with run.step(Stage.FETCH):
             interrupted, deleted = refuse_local_changes(run)
             begin_build(run)
             checkout_pin(run, commit, force=interrupted or deleted)
-        first = providers[0]  # a stored tree whose probe answers needs no interpreter importing torch beside it
-        unprobed = isinstance(first, StoreProvider) and first.answers_unprobed(run, commit)
-        if finding is not None and finding.needed and first.name != "source" and not unprobed:
+        if finding is not None and finding.needed and providers[0].name != "source":
             start_warm_probe(run, early, [r.module for r in finding.needed])
         return first_tree(run, commit, providers)
 
@@ -83,7 +96,7 @@ def first_tree(run: Run, commit: str, providers: List[Provider]) -> Result:
     raise EnsureError(ExitCode.INTERNAL, "no provider gave a tree", stage=Stage.PROVISION)  # source always does
 
 
-def providers_for(run: Run, commit: str, early: Early) -> List[Provider]:
+def providers_for(run: Run, commit: str, early: Early, store: Optional[HostStore] = None) -> List[Provider]:
     """Release when the pin is a release tag's commit (``auto``) or demanded; the cache when one is set;
     the source build unless a release was demanded."""
     settings = run.settings
@@ -103,7 +116,6 @@ def providers_for(run: Run, commit: str, early: Early) -> List[Provider]:
         if cache is not None:
             providers.append(CacheProvider(cache, early))
         providers.append(BuildProvider(cache, early))
-    store = open_run_store(run)
     if store is not None:  # first in every strategy's order: a tree this host holds is linked, not made again
         providers.insert(0, StoreProvider(store, version, early, providers[0].route))
     return providers
@@ -126,7 +138,7 @@ def check_requirements(run: Run, commit: str) -> Optional[Finding]:
     return finding
 
 
-def start_wheel_download(run: Run, early: Early, commit: str, tags: List[str]) -> None:
+def start_wheel_download(run: Run, early: Early, store: Optional[HostStore], commit: str, tags: List[str]) -> None:
     """The refs say the pin is a release's commit: under ``auto`` or ``release``, start downloading its wheel
     now, beside git's fetch of the pin (the release provider takes it over).  Not when that wheel is already
     installed in the root; a requirements check that fails later stops it and removes what it fetched."""
@@ -140,6 +152,8 @@ def start_wheel_download(run: Run, early: Early, commit: str, tags: List[str]) -
     key = {"release": versions[0], "commit": commit, "abi": run.interpreter.abi}
     if run.stamps.done("build", key) and os.path.isdir(packages_dir(root)):
         return
+    if store is not None and store.manifest(store_key(run, commit, "release", versions[0]))[0] is not None:
+        return  # the host store holds the wheel's tree: it is linked, not downloaded
     folder = wheel_download_dir(root)
     remove_tree(folder)  # a leftover of an interrupted run of ours
     try:
@@ -186,7 +200,7 @@ def claim_for_build(run: Run) -> None:
     faults.point("root-claimed")
 
 
-def fetch(run: Run, early: Early) -> str:
+def fetch(run: Run, early: Early, store: Optional[HostStore] = None) -> str:
     """The pin's commit, fetched into the root's repository: objects and refs only, the work tree untouched."""
     settings, root = run.settings, run.settings.root
     pin = pin_as_tag(settings.pin) if settings.strategy == "release" else settings.pin
@@ -194,8 +208,11 @@ def fetch(run: Run, early: Early) -> str:
     checkout.clear_stale_git_locks(run.say)
     checkout.ensure_repository()
     exclude_from_git(root)
+    shared = borrow_git_objects(run, store) if store is not None else None
     commit = checkout.fetch_pin(pin, run.say, on_fetch=run.worked,
-                                on_tags=functools.partial(start_wheel_download, run, early))
+                                on_tags=functools.partial(start_wheel_download, run, early, store))
+    if shared is not None:
+        give_git_objects(run, shared, commit)
     run.say(f"pin {pin} is commit {commit}")
     faults.point("fetched")
     return commit

@@ -17,8 +17,8 @@ from typing import Dict, List, Optional
 
 from ensure_flydsl import layout
 from ensure_flydsl.errors import Stage
-from ensure_flydsl.host_store import probed, refs
-from ensure_flydsl.host_store.link import HARDLINK, Linker
+from ensure_flydsl.host_store import git_objects, probed, refs
+from ensure_flydsl.host_store.link import COPY, HARDLINK, Linker
 from ensure_flydsl.host_store.manifest import Manifest, scan
 from ensure_flydsl.host_store.store import HostStore, StoreProblem, check_entry
 from ensure_flydsl.pipeline.context import Decision, Run
@@ -32,6 +32,7 @@ from ensure_flydsl.probe.results import ModuleResult, Probe
 from ensure_flydsl.result import How
 from ensure_flydsl.source.ownership import recording
 from ensure_flydsl.support.files import remove_tree
+from ensure_flydsl.support.processes import CommandFailed
 
 ORIGINS = {How.RELEASED: "release", How.BUILT: "source", How.CACHED: "source"}
 
@@ -57,6 +58,30 @@ def open_run_store(run: Run) -> Optional[HostStore]:
                 "writable folder, or FLYDSL_STORE=off to say none)")
         return None
     return store
+
+
+def borrow_git_objects(run: Run, store: HostStore) -> Optional[str]:
+    """Before the root's fetch: its repository borrows the host's shared git objects (host_store/git_objects.py);
+    the shared repository's folder, or None (said) when it cannot be used."""
+    git_dir = os.path.join(run.settings.root, ".git")
+    try:
+        shared = git_objects.shared_repository(store.path, run.environ)
+        if git_objects.borrow(git_dir, shared):
+            run.say(f"store: {git_dir} borrows the host's git objects from {shared} (objects/info/alternates)")
+    except (OSError, CommandFailed) as exc:
+        run.say(f"store: the host's git objects are not shared with {run.settings.root} ({exc}); it fetches its own")
+        return None
+    return shared
+
+
+def give_git_objects(run: Run, shared: str, commit: str) -> None:
+    """After the root's fetch: what it fetched goes into the shared repository, for the next root."""
+    root = run.settings.root
+    name = hashlib.sha256(os.fsencode(root)).hexdigest()[:16]
+    try:
+        git_objects.give(os.path.join(root, ".git"), shared, name, commit, run.environ)
+    except (OSError, CommandFailed) as exc:
+        run.say(f"store: the objects fetched into {root} were not added to {shared} ({exc})")
 
 
 def store_key(run: Run, commit: str, origin: str, release: Optional[str], root: Optional[str] = None) -> str:
@@ -158,11 +183,11 @@ class StoreProvider(Provider):
                     self.store.link(manifest, staging, linker)
                     os.rename(staging, packages)
                 run.stamps.finish("build", stamp_key)
+                refs.hold(self.store.path, root, manifest.key, linker.mode or HARDLINK)  # before prune may look
         if problem is not None:
             self._drop(run, manifest.key, problem)
             return None
         mode = linker.mode or HARDLINK
-        refs.hold(self.store.path, root, manifest.key, mode)
         run.worked()
         run.say(f"store: linked the {manifest.how} tree {manifest.key[:12]} ({len(manifest.files)} files, "
                 f"{manifest.size >> 20} MB) into {packages} by {mode}")
@@ -241,10 +266,14 @@ def keep_in_store(run: Run, store: HostStore, commit: str, decision: Decision, r
                     f"{', ...' if len(holding) > 3 else ''}): it is kept for {root} alone")
         key = store_key(run, commit, origin, release if origin == "release" else None, specific)
         linker = Linker()
-        manifest = store.add(key, packages, how=str(decision.how), commit=commit, abi=run.interpreter.abi,
-                             root=root, linker=linker, entries=entries, root_specific=specific)
+        manifest, added = store.add(key, packages, how=str(decision.how), commit=commit, abi=run.interpreter.abi,
+                                    root=root, linker=linker, entries=entries, root_specific=specific)
     except (OSError, StoreProblem) as exc:
         run.say(f"store: the tree was not kept in {store.path} ({exc}); the root's own tree is used")
+        return
+    if not added:  # another root added the same tree meanwhile: this root's files stay its own
+        refs.hold(store.path, root, key, COPY)
+        run.say(f"store: the tree {key[:12]} was already in {store.path}; the root keeps its own copy")
         return
     mode = linker.mode or HARDLINK
     refs.hold(store.path, root, key, mode)
