@@ -4,7 +4,7 @@ store): the first root, a second root of the same pin and interpreter, a pin swi
 the disk the second root adds, and the warm call against `python -c pass`.
 
 Every root is provisioned offline from the wheelhouse (common.py), with the release strategy.  B is the pin
-`--pin-b` (default v0.2.1) installed from the package index (A from the wheelhouse); without its wheel no source tree is
+`--pin-b` (default v0.2.3) installed from the package index (A from the wheelhouse); without its wheel no source tree is
 built: the row says it was not measured.  Disk is what `du` counts (hardlinked files once) for the root's
 folder, before and after the second root.
 
@@ -35,7 +35,9 @@ def one_round(r: Runner, store: str) -> Dict[str, float]:
     host_store = store if store == "off" else os.path.join(base, "host-store")
     offline = r.offline(os.path.join(base, "pip-cache"))
     roots = [os.path.join(base, name, "FlyDSL") for name in ("a", "b")]
-    envs = [r.real_env(root, "release", FLYDSL_STORE=host_store, **offline) for root in roots]
+    # One host per round: its own user's cache folder (the ETA history), never the real one.
+    envs = [r.real_env(root, "release", FLYDSL_STORE=host_store, XDG_CACHE_HOME=os.path.join(base, "xdg"),
+                       **offline) for root in roots]
     for root in roots:
         os.makedirs(os.path.dirname(root))
     figures: Dict[str, float] = {}
@@ -62,7 +64,8 @@ def switched_back(r: Runner, env: Dict[str, str]) -> "Tuple[float, float] | None
     pin_b = r.args.pin_b
     try:
         online = {k: v for k, v in env.items() if k not in ("PIP_NO_INDEX", "PIP_FIND_LINKS")}
-        r.call([r.tool, "--json", "--exact-pin"], dict(online, FLYDSL_PIN=pin_b))  # B's wheel from the index
+        # B's wheel from the index; its kernels moved (kernels/moe/), so B is asked for flydsl alone
+        r.call([r.tool, "--json", "--exact-pin"], dict(online, FLYDSL_PIN=pin_b, FLYDSL_REQUIRE="flydsl"))
     except SystemExit as exc:
         say(f"the pin {pin_b} could not be installed offline ({str(exc).splitlines()[0]}); no pin-switch figure")
         return None
@@ -109,7 +112,8 @@ def main() -> None:
     parser.add_argument("--base-python", default="python3.11")
     parser.add_argument("--runs", type=int, default=5, help="warm calls per round")
     parser.add_argument("--rounds", type=int, default=1)
-    parser.add_argument("--pin-b", default="v0.2.1", help="the pin B of the switch A -> B -> A")
+    parser.add_argument("--pin-b", default="v0.2.3", help="the pin B of the switch A -> B -> A (its release "
+                        "must pass the floor 0.2.2)")
     r = Runner(parser.parse_args())
     if r.real_repo is None:
         raise SystemExit("set ENSURE_FLYDSL_REAL_REPO to a FlyDSL clone or mirror with tag v0.2.2")

@@ -71,7 +71,9 @@ def test_a_pin_switched_back_comes_from_the_store(tmp_path: "os.PathLike[str]", 
     back = ensure_json(a, FLYDSL_EXACT_PIN="1")
     assert back["commit"] == fixture_repo.commits["dev"] and back["link_mode"] == "hardlink"
     assert a.count("build") == 2, "A came back from the store, not from a build"
-    assert "store: linked the built tree" in str(back["_stderr"])
+    said = str(back["_stderr"])
+    assert "store: linked the built tree" in said and "store: not probed again" in said
+    assert "requirements: not checked" in said
     assert_one_tree(a)
 
 
