@@ -150,6 +150,7 @@ def test_an_unusable_default_store_is_gone_without_said_once(tmp_path: "os.PathL
     assert result["how"] == "built" and result["link_mode"] is None
     said = [line for line in str(result["_stderr"]).splitlines() if line.startswith("store:")]
     assert len(said) == 1 and "going on without a store" in said[0], said
+    assert f"the default host store {os.path.join(a.host_dir, 'store')}" in said[0]
     assert_one_tree(a)
 
 
