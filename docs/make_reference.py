@@ -37,6 +37,7 @@ COMMAND = "python docs/make_reference.py --update"
 # The bad values each setting is tried with: the reference shows what its parser says is allowed for each.
 BAD_VALUES: Dict[str, Sequence[str]] = {
     "root": ["/", "a:b", "a\nb"],
+    "store": ["a\nb"],
     "min_version": ["not-a-version"],
     "pin": ["-x"],
     "repo": ["-x", "ext::sh -c id"],
@@ -74,7 +75,8 @@ OTHER_BAD: Dict[str, Sequence[str]] = {setting_values.HOST_ID: ["a\nb"], "GIT_CO
 ROOT = "BASE/ROOT"
 PLACEHOLDERS: Dict[str, object] = {
     "root": ROOT, "base_dir": "BASE", "tools": layout.tools_dir(ROOT), "overlay": layout.rocm_overlay(ROOT),
-    "runs": layout.runs_dir(ROOT), "run_id": "<run id>", "step": "<step>", "host_dir": "HOST", "timings": "HOST/runs",
+    "runs": layout.runs_dir(ROOT), "run_id": "<run id>", "step": "<step>", "host_dir": "HOST", "timings": "HOST/runs", "store": "STORE",
+    "key": "<tree key>", "tree": "STORE/trees/<tree key>",
     "environ": {"XDG_CACHE_HOME": "/XDG_CACHE_HOME"},
 }
 

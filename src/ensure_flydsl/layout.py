@@ -36,6 +36,17 @@
       history.json                         step durations of this host's runs, per route, for ETAs (every
                                            root of the host reads and adds to it)
       history.lock                         the flock a run holds while it adds its durations (never deleted)
+      store/                               the host store (FLYDSL_STORE; docs/store.md)
+        store.lock                         held shared while a root links a tree, exclusive to add or prune
+        trees/<key>/manifest.json          a tree's entries, each file's sha256 (host_store/manifest.py)
+        trees/<key>/seal.json              each stored file's inode, size and mtime as stored: a cheap check
+        trees/<key>/probed.json            the probes this tree passed, per interpreter fingerprint
+        trees/<key>/files/                 the tree itself (read-only files)
+        trees/.staging-*/                  a tree being added (renamed to trees/<key> when whole)
+        refs/<root hash>.json              a root that links a tree (prune keeps what a root still uses)
+        git/                               a bare repository holding the objects every root's checkout shares
+
+    ROOT/.ensure_flydsl/store.json         which store tree the root's build-fly/python_packages is linked from
 
 The default lock, marker and log paths are shared by the roots of one folder, as the bash executor
 (``ensure_flydsl.sh``) had them.
@@ -132,6 +143,11 @@ def wheel_install_dirs(root: str) -> Tuple[str, str]:
     it is moved to ``packages_dir`` (both removed when the run ends)."""
     return (os.path.join(root, BUILD_DIR, ".wheel-download"),
             os.path.join(root, BUILD_DIR, "." + PACKAGES_DIR + ".installing"))
+
+
+def store_linking_dir(root: str) -> str:
+    """Where the host store's tree is linked before it is moved to ``packages_dir``."""
+    return os.path.join(root, BUILD_DIR, "." + PACKAGES_DIR + ".linking")
 
 
 def build_made_record(root: str) -> str:
@@ -268,3 +284,50 @@ def history_file(host_dir: str) -> str:
 def history_lock(host_dir: str) -> str:
     """Held while a run adds its durations to ``history_file`` (read, merge, replace)."""
     return os.path.join(host_dir, "history.lock")
+
+
+# -- the host store (host_store/) ------------------------------------------------------------------------------
+def default_store_dir(host_dir: str) -> str:
+    """The host store when FLYDSL_STORE is not set: in the user's cache folder."""
+    return os.path.join(host_dir, "store")
+
+
+def store_lock(store: str) -> str:
+    return os.path.join(store, "store.lock")
+
+
+def store_trees_dir(store: str) -> str:
+    return os.path.join(store, "trees")
+
+
+def store_tree_dir(store: str, key: str) -> str:
+    return os.path.join(store, "trees", key)
+
+
+def store_manifest(tree: str) -> str:
+    return os.path.join(tree, "manifest.json")
+
+
+def store_seal(tree: str) -> str:
+    return os.path.join(tree, "seal.json")
+
+
+def store_probed(tree: str) -> str:
+    return os.path.join(tree, "probed.json")
+
+
+def store_files(tree: str) -> str:
+    return os.path.join(tree, "files")
+
+
+def store_refs_dir(store: str) -> str:
+    return os.path.join(store, "refs")
+
+
+def store_git_dir(store: str) -> str:
+    return os.path.join(store, "git")
+
+
+def root_store_record(root: str) -> str:
+    """Which store tree the root's ``packages_dir`` is linked from (the root's reference, read by ``prune``)."""
+    return os.path.join(root, STATE_DIR, "store.json")

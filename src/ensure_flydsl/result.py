@@ -80,6 +80,7 @@ class Result(TreeIdentity):
     reason: str = ""  # why the tree in use passes the gate
     log: Optional[str] = None  # the run's log, when it opened one
     elapsed_s: Optional[float] = None  # the whole call
+    link_mode: Optional[str] = None  # reflink, hardlink or copy: how the host store gave the root its tree
 
     @property
     def built(self) -> bool:

@@ -269,6 +269,13 @@ def _need_url_libraries(name: str, value: str) -> None:
                        "this Python lacks: " + extra_remedy("s3", "point FLYDSL_CACHE at a folder"))
 
 
+def parse_store(name: str, value: str) -> str:
+    """The host store's folder, or ``off`` (no store: every root keeps a tree of its own)."""
+    if value.strip().lower() == "off":
+        return "off"
+    return _path(name, value, room=ROOT_ROOM)
+
+
 def parse_plain_path(name: str, value: str) -> str:
     return _path(name, value)
 

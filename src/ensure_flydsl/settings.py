@@ -37,6 +37,7 @@ from ensure_flydsl.setting_values import (
     parse_repo,
     parse_require,
     parse_root,
+    parse_store,
     parse_strategy,
     parse_written_file,
 )
@@ -134,6 +135,7 @@ class Settings(Frozen):
     exact_pin: bool = False
     cache_signing_key: Optional[str] = None
     cache_trusted_keys: TrustedKeys = ()
+    store: Optional[str] = None  # None: the default under the user's cache folder; "off": no store
     # Where each value came from, for messages: the flag or the variable as the user spelled it.
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
 
@@ -199,6 +201,7 @@ _PARSERS: Dict[str, Callable[[str, str], object]] = {
     "exact_pin": parse_bool,
     "cache_signing_key": parse_signing_key,
     "cache_trusted_keys": parse_trusted_keys,
+    "store": parse_store,
 }
 
 

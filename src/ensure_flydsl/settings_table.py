@@ -98,6 +98,8 @@ SETTINGS: Tuple[Setting, ...] = (
     Setting(name="cache_trusted_keys", env="FLYDSL_CACHE_TRUSTED_KEYS", flag="--cache-trusted-key",
             help="public keys NAME:BASE64 or .pub files: fetch only cache entries one of them signed", kind=LIST,
             metavar="KEY"),
+    Setting("store", "FLYDSL_STORE", "--store",
+            "the host store roots link their trees from (default: in the user's cache folder; off: none)"),
 )
 SETTING_BY_NAME: Dict[str, Setting] = {s.name: s for s in SETTINGS}
 # The settings by concern, for the help (cli/help.py): (short name, title, settings).  A setting named in no
@@ -112,4 +114,5 @@ SETTING_GROUPS: Tuple[Tuple[str, str, Tuple[str, ...]], ...] = (
     ("env file", "what the env file exports besides the tree", ("shim_dir", "vllm_moe")),
     ("cache", "the binary cache shared between hosts",
      ("cache", "lease_ttl", "cache_signing_key", "cache_trusted_keys")),
+    ("store", "the host store the roots of this host link their trees from", ("store",)),
 )

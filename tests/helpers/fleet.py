@@ -88,6 +88,7 @@ def cache_host(tmp: str, repo: FixtureRepo, name: str, cache: str, **env: str) -
     """Another container: its own base folder and build counters, the same cache (a folder or URL)."""
     ws = Workspace(os.path.join(tmp, name, "base"), repo)
     ws.env["FLYDSL_CACHE"] = cache
+    ws.env["FLYDSL_STORE"] = os.path.join(tmp, name, "host-store")  # another host: a host store of its own
     ws.env.update(env)
     return ws
 
@@ -97,7 +98,8 @@ def fleet_host(tmp: str, repo: FixtureRepo, name: str, cache: SharedCache, **env
     ws.counter = os.path.join(tmp, "fleet-counters")
     os.makedirs(ws.counter, exist_ok=True)
     ws.env.update(cache.env)
-    ws.env.update({"FLYDSL_CACHE": cache.url, "FLYDSL_HOST_ID": name, "FIXTURE_COUNTER_DIR": ws.counter})
+    ws.env.update({"FLYDSL_CACHE": cache.url, "FLYDSL_HOST_ID": name, "FIXTURE_COUNTER_DIR": ws.counter,
+                   "FLYDSL_STORE": os.path.join(tmp, name, "host-store")})  # another host: its own host store
     ws.env.update(env)
     return ws
 

@@ -67,6 +67,9 @@ class Workspace:
             "FLYDSL_STRATEGY": "source",
             "ROCM_PATH": os.path.join(os.path.dirname(base), "no-rocm"),
             "FIXTURE_COUNTER_DIR": self.counter,
+            # Each workspace is a host of its own, with its own host store (two workspaces of one test are two
+            # containers unless a test gives them one FLYDSL_STORE: tests/scenarios/test_host_store.py).
+            "FLYDSL_STORE": os.path.join(os.path.dirname(base), "host-store"),
         })
         self.env: Dict[str, str] = env
 

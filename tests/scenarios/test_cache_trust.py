@@ -399,7 +399,7 @@ def test_a_read_only_cache_is_used_read_only(nobody: Nobody, fixture_repo: Fixtu
     before = listing(shared.url)
     base = nobody.own_folder("mine")
     env = dict(seed.env, FLYDSL_ROOT=os.path.join(base, "FlyDSL"), FLYDSL_HOST_ID="nobody",
-               FIXTURE_COUNTER_DIR=nobody.own_folder("counters"))
+               FIXTURE_COUNTER_DIR=nobody.own_folder("counters"), FLYDSL_STORE=nobody.own_folder("store"))
     hit = nobody.run(env)
     said = hit.stdout + hit.stderr
     assert hit.returncode == 0, said

@@ -18,19 +18,20 @@ from ensure_flydsl.settings import SETTING_BY_NAME
 from ensure_flydsl.version import __version__
 
 PUBLIC = [c for c in COMMANDS if not c.startswith("_")]
-CACHE = [("cache", action) for action in COMMANDS["cache"].actions or {}]
+CACHE = [(group, action) for group in ("cache", "store") for action in COMMANDS[group].actions or {}]
 PATHS = [(c,) for c in PUBLIC] + CACHE
 OWN_FLAGS = {"ensure": ["--json"], "start": [], "wait": ["--timeout", "--heartbeat", "--json"], "status": ["--json"],
              "env": ["--format", "--json"], "verify": ["--json"], "doctor": ["--json"],
              "cache": ["list", "prune", "keygen", "sign"], "clean": ["--json"],
              "skill": ["--force", "--wheels", "DIR"], "help": ["COMMAND"], "completion": ["{bash,zsh,fish}"],
              "cache list": ["--json"], "cache prune": ["--max-size SIZE"], "cache keygen": ["--out DIR", "NAME"],
-             "cache sign": ["--key PATH", "KEY"], "stats": ["--json", "--root ROOT", "--records DIR"]}
+             "cache sign": ["--key PATH", "KEY"], "store": ["list", "prune"], "store list": ["--json"],
+             "store prune": ["--max-size SIZE"], "stats": ["--json", "--root ROOT", "--records DIR"]}
 ROOTLESS = {"skill", "help", "completion", "stats"}  # about no root: no setting flags (stats' --root is a filter)
 # A setting's flag, and what only a full list of every setting shows: its variable.
 SETTING_FLAG = re.compile(r"--(root|lock-file|fail-marker|python|require|min-version|exact-pin|verify|probe-timeout"
                           r"|pin|repo|strategy|git-mirror|jobs|lock-timeout|rocm-path|mlir-path|fix-rocm-in-place"
-                          r"|shim-dir|vllm-moe|cache|lease-ttl|cache-signing-key|cache-trusted-key)(?![\w-])")
+                          r"|shim-dir|vllm-moe|cache|lease-ttl|cache-signing-key|cache-trusted-key|store)(?![\w-])")
 
 
 @pytest.fixture
@@ -88,13 +89,14 @@ def test_each_command_has_its_own_short_help_with_its_settings_and_examples(env:
 
 
 def test_each_cache_command_has_its_own_help(env: Dict[str, str]) -> None:
-    helps = {action: tool(env, "cache", action, "--help").stdout for _, action in CACHE}
+    helps = {(group, action): tool(env, group, action, "--help").stdout for group, action in CACHE}
     assert len(set(helps.values())) == len(CACHE)
-    for action, text in helps.items():
-        assert text.startswith(f"usage: ensure-flydsl cache {action} "), text
-    assert tool(env, "--cache", "/srv/c", "cache", "prune", "-h").stdout == helps["prune"]  # settings before it
-    group = tool(env, "cache", "--help").stdout
-    assert group.startswith("usage: ensure-flydsl cache [-h] ACTION") and group not in helps.values()
+    for (group, action), text in helps.items():
+        assert text.startswith(f"usage: ensure-flydsl {group} {action} "), text
+    assert tool(env, "--cache", "/srv/c", "cache", "prune", "-h").stdout == helps[("cache", "prune")]  # settings before
+    for name in ("cache", "store"):
+        group = tool(env, name, "--help").stdout
+        assert group.startswith(f"usage: ensure-flydsl {name} [-h] ACTION") and group not in helps.values()
 
 
 def test_help_settings_lists_every_setting_with_its_variable(env: Dict[str, str]) -> None:

@@ -51,8 +51,14 @@ def test_every_setting_has_a_variable_and_a_flag() -> None:
     assert names == {"root", "min_version", "pin", "repo", "lock_file", "fail_marker", "rocm_path", "mlir_path",
                      "python", "shim_dir", "vllm_moe", "require", "strategy", "jobs", "lock_timeout", "probe_timeout",
                      "cache", "lease_ttl", "verify", "fix_rocm_in_place", "git_mirrors", "exact_pin",
-                     "cache_signing_key", "cache_trusted_keys"}
+                     "cache_signing_key", "cache_trusted_keys", "store"}
     assert all(s.env and s.flag.startswith("--") for s in SETTINGS)
+
+
+def test_the_store_setting_is_off_or_a_path() -> None:
+    assert load(FLYDSL_STORE="off").store == "off" and load(FLYDSL_STORE="OFF").store == "off"
+    assert load(FLYDSL_STORE="relative/store").store == os.path.abspath("relative/store")
+    assert load().store is None  # the default, in the user's cache folder
 
 
 def test_empty_variable_means_default() -> None:

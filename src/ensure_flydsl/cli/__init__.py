@@ -215,6 +215,22 @@ def _stats(args: argparse.Namespace, reporter: Reporter, environ: Dict[str, str]
     return stats(args, environ)
 
 
+def _store_list_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="one JSON result object with every tree (docs/schema/)")
+
+
+def _store_prune_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--max-size", metavar="SIZE", help="remove the longest unused trees until the store holds at "
+                   "most SIZE (bytes, or with K/M/G/T); a tree a root uses is never removed")
+
+
+def _store(args: argparse.Namespace, settings: Settings, reporter: Reporter, environ: Dict[str, str]) -> int:
+    from ensure_flydsl.cli.store import store_command
+
+    return store_command(settings, environ, args.store_action, max_size=getattr(args, "max_size", None),
+                         as_json=getattr(args, "json", False), say=reporter.say)
+
+
 def _skill(args: argparse.Namespace, reporter: Reporter, environ: Dict[str, str]) -> int:
     from ensure_flydsl.cli.skill import skill
 
@@ -263,6 +279,17 @@ CACHE_ACTIONS: Dict[str, Command] = {
                                "a rotation: two entries, if ci-1 signed them"))),
 }
 
+STORE_ACTIONS: Dict[str, Command] = {
+    "list": Command("every tree of the host store: its key, size, files, last use and the roots that link it",
+                    _store_list_args, _store, settings=("store",),
+                    examples=(("ensure-flydsl store list", ""),
+                              ("ensure-flydsl store list --json --store /scratch/flydsl-store", "one JSON object"))),
+    "prune": Command("remove the longest unused trees until the host store holds at most --max-size",
+                     _store_prune_args, _store, settings=("store",),
+                     examples=(("ensure-flydsl store prune --max-size 20G", "trees a root uses are kept"),
+                               ("ensure-flydsl --store /scratch/flydsl-store store prune --max-size 5G", ""))),
+}
+
 # In the order --help lists them.
 COMMANDS: Dict[str, Command] = {
     "ensure": Command("make FlyDSL importable (the default command); blocking",
@@ -301,6 +328,10 @@ COMMANDS: Dict[str, Command] = {
                      _cache, actions=CACHE_ACTIONS, settings=("cache", "cache_trusted_keys"),
                      examples=(("ensure-flydsl cache list --cache /srv/flydsl-cache", ""),
                                ("ensure-flydsl help cache prune", "a cache command's own help"))),
+    "store": Command("the host store of trees the roots link (FLYDSL_STORE): list, prune", _no_args, _store,
+                     actions=STORE_ACTIONS, settings=("store",),
+                     examples=(("ensure-flydsl store list", "each tree, its size and the roots that use it"),
+                               ("ensure-flydsl help store prune", "a store command's own help"))),
     "clean": Command("remove what this tool created for the root (never anything else)",
                      _json_flag("one JSON result object naming what was removed and kept"), _clean,
                      settings=("root", "lock_file", "fail_marker"),

@@ -71,6 +71,8 @@ def preflight(settings: Settings, environ: Mapping[str, str], *, writes: bool = 
         raise BadInput(
             settings.label("mlir_path"), settings.mlir_path, "an MLIR install prefix holding lib/cmake/mlir"
         )
+    if settings.store not in (None, "off"):  # given: one that cannot be made or written is bad input
+        _check_creatable(settings.label("store"), str(settings.store), str(settings.store))
     if settings.cache is not None:
         if settings.cache.startswith("/") and not os.path.isdir(settings.cache):
             # An existing folder this user cannot write in is used read-only (ways/cache/provider.py).

@@ -19,9 +19,19 @@ from typing import List, Mapping, Optional, Tuple
 from ensure_flydsl.doctor.diagnose import run_checks, stop_if_blocked
 from ensure_flydsl.doctor.requirements import Finding, assess, stop_if_missing, summary
 from ensure_flydsl.errors import BadInput, EnsureError, ExitCode, Stage
+from ensure_flydsl.host_store.refs import release as release_store_tree
+from ensure_flydsl.host_store.store import HostStore
 from ensure_flydsl.layout import packages_dir, tree_folders, wheel_download_dir
 from ensure_flydsl.pipeline.decide import tree_key
 from ensure_flydsl.pipeline.publish import publish
+from ensure_flydsl.pipeline.store_way import (
+    StoreProvider,
+    borrow_git_objects,
+    give_git_objects,
+    keep_in_store,
+    open_run_store,
+    store_key,
+)
 from ensure_flydsl.probe.gate import is_within
 from ensure_flydsl.probe.interpreter import EarlyProbe, probe_modules
 from ensure_flydsl.result import Action, Result
@@ -47,15 +57,22 @@ def provision(run: Run) -> Result:
     """Under the lock: the pin into the root, then the first provider that gives a verified tree.  What the
     run starts early (the wheel's download, the probe's interpreter) is stopped when it ends, however."""
     claim_for_build(run)
+    store = open_run_store(run)
     with contextlib.ExitStack() as started:
         early = Early()
         started.callback(stop_wheel_download, run, early)
         started.callback(early.stop_probe)
         with run.step(Stage.FETCH):
-            commit = fetch(run, early)
+            commit = fetch(run, early, store)
+        # A stored tree of the pin whose probe answers: its imports are known to work as things are.
+        unprobed = store is not None and StoreProvider(store, release_version(run, commit), early, None) \
+            .answers_unprobed(run, commit)
         with run.step(Stage.REQUIREMENTS):
-            finding = check_requirements(run, commit)
-        providers = providers_for(run, commit, early)
+            finding = None if unprobed else check_requirements(run, commit)
+            if unprobed:
+                run.say("requirements: not checked: the host store's tree of this pin passed the full probe with "
+                        f"{run.interpreter.executable} as it is now")
+        providers = providers_for(run, commit, early, store)
         run.expect(providers[0].route)  # the likeliest: each provider takes its route when its turn comes
         with run.step(Stage.FETCH):
             interrupted, deleted = refuse_local_changes(run)
@@ -67,10 +84,13 @@ def provision(run: Run) -> Result:
 
 
 def first_tree(run: Run, commit: str, providers: List[Provider]) -> Result:
+    store = providers[0].store if isinstance(providers[0], StoreProvider) else None
     for provider in providers:
         try:
             decision = provider.provide(run, commit)
             if decision is not None:
+                if store is not None:
+                    keep_in_store(run, store, commit, decision, release_version(run, commit))
                 result = finish(run, commit, decision)
                 provider.after_publish(run, commit)
                 return result
@@ -80,7 +100,7 @@ def first_tree(run: Run, commit: str, providers: List[Provider]) -> Result:
     raise EnsureError(ExitCode.INTERNAL, "no provider gave a tree", stage=Stage.PROVISION)  # source always does
 
 
-def providers_for(run: Run, commit: str, early: Early) -> List[Provider]:
+def providers_for(run: Run, commit: str, early: Early, store: Optional[HostStore] = None) -> List[Provider]:
     """The ways ``ways.STRATEGY`` gives the strategy, in its order, each that applies: the release when the pin
     is a release tag's commit (a demanded release that is none stops here), the cache when one is set, the
     source build."""
@@ -102,6 +122,8 @@ def providers_for(run: Run, commit: str, early: Early) -> List[Provider]:
             providers.append(CacheProvider(cache, early))
         elif way is Way.SOURCE:
             providers.append(BuildProvider(cache, early, doctor_before_build))
+    if store is not None:  # first in every strategy's order: a tree this host holds is linked, not made again
+        providers.insert(0, StoreProvider(store, version, early, providers[0].route))
     return providers
 
 
@@ -127,7 +149,7 @@ def check_requirements(run: Run, commit: str) -> Optional[Finding]:
     return finding
 
 
-def start_wheel_download(run: Run, early: Early, commit: str, tags: List[str]) -> None:
+def start_wheel_download(run: Run, early: Early, store: Optional[HostStore], commit: str, tags: List[str]) -> None:
     """The refs say the pin is a release's commit: under ``auto`` or ``release``, start downloading its wheel
     now, beside git's fetch of the pin (the release provider takes it over).  Not when that wheel is already
     installed in the root; a requirements check that fails later stops it and removes what it fetched."""
@@ -141,6 +163,8 @@ def start_wheel_download(run: Run, early: Early, commit: str, tags: List[str]) -
     key = {"release": versions[0], "commit": commit, "abi": run.interpreter.abi}
     if run.stamps.done("build", key) and os.path.isdir(packages_dir(root)):
         return
+    if store is not None and store.manifest(store_key(run, commit, "release", versions[0]))[0] is not None:
+        return  # the host store holds the wheel's tree: it is linked, not downloaded
     folder = wheel_download_dir(root)
     remove_tree(folder)  # a leftover of an interrupted run of ours
     try:
@@ -187,7 +211,7 @@ def claim_for_build(run: Run) -> None:
     faults.point("root-claimed")
 
 
-def fetch(run: Run, early: Early) -> str:
+def fetch(run: Run, early: Early, store: Optional[HostStore] = None) -> str:
     """The pin's commit, fetched into the root's repository: objects and refs only, the work tree untouched."""
     settings, root = run.settings, run.settings.root
     pin = pin_as_tag(settings.pin) if demands(settings.strategy, Way.RELEASE) else settings.pin
@@ -195,11 +219,14 @@ def fetch(run: Run, early: Early) -> str:
     checkout.clear_stale_git_locks(run.say)
     checkout.ensure_repository()
     exclude_from_git(root)
+    shared = borrow_git_objects(run, store) if store is not None else None
     before = checkout.objects_bytes()
     commit = checkout.fetch_pin(pin, run.say, on_fetch=run.worked,
-                                on_tags=functools.partial(start_wheel_download, run, early))
+                                on_tags=functools.partial(start_wheel_download, run, early, store))
     after = checkout.objects_bytes()  # what the fetch added (a gc beside it: unknown)
     run.facts.add_fetched("git", None if before is None or after is None or after < before else after - before)
+    if shared is not None:
+        give_git_objects(run, shared, commit)
     run.say(f"pin {pin} is commit {commit}")
     faults.point("fetched")
     return commit
@@ -221,6 +248,7 @@ def begin_build(run: Run) -> None:
     settings, root = run.settings, run.settings.root
     twin = markers.read_env_json(settings.env_json)
     names_root = twin is None or any(is_within(p, root) for p in [twin.tree, *twin.pythonpath_prepend])
+    release_store_tree(root)  # the root's tree may change now: its hold on a stored tree goes first
     if names_root and markers.withdraw_env_file(settings.env_file, settings.env_json):
         what = f" (flydsl {twin.version}, {twin.how})" if twin is not None else ""
         run.say(f"took away {settings.env_file}{what}: the tree in {root} changes now for the pin {settings.pin}")

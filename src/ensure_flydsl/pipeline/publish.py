@@ -122,6 +122,7 @@ def publish(run: Run, decision: Decision, action: Action) -> Result:
         abi=interp.abi, commit=decision.commit, env=env, env_file=settings.env_file,
         prepend=list(decision.prepend), files=dict(decision.verdict.files), durations=dict(run.durations),
         run_id=run.run_id, reason=decision.reason, log=run.reporter.log_path, elapsed_s=run.elapsed(),
+        link_mode=decision.link_mode,
     )
 
 

@@ -15,6 +15,7 @@ from ensure_flydsl.pipeline.decide import check_writable, decide, preflight
 from ensure_flydsl.pipeline.lock import build_lock
 from ensure_flydsl.pipeline.provision import provision
 from ensure_flydsl.pipeline.publish import publish, record_failure, withdraw_if_untrue, withdraw_stale_markers
+from ensure_flydsl.pipeline.store_way import linked_tree_problem, repair_linked_tree
 from ensure_flydsl.pipeline.timing import keep_timing
 from ensure_flydsl.pipeline.warm import try_warm
 from ensure_flydsl.probe.gate import same_folder
@@ -79,7 +80,8 @@ def _ensure(run: Run) -> Result:
         sharing = roots_sharing_marker(settings)
         if sharing:
             run.say("note: " + sharing_advice(settings, sharing))
-        decision = decide(run)
+        damaged = linked_tree_problem(run)  # an edit through a hardlink, or (--verify) any file not the store's
+        decision = decide(run) if damaged is None else Decision(False, damaged)
     if decision.ok:
         return publish(run, decision, _action(decision, settings.root))
     if not provisions(settings.strategy):
@@ -103,8 +105,8 @@ def _ensure(run: Run) -> Result:
         run.reporter.open_log(settings.log_file)
         # A concurrent run may have finished while we waited: its fingerprint answers without a probe
         # (sixteen waiters do not probe one after another), else a probe does.
-        warm = None if settings.verify else try_warm(settings, run.environ)
-        if warm is None:
+        warm = None if settings.verify or damaged else try_warm(settings, run.environ)
+        if warm is None and damaged is None:
             with run.step(Stage.PROBE):
                 decision = decide(run, again=True)
         if warm is not None or decision.ok:
@@ -113,6 +115,8 @@ def _ensure(run: Run) -> Result:
         # Under the lock nobody else publishes: an env file whose tree fails its own request's gate now goes;
         # one that is still true stays until this run's build starts (provision: begin_build).
         withdraw_if_untrue(run, decision)
+        if damaged is not None:
+            repair_linked_tree(run, damaged)
         return provision(run)
 
 

@@ -22,12 +22,15 @@ if TYPE_CHECKING:
 
 class Way(str, enum.Enum):
     """One way to a tree: reuse one that is there, install the release wheel, fetch it from the binary cache,
-    build it from source."""
+    build it from source, link it from the host store."""
 
     REUSE = "reuse"
     RELEASE = "release"
     CACHE = "cache"
     SOURCE = "source"
+    # The host's store of trees (pipeline/store_way.py): first in every strategy's order that provisions, so
+    # it is no strategy's choice and stands in no row of STRATEGY (FLYDSL_STORE=off turns it off).
+    STORE = "store"
 
     def __str__(self) -> str:
         return str(self.value)

@@ -38,6 +38,7 @@ class Decision:
     commit: Optional[str] = None
     pin: Optional[str] = None  # the pin and repository the root's tree was made from (None: found elsewhere)
     repo: Optional[str] = None
+    link_mode: Optional[str] = None  # how the tree came from the host store into the root (host_store/link.py)
 
 
 def likely_route(settings: Settings, release_commit: Optional[bool] = None) -> Optional[Plan]:

@@ -1,0 +1,342 @@
+"""The host store in a provisioning run (``host_store/``): the first way of every strategy links a tree this
+host already holds for the pin and the interpreter's ABI into the root (no download, no unpack, no build),
+and a tree another way installed and verified is added to the store before it is published.
+
+A tree is keyed by what made it: the repository, the commit, the interpreter's ABI and platform, and its origin
+(the release wheel of version X, or a source build from the pin's MLIR or ``MLIR_PATH``); a tree that holds
+its root's path is keyed by that root too, and said to be.  The store is an accelerator: a store that cannot be
+used is said once and the run goes on without it; a stored tree that does not match its manifest is said,
+removed from the store and fetched or built instead."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from typing import Dict, List, Optional
+
+from ensure_flydsl import layout
+from ensure_flydsl.errors import Stage
+from ensure_flydsl.host_store import git_objects, probed, refs
+from ensure_flydsl.host_store.link import COPY, HARDLINK, Linker
+from ensure_flydsl.host_store.manifest import Manifest, scan
+from ensure_flydsl.host_store.store import HostStore, StoreProblem, check_entry
+from ensure_flydsl.pipeline.fingerprint import interpreter_identity, python_environment, site_stats
+from ensure_flydsl.probe.gate import evaluate, is_within
+from ensure_flydsl.probe.interpreter import joined_pythonpath, probe_modules
+from ensure_flydsl.probe.results import ModuleResult, Probe
+from ensure_flydsl.result import How
+from ensure_flydsl.source.ownership import recording
+from ensure_flydsl.support.files import remove_tree, rename_into_place
+from ensure_flydsl.support.processes import CommandFailed
+from ensure_flydsl.ways import Way
+from ensure_flydsl.ways.base import Early, Provider
+from ensure_flydsl.ways.cache.provider import repo_identity
+from ensure_flydsl.ways.context import Decision, Run
+from ensure_flydsl.ways.tree import prepare_build_dir, verify_tree
+
+ORIGINS = {How.RELEASED: "release", How.BUILT: "source", How.CACHED: "source"}
+
+
+def open_run_store(run: Run) -> Optional[HostStore]:
+    """The run's store: FLYDSL_STORE (the preflight checked it can be made), else the default in the user's
+    cache folder, which the run goes on without when it cannot be used (said once); None under ``off``."""
+    setting = run.settings.store
+    if setting == "off":
+        return None
+    host = layout.host_cache_dir(run.environ)
+    path = setting or (layout.default_store_dir(host) if host is not None else None)
+    if path is None:
+        run.say("store: no host store (neither XDG_CACHE_HOME nor HOME names a folder); each root keeps its own tree")
+        return None
+    try:
+        store = HostStore.open(path)
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise PermissionError(f"{path} is not writable by this user")
+    except OSError as exc:
+        named = f"{run.settings.label('store')}={path}" if setting else f"the default host store {path}"
+        run.say(f"store: {named} cannot be used ({exc}); going on without a store (set FLYDSL_STORE to a "
+                "writable folder, or FLYDSL_STORE=off to say none)")
+        return None
+    return store
+
+
+def borrow_git_objects(run: Run, store: HostStore) -> Optional[str]:
+    """Before the root's fetch: its repository borrows the host's shared git objects (host_store/git_objects.py);
+    the shared repository's folder, or None (said) when it cannot be used."""
+    git_dir = os.path.join(run.settings.root, ".git")
+    try:
+        shared = git_objects.shared_repository(store.path, run.environ)
+        if git_objects.borrow(git_dir, shared):
+            run.say(f"store: {git_dir} borrows the host's git objects from {shared} (objects/info/alternates)")
+    except (OSError, CommandFailed) as exc:
+        run.say(f"store: the host's git objects are not shared with {run.settings.root} ({exc}); it fetches its own")
+        return None
+    return shared
+
+
+def give_git_objects(run: Run, shared: str, commit: str) -> None:
+    """After the root's fetch: what it fetched goes into the shared repository, for the next root."""
+    root = run.settings.root
+    name = hashlib.sha256(os.fsencode(root)).hexdigest()[:16]
+    try:
+        git_objects.give(os.path.join(root, ".git"), shared, name, commit, run.environ)
+    except (OSError, CommandFailed) as exc:
+        run.say(f"store: the objects fetched into {root} were not added to {shared} ({exc})")
+
+
+def store_key(run: Run, commit: str, origin: str, release: Optional[str], root: Optional[str] = None) -> str:
+    """The key of a tree of ``commit`` for the run's interpreter from ``origin`` ("release" of version
+    ``release``, or "source"); ``root`` when the tree holds its root's path."""
+    key: Dict[str, object] = {
+        "format": 1, "repo": repo_identity(run.settings.repo), "commit": commit, "abi": run.interpreter.abi,
+        "platform": run.interpreter.platform, "origin": origin,
+        "made_from": release if origin == "release" else run.settings.mlir_path, "root": root,
+    }
+    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:48]
+
+
+def lookup_keys(run: Run, commit: str, release: Optional[str]) -> List[str]:
+    """The keys that answer the strategy, best first: ``release`` takes only the wheel's tree, ``source`` only a
+    build's, ``auto`` the wheel's (when the pin is a release) and then a build's; each also as this root's own."""
+    strategy, root = run.settings.strategy, run.settings.root
+    origins = [] if release is None or strategy == "source" else ["release"]
+    if strategy != "release":
+        origins.append("source")
+    keys = []
+    for origin in origins:
+        keys += [store_key(run, commit, origin, release), store_key(run, commit, origin, release, root)]
+    return keys
+
+
+def interpreter_fingerprint(run: Run) -> Optional[Dict[str, object]]:
+    """What the warm path's fingerprint holds of the interpreter, less the root's own path: the interpreter the
+    name lands on, the variables that steer imports, the site folders and their hooks, the modules probed."""
+    interp, settings = run.interpreter, run.settings
+    identity = interpreter_identity(settings.python, run.environ, interp.executable)
+    if identity is None:
+        return None
+    site_dirs = [d for d in dict.fromkeys([*interp.site_dirs, *interp.hook_dirs, interp.stdlib]) if d]
+    return {"interpreter": identity, "abi": interp.abi,
+            "environment": python_environment(run.environ, layout.tree_folders(settings.root)),
+            "sites": site_stats(site_dirs), "modules": probe_modules(settings.require)}
+
+
+class StoreProvider(Provider):
+    """The host's stored tree for this pin and interpreter, linked into the root."""
+
+    name = "store"
+    way = Way.STORE
+
+    def __init__(self, store: HostStore, release: Optional[str], early: Early, route: object) -> None:
+        self.store, self.release, self.early = store, release, early
+        self.route = route  # type: ignore[assignment]  # the next provider's: a miss goes on there
+
+    def provide(self, run: Run, commit: str) -> Optional[Decision]:
+        for key in lookup_keys(run, commit, self.release):
+            manifest, why = self.store.manifest(key)
+            if manifest is None:
+                if why != "not in the store":
+                    self._drop(run, key, why)
+                continue
+            with run.step(Stage.CACHE):
+                mode = self._link(run, manifest)
+            if mode is not None:
+                return self._verified(run, commit, manifest, mode)
+        return None
+
+    def answers_unprobed(self, run: Run, commit: str) -> bool:
+        """Whether a stored tree for this pin passed the probe with this interpreter as it is now (then no
+        early probe is started for the way after it)."""
+        fingerprint = None if run.settings.verify else interpreter_fingerprint(run)
+        if fingerprint is None:
+            return False
+        modules = probe_modules(run.settings.require)
+        return any(self.store.manifest(key)[0] is not None
+                   and probed.passed(self.store.tree_dir(key), fingerprint, modules) is not None
+                   for key in lookup_keys(run, commit, self.release))
+
+    def _drop(self, run: Run, key: str, why: str) -> None:
+        run.say(f"store: the tree {key[:12]} in {self.store.path} is damaged ({why}); it is not linked, and is "
+                "removed from the store; fetching or building instead")
+        with self.store.locked(exclusive=True):
+            self.store.remove(key)
+
+    def _link(self, run: Run, manifest: Manifest) -> Optional[str]:
+        root = run.settings.root
+        packages = layout.packages_dir(root)
+        stamp_key = {"store": manifest.key, "commit": manifest.commit}
+        linker = Linker()
+        with self.store.locked(exclusive=False):
+            try:
+                self.store.check(manifest, full=run.settings.verify)
+            except StoreProblem as exc:
+                problem: Optional[str] = str(exc)
+            else:
+                problem = None
+                build_dir = prepare_build_dir(run, stamp_key)
+                run.stamps.begin("build", stamp_key)
+                refs.release(root)
+                os.makedirs(build_dir, exist_ok=True)
+                remove_tree(packages)
+                staging = layout.store_linking_dir(root)
+                remove_tree(staging)
+                with recording(build_dir, layout.build_made_record(root)):  # clean removes only what it made
+                    self.store.link(manifest, staging, linker)
+                    rename_into_place(staging, packages)
+                run.stamps.finish("build", stamp_key)
+                refs.hold(self.store.path, root, manifest.key, linker.mode or HARDLINK)  # before prune may look
+        if problem is not None:
+            self._drop(run, manifest.key, problem)
+            return None
+        mode = linker.mode or HARDLINK
+        run.worked()
+        run.say(f"store: linked the {manifest.how} tree {manifest.key[:12]} ({len(manifest.files)} files, "
+                f"{manifest.size >> 20} MB) into {packages} by {mode}")
+        say_cross_device(run, self.store, linker)
+        return mode
+
+    def _verified(self, run: Run, commit: str, manifest: Manifest, mode: str) -> Optional[Decision]:
+        how = How(manifest.how)
+        fingerprint = None if run.settings.verify else interpreter_fingerprint(run)
+        tree = self.store.tree_dir(manifest.key)
+        known = probed.passed(tree, fingerprint, probe_modules(run.settings.require)) if fingerprint else None
+        if known is not None:
+            decision = decision_from_pass(run, commit, how, known)
+            if decision is not None:
+                run.say(f"store: not probed again: this tree passed the full probe with {run.interpreter.executable} "
+                        "as it is now (--verify probes)")
+                decision.link_mode = mode
+                return decision
+        with run.step(Stage.VERIFY):
+            decision = verify_tree(run, commit, how, self.early)
+        remember_pass(run, self.store, manifest.key, decision)
+        decision.link_mode = mode
+        return decision
+
+
+def decision_from_pass(run: Run, commit: str, how: How, known: probed.Passed) -> Optional[Decision]:
+    """The answer a probe gave this tree in another root, for this root (None when it no longer passes the gate)."""
+    settings = run.settings
+    prefix = layout.tree_folders(settings.root)
+    modules = tuple(ModuleResult(name, os.path.join(settings.root, rel), None) for name, rel in known.files.items())
+    probe = Probe(interpreter=run.interpreter,
+                  modules=modules,
+                  version=known.version,
+                  version_error=None,
+                  pythonpath=joined_pythonpath(prefix, run.environ.get("PYTHONPATH")),
+                  seconds=0.0)
+    verdict = evaluate(probe, settings.min_version, settings.require)
+    if not verdict.reusable:
+        return None
+    return Decision(ok=True,
+                    reason=verdict.reason,
+                    how=how,
+                    tree=settings.root,
+                    prepend=prefix,
+                    probe=probe,
+                    verdict=verdict,
+                    commit=commit)
+
+
+def remember_pass(run: Run, store: HostStore, key: str, decision: Decision) -> None:
+    """Record that the tree ``key`` passed the full probe with the run's interpreter (its files relative to the
+    root, so another root can take the answer)."""
+    fingerprint = interpreter_fingerprint(run)
+    root = run.settings.root
+    files = decision.verdict.files if decision.verdict is not None else {}
+    if fingerprint is None or decision.probe is None or decision.probe.version is None or not files \
+            or not all(is_within(f, root) for f in files.values()):
+        return
+    relative = {name: os.path.relpath(f, root) for name, f in files.items()}
+    try:
+        with store.locked(exclusive=True):
+            probed.remember(store.tree_dir(key), fingerprint, decision.probe.version, relative)
+    except OSError as exc:
+        run.say(f"store: could not record the probe of {key[:12]} ({exc}); another root probes it again")
+
+
+def say_cross_device(run: Run, store: HostStore, linker: Linker) -> None:
+    if linker.cross_device:
+        run.say(f"store: {store.path} is on another file system than {run.settings.root}: its files are copied "
+                "(put FLYDSL_STORE on the roots' file system to link them)")
+
+
+def keep_in_store(run: Run, store: HostStore, commit: str, decision: Decision, release: Optional[str]) -> None:
+    """After a provider installed and verified a tree: add it to the store, the root's files placed there by the
+    first way that works (a hardlink makes them the store's, read-only), and hold it for the root.  A failure
+    to keep it never fails the run."""
+    origin = ORIGINS.get(decision.how)
+    root = run.settings.root
+    packages = layout.packages_dir(root)
+    if origin is None or decision.link_mode is not None or not os.path.isdir(packages):
+        return
+    try:
+        entries, holding = scan(packages, root)
+        specific = root if holding else None
+        if holding:
+            run.say(f"store: the tree holds its root's path ({', '.join(holding[:3])}"
+                    f"{', ...' if len(holding) > 3 else ''}): it is kept for {root} alone")
+        key = store_key(run, commit, origin, release if origin == "release" else None, specific)
+        linker = Linker()
+        manifest, added = store.add(key, packages, how=str(decision.how), commit=commit, abi=run.interpreter.abi,
+                                    root=root, linker=linker, entries=entries, root_specific=specific)
+    except (OSError, StoreProblem) as exc:
+        run.say(f"store: the tree was not kept in {store.path} ({exc}); the root's own tree is used")
+        return
+    if not added:  # another root added the same tree meanwhile: this root's files stay its own
+        refs.hold(store.path, root, key, COPY)
+        run.say(f"store: the tree {key[:12]} was already in {store.path}; the root keeps its own copy")
+        return
+    mode = linker.mode or HARDLINK
+    refs.hold(store.path, root, key, mode)
+    remember_pass(run, store, key, decision)
+    decision.link_mode = mode
+    run.say(f"store: kept the tree {key[:12]} ({len(manifest.files)} files, {manifest.size >> 20} MB) in "
+            f"{store.path} by {mode}; other roots link it from there")
+    say_cross_device(run, store, linker)
+
+
+def linked_tree_problem(run: Run) -> Optional[str]:
+    """Why the root's tree is no longer the stored tree it was linked from, or None (read-only: nothing changes).
+    Hardlinked files are the store's own: each is checked against the store's seal (a stat), and hashed when the
+    stat differs; under ``--verify`` every file of the tree is hashed, however it was linked."""
+    root, verify = run.settings.root, run.settings.verify
+    record = refs.root_record(root)
+    if record is None or not (verify or record[2] == HARDLINK):
+        return None
+    store = HostStore(record[0])
+    manifest, _ = store.manifest(record[1])
+    if manifest is None:
+        return None  # pruned, or damaged: the root's tree is its own now, probed as any other
+    seal = store.seal(record[1]) if record[2] == HARDLINK else {}
+    packages = layout.packages_dir(root)
+    try:
+        for entry in manifest.entries:
+            check_entry(os.path.join(packages, entry.path), entry, seal, verify)
+    except StoreProblem as exc:
+        return f"{exc} in {packages}, linked from the store's tree {manifest.key[:12]} by {record[2]}"
+    return None
+
+
+def repair_linked_tree(run: Run, problem: str) -> None:
+    """Under the lock: the root's damaged tree goes (and the stored tree too when the root's files were the
+    store's, by hardlink), so the run provisions the tree again (from the store when it is intact)."""
+    root = run.settings.root
+    record = refs.root_record(root)
+    if record is not None and record[2] == HARDLINK:
+        store = HostStore(record[0])
+        with store.locked(exclusive=True):
+            manifest, _ = store.manifest(record[1])
+            try:
+                if manifest is not None:
+                    store.check(manifest)  # the store's own files: the root's were they still hardlinks
+            except StoreProblem as exc:
+                store.remove(record[1])
+                run.say(f"store: removed the tree {record[1][:12]} from {record[0]}: {exc} (its files were the "
+                        "root's, by hardlink)")
+    refs.release(root)
+    run.stamps.undo("tree")
+    run.stamps.undo("build")
+    remove_tree(layout.packages_dir(root))
+    run.say(f"store: {problem}; the root's tree is removed and provisioned again")
