@@ -75,8 +75,8 @@ OTHER_BAD: Dict[str, Sequence[str]] = {setting_values.HOST_ID: ["a\nb"], "GIT_CO
 ROOT = "BASE/ROOT"
 PLACEHOLDERS: Dict[str, object] = {
     "root": ROOT, "base_dir": "BASE", "tools": layout.tools_dir(ROOT), "overlay": layout.rocm_overlay(ROOT),
-    "runs": layout.runs_dir(ROOT), "run_id": "<run id>", "step": "<step>", "host_dir": "HOST", "timings": "HOST/runs", "store": "STORE",
-    "key": "<tree key>", "tree": "STORE/trees/<tree key>",
+    "runs": layout.runs_dir(ROOT), "run_id": "<run id>", "step": "<step>", "host_dir": "HOST", "timings": "HOST/runs",
+    "store": "STORE", "key": "<tree key>", "tree": "STORE/trees/<tree key>",
     "environ": {"XDG_CACHE_HOME": "/XDG_CACHE_HOME"},
 }
 
