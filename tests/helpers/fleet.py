@@ -148,3 +148,10 @@ def bad_record(key: str, case: str) -> Dict[str, object]:
     """The lease record of BAD_RECORDS' ``case``, its "soon" dated 20 s from now."""
     fields = {k: (time.time() + 20 if v == "soon" else v) for k, v in BAD_RECORDS[case].items()}
     return lease_record(key, **fields)
+
+
+# Failure records (stage, exit code) and the code a waiter ends with (None: not believed, an unknown holder's
+# lease): tests/unit/test_lease_rules.py reads each, tests/scenarios/test_lease_planted.py runs a waiter over
+# one of each outcome.
+FAILURE_RECORDS = [("llvm", 0, None), ("llvm", 75, None), ("llvm", 1, None), ("llvm", 130, None), ("llvm", 9, None),
+                   ("lease", 7, None), ("build", 4, None), ("llvm", 4, 4)]
