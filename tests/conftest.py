@@ -36,9 +36,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_collection_modifyitems(items: List[pytest.Item]) -> None:
     """The tests marked ``long`` (one test that runs for minutes: the state machines) first, each file's order
-    otherwise kept: with ``-n 2`` (and pyproject's ``--dist worksteal``) they start at once on the first worker
-    while the other works through the rest and takes what the first has not begun.  Started last, one of
-    them alone would add its minutes to the suite's time."""
+    otherwise kept: with ``-n 2`` they start at once on the first worker while the other works through the
+    rest.  Started last, one of them alone would add its minutes to the suite's time."""
     items.sort(key=lambda item: item.get_closest_marker("long") is None)  # stable: the rest keep their order
 
 
