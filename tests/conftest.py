@@ -3,7 +3,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from typing import Iterator, Optional, Tuple
+from typing import Iterator, List, Optional, Tuple
 
 import pytest
 
@@ -32,6 +32,13 @@ def pytest_configure(config: pytest.Config) -> None:
         session_host = tempfile.mkdtemp(prefix="ensure-flydsl-host-")
         os.environ.update(host_cache_env(session_host))
         config.stash[_SESSION_HOST] = session_host
+
+
+def pytest_collection_modifyitems(items: List[pytest.Item]) -> None:
+    """The tests marked ``long`` (one test that runs for minutes: the state machines) first, each file's order
+    otherwise kept: with ``-n 2`` they start at once on the first worker while the other works through the
+    rest.  Started last, one of them alone would add its minutes to the suite's time."""
+    items.sort(key=lambda item: item.get_closest_marker("long") is None)  # stable: the rest keep their order
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

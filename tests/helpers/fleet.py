@@ -115,3 +115,45 @@ def finish(procs: Dict[str, "subprocess.Popen[str]"], timeout: float = 300) -> D
         stdout, stderr = proc.communicate(timeout=timeout)
         out[name] = (proc.returncode, stdout + stderr)
     return out
+
+
+def lease_record(key: str, **fields: object) -> Dict[str, object]:
+    """A lease record as the tool writes it (here: a holder on another host that stopped beating)."""
+    now = time.time()
+    record: Dict[str, object] = {
+        "kind": "tree", "key": key, "generation": 1, "host": "h9", "run_id": "20261201-000000-1", "pid": 4242,
+        "started": now, "what": "the FlyDSL tree for 0badf00d", "failures_before": 0, "ttl": 1.0,
+        "state": "building", "beat": 3, "heartbeat": now, "elapsed_s": 2.5, "step": "build", "percent": 33.3,
+        "eta_s": 5.0, "failure": None, "ended": None}
+    record.update(fields)
+    return record
+
+
+# Lease records with one value no holder writes (tests/unit/test_lease_rules.py reads each, and
+# tests/scenarios/test_cache_trust.py runs the tool over some). "soon" is dated 20 s ahead: news to every
+# reader (within the clock skew a newcomer believes), however slow the machine.
+FAILED = {"state": "failed", "ended": "soon", "failure": {"stage": "build", "exit_code": 5, "reason": "boom"}}
+BAD_RECORDS = {
+    "percent a string": {"percent": "50"},
+    "elapsed_s a string": {"elapsed_s": "7"},
+    "eta_s a list": {"eta_s": [1]},
+    "ended a string": dict(FAILED, ended="yesterday"),
+    "failures_before a string": dict(FAILED, failures_before="1"),
+    "failures_before true": dict(FAILED, failures_before=True),
+    "failure a string": dict(FAILED, failures_before=1, failure="boom"),
+    "ttl Infinity": {"ttl": float("inf")},
+    "percent NaN": {"percent": float("nan")},
+}
+
+
+def bad_record(key: str, case: str) -> Dict[str, object]:
+    """The lease record of BAD_RECORDS' ``case``, its "soon" dated 20 s from now."""
+    fields = {k: (time.time() + 20 if v == "soon" else v) for k, v in BAD_RECORDS[case].items()}
+    return lease_record(key, **fields)
+
+
+# Failure records (stage, exit code) and the code a waiter ends with (None: not believed, an unknown holder's
+# lease): tests/unit/test_lease_rules.py reads each, tests/scenarios/test_lease_planted.py runs a waiter over
+# one of each outcome.
+FAILURE_RECORDS = [("llvm", 0, None), ("llvm", 75, None), ("llvm", 1, None), ("llvm", 130, None), ("llvm", 9, None),
+                   ("lease", 7, None), ("build", 4, None), ("llvm", 4, 4)]

@@ -13,7 +13,7 @@ import os
 import subprocess
 import sys
 import zipfile
-from typing import Callable, Dict, Sequence
+from typing import Callable, Dict, Optional, Sequence
 
 from tests.helpers.flydsl_fixture import LLVM_HASH_B, FixtureRepo, git, write
 
@@ -74,28 +74,36 @@ def make_release_repo(path: str, wheelhouse: str, kernel_extra: str = "") -> Fix
     return repo
 
 
-def rewrite_wheel(source: str, target: str, change: Callable[[str, bytes], bytes], record: bool = True) -> None:
-    """A copy of the wheel ``source`` at ``target`` with each file's bytes passed through ``change``; its
-    RECORD is rewritten to match (as a wheel built that way would carry) unless ``record`` is False (a wheel
-    damaged after it was built)."""
+def rewrite_wheel(source: str, target: str, change: Callable[[str, bytes], bytes], record: bool = True,
+                  extra: Optional[Dict[str, bytes]] = None) -> None:
+    """A copy of the wheel ``source`` at ``target`` with each file's bytes passed through ``change`` and the
+    files ``extra`` added at its end; its RECORD is rewritten to match (as a wheel built that way would carry,
+    the added files' lines first) unless ``record`` is False (a wheel damaged after it was built).
+
+    Written in one pass at deflate level 1: the real wheel's 260 MB library takes a few seconds at level 1, some
+    20 s at zlib's default level 6 (a test's wheel is read once, its size on disk does not matter)."""
+    added = dict(extra or {})
     with zipfile.ZipFile(source) as old:
         files = {info.filename: change(info.filename, old.read(info)) for info in old.infolist()}
         infos = old.infolist()
     if record:
         name = next(n for n in files if n.endswith(".dist-info/RECORD"))
-        lines = []
+        lines = [_record_line(path, data) for path, data in reversed(list(added.items()))]
         for path in files:
             if path.endswith("/"):  # a folder entry: RECORD lists files only
                 continue
-            if path == name:
-                lines.append(f"{path},,")
-            else:
-                digest = base64.urlsafe_b64encode(hashlib.sha256(files[path]).digest()).rstrip(b"=").decode()
-                lines.append(f"{path},sha256={digest},{len(files[path])}")
+            lines.append(f"{path},," if path == name else _record_line(path, files[path]))
         files[name] = ("\n".join(lines) + "\n").encode()
-    with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as new:
+    with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as new:
         for info in infos:
-            new.writestr(info, files[info.filename])
+            new.writestr(info, files[info.filename], compresslevel=1)
+        for path, data in added.items():
+            new.writestr(path, data)
+
+
+def _record_line(path: str, data: bytes) -> str:
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    return f"{path},sha256={digest},{len(data)}"
 
 
 def damaged_wheelhouse(wheelhouse: str, folder: str, record: bool = True) -> str:
@@ -141,22 +149,7 @@ def extended_wheelhouse(wheelhouse: str, folder: str, extra: Dict[str, bytes]) -
     sources are still byte-identical to the v0.2.2 sources."""
     os.makedirs(folder, exist_ok=True)
     source = wheel_in(wheelhouse)
-    target = os.path.join(folder, os.path.basename(source))
-    rewrite_wheel(source, target, lambda name, data: data)
-    with zipfile.ZipFile(target) as old:
-        files = {info.filename: old.read(info) for info in old.infolist()}
-        infos = old.infolist()
-    record = next(n for n in files if n.endswith(".dist-info/RECORD"))
-    lines = files[record].decode().splitlines()
-    for name, data in extra.items():
-        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-        lines.insert(0, f"{name},sha256={digest},{len(data)}")
-    files[record] = ("\n".join(lines) + "\n").encode()
-    with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as new:
-        for info in infos:
-            new.writestr(info, files[info.filename])
-        for name, data in extra.items():
-            new.writestr(name, data)
+    rewrite_wheel(source, os.path.join(folder, os.path.basename(source)), lambda name, data: data, extra=extra)
     return folder
 
 

@@ -97,10 +97,9 @@ def bounded_run(ws: Workspace, limit_s: float = 120.0, **env: str) -> Tuple[int,
 
 
 # -- a failure record's exit code -------------------------------------------------------------------------------
-@pytest.mark.parametrize("stage,code,expect", [
-    ("llvm", 0, None), ("llvm", 75, None), ("llvm", 1, None), ("llvm", 130, None), ("llvm", 9, None),
-    ("lease", 7, None), ("build", 4, None), ("llvm", 4, 4),
-])
+# Which records are believed is a pure rule: each of FAILURE_RECORDS is read by tests/unit/test_lease_rules.py.
+# Here a waiter over one of each outcome: an exit 0 "failure" built over, a build step's failure that ends it.
+@pytest.mark.parametrize("stage,code,expect", [("llvm", 0, None), ("llvm", 4, 4)])
 def test_a_failure_record_is_believed_only_as_a_build_steps_failure(
         tmp_path: "os.PathLike[str]", fixture_repo: FixtureRepo, stage: str, code: int, expect: object) -> None:
     """The record says the key failed twice (failures_before 1, ended now): a build step's failure ends the

@@ -138,9 +138,15 @@ def test_the_wheels_own_sources_pass(ws: Workspace, wheelhouse: str, release_rep
 # -- a wheel that installs but does not work -----------------------------------------------------------------
 
 
+@pytest.fixture(scope="module")
+def damaged(tmp_path_factory: pytest.TempPathFactory, wheelhouse: str) -> str:
+    """A wheelhouse holding the real wheel with its _mlir extension cut short, its RECORD matching: made once
+    for the module (the cases only read it; a copy of the real wheel takes seconds to write)."""
+    return damaged_wheelhouse(wheelhouse, str(tmp_path_factory.mktemp("damaged")))
+
+
 def test_auto_builds_from_source_when_the_wheels_extension_does_not_load(
-        ws: Workspace, wheelhouse: str, release_repo: FixtureRepo, tmp_path: "os.PathLike[str]") -> None:
-    damaged = damaged_wheelhouse(wheelhouse, os.path.join(str(tmp_path), "damaged"))
+        ws: Workspace, damaged: str, release_repo: FixtureRepo) -> None:
     out = ws.run("--json", FLYDSL_REPO=release_repo.url, **offline(damaged))
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["how"] == "built" and ws.count("build") == 1
@@ -154,8 +160,7 @@ def test_auto_builds_from_source_when_the_wheels_extension_does_not_load(
 
 
 def test_release_demanded_with_a_wheel_that_does_not_load_is_exit_6(
-        ws: Workspace, wheelhouse: str, release_repo: FixtureRepo, tmp_path: "os.PathLike[str]") -> None:
-    damaged = damaged_wheelhouse(wheelhouse, os.path.join(str(tmp_path), "damaged"))
+        ws: Workspace, damaged: str, release_repo: FixtureRepo) -> None:
     out = ws.run(FLYDSL_REPO=release_repo.url, **offline(damaged, "release"))
     assert out.returncode == 6, out.stderr
     marker = ws.marker()

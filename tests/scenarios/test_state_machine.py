@@ -813,6 +813,7 @@ def sm_pyenv(tmp_path_factory: pytest.TempPathFactory) -> PyenvRoot:
     return made
 
 
+@pytest.mark.long  # minutes: collected first (tests/conftest.py)
 def test_state_machine(sm_repo: FixtureRepo, tmp_path_factory: pytest.TempPathFactory,
                        sm_nobody: Optional[Nobody], sm_pyenv: PyenvRoot) -> None:
     _REPO[:] = [sm_repo]

@@ -342,6 +342,7 @@ def smd_repo(tmp_path_factory: pytest.TempPathFactory) -> FixtureRepo:
     return make_sm_repo(str(tmp_path_factory.mktemp("smd-upstream") / "FlyDSL.git"))
 
 
+@pytest.mark.long  # minutes: collected first (tests/conftest.py)
 def test_state_machine_on_a_full_disk(smd_repo: FixtureRepo, tmp_path_factory: pytest.TempPathFactory) -> None:
     work = str(tmp_path_factory.mktemp("smd-work"))
     with tmpfs(os.path.join(work, "can-mount"), "1m"):  # skipped, saying why, where no tmpfs can be mounted

@@ -17,11 +17,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ensure_flydsl.binary_cache.lease import HeldLease, LeaseRecord, Leases, generation_path
-from ensure_flydsl.binary_cache.lease_record import FAILURE_EXIT_CODES
+from ensure_flydsl.binary_cache.lease_record import FAILURE_EXIT_CODES, UNKNOWN_HOST
 from ensure_flydsl.binary_cache.store import FolderStore
 from ensure_flydsl.errors import BadInput, EnsureError, ExitCode, Interrupted, Stage
 from ensure_flydsl.setting_values import check_host_id
-from ensure_flydsl.ways.cache.fleet import HOLDER_STAGES, build_failure, end_turn
+from ensure_flydsl.ways.cache.fleet import HOLDER_STAGES, believed, build_failure, end_turn, give_up
+from tests.helpers.fleet import BAD_RECORDS, FAILED, FAILURE_RECORDS, bad_record, lease_record
 
 KEY = "ab" * 32
 
@@ -118,3 +119,33 @@ def test_a_host_id_is_taken_exactly_when_a_lease_record_carries_it(value: str) -
     assert taken == (read.invalid is None)
     if taken:
         assert read.host == value
+
+
+def test_the_fleet_scenarios_records_are_valid_but_for_their_one_bad_value() -> None:
+    """The control of the test below: the record it changes, of either state, reads as its holder's."""
+    for record in (lease_record(KEY), lease_record(KEY, **dict(FAILED, ended=time.time(), failures_before=1))):
+        read = LeaseRecord.from_bytes(json.dumps(record).encode(), "tree", KEY, 1)
+        assert read.invalid is None and read.host == "h9", read.invalid
+
+
+@pytest.mark.parametrize("case", sorted(BAD_RECORDS))
+def test_a_lease_record_with_a_value_no_holder_writes_reads_as_an_unknown_holder(case: str) -> None:
+    """Each record tests/scenarios/test_cache_trust.py plants (two of them there, with the run around it)."""
+    read = LeaseRecord.from_bytes(json.dumps(bad_record(KEY, case)).encode(), "tree", KEY, 1)
+    field = case.split(" ")[0]
+    assert read.invalid is not None and read.host == UNKNOWN_HOST and read.run_id == "?"
+    assert read.invalid.startswith(field + " "), read.invalid  # refused for the value the case changed
+
+
+@pytest.mark.parametrize("stage,code,expect", FAILURE_RECORDS)
+def test_a_failure_record_ends_a_waiter_only_with_a_build_steps_code(stage: str, code: int,
+                                                                      expect: Optional[int]) -> None:
+    """Each failure record tests/scenarios/test_lease_planted.py plants (two of them there, with a waiter): the
+    record a host reads, as the waiter takes it, and the code the waiter would end with."""
+    data = dict(lease_record(KEY), state=FAILED["state"], ended=time.time(), failures_before=1,
+                failure={"stage": stage, "exit_code": code, "reason": "boom"})
+    seen = believed(LeaseRecord.from_bytes(json.dumps(data).encode(), "tree", KEY, 1))
+    if expect is None:
+        assert seen.invalid is not None and seen.host == UNKNOWN_HOST and seen.state != FAILED["state"]
+    else:
+        assert seen.invalid is None and seen.host == "h9" and int(give_up(seen, "x").code) == expect

@@ -4,27 +4,12 @@ checkout's python/flydsl, its one-line summary, and whose fault a failed probe o
 from __future__ import annotations
 
 import os
-import zipfile
 from typing import Dict, Optional
 
 from ensure_flydsl.probe.results import Interpreter, ModuleResult, Probe
 from ensure_flydsl.ways.release.provider import wheel_fault
 from ensure_flydsl.ways.release.wheels import check_provenance
-
-
-def make_wheel(path: str, files: Dict[str, bytes]) -> str:
-    with zipfile.ZipFile(path, "w") as archive:
-        for name, data in files.items():
-            archive.writestr(name, data)
-    return path
-
-
-def make_sources(folder: str, files: Dict[str, bytes]) -> str:
-    for rel, data in files.items():
-        os.makedirs(os.path.dirname(os.path.join(folder, rel)), exist_ok=True)
-        with open(os.path.join(folder, rel), "wb") as handle:
-            handle.write(data)
-    return folder
+from tests.helpers.small_wheel import make_sources, make_wheel
 
 
 def test_identical_sources_are_proven_and_wheel_only_files_are_not_compared(tmp_path: "os.PathLike[str]") -> None:
