@@ -14,8 +14,8 @@ import os
 import zipfile
 
 import pytest
-from ensure_flydsl.wheels.wheel_shape import shape_problems
 
+from ensure_flydsl.ways.release.wheel_shape import shape_problems
 from tests.helpers.flydsl_fixture import FixtureRepo
 from tests.helpers.release_fixture import extended_wheelhouse, wheel_in, wheel_sources
 from tests.helpers.workspace import Workspace

@@ -12,8 +12,8 @@ import sys
 from typing import Dict
 
 import pytest
-from ensure_flydsl.wheels.release import check_provenance
 
+from ensure_flydsl.ways.release.wheels import check_provenance
 from tests.helpers.small_wheel import make_sources, make_wheel
 
 EXT = "cpython-%d%d-x86_64-linux-gnu.so" % sys.version_info[:2]

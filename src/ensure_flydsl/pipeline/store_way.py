@@ -29,7 +29,7 @@ from ensure_flydsl.result import How
 from ensure_flydsl.source.ownership import recording
 from ensure_flydsl.support.files import remove_tree, rename_into_place
 from ensure_flydsl.support.processes import CommandFailed
-from ensure_flydsl.ways import Way
+from ensure_flydsl.ways import Way, tries
 from ensure_flydsl.ways.base import Early, Provider
 from ensure_flydsl.ways.cache.provider import repo_identity
 from ensure_flydsl.ways.context import Decision, Run
@@ -100,8 +100,8 @@ def lookup_keys(run: Run, commit: str, release: Optional[str]) -> List[str]:
     """The keys that answer the strategy, best first: ``release`` takes only the wheel's tree, ``source`` only a
     build's, ``auto`` the wheel's (when the pin is a release) and then a build's; each also as this root's own."""
     strategy, root = run.settings.strategy, run.settings.root
-    origins = [] if release is None or strategy == "source" else ["release"]
-    if strategy != "release":
+    origins = ["release"] if release is not None and tries(strategy, Way.RELEASE) else []
+    if tries(strategy, Way.SOURCE):
         origins.append("source")
     keys = []
     for origin in origins:
