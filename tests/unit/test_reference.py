@@ -44,3 +44,19 @@ def test_every_setting_and_exit_code_is_in_the_reference() -> None:
         assert f"| `{setting.env}` | `{setting.flag}" in text, setting.env
     for code in ExitCode:
         assert f"| {int(code)} | `{code.name}` |" in text, code
+
+
+def test_the_readme_is_short_opens_with_the_two_commands_and_links_only_what_exists() -> None:
+    """Issue 27, item 5: a newcomer reads the README in five minutes (at most 120 lines), its first block is
+    the two set-up commands (.ci/run reads the second), and every file it links is there."""
+    import re
+
+    with open(os.path.join(TOP, "README.md"), encoding="utf-8") as handle:
+        text = handle.read()
+    assert len(text.splitlines()) <= 120
+    first = text.split("```bash\n", 1)[1].split("```", 1)[0].splitlines()
+    assert len(first) == 2 and first[0].startswith("python3 -m pip install . && ensure-flydsl")
+    assert "pytest" in first[1]
+    for target in re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", text):
+        if "://" not in target:
+            assert os.path.exists(os.path.join(TOP, target)), target
