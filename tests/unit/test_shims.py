@@ -12,20 +12,10 @@ from typing import Dict, Optional
 import pytest
 
 from ensure_flydsl.probe.shims import landing, local_version_file, read_version_file, safe_version
+from tests.helpers.pyenv_root import PYENV_SHIM
 
-SHIM = """#!/usr/bin/env bash
-set -e
-[ -n "$PYENV_DEBUG" ] && set -x
-
-program="${{0##*/}}"
-
-export PYENV_ROOT="{root}"
-SHIM_PATH=${{0%/*}}
-if [[ $SHIM_PATH != "{root}/shims" ]]; then
-  export _PYENV_SHIM_PATH="$SHIM_PATH"
-fi
-exec "{root}/libexec/pyenv" exec "$program" "$@"
-"""
+# The shim `pyenv rehash` writes, for a root whose pyenv is ROOT/libexec/pyenv.
+SHIM = PYENV_SHIM.replace('"{pyenv}"', '"{root}/libexec/pyenv"')
 OLD_SHIM = """#!/usr/bin/env bash
 set -e
 [ -n "$PYENV_DEBUG" ] && set -x
