@@ -149,6 +149,9 @@ class Runner:
         env = {k: v for k, v in os.environ.items()
                if not k.startswith(("FLYDSL_", "FIXTURE_")) and k not in ("PYTHONPATH", "MLIR_PATH", "ROCM_PATH")}
         env["ROCM_PATH"] = os.path.join(self.work, "no-rocm")
+        # The user's cache folder of the benchmark's own (the ETA history, the default host store): a
+        # benchmark never changes what the real user's runs predict or share.
+        env["XDG_CACHE_HOME"] = os.path.join(self.work, "user-cache")
         env.update(extra)
         return env
 
