@@ -160,11 +160,16 @@ def _reuse_elsewhere(run: Run) -> Optional[Decision]:
     if not other.reusable:
         run.say(f"nothing reusable elsewhere either: {other.reason}")
         return None
-    if _exact_pin_refuses(run, f"found on the interpreter's path ({other.tree})"):
+    return _path_tree(run, ambient, other)
+
+
+def _path_tree(run: Run, probe: Probe, verdict: Verdict) -> Optional[Decision]:
+    """A tree on the interpreter's own path that passes the gate: reused, unless --exact-pin refuses it."""
+    if _exact_pin_refuses(run, f"found on the interpreter's path ({verdict.tree})"):
         return None
-    run.say(f"reusing the tree found on the interpreter's path: {other.reason}")
-    return Decision(ok=True, reason=other.reason, how=How.REUSED, tree=other.tree,
-                    prepend=_ambient_prepend(ambient, other), probe=ambient, verdict=other)
+    run.say(f"reusing the tree found on the interpreter's path: {verdict.reason}")
+    return Decision(ok=True, reason=verdict.reason, how=How.REUSED, tree=verdict.tree,
+                    prepend=_ambient_prepend(probe, verdict), probe=probe, verdict=verdict)
 
 
 def tree_key(settings: Settings, commit: str, interpreter: Interpreter) -> Dict[str, object]:
@@ -262,13 +267,10 @@ def decide(run: Run, again: bool = False) -> Decision:
                     repo=str(repo) if repo else None,
                 )
             run.say(f"the tree in {root} imports, but {why}")
-    elif verdict.reusable and _exact_pin_refuses(run, f"found on the interpreter's path ({verdict.tree})"):
-        pass
     elif verdict.reusable:
-        run.say(f"reusing the tree found on the interpreter's path: {verdict.reason}")
-        prepend = _ambient_prepend(probe, verdict)
-        return Decision(ok=True, reason=verdict.reason, how=How.REUSED, tree=verdict.tree, prepend=prepend, probe=probe,
-                        verdict=verdict)
+        found = _path_tree(run, probe, verdict)
+        if found is not None:
+            return found
     else:
         run.say(f"{before}no reusable FlyDSL with {root} first on PYTHONPATH: {verdict.reason}")
     if any(is_tree_folder(package_folder(name, f), root) for name, f in verdict.files.items()):
