@@ -369,3 +369,15 @@ def test_a_mirror_missing_objects_of_other_branches_still_serves_the_pin(ws: Wor
     out = ws.run("--json", FLYDSL_REPO=own_repo.url, FLYDSL_PIN="v0.2.3")
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["commit"] == own_repo.commits["v0.2.3"]
+
+
+def test_seed_checkout_is_adopted_whatever_git_dir_the_caller_has(ws: Workspace, own_repo) -> None:  # type: ignore[no-untyped-def]
+    # The root's origin and status are read as every git command of the tool reads: not through the
+    # caller's GIT_DIR (here another repository's), which would name that repository's origin instead.
+    subprocess.run(["git", "clone", "-q", ws.repo.url, ws.root], check=True)
+    other = os.path.join(ws.base, "other")
+    subprocess.run(["git", "clone", "-q", own_repo.url, other], check=True)
+    out = ws.run("--json", GIT_DIR=os.path.join(other, ".git"))
+    assert out.returncode == 0, out.stderr
+    assert "adopting" in out.stderr
+    assert_one_tree(ws)

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import os
-from typing import Dict, List, Mapping, Optional, Tuple, Union
+import shutil
+from typing import Dict, Iterator, List, Mapping, Optional, Tuple, Union
 
 from ensure_flydsl.binary_cache.entries import CacheError, open_cache
 from ensure_flydsl.errors import BadInput, EnsureError, Stage
@@ -24,7 +25,7 @@ from ensure_flydsl.result import How
 from ensure_flydsl.runs.markers import marker_path_problem
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.source.git import Checkout
-from ensure_flydsl.source.root import RootKind, RootState, Stamp, classify_root, creatable_problem, is_ours
+from ensure_flydsl.source.root import RootKind, Stamp, classify_root, creatable_problem, is_ours
 from ensure_flydsl.support.report import Reporter
 from ensure_flydsl.support.urls import shown_location
 from ensure_flydsl.ways import provisions
@@ -33,68 +34,94 @@ from ensure_flydsl.ways.context import Decision, Run
 from ensure_flydsl.ways.source.environment import is_mlir_install
 from ensure_flydsl.ways.tree import probe_tree
 
+Refusal = Tuple[str, str, str]  # a BadInput's words: the setting as given, its value as shown, what is allowed
 
-def _check_creatable(label: str, value: str, folder: str) -> None:
+
+def _not_creatable(label: str, value: str, folder: str) -> Optional[Refusal]:
     problem = creatable_problem(folder)
-    if problem is not None:
-        raise BadInput(label, value, f"{problem[0]}; {problem[1]}")
+    return None if problem is None else (label, value, f"{problem[0]}; {problem[1]}")
 
 
-def check_root_location(settings: Settings) -> RootState:
+def _refusals(settings: Settings, writes: bool) -> Iterator[Refusal]:
+    """Why the request's paths are refused, check by check in the order they are made; lazy, so a caller that
+    takes the first makes no check after it."""
     root, label = settings.root, settings.label("root")
-    if not os.path.lexists(root):
-        _check_creatable(label, root, root)
+    refused = None if os.path.lexists(root) else _not_creatable(label, root, root)
+    if refused is not None:
+        yield refused
     state = classify_root(root, settings.repo)
     if state.kind is RootKind.FOREIGN:
-        raise BadInput(label, root, f"an empty or new folder, or a checkout made by ensure-flydsl; {state.reason}")
-    return state
+        yield label, root, f"an empty or new folder, or a checkout made by ensure-flydsl; {state.reason}"
+    if writes:
+        yield from _unwritable(settings)
+    problem = check_lock_path(settings.lock_file)
+    if problem:
+        yield settings.label("lock_file"), settings.lock_file, f"a lock file path; {problem}"
+    problem = marker_path_problem(settings.fail_marker)
+    if problem:
+        yield settings.label("fail_marker"), settings.fail_marker, f"a marker file path; {problem}"
+    problem = check_lock_path(settings.log_file)  # the log is appended to: never through a symlink
+    if problem:
+        yield label, root, f"a root whose log {settings.log_file} is a plain file; {problem}"
+    if settings.mlir_path is not None and not is_mlir_install(settings.mlir_path):
+        yield settings.label("mlir_path"), settings.mlir_path, "an MLIR install prefix holding lib/cmake/mlir"
+    if settings.store not in (None, "off"):  # given: one that cannot be made or written is bad input
+        refused = _not_creatable(settings.label("store"), str(settings.store), str(settings.store))
+        if refused is not None:
+            yield refused
+    if settings.cache is not None:
+        yield from _cache_refusals(settings, settings.cache)
+
+
+def _cache_refusals(settings: Settings, cache: str) -> Iterator[Refusal]:
+    refused: Optional[Refusal] = None
+    if cache.startswith("/") and not os.path.isdir(cache):
+        # An existing folder this user cannot write in is used read-only (ways/cache/provider.py).
+        refused = _not_creatable(settings.label("cache"), cache, cache)
+    if refused is None:
+        try:
+            open_cache(cache)
+        except CacheError as exc:
+            refused = settings.label("cache"), shown_location(cache), f"a usable cache location; {exc}"
+    if refused is not None:
+        yield refused
+
+
+def _unwritable(settings: Settings) -> Iterator[Refusal]:
+    """The lock or the failure marker cannot be created by this user (a run that provisions writes both)."""
+    for name in ("lock_file", "fail_marker"):
+        path = getattr(settings, name)
+        refused = _not_creatable(settings.label(name), path, os.path.dirname(path))
+        if refused is not None:
+            yield refused
 
 
 def preflight(settings: Settings, environ: Mapping[str, str], *, writes: bool = True) -> Interpreter:
-    """Everything that can refuse the request, checked before any file is written.  With ``writes`` False
-    (``--verify``: a good tree is verified without the lock), whether the lock and the marker can be
-    written is left to :func:`check_writable`, called before the run takes the lock."""
-    check_root_location(settings)
-    if writes:
-        check_writable(settings)
-    problem = check_lock_path(settings.lock_file)
-    if problem:
-        raise BadInput(settings.label("lock_file"), settings.lock_file, f"a lock file path; {problem}")
-    problem = marker_path_problem(settings.fail_marker)
-    if problem:
-        raise BadInput(settings.label("fail_marker"), settings.fail_marker, f"a marker file path; {problem}")
-    problem = check_lock_path(settings.log_file)  # the log is appended to: never through a symlink
-    if problem:
-        raise BadInput(settings.label("root"), settings.root, f"a root whose log {settings.log_file} is a plain "
-                       f"file; {problem}")
-    if settings.mlir_path is not None and not is_mlir_install(settings.mlir_path):
-        raise BadInput(
-            settings.label("mlir_path"), settings.mlir_path, "an MLIR install prefix holding lib/cmake/mlir"
-        )
-    if settings.store not in (None, "off"):  # given: one that cannot be made or written is bad input
-        _check_creatable(settings.label("store"), str(settings.store), str(settings.store))
-    if settings.cache is not None:
-        if settings.cache.startswith("/") and not os.path.isdir(settings.cache):
-            # An existing folder this user cannot write in is used read-only (ways/cache/provider.py).
-            _check_creatable(settings.label("cache"), settings.cache, settings.cache)
+    """Everything that can refuse the request, checked before any file is written: the paths, then the
+    interpreter, which is described.  With ``writes`` False (``--verify``: a good tree is verified without
+    the lock), whether the lock and the marker can be written is left to :func:`check_provisionable`, called
+    before the run takes the lock."""
+    refused = next(_refusals(settings, writes), None)
+    if refused is None:
         try:
-            open_cache(settings.cache)
-        except CacheError as exc:
-            raise BadInput(settings.label("cache"), shown_location(settings.cache), f"a usable cache location; {exc}") \
-                from None
-    try:
-        return describe_interpreter(settings.python, environ, timeout=settings.probe_timeout,
-                                    timeout_label=settings.label("probe_timeout"))
-    except EnsureError as exc:
-        allowed = f"a Python interpreter that runs; {exc.reason}"
-        raise BadInput(settings.label("python"), settings.python, allowed) from None
+            return describe_interpreter(settings.python, environ, timeout=settings.probe_timeout,
+                                        timeout_label=settings.label("probe_timeout"))
+        except EnsureError as exc:
+            refused = settings.label("python"), settings.python, f"a Python interpreter that runs; {exc.reason}"
+    raise BadInput(*refused) from None
 
 
-def check_writable(settings: Settings) -> None:
-    """The lock and the failure marker can be created by this user (a run that provisions writes both)."""
-    for name in ("lock_file", "fail_marker"):
-        path = getattr(settings, name)
-        _check_creatable(settings.label(name), path, os.path.dirname(path))
+def check_provisionable(settings: Settings, environ: Mapping[str, str]) -> None:
+    """What a run that provisions needs beyond the preflight's: git on PATH (to fetch the pin), and under
+    ``--verify`` (whose preflight left it) the lock and marker writable."""
+    path = environ.get("PATH")
+    refused: Optional[Refusal] = None
+    if shutil.which("git", path=path) is None:
+        refused = "PATH", path or "", "a PATH with git on it (needed to fetch the pin)"
+    elif settings.verify:
+        refused = next(_unwritable(settings), None)
+    if refused is not None:
+        raise BadInput(*refused)
 
 
 def _probe_or_broke(run: Run, prefix: List[str]) -> Union[Probe, ProbeBroke]:
@@ -133,11 +160,16 @@ def _reuse_elsewhere(run: Run) -> Optional[Decision]:
     if not other.reusable:
         run.say(f"nothing reusable elsewhere either: {other.reason}")
         return None
-    if _exact_pin_refuses(run, f"found on the interpreter's path ({other.tree})"):
+    return _path_tree(run, ambient, other)
+
+
+def _path_tree(run: Run, probe: Probe, verdict: Verdict) -> Optional[Decision]:
+    """A tree on the interpreter's own path that passes the gate: reused, unless --exact-pin refuses it."""
+    if _exact_pin_refuses(run, f"found on the interpreter's path ({verdict.tree})"):
         return None
-    run.say(f"reusing the tree found on the interpreter's path: {other.reason}")
-    return Decision(ok=True, reason=other.reason, how=How.REUSED, tree=other.tree,
-                    prepend=_ambient_prepend(ambient, other), probe=ambient, verdict=other)
+    run.say(f"reusing the tree found on the interpreter's path: {verdict.reason}")
+    return Decision(ok=True, reason=verdict.reason, how=How.REUSED, tree=verdict.tree,
+                    prepend=_ambient_prepend(probe, verdict), probe=probe, verdict=verdict)
 
 
 def tree_key(settings: Settings, commit: str, interpreter: Interpreter) -> Dict[str, object]:
@@ -235,13 +267,10 @@ def decide(run: Run, again: bool = False) -> Decision:
                     repo=str(repo) if repo else None,
                 )
             run.say(f"the tree in {root} imports, but {why}")
-    elif verdict.reusable and _exact_pin_refuses(run, f"found on the interpreter's path ({verdict.tree})"):
-        pass
     elif verdict.reusable:
-        run.say(f"reusing the tree found on the interpreter's path: {verdict.reason}")
-        prepend = _ambient_prepend(probe, verdict)
-        return Decision(ok=True, reason=verdict.reason, how=How.REUSED, tree=verdict.tree, prepend=prepend, probe=probe,
-                        verdict=verdict)
+        found = _path_tree(run, probe, verdict)
+        if found is not None:
+            return found
     else:
         run.say(f"{before}no reusable FlyDSL with {root} first on PYTHONPATH: {verdict.reason}")
     if any(is_tree_folder(package_folder(name, f), root) for name, f in verdict.files.items()):

@@ -8,10 +8,9 @@ step, a run that has shown nothing for 30 s says where it is (``runs/heartbeat.p
 from __future__ import annotations
 
 import contextlib
-import shutil
 
-from ensure_flydsl.errors import BadInput, EnsureError, ExitCode, Stage, disk_full_error
-from ensure_flydsl.pipeline.decide import check_writable, decide, preflight
+from ensure_flydsl.errors import EnsureError, ExitCode, Stage, disk_full_error
+from ensure_flydsl.pipeline.decide import check_provisionable, decide, preflight
 from ensure_flydsl.pipeline.lock import build_lock
 from ensure_flydsl.pipeline.provision import provision
 from ensure_flydsl.pipeline.publish import publish, record_failure, withdraw_if_untrue, withdraw_stale_markers
@@ -41,9 +40,9 @@ def ensure_run(run: Run) -> Result:
         failure = record_failure(run, exc)
         if isinstance(failure, EnsureError):
             still = installed(run.settings.root, run.settings.request(), run.environ.get("PATH"))
-            failure = failure.of_run(run.run_id, round(run.elapsed(), 3), still)
             if still is not None and not still.get("answers"):
                 run.say(installed_line(still))
+            failure = failure.of_run(run.run_id, round(run.elapsed(), 3), still)
         if failure is exc:
             raise
         raise failure from exc
@@ -91,10 +90,7 @@ def _ensure(run: Run) -> Result:
             stage=Stage.PROBE,
             hint="install FlyDSL for this interpreter, or use FLYDSL_STRATEGY=auto to build the pin",
         )
-    if shutil.which("git", path=run.environ.get("PATH")) is None:
-        raise BadInput("PATH", run.environ.get("PATH", ""), "a PATH with git on it (needed to fetch the pin)")
-    if settings.verify:
-        check_writable(settings)
+    check_provisionable(settings, run.environ)
     run.track()
     with contextlib.ExitStack() as held:
         with run.step(Stage.LOCK):

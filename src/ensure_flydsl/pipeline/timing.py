@@ -55,5 +55,6 @@ def timing_record(run: Run, result: Optional[Result], error: Optional[BaseExcept
 
 def keep_timing(run: Run, result: Optional[Result], error: Optional[BaseException]) -> None:
     """Write the run's timing record into the host's folder (best effort: never the run's failure)."""
+    record = timing_record(run, result, error)
     folder = host_cache_dir(run.environ)
-    timings.keep(None if folder is None else timings_dir(folder), timing_record(run, result, error))
+    timings.keep(None if folder is None else timings_dir(folder), record)

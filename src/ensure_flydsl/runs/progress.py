@@ -80,11 +80,11 @@ def estimate_eta(
 class Tracker:
     """Keeps the run record of one provisioning run up to date."""
 
-    def __init__(self, store: RunStore, record: RunRecord, alive_fd: int, *, host_dir: Optional[str] = None,
+    def __init__(self, store: RunStore, record: RunRecord, *, host_dir: Optional[str] = None,
                  route: Optional[Plan] = None) -> None:
         self.store = store
         self.record = record
-        self.alive_fd = alive_fd
+        self.alive_fd = -1  # the descriptor that keeps the run alive, from begin() on
         self.host_dir = host_dir  # where the host's history is (None: nowhere, no history)
         self.history = read_history(host_dir)
         self.route = route  # the route the ETA adds up (None: not known yet)
@@ -98,27 +98,14 @@ class Tracker:
         cls, store: RunStore, run_id: str, *, request: Mapping[str, object], fail_marker: str, log: str,
         kind: str, alive_fd: Optional[int] = None, host_dir: Optional[str] = None, route: Optional[Plan] = None,
     ) -> "Tracker":
-        store.ensure_folder()
-        fd = alive_fd if alive_fd is not None else store.hold_alive(run_id)
-        os.set_inheritable(fd, False)  # a build we start must not keep the run "alive" after we die
+        """The run's record, with its first ETA, begun in the store (``RunStore.begin``: whole or not at all),
+        and its watchdog started."""
         record = new_record(store, run_id, request=request, fail_marker=fail_marker, log=log, kind=kind,
                             pid=os.getpid(), step=Stage.PROBE)
-        announced = store.read(run_id)  # `start` wrote it before launching us
-        if announced is not None:
-            record.started = announced.started
-        tracker = cls(store, record, fd, host_dir=host_dir, route=route)
-        try:
-            # Room for the run's last words first; then the record and the pointer to it, each whole or not
-            # at all.  On a full disk none of it is left behind: no run that says it is going.
-            store.reserve(run_id)
-            tracker._write(force=True, strict=True)
-            store.set_current(run_id)
-        except BaseException:
-            store.release(run_id)
-            if alive_fd is None:  # a blocking run's own; a detached worker's record is `start`'s
-                os.close(fd)
-                store.forget(run_id)
-            raise
+        tracker = cls(store, record, host_dir=host_dir, route=route)
+        tracker._stamp_eta()
+        tracker.alive_fd = store.begin(record, alive_fd)
+        tracker._last_write = time.time()
         tracker._start_watchdog()
         store.prune()
         return tracker
@@ -220,17 +207,17 @@ class Tracker:
         pulse = Pulse.of_record(record)
         return dataclasses.replace(pulse, eta_s=pulse.eta_s if following else self.eta())
 
-    def _write(self, force: bool = False, strict: bool = False) -> None:
+    def _write(self, force: bool = False) -> None:
         now = time.time()
         if not force and now - self._last_write < RECORD_INTERVAL_S:
             return
         self._last_write = now
+        self._stamp_eta()
+        self._store()
+
+    def _stamp_eta(self) -> None:
         eta = self.eta()
         self.record.eta_s = None if eta is None else round(eta, 1)
-        if strict:
-            self.store.write(self.record)
-        else:
-            self._store()
 
     def _store(self) -> None:
         try:

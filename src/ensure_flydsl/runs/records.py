@@ -215,25 +215,41 @@ class RunStore:
     def set_current(self, run_id: str) -> None:
         atomic_write(current_run_file(self.folder), (run_id + "\n").encode())
 
-    def reserve(self, run_id: str) -> None:
-        """Keep room on the disk for the run's last words (OSError, a full disk among them, when it does not
-        fit: a run that could not record how it ends must not start)."""
-        atomic_write(self.reserve_path(run_id), os.urandom(RESERVE_BYTES))
-
     def release(self, run_id: str) -> None:
         """Give the run's reserved room back (before its last writes; idempotent)."""
-        try:
-            remove_file(self.reserve_path(run_id))
-        except OSError:
-            pass
+        _remove_quietly([self.reserve_path(run_id)])
 
     def forget(self, run_id: str) -> None:
         """Remove a run that never began (its record, alive file and reserve): nothing may say it runs."""
-        for path in (self.record_path(run_id), self.alive_path(run_id), self.reserve_path(run_id)):
-            try:
-                remove_file(path)
-            except OSError:
-                pass
+        _remove_quietly([self.record_path(run_id), self.alive_path(run_id), self.reserve_path(run_id)])
+
+    def begin(self, record: RunRecord, alive_fd: Optional[int] = None) -> int:
+        """A run's files as it begins: its alive file held (``alive_fd``, a detached worker's, which ``start``
+        took; else taken here), then room for its last words (a run that could not record how it ends must not
+        start), its record and the pointer to it, each whole or not at all.  On a full disk (the OSError
+        raised) none of it is left behind: no run that says it is going.  The descriptor returned keeps the
+        run alive; a build the run starts does not inherit it."""
+        run_id = record.run_id
+        self.ensure_folder()
+        fd = alive_fd if alive_fd is not None else self.hold_alive(run_id)
+        os.set_inheritable(fd, False)  # a build we start must not keep the run "alive" after we die
+        announced = self.read(run_id)  # `start` wrote it before launching us
+        if announced is not None:
+            record.started = announced.started
+        reserve = run_reserve_file(self.folder, run_id)
+        made = [reserve]  # what a failure here removes
+        if alive_fd is None:  # a blocking run's own; a detached worker's record and alive file are `start`'s
+            made += [run_record_file(self.folder, run_id), run_alive_file(self.folder, run_id)]
+        try:
+            atomic_write(reserve, os.urandom(RESERVE_BYTES))
+            self.write(record)
+            atomic_write(current_run_file(self.folder), (run_id + "\n").encode())
+        except BaseException:
+            if alive_fd is None:
+                os.close(fd)
+            _remove_quietly(made)
+            raise
+        return fd
 
     def current(self) -> Optional[RunRecord]:
         run_id = self.current_id()
@@ -306,6 +322,15 @@ class RunStore:
             fcntl.flock(fd, fcntl.LOCK_SH)
         finally:
             os.close(fd)
+
+
+def _remove_quietly(paths: List[str]) -> None:
+    """Remove each of ``paths`` that is there (what is gone already, or cannot go, is left as it is)."""
+    for path in paths:
+        try:
+            remove_file(path)
+        except OSError:
+            pass
 
 
 def process_start_time(pid: int) -> Optional[str]:

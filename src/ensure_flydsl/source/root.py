@@ -34,9 +34,10 @@ from ensure_flydsl.layout import (
 )
 from ensure_flydsl.result import How
 from ensure_flydsl.setting_values import same_repo
+from ensure_flydsl.source.git import read_git
 from ensure_flydsl.support import fields
 from ensure_flydsl.support.files import atomic_write_json, read_json, remove_file, remove_tree, rename_into_place
-from ensure_flydsl.support.processes import CommandFailed, cmd_output
+from ensure_flydsl.support.processes import CommandFailed
 
 # Files a root may hold that are ours by contract (the bash executor, ensure_flydsl.sh, wrote them too)
 # rather than somebody's work.
@@ -138,13 +139,14 @@ def classify_root(root: str, repo: str) -> RootState:
 def _classify_checkout(root: str, repo: str) -> RootState:
     """A git checkout the tool did not make (the bash executor's, say) may be adopted: same origin, no local changes."""
     try:
-        origin = cmd_output(["git", "-C", root, "config", "--get", "remote.origin.url"], timeout=30).strip()
+        origin = read_git(root, "config", "--get", "remote.origin.url").decode(errors="replace").strip()
     except CommandFailed:
         return RootState(RootKind.FOREIGN, "it is a git checkout without an origin, not one made by ensure-flydsl")
     if not same_repo(origin, repo):
         return RootState(RootKind.FOREIGN, f"it is a checkout of {origin}, not of the configured repository {repo}")
     try:
-        status = cmd_output(["git", "-C", root, "status", "--porcelain=v1", "--untracked-files=normal"], timeout=120)
+        status = read_git(root, "status", "--porcelain=v1", "--untracked-files=normal",
+                          timeout=120).decode(errors="replace")
     except CommandFailed as exc:
         return RootState(RootKind.FOREIGN, f"git cannot read its status ({exc.returncode})")
     changes = [line[3:] for line in status.splitlines() if line.strip()]

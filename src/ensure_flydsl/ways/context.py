@@ -113,10 +113,10 @@ class Run:
         """From here on the run is visible to ``status`` and ``wait``, and its death is noticed."""
         if isinstance(self.tracker, NullTracker):
             s = self.settings
+            route = likely_route(s)
             self.tracker = Tracker.begin(
                 RunStore(s.root), self.run_id, request=s.request(), fail_marker=s.fail_marker, log=s.log_file,
-                kind=self.kind, alive_fd=self.alive_fd, host_dir=host_cache_dir(self.environ),
-                route=likely_route(s),
+                kind=self.kind, alive_fd=self.alive_fd, host_dir=host_cache_dir(self.environ), route=route,
             )
             if self.step_name in Plan.SOURCE.stages:
                 self.tracker.step_started(self.step_name)

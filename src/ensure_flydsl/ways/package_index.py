@@ -95,30 +95,28 @@ def query_versions(
     return IndexAnswer(package, False, (), detail)
 
 
-def newest_first(versions: Sequence[str], minimum: str) -> List[str]:
-    """``versions`` with a release segment >= ``minimum``, newest first (one that does not parse is left out)."""
-    floor = Version(minimum).release
+def _parsed_newest_first(versions: Sequence[str]) -> List[Tuple[Version, str]]:
+    """Each of ``versions`` that parses, with its parsed form, newest first (one that does not is left out)."""
     parsed: List[Tuple[Version, str]] = []
     for text in versions:
         try:
             parsed.append((Version(text), text))
         except InvalidVersion:
             continue
-    return [text for version, text in sorted(parsed, reverse=True) if version.release >= floor]
+    return sorted(parsed, reverse=True)
+
+
+def newest_first(versions: Sequence[str], minimum: str) -> List[str]:
+    """``versions`` with a release segment >= ``minimum``, newest first (one that does not parse is left out)."""
+    floor = Version(minimum).release
+    return [text for version, text in _parsed_newest_first(versions) if version.release >= floor]
 
 
 def best_version(
     versions: Sequence[str], *, exact: Optional[str] = None, minimum: Optional[str] = None
 ) -> Optional[str]:
     """The newest of ``versions`` equal to ``exact``, or with a release segment >= ``minimum``."""
-    parsed: List[Tuple[Version, str]] = []
-    for text in versions:
-        try:
-            parsed.append((Version(text), text))
-        except InvalidVersion:
-            continue
-    parsed.sort(reverse=True)
-    for version, text in parsed:
+    for version, text in _parsed_newest_first(versions):
         if exact is not None:
             if version == Version(exact):
                 return text
