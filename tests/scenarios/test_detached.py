@@ -15,7 +15,7 @@ from typing import Dict, List, Tuple
 import pytest
 
 from ensure_flydsl.runs.progress import parse_percent
-from ensure_flydsl.runs.records import RunStore
+from ensure_flydsl.runs.records import RunState, RunStore
 from tests.helpers.result_schema import validate
 from tests.helpers.scenario import Barrier, assert_one_tree, wait_for, wait_until
 from tests.helpers.workspace import Workspace
@@ -136,6 +136,26 @@ def test_kill_9_of_the_workers_group_is_noticed_and_resumable(ws: Workspace) -> 
     assert again["joined"] is False
     assert ws.run("wait", timeout=60).returncode == 0
     assert_one_tree(ws)
+
+
+def test_a_death_recorded_as_failed_has_its_marker_already(ws: Workspace) -> None:
+    """The watchdog writes the failure marker before the FAILED record: a `wait` answers 9 as soon as it reads
+    that record, and a poller of the marker must see the death by then (the record was written first, and a
+    `wait` under load returned 9 with no marker yet)."""
+    data = start(ws, FIXTURE_BUILD_SLEEP="30")
+    wait_for(os.path.join(ws.counter, "build.started"))
+    store = RunStore(ws.root)
+    record = store.current()
+    assert record is not None
+    os.killpg(int(data["pid"]), signal.SIGKILL)
+    deadline = time.monotonic() + HANG_GUARD_S
+    while True:  # read as often as the machine lets us: the window was the timing record's write
+        seen = store.read(record.run_id)
+        if seen is not None and seen.state == RunState.FAILED:
+            break
+        assert time.monotonic() < deadline, "the watchdog never recorded the death"
+    assert os.path.exists(ws.fail_marker), "the run was recorded as failed before its failure marker was written"
+    assert ws.marker()["exit_code"] == 9
 
 
 def test_death_is_noticed_by_file_pollers_without_wait(ws: Workspace) -> None:

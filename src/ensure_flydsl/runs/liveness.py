@@ -70,6 +70,9 @@ def record_death(store: RunStore, record: RunRecord) -> RunRecord:
         return dead
     kill_build_group(dead)
     store.release(dead.run_id)  # the room it kept for its last words: they are said here
+    # The marker before the FAILED record: a `wait` that reads the record answers at once, and the marker
+    # must be there by then (a poller of the files alone sees the death as soon as `wait` does).
+    dead = _mark_death(store, dead)
     try:
         store.write(dead)
     except OSError as exc:
@@ -77,6 +80,12 @@ def record_death(store: RunStore, record: RunRecord) -> RunRecord:
             raise
         # A full disk: the death is still told (here, and by `status` from the free alive lock).
     keep_death(dead)
+    return dead
+
+
+def _mark_death(store: RunStore, dead: RunRecord) -> RunRecord:
+    """The dead run's failure marker, unless another run answers for its request; on a full disk the run's
+    failure says that the marker could not be written."""
     if marker_is_answered(store, dead.request, dead.run_id, dead.root, dead.locked) is not None:
         return dead
     if dead.fail_marker and os.path.isdir(os.path.dirname(dead.fail_marker)):
