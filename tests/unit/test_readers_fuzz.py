@@ -39,6 +39,9 @@ from ensure_flydsl.source.root import Owner, Stamp
 from ensure_flydsl.ways.release.wheel_shape import shape_problems
 from ensure_flydsl.ways.release.wheels import install_wheel_file
 from ensure_flydsl.ways.source.environment import LlvmRecord
+from ensure_flydsl.ways.source.rocm import OverlayKey
+from ensure_flydsl.ways.source.tools import EXECUTABLES, PROVIDABLE
+from ensure_flydsl.ways.source.tools_record import ProvidedTool
 
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 SLOW_FUZZ = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -281,6 +284,48 @@ def test_llvm_record_reads_any_input_as_a_record_or_none(raw: Any) -> None:
     if record is not None:
         assert isinstance(record.created, bool)
         assert all(k is None or isinstance(k, dict) for k in (record.started, record.done))
+
+
+PROVIDED = "/t/provided"
+VALID_TOOL = {"version": "3.31.6", "spec": "cmake>=3.20,<4", "folder": PROVIDED + "/cmake",
+              "programs": {"cmake": PROVIDED + "/cmake/cmake/data/bin/cmake"}}
+
+
+@FUZZ
+@given(raw=inputs(VALID_TOOL), name=st.sampled_from(PROVIDABLE + ("gcc",)))
+def test_a_provided_tool_reads_any_input_as_an_entry_or_none(raw: Any, name: str) -> None:
+    """An entry of provided/tools.json: a version or "unknown", the tool's spec, its own folder, its own
+    programs inside it, or None."""
+    entry = ProvidedTool.from_json(name, json.loads(json.dumps(raw)), PROVIDED, EXECUTABLES)
+    if entry is not None:
+        assert entry.folder == f"{PROVIDED}/{name}" and entry.spec.startswith(name)
+        assert set(entry.programs) <= set(EXECUTABLES.get(name, ()))
+        assert all(os.path.normpath(p).startswith(entry.folder + "/") for p in entry.programs.values())
+
+
+def test_the_valid_tool_entry_and_overlay_key_are_read() -> None:
+    """The inputs above are records the tool writes: a reader that refused everything would pass the fuzz."""
+    assert ProvidedTool.from_json("cmake", VALID_TOOL, PROVIDED, EXECUTABLES) is not None
+    assert ProvidedTool.from_json("nanobind", dict(VALID_TOOL, spec="nanobind>=2.9,<3", folder=PROVIDED + "/nanobind",
+                                                   programs={}), PROVIDED, EXECUTABLES) is not None
+    assert OverlayKey.from_json(VALID_OVERLAY_KEY) is not None
+    assert OverlayKey.from_json(dict(VALID_OVERLAY_KEY, actual=None, package=[], missing=[])) is not None
+
+
+VALID_OVERLAY_KEY = {"rocm_path": "/opt/rocm", "entries": ["include", "lib"], "lib": "a" * 64, "cmake": "b" * 64,
+                     "package": [["hip-config.cmake", 120, 1700000000]], "missing": ["libamdhip64.so.7"],
+                     "actual": "/opt/rocm/lib/libamdhip64.so.7.2.1"}
+
+
+@FUZZ
+@given(raw=inputs(VALID_OVERLAY_KEY))
+def test_an_overlay_key_reads_any_input_as_a_key_or_none(raw: Any) -> None:
+    key = OverlayKey.from_json(json.loads(json.dumps(raw)))
+    if key is not None:
+        assert key.rocm_path.startswith("/") and (key.actual is None or key.actual.startswith("/"))
+        assert all(n and "/" not in n for n in key.entries + key.missing)
+        assert all(type(size) is int and size >= 0 and type(mtime) is int for _, size, mtime in key.package)
+        assert OverlayKey.from_json(json.loads(json.dumps(key.to_json()))) == key
 
 
 @FUZZ
