@@ -93,6 +93,9 @@ from ensure_flydsl.settings_table import (
     VALUE as VALUE,
 )
 from ensure_flydsl.settings_table import (
+    Request as Request,
+)
+from ensure_flydsl.settings_table import (
     Setting as Setting,
 )
 from ensure_flydsl.settings_table import (
@@ -159,21 +162,11 @@ class Settings(Frozen):
     def log_file(self) -> str:
         return layout.log_file(self.root)
 
-    def request(self) -> Dict[str, object]:
+    def request(self) -> Request:
         """What a success marker must satisfy: everything that changes the answer of a run."""
-        return {
-            "root": self.root,
-            "min_version": self.min_version,
-            "pin": self.pin,
-            "repo": self.repo,
-            "python": self.python,
-            "require": list(self.require),
-            "strategy": self.strategy.value,
-            "mlir_path": self.mlir_path,
-            "shim_dir": self.shim_dir,
-            "vllm_moe": self.vllm_moe,
-            "exact_pin": self.exact_pin,
-        }
+        return Request(root=self.root, min_version=self.min_version, pin=self.pin, repo=self.repo, python=self.python,
+                       require=self.require, strategy=self.strategy, mlir_path=self.mlir_path,
+                       shim_dir=self.shim_dir, vllm_moe=self.vllm_moe, exact_pin=self.exact_pin)
 
 
 _PARSERS: Dict[str, Callable[[str, str], object]] = {

@@ -1,14 +1,28 @@
 """The settings table: each setting's keyword, variable, flag, help and kind (how its flag is given), their
 defaults, and the groups the help shows them in.  The parser (cli/parser.py), the help, the settings record
-(settings.py) and docs/reference.md are made from it."""
+(settings.py) and docs/reference.md are made from it.  Also the request (:class:`Request`): the settings that
+change a run's answer, as the env file's twin, the fingerprint, the failure marker and the run records carry
+them."""
 
 from __future__ import annotations
 
-from ensure_flydsl.support.frozen import Frozen
+from ensure_flydsl.errors import BadInput
+from ensure_flydsl.setting_values import (
+    STRATEGIES,
+    Strategy,
+    parse_min_version,
+    parse_pin,
+    parse_plain_path,
+    parse_python,
+    parse_repo,
+    parse_require,
+    parse_root,
+)
+from ensure_flydsl.support.frozen import Frozen, asdict
 
 TYPE_CHECKING = False  # typing is for the type checker only: not imported on the warm call's path
 if TYPE_CHECKING:
-    from typing import Dict, Tuple
+    from typing import Callable, Dict, Optional, Tuple
 
 DEFAULT_ROOT = "/opt/flydsl/FlyDSL"
 DEFAULT_MIN_VERSION = "0.2.2"
@@ -116,3 +130,78 @@ SETTING_GROUPS: Tuple[Tuple[str, str, Tuple[str, ...]], ...] = (
      ("cache", "lease_ttl", "cache_signing_key", "cache_trusted_keys")),
     ("store", "the host store the roots of this host link their trees from", ("store",)),
 )
+
+
+class Request(Frozen):
+    """What a success must satisfy: every setting that changes the answer of a run (``Settings.request()``),
+    one record wherever it travels (the env file's JSON twin and its fingerprint, the failure marker, the run
+    records), compared by equality.  Its JSON is an object of these eleven keys, ``require`` a list and
+    ``strategy`` the strategy's value."""
+
+    root: str
+    min_version: str
+    pin: str
+    repo: str
+    python: str
+    require: Tuple[str, ...]
+    strategy: Strategy
+    mlir_path: Optional[str]
+    shim_dir: Optional[str]
+    vllm_moe: bool
+    exact_pin: bool
+
+    def to_json(self) -> Dict[str, object]:
+        data = asdict(self)
+        data.update(require=list(self.require), strategy=self.strategy.value)
+        return data
+
+    @classmethod
+    def from_json(cls, data: object) -> Optional["Request"]:
+        """The request a file records, or None when it is not one a run of this version writes: exactly its
+        keys, and each value one the setting's own parser gives back unchanged (the root, the interpreter, a
+        local repository and the paths absolute as the settings make them, the pin a pin, the floor a
+        version, the modules module names, the strategy one of :class:`Strategy`), the switches booleans."""
+        if not isinstance(data, dict) or set(data) != _REQUEST_KEYS:
+            return None
+        require = data["require"]
+        if not isinstance(require, list) or not all(isinstance(m, str) for m in require) or not _parses_to(
+                parse_require, ",".join(require), tuple(require)):
+            return None
+        strategy, switches = data["strategy"], (data["vllm_moe"], data["exact_pin"])
+        if strategy not in STRATEGIES or not all(isinstance(v, bool) for v in switches):
+            return None
+        checks: Tuple[Tuple[str, Callable[[str, str], object]], ...] = (
+            ("root", parse_root), ("min_version", _parse_floor), ("pin", parse_pin), ("repo", parse_repo),
+            ("python", parse_python))
+        if not all(_parses_to(parse, data[name], data[name]) for name, parse in checks):
+            return None
+        if not all(data[name] is None or _parses_to(parse_plain_path, data[name], data[name])
+                   for name in ("mlir_path", "shim_dir")):
+            return None
+        return cls(root=data["root"], min_version=data["min_version"], pin=data["pin"], repo=data["repo"],
+                   python=data["python"], require=tuple(require), strategy=Strategy(strategy),
+                   mlir_path=data["mlir_path"], shim_dir=data["shim_dir"], vllm_moe=switches[0],
+                   exact_pin=switches[1])
+
+
+_REQUEST_KEYS = frozenset(Request._fields)
+
+
+def _parses_to(parse: Callable[[str, str], object], value: object, expected: object) -> bool:
+    """Whether ``value`` is a text the setting's parser accepts and makes ``expected`` of (never empty: an
+    empty variable is the default, an empty flag refused)."""
+    if not isinstance(value, str) or not value:
+        return False
+    try:
+        return parse("request", value) == expected
+    except BadInput:
+        return False
+
+
+def _parse_floor(name: str, value: str) -> str:
+    """The floor, as ``parse_min_version`` takes it; a plain release (0.2.2, the default) without importing
+    ``packaging``, which the warm call does not otherwise need."""
+    parts = value.split(".")
+    if all(part.isdigit() and part.isascii() for part in parts):
+        return value
+    return parse_min_version(name, value)

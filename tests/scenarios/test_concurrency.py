@@ -17,7 +17,7 @@ from typing import Dict, Iterator, List, Optional, Set, Tuple
 import pytest
 
 from ensure_flydsl.runs.records import RunStore
-from ensure_flydsl.settings import load_settings
+from ensure_flydsl.settings import Request, load_settings
 from tests.helpers.flydsl_fixture import counts
 from tests.helpers.reliability import kill_group, record, wait_for_file
 from tests.helpers.scenario import assert_one_tree
@@ -165,7 +165,7 @@ def test_sixteen_blocking_and_sixteen_detached_callers_share_one_build(ws: Works
            lock_looks=watch.looks, lock_inodes=len(watch.inodes))
 
 
-def _request(ws: Workspace, pin: str) -> Dict[str, object]:
+def _request(ws: Workspace, pin: str) -> Request:
     return load_settings({}, dict(ws.env, FLYDSL_PIN=pin)).request()
 
 
@@ -198,7 +198,7 @@ def test_mixed_requests_on_one_root_are_serialized_and_each_answered(ws: Workspa
         assert run.result is not None and run.result["commit"] == pins[name], run
     twin = ws.env_twin()
     final = next(n for n, pin in pins.items() if twin["commit"] == pin)
-    assert twin["request"] == requests[final]
+    assert twin["request"] == requests[final].to_json()
     out = ws.source_and_import()
     assert out.returncode == 0 and out.stdout.splitlines()[-1] == versions[final], out.stderr
     builds = ws.count("build")

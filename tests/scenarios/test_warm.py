@@ -31,6 +31,48 @@ def test_second_call_is_answered_from_the_fingerprint(ws: Workspace) -> None:
     assert "nothing changed since the last success (fingerprint)" in out.stdout
 
 
+def previous_request(ws: Workspace) -> Dict[str, object]:
+    """The request as the tool wrote it before it was a record (``Settings.request()`` made this dict)."""
+    return {"root": ws.root, "min_version": "0.2.2", "pin": ws.repo.commits["dev"], "repo": ws.repo.url,
+            "python": sys.executable, "require": ["flydsl", "kernels.moe_gemm_2stage"], "strategy": "source",
+            "mlir_path": None, "shim_dir": None, "vllm_moe": True, "exact_pin": False}
+
+
+def rewrite_twin(ws: Workspace, request: Dict[str, object]) -> None:
+    """The twin with ``request`` in it and in its fingerprint, written as the tool writes it."""
+    twin = ws.env_twin()
+    twin["request"] = request
+    twin["fingerprint"]["request"] = request  # type: ignore[index]
+    with open(ws.env_json, "w") as handle:
+        handle.write(json.dumps(twin, indent=2, sort_keys=True) + "\n")
+
+
+def test_a_twin_the_previous_version_wrote_still_answers_warm(ws: Workspace) -> None:
+    """The request is a record now; its JSON is the dict the previous version wrote, key for key, so the env
+    file and its twin that version left answer this one warm."""
+    ensure_json(ws)
+    twin = ws.env_twin()
+    assert twin["request"] == previous_request(ws) == twin["fingerprint"]["request"]  # type: ignore[index]
+    rewrite_twin(ws, previous_request(ws))
+    assert warm(ensure_json(ws))
+
+
+def test_an_older_twin_says_why_it_is_not_read_and_the_full_run_answers(ws: Workspace) -> None:
+    """A twin whose request is not one this version writes (the tool before --exact-pin wrote no exact_pin;
+    a planted one holds a relative root): never warm, never a traceback; the full run says in one line that it
+    took the env file away, probes the root's tree and publishes it again."""
+    ensure_json(ws)
+    for request in ({k: v for k, v in previous_request(ws).items() if k != "exact_pin"},
+                    dict(previous_request(ws), root="FlyDSL"), dict(previous_request(ws), strategy="fastest")):
+        rewrite_twin(ws, request)
+        again = ensure_json(ws)
+        assert again["action"] == "verified" and "probe" in again["durations"], again
+        assert (f"took away {ws.env_file}: it has no JSON twin this version can read (none, a torn one, or "
+                "another version's)") in again["_stderr"], again["_stderr"]
+        assert ws.env_twin()["request"] == previous_request(ws)
+        assert warm(ensure_json(ws))
+
+
 def test_verify_forces_the_full_probe(ws: Workspace) -> None:
     ensure_json(ws)
     verified = ensure_json(ws, "--verify")

@@ -13,16 +13,18 @@ from ensure_flydsl.runs.markers import (
     withdraw_failure_marker,
     write_failure_marker,
 )
+from ensure_flydsl.settings import Settings
 
 
 def test_what_is_written_reads_back(tmp_path: "os.PathLike[str]") -> None:
     path = os.path.join(str(tmp_path), ".flydsl_build.failed")
+    request = Settings(root="/x/R").request()
     write_failure_marker(path, stage=Stage.BUILD, exit_code=5, reason="build.sh failed", hint="read the log",
-                         log="/x/ensure_flydsl.log", log_tail=["a", "b"], run_id="r1", request={"root": "/x/R"})
+                         log="/x/ensure_flydsl.log", log_tail=["a", "b"], run_id="r1", request=request)
     marker = read_failure_marker(path)
     assert marker is not None and marker.failure == Failure(Stage.BUILD, 5, "build.sh failed", "read the log")
-    assert (marker.request, marker.run_id, marker.log, marker.log_tail) == ({"root": "/x/R"}, "r1",
-                                                                            "/x/ensure_flydsl.log", ("a", "b"))
+    assert (marker.request, marker.run_id, marker.log, marker.log_tail) == (request, "r1", "/x/ensure_flydsl.log",
+                                                                            ("a", "b"))
     assert marker.names("/x/R") and not marker.names("/x/other")
     assert not withdraw_failure_marker(path, "/x/other") and os.path.exists(path)  # a sibling's stays
     assert withdraw_failure_marker(path, "/x/R") and not os.path.exists(path)
@@ -39,3 +41,24 @@ def test_wrong_types_read_as_not_recorded(tmp_path: "os.PathLike[str]") -> None:
     with open(path, "w") as handle:
         handle.write("[1, 2]")
     assert read_failure_marker(path) is None and read_failure_marker(path + ".absent") is None
+
+
+def test_a_marker_whose_request_is_not_a_request_names_no_root(tmp_path: "os.PathLike[str]") -> None:
+    """Bad input's marker records ``{}`` (its settings were never read): it names no root, as a garbled or
+    planted request does (a value no run writes: a relative root, an unknown strategy, a key too many or
+    too few); no run takes it away as its own, and it answers no request."""
+    path = os.path.join(str(tmp_path), "marker")
+    write_failure_marker(path, stage=Stage.SETTINGS, exit_code=64, reason="FLYDSL_JOBS='0'", hint="", log=None,
+                         log_tail=[], run_id="", request=None)
+    with open(path) as handle:
+        assert json.load(handle)["request"] == {}  # as the tool wrote it before the request was a record
+    good = Settings(root="/x/R").request().to_json()
+    for request in ({}, {**good, "root": "x/R"}, {**good, "strategy": "fastest"}, {**good, "extra": 1},
+                    {k: v for k, v in good.items() if k != "exact_pin"}, {**good, "require": []},
+                    {**good, "vllm_moe": 1}, {**good, "pin": "-x"}, {**good, "min_version": "soon"}):
+        if request:
+            with open(path, "w") as handle:
+                json.dump({"stage": "build", "exit_code": 5, "reason": "r", "request": request}, handle)
+        marker = read_failure_marker(path)
+        assert marker is not None and marker.request is None and not marker.unnamed, request
+        assert not marker.names("/x/R") and not withdraw_failure_marker(path, "/x/R") and os.path.exists(path)

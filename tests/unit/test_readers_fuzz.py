@@ -33,12 +33,15 @@ from ensure_flydsl.result import How
 from ensure_flydsl.runs.history import History
 from ensure_flydsl.runs.markers import EnvTwin, Failure, render_env_sh
 from ensure_flydsl.runs.records import RunRecord
-from ensure_flydsl.settings import load_settings
+from ensure_flydsl.settings import Request, Settings, load_settings
 from ensure_flydsl.source.ownership import MadeRecord
 from ensure_flydsl.source.root import Owner, Stamp
 from ensure_flydsl.ways.release.wheel_shape import shape_problems
 from ensure_flydsl.ways.release.wheels import install_wheel_file
 from ensure_flydsl.ways.source.environment import LlvmRecord
+from ensure_flydsl.ways.source.rocm import OverlayKey
+from ensure_flydsl.ways.source.tools import EXECUTABLES, PROVIDABLE
+from ensure_flydsl.ways.source.tools_record import ProvidedTool
 
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 SLOW_FUZZ = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -109,9 +112,9 @@ def is_str(value: object) -> bool:
 
 # -- the env file's twin ---------------------------------------------------------------------------------------
 
-def valid_twin(root: str, request: Mapping[str, object]) -> Dict[str, Any]:
+def valid_twin(root: str, request: Request) -> Dict[str, Any]:
     return {
-        "request": dict(request), "how": "built", "tree": root, "version": "0.2.2", "python": "/usr/bin/python3",
+        "request": request.to_json(), "how": "built", "tree": root, "version": "0.2.2", "python": "/usr/bin/python3",
         "python_version": "3.11.7", "abi": "cpython-311/x/linux", "commit": "a" * 40,
         "files": {"flydsl": root + "/build-fly/python_packages/flydsl/__init__.py"}, "watch": ["w"],
         "site_dirs": ["s"], "fingerprint": {"version": 3}, "FLYDSL_ROOT": root, "pythonpath_prepend": [root],
@@ -122,7 +125,7 @@ def valid_twin(root: str, request: Mapping[str, object]) -> Dict[str, Any]:
 def check_twin(twin: Optional[EnvTwin]) -> None:
     if twin is None:
         return
-    assert isinstance(twin.request, dict) and twin.how in {h.value for h in How}
+    assert isinstance(twin.request, Request) and twin.how in {h.value for h in How}
     for name in ("tree", "version", "python", "python_version", "abi", "FLYDSL_ROOT", "written_at", "tool_version"):
         assert isinstance(getattr(twin, name), str), name
     assert all(is_str(v) for v in twin.watch + twin.site_dirs + twin.pythonpath_prepend)
@@ -155,7 +158,8 @@ def test_env_twin_reads_any_input_as_a_twin_or_none(data: st.DataObject) -> None
 # -- run records and failure markers ------------------------------------------------------------------------------
 
 VALID_RECORD: Dict[str, Any] = {
-    "run_id": "20261201-004914-9a2ede", "root": "/r/FlyDSL", "request": {"root": "/r/FlyDSL"}, "kind": "detached",
+    "run_id": "20261201-004914-9a2ede", "root": "/r/FlyDSL", "request": Settings(root="/r/FlyDSL").request().to_json(),
+    "kind": "detached",
     "pid": 4242, "pid_start": "1", "host": "h", "state": "running", "step": "build", "percent": 40.0,
     "eta_s": 12.0, "started": 1.0, "finished": None, "updated": 2.0, "steps": [{"step": "probe"}], "log": "/r/l",
     "fail_marker": "/r/m", "result": None, "failure": {"stage": "build", "exit_code": 5, "reason": "r"},
@@ -182,7 +186,7 @@ def test_run_record_reads_any_input_as_a_record_or_none(raw: Any) -> None:
     record = RunRecord.from_json(json.loads(json.dumps(raw)))
     if record is None:
         return
-    assert isinstance(record.run_id, str) and "/" not in record.run_id and isinstance(record.request, dict)
+    assert isinstance(record.run_id, str) and "/" not in record.run_id and isinstance(record.request, Request)
     for name in NUMBERS:
         value = getattr(record, name)
         assert (value is None and name != "started") or finite(value) or value == 0.0, name
@@ -195,6 +199,19 @@ def test_run_record_reads_any_input_as_a_record_or_none(raw: Any) -> None:
     assert record.result is None or isinstance(record.result, dict)
     check_failure(record.failure)
     record.remaining_eta()
+
+
+@FUZZ
+@given(raw=inputs(VALID_RECORD["request"]))
+def test_request_reads_any_input_as_a_request_or_none(raw: Any) -> None:
+    """The request (of a twin, a run record, a failure marker): a record whose every value is one the
+    settings make of it (read back, it is written again exactly), or None."""
+    written = json.loads(json.dumps(raw))
+    request = Request.from_json(written)
+    if request is None:
+        return
+    assert request.to_json() == written and Request.from_json(request.to_json()) == request
+    assert all(isinstance(m, str) for m in request.require) and isinstance(request.vllm_moe, bool)
 
 
 @FUZZ
@@ -223,9 +240,9 @@ def test_status_and_wait_answer_whatever_the_records_hold(record: Any, marker: A
         environ = {"FLYDSL_ROOT": root, "FLYDSL_PYTHON": "/usr/bin/python3"}
         current = load_settings({}, environ)
         if isinstance(record, dict) and record.get("request") == VALID_RECORD["request"]:
-            record = {**record, "request": current.request(), "root": root}
+            record = {**record, "request": current.request().to_json(), "root": root}
         if isinstance(marker, dict) and marker.get("request") == {}:
-            marker = {**marker, "request": current.request()}
+            marker = {**marker, "request": current.request().to_json()}
         runs = os.path.join(cwd, "base", ".ensure_flydsl", "runs", "FlyDSL")
         os.makedirs(runs)
         for path, value in ((os.path.join(runs, "20261201-004914-9a2ede.json"), record),
@@ -267,6 +284,48 @@ def test_llvm_record_reads_any_input_as_a_record_or_none(raw: Any) -> None:
     if record is not None:
         assert isinstance(record.created, bool)
         assert all(k is None or isinstance(k, dict) for k in (record.started, record.done))
+
+
+PROVIDED = "/t/provided"
+VALID_TOOL = {"version": "3.31.6", "spec": "cmake>=3.20,<4", "folder": PROVIDED + "/cmake",
+              "programs": {"cmake": PROVIDED + "/cmake/cmake/data/bin/cmake"}}
+
+
+@FUZZ
+@given(raw=inputs(VALID_TOOL), name=st.sampled_from(PROVIDABLE + ("gcc",)))
+def test_a_provided_tool_reads_any_input_as_an_entry_or_none(raw: Any, name: str) -> None:
+    """An entry of provided/tools.json: a version or "unknown", the tool's spec, its own folder, its own
+    programs inside it, or None."""
+    entry = ProvidedTool.from_json(name, json.loads(json.dumps(raw)), PROVIDED, EXECUTABLES)
+    if entry is not None:
+        assert entry.folder == f"{PROVIDED}/{name}" and entry.spec.startswith(name)
+        assert set(entry.programs) <= set(EXECUTABLES.get(name, ()))
+        assert all(os.path.normpath(p).startswith(entry.folder + "/") for p in entry.programs.values())
+
+
+def test_the_valid_tool_entry_and_overlay_key_are_read() -> None:
+    """The inputs above are records the tool writes: a reader that refused everything would pass the fuzz."""
+    assert ProvidedTool.from_json("cmake", VALID_TOOL, PROVIDED, EXECUTABLES) is not None
+    assert ProvidedTool.from_json("nanobind", dict(VALID_TOOL, spec="nanobind>=2.9,<3", folder=PROVIDED + "/nanobind",
+                                                   programs={}), PROVIDED, EXECUTABLES) is not None
+    assert OverlayKey.from_json(VALID_OVERLAY_KEY) is not None
+    assert OverlayKey.from_json(dict(VALID_OVERLAY_KEY, actual=None, package=[], missing=[])) is not None
+
+
+VALID_OVERLAY_KEY = {"rocm_path": "/opt/rocm", "entries": ["include", "lib"], "lib": "a" * 64, "cmake": "b" * 64,
+                     "package": [["hip-config.cmake", 120, 1700000000]], "missing": ["libamdhip64.so.7"],
+                     "actual": "/opt/rocm/lib/libamdhip64.so.7.2.1"}
+
+
+@FUZZ
+@given(raw=inputs(VALID_OVERLAY_KEY))
+def test_an_overlay_key_reads_any_input_as_a_key_or_none(raw: Any) -> None:
+    key = OverlayKey.from_json(json.loads(json.dumps(raw)))
+    if key is not None:
+        assert key.rocm_path.startswith("/") and (key.actual is None or key.actual.startswith("/"))
+        assert all(n and "/" not in n for n in key.entries + key.missing)
+        assert all(type(size) is int and size >= 0 and type(mtime) is int for _, size, mtime in key.package)
+        assert OverlayKey.from_json(json.loads(json.dumps(key.to_json()))) == key
 
 
 @FUZZ

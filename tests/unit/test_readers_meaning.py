@@ -40,7 +40,7 @@ from ensure_flydsl.runs.history import read_history
 from ensure_flydsl.runs.markers import EnvTwin, Failure
 from ensure_flydsl.runs.progress import estimate_eta
 from ensure_flydsl.runs.records import KINDS, STATES, RunRecord
-from ensure_flydsl.settings import load_settings
+from ensure_flydsl.settings import Request, Settings, load_settings
 from ensure_flydsl.source.root import Stamp
 from ensure_flydsl.support.fields import MAX_SECONDS, PID_MAX
 from ensure_flydsl.ways.cache.fleet import believed, give_up
@@ -177,7 +177,7 @@ def means_twin(twin: EnvTwin) -> None:
 
 
 @MEANING
-@given(case=mutated(valid_twin(ROOT, {"root": ROOT}), TWIN_BAD))
+@given(case=mutated(valid_twin(ROOT, Settings(root=ROOT).request()), TWIN_BAD))
 def test_a_twin_with_a_value_no_run_writes_is_refused(case: Tuple[Dict[str, Any], List[str]]) -> None:
     data, changed = case
     twin = EnvTwin.from_json(data)
@@ -185,7 +185,7 @@ def test_a_twin_with_a_value_no_run_writes_is_refused(case: Tuple[Dict[str, Any]
 
 
 @MEANING
-@given(case=mutated(valid_twin(ROOT, {"root": ROOT}), {
+@given(case=mutated(valid_twin(ROOT, Settings(root=ROOT).request()), {
     "how": st.sampled_from([h.value for h in How]), "commit": st.sampled_from([None, "a" * 40, "b" * 64]),
     "elapsed_s": st.sampled_from([None, 0, 3.5, -1.0, NAN, "x"]), "FLYDSL_ROOT": st.sampled_from(["", ROOT])}))
 def test_a_twin_with_the_values_runs_write_is_read(case: Tuple[Dict[str, Any], List[str]]) -> None:
@@ -195,10 +195,63 @@ def test_a_twin_with_the_values_runs_write_is_read(case: Tuple[Dict[str, Any], L
     means_twin(twin)  # a meaningless elapsed_s (a field of a later version) reads as not recorded
 
 
+# -- the request (a twin's, a run record's, a failure marker's) ------------------------------------------------
+REQUEST = Settings(root=ROOT).request().to_json()
+REQUEST_BAD: Dict[str, st.SearchStrategy[Any]] = {
+    "root": st.sampled_from(["relative/x", "", "/", "/a\0b", "/a:b", "/a/../b", "/a/", "/a\nb", "/x" * 3000]),
+    "min_version": st.sampled_from(["", "soon", "0.2.2-", "1..2", "v", 2]),
+    "pin": st.sampled_from(["", "-x", "a..b", "x.lock", "x/", "@{u}", "a b", "x" * 300, None]),
+    "repo": st.sampled_from(["-x", "ext::sh -c x", "relative/repo", "ftp://h/r", "https://h/\n", ""]),
+    "python": st.sampled_from(["", "bin/python3", "py\tthon", "/a\0b", None]),
+    "require": st.sampled_from([[], "flydsl", ["flydsl,kernels"], [""], ["1x"], ["a b"], [1], None]),
+    "strategy": st.sampled_from(["", "AUTO", "fastest", "reuse_only", None, 1]),
+    "mlir_path": st.sampled_from(["", "relative", "/a\nb", 1, False]),
+    "shim_dir": st.sampled_from(["", "relative", "/a/", 1, False]),
+    "vllm_moe": st.sampled_from([1, 0, "1", "true", None]),
+    "exact_pin": st.sampled_from([1, 0, "false", None]),
+}
+
+
+@MEANING
+@given(case=mutated(REQUEST, REQUEST_BAD))
+def test_a_request_with_a_value_no_run_writes_is_refused(case: Tuple[Dict[str, Any], List[str]]) -> None:
+    data, changed = case
+    assert Request.from_json(data) is None, f"accepted {changed}: {[data[c] for c in changed]}"
+    assert EnvTwin.from_json(dict(valid_twin(ROOT, Settings(root=ROOT).request()), request=data)) is None
+    assert RunRecord.from_json(dict(VALID_RECORD, request=data)) is None
+
+
+@pytest.mark.parametrize("key", sorted(REQUEST) + ["unknown"])
+def test_a_request_with_a_key_too_few_or_too_many_is_refused(key: str) -> None:
+    data = {k: v for k, v in REQUEST.items() if k != key} if key in REQUEST else dict(REQUEST, unknown=1)
+    assert Request.from_json(data) is None
+
+
+@MEANING
+@given(case=mutated(REQUEST, {
+    "root": st.sampled_from(["/x", "/a b/Fly DSL", "/ünï/cödé"]),
+    "min_version": st.sampled_from(["0", "0.2.2", "10.20.30.40", "1.0rc1", "0.2.3.dev4+g1", "1!2.0"]),
+    "pin": st.sampled_from(["a" * 40, "b" * 64, "v0.2.3", "main", "release/v1", "A_b-1.2+x"]),
+    "repo": st.sampled_from(["https://h/r.git", "http://h/r", "ssh://h/r", "git://h/r", "file:///r",
+                             "git@host:org/repo.git", "/srv/FlyDSL.git"]),
+    "python": st.sampled_from(["python3", "python3.11", "/usr/bin/python3", "/venv/bin/python"]),
+    "require": st.sampled_from([["flydsl"], ["flydsl", "kernels.moe_gemm_2stage"], ["_a.b_c"], ["x", "x"]]),
+    "strategy": st.sampled_from(["auto", "source", "release", "reuse-only"]),
+    "mlir_path": st.sampled_from([None, "/opt/mlir"]), "shim_dir": st.sampled_from([None, "/shims"]),
+    "vllm_moe": st.booleans(), "exact_pin": st.booleans()}))
+def test_a_request_with_the_values_runs_write_is_read(case: Tuple[Dict[str, Any], List[str]]) -> None:
+    """Each value as the settings give it (load_settings of the same value gives it back unchanged), read
+    back equal to what is written."""
+    data, changed = case
+    request = Request.from_json(data)
+    assert request is not None, f"refused {changed}: {[data[c] for c in changed]}"
+    assert request.to_json() == data
+
+
 def test_a_reused_tree_keeps_the_folders_the_probe_named() -> None:
     """A tree found on the interpreter's path is named as the probe found it: a relative PYTHONPATH entry of
     the caller's stays relative, and the twin stands."""
-    data = dict(valid_twin(ROOT, {"root": ROOT}), how="reused", tree="site/flydsl-tree",
+    data = dict(valid_twin(ROOT, Settings(root=ROOT).request()), how="reused", tree="site/flydsl-tree",
                 pythonpath_prepend=["site/flydsl-tree"])
     twin = EnvTwin.from_json(data)
     assert twin is not None and twin.tree == "site/flydsl-tree"
@@ -410,10 +463,10 @@ def test_status_and_wait_never_answer_success_or_running_from_planted_records(
         current = load_settings({}, environ)
         runs = os.path.join(cwd, "base", ".ensure_flydsl", "runs", "FlyDSL")
         os.makedirs(runs)
-        record = dict(VALID_RECORD, request=current.request(), root=root, state=state, percent=percent,
+        record = dict(VALID_RECORD, request=current.request().to_json(), root=root, state=state, percent=percent,
                       finished=finished, failure={"stage": "build", "exit_code": code, "reason": "planted"})
-        marker = {"stage": "build", "exit_code": marker_code, "reason": "planted", "request": current.request(),
-                  "run_id": "x"}
+        marker = {"stage": "build", "exit_code": marker_code, "reason": "planted",
+                  "request": current.request().to_json(), "run_id": "x"}
         for path, value in ((os.path.join(runs, "20261201-004914-9a2ede.json"), record), (current.fail_marker, marker)):
             with open(path, "w") as handle:
                 json.dump(value, handle)

@@ -179,7 +179,7 @@ def test_request_identifies_what_a_marker_must_satisfy() -> None:
 
 
 def test_exact_pin_from_its_variable_flag_and_keyword() -> None:
-    assert load().exact_pin is False and "exact_pin" in load().request()
+    assert load().exact_pin is False and "exact_pin" in load().request().to_json()
     assert load(FLYDSL_EXACT_PIN="1").exact_pin is True
     assert load_settings({"exact_pin": "1"}, {}).exact_pin is True
     assert settings_from_kwargs({"exact_pin": True}, {}).exact_pin is True

@@ -11,6 +11,7 @@ from ensure_flydsl.doctor.diagnose import first_blocking
 from ensure_flydsl.errors import ExitCode, Plan, Stage
 from ensure_flydsl.runs.markers import Failure
 from ensure_flydsl.runs.records import RunRecord
+from ensure_flydsl.settings import Settings
 from ensure_flydsl.ways.cache.fleet import believed, give_up
 from ensure_flydsl.ways.checks import Check
 
@@ -68,7 +69,8 @@ def test_a_failure_with_a_stage_this_version_does_not_know_reads_with_no_stage()
 
 
 def test_a_run_record_with_a_step_this_version_does_not_know_reads_with_no_step() -> None:
-    data = {"run_id": "20261201-010203-abcdef", "root": "/r", "request": {}, "step": "build"}
+    data = {"run_id": "20261201-010203-abcdef", "root": "/r", "request": Settings(root="/r").request().to_json(),
+            "step": "build"}
     record = RunRecord.from_json(data)
     assert record is not None and record.step is Stage.BUILD
     record = RunRecord.from_json(dict(data, step="frobnicate"))

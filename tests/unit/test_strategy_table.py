@@ -16,7 +16,7 @@ from ensure_flydsl.doctor.diagnose import PREDICTIONS
 from ensure_flydsl.errors import Stage
 from ensure_flydsl.runs.records import RunRecord, RunState
 from ensure_flydsl.setting_values import Strategy
-from ensure_flydsl.settings import load_settings
+from ensure_flydsl.settings import Request, Settings, load_settings
 from ensure_flydsl.source.root import RootKind, classify_root
 from ensure_flydsl.ways import STRATEGY, Way, demands, falls_back, provisioning, provisions, tries
 from ensure_flydsl.ways.checks import CheckStatus, passed
@@ -60,12 +60,14 @@ def test_the_strategy_setting_is_the_enum_and_shows_its_value() -> None:
     assert settings.strategy is Strategy.REUSE_ONLY
     assert f"{settings.strategy}" == "reuse-only" and str(settings.strategy) == "reuse-only"
     request = settings.request()
-    assert type(request["strategy"]) is str and json.loads(json.dumps(request))["strategy"] == "reuse-only"
-    assert request == json.loads(json.dumps(request))  # a twin's request read back still answers it
+    assert request.strategy is Strategy.REUSE_ONLY
+    written = request.to_json()
+    assert type(written["strategy"]) is str and json.loads(json.dumps(written))["strategy"] == "reuse-only"
+    assert Request.from_json(json.loads(json.dumps(written))) == request  # a twin's request read back answers it
 
 
 def test_a_run_record_reads_back_its_state_as_the_enum() -> None:
-    record = RunRecord(run_id="r1", root="/x/FlyDSL", request={"pin": "v0.2.3"}, kind="blocking", pid=1,
+    record = RunRecord(run_id="r1", root="/x/FlyDSL", request=Settings(pin="v0.2.3").request(), kind="blocking", pid=1,
                        pid_start="1", host="h", state=RunState.FAILED, started=1.0, updated=1.0, log="/x/log",
                        fail_marker="/x/failed")
     written = json.loads(json.dumps(record.to_json()))

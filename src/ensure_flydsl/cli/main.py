@@ -47,7 +47,7 @@ def _report_bad_input(exc: BadInput, flags: Dict[str, Optional[str]], environ: D
 
         try:
             write_failure_marker(path, stage=Stage.SETTINGS, exit_code=int(exc.code), reason=exc.reason,
-                                 hint=exc.hint, log=None, log_tail=[], run_id="", request={})
+                                 hint=exc.hint, log=None, log_tail=[], run_id="", request=None)
         except OSError:
             pass  # a read-only or full folder: the one line on stderr still says what is wrong
 

@@ -42,6 +42,8 @@ TYPE_CHECKING = False  # typing is for the type checker only: not imported on th
 if TYPE_CHECKING:
     from typing import Dict, List, Mapping, Optional, Sequence
 
+    from ensure_flydsl.settings_table import Request
+
 FINGERPRINT_VERSION = 4
 PYTHON_ENV = ("PYTHONPATH", "PYTHONHOME", "PYTHONNOUSERSITE", "PYTHONPLATLIBDIR", "PYTHONSAFEPATH", "PYTHONUSERBASE")
 
@@ -136,7 +138,7 @@ def regular_text(path: str) -> Optional[str]:
 
 def compute(
     *,
-    request: Mapping[str, object],
+    request: Request,
     python: str,
     executable: str,
     environ: Mapping[str, str],
@@ -149,7 +151,7 @@ def compute(
     (``executable`` is the probe's ``sys.executable``, the interpreter the answer is for)."""
     return {
         "version": FINGERPRINT_VERSION,
-        "request": dict(request),
+        "request": request.to_json(),
         "interpreter": interpreter_identity(python, environ, executable),
         "environment": python_environment(environ, tree_folders),
         "tree": {folder: folder_listing(folder) for folder in watch},

@@ -35,7 +35,8 @@ def withdraw_stale_markers(settings: Settings, say: Callable[[str], None]) -> No
     twin = markers.read_env_json(settings.env_json)
     why = None
     if twin is None:
-        why = "it has no readable JSON twin saying which tree and request it answers"
+        why = ("it has no JSON twin this version can read (none, a torn one, or another version's) saying which "
+               "tree and request it answers")
     elif is_ours(settings.root) and twin.how != How.REUSED and Stamps(settings.root).read("tree") is None:
         why = "the tree it names is not stamped as finished"
     if why is not None:
@@ -51,9 +52,7 @@ def withdraw_if_untrue(run: Run, decision: Decision) -> None:
     twin = markers.read_env_json(settings.env_json)
     if twin is None or not os.path.exists(settings.env_file):
         return
-    listed = twin.request.get("require")
-    require = tuple(str(m) for m in listed) if isinstance(listed, list) and listed else settings.require
-    floor = str(twin.request.get("min_version") or settings.min_version)
+    require, floor = twin.request.require, twin.request.min_version
     same = (decision.probe is not None and decision.probe.interpreter.executable == twin.python
             and list(twin.pythonpath_prepend) == tree_folders(settings.root) and set(require) <= set(settings.require))
     why: Optional[str] = None

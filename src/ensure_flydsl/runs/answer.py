@@ -24,13 +24,13 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-from typing import Dict, List, Mapping, Optional
+from typing import Dict, List, Optional
 
 from ensure_flydsl.runs.liveness import record_death, seen_dead
 from ensure_flydsl.runs.markers import EnvTwin, Failure, read_failure_marker
 from ensure_flydsl.runs.records import FAILED, RUNNING, SUCCEEDED, RunRecord, RunStore, sibling_roots
 from ensure_flydsl.runs.twin_gate import answering_twin, installed, installed_twin, twin_gap
-from ensure_flydsl.settings import Settings
+from ensure_flydsl.settings import Request, Settings
 
 ABSENT = "absent"
 
@@ -48,7 +48,7 @@ class Answer:
     hint: str = ""  # what to do next
 
 
-def live_runs(store: RunStore, request: Mapping[str, object]) -> List[RunRecord]:
+def live_runs(store: RunStore, request: Request) -> List[RunRecord]:
     """The runs for ``request`` that are alive, the one holding the build lock first, then the oldest."""
     return _in_speaking_order([r for r in (seen_dead(store, r) for r in store.records_for(request))
                                if r.state == RUNNING])
@@ -105,7 +105,7 @@ def _answer(settings: Settings, *, record_deaths: bool) -> Answer:
 START_HINT = "run `ensure-flydsl start` (then `ensure-flydsl wait --timeout 540`), or `ensure-flydsl`"
 
 
-def _why_not(settings: Settings, request: Mapping[str, object]) -> str:
+def _why_not(settings: Settings, request: Request) -> str:
     twin = installed_twin(settings.root)
     if twin is None:
         return "there is none: another request's run replaced it, or `clean` removed it"

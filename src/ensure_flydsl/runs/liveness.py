@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-from typing import Mapping, Optional
+from typing import Optional
 
 from ensure_flydsl.errors import ExitCode
 from ensure_flydsl.layout import host_cache_dir, timings_dir
@@ -20,6 +20,7 @@ from ensure_flydsl.runs.markers import Failure
 from ensure_flydsl.runs.records import FAILED, RUNNING, RunRecord, RunStore, process_start_time
 from ensure_flydsl.runs.twin_gate import answering_twin
 from ensure_flydsl.setting_values import host_id
+from ensure_flydsl.settings_table import Request
 from ensure_flydsl.support import frozen, space
 from ensure_flydsl.support.processes import kill_group
 
@@ -49,7 +50,7 @@ def seen_dead(store: RunStore, record: RunRecord) -> RunRecord:
     )
 
 
-def marker_is_answered(store: RunStore, request: Mapping[str, object], run_id: str, root: str,
+def marker_is_answered(store: RunStore, request: Request, run_id: str, root: str,
                        locked: bool) -> Optional[str]:
     """Why a run that failed or died must not write the failure marker, or None: a run that never took the
     build lock while another run for its request lives (that run answers for the request), or any run once

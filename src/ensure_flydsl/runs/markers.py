@@ -13,6 +13,7 @@ import shlex
 
 from ensure_flydsl.errors import FAILURE_CODES, Stage
 from ensure_flydsl.result import How, TreeIdentity
+from ensure_flydsl.settings_table import Request
 from ensure_flydsl.support import faults, fields, space
 from ensure_flydsl.support.files import atomic_write, atomic_write_json, file_path_problem, read_json, remove_file
 from ensure_flydsl.support.frozen import Frozen, asdict, field, replace
@@ -93,7 +94,7 @@ class EnvTwin(TreeIdentity):
     was made for (:class:`TreeIdentity`, as the result says it), and the warm path's fingerprint with the
     folders and site dirs it watches."""
 
-    request: Dict[str, object]
+    request: Request
     watch: List[str]
     site_dirs: List[str]
     fingerprint: Dict[str, object]
@@ -118,7 +119,9 @@ class EnvTwin(TreeIdentity):
                      "VLLM_USE_FLYDSL_MOE", "pin", "repo")
 
     def to_json(self) -> Dict[str, object]:
-        return asdict(self)
+        data = asdict(self)
+        data["request"] = self.request.to_json()
+        return data
 
     @classmethod
     def from_json(cls, data: object) -> Optional["EnvTwin"]:
@@ -126,8 +129,11 @@ class EnvTwin(TreeIdentity):
         for what the values mean: ``how`` one of :class:`How`, the interpreter and the root absolute paths
         (``python`` is the probe's ``sys.executable``; a relative one would be the caller's folder's), and a
         tree the tool made (not reused) the root's own, with absolute import folders; ``commit`` a git object
-        name (``--exact-pin`` compares it with the pin)."""
-        if not isinstance(data, dict) or not isinstance(data.get("request"), dict):
+        name (``--exact-pin`` compares it with the pin); the request one a run writes (:class:`Request`)."""
+        if not isinstance(data, dict):
+            return None
+        request = Request.from_json(data.get("request"))
+        if request is None:
             return None
         how = fields.one_of(data.get("how"), _HOWS)
         # A reused tree is named as the probe found it (a caller's relative PYTHONPATH entry stays relative).
@@ -164,7 +170,7 @@ class EnvTwin(TreeIdentity):
             "built": data.get("built") is True,
             "elapsed_s": fields.seconds(data.get("elapsed_s")),
         }
-        return cls(request=dict(data["request"]), **required, **optional, **later)  # type: ignore[arg-type]
+        return cls(request=request, **required, **optional, **later)  # type: ignore[arg-type]
 
     def answers(self, other: "EnvTwin") -> bool:
         return all(getattr(self, k) == getattr(other, k) for k in self.ANSWER_FIELDS)
@@ -230,14 +236,17 @@ class Failure(Frozen):
 
 class FailureMarker(Frozen):
     """The failure marker as it reads back (``write_failure_marker`` writes it), field by field: the failure
-    (None when that part is not one a run writes), the request it was written for (None when it names none,
-    as an older tool's marker), the run, the log and the log's last lines."""
+    (None when that part is not one a run writes), the request it was written for (None when it names none:
+    bad input's marker, whose settings were not read, records ``{}``; or when it is not a :class:`Request`),
+    whether it holds no request object at all (``unnamed``, as an older tool's marker), the run, the log and
+    the log's last lines."""
 
     failure: Optional[Failure]
-    request: Optional[Dict[str, object]]
+    request: Optional[Request]
     run_id: Optional[str]
     log: str
     log_tail: Tuple[str, ...]
+    unnamed: bool = False
 
     @classmethod
     def from_json(cls, data: Optional[Mapping[str, object]]) -> Optional["FailureMarker"]:
@@ -245,15 +254,19 @@ class FailureMarker(Frozen):
             return None
         request, tail = data.get("request"), data.get("log_tail")
         return cls(
-            failure=Failure.from_json(data), request=dict(request) if isinstance(request, dict) else None,
+            failure=Failure.from_json(data), request=Request.from_json(request),
             run_id=fields.text(data.get("run_id")) or None, log=fields.text(data.get("log")) or "",
             log_tail=tuple(str(line) for line in tail) if isinstance(tail, list) else (),
+            unnamed=not isinstance(request, dict),
         )
 
     def names(self, root: str) -> bool:
-        """Whether it was written for ``root`` (one without a request cannot say otherwise: it is taken as
-        the root's own)."""
-        return self.request is None or self.request.get("root") == root
+        """Whether it was written for ``root``.  One without a request object cannot say otherwise: it is
+        taken as the root's own; one whose request is not a request (bad input's ``{}``, a garbled one) names
+        no root, and no run takes it away."""
+        if self.request is None:
+            return self.unnamed
+        return self.request.root == root
 
 
 def read_failure_marker(path: str) -> Optional[FailureMarker]:
@@ -280,8 +293,9 @@ def write_failure_marker(
     log: Optional[str],
     log_tail: List[str],
     run_id: str,
-    request: Mapping[str, object],
+    request: Optional[Request],
 ) -> None:
+    """The failure marker; ``request`` None for bad input (no request was read): written as ``{}``."""
     if marker_path_problem(path) is not None:
         return  # refused as bad input (exit 64); never replace a device or a folder
     atomic_write_json(
@@ -297,7 +311,7 @@ def write_failure_marker(
             "pid": os.getpid(),
             "host": _hostname(),
             "time": now_iso(),
-            "request": dict(request),
+            "request": request.to_json() if request is not None else {},
         },
     )
 

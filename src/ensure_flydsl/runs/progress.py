@@ -33,6 +33,7 @@ from ensure_flydsl.runs.records import (
     new_record,
     process_start_time,
 )
+from ensure_flydsl.settings_table import Request
 from ensure_flydsl.support.install_route import tool_command
 from ensure_flydsl.support.processes import spawn
 
@@ -95,7 +96,7 @@ class Tracker:
 
     @classmethod
     def begin(
-        cls, store: RunStore, run_id: str, *, request: Mapping[str, object], fail_marker: str, log: str,
+        cls, store: RunStore, run_id: str, *, request: Request, fail_marker: str, log: str,
         kind: str, alive_fd: Optional[int] = None, host_dir: Optional[str] = None, route: Optional[Plan] = None,
     ) -> "Tracker":
         """The run's record, with its first ETA, begun in the store (``RunStore.begin``: whole or not at all),

@@ -26,7 +26,7 @@ import os
 import re
 import time
 import uuid
-from typing import Callable, Dict, List, Mapping, Optional
+from typing import Callable, Dict, List, Optional
 
 from ensure_flydsl.errors import Stage
 from ensure_flydsl.layout import (
@@ -39,6 +39,7 @@ from ensure_flydsl.layout import (
     runs_dir,
 )
 from ensure_flydsl.runs.markers import Failure
+from ensure_flydsl.settings_table import Request
 from ensure_flydsl.support import fields
 from ensure_flydsl.support.files import atomic_write, atomic_write_json, read_json, read_regular, remove_file
 
@@ -69,7 +70,7 @@ class RunRecord:
 
     run_id: str
     root: str
-    request: Dict[str, object]
+    request: Request
     kind: str = "blocking"  # "blocking" or "detached"
     pid: Optional[int] = None
     pid_start: Optional[str] = None  # the kernel's start time of pid, to tell it from a reused pid
@@ -100,19 +101,21 @@ class RunRecord:
     def to_json(self) -> Dict[str, object]:
         data = dataclasses.asdict(self)
         data["failure"] = self.failure.to_json() if self.failure else None
+        data["request"] = self.request.to_json()
         return data
 
     @classmethod
     def from_json(cls, data: object) -> Optional["RunRecord"]:
         """The record, or None for a file that is not one (torn, foreign, or from another version), field by
         field: a wrong type, or a value no run writes (a state or kind outside its enumeration, a percent
-        outside 0..100, a negative time, a pid beyond the kernel's), anywhere refuses the whole record."""
+        outside 0..100, a negative time, a pid beyond the kernel's, a request that is not a :class:`Request`),
+        anywhere refuses the whole record."""
         if not isinstance(data, dict):
             return None
-        run_id, request = fields.text(data.get("run_id")), data.get("request")
-        if run_id is None or not _RUN_ID.fullmatch(run_id) or not isinstance(request, dict) or "root" not in data:
+        run_id, request = fields.text(data.get("run_id")), Request.from_json(data.get("request"))
+        if run_id is None or not _RUN_ID.fullmatch(run_id) or request is None or "root" not in data:
             return None
-        values: Dict[str, object] = {"run_id": run_id, "request": dict(request)}
+        values: Dict[str, object] = {"run_id": run_id, "request": request}
         for name, check in _RECORD_FIELDS.items():
             if name not in data:
                 continue
@@ -266,11 +269,11 @@ class RunStore:
             return []
         return [r for r in (self.read(n) for n in names) if r]
 
-    def records_for(self, request: Mapping[str, object]) -> List[RunRecord]:
+    def records_for(self, request: Request) -> List[RunRecord]:
         """The runs made for ``request`` (another request's run on the same root may be going too)."""
-        return [r for r in self.records() if r.request == dict(request)]
+        return [r for r in self.records() if r.request == request]
 
-    def others_alive(self, request: Mapping[str, object], run_id: str) -> bool:
+    def others_alive(self, request: Request, run_id: str) -> bool:
         """Whether a run for ``request`` other than ``run_id`` is alive (it will answer for the request)."""
         return any(r.run_id != run_id and r.state == RUNNING and self.is_alive(r.run_id)
                    for r in self.records_for(request))
@@ -353,10 +356,10 @@ def sibling_roots(root: str) -> List[str]:
     return [os.path.join(os.path.dirname(root), n) for n in names if n != os.path.basename(root)]
 
 
-def new_record(store: RunStore, run_id: str, *, request: Mapping[str, object], fail_marker: str, log: str,
+def new_record(store: RunStore, run_id: str, *, request: Request, fail_marker: str, log: str,
                kind: str, pid: Optional[int], step: Stage) -> RunRecord:
     import socket
 
-    return RunRecord(run_id=run_id, root=store.root, request=dict(request), kind=kind, pid=pid,
+    return RunRecord(run_id=run_id, root=store.root, request=request, kind=kind, pid=pid,
                      pid_start=process_start_time(pid) if pid else None, host=socket.gethostname(), step=step,
                      started=time.time(), log=log, fail_marker=fail_marker)

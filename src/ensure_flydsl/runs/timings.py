@@ -201,7 +201,7 @@ def of_dead_run(dead: RunRecord, host: str) -> Optional[TimingRecord]:
             stages[stage] = stages.get(stage, 0.0) + finished - began
     return TimingRecord(run_id=dead.run_id, host=host, root=dead.root, kind=dead.kind, started=dead.started,
                         ended=ended, exit_code=failure.exit_code, way=FAILED, stages=stages, stage=failure.stage,
-                        pin=fields.short_text(dead.request.get("pin")), lock_wait_s=stages.get(Stage.LOCK))
+                        pin=fields.short_text(dead.request.pin), lock_wait_s=stages.get(Stage.LOCK))
 
 
 # -- the folder -------------------------------------------------------------------------------------------

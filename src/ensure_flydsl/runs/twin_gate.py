@@ -19,10 +19,11 @@ from typing import Dict, Mapping, Optional
 
 from ensure_flydsl.runs.markers import EnvTwin
 from ensure_flydsl.setting_values import release_at_least, same_repo
+from ensure_flydsl.settings_table import Request
 
 
 def _same_interpreter(twin: EnvTwin, python: str, path_env: Optional[str]) -> bool:
-    if twin.request.get("python") == python or twin.python == python:
+    if twin.request.python == python or twin.python == python:
         return True
     if os.sep in python:
         found: Optional[str] = python
@@ -42,23 +43,20 @@ def built_from(twin: EnvTwin) -> str:
     return "no pin of this tool's (a tree found elsewhere)"
 
 
-def twin_gap(twin: EnvTwin, request: Mapping[str, object], path_env: Optional[str] = None) -> Optional[str]:
-    """None when the env file whose twin is ``twin`` answers ``request`` (a request's dict, as
-    ``Settings.request()`` makes it); else why not, as a clause ("it holds flydsl 0.2.2, below ...")."""
-    if twin.request == dict(request):
+def twin_gap(twin: EnvTwin, request: Request, path_env: Optional[str] = None) -> Optional[str]:
+    """None when the env file whose twin is ``twin`` answers ``request`` (as ``Settings.request()`` makes
+    it); else why not, as a clause ("it holds flydsl 0.2.2, below ...")."""
+    if twin.request == request:
         return None  # written for this very request, which its tree passed
-    root = request.get("root")
-    if twin.FLYDSL_ROOT and root and twin.FLYDSL_ROOT != root:
+    if twin.FLYDSL_ROOT and twin.FLYDSL_ROOT != request.root:
         return f"it was written for the root {twin.FLYDSL_ROOT}"
-    python = str(request.get("python") or "")
+    python = request.python
     if not _same_interpreter(twin, python, path_env):
         return f"it was made for the interpreter {twin.python}, not {python}"
-    require = request.get("require")
-    wanted = [str(m) for m in require] if isinstance(require, (list, tuple)) else []
-    missing = [m for m in wanted if m not in twin.files]
+    missing = [m for m in request.require if m not in twin.files]
     if missing:
         return f"its tree was not checked for {', '.join(missing)}"
-    floor = str(request.get("min_version") or "")
+    floor = request.min_version
     from packaging.version import InvalidVersion
 
     try:
@@ -67,21 +65,21 @@ def twin_gap(twin: EnvTwin, request: Mapping[str, object], path_env: Optional[st
         passes = False
     if not passes:
         return f"it holds flydsl {twin.version}, below the floor {floor} (FLYDSL_MIN_VERSION)"
-    if request.get("exact_pin"):
-        pin, repo = str(request.get("pin") or ""), str(request.get("repo") or "")
+    if request.exact_pin:
+        pin, repo = request.pin, request.repo
         same_pin = twin.pin == pin or (bool(twin.commit) and twin.commit == pin.lower())
         if not (same_pin and twin.repo and same_repo(twin.repo, repo)):
             return f"its tree was built from {built_from(twin)}, not from the pin {pin} (FLYDSL_EXACT_PIN)"
-    shim = request.get("shim_dir")
+    shim = request.shim_dir
     if twin.FLYDSL_SHIM_DIR != shim:
         return f"it exports FLYDSL_SHIM_DIR={twin.FLYDSL_SHIM_DIR!r}, not {shim!r}"
-    if (twin.VLLM_USE_FLYDSL_MOE == "1") != bool(request.get("vllm_moe")):
+    if (twin.VLLM_USE_FLYDSL_MOE == "1") != request.vllm_moe:
         said = "exports" if twin.VLLM_USE_FLYDSL_MOE == "1" else "does not export"
         return f"it {said} VLLM_USE_FLYDSL_MOE=1 (FLYDSL_VLLM_MOE)"
     return None
 
 
-def answering_twin(root: str, request: Mapping[str, object], path_env: Optional[str] = None) -> Optional[EnvTwin]:
+def answering_twin(root: str, request: Request, path_env: Optional[str] = None) -> Optional[EnvTwin]:
     """The twin of the root's env file when the env file is there and answers ``request``: then the
     request has succeeded, and no failure marker may name it (a poller would see both)."""
     from ensure_flydsl import layout
@@ -102,7 +100,7 @@ def installed_twin(root: str) -> Optional[EnvTwin]:
     return twin if twin is not None and os.path.isfile(layout.env_file(root)) else None
 
 
-def installed(root: str, request: Mapping[str, object], path_env: Optional[str] = None) -> Optional[Dict[str, object]]:
+def installed(root: str, request: Request, path_env: Optional[str] = None) -> Optional[Dict[str, object]]:
     """``installed`` of the result objects: what the root's env file holds now, whatever request it was
     written for (a request that failed before its build started leaves the previous install answering),
     and whether it answers ``request``; None when there is no env file."""

@@ -17,6 +17,11 @@ A real ``cmake`` configure of ``find_package(hip REQUIRED CONFIG)`` against a br
 with the overlay first on CMAKE_PREFIX_PATH (tests/test_fixes.py).  A build folder whose earlier configure
 found ROCm's own package keeps ``hip_DIR`` in its CMakeCache.txt, which wins over CMAKE_PREFIX_PATH:
 :func:`drop_stale_hip_dir` removes that entry so the next configure searches again.
+
+The overlay's stamp (``layout.overlay_stamp``) records what it was made for (:class:`OverlayKey`: the ROCm
+install's entries and listings, the hip package's files, the missing names and the real library); it is
+read back at one place (:func:`read_overlay_stamp`), field by field, and one that is not a stamp this tool
+writes is treated as absent (the overlay is made again) and said in the fix's line.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from typing import Dict, List, Optional, Tuple
 
 from ensure_flydsl.errors import EnsureError, ExitCode, Stage
 from ensure_flydsl.layout import overlay_stamp
+from ensure_flydsl.support import fields
 from ensure_flydsl.support.files import atomic_write, atomic_write_json, read_json, remove_file, remove_tree
 
 _HIP_LIB_REF = re.compile(r"\$\{_IMPORT_PREFIX\}/lib/(libamdhip64\.so[0-9.]*)")
@@ -95,31 +101,102 @@ def _listing_digest(folder: str) -> str:
     return hashlib.sha256("\0".join(names).encode(errors="replace")).hexdigest()
 
 
-def _overlay_key(rocm_path: str, check: HipCheck) -> Dict[str, object]:
+@dataclasses.dataclass(frozen=True)
+class OverlayKey:
+    """What an overlay was made for: the ROCm prefix, its entries, digests of the names in its lib/ and
+    lib/cmake/, the hip package's files (name, size, whole-second mtime), the missing names, the real library."""
+
+    rocm_path: str
+    entries: Tuple[str, ...]
+    lib: str
+    cmake: str
+    package: Tuple[Tuple[str, int, int], ...]
+    missing: Tuple[str, ...]
+    actual: Optional[str]
+
+    def to_json(self) -> Dict[str, object]:
+        return {"rocm_path": self.rocm_path, "entries": list(self.entries), "lib": self.lib, "cmake": self.cmake,
+                "package": [list(entry) for entry in self.package], "missing": list(self.missing),
+                "actual": self.actual}
+
+    @classmethod
+    def from_json(cls, data: object) -> Optional["OverlayKey"]:
+        """The key, or None when a value is not one :func:`_overlay_key` makes: an absolute ROCm prefix and
+        real library, names without a slash, sha256 digests, sizes and times that are whole numbers >= 0."""
+        if not isinstance(data, dict):
+            return None
+        rocm_path, actual = fields.absolute_path(data.get("rocm_path")), data.get("actual")
+        entries, missing, package = _names(data.get("entries")), _names(data.get("missing")), data.get("package")
+        lib, cmake = data.get("lib"), data.get("cmake")
+        if rocm_path is None or entries is None or missing is None or not isinstance(package, list):
+            return None
+        if not all(isinstance(d, str) and len(d) == 64 and set(d) <= _HEX for d in (lib, cmake)):
+            return None
+        if actual is not None and fields.absolute_path(actual) is None:
+            return None
+        files = [_package_file(entry) for entry in package]
+        if any(f is None for f in files):
+            return None
+        return cls(rocm_path, entries, str(lib), str(cmake), tuple(f for f in files if f is not None), missing,
+                   actual)
+
+
+_HEX = frozenset("0123456789abcdef")
+
+
+def _names(value: object) -> Optional[Tuple[str, ...]]:
+    """File names of one folder (no slash, no NUL, not empty)."""
+    found = fields.paths(value)
+    return tuple(found) if found is not None and all(n and "/" not in n for n in found) else None
+
+
+def _package_file(value: object) -> Optional[Tuple[str, int, int]]:
+    if not isinstance(value, list) or len(value) != 3:
+        return None
+    names, size, mtime = _names(value[:1]), fields.integer(value[1]), fields.integer(value[2])
+    if names is None or size is None or mtime is None or size < 0 or mtime < 0:
+        return None
+    return names[0], size, mtime
+
+
+def read_overlay_stamp(path: str) -> Tuple[Optional[OverlayKey], str]:
+    """The key the overlay's stamp at ``path`` records (None when there is none), and, when the file there is
+    not a stamp this tool writes, the clause that says it was ignored ("" otherwise)."""
+    if not os.path.lexists(path):
+        return None, ""
+    data = read_json(path)
+    key = OverlayKey.from_json(data.get("key")) if data is not None else None
+    if key is None:
+        return None, f"ignored its stamp {path}: not one this tool writes"
+    return key, ""
+
+
+def _overlay_key(rocm_path: str, check: HipCheck) -> OverlayKey:
     listing = sorted(os.listdir(rocm_path)) if os.path.isdir(rocm_path) else []
     package_files = []
     if check.package_dir:
         for name in sorted(os.listdir(check.package_dir)):
             st = os.stat(os.path.join(check.package_dir, name))
-            package_files.append([name, st.st_size, int(st.st_mtime)])
-    return {
-        "rocm_path": rocm_path,
-        "entries": listing,
-        "lib": _listing_digest(os.path.join(rocm_path, "lib")),
-        "cmake": _listing_digest(os.path.join(rocm_path, "lib", "cmake")),
-        "package": package_files,
-        "missing": list(check.missing),
-        "actual": check.actual,
-    }
+            package_files.append((name, st.st_size, int(st.st_mtime)))
+    return OverlayKey(
+        rocm_path=rocm_path,
+        entries=tuple(listing),
+        lib=_listing_digest(os.path.join(rocm_path, "lib")),
+        cmake=_listing_digest(os.path.join(rocm_path, "lib", "cmake")),
+        package=tuple(package_files),
+        missing=tuple(check.missing),
+        actual=check.actual,
+    )
 
 
-def provide_hip_overlay(rocm_path: str, overlay: str, check: HipCheck) -> bool:
-    """Build (or keep) the private overlay prefix for ``rocm_path``; return whether anything changed."""
+def provide_hip_overlay(rocm_path: str, overlay: str, check: HipCheck) -> Tuple[bool, str]:
+    """Build (or keep) the private overlay prefix for ``rocm_path``; return whether anything changed, and the
+    clause saying its stamp was ignored ("" when it was not)."""
     key = _overlay_key(rocm_path, check)
     stamp = overlay_stamp(overlay)
-    recorded = read_json(stamp)
-    if recorded is not None and recorded.get("key") == key and os.path.isdir(overlay):
-        return False
+    recorded, ignored = read_overlay_stamp(stamp)
+    if recorded == key and os.path.isdir(overlay):
+        return False, ""
     # The overlay is ours alone (it lives in the tool's private folder), so it is rebuilt from scratch; its
     # stamp goes first, so that an interrupted rebuild is never taken for a finished one.
     remove_file(stamp)
@@ -142,8 +219,8 @@ def provide_hip_overlay(rocm_path: str, overlay: str, check: HipCheck) -> bool:
                     ignore_dangling_symlinks=True)
     for name in check.missing:
         os.symlink(check.actual, os.path.join(overlay, "lib", name))
-    atomic_write_json(stamp, {"key": key})
-    return True
+    atomic_write_json(stamp, {"key": key.to_json()})
+    return True, ignored
 
 
 def fix_hip_in_place(rocm_path: str, check: HipCheck) -> List[str]:
@@ -197,11 +274,12 @@ def fix_hip(rocm_path: str, overlay: str, *, in_place: bool = False) -> HipFix:
             f"the hip CMake package in {rocm_path} names {names}, which is missing; --fix-rocm-in-place: {done} "
             f"(pointing at {os.path.basename(str(check.actual))})"))
     if check.needs_fix:
-        changed = provide_hip_overlay(rocm_path, overlay, check)
+        changed, ignored = provide_hip_overlay(rocm_path, overlay, check)
         return HipFix(check, (overlay,), changed, (
             f"the hip CMake package in {rocm_path} names {names}, which is missing; "
             f"{'provided' if changed else 'using'} a private corrected copy at {overlay} "
-            f"(pointing at {os.path.basename(str(check.actual))}); {rocm_path} is left untouched"))
+            f"(pointing at {os.path.basename(str(check.actual))}{'; ' + ignored if ignored else ''}); "
+            f"{rocm_path} is left untouched"))
     if check.unfixable:
         return HipFix(check, (rocm_path,), False, (
             f"warning: the hip CMake package in {rocm_path} names {names} and there is no libamdhip64 in "

