@@ -12,7 +12,7 @@ import os
 import shlex
 
 from ensure_flydsl.errors import FAILURE_CODES, Stage
-from ensure_flydsl.result import How, TreeIdentity
+from ensure_flydsl.result import LINK_MODES, How, TreeIdentity
 from ensure_flydsl.support import faults, fields, space
 from ensure_flydsl.support.files import atomic_write, atomic_write_json, file_path_problem, read_json, remove_file
 from ensure_flydsl.support.frozen import Frozen, asdict, field, replace
@@ -111,6 +111,9 @@ class EnvTwin(TreeIdentity):
     run_id: str = ""
     built: bool = False
     elapsed_s: Optional[float] = None
+    # How the host store gave the root its tree (result.LINK_MODES), as that run's result said: a warm answer
+    # says it too.
+    link_mode: Optional[str] = None
 
     # What says which tree answers which request; the rest records when and by what it was written.
     ANSWER_FIELDS = ("request", "how", "tree", "version", "python", "python_version", "abi", "commit", "files",
@@ -163,6 +166,7 @@ class EnvTwin(TreeIdentity):
             "run_id": fields.text(data.get("run_id")) or "",
             "built": data.get("built") is True,
             "elapsed_s": fields.seconds(data.get("elapsed_s")),
+            "link_mode": fields.one_of(data.get("link_mode"), LINK_MODES),
         }
         return cls(request=dict(data["request"]), **required, **optional, **later)  # type: ignore[arg-type]
 
