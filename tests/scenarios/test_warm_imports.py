@@ -20,11 +20,12 @@ import ensure_flydsl
 from tests.helpers.workspace import Workspace
 
 # Never on the warm path: what a full run (processes, threads, locks, copies), a parser, dataclasses, typing,
-# the signal module (main takes the handlers from _signal) or contextlib imports.
+# the signal module (main takes the handlers from _signal), contextlib, or a failure (a full disk, a fault point).
 NOT_WARM = {"dataclasses", "inspect", "argparse", "gettext", "subprocess", "threading", "shutil", "filelock",
             "packaging", "tempfile", "hashlib", "typing", "signal", "contextlib", "collections.abc", "select",
             "traceback", "socket", "ensure_flydsl.pipeline.run", "ensure_flydsl.pipeline.provision",
-            "ensure_flydsl.runs.twin_gate", "ensure_flydsl.cli.parser"}
+            "ensure_flydsl.runs.twin_gate", "ensure_flydsl.cli.parser", "ensure_flydsl.support.space",
+            "ensure_flydsl.support.faults"}
 PACKAGE = os.path.dirname(os.path.abspath(ensure_flydsl.__file__))
 TEMPLATE = os.path.join(PACKAGE, "geak", "templates", "run.py.in")
 

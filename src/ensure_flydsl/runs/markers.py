@@ -13,7 +13,7 @@ import shlex
 
 from ensure_flydsl.errors import FAILURE_CODES, Stage
 from ensure_flydsl.result import LINK_MODES, How, TreeIdentity
-from ensure_flydsl.support import faults, fields, space
+from ensure_flydsl.support import fields
 from ensure_flydsl.support.files import atomic_write, atomic_write_json, file_path_problem, read_json, remove_file
 from ensure_flydsl.support.frozen import Frozen, asdict, field, replace
 from ensure_flydsl.version import __version__
@@ -181,6 +181,8 @@ def _root(value: object) -> Optional[str]:
 
 def publish_env_file(env_file: str, env_json: str, twin: EnvTwin, *, shim_dir: Optional[str], vllm_moe: bool) -> None:
     """Write the JSON twin, then the env file: the success signal comes last."""
+    from ensure_flydsl.support import faults  # here, as space below: modules the warm path does not load
+
     os.makedirs(os.path.dirname(env_file), exist_ok=True)
     written = replace(twin, written_at=now_iso(), tool_version=__version__)
     atomic_write_json(env_json, written.to_json())
@@ -308,6 +310,8 @@ def write_failure_marker(
 
 def marker_unwritten(path: str, problem: OSError) -> str:
     """What a failure's one line adds when its marker could not be written: whoever polls for it waits on."""
+    from ensure_flydsl.support import space
+
     why = problem.strerror or str(problem)
     if space.is_full(problem):
         why = "the disk quota is used up there" if problem.errno == errno.EDQUOT else "no space left on its file system"

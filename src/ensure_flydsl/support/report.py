@@ -17,7 +17,6 @@ import json
 import os
 import time
 
-from ensure_flydsl.support import space
 from ensure_flydsl.support.files import rename_into_place
 
 TYPE_CHECKING = False  # typing is for the type checker only: not imported on the warm call's path
@@ -172,6 +171,8 @@ class Reporter:
                 self.stream.write(text)
                 self.stream.flush()
             except OSError as exc:
+                from ensure_flydsl.support import space  # a failure's: not on the warm call's path
+
                 if not isinstance(exc, BrokenPipeError) and not space.is_full(exc):
                     raise
                 _to_devnull(self.stream)
