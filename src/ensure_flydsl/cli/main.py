@@ -26,7 +26,8 @@ if TYPE_CHECKING:
     from typing import Dict, List, Optional, Sequence
 else:
     # The C module that ``signal`` wraps: importing ``signal`` builds three enums from it, 3 % of a warm call's
-    # instructions, for names this module gives itself (_STOP_SIGNALS).  contextlib is not imported either.
+    # instructions, for the two names this module gives itself (_STOP_SIGNALS).  try/except stands for
+    # contextlib.suppress here for the same reason (tests/scenarios/test_warm_imports.py).
     import _signal
 
 # The signals that unwind a run like Ctrl-C (_handle_stop_signals), by their names.
