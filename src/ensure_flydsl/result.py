@@ -27,6 +27,11 @@ def result_object(**fields: object) -> Dict[str, object]:
     return data
 
 
+# How the host store gives a root its tree (host_store/link.py's ways, in the order it tries them): what a result,
+# the env file's twin and a timing record say as ``link_mode``.
+LINK_MODES = ("reflink", "hardlink", "copy")
+
+
 class How(str, enum.Enum):
     """How the tree in use came to be (the env file's twin and ``status`` show it)."""
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import re
-from collections import abc
 
 from ensure_flydsl import layout
 from ensure_flydsl.errors import BadInput
@@ -236,11 +235,15 @@ def check_path_clashes(settings: Settings, environ: Mapping[str, str]) -> None:
                 if what:
                     clash = f"(its {what}) {clash}"
                 raise PathClash(settings.label(setting), getattr(settings, setting), clash, "a path of its own")
-    for setting in ("fail_marker", "lock_file"):
-        path = os.path.realpath(getattr(settings, setting))
-        for folder, what, allowed in _own_folders(settings, text, environ):
-            if _inside(path, os.path.realpath(folder)):
-                raise PathClash(settings.label(setting), getattr(settings, setting), f"lies inside {what}", allowed)
+    # Each path resolved once (the warm call's settings pay for every lstat of realpath).
+    folders = [(os.path.realpath(folder), what, allowed) for folder, what, allowed in _own_folders(settings, text,
+                                                                                                     environ)]
+    for (setting, what, _), path in zip(files, real):
+        if not what and setting in ("fail_marker", "lock_file"):
+            for folder, inside, allowed in folders:
+                if _inside(path, folder):
+                    raise PathClash(settings.label(setting), getattr(settings, setting), f"lies inside {inside}",
+                                    allowed)
 
 
 def _inside(path: str, folder: str) -> bool:
@@ -369,7 +372,9 @@ def join_git_mirrors(values: object) -> Optional[str]:
     """``--git-mirror`` is repeatable; the Python API also takes {FROM: TO} or (FROM, TO) pairs."""
     if values is None:
         return None
-    if isinstance(values, abc.Mapping):
+    from collections.abc import Mapping  # here: the warm call has no mirrors to join
+
+    if isinstance(values, Mapping):
         values = [f"{source}={to}" for source, to in values.items()]
     if isinstance(values, (list, tuple)):
         items = [item if isinstance(item, str) else "=".join(str(part) for part in item) for item in values]

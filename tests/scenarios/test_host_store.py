@@ -62,6 +62,26 @@ def test_a_second_root_links_the_tree_and_skips_the_probe(tmp_path: "os.PathLike
     assert verified["action"] == "verified" and "probe" in verified["durations"]  # type: ignore[operator]
 
 
+def test_a_warm_answer_says_the_link_mode_of_the_cold_run(tmp_path: "os.PathLike[str]",
+                                                           fixture_repo: FixtureRepo) -> None:
+    """The env file's twin keeps how the store gave the root its tree: the warm answer says what the cold one
+    said (it said null before), and a twin naming a way the store has not reads as not recorded."""
+    store = os.path.join(str(tmp_path), "store")
+    for name in ("a", "b"):  # a keeps its tree in the store, b links it from there
+        ws = root_of(str(tmp_path), fixture_repo, name, store)
+        cold = ensure_json(ws)
+        warm = ensure_json(ws)
+        assert cold["link_mode"] == "hardlink", cold["_stderr"]
+        assert warm["action"] == "warm" and warm["link_mode"] == cold["link_mode"]
+        with open(ws.env_json) as handle:
+            twin = json.load(handle)
+        assert twin["link_mode"] == "hardlink"
+        with open(ws.env_json, "w") as handle:
+            json.dump(dict(twin, link_mode="symlink"), handle)
+        forged = ensure_json(ws)
+        assert forged["action"] == "warm" and forged["link_mode"] is None
+
+
 def test_a_pin_switched_back_comes_from_the_store(tmp_path: "os.PathLike[str]", fixture_repo: FixtureRepo) -> None:
     store = os.path.join(str(tmp_path), "store")
     a = root_of(str(tmp_path), fixture_repo, "a", store)

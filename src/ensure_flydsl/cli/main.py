@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
 import sys
 
 from ensure_flydsl.cli import COMMANDS
@@ -24,7 +22,16 @@ from ensure_flydsl.support.report import Reporter
 TYPE_CHECKING = False  # typing is for the type checker only: not imported on the warm call's path
 if TYPE_CHECKING:
     import argparse
+    import signal as _signal
     from typing import Dict, List, Optional, Sequence
+else:
+    # The C module that ``signal`` wraps: importing ``signal`` builds three enums from it, 3 % of a warm call's
+    # instructions, for the two names this module gives itself (_STOP_SIGNALS).  try/except stands for
+    # contextlib.suppress here for the same reason (tests/scenarios/test_warm_imports.py).
+    import _signal
+
+# The signals that unwind a run like Ctrl-C (_handle_stop_signals), by their names.
+_STOP_SIGNALS: Dict[int, str] = {_signal.SIGTERM: "SIGTERM", _signal.SIGHUP: "SIGHUP"}
 
 
 def _flags(args: argparse.Namespace) -> Dict[str, Optional[str]]:
@@ -70,7 +77,7 @@ def format_error(exc: EnsureError, log_tail: List[str], log_path: Optional[str])
 
 
 def _raise_interrupted(signum: int, _frame: object) -> None:
-    raise Interrupted(signal.Signals(signum).name)
+    raise Interrupted(_STOP_SIGNALS[signum])
 
 
 def _handle_stop_signals() -> Dict[int, object]:
@@ -78,10 +85,10 @@ def _handle_stop_signals() -> Dict[int, object]:
     what happened (not "died: kill -9") and the build's group is stopped.  An ignored SIGHUP stays ignored:
     that is how `nohup ensure-flydsl &` asks to outlive the terminal."""
     previous: Dict[int, object] = {}
-    for signum in (signal.SIGTERM, signal.SIGHUP):
-        if signum == signal.SIGHUP and signal.getsignal(signum) == signal.SIG_IGN:
+    for signum in _STOP_SIGNALS:
+        if signum == _signal.SIGHUP and _signal.getsignal(signum) == _signal.SIG_IGN:
             continue
-        previous[signum] = signal.signal(signum, _raise_interrupted)
+        previous[signum] = _signal.signal(signum, _raise_interrupted)
     return previous
 
 
@@ -99,10 +106,12 @@ def _stdout_gone() -> bool:
 
 def silence_stdout() -> None:
     """Point stdout at /dev/null, so that what is still buffered (flushed at exit) goes nowhere quietly."""
-    with contextlib.suppress(OSError, ValueError, AttributeError):
+    try:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         os.close(devnull)
+    except (OSError, ValueError, AttributeError):
+        pass
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -152,7 +161,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return _internal_error(reporter, json_mode)
     finally:
         for signum, was in previous.items():
-            signal.signal(signum, was)  # type: ignore[arg-type]
+            _signal.signal(signum, was)  # type: ignore[arg-type]
         reporter.close()
 
 
@@ -204,8 +213,10 @@ def _report_failure(exc: EnsureError, reporter: Reporter, json_mode: bool) -> in
     if json_mode:
         _json_failure(reporter, failure_object(exc, reporter.log_path), tail)
     else:
-        with contextlib.suppress(OSError):  # stderr on a full disk (a detached worker's is the log): the code says it
+        try:
             print(format_error(exc, tail, reporter.log_path), file=sys.stderr)
+        except OSError:
+            pass  # stderr on a full disk (a detached worker's is the log): the code says it
     return int(exc.code)
 
 

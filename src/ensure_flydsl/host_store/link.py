@@ -10,8 +10,10 @@ import os
 import shutil
 from typing import Optional
 
-REFLINK, HARDLINK, COPY = "reflink", "hardlink", "copy"
-MODES = (REFLINK, HARDLINK, COPY)
+from ensure_flydsl.result import LINK_MODES
+
+MODES = LINK_MODES
+REFLINK, HARDLINK, COPY = MODES
 FICLONE = 0x40049409  # _IOW(0x94, 9, int): Linux's clone of a whole file (btrfs, XFS, bcachefs, overlayfs on them)
 # What a file system that cannot reflink (or link) says: the ioctl is unknown, not supported, or the two
 # paths are on different file systems.

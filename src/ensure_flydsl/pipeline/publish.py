@@ -97,7 +97,7 @@ def publish(run: Run, decision: Decision, action: Action) -> Result:
         FLYDSL_ROOT=settings.root, pythonpath_prepend=list(decision.prepend), FLYDSL_SHIM_DIR=settings.shim_dir,
         VLLM_USE_FLYDSL_MOE="1" if settings.vllm_moe else None,
         pin=decision.pin, repo=decision.repo, run_id=run.run_id, built=action == Action.PROVISIONED,
-        elapsed_s=round(elapsed, 3),
+        elapsed_s=round(elapsed, 3), link_mode=decision.link_mode,
     )
     text = markers.render_env_sh(settings.root, decision.prepend, settings.shim_dir, settings.vllm_moe)
     there = markers.read_env_json(settings.env_json)

@@ -57,6 +57,6 @@ def try_warm(settings: Settings, environ: Mapping[str, str]) -> Optional[Result]
         env_file=settings.env_file, prepend=list(prepend), files={str(k): str(v) for k, v in twin.files.items()},
         durations={"fingerprint": time.monotonic() - started}, run_id=os.urandom(6).hex(),
         reason=f"nothing changed since run {twin.run_id or 'of an earlier version'} wrote {settings.env_file}",
-        elapsed_s=time.monotonic() - started,
+        elapsed_s=time.monotonic() - started, link_mode=twin.link_mode,
     )
 

@@ -12,9 +12,9 @@ import os
 import shlex
 
 from ensure_flydsl.errors import FAILURE_CODES, Stage
-from ensure_flydsl.result import How, TreeIdentity
+from ensure_flydsl.result import LINK_MODES, How, TreeIdentity
 from ensure_flydsl.settings_table import Request
-from ensure_flydsl.support import faults, fields, space
+from ensure_flydsl.support import fields
 from ensure_flydsl.support.files import atomic_write, atomic_write_json, file_path_problem, read_json, remove_file
 from ensure_flydsl.support.frozen import Frozen, asdict, field, replace
 from ensure_flydsl.version import __version__
@@ -112,6 +112,9 @@ class EnvTwin(TreeIdentity):
     run_id: str = ""
     built: bool = False
     elapsed_s: Optional[float] = None
+    # How the host store gave the root its tree (result.LINK_MODES), as that run's result said: a warm answer
+    # says it too.
+    link_mode: Optional[str] = None
 
     # What says which tree answers which request; the rest records when and by what it was written.
     ANSWER_FIELDS = ("request", "how", "tree", "version", "python", "python_version", "abi", "commit", "files",
@@ -169,6 +172,7 @@ class EnvTwin(TreeIdentity):
             "run_id": fields.text(data.get("run_id")) or "",
             "built": data.get("built") is True,
             "elapsed_s": fields.seconds(data.get("elapsed_s")),
+            "link_mode": fields.one_of(data.get("link_mode"), LINK_MODES),
         }
         return cls(request=request, **required, **optional, **later)  # type: ignore[arg-type]
 
@@ -183,6 +187,8 @@ def _root(value: object) -> Optional[str]:
 
 def publish_env_file(env_file: str, env_json: str, twin: EnvTwin, *, shim_dir: Optional[str], vllm_moe: bool) -> None:
     """Write the JSON twin, then the env file: the success signal comes last."""
+    from ensure_flydsl.support import faults  # here, as space below: modules the warm path does not load
+
     os.makedirs(os.path.dirname(env_file), exist_ok=True)
     written = replace(twin, written_at=now_iso(), tool_version=__version__)
     atomic_write_json(env_json, written.to_json())
@@ -318,6 +324,8 @@ def write_failure_marker(
 
 def marker_unwritten(path: str, problem: OSError) -> str:
     """What a failure's one line adds when its marker could not be written: whoever polls for it waits on."""
+    from ensure_flydsl.support import space
+
     why = problem.strerror or str(problem)
     if space.is_full(problem):
         why = "the disk quota is used up there" if problem.errno == errno.EDQUOT else "no space left on its file system"

@@ -26,6 +26,7 @@ from typing import Callable, Dict, List, Mapping, Optional, Tuple
 
 from ensure_flydsl.errors import FAILURE_CODES, Plan, Stage
 from ensure_flydsl.layout import RUN_RECORD_SUFFIX, timing_file
+from ensure_flydsl.result import LINK_MODES as LINK_MODES  # how the host store gives a root its tree
 from ensure_flydsl.runs.records import KINDS, RunRecord, is_new_run_id, is_run_id
 from ensure_flydsl.support import fields
 from ensure_flydsl.support.files import atomic_write_json, read_regular
@@ -43,7 +44,6 @@ WAYS = (WARM, VERIFIED, REUSED, BUILT, RELEASED, CACHED, FAILED)
 FETCHES = ("git", "wheel", "cache")  # the pin's objects, the release wheel, the binary cache's blobs
 LOOKUPS = ("tree", "mlir")  # what a run looks up in the binary cache
 HIT, MISS = "hit", "miss"
-LINK_MODES = ("reflink", "hardlink", "copy")  # how the host store gives a root its tree
 
 
 @dataclasses.dataclass

@@ -3,14 +3,13 @@ generic file moves: a folder moved aside, a tree removed, a folder's entries flu
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import stat
 
 TYPE_CHECKING = False  # typing is for the type checker only: not imported on the warm call's path
 if TYPE_CHECKING:
-    from typing import Dict, Iterator, Optional
+    from typing import Dict, Optional
     pass
 
 
@@ -29,8 +28,10 @@ def atomic_write(path: str, data: bytes, mode: int = 0o644) -> None:
             handle.write(data)
         move_into_place(tmp, path, mode)
     except BaseException as exc:
-        with contextlib.suppress(OSError):
+        try:
             os.unlink(tmp)
+        except OSError:
+            pass
         if isinstance(exc, OSError) and exc.filename is None:
             # A full disk fails the write or the close, which name no file: the same error, saying which.
             raise OSError(exc.errno, exc.strerror, path) from exc
@@ -145,12 +146,14 @@ def remove_file(path: str) -> bool:
 
 def fsync_dir(folder: str) -> None:
     """Flush a folder's entries (a rename into it) to disk; best effort (some file systems refuse)."""
-    with contextlib.suppress(OSError):
+    try:
         dfd = os.open(folder, os.O_RDONLY)
         try:
             os.fsync(dfd)
         finally:
             os.close(dfd)
+    except OSError:
+        pass
 
 
 def rename_into_place(src: str, dest: str) -> None:
@@ -160,15 +163,6 @@ def rename_into_place(src: str, dest: str) -> None:
     (OSError), never merged into."""
     os.rename(src, dest)
     fsync_dir(os.path.dirname(dest) or ".")
-
-
-@contextlib.contextmanager
-def umask(mask: int) -> Iterator[None]:
-    old = os.umask(mask)
-    try:
-        yield
-    finally:
-        os.umask(old)
 
 
 def move_aside(path: str) -> str:

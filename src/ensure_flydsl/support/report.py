@@ -13,12 +13,10 @@ can show them with the log's path.  When our stream already is the log (the bash
 from __future__ import annotations
 
 import collections
-import contextlib
 import json
 import os
 import time
 
-from ensure_flydsl.support import space
 from ensure_flydsl.support.files import rename_into_place
 
 TYPE_CHECKING = False  # typing is for the type checker only: not imported on the warm call's path
@@ -106,7 +104,7 @@ class Reporter:
         self.last_shown = time.monotonic()
 
     def _held(self) -> ContextManager[object]:
-        return self._lock if self._lock is not None else contextlib.nullcontext()
+        return self._lock if self._lock is not None else _ALONE
 
     def event(self, event: Dict[str, object]) -> None:
         """One JSON event as given, with its time (``--json`` mode; the other modes show nothing)."""
@@ -173,6 +171,8 @@ class Reporter:
                 self.stream.write(text)
                 self.stream.flush()
             except OSError as exc:
+                from ensure_flydsl.support import space  # a failure's: not on the warm call's path
+
                 if not isinstance(exc, BrokenPipeError) and not space.is_full(exc):
                     raise
                 _to_devnull(self.stream)
@@ -214,21 +214,42 @@ class Reporter:
                 # last lines stay in memory for the failure message.
                 log, self._log = self._log, None
                 if not self._log_is_stream:
-                    with contextlib.suppress(OSError):
+                    try:
                         log.close()
+                    except OSError:
+                        pass
             else:
                 if self._log_is_stream:
                     self.last_shown = time.monotonic()
 
     def close(self) -> None:
         if self._live and self.stream is not None:
-            with contextlib.suppress(OSError):
+            try:
                 self.stream.write("\r\x1b[K")
+            except OSError:
+                pass
             self._live = False
         if self._log is not None and not self._log_is_stream:
-            with contextlib.suppress(OSError):
+            try:
                 self._log.close()
+            except OSError:
+                pass
         self._log = None
+
+
+class _Alone:
+    """What a write holds while one thread writes (``share`` gives the writes a lock): nothing, as
+    ``contextlib.nullcontext``, whose module the warm call does not import (try/except stands for
+    ``contextlib.suppress`` here for the same reason)."""
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+_ALONE = _Alone()
 
 
 def redraws(stream: IO[str]) -> bool:
@@ -243,11 +264,13 @@ def redraws(stream: IO[str]) -> bool:
 def _to_devnull(stream: IO[str]) -> None:
     """Point a stream whose reader went away at /dev/null: what it still buffers is dropped quietly, at
     once or when the interpreter flushes it at exit."""
-    with contextlib.suppress(OSError, ValueError, AttributeError):
+    try:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, stream.fileno())
         os.close(devnull)
         stream.flush()
+    except (OSError, ValueError, AttributeError):
+        pass
 
 
 def _log_header() -> str:
