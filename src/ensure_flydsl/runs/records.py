@@ -239,18 +239,16 @@ class RunStore:
         announced = self.read(run_id)  # `start` wrote it before launching us
         if announced is not None:
             record.started = announced.started
-        reserve = run_reserve_file(self.folder, run_id)
-        made = [reserve]  # what a failure here removes
-        if alive_fd is None:  # a blocking run's own; a detached worker's record and alive file are `start`'s
-            made += [run_record_file(self.folder, run_id), run_alive_file(self.folder, run_id)]
         try:
-            atomic_write(reserve, os.urandom(RESERVE_BYTES))
+            atomic_write(self.reserve_path(run_id), os.urandom(RESERVE_BYTES))
             self.write(record)
-            atomic_write(current_run_file(self.folder), (run_id + "\n").encode())
+            self.set_current(run_id)
         except BaseException:
-            if alive_fd is None:
+            if alive_fd is None:  # a blocking run's own; a detached worker's record and alive file are `start`'s
                 os.close(fd)
-            _remove_quietly(made)
+                self.forget(run_id)
+            else:
+                self.release(run_id)
             raise
         return fd
 
