@@ -8,6 +8,7 @@ command's module when it runs, so the warm call loads the ``ensure`` command's c
 
 from __future__ import annotations
 
+from ensure_flydsl.settings_table import Request
 from ensure_flydsl.support.frozen import Frozen
 
 TYPE_CHECKING = False  # typing is for the type checker only: not imported on the warm call's path
@@ -251,9 +252,8 @@ def _completion(args: argparse.Namespace, reporter: Reporter, environ: Dict[str,
 
 
 # The settings the help of a command that reads the root's records lists: the request an env file must
-# answer (Settings.request; tests/unit/test_cli_help.py holds them equal) and the files beside the root.
-_REQUEST = ("root", "min_version", "pin", "repo", "python", "require", "strategy", "mlir_path", "shim_dir",
-            "vllm_moe", "exact_pin")
+# answer (settings_table.Request, as Settings.request makes it) and the files beside the root.
+_REQUEST = Request._fields
 _RECORDS = _REQUEST + ("lock_file", "fail_marker")
 
 CACHE_ACTIONS: Dict[str, Command] = {
