@@ -76,6 +76,13 @@ def skill_folder(tmp_path_factory: pytest.TempPathFactory, skill_cache: str) -> 
 
 
 @pytest.fixture(scope="session")
+def vendored_wheels(skill_folder: str, skill_cache: str) -> str:
+    """The pinned wheels the folder's build downloaded (after it: a test that reads them on a worker where no
+    other test made the folder yet found none)."""
+    return os.path.join(skill_cache, "ensure-flydsl", "vendored-wheels")
+
+
+@pytest.fixture(scope="session")
 def bare_pythons(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, str]:
     """A bare venv of each Python a GEAK container may have as python3, where this machine has it."""
     made: Dict[str, str] = {}
@@ -346,8 +353,9 @@ def _snapshot(folder: str) -> Dict[str, bytes]:
     return found
 
 
-def test_a_folder_it_did_not_make_is_refused_and_untouched(tmp_path: "os.PathLike[str]", skill_cache: str) -> None:
-    wheels = os.path.join(skill_cache, "ensure-flydsl", "vendored-wheels")
+def test_a_folder_it_did_not_make_is_refused_and_untouched(tmp_path: "os.PathLike[str]", skill_cache: str,
+                                                          vendored_wheels: str) -> None:
+    wheels = vendored_wheels
     seed = os.path.join(str(tmp_path), "ensure_flydsl")
     os.makedirs(seed)
     with open(os.path.join(seed, "ensure_flydsl.sh"), "w") as handle:
@@ -363,8 +371,8 @@ def test_a_folder_it_did_not_make_is_refused_and_untouched(tmp_path: "os.PathLik
 
 
 def test_force_replaces_only_a_folder_it_made(tmp_path: "os.PathLike[str]", skill_cache: str,
-                                              bare_pythons: Dict[str, str]) -> None:
-    wheels = os.path.join(skill_cache, "ensure-flydsl", "vendored-wheels")
+                                              bare_pythons: Dict[str, str], vendored_wheels: str) -> None:
+    wheels = vendored_wheels
     dest = os.path.join(str(tmp_path), "ensure_flydsl")
     assert build_folder(dest, skill_cache, "--wheels", wheels).returncode == 0
     again = build_folder(dest, skill_cache, "--wheels", wheels)
@@ -402,9 +410,10 @@ def test_force_replaces_only_a_folder_it_made(tmp_path: "os.PathLike[str]", skil
     assert [n for n in os.listdir(str(tmp_path)) if n != "ensure_flydsl"] == []  # no staging left behind
 
 
-def test_wheels_that_are_not_the_pinned_ones_are_refused(tmp_path: "os.PathLike[str]", skill_cache: str) -> None:
+def test_wheels_that_are_not_the_pinned_ones_are_refused(tmp_path: "os.PathLike[str]", skill_cache: str,
+                                                         vendored_wheels: str) -> None:
     wheels = os.path.join(str(tmp_path), "wheels")
-    shutil.copytree(os.path.join(skill_cache, "ensure-flydsl", "vendored-wheels"), wheels)
+    shutil.copytree(vendored_wheels, wheels)
     with open(os.path.join(wheels, VENDORED[1].filename), "ab") as handle:
         handle.write(b"\0")
     dest = os.path.join(str(tmp_path), "ensure_flydsl")
