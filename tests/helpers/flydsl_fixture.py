@@ -268,6 +268,10 @@ import sys
 if sys.implementation.cache_tag != "$TAG":
     raise ImportError("flydsl._mlir was built for $TAG, not for " + sys.implementation.cache_tag)
 BUILT_FOR = "$TAG"
+import os as _os
+if _os.environ.get("FIXTURE_COUNTER_DIR"):  # each import of the built tree (a probe's) counted
+    with open(_os.path.join(_os.environ["FIXTURE_COUNTER_DIR"], "import.count"), "a") as _count:
+        _count.write(BUILT_FOR + "\n")
 EOF
 fi
 if [ -n "${FIXTURE_BUILD_HOOK:-}" ]; then

@@ -11,6 +11,7 @@ import os
 import signal
 import sys
 
+from tests.helpers.flydsl_fixture import KERNEL, LLVM_HASH_B, FixtureRepo
 from tests.helpers.scenario import Barrier, run_record_of, start, status, wait_until, watchdogs_of
 from tests.helpers.workspace import Workspace
 
@@ -78,26 +79,32 @@ def test_wait_does_not_answer_for_an_env_file_another_request_replaced(ws: Works
     assert data["state"] == "absent" and "no longer answers it" in str(data["reason"])
 
 
-def _held_python(ws: Workspace, after: Barrier, barrier: Barrier) -> str:
-    """FLYDSL_PYTHON for a run that holds at ``barrier`` the first time it starts the interpreter once ``after``
-    was released (the test releases it while the run waits for the lock: its next start of the interpreter
-    is the probe under the lock, before it changes anything)."""
-    path = os.path.join(ws.counter, "python-held")
-    with open(path, "w") as handle:
-        handle.write(f'#!/bin/sh\nif [ -e "{after.go}" ]; then {barrier.hook}; fi\nexec {sys.executable} "$@"\n')
-    os.chmod(path, 0o755)
-    return path
+def _held_starts(ws: Workspace, after: Barrier, barrier: Barrier) -> str:
+    """PYTHONPATH for a run whose interpreters hold at ``barrier`` when they start once ``after`` was released
+    (its sitecustomize); the test releases it while the run waits for the lock: the run's next start of an
+    interpreter is its requirements check under the lock, before it changes anything."""
+    folder = os.path.join(ws.counter, "held-starts")
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, "sitecustomize.py"), "w") as handle:
+        handle.write(f"import os\nif os.path.exists({after.go!r}):\n    os.system({barrier.hook!r})\n")
+    return folder
 
 
-def test_two_pins_back_to_back_each_wait_tells_the_truth(ws: Workspace) -> None:
-    p1, p2 = ws.repo.commits["dev"], ws.repo.commits["llvm-b"]
+def test_two_pins_back_to_back_each_wait_tells_the_truth(tmp_path: "os.PathLike[str]", own_repo: FixtureRepo) -> None:
+    ws = Workspace(os.path.join(str(tmp_path), "base"), own_repo)
+    p1 = own_repo.commits["dev"]
+    # P2's code imports a module outside the tree and the standard library: its requirements check starts
+    # the interpreter under the lock, before its build begins (P1's tree, stamped for P1, is ruled out under
+    # --exact-pin with no probe).
+    p2 = own_repo.commit("p2", "0.2.2", LLVM_HASH_B,
+                         files={"kernels/moe_gemm_2stage.py": KERNEL + "import packaging\n"})
     ws.env["FLYDSL_EXACT_PIN"] = "1"  # each pin's own tree (with the version-only gate, P1's answers P2)
     p1_build = Barrier(ws.counter, "p1-build")  # P1 holds the lock, building
     p2_probe = Barrier(ws.counter, "p2-probe")  # P2 has the lock, P1's env file still in place
     p2_llvm = Barrier(ws.counter, "p2-llvm")  # P2 builds: P1's env file is gone
     start(ws, FLYDSL_PIN=p1, FIXTURE_BUILD_HOOK=p1_build.hook)
     p1_build.wait_reached()
-    as_p2 = {"FLYDSL_PIN": p2, "FLYDSL_PYTHON": _held_python(ws, p1_build, p2_probe)}
+    as_p2 = {"FLYDSL_PIN": p2, "PYTHONPATH": _held_starts(ws, p1_build, p2_probe)}
     second_run = start(ws, FIXTURE_LLVM_HOOK=p2_llvm.hook, **as_p2)
     wait_until("P2 waits for the lock", lambda: run_record_of(ws, int(str(second_run["pid"]))).get("step") == "lock")
     assert ws.run("wait", "--timeout", "0", FLYDSL_PIN=p1).returncode == 75

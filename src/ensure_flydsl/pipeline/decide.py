@@ -188,16 +188,36 @@ def _stamped_tree(run: Run) -> Tuple[Optional[Stamp], str]:
     if stamp is None:
         return None, "its build did not finish (no stamp of a finished tree)"
     if run.settings.exact_pin:
-        wanted = tree_key(run.settings, str(stamp.key.get("commit")), run.interpreter)
-        if stamp.key != wanted:
-            return None, (f"it was built from {stamp.key.get('pin')} of {stamp.key.get('repo')} for "
-                          f"{stamp.key.get('abi')}, and {run.settings.label('exact_pin')} asks for a tree built "
-                          f"from the pin {run.settings.pin} of {run.settings.repo} for {run.interpreter.abi}")
+        other = _other_request(run, stamp)
+        if other is not None:
+            return None, other
         moved = _pin_moved(run, str(stamp.key.get("commit"))) if run.settings.verify else None
         return (None, moved) if moved else (stamp, "")
     if stamp.key.get("abi") != run.interpreter.abi:
         return None, f"it was built for {stamp.key.get('abi')}, not for this interpreter's {run.interpreter.abi}"
     return stamp, ""
+
+
+def _other_request(run: Run, stamp: Stamp) -> Optional[str]:
+    """Under --exact-pin, why a finished tree stamped for another pin, repository or ABI is not this
+    request's, or None."""
+    key = stamp.key
+    if key == tree_key(run.settings, str(key.get("commit")), run.interpreter):
+        return None
+    return (f"it was built from {key.get('pin')} of {key.get('repo')} for {key.get('abi')}, and "
+            f"{run.settings.label('exact_pin')} asks for a tree built from the pin {run.settings.pin} of "
+            f"{run.settings.repo} for {run.interpreter.abi}")
+
+
+def _stamp_rules_out(run: Run) -> Optional[str]:
+    """Under --exact-pin, why the root's tree cannot be taken whatever its probe would say: the tool's own
+    finished tree, stamped for another request.  Nothing else can be either (a tree on the interpreter's path,
+    or another tool's, is never taken under --exact-pin), so no probe is spent: a pin switched back is
+    provisioned at once."""
+    if not run.settings.exact_pin or not is_ours(run.settings.root):
+        return None
+    stamp = run.stamps.read("tree")
+    return None if stamp is None else _other_request(run, stamp)
 
 
 def _pin_moved(run: Run, commit: str) -> Optional[str]:
@@ -240,6 +260,10 @@ def decide(run: Run, again: bool = False) -> Decision:
     settings = run.settings
     before = "after taking the lock, still " if again else ""
     root = settings.root
+    ruled_out = _stamp_rules_out(run)
+    if ruled_out is not None:
+        run.say(f"{before}not probing the tree in {root}: {ruled_out}")
+        return Decision(False, ruled_out, unprobed=True)
     prefix = tree_folders(root)
     probe = _probe_or_broke(run, prefix)
     if isinstance(probe, ProbeBroke):

@@ -58,7 +58,7 @@ def withdraw_if_untrue(run: Run, decision: Decision) -> None:
     why: Optional[str] = None
     if same and decision.probe is not None:
         probe: Optional[Probe] = decision.probe
-    elif decision.probe is None and run.interpreter.executable == twin.python \
+    elif decision.probe is None and not decision.unprobed and run.interpreter.executable == twin.python \
             and list(twin.pythonpath_prepend) == tree_folders(settings.root):
         probe, why = None, decision.reason  # the probe as the env file runs it broke
     else:

@@ -110,10 +110,24 @@ def _ensure(run: Run) -> Result:
             return warm or publish(run, decision, _action(decision, settings.root))
         # Under the lock nobody else publishes: an env file whose tree fails its own request's gate now goes;
         # one that is still true stays until this run's build starts (provision: begin_build).
-        withdraw_if_untrue(run, decision)
+        if not decision.unprobed:
+            withdraw_if_untrue(run, decision)
         if damaged is not None:
             repair_linked_tree(run, damaged)
+        return _provision_then_check(run, decision)
+
+
+def _provision_then_check(run: Run, decision: Decision) -> Result:
+    """Provision; when the decision spent no probe (the root's stamp named another request), the env file's
+    tree is probed only if provisioning fails before its build began: the previous install answers on if it
+    still passes its own request's gate (a pin switched back links in a second, never waiting for torch)."""
+    if not decision.unprobed:
         return provision(run)
+    try:
+        return provision(run)
+    except EnsureError:
+        withdraw_if_untrue(run, decision)
+        raise
 
 
 def _action(decision: Decision, root: str) -> Action:

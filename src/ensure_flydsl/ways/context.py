@@ -39,6 +39,7 @@ class Decision:
     pin: Optional[str] = None  # the pin and repository the root's tree was made from (None: found elsewhere)
     repo: Optional[str] = None
     link_mode: Optional[str] = None  # how the tree came from the host store into the root (host_store/link.py)
+    unprobed: bool = False  # no probe was run: the root's stamp ruled its tree out (pipeline/decide.py)
 
 
 def likely_route(settings: Settings, release_commit: Optional[bool] = None) -> Optional[Plan]:
