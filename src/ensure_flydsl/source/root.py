@@ -122,9 +122,12 @@ def classify_root(root: str, repo: str) -> RootState:
         return RootState(RootKind.FOREIGN, "it is a dangling symbolic link")
     if not os.path.isdir(root):
         return RootState(RootKind.FOREIGN, "it exists and is not a folder")
+    # Listed before the owner is looked for: a concurrent caller's claim renames the state folder in with its
+    # owner inside, so a listing that shows it is followed by an owner that is there (the other order saw
+    # no owner, then the claimed folder, and called it somebody else's: exit 64 under 16 callers).
+    entries = os.listdir(root)
     if is_ours(root):
         return RootState(RootKind.OURS)
-    entries = [e for e in os.listdir(root)]
     if not entries:
         return RootState(RootKind.EMPTY)
     if all(e in CONTRACT_FILES for e in entries):
