@@ -17,6 +17,15 @@ REAL_DEFAULT_BASE = "/opt/flydsl"
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 
 
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> Optional[int]:
+    """`-n auto` (README.md's test command): twice the cores this process may run on, since most of a test's
+    time is spent waiting for its subprocesses (CONTRIBUTING.md's figures).  PYTEST_XDIST_AUTO_NUM_WORKERS,
+    and `-n logical`, stay xdist's."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS") or config.option.numprocesses == "logical":
+        return None
+    return 2 * len(os.sched_getaffinity(0))
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """One file for the whole run (xdist workers inherit the variable) where each fault point that fires
     writes its name: a point that stops firing is caught even where a test would accept a finished run.

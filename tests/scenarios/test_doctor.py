@@ -313,7 +313,7 @@ def test_release_strategy_needs_a_wheel_for_the_interpreter(ws: Workspace, tmp_p
     pip = {"PIP_CONFIG_FILE": os.devnull, "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": house, "PIP_EXTRA_INDEX_URL": ""}
     ok = doctor_json(ws, FLYDSL_STRATEGY="release", FLYDSL_PIN="v0.2.2", **pip)
     wheel = check_of(ok, "release-wheel")
-    assert wheel["status"] == "ok" and "flydsl 0.2.2 wheel" in str(wheel["detail"]) and ok["exit_code"] == 0
+    assert wheel["status"] == "ok" and "flydsl 0.2.2 wheel" in str(wheel["detail"]) and ok["exit_code"] == 0, wheel
     assert check_of(ok, "package-index")["status"] == "ok"
     none = doctor_json(ws, FLYDSL_STRATEGY="release", FLYDSL_PIN="v0.2.3", **pip)
     wheel = check_of(none, "release-wheel")
