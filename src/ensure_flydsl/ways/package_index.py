@@ -63,13 +63,15 @@ def query_versions(
 ) -> IndexAnswer:
     """``python -m pip index versions package`` with a short timeout; binary distributions only.
     ``options`` select another interpreter's wheels (release.wheel_tags: --python-version, --abi, ...).
-    ``limit``: the most the whole command may take (default: twice the timeout and 10 s)."""
+    ``limit``: the most the whole command may take (default: twice the timeout and 10 s, at least 30 s: pip's
+    own start takes seconds on a loaded host, and a check that cut it at 20 s said "cannot ask the package
+    index" of a wheelhouse on disk while a test suite ran beside it)."""
     # -vv: with --retries 0 pip reports an index it could not reach only at debug level ("Could not fetch
     # URL ..."); without it, "cannot reach the index" looks like "the index has no such package".
     cmd = [python, "-m", "pip", "index", "versions", package, "--only-binary=:all:", "-vv",
            "--timeout", str(max(1, int(timeout))), "--retries", "0"]
     cmd += list(options)
-    most = timeout * 2 + 10 if limit is None else limit
+    most = max(timeout * 2 + 10, 30.0) if limit is None else limit
     try:
         proc = run_captured(cmd, env=_pip_env(environ), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, timeout=most)
