@@ -121,12 +121,11 @@ def _provision_then_check(run: Run, decision: Decision) -> Result:
     """Provision; when the decision spent no probe (the root's stamp named another request), the env file's
     tree is probed only if provisioning fails before its build began: the previous install answers on if it
     still passes its own request's gate (a pin switched back links in a second, never waiting for torch)."""
-    if not decision.unprobed:
-        return provision(run)
     try:
         return provision(run)
     except EnsureError:
-        withdraw_if_untrue(run, decision)
+        if decision.unprobed:
+            withdraw_if_untrue(run, decision)
         raise
 
 
