@@ -41,7 +41,14 @@ from ensure_flydsl.layout import (
 from ensure_flydsl.runs.markers import Failure
 from ensure_flydsl.settings_table import Request
 from ensure_flydsl.support import fields
-from ensure_flydsl.support.files import atomic_write, atomic_write_json, read_json, read_regular, remove_file
+from ensure_flydsl.support.files import (
+    atomic_write,
+    atomic_write_all,
+    json_bytes,
+    read_json,
+    read_regular,
+    remove_quietly,
+)
 
 
 class RunState(str, enum.Enum):
@@ -207,8 +214,7 @@ class RunStore:
         return RunRecord.from_json(read_json(self.record_path(run_id)))
 
     def write(self, record: RunRecord) -> None:
-        record.updated = time.time()
-        atomic_write_json(self.record_path(record.run_id), record.to_json())
+        atomic_write(self.record_path(record.run_id), _record_data(record))
 
     def current_id(self) -> Optional[str]:
         raw = read_regular(current_run_file(self.folder), 4096)
@@ -216,39 +222,39 @@ class RunStore:
         return value or None
 
     def set_current(self, run_id: str) -> None:
-        atomic_write(current_run_file(self.folder), (run_id + "\n").encode())
+        atomic_write(current_run_file(self.folder), _current_data(run_id))
 
     def release(self, run_id: str) -> None:
         """Give the run's reserved room back (before its last writes; idempotent)."""
-        _remove_quietly([self.reserve_path(run_id)])
+        remove_quietly([self.reserve_path(run_id)])
 
     def forget(self, run_id: str) -> None:
         """Remove a run that never began (its record, alive file and reserve): nothing may say it runs."""
-        _remove_quietly([self.record_path(run_id), self.alive_path(run_id), self.reserve_path(run_id)])
+        remove_quietly([self.record_path(run_id), self.alive_path(run_id), self.reserve_path(run_id)])
 
     def begin(self, record: RunRecord, alive_fd: Optional[int] = None) -> int:
         """A run's files as it begins: its alive file held (``alive_fd``, a detached worker's, which ``start``
         took; else taken here), then room for its last words (a run that could not record how it ends must not
-        start), its record and the pointer to it, each whole or not at all.  On a full disk (the OSError
-        raised) none of it is left behind: no run that says it is going.  The descriptor returned keeps the
-        run alive; a build the run starts does not inherit it."""
+        start), its record and the pointer to it, each whole, and all or none (``atomic_write_all``).  On a full
+        disk (the OSError raised) none of it is left behind: no run that says it is going.  The descriptor
+        returned keeps the run alive; a build the run starts does not inherit it."""
         run_id = record.run_id
+        own = alive_fd is None  # a blocking run's own; a detached worker's record and alive file are `start`'s
+        record_file, alive_file, reserve_file = (self.record_path(run_id), self.alive_path(run_id),
+                                                 self.reserve_path(run_id))
         self.ensure_folder()
-        fd = alive_fd if alive_fd is not None else self.hold_alive(run_id)
+        fd = self.hold_alive(run_id) if alive_fd is None else alive_fd
         os.set_inheritable(fd, False)  # a build we start must not keep the run "alive" after we die
-        announced = self.read(run_id)  # `start` wrote it before launching us
+        announced = RunRecord.from_json(read_json(record_file))  # `start` wrote it before launching us
         if announced is not None:
             record.started = announced.started
+        writes = [(reserve_file, os.urandom(RESERVE_BYTES)), (record_file, _record_data(record)),
+                  (current_run_file(self.folder), _current_data(run_id))]
         try:
-            atomic_write(self.reserve_path(run_id), os.urandom(RESERVE_BYTES))
-            self.write(record)
-            self.set_current(run_id)
+            atomic_write_all(writes, undo=[record_file, alive_file, reserve_file] if own else [reserve_file])
         except BaseException:
-            if alive_fd is None:  # a blocking run's own; a detached worker's record and alive file are `start`'s
+            if own:
                 os.close(fd)
-                self.forget(run_id)
-            else:
-                self.release(run_id)
             raise
         return fd
 
@@ -325,13 +331,15 @@ class RunStore:
             os.close(fd)
 
 
-def _remove_quietly(paths: List[str]) -> None:
-    """Remove each of ``paths`` that is there (what is gone already, or cannot go, is left as it is)."""
-    for path in paths:
-        try:
-            remove_file(path)
-        except OSError:
-            pass
+def _record_data(record: RunRecord) -> bytes:
+    """A record as written: stamped with the time of writing (its last sign of life), as the tool's JSON."""
+    record.updated = time.time()
+    return json_bytes(record.to_json())
+
+
+def _current_data(run_id: str) -> bytes:
+    """What the ``current`` file holds: the newest run's id."""
+    return (run_id + "\n").encode()
 
 
 def process_start_time(pid: int) -> Optional[str]:

@@ -9,8 +9,7 @@ import stat
 
 TYPE_CHECKING = False  # typing is for the type checker only: not imported on the warm call's path
 if TYPE_CHECKING:
-    from typing import Dict, Optional
-    pass
+    from typing import Dict, Optional, Sequence, Tuple
 
 
 def atomic_write(path: str, data: bytes, mode: int = 0o644) -> None:
@@ -53,8 +52,24 @@ def move_into_place(tmp: str, path: str, mode: int = 0o644) -> None:
     fsync_dir(os.path.dirname(path) or ".")
 
 
+def json_bytes(obj: object) -> bytes:
+    """The tool's JSON files as written: indented, keys sorted, one final line break."""
+    return (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode()
+
+
 def atomic_write_json(path: str, obj: object, mode: int = 0o644) -> None:
-    atomic_write(path, (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode(), mode)
+    atomic_write(path, json_bytes(obj), mode)
+
+
+def atomic_write_all(writes: Sequence[Tuple[str, bytes]], *, undo: Sequence[str]) -> None:
+    """Write each ``(path, data)`` whole (:func:`atomic_write`), in order: all of them, or, when one fails, none
+    of those ``undo`` names (each removed where it can be; what cannot go is left) before the error propagates."""
+    try:
+        for path, data in writes:
+            atomic_write(path, data)
+    except BaseException:
+        remove_quietly(undo)
+        raise
 
 
 # The tool's own files (markers, twins, records, stamps, the env file) hold a few KB; a larger one is not
@@ -142,6 +157,15 @@ def remove_file(path: str) -> bool:
     except FileNotFoundError:
         return False
     return True
+
+
+def remove_quietly(paths: Sequence[str]) -> None:
+    """Remove each of ``paths`` that is there (what is gone already, or cannot go, is left as it is)."""
+    for path in paths:
+        try:
+            remove_file(path)
+        except OSError:
+            pass
 
 
 def fsync_dir(folder: str) -> None:
