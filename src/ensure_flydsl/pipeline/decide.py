@@ -13,10 +13,7 @@ from ensure_flydsl.pipeline.lock import check_lock_path
 from ensure_flydsl.probe.gate import (
     TREE_PACKAGES,
     Verdict,
-    evaluate,
-    is_tree_folder,
     is_within,
-    package_folder,
     same_folder,
 )
 from ensure_flydsl.probe.interpreter import ProbeBroke, describe_interpreter
@@ -32,7 +29,7 @@ from ensure_flydsl.ways import provisions
 from ensure_flydsl.ways.checks import MISSING, WRONG, Check, passed, skipped
 from ensure_flydsl.ways.context import Decision, Run
 from ensure_flydsl.ways.source.environment import is_mlir_install
-from ensure_flydsl.ways.tree import probe_tree
+from ensure_flydsl.ways.tree import judge_tree
 
 Refusal = Tuple[str, str, str]  # a BadInput's words: the setting as given, its value as shown, what is allowed
 
@@ -124,12 +121,12 @@ def check_provisionable(settings: Settings, environ: Mapping[str, str]) -> None:
         raise BadInput(*refused)
 
 
-def _probe_or_broke(run: Run, prefix: List[str]) -> Union[Probe, ProbeBroke]:
-    """The probe, or how it broke when its interpreter crashed or hung while importing a module of the
-    tree; a break before any import, or in a module no tree here provides, stays an error (no build
-    would change it)."""
+def _judged_or_broke(run: Run, prefix: List[str]) -> Union[Tuple[Probe, Verdict], ProbeBroke]:
+    """The probe and the gate's verdict on it, or how the probe broke when its interpreter crashed or hung while
+    importing a module of the tree; a break before any import, or in a module no tree here provides, stays an
+    error (no build would change it)."""
     try:
-        return probe_tree(run, prefix)
+        return judge_tree(run, prefix)
     except ProbeBroke as exc:
         if exc.importing is None or exc.importing.split(".")[0] not in TREE_PACKAGES:
             raise
@@ -152,15 +149,15 @@ def _after_broken_probe(run: Run, broke: ProbeBroke, before: str) -> Decision:
 
 def _reuse_elsewhere(run: Run) -> Optional[Decision]:
     """The root shadowed whatever else the interpreter has: look at that on its own."""
-    ambient = _probe_or_broke(run, [])
+    ambient = _judged_or_broke(run, [])
     if isinstance(ambient, ProbeBroke):
         run.say(f"nothing reusable elsewhere either: {ambient.reason}")
         return None
-    other = evaluate(ambient, run.settings.min_version, run.settings.require)
+    probe, other = ambient
     if not other.reusable:
         run.say(f"nothing reusable elsewhere either: {other.reason}")
         return None
-    return _path_tree(run, ambient, other)
+    return _path_tree(run, probe, other)
 
 
 def _path_tree(run: Run, probe: Probe, verdict: Verdict) -> Optional[Decision]:
@@ -248,8 +245,7 @@ def _ambient_prepend(probe: Probe, verdict: Verdict) -> List[str]:
     """The folders a reused tree needs on PYTHONPATH: those of its modules not already on sys.path."""
     skip = {os.path.normpath(p) for p in probe.interpreter.site_dirs + (probe.interpreter.stdlib,)}
     folders: List[str] = []
-    for name, file in verdict.files.items():
-        folder = package_folder(name, file)
+    for folder in verdict.folders.values():
         if os.path.normpath(folder) not in skip and folder not in folders:
             folders.append(folder)
     return folders
@@ -265,10 +261,10 @@ def decide(run: Run, again: bool = False) -> Decision:
         run.say(f"{before}not probing the tree in {root}: {ruled_out}")
         return Decision(False, ruled_out, unprobed=True)
     prefix = tree_folders(root)
-    probe = _probe_or_broke(run, prefix)
-    if isinstance(probe, ProbeBroke):
-        return _after_broken_probe(run, probe, before)
-    verdict = evaluate(probe, settings.min_version, settings.require)
+    judged = _judged_or_broke(run, prefix)
+    if isinstance(judged, ProbeBroke):
+        return _after_broken_probe(run, judged, before)
+    probe, verdict = judged
     if verdict.reusable and verdict.tree and same_folder(verdict.tree, root):
         if not is_ours(root):
             if not _exact_pin_refuses(run, f"in {root}, made by another tool"):
@@ -297,7 +293,7 @@ def decide(run: Run, again: bool = False) -> Decision:
             return found
     else:
         run.say(f"{before}no reusable FlyDSL with {root} first on PYTHONPATH: {verdict.reason}")
-    if any(is_tree_folder(package_folder(name, f), root) for name, f in verdict.files.items()):
+    if verdict.from_first:  # the root's tree shadowed whatever else the interpreter has
         elsewhere = _reuse_elsewhere(run)
         if elsewhere is not None:
             return elsewhere

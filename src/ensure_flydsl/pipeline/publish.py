@@ -10,7 +10,7 @@ from ensure_flydsl.errors import EnsureError, ExitCode, Interrupted, Stage, exit
 from ensure_flydsl.layout import tree_folders
 from ensure_flydsl.pipeline.fingerprint import compute, watch_folders
 from ensure_flydsl.pipeline.warm import tree_stamp_path
-from ensure_flydsl.probe.gate import evaluate, package_folder
+from ensure_flydsl.probe.gate import evaluate
 from ensure_flydsl.probe.interpreter import probe_modules, run_probe
 from ensure_flydsl.probe.results import Probe
 from ensure_flydsl.result import Action, How, Result
@@ -83,8 +83,7 @@ def publish(run: Run, decision: Decision, action: Action) -> Result:
     if not os.path.isdir(settings.root):
         os.makedirs(settings.root)
         claim_root(settings.root, created=True, adopted=False)
-    package_folders = {name: package_folder(name, path) for name, path in decision.verdict.files.items()}
-    watch = watch_folders(settings.root, decision.verdict.files, package_folders)
+    watch = watch_folders(settings.root, decision.verdict.files, decision.verdict.folders)
     # What site reads at start-up: the site folders, where the site hooks came from, the standard library.
     site_dirs = [d for d in dict.fromkeys([*interp.site_dirs, *interp.hook_dirs, interp.stdlib]) if d]
     twin = markers.EnvTwin(

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Dict, Optional, Sequence
+from typing import Dict, Optional, Sequence, Tuple
 
 from packaging.version import InvalidVersion
 
-from ensure_flydsl.layout import BUILD_DIR, PACKAGES_DIR, tree_folders
+from ensure_flydsl.layout import BUILD_DIR, PACKAGES_DIR
 from ensure_flydsl.probe.results import Probe
 from ensure_flydsl.setting_values import release_at_least
 
@@ -26,6 +26,10 @@ class Verdict:
     tree: Optional[str] = None  # the one folder that holds every imported module, when there is one
     version: Optional[str] = None
     files: Dict[str, str] = dataclasses.field(default_factory=dict)
+    # The folder on sys.path each module of ``files`` was imported from (``package_folder``).
+    folders: Dict[str, str] = dataclasses.field(default_factory=dict)
+    # Whether one of them is a folder the probe put first on PYTHONPATH (a root's: it shadows any other copy).
+    from_first: bool = False
 
 
 def package_folder(module: str, file: str) -> str:
@@ -84,44 +88,36 @@ def one_tree(folders: Sequence[str]) -> Optional[str]:
     return min(spelled, key=len) if spelled else real.pop()
 
 
-def is_tree_folder(folder: str, root: str) -> bool:
-    """Whether ``folder`` is one of the import folders a tree in ``root`` puts on PYTHONPATH."""
-    return any(same_folder(folder, own) for own in tree_folders(root))
-
-
-def evaluate(probe: Probe, floor: str, require: Sequence[str]) -> Verdict:
-    failed = [m for m in probe.modules if m.error or not m.file]
+def evaluate(probe: Probe, floor: str, require: Sequence[str], first: Sequence[str] = ()) -> Verdict:
+    """The gate's verdict on what ``probe`` saw; ``first``: the folders it put first on PYTHONPATH."""
     files = {m.name: m.file for m in probe.modules if m.file}
+    folders = {name: package_folder(name, path) for name, path in files.items()}
+    reusable, reason, tree, version = _judge(probe, floor, require, folders)
+    from_first = any(same_folder(folder, own) for folder in folders.values() for own in first)
+    return Verdict(reusable, reason, tree=tree, version=version, files=files, folders=folders, from_first=from_first)
+
+
+def _judge(probe: Probe, floor: str, require: Sequence[str],
+           folders: Dict[str, str]) -> Tuple[bool, str, Optional[str], Optional[str]]:
+    """Whether the probe's modules pass the gate, why, the one tree they come from and flydsl's version."""
+    failed = [m for m in probe.modules if m.error or not m.file]
     if failed:
         first = failed[0]
         more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
-        return Verdict(False, f"{first.name} does not import: {first.error}{more}", files=files)
-    folders = {name: package_folder(name, path) for name, path in files.items()}
+        return False, f"{first.name} does not import: {first.error}{more}", None, None
     tree = one_tree(list(folders.values()))
     if tree is None:
         where = ", ".join(f"{name} from {folder}" for name, folder in folders.items())
-        return Verdict(False, f"the modules come from different trees ({where})", files=files)
+        return False, f"the modules come from different trees ({where})", None, None
     if probe.version is None:
         why = probe.version_error or "flydsl has no __version__"
-        return Verdict(False, f"{why}; cannot check it against the floor {floor}", tree=tree, files=files)
+        return False, f"{why}; cannot check it against the floor {floor}", tree, None
     try:
         ok = release_at_least(probe.version, floor)
     except InvalidVersion:
-        return Verdict(
-            False,
-            f"flydsl.__version__ {probe.version!r} cannot be parsed, so it cannot be shown to be >= {floor}",
-            tree=tree,
-            version=probe.version,
-            files=files,
-        )
+        return (False, f"flydsl.__version__ {probe.version!r} cannot be parsed, so it cannot be shown to be >= {floor}",
+                tree, probe.version)
     if not ok:
-        return Verdict(
-            reusable=False, reason=f"flydsl {probe.version} in {tree} is older than the floor {floor}", tree=tree,
-            version=probe.version, files=files,
-        )
+        return False, f"flydsl {probe.version} in {tree} is older than the floor {floor}", tree, probe.version
     names = ", ".join(require)
-    return Verdict(
-        reusable=True, reason=f"flydsl {probe.version} >= {floor} and {names} import from one tree: {tree}",
-        tree=tree, version=probe.version, files=files,
-    )
-
+    return True, f"flydsl {probe.version} >= {floor} and {names} import from one tree: {tree}", tree, probe.version

@@ -5,11 +5,11 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
-from typing import Iterator, List, Mapping, Optional
+from typing import Iterator, List, Mapping, Optional, Tuple
 
 from ensure_flydsl.errors import EnsureError, ExitCode, Stage
 from ensure_flydsl.layout import build_dir, build_made_record, packages_dir, tree_folders
-from ensure_flydsl.probe.gate import evaluate, same_folder
+from ensure_flydsl.probe.gate import Verdict, evaluate, same_folder
 from ensure_flydsl.probe.interpreter import EarlyProbe, probe_modules, run_probe
 from ensure_flydsl.probe.results import Probe
 from ensure_flydsl.result import How
@@ -33,6 +33,13 @@ def probe_tree(run: Run, prefix: List[str], warm: Optional[EarlyProbe] = None) -
         probe = run_probe(s.python, modules=modules, prefix=prefix, environ=run.environ, timeout=timeout,
                           timeout_label=label)
     return probe
+
+
+def judge_tree(run: Run, prefix: List[str], warm: Optional[EarlyProbe] = None) -> Tuple[Probe, Verdict]:
+    """The probe with ``prefix`` first on PYTHONPATH (:func:`probe_tree`), and the gate's verdict on what it saw
+    for the run's floor and required modules (whether a module came from ``prefix``: ``Verdict.from_first``)."""
+    probe = probe_tree(run, prefix, warm)
+    return probe, evaluate(probe, run.settings.min_version, run.settings.require, prefix)
 
 
 def prepare_build_dir(run: Run, key: Mapping[str, object]) -> str:
@@ -101,8 +108,7 @@ def verify_tree(run: Run, commit: str, how: How, early: Optional[Early] = None) 
     settings = run.settings
     prefix = tree_folders(settings.root)
     with compiling_tree(run):
-        probe = probe_tree(run, prefix, early.take_probe() if early is not None else None)
-    verdict = evaluate(probe, settings.min_version, settings.require)
+        probe, verdict = judge_tree(run, prefix, early.take_probe() if early is not None else None)
     if not verdict.reusable:
         raise TreeDoesNotImport(
             f"{how}, but the import probe fails: {verdict.reason}", probe,
