@@ -88,12 +88,7 @@ def give_git_objects(run: Run, shared: str, commit: str) -> None:
 def store_key(run: Run, commit: str, origin: str, release: Optional[str], root: Optional[str] = None) -> str:
     """The key of a tree of ``commit`` for the run's interpreter from ``origin`` ("release" of version
     ``release``, or "source"); ``root`` when the tree holds its root's path."""
-    key: Dict[str, object] = {
-        "format": 1, "repo": repo_identity(run.settings.repo), "commit": commit, "abi": run.interpreter.abi,
-        "platform": run.interpreter.platform, "origin": origin,
-        "made_from": release if origin == "release" else run.settings.mlir_path, "root": root,
-    }
-    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:48]
+    return _key(_tree_identity(run, commit), origin, _made_from(run, origin, release), root)
 
 
 def lookup_keys(run: Run, commit: str, release: Optional[str]) -> List[str]:
@@ -103,10 +98,29 @@ def lookup_keys(run: Run, commit: str, release: Optional[str]) -> List[str]:
     origins = ["release"] if release is not None and tries(strategy, Way.RELEASE) else []
     if tries(strategy, Way.SOURCE):
         origins.append("source")
+    identity = _tree_identity(run, commit)
     keys = []
     for origin in origins:
-        keys += [store_key(run, commit, origin, release), store_key(run, commit, origin, release, root)]
+        made_from = _made_from(run, origin, release)
+        keys += [_key(identity, origin, made_from, None), _key(identity, origin, made_from, root)]
     return keys
+
+
+def _tree_identity(run: Run, commit: str) -> Dict[str, object]:
+    """What every key of a tree of ``commit`` for the run's interpreter holds, whatever its origin: the
+    repository (as ``repo_identity`` names it), the commit, the interpreter's ABI and platform."""
+    return {"format": 1, "repo": repo_identity(run.settings.repo), "commit": commit, "abi": run.interpreter.abi,
+            "platform": run.interpreter.platform}
+
+
+def _made_from(run: Run, origin: str, release: Optional[str]) -> Optional[str]:
+    """What a tree of ``origin`` was made from: the release's version, or the MLIR a source build used."""
+    return release if origin == "release" else run.settings.mlir_path
+
+
+def _key(identity: Dict[str, object], origin: str, made_from: Optional[str], root: Optional[str]) -> str:
+    key = {**identity, "origin": origin, "made_from": made_from, "root": root}
+    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:48]
 
 
 def interpreter_fingerprint(run: Run) -> Optional[Dict[str, object]]:
