@@ -8,7 +8,7 @@ from typing import Optional, Tuple
 
 from ensure_flydsl.errors import AlreadyImported
 from ensure_flydsl.result import Result
-from ensure_flydsl.runs.markers import without_folders
+from ensure_flydsl.support.pythonpath import without_folders
 
 
 def activate(result: Result) -> None:

@@ -10,7 +10,7 @@ import sys
 import time
 from typing import Dict
 
-from ensure_flydsl.pipeline.fingerprint import folder_listing, watch_folders
+from ensure_flydsl.probe.fingerprint import folder_listing, watch_folders
 from tests.helpers.scenario import assert_one_tree, ensure_json
 from tests.helpers.workspace import Workspace
 

@@ -25,9 +25,9 @@ from hypothesis import strategies as st
 
 from ensure_flydsl.cli.main import main
 from ensure_flydsl.errors import EnsureError, ExitCode, Plan
-from ensure_flydsl.pipeline.fingerprint import same, site_stats
 from ensure_flydsl.pipeline.lock import LockHolder
 from ensure_flydsl.pipeline.warm import try_warm
+from ensure_flydsl.probe.fingerprint import same, site_stats
 from ensure_flydsl.probe.results import Interpreter
 from ensure_flydsl.result import How
 from ensure_flydsl.runs.history import History

@@ -8,8 +8,8 @@ from typing import Callable, List, Optional
 
 from ensure_flydsl.errors import EnsureError, ExitCode, Interrupted, Stage, exit_code_of, interrupted_by
 from ensure_flydsl.layout import tree_folders
-from ensure_flydsl.pipeline.fingerprint import compute, watch_folders
 from ensure_flydsl.pipeline.warm import tree_stamp_path
+from ensure_flydsl.probe.fingerprint import compute, watch_folders
 from ensure_flydsl.probe.gate import evaluate
 from ensure_flydsl.probe.interpreter import probe_modules, run_probe
 from ensure_flydsl.probe.results import Probe

@@ -21,7 +21,7 @@ from ensure_flydsl.host_store import git_objects, probed, refs
 from ensure_flydsl.host_store.link import COPY, HARDLINK, Linker
 from ensure_flydsl.host_store.manifest import Manifest, scan
 from ensure_flydsl.host_store.store import HostStore, StoreProblem, check_entry
-from ensure_flydsl.pipeline.fingerprint import interpreter_identity, python_environment, site_stats
+from ensure_flydsl.probe.fingerprint import interpreter_identity, python_environment, site_stats
 from ensure_flydsl.probe.gate import evaluate, is_within
 from ensure_flydsl.probe.interpreter import joined_pythonpath, probe_modules
 from ensure_flydsl.probe.results import ModuleResult, Probe

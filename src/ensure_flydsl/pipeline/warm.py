@@ -2,7 +2,7 @@
 
 No subprocess, no lock, no probe: read the JSON twin, check that it answers this request (written for it, or
 its tree passes this request's gate: runs/twin_gate.py), that the env file
-is exactly what this request would write, and that the fingerprint (see fingerprint.py) still matches.
+is exactly what this request would write, and that the fingerprint (see probe/fingerprint.py) still matches.
 Any doubt means None, and the caller runs the full ensure.
 """
 
@@ -12,7 +12,7 @@ import os
 import time
 
 from ensure_flydsl.layout import stamp_file
-from ensure_flydsl.pipeline.fingerprint import compute, same
+from ensure_flydsl.probe.fingerprint import compute, same
 from ensure_flydsl.result import Action, How, Result
 from ensure_flydsl.runs.markers import env_mapping, read_env_json, render_env_sh, withdraw_failure_marker
 from ensure_flydsl.settings import Settings

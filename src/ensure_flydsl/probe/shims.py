@@ -15,7 +15,7 @@ answers what the name lands on now:
 
 Not settled means None: no warm answer, the full probe runs (correct, slower).  A binary that runs another
 interpreter (mise's shims are links to the mise binary) is caught by the caller, which compares the landing
-with the probe's ``sys.executable`` (pipeline/fingerprint.py).  Light to import: the warm path uses it.
+with the probe's ``sys.executable`` (probe/fingerprint.py).  Light to import: the warm path uses it.
 """
 
 from __future__ import annotations

@@ -17,20 +17,12 @@ from ensure_flydsl.settings_table import Request
 from ensure_flydsl.support import fields
 from ensure_flydsl.support.files import atomic_write, atomic_write_json, file_path_problem, read_json, remove_file
 from ensure_flydsl.support.frozen import Frozen, asdict, field, replace
+from ensure_flydsl.support.pythonpath import without_folders
 from ensure_flydsl.version import __version__
 
 TYPE_CHECKING = False  # typing is for the type checker only: not imported on the warm call's path
 if TYPE_CHECKING:
     from typing import Dict, List, Mapping, Optional, Sequence, Tuple
-
-
-def without_folders(pythonpath: Optional[str], folders: Sequence[str]) -> str:
-    """``pythonpath`` without the entries equal to one of ``folders`` (the env file's own), the rest kept as
-    it was, in order: what the env file keeps of a caller's PYTHONPATH after its folders."""
-    if not pythonpath:
-        return ""
-    drop = {f for f in folders if f}
-    return os.pathsep.join(entry for entry in pythonpath.split(os.pathsep) if entry not in drop)
 
 
 def env_mapping(

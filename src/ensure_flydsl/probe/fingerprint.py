@@ -35,8 +35,8 @@ import os
 
 from ensure_flydsl.layout import packages_dir
 from ensure_flydsl.probe.shims import landing
-from ensure_flydsl.runs.markers import without_folders
 from ensure_flydsl.support.files import read_regular
+from ensure_flydsl.support.pythonpath import without_folders
 
 TYPE_CHECKING = False  # typing is for the type checker only: not imported on the warm call's path
 if TYPE_CHECKING:
