@@ -134,6 +134,7 @@ class EnvTwin(TreeIdentity):
         # A reused tree is named as the probe found it (a caller's relative PYTHONPATH entry stays relative).
         tree_path = fields.path if how in (None, How.REUSED.value) else fields.absolute_path
         tree_paths = fields.paths if how in (None, How.REUSED.value) else fields.absolute_paths
+        root = data.get("FLYDSL_ROOT", "")  # an absolute path, or "" in an older tool's twin (it did not record it)
         required = {
             "how": How(how) if how is not None else None,
             "tree": tree_path(data.get("tree")),
@@ -145,7 +146,7 @@ class EnvTwin(TreeIdentity):
             "watch": fields.paths(data.get("watch")),
             "site_dirs": fields.paths(data.get("site_dirs")),
             "fingerprint": data.get("fingerprint") if isinstance(data.get("fingerprint"), dict) else None,
-            "FLYDSL_ROOT": _root(data.get("FLYDSL_ROOT", "")),
+            "FLYDSL_ROOT": root if root == "" else fields.absolute_path(root),
             "pythonpath_prepend": tree_paths(data.get("pythonpath_prepend", [])),
             "written_at": fields.text(data.get("written_at", "")),
             "tool_version": fields.text(data.get("tool_version", "")),
@@ -170,11 +171,6 @@ class EnvTwin(TreeIdentity):
 
     def answers(self, other: "EnvTwin") -> bool:
         return all(getattr(self, k) == getattr(other, k) for k in self.ANSWER_FIELDS)
-
-
-def _root(value: object) -> Optional[str]:
-    """FLYDSL_ROOT: an absolute path ("" in an older tool's twin, which did not record it)."""
-    return value if value == "" else fields.absolute_path(value)
 
 
 def publish_env_file(env_file: str, env_json: str, twin: EnvTwin, *, shim_dir: Optional[str], vllm_moe: bool) -> None:
