@@ -9,7 +9,7 @@ from typing import Callable, List, Optional
 from ensure_flydsl.errors import EnsureError, ExitCode, Interrupted, Stage, exit_code_of, interrupted_by
 from ensure_flydsl.layout import tree_folders
 from ensure_flydsl.pipeline.warm import tree_stamp_path
-from ensure_flydsl.probe.fingerprint import compute, watch_folders
+from ensure_flydsl.probe.fingerprint import compute, site_folders, watch_folders
 from ensure_flydsl.probe.gate import evaluate
 from ensure_flydsl.probe.interpreter import probe_modules, run_probe
 from ensure_flydsl.probe.results import Probe
@@ -84,8 +84,7 @@ def publish(run: Run, decision: Decision, action: Action) -> Result:
         os.makedirs(settings.root)
         claim_root(settings.root, created=True, adopted=False)
     watch = watch_folders(settings.root, decision.verdict.files, decision.verdict.folders)
-    # What site reads at start-up: the site folders, where the site hooks came from, the standard library.
-    site_dirs = [d for d in dict.fromkeys([*interp.site_dirs, *interp.hook_dirs, interp.stdlib]) if d]
+    site_dirs = site_folders(interp)
     twin = markers.EnvTwin(
         request=settings.request(), how=decision.how, tree=decision.tree, version=str(decision.probe.version),
         python=interp.executable, python_version=interp.version, abi=interp.abi, commit=decision.commit,

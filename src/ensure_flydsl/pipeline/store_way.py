@@ -21,7 +21,7 @@ from ensure_flydsl.host_store import git_objects, probed, refs
 from ensure_flydsl.host_store.link import COPY, HARDLINK, Linker
 from ensure_flydsl.host_store.manifest import Manifest, scan
 from ensure_flydsl.host_store.store import HostStore, StoreProblem, check_entry
-from ensure_flydsl.probe.fingerprint import interpreter_identity, python_environment, site_stats
+from ensure_flydsl.probe.fingerprint import interpreter_part
 from ensure_flydsl.probe.gate import evaluate, is_within
 from ensure_flydsl.probe.interpreter import joined_pythonpath, probe_modules
 from ensure_flydsl.probe.results import ModuleResult, Probe
@@ -124,16 +124,10 @@ def _key(identity: Dict[str, object], origin: str, made_from: Optional[str], roo
 
 
 def interpreter_fingerprint(run: Run) -> Optional[Dict[str, object]]:
-    """What the warm path's fingerprint holds of the interpreter, less the root's own path: the interpreter the
-    name lands on, the variables that steer imports, the site folders and their hooks, the modules probed."""
-    interp, settings = run.interpreter, run.settings
-    identity = interpreter_identity(settings.python, run.environ, interp.executable)
-    if identity is None:
-        return None
-    site_dirs = [d for d in dict.fromkeys([*interp.site_dirs, *interp.hook_dirs, interp.stdlib]) if d]
-    return {"interpreter": identity, "abi": interp.abi,
-            "environment": python_environment(run.environ, layout.tree_folders(settings.root)),
-            "sites": site_stats(site_dirs), "modules": probe_modules(settings.require)}
+    """The run's interpreter as the fingerprint holds it (probe/fingerprint.py: interpreter_part)."""
+    settings = run.settings
+    return interpreter_part(settings.python, run.environ, run.interpreter, layout.tree_folders(settings.root),
+                            probe_modules(settings.require))
 
 
 class StoreProvider(Provider):

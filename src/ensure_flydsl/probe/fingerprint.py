@@ -42,6 +42,7 @@ TYPE_CHECKING = False  # typing is for the type checker only: not imported on th
 if TYPE_CHECKING:
     from typing import Dict, List, Mapping, Optional, Sequence
 
+    from ensure_flydsl.probe.results import Interpreter
     from ensure_flydsl.settings_table import Request
 
 FINGERPRINT_VERSION = 4
@@ -166,6 +167,24 @@ def python_environment(environ: Mapping[str, str], tree_folders: Sequence[str]) 
     env = {name: environ.get(name) for name in PYTHON_ENV}
     env["PYTHONPATH"] = without_folders(env["PYTHONPATH"], tree_folders) or None
     return env
+
+
+def site_folders(interp: Interpreter) -> List[str]:
+    """What ``site`` reads at start-up: the interpreter's site folders, where its site hooks came from, the
+    standard library (once each, in that order)."""
+    return [d for d in dict.fromkeys([*interp.site_dirs, *interp.hook_dirs, interp.stdlib]) if d]
+
+
+def interpreter_part(python: str, environ: Mapping[str, str], interp: Interpreter, tree_folders: Sequence[str],
+                     modules: Sequence[str]) -> Optional[Dict[str, object]]:
+    """What the fingerprint holds of the interpreter, less the root's own path (the host store keeps it beside a
+    tree that passed the probe: pipeline/store_way.py): the interpreter the name lands on, the variables that
+    steer imports, the site folders and their hooks, the modules probed; None as :func:`interpreter_identity`."""
+    identity = interpreter_identity(python, environ, interp.executable)
+    if identity is None:
+        return None
+    return {"interpreter": identity, "abi": interp.abi, "environment": python_environment(environ, tree_folders),
+            "sites": site_stats(site_folders(interp)), "modules": list(modules)}
 
 
 def same(recorded: object, current: Mapping[str, object]) -> bool:
