@@ -11,7 +11,6 @@ import errno
 import os
 import shlex
 
-from ensure_flydsl.errors import FAILURE_CODES, Stage
 from ensure_flydsl.result import LINK_MODES, How, TreeIdentity
 from ensure_flydsl.settings_table import Request
 from ensure_flydsl.support import fields
@@ -22,6 +21,8 @@ from ensure_flydsl.version import __version__
 TYPE_CHECKING = False  # typing is for the type checker only: not imported on the warm call's path
 if TYPE_CHECKING:
     from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+
+    from ensure_flydsl.stages import Stage
 
 
 def without_folders(pythonpath: Optional[str], folders: Sequence[str]) -> str:
@@ -229,6 +230,8 @@ class Failure(Frozen):
         a failed run records (errors.FAILURE_CODES: never 0 or 75, which `wait` would pass on as success or
         "still running"), the stage a string or null (a name this version does not know reads as null), the
         reason a string."""
+        from ensure_flydsl.stages import FAILURE_CODES, Stage  # here: the warm call reads no failure
+
         if not isinstance(data, dict):
             return None
         code, stage, reason = fields.integer(data.get("exit_code")), data.get("stage"), data.get("reason", "")
