@@ -21,12 +21,14 @@ from tests.helpers.workspace import Workspace
 
 # Never on the warm path: what a full run (processes, threads, locks, copies), a parser, dataclasses, typing,
 # the signal module (main takes the handlers from _signal), contextlib, or a failure (a full disk, a fault point,
-# the exit codes and stages: stages.py, whose enums errors.py gives at their first use).
+# the exit codes and stages: stages.py, whose enums errors.py gives at their first use), or shlex (the env file's
+# quoting is shlex.quote's rule without the module: runs/markers.py, _quote).
 NOT_WARM = {"dataclasses", "inspect", "argparse", "gettext", "subprocess", "threading", "shutil", "filelock",
             "packaging", "tempfile", "hashlib", "typing", "signal", "contextlib", "collections.abc", "select",
             "traceback", "socket", "ensure_flydsl.pipeline.run", "ensure_flydsl.pipeline.provision",
             "ensure_flydsl.runs.twin_gate", "ensure_flydsl.cli.parser", "ensure_flydsl.support.space",
-            "ensure_flydsl.support.faults", "ensure_flydsl.stages"}
+            "ensure_flydsl.support.faults", "ensure_flydsl.stages",
+            "shlex"}
 # Nor, without --json (which prints its result with json), the json package: the twin is read with json's own
 # C scanner (support/files.py: _loads), json's import costing a twentieth of the call.
 NOT_WARM_PLAIN = {"json"}
