@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import sys
 
-from ensure_flydsl.errors import AlreadyImported, BadInput, EnsureError, ExitCode
+from ensure_flydsl.errors import AlreadyImported, BadInput, EnsureError
 from ensure_flydsl.version import __version__
 
 TYPE_CHECKING = False  # typing is for the type checker only: not imported on the warm call's path
@@ -23,6 +23,17 @@ if TYPE_CHECKING:
     from typing import Mapping, Optional
 
     from ensure_flydsl.result import Result
+    from ensure_flydsl.stages import ExitCode as ExitCode
+
+
+def __getattr__(name: str) -> object:
+    """``ensure_flydsl.ExitCode``, built at its first use (PEP 562): every call of the tool imports this
+    package, and the warm call uses no exit code of the table (errors.py)."""
+    if name == "ExitCode":
+        from ensure_flydsl.stages import ExitCode
+
+        return ExitCode
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def ensure(*, environ: Optional[Mapping[str, str]] = None, verbose: bool = False, **settings: object) -> "Result":

@@ -3,8 +3,6 @@ pipeline; say what it decided, or print one JSON result object with ``--json``."
 
 from __future__ import annotations
 
-import json
-
 from ensure_flydsl.pipeline.warm import try_warm
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.support.report import Reporter, known
@@ -24,6 +22,8 @@ def ensure_command(settings: Settings, reporter: Reporter, environ: Mapping[str,
     else:
         reporter.say(f"nothing changed since the last success (fingerprint); {settings.env_file} is current")
     if as_json:
+        import json  # here: the warm call without --json imports no JSON module (support/files.py: _loads)
+
         print(json.dumps(result.to_json(), sort_keys=True))
     else:
         reporter.say(f"ready: flydsl {known(result.version)} ({known(result.how)}) for {known(result.python)}; "

@@ -6,7 +6,7 @@ import os
 import sys
 
 from ensure_flydsl.cli import COMMANDS
-from ensure_flydsl.errors import BadInput, EnsureError, ExitCode, Interrupted, Stage, disk_full_error, interrupted_by
+from ensure_flydsl.errors import BadInput, EnsureError, Interrupted, disk_full_error, interrupted_by
 from ensure_flydsl.result import result_object
 from ensure_flydsl.settings import (
     SETTINGS,
@@ -24,6 +24,8 @@ if TYPE_CHECKING:
     import argparse
     import signal as _signal
     from typing import Dict, List, Optional, Sequence
+
+    from ensure_flydsl.stages import Stage
 else:
     # The C module that ``signal`` wraps: importing ``signal`` builds three enums from it, 3 % of a warm call's
     # instructions, for the two names this module gives itself (_STOP_SIGNALS).  try/except stands for
@@ -51,6 +53,7 @@ def _report_bad_input(exc: BadInput, flags: Dict[str, Optional[str]], environ: D
     path = fail_marker_path(flags, environ)
     if path and os.path.isdir(os.path.dirname(path)):
         from ensure_flydsl.runs.markers import write_failure_marker
+        from ensure_flydsl.stages import Stage
 
         try:
             write_failure_marker(path, stage=Stage.SETTINGS, exit_code=int(exc.code), reason=exc.reason,
@@ -60,6 +63,8 @@ def _report_bad_input(exc: BadInput, flags: Dict[str, Optional[str]], environ: D
 
 
 def format_error(exc: EnsureError, log_tail: List[str], log_path: Optional[str]) -> str:
+    from ensure_flydsl.stages import ExitCode  # here, as in the failure handlers below: a warm call fails nowhere
+
     if exc.code == ExitCode.BAD_INPUT:
         return f"ensure-flydsl: {exc.reason}"  # one line, naming the setting and what is allowed
     stage = f", stage {exc.stage}" if exc.stage else ""
@@ -198,18 +203,25 @@ def _run_command(args: argparse.Namespace, settings: Settings, reporter: Reporte
 
         if isinstance(exc, BrokenPipeError):
             raise
-        refused = access_error(exc, args.command) or disk_full_error(exc, _STAGES.get(args.command))
+        refused = access_error(exc, args.command) or disk_full_error(exc, _stage_of(args.command))
         if refused is None:
             raise
         raise refused from None
 
 
-# The stage a command's own failure is said in (an ensure run says the stage it was in itself).
-_STAGES = {"start": Stage.STARTING, "clean": Stage.CLEAN}
+def _stage_of(command: str) -> Optional[Stage]:
+    """The stage a command's own failure is said in (an ensure run says the stage it was in itself)."""
+    from ensure_flydsl.stages import Stage
+
+    return {"start": Stage.STARTING, "clean": Stage.CLEAN}.get(command)
 
 
 def _report_failure(exc: EnsureError, reporter: Reporter, json_mode: bool) -> int:
-    tail = reporter.tail(20) if exc.code in _BUILD_FAILURES else []
+    from ensure_flydsl.stages import ExitCode
+
+    # The failures of a build step, whose log's last lines say why.
+    build_failures = (ExitCode.FETCH, ExitCode.CHECKOUT, ExitCode.LLVM_BUILD, ExitCode.FLYDSL_BUILD, ExitCode.PROBE)
+    tail = reporter.tail(20) if exc.code in build_failures else []
     if json_mode:
         _json_failure(reporter, failure_object(exc, reporter.log_path), tail)
     else:
@@ -221,6 +233,8 @@ def _report_failure(exc: EnsureError, reporter: Reporter, json_mode: bool) -> in
 
 
 def _report_interrupted(exc: BaseException, reporter: Reporter, json_mode: bool) -> int:
+    from ensure_flydsl.stages import ExitCode
+
     what = exc.description if isinstance(exc, Interrupted) else interrupted_by("SIGINT")
     if json_mode:
         _json_failure(reporter, result_object(exit_code=int(ExitCode.INTERRUPTED), reason=what,
@@ -232,6 +246,8 @@ def _report_interrupted(exc: BaseException, reporter: Reporter, json_mode: bool)
 
 def _internal_error(reporter: Reporter, json_mode: bool = False) -> int:
     import traceback
+
+    from ensure_flydsl.stages import ExitCode
 
     text = traceback.format_exc()
     reporter.build_line(text)
@@ -269,5 +285,3 @@ def _json_failure(reporter: Reporter, data: Dict[str, object], tail: List[str], 
     except BrokenPipeError:
         silence_stdout()  # the exit code and stderr still tell the failure
 
-
-_BUILD_FAILURES = (ExitCode.FETCH, ExitCode.CHECKOUT, ExitCode.LLVM_BUILD, ExitCode.FLYDSL_BUILD, ExitCode.PROBE)

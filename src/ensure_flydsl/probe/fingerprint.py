@@ -30,7 +30,6 @@ this runs on the warm path where every import counts (hashlib alone costs more t
 
 from __future__ import annotations
 
-import json
 import os
 
 from ensure_flydsl.layout import packages_dir
@@ -191,6 +190,8 @@ def same(recorded: object, current: Mapping[str, object]) -> bool:
     """Whether a fingerprint read back from JSON equals one computed now (tuples and lists alike)."""
     if recorded == current:  # the warm call's case, without a copy: lists and dicts compare alike
         return True
+    import json  # here: the warm call's fingerprints are equal without it
+
     return bool(recorded == json.loads(json.dumps(current)))
 
 

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import errno
 import os
-import shlex
 
-from ensure_flydsl.errors import FAILURE_CODES, Stage
 from ensure_flydsl.result import LINK_MODES, How, TreeIdentity
 from ensure_flydsl.settings_table import Request
 from ensure_flydsl.support import fields
@@ -23,6 +21,8 @@ from ensure_flydsl.version import __version__
 TYPE_CHECKING = False  # typing is for the type checker only: not imported on the warm call's path
 if TYPE_CHECKING:
     from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+
+    from ensure_flydsl.stages import Stage
 
 
 def env_mapping(
@@ -40,6 +40,21 @@ def env_mapping(
     return env
 
 
+# shlex.quote's safe characters (its pattern: [^\w@%+=:,./-] under re.ASCII; 3.13's: the same set, spelled out).
+_SAFE = frozenset("%+,-./0123456789:=@ABCDEFGHIJKLMNOPQRSTUVWXYZ_abcdefghijklmnopqrstuvwxyz")
+
+
+def _quote(text: str) -> str:
+    """``shlex.quote(text)``, without shlex: the warm call compares the env file with its text, and shlex imports
+    ``re`` and compiles its pattern at import, 1 % of the call.  tests/unit/test_env_quote.py holds it to
+    shlex.quote."""
+    if not text:
+        return "''"
+    if _SAFE.issuperset(text):
+        return text
+    return "'" + text.replace("'", "'\"'\"'") + "'"
+
+
 def render_env_sh(root: str, prepend: Sequence[str], shim_dir: Optional[str], vllm_moe: bool) -> str:
     """The env file's text: POSIX sh, every value single-quoted, the caller's PYTHONPATH kept at the end.
 
@@ -47,17 +62,17 @@ def render_env_sh(root: str, prepend: Sequence[str], shim_dir: Optional[str], vl
     it twice changes nothing: the tree's folders are taken out of the caller's PYTHONPATH before they are
     put first (``case`` and ``${var%%pattern}`` with the folder quoted, so it is matched literally).
     """
-    quoted_path = ":".join(shlex.quote(p) for p in prepend) if prepend else "''"
+    quoted_path = ":".join(_quote(p) for p in prepend) if prepend else "''"
     lines = [
         "# flydsl_env.sh: written by ensure-flydsl " + __version__ + ". Source it: . ./flydsl_env.sh",
         "# Every value is quoted literally; the caller's PYTHONPATH is kept after the tree's folders.",
-        f"export FLYDSL_ROOT={shlex.quote(root)}",
+        f"export FLYDSL_ROOT={_quote(root)}",
     ]
     folders = [p for p in prepend if p]
     if folders:
         lines += [
             '_ensure_flydsl_pp=":${PYTHONPATH:-}:"',
-            f"for _ensure_flydsl_d in {' '.join(shlex.quote(p) for p in folders)}; do",
+            f"for _ensure_flydsl_d in {' '.join(_quote(p) for p in folders)}; do",
             '  while :; do case "$_ensure_flydsl_pp" in',
             '    *":$_ensure_flydsl_d:"*) _ensure_flydsl_pp=${_ensure_flydsl_pp%%":$_ensure_flydsl_d:"*}'
             ':${_ensure_flydsl_pp#*":$_ensure_flydsl_d:"} ;;',
@@ -72,7 +87,7 @@ def render_env_sh(root: str, prepend: Sequence[str], shim_dir: Optional[str], vl
     else:
         lines.append(f'export PYTHONPATH={quoted_path}"${{PYTHONPATH:+:${{PYTHONPATH}}}}"')
     if shim_dir is not None:
-        lines.append(f"export FLYDSL_SHIM_DIR={shlex.quote(shim_dir)}")
+        lines.append(f"export FLYDSL_SHIM_DIR={_quote(shim_dir)}")
     if vllm_moe:
         lines.append("export VLLM_USE_FLYDSL_MOE=1")
     return "\n".join(lines) + "\n"
@@ -217,6 +232,8 @@ class Failure(Frozen):
         a failed run records (errors.FAILURE_CODES: never 0 or 75, which `wait` would pass on as success or
         "still running"), the stage a string or null (a name this version does not know reads as null), the
         reason a string."""
+        from ensure_flydsl.stages import FAILURE_CODES, Stage  # here: the warm call reads no failure
+
         if not isinstance(data, dict):
             return None
         code, stage, reason = fields.integer(data.get("exit_code")), data.get("stage"), data.get("reason", "")

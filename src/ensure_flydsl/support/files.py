@@ -3,7 +3,6 @@ generic file moves: a folder moved aside, a tree removed, a folder's entries flu
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 
@@ -54,6 +53,8 @@ def move_into_place(tmp: str, path: str, mode: int = 0o644) -> None:
 
 def json_bytes(obj: object) -> bytes:
     """The tool's JSON files as written: indented, keys sorted, one final line break."""
+    import json  # here: the warm call writes nothing, and json costs it a twentieth (see _loads)
+
     return (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode()
 
 
@@ -123,10 +124,48 @@ def read_json(path: str) -> Optional[Dict[str, object]]:
     if raw is None:
         return None
     try:
-        data = json.loads(raw.decode())
+        data = _loads(raw.decode())
     except (ValueError, RecursionError):
         return None
     return data if isinstance(data, dict) else None
+
+
+class _Decoder:
+    """What ``_json``'s scanner reads from its decoder: ``json.JSONDecoder()``'s defaults (``array_hook``: 3.15's)."""
+
+    strict = True
+    object_hook = object_pairs_hook = array_hook = None
+    parse_float = float
+    parse_int = int
+    parse_constant = {"-Infinity": float("-inf"), "Infinity": float("inf"), "NaN": float("nan")}.__getitem__
+
+
+_WHITESPACE = " \t\n\r"  # json.decoder's WHITESPACE
+
+
+def _loads(text: str) -> object:
+    """``json.loads(text)``, without importing ``json``: the warm call reads the twin, and ``json`` imports ``re``
+    and compiles six patterns at import, a twentieth of the call (tests/scenarios/test_warm_imports.py).  It is
+    json's own decoding: the C scanner its default decoder uses, with the same defaults, the same whitespace
+    around the value and the same refusals (a BOM, no value, extra data: ValueError, as json.JSONDecodeError
+    is).  Without the C scanner (another implementation of Python), json itself."""
+    try:
+        from _json import make_scanner
+
+        scan = make_scanner(_Decoder())  # type: ignore[arg-type]  # the attributes the scanner reads
+    except (ImportError, AttributeError, TypeError):
+        import json
+
+        return json.loads(text)
+    if text.startswith("\ufeff"):
+        raise ValueError("Unexpected UTF-8 BOM (decode using utf-8-sig)")
+    try:
+        data, end = scan(text, len(text) - len(text.lstrip(_WHITESPACE)))
+    except StopIteration:
+        raise ValueError("Expecting value") from None
+    if text[end:].lstrip(_WHITESPACE):
+        raise ValueError("Extra data")
+    return data
 
 
 def file_path_problem(path: str, *, symlink_ok: bool) -> Optional[str]:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import enum
 import os
 import re
-import shlex
 import sys
 
 TYPE_CHECKING = False  # typing is for the type checker only: not imported on the warm call's path
@@ -65,6 +64,8 @@ def _uv_source() -> str:
             receipt = handle.read(1 << 16)
     except OSError:
         return "ensure-flydsl"
+    import shlex  # here: the GEAK folder's warm call imports this module for set_launcher alone
+
     found = re.search(r'name\s*=\s*"ensure-flydsl"[^}\n]*?(?:directory|path|editable)\s*=\s*"([^"\n]+)"', receipt)
     return f"--from {shlex.quote(found.group(1))} ensure-flydsl" if found else "ensure-flydsl"
 
@@ -84,6 +85,8 @@ def extra_remedy(extra: str, instead: str) -> str:
     elif route == Route.PIPX:
         how = f"pipx inject ensure-flydsl {quoted}"
     else:
+        import shlex
+
         how = f"{shlex.quote(sys.executable)} -m pip install {quoted}"
     return f"install the '{extra}' extra into the tool's environment: {how}; or {instead}"
 

@@ -13,7 +13,6 @@ can show them with the log's path.  When our stream already is the log (the bash
 from __future__ import annotations
 
 import collections
-import json
 import os
 import time
 
@@ -157,6 +156,8 @@ class Reporter:
             self._write(line + "\n")
 
     def _emit(self, event: dict) -> None:  # type: ignore[type-arg]
+        import json  # here: only --json writes events, and the warm call without it reads no JSON module
+
         self._write(json.dumps(event, sort_keys=True) + "\n")
 
     def _write(self, text: str) -> bool:
