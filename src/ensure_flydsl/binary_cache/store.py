@@ -306,8 +306,6 @@ __all__ = ["CacheCorrupt", "CacheError", "CacheUnreachable", "FolderStore", "Fss
 
 def open_store(location: str) -> Store:
     """A folder path (or ``file://`` URL) gives a FolderStore; any other URL an FsspecStore."""
-    if location.startswith("file://"):
-        return FolderStore(location[len("file://"):])
-    if "://" in location:
-        return FsspecStore(location)
-    return FolderStore(location)
+    if location.startswith("file://") or "://" not in location:
+        return FolderStore(location.removeprefix("file://"))
+    return FsspecStore(location)
