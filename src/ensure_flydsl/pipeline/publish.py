@@ -15,6 +15,7 @@ from ensure_flydsl.probe.interpreter import probe_modules, run_probe
 from ensure_flydsl.probe.results import Probe
 from ensure_flydsl.result import Action, How, Result
 from ensure_flydsl.runs import markers
+from ensure_flydsl.runs.answer import roots_sharing_marker, sharing_advice
 from ensure_flydsl.runs.liveness import marker_is_answered
 from ensure_flydsl.runs.markers import marker_unwritten, tail_of
 from ensure_flydsl.runs.records import RunStore
@@ -42,6 +43,16 @@ def withdraw_stale_markers(settings: Settings, say: Callable[[str], None]) -> No
     if why is not None:
         markers.withdraw_env_file(settings.env_file, settings.env_json)
         say(f"took away {settings.env_file}: {why}")
+
+
+def check_markers(settings: Settings, say: Callable[[str], None]) -> None:
+    """The markers, as a run begins to decide: stale ones withdrawn (:func:`withdraw_stale_markers`), and a
+    note when other roots of this folder report to the same failure marker (one's poller sees the other's
+    failures)."""
+    withdraw_stale_markers(settings, say)
+    sharing = roots_sharing_marker(settings)
+    if sharing:
+        say("note: " + sharing_advice(settings, sharing))
 
 
 def withdraw_if_untrue(run: Run, decision: Decision) -> None:

@@ -13,13 +13,12 @@ from ensure_flydsl.errors import EnsureError, ExitCode, Stage, disk_full_error
 from ensure_flydsl.pipeline.decide import check_provisionable, decide, preflight
 from ensure_flydsl.pipeline.lock import build_lock
 from ensure_flydsl.pipeline.provision import provision
-from ensure_flydsl.pipeline.publish import publish, record_failure, withdraw_if_untrue, withdraw_stale_markers
+from ensure_flydsl.pipeline.publish import check_markers, publish, record_failure, withdraw_if_untrue
 from ensure_flydsl.pipeline.store_way import linked_tree_problem, repair_linked_tree
 from ensure_flydsl.pipeline.timing import keep_timing
 from ensure_flydsl.pipeline.warm import try_warm
 from ensure_flydsl.probe.gate import same_folder
 from ensure_flydsl.result import Action, How, Result
-from ensure_flydsl.runs.answer import roots_sharing_marker, sharing_advice
 from ensure_flydsl.runs.heartbeat import Heartbeat, heartbeat_interval
 from ensure_flydsl.runs.twin_gate import installed, installed_line
 from ensure_flydsl.support.processes import unblock_stop_signals
@@ -75,10 +74,7 @@ def _ensure(run: Run) -> Result:
     with run.step(Stage.PROBE):
         # --verify of a good tree writes nothing and takes no lock (as `verify`): its paths are checked below.
         run.interpreter = preflight(settings, run.environ, writes=not settings.verify)
-        withdraw_stale_markers(settings, run.say)
-        sharing = roots_sharing_marker(settings)
-        if sharing:
-            run.say("note: " + sharing_advice(settings, sharing))
+        check_markers(settings, run.say)
         damaged = linked_tree_problem(run)  # an edit through a hardlink, or (--verify) any file not the store's
         decision = decide(run) if damaged is None else Decision(False, damaged)
     if decision.ok:
