@@ -19,6 +19,7 @@ from ensure_flydsl.runs.answer import roots_sharing_marker, sharing_advice
 from ensure_flydsl.runs.liveness import marker_is_answered
 from ensure_flydsl.runs.markers import marker_unwritten, tail_of
 from ensure_flydsl.runs.records import RunStore
+from ensure_flydsl.runs.twin_gate import installed, installed_line
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.source.root import Stamps, claim_root, is_ours
 from ensure_flydsl.support.files import read_regular, remove_file
@@ -149,7 +150,20 @@ def _read_text(path: str) -> Optional[str]:
 
 def record_failure(run: Run, exc: BaseException) -> BaseException:
     """Write the failure marker for this run (any failure, Ctrl-C included); return the failure to raise:
-    ``exc``, or a copy of it whose reason says that the marker could not be written."""
+    ``exc``, or for an EnsureError a copy of it that names the run, how long it ran and what the root's env
+    file still holds (said when that does not answer this request), its reason saying when the marker could
+    not be written."""
+    failure = _write_failure_marker(run, exc)
+    if not isinstance(failure, EnsureError):
+        return failure
+    still = installed(run.settings.root, run.settings.request(), run.environ.get("PATH"))
+    if still is not None and not still.get("answers"):
+        run.say(installed_line(still))
+    return failure.of_run(run.run_id, round(run.elapsed(), 3), still)
+
+
+def _write_failure_marker(run: Run, exc: BaseException) -> BaseException:
+    """The failure marker written; ``exc``, or a copy of it whose reason says that it could not be."""
     settings = run.settings
     code = exit_code_of(exc)
     if isinstance(exc, EnsureError):

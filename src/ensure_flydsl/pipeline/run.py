@@ -20,7 +20,6 @@ from ensure_flydsl.pipeline.warm import try_warm
 from ensure_flydsl.probe.gate import same_folder
 from ensure_flydsl.result import Action, How, Result
 from ensure_flydsl.runs.heartbeat import Heartbeat, heartbeat_interval
-from ensure_flydsl.runs.twin_gate import installed, installed_line
 from ensure_flydsl.support.processes import unblock_stop_signals
 from ensure_flydsl.ways import provisions
 from ensure_flydsl.ways.context import Decision, Run
@@ -37,11 +36,6 @@ def ensure_run(run: Run) -> Result:
             raise
         keep_timing(run, None, exc)
         failure = record_failure(run, exc)
-        if isinstance(failure, EnsureError):
-            still = installed(run.settings.root, run.settings.request(), run.environ.get("PATH"))
-            if still is not None and not still.get("answers"):
-                run.say(installed_line(still))
-            failure = failure.of_run(run.run_id, round(run.elapsed(), 3), still)
         if failure is exc:
             raise
         raise failure from exc
