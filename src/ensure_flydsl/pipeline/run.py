@@ -8,6 +8,7 @@ step, a run that has shown nothing for 30 s says where it is (``runs/heartbeat.p
 from __future__ import annotations
 
 import contextlib
+from typing import Union
 
 from ensure_flydsl.errors import EnsureError, ExitCode, Stage, disk_full_error
 from ensure_flydsl.pipeline.decide import check_provisionable, decide, preflight
@@ -29,22 +30,28 @@ __all__ = ["Result", "Run", "ensure_run"]
 
 def ensure_run(run: Run) -> Result:
     try:
-        with Heartbeat(run.reporter, run.pulse, heartbeat_interval(run.environ)):
-            result = _tracked(run)
-    except BaseException as exc:
-        if isinstance(exc, (SystemExit, GeneratorExit)):
-            raise
-        keep_timing(run, None, exc)
-        failure = record_failure(run, exc)
-        if failure is exc:
-            raise
-        raise failure from exc
-    else:
-        keep_timing(run, result, None)
-        run.tracker.succeeded(result.to_json())
-        return result
+        outcome = _outcome(run)
+        keep_timing(run, outcome)  # succeeded or failed, before the run's final record and its failure marker
+        if isinstance(outcome, Result):
+            run.tracker.succeeded(outcome.to_json())
+            return outcome
+        failure = record_failure(run, outcome)
+        if failure is outcome:
+            raise outcome
+        raise failure from outcome
     finally:
         run.tracker.close()  # last: a waiter that sees the run end finds its final state written
+
+
+def _outcome(run: Run) -> Union[Result, BaseException]:
+    """The run under its heartbeat: its result, or the failure it ended with (an exit goes on up as it is)."""
+    try:
+        with Heartbeat(run.reporter, run.pulse, heartbeat_interval(run.environ)):
+            return _tracked(run)
+    except (SystemExit, GeneratorExit):
+        raise
+    except BaseException as exc:
+        return exc
 
 
 def _tracked(run: Run) -> Result:

@@ -10,7 +10,7 @@ fingerprint is a run, and its way is ``warm``.
 from __future__ import annotations
 
 import time
-from typing import Optional
+from typing import Optional, Union
 
 from ensure_flydsl.errors import EnsureError, Stage, exit_code_of
 from ensure_flydsl.layout import host_cache_dir, timings_dir
@@ -32,8 +32,10 @@ def way_of(result: Optional[Result]) -> str:
     return {Action.WARM: timings.WARM, Action.VERIFIED: timings.VERIFIED}.get(result.action, timings.REUSED)
 
 
-def timing_record(run: Run, result: Optional[Result], error: Optional[BaseException]) -> timings.TimingRecord:
-    """What ``run`` took, as it ends with ``result`` or ``error``."""
+def timing_record(run: Run, outcome: Union[Result, BaseException]) -> timings.TimingRecord:
+    """What ``run`` took, as it ends: with its result, or with a failure."""
+    result = outcome if isinstance(outcome, Result) else None
+    error = None if isinstance(outcome, Result) else outcome
     ended = time.time()
     stage: Optional[Stage] = None
     if error is not None:
@@ -53,8 +55,8 @@ def timing_record(run: Run, result: Optional[Result], error: Optional[BaseExcept
     )
 
 
-def keep_timing(run: Run, result: Optional[Result], error: Optional[BaseException]) -> None:
+def keep_timing(run: Run, outcome: Union[Result, BaseException]) -> None:
     """Write the run's timing record into the host's folder (best effort: never the run's failure)."""
-    record = timing_record(run, result, error)
+    record = timing_record(run, outcome)
     folder = host_cache_dir(run.environ)
     timings.keep(None if folder is None else timings_dir(folder), record)
