@@ -11,7 +11,6 @@ removed from the store and fetched or built instead."""
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from typing import Dict, List, Optional
 
@@ -31,9 +30,8 @@ from ensure_flydsl.support.files import remove_tree, rename_into_place
 from ensure_flydsl.support.processes import CommandFailed
 from ensure_flydsl.ways import Way, tries
 from ensure_flydsl.ways.base import Early, Provider
-from ensure_flydsl.ways.cache.provider import repo_identity
 from ensure_flydsl.ways.context import Decision, Run
-from ensure_flydsl.ways.tree import prepare_build_dir, verify_tree
+from ensure_flydsl.ways.tree import TreeIdentity, prepare_build_dir, verify_tree
 
 ORIGINS = {How.RELEASED: "release", How.BUILT: "source", How.CACHED: "source"}
 
@@ -88,7 +86,7 @@ def give_git_objects(run: Run, shared: str, commit: str) -> None:
 def store_key(run: Run, commit: str, origin: str, release: Optional[str], root: Optional[str] = None) -> str:
     """The key of a tree of ``commit`` for the run's interpreter from ``origin`` ("release" of version
     ``release``, or "source"); ``root`` when the tree holds its root's path."""
-    return _key(_tree_identity(run, commit), origin, _made_from(run, origin, release), root)
+    return TreeIdentity.of(run, commit).store_key(origin, _made_from(run, origin, release), root)
 
 
 def lookup_keys(run: Run, commit: str, release: Optional[str]) -> List[str]:
@@ -98,29 +96,14 @@ def lookup_keys(run: Run, commit: str, release: Optional[str]) -> List[str]:
     origins = ["release"] if release is not None and tries(strategy, Way.RELEASE) else []
     if tries(strategy, Way.SOURCE):
         origins.append("source")
-    identity = _tree_identity(run, commit)
-    keys = []
-    for origin in origins:
-        made_from = _made_from(run, origin, release)
-        keys += [_key(identity, origin, made_from, None), _key(identity, origin, made_from, root)]
-    return keys
-
-
-def _tree_identity(run: Run, commit: str) -> Dict[str, object]:
-    """What every key of a tree of ``commit`` for the run's interpreter holds, whatever its origin: the
-    repository (as ``repo_identity`` names it), the commit, the interpreter's ABI and platform."""
-    return {"format": 1, "repo": repo_identity(run.settings.repo), "commit": commit, "abi": run.interpreter.abi,
-            "platform": run.interpreter.platform}
+    made_from = {origin: _made_from(run, origin, release) for origin in origins}
+    identity = TreeIdentity.of(run, commit)
+    return [identity.store_key(origin, made_from[origin], where) for origin in origins for where in (None, root)]
 
 
 def _made_from(run: Run, origin: str, release: Optional[str]) -> Optional[str]:
     """What a tree of ``origin`` was made from: the release's version, or the MLIR a source build used."""
     return release if origin == "release" else run.settings.mlir_path
-
-
-def _key(identity: Dict[str, object], origin: str, made_from: Optional[str], root: Optional[str]) -> str:
-    key = {**identity, "origin": origin, "made_from": made_from, "root": root}
-    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:48]
 
 
 def interpreter_fingerprint(run: Run) -> Optional[Dict[str, object]]:

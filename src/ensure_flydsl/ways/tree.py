@@ -1,11 +1,16 @@
-"""What every provider does to the tree it makes: prepare ``build-fly``, byte-compile, verify with the probe."""
+"""What a tree is and what every provider does to the tree it makes: its identity on every host (the binary
+cache's fields and the host store's keys), prepare ``build-fly``, byte-compile, verify with the probe."""
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import hashlib
+import json
 import os
+import re
 import subprocess
-from typing import Iterator, List, Mapping, Optional, Tuple
+from typing import Dict, Iterator, List, Mapping, Optional, Tuple
 
 from ensure_flydsl.errors import EnsureError, ExitCode, Stage
 from ensure_flydsl.layout import build_dir, build_made_record, packages_dir, tree_folders
@@ -18,6 +23,43 @@ from ensure_flydsl.support.files import move_aside
 from ensure_flydsl.support.processes import kill_and_reap, spawn
 from ensure_flydsl.ways.base import Early
 from ensure_flydsl.ways.context import Decision, Run
+
+
+def repo_identity(repo: str) -> str:
+    """The repository as a name every host agrees on: host and path, no scheme, no ``.git``, no user."""
+    text = repo.strip().rstrip("/")
+    text = re.sub(r"^[a-z][a-z0-9+.-]*://", "", text)  # https://, ssh://, file://
+    text = re.sub(r"^[^@/]+@", "", text)  # user@ of ssh and scp-like addresses
+    text = re.sub(r"^([^/:]+):(?!\d)", r"\1/", text)  # scp-like host:path
+    text = text[:-4] if text.endswith(".git") else text
+    host, _, path = text.partition("/")
+    return (host.lower() + "/" + path) if path else host.lower()
+
+
+@dataclasses.dataclass(frozen=True)
+class TreeIdentity:
+    """What identifies a tree of one commit for one interpreter on every host, whatever way made it: the
+    repository (as :func:`repo_identity` names it), the commit, the interpreter's ABI and platform.  The binary
+    cache's key fields (ways/cache/provider.py: tree_fields) and the host store's keys are made from it."""
+
+    repo: str
+    commit: str
+    abi: str
+    platform: str
+
+    @classmethod
+    def of(cls, run: Run, commit: str) -> "TreeIdentity":
+        return cls(repo=repo_identity(run.settings.repo), commit=commit, abi=run.interpreter.abi,
+                   platform=run.interpreter.platform)
+
+    def fields(self) -> Dict[str, object]:
+        return {"repo": self.repo, "commit": self.commit, "abi": self.abi, "platform": self.platform}
+
+    def store_key(self, origin: str, made_from: Optional[str], root: Optional[str]) -> str:
+        """The host store's key of this tree from ``origin`` ("release" or "source"), made from ``made_from``
+        (the release's version, or the MLIR a build used), ``root`` when the tree holds its root's path."""
+        key = {**self.fields(), "format": 1, "origin": origin, "made_from": made_from, "root": root}
+        return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:48]
 
 
 def probe_tree(run: Run, prefix: List[str], warm: Optional[EarlyProbe] = None) -> Probe:
