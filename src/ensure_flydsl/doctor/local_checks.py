@@ -56,9 +56,7 @@ def check_marker_sharing(settings: Settings) -> Check:
     if not sharing:
         return passed("fail-marker", f"{settings.fail_marker} is this root's alone", Stage.SETTINGS)
     advice = sharing_advice(settings, sharing)
-    problem, remedy = advice.split("; give each root its own, ")
-    return Check(name="fail-marker", status=WRONG, detail=problem,
-                 remedy="give each root its own FLYDSL_BUILD_FAILED, " + remedy, blocking=False,
+    return Check(name="fail-marker", status=WRONG, detail=advice.problem, remedy=advice.remedy, blocking=False,
                  stage=Stage.SETTINGS)
 
 

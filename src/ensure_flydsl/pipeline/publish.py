@@ -53,7 +53,7 @@ def check_markers(settings: Settings, say: Callable[[str], None]) -> None:
     withdraw_stale_markers(settings, say)
     sharing = roots_sharing_marker(settings)
     if sharing:
-        say("note: " + sharing_advice(settings, sharing))
+        say(f"note: {sharing_advice(settings, sharing)}")
 
 
 def withdraw_if_untrue(run: Run, decision: Decision) -> None:

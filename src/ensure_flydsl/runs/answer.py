@@ -119,9 +119,23 @@ def roots_sharing_marker(settings: Settings) -> List[str]:
             if any(r.fail_marker == settings.fail_marker for r in RunStore(other).records())]
 
 
-def sharing_advice(settings: Settings, sharing: List[str]) -> str:
+@dataclasses.dataclass(frozen=True)
+class SharingAdvice:
+    """Other roots of this folder report to this root's failure marker: what that means (``problem``) and the
+    setting that gives this root a marker of its own (``remedy``); the run's note and the doctor's check are
+    made from it."""
+
+    problem: str
+    remedy: str
+
+    def __str__(self) -> str:
+        return f"{self.problem}; {self.remedy}"
+
+
+def sharing_advice(settings: Settings, sharing: List[str]) -> SharingAdvice:
     shown = ", ".join(sharing[:3]) + (" ..." if len(sharing) > 3 else "")
     name = os.path.basename(settings.root)
-    return (f"the root(s) {shown} report to the same failure marker {settings.fail_marker}: a file poller of one "
-            f"sees the other's failures; give each root its own, e.g. "
-            f"FLYDSL_BUILD_FAILED={os.path.join(settings.base_dir, '.flydsl_build.' + name + '.failed')}")
+    own = os.path.join(settings.base_dir, ".flydsl_build." + name + ".failed")
+    return SharingAdvice(problem=f"the root(s) {shown} report to the same failure marker {settings.fail_marker}: "
+                                 f"a file poller of one sees the other's failures",
+                         remedy=f"give each root its own FLYDSL_BUILD_FAILED, e.g. FLYDSL_BUILD_FAILED={own}")
