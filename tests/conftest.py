@@ -83,6 +83,22 @@ def fixture_repo(tmp_path_factory: pytest.TempPathFactory) -> FixtureRepo:
     return make_repo(str(tmp_path_factory.mktemp("upstream") / "FlyDSL.git"))
 
 
+@pytest.fixture(scope="session")
+def project_wheel(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """This checkout built once as a wheel (``pip wheel --no-deps``, the build a user's ``pip install .`` runs
+    first), for the tests that install the tool into a venv of their own: each of them built it again before,
+    a build backend fetched and run per test."""
+    import glob
+    import subprocess
+    import sys
+
+    out = str(tmp_path_factory.mktemp("wheel"))
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--disable-pip-version-check", "--no-deps", "-w", out,
+                    os.path.dirname(TESTS_DIR)], check=True, cwd=out)
+    (wheel,) = glob.glob(os.path.join(out, "ensure_flydsl-*.whl"))
+    return wheel
+
+
 @pytest.fixture(autouse=True)
 def _never_touch_the_real_default_root() -> Iterator[None]:
     before = os.path.exists(REAL_DEFAULT_BASE)

@@ -23,8 +23,6 @@ from tests.helpers.s3_server import S3Server
 from tests.helpers.scenario import assert_one_tree, ensure_json
 from tests.helpers.workspace import Workspace
 
-PROJECT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
 
 @pytest.fixture
 def keys(tmp_path: "os.PathLike[str]") -> Dict[str, Tuple[str, str]]:
@@ -280,12 +278,13 @@ def test_signed_entries_in_s3(tmp_path: "os.PathLike[str]", fixture_repo: Fixtur
 
 @pytest.mark.index
 def test_without_the_signing_extra_a_key_is_bad_input_naming_the_remedy(tmp_path: "os.PathLike[str]",
-                                                                         keys: Dict[str, Tuple[str, str]]) -> None:
+                                                                         keys: Dict[str, Tuple[str, str]],
+                                                                         project_wheel: str) -> None:
     """A venv with the tool and its dependencies only (`pip install ensure-flydsl`): no cryptography."""
     venv = os.path.join(str(tmp_path), "venv")
     subprocess.run([sys.executable, "-m", "venv", venv], check=True)
     python = os.path.join(venv, "bin", "python")
-    out = subprocess.run([python, "-m", "pip", "install", "-q", "--disable-pip-version-check", PROJECT],
+    out = subprocess.run([python, "-m", "pip", "install", "-q", "--disable-pip-version-check", project_wheel],
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False, cwd=str(tmp_path))
     assert out.returncode == 0, out.stdout[-3000:]
     lacks = subprocess.run([python, "-c", "import cryptography"], stderr=subprocess.PIPE, check=False)
