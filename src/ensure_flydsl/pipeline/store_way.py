@@ -29,9 +29,9 @@ from ensure_flydsl.result import How
 from ensure_flydsl.source.ownership import recording
 from ensure_flydsl.support.files import remove_tree, rename_into_place
 from ensure_flydsl.support.processes import CommandFailed
+from ensure_flydsl.support.urls import repo_identity
 from ensure_flydsl.ways import Way, tries
 from ensure_flydsl.ways.base import Early, Provider
-from ensure_flydsl.ways.cache.provider import repo_identity
 from ensure_flydsl.ways.context import Decision, Run
 from ensure_flydsl.ways.tree import prepare_build_dir, verify_tree
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import glob
 import os
-import re
 from typing import Dict, Mapping, Optional, Tuple
 
 from ensure_flydsl.binary_cache.entries import (
@@ -31,7 +30,7 @@ from ensure_flydsl.source.llvm_inputs import checkout_llvm_inputs
 from ensure_flydsl.source.ownership import recording
 from ensure_flydsl.support import faults
 from ensure_flydsl.support.files import file_sha256, remove_tree
-from ensure_flydsl.support.urls import shown_location
+from ensure_flydsl.support.urls import repo_identity, shown_location
 from ensure_flydsl.ways import Way
 from ensure_flydsl.ways.base import Early, Provider
 from ensure_flydsl.ways.cache.trust import choose_entry, publish_note, say_once, signers
@@ -43,17 +42,6 @@ def llvm_label(key: Mapping[str, object]) -> str:
     """The LLVM commit of an MLIR key, short, for messages (a key always has one: llvm_inputs.py)."""
     commit = key.get("llvm_commit")
     return commit[:12] if isinstance(commit, str) else "(commit unknown)"
-
-
-def repo_identity(repo: str) -> str:
-    """The repository as a name every host agrees on: host and path, no scheme, no ``.git``, no user."""
-    text = repo.strip().rstrip("/")
-    text = re.sub(r"^[a-z][a-z0-9+.-]*://", "", text)  # https://, ssh://, file://
-    text = re.sub(r"^[^@/]+@", "", text)  # user@ of ssh and scp-like addresses
-    text = re.sub(r"^([^/:]+):(?!\d)", r"\1/", text)  # scp-like host:path
-    text = text[:-4] if text.endswith(".git") else text
-    host, _, path = text.partition("/")
-    return (host.lower() + "/" + path) if path else host.lower()
 
 
 def open_run_cache(run: Run) -> Optional[Cache]:
