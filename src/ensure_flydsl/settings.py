@@ -12,7 +12,6 @@ before any command writes it; checks that need more (the interpreter runs, the r
 from __future__ import annotations
 
 import os
-import re
 
 from ensure_flydsl import layout
 from ensure_flydsl.errors import BadInput
@@ -108,6 +107,8 @@ from ensure_flydsl.settings_table import (
 )
 from ensure_flydsl.support.frozen import Frozen, field
 
+# re is imported where a value is matched: the warm call imports none (under python3 -E -S, as the GEAK folder
+# runs the tool, its import costs as much as the interpreter's start: tests/scenarios/test_warm_imports.py)
 TYPE_CHECKING = False  # typing is for the type checker only: not imported on the warm call's path
 if TYPE_CHECKING:
     from typing import Callable, Dict, List, Mapping, Optional, Tuple
@@ -269,8 +270,11 @@ def _own_folders(settings: Settings, text: Callable[..., str],
     host = layout.host_cache_dir(environ)
     if host is not None:
         folders.append((host, f"{host}, the tool's own folder for this host (ETA history)", own))
-    if settings.cache is not None and not re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", settings.cache):
-        folders.append((settings.cache, f"{text('cache')} (the binary cache)", "a path outside the cache"))
+    if settings.cache is not None:
+        import re
+
+        if not re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", settings.cache):
+            folders.append((settings.cache, f"{text('cache')} (the binary cache)", "a path outside the cache"))
     return folders
 
 
