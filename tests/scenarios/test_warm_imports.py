@@ -22,12 +22,13 @@ from tests.helpers.workspace import Workspace
 # Never on the warm path: what a full run (processes, threads, locks, copies), a parser, dataclasses, typing,
 # the signal module (main takes the handlers from _signal), contextlib, or a failure (a full disk, a fault point,
 # the exit codes and stages: stages.py, whose enums errors.py gives at their first use), or shlex (the env file's
-# quoting is shlex.quote's rule without the module: runs/markers.py, _quote).
+# quoting is shlex.quote's rule without the module: runs/markers.py, _quote), or the command table (cli/commands.py:
+# main dispatches the default command to its handler by name).
 NOT_WARM = {"dataclasses", "inspect", "argparse", "gettext", "subprocess", "threading", "shutil", "filelock",
             "packaging", "tempfile", "hashlib", "typing", "signal", "contextlib", "collections.abc", "select",
             "traceback", "socket", "ensure_flydsl.pipeline.run", "ensure_flydsl.pipeline.provision",
             "ensure_flydsl.runs.twin_gate", "ensure_flydsl.cli.parser", "ensure_flydsl.support.space",
-            "ensure_flydsl.support.faults", "ensure_flydsl.stages",
+            "ensure_flydsl.support.faults", "ensure_flydsl.stages", "ensure_flydsl.cli.commands",
             "shlex"}
 # Nor, without --json (which prints its result with json), the json package: the twin is read with json's own
 # C scanner (support/files.py: _loads), json's import costing a twentieth of the call.
