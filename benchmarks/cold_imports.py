@@ -28,11 +28,12 @@ import tempfile
 import time
 from typing import Dict, List, Sequence, Tuple
 
-from common import Runner, check, describe_machine, median, say, table
+from common import PROJECT, Runner, check, describe_machine, median, say, table
 from geak_folder import before_tool
 
-from tests.helpers.flydsl_fixture import make_repo
-from tests.helpers.workspace import Workspace
+sys.path.append(os.path.join(PROJECT, "src"))  # the tests' helpers import the package (an installed one first)
+from tests.helpers.flydsl_fixture import make_repo  # noqa: E402
+from tests.helpers.workspace import Workspace  # noqa: E402
 
 # (label, the tool's arguments) in the order a round runs them.
 COMMANDS: Sequence[Tuple[str, Sequence[str]]] = (
