@@ -9,6 +9,7 @@ import os
 
 from ensure_flydsl.errors import BadInput
 from ensure_flydsl.support.fields import SHORT_TEXT_MAX, short_text
+from ensure_flydsl.support.names import module_name, pin_text
 
 # re is imported where a value is matched: the warm call imports none (under python3 -E -S, as the GEAK folder
 # runs the tool, its import costs as much as the interpreter's start: tests/scenarios/test_warm_imports.py)
@@ -44,12 +45,6 @@ ROOT_ROOM = 1024
 # checks its paths for them (compiling the pattern alone cost 0.36 M instructions, 0.3 % of a warm call).
 _CONTROL = frozenset(map(chr, (*range(0x20), 0x7F)))
 # Patterns compiled at first use (re caches them): only a setting that is given needs its own.
-_MODULE = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*\Z"
-_PIN = r"^[A-Za-z0-9_][A-Za-z0-9._/+-]{0,254}\Z"
-_NAME_FIRST = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_")
-_NAME_REST = _NAME_FIRST | frozenset("0123456789")
-_PIN_FIRST = _NAME_REST
-_PIN_REST = _PIN_FIRST | frozenset("./+-")
 _URL_SCHEMES = ("https://", "http://", "ssh://", "git://", "file://")
 _SCP_LIKE = r"^[A-Za-z0-9_.+-]+@[A-Za-z0-9_.-]+:[^-]"
 _HELPER = r"^[A-Za-z][A-Za-z0-9+.-]*::"  # git's remote helpers: "ext::cmd", "fd::0"
@@ -138,15 +133,9 @@ def release_at_least(version: str, floor: str) -> bool:
     return Version(".".join(map(str, have))) >= Version(".".join(map(str, need)))
 
 
-def _pin_text(value: str) -> bool:
-    """``re.match(_PIN, value)`` without re (the warm call's settings parse the pin; tests/unit/test_pin_text.py
-    holds the two equal)."""
-    return 0 < len(value) <= 255 and value[0] in _PIN_FIRST and all(c in _PIN_REST for c in value[1:])
-
-
 def parse_pin(name: str, value: str) -> str:
     if (
-        not _pin_text(value)
+        not pin_text(value)
         or ".." in value
         or "//" in value
         or "@{" in value
@@ -208,16 +197,9 @@ def parse_bool(name: str, value: str) -> bool:
     raise BadInput(name, value, "one of 1/0, true/false, yes/no, on/off")
 
 
-def _module_name(value: str) -> bool:
-    """``re.match(_MODULE, value)`` without re (the twin's request is parsed on the warm call; tests/unit/
-    test_pin_text.py holds the two equal)."""
-    return all(part and part[0] in _NAME_FIRST and all(c in _NAME_REST for c in part[1:])
-               for part in value.split("."))
-
-
 def parse_require(name: str, value: str) -> Tuple[str, ...]:
     modules = tuple(m.strip() for m in value.split(",") if m.strip())
-    bad = [m for m in modules if not _module_name(m)]
+    bad = [m for m in modules if not module_name(m)]
     if not modules or bad:
         raise BadInput(name, value, "comma-separated module names such as flydsl,kernels.moe_gemm_2stage")
     return modules

@@ -107,8 +107,6 @@ from ensure_flydsl.settings_table import (
 )
 from ensure_flydsl.support.frozen import Frozen, field
 
-# re is imported where a value is matched: the warm call imports none (under python3 -E -S, as the GEAK folder
-# runs the tool, its import costs as much as the interpreter's start: tests/scenarios/test_warm_imports.py)
 TYPE_CHECKING = False  # typing is for the type checker only: not imported on the warm call's path
 if TYPE_CHECKING:
     from typing import Callable, Dict, List, Mapping, Optional, Tuple

@@ -34,8 +34,8 @@ NOT_WARM = {"dataclasses", "inspect", "argparse", "gettext", "subprocess", "thre
 # C scanner (support/files.py: _loads), json's import costing a twentieth of the call.
 NOT_WARM_PLAIN = {"json"}
 # Nor, without --json, re (under python3 -E -S, as the GEAK folder runs the tool, its import costs as much as
-# the interpreter's start): the pin and module names are checked without it (setting_values.py: _pin_text,
-# _module_name), a local repository path needs none.  pip's console script imports re itself: not held to it.
+# the interpreter's start): the pin and module names are checked without it (support/names.py: pin_text,
+# module_name), a local repository path needs none.  pip's console script imports re itself: not held to it.
 NOT_WARM_LAUNCHED = {"re"}
 PACKAGE = os.path.dirname(os.path.abspath(ensure_flydsl.__file__))
 TEMPLATE = os.path.join(PACKAGE, "geak", "templates", "run.py.in")
