@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import enum
 import os
-import re
 
 from ensure_flydsl.errors import BadInput
 from ensure_flydsl.support.fields import SHORT_TEXT_MAX, short_text
+from ensure_flydsl.support.names import module_name, pin_text
 
+# re is imported where a value is matched: the warm call imports none (under python3 -E -S, as the GEAK folder
+# runs the tool, its import costs as much as the interpreter's start: tests/scenarios/test_warm_imports.py)
 TYPE_CHECKING = False  # typing is for the type checker only: not imported on the warm call's path
 if TYPE_CHECKING:
     from typing import Dict, List, Mapping, Optional, Tuple
@@ -43,13 +45,17 @@ ROOT_ROOM = 1024
 # checks its paths for them (compiling the pattern alone cost 0.36 M instructions, 0.3 % of a warm call).
 _CONTROL = frozenset(map(chr, (*range(0x20), 0x7F)))
 # Patterns compiled at first use (re caches them): only a setting that is given needs its own.
-_MODULE = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*\Z"
-_PIN = r"^[A-Za-z0-9_][A-Za-z0-9._/+-]{0,254}\Z"
 _URL_SCHEMES = ("https://", "http://", "ssh://", "git://", "file://")
 _SCP_LIKE = r"^[A-Za-z0-9_.+-]+@[A-Za-z0-9_.-]+:[^-]"
 _HELPER = r"^[A-Za-z][A-Za-z0-9+.-]*::"  # git's remote helpers: "ext::cmd", "fd::0"
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
+
+
+def _matches(pattern: str, value: str) -> bool:
+    import re
+
+    return re.match(pattern, value) is not None
 
 
 def _has_control(value: str) -> bool:
@@ -129,7 +135,7 @@ def release_at_least(version: str, floor: str) -> bool:
 
 def parse_pin(name: str, value: str) -> str:
     if (
-        not re.match(_PIN, value)
+        not pin_text(value)
         or ".." in value
         or "//" in value
         or "@{" in value
@@ -144,9 +150,10 @@ def parse_repo(name: str, value: str) -> str:
     if value.startswith("-") or _has_control(value):
         raise BadInput(name, value, "a repository URL (https, ssh, git, file) or a local path; never an option")
     check_utf8(name, value, "a URL or a path")
-    if value.startswith(_URL_SCHEMES) or re.match(_SCP_LIKE, value):
+    # Neither pattern can match without its "@" or "://": a local path needs no re (the warm call's settings).
+    if value.startswith(_URL_SCHEMES) or ("@" in value and _matches(_SCP_LIKE, value)):
         return value
-    if "::" in value or re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", value):
+    if "::" in value or ("://" in value and _matches(r"^[A-Za-z][A-Za-z0-9+.-]*://", value)):
         # git's "ext::" and other remote helpers run commands; only the plain transports are allowed.
         raise BadInput(name, value, "a URL with scheme https, http, ssh, git or file, or a local path")
     return _path(name, value)
@@ -192,7 +199,7 @@ def parse_bool(name: str, value: str) -> bool:
 
 def parse_require(name: str, value: str) -> Tuple[str, ...]:
     modules = tuple(m.strip() for m in value.split(",") if m.strip())
-    bad = [m for m in modules if not re.match(_MODULE, m)]
+    bad = [m for m in modules if not module_name(m)]
     if not modules or bad:
         raise BadInput(name, value, "comma-separated module names such as flydsl,kernels.moe_gemm_2stage")
     return modules
@@ -249,6 +256,8 @@ def _positive_seconds(name: str, value: str, below: float, allowed: str) -> floa
 
 
 def parse_cache(name: str, value: str) -> str:
+    import re
+
     check_utf8(name, value, "a folder path or URL")
     if _has_control(value) or value.startswith("-"):
         raise BadInput(name, value, "a folder path or an fsspec URL such as s3://bucket/prefix")
@@ -303,6 +312,8 @@ MIRRORS_ALLOWED = ("whitespace-separated FROM=TO pairs (URL prefixes; TO a https
 def _mirror_to(name: str, value: str, pair: str, to: str) -> str:
     """A mirror's TO: a URL of a plain transport, scp-like, or a local path made absolute (git rewrites URLs
     for commands that run in several folders), keeping a trailing slash: TO is a prefix."""
+    import re
+
     if to.startswith(_URL_SCHEMES) or re.match(_SCP_LIKE, to):
         return to
     if re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", to):
@@ -313,6 +324,8 @@ def _mirror_to(name: str, value: str, pair: str, to: str) -> str:
 
 
 def _mirror_pair(name: str, value: str, pair: str) -> Tuple[str, str]:
+    import re
+
     source, equals, to = pair.partition("=")
     if not equals or not source or not to:
         raise BadInput(name, value, f"{MIRRORS_ALLOWED}; {pair!r} is not FROM=TO with both non-empty")

@@ -12,7 +12,6 @@ before any command writes it; checks that need more (the interpreter runs, the r
 from __future__ import annotations
 
 import os
-import re
 
 from ensure_flydsl import layout
 from ensure_flydsl.errors import BadInput
@@ -269,8 +268,11 @@ def _own_folders(settings: Settings, text: Callable[..., str],
     host = layout.host_cache_dir(environ)
     if host is not None:
         folders.append((host, f"{host}, the tool's own folder for this host (ETA history)", own))
-    if settings.cache is not None and not re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", settings.cache):
-        folders.append((settings.cache, f"{text('cache')} (the binary cache)", "a path outside the cache"))
+    if settings.cache is not None:
+        import re
+
+        if not re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", settings.cache):
+            folders.append((settings.cache, f"{text('cache')} (the binary cache)", "a path outside the cache"))
     return folders
 
 

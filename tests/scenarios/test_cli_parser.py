@@ -13,7 +13,7 @@ from typing import Dict, List, Tuple
 import pytest
 
 import ensure_flydsl
-from ensure_flydsl.cli import COMMANDS, command_at
+from ensure_flydsl.cli.commands import COMMANDS, command_at
 from ensure_flydsl.settings import SETTING_BY_NAME
 from ensure_flydsl.version import __version__
 

@@ -9,7 +9,7 @@ from typing import List, Tuple
 
 import pytest
 
-from ensure_flydsl.cli import _REQUEST, COMMANDS, command_at
+from ensure_flydsl.cli.commands import _REQUEST, COMMANDS, command_at
 from ensure_flydsl.cli.help_text import TOP_EXAMPLES, grouped
 from ensure_flydsl.cli.parser import parse_args
 from ensure_flydsl.settings import FLAG, LIST, SETTING_GROUPS, SETTINGS, SWITCH, VALUE, Settings
@@ -76,3 +76,17 @@ def test_the_help_groups_name_real_settings_once_and_the_request_is_the_settings
     assert sorted(shown) == sorted(s.name for s in SETTINGS)  # one not in a group is under "other"
     # what status/env/wait list: what an env file must answer
     assert set(_REQUEST) == set(Settings().request().to_json())
+
+
+def test_every_handler_the_table_names_is_one_and_the_warm_dispatch_is_the_tables() -> None:
+    """main dispatches the default command without building the table (cli/main.py: _handler_name): what the table
+    says; and every handler it names is in cli/handlers.py."""
+    from ensure_flydsl.cli import handlers
+    from ensure_flydsl.cli.main import _handler_name
+
+    ensure = COMMANDS["ensure"]
+    assert (_handler_name("ensure", plain=False), _handler_name("ensure", plain=True)) == (ensure.run, ensure.plain)
+    commands = [*COMMANDS.values(), *(a for c in COMMANDS.values() for a in (c.actions or {}).values())]
+    for command in commands:
+        for name in (command.run, command.plain):
+            assert name is None or callable(getattr(handlers, name)), name

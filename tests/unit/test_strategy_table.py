@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ensure_flydsl.doctor.diagnose import PREDICTIONS
+from ensure_flydsl.doctor.diagnose import PREDICTIONS, prediction
 from ensure_flydsl.errors import Stage
 from ensure_flydsl.runs.records import RunRecord, RunState
 from ensure_flydsl.setting_values import Strategy
@@ -42,6 +42,7 @@ def test_the_table_says_what_each_strategy_did_by_hand(strategy: Strategy) -> No
 def test_the_doctor_predicts_every_way_the_table_names() -> None:
     named = {way for ways in STRATEGY.values() for way in ways} - {Way.REUSE}
     assert set(PREDICTIONS) == named
+    assert all(callable(prediction(way)) for way in named)  # each module named has its predict
 
 
 # A strategy compared with a literal: `strategy == "auto"`, `settings.strategy in ("auto", "source")`, ...

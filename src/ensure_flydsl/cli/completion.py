@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 from typing import Dict, List, NamedTuple, Optional, Sequence, Set, Tuple
 
-from ensure_flydsl.cli import COMMANDS, command_at
+from ensure_flydsl.cli.commands import COMMANDS, command_at
 from ensure_flydsl.cli.parser import build_parser, public
 from ensure_flydsl.settings import SETTING_BY_NAME, STRATEGIES
 from ensure_flydsl.version import __version__

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import List, Sequence
 
-from ensure_flydsl.cli import COMMANDS
+from ensure_flydsl.cli.commands import COMMANDS
 from ensure_flydsl.cli.help_text import settings_page, unknown
 from ensure_flydsl.cli.parser import build_parser, columns, public, refuse
 

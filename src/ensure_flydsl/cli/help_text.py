@@ -1,5 +1,5 @@
 """The words of the help, made from the tables: each command's settings (by concern, ``settings.py:
-SETTING_GROUPS``) and examples (``cli/__init__.py: COMMANDS``), every setting for ``help settings``, and the
+SETTING_GROUPS``) and examples (``cli/commands.py: COMMANDS``), every setting for ``help settings``, and the
 line for a mistyped command.  Made only when shown: nothing here runs on a call that prints no help."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 import textwrap
 from typing import List, Optional, Sequence, Tuple
 
-from ensure_flydsl.cli import COMMANDS, command_at
+from ensure_flydsl.cli.commands import COMMANDS, command_at
 from ensure_flydsl.errors import EXIT_MEANINGS
 from ensure_flydsl.settings import FLAG, LIST, SETTING_GROUPS, SETTINGS, SWITCH, Setting, Settings
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 
-from ensure_flydsl.cli import COMMANDS
+from ensure_flydsl.cli import handlers
 from ensure_flydsl.errors import BadInput, EnsureError, Interrupted, disk_full_error, interrupted_by
 from ensure_flydsl.result import result_object
 from ensure_flydsl.settings import (
@@ -23,9 +23,12 @@ TYPE_CHECKING = False  # typing is for the type checker only: not imported on th
 if TYPE_CHECKING:
     import argparse
     import signal as _signal
-    from typing import Dict, List, Optional, Sequence
+    from typing import Callable, Dict, List, Optional, Sequence
 
     from ensure_flydsl.stages import Stage
+
+    Handler = Callable[[argparse.Namespace, Settings, Reporter, Dict[str, str]], int]
+    PlainHandler = Callable[[argparse.Namespace, Reporter, Dict[str, str]], int]
 else:
     # The C module that ``signal`` wraps: importing ``signal`` builds three enums from it, 3 % of a warm call's
     # instructions, for the two names this module gives itself (_STOP_SIGNALS).  try/except stands for
@@ -141,9 +144,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 from ensure_flydsl.cli.worker import worker
 
                 return worker(args.run_id, args.alive_fd, args.settings_json, environ, reporter)
-            plain = COMMANDS[args.command].plain
+            plain = _handler_name(args.command, plain=True)
             if plain is not None:
-                return plain(args, reporter, environ)
+                handler: PlainHandler = getattr(handlers, plain)
+                return handler(args, reporter, environ)
             settings = settings_from_args(args, environ)
         except BadInput as exc:
             if args.command in ("ensure", "start"):
@@ -183,6 +187,18 @@ def parse(argv: Sequence[str]) -> "argparse.Namespace":
     return parse_args(argv)
 
 
+def _handler_name(command: str, *, plain: bool) -> Optional[str]:
+    """The name in cli/handlers.py of the command's handler (``plain``: of its handler without settings), as the
+    command table gives it; the default command's without building the table (the warm call's:
+    tests/unit/test_cli_help.py holds the two equal)."""
+    if command == "ensure":
+        return None if plain else "_ensure"
+    from ensure_flydsl.cli.commands import COMMANDS
+
+    entry = COMMANDS[command]
+    return entry.plain if plain else entry.run
+
+
 def _reporter_for(args: argparse.Namespace, json_mode: bool) -> Reporter:
     verbosity = int(getattr(args, "verbosity", 0) or 0)
     if json_mode:
@@ -194,8 +210,9 @@ def _reporter_for(args: argparse.Namespace, json_mode: bool) -> Reporter:
 
 
 def _run_command(args: argparse.Namespace, settings: Settings, reporter: Reporter, environ: Dict[str, str]) -> int:
-    handler = COMMANDS[args.command].run
-    assert handler is not None  # the internal commands returned before
+    name = _handler_name(args.command, plain=False)
+    assert name is not None  # the internal commands returned before
+    handler: Handler = getattr(handlers, name)
     try:
         return handler(args, settings, reporter, environ)
     except OSError as exc:  # another user's files, a read-only mount, a full file system: one line

@@ -1,4 +1,4 @@
-"""The command line's parsers, generated from two tables: the commands (``cli/__init__.py: COMMANDS``, each
+"""The command line's parsers, generated from two tables: the commands (``cli/commands.py: COMMANDS``, each
 with its own arguments and, for ``cache``, its own commands) and the settings (``settings.py: SETTINGS``: each
 row's kind says how its flag is given, and so whether the word after it is its value when the flags come
 before the command).  One parser is built per call, for the command in use; its help text is made only when
@@ -12,7 +12,7 @@ import os
 import sys
 from typing import Any, Callable, Dict, List, NoReturn, Optional, Sequence, Set, Tuple
 
-from ensure_flydsl.cli import COMMANDS, Command, command_at
+from ensure_flydsl.cli.commands import COMMANDS, Command, command_at
 from ensure_flydsl.errors import ExitCode
 from ensure_flydsl.settings import FLAG, LIST, SETTINGS, SWITCH, VALUE
 

@@ -41,23 +41,29 @@ from ensure_flydsl.settings import Settings
 from ensure_flydsl.source.mirrors import rewrite
 from ensure_flydsl.source.needs import KNOWN_FLYDSL_NEEDS, BuildNeeds, find_needs
 from ensure_flydsl.ways import Way, demands, falls_back, provisioning, provisions, tries
-from ensure_flydsl.ways.cache import checks as cache_checks
 from ensure_flydsl.ways.checks import OK, SKIPPED, Check, Index, RunContext, Submit
-from ensure_flydsl.ways.release import checks as release_checks
-from ensure_flydsl.ways.release.checks import release_instead
-from ensure_flydsl.ways.source import checks as source_checks
 from ensure_flydsl.ways.source.checks import disk_check, memory_check
 from ensure_flydsl.ways.source.provider import llvm_step_needed
 
-# Each way's prediction (its package's checks.py), asked for the ways the strategy tries.
-PREDICTIONS: Dict[Way, Callable[[RunContext, Optional[str], Submit], List["concurrent.futures.Future[Check]"]]] = {
-    Way.RELEASE: release_checks.predict,
-    Way.CACHE: cache_checks.predict,
-    Way.SOURCE: source_checks.predict,
+# Each way's prediction (its checks.py's ``predict``), by the module, imported when the strategy tries that way: a
+# source run's doctor before its build imports no release or cache code.
+PREDICTIONS: Dict[Way, str] = {
+    Way.RELEASE: "ensure_flydsl.ways.release.checks",
+    Way.CACHE: "ensure_flydsl.ways.cache.checks",
+    Way.SOURCE: "ensure_flydsl.ways.source.checks",
 }
 
 __all__ = ["Check", "Diagnosis", "diagnose", "disk_check", "first_blocking", "llvm_step_needed", "memory_check",
            "render_check", "run_checks", "stop_if_blocked"]
+
+
+def prediction(way: Way) -> Callable[[RunContext, Optional[str], Submit], List["concurrent.futures.Future[Check]"]]:
+    """The way's prediction: ``predict`` of its module in PREDICTIONS."""
+    import importlib
+
+    predict: Callable[[RunContext, Optional[str], Submit], List["concurrent.futures.Future[Check]"]]
+    predict = importlib.import_module(PREDICTIONS[way]).predict
+    return predict
 
 
 def mirrored(settings: Settings) -> str:
@@ -138,7 +144,7 @@ def run_checks(
                          llvm=llvm, index=index)
         if reuse is not None:
             early.insert(0, submit(reuse, settings, environ, interp))
-        predicted = {way: PREDICTIONS[way](ctx, checkout, submit) for way in provisioning(strategy)}
+        predicted = {way: prediction(way)(ctx, checkout, submit) for way in provisioning(strategy)}
         # Shown as a run meets them: a build's needs, the pin's imports (every way's), the release wheel.
         later = predicted.get(Way.SOURCE, [])
         if fetches:
@@ -220,6 +226,8 @@ def diagnose(settings: Settings, environ: Mapping[str, str], *, reuse: Optional[
     diagnosis = Diagnosis(settings.strategy, tuple(checks), needs, time.monotonic() - started)
     blocking = diagnosis.first_blocking
     if not diagnosis.ok and blocking is not None:
+        from ensure_flydsl.ways.release.checks import release_instead  # a failed prediction's hint
+
         suggestion = release_instead(settings, environ, blocking)
         diagnosis = dataclasses.replace(diagnosis, suggestion=suggestion, seconds=time.monotonic() - started)
     return diagnosis

@@ -14,9 +14,8 @@ import contextlib
 import dataclasses
 import functools
 import os
-from typing import List, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, List, Mapping, Optional, Tuple
 
-from ensure_flydsl.doctor.diagnose import run_checks, stop_if_blocked
 from ensure_flydsl.doctor.requirements import Finding, assess, stop_if_missing, summary
 from ensure_flydsl.errors import BadInput, EnsureError, ExitCode, Stage
 from ensure_flydsl.host_store.refs import release as release_store_tree
@@ -46,12 +45,10 @@ from ensure_flydsl.support.files import remove_tree
 from ensure_flydsl.support.processes import CommandFailed
 from ensure_flydsl.ways import Way, demands, provisioning, tries
 from ensure_flydsl.ways.base import Early, Provider
-from ensure_flydsl.ways.cache.provider import CacheProvider, open_run_cache
 from ensure_flydsl.ways.context import Decision, Run, likely_route
-from ensure_flydsl.ways.release.download import WheelDownload
-from ensure_flydsl.ways.release.provider import ReleaseProvider
-from ensure_flydsl.ways.source.provider import BuildProvider
 
+if TYPE_CHECKING:
+    from ensure_flydsl.binary_cache.entries import Cache
 
 def provision(run: Run) -> Result:
     """Under the lock: the pin into the root, then the first provider that gives a verified tree.  What the
@@ -115,20 +112,37 @@ def providers_for(run: Run, commit: str, early: Early, store: Optional[HostStore
         )
     cache = open_run_cache(run) if tries(strategy, Way.CACHE) else None
     providers: List[Provider] = []
-    for way in provisioning(strategy):
+    for way in provisioning(strategy):  # each way's code imported when the run takes that way
         if way is Way.RELEASE and version is not None:
+            from ensure_flydsl.ways.release.provider import ReleaseProvider
+
             providers.append(ReleaseProvider(version, early, demanded=demands(strategy, Way.RELEASE)))
         elif way is Way.CACHE and cache is not None:
+            from ensure_flydsl.ways.cache.provider import CacheProvider
+
             providers.append(CacheProvider(cache, early))
         elif way is Way.SOURCE:
+            from ensure_flydsl.ways.source.provider import BuildProvider
+
             providers.append(BuildProvider(cache, early, doctor_before_build))
     if store is not None:  # first in every strategy's order: a tree this host holds is linked, not made again
         providers.insert(0, StoreProvider(store, version, early, providers[0].route))
     return providers
 
 
+def open_run_cache(run: Run) -> Optional[Cache]:
+    """The run's binary cache (None: none set, or it cannot be used now); its code imported only when one is set."""
+    if run.settings.cache is None:
+        return None
+    from ensure_flydsl.ways.cache.provider import open_run_cache as open_cache
+
+    return open_cache(run)
+
+
 def doctor_before_build(settings: Settings, environ: Mapping[str, str], checkout: str) -> None:
     """The source way's stop before an hour of compiling: the doctor's checks with what is known now."""
+    from ensure_flydsl.doctor.diagnose import run_checks, stop_if_blocked
+
     stop_if_blocked(run_checks(settings, environ, checkout=checkout), settings.strategy)
 
 
@@ -167,6 +181,8 @@ def start_wheel_download(run: Run, early: Early, store: Optional[HostStore], com
         return  # the host store holds the wheel's tree: it is linked, not downloaded
     folder = wheel_download_dir(root)
     remove_tree(folder)  # a leftover of an interrupted run of ours
+    from ensure_flydsl.ways.release.download import WheelDownload
+
     try:
         early.started_download(WheelDownload(run.interpreter, versions[0], folder))
     except (EnsureError, OSError):

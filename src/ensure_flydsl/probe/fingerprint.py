@@ -116,15 +116,15 @@ def site_stats(site_dirs: Sequence[str]) -> List[List[object]]:
     for folder in site_dirs:
         try:
             mtime: Optional[int] = os.stat(folder).st_mtime_ns
-            names = sorted(os.listdir(folder))
+            # What site reads, sorted: not the whole folder (the standard library's hundreds of names).
+            names = sorted(name for name in os.listdir(folder) if name.endswith(".pth") or name in SITE_HOOKS)
         except (OSError, ValueError):  # ValueError: a NUL in the name
             stats.append([folder, None])
             continue
         hooks: Dict[str, Optional[str]] = {}
         for name in names:
-            if name.endswith(".pth") or name in SITE_HOOKS:
-                path = os.path.join(folder, name)
-                hooks[name] = regular_text(os.path.join(path, "__init__.py") if "." not in name else path)
+            path = os.path.join(folder, name)
+            hooks[name] = regular_text(os.path.join(path, "__init__.py") if "." not in name else path)
         stats.append([folder, mtime, hooks])
     return stats
 

@@ -21,11 +21,12 @@ with the probe's ``sys.executable`` (probe/fingerprint.py).  Light to import: th
 from __future__ import annotations
 
 import os
-import re
 
 from ensure_flydsl.support.files import read_head, read_regular
 from ensure_flydsl.support.frozen import Frozen
 
+# re is imported where a value is matched: the warm call imports none (under python3 -E -S, as the GEAK folder
+# runs the tool, its import costs as much as the interpreter's start: tests/scenarios/test_warm_imports.py)
 TYPE_CHECKING = False  # typing is for the type checker only: not imported on the warm call's path
 if TYPE_CHECKING:
     from typing import List, Mapping, Optional, Sequence
@@ -84,6 +85,8 @@ def landing(python: str, environ: Mapping[str, str]) -> Optional[Landing]:
 def pyenv_landing(shim: str, text: bytes, environ: Mapping[str, str]) -> Optional[Landing]:
     """Where pyenv's shim ``shim`` (its bytes ``text``) dispatches, as ``pyenv exec`` picks it; None when
     ``text`` is not pyenv's shim or the choice is not one this module settles."""
+    import re
+
     try:
         match = re.fullmatch(PYENV_SHIM, text.decode("utf-8"))
     except UnicodeDecodeError:
@@ -120,6 +123,8 @@ def pyenv_version(root: str, environ: Mapping[str, str]) -> Optional[str]:
 def safe_version(name: str) -> bool:
     """A version name pyenv takes as it is: no glob characters (its list is expanded unquoted), no space,
     and a path (pyenv-virtualenv's ``3.12.1/envs/NAME``) only of plain components under ``versions/``."""
+    import re
+
     return re.fullmatch(VERSION_NAME, name) is not None and all(c not in ("", ".", "..") for c in name.split("/"))
 
 
@@ -177,6 +182,8 @@ def local_version_file(folder: str) -> Optional[str]:
 def read_version_file(path: str) -> Optional[str]:
     """pyenv-version-file-read: the first word of each line that is not empty or a comment, joined by ``:``;
     "" for an empty or missing file, None for one this module does not read as pyenv would."""
+    import re
+
     if not os.path.lexists(path):
         return ""
     raw = read_regular(path, 64 << 10)

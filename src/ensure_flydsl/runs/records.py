@@ -25,7 +25,6 @@ import fcntl
 import os
 import re
 import time
-import uuid
 from typing import Callable, Dict, List, Optional
 
 from ensure_flydsl.errors import Stage
@@ -178,6 +177,8 @@ def is_run_id(text: object) -> bool:
 
 
 def new_run_id() -> str:
+    import uuid  # here: status and wait make no run (uuid imports platform)
+
     return time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
 
 

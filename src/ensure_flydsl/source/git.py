@@ -12,20 +12,20 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-import re
 import subprocess
 from typing import TYPE_CHECKING, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from ensure_flydsl.errors import EnsureError, ExitCode, Stage
 from ensure_flydsl.setting_values import GitMirrors
 from ensure_flydsl.source.mirrors import describe, is_local, with_mirrors, with_network_limits
+from ensure_flydsl.support.patterns import Pattern
 from ensure_flydsl.support.processes import CommandFailed, Silent, cmd_output, run_captured, watched_output
 
 if TYPE_CHECKING:
     from ensure_flydsl.settings import Settings
 
-_HEX = re.compile(r"^[0-9a-fA-F]{7,40}\Z")
-_OBJECT_ID = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})\Z")  # as ls-remote prints one (SHA-1 or SHA-256)
+_HEX = Pattern(r"^[0-9a-fA-F]{7,40}\Z")
+_OBJECT_ID = Pattern(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})\Z")  # as ls-remote prints one (SHA-1 or SHA-256)
 # Lock files a killed git leaves behind; under the build lock, in a root of ours, nobody else runs git.
 _GIT_LOCKS = ("index.lock", "HEAD.lock", "config.lock", "packed-refs.lock", "shallow.lock", "FETCH_HEAD.lock")
 
@@ -35,10 +35,10 @@ UNREACHABLE = ("check that FLYDSL_REPO is reachable from here (or point it at a 
 SUBMODULES_UNREACHABLE = ("a submodule's repository is unreachable from here; check the network, or map its URL to "
                           "a reachable mirror with FLYDSL_GIT_MIRRORS=FROM=TO (a URL or a local path)")
 # git submodule update's words for a clone that failed: "clone of '<url>' into submodule path '<path>' failed"
-_CLONE_FAILED = re.compile(r"clone of '([^']+)' into submodule path '([^']+)' failed")
+_CLONE_FAILED = Pattern(r"clone of '([^']+)' into submodule path '([^']+)' failed")
 # git submodule update's words as it starts on a submodule, to name the remote a silent one waits for
-_REGISTERED = re.compile(r"Submodule '[^']*' \(([^)]+)\) registered for path '([^']+)'")
-_CLONING = re.compile(r"Cloning into '([^']+)'")
+_REGISTERED = Pattern(r"Submodule '[^']*' \(([^)]+)\) registered for path '([^']+)'")
+_CLONING = Pattern(r"Cloning into '([^']+)'")
 # The git commands that talk to a remote: stopped after the network silence limit (see processes).
 _NETWORK = {"ls-remote", "fetch", "clone", "submodule"}
 

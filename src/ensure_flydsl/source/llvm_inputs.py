@@ -38,8 +38,9 @@ import dataclasses
 import hashlib
 import json
 import os
-import re
 from typing import Dict, List, Mapping, Optional, Tuple, Union
+
+from ensure_flydsl.support.patterns import Pattern
 
 LLVM_SCRIPT = "scripts/build_llvm.sh"
 LLVM_HASH_FILE = "thirdparty/llvm-hash.txt"
@@ -52,10 +53,10 @@ WHERE_ONLY = ("LLVM_INSTALL_TGZ", "LLVM_REMOTE")  # where things go or come from
 NOT_KEYED = COMMIT_VARIABLES + TOOL_SET + WHERE_ONLY
 
 # ${NAME:-x}, ${NAME-x}, ${NAME:=x}, ${NAME=x}; group 2 is ":" for the forms where an empty value is unset.
-_OVERRIDE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(:?)[-=]")
-_THIRDPARTY = re.compile(r"thirdparty/[A-Za-z0-9_.+-]+(?:/[A-Za-z0-9_.+-]+)*")
-_SHA = re.compile(r"[0-9a-fA-F]{40}")
-_LITERAL_COMMIT = re.compile(r"\$\{(?:LLVM_REF|LLVM_COMMIT):-([0-9a-fA-F]{7,40})\}")
+_OVERRIDE = Pattern(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(:?)[-=]")
+_THIRDPARTY = Pattern(r"thirdparty/[A-Za-z0-9_.+-]+(?:/[A-Za-z0-9_.+-]+)*")
+_SHA = Pattern(r"[0-9a-fA-F]{40}")
+_LITERAL_COMMIT = Pattern(r"\$\{(?:LLVM_REF|LLVM_COMMIT):-([0-9a-fA-F]{7,40})\}")
 
 Text = Union[str, bytes]
 

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import enum
 import os
-import re
 import sys
 
+# re is imported where a value is matched: the warm call imports none (under python3 -E -S, as the GEAK folder
+# runs the tool, its import costs as much as the interpreter's start: tests/scenarios/test_warm_imports.py)
 TYPE_CHECKING = False  # typing is for the type checker only: not imported on the warm call's path
 if TYPE_CHECKING:
     from typing import List, Optional, Sequence, Tuple
@@ -59,6 +60,8 @@ def install_route() -> Route:
 
 def _uv_source() -> str:
     """What `uv tool install` was given, from its receipt: ``--from FOLDER ensure-flydsl``, or the name."""
+    import re
+
     try:
         with open(os.path.join(sys.prefix, "uv-receipt.toml"), encoding="utf-8") as handle:
             receipt = handle.read(1 << 16)
@@ -92,4 +95,6 @@ def extra_remedy(extra: str, instead: str) -> str:
 
 
 def _names(packages: Tuple[str, ...]) -> List[str]:
+    import re
+
     return [re.split(r"[<>=!~\[;]", p, maxsplit=1)[0] for p in packages]

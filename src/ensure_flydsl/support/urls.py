@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import urllib.parse
 
 
@@ -16,3 +17,14 @@ def shown_location(location: str) -> str:
         return location
     host = parts.netloc.rsplit("@", 1)[1]
     return urllib.parse.urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}"))
+
+
+def repo_identity(repo: str) -> str:
+    """The repository as a name every host agrees on: host and path, no scheme, no ``.git``, no user."""
+    text = repo.strip().rstrip("/")
+    text = re.sub(r"^[a-z][a-z0-9+.-]*://", "", text)  # https://, ssh://, file://
+    text = re.sub(r"^[^@/]+@", "", text)  # user@ of ssh and scp-like addresses
+    text = re.sub(r"^([^/:]+):(?!\d)", r"\1/", text)  # scp-like host:path
+    text = text[:-4] if text.endswith(".git") else text
+    host, _, path = text.partition("/")
+    return (host.lower() + "/" + path) if path else host.lower()

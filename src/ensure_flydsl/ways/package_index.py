@@ -16,6 +16,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from packaging.version import InvalidVersion, Version
 
+from ensure_flydsl.support.patterns import Pattern
 from ensure_flydsl.support.processes import run_captured
 
 # pip's words for "the index could not be reached" (as opposed to "it answered: no such thing").
@@ -34,7 +35,7 @@ _UNREACHABLE = (
     "Connection refused",
     "timed out",
 )
-_AVAILABLE = re.compile(r"^Available versions:\s*(.*)$", re.MULTILINE)
+_AVAILABLE = Pattern(r"^Available versions:\s*(.*)$", re.MULTILINE)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -8,7 +8,6 @@ import dataclasses
 import hashlib
 import json
 import os
-import re
 import subprocess
 from typing import Dict, Iterator, List, Mapping, Optional, Tuple
 
@@ -21,19 +20,9 @@ from ensure_flydsl.result import How
 from ensure_flydsl.source.ownership import remove_made
 from ensure_flydsl.support.files import move_aside
 from ensure_flydsl.support.processes import kill_and_reap, spawn
+from ensure_flydsl.support.urls import repo_identity
 from ensure_flydsl.ways.base import Early
 from ensure_flydsl.ways.context import Decision, Run
-
-
-def repo_identity(repo: str) -> str:
-    """The repository as a name every host agrees on: host and path, no scheme, no ``.git``, no user."""
-    text = repo.strip().rstrip("/")
-    text = re.sub(r"^[a-z][a-z0-9+.-]*://", "", text)  # https://, ssh://, file://
-    text = re.sub(r"^[^@/]+@", "", text)  # user@ of ssh and scp-like addresses
-    text = re.sub(r"^([^/:]+):(?!\d)", r"\1/", text)  # scp-like host:path
-    text = text[:-4] if text.endswith(".git") else text
-    host, _, path = text.partition("/")
-    return (host.lower() + "/" + path) if path else host.lower()
 
 
 @dataclasses.dataclass(frozen=True)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shlex
 from typing import IO, TYPE_CHECKING, Any, Iterator, Mapping, Optional, Sequence, Union
 
 if TYPE_CHECKING:
@@ -24,6 +23,8 @@ class CommandFailed(Exception):
         super().__init__(self.describe())
 
     def describe(self) -> str:
+        import shlex  # here: a failure's text alone quotes
+
         lines = [f"command: {shlex.join(self.cmd)}", f"return code: {self.returncode}"]
         text = self.output.rstrip()
         if text:

@@ -26,6 +26,7 @@ from packaging.tags import platform_tags
 from ensure_flydsl.errors import EnsureError, ExitCode, Stage
 from ensure_flydsl.probe import scripts
 from ensure_flydsl.probe.results import Interpreter
+from ensure_flydsl.support.patterns import Pattern
 from ensure_flydsl.support.processes import (
     CommandFailed,
     heartbeat,
@@ -37,7 +38,7 @@ from ensure_flydsl.support.processes import (
 
 # pip's words for a retry after a stalled or broken connection: not a sign that the index answers.
 _RETRY = "Retrying ("
-_LOOKING = re.compile(r"^Looking in (?:indexes|links): (.+)$", re.MULTILINE)
+_LOOKING = Pattern(r"^Looking in (?:indexes|links): (.+)$", re.MULTILINE)
 _pip_cache: Dict[str, bool] = {}
 _pip_lock = threading.Lock()
 

@@ -26,20 +26,22 @@ import dataclasses
 import os
 import pathlib
 import shlex
-from typing import Callable, Dict, List, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Dict, List, Mapping, Optional, Sequence
 
 from ensure_flydsl.errors import EnsureError, ExitCode, Stage
 from ensure_flydsl.layout import build_dir, llvm_record, mlir_install, pip_constraints, tools_dir
 from ensure_flydsl.probe.results import Interpreter
 from ensure_flydsl.setting_values import GitMirrors
-from ensure_flydsl.source.llvm_inputs import LlvmInputs, checkout_llvm_inputs
 from ensure_flydsl.source.mirrors import with_mirrors, with_network_limits
 from ensure_flydsl.support.files import atomic_write, atomic_write_json, read_json
 from ensure_flydsl.support.processes import stream_command
-from ensure_flydsl.ways.source.tools import CONFLICTING_PIP_ENV
 
 # Documented default parallelism: a job of the LLVM/MLIR build (its big static links) may take this much.
 MEMORY_PER_JOB_BYTES = 4 * 1024**3
+
+if TYPE_CHECKING:
+    from ensure_flydsl.source.llvm_inputs import LlvmInputs
+# The build tools and the LLVM inputs are imported where a build uses them: clean reads the LLVM record alone.
 
 
 def default_jobs(cores: int, available_memory: Optional[int]) -> int:
@@ -117,6 +119,8 @@ def build_environment(
 ) -> Dict[str, str]:
     # The scripts' own git commands (build_llvm.sh clones llvm-project) fetch through the mirrors too, and
     # give up an http(s) transfer that stalls for the network silence limit.
+    from ensure_flydsl.ways.source.tools import CONFLICTING_PIP_ENV
+
     env = {k: v for k, v in with_network_limits(with_mirrors(base, git_mirrors)).items()
            if k not in CONFLICTING_PIP_ENV}
     env["PATH"] = os.pathsep.join([toolchain.bin_dir, base.get("PATH", os.defpath)])
@@ -157,6 +161,8 @@ def flydsl_step_settings(root: str) -> Dict[str, str]:
 
 def pin_llvm_inputs(root: str, environ: Mapping[str, str]) -> LlvmInputs:
     """What the checkout's LLVM/MLIR build is made from (source/llvm_inputs.py), with the run's environment."""
+    from ensure_flydsl.source.llvm_inputs import checkout_llvm_inputs
+
     return checkout_llvm_inputs(root, environ)
 
 

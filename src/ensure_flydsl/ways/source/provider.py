@@ -7,10 +7,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Callable, Dict, Mapping, NamedTuple, Optional, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, Mapping, NamedTuple, Optional, Tuple
 
-from ensure_flydsl.binary_cache.entries import Cache, cache_key
-from ensure_flydsl.binary_cache.lease import HeldLease
 from ensure_flydsl.errors import EnsureError, ExitCode, Plan, Stage
 from ensure_flydsl.layout import (
     build_dir,
@@ -33,20 +31,8 @@ from ensure_flydsl.support.files import file_sha256
 from ensure_flydsl.support.frozen import replace
 from ensure_flydsl.ways import Way, falls_back
 from ensure_flydsl.ways.base import Early, Provider
-from ensure_flydsl.ways.cache.fleet import end_turn, holding, take_turn
-from ensure_flydsl.ways.cache.provider import (
-    llvm_label,
-    mlir_fields,
-    mlir_from_cache,
-    publish_mlir,
-    publish_tree,
-    tree_fields,
-    tree_from_cache,
-    tree_shareable,
-)
 from ensure_flydsl.ways.checks import WRONG, Check, RunContext, passed, skipped
 from ensure_flydsl.ways.context import Decision, Run
-from ensure_flydsl.ways.release.suggestion import release_suggestion
 from ensure_flydsl.ways.source.environment import (
     LlvmRecord,
     Toolchain,
@@ -65,6 +51,10 @@ from ensure_flydsl.ways.source.rocm_sdk import choose_rocm
 from ensure_flydsl.ways.source.tool_versions import package_spec
 from ensure_flydsl.ways.source.tools import ProvidedTools, provide_build_tools
 from ensure_flydsl.ways.tree import prepare_build_dir, verify_tree
+
+if TYPE_CHECKING:
+    from ensure_flydsl.binary_cache.entries import Cache
+    from ensure_flydsl.binary_cache.lease import HeldLease
 
 Mlir = Tuple[str, Dict[str, object]]  # an MLIR install and what identifies it in the build's stamp
 # The doctor's checks before the build, handed in by the pipeline (the doctor sits above the ways): raises the
@@ -127,6 +117,10 @@ class BuildProvider(Provider):
         key = pin_llvm_inputs(run.settings.root, run.environ).key(run.interpreter.abi)
         if cache is None or key is None:  # an unknown LLVM commit: nothing to share, so no lease either
             return build_mlir(run, env, jobs, None)
+        from ensure_flydsl.binary_cache.entries import cache_key  # the cache's code: only a run with a cache
+        from ensure_flydsl.ways.cache.fleet import holding, take_turn
+        from ensure_flydsl.ways.cache.provider import llvm_label, mlir_fields, mlir_from_cache
+
         ckey = cache_key("mlir", mlir_fields(key, run.interpreter.platform))
         turn = take_turn(run, cache, "mlir", ckey, f"MLIR for LLVM {llvm_label(key)}",
                          lambda: mlir_from_cache(run, cache, key))
@@ -138,7 +132,13 @@ class BuildProvider(Provider):
     def _tree_turn(self, run: Run, commit: str) -> Optional[Decision]:
         """The tree key's lease before build.sh; a verified cached tree when another host published it."""
         cache = self.cache
-        if cache is None or not tree_shareable(run):
+        if cache is None:
+            return None
+        from ensure_flydsl.binary_cache.entries import cache_key
+        from ensure_flydsl.ways.cache.fleet import take_turn
+        from ensure_flydsl.ways.cache.provider import tree_fields, tree_from_cache, tree_shareable
+
+        if not tree_shareable(run):
             return None
         key = cache_key("tree", tree_fields(run, commit))
         turn = take_turn(run, cache, "tree", key, f"the FlyDSL tree for {commit[:8]}",
@@ -177,6 +177,11 @@ class BuildProvider(Provider):
             return verify_tree(run, commit, How.BUILT)
 
     def after_publish(self, run: Run, commit: str) -> None:
+        if self.tree_lease is None and (self.cache is None or not self.built_now):
+            return  # no lease to end, nothing to publish
+        from ensure_flydsl.ways.cache.fleet import holding
+        from ensure_flydsl.ways.cache.provider import publish_tree
+
         with holding(self.tree_lease):
             self.tree_lease = None
             if self.cache is not None and self.built_now:
@@ -185,13 +190,18 @@ class BuildProvider(Provider):
 
     def abandon(self, run: Run, error: BaseException) -> None:
         held, self.tree_lease = self.tree_lease, None
-        end_turn(held, error)
+        if held is not None:
+            from ensure_flydsl.ways.cache.fleet import end_turn
+
+            end_turn(held, error)
 
 
 def suggest_release(run: Run, exc: EnsureError) -> EnsureError:
     """``auto`` could not build: when a release >= the floor has a wheel for this interpreter and its tag
     holds the required modules, the failure to raise instead has a hint that says so (``ways/release/suggestion.py``,
     which the doctor asks too); else ``exc`` itself.  Asked in seconds at most, or not at all."""
+    from ensure_flydsl.ways.release.suggestion import release_suggestion  # the release way's code, on a failure
+
     suggestion = release_suggestion(run.settings, run.interpreter, run.environ)
     if suggestion is None:
         return exc
@@ -252,9 +262,15 @@ def ready_mlir(run: Run, cache: Optional[Cache]) -> Optional[Mlir]:
         return None
     install = mlir_install(settings.base_dir)
     if finished_llvm_build(settings.base_dir) == key:
+        from ensure_flydsl.ways.cache.provider import llvm_label
+
         run.say(f"MLIR for LLVM {llvm_label(key)} is already built in {install}")
         return install, {"llvm": key}
-    fetched = mlir_from_cache(run, cache, key) if cache is not None else None
+    fetched = None
+    if cache is not None:
+        from ensure_flydsl.ways.cache.provider import mlir_from_cache
+
+        fetched = mlir_from_cache(run, cache, key)
     return (fetched, {"llvm": key}) if fetched else None
 
 
@@ -289,6 +305,8 @@ def build_mlir(run: Run, env: Dict[str, str], jobs: int, cache: Optional[Cache])
         # Not reusable: the build.sh stamp must not match a later run's MLIR (built anew) either.
         return install, {"llvm": None, "built": os.urandom(8).hex()}
     if cache is not None:
+        from ensure_flydsl.ways.cache.provider import publish_mlir
+
         publish_mlir(run, cache, key, install)
     return install, {"llvm": key}
 

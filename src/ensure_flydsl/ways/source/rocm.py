@@ -38,8 +38,9 @@ from ensure_flydsl.errors import EnsureError, ExitCode, Stage
 from ensure_flydsl.layout import overlay_stamp
 from ensure_flydsl.support import fields
 from ensure_flydsl.support.files import atomic_write, atomic_write_json, read_json, remove_file, remove_tree
+from ensure_flydsl.support.patterns import Pattern
 
-_HIP_LIB_REF = re.compile(r"\$\{_IMPORT_PREFIX\}/lib/(libamdhip64\.so[0-9.]*)")
+_HIP_LIB_REF = Pattern(r"\$\{_IMPORT_PREFIX\}/lib/(libamdhip64\.so[0-9.]*)")
 # Entries of ROCm left out of the overlay.  ROCm's own LLVM (``llvm/lib/cmake/llvm``) would otherwise be a
 # candidate for MLIR's find_package(LLVM ... EXACT), which searches CMAKE_PREFIX_PATH before its HINTS; the
 # hip package reaches it through ROCM_PATH (set for the build), not through its own prefix.
@@ -290,7 +291,7 @@ def fix_hip(rocm_path: str, overlay: str, *, in_place: bool = False) -> HipFix:
     return HipFix(check, (), False, f"there is no hip CMake package in {rocm_path}/lib/cmake/hip")
 
 
-_HIP_DIR_ENTRY = re.compile(r"^(hip_DIR:[A-Z]+=)(.*)$", re.MULTILINE)
+_HIP_DIR_ENTRY = Pattern(r"^(hip_DIR:[A-Z]+=)(.*)$", re.MULTILINE)
 
 
 def drop_stale_hip_dir(build_dir: str, package_dir: str) -> bool:
