@@ -31,7 +31,7 @@ from ensure_flydsl.support.processes import CommandFailed
 from ensure_flydsl.ways import Way, tries
 from ensure_flydsl.ways.base import Early, Provider
 from ensure_flydsl.ways.context import Decision, Run
-from ensure_flydsl.ways.tree import TreeIdentity, prepare_build_dir, verify_tree
+from ensure_flydsl.ways.tree import TreeKey, prepare_build_dir, verify_tree
 
 ORIGINS = {How.RELEASED: "release", How.BUILT: "source", How.CACHED: "source"}
 
@@ -86,7 +86,7 @@ def give_git_objects(run: Run, shared: str, commit: str) -> None:
 def store_key(run: Run, commit: str, origin: str, release: Optional[str], root: Optional[str] = None) -> str:
     """The key of a tree of ``commit`` for the run's interpreter from ``origin`` ("release" of version
     ``release``, or "source"); ``root`` when the tree holds its root's path."""
-    return TreeIdentity.of(run, commit).store_key(origin, _made_from(run, origin, release), root)
+    return TreeKey.of(run, commit).store_key(origin, _made_from(run, origin, release), root)
 
 
 def lookup_keys(run: Run, commit: str, release: Optional[str]) -> List[str]:
@@ -97,8 +97,8 @@ def lookup_keys(run: Run, commit: str, release: Optional[str]) -> List[str]:
     if tries(strategy, Way.SOURCE):
         origins.append("source")
     made_from = {origin: _made_from(run, origin, release) for origin in origins}
-    identity = TreeIdentity.of(run, commit)
-    return [identity.store_key(origin, made_from[origin], where) for origin in origins for where in (None, root)]
+    tree = TreeKey.of(run, commit)
+    return [tree.store_key(origin, made_from[origin], where) for origin in origins for where in (None, root)]
 
 
 def _made_from(run: Run, origin: str, release: Optional[str]) -> Optional[str]:

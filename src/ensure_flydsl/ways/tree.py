@@ -26,7 +26,7 @@ from ensure_flydsl.ways.context import Decision, Run
 
 
 @dataclasses.dataclass(frozen=True)
-class TreeIdentity:
+class TreeKey:
     """What identifies a tree of one commit for one interpreter on every host, whatever way made it: the
     repository (as :func:`repo_identity` names it), the commit, the interpreter's ABI and platform.  The binary
     cache's key fields (ways/cache/provider.py: tree_fields) and the host store's keys are made from it."""
@@ -37,7 +37,7 @@ class TreeIdentity:
     platform: str
 
     @classmethod
-    def of(cls, run: Run, commit: str) -> "TreeIdentity":
+    def of(cls, run: Run, commit: str) -> "TreeKey":
         return cls(repo=repo_identity(run.settings.repo), commit=commit, abi=run.interpreter.abi,
                    platform=run.interpreter.platform)
 

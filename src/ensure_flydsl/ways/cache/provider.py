@@ -35,7 +35,7 @@ from ensure_flydsl.ways import Way
 from ensure_flydsl.ways.base import Early, Provider
 from ensure_flydsl.ways.cache.trust import choose_entry, publish_note, say_once, signers
 from ensure_flydsl.ways.context import Decision, Run
-from ensure_flydsl.ways.tree import TreeIdentity, prepare_build_dir, verify_tree
+from ensure_flydsl.ways.tree import TreeKey, prepare_build_dir, verify_tree
 
 
 def llvm_label(key: Mapping[str, object]) -> str:
@@ -94,7 +94,7 @@ def tree_shareable(run: Run) -> bool:
 def tree_fields(run: Run, commit: str) -> Dict[str, object]:
     root = run.settings.root
     return {
-        **TreeIdentity.of(run, commit).fields(),
+        **TreeKey.of(run, commit).fields(),
         "build_script": file_sha256(os.path.join(root, "scripts", "build.sh")),
         "mlir": mlir_spec(run),
     }
