@@ -29,6 +29,7 @@ import pytest
 
 from ensure_flydsl.binary_cache.entries import Cache
 from ensure_flydsl.binary_cache.lease import LeaseRecord, Leases, generation_path
+from ensure_flydsl.binary_cache.manifest import manifest_path
 from ensure_flydsl.binary_cache.store import CacheError, FolderStore, StoredFile, open_store
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.support.report import Reporter
@@ -355,3 +356,32 @@ def test_a_host_id_of_200_characters_is_read_back_as_that_host(tmp_path: "os.Pat
         held.release()
     proc.communicate(timeout=120)
     assert proc.returncode == 0
+
+
+class _PublishedAsTaken(FolderStore):
+    """A real folder store where another host publishes the key's entry at the moment this run's take of its
+    lease lands (its create of the generation writes the entry's manifest too)."""
+
+    def __init__(self, root: str, lease: str, manifest: str) -> None:
+        super().__init__(root)
+        self.lease, self.manifest = lease, manifest
+
+    def create_exclusive(self, rel: str, data: bytes) -> bool:
+        created = super().create_exclusive(rel, data)
+        if created and rel == self.lease:
+            self.put_bytes(self.manifest, b"{}")
+        return created
+
+
+def test_a_lease_given_back_because_the_key_was_published_is_not_said_taken(tmp_path: "os.PathLike[str]") -> None:
+    """A waiter whose take lands as another host publishes gives the lease back and fetches: it never says
+    that it took the build lease (two waiters of a dead lease both said so, one of them wrongly)."""
+    key = "cd" * 32
+    store = _PublishedAsTaken(os.path.join(str(tmp_path), "cache"), generation_path("mlir", key, 1),
+                              manifest_path("mlir", key))
+    said = io.StringIO()
+    run = Run(Settings(root=os.path.join(store.root, "..", "FlyDSL"), lease_ttl=0.5), Reporter(said),
+              {"FLYDSL_HOST_ID": "t"})
+    turn = take_turn(run, Cache(store), "mlir", key, "MLIR for LLVM x", lambda: "fetched")
+    assert turn.held is None and turn.fetched == "fetched", said.getvalue()
+    assert "took the build lease" not in said.getvalue(), said.getvalue()

@@ -145,11 +145,18 @@ class FsspecStore:
         if self.atomic_put:
             return
         parent = target.rsplit("/", 1)[0]
-        try:
-            self.fs.makedirs(parent, exist_ok=True)
-        except Exception:
-            if not self.fs.isdir(parent):
-                raise
+        # Each failed MKD was another host's folder made a moment before ours; that host may not have made the
+        # deeper ones yet (it made `leases`, we failed on it, `leases/r0` is not there yet): go on down, once
+        # per level at most, and only a folder still missing after that is a failure.
+        for attempt in range(parent.count("/") + 2):
+            try:
+                self.fs.makedirs(parent, exist_ok=True)
+                return
+            except Exception:
+                if self.fs.isdir(parent):
+                    return
+                if attempt == parent.count("/") + 1:
+                    raise
 
     def _fail(self, message: str) -> None:
         self.down = message

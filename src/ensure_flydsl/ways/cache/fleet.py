@@ -145,9 +145,10 @@ def take_turn(run: Run, cache: Cache, kind: str, key: str, what: str, fetch: Cal
                 return Turn(fetched=fetch())
             held = waiter.turn()
             if held is not None:
-                if not cache.store.exists(manifest):  # nobody published while we took it
+                if not cache.store.exists(manifest):  # nobody published while we took it: this run builds
+                    waiter.say_taken(held)
                     return Turn(held=held)
-                held.release(published=False)
+                held.release(published=False)  # given back unsaid: the published entry is fetched instead
                 continue
             waiter.check_timeout()
             time.sleep(min(1.0, leases.ttl / 8))
@@ -214,10 +215,14 @@ class _Waiter:
         held = self.leases.take(record, holder_progress(self.run))
         if held is None:
             self.refused = max(self.refused, generation)  # another run's now, or something else stands there
-        else:
-            self.run.say(f"took the build lease on {self.what} in {self.leases.store.location} "
-                         f"(generation {generation}); other hosts wait for this build")
         return held
+
+    def say_taken(self, held: HeldLease) -> None:
+        """Said once the lease is this run's to build under: not when it is given back at once because
+        another host published the key while this one took it (a waiter then said it took the lease although
+        the other had built)."""
+        self.run.say(f"took the build lease on {self.what} in {self.leases.store.location} "
+                     f"(generation {held.record.generation}); other hosts wait for this build")
 
     def _past_refused(self, generation: int) -> int:
         """The generation to take instead of ``generation``, whose create (or a later one's) failed although
