@@ -148,14 +148,15 @@ class FsspecStore:
         # Each failed MKD was another host's folder made a moment before ours; that host may not have made the
         # deeper ones yet (it made `leases`, we failed on it, `leases/r0` is not there yet): go on down, once
         # per level at most, and only a folder still missing after that is a failure.
-        for attempt in range(parent.count("/") + 2):
+        tries = parent.count("/") + 2
+        for attempt in range(1, tries + 1):
             try:
                 self.fs.makedirs(parent, exist_ok=True)
                 return
             except Exception:
                 if self.fs.isdir(parent):
                     return
-                if attempt == parent.count("/") + 1:
+                if attempt == tries:
                     raise
 
     def _fail(self, message: str) -> None:
