@@ -4,10 +4,10 @@ how two values of a setting compare: a version against the floor, two repository
 
 from __future__ import annotations
 
-import enum
 import os
 
 from ensure_flydsl.errors import BadInput
+from ensure_flydsl.support.choice import Choice
 from ensure_flydsl.support.fields import SHORT_TEXT_MAX, short_text
 from ensure_flydsl.support.names import module_name, pin_text
 
@@ -15,20 +15,18 @@ from ensure_flydsl.support.names import module_name, pin_text
 # runs the tool, its import costs as much as the interpreter's start: tests/scenarios/test_warm_imports.py)
 TYPE_CHECKING = False  # typing is for the type checker only: not imported on the warm call's path
 if TYPE_CHECKING:
-    from typing import Dict, List, Mapping, Optional, Tuple
+    from typing import ClassVar, Dict, List, Mapping, Optional, Tuple
 
 
 
-class Strategy(str, enum.Enum):
-    """FLYDSL_STRATEGY's values; which ways each one tries, and in what order, is ``ways.STRATEGY``'s."""
+class Strategy(Choice):
+    """FLYDSL_STRATEGY's values (``"auto"``, ``"source"``, ``"release"``, ``"reuse-only"``: support/choice.py);
+    which ways each one tries, and in what order, is ``ways.STRATEGY``'s."""
 
-    AUTO = "auto"
-    SOURCE = "source"
-    RELEASE = "release"
-    REUSE_ONLY = "reuse-only"
-
-    def __str__(self) -> str:
-        return str(self.value)
+    AUTO: ClassVar[Strategy]
+    SOURCE: ClassVar[Strategy]
+    RELEASE: ClassVar[Strategy]
+    REUSE_ONLY: ClassVar[Strategy]
 
 
 STRATEGIES = tuple(s.value for s in Strategy)

@@ -6,7 +6,8 @@ import os
 import re
 import sys
 
-from ensure_flydsl.support.install_route import EXTRAS, Route, install_route, tool_command
+from ensure_flydsl.support.install_route import EXTRAS, Route, install_route
+from ensure_flydsl.support.launcher import tool_command
 
 PYPROJECT = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
                          "pyproject.toml")

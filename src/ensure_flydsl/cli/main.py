@@ -174,14 +174,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         reporter.close()
 
 
+class _WarmArgs:
+    """The arguments of the warm call's own forms (an argparse.Namespace's, without the ``types`` module)."""
+
+    def __init__(self, *, json: bool) -> None:
+        self.command, self.json, self.verbosity = "ensure", json, 0
+
+
 def parse(argv: Sequence[str]) -> "argparse.Namespace":
     """The command line's arguments.  The warm call's own forms, no arguments or ``--json`` alone, need no
     parser: building argparse's (and its translations) cost a sixth of a warm call."""
     if not argv or list(argv) == ["--json"]:
-        import types
-
         # What the ensure command's parser gives for these (tests/unit/test_cli_fast_args.py holds them equal).
-        return types.SimpleNamespace(command="ensure", json=bool(argv), verbosity=0)  # type: ignore[return-value]
+        return _WarmArgs(json=bool(argv))  # type: ignore[return-value]
     from ensure_flydsl.cli.parser import parse_args
 
     return parse_args(argv)

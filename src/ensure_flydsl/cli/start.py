@@ -30,7 +30,7 @@ from ensure_flydsl.runs.markers import marker_unwritten, write_failure_marker
 from ensure_flydsl.runs.records import RUNNING, RunRecord, RunStore, new_record, new_run_id
 from ensure_flydsl.runs.twin_gate import installed
 from ensure_flydsl.settings import Settings
-from ensure_flydsl.support.install_route import tool_command
+from ensure_flydsl.support.launcher import tool_command
 from ensure_flydsl.support.processes import spawn, stop_signals_blocked
 from ensure_flydsl.support.report import Reporter
 from ensure_flydsl.ways.context import announced_eta

@@ -34,7 +34,7 @@ from ensure_flydsl.runs.records import (
     process_start_time,
 )
 from ensure_flydsl.settings_table import Request
-from ensure_flydsl.support.install_route import tool_command
+from ensure_flydsl.support.launcher import tool_command
 from ensure_flydsl.support.processes import spawn
 
 _NINJA = re.compile(r"^\s*\[\s*(\d+)\s*/\s*(\d+)\s*\]")  # ninja: "[12/345] Building CXX object ..."

@@ -52,7 +52,7 @@ class Frozen:
         fields = list(cls._fields)
         defaults = dict(cls._defaults)
         compared = list(cls._compared)
-        for name in _own_annotations(cls):
+        for name in own_annotations(cls):
             if name.startswith("_") or name in fields:
                 continue
             fields.append(name)
@@ -109,7 +109,7 @@ class Frozen:
         return f"{type(self).__name__}({shown})"
 
 
-def _own_annotations(cls: type) -> Dict[str, object]:
+def own_annotations(cls: type) -> Dict[str, object]:
     """The names a class itself annotates (Python 3.9 lends a base's ``__annotations__`` to a class with none;
     3.14 computes them from ``__annotate__``)."""
     own = cls.__dict__.get("__annotations__")

@@ -1,10 +1,10 @@
-"""How this copy of the tool was installed, and the two things that depend on it: the command that runs the
-tool again (the detached worker, the watchdog) and the remedy for an extra it lacks.
+"""How this copy of the tool was installed, and what depends on it: the remedy for an extra it lacks (the command
+that runs the tool again is support/launcher.py's).
 
 A copy runs from one of: a pip install (a venv or any site folder), ``uv tool install`` (its environment
 holds ``uv-receipt.toml``), pipx (``pipx_metadata.json``), or the GEAK folder that ``ensure-flydsl skill``
-writes, whose launcher (``tool/run.py``) calls :func:`set_launcher` before anything else.  A remedy that
-names the wrong route is a dead end at 3 a.m.: ``pip install 'ensure-flydsl[signing]'`` names a package the
+writes, whose launcher (``tool/run.py``) calls ``support/launcher.py: set_launcher`` before anything else.  A
+remedy that names the wrong route is a dead end at 3 a.m.: ``pip install 'ensure-flydsl[signing]'`` names a package the
 index does not have, is wrong under uv and pipx, and impossible in the GEAK folder, which vendors no extras.
 """
 
@@ -14,11 +14,13 @@ import enum
 import os
 import sys
 
+from ensure_flydsl.support.launcher import launcher
+
 # re is imported where a value is matched: the warm call imports none (under python3 -E -S, as the GEAK folder
 # runs the tool, its import costs as much as the interpreter's start: tests/scenarios/test_warm_imports.py)
 TYPE_CHECKING = False  # typing is for the type checker only: not imported on the warm call's path
 if TYPE_CHECKING:
-    from typing import List, Optional, Sequence, Tuple
+    from typing import List, Tuple
 
 # pyproject.toml's optional dependencies (tests/unit/test_install_route.py holds these to it).
 EXTRAS = {
@@ -26,8 +28,6 @@ EXTRAS = {
     "signing": ("cryptography>=42",),
 }
 GEAK_FOLDER_NOTE = "the GEAK folder's vendored tool has no extras"
-
-_launcher: Optional[List[str]] = None
 
 
 class Route(str, enum.Enum):
@@ -37,19 +37,8 @@ class Route(str, enum.Enum):
     GEAK_FOLDER = "GEAK folder"
 
 
-def set_launcher(command: Sequence[str]) -> None:
-    """Called by the GEAK folder's launcher: how this interpreter runs the vendored tool again."""
-    global _launcher
-    _launcher = list(command)
-
-
-def tool_command() -> List[str]:
-    """The command that runs this very copy of the tool (the vendored one too), for processes it starts."""
-    return list(_launcher) if _launcher is not None else [sys.executable, "-m", "ensure_flydsl"]
-
-
 def install_route() -> Route:
-    if _launcher is not None:
+    if launcher() is not None:
         return Route.GEAK_FOLDER
     if os.path.isfile(os.path.join(sys.prefix, "uv-receipt.toml")):
         return Route.UV_TOOL
@@ -67,7 +56,7 @@ def _uv_source() -> str:
             receipt = handle.read(1 << 16)
     except OSError:
         return "ensure-flydsl"
-    import shlex  # here: the GEAK folder's warm call imports this module for set_launcher alone
+    import shlex
 
     found = re.search(r'name\s*=\s*"ensure-flydsl"[^}\n]*?(?:directory|path|editable)\s*=\s*"([^"\n]+)"', receipt)
     return f"--from {shlex.quote(found.group(1))} ensure-flydsl" if found else "ensure-flydsl"

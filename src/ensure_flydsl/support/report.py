@@ -12,7 +12,6 @@ can show them with the log's path.  When our stream already is the log (the bash
 
 from __future__ import annotations
 
-import collections
 import os
 import time
 
@@ -21,7 +20,7 @@ from ensure_flydsl.support.files import rename_into_place
 TYPE_CHECKING = False  # typing is for the type checker only: not imported on the warm call's path
 if TYPE_CHECKING:
     import threading
-    from typing import IO, ContextManager, Deque, Dict, List, Optional
+    from typing import IO, ContextManager, Dict, List, Optional
 
 LOG_ROTATE_BYTES = 64 * 1024**2
 TAIL_LINES = 40
@@ -56,7 +55,9 @@ class Reporter:
         self.log_path: Optional[str] = None
         self._log: Optional[IO[str]] = None
         self._log_is_stream = False
-        self._tail: Deque[str] = collections.deque(maxlen=TAIL_LINES)
+        # The last TAIL_LINES lines of the build's output, in a list trimmed as it doubles (a deque would import
+        # collections, a tenth of a warm call that never runs a build)
+        self._tail: List[str] = []
         self._live = False
         self._last_decile = -1
         self._last_json_progress = 0.0
@@ -138,6 +139,8 @@ class Reporter:
     def build_line(self, line: str) -> None:
         """One line of a build command's output: the log, and the in-memory tail."""
         self._tail.append(line)
+        if len(self._tail) >= 2 * TAIL_LINES:
+            del self._tail[:-TAIL_LINES]
         if self._log is not None and not self._log_is_stream:
             self._write_log(line)
         if self.verbosity > 0 and self.mode != "json":
@@ -146,7 +149,7 @@ class Reporter:
             self._write_log(line)
 
     def tail(self, count: int = 20) -> List[str]:
-        return list(self._tail)[-count:]
+        return self._tail[-min(count, TAIL_LINES):] if count > 0 else []
 
     def _print(self, line: str) -> None:
         with self._held():

@@ -1,0 +1,30 @@
+"""The command that runs this very copy of the tool again (the detached worker, the watchdog): ``python -m
+ensure_flydsl`` under the interpreter in use, or what the GEAK folder's launcher (``tool/run.py``) sets before
+anything else.  A module of its own, light to import: the launcher imports it on every call, the warm one
+included (support/install_route.py, which reads it to name a remedy, builds an enum)."""
+
+from __future__ import annotations
+
+import sys
+
+TYPE_CHECKING = False  # typing is for the type checker only: not imported on the warm call's path
+if TYPE_CHECKING:
+    from typing import List, Optional, Sequence
+
+_launcher: Optional[List[str]] = None
+
+
+def set_launcher(command: Sequence[str]) -> None:
+    """Called by the GEAK folder's launcher: how this interpreter runs the vendored tool again."""
+    global _launcher
+    _launcher = list(command)
+
+
+def launcher() -> Optional[List[str]]:
+    """What the GEAK folder's launcher set, or None when the tool was not started by one."""
+    return None if _launcher is None else list(_launcher)
+
+
+def tool_command() -> List[str]:
+    """The command that runs this very copy of the tool (the vendored one too), for processes it starts."""
+    return launcher() or [sys.executable, "-m", "ensure_flydsl"]
