@@ -9,7 +9,6 @@ many rediscoveries).  Extraction then creates each path itself, exclusively, nev
 
 from __future__ import annotations
 
-import dataclasses
 import gzip
 import hashlib
 import os
@@ -20,6 +19,7 @@ from typing import IO, Dict, List, Optional, Sequence, Set, Tuple, cast
 
 from ensure_flydsl.binary_cache.store import CacheCorrupt
 from ensure_flydsl.support.fields import integer
+from ensure_flydsl.support.frozen import Frozen, replace
 
 CHUNK = 1 << 20
 TYPES = ("file", "dir", "symlink")
@@ -27,8 +27,7 @@ _MAX_SYMLINK_HOPS = 40  # as the kernel's ELOOP limit
 _HEX = set("0123456789abcdef")
 
 
-@dataclasses.dataclass(frozen=True)
-class Member:
+class Member(Frozen):
     path: str  # relative, "/"-separated, normalised
     type: str  # "file", "dir" or "symlink"
     mode: int  # permission bits (0o777 at most)
@@ -146,7 +145,7 @@ def pack(source: str, out: IO[bytes]) -> Tuple[str, int, List[Member]]:
                     with open(full, "rb") as handle:
                         reader = _HashingReader(handle)
                         tar.addfile(info, cast(IO[bytes], reader))
-                    member = dataclasses.replace(member, sha256=reader.digest.hexdigest())
+                    member = replace(member, sha256=reader.digest.hexdigest())
                 members.append(member)
     out.flush()
     os.fsync(out.fileno())

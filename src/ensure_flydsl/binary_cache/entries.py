@@ -41,7 +41,6 @@ S3-compatible server).
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import gzip
 import math
 import os
@@ -73,6 +72,7 @@ from ensure_flydsl.binary_cache.store import CacheCorrupt, CacheError, Store, St
 from ensure_flydsl.binary_cache.variants import Published, place, read_manifest, read_variants
 from ensure_flydsl.support import space
 from ensure_flydsl.support.files import rename_into_place
+from ensure_flydsl.support.frozen import replace
 from ensure_flydsl.support.keys import SecretKey
 from ensure_flydsl.version import __version__
 
@@ -279,7 +279,7 @@ class Cache:
                            files=sum(1 for m in members if m.type == "file"), members=tuple(members),
                            host=socket.gethostname(), tool=f"ensure-flydsl {__version__}")
         # The signatures go before the manifest: a reader never sees this entry unsigned.
-        return place(self._store, dataclasses.replace(entry, manifest=manifest_bytes(entry)), signers)
+        return place(self._store, replace(entry, manifest=manifest_bytes(entry)), signers)
 
     def prune(self, max_bytes: int) -> List[CacheEntry]:
         """Remove the oldest entries until the blobs still referenced total at most ``max_bytes``.

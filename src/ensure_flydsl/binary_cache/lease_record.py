@@ -10,12 +10,12 @@ computation unchecked.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 from typing import Dict, Mapping, Optional
 
 from ensure_flydsl.support.fields import SHORT_TEXT_MAX, short_text
+from ensure_flydsl.support.frozen import Record, asdict, field
 
 BUILDING, FAILED = "building", "failed"
 # FLYDSL_LEASE_TTL's own bound (setting_values.parse_lease_ttl): a record's ttl outside (0, 10**6) s was
@@ -34,8 +34,7 @@ UNKNOWN_HOST = "an unknown host"
 FAILURE_EXIT_CODES = range(2, 9)
 
 
-@dataclasses.dataclass
-class LeaseRecord:
+class LeaseRecord(Record):
     """One generation of a key's lease: who builds what, and how far (or how it failed)."""
 
     kind: str
@@ -57,11 +56,11 @@ class LeaseRecord:
     eta_s: Optional[float] = None
     failure: Optional[Dict[str, object]] = None  # stage, exit_code, reason
     ended: Optional[float] = None
-    raw: bytes = dataclasses.field(default=b"", repr=False, compare=False)  # as read: liveness compares it
-    invalid: Optional[str] = dataclasses.field(default=None, repr=False, compare=False)  # why it was refused
+    raw: bytes = field(default=b"", repr=False, compare=False)  # as read: liveness compares it
+    invalid: Optional[str] = field(default=None, repr=False, compare=False)  # why it was refused
 
     def to_bytes(self) -> bytes:
-        data = {k: v for k, v in dataclasses.asdict(self).items() if k not in ("raw", "invalid")}
+        data = {k: v for k, v in asdict(self).items() if k not in ("raw", "invalid")}
         return (json.dumps(data, sort_keys=True) + "\n").encode()
 
     @classmethod

@@ -9,7 +9,6 @@ them is ever replaced by a publish."""
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import re
@@ -18,6 +17,7 @@ from typing import Dict, Mapping, Tuple
 from ensure_flydsl.binary_cache.archive import Member
 from ensure_flydsl.binary_cache.store import StoredFile
 from ensure_flydsl.support.fields import integer, seconds, short_text
+from ensure_flydsl.support.frozen import Frozen, field
 from ensure_flydsl.support.keys import KEY_NAME
 
 FORMAT = 1
@@ -28,8 +28,7 @@ KIND = re.compile(r"^[a-z][a-z0-9_-]{0,31}\Z")
 HEX64 = re.compile(r"^[0-9a-f]{64}\Z")
 
 
-@dataclasses.dataclass(frozen=True)
-class CacheEntry:
+class CacheEntry(Frozen):
     kind: str  # "tree" or "mlir" ("orphan" only in what prune returns: a file no manifest names)
     key: str  # hex sha256 of the canonical key fields
     blob: str  # hex sha256 of the artifact bytes
@@ -37,13 +36,13 @@ class CacheEntry:
     created: float  # time.time() of publishing
     fields: Dict[str, object]  # the key fields, for humans (cache list)
     files: int  # number of regular files in the artifact
-    members: Tuple[Member, ...] = dataclasses.field(default=(), repr=False, compare=False)
+    members: Tuple[Member, ...] = field(default=(), repr=False, compare=False)
     host: str = ""
     tool: str = ""
     # The manifest's exact bytes, as read or written: what a signature covers (binary_cache/signing.py).
-    manifest: bytes = dataclasses.field(default=b"", repr=False, compare=False)
+    manifest: bytes = field(default=b"", repr=False, compare=False)
     # Where the manifest is in the store ("" when not known): manifest_path, or variant_path of a signer.
-    path: str = dataclasses.field(default="", repr=False, compare=False)
+    path: str = field(default="", repr=False, compare=False)
 
     @property
     def variant(self) -> str:

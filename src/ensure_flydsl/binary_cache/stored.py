@@ -3,8 +3,9 @@ store, folder.py, and the fsspec store can both use them)."""
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Optional
+
+from ensure_flydsl.support.frozen import Frozen
 
 
 class CacheError(Exception):
@@ -26,8 +27,7 @@ class CacheCorrupt(CacheError):
         self.reason = reason
 
 
-@dataclasses.dataclass(frozen=True)
-class StoredFile:
+class StoredFile(Frozen):
     path: str  # relative to the cache's root, "/"-separated
     size: int
     mtime: Optional[float]  # None when the file system does not say

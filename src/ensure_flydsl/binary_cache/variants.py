@@ -24,7 +24,6 @@ that other hosts trust: a publish never takes it away from them)::
 
 from __future__ import annotations
 
-import dataclasses
 from typing import List, Optional, Sequence
 
 from ensure_flydsl.binary_cache.manifest import (
@@ -39,13 +38,13 @@ from ensure_flydsl.binary_cache.manifest import (
 )
 from ensure_flydsl.binary_cache.signing import check_entry, manifest_sha, public_of, write_signature
 from ensure_flydsl.binary_cache.store import CacheCorrupt, Store
+from ensure_flydsl.support.frozen import Frozen, replace
 from ensure_flydsl.support.keys import KEY_NAME, SecretKey
 
 MAX_VARIANTS = 64  # per key: one per signing key; more is a store flooded on purpose
 
 
-@dataclasses.dataclass(frozen=True)
-class Published:
+class Published(Frozen):
     """What a publish did: ``entry`` is the manifest it made, its ``path`` where it was written ("" when
     it was not); ``why`` says what was in the way then, ``note`` anything besides when it was written."""
 
@@ -105,8 +104,7 @@ def place(store: Store, entry: CacheEntry, signers: Sequence[SecretKey]) -> Publ
     return placed
 
 
-@dataclasses.dataclass(frozen=True)
-class _There:
+class _There(Frozen):
     """What a publish finds at a manifest's path it could not create."""
 
     data: Optional[bytes] = None  # its bytes (None: gone, or no regular file)
@@ -144,15 +142,15 @@ def _place(store: Store, entry: CacheEntry, signers: Sequence[SecretKey]) -> Pub
     there = _There()
     for _attempt in range(2):  # once more when the manifest there was removed (pruned) meanwhile
         if not store.exists(primary) and store.create_exclusive(primary, data):
-            return Published(dataclasses.replace(entry, path=primary))
+            return Published(replace(entry, path=primary))
         there = _look(store, primary, kind, key)
         if not there.gone:
             break
     if there.data == data:
-        return Published(dataclasses.replace(entry, path=primary), note="the same manifest was there already")
+        return Published(replace(entry, path=primary), note="the same manifest was there already")
     if there.dead:
         store.put_bytes(primary, data)
-        return Published(dataclasses.replace(entry, path=primary), note=f"in place of {primary}, {there.dead}")
+        return Published(replace(entry, path=primary), note=f"in place of {primary}, {there.dead}")
     if not signers:
         what = f"an entry for this key is already there ({primary})"
         if there.blocked:
@@ -172,12 +170,12 @@ def _variant(store: Store, entry: CacheEntry, signers: Sequence[SecretKey], ther
             if check_entry(store, other, mine, None, live).trusted and store.exists(blob_path(other.blob)):
                 return Published(entry, why=f"{other.path} is signed by {name} already")
         if attempt == 0 and not store.exists(rel) and store.create_exclusive(rel, entry.manifest):
-            return Published(dataclasses.replace(entry, path=rel),
+            return Published(replace(entry, path=rel),
                              note=f"as {rel}, beside the entry another host published for this key")
     slot = _look(store, rel, kind, key)
     if slot.dead:
         store.put_bytes(rel, entry.manifest)
-        return Published(dataclasses.replace(entry, path=rel), note=f"in place of {rel}, {slot.dead}")
+        return Published(replace(entry, path=rel), note=f"in place of {rel}, {slot.dead}")
     return Published(entry, why=f"{rel} is there but no signature of {name} covers it (edited, or not written by "
                      "this tool), and a publish never replaces a manifest: remove it to let a host that signs with "
                      f"{name} publish there")

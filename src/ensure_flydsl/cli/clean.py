@@ -8,7 +8,6 @@ itself is never deleted (see pipeline/lock.py).
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import uuid
 from typing import Callable, Dict, List, Tuple
@@ -31,11 +30,11 @@ from ensure_flydsl.source.git import Checkout
 from ensure_flydsl.source.ownership import foreign_files, other_roots, remove_made
 from ensure_flydsl.source.root import Stamps, is_ours, owner
 from ensure_flydsl.support.files import remove_file, remove_tree
+from ensure_flydsl.support.frozen import Frozen
 from ensure_flydsl.ways.source.environment import LlvmRecord
 
 
-@dataclasses.dataclass(frozen=True)
-class Cleaned:
+class Cleaned(Frozen):
     """What ``clean`` did: the paths it removed, in order, and a line for each thing it kept, saying why.
     Both the human lines and ``clean --json`` are made from it."""
 

@@ -21,7 +21,6 @@ not blocking.
 from __future__ import annotations
 
 import concurrent.futures
-import dataclasses
 import time
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -40,6 +39,7 @@ from ensure_flydsl.setting_values import Strategy
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.source.mirrors import rewrite
 from ensure_flydsl.source.needs import KNOWN_FLYDSL_NEEDS, BuildNeeds, find_needs
+from ensure_flydsl.support.frozen import Frozen, replace
 from ensure_flydsl.ways import Way, demands, falls_back, provisioning, provisions, tries
 from ensure_flydsl.ways.checks import OK, SKIPPED, Check, Index, RunContext, Submit
 from ensure_flydsl.ways.source.checks import disk_check, memory_check
@@ -104,7 +104,7 @@ def _without_build_blocks(checks: List[Check], version_check: Check) -> List[Che
     """auto installs an available release wheel and builds nothing: build problems, and submodules only a
     source build fetches, do not block it."""
     note = f" (only for a source build: auto installs the release wheel, {version_check.detail.split('; ')[-1]})"
-    return [dataclasses.replace(c, blocking=False, remedy=c.remedy + note)
+    return [replace(c, blocking=False, remedy=c.remedy + note)
             if c.blocking and c.stage in (Stage.SUBMODULES, Stage.LLVM, Stage.BUILD) else c for c in checks]
 
 
@@ -167,8 +167,7 @@ def run_checks(
 # ---------------------------------------------------------------------------------------------------------
 
 
-@dataclasses.dataclass(frozen=True)
-class Diagnosis:
+class Diagnosis(Frozen):
     strategy: Strategy
     checks: Tuple[Check, ...]
     needs: Optional[BuildNeeds]
@@ -229,7 +228,7 @@ def diagnose(settings: Settings, environ: Mapping[str, str], *, reuse: Optional[
         from ensure_flydsl.ways.release.checks import release_instead  # a failed prediction's hint
 
         suggestion = release_instead(settings, environ, blocking)
-        diagnosis = dataclasses.replace(diagnosis, suggestion=suggestion, seconds=time.monotonic() - started)
+        diagnosis = replace(diagnosis, suggestion=suggestion, seconds=time.monotonic() - started)
     return diagnosis
 
 

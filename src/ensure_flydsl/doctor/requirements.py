@@ -12,7 +12,6 @@ seen here (nothing is imported); the final probe still catches it.
 
 from __future__ import annotations
 
-import dataclasses
 import shlex
 from typing import Mapping, Optional, Sequence, Tuple
 
@@ -29,14 +28,14 @@ from ensure_flydsl.source.requirements import (
     find_requirements,
     pin_sources,
 )
+from ensure_flydsl.support.frozen import Frozen
 from ensure_flydsl.ways import Way, demands
 from ensure_flydsl.ways.checks import MISSING, Check, passed, skipped
 
 CHECK = "requirements"  # the doctor check's name; its stage is Stage.REQUIREMENTS
 
 
-@dataclasses.dataclass(frozen=True)
-class Finding:
+class Finding(Frozen):
     """What the pin's code needs from the interpreter and what it lacks."""
 
     python: str

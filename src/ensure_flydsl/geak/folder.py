@@ -11,7 +11,6 @@ whole new one.
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
 import hashlib
 import os
@@ -25,6 +24,7 @@ from ensure_flydsl.geak import vendor
 from ensure_flydsl.geak.provenance import PACKAGE_DIR, tool_commit
 from ensure_flydsl.settings import DEFAULT_MIN_VERSION, DEFAULT_PIN, DEFAULT_ROOT, SETTINGS
 from ensure_flydsl.support.files import atomic_write_json, move_aside, read_json, remove_tree, rename_into_place
+from ensure_flydsl.support.frozen import Frozen
 from ensure_flydsl.version import __version__
 
 MANIFEST = ".ensure-flydsl-skill.json"
@@ -35,8 +35,7 @@ FIRST_SETTINGS = ("FLYDSL_ROOT", "FLYDSL_MIN_VERSION", "FLYDSL_BUILD_LOCK")
 _HEX64 = re.compile(r"^[0-9a-f]{64}\Z")
 
 
-@dataclasses.dataclass(frozen=True)
-class SkillFolder:
+class SkillFolder(Frozen):
     path: str
     version: str
     commit: str

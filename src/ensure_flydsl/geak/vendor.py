@@ -10,7 +10,6 @@ the pip of this interpreter or of ``python3`` on PATH (under the user's pip conf
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import os
 import pathlib
@@ -22,11 +21,11 @@ from typing import Callable, Dict, List, Optional, Sequence
 from ensure_flydsl.errors import BadInput, EnsureError, ExitCode, Stage
 from ensure_flydsl.layout import host_cache_dir, vendored_wheels_dir
 from ensure_flydsl.support.files import move_into_place
+from ensure_flydsl.support.frozen import Frozen
 from ensure_flydsl.support.processes import cmd_output
 
 
-@dataclasses.dataclass(frozen=True)
-class Pinned:
+class Pinned(Frozen):
     name: str
     version: str
     sha256: str

@@ -9,7 +9,6 @@ it (pid, host, start time, run id) so that a waiter can say whom it waits for.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import datetime
 import inspect
 import os
@@ -22,6 +21,7 @@ import filelock
 from ensure_flydsl.errors import EnsureError, ExitCode, Stage
 from ensure_flydsl.support import fields, space
 from ensure_flydsl.support.files import atomic_write_json, file_path_problem, read_json, remove_file
+from ensure_flydsl.support.frozen import Frozen, asdict
 
 WAIT_REPORT_INTERVAL_S = 30.0
 
@@ -30,8 +30,7 @@ def holder_path(lock_file: str) -> str:
     return lock_file + ".holder"
 
 
-@dataclasses.dataclass(frozen=True)
-class LockHolder:
+class LockHolder(Frozen):
     """``<lock>.holder``: who holds the build lock, for the message of whoever waits for it."""
 
     pid: int
@@ -107,7 +106,7 @@ def build_lock(
                             started_ts=time.time(),
                             run_id=run_id)
         try:
-            atomic_write_json(holder_path(path), dataclasses.asdict(holder))
+            atomic_write_json(holder_path(path), asdict(holder))
         except OSError as exc:
             if not space.is_full(exc):
                 raise

@@ -11,7 +11,6 @@ its stamps as they were, so the previous install keeps answering."""
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
 import os
 from typing import TYPE_CHECKING, List, Mapping, Optional, Tuple
@@ -42,6 +41,7 @@ from ensure_flydsl.source.requirements import read_commit_sources
 from ensure_flydsl.source.root import RootKind, claim_root, classify_root, exclude_from_git, is_ours
 from ensure_flydsl.support import faults
 from ensure_flydsl.support.files import remove_tree
+from ensure_flydsl.support.frozen import replace
 from ensure_flydsl.support.processes import CommandFailed
 from ensure_flydsl.ways import Way, demands, provisioning, tries
 from ensure_flydsl.ways.base import Early, Provider
@@ -209,7 +209,7 @@ def finish(run: Run, commit: str, decision: Decision) -> Result:
     faults.point("verified")
     run.stamps.finish("tree", tree_key(run.settings, commit, run.interpreter), how=decision.how, commit=commit,
                       version=decision.probe.version if decision.probe else None)
-    made = dataclasses.replace(decision, commit=commit, pin=run.settings.pin, repo=run.settings.repo)
+    made = replace(decision, commit=commit, pin=run.settings.pin, repo=run.settings.repo)
     return publish(run, made, Action.PROVISIONED)
 
 

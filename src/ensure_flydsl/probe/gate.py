@@ -8,7 +8,6 @@ parsed fails the gate: the bash executor (ensure_flydsl.sh) treated a failed com
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from typing import Dict, Optional, Sequence, Tuple
 
@@ -17,17 +16,17 @@ from packaging.version import InvalidVersion
 from ensure_flydsl.layout import BUILD_DIR, PACKAGES_DIR
 from ensure_flydsl.probe.results import Probe
 from ensure_flydsl.setting_values import release_at_least
+from ensure_flydsl.support.frozen import Frozen, field
 
 
-@dataclasses.dataclass(frozen=True)
-class Verdict:
+class Verdict(Frozen):
     reusable: bool
     reason: str
     tree: Optional[str] = None  # the one folder that holds every imported module, when there is one
     version: Optional[str] = None
-    files: Dict[str, str] = dataclasses.field(default_factory=dict)
+    files: Dict[str, str] = field(default_factory=dict)
     # The folder on sys.path each module of ``files`` was imported from (``package_folder``).
-    folders: Dict[str, str] = dataclasses.field(default_factory=dict)
+    folders: Dict[str, str] = field(default_factory=dict)
     # Whether one of them is a folder the probe put first on PYTHONPATH (a root's: it shadows any other copy).
     from_first: bool = False
 

@@ -9,7 +9,6 @@ after ``source``.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import signal
@@ -21,6 +20,7 @@ from ensure_flydsl.errors import EnsureError, ExitCode, Stage
 from ensure_flydsl.probe import scripts
 from ensure_flydsl.probe.results import Interpreter, ModuleResult, Probe
 from ensure_flydsl.settings import DEFAULT_PROBE_TIMEOUT
+from ensure_flydsl.support.frozen import Record
 from ensure_flydsl.support.processes import kill_group, spawn
 
 
@@ -55,8 +55,7 @@ class ProbeBroke(EnsureError):
         self.origin = origin
 
 
-@dataclasses.dataclass
-class _Output:
+class _Output(Record):
     """What the probe wrote on its report channel: the module it reached, and its result when it finished."""
 
     importing: Optional[str] = None

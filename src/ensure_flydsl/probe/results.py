@@ -3,12 +3,12 @@ error, and flydsl's version (the data; :mod:`.interpreter` runs the probe that f
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Dict, List, Mapping, Optional, Tuple
 
+from ensure_flydsl.support.frozen import Frozen, asdict
 
-@dataclasses.dataclass(frozen=True)
-class Interpreter:
+
+class Interpreter(Frozen):
     executable: str
     version: str
     implementation: str
@@ -49,15 +49,13 @@ def _as_list(value: object) -> List[object]:
     return list(value) if isinstance(value, (list, tuple)) else []
 
 
-@dataclasses.dataclass(frozen=True)
-class ModuleResult:
+class ModuleResult(Frozen):
     name: str
     file: Optional[str]
     error: Optional[str]
 
 
-@dataclasses.dataclass(frozen=True)
-class Probe:
+class Probe(Frozen):
     interpreter: Interpreter
     modules: Tuple[ModuleResult, ...]
     version: Optional[str]
@@ -73,7 +71,7 @@ class Probe:
 
     def to_json(self) -> Dict[str, object]:
         return {
-            "python": dataclasses.asdict(self.interpreter),
+            "python": asdict(self.interpreter),
             "modules": {m.name: {"file": m.file, "error": m.error} for m in self.modules},
             "version": self.version,
             "version_error": self.version_error,

@@ -21,7 +21,6 @@ marker path, and one root's failure is not another's.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import time
 from typing import Dict, List, Optional
@@ -31,12 +30,12 @@ from ensure_flydsl.runs.markers import EnvTwin, Failure, read_failure_marker
 from ensure_flydsl.runs.records import FAILED, RUNNING, SUCCEEDED, RunRecord, RunStore, sibling_roots
 from ensure_flydsl.runs.twin_gate import answering_twin, installed, installed_twin, twin_gap
 from ensure_flydsl.settings import Request, Settings
+from ensure_flydsl.support.frozen import Frozen, Record
 
 ABSENT = "absent"
 
 
-@dataclasses.dataclass
-class Answer:
+class Answer(Record):
     state: str
     record: Optional[RunRecord] = None  # the live run, or the run whose outcome this is
     twin: Optional[EnvTwin] = None  # the env file's JSON twin, when succeeded
@@ -119,8 +118,7 @@ def roots_sharing_marker(settings: Settings) -> List[str]:
             if any(r.fail_marker == settings.fail_marker for r in RunStore(other).records())]
 
 
-@dataclasses.dataclass(frozen=True)
-class SharingAdvice:
+class SharingAdvice(Frozen):
     """Other roots of this folder report to this root's failure marker: what that means (``problem``) and the
     setting that gives this root a marker of its own (``remedy``); the run's note and the doctor's check are
     made from it."""

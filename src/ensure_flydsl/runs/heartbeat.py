@@ -12,13 +12,13 @@ README says so): a caller with a silence detector runs without ``-q``, or polls 
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from types import TracebackType
 from typing import TYPE_CHECKING, Callable, Dict, Mapping, Optional, Type
 
 from ensure_flydsl.errors import Stage
 from ensure_flydsl.runs.records import RUNNING, RunRecord
+from ensure_flydsl.support.frozen import Frozen
 from ensure_flydsl.support.report import Reporter, fmt_seconds, known
 
 if TYPE_CHECKING:
@@ -39,8 +39,7 @@ def heartbeat_interval(environ: Mapping[str, str]) -> float:
     return value if 0 < value < HEARTBEAT_S * 100 else HEARTBEAT_S
 
 
-@dataclasses.dataclass(frozen=True)
-class Pulse:
+class Pulse(Frozen):
     """What a heartbeat says of a running run."""
 
     step: Optional[Stage]

@@ -14,7 +14,6 @@ Writing it is best effort: a history that cannot be written costs later ETAs, ne
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import fcntl
 import os
 import statistics
@@ -25,6 +24,7 @@ from ensure_flydsl.errors import Plan, Stage
 from ensure_flydsl.layout import history_file, history_lock
 from ensure_flydsl.support import fields
 from ensure_flydsl.support.files import atomic_write_json, read_json
+from ensure_flydsl.support.frozen import Frozen, field
 
 HISTORY_VERSION = 1
 HISTORY_KEEP = 7  # the median of the last runs: one slow run (a cold disk, a busy host) barely moves it
@@ -45,11 +45,10 @@ DEFAULT_SECONDS: Dict[Plan, Dict[Stage, float]] = {
 }
 
 
-@dataclasses.dataclass(frozen=True)
-class History:
+class History(Frozen):
     """``history.json``: the last durations of each step, per route."""
 
-    routes: Mapping[Plan, Mapping[Stage, Tuple[float, ...]]] = dataclasses.field(default_factory=dict)
+    routes: Mapping[Plan, Mapping[Stage, Tuple[float, ...]]] = field(default_factory=dict)
 
     def expected(self, plan: Plan) -> Dict[Stage, float]:
         """Seconds each step of ``plan`` takes here: the median of its last runs, else the default."""

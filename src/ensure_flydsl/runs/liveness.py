@@ -8,7 +8,6 @@ watchdog itself was killed.  ``status`` only reads: :func:`seen_dead` gives the 
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import time
 from typing import Optional
@@ -22,6 +21,7 @@ from ensure_flydsl.runs.twin_gate import answering_twin
 from ensure_flydsl.setting_values import host_id
 from ensure_flydsl.settings_table import Request
 from ensure_flydsl.support import frozen, space
+from ensure_flydsl.support.frozen import replace
 from ensure_flydsl.support.processes import kill_group
 
 DEATH_HINT = "run `ensure-flydsl start` (or `ensure-flydsl`) again: it resumes where the dead run stopped"
@@ -44,7 +44,7 @@ def seen_dead(store: RunStore, record: RunRecord) -> RunRecord:
     record = store.read(record.run_id) or record  # it may have finished just now
     if record.state != RUNNING:
         return record
-    return dataclasses.replace(
+    return replace(
         record, state=FAILED, finished=record.updated if record.updated is not None else time.time(),
         failure=Failure(record.step, int(ExitCode.WORKER_DIED), died_reason(record), DEATH_HINT),
     )
@@ -101,7 +101,7 @@ def _mark_death(store: RunStore, dead: RunRecord) -> RunRecord:
             if not space.is_full(exc):
                 raise
             reason = f"{dead.failure.reason}; {markers.marker_unwritten(dead.fail_marker, exc)}"
-            dead = dataclasses.replace(dead, failure=frozen.replace(dead.failure, reason=reason))
+            dead = replace(dead, failure=frozen.replace(dead.failure, reason=reason))
     return dead
 
 

@@ -14,7 +14,6 @@ poller that only watches files learns of the death.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
 import subprocess
@@ -34,6 +33,7 @@ from ensure_flydsl.runs.records import (
     process_start_time,
 )
 from ensure_flydsl.settings_table import Request
+from ensure_flydsl.support.frozen import replace
 from ensure_flydsl.support.launcher import tool_command
 from ensure_flydsl.support.processes import spawn
 
@@ -206,7 +206,7 @@ class Tracker:
         record = self.record
         following = record.waiting is not None
         pulse = Pulse.of_record(record)
-        return dataclasses.replace(pulse, eta_s=pulse.eta_s if following else self.eta())
+        return replace(pulse, eta_s=pulse.eta_s if following else self.eta())
 
     def _write(self, force: bool = False) -> None:
         now = time.time()

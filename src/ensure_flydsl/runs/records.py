@@ -19,7 +19,6 @@ The step durations for ETAs are the host's, not the root's: ``history.py``.
 
 from __future__ import annotations
 
-import dataclasses
 import enum
 import fcntl
 import os
@@ -48,6 +47,7 @@ from ensure_flydsl.support.files import (
     read_regular,
     remove_quietly,
 )
+from ensure_flydsl.support.frozen import Record, asdict, field
 
 
 class RunState(str, enum.Enum):
@@ -70,8 +70,7 @@ KEEP_RECORDS = 20
 RESERVE_BYTES = 64 << 10
 
 
-@dataclasses.dataclass
-class RunRecord:
+class RunRecord(Record):
     """``<run_id>.json``: what one run is doing, or how it ended."""
 
     run_id: str
@@ -88,7 +87,7 @@ class RunRecord:
     started: float = 0.0
     finished: Optional[float] = None
     updated: Optional[float] = None  # its last sign of life
-    steps: List[Dict[str, object]] = dataclasses.field(default_factory=list)
+    steps: List[Dict[str, object]] = field(default_factory=list)
     log: str = ""
     fail_marker: str = ""
     result: Optional[Dict[str, object]] = None
@@ -105,7 +104,7 @@ class RunRecord:
         return round(max(0.0, self.eta_s - (time.time() - self.updated)), 1)
 
     def to_json(self) -> Dict[str, object]:
-        data = dataclasses.asdict(self)
+        data = asdict(self)
         data["failure"] = self.failure.to_json() if self.failure else None
         data["request"] = self.request.to_json()
         return data

@@ -8,18 +8,17 @@ stage counts (reading the settings, the preflight before the probe's step, the a
 
 from __future__ import annotations
 
-import dataclasses
 import statistics
 from typing import Dict, Iterable, List, Optional, Sequence
 
 from ensure_flydsl.errors import Stage
 from ensure_flydsl.runs.timings import FETCHES, HIT, LINK_MODES, LOOKUPS, MISS, WAYS, TimingRecord
+from ensure_flydsl.support.frozen import Frozen
 
 OTHER = "other"  # the time of a run that no stage counts
 
 
-@dataclasses.dataclass(frozen=True)
-class Figures:
+class Figures(Frozen):
     """How many values, their median (None without any) and their sum: seconds, or bytes."""
 
     count: int
@@ -36,8 +35,7 @@ class Figures:
                 "sum" + unit: round(self.total, digits)}
 
 
-@dataclasses.dataclass(frozen=True)
-class Share:
+class Share(Frozen):
     """One stage's (or ``other``'s) part of all the runs' wall time."""
 
     stage: str
@@ -48,8 +46,7 @@ class Share:
         return {"stage": self.stage, "sum_s": round(self.seconds, 3), "share": round(self.share, 4)}
 
 
-@dataclasses.dataclass(frozen=True)
-class Summary:
+class Summary(Frozen):
     runs: int
     failed: int
     ways: Dict[str, int]  # WAYS, in that order

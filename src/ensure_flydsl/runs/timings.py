@@ -18,7 +18,6 @@ step, would push its real runs out of the bounded folder).
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import stat
 import time
@@ -30,6 +29,7 @@ from ensure_flydsl.result import LINK_MODES as LINK_MODES  # how the host store 
 from ensure_flydsl.runs.records import KINDS, RunRecord, is_new_run_id, is_run_id
 from ensure_flydsl.support import fields
 from ensure_flydsl.support.files import atomic_write_json, read_regular
+from ensure_flydsl.support.frozen import Frozen, Record, field
 
 TIMING_VERSION = 1
 KEEP_RUNS = 500  # a few hundred KB: a month of a busy host's runs
@@ -46,13 +46,12 @@ LOOKUPS = ("tree", "mlir")  # what a run looks up in the binary cache
 HIT, MISS = "hit", "miss"
 
 
-@dataclasses.dataclass
-class RunFacts:
+class RunFacts(Record):
     """What a run learns as it goes, for its timing record (``Run.facts``): the providers add to it."""
 
     route: Optional[Plan] = None  # the way a provider took (Run.plan)
-    fetched: Dict[str, int] = dataclasses.field(default_factory=dict)  # FETCHES: bytes
-    cache: Dict[str, str] = dataclasses.field(default_factory=dict)  # LOOKUPS: HIT or MISS (the last one)
+    fetched: Dict[str, int] = field(default_factory=dict)  # FETCHES: bytes
+    cache: Dict[str, str] = field(default_factory=dict)  # LOOKUPS: HIT or MISS (the last one)
     lease_wait_s: Optional[float] = None  # None: the run took no turn at a build lease
 
     def add_fetched(self, what: str, size: Optional[int]) -> None:
@@ -67,8 +66,7 @@ class RunFacts:
         self.lease_wait_s = (self.lease_wait_s or 0.0) + max(0.0, seconds)
 
 
-@dataclasses.dataclass(frozen=True)
-class TimingRecord:
+class TimingRecord(Frozen):
     """``<run id>.json`` in the host's ``runs/``: where one run's time went (docs/schema/timing.schema.json)."""
 
     run_id: str
@@ -84,8 +82,8 @@ class TimingRecord:
     route: Optional[Plan] = None  # the way a provider took (None: none did)
     pin: Optional[str] = None
     tool: Optional[str] = None  # ensure-flydsl's version that wrote it
-    fetched: Mapping[str, int] = dataclasses.field(default_factory=dict)
-    cache: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    fetched: Mapping[str, int] = field(default_factory=dict)
+    cache: Mapping[str, str] = field(default_factory=dict)
     link_mode: Optional[str] = None
     lock_wait_s: Optional[float] = None  # None: the run did not go for the lock
     lease_wait_s: Optional[float] = None  # None: it took no turn at a build lease
@@ -250,8 +248,7 @@ def prune(folder: str, *, keep_runs: int = KEEP_RUNS, keep_days: float = KEEP_DA
                 pass
 
 
-@dataclasses.dataclass(frozen=True)
-class Skipped:
+class Skipped(Frozen):
     """A file in the records' folder that is not a timing record this version reads, and why."""
 
     path: str

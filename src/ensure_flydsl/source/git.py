@@ -10,7 +10,6 @@ options they belong to, so they can never be read as options.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 import subprocess
 from typing import TYPE_CHECKING, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
@@ -18,6 +17,7 @@ from typing import TYPE_CHECKING, Callable, Dict, Iterator, List, Mapping, Optio
 from ensure_flydsl.errors import EnsureError, ExitCode, Stage
 from ensure_flydsl.setting_values import GitMirrors
 from ensure_flydsl.source.mirrors import describe, is_local, with_mirrors, with_network_limits
+from ensure_flydsl.support.frozen import Frozen
 from ensure_flydsl.support.patterns import Pattern
 from ensure_flydsl.support.processes import CommandFailed, Silent, cmd_output, run_captured, watched_output
 
@@ -195,8 +195,7 @@ def is_deletion(code: str) -> bool:
     return set(code.strip()) == {"D"}
 
 
-@dataclasses.dataclass(frozen=True)
-class Checkout:
+class Checkout(Frozen):
     """The pin's checkout in ``root``, fetched from ``repo`` through the run's git ``mirrors``: every git
     command on it goes through :meth:`git` (as uv's ``GitCheckout``)."""
 

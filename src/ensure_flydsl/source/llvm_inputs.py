@@ -34,12 +34,12 @@ objects and a run from its checkout, and both get the same answer.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import os
 from typing import Dict, List, Mapping, Optional, Tuple, Union
 
+from ensure_flydsl.support.frozen import Frozen, asdict
 from ensure_flydsl.support.patterns import Pattern
 
 LLVM_SCRIPT = "scripts/build_llvm.sh"
@@ -124,8 +124,7 @@ def named_inputs(names: Tuple[str, ...], files: Mapping[str, Optional[Text]]) ->
     return tuple(found.items())
 
 
-@dataclasses.dataclass(frozen=True)
-class LlvmInputs:
+class LlvmInputs(Frozen):
     """What a pin's LLVM/MLIR build is made from, as read (see the module's docstring)."""
 
     commit: Optional[str]  # None: cannot be determined (``problem`` says why)
@@ -165,7 +164,7 @@ class LlvmInputs:
         return ", ".join(parts)
 
     def to_json(self) -> Dict[str, object]:
-        return dataclasses.asdict(self)
+        return asdict(self)
 
 
 def _commit_in_info(content: Text) -> Tuple[Optional[str], Optional[str]]:

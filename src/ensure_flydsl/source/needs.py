@@ -11,7 +11,6 @@ lacking it.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
 from typing import Dict, Iterator, List, Mapping, Optional, Tuple
@@ -26,6 +25,7 @@ from ensure_flydsl.source.llvm_inputs import (
     read_llvm_inputs,
     wanted_files,
 )
+from ensure_flydsl.support.frozen import Frozen, asdict
 from ensure_flydsl.support.patterns import Pattern
 from ensure_flydsl.support.processes import CommandFailed
 
@@ -43,8 +43,7 @@ _PIP_INSTALL = Pattern(r"^\s*(?:pip3?|\S*(?i:python)\S*\s+-m\s+pip3?)\s+install\
 _PACKAGE_NAME = Pattern(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
-@dataclasses.dataclass(frozen=True)
-class BuildNeeds:
+class BuildNeeds(Frozen):
     """What building the pin needs; ``source`` says where this was read (or that it was assumed)."""
 
     source: str
@@ -82,7 +81,7 @@ class BuildNeeds:
         return ", ".join(parts) if parts else "nothing beyond the interpreter and git"
 
     def to_json(self) -> Dict[str, object]:
-        return dataclasses.asdict(self)
+        return asdict(self)
 
 
 # FlyDSL at the default pin, as read from its source (CMakeLists.txt, lib/Runtime/ROCm/CMakeLists.txt,

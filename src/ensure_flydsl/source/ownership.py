@@ -24,7 +24,6 @@ entries), written atomically.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import gzip
 import json
 import os
@@ -35,6 +34,7 @@ from ensure_flydsl.layout import BUILD_DIR, build_dir, build_made_record
 from ensure_flydsl.source.git import Checkout
 from ensure_flydsl.source.root import is_build_output, is_ours
 from ensure_flydsl.support.files import atomic_write
+from ensure_flydsl.support.frozen import Frozen, field
 from ensure_flydsl.support.processes import CommandFailed
 
 Entry = Optional[Tuple[int, int]]  # (size, mtime_ns) of a file or link; None for a folder
@@ -42,11 +42,10 @@ Listing = Dict[str, Entry]
 _VERSION = 1
 
 
-@dataclasses.dataclass(frozen=True)
-class MadeRecord:
+class MadeRecord(Frozen):
     """What the build steps made in a folder (see the module docstring); empty when there is no record."""
 
-    entries: Listing = dataclasses.field(default_factory=dict)
+    entries: Listing = field(default_factory=dict)
     open: bool = False
     theirs: FrozenSet[str] = frozenset()
 

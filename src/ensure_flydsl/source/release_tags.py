@@ -16,7 +16,6 @@ read is said (``TagAnswer.unread`` and ``why``), never taken as holding the modu
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
 import tempfile
@@ -31,6 +30,7 @@ from ensure_flydsl.source.git import git, is_local_repo, tag_commits
 from ensure_flydsl.source.mirrors import describe, rewrite
 from ensure_flydsl.source.needs import repo_path
 from ensure_flydsl.source.requirements import FileSources, absent_modules, commit_listing
+from ensure_flydsl.support.frozen import Frozen
 from ensure_flydsl.support.processes import CommandFailed
 
 # The most releases one hint reads (newest first): a bound on the reads and on the one fetch.
@@ -44,8 +44,7 @@ def checked_modules(required: Sequence[str]) -> List[str]:
     return [m for m in required if m.split(".")[0] in folders and m.split(".")[0] not in BUILT_PACKAGES]
 
 
-@dataclasses.dataclass(frozen=True)
-class TagAnswer:
+class TagAnswer(Frozen):
     """``holding``: the newest of the releases asked whose tag holds the modules; else ``unread``: the
     newest whose tag could not be read, and ``why``; both None when every tag was read and none holds them
     (or none of the releases is tagged)."""
@@ -55,8 +54,7 @@ class TagAnswer:
     why: str = ""
 
 
-@dataclasses.dataclass(frozen=True)
-class TagSource:
+class TagSource(Frozen):
     """Where the tags are asked and read: the root, FLYDSL_REPO and the git mirrors of the run."""
 
     root: str

@@ -22,7 +22,6 @@ Pure: the sources come from a :class:`Sources` (a checkout, or a commit read wit
 from __future__ import annotations
 
 import ast
-import dataclasses
 import os
 from collections import deque
 from typing import Deque, Dict, Iterable, Iterator, List, Mapping, Optional, Protocol, Sequence, Set, Tuple
@@ -30,11 +29,11 @@ from typing import Deque, Dict, Iterable, Iterator, List, Mapping, Optional, Pro
 from ensure_flydsl.layout import BUILT_PACKAGES, PACKAGE_SOURCES
 from ensure_flydsl.source.git import read_git
 from ensure_flydsl.source.needs import read_blobs, repo_path, resolve_in
+from ensure_flydsl.support.frozen import Frozen, Record, field
 from ensure_flydsl.support.processes import CommandFailed
 
 
-@dataclasses.dataclass(frozen=True)
-class Requirement:
+class Requirement(Frozen):
     """A top-level module outside the tree, the first file (relative to the tree) and line importing it,
     and the chain of the tree's modules from a required module to that file."""
 
@@ -73,8 +72,7 @@ def entries_of(paths: Iterable[str], folder: str) -> Optional[List[str]]:
     return sorted(found) if found else None
 
 
-@dataclasses.dataclass(frozen=True)
-class FileSources:
+class FileSources(Frozen):
     """Sources held in memory (a commit read with git, or a test's tree); ``listing``: every file of the
     tree when more exist than were read (a commit's other files), else the files' own paths."""
 
@@ -92,8 +90,7 @@ class FileSources:
         return entries_of(self.listing or self.files, folder)
 
 
-@dataclasses.dataclass(frozen=True)
-class CheckoutSources:
+class CheckoutSources(Frozen):
     """Sources read from a checkout on disk, file by file as the walk reaches them."""
 
     top: str
@@ -227,13 +224,12 @@ def tree_modules(sources: Sources, packages: Optional[Mapping[str, str]] = None)
     return folders
 
 
-@dataclasses.dataclass
-class Walk:
+class Walk(Record):
     """The outcome: requirements in the order first met, the tree's files read, and files that did not parse."""
 
-    requirements: List[Requirement] = dataclasses.field(default_factory=list)
-    files: List[str] = dataclasses.field(default_factory=list)
-    unparsed: List[str] = dataclasses.field(default_factory=list)
+    requirements: List[Requirement] = field(default_factory=list)
+    files: List[str] = field(default_factory=list)
+    unparsed: List[str] = field(default_factory=list)
 
     def names(self) -> List[str]:
         return [r.module for r in self.requirements]
@@ -286,8 +282,7 @@ def find_requirements(required: Sequence[str], sources: Sources,
 # -- required modules that are not in the sources at all ----------------------------------------------------
 
 
-@dataclasses.dataclass(frozen=True)
-class Absent:
+class Absent(Frozen):
     """A required module of the tree's packages that the pin does not have, and the modules of the same last
     name it has instead: (module, path) each."""
 

@@ -15,7 +15,6 @@ The tool's records live in ``ROOT/.ensure_flydsl/`` (excluded from git through `
 
 from __future__ import annotations
 
-import dataclasses
 import enum
 import os
 import time
@@ -37,6 +36,7 @@ from ensure_flydsl.setting_values import same_repo
 from ensure_flydsl.source.git import read_git
 from ensure_flydsl.support import fields
 from ensure_flydsl.support.files import atomic_write_json, read_json, remove_file, remove_tree, rename_into_place
+from ensure_flydsl.support.frozen import Frozen, asdict
 from ensure_flydsl.support.processes import CommandFailed
 
 # Files a root may hold that are ours by contract (the bash executor, ensure_flydsl.sh, wrote them too)
@@ -55,8 +55,7 @@ def is_ours(root: str) -> bool:
     return os.path.isfile(owner_file(root))
 
 
-@dataclasses.dataclass(frozen=True)
-class Owner:
+class Owner(Frozen):
     """``ROOT/.ensure_flydsl/owner.json``: the tool made the root, or adopted another tool's clean checkout."""
 
     created_root: bool
@@ -65,7 +64,7 @@ class Owner:
     tool: str = "ensure-flydsl"
 
     def to_json(self) -> Dict[str, object]:
-        return dataclasses.asdict(self)
+        return asdict(self)
 
     @classmethod
     def from_json(cls, data: object) -> Optional["Owner"]:
@@ -95,8 +94,7 @@ class RootKind(str, enum.Enum):
         return str(self.value)
 
 
-@dataclasses.dataclass(frozen=True)
-class RootState:
+class RootState(Frozen):
     kind: RootKind
     reason: str = ""
 
@@ -203,8 +201,7 @@ def exclude_from_git(root: str) -> None:
             handle.write("\n".join(missing) + "\n")
 
 
-@dataclasses.dataclass(frozen=True)
-class Stamp:
+class Stamp(Frozen):
     """``stamps/<step>.json``: the inputs a finished step was done for (and, for the tree, how it came to
     be, its commit and version)."""
 
@@ -215,7 +212,7 @@ class Stamp:
     version: Optional[str] = None
 
     def to_json(self) -> Dict[str, object]:
-        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+        return {k: v for k, v in asdict(self).items() if v is not None}
 
     @classmethod
     def from_json(cls, data: object) -> Optional["Stamp"]:

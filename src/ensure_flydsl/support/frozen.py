@@ -1,14 +1,15 @@
-"""Frozen records for the warm call's path, without ``dataclasses``.
+"""Records without ``dataclasses``: :class:`Frozen` (no assignment after construction) and :class:`Record`
+(fields assigned as a run goes, as the run record's step).
 
-The warm call (nothing changed: answer from the fingerprint) is the tool's most frequent call, and its floor is
-the interpreter's start.  ``import dataclasses`` alone (it imports ``inspect``, ``ast``, ``dis`` and
-``tokenize``) cost more instructions than the whole interpreter's start, and each ``@dataclass`` compiles its
-methods from source at import: together about 40 % of a warm call (benchmarks/geak_folder.py).  The records the
-warm path builds (the settings, the result, the env file's twin, the command table) derive from
-:class:`Frozen` instead: fields from the class's annotations (bases first), defaults from its attributes,
-positional or keyword arguments, equality, hash and repr over the compared fields, no assignment after
-construction.  Type checkers see a dataclass (``dataclass_transform``, PEP 681).  Modules off the warm path
-keep ``dataclasses``.
+``import dataclasses`` (it imports ``inspect``, ``ast``, ``dis`` and ``tokenize``) costs twice the interpreter's
+whole start in instructions, and each ``@dataclass`` compiles its methods from source when its module is
+imported, 3-4 M instructions a class: on the warm call they were about 40 % of the call, on a cold run a quarter
+of the tool's own CPU, on a `status` poll a third (benchmarks/geak_folder.py, benchmarks/cold_imports.py).  Every
+record of the tool derives from one of these two instead: fields from the class's annotations (bases first;
+names starting with ``_`` are not fields), defaults from its attributes or :func:`field`, positional or keyword
+arguments, ``__post_init__`` after them, equality over the compared fields, repr over the shown ones, and, for
+:class:`Frozen`, a hash.  Type checkers see dataclasses (``dataclass_transform``, PEP 681).  :func:`replace` and
+:func:`asdict` are ``dataclasses``' own for them.
 """
 
 from __future__ import annotations
@@ -17,96 +18,28 @@ TYPE_CHECKING = False  # typing itself is not imported on the warm path
 if TYPE_CHECKING:
     from typing import Any, Callable, ClassVar, Dict, Tuple, TypeVar, dataclass_transform
 
-    R = TypeVar("R", bound="Frozen")
+    R = TypeVar("R", bound="_Fields")
 else:
     def dataclass_transform(**_kwargs: object) -> object:
         return lambda cls: cls
 
-
-class _Factory:
-    """A field's default made anew for each record (``field(default_factory=...)``), and whether the field
-    takes part in equality, hash and repr."""
-
-    def __init__(self, make: Callable[[], Any], compare: bool) -> None:
-        self.make = make
-        self.compare = compare
-
-
-def field(*, default_factory: Callable[[], Any], compare: bool = True) -> Any:
-    return _Factory(default_factory, compare)
-
-
 _MISSING = object()
 
 
-@dataclass_transform(frozen_default=True, field_specifiers=(field,))
-class Frozen:
-    """A frozen record: subclass it and annotate the fields (see the module's docstring)."""
+class _Field:
+    """A field's default (a value, or made anew for each record by ``default_factory``), and whether the field
+    takes part in equality and hash (``compare``) and in the repr (``repr``)."""
 
-    _fields: ClassVar[Tuple[str, ...]] = ()
-    _defaults: ClassVar[Dict[str, object]] = {}
-    _compared: ClassVar[Tuple[str, ...]] = ()
+    def __init__(self, default: object, make: Callable[[], Any] | None, compare: bool, shown: bool) -> None:
+        self.default = default
+        self.make = make
+        self.compare = compare
+        self.shown = shown
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        fields = list(cls._fields)
-        defaults = dict(cls._defaults)
-        compared = list(cls._compared)
-        for name in own_annotations(cls):
-            if name.startswith("_") or name in fields:
-                continue
-            fields.append(name)
-            compare = True
-            if name in cls.__dict__:
-                value = cls.__dict__[name]
-                if isinstance(value, _Factory):
-                    compare = value.compare
-                    delattr(cls, name)  # made for each record, never shared through the class
-                defaults[name] = value
-            if compare:
-                compared.append(name)
-        cls._fields, cls._defaults, cls._compared = tuple(fields), defaults, tuple(compared)
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        if len(args) > len(self._fields):
-            raise TypeError(f"{type(self).__name__} takes at most {len(self._fields)} positional arguments")
-        values = dict(zip(self._fields, args))
-        for name, value in kwargs.items():
-            if name not in self._fields or name in values:
-                raise TypeError(f"{type(self).__name__}: unexpected or repeated argument {name!r}")
-            values[name] = value
-        for name in self._fields:
-            if name not in values:
-                default = self._defaults.get(name, _MISSING)
-                if default is _MISSING:
-                    raise TypeError(f"{type(self).__name__}: missing argument {name!r}")
-                values[name] = default.make() if isinstance(default, _Factory) else default
-            object.__setattr__(self, name, values[name])
-        post_init = getattr(self, "__post_init__", None)
-        if post_init is not None:
-            post_init()
-
-    def __setattr__(self, name: str, value: object) -> None:
-        raise AttributeError(f"{type(self).__name__} is frozen: {name} cannot be assigned")
-
-    def __delattr__(self, name: str) -> None:
-        raise AttributeError(f"{type(self).__name__} is frozen: {name} cannot be deleted")
-
-    def _key(self) -> Tuple[object, ...]:
-        return tuple(getattr(self, name) for name in self._compared)
-
-    def __eq__(self, other: object) -> bool:
-        if other.__class__ is not self.__class__:
-            return NotImplemented
-        assert isinstance(other, Frozen)
-        return self._key() == other._key()
-
-    def __hash__(self) -> int:
-        return hash(self._key())
-
-    def __repr__(self) -> str:
-        shown = ", ".join(f"{name}={getattr(self, name)!r}" for name in self._compared)
-        return f"{type(self).__name__}({shown})"
+def field(*, default: Any = _MISSING, default_factory: Callable[[], Any] | None = None, compare: bool = True,
+          repr: bool = True) -> Any:  # noqa: A002 (dataclasses.field's own name)
+    return _Field(default, default_factory, compare, repr)
 
 
 def own_annotations(cls: type) -> Dict[str, object]:
@@ -118,6 +51,101 @@ def own_annotations(cls: type) -> Dict[str, object]:
     return dict(own or {})
 
 
+class _Fields:
+    """What both kinds of record share: the fields, their defaults, equality and repr."""
+
+    _fields: ClassVar[Tuple[str, ...]] = ()
+    _defaults: ClassVar[Dict[str, object]] = {}
+    _compared: ClassVar[Tuple[str, ...]] = ()
+    _shown: ClassVar[Tuple[str, ...]] = ()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        fields, defaults = list(cls._fields), dict(cls._defaults)
+        compared, shown = list(cls._compared), list(cls._shown)
+        for name in own_annotations(cls):
+            if name.startswith("_") or name in fields:
+                continue
+            fields.append(name)
+            compare = show = True
+            if name in cls.__dict__:
+                value = cls.__dict__[name]
+                if isinstance(value, _Field):
+                    compare, show = value.compare, value.shown
+                    if value.make is not None:
+                        delattr(cls, name)  # made for each record, never shared through the class
+                        defaults[name] = value
+                    elif value.default is not _MISSING:
+                        setattr(cls, name, value.default)
+                        defaults[name] = value.default
+                    else:
+                        delattr(cls, name)
+                else:
+                    defaults[name] = value
+            if compare:
+                compared.append(name)
+            if show:
+                shown.append(name)
+        cls._fields, cls._defaults = tuple(fields), defaults
+        cls._compared, cls._shown = tuple(compared), tuple(shown)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        fields = self._fields
+        if len(args) > len(fields):
+            raise TypeError(f"{type(self).__name__} takes at most {len(fields)} positional arguments")
+        values = dict(zip(fields, args))
+        for name, value in kwargs.items():
+            if name not in fields or name in values:
+                raise TypeError(f"{type(self).__name__}: unexpected or repeated argument {name!r}")
+            values[name] = value
+        put = object.__setattr__
+        for name in fields:
+            if name in values:
+                put(self, name, values[name])
+                continue
+            default = self._defaults.get(name, _MISSING)
+            if default is _MISSING:
+                raise TypeError(f"{type(self).__name__}: missing argument {name!r}")
+            put(self, name, default.make() if isinstance(default, _Field) and default.make else default)
+        post_init = getattr(self, "__post_init__", None)
+        if post_init is not None:
+            post_init()
+
+    def _key(self) -> Tuple[object, ...]:
+        return tuple(getattr(self, name) for name in self._compared)
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        assert isinstance(other, _Fields)
+        return self._key() == other._key()
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{name}={getattr(self, name)!r}" for name in self._shown)
+        return f"{type(self).__name__}({shown})"
+
+
+@dataclass_transform(field_specifiers=(field,))
+class Record(_Fields):
+    """A record whose fields may be assigned after construction: unhashable, as a dataclass that compares."""
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+@dataclass_transform(frozen_default=True, field_specifiers=(field,))
+class Frozen(_Fields):
+    """A frozen record: subclass it and annotate the fields (see the module's docstring)."""
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"{type(self).__name__} is frozen: {name} cannot be assigned")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"{type(self).__name__} is frozen: {name} cannot be deleted")
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+
 def replace(record: R, **changes: object) -> R:
     """A copy of ``record`` with ``changes`` (``dataclasses.replace``)."""
     values = {name: getattr(record, name) for name in record._fields}
@@ -125,13 +153,14 @@ def replace(record: R, **changes: object) -> R:
     return type(record)(**values)
 
 
-def asdict(record: Frozen) -> Dict[str, object]:
-    """Every field, with lists and dicts copied (``dataclasses.asdict`` for the JSON the records become)."""
+def asdict(record: _Fields) -> Dict[str, object]:
+    """Every field, with records, lists, tuples and dicts copied (``dataclasses.asdict`` for the JSON the records
+    become)."""
     return {name: _copy(getattr(record, name)) for name in record._fields}
 
 
 def _copy(value: object) -> object:
-    if isinstance(value, Frozen):
+    if isinstance(value, _Fields):
         return asdict(value)
     if isinstance(value, (list, tuple)):
         return type(value)(_copy(v) for v in value)

@@ -15,12 +15,13 @@ cache uses support alone.
 
 from __future__ import annotations
 
-import dataclasses
 import importlib.util
 import os
 import re
 import stat
 from typing import List, Tuple
+
+from ensure_flydsl.support.frozen import Frozen, field
 
 KEY_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
 NAME_ALLOWED = "a key name of letters, digits, '.', '_' and '-' (at most 64, not starting with '.', '_' or '-')"
@@ -43,10 +44,9 @@ class KeyProblem(ValueError):
     """A key file or key line that cannot be used; the message names the file or the key, never its bytes."""
 
 
-@dataclasses.dataclass(frozen=True)
-class PublicKey:
+class PublicKey(Frozen):
     name: str
-    key: bytes = dataclasses.field(repr=False)
+    key: bytes = field(repr=False)
 
     def line(self) -> str:
         import base64
@@ -54,11 +54,10 @@ class PublicKey:
         return f"{self.name}:{base64.b64encode(self.key).decode()}"
 
 
-@dataclasses.dataclass(frozen=True)
-class SecretKey:
+class SecretKey(Frozen):
     name: str
-    seed: bytes = dataclasses.field(repr=False)
-    public: bytes = dataclasses.field(repr=False)
+    seed: bytes = field(repr=False)
+    public: bytes = field(repr=False)
 
 
 def library_available() -> bool:

@@ -4,7 +4,6 @@ configured strategy, and the run's step (and so the exit code) that would fail."
 from __future__ import annotations
 
 import concurrent.futures
-import dataclasses
 import enum
 import os
 import subprocess
@@ -18,6 +17,7 @@ from ensure_flydsl.settings import Settings
 from ensure_flydsl.source.git import is_local_repo, ls_remote_within
 from ensure_flydsl.source.mirrors import describe, rewrite
 from ensure_flydsl.source.needs import BuildNeeds
+from ensure_flydsl.support.frozen import Frozen, Record, asdict
 from ensure_flydsl.ways.package_index import IndexAnswer, query_versions
 
 
@@ -36,8 +36,7 @@ class CheckStatus(str, enum.Enum):
 OK, MISSING, WRONG, SKIPPED = CheckStatus.OK, CheckStatus.MISSING, CheckStatus.WRONG, CheckStatus.SKIPPED
 
 
-@dataclasses.dataclass(frozen=True)
-class Check:
+class Check(Frozen):
     """One thing the configured strategy needs, and what this machine has of it."""
 
     name: str
@@ -53,7 +52,7 @@ class Check:
         return int(self.stage.exit_code or ExitCode.INTERNAL)
 
     def to_json(self) -> Dict[str, object]:
-        return dataclasses.asdict(self)
+        return asdict(self)
 
 
 def passed(name: str, detail: str, stage: Stage) -> Check:
@@ -97,8 +96,7 @@ class Index:
         return [f.result() for f in futures]
 
 
-@dataclasses.dataclass
-class RunContext:
+class RunContext(Record):
     settings: Settings
     environ: Mapping[str, str]
     timeout: float

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 import time
 from typing import Dict, Iterator, List, Mapping, Optional, Union
@@ -22,17 +21,17 @@ from ensure_flydsl.settings import Settings
 from ensure_flydsl.source.release_tags import tag_version
 from ensure_flydsl.source.root import Stamps
 from ensure_flydsl.support import processes
+from ensure_flydsl.support.frozen import Record, field
 from ensure_flydsl.support.report import Reporter
 from ensure_flydsl.ways import Way, demands, tries
 
 
-@dataclasses.dataclass
-class Decision:
+class Decision(Record):
     ok: bool
     reason: str
     how: How = How.REUSED
     tree: Optional[str] = None
-    prepend: List[str] = dataclasses.field(default_factory=list)
+    prepend: List[str] = field(default_factory=list)
     probe: Optional[Probe] = None
     verdict: Optional[Verdict] = None
     commit: Optional[str] = None

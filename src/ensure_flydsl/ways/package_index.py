@@ -9,13 +9,13 @@ Nothing here installs anything.
 
 from __future__ import annotations
 
-import dataclasses
 import re
 import subprocess
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from packaging.version import InvalidVersion, Version
 
+from ensure_flydsl.support.frozen import Frozen
 from ensure_flydsl.support.patterns import Pattern
 from ensure_flydsl.support.processes import run_captured
 
@@ -38,8 +38,7 @@ _UNREACHABLE = (
 _AVAILABLE = Pattern(r"^Available versions:\s*(.*)$", re.MULTILINE)
 
 
-@dataclasses.dataclass(frozen=True)
-class IndexAnswer:
+class IndexAnswer(Frozen):
     package: str
     answered: bool  # pip reached the index (or the find-links) and got an answer
     versions: Tuple[str, ...]  # versions with a usable distribution, as pip lists them (newest first)

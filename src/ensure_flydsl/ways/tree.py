@@ -4,7 +4,6 @@ cache's fields and the host store's keys), prepare ``build-fly``, byte-compile, 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import hashlib
 import json
 import os
@@ -19,14 +18,14 @@ from ensure_flydsl.probe.results import Probe
 from ensure_flydsl.result import How
 from ensure_flydsl.source.ownership import remove_made
 from ensure_flydsl.support.files import move_aside
+from ensure_flydsl.support.frozen import Frozen
 from ensure_flydsl.support.processes import kill_and_reap, spawn
 from ensure_flydsl.support.urls import repo_identity
 from ensure_flydsl.ways.base import Early
 from ensure_flydsl.ways.context import Decision, Run
 
 
-@dataclasses.dataclass(frozen=True)
-class TreeKey:
+class TreeKey(Frozen):
     """What identifies a tree of one commit for one interpreter on every host, whatever way made it: the
     repository (as :func:`repo_identity` names it), the commit, the interpreter's ABI and platform.  The binary
     cache's key fields (ways/cache/provider.py: tree_fields) and the host store's keys are made from it."""

@@ -17,7 +17,6 @@ setting_values.py: check_host_id), else the host name.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 import time
 from typing import Callable, Dict, Generic, Iterator, Optional, Set, Tuple, TypeVar
@@ -36,6 +35,7 @@ from ensure_flydsl.binary_cache.lease import (
 from ensure_flydsl.binary_cache.manifest import manifest_path
 from ensure_flydsl.errors import EnsureError, ExitCode, Stage
 from ensure_flydsl.setting_values import host_id as setting_host_id
+from ensure_flydsl.support.frozen import Record
 from ensure_flydsl.support.report import fmt_seconds
 from ensure_flydsl.ways.cache.provider import cache_failed, usable
 from ensure_flydsl.ways.context import Run
@@ -55,8 +55,7 @@ UNLISTED_TAKES = 2
 _REPORTED: Set[str] = set()
 
 
-@dataclasses.dataclass
-class Turn(Generic[T]):
+class Turn(Record, Generic[T]):
     """A run's turn at a key: the entry fetched, or the lease held (both None: build without a lease)."""
 
     fetched: Optional[T] = None

@@ -11,7 +11,6 @@ zip and compared with the checkout's sources before anything of it is installed.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import pathlib
 import re
@@ -23,6 +22,7 @@ from packaging.version import InvalidVersion, Version
 from ensure_flydsl.errors import EnsureError, ExitCode, Stage
 from ensure_flydsl.probe.results import Interpreter
 from ensure_flydsl.source.release_tags import tag_version
+from ensure_flydsl.support.frozen import Frozen
 
 # The download (which pip, the silence watchdog) lives in .download; its names are still taken from here.
 from ensure_flydsl.ways.release.download import WheelDownload as WheelDownload
@@ -123,8 +123,7 @@ def _scheme_path(path: str, data_dir: str, root: str) -> str:
     return f"{root}/{path}"
 
 
-@dataclasses.dataclass(frozen=True)
-class Provenance:
+class Provenance(Frozen):
     """How a wheel's package compares with the checkout's ``python/flydsl``: the relative paths compared,
     those whose bytes differ, those the wheel lacks; and the wheel's files that a FlyDSL wheel must not hold
     (``wheel_shape.py``), each as ``name (why)``."""

@@ -22,7 +22,6 @@ for the one interpreter its build stamp names: another's is removed before the b
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import pathlib
 import shlex
@@ -34,6 +33,7 @@ from ensure_flydsl.probe.results import Interpreter
 from ensure_flydsl.setting_values import GitMirrors
 from ensure_flydsl.source.mirrors import with_mirrors, with_network_limits
 from ensure_flydsl.support.files import atomic_write, atomic_write_json, read_json
+from ensure_flydsl.support.frozen import Frozen, asdict
 from ensure_flydsl.support.processes import stream_command
 
 # Documented default parallelism: a job of the LLVM/MLIR build (its big static links) may take this much.
@@ -74,8 +74,7 @@ def resolve_jobs(setting: Optional[int]) -> int:
     return setting if setting is not None else default_jobs(cpu_count(), available_memory())
 
 
-@dataclasses.dataclass(frozen=True)
-class Toolchain:
+class Toolchain(Frozen):
     bin_dir: str  # python3 / python / pip / pip3 shims for the target interpreter
     pylib: str  # private site folder for Python build tools (nanobind, ...)
     cmake_prefixes: List[str]  # private CMake packages (the hip overlay), searched first
@@ -184,8 +183,7 @@ def is_mlir_install(path: str) -> bool:
     return os.path.isdir(os.path.join(path, "lib", "cmake", "mlir"))
 
 
-@dataclasses.dataclass(frozen=True)
-class LlvmRecord:
+class LlvmRecord(Frozen):
     """``BASE/.llvm-project.ensure-flydsl.json``: this tool made ``llvm-project/``, the inputs of the build
     it started there, and of the one it finished."""
 
@@ -194,7 +192,7 @@ class LlvmRecord:
     done: Optional[Dict[str, object]] = None
 
     def to_json(self) -> Dict[str, object]:
-        return dataclasses.asdict(self)
+        return asdict(self)
 
     @classmethod
     def read(cls, base_dir: str) -> Optional["LlvmRecord"]:

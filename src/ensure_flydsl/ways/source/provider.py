@@ -5,7 +5,6 @@ build.sh, verification; then the new tree and MLIR go to the binary cache."""
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from typing import TYPE_CHECKING, Callable, Dict, Mapping, NamedTuple, Optional, Tuple
 
@@ -150,7 +149,7 @@ class BuildProvider(Provider):
         settings, root = run.settings, run.settings.root
         mlir_path, mlir_identity = mlir
         # The hip overlay is for FlyDSL's configure only (LLVM's must not find ROCm's own LLVM through it).
-        chain = dataclasses.replace(prepared.toolchain, cmake_prefixes=list(prepared.hip.cmake_prefixes))
+        chain = replace(prepared.toolchain, cmake_prefixes=list(prepared.hip.cmake_prefixes))
         env = prepared.provided.apply(build_environment(run.environ, chain, rocm_path=prepared.rocm,
                                                         mlir_path=mlir_path, jobs=jobs,
                                                         git_mirrors=settings.git_mirrors))

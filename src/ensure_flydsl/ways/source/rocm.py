@@ -26,7 +26,6 @@ writes is treated as absent (the overlay is made again) and said in the fix's li
 
 from __future__ import annotations
 
-import dataclasses
 import glob
 import hashlib
 import os
@@ -38,6 +37,7 @@ from ensure_flydsl.errors import EnsureError, ExitCode, Stage
 from ensure_flydsl.layout import overlay_stamp
 from ensure_flydsl.support import fields
 from ensure_flydsl.support.files import atomic_write, atomic_write_json, read_json, remove_file, remove_tree
+from ensure_flydsl.support.frozen import Frozen
 from ensure_flydsl.support.patterns import Pattern
 
 _HIP_LIB_REF = Pattern(r"\$\{_IMPORT_PREFIX\}/lib/(libamdhip64\.so[0-9.]*)")
@@ -47,8 +47,7 @@ _HIP_LIB_REF = Pattern(r"\$\{_IMPORT_PREFIX\}/lib/(libamdhip64\.so[0-9.]*)")
 OVERLAY_SKIPPED = ("llvm",)
 
 
-@dataclasses.dataclass(frozen=True)
-class HipCheck:
+class HipCheck(Frozen):
     """What the hip CMake package under a ROCm prefix says, and what the file system has."""
 
     package_dir: Optional[str]  # <rocm>/lib/cmake/hip when present
@@ -102,8 +101,7 @@ def _listing_digest(folder: str) -> str:
     return hashlib.sha256("\0".join(names).encode(errors="replace")).hexdigest()
 
 
-@dataclasses.dataclass(frozen=True)
-class OverlayKey:
+class OverlayKey(Frozen):
     """What an overlay was made for: the ROCm prefix, its entries, digests of the names in its lib/ and
     lib/cmake/, the hip package's files (name, size, whole-second mtime), the missing names, the real library."""
 
@@ -252,8 +250,7 @@ def fix_hip_in_place(rocm_path: str, check: HipCheck) -> List[str]:
     return created
 
 
-@dataclasses.dataclass(frozen=True)
-class HipFix:
+class HipFix(Frozen):
     """What was done about the hip CMake package, and the prefixes to put first on CMAKE_PREFIX_PATH."""
 
     check: HipCheck

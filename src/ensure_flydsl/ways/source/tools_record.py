@@ -12,19 +12,18 @@ good enough for the pin) is :func:`usable`'s.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from typing import Dict, Mapping, Optional, Tuple
 
 from ensure_flydsl.support import fields
 from ensure_flydsl.support.files import read_json
+from ensure_flydsl.support.frozen import Frozen, asdict
 from ensure_flydsl.ways.source.tool_versions import accepts, version_of
 
 UNKNOWN_VERSION = "unknown"  # what an entry records when the installed wheel named no version
 
 
-@dataclasses.dataclass(frozen=True)
-class ProvidedTool:
+class ProvidedTool(Frozen):
     """One tool installed privately: its version, the pip spec, its folder and its programs (name -> file)."""
 
     version: str
@@ -33,7 +32,7 @@ class ProvidedTool:
     programs: Dict[str, str]
 
     def to_json(self) -> Dict[str, object]:
-        return dataclasses.asdict(self)
+        return asdict(self)
 
     @classmethod
     def from_json(cls, name: str, data: object, root: str,
@@ -57,8 +56,7 @@ class ProvidedTool:
         return cls(version=version, spec=spec, folder=folder, programs=programs)
 
 
-@dataclasses.dataclass(frozen=True)
-class ToolsRecord:
+class ToolsRecord(Frozen):
     """``tools.json`` as it reads back: the good entries, and why the rest was left out (None: nothing was)."""
 
     entries: Dict[str, ProvidedTool]
