@@ -1,7 +1,7 @@
 """Each command imports what it uses (issue 27, item 7: most of a short command's CPU was importing the modules of
 every way): a source run with no cache imports no binary cache, release or cache way; status and wait (what
-pollers call) no pipeline, way, probe, source or store; clean neither the ways it does not undo nor the cache.
-benchmarks/cold_imports.py measures what each command costs."""
+pollers call) no pipeline, way, probe, source or store, nor a parser, typing or dataclasses; clean neither the
+ways it does not undo nor the cache.  benchmarks/cold_imports.py measures what each command costs."""
 
 from __future__ import annotations
 
@@ -14,6 +14,9 @@ from tests.scenarios.test_warm_imports import imported
 NO_CACHE_RUN = ("ensure_flydsl.binary_cache", "ensure_flydsl.ways.release", "ensure_flydsl.ways.cache")
 POLLER = ("ensure_flydsl.pipeline", "ensure_flydsl.ways", "ensure_flydsl.probe", "ensure_flydsl.source",
           "ensure_flydsl.binary_cache", "ensure_flydsl.host_store", "ensure_flydsl.doctor")
+# Nor, for a poll's own forms (cli/main.py: fast_args), a parser, typing or dataclasses: a poll cost twice what
+# it does now with them (benchmarks/cold_imports.py).
+POLLER_STDLIB = ("argparse", "typing", "dataclasses", "inspect", "ensure_flydsl.support.processes")
 CLEAN = ("ensure_flydsl.binary_cache", "ensure_flydsl.ways.release", "ensure_flydsl.ways.cache",
          "ensure_flydsl.doctor", "ensure_flydsl.host_store", "ensure_flydsl.ways.source.tools")
 
@@ -26,10 +29,11 @@ def test_each_command_imports_what_it_uses(ws: Workspace) -> None:
     cold = imported(ws, [sys.executable, "-m", "ensure_flydsl"])
     assert "ensure_flydsl.pipeline.provision" in cold  # it was a cold run (a source build of the fixture)
     assert not under(cold, NO_CACHE_RUN), sorted(under(cold, NO_CACHE_RUN))
-    for command in (["status"], ["wait", "--timeout", "0"]):
+    for command in (["status"], ["status", "--json"], ["wait", "--timeout", "0"], ["wait", "--timeout", "0", "--json"]):
         modules = imported(ws, [sys.executable, "-m", "ensure_flydsl", *command])
         assert "ensure_flydsl.runs.answer" in modules
         assert not under(modules, POLLER), (command, sorted(under(modules, POLLER)))
+        assert not under(modules, POLLER_STDLIB), (command, sorted(under(modules, POLLER_STDLIB)))
     cleaned = imported(ws, [sys.executable, "-m", "ensure_flydsl", "clean"])
     assert "ensure_flydsl.cli.clean" in cleaned
     assert not under(cleaned, CLEAN), sorted(under(cleaned, CLEAN))

@@ -1,21 +1,38 @@
-"""The warm call's command lines are read without argparse (cli/main.py: parse); what they give must be what the
-ensure command's parser gives for them."""
+"""The warm call's and the polls' command lines are read without argparse (cli/main.py: fast_args); what they give
+must be what the command's parser gives for them, and every other form goes to the parser."""
 
 from __future__ import annotations
 
+from typing import List
+
 import pytest
 
-from ensure_flydsl.cli.main import parse
+from ensure_flydsl.cli.main import fast_args, parse
 from ensure_flydsl.cli.parser import parse_args
 
+FAST = [[], ["--json"], ["status"], ["status", "--json"], ["wait"], ["wait", "--json"], ["wait", "--timeout", "0"],
+        ["wait", "--timeout", "540"], ["wait", "--timeout", "0", "--json"], ["wait", "--json", "--timeout", "1.5"],
+        ["wait", "--timeout", "999999999.5"]]
+# Each needs the parser: another flag, a setting, a value only the parser's check may judge (and refuse).
+PARSED = [["--json", "-q"], ["-v"], ["status", "--json", "--json"], ["status", "--timeout", "1"],
+          ["status", "--root", "/x"], ["wait", "--timeout"], ["wait", "--timeout", "-1"], ["wait", "--timeout", "1e3"],
+          ["wait", "--timeout", "nan"], ["wait", "--timeout", "1000000000"], ["wait", "--timeout", "１"],
+          ["wait", "--timeout", "0", "--timeout", "1"], ["wait", "--heartbeat", "5"], ["wait", "--json", "-q"],
+          ["env"], ["start"], ["statuss"]]
 
-@pytest.mark.parametrize("argv", [[], ["--json"]])
-def test_the_fast_forms_read_as_the_parser_reads_them(argv: list) -> None:
+
+@pytest.mark.parametrize("argv", FAST)
+def test_the_fast_forms_read_as_the_parser_reads_them(argv: List[str]) -> None:
     fast, full = vars(parse(argv)), vars(parse_args(argv))
     assert fast == {name: full[name] for name in fast}
     assert all(value is None for name, value in full.items() if name not in fast)  # every setting left out
 
 
-def test_any_other_form_goes_to_the_parser() -> None:
+@pytest.mark.parametrize("argv", PARSED)
+def test_any_other_form_goes_to_the_parser(argv: List[str]) -> None:
+    assert fast_args(argv) is None
+
+
+def test_a_fast_form_is_no_namespace_and_another_is() -> None:
     assert type(parse(["--json", "-q"])).__name__ == "Namespace"
-    assert parse(["status"]).command == "status"
+    assert type(parse(["status"])).__name__ != "Namespace" and parse(["status"]).command == "status"

@@ -174,19 +174,54 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         reporter.close()
 
 
-class _WarmArgs:
-    """The arguments of the warm call's own forms (an argparse.Namespace's, without the ``types`` module)."""
+class _FastArgs:
+    """The arguments of a fast form (an argparse.Namespace's, without argparse or the ``types`` module)."""
 
-    def __init__(self, *, json: bool) -> None:
-        self.command, self.json, self.verbosity = "ensure", json, 0
+    def __init__(self, command: str, *, json: bool) -> None:
+        self.command, self.json, self.verbosity = command, json, 0
+
+
+# wait's --heartbeat default (cli/commands.py: _wait_args; tests/unit/test_cli_fast_args.py holds them equal)
+WAIT_HEARTBEAT_S = 30.0
+
+
+def _plain_seconds(text: str) -> bool:
+    """Digits with at most one point, under 10**9: seconds the parser's check takes as they are (anything else,
+    a sign, an exponent, nan, goes to the parser, which says what is allowed)."""
+    digits = text.replace(".", "", 1)
+    return digits.isdigit() and digits.isascii() and float(text) < 10**9
+
+
+def fast_args(argv: Sequence[str]) -> Optional[_FastArgs]:
+    """The command lines read without a parser, or None: the warm call's (no arguments, ``--json``) and the
+    polls' (``status [--json]``, ``wait [--timeout S] [--json]``, an agent's every few minutes); building
+    argparse's parser (and its translations, and typing) cost a sixth of a warm call and a seventh of a poll."""
+    if not argv or list(argv) == ["--json"]:
+        return _FastArgs("ensure", json=bool(argv))
+    command, rest = argv[0], list(argv[1:])
+    if command not in ("status", "wait"):
+        return None
+    as_json, timeout = False, None
+    while rest:
+        flag = rest.pop(0)
+        if flag == "--json" and not as_json:
+            as_json = True
+        elif flag == "--timeout" and command == "wait" and timeout is None and rest and _plain_seconds(rest[0]):
+            timeout = float(rest.pop(0))
+        else:
+            return None
+    args = _FastArgs(command, json=as_json)
+    if command == "wait":
+        args.timeout, args.heartbeat = timeout, WAIT_HEARTBEAT_S  # type: ignore[attr-defined]
+    return args
 
 
 def parse(argv: Sequence[str]) -> "argparse.Namespace":
-    """The command line's arguments.  The warm call's own forms, no arguments or ``--json`` alone, need no
-    parser: building argparse's (and its translations) cost a sixth of a warm call."""
-    if not argv or list(argv) == ["--json"]:
-        # What the ensure command's parser gives for these (tests/unit/test_cli_fast_args.py holds them equal).
-        return _WarmArgs(json=bool(argv))  # type: ignore[return-value]
+    """The command line's arguments: the fast forms' without a parser (``fast_args``), any other's from the
+    command's parser."""
+    fast = fast_args(argv)
+    if fast is not None:
+        return fast  # type: ignore[return-value]
     from ensure_flydsl.cli.parser import parse_args
 
     return parse_args(argv)

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Dict, List, Optional
 
 from ensure_flydsl.runs.liveness import record_death, seen_dead
 from ensure_flydsl.runs.markers import EnvTwin, Failure, read_failure_marker
@@ -31,6 +30,10 @@ from ensure_flydsl.runs.records import FAILED, RUNNING, SUCCEEDED, RunRecord, Ru
 from ensure_flydsl.runs.twin_gate import answering_twin, installed, installed_twin, twin_gap
 from ensure_flydsl.settings import Request, Settings
 from ensure_flydsl.support.frozen import Frozen, Record
+
+TYPE_CHECKING = False  # typing is for the type checker only: not imported by a status poll
+if TYPE_CHECKING:
+    from typing import Dict, List, Optional
 
 ABSENT = "absent"
 

@@ -13,16 +13,17 @@ README says so): a caller with a silence detector runs without ``-q``, or polls 
 from __future__ import annotations
 
 import time
-from types import TracebackType
-from typing import TYPE_CHECKING, Callable, Dict, Mapping, Optional, Type
 
 from ensure_flydsl.errors import Stage
 from ensure_flydsl.runs.records import RUNNING, RunRecord
 from ensure_flydsl.support.frozen import Frozen
 from ensure_flydsl.support.report import Reporter, fmt_seconds, known
 
+TYPE_CHECKING = False  # typing is for the type checker only: not imported by `wait`
 if TYPE_CHECKING:
     import threading
+    from types import TracebackType
+    from typing import Callable, Dict, Mapping, Optional, Type
 
 HEARTBEAT_S = 30.0
 # Shortens the interval for the tests (internal; not a setting), as ENSURE_FLYDSL_NETWORK_SILENCE_S does.

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Optional
 
 from ensure_flydsl.errors import ExitCode
 from ensure_flydsl.layout import host_cache_dir, timings_dir
@@ -22,7 +21,10 @@ from ensure_flydsl.setting_values import host_id
 from ensure_flydsl.settings_table import Request
 from ensure_flydsl.support import frozen, space
 from ensure_flydsl.support.frozen import replace
-from ensure_flydsl.support.processes import kill_group
+
+TYPE_CHECKING = False  # typing is for the type checker only: not imported by a status poll
+if TYPE_CHECKING:
+    from typing import Optional
 
 DEATH_HINT = "run `ensure-flydsl start` (or `ensure-flydsl`) again: it resumes where the dead run stopped"
 
@@ -121,6 +123,8 @@ def kill_build_group(record: RunRecord) -> None:
         return
     if process_start_time(pgid) not in (None, record.build_leader_start):
         return  # the leader's pid now belongs to another process
+    from ensure_flydsl.support.processes import kill_group  # here: a status poll starts and stops nothing
+
     kill_group(pgid)
 
 

@@ -24,7 +24,6 @@ import fcntl
 import os
 import re
 import time
-from typing import Callable, Dict, List, Optional
 
 from ensure_flydsl.errors import Stage
 from ensure_flydsl.layout import (
@@ -48,6 +47,10 @@ from ensure_flydsl.support.files import (
     remove_quietly,
 )
 from ensure_flydsl.support.frozen import Record, asdict, field
+
+TYPE_CHECKING = False  # typing is for the type checker only: not imported by a status poll
+if TYPE_CHECKING:
+    from typing import Callable, Dict, List, Optional
 
 
 class RunState(str, enum.Enum):

@@ -21,7 +21,6 @@ from __future__ import annotations
 import os
 import stat
 import time
-from typing import Callable, Dict, List, Mapping, Optional, Tuple
 
 from ensure_flydsl.errors import FAILURE_CODES, Plan, Stage
 from ensure_flydsl.layout import RUN_RECORD_SUFFIX, timing_file
@@ -30,6 +29,10 @@ from ensure_flydsl.runs.records import KINDS, RunRecord, is_new_run_id, is_run_i
 from ensure_flydsl.support import fields
 from ensure_flydsl.support.files import atomic_write_json, read_regular
 from ensure_flydsl.support.frozen import Frozen, Record, field
+
+TYPE_CHECKING = False  # typing is for the type checker only: not imported by a status poll
+if TYPE_CHECKING:
+    from typing import Callable, Dict, List, Mapping, Optional, Tuple
 
 TIMING_VERSION = 1
 KEEP_RUNS = 500  # a few hundred KB: a month of a busy host's runs

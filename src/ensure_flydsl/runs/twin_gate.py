@@ -15,11 +15,14 @@ Pure but for resolving an interpreter's name on ``PATH``; light to import (the w
 from __future__ import annotations
 
 import os
-from typing import Dict, Mapping, Optional
 
 from ensure_flydsl.runs.markers import EnvTwin
 from ensure_flydsl.setting_values import release_at_least, same_repo
 from ensure_flydsl.settings_table import Request
+
+TYPE_CHECKING = False  # typing is for the type checker only: not imported by a status poll
+if TYPE_CHECKING:
+    from typing import Dict, Mapping, Optional
 
 
 def _same_interpreter(twin: EnvTwin, python: str, path_env: Optional[str]) -> bool:
