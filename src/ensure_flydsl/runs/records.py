@@ -46,7 +46,7 @@ from ensure_flydsl.support.files import (
     read_regular,
     remove_quietly,
 )
-from ensure_flydsl.support.frozen import Record, asdict, field
+from ensure_flydsl.support.frozen import Record, field
 
 TYPE_CHECKING = False  # typing is for the type checker only: not imported by a status poll
 if TYPE_CHECKING:
@@ -107,7 +107,9 @@ class RunRecord(Record):
         return round(max(0.0, self.eta_s - (time.time() - self.updated)), 1)
 
     def to_json(self) -> Dict[str, object]:
-        data = asdict(self)
+        # Its fields as they are (written at once: nothing to copy), the failure and the request as their own JSON
+        # (asdict converted both, only for them to be replaced)
+        data: Dict[str, object] = dict(vars(self))
         data["failure"] = self.failure.to_json() if self.failure else None
         data["request"] = self.request.to_json()
         return data
