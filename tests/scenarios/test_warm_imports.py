@@ -1,7 +1,7 @@
 """The warm call imports only what it reads (issue 28, item 7): none of the modules a full run, a parser, a record
 library, a signal's name or a context manager would bring, whichever way it is started: ``python -m
-ensure_flydsl``, the console script pip writes, or the GEAK folder's launcher (``python3 -E -S tool/run.py``).
-Each was measured (benchmarks/geak_folder.py, `python -X importtime`, instructions under callgrind):
+ensure_flydsl``, the installed command (bin/ensure-flydsl), or the GEAK folder's launcher (``python3 -E -S
+tool/run.py``).  Each was measured (benchmarks/geak_folder.py, `python -X importtime`, instructions under callgrind):
 dataclasses with inspect cost more instructions than the interpreter's own start; argparse and its translations
 a sixth of the call; signal (its three enums), contextlib and shlex 3 % each; enum with functools and
 collections a fifth; re (pip's wrapper of an entry point imported it) a third.  With --json they stay: json imports
