@@ -9,7 +9,7 @@ import os
 import subprocess
 import time
 import uuid
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 from tests.helpers.flydsl_fixture import FixtureRepo, counts
 from tests.helpers.s3_server import S3Server
@@ -75,13 +75,20 @@ class SharedCache:
         return [r for r in found if r is not None]
 
     def wait_lease(self, kind: str, timeout: float = 60.0, **match: object) -> Dict[str, Any]:
+        """A lease record of ``kind`` whose fields match: each equal to its value, or, for a callable, one the
+        callable accepts (a heartbeat's count moves on between two looks: ``beat=at_least(1)``)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             for record in self.leases(kind):
-                if all(record.get(k) == v for k, v in match.items()):
+                if all(v(record.get(k)) if callable(v) else record.get(k) == v for k, v in match.items()):
                     return record
             time.sleep(0.05)
         raise AssertionError(f"no {kind} lease {match} within {timeout} s: {self.files('leases')}")
+
+
+def at_least(floor: int) -> Callable[[object], bool]:
+    """A match for ``wait_lease``: a whole number >= ``floor``."""
+    return lambda value: isinstance(value, int) and value >= floor
 
 
 def cache_host(tmp: str, repo: FixtureRepo, name: str, cache: str, **env: str) -> Workspace:
