@@ -12,11 +12,11 @@ from ensure_flydsl.cli.parser import parse_args
 
 FAST = [[], ["--json"], ["status"], ["status", "--json"], ["wait"], ["wait", "--json"], ["wait", "--timeout", "0"],
         ["wait", "--timeout", "540"], ["wait", "--timeout", "0", "--json"], ["wait", "--json", "--timeout", "1.5"],
-        ["wait", "--timeout", "999999999.5"]]
-# Each needs the parser: another flag, a setting, a value only the parser's check may judge (and refuse).
+        ["wait", "--timeout", "999999999.5"], ["wait", "--timeout", "1e3"], ["wait", "--timeout", "１"]]
+# Each needs the parser: another flag, a setting, a value the parser's check refuses (the parser says why).
 PARSED = [["--json", "-q"], ["-v"], ["status", "--json", "--json"], ["status", "--timeout", "1"],
-          ["status", "--root", "/x"], ["wait", "--timeout"], ["wait", "--timeout", "-1"], ["wait", "--timeout", "1e3"],
-          ["wait", "--timeout", "nan"], ["wait", "--timeout", "1000000000"], ["wait", "--timeout", "１"],
+          ["status", "--root", "/x"], ["wait", "--timeout"], ["wait", "--timeout", "-1"],
+          ["wait", "--timeout", "nan"], ["wait", "--timeout", "1000000000"], ["wait", "--timeout", "inf"],
           ["wait", "--timeout", "0", "--timeout", "1"], ["wait", "--heartbeat", "5"], ["wait", "--json", "-q"],
           ["env"], ["start"], ["statuss"]]
 

@@ -45,10 +45,13 @@ def _json_flag(help_text: Optional[str] = None) -> Callable[[argparse.ArgumentPa
     return add
 
 
+WAIT_HEARTBEAT_S = 30.0  # wait's --heartbeat default (cli/main.py: fast_args gives it too)
+
+
 def _wait_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--timeout", type=_timeout_seconds, default=None, metavar="S",
+    p.add_argument("--timeout", type=timeout_seconds, default=None, metavar="S",
                    help="give up waiting after S seconds (0: answer at once)")
-    p.add_argument("--heartbeat", type=_seconds, default=30.0, metavar="S",
+    p.add_argument("--heartbeat", type=_seconds, default=WAIT_HEARTBEAT_S, metavar="S",
                    help="print a heartbeat line at least every S seconds (default 30)")
     p.add_argument("--json", action="store_true",
                    help="print the answer as one JSON result object on stdout (heartbeats as JSON events on stderr)")
@@ -127,7 +130,7 @@ def _seconds(value: str, *, zero_ok: bool = False) -> float:
     return seconds
 
 
-def _timeout_seconds(value: str) -> float:
+def timeout_seconds(value: str) -> float:
     """0 too: check the state once and answer (75 if the run is still going)."""
     return _seconds(value, zero_ok=True)
 

@@ -181,17 +181,6 @@ class _FastArgs:
         self.command, self.json, self.verbosity = command, json, 0
 
 
-# wait's --heartbeat default (cli/commands.py: _wait_args; tests/unit/test_cli_fast_args.py holds them equal)
-WAIT_HEARTBEAT_S = 30.0
-
-
-def _plain_seconds(text: str) -> bool:
-    """Digits with at most one point, under 10**9: seconds the parser's check takes as they are (anything else,
-    a sign, an exponent, nan, goes to the parser, which says what is allowed)."""
-    digits = text.replace(".", "", 1)
-    return digits.isdigit() and digits.isascii() and float(text) < 10**9
-
-
 def fast_args(argv: Sequence[str]) -> Optional[_FastArgs]:
     """The command lines read without a parser, or None: the warm call's (no arguments, ``--json``) and the
     polls' (``status [--json]``, ``wait [--timeout S] [--json]``, an agent's every few minutes); building
@@ -201,13 +190,19 @@ def fast_args(argv: Sequence[str]) -> Optional[_FastArgs]:
     command, rest = argv[0], list(argv[1:])
     if command not in ("status", "wait"):
         return None
+    # The command table is read for the handler's name anyway (_handler_name); it builds no parser.
+    from ensure_flydsl.cli.commands import WAIT_HEARTBEAT_S, timeout_seconds
+
     as_json, timeout = False, None
     while rest:
         flag = rest.pop(0)
         if flag == "--json" and not as_json:
             as_json = True
-        elif flag == "--timeout" and command == "wait" and timeout is None and rest and _plain_seconds(rest[0]):
-            timeout = float(rest.pop(0))
+        elif flag == "--timeout" and command == "wait" and timeout is None and rest:
+            try:
+                timeout = timeout_seconds(rest.pop(0))  # the parser's own check
+            except Exception:  # its argparse.ArgumentTypeError (the only one it raises): the parser will say it
+                return None
         else:
             return None
     args = _FastArgs(command, json=as_json)
