@@ -12,6 +12,8 @@ from typing import Dict
 
 import pytest
 
+from ensure_flydsl.layout import runs_dir
+from tests.helpers.inotify import Renames
 from tests.helpers.scenario import assert_one_tree, wait_for
 from tests.helpers.workspace import Workspace
 
@@ -287,6 +289,32 @@ def test_exit_130_interrupted_then_resumes(ws: Workspace, sig: signal.Signals) -
     again = ws.run()
     assert again.returncode == 0, again.stderr
     assert_one_tree(ws)
+
+
+@pytest.mark.parametrize("how", ["build fails", "SIGTERM"])
+def test_the_failure_marker_is_in_place_before_the_failed_record(ws: Workspace, how: str) -> None:
+    """`wait` and `status` answer from the run's record: once it says failed, the marker must be there. A
+    run wrote its FAILED record first; a `wait` that read it at once returned 130, and the marker was not
+    there yet (the suite's SIGTERM-at-start test, once in a while).  The kernel's order of the renames."""
+    assert ws.run(FIXTURE_BUILD_FAIL="1").returncode == 5  # the run records' folder exists to be watched
+    runs = runs_dir(ws.root)
+    renames = Renames(runs, ws.base)
+    try:
+        if how == "SIGTERM":
+            os.unlink(os.path.join(ws.counter, "build.started"))  # the first run's
+            proc = ws.popen("--json", FIXTURE_BUILD_SLEEP="5")
+            wait_for(os.path.join(ws.counter, "build.started"))
+            os.kill(proc.pid, signal.SIGTERM)
+        else:
+            proc = ws.popen("--json", FIXTURE_BUILD_FAIL="1")
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == (130 if how == "SIGTERM" else 5), err
+        (record,) = {path for path, _ in renames.read() if os.path.dirname(path) == runs and path.endswith(".json")}
+        assert renames.last_rename(ws.fail_marker) < renames.last_rename(record), renames.seen
+    finally:
+        renames.close()
+    with open(record) as handle:
+        assert json.load(handle)["state"] == "failed"
 
 
 def test_json_failure_object(ws: Workspace) -> None:

@@ -163,8 +163,9 @@ def record_failure(run: Run, exc: BaseException) -> BaseException:
 
 
 def _write_failure_marker(run: Run, exc: BaseException) -> BaseException:
-    """The failure marker written; ``exc``, or a copy of it whose reason says that it could not be."""
-    settings = run.settings
+    """The failure marker written, then the run's FAILED record (as ``liveness.record_death`` orders them: a
+    `wait` that reads the record answers at once, and the marker must be there by then); ``exc``, or a copy
+    of it whose reason says that the marker could not be written."""
     code = exit_code_of(exc)
     if isinstance(exc, EnsureError):
         reason, hint, stage = exc.reason, exc.hint, exc.stage or run.step_name
@@ -174,18 +175,24 @@ def _write_failure_marker(run: Run, exc: BaseException) -> BaseException:
     else:
         reason = f"internal error: {type(exc).__name__}: {exc}"
         hint, stage = "this is a bug in ensure-flydsl; the log has the traceback", run.step_name
+    run.tracker.release()  # the run's reserved room: on a disk that filled, it takes the marker, then the record
+    told = _marker(run, exc, int(code), stage, reason, hint)
     run.tracker.failed(int(code), stage, reason, hint)
+    return told
+
+
+def _marker(run: Run, exc: BaseException, code: int, stage: Stage, reason: str, hint: str) -> BaseException:
+    settings = run.settings
     if not os.path.isdir(os.path.dirname(settings.fail_marker)):
         return exc  # bad input about the marker's own folder: nothing may be created
-    held_lock = run.tracker.locked
     answered = marker_is_answered(RunStore(settings.root), settings.request(), run.run_id, settings.root,
-                                  held_lock)
+                                  run.tracker.locked)
     if answered is not None:
         run.say(f"not writing {settings.fail_marker}: {answered}")
         return exc
     try:
         markers.write_failure_marker(
-            settings.fail_marker, stage=stage, exit_code=int(code), reason=reason, hint=hint,
+            settings.fail_marker, stage=stage, exit_code=code, reason=reason, hint=hint,
             log=run.reporter.log_path, log_tail=_log_tail(run, exc), run_id=run.run_id,
             request=settings.request(),
         )

@@ -227,8 +227,11 @@ class Tracker:
             pass  # a full disk: the record is progress for pollers, never a reason to fail (or crash) the run
 
     # -- the end -----------------------------------------------------------------------------------------
-    # Each gives the run's reserved room back first: on a disk that filled during the run, it takes the final
-    # record (and then the failure marker).
+    # Each gives the run's reserved room back first: on a disk that filled during the run, it takes the last
+    # words (a failed run gives it back before its failure marker, which comes before the final record).
+    def release(self) -> None:
+        self.store.release(self.record.run_id)
+
     def succeeded(self, result: Mapping[str, object]) -> None:
         self.store.release(self.record.run_id)
         self.record.state, self.record.finished, self.record.result = SUCCEEDED, time.time(), dict(result)
@@ -290,6 +293,9 @@ class NullTracker:
         return None
 
     def succeeded(self, result: Mapping[str, object]) -> None:
+        pass
+
+    def release(self) -> None:
         pass
 
     def failed(self, code: int, stage: Stage, reason: str, hint: str = "") -> None:
