@@ -322,9 +322,9 @@ def test_a_taker_shows_its_own_figures_and_eta_is_0_at_100_percent(seeded: Tuple
                                                                     tmp_path: "os.PathLike[str]",
                                                                     fixture_repo: FixtureRepo) -> None:
     shared, _key = own_copy(seeded, str(tmp_path))
-    a = fleet_host(str(tmp_path), fixture_repo, "a", shared, FLYDSL_LEASE_TTL="8")
-    b = fleet_host(str(tmp_path), fixture_repo, "b", shared, FLYDSL_LEASE_TTL="8")
-    pa = a.popen(FIXTURE_BUILD_SLEEP="4")  # [1/3], 4 s, [2/3], 4 s, [3/3], 4 s
+    a = fleet_host(str(tmp_path), fixture_repo, "a", shared, FLYDSL_LEASE_TTL="4")
+    b = fleet_host(str(tmp_path), fixture_repo, "b", shared, FLYDSL_LEASE_TTL="4")
+    pa = a.popen(FIXTURE_BUILD_SLEEP="3")  # [1/3], 3 s, [2/3], 3 s, [3/3], 3 s
     holder = shared.wait_lease("tree", host="a", percent=66.7)
     pb = b.popen(FIXTURE_BUILD_SLEEP="2")
     deadline = time.monotonic() + 60

@@ -103,7 +103,7 @@ def test_clean_of_a_foreign_root_deletes_nothing(ws: Workspace) -> None:
 def test_clean_refuses_while_a_build_runs(ws: Workspace) -> None:
     from tests.helpers.scenario import wait_for
 
-    proc = ws.popen(FIXTURE_BUILD_SLEEP="3")
+    proc = ws.popen(FIXTURE_BUILD_SLEEP="1")  # 3 s of build after it started
     try:
         wait_for(os.path.join(ws.counter, "build.started"))
         out = ws.run("clean")

@@ -35,6 +35,9 @@ done
   python3 -c "import flydsl, kernels.moe_gemm_2stage as k; print(flydsl.__file__, k.__file__)"  # ONE tree
 '''
 
+# The procedure's text stays verbatim; its shell's `sleep` (the 10 s between two polls) lasts a fifth of a second.
+FAST_POLL = "sleep() { command sleep 0.2; }\n"
+
 # The seed's front matter: GEAK matches skills on these keys, so the folder's skill.md keeps them as they were.
 SEED_FRONT_MATTER = """---
 id: ensure_flydsl
@@ -149,7 +152,7 @@ def test_the_folder_holds_what_geak_takes(skill_folder: str) -> None:
 
 def test_the_seed_procedure_verbatim_from_geak_s_top_folder(geak: Geak) -> None:
     os.makedirs(geak.base)  # the seed's procedure needs the root's parent to exist (see the next test)
-    out = geak.bash(SEED_PROCEDURE)
+    out = geak.bash(FAST_POLL + SEED_PROCEDURE)
     assert out.returncode == 0, out.stdout + out.stderr
     flydsl_file, kernel_file = out.stdout.split()
     assert flydsl_file.startswith(geak.root + "/") and kernel_file.startswith(geak.root + "/")
@@ -204,7 +207,7 @@ def test_the_agent_form_of_the_folder_s_own_procedure(geak: Geak) -> None:
     """skill.md's three shell calls, each on its own, as an agent makes them: start (the root's parent does
     not exist yet), wait until it is not 75, then the import check with ${FLYDSL_PYTHON:-python3}."""
     start, wait, use = (re.sub(r"^ {3}", "", b, flags=re.M) for b in _procedure_blocks(geak.skill))
-    started = geak.bash(start, FIXTURE_BUILD_SLEEP="3")
+    started = geak.bash(start, FIXTURE_BUILD_SLEEP="1")
     assert started.returncode == 0, started.stdout + started.stderr
     launched = json.loads(started.stdout.splitlines()[-1])
     assert set(launched) >= {"run_id", "pid", "log", "state"}

@@ -218,7 +218,7 @@ def test_a_waiters_lock_timeout_is_exit_7_naming_the_holder(tmp_path: "os.PathLi
 def test_status_and_wait_show_whom_a_waiter_waits_for(tmp_path: "os.PathLike[str]", fixture_repo: FixtureRepo) -> None:
     shared = SharedCache("folder", str(tmp_path))
     fleet = hosts(tmp_path, fixture_repo, shared, "ab", FLYDSL_LEASE_TTL="2")
-    a = fleet["a"].popen(FIXTURE_BUILD_SLEEP="5")
+    a = fleet["a"].popen(FIXTURE_BUILD_SLEEP="3")
     holder = shared.wait_lease("tree", host="a")
     b = fleet["b"]
     assert b.run("start").returncode == 0

@@ -15,7 +15,7 @@ from tests.helpers.flydsl_fixture import FixtureRepo, add_submodule, git
 from tests.helpers.stall_server import stall_server
 from tests.helpers.workspace import Workspace
 
-LIMIT = 4  # seconds of silence in these tests (the default is 60)
+LIMIT = 2  # seconds of silence in these tests (the default is 60)
 FAST = {"ENSURE_FLYDSL_NETWORK_SILENCE_S": str(LIMIT)}
 
 
@@ -77,7 +77,7 @@ def test_the_build_scripts_git_gives_up_a_stalled_http_transfer(ws: Workspace) -
 
 def test_a_silent_package_index_ends_the_wheel_download_naming_it(ws: Workspace) -> None:
     # pip's own start (seconds on a loaded machine) is silence too: a longer limit, so that it connects.
-    limit = 3 * LIMIT
+    limit = 4 * LIMIT
     with stall_server("silent") as server:
         index = f"http://127.0.0.1:{server.port}/simple"
         out, seconds = timed(ws, FLYDSL_STRATEGY="release", FLYDSL_PIN="v0.2.2", PIP_INDEX_URL=index,
