@@ -49,7 +49,7 @@ def hosts(tmp_path: "os.PathLike[str]", repo: FixtureRepo, shared: SharedCache, 
 def test_hosts_that_miss_at_once_pay_one_llvm_and_one_flydsl_build(tmp_path: "os.PathLike[str]",
                                                                   fixture_repo: FixtureRepo,
                                                                   shared: SharedCache) -> None:
-    fleet = hosts(tmp_path, fixture_repo, shared, "abcd", FIXTURE_LLVM_SLEEP="1", FIXTURE_BUILD_SLEEP="1.5")
+    fleet = hosts(tmp_path, fixture_repo, shared, "abcd", FIXTURE_LLVM_SLEEP="0.5", FIXTURE_BUILD_SLEEP="0.75")
     procs = {name: ws.popen("--json") for name, ws in fleet.items()}
     ended = finish(procs)
     for name, (code, stderr) in ended.items():
