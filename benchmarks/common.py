@@ -203,7 +203,7 @@ def provisioned_real_root(r: Runner) -> str:
     return root
 
 
-def describe_machine(r: Runner) -> str:
+def describe_machine(r: Optional[Runner] = None) -> str:
     try:
         commit = check(["git", "-C", PROJECT, "rev-parse", "--short", "HEAD"]).strip()
         dirty = " (with uncommitted changes)" if check(["git", "-C", PROJECT, "status", "--porcelain", "--",
