@@ -66,6 +66,9 @@ def run_suite(dist: str, workers: int, paths: Sequence[str], scratch: str) -> Tu
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
     say(f"{dist}: {out.stdout.strip().splitlines()[-1] if out.stdout.strip() else 'no output'}")
+    if not os.path.exists(log):
+        raise SystemExit(f"pytest ran no test ({dist}, exit {out.returncode}): {out.stdout[-2000:]}\n"
+                         "run this with an interpreter that has the test extra installed")
     with open(log) as handle:
         rows = [line.rstrip("\n").split("\t") for line in handle]
     rows = [[str(float(r[0]) - started), *r[1:]] for r in rows]
@@ -103,7 +106,7 @@ def main() -> None:
                             calibrated])
             last = rows
     print(table(f"The suite at -n {args.workers}, {len(last)} tests, one schedule after the other",
-                ["schedule", "wall s", "CPU s", "cores busy %", "workers ran out at s", "one alone s",
+                ["schedule", "wall s", "CPU s", "cores busy %", "workers ran out at s", "first to last out s",
                  "tests waiting s", "between tests s", "calibration s"], summary))
     idle = sorted(last, key=lambda r: float(r[2]) - float(r[1]))[: args.top]
     print(table(f"The tests that waited most ({schedules[-1]}): wall less CPU",
