@@ -230,10 +230,11 @@ class Tracker:
     # Each gives the run's reserved room back first: on a disk that filled during the run, it takes the last
     # words (a failed run gives it back before its failure marker, which comes before the final record).
     def release(self) -> None:
+        """Give the run's reserved room back (idempotent: ``failed`` after it finds it gone)."""
         self.store.release(self.record.run_id)
 
     def succeeded(self, result: Mapping[str, object]) -> None:
-        self.store.release(self.record.run_id)
+        self.release()
         self.record.state, self.record.finished, self.record.result = SUCCEEDED, time.time(), dict(result)
         self.record.percent, self.record.eta_s = None, 0
         self._store()
@@ -241,13 +242,13 @@ class Tracker:
             remember(self.host_dir, self.taken, self.worked)
 
     def failed(self, code: int, stage: Stage, reason: str, hint: str = "") -> None:
-        self.store.release(self.record.run_id)
+        self.release()
         self.record.state, self.record.finished = FAILED, time.time()
         self.record.failure = Failure(stage, code, reason, hint)
         self._store()
 
     def close(self) -> None:
-        self.store.release(self.record.run_id)
+        self.release()
         try:
             os.close(self.alive_fd)
         except OSError:
