@@ -49,16 +49,28 @@ class FullDisk:
         st = os.statvfs(self.path)
         return (st.f_blocks - st.f_bfree) * st.f_frsize
 
-    def _remount(self, size: str) -> None:
-        done = subprocess.run(["mount", "-o", f"remount,size={size}", self.path], stdout=subprocess.PIPE,
+    def _remount(self, size: str) -> "subprocess.CompletedProcess[str]":
+        return subprocess.run(["mount", "-o", f"remount,size={size}", self.path], stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True, check=False)
-        assert done.returncode == 0, f"cannot resize the tmpfs at {self.path} to {size}: {done.stdout}"
+
+    def shrink(self, spare: int, attempts: int = 50) -> int:
+        """Resize the file system to what it holds plus ``spare`` bytes; returns the new size.  A run in flight
+        may write between the reading of what is used and the remount, and the kernel refuses a tmpfs smaller
+        than its use ("Too small a size for current use", mount's "bad option"): then read again and retry.
+        Only a refusal of a size that was still above the use at that moment fails."""
+        for _ in range(attempts):
+            size = self.used() + spare
+            done = self._remount(str(size))
+            if done.returncode == 0:
+                return size
+            assert self.used() > size, f"cannot resize the tmpfs at {self.path} to {size}: {done.stdout}"
+        raise AssertionError(f"the tmpfs at {self.path} grew past every size tried ({attempts} attempts)")
 
     def fill(self, spare: int = 16 * PAGE) -> None:
         """Shrink the file system to what it holds plus ``spare`` bytes, then write the filler until the kernel
         says ENOSPC, in ever smaller writes down to one byte: not a byte is left."""
         assert _mounted_tmpfs(self.path), f"{self.path} is not the tmpfs this test mounted: refusing to fill it"
-        self._remount(str(self.used() + spare))
+        self.shrink(spare)
         cap = os.statvfs(self.path).f_blocks * os.statvfs(self.path).f_frsize  # never more than it holds
         written = 0
         fd = os.open(self.filler, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
@@ -79,7 +91,8 @@ class FullDisk:
         """Room again: the filler goes and the file system has its first size back."""
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.filler)
-        self._remount(self.size)
+        done = self._remount(self.size)
+        assert done.returncode == 0, f"cannot resize the tmpfs at {self.path} to {self.size}: {done.stdout}"
 
 
 @contextlib.contextmanager

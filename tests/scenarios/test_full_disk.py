@@ -208,3 +208,26 @@ def test_wait_and_status_after_a_run_died_on_a_full_disk(ws: Workspace, disk: Fu
            message="died without finishing" + ("; marker written" if reserve == "kept" else
                                                "; the marker could not be written"), half_published=0,
            rerun="succeeded")
+
+
+class _WrittenAfterTheReading(FullDisk):
+    """A run in flight writes 256 KiB (more than fill's spare) right after `shrink` reads what is used, once:
+    the race CI met at stop 34 (the kernel refuses a tmpfs smaller than its use)."""
+
+    raced = False
+
+    def used(self) -> int:
+        reading = super().used()
+        if not self.raced:
+            self.raced = True
+            with open(os.path.join(self.path, "in-flight"), "wb") as handle:
+                handle.write(b"\0" * 256 * 1024)
+        return reading
+
+
+def test_the_helper_s_fill_survives_a_write_between_its_reading_and_its_remount(disk: FullDisk) -> None:
+    racing = _WrittenAfterTheReading(disk.path, disk.size)
+    racing.fill()
+    assert racing.raced and racing.free() == 0
+    racing.drain()
+    assert racing.free() > 500 * 1024 * 1024
