@@ -82,6 +82,26 @@ def worker_ends(rows: List[List[str]]) -> Dict[str, float]:
     return ends
 
 
+def stale_bytecode() -> List[str]:
+    """The tool's modules whose bytecode is missing or older than their source, as the suite's interpreter
+    imports them.  An editable install under PYTHONDONTWRITEBYTECODE never writes them: every process of
+    the tool then compiles them again (about 100 ms of CPU a call here, thousands of calls a suite), where
+    CI's fresh install has them compiled by pip."""
+    import importlib.util
+
+    where = "import ensure_flydsl, os; print(os.path.dirname(ensure_flydsl.__file__))"
+    found = subprocess.run([sys.executable, "-c", where], stdout=subprocess.PIPE, text=True, check=False).stdout.strip()
+    stale = []
+    for folder, _dirs, files in os.walk(found or os.devnull):
+        for name in files:
+            if name.endswith(".py"):
+                source = os.path.join(folder, name)
+                cached = importlib.util.cache_from_source(source)
+                if not os.path.exists(cached) or os.path.getmtime(cached) < os.path.getmtime(source):
+                    stale.append(source)
+    return stale
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workers", type=int, default=2)
@@ -91,6 +111,11 @@ def main() -> None:
     args = parser.parse_args()
     schedules = args.dist or ["load", "worksteal"]
     say(describe_machine())
+    stale = stale_bytecode()
+    if stale:
+        say(f"warning: {len(stale)} of the tool's modules have no current bytecode (e.g. {stale[0]}): each call of "
+            f"the tool compiles them, which CI's fresh install never does; run `python3 -m compileall -q src` "
+            f"(without PYTHONDONTWRITEBYTECODE) first")
     summary, last = [], []
     with tempfile.TemporaryDirectory(prefix="suite-timeline-") as scratch:
         with open(os.path.join(scratch, "suite_timeline_plugin.py"), "w") as handle:
