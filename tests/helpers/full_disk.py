@@ -57,14 +57,16 @@ class FullDisk:
         """Resize the file system to what it holds plus ``spare`` bytes; returns the new size.  A run in flight
         may write between the reading of what is used and the remount, and the kernel refuses a tmpfs smaller
         than its use ("Too small a size for current use", mount's "bad option"): then read again and retry.
-        Only a refusal of a size that was still above the use at that moment fails."""
+        Only ``attempts`` refusals in a row fail (a run may also delete between a refusal and the next reading,
+        so one refusal says nothing by itself)."""
+        refused = ""
         for _ in range(attempts):
             size = self.used() + spare
             done = self._remount(str(size))
             if done.returncode == 0:
                 return size
-            assert self.used() > size, f"cannot resize the tmpfs at {self.path} to {size}: {done.stdout}"
-        raise AssertionError(f"the tmpfs at {self.path} grew past every size tried ({attempts} attempts)")
+            refused = f"to {size}: {done.stdout}"
+        raise AssertionError(f"cannot resize the tmpfs at {self.path} ({attempts} attempts), the last {refused}")
 
     def fill(self, spare: int = 16 * PAGE) -> None:
         """Shrink the file system to what it holds plus ``spare`` bytes, then write the filler until the kernel
