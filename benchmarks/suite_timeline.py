@@ -89,10 +89,9 @@ def stale_bytecode() -> List[str]:
     calls the tool thousands of times), where CI's fresh install has them compiled by pip."""
     import importlib.util
 
-    where = "import ensure_flydsl, os; print(os.path.dirname(ensure_flydsl.__file__))"
-    found = subprocess.run([sys.executable, "-c", where], stdout=subprocess.PIPE, text=True, check=False).stdout.strip()
-    stale = []
-    for folder, _dirs, files in os.walk(found or os.devnull):
+    spec = importlib.util.find_spec("ensure_flydsl")  # where this interpreter imports it from, without running it
+    stale: List[str] = []
+    for folder, _dirs, files in os.walk(os.path.dirname(spec.origin) if spec and spec.origin else os.devnull):
         for name in files:
             if name.endswith(".py"):
                 source = os.path.join(folder, name)
