@@ -53,8 +53,8 @@ class FullDisk:
         return subprocess.run(["mount", "-o", f"remount,size={size}", self.path], stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True, check=False)
 
-    def shrink(self, spare: int, attempts: int = 50) -> int:
-        """Resize the file system to what it holds plus ``spare`` bytes; returns the new size.  A run in flight
+    def shrink(self, spare: int, attempts: int = 50) -> None:
+        """Resize the file system to what it holds plus ``spare`` bytes.  A run in flight
         may write between the reading of what is used and the remount, and the kernel refuses a tmpfs smaller
         than its use ("Too small a size for current use", mount's "bad option"): then read again and retry.
         Only ``attempts`` refusals in a row fail (a run may also delete between a refusal and the next reading,
@@ -64,7 +64,7 @@ class FullDisk:
             size = self.used() + spare
             done = self._remount(str(size))
             if done.returncode == 0:
-                return size
+                return
             refused = f"to {size}: {done.stdout}"
         raise AssertionError(f"cannot resize the tmpfs at {self.path} ({attempts} attempts), the last {refused}")
 
