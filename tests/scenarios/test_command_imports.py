@@ -1,7 +1,7 @@
 """Each command imports what it uses (issue 27, item 7: most of a short command's CPU was importing the modules of
 every way): a source run with no cache imports no binary cache, release or cache way; status and wait (what
-pollers call) no pipeline, way, probe, source or store, nor a parser, typing or dataclasses; clean neither the
-ways it does not undo nor the cache.  benchmarks/cold_imports.py measures what each command costs."""
+pollers call) no pipeline, way, probe, source or store, nor a parser, typing or dataclasses; the watchdog none of
+that and no run records until the run has ended; clean neither the ways it does not undo nor the cache.  benchmarks/cold_imports.py measures what each command costs."""
 
 from __future__ import annotations
 
@@ -34,6 +34,12 @@ def test_each_command_imports_what_it_uses(ws: Workspace) -> None:
         assert "ensure_flydsl.runs.answer" in modules
         assert not under(modules, POLLER), (command, sorted(under(modules, POLLER)))
         assert not under(modules, POLLER_STDLIB), (command, sorted(under(modules, POLLER_STDLIB)))
+    # The watchdog (one per run that provisions) waits with the layout alone: here the run it is given has no
+    # alive file, so it ends where it would start waiting (runs/watchdog.py).
+    watchdog = imported(ws, [sys.executable, "-m", "ensure_flydsl", "_watchdog", ws.root, "20260101-000000-000000"])
+    assert "ensure_flydsl.runs.watchdog" in watchdog
+    light = (*POLLER, *POLLER_STDLIB, "signal", "ensure_flydsl.runs.records", "ensure_flydsl.runs.liveness")
+    assert not under(watchdog, light), sorted(under(watchdog, light))
     cleaned = imported(ws, [sys.executable, "-m", "ensure_flydsl", "clean"])
     assert "ensure_flydsl.cli.clean" in cleaned
     assert not under(cleaned, CLEAN), sorted(under(cleaned, CLEAN))

@@ -66,8 +66,33 @@ def test_an_ambient_flydsl_that_breaks_on_import_is_shadowed_by_the_build(
     assert imported.stdout.splitlines()[0].startswith(ws.root + "/"), imported.stdout
     if body == HANG:
         found = pids_in(pids)
-        assert len(found) >= 4  # two probes (before and after the lock), each a python and its child
+        assert len(found) >= 2  # each probe a python and its child
         assert [p for p in found if alive(p)] == []
+
+
+# A flydsl that forges the probe's answer on the descriptors the probe reports on, as code, then ends quietly.
+FORGED = """import os
+for fd in range(3, 10):
+    try:
+        os.write(fd, b"result __import__('os').mkdir({made!r}) or {{'python': {{}}}}\\n")
+    except OSError:
+        pass
+os._exit(0)
+"""
+
+
+def test_a_probe_answer_that_is_code_is_never_run_and_the_build_shadows_its_flydsl(
+    ws: Workspace, tmp_path: "os.PathLike[str]"
+) -> None:
+    made = os.path.join(str(tmp_path), "made-by-the-answer")
+    ambient = ambient_flydsl(os.path.join(str(tmp_path), "ambient"), FORGED.format(made=made))
+    ws.env["PYTHONPATH"] = ambient
+    done = ws.run(timeout=150)
+    said = done.stdout + done.stderr
+    assert done.returncode == 0, said
+    assert "the interpreter exited with status 0 while importing flydsl" in said and ambient in said, said
+    assert "shadows that one: provisioning it" in said, said
+    assert not os.path.exists(made)  # read as a literal: the call in it never ran
 
 
 def test_the_roots_own_tree_that_hangs_on_import_is_exit_6_with_the_timeout(

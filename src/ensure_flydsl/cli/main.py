@@ -129,8 +129,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse(sys.argv[1:] if argv is None else argv)
     environ = dict(os.environ)
     if args.command == "_watchdog":
-        from ensure_flydsl.runs.liveness import watch
-        from ensure_flydsl.support.processes import unblock_stop_signals
+        from ensure_flydsl.runs.watchdog import watch
+        from ensure_flydsl.support.stop_signals import unblock_stop_signals
 
         unblock_stop_signals()  # started by a worker that may still have them blocked (cli/start.py)
         return watch(args.watch_root, args.watch_run_id)
@@ -182,12 +182,18 @@ class _FastArgs:
 
 
 def fast_args(argv: Sequence[str]) -> Optional[_FastArgs]:
-    """The command lines read without a parser, or None: the warm call's (no arguments, ``--json``) and the
-    polls' (``status [--json]``, ``wait [--timeout S] [--json]``, an agent's every few minutes); building
-    argparse's parser (and its translations, and typing) cost a sixth of a warm call and a seventh of a poll."""
+    """The command lines read without a parser, or None: the warm call's (no arguments, ``--json``), the
+    polls' (``status [--json]``, ``wait [--timeout S] [--json]``, an agent's every few minutes) and the
+    watchdog's (``_watchdog ROOT RUN_ID``, one per run that provisions); building argparse's parser (and its
+    translations, and typing) cost a sixth of a warm call, a seventh of a poll and a third of a watchdog."""
     if not argv or list(argv) == ["--json"]:
         return _FastArgs("ensure", json=bool(argv))
     command, rest = argv[0], list(argv[1:])
+    if command == "_watchdog" and len(rest) == 2 and not any(arg.startswith("-") for arg in rest):
+        # Started beside every run that provisions (runs/progress.py): its two paths, as the parser reads them.
+        watchdog = _FastArgs(command, json=False)
+        watchdog.watch_root, watchdog.watch_run_id = rest  # type: ignore[attr-defined]
+        return watchdog
     if command not in ("status", "wait"):
         return None
     # The command table is read for the handler's name anyway (_handler_name); it builds no parser.

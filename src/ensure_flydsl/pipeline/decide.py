@@ -7,7 +7,7 @@ import shutil
 from typing import Dict, Iterator, List, Mapping, Optional, Tuple, Union
 
 from ensure_flydsl.errors import BadInput, EnsureError, Stage
-from ensure_flydsl.layout import tree_folders
+from ensure_flydsl.layout import stamp_file, tree_folders
 from ensure_flydsl.pipeline.lock import check_lock_path
 from ensure_flydsl.probe.gate import (
     TREE_PACKAGES,
@@ -299,6 +299,31 @@ def decide(run: Run, again: bool = False) -> Decision:
         if elsewhere is not None:
             return elsewhere
     return Decision(False, verdict.reason, probe=probe, verdict=verdict)
+
+
+StampSeen = Optional[Tuple[int, int, int]]
+
+
+def stamp_seen(root: str) -> StampSeen:
+    """The root's finished-tree stamp as it stands (inode, mtime, size), None when there is none.  A run that
+    finishes a tree in the root replaces the stamp (a new file, renamed into place); one that begins a build
+    there removes it."""
+    try:
+        st = os.stat(stamp_file(root, "tree"))
+    except OSError:
+        return None
+    return st.st_ino, st.st_mtime_ns, st.st_size
+
+
+def decide_again(run: Run, first: Decision, seen: StampSeen) -> Decision:
+    """Under the lock, before provisioning: the first decision stands when it came from a probe and the root's
+    stamp is as it was before that probe (no run finished or began a tree there meanwhile; one that published
+    another tree's env file answered through the warm check); else :func:`decide` again."""
+    if first.probe is not None and stamp_seen(run.settings.root) == seen:
+        run.say(f"after taking the lock, still no reusable FlyDSL: no run finished a tree in {run.settings.root} "
+                "meanwhile")
+        return first
+    return decide(run, again=True)
 
 
 def check_reuse(settings: Settings, environ: Mapping[str, str], interp: Optional[Interpreter]) -> Check:

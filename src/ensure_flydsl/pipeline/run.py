@@ -1,4 +1,4 @@
-"""The ensure run, in the order it happens: check, probe, decide, lock, probe again, provision, verify, publish.
+"""The ensure run, in the order it happens: check, probe, decide, lock, decide again, provision, verify, publish.
 
 Each stage is a small function taking the run; a failure is an EnsureError with its exit code, which the
 run turns into the failure marker before it propagates.  The heartbeat runs around all of it: whatever the
@@ -11,7 +11,7 @@ import contextlib
 from typing import Union
 
 from ensure_flydsl.errors import EnsureError, ExitCode, Stage, disk_full_error
-from ensure_flydsl.pipeline.decide import check_provisionable, decide, preflight
+from ensure_flydsl.pipeline.decide import check_provisionable, decide, decide_again, preflight, stamp_seen
 from ensure_flydsl.pipeline.lock import build_lock
 from ensure_flydsl.pipeline.provision import provision
 from ensure_flydsl.pipeline.publish import check_markers, publish, record_failure, withdraw_if_untrue
@@ -77,6 +77,7 @@ def _ensure(run: Run) -> Result:
         run.interpreter = preflight(settings, run.environ, writes=not settings.verify)
         check_markers(settings, run.say)
         damaged = linked_tree_problem(run)  # an edit through a hardlink, or (--verify) any file not the store's
+        seen = stamp_seen(settings.root)
         decision = decide(run) if damaged is None else Decision(False, damaged)
     if decision.ok:
         return publish(run, decision, _action(decision, settings.root))
@@ -97,11 +98,11 @@ def _ensure(run: Run) -> Result:
             run.tracker.held_lock()
         run.reporter.open_log(settings.log_file)
         # A concurrent run may have finished while we waited: its fingerprint answers without a probe
-        # (sixteen waiters do not probe one after another), else a probe does.
+        # (sixteen waiters do not probe one after another), else a probe does if the root's stamp changed.
         warm = None if settings.verify or damaged else try_warm(settings, run.environ)
         if warm is None and damaged is None:
             with run.step(Stage.PROBE):
-                decision = decide(run, again=True)
+                decision = decide_again(run, decision, seen)
         if warm is not None or decision.ok:
             run.say("another run finished this while we waited for the lock")
             return warm or publish(run, decision, _action(decision, settings.root))

@@ -9,12 +9,11 @@ after ``source``.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
 import time
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ensure_flydsl.errors import EnsureError, ExitCode, Stage
 from ensure_flydsl.probe import scripts
@@ -116,10 +115,10 @@ def callers_folder() -> Optional[str]:
 
 def _start(python: str, modules: Sequence[str], env: Mapping[str, str], script: str = "import_probe",
            preload: Optional[Sequence[str]] = None) -> "subprocess.Popen[bytes]":
-    extra = [] if preload is None else [json.dumps(list(preload))]
+    extra = [] if preload is None else [",".join(preload)]
     try:
         return spawn(
-            [python, "-c", scripts.text(script), json.dumps(list(modules)), *extra],
+            [python, "-c", scripts.text(script), ",".join(modules), *extra],  # names hold no comma
             env=env, cwd=callers_folder(), stdin=subprocess.DEVNULL if preload is None else subprocess.PIPE,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             own_group=True,  # a group of its own: a timeout kills what the imports started as well
@@ -148,6 +147,19 @@ def _communicate(proc: "subprocess.Popen[bytes]", timeout: float,
         _stop_group(proc)  # interrupted: leave no probe behind
         raise
     return out, err, False
+
+
+def _literal(text: Optional[str]) -> Dict[str, Any]:
+    """A script's answer (a Python literal: no code runs) as the dict it must be; ValueError when it is not one."""
+    import ast  # here: only a run that probes reads an answer, and `status` and the warm call never do
+
+    try:
+        data = ast.literal_eval(text or "")
+    except (SyntaxError, MemoryError, RecursionError) as exc:  # what a garbled or hostile line raises
+        raise ValueError(f"not a Python literal: {exc}") from None
+    if not isinstance(data, dict):
+        raise ValueError("not a dict")
+    return data
 
 
 def _broke(python: str, proc: "subprocess.Popen[bytes]", out: _Output, err: bytes,
@@ -213,7 +225,7 @@ def _answer(python: str, proc: "subprocess.Popen[bytes]", pythonpath: str, start
     if out.stale is not None and out.result is None:
         return None
     try:
-        data = json.loads(out.result or "")
+        data = _literal(out.result)
         interpreter = Interpreter.from_json(data["python"])
     except (ValueError, KeyError, TypeError):
         raise _broke(python, proc, out, err, f"{timeout:g} s ({timeout_label})" if timed_out else None) from None
@@ -283,7 +295,7 @@ def find_modules(python: str, names: Sequence[str], *, environ: Optional[Mapping
     raw, err, timed_out = _communicate(proc, timeout)
     out = _Output.parse(raw)
     try:
-        data = json.loads(out.result or "")
+        data = _literal(out.result)
         return {str(name): str(data[name]) for name in names}
     except (ValueError, KeyError, TypeError):
         raise _broke(python, proc, out, err, f"{timeout:g} s ({timeout_label})" if timed_out else None) from None

@@ -2,7 +2,7 @@
 
 A run holds an flock on its alive file for its whole life; when it is free while the record still says
 "running", the run died (kill -9, the OOM killer, a stopped container).  Its watchdog (``_watchdog``, in a
-session of its own) notices at once and calls :func:`record_death`; ``wait`` does the same if the
+session of its own: runs/watchdog.py) notices at once and calls :func:`record_death`; ``wait`` does the same if the
 watchdog itself was killed.  ``status`` only reads: :func:`seen_dead` gives the same answer in memory.
 """
 
@@ -128,14 +128,10 @@ def kill_build_group(record: RunRecord) -> None:
     kill_group(pgid)
 
 
-def watch(root: str, run_id: str) -> int:
-    """The watchdog: block until the run's alive lock is free; if the run did not finish, it died."""
+def judge_end(root: str, run_id: str) -> None:
+    """The watchdog's verdict once the run's alive lock is free (runs/watchdog.py): if its record still says
+    "running", the run did not finish: it died."""
     store = RunStore(root)
-    try:
-        store.wait_dead(run_id)
-    except OSError:
-        return 0
     record = store.read(run_id)
     if record is not None and record.state == RUNNING:
         record_death(store, record)
-    return 0

@@ -35,7 +35,7 @@ from ensure_flydsl.runs.records import (
 from ensure_flydsl.settings_table import Request
 from ensure_flydsl.support.frozen import replace
 from ensure_flydsl.support.launcher import tool_command
-from ensure_flydsl.support.processes import spawn
+from ensure_flydsl.support.processes import kill_and_reap, spawn
 
 _NINJA = re.compile(r"^\s*\[\s*(\d+)\s*/\s*(\d+)\s*\]")  # ninja: "[12/345] Building CXX object ..."
 _MAKE = re.compile(r"^\s*\[\s*(\d{1,3})%\]")  # CMake's Makefiles: "[ 45%] Building CXX object ..."
@@ -93,6 +93,8 @@ class Tracker:
         self.step_started_at = time.time()
         self.worked: Dict[Stage, float] = {}
         self._last_write = 0.0
+        self._watchdog: Optional["subprocess.Popen[bytes]"] = None
+        self._end_recorded = False  # the final record (succeeded or failed) is on the disk
 
     @classmethod
     def begin(
@@ -113,9 +115,9 @@ class Tracker:
 
     def _start_watchdog(self) -> None:
         cmd = [*tool_command(), "_watchdog", self.store.root, self.record.run_id]
-        _WATCHDOGS.append(
-            spawn(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, own_group=True)
-        )
+        self._watchdog = spawn(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                               own_group=True)
+        _WATCHDOGS.append(self._watchdog)
 
     # -- the route ---------------------------------------------------------------------------------------
     def expect(self, route: Optional[Plan]) -> None:
@@ -220,11 +222,13 @@ class Tracker:
         eta = self.eta()
         self.record.eta_s = None if eta is None else round(eta, 1)
 
-    def _store(self) -> None:
+    def _store(self) -> bool:
+        """Write the record; False when the disk refused it."""
         try:
             self.store.write(self.record)
         except OSError:
-            pass  # a full disk: the record is progress for pollers, never a reason to fail (or crash) the run
+            return False  # a full disk: the record is progress for pollers, never a reason to fail (or crash) the run
+        return True
 
     # -- the end -----------------------------------------------------------------------------------------
     # Each gives the run's reserved room back first: on a disk that filled during the run, it takes the last
@@ -237,7 +241,7 @@ class Tracker:
         self.release()
         self.record.state, self.record.finished, self.record.result = SUCCEEDED, time.time(), dict(result)
         self.record.percent, self.record.eta_s = None, 0
-        self._store()
+        self._end_recorded = self._store()
         if self.taken is not None:  # a run that found the work done (by another run) took no route
             remember(self.host_dir, self.taken, self.worked)
 
@@ -245,10 +249,14 @@ class Tracker:
         self.release()
         self.record.state, self.record.finished = FAILED, time.time()
         self.record.failure = Failure(stage, code, reason, hint)
-        self._store()
+        self._end_recorded = self._store()
 
     def close(self) -> None:
+        """The run's end: its reserved room back, its watchdog stopped when the run recorded its own end (the
+        watchdog would find nothing to do), then the alive flock let go."""
         self.release()
+        if self._end_recorded and self._watchdog is not None:
+            kill_and_reap(self._watchdog)
         try:
             os.close(self.alive_fd)
         except OSError:

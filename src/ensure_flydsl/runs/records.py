@@ -327,14 +327,6 @@ class RunStore:
             os.close(fd)
         return False
 
-    def wait_dead(self, run_id: str) -> None:
-        """Block until the run holding the alive file has ended (used by the watchdog)."""
-        fd = os.open(self.alive_path(run_id), os.O_RDONLY | os.O_NOFOLLOW)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH)
-        finally:
-            os.close(fd)
-
 
 def _record_data(record: RunRecord) -> bytes:
     """A record as written: stamped with the time of writing (its last sign of life), as the tool's JSON."""

@@ -1,9 +1,10 @@
-"""For each top-level name in argv[1] (a JSON list): "stdlib", "missing" or "present", found with
+"""For each top-level name in argv[1] (comma-separated): "stdlib", "missing" or "present", found with
 importlib.util.find_spec, which locates a top-level module without running any of its code.  Before 3.10
 there is no sys.stdlib_module_names: a module built in, frozen, or under the stdlib folders (and not in a
 site-packages below them) is the standard library's.
 
-Runs inside the target interpreter (``python -c``, see :mod:`ensure_flydsl.probe.scripts`).
+Runs inside the target interpreter (``python -c``, see :mod:`ensure_flydsl.probe.scripts`).  Its answer is
+one line ``result LITERAL``, a Python literal (``repr``) as the import probe's, for the same reason.
 """
 import sys
 
@@ -12,7 +13,6 @@ import sys
 if sys.path and sys.path[0] == "":
     del sys.path[0]
 import importlib.util  # noqa: E402
-import json  # noqa: E402
 import os  # noqa: E402
 import sysconfig  # noqa: E402
 
@@ -21,7 +21,7 @@ if MYPY:  # for mypy only: the target does not import typing (it costs the probe
     from importlib.machinery import ModuleSpec
     from typing import Literal, Union
 
-names = json.loads(sys.argv[1])
+names = [name for name in sys.argv[1].split(",") if name]
 known = getattr(sys, "stdlib_module_names", None)
 paths = sysconfig.get_paths()
 std_dirs = set(os.path.realpath(paths[k]) for k in ("stdlib", "platstdlib") if paths.get(k))
@@ -53,5 +53,5 @@ answer = {}
 for name in names:
     spec = find(name)
     answer[name] = "stdlib" if is_std(name, spec) else ("missing" if spec is None else "present")
-sys.stdout.write("result " + json.dumps(answer) + "\n")
+sys.stdout.write("result " + repr(answer) + "\n")
 sys.stdout.flush()

@@ -4,7 +4,6 @@ a build script streamed line by line (``stream_command``), network commands unde
 group (``kill_group``, ``stop_group``, ``kill_and_reap``, ``end_leftovers``)."""
 
 from ensure_flydsl.support.processes.commands import (
-    STOP_SIGNAL_NAMES,
     CommandFailed,
     cmd_output,
     end_leftovers,
@@ -14,9 +13,7 @@ from ensure_flydsl.support.processes.commands import (
     spawn,
     spawn_text,
     stop_group,
-    stop_signals_blocked,
     tail_lines,
-    unblock_stop_signals,
 )
 from ensure_flydsl.support.processes.streamed import DRAIN_S, LEFTOVER_GRACE_S, MAX_LINE_BYTES, stream_command
 from ensure_flydsl.support.processes.watched import (
@@ -28,6 +25,7 @@ from ensure_flydsl.support.processes.watched import (
     waiting_line,
     watched_output,
 )
+from ensure_flydsl.support.stop_signals import STOP_SIGNAL_NAMES, stop_signals_blocked, unblock_stop_signals
 
 __all__ = [
     "CommandFailed", "DRAIN_S", "LEFTOVER_GRACE_S", "MAX_LINE_BYTES", "NETWORK_SILENCE_S", "STOP_SIGNAL_NAMES",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from typing import IO, TYPE_CHECKING, Any, Iterator, Mapping, Optional, Sequence, Union
+from typing import IO, TYPE_CHECKING, Any, Mapping, Optional, Sequence, Union
 
 if TYPE_CHECKING:
     import subprocess
@@ -167,25 +167,3 @@ def end_leftovers(pgid: int, grace_s: float) -> None:
 
 def tail_lines(text: str, count: int) -> list[str]:
     return text.splitlines()[-count:]
-
-
-STOP_SIGNAL_NAMES = ("SIGTERM", "SIGHUP", "SIGINT")
-
-
-@contextlib.contextmanager
-def stop_signals_blocked() -> Iterator[None]:
-    """Around the launch of a process that unblocks them itself (the mask is inherited through exec)."""
-    import signal
-
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, [getattr(signal, name) for name in STOP_SIGNAL_NAMES])
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
-
-
-def unblock_stop_signals() -> None:
-    """Deliver what arrived while they were blocked (a pending SIGTERM raises here, in the handler's way)."""
-    import signal
-
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, [getattr(signal, name) for name in STOP_SIGNAL_NAMES])
