@@ -118,6 +118,26 @@ def test_two_processes_at_once_build_once(ws: Workspace) -> None:
     assert json.loads(out_b)["commit"] == json.loads(out_a)["commit"]
 
 
+def test_a_run_that_waited_probes_again_when_the_roots_stamp_changed_and_takes_that_tree(ws: Workspace) -> None:
+    """The first run's env file does not answer the second's request (no VLLM_USE_FLYDSL_MOE in it), so the warm
+    check under the lock cannot; the root's tree stamp changed while the second waited, so it probes again and
+    takes the first run's tree instead of building it a second time (pipeline/decide.py: decide_again)."""
+    slow = {"FIXTURE_BUILD_SLEEP": "0.5"}
+    a = ws.popen("--json", **slow)
+    wait_for(os.path.join(ws.counter, "build.started"))
+    b = ws.popen("--json", FLYDSL_VLLM_MOE="0", **slow)
+    out_a, err_a = a.communicate(timeout=60)
+    out_b, err_b = b.communicate(timeout=60)
+    assert a.returncode == 0, err_a
+    assert b.returncode == 0, err_b
+    assert ws.count("build") == 1 and ws.count("llvm") == 1, err_b
+    assert "waiting for the build lock" in err_b
+    assert "another run finished this while we waited for the lock" in err_b
+    assert json.loads(out_b)["tree"] == json.loads(out_a)["tree"] == ws.root
+    with open(ws.env_file) as handle:
+        assert "VLLM_USE_FLYDSL_MOE" not in handle.read()  # the second request's env file
+
+
 def test_new_pin_with_a_raised_floor_rebuilds(ws: Workspace) -> None:
     assert ws.run().returncode == 0
     out = ws.run("--json", FLYDSL_PIN="v0.2.3", FLYDSL_MIN_VERSION="0.2.3")
