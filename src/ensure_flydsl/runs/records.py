@@ -219,7 +219,9 @@ class RunStore:
         return RunRecord.from_json(read_json(self.record_path(run_id)))
 
     def write(self, record: RunRecord) -> None:
-        atomic_write(self.record_path(record.run_id), _record_data(record))
+        """Replace the record whole.  A running run's record (its progress, rewritten at every step and every
+        few seconds) is not flushed to disk: a power cut that loses it ended the run too.  Its end is."""
+        atomic_write(self.record_path(record.run_id), _record_data(record), durable=record.state != RUNNING)
 
     def current_id(self) -> Optional[str]:
         raw = read_regular(current_run_file(self.folder), 4096)
