@@ -167,11 +167,11 @@ rm -rf "$LLVM_INSTALL_DIR"
 mkdir -p "$LLVM_INSTALL_DIR/lib/cmake/mlir"
 echo "$LLVM_REF" > "$LLVM_INSTALL_DIR/llvm-commit.txt"
 echo "${LLVM_BUILD_PROFILE}" > "$LLVM_INSTALL_DIR/llvm-profile.txt"
-python3 -c 'import sys; print(sys.implementation.cache_tag)' > "$LLVM_INSTALL_DIR/python-tag.txt"
+python3 -S -c 'import sys; print(sys.implementation.cache_tag)' > "$LLVM_INSTALL_DIR/python-tag.txt"
 echo "LLVM/MLIR build completed successfully!"
 """
 BUILD_LLVM_BODY = BUILD_LLVM_START + BUILD_LLVM_PIP + BUILD_LLVM_END
-_TAG_LINE = "python3 -c 'import sys; print(sys.implementation.cache_tag)' > "
+_TAG_LINE = "python3 -S -c 'import sys; print(sys.implementation.cache_tag)' > "
 assert _TAG_LINE in BUILD_LLVM_END
 BUILD_LLVM_BODY_NEXT = (BUILD_LLVM_START + BUILD_LLVM_PIP_NEXT
                         + BUILD_LLVM_END.replace(_TAG_LINE, '"$PYTHON_EXECUTABLE"' + _TAG_LINE[len("python3"):]))
@@ -258,7 +258,7 @@ if [ -n "${FIXTURE_NEEDS_PATCHELF:-}" ]; then
   patchelf --version
 fi
 if [ -z "${FIXTURE_BUILD_NO_MLIR:-}" ]; then
-  TAG="$(python3 -c 'import sys; print(sys.implementation.cache_tag)')"
+  TAG="$(python3 -S -c 'import sys; print(sys.implementation.cache_tag)')"
   mkdir -p "$PKG/flydsl/_mlir/_mlir_libs"
   : > "$PKG/flydsl/_mlir/__init__.py"
   : > "$PKG/flydsl/_mlir/_mlir_libs/__init__.py"
@@ -279,7 +279,7 @@ if [ -n "${FIXTURE_BUILD_HOOK:-}" ]; then
 fi
 echo "Build complete!"
 """
-_BUILD_TAG = "TAG=\"$(python3 -c 'import sys; print(sys.implementation.cache_tag)')\""
+_BUILD_TAG = "TAG=\"$(python3 -S -c 'import sys; print(sys.implementation.cache_tag)')\""
 assert _BUILD_TAG in BUILD_SH
 # "next": build.sh builds for the interpreter PYTHON_EXECUTABLE names (python3 from PATH by default).
 _BUILD_PYTHON = ('PYTHON_EXECUTABLE="${PYTHON_EXECUTABLE:-python3}"\n'

@@ -10,18 +10,18 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import inspect
 import os
 import socket
 import time
-from typing import Callable, Dict, Iterator, Optional
-
-import filelock
+from typing import TYPE_CHECKING, Callable, Dict, Iterator, Optional
 
 from ensure_flydsl.errors import EnsureError, ExitCode, Stage
 from ensure_flydsl.support import fields, space
 from ensure_flydsl.support.files import atomic_write_json, file_path_problem, read_json, remove_file
 from ensure_flydsl.support.frozen import Frozen, asdict
+
+if TYPE_CHECKING:
+    import filelock
 
 WAIT_REPORT_INTERVAL_S = 30.0
 
@@ -66,6 +66,12 @@ def describe_holder(holder: Optional[LockHolder]) -> str:
 
 
 def _make_lock(path: str) -> filelock.BaseFileLock:
+    # Here, not at the top: filelock 4 loads logging, dataclasses and inspect, 40-50 ms of CPU that a run
+    # which never takes the lock (a tree to reuse, a refused request) does not pay.
+    import inspect
+
+    import filelock
+
     kwargs: Dict[str, object] = {"mode": 0o644}
     # filelock >= 4 may unlink the lock file on release unless told not to; 3.x never does.
     if "preserve_lock_file" in inspect.signature(filelock.FileLock.__init__).parameters:
@@ -96,6 +102,8 @@ def build_lock(
         raise EnsureError(ExitCode.BAD_INPUT, f"FLYDSL_BUILD_LOCK={path!r} is not allowed: {problem}", stage=Stage.LOCK)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     lock = _make_lock(path)
+    import filelock  # loaded by _make_lock
+
     try:
         lock.acquire(timeout=0)
     except filelock.Timeout:
@@ -120,6 +128,8 @@ def build_lock(
 
 
 def _wait_for(lock: filelock.BaseFileLock, path: str, timeout: Optional[float], say: Callable[[str], None]) -> None:
+    import filelock  # loaded by _make_lock
+
     started = time.monotonic()
     deadline = None if timeout is None else started + timeout
     while True:
