@@ -1,7 +1,8 @@
 """Each command imports what it uses (issue 27, item 7: most of a short command's CPU was importing the modules of
 every way): a source run with no cache imports no binary cache, release or cache way; status and wait (what
 pollers call) no pipeline, way, probe, source or store, nor a parser, typing or dataclasses; the watchdog none of
-that and no run records until the run has ended; clean neither the ways it does not undo nor the cache.  benchmarks/cold_imports.py measures what each command costs."""
+that and no run records until the run has ended; clean neither the ways it does not undo nor the cache.
+benchmarks/cold_imports.py measures what each command costs."""
 
 from __future__ import annotations
 

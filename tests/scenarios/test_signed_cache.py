@@ -284,8 +284,9 @@ def test_without_the_signing_extra_a_key_is_bad_input_naming_the_remedy(tmp_path
     venv = os.path.join(str(tmp_path), "venv")
     subprocess.run([sys.executable, "-m", "venv", venv], check=True)
     python = os.path.join(venv, "bin", "python")
-    out = subprocess.run([python, "-m", "pip", "install", "-q", "--disable-pip-version-check", project_wheel],
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False, cwd=str(tmp_path))
+    out = subprocess.run([python, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-compile",
+                          project_wheel], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False,
+                         cwd=str(tmp_path))
     assert out.returncode == 0, out.stdout[-3000:]
     lacks = subprocess.run([python, "-c", "import cryptography"], stderr=subprocess.PIPE, check=False)
     assert lacks.returncode == 1  # the tool's own install did not bring it
@@ -305,7 +306,8 @@ def test_without_the_signing_extra_a_key_is_bad_input_naming_the_remedy(tmp_path
     plain = subprocess.run([tool, "env"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                            check=False, cwd=str(tmp_path))
     assert plain.returncode != 64 and "Traceback" not in plain.stderr  # no key: the library is not needed
-    remedy = subprocess.run([python, "-m", "pip", "install", "-q", "--disable-pip-version-check", "cryptography>=42"],
+    remedy = subprocess.run([python, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-compile",
+                             "cryptography>=42"],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False)
     assert remedy.returncode == 0, remedy.stdout[-2000:]
     fixed = subprocess.run([tool, "env"], env={**env, "FLYDSL_CACHE_TRUSTED_KEYS": keys["k1"][1]}, text=True,
