@@ -14,7 +14,8 @@ Knobs (environment variables read by the scripts):
   FIXTURE_COUNTER_DIR   folder where each script appends a line per run (llvm.count, build.count) and
                         touches ``<step>.started`` when it begins
   FIXTURE_LLVM_FAIL / FIXTURE_BUILD_FAIL   exit 1 from that script
-  FIXTURE_LLVM_SLEEP / FIXTURE_BUILD_SLEEP seconds to sleep at each of its progress steps
+  FIXTURE_LLVM_SLEEP / FIXTURE_BUILD_SLEEP seconds to sleep at each of its progress steps (the build's may be
+                        one number per step, "0 60 0": its [2/3] then stands for a minute)
   FIXTURE_BUILD_NO_MLIR  stage flydsl but never write _mlir (a build that "succeeds" unusably)
   FIXTURE_LLVM_CLONE    a URL build_llvm.sh clones with git (into ../llvm-project/src), as FlyDSL's fetches
                         llvm-project, and whose last commit's subject it prints
@@ -244,9 +245,10 @@ cp -r "$REPO_ROOT/python/flydsl" "$PKG/flydsl"
 if [ -n "${FIXTURE_STAGED_HOOK:-}" ]; then
   eval "$FIXTURE_STAGED_HOOK"
 fi
+SLEEPS=(${FIXTURE_BUILD_SLEEP:-0})  # one for every step, or one per step
 for i in 1 2 3; do
   echo "[$i/3] Building CXX object python/mlir_flydsl/part$i.cpp.o"
-  sleep "${FIXTURE_BUILD_SLEEP:-0}"
+  sleep "${SLEEPS[$((i - 1))]:-${SLEEPS[0]}}"
 done
 if [ -n "${FIXTURE_NEEDS_PATCHELF:-}" ]; then
   # FlyDSL's CopyFlyPythonSources: `bash -c "patchelf --set-rpath ..."` after all the C++ has compiled.

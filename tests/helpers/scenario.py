@@ -99,6 +99,9 @@ class Barrier:
     def release(self) -> None:
         open(self.go, "w").close()
 
+    def released(self) -> bool:
+        return os.path.exists(self.go)
+
 
 def wait_until(what: str, check: Callable[[], bool], timeout: float = 30.0) -> None:
     """Poll ``check`` (a read of a record or a log, never a guess at time) until it holds."""

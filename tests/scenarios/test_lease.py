@@ -218,7 +218,8 @@ def test_a_waiters_lock_timeout_is_exit_7_naming_the_holder(tmp_path: "os.PathLi
 def test_status_and_wait_show_whom_a_waiter_waits_for(tmp_path: "os.PathLike[str]", fixture_repo: FixtureRepo) -> None:
     shared = SharedCache("folder", str(tmp_path))
     fleet = hosts(tmp_path, fixture_repo, shared, "ab", FLYDSL_LEASE_TTL="2")
-    a = fleet["a"].popen(FIXTURE_BUILD_SLEEP="3")
+    built = Barrier(fleet["a"].counter, "built")  # a's build holds, its [3/3] printed, until b has been seen
+    a = fleet["a"].popen(FIXTURE_BUILD_HOOK=built.hook)
     holder = shared.wait_lease("tree", host="a")
     b = fleet["b"]
     assert b.run("start").returncode == 0
@@ -235,9 +236,16 @@ def test_status_and_wait_show_whom_a_waiter_waits_for(tmp_path: "os.PathLike[str
     assert waiting["text"].startswith(f"a (run {holder['run_id']}) building the FlyDSL tree for ")
     text = b.run("status").stdout
     assert f"waiting: for a (run {holder['run_id']}) building the FlyDSL tree" in text
-    followed = b.run("wait", "--heartbeat", "0.2")
-    assert followed.returncode == 0, followed.stderr
-    assert f"waiting for a (run {holder['run_id']}) building" in followed.stdout + followed.stderr
+    follower = subprocess.Popen(b.cmd("wait", "--heartbeat", "0.2"), env=b.env, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True)
+    assert follower.stdout is not None
+    said = []
+    for line in follower.stdout:  # the waiter's wait says whom it waits for, then a finishes
+        said.append(line)
+        if f"waiting for a (run {holder['run_id']}) building" in line:
+            built.release()
+    assert follower.wait(timeout=60) == 0, "".join(said)
+    assert built.released(), "".join(said)
     assert a.wait(timeout=60) == 0
     assert b.env_twin()["how"] == "cached"
     assert builds(b.counter, "build") == 1
