@@ -52,10 +52,12 @@ def pid_alive(pid: int) -> bool:
 
 
 def test_start_returns_while_the_build_runs_then_wait_succeeds(ws: Workspace) -> None:
-    data = start(ws, FIXTURE_BUILD_SLEEP="1")
+    built = Barrier(ws.counter, "built")  # the build holds, done, until the test has seen the run going
+    data = start(ws, FIXTURE_BUILD_HOOK=built.hook)
     assert data["state"] == "running" and data["joined"] is False and data["log"] == ws.log
     assert pid_alive(int(data["pid"]))  # start came back; the worker goes on
     assert status(ws)["state"] == "running"
+    built.release()
     out = ws.run("wait", timeout=60)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "succeeded: flydsl 0.2.2 (built)" in out.stdout
@@ -63,18 +65,22 @@ def test_start_returns_while_the_build_runs_then_wait_succeeds(ws: Workspace) ->
 
 
 def test_second_start_joins_the_running_one(ws: Workspace) -> None:
-    first = start(ws, FIXTURE_BUILD_SLEEP="1")
-    second = start(ws, FIXTURE_BUILD_SLEEP="1")
+    built = Barrier(ws.counter, "built")
+    first = start(ws, FIXTURE_BUILD_HOOK=built.hook)
+    second = start(ws, FIXTURE_BUILD_HOOK=built.hook)
     assert second["joined"] is True and second["run_id"] == first["run_id"] and second["pid"] == first["pid"]
+    built.release()
     assert ws.run("wait", timeout=60).returncode == 0
     assert ws.count("build") == 1
 
 
 def test_wait_times_out_with_75_then_returns_0(ws: Workspace) -> None:
-    start(ws, FIXTURE_BUILD_SLEEP="1.5")
+    built = Barrier(ws.counter, "built")
+    start(ws, FIXTURE_BUILD_HOOK=built.hook)
     out = ws.run("wait", "--timeout", "0.5", timeout=30)
     assert out.returncode == 75, out.stdout + out.stderr
     assert "still running after" in out.stdout and "exit 75" in out.stdout
+    built.release()
     out = ws.run("wait", "--timeout", "60", timeout=90)
     assert out.returncode == 0, out.stdout
 
