@@ -145,10 +145,14 @@ def test_two_waiters_racing_for_a_dead_lease_give_one_builder(tmp_path: "os.Path
 
 def test_a_recorded_failure_is_tried_once_more_then_reported_to_every_waiter(
         tmp_path: "os.PathLike[str]", fixture_repo: FixtureRepo, shared: SharedCache) -> None:
-    fleet = hosts(tmp_path, fixture_repo, shared, "abc", FIXTURE_BUILD_HOOK="sleep 2; exit 1")
+    failing = Barrier(os.path.join(str(tmp_path), "barrier"), "fail")  # a fails once b and c wait for it
+    fleet = hosts(tmp_path, fixture_repo, shared, "abc", FIXTURE_BUILD_HOOK=f"{failing.hook}; exit 1")
     a = fleet["a"].popen()
     shared.wait_lease("tree", host="a")
     others = {name: fleet[name].popen() for name in "bc"}
+    for name, proc in others.items():
+        waits_for(fleet[name], proc.pid, "a")
+    failing.release()  # the retry's build fails at once too
     a_out, a_err = a.communicate(timeout=120)
     a_err += a_out
     assert a.returncode == 5, a_err
