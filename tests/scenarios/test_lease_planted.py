@@ -176,22 +176,22 @@ def test_something_at_the_next_generations_name_is_taken_over_once(
 def test_lock_timeout_ends_the_wait_for_what_stands_at_a_generations_name(
         tmp_path: "os.PathLike[str]", fixture_repo: FixtureRepo) -> None:
     """With the reader's TTL long, the folder at generation 2 is an unknown holder it would wait a minute
-    for: FLYDSL_LOCK_TIMEOUT=3 ends that wait (it used to end nothing: the run took generation 1 over, four
+    for: FLYDSL_LOCK_TIMEOUT=1 ends that wait (it used to end nothing: the run took generation 1 over, four
     times a second, for ever)."""
     tmp = str(tmp_path)
     shared = SharedCache("folder", tmp)
     record = first_record(tmp, fixture_repo, shared)
     plant_dead_holder(shared, record)
     os.mkdir(os.path.join(shared.url, *generation(record, 2).split("/")))
-    b = fleet_host(tmp, fixture_repo, "b", shared, FLYDSL_LEASE_TTL="60", FLYDSL_LOCK_TIMEOUT="3")
+    b = fleet_host(tmp, fixture_repo, "b", shared, FLYDSL_LEASE_TTL="60", FLYDSL_LOCK_TIMEOUT="1")
     llvm_before = builds(b.counter, "llvm")
     got, said = bounded_run(b)
     assert got == 7, said
-    assert "for an unknown host (run ?) building the mlir " in said and "FLYDSL_LOCK_TIMEOUT=3 s ran out" in said
+    assert "for an unknown host (run ?) building the mlir " in said and "FLYDSL_LOCK_TIMEOUT=1 s ran out" in said
     assert TAKE_OVER not in said
     marker = b.marker()
     assert marker["exit_code"] == 7 and marker["stage"] == "lease"
-    assert "FLYDSL_LOCK_TIMEOUT=3 s ran out" in str(marker["reason"])
+    assert "FLYDSL_LOCK_TIMEOUT=1 s ran out" in str(marker["reason"])
     assert builds(b.counter, "llvm") == llvm_before
 
 
@@ -204,11 +204,11 @@ def test_lock_timeout_ends_the_wait_for_a_live_holder(tmp_path: "os.PathLike[str
     try:
         holder = shared.wait_lease("mlir", host="a")
         held.wait_reached()
-        b = fleet_host(tmp, fixture_repo, "b", shared, FLYDSL_LOCK_TIMEOUT="3")
+        b = fleet_host(tmp, fixture_repo, "b", shared, FLYDSL_LOCK_TIMEOUT="1")
         got, said = bounded_run(b)
         assert got == 7, said
         assert f"for a (run {holder['run_id']}) building MLIR for LLVM " in said
-        assert "FLYDSL_LOCK_TIMEOUT=3 s ran out" in said and TAKE_OVER not in said
+        assert "FLYDSL_LOCK_TIMEOUT=1 s ran out" in said and TAKE_OVER not in said
         assert b.marker()["exit_code"] == 7 and b.marker()["stage"] == "lease"
     finally:
         held.release()
