@@ -1,5 +1,5 @@
 """Fixtures shared by several scenario files: the binary cache's (tests/scenarios/test_cache_*.py) and the
-release way's (the real flydsl 0.2.2 wheel, downloaded once per test process, and a repository whose v0.2.2 holds
+release way's (the real flydsl 0.2.2 wheel, downloaded once per run, and a repository whose v0.2.2 holds
 its sources), and the warm path's interpreter with a site folder of its own."""
 
 from __future__ import annotations
@@ -7,7 +7,9 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 
+import filelock
 import pytest
 
 from tests.helpers.flydsl_fixture import FixtureRepo
@@ -29,8 +31,17 @@ def work(tmp_path: "os.PathLike[str]") -> str:
 
 @pytest.fixture(scope="session")
 def wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """flydsl 0.2.2 for the test interpreter, downloaded once from the package index (tests only read it)."""
-    return download_wheelhouse(str(tmp_path_factory.mktemp("wheelhouse")))
+    """flydsl 0.2.2 for the test interpreter, downloaded once from the package index for the whole run: the
+    xdist workers share it, the first one that needs it downloads it under a lock (tests only read it)."""
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # the run's folder, above the workers'
+    folder = os.path.join(str(shared), "wheelhouse")
+    with filelock.FileLock(folder + ".lock"):
+        if not os.path.isdir(folder):
+            staging = tempfile.mkdtemp(prefix="wheelhouse-", dir=str(shared))
+            download_wheelhouse(staging)
+            os.rename(staging, folder)  # whole or not at all: a worker that failed leaves no half of it
+    return folder
 
 
 @pytest.fixture(scope="session")
