@@ -5,9 +5,9 @@ modules it imports (`python -X importtime`).
 Each round is a fresh workspace of the tests' fixture (tests/helpers/flydsl_fixture.py: make_repo, and
 tests/helpers/workspace.py: Workspace, the source strategy, no ROCm): a cold ensure (a source build of the
 fixture), a warm ensure, `status`, `wait --timeout 0`, `doctor`, `clean`, then `start` with its detached worker
-and watchdog (this script is their subreaper: it waits for them and counts their CPU with start's).  A command's
-CPU includes what it waited for (git, the fixture's build, the probe); its instructions and modules are its own
-process's.  The user's cache folder is one under --work (XDG_CACHE_HOME), never the real ~/.cache.
+and watchdog (this script is their subreaper: it waits for them and counts their CPU with the command that left
+them, a provisioning run's watchdog with that run's).  A command's CPU includes what it waited for (git, the
+fixture's build, the probe); its instructions and modules are its own process's.  The user's cache folder is one under --work (XDG_CACHE_HOME), never the real ~/.cache.
 
     python3 benchmarks/cold_imports.py [--runs 3] [--before REV|TOOL] [--no-callgrind]
 
@@ -57,7 +57,7 @@ def become_subreaper() -> None:
 
 
 def reap_orphans(deadline: float) -> float:
-    """The CPU of every descendant left (start's worker and watchdog), once each has ended."""
+    """The CPU of every descendant left (start's worker, a run's watchdog), once each has ended."""
     cpu = 0.0
     while time.monotonic() < deadline:
         try:
@@ -106,10 +106,10 @@ def a_round(tool: Sequence[str], work: str, mode: str) -> Dict[str, Tuple[float,
     for label, args in COMMANDS:
         argv = [*tool, *args]
         value, code = cpu_of(argv, env) if mode == "cpu" else one(argv, env, mode)
-        if args == ("start",):
-            orphans = reap_orphans(time.monotonic() + 600)
-            if mode == "cpu":
-                value += orphans
+        # What the call left running (start's worker, a provisioning run's watchdog) counts with that call.
+        orphans = reap_orphans(time.monotonic() + 600)
+        if mode == "cpu":
+            value += orphans
         found[label] = (value, code)
     subprocess.run([*tool, "clean"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
     shutil.rmtree(base, ignore_errors=True)
