@@ -7,7 +7,8 @@ tests/helpers/workspace.py: Workspace, the source strategy, no ROCm): a cold ens
 fixture), a warm ensure, `status`, `wait --timeout 0`, `doctor`, `clean`, then `start` with its detached worker
 and watchdog (this script is their subreaper: it waits for them and counts their CPU with the command that left
 them, a provisioning run's watchdog with that run's).  A command's CPU includes what it waited for (git, the
-fixture's build, the probe); its instructions and modules are its own process's.  The user's cache folder is one under --work (XDG_CACHE_HOME), never the real ~/.cache.
+fixture's build, the probe); its instructions and modules are its own process's.  The user's cache folder is
+one under --work (XDG_CACHE_HOME), never the real ~/.cache.
 
     python3 benchmarks/cold_imports.py [--runs 3] [--before REV|TOOL] [--no-callgrind]
 
