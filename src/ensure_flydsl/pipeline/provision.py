@@ -61,15 +61,15 @@ def provision(run: Run) -> Result:
         started.callback(early.stop_probe)
         with run.step(Stage.FETCH):
             commit = fetch(run, early, store)
-        version = release_version(run, commit)  # the fetched tags are read once
         # A stored tree of the pin whose probe answers: its imports are known to work as things are.
-        unprobed = store is not None and StoreProvider(store, version, early, None).answers_unprobed(run, commit)
+        unprobed = store is not None and StoreProvider(store, release_version(run, commit), early, None) \
+            .answers_unprobed(run, commit)
         with run.step(Stage.REQUIREMENTS):
             finding = None if unprobed else check_requirements(run, commit)
             if unprobed:
                 run.say("requirements: not checked: the host store's tree of this pin passed the full probe with "
                         f"{run.interpreter.executable} as it is now")
-        providers = providers_for(run, commit, version, early, store)
+        providers = providers_for(run, commit, early, store)
         run.expect(providers[0].route)  # the likeliest: each provider takes its route when its turn comes
         with run.step(Stage.FETCH):
             interrupted, deleted = refuse_local_changes(run)
@@ -77,17 +77,17 @@ def provision(run: Run) -> Result:
             checkout_pin(run, commit, force=interrupted or deleted)
         if finding is not None and finding.needed and providers[0].way is not Way.SOURCE:
             start_warm_probe(run, early, [r.module for r in finding.needed])
-        return first_tree(run, commit, version, providers)
+        return first_tree(run, commit, providers)
 
 
-def first_tree(run: Run, commit: str, version: Optional[str], providers: List[Provider]) -> Result:
+def first_tree(run: Run, commit: str, providers: List[Provider]) -> Result:
     store = providers[0].store if isinstance(providers[0], StoreProvider) else None
     for provider in providers:
         try:
             decision = provider.provide(run, commit)
             if decision is not None:
                 if store is not None:
-                    keep_in_store(run, store, commit, decision, version)
+                    keep_in_store(run, store, commit, decision, release_version(run, commit))
                 result = finish(run, commit, decision)
                 provider.after_publish(run, commit)
                 return result
@@ -97,13 +97,12 @@ def first_tree(run: Run, commit: str, version: Optional[str], providers: List[Pr
     raise EnsureError(ExitCode.INTERNAL, "no provider gave a tree", stage=Stage.PROVISION)  # source always does
 
 
-def providers_for(run: Run, commit: str, version: Optional[str], early: Early,
-                  store: Optional[HostStore] = None) -> List[Provider]:
+def providers_for(run: Run, commit: str, early: Early, store: Optional[HostStore] = None) -> List[Provider]:
     """The ways ``ways.STRATEGY`` gives the strategy, in its order, each that applies: the release when the pin
-    is a release tag's commit (``version``: a demanded release that is none stops here), the cache when one is
-    set, the source build."""
+    is a release tag's commit (a demanded release that is none stops here), the cache when one is set, the
+    source build."""
     settings = run.settings
-    strategy = settings.strategy
+    strategy, version = settings.strategy, release_version(run, commit)
     if demands(strategy, Way.RELEASE) and version is None:
         raise EnsureError(
             ExitCode.ARTIFACT,
