@@ -23,7 +23,7 @@ if MYPY:  # for mypy only: the target does not import typing (it costs the probe
     from typing import Dict, Optional
 
 out = os.dup(1)
-os.dup2(2, 1)  # whatever the imports print goes to stderr; fd `out` carries only our JSON
+os.dup2(2, 1)  # whatever the imports print goes to stderr; fd `out` carries only our lines
 sys.stdout = sys.stderr
 modules = [name for name in sys.argv[1].split(",") if name]
 preload = [name for name in sys.argv[2].split(",") if name] if len(sys.argv) > 2 else None
