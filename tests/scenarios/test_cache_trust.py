@@ -322,11 +322,11 @@ def test_a_taker_shows_its_own_figures_and_eta_is_0_at_100_percent(seeded: Tuple
                                                                     tmp_path: "os.PathLike[str]",
                                                                     fixture_repo: FixtureRepo) -> None:
     shared, _key = own_copy(seeded, str(tmp_path))
-    a = fleet_host(str(tmp_path), fixture_repo, "a", shared, FLYDSL_LEASE_TTL="2")
-    b = fleet_host(str(tmp_path), fixture_repo, "b", shared, FLYDSL_LEASE_TTL="2")
+    a = fleet_host(str(tmp_path), fixture_repo, "a", shared, FLYDSL_LEASE_TTL="3")
+    b = fleet_host(str(tmp_path), fixture_repo, "b", shared, FLYDSL_LEASE_TTL="3")
     pa = a.popen(FIXTURE_BUILD_SLEEP="0 120 0")  # [1/3], [2/3], then it stands at 66.7 % until it is killed
     holder = shared.wait_lease("tree", host="a", percent=66.7)
-    pb = b.popen(FIXTURE_BUILD_SLEEP="0.2 0.2 1.5")  # b's [3/3] stands for three of its beats (TTL/4)
+    pb = b.popen(FIXTURE_BUILD_SLEEP="0.2 0.2 2")  # b's [3/3] stands for two or three of its beats (TTL/4)
     deadline = time.monotonic() + 60
     while not isinstance(json.loads(b.run("status", "--json").stdout).get("waiting_for"), dict):
         assert time.monotonic() < deadline and pb.poll() is None
