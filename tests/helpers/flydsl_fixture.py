@@ -159,7 +159,7 @@ fi
 """
 BUILD_LLVM_END = r"""for i in 1 2 3 4; do
   echo "[$i/4] Building CXX object lib/Fake/part$i.cpp.o"
-  sleep "$LLVM_SLEEP"
+  [ "$LLVM_SLEEP" = 0 ] || sleep "$LLVM_SLEEP"  # no process for no sleep: most builds of the suite
 done
 if [ -n "$FIXTURE_LLVM_HOOK" ]; then
   eval "$FIXTURE_LLVM_HOOK"
@@ -248,7 +248,8 @@ fi
 SLEEPS=(${FIXTURE_BUILD_SLEEP:-0})  # one for every step, or one per step
 for i in 1 2 3; do
   echo "[$i/3] Building CXX object python/mlir_flydsl/part$i.cpp.o"
-  sleep "${SLEEPS[$((i - 1))]:-${SLEEPS[0]}}"
+  SLEEP="${SLEEPS[$((i - 1))]:-${SLEEPS[0]}}"
+  [ "$SLEEP" = 0 ] || sleep "$SLEEP"
 done
 if [ -n "${FIXTURE_NEEDS_PATCHELF:-}" ]; then
   # FlyDSL's CopyFlyPythonSources: `bash -c "patchelf --set-rpath ..."` after all the C++ has compiled.
