@@ -7,8 +7,9 @@ import shutil
 from typing import Dict, Iterator, List, Mapping, Optional, Tuple, Union
 
 from ensure_flydsl.errors import BadInput, EnsureError, Stage
-from ensure_flydsl.layout import stamp_file, tree_folders
+from ensure_flydsl.layout import tree_folders
 from ensure_flydsl.pipeline.lock import check_lock_path
+from ensure_flydsl.pipeline.warm import tree_stamp_path
 from ensure_flydsl.probe.gate import (
     TREE_PACKAGES,
     Verdict,
@@ -309,7 +310,7 @@ def stamp_seen(root: str) -> StampSeen:
     finishes a tree in the root replaces the stamp (a new file, renamed into place); one that begins a build
     there removes it."""
     try:
-        st = os.stat(stamp_file(root, "tree"))
+        st = os.stat(tree_stamp_path(root))
     except OSError:
         return None
     return st.st_ino, st.st_mtime_ns, st.st_size
