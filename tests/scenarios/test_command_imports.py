@@ -1,8 +1,8 @@
 """Each command imports what it uses (issue 27, item 7: most of a short command's CPU was importing the modules of
 every way): a source run with no cache imports no binary cache, release or cache way; status and wait (what
-pollers call) no pipeline, way, probe, source or store, nor a parser, typing or dataclasses; the watchdog none of
-that and no run records until the run has ended; clean neither the ways it does not undo nor the cache.
-benchmarks/cold_imports.py measures what each command costs."""
+pollers call) no pipeline, way, probe, source or store, nor a parser, typing or dataclasses; a run that takes no
+lock no filelock; the watchdog none of that and no run records until the run has ended; clean neither the ways it
+does not undo nor the cache.  benchmarks/cold_imports.py measures what each command costs."""
 
 from __future__ import annotations
 
@@ -30,6 +30,10 @@ def test_each_command_imports_what_it_uses(ws: Workspace) -> None:
     cold = imported(ws, [sys.executable, "-m", "ensure_flydsl"])
     assert "ensure_flydsl.pipeline.provision" in cold  # it was a cold run (a source build of the fixture)
     assert not under(cold, NO_CACHE_RUN), sorted(under(cold, NO_CACHE_RUN))
+    assert "filelock" in cold  # it took the build lock
+    # A run that takes no lock (--verify of a good tree) does not load filelock (pipeline/lock.py: _make_lock).
+    verified = imported(ws, [sys.executable, "-m", "ensure_flydsl", "--verify"])
+    assert "ensure_flydsl.pipeline.run" in verified and "filelock" not in verified
     for command in (["status"], ["status", "--json"], ["wait", "--timeout", "0"], ["wait", "--timeout", "0", "--json"]):
         modules = imported(ws, [sys.executable, "-m", "ensure_flydsl", *command])
         assert "ensure_flydsl.runs.answer" in modules
