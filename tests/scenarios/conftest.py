@@ -5,15 +5,42 @@ its sources), and the warm path's interpreter with a site folder of its own."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
+from typing import Dict, Iterator
 
 import filelock
 import pytest
 
 from tests.helpers.flydsl_fixture import FixtureRepo
 from tests.helpers.release_fixture import download_wheelhouse, make_release_repo
+
+_REPORTS = pytest.StashKey[Dict[str, pytest.TestReport]]()
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item: pytest.Item) -> Iterator[None]:
+    """Each phase's report kept on the test, for the fixture below to know whether the test passed."""
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    item.stash.setdefault(_REPORTS, {})[report.when] = report
+
+
+@pytest.fixture(autouse=True)
+def _real_wheel_trees_go_when_passed(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A passed test that installed the real wheel (it asked for ``wheelhouse``) leaves no ``tmp_path``; a
+    failed one's is kept to read.  Each holds a 273 MB tree unpacked from the wheel: kept, the kernel wrote
+    them all back to the disk while the suite ran (4.6 GB from the release tests alone), and the tool's fsyncs
+    waited behind it.  Every other test's folder stays, as pytest keeps them: removing their two million small
+    files at each test's end cost more than it saved (CONTRIBUTING.md, "Disk")."""
+    names = request.fixturenames
+    path = request.getfixturevalue("tmp_path") if "wheelhouse" in names and "tmp_path" in names else None
+    yield  # torn down before tmp_path and after every fixture that uses it
+    reports = request.node.stash.get(_REPORTS, {})
+    if path is not None and "call" in reports and all(r.passed for r in reports.values()):
+        shutil.rmtree(str(path), ignore_errors=True)
 
 
 @pytest.fixture
