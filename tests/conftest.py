@@ -3,12 +3,13 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from typing import Iterator, List, Optional, Tuple
+from typing import Iterator, List, Optional, Set, Tuple
 
 import pytest
 
 from ensure_flydsl.layout import host_cache_dir
 from tests.helpers.flydsl_fixture import FixtureRepo, make_repo
+from tests.helpers.run_folders import remove_run_folders
 from tests.helpers.workspace import Workspace, host_cache_env
 
 REAL_DEFAULT_BASE = "/opt/flydsl"
@@ -41,6 +42,7 @@ def pytest_configure(config: pytest.Config) -> None:
         session_host = tempfile.mkdtemp(prefix="ensure-flydsl-host-")
         os.environ.update(host_cache_env(session_host))
         config.stash[_SESSION_HOST] = session_host
+        config.stash[_TEMP_BEFORE] = _ours_in_temp()
 
 
 def pytest_collection_modifyitems(items: List[pytest.Item]) -> None:
@@ -50,11 +52,25 @@ def pytest_collection_modifyitems(items: List[pytest.Item]) -> None:
     items.sort(key=lambda item: item.get_closest_marker("long") is None)  # stable: the rest keep their order
 
 
+def _ours_in_temp() -> Set[str]:
+    """What the tests' helpers make directly in the temporary folder (``ensure-flydsl-*``, outside pytest's
+    own folders), by name."""
+    return {name for name in os.listdir(tempfile.gettempdir()) if name.startswith("ensure-flydsl-")}
+
+
+@pytest.hookimpl(trylast=True)  # after xdist's: its workers' sessions have ended
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     config = session.config
+    remove_run_folders()  # this process's (an xdist worker's own, before the controller looks)
     session_host = config.stash.get(_SESSION_HOST, None)
     if session_host is not None:
         shutil.rmtree(session_host, ignore_errors=True)
+    before = config.stash.get(_TEMP_BEFORE, None)
+    left = sorted(_ours_in_temp() - before - {os.path.basename(config.stash.get(_FAULT_LOG, ""))}) \
+        if before is not None else []
+    if left and exitstatus == 0:  # a failed test may keep what it made, to be read
+        print(f"\nthe run left in {tempfile.gettempdir()}: {', '.join(left)}")
+        session.exitstatus = 1
     path = config.stash.get(_FAULT_LOG, None)
     if path is None:
         return
@@ -75,6 +91,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 _FAULT_LOG = pytest.StashKey[str]()
 _SESSION_HOST = pytest.StashKey[str]()
+_TEMP_BEFORE = pytest.StashKey[Set[str]]()
 _REAL_HOST = "ENSURE_FLYDSL_TEST_REAL_HOST_DIR"  # the real user's folder, known before the session moved it
 
 

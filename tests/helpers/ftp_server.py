@@ -4,6 +4,7 @@ overwrite (fsspec's FTP file system sends STOR for ``open(path, "xb")``), for th
 from __future__ import annotations
 
 import logging
+import shutil
 import tempfile
 import threading
 from typing import Any
@@ -32,6 +33,7 @@ class FtpServer:
 
     def stop(self) -> None:
         self._server.close_all()
+        shutil.rmtree(self.home, ignore_errors=True)  # the server's files: nothing of a run is left in /tmp
 
     def url(self, path: str) -> str:
         return f"ftp://{USER}:{PASSWORD}@127.0.0.1:{self.port}/{path}"

@@ -19,6 +19,7 @@ import pytest
 
 from tests.helpers.as_nobody import Nobody
 from tests.helpers.flydsl_fixture import FixtureRepo
+from tests.helpers.run_folders import for_the_run
 from tests.helpers.workspace import Workspace
 
 OTHER_UID = 65534
@@ -59,7 +60,7 @@ def _world_readable_site() -> str:
     """The tool and its dependencies where the other user can read them: the test's own site folder may be
     under a folder only root may enter (CI's venv is in a mktemp -d folder, mode 0700)."""
     if not _SITE:
-        _SITE.append(Nobody().site)
+        _SITE.append(os.path.join(for_the_run(Nobody().dir), "site"))
     return _SITE[0]
 
 

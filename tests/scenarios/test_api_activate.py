@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from ensure_flydsl.runs.markers import env_mapping, render_env_sh
 from tests.helpers.flydsl_fixture import make_installed_tree
+from tests.helpers.run_folders import for_the_run
 from tests.helpers.workspace import Workspace
 
 SHELLS = [s for s in ("bash", "dash") if shutil.which(s)]
@@ -35,7 +36,7 @@ PYTHONPATH="$CALLER"; export PYTHONPATH
 [ -n "$UNSET" ] && unset PYTHONPATH
 . "$1" && . "$1" && printf '%s\0' "$PYTHONPATH"
 """
-CANARY_DIR = tempfile.mkdtemp(prefix="ensure-flydsl-canary-")
+CANARY_DIR = for_the_run(tempfile.mkdtemp(prefix="ensure-flydsl-canary-"))
 CANARY = os.path.join(CANARY_DIR, "CANARY")
 # No ":" (it separates PYTHONPATH entries: no folder with one can be on it) and no NUL (no path has one).
 PIECES = ["'", '"', "$", "\\", "`", "\n", " ", ";", "&", "|", "*", "?", "~", "#", "!", "{", "}", "(", ")", "[",

@@ -23,6 +23,7 @@ from ensure_flydsl.runs.markers import render_env_sh
 from tests.helpers.cache_entries import _member, blob_file, manifest_file, publish_raw
 from tests.helpers.flydsl_fixture import FixtureRepo
 from tests.helpers.reliability import device, listing, record
+from tests.helpers.run_folders import for_the_run
 from tests.helpers.scenario import assert_one_tree
 from tests.helpers.workspace import Workspace
 
@@ -30,7 +31,7 @@ from tests.helpers.workspace import Workspace
 BATCH = 25  # paths per shell invocation (one bash and one sh process per example)
 EXAMPLES = 20  # examples per run: BATCH * EXAMPLES paths, each sourced by bash and by sh, with and without
 # a caller's PYTHONPATH
-CANARY_DIR = tempfile.mkdtemp(prefix="ensure-flydsl-canary-")
+CANARY_DIR = for_the_run(tempfile.mkdtemp(prefix="ensure-flydsl-canary-"))
 CANARY = os.path.join(CANARY_DIR, "CANARY")
 PIECES = ["'", '"', "$", "\\", "`", "\n", "\r", "\t", " ", ";", "&", "|", "*", "?", "~", "#", "!", "{", "}", "(",
           ")", "<", ">", ":", "=", "%", "-", "--", "${PATH}", "$((1+1))", "$'\\x41'", "'\"'\"'", "\\'", "\\n",
