@@ -39,6 +39,22 @@ def test_cold_build_then_warm_reuse(ws: Workspace) -> None:
     assert os.stat(ws.env_file).st_mtime_ns == mtime  # an unchanged env file is not rewritten
 
 
+def test_a_cold_build_describes_its_interpreter_once(ws: Workspace, tmp_path: "os.PathLike[str]") -> None:
+    """The doctor's checks before the build take the interpreter as the run described it: one probe that
+    imports nothing (before, the checks probed it again: a Python start more for each source build)."""
+    calls, python = os.path.join(str(tmp_path), "probes"), os.path.join(str(tmp_path), "python")
+    with open(python, "w") as handle:  # logs the modules each import probe is asked for ("" to describe it)
+        handle.write(f'#!/bin/sh\ncase "$1:$2" in "-c:\\"\\"\\"The import probe"*) printf "[%s]\\n" "$3" >> {calls};; '
+                     f'esac\nexec {sys.executable} "$@"\n')
+    os.chmod(python, 0o755)
+    out = ws.run("--json", FLYDSL_PYTHON=python)
+    assert out.returncode == 0 and json.loads(out.stdout)["how"] == "built", out.stderr
+    with open(calls) as handle:
+        asked = handle.read().splitlines()
+    assert asked.count("[]") == 1, asked  # the preflight's
+    assert "[flydsl,kernels.moe_gemm_2stage]" in asked, asked  # the gate's and the verification's
+
+
 def test_output_says_what_was_decided_and_why(ws: Workspace) -> None:
     out = ws.run()
     assert out.returncode == 0, out.stderr

@@ -115,6 +115,7 @@ def run_checks(
     checkout: Optional[str] = None,
     timeout: float = 5.0,
     reuse: Optional[ReuseCheck] = None,
+    interpreter: Optional[Interpreter] = None,
 ) -> List[Check]:
     """Every check the configured strategy depends on: the shared ones and the prediction of each way
     ``ways.STRATEGY`` gives it, in the order a run meets them.
@@ -122,13 +123,14 @@ def run_checks(
     ``checkout``: a folder holding the pin's source (the root after fetch), read for the build's needs;
     without it they are read from the root's or a local repository with git, else FlyDSL's known needs
     are assumed.  ``reuse``: the reuse decision, given by the pipeline that owns it (the doctor command
-    passes it; ``ensure`` has just made that decision itself).
+    passes it; ``ensure`` has just made that decision itself).  ``interpreter``: the target interpreter as
+    the caller has just described it (a run, before its build), taken as it is instead of probed again.
     """
     strategy = settings.strategy
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=10, thread_name_prefix="doctor")
     try:
         submit: Submit = pool.submit
-        f_interp = pool.submit(check_interpreter, settings, environ)
+        f_interp = pool.submit(check_interpreter, settings, environ, interpreter)
         builds, fetches = tries(strategy, Way.SOURCE), provisions(strategy)
         f_needs = pool.submit(find_needs, settings.root, mirrored(settings), settings.pin, checkout,
                               environ) if builds else None

@@ -25,11 +25,13 @@ from ensure_flydsl.support.processes import run_captured
 from ensure_flydsl.ways.checks import MISSING, WRONG, Check, passed
 
 
-def check_interpreter(settings: Settings, environ: Mapping[str, str]) -> Tuple[Check, Optional[Interpreter]]:
+def check_interpreter(settings: Settings, environ: Mapping[str, str],
+                      known: Optional[Interpreter] = None) -> Tuple[Check, Optional[Interpreter]]:
+    """The target interpreter described by a probe, or ``known`` (the caller's description of it) as it is."""
     label = settings.label("python")
     try:
-        interp = describe_interpreter(settings.python, environ, timeout=settings.probe_timeout,
-                                      timeout_label=settings.label("probe_timeout"))
+        interp = known or describe_interpreter(settings.python, environ, timeout=settings.probe_timeout,
+                                               timeout_label=settings.label("probe_timeout"))
     except EnsureError as exc:
         return Check(name="interpreter", status=WRONG, detail=f"{label}={settings.python}: {exc.reason}",
                      remedy=f"set {label} to the Python interpreter that will import FlyDSL", blocking=True,

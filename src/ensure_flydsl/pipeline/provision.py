@@ -49,6 +49,7 @@ from ensure_flydsl.ways.context import Decision, Run, likely_route
 
 if TYPE_CHECKING:
     from ensure_flydsl.binary_cache.entries import Cache
+    from ensure_flydsl.probe.results import Interpreter
 
 def provision(run: Run) -> Result:
     """Under the lock: the pin into the root, then the first provider that gives a verified tree.  What the
@@ -139,11 +140,13 @@ def open_run_cache(run: Run) -> Optional[Cache]:
     return open_cache(run)
 
 
-def doctor_before_build(settings: Settings, environ: Mapping[str, str], checkout: str) -> None:
-    """The source way's stop before an hour of compiling: the doctor's checks with what is known now."""
+def doctor_before_build(settings: Settings, environ: Mapping[str, str], checkout: str,
+                        interpreter: Interpreter) -> None:
+    """The source way's stop before an hour of compiling: the doctor's checks with what is known now (the
+    interpreter as this run described it: not probed again)."""
     from ensure_flydsl.doctor.diagnose import run_checks, stop_if_blocked
 
-    stop_if_blocked(run_checks(settings, environ, checkout=checkout), settings.strategy)
+    stop_if_blocked(run_checks(settings, environ, checkout=checkout, interpreter=interpreter), settings.strategy)
 
 
 def check_requirements(run: Run, commit: str) -> Optional[Finding]:

@@ -57,8 +57,8 @@ if TYPE_CHECKING:
 
 Mlir = Tuple[str, Dict[str, object]]  # an MLIR install and what identifies it in the build's stamp
 # The doctor's checks before the build, handed in by the pipeline (the doctor sits above the ways): raises the
-# blocking finding (stage "doctor") for these settings, environment and checkout.
-DoctorCheck = Callable[[Settings, Mapping[str, str], str], None]
+# blocking finding (stage "doctor") for these settings, environment, checkout and the run's interpreter.
+DoctorCheck = Callable[[Settings, Mapping[str, str], str, Interpreter], None]
 
 
 class Prepared(NamedTuple):
@@ -214,7 +214,7 @@ def prepare(run: Run, cache: Optional[Cache], doctor: DoctorCheck) -> Prepared:
     settings, root = run.settings, run.settings.root
     mlir = ready_mlir(run, cache)
     checked = replace(settings, mlir_path=mlir[0] if mlir else settings.mlir_path)
-    doctor(checked, run.environ, root)
+    doctor(checked, run.environ, root, run.interpreter)
     needs = find_needs(root, settings.repo, settings.pin, checkout=root, environ=run.environ)
     rocm = choose_rocm(settings.rocm_path, run.interpreter.executable, run.environ)
     if rocm.rocm_sdk is not None:
