@@ -60,7 +60,9 @@ def _world_readable_site() -> str:
     """The tool and its dependencies where the other user can read them: the test's own site folder may be
     under a folder only root may enter (CI's venv is in a mktemp -d folder, mode 0700)."""
     if not _SITE:
-        _SITE.append(os.path.join(for_the_run(Nobody().dir), "site"))
+        nobody = Nobody()
+        for_the_run(nobody.dir)
+        _SITE.append(nobody.site)
     return _SITE[0]
 
 
