@@ -66,8 +66,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if session_host is not None:
         shutil.rmtree(session_host, ignore_errors=True)
     before = config.stash.get(_TEMP_BEFORE, None)
-    left = sorted(_ours_in_temp() - before - {os.path.basename(config.stash.get(_FAULT_LOG, ""))}) \
-        if before is not None else []
+    left = sorted(_ours_in_temp() - before) if before is not None else []  # the fault log and host are in before
     if left and exitstatus == 0:  # a failed test may keep what it made, to be read
         print(f"\nthe run left in {tempfile.gettempdir()}: {', '.join(left)}")
         session.exitstatus = 1
