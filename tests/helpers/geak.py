@@ -18,11 +18,14 @@ SCRIPT = os.path.join(SKILLS, "ensure_flydsl", "ensure_flydsl.sh")
 SYSTEM_PATH = "/usr/bin:/bin"  # git, bash, cmake, ninja, a C compiler; no ensure-flydsl
 
 
-def build_folder(dest: str, cache_home: str, *args: str) -> "subprocess.CompletedProcess[str]":
-    """`ensure-flydsl skill DEST` run as a user runs it (the CLI of the tool under test)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FLYDSL_")}
-    env["XDG_CACHE_HOME"] = cache_home
-    return subprocess.run([sys.executable, "-m", "ensure_flydsl", "skill", dest, *args], env=env, text=True,
+def build_folder(dest: str, cache_home: str, *args: str, tool: Optional[str] = None,
+                 **env: str) -> "subprocess.CompletedProcess[str]":
+    """`ensure-flydsl skill DEST` run as a user runs it: the CLI of the tool under test, or ``tool`` (an
+    installed ``ensure-flydsl``), with ``env`` over the test's environment."""
+    full = {k: v for k, v in os.environ.items() if not k.startswith("FLYDSL_")}
+    full.update(env, XDG_CACHE_HOME=cache_home)
+    command = [tool] if tool else [sys.executable, "-m", "ensure_flydsl"]
+    return subprocess.run([*command, "skill", dest, *args], env=full, text=True,
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=600, check=False)
 
 

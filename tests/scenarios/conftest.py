@@ -82,3 +82,31 @@ def venv_python(tmp_path: "os.PathLike[str]") -> str:
     folder = os.path.join(str(tmp_path), "venv")
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", folder], check=True)
     return os.path.join(folder, "bin", "python")
+
+
+@pytest.fixture(scope="session")
+def uv_tool(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """``ensure-flydsl`` installed from this worktree with `uv tool install` (its tool folders in a temp
+    folder): its interpreter has no pip."""
+    from uv import find_uv_bin
+
+    folder = str(tmp_path_factory.mktemp("uv-tool"))
+    env = dict(os.environ, UV_TOOL_DIR=os.path.join(folder, "tools"), UV_TOOL_BIN_DIR=os.path.join(folder, "bin"),
+               UV_CACHE_DIR=os.path.join(folder, "cache"))
+    subprocess.run([find_uv_bin(), "tool", "install", "--quiet", "--python", sys.executable, "--from",
+                    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                    "ensure-flydsl"], env=env, check=True)
+    python = os.path.join(folder, "tools", "ensure-flydsl", "bin", "python")
+    no_pip = subprocess.run([python, "-c", "import pip"], stderr=subprocess.DEVNULL, check=False)
+    assert no_pip.returncode != 0, "uv's tool environment is expected to have no pip"
+    return os.path.join(folder, "bin", "ensure-flydsl")
+
+
+@pytest.fixture(scope="session")
+def python_without_pip(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A venv of the test interpreter made without pip (`python -m venv --without-pip`)."""
+    folder = str(tmp_path_factory.mktemp("venv-without-pip"))
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", folder], check=True)
+    python = os.path.join(folder, "bin", "python")
+    assert subprocess.run([python, "-c", "import pip"], stderr=subprocess.DEVNULL, check=False).returncode != 0
+    return python

@@ -10,6 +10,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from typing import Dict, Iterator, List
 
 import pytest
@@ -422,3 +423,44 @@ def test_wheels_that_are_not_the_pinned_ones_are_refused(tmp_path: "os.PathLike[
     dest = os.path.join(str(tmp_path), "ensure_flydsl")
     out = build_folder(dest, skill_cache, "--wheels", wheels)
     assert out.returncode == 64 and VENDORED[1].filename in out.stderr and not os.path.exists(dest)
+
+
+# -- where the pinned wheels come from when none are at hand -----------------------------------------------
+
+def test_under_uv_tool_install_the_wheels_come_through_python3_on_path(tmp_path: "os.PathLike[str]",
+                                                                      uv_tool: str) -> None:
+    """The tool's own interpreter has no pip (`uv tool install`): pip is asked whether it is there, not run and
+    taken for an error, and ``python3`` on PATH (one with pip) downloads the wheels (before: exit 70, a
+    traceback)."""
+    dest, cache = os.path.join(str(tmp_path), "ensure_flydsl"), os.path.join(str(tmp_path), "cache")
+    path = os.pathsep.join([os.path.dirname(sys.executable), os.environ["PATH"]])  # its python3 has pip
+    out = build_folder(dest, cache, tool=uv_tool, PATH=path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "downloading packaging 26.3, filelock 3.19.1, installer 0.7.0" in out.stdout + out.stderr
+    for pinned in VENDORED:
+        assert os.path.isdir(os.path.join(dest, "tool", f"{pinned.name}-{pinned.version}.dist-info"))
+
+
+def test_with_no_pip_anywhere_the_folder_is_exit_8_naming_the_remedy(tmp_path: "os.PathLike[str]", uv_tool: str,
+                                                                      python_without_pip: str) -> None:
+    dest, cache = os.path.join(str(tmp_path), "ensure_flydsl"), os.path.join(str(tmp_path), "cache")
+    path = os.pathsep.join([os.path.dirname(python_without_pip), "/usr/bin", "/bin"])  # python3: no pip either
+    out = build_folder(dest, cache, tool=uv_tool, PATH=path)
+    assert out.returncode == 8, out.stdout + out.stderr
+    names = " ".join(p.filename for p in VENDORED)
+    assert f"no pip to download {names} with (neither " in out.stderr, out.stderr
+    assert "and pass --wheels DIR" in out.stderr and "Traceback" not in out.stderr
+    assert not os.path.exists(dest)
+
+
+def test_a_download_that_fails_is_exit_8_naming_the_index_settings(tmp_path: "os.PathLike[str]") -> None:
+    """pip runs and fails (its index refuses the connection): exit 8 with pip's own words (before: exit 70)."""
+    dest, cache = os.path.join(str(tmp_path), "ensure_flydsl"), os.path.join(str(tmp_path), "cache")
+    out = build_folder(dest, cache, PIP_INDEX_URL="http://127.0.0.1:9/simple", PIP_EXTRA_INDEX_URL="",
+                       PIP_FIND_LINKS="", PIP_NO_INDEX="", PIP_CONFIG_FILE=os.devnull, PIP_RETRIES="0",
+                       PIP_TIMEOUT="5")
+    assert out.returncode == 8, out.stdout + out.stderr
+    names = " ".join(p.filename for p in VENDORED)
+    assert f"could not download {names} from the package index" in out.stderr, out.stderr
+    assert "PIP_INDEX_URL" in out.stderr and "Traceback" not in out.stderr
+    assert not os.path.exists(dest) and not os.listdir(os.path.join(cache, "ensure-flydsl", "vendored-wheels"))

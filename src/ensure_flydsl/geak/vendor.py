@@ -22,7 +22,8 @@ from ensure_flydsl.errors import BadInput, EnsureError, ExitCode, Stage
 from ensure_flydsl.layout import host_cache_dir, vendored_wheels_dir
 from ensure_flydsl.support.files import move_into_place
 from ensure_flydsl.support.frozen import Frozen
-from ensure_flydsl.support.processes import cmd_output
+from ensure_flydsl.support.processes import CommandFailed, cmd_output
+from ensure_flydsl.ways.release.download import has_pip
 
 
 class Pinned(Frozen):
@@ -85,12 +86,8 @@ def find_wheels(wheels: Optional[str], environ: Dict[str, str], say: Callable[[s
 def _pip_python(environ: Dict[str, str]) -> Optional[str]:
     """This interpreter if it has pip (not under `uv tool install`), else ``python3`` on PATH if it has."""
     for python in (sys.executable, shutil.which("python3", path=environ.get("PATH"))):
-        if python:
-            try:
-                cmd_output([python, "-m", "pip", "--version"], timeout=60)
-                return python
-            except EnsureError:
-                continue
+        if python and has_pip(python, environ):
+            return python
     return None
 
 
@@ -111,9 +108,9 @@ def _download(missing: Sequence[Pinned], cache: str, environ: Dict[str, str]) ->
                           "--only-binary", ":all:", "--require-hashes", "--dest", tmp, "-r", requirements]
         try:
             cmd_output(cmd, timeout=DOWNLOAD_TIMEOUT_S, env=environ)
-        except EnsureError as exc:
+        except CommandFailed as exc:
             raise EnsureError(ExitCode.ARTIFACT, f"could not download {names} from the package index",
-                              stage=Stage.SKILL, detail=exc.detail or exc.reason,
+                              stage=Stage.SKILL, detail=exc.describe(),
                               hint="check pip's index settings (PIP_INDEX_URL, pip.conf), or pass --wheels DIR "
                               "with those files") from None
         for pinned in missing:
