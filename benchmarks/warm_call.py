@@ -1,11 +1,23 @@
-"""(a) of provisioning.py: `ensure-flydsl` on a provisioned real tree, answered from the fingerprint, vs the
-full import probe and the floors (interpreter start-up, the bare import)."""
+"""The warm call.  As a script (issue 40), the tool before a change beside the tool now, on a root of the tests'
+fixture provisioned by each: wall time (median of interleaved rounds), instructions (callgrind) and the tool's
+modules imported, beside `python -c pass` of the same interpreter:
+
+    python3 benchmarks/warm_call.py [--before REV|TOOL] [--runs 15] [--work DIR] [--no-callgrind]
+
+Imported by provisioning.py for its (a): `ensure-flydsl` on a provisioned real tree, answered from the
+fingerprint, vs the full import probe and the floors (interpreter start-up, the bare import)."""
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
+import re
 import shutil
-from typing import Dict, List
+import subprocess
+import sys
+import time
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from common import (
     REAL_PIN,
@@ -100,3 +112,97 @@ def bench_warm(r: Runner) -> str:
     note = (f"\nwarm (--json) {warm * 1000:.0f} ms; full probe {probe / warm:.0f}x slower (--verify), "
             f"{probe_only / warm:.0f}x (verify)")
     return table(title, ["command", "median ms", "min ms", "max ms", "runs", "goal", "result"], rows) + note
+
+
+# -- before and after, on the tests' fixture ----------------------------------------------------------------------
+def instructions(argv: Sequence[str], env: Dict[str, str]) -> Optional[int]:
+    """The instructions of the call's own process (callgrind), or None without valgrind."""
+    if shutil.which("valgrind") is None:
+        return None
+    out = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", *argv], env=env,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, check=False)
+    found = re.search(r"refs:\s+([\d,]+)", out.stderr)
+    return int(found.group(1).replace(",", "")) if found else None
+
+
+def tool_modules(python: str, argv: Sequence[str], env: Dict[str, str]) -> List[str]:
+    out = subprocess.run([python, "-X", "importtime", *argv], env=env, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE, text=True, check=False)
+    names = [line.rsplit("|", 1)[1].strip() for line in out.stderr.splitlines() if line.startswith("import time:")]
+    return [n for n in names if n.split(".")[0] == "ensure_flydsl"]
+
+
+def interpreter_of(tool: str) -> str:
+    with open(tool) as handle:
+        first = handle.readline()
+    return first[2:].strip() if first.startswith("#!") else sys.executable
+
+
+def warm_root(tool: str, base: str, repo: object) -> Dict[str, str]:
+    """A root of the fixture provisioned by ``tool`` and answered warm once: the environment of its calls."""
+    from tests.helpers.workspace import Workspace
+
+    ws = Workspace(base, repo)  # type: ignore[arg-type]
+    env = dict(ws.env, XDG_CACHE_HOME=os.path.join(base, "cache"))
+    for _ in range(3):
+        out = subprocess.run([tool, "--json"], env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                             text=True, check=False)
+        if out.returncode != 0:
+            raise SystemExit(f"{tool} failed on the fixture: exit {out.returncode}")
+        if set(json.loads(out.stdout).get("durations") or ()) == {"fingerprint"}:
+            return env
+    raise SystemExit(f"{tool}: the third call was still not answered from the fingerprint")
+
+
+def compare(args: argparse.Namespace) -> str:
+    from common import Runner, describe_machine, median, say, table
+    from geak_folder import before_tool
+
+    sys.path.append(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src"))
+    from tests.helpers.flydsl_fixture import make_repo
+
+    r = Runner(argparse.Namespace(work=args.work, tool=None, target_python=None, before=args.before))
+    tools = {"before": before_tool(r, args.before), "now": r.tool}
+    runs = os.path.join(r.work, "warm-call")
+    shutil.rmtree(runs, ignore_errors=True)
+    repo = make_repo(os.path.join(runs, "upstream", "FlyDSL.git"))
+    envs = {label: warm_root(tool, os.path.join(runs, label, "base"), repo) for label, tool in tools.items()}
+    calls: Dict[str, Tuple[List[str], Dict[str, str]]] = {}
+    for label, tool in tools.items():
+        calls[f"ensure-flydsl, {label}"] = ([interpreter_of(tool), tool], envs[label])
+        calls[f"ensure-flydsl --json, {label}"] = ([interpreter_of(tool), tool, "--json"], envs[label])
+    floor = "python -c pass (the tool's interpreter)"
+    calls[floor] = ([interpreter_of(tools["now"]), "-c", "pass"], envs["now"])
+    say(f"{args.runs} interleaved rounds of {len(calls)} calls")
+    samples: Dict[str, List[float]] = {name: [] for name in calls}
+    for _ in range(args.runs):
+        for name, (argv, env) in calls.items():
+            started = time.perf_counter()
+            subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+            samples[name].append(time.perf_counter() - started)
+    base_ms, base_instr = median(samples[floor]) * 1000, None if args.no_callgrind else instructions(*calls[floor])
+    rows = []
+    for name, (argv, env) in calls.items():
+        ms = median(samples[name]) * 1000
+        instr = None if args.no_callgrind else instructions(argv, env)
+        mods = "" if name == floor else str(len(tool_modules(argv[0], argv[1:], env)))
+        rows.append((name, f"{ms:.1f}", f"{ms / base_ms:.2f}x",
+                     "" if instr is None else f"{instr / 1e6:.1f} M",
+                     "" if instr is None or base_instr is None else f"{instr / base_instr:.2f}x", mods))
+    title = (f"the warm call on a root of the tests' fixture, before ({args.before}) and now, "
+             f"{args.runs} interleaved rounds; {describe_machine(r)}")
+    return table(title, ["call", "median ms", "vs floor", "instructions", "vs floor", "tool modules"], rows)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--before", default="dfefc26", help="a revision of this checkout, or an installed tool")
+    parser.add_argument("--runs", type=int, default=15)
+    parser.add_argument("--work", default=os.path.join(os.path.expanduser("~"), ".cache", "ensure-flydsl-bench"))
+    parser.add_argument("--no-callgrind", action="store_true")
+    print(compare(parser.parse_args()))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,3 +1,33 @@
-from ensure_flydsl.cli.main import main
+"""The tool's one entry (the installed command, ``python -m ensure_flydsl``, the GEAK folder's launcher): the
+front door's warm answer (warm.py), else the command line."""
 
-raise SystemExit(main())
+from __future__ import annotations
+
+import os
+import sys
+
+from ensure_flydsl.warm import answer
+
+
+def main(argv: list[str] | None = None, *, launcher: list[str] | None = None) -> int:
+    """``launcher``: how the GEAK folder runs this copy of the tool again (its worker, its watchdog)."""
+    args = sys.argv[1:] if argv is None else list(argv)
+    said = answer(args, dict(os.environ))
+    if said is None:
+        from ensure_flydsl.cli.main import main as command_line
+        from ensure_flydsl.support.launcher import set_launcher
+
+        if launcher is not None:
+            set_launcher(launcher)
+        return command_line(args)
+    try:
+        sys.stderr.write(said[1])
+        sys.stdout.write(said[0])
+        sys.stdout.flush()
+    except BrokenPipeError:  # the reader stopped reading (`| head -1`): nobody's failure
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

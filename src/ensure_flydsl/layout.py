@@ -19,6 +19,7 @@
         build-fly/.python_packages.installing/  the release wheel installed here, then moved into place
         .ensure_flydsl/                    the tool's records for the root
           owner.json                       the tool made or adopted the root
+          warm                             the front door's stamp (warm.py; marshal): warm calls' answers
           stamps/<step>.json               steps finished, keyed by their inputs (tree.json: the whole tree)
           stamps/<step>.started.json       the inputs of a step that began (its outputs are for them)
           tools/                           private build tools, shims, the ROCm overlay
@@ -56,15 +57,17 @@ from __future__ import annotations
 
 import os
 
+from ensure_flydsl.warm import ENV_FILE_NAME as ENV_FILE_NAME
+from ensure_flydsl.warm import ENV_JSON_NAME as ENV_JSON_NAME
+from ensure_flydsl.warm import STATE_DIR as STATE_DIR
+from ensure_flydsl.warm import stamp_path
+
 TYPE_CHECKING = False  # typing is for the type checker only: not imported on the warm call's path
 if TYPE_CHECKING:
     from typing import List, Mapping, Optional, Tuple
 
-STATE_DIR = ".ensure_flydsl"
 BUILD_DIR = "build-fly"
 PACKAGES_DIR = "python_packages"
-ENV_FILE_NAME = "flydsl_env.sh"
-ENV_JSON_NAME = "flydsl_env.json"
 LOG_FILE_NAME = "ensure_flydsl.log"
 LOCK_FILE_NAME = ".flydsl_build.lock"
 FAIL_MARKER_NAME = ".flydsl_build.failed"
@@ -171,6 +174,11 @@ def env_file(root: str) -> str:
 
 def env_json(root: str) -> str:
     return os.path.join(root, ENV_JSON_NAME)
+
+
+def warm_stamp(root: str) -> str:
+    """The front door's stamp (warm.py, which names the files a warm call reads: it imports no other module)."""
+    return stamp_path(root)
 
 
 # -- under the root's parent folder ---------------------------------------------------------------------------

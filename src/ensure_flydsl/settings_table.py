@@ -19,12 +19,12 @@ from ensure_flydsl.setting_values import (
     parse_root,
 )
 from ensure_flydsl.support.frozen import Frozen, asdict
+from ensure_flydsl.warm import DEFAULT_ROOT as DEFAULT_ROOT
 
 TYPE_CHECKING = False  # typing is for the type checker only: not imported on the warm call's path
 if TYPE_CHECKING:
     from typing import Callable, Dict, Optional, Tuple
 
-DEFAULT_ROOT = "/opt/flydsl/FlyDSL"
 DEFAULT_MIN_VERSION = "0.2.2"
 DEFAULT_PIN = "a35627a2fef0a5a70c63536c4174674223866737"
 DEFAULT_REPO = "https://github.com/ROCm/FlyDSL.git"

@@ -15,9 +15,7 @@ from tests.scenarios.test_warm_imports import imported
 NO_CACHE_RUN = ("ensure_flydsl.binary_cache", "ensure_flydsl.ways.release", "ensure_flydsl.ways.cache")
 POLLER = ("ensure_flydsl.pipeline", "ensure_flydsl.ways", "ensure_flydsl.probe", "ensure_flydsl.source",
           "ensure_flydsl.binary_cache", "ensure_flydsl.host_store", "ensure_flydsl.doctor")
-# Nor, for a poll's own forms (cli/main.py: fast_args), a parser, typing or dataclasses: a poll cost twice what
-# it does now with them (benchmarks/cold_imports.py).
-POLLER_STDLIB = ("argparse", "typing", "dataclasses", "inspect", "ensure_flydsl.support.processes")
+POLLER_STDLIB = ("ensure_flydsl.support.processes",)
 CLEAN = ("ensure_flydsl.binary_cache", "ensure_flydsl.ways.release", "ensure_flydsl.ways.cache",
          "ensure_flydsl.doctor", "ensure_flydsl.host_store", "ensure_flydsl.ways.source.tools")
 
@@ -43,7 +41,7 @@ def test_each_command_imports_what_it_uses(ws: Workspace) -> None:
     # alive file, so it ends where it would start waiting (runs/watchdog.py).
     watchdog = imported(ws, [sys.executable, "-m", "ensure_flydsl", "_watchdog", ws.root, "20260101-000000-000000"])
     assert "ensure_flydsl.runs.watchdog" in watchdog
-    light = (*POLLER, *POLLER_STDLIB, "signal", "ensure_flydsl.runs.records", "ensure_flydsl.runs.liveness")
+    light = (*POLLER, *POLLER_STDLIB, "ensure_flydsl.runs.records", "ensure_flydsl.runs.liveness")
     assert not under(watchdog, light), sorted(under(watchdog, light))
     cleaned = imported(ws, [sys.executable, "-m", "ensure_flydsl", "clean"])
     assert "ensure_flydsl.cli.clean" in cleaned

@@ -1,11 +1,7 @@
-"""The warm call imports only what it reads (issue 28, item 7): none of the modules a full run, a parser, a record
-library, a signal's name or a context manager would bring, whichever way it is started: ``python -m
-ensure_flydsl``, the installed command (bin/ensure-flydsl), or the GEAK folder's launcher (``python3 -E -S
-tool/run.py``).  Each was measured (benchmarks/geak_folder.py, `python -X importtime`, instructions under callgrind):
-dataclasses with inspect cost more instructions than the interpreter's own start; argparse and its translations
-a sixth of the call; signal (its three enums), contextlib and shlex 3 % each; enum with functools and
-collections a fifth; re (pip's wrapper of an entry point imported it) a third.  With --json they stay: json imports
-re, which imports enum."""
+"""The warm call is the front door's alone (ensure_flydsl/warm.py): whichever way it is started (``python -m
+ensure_flydsl``, the installed command, the GEAK folder's launcher under ``python3 -E -S``), it imports at most
+three of the tool's modules (the package, its ``__main__`` and warm.py) and none of the standard library's heavier
+modules: the stamp holds the answer's JSON as text, so not even ``json`` (which brings ``re`` and ``enum``)."""
 
 from __future__ import annotations
 
@@ -20,26 +16,9 @@ import pytest
 import ensure_flydsl
 from tests.helpers.workspace import Workspace
 
-# Never on the warm path: what a full run (processes, threads, locks, copies), a parser, dataclasses, typing,
-# the signal module (main takes the handlers from _signal), contextlib, or a failure (a full disk, a fault point,
-# the exit codes and stages: stages.py, whose enums errors.py gives at their first use), or shlex (the env file's
-# quoting is shlex.quote's rule without the module: runs/markers.py, _quote), or the command table (cli/commands.py:
-# main dispatches the default command to its handler by name).
-NOT_WARM = {"dataclasses", "inspect", "argparse", "gettext", "subprocess", "threading", "shutil", "filelock",
-            "packaging", "tempfile", "hashlib", "typing", "signal", "contextlib", "collections.abc", "select",
-            "traceback", "socket", "ensure_flydsl.pipeline.run", "ensure_flydsl.pipeline.provision",
-            "ensure_flydsl.runs.twin_gate", "ensure_flydsl.cli.parser", "ensure_flydsl.support.space",
-            "ensure_flydsl.support.faults", "ensure_flydsl.stages", "ensure_flydsl.cli.commands",
-            "shlex"}
-# Nor, without --json (which prints its result with json), the json package: the twin is read with json's own
-# C scanner (support/files.py: _loads), json's import costing a twentieth of the call.
-NOT_WARM_PLAIN = {"json"}
-# Nor, without --json, re (under python3 -E -S, as the GEAK folder runs the tool, its import costs as much as
-# the interpreter's start): the pin and module names are checked without it (support/names.py: pin_text,
-# module_name), a local repository path needs none.  Nor enum, functools, collections or types (enum alone is
-# half the interpreter's start): the warm path's closed sets are support/choice.py's, the build's output tail is
-# a list.  The console script is the tool's own (bin/ensure-flydsl), not pip's wrapper, which imports re.
-NOT_WARM_PLAIN |= {"re", "enum", "functools", "collections", "types"}
+FRONT_DOOR = {"ensure_flydsl", "ensure_flydsl.__main__", "ensure_flydsl.warm"}
+NOT_WARM = {"json", "re", "enum", "typing", "dataclasses", "subprocess", "threading", "shutil", "argparse",
+            "tempfile", "hashlib"}
 PACKAGE = os.path.dirname(os.path.abspath(ensure_flydsl.__file__))
 TEMPLATE = os.path.join(PACKAGE, "geak", "templates", "run.py.in")
 
@@ -72,12 +51,12 @@ def entries(tmp: str) -> List[Tuple[List[str], List[str]]]:
             ([python, "-E", "-S", geak_launcher(tmp)], [python, "-E", "-S", "-c", "pass"])]
 
 
-def test_the_warm_call_imports_only_what_it_reads(ws: Workspace, tmp_path: "os.PathLike[str]") -> None:
+def test_the_warm_call_imports_only_the_front_door(ws: Workspace, tmp_path: "os.PathLike[str]") -> None:
     assert ws.run().returncode == 0
     for entry, before in entries(str(tmp_path)):
         for args in ((), ("--json",)):
             modules = imported(ws, [*entry, *args]) - imported(ws, before)
-            assert "ensure_flydsl.pipeline.warm" in modules, entry  # it was the warm path
-            banned = NOT_WARM if args else NOT_WARM | NOT_WARM_PLAIN  # json imports re, enum, functools
-            heavy = {m for m in modules if m in banned or m.split(".")[0] in banned}
+            ours = {m for m in modules if m.split(".")[0] == "ensure_flydsl"}
+            assert ours <= FRONT_DOOR and "ensure_flydsl.warm" in ours, f"{' '.join(entry[1:])} {args}: {sorted(ours)}"
+            heavy = {m for m in modules if m.split(".")[0] in NOT_WARM}
             assert not heavy, f"{' '.join(entry[1:])} {' '.join(args)}: the warm call imported {sorted(heavy)}"

@@ -147,7 +147,7 @@ def real_root(tmp_path_factory: pytest.TempPathFactory) -> PyenvRoot:
 
 
 # (PYENV_VERSION or None, the .python-version file's text and where (None: none), PYENV_DIR, the version the
-# shim lands on, or None where probe/shims.py does not settle it).
+# shim lands on, or None where ensure_flydsl/warm.py does not settle it).
 AGREEMENT = {
     "global": (None, None, False, "A"),
     "variable": ("B", None, False, "B"),
@@ -164,8 +164,8 @@ AGREEMENT = {
 def test_the_landing_read_from_the_files_is_where_real_pyenv_goes(real_root: PyenvRoot, case: str,
                                                                    tmp_path: "os.PathLike[str]",
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    """probe/shims.py against this machine's pyenv, run for real through the shim."""
-    from ensure_flydsl.probe.shims import landing
+    """ensure_flydsl/warm.py against this machine's pyenv, run for real through the shim."""
+    from ensure_flydsl.warm import landing
 
     selected, text, by_dir, expected = AGREEMENT[case]
     project = os.path.join(str(tmp_path), "project")
@@ -194,7 +194,7 @@ def test_the_landing_read_from_the_files_is_where_real_pyenv_goes(real_root: Pye
 def test_the_landing_follows_the_path_the_caller_used(real_root: PyenvRoot, tmp_path: "os.PathLike[str]",
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """bash takes PWD when it names the working folder: pyenv walks up the path the caller used (a link)."""
-    from ensure_flydsl.probe.shims import landing
+    from ensure_flydsl.warm import landing
 
     real = os.path.join(str(tmp_path), "real", "deep")
     os.makedirs(real)

@@ -26,8 +26,7 @@ from hypothesis import strategies as st
 from ensure_flydsl.cli.main import main
 from ensure_flydsl.errors import EnsureError, ExitCode, Plan
 from ensure_flydsl.pipeline.lock import LockHolder
-from ensure_flydsl.pipeline.warm import try_warm
-from ensure_flydsl.probe.fingerprint import same, site_stats
+from ensure_flydsl.pipeline.warm import same, try_warm
 from ensure_flydsl.probe.results import Interpreter
 from ensure_flydsl.result import How
 from ensure_flydsl.runs.history import History
@@ -36,6 +35,7 @@ from ensure_flydsl.runs.records import RunRecord
 from ensure_flydsl.settings import Request, Settings, load_settings
 from ensure_flydsl.source.ownership import MadeRecord
 from ensure_flydsl.source.root import Owner, Stamp
+from ensure_flydsl.warm import site_stats
 from ensure_flydsl.ways.release.wheel_shape import shape_problems
 from ensure_flydsl.ways.release.wheels import install_wheel_file
 from ensure_flydsl.ways.source.environment import LlvmRecord

@@ -1,4 +1,4 @@
-"""probe/shims.py on hand-made files: what a name lands on, read without running it (pyenv's shim rules).
+"""ensure_flydsl/warm.py on hand-made files: what a name lands on, read without running it (pyenv's shim rules).
 
 The same rules against this machine's real pyenv, run for real: tests/scenarios/test_warm_shims.py.
 """
@@ -11,7 +11,7 @@ from typing import Dict, Optional
 
 import pytest
 
-from ensure_flydsl.probe.shims import landing, local_version_file, read_version_file, safe_version
+from ensure_flydsl.warm import landing, local_version_file, read_version_file, safe_version
 from tests.helpers.pyenv_root import PYENV_SHIM
 
 # The shim `pyenv rehash` writes, for a root whose pyenv is ROOT/libexec/pyenv.

@@ -3,29 +3,31 @@ pipeline; say what it decided, or print one JSON result object with ``--json``."
 
 from __future__ import annotations
 
-from ensure_flydsl.pipeline.warm import try_warm
+import json
+
+from ensure_flydsl.pipeline.run import Run, ensure_run
+from ensure_flydsl.pipeline.warm import current_fingerprint, keep_warm, try_warm, warm_lines
+from ensure_flydsl.runs.markers import read_env_json
 from ensure_flydsl.settings import Settings
-from ensure_flydsl.support.report import Reporter, known
+from ensure_flydsl.support.report import Reporter
 
 TYPE_CHECKING = False  # typing is for the type checker only: not imported on the warm call's path
 if TYPE_CHECKING:
-    from typing import Mapping
+    from typing import List, Mapping, Optional
 
 
-def ensure_command(settings: Settings, reporter: Reporter, environ: Mapping[str, str], *, as_json: bool) -> int:
+def ensure_command(settings: Settings, reporter: Reporter, environ: Mapping[str, str], *, as_json: bool,
+                   warm_key: Optional[List[str]]) -> int:
     result = None if settings.verify else try_warm(settings, environ)
     if result is None:
-        # Imported here: the warm path (most calls) needs none of the pipeline's machinery.
-        from ensure_flydsl.pipeline.run import Run, ensure_run
-
-        result = ensure_run(Run(settings, reporter, environ))
+        result = ensure_run(Run(settings, reporter, environ, warm_key=warm_key))
     else:
-        reporter.say(f"nothing changed since the last success (fingerprint); {settings.env_file} is current")
+        twin = read_env_json(settings.env_json)
+        if twin is not None:  # the front door answers the next call with these raw inputs
+            keep_warm(settings, environ, warm_key, twin, current_fingerprint(settings, environ, twin))
+        reporter.say(warm_lines(settings, result)[0])
     if as_json:
-        import json  # here: the warm call without --json imports no JSON module (support/files.py: _loads)
-
         print(json.dumps(result.to_json(), sort_keys=True))
     else:
-        reporter.say(f"ready: flydsl {known(result.version)} ({known(result.how)}) for {known(result.python)}; "
-                     f"source {result.env_file}")
+        reporter.say(warm_lines(settings, result)[1])
     return 0

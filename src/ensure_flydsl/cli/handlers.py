@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 def _ensure(args: argparse.Namespace, settings: Settings, reporter: Reporter, environ: Dict[str, str]) -> int:
     from ensure_flydsl.cli.ensure import ensure_command
 
-    return ensure_command(settings, reporter, environ, as_json=args.json)
+    return ensure_command(settings, reporter, environ, as_json=args.json, warm_key=args.warm_key)
 
 
 def _env(args: argparse.Namespace, settings: Settings, reporter: Reporter, environ: Dict[str, str]) -> int:

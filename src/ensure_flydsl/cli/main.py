@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal as _signal
 import sys
 
 from ensure_flydsl.cli import handlers
@@ -18,22 +19,17 @@ from ensure_flydsl.settings import (
     load_settings,
 )
 from ensure_flydsl.support.report import Reporter
+from ensure_flydsl.warm import key_tokens
 
 TYPE_CHECKING = False  # typing is for the type checker only: not imported on the warm call's path
 if TYPE_CHECKING:
     import argparse
-    import signal as _signal
     from typing import Callable, Dict, List, Optional, Sequence
 
     from ensure_flydsl.stages import Stage
 
     Handler = Callable[[argparse.Namespace, Settings, Reporter, Dict[str, str]], int]
     PlainHandler = Callable[[argparse.Namespace, Reporter, Dict[str, str]], int]
-else:
-    # The C module that ``signal`` wraps: importing ``signal`` builds three enums from it, 3 % of a warm call's
-    # instructions, for the two names this module gives itself (_STOP_SIGNALS).  try/except stands for
-    # contextlib.suppress here for the same reason (tests/scenarios/test_warm_imports.py).
-    import _signal
 
 # The signals that unwind a run like Ctrl-C (_handle_stop_signals), by their names.
 _STOP_SIGNALS: Dict[int, str] = {_signal.SIGTERM: "SIGTERM", _signal.SIGHUP: "SIGHUP"}
@@ -126,8 +122,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     # Under umask 000 (common in containers) the checkout, its .git/hooks and the build would be
     # world-writable: anyone could plant a hook that the next run's git executes.  Never world-writable.
     os.umask(os.umask(0o022) | 0o002)
-    args = parse(sys.argv[1:] if argv is None else argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = parse(argv)
     environ = dict(os.environ)
+    # The front door's key when the settings come from the argv and the variables alone (warm.py).
+    args.warm_key = key_tokens(argv) if args.command == "ensure" and not getattr(args, "verbosity", 0) else None
     if args.command == "_watchdog":
         from ensure_flydsl.runs.watchdog import watch
         from ensure_flydsl.support.stop_signals import unblock_stop_signals
@@ -174,55 +173,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         reporter.close()
 
 
-class _FastArgs:
-    """The arguments of a fast form (an argparse.Namespace's, without argparse or the ``types`` module)."""
-
-    def __init__(self, command: str, *, json: bool) -> None:
-        self.command, self.json, self.verbosity = command, json, 0
-
-
-def fast_args(argv: Sequence[str]) -> Optional[_FastArgs]:
-    """The command lines read without a parser, or None: the warm call's (no arguments, ``--json``), the
-    polls' (``status [--json]``, ``wait [--timeout S] [--json]``, an agent's every few minutes) and the
-    watchdog's (``_watchdog ROOT RUN_ID``, one per run that provisions); building argparse's parser (and its
-    translations, and typing) cost a sixth of a warm call, a seventh of a poll and a third of a watchdog."""
-    if not argv or list(argv) == ["--json"]:
-        return _FastArgs("ensure", json=bool(argv))
-    command, rest = argv[0], list(argv[1:])
-    if command == "_watchdog" and len(rest) == 2 and not any(arg.startswith("-") for arg in rest):
-        # Started beside every run that provisions (runs/progress.py): its two paths, as the parser reads them.
-        watchdog = _FastArgs(command, json=False)
-        watchdog.watch_root, watchdog.watch_run_id = rest  # type: ignore[attr-defined]
-        return watchdog
-    if command not in ("status", "wait"):
-        return None
-    # The command table is read for the handler's name anyway (_handler_name); it builds no parser.
-    from ensure_flydsl.cli.commands import WAIT_HEARTBEAT_S, timeout_seconds
-
-    as_json, timeout = False, None
-    while rest:
-        flag = rest.pop(0)
-        if flag == "--json" and not as_json:
-            as_json = True
-        elif flag == "--timeout" and command == "wait" and timeout is None and rest:
-            try:
-                timeout = timeout_seconds(rest.pop(0))  # the parser's own check
-            except Exception:  # its argparse.ArgumentTypeError (the only one it raises): the parser will say it
-                return None
-        else:
-            return None
-    args = _FastArgs(command, json=as_json)
-    if command == "wait":
-        args.timeout, args.heartbeat = timeout, WAIT_HEARTBEAT_S  # type: ignore[attr-defined]
-    return args
-
-
 def parse(argv: Sequence[str]) -> "argparse.Namespace":
-    """The command line's arguments: the fast forms' without a parser (``fast_args``), any other's from the
-    command's parser."""
-    fast = fast_args(argv)
-    if fast is not None:
-        return fast  # type: ignore[return-value]
     from ensure_flydsl.cli.parser import parse_args
 
     return parse_args(argv)

@@ -8,8 +8,8 @@ from typing import Callable, List, Optional
 
 from ensure_flydsl.errors import EnsureError, ExitCode, Interrupted, Stage, exit_code_of, interrupted_by
 from ensure_flydsl.layout import tree_folders
-from ensure_flydsl.pipeline.warm import tree_stamp_path
-from ensure_flydsl.probe.fingerprint import compute, site_folders, watch_folders
+from ensure_flydsl.pipeline.warm import keep_warm, tree_stamp_path
+from ensure_flydsl.probe.fingerprint import site_folders, watch_folders
 from ensure_flydsl.probe.gate import evaluate
 from ensure_flydsl.probe.interpreter import probe_modules, run_probe
 from ensure_flydsl.probe.results import Probe
@@ -23,6 +23,7 @@ from ensure_flydsl.runs.twin_gate import installed, installed_line
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.source.root import Stamps, claim_root, is_ours
 from ensure_flydsl.support.files import read_regular, remove_file
+from ensure_flydsl.warm import fingerprint
 from ensure_flydsl.ways.context import Decision, Run
 
 
@@ -101,9 +102,8 @@ def publish(run: Run, decision: Decision, action: Action) -> Result:
         request=settings.request(), how=decision.how, tree=decision.tree, version=str(decision.probe.version),
         python=interp.executable, python_version=interp.version, abi=interp.abi, commit=decision.commit,
         files=dict(decision.verdict.files), watch=watch, site_dirs=site_dirs,
-        fingerprint=compute(request=settings.request(), python=settings.python, executable=interp.executable,
-                            environ=run.environ, watch=watch, site_dirs=site_dirs,
-                            tree_stamp=tree_stamp_path(settings.root), tree_folders=decision.prepend),
+        fingerprint=fingerprint(settings.python, interp.executable, run.environ, watch, site_dirs,
+                                tree_stamp_path(settings.root), list(decision.prepend)),
         FLYDSL_ROOT=settings.root, pythonpath_prepend=list(decision.prepend), FLYDSL_SHIM_DIR=settings.shim_dir,
         VLLM_USE_FLYDSL_MOE="1" if settings.vllm_moe else None,
         pin=decision.pin, repo=decision.repo, run_id=run.run_id, built=action == Action.PROVISIONED,
@@ -114,12 +114,17 @@ def publish(run: Run, decision: Decision, action: Action) -> Result:
     as_read = markers.EnvTwin.from_json(json.loads(json.dumps(twin.to_json())))  # as it reads back
     current = there is not None and as_read is not None and there.answers(as_read) \
         and _read_text(settings.env_file) == text
+    def stamp(written: markers.EnvTwin) -> None:
+        keep_warm(settings, run.environ, run.warm_key, written, twin.fingerprint)
+
     with run.step(Stage.PUBLISH):
         if current:
+            assert there is not None
+            stamp(there)
             run.say(f"{settings.env_file} is current")
         else:
             markers.publish_env_file(settings.env_file, settings.env_json, twin, shim_dir=settings.shim_dir,
-                                     vllm_moe=settings.vllm_moe)
+                                     vllm_moe=settings.vllm_moe, after_twin=stamp)
             run.say(f"wrote {settings.env_file}")
         clear_answered_failure(run)
     env = markers.env_mapping(

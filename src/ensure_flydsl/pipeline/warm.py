@@ -1,26 +1,26 @@
-"""The warm path: answer from the last success when its fingerprint proves nothing changed.
-
-No subprocess, no lock, no probe: read the JSON twin, check that it answers this request (written for it, or
-its tree passes this request's gate: runs/twin_gate.py), that the env file
-is exactly what this request would write, and that the fingerprint (see probe/fingerprint.py) still matches.
-Any doubt means None, and the caller runs the full ensure.
-"""
+"""The warm path behind the front door: answer from the env file's twin when its fingerprint proves nothing
+changed (``try_warm``), and keep the front door's stamp (``keep_warm``) for calls with the same raw inputs."""
 
 from __future__ import annotations
 
+import json
+import marshal
 import os
 import time
+from typing import Dict, List, Mapping, Optional, Sequence
 
-from ensure_flydsl.layout import stamp_file
-from ensure_flydsl.probe.fingerprint import compute, same
+from ensure_flydsl import warm
+from ensure_flydsl.layout import HOST_VARIABLES, stamp_file, warm_stamp
 from ensure_flydsl.result import Action, How, Result
-from ensure_flydsl.runs.markers import env_mapping, read_env_json, render_env_sh, withdraw_failure_marker
-from ensure_flydsl.settings import Settings
-from ensure_flydsl.support.files import read_regular
+from ensure_flydsl.runs.markers import EnvTwin, env_mapping, read_env_json, render_env_sh, withdraw_failure_marker
+from ensure_flydsl.setting_values import HOST_ID
+from ensure_flydsl.settings import SETTINGS, Settings
+from ensure_flydsl.support.files import atomic_write
 
-TYPE_CHECKING = False  # typing is for the type checker only: not imported on the warm call's path
-if TYPE_CHECKING:
-    from typing import Mapping, Optional
+# The variables besides the settings' own that the settings' checks read: their values key a stamp's entry too.
+CHECKED_VARIABLES = (*HOST_VARIABLES, HOST_ID, "GIT_CONFIG_COUNT")
+MAX_ENTRIES = 16  # raw inputs remembered per root (callers in other folders, with other variables)
+CALLER_KEYS = ("version", "interpreter", "environment")  # warm.caller_part's; the rest is warm.tree_part's
 
 
 def tree_stamp_path(root: str) -> str:
@@ -28,6 +28,7 @@ def tree_stamp_path(root: str) -> str:
 
 
 def try_warm(settings: Settings, environ: Mapping[str, str]) -> Optional[Result]:
+    """The last success's answer when its twin answers this request and its fingerprint still holds."""
     started = time.monotonic()
     twin = read_env_json(settings.env_json)
     if twin is None:
@@ -38,25 +39,112 @@ def try_warm(settings: Settings, environ: Mapping[str, str]) -> Optional[Result]
 
         if twin_gap(twin, settings.request(), environ.get("PATH")) is not None:
             return None
-    prepend = twin.pythonpath_prepend
-    written = read_regular(settings.env_file)
-    if written is None or written.decode(errors="replace") != render_env_sh(settings.root, prepend, settings.shim_dir,
-                                                                             settings.vllm_moe):
+    written = warm.read_regular(settings.env_file)
+    if written is None or written.decode(errors="replace") != env_text(settings, twin):
         return None
-    now = compute(request=twin.request, python=settings.python, executable=twin.python, environ=environ,
-                  watch=twin.watch, site_dirs=twin.site_dirs, tree_stamp=tree_stamp_path(settings.root),
-                  tree_folders=prepend)
+    now = current_fingerprint(settings, environ, twin)
     if now["interpreter"] is None or not same(twin.fingerprint, now):
         return None
     # An earlier run's failure never answers for this one (a sibling root's is not ours to take away).
     withdraw_failure_marker(settings.fail_marker, settings.root)
+    return warm_result(settings, environ, twin, time.monotonic() - started)
+
+
+def env_text(settings: Settings, twin: EnvTwin) -> str:
+    return render_env_sh(settings.root, twin.pythonpath_prepend, settings.shim_dir, settings.vllm_moe)
+
+
+def current_fingerprint(settings: Settings, environ: Mapping[str, str], twin: EnvTwin) -> Dict[str, object]:
+    return warm.fingerprint(settings.python, twin.python, dict(environ), list(twin.watch), list(twin.site_dirs),
+                            tree_stamp_path(settings.root), list(twin.pythonpath_prepend))
+
+
+def same(recorded: object, current: Mapping[str, object]) -> bool:
+    """Whether a fingerprint read back from JSON equals one computed now (tuples and lists alike)."""
+    return recorded == current or bool(recorded == json.loads(json.dumps(current)))
+
+
+def warm_result(settings: Settings, environ: Mapping[str, str], twin: EnvTwin, seconds: float,
+                run_id: Optional[str] = None) -> Result:
+    prepend = list(twin.pythonpath_prepend)
     return Result(
         how=How(twin.how), action=Action.WARM, root=settings.root, tree=twin.tree, version=twin.version,
         python=twin.python, python_version=twin.python_version, abi=twin.abi, commit=twin.commit,
         env=env_mapping(settings.root, prepend, environ.get("PYTHONPATH"), settings.shim_dir, settings.vllm_moe),
-        env_file=settings.env_file, prepend=list(prepend), files={str(k): str(v) for k, v in twin.files.items()},
-        durations={"fingerprint": time.monotonic() - started}, run_id=os.urandom(6).hex(),
+        env_file=settings.env_file, prepend=prepend, files={str(k): str(v) for k, v in twin.files.items()},
+        durations={"fingerprint": seconds}, run_id=run_id or os.urandom(6).hex(),
         reason=f"nothing changed since run {twin.run_id or 'of an earlier version'} wrote {settings.env_file}",
-        elapsed_s=time.monotonic() - started, link_mode=twin.link_mode,
+        elapsed_s=seconds, link_mode=twin.link_mode,
     )
 
+
+def warm_lines(settings: Settings, result: Result) -> List[str]:
+    """What a warm call says, in the order it says it (the second line only without ``--json``)."""
+    from ensure_flydsl.support.report import known
+
+    return [f"nothing changed since the last success (fingerprint); {settings.env_file} is current",
+            f"ready: flydsl {known(result.version)} ({known(result.how)}) for {known(result.python)}; "
+            f"source {result.env_file}"]
+
+
+def keep_warm(settings: Settings, environ: Mapping[str, str], tokens: Optional[Sequence[str]], twin: EnvTwin,
+              print_now: Mapping[str, object]) -> None:
+    """Record in the front door's stamp that a call with these raw inputs (``tokens``: its setting flags; None
+    when its settings did not come from its argv and variables alone) is answered by ``twin`` and its env file
+    (written next, or in place) while ``print_now`` (the fingerprint, computed now) holds.  Never fails."""
+    if tokens is None or settings.verify or print_now.get("interpreter") is None:
+        return
+    root = settings.root
+    twin_id = warm.file_identity(settings.env_json)
+    env_file = env_text(settings, twin).encode()
+    try:
+        cwd = os.getcwd()
+    except OSError:
+        return
+    if twin_id is None:
+        return
+    holes = {"run_id": "\0run_id", "elapsed": "\0elapsed", "durations": "\0durations", "time": "\0time"}
+    result = warm_result(settings, environ, twin, 0.0, holes["run_id"])
+    say = warm_lines(settings, result)
+    data = result.to_json()
+    data.update(durations=holes["durations"], elapsed_s=holes["elapsed"])
+    out = _template(json.dumps(data, sort_keys=True) + "\n", holes, ("durations", "elapsed", "run_id"))
+    event = {"event": "message", "time": holes["time"], "text": say[0]}
+    err = _template(json.dumps(event, sort_keys=True) + "\n", holes, ("time",))
+    if out is None or err is None:
+        return
+    entry = {"argv": list(tokens), "cwd": cwd, "environ": {name: environ.get(name) for name in _key_variables()},
+             "python": settings.python, "executable": twin.python, "fail_marker": settings.fail_marker,
+             "print": {k: print_now[k] for k in CALLER_KEYS}, "say": say, "out": out, "err": err}
+    tree = {"watch": list(twin.watch), "site_dirs": list(twin.site_dirs), "stamp": tree_stamp_path(root),
+            "folders": list(twin.pythonpath_prepend)}
+    shared = {k: v for k, v in print_now.items() if k not in CALLER_KEYS}
+    stamp = warm.read_stamp(root)
+    entries = []
+    if stamp is not None and stamp["twin"] == twin_id and stamp["env_file"] == env_file and stamp["print"] == shared:
+        entries = [e for e in stamp["entries"] if isinstance(e, dict)  # type: ignore[attr-defined]
+                   and (e.get("argv"), e.get("cwd"), e.get("environ")) != (entry["argv"], cwd, entry["environ"])]
+    new = {"format": warm.STAMP_FORMAT, "root": root, "env_file": env_file, "twin": twin_id, "tree": tree,
+           "print": shared, "entries": [entry, *entries][:MAX_ENTRIES]}
+    try:
+        os.makedirs(os.path.dirname(warm_stamp(root)), exist_ok=True)
+        atomic_write(warm_stamp(root), marshal.dumps(new), durable=False)  # a lost stamp is only a miss
+    except (OSError, ValueError):
+        pass  # a read-only root (or one of another user's): the command line answers, a little slower
+
+
+def _key_variables() -> List[str]:
+    return [*(setting.env for setting in SETTINGS), *CHECKED_VARIABLES]
+
+
+def _template(text: str, holes: Mapping[str, str], order: Sequence[str]) -> Optional[List[str]]:
+    """``text`` cut at the holes (their JSON spellings), in ``order``: literal texts at even places, the holes'
+    names at odd ones (warm.py fills them); None when a hole is not there exactly once."""
+    parts = [text]
+    for name in order:
+        spelled = json.dumps(holes[name])
+        head, found, rest = parts[-1].partition(spelled)
+        if not found or spelled in rest:
+            return None
+        parts[-1:] = [head, name, rest]
+    return parts

@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import os
 
+from ensure_flydsl.layout import warm_stamp
 from ensure_flydsl.result import LINK_MODES, How, TreeIdentity
 from ensure_flydsl.settings_table import Request
 from ensure_flydsl.support import fields
@@ -20,7 +21,7 @@ from ensure_flydsl.version import __version__
 
 TYPE_CHECKING = False  # typing is for the type checker only: not imported on the warm call's path
 if TYPE_CHECKING:
-    from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+    from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
     from ensure_flydsl.stages import Stage
 
@@ -188,21 +189,25 @@ class EnvTwin(TreeIdentity):
         return all(getattr(self, k) == getattr(other, k) for k in self.ANSWER_FIELDS)
 
 
-def publish_env_file(env_file: str, env_json: str, twin: EnvTwin, *, shim_dir: Optional[str], vllm_moe: bool) -> None:
-    """Write the JSON twin, then the env file: the success signal comes last."""
+def publish_env_file(env_file: str, env_json: str, twin: EnvTwin, *, shim_dir: Optional[str], vllm_moe: bool,
+                     after_twin: Callable[[EnvTwin], None]) -> None:
+    """Write the JSON twin, then (``after_twin``) the front door's stamp, then the env file: the success signal
+    comes last."""
     from ensure_flydsl.support import faults  # here, as space below: modules the warm path does not load
 
     os.makedirs(os.path.dirname(env_file), exist_ok=True)
     written = replace(twin, written_at=now_iso(), tool_version=__version__)
     atomic_write_json(env_json, written.to_json())
     faults.point("twin-written")
+    after_twin(written)
     atomic_write(env_file, render_env_sh(twin.FLYDSL_ROOT, twin.pythonpath_prepend, shim_dir, vllm_moe).encode())
     faults.point("published")
 
 
 def withdraw_env_file(env_file: str, env_json: str) -> bool:
-    """Take a success marker out of the way (the sh file first: it is the signal)."""
+    """Take a success marker out of the way (the sh file first: it is the signal), and the front door's stamp."""
     removed = remove_file(env_file)
+    remove_file(warm_stamp(os.path.dirname(env_file)))
     return remove_file(env_json) or removed
 
 

@@ -74,7 +74,7 @@ class Run:
 
     def __init__(
         self, settings: Settings, reporter: Reporter, environ: Mapping[str, str], run_id: str = "", *,
-        kind: str = "blocking", alive_fd: Optional[int] = None,
+        kind: str = "blocking", alive_fd: Optional[int] = None, warm_key: Optional[List[str]] = None,
     ) -> None:
         self.settings = settings
         self.started = time.monotonic()
@@ -82,6 +82,7 @@ class Run:
         self.environ = dict(environ)
         self.run_id = run_id or new_run_id()
         self.kind = kind
+        self.warm_key = warm_key  # the front door's key when the settings came from argv and variables alone
         self.alive_fd = alive_fd
         self.durations: Dict[str, float] = {}
         self.step_name = Stage.SETTINGS

@@ -1,17 +1,44 @@
-"""``activate()``: apply a result to this process, idempotently, and never on top of another tree's modules."""
+"""The Python API: ``ensure()`` takes the settings as keyword arguments and returns a Result (or raises an
+EnsureError carrying the exit code); ``activate()`` applies a result to this process."""
 
 from __future__ import annotations
 
 import os
 import sys
-from typing import Optional, Tuple
+from typing import Mapping, Optional, Tuple
 
-from ensure_flydsl.errors import AlreadyImported
+from ensure_flydsl.errors import AlreadyImported, BadInput, EnsureError, ExitCode
+from ensure_flydsl.pipeline.run import Run, ensure_run
+from ensure_flydsl.pipeline.warm import try_warm
+from ensure_flydsl.probe.gate import TREE_PACKAGES, package_folder, same_folder
 from ensure_flydsl.result import Result
-from ensure_flydsl.support.pythonpath import without_folders
+from ensure_flydsl.settings import settings_from_kwargs
+from ensure_flydsl.support.report import Reporter
+from ensure_flydsl.version import __version__
+from ensure_flydsl.warm import without_folders
+
+__all__ = ["AlreadyImported", "BadInput", "EnsureError", "ExitCode", "Result", "__version__", "activate", "ensure"]
+
+
+def ensure(*, environ: Optional[Mapping[str, str]] = None, verbose: bool = False, **settings: object) -> Result:
+    """Ensure FlyDSL is importable; return the Result or raise EnsureError (``.code`` is the exit code)."""
+    env = dict(os.environ if environ is None else environ)
+    parsed = settings_from_kwargs(settings, env)
+    # As the command line: nothing the run makes is world-writable, whatever the caller's umask.
+    previous = os.umask(0o022)
+    os.umask(previous | 0o002)
+    try:
+        warm = None if parsed.verify else try_warm(parsed, env)
+        return warm or ensure_run(Run(parsed, Reporter(sys.stderr if verbose else None), env))
+    finally:
+        os.umask(previous)
 
 
 def activate(result: Result) -> None:
+    """Apply a result's environment to this process (os.environ, and sys.path for imports from now on), once.
+
+    Raises AlreadyImported (exit code 6) and changes nothing when flydsl or kernels were imported from another
+    tree already: those modules would stay, mixing two trees."""
     conflict = imported_elsewhere(result)
     if conflict is not None:
         raise AlreadyImported(*conflict)
@@ -27,8 +54,6 @@ def activate(result: Result) -> None:
 def imported_elsewhere(result: Result) -> Optional[Tuple[str, str, str]]:
     """(module, the file it was imported from, the tree's file) for the first of the tree's modules already
     imported in this process from another file; None if there is none."""
-    from ensure_flydsl.probe.gate import TREE_PACKAGES, package_folder, same_folder
-
     for name, tree_file in sorted(result.files.items()):
         top = name.split(".")[0]
         if top not in TREE_PACKAGES:
@@ -44,12 +69,8 @@ def imported_elsewhere(result: Result) -> Optional[Tuple[str, str, str]]:
 
 
 def _file_of(name: str) -> Optional[str]:
-    """The file a module in sys.modules came from; for a namespace package (a folder without
-    ``__init__.py``), the first folder of its path.  None if it is not imported.
-
-    A namespace package's path is computed again when sys.path changes, but only from the other namespace
-    portions: the tree's regular ``kernels`` package never joins it, so ``import kernels.moe_gemm_2stage``
-    after the activation would still look in the old folder and fail."""
+    """The file a module in sys.modules came from; for a namespace package, the first folder of its path (which
+    sys.path changes never reach: the tree's regular ``kernels`` would not join it).  None if not imported."""
     module = sys.modules.get(name)
     if module is None:
         return None
@@ -61,5 +82,3 @@ def _file_of(name: str) -> Optional[str]:
     except Exception:  # a module's __path__ is its own business: anything it raises means "unknown"
         return None
     return portions[0] if portions else None
-
-

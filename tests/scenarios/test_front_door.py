@@ -1,0 +1,115 @@
+"""The front door (ensure_flydsl/warm.py): a warm call with the raw inputs of an earlier answer is answered from the
+root's stamp with no other module of the tool; anything it cannot vouch for (a stamp that is not this user's
+own, garbage, other raw inputs, a twin rewritten, a failure marker) is a miss, and the command line answers
+as before, then keeps an entry for those inputs."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from typing import Dict, List, Tuple
+
+from tests.helpers.scenario import ensure_json
+from tests.helpers.workspace import Workspace
+
+
+def call(ws: Workspace, *args: str, cwd: str = "/", **env: str) -> Tuple[bool, subprocess.CompletedProcess]:
+    """The tool with ``args`` under ``-X importtime``: whether the front door answered alone, and the call."""
+    full = dict(ws.env, **env)
+    out = subprocess.run([sys.executable, "-X", "importtime", "-m", "ensure_flydsl", *args], env=full, cwd=cwd,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, check=False)
+    assert out.returncode == 0, out.stderr[-3000:]
+    modules = {line.rsplit("|", 1)[1].strip() for line in out.stderr.splitlines() if line.startswith("import time:")}
+    out.stderr = "\n".join(line for line in out.stderr.splitlines() if not line.startswith("import time:"))
+    return "ensure_flydsl.cli.main" not in modules, out
+
+
+def stamp(ws: Workspace) -> str:
+    return os.path.join(ws.root, ".ensure_flydsl", "warm")
+
+
+def without_clock(text: str) -> List[str]:
+    return [re.sub(r"^\[\d\d:\d\d:\d\d\] ", "", line) for line in text.splitlines()]
+
+
+def test_the_front_door_answers_as_the_command_line_does(ws: Workspace) -> None:
+    assert ensure_json(ws, cwd="/")["action"] == "provisioned"
+    door, out = call(ws, "--json")
+    assert door, "the second call with the same raw inputs is the front door's"
+    os.unlink(stamp(ws))
+    line, cli = call(ws, "--json")  # the command line's warm answer, which keeps the entry again
+    assert not line and os.path.isfile(stamp(ws))
+    ours, theirs = json.loads(out.stdout), json.loads(cli.stdout)
+    for varying in ("run_id", "elapsed_s", "durations"):
+        assert type(ours.pop(varying)) is type(theirs.pop(varying)), varying
+    assert ours == theirs and ours["action"] == "warm" and ours["ok"] is True
+    events = [json.loads(text) for text in (out.stderr.strip(), cli.stderr.strip())]
+    assert [e.pop("time") > 0 for e in events] == [True, True] and events[0] == events[1]
+    door, plain = call(ws)
+    assert door and plain.stderr == ""
+    os.unlink(stamp(ws))
+    assert without_clock(call(ws)[1].stdout) == without_clock(plain.stdout)
+    assert len(without_clock(plain.stdout)) == 2 and "nothing changed since the last success" in plain.stdout
+
+
+def test_other_raw_inputs_miss_once_then_have_their_entry(ws: Workspace, tmp_path: "os.PathLike[str]") -> None:
+    ensure_json(ws, cwd="/")
+    other = str(tmp_path)
+    inputs: List[Tuple[Tuple[str, ...], Dict[str, str], str]] = [
+        ((), {}, other),  # another working folder
+        ((), {"FLYDSL_MIN_VERSION": "0.2.1"}, "/"),  # another value of a setting's variable
+        (("--root", ws.root), {}, "/"),  # a flag
+        (("ensure", "--json"), {}, "/"),  # the command named: the same raw inputs as none
+    ]
+    for args, env, cwd in inputs:
+        first, _ = call(ws, *args, cwd=cwd, **env)
+        second, out = call(ws, *args, cwd=cwd, **env)
+        assert second, (args, env, cwd)
+        assert ("ensure" in args) or not first, (args, env, cwd)
+        if "--json" in args:
+            assert json.loads(out.stdout)["action"] == "warm"
+    assert call(ws, cwd="/")[0] and call(ws, cwd=other)[0], "each kept its own entry"
+    assert not call(ws, "-q", cwd="/")[0] and not call(ws, "-q", cwd="/")[0], "-q is no setting: never an entry"
+
+
+def test_a_stamp_this_user_did_not_write_alone_is_never_read(ws: Workspace) -> None:
+    ensure_json(ws, cwd="/")
+    assert call(ws)[0]
+    os.chmod(stamp(ws), 0o664)  # another user of the group could have written it
+    assert not call(ws)[0]
+    assert call(ws)[0], "the command line wrote it again, as this user's own"
+    os.chown(stamp(ws), 65534, 65534)
+    assert not call(ws)[0]
+    for garbage in (b"", b"\x00" * 64, b"not marshal at all", os.urandom(4096)):
+        with open(stamp(ws), "wb") as handle:
+            handle.write(garbage)
+        door, out = call(ws, "--json")
+        assert not door and json.loads(out.stdout)["action"] == "warm", garbage[:16]
+
+
+def test_what_the_fingerprint_and_the_files_say_still_decides(ws: Workspace) -> None:
+    ensure_json(ws, cwd="/")
+    assert call(ws)[0]
+    twin = ws.env_twin()
+    with open(ws.env_json, "w") as handle:  # the same twin, written again
+        handle.write(json.dumps(twin, indent=2, sort_keys=True) + "\n")
+    assert not call(ws)[0] and call(ws)[0]
+    with open(ws.fail_marker, "w") as handle:  # whoever's it is, the command line judges it: this one names
+        handle.write("{}")                    # no request, so it is taken for the root's own, and withdrawn
+    assert not call(ws)[0] and not os.path.exists(ws.fail_marker)
+    assert call(ws)[0]
+    module = os.path.join(ws.root, "kernels", "moe_gemm_2stage.py")
+    with open(module, "a") as handle:
+        handle.write("\n# edited\n")
+    door, out = call(ws, "--json")
+    assert not door and json.loads(out.stdout)["action"] != "warm"
+
+
+def test_the_stamp_goes_wherever_the_env_file_goes(ws: Workspace) -> None:
+    ensure_json(ws, cwd="/")
+    assert os.path.isfile(stamp(ws))
+    assert ws.run("clean").returncode == 0
+    assert not os.path.exists(ws.env_file) and not os.path.exists(stamp(ws))
