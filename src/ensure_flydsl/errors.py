@@ -1,45 +1,137 @@
 """Exit codes, the stages of a run, and the one user-facing error type.
 
-Every failure the tool reports is an :class:`EnsureError` carrying the exit code of the contract
-(the README's exit-code table), the stage it happened in, a one-line reason and what to do next.  The CLI's
-top-level handler maps it, Ctrl-C and bugs to distinct exit codes.
-
-The stages are in one place (:class:`Stage`): each one's name (the string the failure marker, the run
-records, the JSON objects and the README write), the exit code a failure in it has, its place in the
-doctor's order, whether its time counts for ETAs only when it did real work, and the plans (how a run
-provisions) that go through it.  A stage is a :class:`Stage`, never a bare string: a misspelt one is a type
-error.  It is a ``str`` (its name), so a record or a message writes it as before; a reader of a file parses
-the name back with :meth:`Stage.parse`, which gives None for a name it does not know (a file from another
-version, or not the tool's).
-
-The exit codes, plans and stages are built in stages.py, at the first use of one (``from ensure_flydsl.errors
-import Stage`` imports it): the warm call raises no error, and building them was most of this module's import.
+Every failure is an :class:`EnsureError` carrying the contract's exit code, the :class:`Stage` it happened in, a
+one-line reason and what to do next; the CLI maps it, Ctrl-C and bugs to distinct exit codes.  A reader of a file
+parses a stage's name back with :meth:`Stage.parse` (None for a name this version does not know).
 """
 
 from __future__ import annotations
 
-TYPE_CHECKING = False  # typing is for the type checker only: not imported on the warm call's path
-if TYPE_CHECKING:
-    from typing import Dict, Optional
+import enum
+from typing import Dict, FrozenSet, Optional, Tuple
 
-    from ensure_flydsl.stages import EXIT_MEANINGS as EXIT_MEANINGS
-    from ensure_flydsl.stages import FAILURE_CODES as FAILURE_CODES
-    from ensure_flydsl.stages import ExitCode as ExitCode
-    from ensure_flydsl.stages import Plan as Plan
-    from ensure_flydsl.stages import Stage as Stage
-    from ensure_flydsl.stages import disk_full_code as disk_full_code
-
-# The names stages.py gives, as they were given from here.
-_FROM_STAGES = frozenset({"EXIT_MEANINGS", "FAILURE_CODES", "ExitCode", "Plan", "Stage", "disk_full_code"})
+from ensure_flydsl.support import space
 
 
-def __getattr__(name: str) -> object:
-    """``errors.Stage`` and the other names of stages.py, built at the first use of one (PEP 562)."""
-    if name in _FROM_STAGES:
-        from ensure_flydsl import stages
+class ExitCode(enum.IntEnum):
+    OK = 0
+    FETCH = 2
+    CHECKOUT = 3
+    LLVM_BUILD = 4
+    FLYDSL_BUILD = 5
+    PROBE = 6
+    LOCK = 7
+    ARTIFACT = 8
+    WORKER_DIED = 9
+    BAD_INPUT = 64
+    INTERNAL = 70
+    STILL_RUNNING = 75
+    INTERRUPTED = 130
 
-        return getattr(stages, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+EXIT_MEANINGS = {
+    ExitCode.OK: "usable and env file written",
+    ExitCode.FETCH: "clone/fetch failed",
+    ExitCode.CHECKOUT: "checkout of the pin failed",
+    ExitCode.LLVM_BUILD: "LLVM/MLIR build failed",
+    ExitCode.FLYDSL_BUILD: "FlyDSL build failed",
+    ExitCode.PROBE: "built but the import probe still fails, or the interpreter lacks a module the pin imports",
+    ExitCode.LOCK: "lock not acquired",
+    ExitCode.ARTIFACT: "release or cache artifact could not be installed",
+    ExitCode.WORKER_DIED: "a detached worker died without finishing",
+    ExitCode.BAD_INPUT: "bad input",
+    ExitCode.INTERNAL: "internal error",
+    ExitCode.STILL_RUNNING: "still running",
+    ExitCode.INTERRUPTED: "interrupted",
+}
+
+# The exit codes a failed run records (its run record, the failure marker): every code of the contract but
+# 0 (success) and 75 (still running).  A record saying 0 or 75 would be a lie to `status` and `wait`'s caller
+# (75 sends a README-following agent back to `wait` for ever), and a code outside the table is no failure of
+# this tool's: its readers refuse both (runs/markers.py: Failure.from_json).
+FAILURE_CODES: FrozenSet[int] = frozenset(int(code) for code in ExitCode
+                                          if code not in (ExitCode.OK, ExitCode.STILL_RUNNING))
+
+
+class Plan(enum.Enum):
+    """How a run provisions: each goes through its own stages (the ETA adds up the typical length of those
+    still ahead)."""
+
+    SOURCE = "source"
+    RELEASE = "release"
+    CACHE = "cache"
+
+    @property
+    def stages(self) -> Tuple["Stage", ...]:
+        return tuple(stage for stage in Stage if self in stage.plans)
+
+
+_ALL = frozenset(Plan)
+_NONE: FrozenSet[Plan] = frozenset()
+
+
+class Stage(str, enum.Enum):
+    """One stage; the members are in the order a run goes through them (the plans follow it)."""
+
+    exit_code: Optional[ExitCode]  # a failure in it exits with this (None: its failures have several codes)
+    order: Optional[int]  # the doctor's: a run stops at the blocking check of the earliest stage
+    work: bool  # its time counts for ETAs only when it had something to do (not a no-op)
+    plans: FrozenSet[Plan]
+
+    def __new__(cls, name: str, exit_code: Optional[ExitCode], order: Optional[int], work: bool,
+                plans: FrozenSet[Plan]) -> "Stage":
+        stage = str.__new__(cls, name)
+        stage._value_ = name
+        stage.exit_code, stage.order, stage.work, stage.plans = exit_code, order, work, plans
+        return stage
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    @classmethod
+    def parse(cls, name: object) -> Optional["Stage"]:
+        """The stage a file names, or None for a name this version does not know (or no name at all)."""
+        return cls._value2member_map_.get(name) if isinstance(name, str) else None  # type: ignore[return-value]
+
+    STARTING = ("starting", None, None, False, _NONE)  # announced by `start`, before its worker runs
+    SETTINGS = ("settings", ExitCode.BAD_INPUT, 0, False, _NONE)
+    PROBE = ("probe", ExitCode.PROBE, 8, False, _ALL)
+    LOCK = ("lock", ExitCode.LOCK, None, False, _ALL)
+    FETCH = ("fetch", ExitCode.FETCH, 1, True, _ALL)
+    # The doctor orders submodules after the requirements: a source build fetches them after the checkout.
+    SUBMODULES = ("submodules", ExitCode.FETCH, 4, False, _NONE)
+    CHECKOUT = ("checkout", ExitCode.CHECKOUT, 2, False, _NONE)
+    REQUIREMENTS = ("requirements", ExitCode.PROBE, 3, False, _ALL)
+    FIXES = ("fixes", None, None, False, frozenset({Plan.SOURCE}))
+    LLVM = ("llvm", ExitCode.LLVM_BUILD, 5, True, frozenset({Plan.SOURCE}))
+    BUILD = ("build", ExitCode.FLYDSL_BUILD, 6, True, frozenset({Plan.SOURCE}))
+    RELEASE = ("release", ExitCode.ARTIFACT, 7, True, frozenset({Plan.RELEASE}))
+    CACHE = ("cache", ExitCode.ARTIFACT, None, True, frozenset({Plan.CACHE}))
+    VERIFY = ("verify", ExitCode.PROBE, None, False, _ALL)
+    PUBLISH = ("publish", None, None, False, _ALL)
+    # Not steps of a run's plan: where else a failure can come from.
+    PROVISION = ("provision", ExitCode.INTERNAL, None, False, _NONE)  # no provider gave a tree (a bug)
+    LEASE = ("lease", None, None, False, _NONE)  # waiting for another host's build
+    DOCTOR = ("doctor", None, None, False, _NONE)  # checked before building: the failing check's stage's code
+    ACTIVATE = ("activate", ExitCode.PROBE, None, False, _NONE)  # the API's activate()
+    ACCESS = ("access", ExitCode.BAD_INPUT, None, False, _NONE)  # the system refused a folder
+    CLEAN = ("clean", ExitCode.LOCK, None, False, _NONE)  # clean while a run is going
+    SKILL = ("skill", ExitCode.ARTIFACT, None, False, _NONE)  # `skill DIR`: the vendored wheels not obtained
+
+
+# A full file system (ENOSPC, EDQUOT) is never a bug.  It stops a stage that fetches, checks out, builds or
+# installs with that stage's code, as a build or a download that fills the disk always did; anywhere else (the
+# tool's own records, markers, the lock's holder, the env file) with 5, the doctor's code for a disk without
+# room to build.
+_STAGES_THAT_FILL = frozenset({Stage.FETCH, Stage.SUBMODULES, Stage.CHECKOUT, Stage.LLVM, Stage.BUILD, Stage.RELEASE,
+                               Stage.CACHE})
+
+
+def disk_full_code(stage: Optional[Stage]) -> ExitCode:
+    """The exit code of a full file system met in ``stage``."""
+    if stage is not None and stage in _STAGES_THAT_FILL and stage.exit_code is not None:
+        return stage.exit_code
+    return ExitCode.FLYDSL_BUILD
 
 
 NO_SPACE_ADVICE = "free space there (`ensure-flydsl clean` removes what this tool made for the root) and run it again"
@@ -58,8 +150,6 @@ class EnsureError(Exception):
         detail: str = "",
         meaning: Optional[str] = None,
     ) -> None:
-        from ensure_flydsl.stages import EXIT_MEANINGS, ExitCode
-
         super().__init__(reason)
         self.code = ExitCode(code)
         self.reason = reason
@@ -108,8 +198,6 @@ class EnsureError(Exception):
 def disk_full_error(exc: OSError, stage: Optional[Stage]) -> Optional["EnsureError"]:
     """The one-line EnsureError for ``exc`` when it is a full file system (or quota), met in ``stage``: it
     names the file system, its free space and what to do; None for any other error."""
-    from ensure_flydsl.stages import disk_full_code
-    from ensure_flydsl.support import space
 
     if not space.is_full(exc):
         return None
@@ -123,8 +211,6 @@ class BadInput(EnsureError):
     """A setting with a value the tool refuses, detected before anything is touched."""
 
     def __init__(self, setting: str, value: object, allowed: str) -> None:
-        from ensure_flydsl.stages import ExitCode, Stage
-
         shown = repr(value) if isinstance(value, str) else str(value)
         super().__init__(
             ExitCode.BAD_INPUT,
@@ -139,8 +225,6 @@ class AlreadyImported(EnsureError):
     stay in ``sys.modules``, so activating would mix two trees (exit code 6, as a probe failure)."""
 
     def __init__(self, module: str, imported: str, tree_file: str) -> None:
-        from ensure_flydsl.stages import ExitCode, Stage
-
         super().__init__(
             ExitCode.PROBE,
             f"{module} is already imported from {imported}; the tree is {tree_file}; "
@@ -174,8 +258,6 @@ def interrupted_by(signame: str) -> str:
 
 
 def exit_code_of(exc: Optional[BaseException]) -> ExitCode:
-    from ensure_flydsl.stages import ExitCode
-
     if exc is None:
         return ExitCode.OK
     if isinstance(exc, EnsureError):

@@ -56,15 +56,12 @@ The default lock, marker and log paths are shared by the roots of one folder, as
 from __future__ import annotations
 
 import os
+from typing import List, Mapping, Optional, Tuple
 
 from ensure_flydsl.warm import ENV_FILE_NAME as ENV_FILE_NAME
 from ensure_flydsl.warm import ENV_JSON_NAME as ENV_JSON_NAME
 from ensure_flydsl.warm import STATE_DIR as STATE_DIR
 from ensure_flydsl.warm import stamp_path
-
-TYPE_CHECKING = False  # typing is for the type checker only: not imported on the warm call's path
-if TYPE_CHECKING:
-    from typing import List, Mapping, Optional, Tuple
 
 BUILD_DIR = "build-fly"
 PACKAGES_DIR = "python_packages"

@@ -3,12 +3,9 @@ loading the machinery of a full run."""
 
 from __future__ import annotations
 
-from ensure_flydsl.support.choice import Choice
-from ensure_flydsl.support.frozen import Frozen, asdict
-
-TYPE_CHECKING = False  # typing is for the type checker only: not imported on the warm call's path
-if TYPE_CHECKING:
-    from typing import ClassVar, Dict, List, Optional
+import enum
+from dataclasses import asdict, dataclass
+from typing import Dict, List, Optional
 
 # The one shape every JSON answer of the tool has, success or failure (docs/schema/result.schema.json); GEAK's
 # gate schema (``ok`` required; ``built``, ``env_file``, ``version``, ``reason``) is a subset of it.
@@ -31,26 +28,32 @@ def result_object(**fields: object) -> Dict[str, object]:
 LINK_MODES = ("reflink", "hardlink", "copy")
 
 
-class How(Choice):
-    """How the tree in use came to be (the env file's twin and ``status`` show it; each value is the name in
-    lower case: support/choice.py)."""
+class How(str, enum.Enum):
+    """How the tree in use came to be (the env file's twin and ``status`` show it)."""
 
-    REUSED: ClassVar[How]  # found on the interpreter's path, or in a root another tool made
-    BUILT: ClassVar[How]  # a source build of the pin
-    RELEASED: ClassVar[How]  # the pin's release wheel beside its kernels/
-    CACHED: ClassVar[How]  # a tree another host built, from the binary cache
+    REUSED = "reused"  # found on the interpreter's path, or in a root another tool made
+    BUILT = "built"  # a source build of the pin
+    RELEASED = "released"  # the pin's release wheel beside its kernels/
+    CACHED = "cached"  # a tree another host built, from the binary cache
 
-
-class Action(Choice):
-    """What one call did (each value is the name in lower case)."""
-
-    WARM: ClassVar[Action]  # answered from the fingerprint: nothing changed, no probe
-    VERIFIED: ClassVar[Action]  # the full probe confirmed the root's own tree
-    REUSED: ClassVar[Action]  # a tree found elsewhere on the path
-    PROVISIONED: ClassVar[Action]  # the root's tree was made (or finished) by this call
+    def __str__(self) -> str:
+        return str(self.value)
 
 
-class TreeIdentity(Frozen):
+class Action(str, enum.Enum):
+    """What one call did."""
+
+    WARM = "warm"  # answered from the fingerprint: nothing changed, no probe
+    VERIFIED = "verified"  # the full probe confirmed the root's own tree
+    REUSED = "reused"  # a tree found elsewhere on the path
+    PROVISIONED = "provisioned"  # the root's tree was made (or finished) by this call
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+
+@dataclass(frozen=True)
+class TreeIdentity:
     """The tree in use, as the result of a call and the env file's twin (``runs/markers.py: EnvTwin``) both
     say it, each deriving from this: how it came to be, its folder, flydsl's version, the interpreter it was
     made for, the commit, and the file each probed module was imported from.  Their JSON has these keys flat
@@ -66,6 +69,7 @@ class TreeIdentity(Frozen):
     files: Dict[str, str]
 
 
+@dataclass(frozen=True)
 class Result(TreeIdentity):
     """What ``ensure`` returns: the tree in use (:class:`TreeIdentity`) and how this call obtained it."""
 

@@ -4,29 +4,34 @@ how two values of a setting compare: a version against the floor, two repository
 
 from __future__ import annotations
 
+import enum
+import importlib.util
 import os
-
-from ensure_flydsl.errors import BadInput
-from ensure_flydsl.support.choice import Choice
-from ensure_flydsl.support.fields import SHORT_TEXT_MAX, short_text
-from ensure_flydsl.support.names import module_name, pin_text
+import re
+import socket
 
 # re is imported where a value is matched: the warm call imports none (under python3 -E -S, as the GEAK folder
 # runs the tool, its import costs as much as the interpreter's start: tests/scenarios/test_warm_imports.py)
-TYPE_CHECKING = False  # typing is for the type checker only: not imported on the warm call's path
-if TYPE_CHECKING:
-    from typing import ClassVar, Dict, List, Mapping, Optional, Tuple
+from typing import Dict, List, Mapping, Optional, Tuple
+
+from packaging.version import InvalidVersion, Version
+
+from ensure_flydsl.errors import BadInput
+from ensure_flydsl.support.fields import SHORT_TEXT_MAX, short_text
+from ensure_flydsl.support.install_route import extra_remedy
+from ensure_flydsl.support.urls import shown_location
 
 
+class Strategy(str, enum.Enum):
+    """FLYDSL_STRATEGY's values; which ways each tries, and in what order, is ``ways.STRATEGY``'s."""
 
-class Strategy(Choice):
-    """FLYDSL_STRATEGY's values (``"auto"``, ``"source"``, ``"release"``, ``"reuse-only"``: support/choice.py);
-    which ways each one tries, and in what order, is ``ways.STRATEGY``'s."""
+    AUTO = "auto"
+    SOURCE = "source"
+    RELEASE = "release"
+    REUSE_ONLY = "reuse-only"
 
-    AUTO: ClassVar[Strategy]
-    SOURCE: ClassVar[Strategy]
-    RELEASE: ClassVar[Strategy]
-    REUSE_ONLY: ClassVar[Strategy]
+    def __str__(self) -> str:
+        return str(self.value)
 
 
 STRATEGIES = tuple(s.value for s in Strategy)
@@ -46,13 +51,13 @@ _CONTROL = frozenset(map(chr, (*range(0x20), 0x7F)))
 _URL_SCHEMES = ("https://", "http://", "ssh://", "git://", "file://")
 _SCP_LIKE = r"^[A-Za-z0-9_.+-]+@[A-Za-z0-9_.-]+:[^-]"
 _HELPER = r"^[A-Za-z][A-Za-z0-9+.-]*::"  # git's remote helpers: "ext::cmd", "fd::0"
+PIN = r"^[A-Za-z0-9_][A-Za-z0-9._/+-]{0,254}\Z"
+MODULE = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*\Z"
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
 
 
 def _matches(pattern: str, value: str) -> bool:
-    import re
-
     return re.match(pattern, value) is not None
 
 
@@ -110,8 +115,6 @@ def parse_root(name: str, value: str) -> str:
 
 
 def parse_min_version(name: str, value: str) -> str:
-    from packaging.version import InvalidVersion, Version  # here: the warm call without this setting needs none
-
     try:
         Version(value)
     except InvalidVersion:
@@ -124,7 +127,6 @@ def release_at_least(version: str, floor: str) -> bool:
 
     Raises InvalidVersion for a version packaging cannot parse.
     """
-    from packaging.version import Version
 
     have = Version(version).release
     need = Version(floor).release
@@ -133,7 +135,7 @@ def release_at_least(version: str, floor: str) -> bool:
 
 def parse_pin(name: str, value: str) -> str:
     if (
-        not pin_text(value)
+        not re.match(PIN, value)
         or ".." in value
         or "//" in value
         or "@{" in value
@@ -197,7 +199,7 @@ def parse_bool(name: str, value: str) -> bool:
 
 def parse_require(name: str, value: str) -> Tuple[str, ...]:
     modules = tuple(m.strip() for m in value.split(",") if m.strip())
-    bad = [m for m in modules if not module_name(m)]
+    bad = [m for m in modules if not re.match(MODULE, m)]
     if not modules or bad:
         raise BadInput(name, value, "comma-separated module names such as flydsl,kernels.moe_gemm_2stage")
     return modules
@@ -254,8 +256,6 @@ def _positive_seconds(name: str, value: str, below: float, allowed: str) -> floa
 
 
 def parse_cache(name: str, value: str) -> str:
-    import re
-
     check_utf8(name, value, "a folder path or URL")
     if _has_control(value) or value.startswith("-"):
         raise BadInput(name, value, "a folder path or an fsspec URL such as s3://bucket/prefix")
@@ -269,15 +269,11 @@ def _need_url_libraries(name: str, value: str) -> None:
     """A URL cache needs fsspec (and s3fs for S3): without them the run could not use the cache it was told to
     use, so the setting is refused before anything is touched, with the remedy for the way the tool was
     installed (the GEAK folder vendors no extras)."""
-    import importlib.util
 
     scheme = value.split("://", 1)[0].lower()
     needed = ["fsspec"] + (["s3fs"] if scheme in ("s3", "s3a") else [])
     missing = [module for module in needed if importlib.util.find_spec(module) is None]
     if missing:
-        from ensure_flydsl.support.install_route import extra_remedy
-        from ensure_flydsl.support.urls import shown_location
-
         raise BadInput(name, shown_location(value), f"the {scheme}:// cache needs {' and '.join(missing)}, which "
                        "this Python lacks: " + extra_remedy("s3", "point FLYDSL_CACHE at a folder"))
 
@@ -299,10 +295,7 @@ def parse_written_file(name: str, value: str) -> str:
 
 
 # (FROM, TO) URL prefixes: git fetches what starts with FROM from TO instead (url.<TO>.insteadOf <FROM>).
-if TYPE_CHECKING:
-    GitMirrors = Tuple[Tuple[str, str], ...]
-else:
-    GitMirrors = tuple  # annotations are text at run time; the alias is the type checker's
+GitMirrors = Tuple[Tuple[str, str], ...]
 MIRRORS_ALLOWED = ("whitespace-separated FROM=TO pairs (URL prefixes; TO a https, http, ssh, git or file URL or a "
                    "local path), such as https://github.com/=https://git.example.internal/github/")
 
@@ -310,7 +303,6 @@ MIRRORS_ALLOWED = ("whitespace-separated FROM=TO pairs (URL prefixes; TO a https
 def _mirror_to(name: str, value: str, pair: str, to: str) -> str:
     """A mirror's TO: a URL of a plain transport, scp-like, or a local path made absolute (git rewrites URLs
     for commands that run in several folders), keeping a trailing slash: TO is a prefix."""
-    import re
 
     if to.startswith(_URL_SCHEMES) or re.match(_SCP_LIKE, to):
         return to
@@ -322,8 +314,6 @@ def _mirror_to(name: str, value: str, pair: str, to: str) -> str:
 
 
 def _mirror_pair(name: str, value: str, pair: str) -> Tuple[str, str]:
-    import re
-
     source, equals, to = pair.partition("=")
     if not equals or not source or not to:
         raise BadInput(name, value, f"{MIRRORS_ALLOWED}; {pair!r} is not FROM=TO with both non-empty")
@@ -367,7 +357,6 @@ def host_id(environ: Mapping[str, str]) -> str:
     given = environ.get(HOST_ID)
     if given:
         return given
-    import socket
 
     name = socket.gethostname()
     return short_text(name) or "".join(c if c.isprintable() else "?" for c in name)[:SHORT_TEXT_MAX] or "localhost"

@@ -12,6 +12,9 @@ before any command writes it; checks that need more (the interpreter runs, the r
 from __future__ import annotations
 
 import os
+import re
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Mapping, Optional, Tuple
 
 from ensure_flydsl import layout
 from ensure_flydsl.errors import BadInput
@@ -105,13 +108,10 @@ from ensure_flydsl.settings_table import (
 from ensure_flydsl.settings_table import (
     parse_trusted_keys as parse_trusted_keys,
 )
-from ensure_flydsl.support.frozen import Frozen, field
 
-TYPE_CHECKING = False  # typing is for the type checker only: not imported on the warm call's path
-if TYPE_CHECKING:
-    from typing import Callable, Dict, List, Mapping, Optional, Tuple
 
-class Settings(Frozen):
+@dataclass(frozen=True)
+class Settings:
     root: str = DEFAULT_ROOT
     min_version: str = DEFAULT_MIN_VERSION
     pin: str = DEFAULT_PIN
@@ -269,8 +269,6 @@ def _own_folders(settings: Settings, text: Callable[..., str],
     if host is not None:
         folders.append((host, f"{host}, the tool's own folder for this host (ETA history)", own))
     if settings.cache is not None:
-        import re
-
         if not re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", settings.cache):
             folders.append((settings.cache, f"{text('cache')} (the binary cache)", "a path outside the cache"))
     return folders
@@ -374,7 +372,6 @@ def join_git_mirrors(values: object) -> Optional[str]:
     """``--git-mirror`` is repeatable; the Python API also takes {FROM: TO} or (FROM, TO) pairs."""
     if values is None:
         return None
-    from collections.abc import Mapping  # here: the warm call has no mirrors to join
 
     if isinstance(values, Mapping):
         values = [f"{source}={to}" for source, to in values.items()]

@@ -6,6 +6,9 @@ them."""
 
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass, fields
+from typing import Callable, Dict, Optional, Tuple
+
 from ensure_flydsl.errors import BadInput
 from ensure_flydsl.setting_values import (
     STRATEGIES,
@@ -18,12 +21,9 @@ from ensure_flydsl.setting_values import (
     parse_require,
     parse_root,
 )
-from ensure_flydsl.support.frozen import Frozen, asdict
+from ensure_flydsl.signing_keys import parse_signing_key as parse_signing_key
+from ensure_flydsl.signing_keys import parse_trusted_keys as parse_trusted_keys
 from ensure_flydsl.warm import DEFAULT_ROOT as DEFAULT_ROOT
-
-TYPE_CHECKING = False  # typing is for the type checker only: not imported on the warm call's path
-if TYPE_CHECKING:
-    from typing import Callable, Dict, Optional, Tuple
 
 DEFAULT_MIN_VERSION = "0.2.2"
 DEFAULT_PIN = "a35627a2fef0a5a70c63536c4174674223866737"
@@ -34,32 +34,18 @@ DEFAULT_REQUIRE = ("flydsl", "kernels.moe_gemm_2stage")
 DEFAULT_PROBE_TIMEOUT = 300.0
 DEFAULT_LEASE_TTL = 120.0
 # FLYDSL_CACHE_TRUSTED_KEYS, each key as its public line "NAME:BASE64" (signing_keys.py reads and checks them).
-if TYPE_CHECKING:
-    TrustedKeys = Tuple[str, ...]
-else:
-    TrustedKeys = tuple  # annotations are text at run time; the alias is the type checker's
+TrustedKeys = Tuple[str, ...]
 # Settings whose empty (or blank) value is bad input, not the default: its parser says why.  Trusted keys set
 # but empty (`FLYDSL_CACHE_TRUSTED_KEYS="$(cat ci.pub)"` run where ci.pub is not) would turn checks off.
 EMPTY_REFUSED = frozenset({"cache_trusted_keys"})
-
-
-def parse_signing_key(name: str, value: str) -> str:
-    from ensure_flydsl.signing_keys import parse_signing_key as parse  # only when a key is set: not warm-path
-
-    return parse(name, value)
-
-
-def parse_trusted_keys(name: str, value: str) -> TrustedKeys:
-    from ensure_flydsl.signing_keys import parse_trusted_keys as parse
-
-    return parse(name, value)
 
 
 
 VALUE, FLAG, LIST, SWITCH = "value", "flag", "list", "switch"  # a setting's kind: how its flag is given
 
 
-class Setting(Frozen):
+@dataclass(frozen=True)
+class Setting:
     """One row of the settings table (the README's).  ``kind`` is how the flag is given: VALUE (``--root X``),
     FLAG (``--verify``: no value), LIST (repeatable, ``--require A --require B``) or SWITCH (``--vllm-moe`` and
     ``--no-vllm-moe``); ``metavar`` names a LIST's value."""
@@ -132,7 +118,8 @@ SETTING_GROUPS: Tuple[Tuple[str, str, Tuple[str, ...]], ...] = (
 )
 
 
-class Request(Frozen):
+@dataclass(frozen=True)
+class Request:
     """What a success must satisfy: every setting that changes the answer of a run (``Settings.request()``),
     one record wherever it travels (the env file's JSON twin and its fingerprint, the failure marker, the run
     records), compared by equality.  Its JSON is an object of these eleven keys, ``require`` a list and
@@ -184,7 +171,7 @@ class Request(Frozen):
                    exact_pin=switches[1])
 
 
-_REQUEST_KEYS = frozenset(Request._fields)
+_REQUEST_KEYS = frozenset(f.name for f in fields(Request))
 
 
 def _parses_to(parse: Callable[[str, str], object], value: object, expected: object) -> bool:

@@ -8,6 +8,7 @@ import glob
 import json
 import os
 import time
+from dataclasses import replace
 from typing import Dict, List, Tuple
 
 from ensure_flydsl.binary_cache.entries import ORPHAN_GRACE_S, Cache, open_cache
@@ -16,7 +17,6 @@ from ensure_flydsl.binary_cache.signing import check_entry, generate, signature_
 from ensure_flydsl.binary_cache.variants import MAX_VARIANTS, place
 from ensure_flydsl.cli.cache_signing import sign_entries
 from ensure_flydsl.settings import Settings
-from ensure_flydsl.support.frozen import replace
 from ensure_flydsl.support.keys import PublicKey, SecretKey, parse_public, parse_secret
 from tests.helpers.cache_entries import FIELDS, KEY, manifest_file
 from tests.helpers.cache_trees import make_tree

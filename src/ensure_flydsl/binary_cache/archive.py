@@ -15,11 +15,11 @@ import os
 import posixpath
 import stat
 import tarfile
+from dataclasses import dataclass, replace
 from typing import IO, Dict, List, Optional, Sequence, Set, Tuple, cast
 
 from ensure_flydsl.binary_cache.store import CacheCorrupt
 from ensure_flydsl.support.fields import integer
-from ensure_flydsl.support.frozen import Frozen, replace
 
 CHUNK = 1 << 20
 TYPES = ("file", "dir", "symlink")
@@ -27,7 +27,8 @@ _MAX_SYMLINK_HOPS = 40  # as the kernel's ELOOP limit
 _HEX = set("0123456789abcdef")
 
 
-class Member(Frozen):
+@dataclass(frozen=True)
+class Member:
     path: str  # relative, "/"-separated, normalised
     type: str  # "file", "dir" or "symlink"
     mode: int  # permission bits (0o777 at most)

@@ -51,6 +51,7 @@ import tarfile
 import tempfile
 import time
 import zlib
+from dataclasses import replace
 from typing import IO, Dict, List, Mapping, Optional, Sequence, Set, Tuple, cast
 
 from ensure_flydsl.binary_cache.archive import Member, check_members, extract_checked, pack, walk
@@ -72,7 +73,6 @@ from ensure_flydsl.binary_cache.store import CacheCorrupt, CacheError, Store, St
 from ensure_flydsl.binary_cache.variants import Published, place, read_manifest, read_variants
 from ensure_flydsl.support import space
 from ensure_flydsl.support.files import rename_into_place
-from ensure_flydsl.support.frozen import replace
 from ensure_flydsl.support.keys import SecretKey
 from ensure_flydsl.version import __version__
 

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import asdict, dataclass, field
 from typing import Dict, Mapping, Optional
 
 from ensure_flydsl.support.fields import SHORT_TEXT_MAX, short_text
-from ensure_flydsl.support.frozen import Record, asdict, field
 
 BUILDING, FAILED = "building", "failed"
 # FLYDSL_LEASE_TTL's own bound (setting_values.parse_lease_ttl): a record's ttl outside (0, 10**6) s was
@@ -34,7 +34,8 @@ UNKNOWN_HOST = "an unknown host"
 FAILURE_EXIT_CODES = range(2, 9)
 
 
-class LeaseRecord(Record):
+@dataclass
+class LeaseRecord:
     """One generation of a key's lease: who builds what, and how far (or how it failed)."""
 
     kind: str

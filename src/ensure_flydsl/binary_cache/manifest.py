@@ -12,12 +12,12 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from dataclasses import dataclass, field
 from typing import Dict, Mapping, Tuple
 
 from ensure_flydsl.binary_cache.archive import Member
 from ensure_flydsl.binary_cache.store import StoredFile
 from ensure_flydsl.support.fields import integer, seconds, short_text
-from ensure_flydsl.support.frozen import Frozen, field
 from ensure_flydsl.support.keys import KEY_NAME
 
 FORMAT = 1
@@ -28,7 +28,8 @@ KIND = re.compile(r"^[a-z][a-z0-9_-]{0,31}\Z")
 HEX64 = re.compile(r"^[0-9a-f]{64}\Z")
 
 
-class CacheEntry(Frozen):
+@dataclass(frozen=True)
+class CacheEntry:
     kind: str  # "tree" or "mlir" ("orphan" only in what prune returns: a file no manifest names)
     key: str  # hex sha256 of the canonical key fields
     blob: str  # hex sha256 of the artifact bytes

@@ -28,11 +28,11 @@ from __future__ import annotations
 import base64
 import hashlib
 import importlib
+from dataclasses import dataclass
 from typing import AbstractSet, Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ensure_flydsl.binary_cache.manifest import CacheEntry, check_name
 from ensure_flydsl.binary_cache.store import CacheError, Store, StoredFile
-from ensure_flydsl.support.frozen import Frozen
 from ensure_flydsl.support.keys import (
     KEY_NAME,
     SECRET_BYTES,
@@ -146,7 +146,8 @@ def signature_path(kind: str, key: str, manifest: bytes, name: str) -> str:
     return f"{signatures_dir(kind, key)}/{manifest_sha(manifest)}/{name}.sig"
 
 
-class Found(Frozen):
+@dataclass(frozen=True)
+class Found:
     """A signature object of an entry: for which version of its manifest, by which key name."""
 
     version: str  # sha256 of the manifest's bytes it claims to sign
@@ -213,7 +214,8 @@ def write_signature(store: Store, kind: str, key: str, manifest: bytes, secret: 
 
 # -- the verdict on one entry ------------------------------------------------------------------------------
 
-class Verdict(Frozen):
+@dataclass(frozen=True)
+class Verdict:
     """What the signatures of one manifest say: who signed it, which of them verify under a trusted key."""
 
     trusted_by: Tuple[str, ...]  # names whose signature verifies under a trusted key of that name

@@ -3,9 +3,8 @@ store, folder.py, and the fsspec store can both use them)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Optional
-
-from ensure_flydsl.support.frozen import Frozen
 
 
 class CacheError(Exception):
@@ -27,7 +26,8 @@ class CacheCorrupt(CacheError):
         self.reason = reason
 
 
-class StoredFile(Frozen):
+@dataclass(frozen=True)
+class StoredFile:
     path: str  # relative to the cache's root, "/"-separated
     size: int
     mtime: Optional[float]  # None when the file system does not say

@@ -24,6 +24,7 @@ that other hosts trust: a publish never takes it away from them)::
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 from typing import List, Optional, Sequence
 
 from ensure_flydsl.binary_cache.manifest import (
@@ -38,13 +39,13 @@ from ensure_flydsl.binary_cache.manifest import (
 )
 from ensure_flydsl.binary_cache.signing import check_entry, manifest_sha, public_of, write_signature
 from ensure_flydsl.binary_cache.store import CacheCorrupt, Store
-from ensure_flydsl.support.frozen import Frozen, replace
 from ensure_flydsl.support.keys import KEY_NAME, SecretKey
 
 MAX_VARIANTS = 64  # per key: one per signing key; more is a store flooded on purpose
 
 
-class Published(Frozen):
+@dataclass(frozen=True)
+class Published:
     """What a publish did: ``entry`` is the manifest it made, its ``path`` where it was written ("" when
     it was not); ``why`` says what was in the way then, ``note`` anything besides when it was written."""
 
@@ -104,7 +105,8 @@ def place(store: Store, entry: CacheEntry, signers: Sequence[SecretKey]) -> Publ
     return placed
 
 
-class _There(Frozen):
+@dataclass(frozen=True)
+class _There:
     """What a publish finds at a manifest's path it could not create."""
 
     data: Optional[bytes] = None  # its bytes (None: gone, or no regular file)

@@ -8,6 +8,9 @@ import os
 import re
 from typing import Optional
 
+from ensure_flydsl.geak.folder import MADE_BY, MANIFEST
+from ensure_flydsl.geak.provenance import PACKAGE_DIR, tool_commit
+from ensure_flydsl.support.files import read_json
 from ensure_flydsl.version import __version__
 
 # What geak/provenance.py says of code that is a commit's: its hash, marked when the files differ from it.
@@ -21,8 +24,6 @@ def version_line() -> str:
 
 
 def _commit() -> Optional[str]:
-    from ensure_flydsl.geak.provenance import PACKAGE_DIR, tool_commit
-
     made = _skill_folder_commit(PACKAGE_DIR)
     if made is not None:
         return made or None
@@ -34,8 +35,6 @@ def _skill_folder_commit(package_dir: str) -> Optional[str]:
     """In a GEAK folder (``skill DIR``: DIR/tool/ensure_flydsl): the commit its manifest names when the
     package's files are still the ones it lists ("" when they are not: no commit is claimed for them);
     None outside such a folder.  The folder may sit in a checkout of GEAK, whose commit is not the tool's."""
-    from ensure_flydsl.geak.folder import MADE_BY, MANIFEST
-    from ensure_flydsl.support.files import read_json
 
     folder = os.path.dirname(os.path.dirname(package_dir))
     if os.path.basename(os.path.dirname(package_dir)) != "tool":

@@ -13,6 +13,8 @@ import time
 from typing import Callable, Dict, List, Mapping, Optional, Sequence
 
 from ensure_flydsl.binary_cache.entries import CacheEntry, CacheError, format_size, open_cache, parse_size
+from ensure_flydsl.binary_cache.signing import manifest_sha
+from ensure_flydsl.cli.cache_signing import Refused, keygen, signers_text
 from ensure_flydsl.errors import ExitCode
 from ensure_flydsl.settings import Settings
 
@@ -27,8 +29,6 @@ SUMMARY_MAX = 4
 def cache_command(settings: Settings, action: str, *, max_size: Optional[str], as_json: bool,
                   say: Callable[[str], None], names: Sequence[str] = (), out: Optional[str] = None,
                   key: Optional[str] = None) -> int:
-    from ensure_flydsl.cli.cache_signing import Refused
-
     try:
         if action == "keygen":
             return _keygen(names, out, say)
@@ -41,8 +41,6 @@ def cache_command(settings: Settings, action: str, *, max_size: Optional[str], a
 
 
 def _keygen(names: Sequence[str], out: Optional[str], say: Callable[[str], None]) -> int:
-    from ensure_flydsl.cli.cache_signing import keygen
-
     if out is None or len(names) != 1:
         return _refuse("cache keygen needs --out DIR and one NAME (e.g. cache keygen --out ~/.config/flydsl ci-1)")
     secret, public = keygen(out, names[0])
@@ -104,7 +102,6 @@ def list_object(entries: List[CacheEntry], location: str, signers: Mapping[str, 
                 warnings: List[str]) -> Dict[str, object]:
     """`cache list --json`: one object, also for an empty cache (a reader of JSON Lines got nothing at all
     then, and could not tell an empty cache from a command that printed nothing)."""
-    from ensure_flydsl.binary_cache.signing import manifest_sha
 
     listed = []
     for entry in entries:
@@ -117,9 +114,6 @@ def list_object(entries: List[CacheEntry], location: str, signers: Mapping[str, 
 
 def _list(entries: List[CacheEntry], location: str, say: Callable[[str], None],
           signers: Mapping[str, List[Dict[str, object]]]) -> int:
-    from ensure_flydsl.binary_cache.signing import manifest_sha
-    from ensure_flydsl.cli.cache_signing import signers_text
-
     if not entries:
         say(f"no entries in {location}")
         return 0

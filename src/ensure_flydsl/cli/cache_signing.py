@@ -16,6 +16,16 @@ import os
 from typing import AbstractSet, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from ensure_flydsl.binary_cache.entries import Cache, CacheEntry
+from ensure_flydsl.binary_cache.signing import (
+    MissingLibrary,
+    check_entry,
+    check_secret,
+    generate,
+    manifest_sha,
+    signature_path,
+    trusted_keys,
+    write_signature,
+)
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.support.keys import KEY_NAME, NAME_ALLOWED, KeyProblem, PublicKey, read_secret_key
 
@@ -26,7 +36,6 @@ class Refused(Exception):
 
 def keygen(out_dir: str, name: str) -> Tuple[str, str]:
     """Write a new key pair into ``out_dir``; (secret path, public path)."""
-    from ensure_flydsl.binary_cache.signing import MissingLibrary, generate
 
     if not KEY_NAME.match(name):
         raise Refused(f"cache keygen NAME={name!r} is not allowed: {NAME_ALLOWED}")
@@ -66,14 +75,6 @@ def keygen(out_dir: str, name: str) -> Tuple[str, str]:
 def sign_entries(settings: Settings, cache: Cache, key_path: str, names: Sequence[str],
                  say: Callable[[str], None]) -> int:
     """Add the signature of the key in ``key_path`` to the entries named (all when none is); 0."""
-    from ensure_flydsl.binary_cache.signing import (
-        MissingLibrary,
-        check_entry,
-        check_secret,
-        signature_path,
-        trusted_keys,
-        write_signature,
-    )
 
     try:
         secret = read_secret_key(os.path.abspath(key_path))
@@ -128,7 +129,6 @@ def _chosen(entries: List[CacheEntry], names: Sequence[str]) -> List[CacheEntry]
 
 def live_versions(entries: Sequence[CacheEntry]) -> Dict[Tuple[str, str], AbstractSet[str]]:
     """(kind, key): the sha256s of that key's manifests among ``entries`` (binary_cache/signing.py's ``live``)."""
-    from ensure_flydsl.binary_cache.signing import manifest_sha
 
     found: Dict[Tuple[str, str], Set[str]] = {}
     for entry in entries:
@@ -142,7 +142,6 @@ def signers_of(settings: Settings, cache: Cache, entries: Sequence[CacheEntry],
     "verifies"}; ``trusted`` is None without trusted keys (nothing is verified then), else whether the
     signature verifies under a trusted key; ``verifies`` is None for a name no trusted key has, else whether
     its signature matches the manifest."""
-    from ensure_flydsl.binary_cache.signing import check_entry, manifest_sha, trusted_keys
 
     trusted: List[PublicKey] = trusted_keys(settings.cache_trusted_keys) if settings.cache_trusted_keys else []
     found: Dict[str, List[Dict[str, object]]] = {}

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import uuid
+from dataclasses import dataclass
 from typing import Callable, Dict, List, Tuple
 
 from ensure_flydsl.errors import EnsureError, ExitCode, Stage
@@ -23,6 +24,7 @@ from ensure_flydsl.layout import (
     state_dir,
 )
 from ensure_flydsl.pipeline.lock import build_lock
+from ensure_flydsl.result import result_object
 from ensure_flydsl.runs.markers import withdraw_env_file, withdraw_failure_marker
 from ensure_flydsl.runs.records import RunStore, sibling_roots
 from ensure_flydsl.settings import Settings
@@ -30,11 +32,11 @@ from ensure_flydsl.source.git import Checkout
 from ensure_flydsl.source.ownership import foreign_files, other_roots, remove_made
 from ensure_flydsl.source.root import Stamps, is_ours, owner
 from ensure_flydsl.support.files import remove_file, remove_tree
-from ensure_flydsl.support.frozen import Frozen
 from ensure_flydsl.ways.source.environment import LlvmRecord
 
 
-class Cleaned(Frozen):
+@dataclass(frozen=True)
+class Cleaned:
     """What ``clean`` did: the paths it removed, in order, and a line for each thing it kept, saying why.
     Both the human lines and ``clean --json`` are made from it."""
 
@@ -47,8 +49,6 @@ class Cleaned(Frozen):
                                                                              ["nothing to clean"])
 
     def to_json(self, settings: Settings) -> Dict[str, object]:
-        from ensure_flydsl.result import result_object
-
         data = result_object(ok=True, exit_code=0, reason="; ".join(self.lines()), log=settings.log_file)
         data.update(root=settings.root, removed=list(self.removed), kept=list(self.kept))
         return data

@@ -8,16 +8,15 @@ does not build it: ``main`` dispatches the default command (``ensure``) to its h
 
 from __future__ import annotations
 
+import argparse
+from dataclasses import dataclass, fields
+from typing import Callable, Dict, Optional, Sequence, Tuple
+
 from ensure_flydsl.settings_table import Request
-from ensure_flydsl.support.frozen import Frozen
-
-TYPE_CHECKING = False  # typing is for the type checker only: not imported on the warm call's path
-if TYPE_CHECKING:
-    import argparse
-    from typing import Callable, Dict, Optional, Sequence, Tuple
 
 
-class Command(Frozen):
+@dataclass(frozen=True)
+class Command:
     """One command: its one-line help (None: internal, listed nowhere, no setting flags), what it adds to
     its parser, and its handler's name in cli/handlers.py (None: ``main`` runs it before the settings are read).
     A command about no root (``skill``) has a ``plain`` handler instead: no setting flags, no settings read.
@@ -124,7 +123,6 @@ def _seconds(value: str, *, zero_ok: bool = False) -> float:
     except ValueError:
         seconds = -1.0
     if not ((seconds >= 0 if zero_ok else seconds > 0) and seconds < 10**9):  # NaN fails both
-        import argparse  # a parser is in use: argparse is imported already
 
         raise argparse.ArgumentTypeError(f"{value!r} is not a number of seconds {'>= 0' if zero_ok else '> 0'}")
     return seconds
@@ -154,7 +152,7 @@ def _store_prune_args(p: argparse.ArgumentParser) -> None:
 
 # The settings the help of a command that reads the root's records lists: the request an env file must
 # answer (settings_table.Request, as Settings.request makes it) and the files beside the root.
-_REQUEST = Request._fields
+_REQUEST = tuple(f.name for f in fields(Request))
 _RECORDS = _REQUEST + ("lock_file", "fail_marker")
 
 CACHE_ACTIONS: Dict[str, Command] = {

@@ -4,16 +4,13 @@ pipeline; say what it decided, or print one JSON result object with ``--json``."
 from __future__ import annotations
 
 import json
+from typing import List, Mapping, Optional
 
 from ensure_flydsl.pipeline.run import Run, ensure_run
 from ensure_flydsl.pipeline.warm import current_fingerprint, keep_warm, try_warm, warm_lines
 from ensure_flydsl.runs.markers import read_env_json
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.support.report import Reporter
-
-TYPE_CHECKING = False  # typing is for the type checker only: not imported on the warm call's path
-if TYPE_CHECKING:
-    from typing import List, Mapping, Optional
 
 
 def ensure_command(settings: Settings, reporter: Reporter, environ: Mapping[str, str], *, as_json: bool,

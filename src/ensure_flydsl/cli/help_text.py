@@ -4,6 +4,7 @@ line for a mistyped command.  Made only when shown: nothing here runs on a call 
 
 from __future__ import annotations
 
+import difflib
 import textwrap
 from typing import List, Optional, Sequence, Tuple
 
@@ -21,7 +22,6 @@ SETTINGS_POINTER = "ensure-flydsl help settings"
 
 def unknown(what: str, word: str, known: Sequence[str], where: str) -> str:
     """The one line for a word that names no command: the closest one, if one is close."""
-    import difflib
 
     # A word with the letters of a command, in another order, is that command (`stauts`: status, not stats);
     # else the closest, and a second one as close as it.

@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
+import select
 import signal as _signal
 import sys
+import traceback
+from typing import Callable, Dict, List, Optional, Sequence
 
 from ensure_flydsl.cli import handlers
-from ensure_flydsl.errors import BadInput, EnsureError, Interrupted, disk_full_error, interrupted_by
+from ensure_flydsl.cli.commands import COMMANDS
+from ensure_flydsl.cli.parser import parse_args
+from ensure_flydsl.errors import BadInput, EnsureError, ExitCode, Interrupted, Stage, disk_full_error, interrupted_by
 from ensure_flydsl.result import result_object
+from ensure_flydsl.runs.markers import write_failure_marker
+from ensure_flydsl.runs.watchdog import watch
 from ensure_flydsl.settings import (
     SETTINGS,
     Settings,
@@ -19,17 +28,11 @@ from ensure_flydsl.settings import (
     load_settings,
 )
 from ensure_flydsl.support.report import Reporter
+from ensure_flydsl.support.stop_signals import unblock_stop_signals
 from ensure_flydsl.warm import key_tokens
 
-TYPE_CHECKING = False  # typing is for the type checker only: not imported on the warm call's path
-if TYPE_CHECKING:
-    import argparse
-    from typing import Callable, Dict, List, Optional, Sequence
-
-    from ensure_flydsl.stages import Stage
-
-    Handler = Callable[[argparse.Namespace, Settings, Reporter, Dict[str, str]], int]
-    PlainHandler = Callable[[argparse.Namespace, Reporter, Dict[str, str]], int]
+Handler = Callable[[argparse.Namespace, Settings, Reporter, Dict[str, str]], int]
+PlainHandler = Callable[[argparse.Namespace, Reporter, Dict[str, str]], int]
 
 # The signals that unwind a run like Ctrl-C (_handle_stop_signals), by their names.
 _STOP_SIGNALS: Dict[int, str] = {_signal.SIGTERM: "SIGTERM", _signal.SIGHUP: "SIGHUP"}
@@ -51,9 +54,6 @@ def _report_bad_input(exc: BadInput, flags: Dict[str, Optional[str]], environ: D
     """A poller of the bash executor's recipe only sees markers: leave one, if its folder already exists."""
     path = fail_marker_path(flags, environ)
     if path and os.path.isdir(os.path.dirname(path)):
-        from ensure_flydsl.runs.markers import write_failure_marker
-        from ensure_flydsl.stages import Stage
-
         try:
             write_failure_marker(path, stage=Stage.SETTINGS, exit_code=int(exc.code), reason=exc.reason,
                                  hint=exc.hint, log=None, log_tail=[], run_id="", request=None)
@@ -62,8 +62,6 @@ def _report_bad_input(exc: BadInput, flags: Dict[str, Optional[str]], environ: D
 
 
 def format_error(exc: EnsureError, log_tail: List[str], log_path: Optional[str]) -> str:
-    from ensure_flydsl.stages import ExitCode  # here, as in the failure handlers below: a warm call fails nowhere
-
     if exc.code == ExitCode.BAD_INPUT:
         return f"ensure-flydsl: {exc.reason}"  # one line, naming the setting and what is allowed
     stage = f", stage {exc.stage}" if exc.stage else ""
@@ -98,7 +96,6 @@ def _handle_stop_signals() -> Dict[int, object]:
 
 def _stdout_gone() -> bool:
     """Whether stdout is a pipe whose reader has gone (`ensure-flydsl status | head -1`)."""
-    import select
 
     try:
         poller = select.poll()
@@ -128,9 +125,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     # The front door's key when the settings come from the argv and the variables alone (warm.py).
     args.warm_key = key_tokens(argv) if args.command == "ensure" and not getattr(args, "verbosity", 0) else None
     if args.command == "_watchdog":
-        from ensure_flydsl.runs.watchdog import watch
-        from ensure_flydsl.support.stop_signals import unblock_stop_signals
-
         unblock_stop_signals()  # started by a worker that may still have them blocked (cli/start.py)
         return watch(args.watch_root, args.watch_run_id)
     json_mode = bool(getattr(args, "json", False))
@@ -174,8 +168,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 def parse(argv: Sequence[str]) -> "argparse.Namespace":
-    from ensure_flydsl.cli.parser import parse_args
-
     return parse_args(argv)
 
 
@@ -185,7 +177,6 @@ def _handler_name(command: str, *, plain: bool) -> Optional[str]:
     tests/unit/test_cli_help.py holds the two equal)."""
     if command == "ensure":
         return None if plain else "_ensure"
-    from ensure_flydsl.cli.commands import COMMANDS
 
     entry = COMMANDS[command]
     return entry.plain if plain else entry.run
@@ -220,14 +211,11 @@ def _run_command(args: argparse.Namespace, settings: Settings, reporter: Reporte
 
 def _stage_of(command: str) -> Optional[Stage]:
     """The stage a command's own failure is said in (an ensure run says the stage it was in itself)."""
-    from ensure_flydsl.stages import Stage
 
     return {"start": Stage.STARTING, "clean": Stage.CLEAN}.get(command)
 
 
 def _report_failure(exc: EnsureError, reporter: Reporter, json_mode: bool) -> int:
-    from ensure_flydsl.stages import ExitCode
-
     # The failures of a build step, whose log's last lines say why.
     build_failures = (ExitCode.FETCH, ExitCode.CHECKOUT, ExitCode.LLVM_BUILD, ExitCode.FLYDSL_BUILD, ExitCode.PROBE)
     tail = reporter.tail(20) if exc.code in build_failures else []
@@ -242,8 +230,6 @@ def _report_failure(exc: EnsureError, reporter: Reporter, json_mode: bool) -> in
 
 
 def _report_interrupted(exc: BaseException, reporter: Reporter, json_mode: bool) -> int:
-    from ensure_flydsl.stages import ExitCode
-
     what = exc.description if isinstance(exc, Interrupted) else interrupted_by("SIGINT")
     if json_mode:
         _json_failure(reporter, result_object(exit_code=int(ExitCode.INTERRUPTED), reason=what,
@@ -254,10 +240,6 @@ def _report_interrupted(exc: BaseException, reporter: Reporter, json_mode: bool)
 
 
 def _internal_error(reporter: Reporter, json_mode: bool = False) -> int:
-    import traceback
-
-    from ensure_flydsl.stages import ExitCode
-
     text = traceback.format_exc()
     reporter.build_line(text)
     if json_mode:
@@ -281,7 +263,6 @@ def failure_object(exc: EnsureError, log_path: Optional[str]) -> Dict[str, objec
 
 def _json_failure(reporter: Reporter, data: Dict[str, object], tail: List[str], detail: str = "") -> None:
     """Under --json: the result object on stdout, and on stderr one JSON event (no text block)."""
-    import json
 
     event: Dict[str, object] = {"event": "failed", "exit_code": data["exit_code"], "stage": data["stage"],
                                 "reason": data["reason"], "hint": data["hint"], "log": data["log"],

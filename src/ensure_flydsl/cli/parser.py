@@ -12,7 +12,9 @@ import os
 import sys
 from typing import Any, Callable, Dict, List, NoReturn, Optional, Sequence, Set, Tuple
 
+from ensure_flydsl.cli.about import version_line
 from ensure_flydsl.cli.commands import COMMANDS, Command, command_at
+from ensure_flydsl.cli.help_text import command_epilog, top_epilog, unknown
 from ensure_flydsl.errors import ExitCode
 from ensure_flydsl.settings import FLAG, LIST, SETTINGS, SWITCH, VALUE
 
@@ -137,14 +139,10 @@ def build_parser(*path: str) -> argparse.ArgumentParser:
 
 
 def _top_epilog(width: int) -> str:
-    from ensure_flydsl.cli.help_text import top_epilog  # the words of the help: only when it is shown
-
     return top_epilog(width)
 
 
 def _command_epilog(path: Sequence[str], width: int) -> str:
-    from ensure_flydsl.cli.help_text import command_epilog
-
     return command_epilog(path, width)
 
 
@@ -207,8 +205,6 @@ def command_first(argv: Sequence[str]) -> List[str]:
     if at is None:
         return ["ensure"] + argv
     if argv[at] not in COMMANDS:
-        from ensure_flydsl.cli.help_text import unknown
-
         refuse(unknown("command", argv[at], public(COMMANDS), "ensure-flydsl help lists the commands"))
     return [argv[at]] + argv[:at] + argv[at + 1:]
 
@@ -222,8 +218,6 @@ def action_first(name: str, argv: Sequence[str]) -> Tuple[Optional[str], List[st
     if at is None:
         return None, argv
     if argv[at] not in public(command.actions):
-        from ensure_flydsl.cli.help_text import unknown
-
         refuse(unknown(f"{name} command", argv[at], public(command.actions), f"ensure-flydsl help {name} lists them"))
     return argv[at], argv[:at] + argv[at + 1:]
 
@@ -231,8 +225,6 @@ def action_first(name: str, argv: Sequence[str]) -> Tuple[Optional[str], List[st
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     argv = command_first(argv)
     if argv[0] in VERSION_WORDS:
-        from ensure_flydsl.cli.about import version_line
-
         print(version_line())
         raise SystemExit(0)
     if argv[0] in HELP_WORDS:

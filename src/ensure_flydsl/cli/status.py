@@ -8,6 +8,7 @@ else "absent" (with the reason).  ``installed`` says what the root's env file ho
 from __future__ import annotations
 
 import json
+from typing import Dict, Optional
 
 from ensure_flydsl.errors import ExitCode
 from ensure_flydsl.result import result_object
@@ -16,10 +17,6 @@ from ensure_flydsl.runs.records import FAILED, RUNNING, SUCCEEDED
 from ensure_flydsl.runs.twin_gate import installed_line
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.support.report import fmt_seconds, known
-
-TYPE_CHECKING = False  # typing is for the type checker only: not imported by a status poll
-if TYPE_CHECKING:
-    from typing import Dict, Optional
 
 ABSENT_EXIT = 1  # `wait` and `env` when nothing answers the request
 

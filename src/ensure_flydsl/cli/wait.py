@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import time
+from typing import Optional, Tuple
 
 from ensure_flydsl.cli.status import ABSENT_EXIT, answer_object
 from ensure_flydsl.errors import ExitCode
@@ -18,10 +19,6 @@ from ensure_flydsl.runs.records import FAILED, RUNNING, SUCCEEDED
 from ensure_flydsl.runs.twin_gate import installed_line
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.support.report import Reporter, fmt_seconds, known
-
-TYPE_CHECKING = False  # typing is for the type checker only: not imported by a status poll
-if TYPE_CHECKING:
-    from typing import Optional, Tuple
 
 POLL_S = 0.05
 

@@ -4,6 +4,7 @@ with its stdout as the log; and the settings as they travel to it."""
 from __future__ import annotations
 
 import json
+from dataclasses import fields
 from typing import Dict, Mapping
 
 from ensure_flydsl.pipeline.run import ensure_run
@@ -14,7 +15,7 @@ from ensure_flydsl.ways.context import Run
 
 
 def settings_to_json(settings: Settings) -> Dict[str, object]:
-    data = {name: getattr(settings, name) for name in Settings._fields if name != "sources"}
+    data = {name: getattr(settings, name) for name in (f.name for f in fields(Settings)) if name != "sources"}
     data["require"] = list(settings.require)
     return data
 

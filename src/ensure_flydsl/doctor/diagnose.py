@@ -21,7 +21,9 @@ not blocking.
 from __future__ import annotations
 
 import concurrent.futures
+import importlib
 import time
+from dataclasses import dataclass, replace
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ensure_flydsl.doctor.local_checks import (
@@ -39,9 +41,9 @@ from ensure_flydsl.setting_values import Strategy
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.source.mirrors import rewrite
 from ensure_flydsl.source.needs import KNOWN_FLYDSL_NEEDS, BuildNeeds, find_needs
-from ensure_flydsl.support.frozen import Frozen, replace
 from ensure_flydsl.ways import Way, demands, falls_back, provisioning, provisions, tries
 from ensure_flydsl.ways.checks import OK, SKIPPED, Check, Index, RunContext, Submit
+from ensure_flydsl.ways.release.checks import release_instead
 from ensure_flydsl.ways.source.checks import disk_check, memory_check
 from ensure_flydsl.ways.source.provider import llvm_step_needed
 
@@ -59,7 +61,6 @@ __all__ = ["Check", "Diagnosis", "diagnose", "disk_check", "first_blocking", "ll
 
 def prediction(way: Way) -> Callable[[RunContext, Optional[str], Submit], List["concurrent.futures.Future[Check]"]]:
     """The way's prediction: ``predict`` of its module in PREDICTIONS."""
-    import importlib
 
     predict: Callable[[RunContext, Optional[str], Submit], List["concurrent.futures.Future[Check]"]]
     predict = importlib.import_module(PREDICTIONS[way]).predict
@@ -169,7 +170,8 @@ def run_checks(
 # ---------------------------------------------------------------------------------------------------------
 
 
-class Diagnosis(Frozen):
+@dataclass(frozen=True)
+class Diagnosis:
     strategy: Strategy
     checks: Tuple[Check, ...]
     needs: Optional[BuildNeeds]
@@ -227,8 +229,6 @@ def diagnose(settings: Settings, environ: Mapping[str, str], *, reuse: Optional[
     diagnosis = Diagnosis(settings.strategy, tuple(checks), needs, time.monotonic() - started)
     blocking = diagnosis.first_blocking
     if not diagnosis.ok and blocking is not None:
-        from ensure_flydsl.ways.release.checks import release_instead  # a failed prediction's hint
-
         suggestion = release_instead(settings, environ, blocking)
         diagnosis = replace(diagnosis, suggestion=suggestion, seconds=time.monotonic() - started)
     return diagnosis

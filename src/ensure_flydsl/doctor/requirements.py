@@ -13,6 +13,7 @@ seen here (nothing is imported); the final probe still catches it.
 from __future__ import annotations
 
 import shlex
+from dataclasses import dataclass
 from typing import Mapping, Optional, Sequence, Tuple
 
 from ensure_flydsl.errors import EnsureError, ExitCode, Stage
@@ -28,14 +29,14 @@ from ensure_flydsl.source.requirements import (
     find_requirements,
     pin_sources,
 )
-from ensure_flydsl.support.frozen import Frozen
 from ensure_flydsl.ways import Way, demands
 from ensure_flydsl.ways.checks import MISSING, Check, passed, skipped
 
 CHECK = "requirements"  # the doctor check's name; its stage is Stage.REQUIREMENTS
 
 
-class Finding(Frozen):
+@dataclass(frozen=True)
+class Finding:
     """What the pin's code needs from the interpreter and what it lacks."""
 
     python: str

@@ -17,6 +17,8 @@ import os
 import re
 import sys
 import tempfile
+from dataclasses import dataclass
+from importlib import metadata
 from typing import Callable, Dict, List, Optional
 
 from ensure_flydsl.errors import EXIT_MEANINGS, BadInput
@@ -24,7 +26,6 @@ from ensure_flydsl.geak import vendor
 from ensure_flydsl.geak.provenance import PACKAGE_DIR, tool_commit
 from ensure_flydsl.settings import DEFAULT_MIN_VERSION, DEFAULT_PIN, DEFAULT_ROOT, SETTINGS
 from ensure_flydsl.support.files import atomic_write_json, move_aside, read_json, remove_tree, rename_into_place
-from ensure_flydsl.support.frozen import Frozen
 from ensure_flydsl.version import __version__
 
 MANIFEST = ".ensure-flydsl-skill.json"
@@ -35,7 +36,8 @@ FIRST_SETTINGS = ("FLYDSL_ROOT", "FLYDSL_MIN_VERSION", "FLYDSL_BUILD_LOCK")
 _HEX64 = re.compile(r"^[0-9a-f]{64}\Z")
 
 
-class SkillFolder(Frozen):
+@dataclass(frozen=True)
+class SkillFolder:
     path: str
     version: str
     commit: str
@@ -133,8 +135,6 @@ def _copy_package(dest: str) -> None:
 
 
 def _license() -> Optional[str]:
-    from importlib import metadata
-
     try:
         dist = metadata.distribution("ensure-flydsl")
     except metadata.PackageNotFoundError:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+from importlib import metadata
 from typing import Dict, Optional
 
 from ensure_flydsl.errors import EnsureError
@@ -46,7 +47,6 @@ def _package_files(folder: str) -> Dict[str, bytes]:
 
 def _installed_from() -> Optional[str]:
     """The folder or VCS commit pip installed this copy from (PEP 610), if it says."""
-    from importlib import metadata
 
     try:
         text = metadata.distribution("ensure-flydsl").read_text("direct_url.json")

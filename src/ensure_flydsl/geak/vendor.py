@@ -16,17 +16,22 @@ import pathlib
 import shutil
 import sys
 import tempfile
+from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Sequence
+
+from installer import install
+from installer.destinations import SchemeDictionaryDestination
+from installer.sources import WheelFile
 
 from ensure_flydsl.errors import BadInput, EnsureError, ExitCode, Stage
 from ensure_flydsl.layout import host_cache_dir, vendored_wheels_dir
 from ensure_flydsl.support.files import move_into_place
-from ensure_flydsl.support.frozen import Frozen
 from ensure_flydsl.support.processes import CommandFailed, cmd_output
 from ensure_flydsl.ways.release.download import has_pip
 
 
-class Pinned(Frozen):
+@dataclass(frozen=True)
+class Pinned:
     name: str
     version: str
     sha256: str
@@ -123,9 +128,6 @@ def _download(missing: Sequence[Pinned], cache: str, environ: Dict[str, str]) ->
 def install_wheels(wheels: Dict[str, str], target: str) -> List[str]:
     """Each wheel unpacked into ``target`` (purelib) by ``installer``, without bytecode: the container's
     Python writes its own.  Returns "name version" for each, for the VERSION file."""
-    from installer import install
-    from installer.destinations import SchemeDictionaryDestination
-    from installer.sources import WheelFile
 
     elsewhere = os.path.join(target, ".not-vendored")  # scripts, headers, data: none of these wheels has any
     scheme = {"purelib": target, "platlib": target, "headers": elsewhere, "scripts": elsewhere, "data": elsewhere}

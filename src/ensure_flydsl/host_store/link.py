@@ -6,6 +6,7 @@ systems, on the first file, and kept; a file the kept way refuses falls to the n
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 import shutil
 from typing import Optional
@@ -22,8 +23,6 @@ _REFUSED = {errno.EOPNOTSUPP, errno.ENOTTY, errno.EINVAL, errno.EXDEV, errno.ENO
 
 
 def reflink(src: str, dst: str) -> None:
-    import fcntl
-
     with open(src, "rb") as source:
         fd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         try:

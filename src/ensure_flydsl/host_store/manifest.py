@@ -6,16 +6,16 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import stat
 from typing import Dict, List, Optional, Tuple
 
 from ensure_flydsl.support import fields
-from ensure_flydsl.support.patterns import Pattern
 
 FORMAT = 1
 HOWS = ("released", "built", "cached")
-_SHA256 = Pattern(r"^[0-9a-f]{64}\Z")
-_KEY = Pattern(r"^[0-9a-f]{32,64}\Z")
+_SHA256 = re.compile(r"^[0-9a-f]{64}\Z")
+_KEY = re.compile(r"^[0-9a-f]{32,64}\Z")
 CHUNK = 1 << 20
 
 

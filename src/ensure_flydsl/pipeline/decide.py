@@ -6,6 +6,7 @@ import os
 import shutil
 from typing import Dict, Iterator, List, Mapping, Optional, Tuple, Union
 
+from ensure_flydsl.binary_cache.entries import CacheError, open_cache
 from ensure_flydsl.errors import BadInput, EnsureError, Stage
 from ensure_flydsl.layout import tree_folders
 from ensure_flydsl.pipeline.lock import check_lock_path
@@ -71,8 +72,6 @@ def _refusals(settings: Settings, writes: bool) -> Iterator[Refusal]:
 
 
 def _cache_refusals(settings: Settings, cache: str) -> Iterator[Refusal]:
-    from ensure_flydsl.binary_cache.entries import CacheError, open_cache  # a cache is set: its code is needed
-
     refused: Optional[Refusal] = None
     if cache.startswith("/") and not os.path.isdir(cache):
         # An existing folder this user cannot write in is used read-only (ways/cache/provider.py).

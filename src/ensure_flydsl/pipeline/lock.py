@@ -10,18 +10,21 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import inspect
 import os
 import socket
 import time
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Callable, Dict, Iterator, Optional
+
+import filelock
 
 from ensure_flydsl.errors import EnsureError, ExitCode, Stage
 from ensure_flydsl.support import fields, space
 from ensure_flydsl.support.files import atomic_write_json, file_path_problem, read_json, remove_file
-from ensure_flydsl.support.frozen import Frozen, asdict
 
 if TYPE_CHECKING:
-    import filelock
+    pass
 
 WAIT_REPORT_INTERVAL_S = 30.0
 
@@ -30,7 +33,8 @@ def holder_path(lock_file: str) -> str:
     return lock_file + ".holder"
 
 
-class LockHolder(Frozen):
+@dataclass(frozen=True)
+class LockHolder:
     """``<lock>.holder``: who holds the build lock, for the message of whoever waits for it."""
 
     pid: int
@@ -68,9 +72,6 @@ def describe_holder(holder: Optional[LockHolder]) -> str:
 def _make_lock(path: str) -> filelock.BaseFileLock:
     # Here, not at the top: filelock 4 loads logging, dataclasses and inspect, 40-50 ms of CPU that a run
     # which never takes the lock (a tree to reuse, a refused request) does not pay.
-    import inspect
-
-    import filelock
 
     kwargs: Dict[str, object] = {"mode": 0o644}
     # filelock >= 4 may unlink the lock file on release unless told not to; 3.x never does.
@@ -102,7 +103,6 @@ def build_lock(
         raise EnsureError(ExitCode.BAD_INPUT, f"FLYDSL_BUILD_LOCK={path!r} is not allowed: {problem}", stage=Stage.LOCK)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     lock = _make_lock(path)
-    import filelock  # loaded by _make_lock
 
     try:
         lock.acquire(timeout=0)
@@ -128,8 +128,6 @@ def build_lock(
 
 
 def _wait_for(lock: filelock.BaseFileLock, path: str, timeout: Optional[float], say: Callable[[str], None]) -> None:
-    import filelock  # loaded by _make_lock
-
     started = time.monotonic()
     deadline = None if timeout is None else started + timeout
     while True:

@@ -13,8 +13,10 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+from dataclasses import replace
 from typing import TYPE_CHECKING, List, Mapping, Optional, Tuple
 
+from ensure_flydsl.doctor.diagnose import run_checks, stop_if_blocked
 from ensure_flydsl.doctor.requirements import Finding, assess, stop_if_missing, summary
 from ensure_flydsl.errors import BadInput, EnsureError, ExitCode, Stage
 from ensure_flydsl.host_store.refs import release as release_store_tree
@@ -41,11 +43,15 @@ from ensure_flydsl.source.requirements import read_commit_sources
 from ensure_flydsl.source.root import RootKind, claim_root, classify_root, exclude_from_git, is_ours
 from ensure_flydsl.support import faults
 from ensure_flydsl.support.files import remove_tree
-from ensure_flydsl.support.frozen import replace
 from ensure_flydsl.support.processes import CommandFailed
 from ensure_flydsl.ways import Way, demands, provisioning, tries
 from ensure_flydsl.ways.base import Early, Provider
+from ensure_flydsl.ways.cache.provider import CacheProvider
+from ensure_flydsl.ways.cache.provider import open_run_cache as open_cache
 from ensure_flydsl.ways.context import Decision, Run, likely_route
+from ensure_flydsl.ways.release.download import WheelDownload
+from ensure_flydsl.ways.release.provider import ReleaseProvider
+from ensure_flydsl.ways.source.provider import BuildProvider
 
 if TYPE_CHECKING:
     from ensure_flydsl.binary_cache.entries import Cache
@@ -115,16 +121,10 @@ def providers_for(run: Run, commit: str, early: Early, store: Optional[HostStore
     providers: List[Provider] = []
     for way in provisioning(strategy):  # each way's code imported when the run takes that way
         if way is Way.RELEASE and version is not None:
-            from ensure_flydsl.ways.release.provider import ReleaseProvider
-
             providers.append(ReleaseProvider(version, early, demanded=demands(strategy, Way.RELEASE)))
         elif way is Way.CACHE and cache is not None:
-            from ensure_flydsl.ways.cache.provider import CacheProvider
-
             providers.append(CacheProvider(cache, early))
         elif way is Way.SOURCE:
-            from ensure_flydsl.ways.source.provider import BuildProvider
-
             providers.append(BuildProvider(cache, early, doctor_before_build))
     if store is not None:  # first in every strategy's order: a tree this host holds is linked, not made again
         providers.insert(0, StoreProvider(store, version, early, providers[0].route))
@@ -135,7 +135,6 @@ def open_run_cache(run: Run) -> Optional[Cache]:
     """The run's binary cache (None: none set, or it cannot be used now); its code imported only when one is set."""
     if run.settings.cache is None:
         return None
-    from ensure_flydsl.ways.cache.provider import open_run_cache as open_cache
 
     return open_cache(run)
 
@@ -144,7 +143,6 @@ def doctor_before_build(settings: Settings, environ: Mapping[str, str], checkout
                         interpreter: Interpreter) -> None:
     """The source way's stop before an hour of compiling: the doctor's checks with what is known now (the
     interpreter as this run described it: not probed again)."""
-    from ensure_flydsl.doctor.diagnose import run_checks, stop_if_blocked
 
     stop_if_blocked(run_checks(settings, environ, checkout=checkout, interpreter=interpreter), settings.strategy)
 
@@ -184,7 +182,6 @@ def start_wheel_download(run: Run, early: Early, store: Optional[HostStore], com
         return  # the host store holds the wheel's tree: it is linked, not downloaded
     folder = wheel_download_dir(root)
     remove_tree(folder)  # a leftover of an interrupted run of ours
-    from ensure_flydsl.ways.release.download import WheelDownload
 
     try:
         early.started_download(WheelDownload(run.interpreter, versions[0], folder))

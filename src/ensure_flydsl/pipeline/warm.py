@@ -13,9 +13,11 @@ from ensure_flydsl import warm
 from ensure_flydsl.layout import HOST_VARIABLES, stamp_file, warm_stamp
 from ensure_flydsl.result import Action, How, Result
 from ensure_flydsl.runs.markers import EnvTwin, env_mapping, read_env_json, render_env_sh, withdraw_failure_marker
+from ensure_flydsl.runs.twin_gate import twin_gap
 from ensure_flydsl.setting_values import HOST_ID
 from ensure_flydsl.settings import SETTINGS, Settings
 from ensure_flydsl.support.files import atomic_write
+from ensure_flydsl.support.report import known
 
 # The variables besides the settings' own that the settings' checks read: their values key a stamp's entry too.
 CHECKED_VARIABLES = (*HOST_VARIABLES, HOST_ID, "GIT_CONFIG_COUNT")
@@ -35,7 +37,6 @@ def try_warm(settings: Settings, environ: Mapping[str, str]) -> Optional[Result]
         return None
     if twin.request != settings.request():
         # Written for another request: it answers this one too when its tree passes this request's gate.
-        from ensure_flydsl.runs.twin_gate import twin_gap
 
         if twin_gap(twin, settings.request(), environ.get("PATH")) is not None:
             return None
@@ -80,7 +81,6 @@ def warm_result(settings: Settings, environ: Mapping[str, str], twin: EnvTwin, s
 
 def warm_lines(settings: Settings, result: Result) -> List[str]:
     """What a warm call says, in the order it says it (the second line only without ``--json``)."""
-    from ensure_flydsl.support.report import known
 
     return [f"nothing changed since the last success (fingerprint); {settings.env_file} is current",
             f"ready: flydsl {known(result.version)} ({known(result.how)}) for {known(result.python)}; "

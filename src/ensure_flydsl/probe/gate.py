@@ -9,6 +9,7 @@ parsed fails the gate: the bash executor (ensure_flydsl.sh) treated a failed com
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass, field
 from typing import Dict, Optional, Sequence, Tuple
 
 from packaging.version import InvalidVersion
@@ -16,10 +17,10 @@ from packaging.version import InvalidVersion
 from ensure_flydsl.layout import BUILD_DIR, PACKAGES_DIR
 from ensure_flydsl.probe.results import Probe
 from ensure_flydsl.setting_values import release_at_least
-from ensure_flydsl.support.frozen import Frozen, field
 
 
-class Verdict(Frozen):
+@dataclass(frozen=True)
+class Verdict:
     reusable: bool
     reason: str
     tree: Optional[str] = None  # the one folder that holds every imported module, when there is one

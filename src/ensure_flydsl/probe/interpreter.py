@@ -9,17 +9,18 @@ after ``source``.
 
 from __future__ import annotations
 
+import ast
 import os
 import signal
 import subprocess
 import time
+from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ensure_flydsl.errors import EnsureError, ExitCode, Stage
 from ensure_flydsl.probe import scripts
 from ensure_flydsl.probe.results import Interpreter, ModuleResult, Probe
 from ensure_flydsl.settings import DEFAULT_PROBE_TIMEOUT
-from ensure_flydsl.support.frozen import Record
 from ensure_flydsl.support.processes import kill_group, spawn
 
 
@@ -54,7 +55,8 @@ class ProbeBroke(EnsureError):
         self.origin = origin
 
 
-class _Output(Record):
+@dataclass
+class _Output:
     """What the probe wrote on its report channel: the module it reached, and its result when it finished."""
 
     importing: Optional[str] = None
@@ -151,7 +153,6 @@ def _communicate(proc: "subprocess.Popen[bytes]", timeout: float,
 
 def _literal(text: Optional[str]) -> Dict[str, Any]:
     """A script's answer (a Python literal: no code runs) as the dict it must be; ValueError when it is not one."""
-    import ast  # here: only a run that probes reads an answer, and `status` and the warm call never do
 
     try:
         data = ast.literal_eval(text or "")

@@ -3,12 +3,12 @@ error, and flydsl's version (the data; :mod:`.interpreter` runs the probe that f
 
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass
 from typing import Dict, List, Mapping, Optional, Tuple
 
-from ensure_flydsl.support.frozen import Frozen, asdict
 
-
-class Interpreter(Frozen):
+@dataclass(frozen=True)
+class Interpreter:
     executable: str
     version: str
     implementation: str
@@ -49,13 +49,15 @@ def _as_list(value: object) -> List[object]:
     return list(value) if isinstance(value, (list, tuple)) else []
 
 
-class ModuleResult(Frozen):
+@dataclass(frozen=True)
+class ModuleResult:
     name: str
     file: Optional[str]
     error: Optional[str]
 
 
-class Probe(Frozen):
+@dataclass(frozen=True)
+class Probe:
     interpreter: Interpreter
     modules: Tuple[ModuleResult, ...]
     version: Optional[str]

@@ -23,22 +23,20 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import dataclass
+from typing import Dict, List, Optional
 
 from ensure_flydsl.runs.liveness import record_death, seen_dead
 from ensure_flydsl.runs.markers import EnvTwin, Failure, read_failure_marker
 from ensure_flydsl.runs.records import FAILED, RUNNING, SUCCEEDED, RunRecord, RunStore, sibling_roots
 from ensure_flydsl.runs.twin_gate import answering_twin, installed, installed_twin, twin_gap
 from ensure_flydsl.settings import Request, Settings
-from ensure_flydsl.support.frozen import Frozen, Record
-
-TYPE_CHECKING = False  # typing is for the type checker only: not imported by a status poll
-if TYPE_CHECKING:
-    from typing import Dict, List, Optional
 
 ABSENT = "absent"
 
 
-class Answer(Record):
+@dataclass
+class Answer:
     state: str
     record: Optional[RunRecord] = None  # the live run, or the run whose outcome this is
     twin: Optional[EnvTwin] = None  # the env file's JSON twin, when succeeded
@@ -121,7 +119,8 @@ def roots_sharing_marker(settings: Settings) -> List[str]:
             if any(r.fail_marker == settings.fail_marker for r in RunStore(other).records())]
 
 
-class SharingAdvice(Frozen):
+@dataclass(frozen=True)
+class SharingAdvice:
     """Other roots of this folder report to this root's failure marker: what that means (``problem``) and the
     setting that gives this root a marker of its own (``remedy``); the run's note and the doctor's check are
     made from it."""

@@ -12,18 +12,15 @@ README says so): a caller with a silence detector runs without ``-q``, or polls 
 
 from __future__ import annotations
 
+import threading
 import time
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Callable, Dict, Mapping, Optional, Type
 
 from ensure_flydsl.errors import Stage
 from ensure_flydsl.runs.records import RUNNING, RunRecord
-from ensure_flydsl.support.frozen import Frozen
 from ensure_flydsl.support.report import Reporter, fmt_seconds, known
-
-TYPE_CHECKING = False  # typing is for the type checker only: not imported by `wait`
-if TYPE_CHECKING:
-    import threading
-    from types import TracebackType
-    from typing import Callable, Dict, Mapping, Optional, Type
 
 HEARTBEAT_S = 30.0
 # Shortens the interval for the tests (internal; not a setting), as ENSURE_FLYDSL_NETWORK_SILENCE_S does.
@@ -40,7 +37,8 @@ def heartbeat_interval(environ: Mapping[str, str]) -> float:
     return value if 0 < value < HEARTBEAT_S * 100 else HEARTBEAT_S
 
 
-class Pulse(Frozen):
+@dataclass(frozen=True)
+class Pulse:
     """What a heartbeat says of a running run."""
 
     step: Optional[Stage]
@@ -88,7 +86,6 @@ class Heartbeat:
     def __enter__(self) -> "Heartbeat":
         if self.reporter.verbosity < 0:
             return self
-        import threading  # here: the warm path, which starts no heartbeat, does not pay for it
 
         self.reporter.share()  # before the thread exists: its lines and the run's never interleave
         self._stop = threading.Event()

@@ -18,13 +18,13 @@ import fcntl
 import os
 import statistics
 import time
+from dataclasses import dataclass, field
 from typing import Dict, Iterator, Mapping, Optional, Tuple
 
 from ensure_flydsl.errors import Plan, Stage
 from ensure_flydsl.layout import history_file, history_lock
 from ensure_flydsl.support import fields
 from ensure_flydsl.support.files import atomic_write_json, read_json
-from ensure_flydsl.support.frozen import Frozen, field
 
 HISTORY_VERSION = 1
 HISTORY_KEEP = 7  # the median of the last runs: one slow run (a cold disk, a busy host) barely moves it
@@ -45,7 +45,8 @@ DEFAULT_SECONDS: Dict[Plan, Dict[Stage, float]] = {
 }
 
 
-class History(Frozen):
+@dataclass(frozen=True)
+class History:
     """``history.json``: the last durations of each step, per route."""
 
     routes: Mapping[Plan, Mapping[Stage, Tuple[float, ...]]] = field(default_factory=dict)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import replace
+from typing import Optional
 
 from ensure_flydsl.errors import ExitCode
 from ensure_flydsl.layout import host_cache_dir, timings_dir
@@ -19,12 +21,8 @@ from ensure_flydsl.runs.records import FAILED, RUNNING, RunRecord, RunStore, pro
 from ensure_flydsl.runs.twin_gate import answering_twin
 from ensure_flydsl.setting_values import host_id
 from ensure_flydsl.settings_table import Request
-from ensure_flydsl.support import frozen, space
-from ensure_flydsl.support.frozen import replace
-
-TYPE_CHECKING = False  # typing is for the type checker only: not imported by a status poll
-if TYPE_CHECKING:
-    from typing import Optional
+from ensure_flydsl.support import space
+from ensure_flydsl.support.processes import kill_group
 
 DEATH_HINT = "run `ensure-flydsl start` (or `ensure-flydsl`) again: it resumes where the dead run stopped"
 
@@ -103,7 +101,7 @@ def _mark_death(store: RunStore, dead: RunRecord) -> RunRecord:
             if not space.is_full(exc):
                 raise
             reason = f"{dead.failure.reason}; {markers.marker_unwritten(dead.fail_marker, exc)}"
-            dead = replace(dead, failure=frozen.replace(dead.failure, reason=reason))
+            dead = replace(dead, failure=replace(dead.failure, reason=reason))
     return dead
 
 
@@ -123,7 +121,6 @@ def kill_build_group(record: RunRecord) -> None:
         return
     if process_start_time(pgid) not in (None, record.build_leader_start):
         return  # the leader's pid now belongs to another process
-    from ensure_flydsl.support.processes import kill_group  # here: a status poll starts and stops nothing
 
     kill_group(pgid)
 

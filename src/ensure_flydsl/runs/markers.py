@@ -7,23 +7,22 @@ atomically (temp file + rename) and the env file last: its existence is the succ
 
 from __future__ import annotations
 
+import datetime
 import errno
 import os
+import shlex
+import socket
+from dataclasses import asdict, dataclass, field, replace
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from ensure_flydsl.errors import FAILURE_CODES, Stage
 from ensure_flydsl.layout import warm_stamp
 from ensure_flydsl.result import LINK_MODES, How, TreeIdentity
 from ensure_flydsl.settings_table import Request
-from ensure_flydsl.support import fields
+from ensure_flydsl.support import faults, fields, space
 from ensure_flydsl.support.files import atomic_write, atomic_write_json, file_path_problem, read_json, remove_file
-from ensure_flydsl.support.frozen import Frozen, asdict, field, replace
 from ensure_flydsl.support.pythonpath import without_folders
 from ensure_flydsl.version import __version__
-
-TYPE_CHECKING = False  # typing is for the type checker only: not imported on the warm call's path
-if TYPE_CHECKING:
-    from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
-
-    from ensure_flydsl.stages import Stage
 
 
 def env_mapping(
@@ -41,21 +40,6 @@ def env_mapping(
     return env
 
 
-# shlex.quote's safe characters (its pattern: [^\w@%+=:,./-] under re.ASCII; 3.13's: the same set, spelled out).
-_SAFE = frozenset("%+,-./0123456789:=@ABCDEFGHIJKLMNOPQRSTUVWXYZ_abcdefghijklmnopqrstuvwxyz")
-
-
-def _quote(text: str) -> str:
-    """``shlex.quote(text)``, without shlex: the warm call compares the env file with its text, and shlex imports
-    ``re`` and compiles its pattern at import, 1 % of the call.  tests/unit/test_env_quote.py holds it to
-    shlex.quote."""
-    if not text:
-        return "''"
-    if _SAFE.issuperset(text):
-        return text
-    return "'" + text.replace("'", "'\"'\"'") + "'"
-
-
 def render_env_sh(root: str, prepend: Sequence[str], shim_dir: Optional[str], vllm_moe: bool) -> str:
     """The env file's text: POSIX sh, every value single-quoted, the caller's PYTHONPATH kept at the end.
 
@@ -63,17 +47,17 @@ def render_env_sh(root: str, prepend: Sequence[str], shim_dir: Optional[str], vl
     it twice changes nothing: the tree's folders are taken out of the caller's PYTHONPATH before they are
     put first (``case`` and ``${var%%pattern}`` with the folder quoted, so it is matched literally).
     """
-    quoted_path = ":".join(_quote(p) for p in prepend) if prepend else "''"
+    quoted_path = ":".join(shlex.quote(p) for p in prepend) if prepend else "''"
     lines = [
         "# flydsl_env.sh: written by ensure-flydsl " + __version__ + ". Source it: . ./flydsl_env.sh",
         "# Every value is quoted literally; the caller's PYTHONPATH is kept after the tree's folders.",
-        f"export FLYDSL_ROOT={_quote(root)}",
+        f"export FLYDSL_ROOT={shlex.quote(root)}",
     ]
     folders = [p for p in prepend if p]
     if folders:
         lines += [
             '_ensure_flydsl_pp=":${PYTHONPATH:-}:"',
-            f"for _ensure_flydsl_d in {' '.join(_quote(p) for p in folders)}; do",
+            f"for _ensure_flydsl_d in {' '.join(shlex.quote(p) for p in folders)}; do",
             '  while :; do case "$_ensure_flydsl_pp" in',
             '    *":$_ensure_flydsl_d:"*) _ensure_flydsl_pp=${_ensure_flydsl_pp%%":$_ensure_flydsl_d:"*}'
             ':${_ensure_flydsl_pp#*":$_ensure_flydsl_d:"} ;;',
@@ -88,7 +72,7 @@ def render_env_sh(root: str, prepend: Sequence[str], shim_dir: Optional[str], vl
     else:
         lines.append(f'export PYTHONPATH={quoted_path}"${{PYTHONPATH:+:${{PYTHONPATH}}}}"')
     if shim_dir is not None:
-        lines.append(f"export FLYDSL_SHIM_DIR={_quote(shim_dir)}")
+        lines.append(f"export FLYDSL_SHIM_DIR={shlex.quote(shim_dir)}")
     if vllm_moe:
         lines.append("export VLLM_USE_FLYDSL_MOE=1")
     return "\n".join(lines) + "\n"
@@ -97,6 +81,7 @@ def render_env_sh(root: str, prepend: Sequence[str], shim_dir: Optional[str], vl
 _HOWS = {how.value for how in How}
 
 
+@dataclass(frozen=True)
 class EnvTwin(TreeIdentity):
     """``flydsl_env.json``: what the env file exports, the request it answers, the tree and interpreter it
     was made for (:class:`TreeIdentity`, as the result says it), and the warm path's fingerprint with the
@@ -193,7 +178,6 @@ def publish_env_file(env_file: str, env_json: str, twin: EnvTwin, *, shim_dir: O
                      after_twin: Callable[[EnvTwin], None]) -> None:
     """Write the JSON twin, then (``after_twin``) the front door's stamp, then the env file: the success signal
     comes last."""
-    from ensure_flydsl.support import faults  # here, as space below: modules the warm path does not load
 
     os.makedirs(os.path.dirname(env_file), exist_ok=True)
     written = replace(twin, written_at=now_iso(), tool_version=__version__)
@@ -220,7 +204,8 @@ def marker_path_problem(path: str) -> Optional[str]:
     return file_path_problem(path, symlink_ok=True)
 
 
-class Failure(Frozen):
+@dataclass(frozen=True)
+class Failure:
     """How a run failed: the stage, its exit code, the one-line reason (a run record's, a failure marker's)."""
 
     stage: Optional[Stage]  # None also for a stage this version does not know
@@ -237,7 +222,6 @@ class Failure(Frozen):
         a failed run records (errors.FAILURE_CODES: never 0 or 75, which `wait` would pass on as success or
         "still running"), the stage a string or null (a name this version does not know reads as null), the
         reason a string."""
-        from ensure_flydsl.stages import FAILURE_CODES, Stage  # here: the warm call reads no failure
 
         if not isinstance(data, dict):
             return None
@@ -250,7 +234,8 @@ class Failure(Frozen):
         return cls(Stage.parse(stage), code, reason, hint if isinstance(hint, str) else "")
 
 
-class FailureMarker(Frozen):
+@dataclass(frozen=True)
+class FailureMarker:
     """The failure marker as it reads back (``write_failure_marker`` writes it), field by field: the failure
     (None when that part is not one a run writes), the request it was written for (None when it names none:
     bad input's marker, whose settings were not read, records ``{}``; or when it is not a :class:`Request`),
@@ -334,7 +319,6 @@ def write_failure_marker(
 
 def marker_unwritten(path: str, problem: OSError) -> str:
     """What a failure's one line adds when its marker could not be written: whoever polls for it waits on."""
-    from ensure_flydsl.support import space
 
     why = problem.strerror or str(problem)
     if space.is_full(problem):
@@ -343,14 +327,10 @@ def marker_unwritten(path: str, problem: OSError) -> str:
 
 
 def now_iso() -> str:
-    import datetime  # here, not at the top: the warm path imports this module for render_env_sh alone
-
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
 
 def _hostname() -> str:
-    import socket
-
     return socket.gethostname()
 
 

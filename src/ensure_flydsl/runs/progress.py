@@ -18,6 +18,7 @@ import os
 import re
 import subprocess
 import time
+from dataclasses import replace
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ensure_flydsl.errors import Plan, Stage
@@ -33,7 +34,6 @@ from ensure_flydsl.runs.records import (
     process_start_time,
 )
 from ensure_flydsl.settings_table import Request
-from ensure_flydsl.support.frozen import replace
 from ensure_flydsl.support.launcher import tool_command
 from ensure_flydsl.support.processes import kill_and_reap, spawn
 

@@ -23,7 +23,11 @@ import enum
 import fcntl
 import os
 import re
+import socket
 import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional
 
 from ensure_flydsl.errors import Stage
 from ensure_flydsl.layout import (
@@ -46,11 +50,6 @@ from ensure_flydsl.support.files import (
     read_regular,
     remove_quietly,
 )
-from ensure_flydsl.support.frozen import Record, field
-
-TYPE_CHECKING = False  # typing is for the type checker only: not imported by a status poll
-if TYPE_CHECKING:
-    from typing import Callable, Dict, List, Optional
 
 
 class RunState(str, enum.Enum):
@@ -73,7 +72,8 @@ KEEP_RECORDS = 20
 RESERVE_BYTES = 64 << 10
 
 
-class RunRecord(Record):
+@dataclass
+class RunRecord:
     """``<run_id>.json``: what one run is doing, or how it ended."""
 
     run_id: str
@@ -181,8 +181,6 @@ def is_run_id(text: object) -> bool:
 
 
 def new_run_id() -> str:
-    import uuid  # here: status and wait make no run (uuid imports platform)
-
     return time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
 
 
@@ -363,8 +361,6 @@ def sibling_roots(root: str) -> List[str]:
 
 def new_record(store: RunStore, run_id: str, *, request: Request, fail_marker: str, log: str,
                kind: str, pid: Optional[int], step: Stage) -> RunRecord:
-    import socket
-
     return RunRecord(run_id=run_id, root=store.root, request=request, kind=kind, pid=pid,
                      pid_start=process_start_time(pid) if pid else None, host=socket.gethostname(), step=step,
                      started=time.time(), log=log, fail_marker=fail_marker)

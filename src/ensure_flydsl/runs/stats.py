@@ -9,16 +9,17 @@ stage counts (reading the settings, the preflight before the probe's step, the a
 from __future__ import annotations
 
 import statistics
+from dataclasses import dataclass
 from typing import Dict, Iterable, List, Optional, Sequence
 
 from ensure_flydsl.errors import Stage
 from ensure_flydsl.runs.timings import FETCHES, HIT, LINK_MODES, LOOKUPS, MISS, WAYS, TimingRecord
-from ensure_flydsl.support.frozen import Frozen
 
 OTHER = "other"  # the time of a run that no stage counts
 
 
-class Figures(Frozen):
+@dataclass(frozen=True)
+class Figures:
     """How many values, their median (None without any) and their sum: seconds, or bytes."""
 
     count: int
@@ -35,7 +36,8 @@ class Figures(Frozen):
                 "sum" + unit: round(self.total, digits)}
 
 
-class Share(Frozen):
+@dataclass(frozen=True)
+class Share:
     """One stage's (or ``other``'s) part of all the runs' wall time."""
 
     stage: str
@@ -46,7 +48,8 @@ class Share(Frozen):
         return {"stage": self.stage, "sum_s": round(self.seconds, 3), "share": round(self.share, 4)}
 
 
-class Summary(Frozen):
+@dataclass(frozen=True)
+class Summary:
     runs: int
     failed: int
     ways: Dict[str, int]  # WAYS, in that order

@@ -18,9 +18,12 @@ step, would push its real runs out of the bounded folder).
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import time
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Mapping, Optional, Tuple
 
 from ensure_flydsl.errors import FAILURE_CODES, Plan, Stage
 from ensure_flydsl.layout import RUN_RECORD_SUFFIX, timing_file
@@ -28,11 +31,6 @@ from ensure_flydsl.result import LINK_MODES as LINK_MODES  # how the host store 
 from ensure_flydsl.runs.records import KINDS, RunRecord, is_new_run_id, is_run_id
 from ensure_flydsl.support import fields
 from ensure_flydsl.support.files import atomic_write_json, read_regular
-from ensure_flydsl.support.frozen import Frozen, Record, field
-
-TYPE_CHECKING = False  # typing is for the type checker only: not imported by a status poll
-if TYPE_CHECKING:
-    from typing import Callable, Dict, List, Mapping, Optional, Tuple
 
 TIMING_VERSION = 1
 KEEP_RUNS = 500  # a few hundred KB: a month of a busy host's runs
@@ -49,7 +47,8 @@ LOOKUPS = ("tree", "mlir")  # what a run looks up in the binary cache
 HIT, MISS = "hit", "miss"
 
 
-class RunFacts(Record):
+@dataclass
+class RunFacts:
     """What a run learns as it goes, for its timing record (``Run.facts``): the providers add to it."""
 
     route: Optional[Plan] = None  # the way a provider took (Run.plan)
@@ -69,7 +68,8 @@ class RunFacts(Record):
         self.lease_wait_s = (self.lease_wait_s or 0.0) + max(0.0, seconds)
 
 
-class TimingRecord(Frozen):
+@dataclass(frozen=True)
+class TimingRecord:
     """``<run id>.json`` in the host's ``runs/``: where one run's time went (docs/schema/timing.schema.json)."""
 
     run_id: str
@@ -251,7 +251,8 @@ def prune(folder: str, *, keep_runs: int = KEEP_RUNS, keep_days: float = KEEP_DA
                 pass
 
 
-class Skipped(Frozen):
+@dataclass(frozen=True)
+class Skipped:
     """A file in the records' folder that is not a timing record this version reads, and why."""
 
     path: str
@@ -284,8 +285,6 @@ def read_records(folder: str) -> Tuple[List[TimingRecord], List[Skipped]]:
 
 
 def _read(path: str) -> Tuple[Optional[TimingRecord], str]:
-    import json
-
     raw = read_regular(path, MAX_RECORD_BYTES)
     if raw is None:
         return None, "not a regular file of at most 256 KiB"

@@ -15,14 +15,15 @@ Pure but for resolving an interpreter's name on ``PATH``; light to import (the w
 from __future__ import annotations
 
 import os
+import shutil
+from typing import Dict, Mapping, Optional
 
-from ensure_flydsl.runs.markers import EnvTwin
+from packaging.version import InvalidVersion
+
+from ensure_flydsl import layout
+from ensure_flydsl.runs.markers import EnvTwin, read_env_json
 from ensure_flydsl.setting_values import release_at_least, same_repo
 from ensure_flydsl.settings_table import Request
-
-TYPE_CHECKING = False  # typing is for the type checker only: not imported by a status poll
-if TYPE_CHECKING:
-    from typing import Dict, Mapping, Optional
 
 
 def _same_interpreter(twin: EnvTwin, python: str, path_env: Optional[str]) -> bool:
@@ -31,8 +32,6 @@ def _same_interpreter(twin: EnvTwin, python: str, path_env: Optional[str]) -> bo
     if os.sep in python:
         found: Optional[str] = python
     else:
-        import shutil
-
         found = shutil.which(python, path=path_env)
     return found is not None and os.path.abspath(found) == os.path.abspath(twin.python)
 
@@ -60,7 +59,6 @@ def twin_gap(twin: EnvTwin, request: Request, path_env: Optional[str] = None) ->
     if missing:
         return f"its tree was not checked for {', '.join(missing)}"
     floor = request.min_version
-    from packaging.version import InvalidVersion
 
     try:
         passes = release_at_least(twin.version, floor)
@@ -85,8 +83,6 @@ def twin_gap(twin: EnvTwin, request: Request, path_env: Optional[str] = None) ->
 def answering_twin(root: str, request: Request, path_env: Optional[str] = None) -> Optional[EnvTwin]:
     """The twin of the root's env file when the env file is there and answers ``request``: then the
     request has succeeded, and no failure marker may name it (a poller would see both)."""
-    from ensure_flydsl import layout
-    from ensure_flydsl.runs.markers import read_env_json
 
     twin = read_env_json(layout.env_json(root))
     if twin is None or not os.path.isfile(layout.env_file(root)):
@@ -96,8 +92,6 @@ def answering_twin(root: str, request: Request, path_env: Optional[str] = None) 
 
 def installed_twin(root: str) -> Optional[EnvTwin]:
     """The twin of the root's env file, whatever request it answers, when the env file is there."""
-    from ensure_flydsl import layout
-    from ensure_flydsl.runs.markers import read_env_json
 
     twin = read_env_json(layout.env_json(root))
     return twin if twin is not None and os.path.isfile(layout.env_file(root)) else None
@@ -107,7 +101,6 @@ def installed(root: str, request: Request, path_env: Optional[str] = None) -> Op
     """``installed`` of the result objects: what the root's env file holds now, whatever request it was
     written for (a request that failed before its build started leaves the previous install answering),
     and whether it answers ``request``; None when there is no env file."""
-    from ensure_flydsl import layout
 
     twin = installed_twin(root)
     if twin is None:

@@ -12,6 +12,7 @@ import fcntl
 import os
 
 from ensure_flydsl.layout import run_alive_file, runs_dir
+from ensure_flydsl.runs.liveness import judge_end
 
 
 def watch(root: str, run_id: str) -> int:
@@ -24,7 +25,6 @@ def watch(root: str, run_id: str) -> int:
             os.close(fd)
     except OSError:
         return 0
-    from ensure_flydsl.runs.liveness import judge_end  # the run has ended: now its record is read
 
     judge_end(root, run_id)
     return 0

@@ -11,21 +11,21 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import subprocess
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from ensure_flydsl.errors import EnsureError, ExitCode, Stage
 from ensure_flydsl.setting_values import GitMirrors
 from ensure_flydsl.source.mirrors import describe, is_local, with_mirrors, with_network_limits
-from ensure_flydsl.support.frozen import Frozen
-from ensure_flydsl.support.patterns import Pattern
 from ensure_flydsl.support.processes import CommandFailed, Silent, cmd_output, run_captured, watched_output
 
 if TYPE_CHECKING:
     from ensure_flydsl.settings import Settings
 
-_HEX = Pattern(r"^[0-9a-fA-F]{7,40}\Z")
-_OBJECT_ID = Pattern(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})\Z")  # as ls-remote prints one (SHA-1 or SHA-256)
+_HEX = re.compile(r"^[0-9a-fA-F]{7,40}\Z")
+_OBJECT_ID = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})\Z")  # as ls-remote prints one (SHA-1 or SHA-256)
 # Lock files a killed git leaves behind; under the build lock, in a root of ours, nobody else runs git.
 _GIT_LOCKS = ("index.lock", "HEAD.lock", "config.lock", "packed-refs.lock", "shallow.lock", "FETCH_HEAD.lock")
 
@@ -35,10 +35,10 @@ UNREACHABLE = ("check that FLYDSL_REPO is reachable from here (or point it at a 
 SUBMODULES_UNREACHABLE = ("a submodule's repository is unreachable from here; check the network, or map its URL to "
                           "a reachable mirror with FLYDSL_GIT_MIRRORS=FROM=TO (a URL or a local path)")
 # git submodule update's words for a clone that failed: "clone of '<url>' into submodule path '<path>' failed"
-_CLONE_FAILED = Pattern(r"clone of '([^']+)' into submodule path '([^']+)' failed")
+_CLONE_FAILED = re.compile(r"clone of '([^']+)' into submodule path '([^']+)' failed")
 # git submodule update's words as it starts on a submodule, to name the remote a silent one waits for
-_REGISTERED = Pattern(r"Submodule '[^']*' \(([^)]+)\) registered for path '([^']+)'")
-_CLONING = Pattern(r"Cloning into '([^']+)'")
+_REGISTERED = re.compile(r"Submodule '[^']*' \(([^)]+)\) registered for path '([^']+)'")
+_CLONING = re.compile(r"Cloning into '([^']+)'")
 # The git commands that talk to a remote: stopped after the network silence limit (see processes).
 _NETWORK = {"ls-remote", "fetch", "clone", "submodule"}
 
@@ -195,7 +195,8 @@ def is_deletion(code: str) -> bool:
     return set(code.strip()) == {"D"}
 
 
-class Checkout(Frozen):
+@dataclass(frozen=True)
+class Checkout:
     """The pin's checkout in ``root``, fetched from ``repo`` through the run's git ``mirrors``: every git
     command on it goes through :meth:`git` (as uv's ``GitCheckout``)."""
 

@@ -37,10 +37,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
+from dataclasses import asdict, dataclass
 from typing import Dict, List, Mapping, Optional, Tuple, Union
-
-from ensure_flydsl.support.frozen import Frozen, asdict
-from ensure_flydsl.support.patterns import Pattern
 
 LLVM_SCRIPT = "scripts/build_llvm.sh"
 LLVM_HASH_FILE = "thirdparty/llvm-hash.txt"
@@ -53,10 +52,10 @@ WHERE_ONLY = ("LLVM_INSTALL_TGZ", "LLVM_REMOTE")  # where things go or come from
 NOT_KEYED = COMMIT_VARIABLES + TOOL_SET + WHERE_ONLY
 
 # ${NAME:-x}, ${NAME-x}, ${NAME:=x}, ${NAME=x}; group 2 is ":" for the forms where an empty value is unset.
-_OVERRIDE = Pattern(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(:?)[-=]")
-_THIRDPARTY = Pattern(r"thirdparty/[A-Za-z0-9_.+-]+(?:/[A-Za-z0-9_.+-]+)*")
-_SHA = Pattern(r"[0-9a-fA-F]{40}")
-_LITERAL_COMMIT = Pattern(r"\$\{(?:LLVM_REF|LLVM_COMMIT):-([0-9a-fA-F]{7,40})\}")
+_OVERRIDE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(:?)[-=]")
+_THIRDPARTY = re.compile(r"thirdparty/[A-Za-z0-9_.+-]+(?:/[A-Za-z0-9_.+-]+)*")
+_SHA = re.compile(r"[0-9a-fA-F]{40}")
+_LITERAL_COMMIT = re.compile(r"\$\{(?:LLVM_REF|LLVM_COMMIT):-([0-9a-fA-F]{7,40})\}")
 
 Text = Union[str, bytes]
 
@@ -124,7 +123,8 @@ def named_inputs(names: Tuple[str, ...], files: Mapping[str, Optional[Text]]) ->
     return tuple(found.items())
 
 
-class LlvmInputs(Frozen):
+@dataclass(frozen=True)
+class LlvmInputs:
     """What a pin's LLVM/MLIR build is made from, as read (see the module's docstring)."""
 
     commit: Optional[str]  # None: cannot be determined (``problem`` says why)

@@ -22,16 +22,14 @@ from typing import Iterable, List, Mapping, Tuple
 from packaging.specifiers import InvalidSpecifier, Specifier
 from packaging.version import InvalidVersion, Version
 
-from ensure_flydsl.support.patterns import Pattern
-
 DEFAULT = (">=2.9", "<3")
-REQUIREMENTS_FILE = Pattern(r"(?:(?:python|scripts)/)?requirements[A-Za-z0-9_.-]*\.txt")
+REQUIREMENTS_FILE = re.compile(r"(?:(?:python|scripts)/)?requirements[A-Za-z0-9_.-]*\.txt")
 _LOWER = (">=", ">", "==", "~=", "===")
 _UPPER = ("<", "<=", "==", "~=", "===")
-_QUOTED = Pattern(r"""["']nanobind\s*((?:[<>=!~]=?|===)[^"';]*)""")
-_LINE = Pattern(r"^\s*nanobind\s*((?:[<>=!~]=?|===)[^#;\n]*)", re.MULTILINE | re.IGNORECASE)
-_FIND = Pattern(r"find_package\s*\(\s*nanobind\s+([0-9]+(?:\.[0-9]+)*)([^)]*)\)", re.IGNORECASE)
-_WORD = Pattern(r"nanobind\s*((?:[<>=!~]=?|===).*)", re.IGNORECASE)
+_QUOTED = re.compile(r"""["']nanobind\s*((?:[<>=!~]=?|===)[^"';]*)""")
+_LINE = re.compile(r"^\s*nanobind\s*((?:[<>=!~]=?|===)[^#;\n]*)", re.MULTILINE | re.IGNORECASE)
+_FIND = re.compile(r"find_package\s*\(\s*nanobind\s+([0-9]+(?:\.[0-9]+)*)([^)]*)\)", re.IGNORECASE)
+_WORD = re.compile(r"nanobind\s*((?:[<>=!~]=?|===).*)", re.IGNORECASE)
 
 
 def _specifiers(text: str) -> List[str]:

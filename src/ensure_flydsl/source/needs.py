@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import asdict, dataclass
 from typing import Dict, Iterator, List, Mapping, Optional, Tuple
 
 from ensure_flydsl.layout import BUILD_DIR, STATE_DIR
@@ -25,8 +26,6 @@ from ensure_flydsl.source.llvm_inputs import (
     read_llvm_inputs,
     wanted_files,
 )
-from ensure_flydsl.support.frozen import Frozen, asdict
-from ensure_flydsl.support.patterns import Pattern
 from ensure_flydsl.support.processes import CommandFailed
 
 MIN_CMAKE = "3.20"  # LLVM's own minimum: never ask for less
@@ -35,15 +34,16 @@ LLVM_SCRIPT = "scripts/build_llvm.sh"
 GITMODULES = ".gitmodules"
 _SKIPPED_DIRS = ("thirdparty", BUILD_DIR, ".git", STATE_DIR, "node_modules")
 
-_FIND_HIP = Pattern(r"find_package\s*\(\s*hip\b([^)]*)\)", re.IGNORECASE)
-_CMAKE_MIN = Pattern(r"cmake_minimum_required\s*\(\s*VERSION\s+([0-9]+(?:\.[0-9]+)*)", re.IGNORECASE)
-_LLVM_REMOTE = Pattern(r"LLVM_REMOTE:-([^}\s\"']+)")
+_FIND_HIP = re.compile(r"find_package\s*\(\s*hip\b([^)]*)\)", re.IGNORECASE)
+_CMAKE_MIN = re.compile(r"cmake_minimum_required\s*\(\s*VERSION\s+([0-9]+(?:\.[0-9]+)*)", re.IGNORECASE)
+_LLVM_REMOTE = re.compile(r"LLVM_REMOTE:-([^}\s\"']+)")
 # `pip install ...`, and `"$PYTHON_EXECUTABLE" -m pip install ...` (upstream's newer build_llvm.sh)
-_PIP_INSTALL = Pattern(r"^\s*(?:pip3?|\S*(?i:python)\S*\s+-m\s+pip3?)\s+install\s+([^\n#]*)$", re.MULTILINE)
-_PACKAGE_NAME = Pattern(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+_PIP_INSTALL = re.compile(r"^\s*(?:pip3?|\S*(?i:python)\S*\s+-m\s+pip3?)\s+install\s+([^\n#]*)$", re.MULTILINE)
+_PACKAGE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
-class BuildNeeds(Frozen):
+@dataclass(frozen=True)
+class BuildNeeds:
     """What building the pin needs; ``source`` says where this was read (or that it was assumed)."""
 
     source: str

@@ -28,13 +28,13 @@ import gzip
 import json
 import os
 import stat
+from dataclasses import dataclass, field
 from typing import Dict, FrozenSet, Iterator, List, Optional, Tuple
 
 from ensure_flydsl.layout import BUILD_DIR, build_dir, build_made_record
 from ensure_flydsl.source.git import Checkout
 from ensure_flydsl.source.root import is_build_output, is_ours
 from ensure_flydsl.support.files import atomic_write
-from ensure_flydsl.support.frozen import Frozen, field
 from ensure_flydsl.support.processes import CommandFailed
 
 Entry = Optional[Tuple[int, int]]  # (size, mtime_ns) of a file or link; None for a folder
@@ -42,7 +42,8 @@ Listing = Dict[str, Entry]
 _VERSION = 1
 
 
-class MadeRecord(Frozen):
+@dataclass(frozen=True)
+class MadeRecord:
     """What the build steps made in a folder (see the module docstring); empty when there is no record."""
 
     entries: Listing = field(default_factory=dict)

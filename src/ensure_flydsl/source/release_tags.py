@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import re
 import tempfile
+from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from packaging.version import InvalidVersion, Version
@@ -30,7 +31,6 @@ from ensure_flydsl.source.git import git, is_local_repo, tag_commits
 from ensure_flydsl.source.mirrors import describe, rewrite
 from ensure_flydsl.source.needs import repo_path
 from ensure_flydsl.source.requirements import FileSources, absent_modules, commit_listing
-from ensure_flydsl.support.frozen import Frozen
 from ensure_flydsl.support.processes import CommandFailed
 
 # The most releases one hint reads (newest first): a bound on the reads and on the one fetch.
@@ -44,7 +44,8 @@ def checked_modules(required: Sequence[str]) -> List[str]:
     return [m for m in required if m.split(".")[0] in folders and m.split(".")[0] not in BUILT_PACKAGES]
 
 
-class TagAnswer(Frozen):
+@dataclass(frozen=True)
+class TagAnswer:
     """``holding``: the newest of the releases asked whose tag holds the modules; else ``unread``: the
     newest whose tag could not be read, and ``why``; both None when every tag was read and none holds them
     (or none of the releases is tagged)."""
@@ -54,7 +55,8 @@ class TagAnswer(Frozen):
     why: str = ""
 
 
-class TagSource(Frozen):
+@dataclass(frozen=True)
+class TagSource:
     """Where the tags are asked and read: the root, FLYDSL_REPO and the git mirrors of the run."""
 
     root: str

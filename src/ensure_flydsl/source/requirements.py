@@ -24,16 +24,17 @@ from __future__ import annotations
 import ast
 import os
 from collections import deque
+from dataclasses import dataclass, field
 from typing import Deque, Dict, Iterable, Iterator, List, Mapping, Optional, Protocol, Sequence, Set, Tuple
 
 from ensure_flydsl.layout import BUILT_PACKAGES, PACKAGE_SOURCES
 from ensure_flydsl.source.git import read_git
 from ensure_flydsl.source.needs import read_blobs, repo_path, resolve_in
-from ensure_flydsl.support.frozen import Frozen, Record, field
 from ensure_flydsl.support.processes import CommandFailed
 
 
-class Requirement(Frozen):
+@dataclass(frozen=True)
+class Requirement:
     """A top-level module outside the tree, the first file (relative to the tree) and line importing it,
     and the chain of the tree's modules from a required module to that file."""
 
@@ -72,7 +73,8 @@ def entries_of(paths: Iterable[str], folder: str) -> Optional[List[str]]:
     return sorted(found) if found else None
 
 
-class FileSources(Frozen):
+@dataclass(frozen=True)
+class FileSources:
     """Sources held in memory (a commit read with git, or a test's tree); ``listing``: every file of the
     tree when more exist than were read (a commit's other files), else the files' own paths."""
 
@@ -90,7 +92,8 @@ class FileSources(Frozen):
         return entries_of(self.listing or self.files, folder)
 
 
-class CheckoutSources(Frozen):
+@dataclass(frozen=True)
+class CheckoutSources:
     """Sources read from a checkout on disk, file by file as the walk reaches them."""
 
     top: str
@@ -224,7 +227,8 @@ def tree_modules(sources: Sources, packages: Optional[Mapping[str, str]] = None)
     return folders
 
 
-class Walk(Record):
+@dataclass
+class Walk:
     """The outcome: requirements in the order first met, the tree's files read, and files that did not parse."""
 
     requirements: List[Requirement] = field(default_factory=list)
@@ -282,7 +286,8 @@ def find_requirements(required: Sequence[str], sources: Sources,
 # -- required modules that are not in the sources at all ----------------------------------------------------
 
 
-class Absent(Frozen):
+@dataclass(frozen=True)
+class Absent:
     """A required module of the tree's packages that the pin does not have, and the modules of the same last
     name it has instead: (module, path) each."""
 

@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import enum
 import os
+import tempfile
 import time
+from dataclasses import asdict, dataclass
 from typing import Dict, List, Mapping, Optional, Tuple
 
 from ensure_flydsl.layout import (
@@ -36,7 +38,6 @@ from ensure_flydsl.setting_values import same_repo
 from ensure_flydsl.source.git import read_git
 from ensure_flydsl.support import fields
 from ensure_flydsl.support.files import atomic_write_json, read_json, remove_file, remove_tree, rename_into_place
-from ensure_flydsl.support.frozen import Frozen, asdict
 from ensure_flydsl.support.processes import CommandFailed
 
 # Files a root may hold that are ours by contract (the bash executor, ensure_flydsl.sh, wrote them too)
@@ -55,7 +56,8 @@ def is_ours(root: str) -> bool:
     return os.path.isfile(owner_file(root))
 
 
-class Owner(Frozen):
+@dataclass(frozen=True)
+class Owner:
     """``ROOT/.ensure_flydsl/owner.json``: the tool made the root, or adopted another tool's clean checkout."""
 
     created_root: bool
@@ -94,7 +96,8 @@ class RootKind(str, enum.Enum):
         return str(self.value)
 
 
-class RootState(Frozen):
+@dataclass(frozen=True)
+class RootState:
     kind: RootKind
     reason: str = ""
 
@@ -166,8 +169,6 @@ def claim_root(root: str, *, created: bool, adopted: bool) -> None:
     owner, which is somebody else's folder (exit 64)."""
     record = Owner(created, adopted, time.time()).to_json()
     if not os.path.isdir(state_dir(root)):
-        import tempfile
-
         staging = tempfile.mkdtemp(prefix=".ensure_flydsl-claim-", dir=os.path.dirname(root))
         try:
             os.chmod(staging, 0o755)
@@ -201,7 +202,8 @@ def exclude_from_git(root: str) -> None:
             handle.write("\n".join(missing) + "\n")
 
 
-class Stamp(Frozen):
+@dataclass(frozen=True)
+class Stamp:
     """``stamps/<step>.json``: the inputs a finished step was done for (and, for the tree, how it came to
     be, its commit and version)."""
 

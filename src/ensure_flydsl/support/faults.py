@@ -10,6 +10,7 @@ dictionary lookup.  ``ENSURE_FLYDSL_FAULT_LOG=<file>`` appends the point's name 
 from __future__ import annotations
 
 import os
+import signal
 
 POINTS = (
     "root-claimed",  # the root is ours, nothing fetched yet
@@ -34,6 +35,5 @@ def point(name: str) -> None:
         if fired:  # the suite checks that every point fired somewhere: a point that stops firing is a bug
             with open(fired, "a") as handle:
                 handle.write(name + "\n")
-        import signal  # here: the warm call's path imports this module, never the signal module
 
         os.killpg(os.getpgrp(), signal.SIGKILL)

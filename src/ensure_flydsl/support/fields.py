@@ -8,10 +8,7 @@ these)."""
 
 from __future__ import annotations
 
-TYPE_CHECKING = False  # typing is for the type checker only: not imported on the warm call's path
-if TYPE_CHECKING:
-    from typing import Collection, Dict, List, Optional
-
+from typing import Collection, Dict, List, Optional
 
 
 def number(value: object) -> Optional[float]:

@@ -3,12 +3,14 @@ generic file moves: a folder moved aside, a tree removed, a folder's entries flu
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
+import shutil
 import stat
-
-TYPE_CHECKING = False  # typing is for the type checker only: not imported on the warm call's path
-if TYPE_CHECKING:
-    from typing import Dict, Optional, Sequence, Tuple
+import tempfile
+import time
+from typing import Dict, Optional, Sequence, Tuple
 
 
 def atomic_write(path: str, data: bytes, mode: int = 0o644, *, durable: bool = True) -> None:
@@ -18,7 +20,6 @@ def atomic_write(path: str, data: bytes, mode: int = 0o644, *, durable: bool = T
     to disk before the rename (unless not ``durable``: see :func:`move_into_place`), and its mode is set
     explicitly (never world-writable, whatever the umask).
     """
-    import tempfile
 
     folder = os.path.dirname(path) or "."
     fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=folder)
@@ -60,7 +61,6 @@ def move_into_place(tmp: str, path: str, mode: int = 0o644, *, durable: bool = T
 
 def json_bytes(obj: object) -> bytes:
     """The tool's JSON files as written: indented, keys sorted, one final line break."""
-    import json  # here: the warm call writes nothing, and json costs it a twentieth (see _loads)
 
     return (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode()
 
@@ -131,48 +131,10 @@ def read_json(path: str) -> Optional[Dict[str, object]]:
     if raw is None:
         return None
     try:
-        data = _loads(raw.decode())
+        data = json.loads(raw.decode())
     except (ValueError, RecursionError):
         return None
     return data if isinstance(data, dict) else None
-
-
-class _Decoder:
-    """What ``_json``'s scanner reads from its decoder: ``json.JSONDecoder()``'s defaults (``array_hook``: 3.15's)."""
-
-    strict = True
-    object_hook = object_pairs_hook = array_hook = None
-    parse_float = float
-    parse_int = int
-    parse_constant = {"-Infinity": float("-inf"), "Infinity": float("inf"), "NaN": float("nan")}.__getitem__
-
-
-_WHITESPACE = " \t\n\r"  # json.decoder's WHITESPACE
-
-
-def _loads(text: str) -> object:
-    """``json.loads(text)``, without importing ``json``: the warm call reads the twin, and ``json`` imports ``re``
-    and compiles six patterns at import, a twentieth of the call (tests/scenarios/test_warm_imports.py).  It is
-    json's own decoding: the C scanner its default decoder uses, with the same defaults, the same whitespace
-    around the value and the same refusals (a BOM, no value, extra data: ValueError, as json.JSONDecodeError
-    is).  Without the C scanner (another implementation of Python), json itself."""
-    try:
-        from _json import make_scanner
-
-        scan = make_scanner(_Decoder())  # type: ignore[arg-type]  # the attributes the scanner reads
-    except (ImportError, AttributeError, TypeError):
-        import json
-
-        return json.loads(text)
-    if text.startswith("\ufeff"):
-        raise ValueError("Unexpected UTF-8 BOM (decode using utf-8-sig)")
-    try:
-        data, end = scan(text, len(text) - len(text.lstrip(_WHITESPACE)))
-    except StopIteration:
-        raise ValueError("Expecting value") from None
-    if text[end:].lstrip(_WHITESPACE):
-        raise ValueError("Extra data")
-    return data
 
 
 def file_path_problem(path: str, *, symlink_ok: bool) -> Optional[str]:
@@ -237,7 +199,6 @@ def rename_into_place(src: str, dest: str) -> None:
 
 def move_aside(path: str) -> str:
     """Rename a folder the tool did not create out of the way (never delete it); return the new name."""
-    import time
 
     target = f"{path}.moved-by-ensure-flydsl-{time.strftime('%Y%m%d-%H%M%S')}"
     n = 0
@@ -253,14 +214,11 @@ def remove_tree(path: str) -> None:
     if os.path.islink(path):
         os.unlink(path)
     elif os.path.isdir(path):
-        import shutil
-
         shutil.rmtree(path)
 
 
 def file_sha256(path: str) -> Optional[str]:
     """A file's sha256 (hex), or None when it cannot be read."""
-    import hashlib  # not on the warm call's path
 
     try:
         with open(path, "rb") as handle:

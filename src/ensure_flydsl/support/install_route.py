@@ -12,15 +12,15 @@ from __future__ import annotations
 
 import enum
 import os
+import re
+import shlex
 import sys
-
-from ensure_flydsl.support.launcher import launcher
 
 # re is imported where a value is matched: the warm call imports none (under python3 -E -S, as the GEAK folder
 # runs the tool, its import costs as much as the interpreter's start: tests/scenarios/test_warm_imports.py)
-TYPE_CHECKING = False  # typing is for the type checker only: not imported on the warm call's path
-if TYPE_CHECKING:
-    from typing import List, Tuple
+from typing import List, Tuple
+
+from ensure_flydsl.support.launcher import launcher
 
 # pyproject.toml's optional dependencies (tests/unit/test_install_route.py holds these to it).
 EXTRAS = {
@@ -49,14 +49,12 @@ def install_route() -> Route:
 
 def _uv_source() -> str:
     """What `uv tool install` was given, from its receipt: ``--from FOLDER ensure-flydsl``, or the name."""
-    import re
 
     try:
         with open(os.path.join(sys.prefix, "uv-receipt.toml"), encoding="utf-8") as handle:
             receipt = handle.read(1 << 16)
     except OSError:
         return "ensure-flydsl"
-    import shlex
 
     found = re.search(r'name\s*=\s*"ensure-flydsl"[^}\n]*?(?:directory|path|editable)\s*=\s*"([^"\n]+)"', receipt)
     return f"--from {shlex.quote(found.group(1))} ensure-flydsl" if found else "ensure-flydsl"
@@ -77,13 +75,9 @@ def extra_remedy(extra: str, instead: str) -> str:
     elif route == Route.PIPX:
         how = f"pipx inject ensure-flydsl {quoted}"
     else:
-        import shlex
-
         how = f"{shlex.quote(sys.executable)} -m pip install {quoted}"
     return f"install the '{extra}' extra into the tool's environment: {how}; or {instead}"
 
 
 def _names(packages: Tuple[str, ...]) -> List[str]:
-    import re
-
     return [re.split(r"[<>=!~\[;]", p, maxsplit=1)[0] for p in packages]

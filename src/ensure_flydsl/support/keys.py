@@ -15,13 +15,16 @@ cache uses support alone.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import importlib.util
 import os
 import re
 import stat
+from dataclasses import dataclass, field
 from typing import List, Tuple
 
-from ensure_flydsl.support.frozen import Frozen, field
+from ensure_flydsl.support.install_route import extra_remedy
 
 KEY_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
 NAME_ALLOWED = "a key name of letters, digits, '.', '_' and '-' (at most 64, not starting with '.', '_' or '-')"
@@ -35,7 +38,6 @@ LIBRARY = "cryptography"
 
 def library_hint(instead: str) -> str:
     """What to do without the cryptography package (ed25519), for the way this copy was installed."""
-    from ensure_flydsl.support.install_route import extra_remedy
 
     return extra_remedy("signing", instead)
 
@@ -44,17 +46,17 @@ class KeyProblem(ValueError):
     """A key file or key line that cannot be used; the message names the file or the key, never its bytes."""
 
 
-class PublicKey(Frozen):
+@dataclass(frozen=True)
+class PublicKey:
     name: str
     key: bytes = field(repr=False)
 
     def line(self) -> str:
-        import base64
-
         return f"{self.name}:{base64.b64encode(self.key).decode()}"
 
 
-class SecretKey(Frozen):
+@dataclass(frozen=True)
+class SecretKey:
     name: str
     seed: bytes = field(repr=False)
     public: bytes = field(repr=False)
@@ -67,8 +69,6 @@ def library_available() -> bool:
 
 def split_line(text: str, what: str) -> Tuple[str, bytes]:
     """``NAME:BASE64`` into the name and the decoded bytes; KeyProblem naming ``what`` otherwise."""
-    import base64  # here: the settings import this module, and the warm call needs no base64 without a key
-    import binascii
 
     name, colon, encoded = text.strip().partition(":")
     if not colon or not KEY_NAME.match(name):

@@ -6,10 +6,7 @@ included (support/install_route.py, which reads it to name a remedy, builds an e
 from __future__ import annotations
 
 import sys
-
-TYPE_CHECKING = False  # typing is for the type checker only: not imported on the warm call's path
-if TYPE_CHECKING:
-    from typing import List, Optional, Sequence
+from typing import List, Optional, Sequence
 
 _launcher: Optional[List[str]] = None
 

@@ -5,10 +5,7 @@ puts first, once).  The env file (``runs/markers.py``), ``activate()`` and the w
 from __future__ import annotations
 
 import os
-
-TYPE_CHECKING = False  # typing is for the type checker only: not imported on the warm call's path
-if TYPE_CHECKING:
-    from typing import Optional, Sequence
+from typing import Optional, Sequence
 
 
 def without_folders(pythonpath: Optional[str], folders: Sequence[str]) -> str:

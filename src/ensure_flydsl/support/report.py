@@ -12,15 +12,14 @@ can show them with the log's path.  When our stream already is the log (the bash
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+import threading
 import time
+from typing import IO, ContextManager, Dict, List, Optional
 
 from ensure_flydsl.support.files import rename_into_place
-
-TYPE_CHECKING = False  # typing is for the type checker only: not imported on the warm call's path
-if TYPE_CHECKING:
-    import threading
-    from typing import IO, ContextManager, Dict, List, Optional
 
 LOG_ROTATE_BYTES = 64 * 1024**2
 TAIL_LINES = 40
@@ -96,15 +95,13 @@ class Reporter:
     def share(self) -> None:
         """From now on another thread writes too (the heartbeat): every write holds one lock."""
         if self._lock is None:
-            import threading
-
             self._lock = threading.RLock()
 
     def mark_shown(self) -> None:
         self.last_shown = time.monotonic()
 
     def _held(self) -> ContextManager[object]:
-        return self._lock if self._lock is not None else _ALONE
+        return self._lock if self._lock is not None else contextlib.nullcontext()
 
     def event(self, event: Dict[str, object]) -> None:
         """One JSON event as given, with its time (``--json`` mode; the other modes show nothing)."""
@@ -159,7 +156,6 @@ class Reporter:
             self._write(line + "\n")
 
     def _emit(self, event: dict) -> None:  # type: ignore[type-arg]
-        import json  # here: only --json writes events, and the warm call without it reads no JSON module
 
         self._write(json.dumps(event, sort_keys=True) + "\n")
 
@@ -241,19 +237,6 @@ class Reporter:
         self._log = None
 
 
-class _Alone:
-    """What a write holds while one thread writes (``share`` gives the writes a lock): nothing, as
-    ``contextlib.nullcontext``, whose module the warm call does not import (try/except stands for
-    ``contextlib.suppress`` here for the same reason)."""
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-
-_ALONE = _Alone()
 
 
 def redraws(stream: IO[str]) -> bool:

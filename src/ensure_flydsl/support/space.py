@@ -11,10 +11,7 @@ from __future__ import annotations
 
 import errno
 import os
-
-TYPE_CHECKING = False  # typing is for the type checker only: not imported on the warm call's path
-if TYPE_CHECKING:
-    from typing import Optional, Tuple
+from typing import Optional, Tuple
 
 FULL = (errno.ENOSPC, errno.EDQUOT)
 

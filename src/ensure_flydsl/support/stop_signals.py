@@ -4,14 +4,8 @@ of its own, light to import: the watchdog unblocks them before anything else (ru
 from __future__ import annotations
 
 import contextlib
-
-TYPE_CHECKING = False  # typing is for the type checker only: not imported by the watchdog
-if TYPE_CHECKING:
-    import signal as _signal
-    from typing import Iterator, List
-else:
-    # The C module that ``signal`` wraps: ``signal`` builds three enums on import, a sixth of a watchdog's start.
-    import _signal
+import signal as _signal
+from typing import Iterator, List
 
 STOP_SIGNAL_NAMES = ("SIGTERM", "SIGHUP", "SIGINT")
 

@@ -12,12 +12,9 @@ This module is light (the warm call reads the run's context below it): it import
 from __future__ import annotations
 
 import enum
+from typing import Mapping, Tuple
 
 from ensure_flydsl.setting_values import Strategy
-
-TYPE_CHECKING = False  # typing is for the type checker only
-if TYPE_CHECKING:
-    from typing import Mapping, Tuple
 
 
 class Way(str, enum.Enum):

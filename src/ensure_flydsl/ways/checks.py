@@ -8,6 +8,7 @@ import enum
 import os
 import subprocess
 import threading
+from dataclasses import asdict, dataclass
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ensure_flydsl.errors import ExitCode, Stage
@@ -17,7 +18,6 @@ from ensure_flydsl.settings import Settings
 from ensure_flydsl.source.git import is_local_repo, ls_remote_within
 from ensure_flydsl.source.mirrors import describe, rewrite
 from ensure_flydsl.source.needs import BuildNeeds
-from ensure_flydsl.support.frozen import Frozen, Record, asdict
 from ensure_flydsl.ways.package_index import IndexAnswer, query_versions
 
 
@@ -36,7 +36,8 @@ class CheckStatus(str, enum.Enum):
 OK, MISSING, WRONG, SKIPPED = CheckStatus.OK, CheckStatus.MISSING, CheckStatus.WRONG, CheckStatus.SKIPPED
 
 
-class Check(Frozen):
+@dataclass(frozen=True)
+class Check:
     """One thing the configured strategy needs, and what this machine has of it."""
 
     name: str
@@ -96,7 +97,8 @@ class Index:
         return [f.result() for f in futures]
 
 
-class RunContext(Record):
+@dataclass
+class RunContext:
     settings: Settings
     environ: Mapping[str, str]
     timeout: float

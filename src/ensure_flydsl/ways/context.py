@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+from dataclasses import dataclass, field
 from typing import Dict, Iterator, List, Mapping, Optional, Union
 
 from ensure_flydsl.errors import Plan, Stage
@@ -21,12 +22,12 @@ from ensure_flydsl.settings import Settings
 from ensure_flydsl.source.release_tags import tag_version
 from ensure_flydsl.source.root import Stamps
 from ensure_flydsl.support import processes
-from ensure_flydsl.support.frozen import Record, field
 from ensure_flydsl.support.report import Reporter
 from ensure_flydsl.ways import Way, demands, tries
 
 
-class Decision(Record):
+@dataclass
+class Decision:
     ok: bool
     reason: str
     how: How = How.REUSED

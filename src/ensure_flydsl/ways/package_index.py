@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import re
 import subprocess
+from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from packaging.version import InvalidVersion, Version
 
-from ensure_flydsl.support.frozen import Frozen
-from ensure_flydsl.support.patterns import Pattern
 from ensure_flydsl.support.processes import run_captured
 
 # pip's words for "the index could not be reached" (as opposed to "it answered: no such thing").
@@ -35,10 +34,11 @@ _UNREACHABLE = (
     "Connection refused",
     "timed out",
 )
-_AVAILABLE = Pattern(r"^Available versions:\s*(.*)$", re.MULTILINE)
+_AVAILABLE = re.compile(r"^Available versions:\s*(.*)$", re.MULTILINE)
 
 
-class IndexAnswer(Frozen):
+@dataclass(frozen=True)
+class IndexAnswer:
     package: str
     answered: bool  # pip reached the index (or the find-links) and got an answer
     versions: Tuple[str, ...]  # versions with a usable distribution, as pip lists them (newest first)

@@ -8,6 +8,7 @@ import hashlib
 import json
 import os
 import subprocess
+from dataclasses import dataclass
 from typing import Dict, Iterator, List, Mapping, Optional, Tuple
 
 from ensure_flydsl.errors import EnsureError, ExitCode, Stage
@@ -18,14 +19,14 @@ from ensure_flydsl.probe.results import Probe
 from ensure_flydsl.result import How
 from ensure_flydsl.source.ownership import remove_made
 from ensure_flydsl.support.files import move_aside
-from ensure_flydsl.support.frozen import Frozen
 from ensure_flydsl.support.processes import kill_and_reap, spawn
 from ensure_flydsl.support.urls import repo_identity
 from ensure_flydsl.ways.base import Early
 from ensure_flydsl.ways.context import Decision, Run
 
 
-class TreeKey(Frozen):
+@dataclass(frozen=True)
+class TreeKey:
     """What identifies a tree of one commit for one interpreter on every host, whatever way made it: the
     repository (as :func:`repo_identity` names it), the commit, the interpreter's ABI and platform.  The binary
     cache's key fields (ways/cache/provider.py: tree_fields) and the host store's keys are made from it."""

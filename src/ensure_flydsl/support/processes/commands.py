@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
+import signal
+import subprocess
+import time
 from typing import IO, TYPE_CHECKING, Any, Mapping, Optional, Sequence, Union
 
 if TYPE_CHECKING:
-    import subprocess
 
     Stream = Union[int, IO[Any], None]  # what a child's stdin, stdout or stderr is: a file, a pipe, DEVNULL
 
@@ -23,8 +26,6 @@ class CommandFailed(Exception):
         super().__init__(self.describe())
 
     def describe(self) -> str:
-        import shlex  # here: a failure's text alone quotes
-
         lines = [f"command: {shlex.join(self.cmd)}", f"return code: {self.returncode}"]
         text = self.output.rstrip()
         if text:
@@ -44,7 +45,6 @@ def cmd_output(
     check: bool = True,
 ) -> str:
     """Run a short command and return its stdout+stderr; raise CommandFailed on a non-zero exit."""
-    import subprocess
 
     try:
         proc = subprocess.run(
@@ -85,7 +85,6 @@ def run_captured(
     """Run a short command to its end (``subprocess.run``, never ``check``): the caller reads its code and
     output itself.  OSError when it cannot start; ``subprocess.TimeoutExpired`` past ``timeout`` (the command
     killed first)."""
-    import subprocess
 
     return subprocess.run(list(cmd), stdin=stdin, input=input, stdout=stdout, stderr=stderr,
                           env=None if env is None else dict(env), timeout=timeout, check=False)
@@ -105,7 +104,6 @@ def spawn(
     """Start a process that runs beside this one (a probe, a compile, a worker, a watchdog).  ``own_group``:
     in a process group of its own, so that stopping it (:func:`kill_group`) stops what it started too, and a
     signal to this tool's group does not reach it."""
-    import subprocess
 
     return subprocess.Popen(list(cmd), stdin=stdin, stdout=stdout, stderr=stderr,
                             env=None if env is None else dict(env), cwd=cwd, start_new_session=own_group,
@@ -115,7 +113,6 @@ def spawn(
 def spawn_text(cmd: Sequence[str], *, env: Optional[Mapping[str, str]] = None) -> "subprocess.Popen[str]":
     """Start a process whose output is read as text lines, stdout and stderr together (pip's download),
     in this tool's process group: a Ctrl-C or a kill of the group stops it too."""
-    import subprocess
 
     return subprocess.Popen(list(cmd), env=None if env is None else dict(env), stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace")
@@ -123,7 +120,6 @@ def spawn_text(cmd: Sequence[str], *, env: Optional[Mapping[str, str]] = None) -
 
 def kill_group(pgid: int) -> None:
     """SIGKILL the process group ``pgid``; one that is already gone (or no longer ours) is left alone."""
-    import signal
 
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signal.SIGKILL)
@@ -137,8 +133,6 @@ def kill_and_reap(proc: "subprocess.Popen[bytes]") -> None:
 
 def stop_group(proc: "subprocess.Popen[bytes]", grace_s: float = 10.0) -> None:
     """SIGTERM the group, give it ``grace_s``, then SIGKILL whatever of it is left (the leader may go first)."""
-    import signal
-    import subprocess
 
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGTERM)
@@ -151,8 +145,6 @@ def stop_group(proc: "subprocess.Popen[bytes]", grace_s: float = 10.0) -> None:
 
 def end_leftovers(pgid: int, grace_s: float) -> None:
     """SIGTERM what is left of an exited command's process group, then SIGKILL it after ``grace_s``."""
-    import signal
-    import time
 
     deadline = time.monotonic() + grace_s
     try:

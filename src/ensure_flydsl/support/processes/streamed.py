@@ -4,10 +4,13 @@ when it ends or when the run is interrupted."""
 from __future__ import annotations
 
 import os
+import select
+import subprocess
+import time
 from typing import TYPE_CHECKING, Callable, Mapping, Optional, Sequence
 
 if TYPE_CHECKING:
-    import subprocess
+    pass
 
 from ensure_flydsl.support.processes.commands import end_leftovers, stop_group
 
@@ -67,7 +70,6 @@ def stream_command(
     is stopped, and the output is read only a little longer: a leftover that holds the pipe open (even
     one that left the group) does not hold the run.
     """
-    import subprocess
 
     try:
         proc = subprocess.Popen(
@@ -102,7 +104,6 @@ def stream_command(
 
 def _read_until_exit(proc: "subprocess.Popen[bytes]", lines: _Lines) -> bool:
     """Hand the output to ``lines`` until the command exits; True when the pipe reached its end too."""
-    import select
 
     assert proc.stdout is not None
     fd = proc.stdout.fileno()
@@ -120,8 +121,6 @@ def _read_until_exit(proc: "subprocess.Popen[bytes]", lines: _Lines) -> bool:
 
 def _drain(fd: int, lines: _Lines) -> None:
     """Read what is still in the pipe, for at most DRAIN_S seconds or until its end."""
-    import select
-    import time
 
     deadline = time.monotonic() + DRAIN_S
     while True:

@@ -4,6 +4,9 @@ group, and the heartbeat said while they wait."""
 from __future__ import annotations
 
 import os
+import select
+import subprocess
+import time
 from typing import TYPE_CHECKING, Callable, Mapping, Optional, Sequence
 
 if TYPE_CHECKING:
@@ -85,9 +88,6 @@ def watched_output(
     :func:`network_silence_s`) the group is killed and :class:`Silent` raised, naming ``remote(output)``
     (the remote it was talking to, from what it printed).  Every half of that limit a line goes to the
     heartbeat.  Interrupted (Ctrl-C, SIGTERM), the group is stopped before the exception goes on."""
-    import select
-    import subprocess
-    import time
 
     limit = network_silence_s(env) if silence_s is None else silence_s
     beat = min(30.0, limit / 2)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+from dataclasses import dataclass
 from typing import Callable, Dict, Generic, Iterator, Optional, Set, Tuple, TypeVar
 
 from ensure_flydsl.binary_cache.entries import Cache, CacheError
@@ -35,7 +36,6 @@ from ensure_flydsl.binary_cache.lease import (
 from ensure_flydsl.binary_cache.manifest import manifest_path
 from ensure_flydsl.errors import EnsureError, ExitCode, Stage
 from ensure_flydsl.setting_values import host_id as setting_host_id
-from ensure_flydsl.support.frozen import Record
 from ensure_flydsl.support.report import fmt_seconds
 from ensure_flydsl.ways.cache.provider import cache_failed, usable
 from ensure_flydsl.ways.context import Run
@@ -55,7 +55,8 @@ UNLISTED_TAKES = 2
 _REPORTED: Set[str] = set()
 
 
-class Turn(Record, Generic[T]):
+@dataclass
+class Turn(Generic[T]):
     """A run's turn at a key: the entry fetched, or the lease held (both None: build without a lease)."""
 
     fetched: Optional[T] = None

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import List, Optional, Tuple
 
 from ensure_flydsl.binary_cache.entries import Cache, CacheEntry, CacheError
+from ensure_flydsl.binary_cache.signing import check_entry, check_secret, manifest_sha, trusted_keys
 from ensure_flydsl.support.keys import KeyProblem, SecretKey, read_secret_key
 from ensure_flydsl.ways.context import Run
 
@@ -44,8 +45,6 @@ def choose_entry(run: Run, cache: Cache, kind: str, key: str, what: str) -> Tupl
 
 def _trusted_entry(run: Run, cache: Cache, kind: str, key: str, what: str,
                    primary: Optional[CacheEntry]) -> Tuple[Optional[CacheEntry], bool]:
-    from ensure_flydsl.binary_cache.signing import check_entry, manifest_sha, trusted_keys
-
     trusted = trusted_keys(run.settings.cache_trusted_keys)
     problems: List[str] = []
     if primary is not None:
@@ -91,7 +90,6 @@ def signers(run: Run) -> List[SecretKey]:
     path = run.settings.cache_signing_key
     if path is None:
         return []
-    from ensure_flydsl.binary_cache.signing import check_secret
 
     try:
         secret = read_secret_key(path)

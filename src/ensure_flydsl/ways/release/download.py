@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import importlib.util
 import os
 import re
 import subprocess
@@ -26,7 +27,7 @@ from packaging.tags import platform_tags
 from ensure_flydsl.errors import EnsureError, ExitCode, Stage
 from ensure_flydsl.probe import scripts
 from ensure_flydsl.probe.results import Interpreter
-from ensure_flydsl.support.patterns import Pattern
+from ensure_flydsl.support import space
 from ensure_flydsl.support.processes import (
     CommandFailed,
     heartbeat,
@@ -38,7 +39,7 @@ from ensure_flydsl.support.processes import (
 
 # pip's words for a retry after a stalled or broken connection: not a sign that the index answers.
 _RETRY = "Retrying ("
-_LOOKING = Pattern(r"^Looking in (?:indexes|links): (.+)$", re.MULTILINE)
+_LOOKING = re.compile(r"^Looking in (?:indexes|links): (.+)$", re.MULTILINE)
 _pip_cache: Dict[str, bool] = {}
 _pip_lock = threading.Lock()
 
@@ -50,8 +51,6 @@ def has_pip(python: str, environ: Optional[Mapping[str, str]] = None) -> bool:
         if python in _pip_cache:
             return _pip_cache[python]
     if python == sys.executable:
-        import importlib.util
-
         found = importlib.util.find_spec("pip") is not None
     else:
         env = pip_env(os.environ if environ is None else environ)
@@ -134,7 +133,6 @@ def disk_full(output: str, folder: str, version: str) -> Optional[EnsureError]:
     quota = f"[Errno {errno.EDQUOT}]" in output or "Disk quota exceeded" in output
     if not quota and f"[Errno {errno.ENOSPC}]" not in output and "No space left on device" not in output:
         return None
-    from ensure_flydsl.support import space
 
     return EnsureError(
         ExitCode.ARTIFACT,

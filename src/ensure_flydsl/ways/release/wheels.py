@@ -15,14 +15,20 @@ import os
 import pathlib
 import re
 import zipfile
+from dataclasses import dataclass
 from typing import IO, Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, cast
 
+from installer import install
+from installer.destinations import SchemeDictionaryDestination
+from installer.exceptions import InstallerError
+from installer.records import parse_record_file
+from installer.sources import WheelFile
+from installer.utils import parse_metadata_file
 from packaging.version import InvalidVersion, Version
 
 from ensure_flydsl.errors import EnsureError, ExitCode, Stage
 from ensure_flydsl.probe.results import Interpreter
 from ensure_flydsl.source.release_tags import tag_version
-from ensure_flydsl.support.frozen import Frozen
 
 # The download (which pip, the silence watchdog) lives in .download; its names are still taken from here.
 from ensure_flydsl.ways.release.download import WheelDownload as WheelDownload
@@ -48,9 +54,6 @@ def install_wheel_file(interpreter: Interpreter, wheel: str, version: str, targe
     """Unpack the local ``wheel`` into ``target`` (a new folder), the layout of ``pip install --target``,
     in this process with pypa's ``installer``: every file is hashed as it is written and checked against
     the wheel's RECORD, and RECORD must name every file of the wheel.  Raise EnsureError(8)."""
-    from installer import install
-    from installer.exceptions import InstallerError
-    from installer.sources import WheelFile
 
     destination = _CheckedDestination(target, interpreter.executable)
     try:
@@ -75,8 +78,6 @@ class _CheckedDestination:
     ``bin``), keeping the hash and size of every file it writes, to compare with the wheel's RECORD."""
 
     def __init__(self, target: str, python: str) -> None:
-        from installer.destinations import SchemeDictionaryDestination
-
         schemes = {"purelib": target, "platlib": target, "headers": os.path.join(target, "include"),
                    "scripts": os.path.join(target, "bin"), "data": target}
         self._inner = SchemeDictionaryDestination(schemes, interpreter=python, script_kind="posix")
@@ -93,7 +94,6 @@ class _CheckedDestination:
 
     def check_against(self, source: Any) -> None:
         """Every file written has the sha256 and size its RECORD line gives (the wheel's own RECORD)."""
-        from installer.records import parse_record_file
 
         root = "platlib" if not _is_purelib(source) else "purelib"
         wrong = []
@@ -110,8 +110,6 @@ class _CheckedDestination:
 
 
 def _is_purelib(source: Any) -> bool:
-    from installer.utils import parse_metadata_file
-
     return str(parse_metadata_file(source.read_dist_info("WHEEL")).get("Root-Is-Purelib", "")).lower() == "true"
 
 
@@ -123,7 +121,8 @@ def _scheme_path(path: str, data_dir: str, root: str) -> str:
     return f"{root}/{path}"
 
 
-class Provenance(Frozen):
+@dataclass(frozen=True)
+class Provenance:
     """How a wheel's package compares with the checkout's ``python/flydsl``: the relative paths compared,
     those whose bytes differ, those the wheel lacks; and the wheel's files that a FlyDSL wheel must not hold
     (``wheel_shape.py``), each as ``name (why)``."""

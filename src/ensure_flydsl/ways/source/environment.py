@@ -25,16 +25,18 @@ from __future__ import annotations
 import os
 import pathlib
 import shlex
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Callable, Dict, List, Mapping, Optional, Sequence
 
 from ensure_flydsl.errors import EnsureError, ExitCode, Stage
 from ensure_flydsl.layout import build_dir, llvm_record, mlir_install, pip_constraints, tools_dir
 from ensure_flydsl.probe.results import Interpreter
 from ensure_flydsl.setting_values import GitMirrors
+from ensure_flydsl.source.llvm_inputs import checkout_llvm_inputs
 from ensure_flydsl.source.mirrors import with_mirrors, with_network_limits
 from ensure_flydsl.support.files import atomic_write, atomic_write_json, read_json
-from ensure_flydsl.support.frozen import Frozen, asdict
 from ensure_flydsl.support.processes import stream_command
+from ensure_flydsl.ways.source.tools import CONFLICTING_PIP_ENV
 
 # Documented default parallelism: a job of the LLVM/MLIR build (its big static links) may take this much.
 MEMORY_PER_JOB_BYTES = 4 * 1024**3
@@ -74,7 +76,8 @@ def resolve_jobs(setting: Optional[int]) -> int:
     return setting if setting is not None else default_jobs(cpu_count(), available_memory())
 
 
-class Toolchain(Frozen):
+@dataclass(frozen=True)
+class Toolchain:
     bin_dir: str  # python3 / python / pip / pip3 shims for the target interpreter
     pylib: str  # private site folder for Python build tools (nanobind, ...)
     cmake_prefixes: List[str]  # private CMake packages (the hip overlay), searched first
@@ -118,7 +121,6 @@ def build_environment(
 ) -> Dict[str, str]:
     # The scripts' own git commands (build_llvm.sh clones llvm-project) fetch through the mirrors too, and
     # give up an http(s) transfer that stalls for the network silence limit.
-    from ensure_flydsl.ways.source.tools import CONFLICTING_PIP_ENV
 
     env = {k: v for k, v in with_network_limits(with_mirrors(base, git_mirrors)).items()
            if k not in CONFLICTING_PIP_ENV}
@@ -160,7 +162,6 @@ def flydsl_step_settings(root: str) -> Dict[str, str]:
 
 def pin_llvm_inputs(root: str, environ: Mapping[str, str]) -> LlvmInputs:
     """What the checkout's LLVM/MLIR build is made from (source/llvm_inputs.py), with the run's environment."""
-    from ensure_flydsl.source.llvm_inputs import checkout_llvm_inputs
 
     return checkout_llvm_inputs(root, environ)
 
@@ -183,7 +184,8 @@ def is_mlir_install(path: str) -> bool:
     return os.path.isdir(os.path.join(path, "lib", "cmake", "mlir"))
 
 
-class LlvmRecord(Frozen):
+@dataclass(frozen=True)
+class LlvmRecord:
     """``BASE/.llvm-project.ensure-flydsl.json``: this tool made ``llvm-project/``, the inputs of the build
     it started there, and of the one it finished."""
 

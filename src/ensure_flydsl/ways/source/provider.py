@@ -6,8 +6,10 @@ build.sh, verification; then the new tree and MLIR go to the binary cache."""
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from typing import TYPE_CHECKING, Callable, Dict, Mapping, NamedTuple, Optional, Tuple
 
+from ensure_flydsl.binary_cache.entries import cache_key
 from ensure_flydsl.errors import EnsureError, ExitCode, Plan, Stage
 from ensure_flydsl.layout import (
     build_dir,
@@ -27,11 +29,22 @@ from ensure_flydsl.source.needs import BuildNeeds, build_tools, find_needs, tool
 from ensure_flydsl.source.ownership import recording
 from ensure_flydsl.support import faults
 from ensure_flydsl.support.files import file_sha256
-from ensure_flydsl.support.frozen import replace
 from ensure_flydsl.ways import Way, falls_back
 from ensure_flydsl.ways.base import Early, Provider
+from ensure_flydsl.ways.cache.fleet import end_turn, holding, take_turn
+from ensure_flydsl.ways.cache.provider import (
+    llvm_label,
+    mlir_fields,
+    mlir_from_cache,
+    publish_mlir,
+    publish_tree,
+    tree_fields,
+    tree_from_cache,
+    tree_shareable,
+)
 from ensure_flydsl.ways.checks import WRONG, Check, RunContext, passed, skipped
 from ensure_flydsl.ways.context import Decision, Run
+from ensure_flydsl.ways.release.suggestion import release_suggestion
 from ensure_flydsl.ways.source.environment import (
     LlvmRecord,
     Toolchain,
@@ -116,9 +129,6 @@ class BuildProvider(Provider):
         key = pin_llvm_inputs(run.settings.root, run.environ).key(run.interpreter.abi)
         if cache is None or key is None:  # an unknown LLVM commit: nothing to share, so no lease either
             return build_mlir(run, env, jobs, None)
-        from ensure_flydsl.binary_cache.entries import cache_key  # the cache's code: only a run with a cache
-        from ensure_flydsl.ways.cache.fleet import holding, take_turn
-        from ensure_flydsl.ways.cache.provider import llvm_label, mlir_fields, mlir_from_cache
 
         ckey = cache_key("mlir", mlir_fields(key, run.interpreter.platform))
         turn = take_turn(run, cache, "mlir", ckey, f"MLIR for LLVM {llvm_label(key)}",
@@ -133,9 +143,6 @@ class BuildProvider(Provider):
         cache = self.cache
         if cache is None:
             return None
-        from ensure_flydsl.binary_cache.entries import cache_key
-        from ensure_flydsl.ways.cache.fleet import take_turn
-        from ensure_flydsl.ways.cache.provider import tree_fields, tree_from_cache, tree_shareable
 
         if not tree_shareable(run):
             return None
@@ -178,8 +185,6 @@ class BuildProvider(Provider):
     def after_publish(self, run: Run, commit: str) -> None:
         if self.tree_lease is None and (self.cache is None or not self.built_now):
             return  # no lease to end, nothing to publish
-        from ensure_flydsl.ways.cache.fleet import holding
-        from ensure_flydsl.ways.cache.provider import publish_tree
 
         with holding(self.tree_lease):
             self.tree_lease = None
@@ -190,8 +195,6 @@ class BuildProvider(Provider):
     def abandon(self, run: Run, error: BaseException) -> None:
         held, self.tree_lease = self.tree_lease, None
         if held is not None:
-            from ensure_flydsl.ways.cache.fleet import end_turn
-
             end_turn(held, error)
 
 
@@ -199,7 +202,6 @@ def suggest_release(run: Run, exc: EnsureError) -> EnsureError:
     """``auto`` could not build: when a release >= the floor has a wheel for this interpreter and its tag
     holds the required modules, the failure to raise instead has a hint that says so (``ways/release/suggestion.py``,
     which the doctor asks too); else ``exc`` itself.  Asked in seconds at most, or not at all."""
-    from ensure_flydsl.ways.release.suggestion import release_suggestion  # the release way's code, on a failure
 
     suggestion = release_suggestion(run.settings, run.interpreter, run.environ)
     if suggestion is None:
@@ -261,14 +263,10 @@ def ready_mlir(run: Run, cache: Optional[Cache]) -> Optional[Mlir]:
         return None
     install = mlir_install(settings.base_dir)
     if finished_llvm_build(settings.base_dir) == key:
-        from ensure_flydsl.ways.cache.provider import llvm_label
-
         run.say(f"MLIR for LLVM {llvm_label(key)} is already built in {install}")
         return install, {"llvm": key}
     fetched = None
     if cache is not None:
-        from ensure_flydsl.ways.cache.provider import mlir_from_cache
-
         fetched = mlir_from_cache(run, cache, key)
     return (fetched, {"llvm": key}) if fetched else None
 
@@ -304,8 +302,6 @@ def build_mlir(run: Run, env: Dict[str, str], jobs: int, cache: Optional[Cache])
         # Not reusable: the build.sh stamp must not match a later run's MLIR (built anew) either.
         return install, {"llvm": None, "built": os.urandom(8).hex()}
     if cache is not None:
-        from ensure_flydsl.ways.cache.provider import publish_mlir
-
         publish_mlir(run, cache, key, install)
     return install, {"llvm": key}
 

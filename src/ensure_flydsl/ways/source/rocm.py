@@ -31,23 +31,23 @@ import hashlib
 import os
 import re
 import shutil
+from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
 from ensure_flydsl.errors import EnsureError, ExitCode, Stage
 from ensure_flydsl.layout import overlay_stamp
 from ensure_flydsl.support import fields
 from ensure_flydsl.support.files import atomic_write, atomic_write_json, read_json, remove_file, remove_tree
-from ensure_flydsl.support.frozen import Frozen
-from ensure_flydsl.support.patterns import Pattern
 
-_HIP_LIB_REF = Pattern(r"\$\{_IMPORT_PREFIX\}/lib/(libamdhip64\.so[0-9.]*)")
+_HIP_LIB_REF = re.compile(r"\$\{_IMPORT_PREFIX\}/lib/(libamdhip64\.so[0-9.]*)")
 # Entries of ROCm left out of the overlay.  ROCm's own LLVM (``llvm/lib/cmake/llvm``) would otherwise be a
 # candidate for MLIR's find_package(LLVM ... EXACT), which searches CMAKE_PREFIX_PATH before its HINTS; the
 # hip package reaches it through ROCM_PATH (set for the build), not through its own prefix.
 OVERLAY_SKIPPED = ("llvm",)
 
 
-class HipCheck(Frozen):
+@dataclass(frozen=True)
+class HipCheck:
     """What the hip CMake package under a ROCm prefix says, and what the file system has."""
 
     package_dir: Optional[str]  # <rocm>/lib/cmake/hip when present
@@ -101,7 +101,8 @@ def _listing_digest(folder: str) -> str:
     return hashlib.sha256("\0".join(names).encode(errors="replace")).hexdigest()
 
 
-class OverlayKey(Frozen):
+@dataclass(frozen=True)
+class OverlayKey:
     """What an overlay was made for: the ROCm prefix, its entries, digests of the names in its lib/ and
     lib/cmake/, the hip package's files (name, size, whole-second mtime), the missing names, the real library."""
 
@@ -250,7 +251,8 @@ def fix_hip_in_place(rocm_path: str, check: HipCheck) -> List[str]:
     return created
 
 
-class HipFix(Frozen):
+@dataclass(frozen=True)
+class HipFix:
     """What was done about the hip CMake package, and the prefixes to put first on CMAKE_PREFIX_PATH."""
 
     check: HipCheck
@@ -288,7 +290,7 @@ def fix_hip(rocm_path: str, overlay: str, *, in_place: bool = False) -> HipFix:
     return HipFix(check, (), False, f"there is no hip CMake package in {rocm_path}/lib/cmake/hip")
 
 
-_HIP_DIR_ENTRY = Pattern(r"^(hip_DIR:[A-Z]+=)(.*)$", re.MULTILINE)
+_HIP_DIR_ENTRY = re.compile(r"^(hip_DIR:[A-Z]+=)(.*)$", re.MULTILINE)
 
 
 def drop_stale_hip_dir(build_dir: str, package_dir: str) -> bool:

@@ -9,10 +9,10 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from dataclasses import dataclass
 from typing import List, Mapping, Optional, Tuple
 
 from ensure_flydsl.errors import Stage
-from ensure_flydsl.support.frozen import Frozen
 from ensure_flydsl.support.processes import run_captured
 from ensure_flydsl.ways.checks import MISSING, WRONG, Check, RunContext, passed, skipped
 from ensure_flydsl.ways.source.rocm import check_hip
@@ -21,7 +21,8 @@ ROCM_SDK = "rocm-sdk"
 ROCM_SDK_TIMEOUT = 30.0  # it imports its Python package; a cold start on a busy machine takes seconds
 
 
-class RocmChoice(Frozen):
+@dataclass(frozen=True)
+class RocmChoice:
     """The ROCm prefix a build uses, and how it was found (``rocm_sdk``: the command that printed it)."""
 
     path: str

@@ -7,19 +7,18 @@ satisfies it; a private install asks for the same, and for cmake below 4 as well
 
 from __future__ import annotations
 
+import re
 from typing import List, Optional, Sequence
 
 from packaging.specifiers import InvalidSpecifier, Specifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
-
-from ensure_flydsl.support.patterns import Pattern
 
 # CMake 4 refuses projects that declare cmake_minimum_required(VERSION < 3.5), which third-party code of
 # older pins (submodules, LLVM's own runtimes) still does: a provided cmake stays on the 3.x line.  (A
 # machine's cmake 4 is still used: the bound is for what this tool installs.)
 UPPER_BOUNDS = {"cmake": "4"}
 _UPPER = ("<", "<=", "==", "~=", "===")
-_VERSION = Pattern(r"(\d+(?:\.\d+)+)")
+_VERSION = re.compile(r"(\d+(?:\.\d+)+)")
 
 
 def version_of(text: str) -> Optional[str]:

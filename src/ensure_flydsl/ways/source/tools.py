@@ -24,13 +24,13 @@ import shlex
 import shutil
 import sys
 import tempfile
+from dataclasses import dataclass
 from typing import Callable, Dict, Iterable, List, Mapping, Optional, Tuple
 
 from ensure_flydsl.errors import EnsureError, ExitCode, Stage
 from ensure_flydsl.layout import provided_dir, provided_stamp
 from ensure_flydsl.probe import scripts
 from ensure_flydsl.support.files import atomic_write, atomic_write_json, remove_tree, rename_into_place
-from ensure_flydsl.support.frozen import Frozen
 from ensure_flydsl.support.processes import CommandFailed, cmd_output
 from ensure_flydsl.ways.source.tool_versions import accepts, needed, package_spec, version_of
 from ensure_flydsl.ways.source.tools_record import ProvidedTool, read_tools_record, usable
@@ -42,7 +42,8 @@ PIP_INSTALL_TIMEOUT_S = 900.0
 CONFLICTING_PIP_ENV = ("PIP_TARGET", "PIP_PREFIX", "PIP_ROOT", "PIP_USER", "PIP_REQUIRE_VIRTUALENV")
 
 
-class ToolState(Frozen):
+@dataclass(frozen=True)
+class ToolState:
     """What the machine has of one tool: ``good`` when it is there with a good enough version."""
 
     name: str
@@ -58,7 +59,8 @@ class ToolState(Frozen):
         return self.problem
 
 
-class ProvidedTools(Frozen):
+@dataclass(frozen=True)
+class ProvidedTools:
     """The outcome: what the machine had, what is provided privately, and how to put it in the build's way."""
 
     tools_dir: str

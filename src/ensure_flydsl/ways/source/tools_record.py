@@ -13,17 +13,18 @@ good enough for the pin) is :func:`usable`'s.
 from __future__ import annotations
 
 import os
+from dataclasses import asdict, dataclass
 from typing import Dict, Mapping, Optional, Tuple
 
 from ensure_flydsl.support import fields
 from ensure_flydsl.support.files import read_json
-from ensure_flydsl.support.frozen import Frozen, asdict
 from ensure_flydsl.ways.source.tool_versions import accepts, version_of
 
 UNKNOWN_VERSION = "unknown"  # what an entry records when the installed wheel named no version
 
 
-class ProvidedTool(Frozen):
+@dataclass(frozen=True)
+class ProvidedTool:
     """One tool installed privately: its version, the pip spec, its folder and its programs (name -> file)."""
 
     version: str
@@ -56,7 +57,8 @@ class ProvidedTool(Frozen):
         return cls(version=version, spec=spec, folder=folder, programs=programs)
 
 
-class ToolsRecord(Frozen):
+@dataclass(frozen=True)
+class ToolsRecord:
     """``tools.json`` as it reads back: the good entries, and why the rest was left out (None: nothing was)."""
 
     entries: Dict[str, ProvidedTool]
