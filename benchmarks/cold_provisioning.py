@@ -33,7 +33,7 @@ MAKE_ENTRY = r"""
 import json, os, sys
 from ensure_flydsl.support.files import file_sha256
 from ensure_flydsl.ways.source.environment import llvm_key
-from ensure_flydsl.binary_cache.entries import cache_key, open_cache
+from ensure_flydsl.trees.remote import cache_key, open_cache
 from ensure_flydsl.support.urls import repo_identity
 from ensure_flydsl.probe.interpreter import describe_interpreter
 root, repo, python, commit, location = sys.argv[1:6]
@@ -59,7 +59,7 @@ print(json.dumps({"key": key, "size": entry.size, "files": entry.files, "publish
 # checks of every member, extraction with each file's sha256), without a run around it or the probe after it.
 FETCH_ENTRY = r"""
 import json, os, shutil, sys, tempfile, time
-from ensure_flydsl.binary_cache.entries import open_cache
+from ensure_flydsl.trees.remote import open_cache
 location, key, work = sys.argv[1:4]
 started = time.perf_counter()
 cache = open_cache(location)

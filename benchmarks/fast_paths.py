@@ -53,7 +53,7 @@ print(json.dumps({"code": code, "seconds": seconds, "cpu": usage.ru_utime + usag
 """
 FETCH = """
 import os, resource, sys, time
-from ensure_flydsl.binary_cache.entries import open_cache
+from ensure_flydsl.trees.remote import open_cache
 cache = open_cache(sys.argv[1])
 entry = [e for e in cache.entries() if e.kind == "tree"][0]
 cache.fetch(entry, sys.argv[2])

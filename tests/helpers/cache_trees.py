@@ -10,7 +10,7 @@ from typing import Dict, Tuple
 
 import pytest
 
-from ensure_flydsl.binary_cache.entries import Cache, CacheCorrupt, CacheEntry, open_cache
+from ensure_flydsl.trees.remote import Cache, CacheCorrupt, CacheEntry, open_cache
 from tests.helpers.cache_entries import FIELDS, KEY
 
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Tuple
 
-from ensure_flydsl.binary_cache.archive import Member
-from ensure_flydsl.binary_cache.manifest import CacheEntry, manifest_bytes
-from ensure_flydsl.binary_cache.signing import generate
 from ensure_flydsl.cli.cache_signing import keygen as _keygen
+from ensure_flydsl.trees.archive import Member
+from ensure_flydsl.trees.manifest import CacheEntry, manifest_bytes
+from ensure_flydsl.trees.signing import generate
 from tests.helpers.cache_entries import FIELDS, KEY
 
 # A secret key's line (never used to sign anything): for refusals that must not copy it anywhere.

@@ -24,8 +24,8 @@ from typing import Dict, Iterator, List, Optional, Tuple
 
 import pytest
 
-from ensure_flydsl.binary_cache.entries import open_cache
 from ensure_flydsl.settings import EMPTY_REFUSED, SETTING_BY_NAME, SETTINGS, load_settings
+from ensure_flydsl.trees.remote import open_cache
 from tests.helpers.flydsl_fixture import FixtureRepo, write
 from tests.helpers.reliability import device, listing, record, tmpfs
 from tests.helpers.signing_keys import SECRET_LINE, keygen

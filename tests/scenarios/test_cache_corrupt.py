@@ -11,7 +11,7 @@ from typing import Callable, Dict, List
 
 import pytest
 
-from ensure_flydsl.binary_cache.entries import (
+from ensure_flydsl.trees.remote import (
     CacheEntry,
     Member,
     open_cache,

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from ensure_flydsl.binary_cache.entries import (
+from ensure_flydsl.trees.remote import (
     CacheError,
     cache_key,
     format_size,

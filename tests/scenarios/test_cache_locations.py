@@ -14,7 +14,7 @@ from typing import Dict, Iterator, Optional
 
 import pytest
 
-from ensure_flydsl.binary_cache.entries import (
+from ensure_flydsl.trees.remote import (
     cache_key,
     open_cache,
 )
@@ -27,13 +27,13 @@ from tests.helpers.s3_server import S3Server
 # -- locations and the command line --------------------------------------------------------------------
 def test_a_url_without_fsspec_says_which_extra_to_install(tmp_path: "os.PathLike[str]") -> None:
     code = ("import sys; sys.modules['fsspec'] = None\n"  # as on a bare image without the extra
-            "from ensure_flydsl.binary_cache.entries import open_cache, CacheError\n"
+            "from ensure_flydsl.trees.remote import open_cache, CacheError\n"
             "try:\n    open_cache('s3://bucket/prefix')\nexcept CacheError as exc:\n    print(exc)\n")
     out = subprocess.run([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, check=True)
     assert "needs fsspec" in out.stdout
     assert f"{sys.executable} -m pip install 'aiobotocore>=2.19.0' 's3fs>=2025.5.0'" in out.stdout  # this route's
     folder = subprocess.run([sys.executable, "-c", "import sys; sys.modules['fsspec'] = None\n"
-                             "from ensure_flydsl.binary_cache.entries import open_cache\n"
+                             "from ensure_flydsl.trees.remote import open_cache\n"
                              f"print(open_cache({str(tmp_path)!r}).entries())"],
                             stdout=subprocess.PIPE, text=True, check=True)
     assert folder.stdout.strip() == "[]"  # a folder cache needs no extra

@@ -13,7 +13,7 @@ from typing import Dict, Tuple
 
 import pytest
 
-from ensure_flydsl.binary_cache.entries import Cache, CacheCorrupt, CacheEntry, open_cache
+from ensure_flydsl.trees.remote import Cache, CacheCorrupt, CacheEntry, open_cache
 from tests.helpers.cache_entries import FIELDS, KEY, blob_file
 from tests.helpers.flydsl_fixture import FixtureRepo
 from tests.helpers.scenario import assert_one_tree
@@ -146,7 +146,7 @@ def test_the_file_size_limit_does_catch_a_copy_of_the_blob(tmp_path: "os.PathLik
     run = json.loads(out.stdout)
     assert run["code"] != 0 and "File too large" in run["stderr"], run
     fetched = subprocess.run([sys.executable, "-c", RUN_LIMITED, str(2 * MIB), sys.executable, "-c",
-                              "import sys; from ensure_flydsl.binary_cache.entries import open_cache; "
+                              "import sys; from ensure_flydsl.trees.remote import open_cache; "
                               "c = open_cache(sys.argv[1]); c.fetch(c.lookup('tree', sys.argv[2]), sys.argv[3])",
                               cache_dir, KEY, os.path.join(str(tmp_path), "fetched")],
                              stdout=subprocess.PIPE, text=True, check=True)
@@ -157,7 +157,7 @@ def test_the_file_size_limit_does_catch_a_copy_of_the_blob(tmp_path: "os.PathLik
 # -- memory: whatever the blob holds, the fetch holds a few chunks ----------------------------------------
 FETCH_PEAK = textwrap.dedent("""
     import sys
-    from ensure_flydsl.binary_cache.entries import open_cache
+    from ensure_flydsl.trees.remote import open_cache
     cache = open_cache(sys.argv[1])
     cache.fetch(cache.lookup("tree", sys.argv[2]), sys.argv[3])
     # VmHWM, not getrusage: ru_maxrss also keeps the peak of the memory this process had before its exec,

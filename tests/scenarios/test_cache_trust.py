@@ -19,8 +19,8 @@ from typing import Dict, Iterator, List, Tuple
 
 import pytest
 
-from ensure_flydsl.binary_cache.lease import LeaseRecord, Leases, generation_path
-from ensure_flydsl.binary_cache.store import CacheError, FolderStore
+from ensure_flydsl.trees.backends import CacheError, FolderStore
+from ensure_flydsl.trees.lease import LeaseRecord, Leases, generation_path
 from tests.helpers.as_nobody import Nobody, unavailable
 from tests.helpers.closing_server import ClosingServer, closed_port
 from tests.helpers.fleet import FAILED, SharedCache, bad_record, builds, fleet_host, lease_record
@@ -156,7 +156,7 @@ def test_an_unreachable_endpoint_is_tried_once_per_run(tmp_path: "os.PathLike[st
     env = dict(AWS_ENDPOINT_URL_S3=f"http://127.0.0.1:{server.port}")
     host = fleet_host(str(tmp_path), fixture_repo, "b", shared, **env)
     # What one operation costs (s3fs's and botocore's retries): the whole run may cost no more.
-    one = subprocess.run([sys.executable, "-c", "from ensure_flydsl.binary_cache.store import open_store, CacheError\n"
+    one = subprocess.run([sys.executable, "-c", "from ensure_flydsl.trees.backends import open_store, CacheError\n"
                           f"try:\n    open_store({shared.url!r}).read_bytes('entries/x.json', 4096)\n"
                           "except CacheError as exc:\n    print(type(exc).__name__)"],
                          env=dict(host.env), stdout=subprocess.PIPE, text=True, check=True)
@@ -189,8 +189,8 @@ READ_HUGE = """
 import resource, sys
 if sys.argv[3] == "limit":  # 1 GiB of address space: a whole read of the planted 8 GiB files cannot happen
     resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
-from ensure_flydsl.binary_cache.entries import open_cache
-from ensure_flydsl.binary_cache.lease import Leases
+from ensure_flydsl.trees.remote import open_cache
+from ensure_flydsl.trees.lease import Leases
 cache = open_cache(sys.argv[1])
 print(cache.lookup("tree", sys.argv[2]))
 print(cache.warnings)
@@ -398,7 +398,7 @@ def test_url_stores_have_timeouts_and_few_retries() -> None:
     """A stalled S3 endpoint cannot hold a run (and the root's lock) for ever: botocore's connects and reads
     time out after half of the network silence limit, with two attempts and no s3fs retry on top (botocore's
     defaults: 60 s each, under s3fs's five retries: six minutes of silence)."""
-    from ensure_flydsl.binary_cache.store import FsspecStore, open_store
+    from ensure_flydsl.trees.backends import FsspecStore, open_store
 
     store = open_store("s3://bucket/prefix")
     assert isinstance(store, FsspecStore)

@@ -11,13 +11,11 @@ import time
 from dataclasses import replace
 from typing import Dict, List, Tuple
 
-from ensure_flydsl.binary_cache.entries import ORPHAN_GRACE_S, Cache, open_cache
-from ensure_flydsl.binary_cache.manifest import manifest_path, variant_path
-from ensure_flydsl.binary_cache.signing import check_entry, generate, signature_path
-from ensure_flydsl.binary_cache.variants import MAX_VARIANTS, place
 from ensure_flydsl.cli.cache_signing import sign_entries
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.support.keys import PublicKey, SecretKey, parse_public, parse_secret
+from ensure_flydsl.trees.remote import MAX_VARIANTS, ORPHAN_GRACE_S, Cache, manifest_path, open_cache, variant_path
+from ensure_flydsl.trees.signing import check_entry, generate, signature_path
 from tests.helpers.cache_entries import FIELDS, KEY, manifest_file
 from tests.helpers.cache_trees import make_tree
 
@@ -82,7 +80,7 @@ def test_a_signer_adds_its_variant_once_and_removes_the_signatures_it_did_not_us
 def test_identical_bytes_get_the_signature_beside_them(cache_dir: str, tmp_path: "os.PathLike[str]") -> None:
     cache = open_cache(cache_dir)
     first = publish(cache, str(tmp_path), "a", [K2]).entry
-    same = place(cache.store, replace(first, path=""), [K1])
+    same = cache.place(replace(first, path=""), [K1])
     assert same.written and same.note == "the same manifest was there already"
     assert check_entry(cache.store, first, [P1]).trusted_by == ("k1",)
     assert check_entry(cache.store, first, [P1, P2]).trusted_by == ("k1", "k2")

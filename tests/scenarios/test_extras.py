@@ -66,7 +66,7 @@ def test_the_s3_extra_installs_beside_boto3_with_pip_23_2(tmp_path: "os.PathLike
     out = subprocess.run([python, "-m", "pip", "install", *quiet, "-c", constraints, f"{project_wheel}[s3]", "boto3"],
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False, cwd=str(tmp_path))
     assert out.returncode == 0, out.stdout[-3000:]
-    check = ("import boto3, s3fs, fsspec; from ensure_flydsl.binary_cache.entries import open_cache; "
+    check = ("import boto3, s3fs, fsspec; from ensure_flydsl.trees.remote import open_cache; "
              "fs = fsspec.filesystem('s3', anon=True); print(s3fs.__version__, boto3.__version__)")
     shown = subprocess.run([python, "-c", check], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                            check=False, cwd=str(tmp_path))

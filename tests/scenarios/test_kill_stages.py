@@ -21,9 +21,9 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import pytest
 
-from ensure_flydsl.binary_cache.entries import open_cache
 from ensure_flydsl.runs.records import RunStore
 from ensure_flydsl.support.faults import POINTS
+from ensure_flydsl.trees.remote import open_cache
 from tests.helpers.flydsl_fixture import FixtureRepo, git, make_repo
 from tests.helpers.reliability import git_wrapper, kill_group, record, wait_for_file
 from tests.helpers.scenario import Barrier, assert_finished_build_of, assert_one_tree, killed_at, wait_until

@@ -17,8 +17,8 @@ from typing import Dict, Iterator, List
 
 import pytest
 
-from ensure_flydsl.binary_cache.lease import LeaseRecord, Leases, exclusive_create, generation_path
-from ensure_flydsl.binary_cache.store import FolderStore, Store, open_store
+from ensure_flydsl.trees.backends import FolderStore, Store, open_store
+from ensure_flydsl.trees.lease import LeaseRecord, Leases, exclusive_create, generation_path
 from tests.helpers.fleet import SharedCache, at_least, builds, finish, fleet_host
 from tests.helpers.flydsl_fixture import FixtureRepo
 from tests.helpers.ftp_server import FtpServer
@@ -411,6 +411,6 @@ def test_a_bad_lease_ttl_is_bad_input(ws: Workspace, value: str) -> None:
 
 
 def test_the_lease_needs_no_extra_for_a_folder() -> None:
-    out = subprocess.run([sys.executable, "-c", "import ensure_flydsl.binary_cache.lease, sys; "
+    out = subprocess.run([sys.executable, "-c", "import ensure_flydsl.trees.lease, sys; "
                           "print('fsspec' in sys.modules)"], stdout=subprocess.PIPE, text=True, check=True)
     assert out.stdout.strip() == "False"

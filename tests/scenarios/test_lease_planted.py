@@ -27,12 +27,11 @@ from typing import Callable, Dict, Iterator, List, Tuple
 
 import pytest
 
-from ensure_flydsl.binary_cache.entries import Cache
-from ensure_flydsl.binary_cache.lease import LeaseRecord, Leases, generation_path
-from ensure_flydsl.binary_cache.manifest import manifest_path
-from ensure_flydsl.binary_cache.store import CacheError, FolderStore, StoredFile, open_store
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.support.report import Reporter
+from ensure_flydsl.trees.backends import CacheError, FolderStore, StoredFile, open_store
+from ensure_flydsl.trees.lease import LeaseRecord, Leases, generation_path
+from ensure_flydsl.trees.remote import Cache, manifest_path
 from ensure_flydsl.ways.cache.fleet import Turn, take_turn
 from ensure_flydsl.ways.context import Run
 from tests.helpers.fleet import SharedCache, builds, fleet_host

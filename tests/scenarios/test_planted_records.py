@@ -18,7 +18,7 @@ from typing import Dict
 
 import pytest
 
-from ensure_flydsl.binary_cache.manifest import cache_key
+from ensure_flydsl.trees.manifest import cache_key
 from tests.helpers.scenario import ensure_json, status
 from tests.helpers.workspace import Workspace
 

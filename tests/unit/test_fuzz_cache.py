@@ -31,12 +31,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ensure_flydsl.binary_cache.entries import Cache, CacheCorrupt, CacheEntry, CacheError, cache_key, open_cache
-from ensure_flydsl.binary_cache.lease import Leases, generation_path
-from ensure_flydsl.binary_cache.lease_record import BUILDING, FAILED, UNKNOWN_HOST, LeaseRecord
-from ensure_flydsl.binary_cache.manifest import parse_manifest
-from ensure_flydsl.binary_cache.store import FolderStore
 from ensure_flydsl.errors import EnsureError
+from ensure_flydsl.trees.backends import FolderStore
+from ensure_flydsl.trees.lease import BUILDING, FAILED, UNKNOWN_HOST, LeaseRecord, Leases, generation_path
+from ensure_flydsl.trees.manifest import parse_manifest
+from ensure_flydsl.trees.remote import Cache, CacheCorrupt, CacheEntry, CacheError, cache_key, open_cache
 from ensure_flydsl.ways.cache.fleet import believed, build_failure, describe, give_up
 from tests.helpers.reliability import record
 

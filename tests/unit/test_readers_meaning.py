@@ -25,11 +25,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ensure_flydsl.binary_cache.lease import Leases
-from ensure_flydsl.binary_cache.lease_record import FAILED, LeaseRecord
-from ensure_flydsl.binary_cache.manifest import cache_key, parse_manifest
-from ensure_flydsl.binary_cache.store import FolderStore
-from ensure_flydsl.binary_cache.variants import read_variants
 from ensure_flydsl.cli.cache import describe
 from ensure_flydsl.errors import FAILURE_CODES, ExitCode, Plan, Stage
 from ensure_flydsl.geak.folder import MADE_BY, MANIFEST, refusal
@@ -43,6 +38,10 @@ from ensure_flydsl.runs.records import KINDS, STATES, RunRecord
 from ensure_flydsl.settings import Request, Settings, load_settings
 from ensure_flydsl.source.root import Stamp
 from ensure_flydsl.support.fields import MAX_SECONDS, PID_MAX
+from ensure_flydsl.trees.backends import FolderStore
+from ensure_flydsl.trees.lease import FAILED, LeaseRecord, Leases
+from ensure_flydsl.trees.manifest import cache_key, parse_manifest
+from ensure_flydsl.trees.remote import Cache
 from ensure_flydsl.ways.cache.fleet import believed, give_up
 from tests.unit.test_fuzz_cache import KEY, check_record, valid_record
 from tests.unit.test_readers_fuzz import VALID_RECORD, cli, empty_cwd, environment, valid_twin
@@ -393,8 +392,7 @@ def test_a_variant_named_with_a_line_break_is_not_read(tmp_path: "os.PathLike[st
     for name in ("k1\n", "k2"):
         with open(os.path.join(folder, name + ".json"), "w") as handle:
             json.dump(valid_manifest(), handle)
-    warnings: List[str] = []
-    found = read_variants(store, "tree", TREE_KEY, (), warnings)
+    found = Cache(store).variants("tree", TREE_KEY)
     assert [entry.variant for entry in found] == ["k2"]
 
 

@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ensure_flydsl.binary_cache.store import open_store
 from ensure_flydsl.support.urls import shown_location
+from ensure_flydsl.trees.backends import open_store
 
 
 @pytest.mark.parametrize("location,shown", [

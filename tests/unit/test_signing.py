@@ -13,8 +13,20 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ensure_flydsl.binary_cache.manifest import parse_manifest
-from ensure_flydsl.binary_cache.signing import (
+from ensure_flydsl.errors import BadInput
+from ensure_flydsl.settings import join_trusted_keys, load_settings
+from ensure_flydsl.support.keys import (
+    KeyProblem,
+    PublicKey,
+    SecretKey,
+    parse_public,
+    parse_secret,
+    read_public_keys,
+    read_secret_key,
+)
+from ensure_flydsl.trees.backends import FolderStore
+from ensure_flydsl.trees.manifest import parse_manifest
+from ensure_flydsl.trees.signing import (
     SIGNATURE_MAX,
     check_entry,
     generate,
@@ -26,18 +38,6 @@ from ensure_flydsl.binary_cache.signing import (
     signature_path,
     verify,
     write_signature,
-)
-from ensure_flydsl.binary_cache.store import FolderStore
-from ensure_flydsl.errors import BadInput
-from ensure_flydsl.settings import join_trusted_keys, load_settings
-from ensure_flydsl.support.keys import (
-    KeyProblem,
-    PublicKey,
-    SecretKey,
-    parse_public,
-    parse_secret,
-    read_public_keys,
-    read_secret_key,
 )
 from tests.helpers.cache_entries import KEY
 from tests.helpers.signing_keys import entry_manifest, keygen
@@ -322,7 +322,7 @@ def test_an_edited_manifest_that_still_parses_is_refused(tmp_path: "os.PathLike[
 
 
 def test_prune_removes_signatures_of_gone_or_replaced_manifests_once_old(tmp_path: "os.PathLike[str]") -> None:
-    from ensure_flydsl.binary_cache.entries import ORPHAN_GRACE_S, open_cache
+    from ensure_flydsl.trees.remote import ORPHAN_GRACE_S, open_cache
     from tests.helpers.cache_entries import FIELDS
 
     source = os.path.join(str(tmp_path), "src")
@@ -363,9 +363,9 @@ def test_the_python_api_and_the_detached_worker_carry_the_key_settings(tmp_path:
 
 
 def test_cache_list_names_each_signer_and_whether_it_is_trusted(tmp_path: "os.PathLike[str]") -> None:
-    from ensure_flydsl.binary_cache.entries import Cache
     from ensure_flydsl.cli.cache_signing import signers_of, signers_text
     from ensure_flydsl.settings import Settings
+    from ensure_flydsl.trees.remote import Cache
 
     store = FolderStore(str(tmp_path))
     edited = MANIFEST.replace(b'"ci-host"', b'"ev-host"', 1)

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import json
 
-from ensure_flydsl.binary_cache.lease_record import LeaseRecord
 from ensure_flydsl.doctor.diagnose import first_blocking
 from ensure_flydsl.errors import ExitCode, Plan, Stage
 from ensure_flydsl.runs.markers import Failure
 from ensure_flydsl.runs.records import RunRecord
 from ensure_flydsl.settings import Settings
+from ensure_flydsl.trees.lease import LeaseRecord
 from ensure_flydsl.ways.cache.fleet import believed, give_up
 from ensure_flydsl.ways.checks import Check
 

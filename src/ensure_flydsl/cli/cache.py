@@ -12,11 +12,11 @@ import sys
 import time
 from typing import Callable, Dict, List, Mapping, Optional, Sequence
 
-from ensure_flydsl.binary_cache.entries import CacheEntry, CacheError, format_size, open_cache, parse_size
-from ensure_flydsl.binary_cache.signing import manifest_sha
 from ensure_flydsl.cli.cache_signing import Refused, keygen, signers_text
 from ensure_flydsl.errors import ExitCode
 from ensure_flydsl.settings import Settings
+from ensure_flydsl.trees.remote import CacheEntry, CacheError, format_size, open_cache, parse_size
+from ensure_flydsl.trees.signing import manifest_sha
 
 # The version of the shape of `cache list --json` (docs/schema/cache_list.schema.json): a new key does not
 # change it, a changed meaning does.

@@ -15,8 +15,10 @@ from __future__ import annotations
 import os
 from typing import AbstractSet, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
-from ensure_flydsl.binary_cache.entries import Cache, CacheEntry
-from ensure_flydsl.binary_cache.signing import (
+from ensure_flydsl.settings import Settings
+from ensure_flydsl.support.keys import KEY_NAME, NAME_ALLOWED, KeyProblem, PublicKey, read_secret_key
+from ensure_flydsl.trees.remote import Cache, CacheEntry
+from ensure_flydsl.trees.signing import (
     MissingLibrary,
     check_entry,
     check_secret,
@@ -26,8 +28,6 @@ from ensure_flydsl.binary_cache.signing import (
     trusted_keys,
     write_signature,
 )
-from ensure_flydsl.settings import Settings
-from ensure_flydsl.support.keys import KEY_NAME, NAME_ALLOWED, KeyProblem, PublicKey, read_secret_key
 
 
 class Refused(Exception):

@@ -12,7 +12,6 @@ import json
 import os
 from typing import Dict, List, Mapping, Optional, Sequence
 
-from ensure_flydsl.binary_cache.entries import format_size
 from ensure_flydsl.errors import BadInput
 from ensure_flydsl.layout import host_cache_dir, timings_dir
 from ensure_flydsl.result import result_object
@@ -20,6 +19,7 @@ from ensure_flydsl.runs.stats import Summary, summarize
 from ensure_flydsl.runs.timings import HIT, MISS, Skipped, TimingRecord, read_records
 from ensure_flydsl.setting_values import host_id, parse_root
 from ensure_flydsl.support.report import fmt_seconds
+from ensure_flydsl.trees.remote import format_size
 
 SCHEMA = "https://ensure-flydsl/schema/stats.schema.json"
 SHOWN_RUNS = 20  # the table's newest runs (--json lists every one)

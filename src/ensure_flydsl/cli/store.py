@@ -11,12 +11,11 @@ import time
 from typing import Callable, Mapping, Optional
 
 from ensure_flydsl import layout
-from ensure_flydsl.binary_cache.entries import format_size, parse_size
 from ensure_flydsl.errors import ExitCode
-from ensure_flydsl.host_store.store import HostStore
-from ensure_flydsl.host_store.upkeep import list_trees, prune
 from ensure_flydsl.result import result_object
 from ensure_flydsl.settings import Settings
+from ensure_flydsl.trees.local import HostStore
+from ensure_flydsl.trees.remote import format_size, parse_size
 
 
 def store_path(settings: Settings, environ: Mapping[str, str]) -> Optional[str]:
@@ -48,11 +47,11 @@ def store_command(settings: Settings, environ: Mapping[str, str], action: str, *
     try:
         store = HostStore.open(path)
         if action == "prune":
-            removed = prune(store, limit)
+            removed = store.prune(limit)
             for tree in removed:
                 say(f"removed the tree {tree.key[:12]} ({format_size(tree.size)}, {tree.how}, "
                     f"{(tree.commit or '?')[:12]}){': ' + tree.problem if tree.problem else ''}")
-            left = sum(t.size for t in list_trees(store))
+            left = sum(t.size for t in store.list())
             say(f"the host store {path} holds {format_size(left)} (at most {format_size(limit)} asked; "
                 "trees a root uses are kept)")
             return 0
@@ -62,7 +61,7 @@ def store_command(settings: Settings, environ: Mapping[str, str], action: str, *
 
 
 def _list(store: HostStore, as_json: bool) -> int:
-    trees = list_trees(store)
+    trees = store.list()
     if as_json:
         print(json.dumps(result_object(ok=True, exit_code=0, reason=f"{len(trees)} trees", store=store.path,
                                        trees=[t.to_json() for t in trees]), sort_keys=True))

@@ -6,7 +6,6 @@ import os
 import shutil
 from typing import Dict, Iterator, List, Mapping, Optional, Tuple, Union
 
-from ensure_flydsl.binary_cache.entries import CacheError, open_cache
 from ensure_flydsl.errors import BadInput, EnsureError, Stage
 from ensure_flydsl.layout import tree_folders
 from ensure_flydsl.pipeline.lock import check_lock_path
@@ -26,6 +25,7 @@ from ensure_flydsl.source.git import Checkout
 from ensure_flydsl.source.root import RootKind, Stamp, classify_root, creatable_problem, is_ours
 from ensure_flydsl.support.report import Reporter
 from ensure_flydsl.support.urls import shown_location
+from ensure_flydsl.trees.remote import CacheError, open_cache
 from ensure_flydsl.ways import provisions
 from ensure_flydsl.ways.checks import MISSING, WRONG, Check, passed, skipped
 from ensure_flydsl.ways.context import Decision, Run

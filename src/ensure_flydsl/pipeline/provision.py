@@ -19,19 +19,9 @@ from typing import TYPE_CHECKING, List, Mapping, Optional, Tuple
 from ensure_flydsl.doctor.diagnose import run_checks, stop_if_blocked
 from ensure_flydsl.doctor.requirements import Finding, assess, stop_if_missing, summary
 from ensure_flydsl.errors import BadInput, EnsureError, ExitCode, Stage
-from ensure_flydsl.host_store.refs import release as release_store_tree
-from ensure_flydsl.host_store.store import HostStore
 from ensure_flydsl.layout import packages_dir, tree_folders, wheel_download_dir
 from ensure_flydsl.pipeline.decide import tree_key
 from ensure_flydsl.pipeline.publish import publish
-from ensure_flydsl.pipeline.store_way import (
-    StoreProvider,
-    borrow_git_objects,
-    give_git_objects,
-    keep_in_store,
-    open_run_store,
-    store_key,
-)
 from ensure_flydsl.probe.gate import is_within
 from ensure_flydsl.probe.interpreter import EarlyProbe, probe_modules
 from ensure_flydsl.result import Action, Result
@@ -44,6 +34,8 @@ from ensure_flydsl.source.root import RootKind, claim_root, classify_root, exclu
 from ensure_flydsl.support import faults
 from ensure_flydsl.support.files import remove_tree
 from ensure_flydsl.support.processes import CommandFailed
+from ensure_flydsl.trees.local import HostStore
+from ensure_flydsl.trees.local import release as release_store_tree
 from ensure_flydsl.ways import Way, demands, provisioning, tries
 from ensure_flydsl.ways.base import Early, Provider
 from ensure_flydsl.ways.cache.provider import CacheProvider
@@ -52,10 +44,18 @@ from ensure_flydsl.ways.context import Decision, Run, likely_route
 from ensure_flydsl.ways.release.download import WheelDownload
 from ensure_flydsl.ways.release.provider import ReleaseProvider
 from ensure_flydsl.ways.source.provider import BuildProvider
+from ensure_flydsl.ways.store import (
+    StoreProvider,
+    borrow_git_objects,
+    give_git_objects,
+    keep_in_store,
+    open_run_store,
+    store_key,
+)
 
 if TYPE_CHECKING:
-    from ensure_flydsl.binary_cache.entries import Cache
     from ensure_flydsl.probe.results import Interpreter
+    from ensure_flydsl.trees.remote import Cache
 
 def provision(run: Run) -> Result:
     """Under the lock: the pin into the root, then the first provider that gives a verified tree.  What the
@@ -178,7 +178,7 @@ def start_wheel_download(run: Run, early: Early, store: Optional[HostStore], com
     key = {"release": versions[0], "commit": commit, "abi": run.interpreter.abi}
     if run.stamps.done("build", key) and os.path.isdir(packages_dir(root)):
         return
-    if store is not None and store.manifest(store_key(run, commit, "release", versions[0]))[0] is not None:
+    if store is not None and store.lookup(store_key(run, commit, "release", versions[0]))[0] is not None:
         return  # the host store holds the wheel's tree: it is linked, not downloaded
     folder = wheel_download_dir(root)
     remove_tree(folder)  # a leftover of an interrupted run of ours

@@ -15,7 +15,6 @@ from ensure_flydsl.pipeline.decide import check_provisionable, decide, decide_ag
 from ensure_flydsl.pipeline.lock import build_lock
 from ensure_flydsl.pipeline.provision import provision
 from ensure_flydsl.pipeline.publish import check_markers, publish, record_failure, withdraw_if_untrue
-from ensure_flydsl.pipeline.store_way import linked_tree_problem, repair_linked_tree
 from ensure_flydsl.pipeline.timing import keep_timing
 from ensure_flydsl.pipeline.warm import try_warm
 from ensure_flydsl.probe.gate import same_folder
@@ -24,6 +23,7 @@ from ensure_flydsl.runs.heartbeat import Heartbeat, heartbeat_interval
 from ensure_flydsl.support.processes import unblock_stop_signals
 from ensure_flydsl.ways import provisions
 from ensure_flydsl.ways.context import Decision, Run
+from ensure_flydsl.ways.store import linked_tree_problem, repair_linked_tree
 
 __all__ = ["Result", "Run", "ensure_run"]
 

@@ -8,7 +8,7 @@ The formats are Nix's (``nix-store --generate-binary-cache-key``), so keys carry
 
 The settings read the key files with these (:mod:`ensure_flydsl.signing_keys`: bad input is exit 64 before
 anything is touched), the cache signs and verifies with them; the cryptography library is imported only by
-:mod:`ensure_flydsl.binary_cache.signing`, when a key is used.  No message made here holds key material: a
+:mod:`ensure_flydsl.trees.signing`, when a key is used.  No message made here holds key material: a
 malformed line is named by its key name or its file, never shown.  Here, at the bottom, so that the binary
 cache uses support alone.
 """

@@ -4,8 +4,6 @@ cache's fields and the host store's keys), prepare ``build-fly``, byte-compile, 
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import json
 import os
 import subprocess
 from dataclasses import dataclass
@@ -44,11 +42,10 @@ class TreeKey:
     def fields(self) -> Dict[str, object]:
         return {"repo": self.repo, "commit": self.commit, "abi": self.abi, "platform": self.platform}
 
-    def store_key(self, origin: str, made_from: Optional[str], root: Optional[str]) -> str:
-        """The host store's key of this tree from ``origin`` ("release" or "source"), made from ``made_from``
-        (the release's version, or the MLIR a build used), ``root`` when the tree holds its root's path."""
-        key = {**self.fields(), "format": 1, "origin": origin, "made_from": made_from, "root": root}
-        return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:48]
+    def store_fields(self, origin: str, made_from: Optional[str], root: Optional[str]) -> Dict[str, object]:
+        """The store's key fields of this tree from ``origin`` ("release" or "source"), made from ``made_from``
+        (the release's version, or the MLIR a build used); ``root`` when the tree holds its root's path."""
+        return {**self.fields(), "origin": origin, "made_from": made_from, "root": root}
 
 
 def probe_tree(run: Run, prefix: List[str], warm: Optional[EarlyProbe] = None) -> Probe:

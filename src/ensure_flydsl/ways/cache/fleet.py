@@ -22,8 +22,10 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Dict, Generic, Iterator, Optional, Set, Tuple, TypeVar
 
-from ensure_flydsl.binary_cache.entries import Cache, CacheError
-from ensure_flydsl.binary_cache.lease import (
+from ensure_flydsl.errors import EnsureError, ExitCode, Stage
+from ensure_flydsl.setting_values import host_id as setting_host_id
+from ensure_flydsl.support.report import fmt_seconds
+from ensure_flydsl.trees.lease import (
     BUILDING,
     FAILED,
     HeldLease,
@@ -33,10 +35,7 @@ from ensure_flydsl.binary_cache.lease import (
     exclusive_create,
     generation_path,
 )
-from ensure_flydsl.binary_cache.manifest import manifest_path
-from ensure_flydsl.errors import EnsureError, ExitCode, Stage
-from ensure_flydsl.setting_values import host_id as setting_host_id
-from ensure_flydsl.support.report import fmt_seconds
+from ensure_flydsl.trees.remote import Cache, CacheError, manifest_path
 from ensure_flydsl.ways.cache.provider import cache_failed, usable
 from ensure_flydsl.ways.context import Run
 

@@ -13,16 +13,6 @@ import glob
 import os
 from typing import Dict, Mapping, Optional, Tuple
 
-from ensure_flydsl.binary_cache.entries import (
-    Cache,
-    CacheCorrupt,
-    CacheEntry,
-    CacheError,
-    cache_key,
-    format_size,
-    open_cache,
-)
-from ensure_flydsl.binary_cache.stored import CacheUnreachable
 from ensure_flydsl.errors import Plan, Stage
 from ensure_flydsl.layout import build_made_record, cached_mlir_dir, packages_dir
 from ensure_flydsl.result import How
@@ -31,6 +21,16 @@ from ensure_flydsl.source.ownership import recording
 from ensure_flydsl.support import faults
 from ensure_flydsl.support.files import file_sha256, remove_tree
 from ensure_flydsl.support.urls import shown_location
+from ensure_flydsl.trees.backends import CacheUnreachable
+from ensure_flydsl.trees.remote import (
+    Cache,
+    CacheCorrupt,
+    CacheEntry,
+    CacheError,
+    cache_key,
+    format_size,
+    open_cache,
+)
 from ensure_flydsl.ways import Way
 from ensure_flydsl.ways.base import Early, Provider
 from ensure_flydsl.ways.cache.trust import choose_entry, publish_note, say_once, signers

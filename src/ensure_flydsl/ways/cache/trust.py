@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import List, Optional, Tuple
 
-from ensure_flydsl.binary_cache.entries import Cache, CacheEntry, CacheError
-from ensure_flydsl.binary_cache.signing import check_entry, check_secret, manifest_sha, trusted_keys
 from ensure_flydsl.support.keys import KeyProblem, SecretKey, read_secret_key
+from ensure_flydsl.trees.remote import Cache, CacheEntry, CacheError
+from ensure_flydsl.trees.signing import check_entry, check_secret, manifest_sha, trusted_keys
 from ensure_flydsl.ways.context import Run
 
 

@@ -9,7 +9,6 @@ import os
 from dataclasses import replace
 from typing import TYPE_CHECKING, Callable, Dict, Mapping, NamedTuple, Optional, Tuple
 
-from ensure_flydsl.binary_cache.entries import cache_key
 from ensure_flydsl.errors import EnsureError, ExitCode, Plan, Stage
 from ensure_flydsl.layout import (
     build_dir,
@@ -29,6 +28,7 @@ from ensure_flydsl.source.needs import BuildNeeds, build_tools, find_needs, tool
 from ensure_flydsl.source.ownership import recording
 from ensure_flydsl.support import faults
 from ensure_flydsl.support.files import file_sha256
+from ensure_flydsl.trees.remote import cache_key
 from ensure_flydsl.ways import Way, falls_back
 from ensure_flydsl.ways.base import Early, Provider
 from ensure_flydsl.ways.cache.fleet import end_turn, holding, take_turn
@@ -65,8 +65,8 @@ from ensure_flydsl.ways.source.tools import ProvidedTools, provide_build_tools
 from ensure_flydsl.ways.tree import prepare_build_dir, verify_tree
 
 if TYPE_CHECKING:
-    from ensure_flydsl.binary_cache.entries import Cache
-    from ensure_flydsl.binary_cache.lease import HeldLease
+    from ensure_flydsl.trees.lease import HeldLease
+    from ensure_flydsl.trees.remote import Cache
 
 Mlir = Tuple[str, Dict[str, object]]  # an MLIR install and what identifies it in the build's stamp
 # The doctor's checks before the build, handed in by the pipeline (the doctor sits above the ways): raises the

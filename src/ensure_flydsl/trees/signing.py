@@ -1,26 +1,10 @@
-"""Signed cache entries (as Nix signs a narinfo): who wrote a manifest, checked offline against trusted keys.
+"""Signed entries (as Nix signs a narinfo): who wrote a manifest, checked offline against trusted keys.
 
-A signature covers the manifest's exact bytes (every field: the key fields, the blob's sha256 and size,
-every member's hash) and names its key.  Signatures live beside the manifest, one object per key and per
-version of the manifest::
-
-    <cache>/entries/<kind>/<key>.sig/<sha256 of the manifest's bytes>/<key name>.sig   "NAME:BASE64\\n"
-
-- ed25519 is deterministic: one key signing one manifest always writes the same bytes, so two signers at
-  once (two publishers, or ``cache sign`` beside a publish) write the same object, each atomically (the
-  store's put), and never need a lock.  Each version of a manifest has its own folder: the key's first
-  manifest and its signers' variants (binary_cache/variants.py) keep their signatures apart in one
-  ``.sig`` folder, and a manifest edited in place cannot sit beside another version's signature.
-- A publisher writes its signatures before its manifest: a reader never sees an honest entry unsigned.
-- ``cache sign`` adds a signature to an existing entry without touching the manifest (no rebuild).
-- A reader lists the entry's ``.sig`` folder once, reads at most :data:`MAX_SIGNATURES` objects of the
-  manifest's version, each of at most :data:`SIGNATURE_MAX` bytes through the store's read (an empty one,
-  which a FIFO also looks like, is not opened), and trusts the entry when one of them verifies under a
-  trusted key of its name.  What it refuses it names in one line: unsigned, signed by keys it does not
-  trust, or changed after signing (signatures for a version that is none of the key's manifests now, or
-  one that does not verify).
-
-The cryptography package (the ``signing`` extra) is imported on the first use of a key, never otherwise.
+A signature covers a manifest's exact bytes and names its key; it lives beside the manifest, one object per
+key and per version of the manifest (``<key>.sig/<sha256 of the manifest>/<NAME>.sig``: "NAME:BASE64").  ed25519
+is deterministic, so two signers of one manifest write the same bytes and need no lock.  A reader reads a bounded
+number of bounded objects and names what it refuses in one line: unsigned, signed by untrusted keys, or changed
+after signing.  The cryptography package (the ``signing`` extra) is imported at the first use of a key.
 """
 
 from __future__ import annotations
@@ -31,8 +15,6 @@ import importlib
 from dataclasses import dataclass
 from typing import AbstractSet, Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from ensure_flydsl.binary_cache.manifest import CacheEntry, check_name
-from ensure_flydsl.binary_cache.store import CacheError, Store, StoredFile
 from ensure_flydsl.support.keys import (
     KEY_NAME,
     SECRET_BYTES,
@@ -44,6 +26,8 @@ from ensure_flydsl.support.keys import (
     parse_public,
     split_line,
 )
+from ensure_flydsl.trees.backends import CacheError, Store, StoredFile
+from ensure_flydsl.trees.manifest import CacheEntry, check_name
 
 SIGNATURE_MAX = 512  # "NAME:" (at most 65 bytes) and 88 base64 characters: anything larger is not a signature
 MAX_SIGNATURES = 64  # per version of a manifest: more is a store flooded on purpose
@@ -61,10 +45,9 @@ def _ed25519() -> Any:
                              f"({exc}): " + library_hint("unset the cache key settings")) from None
 
 
-# -- keys and signatures ----------------------------------------------------------------------------------
 
 def generate(name: str) -> Tuple[str, str]:
-    """A new key pair: the secret file's line and the public file's line (each without a newline)."""
+    """A new key pair: the secret file's line and the public file's line."""
     if not KEY_NAME.match(name):
         raise KeyProblem(f"{name!r} is not a key name: letters, digits, '.', '_' and '-', at most 64")
     ed = _ed25519()
@@ -125,11 +108,10 @@ def verify(public: PublicKey, manifest: bytes, signature: bytes) -> bool:
 
 
 def trusted_keys(lines: Sequence[str]) -> List[PublicKey]:
-    """The settings' trusted keys (normalised ``NAME:BASE64`` lines, checked when the settings were read)."""
+    """The settings' trusted keys (``NAME:BASE64`` lines, checked when the settings were read)."""
     return [parse_public(line, "a trusted key") for line in lines]
 
 
-# -- where signatures live --------------------------------------------------------------------------------
 
 def manifest_sha(manifest: bytes) -> str:
     return hashlib.sha256(manifest).hexdigest()
@@ -156,7 +138,7 @@ class Found:
 
 
 def found_signatures(store: Store, kind: str, key: str) -> List[Found]:
-    """Every signature object of one entry, from one listing of its ``.sig`` folder (not read yet)."""
+    """Every signature object of one entry, from one listing of its ``.sig`` folder."""
     top = signatures_dir(kind, key) + "/"
     found: List[Found] = []
     for stored in store.list_files(signatures_dir(kind, key)):
@@ -169,9 +151,8 @@ def found_signatures(store: Store, kind: str, key: str) -> List[Found]:
 
 def stale_signatures(store: Store, current: Mapping[Tuple[str, str], AbstractSet[str]],
                      before: float) -> List[StoredFile]:
-    """Signature objects older than ``before`` (a time) that sign no manifest the cache holds now:
-    ``current`` maps (kind, key) to the sha256s of its manifests' bytes (the first and the variants).
-    Younger ones may be a publisher's that has not written its manifest yet."""
+    """Signature objects older than ``before`` that sign none of the manifests in ``current`` ((kind, key): the
+    sha256s of its manifests); a younger one may be a publisher's whose manifest comes next."""
     stale: List[StoredFile] = []
     for stored in store.list_files("entries"):
         parts = stored.path.split("/")
@@ -212,7 +193,6 @@ def write_signature(store: Store, kind: str, key: str, manifest: bytes, secret: 
     return rel
 
 
-# -- the verdict on one entry ------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class Verdict:
@@ -229,8 +209,8 @@ class Verdict:
 
 def judge(manifest: bytes, signatures: Mapping[str, bytes], trusted: Sequence[PublicKey],
           other_versions: Sequence[str] = ()) -> Verdict:
-    """The verdict on a manifest's exact bytes, given its signatures (key name: signature) and the trusted
-    keys; ``other_versions``: names that signed other versions of the manifest (it changed since)."""
+    """The verdict on a manifest's bytes, given its signatures and the trusted keys; ``other_versions``: names
+    that signed other versions of it (it changed since)."""
     by_name: Dict[str, List[PublicKey]] = {}
     for public in trusted:
         by_name.setdefault(public.name, []).append(public)
@@ -241,29 +221,23 @@ def judge(manifest: bytes, signatures: Mapping[str, bytes], trusted: Sequence[Pu
         return Verdict(good, signers, "")
     bad = [name for name in signers if name in by_name]
     if bad:
-        return Verdict((), signers, f"was changed after {_names(bad)} signed it: the signature does not match "
+        return Verdict((), signers, f"was changed after {', '.join(bad)} signed it: the signature does not match "
                        "its manifest's bytes")
     if signers:
-        return Verdict((), signers, f"is signed by {_names(signers)}, which {'is' if len(signers) == 1 else 'are'} "
-                       f"not trusted (trusted: {_names(sorted(by_name))})")
+        return Verdict((), signers, f"is signed by {', '.join(signers)}, which {'is' if len(signers) == 1 else 'are'} "
+                       f"not trusted (trusted: {', '.join(sorted(by_name))})")
     if other_versions:
-        return Verdict((), (), f"was changed after {_names(sorted(set(other_versions)))} signed it: no signature "
+        return Verdict((), (), f"was changed after {', '.join(sorted(set(other_versions)))} signed it: no signature "
                        "covers its manifest's bytes")
     return Verdict((), (), "is not signed")
-
-
-def _names(names: Sequence[str]) -> str:
-    return ", ".join(names)
 
 
 def signatures_of(store: Store, entry: CacheEntry, found: Sequence[Found], prefer: Sequence[str] = (),
                   problems: Optional[List[str]] = None,
                   live: AbstractSet[str] = frozenset()) -> Tuple[Dict[str, bytes], List[str]]:
-    """The readable signatures of this version of the entry's manifest (name: signature), and the names
-    that signed other versions, leaving out ``live`` ones (the sha256s of the key's other manifests now: a
-    variant's signers did not sign this one, nothing changed).  Those named in ``prefer`` (the trusted keys'
-    names) are read first, so a flood of other objects cannot hide them.  Unreadable objects are skipped,
-    each noted in ``problems``."""
+    """The readable signatures of this version of the manifest (name: signature), and the names that signed
+    other versions not in ``live`` (the key's other manifests now).  ``prefer``'s names are read first, so a
+    flood cannot hide them; an unreadable object is skipped and noted in ``problems``."""
     version = manifest_sha(entry.manifest)
     mine = sorted((f for f in found if f.version == version), key=lambda f: (f.name not in prefer, f.name))
     others = sorted({f.name for f in found if f.version != version and f.version not in live})
@@ -283,8 +257,7 @@ def signatures_of(store: Store, entry: CacheEntry, found: Sequence[Found], prefe
 
 def check_entry(store: Store, entry: CacheEntry, trusted: Sequence[PublicKey],
                 problems: Optional[List[str]] = None, live: AbstractSet[str] = frozenset()) -> Verdict:
-    """The verdict on an entry as the store holds it now (CacheError when the store cannot be read);
-    ``live``: the sha256s of the key's other manifests (see :func:`signatures_of`)."""
+    """The verdict on an entry as the store holds it now (CacheError when the store cannot be read)."""
     found = found_signatures(store, entry.kind, entry.key)
     signatures, others = signatures_of(store, entry, found, [public.name for public in trusted], problems, live)
     return judge(entry.manifest, signatures, trusted, others)

@@ -1,12 +1,8 @@
-"""The host store in a provisioning run (``host_store/``): the first way of every strategy links a tree this
-host already holds for the pin and the interpreter's ABI into the root (no download, no unpack, no build),
-and a tree another way installed and verified is added to the store before it is published.
-
-A tree is keyed by what made it: the repository, the commit, the interpreter's ABI and platform, and its origin
-(the release wheel of version X, or a source build from the pin's MLIR or ``MLIR_PATH``); a tree that holds
-its root's path is keyed by that root too, and said to be.  The store is an accelerator: a store that cannot be
-used is said once and the run goes on without it; a stored tree that does not match its manifest is said,
-removed from the store and fetched or built instead."""
+"""The store's local tier in a run (trees/local.py): the first way of every strategy links a tree this host holds
+for the pin and the interpreter into the root, and a tree another way installed and verified is added to it
+before it is published.  A tree is keyed by what made it (repository, commit, ABI, platform, and the release or
+the MLIR it was made from; its root too when it holds the root's path).  The tier is an accelerator: one that
+cannot be used is said once and the run goes on without it; a damaged tree is said, removed and made again."""
 
 from __future__ import annotations
 
@@ -16,10 +12,6 @@ from typing import Dict, List, Optional
 
 from ensure_flydsl import layout
 from ensure_flydsl.errors import Stage
-from ensure_flydsl.host_store import git_objects, probed, refs
-from ensure_flydsl.host_store.link import COPY, HARDLINK, Linker
-from ensure_flydsl.host_store.manifest import Manifest, scan
-from ensure_flydsl.host_store.store import HostStore, StoreProblem, check_entry
 from ensure_flydsl.probe.fingerprint import interpreter_part
 from ensure_flydsl.probe.gate import evaluate, is_within
 from ensure_flydsl.probe.interpreter import joined_pythonpath, probe_modules
@@ -28,6 +20,20 @@ from ensure_flydsl.result import How
 from ensure_flydsl.source.ownership import recording
 from ensure_flydsl.support.files import remove_tree, rename_into_place
 from ensure_flydsl.support.processes import CommandFailed
+from ensure_flydsl.trees import git_objects
+from ensure_flydsl.trees.backends import CacheCorrupt
+from ensure_flydsl.trees.local import (
+    COPY,
+    HARDLINK,
+    HostStore,
+    Linker,
+    Passed,
+    StoreProblem,
+    check_member,
+    release,
+    root_record,
+)
+from ensure_flydsl.trees.manifest import CacheEntry, cache_key, hashed_members
 from ensure_flydsl.ways import Way, tries
 from ensure_flydsl.ways.base import Early, Provider
 from ensure_flydsl.ways.context import Decision, Run
@@ -60,7 +66,7 @@ def open_run_store(run: Run) -> Optional[HostStore]:
 
 
 def borrow_git_objects(run: Run, store: HostStore) -> Optional[str]:
-    """Before the root's fetch: its repository borrows the host's shared git objects (host_store/git_objects.py);
+    """Before the root's fetch: its repository borrows the host's shared git objects (trees/git_objects.py);
     the shared repository's folder, or None (said) when it cannot be used."""
     git_dir = os.path.join(run.settings.root, ".git")
     try:
@@ -83,10 +89,15 @@ def give_git_objects(run: Run, shared: str, commit: str) -> None:
         run.say(f"store: the objects fetched into {root} were not added to {shared} ({exc})")
 
 
-def store_key(run: Run, commit: str, origin: str, release: Optional[str], root: Optional[str] = None) -> str:
-    """The key of a tree of ``commit`` for the run's interpreter from ``origin`` ("release" of version
+def store_fields(run: Run, commit: str, origin: str, release: Optional[str],
+                 root: Optional[str] = None) -> Dict[str, object]:
+    """The key fields of a tree of ``commit`` for the run's interpreter from ``origin`` ("release" of version
     ``release``, or "source"); ``root`` when the tree holds its root's path."""
-    return TreeKey.of(run, commit).store_key(origin, _made_from(run, origin, release), root)
+    return TreeKey.of(run, commit).store_fields(origin, _made_from(run, origin, release), root)
+
+
+def store_key(run: Run, commit: str, origin: str, release: Optional[str], root: Optional[str] = None) -> str:
+    return cache_key("tree", store_fields(run, commit, origin, release, root))
 
 
 def lookup_keys(run: Run, commit: str, release: Optional[str]) -> List[str]:
@@ -98,7 +109,8 @@ def lookup_keys(run: Run, commit: str, release: Optional[str]) -> List[str]:
         origins.append("source")
     made_from = {origin: _made_from(run, origin, release) for origin in origins}
     tree = TreeKey.of(run, commit)
-    return [tree.store_key(origin, made_from[origin], where) for origin in origins for where in (None, root)]
+    return [cache_key("tree", tree.store_fields(origin, made_from[origin], where))
+            for origin in origins for where in (None, root)]
 
 
 def _made_from(run: Run, origin: str, release: Optional[str]) -> Optional[str]:
@@ -125,7 +137,7 @@ class StoreProvider(Provider):
 
     def provide(self, run: Run, commit: str) -> Optional[Decision]:
         for key in lookup_keys(run, commit, self.release):
-            manifest, why = self.store.manifest(key)
+            manifest, why = self.store.lookup(key)
             if manifest is None:
                 if why != "not in the store":
                     self._drop(run, key, why)
@@ -143,8 +155,7 @@ class StoreProvider(Provider):
         if fingerprint is None:
             return False
         modules = probe_modules(run.settings.require)
-        return any(self.store.manifest(key)[0] is not None
-                   and probed.passed(self.store.tree_dir(key), fingerprint, modules) is not None
+        return any(self.store.lookup(key)[0] is not None and self.store.passed(key, fingerprint, modules) is not None
                    for key in lookup_keys(run, commit, self.release))
 
     def _drop(self, run: Run, key: str, why: str) -> None:
@@ -153,10 +164,10 @@ class StoreProvider(Provider):
         with self.store.locked(exclusive=True):
             self.store.remove(key)
 
-    def _link(self, run: Run, manifest: Manifest) -> Optional[str]:
+    def _link(self, run: Run, manifest: CacheEntry) -> Optional[str]:
         root = run.settings.root
         packages = layout.packages_dir(root)
-        stamp_key = {"store": manifest.key, "commit": manifest.commit}
+        stamp_key = {"store": manifest.key, "commit": manifest.fields.get("commit")}
         linker = Linker()
         with self.store.locked(exclusive=False):
             try:
@@ -167,7 +178,7 @@ class StoreProvider(Provider):
                 problem = None
                 build_dir = prepare_build_dir(run, stamp_key)
                 run.stamps.begin("build", stamp_key)
-                refs.release(root)
+                release(root)
                 os.makedirs(build_dir, exist_ok=True)
                 remove_tree(packages)
                 staging = layout.store_linking_dir(root)
@@ -176,22 +187,22 @@ class StoreProvider(Provider):
                     self.store.link(manifest, staging, linker)
                     rename_into_place(staging, packages)
                 run.stamps.finish("build", stamp_key)
-                refs.hold(self.store.path, root, manifest.key, linker.mode or HARDLINK)  # before prune may look
+                self.store.hold(root, manifest.key, linker.mode or HARDLINK)  # before prune may look
         if problem is not None:
             self._drop(run, manifest.key, problem)
             return None
         mode = linker.mode or HARDLINK
         run.worked()
-        run.say(f"store: linked the {manifest.how} tree {manifest.key[:12]} ({len(manifest.files)} files, "
+        run.say(f"store: linked the {manifest.how} tree {manifest.key[:12]} ({manifest.files} files, "
                 f"{manifest.size >> 20} MB) into {packages} by {mode}")
         say_cross_device(run, self.store, linker)
         return mode
 
-    def _verified(self, run: Run, commit: str, manifest: Manifest, mode: str) -> Optional[Decision]:
+    def _verified(self, run: Run, commit: str, manifest: CacheEntry, mode: str) -> Optional[Decision]:
         how = How(manifest.how)
         fingerprint = None if run.settings.verify else interpreter_fingerprint(run)
-        tree = self.store.tree_dir(manifest.key)
-        known = probed.passed(tree, fingerprint, probe_modules(run.settings.require)) if fingerprint else None
+        known = self.store.passed(manifest.key, fingerprint, probe_modules(run.settings.require)) \
+            if fingerprint else None
         if known is not None:
             decision = decision_from_pass(run, commit, how, known)
             if decision is not None:
@@ -206,7 +217,7 @@ class StoreProvider(Provider):
         return decision
 
 
-def decision_from_pass(run: Run, commit: str, how: How, known: probed.Passed) -> Optional[Decision]:
+def decision_from_pass(run: Run, commit: str, how: How, known: Passed) -> Optional[Decision]:
     """The answer a probe gave this tree in another root, for this root (None when it no longer passes the gate)."""
     settings = run.settings
     prefix = layout.tree_folders(settings.root)
@@ -242,7 +253,7 @@ def remember_pass(run: Run, store: HostStore, key: str, decision: Decision) -> N
     relative = {name: os.path.relpath(f, root) for name, f in files.items()}
     try:
         with store.locked(exclusive=True):
-            probed.remember(store.tree_dir(key), fingerprint, decision.probe.version, relative)
+            store.remember(key, fingerprint, decision.probe.version, relative)
     except OSError as exc:
         run.say(f"store: could not record the probe of {key[:12]} ({exc}); another root probes it again")
 
@@ -263,27 +274,28 @@ def keep_in_store(run: Run, store: HostStore, commit: str, decision: Decision, r
     if origin is None or decision.link_mode is not None or not os.path.isdir(packages):
         return
     try:
-        entries, holding = scan(packages, root)
+        members, holding = hashed_members(packages, os.fsencode(root.rstrip("/") + "/"))
         specific = root if holding else None
         if holding:
             run.say(f"store: the tree holds its root's path ({', '.join(holding[:3])}"
                     f"{', ...' if len(holding) > 3 else ''}): it is kept for {root} alone")
-        key = store_key(run, commit, origin, release if origin == "release" else None, specific)
+        fields = store_fields(run, commit, origin, release if origin == "release" else None, specific)
         linker = Linker()
-        manifest, added = store.add(key, packages, how=str(decision.how), commit=commit, abi=run.interpreter.abi,
-                                    root=root, linker=linker, entries=entries, root_specific=specific)
-    except (OSError, StoreProblem) as exc:
+        manifest, added = store.put(cache_key("tree", fields), fields, packages, members, how=str(decision.how),
+                                    linker=linker)
+        key = manifest.key
+    except (OSError, StoreProblem, CacheCorrupt) as exc:
         run.say(f"store: the tree was not kept in {store.path} ({exc}); the root's own tree is used")
         return
     if not added:  # another root added the same tree meanwhile: this root's files stay its own
-        refs.hold(store.path, root, key, COPY)
+        store.hold(root, key, COPY)
         run.say(f"store: the tree {key[:12]} was already in {store.path}; the root keeps its own copy")
         return
     mode = linker.mode or HARDLINK
-    refs.hold(store.path, root, key, mode)
+    store.hold(root, key, mode)
     remember_pass(run, store, key, decision)
     decision.link_mode = mode
-    run.say(f"store: kept the tree {key[:12]} ({len(manifest.files)} files, {manifest.size >> 20} MB) in "
+    run.say(f"store: kept the tree {key[:12]} ({manifest.files} files, {manifest.size >> 20} MB) in "
             f"{store.path} by {mode}; other roots link it from there")
     say_cross_device(run, store, linker)
 
@@ -293,18 +305,18 @@ def linked_tree_problem(run: Run) -> Optional[str]:
     Hardlinked files are the store's own: each is checked against the store's seal (a stat), and hashed when the
     stat differs; under ``--verify`` every file of the tree is hashed, however it was linked."""
     root, verify = run.settings.root, run.settings.verify
-    record = refs.root_record(root)
+    record = root_record(root)
     if record is None or not (verify or record[2] == HARDLINK):
         return None
     store = HostStore(record[0])
-    manifest, _ = store.manifest(record[1])
+    manifest, _ = store.lookup(record[1])
     if manifest is None:
         return None  # pruned, or damaged: the root's tree is its own now, probed as any other
     seal = store.seal(record[1]) if record[2] == HARDLINK else {}
     packages = layout.packages_dir(root)
     try:
-        for entry in manifest.entries:
-            check_entry(os.path.join(packages, entry.path), entry, seal, verify)
+        for member in manifest.members:
+            check_member(os.path.join(packages, member.path), member, seal, verify)
     except StoreProblem as exc:
         return f"{exc} in {packages}, linked from the store's tree {manifest.key[:12]} by {record[2]}"
     return None
@@ -314,11 +326,11 @@ def repair_linked_tree(run: Run, problem: str) -> None:
     """Under the lock: the root's damaged tree goes (and the stored tree too when the root's files were the
     store's, by hardlink), so the run provisions the tree again (from the store when it is intact)."""
     root = run.settings.root
-    record = refs.root_record(root)
+    record = root_record(root)
     if record is not None and record[2] == HARDLINK:
         store = HostStore(record[0])
         with store.locked(exclusive=True):
-            manifest, _ = store.manifest(record[1])
+            manifest, _ = store.lookup(record[1])
             try:
                 if manifest is not None:
                     store.check(manifest)  # the store's own files: the root's were they still hardlinks
@@ -326,7 +338,7 @@ def repair_linked_tree(run: Run, problem: str) -> None:
                 store.remove(record[1])
                 run.say(f"store: removed the tree {record[1][:12]} from {record[0]}: {exc} (its files were the "
                         "root's, by hardlink)")
-    refs.release(root)
+    release(root)
     run.stamps.undo("tree")
     run.stamps.undo("build")
     remove_tree(layout.packages_dir(root))

@@ -1,1 +1,0 @@
-"""The binary cache: a store (folder or fsspec URL), the archive format, entries and keys."""

@@ -1,0 +1,223 @@
+"""A shared store's artifact: a deterministic gzip'd tar of a folder, and its extraction from a stream.
+
+The blob is read once, straight from the store: its bytes are hashed and counted on their way into the
+decompressor, in bounded pieces (a hostile blob of zeros must not land in memory at once); each tar header is
+held against its manifest member before anything is written (``tarfile.extractall`` writes ``../x``, devices
+and files through a planted link); each file is hashed while it is written, exclusively, never through a link.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import os
+import posixpath
+import tarfile
+import zlib
+from dataclasses import replace
+from typing import IO, List, Sequence, Set, Tuple, cast
+
+from ensure_flydsl.trees.backends import CacheCorrupt
+from ensure_flydsl.trees.manifest import CHUNK, Member, check_tree, walk
+
+GZIP_INPUT = 64 << 10  # compressed bytes fed to zlib at a time
+TAR_BUFFER = 4 << 20  # what tarfile may hold beyond one request: fewer, larger joins, still a few MiB
+
+
+class _HashingWriter:
+    """Counts and hashes what gzip writes, so the blob's name is known without reading it again."""
+
+    def __init__(self, out: IO[bytes]) -> None:
+        self.out, self.digest, self.size = out, hashlib.sha256(), 0
+
+    def write(self, data: bytes) -> int:
+        self.digest.update(data)
+        self.size += len(data)
+        return self.out.write(data)
+
+    def flush(self) -> None:
+        self.out.flush()
+
+
+class _HashingReader:
+    """Hashes a file while tarfile copies it: the manifest holds the hash of the bytes that went in."""
+
+    def __init__(self, handle: IO[bytes]) -> None:
+        self.handle, self.digest = handle, hashlib.sha256()
+
+    def read(self, size: int = -1) -> bytes:
+        data = self.handle.read(size)
+        self.digest.update(data)
+        return data
+
+
+def pack(source: str, out: IO[bytes]) -> Tuple[str, int, List[Member]]:
+    """The gzip'd tar of ``source`` written to ``out``: its sha256, size and members.  Same folder, same bytes
+    (sorted, owners zeroed, no gzip time or name); the files' mtimes kept (a ``.pyc`` records its source's)."""
+    sink = _HashingWriter(out)
+    members: List[Member] = []
+    with gzip.GzipFile(filename="", mode="wb", fileobj=sink, compresslevel=6, mtime=0) as gz:
+        with tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:
+            for member, full in walk(source):
+                info = tarfile.TarInfo(member.path)
+                info.mode, info.uid, info.gid, info.uname, info.gname = member.mode, 0, 0, "", ""
+                info.mtime = int(os.lstat(full).st_mtime)
+                if member.type == "dir":
+                    info.type = tarfile.DIRTYPE
+                    tar.addfile(info)
+                elif member.type == "symlink":
+                    info.type, info.linkname = tarfile.SYMTYPE, str(member.target)
+                    tar.addfile(info)
+                else:
+                    info.size = member.size
+                    with open(full, "rb") as handle:
+                        reader = _HashingReader(handle)
+                        tar.addfile(info, cast(IO[bytes], reader))
+                    member = replace(member, sha256=reader.digest.hexdigest())
+                members.append(member)
+    out.flush()
+    os.fsync(out.fileno())
+    return sink.digest.hexdigest(), sink.size, members
+
+
+def member_of(info: tarfile.TarInfo) -> Member:
+    """The member a tar header declares; CacheCorrupt for any type the store never writes."""
+    name = info.name
+    if info.type in (tarfile.REGTYPE, tarfile.AREGTYPE):
+        return Member(name, "file", info.mode, size=info.size)
+    if info.type == tarfile.DIRTYPE:
+        return Member(name, "dir", info.mode)
+    if info.type == tarfile.SYMTYPE:
+        return Member(name, "symlink", info.mode, target=info.linkname)
+    what = {tarfile.LNKTYPE: f"a hard link (to {info.linkname!r})", tarfile.CHRTYPE: "a device file",
+            tarfile.BLKTYPE: "a device file", tarfile.FIFOTYPE: "a fifo"}.get(info.type)
+    raise CacheCorrupt(f"member {name!r} is {what}" if what else
+                       f"member {name!r} has the unsupported tar type {info.type!r}")
+
+
+def extract_checked(tar: tarfile.TarFile, root: str, expected: Sequence[Member]) -> None:
+    """Create the members of a tar stream under ``root`` in one pass, each header held against ``expected`` (the
+    manifest's members, already checked) before it is written; every expected member must come."""
+    want = {m.path: m for m in expected}
+    done: Set[str] = set()
+    for info in tar:
+        got = member_of(info)
+        member = want.get(got.path)
+        if member is None:
+            raise CacheCorrupt(f"member {got.path!r} is not in the manifest")
+        if got.path in done:
+            raise CacheCorrupt(f"member {got.path!r} appears twice")
+        for name in ("type", "mode", "size", "target"):
+            if getattr(got, name) != getattr(member, name):
+                raise CacheCorrupt(f"member {got.path!r} differs from the manifest in its {name}: "
+                                   f"{getattr(got, name)!r} != {getattr(member, name)!r}")
+        parent = posixpath.dirname(got.path)
+        if parent and parent not in done:
+            raise CacheCorrupt(f"member {got.path!r} comes before its folder {parent!r}")
+        path = os.path.join(root, *info.name.split("/"))
+        if info.type == tarfile.DIRTYPE:
+            os.mkdir(path, 0o700)
+        elif info.type == tarfile.SYMTYPE:
+            os.symlink(info.linkname, path)
+        else:
+            _write_file(tar, info, path, member)
+        done.add(got.path)
+    missing = [path for path in want if path not in done]
+    if missing:
+        raise CacheCorrupt(f"manifest member {missing[0]!r} is missing from the blob")
+
+
+def _write_file(tar: tarfile.TarFile, info: tarfile.TarInfo, path: str, want: Member) -> None:
+    src = tar.extractfile(info)
+    if src is None:
+        raise CacheCorrupt(f"member {info.name!r} has no data")
+    digest = hashlib.sha256()
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    with src, os.fdopen(os.open(path, flags, 0o600), "wb") as out:
+        for chunk in iter(lambda: src.read(CHUNK), b""):
+            digest.update(chunk)
+            out.write(chunk)
+        # The archive's mtime (a .pyc is valid only for its source's), after a flush: bytes written at close
+        # would set it to now.
+        out.flush()
+        os.utime(out.fileno(), (info.mtime, info.mtime))
+    got = digest.hexdigest()
+    if want.sha256 is not None and got != want.sha256:
+        raise CacheCorrupt(f"extracted file {info.name!r} sha256 mismatch: expected {want.sha256[:12]}.. "
+                           f"got {got[:12]}..")
+
+
+class BlobReader:
+    """The blob as tarfile reads it: every byte hashed and counted on its way through, once."""
+
+    def __init__(self, src: IO[bytes], size: int, sha256: str) -> None:
+        self._src, self._expected_size, self._expected_sha = src, size, sha256
+        self._digest, self._size = hashlib.sha256(), 0
+
+    def read(self, size: int = -1) -> bytes:
+        chunk = self._src.read(CHUNK if size is None or size < 0 else size)
+        self._digest.update(chunk)
+        self._size += len(chunk)
+        if self._size > self._expected_size:
+            raise CacheCorrupt(f"blob size mismatch: expected {self._expected_size} bytes, got more")
+        return chunk
+
+    def check_rest(self) -> None:
+        """Read what the tar stream left (its end blocks, gzip's trailer); hold the whole against the manifest."""
+        while self.read(CHUNK):
+            pass
+        if self._size != self._expected_size:
+            raise CacheCorrupt(f"blob size mismatch: expected {self._expected_size} bytes, got {self._size} "
+                               "(truncated)")
+        got = self._digest.hexdigest()
+        if got != self._expected_sha:
+            raise CacheCorrupt(f"blob sha256 mismatch: expected {self._expected_sha[:12]}.. got {got[:12]}..")
+
+
+class Gunzip:
+    """The decompressed stream of a gzip'd blob, never more than the size asked for per read (tarfile's own
+    "r|gz" decompresses each read whole: 1 MiB of a hostile blob may be 1 GiB)."""
+
+    def __init__(self, raw: BlobReader) -> None:
+        self._raw = raw
+        self._zlib = zlib.decompressobj(16 + zlib.MAX_WBITS)  # gzip's header and trailer
+
+    def read(self, size: int = -1) -> bytes:
+        size = CHUNK if size is None or size < 0 else size
+        while not self._zlib.eof:
+            data = self._zlib.unconsumed_tail or self._raw.read(GZIP_INPUT)
+            if not data:
+                raise EOFError("the blob ends inside its compressed data")
+            out = self._zlib.decompress(data, size)
+            if out:
+                return out
+        return b""
+
+
+def unpack(src: IO[bytes], size: int, sha256: str, members: Sequence[Member], tree: str) -> None:
+    """The blob in ``src`` extracted as the new folder ``tree``, checked as it streams and after: a damaged blob
+    is named as such, not by the first symptom it caused.  The caller renames ``tree`` into place after."""
+    blob = BlobReader(src, size, sha256)
+    try:
+        with tarfile.open(fileobj=cast(IO[bytes], Gunzip(blob)), mode="r|", bufsize=TAR_BUFFER) as tar:
+            os.mkdir(tree, 0o755)
+            extract_checked(tar, tree, members)
+    except CacheCorrupt:
+        blob.check_rest()
+        raise
+    except (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile) as exc:
+        blob.check_rest()
+        raise CacheCorrupt(f"blob {sha256[:12]} is not a readable gzip'd tar: {exc}") from None
+    blob.check_rest()
+    check_tree(tree, members)
+
+
+def set_modes(tree: str, members: Sequence[Member]) -> None:
+    """The members' modes, never group/world-writable nor setuid; deepest first, so a read-only folder does not
+    stop the writes into it; folders stay the owner's to rebuild or remove."""
+    for m in sorted(members, key=lambda m: m.path.count("/"), reverse=True):
+        full = os.path.join(tree, *m.path.split("/"))
+        if m.type == "file":
+            os.chmod(full, m.mode & 0o755)
+        elif m.type == "dir":
+            os.chmod(full, (m.mode & 0o755) | 0o700)

@@ -1,0 +1,395 @@
+"""The build lease: hosts sharing one store that miss the same key at once pay one build, not one each.
+
+``<store>/leases/<kind>/<key>/<generation>.json`` (10 digits, more past 9999999999).  Take: create generation n+1
+exclusively (S3's ``If-None-Match: *``, link(2) in a folder), n the newest there is; the newest generation is the
+lease, and whatever stands at a generation's name is that generation.  Heartbeat: the holder rewrites its own
+every TTL/4.  Dead: a waiter that sees the same bytes for longer than the TTL by its own monotonic clock takes
+over (no two hosts' clocks are compared).  Failure: the holder rewrites its generation as ``failed`` with a build
+step's stage, exit code and reason.  Release: after publishing, every generation up to the holder's goes;
+interrupted, only its own.  A record is read field by field: one that is not exactly what this tool writes is an
+unknown holder's lease, waited for and taken over like any other.  A store that ignores exclusive create is found
+by a probe once per location and process, and the run then builds without a lease.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import threading
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from typing import Callable, Dict, List, Mapping, Optional, Tuple
+
+from ensure_flydsl.support.fields import SHORT_TEXT_MAX, short_text
+from ensure_flydsl.trees.backends import CacheCorrupt, CacheError, CacheUnreachable, Store
+from ensure_flydsl.trees.manifest import check_name
+
+BUILDING, FAILED = "building", "failed"
+# FLYDSL_LEASE_TTL's bound: ``ttl: Infinity`` would make every waiter wait for ever for a holder that died.
+MAX_TTL_S = 10.0**6
+MAX_RECORD_BYTES = 64 << 10  # this tool writes a few hundred bytes
+MAX_REASON = 2000  # the holder writes at most this much of its failure's reason
+_MAX_SECONDS = 10.0**10  # wall clock times and durations: finite, and not beyond the year 2286
+UNKNOWN_HOST = "an unknown host"
+# The exit codes a failure record may carry: a build step's (2 to 8).  A waiter ends with the recorded code, so
+# 0, 75 (sends an agent back to `wait` for ever), 130 or 9 would be a lie to its caller.
+FAILURE_EXIT_CODES = range(2, 9)
+
+
+@dataclass
+class LeaseRecord:
+    """One generation of a key's lease: who builds what, and how far (or how it failed)."""
+
+    kind: str
+    key: str
+    generation: int
+    host: str
+    run_id: str
+    pid: int
+    started: float  # the holder's wall clock when it took the lease, for people
+    what: str  # "the FlyDSL tree for a35627a2", for messages
+    failures_before: int = 0  # recorded failures of this key before this generation, in this round
+    ttl: float = 0.0  # the holder's FLYDSL_LEASE_TTL: it beats every ttl/4 and is dead after ttl without one
+    state: str = BUILDING
+    beat: int = 0
+    heartbeat: float = 0.0  # the holder's wall clock at its last beat, for people
+    elapsed_s: float = 0.0  # the holder's monotonic seconds since it took the lease, at its last beat
+    step: Optional[str] = None
+    percent: Optional[float] = None
+    eta_s: Optional[float] = None
+    failure: Optional[Dict[str, object]] = None  # stage, exit_code, reason
+    ended: Optional[float] = None
+    raw: bytes = field(default=b"", repr=False, compare=False)  # as read: liveness compares it
+    invalid: Optional[str] = field(default=None, repr=False, compare=False)  # why it was refused
+
+    def to_bytes(self) -> bytes:
+        data = {k: v for k, v in asdict(self).items() if k not in ("raw", "invalid")}
+        return (json.dumps(data, sort_keys=True) + "\n").encode()
+
+    @classmethod
+    def unknown(cls, kind: str, key: str, generation: int, why: str) -> "LeaseRecord":
+        return cls(kind, key, generation, UNKNOWN_HOST, "?", 0, 0.0, f"the {kind} {key[:12]}", invalid=why)
+
+    @classmethod
+    def from_bytes(cls, data: bytes, kind: str, key: str, generation: int) -> "LeaseRecord":
+        """The record; an unreadable or invalid one reads as a lease of an unknown holder."""
+        try:
+            record = cls._parse(data, kind, key, generation)
+        except ValueError as exc:
+            record = cls.unknown(kind, key, generation, str(exc))
+        record.raw = data
+        return record
+
+    @classmethod
+    def _parse(cls, data: bytes, kind: str, key: str, generation: int) -> "LeaseRecord":
+        if len(data) > MAX_RECORD_BYTES:
+            raise ValueError(f"{len(data)} bytes, more than a lease record holds")
+        try:
+            obj = json.loads(data.decode())
+        except (UnicodeDecodeError, ValueError, RecursionError):
+            raise ValueError("not JSON (torn or foreign)") from None
+        if not isinstance(obj, dict):
+            raise ValueError("not a JSON object")
+        if obj.get("kind") != kind or obj.get("key") != key:
+            raise ValueError("it names another kind or key")
+        state = obj.get("state", BUILDING)
+        if state not in (BUILDING, FAILED):
+            raise ValueError(f"state {_shown(state)}")
+        record = cls(
+            kind, key, generation,
+            host=_text(obj, "host"), run_id=_text(obj, "run_id"), pid=_int(obj, "pid", 2**31),
+            started=_seconds(obj, "started"), what=_text(obj, "what"),
+            failures_before=_int(obj, "failures_before", 10**6, 0), ttl=_ttl(obj), state=str(state),
+            beat=_int(obj, "beat", 2**62, 0), heartbeat=_seconds(obj, "heartbeat", 0.0),
+            elapsed_s=_seconds(obj, "elapsed_s", 0.0), step=_text_or_none(obj, "step"),
+            percent=_number_or_none(obj, "percent", 100.0), eta_s=_number_or_none(obj, "eta_s", _MAX_SECONDS),
+            failure=_failure(obj.get("failure")), ended=_number_or_none(obj, "ended", _MAX_SECONDS),
+        )
+        if record.state == FAILED and (record.failure is None or record.ended is None):
+            raise ValueError("a failure record without its failure or its end")
+        return record
+
+    def who(self) -> str:
+        return f"{self.host} (run {self.run_id})"
+
+
+_MISSING = object()
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _finite(value: object) -> Optional[float]:
+    """The number, or None: a bool is no number here; NaN and Infinity (json reads them) are no times."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:  # an int of 400 digits
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _text(obj: Mapping[str, object], name: str) -> str:
+    """Host, run id, step, what: shown in messages (FLYDSL_HOST_ID is held to the same rule)."""
+    value = short_text(obj.get(name))
+    if value is None:
+        raise ValueError(f"{name} {_shown(obj.get(name))} is not a text of 1 to {SHORT_TEXT_MAX} printable characters")
+    return value
+
+
+def _text_or_none(obj: Mapping[str, object], name: str) -> Optional[str]:
+    return None if obj.get(name) is None else _text(obj, name)
+
+
+def _int(obj: Mapping[str, object], name: str, limit: int, default: object = _MISSING) -> int:
+    value = obj.get(name, default)
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= limit:
+        raise ValueError(f"{name} {_shown(value)} is not a whole number from 0 to {limit}")
+    return value
+
+
+def _seconds(obj: Mapping[str, object], name: str, default: object = _MISSING) -> float:
+    value = obj.get(name, default)
+    number = _finite(value)
+    if number is None or not 0 <= number <= _MAX_SECONDS:
+        raise ValueError(f"{name} {_shown(value)} is not a time in seconds")
+    return number
+
+
+def _number_or_none(obj: Mapping[str, object], name: str, limit: float) -> Optional[float]:
+    value = obj.get(name)
+    if value is None:
+        return None
+    number = _finite(value)
+    if number is None or not 0 <= number <= limit:
+        raise ValueError(f"{name} {_shown(value)} is not a number from 0 to {limit:g}")
+    return number
+
+
+def _ttl(obj: Mapping[str, object]) -> float:
+    value = obj.get("ttl", 0.0)
+    number = _finite(value)
+    if number is None or not 0 <= number < MAX_TTL_S:
+        raise ValueError(f"ttl {_shown(value)} is not what FLYDSL_LEASE_TTL allows (0 < ttl < {MAX_TTL_S:g} s)")
+    return number
+
+
+def _failure(value: object) -> Optional[Dict[str, object]]:
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise ValueError("failure is not an object")
+    stage = _text_or_none(value, "stage")
+    code = value.get("exit_code")
+    if not isinstance(code, int) or isinstance(code, bool) or code not in FAILURE_EXIT_CODES:
+        raise ValueError(f"failure exit_code {_shown(code)} is not a build step's (2 to 8)")
+    reason = value.get("reason")
+    if not isinstance(reason, str) or len(reason) > MAX_REASON:
+        raise ValueError("failure reason is not a text")
+    # Messages are one line each: the reason's line breaks and control characters become spaces.
+    return {"stage": stage, "exit_code": code,
+            "reason": "".join(c if c.isprintable() else " " for c in reason)}
+
+
+__all__ = ["BUILDING", "FAILED", "HeldLease", "LeaseRecord", "Leases", "exclusive_create", "generation_path"]
+LEASES = "leases"
+# 10 digits, more past 9999999999 (no leading zero then: one number, one name); at most 18, so a planted name
+# cannot make a take that never ends.
+_GENERATION = re.compile(r"^(\d{10}|[1-9]\d{10,17})\.json\Z")
+MAX_GENERATION = 10**18 - 1
+# What a writer killed in the middle leaves: a heartbeat's staged copy of its generation, an exclusive create's.
+_STAGED = re.compile(r"^\.?(\d{10}|[1-9]\d{10,17})\.json\..+\.tmp\Z")
+_CREATE_STAGED = re.compile(r"^\.create\..+\.tmp\Z")
+STAGED_AGE_S = 600.0  # a create's staged file older than this is no live writer's (it lives for a write)
+_PROBED: Dict[str, Tuple[bool, str]] = {}
+
+Progress = Callable[[], Tuple[Optional[str], Optional[float], Optional[float]]]  # step, percent, ETA
+
+
+def lease_folder(kind: str, key: str) -> str:
+    check_name(kind, key)
+    return f"{LEASES}/{kind}/{key}"
+
+
+def generation_path(kind: str, key: str, generation: int) -> str:
+    return f"{lease_folder(kind, key)}/{generation:010d}.json"
+
+
+def exclusive_create(store: Store) -> Tuple[bool, str]:
+    """Whether the store refuses a second create of one object, and if not, why; probed once per location
+    and process (two small objects written and removed)."""
+    known = _PROBED.get(store.location)
+    if known is not None:
+        return known
+    rel = f"{LEASES}/probe-{uuid.uuid4().hex}.json"
+    try:
+        first = store.create_exclusive(rel, b"first\n")
+        second = store.create_exclusive(rel, b"second\n")
+        if not first:
+            found = (False, "a create of a new object reported that it existed")
+        elif second:
+            found = (False, "a second create of one object succeeded instead of failing")
+        else:
+            found = (True, "")
+    except CacheUnreachable:
+        raise  # not an answer about the store: the run goes on without the cache (and probes next time)
+    except CacheError as exc:
+        found = (False, str(exc))
+    finally:
+        try:
+            store.remove(rel)
+        except CacheError:
+            pass
+    _PROBED[store.location] = found
+    return found
+
+
+class Leases:
+    """The leases of one cache; ``ttl`` is FLYDSL_LEASE_TTL."""
+
+    def __init__(self, store: Store, ttl: float) -> None:
+        self.store = store
+        self.ttl = ttl
+
+    def generations(self, kind: str, key: str) -> List[int]:
+        """The generations there are: whatever stands at a generation's name counts (its create would fail, so a
+        taker that did not count it would try it for ever)."""
+        found = set()
+        for name in self.store.list_names(lease_folder(kind, key)):
+            match = _GENERATION.match(name)
+            if match:
+                found.add(int(match.group(1)))
+        return sorted(found)
+
+    def newest(self, kind: str, key: str) -> Optional[LeaseRecord]:
+        for generation in reversed(self.generations(kind, key)):
+            try:
+                data = self.store.read_bytes(generation_path(kind, key, generation), MAX_RECORD_BYTES)
+            except CacheCorrupt as exc:  # a FIFO, a link: no record, but it stands there like one
+                return LeaseRecord.unknown(kind, key, generation, exc.reason)
+            if data is not None:  # else removed since the listing
+                return LeaseRecord.from_bytes(data, kind, key, generation)
+        return None
+
+    def take(self, record: LeaseRecord, progress: Progress) -> Optional["HeldLease"]:
+        """Create ``record``'s generation exclusively; the held lease (heartbeat running), or None when
+        another run created it or a newer one first."""
+        if record.generation > MAX_GENERATION:
+            raise CacheError(f"the lease of {record.what} is at generation {record.generation - 1}, which no run of "
+                             f"this tool reaches (a planted record?); remove {lease_folder(record.kind, record.key)} "
+                             "from the cache")
+        path = generation_path(record.kind, record.key, record.generation)
+        record.heartbeat = time.time()
+        record.step, record.percent, record.eta_s = progress()
+        if not self.store.create_exclusive(path, record.to_bytes()):
+            return None
+        if any(g > record.generation for g in self.generations(record.kind, record.key)):
+            self.store.remove(path)  # taken from an older listing: the newest generation is the lease
+            return None
+        self.clear(record.kind, record.key, below=record.generation)
+        held = HeldLease(self, record, progress)
+        held.start()
+        return held
+
+    def clear(self, kind: str, key: str, *, below: int) -> None:
+        """Remove the generations below ``below`` and what killed writers of them left."""
+        now = time.time()
+        folder = lease_folder(kind, key) + "/"
+        for stored in self.store.list_files(folder[:-1]):
+            name = stored.path[len(folder):]
+            if not stored.path.startswith(folder) or "/" in name:
+                continue  # inside something at a generation's name (a folder, an S3 prefix): not the tool's
+            numbered = _GENERATION.match(name) or _STAGED.match(name)
+            if numbered is not None:
+                gone = int(numbered.group(1)) < below
+            else:
+                gone = bool(_CREATE_STAGED.match(name)) and stored.mtime is not None and \
+                    now - stored.mtime > STAGED_AGE_S
+            if gone:
+                self.store.remove(stored.path)
+
+
+class HeldLease:
+    """A lease this run holds: a thread beats every TTL/4 until :meth:`fail` or :meth:`release`."""
+
+    def __init__(self, leases: Leases, record: LeaseRecord, progress: Progress) -> None:
+        self.leases = leases
+        self.record = record
+        self.progress = progress
+        self.path = generation_path(record.kind, record.key, record.generation)
+        self._taken = time.monotonic()
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._beat_until_stopped, name="lease-heartbeat", daemon=True)
+        self.ended = False
+        self.lost = False  # another run took the key over: stop beating
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _beat_until_stopped(self) -> None:
+        while not self._stop.wait(self.leases.ttl / 4):
+            self.beat()
+
+    def beat(self) -> None:
+        with self._lock:
+            if self.ended or self.lost:
+                return
+            record = self.record
+            record.step, record.percent, record.eta_s = self.progress()
+            record.beat += 1
+            record.heartbeat = time.time()
+            record.elapsed_s = round(time.monotonic() - self._taken, 1)
+            try:
+                if self.leases.generations(record.kind, record.key)[-1:] != [record.generation]:
+                    # Taken over or cleared: writing would resurrect a generation nobody removes again.
+                    self.lost = True
+                    return
+                self.leases.store.put_bytes(self.path, record.to_bytes())
+            except CacheError:
+                pass  # the next beat tries again; a TTL without one hands the build to a waiter
+
+    def _end(self) -> bool:
+        with self._lock:
+            if self.ended:
+                return False
+            self.ended = True
+        self._stop.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join()
+        return True
+
+    def fail(self, stage: Optional[str], exit_code: int, reason: str) -> None:
+        """Record the failure for the waiters (the record stays; it is no lease any more)."""
+        if not self._end():
+            return
+        if self.lost:
+            return  # the key is another run's now: its record, not ours, is the news
+        record = self.record
+        record.state, record.ended = FAILED, time.time()
+        record.failure = {"stage": stage, "exit_code": exit_code, "reason": reason[:MAX_REASON]}
+        record.elapsed_s = round(time.monotonic() - self._taken, 1)
+        try:
+            self.leases.store.put_bytes(self.path, record.to_bytes())
+        except CacheError:
+            try:
+                self.leases.store.remove(self.path)  # no record: a waiter takes over at once, as after Ctrl-C
+            except CacheError:
+                pass  # the heartbeat stopped: the waiters take over after a TTL
+
+    def release(self, *, published: bool) -> None:
+        """Give the lease up: published, every generation up to ours goes; interrupted, only ours."""
+        if not self._end():
+            return
+        try:
+            if published:
+                self.leases.clear(self.record.kind, self.record.key, below=self.record.generation + 1)
+            else:
+                self.leases.store.remove(self.path)
+        except CacheError:
+            pass  # the heartbeat stopped: the waiters take over after a TTL

@@ -1,0 +1,405 @@
+"""The store's local tier: every tree installed on this host, kept once and unpacked, linked into each root that
+uses it (reflink, else hardlink, else copy).  See docs/store.md.
+
+``trees/<key>/`` holds a tree's files (read-only), its manifest (trees/manifest.py's format), its seal (each stored
+file's inode, size and mtime: a file whose stat differs is hashed before it is linked) and the probes it passed.
+A tree is added whole or not at all (staged, then renamed).  Adding and pruning hold the tier's lock exclusively,
+linking holds it shared: a tree is never removed while a root links it, nor half-added when one looks.  Each root
+that links a tree holds two records: the tier's reference and the root's own; a tree is in use while both agree.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import socket
+import stat
+import time
+from dataclasses import dataclass
+from typing import Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+
+from ensure_flydsl import layout
+from ensure_flydsl.result import LINK_MODES
+from ensure_flydsl.support import fields
+from ensure_flydsl.support.files import (
+    atomic_write,
+    atomic_write_json,
+    read_json,
+    read_regular,
+    remove_file,
+    remove_tree,
+    rename_into_place,
+)
+from ensure_flydsl.trees.backends import CacheCorrupt
+from ensure_flydsl.trees.manifest import (
+    CacheEntry,
+    Member,
+    check_members,
+    hash_file,
+    manifest_bytes,
+    parse_manifest,
+    prune_order,
+)
+from ensure_flydsl.version import __version__
+
+REFLINK, HARDLINK, COPY = LINK_MODES
+FICLONE = 0x40049409  # _IOW(0x94, 9, int): Linux's clone of a whole file (btrfs, XFS, bcachefs)
+# What a file system says when it cannot reflink (or link) between two paths.
+_REFUSED = {errno.EOPNOTSUPP, errno.ENOTTY, errno.EINVAL, errno.EXDEV, errno.ENOSYS, errno.EPERM, errno.EMLINK,
+            errno.EBADF}
+READ_ONLY_FILE, READ_ONLY_PROGRAM = 0o444, 0o555
+STAGING_PREFIX = ".staging-"
+KEEP_PROBES = 16  # interpreters remembered per tree (the newest)
+Seal = Dict[str, Tuple[int, int, int]]  # path -> (inode, size, mtime_ns)
+
+
+class StoreProblem(Exception):
+    """A stored tree that must not be linked: why, in words."""
+
+
+class Linker:
+    """Places files from one folder's file system onto another's, by the first way that works there; the way
+    is found on the first file and kept, and a file the kept way refuses falls to the next one."""
+
+    def __init__(self) -> None:
+        self.mode: Optional[str] = None
+        self.cross_device = False  # a hardlink failed with EXDEV: two file systems
+
+    def place(self, src: str, dst: str) -> str:
+        """``src`` at ``dst`` (which must not exist); the way used.  A copy keeps the mtime (a module's bytecode
+        records its source's)."""
+        for mode in LINK_MODES[LINK_MODES.index(self.mode or REFLINK):]:
+            try:
+                if mode == REFLINK:
+                    _reflink(src, dst)
+                elif mode == HARDLINK:
+                    os.link(src, dst, follow_symlinks=False)
+                else:
+                    shutil.copyfile(src, dst, follow_symlinks=False)
+            except OSError as exc:
+                if mode == COPY or exc.errno not in _REFUSED:
+                    raise
+                self.cross_device = self.cross_device or (mode == HARDLINK and exc.errno == errno.EXDEV)
+                continue
+            if mode != HARDLINK:  # a hardlink is the same file: its mode and mtime are the store's
+                st = os.stat(src)
+                os.utime(dst, ns=(st.st_atime_ns, st.st_mtime_ns))
+            if self.mode is None or LINK_MODES.index(mode) > LINK_MODES.index(self.mode):
+                self.mode = mode
+            return mode
+        raise AssertionError("a copy either works or raises")
+
+
+def _reflink(src: str, dst: str) -> None:
+    with open(src, "rb") as source:
+        fd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        try:
+            fcntl.ioctl(fd, FICLONE, source.fileno())
+        except BaseException:
+            os.close(fd)
+            os.unlink(dst)
+            raise
+        os.close(fd)
+
+
+@dataclass(frozen=True)
+class TreeInfo:
+    """A tree of the tier as ``store list`` shows it."""
+
+    key: str
+    size: int
+    files: int
+    how: Optional[str]
+    commit: Optional[str]
+    abi: Optional[str]
+    used_by: List[str]
+    last_used: float
+    problem: str = ""
+
+    def to_json(self) -> Dict[str, object]:
+        return {"key": self.key, "size": self.size, "files": self.files, "how": self.how, "commit": self.commit,
+                "abi": self.abi, "used_by": self.used_by, "last_used": round(self.last_used, 3),
+                "problem": self.problem or None}
+
+
+@dataclass(frozen=True)
+class Passed:
+    """A probe a stored tree passed: flydsl's version and each module's file relative to the root."""
+
+    version: str
+    files: Dict[str, str]
+
+
+class HostStore:
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    @classmethod
+    def open(cls, path: str) -> "HostStore":
+        """The tier at ``path``, its folders made if missing (OSError when they cannot be)."""
+        for folder in (path, layout.store_trees_dir(path), layout.store_refs_dir(path)):
+            os.makedirs(folder, exist_ok=True)
+        with open(layout.store_lock(path), "a"):
+            pass
+        return cls(path)
+
+    @contextlib.contextmanager
+    def locked(self, *, exclusive: bool) -> Iterator[None]:
+        fd = os.open(layout.store_lock(self.path), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+            yield
+        finally:
+            os.close(fd)
+
+    def tree_dir(self, key: str) -> str:
+        return layout.store_tree_dir(self.path, key)
+
+    def keys(self) -> List[str]:
+        try:
+            return [n for n in sorted(os.listdir(layout.store_trees_dir(self.path))) if not n.startswith(".")]
+        except OSError:
+            return []
+
+    def lookup(self, key: str) -> Tuple[Optional[CacheEntry], str]:
+        """The manifest of ``key``; None and why when there is no such tree, or it means nothing the tier writes
+        (a tree of an older version of the tool among them: never linked, pruned first)."""
+        folder = self.tree_dir(key)
+        if not os.path.isdir(folder):
+            return None, "not in the store"
+        raw = read_regular(layout.store_manifest(folder))
+        if raw is None:
+            return None, "no readable manifest"
+        try:
+            entry = parse_manifest(raw, unpacked=True)
+            check_members(entry.members)
+        except (ValueError, CacheCorrupt) as exc:
+            return None, f"its manifest {exc}"
+        if entry.key != key:
+            return None, f"its key is {entry.key!r}, not its folder's {key!r}"
+        return entry, ""
+
+    def seal(self, key: str) -> Seal:
+        data = read_json(layout.store_seal(self.tree_dir(key)))
+        raw = data.get("files") if data is not None else None
+        seal: Seal = {}
+        for path, value in raw.items() if isinstance(raw, dict) else ():
+            if isinstance(value, list) and len(value) == 3 and all(fields.integer(v) is not None for v in value):
+                seal[str(path)] = (int(value[0]), int(value[1]), int(value[2]))
+        return seal
+
+    def check(self, entry: CacheEntry, *, full: bool = False) -> None:
+        """StoreProblem unless the tree's files are its members: each file of its size whose stat is its seal's,
+        or (a stat that differs, or ``full``) its sha256."""
+        files, seal = layout.store_files(self.tree_dir(entry.key)), self.seal(entry.key)
+        for member in entry.members:
+            check_member(os.path.join(files, member.path), member, seal, full)
+
+    def put(self, key: str, tree_fields: Mapping[str, object], folder: str, members: Sequence[Member], *,
+            how: str, linker: Linker) -> Tuple[CacheEntry, bool]:
+        """``folder``'s tree as the tier's ``key``, placed by ``linker`` (a hardlink makes the root's files the
+        tier's, read-only), staged and renamed whole; whether it was added (a tree already there is kept)."""
+        check_members(members)
+        with self.locked(exclusive=True):
+            found, _ = self.lookup(key)
+            if found is not None:
+                return found, False
+            remove_tree(self.tree_dir(key))  # no tree of ours, by its manifest
+            staging = os.path.join(layout.store_trees_dir(self.path),
+                                   f"{STAGING_PREFIX}{os.getpid()}-{os.urandom(4).hex()}")
+            entry = CacheEntry(kind="tree", key=key, blob="", size=sum(m.size for m in members), created=time.time(),
+                               fields=dict(tree_fields), files=sum(1 for m in members if m.type == "file"),
+                               members=tuple(members), host=socket.gethostname(), tool=f"ensure-flydsl {__version__}",
+                               how=how)
+            try:
+                seal = _place_tree(folder, layout.store_files(staging), members, linker, store_side=True)
+                atomic_write_json(layout.store_seal(staging), {"files": {p: list(v) for p, v in seal.items()}})
+                atomic_write(layout.store_manifest(staging), manifest_bytes(entry))
+                rename_into_place(staging, self.tree_dir(key))
+            except BaseException:
+                remove_tree(staging)
+                raise
+        return entry, True
+
+    def link(self, entry: CacheEntry, dest: str, linker: Linker) -> None:
+        """The tree of ``entry`` at ``dest`` (which must not exist), each file placed by ``linker``."""
+        _place_tree(layout.store_files(self.tree_dir(entry.key)), dest, entry.members, linker, store_side=False)
+        with contextlib.suppress(OSError):
+            os.utime(self.tree_dir(entry.key))  # last used: prune removes the longest unused first
+
+    def remove(self, key: str) -> None:
+        """The tree ``key``, gone at once (renamed away, then deleted): no root can link half of it."""
+        folder = self.tree_dir(key)
+        if os.path.lexists(folder):
+            gone = os.path.join(layout.store_trees_dir(self.path), f"{STAGING_PREFIX}gone-{os.urandom(4).hex()}")
+            rename_into_place(folder, gone)
+            remove_tree(gone)
+
+    def clear_staging(self, older_than: float = 3600.0) -> List[str]:
+        """Staging folders a killed run left (under the exclusive lock)."""
+        removed = []
+        trees = layout.store_trees_dir(self.path)
+        for name in os.listdir(trees) if os.path.isdir(trees) else []:
+            full = os.path.join(trees, name)
+            if name.startswith(STAGING_PREFIX) and time.time() - os.lstat(full).st_mtime > older_than:
+                remove_tree(full)
+                removed.append(name)
+        return removed
+
+    # -- the probes a tree passed, per interpreter fingerprint ---------------------------------------------------
+    def _probes(self, key: str) -> List[Dict[str, object]]:
+        data = read_json(layout.store_probed(self.tree_dir(key)))
+        raw = data.get("passed") if data is not None else None
+        return [r for r in raw if isinstance(r, dict)] if isinstance(raw, list) else []
+
+    def passed(self, key: str, fingerprint: Mapping[str, object], modules: Sequence[str]) -> Optional[Passed]:
+        """The probe the tree passed with an interpreter of ``fingerprint`` importing ``modules``, if any: a root
+        that links it for such an interpreter takes that answer instead of probing again."""
+        for record in self._probes(key):
+            if not _same(record.get("fingerprint"), fingerprint):
+                continue
+            version, files = fields.short_text(record.get("version")), fields.text_map(record.get("files"))
+            if version is None or files is None or sorted(files) != sorted(modules) or not all(
+                    _inside(f) for f in files.values()):
+                return None
+            return Passed(version, files)
+        return None
+
+    def remember(self, key: str, fingerprint: Mapping[str, object], version: str, files: Dict[str, str]) -> None:
+        """Record a pass (the caller holds the exclusive lock)."""
+        kept = [r for r in self._probes(key) if not _same(r.get("fingerprint"), fingerprint)][-(KEEP_PROBES - 1):]
+        kept.append({"fingerprint": dict(fingerprint), "version": version, "files": files})
+        atomic_write_json(layout.store_probed(self.tree_dir(key)), {"passed": kept})
+
+    # -- which roots use which tree ---------------------------------------------------------------------------
+    def ref_file(self, root: str) -> str:
+        return os.path.join(layout.store_refs_dir(self.path),
+                            hashlib.sha256(os.fsencode(root)).hexdigest()[:32] + ".json")
+
+    def hold(self, root: str, key: str, link_mode: str) -> None:
+        """``root`` uses the tree ``key`` (its own record first: a reference alone holds nothing)."""
+        atomic_write_json(layout.root_store_record(root), {"store": self.path, "tree": key, "link_mode": link_mode})
+        atomic_write_json(self.ref_file(root), {"root": root, "tree": key})
+
+    def references(self) -> List[Tuple[str, Optional[str], Optional[str]]]:
+        """(reference file, root, tree) of every reference (root and tree None when unreadable)."""
+        folder = layout.store_refs_dir(self.path)
+        found = []
+        for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
+            data = read_json(os.path.join(folder, name)) if name.endswith(".json") else None
+            found.append((os.path.join(folder, name), fields.absolute_path(data.get("root")) if data else None,
+                          fields.text(data.get("tree")) if data else None))
+        return found
+
+    def in_use(self) -> Dict[str, List[str]]:
+        """Tree key -> the roots that use it now (each reference checked against the root's own record)."""
+        used: Dict[str, List[str]] = {}
+        real = os.path.realpath(self.path)
+        for _, root, tree in self.references():
+            record = root_record(root) if root is not None and tree is not None else None
+            if record is not None and os.path.realpath(record[0]) == real and record[1] == tree:
+                used.setdefault(tree, []).append(str(root))
+        return used
+
+    def list(self) -> List[TreeInfo]:
+        used, found = self.in_use(), []
+        for key in self.keys():
+            entry, why = self.lookup(key)
+            try:
+                last = os.stat(self.tree_dir(key)).st_mtime
+            except OSError:
+                continue
+            commit, abi = (entry.fields.get("commit"), entry.fields.get("abi")) if entry else (None, None)
+            found.append(TreeInfo(key=key, size=entry.size if entry else 0, files=entry.files if entry else 0,
+                                  how=entry.how if entry else None, commit=commit if isinstance(commit, str) else None,
+                                  abi=abi if isinstance(abi, str) else None, used_by=used.get(key, []),
+                                  last_used=last, problem=why))
+        return found
+
+    def prune(self, max_size: int) -> List[TreeInfo]:
+        """Remove unused trees, the unreadable first, then the longest unused, until the trees hold at most
+        ``max_size`` bytes; stale references and killed runs' staging go too.  What was removed."""
+        with self.locked(exclusive=True):
+            used = self.in_use()
+            for path, root, key in self.references():
+                if root is None or key is None or root not in used.get(key, []):
+                    remove_file(path)  # it holds nothing: its root is gone or moved on
+            self.clear_staging()
+            removed = prune_order(self.list(), max_size, lambda trees: sum(t.size for t in trees),
+                                  first=lambda t: t.last_used, kept=lambda t: bool(t.used_by),
+                                  broken=lambda t: bool(t.problem))
+            for tree in removed:
+                self.remove(tree.key)
+        return removed
+
+
+def release(root: str) -> None:
+    """The root's tree changes: its own record goes (its reference then holds nothing)."""
+    remove_file(layout.root_store_record(root))
+
+
+def root_record(root: str) -> Optional[Tuple[str, str, str]]:
+    """(tier, tree key, link mode) the root says its tree is linked from, when the record means that."""
+    data = read_json(layout.root_store_record(root))
+    if data is None:
+        return None
+    store, key = fields.absolute_path(data.get("store")), fields.text(data.get("tree"))
+    mode = fields.one_of(data.get("link_mode"), LINK_MODES)
+    return None if store is None or key is None or mode is None else (store, key, mode)
+
+
+def check_member(path: str, member: Member, seal: Seal, full: bool) -> None:
+    """StoreProblem unless ``path`` is ``member`` (a file checked by its seal's stat, else by its hash)."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        raise StoreProblem(f"{member.path} is missing") from None
+    if member.type == "dir":
+        if not stat.S_ISDIR(st.st_mode):
+            raise StoreProblem(f"{member.path} is not a folder")
+    elif member.type == "symlink":
+        if not stat.S_ISLNK(st.st_mode) or os.readlink(path) != member.target:
+            raise StoreProblem(f"{member.path} is not the link to {member.target}")
+    else:
+        if not stat.S_ISREG(st.st_mode) or st.st_size != member.size:
+            raise StoreProblem(f"{member.path} is not a file of {member.size} bytes")
+        if (full or seal.get(member.path) != (st.st_ino, st.st_size, st.st_mtime_ns)) and \
+                hash_file(path)[0] != member.sha256:
+            raise StoreProblem(f"{member.path} does not match its sha256 in the manifest")
+
+
+def _place_tree(src: str, dest: str, members: Sequence[Member], linker: Linker, *, store_side: bool) -> Seal:
+    """Every member from ``src`` at ``dest``; the files' (inode, size, mtime) at ``dest``."""
+    os.makedirs(dest)
+    seal: Seal = {}
+    for member in members:
+        there = os.path.join(dest, member.path)
+        if member.type == "dir":
+            os.mkdir(there)
+        elif member.type == "symlink":
+            os.symlink(str(member.target), there)
+        else:
+            mode = linker.place(os.path.join(src, member.path), there)
+            program = bool(member.mode & 0o111)
+            if store_side:  # the tier's copy (and a root's hardlink to it) is never written in place
+                os.chmod(there, READ_ONLY_PROGRAM if program else READ_ONLY_FILE)
+            elif mode != HARDLINK:  # the root's own copy: its owner may write it
+                os.chmod(there, 0o755 if program else 0o644)
+            st = os.lstat(there)
+            seal[member.path] = (st.st_ino, st.st_size, st.st_mtime_ns)
+    return seal
+
+
+def _same(a: object, b: object) -> bool:
+    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+
+
+def _inside(path: str) -> bool:
+    """A path inside a tree: relative, normal, no ``..``, no NUL, no empty part."""
+    return bool(path) and "\0" not in path and not path.startswith("/") and "\\" not in path and all(
+        part not in ("", ".", "..") for part in path.split("/"))

@@ -1,0 +1,320 @@
+"""What a stored tree is, in every tier of the store: its members (path, type, mode, size, sha256 or link target)
+and one manifest format (kind, key, key fields, members, who made it), read back field by field.
+
+A tree from a store is untrusted: its members are checked before anything is written (no absolute path, no
+``..``, no device or hard link, no symbolic link leaving the tree, nothing written through a link, no duplicate),
+and what lands on disk is held against them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import posixpath
+import re
+import stat
+from dataclasses import dataclass, field, replace
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple, TypeVar
+
+from ensure_flydsl.support.fields import integer, seconds, short_text
+from ensure_flydsl.trees.backends import CacheCorrupt, StoredFile
+
+FORMAT = 1
+CHUNK = 1 << 20
+TYPES = ("file", "dir", "symlink")
+HOWS = ("released", "built", "cached")  # how a tree kept on this host was first made
+MAX_MANIFEST_BYTES = 64 << 20  # about 150 bytes a member: a real tree takes a few MB
+KIND = re.compile(r"^[a-z][a-z0-9_-]{0,31}\Z")
+HEX64 = re.compile(r"^[0-9a-f]{64}\Z")
+_MAX_SYMLINK_HOPS = 40  # the kernel's ELOOP limit
+
+
+@dataclass(frozen=True)
+class Member:
+    path: str  # relative, "/"-separated, normalised
+    type: str  # "file", "dir" or "symlink"
+    mode: int  # permission bits
+    size: int = 0  # bytes, for files
+    sha256: Optional[str] = None  # for files
+    target: Optional[str] = None  # for symlinks
+
+    def to_json(self) -> Dict[str, object]:
+        data: Dict[str, object] = {"path": self.path, "type": self.type, "mode": self.mode, "size": self.size}
+        if self.type == "file":
+            data["sha256"] = self.sha256
+        if self.type == "symlink":
+            data["target"] = self.target
+        return data
+
+    @classmethod
+    def from_json(cls, obj: object) -> "Member":
+        """A manifest's member; ValueError when malformed (its safety is :func:`check_members`'s)."""
+        if not isinstance(obj, dict):
+            raise ValueError("a member is not a JSON object")
+        path, kind, sha, target = obj.get("path"), obj.get("type"), obj.get("sha256"), obj.get("target")
+        mode, size = integer(obj.get("mode")), integer(obj.get("size"))
+        if not isinstance(path, str) or kind not in TYPES:
+            raise ValueError(f"member {path!r} has no path or an unknown type {kind!r}")
+        if mode is None or not 0 <= mode <= 0o7777 or size is None or size < 0:
+            raise ValueError(f"member {path!r} has a malformed mode or size")
+        if kind == "file" and not (isinstance(sha, str) and HEX64.match(sha)):
+            raise ValueError(f"member {path!r} has no sha256")
+        if kind == "symlink" and not isinstance(target, str):
+            raise ValueError(f"symlink {path!r} has no target")
+        return cls(path=path, type=str(kind), mode=mode, size=size, sha256=sha if kind == "file" else None,
+                   target=target if kind == "symlink" else None)
+
+
+def walk(root: str) -> List[Tuple[Member, str]]:
+    """The folder's members (without hashes) and their paths: sorted, depth-first, folders before contents."""
+    found: List[Tuple[Member, str]] = []
+
+    def visit(folder: str, prefix: str) -> None:
+        for name in sorted(os.listdir(folder)):
+            full, rel = os.path.join(folder, name), prefix + name
+            st = os.lstat(full)
+            mode = stat.S_IMODE(st.st_mode) & 0o777
+            if stat.S_ISDIR(st.st_mode):
+                found.append((Member(rel, "dir", mode), full))
+                visit(full, rel + "/")
+            elif stat.S_ISLNK(st.st_mode):
+                found.append((Member(rel, "symlink", mode, target=os.readlink(full)), full))
+            elif stat.S_ISREG(st.st_mode):
+                found.append((Member(rel, "file", mode, size=st.st_size), full))
+            else:
+                raise CacheCorrupt(f"{rel!r} is not a regular file, folder or symlink")
+
+    visit(root, "")
+    return found
+
+
+def hash_file(path: str, needle: bytes = b"") -> Tuple[str, bool]:
+    """The sha256 of the regular file ``path`` and whether ``needle`` occurs in it (read once)."""
+    digest, found, tail = hashlib.sha256(), False, b""
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(CHUNK), b""):
+            digest.update(chunk)
+            if needle and not found:
+                found = needle in tail + chunk
+                tail = chunk[-len(needle):]
+    return digest.hexdigest(), found
+
+
+def hashed_members(folder: str, needle: bytes = b"") -> Tuple[List[Member], List[str]]:
+    """Every member of ``folder`` with its hash, and the files (bytecode aside: Python writes the path it loads
+    from into it by itself) that hold ``needle``, a root's path."""
+    members, holding = [], []
+    for member, full in walk(folder):
+        if member.type == "file":
+            bytecode = "__pycache__/" in member.path or member.path.endswith((".pyc", ".pyo"))
+            sha, found = hash_file(full, b"" if bytecode else needle)
+            member = replace(member, sha256=sha)
+            if found:
+                holding.append(member.path)
+        members.append(member)
+    return members, holding
+
+
+def check_members(members: Sequence[Member]) -> None:
+    """Refuse anything that could write or point outside the destination, or alias a path (CacheCorrupt)."""
+    seen: Dict[str, Member] = {}
+    for member in members:
+        path = member.path
+        if path.startswith("/"):
+            raise CacheCorrupt(f"member {path!r} is an absolute path")
+        if ".." in path.split("/"):
+            raise CacheCorrupt(f"member {path!r} escapes the destination")
+        if not path or "\x00" in path or path != posixpath.normpath(path) or path == ".":
+            raise CacheCorrupt(f"member {path!r} is not a normalised relative path")
+        if member.type not in TYPES:
+            raise CacheCorrupt(f"member {path!r} has the unsupported type {member.type!r}")
+        if path in seen:
+            raise CacheCorrupt(f"member {path!r} appears twice")
+        if member.type == "symlink":
+            _check_symlink(member, seen)  # before any member can be written through it
+        parent = posixpath.dirname(path)
+        if parent:
+            holder = seen.get(parent)
+            if holder is not None and holder.type == "symlink":
+                raise CacheCorrupt(f"member {path!r} is written through the symlink {parent!r}")
+            if holder is None or holder.type != "dir":
+                raise CacheCorrupt(f"member {path!r} does not follow its folder {parent!r}")
+        seen[path] = member
+    for member in members:
+        if member.type == "symlink":
+            _check_symlink(member, seen)  # again, now that every link it may go through is known
+
+
+def _check_symlink(member: Member, members: Dict[str, Member]) -> None:
+    target = str(member.target)
+    if target.startswith("/"):
+        raise CacheCorrupt(f"symlink {member.path!r} points to the absolute path {target!r}")
+    if not target or _escapes(member.path, target, members):
+        raise CacheCorrupt(f"symlink {member.path!r} -> {target!r} resolves outside the destination")
+
+
+def _escapes(link: str, target: str, members: Dict[str, Member]) -> bool:
+    """Whether ``target``, resolved from ``link``'s folder through the tree's own links, leaves the tree (with
+    ``a -> b/c`` and ``b/c -> ..``, ``x -> a/..`` looks like ``.`` but is the parent)."""
+    stack, todo, hops = link.split("/")[:-1], target.split("/"), 0
+    while todo:
+        part = todo.pop(0)
+        if part in ("", "."):
+            continue
+        if part == "..":
+            if not stack:
+                return True
+            stack.pop()
+            continue
+        stack.append(part)
+        hit = members.get("/".join(stack))
+        if hit is not None and hit.type == "symlink":
+            hops += 1
+            if hops > _MAX_SYMLINK_HOPS or str(hit.target).startswith("/"):
+                return True
+            stack.pop()
+            todo = str(hit.target).split("/") + todo
+    return False
+
+
+def check_tree(tree: str, members: Sequence[Member]) -> None:
+    """What is on disk under ``tree`` is exactly ``members`` (types, sizes, link targets)."""
+    expected = {m.path: m for m in members}
+    seen = set()
+    for member, _full in walk(tree):
+        want = expected.get(member.path)
+        if want is None:
+            raise CacheCorrupt(f"extracted tree holds {member.path!r}, which is not in the manifest")
+        seen.add(member.path)
+        if (member.type, member.target, member.size) != (want.type, want.target, want.size):
+            raise CacheCorrupt(f"extracted {member.path!r} differs from the manifest")
+    missing = sorted(set(expected) - seen)
+    if missing:
+        raise CacheCorrupt(f"extracted tree lacks {missing[0]!r}, which the manifest lists")
+
+
+@dataclass(frozen=True)
+class CacheEntry:
+    """One stored tree's manifest: a shared store's entry (with its blob) or a tree kept on this host."""
+
+    kind: str  # "tree" or "mlir" ("orphan" only in what prune returns: a file no manifest names)
+    key: str  # cache_key(kind, fields)
+    blob: str  # sha256 of the artifact's bytes ("" for a tree kept unpacked on this host)
+    size: int  # the artifact's bytes (the files' bytes for a tree kept on this host)
+    created: float
+    fields: Dict[str, object]  # the key fields, for people (cache list)
+    files: int
+    members: Tuple[Member, ...] = field(default=(), repr=False, compare=False)
+    host: str = ""
+    tool: str = ""
+    how: str = ""  # a tree kept on this host: how it was first made (HOWS)
+    manifest: bytes = field(default=b"", repr=False, compare=False)  # the exact bytes, what a signature covers
+    path: str = field(default="", repr=False, compare=False)  # where the manifest is in its store
+
+    @property
+    def variant(self) -> str:
+        """The signer whose variant this entry is (its manifest at ``<key>.by/<NAME>.json``), else ""."""
+        folder, _, leaf = self.path.rpartition("/")
+        return leaf[: -len(".json")] if folder.endswith(".by") and leaf.endswith(".json") else ""
+
+    def to_json(self) -> Dict[str, object]:
+        return {"kind": self.kind, "key": self.key, "blob": self.blob, "size": self.size, "created": self.created,
+                "fields": self.fields, "files": self.files, "host": self.host, "tool": self.tool,
+                "path": self.path, "variant": self.variant or None}
+
+
+def cache_key(kind: str, fields: Mapping[str, object]) -> str:
+    """sha256 of the canonical JSON (sorted keys, no spaces) of ``{"kind": kind, **fields}``."""
+    if "kind" in fields:
+        raise ValueError("the key fields may not contain 'kind'; it is the cache_key argument")
+    try:
+        text = json.dumps({"kind": kind, **fields}, sort_keys=True, separators=(",", ":"), ensure_ascii=True,
+                          allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"cache key fields must be JSON values: {exc}") from None
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def check_name(kind: str, key: str) -> None:
+    if not KIND.match(kind):
+        raise ValueError(f"cache kind {kind!r} is not a short lower-case name such as 'tree' or 'mlir'")
+    if not HEX64.match(key):
+        raise ValueError(f"cache key {key!r} is not a hex sha256 (use cache_key)")
+
+
+def orphan_entry(stored: StoredFile, sha: str) -> CacheEntry:
+    return CacheEntry(kind="orphan", key="", blob=sha, size=stored.size, created=stored.mtime or 0.0,
+                      fields={"path": stored.path}, files=0)
+
+
+def manifest_bytes(entry: CacheEntry) -> bytes:
+    data = {"format": FORMAT, "kind": entry.kind, "key": entry.key, "fields": entry.fields, "blob": entry.blob,
+            "size": entry.size, "created": entry.created, "host": entry.host, "tool": entry.tool,
+            "members": [m.to_json() for m in entry.members]}
+    if entry.how:
+        data["how"] = entry.how
+    return (json.dumps(data, sort_keys=True, separators=(",", ":")) + "\n").encode()
+
+
+def newer_format(data: bytes) -> bool:
+    """Whether ``data`` is a manifest of a newer format than this tool's (a later version's: never replaced)."""
+    try:
+        obj = json.loads(data.decode())
+    except (UnicodeDecodeError, ValueError):
+        return False
+    fmt = obj.get("format") if isinstance(obj, dict) else None
+    return isinstance(fmt, int) and not isinstance(fmt, bool) and fmt > FORMAT
+
+
+def parse_manifest(data: bytes, path: str = "", *, unpacked: bool = False) -> CacheEntry:
+    """The entry a manifest describes; ValueError (one line) for anything that is not a well-formed one.
+    ``unpacked``: a tree kept on this host, which has no blob and says how it was made."""
+    try:
+        obj = json.loads(data.decode())
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        raise ValueError("not JSON (torn or foreign file)") from None
+    if not isinstance(obj, dict):
+        raise ValueError("not a JSON object")
+    if obj.get("format") != FORMAT:
+        raise ValueError(f"format {obj.get('format')!r}, this tool reads {FORMAT}")
+    kind, key, blob, fields = obj.get("kind"), obj.get("key"), obj.get("blob"), obj.get("fields")
+    if not (isinstance(kind, str) and isinstance(key, str) and KIND.match(kind) and HEX64.match(key)):
+        raise ValueError("kind or key missing or malformed")
+    if not isinstance(fields, dict) or cache_key(kind, fields) != key:
+        raise ValueError("its key is not the hash of its fields")
+    if not (isinstance(blob, str) and (blob == "" if unpacked else HEX64.match(blob))):
+        raise ValueError("blob is not a sha256")
+    how = obj.get("how", "")
+    if unpacked and how not in HOWS:
+        raise ValueError(f"how {how!r} is none of {', '.join(HOWS)}")
+    size, created, raw_members = integer(obj.get("size")), seconds(obj.get("created")), obj.get("members")
+    if size is None or size < 0 or created is None:  # created: a time (not NaN, nor past the year 2286)
+        raise ValueError("size or created missing or out of range")
+    if not isinstance(raw_members, list):
+        raise ValueError("members missing")
+    members = tuple(Member.from_json(m) for m in raw_members)
+    return CacheEntry(kind=kind, key=key, blob=blob, size=size, created=float(created), fields=fields,
+                      files=sum(1 for m in members if m.type == "file"), members=members,
+                      host=short_text(obj.get("host")) or "", tool=short_text(obj.get("tool")) or "",
+                      how=how if isinstance(how, str) else "", manifest=data, path=path)
+
+
+T = TypeVar("T")
+
+
+def prune_order(items: Sequence[T], max_bytes: int, total: Callable[[Sequence[T]], int], *,
+                first: Callable[[T], object], kept: Callable[[T], bool] = lambda _: False,
+                broken: Callable[[T], bool] = lambda _: False) -> List[T]:
+    """The items a prune removes, in order: every ``broken`` one, then the others by ``first`` until ``total``
+    of what stays is at most ``max_bytes``; never a ``kept`` one (a tree a root uses).  Both tiers prune by it."""
+    if max_bytes < 0:
+        raise ValueError("max_bytes must be >= 0")
+    staying = sorted(items, key=lambda item: (not broken(item), first(item)))
+    removed: List[T] = []
+    for item in list(staying):
+        if kept(item) or (not broken(item) and total(staying) <= max_bytes):
+            continue
+        staying.remove(item)
+        removed.append(item)
+    return removed

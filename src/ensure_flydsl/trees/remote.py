@@ -1,0 +1,385 @@
+"""The store's shared tiers (the binary cache): finished trees and MLIR installs, in a folder or behind an fsspec
+URL, shared between runs, containers and hosts.  Content-addressed, so that concurrent publishers never leave a
+manifest naming another's bytes::
+
+    <store>/blobs/<sha256>.tar.gz                      the artifact (trees/archive.py)
+    <store>/entries/<kind>/<key>.json                  the first manifest published for the key
+    <store>/entries/<kind>/<key>.by/<NAME>.json        the variant of a host that signs with the key NAME
+    <store>/entries/<kind>/<key>.sig/<sha256>/<NAME>.sig   a signature of a manifest's bytes (trees/signing.py)
+    <store>/leases/<kind>/<key>/<generation>.json      the build lease (trees/lease.py)
+
+A publish uploads the blob, then the signatures, then the manifest, each atomically, and never replaces a
+manifest another host may trust: the first one's stays, and a host signing with a key the first lacks adds its
+variant.  Only a manifest no host can install (torn, foreign, its blob gone) is written over.  A fetch trusts
+nothing it reads: the members are checked before a byte is read, the blob streams through its checks into a
+staging folder that is renamed into place only when the whole matched.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import shutil
+import socket
+import tempfile
+import time
+from dataclasses import dataclass, replace
+from typing import Dict, List, Mapping, Optional, Sequence, Set, Tuple
+
+from ensure_flydsl.support import space
+from ensure_flydsl.support.files import rename_into_place
+from ensure_flydsl.support.keys import KEY_NAME, SecretKey
+from ensure_flydsl.trees.archive import pack, set_modes, unpack
+from ensure_flydsl.trees.backends import CacheCorrupt, CacheError, Store, StoredFile, open_store
+from ensure_flydsl.trees.manifest import (
+    HEX64,
+    MAX_MANIFEST_BYTES,
+    CacheEntry,
+    Member,
+    cache_key,
+    check_members,
+    check_name,
+    manifest_bytes,
+    newer_format,
+    orphan_entry,
+    parse_manifest,
+    prune_order,
+    walk,
+)
+from ensure_flydsl.trees.signing import check_entry, manifest_sha, public_of, stale_signatures, write_signature
+from ensure_flydsl.version import __version__
+
+ORPHAN_GRACE_S = 3600.0  # an unreferenced blob younger than this may be a publisher's whose manifest comes next
+MAX_VARIANTS = 64  # per key: one per signing key; more is a store flooded on purpose
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([kmgt]?)(?:i?b)?\s*$", re.IGNORECASE)
+_UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
+
+__all__ = ["Cache", "CacheCorrupt", "CacheEntry", "CacheError", "Member", "Published", "cache_key", "format_size",
+           "open_cache", "parse_size"]
+
+
+def parse_size(text: str) -> int:
+    """``"500M"``, ``"2G"``, ``"1.5T"``, ``"1234"`` (also ``500MB``, ``2GiB``) in bytes; units are powers of 1024."""
+    match = _SIZE.match(text)
+    if not match:
+        raise ValueError(f"{text!r} is not a size: bytes, or a number with K, M, G or T (e.g. 500M, 2G, 1.5T)")
+    value = float(match.group(1)) * _UNITS[match.group(2).lower()]
+    if not math.isfinite(value) or value >= 2**63:
+        raise ValueError(f"{text!r} is too large a size")
+    return int(value)
+
+
+def format_size(size: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(size) < 1024:
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} TiB"
+
+
+def manifest_path(kind: str, key: str) -> str:
+    check_name(kind, key)
+    return f"entries/{kind}/{key}.json"
+
+
+def variants_dir(kind: str, key: str) -> str:
+    check_name(kind, key)
+    return f"entries/{kind}/{key}.by"
+
+
+def variant_path(kind: str, key: str, name: str) -> str:
+    if not KEY_NAME.match(name):
+        raise ValueError(f"{name!r} is not a key name")
+    return f"{variants_dir(kind, key)}/{name}.json"
+
+
+def blob_path(blob: str) -> str:
+    return f"blobs/{blob}.tar.gz"
+
+
+@dataclass(frozen=True)
+class Published:
+    """What a publish did: ``entry`` is its manifest, with its ``path`` when written; ``why`` says what was in
+    the way then, ``note`` anything besides when it was written."""
+
+    entry: CacheEntry
+    why: str = ""
+    note: str = ""
+
+    @property
+    def written(self) -> bool:
+        return bool(self.entry.path)
+
+
+def open_cache(location: str) -> "Cache":
+    """The store at a folder path or an fsspec URL; CacheError when it cannot be used (a missing extra...)."""
+    return Cache(open_store(location))
+
+
+class Cache:
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.location = store.location
+        self.warnings: List[str] = []  # manifests skipped as unreadable, one line each, for the caller to say
+        self.down_reported = False  # the caller said once that the store is down for this run
+        self.said: Set[str] = set()  # lines said about this store in this run (each once)
+
+    @property
+    def read_only(self) -> bool:
+        """A folder this user may not write in: fetch from it, publish nothing, take no lease."""
+        return self.store.read_only
+
+    @property
+    def down(self) -> Optional[str]:
+        return self.store.down
+
+    # -- reading -----------------------------------------------------------------------------------------------
+    def read_manifest(self, rel: str, kind: str, key: str) -> Optional[CacheEntry]:
+        """The manifest at ``rel`` if it is one of ``kind``/``key``; None when absent or unusable (why noted)."""
+        try:
+            data = self.store.read_bytes(rel, MAX_MANIFEST_BYTES)
+            if data is None:
+                return None
+            entry = parse_manifest(data, rel)
+            if (entry.kind, entry.key) != (kind, key):
+                raise ValueError(f"it describes {entry.kind}/{entry.key}")
+            return entry
+        except CacheCorrupt as exc:  # a FIFO, a link: not a manifest; built around like a torn one
+            self.warnings.append(f"ignored the manifest {rel} in {self.location}: {exc.reason}")
+        except ValueError as exc:
+            self.warnings.append(f"ignored the manifest {rel} in {self.location}: {exc}")
+        return None
+
+    def lookup(self, kind: str, key: str) -> Optional[CacheEntry]:
+        """The first manifest published for the key, or None (a miss, or one that cannot be parsed)."""
+        return self.read_manifest(manifest_path(kind, key), kind, key)
+
+    def variants(self, kind: str, key: str, prefer: Sequence[str] = ()) -> List[CacheEntry]:
+        """The variants of the key, from one listing: those named in ``prefer`` first, then by name."""
+        top = variants_dir(kind, key) + "/"
+        names = []
+        for stored in self.store.list_files(variants_dir(kind, key)):
+            leaf = stored.path[len(top):] if stored.path.startswith(top) else ""
+            name = leaf[: -len(".json")] if leaf.endswith(".json") else ""
+            if KEY_NAME.match(name):
+                names.append(name)
+        names.sort(key=lambda name: (name not in prefer, name))
+        if len(names) > MAX_VARIANTS:
+            self.warnings.append(f"read only {MAX_VARIANTS} of the {len(names)} variants of {kind}/{key[:12]} in "
+                                 f"{self.location}")
+        found = (self.read_manifest(variant_path(kind, key, name), kind, key) for name in names[:MAX_VARIANTS])
+        return [entry for entry in found if entry is not None]
+
+    def entries(self) -> List[CacheEntry]:
+        """Every readable entry, newest first."""
+        return sorted((entry for _rel, entry in self._manifests()), key=lambda e: e.created, reverse=True)
+
+    def _manifests(self) -> List[Tuple[str, CacheEntry]]:
+        found: List[Tuple[str, CacheEntry]] = []
+        for stored in self.store.list_files("entries"):
+            name = stored.path.rsplit("/", 1)[-1]
+            if not stored.path.endswith(".json") or name.startswith("."):
+                continue
+            try:
+                data = self.store.read_bytes(stored.path, MAX_MANIFEST_BYTES)
+                if data is not None:  # else pruned meanwhile
+                    found.append((stored.path, parse_manifest(data, stored.path)))
+            except CacheCorrupt as exc:
+                self.warnings.append(f"ignored the manifest {stored.path} in {self.location}: {exc.reason}")
+            except ValueError as exc:
+                self.warnings.append(f"ignored the manifest {stored.path} in {self.location}: {exc}")
+        return found
+
+    def fetch(self, entry: CacheEntry, dest: str) -> None:
+        """Verify ``entry`` and unpack it as the new folder ``dest``; on any failure nothing is left behind."""
+        dest = os.path.abspath(dest)
+        if os.path.lexists(dest):
+            raise CacheError(f"cannot fetch into {dest}: it already exists (the caller removes it first)")
+        members = entry.members or self._members_of(entry)
+        check_members(members)  # a manifest naming ../x is refused before a byte is downloaded
+        try:
+            tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(dest)}.fetch-", dir=os.path.dirname(dest))
+        except OSError as exc:
+            raise CacheError(f"cannot fetch into {dest}: {exc.strerror or exc}") from None
+        try:
+            tree = os.path.join(tmp, "tree")
+            try:
+                with self.store.open_read(blob_path(entry.blob)) as src:
+                    unpack(src, entry.size, entry.blob, members, tree)
+            except FileNotFoundError:
+                raise CacheCorrupt(f"blob {entry.blob[:12]}.. is missing from the cache (pruned while in use?)"
+                                   ) from None
+            set_modes(tree, members)
+            if os.path.lexists(dest):
+                raise CacheError(f"cannot fetch into {dest}: something else created it meanwhile")
+            rename_into_place(tree, dest)
+        except (CacheError, OSError) as exc:
+            shutil.rmtree(tmp, ignore_errors=True)
+            if isinstance(exc, CacheError):
+                raise
+            # A full disk must not leave half a tree that looks like a finished one.
+            why = space.no_space(dest, exc.errno) if space.is_full(exc) else (exc.strerror or str(exc))
+            raise CacheError(f"fetching {entry.kind} entry {entry.key[:12]} into {dest} failed: {why}; nothing "
+                             "was left behind; free space on that file system or unset FLYDSL_CACHE") from None
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    def _members_of(self, entry: CacheEntry) -> Tuple[Member, ...]:
+        current = self.read_manifest(entry.path or manifest_path(entry.kind, entry.key), entry.kind, entry.key)
+        if current is None or current.blob != entry.blob:
+            raise CacheCorrupt(f"the manifest of {entry.kind}/{entry.key[:12]} is gone or names another blob")
+        return current.members
+
+    # -- writing -----------------------------------------------------------------------------------------------
+    def publish(self, kind: str, key: str, fields: Mapping[str, object], source: str,
+                signers: Sequence[SecretKey] = ()) -> Published:
+        """Pack ``source`` and publish it under ``kind``/``key``: the blob, then the manifest's signatures by
+        ``signers``, the manifest last (a reader never sees it unsigned), replacing no manifest."""
+        check_name(kind, key)
+        if cache_key(kind, fields) != key:
+            raise ValueError(f"key {key[:12]}.. is not cache_key({kind!r}, fields)")
+        if not os.path.isdir(source):
+            raise CacheError(f"cannot publish {source}: it is not a folder")
+        try:
+            check_members([member for member, _full in walk(source)])
+        except CacheCorrupt as exc:  # it would only make an entry that every fetch refuses
+            raise CacheError(f"cannot publish {source}: {exc.reason}; the cache stores self-contained trees "
+                             "of files, folders and relative symlinks") from None
+        except OSError as exc:
+            raise CacheError(f"cannot publish {source}: {exc}") from None
+        tmp = self.store.new_upload("blobs")
+        try:
+            with open(tmp, "wb") as out:
+                blob, size, members = pack(source, out)
+            check_members(members)
+            if self.store.exists(blob_path(blob)):
+                self.store.discard_upload(tmp)  # same name, same bytes: published already
+            else:
+                self.store.commit_upload(tmp, blob_path(blob))
+        except CacheCorrupt as exc:
+            self.store.discard_upload(tmp)
+            raise CacheError(f"cannot publish {source}: {exc.reason} (it changed while being packed)") from None
+        except OSError as exc:
+            self.store.discard_upload(tmp)
+            raise CacheError(f"cannot publish {source} to {self.location}: {exc.strerror or exc}") from None
+        except BaseException:
+            self.store.discard_upload(tmp)
+            raise
+        entry = CacheEntry(kind=kind, key=key, blob=blob, size=size, created=time.time(), fields=dict(fields),
+                           files=sum(1 for m in members if m.type == "file"), members=tuple(members),
+                           host=socket.gethostname(), tool=f"ensure-flydsl {__version__}")
+        return self.place(replace(entry, manifest=manifest_bytes(entry)), signers)
+
+    def place(self, entry: CacheEntry, signers: Sequence[SecretKey]) -> Published:
+        """Sign ``entry``'s manifest and write it where it belongs, replacing no manifest (the module's rules)."""
+        written = [write_signature(self.store, entry.kind, entry.key, entry.manifest, s) for s in signers]
+        placed = self._place(entry, signers)
+        if not placed.written:
+            for rel in written:
+                self.store.remove(rel)  # this publish's own, a moment ago: they sign nothing the store holds
+        return placed
+
+    def _look(self, rel: str, kind: str, key: str) -> Tuple[Optional[bytes], Optional[CacheEntry], str, str]:
+        """What stands at a manifest's path a publish could not create: its bytes, the manifest of this key it
+        holds, why it is no file this tool may replace (a FIFO, a link), why no host can install it."""
+        try:
+            data = self.store.read_bytes(rel, MAX_MANIFEST_BYTES)
+        except CacheCorrupt as exc:
+            return None, None, exc.reason, ""
+        if data is None:
+            return None, None, "", ""
+        try:
+            entry: Optional[CacheEntry] = parse_manifest(data, rel)
+        except ValueError:
+            entry = None
+        if entry is None or (entry.kind, entry.key) != (kind, key):  # a newer format's is a later version's
+            return data, None, "", "" if newer_format(data) else "which was not a manifest of this key"
+        if not self.store.exists(blob_path(entry.blob)):
+            return data, entry, "", "whose blob is gone, so that no host can install it"
+        return data, entry, "", ""
+
+    def _place(self, entry: CacheEntry, signers: Sequence[SecretKey]) -> Published:
+        kind, key, data = entry.kind, entry.key, entry.manifest
+        primary = manifest_path(kind, key)
+        there: Tuple[Optional[bytes], Optional[CacheEntry], str, str] = (None, None, "", "")
+        for _attempt in range(2):  # again when the manifest there was pruned meanwhile
+            if not self.store.exists(primary) and self.store.create_exclusive(primary, data):
+                return Published(replace(entry, path=primary))
+            there = self._look(primary, kind, key)
+            if there[0] is not None or there[2]:
+                break
+        found, holds, blocked, dead = there
+        if found == data:
+            return Published(replace(entry, path=primary), note="the same manifest was there already")
+        if dead:
+            self.store.put_bytes(primary, data)
+            return Published(replace(entry, path=primary), note=f"in place of {primary}, {dead}")
+        if not signers:
+            what = f"{primary} is {blocked}" if blocked else f"an entry for this key is already there ({primary})"
+            return Published(entry, why=f"{what}, and a publish never replaces one (other hosts may trust it)")
+        return self._variant(entry, signers, holds)
+
+    def _variant(self, entry: CacheEntry, signers: Sequence[SecretKey], there: Optional[CacheEntry]) -> Published:
+        kind, key, name = entry.kind, entry.key, signers[0].name
+        rel = variant_path(kind, key, name)
+        mine = [public_of(secret) for secret in signers]
+        for attempt in range(2):  # again after losing the create to another host that signs with NAME
+            current = ([there] if there is not None else []) + self.variants(kind, key, [name])
+            live = {manifest_sha(e.manifest) for e in current}
+            for other in current:  # one that lost its blob does not count: it is replaced below
+                if check_entry(self.store, other, mine, None, live).trusted and \
+                        self.store.exists(blob_path(other.blob)):
+                    return Published(entry, why=f"{other.path} is signed by {name} already")
+            if attempt == 0 and not self.store.exists(rel) and self.store.create_exclusive(rel, entry.manifest):
+                return Published(replace(entry, path=rel),
+                                 note=f"as {rel}, beside the entry another host published for this key")
+        dead = self._look(rel, kind, key)[3]
+        if dead:
+            self.store.put_bytes(rel, entry.manifest)
+            return Published(replace(entry, path=rel), note=f"in place of {rel}, {dead}")
+        return Published(entry, why=f"{rel} is there but no signature of {name} covers it (edited, or not written by "
+                         "this tool), and a publish never replaces a manifest: remove it to let a host that signs "
+                         f"with {name} publish there")
+
+    def prune(self, max_bytes: int) -> List[CacheEntry]:
+        """The oldest entries removed until the blobs still named total at most ``max_bytes``; then blobs no
+        entry names, abandoned uploads, staged manifests and stale signatures (as ``orphan`` entries), those
+        never named only past ORPHAN_GRACE_S (a publisher uploads its blob before its manifest)."""
+        blobs: Dict[str, StoredFile] = {}
+        others: List[StoredFile] = []
+        for stored in self.store.list_files("blobs"):
+            name = stored.path.rsplit("/", 1)[-1]
+            if name.endswith(".tar.gz") and HEX64.match(name[: -len(".tar.gz")]):
+                blobs[name[: -len(".tar.gz")]] = stored
+            elif name.startswith(".upload.") or name.endswith(".tmp"):
+                others.append(stored)
+        others += [s for s in self.store.list_files("entries") if s.path.endswith(".tmp")]  # killed publishers'
+        manifests = self._manifests()
+
+        def total(staying: Sequence[Tuple[str, CacheEntry]]) -> int:
+            return sum(blobs[b].size for b in {e.blob for _r, e in staying} if b in blobs)
+
+        gone = prune_order(manifests, max_bytes, total, first=lambda item: item[1].created)
+        for rel, _entry in gone:
+            self.store.remove(rel)  # the manifest first: readers never see an entry without its blob
+        alive = [item for item in manifests if item not in gone]
+        removed = [entry for _rel, entry in gone]
+        referenced, freed, now = {e.blob for _r, e in alive}, {e.blob for e in removed}, time.time()
+        for sha, stored in sorted(blobs.items()):
+            old = stored.mtime is not None and now - stored.mtime > ORPHAN_GRACE_S
+            if sha not in referenced and (sha in freed or old):
+                self.store.remove(stored.path)
+                if sha not in freed:
+                    removed.append(orphan_entry(stored, sha))
+        for stored in others:
+            if stored.mtime is not None and now - stored.mtime > ORPHAN_GRACE_S:
+                self.store.remove(stored.path)
+                removed.append(orphan_entry(stored, ""))
+        versions: Dict[Tuple[str, str], Set[str]] = {}
+        for _rel, entry in alive:
+            versions.setdefault((entry.kind, entry.key), set()).add(manifest_sha(entry.manifest))
+        for stored in stale_signatures(self.store, versions, now - ORPHAN_GRACE_S):
+            self.store.remove(stored.path)  # it signs a manifest that is gone or was edited
+            removed.append(orphan_entry(stored, ""))
+        return removed
