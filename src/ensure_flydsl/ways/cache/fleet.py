@@ -1,17 +1,10 @@
-"""A fleet pays one build: the build lease (binary_cache/lease.py) around each build a run would publish.
+"""A fleet pays one build: the build lease (trees/lease.py) around each build a run would publish.
 
-Before build_llvm.sh (key: the MLIR entry) and before build.sh (key: the tree entry) a run with a cache
-takes its turn (:func:`take_turn`): the entry is there (fetch it, a cache hit); or it takes the key's lease
-and builds; or another host holds it, and the run waits, saying who builds and how far, until the entry
-appears (fetch), the holder dies (take over after the TTL), fails (try once; a second failure ends the
-waiters with the holder's stage, exit code and reason) or FLYDSL_LOCK_TIMEOUT runs out (exit 7), however
-the run waits.  A failure record is believed only as a build step's failure with that step's exit code
-(:func:`build_failure`); a holder whose run fails otherwise (a bug, its own disk) gives its generation up
-instead, so a waiter takes over at once.  A generation whose create failed counts as taken even when the
-store lists nothing there: the next take is of the one after it (twice at most; then the run builds
-without the lease).
-The host's name is FLYDSL_HOST_ID when set (several "hosts" on one machine; checked with the settings:
-setting_values.py: check_host_id), else the host name.
+Before build_llvm.sh (the MLIR entry's key) and build.sh (the tree's) a run with a cache takes its turn: the entry
+is there (a hit); or it takes the lease and builds; or another host holds it and the run waits, saying who builds
+and how far, until the entry appears, the holder dies (taken over after the TTL), fails (tried once more; a second
+failure ends the waiters with the holder's stage, exit code and reason) or FLYDSL_LOCK_TIMEOUT runs out (exit 7).
+A failure record is believed only as a build step's failure with that step's exit code.
 """
 
 from __future__ import annotations
@@ -41,15 +34,13 @@ from ensure_flydsl.ways.context import Run
 
 T = TypeVar("T")
 REPORT_INTERVAL_S = 30.0
-# How far ahead a failure record's date may be and still count as "just now" to a run that did not watch it
-# being written: NTP keeps clocks far closer; a clock further ahead is wrong, and its date is not believed.
+# How far ahead a failure record's date may be and still count as "just now" (NTP keeps clocks far closer).
 CLOCK_SKEW_S = 30.0
-# The steps a lease holder's work goes through (build_llvm.sh; build.sh and the probe of its tree), each with
-# the one exit code its failures have (errors.Stage): the only failures a holder records, and the only ones
-# a waiter believes.  The exit codes are all within binary_cache/lease_record.py's FAILURE_EXIT_CODES.
+# The steps a lease holder's work goes through, each with its one exit code: the only failures a holder records
+# and a waiter believes.
 HOLDER_STAGES = frozenset({Stage.LLVM, Stage.BUILD, Stage.VERIFY})
-# Creates of a generation that failed while the store listed nothing at its name, before the run gives the
-# lease up and builds without it (a store whose listing misses what it holds cannot be taken turns at).
+# Creates that failed while the store listed nothing there, before the run builds without the lease (a store
+# whose listing misses what it holds cannot be taken turns at).
 UNLISTED_TAKES = 2
 _REPORTED: Set[str] = set()
 
@@ -63,16 +54,13 @@ class Turn(Generic[T]):
 
 
 def host_id(run: Run) -> str:
-    """FLYDSL_HOST_ID (checked with the settings), else the host name as text a lease record carries: the
-    kernel allows any byte in one, and a record with a control character in its host is an unknown host's
-    to every other host (``setting_values.py: host_id``, which the run's timing record names too)."""
+    """FLYDSL_HOST_ID, else the host name as text a lease record may carry."""
     return setting_host_id(run.environ)
 
 
 def build_failure(stage: object, code: object) -> Optional[Stage]:
-    """The stage of a failure a lease holder records: one of its build's steps, with that step's exit code;
-    None for anything else (a record naming another stage, or a code its stage never has, is not this
-    tool's: "llvm" with exit 0 would end a waiter with exit 0 and no env file)."""
+    """The stage of a failure a holder records: one of its build's steps with that step's exit code; None for
+    anything else ("llvm" with exit 0 would end a waiter with exit 0 and no env file)."""
     parsed = Stage.parse(stage)
     if parsed is None or parsed not in HOLDER_STAGES or parsed.exit_code is None:
         return None
@@ -82,8 +70,7 @@ def build_failure(stage: object, code: object) -> Optional[Stage]:
 
 
 def believed(record: LeaseRecord) -> LeaseRecord:
-    """``record``, or the lease of an unknown holder when it records a failure no holder of this tool
-    records (its raw bytes kept: it dies like any other lease once they stop changing)."""
+    """``record``, or an unknown holder's lease when it records a failure no holder of this tool records."""
     failure = record.failure or {}
     if record.state != FAILED or build_failure(failure.get("stage"), failure.get("exit_code")) is not None:
         return record
@@ -107,12 +94,8 @@ def open_leases(run: Run, cache: Cache) -> Optional[Leases]:
 
 
 def holder_progress(run: Run) -> Progress:
-    """The holder's step, percent and ETA for its heartbeat, from its run record: the step's own figures.
-
-    The ETA is the rest of the step from its percent (0 at 100 %), not the run's: the run's would add the
-    typical length of every step after it (an MLIR waiter would read LLVM's holder's FlyDSL build and
-    verify into it; at 100 % it read 15 s, the typical verify).  Figures the run shows while it follows
-    another host's build are that host's, never this holder's."""
+    """The holder's step, percent and ETA for its heartbeat: the step's own, not the run's (an MLIR waiter
+    would read the holder's later steps into it)."""
     def progress() -> Tuple[Optional[str], Optional[float], Optional[float]]:
         step, percent, eta = run.tracker.step_progress()
         return step or run.step_name, percent, eta
@@ -217,17 +200,13 @@ class _Waiter:
         return held
 
     def say_taken(self, held: HeldLease) -> None:
-        """Said once the lease is this run's to build under: not when it is given back at once because
-        another host published the key while this one took it (a waiter then said it took the lease although
-        the other had built)."""
+        """Said once the lease is this run's to build under (not when it is given back at once)."""
         self.run.say(f"took the build lease on {self.what} in {self.leases.store.location} "
                      f"(generation {held.record.generation}); other hosts wait for this build")
 
     def _past_refused(self, generation: int) -> int:
-        """The generation to take instead of ``generation``, whose create (or a later one's) failed although
-        the store lists nothing at or above it now: removed since, or a store whose listing misses what it
-        holds.  Trying it again would fail again, as often as the run polls; the next one is tried instead,
-        and after UNLISTED_TAKES such takes the lease is given up (CacheError: built without it)."""
+        """The generation after the refused one, whose create failed though nothing is listed there now;
+        CacheError (built without the lease) after UNLISTED_TAKES such takes."""
         self.unlisted += 1
         path = generation_path(self.kind, self.key, self.refused)
         if self.unlisted > UNLISTED_TAKES:
@@ -248,17 +227,14 @@ class _Waiter:
 
     def _dead(self, record: LeaseRecord) -> bool:
         """The same bytes for longer than the TTL, by this host's own monotonic clock."""
-        # The holder's TTL (validated: below FLYDSL_LEASE_TTL's bound): hosts with different settings still
-        # agree on when a lease is dead.
+        # The holder's TTL: hosts with different settings still agree on when a lease is dead.
         ttl = record.ttl if record.ttl > 0 else self.leases.ttl
         return self._age(record) > ttl
 
     def _is_news(self, record: LeaseRecord) -> bool:
-        """A failure record is news for at most a TTL after this run first saw it, by its own clock.  To a
-        run that watched the key being built, it is news then; to one that comes later, only when the
-        writer's clock dates it within the last TTL (give or take CLOCK_SKEW_S): a record from yesterday is
-        history, and so is one dated in the future (a fast clock), which would otherwise stop every newcomer
-        for as long as that clock is ahead."""
+        """A failure record is news for at most a TTL after this run first saw it: to a run that watched the
+        key being built; to a later one only when dated within the last TTL (a record dated in the future is
+        history: it would stop every newcomer for as long as that clock is ahead)."""
         if self._age(record) > self.leases.ttl:
             return False
         if record.generation in self.watched:
@@ -281,8 +257,7 @@ class _Waiter:
             self.run.reporter.progress(self.run.step_name, holder.percent, holder.eta_s)
 
     def check_timeout(self) -> None:
-        """Exit 7 once FLYDSL_LOCK_TIMEOUT has passed since the first look, whatever the run waited for (a
-        holder, or a generation it could not take)."""
+        """Exit 7 once FLYDSL_LOCK_TIMEOUT has passed since the first look, whatever the run waited for."""
         timeout = self.run.settings.lock_timeout
         waited = time.monotonic() - self.started
         if timeout is None or waited < timeout:
@@ -309,8 +284,7 @@ class _Waiter:
 
 
 def give_up(record: LeaseRecord, what: str) -> EnsureError:
-    """The error that ends a waiter after the second recorded failure of a key: the holder's stage and its
-    exit code (a record :func:`believed` refused never comes here; for one, the lease's stage and exit 7)."""
+    """The error that ends a waiter after a key's second recorded failure: the holder's stage and exit code."""
     failure = record.failure or {}
     stage = build_failure(failure.get("stage"), failure.get("exit_code"))
     return EnsureError(
@@ -336,8 +310,7 @@ def end_turn(held: Optional[HeldLease], error: Optional[BaseException]) -> None:
     elif isinstance(error, EnsureError) and build_failure(error.stage, int(error.code)) is not None:
         held.fail(error.stage, int(error.code), error.reason)
     else:
-        # Not a failure of the build's steps: Ctrl-C, SIGTERM, a bug, this host's own disk or access.  No record
-        # a waiter would believe says so, and it is no reason for the fleet to stop: a waiter takes over at once.
+        # Ctrl-C, a bug, this host's own disk: no reason for the fleet to stop; a waiter takes over at once.
         held.release(published=False)
 
 

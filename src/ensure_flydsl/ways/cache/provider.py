@@ -1,17 +1,18 @@
-"""The binary cache in a provisioning run: a finished tree or an MLIR install instead of a build.
+"""The binary cache in a run: a finished tree or an MLIR install another host built, instead of a build.
 
-A fleet of N containers pays one build: the first host to build a key publishes
-``build-fly/python_packages`` (kind ``tree``) and its MLIR install (kind ``mlir``); the others fetch,
-verify every hash (binary_cache/entries.py) and run the full probe.  The cache is an accelerator, never a dependency: a
-miss, an unreachable store or a corrupt entry is reported and the run builds as usual.  Keys hold every
-input that determines the artifact, and nothing local to one host (no paths of this machine).
+A fleet of N containers pays one build: the first host to build a key publishes ``build-fly/python_packages``
+(kind ``tree``) and its MLIR install (kind ``mlir``); the others fetch, verify every hash and run the full probe.
+With FLYDSL_CACHE_TRUSTED_KEYS an entry is installed only when one of those keys signed its manifest (the first
+manifest it trusts among the key's, the first one before the signers' variants); with FLYDSL_CACHE_SIGNING_KEY
+what the run publishes is signed.  The cache is an accelerator: a miss, an unreachable store, a corrupt or
+untrusted entry is said once and built around, never deleted (it is not this host's).
 """
 
 from __future__ import annotations
 
 import glob
 import os
-from typing import Dict, Mapping, Optional, Tuple
+from typing import Dict, List, Mapping, Optional, Tuple
 
 from ensure_flydsl.errors import Plan, Stage
 from ensure_flydsl.layout import build_made_record, cached_mlir_dir, packages_dir
@@ -20,20 +21,13 @@ from ensure_flydsl.source.llvm_inputs import checkout_llvm_inputs
 from ensure_flydsl.source.ownership import recording
 from ensure_flydsl.support import faults
 from ensure_flydsl.support.files import file_sha256, remove_tree
+from ensure_flydsl.support.keys import KeyProblem, SecretKey, read_secret_key
 from ensure_flydsl.support.urls import shown_location
 from ensure_flydsl.trees.backends import CacheUnreachable
-from ensure_flydsl.trees.remote import (
-    Cache,
-    CacheCorrupt,
-    CacheEntry,
-    CacheError,
-    cache_key,
-    format_size,
-    open_cache,
-)
+from ensure_flydsl.trees.remote import Cache, CacheCorrupt, CacheEntry, CacheError, cache_key, format_size, open_cache
+from ensure_flydsl.trees.signing import check_entry, check_secret, manifest_sha, trusted_keys
 from ensure_flydsl.ways import Way
 from ensure_flydsl.ways.base import Early, Provider
-from ensure_flydsl.ways.cache.trust import choose_entry, publish_note, say_once, signers
 from ensure_flydsl.ways.context import Decision, Run
 from ensure_flydsl.ways.tree import TreeKey, prepare_build_dir, verify_tree
 
@@ -63,8 +57,8 @@ def open_run_cache(run: Run) -> Optional[Cache]:
 
 
 def cache_failed(run: Run, cache: Cache, exc: CacheError, what: str, then: str = "going on without it") -> None:
-    """Say that ``what`` failed and what the run does ``then``; a cache that is down (unreachable,
-    misconfigured) is said once per run, and no later step tries it again (binary_cache/store.py remembers it)."""
+    """Say that ``what`` failed and what the run does ``then``; a cache that is down is said once per run, and no
+    later step tries it again."""
     if cache.down is None:
         run.say(f"cache: {what} ({exc}); {then}")
     elif not cache.down_reported:
@@ -86,8 +80,7 @@ def mlir_spec(run: Run) -> Dict[str, object]:
 
 
 def tree_shareable(run: Run) -> bool:
-    """Whether the tree's key names its MLIR: not when the pin's LLVM commit is unknown (llvm_inputs.py), as
-    then nothing built from that MLIR is shared."""
+    """Whether the tree's key names its MLIR: not when the pin's LLVM commit is unknown."""
     return mlir_spec(run) != {"llvm": None}
 
 
@@ -107,8 +100,8 @@ def mlir_fields(key: Mapping[str, object], platform: str) -> Dict[str, object]:
 
 
 def tree_from_cache(run: Run, cache: Cache, commit: str, early: Optional[Early] = None) -> Optional[Decision]:
-    """Fetch the tree for this commit and interpreter into ``ROOT/build-fly/python_packages`` and verify
-    it; None (and the reason said) when there is none or it cannot be used."""
+    """The tree for this commit and interpreter fetched into ``build-fly/python_packages`` and verified; None
+    (the reason said) when there is none or it cannot be used."""
     if not tree_shareable(run):
         run.say("cache: not looked up: the pin's LLVM commit is unknown, so no entry can be known to match")
         return None
@@ -205,7 +198,7 @@ def publish_mlir(run: Run, cache: Cache, key: Mapping[str, object], install: str
 
 
 def _find(run: Run, cache: Cache, kind: str, key: str, what: str) -> Tuple[Optional[CacheEntry], bool]:
-    """The entry to install (ways/cache/trust.py: choose_entry), and whether the key has any manifest."""
+    """The entry to install (:func:`choose_entry`), and whether the key has any manifest."""
     try:
         return choose_entry(run, cache, kind, key, what)
     except CacheError as exc:
@@ -241,7 +234,7 @@ def _publish(run: Run, cache: Cache, kind: str, key: str, fields: Mapping[str, o
 
 
 def _clear_partial_fetches(folder: str) -> None:
-    """Temporary folders of fetches killed half-way (ours: the cache builds them beside the destination)."""
+    """Temporary folders of fetches killed half-way (the cache makes them beside the destination)."""
     for leftover in glob.glob(os.path.join(folder, ".*.fetch-*")):
         remove_tree(leftover)
 
@@ -259,3 +252,94 @@ class CacheProvider(Provider):
     def provide(self, run: Run, commit: str) -> Optional[Decision]:
         with run.step(Stage.CACHE):
             return tree_from_cache(run, self.cache, commit, self.early)
+
+
+# -- signed entries ------------------------------------------------------------------------------------------
+def say_once(run: Run, cache: Cache, line: str) -> None:
+    """Say ``line`` unless the run said it about this cache already (the lease's turn looks a key up again)."""
+    if line not in cache.said:
+        cache.said.add(line)
+        run.say(line)
+
+
+def choose_entry(run: Run, cache: Cache, kind: str, key: str, what: str) -> Tuple[Optional[CacheEntry], bool]:
+    """The entry of ``kind``/``key`` the run may install, and whether the key has any manifest (False: a miss).
+    Without trusted keys: the first manifest, else the newest variant; with them, the first a trusted key signed,
+    each refusal said in one line.  ``what`` names the key's entries ("tree entry for a35627a2")."""
+    primary = cache.lookup(kind, key)
+    if not run.settings.cache_trusted_keys:
+        if primary is not None:
+            return primary, True
+        variants = sorted(cache.variants(kind, key), key=lambda e: e.created, reverse=True)
+        return (variants[0] if variants else None), bool(variants)
+    try:
+        return _trusted_entry(run, cache, kind, key, what, primary)
+    except CacheError as exc:  # MissingLibrary too: no entry can be shown to be trusted
+        say_once(run, cache, f"cache: the signatures of the cache's {what} cannot be checked ({exc}); not installed, "
+                 "building instead")
+        return None, True
+
+
+def _trusted_entry(run: Run, cache: Cache, kind: str, key: str, what: str,
+                   primary: Optional[CacheEntry]) -> Tuple[Optional[CacheEntry], bool]:
+    trusted = trusted_keys(run.settings.cache_trusted_keys)
+    problems: List[str] = []
+    if primary is not None:
+        verdict = check_entry(cache.store, primary, trusted, problems)
+        if verdict.trusted:
+            return _take(run, cache, primary, what, verdict.trusted_by, problems), True
+        problems.clear()  # judged again below, with the variants' manifests known
+    current = ([primary] if primary is not None else []) + cache.variants(kind, key, [p.name for p in trusted])
+    live = {manifest_sha(entry.manifest) for entry in current}
+    refused: List[str] = []
+    for entry in current:
+        verdict = check_entry(cache.store, entry, trusted, problems, live)
+        if verdict.trusted:
+            return _take(run, cache, entry, what, verdict.trusted_by, problems), True
+        refused.append(f"cache: the cache's {_label(entry, what)} {verdict.problem}; not installed")
+    for problem in problems:
+        say_once(run, cache, f"cache: {problem}")
+    for n, line in enumerate(refused, 1):
+        say_once(run, cache, line + (", building instead" if n == len(refused) else ""))
+    return None, bool(current)
+
+
+def _take(run: Run, cache: Cache, entry: CacheEntry, what: str, by: Tuple[str, ...], problems: List[str]) -> CacheEntry:
+    for problem in problems:
+        say_once(run, cache, f"cache: {problem}")
+    say_once(run, cache, f"cache: the cache's {_label(entry, what)} is signed by {', '.join(by)}, which "
+             f"{settings_label(run)} trusts")
+    return entry
+
+
+def _label(entry: CacheEntry, what: str) -> str:
+    """"tree entry for a35627a2", or for a variant "tree entry for a35627a2 from k1"."""
+    return f"{what} from {entry.variant}" if entry.variant else what
+
+
+def settings_label(run: Run) -> str:
+    return run.settings.label("cache_trusted_keys")
+
+
+def signers(run: Run) -> List[SecretKey]:
+    """The key this run signs with (none without FLYDSL_CACHE_SIGNING_KEY), read again: CacheError, so that
+    the publish is skipped, when it went bad since the settings checked it."""
+    path = run.settings.cache_signing_key
+    if path is None:
+        return []
+    try:
+        secret = read_secret_key(path)
+        check_secret(secret)
+    except KeyProblem as exc:
+        raise CacheError(f"{run.settings.label('cache_signing_key')}: {exc}") from None
+    return [secret]
+
+
+def publish_note(run: Run, secrets: List[SecretKey]) -> str:
+    """What follows "published the tree ... to LOCATION": who signed it, or why checking hosts refuse it."""
+    if secrets:
+        return ", signed by " + ", ".join(secret.name for secret in secrets)
+    if run.settings.cache_trusted_keys:
+        return (f", unsigned: {settings_label(run)} is set but {run.settings.label('cache_signing_key')} is not, "
+                "so hosts that check signatures will not install it")
+    return ""
