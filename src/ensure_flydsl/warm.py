@@ -35,40 +35,17 @@ def key_tokens(argv: list[str]) -> list[str]:
     return tokens[1:] if tokens[:1] == ["ensure"] else tokens
 
 
-# -- files read without blocking ------------------------------------------------------------------------------
-def read_regular(path: str, limit: int = MAX_OWN_FILE_BYTES) -> bytes | None:
-    """The bytes of the regular file ``path``; None when missing, unreadable, not a regular file or over ``limit``
-    (opened without blocking: a FIFO planted at one of the tool's paths must not hang a caller)."""
+def read_regular(path: str, limit: int = MAX_OWN_FILE_BYTES, *, head: bool = False) -> bytes | None:
+    """The bytes of the regular file ``path`` (its first ``limit`` when ``head``); None when it is missing, not a
+    regular file or (not ``head``) over ``limit``.  Opened without blocking: a FIFO planted there must not hang."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), "rb") as handle:
+            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+                return None
+            raw = handle.read(limit if head else limit + 1)
     except OSError:
         return None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        with os.fdopen(fd, "rb") as handle:
-            fd = -1  # the handle closes it
-            raw = handle.read(limit + 1)
-    except OSError:
-        return None
-    finally:
-        if fd >= 0:
-            os.close(fd)
-    return raw if len(raw) <= limit else None
-
-
-def read_head(path: str, size: int) -> bytes | None:
-    """The first ``size`` bytes of the regular file ``path``, opened without blocking; None as read_regular."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        return os.read(fd, size) if stat.S_ISREG(os.fstat(fd).st_mode) else None
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
+    return raw if head or len(raw) <= limit else None
 
 
 def regular_text(path: str) -> str | None:
@@ -93,8 +70,8 @@ def python_environment(environ: dict[str, str], tree_folders: list[str]) -> dict
 
 
 def folder_listing(folder: str) -> list[list[object]] | None:
-    """(relative path, mode, size, mtime) of everything under ``folder`` in a stable order, bytecode left out
-    (the workflow's own imports write it); None if absent."""
+    """(relative path, mode, size, mtime) of everything under ``folder``, bytecode left out (the workflow's own
+    imports write it); None if absent."""
     if not os.path.isdir(folder):
         return None
     listing: list[list[object]] = []
@@ -150,7 +127,7 @@ def site_stats(site_dirs: list[str]) -> list[list[object]]:
 
 def interpreter_identity(python: str, environ: dict[str, str], executable: str) -> dict[str, object] | None:
     """What the name ``python`` runs now, when that is ``executable`` (the probe's ``sys.executable``); None when
-    it cannot be told without running it, or is something else (a launcher that runs another interpreter)."""
+    it cannot be told without running it, or is another (a launcher that runs another interpreter)."""
     now = landing(python, environ)
     if now is None or os.path.abspath(now.executable) != os.path.abspath(executable):
         return None
@@ -184,8 +161,7 @@ def fingerprint(python: str, executable: str, environ: dict[str, str], watch: li
 # -- the interpreter a name runs, read from the files (pyenv's shim included) -------------------------------------
 ELF_MAGIC = b"\x7fELF"
 SHIM_MAX_BYTES = 4096  # pyenv's shim is about 300 bytes
-# What `pyenv rehash` writes for every shim (libexec/pyenv-rehash), around the root and the pyenv it ran; the
-# SHIM_PATH lines are pyenv 2.3.36's.
+# What `pyenv rehash` writes for every shim, around its root and its pyenv (SHIM_PATH: pyenv 2.3.36 on).
 SHIM_HEAD = '#!/usr/bin/env bash\nset -e\n[ -n "$PYENV_DEBUG" ] && set -x\n\nprogram="${0##*/}"\n\nexport PYENV_ROOT="'
 SHIM_PATH_LINES = ('SHIM_PATH=${{0%/*}}\nif [[ $SHIM_PATH != "{root}/shims" ]]; then\n'
                    '  export _PYENV_SHIM_PATH="$SHIM_PATH"\nfi\n')
@@ -213,7 +189,7 @@ def landing(python: str, environ: dict[str, str]) -> Landing | None:
     if not found:
         return None
     found = os.path.abspath(found)
-    head = read_head(found, SHIM_MAX_BYTES)
+    head = read_regular(found, SHIM_MAX_BYTES, head=True)
     if head is None:
         return None
     if head.startswith(ELF_MAGIC):
@@ -224,7 +200,7 @@ def landing(python: str, environ: dict[str, str]) -> Landing | None:
 
 
 def _on_path(name: str, path: str | None) -> str | None:
-    """The first executable ``name`` on ``path``, as shutil.which finds it (shutil would bring fnmatch and re)."""
+    """The first executable ``name`` on ``path``, as shutil.which finds it (shutil would bring in re)."""
     for folder in (os.defpath if path is None else path).split(os.pathsep) if path != "" else ():
         candidate = os.path.join(folder, name)
         if os.access(candidate, os.F_OK | os.X_OK) and not os.path.isdir(candidate):
@@ -287,15 +263,15 @@ def pyenv_version(root: str, environ: dict[str, str]) -> str | None:
 
 
 def safe_version(name: str) -> bool:
-    """A version name pyenv takes as it is: no space or glob character, no ':' (its list is expanded unquoted),
-    and a path (pyenv-virtualenv's ``3.12.1/envs/NAME``) only of plain parts."""
+    """A version name pyenv takes as it is: no space, glob character or ':', and a path (pyenv-virtualenv's
+    ``3.12.1/envs/NAME``) only of plain parts."""
     return (bool(name) and not any(c.isspace() or c in ":*?[]" for c in name)
             and all(part not in ("", ".", "..") for part in name.split("/")))
 
 
 def resolved_pyenv_dir(environ: dict[str, str], pwd: str) -> str | None:
-    """PYENV_DIR (default the working folder) as libexec/pyenv resolves it; None where pyenv would stop or
-    this does not follow it (``cd`` through CDPATH, a ``//host`` path)."""
+    """PYENV_DIR (default the working folder) as pyenv resolves it; None where pyenv would stop or this does not
+    follow it (``cd`` through CDPATH, a ``//host`` path)."""
     pyenv_dir = environ.get("PYENV_DIR") or pwd
     if not pyenv_dir.startswith("/"):
         if environ.get("CDPATH"):
@@ -308,8 +284,7 @@ def resolved_pyenv_dir(environ: dict[str, str], pwd: str) -> str | None:
 
 
 def version_from_files(root: str, pyenv_dir: str, pwd: str) -> str | None:
-    """pyenv-version-file: the first ``.python-version`` from PYENV_DIR up, then from the working folder, else
-    ``ROOT/version``, read as pyenv-version-file-read does."""
+    """The first ``.python-version`` from PYENV_DIR up, then from the working folder, else ``ROOT/version``."""
     found = local_version_file(pyenv_dir)
     if found is None and pyenv_dir != pwd:
         found = local_version_file(pwd)
@@ -344,8 +319,8 @@ def local_version_file(folder: str) -> str | None:
 
 
 def read_version_file(path: str) -> str | None:
-    """pyenv-version-file-read: the first word of each line that is no comment, joined by ``:``; "" for an empty
-    or missing file, None for one this does not read as pyenv would."""
+    """The first word of each line that is no comment, joined by ``:`` (pyenv-version-file-read); "" for an
+    empty or missing file, None for one this does not read as pyenv would."""
     if not os.path.lexists(path):
         return ""
     raw = read_regular(path, 64 << 10)
@@ -384,7 +359,7 @@ def pyenv_hooks(root: str, pyenv: str, environ: dict[str, str]) -> list[list[obj
 
 
 def _links_resolved(path: str) -> str:
-    """libexec/pyenv's abs_dirname: links of the last part followed (at most 40, as the kernel allows)."""
+    """libexec/pyenv's abs_dirname: links of the last part followed (at most 40, as the kernel does)."""
     for _ in range(40):
         try:
             target = os.readlink(path)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Tuple
 
-from ensure_flydsl.cli.cache_signing import keygen as _keygen
+from ensure_flydsl.cli.cache import keygen as _keygen
 from ensure_flydsl.trees.archive import Member
 from ensure_flydsl.trees.manifest import CacheEntry, manifest_bytes
 from ensure_flydsl.trees.signing import generate

@@ -11,7 +11,7 @@ import time
 from dataclasses import replace
 from typing import Dict, List, Tuple
 
-from ensure_flydsl.cli.cache_signing import sign_entries
+from ensure_flydsl.cli.cache import sign_entries
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.support.keys import PublicKey, SecretKey, parse_public, parse_secret
 from ensure_flydsl.trees.remote import MAX_VARIANTS, ORPHAN_GRACE_S, Cache, manifest_path, open_cache, variant_path

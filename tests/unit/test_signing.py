@@ -363,7 +363,7 @@ def test_the_python_api_and_the_detached_worker_carry_the_key_settings(tmp_path:
 
 
 def test_cache_list_names_each_signer_and_whether_it_is_trusted(tmp_path: "os.PathLike[str]") -> None:
-    from ensure_flydsl.cli.cache_signing import signers_of, signers_text
+    from ensure_flydsl.cli.cache import signers_of, signers_text
     from ensure_flydsl.settings import Settings
     from ensure_flydsl.trees.remote import Cache
 
