@@ -20,7 +20,7 @@ from ensure_flydsl.binary_cache.lease import HeldLease, LeaseRecord, Leases, gen
 from ensure_flydsl.binary_cache.lease_record import FAILURE_EXIT_CODES, UNKNOWN_HOST
 from ensure_flydsl.binary_cache.store import FolderStore
 from ensure_flydsl.errors import BadInput, EnsureError, ExitCode, Interrupted, Stage
-from ensure_flydsl.setting_values import check_host_id
+from ensure_flydsl.settings import check_host_id
 from ensure_flydsl.ways.cache.fleet import HOLDER_STAGES, believed, build_failure, end_turn, give_up
 from tests.helpers.fleet import BAD_RECORDS, FAILED, FAILURE_RECORDS, bad_record, lease_record
 

@@ -7,7 +7,6 @@ query: nothing is written.  A file there that is not a record is skipped and sai
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 from typing import Dict, List, Mapping, Optional, Sequence
@@ -18,7 +17,7 @@ from ensure_flydsl.layout import host_cache_dir, timings_dir
 from ensure_flydsl.result import result_object
 from ensure_flydsl.runs.stats import Summary, summarize
 from ensure_flydsl.runs.timings import HIT, MISS, Skipped, TimingRecord, read_records
-from ensure_flydsl.setting_values import host_id, parse_root
+from ensure_flydsl.settings import host_id, parse_root
 from ensure_flydsl.support.report import fmt_seconds
 
 SCHEMA = "https://ensure-flydsl/schema/stats.schema.json"
@@ -72,9 +71,9 @@ def _query(environ: Mapping[str, str], root: Optional[str], records: Optional[st
     return _Found(environ, folder=folder, root=chosen, runs=_of_root(found, chosen), skipped=skipped)
 
 
-def stats(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
-    found = _query(environ, args.root, args.records)
-    if args.json:
+def stats(root: Optional[str], records: Optional[str], environ: Mapping[str, str], *, as_json: bool) -> int:
+    found = _query(environ, root, records)
+    if as_json:
         print(json.dumps(found.to_json(), sort_keys=True))
         return 0
     for line in text_lines(found):

@@ -16,7 +16,7 @@ from ensure_flydsl.errors import EnsureError, Stage, exit_code_of
 from ensure_flydsl.layout import host_cache_dir, timings_dir
 from ensure_flydsl.result import Action, Result
 from ensure_flydsl.runs import timings
-from ensure_flydsl.setting_values import host_id
+from ensure_flydsl.settings import host_id
 from ensure_flydsl.support.fields import short_text
 from ensure_flydsl.version import __version__
 from ensure_flydsl.ways.context import Run

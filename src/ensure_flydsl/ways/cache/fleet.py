@@ -35,7 +35,7 @@ from ensure_flydsl.binary_cache.lease import (
 )
 from ensure_flydsl.binary_cache.manifest import manifest_path
 from ensure_flydsl.errors import EnsureError, ExitCode, Stage
-from ensure_flydsl.setting_values import host_id as setting_host_id
+from ensure_flydsl.settings import host_id as setting_host_id
 from ensure_flydsl.support.report import fmt_seconds
 from ensure_flydsl.ways.cache.provider import cache_failed, usable
 from ensure_flydsl.ways.context import Run
