@@ -13,7 +13,7 @@ import signal
 import sys
 import textwrap
 import traceback
-from typing import Any, Dict, List, Mapping, NoReturn, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, NoReturn, Optional, Sequence, Tuple
 
 from ensure_flydsl.cli.about import version_line
 from ensure_flydsl.cli.access import access_error
@@ -88,10 +88,10 @@ class _Parser(argparse.ArgumentParser):
 
     def _check_value(self, action: argparse.Action, value: Any) -> None:
         if isinstance(action, argparse._SubParsersAction) and value not in action.choices:
-            group = self.prog.split()[1:]  # [] at the top, ["cache"] under cache
-            what, where = (f"{group[0]} command", f"help {group[0]} lists them") if group else ("command",
-                                                                                              "help lists the commands")
-            refuse(unknown(what, value, list(action.choices), f"ensure-flydsl {where}"))
+            group = self.prog.split()[1:]  # ["cache"] under cache, [] at the top
+            what = f"{group[0]} command" if group else "command"
+            where = f"ensure-flydsl help {group[0]} lists them" if group else "ensure-flydsl help lists the commands"
+            refuse(unknown(what, value, list(action.choices), where))
         super()._check_value(action, value)
 
 
@@ -118,7 +118,7 @@ def unknown(what: str, word: str, known: List[str], where: str) -> str:
 
 
 def _add_setting(parser: Any, setting: Setting, help: Optional[str]) -> None:
-    """A setting's flag; its default is no value, so that a flag before the command is kept."""
+    """A setting's flag, with no default: a subcommand's default would replace the value given before it."""
     hidden = argparse.SUPPRESS
     if setting.kind == SWITCH:
         parser.add_argument(setting.flag, dest=setting.name, action="store_true", default=hidden, help=help)
@@ -147,12 +147,14 @@ def _add_options(parser: argparse.ArgumentParser, reads: Optional[Sequence[str]]
                            default=argparse.SUPPRESS, help="show nothing but a failure (the log still gets everything)")
         group.add_argument("-v", "--verbose", dest="verbosity", action="store_const", const=1,
                            default=argparse.SUPPRESS, help="show the build's own output as well")
+    if reads is None:
+        return
     for setting in SETTINGS:
-        if reads is not None:
-            _add_setting(parser, setting, setting.help if setting.name in reads else argparse.SUPPRESS)
+        _add_setting(parser, setting, setting.help if setting.name in reads else argparse.SUPPRESS)
 
 
 def _add_json(parser: argparse.ArgumentParser, help: str) -> None:
+    # No default either: `--json status` is `status --json`.
     parser.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help=help)
 
 
@@ -263,7 +265,7 @@ def build_parser() -> argparse.ArgumentParser:
     return top
 
 
-def _add_commands(command: Any) -> argparse.Action:
+def _add_commands(command: Callable[..., argparse.ArgumentParser]) -> argparse.Action:
     """Every command; returns the help command's topic, whose TAB offers the commands."""
     _add_json(command("ensure", "make FlyDSL importable (the default command); blocking"),
               "print one JSON result object on stdout (and JSON events on stderr)")
@@ -305,15 +307,16 @@ def _add_commands(command: Any) -> argparse.Action:
     skill.add_argument("--wheels", metavar="DIR",
                        help="take the vendored libraries' pinned wheels from DIR (no network)")
     _add_json(skill, "one JSON result object")
-    topic: argparse.Action = command("help", "this list; a command's help (help COMMAND); every setting (help settings)", None,
-                    loud=False).add_argument("topic", nargs="*", metavar="COMMAND", help="a command (`cache list`: "
-                                             "a cache command), or `settings` for every setting")
+    helping = command("help", "this list; a command's help (help COMMAND); every setting (help settings)", None,
+                      loud=False)
+    topic = helping.add_argument("topic", nargs="*", metavar="COMMAND",
+                                 help="a command (`cache list`: a cache command), or `settings` for every setting")
     command("completion", "print a completion script for bash, zsh or fish", None, loud=False).add_argument(
         "shell", choices=("bash", "zsh", "fish"), help="the shell the script is for")
     return topic
 
 
-def _add_cache_commands(command: Any) -> None:
+def _add_cache_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
     """``cache`` and ``store``, each a command of commands."""
     trust = ("cache", "cache_trusted_keys")
     cache = command("cache", "housekeeping of the binary cache (FLYDSL_CACHE): list, prune, keygen, sign", trust,
@@ -399,11 +402,19 @@ def _settings_page() -> str:
         section = page.add_argument_group(f"{title} ({group})")
         for s in SETTINGS:
             if s.group == group:
-                shown = ",".join(s.default) if isinstance(s.default, tuple) else {True: "on", False: "off"}.get(
-                    s.default, s.default) if isinstance(s.default, bool) else s.default
-                default = "" if "default" in s.help or shown in (None, "") else f" (default {shown})"
-                _add_setting(section, s, f"{s.help}{default} [{s.env}]")
+                _add_setting(section, s, f"{s.help}{_default_text(s)} [{s.env}]")
     return page.format_help()
+
+
+def _default_text(setting: Setting) -> str:
+    value = setting.default
+    if "default" in setting.help or value in (None, "", ()):
+        return ""
+    if isinstance(value, bool):
+        value = "on" if value else "off"
+    elif isinstance(value, tuple):
+        value = ",".join(value)
+    return f" (default {value})"
 
 
 # -- the dispatch -----------------------------------------------------------------------------------------------

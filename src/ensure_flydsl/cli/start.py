@@ -67,8 +67,7 @@ def _with_pid(store: RunStore, record: RunRecord) -> RunRecord:
 
 
 def _started(settings: Settings, run_id: str, pid: Optional[int], log: str, *, joined: bool) -> Dict[str, object]:
-    """start's answer: the common result object (not ok yet: exit_code 75, what `wait` returns while the run
-    goes), and the run's pid, state and whether this call joined a run already going."""
+    """start's answer: exit_code 75 (what `wait` returns while the run goes), its pid, and whether it joined."""
     what = "joined the run already going" if joined else "launched a detached run"
     data = result_object(ok=False, exit_code=int(ExitCode.STILL_RUNNING), reason=f"{what} for this request",
                          hint="run `ensure-flydsl wait --timeout 540` (again while it exits 75)", log=log,
@@ -122,9 +121,7 @@ def _join_or_launch(settings: Settings, environ: Mapping[str, str], reporter: Re
 
 
 def _announce(settings: Settings, environ: Mapping[str, str], store: RunStore, run_id: str) -> int:
-    """Open the log for the worker (its descriptor returned) and announce the run before the worker exists,
-    so that `wait` and `status` issued the moment we return follow it.  Only the worker writes its record
-    after this: no stale write can overwrite its end."""
+    """Open the worker's log and announce the run, so that a `wait` issued the moment we return follows it."""
     os.makedirs(settings.base_dir, exist_ok=True)
     # As Reporter.open_log: never append to (or chmod) the target of a symlink planted at the log's path.
     log = os.open(settings.log_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
@@ -142,8 +139,7 @@ def _announce(settings: Settings, environ: Mapping[str, str], store: RunStore, r
 
 
 def _leave_marker(settings: Settings, store: RunStore, error: EnsureError, run_id: str) -> EnsureError:
-    """The failure marker for a run that could not start (a poller of the marker learns it too); the error
-    to raise: ``error``, or, when the marker cannot be written either, a copy whose one line says so."""
+    """Leave the failure marker of a run that could not start; the error, amended when the marker failed too."""
     request = settings.request()
     if not os.path.isdir(os.path.dirname(settings.fail_marker)) or marker_is_answered(
             store, request, run_id, settings.root, False):

@@ -1,9 +1,4 @@
-"""``ensure-flydsl stats [--json] [--root R] [--records DIR]``: where this host's runs spent their time.
-
-Reads the host's timing records (``runs/timings.py``; ``--records`` a folder a fleet collected them into),
-lists each run with its root, way and stage seconds, and summarises them (``runs/stats.py``).  A pure
-query: nothing is written.  A file there that is not a record is skipped and said, never a traceback.
-"""
+"""``ensure-flydsl stats``: where this host's runs (or a fleet's, ``--records``) spent their time; writes nothing."""
 
 from __future__ import annotations
 
@@ -43,7 +38,6 @@ def _of_root(records: Sequence[TimingRecord], root: Optional[str]) -> List[Timin
 
 
 class _Found:
-    """What the query found: the folder, the root it was held to, the runs, the files skipped."""
 
     def __init__(self, environ: Mapping[str, str], *, folder: Optional[str], root: Optional[str],
                  runs: List[TimingRecord], skipped: List[Skipped]) -> None:
@@ -107,7 +101,7 @@ def runs_text(count: int) -> str:
 
 
 def seconds_text(seconds: Optional[float]) -> str:
-    """Tenths of a second below a minute (most runs of a warm host take seconds), else as elsewhere."""
+    """Tenths of a second below a minute (a warm host's runs take seconds)."""
     return "unknown" if seconds is None else f"{seconds:.1f}s" if seconds < 60 else fmt_seconds(seconds)
 
 
