@@ -363,7 +363,7 @@ def _seconds(*, zero_ok: bool) -> Any:
 
 
 def with_command(parser: argparse.ArgumentParser, argv: List[str]) -> List[str]:
-    """``argv`` with ``ensure`` where the command goes when none is given (after the options that come first)."""
+    """``argv`` with ``ensure`` where the command goes when none is given: argparse has no default subcommand."""
     at = 0
     while at < len(argv) and argv[at].startswith("-") and argv[at] != "--":
         action = parser._option_string_actions.get(argv[at].split("=", 1)[0])
