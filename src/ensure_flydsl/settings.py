@@ -623,8 +623,8 @@ class PathClash(BadInput):
 
 
 def check_path_clashes(settings: Settings, environ: Mapping[str, str]) -> None:
-    """The marker, the lock and its holder record, the env file, its twin and the log are different files, and
-    the marker and the lock lie outside the root and the tool's folders (compared resolved)."""
+    """Refuse two of the tool's files at one path (compared resolved); the marker and the lock lie outside the
+    root and the tool's own folders."""
     def text(setting: str, what: str = "") -> str:
         named = f"{settings.label(setting)}={getattr(settings, setting)!r}"
         return f"the {what} of {named}" if what else named
