@@ -5,7 +5,7 @@
     python docs/make_reference.py --update   # rewrite docs/reference.md
 
 Nothing here is written by hand but the headings and the bad values each setting is tried with: the rows are
-the settings table (src/ensure_flydsl/settings_table.py), the defaults ``load_settings`` gives with no flag and no
+the settings table (src/ensure_flydsl/settings.py), the defaults ``load_settings`` gives with no flag and no
 variable, what each setting allows as its own parser words it when it refuses a bad value, the exit codes and
 stages (errors.py), every path of layout.py (each function called with placeholders) and its docstring, and the
 JSON Schemas in docs/schema/.  tests/unit/test_reference.py runs ``--check``, so a change to any of them that is
@@ -28,9 +28,9 @@ TOP = os.path.dirname(HERE)
 REFERENCE = os.path.join(HERE, "reference.md")
 sys.path.insert(0, os.path.join(TOP, "src"))
 
-from ensure_flydsl import layout, setting_values  # noqa: E402
+from ensure_flydsl import layout, settings  # noqa: E402
 from ensure_flydsl.errors import EXIT_MEANINGS, FAILURE_CODES, BadInput, ExitCode, Stage  # noqa: E402
-from ensure_flydsl.settings import _PARSERS, EMPTY_REFUSED, FLAG, LIST, SETTINGS, SWITCH, load_settings  # noqa: E402
+from ensure_flydsl.settings import EMPTY_REFUSED, FLAG, LIST, SETTINGS, SWITCH, load_settings  # noqa: E402
 
 COMMAND = "python docs/make_reference.py --update"
 
@@ -64,12 +64,12 @@ BAD_VALUES: Dict[str, Sequence[str]] = {
 }
 # Variables read outside the settings table, with the check that refuses a bad value.
 OTHER_VARIABLES: Tuple[Tuple[str, str, Callable[[str], object]], ...] = (
-    (setting_values.HOST_ID, "names this host in the build lease records (default: the host name)",
-     lambda value: setting_values.check_host_id({setting_values.HOST_ID: value})),
+    (settings.HOST_ID, "names this host in the build lease records (default: the host name)",
+     lambda value: settings.check_host_id({settings.HOST_ID: value})),
     ("GIT_CONFIG_COUNT", "the caller's own git config entries; the mirrors' go after them (read with mirrors set)",
-     lambda value: setting_values.git_config_count({"GIT_CONFIG_COUNT": value})),
+     lambda value: settings.git_config_count({"GIT_CONFIG_COUNT": value})),
 )
-OTHER_BAD: Dict[str, Sequence[str]] = {setting_values.HOST_ID: ["a\nb"], "GIT_CONFIG_COUNT": ["x"]}
+OTHER_BAD: Dict[str, Sequence[str]] = {settings.HOST_ID: ["a\nb"], "GIT_CONFIG_COUNT": ["x"]}
 
 # The placeholders layout.py's functions are called with, by parameter name.
 ROOT = "BASE/ROOT"
@@ -137,7 +137,7 @@ def settings_section() -> List[str]:
         "|---|---|---|---|---|---|---|",
     ]
     for s in SETTINGS:
-        parse = _PARSERS[s.name]
+        parse = s.parse
         said = allowed(lambda value, p=parse, e=s.env: p(e, value), BAD_VALUES[s.name])  # type: ignore[misc]
         lines.append(f"| `{s.env}` | {flag_text(s.flag, s.kind, s.metavar)} | `{s.name}` | {s.kind} | "
                      f"{default_text(getattr(defaults, s.name))} | {cell(s.help)} | {said} |")

@@ -1,142 +1,512 @@
-"""Settings: one frozen record, read from flags and environment variables and validated without I/O.
+"""The settings: one table, the fields of :class:`Request` and :class:`Settings`, each a variable and a flag.
 
-A flag wins over its variable; an empty variable means the default (as in the bash executor,
-ensure_flydsl.sh), except for the settings in :data:`EMPTY_REFUSED`; an empty flag value is refused.  Every
-refusal is a :class:`BadInput` (exit 64) naming the setting as the user spelled it (``--jobs`` or
-``FLYDSL_JOBS``), the value, and what is allowed.  The one
-look at the file system here resolves symlinks, so that two path settings that name one file are refused
-before any command writes it; checks that need more (the interpreter runs, the root is ours) live in
-:func:`ensure_flydsl.pipeline.decide.preflight`.
+A flag wins over its variable; an empty variable means the default (except :data:`EMPTY_REFUSED`), an empty
+flag is refused.  Every refusal is a :class:`BadInput` (exit 64) naming the setting as the user spelled it.
+Paths are compared resolved, so two settings that name one file are refused before anything is written.
 """
 
 from __future__ import annotations
 
+import enum
+import importlib.util
 import os
 import re
-from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Mapping, Optional, Tuple
+import socket
+from dataclasses import Field, dataclass, field, fields
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+
+from packaging.version import InvalidVersion, Version
 
 from ensure_flydsl import layout
 from ensure_flydsl.errors import BadInput
-from ensure_flydsl.setting_values import (
-    STRATEGIES,
-    GitMirrors,
-    Strategy,
-    check_host_id,
-    git_config_count,
-    parse_bool,
-    parse_cache,
-    parse_git_mirrors,
-    parse_jobs,
-    parse_lease_ttl,
-    parse_lock_timeout,
-    parse_min_version,
-    parse_pin,
-    parse_plain_path,
-    parse_probe_timeout,
-    parse_python,
-    parse_repo,
-    parse_require,
-    parse_root,
-    parse_store,
-    parse_strategy,
-    parse_written_file,
+from ensure_flydsl.support.fields import SHORT_TEXT_MAX, short_text
+from ensure_flydsl.support.install_route import extra_remedy
+from ensure_flydsl.support.keys import (
+    KeyProblem,
+    library_available,
+    library_hint,
+    looks_inline,
+    parse_public,
+    read_public_keys,
+    read_secret_key,
+    withheld,
 )
-from ensure_flydsl.settings_table import (
-    DEFAULT_LEASE_TTL as DEFAULT_LEASE_TTL,
-)
-from ensure_flydsl.settings_table import (
-    DEFAULT_MIN_VERSION as DEFAULT_MIN_VERSION,
-)
-from ensure_flydsl.settings_table import (
-    DEFAULT_PIN as DEFAULT_PIN,
-)
-from ensure_flydsl.settings_table import (
-    DEFAULT_PROBE_TIMEOUT as DEFAULT_PROBE_TIMEOUT,
-)
-from ensure_flydsl.settings_table import (
-    DEFAULT_PYTHON as DEFAULT_PYTHON,
-)
-from ensure_flydsl.settings_table import (
-    DEFAULT_REPO as DEFAULT_REPO,
-)
-from ensure_flydsl.settings_table import (
-    DEFAULT_REQUIRE as DEFAULT_REQUIRE,
-)
-from ensure_flydsl.settings_table import (
-    DEFAULT_ROCM_PATH as DEFAULT_ROCM_PATH,
-)
-from ensure_flydsl.settings_table import (  # the table's names, as they were imported from here
-    DEFAULT_ROOT as DEFAULT_ROOT,
-)
-from ensure_flydsl.settings_table import (
-    EMPTY_REFUSED as EMPTY_REFUSED,
-)
-from ensure_flydsl.settings_table import (
-    FLAG as FLAG,
-)
-from ensure_flydsl.settings_table import (
-    LIST as LIST,
-)
-from ensure_flydsl.settings_table import (
-    SETTING_BY_NAME as SETTING_BY_NAME,
-)
-from ensure_flydsl.settings_table import (
-    SETTING_GROUPS as SETTING_GROUPS,
-)
-from ensure_flydsl.settings_table import (
-    SETTINGS as SETTINGS,
-)
-from ensure_flydsl.settings_table import (
-    SWITCH as SWITCH,
-)
-from ensure_flydsl.settings_table import (
-    VALUE as VALUE,
-)
-from ensure_flydsl.settings_table import (
-    Request as Request,
-)
-from ensure_flydsl.settings_table import (
-    Setting as Setting,
-)
-from ensure_flydsl.settings_table import (
-    TrustedKeys as TrustedKeys,
-)
-from ensure_flydsl.settings_table import (
-    parse_signing_key as parse_signing_key,
-)
-from ensure_flydsl.settings_table import (
-    parse_trusted_keys as parse_trusted_keys,
-)
+from ensure_flydsl.support.urls import shown_location
+from ensure_flydsl.warm import DEFAULT_ROOT
+
+
+class Strategy(str, enum.Enum):
+    """FLYDSL_STRATEGY's values; which ways each tries, in what order, is ``ways.STRATEGY``'s."""
+
+    AUTO = "auto"
+    SOURCE = "source"
+    RELEASE = "release"
+    REUSE_ONLY = "reuse-only"
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+
+STRATEGIES = tuple(s.value for s in Strategy)
+DEFAULT_MIN_VERSION = "0.2.2"
+DEFAULT_PIN = "a35627a2fef0a5a70c63536c4174674223866737"
+DEFAULT_REPO = "https://github.com/ROCm/FlyDSL.git"
+DEFAULT_REQUIRE = ("flydsl", "kernels.moe_gemm_2stage")
+DEFAULT_PROBE_TIMEOUT = 300.0
+VALUE, FLAG, LIST, SWITCH = "value", "flag", "list", "switch"  # --root X, --verify, --require A..., --[no-]vllm-moe
+GROUPS = {  # the concerns the help lists the settings by
+    "root": "the root and the files beside it",
+    "import": "what must import, and how it is checked",
+    "build": "what is provisioned when nothing is reused, and how",
+    "env file": "what the env file exports besides the tree",
+    "cache": "the binary cache shared between hosts",
+    "store": "the host store the roots of this host link their trees from",
+}
+# Trusted keys set but empty (a `$(cat ci.pub)` that read nothing) would turn the signature checks off.
+EMPTY_REFUSED = frozenset({"cache_trusted_keys"})
+GitMirrors = Tuple[Tuple[str, str], ...]  # (FROM, TO) URL prefixes: git fetches FROM... from TO...
+TrustedKeys = Tuple[str, ...]  # public key lines NAME:BASE64
+HOST_ID = "FLYDSL_HOST_ID"
+
+NAME_MAX, PATH_MAX = 255, 4096  # Linux's; PATH_MAX counts the NUL
+WRITTEN_FILE_ROOM = 32  # the temporary twin ".NAME.xxxxxxxx.tmp" and NAME.holder beside a file the tool writes
+ROOT_ROOM = 1024  # the checkout, the build and LLVM lie up to ~1 KB below the root
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_URL = r"^[A-Za-z][A-Za-z0-9+.-]*://"
+_URL_SCHEMES = ("https://", "http://", "ssh://", "git://", "file://")
+_SCP_LIKE = r"^[A-Za-z0-9_.+-]+@[A-Za-z0-9_.-]+:[^-]"
+_HELPER = r"^[A-Za-z][A-Za-z0-9+.-]*::"  # git's remote helpers ("ext::cmd", "fd::0") run commands
+_PIN = r"^[A-Za-z0-9_][A-Za-z0-9._/+-]{0,254}\Z"
+_MODULE = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*\Z"
+MIRRORS_ALLOWED = ("whitespace-separated FROM=TO pairs (URL prefixes; TO a https, http, ssh, git or file URL or a "
+                   "local path), such as https://github.com/=https://git.example.internal/github/")
+TRUSTED_ALLOWED = ("whitespace-separated public keys NAME:BASE64 (32-byte ed25519, as `cache keygen` writes to "
+                   "NAME.pub) or paths to such .pub files")
+
+
+# -- each value, checked: a parser takes the name to blame and the text, and returns the value ----------------
+def _utf8(name: str, value: str, what: str = "a path") -> None:
+    # Python hands undecodable bytes over as lone surrogates; the env file and its twin must be valid text.
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise BadInput(name, value, f"{what} that is valid UTF-8 (it goes into the env file, its JSON twin and "
+                       "the markers, which must be valid text for sh and JSON)") from None
+
+
+def _length(name: str, path: str, *, room: int = 0, leaf_room: int = 0) -> None:
+    """Refuse a path the kernel would refuse (ENAMETOOLONG) once the tool writes ``room`` bytes below it."""
+    parts = os.fsencode(path).split(b"/")
+    for index, part in enumerate(parts):
+        last = index == len(parts) - 1
+        limit = NAME_MAX - (leaf_room if last else 0)
+        if len(part) > limit:
+            why = "; the tool writes files with longer names beside it" if last and leaf_room else ""
+            raise BadInput(name, path, f"a path whose every name between slashes is at most {limit} bytes (one "
+                           f"here has {len(part)}; Linux allows {NAME_MAX}{why})")
+    limit = PATH_MAX - 1 - max(room, leaf_room)
+    size = len(os.fsencode(path))
+    if size > limit:
+        why = f"; the tool's files lie up to {room} bytes deeper" if room else ""
+        raise BadInput(name, path, f"a path of at most {limit} bytes (this one has {size}; Linux allows "
+                       f"{PATH_MAX - 1}{why})")
+
+
+def _path(name: str, value: str, *, pythonpath_entry: bool = False, room: int = 0, leaf_room: int = 0) -> str:
+    _utf8(name, value)
+    if _CONTROL.search(value):
+        raise BadInput(name, value, "a path without newlines or control characters")
+    if pythonpath_entry and ":" in value:  # PYTHONPATH's separator: such a root could never be imported
+        raise BadInput(name, value, "a path without ':' (its folders go on PYTHONPATH)")
+    path = os.path.abspath(value)
+    _utf8(name, path)  # a relative path under an undecodable working folder
+    _length(name, path, room=room, leaf_room=leaf_room)
+    return path
+
+
+def parse_plain_path(name: str, value: str) -> str:
+    return _path(name, value)
+
+
+def parse_written_file(name: str, value: str) -> str:
+    """The lock file and the failure marker: the tool writes them, and temporary files beside them."""
+    return _path(name, value, leaf_room=WRITTEN_FILE_ROOM)
+
+
+def parse_root(name: str, value: str) -> str:
+    root = _path(name, value, pythonpath_entry=True, room=ROOT_ROOM)
+    if root == "/":
+        raise BadInput(name, value, "a dedicated folder, not / (the tool builds into it and writes next to it)")
+    return root
+
+
+def parse_store(name: str, value: str) -> str:
+    """The host store's folder, or ``off``: every root keeps a tree of its own."""
+    return "off" if value.strip().lower() == "off" else _path(name, value, room=ROOT_ROOM)
+
+
+def parse_min_version(name: str, value: str) -> str:
+    try:
+        Version(value)
+    except InvalidVersion:
+        raise BadInput(name, value, "a PEP 440 version such as 0.2.2") from None
+    return value
+
+
+def release_at_least(version: str, floor: str) -> bool:
+    """Whether the release segment of ``version`` is >= the floor's (0.2.2.dev3+g1 passes 0.2.2)."""
+    have, need = Version(version).release, Version(floor).release
+    return Version(".".join(map(str, have))) >= Version(".".join(map(str, need)))
+
+
+def parse_pin(name: str, value: str) -> str:
+    if not re.match(_PIN, value) or any(bad in value for bad in ("..", "//", "@{")) or value.endswith(
+            (".lock", "/", ".")):
+        raise BadInput(name, value, "a commit hash or a tag/branch name (letters, digits, . _ / + -, not starting "
+                       "with -)")
+    return value
+
+
+def parse_repo(name: str, value: str) -> str:
+    if value.startswith("-") or _CONTROL.search(value):
+        raise BadInput(name, value, "a repository URL (https, ssh, git, file) or a local path; never an option")
+    _utf8(name, value, "a URL or a path")
+    if value.startswith(_URL_SCHEMES) or re.match(_SCP_LIKE, value):
+        return value
+    if "::" in value or re.match(_URL, value):
+        raise BadInput(name, value, "a URL with scheme https, http, ssh, git or file, or a local path")
+    return _path(name, value)
+
+
+def same_repo(url_a: str, url_b: str) -> bool:
+    """Whether two repository addresses name one repository (``.git``, ``file://`` and slashes aside)."""
+
+    def norm(url: str) -> str:
+        url = url.strip()
+        url = url[len("file://"):] if url.startswith("file://") else url
+        url = url.rstrip("/")
+        url = url[:-len(".git")] if url.endswith(".git") else url
+        url = os.path.normpath(url) if url.startswith("/") else url
+        return url.rstrip("/").lower() if "://" in url or "@" in url else url.rstrip("/")
+
+    return norm(url_a) == norm(url_b)
+
+
+def parse_python(name: str, value: str) -> str:
+    _utf8(name, value)
+    if _CONTROL.search(value):
+        raise BadInput(name, value, "an interpreter name on PATH or a path to one")
+    if "/" not in value:  # a bare name is looked up on PATH; a path is the caller's (the build runs elsewhere)
+        _length(name, value)
+        return value
+    return _path(name, value)
+
+
+def parse_bool(name: str, value: str) -> bool:
+    lowered = value.strip().lower()
+    if lowered in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+        return lowered in ("1", "true", "yes", "on")
+    raise BadInput(name, value, "one of 1/0, true/false, yes/no, on/off")
+
+
+def parse_require(name: str, value: str) -> Tuple[str, ...]:
+    modules = tuple(m.strip() for m in value.split(",") if m.strip())
+    if not modules or not all(re.match(_MODULE, m) for m in modules):
+        raise BadInput(name, value, "comma-separated module names such as flydsl,kernels.moe_gemm_2stage")
+    return modules
+
+
+def parse_strategy(name: str, value: str) -> Strategy:
+    if value not in STRATEGIES:
+        raise BadInput(name, value, "one of " + ", ".join(STRATEGIES))
+    return Strategy(value)
+
+
+def parse_jobs(name: str, value: str) -> int:
+    try:
+        jobs = int(value)
+    except ValueError:
+        jobs = 0
+    if not 1 <= jobs <= 4096:
+        raise BadInput(name, value, "a whole number of parallel jobs from 1 to 4096")
+    return jobs
+
+
+def _seconds(value: str) -> float:
+    try:
+        return float(value)
+    except ValueError:
+        return float("nan")  # fails every range check below
+
+
+def parse_lock_timeout(name: str, value: str) -> Optional[float]:
+    if value.strip().lower() in ("none", "inf", "infinite"):
+        return None
+    seconds = _seconds(value)
+    if not 0 <= seconds < 10**9:
+        raise BadInput(name, value, "seconds to wait (a number >= 0), or 'none' to wait as long as it takes")
+    return seconds
+
+
+def parse_probe_timeout(name: str, value: str) -> float:
+    seconds = _seconds(value)  # a probe that may hang forever blocks the run: inf is refused
+    if not 0 < seconds < 10**9:
+        raise BadInput(name, value, "seconds an import probe may take (a number > 0), such as 300")
+    return seconds
+
+
+def parse_lease_ttl(name: str, value: str) -> float:
+    seconds = _seconds(value)  # a lease that never dies would stop a fleet: inf is refused
+    if not 0 < seconds < 10**6:
+        raise BadInput(name, value, "seconds a build lease lives without a heartbeat (a number > 0), such as 120")
+    return seconds
+
+
+def parse_cache(name: str, value: str) -> str:
+    _utf8(name, value, "a folder path or URL")
+    if _CONTROL.search(value) or value.startswith("-"):
+        raise BadInput(name, value, "a folder path or an fsspec URL such as s3://bucket/prefix")
+    if not re.match(_URL, value):
+        return _path(name, value, room=NAME_MAX)  # entries are written in it
+    # Without fsspec (and s3fs for S3) the run could not use the cache it was told to use.
+    scheme = value.split("://", 1)[0].lower()
+    missing = [m for m in ["fsspec"] + (["s3fs"] if scheme in ("s3", "s3a") else [])
+               if importlib.util.find_spec(m) is None]
+    if missing:
+        raise BadInput(name, shown_location(value), f"the {scheme}:// cache needs {' and '.join(missing)}, which "
+                       "this Python lacks: " + extra_remedy("s3", "point FLYDSL_CACHE at a folder"))
+    return value
+
+
+def parse_git_mirrors(name: str, value: str) -> GitMirrors:
+    _utf8(name, value, "URL prefixes")
+    if _CONTROL.search(value.replace("\t", " ").replace("\n", " ")):  # tabs and newlines separate pairs
+        raise BadInput(name, value, f"{MIRRORS_ALLOWED}; no control characters")
+    chosen: Dict[str, str] = {}
+    for pair in value.split():
+        source, to = _mirror_pair(name, value, pair)
+        if chosen.setdefault(source, to) != to:
+            raise BadInput(name, value, f"{MIRRORS_ALLOWED}; {source} is given two mirrors ({chosen[source]} and "
+                           f"{to}): one TO for each FROM")
+    if not chosen:
+        raise BadInput(name, value, MIRRORS_ALLOWED)
+    return tuple(chosen.items())
+
+
+def _mirror_pair(name: str, value: str, pair: str) -> Tuple[str, str]:
+    source, equals, to = pair.partition("=")
+    if not equals or not source or not to:
+        raise BadInput(name, value, f"{MIRRORS_ALLOWED}; {pair!r} is not FROM=TO with both non-empty")
+    if source.startswith("-") or to.startswith("-"):
+        raise BadInput(name, value, f"{MIRRORS_ALLOWED}; {pair!r} starts with '-' (never an option)")
+    if re.match(_HELPER, source) or re.match(_HELPER, to):
+        raise BadInput(name, value, f"{MIRRORS_ALLOWED}; {pair!r} names a remote helper (ext::, fd::, ...)")
+    if to.startswith(_URL_SCHEMES) or re.match(_SCP_LIKE, to):
+        return source, to
+    if re.match(_URL, to):
+        raise BadInput(name, value, f"{MIRRORS_ALLOWED}; {pair!r} has a TO of another scheme")
+    # A local TO is made absolute (git runs in several folders) and keeps its trailing slash: it is a prefix.
+    path = os.path.abspath(to) + ("/" if to.endswith("/") else "")
+    _length(name, path)
+    return source, path
+
+
+def git_config_count(environ: Mapping[str, str]) -> int:
+    """The caller's own GIT_CONFIG_COUNT (0 when unset): the mirrors' entries go after that many."""
+    raw = environ.get("GIT_CONFIG_COUNT", "").strip()
+    if raw and not raw.isdigit():  # git itself refuses every command then ("bogus count")
+        raise BadInput("GIT_CONFIG_COUNT", raw, "a whole number >= 0 (git reads that many GIT_CONFIG_KEY_n/"
+                       "GIT_CONFIG_VALUE_n pairs; FLYDSL_GIT_MIRRORS appends its own after them)")
+    return int(raw or "0")
+
+
+def check_host_id(environ: Mapping[str, str]) -> None:
+    """FLYDSL_HOST_ID names this host in the lease records other hosts read: text such a record carries."""
+    value = environ.get(HOST_ID, "")
+    if value and short_text(value) is None:
+        length = f" (this one has {len(value)})" if len(value) > SHORT_TEXT_MAX else ""
+        raise BadInput(HOST_ID, value, f"a name of 1 to {SHORT_TEXT_MAX} printable characters{length}, no control "
+                       "characters or line breaks: it names this host in the build lease records other hosts "
+                       "read; leave it unset for the host name")
+
+
+def host_id(environ: Mapping[str, str]) -> str:
+    """This host's name in the records other hosts read: FLYDSL_HOST_ID, else the host name made printable."""
+    given = environ.get(HOST_ID)
+    if given:
+        return given
+    name = socket.gethostname()
+    return short_text(name) or "".join(c if c.isprintable() else "?" for c in name)[:SHORT_TEXT_MAX] or "localhost"
+
+
+def _need_library(name: str, value: str) -> None:
+    if not library_available():
+        raise BadInput(name, value, "a key needs the cryptography package, which this Python lacks: "
+                       + library_hint(f"unset {name}"))
+
+
+def parse_signing_key(name: str, value: str) -> str:
+    """The secret key file's absolute path, once it reads as a secret key only its owner may read."""
+    if looks_inline(value.strip()):  # a key in the environment would be copied into every child process
+        raise BadInput(name, withheld(value.strip()), "the path of a secret key file (from `ensure-flydsl cache "
+                       "keygen`), not the key itself: a key in the environment would be copied into every child "
+                       "process")
+    path = parse_plain_path(name, value)
+    try:
+        read_secret_key(path)
+    except KeyProblem as exc:
+        raise BadInput(name, value, f"a secret key file written by `ensure-flydsl cache keygen` (mode 600); {exc}"
+                       ) from None
+    _need_library(name, value)
+    return path
+
+
+def parse_trusted_keys(name: str, value: str) -> TrustedKeys:
+    if not value.strip():
+        raise BadInput(name, value, f"{TRUSTED_ALLOWED}; set but empty, it would check no signatures (a `$(cat "
+                       "NAME.pub)` that could not read its file gives this): give the .pub file's absolute path (the "
+                       "setting reads the file), or leave the setting unset to check none")
+    items = value.split()
+    shown = " ".join(withheld(item) for item in items)  # a secret pasted here by mistake is never copied
+    if _CONTROL.search(value.replace("\t", " ").replace("\n", " ")):
+        raise BadInput(name, shown, TRUSTED_ALLOWED)
+    keys: List[str] = []
+    try:
+        for item in items:
+            found = [parse_public(item, f"the key {item.partition(':')[0]}")] if looks_inline(item) else \
+                read_public_keys(parse_plain_path(name, item))
+            keys.extend(key.line() for key in found if key.line() not in keys)
+    except KeyProblem as exc:
+        raise BadInput(name, shown, f"{TRUSTED_ALLOWED}; {exc}") from None
+    _need_library(name, shown)
+    return tuple(keys)
+
+
+# -- the table ------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Setting:
+    """One row of the table: a field of Settings with its variable, flag, kind, parser, help group and help."""
+
+    name: str
+    env: str
+    flag: str
+    kind: str
+    default: object
+    parse: Callable[[str, str], object]
+    group: str
+    in_request: bool
+    help: str
+    metavar: str = ""  # a LIST's value in the help
+
+
+def _row(env: str, flag: str, parse: Callable[[str, str], object], group: str, help: str, *, default: object = None,
+         kind: str = VALUE, metavar: str = "") -> Any:
+    return field(default=default, metadata={"env": env, "flag": flag, "kind": kind, "parse": parse, "group": group,
+                                            "help": help, "metavar": metavar})
 
 
 @dataclass(frozen=True)
-class Settings:
-    root: str = DEFAULT_ROOT
-    min_version: str = DEFAULT_MIN_VERSION
-    pin: str = DEFAULT_PIN
-    repo: str = DEFAULT_REPO
-    lock_file: str = ""
-    fail_marker: str = ""
-    rocm_path: str = DEFAULT_ROCM_PATH
-    mlir_path: Optional[str] = None
-    python: str = DEFAULT_PYTHON
-    shim_dir: Optional[str] = None
-    vllm_moe: bool = True
-    require: Tuple[str, ...] = DEFAULT_REQUIRE
-    strategy: Strategy = Strategy.AUTO
-    jobs: Optional[int] = None
-    lock_timeout: Optional[float] = None
-    probe_timeout: float = DEFAULT_PROBE_TIMEOUT
-    cache: Optional[str] = None
-    lease_ttl: float = DEFAULT_LEASE_TTL
-    verify: bool = False
-    fix_rocm_in_place: bool = False
-    git_mirrors: GitMirrors = ()
-    exact_pin: bool = False
-    cache_signing_key: Optional[str] = None
-    cache_trusted_keys: TrustedKeys = ()
-    store: Optional[str] = None  # None: the default under the user's cache folder; "off": no store
+class Request:
+    """What a success must satisfy: the settings that change a run's answer, as markers and records carry them."""
+
+    root: str = _row("FLYDSL_ROOT", "--root", parse_root, "root",
+                     f"the isolated tree and the env file's home (default {DEFAULT_ROOT})", default=DEFAULT_ROOT)
+    min_version: str = _row("FLYDSL_MIN_VERSION", "--min-version", parse_min_version, "import",
+                            "reuse floor for flydsl.__version__", default=DEFAULT_MIN_VERSION)
+    pin: str = _row("FLYDSL_PIN", "--pin", parse_pin, "build", "the commit (or tag) built when a build is needed",
+                    default=DEFAULT_PIN)
+    repo: str = _row("FLYDSL_REPO", "--repo", parse_repo, "build", "source repository: URL or mirror path",
+                     default=DEFAULT_REPO)
+    python: str = _row("FLYDSL_PYTHON", "--python", parse_python, "import", "the interpreter that must import FlyDSL",
+                       default="python3")
+    require: Tuple[str, ...] = _row("FLYDSL_REQUIRE", "--require", parse_require, "import",
+                                    "modules that must import from the one tree", default=DEFAULT_REQUIRE, kind=LIST,
+                                    metavar="MODULES")
+    strategy: Strategy = _row("FLYDSL_STRATEGY", "--strategy", parse_strategy, "build",
+                              "auto, source, release or reuse-only", default=Strategy.AUTO)
+    mlir_path: Optional[str] = _row("MLIR_PATH", "--mlir-path", parse_plain_path, "build",
+                                    "a ready MLIR install: skip the LLVM build")
+    shim_dir: Optional[str] = _row("FLYDSL_SHIM_DIR", "--shim-dir", parse_plain_path, "env file",
+                                   "exported to the env file for the vLLM shim")
+    vllm_moe: bool = _row("FLYDSL_VLLM_MOE", "--vllm-moe", parse_bool, "env file",
+                          "export VLLM_USE_FLYDSL_MOE=1 (--no-vllm-moe: off)", default=True, kind=SWITCH)
+    exact_pin: bool = _row("FLYDSL_EXACT_PIN", "--exact-pin", parse_bool, "import",
+                           "reuse only a tree built from the pin (default: any one tree whose flydsl passes the floor)",
+                           default=False, kind=FLAG)
+
+    def to_json(self) -> Dict[str, object]:
+        data: Dict[str, object] = {f.name: getattr(self, f.name) for f in fields(Request)}
+        data.update(require=list(self.require), strategy=self.strategy.value)
+        return data
+
+    @classmethod
+    def from_json(cls, data: object) -> Optional["Request"]:
+        """The request a file records, or None unless it has exactly these keys, each value one its setting's
+        parser gives back unchanged (the switches booleans)."""
+        if not isinstance(data, dict) or set(data) != {f.name for f in fields(Request)}:
+            return None
+        try:
+            return cls(**{f.name: _read_back(f, data[f.name]) for f in fields(Request)})
+        except ValueError:
+            return None
+
+
+def _read_back(row: "Field[Any]", value: object) -> Any:
+    """A recorded value as its setting holds it; ValueError unless its parser gives it back unchanged."""
+    if row.metadata["kind"] in (FLAG, SWITCH):
+        if isinstance(value, bool):
+            return value
+    elif value is None:
+        if row.default is None:
+            return None
+    else:
+        given = tuple(value) if isinstance(value, list) else value
+        text = ",".join(value) if isinstance(value, list) and all(isinstance(v, str) for v in value) else value
+        try:
+            parsed = row.metadata["parse"]("request", text) if isinstance(text, str) and text else None
+        except BadInput:
+            parsed = None
+        if parsed is not None and parsed == given:
+            return parsed
+    raise ValueError(row.name)
+
+
+@dataclass(frozen=True)
+class Settings(Request):
+    """Every setting: the request, and how a run goes about answering it."""
+
+    lock_file: str = _row("FLYDSL_BUILD_LOCK", "--lock-file", parse_written_file, "root",
+                          "the build lock (default next to the root)", default="")
+    fail_marker: str = _row("FLYDSL_BUILD_FAILED", "--fail-marker", parse_written_file, "root",
+                            "failure marker (default next to the root)", default="")
+    rocm_path: str = _row("ROCM_PATH", "--rocm-path", parse_plain_path, "build", "ROCm prefix", default="/opt/rocm")
+    jobs: Optional[int] = _row("FLYDSL_JOBS", "--jobs", parse_jobs, "build",
+                               "build parallelism (default: cores, capped by memory)")
+    lock_timeout: Optional[float] = _row("FLYDSL_LOCK_TIMEOUT", "--lock-timeout", parse_lock_timeout, "build",
+                                         "seconds to wait for the lock (or a build lease), then exit 7")
+    probe_timeout: float = _row("FLYDSL_PROBE_TIMEOUT", "--probe-timeout", parse_probe_timeout, "import",
+                                "seconds an import probe may take before it is killed (default 300)",
+                                default=DEFAULT_PROBE_TIMEOUT)
+    cache: Optional[str] = _row("FLYDSL_CACHE", "--cache", parse_cache, "cache",
+                                "binary cache: a folder or an fsspec URL")
+    lease_ttl: float = _row("FLYDSL_LEASE_TTL", "--lease-ttl", parse_lease_ttl, "cache",
+                            "seconds a build lease in the cache lives without a heartbeat (default 120)", default=120.0)
+    verify: bool = _row("FLYDSL_VERIFY", "--verify", parse_bool, "import", "force the full import probe",
+                        default=False, kind=FLAG)
+    fix_rocm_in_place: bool = _row("FLYDSL_FIX_ROCM_IN_PLACE", "--fix-rocm-in-place", parse_bool, "build",
+                                   "fix the hip CMake library name inside ROCM_PATH itself (default: a private "
+                                   "corrected copy)", default=False, kind=FLAG)
+    git_mirrors: GitMirrors = _row("FLYDSL_GIT_MIRRORS", "--git-mirror", parse_git_mirrors, "build",
+                                   "FROM=TO URL prefixes: every git command fetches FROM... from TO... instead",
+                                   default=(), kind=LIST, metavar="FROM=TO")
+    cache_signing_key: Optional[str] = _row("FLYDSL_CACHE_SIGNING_KEY", "--cache-signing-key", parse_signing_key,
+                                            "cache", "secret key file (`cache keygen`): sign every cache entry this "
+                                            "run publishes")
+    cache_trusted_keys: TrustedKeys = _row("FLYDSL_CACHE_TRUSTED_KEYS", "--cache-trusted-key", parse_trusted_keys,
+                                           "cache", "public keys NAME:BASE64 or .pub files: fetch only cache entries "
+                                           "one of them signed", default=(), kind=LIST, metavar="KEY")
+    store: Optional[str] = _row("FLYDSL_STORE", "--store", parse_store, "store", "the host store roots link their "
+                                "trees from (default: in the user's cache folder; off: none)")
     # Where each value came from, for messages: the flag or the variable as the user spelled it.
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
 
@@ -145,7 +515,7 @@ class Settings:
 
     @property
     def base_dir(self) -> str:
-        """The folder holding the root: home of the lock, the markers, the log and build_llvm.sh's tree."""
+        """The root's folder: the lock, the markers, the log and the LLVM build live there."""
         return os.path.dirname(self.root)
 
     @property
@@ -161,143 +531,30 @@ class Settings:
         return layout.log_file(self.root)
 
     def request(self) -> Request:
-        """What a success marker must satisfy: everything that changes the answer of a run."""
-        return Request(root=self.root, min_version=self.min_version, pin=self.pin, repo=self.repo, python=self.python,
-                       require=self.require, strategy=self.strategy, mlir_path=self.mlir_path,
-                       shim_dir=self.shim_dir, vllm_moe=self.vllm_moe, exact_pin=self.exact_pin)
+        return Request(**{f.name: getattr(self, f.name) for f in fields(Request)})
 
 
-_PARSERS: Dict[str, Callable[[str, str], object]] = {
-    "root": parse_root,
-    "min_version": parse_min_version,
-    "pin": parse_pin,
-    "repo": parse_repo,
-    "lock_file": parse_written_file,
-    "fail_marker": parse_written_file,
-    "rocm_path": parse_plain_path,
-    "mlir_path": parse_plain_path,
-    "python": parse_python,
-    "shim_dir": parse_plain_path,
-    "vllm_moe": parse_bool,
-    "require": parse_require,
-    "strategy": parse_strategy,
-    "jobs": parse_jobs,
-    "lock_timeout": parse_lock_timeout,
-    "probe_timeout": parse_probe_timeout,
-    "cache": parse_cache,
-    "lease_ttl": parse_lease_ttl,
-    "verify": parse_bool,
-    "fix_rocm_in_place": parse_bool,
-    "git_mirrors": parse_git_mirrors,
-    "exact_pin": parse_bool,
-    "cache_signing_key": parse_signing_key,
-    "cache_trusted_keys": parse_trusted_keys,
-    "store": parse_store,
-}
+SETTINGS: Tuple[Setting, ...] = tuple(
+    Setting(name=f.name, default=f.default, in_request=f.name in {r.name for r in fields(Request)}, **f.metadata)
+    for f in fields(Settings) if f.metadata)
+SETTING_BY_NAME: Dict[str, Setting] = {s.name: s for s in SETTINGS}
 
 
-class PathClash(BadInput):
-    """Two files of the tool at one path, or a file the tool writes inside the root: refused before either
-    is written, since one would replace the other (a failure marker over the env file reads as success)."""
-
-    def __init__(self, setting: str, value: str, clash: str, allowed: str) -> None:
-        super().__init__(setting, value, allowed)
-        self.reason = f"{setting}={value!r} {clash}; allowed: {allowed}"
-
-
-def _own_files(settings: Settings) -> List[Tuple[str, str, str]]:
-    """(setting, what, path) of every file the tool writes at a fixed path; what "" is the setting's own."""
-    return [
-        ("fail_marker", "", settings.fail_marker),
-        ("lock_file", "", settings.lock_file),
-        ("lock_file", "holder record", settings.lock_file + ".holder"),
-        ("root", "env file", settings.env_file),
-        ("root", "env file's JSON twin", settings.env_json),
-        ("root", "log", settings.log_file),
-    ]
-
-
-def check_path_clashes(settings: Settings, environ: Mapping[str, str]) -> None:
-    """The failure marker, the lock (and its holder record), the env file, its twin and the log are
-    pairwise different files, and the marker and the lock lie outside the root (whose files are tracked
-    or the tool's).  Paths are compared resolved, so a symlink to another of them counts as that file."""
-    def text(setting: str, what: str = "") -> str:
-        named = f"{settings.label(setting)}={getattr(settings, setting)!r}"
-        return f"the {what} of {named}" if what else named
-
-    files = _own_files(settings)
-    real = [os.path.realpath(path) for _, _, path in files]
-    for i, (setting, what, _) in enumerate(files):
-        for j in range(i + 1, len(files)):
-            if real[i] == real[j]:
-                clash = f"is the same file as {text(*files[j][:2])}"
-                if what:
-                    clash = f"(its {what}) {clash}"
-                raise PathClash(settings.label(setting), getattr(settings, setting), clash, "a path of its own")
-    # Each path resolved once (the warm call's settings pay for every lstat of realpath).
-    folders = [(os.path.realpath(folder), what, allowed) for folder, what, allowed in _own_folders(settings, text,
-                                                                                                     environ)]
-    for (setting, what, _), path in zip(files, real):
-        if not what and setting in ("fail_marker", "lock_file"):
-            for folder, inside, allowed in folders:
-                if _inside(path, folder):
-                    raise PathClash(settings.label(setting), getattr(settings, setting), f"lies inside {inside}",
-                                    allowed)
-
-
-def _inside(path: str, folder: str) -> bool:
-    return path == folder or path.startswith(folder.rstrip("/") + "/")
-
-
-def _own_folders(settings: Settings, text: Callable[..., str],
-                 environ: Mapping[str, str]) -> List[Tuple[str, str, str]]:
-    """(folder, what it is, what is allowed) of the folders whose files are the root's or the tool's own: a
-    marker or a lock in one would overwrite, or be deleted with, a file the tool reads back (run records, the
-    host's ETA history, the cache's entries, the LLVM build and its records)."""
-    base = settings.base_dir
-    own = "a path outside the tool's own files"
-    folders = [
-        (settings.root, f"{text('root')} (the tool's tree: its files are tracked or the tool's own)",
-         "a path outside the root"),
-        (layout.base_state_dir(base), f"{layout.base_state_dir(base)}, the tool's own folder (run records)", own),
-        (layout.llvm_dir(base), f"{layout.llvm_dir(base)}, the tool's LLVM build", own),
-        (layout.llvm_record(base), f"{layout.llvm_record(base)}, the tool's record of its LLVM build", own),
-        (layout.llvm_made_record(base), f"{layout.llvm_made_record(base)}, the tool's record of its LLVM build",
-         own),
-    ]
-    host = layout.host_cache_dir(environ)
-    if host is not None:
-        folders.append((host, f"{host}, the tool's own folder for this host (ETA history)", own))
-    if settings.cache is not None:
-        if not re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", settings.cache):
-            folders.append((settings.cache, f"{text('cache')} (the binary cache)", "a path outside the cache"))
-    return folders
-
-
-def load_settings(
-    flags: Mapping[str, Optional[str]],
-    environ: Mapping[str, str],
-) -> Settings:
-    """Combine flags (already strings, None when not given) and environment variables into Settings.
-
-    ``flags`` maps a setting's name to the raw flag value; ``require`` may hold several values joined by
-    commas.  Raises BadInput for the first bad value, naming the flag or the variable it came from.
-    """
+# -- reading the settings ---------------------------------------------------------------------------------------
+def load_settings(flags: Mapping[str, Optional[str]], environ: Mapping[str, str]) -> Settings:
+    """Settings from flags (their text, None when not given) and variables; BadInput for the first bad value."""
     values: Dict[str, object] = {}
     sources: Dict[str, str] = {}
     for setting in SETTINGS:
-        raw = flags.get(setting.name)
+        raw, label = flags.get(setting.name), setting.flag
         refused = setting.name in EMPTY_REFUSED
-        if raw is not None:
-            label = setting.flag
-            if raw == "" and not refused:
-                raise BadInput(label, raw, "a non-empty value (leave the flag out to get the default)")
-        else:
-            raw = environ.get(setting.env)
-            label = setting.env
+        if raw is None:
+            raw, label = environ.get(setting.env), setting.env
             if raw is None or (raw == "" and not refused):
                 continue  # unset, or an empty variable: the default, as in the bash executor
-        values[setting.name] = _PARSERS[setting.name](label, raw)
+        elif raw == "" and not refused:
+            raise BadInput(label, raw, "a non-empty value (leave the flag out to get the default)")
+        values[setting.name] = setting.parse(label, raw)
         sources[setting.name] = label
     root = str(values.get("root", DEFAULT_ROOT))
     values.setdefault("lock_file", layout.default_lock_file(root))
@@ -310,9 +567,33 @@ def load_settings(
     return settings
 
 
+def flag_text(name: str, value: object) -> str:
+    """A typed value (an API keyword, a parsed command line) as the text its flag gives."""
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, Mapping):  # the API's {FROM: TO} mirrors
+        value = [f"{source}={to}" for source, to in value.items()]
+    if not isinstance(value, (list, tuple)):
+        return str(value)
+    items = [item if isinstance(item, str) else "=".join(str(part) for part in item) for item in value]
+    if name == "git_mirrors":  # an empty pair among others is refused like a lone one: shown as "="
+        return " ".join(item if item.strip() else "=" for item in items)
+    if name == "cache_trusted_keys":  # an empty key among others, or none at all, is set but empty
+        return "" if not items or any(not item.strip() for item in items) else " ".join(items)
+    return ",".join(items)
+
+
+def settings_from_kwargs(kwargs: Mapping[str, object], environ: Mapping[str, str]) -> Settings:
+    """The Python API's keywords (or a parsed command line), validated exactly like flags."""
+    unknown = sorted(set(kwargs) - set(SETTING_BY_NAME))
+    if unknown:
+        raise TypeError(f"unknown setting(s): {', '.join(unknown)}; known: {', '.join(SETTING_BY_NAME)}")
+    return load_settings({k: flag_text(k, v) for k, v in kwargs.items() if v is not None}, environ)
+
+
 def fail_marker_path(flags: Mapping[str, Optional[str]], environ: Mapping[str, str]) -> Optional[str]:
-    """Where the failure marker goes, worked out from the root and marker settings alone, so that bad
-    input elsewhere can still be reported to a poller.  None when those settings are bad themselves."""
+    """Where the failure marker goes, from the root and marker settings alone, so that bad input elsewhere
+    still reaches a poller; None when those are bad themselves."""
     def partial(names: Tuple[str, ...]) -> str:
         given = {name: flags.get(name) for name in names}
         only = {s.env: environ.get(s.env, "") for s in SETTINGS if s.name in names}
@@ -331,66 +612,51 @@ def fail_marker_path(flags: Mapping[str, Optional[str]], environ: Mapping[str, s
         return None
 
 
-def settings_from_kwargs(kwargs: Mapping[str, object], environ: Mapping[str, str]) -> Settings:
-    """The Python API's keyword arguments, validated exactly like flags (values may be typed)."""
-    unknown = sorted(set(kwargs) - set(SETTING_BY_NAME))
-    if unknown:
-        raise TypeError(f"unknown setting(s): {', '.join(unknown)}; known: {', '.join(SETTING_BY_NAME)}")
-    flags: Dict[str, Optional[str]] = {}
-    for key, value in kwargs.items():
-        if value is None:
-            continue
-        if isinstance(value, bool):
-            flags[key] = "1" if value else "0"
-        elif key == "git_mirrors" and not isinstance(value, str):
-            flags[key] = join_git_mirrors(value)
-        elif key == "cache_trusted_keys" and isinstance(value, (list, tuple)):
-            flags[key] = join_trusted_keys([str(v) for v in value])
-        elif isinstance(value, (list, tuple)):
-            flags[key] = ",".join(str(v) for v in value)
-        else:
-            flags[key] = str(value)
-    return load_settings(flags, environ)
+# -- files at one path ------------------------------------------------------------------------------------------
+class PathClash(BadInput):
+    """Two of the tool's files at one path, or a file it writes inside its own folders: one would replace the
+    other (a failure marker over the env file reads as success)."""
+
+    def __init__(self, setting: str, value: str, clash: str, allowed: str) -> None:
+        super().__init__(setting, value, allowed)
+        self.reason = f"{setting}={value!r} {clash}; allowed: {allowed}"
 
 
-def join_require(values: Optional[List[str]]) -> Optional[str]:
-    """``--require`` is repeatable; each value may itself be comma-separated."""
-    if values is None:
-        return None
-    return ",".join(values)
+def check_path_clashes(settings: Settings, environ: Mapping[str, str]) -> None:
+    """Refuse two of the tool's files at one path (compared resolved); the marker and the lock lie outside the
+    root and the tool's own folders."""
+    def text(setting: str, what: str = "") -> str:
+        named = f"{settings.label(setting)}={getattr(settings, setting)!r}"
+        return f"the {what} of {named}" if what else named
 
+    def clash(setting: str, why: str, allowed: str) -> PathClash:
+        return PathClash(settings.label(setting), getattr(settings, setting), why, allowed)
 
-def join_trusted_keys(values: Optional[List[str]]) -> Optional[str]:
-    """``--cache-trusted-key`` is repeatable (each a key or a .pub file); an empty one among them, or an empty
-    list from the Python API, is the empty value, which the parser refuses (set but empty)."""
-    if values is None:
-        return None
-    return "" if not values or any(not item.strip() for item in values) else " ".join(values)
-
-
-def join_git_mirrors(values: object) -> Optional[str]:
-    """``--git-mirror`` is repeatable; the Python API also takes {FROM: TO} or (FROM, TO) pairs."""
-    if values is None:
-        return None
-
-    if isinstance(values, Mapping):
-        values = [f"{source}={to}" for source, to in values.items()]
-    if isinstance(values, (list, tuple)):
-        items = [item if isinstance(item, str) else "=".join(str(part) for part in item) for item in values]
-        # an empty one among others is refused like a lone empty one: shown as the empty pair "="
-        return " ".join(item if item.strip() else "=" for item in items)
-    return str(values)
-
-
-__all__ = [
-    "DEFAULT_MIN_VERSION",
-    "DEFAULT_PIN",
-    "DEFAULT_REPO",
-    "DEFAULT_ROOT",
-    "SETTINGS",
-    "STRATEGIES",
-    "Setting",
-    "Settings",
-    "load_settings",
-    "settings_from_kwargs",
-]
+    files = [("fail_marker", "", settings.fail_marker), ("lock_file", "", settings.lock_file),
+             ("lock_file", "holder record", settings.lock_file + ".holder"), ("root", "env file", settings.env_file),
+             ("root", "env file's JSON twin", settings.env_json), ("root", "log", settings.log_file)]
+    real = [os.path.realpath(path) for _, _, path in files]
+    for i, (setting, what, _) in enumerate(files):
+        for j in range(i + 1, len(files)):
+            if real[i] == real[j]:
+                why = f"is the same file as {text(*files[j][:2])}"
+                raise clash(setting, f"(its {what}) {why}" if what else why, "a path of its own")
+    base, own = settings.base_dir, "a path outside the tool's own files"
+    folders = [(settings.root, f"{text('root')} (the tool's tree: its files are tracked or the tool's own)",
+                "a path outside the root"),
+               (layout.base_state_dir(base), f"{layout.base_state_dir(base)}, the tool's own folder (run records)",
+                own),
+               (layout.llvm_dir(base), f"{layout.llvm_dir(base)}, the tool's LLVM build", own),
+               (layout.llvm_record(base), f"{layout.llvm_record(base)}, the tool's record of its LLVM build", own),
+               (layout.llvm_made_record(base), f"{layout.llvm_made_record(base)}, the tool's record of its LLVM "
+                "build", own)]
+    host = layout.host_cache_dir(environ)
+    if host is not None:
+        folders.append((host, f"{host}, the tool's own folder for this host (ETA history)", own))
+    if settings.cache is not None and not re.match(_URL, settings.cache):
+        folders.append((settings.cache, f"{text('cache')} (the binary cache)", "a path outside the cache"))
+    resolved = [(os.path.realpath(folder).rstrip("/"), inside, allowed) for folder, inside, allowed in folders]
+    for (setting, _, _), path in zip(files[:2], real[:2]):
+        for folder, inside, allowed in resolved:
+            if path == folder or path.startswith(folder + "/"):
+                raise clash(setting, f"lies inside {inside}", allowed)

@@ -448,6 +448,8 @@ def matching_entry(stamp: dict[str, object], tokens: list[str], environ: dict[st
 def answer(argv: list[str], environ: dict[str, str]) -> tuple[str, str] | None:
     """What a warm ``ensure`` call prints (stdout, stderr), or None: the command line decides."""
     started = time.monotonic()
+    if "_ARGCOMPLETE" in environ:
+        return None  # a TAB press: argcomplete asks the command line what to offer
     tokens = key_tokens(argv)
     if tokens and not tokens[0].startswith("-"):
         return None  # another command

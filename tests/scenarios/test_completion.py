@@ -1,6 +1,7 @@
-"""`ensure-flydsl completion bash|zsh|fish` (issue 27, item 6: there was none): each script is one the shell
-accepts, and completing through it, in the real shell, gives the commands, a cache command after settings,
-a command's own options and the values a flag takes."""
+"""`ensure-flydsl completion bash|zsh|fish` (issue 27, item 6: there was none): argcomplete's script for each
+shell, which asks the command line itself what to offer.  Completing through it, in the real shell, gives the
+commands, a cache command after settings, a command's own options and settings, and the values a flag takes;
+a TAB press at a warm root gets the completion, never the front door's warm answer."""
 
 from __future__ import annotations
 
@@ -11,6 +12,9 @@ import sys
 from typing import Dict, List
 
 import pytest
+
+from tests.helpers.scenario import ensure_json
+from tests.helpers.workspace import Workspace
 
 # (the words typed, the word being completed) -> what must be offered, and what must not
 CASES = [
@@ -42,9 +46,21 @@ def need(program: str) -> str:
     return found
 
 
-def run(cmd: List[str], **env: str) -> "subprocess.CompletedProcess[str]":
-    return subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60, check=False,
-                          env={**os.environ, **env})
+@pytest.fixture
+def on_path(tmp_path: "os.PathLike[str]") -> Dict[str, str]:
+    """The environment of a shell whose PATH has `ensure-flydsl` (this tool, as the scripts call it)."""
+    folder = os.path.join(str(tmp_path), "bin")
+    os.makedirs(folder)
+    command = os.path.join(folder, "ensure-flydsl")
+    with open(command, "w") as handle:
+        handle.write(f'#!/bin/sh\nexec "{sys.executable}" -m ensure_flydsl "$@"\n')
+    os.chmod(command, 0o755)
+    return {**os.environ, "PATH": folder + os.pathsep + os.environ["PATH"], "HOME": str(tmp_path)}
+
+
+def run(cmd: List[str], env: Dict[str, str], cwd: str = "/") -> "subprocess.CompletedProcess[str]":
+    return subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120, check=False,
+                          env=env, cwd=cwd)
 
 
 def check(offered: Dict[str, set], typed: List[str], wanted: set, unwanted: set) -> None:
@@ -52,63 +68,76 @@ def check(offered: Dict[str, set], typed: List[str], wanted: set, unwanted: set)
     assert wanted <= got and not unwanted & got, (typed, got)
 
 
-def test_bash(tmp_path: "os.PathLike[str]") -> None:
+def test_bash(tmp_path: "os.PathLike[str]", on_path: Dict[str, str]) -> None:
     path = os.path.join(str(tmp_path), "ensure-flydsl.bash")
     with open(path, "w") as handle:
         handle.write(script("bash"))
-    assert run(["bash", "-n", path]).returncode == 0
+    assert run(["bash", "-n", path], on_path).returncode == 0
     calls = "".join(f"t {' '.join(repr(w) for w in typed)}\n" for typed, _, _ in CASES)
     out = run(["bash", "-c", 'source "$1"; complete -p ensure-flydsl\n'
-               't() { COMP_WORDS=(ensure-flydsl "$@"); COMP_CWORD=$#; _ensure_flydsl; echo "${COMPREPLY[*]}"; }\n'
-               + calls, "bash", path])
+               't() { COMP_WORDS=(ensure-flydsl "$@"); COMP_CWORD=$#; COMP_LINE="${COMP_WORDS[*]}"; '
+               'COMP_POINT=${#COMP_LINE}; _python_argcomplete ensure-flydsl; echo "${COMPREPLY[*]}"; }\n' + calls,
+               "bash", path], on_path)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
-    assert lines[0] == "complete -o default -F _ensure_flydsl ensure-flydsl"
+    assert lines[0] == "complete -o bashdefault -o default -o nospace -F _python_argcomplete ensure-flydsl"
     offered = {" ".join(typed): set(line.split()) for (typed, _, _), line in zip(CASES, lines[1:])}
     for typed, wanted, unwanted in CASES:
         check(offered, typed, wanted, unwanted)
 
 
-def test_zsh(tmp_path: "os.PathLike[str]") -> None:
-    """Through the completion function itself, with zsh's compadd and _files standing in as printers (a
-    widget needs a terminal): what it would add, before zsh filters by the typed prefix."""
+def test_zsh(tmp_path: "os.PathLike[str]", on_path: Dict[str, str]) -> None:
+    """Through the completion function itself, with zsh's _describe and compdef standing in as printers (a
+    widget needs a terminal): what it would offer, each as WORD:WHAT."""
     zsh = need("zsh")
     path = os.path.join(str(tmp_path), "_ensure-flydsl")
     with open(path, "w") as handle:
         handle.write(script("zsh"))
-    assert run([zsh, "-n", path]).returncode == 0
-    calls = "".join(f"t {' '.join(repr(w) for w in typed)}\n" for typed, _, _ in CASES)
+    assert run([zsh, "-n", path], on_path).returncode == 0
+    cases = [*CASES, (["--root", ""], {"a-file-here"}, set())]  # a path setting's value: files
+    os.makedirs(os.path.join(str(tmp_path), "cwd"))
+    open(os.path.join(str(tmp_path), "cwd", "a-file-here"), "w").close()
+    calls = "".join(f"t {' '.join(repr(w) for w in typed)}\n" for typed, _, _ in cases)
     out = run([zsh, "-f", "-c", 'compdef() { print -r -- "compdef $*"; }\n'
-               'compadd() { [[ "$1" == -- ]] && shift; print -r -- "${(j: :)@}"; }\n'
-               '_files() { print -r -- "<files>"; }\n'
+               '_describe() { print -r -- "${(j: :)${(@)${(@P)2}%%:*}}"; }\n'
                'source "$1"\n'
-               't() { words=(ensure-flydsl "$@"); CURRENT=${#words}; _ensure_flydsl || print; }\n' + calls,
-               "zsh", path])
+               't() { words=(ensure-flydsl "$@"); BUFFER="${(j: :)words}"; CURSOR=${#BUFFER}; '
+               '_python_argcomplete || print; }\n' + calls, "zsh", path], on_path,
+              cwd=os.path.join(str(tmp_path), "cwd"))
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
-    assert lines[0] == "compdef _ensure_flydsl ensure-flydsl"
-    offered = {}
-    for (typed, _, _), line in zip(CASES, lines[1:]):
-        prefix = typed[-1]
-        offered[" ".join(typed)] = {word for word in line.split() if word.startswith(prefix)}
-    for typed, wanted, unwanted in CASES:
+    assert lines[0] == "compdef _python_argcomplete ensure-flydsl"
+    offered = {" ".join(typed): set(line.split()) for (typed, _, _), line in zip(cases, lines[1:])}
+    for typed, wanted, unwanted in cases:
         check(offered, typed, wanted, unwanted)
-    files = run([zsh, "-f", "-c", '_files() { print -r -- "<files>"; }; compdef() { :; }; source "$1"; '
-                 'words=(ensure-flydsl --root ""); CURRENT=3; _ensure_flydsl', "zsh", path])
-    assert files.stdout.strip() == "<files>", files.stderr  # a path setting's value: files
 
 
-def test_fish(tmp_path: "os.PathLike[str]") -> None:
+def test_fish(on_path: Dict[str, str], tmp_path: "os.PathLike[str]") -> None:
     fish = need("fish")
     path = os.path.join(str(tmp_path), "ensure-flydsl.fish")
     with open(path, "w") as handle:
         handle.write(script("fish"))
-    assert run([fish, "-n", path]).returncode == 0
+    assert run([fish, "-n", path], on_path).returncode == 0
     offered = {}
     for typed, _, _ in CASES:
         line = "ensure-flydsl " + " ".join(typed)
-        out = run([fish, "--no-config", "-c", f"source {path}; complete -C '{line}'"], HOME=str(tmp_path))
+        out = run([fish, "--no-config", "-c", f"source {path}; complete -C '{line}'"], on_path)
         assert out.returncode == 0, out.stderr
         offered[" ".join(typed)] = {row.split("\t")[0] for row in out.stdout.splitlines()}
     for typed, wanted, unwanted in CASES:
         check(offered, typed, wanted, unwanted)
+
+
+def test_a_tab_press_at_a_warm_root_is_completed_not_answered(ws: Workspace, tmp_path: "os.PathLike[str]") -> None:
+    """argcomplete runs the command with _ARGCOMPLETE set: the front door would have printed its warm answer."""
+    ensure_json(ws, cwd="/")
+    warm = subprocess.run(ws.cmd(), env=ws.env, stdout=subprocess.PIPE, text=True, cwd="/", check=False)
+    assert "nothing changed since the last success" in warm.stdout  # the front door's answer to these inputs
+    offered = os.path.join(str(tmp_path), "offered")
+    line = "ensure-flydsl st"
+    tab = subprocess.run(ws.cmd(), env=dict(ws.env, _ARGCOMPLETE="1", COMP_LINE=line, COMP_POINT=str(len(line)),
+                                            _ARGCOMPLETE_STDOUT_FILENAME=offered),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd="/", check=False)
+    assert tab.returncode == 0 and tab.stdout == "", tab.stdout + tab.stderr
+    with open(offered) as handle:
+        assert set(handle.read().split("\013")) == {"start", "status", "store", "stats"}

@@ -14,7 +14,7 @@ from typing import Dict, Tuple
 import pytest
 
 from ensure_flydsl.errors import BadInput
-from ensure_flydsl.setting_values import parse_git_mirrors
+from ensure_flydsl.settings import parse_git_mirrors
 from ensure_flydsl.source.mirrors import rewrite, with_mirrors
 from tests.helpers.flydsl_fixture import FixtureRepo, add_submodule, git, write
 from tests.helpers.workspace import Workspace

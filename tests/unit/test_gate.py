@@ -10,7 +10,7 @@ from packaging.version import InvalidVersion
 from ensure_flydsl.layout import tree_folders
 from ensure_flydsl.probe.gate import evaluate, one_tree, package_folder
 from ensure_flydsl.probe.results import Interpreter, ModuleResult, Probe
-from ensure_flydsl.setting_values import release_at_least
+from ensure_flydsl.settings import release_at_least
 
 INTERP = Interpreter(executable="/usr/bin/python3", version="3.11.7", implementation="cpython", cache_tag="cpython-311",
                      soabi="cpython-311-x86_64-linux-gnu",

@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ensure_flydsl.errors import BadInput, EnsureError, ExitCode, Interrupted, Stage
-from ensure_flydsl.setting_values import check_host_id
+from ensure_flydsl.settings import check_host_id
 from ensure_flydsl.trees.backends import FolderStore
 from ensure_flydsl.trees.lease import FAILURE_EXIT_CODES, UNKNOWN_HOST, HeldLease, LeaseRecord, Leases, generation_path
 from ensure_flydsl.ways.cache.fleet import HOLDER_STAGES, believed, build_failure, end_turn, give_up

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ensure_flydsl.errors import BadInput
-from ensure_flydsl.settings import join_trusted_keys, load_settings
+from ensure_flydsl.settings import flag_text, load_settings
 from ensure_flydsl.support.keys import (
     KeyProblem,
     PublicKey,
@@ -127,9 +127,10 @@ def test_trusted_keys_set_but_empty_are_bad_input_not_checks_off(value: str, tmp
     _secret, public = keygen(str(tmp_path), "k1")
     refusals = []
     for flags, env in (({}, {"FLYDSL_CACHE_TRUSTED_KEYS": value}),
-                       ({"cache_trusted_keys": join_trusted_keys([value])}, {}),
-                       ({"cache_trusted_keys": join_trusted_keys([public, value])}, {}),
-                       ({"cache_trusted_keys": join_trusted_keys([value])}, {"FLYDSL_CACHE_TRUSTED_KEYS": public})):
+                       ({"cache_trusted_keys": flag_text("cache_trusted_keys", [value])}, {}),
+                       ({"cache_trusted_keys": flag_text("cache_trusted_keys", [public, value])}, {}),
+                       ({"cache_trusted_keys": flag_text("cache_trusted_keys", [value])},
+                        {"FLYDSL_CACHE_TRUSTED_KEYS": public})):
         with pytest.raises(BadInput) as info:
             load_settings(flags, env)
         refusals.append(info.value.reason)
@@ -350,7 +351,7 @@ def test_prune_removes_signatures_of_gone_or_replaced_manifests_once_old(tmp_pat
 def test_the_python_api_and_the_detached_worker_carry_the_key_settings(tmp_path: "os.PathLike[str]") -> None:
     import json
 
-    from ensure_flydsl.cli.worker import settings_from_json, settings_to_json
+    from ensure_flydsl.cli.start import settings_from_json, settings_to_json
     from ensure_flydsl.settings import settings_from_kwargs
 
     secret, public = keygen(str(tmp_path), "k1")

@@ -15,8 +15,7 @@ import pytest
 from ensure_flydsl.doctor.diagnose import PREDICTIONS, prediction
 from ensure_flydsl.errors import Stage
 from ensure_flydsl.runs.records import RunRecord, RunState
-from ensure_flydsl.setting_values import Strategy
-from ensure_flydsl.settings import Request, Settings, load_settings
+from ensure_flydsl.settings import Request, Settings, Strategy, load_settings
 from ensure_flydsl.source.root import RootKind, classify_root
 from ensure_flydsl.ways import STRATEGY, Way, demands, falls_back, provisioning, provisions, tries
 from ensure_flydsl.ways.checks import CheckStatus, passed

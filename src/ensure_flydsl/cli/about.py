@@ -1,5 +1,4 @@
-"""``ensure-flydsl -V``: the version, with the commit the code is from when that is known (a checkout, an
-install from one, or a GEAK folder whose files are still the ones it was made with)."""
+"""``ensure-flydsl -V``: the version, and the commit when the code is known to be that commit's."""
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
-"""The one line for a path this user may not read or write: another user's root (made under umask 077),
-``clean`` by a user who does not own the files, a root on a read-only mount.
+"""The one line for a path this user may not read or write (another user's root, a read-only mount).
 
-Whichever command meets it, wherever it is met, the system's refusal (EACCES, EPERM, EROFS) becomes an
-EnsureError (exit 64: the root given is not one this user can use) naming the folder that blocks, who owns
-it, and what the command needs; never a traceback (exit 70)."""
+The system's refusal becomes exit 64 naming the folder that blocks, its owner and what the command needs."""
 
 from __future__ import annotations
 
@@ -50,8 +47,7 @@ def access_error(exc: OSError, command: str) -> Optional[EnsureError]:
 
 
 def _blocking(path: str) -> Tuple[str, Optional[os.stat_result]]:
-    """The deepest of ``path`` and its parents that this user can stat (a folder it cannot search, or the
-    path itself), with its stat; the path and None when not even ``/`` can be read."""
+    """The deepest of ``path`` and its parents this user can stat, with its stat (None: not even ``/``)."""
     current = os.path.abspath(path)
     while True:
         try:

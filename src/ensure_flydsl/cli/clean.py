@@ -1,10 +1,6 @@
-"""``ensure-flydsl clean``: remove what this tool created for the root, and never anything else.
+"""``ensure-flydsl clean``: remove what this tool created for the root, under the build lock, and nothing else.
 
-Under the build lock (a running build is never pulled from under itself).  The root goes entirely only
-when the tool created it and it holds nothing the tool did not put there; otherwise only the tool's own
-parts go (its state folder, its build folder, the markers) and the rest is listed as kept.  The lock file
-itself is never deleted (see pipeline/lock.py).
-"""
+The root goes whole only when the tool made it and it holds nothing else; the lock file itself always stays."""
 
 from __future__ import annotations
 
@@ -37,14 +33,12 @@ from ensure_flydsl.ways.source.environment import LlvmRecord
 
 @dataclass(frozen=True)
 class Cleaned:
-    """What ``clean`` did: the paths it removed, in order, and a line for each thing it kept, saying why.
-    Both the human lines and ``clean --json`` are made from it."""
+    """What ``clean`` removed, in order, and a line for each thing it kept; its lines and JSON come from it."""
 
     removed: Tuple[str, ...]
     kept: Tuple[str, ...]
 
     def lines(self) -> List[str]:
-        """What a person reads: the kept lines, then each removal (or that there was nothing to clean)."""
         return [*self.kept, *(f"removed {path}" for path in self.removed)] + ([] if self.removed else
                                                                              ["nothing to clean"])
 
@@ -54,35 +48,23 @@ class Cleaned:
         return data
 
 
-class _Kept:
-    """The kept lines, collected while cleaning (each one says what stayed and why)."""
-
-    def __init__(self) -> None:
-        self.lines: List[str] = []
-
-    def say(self, message: str) -> None:
-        self.lines.append(message)
-
-
 def clean(settings: Settings, say: Callable[[str], None]) -> Cleaned:
-    """Clean the root under the build lock (``say`` hears the lock's line when another holds it)."""
     root = settings.root
-    reporter = _Kept()
+    notes: List[str] = []
     _refuse_while_running(settings)
     with build_lock(settings.lock_file, timeout=0, run_id="clean-" + uuid.uuid4().hex[:8], say=say):
         _refuse_while_running(settings)  # a detached worker probes before it takes the lock
-        removed = _clean_shared_files(settings, reporter)
+        removed = _clean_shared_files(settings, notes)
         if withdraw_env_file(settings.env_file, settings.env_json):
             removed.append(settings.env_file)
         record = LlvmRecord.read(settings.base_dir)
         llvm_folder = llvm_dir(settings.base_dir)
         sharing = other_roots(settings.base_dir, settings.root)
         if record is not None and record.created and sharing:
-            reporter.say(f"kept {llvm_folder}: the other roots in {settings.base_dir} build with it too "
+            notes.append(f"kept {llvm_folder}: the other roots in {settings.base_dir} build with it too "
                          f"({', '.join(sharing[:3])})")
         elif record is not None and record.created:
-            kept = _remove_made(llvm_folder, llvm_made_record(settings.base_dir), reporter)
-            if not kept:
+            if not _remove_made(llvm_folder, llvm_made_record(settings.base_dir), notes):
                 if os.path.lexists(llvm_folder):
                     removed.append(llvm_folder)
                 remove_file(llvm_record(settings.base_dir))
@@ -90,10 +72,10 @@ def clean(settings: Settings, say: Callable[[str], None]) -> Cleaned:
                 LlvmRecord(created=True).write(settings.base_dir)  # its MLIR is gone; the folder is still ours
         removed.extend(_clean_runs(settings))
         if is_ours(root):
-            removed.extend(_clean_root(root, settings, reporter))
+            removed.extend(_clean_root(root, settings, notes))
         elif os.path.isdir(root):
-            reporter.say(f"kept {root}: ensure-flydsl did not create it")
-    return Cleaned(removed=tuple(removed), kept=tuple(reporter.lines))
+            notes.append(f"kept {root}: ensure-flydsl did not create it")
+    return Cleaned(removed=tuple(removed), kept=tuple(notes))
 
 
 def _refuse_while_running(settings: Settings) -> None:
@@ -108,19 +90,18 @@ def _refuse_while_running(settings: Settings) -> None:
         )
 
 
-def _clean_shared_files(settings: Settings, reporter: _Kept) -> List[str]:
-    """The failure marker if it was written for this root, and the log unless other roots write to it too
-    (sibling roots in one folder share both paths by default)."""
+def _clean_shared_files(settings: Settings, notes: List[str]) -> List[str]:
+    """The marker if written for this root, and the log unless sibling roots write to it too."""
     removed: List[str] = []
     marker = settings.fail_marker
     if withdraw_failure_marker(marker, settings.root):
         removed.append(marker)
     elif os.path.lexists(marker):
-        reporter.say(f"kept {marker}: it was written for another root")
+        notes.append(f"kept {marker}: it was written for another root")
     sharing = sibling_roots(settings.root)
     for path in (settings.log_file, settings.log_file + ".1"):
         if sharing and os.path.lexists(path):
-            reporter.say(f"kept {path}: other roots log there too ({', '.join(sharing[:3])})")
+            notes.append(f"kept {path}: other roots log there too ({', '.join(sharing[:3])})")
         elif remove_file(path):
             removed.append(path)
     return removed
@@ -143,7 +124,7 @@ def _clean_runs(settings: Settings) -> List[str]:
     return removed
 
 
-def _clean_root(root: str, settings: Settings, reporter: _Kept) -> List[str]:
+def _clean_root(root: str, settings: Settings, notes: List[str]) -> List[str]:
     info = owner(root)
     foreign = foreign_files(Checkout.of(settings))
     if (info is not None and info.created_root) and not foreign:
@@ -152,7 +133,7 @@ def _clean_root(root: str, settings: Settings, reporter: _Kept) -> List[str]:
     removed: List[str] = []
     build_folder = build_dir(root)
     if os.path.lexists(build_folder) and Stamps(root).started_key("build") is not None:
-        if not _remove_made(build_folder, build_made_record(root), reporter):
+        if not _remove_made(build_folder, build_made_record(root), notes):
             removed.append(build_folder)
     if foreign and (info is not None and info.created_root):
         # The checkout stays (it holds somebody's files), and so does the record that the tool made it:
@@ -170,22 +151,21 @@ def _clean_root(root: str, settings: Settings, reporter: _Kept) -> List[str]:
         removed.append(state_dir(root))
     if foreign:
         shown = ", ".join(foreign[:10]) + (f" and {len(foreign) - 10} more" if len(foreign) > 10 else "")
-        reporter.say(f"kept {root} itself (still ensure-flydsl's checkout) and the files in it that "
+        notes.append(f"kept {root} itself (still ensure-flydsl's checkout) and the files in it that "
                      f"ensure-flydsl did not create: {shown}")
     else:
-        reporter.say(f"kept {root} itself: ensure-flydsl adopted it (another tool made the checkout)")
+        notes.append(f"kept {root} itself: ensure-flydsl adopted it (another tool made the checkout)")
     return removed
 
 
-def _remove_made(folder: str, record: str, reporter: _Kept) -> List[str]:
-    """What the build steps recorded making in ``folder`` goes; somebody else's files stay, named.  Return
-    those (empty when the folder is gone)."""
+def _remove_made(folder: str, record: str, notes: List[str]) -> List[str]:
+    """Remove what the builds recorded making in ``folder``; return somebody else's files, which stay."""
     if os.path.islink(folder) or (os.path.lexists(folder) and not os.path.isdir(folder)):
-        reporter.say(f"kept {folder}: it is not the folder ensure-flydsl built in")
+        notes.append(f"kept {folder}: it is not the folder ensure-flydsl built in")
         return [folder]
     kept = remove_made(folder, record)
     if kept:
         shown = ", ".join(kept[:10]) + (f" and {len(kept) - 10} more" if len(kept) > 10 else "")
-        reporter.say(f"kept {len(kept)} files or folders in {folder} that ensure-flydsl did not create: {shown}; "
+        notes.append(f"kept {len(kept)} files or folders in {folder} that ensure-flydsl did not create: {shown}; "
                      f"removed what its builds made there")
     return kept

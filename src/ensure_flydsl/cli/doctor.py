@@ -1,14 +1,6 @@
-"""``ensure-flydsl doctor [--json]``: can the configured strategy succeed here, and if not, why not.
+"""``ensure-flydsl doctor``: can the configured strategy succeed here, and if not, why not (docs/CLI.md).
 
-Prints one line per check (status, name, detail; a remedy line under each that is not ok) and a verdict,
-or with ``--json`` one object ``{schema_version, strategy, ok, exit_code, verdict, needs, checks, seconds,
-suggestion, root, python, repo, pin}`` (docs/schema/doctor.schema.json; ``suggestion``: under ``auto``, a
-release to install when the source build is blocked, else null).
-
-Exit 0 only if the configured strategy can succeed here (or a reusable FlyDSL is already there); else the
-exit code of the step a run would stop at first (the first blocking check's stage): 64 a setting, 2 fetch,
-3 checkout, 4 LLVM/MLIR build, 5 FlyDSL build, 6 nothing reusable under reuse-only, 8 release wheel.
-"""
+Exit 0 when it can (or a reusable FlyDSL is there), else the code of the step a run would stop at first."""
 
 from __future__ import annotations
 
@@ -19,9 +11,7 @@ from ensure_flydsl.doctor.diagnose import diagnose, render_check
 from ensure_flydsl.pipeline.decide import check_reuse
 from ensure_flydsl.settings import Settings
 
-# The version of the shape of `doctor --json` (docs/schema/doctor.schema.json): a new key does not change it,
-# a changed meaning does.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 1  # of `doctor --json`'s shape: a new key keeps it, a changed meaning does not
 
 
 def doctor(settings: Settings, environ: Mapping[str, str], *, as_json: bool) -> int:

@@ -1,5 +1,4 @@
-"""``ensure-flydsl env``: print the env file, or its JSON twin, when it answers this request (the reuse gate,
-runs/twin_gate.py: the same answer as `status`, `wait` and `verify`); ``--json``: one result object."""
+"""``ensure-flydsl env``: print the env file, or its JSON twin, when it answers this request (runs/twin_gate.py)."""
 
 from __future__ import annotations
 
@@ -55,8 +54,7 @@ def show_env(settings: Settings, fmt: str, environ: Mapping[str, str], *, as_jso
 
 
 def _open_or_absent(path: str) -> None:
-    """A twin another user's umask keeps from us is not "no env file": the system's refusal goes up to the
-    command's handler, which names the folder that blocks (cli/access.py)."""
+    """A twin another user's umask keeps from us is not "no env file": the refusal names the folder (access.py)."""
     try:
         with open(path, "rb"):
             pass

@@ -1,56 +1,584 @@
-"""Command line: parse, dispatch, and map every outcome to an exit code.  No logic of its own."""
+"""The command line: one argparse parser (a subparser per command, every setting a flag of each), the dispatch,
+and every outcome mapped to an exit code."""
 
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import os
 import select
-import signal as _signal
+import shutil
+import signal
 import sys
+import textwrap
 import traceback
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Mapping, NoReturn, Optional, Sequence, Tuple
 
-from ensure_flydsl.cli import handlers
-from ensure_flydsl.cli.commands import COMMANDS
-from ensure_flydsl.cli.parser import parse_args
-from ensure_flydsl.errors import BadInput, EnsureError, ExitCode, Interrupted, Stage, disk_full_error, interrupted_by
+from ensure_flydsl.cli.about import version_line
+from ensure_flydsl.cli.access import access_error
+from ensure_flydsl.cli.cache import cache_command
+from ensure_flydsl.cli.clean import clean
+from ensure_flydsl.cli.doctor import doctor
+from ensure_flydsl.cli.env import show_env
+from ensure_flydsl.cli.start import start, worker
+from ensure_flydsl.cli.stats import stats
+from ensure_flydsl.cli.status import status
+from ensure_flydsl.cli.store import store_command
+from ensure_flydsl.cli.verify import verify
+from ensure_flydsl.cli.wait import wait
+from ensure_flydsl.errors import (
+    EXIT_MEANINGS,
+    BadInput,
+    EnsureError,
+    ExitCode,
+    Interrupted,
+    Stage,
+    disk_full_error,
+    interrupted_by,
+)
+from ensure_flydsl.geak.folder import write_skill_folder
+from ensure_flydsl.pipeline.run import Run, ensure_run
+from ensure_flydsl.pipeline.warm import current_fingerprint, keep_warm, try_warm, warm_lines
 from ensure_flydsl.result import result_object
-from ensure_flydsl.runs.markers import write_failure_marker
+from ensure_flydsl.runs.markers import read_env_json, write_failure_marker
 from ensure_flydsl.runs.watchdog import watch
 from ensure_flydsl.settings import (
+    FLAG,
+    GROUPS,
+    LIST,
+    SETTING_BY_NAME,
     SETTINGS,
+    STRATEGIES,
+    SWITCH,
+    Setting,
     Settings,
     fail_marker_path,
-    join_git_mirrors,
-    join_require,
-    join_trusted_keys,
-    load_settings,
+    flag_text,
+    settings_from_kwargs,
 )
 from ensure_flydsl.support.report import Reporter
 from ensure_flydsl.support.stop_signals import unblock_stop_signals
 from ensure_flydsl.warm import key_tokens
 
-Handler = Callable[[argparse.Namespace, Settings, Reporter, Dict[str, str]], int]
-PlainHandler = Callable[[argparse.Namespace, Reporter, Dict[str, str]], int]
-
-# The signals that unwind a run like Ctrl-C (_handle_stop_signals), by their names.
-_STOP_SIGNALS: Dict[int, str] = {_signal.SIGTERM: "SIGTERM", _signal.SIGHUP: "SIGHUP"}
-
-
-def _flags(args: argparse.Namespace) -> Dict[str, Optional[str]]:
-    flags: Dict[str, Optional[str]] = {s.name: getattr(args, s.name, None) for s in SETTINGS}
-    flags["require"] = join_require(getattr(args, "require", None))
-    flags["git_mirrors"] = join_git_mirrors(getattr(args, "git_mirrors", None))
-    flags["cache_trusted_keys"] = join_trusted_keys(getattr(args, "cache_trusted_keys", None))
-    return flags
+DESCRIPTION = ("Make `import flydsl, kernels.moe_gemm_2stage` work from one consistent tree: reuse a good-enough\n"
+               "FlyDSL, else provision the pinned one into an isolated folder.")
+EVERY = tuple(s.name for s in SETTINGS)
+RECORDS = tuple(s.name for s in SETTINGS if s.in_request) + ("lock_file", "fail_marker")  # what status reads
+STOP_SIGNALS = {signal.SIGTERM: "SIGTERM", signal.SIGHUP: "SIGHUP"}  # they unwind a run like Ctrl-C
+BUILD_FAILURES = (ExitCode.FETCH, ExitCode.CHECKOUT, ExitCode.LLVM_BUILD, ExitCode.FLYDSL_BUILD, ExitCode.PROBE)
 
 
-def settings_from_args(args: argparse.Namespace, environ: Dict[str, str]) -> Settings:
-    return load_settings(_flags(args), environ)
+# -- the parser -----------------------------------------------------------------------------------------------
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    """A command's help lists its own options; the settings it reads are in its epilog, by concern."""
+
+    def add_usage(self, usage: Optional[str], actions: Any, groups: Any, prefix: Optional[str] = None) -> None:
+        super().add_usage(usage, [a for a in actions if a.dest not in SETTING_BY_NAME], groups, prefix)
+
+    def add_argument(self, action: argparse.Action) -> None:
+        if action.dest not in SETTING_BY_NAME:
+            super().add_argument(action)
 
 
-def _report_bad_input(exc: BadInput, flags: Dict[str, Optional[str]], environ: Dict[str, str]) -> None:
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        # A usage error is bad input: exit 64 and one line (argparse's exit 2 means "clone failed" here).
+        self.exit(int(ExitCode.BAD_INPUT), f"{self.prog}: {message}\n")
+
+    def _check_value(self, action: argparse.Action, value: Any) -> None:
+        if isinstance(action, argparse._SubParsersAction) and value not in action.choices:
+            group = self.prog.split()[1:]  # ["cache"] under cache, [] at the top
+            what = f"{group[0]} command" if group else "command"
+            where = f"ensure-flydsl help {group[0]} lists them" if group else "ensure-flydsl help lists the commands"
+            refuse(unknown(what, value, list(action.choices), where))
+        super()._check_value(action, value)
+
+
+class _Version(argparse.Action):
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
+        print(version_line())
+        parser.exit()
+
+
+def refuse(line: str) -> NoReturn:
+    """Bad input on the command line: one line on stderr, exit 64."""
+    sys.stderr.write(line + "\n")
+    raise SystemExit(int(ExitCode.BAD_INPUT))
+
+
+def unknown(what: str, word: str, known: List[str], where: str) -> str:
+    """The line for a word that names no command, with the closest one (a word of its letters first)."""
+    close = sorted(difflib.get_close_matches(word, known, n=2), key=lambda k: sorted(k) != sorted(word))
+    ratio = [difflib.SequenceMatcher(None, word, k).ratio() for k in close]
+    if len(close) == 2 and (sorted(close[0]) == sorted(word) or ratio[0] - ratio[1] > 0.05):
+        close = close[:1]
+    meant = f"; did you mean {' or '.join(repr(k) for k in close)}?" if close else ""
+    return f"ensure-flydsl: unknown {what} '{word}'{meant} ({where})"
+
+
+def _add_setting(parser: Any, setting: Setting, help: Optional[str]) -> None:
+    """A setting's flag, with no default: a subcommand's default would replace the value given before it."""
+    hidden = argparse.SUPPRESS
+    if setting.kind == SWITCH:
+        parser.add_argument(setting.flag, dest=setting.name, action="store_true", default=hidden, help=help)
+        parser.add_argument("--no-" + setting.flag[2:], dest=setting.name, action="store_false", default=hidden,
+                            help=hidden if help == hidden else None)
+    elif setting.kind == FLAG:
+        parser.add_argument(setting.flag, dest=setting.name, action="store_true", default=hidden, help=help)
+    else:
+        action = parser.add_argument(setting.flag, dest=setting.name, action="append" if setting.kind == LIST else
+                                     "store", metavar=setting.metavar or setting.name.upper(), default=hidden,
+                                     help=help)
+        if setting.name == "strategy":
+            action.completer = _choices(STRATEGIES)
+
+
+def _choices(words: Sequence[str]) -> Any:
+    """What a TAB offers for a value (argcomplete calls it with keywords)."""
+    return lambda **_: words
+
+
+def _add_options(parser: argparse.ArgumentParser, reads: Optional[Sequence[str]], loud: bool) -> None:
+    """The settings (those ``reads`` names offered, the others accepted), and -q/-v when ``loud``."""
+    if loud:
+        group = parser.add_mutually_exclusive_group()
+        group.add_argument("-q", "--quiet", dest="verbosity", action="store_const", const=-1,
+                           default=argparse.SUPPRESS, help="show nothing but a failure (the log still gets everything)")
+        group.add_argument("-v", "--verbose", dest="verbosity", action="store_const", const=1,
+                           default=argparse.SUPPRESS, help="show the build's own output as well")
+    if reads is None:
+        return
+    for setting in SETTINGS:
+        _add_setting(parser, setting, setting.help if setting.name in reads else argparse.SUPPRESS)
+
+
+def _add_json(parser: argparse.ArgumentParser, help: str) -> None:
+    # No default either: `--json status` is `status --json`.
+    parser.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help=help)
+
+
+def _wrap(text: str, indent: str = "") -> List[str]:
+    """``text`` in lines as wide as the terminal, as argparse sizes its own."""
+    return textwrap.wrap(text, max(shutil.get_terminal_size().columns - 2, 40), subsequent_indent=indent,
+                         break_on_hyphens=False)
+
+
+# Each command's examples, shown by its help: (command line, what it does).
+EXAMPLES: Dict[str, Tuple[Tuple[str, str], ...]] = {
+    "": (("ensure-flydsl --root ~/.cache/flydsl/FlyDSL", "blocking; then source ~/.cache/flydsl/FlyDSL/flydsl_env.sh"),
+         ("ensure-flydsl start --root ~/.cache/flydsl/FlyDSL", "detached: returns at once; then `wait --timeout 540`"),
+         ("ensure-flydsl doctor", "in seconds: can it succeed here, and if not, why")),
+    "ensure": (("ensure-flydsl --root ~/.cache/flydsl/FlyDSL", "reuse, else provision; then source "
+                "~/.cache/flydsl/FlyDSL/flydsl_env.sh"),
+               ("ensure-flydsl --json --strategy release", "one JSON result object"),
+               ("ensure-flydsl -q --python /usr/bin/python3.11", "say nothing but a failure")),
+    "start": (("ensure-flydsl start --root ~/.cache/flydsl/FlyDSL", "returns at once"),
+              ("ensure-flydsl start --cache s3://bucket/flydsl", "then `ensure-flydsl wait`")),
+    "wait": (("ensure-flydsl wait --timeout 540", "inside an agent's 600 s shell call; 75: call it again"),
+             ("ensure-flydsl wait --timeout 0 --json", "answer at once")),
+    "status": (("ensure-flydsl status", ""), ("ensure-flydsl --root ~/.cache/flydsl/FlyDSL status --json", "")),
+    "env": (("ensure-flydsl env", "the env file, to source"), ("ensure-flydsl env --format json", "its JSON twin"),
+            ("ensure-flydsl env --json --min-version 0.2.3", "does it answer this request?")),
+    "verify": (("ensure-flydsl verify", "exit 0 only for one good tree"),
+               ("ensure-flydsl verify --json --python /usr/bin/python3.11", "")),
+    "doctor": (("ensure-flydsl doctor", "one line per check, then the verdict"),
+               ("ensure-flydsl doctor --strategy source --json", "")),
+    "cache": (("ensure-flydsl cache list --cache /srv/flydsl-cache", ""),
+              ("ensure-flydsl help cache prune", "a cache command's own help")),
+    "cache list": (("ensure-flydsl cache list --cache /srv/flydsl-cache", "newest first"),
+                   ("ensure-flydsl cache list --json --cache-trusted-key ci-1.pub",
+                    "one JSON object; which signatures a trusted key verifies")),
+    "cache prune": (("ensure-flydsl cache prune --max-size 50G --cache /srv/flydsl-cache", ""),
+                    ("ensure-flydsl --cache s3://bucket/flydsl cache prune --max-size 500M", "")),
+    "cache keygen": (("ensure-flydsl cache keygen --out ~/.config/flydsl ci-1",
+                      "then FLYDSL_CACHE_SIGNING_KEY=~/.config/flydsl/ci-1.secret on the CI host"),
+                     ("ensure-flydsl cache keygen --out /etc/flydsl/keys ci-2",
+                      "a new key to rotate to: sign with it, then trust it")),
+    "cache sign": (("ensure-flydsl cache sign --key ~/.config/flydsl/ci-1.secret", "every entry"),
+                   ("ensure-flydsl cache sign --key ci-2.secret 3f2a9c 77b0e1 --cache-trusted-key ci-1.pub",
+                    "a rotation: two entries, if ci-1 signed them")),
+    "store": (("ensure-flydsl store list", "each tree, its size and the roots that use it"),
+              ("ensure-flydsl help store prune", "a store command's own help")),
+    "store list": (("ensure-flydsl store list", ""),
+                   ("ensure-flydsl store list --json --store /scratch/flydsl-store", "one JSON object")),
+    "store prune": (("ensure-flydsl store prune --max-size 20G", "trees a root uses are kept"),
+                    ("ensure-flydsl --store /scratch/flydsl-store store prune --max-size 5G", "")),
+    "clean": (("ensure-flydsl clean", ""), ("ensure-flydsl clean --json --root ~/.cache/flydsl/FlyDSL", "")),
+    "stats": (("ensure-flydsl stats", "the last runs and where their time went"),
+              ("ensure-flydsl stats --json --root ~/.cache/flydsl/FlyDSL", "one root's runs"),
+              ("ensure-flydsl stats --records ./fleet-records", "a fleet's records, collected")),
+    "skill": (("ensure-flydsl skill $GEAK_ROOT/perf_knowledge/expert_skills/skills/ensure_flydsl", ""),
+              ("ensure-flydsl skill ./ensure_flydsl --force --wheels ./wheels", "no network")),
+    "help": (("ensure-flydsl help wait", ""), ("ensure-flydsl help settings", "")),
+    "completion": (("ensure-flydsl completion bash > ~/.local/share/bash-completion/completions/ensure-flydsl", ""),
+                   ("ensure-flydsl completion zsh", "eval it in ~/.zshrc, after compinit"),
+                   ("ensure-flydsl completion fish > ~/.config/fish/completions/ensure-flydsl.fish", "")),
+}
+
+
+def _epilog(path: str, reads: Optional[Sequence[str]]) -> str:
+    """The settings a command reads, by concern, and its examples."""
+    width = shutil.get_terminal_size().columns - 2
+    lines = []
+    if reads is not None:
+        lines += _wrap("settings (a flag before or after the command, or its variable; `ensure-flydsl help "
+                       "settings` says what each does):" if reads else "settings: none apply to it", "  ")
+        for group in GROUPS:
+            flags = [s.flag + ("/--no-" + s.flag[2:] if s.kind == SWITCH else "") for s in SETTINGS
+                     if s.group == group and s.name in reads]
+            lines += textwrap.wrap(" ".join(flags), max(width, 40), initial_indent=f"  {group:<10}",
+                                   subsequent_indent=" " * 12, break_on_hyphens=False)
+        lines.append("")
+    lines.append("examples:")
+    for line, why in EXAMPLES[path]:
+        if not why:
+            lines.append(f"  {line}")
+        elif len(line) + len(why) + 6 <= width:
+            lines.append(f"  {line}  # {why}")
+        else:
+            lines += [f"  {line}", f"      # {why}"]
+    return "\n".join(lines)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    pointer = ("settings: each is a flag, before or after the command, or its environment variable (a flag wins); "
+               "`ensure-flydsl help settings` lists them, `ensure-flydsl help COMMAND` shows a command's own")
+    codes = "exit codes: " + "; ".join(f"{int(c)} {meaning}" for c, meaning in EXIT_MEANINGS.items())
+    top = _Parser(prog="ensure-flydsl", description=DESCRIPTION, formatter_class=_Formatter,
+                  epilog="\n".join([*_wrap(pointer, "  "), "", _epilog("", None), "", *_wrap(codes, "  ")]))
+    top.add_argument("-V", "--version", action=_Version, nargs=0,
+                     help="print the version (and the commit, when known) and exit")
+    _add_options(top, EVERY, loud=True)
+    _add_json(top, "print one JSON result object on stdout (and JSON events on stderr)")
+    commands = top.add_subparsers(dest="command", metavar="COMMAND", title="commands")
+
+    def command(path: str, help: str, reads: Optional[Sequence[str]] = EVERY, loud: bool = True,
+                under: Any = commands) -> argparse.ArgumentParser:
+        parser: argparse.ArgumentParser = under.add_parser(path.split()[-1], help=help, description=help,
+                                                           formatter_class=_Formatter, epilog=_epilog(path, reads))
+        _add_options(parser, reads, loud)
+        return parser
+
+    topic = _add_commands(command)
+    topic.completer = _choices([*commands.choices, "settings"])  # type: ignore[attr-defined]
+    return top
+
+
+def _add_commands(command: Callable[..., argparse.ArgumentParser]) -> argparse.Action:
+    """Every command; returns the help command's topic, whose TAB offers the commands."""
+    _add_json(command("ensure", "make FlyDSL importable (the default command); blocking"),
+              "print one JSON result object on stdout (and JSON events on stderr)")
+    command("start", "launch the same work as `ensure` detached; print {run_id, pid, log, state} and return")
+    waiting = command("wait", "follow the root's run until it ends: 0, its failure's exit code, or 75 at --timeout",
+                      RECORDS)
+    waiting.add_argument("--timeout", type=_seconds(zero_ok=True), metavar="S",
+                         help="give up waiting after S seconds (0: answer at once)")
+    waiting.add_argument("--heartbeat", type=_seconds(zero_ok=False), default=30.0, metavar="S",
+                         help="print a heartbeat line at least every S seconds (default 30)")
+    _add_json(waiting, "print the answer as one JSON result object on stdout (heartbeats as JSON events on stderr)")
+    _add_json(command("status", "state, step, percent, elapsed, ETA, pid, version, root, python, how, log", RECORDS),
+              "one JSON result object (docs/schema/)")
+    env = command("env", "print the env file (or its JSON twin)", RECORDS)
+    env.add_argument("--format", choices=("sh", "json"), default="sh")
+    _add_json(env, "one JSON result object: whether the env file answers this request, its version, and the "
+              "variables it exports")
+    _add_json(command("verify", "run the full import probe and print each module's file",
+                      RECORDS + ("probe_timeout",)), "one JSON result object with each module's file")
+    _add_json(command("doctor", "predict, in seconds, whether the configured strategy can succeed here, and why not"),
+              "one JSON object with every check (docs/schema/doctor.schema.json)")
+    _add_cache_commands(command)
+    _add_json(command("clean", "remove what this tool created for the root (never anything else)",
+                      ("root", "lock_file", "fail_marker")), "one JSON result object naming what was removed and kept")
+    stats_parser = command("stats", "where this host's runs spent their time: each run's stages, waits and bytes, "
+                           "and a summary", None)
+    _add_json(stats_parser, "one JSON object: every run under `runs`, and the `summary` "
+              "(docs/schema/stats.schema.json)")
+    stats_parser.add_argument("--root", dest="of_root", metavar="ROOT",
+                              help="only the runs of this root (default: every root of the host)")
+    stats_parser.add_argument("--records", metavar="DIR", help="read the timing records in DIR (a fleet's, collected "
+                              "into one folder) instead of this host's")
+    skill = command("skill", "write the GEAK drop-in folder: skill.md, ensure_flydsl.sh and this tool vendored for a "
+                    "bare python3", None)
+    skill.add_argument("dir", metavar="DIR", help="the folder to write (GEAK: perf_knowledge/expert_skills/skills/"
+                       "ensure_flydsl); refused if it exists and this command did not make it")
+    skill.add_argument("--force", action="store_true",
+                       help="replace a folder this command made (and only such a folder)")
+    skill.add_argument("--wheels", metavar="DIR",
+                       help="take the vendored libraries' pinned wheels from DIR (no network)")
+    _add_json(skill, "one JSON result object")
+    helping = command("help", "this list; a command's help (help COMMAND); every setting (help settings)", None,
+                      loud=False)
+    topic = helping.add_argument("topic", nargs="*", metavar="COMMAND",
+                                 help="a command (`cache list`: a cache command), or `settings` for every setting")
+    command("completion", "print a completion script for bash, zsh or fish", None, loud=False).add_argument(
+        "shell", choices=("bash", "zsh", "fish"), help="the shell the script is for")
+    return topic
+
+
+def _add_cache_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
+    """``cache`` and ``store``, each a command of commands."""
+    trust = ("cache", "cache_trusted_keys")
+    cache = command("cache", "housekeeping of the binary cache (FLYDSL_CACHE): list, prune, keygen, sign", trust,
+                    loud=False)
+    actions = cache.add_subparsers(dest="cache_action", metavar="ACTION", title="cache commands")
+    _add_json(command("cache list", "every entry of the binary cache: kind, key, size, age, what it was built from, "
+                      "who signed it", trust, under=actions),
+              "one JSON object {schema_version, location, entries: [...], warnings} (docs/schema/)")
+    command("cache prune", "remove the oldest entries until the binary cache holds at most --max-size", ("cache",),
+            under=actions).add_argument("--max-size", metavar="SIZE", help="remove the oldest entries until the "
+                                        "cache holds at most SIZE (bytes, or with K/M/G/T: 500M, 2G)")
+    keygen = command("cache keygen", "write a signing key pair: DIR/NAME.secret (mode 600) and DIR/NAME.pub", (),
+                     under=actions)
+    keygen.add_argument("names", nargs="*", metavar="NAME", help="the key's name (letters, digits, . _ -)")
+    keygen.add_argument("--out", metavar="DIR", help="the folder for NAME.secret (mode 600) and NAME.pub")
+    sign = command("cache sign", "add a key's signature to entries of the binary cache (manifests are not touched)",
+                   trust, under=actions)
+    sign.add_argument("names", nargs="*", metavar="KEY",
+                      help="the entries to sign: prefixes of their keys, as `cache list` shows them (default: all)")
+    sign.add_argument("--key", metavar="PATH", help="the secret key file to sign with (from `cache keygen`)")
+    store = command("store", "the host store of trees the roots link (FLYDSL_STORE): list, prune", ("store",),
+                    loud=False)
+    actions = store.add_subparsers(dest="store_action", metavar="ACTION", title="store commands")
+    _add_json(command("store list", "every tree of the host store: its key, size, files, last use and the roots "
+                      "that link it", ("store",), under=actions), "one JSON result object with every tree "
+              "(docs/schema/)")
+    command("store prune", "remove the longest unused trees until the host store holds at most --max-size",
+            ("store",), under=actions).add_argument(
+        "--max-size", metavar="SIZE", help="remove the longest unused trees until the store holds at most SIZE "
+        "(bytes, or with K/M/G/T); a tree a root uses is never removed")
+
+
+def _seconds(*, zero_ok: bool) -> Any:
+    def seconds(value: str) -> float:
+        try:
+            number = float(value)
+        except ValueError:
+            number = float("nan")
+        if not ((number >= 0 if zero_ok else number > 0) and number < 10**9):  # nan fails both
+            raise argparse.ArgumentTypeError(f"{value!r} is not a number of seconds {'>= 0' if zero_ok else '> 0'}")
+        return number
+
+    return seconds
+
+
+def with_command(parser: argparse.ArgumentParser, argv: List[str]) -> List[str]:
+    """``argv`` with ``ensure`` where the command goes when none is given: argparse has no default subcommand."""
+    at = 0
+    while at < len(argv) and argv[at].startswith("-") and argv[at] != "--":
+        action = parser._option_string_actions.get(argv[at].split("=", 1)[0])
+        takes_value = action is not None and action.nargs is None and "=" not in argv[at]
+        if action is None or (takes_value and at + 1 == len(argv)):
+            break  # an unknown flag, or a last one without its value: the ensure command's error names it
+        at += 2 if takes_value else 1
+    if at < len(argv) and not argv[at].startswith("-"):
+        return argv
+    return [*argv[:at], "ensure", *argv[at:]]
+
+
+def parse(argv: Sequence[str]) -> argparse.Namespace:
+    parser = build_parser()
+    return parser.parse_args(with_command(parser, list(argv)))
+
+
+def _help(topic: List[str]) -> int:
+    """``help [COMMAND]``: the command's own ``--help``; ``help settings``: every setting."""
+    if topic == ["settings"]:
+        print(_settings_page(), end="")
+        return 0
+    if topic[:1] == ["settings"] or len(topic) > (2 if topic[:1] in (["cache"], ["store"]) else 1):
+        also = "; `help settings` lists the settings" if topic[:1] == ["settings"] else ""
+        refuse(f"ensure-flydsl help: {' '.join(topic)!r} is no command (ensure-flydsl help lists the commands{also})")
+    build_parser().parse_args([*topic, "--help"])
+    return 0
+
+
+def _settings_page() -> str:
+    page = argparse.ArgumentParser(prog="ensure-flydsl", usage=argparse.SUPPRESS, add_help=False, description=(
+        "Every setting is a flag (before or after the command) and an environment variable; a flag wins over its "
+        "variable, and an empty variable means the default. A bad value is refused (exit 64, one line naming the "
+        "setting and what is allowed) before anything is touched."))
+    for group, title in GROUPS.items():
+        section = page.add_argument_group(f"{title} ({group})")
+        for s in SETTINGS:
+            if s.group == group:
+                _add_setting(section, s, f"{s.help}{_default_text(s)} [{s.env}]")
+    return page.format_help()
+
+
+def _default_text(setting: Setting) -> str:
+    value = setting.default
+    if "default" in setting.help or value in (None, "", ()):
+        return ""
+    if isinstance(value, bool):
+        value = "on" if value else "off"
+    elif isinstance(value, tuple):
+        value = ",".join(value)
+    return f" (default {value})"
+
+
+# -- the dispatch -----------------------------------------------------------------------------------------------
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    # Under umask 000 (common in containers) the checkout, its .git/hooks and the build would be world-writable:
+    # anyone could plant a hook that the next run's git executes.
+    os.umask(os.umask(0o022) | 0o002)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["_watchdog"]:
+        unblock_stop_signals()  # started by a worker that may still have them blocked (cli/start.py)
+        return watch(argv[1], argv[2])
+    if argv[:1] == ["_worker"]:
+        given = dict(zip(argv[1::2], argv[2::2]))
+        args = argparse.Namespace(command="_worker", run_id=given["--run-id"], alive_fd=int(given["--alive-fd"]),
+                                  settings_json=given["--settings-json"])
+    else:
+        parser = build_parser()
+        if "_ARGCOMPLETE" in os.environ:
+            import argcomplete
+
+            argcomplete.autocomplete(parser)  # prints what a TAB offers and exits
+        args = parser.parse_args(with_command(parser, argv))
+    verbosity = int(getattr(args, "verbosity", 0))
+    # The front door's key when the settings come from the argv and the variables alone (warm.py).
+    warm_key = key_tokens(argv) if args.command == "ensure" and not verbosity else None
+    as_json = bool(getattr(args, "json", False))
+    reporter = Reporter.for_stream(sys.stderr if as_json or args.command == "start" else sys.stdout,
+                                   json_events=as_json, verbosity=verbosity)
+    previous = {signum: signal.signal(signum, _raise_interrupted) for signum in STOP_SIGNALS
+                # An ignored SIGHUP stays ignored: that is how `nohup ensure-flydsl &` outlives the terminal.
+                if not (signum == signal.SIGHUP and signal.getsignal(signum) == signal.SIG_IGN)}
+    code: Optional[int] = None
+    try:
+        code = _run(args, reporter, dict(os.environ), as_json, warm_key)
+        sys.stdout.flush()  # here, where a reader that went away is handled, not at exit
+        return code
+    except BrokenPipeError:
+        if not _stdout_gone():
+            return _internal_error(reporter)
+        silence_stdout()  # the reader stopped reading (`| head -1`): what it did not read is nobody's failure
+        return 0 if code is None else code
+    except EnsureError as exc:
+        return _report_failure(exc, reporter, as_json)
+    except (KeyboardInterrupt, Interrupted) as exc:
+        what = exc.description if isinstance(exc, Interrupted) else interrupted_by("SIGINT")
+        if as_json:
+            _json_failure(reporter, result_object(exit_code=int(ExitCode.INTERRUPTED), reason=what,
+                                                  hint="run it again: it resumes", log=reporter.log_path), [])
+        else:
+            print(f"ensure-flydsl: {what}; the next run resumes where this one stopped", file=sys.stderr)
+        return int(ExitCode.INTERRUPTED)
+    except Exception:
+        return _internal_error(reporter, as_json)
+    finally:
+        for signum, was in previous.items():
+            signal.signal(signum, was)
+        reporter.close()
+
+
+def _run(args: argparse.Namespace, reporter: Reporter, environ: Dict[str, str], as_json: bool,
+         warm_key: Optional[List[str]]) -> int:
+    if args.command == "_worker":
+        return worker(args.run_id, args.alive_fd, args.settings_json, environ, reporter)
+    if args.command == "help":
+        return _help(args.topic)
+    if args.command == "completion":
+        from argcomplete.shell_integration import shellcode
+
+        print(shellcode(["ensure-flydsl"], shell=args.shell), end="")
+        return 0
+    if args.command == "stats":
+        # A --root before the command is taken for the setting: here it is the filter too.
+        of_root = args.of_root if args.of_root is not None else getattr(args, "root", None)
+        return stats(of_root, args.records, environ, as_json=as_json)
+    if args.command == "skill":
+        return _skill(args, environ, reporter, as_json)
+    given = {s.name: getattr(args, s.name) for s in SETTINGS if hasattr(args, s.name)}
+    try:
+        settings = settings_from_kwargs(given, environ)
+    except BadInput as exc:
+        if args.command in ("ensure", "start"):
+            _report_bad_input(exc, {k: flag_text(k, v) for k, v in given.items()}, environ)
+        raise
+    try:
+        return _with_settings(args, settings, reporter, environ, as_json, warm_key)
+    except OSError as exc:  # another user's files, a read-only mount, a full file system: one line
+        refused = None if isinstance(exc, BrokenPipeError) else access_error(exc, args.command) or disk_full_error(
+            exc, {"start": Stage.STARTING, "clean": Stage.CLEAN}.get(args.command))
+        if refused is None:
+            raise
+        raise refused from None
+
+
+def _with_settings(args: argparse.Namespace, settings: Settings, reporter: Reporter, environ: Dict[str, str],
+                   as_json: bool, warm_key: Optional[List[str]]) -> int:
+    command = args.command
+    if command == "ensure":
+        return _ensure(settings, reporter, environ, as_json, warm_key)
+    if command == "start":
+        return start(settings, environ, reporter)
+    if command == "wait":
+        return wait(settings, reporter, timeout=args.timeout, heartbeat=args.heartbeat, as_json=as_json)
+    if command == "status":
+        return status(settings, as_json=as_json)
+    if command == "env":
+        return show_env(settings, args.format, environ, as_json=as_json)
+    if command == "verify":
+        return verify(settings, environ, as_json=as_json)
+    if command == "doctor":
+        return doctor(settings, environ, as_json=as_json)
+    if command == "clean":
+        cleaned = clean(settings, reporter.say)
+        for line in cleaned.lines():
+            reporter.say(line)
+        if as_json:
+            print(json.dumps(cleaned.to_json(settings), sort_keys=True))
+        return 0
+    action = getattr(args, f"{command}_action")
+    if action is None:
+        refuse(f"ensure-flydsl {command}: which one? " + ("list, prune, keygen or sign" if command == "cache" else
+               "list or prune") + f" (ensure-flydsl help {command} says what each does)")
+    if command == "store":
+        return store_command(settings, environ, action, max_size=getattr(args, "max_size", None), as_json=as_json,
+                             say=reporter.say)
+    return cache_command(settings, action, max_size=getattr(args, "max_size", None), as_json=as_json,
+                         say=reporter.say, names=getattr(args, "names", ()), out=getattr(args, "out", None),
+                         key=getattr(args, "key", None))
+
+
+def _ensure(settings: Settings, reporter: Reporter, environ: Dict[str, str], as_json: bool,
+            warm_key: Optional[List[str]]) -> int:
+    """Answer warm when nothing changed, else run the pipeline; say what it decided."""
+    result = None if settings.verify else try_warm(settings, environ)
+    if result is None:
+        result = ensure_run(Run(settings, reporter, environ, warm_key=warm_key))
+    else:
+        twin = read_env_json(settings.env_json)
+        if twin is not None:  # the front door answers the next call with these raw inputs
+            keep_warm(settings, environ, warm_key, twin, current_fingerprint(settings, environ, twin))
+        reporter.say(warm_lines(settings, result)[0])
+    if as_json:
+        print(json.dumps(result.to_json(), sort_keys=True))
+    else:
+        reporter.say(warm_lines(settings, result)[1])
+    return 0
+
+
+def _skill(args: argparse.Namespace, environ: Dict[str, str], reporter: Reporter, as_json: bool) -> int:
+    made = write_skill_folder(args.dir, force=args.force, wheels=args.wheels, environ=environ, say=reporter.say)
+    reason = (f"{'replaced' if made.replaced else 'wrote'} {made.path}: skill.md, ensure_flydsl.sh, tool/ "
+              f"(ensure-flydsl {made.version} with {', '.join(made.vendored)}), VERSION (commit {made.commit})")
+    if as_json:
+        data = result_object(ok=True, exit_code=0, reason=reason)
+        data.update(dir=made.path, version=made.version, commit=made.commit, vendored=made.vendored,
+                    replaced=made.replaced)
+        print(json.dumps(data, sort_keys=True))
+    else:
+        reporter.say(reason)
+        reporter.say(f"GEAK runs it as `bash {made.path}/ensure_flydsl.sh` (docs/GEAK.md); nothing is installed")
+    return 0
+
+
+# -- outcomes -----------------------------------------------------------------------------------------------------
+def _report_bad_input(exc: BadInput, flags: Mapping[str, Optional[str]], environ: Dict[str, str]) -> None:
     """A poller of the bash executor's recipe only sees markers: leave one, if its folder already exists."""
     path = fail_marker_path(flags, environ)
     if path and os.path.isdir(os.path.dirname(path)):
@@ -67,10 +595,9 @@ def format_error(exc: EnsureError, log_tail: List[str], log_path: Optional[str])
     stage = f", stage {exc.stage}" if exc.stage else ""
     lines = [f"ensure-flydsl: failed (exit {int(exc.code)}: {exc.meaning}{stage}): {exc.reason}"]
     if exc.detail:
-        lines.extend("  " + line for line in exc.detail.splitlines())
+        lines += ["  " + line for line in exc.detail.splitlines()]
     if log_tail:
-        lines.append(f"  last lines of the log ({log_path}):")
-        lines.extend("    " + line for line in log_tail)
+        lines += [f"  last lines of the log ({log_path}):", *("    " + line for line in log_tail)]
     elif log_path:
         lines.append(f"  log: {log_path}")
     if exc.hint:
@@ -79,24 +606,11 @@ def format_error(exc: EnsureError, log_tail: List[str], log_path: Optional[str])
 
 
 def _raise_interrupted(signum: int, _frame: object) -> None:
-    raise Interrupted(_STOP_SIGNALS[signum])
-
-
-def _handle_stop_signals() -> Dict[int, object]:
-    """SIGTERM and SIGHUP (the terminal closed) unwind the run like Ctrl-C, so that its failure marker says
-    what happened (not "died: kill -9") and the build's group is stopped.  An ignored SIGHUP stays ignored:
-    that is how `nohup ensure-flydsl &` asks to outlive the terminal."""
-    previous: Dict[int, object] = {}
-    for signum in _STOP_SIGNALS:
-        if signum == _signal.SIGHUP and _signal.getsignal(signum) == _signal.SIG_IGN:
-            continue
-        previous[signum] = _signal.signal(signum, _raise_interrupted)
-    return previous
+    raise Interrupted(STOP_SIGNALS[signal.Signals(signum)])
 
 
 def _stdout_gone() -> bool:
     """Whether stdout is a pipe whose reader has gone (`ensure-flydsl status | head -1`)."""
-
     try:
         poller = select.poll()
         poller.register(sys.stdout.fileno(), select.POLLOUT)
@@ -115,112 +629,13 @@ def silence_stdout() -> None:
         pass
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    # Under umask 000 (common in containers) the checkout, its .git/hooks and the build would be
-    # world-writable: anyone could plant a hook that the next run's git executes.  Never world-writable.
-    os.umask(os.umask(0o022) | 0o002)
-    argv = sys.argv[1:] if argv is None else list(argv)
-    args = parse(argv)
-    environ = dict(os.environ)
-    # The front door's key when the settings come from the argv and the variables alone (warm.py).
-    args.warm_key = key_tokens(argv) if args.command == "ensure" and not getattr(args, "verbosity", 0) else None
-    if args.command == "_watchdog":
-        unblock_stop_signals()  # started by a worker that may still have them blocked (cli/start.py)
-        return watch(args.watch_root, args.watch_run_id)
-    json_mode = bool(getattr(args, "json", False))
-    reporter = _reporter_for(args, json_mode)
-    previous = _handle_stop_signals()
-    code: Optional[int] = None
-    try:
-        try:
-            if args.command == "_worker":
-                from ensure_flydsl.cli.worker import worker
-
-                return worker(args.run_id, args.alive_fd, args.settings_json, environ, reporter)
-            plain = _handler_name(args.command, plain=True)
-            if plain is not None:
-                handler: PlainHandler = getattr(handlers, plain)
-                return handler(args, reporter, environ)
-            settings = settings_from_args(args, environ)
-        except BadInput as exc:
-            if args.command in ("ensure", "start"):
-                _report_bad_input(exc, _flags(args), environ)
-            raise
-        code = _run_command(args, settings, reporter, environ)
-        sys.stdout.flush()  # here, where a reader that went away is handled, not at exit
-        return code
-    except BrokenPipeError:
-        if not _stdout_gone():
-            return _internal_error(reporter)
-        # The reader stopped reading (`| head -1`): what it did not read is nobody's failure.
-        silence_stdout()
-        return 0 if code is None else code
-    except EnsureError as exc:
-        return _report_failure(exc, reporter, json_mode)
-    except (KeyboardInterrupt, Interrupted) as exc:
-        return _report_interrupted(exc, reporter, json_mode)
-    except Exception:
-        return _internal_error(reporter, json_mode)
-    finally:
-        for signum, was in previous.items():
-            _signal.signal(signum, was)  # type: ignore[arg-type]
-        reporter.close()
-
-
-def parse(argv: Sequence[str]) -> "argparse.Namespace":
-    return parse_args(argv)
-
-
-def _handler_name(command: str, *, plain: bool) -> Optional[str]:
-    """The name in cli/handlers.py of the command's handler (``plain``: of its handler without settings), as the
-    command table gives it; the default command's without building the table (the warm call's:
-    tests/unit/test_cli_help.py holds the two equal)."""
-    if command == "ensure":
-        return None if plain else "_ensure"
-
-    entry = COMMANDS[command]
-    return entry.plain if plain else entry.run
-
-
-def _reporter_for(args: argparse.Namespace, json_mode: bool) -> Reporter:
-    verbosity = int(getattr(args, "verbosity", 0) or 0)
-    if json_mode:
-        # stdout carries the one result object; stderr only JSON events (messages, steps, the failure).
-        return Reporter.for_stream(sys.stderr, json_events=True, verbosity=verbosity)
-    if args.command == "start":
-        return Reporter.for_stream(sys.stderr, verbosity=verbosity)  # start's stdout is its JSON object alone
-    return Reporter.for_stream(sys.stdout, verbosity=verbosity)
-
-
-def _run_command(args: argparse.Namespace, settings: Settings, reporter: Reporter, environ: Dict[str, str]) -> int:
-    name = _handler_name(args.command, plain=False)
-    assert name is not None  # the internal commands returned before
-    handler: Handler = getattr(handlers, name)
-    try:
-        return handler(args, settings, reporter, environ)
-    except OSError as exc:  # another user's files, a read-only mount, a full file system: one line
-        from ensure_flydsl.cli.access import access_error
-
-        if isinstance(exc, BrokenPipeError):
-            raise
-        refused = access_error(exc, args.command) or disk_full_error(exc, _stage_of(args.command))
-        if refused is None:
-            raise
-        raise refused from None
-
-
-def _stage_of(command: str) -> Optional[Stage]:
-    """The stage a command's own failure is said in (an ensure run says the stage it was in itself)."""
-
-    return {"start": Stage.STARTING, "clean": Stage.CLEAN}.get(command)
-
-
-def _report_failure(exc: EnsureError, reporter: Reporter, json_mode: bool) -> int:
-    # The failures of a build step, whose log's last lines say why.
-    build_failures = (ExitCode.FETCH, ExitCode.CHECKOUT, ExitCode.LLVM_BUILD, ExitCode.FLYDSL_BUILD, ExitCode.PROBE)
-    tail = reporter.tail(20) if exc.code in build_failures else []
-    if json_mode:
-        _json_failure(reporter, failure_object(exc, reporter.log_path), tail)
+def _report_failure(exc: EnsureError, reporter: Reporter, as_json: bool) -> int:
+    tail = reporter.tail(20) if exc.code in BUILD_FAILURES else []  # a build step's log says why
+    if as_json:
+        data = result_object(exit_code=int(exc.code), stage=exc.stage or None, reason=exc.reason,
+                             hint=exc.hint or None, log=reporter.log_path, run_id=exc.run_id, elapsed_s=exc.elapsed_s)
+        data["installed"] = exc.installed
+        _json_failure(reporter, data, tail)
     else:
         try:
             print(format_error(exc, tail, reporter.log_path), file=sys.stderr)
@@ -229,20 +644,10 @@ def _report_failure(exc: EnsureError, reporter: Reporter, json_mode: bool) -> in
     return int(exc.code)
 
 
-def _report_interrupted(exc: BaseException, reporter: Reporter, json_mode: bool) -> int:
-    what = exc.description if isinstance(exc, Interrupted) else interrupted_by("SIGINT")
-    if json_mode:
-        _json_failure(reporter, result_object(exit_code=int(ExitCode.INTERRUPTED), reason=what,
-                                              hint="run it again: it resumes", log=reporter.log_path), [])
-    else:
-        print(f"ensure-flydsl: {what}; the next run resumes where this one stopped", file=sys.stderr)
-    return int(ExitCode.INTERRUPTED)
-
-
-def _internal_error(reporter: Reporter, json_mode: bool = False) -> int:
+def _internal_error(reporter: Reporter, as_json: bool = False) -> int:
     text = traceback.format_exc()
     reporter.build_line(text)
-    if json_mode:
+    if as_json:
         _json_failure(reporter, result_object(
             exit_code=int(ExitCode.INTERNAL), reason="internal error, a bug: " + text.strip().splitlines()[-1],
             hint="please report it with the traceback (in the event's detail)", log=reporter.log_path), [], text)
@@ -252,21 +657,10 @@ def _internal_error(reporter: Reporter, json_mode: bool = False) -> int:
     return int(ExitCode.INTERNAL)
 
 
-def failure_object(exc: EnsureError, log_path: Optional[str]) -> Dict[str, object]:
-    """The result object of a failure (the shape of a success's, ``ok`` false): what the run set on the
-    error (its id, time, and what the root still holds) included."""
-    data = result_object(exit_code=int(exc.code), stage=exc.stage or None, reason=exc.reason,
-                         hint=exc.hint or None, log=log_path, run_id=exc.run_id, elapsed_s=exc.elapsed_s)
-    data["installed"] = exc.installed
-    return data
-
-
 def _json_failure(reporter: Reporter, data: Dict[str, object], tail: List[str], detail: str = "") -> None:
     """Under --json: the result object on stdout, and on stderr one JSON event (no text block)."""
-
     event: Dict[str, object] = {"event": "failed", "exit_code": data["exit_code"], "stage": data["stage"],
-                                "reason": data["reason"], "hint": data["hint"], "log": data["log"],
-                                "log_tail": tail}
+                                "reason": data["reason"], "hint": data["hint"], "log": data["log"], "log_tail": tail}
     if detail:
         event["detail"] = detail
     reporter.event(event)
@@ -274,4 +668,3 @@ def _json_failure(reporter: Reporter, data: Dict[str, object], tail: List[str], 
         print(json.dumps(data, sort_keys=True), flush=True)
     except BrokenPipeError:
         silence_stdout()  # the exit code and stderr still tell the failure
-

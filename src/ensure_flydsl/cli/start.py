@@ -1,10 +1,7 @@
-"""Detached runs for agents: ``start`` launches a worker in a session of its own and returns at once.
+"""Detached runs: ``start`` joins the live run for the request or launches a worker, and returns at once.
 
-``start`` validates the request (bad input is exit 64 here, not a silent worker failure), takes an env
-file known to be untrue out of the way (one written for another request stays until the run's build
-starts), and either joins the live run for the same request or launches a worker.  The worker's alive lock
-is taken by ``start`` itself and handed to the worker, so a ``wait`` issued the moment ``start`` returns
-already sees a live run.
+``start`` takes the worker's alive lock itself and hands it over, so a ``wait`` issued the moment it returns
+already sees a live run.  The worker (``_worker``) is an ensure run tracked from its first step.
 """
 
 from __future__ import annotations
@@ -13,15 +10,16 @@ import json
 import os
 import subprocess
 import time
+from dataclasses import fields
 from typing import Dict, Mapping, Optional
 
 import filelock
 
-from ensure_flydsl.cli.worker import settings_to_json
 from ensure_flydsl.errors import EnsureError, ExitCode, Stage, disk_full_error
 from ensure_flydsl.layout import start_lock_file
 from ensure_flydsl.pipeline.decide import preflight
 from ensure_flydsl.pipeline.publish import withdraw_stale_markers
+from ensure_flydsl.pipeline.run import ensure_run
 from ensure_flydsl.probe.interpreter import callers_folder
 from ensure_flydsl.result import result_object
 from ensure_flydsl.runs.answer import live_runs
@@ -29,13 +27,34 @@ from ensure_flydsl.runs.liveness import marker_is_answered
 from ensure_flydsl.runs.markers import marker_unwritten, write_failure_marker
 from ensure_flydsl.runs.records import RUNNING, RunRecord, RunStore, new_record, new_run_id
 from ensure_flydsl.runs.twin_gate import installed
-from ensure_flydsl.settings import Settings
+from ensure_flydsl.settings import Settings, Strategy
 from ensure_flydsl.support.launcher import tool_command
 from ensure_flydsl.support.processes import spawn, stop_signals_blocked
 from ensure_flydsl.support.report import Reporter
-from ensure_flydsl.ways.context import announced_eta
+from ensure_flydsl.ways.context import Run, announced_eta
 
 JOIN_PID_WAIT_S = 2.0
+
+
+def settings_to_json(settings: Settings) -> Dict[str, object]:
+    data = {f.name: getattr(settings, f.name) for f in fields(Settings) if f.name != "sources"}
+    data["require"] = list(settings.require)
+    return data
+
+
+def settings_from_json(text: str) -> Settings:
+    data = json.loads(text)
+    data.update(require=tuple(data["require"]), git_mirrors=tuple(tuple(pair) for pair in data["git_mirrors"]),
+                cache_trusted_keys=tuple(data["cache_trusted_keys"]), strategy=Strategy(data["strategy"]))
+    return Settings(**data)
+
+
+def worker(run_id: str, alive_fd: int, settings_json: str, environ: Mapping[str, str], reporter: Reporter) -> int:
+    """The detached worker: a full run (not the warm path), whose record shows how it ended; stdout is the log."""
+    run = Run(settings_from_json(settings_json), reporter, environ, run_id, kind="detached", alive_fd=alive_fd)
+    result = ensure_run(run)
+    reporter.say(f"ready: flydsl {result.version} ({result.how}) for {result.python}; source {result.env_file}")
+    return 0
 
 
 def _with_pid(store: RunStore, record: RunRecord) -> RunRecord:
@@ -48,8 +67,7 @@ def _with_pid(store: RunStore, record: RunRecord) -> RunRecord:
 
 
 def _started(settings: Settings, run_id: str, pid: Optional[int], log: str, *, joined: bool) -> Dict[str, object]:
-    """start's answer: the common result object (not ok yet: exit_code 75, what `wait` returns while the run
-    goes), and the run's pid, state and whether this call joined a run already going."""
+    """start's answer: exit_code 75 (what `wait` returns while the run goes), its pid, and whether it joined."""
     what = "joined the run already going" if joined else "launched a detached run"
     data = result_object(ok=False, exit_code=int(ExitCode.STILL_RUNNING), reason=f"{what} for this request",
                          hint="run `ensure-flydsl wait --timeout 540` (again while it exits 75)", log=log,
@@ -103,9 +121,7 @@ def _join_or_launch(settings: Settings, environ: Mapping[str, str], reporter: Re
 
 
 def _announce(settings: Settings, environ: Mapping[str, str], store: RunStore, run_id: str) -> int:
-    """Open the log for the worker (its descriptor returned) and announce the run before the worker exists,
-    so that `wait` and `status` issued the moment we return follow it.  Only the worker writes its record
-    after this: no stale write can overwrite its end."""
+    """Open the worker's log and announce the run, so that a `wait` issued the moment we return follows it."""
     os.makedirs(settings.base_dir, exist_ok=True)
     # As Reporter.open_log: never append to (or chmod) the target of a symlink planted at the log's path.
     log = os.open(settings.log_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
@@ -123,8 +139,7 @@ def _announce(settings: Settings, environ: Mapping[str, str], store: RunStore, r
 
 
 def _leave_marker(settings: Settings, store: RunStore, error: EnsureError, run_id: str) -> EnsureError:
-    """The failure marker for a run that could not start (a poller of the marker learns it too); the error
-    to raise: ``error``, or, when the marker cannot be written either, a copy whose one line says so."""
+    """Leave the failure marker of a run that could not start; the error, amended when the marker failed too."""
     request = settings.request()
     if not os.path.isdir(os.path.dirname(settings.fail_marker)) or marker_is_answered(
             store, request, run_id, settings.root, False):

@@ -1,13 +1,7 @@
-"""``ensure-flydsl stats [--json] [--root R] [--records DIR]``: where this host's runs spent their time.
-
-Reads the host's timing records (``runs/timings.py``; ``--records`` a folder a fleet collected them into),
-lists each run with its root, way and stage seconds, and summarises them (``runs/stats.py``).  A pure
-query: nothing is written.  A file there that is not a record is skipped and said, never a traceback.
-"""
+"""``ensure-flydsl stats``: where this host's runs (or a fleet's, ``--records``) spent their time; writes nothing."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 from typing import Dict, List, Mapping, Optional, Sequence
@@ -17,7 +11,7 @@ from ensure_flydsl.layout import host_cache_dir, timings_dir
 from ensure_flydsl.result import result_object
 from ensure_flydsl.runs.stats import Summary, summarize
 from ensure_flydsl.runs.timings import HIT, MISS, Skipped, TimingRecord, read_records
-from ensure_flydsl.setting_values import host_id, parse_root
+from ensure_flydsl.settings import host_id, parse_root
 from ensure_flydsl.support.report import fmt_seconds
 from ensure_flydsl.trees.remote import format_size
 
@@ -44,7 +38,6 @@ def _of_root(records: Sequence[TimingRecord], root: Optional[str]) -> List[Timin
 
 
 class _Found:
-    """What the query found: the folder, the root it was held to, the runs, the files skipped."""
 
     def __init__(self, environ: Mapping[str, str], *, folder: Optional[str], root: Optional[str],
                  runs: List[TimingRecord], skipped: List[Skipped]) -> None:
@@ -72,9 +65,9 @@ def _query(environ: Mapping[str, str], root: Optional[str], records: Optional[st
     return _Found(environ, folder=folder, root=chosen, runs=_of_root(found, chosen), skipped=skipped)
 
 
-def stats(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
-    found = _query(environ, args.root, args.records)
-    if args.json:
+def stats(root: Optional[str], records: Optional[str], environ: Mapping[str, str], *, as_json: bool) -> int:
+    found = _query(environ, root, records)
+    if as_json:
         print(json.dumps(found.to_json(), sort_keys=True))
         return 0
     for line in text_lines(found):
@@ -108,7 +101,7 @@ def runs_text(count: int) -> str:
 
 
 def seconds_text(seconds: Optional[float]) -> str:
-    """Tenths of a second below a minute (most runs of a warm host take seconds), else as elsewhere."""
+    """Tenths of a second below a minute (a warm host's runs take seconds)."""
     return "unknown" if seconds is None else f"{seconds:.1f}s" if seconds < 60 else fmt_seconds(seconds)
 
 

@@ -1,9 +1,4 @@
-"""``ensure-flydsl status``: what is going on for the root, as one JSON result object or a few lines.
-
-The state is what is true for the request now (see runs/answer.py): a live run for it is "running"; else an
-env file that answers it is "succeeded"; else the last run for it that ended, if it failed, is "failed";
-else "absent" (with the reason).  ``installed`` says what the root's env file holds whatever the state.
-"""
+"""``ensure-flydsl status``: what is true for the request now (runs/answer.py), as a few lines or one JSON object."""
 
 from __future__ import annotations
 
@@ -33,7 +28,7 @@ def exit_code_of(found: Answer) -> int:
 
 
 def answer_object(settings: Settings, found: Answer) -> Dict[str, object]:
-    """The result object of an answer (docs/schema/status.schema.json): the common keys, then status's own."""
+    """The result object of an answer (docs/schema/status.schema.json)."""
     record, twin, failure = found.record, found.twin, found.failure
     data = result_object(ok=found.state == SUCCEEDED, exit_code=exit_code_of(found), log=settings.log_file,
                          run_id=found.run_id, elapsed_s=found.elapsed_s, hint=found.hint or None)
@@ -59,7 +54,7 @@ def answer_object(settings: Settings, found: Answer) -> Dict[str, object]:
 
 
 def status_data(settings: Settings) -> Dict[str, object]:
-    """A pure query: nothing is written, whatever it finds (a dead run is reported, its watchdog records it)."""
+    """A pure query: nothing is written (a dead run is reported; its watchdog records it)."""
     return answer_object(settings, answer(settings))
 
 

@@ -1,6 +1,5 @@
-"""``ensure-flydsl verify``: the full import probe, as the workflow will run it (the env file's folders first);
-exit 0 only for one good tree that the env file offers for this request (the same answer as `status`, `env`
-and `wait`: runs/twin_gate.py).  Without an env file it probes the root's folders first, to diagnose."""
+"""``ensure-flydsl verify``: the full import probe with the env file's folders first; 0 only for one good tree
+that the env file offers for this request (without one, the root's folders are probed, to diagnose)."""
 
 from __future__ import annotations
 
@@ -22,7 +21,7 @@ NOT_ANSWERED = 1  # as `env` and `wait`: no env file answers this request
 
 
 def absent_env_file(env_file: str) -> str:
-    """Why no env file answers when there is no twin: none is there, or it is there and this user cannot see it."""
+    """Why no env file answers when there is no twin: none is there, or this user cannot see it."""
     try:
         os.stat(env_file)
     except PermissionError as error:

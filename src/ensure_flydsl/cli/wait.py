@@ -1,8 +1,6 @@
-"""``ensure-flydsl wait``: follow the root's run until it ends; heartbeat lines keep a silence detector off.
+"""``ensure-flydsl wait``: follow the root's run until it ends: 0, its failure's code, or 75 at ``--timeout``.
 
-Returns 0 on success, the failing stage's exit code on failure, 75 if still running at ``--timeout``, 9
-if the run died (noticed within a poll interval through its alive lock; the failure marker is written).
-"""
+Heartbeat lines keep an agent's silence detector off; a dead run is noticed through its alive lock (exit 9)."""
 
 from __future__ import annotations
 
@@ -25,10 +23,7 @@ POLL_S = 0.05
 
 def wait(settings: Settings, reporter: Reporter, *, timeout: Optional[float], heartbeat: float,
          as_json: bool = False) -> int:
-    """Answer from what is true for the request (runs/answer.py), polling while a run for it lives; a run
-    found dead is recorded as such here (its failure marker written), should its watchdog be gone too.
-    With ``as_json`` the answer is also one result object on stdout (the heartbeats are JSON events,
-    ``heartbeat``, as a run's own)."""
+    """Poll while a run for the request lives; a run found dead is recorded here, should its watchdog be gone."""
     code, found = _wait(settings, reporter, timeout=timeout, heartbeat=heartbeat)
     if as_json:
         print(json.dumps(answer_object(settings, found), sort_keys=True))

@@ -37,8 +37,7 @@ from ensure_flydsl.doctor.remote_checks import check_index, check_repository
 from ensure_flydsl.doctor.requirements import check_requirements
 from ensure_flydsl.errors import EnsureError, ExitCode, Stage
 from ensure_flydsl.probe.results import Interpreter
-from ensure_flydsl.setting_values import Strategy
-from ensure_flydsl.settings import Settings
+from ensure_flydsl.settings import Settings, Strategy
 from ensure_flydsl.source.mirrors import rewrite
 from ensure_flydsl.source.needs import KNOWN_FLYDSL_NEEDS, BuildNeeds, find_needs
 from ensure_flydsl.ways import Way, demands, falls_back, provisioning, provisions, tries

@@ -24,9 +24,10 @@ from typing import Callable, Dict, List, Optional
 from ensure_flydsl.errors import EXIT_MEANINGS, BadInput
 from ensure_flydsl.geak import vendor
 from ensure_flydsl.geak.provenance import PACKAGE_DIR, tool_commit
-from ensure_flydsl.settings import DEFAULT_MIN_VERSION, DEFAULT_PIN, DEFAULT_ROOT, SETTINGS
+from ensure_flydsl.settings import DEFAULT_MIN_VERSION, DEFAULT_PIN, SETTINGS
 from ensure_flydsl.support.files import atomic_write_json, move_aside, read_json, remove_tree, rename_into_place
 from ensure_flydsl.version import __version__
+from ensure_flydsl.warm import DEFAULT_ROOT
 
 MANIFEST = ".ensure-flydsl-skill.json"
 MADE_BY = "ensure-flydsl skill"

@@ -3,7 +3,7 @@
 Written by ``ensure_run`` for every run that got past its settings, succeeded or failed, before its final
 run record and failure marker (a poller that sees the run end finds its timing too), and while its
 reserved room is still held (on a full disk the timing is what goes unwritten, never the marker).  The warm
-call (``cli/ensure.py: try_warm``) writes none; a run that waited for the lock and was then answered by the
+call (``pipeline/warm.py: try_warm``) writes none; a run that waited for the lock and was then answered by the
 fingerprint is a run, and its way is ``warm``.
 """
 
@@ -16,7 +16,7 @@ from ensure_flydsl.errors import EnsureError, Stage, exit_code_of
 from ensure_flydsl.layout import host_cache_dir, timings_dir
 from ensure_flydsl.result import Action, Result
 from ensure_flydsl.runs import timings
-from ensure_flydsl.setting_values import host_id
+from ensure_flydsl.settings import host_id
 from ensure_flydsl.support.fields import short_text
 from ensure_flydsl.version import __version__
 from ensure_flydsl.ways.context import Run

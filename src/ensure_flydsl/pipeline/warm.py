@@ -14,8 +14,7 @@ from ensure_flydsl.layout import HOST_VARIABLES, stamp_file, warm_stamp
 from ensure_flydsl.result import Action, How, Result
 from ensure_flydsl.runs.markers import EnvTwin, env_mapping, read_env_json, render_env_sh, withdraw_failure_marker
 from ensure_flydsl.runs.twin_gate import twin_gap
-from ensure_flydsl.setting_values import HOST_ID
-from ensure_flydsl.settings import SETTINGS, Settings
+from ensure_flydsl.settings import HOST_ID, SETTINGS, Settings
 from ensure_flydsl.support.files import atomic_write
 from ensure_flydsl.support.report import known
 

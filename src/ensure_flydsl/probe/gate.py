@@ -16,7 +16,7 @@ from packaging.version import InvalidVersion
 
 from ensure_flydsl.layout import BUILD_DIR, PACKAGES_DIR
 from ensure_flydsl.probe.results import Probe
-from ensure_flydsl.setting_values import release_at_least
+from ensure_flydsl.settings import release_at_least
 
 
 @dataclass(frozen=True)

@@ -19,8 +19,7 @@ from ensure_flydsl.runs import markers, timings
 from ensure_flydsl.runs.markers import Failure
 from ensure_flydsl.runs.records import FAILED, RUNNING, RunRecord, RunStore, process_start_time
 from ensure_flydsl.runs.twin_gate import answering_twin
-from ensure_flydsl.setting_values import host_id
-from ensure_flydsl.settings_table import Request
+from ensure_flydsl.settings import Request, host_id
 from ensure_flydsl.support import space
 from ensure_flydsl.support.processes import kill_group
 

@@ -18,7 +18,7 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 from ensure_flydsl.errors import FAILURE_CODES, Stage
 from ensure_flydsl.layout import warm_stamp
 from ensure_flydsl.result import LINK_MODES, How, TreeIdentity
-from ensure_flydsl.settings_table import Request
+from ensure_flydsl.settings import Request
 from ensure_flydsl.support import faults, fields, space
 from ensure_flydsl.support.files import atomic_write, atomic_write_json, file_path_problem, read_json, remove_file
 from ensure_flydsl.support.pythonpath import without_folders

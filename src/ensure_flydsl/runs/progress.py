@@ -33,7 +33,7 @@ from ensure_flydsl.runs.records import (
     new_record,
     process_start_time,
 )
-from ensure_flydsl.settings_table import Request
+from ensure_flydsl.settings import Request
 from ensure_flydsl.support.launcher import tool_command
 from ensure_flydsl.support.processes import kill_and_reap, spawn
 

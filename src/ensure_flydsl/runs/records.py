@@ -40,7 +40,7 @@ from ensure_flydsl.layout import (
     runs_dir,
 )
 from ensure_flydsl.runs.markers import Failure
-from ensure_flydsl.settings_table import Request
+from ensure_flydsl.settings import Request
 from ensure_flydsl.support import fields
 from ensure_flydsl.support.files import (
     atomic_write,

@@ -22,8 +22,7 @@ from packaging.version import InvalidVersion
 
 from ensure_flydsl import layout
 from ensure_flydsl.runs.markers import EnvTwin, read_env_json
-from ensure_flydsl.setting_values import release_at_least, same_repo
-from ensure_flydsl.settings_table import Request
+from ensure_flydsl.settings import Request, release_at_least, same_repo
 
 
 def _same_interpreter(twin: EnvTwin, python: str, path_env: Optional[str]) -> bool:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from ensure_flydsl.errors import EnsureError, ExitCode, Stage
-from ensure_flydsl.setting_values import GitMirrors
+from ensure_flydsl.settings import GitMirrors
 from ensure_flydsl.source.mirrors import describe, is_local, with_mirrors, with_network_limits
 from ensure_flydsl.support.processes import CommandFailed, Silent, cmd_output, run_captured, watched_output
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Dict, List, Mapping, Optional, Tuple
 
-from ensure_flydsl.setting_values import GitMirrors, git_config_count
+from ensure_flydsl.settings import GitMirrors, git_config_count
 from ensure_flydsl.support.processes import network_silence_s
 
 # curl's own stall limit for http(s) (git's http.lowSpeedLimit/Time): under 1 byte/s for the silence limit.

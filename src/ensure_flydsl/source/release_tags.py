@@ -26,7 +26,7 @@ from packaging.version import InvalidVersion, Version
 
 from ensure_flydsl.errors import EnsureError
 from ensure_flydsl.layout import BUILT_PACKAGES, PACKAGE_SOURCES
-from ensure_flydsl.setting_values import GitMirrors
+from ensure_flydsl.settings import GitMirrors
 from ensure_flydsl.source.git import git, is_local_repo, tag_commits
 from ensure_flydsl.source.mirrors import describe, rewrite
 from ensure_flydsl.source.needs import repo_path

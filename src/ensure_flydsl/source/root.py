@@ -34,7 +34,7 @@ from ensure_flydsl.layout import (
     state_dir,
 )
 from ensure_flydsl.result import How
-from ensure_flydsl.setting_values import same_repo
+from ensure_flydsl.settings import same_repo
 from ensure_flydsl.source.git import read_git
 from ensure_flydsl.support import fields
 from ensure_flydsl.support.files import atomic_write_json, read_json, remove_file, remove_tree, rename_into_place

@@ -14,7 +14,7 @@ from __future__ import annotations
 import enum
 from typing import Mapping, Tuple
 
-from ensure_flydsl.setting_values import Strategy
+from ensure_flydsl.settings import Strategy
 
 
 class Way(str, enum.Enum):

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Callable, Dict, Generic, Iterator, Optional, Set, Tuple, TypeVar
 
 from ensure_flydsl.errors import EnsureError, ExitCode, Stage
-from ensure_flydsl.setting_values import host_id as setting_host_id
+from ensure_flydsl.settings import host_id as setting_host_id
 from ensure_flydsl.support.report import fmt_seconds
 from ensure_flydsl.trees.lease import (
     BUILDING,

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Callable, Dict, List, Mapping, Optional, Seque
 from ensure_flydsl.errors import EnsureError, ExitCode, Stage
 from ensure_flydsl.layout import build_dir, llvm_record, mlir_install, pip_constraints, tools_dir
 from ensure_flydsl.probe.results import Interpreter
-from ensure_flydsl.setting_values import GitMirrors
+from ensure_flydsl.settings import GitMirrors
 from ensure_flydsl.source.llvm_inputs import checkout_llvm_inputs
 from ensure_flydsl.source.mirrors import with_mirrors, with_network_limits
 from ensure_flydsl.support.files import atomic_write, atomic_write_json, read_json
