@@ -87,7 +87,6 @@ class Heartbeat:
         if self.reporter.verbosity < 0:
             return self
 
-        self.reporter.share()  # before the thread exists: its lines and the run's never interleave
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._beat, name="ensure-flydsl-heartbeat", daemon=True)
         self._thread.start()

@@ -21,8 +21,8 @@ from ensure_flydsl.result import LINK_MODES, How, TreeIdentity
 from ensure_flydsl.settings_table import Request
 from ensure_flydsl.support import faults, fields, space
 from ensure_flydsl.support.files import atomic_write, atomic_write_json, file_path_problem, read_json, remove_file
-from ensure_flydsl.support.pythonpath import without_folders
 from ensure_flydsl.version import __version__
+from ensure_flydsl.warm import without_folders
 
 
 def env_mapping(
@@ -30,7 +30,7 @@ def env_mapping(
 ) -> Dict[str, str]:
     """The variables the env file exports, with PYTHONPATH as it will be after sourcing it now (the tree's
     folders first, once: sourcing it again, or a caller that already has them, changes nothing)."""
-    rest = without_folders(caller_pythonpath, prepend)
+    rest = without_folders(caller_pythonpath, list(prepend))
     parts = list(prepend) + ([rest] if rest else [])
     env = {"FLYDSL_ROOT": root, "PYTHONPATH": os.pathsep.join(parts)}
     if shim_dir is not None:

@@ -1,29 +1,3 @@
-"""The stop signals (SIGTERM, SIGHUP, SIGINT) blocked around a launch and unblocked by what was launched.  A module
-of its own, light to import: the watchdog unblocks them before anything else (runs/watchdog.py)."""
+"""Moved to support/processes.py; kept until cli/main.py imports unblock_stop_signals from there."""
 
-from __future__ import annotations
-
-import contextlib
-import signal as _signal
-from typing import Iterator, List
-
-STOP_SIGNAL_NAMES = ("SIGTERM", "SIGHUP", "SIGINT")
-
-
-@contextlib.contextmanager
-def stop_signals_blocked() -> Iterator[None]:
-    """Around the launch of a process that unblocks them itself (the mask is inherited through exec)."""
-    old = _signal.pthread_sigmask(_signal.SIG_BLOCK, _stop_signals())
-    try:
-        yield
-    finally:
-        _signal.pthread_sigmask(_signal.SIG_SETMASK, old)
-
-
-def unblock_stop_signals() -> None:
-    """Deliver what arrived while they were blocked (a pending SIGTERM raises here, in the handler's way)."""
-    _signal.pthread_sigmask(_signal.SIG_UNBLOCK, _stop_signals())
-
-
-def _stop_signals() -> "List[int]":
-    return [getattr(_signal, name) for name in STOP_SIGNAL_NAMES]
+from ensure_flydsl.support.processes import unblock_stop_signals as unblock_stop_signals
