@@ -109,7 +109,8 @@ def publish(run: Run, decision: Decision, action: Action) -> Result:
         pin=decision.pin, repo=decision.repo, run_id=run.run_id, built=action == Action.PROVISIONED,
         elapsed_s=round(elapsed, 3), link_mode=decision.link_mode,
     )
-    text = markers.render_env_sh(settings.root, decision.prepend, settings.shim_dir, settings.vllm_moe)
+    exports = markers.EnvFile(settings.root, tuple(decision.prepend), settings.shim_dir, settings.vllm_moe)
+    text = exports.text()
     there = markers.read_env_json(settings.env_json)
     as_read = markers.EnvTwin.from_json(json.loads(json.dumps(twin.to_json())))  # as it reads back
     current = there is not None and as_read is not None and there.answers(as_read) \
@@ -123,13 +124,10 @@ def publish(run: Run, decision: Decision, action: Action) -> Result:
             stamp(there)
             run.say(f"{settings.env_file} is current")
         else:
-            markers.publish_env_file(settings.env_file, settings.env_json, twin, shim_dir=settings.shim_dir,
-                                     vllm_moe=settings.vllm_moe, after_twin=stamp)
+            markers.publish_env_file(settings.env_file, settings.env_json, twin, after_twin=stamp)
             run.say(f"wrote {settings.env_file}")
         clear_answered_failure(run)
-    env = markers.env_mapping(
-        settings.root, decision.prepend, run.environ.get("PYTHONPATH"), settings.shim_dir, settings.vllm_moe
-    )
+    env = exports.mapping(run.environ.get("PYTHONPATH"))
     return Result(
         how=decision.how, action=action, root=settings.root, tree=decision.tree,
         version=str(decision.probe.version), python=interp.executable, python_version=interp.version,

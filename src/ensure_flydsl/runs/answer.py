@@ -27,9 +27,16 @@ from dataclasses import dataclass
 from typing import Dict, List, Optional
 
 from ensure_flydsl.runs.liveness import record_death, seen_dead
-from ensure_flydsl.runs.markers import EnvTwin, Failure, read_failure_marker
+from ensure_flydsl.runs.markers import (
+    EnvTwin,
+    Failure,
+    answering_twin,
+    installed,
+    installed_twin,
+    read_failure_marker,
+    twin_gap,
+)
 from ensure_flydsl.runs.records import FAILED, RUNNING, SUCCEEDED, RunRecord, RunStore, sibling_roots
-from ensure_flydsl.runs.twin_gate import answering_twin, installed, installed_twin, twin_gap
 from ensure_flydsl.settings import Request, Settings
 
 ABSENT = "absent"

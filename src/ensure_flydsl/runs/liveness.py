@@ -16,9 +16,8 @@ from typing import Optional
 from ensure_flydsl.errors import ExitCode
 from ensure_flydsl.layout import host_cache_dir, timings_dir
 from ensure_flydsl.runs import markers, timings
-from ensure_flydsl.runs.markers import Failure
+from ensure_flydsl.runs.markers import Failure, answering_twin
 from ensure_flydsl.runs.records import FAILED, RUNNING, RunRecord, RunStore, process_start_time
-from ensure_flydsl.runs.twin_gate import answering_twin
 from ensure_flydsl.setting_values import host_id
 from ensure_flydsl.settings_table import Request
 from ensure_flydsl.support import space
