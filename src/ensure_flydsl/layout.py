@@ -1,4 +1,4 @@
-"""Where everything lives: the one owner of every path under a root and under its parent folder.
+"""Where everything lives: the one owner of every path under a root, its parent folder and the host's cache.
 
     BASE/                                  the root's parent folder (``$(dirname ROOT)``)
       .flydsl_build.lock                   the build lock (FLYDSL_BUILD_LOCK); never deleted
@@ -6,9 +6,8 @@
       .flydsl_build.failed                 the failure marker (FLYDSL_BUILD_FAILED); JSON
       ensure_flydsl.log                    the log of provisioning runs
       .ensure_flydsl/                      state shared by the roots of BASE
-        runs/<root name>/                  run records (<run id>.json), alive locks (<run id>.alive),
-                                           room kept for a live run's last words (<run id>.reserve),
-                                           `current`, start.lock
+        runs/<root name>/                  <run id>.json/.alive/.reserve (record, alive lock, room), current,
+                                           start.lock
         mlir/                              MLIR installs fetched from the binary cache
       llvm-project/mlir_install/           an LLVM/MLIR build (FlyDSL's build.sh finds it here)
       .llvm-project.ensure-flydsl.json     the record that this tool made llvm-project/, and for what
@@ -30,13 +29,12 @@
             rocm-overlay/                  a copy of ROCm's lib/ with hip's CMake files fixed
             rocm-overlay.json              the ROCm install and fix the overlay is for
           wheel-download/                  a release wheel downloaded while the pin is fetched
+          store.json                       which store tree build-fly/python_packages is linked from
 
     HOST/                                  the user's cache folder: ${XDG_CACHE_HOME:-~/.cache}/ensure-flydsl
-      runs/<run id>.json                   a timing record of each run of the host (runs/timings.py), one
-                                           file per run, written once; the last 500 runs of 30 days kept
-      history.json                         step durations of this host's runs, per route, for ETAs (every
-                                           root of the host reads and adds to it)
-      history.lock                         the flock a run holds while it adds its durations (never deleted)
+      runs/<run id>.json                   a timing record of each run of the host (runs/timings.py)
+      history.json                         step durations of this host's runs, per route, for ETAs
+      history.lock                         held while a run adds its durations (never deleted)
       store/                               the host store (FLYDSL_STORE; docs/store.md)
         store.lock                         held shared while a root links a tree, exclusive to add or prune
         trees/<key>/manifest.json          a tree's entries, each file's sha256 (host_store/manifest.py)
@@ -47,10 +45,7 @@
         refs/<root hash>.json              a root that links a tree (prune keeps what a root still uses)
         git/                               a bare repository holding the objects every root's checkout shares
 
-    ROOT/.ensure_flydsl/store.json         which store tree the root's build-fly/python_packages is linked from
-
-The default lock, marker and log paths are shared by the roots of one folder, as the bash executor
-(``ensure_flydsl.sh``) had them.
+The default lock, marker and log paths are shared by the roots of one folder, as the bash executor had them.
 """
 
 from __future__ import annotations
@@ -72,9 +67,8 @@ LLVM_DIR_NAME = "llvm-project"
 LLVM_RECORD_NAME = ".llvm-project.ensure-flydsl.json"
 STAMP_SUFFIX = ".json"
 RUN_RECORD_SUFFIX = ".json"
-# FlyDSL's own checkout layout: the tree's top-level packages and where their sources are in a checkout of
-# the pin (the build copies FLYDSL_SOURCES into build-fly/python_packages, and a release wheel must hold it
-# unchanged; kernels/ is imported from the root itself).
+# FlyDSL's checkout: the tree's packages and their sources (the build copies FLYDSL_SOURCES into
+# build-fly/python_packages, a release wheel holds it unchanged; kernels/ is imported from the root itself).
 FLYDSL_SOURCES = "python/flydsl"
 PACKAGE_SOURCES = (("flydsl", FLYDSL_SOURCES), ("kernels", "kernels"))
 BUILT_PACKAGES = ("flydsl",)  # the build stages these and adds compiled modules (flydsl._mlir) to them
@@ -90,7 +84,6 @@ def stamps_dir(root: str) -> str:
 
 
 def stamp_file(root: str, step: str) -> str:
-    """The stamp of ``step`` (``source/root.py: Stamps``); ``STAMP_SUFFIX`` ends every stamp's name."""
     return os.path.join(stamps_dir(root), step + STAMP_SUFFIX)
 
 
@@ -99,38 +92,30 @@ def owner_file(root: str) -> str:
 
 
 def wheel_download_dir(root: str) -> str:
-    """Where a release run's wheel lands while git fetches the pin (removed when the run ends)."""
     return os.path.join(root, STATE_DIR, "wheel-download")
 
 
 def tools_dir(root: str) -> str:
-    """Private build tools, shims and the ROCm overlay (never on the system's paths)."""
     return os.path.join(root, STATE_DIR, "tools")
 
 
 def pip_constraints(tools: str) -> str:
-    """The pip constraints every ``pip install`` of a build step is held to, under a tools folder
-    (``ways/source/environment.py``: nanobind below 3, or what the pin says)."""
     return os.path.join(tools, "pip-constraints.txt")
 
 
 def provided_dir(tools: str) -> str:
-    """The build tools installed from the package index, under a tools folder (``tools_dir``)."""
     return os.path.join(tools, "provided")
 
 
 def provided_stamp(tools: str) -> str:
-    """Which build tools ``provided_dir`` holds, at which versions."""
     return os.path.join(provided_dir(tools), "tools.json")
 
 
 def rocm_overlay(root: str) -> str:
-    """ROCm's lib/ as links, with hip's CMake package files copied and fixed (``ways/source/rocm.py``)."""
     return os.path.join(tools_dir(root), "rocm-overlay")
 
 
 def overlay_stamp(overlay: str) -> str:
-    """Beside an overlay (``rocm_overlay``): the ROCm install and fix it was made for."""
     return overlay + ".json"
 
 
@@ -139,24 +124,19 @@ def build_dir(root: str) -> str:
 
 
 def wheel_install_dirs(root: str) -> Tuple[str, str]:
-    """The release way's folders in ``build-fly``: the downloaded wheel, and where it is installed before
-    it is moved to ``packages_dir`` (both removed when the run ends)."""
     return (os.path.join(root, BUILD_DIR, ".wheel-download"),
             os.path.join(root, BUILD_DIR, "." + PACKAGES_DIR + ".installing"))
 
 
 def store_linking_dir(root: str) -> str:
-    """Where the host store's tree is linked before it is moved to ``packages_dir``."""
     return os.path.join(root, BUILD_DIR, "." + PACKAGES_DIR + ".linking")
 
 
 def build_made_record(root: str) -> str:
-    """What the build steps made in ``build-fly`` (``source/ownership.py``): ``clean`` removes only that."""
     return os.path.join(root, STATE_DIR, "build-fly.made.json.gz")
 
 
 def packages_dir(root: str) -> str:
-    """Where a build (or the release wheel, or the cache) puts the flydsl package."""
     return os.path.join(root, BUILD_DIR, PACKAGES_DIR)
 
 
@@ -174,7 +154,6 @@ def env_json(root: str) -> str:
 
 
 def warm_stamp(root: str) -> str:
-    """The front door's stamp (warm.py, which names the files a warm call reads: it imports no other module)."""
     return stamp_path(root)
 
 
@@ -196,38 +175,31 @@ def base_state_dir(base_dir: str) -> str:
 
 
 def runs_dir(root: str) -> str:
-    """The run records of ``root`` (kept beside it, so that they survive `clean` of the root's files)."""
+    """The run records of ``root``, beside it: they survive `clean` of the root's files."""
     return os.path.join(base_state_dir(os.path.dirname(root)), "runs", os.path.basename(root))
 
 
 def run_record_file(runs: str, run_id: str) -> str:
-    """A run's record in a root's ``runs_dir``; ``RUN_RECORD_SUFFIX`` ends every record's name."""
     return os.path.join(runs, run_id + RUN_RECORD_SUFFIX)
 
 
 def run_alive_file(runs: str, run_id: str) -> str:
-    """The file a live run holds an flock on (``runs/liveness``)."""
     return os.path.join(runs, run_id + ".alive")
 
 
 def run_reserve_file(runs: str, run_id: str) -> str:
-    """Room a live run keeps on the disk for its last words: given up for its final record and the failure
-    marker, it lets both be written when the run ends on a full file system."""
     return os.path.join(runs, run_id + ".reserve")
 
 
 def current_run_file(runs: str) -> str:
-    """The id of the root's newest run."""
     return os.path.join(runs, "current")
 
 
 def start_lock_file(runs: str) -> str:
-    """Held by `start` while it joins a run or launches one (sixteen agents at once launch one worker)."""
     return os.path.join(runs, "start.lock")
 
 
 def cached_mlir_dir(base_dir: str) -> str:
-    """MLIR installs fetched from the binary cache, one folder per cache key."""
     return os.path.join(base_state_dir(base_dir), "mlir")
 
 
@@ -236,7 +208,6 @@ def llvm_dir(base_dir: str) -> str:
 
 
 def mlir_install(base_dir: str) -> str:
-    """Where FlyDSL's build_llvm.sh installs MLIR and its build.sh looks for it."""
     return os.path.join(base_dir, LLVM_DIR_NAME, "mlir_install")
 
 
@@ -245,7 +216,6 @@ def llvm_record(base_dir: str) -> str:
 
 
 def llvm_made_record(base_dir: str) -> str:
-    """What build_llvm.sh made in ``llvm-project`` (``source/ownership.py``): ``clean`` removes only that."""
     return os.path.join(base_dir, ".llvm-project.ensure-flydsl.made.json.gz")
 
 
@@ -255,8 +225,8 @@ HOST_VARIABLES = ("XDG_CACHE_HOME", "HOME")  # what host_cache_dir reads
 
 
 def host_cache_dir(environ: Mapping[str, str]) -> Optional[str]:
-    """The tool's folder in the user's cache folder (``$XDG_CACHE_HOME``, else ``~/.cache``), shared by every
-    root of the host; None when neither names an absolute folder (the XDG rule: a relative value is ignored)."""
+    """The tool's folder in the user's cache folder (``$XDG_CACHE_HOME``, else ``~/.cache``); None when neither
+    names an absolute folder (the XDG rule: a relative value is ignored)."""
     cache = environ.get("XDG_CACHE_HOME", "")
     if not os.path.isabs(cache):
         home = environ.get("HOME") or os.path.expanduser("~")
@@ -267,33 +237,27 @@ def host_cache_dir(environ: Mapping[str, str]) -> Optional[str]:
 
 
 def vendored_wheels_dir(host_dir: str) -> str:
-    """The pinned wheels `ensure-flydsl skill` vendors into a GEAK folder, downloaded once (``geak/vendor.py``)."""
     return os.path.join(host_dir, "vendored-wheels")
 
 
 def timings_dir(host_dir: str) -> str:
-    """The timing records of the host's runs, one file per run (``runs/timings.py``; ``ensure-flydsl stats``)."""
     return os.path.join(host_dir, "runs")
 
 
 def timing_file(timings: str, run_id: str) -> str:
-    """A run's timing record in ``timings_dir``; ``RUN_RECORD_SUFFIX`` ends every record's name."""
     return os.path.join(timings, run_id + RUN_RECORD_SUFFIX)
 
 
 def history_file(host_dir: str) -> str:
-    """The step durations of the host's runs, per route (``runs/history.py``)."""
     return os.path.join(host_dir, "history.json")
 
 
 def history_lock(host_dir: str) -> str:
-    """Held while a run adds its durations to ``history_file`` (read, merge, replace)."""
     return os.path.join(host_dir, "history.lock")
 
 
 # -- the host store (host_store/) ------------------------------------------------------------------------------
 def default_store_dir(host_dir: str) -> str:
-    """The host store when FLYDSL_STORE is not set: in the user's cache folder."""
     return os.path.join(host_dir, "store")
 
 
@@ -334,5 +298,4 @@ def store_git_dir(store: str) -> str:
 
 
 def root_store_record(root: str) -> str:
-    """Which store tree the root's ``packages_dir`` is linked from (the root's reference, read by ``prune``)."""
     return os.path.join(root, STATE_DIR, "store.json")

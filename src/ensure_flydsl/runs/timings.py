@@ -9,6 +9,7 @@ data (a fleet's copy, another version): a file that is not one is skipped and co
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import json
 import os
@@ -343,10 +344,7 @@ class Summary:
 
 
 def _counts(values: Iterable[Optional[str]], order: Iterable[str]) -> Dict[str, int]:
-    found: Dict[str, int] = {}
-    for value in values:
-        if value is not None:
-            found[value] = found.get(value, 0) + 1
+    found = collections.Counter(value for value in values if value is not None)
     return {name: found[name] for name in order if name in found}
 
 
