@@ -84,6 +84,7 @@ def stamps_dir(root: str) -> str:
 
 
 def stamp_file(root: str, step: str) -> str:
+    """The stamp of ``step`` (``source/root.py: Stamps``)."""
     return os.path.join(stamps_dir(root), step + STAMP_SUFFIX)
 
 
@@ -92,30 +93,37 @@ def owner_file(root: str) -> str:
 
 
 def wheel_download_dir(root: str) -> str:
+    """Where a release run's wheel lands while git fetches the pin (removed when the run ends)."""
     return os.path.join(root, STATE_DIR, "wheel-download")
 
 
 def tools_dir(root: str) -> str:
+    """Private build tools, shims and the ROCm overlay (never on the system's paths)."""
     return os.path.join(root, STATE_DIR, "tools")
 
 
 def pip_constraints(tools: str) -> str:
+    """What every ``pip install`` of a build step is held to (nanobind below 3, or what the pin says)."""
     return os.path.join(tools, "pip-constraints.txt")
 
 
 def provided_dir(tools: str) -> str:
+    """The build tools installed from the package index."""
     return os.path.join(tools, "provided")
 
 
 def provided_stamp(tools: str) -> str:
+    """Which build tools ``provided_dir`` holds, at which versions."""
     return os.path.join(provided_dir(tools), "tools.json")
 
 
 def rocm_overlay(root: str) -> str:
+    """ROCm's lib/ as links, with hip's CMake package files copied and fixed (``ways/source/rocm.py``)."""
     return os.path.join(tools_dir(root), "rocm-overlay")
 
 
 def overlay_stamp(overlay: str) -> str:
+    """The ROCm install and fix an overlay was made for."""
     return overlay + ".json"
 
 
@@ -124,19 +132,23 @@ def build_dir(root: str) -> str:
 
 
 def wheel_install_dirs(root: str) -> Tuple[str, str]:
+    """The downloaded release wheel, and where it is installed before it moves to ``packages_dir``."""
     return (os.path.join(root, BUILD_DIR, ".wheel-download"),
             os.path.join(root, BUILD_DIR, "." + PACKAGES_DIR + ".installing"))
 
 
 def store_linking_dir(root: str) -> str:
+    """Where the host store's tree is linked before it moves to ``packages_dir``."""
     return os.path.join(root, BUILD_DIR, "." + PACKAGES_DIR + ".linking")
 
 
 def build_made_record(root: str) -> str:
+    """What the build steps made in ``build-fly`` (``source/ownership.py``): ``clean`` removes only that."""
     return os.path.join(root, STATE_DIR, "build-fly.made.json.gz")
 
 
 def packages_dir(root: str) -> str:
+    """Where a build (or the release wheel, or the cache) puts the flydsl package."""
     return os.path.join(root, BUILD_DIR, PACKAGES_DIR)
 
 
@@ -154,6 +166,7 @@ def env_json(root: str) -> str:
 
 
 def warm_stamp(root: str) -> str:
+    """The front door's stamp (warm.py names the files a warm call reads)."""
     return stamp_path(root)
 
 
@@ -180,26 +193,32 @@ def runs_dir(root: str) -> str:
 
 
 def run_record_file(runs: str, run_id: str) -> str:
+    """A run's record."""
     return os.path.join(runs, run_id + RUN_RECORD_SUFFIX)
 
 
 def run_alive_file(runs: str, run_id: str) -> str:
+    """The file a live run holds an flock on (``runs/liveness.py``)."""
     return os.path.join(runs, run_id + ".alive")
 
 
 def run_reserve_file(runs: str, run_id: str) -> str:
+    """Room a live run keeps on the disk, so its final record and failure marker fit on a full one."""
     return os.path.join(runs, run_id + ".reserve")
 
 
 def current_run_file(runs: str) -> str:
+    """The id of the root's newest run."""
     return os.path.join(runs, "current")
 
 
 def start_lock_file(runs: str) -> str:
+    """Held by `start` while it joins a run or launches one (sixteen agents at once launch one worker)."""
     return os.path.join(runs, "start.lock")
 
 
 def cached_mlir_dir(base_dir: str) -> str:
+    """MLIR installs fetched from the binary cache, one folder per cache key."""
     return os.path.join(base_state_dir(base_dir), "mlir")
 
 
@@ -208,6 +227,7 @@ def llvm_dir(base_dir: str) -> str:
 
 
 def mlir_install(base_dir: str) -> str:
+    """Where FlyDSL's build_llvm.sh installs MLIR and its build.sh looks for it."""
     return os.path.join(base_dir, LLVM_DIR_NAME, "mlir_install")
 
 
@@ -216,6 +236,7 @@ def llvm_record(base_dir: str) -> str:
 
 
 def llvm_made_record(base_dir: str) -> str:
+    """What build_llvm.sh made in ``llvm-project`` (``source/ownership.py``): ``clean`` removes only that."""
     return os.path.join(base_dir, ".llvm-project.ensure-flydsl.made.json.gz")
 
 
@@ -237,27 +258,33 @@ def host_cache_dir(environ: Mapping[str, str]) -> Optional[str]:
 
 
 def vendored_wheels_dir(host_dir: str) -> str:
+    """The pinned wheels `ensure-flydsl skill` vendors into a GEAK folder, downloaded once."""
     return os.path.join(host_dir, "vendored-wheels")
 
 
 def timings_dir(host_dir: str) -> str:
+    """The timing records of the host's runs (``runs/timings.py``; ``ensure-flydsl stats``)."""
     return os.path.join(host_dir, "runs")
 
 
 def timing_file(timings: str, run_id: str) -> str:
+    """A run's timing record."""
     return os.path.join(timings, run_id + RUN_RECORD_SUFFIX)
 
 
 def history_file(host_dir: str) -> str:
+    """The step durations of the host's runs, per route (``runs/history.py``)."""
     return os.path.join(host_dir, "history.json")
 
 
 def history_lock(host_dir: str) -> str:
+    """Held while a run adds its durations to ``history_file``."""
     return os.path.join(host_dir, "history.lock")
 
 
 # -- the host store (host_store/) ------------------------------------------------------------------------------
 def default_store_dir(host_dir: str) -> str:
+    """The host store when FLYDSL_STORE is not set."""
     return os.path.join(host_dir, "store")
 
 
@@ -298,4 +325,5 @@ def store_git_dir(store: str) -> str:
 
 
 def root_store_record(root: str) -> str:
+    """Which store tree the root's ``packages_dir`` is linked from (read by the store's ``prune``)."""
     return os.path.join(root, STATE_DIR, "store.json")
