@@ -109,8 +109,7 @@ def publish(run: Run, decision: Decision, action: Action) -> Result:
         pin=decision.pin, repo=decision.repo, run_id=run.run_id, built=action == Action.PROVISIONED,
         elapsed_s=round(elapsed, 3), link_mode=decision.link_mode,
     )
-    exports = markers.EnvFile(settings.root, tuple(decision.prepend), settings.shim_dir, settings.vllm_moe)
-    text = exports.text()
+    text = twin.exports.text()
     there = markers.read_env_json(settings.env_json)
     as_read = markers.EnvTwin.from_json(json.loads(json.dumps(twin.to_json())))  # as it reads back
     current = there is not None and as_read is not None and there.answers(as_read) \
@@ -127,7 +126,7 @@ def publish(run: Run, decision: Decision, action: Action) -> Result:
             markers.publish_env_file(settings.env_file, settings.env_json, twin, after_twin=stamp)
             run.say(f"wrote {settings.env_file}")
         clear_answered_failure(run)
-    env = exports.mapping(run.environ.get("PYTHONPATH"))
+    env = twin.exports.mapping(run.environ.get("PYTHONPATH"))
     return Result(
         how=decision.how, action=action, root=settings.root, tree=decision.tree,
         version=str(decision.probe.version), python=interp.executable, python_version=interp.version,
