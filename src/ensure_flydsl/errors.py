@@ -1,4 +1,4 @@
-"""Exit codes, the stages of a run, and the one user-facing error type: an :class:`EnsureError` carries the
+"""Exit codes, the stages of a run, and the one user-facing error type.  An :class:`EnsureError` carries the
 contract's exit code, the :class:`Stage` it happened in, a one-line reason and what to do next."""
 
 from __future__ import annotations
@@ -41,8 +41,8 @@ EXIT_MEANINGS = {
     ExitCode.INTERRUPTED: "interrupted",
 }
 
-# The exit codes a failed run records: all but 0 and 75 (still running, which would send a README-following
-# agent back to `wait` for ever); readers refuse the others (runs/markers.py: Failure.from_json).
+# The exit codes a failed run records: all but 0 and 75 (still running: a README-following agent would go
+# back to `wait` for ever).  Readers refuse the others (runs/markers.py: Failure.from_json).
 FAILURE_CODES: FrozenSet[int] = frozenset(int(code) for code in ExitCode
                                           if code not in (ExitCode.OK, ExitCode.STILL_RUNNING))
 
@@ -112,8 +112,8 @@ class Stage(str, enum.Enum):
     SKILL = ("skill", ExitCode.ARTIFACT, None, False, _NONE)  # `skill DIR`: the vendored wheels not obtained
 
 
-# A full file system is never a bug: it stops a stage that fetches, builds or installs with that stage's code,
-# and anywhere else (the tool's own files) with 5, the doctor's code for a disk without room to build.
+# A full file system is never a bug.  It stops a stage that fetches, builds or installs with that stage's code.
+# Anywhere else (the tool's own files) it exits 5, the doctor's code for a disk without room to build.
 _STAGES_THAT_FILL = frozenset({Stage.FETCH, Stage.SUBMODULES, Stage.CHECKOUT, Stage.LLVM, Stage.BUILD, Stage.RELEASE,
                                Stage.CACHE})
 
@@ -157,8 +157,8 @@ class EnsureError(Exception):
         return self.reason
 
     def amended(self, *, reason: Optional[str] = None, hint: Optional[str] = None) -> "EnsureError":
-        """A copy with a new reason or hint, to raise in this one's place: an error is never changed once raised,
-        so whoever caught it before saw the same error that goes on."""
+        """A copy with a new reason or hint, to raise in this one's place.  An error is never changed once raised:
+        whoever caught it before saw the same error that goes on."""
         new = self._copy()
         if reason is not None:
             new.reason = reason

@@ -1,5 +1,5 @@
-"""What publish records for the front door's fingerprint (warm.py): the folders it watches, the site folders,
-and the interpreter part the host store keeps beside a tree that passed the probe."""
+"""What publish records for the front door's fingerprint (warm.py): the folders it watches, the site folders.
+And the interpreter part the host store keeps beside a tree that passed the probe."""
 
 from __future__ import annotations
 

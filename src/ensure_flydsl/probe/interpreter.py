@@ -2,7 +2,7 @@
 
 FlyDSL is never imported into the tool's own process (it may run under another Python, and an import would
 pin a tree for the process's life).  The probe runs with the tree's folders first on PYTHONPATH, as the env
-file puts them, in the caller's working folder without it on sys.path: it sees what the workflow will see.
+file puts them, in the caller's working folder (not on sys.path).  So it sees what the workflow will see.
 """
 
 from __future__ import annotations
@@ -229,7 +229,7 @@ def _answer(python: str, proc: "subprocess.Popen[bytes]", pythonpath: str, start
 
 class EarlyProbe:
     """The final probe's interpreter, started before the tree is in place: it imports ``preload`` (torch,
-    numpy) meanwhile.  :meth:`answer` then probes as :func:`run_probe` would, or answers None (use a fresh
+    numpy) meanwhile.  :meth:`answer` then probes as :func:`run_probe` would.  It answers None (use a fresh
     probe) when the arguments differ or the finished tree shadows a module it preloaded."""
 
     def __init__(self, python: str, *, modules: Sequence[str], prefix: Sequence[str],
@@ -275,7 +275,7 @@ def find_modules(python: str, names: Sequence[str], *, environ: Optional[Mapping
                  timeout: float = DEFAULT_PROBE_TIMEOUT,
                  timeout_label: str = "FLYDSL_PROBE_TIMEOUT") -> Dict[str, str]:
     """For each top-level module name, "stdlib", "present" or "missing" in ``python``, found without importing
-    it; the tree is not on the path: these are what the tree needs from the interpreter's installs."""
+    it.  The tree is not on the path: these are what the tree needs from the interpreter's installs."""
     env = dict(os.environ if environ is None else environ)
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     proc = _start(python, names, env, script="find_modules")

@@ -2,8 +2,8 @@
 
 1. running: a run for this request is alive, whichever run was started last;
 2. succeeded: the env file is there and answers this request (``markers.twin_gap``);
-3. failed: the run for this request that ended last failed.  A run that gave up while another was alive
-   ended before that one, so it never hides the outcome of the run that did the work;
+3. failed: the run for this request that ended last failed (a run that gave up while another was alive
+   ended first: it never hides the outcome of the run that did the work);
 4. absent: nothing was started for it, or its success was since replaced (another request's, ``clean``).
 
 A failure marker counts only when it names this request: sibling roots share the default marker path.

@@ -25,7 +25,7 @@ MAX_STEP_S = 7 * 24 * 3600.0  # a longer "duration" is no step's (a clock jump, 
 LOCK_WAIT_S = 5.0  # a run adds its durations in milliseconds; a holder stuck for longer is not waited for
 
 # What each route's steps take on a host without history (seconds): the source build's are FlyDSL's on MI300X
-# hosts; a release's and a cache entry's fetch is the pin's objects only (a build's also counts the submodules).
+# hosts.  A release's and a cache entry's fetch is the pin's objects only (a build's counts the submodules too).
 DEFAULT_SECONDS: Dict[Plan, Dict[Stage, float]] = {
     Plan.SOURCE: {Stage.PROBE: 5.0, Stage.LOCK: 0.0, Stage.FETCH: 60.0, Stage.REQUIREMENTS: 1.0,
                   Stage.FIXES: 5.0, Stage.LLVM: 900.0, Stage.BUILD: 300.0, Stage.VERIFY: 15.0,
@@ -68,8 +68,8 @@ class History:
 
     @classmethod
     def from_json(cls, data: object) -> Optional["History"]:
-        """The history, or None for a file that is not one; a route or step this version does not know is left
-        out, a wrong type or a value out of range anywhere refuses the whole file."""
+        """The history, or None for a file that is not one.  A route or step this version does not know is left
+        out; a wrong type or a value out of range anywhere refuses the whole file."""
         if not isinstance(data, dict) or fields.integer(data.get("version")) != HISTORY_VERSION:
             return None
         routes = data.get("routes")

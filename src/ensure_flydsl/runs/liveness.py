@@ -1,6 +1,6 @@
 """Noticing a dead run, and saying so: the one place a run's death is handled.
 
-A run holds an flock on its alive file for its whole life; when it is free while the record still says
+A run holds an flock on its alive file for its whole life.  When it is free while the record still says
 "running", the run died (kill -9, the OOM killer, a stopped container).  Its watchdog (``_watchdog``, in a
 session of its own) notices at once; ``wait`` does the same if the watchdog was killed too.  ``status`` only
 reads: :func:`seen_dead` gives the same answer in memory.
@@ -36,9 +36,8 @@ def died_reason(record: RunRecord) -> str:
 
 
 def seen_dead(store: RunStore, record: RunRecord) -> RunRecord:
-    """The record as it is, or, for a "running" run whose alive lock is free, failed with exit 9 when it last
-    gave a sign of life (a caller killed while it waited never looks newer than the run that built).  Writes
-    nothing."""
+    """The record as it is, or failed with exit 9 for a "running" run whose alive lock is free.  It ended at its
+    last sign of life: a caller killed while waiting never looks newer than the run that built."""
     if record.state != RUNNING or store.is_alive(record.run_id):
         return record
     record = store.read(record.run_id) or record  # it may have finished just now
@@ -52,8 +51,8 @@ def seen_dead(store: RunStore, record: RunRecord) -> RunRecord:
 
 def marker_is_answered(store: RunStore, request: Request, run_id: str, root: str,
                        locked: bool) -> Optional[str]:
-    """Why a run that failed or died must not write the failure marker, or None: another live run for its
-    request answers for it (unless this run held the build lock), or the env file answers the request."""
+    """Why a run that failed or died must not write the failure marker, or None.  Another live run for its
+    request answers for it (unless this one held the build lock), or the env file answers the request."""
     if not locked and store.others_alive(request, run_id):
         return "another run for this request is going and will answer"
     if answering_twin(root, request) is not None:
@@ -69,7 +68,7 @@ def record_death(store: RunStore, record: RunRecord) -> RunRecord:
         return dead
     kill_build_group(dead)
     store.release(dead.run_id)  # the room it kept for its last words: they are said here
-    # The marker before the FAILED record: a `wait` that reads the record answers at once, and a poller of the
+    # The marker before the FAILED record: a `wait` that reads the record answers at once.  A poller of the
     # files alone must see the death as soon as `wait` does.
     dead = _mark_death(store, dead)
     try:

@@ -1,9 +1,9 @@
-"""The files pollers read: the env file (success, written last), its JSON twin, and the failure marker; and
-whether the env file answers a request (the reuse gate, asked of what the twin records).
+"""The files pollers read: the env file (success, written last), its JSON twin, and the failure marker.  And
+whether the env file answers a request: the reuse gate, asked of what the twin records.
 
 Every value in the env file is shell-quoted: sourcing it never runs code that came from a path.  The twin
-answers a request when its tree would pass that request's gate: the same interpreter, every required module
-checked, flydsl at the floor (under ``--exact-pin``: built from the pin), and the same exports.
+answers a request when its tree would pass that request's gate: same interpreter, modules checked, flydsl at
+the floor (``--exact-pin``: built from the pin), same exports.
 """
 
 from __future__ import annotations
@@ -106,7 +106,7 @@ _HOWS = {how.value for how in How}
 @dataclass(frozen=True)
 class EnvTwin(TreeIdentity):
     """``flydsl_env.json``: what the env file exports, the request it answers, the tree and interpreter it was
-    made for, and the warm path's fingerprint with the folders and site dirs it watches."""
+    made for.  And the warm path's fingerprint, with the folders and site dirs it watches."""
 
     request: Request
     watch: List[str]
@@ -144,8 +144,8 @@ class EnvTwin(TreeIdentity):
 
     @classmethod
     def from_json(cls, data: object) -> Optional["EnvTwin"]:
-        """The twin, or None for a file that is not one: ``python`` and the root absolute, a tree the tool made
-        its own with absolute folders, ``commit`` a git object name, ``request`` one a run writes."""
+        """The twin, or None for a file that is not one.  ``python`` and the root are absolute, a tree the tool
+        made is its own with absolute folders, ``commit`` is a git object name."""
         if not isinstance(data, dict):
             return None
         request = Request.from_json(data.get("request"))
@@ -278,8 +278,8 @@ def answering_twin(root: str, request: Request, path_env: Optional[str] = None) 
 
 
 def installed(root: str, request: Request, path_env: Optional[str] = None) -> Optional[Dict[str, object]]:
-    """The result objects' ``installed``: what the root's env file holds now (a request that failed before its
-    build leaves the previous install answering), and whether it answers ``request``; None without one."""
+    """The result objects' ``installed``: what the root's env file holds now, and whether it answers ``request``.
+    (A request that failed before its build leaves the previous install answering.)"""
     twin = installed_twin(root)
     if twin is None:
         return None
@@ -317,8 +317,8 @@ class Failure:
 
     @classmethod
     def from_json(cls, data: object) -> Optional["Failure"]:
-        """The failure, or None: the exit code one a failed run records (never 0 or 75, which `wait` would
-        pass on as success or "still running"), the stage a string or null, the reason a string."""
+        """The failure, or None.  The exit code is one a failed run records: never 0 or 75, which `wait` would
+        pass on as success or "still running"."""
         if not isinstance(data, dict):
             return None
         code, stage, reason = fields.integer(data.get("exit_code")), data.get("stage"), data.get("reason", "")
@@ -354,7 +354,7 @@ class FailureMarker:
         )
 
     def names(self, root: str) -> bool:
-        """Whether it was written for ``root``: one without a request object is taken as the root's own; one
+        """Whether it was written for ``root``.  One without a request object is taken as the root's own.  One
         whose request is not a request (bad input's ``{}``) names no root, and no run takes it away."""
         if self.request is None:
             return self.unnamed

@@ -5,7 +5,7 @@ The ETA follows the route the run takes (``Plan``): the steps still ahead, each 
 host (``history.py``); none while nothing tells a release from a build.  A tracked run holds its record's
 alive lock for its whole life; its watchdog, in a session of its own, notices its death (``liveness.py``).
 
-GEAK kills an agent that is silent for 180 s: one heartbeat thread per run says where the run is whenever
+GEAK kills an agent that is silent for 180 s.  So one heartbeat thread per run says where the run is whenever
 the reporter has shown nothing for 30 s, whatever the step.  ``-q`` silences it with everything else.
 """
 
@@ -60,8 +60,8 @@ def estimate_eta(
     step: Optional[Stage], step_elapsed: float, percent: Optional[float], expected: Mapping[Stage, float],
     done: Sequence[str], plan: Optional[Plan],
 ) -> Optional[float]:
-    """Seconds left: the rest of this step, plus each step of the route still to come (all of them while
-    ``start``'s worker has not begun); None while the route is not known."""
+    """Seconds left: the rest of this step, plus each step of the route still to come (all of them before
+    ``start``'s worker begins).  None while the route is not known."""
     if step is None or plan is None:
         return None
     stages = plan.stages

@@ -6,8 +6,8 @@ Under ``$(dirname ROOT)/.ensure_flydsl/runs/<root name>/``:
 - ``<run_id>.alive``: the run holds an exclusive flock on it for its whole life.  The kernel drops it however
   the run dies, so a shared flock taken tells at once that the run is gone: no pid files, no pid reuse.
   (``filelock`` offers neither the shared probe nor a descriptor handed to the detached worker.)
-- ``<run_id>.reserve``: room a live run keeps on the disk (random bytes: a compressing file system counts
-  them), given up at its end, so a disk that filled still takes its final record and the failure marker.
+- ``<run_id>.reserve``: room a live run keeps on the disk (random bytes, which a compressing file system
+  counts).  Given up at its end, it takes the final record and the failure marker on a disk that filled.
 - ``current``: the id of the latest run for the root.
 """
 
@@ -223,8 +223,8 @@ class RunStore:
         remove_quietly([self.record_path(run_id), self.alive_path(run_id), self.reserve_path(run_id)])
 
     def begin(self, record: RunRecord, alive_fd: Optional[int] = None) -> int:
-        """A run's files as it begins, all or none: its alive file held (``alive_fd``: a detached worker's, which
-        ``start`` took), room for its last words, its record and the pointer to it.  On a full disk (OSError)
+        """A run's files as it begins, all or none: its alive file held, room for its last words, its record and
+        the pointer to it.  ``alive_fd`` is a detached worker's, which ``start`` took.  On a full disk (OSError)
         nothing says the run is going.  The descriptor returned keeps the run alive."""
         run_id = record.run_id
         own = alive_fd is None  # a blocking run's own; a detached worker's record and alive file are `start`'s

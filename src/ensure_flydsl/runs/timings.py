@@ -1,7 +1,7 @@
 """Where each run's time went: one timing record per run, kept per host, and what they add up to (``stats``).
 
-``<host cache>/runs/<run id>.json``: each stage's wall time, the bytes fetched, the binary cache's hits and
-misses, how the host store linked the tree, the lock's and the lease's waits, and the way the run took.  One
+``<host cache>/runs/<run id>.json``: each stage's wall time, the bytes fetched, the cache's hits and misses,
+the link mode, the lock's and the lease's waits, and the way the run took.  One
 file per run, written once: runs that end together share nothing, and a fleet copies folders together.  The
 writer keeps the folder bounded; only files named as records are removed.  Read back, a record is outside
 data (a fleet's copy, another version): a file that is not one is skipped and counted, never a traceback.
@@ -110,8 +110,8 @@ class TimingRecord:
 
     @classmethod
     def from_json(cls, data: object) -> Optional["TimingRecord"]:
-        """The record, or None for a file that is not this version's, field by field for type and meaning (times
-        in order, stages that fit in them, a way that agrees with the exit code); ``total_s`` is derived."""
+        """The record, or None for a file that is not this version's.  Each field is checked for type and meaning
+        (times in order, stages that fit in them, a way that agrees with the exit code)."""
         if not isinstance(data, dict) or fields.integer(data.get("version")) != TIMING_VERSION:
             return None
         run_id, host, root = data.get("run_id"), fields.short_text(data.get("host")), fields.absolute_path(
@@ -175,8 +175,8 @@ def _table(value: object, names: Tuple[str, ...], check: Callable[[object], obje
 
 
 def of_dead_run(dead: RunRecord, host: str) -> Optional[TimingRecord]:
-    """The timing record of a run that died, from its run record: its steps' times, exit 9, the step it died in
-    (what only the run knew is not known); None for a record that cannot say it."""
+    """The timing record of a run that died, from its run record: its steps' times, exit 9, the step it died
+    in.  None for a record that cannot say it."""
     failure, ended = dead.failure, dead.finished
     if failure is None or ended is None or ended < dead.started or not dead.root.startswith("/"):
         return None

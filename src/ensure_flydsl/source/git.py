@@ -55,8 +55,8 @@ def git_env(environ: Mapping[str, str], mirrors: Optional[GitMirrors], *,
     """The environment of every git command: never a prompt, C messages, never the caller's GIT_DIR.
 
     ``mirrors`` None: a local read, without the caller's GIT_* variables.  Else a command that may talk to
-    a remote: mirrors, plain transports, and the network silence limit or, with ``answer_within`` (the
-    doctor's reachability checks), a transfer and an ssh connection given up after that many seconds."""
+    a remote: mirrors, plain transports, and the network silence limit.  With ``answer_within`` (the doctor's
+    reachability checks), a transfer and an ssh connection are given up after that many seconds instead."""
     if mirrors is None:
         env = {k: v for k, v in environ.items() if not k.startswith("GIT_")}
         env.update({"GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"})

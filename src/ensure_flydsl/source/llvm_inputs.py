@@ -1,12 +1,14 @@
-"""The inputs of a pin's LLVM/MLIR build, read from the pin's own files: the one reader behind the MLIR key,
-the LLVM record, the doctor and every message that names the LLVM commit.  What ``build_llvm.sh`` builds is:
+"""The inputs of a pin's LLVM/MLIR build, read from the pin's own files.  The MLIR key, the LLVM record, the
+doctor and every message that names the LLVM commit read them here.  What ``build_llvm.sh`` builds is:
 
-* the LLVM commit: ``thirdparty/llvm-hash.txt`` or ``llvm-build-info.json``'s ``upstream.llvm_hash``, whichever
-  the script reads; or ``LLVM_REF``/``LLVM_COMMIT`` when the script lets the caller override it with a hash;
+* the LLVM commit: ``thirdparty/llvm-hash.txt`` or ``llvm-build-info.json``'s ``upstream.llvm_hash`` (whichever
+  the script reads), or ``LLVM_REF``/``LLVM_COMMIT`` when the script lets the caller override it with a hash;
 * the script's sha256, and every file under ``thirdparty/`` it names (a named folder: each file in it);
 * every variable the script lets the caller override (``${NAME:-default}`` and its forms), read from the
-  script, so the next upstream knob is keyed too.  Not keyed: the commit variables (the commit is), those the
-  tool sets the same on every run (TOOL_SET), and where things go or come from (WHERE_ONLY).
+  script, so the next upstream knob is keyed too.
+
+Not keyed: the commit variables (the commit is), those the tool sets the same on every run (TOOL_SET), and
+where things go or come from (WHERE_ONLY).
 
 A pin whose commit cannot be determined gets no key: nothing is reused or shared, never a null commit.
 """

@@ -1,6 +1,6 @@
 """The nanobind a build of the pin may use: the pin's own bounds, and :data:`DEFAULT` (``>=2.9,<3``) where they
 say nothing.  nanobind 3 breaks MLIR's configure, and ``build_llvm.sh``'s unguarded pip install takes the
-newest; so the build tools and every pip install of the build are held to this.  The pin says it in its
+newest.  So the build tools and every pip install of the build are held to this.  The pin says it in its
 pyproject, a requirements file, a CMake ``find_package(nanobind ...)`` or build_llvm.sh's pip install.
 """
 

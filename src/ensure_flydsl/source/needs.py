@@ -1,8 +1,8 @@
 """What a source build of the pin needs, read from the pin's own build files rather than assumed.
 
-The CMake files say whether HIP is required, whether patchelf and nanobind are used, and the minimum CMake;
-``scripts/build_llvm.sh`` whether the LLVM step clones llvm-project (from where), runs CMake, builds Python
-bindings, and what it pip-installs.  They are read from a checkout or a local repository; only when neither
+The CMake files say whether HIP is required, whether patchelf and nanobind are used, and the minimum CMake.
+``scripts/build_llvm.sh`` says whether the LLVM step clones llvm-project (from where), runs CMake, builds
+Python bindings, and what it pip-installs.  They are read from a checkout or a local repository; only when neither
 can be read are FlyDSL's known needs assumed, and the result says so.
 """
 

@@ -1,7 +1,7 @@
 """What a root and its folder hold that is the tool's, and what is somebody else's (``clean`` asks here).
 
-A build step that writes into a folder people also use (``ROOT/build-fly``, ``BASE/llvm-project``) records at
-its end each entry there (files and links with size and mtime), less what was somebody else's at its start.
+A build step that writes into a folder people also use (``ROOT/build-fly``, ``BASE/llvm-project``) records
+each entry there at its end, less what was somebody else's at its start.
 ``clean`` removes only what the record names unchanged; a note, a tuned config, an edited source stays.
 The step's start writes the record "open" with what was somebody else's then: a killed step's leftovers are
 the tool's.  The record is ``{"version": 1, "entries": {path: [size, mtime_ns] or null}, "open": bool,
@@ -197,8 +197,8 @@ def other_roots(base_dir: str, root: str) -> List[str]:
 
 
 def foreign_files(checkout: Checkout) -> List[str]:
-    """Files in the root the tool did not put there: changed tracked files, untracked files even when ignored
-    (FlyDSL's .gitignore matches *.diff, *.log, tmp/: what people write), and what ``build-fly/`` did not make."""
+    """Files in the root the tool did not put there: changed tracked files, untracked ones even when ignored,
+    and what ``build-fly/``'s steps did not make.  (FlyDSL's .gitignore matches *.diff, *.log: what people write.)"""
     root = checkout.root
     build_folder = build_dir(root)
     inside = [] if not os.path.isdir(build_folder) or os.path.islink(build_folder) else \

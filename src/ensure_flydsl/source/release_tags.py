@@ -1,10 +1,10 @@
-"""Which release of a repository holds the required modules, read from its tags' trees: so that the release
-hint never names a release a run would refuse (FlyDSL v0.3.1 has a wheel and no ``kernels.moe_gemm_2stage``).
+"""Which release of a repository holds the required modules, read from its tags' trees.  The release hint
+must never name a release a run would refuse (FlyDSL v0.3.1 has a wheel and no ``kernels.moe_gemm_2stage``).
 
 A tag's file names are read where its objects already are (the root's repository, a local FLYDSL_REPO or
-mirror); the tags missing there, newer than the newest that qualifies, are fetched in one shallow, blobless
-fetch into a temporary bare repository, so the root is not changed.  What cannot be read is said, never
-taken as holding the modules.
+mirror).  The tags missing there, newer than the newest that qualifies, are fetched shallow and blobless
+into a temporary bare repository: the root is not changed.  What cannot be read is said, never taken as
+holding the modules.
 """
 
 from __future__ import annotations

@@ -3,10 +3,10 @@
 From the required modules, every module-level import is followed through the tree's own packages (parent
 ``__init__.py`` files too); what the walk reaches outside them is a requirement.  An import inside a ``try``,
 a function, an ``if`` or ``with suppress(ImportError)`` is optional: reporting it would refuse a tree that
-works, and one missed here is still caught by the final probe.  The standard library is left to the caller.
+works.  One missed here is still caught by the final probe.  The standard library is left to the caller.
 
-:func:`absent_modules` checks that each required module of the tree's packages is in the pin's sources at all,
-and where a module of that name is instead (``kernels/moe_gemm_2stage.py`` moved at FlyDSL v0.2.3).
+:func:`absent_modules` checks that each required module of the tree's packages is in the pin's sources.  It
+says where a module of that name is instead (``kernels/moe_gemm_2stage.py`` moved at FlyDSL v0.2.3).
 """
 
 from __future__ import annotations

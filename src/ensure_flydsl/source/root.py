@@ -116,7 +116,7 @@ def classify_root(root: str, repo: str) -> RootState:
     if not os.path.isdir(root):
         return RootState(RootKind.FOREIGN, "it exists and is not a folder")
     # Listed before the owner is looked for: a concurrent claim renames the state folder in with its owner
-    # inside (the other order saw no owner, then the claimed folder: exit 64 under 16 callers).
+    # inside.  The other order saw no owner, then the claimed folder: exit 64 under 16 callers.
     entries = os.listdir(root)
     if is_ours(root):
         return RootState(RootKind.OURS)

@@ -1,5 +1,5 @@
-"""Field checks for records read from outside: each returns the value when it has the type (and, for the
-second group, the meaning) the record needs, else None, so a wrong value is refused at the edge."""
+"""Field checks for records read from outside, so a wrong value is refused at the edge.  Each returns the value
+when it has the type (the second group: and the meaning) the record needs, else None."""
 
 from __future__ import annotations
 

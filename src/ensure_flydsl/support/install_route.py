@@ -1,5 +1,5 @@
 """How this copy of the tool was installed (pip, ``uv tool``, pipx, the GEAK folder), for the remedy of an extra
-it lacks: ``pip install 'ensure-flydsl[signing]'`` is wrong under uv and pipx, and impossible in the GEAK folder."""
+it lacks.  ``pip install 'ensure-flydsl[signing]'`` is wrong under uv and pipx, and impossible in GEAK's."""
 
 from __future__ import annotations
 

@@ -102,8 +102,8 @@ def withheld(item: str) -> str:
 
 
 def read_key_file(path: str, *, secret: bool) -> str:
-    """The text of a key file: a regular file (a FIFO is refused, not waited on) of at most KEY_FILE_MAX bytes,
-    and for a secret key one that neither its group nor others may read."""
+    """The text of a key file: a regular file (a FIFO is refused, not waited on) of at most KEY_FILE_MAX bytes.
+    A secret key's must be the owner's alone to read."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:

@@ -1,6 +1,6 @@
-"""Every process the tool starts is started and stopped here: short commands whose error shows the command,
-its code and its output; a build script streamed line by line; network commands under a silence watchdog;
-helpers in a group of their own; and the stop signals blocked around a launch."""
+"""Every process the tool starts is started and stopped here.  Short commands fail showing the command, its
+code and its output.  A build script is streamed line by line; network commands run under a silence
+watchdog; helpers run in a group of their own.  The stop signals are blocked around a launch."""
 
 from __future__ import annotations
 
@@ -15,14 +15,14 @@ from typing import IO, Any, Callable, Iterator, Mapping, Optional, Sequence, Uni
 
 Stream = Union[int, IO[Any], None]  # a child's stdin, stdout or stderr: a file, a pipe, DEVNULL
 
-# A network step that receives nothing for this long is stopped (the README's 60 s); a line is said every
+# A network step that receives nothing for this long is stopped (the README's 60 s).  A line is said every
 # half of it, so a caller's own silence detector never takes the run for hung.  The tests shorten it.
 NETWORK_SILENCE_S = 60.0
 SILENCE_VARIABLE = "ENSURE_FLYDSL_NETWORK_SILENCE_S"
 # A build line longer than this is cut: a megabyte-long line without a newline would be held whole.
 MAX_LINE_BYTES = 64 * 1024
-# Once the build script exited: SIGTERM for what is left of its group, and how long its output is still read
-# (a process that left the group may hold the pipe open for ever).
+# Once the build script exited, what is left of its group gets LEFTOVER_GRACE_S after SIGTERM.  Its output is
+# read DRAIN_S longer: a process that left the group may hold the pipe open for ever.
 LEFTOVER_GRACE_S = 2.0
 DRAIN_S = 2.0
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)

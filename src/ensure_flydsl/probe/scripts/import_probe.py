@@ -1,6 +1,6 @@
 """The import probe: import each module in argv[1] (comma-separated; argv[2]: those to preload first, the early
-probe) and answer one line ``result LITERAL`` (a ``repr`` the tool reads with ``ast.literal_eval``) on the
-descriptor that was stdout, progress lines before it.  Not JSON: ``json`` imports ``re``, a third of the
+probe).  The answer is one line ``result LITERAL`` on the descriptor that was stdout, progress lines before
+it.  LITERAL is a ``repr`` the tool reads with ``ast.literal_eval``: ``json`` imports ``re``, a third of the
 probe's start when the tree is quick.
 """
 import sys
@@ -35,8 +35,8 @@ if preload is not None:
     importlib.invalidate_caches()
     sys.path_importer_cache.clear()  # the tree's folders may not have existed when the path was first read
     from importlib.machinery import PathFinder
-    # Every top-level module the preload brought in (torch's own imports too) must still be what the path,
-    # the tree's folders now first on it, finds: else the tree shadows it and a fresh probe must answer.
+    # Each top-level module the preload brought in must be what the path finds now, the tree's folders first.
+    # Else the tree shadows it, and a fresh probe must answer.
     for name in sorted(set(sys.modules) - started_with):
         spec = getattr(sys.modules.get(name), "__spec__", None)
         if "." in name or spec is None or not getattr(spec, "has_location", False):
