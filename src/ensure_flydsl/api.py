@@ -12,10 +12,10 @@ from ensure_flydsl.pipeline.run import Run, ensure_run
 from ensure_flydsl.pipeline.warm import try_warm
 from ensure_flydsl.probe.gate import TREE_PACKAGES, package_folder, same_folder
 from ensure_flydsl.result import Result
+from ensure_flydsl.runs.markers import EnvFile
 from ensure_flydsl.settings import settings_from_kwargs
 from ensure_flydsl.support.report import Reporter
 from ensure_flydsl.version import __version__
-from ensure_flydsl.warm import without_folders
 
 __all__ = ["AlreadyImported", "BadInput", "EnsureError", "ExitCode", "Result", "__version__", "activate", "ensure"]
 
@@ -42,13 +42,8 @@ def activate(result: Result) -> None:
     conflict = imported_elsewhere(result)
     if conflict is not None:
         raise AlreadyImported(*conflict)
-    for name, value in result.env.items():
-        if name != "PYTHONPATH":
-            os.environ[name] = value
     # From the PYTHONPATH as it is now (what sourcing the env file now would give), not the one ensure() saw.
-    rest = without_folders(os.environ.get("PYTHONPATH"), result.prepend)
-    os.environ["PYTHONPATH"] = os.pathsep.join(list(result.prepend) + ([rest] if rest else []))
-    sys.path[:] = list(result.prepend) + [entry for entry in sys.path if entry not in result.prepend]
+    EnvFile.of_result(result).apply(os.environ, sys.path)
 
 
 def imported_elsewhere(result: Result) -> Optional[Tuple[str, str, str]]:

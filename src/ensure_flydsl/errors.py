@@ -1,9 +1,5 @@
-"""Exit codes, the stages of a run, and the one user-facing error type.
-
-Every failure is an :class:`EnsureError` carrying the contract's exit code, the :class:`Stage` it happened in, a
-one-line reason and what to do next; the CLI maps it, Ctrl-C and bugs to distinct exit codes.  A reader of a file
-parses a stage's name back with :meth:`Stage.parse` (None for a name this version does not know).
-"""
+"""Exit codes, the stages of a run, and the one user-facing error type.  An :class:`EnsureError` carries the
+contract's exit code, the :class:`Stage` it happened in, a one-line reason and what to do next."""
 
 from __future__ import annotations
 
@@ -45,17 +41,14 @@ EXIT_MEANINGS = {
     ExitCode.INTERRUPTED: "interrupted",
 }
 
-# The exit codes a failed run records (its run record, the failure marker): every code of the contract but
-# 0 (success) and 75 (still running).  A record saying 0 or 75 would be a lie to `status` and `wait`'s caller
-# (75 sends a README-following agent back to `wait` for ever), and a code outside the table is no failure of
-# this tool's: its readers refuse both (runs/markers.py: Failure.from_json).
+# The exit codes a failed run records: all but 0 and 75 (still running: a README-following agent would go
+# back to `wait` for ever).  Readers refuse the others (runs/markers.py: Failure.from_json).
 FAILURE_CODES: FrozenSet[int] = frozenset(int(code) for code in ExitCode
                                           if code not in (ExitCode.OK, ExitCode.STILL_RUNNING))
 
 
 class Plan(enum.Enum):
-    """How a run provisions: each goes through its own stages (the ETA adds up the typical length of those
-    still ahead)."""
+    """How a run provisions: each goes through its own stages."""
 
     SOURCE = "source"
     RELEASE = "release"
@@ -119,16 +112,13 @@ class Stage(str, enum.Enum):
     SKILL = ("skill", ExitCode.ARTIFACT, None, False, _NONE)  # `skill DIR`: the vendored wheels not obtained
 
 
-# A full file system (ENOSPC, EDQUOT) is never a bug.  It stops a stage that fetches, checks out, builds or
-# installs with that stage's code, as a build or a download that fills the disk always did; anywhere else (the
-# tool's own records, markers, the lock's holder, the env file) with 5, the doctor's code for a disk without
-# room to build.
+# A full file system is never a bug.  It stops a stage that fetches, builds or installs with that stage's code.
+# Anywhere else (the tool's own files) it exits 5, the doctor's code for a disk without room to build.
 _STAGES_THAT_FILL = frozenset({Stage.FETCH, Stage.SUBMODULES, Stage.CHECKOUT, Stage.LLVM, Stage.BUILD, Stage.RELEASE,
                                Stage.CACHE})
 
 
 def disk_full_code(stage: Optional[Stage]) -> ExitCode:
-    """The exit code of a full file system met in ``stage``."""
     if stage is not None and stage in _STAGES_THAT_FILL and stage.exit_code is not None:
         return stage.exit_code
     return ExitCode.FLYDSL_BUILD
@@ -155,14 +145,10 @@ class EnsureError(Exception):
         self.reason = reason
         self.stage = stage
         self.hint = hint
-        # Multi-line output (a command's indented output, a traceback tail) shown under the reason.
-        self.detail = detail
-        # What the one line says the exit code means, when not the table's (a full file system's exit 5 is
-        # no failed build).
+        self.detail = detail  # multi-line output (a command's, a traceback's tail) shown under the reason
+        # What the exit code means, when not the table's (a full file system's exit 5 is no failed build).
         self.meaning = EXIT_MEANINGS[self.code] if meaning is None else meaning
-        # Given by the run that failed (``of_run``), for the result object: its id, how long it ran, and what
-        # the root's env file still holds (the previous install, which a failure before the build leaves
-        # answering).
+        # Given by the run that failed (``of_run``): its id, how long it ran, what the env file still holds.
         self.run_id: Optional[str] = None
         self.elapsed_s: Optional[float] = None
         self.installed: Optional[Dict[str, object]] = None
@@ -171,9 +157,8 @@ class EnsureError(Exception):
         return self.reason
 
     def amended(self, *, reason: Optional[str] = None, hint: Optional[str] = None) -> "EnsureError":
-        """A copy (of the same class, every attribute kept) with a new reason or hint, to raise in this one's
-        place: an error is never changed once raised, so whoever caught it before (a provider giving up its
-        lease, the failure marker's writer) saw the same error that goes on."""
+        """A copy with a new reason or hint, to raise in this one's place.  An error is never changed once raised:
+        whoever caught it before saw the same error that goes on."""
         new = self._copy()
         if reason is not None:
             new.reason = reason
@@ -196,9 +181,7 @@ class EnsureError(Exception):
 
 
 def disk_full_error(exc: OSError, stage: Optional[Stage]) -> Optional["EnsureError"]:
-    """The one-line EnsureError for ``exc`` when it is a full file system (or quota), met in ``stage``: it
-    names the file system, its free space and what to do; None for any other error."""
-
+    """The one-line EnsureError for ``exc`` when it is a full file system (or quota), met in ``stage``."""
     if not space.is_full(exc):
         return None
     path = exc.filename if isinstance(exc.filename, str) else None
@@ -222,7 +205,7 @@ class BadInput(EnsureError):
 
 class AlreadyImported(EnsureError):
     """``activate()`` in a process that already imported the tree's packages from elsewhere: the old modules
-    stay in ``sys.modules``, so activating would mix two trees (exit code 6, as a probe failure)."""
+    stay in ``sys.modules``, so activating would mix two trees."""
 
     def __init__(self, module: str, imported: str, tree_file: str) -> None:
         super().__init__(

@@ -1,4 +1,4 @@
-"""Where everything lives: the one owner of every path under a root and under its parent folder.
+"""Where everything lives: the one owner of every path under a root, its parent folder and the host's cache.
 
     BASE/                                  the root's parent folder (``$(dirname ROOT)``)
       .flydsl_build.lock                   the build lock (FLYDSL_BUILD_LOCK); never deleted
@@ -6,9 +6,8 @@
       .flydsl_build.failed                 the failure marker (FLYDSL_BUILD_FAILED); JSON
       ensure_flydsl.log                    the log of provisioning runs
       .ensure_flydsl/                      state shared by the roots of BASE
-        runs/<root name>/                  run records (<run id>.json), alive locks (<run id>.alive),
-                                           room kept for a live run's last words (<run id>.reserve),
-                                           `current`, start.lock
+        runs/<root name>/                  <run id>.json/.alive/.reserve (record, alive lock, room), current,
+                                           start.lock
         mlir/                              MLIR installs fetched from the binary cache
       llvm-project/mlir_install/           an LLVM/MLIR build (FlyDSL's build.sh finds it here)
       .llvm-project.ensure-flydsl.json     the record that this tool made llvm-project/, and for what
@@ -30,13 +29,12 @@
             rocm-overlay/                  a copy of ROCm's lib/ with hip's CMake files fixed
             rocm-overlay.json              the ROCm install and fix the overlay is for
           wheel-download/                  a release wheel downloaded while the pin is fetched
+          store.json                       which store tree build-fly/python_packages is linked from
 
     HOST/                                  the user's cache folder: ${XDG_CACHE_HOME:-~/.cache}/ensure-flydsl
-      runs/<run id>.json                   a timing record of each run of the host (runs/timings.py), one
-                                           file per run, written once; the last 500 runs of 30 days kept
-      history.json                         step durations of this host's runs, per route, for ETAs (every
-                                           root of the host reads and adds to it)
-      history.lock                         the flock a run holds while it adds its durations (never deleted)
+      runs/<run id>.json                   a timing record of each run of the host (runs/timings.py)
+      history.json                         step durations of this host's runs, per route, for ETAs
+      history.lock                         held while a run adds its durations (never deleted)
       store/                               the host store (FLYDSL_STORE; docs/store.md)
         store.lock                         held shared while a root links a tree, exclusive to add or prune
         trees/<key>/manifest.json          a tree's entries, each file's sha256 (host_store/manifest.py)
@@ -47,10 +45,7 @@
         refs/<root hash>.json              a root that links a tree (prune keeps what a root still uses)
         git/                               a bare repository holding the objects every root's checkout shares
 
-    ROOT/.ensure_flydsl/store.json         which store tree the root's build-fly/python_packages is linked from
-
-The default lock, marker and log paths are shared by the roots of one folder, as the bash executor
-(``ensure_flydsl.sh``) had them.
+The default lock, marker and log paths are shared by the roots of one folder, as the bash executor had them.
 """
 
 from __future__ import annotations
@@ -72,9 +67,8 @@ LLVM_DIR_NAME = "llvm-project"
 LLVM_RECORD_NAME = ".llvm-project.ensure-flydsl.json"
 STAMP_SUFFIX = ".json"
 RUN_RECORD_SUFFIX = ".json"
-# FlyDSL's own checkout layout: the tree's top-level packages and where their sources are in a checkout of
-# the pin (the build copies FLYDSL_SOURCES into build-fly/python_packages, and a release wheel must hold it
-# unchanged; kernels/ is imported from the root itself).
+# FlyDSL's checkout: the tree's packages and their sources (the build copies FLYDSL_SOURCES into
+# build-fly/python_packages, a release wheel holds it unchanged; kernels/ is imported from the root itself).
 FLYDSL_SOURCES = "python/flydsl"
 PACKAGE_SOURCES = (("flydsl", FLYDSL_SOURCES), ("kernels", "kernels"))
 BUILT_PACKAGES = ("flydsl",)  # the build stages these and adds compiled modules (flydsl._mlir) to them
@@ -90,7 +84,7 @@ def stamps_dir(root: str) -> str:
 
 
 def stamp_file(root: str, step: str) -> str:
-    """The stamp of ``step`` (``source/root.py: Stamps``); ``STAMP_SUFFIX`` ends every stamp's name."""
+    """The stamp of ``step`` (``source/root.py: Stamps``)."""
     return os.path.join(stamps_dir(root), step + STAMP_SUFFIX)
 
 
@@ -109,13 +103,12 @@ def tools_dir(root: str) -> str:
 
 
 def pip_constraints(tools: str) -> str:
-    """The pip constraints every ``pip install`` of a build step is held to, under a tools folder
-    (``ways/source/environment.py``: nanobind below 3, or what the pin says)."""
+    """What every ``pip install`` of a build step is held to (nanobind below 3, or what the pin says)."""
     return os.path.join(tools, "pip-constraints.txt")
 
 
 def provided_dir(tools: str) -> str:
-    """The build tools installed from the package index, under a tools folder (``tools_dir``)."""
+    """The build tools installed from the package index."""
     return os.path.join(tools, "provided")
 
 
@@ -130,7 +123,7 @@ def rocm_overlay(root: str) -> str:
 
 
 def overlay_stamp(overlay: str) -> str:
-    """Beside an overlay (``rocm_overlay``): the ROCm install and fix it was made for."""
+    """The ROCm install and fix an overlay was made for."""
     return overlay + ".json"
 
 
@@ -139,14 +132,13 @@ def build_dir(root: str) -> str:
 
 
 def wheel_install_dirs(root: str) -> Tuple[str, str]:
-    """The release way's folders in ``build-fly``: the downloaded wheel, and where it is installed before
-    it is moved to ``packages_dir`` (both removed when the run ends)."""
+    """The downloaded release wheel, and where it is installed before it moves to ``packages_dir``."""
     return (os.path.join(root, BUILD_DIR, ".wheel-download"),
             os.path.join(root, BUILD_DIR, "." + PACKAGES_DIR + ".installing"))
 
 
 def store_linking_dir(root: str) -> str:
-    """Where the host store's tree is linked before it is moved to ``packages_dir``."""
+    """Where the host store's tree is linked before it moves to ``packages_dir``."""
     return os.path.join(root, BUILD_DIR, "." + PACKAGES_DIR + ".linking")
 
 
@@ -174,7 +166,7 @@ def env_json(root: str) -> str:
 
 
 def warm_stamp(root: str) -> str:
-    """The front door's stamp (warm.py, which names the files a warm call reads: it imports no other module)."""
+    """The front door's stamp (warm.py names the files a warm call reads)."""
     return stamp_path(root)
 
 
@@ -196,23 +188,22 @@ def base_state_dir(base_dir: str) -> str:
 
 
 def runs_dir(root: str) -> str:
-    """The run records of ``root`` (kept beside it, so that they survive `clean` of the root's files)."""
+    """The run records of ``root``, beside it: they survive `clean` of the root's files."""
     return os.path.join(base_state_dir(os.path.dirname(root)), "runs", os.path.basename(root))
 
 
 def run_record_file(runs: str, run_id: str) -> str:
-    """A run's record in a root's ``runs_dir``; ``RUN_RECORD_SUFFIX`` ends every record's name."""
+    """A run's record."""
     return os.path.join(runs, run_id + RUN_RECORD_SUFFIX)
 
 
 def run_alive_file(runs: str, run_id: str) -> str:
-    """The file a live run holds an flock on (``runs/liveness``)."""
+    """The file a live run holds an flock on (``runs/liveness.py``)."""
     return os.path.join(runs, run_id + ".alive")
 
 
 def run_reserve_file(runs: str, run_id: str) -> str:
-    """Room a live run keeps on the disk for its last words: given up for its final record and the failure
-    marker, it lets both be written when the run ends on a full file system."""
+    """Room a live run keeps on the disk, so its final record and failure marker fit on a full one."""
     return os.path.join(runs, run_id + ".reserve")
 
 
@@ -255,8 +246,8 @@ HOST_VARIABLES = ("XDG_CACHE_HOME", "HOME")  # what host_cache_dir reads
 
 
 def host_cache_dir(environ: Mapping[str, str]) -> Optional[str]:
-    """The tool's folder in the user's cache folder (``$XDG_CACHE_HOME``, else ``~/.cache``), shared by every
-    root of the host; None when neither names an absolute folder (the XDG rule: a relative value is ignored)."""
+    """The tool's folder in the user's cache folder (``$XDG_CACHE_HOME``, else ``~/.cache``); None when neither
+    names an absolute folder (the XDG rule: a relative value is ignored)."""
     cache = environ.get("XDG_CACHE_HOME", "")
     if not os.path.isabs(cache):
         home = environ.get("HOME") or os.path.expanduser("~")
@@ -267,17 +258,17 @@ def host_cache_dir(environ: Mapping[str, str]) -> Optional[str]:
 
 
 def vendored_wheels_dir(host_dir: str) -> str:
-    """The pinned wheels `ensure-flydsl skill` vendors into a GEAK folder, downloaded once (``geak/vendor.py``)."""
+    """The pinned wheels `ensure-flydsl skill` vendors into a GEAK folder, downloaded once."""
     return os.path.join(host_dir, "vendored-wheels")
 
 
 def timings_dir(host_dir: str) -> str:
-    """The timing records of the host's runs, one file per run (``runs/timings.py``; ``ensure-flydsl stats``)."""
+    """The timing records of the host's runs (``runs/timings.py``; ``ensure-flydsl stats``)."""
     return os.path.join(host_dir, "runs")
 
 
 def timing_file(timings: str, run_id: str) -> str:
-    """A run's timing record in ``timings_dir``; ``RUN_RECORD_SUFFIX`` ends every record's name."""
+    """A run's timing record."""
     return os.path.join(timings, run_id + RUN_RECORD_SUFFIX)
 
 
@@ -287,13 +278,13 @@ def history_file(host_dir: str) -> str:
 
 
 def history_lock(host_dir: str) -> str:
-    """Held while a run adds its durations to ``history_file`` (read, merge, replace)."""
+    """Held while a run adds its durations to ``history_file``."""
     return os.path.join(host_dir, "history.lock")
 
 
 # -- the host store (host_store/) ------------------------------------------------------------------------------
 def default_store_dir(host_dir: str) -> str:
-    """The host store when FLYDSL_STORE is not set: in the user's cache folder."""
+    """The host store when FLYDSL_STORE is not set."""
     return os.path.join(host_dir, "store")
 
 
@@ -334,5 +325,5 @@ def store_git_dir(store: str) -> str:
 
 
 def root_store_record(root: str) -> str:
-    """Which store tree the root's ``packages_dir`` is linked from (the root's reference, read by ``prune``)."""
+    """Which store tree the root's ``packages_dir`` is linked from (read by the store's ``prune``)."""
     return os.path.join(root, STATE_DIR, "store.json")

@@ -1,5 +1,4 @@
-"""What ``ensure`` returns.  A module of its own, light to import: the warm path builds one without
-loading the machinery of a full run."""
+"""What ``ensure`` returns, and the one shape of every JSON answer of the tool."""
 
 from __future__ import annotations
 
@@ -7,24 +6,22 @@ import enum
 from dataclasses import asdict, dataclass
 from typing import Dict, List, Optional
 
-# The one shape every JSON answer of the tool has, success or failure (docs/schema/result.schema.json); GEAK's
-# gate schema (``ok`` required; ``built``, ``env_file``, ``version``, ``reason``) is a subset of it.
+# docs/schema/result.schema.json; GEAK's gate schema (``ok``, ``built``, ``env_file``, ``version``, ``reason``)
+# is a subset of it.
 SCHEMA_VERSION = 1
 RESULT_KEYS = ("schema_version", "ok", "exit_code", "stage", "built", "how", "env_file", "version", "reason",
                "hint", "log", "run_id", "elapsed_s")
 
 
 def result_object(**fields: object) -> Dict[str, object]:
-    """A result object: every key of the shape (``None`` when not known), then ``fields`` (the command's
-    own keys may follow the common ones).  ``ok`` is false and ``built`` false unless given."""
+    """Every key of the shape (None when not known, ``ok`` and ``built`` false), then ``fields``."""
     data: Dict[str, object] = {key: None for key in RESULT_KEYS}
     data.update(schema_version=SCHEMA_VERSION, ok=False, built=False)
     data.update(fields)
     return data
 
 
-# How the host store gives a root its tree (host_store/link.py's ways, in the order it tries them): what a result,
-# the env file's twin and a timing record say as ``link_mode``.
+# How the host store gives a root its tree, in the order it tries them (a result's ``link_mode``).
 LINK_MODES = ("reflink", "hardlink", "copy")
 
 
@@ -54,10 +51,7 @@ class Action(str, enum.Enum):
 
 @dataclass(frozen=True)
 class TreeIdentity:
-    """The tree in use, as the result of a call and the env file's twin (``runs/markers.py: EnvTwin``) both
-    say it, each deriving from this: how it came to be, its folder, flydsl's version, the interpreter it was
-    made for, the commit, and the file each probed module was imported from.  Their JSON has these keys flat
-    (``how`` as its string)."""
+    """The tree in use, as a call's result and the env file's twin both say it (their JSON has these keys flat)."""
 
     how: How
     tree: str
@@ -87,7 +81,6 @@ class Result(TreeIdentity):
 
     @property
     def built(self) -> bool:
-        """A fresh build or install by this call (GEAK's ``built``)."""
         return self.action == Action.PROVISIONED
 
     def to_json(self) -> Dict[str, object]:

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ensure_flydsl.runs.markers import env_mapping, render_env_sh
+from ensure_flydsl.runs.markers import EnvFile
 from tests.helpers.flydsl_fixture import make_installed_tree
 from tests.helpers.run_folders import for_the_run
 from tests.helpers.workspace import Workspace
@@ -74,7 +74,7 @@ def test_sourcing_the_env_file_twice_gives_each_folder_once(tmp_path: "os.PathLi
     caller = None if caller is None else caller.replace("ROOT", root)
     env_file = os.path.join(str(tmp_path), "flydsl_env.sh")
     with open(env_file, "w") as handle:
-        handle.write(render_env_sh(root, prepend, None, True))
+        handle.write(EnvFile(root, tuple(prepend), None, True).text())
     cwd = os.path.join(str(tmp_path), "cwd")
     os.makedirs(cwd)
     got = source_twice(shell, env_file, caller, cwd)
@@ -82,7 +82,7 @@ def test_sourcing_the_env_file_twice_gives_each_folder_once(tmp_path: "os.PathLi
     # The caller's entries kept, in their order; the tree's folders first, once.
     assert got.split(":")[:2] == prepend and all(got.split(":").count(p) == 1 for p in prepend)
     # What the Python API says the env file gives is what sourcing it gives.
-    assert env_mapping(root, prepend, caller, None, True)["PYTHONPATH"] == got
+    assert EnvFile(root, tuple(prepend), None, True).mapping(caller)["PYTHONPATH"] == got
     assert os.listdir(cwd) == []
 
 
@@ -98,10 +98,11 @@ def test_sourcing_twice_is_idempotent_for_arbitrary_paths(tmp_path: "os.PathLike
         prepend = [root + "/build-fly/python_packages", root]
         caller = ":".join({"ROOT": root, "PKG": prepend[0]}.get(p, p) for p in caller_parts)
         with open(env_file, "w", encoding="utf-8") as handle:
-            handle.write(render_env_sh(root, prepend, root + "/shim", False))
+            handle.write(EnvFile(root, tuple(prepend), root + "/shim", False).text())
         for shell in SHELLS:
             assert source_twice(shell, env_file, caller, cwd) == expected_pythonpath(prepend, caller), shell
-        assert env_mapping(root, prepend, caller, None, False)["PYTHONPATH"] == expected_pythonpath(prepend, caller)
+        mapping = EnvFile(root, tuple(prepend), None, False).mapping(caller)
+        assert mapping["PYTHONPATH"] == expected_pythonpath(prepend, caller)
         assert not os.path.exists(CANARY) and os.listdir(cwd) == [], "sourcing ran code from a path"
         ran["examples"] += 1
 

@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ensure_flydsl.runs.markers import render_env_sh
+from ensure_flydsl.runs.markers import EnvFile
 from tests.helpers.cache_entries import _member, blob_file, manifest_file, publish_raw
 from tests.helpers.flydsl_fixture import FixtureRepo
 from tests.helpers.reliability import device, listing, record
@@ -72,7 +72,7 @@ def test_the_env_file_exports_exactly_the_path_and_runs_nothing(tmp_path: "os.Pa
             prepend = [root, root + "/build-fly/python_packages"]
             path = os.path.join(files, f"env{n}.sh")
             with open(path, "w", encoding="utf-8") as handle:
-                handle.write(render_env_sh(root, prepend, shim, moe))
+                handle.write(EnvFile(root, tuple(prepend), shim, moe).text())
             paths.append(path)
             joined = ":".join(prepend)
             expected.append([root, "<unset>" if shim is None else shim, joined, "1" if moe else "<unset>",

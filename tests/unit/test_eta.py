@@ -10,7 +10,6 @@ import pytest
 
 from ensure_flydsl.errors import Plan, Stage
 from ensure_flydsl.layout import host_cache_dir
-from ensure_flydsl.runs.heartbeat import HEARTBEAT_S, heartbeat_interval
 from ensure_flydsl.runs.history import (
     DEFAULT_SECONDS,
     HISTORY_KEEP,
@@ -18,7 +17,7 @@ from ensure_flydsl.runs.history import (
     read_history,
     remember,
 )
-from ensure_flydsl.runs.progress import estimate_eta, step_left
+from ensure_flydsl.runs.progress import HEARTBEAT_S, estimate_eta, heartbeat_interval, step_left
 from ensure_flydsl.settings import load_settings
 from ensure_flydsl.ways.context import likely_route
 

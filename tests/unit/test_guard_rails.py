@@ -125,14 +125,14 @@ def test_records_of_more_than_four_fields_are_made_by_keyword() -> None:
     assert found == []
 
 
-# Who may call what: a process is started only by support/processes/ (its errors, its group, its stop), and a
+# Who may call what: a process is started only by support/processes.py (its errors, its group, its stop), and a
 # file or folder is renamed into place only by support/files.py (the rename, then its folder flushed).
 OWNED_CALLS = {
-    ("subprocess", "Popen"): os.path.join("ensure_flydsl", "support", "processes", ""),
-    ("subprocess", "run"): os.path.join("ensure_flydsl", "support", "processes", ""),
-    ("subprocess", "call"): os.path.join("ensure_flydsl", "support", "processes", ""),
-    ("subprocess", "check_output"): os.path.join("ensure_flydsl", "support", "processes", ""),
-    ("subprocess", "check_call"): os.path.join("ensure_flydsl", "support", "processes", ""),
+    ("subprocess", "Popen"): os.path.join("ensure_flydsl", "support", "processes.py"),
+    ("subprocess", "run"): os.path.join("ensure_flydsl", "support", "processes.py"),
+    ("subprocess", "call"): os.path.join("ensure_flydsl", "support", "processes.py"),
+    ("subprocess", "check_output"): os.path.join("ensure_flydsl", "support", "processes.py"),
+    ("subprocess", "check_call"): os.path.join("ensure_flydsl", "support", "processes.py"),
     ("os", "rename"): os.path.join("ensure_flydsl", "support", "files.py"),
     ("os", "replace"): os.path.join("ensure_flydsl", "support", "files.py"),
 }

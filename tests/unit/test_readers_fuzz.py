@@ -30,7 +30,7 @@ from ensure_flydsl.pipeline.warm import same, try_warm
 from ensure_flydsl.probe.results import Interpreter
 from ensure_flydsl.result import How
 from ensure_flydsl.runs.history import History
-from ensure_flydsl.runs.markers import EnvTwin, Failure, render_env_sh
+from ensure_flydsl.runs.markers import EnvFile, EnvTwin, Failure
 from ensure_flydsl.runs.records import RunRecord
 from ensure_flydsl.settings import Request, Settings, load_settings
 from ensure_flydsl.source.ownership import MadeRecord
@@ -150,7 +150,7 @@ def test_env_twin_reads_any_input_as_a_twin_or_none(data: st.DataObject) -> None
             json.dump(raw, handle)
         if twin is not None:
             with open(current.env_file, "w") as handle:
-                handle.write(render_env_sh(root, twin.pythonpath_prepend, None, True))
+                handle.write(EnvFile(root, tuple(twin.pythonpath_prepend), None, True).text())
         result = try_warm(current, environ)
         assert result is None or result.how in set(How)
 

@@ -1,6 +1,5 @@
 """The build's output tail the failure message shows (support/report.py: Reporter.tail): the last lines, at most
-TAIL_LINES of them, however long the build's output was, in a list trimmed as it grows (no deque: the warm call
-imports no collections)."""
+TAIL_LINES of them, however long the build's output was."""
 
 from __future__ import annotations
 

@@ -15,16 +15,17 @@ from hypothesis import HealthCheck, given, settings
 
 from ensure_flydsl.cli.main import main
 from ensure_flydsl.errors import FAILURE_CODES, Plan, Stage
-from ensure_flydsl.runs.stats import OTHER, summarize
 from ensure_flydsl.runs.timings import (
     FETCHES,
     LINK_MODES,
     LOOKUPS,
+    OTHER,
     WAYS,
     TimingRecord,
     keep,
     prune,
     read_records,
+    summarize,
 )
 from tests.helpers.result_schema import REGISTRY, SCHEMAS
 from tests.unit.test_readers_fuzz import inputs

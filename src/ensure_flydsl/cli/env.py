@@ -8,8 +8,7 @@ from typing import Mapping, Optional
 
 from ensure_flydsl.result import result_object
 from ensure_flydsl.runs.answer import START_HINT
-from ensure_flydsl.runs.markers import env_mapping
-from ensure_flydsl.runs.twin_gate import installed, installed_twin, twin_gap
+from ensure_flydsl.runs.markers import EnvFile, installed, installed_twin, twin_gap
 from ensure_flydsl.settings import Settings
 
 NO_ENV_FILE = 1
@@ -34,9 +33,9 @@ def show_env(settings: Settings, fmt: str, environ: Mapping[str, str], *, as_jso
                         reason=f"{settings.env_file} answers this request: flydsl {twin.version} ({twin.how}) "
                                f"for {twin.python}")
         data.update(root=settings.root, installed=installed(settings.root, request, environ.get("PATH")),
-                    env=None if twin is None or gap is not None else env_mapping(
-                        settings.root, twin.pythonpath_prepend, environ.get("PYTHONPATH"), twin.FLYDSL_SHIM_DIR,
-                        twin.VLLM_USE_FLYDSL_MOE == "1"))
+                    env=None if twin is None or gap is not None else EnvFile(
+                        settings.root, tuple(twin.pythonpath_prepend), twin.FLYDSL_SHIM_DIR,
+                        twin.VLLM_USE_FLYDSL_MOE == "1").mapping(environ.get("PYTHONPATH")))
         print(json.dumps(data, sort_keys=True))
         return code
     if gap is not None:

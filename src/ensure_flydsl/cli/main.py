@@ -41,8 +41,8 @@ from ensure_flydsl.geak.folder import write_skill_folder
 from ensure_flydsl.pipeline.run import Run, ensure_run
 from ensure_flydsl.pipeline.warm import current_fingerprint, keep_warm, try_warm, warm_lines
 from ensure_flydsl.result import result_object
+from ensure_flydsl.runs.liveness import watch
 from ensure_flydsl.runs.markers import read_env_json, write_failure_marker
-from ensure_flydsl.runs.watchdog import watch
 from ensure_flydsl.settings import (
     FLAG,
     GROUPS,
@@ -57,8 +57,8 @@ from ensure_flydsl.settings import (
     flag_text,
     settings_from_kwargs,
 )
+from ensure_flydsl.support.processes import unblock_stop_signals
 from ensure_flydsl.support.report import Reporter
-from ensure_flydsl.support.stop_signals import unblock_stop_signals
 from ensure_flydsl.warm import key_tokens
 
 DESCRIPTION = ("Make `import flydsl, kernels.moe_gemm_2stage` work from one consistent tree: reuse a good-enough\n"

@@ -24,9 +24,8 @@ from ensure_flydsl.probe.interpreter import callers_folder
 from ensure_flydsl.result import result_object
 from ensure_flydsl.runs.answer import live_runs
 from ensure_flydsl.runs.liveness import marker_is_answered
-from ensure_flydsl.runs.markers import marker_unwritten, write_failure_marker
+from ensure_flydsl.runs.markers import installed, marker_unwritten, write_failure_marker
 from ensure_flydsl.runs.records import RUNNING, RunRecord, RunStore, new_record, new_run_id
-from ensure_flydsl.runs.twin_gate import installed
 from ensure_flydsl.settings import Settings, Strategy
 from ensure_flydsl.support.launcher import tool_command
 from ensure_flydsl.support.processes import spawn, stop_signals_blocked

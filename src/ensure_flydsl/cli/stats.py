@@ -9,8 +9,7 @@ from typing import Dict, List, Mapping, Optional, Sequence
 from ensure_flydsl.errors import BadInput
 from ensure_flydsl.layout import host_cache_dir, timings_dir
 from ensure_flydsl.result import result_object
-from ensure_flydsl.runs.stats import Summary, summarize
-from ensure_flydsl.runs.timings import HIT, MISS, Skipped, TimingRecord, read_records
+from ensure_flydsl.runs.timings import HIT, MISS, Skipped, Summary, TimingRecord, read_records, summarize
 from ensure_flydsl.settings import host_id, parse_root
 from ensure_flydsl.support.report import fmt_seconds
 from ensure_flydsl.trees.remote import format_size

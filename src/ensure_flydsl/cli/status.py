@@ -8,8 +8,8 @@ from typing import Dict, Optional
 from ensure_flydsl.errors import ExitCode
 from ensure_flydsl.result import result_object
 from ensure_flydsl.runs.answer import Answer, answer
+from ensure_flydsl.runs.markers import installed_line
 from ensure_flydsl.runs.records import FAILED, RUNNING, SUCCEEDED
-from ensure_flydsl.runs.twin_gate import installed_line
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.support.report import fmt_seconds, known
 

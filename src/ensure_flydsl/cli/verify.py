@@ -13,7 +13,7 @@ from ensure_flydsl.probe.gate import evaluate
 from ensure_flydsl.probe.interpreter import probe_modules, run_probe
 from ensure_flydsl.result import result_object
 from ensure_flydsl.runs.answer import START_HINT
-from ensure_flydsl.runs.twin_gate import installed, installed_twin, twin_gap
+from ensure_flydsl.runs.markers import installed, installed_twin, twin_gap
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.support.report import known
 

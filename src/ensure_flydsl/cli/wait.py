@@ -11,10 +11,9 @@ from typing import Optional, Tuple
 from ensure_flydsl.cli.status import ABSENT_EXIT, answer_object
 from ensure_flydsl.errors import ExitCode
 from ensure_flydsl.runs.answer import Answer, answer
-from ensure_flydsl.runs.heartbeat import Pulse, say_pulse
-from ensure_flydsl.runs.markers import read_failure_marker, tail_of
+from ensure_flydsl.runs.markers import installed_line, read_failure_marker, tail_of
+from ensure_flydsl.runs.progress import Pulse, say_pulse
 from ensure_flydsl.runs.records import FAILED, RUNNING, SUCCEEDED
-from ensure_flydsl.runs.twin_gate import installed_line
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.support.report import Reporter, fmt_seconds, known
 

@@ -17,9 +17,8 @@ from ensure_flydsl.result import Action, How, Result
 from ensure_flydsl.runs import markers
 from ensure_flydsl.runs.answer import roots_sharing_marker, sharing_advice
 from ensure_flydsl.runs.liveness import marker_is_answered
-from ensure_flydsl.runs.markers import marker_unwritten, tail_of
+from ensure_flydsl.runs.markers import installed, installed_line, marker_unwritten, tail_of
 from ensure_flydsl.runs.records import RunStore
-from ensure_flydsl.runs.twin_gate import installed, installed_line
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.source.root import Stamps, claim_root, is_ours
 from ensure_flydsl.support.files import read_regular, remove_file
@@ -109,7 +108,7 @@ def publish(run: Run, decision: Decision, action: Action) -> Result:
         pin=decision.pin, repo=decision.repo, run_id=run.run_id, built=action == Action.PROVISIONED,
         elapsed_s=round(elapsed, 3), link_mode=decision.link_mode,
     )
-    text = markers.render_env_sh(settings.root, decision.prepend, settings.shim_dir, settings.vllm_moe)
+    text = twin.exports.text()
     there = markers.read_env_json(settings.env_json)
     as_read = markers.EnvTwin.from_json(json.loads(json.dumps(twin.to_json())))  # as it reads back
     current = there is not None and as_read is not None and there.answers(as_read) \
@@ -123,13 +122,10 @@ def publish(run: Run, decision: Decision, action: Action) -> Result:
             stamp(there)
             run.say(f"{settings.env_file} is current")
         else:
-            markers.publish_env_file(settings.env_file, settings.env_json, twin, shim_dir=settings.shim_dir,
-                                     vllm_moe=settings.vllm_moe, after_twin=stamp)
+            markers.publish_env_file(settings.env_file, settings.env_json, twin, after_twin=stamp)
             run.say(f"wrote {settings.env_file}")
         clear_answered_failure(run)
-    env = markers.env_mapping(
-        settings.root, decision.prepend, run.environ.get("PYTHONPATH"), settings.shim_dir, settings.vllm_moe
-    )
+    env = twin.exports.mapping(run.environ.get("PYTHONPATH"))
     return Result(
         how=decision.how, action=action, root=settings.root, tree=decision.tree,
         version=str(decision.probe.version), python=interp.executable, python_version=interp.version,

@@ -19,7 +19,7 @@ from ensure_flydsl.pipeline.timing import keep_timing
 from ensure_flydsl.pipeline.warm import try_warm
 from ensure_flydsl.probe.gate import same_folder
 from ensure_flydsl.result import Action, How, Result
-from ensure_flydsl.runs.heartbeat import Heartbeat, heartbeat_interval
+from ensure_flydsl.runs.progress import Heartbeat, heartbeat_interval
 from ensure_flydsl.support.processes import unblock_stop_signals
 from ensure_flydsl.ways import provisions
 from ensure_flydsl.ways.context import Decision, Run

@@ -12,8 +12,7 @@ from typing import Dict, List, Mapping, Optional, Sequence
 from ensure_flydsl import warm
 from ensure_flydsl.layout import HOST_VARIABLES, stamp_file, warm_stamp
 from ensure_flydsl.result import Action, How, Result
-from ensure_flydsl.runs.markers import EnvTwin, env_mapping, read_env_json, render_env_sh, withdraw_failure_marker
-from ensure_flydsl.runs.twin_gate import twin_gap
+from ensure_flydsl.runs.markers import EnvFile, EnvTwin, read_env_json, twin_gap, withdraw_failure_marker
 from ensure_flydsl.settings import HOST_ID, SETTINGS, Settings
 from ensure_flydsl.support.files import atomic_write
 from ensure_flydsl.support.report import known
@@ -40,7 +39,7 @@ def try_warm(settings: Settings, environ: Mapping[str, str]) -> Optional[Result]
         if twin_gap(twin, settings.request(), environ.get("PATH")) is not None:
             return None
     written = warm.read_regular(settings.env_file)
-    if written is None or written.decode(errors="replace") != env_text(settings, twin):
+    if written is None or written.decode(errors="replace") != exports(settings, twin).text():
         return None
     now = current_fingerprint(settings, environ, twin)
     if now["interpreter"] is None or not same(twin.fingerprint, now):
@@ -50,8 +49,9 @@ def try_warm(settings: Settings, environ: Mapping[str, str]) -> Optional[Result]
     return warm_result(settings, environ, twin, time.monotonic() - started)
 
 
-def env_text(settings: Settings, twin: EnvTwin) -> str:
-    return render_env_sh(settings.root, twin.pythonpath_prepend, settings.shim_dir, settings.vllm_moe)
+def exports(settings: Settings, twin: EnvTwin) -> EnvFile:
+    """What the env file exports for ``settings`` with the twin's tree (its request may be another one)."""
+    return EnvFile(settings.root, tuple(twin.pythonpath_prepend), settings.shim_dir, settings.vllm_moe)
 
 
 def current_fingerprint(settings: Settings, environ: Mapping[str, str], twin: EnvTwin) -> Dict[str, object]:
@@ -70,7 +70,7 @@ def warm_result(settings: Settings, environ: Mapping[str, str], twin: EnvTwin, s
     return Result(
         how=How(twin.how), action=Action.WARM, root=settings.root, tree=twin.tree, version=twin.version,
         python=twin.python, python_version=twin.python_version, abi=twin.abi, commit=twin.commit,
-        env=env_mapping(settings.root, prepend, environ.get("PYTHONPATH"), settings.shim_dir, settings.vllm_moe),
+        env=exports(settings, twin).mapping(environ.get("PYTHONPATH")),
         env_file=settings.env_file, prepend=prepend, files={str(k): str(v) for k, v in twin.files.items()},
         durations={"fingerprint": seconds}, run_id=run_id or os.urandom(6).hex(),
         reason=f"nothing changed since run {twin.run_id or 'of an earlier version'} wrote {settings.env_file}",
@@ -95,7 +95,7 @@ def keep_warm(settings: Settings, environ: Mapping[str, str], tokens: Optional[S
         return
     root = settings.root
     twin_id = warm.file_identity(settings.env_json)
-    env_file = env_text(settings, twin).encode()
+    env_file = exports(settings, twin).text().encode()
     try:
         cwd = os.getcwd()
     except OSError:

@@ -1,5 +1,5 @@
-"""What publish records for the front door's fingerprint (ensure_flydsl/warm.py): the folders it watches and
-the site folders; and what the host store keeps of the interpreter beside a tree that passed the probe."""
+"""What publish records for the front door's fingerprint (warm.py): the folders it watches, the site folders.
+And the interpreter part the host store keeps beside a tree that passed the probe."""
 
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ def site_folders(interp: Interpreter) -> List[str]:
 
 def interpreter_part(python: str, environ: Mapping[str, str], interp: Interpreter, tree_folders: Sequence[str],
                      modules: Sequence[str]) -> Optional[Dict[str, object]]:
-    """The fingerprint's interpreter, less the root's own path (the host store keeps it beside a tree that passed
-    the probe); None when the name's landing cannot be told without running it."""
+    """The fingerprint's interpreter, less the root's own path; None when the name's landing cannot be told
+    without running it."""
     identity = interpreter_identity(python, dict(environ), interp.executable)
     if identity is None:
         return None
@@ -30,7 +30,7 @@ def interpreter_part(python: str, environ: Mapping[str, str], interp: Interprete
 
 def watch_folders(root: str, files: Mapping[str, str], package_folders: Mapping[str, str]) -> List[str]:
     """The folders the answer depends on: each imported module's top-level package and its ``.libs`` sibling
-    (auditwheel's libraries), and the root's ``build-fly/python_packages``; none inside another listed twice."""
+    (auditwheel's), and the root's ``build-fly/python_packages``; none inside another."""
     folders = set()
     for name in files:
         top = os.path.join(package_folders[name], name.split(".")[0])

@@ -1,9 +1,6 @@
-"""The reuse decision: pure functions of a probe's result, no I/O.
-
-Reuse iff every required module imports, all from one tree, and the release segment of
-``flydsl.__version__`` is at least the floor.  FlyDSL's dev builds carry their base version (``0.2.2`` at a
-commit after v0.2.2), so only the release segment is compared, as the bash executor did.  A version that cannot be
-parsed fails the gate: the bash executor (ensure_flydsl.sh) treated a failed comparison as "equal" and reused anything.
+"""The reuse decision, pure: every required module imports, all from one tree, and the release segment of
+``flydsl.__version__`` is at least the floor (dev builds carry their base version).  A version that cannot be
+parsed fails the gate (the bash executor took a failed comparison as "equal" and reused anything).
 """
 
 from __future__ import annotations
@@ -26,18 +23,14 @@ class Verdict:
     tree: Optional[str] = None  # the one folder that holds every imported module, when there is one
     version: Optional[str] = None
     files: Dict[str, str] = field(default_factory=dict)
-    # The folder on sys.path each module of ``files`` was imported from (``package_folder``).
     folders: Dict[str, str] = field(default_factory=dict)
     # Whether one of them is a folder the probe put first on PYTHONPATH (a root's: it shadows any other copy).
     from_first: bool = False
 
 
 def package_folder(module: str, file: str) -> str:
-    """The folder on sys.path that ``module`` was imported from, given the file it was loaded from.
-
-    ``X/kernels/moe_gemm_2stage.py`` for ``kernels.moe_gemm_2stage`` gives X;
-    ``P/flydsl/__init__.py`` for ``flydsl`` gives P.
-    """
+    """The folder on sys.path ``module`` was imported from: X for ``X/kernels/moe_gemm_2stage.py``, P for
+    ``P/flydsl/__init__.py``."""
     levels = module.count(".") + 1
     if os.path.basename(file).startswith("__init__."):
         levels += 1
@@ -53,8 +46,7 @@ def is_within(path: str, folder: str) -> bool:
 
 
 def own_tree(folder: str) -> str:
-    """The tree an import folder belongs to: X for X/build-fly/python_packages (where a build or the release
-    wheel puts flydsl), else the folder itself."""
+    """The tree an import folder belongs to: X for X/build-fly/python_packages, else the folder itself."""
     norm = os.path.normpath(folder)
     parent, leaf = os.path.split(norm)
     grand, middle = os.path.split(parent)
@@ -71,13 +63,8 @@ def same_folder(a: str, b: str) -> bool:
 
 
 def one_tree(folders: Sequence[str]) -> Optional[str]:
-    """The tree that every folder in ``folders`` is an import folder of, or None if they are separate trees.
-
-    A source build imports ``flydsl`` from ROOT/build-fly/python_packages and ``kernels`` from ROOT: both are
-    ROOT's own import folders, so that is one tree.  Being merely inside ROOT is not enough: flydsl from
-    ROOT/.venv/lib/.../site-packages with kernels from ROOT is two installs, as is site-packages plus a
-    checkout elsewhere.
-    """
+    """The tree every folder in ``folders`` is an import folder of, or None.  ROOT/build-fly/python_packages
+    and ROOT are one tree; ROOT/.venv/lib/.../site-packages and ROOT are two installs."""
     if not folders:
         return None
     real = {own_tree(os.path.realpath(f)) for f in folders}
@@ -99,7 +86,6 @@ def evaluate(probe: Probe, floor: str, require: Sequence[str], first: Sequence[s
 
 def _judge(probe: Probe, floor: str, require: Sequence[str],
            folders: Dict[str, str]) -> Tuple[bool, str, Optional[str], Optional[str]]:
-    """Whether the probe's modules pass the gate, why, the one tree they come from and flydsl's version."""
     failed = [m for m in probe.modules if m.error or not m.file]
     if failed:
         first = failed[0]

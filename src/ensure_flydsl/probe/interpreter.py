@@ -1,10 +1,8 @@
 """Ask the target interpreter, in a subprocess, what it imports and from where.
 
-FlyDSL is never imported into the tool's own process: the tool may run under another Python, and an
-import would pin whatever tree it found for the life of the process.  The probe runs with the tree's
-folders prepended to PYTHONPATH exactly as the env file will do, in the caller's working folder (where a
-shim picks the interpreter) but without it on sys.path, so what it sees is what the workflow will see
-after ``source``.
+FlyDSL is never imported into the tool's own process (it may run under another Python, and an import would
+pin a tree for the process's life).  The probe runs with the tree's folders first on PYTHONPATH, as the env
+file puts them, in the caller's working folder (not on sys.path).  So it sees what the workflow will see.
 """
 
 from __future__ import annotations
@@ -25,7 +23,6 @@ from ensure_flydsl.support.processes import kill_group, spawn
 
 
 def joined_pythonpath(prefix: Sequence[str], caller: Optional[str]) -> str:
-    """The tree's folders first, then the caller's PYTHONPATH: what the env file exports."""
     parts = list(prefix)
     if caller:
         parts.append(caller)
@@ -34,16 +31,12 @@ def joined_pythonpath(prefix: Sequence[str], caller: Optional[str]) -> str:
 
 def probe_modules(modules: Sequence[str]) -> List[str]:
     """flydsl is always probed (its __version__ gates reuse), then each required module once."""
-    ordered = ["flydsl"]
-    for m in modules:
-        if m not in ordered:
-            ordered.append(m)
-    return ordered
+    return list(dict.fromkeys(["flydsl", *modules]))
 
 
 class ProbeBroke(EnsureError):
     """The probe's interpreter died or hung instead of reporting; ``importing`` is the module it was importing
-    then (None when it broke before the first import), ``origin`` the file that module would come from."""
+    then (None: before the first), ``origin`` the file that module would come from."""
 
     def __init__(self, reason: str, importing: Optional[str], origin: Optional[str], detail: str = "") -> None:
         super().__init__(
@@ -87,8 +80,7 @@ class _Output:
 
 
 def _stop_group(proc: "subprocess.Popen[bytes]") -> Tuple[bytes, bytes]:
-    """SIGKILL the probe's whole process group (whatever the import started goes too) and collect what it
-    wrote; a process that left the group and holds the pipes is not waited for."""
+    """SIGKILL the probe's process group and collect what it wrote (not waiting for one that left the group)."""
     kill_group(proc.pid)
     try:
         return proc.communicate(timeout=5.0)
@@ -105,9 +97,8 @@ def _as_bytes(data: object) -> bytes:
 
 
 def callers_folder() -> Optional[str]:
-    """Where the target interpreter runs: the caller's working folder (None: inherited), since a shim
-    (pyenv's, asdf's) picks the interpreter from the files there and above, as the caller's own ``python3``
-    will (the probe scripts take that folder off ``sys.path``); / when it is gone."""
+    """Where the target interpreter runs: the caller's working folder (None: inherited), where a shim
+    (pyenv's, asdf's) picks the interpreter as the caller's own ``python3`` will; / when it is gone."""
     try:
         os.getcwd()
     except OSError:
@@ -152,8 +143,7 @@ def _communicate(proc: "subprocess.Popen[bytes]", timeout: float,
 
 
 def _literal(text: Optional[str]) -> Dict[str, Any]:
-    """A script's answer (a Python literal: no code runs) as the dict it must be; ValueError when it is not one."""
-
+    """A script's answer (a Python literal: no code runs) as the dict it must be; ValueError otherwise."""
     try:
         data = ast.literal_eval(text or "")
     except (SyntaxError, MemoryError, RecursionError) as exc:  # what a garbled or hostile line raises
@@ -165,7 +155,7 @@ def _literal(text: Optional[str]) -> Dict[str, Any]:
 
 def _broke(python: str, proc: "subprocess.Popen[bytes]", out: _Output, err: bytes,
            timed_out: Optional[str]) -> ProbeBroke:
-    """Say in words what happened to a probe that did not report: killed after the timeout, or died."""
+    """What happened to a probe that did not report: killed after the timeout, or died."""
     detail = "\n".join(err.decode(errors="replace").strip().splitlines()[-20:])
     if timed_out is not None:
         if out.importing is None:
@@ -207,8 +197,8 @@ def run_probe(
     timeout: float = DEFAULT_PROBE_TIMEOUT,
     timeout_label: str = "FLYDSL_PROBE_TIMEOUT",
 ) -> Probe:
-    """Run the probe in ``python`` and return what it saw; raise EnsureError if the probe itself breaks
-    (ProbeBroke when it crashes or is killed after ``timeout`` seconds, the setting ``timeout_label``)."""
+    """Run the probe in ``python`` and return what it saw; ProbeBroke when it crashes or is killed after
+    ``timeout`` seconds (the setting ``timeout_label``)."""
     env = probe_environment(prefix, environ)
     started = time.monotonic()
     proc = _start(python, modules, env)
@@ -238,11 +228,9 @@ def _answer(python: str, proc: "subprocess.Popen[bytes]", pythonpath: str, start
 
 
 class EarlyProbe:
-    """The final probe's interpreter, started before the tree is in place: it imports ``preload`` (the heavy
-    third-party modules the tree needs: torch, numpy) while the pin is fetched and the wheel or cache entry
-    is unpacked.  :meth:`answer` then probes exactly as :func:`run_probe` would with the same arguments, in
-    that process; it answers None (use a fresh probe) when the arguments differ or the finished tree shadows
-    a module it preloaded."""
+    """The final probe's interpreter, started before the tree is in place: it imports ``preload`` (torch,
+    numpy) meanwhile.  :meth:`answer` then probes as :func:`run_probe` would.  It answers None (use a fresh
+    probe) when the arguments differ or the finished tree shadows a module it preloaded."""
 
     def __init__(self, python: str, *, modules: Sequence[str], prefix: Sequence[str],
                  environ: Mapping[str, str], preload: Sequence[str]) -> None:
@@ -277,8 +265,7 @@ IDENTITY_TIMEOUT_S = 60.0
 def describe_interpreter(python: str, environ: Optional[Mapping[str, str]] = None, *,
                          timeout: float = IDENTITY_TIMEOUT_S,
                          timeout_label: str = "FLYDSL_PROBE_TIMEOUT") -> Interpreter:
-    """The interpreter's identity alone (no imports): quick enough for validating FLYDSL_PYTHON.  It gets
-    the probe timeout (``timeout``, the setting ``timeout_label``), at most IDENTITY_TIMEOUT_S."""
+    """The interpreter's identity alone (no imports), within the probe timeout, at most IDENTITY_TIMEOUT_S."""
     if timeout > IDENTITY_TIMEOUT_S:
         timeout, timeout_label = IDENTITY_TIMEOUT_S, f"at most {IDENTITY_TIMEOUT_S:g} s to start an interpreter"
     return run_probe(python, modules=(), environ=environ, timeout=timeout, timeout_label=timeout_label).interpreter
@@ -287,9 +274,8 @@ def describe_interpreter(python: str, environ: Optional[Mapping[str, str]] = Non
 def find_modules(python: str, names: Sequence[str], *, environ: Optional[Mapping[str, str]] = None,
                  timeout: float = DEFAULT_PROBE_TIMEOUT,
                  timeout_label: str = "FLYDSL_PROBE_TIMEOUT") -> Dict[str, str]:
-    """For each top-level module name, whether ``python`` has it: "stdlib", "present" or "missing", asked
-    in one subprocess without importing any of them.  The tree is not on the path (only the caller's
-    PYTHONPATH is): these are the modules the tree needs from the interpreter's own installs."""
+    """For each top-level module name, "stdlib", "present" or "missing" in ``python``, found without importing
+    it.  The tree is not on the path: these are what the tree needs from the interpreter's installs."""
     env = dict(os.environ if environ is None else environ)
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     proc = _start(python, names, env, script="find_modules")

@@ -1,5 +1,4 @@
-"""What a probe of the target interpreter reports: the interpreter's identity, each module's file or
-error, and flydsl's version (the data; :mod:`.interpreter` runs the probe that fills it)."""
+"""What a probe saw: the interpreter, each module's file or error, and flydsl's version."""
 
 from __future__ import annotations
 

@@ -1,22 +1,12 @@
-"""What is true for one request on one root right now: running, succeeded, failed, or absent.
+"""What is true for one request on one root right now (``status`` and ``wait`` answer from this alone):
 
-``status`` and ``wait`` answer from this, and from nothing else.  The rules, in order:
+1. running: a run for this request is alive, whichever run was started last;
+2. succeeded: the env file is there and answers this request (``markers.twin_gap``);
+3. failed: the run for this request that ended last failed (a run that gave up while another was alive
+   ended first: it never hides the outcome of the run that did the work);
+4. absent: nothing was started for it, or its success was since replaced (another request's, ``clean``).
 
-1. running: a run for this request is alive (its alive lock is held), whichever run was started last;
-2. succeeded: the env file is there and answers this request: its JSON twin names this very request, or the
-   tree it names passes this request's gate (runs/twin_gate.py: version-only, or built from the pin under
-   --exact-pin), the one answer ``ensure``'s warm path, ``env`` and ``verify`` give too;
-3. failed: the run for this request that ended last failed.  A run that died or gave up while another run
-   for the request was alive (a caller waiting for the lock, killed at its shell's 600 s limit) ended
-   before that run did, so it never hides the outcome of the run that did the work;
-4. absent: nothing was started for the request, or its success was since replaced (another request's env
-   file on the same root, or ``clean``).
-
-Whatever the state, ``installed`` says what the root's env file holds now: a request that failed before its
-build started leaves the previous install answering the requests it was made for.
-
-A failure marker counts only when it names this request: sibling roots in one folder share the default
-marker path, and one root's failure is not another's.
+A failure marker counts only when it names this request: sibling roots share the default marker path.
 """
 
 from __future__ import annotations
@@ -27,9 +17,16 @@ from dataclasses import dataclass
 from typing import Dict, List, Optional
 
 from ensure_flydsl.runs.liveness import record_death, seen_dead
-from ensure_flydsl.runs.markers import EnvTwin, Failure, read_failure_marker
+from ensure_flydsl.runs.markers import (
+    EnvTwin,
+    Failure,
+    answering_twin,
+    installed,
+    installed_twin,
+    read_failure_marker,
+    twin_gap,
+)
 from ensure_flydsl.runs.records import FAILED, RUNNING, SUCCEEDED, RunRecord, RunStore, sibling_roots
-from ensure_flydsl.runs.twin_gate import answering_twin, installed, installed_twin, twin_gap
 from ensure_flydsl.settings import Request, Settings
 
 ABSENT = "absent"
@@ -44,7 +41,7 @@ class Answer:
     reason: str = ""  # why absent
     run_id: Optional[str] = None  # the run the answer comes from
     elapsed_s: Optional[float] = None  # how long that run took (or has taken so far)
-    installed: Optional[Dict[str, object]] = None  # what the root's env file holds now (twin_gate.installed)
+    installed: Optional[Dict[str, object]] = None  # what the root's env file holds now (markers.installed)
     hint: str = ""  # what to do next
 
 
@@ -59,8 +56,8 @@ def _in_speaking_order(live: List[RunRecord]) -> List[RunRecord]:
 
 
 def answer(settings: Settings, *, record_deaths: bool = False) -> Answer:
-    """What is true for the settings' request.  A pure query; with ``record_deaths`` (``wait``), a run
-    found dead is also recorded as such and its failure marker written (its watchdog may be gone too)."""
+    """What is true for the settings' request; with ``record_deaths`` (``wait``), a run found dead is recorded
+    as such too (its watchdog may be gone)."""
     found = _answer(settings, record_deaths=record_deaths)
     found.installed = installed(settings.root, settings.request(), os.environ.get("PATH"))
     record = found.record
@@ -113,17 +110,15 @@ def _why_not(settings: Settings, request: Request) -> str:
 
 
 def roots_sharing_marker(settings: Settings) -> List[str]:
-    """The other roots of this folder whose runs report to the same failure marker (the default path,
-    ``$(dirname ROOT)/.flydsl_build.failed``, is one file for every root in a folder)."""
+    """The other roots of this folder whose runs report to the same failure marker (the default path)."""
     return [other for other in sibling_roots(settings.root)
             if any(r.fail_marker == settings.fail_marker for r in RunStore(other).records())]
 
 
 @dataclass(frozen=True)
 class SharingAdvice:
-    """Other roots of this folder report to this root's failure marker: what that means (``problem``) and the
-    setting that gives this root a marker of its own (``remedy``); the run's note and the doctor's check are
-    made from it."""
+    """Other roots report to this root's failure marker: what that means, and the setting that gives this root
+    one of its own (the run's note and the doctor's check)."""
 
     problem: str
     remedy: str

@@ -1,25 +1,18 @@
-"""How long the steps of this host's runs took, per route, for ETAs: one file for the whole host.
+"""How long the steps of this host's runs took, per route, for ETAs: ``history.json`` in the user's cache folder.
 
-``history.json`` lives in the user's cache folder (``layout.host_cache_dir``), not beside a root: every
-root of the host starts from what the host has learned (a new root used to start from the source build's
-defaults, so a 13 s release run announced 21 minutes).  Durations are kept per route (``Plan``): a
-release run's fetch and verify are not a source build's, and its ETA must not add up LLVM's.
-
-The file is read as outside data, field by field (a torn, foreign or hand-edited file, or one of another
-version, reads as no history, never as a traceback); a run adds its durations under an flock on
-``history.lock`` (read, merge, atomic replace), so runs that end together on one host each keep theirs.
-Writing it is best effort: a history that cannot be written costs later ETAs, never the run.
+One file for the host: a new root starts from what the host learned (from the defaults, a 13 s release run
+announced 21 minutes).  Durations are kept per route: a release run's ETA must not add up LLVM's.  A run adds
+its durations under ``history.lock``, so runs that end together each keep theirs; best effort.
 """
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import os
 import statistics
-import time
 from dataclasses import dataclass, field
-from typing import Dict, Iterator, Mapping, Optional, Tuple
+from typing import Dict, Mapping, Optional, Tuple
+
+import filelock
 
 from ensure_flydsl.errors import Plan, Stage
 from ensure_flydsl.layout import history_file, history_lock
@@ -31,9 +24,8 @@ HISTORY_KEEP = 7  # the median of the last runs: one slow run (a cold disk, a bu
 MAX_STEP_S = 7 * 24 * 3600.0  # a longer "duration" is no step's (a clock jump, a foreign file): no history
 LOCK_WAIT_S = 5.0  # a run adds its durations in milliseconds; a holder stuck for longer is not waited for
 
-# What each route's steps take on a host without history (seconds).  The source build's are FlyDSL's on
-# MI300X hosts (LLVM/MLIR dominates); the release wheel (77 MB) and a cache entry take seconds, and their
-# fetch is the pin's objects only (a source build's also counts the submodules).
+# What each route's steps take on a host without history (seconds): the source build's are FlyDSL's on MI300X
+# hosts.  A release's and a cache entry's fetch is the pin's objects only (a build's counts the submodules too).
 DEFAULT_SECONDS: Dict[Plan, Dict[Stage, float]] = {
     Plan.SOURCE: {Stage.PROBE: 5.0, Stage.LOCK: 0.0, Stage.FETCH: 60.0, Stage.REQUIREMENTS: 1.0,
                   Stage.FIXES: 5.0, Stage.LLVM: 900.0, Stage.BUILD: 300.0, Stage.VERIFY: 15.0,
@@ -60,8 +52,7 @@ class History:
         return table
 
     def adding(self, plan: Plan, durations: Mapping[Stage, float]) -> "History":
-        """This history with one more run of ``plan``: the durations of its steps (the last HISTORY_KEEP of
-        each step are kept)."""
+        """This history with one more run of ``plan`` (the last HISTORY_KEEP durations of each step kept)."""
         routes = {p: dict(steps) for p, steps in self.routes.items()}
         steps = routes.setdefault(plan, {})
         for stage, seconds in durations.items():
@@ -77,9 +68,8 @@ class History:
 
     @classmethod
     def from_json(cls, data: object) -> Optional["History"]:
-        """The history, or None for a file that is not one: the version this one writes, ``routes`` an object
-        of objects of lists of 0 to MAX_STEP_S seconds.  A route or a step this version does not know (a
-        newer file) is left out; a wrong type or a value out of range anywhere refuses the whole file."""
+        """The history, or None for a file that is not one.  A route or step this version does not know is left
+        out; a wrong type or a value out of range anywhere refuses the whole file."""
         if not isinstance(data, dict) or fields.integer(data.get("version")) != HISTORY_VERSION:
             return None
         routes = data.get("routes")
@@ -113,23 +103,20 @@ def _durations(values: object) -> Optional[Tuple[float, ...]]:
 
 
 def read_history(host_dir: Optional[str]) -> History:
-    """The host's history; an empty one when there is none, or the file is not one."""
     if host_dir is None:
         return History()
     return History.from_json(read_json(history_file(host_dir))) or History()
 
 
 def remember(host_dir: Optional[str], plan: Plan, durations: Mapping[Stage, float]) -> bool:
-    """Add one run of ``plan`` to the host's history (read, merge, replace under the history's flock, so a
-    run that ends at the same moment keeps its durations too).  Return whether it was written: never when
-    the lock stays taken for LOCK_WAIT_S, the folder cannot be written, or the file is a newer version's
-    (which this version must not rewrite in its own format)."""
+    """Add one run of ``plan`` to the host's history; whether it was written (never over a newer version's
+    file, which this version must not rewrite in its own format)."""
     if host_dir is None or not durations:
         return False
     path = history_file(host_dir)
     try:
         os.makedirs(host_dir, mode=0o755, exist_ok=True)
-        with _locked(history_lock(host_dir)):
+        with filelock.FileLock(history_lock(host_dir), mode=0o644, timeout=LOCK_WAIT_S):
             raw = read_json(path)
             version = fields.integer(raw.get("version")) if raw is not None else None
             if version is not None and version > HISTORY_VERSION:
@@ -139,23 +126,3 @@ def remember(host_dir: Optional[str], plan: Plan, durations: Mapping[Stage, floa
     except (OSError, TimeoutError):
         return False
     return True
-
-
-@contextlib.contextmanager
-def _locked(path: str) -> Iterator[None]:
-    """An exclusive flock on ``path`` (created, never deleted: unlinking a lock file splits its waiters
-    across inodes); TimeoutError after LOCK_WAIT_S."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o644)
-    try:
-        deadline = time.monotonic() + LOCK_WAIT_S
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    raise TimeoutError(f"{path} stayed locked for {LOCK_WAIT_S:g} s") from None
-                time.sleep(0.02)
-        yield
-    finally:
-        os.close(fd)

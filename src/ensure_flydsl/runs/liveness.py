@@ -1,24 +1,24 @@
 """Noticing a dead run, and saying so: the one place a run's death is handled.
 
-A run holds an flock on its alive file for its whole life; when it is free while the record still says
+A run holds an flock on its alive file for its whole life.  When it is free while the record still says
 "running", the run died (kill -9, the OOM killer, a stopped container).  Its watchdog (``_watchdog``, in a
-session of its own: runs/watchdog.py) notices at once and calls :func:`record_death`; ``wait`` does the same if the
-watchdog itself was killed.  ``status`` only reads: :func:`seen_dead` gives the same answer in memory.
+session of its own) notices at once; ``wait`` does the same if the watchdog was killed too.  ``status`` only
+reads: :func:`seen_dead` gives the same answer in memory.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
 import time
 from dataclasses import replace
 from typing import Optional
 
 from ensure_flydsl.errors import ExitCode
-from ensure_flydsl.layout import host_cache_dir, timings_dir
+from ensure_flydsl.layout import host_cache_dir, run_alive_file, runs_dir, timings_dir
 from ensure_flydsl.runs import markers, timings
-from ensure_flydsl.runs.markers import Failure
+from ensure_flydsl.runs.markers import Failure, answering_twin
 from ensure_flydsl.runs.records import FAILED, RUNNING, RunRecord, RunStore, process_start_time
-from ensure_flydsl.runs.twin_gate import answering_twin
 from ensure_flydsl.settings import Request, host_id
 from ensure_flydsl.support import space
 from ensure_flydsl.support.processes import kill_group
@@ -35,9 +35,8 @@ def died_reason(record: RunRecord) -> str:
 
 
 def seen_dead(store: RunStore, record: RunRecord) -> RunRecord:
-    """The record as it is, or, for a "running" run whose alive lock is free, as its death makes it: failed
-    with exit 9, ended when it last gave a sign of life (so that a caller killed while it waited for the
-    lock never looks newer than the run that went on to build).  Writes nothing."""
+    """The record as it is, or failed with exit 9 for a "running" run whose alive lock is free.  It ended at its
+    last sign of life: a caller killed while waiting never looks newer than the run that built."""
     if record.state != RUNNING or store.is_alive(record.run_id):
         return record
     record = store.read(record.run_id) or record  # it may have finished just now
@@ -51,9 +50,8 @@ def seen_dead(store: RunStore, record: RunRecord) -> RunRecord:
 
 def marker_is_answered(store: RunStore, request: Request, run_id: str, root: str,
                        locked: bool) -> Optional[str]:
-    """Why a run that failed or died must not write the failure marker, or None: a run that never took the
-    build lock while another run for its request lives (that run answers for the request), or any run once
-    the env file answers its request (another run finished it meanwhile)."""
+    """Why a run that failed or died must not write the failure marker, or None.  Another live run for its
+    request answers for it (unless this one held the build lock), or the env file answers the request."""
     if not locked and store.others_alive(request, run_id):
         return "another run for this request is going and will answer"
     if answering_twin(root, request) is not None:
@@ -62,16 +60,15 @@ def marker_is_answered(store: RunStore, request: Request, run_id: str, root: str
 
 
 def record_death(store: RunStore, record: RunRecord) -> RunRecord:
-    """For a dead run: stop the build it left behind, record it as failed and write the failure marker
-    (idempotent).  A run that never took the build lock writes no marker while another run for its
-    request lives: that run will answer for the request."""
+    """For a dead run: stop the build it left behind, write the failure marker (unless answered), then record
+    it as failed (idempotent)."""
     dead = seen_dead(store, record)
     if dead is record or dead.state != FAILED or record.state != RUNNING:
         return dead
     kill_build_group(dead)
     store.release(dead.run_id)  # the room it kept for its last words: they are said here
-    # The marker before the FAILED record: a `wait` that reads the record answers at once, and the marker
-    # must be there by then (a poller of the files alone sees the death as soon as `wait` does).
+    # The marker before the FAILED record: a `wait` that reads the record answers at once.  A poller of the
+    # files alone must see the death as soon as `wait` does.
     dead = _mark_death(store, dead)
     try:
         store.write(dead)
@@ -84,8 +81,7 @@ def record_death(store: RunStore, record: RunRecord) -> RunRecord:
 
 
 def _mark_death(store: RunStore, dead: RunRecord) -> RunRecord:
-    """The dead run's failure marker, unless another run answers for its request; on a full disk the run's
-    failure says that the marker could not be written."""
+    """The dead run's failure marker; on a full disk its failure says the marker could not be written."""
     if marker_is_answered(store, dead.request, dead.run_id, dead.root, dead.locked) is not None:
         return dead
     if dead.fail_marker and os.path.isdir(os.path.dirname(dead.fail_marker)):
@@ -105,8 +101,8 @@ def _mark_death(store: RunStore, dead: RunRecord) -> RunRecord:
 
 
 def keep_death(dead: RunRecord) -> None:
-    """The dead run's timing record, in the host's folder of this process's environment (the watchdog's is
-    the run's own): a killed run is the one a fleet most needs to see (best effort, as any timing)."""
+    """The dead run's timing record, in the host folder of this process's environment: a killed run is the
+    one a fleet most needs to see (best effort, as any timing)."""
     folder = host_cache_dir(os.environ)
     found = timings.of_dead_run(dead, host_id(os.environ))
     if folder is not None and found is not None:
@@ -120,14 +116,22 @@ def kill_build_group(record: RunRecord) -> None:
         return
     if process_start_time(pgid) not in (None, record.build_leader_start):
         return  # the leader's pid now belongs to another process
-
     kill_group(pgid)
 
 
-def judge_end(root: str, run_id: str) -> None:
-    """The watchdog's verdict once the run's alive lock is free (runs/watchdog.py): if its record still says
-    "running", the run did not finish: it died."""
+def watch(root: str, run_id: str) -> int:
+    """The watchdog (``_watchdog ROOT RUN_ID``): block until the run's alive flock is free; then a record that
+    still says "running" is a death."""
+    try:
+        fd = os.open(run_alive_file(runs_dir(root), run_id), os.O_RDONLY | os.O_NOFOLLOW)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH)
+        finally:
+            os.close(fd)
+    except OSError:
+        return 0
     store = RunStore(root)
     record = store.read(run_id)
     if record is not None and record.state == RUNNING:
         record_death(store, record)
+    return 0

@@ -1,8 +1,9 @@
-"""The files pollers read: the env file (success), its JSON twin, and the failure marker.
+"""The files pollers read: the env file (success, written last), its JSON twin, and the failure marker.  And
+whether the env file answers a request: the reuse gate, asked of what the twin records.
 
-Every value in the env file is shell-quoted, so sourcing it can never run code that came from a path
-(the bash executor, ensure_flydsl.sh, wrote ``export FLYDSL_ROOT=$FR`` unquoted).  Each file is written
-atomically (temp file + rename) and the env file last: its existence is the success signal.
+Every value in the env file is shell-quoted: sourcing it never runs code that came from a path.  The twin
+answers a request when its tree would pass that request's gate: same interpreter, modules checked, flydsl at
+the floor (``--exact-pin``: built from the pin), same exports.
 """
 
 from __future__ import annotations
@@ -11,71 +12,86 @@ import datetime
 import errno
 import os
 import shlex
+import shutil
 import socket
 from dataclasses import asdict, dataclass, field, replace
-from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Mapping, MutableMapping, Optional, Tuple
 
+from packaging.version import InvalidVersion
+
+from ensure_flydsl import layout
 from ensure_flydsl.errors import FAILURE_CODES, Stage
-from ensure_flydsl.layout import warm_stamp
-from ensure_flydsl.result import LINK_MODES, How, TreeIdentity
-from ensure_flydsl.settings import Request
+from ensure_flydsl.result import LINK_MODES, How, Result, TreeIdentity
+from ensure_flydsl.settings import Request, release_at_least, same_repo
 from ensure_flydsl.support import faults, fields, space
 from ensure_flydsl.support.files import atomic_write, atomic_write_json, file_path_problem, read_json, remove_file
-from ensure_flydsl.support.pythonpath import without_folders
 from ensure_flydsl.version import __version__
+from ensure_flydsl.warm import without_folders
 
 
-def env_mapping(
-    root: str, prepend: Sequence[str], caller_pythonpath: Optional[str], shim_dir: Optional[str], vllm_moe: bool
-) -> Dict[str, str]:
-    """The variables the env file exports, with PYTHONPATH as it will be after sourcing it now (the tree's
-    folders first, once: sourcing it again, or a caller that already has them, changes nothing)."""
-    rest = without_folders(caller_pythonpath, prepend)
-    parts = list(prepend) + ([rest] if rest else [])
-    env = {"FLYDSL_ROOT": root, "PYTHONPATH": os.pathsep.join(parts)}
-    if shim_dir is not None:
-        env["FLYDSL_SHIM_DIR"] = shim_dir
-    if vllm_moe:
-        env["VLLM_USE_FLYDSL_MOE"] = "1"
-    return env
+@dataclass(frozen=True)
+class EnvFile:
+    """What the env file exports; its text, its variables and what ``activate()`` applies are made from it."""
 
+    root: str
+    prepend: Tuple[str, ...]  # the tree's folders, first on PYTHONPATH
+    shim_dir: Optional[str] = None
+    vllm_moe: bool = False
 
-def render_env_sh(root: str, prepend: Sequence[str], shim_dir: Optional[str], vllm_moe: bool) -> str:
-    """The env file's text: POSIX sh, every value single-quoted, the caller's PYTHONPATH kept at the end.
+    @classmethod
+    def of_result(cls, result: Result) -> "EnvFile":
+        return cls(result.root, tuple(result.prepend), result.env.get("FLYDSL_SHIM_DIR"),
+                   result.env.get("VLLM_USE_FLYDSL_MOE") == "1")
 
-    No path ever appears outside quotes, not even in a comment (a newline would end the comment).  Sourcing
-    it twice changes nothing: the tree's folders are taken out of the caller's PYTHONPATH before they are
-    put first (``case`` and ``${var%%pattern}`` with the folder quoted, so it is matched literally).
-    """
-    quoted_path = ":".join(shlex.quote(p) for p in prepend) if prepend else "''"
-    lines = [
-        "# flydsl_env.sh: written by ensure-flydsl " + __version__ + ". Source it: . ./flydsl_env.sh",
-        "# Every value is quoted literally; the caller's PYTHONPATH is kept after the tree's folders.",
-        f"export FLYDSL_ROOT={shlex.quote(root)}",
-    ]
-    folders = [p for p in prepend if p]
-    if folders:
-        lines += [
-            '_ensure_flydsl_pp=":${PYTHONPATH:-}:"',
-            f"for _ensure_flydsl_d in {' '.join(shlex.quote(p) for p in folders)}; do",
-            '  while :; do case "$_ensure_flydsl_pp" in',
-            '    *":$_ensure_flydsl_d:"*) _ensure_flydsl_pp=${_ensure_flydsl_pp%%":$_ensure_flydsl_d:"*}'
-            ':${_ensure_flydsl_pp#*":$_ensure_flydsl_d:"} ;;',
-            "    *) break ;;",
-            "  esac; done",
-            "done",
-            "_ensure_flydsl_pp=${_ensure_flydsl_pp#:}",
-            "_ensure_flydsl_pp=${_ensure_flydsl_pp%:}",
-            f'export PYTHONPATH={quoted_path}"${{_ensure_flydsl_pp:+:$_ensure_flydsl_pp}}"',
-            "unset _ensure_flydsl_pp _ensure_flydsl_d",
+    def mapping(self, caller_pythonpath: Optional[str]) -> Dict[str, str]:
+        """The variables as sourcing the file now sets them: the tree's folders first, once, then the caller's."""
+        rest = without_folders(caller_pythonpath, list(self.prepend))
+        env = {"FLYDSL_ROOT": self.root, "PYTHONPATH": os.pathsep.join([*self.prepend, *([rest] if rest else [])])}
+        if self.shim_dir is not None:
+            env["FLYDSL_SHIM_DIR"] = self.shim_dir
+        if self.vllm_moe:
+            env["VLLM_USE_FLYDSL_MOE"] = "1"
+        return env
+
+    def apply(self, environ: MutableMapping[str, str], path: List[str]) -> None:
+        """Set the variables in ``environ`` and put the tree's folders first on ``path`` (``sys.path``)."""
+        environ.update(self.mapping(environ.get("PYTHONPATH")))
+        path[:] = [*self.prepend, *(entry for entry in path if entry not in self.prepend)]
+
+    def text(self) -> str:
+        """POSIX sh, every value single-quoted (a path never appears outside quotes, not even in a comment).
+
+        Sourcing it twice changes nothing: the folders are taken out of the caller's PYTHONPATH (matched
+        literally, quoted) before they are put first."""
+        quoted_path = ":".join(shlex.quote(p) for p in self.prepend) if self.prepend else "''"
+        lines = [
+            "# flydsl_env.sh: written by ensure-flydsl " + __version__ + ". Source it: . ./flydsl_env.sh",
+            "# Every value is quoted literally; the caller's PYTHONPATH is kept after the tree's folders.",
+            f"export FLYDSL_ROOT={shlex.quote(self.root)}",
         ]
-    else:
-        lines.append(f'export PYTHONPATH={quoted_path}"${{PYTHONPATH:+:${{PYTHONPATH}}}}"')
-    if shim_dir is not None:
-        lines.append(f"export FLYDSL_SHIM_DIR={shlex.quote(shim_dir)}")
-    if vllm_moe:
-        lines.append("export VLLM_USE_FLYDSL_MOE=1")
-    return "\n".join(lines) + "\n"
+        folders = [p for p in self.prepend if p]
+        if folders:
+            lines += [
+                '_ensure_flydsl_pp=":${PYTHONPATH:-}:"',
+                f"for _ensure_flydsl_d in {' '.join(shlex.quote(p) for p in folders)}; do",
+                '  while :; do case "$_ensure_flydsl_pp" in',
+                '    *":$_ensure_flydsl_d:"*) _ensure_flydsl_pp=${_ensure_flydsl_pp%%":$_ensure_flydsl_d:"*}'
+                ':${_ensure_flydsl_pp#*":$_ensure_flydsl_d:"} ;;',
+                "    *) break ;;",
+                "  esac; done",
+                "done",
+                "_ensure_flydsl_pp=${_ensure_flydsl_pp#:}",
+                "_ensure_flydsl_pp=${_ensure_flydsl_pp%:}",
+                f'export PYTHONPATH={quoted_path}"${{_ensure_flydsl_pp:+:$_ensure_flydsl_pp}}"',
+                "unset _ensure_flydsl_pp _ensure_flydsl_d",
+            ]
+        else:
+            lines.append(f'export PYTHONPATH={quoted_path}"${{PYTHONPATH:+:${{PYTHONPATH}}}}"')
+        if self.shim_dir is not None:
+            lines.append(f"export FLYDSL_SHIM_DIR={shlex.quote(self.shim_dir)}")
+        if self.vllm_moe:
+            lines.append("export VLLM_USE_FLYDSL_MOE=1")
+        return "\n".join(lines) + "\n"
 
 
 _HOWS = {how.value for how in How}
@@ -83,9 +99,8 @@ _HOWS = {how.value for how in How}
 
 @dataclass(frozen=True)
 class EnvTwin(TreeIdentity):
-    """``flydsl_env.json``: what the env file exports, the request it answers, the tree and interpreter it
-    was made for (:class:`TreeIdentity`, as the result says it), and the warm path's fingerprint with the
-    folders and site dirs it watches."""
+    """``flydsl_env.json``: what the env file exports, the request it answers, the tree and interpreter it was
+    made for.  And the warm path's fingerprint, with the folders and site dirs it watches."""
 
     request: Request
     watch: List[str]
@@ -97,22 +112,24 @@ class EnvTwin(TreeIdentity):
     VLLM_USE_FLYDSL_MOE: Optional[str] = None
     written_at: str = ""
     tool_version: str = ""
-    # The pin and repository the root's tree was built (or installed) from, None for a tree found elsewhere:
-    # what --exact-pin compares; the request above may be a later one that reused the tree.
+    # What the root's tree was built (or installed) from, None for a tree found elsewhere: what --exact-pin
+    # compares; the request above may be a later one that reused the tree.
     pin: Optional[str] = None
     repo: Optional[str] = None
-    # The run that wrote the file, whether it built or installed the tree, and how long it took.
     run_id: str = ""
     built: bool = False
     elapsed_s: Optional[float] = None
-    # How the host store gave the root its tree (result.LINK_MODES), as that run's result said: a warm answer
-    # says it too.
-    link_mode: Optional[str] = None
+    link_mode: Optional[str] = None  # result.LINK_MODES: a warm answer says it too
 
     # What says which tree answers which request; the rest records when and by what it was written.
     ANSWER_FIELDS = ("request", "how", "tree", "version", "python", "python_version", "abi", "commit", "files",
                      "watch", "site_dirs", "fingerprint", "FLYDSL_ROOT", "pythonpath_prepend", "FLYDSL_SHIM_DIR",
                      "VLLM_USE_FLYDSL_MOE", "pin", "repo")
+
+    @property
+    def exports(self) -> EnvFile:
+        return EnvFile(self.FLYDSL_ROOT, tuple(self.pythonpath_prepend), self.FLYDSL_SHIM_DIR,
+                       self.VLLM_USE_FLYDSL_MOE == "1")
 
     def to_json(self) -> Dict[str, object]:
         data = asdict(self)
@@ -121,11 +138,8 @@ class EnvTwin(TreeIdentity):
 
     @classmethod
     def from_json(cls, data: object) -> Optional["EnvTwin"]:
-        """The twin, or None for a file that is not one (torn, foreign, an older tool's), field by field, and
-        for what the values mean: ``how`` one of :class:`How`, the interpreter and the root absolute paths
-        (``python`` is the probe's ``sys.executable``; a relative one would be the caller's folder's), and a
-        tree the tool made (not reused) the root's own, with absolute import folders; ``commit`` a git object
-        name (``--exact-pin`` compares it with the pin); the request one a run writes (:class:`Request`)."""
+        """The twin, or None for a file that is not one.  ``python`` and the root are absolute, a tree the tool
+        made is its own with absolute folders, ``commit`` is a git object name."""
         if not isinstance(data, dict):
             return None
         request = Request.from_json(data.get("request"))
@@ -135,7 +149,7 @@ class EnvTwin(TreeIdentity):
         # A reused tree is named as the probe found it (a caller's relative PYTHONPATH entry stays relative).
         tree_path = fields.path if how in (None, How.REUSED.value) else fields.absolute_path
         tree_paths = fields.paths if how in (None, How.REUSED.value) else fields.absolute_paths
-        root = data.get("FLYDSL_ROOT", "")  # an absolute path, or "" in an older tool's twin (it did not record it)
+        root = data.get("FLYDSL_ROOT", "")  # "" in an older tool's twin
         required = {
             "how": How(how) if how is not None else None,
             "tree": tree_path(data.get("tree")),
@@ -174,24 +188,21 @@ class EnvTwin(TreeIdentity):
         return all(getattr(self, k) == getattr(other, k) for k in self.ANSWER_FIELDS)
 
 
-def publish_env_file(env_file: str, env_json: str, twin: EnvTwin, *, shim_dir: Optional[str], vllm_moe: bool,
-                     after_twin: Callable[[EnvTwin], None]) -> None:
-    """Write the JSON twin, then (``after_twin``) the front door's stamp, then the env file: the success signal
-    comes last."""
-
+def publish_env_file(env_file: str, env_json: str, twin: EnvTwin, *, after_twin: Callable[[EnvTwin], None]) -> None:
+    """Write the JSON twin, then (``after_twin``) the front door's stamp, then the env file: success comes last."""
     os.makedirs(os.path.dirname(env_file), exist_ok=True)
     written = replace(twin, written_at=now_iso(), tool_version=__version__)
     atomic_write_json(env_json, written.to_json())
     faults.point("twin-written")
     after_twin(written)
-    atomic_write(env_file, render_env_sh(twin.FLYDSL_ROOT, twin.pythonpath_prepend, shim_dir, vllm_moe).encode())
+    atomic_write(env_file, twin.exports.text().encode())
     faults.point("published")
 
 
 def withdraw_env_file(env_file: str, env_json: str) -> bool:
     """Take a success marker out of the way (the sh file first: it is the signal), and the front door's stamp."""
     removed = remove_file(env_file)
-    remove_file(warm_stamp(os.path.dirname(env_file)))
+    remove_file(layout.warm_stamp(os.path.dirname(env_file)))
     return remove_file(env_json) or removed
 
 
@@ -199,6 +210,88 @@ def read_env_json(env_json: str) -> Optional[EnvTwin]:
     return EnvTwin.from_json(read_json(env_json))
 
 
+# -- whether the env file answers a request ------------------------------------------------------------------
+def _same_interpreter(twin: EnvTwin, python: str, path_env: Optional[str]) -> bool:
+    if twin.request.python == python or twin.python == python:
+        return True
+    found = python if os.sep in python else shutil.which(python, path=path_env)
+    return found is not None and os.path.abspath(found) == os.path.abspath(twin.python)
+
+
+def built_from(twin: EnvTwin) -> str:
+    if twin.pin:
+        return f"pin {twin.pin}" + (f" (commit {twin.commit[:12]})" if twin.commit and twin.commit != twin.pin else "")
+    if twin.commit:
+        return f"commit {twin.commit[:12]}"
+    return "no pin of this tool's (a tree found elsewhere)"
+
+
+def twin_gap(twin: EnvTwin, request: Request, path_env: Optional[str] = None) -> Optional[str]:
+    """None when the env file whose twin is ``twin`` answers ``request``; else why not, as a clause."""
+    if twin.request == request:
+        return None  # written for this very request, which its tree passed
+    if twin.FLYDSL_ROOT and twin.FLYDSL_ROOT != request.root:
+        return f"it was written for the root {twin.FLYDSL_ROOT}"
+    python = request.python
+    if not _same_interpreter(twin, python, path_env):
+        return f"it was made for the interpreter {twin.python}, not {python}"
+    missing = [m for m in request.require if m not in twin.files]
+    if missing:
+        return f"its tree was not checked for {', '.join(missing)}"
+    floor = request.min_version
+    try:
+        passes = release_at_least(twin.version, floor)
+    except InvalidVersion:
+        passes = False
+    if not passes:
+        return f"it holds flydsl {twin.version}, below the floor {floor} (FLYDSL_MIN_VERSION)"
+    if request.exact_pin:
+        pin, repo = request.pin, request.repo
+        same_pin = twin.pin == pin or (bool(twin.commit) and twin.commit == pin.lower())
+        if not (same_pin and twin.repo and same_repo(twin.repo, repo)):
+            return f"its tree was built from {built_from(twin)}, not from the pin {pin} (FLYDSL_EXACT_PIN)"
+    shim = request.shim_dir
+    if twin.FLYDSL_SHIM_DIR != shim:
+        return f"it exports FLYDSL_SHIM_DIR={twin.FLYDSL_SHIM_DIR!r}, not {shim!r}"
+    if (twin.VLLM_USE_FLYDSL_MOE == "1") != request.vllm_moe:
+        said = "exports" if twin.VLLM_USE_FLYDSL_MOE == "1" else "does not export"
+        return f"it {said} VLLM_USE_FLYDSL_MOE=1 (FLYDSL_VLLM_MOE)"
+    return None
+
+
+def installed_twin(root: str) -> Optional[EnvTwin]:
+    """The twin of the root's env file, whatever request it answers, when the env file is there."""
+    twin = read_env_json(layout.env_json(root))
+    return twin if twin is not None and os.path.isfile(layout.env_file(root)) else None
+
+
+def answering_twin(root: str, request: Request, path_env: Optional[str] = None) -> Optional[EnvTwin]:
+    """The twin of the root's env file when it answers ``request``: then no failure marker may name it."""
+    twin = installed_twin(root)
+    return twin if twin is not None and twin_gap(twin, request, path_env) is None else None
+
+
+def installed(root: str, request: Request, path_env: Optional[str] = None) -> Optional[Dict[str, object]]:
+    """The result objects' ``installed``: what the root's env file holds now, and whether it answers ``request``.
+    (A request that failed before its build leaves the previous install answering.)"""
+    twin = installed_twin(root)
+    if twin is None:
+        return None
+    gap = twin_gap(twin, request, path_env)
+    return {"version": twin.version, "how": twin.how, "python": twin.python, "commit": twin.commit,
+            "pin": twin.pin, "env_file": layout.env_file(root), "answers": gap is None, "why_not": gap}
+
+
+def installed_line(found: Mapping[str, object]) -> str:
+    how = f" ({found['how']})" if found.get("how") else ""
+    what = f"flydsl {found['version']}{how} for {found['python']}"
+    if found.get("answers"):
+        return f"{found['env_file']} answers this request: {what}"
+    return (f"the root still holds {what}: {found['env_file']} keeps working for what it was made for, but not "
+            f"for this request ({found['why_not']})")
+
+
+# -- the failure marker ---------------------------------------------------------------------------------------
 def marker_path_problem(path: str) -> Optional[str]:
     """Why the failure marker cannot go to ``path`` (it is renamed into place: a symlink is fine)."""
     return file_path_problem(path, symlink_ok=True)
@@ -206,23 +299,20 @@ def marker_path_problem(path: str) -> Optional[str]:
 
 @dataclass(frozen=True)
 class Failure:
-    """How a run failed: the stage, its exit code, the one-line reason (a run record's, a failure marker's)."""
+    """How a run failed (a run record's, a failure marker's)."""
 
     stage: Optional[Stage]  # None also for a stage this version does not know
     exit_code: int
     reason: str
-    hint: str = ""  # what to do next
+    hint: str = ""
 
     def to_json(self) -> Dict[str, object]:
         return asdict(self)
 
     @classmethod
     def from_json(cls, data: object) -> Optional["Failure"]:
-        """The failure (of a run record, or a failure marker), or None when it is not one: the exit code one
-        a failed run records (errors.FAILURE_CODES: never 0 or 75, which `wait` would pass on as success or
-        "still running"), the stage a string or null (a name this version does not know reads as null), the
-        reason a string."""
-
+        """The failure, or None.  The exit code is one a failed run records: never 0 or 75, which `wait` would
+        pass on as success or "still running"."""
         if not isinstance(data, dict):
             return None
         code, stage, reason = fields.integer(data.get("exit_code")), data.get("stage"), data.get("reason", "")
@@ -236,18 +326,14 @@ class Failure:
 
 @dataclass(frozen=True)
 class FailureMarker:
-    """The failure marker as it reads back (``write_failure_marker`` writes it), field by field: the failure
-    (None when that part is not one a run writes), the request it was written for (None when it names none:
-    bad input's marker, whose settings were not read, records ``{}``; or when it is not a :class:`Request`),
-    whether it holds no request object at all (``unnamed``, as an older tool's marker), the run, the log and
-    the log's last lines."""
+    """The failure marker as it reads back, field by field (None where a part is not one a run writes)."""
 
     failure: Optional[Failure]
-    request: Optional[Request]
+    request: Optional[Request]  # None: bad input's marker (``{}``) or not a request
     run_id: Optional[str]
     log: str
     log_tail: Tuple[str, ...]
-    unnamed: bool = False
+    unnamed: bool = False  # it holds no request object at all (an older tool's marker)
 
     @classmethod
     def from_json(cls, data: Optional[Mapping[str, object]]) -> Optional["FailureMarker"]:
@@ -262,64 +348,39 @@ class FailureMarker:
         )
 
     def names(self, root: str) -> bool:
-        """Whether it was written for ``root``.  One without a request object cannot say otherwise: it is
-        taken as the root's own; one whose request is not a request (bad input's ``{}``, a garbled one) names
-        no root, and no run takes it away."""
+        """Whether it was written for ``root``.  One without a request object is taken as the root's own.  One
+        whose request is not a request (bad input's ``{}``) names no root, and no run takes it away."""
         if self.request is None:
             return self.unnamed
         return self.request.root == root
 
 
 def read_failure_marker(path: str) -> Optional[FailureMarker]:
-    """The failure marker at ``path``, or None when there is none (or it is not a JSON object)."""
     return FailureMarker.from_json(read_json(path))
 
 
 def withdraw_failure_marker(path: str, root: str) -> bool:
-    """Take away the failure marker if it was written for ``root``: sibling roots in one folder share the
-    default marker path, and a sibling's poller must still see its own failure."""
+    """Take away the failure marker if it was written for ``root``: sibling roots share the default path."""
     marker = read_failure_marker(path) if os.path.isfile(path) else None
     if marker is None or not marker.names(root):
         return False
     return remove_file(path)
 
 
-def write_failure_marker(
-    path: str,
-    *,
-    stage: Optional[Stage],
-    exit_code: int,
-    reason: str,
-    hint: str,
-    log: Optional[str],
-    log_tail: List[str],
-    run_id: str,
-    request: Optional[Request],
-) -> None:
+def write_failure_marker(path: str, *, stage: Optional[Stage], exit_code: int, reason: str, hint: str,
+                         log: Optional[str], log_tail: List[str], run_id: str, request: Optional[Request]) -> None:
     """The failure marker; ``request`` None for bad input (no request was read): written as ``{}``."""
     if marker_path_problem(path) is not None:
         return  # refused as bad input (exit 64); never replace a device or a folder
-    atomic_write_json(
-        path,
-        {
-            "stage": stage,
-            "exit_code": exit_code,
-            "reason": reason,
-            "hint": hint,
-            "log": log,
-            "log_tail": log_tail,
-            "run_id": run_id,
-            "pid": os.getpid(),
-            "host": _hostname(),
-            "time": now_iso(),
-            "request": request.to_json() if request is not None else {},
-        },
-    )
+    atomic_write_json(path, {
+        "stage": stage, "exit_code": exit_code, "reason": reason, "hint": hint, "log": log, "log_tail": log_tail,
+        "run_id": run_id, "pid": os.getpid(), "host": socket.gethostname(), "time": now_iso(),
+        "request": request.to_json() if request is not None else {},
+    })
 
 
 def marker_unwritten(path: str, problem: OSError) -> str:
-    """What a failure's one line adds when its marker could not be written: whoever polls for it waits on."""
-
+    """What a failure's one line adds when its marker could not be written."""
     why = problem.strerror or str(problem)
     if space.is_full(problem):
         why = "the disk quota is used up there" if problem.errno == errno.EDQUOT else "no space left on its file system"
@@ -330,12 +391,8 @@ def now_iso() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
 
-def _hostname() -> str:
-    return socket.gethostname()
-
-
 def tail_of(path: str, count: int = 20) -> List[str]:
-    """The last lines of a log, for a failure marker (read from its end: logs grow large)."""
+    """The last lines of a log, read from its end (logs grow large)."""
     if not path:
         return []
     try:

@@ -1,15 +1,12 @@
-"""Progress of a provisioning run: named steps, percent parsed from build output, ETA, the run record.
+"""A provisioning run's progress: its record kept up to date (steps, percent from build output, ETA), its
+watchdog, and its heartbeat.
 
-The ETA follows the route the run takes (``Plan``: the steps it still has to go through, each its expected
-length on this host, from ``history.py``): the likeliest route until a provider takes one (``expect``,
-``take``), none when nothing tells a release from a build yet.  Within a step it moves with the step's
-percent.
+The ETA follows the route the run takes (``Plan``): the steps still ahead, each its expected length on this
+host (``history.py``); none while nothing tells a release from a build.  A tracked run holds its record's
+alive lock for its whole life; its watchdog, in a session of its own, notices its death (``liveness.py``).
 
-A run that goes past its first probe is tracked: it writes a run record (see records.py), holds the record's
-alive lock for its whole life, and starts a watchdog in a session of its own.  If the run dies without
-finishing (kill -9 of its process group, the OOM killer), the watchdog's blocking flock returns at once:
-it stops the orphaned build (its own process group) and writes the failure marker with exit 9, so even a
-poller that only watches files learns of the death.
+GEAK kills an agent that is silent for 180 s.  So one heartbeat thread per run says where the run is whenever
+the reporter has shown nothing for 30 s, whatever the step.  ``-q`` silences it with everything else.
 """
 
 from __future__ import annotations
@@ -17,29 +14,26 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import threading
 import time
-from dataclasses import replace
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+from dataclasses import dataclass, replace
+from types import TracebackType
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Type
 
 from ensure_flydsl.errors import Plan, Stage
-from ensure_flydsl.runs.heartbeat import Pulse
 from ensure_flydsl.runs.history import read_history, remember
 from ensure_flydsl.runs.markers import Failure
-from ensure_flydsl.runs.records import (
-    FAILED,
-    SUCCEEDED,
-    RunRecord,
-    RunStore,
-    new_record,
-    process_start_time,
-)
+from ensure_flydsl.runs.records import FAILED, RUNNING, SUCCEEDED, RunRecord, RunStore, new_record, process_start_time
 from ensure_flydsl.settings import Request
 from ensure_flydsl.support.launcher import tool_command
 from ensure_flydsl.support.processes import kill_and_reap, spawn
+from ensure_flydsl.support.report import Reporter, fmt_seconds, known
 
 _NINJA = re.compile(r"^\s*\[\s*(\d+)\s*/\s*(\d+)\s*\]")  # ninja: "[12/345] Building CXX object ..."
 _MAKE = re.compile(r"^\s*\[\s*(\d{1,3})%\]")  # CMake's Makefiles: "[ 45%] Building CXX object ..."
 RECORD_INTERVAL_S = 0.5
+HEARTBEAT_S = 30.0
+HEARTBEAT_VARIABLE = "ENSURE_FLYDSL_HEARTBEAT_S"  # shortens the interval for the tests (not a setting)
 _WATCHDOGS: List["subprocess.Popen[bytes]"] = []
 
 
@@ -56,8 +50,7 @@ def parse_percent(line: str) -> Optional[float]:
 
 
 def step_left(expected: float, step_elapsed: float, percent: Optional[float]) -> float:
-    """Seconds left of a step: its expected length (at least what it has taken so far) scaled by what is
-    left of its percent; without a percent, its expected length less what has passed."""
+    """Seconds left of a step: its expected length (at least what it took so far) scaled by its percent left."""
     if percent is not None and percent > 0:
         return max(expected, step_elapsed) * max(0.0, 100.0 - percent) / 100.0
     return max(0.0, expected - step_elapsed)
@@ -67,9 +60,8 @@ def estimate_eta(
     step: Optional[Stage], step_elapsed: float, percent: Optional[float], expected: Mapping[Stage, float],
     done: Sequence[str], plan: Optional[Plan],
 ) -> Optional[float]:
-    """Seconds left: the rest of the current step (``step_left``), plus the expected length of each step of
-    the route still to come (all of them while the run is starting: ``start`` announced it, its worker has
-    not begun); None while the route is not known."""
+    """Seconds left: the rest of this step, plus each step of the route still to come (all of them before
+    ``start``'s worker begins).  None while the route is not known."""
     if step is None or plan is None:
         return None
     stages = plan.stages
@@ -78,6 +70,86 @@ def estimate_eta(
             + sum(expected.get(s, 0.0) for s in later if s not in done))
 
 
+# -- the heartbeat --------------------------------------------------------------------------------------------
+def heartbeat_interval(environ: Mapping[str, str]) -> float:
+    try:
+        value = float(environ.get(HEARTBEAT_VARIABLE, ""))
+    except ValueError:
+        return HEARTBEAT_S
+    return value if 0 < value < HEARTBEAT_S * 100 else HEARTBEAT_S
+
+
+@dataclass(frozen=True)
+class Pulse:
+    """What a heartbeat says of a running run (``wait`` says the same from the run record)."""
+
+    step: Optional[Stage]
+    percent: Optional[float]
+    elapsed_s: float
+    eta_s: Optional[float]  # None: not known (the route is not known yet)
+    run_id: str
+    pid: Optional[int]
+    waiting: Optional[str] = None  # the build lease's holder it waits for, in words
+
+    @classmethod
+    def of_record(cls, record: RunRecord) -> "Pulse":
+        waiting = record.waiting.get("text") if isinstance(record.waiting, dict) else None
+        return cls(record.step, record.percent, max(0.0, time.time() - record.started), record.remaining_eta(),
+                   record.run_id, record.pid, waiting if isinstance(waiting, str) else None)
+
+    def line(self) -> str:
+        shown = f" {self.percent}%" if self.percent is not None else ""
+        waiting = f"; waiting for {self.waiting}" if self.waiting else ""
+        return (f"{RUNNING}: step {known(self.step, 'starting')}{shown}, elapsed {fmt_seconds(self.elapsed_s)}, "
+                f"ETA {fmt_seconds(self.eta_s)} (run {known(self.run_id)}, pid {known(self.pid)}){waiting}")
+
+    def event(self) -> Dict[str, object]:
+        """The ``--json`` event: the same, as fields, with the line as ``text``."""
+        return {"event": "heartbeat", "state": RUNNING, "step": self.step, "percent": self.percent,
+                "elapsed_s": round(self.elapsed_s, 1), "eta_s": None if self.eta_s is None else round(self.eta_s, 1),
+                "run_id": self.run_id, "pid": self.pid, "waiting": self.waiting, "text": self.line()}
+
+
+def say_pulse(reporter: Reporter, pulse: Pulse) -> None:
+    reporter.pulse(pulse.line(), pulse.event())
+
+
+class Heartbeat:
+    """A daemon thread that says ``pulse()`` whenever ``reporter`` has shown nothing for ``interval`` seconds,
+    for the length of a ``with`` block."""
+
+    def __init__(self, reporter: Reporter, pulse: Callable[[], Pulse], interval: float) -> None:
+        self.reporter = reporter
+        self.pulse = pulse
+        self.interval = interval
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+
+    def __enter__(self) -> "Heartbeat":
+        if self.reporter.verbosity >= 0:
+            self._thread = threading.Thread(target=self._beat, name="ensure-flydsl-heartbeat", daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, kind: Optional[Type[BaseException]], exc: Optional[BaseException],
+                 tb: Optional[TracebackType]) -> None:
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join(timeout=5.0)
+
+    def _beat(self) -> None:
+        while True:
+            due = self.reporter.last_shown + self.interval - time.monotonic()
+            if self._stop.wait(max(0.01, min(due, self.interval))):
+                return
+            if time.monotonic() - self.reporter.last_shown >= self.interval:
+                try:
+                    say_pulse(self.reporter, self.pulse())
+                except Exception:  # a heartbeat that cannot be said this time must not end the heartbeats
+                    self.reporter.mark_shown()  # tried: an interval before the next try
+
+
+# -- the run record -------------------------------------------------------------------------------------------
 class Tracker:
     """Keeps the run record of one provisioning run up to date."""
 
@@ -86,7 +158,7 @@ class Tracker:
         self.store = store
         self.record = record
         self.alive_fd = -1  # the descriptor that keeps the run alive, from begin() on
-        self.host_dir = host_dir  # where the host's history is (None: nowhere, no history)
+        self.host_dir = host_dir  # where the host's history is (None: no history)
         self.history = read_history(host_dir)
         self.route = route  # the route the ETA adds up (None: not known yet)
         self.taken: Optional[Plan] = None  # the route a provider took: its durations go into the history
@@ -101,25 +173,20 @@ class Tracker:
         cls, store: RunStore, run_id: str, *, request: Request, fail_marker: str, log: str,
         kind: str, alive_fd: Optional[int] = None, host_dir: Optional[str] = None, route: Optional[Plan] = None,
     ) -> "Tracker":
-        """The run's record, with its first ETA, begun in the store (``RunStore.begin``: whole or not at all),
-        and its watchdog started."""
+        """The run's record, with its first ETA, begun in the store (whole or not at all), and its watchdog."""
         record = new_record(store, run_id, request=request, fail_marker=fail_marker, log=log, kind=kind,
                             pid=os.getpid(), step=Stage.PROBE)
         tracker = cls(store, record, host_dir=host_dir, route=route)
         tracker._stamp_eta()
         tracker.alive_fd = store.begin(record, alive_fd)
         tracker._last_write = time.time()
-        tracker._start_watchdog()
+        cmd = [*tool_command(), "_watchdog", store.root, run_id]
+        tracker._watchdog = spawn(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL, own_group=True)
+        _WATCHDOGS.append(tracker._watchdog)
         store.prune()
         return tracker
 
-    def _start_watchdog(self) -> None:
-        cmd = [*tool_command(), "_watchdog", self.store.root, self.record.run_id]
-        self._watchdog = spawn(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                               own_group=True)
-        _WATCHDOGS.append(self._watchdog)
-
-    # -- the route ---------------------------------------------------------------------------------------
     def expect(self, route: Optional[Plan]) -> None:
         """The likeliest route, before a provider takes one (a taken route stays)."""
         if self.taken is None and route != self.route:
@@ -131,7 +198,6 @@ class Tracker:
         self.taken = self.route = route
         self._write(force=True)
 
-    # -- steps and progress ------------------------------------------------------------------------------
     def step_started(self, name: Stage) -> None:
         self.step_started_at = time.time()
         self.record.step = name
@@ -153,7 +219,7 @@ class Tracker:
             shown = self.record.percent
             self.record.percent = round(percent, 1)
             # Throttled, but never past a whole percent: a step that prints "[1/4]" and then works for
-            # minutes must not show no percent (or a stale one) all that time.
+            # minutes must not show a stale percent all that time.
             self._write(force=not isinstance(shown, (int, float)) or int(shown) != int(percent))
         return percent
 
@@ -167,8 +233,8 @@ class Tracker:
         return self.record.locked
 
     def step_progress(self) -> Tuple[Optional[Stage], Optional[float], Optional[float]]:
-        """The current step, its own percent and the rest of it from that percent (0 at 100 %): never the
-        figures the run shows while it follows another host's build (those are that host's)."""
+        """The current step, its own percent and the rest of it from that percent: never the figures of
+        another host's build this run follows."""
         record = self.record
         percent = record.percent
         if record.waiting is not None or not isinstance(percent, (int, float)) or isinstance(percent, bool):
@@ -185,8 +251,8 @@ class Tracker:
         self._write(force=True)
 
     def follow(self, waiting: Optional[Dict[str, object]], percent: Optional[float], eta: Optional[float]) -> None:
-        """Waiting for another host's build (the build lease): its percent and ETA are this run's; when the
-        wait ends (``waiting`` None) they go with it: they were never this run's own."""
+        """Waiting for another host's build (the build lease): its percent and ETA are this run's until the
+        wait ends (``waiting`` None); then they go with it."""
         followed = self.record.waiting is not None
         self.record.waiting = waiting
         if waiting is not None or followed:
@@ -203,12 +269,9 @@ class Tracker:
         return self.history.expected(self.route) if self.route is not None else {}
 
     def pulse(self) -> Optional[Pulse]:
-        """What the heartbeat says now: the record's step and percent, the ETA as of now (while it follows
-        another host's build, that build's, as the record has it)."""
-        record = self.record
-        following = record.waiting is not None
-        pulse = Pulse.of_record(record)
-        return replace(pulse, eta_s=pulse.eta_s if following else self.eta())
+        """What the heartbeat says now (while it follows another host's build, that build's ETA)."""
+        pulse = Pulse.of_record(self.record)
+        return pulse if self.record.waiting is not None else replace(pulse, eta_s=self.eta())
 
     def _write(self, force: bool = False) -> None:
         now = time.time()
@@ -223,18 +286,15 @@ class Tracker:
         self.record.eta_s = None if eta is None else round(eta, 1)
 
     def _store(self) -> bool:
-        """Write the record; False when the disk refused it."""
+        """Write the record; False when the disk refused it (progress is never a reason to fail the run)."""
         try:
             self.store.write(self.record)
         except OSError:
-            return False  # a full disk: the record is progress for pollers, never a reason to fail (or crash) the run
+            return False
         return True
 
-    # -- the end -----------------------------------------------------------------------------------------
-    # Each gives the run's reserved room back first: on a disk that filled during the run, it takes the last
-    # words (a failed run gives it back before its failure marker, which comes before the final record).
+    # Each end gives the run's reserved room back first: on a disk that filled, it takes the last words.
     def release(self) -> None:
-        """Give the run's reserved room back (idempotent: ``failed`` after it finds it gone)."""
         self.store.release(self.record.run_id)
 
     def succeeded(self, result: Mapping[str, object]) -> None:
@@ -252,8 +312,7 @@ class Tracker:
         self._end_recorded = self._store()
 
     def close(self) -> None:
-        """The run's end: its reserved room back, its watchdog stopped when the run recorded its own end (the
-        watchdog would find nothing to do), then the alive flock let go."""
+        """The run's end: its watchdog stopped when the run recorded its own end, then the alive flock let go."""
         self.release()
         if self._end_recorded and self._watchdog is not None:
             kill_and_reap(self._watchdog)
@@ -264,7 +323,7 @@ class Tracker:
 
 
 class NullTracker:
-    """The tracker of a run that is not tracked (yet, or ever: a warm call): the same calls, recording nothing."""
+    """The tracker of a run that is not tracked (yet, or ever): the same calls, recording nothing."""
 
     locked = False
 

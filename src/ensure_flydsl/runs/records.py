@@ -2,19 +2,13 @@
 
 Under ``$(dirname ROOT)/.ensure_flydsl/runs/<root name>/``:
 
-- ``<run_id>.json``: the run's record (state, step, percent, step times, result or failure), replaced
-  atomically on every change.
-- ``<run_id>.alive``: a file the run holds an exclusive flock on for its whole life.  The kernel drops the
-  flock when the last process holding it dies, however it dies (kill -9, OOM), so a waiter that can take
-  a shared flock knows at once that the run is gone: no pid files, no pid reuse, no polling of /proc.
-  (``filelock`` guards the build lock; this is a liveness signal that needs a shared probe and a
-  descriptor handed to the detached worker, which ``filelock`` does not offer.)
-- ``<run_id>.reserve``: room a live run keeps on the disk (random bytes, so that a compressing file system
-  counts them), given up when it ends: on a file system that filled during the run, that room takes its
-  final record and the failure marker, so a poller still sees how it ended.
+- ``<run_id>.json``: the run's record (state, step, percent, step times, result or failure).
+- ``<run_id>.alive``: the run holds an exclusive flock on it for its whole life.  The kernel drops it however
+  the run dies, so a shared flock taken tells at once that the run is gone: no pid files, no pid reuse.
+  (``filelock`` offers neither the shared probe nor a descriptor handed to the detached worker.)
+- ``<run_id>.reserve``: room a live run keeps on the disk (random bytes, which a compressing file system
+  counts).  Given up at its end, it takes the final record and the failure marker on a disk that filled.
 - ``current``: the id of the latest run for the root.
-
-The step durations for ETAs are the host's, not the root's: ``history.py``.
 """
 
 from __future__ import annotations
@@ -67,8 +61,7 @@ RUNNING, SUCCEEDED, FAILED = RunState.RUNNING, RunState.SUCCEEDED, RunState.FAIL
 STATES = tuple(s.value for s in RunState)
 KINDS = ("blocking", "detached")
 KEEP_RECORDS = 20
-# Room for a run's last words: its final record (a few KB) and the failure marker (the log's last lines), on
-# file systems of any block size up to 16 KiB.
+# Room for a run's last words (its final record, the failure marker) on file systems of blocks up to 16 KiB.
 RESERVE_BYTES = 64 << 10
 
 
@@ -101,14 +94,11 @@ class RunRecord:
     waiting: Optional[Dict[str, object]] = None  # the build lease's holder it waits for (host, run_id, what, text)
 
     def remaining_eta(self) -> Optional[float]:
-        """The ETA the run last wrote, less the time since."""
         if self.eta_s is None or self.updated is None:
             return None
         return round(max(0.0, self.eta_s - (time.time() - self.updated)), 1)
 
     def to_json(self) -> Dict[str, object]:
-        # Its fields as they are (written at once: nothing to copy), the failure and the request as their own JSON
-        # (asdict converted both, only for them to be replaced)
         data: Dict[str, object] = dict(vars(self))
         data["failure"] = self.failure.to_json() if self.failure else None
         data["request"] = self.request.to_json()
@@ -116,10 +106,8 @@ class RunRecord:
 
     @classmethod
     def from_json(cls, data: object) -> Optional["RunRecord"]:
-        """The record, or None for a file that is not one (torn, foreign, or from another version), field by
-        field: a wrong type, or a value no run writes (a state or kind outside its enumeration, a percent
-        outside 0..100, a negative time, a pid beyond the kernel's, a request that is not a :class:`Request`),
-        anywhere refuses the whole record."""
+        """The record, or None for a file that is not one: a wrong type or a value no run writes anywhere
+        refuses the whole record."""
         if not isinstance(data, dict):
             return None
         run_id, request = fields.text(data.get("run_id")), Request.from_json(data.get("request"))
@@ -146,7 +134,6 @@ class RunRecord:
 
 
 def _non_negative(value: object) -> Optional[float]:
-    """An ETA: a finite number of seconds >= 0 (the ETA history's durations add up to it, unbounded)."""
     found = fields.number(value)
     return found if found is not None and found >= 0 else None
 
@@ -161,7 +148,7 @@ def _run_state(value: object) -> Optional[RunState]:
 
 
 _RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")  # it names files beside the record
-# Each field of a record but run_id, request, step and failure, with its check (the value, or None when wrong).
+# Each field but run_id, request, step and failure, with its check (the value, or None when wrong).
 _RECORD_FIELDS: Dict[str, Callable[[object], object]] = {
     "root": fields.path, "kind": lambda v: fields.one_of(v, KINDS), "pid": fields.pid, "pid_start": fields.text,
     "host": fields.text, "state": _run_state, "percent": fields.percent,
@@ -176,7 +163,6 @@ _NOT_NULL = ("root", "kind", "host", "state", "started", "steps", "log", "fail_m
 
 
 def is_run_id(text: object) -> bool:
-    """Whether ``text`` is a run id: one that names files beside a record (and a timing record)."""
     return isinstance(text, str) and _RUN_ID.fullmatch(text) is not None
 
 
@@ -188,7 +174,7 @@ _NEW_RUN_ID = re.compile(r"\d{8}-\d{6}-[0-9a-f]{6}")
 
 
 def is_new_run_id(text: str) -> bool:
-    """Whether ``text`` has the shape ``new_run_id`` gives: a file named so in the tool's folders is its own."""
+    """Whether ``text`` has the shape ``new_run_id`` gives: a file so named in the tool's folders is its own."""
     return _NEW_RUN_ID.fullmatch(text) is not None
 
 
@@ -212,13 +198,12 @@ class RunStore:
     def ensure_folder(self) -> None:
         os.makedirs(self.folder, mode=0o755, exist_ok=True)
 
-    # -- records -----------------------------------------------------------------------------------------
     def read(self, run_id: str) -> Optional[RunRecord]:
         return RunRecord.from_json(read_json(self.record_path(run_id)))
 
     def write(self, record: RunRecord) -> None:
-        """Replace the record whole.  A running run's record (its progress, rewritten at every step and every
-        few seconds) is not flushed to disk: a power cut that loses it ended the run too.  Its end is."""
+        """Replace the record whole; flushed to disk only at the run's end (a power cut that loses its progress
+        ended the run too)."""
         atomic_write(self.record_path(record.run_id), _record_data(record), durable=record.state != RUNNING)
 
     def current_id(self) -> Optional[str]:
@@ -238,11 +223,9 @@ class RunStore:
         remove_quietly([self.record_path(run_id), self.alive_path(run_id), self.reserve_path(run_id)])
 
     def begin(self, record: RunRecord, alive_fd: Optional[int] = None) -> int:
-        """A run's files as it begins: its alive file held (``alive_fd``, a detached worker's, which ``start``
-        took; else taken here), then room for its last words (a run that could not record how it ends must not
-        start), its record and the pointer to it, each whole, and all or none (``atomic_write_all``).  On a full
-        disk (the OSError raised) none of it is left behind: no run that says it is going.  The descriptor
-        returned keeps the run alive; a build the run starts does not inherit it."""
+        """A run's files as it begins, all or none: its alive file held, room for its last words, its record and
+        the pointer to it.  ``alive_fd`` is a detached worker's, which ``start`` took.  On a full disk (OSError)
+        nothing says the run is going.  The descriptor returned keeps the run alive."""
         run_id = record.run_id
         own = alive_fd is None  # a blocking run's own; a detached worker's record and alive file are `start`'s
         record_file, alive_file, reserve_file = (self.record_path(run_id), self.alive_path(run_id),
@@ -306,7 +289,6 @@ class RunStore:
             else:
                 self.forget(run_id)
 
-    # -- liveness ----------------------------------------------------------------------------------------
     def hold_alive(self, run_id: str) -> int:
         """Open and exclusively flock the run's alive file; the returned descriptor keeps the run alive."""
         self.ensure_folder()
@@ -329,13 +311,12 @@ class RunStore:
 
 
 def _record_data(record: RunRecord) -> bytes:
-    """A record as written: stamped with the time of writing (its last sign of life), as the tool's JSON."""
+    """A record as written, stamped with the time of writing (its last sign of life)."""
     record.updated = time.time()
     return json_bytes(record.to_json())
 
 
 def _current_data(run_id: str) -> bytes:
-    """What the ``current`` file holds: the newest run's id."""
     return (run_id + "\n").encode()
 
 
@@ -349,8 +330,7 @@ def process_start_time(pid: int) -> Optional[str]:
 
 
 def sibling_roots(root: str) -> List[str]:
-    """The other roots of ``root``'s folder that have run records (they share its log, and by default its
-    lock and failure marker)."""
+    """The other roots of ``root``'s folder that have run records (they share its log, lock and marker)."""
     runs = os.path.dirname(runs_dir(root))
     try:
         names = sorted(os.listdir(runs))

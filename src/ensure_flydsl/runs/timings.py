@@ -1,33 +1,27 @@
-"""Where each run's time went: one timing record per run, kept per host, for ``ensure-flydsl stats``.
+"""Where each run's time went: one timing record per run, kept per host, and what they add up to (``stats``).
 
-``<host cache>/runs/<run id>.json`` (``layout.timings_dir``): each stage's wall time, the bytes the run
-fetched, the binary cache's hits and misses, how the host store linked the tree, the lock's and the build
-lease's waits, and the way the run took.  One file per run, written once and atomically (``atomic_write``):
-runs that end together never share a file, so nothing is locked, no record can be torn, and a fleet
-collects the records by copying the folders together (run ids do not collide).  A JSON Lines file would
-need an flock for every append and for its rotation, on NFS too, and one bad line would be read past by
-hand.  The folder is kept bounded by the writer: the newest KEEP_RUNS records of the last KEEP_DAYS days
-(only files named as records are removed; anything else there is left alone).
-
-Records are outside data when read back (a fleet's copy, a hand edit, another version): each is parsed
-field by field, for what its values mean (``from_json``); a file that is not a record is skipped and
-counted, never a traceback.  Writing is best effort: a record that cannot be written costs the statistics,
-never the run.  The warm call writes none (it stays at its floor, and a host's warm calls, one per agent
-step, would push its real runs out of the bounded folder).
+``<host cache>/runs/<run id>.json``: each stage's wall time, the bytes fetched, the cache's hits and misses,
+the link mode, the lock's and the lease's waits, and the way the run took.  One
+file per run, written once: runs that end together share nothing, and a fleet copies folders together.  The
+writer keeps the folder bounded; only files named as records are removed.  Read back, a record is outside
+data (a fleet's copy, another version): a file that is not one is skipped and counted, never a traceback.
 """
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import json
 import os
 import stat
+import statistics
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Mapping, Optional, Tuple
+from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from ensure_flydsl.errors import FAILURE_CODES, Plan, Stage
 from ensure_flydsl.layout import RUN_RECORD_SUFFIX, timing_file
-from ensure_flydsl.result import LINK_MODES as LINK_MODES  # how the host store gives a root its tree
+from ensure_flydsl.result import LINK_MODES as LINK_MODES
 from ensure_flydsl.runs.records import KINDS, RunRecord, is_new_run_id, is_run_id
 from ensure_flydsl.support import fields
 from ensure_flydsl.support.files import atomic_write_json, read_regular
@@ -35,7 +29,7 @@ from ensure_flydsl.support.files import atomic_write_json, read_regular
 TIMING_VERSION = 1
 KEEP_RUNS = 500  # a few hundred KB: a month of a busy host's runs
 KEEP_DAYS = 30.0
-MAX_RECORD_BYTES = 256 << 10  # a record is a few KB; a larger file is not one (and costs no memory)
+MAX_RECORD_BYTES = 256 << 10  # a record is a few KB; a larger file is not one
 ROUNDING_S = 0.001  # a record's seconds are rounded to milliseconds: its stages may add up to a little more
 MAX_BYTES = 1 << 50  # a fetch of more than a pebibyte is no run's
 # The way a run took: what its call did (result.py: Action), the tree's origin when it made one (How), or failed.
@@ -45,11 +39,12 @@ WAYS = (WARM, VERIFIED, REUSED, BUILT, RELEASED, CACHED, FAILED)
 FETCHES = ("git", "wheel", "cache")  # the pin's objects, the release wheel, the binary cache's blobs
 LOOKUPS = ("tree", "mlir")  # what a run looks up in the binary cache
 HIT, MISS = "hit", "miss"
+OTHER = "other"  # the time of a run that no stage counts (the settings, the preflight, the answer printed)
 
 
 @dataclass
 class RunFacts:
-    """What a run learns as it goes, for its timing record (``Run.facts``): the providers add to it."""
+    """What a run learns as it goes, for its timing record: the providers add to it."""
 
     route: Optional[Plan] = None  # the way a provider took (Run.plan)
     fetched: Dict[str, int] = field(default_factory=dict)  # FETCHES: bytes
@@ -57,7 +52,6 @@ class RunFacts:
     lease_wait_s: Optional[float] = None  # None: the run took no turn at a build lease
 
     def add_fetched(self, what: str, size: Optional[int]) -> None:
-        """``size`` bytes more fetched by ``what`` (one of FETCHES); an unknown size records nothing."""
         if size is not None and size >= 0:
             self.fetched[what] = self.fetched.get(what, 0) + size
 
@@ -116,10 +110,8 @@ class TimingRecord:
 
     @classmethod
     def from_json(cls, data: object) -> Optional["TimingRecord"]:
-        """The record, or None for a file that is not one: this version's, every field of its type and its
-        meaning (a run id, a printable host, an absolute root, times in order, stages that fit in them, an
-        exit code a run ends with and a way that agrees with it, durations and byte counts in range).  A stage
-        this version does not know is left out; ``total_s`` and ``bytes_fetched`` are derived, not read."""
+        """The record, or None for a file that is not this version's.  Each field is checked for type and meaning
+        (times in order, stages that fit in them, a way that agrees with the exit code)."""
         if not isinstance(data, dict) or fields.integer(data.get("version")) != TIMING_VERSION:
             return None
         run_id, host, root = data.get("run_id"), fields.short_text(data.get("host")), fields.absolute_path(
@@ -183,17 +175,15 @@ def _table(value: object, names: Tuple[str, ...], check: Callable[[object], obje
 
 
 def of_dead_run(dead: RunRecord, host: str) -> Optional[TimingRecord]:
-    """The timing record of a run that died (kill -9, the OOM killer), from its run record as its death made
-    it (``liveness.record_death``): its steps' times, exit 9, the step it died in; what only the run knew
-    (bytes, cache hits, the way it took) is not known.  None for a record that cannot say it."""
+    """The timing record of a run that died, from its run record: its steps' times, exit 9, the step it died
+    in.  None for a record that cannot say it."""
     failure, ended = dead.failure, dead.finished
     if failure is None or ended is None or ended < dead.started or not dead.root.startswith("/"):
         return None
     stages: Dict[Stage, float] = {}
     steps = list(dead.steps)
     for index, step in enumerate(steps):
-        # A step without its end ended when the next began (the tracker notes the step it was in when the run
-        # became tracked, and never its end), the last one when the run last gave a sign of life.
+        # A step without its end ended when the next began, the last one when the run last gave a sign of life.
         after = steps[index + 1].get("started") if index + 1 < len(steps) else ended
         stage, began = Stage.parse(step.get("name")), fields.seconds(step.get("started"))
         finished = fields.seconds(step["ended"] if step.get("ended") is not None else after)
@@ -220,15 +210,13 @@ def keep(folder: Optional[str], record: TimingRecord) -> bool:
 
 
 def _record_names(folder: str) -> List[str]:
-    """The names the tool gives records (``new_run_id``'s shape): nothing else there is its own to remove."""
     return [n for n in os.listdir(folder) if n.endswith(RUN_RECORD_SUFFIX)
             and is_new_run_id(n[:-len(RUN_RECORD_SUFFIX)])]
 
 
 def prune(folder: str, *, keep_runs: int = KEEP_RUNS, keep_days: float = KEEP_DAYS) -> None:
-    """Remove the records beyond the newest ``keep_runs``, and those older than ``keep_days`` (by their
-    files' times: no record is read).  Only regular files named as the tool names records are removed; runs pruning at
-    once each remove what the other did not (a record already gone is fine)."""
+    """Remove the records beyond the newest ``keep_runs`` and those older than ``keep_days`` (by their files'
+    times); only regular files named as the tool names records."""
     try:
         names = _record_names(folder)
     except OSError:
@@ -245,10 +233,8 @@ def prune(folder: str, *, keep_runs: int = KEEP_RUNS, keep_days: float = KEEP_DA
     oldest = time.time() - keep_days * 86400.0
     for index, (mtime, name) in enumerate(dated):
         if index >= keep_runs or mtime < oldest:
-            try:
+            with contextlib.suppress(OSError):
                 os.unlink(os.path.join(folder, name))
-            except OSError:
-                pass
 
 
 @dataclass(frozen=True)
@@ -260,8 +246,7 @@ class Skipped:
 
 
 def read_records(folder: str) -> Tuple[List[TimingRecord], List[Skipped]]:
-    """The timing records in ``folder``, oldest first, and the files skipped (torn, foreign, another
-    version's, not a regular file); a missing folder holds none.  Hidden files (an atomic write's
+    """The timing records in ``folder``, oldest first, and the files skipped; hidden files (an atomic write's
     temporary file) are neither."""
     try:
         names = sorted(os.listdir(folder))
@@ -298,3 +283,104 @@ def _read(path: str) -> Tuple[Optional[TimingRecord], str]:
         newer = version is not None and version > TIMING_VERSION
         return None, f"a newer version's record (version {version})" if newer else "not a timing record"
     return record, ""
+
+
+# -- what they add up to (``ensure-flydsl stats``; docs/schema/stats.schema.json) ----------------------------
+@dataclass(frozen=True)
+class Figures:
+    """How many values, their median (None without any) and their sum: seconds, or bytes."""
+
+    count: int
+    median: Optional[float]
+    total: float
+
+    @classmethod
+    def of(cls, values: Sequence[float]) -> "Figures":
+        return cls(len(values), float(statistics.median(values)) if values else None, float(sum(values)))
+
+    def to_json(self, unit: str = "_s") -> Dict[str, object]:
+        digits = 3 if unit == "_s" else None
+        return {"runs": self.count, "median" + unit: None if self.median is None else round(self.median, digits),
+                "sum" + unit: round(self.total, digits)}
+
+
+@dataclass(frozen=True)
+class Share:
+    """One stage's (or ``other``'s) part of all the runs' wall time."""
+
+    stage: str
+    seconds: float
+    share: float
+
+    def to_json(self) -> Dict[str, object]:
+        return {"stage": self.stage, "sum_s": round(self.seconds, 3), "share": round(self.share, 4)}
+
+
+@dataclass(frozen=True)
+class Summary:
+    runs: int
+    failed: int
+    ways: Dict[str, int]  # WAYS, in that order
+    hosts: Dict[str, int]
+    total: Figures
+    stages: Dict[Stage, Figures]  # in the order a run goes through them
+    where: List[Share]  # largest first
+    lock_wait: Figures
+    lease_wait: Figures
+    fetched: Figures  # bytes, over the runs that fetched something of a known size
+    fetched_by: Dict[str, int]  # FETCHES: bytes
+    cache: Dict[str, Dict[str, int]]  # LOOKUPS: {hit, miss}: count
+    link_modes: Dict[str, int]
+
+    def to_json(self) -> Dict[str, object]:
+        fetched = self.fetched.to_json("")
+        fetched["by"] = dict(self.fetched_by)
+        return {"runs": self.runs, "failed": self.failed, "ways": dict(self.ways), "hosts": dict(self.hosts),
+                "total": self.total.to_json(), "stages": {str(s): f.to_json() for s, f in self.stages.items()},
+                "where": [w.to_json() for w in self.where], "lock_wait": self.lock_wait.to_json(),
+                "lease_wait": self.lease_wait.to_json(), "bytes_fetched": fetched,
+                "cache": {what: dict(counts) for what, counts in self.cache.items()},
+                "link_modes": dict(self.link_modes)}
+
+
+def _counts(values: Iterable[Optional[str]], order: Iterable[str]) -> Dict[str, int]:
+    found = collections.Counter(value for value in values if value is not None)
+    return {name: found[name] for name in order if name in found}
+
+
+def where_the_time_went(records: Sequence[TimingRecord]) -> List[Share]:
+    """Each stage's share of all the runs' wall time, largest first, then ``other``'s; none without time."""
+    total = sum(r.total_s for r in records)
+    if total <= 0:
+        return []
+    spent: Dict[str, float] = {}
+    for record in records:
+        for stage, seconds in record.stages.items():
+            spent[str(stage)] = spent.get(str(stage), 0.0) + seconds
+    other = max(0.0, total - sum(spent.values()))
+    ranked = sorted(spent.items(), key=lambda item: (-item[1], item[0]))
+    return [Share(name, seconds, seconds / total) for name, seconds in ranked] + [Share(OTHER, other, other / total)]
+
+
+def summarize(records: Sequence[TimingRecord]) -> Summary:
+    """Counts per way, host and link mode; the median and sum of each time and of the bytes fetched; the
+    cache's hits and misses; where the time went."""
+    fetched = [r for r in records if r.bytes_fetched is not None]
+    return Summary(
+        runs=len(records),
+        failed=sum(1 for r in records if r.exit_code != 0),
+        ways=_counts((r.way for r in records), WAYS),
+        hosts=_counts((r.host for r in records), sorted({r.host for r in records})),
+        total=Figures.of([r.total_s for r in records]),
+        stages={stage: Figures.of([r.stages[stage] for r in records if stage in r.stages]) for stage in Stage
+                if any(stage in r.stages for r in records)},
+        where=where_the_time_went(records),
+        lock_wait=Figures.of([r.lock_wait_s for r in records if r.lock_wait_s is not None]),
+        lease_wait=Figures.of([r.lease_wait_s for r in records if r.lease_wait_s is not None]),
+        fetched=Figures.of([float(r.bytes_fetched or 0) for r in fetched]),
+        fetched_by={what: sum(r.fetched.get(what, 0) for r in fetched) for what in FETCHES
+                    if any(what in r.fetched for r in fetched)},
+        cache={what: _counts((r.cache.get(what) for r in records), (HIT, MISS)) for what in LOOKUPS
+               if any(what in r.cache for r in records)},
+        link_modes=_counts((r.link_mode for r in records), LINK_MODES),
+    )

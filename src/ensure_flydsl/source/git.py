@@ -1,10 +1,8 @@
-"""Fetch the pinned source into the root: init or reuse the checkout, fetch, check out, submodules.
+"""Fetch the pinned source into the root: :class:`Checkout` and every git command on it.
 
-:class:`Checkout` is the root's checkout (root, repository, mirrors) and every git command on it.  Every
-git call goes through :func:`git`, which refuses remote helpers that run commands (``ext::``) and
-never prompts, and applies the run's git mirrors (FLYDSL_GIT_MIRRORS, see :mod:`.mirrors`) in its
-environment.  Settings that reach git were validated not to start with ``-``, and are passed after the
-options they belong to, so they can never be read as options.
+Every git call goes through :func:`git`: it never prompts, refuses remote helpers that run commands
+(``ext::``), and applies the run's mirrors.  Settings that reach git were validated not to start with
+``-`` and come after their options, so they are never read as options.
 """
 
 from __future__ import annotations
@@ -14,15 +12,12 @@ import os
 import re
 import subprocess
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from ensure_flydsl.errors import EnsureError, ExitCode, Stage
-from ensure_flydsl.settings import GitMirrors
+from ensure_flydsl.settings import GitMirrors, Settings
 from ensure_flydsl.source.mirrors import describe, is_local, with_mirrors, with_network_limits
 from ensure_flydsl.support.processes import CommandFailed, Silent, cmd_output, run_captured, watched_output
-
-if TYPE_CHECKING:
-    from ensure_flydsl.settings import Settings
 
 _HEX = re.compile(r"^[0-9a-fA-F]{7,40}\Z")
 _OBJECT_ID = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})\Z")  # as ls-remote prints one (SHA-1 or SHA-256)
@@ -34,12 +29,10 @@ UNREACHABLE = ("check that FLYDSL_REPO is reachable from here (or point it at a 
                "to a mirror with FLYDSL_GIT_MIRRORS=FROM=TO)")
 SUBMODULES_UNREACHABLE = ("a submodule's repository is unreachable from here; check the network, or map its URL to "
                           "a reachable mirror with FLYDSL_GIT_MIRRORS=FROM=TO (a URL or a local path)")
-# git submodule update's words for a clone that failed: "clone of '<url>' into submodule path '<path>' failed"
 _CLONE_FAILED = re.compile(r"clone of '([^']+)' into submodule path '([^']+)' failed")
-# git submodule update's words as it starts on a submodule, to name the remote a silent one waits for
+# git submodule update's words, to name the remote a silent one waits for
 _REGISTERED = re.compile(r"Submodule '[^']*' \(([^)]+)\) registered for path '([^']+)'")
 _CLONING = re.compile(r"Cloning into '([^']+)'")
-# The git commands that talk to a remote: stopped after the network silence limit (see processes).
 _NETWORK = {"ls-remote", "fetch", "clone", "submodule"}
 
 
@@ -58,14 +51,11 @@ def is_local_repo(repo: str) -> bool:
 
 def git_env(environ: Mapping[str, str], mirrors: Optional[GitMirrors], *,
             answer_within: Optional[float] = None) -> Dict[str, str]:
-    """The environment of every git command the tool runs, from ``environ``: never a prompt, C messages
-    (the tool reads them), never the caller's GIT_DIR or GIT_WORK_TREE.
+    """The environment of every git command: never a prompt, C messages, never the caller's GIT_DIR.
 
-    - ``mirrors`` None: a local read of a repository's objects (:func:`read_git`), which fetches nothing:
-      none of the caller's GIT_* variables and no mirrors;
-    - else a command that may talk to a remote: the mirrors applied, plain transports only, and either the
-      run's http low-speed limits (the network silence limit) or, with ``answer_within`` (the doctor's
-      reachability checks), a transfer and an ssh connection given up after that many seconds."""
+    ``mirrors`` None: a local read, without the caller's GIT_* variables.  Else a command that may talk to
+    a remote: mirrors, plain transports, and the network silence limit.  With ``answer_within`` (the doctor's
+    reachability checks), a transfer and an ssh connection are given up after that many seconds instead."""
     if mirrors is None:
         env = {k: v for k, v in environ.items() if not k.startswith("GIT_")}
         env.update({"GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"})
@@ -94,9 +84,8 @@ def git_env(environ: Mapping[str, str], mirrors: Optional[GitMirrors], *,
 
 
 def read_git(path: str, *args: str, stdin: bytes = b"", timeout: float = 30.0) -> bytes:
-    """A local git command on the repository at ``path`` (it reads objects, refs, tags; it fetches
-    nothing): its stdout; CommandFailed with its stderr when it fails, cannot start or runs past
-    ``timeout``."""
+    """A local git command on the repository at ``path`` (it fetches nothing): its stdout; CommandFailed with
+    its stderr when it fails, cannot start or runs past ``timeout``."""
     cmd = ["git", "-C", path, *args]
     try:
         proc = run_captured(cmd, input=stdin, env=git_env(os.environ, None), timeout=timeout,
@@ -110,9 +99,8 @@ def read_git(path: str, *args: str, stdin: bytes = b"", timeout: float = 30.0) -
 
 def ls_remote_within(url: str, refs: Sequence[str], environ: Mapping[str, str], mirrors: GitMirrors,
                      timeout: float) -> "subprocess.CompletedProcess[bytes]":
-    """``git ls-remote --quiet url refs`` answered within ``timeout`` (the doctor's reachability check,
-    through the mirrors as git rewrites the URL itself); stdout and stderr apart.  OSError when git cannot
-    start, ``subprocess.TimeoutExpired`` past the timeout."""
+    """``git ls-remote --quiet url refs`` within ``timeout`` (the doctor's reachability check), through the
+    mirrors; OSError when git cannot start, ``subprocess.TimeoutExpired`` past the timeout."""
     env = git_env(environ, mirrors, answer_within=timeout)
     return run_captured(["git", "ls-remote", "--quiet", url, *refs], env=env, stdin=subprocess.DEVNULL,
                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout)
@@ -137,8 +125,8 @@ def tag_commits(ls_remote: str) -> Dict[str, str]:
 
 def git(root: str, *args: str, repo: str, mirrors: GitMirrors, timeout: Optional[float] = None,
         silence_s: Optional[float] = None) -> str:
-    """Run git in ``root``; a network command (ls-remote, fetch, submodule update) is stopped after
-    ``silence_s`` seconds without output (default: the network silence limit), exit 2 naming the remote."""
+    """Run git in ``root``; a network command is stopped after ``silence_s`` seconds without output (default:
+    the network silence limit), exit 2 naming the remote."""
     extra: List[str] = []
     if is_local_repo(repo):
         # git >= 2.38 refuses file:// submodules by default (CVE-2022-39253); a local mirror's submodules
@@ -170,8 +158,7 @@ def git(root: str, *args: str, repo: str, mirrors: GitMirrors, timeout: Optional
 
 
 def _submodule_remote(output: str, root: str, mirrors: GitMirrors) -> str:
-    """The submodule ``git submodule update`` was cloning when it went silent (its URL, through which
-    mirror), from what it printed; the repository's submodules in general when it printed nothing yet."""
+    """The submodule ``git submodule update`` was cloning when it went silent, from what it printed."""
     urls = {os.path.normpath(os.path.join(root, path)): url for url, path in _REGISTERED.findall(output)}
     cloning = _CLONING.findall(output)
     if cloning:
@@ -197,16 +184,14 @@ def is_deletion(code: str) -> bool:
 
 @dataclass(frozen=True)
 class Checkout:
-    """The pin's checkout in ``root``, fetched from ``repo`` through the run's git ``mirrors``: every git
-    command on it goes through :meth:`git` (as uv's ``GitCheckout``)."""
+    """The pin's checkout in ``root``, fetched from ``repo`` through the run's git ``mirrors``."""
 
     root: str
     repo: str
     mirrors: GitMirrors
 
     @classmethod
-    def of(cls, settings: "Settings") -> "Checkout":
-        """The run's checkout: FLYDSL_ROOT, fetched from FLYDSL_REPO through FLYDSL_GIT_MIRRORS."""
+    def of(cls, settings: Settings) -> "Checkout":
         return cls(settings.root, settings.repo, settings.git_mirrors)
 
     def git(self, *args: str, timeout: Optional[float] = None, silence_s: Optional[float] = None) -> str:
@@ -234,8 +219,7 @@ class Checkout:
                 self.git("remote", "set-url", "origin", self.repo)
 
     def objects_bytes(self) -> Optional[int]:
-        """The bytes of the repository's objects (packs, their indexes, loose objects), or None when they
-        cannot be listed: what a fetch added is the difference (the run's timing record)."""
+        """The bytes of the repository's objects, or None: what a fetch added is the difference."""
         total = 0
         try:
             for folder, _, names in os.walk(os.path.join(self.root, ".git", "objects")):
@@ -257,8 +241,8 @@ class Checkout:
         return None
 
     def has_all_objects(self, commit: str) -> bool:
-        """Whether every object of ``commit``'s tree is here.  A fetch killed half-way can leave the commit
-        and its trees without some blobs, and git then checks it out without an error, those files missing."""
+        """Whether every object of ``commit``'s tree is here: after a fetch killed half-way, git checks out a
+        commit missing some blobs without an error."""
         try:
             self.git("rev-list", "--quiet", "--objects", "--no-walk", "--missing=error", commit)
         except CommandFailed:
@@ -278,8 +262,8 @@ class Checkout:
         return refs
 
     def remote_commit(self, pin: str) -> Optional[str]:
-        """The commit ``pin`` names in the repository now (one ``ls-remote``): a tag (peeled), else a branch;
-        a full hash is itself (no network); None for what the refs do not name (an abbreviated hash)."""
+        """The commit ``pin`` names in the repository now: a tag (peeled), else a branch; a full hash is itself;
+        None for what the refs do not name (an abbreviated hash)."""
         if len(pin) == 40 and _HEX.match(pin):
             return pin.lower()
         refs = self.remote_refs()
@@ -293,13 +277,11 @@ class Checkout:
     def fetch_pin(self, pin: str, say: Callable[[str], None], *,
                   on_fetch: Callable[[], None] = lambda: None,
                   on_tags: Callable[[str, List[str]], None] = lambda commit, tags: None) -> str:
-        """Fetch only what names ``pin`` (and the tags pointing at its commit); return its full commit hash.
+        """Fetch only what names ``pin`` (and the tags at its commit); return its full commit hash.
 
-        The refs are listed first, so an unreachable repository is exit 2 and a pin it does not have is exit
-        3, and only the pin's history is fetched (a mirror that lacks objects of unrelated branches still
-        works).  ``on_tags`` hears, before the fetch, the pin's commit and its tags when the refs already tell
-        them (a tag or a full hash): a release run starts its wheel download then, beside the fetch.
-        """
+        The refs are listed first: an unreachable repository is exit 2, a pin it does not have exit 3.
+        ``on_tags`` hears the pin's commit and tags before the fetch when the refs tell them (a release run
+        starts its wheel download then)."""
         full_hash = len(pin) == 40 and bool(_HEX.match(pin))
         if full_hash:
             known = self.resolve_pin(pin)
@@ -352,8 +334,8 @@ class Checkout:
         return [(line[:2], line[3:]) for line in out.splitlines() if line.strip()]
 
     def checkout(self, commit: str, *, force: bool) -> None:
-        """Check out ``commit`` detached.  ``force`` only when the tool's own interrupted checkout left the
-        work tree half-changed; otherwise local edits make this fail rather than be overwritten."""
+        """Check out ``commit`` detached.  ``force`` only after the tool's own interrupted checkout; otherwise
+        local edits make this fail rather than be overwritten."""
         args = ["-c", "advice.detachedHead=false", "checkout", "--quiet", "--detach"]
         if force:
             args.append("--force")
@@ -363,8 +345,8 @@ class Checkout:
             self.git(*args, commit)
 
     def update_submodules(self) -> bool:
-        """Initialise and update submodules; return whether there were any.  A failure is reported, naming
-        the submodules git could not clone and where it tried (through which mirror)."""
+        """Initialise and update submodules; return whether there were any.  A failure names the submodules
+        git could not clone and where it tried."""
         if not os.path.isfile(os.path.join(self.root, ".gitmodules")):
             return False
         try:

@@ -1,35 +1,16 @@
-"""The inputs of a pin's LLVM/MLIR build, read from the pin's own files: the one reader behind the MLIR key,
-the LLVM record, the doctor and every message that names the LLVM commit.
+"""The inputs of a pin's LLVM/MLIR build, read from the pin's own files.  The MLIR key, the LLVM record, the
+doctor and every message that names the LLVM commit read them here.  What ``build_llvm.sh`` builds is:
 
-What ``scripts/build_llvm.sh`` builds is decided by
+* the LLVM commit: ``thirdparty/llvm-hash.txt`` or ``llvm-build-info.json``'s ``upstream.llvm_hash`` (whichever
+  the script reads), or ``LLVM_REF``/``LLVM_COMMIT`` when the script lets the caller override it with a hash;
+* the script's sha256, and every file under ``thirdparty/`` it names (a named folder: each file in it);
+* every variable the script lets the caller override (``${NAME:-default}`` and its forms), read from the
+  script, so the next upstream knob is keyed too.
 
-* the LLVM commit: ``thirdparty/llvm-hash.txt`` (FlyDSL up to v0.2.4, and v0.3.0) or
-  ``thirdparty/llvm-build-info.json``'s ``upstream.llvm_hash`` (v0.2.5.dev732, v0.3.1 and later), whichever
-  the script reads; or ``LLVM_REF`` / ``LLVM_COMMIT`` from the environment when the script lets the caller
-  override the commit with them (``${LLVM_REF:-${LLVM_COMMIT:-...}}``) and the value is a commit hash;
-* the script itself (its sha256) and every other file under ``thirdparty/`` it names (from v0.3.2.dev838 a
-  patch applied to LLVM, ``thirdparty/llvm-rocdl-lld-argv0.patch``), by sha256; a path it names that is a
-  folder (upstream's newer sources apply every patch in ``thirdparty/llvm-patches/``) stands for every file
-  in it, each by its own path and sha256, so a patch changed, added or removed there is another MLIR;
-* the value of every variable the script lets the caller override (``${NAME:-default}``, ``${NAME-default}``,
-  ``${NAME:=default}``, ``${NAME=default}``), read from the script rather than from a list of ours, so the
-  next upstream knob is keyed too (``LLVM_BUILD_PROFILE``, ``LLVM_ENABLE_PROJECTS``,
-  ``LLVM_TARGETS_TO_BUILD``, ``LLVM_ENABLE_RUNTIMES`` ... at v0.3.2.dev838).  Left out of the key, by name:
+Not keyed: the commit variables (the commit is), those the tool sets the same on every run (TOOL_SET), and
+where things go or come from (WHERE_ONLY).
 
-  - ``LLVM_REF`` / ``LLVM_COMMIT``: they are the commit (above), which is keyed;
-  - ``LLVM_INSTALL_DIR``, ``LLVM_PACKAGE_INSTALL`` and ``PYTHON_EXECUTABLE``: the tool sets them for the
-    build (the install goes where the tool reads it, ``BASE/llvm-project/mlir_install``, and is always made;
-    the Python is the target interpreter, whose ABI is keyed), so the build sees the same value on every run
-    and every host; keying the host's path would only keep hosts from sharing;
-  - ``LLVM_INSTALL_TGZ`` and ``LLVM_REMOTE``: where a by-product tarball goes and where llvm-project is
-    fetched from.  Neither changes what is built: the commit hash names the same source on every remote (a
-    ref that is not a hash makes the commit unknown, and then nothing is reused at all).
-
-A pin whose commit cannot be determined gets no key (:meth:`LlvmInputs.key` is None): no host-local reuse and
-no cache entry, never a key with a null commit.
-
-Pure where it can be: :func:`read_llvm_inputs` takes the files' contents, so the doctor reads them from git
-objects and a run from its checkout, and both get the same answer.
+A pin whose commit cannot be determined gets no key: nothing is reused or shared, never a null commit.
 """
 
 from __future__ import annotations
@@ -46,7 +27,6 @@ LLVM_HASH_FILE = "thirdparty/llvm-hash.txt"
 LLVM_INFO_FILE = "thirdparty/llvm-build-info.json"
 COMMIT_FILES = (LLVM_HASH_FILE, LLVM_INFO_FILE)
 COMMIT_VARIABLES = ("LLVM_REF", "LLVM_COMMIT")  # the scripts' precedence: ${LLVM_REF:-${LLVM_COMMIT:-...}}
-# The tool sets these for the build (ways/source/environment.py): the same on every run, so not keyed.
 TOOL_SET = ("LLVM_INSTALL_DIR", "LLVM_PACKAGE_INSTALL", "PYTHON_EXECUTABLE")
 WHERE_ONLY = ("LLVM_INSTALL_TGZ", "LLVM_REMOTE")  # where things go or come from, not what is built
 NOT_KEYED = COMMIT_VARIABLES + TOOL_SET + WHERE_ONLY
@@ -73,15 +53,13 @@ def sha256(content: Text) -> str:
 
 
 def code_lines(script: str) -> str:
-    """The script without whole-line comments: a comment naming a variable or a file is not a use."""
+    """The text without whole-line comments (shell and CMake): a comment naming a thing is not a use."""
     return "\n".join(line for line in script.splitlines() if not line.lstrip().startswith("#"))
 
 
 def overridable(script: str) -> Tuple[Tuple[str, bool], ...]:
-    """(name, empty counts as set) of each variable the script lets the caller override, in the order first
-    met; nested forms (``${LLVM_REF:-${LLVM_COMMIT:-$X}}``) give each name.  ``empty counts as set`` is True
-    when the script has the name in a form without ``:`` (``${LLVM_ENABLE_RUNTIMES-compiler-rt}``: an empty
-    value disables the runtimes, so it differs from unset)."""
+    """(name, empty counts as set) of each variable the script lets the caller override, in the order met.
+    An empty value counts as set for a form without ``:`` (``${LLVM_ENABLE_RUNTIMES-compiler-rt}``)."""
     found: Dict[str, bool] = {}
     for match in _OVERRIDE.finditer(code_lines(script)):
         name, colon = match.group(1), match.group(2)
@@ -90,8 +68,8 @@ def overridable(script: str) -> Tuple[Tuple[str, bool], ...]:
 
 
 def named_files(script: str) -> Tuple[str, ...]:
-    """The paths under ``thirdparty/`` the script names, other than the commit files, in the order met: files,
-    or folders (``"${REPO_ROOT}/thirdparty/llvm-patches"/*.patch`` names ``thirdparty/llvm-patches``)."""
+    """The paths under ``thirdparty/`` the script names, other than the commit files: files, or folders
+    (``"${REPO_ROOT}/thirdparty/llvm-patches"/*.patch`` names ``thirdparty/llvm-patches``)."""
     names: List[str] = []
     for path in _THIRDPARTY.findall(code_lines(script)):
         path = path.rstrip(".")
@@ -101,14 +79,12 @@ def named_files(script: str) -> Tuple[str, ...]:
 
 
 def wanted_files(script: Optional[Text]) -> List[str]:
-    """Every path the reader needs, the script first: read the script, then ask for the rest (a named path
-    that is a folder is asked for as every file in it: see :func:`read_llvm_inputs`)."""
+    """Every path the reader needs, the script first: read it, then ask for the rest."""
     return [LLVM_SCRIPT, *COMMIT_FILES, *(named_files(_text(script)) if script is not None else ())]
 
 
 def named_inputs(names: Tuple[str, ...], files: Mapping[str, Optional[Text]]) -> Tuple[Tuple[str, Optional[str]], ...]:
-    """(path, sha256) of each named path: a file by itself; a folder as every file under it, sorted (its
-    files are in ``files`` by their own paths); (path, None) for one that is neither."""
+    """(path, sha256) of each named path: a folder as every file under it, sorted; (path, None) when absent."""
     found: Dict[str, Optional[str]] = {}
     for name in names:
         content = files.get(name)
@@ -125,7 +101,7 @@ def named_inputs(names: Tuple[str, ...], files: Mapping[str, Optional[Text]]) ->
 
 @dataclass(frozen=True)
 class LlvmInputs:
-    """What a pin's LLVM/MLIR build is made from, as read (see the module's docstring)."""
+    """What a pin's LLVM/MLIR build is made from, as read."""
 
     commit: Optional[str]  # None: cannot be determined (``problem`` says why)
     commit_from: str  # the file (or variable) it was read from, or the file the pin would name it in
@@ -137,9 +113,8 @@ class LlvmInputs:
     variables: Tuple[str, ...]  # every variable the script lets the caller override
 
     def key(self, abi: str) -> Optional[Dict[str, object]]:
-        """The MLIR key, or None when the commit is unknown (then nothing is reused or shared).  ``files`` and
-        ``environment`` appear only when non-empty, so a pin of the v0.2.2 shape keeps the key it always had
-        (MLIR built or cached by an earlier version of the tool is still found)."""
+        """The MLIR key, or None when the commit is unknown.  ``files`` and ``environment`` appear only when
+        non-empty: a pin of the v0.2.2 shape keeps the key MLIR was built or cached under before."""
         if self.commit is None:
             return None
         key: Dict[str, object] = {"llvm_commit": self.commit, "abi": abi, "script": self.script}
@@ -156,7 +131,6 @@ class LlvmInputs:
         return f"(commit unknown: {self.problem})"
 
     def describe(self) -> str:
-        """One line: the commit and where it was read, the patches, the overrides set."""
         parts = [f"LLVM {self.label()}" + (f" from {self.commit_from}" if self.commit else "")]
         parts += [f"{path} {digest[:12] if digest else '(named by build_llvm.sh, absent)'}"
                   for path, digest in self.files]
@@ -216,8 +190,7 @@ def _from_environment(variables: Mapping[str, bool], environ: Mapping[str, str]
 
 
 def read_llvm_inputs(files: Mapping[str, Optional[Text]], environ: Mapping[str, str]) -> LlvmInputs:
-    """Pure: the inputs that ``files`` (path -> content, None or absent: the pin lacks it; see
-    :func:`wanted_files`; a named folder's files by their own paths) and the build's environment give."""
+    """Pure: the inputs ``files`` (path -> content; None or absent: the pin lacks it) and the environment give."""
     script_content = files.get(LLVM_SCRIPT)
     script = _text(script_content) if script_content is not None else ""
     variables = dict(overridable(script))
@@ -254,7 +227,7 @@ def read_llvm_inputs(files: Mapping[str, Optional[Text]], environ: Mapping[str, 
 
 
 def read_checkout_files(top: str, wanted: List[str]) -> Dict[str, Optional[bytes]]:
-    """Each of ``wanted`` (relative to ``top``); one that is a folder as every file under it, by its own path."""
+    """Each of ``wanted`` (relative to ``top``); a folder as every file under it."""
     found: Dict[str, Optional[bytes]] = {}
     for rel in wanted:
         path = os.path.join(top, rel)
@@ -270,7 +243,7 @@ def read_checkout_files(top: str, wanted: List[str]) -> Dict[str, Optional[bytes
 
 
 def _folder_files(top: str, rel: str) -> Dict[str, Optional[bytes]]:
-    """Every file under the folder ``top/rel``, as git holds it: a symbolic link as the path it names."""
+    """Every file under ``top/rel``, as git holds it: a symbolic link as the path it names."""
     found: Dict[str, Optional[bytes]] = {}
     for folder, dirs, names in os.walk(os.path.join(top, rel)):
         dirs.sort()
@@ -289,7 +262,6 @@ def _folder_files(top: str, rel: str) -> Dict[str, Optional[bytes]]:
 
 
 def checkout_llvm_inputs(top: str, environ: Mapping[str, str]) -> LlvmInputs:
-    """The inputs of the checkout at ``top`` (a run's root)."""
     files = read_checkout_files(top, [LLVM_SCRIPT])
     files.update(read_checkout_files(top, wanted_files(files[LLVM_SCRIPT])[1:]))
     return read_llvm_inputs(files, environ)

@@ -1,17 +1,7 @@
-"""The nanobind a build of the pin may use: what the pin's own files say, and the tool's default where they
-say nothing.
-
-nanobind 3 breaks MLIR's configure (upstream's newer sources pin it below 3), and the unguarded
-``pip install nanobind numpy pybind11`` of ``build_llvm.sh`` takes the newest there is.  So the private build
-tools (``ways/source/tools.py``) and every ``pip install`` the build runs (``ways/source/environment.py``: a pip
-constraints file) hold nanobind to :data:`DEFAULT`, ``>=2.9,<3``, bound by bound where the pin does not say
-otherwise.  The pin says it in its pyproject (``"nanobind>=2.0"`` in the build requirements, as every FlyDSL
-tag has), a requirements file at the top or in ``python/`` or ``scripts/``, a CMake ``find_package(nanobind
-2.9 ...)`` (``EXACT``: that version), or a ``pip install 'nanobind<3'`` in ``build_llvm.sh``.  A pin that
-names only a lower bound (every tag's ``>=2.0``) keeps it and gets the default upper bound; a default bound
-the pin's own bounds contradict (a pin asking for ``>=3``) is left out.
-
-Pure: the files' texts in, a specifier text out.
+"""The nanobind a build of the pin may use: the pin's own bounds, and :data:`DEFAULT` (``>=2.9,<3``) where they
+say nothing.  nanobind 3 breaks MLIR's configure, and ``build_llvm.sh``'s unguarded pip install takes the
+newest.  So the build tools and every pip install of the build are held to this.  The pin says it in its
+pyproject, a requirements file, a CMake ``find_package(nanobind ...)`` or build_llvm.sh's pip install.
 """
 
 from __future__ import annotations
@@ -33,7 +23,7 @@ _WORD = re.compile(r"nanobind\s*((?:[<>=!~]=?|===).*)", re.IGNORECASE)
 
 
 def _specifiers(text: str) -> List[str]:
-    """The specifiers of ``text`` (``>=2.0,<3``), normalised; one that is not a specifier is left out."""
+    """The specifiers of ``text`` (``>=2.0,<3``), normalised; what is not one is left out."""
     found = []
     for part in text.split(","):
         try:
@@ -45,9 +35,8 @@ def _specifiers(text: str) -> List[str]:
 
 def pin_specifiers(files: Mapping[str, str], cmake_files: Mapping[str, str],
                    pip_words: Iterable[str]) -> Tuple[str, ...]:
-    """Every nanobind specifier the pin's files name: ``files`` (path -> text: pyproject.toml and the
-    requirements files are read), ``cmake_files`` (their code, comments left out), ``pip_words`` (the words
-    of build_llvm.sh's ``pip install`` lines, unquoted)."""
+    """Every nanobind specifier the pin's files name: ``files`` (pyproject.toml, requirements files),
+    ``cmake_files`` (comments left out), ``pip_words`` (build_llvm.sh's ``pip install`` words, unquoted)."""
     texts = _QUOTED.findall(files.get("pyproject.toml", ""))
     for path, text in sorted(files.items()):
         if REQUIREMENTS_FILE.fullmatch(path):
@@ -71,9 +60,7 @@ def _version(specifier: str) -> Version:
 
 
 def requirement(pin: Iterable[str]) -> str:
-    """The specifier the build holds nanobind to: the pin's own, with each of :data:`DEFAULT`'s bounds the pin
-    does not name and does not contradict (``>=2.9`` unless the pin names a lower bound or an upper bound at
-    or below 2.9; ``<3`` unless it names an upper bound or a lower bound at or above 3)."""
+    """The pin's own specifiers, with each of :data:`DEFAULT`'s bounds the pin neither names nor contradicts."""
     own = list(pin)
     operators = [Specifier(s).operator for s in own]
     low, high = DEFAULT

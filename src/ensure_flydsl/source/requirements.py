@@ -1,22 +1,12 @@
 """The third-party modules a pin's code imports unconditionally, read from its sources with ``ast``.
 
-Starting from the required modules, every module-level import is followed through the tree's own packages
-(each parent package's ``__init__.py`` too, as Python runs them); what the walk reaches outside those
-packages is a requirement, recorded with the first file and line that imports it.  An import the module
-treats as optional or late is not one: inside any ``try`` (the module handles its absence), a function or
-method (runs only when called), or an ``if`` (``TYPE_CHECKING``, a version or platform test, ``__main__``).
-``with contextlib.suppress(ImportError): import x`` is optional too (the ``with`` swallows its absence).
-Reporting a module the code can do without would refuse a tree that works; one missed here is still caught
-by the final probe.  A module of a tree package that has no source file (``flydsl._mlir``) is the build's,
-not a requirement.  The tree's own modules are those of its packages and every module at the checkout's
-top (the env file puts the checkout first on PYTHONPATH).  The standard library is left to the caller: only
-the target interpreter knows its own.
+From the required modules, every module-level import is followed through the tree's own packages (parent
+``__init__.py`` files too); what the walk reaches outside them is a requirement.  An import inside a ``try``,
+a function, an ``if`` or ``with suppress(ImportError)`` is optional: reporting it would refuse a tree that
+works.  One missed here is still caught by the final probe.  The standard library is left to the caller.
 
-:func:`absent_modules` checks that each required module of the tree's packages is in the pin's sources at
-all (a module file, a package, or a namespace folder), and where a module of that last name is instead
-(``kernels/moe_gemm_2stage.py`` moved to ``kernels/moe/`` at FlyDSL v0.2.3, and is gone at v0.3.1).
-
-Pure: the sources come from a :class:`Sources` (a checkout, or a commit read with git); nothing is imported.
+:func:`absent_modules` checks that each required module of the tree's packages is in the pin's sources.  It
+says where a module of that name is instead (``kernels/moe_gemm_2stage.py`` moved at FlyDSL v0.2.3).
 """
 
 from __future__ import annotations
@@ -28,15 +18,14 @@ from dataclasses import dataclass, field
 from typing import Deque, Dict, Iterable, Iterator, List, Mapping, Optional, Protocol, Sequence, Set, Tuple
 
 from ensure_flydsl.layout import BUILT_PACKAGES, PACKAGE_SOURCES
-from ensure_flydsl.source.git import read_git
-from ensure_flydsl.source.needs import read_blobs, repo_path, resolve_in
+from ensure_flydsl.source.needs import commit_listing, local_repositories, read_blobs, resolve_in
 from ensure_flydsl.support.processes import CommandFailed
 
 
 @dataclass(frozen=True)
 class Requirement:
-    """A top-level module outside the tree, the first file (relative to the tree) and line importing it,
-    and the chain of the tree's modules from a required module to that file."""
+    """A top-level module outside the tree, the first file and line importing it, and the chain of the tree's
+    modules from a required module to that file."""
 
     module: str
     file: str
@@ -48,8 +37,7 @@ class Requirement:
 
 
 class Sources(Protocol):
-    """The pin's Python sources: which files exist (paths relative to the tree, ``/``-separated), and
-    their text (None when unreadable); ``where`` says where they are read from.  ``entries`` lists a folder
+    """The pin's Python sources (``/``-separated paths relative to the tree).  ``entries`` lists a folder
     (``""``: the top), sub-folders with a trailing ``/``; None when there is no such folder."""
 
     @property
@@ -63,7 +51,7 @@ class Sources(Protocol):
 
 
 def entries_of(paths: Iterable[str], folder: str) -> Optional[List[str]]:
-    """What a listing of files (``/``-separated paths) holds directly in ``folder``, folders with a ``/``."""
+    """What a listing of files holds directly in ``folder``, folders with a ``/``."""
     prefix = folder.rstrip("/") + "/" if folder else ""
     found: Set[str] = set()
     for path in paths:
@@ -76,7 +64,7 @@ def entries_of(paths: Iterable[str], folder: str) -> Optional[List[str]]:
 @dataclass(frozen=True)
 class FileSources:
     """Sources held in memory (a commit read with git, or a test's tree); ``listing``: every file of the
-    tree when more exist than were read (a commit's other files), else the files' own paths."""
+    tree when more exist than were read."""
 
     files: Mapping[str, str]
     where: str = "memory"
@@ -94,7 +82,6 @@ class FileSources:
 
 @dataclass(frozen=True)
 class CheckoutSources:
-    """Sources read from a checkout on disk, file by file as the walk reaches them."""
 
     top: str
 
@@ -123,9 +110,6 @@ class CheckoutSources:
 def readable_checkout(top: str) -> bool:
     """Whether ``top`` holds the sources of every tree package (a checkout of the pin)."""
     return all(os.path.isfile(os.path.join(top, folder, "__init__.py")) for _, folder in PACKAGE_SOURCES)
-
-
-# -- resolving a module name to its source file -------------------------------------------------------------
 
 
 def source_file(module: str, sources: Sources,
@@ -160,12 +144,9 @@ def _prefixes(name: str) -> Iterator[str]:
         yield ".".join(parts[:i])
 
 
-# -- which statements run when the module is imported -------------------------------------------------------
-
-
 def unconditional_imports(tree: ast.Module) -> Iterator[ast.stmt]:
-    """The import statements that run whenever the module is imported: its body and class bodies, and
-    ``with``/``for``/``while`` bodies at that level; not ``try``, ``if``, ``match``, functions."""
+    """The import statements that run whenever the module is imported: its body, class bodies, and
+    ``with``/``for``/``while`` bodies at that level."""
     pending: List[ast.stmt] = list(tree.body)
     while pending:
         node = pending.pop(0)
@@ -178,14 +159,13 @@ def unconditional_imports(tree: ast.Module) -> Iterator[ast.stmt]:
                 pending[:0] = node.body
         elif isinstance(node, (ast.For, ast.AsyncFor, ast.While)):
             pending[:0] = node.body  # the body may run zero times, but an import in it is not optional
-        # ast.Try (and TryStar), ast.If, ast.Match, functions: the module treats those imports as optional
 
 
 _IMPORT_ERRORS = ("ImportError", "ModuleNotFoundError", "Exception", "BaseException")
 
 
 def _suppresses_import_error(expr: ast.expr) -> bool:
-    """``contextlib.suppress(ImportError)`` (or ``suppress(...)`` of a class an import error is one of)."""
+    """``contextlib.suppress(ImportError)`` (or of a class an import error is one of)."""
     if not isinstance(expr, ast.Call):
         return False
     func = expr.func
@@ -197,8 +177,8 @@ def _suppresses_import_error(expr: ast.expr) -> bool:
 
 
 def _imported_names(node: ast.stmt, module: str, is_package: bool) -> Iterator[Tuple[str, bool]]:
-    """(absolute name, may be an attribute) for each module ``node`` imports: ``from a import b`` names
-    ``a`` and ``a.b`` (a submodule or just an attribute of ``a``)."""
+    """(absolute name, may be an attribute) for each module ``node`` imports: ``from a import b`` names ``a``
+    and ``a.b``."""
     if isinstance(node, ast.Import):
         for alias in node.names:
             yield alias.name, False
@@ -212,13 +192,9 @@ def _imported_names(node: ast.stmt, module: str, is_package: bool) -> Iterator[T
                 yield f"{base}.{alias.name}", True
 
 
-# -- the walk ---------------------------------------------------------------------------------------------
-
-
 def tree_modules(sources: Sources, packages: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
-    """Top-level name -> folder in the tree: the tree's packages (``packages``, by default the pin's own,
-    :data:`ensure_flydsl.layout.PACKAGE_SOURCES`), and each module at the checkout's top (``x.py``, or a
-    folder ``x/``), which the env file's PYTHONPATH also reaches: the tree's own, not third-party."""
+    """Top-level name -> folder in the tree: its packages (by default the pin's own), and each module at the
+    checkout's top, which the env file's PYTHONPATH also reaches."""
     folders = dict(PACKAGE_SOURCES) if packages is None else dict(packages)
     for entry in sources.entries("") or []:
         name = entry[:-1] if entry.endswith("/") else entry[:-3] if entry.endswith(".py") else ""
@@ -229,7 +205,7 @@ def tree_modules(sources: Sources, packages: Optional[Mapping[str, str]] = None)
 
 @dataclass
 class Walk:
-    """The outcome: requirements in the order first met, the tree's files read, and files that did not parse."""
+    """Requirements in the order first met, the tree's files read, and files that did not parse."""
 
     requirements: List[Requirement] = field(default_factory=list)
     files: List[str] = field(default_factory=list)
@@ -241,8 +217,8 @@ class Walk:
 
 def find_requirements(required: Sequence[str], sources: Sources,
                       packages: Optional[Mapping[str, str]] = None) -> Walk:
-    """Walk the module-level imports from ``required`` through the tree's packages (``packages``: top-level
-    name -> folder in the tree; by default the pin's own, :data:`ensure_flydsl.layout.PACKAGE_SOURCES`)."""
+    """Walk the module-level imports from ``required`` through the tree's packages (top-level name -> folder;
+    by default the pin's own)."""
     folders = tree_modules(sources, packages)
     walk = Walk()
     seen_modules: Set[str] = set()
@@ -283,20 +259,16 @@ def find_requirements(required: Sequence[str], sources: Sources,
     return walk
 
 
-# -- required modules that are not in the sources at all ----------------------------------------------------
-
-
 @dataclass(frozen=True)
 class Absent:
-    """A required module of the tree's packages that the pin does not have, and the modules of the same last
-    name it has instead: (module, path) each."""
+    """A required module the pin does not have, and the (module, path) of those of the same name it has."""
 
     module: str
     instead: Tuple[Tuple[str, str], ...]
 
 
 def _exists(module: str, sources: Sources, folders: Mapping[str, str]) -> bool:
-    """A module file, a package, or a namespace folder (a folder of the tree is importable without one)."""
+    """A module file, a package, or a namespace folder."""
     if source_file(module, sources, folders) is not None:
         return True
     parts = module.split(".")
@@ -322,10 +294,8 @@ def _named(last: str, folder: str, module: str, sources: Sources, budget: List[i
 
 def absent_modules(required: Sequence[str], sources: Sources,
                    packages: Optional[Mapping[str, str]] = None) -> List[Absent]:
-    """The required modules of the tree's packages that the sources do not hold (every prefix checked:
-    ``kernels.moe`` must be there for ``kernels.moe.x``).  A package the build adds to
-    (:data:`ensure_flydsl.layout.BUILT_PACKAGES`: ``flydsl._mlir`` only a build makes) is not checked, nor is
-    a module outside the tree (the interpreter's, asked by the caller)."""
+    """The required modules of the tree's packages that the sources do not hold (every prefix checked).  A
+    package the build adds to (``flydsl._mlir``) is not checked, nor a module outside the tree."""
     folders = dict(PACKAGE_SOURCES) if packages is None else dict(packages)
     absent: List[Absent] = []
     for name in required:
@@ -340,24 +310,14 @@ def absent_modules(required: Sequence[str], sources: Sources,
     return absent
 
 
-# -- reading the pin's sources ------------------------------------------------------------------------------
-
-
 def _python_files(listing: Iterable[str], folders: Iterable[str]) -> List[str]:
     tops = tuple(f.rstrip("/") + "/" for f in folders)
     return [p for p in listing if p.endswith(".py") and p.startswith(tops)]
 
 
-def commit_listing(path: str, commit: str, *folders: str) -> Tuple[str, ...]:
-    """Every file of ``commit`` (under ``folders`` when given) in the local repository at ``path``, read from
-    its trees alone: no file's contents (a repository fetched without blobs has none)."""
-    raw = read_git(path, "ls-tree", "-r", "-z", "--name-only", commit, *folders)
-    return tuple(p.decode(errors="replace") for p in raw.split(b"\0") if p)
-
-
 def read_commit_sources(path: str, commit: str) -> FileSources:
-    """The tree packages' ``.py`` files and the top's of ``commit`` in the local repository at ``path``, and
-    the list of all its files (no checkout)."""
+    """The ``.py`` files of the tree's packages and top at ``commit`` in the local repository at ``path``, and
+    the list of all its files."""
     folders = [folder for _, folder in PACKAGE_SOURCES]
     listing = commit_listing(path, commit)
     wanted = _python_files(listing, folders) + [p for p in listing if p.endswith(".py") and "/" not in p]
@@ -366,16 +326,11 @@ def read_commit_sources(path: str, commit: str) -> FileSources:
 
 
 def pin_sources(root: str, repo: str, pin: str, checkout: Optional[str] = None) -> Optional[Sources]:
-    """The pin's sources: ``checkout`` when given and readable; else the commit the pin names in the root's
-    repository or a local ``repo``, read with git; None when neither can be read here."""
+    """The pin's sources: ``checkout`` when given and readable; else the pin's commit in a local repository;
+    None when neither can be read here."""
     if checkout is not None:
         return CheckoutSources(checkout) if readable_checkout(checkout) else None
-    candidates = [root] if os.path.isdir(os.path.join(root, ".git")) else []
-    if repo.startswith("file://") or os.path.isabs(repo):
-        candidates.append(repo_path(repo))
-    for path in candidates:
-        if not os.path.isdir(path):
-            continue
+    for path in local_repositories(root, repo):
         commit = resolve_in(path, pin)
         if commit is None:
             continue

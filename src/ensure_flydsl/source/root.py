@@ -1,16 +1,11 @@
-"""What the tool knows about a root: whether it made it, and which steps finished for which inputs.
-
-The tool's records live in ``ROOT/.ensure_flydsl/`` (excluded from git through ``.git/info/exclude``):
+"""What the tool knows about a root (``ROOT/.ensure_flydsl/``): whether it made it, which steps finished.
 
 - ``owner.json``: written when the tool creates or adopts the root; without it the root is not ours.
-- ``stamps/<step>.json``: ``{"key": ...}`` written when a step finishes.  A step counts as done only when
-  its stamp holds the key of the current request (commit, interpreter ABI, build settings), so a build
-  made for another commit or another Python is never taken for this one.  The stamp is removed before
-  the step starts again, as uv does with its ``.ok`` file: an interrupted step is redone or resumed.
-- ``stamps/<step>.started.json``: written before a step that creates files starts, with its key: the
-  proof that what the step leaves behind (``build-fly/``) was made by this tool, and for which inputs.
-- ``stamps/tree.json``: the finished tree (commit, interpreter, how it was obtained), written after
-  verification and before the env file.
+- ``stamps/<step>.json``: written when a step finishes, with the key of its inputs (commit, interpreter
+  ABI, build settings); removed before the step starts again, as uv's ``.ok`` file.
+- ``stamps/<step>.started.json``: the key a step that creates files began with: what it leaves behind
+  was made by this tool, and for which inputs.
+- ``stamps/tree.json``: the finished tree, written after verification and before the env file.
 """
 
 from __future__ import annotations
@@ -40,8 +35,7 @@ from ensure_flydsl.support import fields
 from ensure_flydsl.support.files import atomic_write_json, read_json, remove_file, remove_tree, rename_into_place
 from ensure_flydsl.support.processes import CommandFailed
 
-# Files a root may hold that are ours by contract (the bash executor, ensure_flydsl.sh, wrote them too)
-# rather than somebody's work.
+# Files a root may hold that are ours by contract (the bash executor wrote them too), not somebody's work.
 CONTRACT_FILES = (ENV_FILE_NAME, ENV_JSON_NAME)
 # Untracked paths in a checkout that are build outputs or ours, not local changes.
 BUILD_OUTPUTS = (STATE_DIR + "/", BUILD_DIR + "/", ENV_FILE_NAME, ENV_JSON_NAME)
@@ -70,8 +64,7 @@ class Owner:
 
     @classmethod
     def from_json(cls, data: object) -> Optional["Owner"]:
-        """The record, or None for one that is not a JSON object; a field of the wrong type reads as its
-        default (not created, not adopted: the record still says the root is the tool's)."""
+        """The record, or None for one that is not a JSON object; a field of the wrong type reads as its default."""
         if not isinstance(data, dict):
             return None
         when = fields.number(data.get("time")) or 0.0
@@ -103,8 +96,7 @@ class RootState:
 
 
 def creatable_problem(folder: str) -> Optional[Tuple[str, str]]:
-    """Why ``folder`` can neither be used nor created by this user, as (what is allowed, what is wrong), or
-    None: its nearest existing ancestor must be a folder this user can write in."""
+    """Why this user can neither use nor create ``folder``, as (what is allowed, what is wrong), or None."""
     anchor = folder
     while not os.path.lexists(anchor) and os.path.dirname(anchor) != anchor:
         anchor = os.path.dirname(anchor)
@@ -123,9 +115,8 @@ def classify_root(root: str, repo: str) -> RootState:
         return RootState(RootKind.FOREIGN, "it is a dangling symbolic link")
     if not os.path.isdir(root):
         return RootState(RootKind.FOREIGN, "it exists and is not a folder")
-    # Listed before the owner is looked for: a concurrent caller's claim renames the state folder in with its
-    # owner inside, so a listing that shows it is followed by an owner that is there (the other order saw
-    # no owner, then the claimed folder, and called it somebody else's: exit 64 under 16 callers).
+    # Listed before the owner is looked for: a concurrent claim renames the state folder in with its owner
+    # inside.  The other order saw no owner, then the claimed folder: exit 64 under 16 callers.
     entries = os.listdir(root)
     if is_ours(root):
         return RootState(RootKind.OURS)
@@ -141,7 +132,7 @@ def classify_root(root: str, repo: str) -> RootState:
 
 
 def _classify_checkout(root: str, repo: str) -> RootState:
-    """A git checkout the tool did not make (the bash executor's, say) may be adopted: same origin, no local changes."""
+    """A checkout the tool did not make may be adopted: same origin, no local changes."""
     try:
         origin = read_git(root, "config", "--get", "remote.origin.url").decode(errors="replace").strip()
     except CommandFailed:
@@ -162,11 +153,8 @@ def _classify_checkout(root: str, repo: str) -> RootState:
 
 
 def claim_root(root: str, *, created: bool, adopted: bool) -> None:
-    """Record that the tool owns ``root`` (made it, or adopted a clean checkout of the configured repo).
-
-    The state folder appears in the root with its owner record already inside (made beside the root, then
-    renamed in): a concurrent caller's preflight must never see a root holding a state folder without an
-    owner, which is somebody else's folder (exit 64)."""
+    """Record that the tool owns ``root``.  The state folder appears with its owner record inside (made beside
+    the root, then renamed in): a state folder without an owner is somebody else's (exit 64)."""
     record = Owner(created, adopted, time.time()).to_json()
     if not os.path.isdir(state_dir(root)):
         staging = tempfile.mkdtemp(prefix=".ensure_flydsl-claim-", dir=os.path.dirname(root))
@@ -204,8 +192,7 @@ def exclude_from_git(root: str) -> None:
 
 @dataclass(frozen=True)
 class Stamp:
-    """``stamps/<step>.json``: the inputs a finished step was done for (and, for the tree, how it came to
-    be, its commit and version)."""
+    """``stamps/<step>.json``: the inputs a finished step was done for (the tree's: how, commit, version)."""
 
     key: Dict[str, object]
     time: float = 0.0
@@ -218,9 +205,8 @@ class Stamp:
 
     @classmethod
     def from_json(cls, data: object) -> Optional["Stamp"]:
-        """The stamp, or None for a file that is not one (torn, foreign, older): ``how`` one of the values of
-        :class:`How` (a finished tree's is taken as how the root's tree came to be), ``commit`` a git object
-        name."""
+        """The stamp, or None for a file that is not one (``how`` one of :class:`How`'s values, ``commit`` a git
+        object name)."""
         if not isinstance(data, dict) or not isinstance(data.get("key"), dict):
             return None
         named = {name: data.get(name) for name in ("how", "commit", "version")}
@@ -238,7 +224,6 @@ _HOWS = frozenset(how.value for how in How)
 
 
 class Stamps:
-    """Step stamps of one root (see the module docstring)."""
 
     def __init__(self, root: str) -> None:
         self.root = root
@@ -255,8 +240,8 @@ class Stamps:
         return stamp is not None and stamp.key == dict(key)
 
     def begin(self, step: str, key: Optional[Mapping[str, object]] = None) -> None:
-        """Before a step runs: the tree is unfinished, the step is not done, and (with ``key``) record
-        which inputs the files the step is about to create are for."""
+        """Before a step runs: the tree is unfinished, the step not done, and (with ``key``) which inputs the
+        files it is about to create are for."""
         remove_file(self._path("tree"))
         remove_file(self._path(step))
         if key is not None:

@@ -1,11 +1,7 @@
-"""Fault points: where the reliability suite kills a run, exactly as the OOM killer or `kill -9` would.
+"""Fault points: ``ENSURE_FLYDSL_FAULT=<point>`` SIGKILLs the run's process group there, as the OOM killer would.
 
-``ENSURE_FLYDSL_FAULT=<point>`` makes the run SIGKILL its own process group when it reaches that point
-(a build it started runs in a group of its own and is left to the run's watchdog, as in a real kill).
-Nothing is simulated: the process dies without running any handler, and the suite then checks that a
-plain rerun succeeds and that no success marker ever named an unfinished tree.  Unset, a point costs one
-dictionary lookup.  ``ENSURE_FLYDSL_FAULT_LOG=<file>`` appends the point's name there before the kill.
-"""
+The reliability suite then checks that a plain rerun succeeds and that no success marker named an unfinished
+tree.  ``ENSURE_FLYDSL_FAULT_LOG=<file>`` gets the point's name before the kill."""
 
 from __future__ import annotations
 

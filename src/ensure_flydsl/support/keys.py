@@ -1,16 +1,10 @@
-"""The cache's signing keys as files and text: their format, read and checked, with no cryptography.
-
-The formats are Nix's (``nix-store --generate-binary-cache-key``), so keys carry over both ways:
+"""The cache's signing keys as files and text, in Nix's formats (``nix-store --generate-binary-cache-key``):
 
 - a public key: one line ``NAME:<base64 of the 32-byte ed25519 public key>`` (``NAME.pub``);
 - a secret key: one line ``NAME:<base64 of the 64-byte seed and public key>`` (``NAME.secret``, mode 600);
 - a signature: one line ``NAME:<base64 of the 64-byte ed25519 signature>``.
 
-The settings read the key files with these (:mod:`ensure_flydsl.signing_keys`: bad input is exit 64 before
-anything is touched), the cache signs and verifies with them; the cryptography library is imported only by
-:mod:`ensure_flydsl.trees.signing`, when a key is used.  No message made here holds key material: a
-malformed line is named by its key name or its file, never shown.  Here, at the bottom, so that the binary
-cache uses support alone.
+No message made here holds key material: a malformed line is named by its key name or its file.
 """
 
 from __future__ import annotations
@@ -37,8 +31,7 @@ LIBRARY = "cryptography"
 
 
 def library_hint(instead: str) -> str:
-    """What to do without the cryptography package (ed25519), for the way this copy was installed."""
-
+    """What to do without the cryptography package, for the way this copy was installed."""
     return extra_remedy("signing", instead)
 
 
@@ -63,13 +56,12 @@ class SecretKey:
 
 
 def library_available() -> bool:
-    """Whether the cryptography package can be found (found only: importing it is left to its first use)."""
+    """Whether the cryptography package can be found."""
     return importlib.util.find_spec(LIBRARY) is not None
 
 
 def split_line(text: str, what: str) -> Tuple[str, bytes]:
     """``NAME:BASE64`` into the name and the decoded bytes; KeyProblem naming ``what`` otherwise."""
-
     name, colon, encoded = text.strip().partition(":")
     if not colon or not KEY_NAME.match(name):
         raise KeyProblem(f"{what} is not NAME:BASE64 with {NAME_ALLOWED}")
@@ -99,8 +91,7 @@ def parse_secret(text: str, what: str) -> SecretKey:
 
 
 def looks_inline(item: str) -> bool:
-    """Whether a value is meant as a ``NAME:BASE64`` key (maybe a malformed one) rather than a file's path:
-    a key name, then ':'.  (A relative path holding ':' is written ./name:x.)"""
+    """Whether a value is meant as a ``NAME:BASE64`` key rather than a file's path (then written ./name:x)."""
     name, colon, _encoded = item.partition(":")
     return bool(colon and KEY_NAME.match(name))
 
@@ -111,8 +102,8 @@ def withheld(item: str) -> str:
 
 
 def read_key_file(path: str, *, secret: bool) -> str:
-    """The text of a key file: a regular file of at most KEY_FILE_MAX bytes, and for a secret key one that
-    neither its group nor others may read.  Opened without blocking (a FIFO is refused, not waited on)."""
+    """The text of a key file: a regular file (a FIFO is refused, not waited on) of at most KEY_FILE_MAX bytes.
+    A secret key's must be the owner's alone to read."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:

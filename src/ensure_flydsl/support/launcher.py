@@ -1,7 +1,5 @@
 """The command that runs this very copy of the tool again (the detached worker, the watchdog): ``python -m
-ensure_flydsl`` under the interpreter in use, or what the GEAK folder's launcher (``tool/run.py``) sets before
-anything else.  A module of its own, light to import: the launcher imports it on every call, the warm one
-included (support/install_route.py, which reads it to name a remedy, builds an enum)."""
+ensure_flydsl``, or what the GEAK folder's launcher (``tool/run.py``) sets before anything else."""
 
 from __future__ import annotations
 
@@ -23,5 +21,4 @@ def launcher() -> Optional[List[str]]:
 
 
 def tool_command() -> List[str]:
-    """The command that runs this very copy of the tool (the vendored one too), for processes it starts."""
     return launcher() or [sys.executable, "-m", "ensure_flydsl"]

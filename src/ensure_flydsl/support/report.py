@@ -1,24 +1,21 @@
 """Messages for people and agents, and the run's log.
 
-Three ways to show a run: on a terminal, step lines plus a live progress line redrawn in place; off a
-terminal, plain time-stamped lines (a progress line every 10 %); with ``--json``, one JSON event per line
-(on stderr: stdout carries the result object).  A run's heartbeat (``runs/heartbeat.py``) writes from a
-thread of its own: ``share`` makes every write hold a lock from then on, and ``last_shown`` is when the
-stream was last written to.  Every message also goes to the log once a provisioning
-run opens it.  A build's own output goes only to the log; its last lines are kept in memory so a failure
-can show them with the log's path.  When our stream already is the log (the bash executor's
-``nohup ... > ensure_flydsl.log`` recipe, or a detached worker), the log is not opened a second time.
+On a terminal: step lines and a live progress line redrawn in place; off one: time-stamped lines (progress
+every 10 %); with ``--json``: one JSON event per line on stderr.  Every message also goes to the log once a run
+opens it.  A build's own output goes only to the log; its last lines are kept for a failure's message.
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import json
 import os
 import threading
 import time
-from typing import IO, ContextManager, Dict, List, Optional
+from typing import IO, Deque, Dict, List, Optional
 
+from ensure_flydsl.support import space
 from ensure_flydsl.support.files import rename_into_place
 
 LOG_ROTATE_BYTES = 64 * 1024**2
@@ -48,20 +45,16 @@ class Reporter:
         self.stream = stream
         self.mode = mode  # "tty", "plain" or "json"
         self.prefix = prefix
-        # -1 (-q): nothing shown but failures (the log still gets every line); 1 (-v): the build's own
-        # output shown as well
-        self.verbosity = verbosity
+        self.verbosity = verbosity  # -1 (-q): failures only (the log gets every line); 1 (-v): the build's output
         self.log_path: Optional[str] = None
         self._log: Optional[IO[str]] = None
-        self._log_is_stream = False
-        # The last TAIL_LINES lines of the build's output, in a list trimmed as it doubles (a deque would import
-        # collections, a tenth of a warm call that never runs a build)
-        self._tail: List[str] = []
+        self._log_is_stream = False  # our stream already is the log (nohup ... > ensure_flydsl.log, a worker)
+        self._tail: Deque[str] = collections.deque(maxlen=TAIL_LINES)
         self._live = False
         self._last_decile = -1
         self._last_json_progress = 0.0
         self.last_shown = time.monotonic()  # when the stream was last written to (the heartbeat's clock)
-        self._lock: Optional["threading.RLock"] = None
+        self._lock = threading.RLock()  # the heartbeat's thread writes too: lines never interleave
 
     @classmethod
     def for_stream(cls, stream: IO[str], *, json_events: bool = False, verbosity: int = 0) -> "Reporter":
@@ -92,16 +85,8 @@ class Reporter:
         else:
             self.say(line)
 
-    def share(self) -> None:
-        """From now on another thread writes too (the heartbeat): every write holds one lock."""
-        if self._lock is None:
-            self._lock = threading.RLock()
-
     def mark_shown(self) -> None:
         self.last_shown = time.monotonic()
-
-    def _held(self) -> ContextManager[object]:
-        return self._lock if self._lock is not None else contextlib.nullcontext()
 
     def event(self, event: Dict[str, object]) -> None:
         """One JSON event as given, with its time (``--json`` mode; the other modes show nothing)."""
@@ -136,8 +121,6 @@ class Reporter:
     def build_line(self, line: str) -> None:
         """One line of a build command's output: the log, and the in-memory tail."""
         self._tail.append(line)
-        if len(self._tail) >= 2 * TAIL_LINES:
-            del self._tail[:-TAIL_LINES]
         if self._log is not None and not self._log_is_stream:
             self._write_log(line)
         if self.verbosity > 0 and self.mode != "json":
@@ -146,33 +129,28 @@ class Reporter:
             self._write_log(line)
 
     def tail(self, count: int = 20) -> List[str]:
-        return self._tail[-min(count, TAIL_LINES):] if count > 0 else []
+        return list(self._tail)[-count:] if count > 0 else []
 
     def _print(self, line: str) -> None:
-        with self._held():
+        with self._lock:
             if self._live:
                 self._live = False
                 line = "\r\x1b[K" + line
             self._write(line + "\n")
 
-    def _emit(self, event: dict) -> None:  # type: ignore[type-arg]
-
+    def _emit(self, event: Dict[str, object]) -> None:
         self._write(json.dumps(event, sort_keys=True) + "\n")
 
     def _write(self, text: str) -> bool:
-        """Show ``text``; False if there is nowhere to show it.  A reader that went away (``| head -1``, a
-        closed terminal) ends the messages, never the run: the log still gets every line.  So does a full
-        file system under the stream (a detached worker's stdout is the log): the run goes on, and fails or
-        succeeds on its own merits, its last lines kept in memory for the failure message."""
-        with self._held():
+        """Show ``text``; False if there is nowhere to show it.  A reader that went away (``| head -1``) or a
+        full file system under the stream ends the messages, never the run: the log still gets every line."""
+        with self._lock:
             if self.stream is None:
                 return False
             try:
                 self.stream.write(text)
                 self.stream.flush()
             except OSError as exc:
-                from ensure_flydsl.support import space  # a failure's: not on the warm call's path
-
                 if not isinstance(exc, BrokenPipeError) and not space.is_full(exc):
                     raise
                 _to_devnull(self.stream)
@@ -187,15 +165,13 @@ class Reporter:
             return
         self.log_path = path
         if self.stream is not None and _same_file(self.stream, path):
-            self._log, self._log_is_stream = self.stream, True  # our stream already is the log
+            self._log, self._log_is_stream = self.stream, True
             self._write_log(_log_header())
             return
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        try:
+        with contextlib.suppress(OSError):
             if os.path.getsize(path) > LOG_ROTATE_BYTES:
                 rename_into_place(path, path + ".1")
-        except OSError:
-            pass
         # O_NOFOLLOW: a symlink planted at the log's path must not make us append to (or chmod) its target.
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
         os.fchmod(fd, 0o644)
@@ -203,40 +179,30 @@ class Reporter:
         self._write_log(_log_header())
 
     def _write_log(self, line: str) -> None:
-        with self._held():
+        with self._lock:
             if self._log is None:
                 return
             try:
                 self._log.write(line + "\n")
                 self._log.flush()
-            except OSError:
-                # A full disk: the run goes on without its log (and fails or succeeds on its own merits); the
-                # last lines stay in memory for the failure message.
+            except OSError:  # a full disk: the run goes on without its log
                 log, self._log = self._log, None
                 if not self._log_is_stream:
-                    try:
+                    with contextlib.suppress(OSError):
                         log.close()
-                    except OSError:
-                        pass
             else:
                 if self._log_is_stream:
                     self.last_shown = time.monotonic()
 
     def close(self) -> None:
         if self._live and self.stream is not None:
-            try:
+            with contextlib.suppress(OSError):
                 self.stream.write("\r\x1b[K")
-            except OSError:
-                pass
             self._live = False
         if self._log is not None and not self._log_is_stream:
-            try:
+            with contextlib.suppress(OSError):
                 self._log.close()
-            except OSError:
-                pass
         self._log = None
-
-
 
 
 def redraws(stream: IO[str]) -> bool:
@@ -249,15 +215,12 @@ def redraws(stream: IO[str]) -> bool:
 
 
 def _to_devnull(stream: IO[str]) -> None:
-    """Point a stream whose reader went away at /dev/null: what it still buffers is dropped quietly, at
-    once or when the interpreter flushes it at exit."""
-    try:
+    """Point a stream whose reader went away at /dev/null: what it still buffers is dropped quietly."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, stream.fileno())
         os.close(devnull)
         stream.flush()
-    except (OSError, ValueError, AttributeError):
-        pass
 
 
 def _log_header() -> str:

@@ -1,11 +1,5 @@
-"""A full file system, said the same way wherever it is met: which errors are one (ENOSPC, EDQUOT), and the
-words for it (the file system that holds the path, its free space as ``df`` counts it, where it is mounted).
-
-Every write of the tool's own files (run records, the ``current`` pointer, markers, the lock's holder, the
-log, stamps, the env file) and every download or unpack that fills the disk ends in one line built from
-:func:`no_space`, so a user reads the same words and the same advice for every one of them.  A file-size
-limit (EFBIG, ``ulimit -f``) is the process's limit, not the file system's: it is not one of these.
-"""
+"""A full file system (ENOSPC, EDQUOT), said the same way wherever it is met: the file system, its free space
+as ``df`` counts it, and where it is mounted.  EFBIG (``ulimit -f``) is the process's limit, not one of these."""
 
 from __future__ import annotations
 
@@ -17,7 +11,6 @@ FULL = (errno.ENOSPC, errno.EDQUOT)
 
 
 def is_full(exc: BaseException) -> bool:
-    """Whether ``exc`` is the file system (or the user's quota on it) having no room left."""
     return isinstance(exc, OSError) and exc.errno in FULL
 
 
@@ -42,7 +35,6 @@ def _existing(path: str) -> str:
 
 
 def mount_point(path: str) -> str:
-    """The folder where the file system holding ``path`` is mounted (``/`` at the latest)."""
     current = _existing(path)
     if not os.path.isdir(current):
         current = os.path.dirname(current)
@@ -52,8 +44,7 @@ def mount_point(path: str) -> str:
 
 
 def free_space(path: str) -> Optional[Tuple[int, int]]:
-    """The bytes free for this user and the size of the file system holding ``path``, as ``df`` says them;
-    None when it cannot be told."""
+    """The bytes free for this user and the file system's size, as ``df`` says them; None when unknown."""
     try:
         st = os.statvfs(_existing(path))
     except OSError:
@@ -62,9 +53,7 @@ def free_space(path: str) -> Optional[Tuple[int, int]]:
 
 
 def no_space(path: str, code: Optional[int] = errno.ENOSPC) -> str:
-    """The words for a full file system at ``path`` (``code`` EDQUOT: the user's quota on it), naming the
-    file system, where it is mounted and its free space, e.g. ``no space left on the file system holding
-    /x/base/.flydsl_build.failed (df: 0 B free of 2.0 MiB, mounted at /x)``."""
+    """The words for a full file system at ``path`` (EDQUOT: the user's quota on it)."""
     figures = free_space(path)
     df = f"{size_text(figures[0])} free of {size_text(figures[1])}, " if figures else ""
     where = f"{path} (df: {df}mounted at {mount_point(path)})"

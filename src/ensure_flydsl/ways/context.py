@@ -13,9 +13,8 @@ from ensure_flydsl.layout import host_cache_dir
 from ensure_flydsl.probe.gate import Verdict
 from ensure_flydsl.probe.results import Interpreter, Probe
 from ensure_flydsl.result import How
-from ensure_flydsl.runs.heartbeat import Pulse
 from ensure_flydsl.runs.history import read_history
-from ensure_flydsl.runs.progress import NullTracker, Tracker, estimate_eta
+from ensure_flydsl.runs.progress import NullTracker, Pulse, Tracker, estimate_eta
 from ensure_flydsl.runs.records import RunStore, new_run_id
 from ensure_flydsl.runs.timings import RunFacts
 from ensure_flydsl.settings import Settings

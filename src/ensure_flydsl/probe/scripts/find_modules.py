@@ -1,25 +1,16 @@
 """For each top-level name in argv[1] (comma-separated): "stdlib", "missing" or "present", found with
-importlib.util.find_spec, which locates a top-level module without running any of its code.  Before 3.10
-there is no sys.stdlib_module_names: a module built in, frozen, or under the stdlib folders (and not in a
-site-packages below them) is the standard library's.
-
-Runs inside the target interpreter (``python -c``, see :mod:`ensure_flydsl.probe.scripts`).  Its answer is
-one line ``result LITERAL``, a Python literal (``repr``) as the import probe's, for the same reason.
+``find_spec`` (no code of the module runs); answered as the import probe does.  Before 3.10 (no
+``sys.stdlib_module_names``) a module built in, frozen, or under the stdlib folders is the standard library's.
 """
 import sys
 
-# `python -c` puts "" (the working folder: the caller's, where a shim picks the interpreter) first on
-# sys.path: off it before anything else is imported, so no file of the caller's shadows a module.
+# `python -c` puts "" (the caller's folder) first on sys.path: off it first, so no file there shadows a module.
 if sys.path and sys.path[0] == "":
     del sys.path[0]
 import importlib.util  # noqa: E402
 import os  # noqa: E402
 import sysconfig  # noqa: E402
-
-MYPY = False
-if MYPY:  # for mypy only: the target does not import typing (it costs the probe time)
-    from importlib.machinery import ModuleSpec
-    from typing import Literal, Union
+from importlib.machinery import ModuleSpec  # noqa: E402
 
 names = [name for name in sys.argv[1].split(",") if name]
 known = getattr(sys, "stdlib_module_names", None)
@@ -27,19 +18,19 @@ paths = sysconfig.get_paths()
 std_dirs = set(os.path.realpath(paths[k]) for k in ("stdlib", "platstdlib") if paths.get(k))
 
 
-def find(name: str) -> "Union[ModuleSpec, None, Literal[False]]":
+def find(name: str) -> "ModuleSpec | None | bool":
     try:
         return importlib.util.find_spec(name)
     except BaseException:
         return False  # present but odd: not provably missing; the final probe judges it
 
 
-def is_std(name: str, spec: "Union[ModuleSpec, None, Literal[False]]") -> bool:
+def is_std(name: str, spec: "ModuleSpec | None | bool") -> bool:
     if known is not None:
         return name in known
     if name in sys.builtin_module_names:
         return True
-    if not spec:
+    if not isinstance(spec, ModuleSpec):
         return False
     if spec.origin == "built-in" or spec.origin == "frozen":
         return True

@@ -1,15 +1,11 @@
-"""The import probe: import each module named in argv[1] and answer what was imported from where.
-
-Runs inside the target interpreter (``python -c``, see :mod:`ensure_flydsl.probe.scripts`).  argv[1] is
-the modules, comma-separated (a module's name never holds a comma); argv[2], when given, the modules to
-preload (the early probe), the same way.  Its answer is one line ``result LITERAL`` on the descriptor that
-was stdout, progress lines before it: LITERAL is a Python literal (``repr``), which the tool reads with
-``ast.literal_eval``.  Not JSON: ``json`` imports ``re``, a third of the probe's start when the tree is quick.
+"""The import probe: import each module in argv[1] (comma-separated; argv[2]: those to preload first, the early
+probe).  The answer is one line ``result LITERAL`` on the descriptor that was stdout, progress lines before
+it.  LITERAL is a ``repr`` the tool reads with ``ast.literal_eval``: ``json`` imports ``re``, a third of the
+probe's start when the tree is quick.
 """
 import sys
 
-# `python -c` puts "" (the working folder: the caller's, where a shim picks the interpreter) first on
-# sys.path: off it before anything else is imported, so no file of the caller's shadows a module.
+# `python -c` puts "" (the caller's folder) first on sys.path: off it first, so no file there shadows a module.
 if sys.path and sys.path[0] == "":
     del sys.path[0]
 import importlib  # noqa: E402
@@ -17,10 +13,6 @@ import importlib.util  # noqa: E402
 import os  # noqa: E402
 import site  # noqa: E402
 import sysconfig  # noqa: E402
-
-MYPY = False
-if MYPY:  # for mypy only: the target does not import typing (it costs the probe time)
-    from typing import Dict, Optional
 
 out = os.dup(1)
 os.dup2(2, 1)  # whatever the imports print goes to stderr; fd `out` carries only our lines
@@ -43,8 +35,8 @@ if preload is not None:
     importlib.invalidate_caches()
     sys.path_importer_cache.clear()  # the tree's folders may not have existed when the path was first read
     from importlib.machinery import PathFinder
-    # Every top-level module the preload brought in (torch's own imports too) must still be what the path,
-    # the tree's folders now first on it, finds: else the tree shadows it and a fresh probe must answer.
+    # Each top-level module the preload brought in must be what the path finds now, the tree's folders first.
+    # Else the tree shadows it, and a fresh probe must answer.
     for name in sorted(set(sys.modules) - started_with):
         spec = getattr(sys.modules.get(name), "__spec__", None)
         if "." in name or spec is None or not getattr(spec, "has_location", False):
@@ -83,7 +75,7 @@ info = {
 }
 
 
-def imported(name: str) -> "Dict[str, Optional[str]]":
+def imported(name: str) -> "dict[str, str | None]":
     """Import ``name``: the file it was imported from, or why it could not be (the exception's last line)."""
     try:
         mod = importlib.import_module(name)

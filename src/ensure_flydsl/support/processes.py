@@ -1,0 +1,334 @@
+"""Every process the tool starts is started and stopped here.  Short commands fail showing the command, its
+code and its output.  A build script is streamed line by line; network commands run under a silence
+watchdog; helpers run in a group of their own.  The stop signals are blocked around a launch."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import shlex
+import signal
+import subprocess
+import time
+from typing import IO, Any, Callable, Iterator, Mapping, Optional, Sequence, Union
+
+Stream = Union[int, IO[Any], None]  # a child's stdin, stdout or stderr: a file, a pipe, DEVNULL
+
+# A network step that receives nothing for this long is stopped (the README's 60 s).  A line is said every
+# half of it, so a caller's own silence detector never takes the run for hung.  The tests shorten it.
+NETWORK_SILENCE_S = 60.0
+SILENCE_VARIABLE = "ENSURE_FLYDSL_NETWORK_SILENCE_S"
+# A build line longer than this is cut: a megabyte-long line without a newline would be held whole.
+MAX_LINE_BYTES = 64 * 1024
+# Once the build script exited, what is left of its group gets LEFTOVER_GRACE_S after SIGTERM.  Its output is
+# read DRAIN_S longer: a process that left the group may hold the pipe open for ever.
+LEFTOVER_GRACE_S = 2.0
+DRAIN_S = 2.0
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
+
+
+class CommandFailed(Exception):
+    """A command exited non-zero (or could not start); the message shows the command, its code and output."""
+
+    def __init__(self, cmd: Sequence[str], returncode: int, output: str) -> None:
+        self.cmd = list(cmd)
+        self.returncode = returncode
+        self.output = output
+        super().__init__(self.describe())
+
+    def describe(self) -> str:
+        lines = [f"command: {shlex.join(self.cmd)}", f"return code: {self.returncode}"]
+        text = self.output.rstrip()
+        if text:
+            lines.append("output:")
+            lines.extend("    " + line for line in text.splitlines())
+        else:
+            lines.append("output: (none)")
+        return "\n".join(lines)
+
+
+def _env(env: Optional[Mapping[str, str]]) -> Optional[dict[str, str]]:
+    return None if env is None else dict(env)
+
+
+def cmd_output(cmd: Sequence[str], *, cwd: Optional[str] = None, env: Optional[Mapping[str, str]] = None,
+               timeout: Optional[float] = None, check: bool = True) -> str:
+    """Run a short command and return its stdout+stderr; raise CommandFailed on a non-zero exit."""
+    try:
+        proc = subprocess.run(list(cmd), cwd=cwd, env=_env(env), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, timeout=timeout, check=False)
+    except FileNotFoundError as exc:
+        raise CommandFailed(cmd, 127, f"cannot run {cmd[0]}: {exc.strerror}") from None
+    except subprocess.TimeoutExpired as exc:
+        out = exc.output.decode(errors="replace") if isinstance(exc.output, bytes) else ""
+        raise CommandFailed(cmd, -1, out + f"\n(timed out after {timeout} s)") from None
+    out = proc.stdout.decode(errors="replace")
+    if check and proc.returncode != 0:
+        raise CommandFailed(cmd, proc.returncode, out)
+    return out
+
+
+def run_captured(cmd: Sequence[str], *, stdout: Stream, stderr: Stream, stdin: Stream = None,
+                 input: Optional[bytes] = None, env: Optional[Mapping[str, str]] = None,
+                 timeout: Optional[float] = None) -> "subprocess.CompletedProcess[bytes]":
+    """``subprocess.run`` without ``check``: OSError when it cannot start, TimeoutExpired past ``timeout``."""
+    return subprocess.run(list(cmd), stdin=stdin, input=input, stdout=stdout, stderr=stderr, env=_env(env),
+                          timeout=timeout, check=False)
+
+
+def spawn(cmd: Sequence[str], *, stdin: Stream, stdout: Stream, stderr: Stream, own_group: bool,
+          env: Optional[Mapping[str, str]] = None, cwd: Optional[str] = None,
+          pass_fds: Sequence[int] = ()) -> "subprocess.Popen[bytes]":
+    """Start a process beside this one.  ``own_group``: a group of its own, so that stopping it stops what it
+    started too, and a signal to this tool's group does not reach it."""
+    return subprocess.Popen(list(cmd), stdin=stdin, stdout=stdout, stderr=stderr, env=_env(env), cwd=cwd,
+                            start_new_session=own_group, pass_fds=tuple(pass_fds))
+
+
+def spawn_text(cmd: Sequence[str], *, env: Optional[Mapping[str, str]] = None) -> "subprocess.Popen[str]":
+    """A process whose stdout and stderr are read as text lines, in this tool's group (a Ctrl-C stops it too)."""
+    return subprocess.Popen(list(cmd), env=_env(env), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, errors="replace")
+
+
+def kill_group(pgid: int) -> None:
+    """SIGKILL the process group ``pgid``; one that is already gone (or no longer ours) is left alone."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
+def kill_and_reap(proc: "subprocess.Popen[bytes]") -> None:
+    kill_group(proc.pid)
+    proc.wait()
+
+
+def stop_group(proc: "subprocess.Popen[bytes]", grace_s: float = 10.0) -> None:
+    """SIGTERM the group ``proc`` leads, give it ``grace_s``, then SIGKILL whatever of it is left."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=grace_s)
+    kill_and_reap(proc)
+
+
+def end_leftovers(pgid: int, grace_s: float) -> None:
+    """SIGTERM what is left of an exited command's process group, then SIGKILL it after ``grace_s``."""
+    deadline = time.monotonic() + grace_s
+    with contextlib.suppress(ProcessLookupError, PermissionError):  # the group is gone
+        os.killpg(pgid, signal.SIGTERM)
+        while time.monotonic() < deadline:
+            time.sleep(0.05)
+            os.killpg(pgid, 0)
+        os.killpg(pgid, signal.SIGKILL)
+
+
+@contextlib.contextmanager
+def stop_signals_blocked() -> Iterator[None]:
+    """Around the launch of a process that unblocks them itself (the mask is inherited through exec).
+
+    A detached worker SIGTERMed before Python installed its handlers would die as "kill -9" (exit 9), not 130."""
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def unblock_stop_signals() -> None:
+    """Deliver what arrived while they were blocked (a pending SIGTERM raises here, in the handler's way)."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+
+
+# -- a build script, streamed ---------------------------------------------------------------------------------
+class _Lines:
+    """Splits a byte stream into lines for ``sink``, keeping at most MAX_LINE_BYTES of each."""
+
+    def __init__(self, sink: Callable[[str], None]) -> None:
+        self.sink = sink
+        self.buf = bytearray()
+        self.cut = 0
+
+    def feed(self, data: bytes) -> None:
+        *whole, rest = data.split(b"\n")
+        for piece in whole:
+            self._add(piece)
+            self._emit()
+        self._add(rest)
+
+    def flush(self) -> None:
+        if self.buf or self.cut:
+            self._emit()
+
+    def _add(self, piece: bytes) -> None:
+        room = MAX_LINE_BYTES - len(self.buf)
+        self.buf += piece[:room]
+        self.cut += max(0, len(piece) - room)
+
+    def _emit(self) -> None:
+        line = self.buf.decode(errors="replace").rstrip("\r")
+        if self.cut:
+            line += f" ... ({self.cut} bytes cut)"
+        self.buf, self.cut = bytearray(), 0
+        self.sink(line)
+
+
+def stream_command(cmd: Sequence[str], *, sink: Callable[[str], None], cwd: Optional[str] = None,
+                   env: Optional[Mapping[str, str]] = None,
+                   on_start: Callable[[Optional[int]], None] = lambda pgid: None) -> int:
+    """Run a long command in a process group of its own, handing each output line to ``sink``.
+
+    ``on_start`` learns the group's id (None once it is gone), so whoever sees this process die can stop the
+    build.  Interrupted, the whole group is stopped before the exception goes on.  When the command exits,
+    its leftovers are stopped and the pipe read only a little longer: one that holds it does not hold the run."""
+    try:
+        proc = subprocess.Popen(list(cmd), cwd=cwd, env=_env(env), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    except OSError as exc:
+        sink(f"cannot run {cmd[0]}: {exc.strerror}")
+        return 127
+    assert proc.stdout is not None
+    on_start(proc.pid)
+    lines = _Lines(sink)
+    try:
+        ended = _read_until_exit(proc, lines)
+        end_leftovers(proc.pid, LEFTOVER_GRACE_S)  # those that no longer write too: nothing of the build outlives it
+        if not ended:
+            _drain(proc.stdout.fileno(), lines)
+        lines.flush()
+        return proc.wait()
+    except BaseException:
+        stop_group(proc)
+        raise
+    finally:
+        proc.stdout.close()
+        on_start(None)
+
+
+def _read_until_exit(proc: "subprocess.Popen[bytes]", lines: _Lines) -> bool:
+    """Hand the output to ``lines`` until the command exits; True when the pipe reached its end too."""
+    assert proc.stdout is not None
+    fd = proc.stdout.fileno()
+    while True:
+        if select.select([fd], [], [], 0.2)[0]:
+            data = os.read(fd, 1 << 16)
+            if not data:
+                proc.wait()  # every writer closed the pipe; the command itself ends now, or soon
+                return True
+            lines.feed(data)
+        if proc.poll() is not None:
+            return False
+
+
+def _drain(fd: int, lines: _Lines) -> None:
+    """Read what is still in the pipe, for at most DRAIN_S seconds or until its end."""
+    deadline = time.monotonic() + DRAIN_S
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            return
+        data = os.read(fd, 1 << 16)
+        if not data:
+            return
+        lines.feed(data)
+
+
+# -- network commands, under a silence watchdog -----------------------------------------------------------
+def network_silence_s(environ: Optional[Mapping[str, str]] = None) -> float:
+    text = (os.environ if environ is None else environ).get(SILENCE_VARIABLE, "")
+    try:
+        value = float(text)
+    except ValueError:
+        return NETWORK_SILENCE_S
+    return value if value > 0 else NETWORK_SILENCE_S
+
+
+def _nowhere(message: str) -> None:
+    pass
+
+
+_heartbeat: Callable[[str], None] = _nowhere
+
+
+def set_heartbeat(say: Callable[[str], None]) -> None:
+    """Where the lines said while a network step waits go (the run's reporter; nowhere by default)."""
+    global _heartbeat
+    _heartbeat = say
+
+
+def heartbeat(message: str) -> None:
+    _heartbeat(message)
+
+
+class Silent(CommandFailed):
+    """A network command received nothing for ``seconds`` and was stopped (its whole process group)."""
+
+    def __init__(self, cmd: Sequence[str], output: str, remote: str, seconds: float) -> None:
+        self.remote = remote
+        self.seconds = seconds
+        text = output.strip("\n") + "\n" if output.strip() else ""
+        super().__init__(cmd, -9, text + f"(stopped: nothing received from {remote} for {seconds:g} s)")
+
+
+def waiting_line(what: str, remote: str, elapsed: float, silent: float, limit: float) -> str:
+    return (f"{what}: still waiting for {remote} ({elapsed:.0f} s so far, {silent:.0f} s without data; "
+            f"stopped after {limit:g} s without data)")
+
+
+def watched_output(cmd: Sequence[str], *, remote: Callable[[str], str], what: str, cwd: Optional[str] = None,
+                   env: Optional[Mapping[str, str]] = None, silence_s: Optional[float] = None,
+                   check: bool = True) -> str:
+    """Run a network command in a process group of its own; return its output, progress redraws collapsed.
+
+    Any byte counts as data (git's ``--progress``).  After ``silence_s`` without any, the group is killed and
+    Silent names ``remote(output)``.  Every half of that limit a line goes to the heartbeat."""
+    limit = network_silence_s(env) if silence_s is None else silence_s
+    beat = min(30.0, limit / 2)
+    try:
+        proc = subprocess.Popen(list(cmd), cwd=cwd, env=_env(env), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    except OSError as exc:
+        raise CommandFailed(cmd, 127, f"cannot run {cmd[0]}: {exc.strerror}") from None
+    assert proc.stdout is not None
+    fd = proc.stdout.fileno()
+    chunks: list[bytes] = []
+    started = last_data = last_beat = time.monotonic()
+    try:
+        while True:
+            now = time.monotonic()
+            if select.select([fd], [], [], min(0.25, max(0.0, last_data + limit - now)))[0]:
+                data = os.read(fd, 1 << 16)
+                if not data:
+                    break
+                chunks.append(data)
+                last_data = time.monotonic()
+                continue
+            now = time.monotonic()
+            if now - last_data >= limit:
+                kill_and_reap(proc)
+                text = _collapse(b"".join(chunks))
+                raise Silent(cmd, text, remote(text), limit)
+            if now - last_beat >= beat:
+                last_beat = now
+                heartbeat(waiting_line(what, remote(_collapse(b"".join(chunks))), now - started,
+                                       now - last_data, limit))
+        returncode = proc.wait()
+    except BaseException:
+        kill_and_reap(proc)
+        raise
+    finally:
+        proc.stdout.close()
+    kill_group(proc.pid)  # git's helpers end with it; anything of the group still there now is stopped
+    out = _collapse(b"".join(chunks))
+    if check and returncode != 0:
+        raise CommandFailed(cmd, returncode, out)
+    return out
+
+
+def _collapse(data: bytes) -> str:
+    """Output with progress redraws (``\\r``) reduced to their last state, one line each."""
+    lines = []
+    for line in data.decode(errors="replace").split("\n"):
+        parts = [p for p in line.split("\r") if p.strip()]
+        lines.append(parts[-1] if parts else "")
+    return "\n".join(lines)
