@@ -160,3 +160,40 @@ def test_processes_and_renames_have_one_owner_each() -> None:
                 if OWNED_CALLS[(module, function)] not in path:
                     found.append(f"{os.path.relpath(path, TOP)}:{call}")
     assert found == []
+
+
+# The standard library is used as it is (issue 40): no private C modules standing for their wrappers, no
+# `TYPE_CHECKING = False` (typing imported for the type checker only), no record or enum library of our own.
+STAND_INS = {"_json", "_signal", "_collections", "_functools", "_operator", "_thread", "_abc", "_io"}
+
+
+def stand_ins(source: str) -> List[str]:
+    """What in ``source`` stands for the standard library: an import of its private C module, a hand-rolled
+    ``TYPE_CHECKING = False``, a class hook (``__init_subclass__``) that builds fields or members itself."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found += [alias.name for alias in node.names if alias.name.split(".")[0] in STAND_INS]
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in STAND_INS:
+            found.append(str(node.module))
+        elif isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "TYPE_CHECKING"
+                                                  for t in node.targets):
+            found.append(f"line {node.lineno}: TYPE_CHECKING assigned")
+        elif isinstance(node, ast.FunctionDef) and node.name == "__init_subclass__":
+            found.append(f"line {node.lineno}: __init_subclass__")
+    return found
+
+
+def test_the_check_finds_a_stand_in() -> None:
+    source = ("import _json\nfrom _signal import SIGTERM\nTYPE_CHECKING = False\n"
+              "class A:\n    def __init_subclass__(c): pass\n")
+    assert stand_ins(source) == ["_json", "_signal", "line 3: TYPE_CHECKING assigned", "line 5: __init_subclass__"]
+
+
+def test_no_module_stands_for_the_standard_library() -> None:
+    found = []
+    for path in _python_files():
+        if path.startswith(os.path.join(TOP, "src")):
+            with open(path, encoding="utf-8") as f:
+                found.extend(f"{os.path.relpath(path, TOP)}: {what}" for what in stand_ins(f.read()))
+    assert found == []
