@@ -37,7 +37,7 @@
       history.lock                         held while a run adds its durations (never deleted)
       store/                               the host store (FLYDSL_STORE; docs/store.md)
         store.lock                         held shared while a root links a tree, exclusive to add or prune
-        trees/<key>/manifest.json          a tree's entries, each file's sha256 (host_store/manifest.py)
+        trees/<key>/manifest.json          the tree's members, each file's sha256 (trees/manifest.py)
         trees/<key>/seal.json              each stored file's inode, size and mtime as stored: a cheap check
         trees/<key>/probed.json            the probes this tree passed, per interpreter fingerprint
         trees/<key>/files/                 the tree itself (read-only files)
