@@ -21,7 +21,6 @@ not blocking.
 from __future__ import annotations
 
 import concurrent.futures
-import importlib
 import time
 from dataclasses import dataclass, replace
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
@@ -41,30 +40,11 @@ from ensure_flydsl.setting_values import Strategy
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.source.mirrors import rewrite
 from ensure_flydsl.source.needs import KNOWN_FLYDSL_NEEDS, BuildNeeds, find_needs
-from ensure_flydsl.ways import Way, demands, falls_back, provisioning, provisions, tries
+from ensure_flydsl.ways import Way, demands, falls_back, provisions, tries
 from ensure_flydsl.ways.checks import OK, SKIPPED, Check, Index, RunContext, Submit
 from ensure_flydsl.ways.release.checks import release_instead
-from ensure_flydsl.ways.source.checks import disk_check, memory_check
-from ensure_flydsl.ways.source.provider import llvm_step_needed
-
-# Each way's prediction (its checks.py's ``predict``), by the module, imported when the strategy tries that way: a
-# source run's doctor before its build imports no release or cache code.
-PREDICTIONS: Dict[Way, str] = {
-    Way.RELEASE: "ensure_flydsl.ways.release.checks",
-    Way.CACHE: "ensure_flydsl.ways.cache.checks",
-    Way.SOURCE: "ensure_flydsl.ways.source.checks",
-}
-
-__all__ = ["Check", "Diagnosis", "diagnose", "disk_check", "first_blocking", "llvm_step_needed", "memory_check",
-           "render_check", "run_checks", "stop_if_blocked"]
-
-
-def prediction(way: Way) -> Callable[[RunContext, Optional[str], Submit], List["concurrent.futures.Future[Check]"]]:
-    """The way's prediction: ``predict`` of its module in PREDICTIONS."""
-
-    predict: Callable[[RunContext, Optional[str], Submit], List["concurrent.futures.Future[Check]"]]
-    predict = importlib.import_module(PREDICTIONS[way]).predict
-    return predict
+from ensure_flydsl.ways.source.checks import llvm_step_needed
+from ensure_flydsl.ways.table import ways_for
 
 
 def mirrored(settings: Settings) -> str:
@@ -147,7 +127,7 @@ def run_checks(
                          llvm=llvm, index=index)
         if reuse is not None:
             early.insert(0, submit(reuse, settings, environ, interp))
-        predicted = {way: prediction(way)(ctx, checkout, submit) for way in provisioning(strategy)}
+        predicted = {way.way: way.predict(ctx, checkout, submit) for way in ways_for(strategy)}
         # Shown as a run meets them: a build's needs, the pin's imports (every way's), the release wheel.
         later = predicted.get(Way.SOURCE, [])
         if fetches:

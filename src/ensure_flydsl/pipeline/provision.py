@@ -14,7 +14,7 @@ import contextlib
 import functools
 import os
 from dataclasses import replace
-from typing import TYPE_CHECKING, List, Mapping, Optional, Tuple
+from typing import List, Mapping, Optional, Tuple
 
 from ensure_flydsl.doctor.diagnose import run_checks, stop_if_blocked
 from ensure_flydsl.doctor.requirements import Finding, assess, stop_if_missing, summary
@@ -24,6 +24,7 @@ from ensure_flydsl.pipeline.decide import tree_key
 from ensure_flydsl.pipeline.publish import publish
 from ensure_flydsl.probe.gate import is_within
 from ensure_flydsl.probe.interpreter import EarlyProbe, probe_modules
+from ensure_flydsl.probe.results import Interpreter
 from ensure_flydsl.result import Action, Result
 from ensure_flydsl.runs import markers
 from ensure_flydsl.settings import Settings
@@ -36,14 +37,11 @@ from ensure_flydsl.support.files import remove_tree
 from ensure_flydsl.support.processes import CommandFailed
 from ensure_flydsl.trees.local import HostStore
 from ensure_flydsl.trees.local import release as release_store_tree
-from ensure_flydsl.ways import Way, demands, provisioning, tries
-from ensure_flydsl.ways.base import Early, Provider
-from ensure_flydsl.ways.cache.provider import CacheProvider
-from ensure_flydsl.ways.cache.provider import open_run_cache as open_cache
+from ensure_flydsl.ways import Way, demands, tries
+from ensure_flydsl.ways.base import Early, Provider, Shared
+from ensure_flydsl.ways.cache.provider import open_run_cache
 from ensure_flydsl.ways.context import Decision, Run, likely_route
 from ensure_flydsl.ways.release.download import WheelDownload
-from ensure_flydsl.ways.release.provider import ReleaseProvider
-from ensure_flydsl.ways.source.provider import BuildProvider
 from ensure_flydsl.ways.store import (
     StoreProvider,
     borrow_git_objects,
@@ -52,10 +50,8 @@ from ensure_flydsl.ways.store import (
     open_run_store,
     store_key,
 )
+from ensure_flydsl.ways.table import ways_for
 
-if TYPE_CHECKING:
-    from ensure_flydsl.probe.results import Interpreter
-    from ensure_flydsl.trees.remote import Cache
 
 def provision(run: Run) -> Result:
     """Under the lock: the pin into the root, then the first provider that gives a verified tree.  What the
@@ -69,7 +65,7 @@ def provision(run: Run) -> Result:
         with run.step(Stage.FETCH):
             commit = fetch(run, early, store)
         # A stored tree of the pin whose probe answers: its imports are known to work as things are.
-        unprobed = store is not None and StoreProvider(store, release_version(run, commit), early, None) \
+        unprobed = store is not None and StoreProvider(store, release_version(run, commit), early) \
             .answers_unprobed(run, commit)
         with run.step(Stage.REQUIREMENTS):
             finding = None if unprobed else check_requirements(run, commit)
@@ -77,18 +73,18 @@ def provision(run: Run) -> Result:
                 run.say("requirements: not checked: the host store's tree of this pin passed the full probe with "
                         f"{run.interpreter.executable} as it is now")
         providers = providers_for(run, commit, early, store)
-        run.expect(providers[0].route)  # the likeliest: each provider takes its route when its turn comes
+        # The likeliest route: each provider takes its own when its turn comes.
+        run.expect(next(p.route for p in providers if p.route is not None))
         with run.step(Stage.FETCH):
             interrupted, deleted = refuse_local_changes(run)
             begin_build(run)
             checkout_pin(run, commit, force=interrupted or deleted)
         if finding is not None and finding.needed and providers[0].way is not Way.SOURCE:
             start_warm_probe(run, early, [r.module for r in finding.needed])
-        return first_tree(run, commit, providers)
+        return first_tree(run, commit, providers, store)
 
 
-def first_tree(run: Run, commit: str, providers: List[Provider]) -> Result:
-    store = providers[0].store if isinstance(providers[0], StoreProvider) else None
+def first_tree(run: Run, commit: str, providers: List[Provider], store: Optional[HostStore]) -> Result:
     for provider in providers:
         try:
             decision = provider.provide(run, commit)
@@ -105,38 +101,12 @@ def first_tree(run: Run, commit: str, providers: List[Provider]) -> Result:
 
 
 def providers_for(run: Run, commit: str, early: Early, store: Optional[HostStore] = None) -> List[Provider]:
-    """The ways ``ways.STRATEGY`` gives the strategy, in its order, each that applies: the release when the pin
-    is a release tag's commit (a demanded release that is none stops here), the cache when one is set, the
-    source build."""
-    settings = run.settings
-    strategy, version = settings.strategy, release_version(run, commit)
-    if demands(strategy, Way.RELEASE) and version is None:
-        raise EnsureError(
-            ExitCode.ARTIFACT,
-            f"the pin {settings.pin} (commit {commit[:12]}) is not the commit of a release tag vX.Y.Z",
-            stage=Stage.RELEASE,
-            hint="pin a release tag (for example v0.2.2) or a version (0.2.2), or use FLYDSL_STRATEGY=source",
-        )
+    """The ways that apply to this run, in the table's order (a demanded release that is none stops here)."""
+    strategy = run.settings.strategy
     cache = open_run_cache(run) if tries(strategy, Way.CACHE) else None
-    providers: List[Provider] = []
-    for way in provisioning(strategy):  # each way's code imported when the run takes that way
-        if way is Way.RELEASE and version is not None:
-            providers.append(ReleaseProvider(version, early, demanded=demands(strategy, Way.RELEASE)))
-        elif way is Way.CACHE and cache is not None:
-            providers.append(CacheProvider(cache, early))
-        elif way is Way.SOURCE:
-            providers.append(BuildProvider(cache, early, doctor_before_build))
-    if store is not None:  # first in every strategy's order: a tree this host holds is linked, not made again
-        providers.insert(0, StoreProvider(store, version, early, providers[0].route))
-    return providers
-
-
-def open_run_cache(run: Run) -> Optional[Cache]:
-    """The run's binary cache (None: none set, or it cannot be used now); its code imported only when one is set."""
-    if run.settings.cache is None:
-        return None
-
-    return open_cache(run)
+    shared = Shared(commit, release_version(run, commit), early, cache, store, doctor_before_build)
+    found = (way.for_run(run, shared) for way in ways_for(strategy))
+    return [provider for provider in found if provider is not None]
 
 
 def doctor_before_build(settings: Settings, environ: Mapping[str, str], checkout: str,

@@ -6,6 +6,7 @@ cannot be used is said once and the run goes on without it; a damaged tree is sa
 
 from __future__ import annotations
 
+import concurrent.futures
 import hashlib
 import os
 from typing import Dict, List, Optional
@@ -35,7 +36,8 @@ from ensure_flydsl.trees.local import (
 )
 from ensure_flydsl.trees.manifest import CacheEntry, cache_key, hashed_members
 from ensure_flydsl.ways import Way, tries
-from ensure_flydsl.ways.base import Early, Provider
+from ensure_flydsl.ways.base import Early, Provider, Shared
+from ensure_flydsl.ways.checks import Check, RunContext, Submit
 from ensure_flydsl.ways.context import Decision, Run
 from ensure_flydsl.ways.tree import TreeKey, prepare_build_dir, verify_tree
 
@@ -128,12 +130,19 @@ def interpreter_fingerprint(run: Run) -> Optional[Dict[str, object]]:
 class StoreProvider(Provider):
     """The host's stored tree for this pin and interpreter, linked into the root."""
 
-    name = "store"
     way = Way.STORE
+    route = None
 
-    def __init__(self, store: HostStore, release: Optional[str], early: Early, route: object) -> None:
+    def __init__(self, store: HostStore, release: Optional[str], early: Early) -> None:
         self.store, self.release, self.early = store, release, early
-        self.route = route  # type: ignore[assignment]  # the next provider's: a miss goes on there
+
+    @classmethod
+    def for_run(cls, run: Run, shared: Shared) -> Optional[StoreProvider]:
+        return None if shared.store is None else cls(shared.store, shared.release, shared.early)
+
+    @staticmethod
+    def predict(ctx: RunContext, checkout: Optional[str], submit: Submit) -> List[concurrent.futures.Future[Check]]:
+        return []
 
     def provide(self, run: Run, commit: str) -> Optional[Decision]:
         for key in lookup_keys(run, commit, self.release):

@@ -10,6 +10,7 @@ untrusted entry is said once and built around, never deleted (it is not this hos
 
 from __future__ import annotations
 
+import concurrent.futures
 import glob
 import os
 from typing import Dict, List, Mapping, Optional, Tuple
@@ -17,6 +18,7 @@ from typing import Dict, List, Mapping, Optional, Tuple
 from ensure_flydsl.errors import Plan, Stage
 from ensure_flydsl.layout import build_made_record, cached_mlir_dir, packages_dir
 from ensure_flydsl.result import How
+from ensure_flydsl.settings import Settings
 from ensure_flydsl.source.llvm_inputs import checkout_llvm_inputs
 from ensure_flydsl.source.ownership import recording
 from ensure_flydsl.support import faults
@@ -27,7 +29,8 @@ from ensure_flydsl.trees.backends import CacheUnreachable
 from ensure_flydsl.trees.remote import Cache, CacheCorrupt, CacheEntry, CacheError, cache_key, format_size, open_cache
 from ensure_flydsl.trees.signing import check_entry, check_secret, manifest_sha, trusted_keys
 from ensure_flydsl.ways import Way
-from ensure_flydsl.ways.base import Early, Provider
+from ensure_flydsl.ways.base import Early, Provider, Shared
+from ensure_flydsl.ways.checks import WRONG, Check, RunContext, Submit, passed, settled
 from ensure_flydsl.ways.context import Decision, Run
 from ensure_flydsl.ways.tree import TreeKey, prepare_build_dir, verify_tree
 
@@ -249,9 +252,39 @@ class CacheProvider(Provider):
         self.cache = cache
         self.early = early
 
+    @classmethod
+    def for_run(cls, run: Run, shared: Shared) -> Optional[CacheProvider]:
+        return None if shared.cache is None else cls(shared.cache, shared.early)
+
+    @staticmethod
+    def predict(ctx: RunContext, checkout: Optional[str], submit: Submit) -> List[concurrent.futures.Future[Check]]:
+        trust = check_cache_trust(ctx.settings)
+        return [settled(trust)] if trust is not None else []
+
     def provide(self, run: Run, commit: str) -> Optional[Decision]:
         with run.step(Stage.CACHE):
             return tree_from_cache(run, self.cache, commit, self.early)
+
+
+def check_cache_trust(settings: Settings) -> Optional[Check]:
+    """Whose entries a shared cache installs: a warning (never blocking) unless trusted keys are set."""
+    if settings.cache is None:
+        return None
+    trusted = settings.label("cache_trusted_keys")
+    if settings.cache_trusted_keys:
+        names = ", ".join(line.partition(":")[0] for line in settings.cache_trusted_keys)
+        signing = ("; this host signs what it publishes" if settings.cache_signing_key else
+                   f"; this host publishes unsigned ({settings.label('cache_signing_key')} is not set), and hosts "
+                   "that check signatures will not install what it publishes")
+        return passed("cache-trust", f"cache entries are installed only when signed by {names}{signing}",
+                      Stage.SETTINGS)
+    return Check("cache-trust", WRONG,
+                 f"{trusted} is not set: if other hosts or users can write to {shown_location(settings.cache)}, "
+                 "this host installs whatever they put there (the hashes only prove the blob matches its manifest, "
+                 "not who wrote it)",
+                 "sign on the host that builds (FLYDSL_CACHE_SIGNING_KEY, from `ensure-flydsl cache keygen`) "
+                 f"and set {trusted} to its .pub file on every host; ignore this if the cache is this host's alone",
+                 blocking=False, stage=Stage.SETTINGS)
 
 
 # -- signed entries ------------------------------------------------------------------------------------------

@@ -5,9 +5,8 @@ modules (``ways/source/provider.py: suggest_release`` asks the same question, th
 
 from __future__ import annotations
 
-import concurrent.futures
 import os
-from typing import List, Mapping, Optional, Tuple
+from typing import Mapping, Optional, Tuple
 
 from ensure_flydsl.errors import EnsureError, Stage
 from ensure_flydsl.probe.interpreter import describe_interpreter
@@ -16,8 +15,8 @@ from ensure_flydsl.source.git import is_local_repo, read_git
 from ensure_flydsl.source.needs import resolve_in
 from ensure_flydsl.source.release_tags import pin_as_tag, release_tags, tag_version
 from ensure_flydsl.support.processes import CommandFailed
-from ensure_flydsl.ways import Way, demands, falls_back
-from ensure_flydsl.ways.checks import MISSING, WRONG, Check, RunContext, Submit, passed, skipped
+from ensure_flydsl.ways import falls_back
+from ensure_flydsl.ways.checks import MISSING, WRONG, Check, RunContext, passed, skipped
 from ensure_flydsl.ways.package_index import best_version
 from ensure_flydsl.ways.release.download import release_pip, wheel_tags
 from ensure_flydsl.ways.release.suggestion import release_suggestion
@@ -123,8 +122,3 @@ def check_release(ctx: RunContext, checkout: Optional[str], *, demanded: bool) -
                  "or set FLYDSL_PYTHON to an interpreter FlyDSL publishes wheels for (cp310-cp314)",
                  blocking=demanded,
                  stage=Stage.RELEASE)
-
-
-def predict(ctx: RunContext, checkout: Optional[str], submit: Submit) -> List["concurrent.futures.Future[Check]"]:
-    """The release way's check: a wheel for the interpreter (blocking only when the release is demanded)."""
-    return [submit(check_release, ctx, checkout, demanded=demands(ctx.settings.strategy, Way.RELEASE))]

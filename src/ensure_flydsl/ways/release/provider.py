@@ -9,6 +9,7 @@ fails the probe for a reason inside it (built for another ABI), gives way to the
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
 import re
 from typing import List, Optional
@@ -28,9 +29,11 @@ from ensure_flydsl.source.git import Checkout, failing_as
 from ensure_flydsl.source.ownership import recording
 from ensure_flydsl.support import faults
 from ensure_flydsl.support.files import remove_tree, rename_into_place
-from ensure_flydsl.ways import Way
-from ensure_flydsl.ways.base import Early, Provider
+from ensure_flydsl.ways import Way, demands
+from ensure_flydsl.ways.base import Early, Provider, Shared
+from ensure_flydsl.ways.checks import Check, RunContext, Submit
 from ensure_flydsl.ways.context import Decision, Run
+from ensure_flydsl.ways.release.checks import check_release
 from ensure_flydsl.ways.release.wheels import (
     check_checkout_version,
     check_provenance,
@@ -63,6 +66,24 @@ class ReleaseProvider(Provider):
         self.version = version
         self.early = early  # the wheel downloaded beside the fetch, the probe started for it
         self.demanded = demanded  # FLYDSL_STRATEGY=release: no wheel is the run's failure (exit 8)
+
+    @classmethod
+    def for_run(cls, run: Run, shared: Shared) -> Optional[ReleaseProvider]:
+        demanded = demands(run.settings.strategy, Way.RELEASE)
+        if shared.release is not None:
+            return cls(shared.release, shared.early, demanded=demanded)
+        if demanded:
+            raise EnsureError(
+                ExitCode.ARTIFACT,
+                f"the pin {run.settings.pin} (commit {shared.commit[:12]}) is not the commit of a release tag vX.Y.Z",
+                stage=Stage.RELEASE,
+                hint="pin a release tag (for example v0.2.2) or a version (0.2.2), or use FLYDSL_STRATEGY=source",
+            )
+        return None
+
+    @staticmethod
+    def predict(ctx: RunContext, checkout: Optional[str], submit: Submit) -> List[concurrent.futures.Future[Check]]:
+        return [submit(check_release, ctx, checkout, demanded=demands(ctx.settings.strategy, Way.RELEASE))]
 
     def provide(self, run: Run, commit: str) -> Optional[Decision]:
         try:

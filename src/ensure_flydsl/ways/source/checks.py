@@ -14,14 +14,22 @@ import subprocess
 from typing import List, Mapping, Optional, Sequence, Tuple
 
 from ensure_flydsl.errors import Stage
-from ensure_flydsl.layout import llvm_dir, tools_dir
+from ensure_flydsl.layout import llvm_dir, mlir_install, tools_dir
+from ensure_flydsl.probe.results import Interpreter
+from ensure_flydsl.settings import Settings
 from ensure_flydsl.source.git import is_local_repo
 from ensure_flydsl.source.mirrors import rewrite
-from ensure_flydsl.source.needs import build_tools, resolve_in, tool_requirements
+from ensure_flydsl.source.needs import BuildNeeds, build_tools, resolve_in, tool_requirements
 from ensure_flydsl.support.processes import run_captured
 from ensure_flydsl.ways.checks import MISSING, WRONG, Check, RunContext, Submit, no_mirror, passed, reach, skipped
-from ensure_flydsl.ways.source.environment import MEMORY_PER_JOB_BYTES, available_memory, cpu_count, default_jobs
-from ensure_flydsl.ways.source.provider import check_mlir
+from ensure_flydsl.ways.source.environment import (
+    MEMORY_PER_JOB_BYTES,
+    available_memory,
+    cpu_count,
+    default_jobs,
+    finished_llvm_build,
+    is_mlir_install,
+)
 from ensure_flydsl.ways.source.rocm_sdk import check_hip_package
 from ensure_flydsl.ways.source.tool_versions import newest, package_spec
 from ensure_flydsl.ways.source.tools import machine_state
@@ -308,7 +316,7 @@ def check_submodules(ctx: RunContext, checkout: Optional[str]) -> Check:
     return passed("submodules", f"{len(subs)} submodule(s) can be fetched: " + ", ".join(served), Stage.SUBMODULES)
 
 
-def predict(ctx: RunContext, checkout: Optional[str], submit: Submit) -> List["concurrent.futures.Future[Check]"]:
+def predict_build(ctx: RunContext, checkout: Optional[str], submit: Submit) -> List["concurrent.futures.Future[Check]"]:
     """The source way's checks, in the order a build meets them."""
     tools = build_tools(ctx.needs, llvm=ctx.llvm)
     return ([submit(check_llvm_source, ctx), submit(check_mlir, ctx), submit(check_disk, ctx),
@@ -316,3 +324,62 @@ def predict(ctx: RunContext, checkout: Optional[str], submit: Submit) -> List["c
              submit(check_headers, ctx)]
             + [submit(check_tool, ctx, name, tools) for name in ("cmake", "ninja", "patchelf", "nanobind")]
             + [submit(check_hip_package, ctx), submit(check_submodules, ctx, checkout)])
+
+
+def check_mlir(ctx: RunContext) -> Check:
+    s = ctx.settings
+    if s.mlir_path is not None:
+        label = s.label("mlir_path")
+        remedy = (f"point {label} at an MLIR install prefix (cmake --install of an LLVM build with mlir), or "
+                  "unset it to build LLVM/MLIR")
+        if not is_mlir_install(s.mlir_path):
+            # ensure refuses it before anything else (bad input, 64)
+            return Check(name="mlir",
+                         status=WRONG,
+                         detail=f"{label}={s.mlir_path} holds no lib/cmake/mlir",
+                         remedy=remedy,
+                         blocking=True,
+                         stage=Stage.SETTINGS)
+        configs = [os.path.join(s.mlir_path, "lib", "cmake", "mlir", n) for n in ("MLIRConfig.cmake",
+                                                                                  "mlir-config.cmake")]
+        if not any(os.path.isfile(c) for c in configs) and ctx.needs.cmake:
+            return Check(name="mlir",
+                         status=WRONG,
+                         detail=f"{label}={s.mlir_path} holds no lib/cmake/mlir/MLIRConfig.cmake: the "
+                         "build's find_package(MLIR) will fail",
+                         remedy=remedy,
+                         blocking=True,
+                         stage=Stage.BUILD)
+        return passed("mlir", f"{label}={s.mlir_path}; no LLVM build", Stage.BUILD)
+    built = _llvm_already_built(s, ctx.needs, ctx.interpreter)
+    llvm = ctx.needs.llvm
+    if built and llvm is not None:
+        return passed("mlir", f"MLIR for {llvm.describe()} is already built in {built}", Stage.LLVM)
+    if llvm is not None and llvm.commit is None:
+        return Check(name="mlir",
+                     status=WRONG,
+                     detail=f"MLIR_PATH is unset and the pin's LLVM commit cannot be determined "
+                     f"({llvm.problem}): the run builds LLVM/MLIR (the long step) every time, neither reusing "
+                     "nor sharing it",
+                     remedy=f"set MLIR_PATH to an MLIR install built for this pin, or give the commit "
+                     f"in {llvm.commit_from}",
+                     blocking=False,
+                     stage=Stage.LLVM)
+    what = f"{llvm.describe()}; " if llvm is not None else ""
+    return skipped("mlir", f"MLIR_PATH is unset: the run builds LLVM/MLIR ({what}the long step)", Stage.LLVM)
+
+
+def _llvm_already_built(settings: Settings, needs: BuildNeeds, interp: Optional[Interpreter]) -> Optional[str]:
+    """The MLIR install a previous run built from the pin's LLVM inputs (its commit, patches, build_llvm.sh,
+    overrides: source/llvm_inputs.py) for this interpreter, if it is there."""
+    done = finished_llvm_build(settings.base_dir)
+    if done is None or needs.llvm is None or interp is None:
+        return None
+    key = needs.llvm.key(interp.abi)
+    return mlir_install(settings.base_dir) if key is not None and done == key else None
+
+
+def llvm_step_needed(settings: Settings, needs: BuildNeeds, interp: Optional[Interpreter] = None) -> bool:
+    """Whether a source build runs the LLVM/MLIR step: MLIR_PATH unset and no finished build of the pin's
+    LLVM inputs next to the root."""
+    return settings.mlir_path is None and _llvm_already_built(settings, needs, interp) is None

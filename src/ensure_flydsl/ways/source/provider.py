@@ -5,9 +5,10 @@ build.sh, verification; then the new tree and MLIR go to the binary cache."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
 from dataclasses import replace
-from typing import TYPE_CHECKING, Callable, Dict, Mapping, NamedTuple, Optional, Tuple
+from typing import Dict, List, NamedTuple, Optional, Tuple
 
 from ensure_flydsl.errors import EnsureError, ExitCode, Plan, Stage
 from ensure_flydsl.layout import (
@@ -20,17 +21,16 @@ from ensure_flydsl.layout import (
     rocm_overlay,
     tools_dir,
 )
-from ensure_flydsl.probe.results import Interpreter
 from ensure_flydsl.result import How
-from ensure_flydsl.settings import Settings
 from ensure_flydsl.source.git import Checkout
-from ensure_flydsl.source.needs import BuildNeeds, build_tools, find_needs, tool_requirements
+from ensure_flydsl.source.needs import build_tools, find_needs, tool_requirements
 from ensure_flydsl.source.ownership import recording
 from ensure_flydsl.support import faults
 from ensure_flydsl.support.files import file_sha256
-from ensure_flydsl.trees.remote import cache_key
+from ensure_flydsl.trees.lease import HeldLease
+from ensure_flydsl.trees.remote import Cache, cache_key
 from ensure_flydsl.ways import Way, falls_back
-from ensure_flydsl.ways.base import Early, Provider
+from ensure_flydsl.ways.base import DoctorCheck, Early, Provider, Shared
 from ensure_flydsl.ways.cache.fleet import end_turn, holding, take_turn
 from ensure_flydsl.ways.cache.provider import (
     llvm_label,
@@ -42,9 +42,10 @@ from ensure_flydsl.ways.cache.provider import (
     tree_from_cache,
     tree_shareable,
 )
-from ensure_flydsl.ways.checks import WRONG, Check, RunContext, passed, skipped
+from ensure_flydsl.ways.checks import Check, RunContext, Submit
 from ensure_flydsl.ways.context import Decision, Run
 from ensure_flydsl.ways.release.suggestion import release_suggestion
+from ensure_flydsl.ways.source.checks import predict_build
 from ensure_flydsl.ways.source.environment import (
     LlvmRecord,
     Toolchain,
@@ -64,14 +65,7 @@ from ensure_flydsl.ways.source.tool_versions import package_spec
 from ensure_flydsl.ways.source.tools import ProvidedTools, provide_build_tools
 from ensure_flydsl.ways.tree import prepare_build_dir, verify_tree
 
-if TYPE_CHECKING:
-    from ensure_flydsl.trees.lease import HeldLease
-    from ensure_flydsl.trees.remote import Cache
-
 Mlir = Tuple[str, Dict[str, object]]  # an MLIR install and what identifies it in the build's stamp
-# The doctor's checks before the build, handed in by the pipeline (the doctor sits above the ways): raises the
-# blocking finding (stage "doctor") for these settings, environment, checkout and the run's interpreter.
-DoctorCheck = Callable[[Settings, Mapping[str, str], str, Interpreter], None]
 
 
 class Prepared(NamedTuple):
@@ -84,7 +78,7 @@ class Prepared(NamedTuple):
     rocm: str  # the ROCm prefix the build uses (ROCM_PATH, or the package index's: ways/source/rocm_sdk.py)
 
 
-class BuildProvider(Provider):
+class SourceProvider(Provider):
     way = Way.SOURCE
     route = Plan.SOURCE
 
@@ -94,6 +88,14 @@ class BuildProvider(Provider):
         self.doctor = doctor
         self.built_now = False
         self.tree_lease: Optional[HeldLease] = None  # held from before build.sh until the tree is published
+
+    @classmethod
+    def for_run(cls, run: Run, shared: Shared) -> SourceProvider:
+        return cls(shared.cache, shared.early, shared.doctor)
+
+    @staticmethod
+    def predict(ctx: RunContext, checkout: Optional[str], submit: Submit) -> List[concurrent.futures.Future[Check]]:
+        return predict_build(ctx, checkout, submit)
 
     def provide(self, run: Run, commit: str) -> Optional[Decision]:
         try:
@@ -333,62 +335,3 @@ def build_flydsl(run: Run, commit: str, mlir_identity: Dict[str, object], env: D
     faults.point("build-done")
     stamps.finish("build", key)
     return True
-
-
-def check_mlir(ctx: RunContext) -> Check:
-    s = ctx.settings
-    if s.mlir_path is not None:
-        label = s.label("mlir_path")
-        remedy = (f"point {label} at an MLIR install prefix (cmake --install of an LLVM build with mlir), or "
-                  "unset it to build LLVM/MLIR")
-        if not is_mlir_install(s.mlir_path):
-            # ensure refuses it before anything else (bad input, 64)
-            return Check(name="mlir",
-                         status=WRONG,
-                         detail=f"{label}={s.mlir_path} holds no lib/cmake/mlir",
-                         remedy=remedy,
-                         blocking=True,
-                         stage=Stage.SETTINGS)
-        configs = [os.path.join(s.mlir_path, "lib", "cmake", "mlir", n) for n in ("MLIRConfig.cmake",
-                                                                                  "mlir-config.cmake")]
-        if not any(os.path.isfile(c) for c in configs) and ctx.needs.cmake:
-            return Check(name="mlir",
-                         status=WRONG,
-                         detail=f"{label}={s.mlir_path} holds no lib/cmake/mlir/MLIRConfig.cmake: the "
-                         "build's find_package(MLIR) will fail",
-                         remedy=remedy,
-                         blocking=True,
-                         stage=Stage.BUILD)
-        return passed("mlir", f"{label}={s.mlir_path}; no LLVM build", Stage.BUILD)
-    built = _llvm_already_built(s, ctx.needs, ctx.interpreter)
-    llvm = ctx.needs.llvm
-    if built and llvm is not None:
-        return passed("mlir", f"MLIR for {llvm.describe()} is already built in {built}", Stage.LLVM)
-    if llvm is not None and llvm.commit is None:
-        return Check(name="mlir",
-                     status=WRONG,
-                     detail=f"MLIR_PATH is unset and the pin's LLVM commit cannot be determined "
-                     f"({llvm.problem}): the run builds LLVM/MLIR (the long step) every time, neither reusing "
-                     "nor sharing it",
-                     remedy=f"set MLIR_PATH to an MLIR install built for this pin, or give the commit "
-                     f"in {llvm.commit_from}",
-                     blocking=False,
-                     stage=Stage.LLVM)
-    what = f"{llvm.describe()}; " if llvm is not None else ""
-    return skipped("mlir", f"MLIR_PATH is unset: the run builds LLVM/MLIR ({what}the long step)", Stage.LLVM)
-
-
-def _llvm_already_built(settings: Settings, needs: BuildNeeds, interp: Optional[Interpreter]) -> Optional[str]:
-    """The MLIR install a previous run built from the pin's LLVM inputs (its commit, patches, build_llvm.sh,
-    overrides: source/llvm_inputs.py) for this interpreter, if it is there."""
-    done = finished_llvm_build(settings.base_dir)
-    if done is None or needs.llvm is None or interp is None:
-        return None
-    key = needs.llvm.key(interp.abi)
-    return mlir_install(settings.base_dir) if key is not None and done == key else None
-
-
-def llvm_step_needed(settings: Settings, needs: BuildNeeds, interp: Optional[Interpreter] = None) -> bool:
-    """Whether a source build runs the LLVM/MLIR step: MLIR_PATH unset and no finished build of the pin's
-    LLVM inputs next to the root."""
-    return settings.mlir_path is None and _llvm_already_built(settings, needs, interp) is None
