@@ -36,8 +36,7 @@ from ensure_flydsl.settings import Request, Settings, load_settings
 from ensure_flydsl.source.ownership import MadeRecord
 from ensure_flydsl.source.root import Owner, Stamp
 from ensure_flydsl.warm import site_stats
-from ensure_flydsl.ways.release.wheel_shape import shape_problems
-from ensure_flydsl.ways.release.wheels import install_wheel_file
+from ensure_flydsl.ways.release.wheels import install_wheel_file, shape_problems
 from ensure_flydsl.ways.source.environment import LlvmRecord
 from ensure_flydsl.ways.source.rocm import OverlayKey
 from ensure_flydsl.ways.source.tools import EXECUTABLES, PROVIDABLE

@@ -1,13 +1,8 @@
-"""The release wheel's download: ``pip download`` of ``flydsl==X`` for the TARGET interpreter's tags, run by
-a pip that exists wherever the tool was installed (pip, ``uv tool install``, pipx, a venv without pip), under
-the user's own pip configuration (PIP_INDEX_URL, PIP_FIND_LINKS, pip.conf), stopped when the index sends
-nothing for the network silence limit.
+"""The release wheel's download: ``pip download`` of ``flydsl==X`` for the target interpreter's tags, under the
+user's pip configuration, stopped when the index sends nothing for the network silence limit.
 
-Which pip: the target interpreter's (``FLYDSL_PYTHON -m pip``: what installs into it is what the user's pip
-settings are for), else the tool's own interpreter's; with neither there is no download, and the reason says
-which interpreters were asked and how to give one of them pip (:func:`release_pip`).  The doctor asks the
-index through the same one, so it predicts what ``ensure`` does.
-"""
+The pip is the target interpreter's (what installs into it is what the user's pip settings are for), else
+the tool's own; the doctor asks the index through the same one (:func:`release_pip`)."""
 
 from __future__ import annotations
 
@@ -36,17 +31,16 @@ from ensure_flydsl.support.processes import (
     spawn_text,
     waiting_line,
 )
+from ensure_flydsl.ways.package_index import pip_env
 
-# pip's words for a retry after a stalled or broken connection: not a sign that the index answers.
-_RETRY = "Retrying ("
+_RETRY = "Retrying ("  # pip's retry after a stalled connection: no sign that the index answers
 _LOOKING = re.compile(r"^Looking in (?:indexes|links): (.+)$", re.MULTILINE)
 _pip_cache: Dict[str, bool] = {}
 _pip_lock = threading.Lock()
 
 
 def has_pip(python: str, environ: Optional[Mapping[str, str]] = None) -> bool:
-    """Whether ``python -m pip`` can run: pip is found on its own path (looked up, not imported; asked
-    once per process and interpreter)."""
+    """Whether ``python -m pip`` can run: pip is found, not imported (asked once per interpreter)."""
     with _pip_lock:
         if python in _pip_cache:
             return _pip_cache[python]
@@ -67,7 +61,7 @@ def has_pip(python: str, environ: Optional[Mapping[str, str]] = None) -> bool:
 
 
 def release_pip(target: str, environ: Optional[Mapping[str, str]] = None) -> Tuple[Optional[str], str]:
-    """(the interpreter whose pip asks the index and downloads the wheel, or None; why not, when None)."""
+    """The interpreter whose pip asks the index and downloads the wheel, or None and why not."""
     for python in dict.fromkeys((target, sys.executable)):
         if has_pip(python, environ):
             return python, ""
@@ -75,14 +69,6 @@ def release_pip(target: str, environ: Optional[Mapping[str, str]] = None) -> Tup
     return None, (f"there is no pip to download the wheel with: neither FLYDSL_PYTHON={target}{tool} has pip "
                   f"(an install by `uv tool install` has none); give FLYDSL_PYTHON pip (`{target} -m ensurepip "
                   f"--upgrade`, or `uv pip install --python {target} pip`)")
-
-
-def pip_env(environ: Mapping[str, str]) -> Dict[str, str]:
-    """The caller's environment for pip: its PIP_* settings kept; the tree's PYTHONPATH not handed on."""
-    env = {k: v for k, v in environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
-    env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
-    env["PIP_NO_INPUT"] = "1"
-    return env
 
 
 def wheel_tags(interpreter: Interpreter) -> List[str]:
@@ -127,9 +113,8 @@ def _folder_bytes(folder: str) -> int:
 
 
 def disk_full(output: str, folder: str, version: str) -> Optional[EnsureError]:
-    """The error for a download pip gave up because the file system of ``folder`` is full (ENOSPC, which
-    pip reports as a traceback ending in ``[Errno 28] No space left on device``, or EDQUOT: ``[Errno 122]``),
-    said as every full file system is (``support/space.py``); None for any other."""
+    """The error for a download pip gave up because the file system of ``folder`` is full (pip's traceback
+    ends in ENOSPC's or EDQUOT's errno), said as every full file system is; None for any other."""
     quota = f"[Errno {errno.EDQUOT}]" in output or "Disk quota exceeded" in output
     if not quota and f"[Errno {errno.ENOSPC}]" not in output and "No space left on device" not in output:
         return None
@@ -144,13 +129,10 @@ def disk_full(output: str, folder: str, version: str) -> Optional[EnsureError]:
     )
 
 
-
 class WheelDownload:
-    """``pip download`` of ``flydsl==version`` for ``interpreter`` into ``folder`` (a new folder), running in
-    the background from the start: a release run starts it as soon as the remote's refs name the pin's
-    release, so the download overlaps git's fetch of the pin.  pip chooses and fetches the wheel, so the
-    user's pip configuration applies.  Its temporary files go under ``folder`` too: bytes arriving there, or
-    a line from pip other than a retry, are its signs of life (see :meth:`wheel`)."""
+    """``pip download`` of ``flydsl==version`` for ``interpreter`` into the new ``folder``, in the background
+    from the start (a run starts it beside git's fetch).  pip's temporary files go under ``folder`` too:
+    bytes arriving there, or a line other than a retry, are its signs of life."""
 
     def __init__(self, interpreter: Interpreter, version: str, folder: str,
                  environ: Optional[Mapping[str, str]] = None) -> None:
@@ -183,14 +165,13 @@ class WheelDownload:
                 self._last_data = time.monotonic()
 
     def index(self) -> str:
-        """Where pip looks (its own ``Looking in indexes`` line, passwords already hidden), for messages."""
+        """Where pip looks (its ``Looking in indexes`` line, passwords hidden), for messages."""
         found = _LOOKING.findall("\n".join(self._lines))
         return found[-1].strip() if found else "the package index pip is configured with (PyPI by default)"
 
     def wheel(self, sink: Callable[[str], None]) -> str:
-        """Wait for it; the wheel's path, or EnsureError(8) with pip's reason.  When neither a byte nor a
-        line came for the silence limit, pip is stopped and the error names the index; while it waits, a
-        line is said every half of that limit."""
+        """Wait for the wheel's path; pip is stopped, and the error names the index, after the silence limit
+        without a byte or a line.  A line is said every half of that limit."""
         sink("$ " + " ".join(self.cmd))
         proc, self._proc = self._proc, None
         if proc is None:
@@ -252,7 +233,7 @@ class WheelDownload:
                                        now - self.started, silent, self.limit))
 
     def abort(self) -> None:
-        """Stop it if it is still running (the run failed, or took another way)."""
+        """Stop it if it still runs (the run failed, or took another way)."""
         proc, self._proc = self._proc, None
         if proc is not None:
             _stop(proc)
@@ -266,6 +247,5 @@ def _stop(proc: "subprocess.Popen[str]") -> None:
 
 
 def download_wheel(interpreter: Interpreter, version: str, folder: str, sink: Callable[[str], None]) -> str:
-    """Download the ``flydsl==version`` wheel for ``interpreter`` into ``folder`` (a new folder) and return
-    its path; nothing is installed."""
+    """The ``flydsl==version`` wheel for ``interpreter``, downloaded into the new ``folder``."""
     return WheelDownload(interpreter, version, folder).wheel(sink)

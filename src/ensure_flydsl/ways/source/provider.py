@@ -44,7 +44,7 @@ from ensure_flydsl.ways.cache.provider import (
 )
 from ensure_flydsl.ways.checks import Check, RunContext, Submit
 from ensure_flydsl.ways.context import Decision, Run
-from ensure_flydsl.ways.release.suggestion import release_suggestion
+from ensure_flydsl.ways.release.checks import release_suggestion
 from ensure_flydsl.ways.source.checks import predict_build
 from ensure_flydsl.ways.source.environment import (
     LlvmRecord,
