@@ -1,7 +1,6 @@
-"""The source way's build (the strategy is named ``source``; this module builds, :mod:`ensure_flydsl.source` is
-the pin's source and its checkout): the pin's submodules, the doctor's checks (stop before an hour of compiling), the
-compatibility fixes and private build tools, MLIR (given, built before, cached, or built now), FlyDSL's
-build.sh, verification; then the new tree and MLIR go to the binary cache."""
+"""The source way: the pin's submodules, the doctor's checks (stop before an hour of compiling), the fixes and
+private build tools, MLIR (given, built before, cached, or built now), FlyDSL's build.sh, the probe; then the
+new tree and MLIR go to the binary cache, each build under the fleet's lease."""
 
 from __future__ import annotations
 
@@ -23,6 +22,7 @@ from ensure_flydsl.layout import (
 )
 from ensure_flydsl.result import How
 from ensure_flydsl.source.git import Checkout
+from ensure_flydsl.source.llvm_inputs import checkout_llvm_inputs
 from ensure_flydsl.source.needs import build_tools, find_needs, tool_requirements
 from ensure_flydsl.source.ownership import recording
 from ensure_flydsl.support import faults
@@ -51,18 +51,14 @@ from ensure_flydsl.ways.source.environment import (
     Toolchain,
     build_environment,
     finished_llvm_build,
-    flydsl_step_settings,
     is_mlir_install,
     llvm_step_settings,
-    pin_llvm_inputs,
     prepare_toolchain,
     resolve_jobs,
     run_script,
 )
-from ensure_flydsl.ways.source.rocm import HipFix, drop_stale_hip_dir, fix_hip
-from ensure_flydsl.ways.source.rocm_sdk import choose_rocm
-from ensure_flydsl.ways.source.tool_versions import package_spec
-from ensure_flydsl.ways.source.tools import ProvidedTools, provide_build_tools
+from ensure_flydsl.ways.source.rocm import HipFix, choose_rocm, drop_stale_hip_dir, fix_hip
+from ensure_flydsl.ways.source.tools import ProvidedTools, package_spec, provide_build_tools
 from ensure_flydsl.ways.tree import prepare_build_dir, verify_tree
 
 Mlir = Tuple[str, Dict[str, object]]  # an MLIR install and what identifies it in the build's stamp
@@ -75,7 +71,14 @@ class Prepared(NamedTuple):
     hip: HipFix
     provided: ProvidedTools
     toolchain: Toolchain
-    rocm: str  # the ROCm prefix the build uses (ROCM_PATH, or the package index's: ways/source/rocm_sdk.py)
+    rocm: str  # the ROCm prefix the build uses
+
+    def environment(self, run: Run, jobs: int, mlir_path: Optional[str], *, hip: bool) -> Dict[str, str]:
+        """A build step's environment; ``hip``: the hip overlay first, for FlyDSL's configure only (LLVM's
+        must not find ROCm's own LLVM through it)."""
+        chain = replace(self.toolchain, cmake_prefixes=list(self.hip.cmake_prefixes)) if hip else self.toolchain
+        return self.provided.apply(build_environment(run.environ, chain, rocm_path=self.rocm, mlir_path=mlir_path,
+                                                     jobs=jobs, git_mirrors=run.settings.git_mirrors))
 
 
 class SourceProvider(Provider):
@@ -119,19 +122,15 @@ class SourceProvider(Provider):
         mlir = prepared.mlir
         with run.step(Stage.LLVM):
             if mlir is None:
-                env = prepared.provided.apply(build_environment(
-                    run.environ, prepared.toolchain, rocm_path=prepared.rocm, mlir_path=None, jobs=jobs,
-                    git_mirrors=run.settings.git_mirrors))
-                mlir = self._mlir(run, env, jobs)
+                mlir = self._mlir(run, prepared.environment(run, jobs, None, hip=False), jobs)
         return self._build_and_verify(run, commit, prepared, mlir, jobs)
 
     def _mlir(self, run: Run, env: Dict[str, str], jobs: int) -> Mlir:
         """build_llvm.sh under the MLIR key's lease, unless another host publishes that MLIR meanwhile."""
         cache = self.cache
-        key = pin_llvm_inputs(run.settings.root, run.environ).key(run.interpreter.abi)
+        key = checkout_llvm_inputs(run.settings.root, run.environ).key(run.interpreter.abi)
         if cache is None or key is None:  # an unknown LLVM commit: nothing to share, so no lease either
             return build_mlir(run, env, jobs, None)
-
         ckey = cache_key("mlir", mlir_fields(key, run.interpreter.platform))
         turn = take_turn(run, cache, "mlir", ckey, f"MLIR for LLVM {llvm_label(key)}",
                          lambda: mlir_from_cache(run, cache, key))
@@ -143,10 +142,7 @@ class SourceProvider(Provider):
     def _tree_turn(self, run: Run, commit: str) -> Optional[Decision]:
         """The tree key's lease before build.sh; a verified cached tree when another host published it."""
         cache = self.cache
-        if cache is None:
-            return None
-
-        if not tree_shareable(run):
+        if cache is None or not tree_shareable(run):
             return None
         key = cache_key("tree", tree_fields(run, commit))
         turn = take_turn(run, cache, "tree", key, f"the FlyDSL tree for {commit[:8]}",
@@ -157,11 +153,7 @@ class SourceProvider(Provider):
     def _build_and_verify(self, run: Run, commit: str, prepared: Prepared, mlir: Mlir, jobs: int) -> Decision:
         settings, root = run.settings, run.settings.root
         mlir_path, mlir_identity = mlir
-        # The hip overlay is for FlyDSL's configure only (LLVM's must not find ROCm's own LLVM through it).
-        chain = replace(prepared.toolchain, cmake_prefixes=list(prepared.hip.cmake_prefixes))
-        env = prepared.provided.apply(build_environment(run.environ, chain, rocm_path=prepared.rocm,
-                                                        mlir_path=mlir_path, jobs=jobs,
-                                                        git_mirrors=settings.git_mirrors))
+        env = prepared.environment(run, jobs, mlir_path, hip=True)
         if prepared.hip.check.needs_fix and not settings.fix_rocm_in_place:
             drop_stale_hip_dir(build_dir(root), os.path.join(rocm_overlay(root), "lib", "cmake", "hip"))
         with run.step(Stage.BUILD):
@@ -187,7 +179,6 @@ class SourceProvider(Provider):
     def after_publish(self, run: Run, commit: str) -> None:
         if self.tree_lease is None and (self.cache is None or not self.built_now):
             return  # no lease to end, nothing to publish
-
         with holding(self.tree_lease):
             self.tree_lease = None
             if self.cache is not None and self.built_now:
@@ -201,10 +192,7 @@ class SourceProvider(Provider):
 
 
 def suggest_release(run: Run, exc: EnsureError) -> EnsureError:
-    """``auto`` could not build: when a release >= the floor has a wheel for this interpreter and its tag
-    holds the required modules, the failure to raise instead has a hint that says so (``ways/release/suggestion.py``,
-    which the doctor asks too); else ``exc`` itself.  Asked in seconds at most, or not at all."""
-
+    """``auto`` could not build: ``exc`` with a hint of a release that would work instead, if there is one."""
     suggestion = release_suggestion(run.settings, run.interpreter, run.environ)
     if suggestion is None:
         return exc
@@ -213,8 +201,8 @@ def suggest_release(run: Run, exc: EnsureError) -> EnsureError:
 
 
 def prepare(run: Run, cache: Optional[Cache], doctor: DoctorCheck) -> Prepared:
-    """MLIR if it needs no build; the doctor's checks with what is known now (stop here rather than after
-    an hour of compiling); the hip fix; the private build tools."""
+    """MLIR if it needs no build; the doctor's checks with what is known now (rather than after an hour of
+    compiling); the hip fix; the private build tools."""
     settings, root = run.settings, run.settings.root
     mlir = ready_mlir(run, cache)
     checked = replace(settings, mlir_path=mlir[0] if mlir else settings.mlir_path)
@@ -223,8 +211,7 @@ def prepare(run: Run, cache: Optional[Cache], doctor: DoctorCheck) -> Prepared:
     rocm = choose_rocm(settings.rocm_path, run.interpreter.executable, run.environ)
     if rocm.rocm_sdk is not None:
         run.say(f"ROCm: {rocm.said(settings.label('rocm_path'))}")
-    hip = fix_hip(rocm.path, rocm_overlay(root),
-                  in_place=settings.fix_rocm_in_place)
+    hip = fix_hip(rocm.path, rocm_overlay(root), in_place=settings.fix_rocm_in_place)
     run.say("fix: " + hip.message)
     requirements = tool_requirements(needs)
     provided = provide_build_tools(
@@ -251,13 +238,13 @@ def update_submodules(run: Run, commit: str) -> None:
 
 
 def ready_mlir(run: Run, cache: Optional[Cache]) -> Optional[Mlir]:
-    """An MLIR install that needs no build: MLIR_PATH, this host's finished LLVM build for the pin's LLVM
-    commit and this interpreter, or the cache's; None when the LLVM/MLIR step has to build it."""
+    """An MLIR install that needs no build (MLIR_PATH, this host's finished build of the pin's LLVM inputs for
+    this interpreter, the cache's), or None."""
     settings = run.settings
     if settings.mlir_path is not None:
         run.say(f"using MLIR_PATH={settings.mlir_path}; skipping the LLVM/MLIR build")
         return settings.mlir_path, {"mlir_path": settings.mlir_path}
-    inputs = pin_llvm_inputs(settings.root, run.environ)
+    inputs = checkout_llvm_inputs(settings.root, run.environ)
     key = inputs.key(run.interpreter.abi)
     if key is None:
         run.say(f"warning: the LLVM commit of this pin cannot be determined ({inputs.problem}): its LLVM/MLIR "
@@ -267,16 +254,14 @@ def ready_mlir(run: Run, cache: Optional[Cache]) -> Optional[Mlir]:
     if finished_llvm_build(settings.base_dir) == key:
         run.say(f"MLIR for LLVM {llvm_label(key)} is already built in {install}")
         return install, {"llvm": key}
-    fetched = None
-    if cache is not None:
-        fetched = mlir_from_cache(run, cache, key)
+    fetched = mlir_from_cache(run, cache, key) if cache is not None else None
     return (fetched, {"llvm": key}) if fetched else None
 
 
 def build_mlir(run: Run, env: Dict[str, str], jobs: int, cache: Optional[Cache]) -> Mlir:
-    """FlyDSL's build_llvm.sh, into ``$(dirname ROOT)/llvm-project`` (where it builds; recorded as ours)."""
+    """FlyDSL's build_llvm.sh, into ``$(dirname ROOT)/llvm-project`` (recorded as ours)."""
     settings, root = run.settings, run.settings.root
-    inputs = pin_llvm_inputs(root, run.environ)
+    inputs = checkout_llvm_inputs(root, run.environ)
     key = inputs.key(run.interpreter.abi)
     llvm_folder = llvm_dir(settings.base_dir)
     install = mlir_install(settings.base_dir)
@@ -325,7 +310,7 @@ def build_flydsl(run: Run, commit: str, mlir_identity: Dict[str, object], env: D
     stamps.begin("build", key)
     run.say(f"building FlyDSL {commit[:12]} for {run.interpreter.executable} with {jobs} jobs")
     run.worked()
-    env = {**env, **flydsl_step_settings(root)}  # into build-fly, where the package is taken from
+    env = {**env, "FLY_BUILD_DIR": build_dir(root)}  # where the package is taken from, whatever the caller says
     with recording(folder, build_made_record(root)):  # clean removes only what it made
         run_script(root, "build.sh", jobs, env, run.build_line, on_start=run.build_started,
                    code=ExitCode.FLYDSL_BUILD, stage=Stage.BUILD, what="the FlyDSL build")
