@@ -148,7 +148,7 @@ def start_wheel_download(run: Run, early: Early, store: Optional[HostStore], com
     key = {"release": versions[0], "commit": commit, "abi": run.interpreter.abi}
     if run.stamps.done("build", key) and os.path.isdir(packages_dir(root)):
         return
-    if store is not None and store.lookup(store_key(run, commit, "release", versions[0]))[0] is not None:
+    if store is not None and store.lookup(store_key(run, commit, versions[0]))[0] is not None:
         return  # the host store holds the wheel's tree: it is linked, not downloaded
     folder = wheel_download_dir(root)
     remove_tree(folder)  # a leftover of an interrupted run of ours
