@@ -1,12 +1,9 @@
-"""Provisioning under the lock: fetch the pin into the root's repository, check from its objects (no
-checkout) that the interpreter has the modules the pin's code imports, then, the run knowing its build can
-start, withdraw the env file and check the pin out, and ask the providers that apply (release wheel, binary
-cache, source build), in that order, for a verified tree; stamp it, publish.
+"""Provisioning under the lock: fetch the pin, check from its objects that the interpreter has the modules the
+pin's code imports, then, the build able to start, withdraw the env file, check the pin out and ask the ways
+in the table's order for a verified tree; stamp it, publish.
 
-Nothing a poller or a workflow uses changes before that point: a pin that does not exist (exit 3), an
-unreachable repository (exit 2), a module the interpreter lacks (exit 6), local edits to the checkout
-(exit 3) or a release demanded of a pin that is none (exit 8) leave the env file, its twin, the tree and
-its stamps as they were, so the previous install keeps answering."""
+Nothing a poller uses changes before the build starts: a missing pin, an unreachable repository, a missing
+module, local edits or a demanded release that is none leave the previous install answering."""
 
 from __future__ import annotations
 
@@ -54,8 +51,8 @@ from ensure_flydsl.ways.table import ways_for
 
 
 def provision(run: Run) -> Result:
-    """Under the lock: the pin into the root, then the first provider that gives a verified tree.  What the
-    run starts early (the wheel's download, the probe's interpreter) is stopped when it ends, however."""
+    """Under the lock: the pin into the root, then the first way's verified tree.  What the run starts early
+    (the wheel's download, the probe's interpreter) is stopped when it ends."""
     claim_for_build(run)
     store = open_run_store(run)
     with contextlib.ExitStack() as started:
@@ -64,16 +61,18 @@ def provision(run: Run) -> Result:
         started.callback(early.stop_probe)
         with run.step(Stage.FETCH):
             commit = fetch(run, early, store)
+        release = release_version(run, commit)
         # A stored tree of the pin whose probe answers: its imports are known to work as things are.
-        unprobed = store is not None and StoreProvider(store, release_version(run, commit), early) \
-            .answers_unprobed(run, commit)
+        unprobed = store is not None and StoreProvider(store, release, early).answers_unprobed(run, commit)
         with run.step(Stage.REQUIREMENTS):
             finding = None if unprobed else check_requirements(run, commit)
             if unprobed:
                 run.say("requirements: not checked: the host store's tree of this pin passed the full probe with "
                         f"{run.interpreter.executable} as it is now")
-        providers = providers_for(run, commit, early, store)
-        # The likeliest route: each provider takes its own when its turn comes.
+        cache = open_run_cache(run) if tries(run.settings.strategy, Way.CACHE) else None
+        shared = Shared(commit, release, early, cache, store, doctor_before_build)
+        providers = providers_for(run, shared)
+        # The likeliest route: each way takes its own when its turn comes.
         run.expect(next(p.route for p in providers if p.route is not None))
         with run.step(Stage.FETCH):
             interrupted, deleted = refuse_local_changes(run)
@@ -81,16 +80,17 @@ def provision(run: Run) -> Result:
             checkout_pin(run, commit, force=interrupted or deleted)
         if finding is not None and finding.needed and providers[0].way is not Way.SOURCE:
             start_warm_probe(run, early, [r.module for r in finding.needed])
-        return first_tree(run, commit, providers, store)
+        return first_tree(run, shared, providers)
 
 
-def first_tree(run: Run, commit: str, providers: List[Provider], store: Optional[HostStore]) -> Result:
+def first_tree(run: Run, shared: Shared, providers: List[Provider]) -> Result:
+    commit = shared.commit
     for provider in providers:
         try:
             decision = provider.provide(run, commit)
             if decision is not None:
-                if store is not None:
-                    keep_in_store(run, store, commit, decision, release_version(run, commit))
+                if shared.store is not None:
+                    keep_in_store(run, shared.store, commit, decision, shared.release)
                 result = finish(run, commit, decision)
                 provider.after_publish(run, commit)
                 return result
@@ -100,27 +100,21 @@ def first_tree(run: Run, commit: str, providers: List[Provider], store: Optional
     raise EnsureError(ExitCode.INTERNAL, "no provider gave a tree", stage=Stage.PROVISION)  # source always does
 
 
-def providers_for(run: Run, commit: str, early: Early, store: Optional[HostStore] = None) -> List[Provider]:
+def providers_for(run: Run, shared: Shared) -> List[Provider]:
     """The ways that apply to this run, in the table's order (a demanded release that is none stops here)."""
-    strategy = run.settings.strategy
-    cache = open_run_cache(run) if tries(strategy, Way.CACHE) else None
-    shared = Shared(commit, release_version(run, commit), early, cache, store, doctor_before_build)
-    found = (way.for_run(run, shared) for way in ways_for(strategy))
+    found = (way.for_run(run, shared) for way in ways_for(run.settings.strategy))
     return [provider for provider in found if provider is not None]
 
 
 def doctor_before_build(settings: Settings, environ: Mapping[str, str], checkout: str,
                         interpreter: Interpreter) -> None:
-    """The source way's stop before an hour of compiling: the doctor's checks with what is known now (the
-    interpreter as this run described it: not probed again)."""
-
+    """The source way's stop before an hour of compiling: the doctor's checks with what is known now."""
     stop_if_blocked(run_checks(settings, environ, checkout=checkout, interpreter=interpreter), settings.strategy)
 
 
 def check_requirements(run: Run, commit: str) -> Optional[Finding]:
-    """Stop before anything is checked out, installed or built when the interpreter lacks a module the pin's
-    code imports unconditionally (exit 6): such a tree could never pass the final probe.  The sources are
-    the fetched commit's, read from the repository's objects.  Return what it found."""
+    """Stop before anything is checked out or built when the interpreter lacks a module the fetched commit's
+    code imports unconditionally (exit 6): such a tree could never pass the final probe."""
     settings, root = run.settings, run.settings.root
     try:
         sources = read_commit_sources(root, commit)
@@ -135,9 +129,8 @@ def check_requirements(run: Run, commit: str) -> Optional[Finding]:
 
 
 def start_wheel_download(run: Run, early: Early, store: Optional[HostStore], commit: str, tags: List[str]) -> None:
-    """The refs say the pin is a release's commit: under ``auto`` or ``release``, start downloading its wheel
-    now, beside git's fetch of the pin (the release provider takes it over).  Not when that wheel is already
-    installed in the root; a requirements check that fails later stops it and removes what it fetched."""
+    """The refs say the pin is a release's commit: start downloading its wheel beside git's fetch (the release
+    way takes it over), unless that wheel's tree is installed or stored already."""
     settings, root = run.settings, run.settings.root
     versions = release_tags(tags)
     run.expect(likely_route(settings, release_commit=bool(versions)))  # the refs tell: the ETA's route
@@ -152,7 +145,6 @@ def start_wheel_download(run: Run, early: Early, store: Optional[HostStore], com
         return  # the host store holds the wheel's tree: it is linked, not downloaded
     folder = wheel_download_dir(root)
     remove_tree(folder)  # a leftover of an interrupted run of ours
-
     try:
         early.started_download(WheelDownload(run.interpreter, versions[0], folder))
     except (EnsureError, OSError):
@@ -166,8 +158,8 @@ def stop_wheel_download(run: Run, early: Early) -> None:
 
 
 def start_warm_probe(run: Run, early: Early, preload: List[str]) -> None:
-    """Start the final probe's interpreter now, importing ``preload`` (torch alone takes seconds) while the
-    wheel or the cache entry is fetched and unpacked; a source build, an hour long, stops it (memory)."""
+    """Start the final probe's interpreter now, importing ``preload`` (torch takes seconds) while the tree is
+    fetched; a source build stops it (memory)."""
     s = run.settings
     early.started_probe(EarlyProbe(s.python, modules=probe_modules(s.require), prefix=tree_folders(s.root),
                                    environ=run.environ, preload=preload))
@@ -184,9 +176,8 @@ def finish(run: Run, commit: str, decision: Decision) -> Result:
 
 
 def claim_for_build(run: Run) -> None:
-    """A root that is absent, empty or holds only env files becomes the tool's now (it holds no tree anyone
-    uses).  A clean checkout another tool made is claimed only when the build starts (:func:`begin_build`):
-    until then a working tree in it is still reused as that tool's."""
+    """A root that is absent, empty or holds only env files becomes the tool's now; a clean checkout another
+    tool made only when the build starts (until then its working tree is still reused)."""
     settings, root = run.settings, run.settings.root
     state = classify_root(root, settings.repo)
     if state.kind is RootKind.FOREIGN:  # changed since the preflight
@@ -219,8 +210,8 @@ def fetch(run: Run, early: Early, store: Optional[HostStore] = None) -> str:
 
 
 def refuse_local_changes(run: Run) -> Tuple[bool, bool]:
-    """Before the build starts: edits to tracked files are refused (exit 3).  Return whether the tool's own
-    checkout was interrupted, and whether tracked files were deleted (either way it is redone with --force)."""
+    """Refuse edits to tracked files (exit 3); whether the tool's checkout was interrupted, and whether tracked
+    files were deleted (either way it is redone with --force)."""
     settings, root = run.settings, run.settings.root
     started = run.stamps.started_key("checkout") if is_ours(root) else None
     interrupted = started is not None and not run.stamps.done("checkout", started)
@@ -229,8 +220,8 @@ def refuse_local_changes(run: Run) -> Tuple[bool, bool]:
 
 
 def begin_build(run: Run) -> None:
-    """The run knows its build can start: from here on the root's tree changes.  The env file goes first when
-    it names a tree in the root (it would no longer be true); a checkout another tool made is claimed."""
+    """The root's tree changes from here on: the env file goes when it names a tree in the root, and a checkout
+    another tool made is claimed."""
     settings, root = run.settings, run.settings.root
     twin = markers.read_env_json(settings.env_json)
     names_root = twin is None or any(is_within(p, root) for p in [twin.tree, *twin.pythonpath_prepend])
@@ -262,8 +253,8 @@ def checkout_pin(run: Run, commit: str, *, force: bool) -> None:
 
 
 def check_local_changes(checkout: Checkout) -> bool:
-    """Refuse edits to tracked files: somebody's work and not the pin, never built, never overwritten.
-    Return whether tracked files were deleted (those are restored: nothing of anybody's is lost)."""
+    """Refuse edits to tracked files (somebody's work, never overwritten); whether tracked files were deleted
+    (those are restored)."""
     root = checkout.root
     found = checkout.tracked_changes() if checkout.head_commit() else []
     changed = [path for code, path in found if not is_deletion(code)]
