@@ -79,12 +79,10 @@ def _ensure(run: Run) -> Result:
     if decision.ok:
         return publish(run, decision, _action(decision, settings.root))
     if not provisions(settings.strategy):
-        raise EnsureError(
-            ExitCode.PROBE,
-            f"nothing reusable ({decision.reason}) and FLYDSL_STRATEGY=reuse-only never provisions",
-            stage=Stage.PROBE,
-            hint="install FlyDSL for this interpreter, or use FLYDSL_STRATEGY=auto to build the pin",
-        )
+        raise EnsureError(ExitCode.PROBE,
+                          f"nothing reusable ({decision.reason}) and FLYDSL_STRATEGY=reuse-only never provisions",
+                          stage=Stage.PROBE,
+                          hint="install FlyDSL for this interpreter, or use FLYDSL_STRATEGY=auto to build the pin")
     check_provisionable(settings, run.environ)
     run.track()
     with contextlib.ExitStack() as held:

@@ -146,11 +146,9 @@ def verify_tree(run: Run, commit: str, how: How, early: Optional[Early] = None) 
             "see the module files and errors with `ensure-flydsl verify`",
         )
     if not (verdict.tree and same_folder(verdict.tree, settings.root)):
-        raise EnsureError(
-            ExitCode.PROBE,
-            f"{how}, but the modules import from {verdict.tree}, not from the tree in {settings.root}",
-            stage=Stage.VERIFY,
-        )
+        raise EnsureError(ExitCode.PROBE,
+                          f"{how}, but the modules import from {verdict.tree}, not from the tree in {settings.root}",
+                          stage=Stage.VERIFY)
     run.say(f"verified: {verdict.reason}")
     return Decision(ok=True, reason=verdict.reason, how=how, tree=settings.root, prepend=prefix, probe=probe,
                     verdict=verdict, commit=commit)

@@ -92,15 +92,10 @@ def _pip_failed(exc: CommandFailed, interpreter: Interpreter, version: str, doin
     lines = [line for line in exc.output.splitlines() if line.strip()]
     why = next((line.strip() for line in lines if "No matching distribution" in line or "ERROR" in line),
                lines[-1].strip() if lines else f"pip exited with {exc.returncode}")
-    return EnsureError(
-        ExitCode.ARTIFACT,
-        f"no flydsl=={version} wheel could be {doing} for {interpreter.executable} "
-        f"(Python {interpreter.version}, {interpreter.soabi}): {why}",
-        stage=Stage.RELEASE,
-        hint="the package index has no wheel for this interpreter (FlyDSL publishes cp310-cp314 "
-        "manylinux x86_64); use another FLYDSL_PYTHON or FLYDSL_STRATEGY=source",
-        detail=exc.describe(),
-    )
+    return EnsureError(ExitCode.ARTIFACT, f"no flydsl=={version} wheel could be {doing} for {interpreter.executable} "
+                       f"(Python {interpreter.version}, {interpreter.soabi}): {why}", stage=Stage.RELEASE,
+                       hint="the package index has no wheel for this interpreter (FlyDSL publishes cp310-cp314 "
+                       "manylinux x86_64); use another FLYDSL_PYTHON or FLYDSL_STRATEGY=source", detail=exc.describe())
 
 
 def _folder_bytes(folder: str) -> int:

@@ -153,12 +153,8 @@ class ReleaseProvider(Provider):
             remove_tree(download)
             remove_tree(wheel_download_dir(root))  # the one downloaded beside the fetch
         faults.point("release-installed")
-        check_versions_agree(
-            "v" + version,
-            static_version(os.path.join(root, FLYDSL_SOURCES, "__init__.py")),
-            installed_version(staging),
-            static_version(os.path.join(staging, "flydsl", "__init__.py")),
-        )
+        check_versions_agree("v" + version, static_version(os.path.join(root, FLYDSL_SOURCES, "__init__.py")),
+                             installed_version(staging), static_version(os.path.join(staging, "flydsl", "__init__.py")))
         remove_tree(packages)
         rename_into_place(staging, packages)
 

@@ -201,9 +201,5 @@ def run_script(
     sink(f"$ {shlex.join(cmd)}")
     status = stream_command(cmd, cwd=root, env=env, sink=sink, on_start=on_start)
     if status != 0:
-        raise EnsureError(
-            code,
-            f"{what} failed: scripts/{script} exited with {status}",
-            stage=stage,
-            hint="the log's last lines are below; the full output is in the log",
-        )
+        raise EnsureError(code, f"{what} failed: scripts/{script} exited with {status}", stage=stage,
+                          hint="the log's last lines are below; the full output is in the log")

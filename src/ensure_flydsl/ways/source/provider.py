@@ -267,12 +267,10 @@ def build_mlir(run: Run, env: Dict[str, str], jobs: int, cache: Optional[Cache])
     install = mlir_install(settings.base_dir)
     record = LlvmRecord.read(settings.base_dir)
     if os.path.lexists(llvm_folder) and not (record is not None and record.created):
-        raise EnsureError(
-            ExitCode.LLVM_BUILD,
-            f"{llvm_folder} exists and was not made by ensure-flydsl; build_llvm.sh would build into it",
-            stage=Stage.LLVM,
-            hint="move it away, or set MLIR_PATH to an MLIR install built for this interpreter",
-        )
+        raise EnsureError(ExitCode.LLVM_BUILD,
+                          f"{llvm_folder} exists and was not made by ensure-flydsl; build_llvm.sh would build into it",
+                          stage=Stage.LLVM,
+                          hint="move it away, or set MLIR_PATH to an MLIR install built for this interpreter")
     LlvmRecord(created=True, started=key).write(settings.base_dir)
     run.say(f"building LLVM/MLIR {inputs.describe()} with {jobs} jobs (the long step)")
     run.worked()

@@ -160,15 +160,10 @@ def _overlay_key(rocm_path: str, check: HipCheck) -> OverlayKey:
         for name in sorted(os.listdir(check.package_dir)):
             st = os.stat(os.path.join(check.package_dir, name))
             package_files.append((name, st.st_size, int(st.st_mtime)))
-    return OverlayKey(
-        rocm_path=rocm_path,
-        entries=tuple(listing),
-        lib=_listing_digest(os.path.join(rocm_path, "lib")),
-        cmake=_listing_digest(os.path.join(rocm_path, "lib", "cmake")),
-        package=tuple(package_files),
-        missing=tuple(check.missing),
-        actual=check.actual,
-    )
+    return OverlayKey(rocm_path=rocm_path, entries=tuple(listing),
+                      lib=_listing_digest(os.path.join(rocm_path, "lib")),
+                      cmake=_listing_digest(os.path.join(rocm_path, "lib", "cmake")), package=tuple(package_files),
+                      missing=tuple(check.missing), actual=check.actual)
 
 
 def provide_hip_overlay(rocm_path: str, overlay: str, check: HipCheck) -> Tuple[bool, str]:
