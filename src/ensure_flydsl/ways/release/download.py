@@ -36,27 +36,22 @@ from ensure_flydsl.ways.package_index import pip_env
 _RETRY = "Retrying ("  # pip's retry after a stalled connection: no sign that the index answers
 _LOOKING = re.compile(r"^Looking in (?:indexes|links): (.+)$", re.MULTILINE)
 _pip_cache: Dict[str, bool] = {}
-_pip_lock = threading.Lock()
 
 
 def has_pip(python: str, environ: Optional[Mapping[str, str]] = None) -> bool:
     """Whether ``python -m pip`` can run: pip is found, not imported (asked once per interpreter)."""
-    with _pip_lock:
-        if python in _pip_cache:
-            return _pip_cache[python]
+    if python in _pip_cache:
+        return _pip_cache[python]
     if python == sys.executable:
         found = importlib.util.find_spec("pip") is not None
     else:
-        env = pip_env(os.environ if environ is None else environ)
         try:
-            found = run_captured(
-                [python, "-c", scripts.text("has_pip")],
-                env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                timeout=60).returncode == 0
+            found = run_captured([python, "-c", scripts.text("has_pip")],
+                                 env=pip_env(os.environ if environ is None else environ), stdin=subprocess.DEVNULL,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60).returncode == 0
         except (OSError, subprocess.TimeoutExpired):
             found = False
-    with _pip_lock:
-        _pip_cache[python] = found
+    _pip_cache[python] = found
     return found
 
 
@@ -85,19 +80,6 @@ def wheel_tags(interpreter: Interpreter) -> List[str]:
     return options
 
 
-def _pip_failed(exc: CommandFailed, interpreter: Interpreter, version: str, doing: str,
-                sink: Callable[[str], None]) -> EnsureError:
-    for line in exc.output.splitlines():
-        sink(line)
-    lines = [line for line in exc.output.splitlines() if line.strip()]
-    why = next((line.strip() for line in lines if "No matching distribution" in line or "ERROR" in line),
-               lines[-1].strip() if lines else f"pip exited with {exc.returncode}")
-    return EnsureError(ExitCode.ARTIFACT, f"no flydsl=={version} wheel could be {doing} for {interpreter.executable} "
-                       f"(Python {interpreter.version}, {interpreter.soabi}): {why}", stage=Stage.RELEASE,
-                       hint="the package index has no wheel for this interpreter (FlyDSL publishes cp310-cp314 "
-                       "manylinux x86_64); use another FLYDSL_PYTHON or FLYDSL_STRATEGY=source", detail=exc.describe())
-
-
 def _folder_bytes(folder: str) -> int:
     total = 0
     for top, _, files in os.walk(folder):
@@ -113,15 +95,10 @@ def disk_full(output: str, folder: str, version: str) -> Optional[EnsureError]:
     quota = f"[Errno {errno.EDQUOT}]" in output or "Disk quota exceeded" in output
     if not quota and f"[Errno {errno.ENOSPC}]" not in output and "No space left on device" not in output:
         return None
-
-    return EnsureError(
-        ExitCode.ARTIFACT,
-        f"the flydsl=={version} wheel could not be downloaded into {folder}: "
-        f"{space.no_space(folder, errno.EDQUOT if quota else errno.ENOSPC)}",
-        stage=Stage.RELEASE,
-        hint=f"free space on the file system of {folder} (a FlyDSL wheel is about 75 MB, its install about "
-        "270 MB), or set FLYDSL_ROOT to a folder on a roomier one",
-    )
+    return EnsureError(ExitCode.ARTIFACT, f"the flydsl=={version} wheel could not be downloaded into {folder}: "
+                       f"{space.no_space(folder, errno.EDQUOT if quota else errno.ENOSPC)}", stage=Stage.RELEASE,
+                       hint=f"free space on the file system of {folder} (a FlyDSL wheel is about 75 MB, its install "
+                       "about 270 MB), or set FLYDSL_ROOT to a folder on a roomier one")
 
 
 class WheelDownload:
@@ -177,22 +154,27 @@ class WheelDownload:
             _stop(proc)
             raise
         self._reader.join()
-        output = "\n".join(self._lines)
-        if proc.returncode != 0:
-            full = disk_full(output, self.folder, self.version)
-            if full is not None:
-                for line in self._lines:
-                    sink(line)
-                raise full
-            raise _pip_failed(CommandFailed(self.cmd, proc.returncode, output), self.interpreter, self.version,
-                              "downloaded", sink) from None
         for line in self._lines:
             sink(line)
+        if proc.returncode != 0:
+            raise disk_full("\n".join(self._lines), self.folder, self.version) or self._failed(proc.returncode)
         wheels = [name for name in os.listdir(self.folder) if name.startswith("flydsl-") and name.endswith(".whl")]
         if len(wheels) != 1:
             raise EnsureError(ExitCode.ARTIFACT, f"pip download of flydsl=={self.version} left {len(wheels)} "
                               f"wheels in {self.folder}, not one", stage=Stage.RELEASE)
         return os.path.join(self.folder, wheels[0])
+
+    def _failed(self, returncode: int) -> EnsureError:
+        output = "\n".join(self._lines)
+        lines = [line for line in self._lines if line.strip()]
+        why = next((line.strip() for line in lines if "No matching distribution" in line or "ERROR" in line),
+                   lines[-1].strip() if lines else f"pip exited with {returncode}")
+        interp = self.interpreter
+        return EnsureError(ExitCode.ARTIFACT, f"no flydsl=={self.version} wheel could be downloaded for "
+                           f"{interp.executable} (Python {interp.version}, {interp.soabi}): {why}", stage=Stage.RELEASE,
+                           hint="the package index has no wheel for this interpreter (FlyDSL publishes cp310-cp314 "
+                           "manylinux x86_64); use another FLYDSL_PYTHON or FLYDSL_STRATEGY=source",
+                           detail=CommandFailed(self.cmd, returncode, output).describe())
 
     def _watch(self, proc: "subprocess.Popen[str]") -> None:
         size, beat = -1, min(30.0, self.limit / 2)
@@ -213,15 +195,10 @@ class WheelDownload:
             if silent >= self.limit:
                 _stop(proc)
                 self._reader.join()
-                raise EnsureError(
-                    ExitCode.ARTIFACT,
-                    f"the flydsl=={self.version} wheel's download stopped: nothing received from {self.index()} "
-                    f"for {self.limit:g} s",
-                    stage=Stage.RELEASE,
-                    hint="check the network or pip's configuration (PIP_INDEX_URL, PIP_FIND_LINKS, pip.conf); "
-                    "or use FLYDSL_STRATEGY=source",
-                    detail="\n".join(self._lines[-20:]),
-                )
+                raise EnsureError(ExitCode.ARTIFACT, f"the flydsl=={self.version} wheel's download stopped: nothing "
+                                  f"received from {self.index()} for {self.limit:g} s", stage=Stage.RELEASE,
+                                  hint="check the network or pip's configuration (PIP_INDEX_URL, PIP_FIND_LINKS, "
+                                  "pip.conf); or use FLYDSL_STRATEGY=source", detail="\n".join(self._lines[-20:]))
             if now - last_beat >= beat:
                 last_beat = now
                 heartbeat(waiting_line(f"the flydsl=={self.version} wheel's download", self.index(),

@@ -49,12 +49,9 @@ def install_wheel_file(interpreter: Interpreter, wheel: str, version: str, targe
             destination.check_against(source)
     except (InstallerError, ValueError, OSError, zipfile.BadZipFile) as exc:
         sink(f"installing {wheel}: {exc}")
-        raise EnsureError(
-            ExitCode.ARTIFACT,
-            f"the flydsl=={version} wheel {os.path.basename(wheel)} could not be installed: {exc}",
-            stage=Stage.RELEASE,
-            hint="the download is damaged or not a valid wheel; run again, or use FLYDSL_STRATEGY=source",
-        ) from None
+        raise EnsureError(ExitCode.ARTIFACT, f"the flydsl=={version} wheel {os.path.basename(wheel)} could not be "
+                          f"installed: {exc}", stage=Stage.RELEASE, hint="the download is damaged or not a valid "
+                          "wheel; run again, or use FLYDSL_STRATEGY=source") from None
     sink(f"installed {len(destination.written)} files of {os.path.basename(wheel)} into {target}, each "
          f"matching the wheel's RECORD")
 
@@ -227,18 +224,8 @@ def shape_problems(names: Sequence[str], tracked: Sequence[str]) -> List[str]:
     the pin's files in ``python/flydsl``.  Only ``flydsl/``, ``flydsl.libs/`` and the dist-info at the top
     (a ``.data`` folder writes anywhere), no ``.pth`` or site hook, no bytecode, nothing that shadows a
     tracked module (a package, an extension), plain relative names."""
-    modules = _tracked_modules(tracked)
-    problems = []
-    for name in names:
-        why = _why_refused(name, modules)
-        if why:
-            problems.append(f"{name} ({why})")
-    return problems
-
-
-def _tracked_modules(tracked: Sequence[str]) -> Set[str]:
-    """``flydsl/compiler/jit_argument`` for a tracked ``compiler/jit_argument.py``."""
-    return {"flydsl/" + rel[: -len(".py")] for rel in tracked if rel.endswith(".py")}
+    modules = {"flydsl/" + rel[: -len(".py")] for rel in tracked if rel.endswith(".py")}  # flydsl/compiler/x
+    return [f"{name} ({why})" for name in names if (why := _why_refused(name, modules))]
 
 
 def _why_refused(name: str, modules: Set[str]) -> str:

@@ -15,7 +15,7 @@ import os
 import re
 import shutil
 import subprocess
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Dict, List, Mapping, Optional, Tuple
 
 from ensure_flydsl.errors import EnsureError, ExitCode, Stage
@@ -99,9 +99,7 @@ class OverlayKey:
     actual: Optional[str]
 
     def to_json(self) -> Dict[str, object]:
-        return {"rocm_path": self.rocm_path, "entries": list(self.entries), "lib": self.lib, "cmake": self.cmake,
-                "package": [list(entry) for entry in self.package], "missing": list(self.missing),
-                "actual": self.actual}
+        return asdict(self)
 
     @classmethod
     def from_json(cls, data: object) -> Optional["OverlayKey"]:
