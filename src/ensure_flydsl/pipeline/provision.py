@@ -146,7 +146,7 @@ def start_wheel_download(run: Run, early: Early, store: Optional[HostStore], com
     folder = wheel_download_dir(root)
     remove_tree(folder)  # a leftover of an interrupted run of ours
     try:
-        early.started_download(WheelDownload(run.interpreter, versions[0], folder))
+        early.download = WheelDownload(run.interpreter, versions[0], folder)
     except (EnsureError, OSError):
         return  # the release provider meets the same problem and says it, at its turn
     run.say(f"release v{versions[0]}: downloading the flydsl=={versions[0]} wheel while the pin is fetched")
@@ -161,8 +161,8 @@ def start_warm_probe(run: Run, early: Early, preload: List[str]) -> None:
     """Start the final probe's interpreter now, importing ``preload`` (torch takes seconds) while the tree is
     fetched; a source build stops it (memory)."""
     s = run.settings
-    early.started_probe(EarlyProbe(s.python, modules=probe_modules(s.require), prefix=tree_folders(s.root),
-                                   environ=run.environ, preload=preload))
+    early.probe = EarlyProbe(s.python, modules=probe_modules(s.require), prefix=tree_folders(s.root),
+                             environ=run.environ, preload=preload)
     run.say(f"importing {', '.join(preload)} in {s.python} while the tree is put in place")
 
 

@@ -41,33 +41,23 @@ class Early:
     provisioning when it ends."""
 
     def __init__(self) -> None:
-        self._probe: Optional[EarlyProbe] = None
-        self._download: Optional[WheelDownload] = None
-
-    def started_probe(self, probe: EarlyProbe) -> None:
-        self.stop_probe()
-        self._probe = probe
-
-    def started_download(self, download: WheelDownload) -> None:
-        self.stop_download()
-        self._download = download
+        self.probe: Optional[EarlyProbe] = None
+        self.download: Optional[WheelDownload] = None
 
     def take_probe(self) -> Optional[EarlyProbe]:
-        probe, self._probe = self._probe, None
+        probe, self.probe = self.probe, None
         return probe
 
     def take_download(self) -> Optional[WheelDownload]:
-        download, self._download = self._download, None
+        download, self.download = self.download, None
         return download
 
     def stop_probe(self) -> None:
-        probe = self.take_probe()
-        if probe is not None:
+        if (probe := self.take_probe()) is not None:
             probe.close()
 
     def stop_download(self) -> None:
-        download = self.take_download()
-        if download is not None:
+        if (download := self.take_download()) is not None:
             download.abort()
 
 

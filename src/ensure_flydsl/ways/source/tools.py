@@ -99,19 +99,20 @@ def newest(name: str, versions: Sequence[str], requirement: Optional[str]) -> Op
 # -- what the machine has ---------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class ToolState:
-    """What the machine has of one tool: ``good`` when it is there with a good enough version."""
+    """What the machine has of one tool; ``problem`` says why it is not good enough ("" when it is)."""
 
     name: str
     found: bool
     version: Optional[str]
     where: Optional[str]  # the executable, or the folder nanobind imports from
-    good: bool
-    problem: str  # why it is not good ("" when it is)
+    problem: str = ""
+
+    @property
+    def good(self) -> bool:
+        return not self.problem
 
     def describe(self) -> str:
-        if self.good:
-            return f"{self.name} {self.version or '(version unknown)'} at {self.where}"
-        return self.problem
+        return self.problem or f"{self.name} {self.version or '(version unknown)'} at {self.where}"
 
 
 def machine_path(environ: Mapping[str, str], tools_dir: Optional[str] = None) -> str:
@@ -122,38 +123,35 @@ def machine_path(environ: Mapping[str, str], tools_dir: Optional[str] = None) ->
     return os.pathsep.join(kept)
 
 
+def _judged(name: str, version: Optional[str], where: Optional[str], requirement: Optional[str], has: str) -> ToolState:
+    """A tool found, and whether ``requirement`` accepts its version (``has`` says what was found)."""
+    if requirement and not accepts(version, requirement):
+        return ToolState(name, True, version, where, f"{has}; {needed(requirement)}")
+    return ToolState(name, True, version, where)
+
+
 def find_executable_tool(name: str, path: str, requirement: Optional[str] = None) -> ToolState:
     """``name`` on ``path``, and whether ``name --version`` runs and reports a version ``requirement`` accepts."""
     exe = shutil.which(name, path=path)
     if exe is None:
-        return ToolState(name=name, found=False, version=None, where=None, good=False, problem=f"{name} is not on PATH")
+        return ToolState(name, False, None, None, f"{name} is not on PATH")
     try:
-        out = cmd_output([exe, "--version"], timeout=20)
+        version = version_of(cmd_output([exe, "--version"], timeout=20))
     except CommandFailed as exc:
-        return ToolState(name=name, found=True, version=None, where=exe, good=False,
-                         problem=f"{exe} --version fails (exit {exc.returncode})")
-    version = version_of(out)
-    if requirement and not accepts(version, requirement):
-        return ToolState(name=name, found=True, version=version, where=exe, good=False,
-                         problem=f"{exe} is version {version or 'unknown'}; {needed(requirement)}")
-    return ToolState(name=name, found=True, version=version, where=exe, good=True, problem="")
+        return ToolState(name, True, None, exe, f"{exe} --version fails (exit {exc.returncode})")
+    return _judged(name, version, exe, requirement, f"{exe} is version {version or 'unknown'}")
 
 
 def find_nanobind(python: str, environ: Mapping[str, str], requirement: Optional[str] = None) -> ToolState:
     """Whether the target interpreter imports a nanobind ``requirement`` accepts (the build's CMake asks it)."""
     env = {k: v for k, v in environ.items() if k != "PYTHONHOME"}
     try:
-        out = cmd_output([python, "-c", scripts.text("nanobind")], env=env, timeout=30)
+        lines = cmd_output([python, "-c", scripts.text("nanobind")], env=env, timeout=30).strip().splitlines()
     except CommandFailed:
-        return ToolState(name="nanobind", found=False, version=None, where=None, good=False,
-                         problem=f"{python} cannot import nanobind")
-    lines = out.strip().splitlines()
+        return ToolState("nanobind", False, None, None, f"{python} cannot import nanobind")
     version = lines[0].strip() if lines else None
     where = lines[-1].strip() if len(lines) > 1 else None
-    if requirement and not accepts(version, requirement):
-        return ToolState(name="nanobind", found=True, version=version, where=where, good=False,
-                         problem=f"{python} imports nanobind {version}; {needed(requirement)}")
-    return ToolState(name="nanobind", found=True, version=version, where=where, good=True, problem="")
+    return _judged("nanobind", version, where, requirement, f"{python} imports nanobind {version}")
 
 
 def machine_state(name: str, environ: Mapping[str, str], *, python: str, requirement: Optional[str] = None,
@@ -192,7 +190,7 @@ class ProvidedTool:
         if not all(fields.absolute_path(p) is not None and os.path.normpath(p).startswith(inside)
                    for p in programs.values()):
             return None
-        return cls(version=version, spec=spec, folder=folder, programs=programs)
+        return cls(version, spec, folder, programs)
 
     def usable(self, requirement: Optional[str]) -> bool:
         """Its files are still there and its version is good enough."""
@@ -322,7 +320,7 @@ def _install_privately(name: str, requirement: Optional[str], root: str, python:
                               stage=Stage.FIXES, hint=f"put {name} on PATH yourself and run again")
         _link_programs(root, programs, folder)
         _check_runs(name, os.path.join(root, "bin", name), code)
-    return ProvidedTool(version=version, spec=spec, folder=folder, programs=programs)
+    return ProvidedTool(version, spec, folder, programs)
 
 
 def _install(name: str, spec: str, root: str, installer: str, environ: Mapping[str, str],
