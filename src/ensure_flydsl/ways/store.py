@@ -40,9 +40,7 @@ from ensure_flydsl.ways import Way, tries
 from ensure_flydsl.ways.base import Early, Provider, Shared
 from ensure_flydsl.ways.checks import Check, RunContext, Submit
 from ensure_flydsl.ways.context import Decision, Run
-from ensure_flydsl.ways.tree import TreeKey, prepare_build_dir, verify_tree
-
-ORIGINS = {How.RELEASED: "release", How.BUILT: "source", How.CACHED: "source"}
+from ensure_flydsl.ways.tree import prepare_build_dir, tree_identity, verify_tree
 
 
 def open_run_store(run: Run) -> Optional[HostStore]:
@@ -95,7 +93,7 @@ def store_fields(run: Run, commit: str, release: Optional[str], root: Optional[s
     """The key fields of the tree of ``commit`` from the ``release`` wheel, or from a source build (None);
     ``root`` when the tree holds its root's path."""
     made_from = release if release is not None else run.settings.mlir_path
-    return {**TreeKey.of(run, commit).fields(), "origin": "release" if release is not None else "source",
+    return {**tree_identity(run, commit), "origin": "release" if release is not None else "source",
             "made_from": made_from, "root": root}
 
 
@@ -258,10 +256,10 @@ def say_cross_device(run: Run, store: HostStore, linker: Linker) -> None:
 def keep_in_store(run: Run, store: HostStore, commit: str, decision: Decision, release: Optional[str]) -> None:
     """Add a tree another way installed and verified to the store (a hardlink makes the root's files the store's),
     held for the root; a failure to keep it never fails the run."""
-    origin = ORIGINS.get(decision.how)
     root = run.settings.root
     packages = layout.packages_dir(root)
-    if origin is None or decision.link_mode is not None or not os.path.isdir(packages):
+    kept = (How.RELEASED, How.BUILT, How.CACHED)
+    if decision.how not in kept or decision.link_mode is not None or not os.path.isdir(packages):
         return
     try:
         members, holding = hashed_members(packages, os.fsencode(root.rstrip("/") + "/"))
@@ -269,7 +267,7 @@ def keep_in_store(run: Run, store: HostStore, commit: str, decision: Decision, r
         if holding:
             run.say(f"store: the tree holds its root's path ({', '.join(holding[:3])}"
                     f"{', ...' if len(holding) > 3 else ''}): it is kept for {root} alone")
-        fields = store_fields(run, commit, release if origin == "release" else None, specific)
+        fields = store_fields(run, commit, release if decision.how is How.RELEASED else None, specific)
         linker = Linker()
         manifest, added = store.put(cache_key("tree", fields), fields, packages, members, how=str(decision.how),
                                     linker=linker)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
-from dataclasses import dataclass
 from typing import Dict, Iterator, List, Mapping, Optional, Tuple
 
 from ensure_flydsl.errors import EnsureError, ExitCode, Stage
@@ -23,27 +22,15 @@ from ensure_flydsl.ways.base import Early
 from ensure_flydsl.ways.context import Decision, Run
 
 
-@dataclass(frozen=True)
-class TreeKey:
-    """What identifies a tree on every host, whatever way made it: the binary cache's and the host store's keys
-    are made from it."""
-
-    repo: str
-    commit: str
-    abi: str
-    platform: str
-
-    @classmethod
-    def of(cls, run: Run, commit: str) -> "TreeKey":
-        return cls(repo=repo_identity(run.settings.repo), commit=commit, abi=run.interpreter.abi,
-                   platform=run.interpreter.platform)
-
-    def fields(self) -> Dict[str, object]:
-        return {"repo": self.repo, "commit": self.commit, "abi": self.abi, "platform": self.platform}
+def tree_identity(run: Run, commit: str) -> Dict[str, object]:
+    """What identifies a tree on every host, whatever way made it: the cache's and the store's keys hold it."""
+    return {"repo": repo_identity(run.settings.repo), "commit": commit, "abi": run.interpreter.abi,
+            "platform": run.interpreter.platform}
 
 
-def probe_tree(run: Run, prefix: List[str], warm: Optional[EarlyProbe] = None) -> Probe:
-    """The final probe: in ``warm``, the interpreter started early for exactly this probe, else a fresh one."""
+def judge_tree(run: Run, prefix: List[str], warm: Optional[EarlyProbe] = None) -> Tuple[Probe, Verdict]:
+    """The probe with ``prefix`` first on PYTHONPATH (in ``warm`` when it was started for exactly this probe),
+    and the gate's verdict on it for the run's request."""
     s = run.settings
     modules, timeout, label = probe_modules(s.require), s.probe_timeout, s.label("probe_timeout")
     probe = None
@@ -53,13 +40,7 @@ def probe_tree(run: Run, prefix: List[str], warm: Optional[EarlyProbe] = None) -
     if probe is None:
         probe = run_probe(s.python, modules=modules, prefix=prefix, environ=run.environ, timeout=timeout,
                           timeout_label=label)
-    return probe
-
-
-def judge_tree(run: Run, prefix: List[str], warm: Optional[EarlyProbe] = None) -> Tuple[Probe, Verdict]:
-    """The probe with ``prefix`` first on PYTHONPATH, and the gate's verdict on it for the run's request."""
-    probe = probe_tree(run, prefix, warm)
-    return probe, evaluate(probe, run.settings.min_version, run.settings.require, prefix)
+    return probe, evaluate(probe, s.min_version, s.require, prefix)
 
 
 def prepare_build_dir(run: Run, key: Mapping[str, object]) -> str:

@@ -29,7 +29,7 @@ from ensure_flydsl.ways import Way
 from ensure_flydsl.ways.base import Early, Provider, Shared
 from ensure_flydsl.ways.checks import WRONG, Check, RunContext, Submit, passed, settled
 from ensure_flydsl.ways.context import Decision, Run
-from ensure_flydsl.ways.tree import TreeKey, prepare_build_dir, verify_tree
+from ensure_flydsl.ways.tree import prepare_build_dir, tree_identity, verify_tree
 
 
 def llvm_label(key: Mapping[str, object]) -> str:
@@ -86,7 +86,7 @@ def tree_shareable(run: Run) -> bool:
 def tree_fields(run: Run, commit: str) -> Dict[str, object]:
     root = run.settings.root
     return {
-        **TreeKey.of(run, commit).fields(),
+        **tree_identity(run, commit),
         "build_script": file_sha256(os.path.join(root, "scripts", "build.sh")),
         "mlir": mlir_spec(run),
     }

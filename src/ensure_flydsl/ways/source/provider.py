@@ -4,10 +4,9 @@ new tree and MLIR go to the binary cache, each build under the fleet's lease."""
 
 from __future__ import annotations
 
-import concurrent.futures
 import os
 from dataclasses import replace
-from typing import Dict, List, NamedTuple, Optional, Tuple
+from typing import Dict, NamedTuple, Optional, Tuple
 
 from ensure_flydsl.errors import EnsureError, ExitCode, Plan, Stage
 from ensure_flydsl.layout import (
@@ -42,7 +41,6 @@ from ensure_flydsl.ways.cache.provider import (
     tree_from_cache,
     tree_shareable,
 )
-from ensure_flydsl.ways.checks import Check, RunContext, Submit
 from ensure_flydsl.ways.context import Decision, Run
 from ensure_flydsl.ways.release.checks import release_suggestion
 from ensure_flydsl.ways.source.checks import predict_build
@@ -96,9 +94,7 @@ class SourceProvider(Provider):
     def for_run(cls, run: Run, shared: Shared) -> SourceProvider:
         return cls(shared.cache, shared.early, shared.doctor)
 
-    @staticmethod
-    def predict(ctx: RunContext, checkout: Optional[str], submit: Submit) -> List[concurrent.futures.Future[Check]]:
-        return predict_build(ctx, checkout, submit)
+    predict = staticmethod(predict_build)
 
     def provide(self, run: Run, commit: str) -> Optional[Decision]:
         try:
