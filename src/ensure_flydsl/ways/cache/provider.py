@@ -106,11 +106,9 @@ def tree_from_cache(run: Run, cache: Cache, commit: str, early: Optional[Early] 
     if not usable(cache):
         return None
     key = cache_key("tree", tree_fields(run, commit))
-    entry, present = _find(run, cache, "tree", key, f"tree entry for {commit[:8]}")
-    run.facts.looked_up("tree", hit=False)  # a hit once the tree is fetched
+    entry = _find(run, cache, "tree", key, f"tree entry for {commit[:8]}",
+                  f"no tree for {commit[:12]} and {run.interpreter.abi}")
     if entry is None:
-        if not present and usable(cache):  # (a cache that went down just now was said to be down, not to miss)
-            run.say(f"cache: no tree for {commit[:12]} and {run.interpreter.abi} in {cache.location}")
         return None
     run.plan(Plan.CACHE)
     run.worked()
@@ -166,11 +164,9 @@ def mlir_from_cache(run: Run, cache: Cache, key: Mapping[str, object]) -> Option
         return dest
     if not usable(cache):
         return None
-    entry, present = _find(run, cache, "mlir", ckey, f"MLIR entry for LLVM {llvm_label(key)}")
-    run.facts.looked_up("mlir", hit=False)  # a hit once it is fetched
+    entry = _find(run, cache, "mlir", ckey, f"MLIR entry for LLVM {llvm_label(key)}",
+                  f"no MLIR for LLVM {llvm_label(key)}")
     if entry is None:
-        if not present and usable(cache):
-            run.say(f"cache: no MLIR for LLVM {llvm_label(key)} in {cache.location}")
         return None
     os.makedirs(folder, exist_ok=True)
     remove_tree(dest)
@@ -192,17 +188,21 @@ def publish_mlir(run: Run, cache: Cache, key: Mapping[str, object], install: str
     _publish(run, cache, "mlir", cache_key("mlir", fields), fields, install)
 
 
-def _find(run: Run, cache: Cache, kind: str, key: str, what: str) -> Tuple[Optional[CacheEntry], bool]:
-    """The entry to install, and whether the key has any manifest."""
+def _find(run: Run, cache: Cache, kind: str, key: str, what: str, missing: str) -> Optional[CacheEntry]:
+    """The entry to install, or None (a miss said as ``missing``); a hit is counted once it is fetched."""
     try:
-        return choose_entry(run, cache, kind, key, what)
+        entry, present = choose_entry(run, cache, kind, key, what)
     except CacheError as exc:
         cache_failed(run, cache, exc, f"cannot look into {cache.location}")
-        return None, False
+        entry, present = None, False
     finally:
         for warning in cache.warnings:
             say_once(run, cache, f"cache: {warning}")
         cache.warnings.clear()
+    run.facts.looked_up(kind, hit=False)
+    if entry is None and not present and usable(cache):  # (a cache that just went down was said to be down)
+        run.say(f"cache: {missing} in {cache.location}")
+    return entry
 
 
 def _publish(run: Run, cache: Cache, kind: str, key: str, fields: Mapping[str, object], source: str) -> None:
