@@ -70,7 +70,8 @@ def provision(run: Run) -> Result:
                 run.say("requirements: not checked: the host store's tree of this pin passed the full probe with "
                         f"{run.interpreter.executable} as it is now")
         cache = open_run_cache(run) if tries(run.settings.strategy, Way.CACHE) else None
-        shared = Shared(commit, release, early, cache, store, doctor_before_build)
+        shared = Shared(commit=commit, release=release, early=early, cache=cache, store=store,
+                        doctor=doctor_before_build)
         providers = providers_for(run, shared)
         # The likeliest route: each way takes its own when its turn comes.
         run.expect(next(p.route for p in providers if p.route is not None))

@@ -126,7 +126,7 @@ def machine_path(environ: Mapping[str, str], tools_dir: Optional[str] = None) ->
 def _judged(name: str, version: Optional[str], where: Optional[str], requirement: Optional[str], has: str) -> ToolState:
     """A tool found, and whether ``requirement`` accepts its version (``has`` says what was found)."""
     if requirement and not accepts(version, requirement):
-        return ToolState(name, True, version, where, f"{has}; {needed(requirement)}")
+        return ToolState(name, True, version, where, problem=f"{has}; {needed(requirement)}")
     return ToolState(name, True, version, where)
 
 
@@ -134,11 +134,11 @@ def find_executable_tool(name: str, path: str, requirement: Optional[str] = None
     """``name`` on ``path``, and whether ``name --version`` runs and reports a version ``requirement`` accepts."""
     exe = shutil.which(name, path=path)
     if exe is None:
-        return ToolState(name, False, None, None, f"{name} is not on PATH")
+        return ToolState(name, False, None, None, problem=f"{name} is not on PATH")
     try:
         version = version_of(cmd_output([exe, "--version"], timeout=20))
     except CommandFailed as exc:
-        return ToolState(name, True, None, exe, f"{exe} --version fails (exit {exc.returncode})")
+        return ToolState(name, True, None, exe, problem=f"{exe} --version fails (exit {exc.returncode})")
     return _judged(name, version, exe, requirement, f"{exe} is version {version or 'unknown'}")
 
 
@@ -148,7 +148,7 @@ def find_nanobind(python: str, environ: Mapping[str, str], requirement: Optional
     try:
         lines = cmd_output([python, "-c", scripts.text("nanobind")], env=env, timeout=30).strip().splitlines()
     except CommandFailed:
-        return ToolState("nanobind", False, None, None, f"{python} cannot import nanobind")
+        return ToolState("nanobind", False, None, None, problem=f"{python} cannot import nanobind")
     version = lines[0].strip() if lines else None
     where = lines[-1].strip() if len(lines) > 1 else None
     return _judged("nanobind", version, where, requirement, f"{python} imports nanobind {version}")
