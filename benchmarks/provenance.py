@@ -18,8 +18,9 @@ import sys
 import tempfile
 import time
 
+from ensure_flydsl.layout import FLYDSL_SOURCES as SOURCES
 from ensure_flydsl.source.git import Checkout
-from ensure_flydsl.ways.release.provider import SOURCES, tracked_sources
+from ensure_flydsl.ways.release.provider import tracked_sources
 from ensure_flydsl.ways.release.wheels import check_provenance
 
 

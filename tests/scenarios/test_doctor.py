@@ -15,7 +15,7 @@ from typing import Dict
 
 import pytest
 
-from ensure_flydsl.doctor.diagnose import Check, disk_check, first_blocking, memory_check, stop_if_blocked
+from ensure_flydsl.doctor.diagnose import first_blocking, stop_if_blocked
 from ensure_flydsl.errors import EnsureError, ExitCode, Stage
 from ensure_flydsl.source.needs import (
     KNOWN_FLYDSL_NEEDS,
@@ -24,6 +24,8 @@ from ensure_flydsl.source.needs import (
     needs_from_files,
     tool_requirements,
 )
+from ensure_flydsl.ways.checks import Check
+from ensure_flydsl.ways.source.checks import disk_check, memory_check
 from ensure_flydsl.ways.source.environment import MEMORY_PER_JOB_BYTES, default_jobs
 from tests.helpers.build_fixtures import (
     cmake_lists,

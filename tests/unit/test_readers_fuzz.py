@@ -36,12 +36,10 @@ from ensure_flydsl.settings import Request, Settings, load_settings
 from ensure_flydsl.source.ownership import MadeRecord
 from ensure_flydsl.source.root import Owner, Stamp
 from ensure_flydsl.warm import site_stats
-from ensure_flydsl.ways.release.wheel_shape import shape_problems
-from ensure_flydsl.ways.release.wheels import install_wheel_file
+from ensure_flydsl.ways.release.wheels import install_wheel_file, shape_problems
 from ensure_flydsl.ways.source.environment import LlvmRecord
 from ensure_flydsl.ways.source.rocm import OverlayKey
-from ensure_flydsl.ways.source.tools import EXECUTABLES, PROVIDABLE
-from ensure_flydsl.ways.source.tools_record import ProvidedTool
+from ensure_flydsl.ways.source.tools import EXECUTABLES, PROVIDABLE, ProvidedTool
 
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 SLOW_FUZZ = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -296,7 +294,7 @@ VALID_TOOL = {"version": "3.31.6", "spec": "cmake>=3.20,<4", "folder": PROVIDED 
 def test_a_provided_tool_reads_any_input_as_an_entry_or_none(raw: Any, name: str) -> None:
     """An entry of provided/tools.json: a version or "unknown", the tool's spec, its own folder, its own
     programs inside it, or None."""
-    entry = ProvidedTool.from_json(name, json.loads(json.dumps(raw)), PROVIDED, EXECUTABLES)
+    entry = ProvidedTool.from_json(name, json.loads(json.dumps(raw)), PROVIDED)
     if entry is not None:
         assert entry.folder == f"{PROVIDED}/{name}" and entry.spec.startswith(name)
         assert set(entry.programs) <= set(EXECUTABLES.get(name, ()))
@@ -305,9 +303,9 @@ def test_a_provided_tool_reads_any_input_as_an_entry_or_none(raw: Any, name: str
 
 def test_the_valid_tool_entry_and_overlay_key_are_read() -> None:
     """The inputs above are records the tool writes: a reader that refused everything would pass the fuzz."""
-    assert ProvidedTool.from_json("cmake", VALID_TOOL, PROVIDED, EXECUTABLES) is not None
+    assert ProvidedTool.from_json("cmake", VALID_TOOL, PROVIDED) is not None
     assert ProvidedTool.from_json("nanobind", dict(VALID_TOOL, spec="nanobind>=2.9,<3", folder=PROVIDED + "/nanobind",
-                                                   programs={}), PROVIDED, EXECUTABLES) is not None
+                                                   programs={}), PROVIDED) is not None
     assert OverlayKey.from_json(VALID_OVERLAY_KEY) is not None
     assert OverlayKey.from_json(dict(VALID_OVERLAY_KEY, actual=None, package=[], missing=[])) is not None
 

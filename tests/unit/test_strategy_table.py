@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from ensure_flydsl.doctor.diagnose import PREDICTIONS, prediction
 from ensure_flydsl.errors import Stage
 from ensure_flydsl.runs.records import RunRecord, RunState
 from ensure_flydsl.settings import Request, Settings, Strategy, load_settings
 from ensure_flydsl.source.root import RootKind, classify_root
 from ensure_flydsl.ways import STRATEGY, Way, demands, falls_back, provisioning, provisions, tries
 from ensure_flydsl.ways.checks import CheckStatus, passed
+from ensure_flydsl.ways.table import WAYS, ways_for
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "ensure_flydsl"
 
@@ -38,10 +38,15 @@ def test_the_table_says_what_each_strategy_did_by_hand(strategy: Strategy) -> No
     assert list(order) == sorted(order, key=[Way.RELEASE, Way.CACHE, Way.SOURCE].index)  # the quick ways first
 
 
-def test_the_doctor_predicts_every_way_the_table_names() -> None:
+def test_every_way_the_table_names_provides_and_predicts() -> None:
     named = {way for ways in STRATEGY.values() for way in ways} - {Way.REUSE}
-    assert set(PREDICTIONS) == named
-    assert all(callable(prediction(way)) for way in named)  # each module named has its predict
+    assert set(WAYS) == named | {Way.STORE}
+    assert all(WAYS[way].way is way and callable(WAYS[way].predict) for way in WAYS)
+
+
+@pytest.mark.parametrize("strategy", list(Strategy))
+def test_the_run_and_the_doctor_read_the_ways_in_one_order(strategy: Strategy) -> None:
+    assert [way.way for way in ways_for(strategy)] == [Way.STORE, *provisioning(strategy)]
 
 
 # A strategy compared with a literal: `strategy == "auto"`, `settings.strategy in ("auto", "source")`, ...

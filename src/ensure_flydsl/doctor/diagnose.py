@@ -1,69 +1,59 @@
 """Predict, in a few seconds, whether the configured strategy can succeed here, and why not.
 
-A source build that lacks something fails late and expensively: without patchelf after LLVM and all the
-C++ have compiled; without HIP's CMake package at configure.  The doctor checks first what the run will
-need, read from the pin's source where it can be (:mod:`ensure_flydsl.source.needs`): the interpreter and its
-headers, git and the repository, compilers, cmake, ninja, patchelf, nanobind, HIP's CMake package and its
-library-name mismatch, MLIR_PATH, disk and memory, the package index, the third-party modules the pin's code
-imports (:mod:`ensure_flydsl.doctor.requirements`), and for ``release`` a wheel for the target interpreter
-(the shared checks: ``doctor/local_checks.py``, ``remote_checks.py``, ``requirements.py``; each way's own, for
-the ways ``ways.STRATEGY`` gives the strategy: ``ways/*/checks.py``, through ``PREDICTIONS``).  Independent
-checks run concurrently; network checks have short timeouts.
+A source build that lacks something fails late and expensively (patchelf after all the C++ has compiled), so
+the doctor checks first what the run will need, read from the pin's source where it can be: the shared checks
+here (interpreter, root, git, the repository, the package index), the pin's imports (``requirements.py``), and
+each way's own prediction (``ways/table.py``), concurrently, network checks with short timeouts.
 
-Each :class:`Check` says ok / missing / wrong / skipped, the detail and the remedy.  ``blocking`` marks
-what the configured strategy cannot get past; ``stage`` is the run's step that would fail, whose exit code
-the doctor returns (and ``ensure`` stops with, before anything long starts): settings 64, fetch 2,
-checkout 3, requirements 6, submodules 2, llvm 4, build 5, probe 6, release 8.  ``provided`` marks what is missing here
-but provided by the tool itself (a private build tool from the package index, the private hip overlay), so
-not blocking.
-"""
+Each check's ``blocking`` marks what the configured strategy cannot get past, and ``stage`` the run's step that
+would fail, whose exit code the doctor returns and ``ensure`` stops with before anything long starts."""
 
 from __future__ import annotations
 
 import concurrent.futures
-import importlib
+import importlib.util
+import os
+import re
+import shutil
+import subprocess
+import sys
 import time
 from dataclasses import dataclass, replace
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from ensure_flydsl.doctor.local_checks import (
-    check_git,
-    check_interpreter,
-    check_marker_sharing,
-    check_root,
-    installer_python,
-)
-from ensure_flydsl.doctor.remote_checks import check_index, check_repository
 from ensure_flydsl.doctor.requirements import check_requirements
 from ensure_flydsl.errors import EnsureError, ExitCode, Stage
+from ensure_flydsl.probe.interpreter import describe_interpreter
 from ensure_flydsl.probe.results import Interpreter
+from ensure_flydsl.runs.answer import roots_sharing_marker, sharing_advice
 from ensure_flydsl.settings import Settings, Strategy
-from ensure_flydsl.source.mirrors import rewrite
-from ensure_flydsl.source.needs import KNOWN_FLYDSL_NEEDS, BuildNeeds, find_needs
-from ensure_flydsl.ways import Way, demands, falls_back, provisioning, provisions, tries
-from ensure_flydsl.ways.checks import OK, SKIPPED, Check, Index, RunContext, Submit
+from ensure_flydsl.source.git import is_local_repo
+from ensure_flydsl.source.mirrors import describe, rewrite
+from ensure_flydsl.source.needs import KNOWN_FLYDSL_NEEDS, BuildNeeds, find_needs, resolve_in
+from ensure_flydsl.source.root import RootKind, classify_root, creatable_problem
+from ensure_flydsl.support.processes import run_captured
+from ensure_flydsl.ways import Way, demands, falls_back, provisions, tries
+from ensure_flydsl.ways.checks import (
+    MISSING,
+    OK,
+    SKIPPED,
+    WRONG,
+    Check,
+    Index,
+    RunContext,
+    Submit,
+    local_path,
+    no_mirror,
+    passed,
+    reach,
+    skipped,
+)
 from ensure_flydsl.ways.release.checks import release_instead
-from ensure_flydsl.ways.source.checks import disk_check, memory_check
-from ensure_flydsl.ways.source.provider import llvm_step_needed
+from ensure_flydsl.ways.source.checks import llvm_step_needed
+from ensure_flydsl.ways.table import ways_for
 
-# Each way's prediction (its checks.py's ``predict``), by the module, imported when the strategy tries that way: a
-# source run's doctor before its build imports no release or cache code.
-PREDICTIONS: Dict[Way, str] = {
-    Way.RELEASE: "ensure_flydsl.ways.release.checks",
-    Way.CACHE: "ensure_flydsl.ways.cache.checks",
-    Way.SOURCE: "ensure_flydsl.ways.source.checks",
-}
-
-__all__ = ["Check", "Diagnosis", "diagnose", "disk_check", "first_blocking", "llvm_step_needed", "memory_check",
-           "render_check", "run_checks", "stop_if_blocked"]
-
-
-def prediction(way: Way) -> Callable[[RunContext, Optional[str], Submit], List["concurrent.futures.Future[Check]"]]:
-    """The way's prediction: ``predict`` of its module in PREDICTIONS."""
-
-    predict: Callable[[RunContext, Optional[str], Submit], List["concurrent.futures.Future[Check]"]]
-    predict = importlib.import_module(PREDICTIONS[way]).predict
-    return predict
+# The reuse decision belongs to the pipeline (above the doctor): it is handed in as a check.
+ReuseCheck = Callable[[Settings, Mapping[str, str], Optional[Interpreter]], Check]
 
 
 def mirrored(settings: Settings) -> str:
@@ -71,10 +61,124 @@ def mirrored(settings: Settings) -> str:
     return rewrite(settings.repo, settings.git_mirrors)[0]
 
 
-# The reuse decision belongs to the pipeline (above the doctor): it is handed in as a check.
-ReuseCheck = Callable[[Settings, Mapping[str, str], Optional[Interpreter]], Check]
+# -- the shared checks ------------------------------------------------------------------------------------
+def check_interpreter(settings: Settings, environ: Mapping[str, str],
+                      known: Optional[Interpreter] = None) -> Tuple[Check, Optional[Interpreter]]:
+    """The target interpreter described by a probe, or ``known`` (the caller's description of it) as it is."""
+    label = settings.label("python")
+    try:
+        interp = known or describe_interpreter(settings.python, environ, timeout=settings.probe_timeout,
+                                               timeout_label=settings.label("probe_timeout"))
+    except EnsureError as exc:
+        return Check("interpreter", WRONG, f"{label}={settings.python}: {exc.reason}",
+                     f"set {label} to the Python interpreter that will import FlyDSL", blocking=True,
+                     stage=Stage.SETTINGS), None
+    return passed("interpreter", f"{interp.executable} {interp.version} ({interp.abi})", Stage.SETTINGS), interp
 
 
+def check_root(settings: Settings) -> Check:
+    root, label = settings.root, settings.label("root")
+    problem = None if os.path.lexists(root) else creatable_problem(root)
+    if problem is not None:
+        return Check("root", WRONG, f"{root} cannot be created: {problem[1]}",
+                     f"set {label} to a folder this user can create", blocking=True, stage=Stage.SETTINGS)
+    state = classify_root(root, settings.repo)
+    if state.kind is RootKind.FOREIGN:
+        return Check("root", WRONG, f"{root}: {state.reason}",
+                     f"set {label} to an empty or new folder (ensure-flydsl never overwrites others' files)",
+                     blocking=True, stage=Stage.SETTINGS)
+    return passed("root", f"{root} ({state.kind}{': ' + state.reason if state.reason else ''})", Stage.SETTINGS)
+
+
+def check_marker_sharing(settings: Settings) -> Check:
+    sharing = roots_sharing_marker(settings)
+    if not sharing:
+        return passed("fail-marker", f"{settings.fail_marker} is this root's alone", Stage.SETTINGS)
+    advice = sharing_advice(settings, sharing)
+    return Check("fail-marker", WRONG, advice.problem, advice.remedy, blocking=False, stage=Stage.SETTINGS)
+
+
+def check_git(environ: Mapping[str, str]) -> Check:
+    exe = shutil.which("git", path=environ.get("PATH"))
+    if exe is None:
+        return Check("git", MISSING, "git is not on PATH; it fetches the pin (and LLVM)",
+                     "install git (your OS package) or put it on PATH", blocking=True, stage=Stage.FETCH)
+    try:
+        out = run_captured([exe, "--version"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           timeout=20).stdout.decode(errors="replace").strip()
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return Check("git", WRONG, f"{exe} does not run: {exc}", "reinstall git", blocking=True, stage=Stage.FETCH)
+    return passed("git", f"{out} at {exe}", Stage.FETCH)
+
+
+def installer_python(interp: Optional[Interpreter], settings: Settings) -> str:
+    """Whose pip asks the index: this tool's interpreter (it installs the private tools), else the target's."""
+    if importlib.util.find_spec("pip") is not None:
+        return sys.executable
+    return interp.executable if interp else settings.python
+
+
+def check_repository(settings: Settings, environ: Mapping[str, str], timeout: float,
+                     checkout: Optional[str]) -> Check:
+    repo, pin, label = settings.repo, settings.pin, settings.label("repo")
+    if checkout is not None:
+        return passed("repository", f"the source is already checked out in {checkout}", Stage.FETCH)
+    fetched = resolve_in(settings.root, pin) if os.path.isdir(os.path.join(settings.root, ".git")) else None
+    where, _ = rewrite(repo, settings.git_mirrors)
+    shown = describe(repo, settings.git_mirrors, settings.label("git_mirrors"))
+    wrong_pin = "check FLYDSL_PIN (a full commit hash or a tag such as v0.2.2)"
+    if is_local_repo(where):
+        path = local_path(where)
+        if not os.path.isdir(path):
+            return Check("repository", MISSING, f"{label}={shown}: {path} does not exist",
+                         f"point {label} at a FlyDSL clone or mirror", blocking=fetched is None, stage=Stage.FETCH)
+        commit = resolve_in(path, pin)
+        if commit is None:
+            return Check("repository", WRONG, f"the pin {pin} is not a commit, tag or branch of {shown}", wrong_pin,
+                         blocking=fetched is None, stage=Stage.CHECKOUT)
+        return passed("repository", f"local repository {path}{' for ' + repo if where != repo else ''}; the pin is "
+                      f"commit {commit[:12]}", Stage.FETCH)
+    answered, out, _ = reach(repo, environ, timeout, settings)
+    if not answered:
+        if fetched is not None:
+            return Check("repository", MISSING, f"{shown} does not answer ({out}), but the pin is already fetched "
+                         f"into {settings.root} (commit {fetched[:12]})", "none needed for this pin",
+                         blocking=False, stage=Stage.FETCH)
+        return Check("repository", MISSING, f"{shown} does not answer: {out}{no_mirror(repo, settings)}",
+                     f"check the network, or point {label} at a reachable mirror (a local path works), or map its "
+                     "URL with FLYDSL_GIT_MIRRORS=FROM=TO", blocking=True, stage=Stage.FETCH)
+    if re.fullmatch(r"[0-9a-fA-F]{40}", pin):
+        return passed("repository", f"{shown} answers (the pin is a commit hash, fetched by hash)", Stage.FETCH)
+    refs = {line.split("\t", 1)[1].strip() for line in out.splitlines() if "\t" in line}
+    if {f"refs/tags/{pin}", f"refs/heads/{pin}"} & refs:
+        return passed("repository", f"{shown} answers and has {pin}", Stage.FETCH)
+    return Check("repository", WRONG, f"{shown} answers, but has no tag or branch {pin}", wrong_pin, blocking=True,
+                 stage=Stage.CHECKOUT)
+
+
+def check_index(ctx: RunContext, release: bool) -> Check:
+    """Whether pip reaches the package index, when something is installed from it."""
+    llvm_pip = ctx.llvm and bool(ctx.needs.llvm_pip)
+    stage = Stage.RELEASE if release else (Stage.LLVM if llvm_pip else Stage.BUILD)
+    asked = ctx.index.asked()
+    if not asked and llvm_pip:
+        asked = [ctx.index.answer(ctx.needs.llvm_pip[0])]
+    if not asked:
+        return skipped("package-index", "nothing is installed from it", stage)
+    answered = [a for a in asked if a.answered]
+    if answered:
+        return passed("package-index", f"pip ({ctx.index.python}) answers for "
+                      f"{', '.join(a.package for a in answered)}", stage)
+    why = "; ".join(f"{a.package}: {a.detail.splitlines()[-1] if a.detail else 'no answer'}" for a in asked)
+    needed_by = ("the release wheel" if release else
+                 "build_llvm.sh's pip install " + " ".join(ctx.needs.llvm_pip) if llvm_pip
+                 else "the private build tools")
+    return Check("package-index", MISSING, f"pip does not reach the package index ({why}); needed for {needed_by}",
+                 "check the network or pip's configuration (PIP_INDEX_URL, pip.conf); a local mirror works",
+                 blocking=release or llvm_pip, stage=stage)
+
+
+# -- the run of them --------------------------------------------------------------------------------------
 def first_blocking(checks: Sequence[Check]) -> Optional[Check]:
     """The blocking check of the earliest stage: what a run would stop at first."""
     found = [c for c in checks if c.blocking]
@@ -85,7 +189,7 @@ def first_blocking(checks: Sequence[Check]) -> Optional[Check]:
 
 def stop_if_blocked(checks: Sequence[Check], strategy: Strategy) -> None:
     """For ``ensure``: raise the doctor's finding (stage "doctor", the failing stage's exit code) before
-    anything long starts, instead of failing after a long build."""
+    anything long starts."""
     first = first_blocking(checks)
     if first is None:
         return
@@ -101,8 +205,7 @@ def stop_if_blocked(checks: Sequence[Check], strategy: Strategy) -> None:
 
 
 def _without_build_blocks(checks: List[Check], version_check: Check) -> List[Check]:
-    """auto installs an available release wheel and builds nothing: build problems, and submodules only a
-    source build fetches, do not block it."""
+    """auto installs an available release wheel and builds nothing: what blocks only a build does not block."""
     note = f" (only for a source build: auto installs the release wheel, {version_check.detail.split('; ')[-1]})"
     return [replace(c, blocking=False, remedy=c.remedy + note)
             if c.blocking and c.stage in (Stage.SUBMODULES, Stage.LLVM, Stage.BUILD) else c for c in checks]
@@ -117,15 +220,11 @@ def run_checks(
     reuse: Optional[ReuseCheck] = None,
     interpreter: Optional[Interpreter] = None,
 ) -> List[Check]:
-    """Every check the configured strategy depends on: the shared ones and the prediction of each way
-    ``ways.STRATEGY`` gives it, in the order a run meets them.
+    """Every check the configured strategy depends on, in the order a run meets them.
 
-    ``checkout``: a folder holding the pin's source (the root after fetch), read for the build's needs;
-    without it they are read from the root's or a local repository with git, else FlyDSL's known needs
-    are assumed.  ``reuse``: the reuse decision, given by the pipeline that owns it (the doctor command
-    passes it; ``ensure`` has just made that decision itself).  ``interpreter``: the target interpreter as
-    the caller has just described it (a run, before its build), taken as it is instead of probed again.
-    """
+    ``checkout``: a folder holding the pin's source, read for the build's needs (else the root's or a local
+    repository's, else FlyDSL's known needs).  ``reuse``: the pipeline's reuse decision.  ``interpreter``: the
+    target interpreter as the caller has just described it, taken instead of probed again."""
     strategy = settings.strategy
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=10, thread_name_prefix="doctor")
     try:
@@ -134,7 +233,7 @@ def run_checks(
         builds, fetches = tries(strategy, Way.SOURCE), provisions(strategy)
         f_needs = pool.submit(find_needs, settings.root, mirrored(settings), settings.pin, checkout,
                               environ) if builds else None
-        early: List["concurrent.futures.Future[Check]"] = []
+        early: List[concurrent.futures.Future[Check]] = []
         if fetches:
             early = [submit(check_root, settings), submit(check_git, environ),
                      submit(check_repository, settings, environ, timeout, checkout)]
@@ -146,7 +245,7 @@ def run_checks(
                          llvm=llvm, index=index)
         if reuse is not None:
             early.insert(0, submit(reuse, settings, environ, interp))
-        predicted = {way: prediction(way)(ctx, checkout, submit) for way in provisioning(strategy)}
+        predicted = {way.way: way.predict(ctx, checkout, submit) for way in ways_for(strategy)}
         # Shown as a run meets them: a build's needs, the pin's imports (every way's), the release wheel.
         later = predicted.get(Way.SOURCE, [])
         if fetches:
@@ -164,18 +263,14 @@ def run_checks(
         pool.shutdown(wait=True)
 
 
-# ---------------------------------------------------------------------------------------------------------
-# The verdict and its rendering
-# ---------------------------------------------------------------------------------------------------------
-
-
+# -- the verdict ------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Diagnosis:
     strategy: Strategy
     checks: Tuple[Check, ...]
     needs: Optional[BuildNeeds]
     seconds: float
-    suggestion: Optional[str] = None  # auto's way around a blocked source build (ways/release/checks.py)
+    suggestion: Optional[str] = None  # auto's way around a blocked source build
 
     @property
     def reusable(self) -> bool:
@@ -234,7 +329,7 @@ def diagnose(settings: Settings, environ: Mapping[str, str], *, reuse: Optional[
 
 
 def status_label(check: Check) -> str:
-    """UPPERCASE blocks the configured strategy; "provide" is missing here but provided by the tool."""
+    """UPPERCASE blocks the configured strategy; "provide": missing here but provided by the tool."""
     if check.status == OK:
         return "ok"
     if check.status == SKIPPED:

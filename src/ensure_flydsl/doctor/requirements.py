@@ -1,14 +1,9 @@
-"""The runtime-requirements preflight: the third-party modules the pin's code imports unconditionally
-(read from its sources, :mod:`ensure_flydsl.source.requirements`), asked of the target interpreter in one
-subprocess without importing them (:func:`ensure_flydsl.probe.interpreter.find_modules`).
+"""The third-party modules the pin's code imports unconditionally, read from its sources and asked of the
+target interpreter without importing them.
 
-A run does this after the checkout and before any wheel is downloaded or anything is built, and stops
-(exit 6, stage ``requirements``) when a required module is not in the pin at all (FlyDSL moved
-``kernels/moe_gemm_2stage.py`` at v0.2.3 and removed it at v0.3.1: the message says where a module of that
-name is), or when the interpreter lacks one: a build that cannot pass the final probe is not started.
-The doctor shows the same finding as its ``requirements`` check.  A module that is there but broken is not
-seen here (nothing is imported); the final probe still catches it.
-"""
+A run asks after the fetch, before anything is downloaded or built, and stops (exit 6) when a required module
+is not in the pin at all (the message says where a module of that name is) or the interpreter lacks one: a
+build that cannot pass the final probe is not started.  The doctor shows the same finding."""
 
 from __future__ import annotations
 
@@ -51,14 +46,11 @@ class Finding:
     def names(self, which: Sequence[Requirement]) -> str:
         return ", ".join(r.module for r in which)
 
-    def names_of_absent(self) -> str:
-        return ", ".join(a.module for a in self.absent)
 
 
 def assess(sources: Sources, python: str, require: Sequence[str], environ: Mapping[str, str],
            timeout: float, timeout_label: str, pin: Optional[str] = None) -> Finding:
-    """Check that each required module of the tree is in the sources, walk them from ``require``, then ask
-    ``python`` about every module outside the tree."""
+    """Which required modules the sources lack, and which modules outside the tree ``python`` lacks."""
     absent = tuple(absent_modules(require, sources))
     walk = find_requirements(require, sources)
     names = walk.names()
@@ -67,8 +59,7 @@ def assess(sources: Sources, python: str, require: Sequence[str], environ: Mappi
     needed = tuple(r for r in walk.requirements if answer.get(r.module) != "stdlib")
     missing = tuple(r for r in needed if answer.get(r.module) == "missing")
     return Finding(python=python, sources=sources.where, files=len(walk.files), needed=needed, missing=missing,
-                   absent=absent, require=tuple(require),
-                   pin=pin or "the pin")
+                   absent=absent, require=tuple(require), pin=pin or "the pin")
 
 
 def _absent_line(absent: Absent, pin: str) -> str:
@@ -80,8 +71,7 @@ def _absent_line(absent: Absent, pin: str) -> str:
 
 
 def advised_require(finding: Finding) -> Optional[str]:
-    """FLYDSL_REQUIRE with each absent module replaced by the one module of that name the pin has; None when
-    some absent module has none (or several)."""
+    """FLYDSL_REQUIRE with each absent module replaced by the one module of that name the pin has, or None."""
     moved = {a.module: a.instead[0][0] for a in finding.absent if len(a.instead) == 1}
     if len(moved) != len(finding.absent):
         return None
@@ -96,12 +86,13 @@ def absent_reason(finding: Finding) -> str:
 
 def absent_remedy(finding: Finding) -> str:
     replaced = advised_require(finding)
+    absent = [a.module for a in finding.absent]
     if replaced:
         return (f"set FLYDSL_REQUIRE={replaced} (the modules that must import from the tree), or pin a commit "
-                f"that has {finding.names_of_absent()}; then run again")
-    kept = ",".join(m for m in finding.require if m not in {a.module for a in finding.absent}) or "flydsl"
+                f"that has {', '.join(absent)}; then run again")
+    kept = ",".join(m for m in finding.require if m not in absent) or "flydsl"
     return (f"set FLYDSL_REQUIRE to modules {finding.pin} has (for example FLYDSL_REQUIRE={kept}), or pin a "
-            f"commit that has {finding.names_of_absent()}; then run again")
+            f"commit that has {', '.join(absent)}; then run again")
 
 
 def _line(req: Requirement) -> str:
@@ -123,23 +114,14 @@ def remedy(finding: Finding) -> str:
             "FLYDSL_PYTHON to an interpreter that has them; then run again")
 
 
-def requirements_error(finding: Finding) -> EnsureError:
-    """The run's stop: exit 6 at stage ``requirements``, before anything is downloaded or built."""
-    return EnsureError(ExitCode.PROBE, reason(finding), stage=Stage.REQUIREMENTS, hint=remedy(finding),
-                       detail="\n".join(_line(r) for r in finding.missing))
-
-
-def absent_error(finding: Finding) -> EnsureError:
-    """The run's stop for a required module the pin does not have: exit 6 at stage ``requirements``."""
-    return EnsureError(ExitCode.PROBE, absent_reason(finding), stage=Stage.REQUIREMENTS, hint=absent_remedy(finding),
-                       detail=f"sources read from {finding.sources}")
-
-
 def stop_if_missing(finding: Finding) -> None:
+    """The run's stop (exit 6 at stage ``requirements``): a required module the pin lacks, or the interpreter."""
     if finding.absent:
-        raise absent_error(finding)
+        raise EnsureError(ExitCode.PROBE, absent_reason(finding), stage=Stage.REQUIREMENTS,
+                          hint=absent_remedy(finding), detail=f"sources read from {finding.sources}")
     if finding.missing:
-        raise requirements_error(finding)
+        raise EnsureError(ExitCode.PROBE, reason(finding), stage=Stage.REQUIREMENTS, hint=remedy(finding),
+                          detail="\n".join(_line(r) for r in finding.missing))
 
 
 def summary(finding: Finding) -> str:
@@ -164,10 +146,9 @@ def check_requirements(settings: Settings, environ: Mapping[str, str], interp: O
     except EnsureError as exc:
         return skipped(CHECK, f"could not ask {interp.executable}: {exc.reason}", Stage.REQUIREMENTS)
     if finding.absent:
-        return Check(name=CHECK, status=MISSING, detail=absent_reason(finding), remedy=absent_remedy(finding),
-                     blocking=True, stage=Stage.REQUIREMENTS)
+        return Check(CHECK, MISSING, absent_reason(finding), absent_remedy(finding), blocking=True,
+                     stage=Stage.REQUIREMENTS)
     if not finding.missing:
         return passed(CHECK, f"{summary(finding)}; {interp.executable} has them all", Stage.REQUIREMENTS)
-    return Check(name=CHECK, status=MISSING, detail=reason(finding), remedy=remedy(finding), blocking=True,
-                 stage=Stage.REQUIREMENTS)
+    return Check(CHECK, MISSING, reason(finding), remedy(finding), blocking=True, stage=Stage.REQUIREMENTS)
 

@@ -10,12 +10,7 @@ from ensure_flydsl.errors import BadInput, EnsureError, Stage
 from ensure_flydsl.layout import tree_folders
 from ensure_flydsl.pipeline.lock import check_lock_path
 from ensure_flydsl.pipeline.warm import tree_stamp_path
-from ensure_flydsl.probe.gate import (
-    TREE_PACKAGES,
-    Verdict,
-    is_within,
-    same_folder,
-)
+from ensure_flydsl.probe.gate import TREE_PACKAGES, Verdict, is_within, same_folder
 from ensure_flydsl.probe.interpreter import ProbeBroke, describe_interpreter
 from ensure_flydsl.probe.results import Interpreter, Probe
 from ensure_flydsl.result import How
@@ -41,8 +36,7 @@ def _not_creatable(label: str, value: str, folder: str) -> Optional[Refusal]:
 
 
 def _refusals(settings: Settings, writes: bool) -> Iterator[Refusal]:
-    """Why the request's paths are refused, check by check in the order they are made; lazy, so a caller that
-    takes the first makes no check after it."""
+    """Why the request's paths are refused, in order; lazy: a caller that takes the first makes no more checks."""
     root, label = settings.root, settings.label("root")
     refused = None if os.path.lexists(root) else _not_creatable(label, root, root)
     if refused is not None:
@@ -74,7 +68,7 @@ def _refusals(settings: Settings, writes: bool) -> Iterator[Refusal]:
 def _cache_refusals(settings: Settings, cache: str) -> Iterator[Refusal]:
     refused: Optional[Refusal] = None
     if cache.startswith("/") and not os.path.isdir(cache):
-        # An existing folder this user cannot write in is used read-only (ways/cache/provider.py).
+        # An existing folder this user cannot write in is used read-only.
         refused = _not_creatable(settings.label("cache"), cache, cache)
     if refused is None:
         try:
@@ -95,10 +89,8 @@ def _unwritable(settings: Settings) -> Iterator[Refusal]:
 
 
 def preflight(settings: Settings, environ: Mapping[str, str], *, writes: bool = True) -> Interpreter:
-    """Everything that can refuse the request, checked before any file is written: the paths, then the
-    interpreter, which is described.  With ``writes`` False (``--verify``: a good tree is verified without
-    the lock), whether the lock and the marker can be written is left to :func:`check_provisionable`, called
-    before the run takes the lock."""
+    """Everything that can refuse the request, before any file is written: the paths, then the interpreter,
+    described.  Without ``writes`` (``--verify``) the lock's and marker's are :func:`check_provisionable`'s."""
     refused = next(_refusals(settings, writes), None)
     if refused is None:
         try:
@@ -110,8 +102,8 @@ def preflight(settings: Settings, environ: Mapping[str, str], *, writes: bool = 
 
 
 def check_provisionable(settings: Settings, environ: Mapping[str, str]) -> None:
-    """What a run that provisions needs beyond the preflight's: git on PATH (to fetch the pin), and under
-    ``--verify`` (whose preflight left it) the lock and marker writable."""
+    """What a run that provisions needs beyond the preflight: git on PATH, and under ``--verify`` the lock and
+    marker writable."""
     path = environ.get("PATH")
     refused: Optional[Refusal] = None
     if shutil.which("git", path=path) is None:
@@ -123,8 +115,7 @@ def check_provisionable(settings: Settings, environ: Mapping[str, str]) -> None:
 
 
 def _judged_or_broke(run: Run, prefix: List[str]) -> Union[Tuple[Probe, Verdict], ProbeBroke]:
-    """The probe and the gate's verdict on it, or how the probe broke when its interpreter crashed or hung while
-    importing a module of the tree; a break before any import, or in a module no tree here provides, stays an
+    """The probe and its verdict, or how it broke importing a module of the tree; a break elsewhere stays an
     error (no build would change it)."""
     try:
         return judge_tree(run, prefix)
@@ -135,8 +126,8 @@ def _judged_or_broke(run: Run, prefix: List[str]) -> Union[Tuple[Probe, Verdict]
 
 
 def _after_broken_probe(run: Run, broke: ProbeBroke, before: str) -> Decision:
-    """A probe crashed or hung importing a tree's module: if the root's own tree did that, look at the
-    interpreter's own path alone; either way a tree built in the root comes first and shadows the other."""
+    """A probe broke importing a tree's module: if the root's tree did, look at the interpreter's own path; a
+    tree built in the root comes first and shadows the other."""
     root = run.settings.root
     run.say(f"{before}no reusable FlyDSL: {broke.reason}")
     if broke.origin and is_within(broke.origin, root):
@@ -176,12 +167,8 @@ def tree_key(settings: Settings, commit: str, interpreter: Interpreter) -> Dict[
 
 
 def _stamped_tree(run: Run) -> Tuple[Optional[Stamp], str]:
-    """The root's finished tree's stamp when the gate may take that tree, else None and why not.
-
-    The gate is version-only, for the root's own tree too: a finished tree (its stamp written after
-    verification) made for this interpreter's ABI passes whatever pin built it; the pin is what gets built
-    when a build is needed.  Under --exact-pin the stamp must also name this request's pin and repository.
-    """
+    """The root's finished tree's stamp when the gate may take that tree, else None and why not: a tree for this
+    ABI passes whatever pin built it (the gate is version-only), under --exact-pin only this request's."""
     stamp = run.stamps.read("tree")
     if stamp is None:
         return None, "its build did not finish (no stamp of a finished tree)"
@@ -197,8 +184,7 @@ def _stamped_tree(run: Run) -> Tuple[Optional[Stamp], str]:
 
 
 def _other_request(run: Run, stamp: Stamp) -> Optional[str]:
-    """Under --exact-pin, why a finished tree stamped for another pin, repository or ABI is not this
-    request's, or None."""
+    """Under --exact-pin, why a tree stamped for another pin, repository or ABI is not this request's."""
     key = stamp.key
     if key == tree_key(run.settings, str(key.get("commit")), run.interpreter):
         return None
@@ -208,10 +194,8 @@ def _other_request(run: Run, stamp: Stamp) -> Optional[str]:
 
 
 def _stamp_rules_out(run: Run) -> Optional[str]:
-    """Under --exact-pin, why the root's tree cannot be taken whatever its probe would say: the tool's own
-    finished tree, stamped for another request.  Nothing else can be either (a tree on the interpreter's path,
-    or another tool's, is never taken under --exact-pin), so no probe is spent: a pin switched back is
-    provisioned at once."""
+    """Under --exact-pin, why the root's tree cannot be taken whatever its probe says (stamped for another
+    request): nothing else could be either, so no probe is spent and a pin switched back is provisioned at once."""
     if not run.settings.exact_pin or not is_ours(run.settings.root):
         return None
     stamp = run.stamps.read("tree")
@@ -219,8 +203,8 @@ def _stamp_rules_out(run: Run) -> Optional[str]:
 
 
 def _pin_moved(run: Run, commit: str) -> Optional[str]:
-    """Under --exact-pin --verify, where a tag or branch pin points now (one ``ls-remote``): why the tree
-    built from ``commit`` is not the pin's any more, or None.  Offline, the tree is kept and that is said."""
+    """Under --exact-pin --verify, why the tree built from ``commit`` is not the pin's any more (one
+    ``ls-remote``), or None; offline the tree is kept, said."""
     pin = run.settings.pin
     try:
         now = Checkout.of(run.settings).remote_commit(pin)
@@ -243,7 +227,7 @@ def _exact_pin_refuses(run: Run, where: str) -> bool:
 
 
 def _ambient_prepend(probe: Probe, verdict: Verdict) -> List[str]:
-    """The folders a reused tree needs on PYTHONPATH: those of its modules not already on sys.path."""
+    """The folders a reused tree needs on PYTHONPATH: its modules' not already on sys.path."""
     skip = {os.path.normpath(p) for p in probe.interpreter.site_dirs + (probe.interpreter.stdlib,)}
     folders: List[str] = []
     for folder in verdict.folders.values():
@@ -305,9 +289,7 @@ StampSeen = Optional[Tuple[int, int, int]]
 
 
 def stamp_seen(root: str) -> StampSeen:
-    """The root's finished-tree stamp as it stands (inode, mtime, size), None when there is none.  A run that
-    finishes a tree in the root replaces the stamp (a new file, renamed into place); one that begins a build
-    there removes it."""
+    """The root's finished-tree stamp as it stands (a run replaces it, a build removes it), or None."""
     try:
         st = os.stat(tree_stamp_path(root))
     except OSError:
@@ -316,9 +298,8 @@ def stamp_seen(root: str) -> StampSeen:
 
 
 def decide_again(run: Run, first: Decision, seen: StampSeen) -> Decision:
-    """Under the lock, before provisioning: the first decision stands when it came from a probe and the root's
-    stamp is as it was before that probe (no run finished or began a tree there meanwhile; one that published
-    another tree's env file answered through the warm check); else :func:`decide` again."""
+    """Under the lock: the first decision stands when it came from a probe and the root's stamp is unchanged
+    since (no run finished or began a tree there), else :func:`decide` again."""
     if first.probe is not None and stamp_seen(run.settings.root) == seen:
         run.say(f"after taking the lock, still no reusable FlyDSL: no run finished a tree in {run.settings.root} "
                 "meanwhile")

@@ -1,10 +1,8 @@
 """The build lock: one provisioning run per root per host.
 
-An flock (through ``filelock``) dies with its process, so a killed run never leaves a stale lock.  The
-lock file itself is never deleted: unlinking it would let a new caller lock a fresh inode while a waiter
-still holds the old one, and two builds would run at once.  Beside it, ``<lock>.holder`` records who holds
-it (pid, host, start time, run id) so that a waiter can say whom it waits for.
-"""
+An flock dies with its process: a killed run never leaves a stale lock.  The lock file is never deleted (a new
+caller would lock a fresh inode while a waiter holds the old one: two builds at once).  ``<lock>.holder`` beside
+it says who holds it, so that a waiter can say whom it waits for."""
 
 from __future__ import annotations
 
@@ -15,16 +13,13 @@ import os
 import socket
 import time
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Callable, Dict, Iterator, Optional
+from typing import Callable, Dict, Iterator, Optional
 
 import filelock
 
 from ensure_flydsl.errors import EnsureError, ExitCode, Stage
 from ensure_flydsl.support import fields, space
 from ensure_flydsl.support.files import atomic_write_json, file_path_problem, read_json, remove_file
-
-if TYPE_CHECKING:
-    pass
 
 WAIT_REPORT_INTERVAL_S = 30.0
 
@@ -35,7 +30,7 @@ def holder_path(lock_file: str) -> str:
 
 @dataclass(frozen=True)
 class LockHolder:
-    """``<lock>.holder``: who holds the build lock, for the message of whoever waits for it."""
+    """``<lock>.holder``: who holds the build lock, for whoever waits for it."""
 
     pid: int
     host: str
@@ -49,10 +44,8 @@ class LockHolder:
 
     @classmethod
     def from_json(cls, data: object) -> Optional["LockHolder"]:
-        """The holder, or None for a record that is not one (its pid a process id: 1 .. the kernel's
-        PID_MAX_LIMIT); the other fields are for a message, whose one line a text with a line break or a
-        control character would break: one of the wrong type, or not a short printable text, reads as
-        unknown."""
+        """The holder, or None without a process id; a field that is not a short printable text reads as
+        unknown (a line break would break the waiter's one line)."""
         if not isinstance(data, dict):
             return None
         pid = fields.pid(data.get("pid"))
@@ -70,9 +63,6 @@ def describe_holder(holder: Optional[LockHolder]) -> str:
 
 
 def _make_lock(path: str) -> filelock.BaseFileLock:
-    # Here, not at the top: filelock 4 loads logging, dataclasses and inspect, 40-50 ms of CPU that a run
-    # which never takes the lock (a tree to reuse, a refused request) does not pay.
-
     kwargs: Dict[str, object] = {"mode": 0o644}
     # filelock >= 4 may unlink the lock file on release unless told not to; 3.x never does.
     if "preserve_lock_file" in inspect.signature(filelock.FileLock.__init__).parameters:
@@ -81,8 +71,7 @@ def _make_lock(path: str) -> filelock.BaseFileLock:
 
 
 def check_lock_path(path: str) -> Optional[str]:
-    """Why ``path`` cannot serve as the lock file, or None.  A symlink could redirect the lock (and the
-    holder record written beside it) to a file of somebody else's."""
+    """Why ``path`` cannot serve as the lock file, or None; a symlink could redirect it to somebody's file."""
     return file_path_problem(path, symlink_ok=False)
 
 
@@ -94,10 +83,8 @@ def build_lock(
     run_id: str,
     say: Callable[[str], None],
 ) -> Iterator[None]:
-    """Hold the build lock for the body; wait at most ``timeout`` seconds (None: as long as it takes).
-
-    Raises EnsureError(LOCK) naming the holder when the wait runs out.
-    """
+    """Hold the build lock for the body, waiting at most ``timeout`` seconds (None: as long as it takes); the
+    error when the wait runs out names the holder."""
     problem = check_lock_path(path)
     if problem:
         raise EnsureError(ExitCode.BAD_INPUT, f"FLYDSL_BUILD_LOCK={path!r} is not allowed: {problem}", stage=Stage.LOCK)
@@ -118,8 +105,7 @@ def build_lock(
         except OSError as exc:
             if not space.is_full(exc):
                 raise
-            # The holder only names us to whoever waits: on a full disk the lock is held without it (`clean`
-            # must run there), and a dead holder's record must not name somebody else in our place.
+            # On a full disk the lock is held without it (`clean` must run there), and no stale record stays.
             remove_file(holder_path(path))
         yield
     finally:

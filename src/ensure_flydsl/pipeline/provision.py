@@ -1,12 +1,9 @@
-"""Provisioning under the lock: fetch the pin into the root's repository, check from its objects (no
-checkout) that the interpreter has the modules the pin's code imports, then, the run knowing its build can
-start, withdraw the env file and check the pin out, and ask the providers that apply (release wheel, binary
-cache, source build), in that order, for a verified tree; stamp it, publish.
+"""Provisioning under the lock: fetch the pin, check from its objects that the interpreter has the modules the
+pin's code imports, then, the build able to start, withdraw the env file, check the pin out and ask the ways
+in the table's order for a verified tree; stamp it, publish.
 
-Nothing a poller or a workflow uses changes before that point: a pin that does not exist (exit 3), an
-unreachable repository (exit 2), a module the interpreter lacks (exit 6), local edits to the checkout
-(exit 3) or a release demanded of a pin that is none (exit 8) leave the env file, its twin, the tree and
-its stamps as they were, so the previous install keeps answering."""
+Nothing a poller uses changes before the build starts: a missing pin, an unreachable repository, a missing
+module, local edits or a demanded release that is none leave the previous install answering."""
 
 from __future__ import annotations
 
@@ -14,7 +11,7 @@ import contextlib
 import functools
 import os
 from dataclasses import replace
-from typing import TYPE_CHECKING, List, Mapping, Optional, Tuple
+from typing import List, Mapping, Optional, Tuple
 
 from ensure_flydsl.doctor.diagnose import run_checks, stop_if_blocked
 from ensure_flydsl.doctor.requirements import Finding, assess, stop_if_missing, summary
@@ -24,6 +21,7 @@ from ensure_flydsl.pipeline.decide import tree_key
 from ensure_flydsl.pipeline.publish import publish
 from ensure_flydsl.probe.gate import is_within
 from ensure_flydsl.probe.interpreter import EarlyProbe, probe_modules
+from ensure_flydsl.probe.results import Interpreter
 from ensure_flydsl.result import Action, Result
 from ensure_flydsl.runs import markers
 from ensure_flydsl.settings import Settings
@@ -36,14 +34,11 @@ from ensure_flydsl.support.files import remove_tree
 from ensure_flydsl.support.processes import CommandFailed
 from ensure_flydsl.trees.local import HostStore
 from ensure_flydsl.trees.local import release as release_store_tree
-from ensure_flydsl.ways import Way, demands, provisioning, tries
-from ensure_flydsl.ways.base import Early, Provider
-from ensure_flydsl.ways.cache.provider import CacheProvider
-from ensure_flydsl.ways.cache.provider import open_run_cache as open_cache
+from ensure_flydsl.ways import Way, demands, tries
+from ensure_flydsl.ways.base import Early, Provider, Shared
+from ensure_flydsl.ways.cache.provider import open_run_cache
 from ensure_flydsl.ways.context import Decision, Run, likely_route
 from ensure_flydsl.ways.release.download import WheelDownload
-from ensure_flydsl.ways.release.provider import ReleaseProvider
-from ensure_flydsl.ways.source.provider import BuildProvider
 from ensure_flydsl.ways.store import (
     StoreProvider,
     borrow_git_objects,
@@ -52,14 +47,12 @@ from ensure_flydsl.ways.store import (
     open_run_store,
     store_key,
 )
+from ensure_flydsl.ways.table import ways_for
 
-if TYPE_CHECKING:
-    from ensure_flydsl.probe.results import Interpreter
-    from ensure_flydsl.trees.remote import Cache
 
 def provision(run: Run) -> Result:
-    """Under the lock: the pin into the root, then the first provider that gives a verified tree.  What the
-    run starts early (the wheel's download, the probe's interpreter) is stopped when it ends, however."""
+    """Under the lock: the pin into the root, then the first way's verified tree.  What the run starts early
+    (the wheel's download, the probe's interpreter) is stopped when it ends."""
     claim_for_build(run)
     store = open_run_store(run)
     with contextlib.ExitStack() as started:
@@ -68,33 +61,37 @@ def provision(run: Run) -> Result:
         started.callback(early.stop_probe)
         with run.step(Stage.FETCH):
             commit = fetch(run, early, store)
+        release = release_version(run, commit)
         # A stored tree of the pin whose probe answers: its imports are known to work as things are.
-        unprobed = store is not None and StoreProvider(store, release_version(run, commit), early, None) \
-            .answers_unprobed(run, commit)
+        unprobed = store is not None and StoreProvider(store, release, early).answers_unprobed(run, commit)
         with run.step(Stage.REQUIREMENTS):
             finding = None if unprobed else check_requirements(run, commit)
             if unprobed:
                 run.say("requirements: not checked: the host store's tree of this pin passed the full probe with "
                         f"{run.interpreter.executable} as it is now")
-        providers = providers_for(run, commit, early, store)
-        run.expect(providers[0].route)  # the likeliest: each provider takes its route when its turn comes
+        cache = open_run_cache(run) if tries(run.settings.strategy, Way.CACHE) else None
+        shared = Shared(commit=commit, release=release, early=early, cache=cache, store=store,
+                        doctor=doctor_before_build)
+        providers = providers_for(run, shared)
+        # The likeliest route: each way takes its own when its turn comes.
+        run.expect(next(p.route for p in providers if p.route is not None))
         with run.step(Stage.FETCH):
             interrupted, deleted = refuse_local_changes(run)
             begin_build(run)
             checkout_pin(run, commit, force=interrupted or deleted)
         if finding is not None and finding.needed and providers[0].way is not Way.SOURCE:
             start_warm_probe(run, early, [r.module for r in finding.needed])
-        return first_tree(run, commit, providers)
+        return first_tree(run, shared, providers)
 
 
-def first_tree(run: Run, commit: str, providers: List[Provider]) -> Result:
-    store = providers[0].store if isinstance(providers[0], StoreProvider) else None
+def first_tree(run: Run, shared: Shared, providers: List[Provider]) -> Result:
+    commit = shared.commit
     for provider in providers:
         try:
             decision = provider.provide(run, commit)
             if decision is not None:
-                if store is not None:
-                    keep_in_store(run, store, commit, decision, release_version(run, commit))
+                if shared.store is not None:
+                    keep_in_store(run, shared.store, commit, decision, shared.release)
                 result = finish(run, commit, decision)
                 provider.after_publish(run, commit)
                 return result
@@ -104,53 +101,21 @@ def first_tree(run: Run, commit: str, providers: List[Provider]) -> Result:
     raise EnsureError(ExitCode.INTERNAL, "no provider gave a tree", stage=Stage.PROVISION)  # source always does
 
 
-def providers_for(run: Run, commit: str, early: Early, store: Optional[HostStore] = None) -> List[Provider]:
-    """The ways ``ways.STRATEGY`` gives the strategy, in its order, each that applies: the release when the pin
-    is a release tag's commit (a demanded release that is none stops here), the cache when one is set, the
-    source build."""
-    settings = run.settings
-    strategy, version = settings.strategy, release_version(run, commit)
-    if demands(strategy, Way.RELEASE) and version is None:
-        raise EnsureError(
-            ExitCode.ARTIFACT,
-            f"the pin {settings.pin} (commit {commit[:12]}) is not the commit of a release tag vX.Y.Z",
-            stage=Stage.RELEASE,
-            hint="pin a release tag (for example v0.2.2) or a version (0.2.2), or use FLYDSL_STRATEGY=source",
-        )
-    cache = open_run_cache(run) if tries(strategy, Way.CACHE) else None
-    providers: List[Provider] = []
-    for way in provisioning(strategy):  # each way's code imported when the run takes that way
-        if way is Way.RELEASE and version is not None:
-            providers.append(ReleaseProvider(version, early, demanded=demands(strategy, Way.RELEASE)))
-        elif way is Way.CACHE and cache is not None:
-            providers.append(CacheProvider(cache, early))
-        elif way is Way.SOURCE:
-            providers.append(BuildProvider(cache, early, doctor_before_build))
-    if store is not None:  # first in every strategy's order: a tree this host holds is linked, not made again
-        providers.insert(0, StoreProvider(store, version, early, providers[0].route))
-    return providers
-
-
-def open_run_cache(run: Run) -> Optional[Cache]:
-    """The run's binary cache (None: none set, or it cannot be used now); its code imported only when one is set."""
-    if run.settings.cache is None:
-        return None
-
-    return open_cache(run)
+def providers_for(run: Run, shared: Shared) -> List[Provider]:
+    """The ways that apply to this run, in the table's order (a demanded release that is none stops here)."""
+    found = (way.for_run(run, shared) for way in ways_for(run.settings.strategy))
+    return [provider for provider in found if provider is not None]
 
 
 def doctor_before_build(settings: Settings, environ: Mapping[str, str], checkout: str,
                         interpreter: Interpreter) -> None:
-    """The source way's stop before an hour of compiling: the doctor's checks with what is known now (the
-    interpreter as this run described it: not probed again)."""
-
+    """The source way's stop before an hour of compiling: the doctor's checks with what is known now."""
     stop_if_blocked(run_checks(settings, environ, checkout=checkout, interpreter=interpreter), settings.strategy)
 
 
 def check_requirements(run: Run, commit: str) -> Optional[Finding]:
-    """Stop before anything is checked out, installed or built when the interpreter lacks a module the pin's
-    code imports unconditionally (exit 6): such a tree could never pass the final probe.  The sources are
-    the fetched commit's, read from the repository's objects.  Return what it found."""
+    """Stop before anything is checked out or built when the interpreter lacks a module the fetched commit's
+    code imports unconditionally (exit 6): such a tree could never pass the final probe."""
     settings, root = run.settings, run.settings.root
     try:
         sources = read_commit_sources(root, commit)
@@ -165,9 +130,8 @@ def check_requirements(run: Run, commit: str) -> Optional[Finding]:
 
 
 def start_wheel_download(run: Run, early: Early, store: Optional[HostStore], commit: str, tags: List[str]) -> None:
-    """The refs say the pin is a release's commit: under ``auto`` or ``release``, start downloading its wheel
-    now, beside git's fetch of the pin (the release provider takes it over).  Not when that wheel is already
-    installed in the root; a requirements check that fails later stops it and removes what it fetched."""
+    """The refs say the pin is a release's commit: start downloading its wheel beside git's fetch (the release
+    way takes it over), unless that wheel's tree is installed or stored already."""
     settings, root = run.settings, run.settings.root
     versions = release_tags(tags)
     run.expect(likely_route(settings, release_commit=bool(versions)))  # the refs tell: the ETA's route
@@ -178,13 +142,12 @@ def start_wheel_download(run: Run, early: Early, store: Optional[HostStore], com
     key = {"release": versions[0], "commit": commit, "abi": run.interpreter.abi}
     if run.stamps.done("build", key) and os.path.isdir(packages_dir(root)):
         return
-    if store is not None and store.lookup(store_key(run, commit, "release", versions[0]))[0] is not None:
+    if store is not None and store.lookup(store_key(run, commit, versions[0]))[0] is not None:
         return  # the host store holds the wheel's tree: it is linked, not downloaded
     folder = wheel_download_dir(root)
     remove_tree(folder)  # a leftover of an interrupted run of ours
-
     try:
-        early.started_download(WheelDownload(run.interpreter, versions[0], folder))
+        early.download = WheelDownload(run.interpreter, versions[0], folder)
     except (EnsureError, OSError):
         return  # the release provider meets the same problem and says it, at its turn
     run.say(f"release v{versions[0]}: downloading the flydsl=={versions[0]} wheel while the pin is fetched")
@@ -196,11 +159,11 @@ def stop_wheel_download(run: Run, early: Early) -> None:
 
 
 def start_warm_probe(run: Run, early: Early, preload: List[str]) -> None:
-    """Start the final probe's interpreter now, importing ``preload`` (torch alone takes seconds) while the
-    wheel or the cache entry is fetched and unpacked; a source build, an hour long, stops it (memory)."""
+    """Start the final probe's interpreter now, importing ``preload`` (torch takes seconds) while the tree is
+    fetched; a source build stops it (memory)."""
     s = run.settings
-    early.started_probe(EarlyProbe(s.python, modules=probe_modules(s.require), prefix=tree_folders(s.root),
-                                   environ=run.environ, preload=preload))
+    early.probe = EarlyProbe(s.python, modules=probe_modules(s.require), prefix=tree_folders(s.root),
+                             environ=run.environ, preload=preload)
     run.say(f"importing {', '.join(preload)} in {s.python} while the tree is put in place")
 
 
@@ -214,9 +177,8 @@ def finish(run: Run, commit: str, decision: Decision) -> Result:
 
 
 def claim_for_build(run: Run) -> None:
-    """A root that is absent, empty or holds only env files becomes the tool's now (it holds no tree anyone
-    uses).  A clean checkout another tool made is claimed only when the build starts (:func:`begin_build`):
-    until then a working tree in it is still reused as that tool's."""
+    """A root that is absent, empty or holds only env files becomes the tool's now; a clean checkout another
+    tool made only when the build starts (until then its working tree is still reused)."""
     settings, root = run.settings, run.settings.root
     state = classify_root(root, settings.repo)
     if state.kind is RootKind.FOREIGN:  # changed since the preflight
@@ -249,8 +211,8 @@ def fetch(run: Run, early: Early, store: Optional[HostStore] = None) -> str:
 
 
 def refuse_local_changes(run: Run) -> Tuple[bool, bool]:
-    """Before the build starts: edits to tracked files are refused (exit 3).  Return whether the tool's own
-    checkout was interrupted, and whether tracked files were deleted (either way it is redone with --force)."""
+    """Refuse edits to tracked files (exit 3); whether the tool's checkout was interrupted, and whether tracked
+    files were deleted (either way it is redone with --force)."""
     settings, root = run.settings, run.settings.root
     started = run.stamps.started_key("checkout") if is_ours(root) else None
     interrupted = started is not None and not run.stamps.done("checkout", started)
@@ -259,8 +221,8 @@ def refuse_local_changes(run: Run) -> Tuple[bool, bool]:
 
 
 def begin_build(run: Run) -> None:
-    """The run knows its build can start: from here on the root's tree changes.  The env file goes first when
-    it names a tree in the root (it would no longer be true); a checkout another tool made is claimed."""
+    """The root's tree changes from here on: the env file goes when it names a tree in the root, and a checkout
+    another tool made is claimed."""
     settings, root = run.settings, run.settings.root
     twin = markers.read_env_json(settings.env_json)
     names_root = twin is None or any(is_within(p, root) for p in [twin.tree, *twin.pythonpath_prepend])
@@ -292,8 +254,8 @@ def checkout_pin(run: Run, commit: str, *, force: bool) -> None:
 
 
 def check_local_changes(checkout: Checkout) -> bool:
-    """Refuse edits to tracked files: somebody's work and not the pin, never built, never overwritten.
-    Return whether tracked files were deleted (those are restored: nothing of anybody's is lost)."""
+    """Refuse edits to tracked files (somebody's work, never overwritten); whether tracked files were deleted
+    (those are restored)."""
     root = checkout.root
     found = checkout.tracked_changes() if checkout.head_commit() else []
     changed = [path for code, path in found if not is_deletion(code)]

@@ -27,10 +27,9 @@ from ensure_flydsl.ways.context import Decision, Run
 
 
 def withdraw_stale_markers(settings: Settings, say: Callable[[str], None]) -> None:
-    """Before a run (or ``start``) does anything: no failure marker of an earlier run for this root, and no
-    env file that is known to be untrue (no JSON twin says what it answers, or it names a tree of ours no
-    longer stamped as finished).  An env file written for another request stays: it answers its own
-    requests until this run's build starts, and this request too when its tree passes this gate."""
+    """Before a run does anything: no earlier failure marker for this root, and no env file known to be untrue
+    (no twin says what it answers, or its tree of ours is no longer stamped finished).  Another request's env
+    file stays until this run's build starts."""
     markers.withdraw_failure_marker(settings.fail_marker, settings.root)
     if not os.path.exists(settings.env_file):
         return
@@ -47,9 +46,7 @@ def withdraw_stale_markers(settings: Settings, say: Callable[[str], None]) -> No
 
 
 def check_markers(settings: Settings, say: Callable[[str], None]) -> None:
-    """The markers, as a run begins to decide: stale ones withdrawn (:func:`withdraw_stale_markers`), and a
-    note when other roots of this folder report to the same failure marker (one's poller sees the other's
-    failures)."""
+    """Stale markers withdrawn, and a note when other roots report to the same failure marker."""
     withdraw_stale_markers(settings, say)
     sharing = roots_sharing_marker(settings)
     if sharing:
@@ -57,9 +54,8 @@ def check_markers(settings: Settings, say: Callable[[str], None]) -> None:
 
 
 def withdraw_if_untrue(run: Run, decision: Decision) -> None:
-    """Under the lock, when nothing here passes this request's gate: the env file goes now if the tree it
-    names no longer passes its own request's gate, probed as the env file runs it (its interpreter, its
-    folders first); an env file that is still true stays until the build starts."""
+    """Under the lock, nothing passing this request's gate: the env file goes now if its tree fails its own
+    request's gate, probed as the env file runs it; one still true stays until the build starts."""
     settings = run.settings
     twin = markers.read_env_json(settings.env_json)
     if twin is None or not os.path.exists(settings.env_file):
@@ -137,8 +133,8 @@ def publish(run: Run, decision: Decision, action: Action) -> Result:
 
 
 def clear_answered_failure(run: Run) -> None:
-    """A failure marker for this same request, written while this run worked (a caller that gave up
-    waiting for the lock, exit 7), is answered now: a poller must not see "failed" beside a success."""
+    """This request's failure marker, written while this run worked (a caller that gave up on the lock), is
+    answered now: a poller must not see "failed" beside a success."""
     marker = markers.read_failure_marker(run.settings.fail_marker)
     if marker is not None and marker.request == run.settings.request():
         remove_file(run.settings.fail_marker)
@@ -150,10 +146,8 @@ def _read_text(path: str) -> Optional[str]:
 
 
 def record_failure(run: Run, exc: BaseException) -> BaseException:
-    """Write the failure marker for this run (any failure, Ctrl-C included); return the failure to raise:
-    ``exc``, or for an EnsureError a copy of it that names the run, how long it ran and what the root's env
-    file still holds (said when that does not answer this request), its reason saying when the marker could
-    not be written."""
+    """Write the failure marker (Ctrl-C included); the failure to raise: for an EnsureError a copy that names
+    the run, its time and what the root's env file still holds."""
     failure = _write_failure_marker(run, exc)
     if not isinstance(failure, EnsureError):
         return failure
@@ -164,9 +158,8 @@ def record_failure(run: Run, exc: BaseException) -> BaseException:
 
 
 def _write_failure_marker(run: Run, exc: BaseException) -> BaseException:
-    """The failure marker written, then the run's FAILED record (as ``liveness.record_death`` orders them: a
-    `wait` that reads the record answers at once, and the marker must be there by then); ``exc``, or a copy
-    of it whose reason says that the marker could not be written."""
+    """The failure marker, then the run's FAILED record (a `wait` that reads the record finds the marker);
+    ``exc``, or a copy saying the marker could not be written."""
     code = exit_code_of(exc)
     if isinstance(exc, EnsureError):
         reason, hint, stage = exc.reason, exc.hint, exc.stage or run.step_name
@@ -206,8 +199,7 @@ def _marker(run: Run, exc: BaseException, code: int, stage: Stage, reason: str, 
 
 
 def _log_tail(run: Run, exc: BaseException) -> List[str]:
-    """The last lines that explain the failure: the build's output, else the failed command's (a
-    submodule fetch), else the log's."""
+    """The last lines that explain the failure: the build's, else the failed command's, else the log's."""
     tail = run.reporter.tail(20)
     if not tail and isinstance(exc, EnsureError) and exc.detail:
         tail = exc.detail.splitlines()[-20:]

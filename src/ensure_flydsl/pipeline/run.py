@@ -1,9 +1,7 @@
 """The ensure run, in the order it happens: check, probe, decide, lock, decide again, provision, verify, publish.
 
-Each stage is a small function taking the run; a failure is an EnsureError with its exit code, which the
-run turns into the failure marker before it propagates.  The heartbeat runs around all of it: whatever the
-step, a run that has shown nothing for 30 s says where it is (``runs/heartbeat.py``).
-"""
+A failure is an EnsureError with its exit code, which the run turns into the failure marker before it
+propagates.  The heartbeat runs around all of it: a run silent for 30 s says where it is."""
 
 from __future__ import annotations
 
@@ -44,7 +42,7 @@ def ensure_run(run: Run) -> Result:
 
 
 def _outcome(run: Run) -> Union[Result, BaseException]:
-    """The run under its heartbeat: its result, or the failure it ended with (an exit goes on up as it is)."""
+    """The run under its heartbeat: its result, or the failure it ended with (an exit goes on up)."""
     try:
         with Heartbeat(run.reporter, run.pulse, heartbeat_interval(run.environ)):
             return _tracked(run)
@@ -55,8 +53,7 @@ def _outcome(run: Run) -> Union[Result, BaseException]:
 
 
 def _tracked(run: Run) -> Result:
-    """The run, with a full file system met anywhere in it (the tool's own files: its record, the lock's
-    holder, stamps, the env file) turned into its one line before the failure marker is written."""
+    """The run, a full file system met anywhere in it said in its one line before the failure marker."""
     try:
         if run.kind == "detached":
             run.step_name = Stage.STARTING  # what its record says until the probe begins
@@ -82,12 +79,10 @@ def _ensure(run: Run) -> Result:
     if decision.ok:
         return publish(run, decision, _action(decision, settings.root))
     if not provisions(settings.strategy):
-        raise EnsureError(
-            ExitCode.PROBE,
-            f"nothing reusable ({decision.reason}) and FLYDSL_STRATEGY=reuse-only never provisions",
-            stage=Stage.PROBE,
-            hint="install FlyDSL for this interpreter, or use FLYDSL_STRATEGY=auto to build the pin",
-        )
+        raise EnsureError(ExitCode.PROBE,
+                          f"nothing reusable ({decision.reason}) and FLYDSL_STRATEGY=reuse-only never provisions",
+                          stage=Stage.PROBE,
+                          hint="install FlyDSL for this interpreter, or use FLYDSL_STRATEGY=auto to build the pin")
     check_provisionable(settings, run.environ)
     run.track()
     with contextlib.ExitStack() as held:
@@ -117,8 +112,7 @@ def _ensure(run: Run) -> Result:
 
 def _provision_then_check(run: Run, decision: Decision) -> Result:
     """Provision; when the decision spent no probe (the root's stamp named another request), the env file's
-    tree is probed only if provisioning fails before its build began: the previous install answers on if it
-    still passes its own request's gate (a pin switched back links in a second, never waiting for torch)."""
+    tree is probed only if provisioning fails: the previous install answers on if it still passes its gate."""
     try:
         return provision(run)
     except EnsureError:
@@ -128,7 +122,7 @@ def _provision_then_check(run: Run, decision: Decision) -> Result:
 
 
 def _action(decision: Decision, root: str) -> Action:
-    """What a call that found a good tree did: confirmed the root's own ("verified"), or took one elsewhere."""
+    """A good tree found: the root's own ("verified"), or one elsewhere ("reused")."""
     if decision.how != How.REUSED and same_folder(str(decision.tree), root):
         return Action.VERIFIED
     return Action.REUSED

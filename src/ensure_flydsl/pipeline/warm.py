@@ -35,7 +35,6 @@ def try_warm(settings: Settings, environ: Mapping[str, str]) -> Optional[Result]
         return None
     if twin.request != settings.request():
         # Written for another request: it answers this one too when its tree passes this request's gate.
-
         if twin_gap(twin, settings.request(), environ.get("PATH")) is not None:
             return None
     written = warm.read_regular(settings.env_file)
@@ -79,8 +78,7 @@ def warm_result(settings: Settings, environ: Mapping[str, str], twin: EnvTwin, s
 
 
 def warm_lines(settings: Settings, result: Result) -> List[str]:
-    """What a warm call says, in the order it says it (the second line only without ``--json``)."""
-
+    """What a warm call says, in order (the second line only without ``--json``)."""
     return [f"nothing changed since the last success (fingerprint); {settings.env_file} is current",
             f"ready: flydsl {known(result.version)} ({known(result.how)}) for {known(result.python)}; "
             f"source {result.env_file}"]
@@ -88,9 +86,8 @@ def warm_lines(settings: Settings, result: Result) -> List[str]:
 
 def keep_warm(settings: Settings, environ: Mapping[str, str], tokens: Optional[Sequence[str]], twin: EnvTwin,
               print_now: Mapping[str, object]) -> None:
-    """Record in the front door's stamp that a call with these raw inputs (``tokens``: its setting flags; None
-    when its settings did not come from its argv and variables alone) is answered by ``twin`` and its env file
-    (written next, or in place) while ``print_now`` (the fingerprint, computed now) holds.  Never fails."""
+    """Record in the front door's stamp that a call with these raw inputs (``tokens``; None: not from argv and
+    variables alone) is answered by ``twin`` while ``print_now``, the fingerprint, holds.  Never fails."""
     if tokens is None or settings.verify or print_now.get("interpreter") is None:
         return
     root = settings.root
@@ -137,8 +134,8 @@ def _key_variables() -> List[str]:
 
 
 def _template(text: str, holes: Mapping[str, str], order: Sequence[str]) -> Optional[List[str]]:
-    """``text`` cut at the holes (their JSON spellings), in ``order``: literal texts at even places, the holes'
-    names at odd ones (warm.py fills them); None when a hole is not there exactly once."""
+    """``text`` cut at the holes' JSON spellings, in ``order``: texts at even places, the holes' names at odd
+    ones (warm.py fills them); None unless each is there once."""
     parts = [text]
     for name in order:
         spelled = json.dumps(holes[name])

@@ -1,27 +1,33 @@
-"""The one interface of the ways to provision a tree: release wheel, binary cache, source build.
+"""The one interface of the ways to a tree (release wheel, binary cache, source build, host store): each
+provides a verified tree in a run and predicts for the doctor what it needs.
 
-The pipeline asks each provider that applies, in order, for a verified tree of the pin in the root; the
-first that gives one wins.  A provider returns None to let the next one try (no wheel under ``auto``, a
-cache miss) and raises EnsureError when the run must stop (a demanded release that cannot be had, a
-failed build).
-
-What provisioning starts ahead of a provider's turn (the release wheel's download beside git's fetch, the
-final probe's interpreter while a wheel or a cache entry is put in place) is :class:`Early`'s: provision()
-owns it and stops what is left of it when it ends, the provider whose turn it is takes it.
-"""
+A run asks each way that applies, in the table's order, for a tree of the pin in the root; the first that
+gives one wins.  A way returns None to let the next one try (a cache miss) and raises EnsureError to stop
+the run (a failed build)."""
 
 from __future__ import annotations
 
-from typing import Callable, Optional, Protocol
+import concurrent.futures
+from dataclasses import dataclass
+from typing import Callable, ClassVar, List, Mapping, Optional, Protocol
 
 from ensure_flydsl.errors import Plan
 from ensure_flydsl.probe.interpreter import EarlyProbe
+from ensure_flydsl.probe.results import Interpreter
+from ensure_flydsl.settings import Settings
+from ensure_flydsl.trees.local import HostStore
+from ensure_flydsl.trees.remote import Cache
 from ensure_flydsl.ways import Way
+from ensure_flydsl.ways.checks import Check, RunContext, Submit
 from ensure_flydsl.ways.context import Decision, Run
+
+# The doctor's checks before a build, handed in by the pipeline (the doctor sits above the ways): raises the
+# blocking finding for these settings, environment, checkout and interpreter.
+DoctorCheck = Callable[[Settings, Mapping[str, str], str, Interpreter], None]
 
 
 class WheelDownload(Protocol):
-    """The release wheel's download started beside the fetch (``ways/release/download.py: WheelDownload``)."""
+    """The release wheel's download, started beside the fetch (``ways/release/download.py``)."""
 
     version: str
 
@@ -31,52 +37,62 @@ class WheelDownload(Protocol):
 
 
 class Early:
-    """The early probe and the release wheel's download, started before the provider that uses them."""
+    """The early probe and the release wheel's download: started before the way that takes them, stopped by
+    provisioning when it ends."""
 
     def __init__(self) -> None:
-        self._probe: Optional[EarlyProbe] = None
-        self._download: Optional[WheelDownload] = None
-
-    def started_probe(self, probe: EarlyProbe) -> None:
-        self.stop_probe()
-        self._probe = probe
-
-    def started_download(self, download: WheelDownload) -> None:
-        self.stop_download()
-        self._download = download
+        self.probe: Optional[EarlyProbe] = None
+        self.download: Optional[WheelDownload] = None
 
     def take_probe(self) -> Optional[EarlyProbe]:
-        """The early probe, now the taker's (it answers one probe, then closes)."""
-        probe, self._probe = self._probe, None
+        probe, self.probe = self.probe, None
         return probe
 
     def take_download(self) -> Optional[WheelDownload]:
-        download, self._download = self._download, None
+        download, self.download = self.download, None
         return download
 
     def stop_probe(self) -> None:
-        """A provider that needs no quick probe (a source build, an hour long) frees its memory."""
-        probe = self.take_probe()
-        if probe is not None:
+        if (probe := self.take_probe()) is not None:
             probe.close()
 
     def stop_download(self) -> None:
-        download = self.take_download()
-        if download is not None:
+        if (download := self.take_download()) is not None:
             download.abort()
 
 
-class Provider:
-    """One way to put a verified tree of ``commit`` into the root."""
+@dataclass
+class Shared:
+    """What a run opens or starts once for all its ways."""
 
-    way = Way.SOURCE  # which way of ``ways.STRATEGY`` it is
-    route = Plan.SOURCE  # the steps it goes through (its ETA's); it calls ``run.plan`` when it takes them
+    commit: str  # the pin's
+    release: Optional[str]  # the version of the release tag at that commit
+    early: Early
+    cache: Optional[Cache]
+    store: Optional[HostStore]
+    doctor: DoctorCheck
 
-    def provide(self, run: Run, commit: str) -> Optional[Decision]:
-        raise NotImplementedError
+
+class Provider(Protocol):
+    """One way to put a verified tree of the pin into the root."""
+
+    way: ClassVar[Way]
+    route: ClassVar[Optional[Plan]]  # the steps it takes (the ETA's); None: a link from the store has none
+
+    @classmethod
+    def for_run(cls, run: Run, shared: Shared) -> Optional[Provider]:
+        """The way's provider for this run, or None when it does not apply (no cache set, no release)."""
+
+    @staticmethod
+    def predict(ctx: RunContext, checkout: Optional[str], submit: Submit) -> List[concurrent.futures.Future[Check]]:
+        """The doctor's checks of what this way needs, submitted to its pool."""
+
+    def provide(self, run: Run, commit: str) -> Optional[Decision]: ...
 
     def after_publish(self, run: Run, commit: str) -> None:
         """Work that may wait until the env file is written (pollers do not wait for it)."""
+        return None
 
     def abandon(self, run: Run, error: BaseException) -> None:
-        """The run ends with ``error`` after :meth:`provide` began: give up what the provider holds."""
+        """The run ends with ``error`` after :meth:`provide` began: give up what the way holds."""
+        return None

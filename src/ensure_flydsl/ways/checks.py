@@ -1,5 +1,5 @@
-"""One doctor check's answer: ok, missing, wrong or skipped, the detail, the remedy, whether it blocks the
-configured strategy, and the run's step (and so the exit code) that would fail."""
+"""What the doctor's checks share: a check's answer, the context they look at, and their reach of the network
+(the package index, asked once each; git remotes, through the mirrors)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ensure_flydsl.errors import ExitCode, Stage
 from ensure_flydsl.probe.results import Interpreter
-from ensure_flydsl.settings import GitMirrors, Settings
+from ensure_flydsl.settings import Settings
 from ensure_flydsl.source.git import is_local_repo, ls_remote_within
 from ensure_flydsl.source.mirrors import describe, rewrite
 from ensure_flydsl.source.needs import BuildNeeds
@@ -21,7 +21,6 @@ from ensure_flydsl.ways.package_index import IndexAnswer, query_versions
 
 
 class CheckStatus(str, enum.Enum):
-    """What a check found: what is needed is there, missing, there but wrong, or not looked at."""
 
     OK = "ok"
     MISSING = "missing"
@@ -118,38 +117,30 @@ class RunContext:
         return Stage.LLVM if self.heavy else Stage.BUILD
 
 
-def ls_remote(url: str, environ: Mapping[str, str], timeout: float, *refs: str,
-              mirrors: GitMirrors) -> Tuple[bool, str]:
-    """Whether ``git ls-remote url`` answers within the timeout (through the mirrors, as git rewrites the
-    URL itself); (ok, output or the reason)."""
-    try:
-        proc = ls_remote_within(url, refs, environ, mirrors, timeout)
-    except subprocess.TimeoutExpired:
-        return False, f"no answer within {timeout:.0f} s"
-    except OSError as exc:
-        return False, f"cannot run git: {exc.strerror}"
-    if proc.returncode != 0:
-        lines = proc.stderr.decode(errors="replace").strip().splitlines()
-        return False, lines[-1] if lines else f"git ls-remote exited with {proc.returncode}"
-    return True, proc.stdout.decode(errors="replace")
-
-
 def local_path(url: str) -> str:
     return url[len("file://"):] if url.startswith("file://") else url
 
 
 def reach(url: str, environ: Mapping[str, str], timeout: float, settings: Settings,
-           *refs: str) -> Tuple[bool, str, str]:
-    """Whether git can fetch from ``url`` (through the mirrors): (it can, ls-remote's output or why not,
-    the URL and the mirror that serves it, for messages).  A local target is only looked at."""
+          *refs: str) -> Tuple[bool, str, str]:
+    """Whether git can fetch from ``url`` through the mirrors: (it can, ls-remote's output or why not, the URL
+    and the mirror that serves it).  A local target is only looked at."""
     mirrors = settings.git_mirrors
     where, _ = rewrite(url, mirrors)
     how = describe(url, mirrors, settings.label("git_mirrors"))
     if is_local_repo(where):
         path = local_path(where)
         return os.path.isdir(path), "" if os.path.isdir(path) else f"{path} does not exist", how
-    answered, out = ls_remote(url, environ, timeout, *refs, mirrors=mirrors)
-    return answered, out, how
+    try:  # git rewrites the URL itself
+        proc = ls_remote_within(url, refs, environ, mirrors, timeout)
+    except subprocess.TimeoutExpired:
+        return False, f"no answer within {timeout:.0f} s", how
+    except OSError as exc:
+        return False, f"cannot run git: {exc.strerror}", how
+    if proc.returncode != 0:
+        lines = proc.stderr.decode(errors="replace").strip().splitlines()
+        return False, lines[-1] if lines else f"git ls-remote exited with {proc.returncode}", how
+    return True, proc.stdout.decode(errors="replace"), how
 
 
 def no_mirror(url: str, settings: Settings) -> str:
@@ -159,7 +150,6 @@ def no_mirror(url: str, settings: Settings) -> str:
     return ""
 
 
-# A way's prediction: ``predict(ctx, checkout, submit)`` gives its checks, each submitted to the doctor's pool.
 Submit = Callable[..., "concurrent.futures.Future[Check]"]
 
 

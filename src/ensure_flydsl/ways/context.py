@@ -1,4 +1,5 @@
-"""The state of one ensure run: its settings, messages, step durations and progress; what it decides and returns."""
+"""One ensure run as every way sees it: its settings, messages, steps and progress (``Run``), and what it
+decided (``Decision``)."""
 
 from __future__ import annotations
 
@@ -37,16 +38,14 @@ class Decision:
     commit: Optional[str] = None
     pin: Optional[str] = None  # the pin and repository the root's tree was made from (None: found elsewhere)
     repo: Optional[str] = None
-    link_mode: Optional[str] = None  # how the tree came from the host store into the root (host_store/link.py)
-    unprobed: bool = False  # no probe was run: the root's stamp ruled its tree out (pipeline/decide.py)
+    link_mode: Optional[str] = None  # how the tree came from the host store into the root
+    unprobed: bool = False  # no probe was run: the root's stamp ruled its tree out
 
 
 def likely_route(settings: Settings, release_commit: Optional[bool] = None) -> Optional[Plan]:
-    """The route a run will most likely take, before a provider takes one (for the ETA): a release when it
-    is demanded or the pin names a release tag (``auto``), or when the refs say the pin is a release's
-    commit (``release_commit``); else the cache when one is set; else a source build when nothing else
-    can be (``source``, or ``auto`` once the refs said the pin is no release).  None while nothing tells
-    a release from a build: a release run must never announce a source build's twenty minutes."""
+    """The route a run most likely takes, for the ETA: a release when demanded, or when the pin (or the refs:
+    ``release_commit``) names one; else the cache when set; else a source build when nothing else can be.
+    None while nothing tells a release from a build: a release must never announce a build's twenty minutes."""
     strategy = settings.strategy
     if demands(strategy, Way.RELEASE) or (tries(strategy, Way.RELEASE) and (release_commit or (
             release_commit is None and tag_version(settings.pin) is not None))):
@@ -59,8 +58,7 @@ def likely_route(settings: Settings, release_commit: Optional[bool] = None) -> O
 
 
 def announced_eta(settings: Settings, environ: Mapping[str, str]) -> Optional[float]:
-    """The ETA of a run that is starting (``start`` announces it): the whole likeliest route, from the host's
-    history; None while the route is not known."""
+    """The ETA ``start`` announces: the whole likeliest route, from the host's history (None: route unknown)."""
     route = likely_route(settings)
     if route is None:
         return None
@@ -82,7 +80,7 @@ class Run:
         self.environ = dict(environ)
         self.run_id = run_id or new_run_id()
         self.kind = kind
-        self.warm_key = warm_key  # the front door's key when the settings came from argv and variables alone
+        self.warm_key = warm_key  # the front door's key: None unless the settings came from argv and variables
         self.alive_fd = alive_fd
         self.durations: Dict[str, float] = {}
         self.step_name = Stage.SETTINGS
@@ -98,7 +96,7 @@ class Run:
 
     @property
     def interpreter(self) -> Interpreter:
-        """The target interpreter, known from the preflight on (every stage after it uses it)."""
+        """The target interpreter, described by the preflight."""
         if self._interpreter is None:
             raise RuntimeError("the target interpreter is described by the preflight, before any stage uses it")
         return self._interpreter
@@ -123,21 +121,21 @@ class Run:
                 self.tracker.step_started(self.step_name)
 
     def expect(self, route: Optional[Plan]) -> None:
-        """The likeliest route as the run learns more, before a provider takes one (for the ETA)."""
+        """The likeliest route as the run learns more, before a way takes one (for the ETA)."""
         self.tracker.expect(route)
 
     def plan(self, plan: Plan) -> None:
-        """The route a provider takes: the ETA adds up its steps, and the host's history learns them."""
+        """The route a way takes: the ETA adds up its steps, and the host's history learns them."""
         self.tracker.take(plan)
         self.facts.route = plan
 
     def pulse(self) -> Pulse:
-        """What the heartbeat says now: the tracker's figures once the run is tracked, else its step alone."""
+        """What the heartbeat says: the tracker's figures once the run is tracked, else its step."""
         return self.tracker.pulse() or Pulse(step=self.step_name, percent=None, elapsed_s=self.elapsed(), eta_s=None,
                                              run_id=self.run_id, pid=os.getpid())
 
     def worked(self) -> None:
-        """The current step did its real work (not a no-op): its duration counts for future ETAs."""
+        """The current step did real work: its duration counts for future ETAs."""
         self._worked = True
 
     def build_line(self, line: str) -> None:

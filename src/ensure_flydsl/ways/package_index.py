@@ -1,11 +1,8 @@
 """Ask the package index what it has, quickly, through pip so that pip's own configuration applies.
 
-``pip index versions`` reads PIP_INDEX_URL, PIP_EXTRA_INDEX_URL, PIP_FIND_LINKS, pip.conf, proxies and
-certificates exactly as the later ``pip install`` will, and given the install's own
-``--python-version/--abi/--platform`` options it lists only versions that have a wheel for the target
-interpreter: no download, one request per index.
-Nothing here installs anything.
-"""
+``pip index versions`` reads PIP_INDEX_URL, pip.conf, proxies and certificates as the later install will, and
+given the install's ``--python-version/--abi/--platform`` lists only versions with a wheel for the target:
+no download, one request per index."""
 
 from __future__ import annotations
 
@@ -45,8 +42,13 @@ class IndexAnswer:
     detail: str  # the last lines of pip's output when something went wrong
 
 
-def _pip_env(environ: Mapping[str, str]) -> Dict[str, str]:
-    env = {k: v for k, v in environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+# Settings of the caller's pip that cannot go with --target (pip would refuse, or install elsewhere).
+CONFLICTING_PIP_ENV = ("PIP_TARGET", "PIP_PREFIX", "PIP_ROOT", "PIP_USER", "PIP_REQUIRE_VIRTUALENV")
+
+
+def pip_env(environ: Mapping[str, str]) -> Dict[str, str]:
+    """The caller's environment for pip: its own PIP_* settings kept, the tree's PYTHONPATH not handed on."""
+    env = {k: v for k, v in environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", *CONFLICTING_PIP_ENV)}
     env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
     env["PIP_NO_INPUT"] = "1"
     return env
@@ -61,11 +63,9 @@ def query_versions(
     options: Sequence[str] = (),
     limit: Optional[float] = None,
 ) -> IndexAnswer:
-    """``python -m pip index versions package`` with a short timeout; binary distributions only.
-    ``options`` select another interpreter's wheels (release.wheel_tags: --python-version, --abi, ...).
-    ``limit``: the most the whole command may take (default: twice the timeout and 10 s, at least 30 s: pip's
-    own start takes seconds on a loaded host, and a check that cut it at 20 s said "cannot ask the package
-    index" of a wheelhouse on disk while a test suite ran beside it)."""
+    """``python -m pip index versions package`` with a short timeout, binary distributions only; ``options``
+    select another interpreter's wheels.  ``limit`` bounds the whole command: by default generously, since
+    pip's own start takes seconds on a loaded host."""
     # -vv: with --retries 0 pip reports an index it could not reach only at debug level ("Could not fetch
     # URL ..."); without it, "cannot reach the index" looks like "the index has no such package".
     cmd = [python, "-m", "pip", "index", "versions", package, "--only-binary=:all:", "-vv",
@@ -73,7 +73,7 @@ def query_versions(
     cmd += list(options)
     most = max(timeout * 2 + 10, 30.0) if limit is None else limit
     try:
-        proc = run_captured(cmd, env=_pip_env(environ), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        proc = run_captured(cmd, env=pip_env(environ), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, timeout=most)
     except subprocess.TimeoutExpired:
         return IndexAnswer(package, False, (), f"pip did not answer within {most:.0f} s")
@@ -98,7 +98,7 @@ def query_versions(
 
 
 def _parsed_newest_first(versions: Sequence[str]) -> List[Tuple[Version, str]]:
-    """Each of ``versions`` that parses, with its parsed form, newest first (one that does not is left out)."""
+    """Each of ``versions`` that parses, with its parsed form, newest first."""
     parsed: List[Tuple[Version, str]] = []
     for text in versions:
         try:
@@ -109,7 +109,7 @@ def _parsed_newest_first(versions: Sequence[str]) -> List[Tuple[Version, str]]:
 
 
 def newest_first(versions: Sequence[str], minimum: str) -> List[str]:
-    """``versions`` with a release segment >= ``minimum``, newest first (one that does not parse is left out)."""
+    """``versions`` with a release segment >= ``minimum``, newest first."""
     floor = Version(minimum).release
     return [text for version, text in _parsed_newest_first(versions) if version.release >= floor]
 

@@ -1,11 +1,13 @@
-"""The store's local tier in a run (trees/local.py): the first way of every strategy links a tree this host holds
-for the pin and the interpreter into the root, and a tree another way installed and verified is added to it
-before it is published.  A tree is keyed by what made it (repository, commit, ABI, platform, and the release or
-the MLIR it was made from; its root too when it holds the root's path).  The tier is an accelerator: one that
-cannot be used is said once and the run goes on without it; a damaged tree is said, removed and made again."""
+"""The host store's way (trees/local.py): link a tree this host holds for the pin and the interpreter into the
+root; keep a tree another way installed and verified, before it is published.
+
+A tree is keyed by what made it: repository, commit, ABI, platform, the release or MLIR it was made from, and
+its root when it holds the root's path.  The store is an accelerator: one that cannot be used is said once and
+the run goes on without it; a damaged tree is said, removed and made again."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import hashlib
 import os
 from typing import Dict, List, Optional
@@ -35,16 +37,14 @@ from ensure_flydsl.trees.local import (
 )
 from ensure_flydsl.trees.manifest import CacheEntry, cache_key, hashed_members
 from ensure_flydsl.ways import Way, tries
-from ensure_flydsl.ways.base import Early, Provider
+from ensure_flydsl.ways.base import Early, Provider, Shared
+from ensure_flydsl.ways.checks import Check, RunContext, Submit
 from ensure_flydsl.ways.context import Decision, Run
-from ensure_flydsl.ways.tree import TreeKey, prepare_build_dir, verify_tree
-
-ORIGINS = {How.RELEASED: "release", How.BUILT: "source", How.CACHED: "source"}
+from ensure_flydsl.ways.tree import prepare_build_dir, tree_identity, verify_tree
 
 
 def open_run_store(run: Run) -> Optional[HostStore]:
-    """The run's store: FLYDSL_STORE (the preflight checked it can be made), else the default in the user's
-    cache folder, which the run goes on without when it cannot be used (said once); None under ``off``."""
+    """FLYDSL_STORE, else the default in the user's cache folder; None under ``off`` or when it cannot be used."""
     setting = run.settings.store
     if setting == "off":
         return None
@@ -66,8 +66,8 @@ def open_run_store(run: Run) -> Optional[HostStore]:
 
 
 def borrow_git_objects(run: Run, store: HostStore) -> Optional[str]:
-    """Before the root's fetch: its repository borrows the host's shared git objects (trees/git_objects.py);
-    the shared repository's folder, or None (said) when it cannot be used."""
+    """Before the root's fetch: its repository borrows the host's shared git objects; the shared repository, or
+    None (said) when it cannot be used."""
     git_dir = os.path.join(run.settings.root, ".git")
     try:
         shared = git_objects.shared_repository(store.path, run.environ)
@@ -89,37 +89,30 @@ def give_git_objects(run: Run, shared: str, commit: str) -> None:
         run.say(f"store: the objects fetched into {root} were not added to {shared} ({exc})")
 
 
-def store_fields(run: Run, commit: str, origin: str, release: Optional[str],
-                 root: Optional[str] = None) -> Dict[str, object]:
-    """The key fields of a tree of ``commit`` for the run's interpreter from ``origin`` ("release" of version
-    ``release``, or "source"); ``root`` when the tree holds its root's path."""
-    return TreeKey.of(run, commit).store_fields(origin, _made_from(run, origin, release), root)
+def store_fields(run: Run, commit: str, release: Optional[str], root: Optional[str] = None) -> Dict[str, object]:
+    """The key fields of the tree of ``commit`` from the ``release`` wheel, or from a source build (None);
+    ``root`` when the tree holds its root's path."""
+    made_from = release if release is not None else run.settings.mlir_path
+    return {**tree_identity(run, commit), "origin": "release" if release is not None else "source",
+            "made_from": made_from, "root": root}
 
 
-def store_key(run: Run, commit: str, origin: str, release: Optional[str], root: Optional[str] = None) -> str:
-    return cache_key("tree", store_fields(run, commit, origin, release, root))
+def store_key(run: Run, commit: str, release: Optional[str], root: Optional[str] = None) -> str:
+    return cache_key("tree", store_fields(run, commit, release, root))
 
 
 def lookup_keys(run: Run, commit: str, release: Optional[str]) -> List[str]:
-    """The keys that answer the strategy, best first: ``release`` takes only the wheel's tree, ``source`` only a
-    build's, ``auto`` the wheel's (when the pin is a release) and then a build's; each also as this root's own."""
-    strategy, root = run.settings.strategy, run.settings.root
-    origins = ["release"] if release is not None and tries(strategy, Way.RELEASE) else []
+    """The keys that answer the strategy, best first: the wheel's tree (when the pin is a release), then a
+    build's; each also as this root's own."""
+    strategy = run.settings.strategy
+    releases: List[Optional[str]] = [release] if release is not None and tries(strategy, Way.RELEASE) else []
     if tries(strategy, Way.SOURCE):
-        origins.append("source")
-    made_from = {origin: _made_from(run, origin, release) for origin in origins}
-    tree = TreeKey.of(run, commit)
-    return [cache_key("tree", tree.store_fields(origin, made_from[origin], where))
-            for origin in origins for where in (None, root)]
-
-
-def _made_from(run: Run, origin: str, release: Optional[str]) -> Optional[str]:
-    """What a tree of ``origin`` was made from: the release's version, or the MLIR a source build used."""
-    return release if origin == "release" else run.settings.mlir_path
+        releases.append(None)
+    return [store_key(run, commit, made, where) for made in releases for where in (None, run.settings.root)]
 
 
 def interpreter_fingerprint(run: Run) -> Optional[Dict[str, object]]:
-    """The run's interpreter as the fingerprint holds it (probe/fingerprint.py: interpreter_part)."""
+    """The run's interpreter as a stored probe's answer is keyed."""
     settings = run.settings
     return interpreter_part(settings.python, run.environ, run.interpreter, layout.tree_folders(settings.root),
                             probe_modules(settings.require))
@@ -128,12 +121,19 @@ def interpreter_fingerprint(run: Run) -> Optional[Dict[str, object]]:
 class StoreProvider(Provider):
     """The host's stored tree for this pin and interpreter, linked into the root."""
 
-    name = "store"
     way = Way.STORE
+    route = None
 
-    def __init__(self, store: HostStore, release: Optional[str], early: Early, route: object) -> None:
+    def __init__(self, store: HostStore, release: Optional[str], early: Early) -> None:
         self.store, self.release, self.early = store, release, early
-        self.route = route  # type: ignore[assignment]  # the next provider's: a miss goes on there
+
+    @classmethod
+    def for_run(cls, run: Run, shared: Shared) -> Optional[StoreProvider]:
+        return None if shared.store is None else cls(shared.store, shared.release, shared.early)
+
+    @staticmethod
+    def predict(ctx: RunContext, checkout: Optional[str], submit: Submit) -> List[concurrent.futures.Future[Check]]:
+        return []
 
     def provide(self, run: Run, commit: str) -> Optional[Decision]:
         for key in lookup_keys(run, commit, self.release):
@@ -149,8 +149,7 @@ class StoreProvider(Provider):
         return None
 
     def answers_unprobed(self, run: Run, commit: str) -> bool:
-        """Whether a stored tree for this pin passed the probe with this interpreter as it is now (then no
-        early probe is started for the way after it)."""
+        """Whether a stored tree for this pin passed the probe with this interpreter as it is now."""
         fingerprint = None if run.settings.verify else interpreter_fingerprint(run)
         if fingerprint is None:
             return False
@@ -218,32 +217,22 @@ class StoreProvider(Provider):
 
 
 def decision_from_pass(run: Run, commit: str, how: How, known: Passed) -> Optional[Decision]:
-    """The answer a probe gave this tree in another root, for this root (None when it no longer passes the gate)."""
+    """The answer a probe gave this tree in another root, for this root; None when it fails the gate now."""
     settings = run.settings
     prefix = layout.tree_folders(settings.root)
     modules = tuple(ModuleResult(name, os.path.join(settings.root, rel), None) for name, rel in known.files.items())
-    probe = Probe(interpreter=run.interpreter,
-                  modules=modules,
-                  version=known.version,
-                  version_error=None,
-                  pythonpath=joined_pythonpath(prefix, run.environ.get("PYTHONPATH")),
-                  seconds=0.0)
+    probe = Probe(interpreter=run.interpreter, modules=modules, version=known.version, version_error=None,
+                  pythonpath=joined_pythonpath(prefix, run.environ.get("PYTHONPATH")), seconds=0.0)
     verdict = evaluate(probe, settings.min_version, settings.require)
     if not verdict.reusable:
         return None
-    return Decision(ok=True,
-                    reason=verdict.reason,
-                    how=how,
-                    tree=settings.root,
-                    prepend=prefix,
-                    probe=probe,
-                    verdict=verdict,
-                    commit=commit)
+    return Decision(ok=True, reason=verdict.reason, how=how, tree=settings.root, prepend=prefix, probe=probe,
+                    verdict=verdict, commit=commit)
 
 
 def remember_pass(run: Run, store: HostStore, key: str, decision: Decision) -> None:
-    """Record that the tree ``key`` passed the full probe with the run's interpreter (its files relative to the
-    root, so another root can take the answer)."""
+    """Record that the tree ``key`` passed the full probe with the run's interpreter, its files relative to the
+    root (another root takes the answer)."""
     fingerprint = interpreter_fingerprint(run)
     root = run.settings.root
     files = decision.verdict.files if decision.verdict is not None else {}
@@ -265,13 +254,12 @@ def say_cross_device(run: Run, store: HostStore, linker: Linker) -> None:
 
 
 def keep_in_store(run: Run, store: HostStore, commit: str, decision: Decision, release: Optional[str]) -> None:
-    """After a provider installed and verified a tree: add it to the store, the root's files placed there by the
-    first way that works (a hardlink makes them the store's, read-only), and hold it for the root.  A failure
-    to keep it never fails the run."""
-    origin = ORIGINS.get(decision.how)
+    """Add a tree another way installed and verified to the store (a hardlink makes the root's files the store's),
+    held for the root; a failure to keep it never fails the run."""
     root = run.settings.root
     packages = layout.packages_dir(root)
-    if origin is None or decision.link_mode is not None or not os.path.isdir(packages):
+    kept = (How.RELEASED, How.BUILT, How.CACHED)
+    if decision.how not in kept or decision.link_mode is not None or not os.path.isdir(packages):
         return
     try:
         members, holding = hashed_members(packages, os.fsencode(root.rstrip("/") + "/"))
@@ -279,7 +267,7 @@ def keep_in_store(run: Run, store: HostStore, commit: str, decision: Decision, r
         if holding:
             run.say(f"store: the tree holds its root's path ({', '.join(holding[:3])}"
                     f"{', ...' if len(holding) > 3 else ''}): it is kept for {root} alone")
-        fields = store_fields(run, commit, origin, release if origin == "release" else None, specific)
+        fields = store_fields(run, commit, release if decision.how is How.RELEASED else None, specific)
         linker = Linker()
         manifest, added = store.put(cache_key("tree", fields), fields, packages, members, how=str(decision.how),
                                     linker=linker)
@@ -301,9 +289,8 @@ def keep_in_store(run: Run, store: HostStore, commit: str, decision: Decision, r
 
 
 def linked_tree_problem(run: Run) -> Optional[str]:
-    """Why the root's tree is no longer the stored tree it was linked from, or None (read-only: nothing changes).
-    Hardlinked files are the store's own: each is checked against the store's seal (a stat), and hashed when the
-    stat differs; under ``--verify`` every file of the tree is hashed, however it was linked."""
+    """Why the root's tree is no longer the stored tree it was linked from, or None; read-only.  A hardlinked
+    file is checked against the store's seal (hashed when its stat differs); under ``--verify`` every file is."""
     root, verify = run.settings.root, run.settings.verify
     record = root_record(root)
     if record is None or not (verify or record[2] == HARDLINK):
@@ -323,8 +310,8 @@ def linked_tree_problem(run: Run) -> Optional[str]:
 
 
 def repair_linked_tree(run: Run, problem: str) -> None:
-    """Under the lock: the root's damaged tree goes (and the stored tree too when the root's files were the
-    store's, by hardlink), so the run provisions the tree again (from the store when it is intact)."""
+    """Under the lock: the root's damaged tree goes (the stored one too when its files were the root's, by
+    hardlink), so the run provisions it again."""
     root = run.settings.root
     record = root_record(root)
     if record is not None and record[2] == HARDLINK:

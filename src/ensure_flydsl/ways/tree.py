@@ -1,12 +1,11 @@
-"""What a tree is and what every provider does to the tree it makes: its identity on every host (the binary
-cache's fields and the host store's keys), prepare ``build-fly``, byte-compile, verify with the probe."""
+"""What every way does with the tree it makes: its identity on every host, ``build-fly`` prepared for it,
+the probe that verifies it (beside a byte-compile)."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import subprocess
-from dataclasses import dataclass
 from typing import Dict, Iterator, List, Mapping, Optional, Tuple
 
 from ensure_flydsl.errors import EnsureError, ExitCode, Stage
@@ -23,34 +22,15 @@ from ensure_flydsl.ways.base import Early
 from ensure_flydsl.ways.context import Decision, Run
 
 
-@dataclass(frozen=True)
-class TreeKey:
-    """What identifies a tree of one commit for one interpreter on every host, whatever way made it: the
-    repository (as :func:`repo_identity` names it), the commit, the interpreter's ABI and platform.  The binary
-    cache's key fields (ways/cache/provider.py: tree_fields) and the host store's keys are made from it."""
-
-    repo: str
-    commit: str
-    abi: str
-    platform: str
-
-    @classmethod
-    def of(cls, run: Run, commit: str) -> "TreeKey":
-        return cls(repo=repo_identity(run.settings.repo), commit=commit, abi=run.interpreter.abi,
-                   platform=run.interpreter.platform)
-
-    def fields(self) -> Dict[str, object]:
-        return {"repo": self.repo, "commit": self.commit, "abi": self.abi, "platform": self.platform}
-
-    def store_fields(self, origin: str, made_from: Optional[str], root: Optional[str]) -> Dict[str, object]:
-        """The store's key fields of this tree from ``origin`` ("release" or "source"), made from ``made_from``
-        (the release's version, or the MLIR a build used); ``root`` when the tree holds its root's path."""
-        return {**self.fields(), "origin": origin, "made_from": made_from, "root": root}
+def tree_identity(run: Run, commit: str) -> Dict[str, object]:
+    """What identifies a tree on every host, whatever way made it: the cache's and the store's keys hold it."""
+    return {"repo": repo_identity(run.settings.repo), "commit": commit, "abi": run.interpreter.abi,
+            "platform": run.interpreter.platform}
 
 
-def probe_tree(run: Run, prefix: List[str], warm: Optional[EarlyProbe] = None) -> Probe:
-    """The final probe: in ``warm``, the interpreter the run started early (it has imported the heavy
-    modules by now), when it was started for exactly this probe, else in a fresh one."""
+def judge_tree(run: Run, prefix: List[str], warm: Optional[EarlyProbe] = None) -> Tuple[Probe, Verdict]:
+    """The probe with ``prefix`` first on PYTHONPATH (in ``warm`` when it was started for exactly this probe),
+    and the gate's verdict on it for the run's request."""
     s = run.settings
     modules, timeout, label = probe_modules(s.require), s.probe_timeout, s.label("probe_timeout")
     probe = None
@@ -60,19 +40,12 @@ def probe_tree(run: Run, prefix: List[str], warm: Optional[EarlyProbe] = None) -
     if probe is None:
         probe = run_probe(s.python, modules=modules, prefix=prefix, environ=run.environ, timeout=timeout,
                           timeout_label=label)
-    return probe
-
-
-def judge_tree(run: Run, prefix: List[str], warm: Optional[EarlyProbe] = None) -> Tuple[Probe, Verdict]:
-    """The probe with ``prefix`` first on PYTHONPATH (:func:`probe_tree`), and the gate's verdict on what it saw
-    for the run's floor and required modules (whether a module came from ``prefix``: ``Verdict.from_first``)."""
-    probe = probe_tree(run, prefix, warm)
-    return probe, evaluate(probe, run.settings.min_version, run.settings.require, prefix)
+    return probe, evaluate(probe, s.min_version, s.require, prefix)
 
 
 def prepare_build_dir(run: Run, key: Mapping[str, object]) -> str:
-    """``ROOT/build-fly`` ready for a build (or wheel install) with inputs ``key``: what our steps made there for
-    other inputs is removed, anything else is moved aside with the folder (never deleted)."""
+    """``ROOT/build-fly`` ready for a build (or install) with inputs ``key``: what our steps made there for other
+    inputs is removed, anything else is moved aside with the folder, never deleted."""
     folder = build_dir(run.settings.root)
     started = run.stamps.started_key("build")
     if os.path.lexists(folder):
@@ -80,9 +53,7 @@ def prepare_build_dir(run: Run, key: Mapping[str, object]) -> str:
             moved = move_aside(folder)
             run.say(f"moved {folder}, which ensure-flydsl did not make, to {moved}")
         elif started != key:
-            # Only what the build steps recorded as theirs is removed (source/made.py); anything else there
-            # (somebody's notes, dumps, or a build an older version of the tool did not record) goes aside
-            # with the folder, so the new build starts clean and nothing is lost.
+            # Somebody's notes or dumps there go aside with the folder: the build starts clean, nothing is lost.
             why = "it was made for another commit, interpreter, MLIR or release"
             kept = remove_made(folder, build_made_record(run.settings.root))
             if os.path.lexists(folder):
@@ -99,11 +70,9 @@ def prepare_build_dir(run: Run, key: Mapping[str, object]) -> str:
 
 @contextlib.contextmanager
 def compiling_tree(run: Run) -> Iterator[None]:
-    """Byte-compile the tree with the target interpreter while the probe runs: every later import then
-    skips compiling FlyDSL's modules (about 1.2 s of each cold import; a wheel is unpacked without
-    bytecode, which would be the tool's own Python's).  The compiler writes each .pyc atomically, so the
-    probe, which writes none, reads a whole one or compiles that module itself.  Cached trees carry their
-    bytecode along.  Waited for when the probe is done; stopped if the probe fails or is interrupted."""
+    """Byte-compile the tree with the target interpreter while the probe runs: later imports skip about 1.2 s
+    of compiling (a wheel comes without bytecode).  Each .pyc is written atomically, so the probe reads a whole
+    one or compiles that module itself.  Stopped if the probe fails."""
     root = run.settings.root
     folders = [f for f in (packages_dir(root), os.path.join(root, "kernels")) if os.path.isdir(f)]
     if not folders:
@@ -122,12 +91,12 @@ def compiling_tree(run: Run) -> Iterator[None]:
         kill_and_reap(proc)
 
 
-POOL_FROM = 32  # modules: from here on, compileall's pool of one worker per core pays for starting it
+POOL_FROM = 32  # modules: from here on, compileall's pool of a worker per core pays for its start
 
 
 def _compile_jobs(folders: List[str]) -> str:
-    """compileall's ``-j``: ``0`` (a worker per core) for a tree of many modules, ``1`` for a few: its pool
-    starts a forkserver and its workers, about 40 ms of a 6-module tree's 80 ms (FlyDSL 0.2.2 has 92)."""
+    """compileall's ``-j``: ``0`` (a worker per core) for many modules, ``1`` for a few (a pool's start is
+    about 40 ms of a 6-module tree's 80 ms)."""
     count = 0
     for folder in folders:
         for _path, _folders, files in os.walk(folder):
@@ -138,8 +107,7 @@ def _compile_jobs(folders: List[str]) -> str:
 
 
 class TreeDoesNotImport(EnsureError):
-    """The probe of a finished tree fails (exit 6); ``probe`` is what it saw, for a provider that must tell
-    a fault of what it installed from one of the interpreter's."""
+    """The probe of a finished tree fails (exit 6); ``probe`` tells a fault of the tree from the interpreter's."""
 
     def __init__(self, reason: str, probe: Probe, hint: str) -> None:
         super().__init__(ExitCode.PROBE, reason, stage=Stage.VERIFY, hint=hint)
@@ -147,7 +115,7 @@ class TreeDoesNotImport(EnsureError):
 
 
 def verify_tree(run: Run, commit: str, how: How, early: Optional[Early] = None) -> Decision:
-    """The full probe of the new tree (in the early probe's interpreter when ``early`` still has it)."""
+    """The full probe of the new tree, in the early probe's interpreter when ``early`` still has it."""
     settings = run.settings
     prefix = tree_folders(settings.root)
     with compiling_tree(run):
@@ -159,11 +127,9 @@ def verify_tree(run: Run, commit: str, how: How, early: Optional[Early] = None) 
             "see the module files and errors with `ensure-flydsl verify`",
         )
     if not (verdict.tree and same_folder(verdict.tree, settings.root)):
-        raise EnsureError(
-            ExitCode.PROBE,
-            f"{how}, but the modules import from {verdict.tree}, not from the tree in {settings.root}",
-            stage=Stage.VERIFY,
-        )
+        raise EnsureError(ExitCode.PROBE,
+                          f"{how}, but the modules import from {verdict.tree}, not from the tree in {settings.root}",
+                          stage=Stage.VERIFY)
     run.say(f"verified: {verdict.reason}")
     return Decision(ok=True, reason=verdict.reason, how=how, tree=settings.root, prepend=prefix, probe=probe,
                     verdict=verdict, commit=commit)

@@ -1,11 +1,9 @@
 """A fleet pays one build: the build lease (trees/lease.py) around each build a run would publish.
 
-Before build_llvm.sh (the MLIR entry's key) and build.sh (the tree's) a run with a cache takes its turn: the entry
-is there (a hit); or it takes the lease and builds; or another host holds it and the run waits, saying who builds
-and how far, until the entry appears, the holder dies (taken over after the TTL), fails (tried once more; a second
-failure ends the waiters with the holder's stage, exit code and reason) or FLYDSL_LOCK_TIMEOUT runs out (exit 7).
-A failure record is believed only as a build step's failure with that step's exit code.
-"""
+Before build_llvm.sh and build.sh a run with a cache takes its turn at the key: the entry is there (a hit); or
+it takes the lease and builds; or another host holds it and the run waits, saying who builds and how far, until
+the entry appears, the holder dies (taken over after the TTL), fails (tried once more; a second failure ends the
+waiters with the holder's stage and exit code) or FLYDSL_LOCK_TIMEOUT runs out (exit 7)."""
 
 from __future__ import annotations
 
@@ -16,7 +14,7 @@ from dataclasses import dataclass
 from typing import Callable, Dict, Generic, Iterator, Optional, Set, Tuple, TypeVar
 
 from ensure_flydsl.errors import EnsureError, ExitCode, Stage
-from ensure_flydsl.settings import host_id as setting_host_id
+from ensure_flydsl.settings import host_id
 from ensure_flydsl.support.report import fmt_seconds
 from ensure_flydsl.trees.lease import (
     BUILDING,
@@ -34,13 +32,11 @@ from ensure_flydsl.ways.context import Run
 
 T = TypeVar("T")
 REPORT_INTERVAL_S = 30.0
-# How far ahead a failure record's date may be and still count as "just now" (NTP keeps clocks far closer).
-CLOCK_SKEW_S = 30.0
-# The steps a lease holder's work goes through, each with its one exit code: the only failures a holder records
-# and a waiter believes.
+CLOCK_SKEW_S = 30.0  # how far ahead a failure's date may be and still be "just now" (NTP keeps clocks closer)
+# A holder's build steps, each with its one exit code: the only failures a holder records and a waiter believes.
 HOLDER_STAGES = frozenset({Stage.LLVM, Stage.BUILD, Stage.VERIFY})
-# Creates that failed while the store listed nothing there, before the run builds without the lease (a store
-# whose listing misses what it holds cannot be taken turns at).
+# Creates refused while the store listed nothing there, before the run builds without the lease: a store whose
+# listing misses what it holds cannot be taken turns at.
 UNLISTED_TAKES = 2
 _REPORTED: Set[str] = set()
 
@@ -53,14 +49,9 @@ class Turn(Generic[T]):
     held: Optional[HeldLease] = None
 
 
-def host_id(run: Run) -> str:
-    """FLYDSL_HOST_ID, else the host name as text a lease record may carry."""
-    return setting_host_id(run.environ)
-
-
 def build_failure(stage: object, code: object) -> Optional[Stage]:
-    """The stage of a failure a holder records: one of its build's steps with that step's exit code; None for
-    anything else ("llvm" with exit 0 would end a waiter with exit 0 and no env file)."""
+    """The stage of a failure a holder records: a build step with that step's exit code, else None ("llvm" with
+    exit 0 would end a waiter with exit 0 and no env file)."""
     parsed = Stage.parse(stage)
     if parsed is None or parsed not in HOLDER_STAGES or parsed.exit_code is None:
         return None
@@ -94,8 +85,7 @@ def open_leases(run: Run, cache: Cache) -> Optional[Leases]:
 
 
 def holder_progress(run: Run) -> Progress:
-    """The holder's step, percent and ETA for its heartbeat: the step's own, not the run's (an MLIR waiter
-    would read the holder's later steps into it)."""
+    """The holder's step, percent and ETA for its heartbeat: the step's own, not the run's."""
     def progress() -> Tuple[Optional[str], Optional[float], Optional[float]]:
         step, percent, eta = run.tracker.step_progress()
         return step or run.step_name, percent, eta
@@ -191,7 +181,7 @@ class _Waiter:
         if generation <= self.refused:
             generation = self._past_refused(generation)
         self.run.tracker.follow(None, None, None)  # the figures followed so far were the old holder's
-        record = LeaseRecord(kind=self.kind, key=self.key, generation=generation, host=host_id(self.run),
+        record = LeaseRecord(kind=self.kind, key=self.key, generation=generation, host=host_id(self.run.environ),
                              run_id=self.run.run_id, pid=os.getpid(),
                              started=time.time(), what=self.what, failures_before=failures_before, ttl=self.leases.ttl)
         held = self.leases.take(record, holder_progress(self.run))
@@ -205,8 +195,7 @@ class _Waiter:
                      f"(generation {held.record.generation}); other hosts wait for this build")
 
     def _past_refused(self, generation: int) -> int:
-        """The generation after the refused one, whose create failed though nothing is listed there now;
-        CacheError (built without the lease) after UNLISTED_TAKES such takes."""
+        """The generation after the refused one, unlisted now; CacheError after UNLISTED_TAKES such takes."""
         self.unlisted += 1
         path = generation_path(self.kind, self.key, self.refused)
         if self.unlisted > UNLISTED_TAKES:
@@ -217,7 +206,7 @@ class _Waiter:
         return self.refused + 1
 
     def _age(self, record: LeaseRecord) -> float:
-        """Seconds since this run first saw these bytes of the record, by its own monotonic clock."""
+        """Seconds since this run first saw these bytes of the record, by its monotonic clock."""
         now = time.monotonic()
         seen = self.seen.get(record.generation)
         if seen is None or seen[0] != record.raw:
@@ -226,15 +215,13 @@ class _Waiter:
         return now - seen[1]
 
     def _dead(self, record: LeaseRecord) -> bool:
-        """The same bytes for longer than the TTL, by this host's own monotonic clock."""
-        # The holder's TTL: hosts with different settings still agree on when a lease is dead.
+        """The same bytes for longer than the holder's TTL (hosts with other settings agree on it)."""
         ttl = record.ttl if record.ttl > 0 else self.leases.ttl
         return self._age(record) > ttl
 
     def _is_news(self, record: LeaseRecord) -> bool:
-        """A failure record is news for at most a TTL after this run first saw it: to a run that watched the
-        key being built; to a later one only when dated within the last TTL (a record dated in the future is
-        history: it would stop every newcomer for as long as that clock is ahead)."""
+        """A failure is news for a TTL after this run first saw it: to a run that watched the build; to a later
+        one only when dated within the last TTL (one dated ahead would stop newcomers while that clock is)."""
         if self._age(record) > self.leases.ttl:
             return False
         if record.generation in self.watched:
@@ -257,7 +244,7 @@ class _Waiter:
             self.run.reporter.progress(self.run.step_name, holder.percent, holder.eta_s)
 
     def check_timeout(self) -> None:
-        """Exit 7 once FLYDSL_LOCK_TIMEOUT has passed since the first look, whatever the run waited for."""
+        """Exit 7 once FLYDSL_LOCK_TIMEOUT has passed since the first look."""
         timeout = self.run.settings.lock_timeout
         waited = time.monotonic() - self.started
         if timeout is None or waited < timeout:
@@ -284,7 +271,7 @@ class _Waiter:
 
 
 def give_up(record: LeaseRecord, what: str) -> EnsureError:
-    """The error that ends a waiter after a key's second recorded failure: the holder's stage and exit code."""
+    """What ends a waiter after a key's second failure: the holder's stage and exit code."""
     failure = record.failure or {}
     stage = build_failure(failure.get("stage"), failure.get("exit_code"))
     return EnsureError(
@@ -302,7 +289,7 @@ def _failure_text(record: LeaseRecord) -> str:
 
 
 def end_turn(held: Optional[HeldLease], error: Optional[BaseException]) -> None:
-    """After the build (and the publish) of a lease holder: release it, or record how the build failed."""
+    """After a holder's build and publish: release the lease, or record how the build failed."""
     if held is None:
         return
     if error is None:

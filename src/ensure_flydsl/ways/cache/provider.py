@@ -1,15 +1,13 @@
-"""The binary cache in a run: a finished tree or an MLIR install another host built, instead of a build.
+"""The binary cache way: a finished tree, or an MLIR install, another host built, fetched hash by hash.
 
-A fleet of N containers pays one build: the first host to build a key publishes ``build-fly/python_packages``
-(kind ``tree``) and its MLIR install (kind ``mlir``); the others fetch, verify every hash and run the full probe.
-With FLYDSL_CACHE_TRUSTED_KEYS an entry is installed only when one of those keys signed its manifest (the first
-manifest it trusts among the key's, the first one before the signers' variants); with FLYDSL_CACHE_SIGNING_KEY
-what the run publishes is signed.  The cache is an accelerator: a miss, an unreachable store, a corrupt or
-untrusted entry is said once and built around, never deleted (it is not this host's).
-"""
+The first host to build a key publishes its ``build-fly/python_packages`` (kind ``tree``) and MLIR install
+(kind ``mlir``), signed with FLYDSL_CACHE_SIGNING_KEY; with FLYDSL_CACHE_TRUSTED_KEYS an entry is installed
+only when one of those keys signed it.  The cache is an accelerator: a miss, an unreachable store, a corrupt
+or untrusted entry is said once and built around, never deleted (it is not this host's)."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import glob
 import os
 from typing import Dict, List, Mapping, Optional, Tuple
@@ -17,6 +15,7 @@ from typing import Dict, List, Mapping, Optional, Tuple
 from ensure_flydsl.errors import Plan, Stage
 from ensure_flydsl.layout import build_made_record, cached_mlir_dir, packages_dir
 from ensure_flydsl.result import How
+from ensure_flydsl.settings import Settings
 from ensure_flydsl.source.llvm_inputs import checkout_llvm_inputs
 from ensure_flydsl.source.ownership import recording
 from ensure_flydsl.support import faults
@@ -27,13 +26,14 @@ from ensure_flydsl.trees.backends import CacheUnreachable
 from ensure_flydsl.trees.remote import Cache, CacheCorrupt, CacheEntry, CacheError, cache_key, format_size, open_cache
 from ensure_flydsl.trees.signing import check_entry, check_secret, manifest_sha, trusted_keys
 from ensure_flydsl.ways import Way
-from ensure_flydsl.ways.base import Early, Provider
+from ensure_flydsl.ways.base import Early, Provider, Shared
+from ensure_flydsl.ways.checks import WRONG, Check, RunContext, Submit, passed, settled
 from ensure_flydsl.ways.context import Decision, Run
-from ensure_flydsl.ways.tree import TreeKey, prepare_build_dir, verify_tree
+from ensure_flydsl.ways.tree import prepare_build_dir, tree_identity, verify_tree
 
 
 def llvm_label(key: Mapping[str, object]) -> str:
-    """The LLVM commit of an MLIR key, short, for messages (a key always has one: llvm_inputs.py)."""
+    """The LLVM commit of an MLIR key, short, for messages."""
     commit = key.get("llvm_commit")
     return commit[:12] if isinstance(commit, str) else "(commit unknown)"
 
@@ -57,8 +57,7 @@ def open_run_cache(run: Run) -> Optional[Cache]:
 
 
 def cache_failed(run: Run, cache: Cache, exc: CacheError, what: str, then: str = "going on without it") -> None:
-    """Say that ``what`` failed and what the run does ``then``; a cache that is down is said once per run, and no
-    later step tries it again."""
+    """Say that ``what`` failed and what the run does ``then``; a cache that is down is said once per run."""
     if cache.down is None:
         run.say(f"cache: {what} ({exc}); {then}")
     elif not cache.down_reported:
@@ -68,26 +67,26 @@ def cache_failed(run: Run, cache: Cache, exc: CacheError, what: str, then: str =
 
 
 def usable(cache: Cache, *, writing: bool = False) -> bool:
-    """Whether to use the cache now: not once it is down for this run, and not for writes when read-only."""
+    """Not once the cache is down for this run, nor for writes when it is read-only."""
     return cache.down is None and not (writing and cache.read_only)
 
 
 def mlir_spec(run: Run) -> Dict[str, object]:
-    """What the MLIR a source build uses is made from (known before anything is built)."""
+    """What a source build's MLIR is made from (known before anything is built)."""
     if run.settings.mlir_path is not None:
         return {"mlir_path": run.settings.mlir_path}
     return {"llvm": checkout_llvm_inputs(run.settings.root, run.environ).key(run.interpreter.abi)}
 
 
 def tree_shareable(run: Run) -> bool:
-    """Whether the tree's key names its MLIR: not when the pin's LLVM commit is unknown."""
+    """Whether the tree's key can name its MLIR: not when the pin's LLVM commit is unknown."""
     return mlir_spec(run) != {"llvm": None}
 
 
 def tree_fields(run: Run, commit: str) -> Dict[str, object]:
     root = run.settings.root
     return {
-        **TreeKey.of(run, commit).fields(),
+        **tree_identity(run, commit),
         "build_script": file_sha256(os.path.join(root, "scripts", "build.sh")),
         "mlir": mlir_spec(run),
     }
@@ -100,20 +99,16 @@ def mlir_fields(key: Mapping[str, object], platform: str) -> Dict[str, object]:
 
 
 def tree_from_cache(run: Run, cache: Cache, commit: str, early: Optional[Early] = None) -> Optional[Decision]:
-    """The tree for this commit and interpreter fetched into ``build-fly/python_packages`` and verified; None
-    (the reason said) when there is none or it cannot be used."""
+    """The tree for this commit and interpreter, fetched and verified; None (said why) when there is none."""
     if not tree_shareable(run):
         run.say("cache: not looked up: the pin's LLVM commit is unknown, so no entry can be known to match")
         return None
     if not usable(cache):
         return None
-    fields = tree_fields(run, commit)
-    key = cache_key("tree", fields)
-    entry, present = _find(run, cache, "tree", key, f"tree entry for {commit[:8]}")
-    run.facts.looked_up("tree", hit=False)  # a hit once the tree is fetched
+    key = cache_key("tree", tree_fields(run, commit))
+    entry = _find(run, cache, "tree", key, f"tree entry for {commit[:8]}",
+                  f"no tree for {commit[:12]} and {run.interpreter.abi}")
     if entry is None:
-        if not present and usable(cache):  # (a cache that went down just now was said to be down, not to miss)
-            run.say(f"cache: no tree for {commit[:12]} and {run.interpreter.abi} in {cache.location}")
         return None
     run.plan(Plan.CACHE)
     run.worked()
@@ -149,18 +144,16 @@ def tree_from_cache(run: Run, cache: Cache, commit: str, early: Optional[Early] 
 
 
 def publish_tree(run: Run, cache: Cache, commit: str) -> None:
-    """After a verified source build: share it (a failure to share never fails the run)."""
+    """Share a verified source build (a failure to share never fails the run)."""
     if not tree_shareable(run):
         run.say("cache: the tree is not published: it was built from an MLIR of an unknown LLVM commit")
         return
     fields = tree_fields(run, commit)
-    key = cache_key("tree", fields)
-    packages = packages_dir(run.settings.root)
-    _publish(run, cache, "tree", key, fields, packages)
+    _publish(run, cache, "tree", cache_key("tree", fields), fields, packages_dir(run.settings.root))
 
 
 def mlir_from_cache(run: Run, cache: Cache, key: Mapping[str, object]) -> Optional[str]:
-    """An MLIR install for this LLVM key, fetched into the tool's own folder; None when there is none."""
+    """An MLIR install for this LLVM key, fetched into the tool's own folder, or None."""
     fields = mlir_fields(key, run.interpreter.platform)
     ckey = cache_key("mlir", fields)
     folder = cached_mlir_dir(run.settings.base_dir)
@@ -171,11 +164,9 @@ def mlir_from_cache(run: Run, cache: Cache, key: Mapping[str, object]) -> Option
         return dest
     if not usable(cache):
         return None
-    entry, present = _find(run, cache, "mlir", ckey, f"MLIR entry for LLVM {llvm_label(key)}")
-    run.facts.looked_up("mlir", hit=False)  # a hit once it is fetched
+    entry = _find(run, cache, "mlir", ckey, f"MLIR entry for LLVM {llvm_label(key)}",
+                  f"no MLIR for LLVM {llvm_label(key)}")
     if entry is None:
-        if not present and usable(cache):
-            run.say(f"cache: no MLIR for LLVM {llvm_label(key)} in {cache.location}")
         return None
     os.makedirs(folder, exist_ok=True)
     remove_tree(dest)
@@ -197,17 +188,21 @@ def publish_mlir(run: Run, cache: Cache, key: Mapping[str, object], install: str
     _publish(run, cache, "mlir", cache_key("mlir", fields), fields, install)
 
 
-def _find(run: Run, cache: Cache, kind: str, key: str, what: str) -> Tuple[Optional[CacheEntry], bool]:
-    """The entry to install (:func:`choose_entry`), and whether the key has any manifest."""
+def _find(run: Run, cache: Cache, kind: str, key: str, what: str, missing: str) -> Optional[CacheEntry]:
+    """The entry to install, or None (a miss said as ``missing``); a hit is counted once it is fetched."""
     try:
-        return choose_entry(run, cache, kind, key, what)
+        entry, present = choose_entry(run, cache, kind, key, what)
     except CacheError as exc:
         cache_failed(run, cache, exc, f"cannot look into {cache.location}")
-        return None, False
+        entry, present = None, False
     finally:
         for warning in cache.warnings:
             say_once(run, cache, f"cache: {warning}")
         cache.warnings.clear()
+    run.facts.looked_up(kind, hit=False)
+    if entry is None and not present and usable(cache):  # (a cache that just went down was said to be down)
+        run.say(f"cache: {missing} in {cache.location}")
+    return entry
 
 
 def _publish(run: Run, cache: Cache, kind: str, key: str, fields: Mapping[str, object], source: str) -> None:
@@ -234,7 +229,7 @@ def _publish(run: Run, cache: Cache, kind: str, key: str, fields: Mapping[str, o
 
 
 def _clear_partial_fetches(folder: str) -> None:
-    """Temporary folders of fetches killed half-way (the cache makes them beside the destination)."""
+    """Temporary folders of fetches killed half-way, beside the destination."""
     for leftover in glob.glob(os.path.join(folder, ".*.fetch-*")):
         remove_tree(leftover)
 
@@ -249,23 +244,51 @@ class CacheProvider(Provider):
         self.cache = cache
         self.early = early
 
+    @classmethod
+    def for_run(cls, run: Run, shared: Shared) -> Optional[CacheProvider]:
+        return None if shared.cache is None else cls(shared.cache, shared.early)
+
+    @staticmethod
+    def predict(ctx: RunContext, checkout: Optional[str], submit: Submit) -> List[concurrent.futures.Future[Check]]:
+        trust = check_cache_trust(ctx.settings)
+        return [settled(trust)] if trust is not None else []
+
     def provide(self, run: Run, commit: str) -> Optional[Decision]:
         with run.step(Stage.CACHE):
             return tree_from_cache(run, self.cache, commit, self.early)
 
 
-# -- signed entries ------------------------------------------------------------------------------------------
+def check_cache_trust(settings: Settings) -> Optional[Check]:
+    """Whose entries a shared cache installs: a warning (never blocking) unless trusted keys are set."""
+    if settings.cache is None:
+        return None
+    trusted = settings.label("cache_trusted_keys")
+    if settings.cache_trusted_keys:
+        names = ", ".join(line.partition(":")[0] for line in settings.cache_trusted_keys)
+        signing = ("; this host signs what it publishes" if settings.cache_signing_key else
+                   f"; this host publishes unsigned ({settings.label('cache_signing_key')} is not set), and hosts "
+                   "that check signatures will not install what it publishes")
+        return passed("cache-trust", f"cache entries are installed only when signed by {names}{signing}",
+                      Stage.SETTINGS)
+    return Check("cache-trust", WRONG,
+                 f"{trusted} is not set: if other hosts or users can write to {shown_location(settings.cache)}, "
+                 "this host installs whatever they put there (the hashes only prove the blob matches its manifest, "
+                 "not who wrote it)",
+                 "sign on the host that builds (FLYDSL_CACHE_SIGNING_KEY, from `ensure-flydsl cache keygen`) "
+                 f"and set {trusted} to its .pub file on every host; ignore this if the cache is this host's alone",
+                 blocking=False, stage=Stage.SETTINGS)
+
+
 def say_once(run: Run, cache: Cache, line: str) -> None:
-    """Say ``line`` unless the run said it about this cache already (the lease's turn looks a key up again)."""
+    """Said once per cache (the lease's turn looks a key up again)."""
     if line not in cache.said:
         cache.said.add(line)
         run.say(line)
 
 
 def choose_entry(run: Run, cache: Cache, kind: str, key: str, what: str) -> Tuple[Optional[CacheEntry], bool]:
-    """The entry of ``kind``/``key`` the run may install, and whether the key has any manifest (False: a miss).
-    Without trusted keys: the first manifest, else the newest variant; with them, the first a trusted key signed,
-    each refusal said in one line.  ``what`` names the key's entries ("tree entry for a35627a2")."""
+    """The entry the run may install, and whether the key has any manifest: without trusted keys the first
+    manifest, else the newest variant; with them the first a trusted key signed, each refusal said."""
     primary = cache.lookup(kind, key)
     if not run.settings.cache_trusted_keys:
         if primary is not None:
@@ -308,7 +331,7 @@ def _take(run: Run, cache: Cache, entry: CacheEntry, what: str, by: Tuple[str, .
     for problem in problems:
         say_once(run, cache, f"cache: {problem}")
     say_once(run, cache, f"cache: the cache's {_label(entry, what)} is signed by {', '.join(by)}, which "
-             f"{settings_label(run)} trusts")
+             f"{run.settings.label('cache_trusted_keys')} trusts")
     return entry
 
 
@@ -317,13 +340,8 @@ def _label(entry: CacheEntry, what: str) -> str:
     return f"{what} from {entry.variant}" if entry.variant else what
 
 
-def settings_label(run: Run) -> str:
-    return run.settings.label("cache_trusted_keys")
-
-
 def signers(run: Run) -> List[SecretKey]:
-    """The key this run signs with (none without FLYDSL_CACHE_SIGNING_KEY), read again: CacheError, so that
-    the publish is skipped, when it went bad since the settings checked it."""
+    """The key this run signs with, read again: a CacheError skips the publish when it went bad since."""
     path = run.settings.cache_signing_key
     if path is None:
         return []
@@ -336,10 +354,11 @@ def signers(run: Run) -> List[SecretKey]:
 
 
 def publish_note(run: Run, secrets: List[SecretKey]) -> str:
-    """What follows "published the tree ... to LOCATION": who signed it, or why checking hosts refuse it."""
+    """Who signed what was published, or why checking hosts refuse it."""
     if secrets:
         return ", signed by " + ", ".join(secret.name for secret in secrets)
     if run.settings.cache_trusted_keys:
-        return (f", unsigned: {settings_label(run)} is set but {run.settings.label('cache_signing_key')} is not, "
-                "so hosts that check signatures will not install it")
+        label = run.settings.label
+        return (f", unsigned: {label('cache_trusted_keys')} is set but {label('cache_signing_key')} is not, so hosts "
+                "that check signatures will not install it")
     return ""

@@ -1,2 +1,1 @@
-"""The release way: the pin is a release tag's commit and the package index has its wheel (provider.py:
-download, provenance, install); checks.py: the doctor's prediction, and auto's hint instead of a build."""
+"""The release way: the pin's release wheel (provider.py: install; checks.py: prediction and auto's hint)."""

@@ -1,55 +1,54 @@
-"""What ``ensure`` under ``auto`` adds to its failure when the source build cannot succeed, predicted by the
-doctor: a release >= the floor that has a wheel for this interpreter and whose tag holds the required
-modules (``ways/source/provider.py: suggest_release`` asks the same question, through the same
-``wheels.suggestion.release_suggestion``).  Asked only when such a check blocks, in seconds at most."""
+"""The release way's prediction: a wheel for the target interpreter; and auto's hint when a source build
+cannot succeed, which ``ensure`` and the doctor both take from :func:`release_suggestion`.
+
+A release is suggested only when a run of it would pass what can be judged here: the index has its wheel for
+the interpreter (asked through the pip the release way uses), it passes the floor, and its tag holds every
+FLYDSL_REQUIRE module.  Each question is bounded: a hint on a failure path is never a wait."""
 
 from __future__ import annotations
 
-import concurrent.futures
 import os
-from typing import List, Mapping, Optional, Tuple
+from typing import List, Mapping, Optional, Sequence, Tuple
 
 from ensure_flydsl.errors import EnsureError, Stage
 from ensure_flydsl.probe.interpreter import describe_interpreter
+from ensure_flydsl.probe.results import Interpreter
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.source.git import is_local_repo, read_git
 from ensure_flydsl.source.needs import resolve_in
-from ensure_flydsl.source.release_tags import pin_as_tag, release_tags, tag_version
+from ensure_flydsl.source.release_tags import (
+    TagAnswer,
+    TagSource,
+    checked_modules,
+    pin_as_tag,
+    release_holding,
+    release_tags,
+    tag_version,
+)
 from ensure_flydsl.support.processes import CommandFailed
-from ensure_flydsl.ways import Way, demands, falls_back
-from ensure_flydsl.ways.checks import MISSING, WRONG, Check, RunContext, Submit, passed, skipped
-from ensure_flydsl.ways.package_index import best_version
+from ensure_flydsl.ways import falls_back
+from ensure_flydsl.ways.checks import MISSING, WRONG, Check, RunContext, local_path, passed, skipped
+from ensure_flydsl.ways.package_index import best_version, newest_first, query_versions
 from ensure_flydsl.ways.release.download import release_pip, wheel_tags
-from ensure_flydsl.ways.release.suggestion import release_suggestion
 
 # Stages only a source build goes through: a release install does not need what blocks them.
 SOURCE_ONLY = frozenset({Stage.SUBMODULES, Stage.FIXES, Stage.LLVM, Stage.BUILD})
-
-
-def release_instead(settings: Settings, environ: Mapping[str, str], blocking: Check) -> Optional[str]:
-    """What ``auto``'s failure would suggest instead of the source build that ``blocking`` blocks: the
-    release of :func:`release_suggestion`; else None (also when the question gets no quick answer)."""
-    if not falls_back(settings.strategy) or blocking.stage not in SOURCE_ONLY:
-        return None
-    try:
-        interpreter = describe_interpreter(settings.python, environ, timeout=settings.probe_timeout,
-                                           timeout_label=settings.label("probe_timeout"))
-    except EnsureError:
-        return None
-    return release_suggestion(settings, interpreter, environ)
+# The hint asks the index for at most this long (pip's socket timeout, then the whole command); git's
+# questions stop after SUGGEST_TIMEOUT_S without a byte.
+SUGGEST_TIMEOUT_S = 3.0
+SUGGEST_LIMIT_S = 8.0
 
 
 def release_version_of_pin(settings: Settings, checkout: Optional[str]) -> Tuple[Optional[str], str, bool]:
-    """(X, how it is known, True) when the pin is the release vX (a tag, a version, or a commit a release
-    tag points at in a local repository); (None, why not, known) otherwise, ``known`` False when only a
-    fetch can tell.  As provision.release_version decides after the fetch."""
+    """(X, how it is known, True) when the pin is the release vX (a tag, a version, or a commit a release tag
+    points at in a local repository); else (None, why not, whether that is known before a fetch)."""
     tag = pin_as_tag(settings.pin)
     version = tag_version(tag)
     if version is not None:
         return version, f"the pin names the release tag {tag}", True
     candidates = [p for p in (checkout, settings.root) if p and os.path.isdir(os.path.join(p, ".git"))]
     if is_local_repo(settings.repo):
-        candidates.append(settings.repo[len("file://"):] if settings.repo.startswith("file://") else settings.repo)
+        candidates.append(local_path(settings.repo))
     for path in candidates:
         commit = resolve_in(path, settings.pin)
         if commit is None:
@@ -68,63 +67,93 @@ def release_version_of_pin(settings: Settings, checkout: Optional[str]) -> Tuple
 
 
 def check_release(ctx: RunContext, checkout: Optional[str], *, demanded: bool) -> Check:
-    """A flydsl wheel for the target interpreter (asked with the install's own options).  ``demanded``:
-    FLYDSL_STRATEGY=release (blocking); else auto's first choice (never blocking: it falls back)."""
+    """A flydsl wheel for the target interpreter, asked with the install's own options; blocking only when
+    the release is ``demanded`` (under ``auto`` a source build follows)."""
+    stage = Stage.RELEASE
     if ctx.interpreter is None:
-        return skipped("release-wheel", "the interpreter does not run", Stage.RELEASE)
+        return skipped("release-wheel", "the interpreter does not run", stage)
     version, how, known = release_version_of_pin(ctx.settings, checkout)
     if version is None and not demanded:
-        return skipped("release-wheel", f"auto builds from source: {how}", Stage.RELEASE)
+        return skipped("release-wheel", f"auto builds from source: {how}", stage)
     if version is None and known:
-        return Check(name="release-wheel",
-                     status=WRONG,
-                     detail=how,
-                     remedy="pin a release tag (for example v0.2.2) or a version, or use "
-                     "FLYDSL_STRATEGY=source",
-                     blocking=True,
-                     stage=Stage.RELEASE)
+        return Check("release-wheel", WRONG, how,
+                     "pin a release tag (for example v0.2.2) or a version, or use FLYDSL_STRATEGY=source",
+                     blocking=True, stage=stage)
     try:
         options = wheel_tags(ctx.interpreter)
     except EnsureError as exc:
-        return Check(name="release-wheel",
-                     status=WRONG,
-                     detail=exc.reason,
-                     remedy="use a CPython interpreter, or FLYDSL_STRATEGY=source",
-                     blocking=demanded,
-                     stage=Stage.RELEASE)
+        return Check("release-wheel", WRONG, exc.reason, "use a CPython interpreter, or FLYDSL_STRATEGY=source",
+                     blocking=demanded, stage=stage)
     pip, no_pip = release_pip(ctx.interpreter.executable, ctx.environ)  # the pip ensure downloads with
     fallback = "" if demanded else "; auto builds from source instead"
     if pip is None:
-        return Check(name="release-wheel",
-                     status=MISSING,
-                     detail=f"{how}, but {no_pip}{fallback}",
-                     remedy="give the interpreter pip, or use FLYDSL_STRATEGY=source",
-                     blocking=demanded,
-                     stage=Stage.RELEASE)
+        return Check("release-wheel", MISSING, f"{how}, but {no_pip}{fallback}",
+                     "give the interpreter pip, or use FLYDSL_STRATEGY=source", blocking=demanded, stage=stage)
     answer = ctx.index.answer("flydsl", options, python=pip)
     wanted = f"flydsl=={version}" if version else f"flydsl >= {ctx.settings.min_version}"
     abi = options[options.index("--abi") + 1]
     if not answer.answered:
-        return Check(name="release-wheel",
-                     status=MISSING,
-                     detail=f"cannot ask the package index for {wanted}: {answer.detail}",
-                     remedy="check the network or pip's configuration (PIP_INDEX_URL, pip.conf)",
-                     blocking=demanded,
-                     stage=Stage.RELEASE)
+        return Check("release-wheel", MISSING, f"cannot ask the package index for {wanted}: {answer.detail}",
+                     "check the network or pip's configuration (PIP_INDEX_URL, pip.conf)", blocking=demanded,
+                     stage=stage)
     found = best_version(answer.versions, exact=version, minimum=None if version else ctx.settings.min_version)
     if found:
-        return passed("release-wheel", f"{how}; the package index has a flydsl {found} wheel for {abi}", Stage.RELEASE)
+        return passed("release-wheel", f"{how}; the package index has a flydsl {found} wheel for {abi}", stage)
     listed = ", ".join(answer.versions[:5]) or "none"
-    return Check(name="release-wheel",
-                 status=MISSING,
-                 detail=f"{how}, but the package index has no {wanted} wheel for {abi} "
-                 f"(versions it has for {abi}: {listed}){fallback}",
-                 remedy="use FLYDSL_STRATEGY=source to build the pin, "
-                 "or set FLYDSL_PYTHON to an interpreter FlyDSL publishes wheels for (cp310-cp314)",
-                 blocking=demanded,
-                 stage=Stage.RELEASE)
+    return Check("release-wheel", MISSING,
+                 f"{how}, but the package index has no {wanted} wheel for {abi} (versions it has for {abi}: "
+                 f"{listed}){fallback}",
+                 "use FLYDSL_STRATEGY=source to build the pin, or set FLYDSL_PYTHON to an interpreter FlyDSL "
+                 "publishes wheels for (cp310-cp314)", blocking=demanded, stage=stage)
 
 
-def predict(ctx: RunContext, checkout: Optional[str], submit: Submit) -> List["concurrent.futures.Future[Check]"]:
-    """The release way's check: a wheel for the interpreter (blocking only when the release is demanded)."""
-    return [submit(check_release, ctx, checkout, demanded=demands(ctx.settings.strategy, Way.RELEASE))]
+def release_instead(settings: Settings, environ: Mapping[str, str], blocking: Check) -> Optional[str]:
+    """The doctor's hint when ``blocking`` stops the source build that ``auto`` falls back to."""
+    if not falls_back(settings.strategy) or blocking.stage not in SOURCE_ONLY:
+        return None
+    try:
+        interpreter = describe_interpreter(settings.python, environ, timeout=settings.probe_timeout,
+                                           timeout_label=settings.label("probe_timeout"))
+    except EnsureError:
+        return None
+    return release_suggestion(settings, interpreter, environ)
+
+
+def wheel_versions(interpreter: Interpreter, min_version: str, environ: Mapping[str, str],
+                   exclude: Optional[str]) -> List[str]:
+    """The releases >= ``min_version`` but ``exclude`` the index has a wheel of for ``interpreter``, newest
+    first; none without a quick answer."""
+    pip, _ = release_pip(interpreter.executable, environ)
+    if pip is None:
+        return []
+    try:
+        options = wheel_tags(interpreter)
+    except EnsureError:
+        return []
+    answer = query_versions(pip, "flydsl", environ, timeout=SUGGEST_TIMEOUT_S, options=options,
+                            limit=SUGGEST_LIMIT_S)
+    return newest_first([v for v in answer.versions if v != exclude], min_version)
+
+
+def release_suggestion(settings: Settings, interpreter: Interpreter, environ: Mapping[str, str]) -> Optional[str]:
+    """The newest release but the pin's own that qualifies (module docstring), in words; or None."""
+    pinned = tag_version(settings.pin) if settings.pin.startswith("v") else None
+    versions = wheel_versions(interpreter, settings.min_version, environ, pinned)
+    if not versions:
+        return None
+    modules = checked_modules(settings.require)
+    source = TagSource(settings.root, settings.repo, settings.git_mirrors, SUGGEST_TIMEOUT_S)
+    return suggestion_text(release_holding(source, versions, modules), modules, source.shown())
+
+
+def suggestion_text(answer: TagAnswer, modules: Sequence[str], repository: str) -> Optional[str]:
+    """A release that holds ``modules``, or one whose tag could not be read (said so: never claimed to work)."""
+    names = ", ".join(modules)
+    if answer.holding is not None:
+        holds = f" and its tag holds {names}" if modules else ""
+        return f"FLYDSL_PIN=v{answer.holding} has a wheel for this interpreter{holds}: about 10 s, nothing built"
+    if answer.unread is None:
+        return None
+    unknown = f"whether its tag holds {names}" if modules else f"whether {repository} has its tag"
+    return f"FLYDSL_PIN=v{answer.unread} has a wheel for this interpreter, but {unknown} could not be checked " \
+           f"({answer.why})"

@@ -1,13 +1,8 @@
-"""The release wheel's download: ``pip download`` of ``flydsl==X`` for the TARGET interpreter's tags, run by
-a pip that exists wherever the tool was installed (pip, ``uv tool install``, pipx, a venv without pip), under
-the user's own pip configuration (PIP_INDEX_URL, PIP_FIND_LINKS, pip.conf), stopped when the index sends
-nothing for the network silence limit.
+"""The release wheel's download: ``pip download`` of ``flydsl==X`` for the target interpreter's tags, under the
+user's pip configuration, stopped when the index sends nothing for the network silence limit.
 
-Which pip: the target interpreter's (``FLYDSL_PYTHON -m pip``: what installs into it is what the user's pip
-settings are for), else the tool's own interpreter's; with neither there is no download, and the reason says
-which interpreters were asked and how to give one of them pip (:func:`release_pip`).  The doctor asks the
-index through the same one, so it predicts what ``ensure`` does.
-"""
+The pip is the target interpreter's (what installs into it is what the user's pip settings are for), else
+the tool's own; the doctor asks the index through the same one (:func:`release_pip`)."""
 
 from __future__ import annotations
 
@@ -36,38 +31,32 @@ from ensure_flydsl.support.processes import (
     spawn_text,
     waiting_line,
 )
+from ensure_flydsl.ways.package_index import pip_env
 
-# pip's words for a retry after a stalled or broken connection: not a sign that the index answers.
-_RETRY = "Retrying ("
+_RETRY = "Retrying ("  # pip's retry after a stalled connection: no sign that the index answers
 _LOOKING = re.compile(r"^Looking in (?:indexes|links): (.+)$", re.MULTILINE)
 _pip_cache: Dict[str, bool] = {}
-_pip_lock = threading.Lock()
 
 
 def has_pip(python: str, environ: Optional[Mapping[str, str]] = None) -> bool:
-    """Whether ``python -m pip`` can run: pip is found on its own path (looked up, not imported; asked
-    once per process and interpreter)."""
-    with _pip_lock:
-        if python in _pip_cache:
-            return _pip_cache[python]
+    """Whether ``python -m pip`` can run: pip is found, not imported (asked once per interpreter)."""
+    if python in _pip_cache:
+        return _pip_cache[python]
     if python == sys.executable:
         found = importlib.util.find_spec("pip") is not None
     else:
-        env = pip_env(os.environ if environ is None else environ)
         try:
-            found = run_captured(
-                [python, "-c", scripts.text("has_pip")],
-                env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                timeout=60).returncode == 0
+            found = run_captured([python, "-c", scripts.text("has_pip")],
+                                 env=pip_env(os.environ if environ is None else environ), stdin=subprocess.DEVNULL,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60).returncode == 0
         except (OSError, subprocess.TimeoutExpired):
             found = False
-    with _pip_lock:
-        _pip_cache[python] = found
+    _pip_cache[python] = found
     return found
 
 
 def release_pip(target: str, environ: Optional[Mapping[str, str]] = None) -> Tuple[Optional[str], str]:
-    """(the interpreter whose pip asks the index and downloads the wheel, or None; why not, when None)."""
+    """The interpreter whose pip asks the index and downloads the wheel, or None and why not."""
     for python in dict.fromkeys((target, sys.executable)):
         if has_pip(python, environ):
             return python, ""
@@ -75,14 +64,6 @@ def release_pip(target: str, environ: Optional[Mapping[str, str]] = None) -> Tup
     return None, (f"there is no pip to download the wheel with: neither FLYDSL_PYTHON={target}{tool} has pip "
                   f"(an install by `uv tool install` has none); give FLYDSL_PYTHON pip (`{target} -m ensurepip "
                   f"--upgrade`, or `uv pip install --python {target} pip`)")
-
-
-def pip_env(environ: Mapping[str, str]) -> Dict[str, str]:
-    """The caller's environment for pip: its PIP_* settings kept; the tree's PYTHONPATH not handed on."""
-    env = {k: v for k, v in environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
-    env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
-    env["PIP_NO_INPUT"] = "1"
-    return env
 
 
 def wheel_tags(interpreter: Interpreter) -> List[str]:
@@ -99,24 +80,6 @@ def wheel_tags(interpreter: Interpreter) -> List[str]:
     return options
 
 
-def _pip_failed(exc: CommandFailed, interpreter: Interpreter, version: str, doing: str,
-                sink: Callable[[str], None]) -> EnsureError:
-    for line in exc.output.splitlines():
-        sink(line)
-    lines = [line for line in exc.output.splitlines() if line.strip()]
-    why = next((line.strip() for line in lines if "No matching distribution" in line or "ERROR" in line),
-               lines[-1].strip() if lines else f"pip exited with {exc.returncode}")
-    return EnsureError(
-        ExitCode.ARTIFACT,
-        f"no flydsl=={version} wheel could be {doing} for {interpreter.executable} "
-        f"(Python {interpreter.version}, {interpreter.soabi}): {why}",
-        stage=Stage.RELEASE,
-        hint="the package index has no wheel for this interpreter (FlyDSL publishes cp310-cp314 "
-        "manylinux x86_64); use another FLYDSL_PYTHON or FLYDSL_STRATEGY=source",
-        detail=exc.describe(),
-    )
-
-
 def _folder_bytes(folder: str) -> int:
     total = 0
     for top, _, files in os.walk(folder):
@@ -127,30 +90,21 @@ def _folder_bytes(folder: str) -> int:
 
 
 def disk_full(output: str, folder: str, version: str) -> Optional[EnsureError]:
-    """The error for a download pip gave up because the file system of ``folder`` is full (ENOSPC, which
-    pip reports as a traceback ending in ``[Errno 28] No space left on device``, or EDQUOT: ``[Errno 122]``),
-    said as every full file system is (``support/space.py``); None for any other."""
+    """The error for a download pip gave up because the file system of ``folder`` is full (pip's traceback
+    ends in ENOSPC's or EDQUOT's errno), said as every full file system is; None for any other."""
     quota = f"[Errno {errno.EDQUOT}]" in output or "Disk quota exceeded" in output
     if not quota and f"[Errno {errno.ENOSPC}]" not in output and "No space left on device" not in output:
         return None
-
-    return EnsureError(
-        ExitCode.ARTIFACT,
-        f"the flydsl=={version} wheel could not be downloaded into {folder}: "
-        f"{space.no_space(folder, errno.EDQUOT if quota else errno.ENOSPC)}",
-        stage=Stage.RELEASE,
-        hint=f"free space on the file system of {folder} (a FlyDSL wheel is about 75 MB, its install about "
-        "270 MB), or set FLYDSL_ROOT to a folder on a roomier one",
-    )
-
+    return EnsureError(ExitCode.ARTIFACT, f"the flydsl=={version} wheel could not be downloaded into {folder}: "
+                       f"{space.no_space(folder, errno.EDQUOT if quota else errno.ENOSPC)}", stage=Stage.RELEASE,
+                       hint=f"free space on the file system of {folder} (a FlyDSL wheel is about 75 MB, its install "
+                       "about 270 MB), or set FLYDSL_ROOT to a folder on a roomier one")
 
 
 class WheelDownload:
-    """``pip download`` of ``flydsl==version`` for ``interpreter`` into ``folder`` (a new folder), running in
-    the background from the start: a release run starts it as soon as the remote's refs name the pin's
-    release, so the download overlaps git's fetch of the pin.  pip chooses and fetches the wheel, so the
-    user's pip configuration applies.  Its temporary files go under ``folder`` too: bytes arriving there, or
-    a line from pip other than a retry, are its signs of life (see :meth:`wheel`)."""
+    """``pip download`` of ``flydsl==version`` for ``interpreter`` into the new ``folder``, in the background
+    from the start (a run starts it beside git's fetch).  pip's temporary files go under ``folder`` too:
+    bytes arriving there, or a line other than a retry, are its signs of life."""
 
     def __init__(self, interpreter: Interpreter, version: str, folder: str,
                  environ: Optional[Mapping[str, str]] = None) -> None:
@@ -183,14 +137,13 @@ class WheelDownload:
                 self._last_data = time.monotonic()
 
     def index(self) -> str:
-        """Where pip looks (its own ``Looking in indexes`` line, passwords already hidden), for messages."""
+        """Where pip looks (its ``Looking in indexes`` line, passwords hidden), for messages."""
         found = _LOOKING.findall("\n".join(self._lines))
         return found[-1].strip() if found else "the package index pip is configured with (PyPI by default)"
 
     def wheel(self, sink: Callable[[str], None]) -> str:
-        """Wait for it; the wheel's path, or EnsureError(8) with pip's reason.  When neither a byte nor a
-        line came for the silence limit, pip is stopped and the error names the index; while it waits, a
-        line is said every half of that limit."""
+        """Wait for the wheel's path; pip is stopped, and the error names the index, after the silence limit
+        without a byte or a line.  A line is said every half of that limit."""
         sink("$ " + " ".join(self.cmd))
         proc, self._proc = self._proc, None
         if proc is None:
@@ -201,22 +154,27 @@ class WheelDownload:
             _stop(proc)
             raise
         self._reader.join()
-        output = "\n".join(self._lines)
-        if proc.returncode != 0:
-            full = disk_full(output, self.folder, self.version)
-            if full is not None:
-                for line in self._lines:
-                    sink(line)
-                raise full
-            raise _pip_failed(CommandFailed(self.cmd, proc.returncode, output), self.interpreter, self.version,
-                              "downloaded", sink) from None
         for line in self._lines:
             sink(line)
+        if proc.returncode != 0:
+            raise disk_full("\n".join(self._lines), self.folder, self.version) or self._failed(proc.returncode)
         wheels = [name for name in os.listdir(self.folder) if name.startswith("flydsl-") and name.endswith(".whl")]
         if len(wheels) != 1:
             raise EnsureError(ExitCode.ARTIFACT, f"pip download of flydsl=={self.version} left {len(wheels)} "
                               f"wheels in {self.folder}, not one", stage=Stage.RELEASE)
         return os.path.join(self.folder, wheels[0])
+
+    def _failed(self, returncode: int) -> EnsureError:
+        output = "\n".join(self._lines)
+        lines = [line for line in self._lines if line.strip()]
+        why = next((line.strip() for line in lines if "No matching distribution" in line or "ERROR" in line),
+                   lines[-1].strip() if lines else f"pip exited with {returncode}")
+        interp = self.interpreter
+        return EnsureError(ExitCode.ARTIFACT, f"no flydsl=={self.version} wheel could be downloaded for "
+                           f"{interp.executable} (Python {interp.version}, {interp.soabi}): {why}", stage=Stage.RELEASE,
+                           hint="the package index has no wheel for this interpreter (FlyDSL publishes cp310-cp314 "
+                           "manylinux x86_64); use another FLYDSL_PYTHON or FLYDSL_STRATEGY=source",
+                           detail=CommandFailed(self.cmd, returncode, output).describe())
 
     def _watch(self, proc: "subprocess.Popen[str]") -> None:
         size, beat = -1, min(30.0, self.limit / 2)
@@ -237,22 +195,17 @@ class WheelDownload:
             if silent >= self.limit:
                 _stop(proc)
                 self._reader.join()
-                raise EnsureError(
-                    ExitCode.ARTIFACT,
-                    f"the flydsl=={self.version} wheel's download stopped: nothing received from {self.index()} "
-                    f"for {self.limit:g} s",
-                    stage=Stage.RELEASE,
-                    hint="check the network or pip's configuration (PIP_INDEX_URL, PIP_FIND_LINKS, pip.conf); "
-                    "or use FLYDSL_STRATEGY=source",
-                    detail="\n".join(self._lines[-20:]),
-                )
+                raise EnsureError(ExitCode.ARTIFACT, f"the flydsl=={self.version} wheel's download stopped: nothing "
+                                  f"received from {self.index()} for {self.limit:g} s", stage=Stage.RELEASE,
+                                  hint="check the network or pip's configuration (PIP_INDEX_URL, PIP_FIND_LINKS, "
+                                  "pip.conf); or use FLYDSL_STRATEGY=source", detail="\n".join(self._lines[-20:]))
             if now - last_beat >= beat:
                 last_beat = now
                 heartbeat(waiting_line(f"the flydsl=={self.version} wheel's download", self.index(),
                                        now - self.started, silent, self.limit))
 
     def abort(self) -> None:
-        """Stop it if it is still running (the run failed, or took another way)."""
+        """Stop it if it still runs (the run failed, or took another way)."""
         proc, self._proc = self._proc, None
         if proc is not None:
             _stop(proc)
@@ -266,6 +219,5 @@ def _stop(proc: "subprocess.Popen[str]") -> None:
 
 
 def download_wheel(interpreter: Interpreter, version: str, folder: str, sink: Callable[[str], None]) -> str:
-    """Download the ``flydsl==version`` wheel for ``interpreter`` into ``folder`` (a new folder) and return
-    its path; nothing is installed."""
+    """The ``flydsl==version`` wheel for ``interpreter``, downloaded into the new ``folder``."""
     return WheelDownload(interpreter, version, folder).wheel(sink)

@@ -1,17 +1,17 @@
 """The release way: when the pin is a release tag's commit, the ``flydsl==X`` wheel for the target
 interpreter, installed without dependencies into ``ROOT/build-fly/python_packages`` beside the tag's
-``kernels/`` (the layout of a source build, in seconds).
+``kernels/`` (a source build's layout, in seconds).
 
-A tag's name proves nothing (a fork may tag its own commit ``v0.2.3``), so the wheel is downloaded first and
-its package compared with the checkout's ``python/flydsl`` (the folder a build copies), file by file; only a
-wheel built from the pin's sources is installed.  Under ``auto`` a wheel that is not, or that installs but
-fails the probe for a reason inside it (built for another ABI), gives way to the source build."""
+A tag's name proves nothing (a fork may tag its own commit ``v0.2.3``), so only a wheel whose package is the
+checkout's ``python/flydsl``, file by file, is installed.  Under ``auto`` a wheel that is not, or that fails
+the probe for a reason inside it (another ABI), gives way to the source build."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
 import re
-from typing import List, Optional
+from typing import Dict, List, Optional
 
 from ensure_flydsl.errors import EnsureError, ExitCode, Plan, Stage
 from ensure_flydsl.layout import (
@@ -28,31 +28,32 @@ from ensure_flydsl.source.git import Checkout, failing_as
 from ensure_flydsl.source.ownership import recording
 from ensure_flydsl.support import faults
 from ensure_flydsl.support.files import remove_tree, rename_into_place
-from ensure_flydsl.ways import Way
-from ensure_flydsl.ways.base import Early, Provider
+from ensure_flydsl.ways import Way, demands
+from ensure_flydsl.ways.base import Early, Provider, Shared
+from ensure_flydsl.ways.checks import Check, RunContext, Submit
 from ensure_flydsl.ways.context import Decision, Run
+from ensure_flydsl.ways.release.checks import check_release
+from ensure_flydsl.ways.release.download import download_wheel
 from ensure_flydsl.ways.release.wheels import (
     check_checkout_version,
     check_provenance,
     check_versions_agree,
-    download_wheel,
     install_wheel_file,
     installed_version,
     static_version,
 )
 from ensure_flydsl.ways.tree import TreeDoesNotImport, prepare_build_dir, verify_tree
 
-SOURCES = FLYDSL_SOURCES  # what FlyDSL's build copies into the package; the wheel must hold it unchanged
 _NO_MODULE = re.compile(r"^ModuleNotFoundError: No module named '([^']+)'")
 _FLYDSL_MODULE = re.compile(r"'(flydsl(?:\.\w+)+)'")
 
 
 class NotThePin(EnsureError):
-    """The wheel on the index was not built from the pin's sources: under ``auto``, build from source."""
+    """The index's wheel is not built from the pin's sources."""
 
 
 class WheelDoesNotWork(EnsureError):
-    """The installed wheel fails the probe for a reason inside it: under ``auto``, build from source."""
+    """The installed wheel fails the probe for a reason inside it."""
 
 
 class ReleaseProvider(Provider):
@@ -63,6 +64,24 @@ class ReleaseProvider(Provider):
         self.version = version
         self.early = early  # the wheel downloaded beside the fetch, the probe started for it
         self.demanded = demanded  # FLYDSL_STRATEGY=release: no wheel is the run's failure (exit 8)
+
+    @classmethod
+    def for_run(cls, run: Run, shared: Shared) -> Optional[ReleaseProvider]:
+        demanded = demands(run.settings.strategy, Way.RELEASE)
+        if shared.release is not None:
+            return cls(shared.release, shared.early, demanded=demanded)
+        if demanded:
+            raise EnsureError(
+                ExitCode.ARTIFACT,
+                f"the pin {run.settings.pin} (commit {shared.commit[:12]}) is not the commit of a release tag vX.Y.Z",
+                stage=Stage.RELEASE,
+                hint="pin a release tag (for example v0.2.2) or a version (0.2.2), or use FLYDSL_STRATEGY=source",
+            )
+        return None
+
+    @staticmethod
+    def predict(ctx: RunContext, checkout: Optional[str], submit: Submit) -> List[concurrent.futures.Future[Check]]:
+        return [submit(check_release, ctx, checkout, demanded=demands(ctx.settings.strategy, Way.RELEASE))]
 
     def provide(self, run: Run, commit: str) -> Optional[Decision]:
         try:
@@ -80,7 +99,7 @@ class ReleaseProvider(Provider):
 
     def _provide(self, run: Run, commit: str) -> Decision:
         run.plan(Plan.RELEASE)
-        key = {"release": self.version, "commit": commit, "abi": run.interpreter.abi}
+        key: Dict[str, object] = {"release": self.version, "commit": commit, "abi": run.interpreter.abi}
         with run.step(Stage.RELEASE):
             self._install(run, commit, key)
         with run.step(Stage.VERIFY):
@@ -89,7 +108,7 @@ class ReleaseProvider(Provider):
             except TreeDoesNotImport as exc:
                 run.stamps.undo("build")
                 root = run.settings.root
-                fault = wheel_fault(exc.probe, packages_dir(root), os.path.join(root, SOURCES))
+                fault = wheel_fault(exc.probe, packages_dir(root), os.path.join(root, FLYDSL_SOURCES))
                 if fault is None or self.demanded:
                     raise
                 remove_tree(packages_dir(root))  # what the wheel installed: the build starts clean
@@ -100,14 +119,14 @@ class ReleaseProvider(Provider):
                 run.stamps.undo("build")
                 raise
 
-    def _install(self, run: Run, commit: str, key: dict) -> None:  # type: ignore[type-arg]
+    def _install(self, run: Run, commit: str, key: Dict[str, object]) -> None:
         root, stamps, version = run.settings.root, run.stamps, self.version
         build_dir = prepare_build_dir(run, key)
         packages = packages_dir(root)
         if stamps.done("build", key) and os.path.isdir(packages):
             run.say(f"the flydsl {version} wheel is already installed in {packages}")
             return
-        check_checkout_version("v" + version, static_version(os.path.join(root, SOURCES, "__init__.py")))
+        check_checkout_version("v" + version, static_version(os.path.join(root, FLYDSL_SOURCES, "__init__.py")))
         stamps.begin("build", key)
         run.worked()
         os.makedirs(build_dir, exist_ok=True)
@@ -134,17 +153,13 @@ class ReleaseProvider(Provider):
             remove_tree(download)
             remove_tree(wheel_download_dir(root))  # the one downloaded beside the fetch
         faults.point("release-installed")
-        check_versions_agree(
-            "v" + version,
-            static_version(os.path.join(root, SOURCES, "__init__.py")),
-            installed_version(staging),
-            static_version(os.path.join(staging, "flydsl", "__init__.py")),
-        )
+        check_versions_agree("v" + version, static_version(os.path.join(root, FLYDSL_SOURCES, "__init__.py")),
+                             installed_version(staging), static_version(os.path.join(staging, "flydsl", "__init__.py")))
         remove_tree(packages)
         rename_into_place(staging, packages)
 
     def _download(self, run: Run, folder: str) -> str:
-        """The wheel's path: from the download the run started beside the fetch, or downloaded now."""
+        """The wheel's path: from the download started beside the fetch, or downloaded now."""
         version, early = self.version, self.early.take_download()
         if early is not None and early.version == version:
             run.say(f"release v{version}: taking the flydsl=={version} wheel downloaded beside the fetch")
@@ -155,10 +170,10 @@ class ReleaseProvider(Provider):
         return download_wheel(run.interpreter, version, folder, run.build_line)
 
     def _prove(self, run: Run, commit: str, wheel: str) -> None:
-        """Refuse a wheel whose package is not the checkout's ``python/flydsl``, before any of it is installed."""
+        """Refuse a wheel whose package is not the checkout's ``python/flydsl``, before installing any of it."""
         settings = run.settings
         files = tracked_sources(Checkout.of(settings), commit)
-        found = check_provenance(wheel, os.path.join(settings.root, SOURCES), files)
+        found = check_provenance(wheel, os.path.join(settings.root, FLYDSL_SOURCES), files)
         if found.foreign and not (found.differ or found.missing):
             raise NotThePin(
                 ExitCode.ARTIFACT,
@@ -178,27 +193,25 @@ class ReleaseProvider(Provider):
                 "to build the pin (or FLYDSL_REPO of the repository the wheel is built from)",
             )
         run.say(f"release v{self.version}: {os.path.basename(wheel)} is built from the pin: {found.summary()} "
-                f"in {SOURCES}")
+                f"in {FLYDSL_SOURCES}")
 
 
 def tracked_sources(checkout: Checkout, commit: str) -> List[str]:
-    """The files git tracks in ``python/flydsl`` at ``commit``, relative to it (submodules left out)."""
-    with failing_as(ExitCode.CHECKOUT, f"cannot list {SOURCES} of {commit[:12]} in {checkout.root}",
+    """The files git tracks in ``python/flydsl`` at ``commit``, relative to it (no submodules)."""
+    with failing_as(ExitCode.CHECKOUT, f"cannot list {FLYDSL_SOURCES} of {commit[:12]} in {checkout.root}",
                     stage=Stage.RELEASE, hint="the checkout is damaged; look at `git -C ROOT status`"):
-        out = checkout.git("ls-tree", "-r", "-z", "--full-tree", commit, "--", SOURCES + "/")
+        out = checkout.git("ls-tree", "-r", "-z", "--full-tree", commit, "--", FLYDSL_SOURCES + "/")
     files = []
     for entry in out.split("\0"):
         meta, _, path = entry.partition("\t")
-        if meta.split(" ")[1:2] == ["blob"] and path.startswith(SOURCES + "/"):
-            files.append(path[len(SOURCES) + 1:])
+        if meta.split(" ")[1:2] == ["blob"] and path.startswith(FLYDSL_SOURCES + "/"):
+            files.append(path[len(FLYDSL_SOURCES) + 1:])
     return files
 
 
 def wheel_fault(probe: Probe, packages: str, sources: str) -> Optional[str]:
-    """The failure of ``probe`` when its cause is what the wheel adds to the pin's sources (``sources``, the
-    checkout's ``python/flydsl``): the generated ``_mlir`` built for another ABI, an extension that does not
-    load.  None otherwise, in particular when the interpreter lacks a third-party module: a source build
-    would fail the same way."""
+    """The failure of ``probe`` when its cause is what the wheel adds to the pin's ``sources`` (a generated
+    ``_mlir`` for another ABI); None otherwise, e.g. for a missing third-party module that a build lacks too."""
     failed = [m for m in probe.modules if m.error or not m.file]
     for module in failed:
         missing = _NO_MODULE.match(module.error or "")
@@ -212,9 +225,7 @@ def wheel_fault(probe: Probe, packages: str, sources: str) -> Optional[str]:
 
 
 def _names_generated_module(error: str, packages: str, sources: str) -> bool:
-    """``No module named 'flydsl._mlir._mlir_libs._mlir'`` (its file is there, for another interpreter) or
-    ``cannot import name 'ir' from 'flydsl._mlir._mlir_libs._mlir'``: a module the wheel has and the
-    sources do not."""
+    """The error names a module the wheel has and the sources do not (``No module named 'flydsl._mlir...'``)."""
     for name in _FLYDSL_MODULE.findall(error):
         parts = name.split(".")[1:]
         if os.path.exists(os.path.join(sources, *parts) + ".py") or os.path.isdir(os.path.join(sources, *parts)):
@@ -229,8 +240,7 @@ def _names_generated_module(error: str, packages: str, sources: str) -> bool:
 
 
 def _names_generated_file(error: str, packages: str, sources: str) -> bool:
-    """``ImportError: ROOT/build-fly/python_packages/flydsl/_mlir/_mlir_libs/_mlir...so: file too short``:
-    a file the wheel installed that is not one of the pin's sources."""
+    """The error names a file the wheel installed that is not one of the pin's sources (``...so: file too short``)."""
     for top in {packages, os.path.realpath(packages)}:
         for match in re.finditer(re.escape(top + os.sep) + r"([^:\s)'\"]+)", error):
             rel = match.group(1)

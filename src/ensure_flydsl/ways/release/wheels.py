@@ -1,13 +1,7 @@
-"""The release strategy: the pin is a release tag's commit and the package index has its wheel.
+"""A release wheel: its shape, its provenance against the checkout's sources, its install and versions.
 
-Then nothing is built: the tag is checked out in the root (for ``kernels/`` and the sources) and the
-``flydsl==X`` wheel for the TARGET interpreter is installed, without dependencies, into
-``ROOT/build-fly/python_packages``, the layout of a source build.  The wheel is chosen by the target's
-tags (Python version, ABI, this host's platform tags), not the tool's own, and downloaded with pip under
-the user's own pip configuration (PIP_INDEX_URL, PIP_FIND_LINKS, pip.conf) for private indexes and
-wheelhouses.  Download, provenance check and install are separate steps: the downloaded file is read as a
-zip and compared with the checkout's sources before anything of it is installed.
-"""
+The wheel is read as a zip and compared with the checkout's ``python/flydsl`` before any of it is installed;
+then unpacked with pypa's ``installer``, every file checked against its RECORD."""
 
 from __future__ import annotations
 
@@ -16,7 +10,7 @@ import pathlib
 import re
 import zipfile
 from dataclasses import dataclass
-from typing import IO, Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, cast
+from typing import IO, Any, Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple, cast
 
 from installer import install
 from installer.destinations import SchemeDictionaryDestination
@@ -30,17 +24,11 @@ from ensure_flydsl.errors import EnsureError, ExitCode, Stage
 from ensure_flydsl.probe.results import Interpreter
 from ensure_flydsl.source.release_tags import tag_version
 
-# The download (which pip, the silence watchdog) lives in .download; its names are still taken from here.
-from ensure_flydsl.ways.release.download import WheelDownload as WheelDownload
-from ensure_flydsl.ways.release.download import download_wheel as download_wheel
-from ensure_flydsl.ways.release.download import wheel_tags as wheel_tags
-from ensure_flydsl.ways.release.wheel_shape import shape_problems
-
 _VERSION_ASSIGN = re.compile(r"""^__version__\s*=\s*["']([^"']+)["']""", re.MULTILINE)
 
 
 def static_version(init_file: str) -> Optional[str]:
-    """``__version__`` read as text (FlyDSL's is a static string): never imported into this process."""
+    """``__version__`` read as text (FlyDSL's is a static string), never imported."""
     try:
         with open(init_file, encoding="utf-8", errors="replace") as handle:
             match = _VERSION_ASSIGN.search(handle.read())
@@ -51,10 +39,8 @@ def static_version(init_file: str) -> Optional[str]:
 
 def install_wheel_file(interpreter: Interpreter, wheel: str, version: str, target: str,
                        sink: Callable[[str], None]) -> None:
-    """Unpack the local ``wheel`` into ``target`` (a new folder), the layout of ``pip install --target``,
-    in this process with pypa's ``installer``: every file is hashed as it is written and checked against
-    the wheel's RECORD, and RECORD must name every file of the wheel.  Raise EnsureError(8)."""
-
+    """Unpack ``wheel`` into the new folder ``target`` as ``pip install --target`` would; every file is
+    hashed as it is written and checked against the wheel's RECORD, which must name every file."""
     destination = _CheckedDestination(target, interpreter.executable)
     try:
         with WheelFile.open(pathlib.Path(wheel)) as source:
@@ -63,19 +49,15 @@ def install_wheel_file(interpreter: Interpreter, wheel: str, version: str, targe
             destination.check_against(source)
     except (InstallerError, ValueError, OSError, zipfile.BadZipFile) as exc:
         sink(f"installing {wheel}: {exc}")
-        raise EnsureError(
-            ExitCode.ARTIFACT,
-            f"the flydsl=={version} wheel {os.path.basename(wheel)} could not be installed: {exc}",
-            stage=Stage.RELEASE,
-            hint="the download is damaged or not a valid wheel; run again, or use FLYDSL_STRATEGY=source",
-        ) from None
+        raise EnsureError(ExitCode.ARTIFACT, f"the flydsl=={version} wheel {os.path.basename(wheel)} could not be "
+                          f"installed: {exc}", stage=Stage.RELEASE, hint="the download is damaged or not a valid "
+                          "wheel; run again, or use FLYDSL_STRATEGY=source") from None
     sink(f"installed {len(destination.written)} files of {os.path.basename(wheel)} into {target}, each "
          f"matching the wheel's RECORD")
 
 
 class _CheckedDestination:
-    """installer's folder destination for ``pip install --target`` (every scheme in one folder, scripts in
-    ``bin``), keeping the hash and size of every file it writes, to compare with the wheel's RECORD."""
+    """installer's destination for ``pip install --target``, keeping each file's hash and size for RECORD."""
 
     def __init__(self, target: str, python: str) -> None:
         schemes = {"purelib": target, "platlib": target, "headers": os.path.join(target, "include"),
@@ -93,8 +75,7 @@ class _CheckedDestination:
         return entry
 
     def check_against(self, source: Any) -> None:
-        """Every file written has the sha256 and size its RECORD line gives (the wheel's own RECORD)."""
-
+        """Every file written has the sha256 and size its RECORD line gives."""
         root = "platlib" if not _is_purelib(source) else "purelib"
         wrong = []
         for path, digest, size in parse_record_file(source.read_dist_info("RECORD").splitlines()):
@@ -123,9 +104,8 @@ def _scheme_path(path: str, data_dir: str, root: str) -> str:
 
 @dataclass(frozen=True)
 class Provenance:
-    """How a wheel's package compares with the checkout's ``python/flydsl``: the relative paths compared,
-    those whose bytes differ, those the wheel lacks; and the wheel's files that a FlyDSL wheel must not hold
-    (``wheel_shape.py``), each as ``name (why)``."""
+    """How a wheel's package compares with the checkout's ``python/flydsl``; ``foreign``: the wheel's files
+    a FlyDSL wheel must not hold, each as ``name (why)``."""
 
     compared: Tuple[str, ...]
     differ: Tuple[str, ...]
@@ -152,9 +132,8 @@ class Provenance:
 
 
 def check_provenance(wheel: str, sources: str, files: Sequence[str]) -> Provenance:
-    """Compare each of ``files`` (paths relative to ``sources``, the checkout's ``python/flydsl``) with
-    ``flydsl/<path>`` in the wheel, read as the zip it is.  Files only in the wheel (the generated ``_mlir``,
-    dist-info) are not compared, but every name in it must fit a FlyDSL wheel's shape (``wheel_shape.py``)."""
+    """Compare each of ``files`` (relative to ``sources``) with ``flydsl/<path>`` in the wheel.  Files only in
+    the wheel (the generated ``_mlir``) are not compared, but every name must fit :func:`shape_problems`."""
     differ: List[str] = []
     missing: List[str] = []
     try:
@@ -206,14 +185,13 @@ def installed_version(target: str) -> Optional[str]:
 
 def check_versions_agree(tag: str, checkout_version: Optional[str], wheel_version: Optional[str],
                          package_version: Optional[str]) -> None:
-    """The tag, the checkout's __version__, the wheel's metadata and its __version__ must all agree, or the
-    kernels and the package would come from different releases."""
+    """The tag, the checkout's and the wheel's versions agree, or kernels and package are of two releases."""
     _agree(tag, {"the checkout's __version__": checkout_version, "the wheel's metadata": wheel_version,
                  "the installed __version__": package_version})
 
 
 def check_checkout_version(tag: str, checkout_version: Optional[str]) -> None:
-    """The part of :func:`check_versions_agree` known before any download: the tag and the checkout."""
+    """The part of :func:`check_versions_agree` known before the download."""
     _agree(tag, {"the checkout's __version__": checkout_version})
 
 
@@ -232,3 +210,47 @@ def _same_version(version: Optional[str], expected: str) -> bool:
         return version is not None and Version(version) == Version(expected)
     except InvalidVersion:
         return False
+
+
+# The shape of a FlyDSL wheel: what runs beside or before the pin's sources is refused.
+_DIST_INFO = re.compile(r"flydsl-[A-Za-z0-9_.+!]+\.dist-info")
+_TOP = ("flydsl", "flydsl.libs")
+_EXTENSION = (".so", ".pyd")
+_SITE_HOOKS = ("sitecustomize", "usercustomize")
+
+
+def shape_problems(names: Sequence[str], tracked: Sequence[str]) -> List[str]:
+    """Each of the wheel's member ``names`` a FlyDSL wheel must not hold, as ``name (why)``; ``tracked`` are
+    the pin's files in ``python/flydsl``.  Only ``flydsl/``, ``flydsl.libs/`` and the dist-info at the top
+    (a ``.data`` folder writes anywhere), no ``.pth`` or site hook, no bytecode, nothing that shadows a
+    tracked module (a package, an extension), plain relative names."""
+    modules = {"flydsl/" + rel[: -len(".py")] for rel in tracked if rel.endswith(".py")}  # flydsl/compiler/x
+    return [f"{name} ({why})" for name in names if (why := _why_refused(name, modules))]
+
+
+def _why_refused(name: str, modules: Set[str]) -> str:
+    path = name[:-1] if name.endswith("/") else name  # a folder entry
+    parts = path.split("/")
+    if not path or "\\" in path or "\0" in path or any(p in ("", ".", "..") for p in parts):
+        return "not a plain relative path"
+    top = parts[0]
+    if top not in _TOP and not _DIST_INFO.fullmatch(top):
+        if top.split(".")[0] in _SITE_HOOKS:
+            return "a site customisation module, run by every interpreter that has it on its path"
+        if top.endswith(".pth"):
+            return "a .pth file, run by every interpreter that has it on its site path"
+        return "not one of a FlyDSL wheel's top-level names flydsl/, flydsl.libs/, flydsl-X.dist-info/"
+    if "__pycache__" in parts:
+        return "bytecode, which the import system may run instead of the sources"
+    leaf = parts[-1]
+    if leaf.endswith(".pth"):
+        return "a .pth file"
+    if top != "flydsl" or len(parts) < 2:
+        return ""
+    folder = "/".join(parts[:-1])
+    if folder in modules and leaf.startswith("__init__."):
+        return f"a package that shadows the tracked module {folder}.py"
+    stem = leaf.split(".")[0]
+    if leaf.endswith(_EXTENSION) and f"{folder}/{stem}" in modules:
+        return f"an extension module that shadows the tracked module {folder}/{stem}.py"
+    return ""

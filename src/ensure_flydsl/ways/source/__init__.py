@@ -1,2 +1,1 @@
-"""The source way: build the pin (provider.py: submodules, fixes, tools, MLIR, build.sh), its build
-environment, tools and ROCm fix; checks.py: the doctor's prediction of what the build needs."""
+"""The source way: build the pin (provider.py), its environment, tools, ROCm fix, and the doctor's checks."""

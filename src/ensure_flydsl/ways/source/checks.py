@@ -1,8 +1,6 @@
-"""The source way's prediction: the doctor's checks of what a source build needs (compilers, headers, the
-build tools, disk and memory, LLVM's source, the pin's submodules), each a :class:`Check`.  The decisions on
-figures (memory against jobs, free disk) are pure functions; the rest look at the machine with short
-timeouts.  ``check_mlir`` is beside ``ready_mlir`` (provider.py), ``check_hip_package`` beside the ROCm choice
-(rocm_sdk.py)."""
+"""The source way's prediction: the doctor's checks of what a build needs (LLVM's source, MLIR, disk and memory,
+compilers and headers, the build tools, HIP, the pin's submodules), in the order a build meets them.  Memory
+against jobs and free disk are pure decisions; the rest look at the machine with short timeouts."""
 
 from __future__ import annotations
 
@@ -14,37 +12,87 @@ import subprocess
 from typing import List, Mapping, Optional, Sequence, Tuple
 
 from ensure_flydsl.errors import Stage
-from ensure_flydsl.layout import llvm_dir, tools_dir
+from ensure_flydsl.layout import llvm_dir, mlir_install, tools_dir
+from ensure_flydsl.probe.results import Interpreter
+from ensure_flydsl.settings import Settings
 from ensure_flydsl.source.git import is_local_repo
 from ensure_flydsl.source.mirrors import rewrite
-from ensure_flydsl.source.needs import build_tools, resolve_in, tool_requirements
+from ensure_flydsl.source.needs import BuildNeeds, build_tools, resolve_in, tool_requirements
 from ensure_flydsl.support.processes import run_captured
 from ensure_flydsl.ways.checks import MISSING, WRONG, Check, RunContext, Submit, no_mirror, passed, reach, skipped
-from ensure_flydsl.ways.source.environment import MEMORY_PER_JOB_BYTES, available_memory, cpu_count, default_jobs
-from ensure_flydsl.ways.source.provider import check_mlir
-from ensure_flydsl.ways.source.rocm_sdk import check_hip_package
-from ensure_flydsl.ways.source.tool_versions import newest, package_spec
-from ensure_flydsl.ways.source.tools import machine_state
+from ensure_flydsl.ways.source.environment import (
+    MEMORY_PER_JOB_BYTES,
+    available_memory,
+    cpu_count,
+    default_jobs,
+    finished_llvm_build,
+    is_mlir_install,
+)
+from ensure_flydsl.ways.source.rocm import check_hip, choose_rocm
+from ensure_flydsl.ways.source.tools import machine_state, newest, package_spec
 
 GIB = 1024**3
-
-
 LLVM_DISK_BYTES = 40 * GIB  # LLVM/MLIR source, build folder and install (mlir, clang, lld; three targets)
-
-
 BUILD_DISK_BYTES = 5 * GIB  # FlyDSL's own build against a ready MLIR
-
-
 SOURCE_DISK_BYTES = GIB // 2  # a checkout and the tool's files
-
-
 _CXX17_PROBE = "#include <optional>\n#include <string_view>\nint main() { std::optional<std::string_view> v; }\n"
+
+
+def predict_build(ctx: RunContext, checkout: Optional[str], submit: Submit) -> List[concurrent.futures.Future[Check]]:
+    tools = build_tools(ctx.needs, llvm=ctx.llvm)
+    return ([submit(check_llvm_source, ctx), submit(check_mlir, ctx), submit(check_disk, ctx),
+             submit(check_memory, ctx), submit(check_compiler, ctx, False), submit(check_compiler, ctx, True),
+             submit(check_headers, ctx)]
+            + [submit(check_tool, ctx, name, tools) for name in ("cmake", "ninja", "patchelf", "nanobind")]
+            + [submit(check_hip_package, ctx), submit(check_submodules, ctx, checkout)])
+
+
+def _llvm_already_built(settings: Settings, needs: BuildNeeds, interp: Optional[Interpreter]) -> Optional[str]:
+    """The MLIR install an earlier run built from the pin's LLVM inputs for this interpreter, if it is there."""
+    done = finished_llvm_build(settings.base_dir)
+    if done is None or needs.llvm is None or interp is None:
+        return None
+    key = needs.llvm.key(interp.abi)
+    return mlir_install(settings.base_dir) if key is not None and done == key else None
+
+
+def llvm_step_needed(settings: Settings, needs: BuildNeeds, interp: Optional[Interpreter] = None) -> bool:
+    return settings.mlir_path is None and _llvm_already_built(settings, needs, interp) is None
+
+
+def check_mlir(ctx: RunContext) -> Check:
+    s = ctx.settings
+    if s.mlir_path is not None:
+        label = s.label("mlir_path")
+        remedy = (f"point {label} at an MLIR install prefix (cmake --install of an LLVM build with mlir), or "
+                  "unset it to build LLVM/MLIR")
+        if not is_mlir_install(s.mlir_path):  # ensure refuses it as bad input
+            return Check("mlir", WRONG, f"{label}={s.mlir_path} holds no lib/cmake/mlir", remedy, blocking=True,
+                         stage=Stage.SETTINGS)
+        configs = [os.path.join(s.mlir_path, "lib", "cmake", "mlir", n)
+                   for n in ("MLIRConfig.cmake", "mlir-config.cmake")]
+        if not any(os.path.isfile(c) for c in configs) and ctx.needs.cmake:
+            return Check("mlir", WRONG, f"{label}={s.mlir_path} holds no lib/cmake/mlir/MLIRConfig.cmake: the "
+                         "build's find_package(MLIR) will fail", remedy, blocking=True, stage=Stage.BUILD)
+        return passed("mlir", f"{label}={s.mlir_path}; no LLVM build", Stage.BUILD)
+    built = _llvm_already_built(s, ctx.needs, ctx.interpreter)
+    llvm = ctx.needs.llvm
+    if built and llvm is not None:
+        return passed("mlir", f"MLIR for {llvm.describe()} is already built in {built}", Stage.LLVM)
+    if llvm is not None and llvm.commit is None:
+        return Check("mlir", WRONG,
+                     f"MLIR_PATH is unset and the pin's LLVM commit cannot be determined ({llvm.problem}): the run "
+                     "builds LLVM/MLIR (the long step) every time, neither reusing nor sharing it",
+                     f"set MLIR_PATH to an MLIR install built for this pin, or give the commit in {llvm.commit_from}",
+                     blocking=False, stage=Stage.LLVM)
+    what = f"{llvm.describe()}; " if llvm is not None else ""
+    return skipped("mlir", f"MLIR_PATH is unset: the run builds LLVM/MLIR ({what}the long step)", Stage.LLVM)
 
 
 def memory_check(jobs_setting: Optional[int], cores: int, available: Optional[int], *, heavy: bool,
                  compiles: bool, label: str = "FLYDSL_JOBS") -> Check:
-    """Build parallelism against available memory (MEMORY_PER_JOB_BYTES a job: LLVM's big links).  Too many
-    jobs is a warning with the number that fits; blocking only when not even one job fits an LLVM build."""
+    """Jobs against available memory (MEMORY_PER_JOB_BYTES each: LLVM's big links): too many is a warning with
+    the number that fits, blocking only when not even one job fits an LLVM build."""
     stage = Stage.LLVM if heavy else Stage.BUILD
     if not compiles:
         return skipped("memory", "nothing is compiled", stage)
@@ -58,22 +106,16 @@ def memory_check(jobs_setting: Optional[int], cores: int, available: Optional[in
         return passed("memory", f"{source} x {per_job} GiB a job fits {have}", stage)
     fits = available // MEMORY_PER_JOB_BYTES
     if fits >= 1:
-        return Check(name="memory",
-                     status=WRONG,
-                     detail=f"{source} x {per_job} GiB a job is more than {have}: big link steps may run "
+        return Check("memory", WRONG, f"{source} x {per_job} GiB a job is more than {have}: big link steps may run "
                      "out of memory (killed, exit 137)",
-                     remedy=f"set {label}={fits} (or leave it unset: the default "
-                     "caps jobs by memory)",
-                     blocking=False,
-                     stage=stage)
-    return Check(name="memory",
-                 status=WRONG,
-                 detail=f"{have}: not even one {per_job} GiB job fits; "
+                     f"set {label}={fits} (or leave it unset: the default caps jobs by memory)",
+                     blocking=False, stage=stage)
+    return Check("memory", WRONG,
+                 f"{have}: not even one {per_job} GiB job fits; "
                  + ("LLVM's links will likely be killed" if heavy else "the build may run out of memory"),
-                 remedy="free memory or use a bigger machine" + ("; or set MLIR_PATH to a ready MLIR install to skip "
-                 "the LLVM build" if heavy else ""),
-                 blocking=heavy,
-                 stage=stage)
+                 "free memory or use a bigger machine"
+                 + ("; or set MLIR_PATH to a ready MLIR install to skip the LLVM build" if heavy else ""),
+                 blocking=heavy, stage=stage)
 
 
 def disk_check(free: Optional[int], need: int, where: str, *, heavy: bool) -> Check:
@@ -87,26 +129,18 @@ def disk_check(free: Optional[int], need: int, where: str, *, heavy: bool) -> Ch
     remedy = "free space there, or set FLYDSL_ROOT to a folder on a bigger file system"
     if heavy:
         remedy += ", or set MLIR_PATH to a ready MLIR install (then about 5 GiB is enough)"
-    return Check(name="disk",
-                 status=MISSING,
-                 detail=detail,
-                 remedy=remedy,
-                 blocking=True,
-                 stage=stage)
-
-
-def _free_bytes(path: str) -> Tuple[Optional[int], str]:
-    while not os.path.exists(path) and os.path.dirname(path) != path:
-        path = os.path.dirname(path)
-    try:
-        return shutil.disk_usage(path).free, path
-    except OSError:
-        return None, path
+    return Check("disk", MISSING, detail, remedy, blocking=True, stage=stage)
 
 
 def check_disk(ctx: RunContext) -> Check:
     need = (LLVM_DISK_BYTES if ctx.heavy else 0) + (BUILD_DISK_BYTES if ctx.needs.cmake else SOURCE_DISK_BYTES)
-    free, where = _free_bytes(ctx.settings.base_dir)
+    where = ctx.settings.base_dir
+    while not os.path.exists(where) and os.path.dirname(where) != where:
+        where = os.path.dirname(where)
+    try:
+        free: Optional[int] = shutil.disk_usage(where).free
+    except OSError:
+        free = None
     return disk_check(free, need, where, heavy=ctx.heavy)
 
 
@@ -140,32 +174,18 @@ def check_compiler(ctx: RunContext, cxx: bool) -> Check:
     remedy = ("install a C++17 compiler (g++ >= 8 or clang++ >= 7; e.g. the OS package build-essential) or set CXX"
               if cxx else "install a C compiler (gcc or clang) or set CC")
     if cmd is None:
-        return Check(name=name,
-                     status=MISSING,
-                     detail=where,
-                     remedy=remedy,
-                     blocking=True,
-                     stage=stage)
+        return Check(name, MISSING, where, remedy, blocking=True, stage=stage)
     lang, source = ("c++", _CXX17_PROBE) if cxx else ("c", "int main(void) { return 0; }\n")
     flags = ["-std=c++17"] if cxx else []
     try:
         proc = run_captured(cmd + flags + ["-fsyntax-only", "-x", lang, "-"], input=source.encode(),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=60)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        return Check(name=name,
-                     status=WRONG,
-                     detail=f"{where} does not run: {exc}",
-                     remedy=remedy,
-                     blocking=True,
-                     stage=stage)
+        return Check(name, WRONG, f"{where} does not run: {exc}", remedy, blocking=True, stage=stage)
     if proc.returncode != 0:
         last = proc.stdout.decode(errors="replace").strip().splitlines()[-1:] or [""]
-        return Check(name=name,
-                     status=WRONG,
-                     detail=f"{where} cannot compile {'C++17' if cxx else 'C'}: {last[0]}",
-                     remedy=remedy,
-                     blocking=True,
-                     stage=stage)
+        return Check(name, WRONG, f"{where} cannot compile {'C++17' if cxx else 'C'}: {last[0]}", remedy,
+                     blocking=True, stage=stage)
     return passed(name, f"{where} compiles {'C++17' if cxx else 'C'}", stage)
 
 
@@ -179,14 +199,10 @@ def check_headers(ctx: RunContext) -> Check:
     if os.path.isfile(header):
         return passed("python-headers", header, stage)
     version = ".".join(ctx.interpreter.version.split(".")[:2])
-    return Check(name="python-headers",
-                 status=MISSING,
-                 detail=f"{header} does not exist: the Python bindings cannot be compiled for "
-                 f"{ctx.interpreter.executable}",
-                 remedy=f"install the interpreter's development headers (e.g. the OS "
-                 f"package python{version}-dev), or set FLYDSL_PYTHON to an interpreter that has them",
-                 blocking=True,
-                 stage=stage)
+    return Check("python-headers", MISSING,
+                 f"{header} does not exist: the Python bindings cannot be compiled for {ctx.interpreter.executable}",
+                 f"install the interpreter's development headers (e.g. the OS package python{version}-dev), or set "
+                 "FLYDSL_PYTHON to an interpreter that has them", blocking=True, stage=stage)
 
 
 def check_tool(ctx: RunContext, name: str, needed: Sequence[str]) -> Check:
@@ -207,34 +223,21 @@ def check_tool(ctx: RunContext, name: str, needed: Sequence[str]) -> Check:
     yourself = "install nanobind for the interpreter" if name == "nanobind" else f"put {name} on PATH"
     found = newest(name, answer.versions, requirement) if answer.answered else None
     if found:
-        return Check(name=name,
-                     status=status,
-                     detail=f"{state.problem}; ensure-flydsl installs {spec} ({found}) from the package "
-                     f"index into {tools}/provided for the build (nothing system-wide)",
-                     remedy=f"none needed (or {yourself} yourself)",
-                     blocking=False,
-                     stage=stage,
-                     provided=True)
+        return Check(name, status, f"{state.problem}; ensure-flydsl installs {spec} ({found}) from the package index "
+                     f"into {tools}/provided for the build (nothing system-wide)",
+                     f"none needed (or {yourself} yourself)", blocking=False, stage=stage, provided=True)
     if name == "ninja" and shutil.which("make", path=ctx.environ.get("PATH")):
-        return Check(name=name,
-                     status=status,
-                     detail=f"{state.problem}, and the package index cannot provide it; the build falls "
-                     "back to make (slower)",
-                     remedy="make the package index reachable, or install ninja",
-                     blocking=False,
-                     stage=stage)
-    # What stood in the way, as pip said it: an index that does not answer, or no pip to ask it with.
+        return Check(name, status, f"{state.problem}, and the package index cannot provide it; the build falls "
+                     "back to make (slower)", "make the package index reachable, or install ninja",
+                     blocking=False, stage=stage)
     why = (f"the package index cannot be asked ({answer.detail})" if not answer.answered
            else f"the package index has no {spec} wheel for this machine")
     what = "import nanobind" if name == "nanobind" else f"put {name} on PATH"
-    reach = ("give the interpreter pip (`python3 -m ensurepip`)" if answer.detail.endswith("has no pip")
-             else "make the package index reachable (PIP_INDEX_URL, pip.conf)")
-    return Check(name=name,
-                 status=status,
-                 detail=f"{state.problem}, and {why}",
-                 remedy=f"{what} (e.g. from your OS packages), or {reach} so that ensure-flydsl installs it privately",
-                 blocking=True,
-                 stage=stage)
+    reach_it = ("give the interpreter pip (`python3 -m ensurepip`)" if answer.detail.endswith("has no pip")
+                else "make the package index reachable (PIP_INDEX_URL, pip.conf)")
+    return Check(name, status, f"{state.problem}, and {why}",
+                 f"{what} (e.g. from your OS packages), or {reach_it} so that ensure-flydsl installs it privately",
+                 blocking=True, stage=stage)
 
 
 def check_llvm_source(ctx: RunContext) -> Check:
@@ -249,19 +252,15 @@ def check_llvm_source(ctx: RunContext) -> Check:
         return passed("llvm-source", f"LLVM {commit[:12]} is already in {local}", Stage.LLVM)
     remote = ctx.environ.get("LLVM_REMOTE") or needs.llvm_remote
     named = f"named in {needs.llvm.commit_from}" if needs.llvm is not None else "the pin names"
-    remedy = (f"set MLIR_PATH to an MLIR install built from LLVM {commit[:12] if commit else 'at the pin'} "
-              f"({named}), or LLVM_REMOTE to a reachable mirror of llvm-project (or map its URL "
-              "with FLYDSL_GIT_MIRRORS=FROM=TO)")
     answered, out, shown = reach(remote, ctx.environ, ctx.timeout, ctx.settings, "HEAD")
     if answered:
         return passed("llvm-source", f"build_llvm.sh clones LLVM from {shown}, which answers", Stage.LLVM)
-    return Check(name="llvm-source",
-                 status=MISSING,
-                 detail=f"build_llvm.sh clones LLVM from {shown}, which cannot be fetched: {out}"
+    return Check("llvm-source", MISSING,
+                 f"build_llvm.sh clones LLVM from {shown}, which cannot be fetched: {out}"
                  f"{no_mirror(remote, ctx.settings)}",
-                 remedy=remedy,
-                 blocking=True,
-                 stage=Stage.LLVM)
+                 f"set MLIR_PATH to an MLIR install built from LLVM {commit[:12] if commit else 'at the pin'} "
+                 f"({named}), or LLVM_REMOTE to a reachable mirror of llvm-project (or map its URL with "
+                 "FLYDSL_GIT_MIRRORS=FROM=TO)", blocking=True, stage=Stage.LLVM)
 
 
 def _submodule_url(url: str, repo: str) -> str:
@@ -278,7 +277,7 @@ def _submodule_url(url: str, repo: str) -> str:
 
 
 def check_submodules(ctx: RunContext, checkout: Optional[str]) -> Check:
-    """A source build fetches the pin's submodules first: those whose repository does not answer stop it."""
+    """A build fetches the pin's submodules first: one whose repository does not answer stops it."""
     subs = ctx.needs.submodules
     if not ctx.needs.read:
         return skipped("submodules", "the pin's source could not be read (see the repository check)", Stage.SUBMODULES)
@@ -298,21 +297,53 @@ def check_submodules(ctx: RunContext, checkout: Optional[str]) -> Check:
             unreachable.append(f"{path} ({out})" if local and shown == where else
                                f"{path} ({shown}: {out}{no_mirror(where, ctx.settings)})")
     if unreachable:
-        return Check(name="submodules",
-                     status=MISSING,
-                     detail="the pin's submodules cannot be fetched: " + "; ".join(unreachable),
-                     remedy="make them reachable, or mirror them and map their URLs with FLYDSL_GIT_MIRRORS=FROM=TO "
-                     "(a URL prefix, such as https://github.com/=https://git.example.internal/github/)",
-                     blocking=True,
-                     stage=Stage.SUBMODULES)
+        return Check("submodules", MISSING, "the pin's submodules cannot be fetched: " + "; ".join(unreachable),
+                     "make them reachable, or mirror them and map their URLs with FLYDSL_GIT_MIRRORS=FROM=TO (a URL "
+                     "prefix, such as https://github.com/=https://git.example.internal/github/)",
+                     blocking=True, stage=Stage.SUBMODULES)
     return passed("submodules", f"{len(subs)} submodule(s) can be fetched: " + ", ".join(served), Stage.SUBMODULES)
 
 
-def predict(ctx: RunContext, checkout: Optional[str], submit: Submit) -> List["concurrent.futures.Future[Check]"]:
-    """The source way's checks, in the order a build meets them."""
-    tools = build_tools(ctx.needs, llvm=ctx.llvm)
-    return ([submit(check_llvm_source, ctx), submit(check_mlir, ctx), submit(check_disk, ctx),
-             submit(check_memory, ctx), submit(check_compiler, ctx, False), submit(check_compiler, ctx, True),
-             submit(check_headers, ctx)]
-            + [submit(check_tool, ctx, name, tools) for name in ("cmake", "ninja", "patchelf", "nanobind")]
-            + [submit(check_hip_package, ctx), submit(check_submodules, ctx, checkout)])
+def check_hip_package(ctx: RunContext) -> Check:
+    needs, s = ctx.needs, ctx.settings
+    if not (needs.hip or needs.hip_optional):
+        return skipped("hip", "the pin's CMake files do not ask for hip", Stage.BUILD)
+    blocking = needs.hip
+    asked = f"{needs.hip_where} does find_package(hip{' REQUIRED' if needs.hip else ''})"
+    rocm = choose_rocm(s.rocm_path, ctx.interpreter.executable if ctx.interpreter else s.python, ctx.environ)
+    prefixes = [rocm.path] + [p for p in ctx.environ.get("CMAKE_PREFIX_PATH", "").split(os.pathsep) if p]
+    label = s.label("rocm_path")
+    if rocm.rocm_sdk is not None:
+        asked += f"; ROCm: {rocm.said(label)}"
+    for prefix in prefixes:
+        check = check_hip(prefix)
+        if check.package_dir is None:
+            continue
+        missing = ", ".join(check.missing)
+        if check.needs_fix and prefix != rocm.path:
+            return Check("hip", WRONG, f"{check.package_dir} (found through CMAKE_PREFIX_PATH) names {missing}, "
+                         "which is missing",
+                         f"set {label}={prefix}: ensure-flydsl then builds with a private corrected copy of the "
+                         "package",
+                         blocking=blocking, stage=Stage.BUILD)
+        if check.needs_fix:
+            fix = (f"--fix-rocm-in-place: links {missing} inside {prefix}/lib" if s.fix_rocm_in_place
+                   else f"ensure-flydsl builds with a private corrected copy of the package ({prefix} untouched)")
+            return Check("hip", WRONG, f"{check.package_dir} names {missing}, which is missing (the library is "
+                         f"{os.path.basename(str(check.actual))}); {fix}", "none needed", blocking=False,
+                         stage=Stage.BUILD, provided=True)
+        if check.unfixable:
+            return Check("hip", WRONG,
+                         f"{check.package_dir} names {missing}, and {prefix}/lib has no libamdhip64 at all",
+                         f"install ROCm's HIP runtime (the hip-runtime-amd package) or point {label} at a "
+                         "complete ROCm",
+                         blocking=blocking, stage=Stage.BUILD)
+        return passed("hip", f"{check.package_dir} (names {', '.join(check.referenced) or 'no library'}, present); "
+                      f"{asked}", Stage.BUILD)
+    where = " or ".join([f"{label}={s.rocm_path}"] + (["CMAKE_PREFIX_PATH"] if len(prefixes) > 1 else []))
+    return Check("hip", MISSING,
+                 f"no hip CMake package (lib/cmake/hip) under {where}, nor from the package index ({rocm.tried}); "
+                 f"{asked}",
+                 f"install ROCm's HIP development files (hip-dev), or set {label} to the ROCm prefix holding "
+                 "lib/cmake/hip, or install ROCm from the package index for the interpreter (its `rocm-sdk path "
+                 "--root` is used then)", blocking=blocking, stage=Stage.BUILD)

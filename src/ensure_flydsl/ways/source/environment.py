@@ -1,24 +1,11 @@
-"""The build steps of a source build: the private toolchain, LLVM/MLIR, FlyDSL.
+"""The environment of a source build's steps: the private toolchain, the jobs, the LLVM record.
 
-FlyDSL's scripts call ``python3`` and ``pip`` from PATH (CMake's Python3_EXECUTABLE, nanobind's
-location), so every step runs with shims for the target interpreter first on PATH under those names, or
-the build would be for the wrong Python.  Upstream's newer scripts build for the interpreter
-``PYTHON_EXECUTABLE`` names instead: the tool sets it to the target for both steps (a caller's own
-``PYTHON_EXECUTABLE``, exported for something else, would otherwise choose the build's Python).
-
-``build_llvm.sh`` also runs an unguarded ``pip install nanobind numpy pybind11`` (``"$PYTHON_EXECUTABLE"
--m pip install ...`` in the newer scripts): every pip install of a build step goes to the tool's private
-folder (``pylib``, first on PYTHONPATH for the build), never into the interpreter's site-packages.  pip
-itself is told so in the environment (``PIP_TARGET``, ``PIP_UPGRADE``), so no spelling of the command
-escapes it, and the ``pip`` shim says ``--target`` as well.  Every such install is held to the pip
-constraints file (``PIP_CONSTRAINT``): nanobind 3 breaks MLIR's configure, and the unguarded install would
-take it (``source/nanobind.py``).
-
-``build.sh`` builds into ``FLY_BUILD_DIR`` when it is set (every FlyDSL since v0.1): the tool sets it to
-the root's ``build-fly``, where it takes the package from (``layout.packages_dir``; one build folder a root,
-for the one interpreter its build stamp names: another's is removed before the build), so a caller's own
-``FLY_BUILD_DIR`` cannot send the build where the tool does not look.
-"""
+FlyDSL's scripts call ``python3`` and ``pip`` from PATH (CMake's Python3_EXECUTABLE, nanobind's location), so
+shims for the target interpreter go first on PATH, and ``PYTHON_EXECUTABLE`` (newer scripts build for it) is
+the target too.  ``build_llvm.sh`` runs an unguarded ``pip install nanobind numpy pybind11``: pip is told in
+the environment (``PIP_TARGET``) to install into the tool's private ``pylib``, never the interpreter's
+site-packages, held to the constraints file (nanobind 3 breaks MLIR's configure).  ``build.sh`` builds into
+``FLY_BUILD_DIR``, set to the root's ``build-fly`` where the tool takes the package from."""
 
 from __future__ import annotations
 
@@ -26,24 +13,19 @@ import os
 import pathlib
 import shlex
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Callable, Dict, List, Mapping, Optional, Sequence
+from typing import Callable, Dict, List, Mapping, Optional, Sequence
 
 from ensure_flydsl.errors import EnsureError, ExitCode, Stage
-from ensure_flydsl.layout import build_dir, llvm_record, mlir_install, pip_constraints, tools_dir
+from ensure_flydsl.layout import llvm_record, mlir_install, pip_constraints, tools_dir
 from ensure_flydsl.probe.results import Interpreter
 from ensure_flydsl.settings import GitMirrors
 from ensure_flydsl.source.llvm_inputs import checkout_llvm_inputs
 from ensure_flydsl.source.mirrors import with_mirrors, with_network_limits
 from ensure_flydsl.support.files import atomic_write, atomic_write_json, read_json
 from ensure_flydsl.support.processes import stream_command
-from ensure_flydsl.ways.source.tools import CONFLICTING_PIP_ENV
+from ensure_flydsl.ways.package_index import CONFLICTING_PIP_ENV
 
-# Documented default parallelism: a job of the LLVM/MLIR build (its big static links) may take this much.
-MEMORY_PER_JOB_BYTES = 4 * 1024**3
-
-if TYPE_CHECKING:
-    from ensure_flydsl.source.llvm_inputs import LlvmInputs
-# The build tools and the LLVM inputs are imported where a build uses them: clean reads the LLVM record alone.
+MEMORY_PER_JOB_BYTES = 4 * 1024**3  # a job of the LLVM/MLIR build (its big static links) may take this much
 
 
 def default_jobs(cores: int, available_memory: Optional[int]) -> int:
@@ -87,8 +69,8 @@ class Toolchain:
 
 def prepare_toolchain(root: str, interpreter: Interpreter, cmake_prefixes: List[str],
                       constraints: Sequence[str] = ()) -> Toolchain:
-    """The shims and private folders of the build steps; ``constraints``: requirement lines (``nanobind>=2.9,<3``)
-    every ``pip install`` of the build is held to."""
+    """The shims and private folders of the build steps; every ``pip install`` of the build is held to the
+    requirement lines ``constraints``."""
     tools = tools_dir(root)
     bin_dir = os.path.join(tools, "bin")
     pylib = os.path.join(tools, "pylib")
@@ -119,14 +101,19 @@ def build_environment(
     base: Mapping[str, str], toolchain: Toolchain, *, rocm_path: str, mlir_path: Optional[str], jobs: int,
     git_mirrors: GitMirrors,
 ) -> Dict[str, str]:
-    # The scripts' own git commands (build_llvm.sh clones llvm-project) fetch through the mirrors too, and
-    # give up an http(s) transfer that stalls for the network silence limit.
-
+    """The caller's environment for a build step, its scripts' git fetching through the mirrors too."""
     env = {k: v for k, v in with_network_limits(with_mirrors(base, git_mirrors)).items()
            if k not in CONFLICTING_PIP_ENV}
     env["PATH"] = os.pathsep.join([toolchain.bin_dir, base.get("PATH", os.defpath)])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (toolchain.pylib, base.get("PYTHONPATH", "")) if p)
-    env.update(pip_routing(toolchain))
+    # pip installs into the private pylib (replacing what an earlier run put there), held to the constraints
+    # file: a file: URL, since pip splits a plain path at its spaces.
+    env.update({"PIP_TARGET": toolchain.pylib, "PIP_UPGRADE": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+                "PIP_NO_WARN_SCRIPT_LOCATION": "1"})
+    if toolchain.python:
+        env["PYTHON_EXECUTABLE"] = toolchain.python
+    if toolchain.constraints:
+        env["PIP_CONSTRAINT"] = pathlib.Path(os.path.abspath(toolchain.constraints)).as_uri()
     prefixes = toolchain.cmake_prefixes + ([base["CMAKE_PREFIX_PATH"]] if base.get("CMAKE_PREFIX_PATH") else [])
     if prefixes:
         env["CMAKE_PREFIX_PATH"] = os.pathsep.join(prefixes)
@@ -140,43 +127,15 @@ def build_environment(
     return env
 
 
-def pip_routing(toolchain: Toolchain) -> Dict[str, str]:
-    """The build's Python and where its pip installs go: ``PYTHON_EXECUTABLE`` is the target interpreter
-    (upstream's newer scripts build for it and run ``"$PYTHON_EXECUTABLE" -m pip install``); pip installs
-    into the private ``pylib`` (replacing what an earlier run put there), held to the constraints file (a
-    ``file:`` URL: pip splits a plain path at its spaces)."""
-    env = {"PIP_TARGET": toolchain.pylib, "PIP_UPGRADE": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1",
-           "PIP_NO_WARN_SCRIPT_LOCATION": "1"}
-    if toolchain.python:
-        env["PYTHON_EXECUTABLE"] = toolchain.python
-    if toolchain.constraints:
-        env["PIP_CONSTRAINT"] = pathlib.Path(os.path.abspath(toolchain.constraints)).as_uri()
-    return env
-
-
-def flydsl_step_settings(root: str) -> Dict[str, str]:
-    """What the tool sets for build.sh: ``FLY_BUILD_DIR``, the root's ``build-fly`` (where the tool takes the
-    package from and records what the build made), whatever the caller's environment says."""
-    return {"FLY_BUILD_DIR": build_dir(root)}
-
-
-def pin_llvm_inputs(root: str, environ: Mapping[str, str]) -> LlvmInputs:
-    """What the checkout's LLVM/MLIR build is made from (source/llvm_inputs.py), with the run's environment."""
-
-    return checkout_llvm_inputs(root, environ)
-
-
 def llvm_key(root: str, interpreter: Interpreter, environ: Optional[Mapping[str, str]] = None
              ) -> Optional[Dict[str, object]]:
     """The MLIR key of the checkout at ``root`` for ``interpreter``; None when its LLVM commit is unknown."""
-    return pin_llvm_inputs(root, os.environ if environ is None else environ).key(interpreter.abi)
+    return checkout_llvm_inputs(root, os.environ if environ is None else environ).key(interpreter.abi)
 
 
 def llvm_step_settings(base_dir: str) -> Dict[str, str]:
-    """Variables build_llvm.sh lets the caller override that the tool sets itself for the LLVM step: the
-    install goes where the tool (and build.sh's auto-detection) reads it, and is always made.  These are
-    the same on every run, so the MLIR key leaves them out (llvm_inputs.TOOL_SET); a caller's own
-    LLVM_INSTALL_DIR or LLVM_PACKAGE_INSTALL=0 would otherwise leave no install where it is looked for."""
+    """What the tool sets of build_llvm.sh's overridable variables: the install is always made, where the tool
+    and build.sh look (the MLIR key leaves these out: llvm_inputs.TOOL_SET)."""
     return {"LLVM_INSTALL_DIR": mlir_install(base_dir), "LLVM_PACKAGE_INSTALL": "1"}
 
 
@@ -186,8 +145,8 @@ def is_mlir_install(path: str) -> bool:
 
 @dataclass(frozen=True)
 class LlvmRecord:
-    """``BASE/.llvm-project.ensure-flydsl.json``: this tool made ``llvm-project/``, the inputs of the build
-    it started there, and of the one it finished."""
+    """``BASE/.llvm-project.ensure-flydsl.json``: this tool made ``llvm-project/``; the keys of the build it
+    started there and of the one it finished."""
 
     created: bool
     started: Optional[Dict[str, object]] = None
@@ -202,7 +161,7 @@ class LlvmRecord:
 
     @classmethod
     def from_json(cls, data: object) -> Optional["LlvmRecord"]:
-        """The record, or None for one that is not (``created`` a bool; the keys objects or null)."""
+        """The record, or None for one that is not."""
         if not isinstance(data, dict) or not isinstance(data.get("created"), bool):
             return None
         started, done = data.get("started"), data.get("done")
@@ -216,8 +175,7 @@ class LlvmRecord:
 
 
 def finished_llvm_build(base_dir: str) -> Optional[Dict[str, object]]:
-    """The key (LLVM commit, interpreter ABI, ...) of the LLVM/MLIR build this tool finished in
-    ``BASE/llvm-project``, if its install is there: what its record says, checked against the files."""
+    """The key of the LLVM/MLIR build this tool finished in ``BASE/llvm-project``, if its install is there."""
     record = LlvmRecord.read(base_dir)
     done = record.done if record is not None else None
     return done if done is not None and is_mlir_install(mlir_install(base_dir)) else None
@@ -243,9 +201,5 @@ def run_script(
     sink(f"$ {shlex.join(cmd)}")
     status = stream_command(cmd, cwd=root, env=env, sink=sink, on_start=on_start)
     if status != 0:
-        raise EnsureError(
-            code,
-            f"{what} failed: scripts/{script} exited with {status}",
-            stage=stage,
-            hint="the log's last lines are below; the full output is in the log",
-        )
+        raise EnsureError(code, f"{what} failed: scripts/{script} exited with {status}", stage=stage,
+                          hint="the log's last lines are below; the full output is in the log")

@@ -1,13 +1,12 @@
-"""The source way's build (the strategy is named ``source``; this module builds, :mod:`ensure_flydsl.source` is
-the pin's source and its checkout): the pin's submodules, the doctor's checks (stop before an hour of compiling), the
-compatibility fixes and private build tools, MLIR (given, built before, cached, or built now), FlyDSL's
-build.sh, verification; then the new tree and MLIR go to the binary cache."""
+"""The source way: the pin's submodules, the doctor's checks (stop before an hour of compiling), the fixes and
+private build tools, MLIR (given, built before, cached, or built now), FlyDSL's build.sh, the probe; then the
+new tree and MLIR go to the binary cache, each build under the fleet's lease."""
 
 from __future__ import annotations
 
 import os
 from dataclasses import replace
-from typing import TYPE_CHECKING, Callable, Dict, Mapping, NamedTuple, Optional, Tuple
+from typing import Dict, NamedTuple, Optional, Tuple
 
 from ensure_flydsl.errors import EnsureError, ExitCode, Plan, Stage
 from ensure_flydsl.layout import (
@@ -20,17 +19,17 @@ from ensure_flydsl.layout import (
     rocm_overlay,
     tools_dir,
 )
-from ensure_flydsl.probe.results import Interpreter
 from ensure_flydsl.result import How
-from ensure_flydsl.settings import Settings
 from ensure_flydsl.source.git import Checkout
-from ensure_flydsl.source.needs import BuildNeeds, build_tools, find_needs, tool_requirements
+from ensure_flydsl.source.llvm_inputs import checkout_llvm_inputs
+from ensure_flydsl.source.needs import build_tools, find_needs, tool_requirements
 from ensure_flydsl.source.ownership import recording
 from ensure_flydsl.support import faults
 from ensure_flydsl.support.files import file_sha256
-from ensure_flydsl.trees.remote import cache_key
+from ensure_flydsl.trees.lease import HeldLease
+from ensure_flydsl.trees.remote import Cache, cache_key
 from ensure_flydsl.ways import Way, falls_back
-from ensure_flydsl.ways.base import Early, Provider
+from ensure_flydsl.ways.base import DoctorCheck, Early, Provider, Shared
 from ensure_flydsl.ways.cache.fleet import end_turn, holding, take_turn
 from ensure_flydsl.ways.cache.provider import (
     llvm_label,
@@ -42,36 +41,25 @@ from ensure_flydsl.ways.cache.provider import (
     tree_from_cache,
     tree_shareable,
 )
-from ensure_flydsl.ways.checks import WRONG, Check, RunContext, passed, skipped
 from ensure_flydsl.ways.context import Decision, Run
-from ensure_flydsl.ways.release.suggestion import release_suggestion
+from ensure_flydsl.ways.release.checks import release_suggestion
+from ensure_flydsl.ways.source.checks import predict_build
 from ensure_flydsl.ways.source.environment import (
     LlvmRecord,
     Toolchain,
     build_environment,
     finished_llvm_build,
-    flydsl_step_settings,
     is_mlir_install,
     llvm_step_settings,
-    pin_llvm_inputs,
     prepare_toolchain,
     resolve_jobs,
     run_script,
 )
-from ensure_flydsl.ways.source.rocm import HipFix, drop_stale_hip_dir, fix_hip
-from ensure_flydsl.ways.source.rocm_sdk import choose_rocm
-from ensure_flydsl.ways.source.tool_versions import package_spec
-from ensure_flydsl.ways.source.tools import ProvidedTools, provide_build_tools
+from ensure_flydsl.ways.source.rocm import HipFix, choose_rocm, drop_stale_hip_dir, fix_hip
+from ensure_flydsl.ways.source.tools import ProvidedTools, package_spec, provide_build_tools
 from ensure_flydsl.ways.tree import prepare_build_dir, verify_tree
 
-if TYPE_CHECKING:
-    from ensure_flydsl.trees.lease import HeldLease
-    from ensure_flydsl.trees.remote import Cache
-
 Mlir = Tuple[str, Dict[str, object]]  # an MLIR install and what identifies it in the build's stamp
-# The doctor's checks before the build, handed in by the pipeline (the doctor sits above the ways): raises the
-# blocking finding (stage "doctor") for these settings, environment, checkout and the run's interpreter.
-DoctorCheck = Callable[[Settings, Mapping[str, str], str, Interpreter], None]
 
 
 class Prepared(NamedTuple):
@@ -81,10 +69,17 @@ class Prepared(NamedTuple):
     hip: HipFix
     provided: ProvidedTools
     toolchain: Toolchain
-    rocm: str  # the ROCm prefix the build uses (ROCM_PATH, or the package index's: ways/source/rocm_sdk.py)
+    rocm: str  # the ROCm prefix the build uses
+
+    def environment(self, run: Run, jobs: int, mlir_path: Optional[str], *, hip: bool) -> Dict[str, str]:
+        """A build step's environment; ``hip``: the hip overlay first, for FlyDSL's configure only (LLVM's
+        must not find ROCm's own LLVM through it)."""
+        chain = replace(self.toolchain, cmake_prefixes=list(self.hip.cmake_prefixes)) if hip else self.toolchain
+        return self.provided.apply(build_environment(run.environ, chain, rocm_path=self.rocm, mlir_path=mlir_path,
+                                                     jobs=jobs, git_mirrors=run.settings.git_mirrors))
 
 
-class BuildProvider(Provider):
+class SourceProvider(Provider):
     way = Way.SOURCE
     route = Plan.SOURCE
 
@@ -94,6 +89,12 @@ class BuildProvider(Provider):
         self.doctor = doctor
         self.built_now = False
         self.tree_lease: Optional[HeldLease] = None  # held from before build.sh until the tree is published
+
+    @classmethod
+    def for_run(cls, run: Run, shared: Shared) -> SourceProvider:
+        return cls(shared.cache, shared.early, shared.doctor)
+
+    predict = staticmethod(predict_build)
 
     def provide(self, run: Run, commit: str) -> Optional[Decision]:
         try:
@@ -117,19 +118,15 @@ class BuildProvider(Provider):
         mlir = prepared.mlir
         with run.step(Stage.LLVM):
             if mlir is None:
-                env = prepared.provided.apply(build_environment(
-                    run.environ, prepared.toolchain, rocm_path=prepared.rocm, mlir_path=None, jobs=jobs,
-                    git_mirrors=run.settings.git_mirrors))
-                mlir = self._mlir(run, env, jobs)
+                mlir = self._mlir(run, prepared.environment(run, jobs, None, hip=False), jobs)
         return self._build_and_verify(run, commit, prepared, mlir, jobs)
 
     def _mlir(self, run: Run, env: Dict[str, str], jobs: int) -> Mlir:
         """build_llvm.sh under the MLIR key's lease, unless another host publishes that MLIR meanwhile."""
         cache = self.cache
-        key = pin_llvm_inputs(run.settings.root, run.environ).key(run.interpreter.abi)
+        key = checkout_llvm_inputs(run.settings.root, run.environ).key(run.interpreter.abi)
         if cache is None or key is None:  # an unknown LLVM commit: nothing to share, so no lease either
             return build_mlir(run, env, jobs, None)
-
         ckey = cache_key("mlir", mlir_fields(key, run.interpreter.platform))
         turn = take_turn(run, cache, "mlir", ckey, f"MLIR for LLVM {llvm_label(key)}",
                          lambda: mlir_from_cache(run, cache, key))
@@ -141,10 +138,7 @@ class BuildProvider(Provider):
     def _tree_turn(self, run: Run, commit: str) -> Optional[Decision]:
         """The tree key's lease before build.sh; a verified cached tree when another host published it."""
         cache = self.cache
-        if cache is None:
-            return None
-
-        if not tree_shareable(run):
+        if cache is None or not tree_shareable(run):
             return None
         key = cache_key("tree", tree_fields(run, commit))
         turn = take_turn(run, cache, "tree", key, f"the FlyDSL tree for {commit[:8]}",
@@ -155,11 +149,7 @@ class BuildProvider(Provider):
     def _build_and_verify(self, run: Run, commit: str, prepared: Prepared, mlir: Mlir, jobs: int) -> Decision:
         settings, root = run.settings, run.settings.root
         mlir_path, mlir_identity = mlir
-        # The hip overlay is for FlyDSL's configure only (LLVM's must not find ROCm's own LLVM through it).
-        chain = replace(prepared.toolchain, cmake_prefixes=list(prepared.hip.cmake_prefixes))
-        env = prepared.provided.apply(build_environment(run.environ, chain, rocm_path=prepared.rocm,
-                                                        mlir_path=mlir_path, jobs=jobs,
-                                                        git_mirrors=settings.git_mirrors))
+        env = prepared.environment(run, jobs, mlir_path, hip=True)
         if prepared.hip.check.needs_fix and not settings.fix_rocm_in_place:
             drop_stale_hip_dir(build_dir(root), os.path.join(rocm_overlay(root), "lib", "cmake", "hip"))
         with run.step(Stage.BUILD):
@@ -185,7 +175,6 @@ class BuildProvider(Provider):
     def after_publish(self, run: Run, commit: str) -> None:
         if self.tree_lease is None and (self.cache is None or not self.built_now):
             return  # no lease to end, nothing to publish
-
         with holding(self.tree_lease):
             self.tree_lease = None
             if self.cache is not None and self.built_now:
@@ -199,10 +188,7 @@ class BuildProvider(Provider):
 
 
 def suggest_release(run: Run, exc: EnsureError) -> EnsureError:
-    """``auto`` could not build: when a release >= the floor has a wheel for this interpreter and its tag
-    holds the required modules, the failure to raise instead has a hint that says so (``ways/release/suggestion.py``,
-    which the doctor asks too); else ``exc`` itself.  Asked in seconds at most, or not at all."""
-
+    """``auto`` could not build: ``exc`` with a hint of a release that would work instead, if there is one."""
     suggestion = release_suggestion(run.settings, run.interpreter, run.environ)
     if suggestion is None:
         return exc
@@ -211,8 +197,8 @@ def suggest_release(run: Run, exc: EnsureError) -> EnsureError:
 
 
 def prepare(run: Run, cache: Optional[Cache], doctor: DoctorCheck) -> Prepared:
-    """MLIR if it needs no build; the doctor's checks with what is known now (stop here rather than after
-    an hour of compiling); the hip fix; the private build tools."""
+    """MLIR if it needs no build; the doctor's checks with what is known now (rather than after an hour of
+    compiling); the hip fix; the private build tools."""
     settings, root = run.settings, run.settings.root
     mlir = ready_mlir(run, cache)
     checked = replace(settings, mlir_path=mlir[0] if mlir else settings.mlir_path)
@@ -221,8 +207,7 @@ def prepare(run: Run, cache: Optional[Cache], doctor: DoctorCheck) -> Prepared:
     rocm = choose_rocm(settings.rocm_path, run.interpreter.executable, run.environ)
     if rocm.rocm_sdk is not None:
         run.say(f"ROCm: {rocm.said(settings.label('rocm_path'))}")
-    hip = fix_hip(rocm.path, rocm_overlay(root),
-                  in_place=settings.fix_rocm_in_place)
+    hip = fix_hip(rocm.path, rocm_overlay(root), in_place=settings.fix_rocm_in_place)
     run.say("fix: " + hip.message)
     requirements = tool_requirements(needs)
     provided = provide_build_tools(
@@ -249,13 +234,13 @@ def update_submodules(run: Run, commit: str) -> None:
 
 
 def ready_mlir(run: Run, cache: Optional[Cache]) -> Optional[Mlir]:
-    """An MLIR install that needs no build: MLIR_PATH, this host's finished LLVM build for the pin's LLVM
-    commit and this interpreter, or the cache's; None when the LLVM/MLIR step has to build it."""
+    """An MLIR install that needs no build (MLIR_PATH, this host's finished build of the pin's LLVM inputs for
+    this interpreter, the cache's), or None."""
     settings = run.settings
     if settings.mlir_path is not None:
         run.say(f"using MLIR_PATH={settings.mlir_path}; skipping the LLVM/MLIR build")
         return settings.mlir_path, {"mlir_path": settings.mlir_path}
-    inputs = pin_llvm_inputs(settings.root, run.environ)
+    inputs = checkout_llvm_inputs(settings.root, run.environ)
     key = inputs.key(run.interpreter.abi)
     if key is None:
         run.say(f"warning: the LLVM commit of this pin cannot be determined ({inputs.problem}): its LLVM/MLIR "
@@ -265,27 +250,23 @@ def ready_mlir(run: Run, cache: Optional[Cache]) -> Optional[Mlir]:
     if finished_llvm_build(settings.base_dir) == key:
         run.say(f"MLIR for LLVM {llvm_label(key)} is already built in {install}")
         return install, {"llvm": key}
-    fetched = None
-    if cache is not None:
-        fetched = mlir_from_cache(run, cache, key)
+    fetched = mlir_from_cache(run, cache, key) if cache is not None else None
     return (fetched, {"llvm": key}) if fetched else None
 
 
 def build_mlir(run: Run, env: Dict[str, str], jobs: int, cache: Optional[Cache]) -> Mlir:
-    """FlyDSL's build_llvm.sh, into ``$(dirname ROOT)/llvm-project`` (where it builds; recorded as ours)."""
+    """FlyDSL's build_llvm.sh, into ``$(dirname ROOT)/llvm-project`` (recorded as ours)."""
     settings, root = run.settings, run.settings.root
-    inputs = pin_llvm_inputs(root, run.environ)
+    inputs = checkout_llvm_inputs(root, run.environ)
     key = inputs.key(run.interpreter.abi)
     llvm_folder = llvm_dir(settings.base_dir)
     install = mlir_install(settings.base_dir)
     record = LlvmRecord.read(settings.base_dir)
     if os.path.lexists(llvm_folder) and not (record is not None and record.created):
-        raise EnsureError(
-            ExitCode.LLVM_BUILD,
-            f"{llvm_folder} exists and was not made by ensure-flydsl; build_llvm.sh would build into it",
-            stage=Stage.LLVM,
-            hint="move it away, or set MLIR_PATH to an MLIR install built for this interpreter",
-        )
+        raise EnsureError(ExitCode.LLVM_BUILD,
+                          f"{llvm_folder} exists and was not made by ensure-flydsl; build_llvm.sh would build into it",
+                          stage=Stage.LLVM,
+                          hint="move it away, or set MLIR_PATH to an MLIR install built for this interpreter")
     LlvmRecord(created=True, started=key).write(settings.base_dir)
     run.say(f"building LLVM/MLIR {inputs.describe()} with {jobs} jobs (the long step)")
     run.worked()
@@ -323,7 +304,7 @@ def build_flydsl(run: Run, commit: str, mlir_identity: Dict[str, object], env: D
     stamps.begin("build", key)
     run.say(f"building FlyDSL {commit[:12]} for {run.interpreter.executable} with {jobs} jobs")
     run.worked()
-    env = {**env, **flydsl_step_settings(root)}  # into build-fly, where the package is taken from
+    env = {**env, "FLY_BUILD_DIR": build_dir(root)}  # where the package is taken from, whatever the caller says
     with recording(folder, build_made_record(root)):  # clean removes only what it made
         run_script(root, "build.sh", jobs, env, run.build_line, on_start=run.build_started,
                    code=ExitCode.FLYDSL_BUILD, stage=Stage.BUILD, what="the FlyDSL build")
@@ -333,62 +314,3 @@ def build_flydsl(run: Run, commit: str, mlir_identity: Dict[str, object], env: D
     faults.point("build-done")
     stamps.finish("build", key)
     return True
-
-
-def check_mlir(ctx: RunContext) -> Check:
-    s = ctx.settings
-    if s.mlir_path is not None:
-        label = s.label("mlir_path")
-        remedy = (f"point {label} at an MLIR install prefix (cmake --install of an LLVM build with mlir), or "
-                  "unset it to build LLVM/MLIR")
-        if not is_mlir_install(s.mlir_path):
-            # ensure refuses it before anything else (bad input, 64)
-            return Check(name="mlir",
-                         status=WRONG,
-                         detail=f"{label}={s.mlir_path} holds no lib/cmake/mlir",
-                         remedy=remedy,
-                         blocking=True,
-                         stage=Stage.SETTINGS)
-        configs = [os.path.join(s.mlir_path, "lib", "cmake", "mlir", n) for n in ("MLIRConfig.cmake",
-                                                                                  "mlir-config.cmake")]
-        if not any(os.path.isfile(c) for c in configs) and ctx.needs.cmake:
-            return Check(name="mlir",
-                         status=WRONG,
-                         detail=f"{label}={s.mlir_path} holds no lib/cmake/mlir/MLIRConfig.cmake: the "
-                         "build's find_package(MLIR) will fail",
-                         remedy=remedy,
-                         blocking=True,
-                         stage=Stage.BUILD)
-        return passed("mlir", f"{label}={s.mlir_path}; no LLVM build", Stage.BUILD)
-    built = _llvm_already_built(s, ctx.needs, ctx.interpreter)
-    llvm = ctx.needs.llvm
-    if built and llvm is not None:
-        return passed("mlir", f"MLIR for {llvm.describe()} is already built in {built}", Stage.LLVM)
-    if llvm is not None and llvm.commit is None:
-        return Check(name="mlir",
-                     status=WRONG,
-                     detail=f"MLIR_PATH is unset and the pin's LLVM commit cannot be determined "
-                     f"({llvm.problem}): the run builds LLVM/MLIR (the long step) every time, neither reusing "
-                     "nor sharing it",
-                     remedy=f"set MLIR_PATH to an MLIR install built for this pin, or give the commit "
-                     f"in {llvm.commit_from}",
-                     blocking=False,
-                     stage=Stage.LLVM)
-    what = f"{llvm.describe()}; " if llvm is not None else ""
-    return skipped("mlir", f"MLIR_PATH is unset: the run builds LLVM/MLIR ({what}the long step)", Stage.LLVM)
-
-
-def _llvm_already_built(settings: Settings, needs: BuildNeeds, interp: Optional[Interpreter]) -> Optional[str]:
-    """The MLIR install a previous run built from the pin's LLVM inputs (its commit, patches, build_llvm.sh,
-    overrides: source/llvm_inputs.py) for this interpreter, if it is there."""
-    done = finished_llvm_build(settings.base_dir)
-    if done is None or needs.llvm is None or interp is None:
-        return None
-    key = needs.llvm.key(interp.abi)
-    return mlir_install(settings.base_dir) if key is not None and done == key else None
-
-
-def llvm_step_needed(settings: Settings, needs: BuildNeeds, interp: Optional[Interpreter] = None) -> bool:
-    """Whether a source build runs the LLVM/MLIR step: MLIR_PATH unset and no finished build of the pin's
-    LLVM inputs next to the root."""
-    return settings.mlir_path is None and _llvm_already_built(settings, needs, interp) is None

@@ -1,28 +1,11 @@
-"""Compatibility fixes for ROCm images: small, idempotent, reported, and never written into ROCm.
+"""ROCm for a build: which prefix (ROCM_PATH, else the package index's ``rocm-sdk path --root``), and the fix of
+its hip CMake package, never written into ROCm.
 
-The hip CMake library-name mismatch: an image's ``lib/cmake/hip/hip-targets-*.cmake`` names
-``libamdhip64.so.7.2.70201`` while the runtime installed is ``libamdhip64.so.7.2.53211``; CMake's import
-check then stops the FlyDSL configure.  The bash executor (ensure_flydsl.sh) symlinked the expected name
-inside /opt/rocm/lib.  Here a private overlay prefix is built instead: every entry of ROCm is linked into
-it, ``lib/cmake/hip`` is a byte-identical copy (hip-config.cmake derives its prefix from its own location,
-possibly through REALPATH, so a link would lead back to ROCm), and the missing name points at the real
-library.  The overlay goes first on CMAKE_PREFIX_PATH for the build steps only; ROCM_PATH is left
-untouched.
-
-With ``--fix-rocm-in-place`` (FLYDSL_FIX_ROCM_IN_PLACE=1) the bash executor's fix is applied instead: the
-missing name is linked to the real library inside ``ROCM_PATH/lib`` itself.  Only when explicitly asked.
-
-A real ``cmake`` configure of ``find_package(hip REQUIRED CONFIG)`` against a broken tree fails with CMake's
-"The imported target "hip::amdhip64" references the file ... but this file does not exist", and succeeds
-with the overlay first on CMAKE_PREFIX_PATH (tests/test_fixes.py).  A build folder whose earlier configure
-found ROCm's own package keeps ``hip_DIR`` in its CMakeCache.txt, which wins over CMAKE_PREFIX_PATH:
-:func:`drop_stale_hip_dir` removes that entry so the next configure searches again.
-
-The overlay's stamp (``layout.overlay_stamp``) records what it was made for (:class:`OverlayKey`: the ROCm
-install's entries and listings, the hip package's files, the missing names and the real library); it is
-read back at one place (:func:`read_overlay_stamp`), field by field, and one that is not a stamp this tool
-writes is treated as absent (the overlay is made again) and said in the fix's line.
-"""
+An image's ``hip-targets-*.cmake`` may name ``libamdhip64.so.7.2.70201`` while ``lib/`` holds another version,
+and CMake's import check then stops FlyDSL's configure.  A private overlay prefix fixes it: ROCm's entries
+linked, ``lib/cmake/hip`` copied (hip-config.cmake takes its prefix from its REALPATH) and the missing name
+linked to the real library, first on CMAKE_PREFIX_PATH for the build steps only.  ``--fix-rocm-in-place``
+links the missing name inside ``ROCM_PATH/lib`` instead, as the bash executor did."""
 
 from __future__ import annotations
 
@@ -31,18 +14,19 @@ import hashlib
 import os
 import re
 import shutil
-from dataclasses import dataclass
-from typing import Dict, List, Optional, Tuple
+import subprocess
+from dataclasses import asdict, dataclass
+from typing import Dict, List, Mapping, Optional, Tuple
 
 from ensure_flydsl.errors import EnsureError, ExitCode, Stage
 from ensure_flydsl.layout import overlay_stamp
 from ensure_flydsl.support import fields
 from ensure_flydsl.support.files import atomic_write, atomic_write_json, read_json, remove_file, remove_tree
+from ensure_flydsl.support.processes import run_captured
 
 _HIP_LIB_REF = re.compile(r"\$\{_IMPORT_PREFIX\}/lib/(libamdhip64\.so[0-9.]*)")
-# Entries of ROCm left out of the overlay.  ROCm's own LLVM (``llvm/lib/cmake/llvm``) would otherwise be a
-# candidate for MLIR's find_package(LLVM ... EXACT), which searches CMAKE_PREFIX_PATH before its HINTS; the
-# hip package reaches it through ROCM_PATH (set for the build), not through its own prefix.
+# ROCm's own LLVM stays out of the overlay: MLIR's find_package(LLVM ... EXACT) searches CMAKE_PREFIX_PATH before
+# its HINTS and would take it; the hip package reaches it through ROCM_PATH.
 OVERLAY_SKIPPED = ("llvm",)
 
 
@@ -103,8 +87,8 @@ def _listing_digest(folder: str) -> str:
 
 @dataclass(frozen=True)
 class OverlayKey:
-    """What an overlay was made for: the ROCm prefix, its entries, digests of the names in its lib/ and
-    lib/cmake/, the hip package's files (name, size, whole-second mtime), the missing names, the real library."""
+    """What an overlay was made for, its stamp: ROCm's entries, digests of its lib/ and lib/cmake/ listings, the
+    hip package's files (name, size, mtime), the missing names, the real library."""
 
     rocm_path: str
     entries: Tuple[str, ...]
@@ -115,14 +99,11 @@ class OverlayKey:
     actual: Optional[str]
 
     def to_json(self) -> Dict[str, object]:
-        return {"rocm_path": self.rocm_path, "entries": list(self.entries), "lib": self.lib, "cmake": self.cmake,
-                "package": [list(entry) for entry in self.package], "missing": list(self.missing),
-                "actual": self.actual}
+        return asdict(self)
 
     @classmethod
     def from_json(cls, data: object) -> Optional["OverlayKey"]:
-        """The key, or None when a value is not one :func:`_overlay_key` makes: an absolute ROCm prefix and
-        real library, names without a slash, sha256 digests, sizes and times that are whole numbers >= 0."""
+        """The key, or None when a value is not one :func:`_overlay_key` makes (a stamp planted or torn)."""
         if not isinstance(data, dict):
             return None
         rocm_path, actual = fields.absolute_path(data.get("rocm_path")), data.get("actual")
@@ -160,8 +141,7 @@ def _package_file(value: object) -> Optional[Tuple[str, int, int]]:
 
 
 def read_overlay_stamp(path: str) -> Tuple[Optional[OverlayKey], str]:
-    """The key the overlay's stamp at ``path`` records (None when there is none), and, when the file there is
-    not a stamp this tool writes, the clause that says it was ignored ("" otherwise)."""
+    """The key the overlay's stamp records (None: none), and the clause saying a stamp there was ignored."""
     if not os.path.lexists(path):
         return None, ""
     data = read_json(path)
@@ -178,27 +158,20 @@ def _overlay_key(rocm_path: str, check: HipCheck) -> OverlayKey:
         for name in sorted(os.listdir(check.package_dir)):
             st = os.stat(os.path.join(check.package_dir, name))
             package_files.append((name, st.st_size, int(st.st_mtime)))
-    return OverlayKey(
-        rocm_path=rocm_path,
-        entries=tuple(listing),
-        lib=_listing_digest(os.path.join(rocm_path, "lib")),
-        cmake=_listing_digest(os.path.join(rocm_path, "lib", "cmake")),
-        package=tuple(package_files),
-        missing=tuple(check.missing),
-        actual=check.actual,
-    )
+    return OverlayKey(rocm_path=rocm_path, entries=tuple(listing),
+                      lib=_listing_digest(os.path.join(rocm_path, "lib")),
+                      cmake=_listing_digest(os.path.join(rocm_path, "lib", "cmake")), package=tuple(package_files),
+                      missing=tuple(check.missing), actual=check.actual)
 
 
 def provide_hip_overlay(rocm_path: str, overlay: str, check: HipCheck) -> Tuple[bool, str]:
-    """Build (or keep) the private overlay prefix for ``rocm_path``; return whether anything changed, and the
-    clause saying its stamp was ignored ("" when it was not)."""
+    """Build (or keep) the private overlay for ``rocm_path``: whether anything changed, and the ignored clause."""
     key = _overlay_key(rocm_path, check)
     stamp = overlay_stamp(overlay)
     recorded, ignored = read_overlay_stamp(stamp)
     if recorded == key and os.path.isdir(overlay):
         return False, ""
-    # The overlay is ours alone (it lives in the tool's private folder), so it is rebuilt from scratch; its
-    # stamp goes first, so that an interrupted rebuild is never taken for a finished one.
+    # The stamp goes first: an interrupted rebuild is never taken for a finished one.
     remove_file(stamp)
     remove_tree(overlay)
     os.makedirs(os.path.join(overlay, "lib", "cmake"))
@@ -224,8 +197,7 @@ def provide_hip_overlay(rocm_path: str, overlay: str, check: HipCheck) -> Tuple[
 
 
 def fix_hip_in_place(rocm_path: str, check: HipCheck) -> List[str]:
-    """The bash executor's fix, only with --fix-rocm-in-place: link each missing name to the real library inside
-    ``<rocm>/lib``.  Idempotent; returns the links it created (none when all are there)."""
+    """``--fix-rocm-in-place``: link each missing name to the real library inside ``<rocm>/lib``; the links made."""
     if not check.needs_fix:
         return []
     assert check.actual is not None
@@ -262,9 +234,8 @@ class HipFix:
 
 
 def fix_hip(rocm_path: str, overlay: str, *, in_place: bool = False) -> HipFix:
-    """Check the hip package under ``rocm_path`` and fix a library-name mismatch: a private overlay at
-    ``overlay`` (ROCm untouched), or links inside ROCm when ``in_place``.  A package that needs no fix
-    still has ``rocm_path`` as its prefix, so CMake finds it when ROCM_PATH is not /opt/rocm."""
+    """Fix a library-name mismatch of the hip package under ``rocm_path``: an overlay, or links in ROCm when
+    ``in_place``.  A package that needs no fix keeps ``rocm_path`` as its prefix (ROCM_PATH may not be /opt/rocm)."""
     check = check_hip(rocm_path)
     names = ", ".join(check.missing)
     if check.needs_fix and in_place:
@@ -294,11 +265,8 @@ _HIP_DIR_ENTRY = re.compile(r"^(hip_DIR:[A-Z]+=)(.*)$", re.MULTILINE)
 
 
 def drop_stale_hip_dir(build_dir: str, package_dir: str) -> bool:
-    """Forget ``hip_DIR`` in ``build_dir``'s CMakeCache.txt when it names another package folder than
-    ``package_dir`` (the overlay's lib/cmake/hip): a cached hip_DIR wins over CMAKE_PREFIX_PATH, so a build
-    folder configured before the fix would keep failing.  The entry becomes ``hip_DIR-NOTFOUND`` (CMake
-    searches again; removing the line would break the cache's comment/entry pairs).  Return whether it
-    was changed."""
+    """Set a cached ``hip_DIR`` that names another folder than ``package_dir`` to ``hip_DIR-NOTFOUND``: it wins
+    over CMAKE_PREFIX_PATH, so a folder configured before the fix kept failing.  Whether it was changed."""
     cache = os.path.join(build_dir, "CMakeCache.txt")
     try:
         with open(cache, errors="replace") as handle:
@@ -313,3 +281,74 @@ def drop_stale_hip_dir(build_dir: str, package_dir: str) -> bool:
         return False
     atomic_write(cache, _HIP_DIR_ENTRY.sub(lambda m: m.group(1) + "hip_DIR-NOTFOUND", text, count=1).encode())
     return True
+
+
+ROCM_SDK = "rocm-sdk"
+ROCM_SDK_TIMEOUT = 30.0  # it imports its Python package; a cold start on a busy machine takes seconds
+
+
+@dataclass(frozen=True)
+class RocmChoice:
+    """The ROCm prefix a build uses; ``rocm_sdk``: the command that printed it (None: the configured one)."""
+
+    path: str
+    configured: str  # ROCM_PATH as configured (or its default)
+    rocm_sdk: Optional[str] = None
+    tried: str = ""  # what asking rocm-sdk said, when it was asked and gave nothing usable
+
+    def said(self, label: str) -> str:
+        """One line for a message: which ROCm and why."""
+        if self.rocm_sdk is None:
+            return f"{label}={self.path}"
+        return (f"{self.path} (ROCm from the package index: `{self.rocm_sdk} path --root`; {label}={self.configured} "
+                "has no hip CMake package)")
+
+
+def rocm_sdk_candidates(python: Optional[str], environ: Mapping[str, str]) -> List[str]:
+    """``rocm-sdk`` beside the target interpreter (its venv's bin), then on PATH."""
+    found: List[str] = []
+    if python:
+        beside = os.path.join(os.path.dirname(python), ROCM_SDK)
+        if os.path.isfile(beside) and os.access(beside, os.X_OK):
+            found.append(beside)
+    on_path = shutil.which(ROCM_SDK, path=environ.get("PATH"))
+    if on_path and on_path not in found:
+        found.append(on_path)
+    return found
+
+
+def rocm_sdk_root(exe: str, environ: Mapping[str, str], timeout: float = ROCM_SDK_TIMEOUT) -> Tuple[Optional[str], str]:
+    """The prefix ``exe path --root`` prints, or (None, what went wrong)."""
+    try:
+        proc = run_captured([exe, "path", "--root"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            stdin=subprocess.DEVNULL, env=environ, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None, f"`{exe} path --root` did not answer within {timeout:.0f} s"
+    except OSError as exc:
+        return None, f"`{exe} path --root` does not run: {exc.strerror}"
+    lines = [line.strip() for line in proc.stdout.decode(errors="replace").splitlines() if line.strip()]
+    if proc.returncode != 0 or not lines:
+        err = proc.stderr.decode(errors="replace").strip().splitlines()
+        return None, f"`{exe} path --root` exited with {proc.returncode}" + (f": {err[-1]}" if err else "")
+    root = lines[-1]
+    if not os.path.isabs(root) or not os.path.isdir(root):
+        return None, f"`{exe} path --root` printed {root!r}, which is not a folder"
+    return root, ""
+
+
+def choose_rocm(configured: str, python: Optional[str], environ: Mapping[str, str]) -> RocmChoice:
+    """The configured ROCm when it has a hip CMake package, else ``rocm-sdk``'s (TheRock's wheels) when that has
+    one, else the configured one with what asking rocm-sdk said."""
+    if check_hip(configured).package_dir is not None:
+        return RocmChoice(configured, configured)
+    said: List[str] = []
+    for exe in rocm_sdk_candidates(python, environ):
+        root, problem = rocm_sdk_root(exe, environ)
+        if root is None:
+            said.append(problem)
+        elif check_hip(root).package_dir is None:
+            said.append(f"`{exe} path --root` is {root}, which has no hip CMake package either")
+        else:
+            return RocmChoice(root, configured, exe)
+    return RocmChoice(configured, configured, tried="; ".join(said) or f"no {ROCM_SDK} command (ROCm from the "
+                      "package index) beside the interpreter or on PATH")
