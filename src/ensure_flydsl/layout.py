@@ -282,7 +282,7 @@ def history_lock(host_dir: str) -> str:
     return os.path.join(host_dir, "history.lock")
 
 
-# -- the host store (host_store/) ------------------------------------------------------------------------------
+# -- the store's local tier (trees/local.py) -------------------------------------------------------------------
 def default_store_dir(host_dir: str) -> str:
     """The host store when FLYDSL_STORE is not set."""
     return os.path.join(host_dir, "store")
