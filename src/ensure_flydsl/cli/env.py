@@ -1,4 +1,4 @@
-"""``ensure-flydsl env``: print the env file, or its JSON twin, when it answers this request (runs/markers.py: twin_gap)."""
+"""``ensure-flydsl env``: the env file, or its JSON twin, when it answers this request (markers.twin_gap)."""
 
 from __future__ import annotations
 
