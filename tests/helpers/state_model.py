@@ -366,10 +366,9 @@ def plant_in_cache(cache: str, kind: str, key: str, pick: int, sentinel: str) ->
         return path
     if kind == "link-blobs" or kind == "link-leases":
         target = os.path.join(cache, "blobs" if kind == "link-blobs" else os.path.join("leases", "tree"))
-        if os.path.islink(target) or os.path.islink(os.path.dirname(target)):
-            return None
-        if any(os.path.lexists(p) and not os.path.isdir(p) for p in (target, os.path.dirname(target))):
-            return None  # a FIFO or a file planted there already: never removed by the test
+        if any(os.path.islink(p) or (os.path.lexists(p) and not os.path.isdir(p))
+               for p in (target, os.path.dirname(target))):
+            return None  # a link, a FIFO or a file planted there already: never removed by the test
         if os.path.isdir(target):
             os.rename(target, target + f".moved-{pick}")
         os.makedirs(os.path.dirname(target), exist_ok=True)
