@@ -14,7 +14,7 @@ import os
 import shlex
 import shutil
 import socket
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Callable, Dict, List, Mapping, MutableMapping, Optional, Tuple
 
 from packaging.version import InvalidVersion
@@ -24,6 +24,7 @@ from ensure_flydsl.errors import FAILURE_CODES, Stage
 from ensure_flydsl.result import LINK_MODES, How, Result, TreeIdentity
 from ensure_flydsl.settings import Request, release_at_least, same_repo
 from ensure_flydsl.support import faults, fields, space
+from ensure_flydsl.support.fields import checked
 from ensure_flydsl.support.files import atomic_write, atomic_write_json, file_path_problem, read_json, remove_file
 from ensure_flydsl.version import __version__
 from ensure_flydsl.warm import without_folders
@@ -94,32 +95,37 @@ class EnvFile:
         return "\n".join(lines) + "\n"
 
 
-_HOWS = {how.value for how in How}
-
-
 @dataclass(frozen=True)
 class EnvTwin(TreeIdentity):
     """``flydsl_env.json``: what the env file exports, the request it answers, the tree and interpreter it was
     made for.  And the warm path's fingerprint, with the folders and site dirs it watches."""
 
-    request: Request
-    watch: List[str]
-    site_dirs: List[str]
-    fingerprint: Dict[str, object]
-    FLYDSL_ROOT: str = ""
-    pythonpath_prepend: List[str] = field(default_factory=list)
-    FLYDSL_SHIM_DIR: Optional[str] = None
-    VLLM_USE_FLYDSL_MOE: Optional[str] = None
-    written_at: str = ""
-    tool_version: str = ""
-    # What the root's tree was built (or installed) from, None for a tree found elsewhere: what --exact-pin
-    # compares; the request above may be a later one that reused the tree.
-    pin: Optional[str] = None
-    repo: Optional[str] = None
-    run_id: str = ""
-    built: bool = False
-    elapsed_s: Optional[float] = None
-    link_mode: Optional[str] = None  # result.LINK_MODES: a warm answer says it too
+    how: How = checked(fields.member(How))
+    tree: str = checked(fields.path)
+    version: str = checked(fields.text)
+    python: str = checked(fields.absolute_path)
+    python_version: str = checked(fields.text)
+    abi: str = checked(fields.text)
+    commit: Optional[str] = checked(fields.object_name, nullable=True)
+    files: Dict[str, str] = checked(fields.text_map)
+    request: Request = checked(Request.from_json)
+    watch: List[str] = checked(fields.paths)
+    site_dirs: List[str] = checked(fields.paths)
+    fingerprint: Dict[str, object] = checked(fields.mapping)
+    FLYDSL_ROOT: str = checked(lambda v: v if v == "" else fields.absolute_path(v), "")  # "": an older tool's
+    pythonpath_prepend: List[str] = checked(fields.paths, factory=list)
+    FLYDSL_SHIM_DIR: Optional[str] = checked(fields.path, None)
+    VLLM_USE_FLYDSL_MOE: Optional[str] = checked(fields.path, None)
+    written_at: str = checked(fields.text, "")
+    tool_version: str = checked(fields.text, "")
+    # Later versions' fields, where a wrong type reads as not recorded.  The pin and repo the root's tree was
+    # built (or installed) from, None for a tree found elsewhere: what --exact-pin compares.
+    pin: Optional[str] = checked(fields.text, None, lenient=True)
+    repo: Optional[str] = checked(fields.text, None, lenient=True)
+    run_id: str = checked(fields.text, "", lenient=True)
+    built: bool = checked(fields.boolean, False, lenient=True)
+    elapsed_s: Optional[float] = checked(fields.seconds, None, lenient=True)
+    link_mode: Optional[str] = checked(lambda v: fields.one_of(v, LINK_MODES), None, lenient=True)
 
     # What says which tree answers which request; the rest records when and by what it was written.
     ANSWER_FIELDS = ("request", "how", "tree", "version", "python", "python_version", "abi", "commit", "files",
@@ -138,51 +144,13 @@ class EnvTwin(TreeIdentity):
 
     @classmethod
     def from_json(cls, data: object) -> Optional["EnvTwin"]:
-        """The twin, or None for a file that is not one.  ``python`` and the root are absolute, a tree the tool
-        made is its own with absolute folders, ``commit`` is a git object name."""
-        if not isinstance(data, dict):
-            return None
-        request = Request.from_json(data.get("request"))
-        if request is None:
-            return None
-        how = fields.one_of(data.get("how"), _HOWS)
-        # A reused tree is named as the probe found it (a caller's relative PYTHONPATH entry stays relative).
-        tree_path = fields.path if how in (None, How.REUSED.value) else fields.absolute_path
-        tree_paths = fields.paths if how in (None, How.REUSED.value) else fields.absolute_paths
-        root = data.get("FLYDSL_ROOT", "")  # "" in an older tool's twin
-        required = {
-            "how": How(how) if how is not None else None,
-            "tree": tree_path(data.get("tree")),
-            "version": fields.text(data.get("version")),
-            "python": fields.absolute_path(data.get("python")),
-            "python_version": fields.text(data.get("python_version")),
-            "abi": fields.text(data.get("abi")),
-            "files": fields.text_map(data.get("files")),
-            "watch": fields.paths(data.get("watch")),
-            "site_dirs": fields.paths(data.get("site_dirs")),
-            "fingerprint": data.get("fingerprint") if isinstance(data.get("fingerprint"), dict) else None,
-            "FLYDSL_ROOT": root if root == "" else fields.absolute_path(root),
-            "pythonpath_prepend": tree_paths(data.get("pythonpath_prepend", [])),
-            "written_at": fields.text(data.get("written_at", "")),
-            "tool_version": fields.text(data.get("tool_version", "")),
-        }
-        if any(value is None for value in required.values()):
-            return None
-        optional = {name: data.get(name) for name in ("commit", "FLYDSL_SHIM_DIR", "VLLM_USE_FLYDSL_MOE")}
-        if any(value is not None and fields.path(value) is None for value in optional.values()):
-            return None
-        if optional["commit"] is not None and fields.object_name(optional["commit"]) is None:
-            return None
-        # The fields later versions added: a wrong type reads as not recorded.
-        later = {
-            "pin": fields.text(data.get("pin")),
-            "repo": fields.text(data.get("repo")),
-            "run_id": fields.text(data.get("run_id")) or "",
-            "built": data.get("built") is True,
-            "elapsed_s": fields.seconds(data.get("elapsed_s")),
-            "link_mode": fields.one_of(data.get("link_mode"), LINK_MODES),
-        }
-        return cls(request=request, **required, **optional, **later)  # type: ignore[arg-type]
+        """The twin, or None.  A tree the tool made is its own, with absolute folders; a reused one is named as
+        the probe found it (a caller's relative PYTHONPATH entry stays relative)."""
+        twin = fields.from_json(cls, data)
+        if twin is None or twin.how == How.REUSED:
+            return twin
+        absolute = twin.tree.startswith("/") and all(p.startswith("/") for p in twin.pythonpath_prepend)
+        return twin if absolute else None
 
     def answers(self, other: "EnvTwin") -> bool:
         return all(getattr(self, k) == getattr(other, k) for k in self.ANSWER_FIELDS)
