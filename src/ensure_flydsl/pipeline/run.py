@@ -17,7 +17,7 @@ from ensure_flydsl.pipeline.timing import keep_timing
 from ensure_flydsl.pipeline.warm import try_warm
 from ensure_flydsl.probe.gate import same_folder
 from ensure_flydsl.result import Action, How, Result
-from ensure_flydsl.runs.progress import Heartbeat, heartbeat_interval
+from ensure_flydsl.runs.progress import heartbeat, heartbeat_interval
 from ensure_flydsl.support.processes import unblock_stop_signals
 from ensure_flydsl.ways import provisions
 from ensure_flydsl.ways.context import Decision, Run
@@ -44,7 +44,7 @@ def ensure_run(run: Run) -> Result:
 def _outcome(run: Run) -> Union[Result, BaseException]:
     """The run under its heartbeat: its result, or the failure it ended with (an exit goes on up)."""
     try:
-        with Heartbeat(run.reporter, run.pulse, heartbeat_interval(run.environ)):
+        with heartbeat(run.reporter, run.pulse, heartbeat_interval(run.environ)):
             return _tracked(run)
     except (SystemExit, GeneratorExit):
         raise

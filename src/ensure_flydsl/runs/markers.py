@@ -1,10 +1,5 @@
-"""The files pollers read: the env file (success, written last), its JSON twin, and the failure marker.  And
-whether the env file answers a request: the reuse gate, asked of what the twin records.
-
-Every value in the env file is shell-quoted: sourcing it never runs code that came from a path.  The twin
-answers a request when its tree would pass that request's gate: same interpreter, modules checked, flydsl at
-the floor (``--exact-pin``: built from the pin), same exports.
-"""
+"""The files pollers read: the env file (success, written last), its JSON twin and the failure marker; and
+whether the env file answers a request (its twin's tree would pass the request's gate)."""
 
 from __future__ import annotations
 
@@ -45,7 +40,7 @@ class EnvFile:
                    result.env.get("VLLM_USE_FLYDSL_MOE") == "1")
 
     def mapping(self, caller_pythonpath: Optional[str]) -> Dict[str, str]:
-        """The variables as sourcing the file now sets them: the tree's folders first, once, then the caller's."""
+        """The variables as sourcing the file sets them: the tree's folders first, once, then the caller's."""
         rest = without_folders(caller_pythonpath, list(self.prepend))
         env = {"FLYDSL_ROOT": self.root, "PYTHONPATH": os.pathsep.join([*self.prepend, *([rest] if rest else [])])}
         if self.shim_dir is not None:
@@ -60,10 +55,8 @@ class EnvFile:
         path[:] = [*self.prepend, *(entry for entry in path if entry not in self.prepend)]
 
     def text(self) -> str:
-        """POSIX sh, every value single-quoted (a path never appears outside quotes, not even in a comment).
-
-        Sourcing it twice changes nothing: the folders are taken out of the caller's PYTHONPATH (matched
-        literally, quoted) before they are put first."""
+        """POSIX sh, every value single-quoted: sourcing it never runs code that came from a path.  Sourcing it
+        twice changes nothing: the folders are taken out of the caller's PYTHONPATH before they are put first."""
         quoted_path = ":".join(shlex.quote(p) for p in self.prepend) if self.prepend else "''"
         lines = [
             "# flydsl_env.sh: written by ensure-flydsl " + __version__ + ". Source it: . ./flydsl_env.sh",
@@ -168,7 +161,7 @@ def publish_env_file(env_file: str, env_json: str, twin: EnvTwin, *, after_twin:
 
 
 def withdraw_env_file(env_file: str, env_json: str) -> bool:
-    """Take a success marker out of the way (the sh file first: it is the signal), and the front door's stamp."""
+    """Take a success marker away (the sh file first: it is the signal), and the front door's stamp."""
     removed = remove_file(env_file)
     remove_file(layout.warm_stamp(os.path.dirname(env_file)))
     return remove_file(env_json) or removed
@@ -240,8 +233,7 @@ def answering_twin(root: str, request: Request, path_env: Optional[str] = None) 
 
 
 def installed(root: str, request: Request, path_env: Optional[str] = None) -> Optional[Dict[str, object]]:
-    """The result objects' ``installed``: what the root's env file holds now, and whether it answers ``request``.
-    (A request that failed before its build leaves the previous install answering.)"""
+    """The result objects' ``installed``: what the root's env file holds now, and whether it answers ``request``."""
     twin = installed_twin(root)
     if twin is None:
         return None
@@ -279,8 +271,7 @@ class Failure:
 
     @classmethod
     def from_json(cls, data: object) -> Optional["Failure"]:
-        """The failure, or None.  The exit code is one a failed run records: never 0 or 75, which `wait` would
-        pass on as success or "still running"."""
+        """The failure, or None; never exit 0 or 75, which `wait` would pass on as success or "still running"."""
         if not isinstance(data, dict):
             return None
         code, stage, reason = fields.integer(data.get("exit_code")), data.get("stage"), data.get("reason", "")
@@ -294,7 +285,7 @@ class Failure:
 
 @dataclass(frozen=True)
 class FailureMarker:
-    """The failure marker as it reads back, field by field (None where a part is not one a run writes)."""
+    """The failure marker as it reads back (None where a part is not one a run writes)."""
 
     failure: Optional[Failure]
     request: Optional[Request]  # None: bad input's marker (``{}``) or not a request
@@ -316,8 +307,8 @@ class FailureMarker:
         )
 
     def names(self, root: str) -> bool:
-        """Whether it was written for ``root``.  One without a request object is taken as the root's own.  One
-        whose request is not a request (bad input's ``{}``) names no root, and no run takes it away."""
+        """Whether it was written for ``root``: one without a request object is the root's own; one whose request
+        is not a request (bad input's ``{}``) names no root, and no run takes it away."""
         if self.request is None:
             return self.unnamed
         return self.request.root == root
@@ -348,7 +339,6 @@ def write_failure_marker(path: str, *, stage: Optional[Stage], exit_code: int, r
 
 
 def marker_unwritten(path: str, problem: OSError) -> str:
-    """What a failure's one line adds when its marker could not be written."""
     why = problem.strerror or str(problem)
     if space.is_full(problem):
         why = "the disk quota is used up there" if problem.errno == errno.EDQUOT else "no space left on its file system"

@@ -30,7 +30,6 @@ from ensure_flydsl.support import fields
 from ensure_flydsl.support.fields import checked
 from ensure_flydsl.support.files import (
     atomic_write,
-    atomic_write_all,
     json_bytes,
     read_json,
     read_regular,
@@ -186,8 +185,10 @@ class RunStore:
         writes = [(reserve_file, os.urandom(RESERVE_BYTES)), (record_file, _record_data(record)),
                   (current_run_file(self.folder), _current_data(run_id))]
         try:
-            atomic_write_all(writes, undo=[record_file, alive_file, reserve_file] if own else [reserve_file])
+            for path, data in writes:
+                atomic_write(path, data)
         except BaseException:
+            remove_quietly([record_file, alive_file, reserve_file] if own else [reserve_file])
             if own:
                 os.close(fd)
             raise

@@ -1,11 +1,5 @@
-"""Where each run's time went: one timing record per run, kept per host, and what they add up to (``stats``).
-
-``<host cache>/runs/<run id>.json``: each stage's wall time, the bytes fetched, the cache's hits and misses,
-the link mode, the lock's and the lease's waits, and the way the run took.  One
-file per run, written once: runs that end together share nothing, and a fleet copies folders together.  The
-writer keeps the folder bounded; only files named as records are removed.  Read back, a record is outside
-data (a fleet's copy, another version): a file that is not one is skipped and counted, never a traceback.
-"""
+"""Where each run's time went (``stats``): ``<host cache>/runs/<run id>.json``, one file per run written once
+(runs that end together share nothing; a fleet copies folders together), and what they add up to."""
 
 from __future__ import annotations
 
@@ -162,8 +156,7 @@ def _rounded(value: Optional[float]) -> Optional[float]:
 
 
 def of_dead_run(dead: RunRecord, host: str) -> Optional[TimingRecord]:
-    """The timing record of a run that died, from its run record: its steps' times, exit 9, the step it died
-    in.  None for a record that cannot say it."""
+    """The timing record of a run that died, from its run record; None for a record that cannot say it."""
     failure, ended = dead.failure, dead.finished
     if failure is None or ended is None or ended < dead.started or not dead.root.startswith("/"):
         return None
@@ -202,8 +195,8 @@ def _record_names(folder: str) -> List[str]:
 
 
 def prune(folder: str, *, keep_runs: int = KEEP_RUNS, keep_days: float = KEEP_DAYS) -> None:
-    """Remove the records beyond the newest ``keep_runs`` and those older than ``keep_days`` (by their files'
-    times); only regular files named as the tool names records."""
+    """Remove the records beyond the newest ``keep_runs`` or older than ``keep_days``: only regular files named
+    as the tool names records."""
     try:
         names = _record_names(folder)
     except OSError:
@@ -233,8 +226,8 @@ class Skipped:
 
 
 def read_records(folder: str) -> Tuple[List[TimingRecord], List[Skipped]]:
-    """The timing records in ``folder``, oldest first, and the files skipped; hidden files (an atomic write's
-    temporary file) are neither."""
+    """The timing records in ``folder``, oldest first, and the files that are not one (never a traceback);
+    hidden files (an atomic write's temporary file) are neither."""
     try:
         names = sorted(os.listdir(folder))
     except FileNotFoundError:
@@ -350,8 +343,6 @@ def where_the_time_went(records: Sequence[TimingRecord]) -> List[Share]:
 
 
 def summarize(records: Sequence[TimingRecord]) -> Summary:
-    """Counts per way, host and link mode; the median and sum of each time and of the bytes fetched; the
-    cache's hits and misses; where the time went."""
     fetched = [r for r in records if r.bytes_fetched is not None]
     return Summary(
         runs=len(records),
