@@ -1,5 +1,5 @@
-"""Records read from outside, refused at the edge: checks that return a value when it has the type (and, from
-``pid`` on, the meaning) a record needs, else None; and one reader of a dataclass whose fields name their check."""
+"""Records read from outside, refused at the edge: checks that return a value when it has the type (and the
+meaning) a record needs, else None, and one reader of a dataclass whose fields name their checks."""
 
 from __future__ import annotations
 
@@ -25,15 +25,15 @@ def checked(check: Check, default: Any = dataclasses.MISSING, *, factory: Any = 
     return dataclasses.field(default=default, default_factory=factory, metadata=metadata)
 
 
-def from_json(cls: Type[T], data: object, **given: Any) -> Optional[T]:
+def from_json(cls: Type[T], data: object) -> Optional[T]:
     """The dataclass ``cls`` from a JSON object, or None when a field's check refuses its value.  A missing key
-    takes the field's default, or reads as null; the ``given`` fields are not read."""
+    takes the field's default, or reads as null."""
     if not isinstance(data, dict):
         return None
-    values = dict(given)
+    values: Dict[str, Any] = {}
     for f in dataclasses.fields(cls):  # type: ignore[arg-type]
         has_default = f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
-        if f.name in given or (f.name not in data and has_default):
+        if f.name not in data and has_default:
             continue
         value = data.get(f.name)
         found = f.metadata["check"](value)
