@@ -20,9 +20,7 @@ from packaging.version import InvalidVersion, Version
 from ensure_flydsl.errors import EnsureError
 from ensure_flydsl.layout import BUILT_PACKAGES, PACKAGE_SOURCES
 from ensure_flydsl.settings import GitMirrors
-from ensure_flydsl.source.git import git, tag_commits
-from ensure_flydsl.source.mirrors import describe, rewrite
-from ensure_flydsl.source.needs import commit_listing, local_repositories
+from ensure_flydsl.source.git import commit_listing, describe, git, local_repositories, rewrite, tag_commits
 from ensure_flydsl.source.requirements import FileSources, absent_modules
 from ensure_flydsl.support.processes import CommandFailed
 
