@@ -1,16 +1,11 @@
-"""Which release of a repository holds the required modules, read from its tags' trees.  The release hint
-must never name a release a run would refuse (FlyDSL v0.3.1 has a wheel and no ``kernels.moe_gemm_2stage``).
-
-A tag's file names are read where its objects already are (the root's repository, a local FLYDSL_REPO or
-mirror).  The tags missing there, newer than the newest that qualifies, are fetched shallow and blobless
-into a temporary bare repository: the root is not changed.  What cannot be read is said, never taken as
-holding the modules.
+"""Which release of a repository holds the required modules, read from its tags' trees, so the release hint never
+names a release a run would refuse (FlyDSL v0.3.1 has a wheel and no ``kernels.moe_gemm_2stage``).  Tags are read
+where their objects are; those missing are fetched shallow and blobless into a temporary bare repository.
 """
 
 from __future__ import annotations
 
 import os
-import re
 import tempfile
 from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
@@ -20,7 +15,7 @@ from packaging.version import InvalidVersion, Version
 from ensure_flydsl.errors import EnsureError
 from ensure_flydsl.layout import BUILT_PACKAGES, PACKAGE_SOURCES
 from ensure_flydsl.settings import GitMirrors
-from ensure_flydsl.source.git import commit_listing, describe, git, local_repositories, rewrite, tag_commits
+from ensure_flydsl.source.git import HEX, commit_listing, describe, git, local_repositories, rewrite, tag_commits
 from ensure_flydsl.source.requirements import FileSources, absent_modules
 from ensure_flydsl.support.processes import CommandFailed
 
@@ -45,8 +40,18 @@ class TagAnswer:
     why: str = ""
 
 
+def _why(exc: Exception) -> str:
+    """One line: an EnsureError's reason, else the command's last line."""
+    if isinstance(exc, EnsureError):
+        return exc.reason
+    assert isinstance(exc, CommandFailed)
+    lines = [line.strip() for line in exc.output.splitlines() if line.strip()]
+    return lines[-1][:300] if lines else f"git exited with {exc.returncode}"
+
+
 @dataclass(frozen=True)
 class TagSource:
+    """The repository whose tags are read, through the mirrors, each network command given ``silence_s``."""
 
     root: str
     repo: str
@@ -55,10 +60,6 @@ class TagSource:
 
     def shown(self) -> str:
         return describe(self.repo, self.mirrors)
-
-    def local_repositories(self) -> List[str]:
-        """The root's, and a local FLYDSL_REPO or mirror."""
-        return local_repositories(self.root, rewrite(self.repo, self.mirrors)[0])
 
     def tags(self, work: str) -> Tuple[Optional[Dict[str, str]], str]:
         try:
@@ -71,24 +72,14 @@ class TagSource:
     def fetch(self, work: str, tags: Sequence[str]) -> Tuple[Optional[str], str]:
         """A bare repository in ``work`` holding the commits and trees of ``tags``, or None and why not."""
         into = os.path.join(work, "tags.git")
-        names = ", ".join(tags)
         try:
             git(work, "init", "-q", "--bare", into, repo=self.repo, mirrors=self.mirrors)
             git(into, "fetch", "--quiet", "--no-tags", "--depth=1", "--filter=blob:none", self.repo,
                 *(f"+refs/tags/{t}:refs/tags/{t}" for t in tags), repo=self.repo, mirrors=self.mirrors,
                 silence_s=self.silence_s)
         except (CommandFailed, EnsureError) as exc:
-            return None, f"git fetch of {names} from {self.shown()} failed: {_why(exc)}"
+            return None, f"git fetch of {', '.join(tags)} from {self.shown()} failed: {_why(exc)}"
         return into, ""
-
-
-def _why(exc: Exception) -> str:
-    """One line: an EnsureError's reason, else the command's last line."""
-    if isinstance(exc, EnsureError):
-        return exc.reason
-    assert isinstance(exc, CommandFailed)
-    lines = [line.strip() for line in exc.output.splitlines() if line.strip()]
-    return lines[-1][:300] if lines else f"git exited with {exc.returncode}"
 
 
 def _listing(repositories: Sequence[str], commit: str) -> Optional[FileSources]:
@@ -122,7 +113,8 @@ def release_holding(source: TagSource, versions: Sequence[str], modules: Sequenc
 
 def _read_tags(source: TagSource, work: str, tagged: Sequence[str], commits: Mapping[str, str],
                modules: Sequence[str]) -> TagAnswer:
-    local = source.local_repositories()
+    # The root's repository, and a local FLYDSL_REPO or mirror.
+    local = local_repositories(source.root, rewrite(source.repo, source.mirrors)[0])
     found: Dict[str, Optional[FileSources]] = {}
     for version in tagged:  # newest first, up to the first that holds the modules
         found[version] = _listing(local, commits[version])
@@ -146,13 +138,11 @@ def _read_tags(source: TagSource, work: str, tagged: Sequence[str], commits: Map
 
 def tag_version(tag: str) -> Optional[str]:
     """``v0.2.2`` -> ``0.2.2``; None for a tag that is not a release (``v0.2.5.dev732`` is not)."""
-    if not tag.startswith("v"):
-        return None
     try:
-        version = Version(tag[1:])
+        version = Version(tag[1:]) if tag.startswith("v") else None
     except InvalidVersion:
         return None
-    if version.is_devrelease or version.is_prerelease or version.local:
+    if version is None or version.is_devrelease or version.is_prerelease or version.local:
         return None
     return tag[1:]
 
@@ -164,7 +154,7 @@ def release_tags(tags: List[str]) -> List[str]:
 
 def pin_as_tag(pin: str) -> str:
     """Under ``--strategy release`` a pin may be a version: ``0.2.2`` names the tag ``v0.2.2``."""
-    if re.fullmatch(r"[0-9a-fA-F]{7,40}", pin):
+    if HEX.match(pin):
         return pin
     try:
         Version(pin)
