@@ -34,8 +34,7 @@ def probe_modules(modules: Sequence[str]) -> List[str]:
 
 
 class ProbeBroke(EnsureError):
-    """The probe's interpreter died or hung instead of reporting; ``importing`` is the module it was importing
-    then (None: before the first), ``origin`` the file that module would come from."""
+    """The probe died or hung instead of reporting, while ``importing`` (None: before any) from ``origin``."""
 
     def __init__(self, reason: str, importing: Optional[str], origin: Optional[str], detail: str = "") -> None:
         super().__init__(
@@ -176,8 +175,7 @@ def probe_environment(prefix: Sequence[str], environ: Optional[Mapping[str, str]
 def run_probe(python: str, *, modules: Sequence[str], prefix: Sequence[str] = (),
               environ: Optional[Mapping[str, str]] = None, timeout: float = DEFAULT_PROBE_TIMEOUT,
               timeout_label: str = "FLYDSL_PROBE_TIMEOUT") -> Probe:
-    """Run the probe in ``python`` and return what it saw; ProbeBroke when it crashes or is killed after
-    ``timeout`` seconds (the setting ``timeout_label``)."""
+    """What the probe in ``python`` saw; ProbeBroke when it crashes or is killed after ``timeout`` seconds."""
     env = probe_environment(prefix, environ)
     started = time.monotonic()
     probe = _answer(python, _start(python, modules, env), env.get("PYTHONPATH", ""), started, timeout, timeout_label)
@@ -245,8 +243,8 @@ def describe_interpreter(python: str, environ: Optional[Mapping[str, str]] = Non
 def find_modules(python: str, names: Sequence[str], *, environ: Optional[Mapping[str, str]] = None,
                  timeout: float = DEFAULT_PROBE_TIMEOUT,
                  timeout_label: str = "FLYDSL_PROBE_TIMEOUT") -> Dict[str, str]:
-    """For each top-level module name, "stdlib", "present" or "missing" in ``python``, found without importing
-    it.  The tree is not on the path: these are what the tree needs from the interpreter's installs."""
+    """Each top-level name in ``python``: stdlib, present or missing (found, not imported)."""
+    # The tree is not on the path: these are what the tree needs from the interpreter's installs.
     env = {**(os.environ if environ is None else environ), "PYTHONDONTWRITEBYTECODE": "1"}
     proc = _start(python, names, env, script="find_modules")
     out, err, timed_out = _communicate(proc, timeout)

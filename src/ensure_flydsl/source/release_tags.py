@@ -24,16 +24,14 @@ MAX_RELEASES = 12
 
 
 def checked_modules(required: Sequence[str]) -> List[str]:
-    """The required modules a tag's files show: those of the tree's packages that come from the sources
-    (``kernels.*``, not the wheel's ``flydsl``)."""
+    """The required modules a tag's files show: of the tree's source packages (``kernels.*``, not ``flydsl``)."""
     folders = dict(PACKAGE_SOURCES)
     return [m for m in required if m.split(".")[0] in folders and m.split(".")[0] not in BUILT_PACKAGES]
 
 
 @dataclass(frozen=True)
 class TagAnswer:
-    """``holding``: the newest release asked whose tag holds the modules; else ``unread``: the newest whose
-    tag could not be read, and ``why``; both None when none holds them."""
+    """The newest release holding the modules; else the newest that could not be read, and why."""
 
     holding: Optional[str] = None
     unread: Optional[str] = None
@@ -97,8 +95,7 @@ def _holds(found: Optional[FileSources], modules: Sequence[str]) -> bool:
 
 
 def release_holding(source: TagSource, versions: Sequence[str], modules: Sequence[str]) -> TagAnswer:
-    """Of ``versions`` (newest first; the tag of X is ``vX``), the newest whose tag holds every one of
-    ``modules``; with no modules to check, the newest that is tagged."""
+    """Of ``versions`` (newest first, tags ``vX``), the newest whose tag holds ``modules`` (or is tagged)."""
     if not versions:
         return TagAnswer()
     with tempfile.TemporaryDirectory(prefix="ensure-flydsl-tags-") as work:

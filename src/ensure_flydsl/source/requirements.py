@@ -20,8 +20,7 @@ _IMPORT_ERRORS = ("ImportError", "ModuleNotFoundError", "Exception", "BaseExcept
 
 @dataclass(frozen=True)
 class Requirement:
-    """A top-level module outside the tree, the first file and line importing it, and the chain of the tree's
-    modules from a required module to that file."""
+    """A module outside the tree, the first file and line importing it, and the tree's modules on the way."""
 
     module: str
     file: str
@@ -33,8 +32,7 @@ class Requirement:
 
 
 class Sources(Protocol):
-    """The pin's Python sources by ``/``-separated path; ``entries`` lists a folder (``""``: the top), sub-folders
-    with a trailing ``/``, None when there is no such folder."""
+    """The pin's Python sources by path; ``entries`` lists a folder (``/`` after sub-folders), None if absent."""
 
     @property
     def where(self) -> str: ...
@@ -48,8 +46,7 @@ class Sources(Protocol):
 
 @dataclass(frozen=True)
 class FileSources:
-    """Sources held in memory (a commit read with git, or a test's tree); ``listing``: every file of the
-    tree when more exist than were read."""
+    """Sources in memory (a commit read with git, a test's tree); ``listing``: every file when more exist."""
 
     files: Mapping[str, str]
     where: str = "memory"
@@ -139,8 +136,7 @@ def _suppresses_import_error(expr: ast.expr) -> bool:
 
 
 def unconditional_imports(tree: ast.Module) -> Iterator[ast.stmt]:
-    """The import statements that run whenever the module is imported: its body, class bodies, and
-    ``with``/``for``/``while`` bodies at that level."""
+    """The imports that run with the module: its body's, and class, ``with`` and loop bodies' at that level."""
     pending: List[ast.stmt] = list(tree.body)
     while pending:
         node = pending.pop(0)
@@ -154,8 +150,7 @@ def unconditional_imports(tree: ast.Module) -> Iterator[ast.stmt]:
 
 
 def _imported_names(node: ast.stmt, module: str, is_package: bool) -> Iterator[Tuple[str, bool]]:
-    """(absolute name, may be an attribute) for each module ``node`` imports: ``from a import b`` names ``a``
-    and ``a.b``."""
+    """(absolute name, may be an attribute) of each import: ``from a import b`` names ``a`` and ``a.b``."""
     if isinstance(node, ast.Import):
         yield from ((alias.name, False) for alias in node.names)
     elif isinstance(node, ast.ImportFrom):
@@ -166,8 +161,7 @@ def _imported_names(node: ast.stmt, module: str, is_package: bool) -> Iterator[T
 
 
 def tree_modules(sources: Sources, packages: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
-    """Top-level name -> folder in the tree: its packages (by default the pin's own), and each module at the
-    checkout's top, which the env file's PYTHONPATH also reaches."""
+    """Top-level name -> folder: the tree's packages and each module at its top (the env file reaches those)."""
     folders = dict(PACKAGE_SOURCES) if packages is None else dict(packages)
     for entry in sources.entries("") or []:
         name = entry[:-1] if entry.endswith("/") else entry[:-3] if entry.endswith(".py") else ""
@@ -190,8 +184,7 @@ class Walk:
 
 def find_requirements(required: Sequence[str], sources: Sources,
                       packages: Optional[Mapping[str, str]] = None) -> Walk:
-    """Walk the module-level imports from ``required`` through the tree's packages (top-level name -> folder;
-    by default the pin's own)."""
+    """Walk the module-level imports from ``required`` through the tree's packages (name -> folder)."""
     folders = tree_modules(sources, packages)
     walk = Walk()
     seen_modules: Set[str] = set()
@@ -233,8 +226,7 @@ def find_requirements(required: Sequence[str], sources: Sources,
 
 @dataclass(frozen=True)
 class Absent:
-    """A required module the pin does not have, and the (module, path) of those of the same name it has
-    (``kernels/moe_gemm_2stage.py`` moved at FlyDSL v0.2.3)."""
+    """A required module the pin lacks, and (module, path) of those of its name it has (a moved module)."""
 
     module: str
     instead: Tuple[Tuple[str, str], ...]
@@ -266,8 +258,7 @@ def _named(last: str, folder: str, module: str, sources: Sources, budget: List[i
 
 def absent_modules(required: Sequence[str], sources: Sources,
                    packages: Optional[Mapping[str, str]] = None) -> List[Absent]:
-    """The required modules of the tree's packages that the sources do not hold (every prefix checked).  A
-    package the build adds to (``flydsl._mlir``) is not checked, nor a module outside the tree."""
+    """The required modules of the tree's sources (not those the build adds to) that the sources lack."""
     folders = dict(PACKAGE_SOURCES) if packages is None else dict(packages)
     absent: List[Absent] = []
     for name in required:
@@ -288,16 +279,14 @@ def _python_files(listing: Iterable[str], folders: Iterable[str]) -> List[str]:
 
 
 def read_commit_sources(path: str, commit: str) -> FileSources:
-    """The ``.py`` files of the tree's packages and top at ``commit`` in the local repository at ``path``, and
-    the list of all its files."""
+    """The ``.py`` files of the tree's packages and top at ``commit``, and the listing of all its files."""
     listing = commit_listing(path, commit)
     files = read_blobs(path, commit, _python_files(listing, [folder for _, folder in PACKAGE_SOURCES]))
     return FileSources(files, f"repository {path} at {commit[:12]}", listing)
 
 
 def pin_sources(root: str, repo: str, pin: str, checkout: Optional[str] = None) -> Optional[Sources]:
-    """The pin's sources: ``checkout`` when given and readable; else the pin's commit in a local repository;
-    None when neither can be read here."""
+    """The pin's sources: ``checkout`` if readable, else its commit in a local repository, else None."""
     if checkout is not None:
         return CheckoutSources(checkout) if readable_checkout(checkout) else None
     for path in local_repositories(root, repo):

@@ -198,8 +198,7 @@ class Stamp:
 
     @classmethod
     def from_json(cls, data: object) -> Optional["Stamp"]:
-        """The stamp, or None for a file that is not one (``how`` one of :class:`How`'s values, ``commit`` a git
-        object name)."""
+        """The stamp, or None for a file that is not one (an unknown ``how``, a ``commit`` not an object name)."""
         if not isinstance(data, dict) or not isinstance(data.get("key"), dict):
             return None
         how, commit, version = (data.get(name) for name in ("how", "commit", "version"))
@@ -227,8 +226,7 @@ class Stamps:
         return stamp is not None and stamp.key == dict(key)
 
     def begin(self, step: str, key: Optional[Mapping[str, object]] = None) -> None:
-        """Before a step runs: the tree is unfinished, the step not done, and (with ``key``) which inputs the
-        files it is about to create are for."""
+        """Before a step runs: the tree unfinished, the step not done; ``key``: the inputs of what it creates."""
         self.undo(step)
         if key is not None:
             os.makedirs(stamps_dir(self.root), exist_ok=True)
