@@ -1,8 +1,6 @@
-"""Ask the target interpreter, in a subprocess, what it imports and from where.
-
-FlyDSL is never imported into the tool's own process (it may run under another Python, and an import would pin a
-tree for the process's life).  The probe runs as the workflow will: the tree's folders first on PYTHONPATH.
-"""
+"""Ask the target interpreter, in a subprocess, what it imports and from where, as the workflow will see it (the
+tree's folders first on PYTHONPATH).  FlyDSL is never imported into the tool's own process: it may run under
+another Python, and an import would pin a tree for the process's life."""
 
 from __future__ import annotations
 

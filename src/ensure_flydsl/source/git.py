@@ -1,8 +1,6 @@
-"""Every git command of the tool: the pin's :class:`Checkout`, local reads, the mirrors and the store's shared objects.
-
-One environment builder (:func:`git_env`): never a prompt, no ``ext::`` helpers, the run's mirrors.  Settings
-that reach git were validated not to start with ``-`` and come after their options, so they are never options.
-"""
+"""Every git command of the tool: the pin's :class:`Checkout`, local reads, the mirrors, the store's shared objects.
+One environment builder (:func:`git_env`): never a prompt, no ``ext::`` helpers, the run's mirrors.  Settings that
+reach git were validated not to start with ``-`` and come after their options, so they are never options."""
 
 from __future__ import annotations
 

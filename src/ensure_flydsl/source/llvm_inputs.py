@@ -1,10 +1,6 @@
-"""The inputs of a pin's LLVM/MLIR build, read from its own files: the commit (``thirdparty/llvm-hash.txt``,
-``llvm-build-info.json``'s ``upstream.llvm_hash``, or a ``LLVM_REF``/``LLVM_COMMIT`` hash), the sha256 of
-``build_llvm.sh`` and of the ``thirdparty/`` files it names, and every variable it lets the caller override.
-
-Not keyed: the commit variables (the commit is), what the tool sets the same on every run (TOOL_SET), and where
-things go or come from (WHERE_ONLY).  A pin whose commit cannot be determined gets no key, never a null commit.
-"""
+"""The inputs of a pin's LLVM/MLIR build, read from its own files: the commit, the sha256 of build_llvm.sh and of the
+thirdparty/ files it names, and the variables it lets the caller override but those that do not change what is
+built.  A pin whose commit cannot be determined gets no key (nothing reused or shared), never a null commit."""
 
 from __future__ import annotations
 
@@ -20,8 +16,8 @@ LLVM_HASH_FILE = "thirdparty/llvm-hash.txt"
 LLVM_INFO_FILE = "thirdparty/llvm-build-info.json"
 COMMIT_FILES = (LLVM_HASH_FILE, LLVM_INFO_FILE)
 COMMIT_VARIABLES = ("LLVM_REF", "LLVM_COMMIT")  # the scripts' precedence: ${LLVM_REF:-${LLVM_COMMIT:-...}}
-TOOL_SET = ("LLVM_INSTALL_DIR", "LLVM_PACKAGE_INSTALL", "PYTHON_EXECUTABLE")
-WHERE_ONLY = ("LLVM_INSTALL_TGZ", "LLVM_REMOTE")
+TOOL_SET = ("LLVM_INSTALL_DIR", "LLVM_PACKAGE_INSTALL", "PYTHON_EXECUTABLE")  # the same on every run of the tool
+WHERE_ONLY = ("LLVM_INSTALL_TGZ", "LLVM_REMOTE")  # where things go or come from, not what is built
 NOT_KEYED = COMMIT_VARIABLES + TOOL_SET + WHERE_ONLY
 
 # ${NAME:-x}, ${NAME-x}, ${NAME:=x}, ${NAME=x}; group 2 is ":" for the forms where an empty value is unset.

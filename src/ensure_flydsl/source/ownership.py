@@ -1,8 +1,6 @@
 """What a root and its folder hold that is the tool's, and what is somebody else's (``clean`` asks here).
-
 A build step writing into a shared folder (``ROOT/build-fly``, ``BASE/llvm-project``) records what it made, less
-what was somebody else's at its start; ``clean`` removes only what the record names unchanged.
-"""
+what was somebody else's at its start; ``clean`` removes only what the record names unchanged."""
 
 from __future__ import annotations
 
