@@ -9,7 +9,7 @@ import ast
 import os
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Deque, Dict, Iterable, Iterator, List, Mapping, Optional, Protocol, Sequence, Set, Tuple
+from typing import Deque, Dict, Iterator, List, Mapping, Optional, Protocol, Sequence, Set, Tuple
 
 from ensure_flydsl.layout import BUILT_PACKAGES, PACKAGE_SOURCES
 from ensure_flydsl.source.git import commit_listing, local_repositories, read_blobs, resolve_in
@@ -273,15 +273,11 @@ def absent_modules(required: Sequence[str], sources: Sources,
     return absent
 
 
-def _python_files(listing: Iterable[str], folders: Iterable[str]) -> List[str]:
-    tops = tuple(f.rstrip("/") + "/" for f in folders)
-    return [p for p in listing if p.endswith(".py") and (p.startswith(tops) or "/" not in p)]
-
-
 def read_commit_sources(path: str, commit: str) -> FileSources:
     """The ``.py`` files of the tree's packages and top at ``commit``, and the listing of all its files."""
     listing = commit_listing(path, commit)
-    files = read_blobs(path, commit, _python_files(listing, [folder for _, folder in PACKAGE_SOURCES]))
+    tops = tuple(folder.rstrip("/") + "/" for _, folder in PACKAGE_SOURCES)
+    files = read_blobs(path, commit, [p for p in listing if p.endswith(".py") and (p.startswith(tops) or "/" not in p)])
     return FileSources(files, f"repository {path} at {commit[:12]}", listing)
 
 
