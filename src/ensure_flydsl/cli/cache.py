@@ -13,18 +13,9 @@ from ensure_flydsl import layout
 from ensure_flydsl.result import result_object
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.support.keys import KEY_NAME, NAME_ALLOWED, KeyProblem, read_secret_key
+from ensure_flydsl.trees import signing
 from ensure_flydsl.trees.local import HostStore
 from ensure_flydsl.trees.remote import Cache, CacheEntry, CacheError, format_size, open_cache, parse_size
-from ensure_flydsl.trees.signing import (
-    MissingLibrary,
-    check_entry,
-    check_secret,
-    generate,
-    manifest_sha,
-    signature_path,
-    trusted_keys,
-    write_signature,
-)
 
 LIST_SCHEMA_VERSION = 1  # `cache list --json`'s shape (docs/schema/cache_list.schema.json): a new key keeps it
 SUMMARY_FIELDS = ("commit", "llvm_commit", "abi", "platform")  # shown first in `cache list`, when an entry has them
@@ -101,7 +92,7 @@ def list_object(entries: List[CacheEntry], location: str, signers: Mapping[str, 
     listed = []
     for entry in entries:
         data = entry.to_json()
-        data["signers"] = signers.get(manifest_sha(entry.manifest), [])
+        data["signers"] = signers.get(signing.manifest_sha(entry.manifest), [])
         listed.append(data)
     return {"schema_version": LIST_SCHEMA_VERSION, "location": location, "entries": listed,
             "warnings": list(warnings)}
@@ -113,7 +104,7 @@ def _list(entries: List[CacheEntry], location: str, say: Callable[[str], None],
         say(f"no entries in {location}")
     for entry in entries:
         variant = f"  from {entry.variant}" if entry.variant else ""
-        print(f"{describe(entry)}{variant}  {signers_text(signers.get(manifest_sha(entry.manifest)))}")
+        print(f"{describe(entry)}{variant}  {signers_text(signers.get(signing.manifest_sha(entry.manifest)))}")
 
 
 def describe(entry: CacheEntry) -> str:
@@ -155,8 +146,8 @@ def keygen(out_dir: str, name: str) -> Tuple[str, str]:
             raise Refused(f"cache keygen: {path} exists; it is never replaced (a key in use would be lost): "
                           "choose another NAME or --out folder")
     try:
-        secret_line, public_line = generate(name)
-    except MissingLibrary as exc:
+        secret_line, public_line = signing.generate(name)
+    except signing.MissingLibrary as exc:
         raise Refused(f"cache keygen: {exc}") from None
     # O_EXCL with the mode from the start: the secret is never readable by others, even briefly.
     for path, line, mode in ((secret, secret_line, 0o600), (public, public_line, 0o644)):
@@ -181,14 +172,14 @@ def sign_entries(settings: Settings, cache: Cache, key_path: str, names: Sequenc
     """Add the signature of the key in ``key_path`` to the entries named (all when none is); 0."""
     try:
         secret = read_secret_key(os.path.abspath(key_path))
-        check_secret(secret)
-    except (KeyProblem, MissingLibrary) as exc:
+        signing.check_secret(secret)
+    except (KeyProblem, signing.MissingLibrary) as exc:
         raise Refused(f"cache sign --key={key_path!r} is not allowed: a secret key file written by "
                       f"`ensure-flydsl cache keygen` (mode 600); {exc}") from None
     entries = [e for e in cache.entries() if e.kind != "orphan"]
     chosen = _chosen(entries, names)
     live = live_versions(entries)
-    trusted = trusted_keys(settings.cache_trusted_keys)
+    trusted = signing.trusted_keys(settings.cache_trusted_keys)
     if not trusted:
         say(f"cache sign: no trusted keys are set ({settings.label('cache_trusted_keys')}), so every entry named "
             "is signed as it is: sign only a cache that nobody else writes to")
@@ -196,18 +187,19 @@ def sign_entries(settings: Settings, cache: Cache, key_path: str, names: Sequenc
     for entry in chosen:
         label = f"{entry.kind} {entry.key[:12]}" + (f" from {entry.variant}" if entry.variant else "")
         problems: List[str] = []
-        verdict = check_entry(cache.store, entry, trusted, problems, live[(entry.kind, entry.key)]) if trusted else None
+        verdict = signing.check_entry(cache.store, entry, trusted, problems, live[(entry.kind, entry.key)]) \
+            if trusted else None
         for problem in problems:
             say(f"warning: {problem}")
         if verdict is not None and not verdict.trusted:
             say(f"skipped {label}: it {verdict.problem}; only entries a trusted key signed are signed")
             skipped += 1
             continue
-        rel = signature_path(entry.kind, entry.key, entry.manifest, secret.name)
+        rel = signing.signature_path(entry.kind, entry.key, entry.manifest, secret.name)
         if cache.store.exists(rel):
             already += 1
             continue
-        write_signature(cache.store, entry.kind, entry.key, entry.manifest, secret)
+        signing.write_signature(cache.store, entry.kind, entry.key, entry.manifest, secret)
         say(f"signed {label} with {secret.name}")
         signed += 1
     say(f"{signed} signed with {secret.name}, {already} already signed by it, {skipped} skipped, in {cache.location}")
@@ -234,7 +226,7 @@ def live_versions(entries: Sequence[CacheEntry]) -> Dict[Tuple[str, str], Abstra
     """(kind, key): the sha256s of that key's manifests among ``entries`` (trees/signing.py's ``live``)."""
     found: Dict[Tuple[str, str], Set[str]] = {}
     for entry in entries:
-        found.setdefault((entry.kind, entry.key), set()).add(manifest_sha(entry.manifest))
+        found.setdefault((entry.kind, entry.key), set()).add(signing.manifest_sha(entry.manifest))
     return dict(found)
 
 
@@ -242,14 +234,14 @@ def signers_of(settings: Settings, cache: Cache, entries: Sequence[CacheEntry],
                warnings: List[str]) -> Dict[str, List[Dict[str, object]]]:
     """Each entry's signers by its manifest's sha256: {"name", "trusted" (None without trusted keys), "verifies"
     (None for a name no trusted key has)}."""
-    trusted = trusted_keys(settings.cache_trusted_keys)
+    trusted = signing.trusted_keys(settings.cache_trusted_keys)
     found: Dict[str, List[Dict[str, object]]] = {}
     entries = [entry for entry in entries if entry.kind != "orphan"]
     live = live_versions(entries)
     for entry in entries:
-        verdict = check_entry(cache.store, entry, trusted, warnings, live[(entry.kind, entry.key)])
+        verdict = signing.check_entry(cache.store, entry, trusted, warnings, live[(entry.kind, entry.key)])
         names = {public.name for public in trusted}
-        found[manifest_sha(entry.manifest)] = [
+        found[signing.manifest_sha(entry.manifest)] = [
             {"name": name, "trusted": (name in verdict.trusted_by) if trusted else None,
              "verifies": (name in verdict.trusted_by) if name in names else None} for name in verdict.signers]
     return found

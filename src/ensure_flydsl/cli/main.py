@@ -457,14 +457,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         silence_stdout()  # the reader stopped reading (`| head -1`): what it did not read is nobody's failure
         return 0 if code is None else code
     except EnsureError as exc:
-        return _report_failure(exc, reporter, as_json)
+        tail = reporter.tail(20) if exc.code in BUILD_FAILURES else []  # a build step's log says why
+        data = result_object(exit_code=int(exc.code), stage=exc.stage or None, reason=exc.reason,
+                             hint=exc.hint or None, log=reporter.log_path, run_id=exc.run_id, elapsed_s=exc.elapsed_s)
+        data["installed"] = exc.installed
+        _failed(reporter, as_json, data, format_error(exc, tail, reporter.log_path), tail)
+        return int(exc.code)
     except (KeyboardInterrupt, Interrupted) as exc:
         what = exc.description if isinstance(exc, Interrupted) else interrupted_by("SIGINT")
-        if as_json:
-            _json_failure(reporter, result_object(exit_code=int(ExitCode.INTERRUPTED), reason=what,
-                                                  hint="run it again: it resumes", log=reporter.log_path), [])
-        else:
-            print(f"ensure-flydsl: {what}; the next run resumes where this one stopped", file=sys.stderr)
+        _failed(reporter, as_json, result_object(exit_code=int(ExitCode.INTERRUPTED), reason=what,
+                                                 hint="run it again: it resumes", log=reporter.log_path),
+                f"ensure-flydsl: {what}; the next run resumes where this one stopped")
         return int(ExitCode.INTERRUPTED)
     except Exception:
         return _internal_error(reporter, as_json)
@@ -707,38 +710,28 @@ def silence_stdout() -> None:
         pass
 
 
-def _report_failure(exc: EnsureError, reporter: Reporter, as_json: bool) -> int:
-    tail = reporter.tail(20) if exc.code in BUILD_FAILURES else []  # a build step's log says why
-    if as_json:
-        data = result_object(exit_code=int(exc.code), stage=exc.stage or None, reason=exc.reason,
-                             hint=exc.hint or None, log=reporter.log_path, run_id=exc.run_id, elapsed_s=exc.elapsed_s)
-        data["installed"] = exc.installed
-        _json_failure(reporter, data, tail)
-    else:
-        try:
-            print(format_error(exc, tail, reporter.log_path), file=sys.stderr)
-        except OSError:
-            pass  # stderr on a full disk (a detached worker's is the log): the code says it
-    return int(exc.code)
-
-
 def _internal_error(reporter: Reporter, as_json: bool = False) -> int:
     text = traceback.format_exc()
     reporter.build_line(text)
-    if as_json:
-        _json_failure(reporter, result_object(
-            exit_code=int(ExitCode.INTERNAL), reason="internal error, a bug: " + text.strip().splitlines()[-1],
-            hint="please report it with the traceback (in the event's detail)", log=reporter.log_path), [], text)
-    else:
-        print(f"ensure-flydsl: internal error (exit 70), a bug; please report it with this:\n{text}",
-              file=sys.stderr)
+    _failed(reporter, as_json, result_object(
+        exit_code=int(ExitCode.INTERNAL), reason="internal error, a bug: " + text.strip().splitlines()[-1],
+        hint="please report it with the traceback (in the event's detail)", log=reporter.log_path),
+        f"ensure-flydsl: internal error (exit 70), a bug; please report it with this:\n{text}", detail=text)
     return int(ExitCode.INTERNAL)
 
 
-def _json_failure(reporter: Reporter, data: Dict[str, object], tail: List[str], detail: str = "") -> None:
-    """Under --json: the result object on stdout, and on stderr one JSON event (no text block)."""
+def _failed(reporter: Reporter, as_json: bool, data: Dict[str, object], text: str, tail: Sequence[str] = (),
+            detail: str = "") -> None:
+    """``text`` on stderr; under --json the result object on stdout and one JSON event on stderr instead."""
+    if not as_json:
+        try:
+            print(text, file=sys.stderr)
+        except OSError:
+            pass  # stderr on a full disk (a detached worker's is the log): the code says it
+        return
     event: Dict[str, object] = {"event": "failed", "exit_code": data["exit_code"], "stage": data["stage"],
-                                "reason": data["reason"], "hint": data["hint"], "log": data["log"], "log_tail": tail}
+                                "reason": data["reason"], "hint": data["hint"], "log": data["log"],
+                                "log_tail": list(tail)}
     if detail:
         event["detail"] = detail
     reporter.event(event)
