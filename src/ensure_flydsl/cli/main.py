@@ -120,13 +120,12 @@ def unknown(what: str, word: str, known: List[str], where: str) -> str:
 def _add_setting(parser: Any, setting: Setting, help: Optional[str]) -> None:
     """A setting's flag, with no default: a subcommand's default would replace the value given before it."""
     hidden = argparse.SUPPRESS
-    if setting.kind == SWITCH:
+    if setting.kind in (FLAG, SWITCH):
         parser.add_argument(setting.flag, dest=setting.name, action="store_true", default=hidden, help=help)
+    if setting.kind == SWITCH:
         parser.add_argument("--no-" + setting.flag[2:], dest=setting.name, action="store_false", default=hidden,
                             help=hidden if help == hidden else None)
-    elif setting.kind == FLAG:
-        parser.add_argument(setting.flag, dest=setting.name, action="store_true", default=hidden, help=help)
-    else:
+    elif setting.kind != FLAG:
         action = parser.add_argument(setting.flag, dest=setting.name, action="append" if setting.kind == LIST else
                                      "store", metavar=setting.metavar or setting.name.upper(), default=hidden,
                                      help=help)
