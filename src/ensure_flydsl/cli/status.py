@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Dict, Optional, Tuple
+from typing import Dict, Optional
 
 from ensure_flydsl.errors import ExitCode
 from ensure_flydsl.result import result_object
@@ -95,21 +95,14 @@ def _seconds(value: object) -> Optional[float]:
 def wait(settings: Settings, reporter: Reporter, *, timeout: Optional[float], heartbeat: float,
          as_json: bool = False) -> int:
     """Poll while a run for the request lives; a run found dead is recorded here, should its watchdog be gone."""
-    code, found = _wait(settings, reporter, timeout=timeout, heartbeat=heartbeat)
-    if as_json:
-        print(json.dumps(answer_object(settings, found), sort_keys=True))
-    return code
-
-
-def _wait(settings: Settings, reporter: Reporter, *, timeout: Optional[float],
-          heartbeat: float) -> Tuple[int, Answer]:
     started = time.monotonic()
     deadline = None if timeout is None else started + timeout
     next_beat = started
     while True:
         found = answer(settings, record_deaths=True)
         if found.state != RUNNING or found.record is None:
-            return _finished(settings, found, reporter), found
+            code = _finished(settings, found, reporter)
+            break
         now = time.monotonic()
         if now >= next_beat:
             say_pulse(reporter, Pulse.of_record(found.record))  # the line a run's own heartbeat says
@@ -117,8 +110,12 @@ def _wait(settings: Settings, reporter: Reporter, *, timeout: Optional[float],
         if deadline is not None and now >= deadline:
             reporter.say(f"still running after {fmt_seconds(timeout)}; run `ensure-flydsl wait --timeout 540` "
                          "again (exit 75)")
-            return int(ExitCode.STILL_RUNNING), found
+            code = int(ExitCode.STILL_RUNNING)
+            break
         time.sleep(POLL_S)
+    if as_json:
+        print(json.dumps(answer_object(settings, found), sort_keys=True))
+    return code
 
 
 def _finished(settings: Settings, found: Answer, reporter: Reporter) -> int:

@@ -205,15 +205,8 @@ def _without_build_blocks(checks: List[Check], version_check: Check) -> List[Che
             if c.blocking and c.stage in (Stage.SUBMODULES, Stage.LLVM, Stage.BUILD) else c for c in checks]
 
 
-def run_checks(
-    settings: Settings,
-    environ: Mapping[str, str],
-    *,
-    checkout: Optional[str] = None,
-    timeout: float = 5.0,
-    reuse: Optional[ReuseCheck] = None,
-    interpreter: Optional[Interpreter] = None,
-) -> List[Check]:
+def run_checks(settings: Settings, environ: Mapping[str, str], *, checkout: Optional[str] = None, timeout: float = 5.0,
+               reuse: Optional[ReuseCheck] = None, interpreter: Optional[Interpreter] = None) -> List[Check]:
     """Every check the configured strategy depends on, in the order a run meets them; ``checkout`` holds the pin's
     source (read for the build's needs), ``interpreter`` is the target as the caller just described it."""
     strategy = settings.strategy
@@ -292,16 +285,9 @@ class Diagnosis:
                 f"(a run would stop at its {first.stage} step, exit {first.exit_code}){instead}")
 
     def to_json(self) -> Dict[str, object]:
-        return {
-            "strategy": self.strategy.value,
-            "ok": self.ok,
-            "exit_code": self.exit_code,
-            "verdict": self.verdict(),
-            "needs": self.needs.to_json() if self.needs else None,
-            "checks": [c.to_json() for c in self.checks],
-            "seconds": round(self.seconds, 3),
-            "suggestion": self.suggestion,
-        }
+        return {"strategy": self.strategy.value, "ok": self.ok, "exit_code": self.exit_code, "verdict": self.verdict(),
+                "needs": self.needs.to_json() if self.needs else None, "checks": [c.to_json() for c in self.checks],
+                "seconds": round(self.seconds, 3), "suggestion": self.suggestion}
 
 
 def diagnose(settings: Settings, environ: Mapping[str, str], *, reuse: Optional[ReuseCheck] = None,
