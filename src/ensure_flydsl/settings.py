@@ -624,18 +624,16 @@ def check_path_clashes(settings: Settings, environ: Mapping[str, str]) -> None:
             if real[i] == real[j]:
                 why = f"is the same file as {text(*files[j][:2])}"
                 raise clash(setting, f"(its {what}) {why}" if what else why, "a path of its own")
-    base, own = settings.base_dir, "a path outside the tool's own files"
-    folders = [(settings.root, f"{text('root')} (the tool's tree: its files are tracked or the tool's own)",
-                "a path outside the root"),
-               (layout.base_state_dir(base), f"{layout.base_state_dir(base)}, the tool's own folder (run records)",
-                own),
-               (layout.llvm_dir(base), f"{layout.llvm_dir(base)}, the tool's LLVM build", own),
-               (layout.llvm_record(base), f"{layout.llvm_record(base)}, the tool's record of its LLVM build", own),
-               (layout.llvm_made_record(base), f"{layout.llvm_made_record(base)}, the tool's record of its LLVM "
-                "build", own)]
+    base, record = settings.base_dir, "the tool's record of its LLVM build"
+    own = [(layout.base_state_dir(base), "the tool's own folder (run records)"),
+           (layout.llvm_dir(base), "the tool's LLVM build"), (layout.llvm_record(base), record),
+           (layout.llvm_made_record(base), record)]
     host = layout.host_cache_dir(environ)
     if host is not None:
-        folders.append((host, f"{host}, the tool's own folder for this host (ETA history)", own))
+        own.append((host, "the tool's own folder for this host (ETA history)"))
+    folders = [(settings.root, f"{text('root')} (the tool's tree: its files are tracked or the tool's own)",
+                "a path outside the root"),
+               *((path, f"{path}, {what}", "a path outside the tool's own files") for path, what in own)]
     if settings.cache is not None and not re.match(_URL, settings.cache):
         folders.append((settings.cache, f"{text('cache')} (the binary cache)", "a path outside the cache"))
     resolved = [(os.path.realpath(folder).rstrip("/"), inside, allowed) for folder, inside, allowed in folders]

@@ -169,7 +169,8 @@ def keygen(out_dir: str, name: str) -> Tuple[str, str]:
 
 def sign_entries(settings: Settings, cache: Cache, key_path: str, names: Sequence[str],
                  say: Callable[[str], None]) -> int:
-    """Add the signature of the key in ``key_path`` to the entries named (all when none is); 0."""
+    """Add the signature of the key in ``key_path`` to the entries named (all when none is); 0.  With trusted keys
+    set only to those one of them signed: a rotation re-signs what the old key signed, never what was dropped in."""
     try:
         secret = read_secret_key(os.path.abspath(key_path))
         signing.check_secret(secret)
