@@ -382,27 +382,23 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
 
 def _help(topic: List[str]) -> int:
     """``help [COMMAND]``: the command's own ``--help``; ``help settings``: every setting."""
-    if topic == ["settings"]:
-        print(_settings_page(), end="")
+    if topic[:1] == ["settings"] and len(topic) == 1:
+        page = argparse.ArgumentParser(prog="ensure-flydsl", usage=argparse.SUPPRESS, add_help=False, description=(
+            "Every setting is a flag (before or after the command) and an environment variable; a flag wins over its "
+            "variable, and an empty variable means the default. A bad value is refused (exit 64, one line naming "
+            "the setting and what is allowed) before anything is touched."))
+        for group, title in GROUPS.items():
+            section = page.add_argument_group(f"{title} ({group})")
+            for s in SETTINGS:
+                if s.group == group:
+                    _add_setting(section, s, f"{s.help}{_default_text(s)} [{s.env}]")
+        print(page.format_help(), end="")
         return 0
     if topic[:1] == ["settings"] or len(topic) > (2 if topic[:1] in (["cache"], ["store"]) else 1):
         also = "; `help settings` lists the settings" if topic[:1] == ["settings"] else ""
         refuse(f"ensure-flydsl help: {' '.join(topic)!r} is no command (ensure-flydsl help lists the commands{also})")
     build_parser().parse_args([*topic, "--help"])
     return 0
-
-
-def _settings_page() -> str:
-    page = argparse.ArgumentParser(prog="ensure-flydsl", usage=argparse.SUPPRESS, add_help=False, description=(
-        "Every setting is a flag (before or after the command) and an environment variable; a flag wins over its "
-        "variable, and an empty variable means the default. A bad value is refused (exit 64, one line naming the "
-        "setting and what is allowed) before anything is touched."))
-    for group, title in GROUPS.items():
-        section = page.add_argument_group(f"{title} ({group})")
-        for s in SETTINGS:
-            if s.group == group:
-                _add_setting(section, s, f"{s.help}{_default_text(s)} [{s.env}]")
-    return page.format_help()
 
 
 def _default_text(setting: Setting) -> str:
