@@ -1,9 +1,6 @@
-"""The settings: one table, the fields of :class:`Request` and :class:`Settings`, each a variable and a flag.
-
-A flag wins over its variable; an empty variable means the default (except :data:`EMPTY_REFUSED`), an empty
-flag is refused.  Every refusal is a :class:`BadInput` (exit 64) naming the setting as the user spelled it.
-Paths are compared resolved, so two settings that name one file are refused before anything is written.
-"""
+"""The settings: one table, the fields of :class:`Request` and :class:`Settings`, each a variable and a flag (which
+wins).  Every bad value is a :class:`BadInput` (exit 64) naming the setting as the user spelled it, raised before
+anything is written; two settings naming one file (compared resolved) are refused too."""
 
 from __future__ import annotations
 
@@ -19,18 +16,9 @@ from packaging.version import InvalidVersion, Version
 
 from ensure_flydsl import layout
 from ensure_flydsl.errors import BadInput
+from ensure_flydsl.support import keys
 from ensure_flydsl.support.fields import SHORT_TEXT_MAX, short_text
 from ensure_flydsl.support.install_route import extra_remedy
-from ensure_flydsl.support.keys import (
-    KeyProblem,
-    library_available,
-    library_hint,
-    looks_inline,
-    parse_public,
-    read_public_keys,
-    read_secret_key,
-    withheld,
-)
 from ensure_flydsl.support.urls import shown_location
 from ensure_flydsl.warm import DEFAULT_ROOT
 
@@ -232,34 +220,29 @@ def parse_jobs(name: str, value: str) -> int:
     return jobs
 
 
-def _seconds(value: str) -> float:
-    try:
-        return float(value)
-    except ValueError:
-        return float("nan")  # fails every range check below
+def _seconds(allowed: str, below: float, *, zero_ok: bool = False,
+             none_ok: bool = False) -> Callable[[str, str], Optional[float]]:
+    """A parser of seconds (> 0, or >= 0 when ``zero_ok``) below ``below``; ``none`` waits forever if ``none_ok``."""
+
+    def parse(name: str, value: str) -> Optional[float]:
+        if none_ok and value.strip().lower() in ("none", "inf", "infinite"):
+            return None
+        try:
+            seconds = float(value)
+        except ValueError:
+            seconds = float("nan")  # fails the range check
+        if not ((seconds >= 0 if zero_ok else seconds > 0) and seconds < below):
+            raise BadInput(name, value, allowed)
+        return seconds
+
+    return parse
 
 
-def parse_lock_timeout(name: str, value: str) -> Optional[float]:
-    if value.strip().lower() in ("none", "inf", "infinite"):
-        return None
-    seconds = _seconds(value)
-    if not 0 <= seconds < 10**9:
-        raise BadInput(name, value, "seconds to wait (a number >= 0), or 'none' to wait as long as it takes")
-    return seconds
-
-
-def parse_probe_timeout(name: str, value: str) -> float:
-    seconds = _seconds(value)  # a probe that may hang forever blocks the run: inf is refused
-    if not 0 < seconds < 10**9:
-        raise BadInput(name, value, "seconds an import probe may take (a number > 0), such as 300")
-    return seconds
-
-
-def parse_lease_ttl(name: str, value: str) -> float:
-    seconds = _seconds(value)  # a lease that never dies would stop a fleet: inf is refused
-    if not 0 < seconds < 10**6:
-        raise BadInput(name, value, "seconds a build lease lives without a heartbeat (a number > 0), such as 120")
-    return seconds
+parse_lock_timeout = _seconds("seconds to wait (a number >= 0), or 'none' to wait as long as it takes", 10**9,
+                              zero_ok=True, none_ok=True)
+# A probe that may hang forever blocks the run, and a lease that never dies would stop a fleet: inf is refused.
+parse_probe_timeout = _seconds("seconds an import probe may take (a number > 0), such as 300", 10**9)
+parse_lease_ttl = _seconds("seconds a build lease lives without a heartbeat (a number > 0), such as 120", 10**6)
 
 
 def parse_cache(name: str, value: str) -> str:
@@ -340,21 +323,21 @@ def host_id(environ: Mapping[str, str]) -> str:
 
 
 def _need_library(name: str, value: str) -> None:
-    if not library_available():
+    if not keys.library_available():
         raise BadInput(name, value, "a key needs the cryptography package, which this Python lacks: "
-                       + library_hint(f"unset {name}"))
+                       + keys.library_hint(f"unset {name}"))
 
 
 def parse_signing_key(name: str, value: str) -> str:
     """The secret key file's absolute path, once it reads as a secret key only its owner may read."""
-    if looks_inline(value.strip()):  # a key in the environment would be copied into every child process
-        raise BadInput(name, withheld(value.strip()), "the path of a secret key file (from `ensure-flydsl cache "
+    if keys.looks_inline(value.strip()):  # a key in the environment would be copied into every child process
+        raise BadInput(name, keys.withheld(value.strip()), "the path of a secret key file (from `ensure-flydsl cache "
                        "keygen`), not the key itself: a key in the environment would be copied into every child "
                        "process")
     path = parse_plain_path(name, value)
     try:
-        read_secret_key(path)
-    except KeyProblem as exc:
+        keys.read_secret_key(path)
+    except keys.KeyProblem as exc:
         raise BadInput(name, value, f"a secret key file written by `ensure-flydsl cache keygen` (mode 600); {exc}"
                        ) from None
     _need_library(name, value)
@@ -367,19 +350,19 @@ def parse_trusted_keys(name: str, value: str) -> TrustedKeys:
                        "NAME.pub)` that could not read its file gives this): give the .pub file's absolute path (the "
                        "setting reads the file), or leave the setting unset to check none")
     items = value.split()
-    shown = " ".join(withheld(item) for item in items)  # a secret pasted here by mistake is never copied
+    shown = " ".join(keys.withheld(item) for item in items)  # a secret pasted here by mistake is never copied
     if _CONTROL.search(value.replace("\t", " ").replace("\n", " ")):
         raise BadInput(name, shown, TRUSTED_ALLOWED)
-    keys: List[str] = []
+    lines: List[str] = []
     try:
         for item in items:
-            found = [parse_public(item, f"the key {item.partition(':')[0]}")] if looks_inline(item) else \
-                read_public_keys(parse_plain_path(name, item))
-            keys.extend(key.line() for key in found if key.line() not in keys)
-    except KeyProblem as exc:
+            found = [keys.parse_public(item, f"the key {item.partition(':')[0]}")] if keys.looks_inline(item) else \
+                keys.read_public_keys(parse_plain_path(name, item))
+            lines.extend(key.line() for key in found if key.line() not in lines)
+    except keys.KeyProblem as exc:
         raise BadInput(name, shown, f"{TRUSTED_ALLOWED}; {exc}") from None
     _need_library(name, shown)
-    return tuple(keys)
+    return tuple(lines)
 
 
 # -- the table ------------------------------------------------------------------------------------------------
@@ -641,18 +624,16 @@ def check_path_clashes(settings: Settings, environ: Mapping[str, str]) -> None:
             if real[i] == real[j]:
                 why = f"is the same file as {text(*files[j][:2])}"
                 raise clash(setting, f"(its {what}) {why}" if what else why, "a path of its own")
-    base, own = settings.base_dir, "a path outside the tool's own files"
-    folders = [(settings.root, f"{text('root')} (the tool's tree: its files are tracked or the tool's own)",
-                "a path outside the root"),
-               (layout.base_state_dir(base), f"{layout.base_state_dir(base)}, the tool's own folder (run records)",
-                own),
-               (layout.llvm_dir(base), f"{layout.llvm_dir(base)}, the tool's LLVM build", own),
-               (layout.llvm_record(base), f"{layout.llvm_record(base)}, the tool's record of its LLVM build", own),
-               (layout.llvm_made_record(base), f"{layout.llvm_made_record(base)}, the tool's record of its LLVM "
-                "build", own)]
+    base, record = settings.base_dir, "the tool's record of its LLVM build"
+    own = [(layout.base_state_dir(base), "the tool's own folder (run records)"),
+           (layout.llvm_dir(base), "the tool's LLVM build"), (layout.llvm_record(base), record),
+           (layout.llvm_made_record(base), record)]
     host = layout.host_cache_dir(environ)
     if host is not None:
-        folders.append((host, f"{host}, the tool's own folder for this host (ETA history)", own))
+        own.append((host, "the tool's own folder for this host (ETA history)"))
+    folders = [(settings.root, f"{text('root')} (the tool's tree: its files are tracked or the tool's own)",
+                "a path outside the root"),
+               *((path, f"{path}, {what}", "a path outside the tool's own files") for path, what in own)]
     if settings.cache is not None and not re.match(_URL, settings.cache):
         folders.append((settings.cache, f"{text('cache')} (the binary cache)", "a path outside the cache"))
     resolved = [(os.path.realpath(folder).rstrip("/"), inside, allowed) for folder, inside, allowed in folders]

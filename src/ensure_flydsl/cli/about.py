@@ -18,16 +18,11 @@ COMMIT = r"^[0-9a-f]{40}( with local changes)?$"
 
 def version_line() -> str:
     """``ensure-flydsl VERSION``, with the commit when the code is known to be a commit's."""
-    commit = _commit()
+    commit = _skill_folder_commit(PACKAGE_DIR)
+    if commit is None:
+        commit = tool_commit()
+        commit = commit if re.match(COMMIT, commit) else ""
     return f"ensure-flydsl {__version__}" + (f" (commit {commit})" if commit else "")
-
-
-def _commit() -> Optional[str]:
-    made = _skill_folder_commit(PACKAGE_DIR)
-    if made is not None:
-        return made or None
-    commit = tool_commit()
-    return commit if re.match(COMMIT, commit) else None
 
 
 def _skill_folder_commit(package_dir: str) -> Optional[str]:

@@ -1,110 +1,89 @@
-"""``ensure-flydsl cache list|prune|keygen|sign``: look into the binary cache (FLYDSL_CACHE), keep it within a
-size, make a key pair and sign its entries.  Housekeeping: an unusable cache is bad input here (exit 64), where a
-build would merely go on without it.
-
-``keygen --out DIR NAME`` writes ``DIR/NAME.secret`` (mode 600 from its creation; never replaced) and
-``DIR/NAME.pub``.  ``sign --key PATH [KEY...]`` adds the key's signature to the entries named (a key's prefix, as
-``cache list`` shows it: every manifest of that key) or to all, touching no manifest; with trusted keys set only
-the entries one of them vouches for (a rotation re-signs what the old key signed, never what anybody dropped in).
-"""
+"""``cache list|prune|keygen|sign`` and ``store list|prune``: housekeeping of the binary cache (FLYDSL_CACHE)
+and the host store (FLYDSL_STORE).  One that cannot be used is bad input here (exit 64), where a build would
+merely go on without it."""
 
 from __future__ import annotations
 
 import json
 import os
-import sys
 import time
 from typing import AbstractSet, Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
-from ensure_flydsl.errors import ExitCode
+from ensure_flydsl import layout
+from ensure_flydsl.result import result_object
 from ensure_flydsl.settings import Settings
-from ensure_flydsl.support.keys import KEY_NAME, NAME_ALLOWED, KeyProblem, PublicKey, read_secret_key
+from ensure_flydsl.support.keys import KEY_NAME, NAME_ALLOWED, KeyProblem, read_secret_key
+from ensure_flydsl.trees import signing
+from ensure_flydsl.trees.local import HostStore
 from ensure_flydsl.trees.remote import Cache, CacheEntry, CacheError, format_size, open_cache, parse_size
-from ensure_flydsl.trees.signing import (
-    MissingLibrary,
-    check_entry,
-    check_secret,
-    generate,
-    manifest_sha,
-    signature_path,
-    trusted_keys,
-    write_signature,
-)
 
 LIST_SCHEMA_VERSION = 1  # `cache list --json`'s shape (docs/schema/cache_list.schema.json): a new key keeps it
 SUMMARY_FIELDS = ("commit", "llvm_commit", "abi", "platform")  # shown first in `cache list`, when an entry has them
 SUMMARY_MAX = 4
+SIZE_ALLOWED = "bytes, or a number with K, M, G or T (powers of 1024; e.g. 500M, 2G, 1.5T)"
 
 
 class Refused(Exception):
-    """Bad input to a signing command: one line, exit 64."""
+    """Bad input to a housekeeping command: one line, exit 64 (cli/main.py says it)."""
+
 
 def cache_command(settings: Settings, action: str, *, max_size: Optional[str], as_json: bool,
                   say: Callable[[str], None], names: Sequence[str] = (), out: Optional[str] = None,
                   key: Optional[str] = None) -> int:
-    try:
-        if action == "keygen":
-            return _keygen(names, out, say)
-        if names and action != "sign":
-            return _refuse(f"cache {action} takes no NAME ({' '.join(names)})")
-        return _cache_command(settings, action, max_size=max_size, as_json=as_json, say=say, names=names,
-                              key=key)
-    except Refused as exc:
-        return _refuse(str(exc))
-
-
-def _keygen(names: Sequence[str], out: Optional[str], say: Callable[[str], None]) -> int:
-    if out is None or len(names) != 1:
-        return _refuse("cache keygen needs --out DIR and one NAME (e.g. cache keygen --out ~/.config/flydsl ci-1)")
-    secret, public = keygen(out, names[0])
-    say(f"wrote the secret key {secret} (mode 600: give it to the host that signs, as FLYDSL_CACHE_SIGNING_KEY) "
-        f"and the public key {public} (give it to every host that checks, in FLYDSL_CACHE_TRUSTED_KEYS)")
-    return 0
-
-
-def _cache_command(settings: Settings, action: str, *, max_size: Optional[str], as_json: bool,
-                   say: Callable[[str], None], names: Sequence[str], key: Optional[str]) -> int:
+    if action == "keygen":
+        if out is None or len(names) != 1:
+            raise Refused("cache keygen needs --out DIR and one NAME (e.g. cache keygen --out ~/.config/flydsl ci-1)")
+        secret, public = keygen(out, names[0])
+        say(f"wrote the secret key {secret} (mode 600: give it to the host that signs, as FLYDSL_CACHE_SIGNING_KEY) "
+            f"and the public key {public} (give it to every host that checks, in FLYDSL_CACHE_TRUSTED_KEYS)")
+        return 0
+    if names and action != "sign":
+        raise Refused(f"cache {action} takes no NAME ({' '.join(names)})")
     if settings.cache is None:
-        return _refuse("FLYDSL_CACHE (--cache) is not set: point it at a folder or an fsspec URL such as "
-                       "s3://bucket/prefix")
-    limit = None
-    if action == "prune":
-        if max_size is None:
-            return _refuse("cache prune needs --max-size SIZE: bytes, or a number with K, M, G or T (e.g. 500M, 2G)")
-        try:
-            limit = parse_size(max_size)
-        except ValueError:
-            return _refuse(f"--max-size={max_size!r} is not allowed: bytes, or a number with K, M, G or T "
-                           "(powers of 1024; e.g. 500M, 2G, 1.5T)")
+        raise Refused("FLYDSL_CACHE (--cache) is not set: point it at a folder or an fsspec URL such as "
+                      "s3://bucket/prefix")
+    limit = _limit("cache", max_size) if action == "prune" else 0
     if action == "sign" and key is None:
-        return _refuse("cache sign needs --key PATH: the secret key file to sign with (from cache keygen)")
+        raise Refused("cache sign needs --key PATH: the secret key file to sign with (from cache keygen)")
     try:
         cache = open_cache(settings.cache)
         if action == "sign":
             assert key is not None
-            code = sign_entries(settings, cache, key, names, say)
+            sign_entries(settings, cache, key, names, say)
             _warn(cache.warnings, say)
-            return code
-        if action == "list":
+        elif action == "list":
             entries = cache.entries()
             signers = signers_of(settings, cache, entries, cache.warnings)
             _warn(cache.warnings, say)
             if as_json:
                 print(json.dumps(list_object(entries, cache.location, signers, cache.warnings), sort_keys=True))
-                return 0
-            return _list(entries, cache.location, say, signers)
-        assert limit is not None
-        removed = cache.prune(limit)
-        _warn(cache.warnings, say)
-        for entry in removed:
-            say(f"removed {describe(entry)}")
-        kept = cache.entries()
-        total = sum({e.blob: e.size for e in kept}.values())
-        say(f"{len(removed)} removed; {cache.location} now holds {len(kept)} entries, {format_size(total)} "
-            f"(limit {format_size(limit)})")
-        return 0
+            else:
+                _list(entries, cache.location, say, signers)
+        else:
+            _prune(cache, limit, say)
     except CacheError as exc:
-        return _refuse(str(exc))
+        raise Refused(str(exc)) from None
+    return 0
+
+
+def _limit(command: str, max_size: Optional[str]) -> int:
+    if max_size is None:
+        raise Refused(f"{command} prune needs --max-size SIZE: {SIZE_ALLOWED}")
+    try:
+        return parse_size(max_size)
+    except ValueError:
+        raise Refused(f"--max-size={max_size!r} is not allowed: {SIZE_ALLOWED}") from None
+
+
+def _prune(cache: Cache, limit: int, say: Callable[[str], None]) -> None:
+    removed = cache.prune(limit)
+    _warn(cache.warnings, say)
+    for entry in removed:
+        say(f"removed {describe(entry)}")
+    kept = cache.entries()
+    total = sum({e.blob: e.size for e in kept}.values())
+    say(f"{len(removed)} removed; {cache.location} now holds {len(kept)} entries, {format_size(total)} "
+        f"(limit {format_size(limit)})")
 
 
 def list_object(entries: List[CacheEntry], location: str, signers: Mapping[str, List[Dict[str, object]]],
@@ -113,21 +92,19 @@ def list_object(entries: List[CacheEntry], location: str, signers: Mapping[str, 
     listed = []
     for entry in entries:
         data = entry.to_json()
-        data["signers"] = signers.get(manifest_sha(entry.manifest), [])
+        data["signers"] = signers.get(signing.manifest_sha(entry.manifest), [])
         listed.append(data)
     return {"schema_version": LIST_SCHEMA_VERSION, "location": location, "entries": listed,
             "warnings": list(warnings)}
 
 
 def _list(entries: List[CacheEntry], location: str, say: Callable[[str], None],
-          signers: Mapping[str, List[Dict[str, object]]]) -> int:
+          signers: Mapping[str, List[Dict[str, object]]]) -> None:
     if not entries:
         say(f"no entries in {location}")
-        return 0
     for entry in entries:
         variant = f"  from {entry.variant}" if entry.variant else ""
-        print(f"{describe(entry)}{variant}  {signers_text(signers.get(manifest_sha(entry.manifest)))}")
-    return 0
+        print(f"{describe(entry)}{variant}  {signers_text(signers.get(signing.manifest_sha(entry.manifest)))}")
 
 
 def describe(entry: CacheEntry) -> str:
@@ -158,11 +135,6 @@ def _warn(warnings: List[str], say: Callable[[str], None]) -> None:
         say(f"warning: {warning}")
 
 
-def _refuse(message: str) -> int:
-    print(f"ensure-flydsl: {message}", file=sys.stderr)
-    return int(ExitCode.BAD_INPUT)
-
-
 def keygen(out_dir: str, name: str) -> Tuple[str, str]:
     """Write a new key pair into ``out_dir``; (secret path, public path)."""
     if not KEY_NAME.match(name):
@@ -174,44 +146,41 @@ def keygen(out_dir: str, name: str) -> Tuple[str, str]:
             raise Refused(f"cache keygen: {path} exists; it is never replaced (a key in use would be lost): "
                           "choose another NAME or --out folder")
     try:
-        secret_line, public_line = generate(name)
-    except MissingLibrary as exc:
+        secret_line, public_line = signing.generate(name)
+    except signing.MissingLibrary as exc:
         raise Refused(f"cache keygen: {exc}") from None
-    try:
-        os.makedirs(folder, mode=0o700, exist_ok=True)
-        # O_EXCL with mode 600 from the start: never readable by others, even briefly; nothing written through.
-        fd = os.open(secret, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    except OSError as exc:
-        raise Refused(f"cache keygen: cannot create {secret}: {exc.strerror or exc}") from None
-    try:
-        os.fchmod(fd, 0o600)  # whatever the umask
-        os.write(fd, (secret_line + "\n").encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    try:
-        fd = os.open(public, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    # O_EXCL with the mode from the start: the secret is never readable by others, even briefly.
+    for path, line, mode in ((secret, secret_line, 0o600), (public, public_line, 0o644)):
+        try:
+            os.makedirs(folder, mode=0o700, exist_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+        except OSError as exc:
+            if path == public:
+                os.unlink(secret)  # ours, made a moment ago: no half pair is left
+            raise Refused(f"cache keygen: cannot create {path}: {exc.strerror or exc}") from None
         with os.fdopen(fd, "w") as handle:
-            handle.write(public_line + "\n")
-    except OSError as exc:
-        os.unlink(secret)  # ours, made a moment ago: no half pair is left
-        raise Refused(f"cache keygen: cannot create {public}: {exc.strerror or exc}") from None
+            if path == secret:
+                os.fchmod(fd, mode)  # whatever the umask
+            handle.write(line + "\n")
+            handle.flush()
+            os.fsync(fd)
     return secret, public
 
 
 def sign_entries(settings: Settings, cache: Cache, key_path: str, names: Sequence[str],
                  say: Callable[[str], None]) -> int:
-    """Add the signature of the key in ``key_path`` to the entries named (all when none is); 0."""
+    """Add the signature of the key in ``key_path`` to the entries named (all when none is); 0.  With trusted keys
+    set only to those one of them signed: a rotation re-signs what the old key signed, never what was dropped in."""
     try:
         secret = read_secret_key(os.path.abspath(key_path))
-        check_secret(secret)
-    except (KeyProblem, MissingLibrary) as exc:
+        signing.check_secret(secret)
+    except (KeyProblem, signing.MissingLibrary) as exc:
         raise Refused(f"cache sign --key={key_path!r} is not allowed: a secret key file written by "
                       f"`ensure-flydsl cache keygen` (mode 600); {exc}") from None
     entries = [e for e in cache.entries() if e.kind != "orphan"]
     chosen = _chosen(entries, names)
     live = live_versions(entries)
-    trusted = trusted_keys(settings.cache_trusted_keys) if settings.cache_trusted_keys else []
+    trusted = signing.trusted_keys(settings.cache_trusted_keys)
     if not trusted:
         say(f"cache sign: no trusted keys are set ({settings.label('cache_trusted_keys')}), so every entry named "
             "is signed as it is: sign only a cache that nobody else writes to")
@@ -219,18 +188,19 @@ def sign_entries(settings: Settings, cache: Cache, key_path: str, names: Sequenc
     for entry in chosen:
         label = f"{entry.kind} {entry.key[:12]}" + (f" from {entry.variant}" if entry.variant else "")
         problems: List[str] = []
-        verdict = check_entry(cache.store, entry, trusted, problems, live[(entry.kind, entry.key)]) if trusted else None
+        verdict = signing.check_entry(cache.store, entry, trusted, problems, live[(entry.kind, entry.key)]) \
+            if trusted else None
         for problem in problems:
             say(f"warning: {problem}")
         if verdict is not None and not verdict.trusted:
             say(f"skipped {label}: it {verdict.problem}; only entries a trusted key signed are signed")
             skipped += 1
             continue
-        rel = signature_path(entry.kind, entry.key, entry.manifest, secret.name)
+        rel = signing.signature_path(entry.kind, entry.key, entry.manifest, secret.name)
         if cache.store.exists(rel):
             already += 1
             continue
-        write_signature(cache.store, entry.kind, entry.key, entry.manifest, secret)
+        signing.write_signature(cache.store, entry.kind, entry.key, entry.manifest, secret)
         say(f"signed {label} with {secret.name}")
         signed += 1
     say(f"{signed} signed with {secret.name}, {already} already signed by it, {skipped} skipped, in {cache.location}")
@@ -257,7 +227,7 @@ def live_versions(entries: Sequence[CacheEntry]) -> Dict[Tuple[str, str], Abstra
     """(kind, key): the sha256s of that key's manifests among ``entries`` (trees/signing.py's ``live``)."""
     found: Dict[Tuple[str, str], Set[str]] = {}
     for entry in entries:
-        found.setdefault((entry.kind, entry.key), set()).add(manifest_sha(entry.manifest))
+        found.setdefault((entry.kind, entry.key), set()).add(signing.manifest_sha(entry.manifest))
     return dict(found)
 
 
@@ -265,14 +235,14 @@ def signers_of(settings: Settings, cache: Cache, entries: Sequence[CacheEntry],
                warnings: List[str]) -> Dict[str, List[Dict[str, object]]]:
     """Each entry's signers by its manifest's sha256: {"name", "trusted" (None without trusted keys), "verifies"
     (None for a name no trusted key has)}."""
-    trusted: List[PublicKey] = trusted_keys(settings.cache_trusted_keys) if settings.cache_trusted_keys else []
+    trusted = signing.trusted_keys(settings.cache_trusted_keys)
     found: Dict[str, List[Dict[str, object]]] = {}
     entries = [entry for entry in entries if entry.kind != "orphan"]
     live = live_versions(entries)
     for entry in entries:
-        verdict = check_entry(cache.store, entry, trusted, warnings, live[(entry.kind, entry.key)])
+        verdict = signing.check_entry(cache.store, entry, trusted, warnings, live[(entry.kind, entry.key)])
         names = {public.name for public in trusted}
-        found[manifest_sha(entry.manifest)] = [
+        found[signing.manifest_sha(entry.manifest)] = [
             {"name": name, "trusted": (name in verdict.trusted_by) if trusted else None,
              "verifies": (name in verdict.trusted_by) if name in names else None} for name in verdict.signers]
     return found
@@ -288,3 +258,52 @@ def signers_text(signers: Optional[List[Dict[str, object]]]) -> str:
             mark = " (trusted key, but the signature does not match the manifest)"
         shown.append(f"{signer['name']}{mark}")
     return "signed by " + ", ".join(shown)
+
+
+def store_path(settings: Settings, environ: Mapping[str, str]) -> Optional[str]:
+    if settings.store == "off":
+        return None
+    if settings.store is not None:
+        return settings.store
+    host = layout.host_cache_dir(environ)
+    return layout.default_store_dir(host) if host is not None else None
+
+
+def store_command(settings: Settings, environ: Mapping[str, str], action: str, *, max_size: Optional[str],
+                  as_json: bool, say: Callable[[str], None]) -> int:
+    path = store_path(settings, environ)
+    if path is None:
+        raise Refused("no host store: FLYDSL_STORE is off (or neither XDG_CACHE_HOME nor HOME names a folder)")
+    limit = _limit("store", max_size) if action == "prune" else 0
+    if not os.path.isdir(path):
+        if action == "list":
+            print(json.dumps(result_object(ok=True, exit_code=0, reason="no tree", store=path, trees=[]))
+                  if as_json else f"the host store {path} holds no tree")
+        return 0
+    try:
+        store = HostStore.open(path)
+        if action == "list":
+            _list_store(store, as_json)
+            return 0
+        for tree in store.prune(limit):
+            say(f"removed the tree {tree.key[:12]} ({format_size(tree.size)}, {tree.how}, "
+                f"{(tree.commit or '?')[:12]}){': ' + tree.problem if tree.problem else ''}")
+        say(f"the host store {path} holds {format_size(sum(t.size for t in store.list()))} (at most "
+            f"{format_size(limit)} asked; trees a root uses are kept)")
+        return 0
+    except OSError as exc:
+        raise Refused(f"the host store {path} cannot be used: {exc}") from None
+
+
+def _list_store(store: HostStore, as_json: bool) -> None:
+    trees = store.list()
+    if as_json:
+        print(json.dumps(result_object(ok=True, exit_code=0, reason=f"{len(trees)} trees", store=store.path,
+                                       trees=[t.to_json() for t in trees]), sort_keys=True))
+        return
+    print(f"the host store {store.path}: {len(trees)} trees, {format_size(sum(t.size for t in trees))}")
+    for t in trees:
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(t.last_used))
+        users = ", ".join(t.used_by) or "no root"
+        print(f"{t.key[:12]}  {format_size(t.size):>10}  {t.how or '?':8} {(t.commit or '?')[:12]}  {t.abi or '?'}  "
+              f"last linked {when}  used by {users}{'  DAMAGED: ' + t.problem if t.problem else ''}")

@@ -9,16 +9,8 @@ import uuid
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Tuple
 
+from ensure_flydsl import layout
 from ensure_flydsl.errors import EnsureError, ExitCode, Stage
-from ensure_flydsl.layout import (
-    build_dir,
-    build_made_record,
-    llvm_dir,
-    llvm_made_record,
-    llvm_record,
-    owner_file,
-    state_dir,
-)
 from ensure_flydsl.pipeline.lock import build_lock
 from ensure_flydsl.result import result_object
 from ensure_flydsl.runs.markers import withdraw_env_file, withdraw_failure_marker
@@ -58,16 +50,16 @@ def clean(settings: Settings, say: Callable[[str], None]) -> Cleaned:
         if withdraw_env_file(settings.env_file, settings.env_json):
             removed.append(settings.env_file)
         record = LlvmRecord.read(settings.base_dir)
-        llvm_folder = llvm_dir(settings.base_dir)
+        llvm_folder = layout.llvm_dir(settings.base_dir)
         sharing = other_roots(settings.base_dir, settings.root)
         if record is not None and record.created and sharing:
             notes.append(f"kept {llvm_folder}: the other roots in {settings.base_dir} build with it too "
                          f"({', '.join(sharing[:3])})")
         elif record is not None and record.created:
-            if not _remove_made(llvm_folder, llvm_made_record(settings.base_dir), notes):
+            if not _remove_made(llvm_folder, layout.llvm_made_record(settings.base_dir), notes):
                 if os.path.lexists(llvm_folder):
                     removed.append(llvm_folder)
-                remove_file(llvm_record(settings.base_dir))
+                remove_file(layout.llvm_record(settings.base_dir))
             elif record.done is not None:
                 LlvmRecord(created=True).write(settings.base_dir)  # its MLIR is gone; the folder is still ours
         removed.extend(_clean_runs(settings))
@@ -131,24 +123,24 @@ def _clean_root(root: str, settings: Settings, notes: List[str]) -> List[str]:
         remove_tree(root)
         return [root]
     removed: List[str] = []
-    build_folder = build_dir(root)
+    build_folder = layout.build_dir(root)
     if os.path.lexists(build_folder) and Stamps(root).started_key("build") is not None:
-        if not _remove_made(build_folder, build_made_record(root), notes):
+        if not _remove_made(build_folder, layout.build_made_record(root), notes):
             removed.append(build_folder)
     if foreign and (info is not None and info.created_root):
         # The checkout stays (it holds somebody's files), and so does the record that the tool made it:
         # without it the next run would take the root for somebody else's folder and refuse it.
-        for entry in sorted(os.listdir(state_dir(root))):
-            path = os.path.join(state_dir(root), entry)
-            if path != owner_file(root):
+        for entry in sorted(os.listdir(layout.state_dir(root))):
+            path = os.path.join(layout.state_dir(root), entry)
+            if path != layout.owner_file(root):
                 if os.path.isdir(path) and not os.path.islink(path):
                     remove_tree(path)
                 else:
                     remove_file(path)
                 removed.append(path)
     else:
-        remove_tree(state_dir(root))
-        removed.append(state_dir(root))
+        remove_tree(layout.state_dir(root))
+        removed.append(layout.state_dir(root))
     if foreign:
         shown = ", ".join(foreign[:10]) + (f" and {len(foreign) - 10} more" if len(foreign) > 10 else "")
         notes.append(f"kept {root} itself (still ensure-flydsl's checkout) and the files in it that "

@@ -5,28 +5,26 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import errno
 import json
 import os
 import select
 import shutil
 import signal
+import stat
 import sys
 import textwrap
 import traceback
 from typing import Any, Callable, Dict, List, Mapping, NoReturn, Optional, Sequence, Tuple
 
 from ensure_flydsl.cli.about import version_line
-from ensure_flydsl.cli.access import access_error
-from ensure_flydsl.cli.cache import cache_command
+from ensure_flydsl.cli.cache import Refused, cache_command, store_command
 from ensure_flydsl.cli.clean import clean
-from ensure_flydsl.cli.doctor import doctor
-from ensure_flydsl.cli.env import show_env
+from ensure_flydsl.cli.env import show_env, verify
 from ensure_flydsl.cli.start import start, worker
 from ensure_flydsl.cli.stats import stats
-from ensure_flydsl.cli.status import status
-from ensure_flydsl.cli.store import store_command
-from ensure_flydsl.cli.verify import verify
-from ensure_flydsl.cli.wait import wait
+from ensure_flydsl.cli.status import status, wait
+from ensure_flydsl.doctor.diagnose import diagnose, render_check
 from ensure_flydsl.errors import (
     EXIT_MEANINGS,
     BadInput,
@@ -38,6 +36,7 @@ from ensure_flydsl.errors import (
     interrupted_by,
 )
 from ensure_flydsl.geak.folder import write_skill_folder
+from ensure_flydsl.pipeline.decide import check_reuse
 from ensure_flydsl.pipeline.run import Run, ensure_run
 from ensure_flydsl.pipeline.warm import current_fingerprint, keep_warm, try_warm, warm_lines
 from ensure_flydsl.result import result_object
@@ -66,6 +65,7 @@ DESCRIPTION = ("Make `import flydsl, kernels.moe_gemm_2stage` work from one cons
 EVERY = tuple(s.name for s in SETTINGS)
 RECORDS = tuple(s.name for s in SETTINGS if s.in_request) + ("lock_file", "fail_marker")  # what status reads
 STOP_SIGNALS = {signal.SIGTERM: "SIGTERM", signal.SIGHUP: "SIGHUP"}  # they unwind a run like Ctrl-C
+DOCTOR_SCHEMA_VERSION = 1  # of `doctor --json`'s shape: a new key keeps it, a changed meaning does not
 BUILD_FAILURES = (ExitCode.FETCH, ExitCode.CHECKOUT, ExitCode.LLVM_BUILD, ExitCode.FLYDSL_BUILD, ExitCode.PROBE)
 
 
@@ -120,13 +120,12 @@ def unknown(what: str, word: str, known: List[str], where: str) -> str:
 def _add_setting(parser: Any, setting: Setting, help: Optional[str]) -> None:
     """A setting's flag, with no default: a subcommand's default would replace the value given before it."""
     hidden = argparse.SUPPRESS
-    if setting.kind == SWITCH:
+    if setting.kind in (FLAG, SWITCH):
         parser.add_argument(setting.flag, dest=setting.name, action="store_true", default=hidden, help=help)
+    if setting.kind == SWITCH:
         parser.add_argument("--no-" + setting.flag[2:], dest=setting.name, action="store_false", default=hidden,
                             help=hidden if help == hidden else None)
-    elif setting.kind == FLAG:
-        parser.add_argument(setting.flag, dest=setting.name, action="store_true", default=hidden, help=help)
-    else:
+    elif setting.kind != FLAG:
         action = parser.add_argument(setting.flag, dest=setting.name, action="append" if setting.kind == LIST else
                                      "store", metavar=setting.metavar or setting.name.upper(), default=hidden,
                                      help=help)
@@ -383,27 +382,23 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
 
 def _help(topic: List[str]) -> int:
     """``help [COMMAND]``: the command's own ``--help``; ``help settings``: every setting."""
-    if topic == ["settings"]:
-        print(_settings_page(), end="")
+    if topic[:1] == ["settings"] and len(topic) == 1:
+        page = argparse.ArgumentParser(prog="ensure-flydsl", usage=argparse.SUPPRESS, add_help=False, description=(
+            "Every setting is a flag (before or after the command) and an environment variable; a flag wins over its "
+            "variable, and an empty variable means the default. A bad value is refused (exit 64, one line naming "
+            "the setting and what is allowed) before anything is touched."))
+        for group, title in GROUPS.items():
+            section = page.add_argument_group(f"{title} ({group})")
+            for s in SETTINGS:
+                if s.group == group:
+                    _add_setting(section, s, f"{s.help}{_default_text(s)} [{s.env}]")
+        print(page.format_help(), end="")
         return 0
     if topic[:1] == ["settings"] or len(topic) > (2 if topic[:1] in (["cache"], ["store"]) else 1):
         also = "; `help settings` lists the settings" if topic[:1] == ["settings"] else ""
         refuse(f"ensure-flydsl help: {' '.join(topic)!r} is no command (ensure-flydsl help lists the commands{also})")
     build_parser().parse_args([*topic, "--help"])
     return 0
-
-
-def _settings_page() -> str:
-    page = argparse.ArgumentParser(prog="ensure-flydsl", usage=argparse.SUPPRESS, add_help=False, description=(
-        "Every setting is a flag (before or after the command) and an environment variable; a flag wins over its "
-        "variable, and an empty variable means the default. A bad value is refused (exit 64, one line naming the "
-        "setting and what is allowed) before anything is touched."))
-    for group, title in GROUPS.items():
-        section = page.add_argument_group(f"{title} ({group})")
-        for s in SETTINGS:
-            if s.group == group:
-                _add_setting(section, s, f"{s.help}{_default_text(s)} [{s.env}]")
-    return page.format_help()
 
 
 def _default_text(setting: Setting) -> str:
@@ -457,14 +452,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         silence_stdout()  # the reader stopped reading (`| head -1`): what it did not read is nobody's failure
         return 0 if code is None else code
     except EnsureError as exc:
-        return _report_failure(exc, reporter, as_json)
+        tail = reporter.tail(20) if exc.code in BUILD_FAILURES else []  # a build step's log says why
+        data = result_object(exit_code=int(exc.code), stage=exc.stage or None, reason=exc.reason,
+                             hint=exc.hint or None, log=reporter.log_path, run_id=exc.run_id, elapsed_s=exc.elapsed_s)
+        data["installed"] = exc.installed
+        _failed(reporter, as_json, data, format_error(exc, tail, reporter.log_path), tail)
+        return int(exc.code)
     except (KeyboardInterrupt, Interrupted) as exc:
         what = exc.description if isinstance(exc, Interrupted) else interrupted_by("SIGINT")
-        if as_json:
-            _json_failure(reporter, result_object(exit_code=int(ExitCode.INTERRUPTED), reason=what,
-                                                  hint="run it again: it resumes", log=reporter.log_path), [])
-        else:
-            print(f"ensure-flydsl: {what}; the next run resumes where this one stopped", file=sys.stderr)
+        _failed(reporter, as_json, result_object(exit_code=int(ExitCode.INTERRUPTED), reason=what,
+                                                 hint="run it again: it resumes", log=reporter.log_path),
+                f"ensure-flydsl: {what}; the next run resumes where this one stopped")
         return int(ExitCode.INTERRUPTED)
     except Exception:
         return _internal_error(reporter, as_json)
@@ -500,8 +498,10 @@ def _run(args: argparse.Namespace, reporter: Reporter, environ: Dict[str, str], 
         raise
     try:
         return _with_settings(args, settings, reporter, environ, as_json, warm_key)
+    except Refused as exc:
+        refuse(f"ensure-flydsl: {exc}")
     except OSError as exc:  # another user's files, a read-only mount, a full file system: one line
-        refused = None if isinstance(exc, BrokenPipeError) else access_error(exc, args.command) or disk_full_error(
+        refused = None if isinstance(exc, BrokenPipeError) else _access_error(exc, args.command) or disk_full_error(
             exc, {"start": Stage.STARTING, "clean": Stage.CLEAN}.get(args.command))
         if refused is None:
             raise
@@ -524,7 +524,7 @@ def _with_settings(args: argparse.Namespace, settings: Settings, reporter: Repor
     if command == "verify":
         return verify(settings, environ, as_json=as_json)
     if command == "doctor":
-        return doctor(settings, environ, as_json=as_json)
+        return _doctor(settings, environ, as_json)
     if command == "clean":
         cleaned = clean(settings, reporter.say)
         for line in cleaned.lines():
@@ -560,6 +560,27 @@ def _ensure(settings: Settings, reporter: Reporter, environ: Dict[str, str], as_
     else:
         reporter.say(warm_lines(settings, result)[1])
     return 0
+
+
+def _doctor(settings: Settings, environ: Dict[str, str], as_json: bool) -> int:
+    """Exit 0 when the configured strategy can succeed (or a reusable FlyDSL is there), else the first stop's code."""
+    diagnosis = diagnose(settings, environ, reuse=check_reuse)
+    if as_json:
+        data = diagnosis.to_json()
+        data.update({"schema_version": DOCTOR_SCHEMA_VERSION, "root": settings.root, "python": settings.python,
+                     "repo": settings.repo, "pin": settings.pin})
+        print(json.dumps(data, sort_keys=True))
+        return diagnosis.exit_code
+    print(f"ensure-flydsl doctor: strategy {settings.strategy}, root {settings.root}, python {settings.python}")
+    if diagnosis.needs is not None:
+        print(f"  the build needs {diagnosis.needs.summary()} (read from {diagnosis.needs.source})")
+    width = max(len(c.name) for c in diagnosis.checks)
+    for check in diagnosis.checks:
+        print("\n".join(render_check(check, width)))
+    print(("ok: " if diagnosis.ok else "NOT OK: ") + diagnosis.verdict() + f"  [{diagnosis.seconds:.1f} s]")
+    if not diagnosis.ok:
+        print("  (UPPERCASE: blocks this strategy; provide: missing here, ensure-flydsl provides it privately)")
+    return diagnosis.exit_code
 
 
 def _skill(args: argparse.Namespace, environ: Dict[str, str], reporter: Reporter, as_json: bool) -> int:
@@ -605,6 +626,61 @@ def format_error(exc: EnsureError, log_tail: List[str], log_path: Optional[str])
     return "\n".join(lines)
 
 
+def _access_error(exc: OSError, command: str) -> Optional[EnsureError]:
+    """The line for a path this user may not read or write (another user's root, a read-only mount): exit 64
+    naming the folder that blocks, its owner and what the command needs; None for any other OSError."""
+    if exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return None
+    doing = f"`ensure-flydsl {command}`"
+    path = exc.filename if isinstance(exc.filename, str) else None
+    if path is None:
+        return EnsureError(ExitCode.BAD_INPUT, f"{doing} was refused by the system ({exc.strerror}); run it as the "
+                           "user who owns FLYDSL_ROOT and the folder it is in", stage=Stage.ACCESS)
+    if exc.errno == errno.EROFS:
+        return EnsureError(ExitCode.BAD_INPUT, f"{path} is on a read-only file system, and {doing} needs to write "
+                           "there: remount it read-write, or use a FLYDSL_ROOT on a writable file system",
+                           stage=Stage.ACCESS)
+    blocking, info = _blocking(path)
+    me = _user(os.geteuid())
+    if info is None:
+        return EnsureError(ExitCode.BAD_INPUT, f"{path} cannot be reached by {me}, and {doing} needs it: run it as "
+                           "the user who owns FLYDSL_ROOT, or use a FLYDSL_ROOT of your own", stage=Stage.ACCESS)
+    is_dir = stat.S_ISDIR(info.st_mode)
+    readable = os.access(blocking, os.R_OK | (os.X_OK if is_dir else 0))
+    need = "write" if readable else "read"
+    owner = _user(info.st_uid)
+    what = "folder" if is_dir else "file"
+    return EnsureError(
+        ExitCode.BAD_INPUT,
+        f"the {what} {blocking} cannot be {'written' if readable else 'read'} by {me}: it belongs to {owner}, mode "
+        f"{stat.S_IMODE(info.st_mode):04o}; {doing} needs {need} access to it: run it as {owner}, or use a "
+        "FLYDSL_ROOT of your own",
+        stage=Stage.ACCESS,
+    )
+
+
+def _blocking(path: str) -> Tuple[str, Optional[os.stat_result]]:
+    """The deepest of ``path`` and its parents this user can stat, with its stat (None: not even ``/``)."""
+    current = os.path.abspath(path)
+    while True:
+        try:
+            return current, os.stat(current)
+        except OSError:
+            parent = os.path.dirname(current)
+            if parent == current:
+                return path, None
+            current = parent
+
+
+def _user(uid: int) -> str:
+    try:
+        import pwd
+
+        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except (ImportError, KeyError):
+        return f"uid {uid}"
+
+
 def _raise_interrupted(signum: int, _frame: object) -> None:
     raise Interrupted(STOP_SIGNALS[signal.Signals(signum)])
 
@@ -629,38 +705,28 @@ def silence_stdout() -> None:
         pass
 
 
-def _report_failure(exc: EnsureError, reporter: Reporter, as_json: bool) -> int:
-    tail = reporter.tail(20) if exc.code in BUILD_FAILURES else []  # a build step's log says why
-    if as_json:
-        data = result_object(exit_code=int(exc.code), stage=exc.stage or None, reason=exc.reason,
-                             hint=exc.hint or None, log=reporter.log_path, run_id=exc.run_id, elapsed_s=exc.elapsed_s)
-        data["installed"] = exc.installed
-        _json_failure(reporter, data, tail)
-    else:
-        try:
-            print(format_error(exc, tail, reporter.log_path), file=sys.stderr)
-        except OSError:
-            pass  # stderr on a full disk (a detached worker's is the log): the code says it
-    return int(exc.code)
-
-
 def _internal_error(reporter: Reporter, as_json: bool = False) -> int:
     text = traceback.format_exc()
     reporter.build_line(text)
-    if as_json:
-        _json_failure(reporter, result_object(
-            exit_code=int(ExitCode.INTERNAL), reason="internal error, a bug: " + text.strip().splitlines()[-1],
-            hint="please report it with the traceback (in the event's detail)", log=reporter.log_path), [], text)
-    else:
-        print(f"ensure-flydsl: internal error (exit 70), a bug; please report it with this:\n{text}",
-              file=sys.stderr)
+    _failed(reporter, as_json, result_object(
+        exit_code=int(ExitCode.INTERNAL), reason="internal error, a bug: " + text.strip().splitlines()[-1],
+        hint="please report it with the traceback (in the event's detail)", log=reporter.log_path),
+        f"ensure-flydsl: internal error (exit 70), a bug; please report it with this:\n{text}", detail=text)
     return int(ExitCode.INTERNAL)
 
 
-def _json_failure(reporter: Reporter, data: Dict[str, object], tail: List[str], detail: str = "") -> None:
-    """Under --json: the result object on stdout, and on stderr one JSON event (no text block)."""
+def _failed(reporter: Reporter, as_json: bool, data: Dict[str, object], text: str, tail: Sequence[str] = (),
+            detail: str = "") -> None:
+    """``text`` on stderr; under --json the result object on stdout and one JSON event on stderr instead."""
+    if not as_json:
+        try:
+            print(text, file=sys.stderr)
+        except OSError:
+            pass  # stderr on a full disk (a detached worker's is the log): the code says it
+        return
     event: Dict[str, object] = {"event": "failed", "exit_code": data["exit_code"], "stage": data["stage"],
-                                "reason": data["reason"], "hint": data["hint"], "log": data["log"], "log_tail": tail}
+                                "reason": data["reason"], "hint": data["hint"], "log": data["log"],
+                                "log_tail": list(tail)}
     if detail:
         event["detail"] = detail
     reporter.event(event)

@@ -1,8 +1,5 @@
-"""Detached runs: ``start`` joins the live run for the request or launches a worker, and returns at once.
-
-``start`` takes the worker's alive lock itself and hands it over, so a ``wait`` issued the moment it returns
-already sees a live run.  The worker (``_worker``) is an ensure run tracked from its first step.
-"""
+"""Detached runs: ``start`` joins the live run for the request or launches a worker (``_worker``), and returns at
+once, holding the worker's alive lock until it hands it over: a ``wait`` issued at once sees a live run."""
 
 from __future__ import annotations
 

@@ -29,13 +29,6 @@ def _folder(records: Optional[str], environ: Mapping[str, str]) -> Optional[str]
     return None if host is None else timings_dir(host)
 
 
-def _of_root(records: Sequence[TimingRecord], root: Optional[str]) -> List[TimingRecord]:
-    if root is None:
-        return list(records)
-    real = os.path.realpath(root)
-    return [r for r in records if r.root == root or os.path.realpath(r.root) == real]
-
-
 class _Found:
 
     def __init__(self, environ: Mapping[str, str], *, folder: Optional[str], root: Optional[str],
@@ -55,22 +48,17 @@ class _Found:
         return data
 
 
-def _query(environ: Mapping[str, str], root: Optional[str], records: Optional[str]) -> _Found:
+def stats(root: Optional[str], records: Optional[str], environ: Mapping[str, str], *, as_json: bool) -> int:
     if root is not None and not root.strip():
         raise BadInput("--root", root, "the root whose runs to list (a folder path; leave it out for every root)")
     chosen = None if root is None else parse_root("--root", root)
     folder = _folder(records, environ)
-    found, skipped = read_records(folder) if folder is not None else ([], [])
-    return _Found(environ, folder=folder, root=chosen, runs=_of_root(found, chosen), skipped=skipped)
-
-
-def stats(root: Optional[str], records: Optional[str], environ: Mapping[str, str], *, as_json: bool) -> int:
-    found = _query(environ, root, records)
-    if as_json:
-        print(json.dumps(found.to_json(), sort_keys=True))
-        return 0
-    for line in text_lines(found):
-        print(line)
+    runs, skipped = read_records(folder) if folder is not None else ([], [])
+    if chosen is not None:
+        real = os.path.realpath(chosen)
+        runs = [r for r in runs if r.root == chosen or os.path.realpath(r.root) == real]
+    found = _Found(environ, folder=folder, root=chosen, runs=list(runs), skipped=skipped)
+    print(json.dumps(found.to_json(), sort_keys=True) if as_json else "\n".join(text_lines(found)))
     return 0
 
 

@@ -1,19 +1,23 @@
-"""``ensure-flydsl status``: what is true for the request now (runs/answer.py), as a few lines or one JSON object."""
+"""``ensure-flydsl status``: what is true for the request now (runs/answer.py); ``wait``: the same, once the run
+ends (0, its failure's code) or at ``--timeout`` (75), with heartbeat lines for an agent's silence detector."""
 
 from __future__ import annotations
 
 import json
+import time
 from typing import Dict, Optional
 
 from ensure_flydsl.errors import ExitCode
 from ensure_flydsl.result import result_object
 from ensure_flydsl.runs.answer import Answer, answer
-from ensure_flydsl.runs.markers import installed_line
+from ensure_flydsl.runs.markers import installed_line, read_failure_marker, tail_of
+from ensure_flydsl.runs.progress import Pulse, say_pulse
 from ensure_flydsl.runs.records import FAILED, RUNNING, SUCCEEDED
 from ensure_flydsl.settings import Settings
-from ensure_flydsl.support.report import fmt_seconds, known
+from ensure_flydsl.support.report import Reporter, fmt_seconds, known
 
 ABSENT_EXIT = 1  # `wait` and `env` when nothing answers the request
+POLL_S = 0.05
 
 
 def exit_code_of(found: Answer) -> int:
@@ -53,13 +57,9 @@ def answer_object(settings: Settings, found: Answer) -> Dict[str, object]:
     return data
 
 
-def status_data(settings: Settings) -> Dict[str, object]:
-    """A pure query: nothing is written (a dead run is reported; its watchdog records it)."""
-    return answer_object(settings, answer(settings))
-
-
 def status(settings: Settings, *, as_json: bool) -> int:
-    data = status_data(settings)
+    """A pure query: nothing is written (a dead run is reported; its watchdog records it)."""
+    data = answer_object(settings, answer(settings))
     if as_json:
         print(json.dumps(data, sort_keys=True))
         return 0
@@ -90,3 +90,57 @@ def status(settings: Settings, *, as_json: bool) -> int:
 
 def _seconds(value: object) -> Optional[float]:
     return float(value) if isinstance(value, (int, float)) else None
+
+
+def wait(settings: Settings, reporter: Reporter, *, timeout: Optional[float], heartbeat: float,
+         as_json: bool = False) -> int:
+    """Poll while a run for the request lives; a run found dead is recorded here, should its watchdog be gone."""
+    started = time.monotonic()
+    deadline = None if timeout is None else started + timeout
+    next_beat = started
+    while True:
+        found = answer(settings, record_deaths=True)
+        if found.state != RUNNING or found.record is None:
+            code = _finished(settings, found, reporter)
+            break
+        now = time.monotonic()
+        if now >= next_beat:
+            say_pulse(reporter, Pulse.of_record(found.record))  # the line a run's own heartbeat says
+            next_beat = now + heartbeat
+        if deadline is not None and now >= deadline:
+            reporter.say(f"still running after {fmt_seconds(timeout)}; run `ensure-flydsl wait --timeout 540` "
+                         "again (exit 75)")
+            code = int(ExitCode.STILL_RUNNING)
+            break
+        time.sleep(POLL_S)
+    if as_json:
+        print(json.dumps(answer_object(settings, found), sort_keys=True))
+    return code
+
+
+def _finished(settings: Settings, found: Answer, reporter: Reporter) -> int:
+    if found.state == SUCCEEDED:
+        twin = found.twin
+        what = (f"flydsl {known(twin.version)} ({known(twin.how)}) for {known(twin.python)}" if twin is not None
+                else "the env file")
+        reporter.say(f"succeeded: {what}; source {settings.env_file}")
+        return 0
+    there = found.installed
+    if found.state == FAILED and found.failure is not None:
+        failure = found.failure
+        reporter.say(f"failed (exit {failure.exit_code}) in step {known(failure.stage)}: {known(failure.reason)}")
+        marker = read_failure_marker(settings.fail_marker)
+        log = found.record.log if found.record is not None else (marker.log if marker is not None else "")
+        tail = list(marker.log_tail) if marker is not None and marker.run_id == found.run_id else None
+        tail = tail or tail_of(log)
+        if tail:
+            reporter.say(f"last lines of the log ({log}):\n" + "\n".join("    " + str(t) for t in tail))
+        if there is not None:
+            reporter.say(installed_line(there))
+        if found.hint:
+            reporter.say(f"next: {found.hint}")
+        return failure.exit_code
+    reporter.say(f"nothing to wait for: {found.reason}; start a run with `ensure-flydsl start`")
+    if there is not None:
+        reporter.say(installed_line(there))
+    return ABSENT_EXIT

@@ -1,12 +1,6 @@
-"""Predict, in a few seconds, whether the configured strategy can succeed here, and why not.
-
-A source build that lacks something fails late and expensively (patchelf after all the C++ has compiled), so
-the doctor checks first what the run will need, read from the pin's source where it can be: the shared checks
-here (interpreter, root, git, the repository, the package index), the pin's imports (``requirements.py``), and
-each way's own prediction (``ways/table.py``), concurrently, network checks with short timeouts.
-
-Each check's ``blocking`` marks what the configured strategy cannot get past, and ``stage`` the run's step that
-would fail, whose exit code the doctor returns and ``ensure`` stops with before anything long starts."""
+"""Predict, in a few seconds, whether the configured strategy can succeed here, and why not: the shared checks,
+the pin's imports (requirements.py) and each way's own prediction, concurrently.  A blocking check's stage is
+the run's step that would fail: the doctor returns its exit code, and ``ensure`` stops there before building."""
 
 from __future__ import annotations
 
@@ -210,20 +204,10 @@ def _without_build_blocks(checks: List[Check], version_check: Check) -> List[Che
             if c.blocking and c.stage in (Stage.SUBMODULES, Stage.LLVM, Stage.BUILD) else c for c in checks]
 
 
-def run_checks(
-    settings: Settings,
-    environ: Mapping[str, str],
-    *,
-    checkout: Optional[str] = None,
-    timeout: float = 5.0,
-    reuse: Optional[ReuseCheck] = None,
-    interpreter: Optional[Interpreter] = None,
-) -> List[Check]:
-    """Every check the configured strategy depends on, in the order a run meets them.
-
-    ``checkout``: a folder holding the pin's source, read for the build's needs (else the root's or a local
-    repository's, else FlyDSL's known needs).  ``reuse``: the pipeline's reuse decision.  ``interpreter``: the
-    target interpreter as the caller has just described it, taken instead of probed again."""
+def run_checks(settings: Settings, environ: Mapping[str, str], *, checkout: Optional[str] = None, timeout: float = 5.0,
+               reuse: Optional[ReuseCheck] = None, interpreter: Optional[Interpreter] = None) -> List[Check]:
+    """Every check the configured strategy depends on, in the order a run meets them; ``checkout`` holds the pin's
+    source (read for the build's needs), ``interpreter`` is the target as the caller just described it."""
     strategy = settings.strategy
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=10, thread_name_prefix="doctor")
     try:
@@ -300,16 +284,9 @@ class Diagnosis:
                 f"(a run would stop at its {first.stage} step, exit {first.exit_code}){instead}")
 
     def to_json(self) -> Dict[str, object]:
-        return {
-            "strategy": self.strategy.value,
-            "ok": self.ok,
-            "exit_code": self.exit_code,
-            "verdict": self.verdict(),
-            "needs": self.needs.to_json() if self.needs else None,
-            "checks": [c.to_json() for c in self.checks],
-            "seconds": round(self.seconds, 3),
-            "suggestion": self.suggestion,
-        }
+        return {"strategy": self.strategy.value, "ok": self.ok, "exit_code": self.exit_code, "verdict": self.verdict(),
+                "needs": self.needs.to_json() if self.needs else None, "checks": [c.to_json() for c in self.checks],
+                "seconds": round(self.seconds, 3), "suggestion": self.suggestion}
 
 
 def diagnose(settings: Settings, environ: Mapping[str, str], *, reuse: Optional[ReuseCheck] = None,

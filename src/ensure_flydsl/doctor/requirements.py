@@ -1,9 +1,6 @@
-"""The third-party modules the pin's code imports unconditionally, read from its sources and asked of the
-target interpreter without importing them.
-
-A run asks after the fetch, before anything is downloaded or built, and stops (exit 6) when a required module
-is not in the pin at all (the message says where a module of that name is) or the interpreter lacks one: a
-build that cannot pass the final probe is not started.  The doctor shows the same finding."""
+"""The third-party modules the pin's code imports unconditionally, read from its sources and asked of the target
+interpreter without importing them: a run stops (exit 6) after the fetch, before building, when the pin lacks a
+required module or the interpreter lacks one; the doctor shows the same finding."""
 
 from __future__ import annotations
 
@@ -45,7 +42,6 @@ class Finding:
 
     def names(self, which: Sequence[Requirement]) -> str:
         return ", ".join(r.module for r in which)
-
 
 
 def assess(sources: Sources, python: str, require: Sequence[str], environ: Mapping[str, str],
@@ -114,14 +110,20 @@ def remedy(finding: Finding) -> str:
             "FLYDSL_PYTHON to an interpreter that has them; then run again")
 
 
-def stop_if_missing(finding: Finding) -> None:
-    """The run's stop (exit 6 at stage ``requirements``): a required module the pin lacks, or the interpreter."""
+def problem(finding: Finding) -> Optional[Tuple[str, str, str]]:
+    """(reason, remedy, detail) of a required module the pin lacks, or one the interpreter lacks; else None."""
     if finding.absent:
-        raise EnsureError(ExitCode.PROBE, absent_reason(finding), stage=Stage.REQUIREMENTS,
-                          hint=absent_remedy(finding), detail=f"sources read from {finding.sources}")
+        return absent_reason(finding), absent_remedy(finding), f"sources read from {finding.sources}"
     if finding.missing:
-        raise EnsureError(ExitCode.PROBE, reason(finding), stage=Stage.REQUIREMENTS, hint=remedy(finding),
-                          detail="\n".join(_line(r) for r in finding.missing))
+        return reason(finding), remedy(finding), "\n".join(_line(r) for r in finding.missing)
+    return None
+
+
+def stop_if_missing(finding: Finding) -> None:
+    """The run's stop (exit 6 at stage ``requirements``)."""
+    found = problem(finding)
+    if found is not None:
+        raise EnsureError(ExitCode.PROBE, found[0], stage=Stage.REQUIREMENTS, hint=found[1], detail=found[2])
 
 
 def summary(finding: Finding) -> str:
@@ -145,10 +147,8 @@ def check_requirements(settings: Settings, environ: Mapping[str, str], interp: O
                          settings.probe_timeout, settings.label("probe_timeout"), pin)
     except EnsureError as exc:
         return skipped(CHECK, f"could not ask {interp.executable}: {exc.reason}", Stage.REQUIREMENTS)
-    if finding.absent:
-        return Check(CHECK, MISSING, absent_reason(finding), absent_remedy(finding), blocking=True,
-                     stage=Stage.REQUIREMENTS)
-    if not finding.missing:
+    found = problem(finding)
+    if found is None:
         return passed(CHECK, f"{summary(finding)}; {interp.executable} has them all", Stage.REQUIREMENTS)
-    return Check(CHECK, MISSING, reason(finding), remedy(finding), blocking=True, stage=Stage.REQUIREMENTS)
+    return Check(CHECK, MISSING, found[0], found[1], blocking=True, stage=Stage.REQUIREMENTS)
 
