@@ -1,8 +1,5 @@
-"""Ask the package index what it has, quickly, through pip so that pip's own configuration applies.
-
-``pip index versions`` reads PIP_INDEX_URL, pip.conf, proxies and certificates as the later install will, and
-given the install's ``--python-version/--abi/--platform`` lists only versions with a wheel for the target:
-no download, one request per index."""
+"""Ask the package index what it has, through ``pip index versions`` so that pip's own configuration applies;
+given the install's ``--python-version/--abi/--platform`` it lists only versions with a wheel for the target."""
 
 from __future__ import annotations
 

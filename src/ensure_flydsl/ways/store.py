@@ -1,9 +1,6 @@
-"""The host store's way (trees/local.py): link a tree this host holds for the pin and the interpreter into the
-root; keep a tree another way installed and verified, before it is published.
-
-A tree is keyed by what made it: repository, commit, ABI, platform, the release or MLIR it was made from, and
-its root when it holds the root's path.  The store is an accelerator: one that cannot be used is said once and
-the run goes on without it; a damaged tree is said, removed and made again."""
+"""The host store's way (trees/local.py): link a tree this host holds for the pin and interpreter into the root;
+keep a tree another way made.  An accelerator: a store that cannot be used is said and gone without; a damaged
+tree is said, removed and made again."""
 
 from __future__ import annotations
 

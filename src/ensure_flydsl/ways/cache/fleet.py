@@ -1,9 +1,6 @@
-"""A fleet pays one build: the build lease (trees/lease.py) around each build a run would publish.
-
-Before build_llvm.sh and build.sh a run with a cache takes its turn at the key: the entry is there (a hit); or
-it takes the lease and builds; or another host holds it and the run waits, saying who builds and how far, until
-the entry appears, the holder dies (taken over after the TTL), fails (tried once more; a second failure ends the
-waiters with the holder's stage and exit code) or FLYDSL_LOCK_TIMEOUT runs out (exit 7)."""
+"""A fleet pays one build: before build_llvm.sh and build.sh a run with a cache takes its turn at the key's lease
+(trees/lease.py): a hit; or it builds; or it waits for the holder's entry, taking over a dead holder, trying
+once more after a failure, giving up at FLYDSL_LOCK_TIMEOUT (exit 7)."""
 
 from __future__ import annotations
 

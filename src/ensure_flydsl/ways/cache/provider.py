@@ -1,9 +1,6 @@
-"""The binary cache way: a finished tree, or an MLIR install, another host built, fetched hash by hash.
-
-The first host to build a key publishes its ``build-fly/python_packages`` (kind ``tree``) and MLIR install
-(kind ``mlir``), signed with FLYDSL_CACHE_SIGNING_KEY; with FLYDSL_CACHE_TRUSTED_KEYS an entry is installed
-only when one of those keys signed it.  The cache is an accelerator: a miss, an unreachable store, a corrupt
-or untrusted entry is said once and built around, never deleted (it is not this host's)."""
+"""The binary cache way: a tree, or an MLIR install, another host built, fetched hash by hash (signed entries
+only, with FLYDSL_CACHE_TRUSTED_KEYS).  An accelerator: a miss, an unreachable store, a corrupt or untrusted
+entry is said once and built around, never deleted."""
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
-"""The release way's prediction: a wheel for the target interpreter; and auto's hint when a source build
-cannot succeed, which ``ensure`` and the doctor both take from :func:`release_suggestion`.
-
-A release is suggested only when a run of it would pass what can be judged here: the index has its wheel for
-the interpreter (asked through the pip the release way uses), it passes the floor, and its tag holds every
-FLYDSL_REQUIRE module.  Each question is bounded: a hint on a failure path is never a wait."""
+"""The release way's prediction, and ``auto``'s hint when a source build cannot succeed
+(:func:`release_suggestion`): a release whose wheel the index has for the interpreter, that passes the floor
+and whose tag holds every FLYDSL_REQUIRE module; each question bounded."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""The release wheel's download: ``pip download`` of ``flydsl==X`` for the target interpreter's tags, under the
-user's pip configuration, stopped when the index sends nothing for the network silence limit.
-
-The pip is the target interpreter's (what installs into it is what the user's pip settings are for), else
-the tool's own; the doctor asks the index through the same one (:func:`release_pip`)."""
+"""The release wheel's download: ``pip download`` of ``flydsl==X`` for the target's tags, through the target's pip
+(else the tool's), stopped when the index sends nothing for the network silence limit."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
-"""The release way: when the pin is a release tag's commit, the ``flydsl==X`` wheel for the target
-interpreter, installed without dependencies into ``ROOT/build-fly/python_packages`` beside the tag's
-``kernels/`` (a source build's layout, in seconds).
-
-A tag's name proves nothing (a fork may tag its own commit ``v0.2.3``), so only a wheel whose package is the
-checkout's ``python/flydsl``, file by file, is installed.  Under ``auto`` a wheel that is not, or that fails
-the probe for a reason inside it (another ABI), gives way to the source build."""
+"""The release way: the ``flydsl==X`` wheel of the pin's release tag, installed into ``build-fly/python_packages``
+beside the tag's ``kernels/`` only when its package is the checkout's ``python/flydsl``, file by file (a tag's
+name proves nothing).  Under ``auto`` a wheel that is not, or does not work, gives way to a source build."""
 
 from __future__ import annotations
 

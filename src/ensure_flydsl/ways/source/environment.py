@@ -1,11 +1,6 @@
-"""The environment of a source build's steps: the private toolchain, the jobs, the LLVM record.
-
-FlyDSL's scripts call ``python3`` and ``pip`` from PATH (CMake's Python3_EXECUTABLE, nanobind's location), so
-shims for the target interpreter go first on PATH, and ``PYTHON_EXECUTABLE`` (newer scripts build for it) is
-the target too.  ``build_llvm.sh`` runs an unguarded ``pip install nanobind numpy pybind11``: pip is told in
-the environment (``PIP_TARGET``) to install into the tool's private ``pylib``, never the interpreter's
-site-packages, held to the constraints file (nanobind 3 breaks MLIR's configure).  ``build.sh`` builds into
-``FLY_BUILD_DIR``, set to the root's ``build-fly`` where the tool takes the package from."""
+"""The environment of a source build's steps: shims of the target interpreter first on PATH (FlyDSL's scripts
+call ``python3`` and ``pip``), pip held to a private ``pylib`` and the constraints file, the jobs, the LLVM
+record."""
 
 from __future__ import annotations
 

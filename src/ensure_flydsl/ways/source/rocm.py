@@ -1,11 +1,6 @@
-"""ROCm for a build: which prefix (ROCM_PATH, else the package index's ``rocm-sdk path --root``), and the fix of
-its hip CMake package, never written into ROCm.
-
-An image's ``hip-targets-*.cmake`` may name ``libamdhip64.so.7.2.70201`` while ``lib/`` holds another version,
-and CMake's import check then stops FlyDSL's configure.  A private overlay prefix fixes it: ROCm's entries
-linked, ``lib/cmake/hip`` copied (hip-config.cmake takes its prefix from its REALPATH) and the missing name
-linked to the real library, first on CMAKE_PREFIX_PATH for the build steps only.  ``--fix-rocm-in-place``
-links the missing name inside ``ROCM_PATH/lib`` instead, as the bash executor did."""
+"""ROCm for a build: which prefix (ROCM_PATH, else ``rocm-sdk path --root``), and the fix of a hip CMake package
+that names a libamdhip64 ``lib/`` lacks: a private overlay prefix first on CMAKE_PREFIX_PATH (ROCm untouched),
+or with ``--fix-rocm-in-place`` the missing name linked inside ``ROCM_PATH/lib``."""
 
 from __future__ import annotations
 
