@@ -32,13 +32,12 @@ class WheelDownload(Protocol):
     def abort(self) -> None: ...
 
 
+@dataclass
 class Early:
-    """The early probe and the release wheel's download: started before the way that takes them, stopped by
-    provisioning when it ends."""
+    """The early probe and the release wheel's download: started before the way that takes them."""
 
-    def __init__(self) -> None:
-        self.probe: Optional[EarlyProbe] = None
-        self.download: Optional[WheelDownload] = None
+    probe: Optional[EarlyProbe] = None
+    download: Optional[WheelDownload] = None
 
     def take_probe(self) -> Optional[EarlyProbe]:
         probe, self.probe = self.probe, None

@@ -90,9 +90,7 @@ def tree_fields(run: Run, commit: str) -> Dict[str, object]:
 
 
 def mlir_fields(key: Mapping[str, object], platform: str) -> Dict[str, object]:
-    fields = dict(key)
-    fields["platform"] = platform
-    return fields
+    return {**key, "platform": platform}
 
 
 def tree_from_cache(run: Run, cache: Cache, commit: str, early: Optional[Early] = None) -> Optional[Decision]:

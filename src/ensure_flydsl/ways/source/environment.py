@@ -8,16 +8,14 @@ import os
 import pathlib
 import shlex
 from dataclasses import asdict, dataclass
-from typing import Callable, Dict, List, Mapping, Optional, Sequence
+from typing import Dict, List, Mapping, Optional, Sequence
 
-from ensure_flydsl.errors import EnsureError, ExitCode, Stage
 from ensure_flydsl.layout import llvm_record, mlir_install, pip_constraints, tools_dir
 from ensure_flydsl.probe.results import Interpreter
 from ensure_flydsl.settings import GitMirrors
 from ensure_flydsl.source.llvm_inputs import checkout_llvm_inputs
 from ensure_flydsl.source.mirrors import with_mirrors, with_network_limits
 from ensure_flydsl.support.files import atomic_write, atomic_write_json, read_json
-from ensure_flydsl.support.processes import stream_command
 from ensure_flydsl.ways.package_index import CONFLICTING_PIP_ENV
 
 MEMORY_PER_JOB_BYTES = 4 * 1024**3  # a job of the LLVM/MLIR build (its big static links) may take this much
@@ -92,10 +90,8 @@ def prepare_toolchain(root: str, interpreter: Interpreter, cmake_prefixes: List[
                      constraints=held)
 
 
-def build_environment(
-    base: Mapping[str, str], toolchain: Toolchain, *, rocm_path: str, mlir_path: Optional[str], jobs: int,
-    git_mirrors: GitMirrors,
-) -> Dict[str, str]:
+def build_environment(base: Mapping[str, str], toolchain: Toolchain, *, rocm_path: str, mlir_path: Optional[str],
+                      jobs: int, git_mirrors: GitMirrors) -> Dict[str, str]:
     """The caller's environment for a build step, its scripts' git fetching through the mirrors too."""
     env = {k: v for k, v in with_network_limits(with_mirrors(base, git_mirrors)).items()
            if k not in CONFLICTING_PIP_ENV}
@@ -174,27 +170,3 @@ def finished_llvm_build(base_dir: str) -> Optional[Dict[str, object]]:
     record = LlvmRecord.read(base_dir)
     done = record.done if record is not None else None
     return done if done is not None and is_mlir_install(mlir_install(base_dir)) else None
-
-
-def run_script(
-    root: str,
-    script: str,
-    jobs: int,
-    env: Mapping[str, str],
-    sink: Callable[[str], None],
-    *,
-    on_start: Callable[[Optional[int]], None],
-    code: ExitCode,
-    stage: Stage,
-    what: str,
-) -> None:
-    path = os.path.join(root, "scripts", script)
-    if not os.path.isfile(path):
-        raise EnsureError(code, f"the checkout has no scripts/{script}", stage=stage,
-                          hint="FLYDSL_PIN names a commit this tool does not know how to build")
-    cmd = ["bash", path, f"-j{jobs}"]
-    sink(f"$ {shlex.join(cmd)}")
-    status = stream_command(cmd, cwd=root, env=env, sink=sink, on_start=on_start)
-    if status != 0:
-        raise EnsureError(code, f"{what} failed: scripts/{script} exited with {status}", stage=stage,
-                          hint="the log's last lines are below; the full output is in the log")

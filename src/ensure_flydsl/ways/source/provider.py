@@ -4,8 +4,9 @@ built before, cached, or built now), FlyDSL's build.sh and the probe; each build
 from __future__ import annotations
 
 import os
+import shlex
 from dataclasses import replace
-from typing import Dict, NamedTuple, Optional, Tuple
+from typing import Dict, Mapping, NamedTuple, Optional, Tuple
 
 from ensure_flydsl import layout
 from ensure_flydsl.errors import EnsureError, ExitCode, Plan, Stage
@@ -16,6 +17,7 @@ from ensure_flydsl.source.needs import build_tools, find_needs, tool_requirement
 from ensure_flydsl.source.ownership import recording
 from ensure_flydsl.support import faults
 from ensure_flydsl.support.files import file_sha256
+from ensure_flydsl.support.processes import stream_command
 from ensure_flydsl.trees.lease import HeldLease
 from ensure_flydsl.trees.remote import Cache, cache_key
 from ensure_flydsl.ways import Way, falls_back
@@ -243,8 +245,7 @@ def build_mlir(run: Run, env: Dict[str, str], jobs: int, cache: Optional[Cache])
     run.worked()
     env = {**env, **steps.llvm_step_settings(settings.base_dir)}
     with recording(llvm_folder, layout.llvm_made_record(settings.base_dir)):  # clean removes only what it made
-        steps.run_script(root, "build_llvm.sh", jobs, env, run.build_line, on_start=run.build_started,
-                   code=ExitCode.LLVM_BUILD, stage=Stage.LLVM, what="the LLVM/MLIR build")
+        run_script(run, "build_llvm.sh", jobs, env, ExitCode.LLVM_BUILD, Stage.LLVM, "the LLVM/MLIR build")
     if not steps.is_mlir_install(install):
         raise EnsureError(ExitCode.LLVM_BUILD, f"build_llvm.sh finished but {install} holds no lib/cmake/mlir",
                           stage=Stage.LLVM)
@@ -277,11 +278,25 @@ def build_flydsl(run: Run, commit: str, mlir_identity: Dict[str, object], env: D
     run.worked()
     env = {**env, "FLY_BUILD_DIR": layout.build_dir(root)}  # where the package is taken from, whatever the caller says
     with recording(folder, layout.build_made_record(root)):  # clean removes only what it made
-        steps.run_script(root, "build.sh", jobs, env, run.build_line, on_start=run.build_started,
-                   code=ExitCode.FLYDSL_BUILD, stage=Stage.BUILD, what="the FlyDSL build")
+        run_script(run, "build.sh", jobs, env, ExitCode.FLYDSL_BUILD, Stage.BUILD, "the FlyDSL build")
     if not os.path.isdir(os.path.join(packages, "flydsl")):
         raise EnsureError(ExitCode.FLYDSL_BUILD, f"build.sh finished but {packages}/flydsl does not exist",
                           stage=Stage.BUILD)
     faults.point("build-done")
     stamps.finish("build", key)
     return True
+
+
+def run_script(run: Run, script: str, jobs: int, env: Mapping[str, str], code: ExitCode, stage: Stage,
+               what: str) -> None:
+    """One of the checkout's build scripts, its output streamed into the run's log and progress."""
+    path = os.path.join(run.settings.root, "scripts", script)
+    if not os.path.isfile(path):
+        raise EnsureError(code, f"the checkout has no scripts/{script}", stage=stage,
+                          hint="FLYDSL_PIN names a commit this tool does not know how to build")
+    cmd = ["bash", path, f"-j{jobs}"]
+    run.build_line(f"$ {shlex.join(cmd)}")
+    status = stream_command(cmd, cwd=run.settings.root, env=env, sink=run.build_line, on_start=run.build_started)
+    if status != 0:
+        raise EnsureError(code, f"{what} failed: scripts/{script} exited with {status}", stage=stage,
+                          hint="the log's last lines are below; the full output is in the log")

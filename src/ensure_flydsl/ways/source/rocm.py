@@ -170,17 +170,10 @@ def provide_hip_overlay(rocm_path: str, overlay: str, check: HipCheck) -> Tuple[
     remove_file(stamp)
     remove_tree(overlay)
     os.makedirs(os.path.join(overlay, "lib", "cmake"))
-    for entry in os.listdir(rocm_path):
-        if entry != "lib" and entry not in OVERLAY_SKIPPED:
-            os.symlink(os.path.join(rocm_path, entry), os.path.join(overlay, entry))
-    real_lib = os.path.join(rocm_path, "lib")
-    for entry in os.listdir(real_lib):
-        if entry != "cmake":
-            os.symlink(os.path.join(real_lib, entry), os.path.join(overlay, "lib", entry))
-    real_cmake = os.path.join(real_lib, "cmake")
-    for entry in os.listdir(real_cmake):
-        if entry != "hip":
-            os.symlink(os.path.join(real_cmake, entry), os.path.join(overlay, "lib", "cmake", entry))
+    for folder, skipped in (("", ("lib", *OVERLAY_SKIPPED)), ("lib", ("cmake",)), ("lib/cmake", ("hip",))):
+        for entry in os.listdir(os.path.join(rocm_path, folder)):
+            if entry not in skipped:
+                os.symlink(os.path.join(rocm_path, folder, entry), os.path.join(overlay, folder, entry))
     assert check.package_dir is not None and check.actual is not None
     # A copy, links inside it followed: hip-config.cmake takes its prefix from the REALPATH of a linked file.
     shutil.copytree(check.package_dir, os.path.join(overlay, "lib", "cmake", "hip"), symlinks=False,
@@ -301,15 +294,9 @@ class RocmChoice:
 
 def rocm_sdk_candidates(python: Optional[str], environ: Mapping[str, str]) -> List[str]:
     """``rocm-sdk`` beside the target interpreter (its venv's bin), then on PATH."""
-    found: List[str] = []
-    if python:
-        beside = os.path.join(os.path.dirname(python), ROCM_SDK)
-        if os.path.isfile(beside) and os.access(beside, os.X_OK):
-            found.append(beside)
-    on_path = shutil.which(ROCM_SDK, path=environ.get("PATH"))
-    if on_path and on_path not in found:
-        found.append(on_path)
-    return found
+    beside = shutil.which(ROCM_SDK, path=os.path.dirname(python)) if python else None
+    found = [beside, shutil.which(ROCM_SDK, path=environ.get("PATH"))]
+    return list(dict.fromkeys(exe for exe in found if exe))
 
 
 def rocm_sdk_root(exe: str, environ: Mapping[str, str], timeout: float = ROCM_SDK_TIMEOUT) -> Tuple[Optional[str], str]:
