@@ -14,21 +14,10 @@ from packaging.version import InvalidVersion, Version
 from ensure_flydsl.support.processes import run_captured
 
 # pip's words for "the index could not be reached" (as opposed to "it answered: no such thing").
-_UNREACHABLE = (
-    "Could not fetch URL",
-    "NewConnectionError",
-    "Failed to establish a new connection",
-    "Max retries exceeded",
-    "ConnectTimeoutError",
-    "ReadTimeoutError",
-    "ProxyError",
-    "SSLError",
-    "Temporary failure in name resolution",
-    "Name or service not known",
-    "Network is unreachable",
-    "Connection refused",
-    "timed out",
-)
+_UNREACHABLE = ("Could not fetch URL", "NewConnectionError", "Failed to establish a new connection",
+                "Max retries exceeded", "ConnectTimeoutError", "ReadTimeoutError", "ProxyError", "SSLError",
+                "Temporary failure in name resolution", "Name or service not known", "Network is unreachable",
+                "Connection refused", "timed out")
 _AVAILABLE = re.compile(r"^Available versions:\s*(.*)$", re.MULTILINE)
 
 

@@ -246,12 +246,10 @@ class _Waiter:
         else:
             text, hint = describe(holder), f"that host ({holder.host}, run {holder.run_id}) is building " \
                 f"{holder.what} for the whole fleet"
-        raise EnsureError(
-            ExitCode.LOCK,
-            f"waited {fmt_seconds(waited)} for {text}; {self.run.settings.label('lock_timeout')}={timeout:g} s ran out",
-            stage=Stage.LEASE,
-            hint=f"{hint}; run again later to fetch it from the cache, or raise FLYDSL_LOCK_TIMEOUT",
-        )
+        label = self.run.settings.label("lock_timeout")
+        raise EnsureError(ExitCode.LOCK, f"waited {fmt_seconds(waited)} for {text}; {label}={timeout:g} s ran out",
+                          stage=Stage.LEASE,
+                          hint=f"{hint}; run again later to fetch it from the cache, or raise FLYDSL_LOCK_TIMEOUT")
 
     def stop(self) -> None:
         if self.followed:
@@ -262,13 +260,12 @@ def give_up(record: lease.LeaseRecord, what: str) -> EnsureError:
     """What ends a waiter after a key's second failure: the holder's stage and exit code."""
     failure = record.failure or {}
     stage = build_failure(failure.get("stage"), failure.get("exit_code"))
-    return EnsureError(
-        stage.exit_code if stage is not None and stage.exit_code is not None else ExitCode.LOCK,
-        f"{what} failed twice in the fleet, last on {record.who()}: {_failure_text(record)}",
-        stage=stage or Stage.LEASE,
-        hint=f"read the log of run {record.run_id} on {record.host}; the failure is not this host's. Once "
-        "the cause is fixed, run again (a failure record stops the fleet for FLYDSL_LEASE_TTL seconds)",
-    )
+    code = stage.exit_code if stage is not None and stage.exit_code is not None else ExitCode.LOCK
+    return EnsureError(code, f"{what} failed twice in the fleet, last on {record.who()}: {_failure_text(record)}",
+                       stage=stage or Stage.LEASE,
+                       hint=f"read the log of run {record.run_id} on {record.host}; the failure is not this host's. "
+                       "Once the cause is fixed, run again (a failure record stops the fleet for FLYDSL_LEASE_TTL "
+                       "seconds)")
 
 
 def _failure_text(record: lease.LeaseRecord) -> str:

@@ -12,11 +12,11 @@ from ensure_flydsl.probe.interpreter import describe_interpreter
 from ensure_flydsl.probe.results import Interpreter
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.source import release_tags
-from ensure_flydsl.source.git import is_local_repo, read_git
-from ensure_flydsl.source.needs import resolve_in
+from ensure_flydsl.source.git import read_git
+from ensure_flydsl.source.needs import local_repositories, resolve_in
 from ensure_flydsl.support.processes import CommandFailed
 from ensure_flydsl.ways import falls_back
-from ensure_flydsl.ways.checks import MISSING, WRONG, Check, RunContext, local_path, passed, skipped
+from ensure_flydsl.ways.checks import MISSING, WRONG, Check, RunContext, passed, skipped
 from ensure_flydsl.ways.package_index import best_version, newest_first, query_versions
 from ensure_flydsl.ways.release.download import release_pip, wheel_tags
 
@@ -35,10 +35,8 @@ def release_version_of_pin(settings: Settings, checkout: Optional[str]) -> Tuple
     version = release_tags.tag_version(tag)
     if version is not None:
         return version, f"the pin names the release tag {tag}", True
-    candidates = [p for p in (checkout, settings.root) if p and os.path.isdir(os.path.join(p, ".git"))]
-    if is_local_repo(settings.repo):
-        candidates.append(local_path(settings.repo))
-    for path in candidates:
+    own = [checkout] if checkout and os.path.isdir(os.path.join(checkout, ".git")) else []
+    for path in own + local_repositories(settings.root, settings.repo):
         commit = resolve_in(path, settings.pin)
         if commit is None:
             continue

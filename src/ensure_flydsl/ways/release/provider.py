@@ -54,12 +54,10 @@ class ReleaseProvider(Provider):
         if shared.release is not None:
             return cls(shared.release, shared.early, demanded=demanded)
         if demanded:
-            raise EnsureError(
-                ExitCode.ARTIFACT,
-                f"the pin {run.settings.pin} (commit {shared.commit[:12]}) is not the commit of a release tag vX.Y.Z",
-                stage=Stage.RELEASE,
-                hint="pin a release tag (for example v0.2.2) or a version (0.2.2), or use FLYDSL_STRATEGY=source",
-            )
+            raise EnsureError(ExitCode.ARTIFACT, f"the pin {run.settings.pin} (commit {shared.commit[:12]}) is not "
+                              "the commit of a release tag vX.Y.Z", stage=Stage.RELEASE,
+                              hint="pin a release tag (for example v0.2.2) or a version (0.2.2), or use "
+                              "FLYDSL_STRATEGY=source")
         return None
 
     @staticmethod
@@ -159,23 +157,17 @@ class ReleaseProvider(Provider):
         files = tracked_sources(Checkout.of(settings), commit)
         found = wheels.check_provenance(wheel, os.path.join(settings.root, layout.FLYDSL_SOURCES), files)
         if found.foreign and not (found.differ or found.missing):
-            raise NotThePin(
-                ExitCode.ARTIFACT,
-                f"the index's flydsl {self.version} wheel holds {len(found.foreign)} files a FlyDSL wheel must "
-                f"not hold, e.g. {found.foreign[0]}",
-                stage=Stage.RELEASE,
-                hint="other top-level names, .pth files, site customisation, bytecode or modules that shadow the "
-                "pin's sources would run code the pin does not have; use FLYDSL_STRATEGY=source to build the pin",
-            )
+            raise NotThePin(ExitCode.ARTIFACT, f"the index's flydsl {self.version} wheel holds {len(found.foreign)} "
+                            f"files a FlyDSL wheel must not hold, e.g. {found.foreign[0]}", stage=Stage.RELEASE,
+                            hint="other top-level names, .pth files, site customisation, bytecode or modules that "
+                            "shadow the pin's sources would run code the pin does not have; use "
+                            "FLYDSL_STRATEGY=source to build the pin")
         if not found.proven:
-            raise NotThePin(
-                ExitCode.ARTIFACT,
-                f"the index's flydsl {self.version} is not built from {settings.repo} v{self.version}: "
-                f"{found.summary()}",
-                stage=Stage.RELEASE,
-                hint="the package index's wheel comes from other sources than the pin; use FLYDSL_STRATEGY=source "
-                "to build the pin (or FLYDSL_REPO of the repository the wheel is built from)",
-            )
+            raise NotThePin(ExitCode.ARTIFACT, f"the index's flydsl {self.version} is not built from {settings.repo} "
+                            f"v{self.version}: {found.summary()}", stage=Stage.RELEASE,
+                            hint="the package index's wheel comes from other sources than the pin; use "
+                            "FLYDSL_STRATEGY=source to build the pin (or FLYDSL_REPO of the repository the wheel "
+                            "is built from)")
         run.say(f"release v{self.version}: {os.path.basename(wheel)} is built from the pin: {found.summary()} "
                 f"in {layout.FLYDSL_SOURCES}")
 

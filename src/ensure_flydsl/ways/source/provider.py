@@ -183,11 +183,9 @@ def prepare(run: Run, cache: Optional[Cache], doctor: DoctorCheck) -> Prepared:
     hip = fix_hip(rocm.path, layout.rocm_overlay(root), in_place=settings.fix_rocm_in_place)
     run.say("fix: " + hip.message)
     requirements = tool_requirements(needs)
-    provided = provide_build_tools(
-        layout.tools_dir(root), build_tools(needs, llvm=mlir is None), run.environ,
-        python=run.interpreter.executable, say=run.say, requirements=requirements,
-        code=ExitCode.LLVM_BUILD if mlir is None else ExitCode.FLYDSL_BUILD,
-    )
+    provided = provide_build_tools(layout.tools_dir(root), build_tools(needs, llvm=mlir is None), run.environ,
+                                   python=run.interpreter.executable, say=run.say, requirements=requirements,
+                                   code=ExitCode.LLVM_BUILD if mlir is None else ExitCode.FLYDSL_BUILD)
     run.say("build tools: " + provided.summary())
     # Every pip install of the build (build_llvm.sh's unguarded one) is held to the nanobind MLIR configures with.
     held = [package_spec("nanobind", requirements["nanobind"])]

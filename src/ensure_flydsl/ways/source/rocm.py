@@ -200,13 +200,10 @@ def fix_hip_in_place(rocm_path: str, check: HipCheck) -> List[str]:
                 os.unlink(link)  # a dangling link: it points nowhere, nothing is lost
             os.symlink(os.path.relpath(check.actual, lib), link)
         except OSError as exc:
-            raise EnsureError(
-                ExitCode.FLYDSL_BUILD,
-                f"cannot create {link} (-> {os.path.basename(check.actual)}) for --fix-rocm-in-place: {exc.strerror}",
-                stage=Stage.FIXES,
-                hint="run as a user who may write ROCM_PATH, or leave --fix-rocm-in-place off to use a private "
-                "corrected copy of the hip CMake package instead",
-            ) from None
+            raise EnsureError(ExitCode.FLYDSL_BUILD, f"cannot create {link} (-> {os.path.basename(check.actual)}) for "
+                              f"--fix-rocm-in-place: {exc.strerror}", stage=Stage.FIXES,
+                              hint="run as a user who may write ROCM_PATH, or leave --fix-rocm-in-place off to use a "
+                              "private corrected copy of the hip CMake package instead") from None
         created.append(link)
     return created
 
