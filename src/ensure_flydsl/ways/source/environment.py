@@ -8,7 +8,7 @@ import os
 import pathlib
 import shlex
 from dataclasses import asdict, dataclass
-from typing import Dict, List, Mapping, Optional, Sequence
+from typing import Dict, Mapping, Optional, Sequence
 
 from ensure_flydsl.layout import llvm_record, mlir_install, pip_constraints, tools_dir
 from ensure_flydsl.probe.results import Interpreter
@@ -55,13 +55,11 @@ def resolve_jobs(setting: Optional[int]) -> int:
 class Toolchain:
     bin_dir: str  # python3 / python / pip / pip3 shims for the target interpreter
     pylib: str  # private site folder for Python build tools (nanobind, ...)
-    cmake_prefixes: List[str]  # private CMake packages (the hip overlay), searched first
-    python: str = ""  # the target interpreter (PYTHON_EXECUTABLE for the build)
-    constraints: str = ""  # the pip constraints file every pip install of the build is held to
+    python: str  # the target interpreter (PYTHON_EXECUTABLE for the build)
+    constraints: str  # the pip constraints file every pip install of the build is held to
 
 
-def prepare_toolchain(root: str, interpreter: Interpreter, cmake_prefixes: List[str],
-                      constraints: Sequence[str] = ()) -> Toolchain:
+def prepare_toolchain(root: str, interpreter: Interpreter, constraints: Sequence[str]) -> Toolchain:
     """The shims and private folders of the build steps; every ``pip install`` of the build is held to the
     requirement lines ``constraints``."""
     tools = tools_dir(root)
@@ -86,13 +84,13 @@ def prepare_toolchain(root: str, interpreter: Interpreter, cmake_prefixes: List[
         atomic_write(os.path.join(bin_dir, name), text.encode(), mode=0o755)
     held = pip_constraints(tools)
     atomic_write(held, "".join(f"{line}\n" for line in constraints).encode())
-    return Toolchain(bin_dir=bin_dir, pylib=pylib, cmake_prefixes=list(cmake_prefixes), python=interpreter.executable,
-                     constraints=held)
+    return Toolchain(bin_dir=bin_dir, pylib=pylib, python=interpreter.executable, constraints=held)
 
 
-def build_environment(base: Mapping[str, str], toolchain: Toolchain, *, rocm_path: str, mlir_path: Optional[str],
-                      jobs: int, git_mirrors: GitMirrors) -> Dict[str, str]:
-    """The caller's environment for a build step, its scripts' git fetching through the mirrors too."""
+def build_environment(base: Mapping[str, str], toolchain: Toolchain, *, cmake_prefixes: Sequence[str],
+                      rocm_path: str, mlir_path: Optional[str], jobs: int, git_mirrors: GitMirrors) -> Dict[str, str]:
+    """The caller's environment for a build step, its scripts' git fetching through the mirrors too;
+    ``cmake_prefixes`` (the hip overlay) are searched first."""
     env = {k: v for k, v in with_network_limits(with_mirrors(base, git_mirrors)).items()
            if k not in CONFLICTING_PIP_ENV}
     env["PATH"] = os.pathsep.join([toolchain.bin_dir, base.get("PATH", os.defpath)])
@@ -100,12 +98,9 @@ def build_environment(base: Mapping[str, str], toolchain: Toolchain, *, rocm_pat
     # pip installs into the private pylib (replacing what an earlier run put there), held to the constraints
     # file: a file: URL, since pip splits a plain path at its spaces.
     env.update({"PIP_TARGET": toolchain.pylib, "PIP_UPGRADE": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1",
-                "PIP_NO_WARN_SCRIPT_LOCATION": "1"})
-    if toolchain.python:
-        env["PYTHON_EXECUTABLE"] = toolchain.python
-    if toolchain.constraints:
-        env["PIP_CONSTRAINT"] = pathlib.Path(os.path.abspath(toolchain.constraints)).as_uri()
-    prefixes = toolchain.cmake_prefixes + ([base["CMAKE_PREFIX_PATH"]] if base.get("CMAKE_PREFIX_PATH") else [])
+                "PIP_NO_WARN_SCRIPT_LOCATION": "1", "PYTHON_EXECUTABLE": toolchain.python,
+                "PIP_CONSTRAINT": pathlib.Path(os.path.abspath(toolchain.constraints)).as_uri()})
+    prefixes = [*cmake_prefixes, *([base["CMAKE_PREFIX_PATH"]] if base.get("CMAKE_PREFIX_PATH") else [])]
     if prefixes:
         env["CMAKE_PREFIX_PATH"] = os.pathsep.join(prefixes)
     env["ROCM_PATH"] = rocm_path

@@ -47,9 +47,11 @@ class Prepared(NamedTuple):
     def environment(self, run: Run, jobs: int, mlir_path: Optional[str], *, hip: bool) -> Dict[str, str]:
         """A build step's environment; ``hip``: the hip overlay first, for FlyDSL's configure only (LLVM's
         must not find ROCm's own LLVM through it)."""
-        chain = replace(self.toolchain, cmake_prefixes=list(self.hip.cmake_prefixes)) if hip else self.toolchain
-        return self.provided.apply(steps.build_environment(run.environ, chain, rocm_path=self.rocm, mlir_path=mlir_path,
-                                                     jobs=jobs, git_mirrors=run.settings.git_mirrors))
+        prefixes = self.hip.cmake_prefixes if hip else ()
+        env = steps.build_environment(run.environ, self.toolchain, cmake_prefixes=prefixes,
+                                      rocm_path=self.rocm, mlir_path=mlir_path, jobs=jobs,
+                                      git_mirrors=run.settings.git_mirrors)
+        return self.provided.apply(env)
 
 
 class SourceProvider(Provider):
@@ -189,7 +191,7 @@ def prepare(run: Run, cache: Optional[Cache], doctor: DoctorCheck) -> Prepared:
     run.say("build tools: " + provided.summary())
     # Every pip install of the build (build_llvm.sh's unguarded one) is held to the nanobind MLIR configures with.
     held = [package_spec("nanobind", requirements["nanobind"])]
-    toolchain = steps.prepare_toolchain(root, run.interpreter, [], held)
+    toolchain = steps.prepare_toolchain(root, run.interpreter, held)
     return Prepared(mlir=mlir, hip=hip, provided=provided, toolchain=toolchain, rocm=rocm.path)
 
 
