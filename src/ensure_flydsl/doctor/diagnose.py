@@ -21,7 +21,7 @@ from ensure_flydsl.probe.interpreter import describe_interpreter
 from ensure_flydsl.probe.results import Interpreter
 from ensure_flydsl.runs.answer import roots_sharing_marker, sharing_advice
 from ensure_flydsl.settings import Settings, Strategy
-from ensure_flydsl.source.git import describe, is_local_repo, resolve_in, rewrite
+from ensure_flydsl.source.git import describe, is_local_repo, repo_path, resolve_in, rewrite
 from ensure_flydsl.source.needs import KNOWN_FLYDSL_NEEDS, BuildNeeds, find_needs
 from ensure_flydsl.source.root import RootKind, classify_root, creatable_problem
 from ensure_flydsl.support.processes import run_captured
@@ -35,7 +35,6 @@ from ensure_flydsl.ways.checks import (
     Index,
     RunContext,
     Submit,
-    local_path,
     no_mirror,
     passed,
     reach,
@@ -121,7 +120,7 @@ def check_repository(settings: Settings, environ: Mapping[str, str], timeout: fl
     shown = describe(repo, settings.git_mirrors, settings.label("git_mirrors"))
     wrong_pin = "check FLYDSL_PIN (a full commit hash or a tag such as v0.2.2)"
     if is_local_repo(where):
-        path = local_path(where)
+        path = repo_path(where)
         if not os.path.isdir(path):
             return Check("repository", MISSING, f"{label}={shown}: {path} does not exist",
                          f"point {label} at a FlyDSL clone or mirror", blocking=fetched is None, stage=Stage.FETCH)

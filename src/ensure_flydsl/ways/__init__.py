@@ -1,9 +1,5 @@
-"""The ways to a FlyDSL tree, and which of them each strategy tries.
-
-Each way (``base.py: Provider``) provides a verified tree in a run and predicts for the doctor what it needs;
-``table.py: WAYS`` holds them.  ``STRATEGY`` says which ways a strategy tries, in order: the run
-(``pipeline/provision.py``) and the doctor (``doctor/diagnose.py``) read it alike.  The reuse way's action is
-the pipeline's decision (``pipeline/decide.py``)."""
+"""The ways to a FlyDSL tree, and which of them each strategy tries: ``STRATEGY`` is read alike by the run
+(``pipeline/provision.py``) and the doctor (``doctor/diagnose.py``); ``table.py: WAYS`` holds the providers."""
 
 from __future__ import annotations
 

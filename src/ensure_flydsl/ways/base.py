@@ -1,9 +1,5 @@
-"""The one interface of the ways to a tree (release wheel, binary cache, source build, host store): each
-provides a verified tree in a run and predicts for the doctor what it needs.
-
-A run asks each way that applies, in the table's order, for a tree of the pin in the root; the first that
-gives one wins.  A way returns None to let the next one try (a cache miss) and raises EnsureError to stop
-the run (a failed build)."""
+"""The one interface of the ways to a tree: each provides a verified tree in a run (None lets the next way try,
+EnsureError stops the run) and predicts for the doctor what it needs."""
 
 from __future__ import annotations
 
@@ -36,13 +32,12 @@ class WheelDownload(Protocol):
     def abort(self) -> None: ...
 
 
+@dataclass
 class Early:
-    """The early probe and the release wheel's download: started before the way that takes them, stopped by
-    provisioning when it ends."""
+    """The early probe and the release wheel's download: started before the way that takes them."""
 
-    def __init__(self) -> None:
-        self.probe: Optional[EarlyProbe] = None
-        self.download: Optional[WheelDownload] = None
+    probe: Optional[EarlyProbe] = None
+    download: Optional[WheelDownload] = None
 
     def take_probe(self) -> Optional[EarlyProbe]:
         probe, self.probe = self.probe, None

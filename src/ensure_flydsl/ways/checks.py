@@ -14,7 +14,7 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 from ensure_flydsl.errors import ExitCode, Stage
 from ensure_flydsl.probe.results import Interpreter
 from ensure_flydsl.settings import Settings
-from ensure_flydsl.source.git import describe, is_local_repo, ls_remote_within, rewrite
+from ensure_flydsl.source.git import describe, is_local_repo, ls_remote_within, repo_path, rewrite
 from ensure_flydsl.source.needs import BuildNeeds
 from ensure_flydsl.ways.package_index import IndexAnswer, query_versions
 
@@ -116,10 +116,6 @@ class RunContext:
         return Stage.LLVM if self.heavy else Stage.BUILD
 
 
-def local_path(url: str) -> str:
-    return url[len("file://"):] if url.startswith("file://") else url
-
-
 def reach(url: str, environ: Mapping[str, str], timeout: float, settings: Settings,
           *refs: str) -> Tuple[bool, str, str]:
     """Whether git can fetch from ``url`` through the mirrors: (it can, ls-remote's output or why not, the URL
@@ -128,7 +124,7 @@ def reach(url: str, environ: Mapping[str, str], timeout: float, settings: Settin
     where, _ = rewrite(url, mirrors)
     how = describe(url, mirrors, settings.label("git_mirrors"))
     if is_local_repo(where):
-        path = local_path(where)
+        path = repo_path(where)
         return os.path.isdir(path), "" if os.path.isdir(path) else f"{path} does not exist", how
     try:  # git rewrites the URL itself
         proc = ls_remote_within(url, refs, environ, mirrors, timeout)

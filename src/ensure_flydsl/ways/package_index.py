@@ -1,11 +1,9 @@
-"""Ask the package index what it has, quickly, through pip so that pip's own configuration applies.
-
-``pip index versions`` reads PIP_INDEX_URL, pip.conf, proxies and certificates as the later install will, and
-given the install's ``--python-version/--abi/--platform`` lists only versions with a wheel for the target:
-no download, one request per index."""
+"""Ask the package index what it has, through ``pip index versions`` so that pip's own configuration applies;
+given the install's ``--python-version/--abi/--platform`` it lists only versions with a wheel for the target."""
 
 from __future__ import annotations
 
+import contextlib
 import re
 import subprocess
 from dataclasses import dataclass
@@ -16,21 +14,10 @@ from packaging.version import InvalidVersion, Version
 from ensure_flydsl.support.processes import run_captured
 
 # pip's words for "the index could not be reached" (as opposed to "it answered: no such thing").
-_UNREACHABLE = (
-    "Could not fetch URL",
-    "NewConnectionError",
-    "Failed to establish a new connection",
-    "Max retries exceeded",
-    "ConnectTimeoutError",
-    "ReadTimeoutError",
-    "ProxyError",
-    "SSLError",
-    "Temporary failure in name resolution",
-    "Name or service not known",
-    "Network is unreachable",
-    "Connection refused",
-    "timed out",
-)
+_UNREACHABLE = ("Could not fetch URL", "NewConnectionError", "Failed to establish a new connection",
+                "Max retries exceeded", "ConnectTimeoutError", "ReadTimeoutError", "ProxyError", "SSLError",
+                "Temporary failure in name resolution", "Name or service not known", "Network is unreachable",
+                "Connection refused", "timed out")
 _AVAILABLE = re.compile(r"^Available versions:\s*(.*)$", re.MULTILINE)
 
 
@@ -54,15 +41,8 @@ def pip_env(environ: Mapping[str, str]) -> Dict[str, str]:
     return env
 
 
-def query_versions(
-    python: str,
-    package: str,
-    environ: Mapping[str, str],
-    *,
-    timeout: float,
-    options: Sequence[str] = (),
-    limit: Optional[float] = None,
-) -> IndexAnswer:
+def query_versions(python: str, package: str, environ: Mapping[str, str], *, timeout: float,
+                   options: Sequence[str] = (), limit: Optional[float] = None) -> IndexAnswer:
     """``python -m pip index versions package`` with a short timeout, binary distributions only; ``options``
     select another interpreter's wheels.  ``limit`` bounds the whole command: by default generously, since
     pip's own start takes seconds on a loaded host."""
@@ -97,31 +77,19 @@ def query_versions(
     return IndexAnswer(package, False, (), detail)
 
 
-def _parsed_newest_first(versions: Sequence[str]) -> List[Tuple[Version, str]]:
-    """Each of ``versions`` that parses, with its parsed form, newest first."""
-    parsed: List[Tuple[Version, str]] = []
+def newest_first(versions: Sequence[str], minimum: Optional[str] = None) -> List[str]:
+    """``versions`` that parse with a release segment >= ``minimum``, newest first."""
+    floor = Version(minimum).release if minimum is not None else ()
+    parsed = []
     for text in versions:
-        try:
+        with contextlib.suppress(InvalidVersion):
             parsed.append((Version(text), text))
-        except InvalidVersion:
-            continue
-    return sorted(parsed, reverse=True)
+    return [text for version, text in sorted(parsed, reverse=True) if version.release >= floor]
 
 
-def newest_first(versions: Sequence[str], minimum: str) -> List[str]:
-    """``versions`` with a release segment >= ``minimum``, newest first."""
-    floor = Version(minimum).release
-    return [text for version, text in _parsed_newest_first(versions) if version.release >= floor]
-
-
-def best_version(
-    versions: Sequence[str], *, exact: Optional[str] = None, minimum: Optional[str] = None
-) -> Optional[str]:
+def best_version(versions: Sequence[str], *, exact: Optional[str] = None,
+                 minimum: Optional[str] = None) -> Optional[str]:
     """The newest of ``versions`` equal to ``exact``, or with a release segment >= ``minimum``."""
-    for version, text in _parsed_newest_first(versions):
-        if exact is not None:
-            if version == Version(exact):
-                return text
-        elif minimum is None or version.release >= Version(minimum).release:
-            return text
-    return None
+    if exact is not None:
+        return next((v for v in newest_first(versions) if Version(v) == Version(exact)), None)
+    return next(iter(newest_first(versions, minimum)), None)

@@ -1,9 +1,6 @@
-"""The host store's way (trees/local.py): link a tree this host holds for the pin and the interpreter into the
-root; keep a tree another way installed and verified, before it is published.
-
-A tree is keyed by what made it: repository, commit, ABI, platform, the release or MLIR it was made from, and
-its root when it holds the root's path.  The store is an accelerator: one that cannot be used is said once and
-the run goes on without it; a damaged tree is said, removed and made again."""
+"""The host store's way (trees/local.py): link a tree this host holds for the pin and interpreter into the root;
+keep a tree another way made.  An accelerator: a store that cannot be used is said and gone without; a damaged
+tree is said, removed and made again."""
 
 from __future__ import annotations
 
@@ -23,18 +20,8 @@ from ensure_flydsl.source.git import borrow_objects, give_objects, shared_reposi
 from ensure_flydsl.source.ownership import recording
 from ensure_flydsl.support.files import remove_tree, rename_into_place
 from ensure_flydsl.support.processes import CommandFailed
+from ensure_flydsl.trees import local
 from ensure_flydsl.trees.backends import CacheCorrupt
-from ensure_flydsl.trees.local import (
-    COPY,
-    HARDLINK,
-    HostStore,
-    Linker,
-    Passed,
-    StoreProblem,
-    check_member,
-    release,
-    root_record,
-)
 from ensure_flydsl.trees.manifest import CacheEntry, cache_key, hashed_members
 from ensure_flydsl.ways import Way, tries
 from ensure_flydsl.ways.base import Early, Provider, Shared
@@ -43,7 +30,7 @@ from ensure_flydsl.ways.context import Decision, Run
 from ensure_flydsl.ways.tree import prepare_build_dir, tree_identity, verify_tree
 
 
-def open_run_store(run: Run) -> Optional[HostStore]:
+def open_run_store(run: Run) -> Optional[local.HostStore]:
     """FLYDSL_STORE, else the default in the user's cache folder; None under ``off`` or when it cannot be used."""
     setting = run.settings.store
     if setting == "off":
@@ -54,7 +41,7 @@ def open_run_store(run: Run) -> Optional[HostStore]:
         run.say("store: no host store (neither XDG_CACHE_HOME nor HOME names a folder); each root keeps its own tree")
         return None
     try:
-        store = HostStore.open(path)
+        store = local.HostStore.open(path)
         if not os.access(path, os.W_OK | os.X_OK):
             raise PermissionError(f"{path} is not writable by this user")
     except OSError as exc:
@@ -65,9 +52,8 @@ def open_run_store(run: Run) -> Optional[HostStore]:
     return store
 
 
-def borrow_git_objects(run: Run, store: HostStore) -> Optional[str]:
-    """Before the root's fetch: its repository borrows the host's shared git objects; the shared repository, or
-    None (said) when it cannot be used."""
+def borrow_git_objects(run: Run, store: local.HostStore) -> Optional[str]:
+    """Before the root's fetch: it borrows the host's shared git objects; the shared repository, or None (said)."""
     git_dir = os.path.join(run.settings.root, ".git")
     try:
         shared = shared_repository(store.path, run.environ)
@@ -90,8 +76,7 @@ def give_git_objects(run: Run, shared: str, commit: str) -> None:
 
 
 def store_fields(run: Run, commit: str, release: Optional[str], root: Optional[str] = None) -> Dict[str, object]:
-    """The key fields of the tree of ``commit`` from the ``release`` wheel, or from a source build (None);
-    ``root`` when the tree holds its root's path."""
+    """The key fields of a tree from the ``release`` wheel or (None) a build; ``root``: it holds its root's path."""
     made_from = release if release is not None else run.settings.mlir_path
     return {**tree_identity(run, commit), "origin": "release" if release is not None else "source",
             "made_from": made_from, "root": root}
@@ -102,8 +87,7 @@ def store_key(run: Run, commit: str, release: Optional[str], root: Optional[str]
 
 
 def lookup_keys(run: Run, commit: str, release: Optional[str]) -> List[str]:
-    """The keys that answer the strategy, best first: the wheel's tree (when the pin is a release), then a
-    build's; each also as this root's own."""
+    """The keys that answer the strategy, best first: the wheel's tree, then a build's; each also as this root's."""
     strategy = run.settings.strategy
     releases: List[Optional[str]] = [release] if release is not None and tries(strategy, Way.RELEASE) else []
     if tries(strategy, Way.SOURCE):
@@ -124,7 +108,7 @@ class StoreProvider(Provider):
     way = Way.STORE
     route = None
 
-    def __init__(self, store: HostStore, release: Optional[str], early: Early) -> None:
+    def __init__(self, store: local.HostStore, release: Optional[str], early: Early) -> None:
         self.store, self.release, self.early = store, release, early
 
     @classmethod
@@ -167,17 +151,17 @@ class StoreProvider(Provider):
         root = run.settings.root
         packages = layout.packages_dir(root)
         stamp_key = {"store": manifest.key, "commit": manifest.fields.get("commit")}
-        linker = Linker()
+        linker = local.Linker()
         with self.store.locked(exclusive=False):
             try:
                 self.store.check(manifest, full=run.settings.verify)
-            except StoreProblem as exc:
+            except local.StoreProblem as exc:
                 problem: Optional[str] = str(exc)
             else:
                 problem = None
                 build_dir = prepare_build_dir(run, stamp_key)
                 run.stamps.begin("build", stamp_key)
-                release(root)
+                local.release(root)
                 os.makedirs(build_dir, exist_ok=True)
                 remove_tree(packages)
                 staging = layout.store_linking_dir(root)
@@ -186,11 +170,11 @@ class StoreProvider(Provider):
                     self.store.link(manifest, staging, linker)
                     rename_into_place(staging, packages)
                 run.stamps.finish("build", stamp_key)
-                self.store.hold(root, manifest.key, linker.mode or HARDLINK)  # before prune may look
+                self.store.hold(root, manifest.key, linker.mode or local.HARDLINK)  # before prune may look
         if problem is not None:
             self._drop(run, manifest.key, problem)
             return None
-        mode = linker.mode or HARDLINK
+        mode = linker.mode or local.HARDLINK
         run.worked()
         run.say(f"store: linked the {manifest.how} tree {manifest.key[:12]} ({manifest.files} files, "
                 f"{manifest.size >> 20} MB) into {packages} by {mode}")
@@ -216,7 +200,7 @@ class StoreProvider(Provider):
         return decision
 
 
-def decision_from_pass(run: Run, commit: str, how: How, known: Passed) -> Optional[Decision]:
+def decision_from_pass(run: Run, commit: str, how: How, known: local.Passed) -> Optional[Decision]:
     """The answer a probe gave this tree in another root, for this root; None when it fails the gate now."""
     settings = run.settings
     prefix = layout.tree_folders(settings.root)
@@ -230,7 +214,7 @@ def decision_from_pass(run: Run, commit: str, how: How, known: Passed) -> Option
                     verdict=verdict, commit=commit)
 
 
-def remember_pass(run: Run, store: HostStore, key: str, decision: Decision) -> None:
+def remember_pass(run: Run, store: local.HostStore, key: str, decision: Decision) -> None:
     """Record that the tree ``key`` passed the full probe with the run's interpreter, its files relative to the
     root (another root takes the answer)."""
     fingerprint = interpreter_fingerprint(run)
@@ -247,13 +231,13 @@ def remember_pass(run: Run, store: HostStore, key: str, decision: Decision) -> N
         run.say(f"store: could not record the probe of {key[:12]} ({exc}); another root probes it again")
 
 
-def say_cross_device(run: Run, store: HostStore, linker: Linker) -> None:
+def say_cross_device(run: Run, store: local.HostStore, linker: local.Linker) -> None:
     if linker.cross_device:
         run.say(f"store: {store.path} is on another file system than {run.settings.root}: its files are copied "
                 "(put FLYDSL_STORE on the roots' file system to link them)")
 
 
-def keep_in_store(run: Run, store: HostStore, commit: str, decision: Decision, release: Optional[str]) -> None:
+def keep_in_store(run: Run, store: local.HostStore, commit: str, decision: Decision, release: Optional[str]) -> None:
     """Add a tree another way installed and verified to the store (a hardlink makes the root's files the store's),
     held for the root; a failure to keep it never fails the run."""
     root = run.settings.root
@@ -268,18 +252,18 @@ def keep_in_store(run: Run, store: HostStore, commit: str, decision: Decision, r
             run.say(f"store: the tree holds its root's path ({', '.join(holding[:3])}"
                     f"{', ...' if len(holding) > 3 else ''}): it is kept for {root} alone")
         fields = store_fields(run, commit, release if decision.how is How.RELEASED else None, specific)
-        linker = Linker()
+        linker = local.Linker()
         manifest, added = store.put(cache_key("tree", fields), fields, packages, members, how=str(decision.how),
                                     linker=linker)
         key = manifest.key
-    except (OSError, StoreProblem, CacheCorrupt) as exc:
+    except (OSError, local.StoreProblem, CacheCorrupt) as exc:
         run.say(f"store: the tree was not kept in {store.path} ({exc}); the root's own tree is used")
         return
     if not added:  # another root added the same tree meanwhile: this root's files stay its own
-        store.hold(root, key, COPY)
+        store.hold(root, key, local.COPY)
         run.say(f"store: the tree {key[:12]} was already in {store.path}; the root keeps its own copy")
         return
-    mode = linker.mode or HARDLINK
+    mode = linker.mode or local.HARDLINK
     store.hold(root, key, mode)
     remember_pass(run, store, key, decision)
     decision.link_mode = mode
@@ -292,19 +276,19 @@ def linked_tree_problem(run: Run) -> Optional[str]:
     """Why the root's tree is no longer the stored tree it was linked from, or None; read-only.  A hardlinked
     file is checked against the store's seal (hashed when its stat differs); under ``--verify`` every file is."""
     root, verify = run.settings.root, run.settings.verify
-    record = root_record(root)
-    if record is None or not (verify or record[2] == HARDLINK):
+    record = local.root_record(root)
+    if record is None or not (verify or record[2] == local.HARDLINK):
         return None
-    store = HostStore(record[0])
+    store = local.HostStore(record[0])
     manifest, _ = store.lookup(record[1])
     if manifest is None:
         return None  # pruned, or damaged: the root's tree is its own now, probed as any other
-    seal = store.seal(record[1]) if record[2] == HARDLINK else {}
+    seal = store.seal(record[1]) if record[2] == local.HARDLINK else {}
     packages = layout.packages_dir(root)
     try:
         for member in manifest.members:
-            check_member(os.path.join(packages, member.path), member, seal, verify)
-    except StoreProblem as exc:
+            local.check_member(os.path.join(packages, member.path), member, seal, verify)
+    except local.StoreProblem as exc:
         return f"{exc} in {packages}, linked from the store's tree {manifest.key[:12]} by {record[2]}"
     return None
 
@@ -313,19 +297,19 @@ def repair_linked_tree(run: Run, problem: str) -> None:
     """Under the lock: the root's damaged tree goes (the stored one too when its files were the root's, by
     hardlink), so the run provisions it again."""
     root = run.settings.root
-    record = root_record(root)
-    if record is not None and record[2] == HARDLINK:
-        store = HostStore(record[0])
+    record = local.root_record(root)
+    if record is not None and record[2] == local.HARDLINK:
+        store = local.HostStore(record[0])
         with store.locked(exclusive=True):
             manifest, _ = store.lookup(record[1])
             try:
                 if manifest is not None:
                     store.check(manifest)  # the store's own files: the root's were they still hardlinks
-            except StoreProblem as exc:
+            except local.StoreProblem as exc:
                 store.remove(record[1])
                 run.say(f"store: removed the tree {record[1][:12]} from {record[0]}: {exc} (its files were the "
                         "root's, by hardlink)")
-    release(root)
+    local.release(root)
     run.stamps.undo("tree")
     run.stamps.undo("build")
     remove_tree(layout.packages_dir(root))

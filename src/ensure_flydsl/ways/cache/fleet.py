@@ -1,9 +1,6 @@
-"""A fleet pays one build: the build lease (trees/lease.py) around each build a run would publish.
-
-Before build_llvm.sh and build.sh a run with a cache takes its turn at the key: the entry is there (a hit); or
-it takes the lease and builds; or another host holds it and the run waits, saying who builds and how far, until
-the entry appears, the holder dies (taken over after the TTL), fails (tried once more; a second failure ends the
-waiters with the holder's stage and exit code) or FLYDSL_LOCK_TIMEOUT runs out (exit 7)."""
+"""A fleet pays one build: before build_llvm.sh and build.sh a run with a cache takes its turn at the key's lease
+(trees/lease.py): a hit; or it builds; or it waits for the holder's entry, taking over a dead holder, trying
+once more after a failure, giving up at FLYDSL_LOCK_TIMEOUT (exit 7)."""
 
 from __future__ import annotations
 
@@ -16,16 +13,7 @@ from typing import Callable, Dict, Generic, Iterator, Optional, Set, Tuple, Type
 from ensure_flydsl.errors import EnsureError, ExitCode, Stage
 from ensure_flydsl.settings import host_id
 from ensure_flydsl.support.report import fmt_seconds
-from ensure_flydsl.trees.lease import (
-    BUILDING,
-    FAILED,
-    HeldLease,
-    LeaseRecord,
-    Leases,
-    Progress,
-    exclusive_create,
-    generation_path,
-)
+from ensure_flydsl.trees import lease
 from ensure_flydsl.trees.remote import Cache, CacheError, manifest_path
 from ensure_flydsl.ways.cache.provider import cache_failed, usable
 from ensure_flydsl.ways.context import Run
@@ -46,7 +34,7 @@ class Turn(Generic[T]):
     """A run's turn at a key: the entry fetched, or the lease held (both None: build without a lease)."""
 
     fetched: Optional[T] = None
-    held: Optional[HeldLease] = None
+    held: Optional[lease.HeldLease] = None
 
 
 def build_failure(stage: object, code: object) -> Optional[Stage]:
@@ -60,23 +48,23 @@ def build_failure(stage: object, code: object) -> Optional[Stage]:
     return parsed
 
 
-def believed(record: LeaseRecord) -> LeaseRecord:
+def believed(record: lease.LeaseRecord) -> lease.LeaseRecord:
     """``record``, or an unknown holder's lease when it records a failure no holder of this tool records."""
     failure = record.failure or {}
-    if record.state != FAILED or build_failure(failure.get("stage"), failure.get("exit_code")) is not None:
+    if record.state != lease.FAILED or build_failure(failure.get("stage"), failure.get("exit_code")) is not None:
         return record
-    unknown = LeaseRecord.unknown(record.kind, record.key, record.generation,
+    unknown = lease.LeaseRecord.unknown(record.kind, record.key, record.generation,
                                   f"its failure {_failure_text(record)} is not a failure of a build step "
                                   "(llvm, build or verify, with that step's exit code)")
     unknown.raw = record.raw
     return unknown
 
 
-def open_leases(run: Run, cache: Cache) -> Optional[Leases]:
+def open_leases(run: Run, cache: Cache) -> Optional[lease.Leases]:
     """The cache's leases, or None (said once per cache) when its store does not honour exclusive create."""
-    honoured, why = exclusive_create(cache.store)
+    honoured, why = lease.exclusive_create(cache.store)
     if honoured:
-        return Leases(cache.store, run.settings.lease_ttl)
+        return lease.Leases(cache.store, run.settings.lease_ttl)
     if cache.location not in _REPORTED:
         _REPORTED.add(cache.location)
         run.say(f"cache: {cache.location} does not honour exclusive create ({why}), so hosts sharing it cannot "
@@ -84,7 +72,7 @@ def open_leases(run: Run, cache: Cache) -> Optional[Leases]:
     return None
 
 
-def holder_progress(run: Run) -> Progress:
+def holder_progress(run: Run) -> lease.Progress:
     """The holder's step, percent and ETA for its heartbeat: the step's own, not the run's."""
     def progress() -> Tuple[Optional[str], Optional[float], Optional[float]]:
         step, percent, eta = run.tracker.step_progress()
@@ -92,7 +80,7 @@ def holder_progress(run: Run) -> Progress:
     return progress
 
 
-def describe(record: LeaseRecord) -> str:
+def describe(record: lease.LeaseRecord) -> str:
     """"host-7 (run 20261130-...) building the FlyDSL tree for a35627a2: build 62%, 9 min so far"."""
     shown = record.step or Stage.STARTING
     if record.percent is not None:
@@ -136,28 +124,28 @@ def take_turn(run: Run, cache: Cache, kind: str, key: str, what: str, fetch: Cal
 class _Waiter:
     """One run's view of a key's lease: take it when free, dead or failed once; else wait and report."""
 
-    def __init__(self, run: Run, leases: Leases, *, kind: str, key: str, what: str) -> None:
+    def __init__(self, run: Run, leases: lease.Leases, *, kind: str, key: str, what: str) -> None:
         self.run, self.leases, self.kind, self.key, self.what = run, leases, kind, key, what
         self.seen: Dict[int, Tuple[bytes, float]] = {}  # generation: (its bytes, when first seen so)
         self.watched: Set[int] = set()  # generations this run saw being built
         self.started = time.monotonic()  # FLYDSL_LOCK_TIMEOUT counts from the first look, however it waits
-        self.holder: Optional[LeaseRecord] = None  # the lease it saw last, for the timeout's message
+        self.holder: Optional[lease.LeaseRecord] = None  # the lease it saw last, for the timeout's message
         self.followed = False
         self.refused = 0  # the newest generation whose create failed: it stands, listed or not
         self.unlisted = 0  # takes that found the generation before them refused yet not listed
         self.reported: Optional[Tuple[int, str]] = None
         self.next_report = 0.0
 
-    def turn(self) -> Optional[HeldLease]:
+    def turn(self) -> Optional[lease.HeldLease]:
         found = self.leases.newest(self.kind, self.key)
         self.holder = newest = None if found is None else believed(found)
         if newest is None:
             return self._take(1, 0)
         if newest.invalid is not None and newest.generation not in self.watched:
-            self.run.say(f"the lease record {generation_path(self.kind, self.key, newest.generation)} in "
+            self.run.say(f"the lease record {lease.generation_path(self.kind, self.key, newest.generation)} in "
                          f"{self.leases.store.location} is not one this tool writes ({newest.invalid}): it counts "
                          "as the lease of an unknown host, taken over once it has not changed for a TTL")
-        if newest.state == FAILED:
+        if newest.state == lease.FAILED:
             if not self._is_news(newest):
                 ahead = (newest.ended or 0.0) - time.time()
                 if ahead > CLOCK_SKEW_S:
@@ -177,11 +165,11 @@ class _Waiter:
         self._wait(newest)
         return None
 
-    def _take(self, generation: int, failures_before: int) -> Optional[HeldLease]:
+    def _take(self, generation: int, failures_before: int) -> Optional[lease.HeldLease]:
         if generation <= self.refused:
             generation = self._past_refused(generation)
         self.run.tracker.follow(None, None, None)  # the figures followed so far were the old holder's
-        record = LeaseRecord(kind=self.kind, key=self.key, generation=generation, host=host_id(self.run.environ),
+        record = lease.LeaseRecord(kind=self.kind, key=self.key, generation=generation, host=host_id(self.run.environ),
                              run_id=self.run.run_id, pid=os.getpid(),
                              started=time.time(), what=self.what, failures_before=failures_before, ttl=self.leases.ttl)
         held = self.leases.take(record, holder_progress(self.run))
@@ -189,7 +177,7 @@ class _Waiter:
             self.refused = max(self.refused, generation)  # another run's now, or something else stands there
         return held
 
-    def say_taken(self, held: HeldLease) -> None:
+    def say_taken(self, held: lease.HeldLease) -> None:
         """Said once the lease is this run's to build under (not when it is given back at once)."""
         self.run.say(f"took the build lease on {self.what} in {self.leases.store.location} "
                      f"(generation {held.record.generation}); other hosts wait for this build")
@@ -197,7 +185,7 @@ class _Waiter:
     def _past_refused(self, generation: int) -> int:
         """The generation after the refused one, unlisted now; CacheError after UNLISTED_TAKES such takes."""
         self.unlisted += 1
-        path = generation_path(self.kind, self.key, self.refused)
+        path = lease.generation_path(self.kind, self.key, self.refused)
         if self.unlisted > UNLISTED_TAKES:
             raise CacheError(f"{path} in {self.leases.store.location} could not be created, yet nothing is listed "
                              "there: this store cannot be taken turns at")
@@ -205,7 +193,7 @@ class _Waiter:
                      f"listed there now; taking generation {self.refused + 1} instead")
         return self.refused + 1
 
-    def _age(self, record: LeaseRecord) -> float:
+    def _age(self, record: lease.LeaseRecord) -> float:
         """Seconds since this run first saw these bytes of the record, by its monotonic clock."""
         now = time.monotonic()
         seen = self.seen.get(record.generation)
@@ -214,12 +202,12 @@ class _Waiter:
             return 0.0
         return now - seen[1]
 
-    def _dead(self, record: LeaseRecord) -> bool:
+    def _dead(self, record: lease.LeaseRecord) -> bool:
         """The same bytes for longer than the holder's TTL (hosts with other settings agree on it)."""
         ttl = record.ttl if record.ttl > 0 else self.leases.ttl
         return self._age(record) > ttl
 
-    def _is_news(self, record: LeaseRecord) -> bool:
+    def _is_news(self, record: lease.LeaseRecord) -> bool:
         """A failure is news for a TTL after this run first saw it: to a run that watched the build; to a later
         one only when dated within the last TTL (one dated ahead would stop newcomers while that clock is)."""
         if self._age(record) > self.leases.ttl:
@@ -229,7 +217,7 @@ class _Waiter:
         age = time.time() - (record.ended or 0.0)
         return -CLOCK_SKEW_S <= age <= self.leases.ttl
 
-    def _wait(self, holder: LeaseRecord) -> None:
+    def _wait(self, holder: lease.LeaseRecord) -> None:
         now = time.monotonic()
         self.followed = True
         text = describe(holder)
@@ -249,7 +237,7 @@ class _Waiter:
         waited = time.monotonic() - self.started
         if timeout is None or waited < timeout:
             return
-        holder = self.holder if self.holder is not None and self.holder.state == BUILDING else None
+        holder = self.holder if self.holder is not None and self.holder.state == lease.BUILDING else None
         if holder is None:
             text, hint = f"the build lease on {self.what}", "the lines above say why it was not taken"
         elif holder.invalid is not None:
@@ -258,37 +246,34 @@ class _Waiter:
         else:
             text, hint = describe(holder), f"that host ({holder.host}, run {holder.run_id}) is building " \
                 f"{holder.what} for the whole fleet"
-        raise EnsureError(
-            ExitCode.LOCK,
-            f"waited {fmt_seconds(waited)} for {text}; {self.run.settings.label('lock_timeout')}={timeout:g} s ran out",
-            stage=Stage.LEASE,
-            hint=f"{hint}; run again later to fetch it from the cache, or raise FLYDSL_LOCK_TIMEOUT",
-        )
+        label = self.run.settings.label("lock_timeout")
+        raise EnsureError(ExitCode.LOCK, f"waited {fmt_seconds(waited)} for {text}; {label}={timeout:g} s ran out",
+                          stage=Stage.LEASE,
+                          hint=f"{hint}; run again later to fetch it from the cache, or raise FLYDSL_LOCK_TIMEOUT")
 
     def stop(self) -> None:
         if self.followed:
             self.run.tracker.follow(None, None, None)
 
 
-def give_up(record: LeaseRecord, what: str) -> EnsureError:
+def give_up(record: lease.LeaseRecord, what: str) -> EnsureError:
     """What ends a waiter after a key's second failure: the holder's stage and exit code."""
     failure = record.failure or {}
     stage = build_failure(failure.get("stage"), failure.get("exit_code"))
-    return EnsureError(
-        stage.exit_code if stage is not None and stage.exit_code is not None else ExitCode.LOCK,
-        f"{what} failed twice in the fleet, last on {record.who()}: {_failure_text(record)}",
-        stage=stage or Stage.LEASE,
-        hint=f"read the log of run {record.run_id} on {record.host}; the failure is not this host's. Once "
-        "the cause is fixed, run again (a failure record stops the fleet for FLYDSL_LEASE_TTL seconds)",
-    )
+    code = stage.exit_code if stage is not None and stage.exit_code is not None else ExitCode.LOCK
+    return EnsureError(code, f"{what} failed twice in the fleet, last on {record.who()}: {_failure_text(record)}",
+                       stage=stage or Stage.LEASE,
+                       hint=f"read the log of run {record.run_id} on {record.host}; the failure is not this host's. "
+                       "Once the cause is fixed, run again (a failure record stops the fleet for FLYDSL_LEASE_TTL "
+                       "seconds)")
 
 
-def _failure_text(record: LeaseRecord) -> str:
+def _failure_text(record: lease.LeaseRecord) -> str:
     failure = record.failure or {}
     return f"stage {failure.get('stage')}, exit {failure.get('exit_code')}: {failure.get('reason')}"
 
 
-def end_turn(held: Optional[HeldLease], error: Optional[BaseException]) -> None:
+def end_turn(held: Optional[lease.HeldLease], error: Optional[BaseException]) -> None:
     """After a holder's build and publish: release the lease, or record how the build failed."""
     if held is None:
         return
@@ -302,7 +287,7 @@ def end_turn(held: Optional[HeldLease], error: Optional[BaseException]) -> None:
 
 
 @contextlib.contextmanager
-def holding(held: Optional[HeldLease]) -> Iterator[None]:
+def holding(held: Optional[lease.HeldLease]) -> Iterator[None]:
     """The body builds and publishes under ``held``; the lease ends with it, however it ends."""
     try:
         yield

@@ -1,9 +1,6 @@
-"""The binary cache way: a finished tree, or an MLIR install, another host built, fetched hash by hash.
-
-The first host to build a key publishes its ``build-fly/python_packages`` (kind ``tree``) and MLIR install
-(kind ``mlir``), signed with FLYDSL_CACHE_SIGNING_KEY; with FLYDSL_CACHE_TRUSTED_KEYS an entry is installed
-only when one of those keys signed it.  The cache is an accelerator: a miss, an unreachable store, a corrupt
-or untrusted entry is said once and built around, never deleted (it is not this host's)."""
+"""The binary cache way: a tree, or an MLIR install, another host built, fetched hash by hash (signed entries
+only, with FLYDSL_CACHE_TRUSTED_KEYS).  An accelerator: a miss, an unreachable store, a corrupt or untrusted
+entry is said once and built around, never deleted."""
 
 from __future__ import annotations
 
@@ -93,9 +90,7 @@ def tree_fields(run: Run, commit: str) -> Dict[str, object]:
 
 
 def mlir_fields(key: Mapping[str, object], platform: str) -> Dict[str, object]:
-    fields = dict(key)
-    fields["platform"] = platform
-    return fields
+    return {**key, "platform": platform}
 
 
 def tree_from_cache(run: Run, cache: Cache, commit: str, early: Optional[Early] = None) -> Optional[Decision]:
@@ -116,9 +111,7 @@ def tree_from_cache(run: Run, cache: Cache, commit: str, early: Optional[Early] 
     build_dir = prepare_build_dir(run, stamp_key)
     packages = packages_dir(run.settings.root)
     run.stamps.begin("build", stamp_key)
-    os.makedirs(build_dir, exist_ok=True)
-    remove_tree(packages)
-    _clear_partial_fetches(build_dir)
+    make_room(packages)
     run.say(f"cache: fetching the tree {key[:12]} ({format_size(entry.size)}, {entry.files} files, "
             f"built on {entry.host or 'another host'})")
     try:
@@ -168,9 +161,7 @@ def mlir_from_cache(run: Run, cache: Cache, key: Mapping[str, object]) -> Option
                   f"no MLIR for LLVM {llvm_label(key)}")
     if entry is None:
         return None
-    os.makedirs(folder, exist_ok=True)
-    remove_tree(dest)
-    _clear_partial_fetches(folder)
+    make_room(dest)
     run.worked()
     run.say(f"cache: fetching MLIR {ckey[:12]} ({format_size(entry.size)}); the LLVM build is skipped")
     try:
@@ -228,8 +219,11 @@ def _publish(run: Run, cache: Cache, kind: str, key: str, fields: Mapping[str, o
             f"{note}{publish_note(run, secrets)}")
 
 
-def _clear_partial_fetches(folder: str) -> None:
-    """Temporary folders of fetches killed half-way, beside the destination."""
+def make_room(dest: str) -> None:
+    """``dest``'s folder made, ``dest`` and the temporary folders of fetches killed half-way beside it removed."""
+    folder = os.path.dirname(dest)
+    os.makedirs(folder, exist_ok=True)
+    remove_tree(dest)
     for leftover in glob.glob(os.path.join(folder, ".*.fetch-*")):
         remove_tree(leftover)
 

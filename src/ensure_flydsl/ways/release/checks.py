@@ -1,9 +1,6 @@
-"""The release way's prediction: a wheel for the target interpreter; and auto's hint when a source build
-cannot succeed, which ``ensure`` and the doctor both take from :func:`release_suggestion`.
-
-A release is suggested only when a run of it would pass what can be judged here: the index has its wheel for
-the interpreter (asked through the pip the release way uses), it passes the floor, and its tag holds every
-FLYDSL_REQUIRE module.  Each question is bounded: a hint on a failure path is never a wait."""
+"""The release way's prediction, and ``auto``'s hint when a source build cannot succeed
+(:func:`release_suggestion`): a release whose wheel the index has for the interpreter, that passes the floor
+and whose tag holds every FLYDSL_REQUIRE module; each question bounded."""
 
 from __future__ import annotations
 
@@ -14,19 +11,11 @@ from ensure_flydsl.errors import EnsureError, Stage
 from ensure_flydsl.probe.interpreter import describe_interpreter
 from ensure_flydsl.probe.results import Interpreter
 from ensure_flydsl.settings import Settings
-from ensure_flydsl.source.git import is_local_repo, read_git, resolve_in
-from ensure_flydsl.source.release_tags import (
-    TagAnswer,
-    TagSource,
-    checked_modules,
-    pin_as_tag,
-    release_holding,
-    release_tags,
-    tag_version,
-)
+from ensure_flydsl.source import release_tags
+from ensure_flydsl.source.git import local_repositories, read_git, resolve_in
 from ensure_flydsl.support.processes import CommandFailed
 from ensure_flydsl.ways import falls_back
-from ensure_flydsl.ways.checks import MISSING, WRONG, Check, RunContext, local_path, passed, skipped
+from ensure_flydsl.ways.checks import MISSING, WRONG, Check, RunContext, passed, skipped
 from ensure_flydsl.ways.package_index import best_version, newest_first, query_versions
 from ensure_flydsl.ways.release.download import release_pip, wheel_tags
 
@@ -41,14 +30,12 @@ SUGGEST_LIMIT_S = 8.0
 def release_version_of_pin(settings: Settings, checkout: Optional[str]) -> Tuple[Optional[str], str, bool]:
     """(X, how it is known, True) when the pin is the release vX (a tag, a version, or a commit a release tag
     points at in a local repository); else (None, why not, whether that is known before a fetch)."""
-    tag = pin_as_tag(settings.pin)
-    version = tag_version(tag)
+    tag = release_tags.pin_as_tag(settings.pin)
+    version = release_tags.tag_version(tag)
     if version is not None:
         return version, f"the pin names the release tag {tag}", True
-    candidates = [p for p in (checkout, settings.root) if p and os.path.isdir(os.path.join(p, ".git"))]
-    if is_local_repo(settings.repo):
-        candidates.append(local_path(settings.repo))
-    for path in candidates:
+    own = [checkout] if checkout and os.path.isdir(os.path.join(checkout, ".git")) else []
+    for path in own + local_repositories(settings.root, settings.repo):
         commit = resolve_in(path, settings.pin)
         if commit is None:
             continue
@@ -58,7 +45,7 @@ def release_version_of_pin(settings: Settings, checkout: Optional[str]) -> Tuple
             if exc.returncode == -1:  # git did not start, or did not answer
                 continue
             out = ""  # it answered no tag
-        versions = release_tags(out.split())
+        versions = release_tags.release_tags(out.split())
         if versions:
             return versions[0], f"commit {commit[:12]} is the release tag v{versions[0]}", True
         return None, f"the pin (commit {commit[:12]}) is not the commit of a release tag vX.Y.Z", True
@@ -136,16 +123,16 @@ def wheel_versions(interpreter: Interpreter, min_version: str, environ: Mapping[
 
 def release_suggestion(settings: Settings, interpreter: Interpreter, environ: Mapping[str, str]) -> Optional[str]:
     """The newest release but the pin's own that qualifies (module docstring), in words; or None."""
-    pinned = tag_version(settings.pin) if settings.pin.startswith("v") else None
+    pinned = release_tags.tag_version(settings.pin) if settings.pin.startswith("v") else None
     versions = wheel_versions(interpreter, settings.min_version, environ, pinned)
     if not versions:
         return None
-    modules = checked_modules(settings.require)
-    source = TagSource(settings.root, settings.repo, settings.git_mirrors, SUGGEST_TIMEOUT_S)
-    return suggestion_text(release_holding(source, versions, modules), modules, source.shown())
+    modules = release_tags.checked_modules(settings.require)
+    source = release_tags.TagSource(settings.root, settings.repo, settings.git_mirrors, SUGGEST_TIMEOUT_S)
+    return suggestion_text(release_tags.release_holding(source, versions, modules), modules, source.shown())
 
 
-def suggestion_text(answer: TagAnswer, modules: Sequence[str], repository: str) -> Optional[str]:
+def suggestion_text(answer: release_tags.TagAnswer, modules: Sequence[str], repository: str) -> Optional[str]:
     """A release that holds ``modules``, or one whose tag could not be read (said so: never claimed to work)."""
     names = ", ".join(modules)
     if answer.holding is not None:

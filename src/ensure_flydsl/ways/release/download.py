@@ -1,8 +1,5 @@
-"""The release wheel's download: ``pip download`` of ``flydsl==X`` for the target interpreter's tags, under the
-user's pip configuration, stopped when the index sends nothing for the network silence limit.
-
-The pip is the target interpreter's (what installs into it is what the user's pip settings are for), else
-the tool's own; the doctor asks the index through the same one (:func:`release_pip`)."""
+"""The release wheel's download: ``pip download`` of ``flydsl==X`` for the target's tags, through the target's pip
+(else the tool's), stopped when the index sends nothing for the network silence limit."""
 
 from __future__ import annotations
 
@@ -22,15 +19,7 @@ from packaging.tags import platform_tags
 from ensure_flydsl.errors import EnsureError, ExitCode, Stage
 from ensure_flydsl.probe import scripts
 from ensure_flydsl.probe.results import Interpreter
-from ensure_flydsl.support import space
-from ensure_flydsl.support.processes import (
-    CommandFailed,
-    heartbeat,
-    network_silence_s,
-    run_captured,
-    spawn_text,
-    waiting_line,
-)
+from ensure_flydsl.support import processes, space
 from ensure_flydsl.ways.package_index import pip_env
 
 _RETRY = "Retrying ("  # pip's retry after a stalled connection: no sign that the index answers
@@ -46,7 +35,7 @@ def has_pip(python: str, environ: Optional[Mapping[str, str]] = None) -> bool:
         found = importlib.util.find_spec("pip") is not None
     else:
         try:
-            found = run_captured([python, "-c", scripts.text("has_pip")],
+            found = processes.run_captured([python, "-c", scripts.text("has_pip")],
                                  env=pip_env(os.environ if environ is None else environ), stdin=subprocess.DEVNULL,
                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60).returncode == 0
         except (OSError, subprocess.TimeoutExpired):
@@ -115,7 +104,7 @@ class WheelDownload:
             raise EnsureError(ExitCode.ARTIFACT, why, stage=Stage.RELEASE,
                               hint="give one of them pip, or use FLYDSL_STRATEGY=source to build the pin")
         self.pip = pip
-        self.limit = network_silence_s(environ)
+        self.limit = processes.network_silence_s(environ)
         self.cmd = [pip, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--progress-bar", "off",
                     "--dest", folder, *wheel_tags(interpreter), f"flydsl=={version}"]
         scratch = os.path.join(folder, ".tmp")
@@ -125,7 +114,7 @@ class WheelDownload:
         self._lines: List[str] = []
         self.started = self._last_data = time.monotonic()
         # In the tool's process group: a Ctrl-C or a kill of the group stops it too.
-        self._proc: Optional["subprocess.Popen[str]"] = spawn_text(self.cmd, env=env)
+        self._proc: Optional["subprocess.Popen[str]"] = processes.spawn_text(self.cmd, env=env)
         self._reader = threading.Thread(target=self._read, args=(self._proc,), daemon=True)
         self._reader.start()
 
@@ -174,7 +163,7 @@ class WheelDownload:
                            f"{interp.executable} (Python {interp.version}, {interp.soabi}): {why}", stage=Stage.RELEASE,
                            hint="the package index has no wheel for this interpreter (FlyDSL publishes cp310-cp314 "
                            "manylinux x86_64); use another FLYDSL_PYTHON or FLYDSL_STRATEGY=source",
-                           detail=CommandFailed(self.cmd, returncode, output).describe())
+                           detail=processes.CommandFailed(self.cmd, returncode, output).describe())
 
     def _watch(self, proc: "subprocess.Popen[str]") -> None:
         size, beat = -1, min(30.0, self.limit / 2)
@@ -201,7 +190,7 @@ class WheelDownload:
                                   "pip.conf); or use FLYDSL_STRATEGY=source", detail="\n".join(self._lines[-20:]))
             if now - last_beat >= beat:
                 last_beat = now
-                heartbeat(waiting_line(f"the flydsl=={self.version} wheel's download", self.index(),
+                processes.heartbeat(processes.waiting_line(f"the flydsl=={self.version} wheel's download", self.index(),
                                        now - self.started, silent, self.limit))
 
     def abort(self) -> None:

@@ -1,10 +1,6 @@
-"""The release way: when the pin is a release tag's commit, the ``flydsl==X`` wheel for the target
-interpreter, installed without dependencies into ``ROOT/build-fly/python_packages`` beside the tag's
-``kernels/`` (a source build's layout, in seconds).
-
-A tag's name proves nothing (a fork may tag its own commit ``v0.2.3``), so only a wheel whose package is the
-checkout's ``python/flydsl``, file by file, is installed.  Under ``auto`` a wheel that is not, or that fails
-the probe for a reason inside it (another ABI), gives way to the source build."""
+"""The release way: the ``flydsl==X`` wheel of the pin's release tag, installed into ``build-fly/python_packages``
+beside the tag's ``kernels/`` only when its package is the checkout's ``python/flydsl``, file by file (a tag's
+name proves nothing).  Under ``auto`` a wheel that is not, or does not work, gives way to a source build."""
 
 from __future__ import annotations
 
@@ -13,14 +9,8 @@ import os
 import re
 from typing import Dict, List, Optional
 
+from ensure_flydsl import layout
 from ensure_flydsl.errors import EnsureError, ExitCode, Plan, Stage
-from ensure_flydsl.layout import (
-    FLYDSL_SOURCES,
-    build_made_record,
-    packages_dir,
-    wheel_download_dir,
-    wheel_install_dirs,
-)
 from ensure_flydsl.probe.gate import TREE_PACKAGES
 from ensure_flydsl.probe.results import Probe
 from ensure_flydsl.result import How
@@ -32,16 +22,9 @@ from ensure_flydsl.ways import Way, demands
 from ensure_flydsl.ways.base import Early, Provider, Shared
 from ensure_flydsl.ways.checks import Check, RunContext, Submit
 from ensure_flydsl.ways.context import Decision, Run
+from ensure_flydsl.ways.release import wheels
 from ensure_flydsl.ways.release.checks import check_release
 from ensure_flydsl.ways.release.download import download_wheel
-from ensure_flydsl.ways.release.wheels import (
-    check_checkout_version,
-    check_provenance,
-    check_versions_agree,
-    install_wheel_file,
-    installed_version,
-    static_version,
-)
 from ensure_flydsl.ways.tree import TreeDoesNotImport, prepare_build_dir, verify_tree
 
 _NO_MODULE = re.compile(r"^ModuleNotFoundError: No module named '([^']+)'")
@@ -71,12 +54,10 @@ class ReleaseProvider(Provider):
         if shared.release is not None:
             return cls(shared.release, shared.early, demanded=demanded)
         if demanded:
-            raise EnsureError(
-                ExitCode.ARTIFACT,
-                f"the pin {run.settings.pin} (commit {shared.commit[:12]}) is not the commit of a release tag vX.Y.Z",
-                stage=Stage.RELEASE,
-                hint="pin a release tag (for example v0.2.2) or a version (0.2.2), or use FLYDSL_STRATEGY=source",
-            )
+            raise EnsureError(ExitCode.ARTIFACT, f"the pin {run.settings.pin} (commit {shared.commit[:12]}) is not "
+                              "the commit of a release tag vX.Y.Z", stage=Stage.RELEASE,
+                              hint="pin a release tag (for example v0.2.2) or a version (0.2.2), or use "
+                              "FLYDSL_STRATEGY=source")
         return None
 
     @staticmethod
@@ -108,10 +89,10 @@ class ReleaseProvider(Provider):
             except TreeDoesNotImport as exc:
                 run.stamps.undo("build")
                 root = run.settings.root
-                fault = wheel_fault(exc.probe, packages_dir(root), os.path.join(root, FLYDSL_SOURCES))
+                fault = wheel_fault(exc.probe, layout.packages_dir(root), os.path.join(root, layout.FLYDSL_SOURCES))
                 if fault is None or self.demanded:
                     raise
-                remove_tree(packages_dir(root))  # what the wheel installed: the build starts clean
+                remove_tree(layout.packages_dir(root))  # what the wheel installed: the build starts clean
                 raise WheelDoesNotWork(
                     ExitCode.PROBE, f"the flydsl {self.version} wheel does not work with "
                     f"{run.interpreter.executable}: {fault}", stage=Stage.VERIFY) from None
@@ -122,21 +103,21 @@ class ReleaseProvider(Provider):
     def _install(self, run: Run, commit: str, key: Dict[str, object]) -> None:
         root, stamps, version = run.settings.root, run.stamps, self.version
         build_dir = prepare_build_dir(run, key)
-        packages = packages_dir(root)
+        packages = layout.packages_dir(root)
         if stamps.done("build", key) and os.path.isdir(packages):
             run.say(f"the flydsl {version} wheel is already installed in {packages}")
             return
-        check_checkout_version("v" + version, static_version(os.path.join(root, FLYDSL_SOURCES, "__init__.py")))
+        wheels.check_checkout_version("v" + version, wheels.static_version(checkout_init(root)))
         stamps.begin("build", key)
         run.worked()
         os.makedirs(build_dir, exist_ok=True)
-        with recording(build_dir, build_made_record(root)):  # clean removes only what it made
+        with recording(build_dir, layout.build_made_record(root)):  # clean removes only what it made
             self._download_and_install(run, commit, build_dir, packages)
         stamps.finish("build", key)
 
     def _download_and_install(self, run: Run, commit: str, build_dir: str, packages: str) -> None:
         root, version = run.settings.root, self.version
-        download, staging = wheel_install_dirs(root)
+        download, staging = layout.wheel_install_dirs(root)
         remove_tree(download)  # leftovers of an interrupted run of ours
         remove_tree(staging)
         try:
@@ -145,16 +126,17 @@ class ReleaseProvider(Provider):
             self._prove(run, commit, wheel)
             run.say(f"release v{version}: installing {os.path.basename(wheel)}")
             try:
-                install_wheel_file(run.interpreter, wheel, version, staging, run.build_line)
+                wheels.install_wheel_file(run.interpreter, wheel, version, staging, run.build_line)
             except EnsureError:
                 remove_tree(staging)  # the part written before a file failed its RECORD check
                 raise
         finally:
             remove_tree(download)
-            remove_tree(wheel_download_dir(root))  # the one downloaded beside the fetch
+            remove_tree(layout.wheel_download_dir(root))  # the one downloaded beside the fetch
         faults.point("release-installed")
-        check_versions_agree("v" + version, static_version(os.path.join(root, FLYDSL_SOURCES, "__init__.py")),
-                             installed_version(staging), static_version(os.path.join(staging, "flydsl", "__init__.py")))
+        wheels.check_versions_agree("v" + version, wheels.static_version(checkout_init(root)),
+                                    wheels.installed_version(staging),
+                                    wheels.static_version(os.path.join(staging, "flydsl", "__init__.py")))
         remove_tree(packages)
         rename_into_place(staging, packages)
 
@@ -173,39 +155,37 @@ class ReleaseProvider(Provider):
         """Refuse a wheel whose package is not the checkout's ``python/flydsl``, before installing any of it."""
         settings = run.settings
         files = tracked_sources(Checkout.of(settings), commit)
-        found = check_provenance(wheel, os.path.join(settings.root, FLYDSL_SOURCES), files)
+        found = wheels.check_provenance(wheel, os.path.join(settings.root, layout.FLYDSL_SOURCES), files)
         if found.foreign and not (found.differ or found.missing):
-            raise NotThePin(
-                ExitCode.ARTIFACT,
-                f"the index's flydsl {self.version} wheel holds {len(found.foreign)} files a FlyDSL wheel must "
-                f"not hold, e.g. {found.foreign[0]}",
-                stage=Stage.RELEASE,
-                hint="other top-level names, .pth files, site customisation, bytecode or modules that shadow the "
-                "pin's sources would run code the pin does not have; use FLYDSL_STRATEGY=source to build the pin",
-            )
+            raise NotThePin(ExitCode.ARTIFACT, f"the index's flydsl {self.version} wheel holds {len(found.foreign)} "
+                            f"files a FlyDSL wheel must not hold, e.g. {found.foreign[0]}", stage=Stage.RELEASE,
+                            hint="other top-level names, .pth files, site customisation, bytecode or modules that "
+                            "shadow the pin's sources would run code the pin does not have; use "
+                            "FLYDSL_STRATEGY=source to build the pin")
         if not found.proven:
-            raise NotThePin(
-                ExitCode.ARTIFACT,
-                f"the index's flydsl {self.version} is not built from {settings.repo} v{self.version}: "
-                f"{found.summary()}",
-                stage=Stage.RELEASE,
-                hint="the package index's wheel comes from other sources than the pin; use FLYDSL_STRATEGY=source "
-                "to build the pin (or FLYDSL_REPO of the repository the wheel is built from)",
-            )
+            raise NotThePin(ExitCode.ARTIFACT, f"the index's flydsl {self.version} is not built from {settings.repo} "
+                            f"v{self.version}: {found.summary()}", stage=Stage.RELEASE,
+                            hint="the package index's wheel comes from other sources than the pin; use "
+                            "FLYDSL_STRATEGY=source to build the pin (or FLYDSL_REPO of the repository the wheel "
+                            "is built from)")
         run.say(f"release v{self.version}: {os.path.basename(wheel)} is built from the pin: {found.summary()} "
-                f"in {FLYDSL_SOURCES}")
+                f"in {layout.FLYDSL_SOURCES}")
+
+
+def checkout_init(root: str) -> str:
+    return os.path.join(root, layout.FLYDSL_SOURCES, "__init__.py")
 
 
 def tracked_sources(checkout: Checkout, commit: str) -> List[str]:
     """The files git tracks in ``python/flydsl`` at ``commit``, relative to it (no submodules)."""
-    with failing_as(ExitCode.CHECKOUT, f"cannot list {FLYDSL_SOURCES} of {commit[:12]} in {checkout.root}",
+    with failing_as(ExitCode.CHECKOUT, f"cannot list {layout.FLYDSL_SOURCES} of {commit[:12]} in {checkout.root}",
                     stage=Stage.RELEASE, hint="the checkout is damaged; look at `git -C ROOT status`"):
-        out = checkout.git("ls-tree", "-r", "-z", "--full-tree", commit, "--", FLYDSL_SOURCES + "/")
+        out = checkout.git("ls-tree", "-r", "-z", "--full-tree", commit, "--", layout.FLYDSL_SOURCES + "/")
     files = []
     for entry in out.split("\0"):
         meta, _, path = entry.partition("\t")
-        if meta.split(" ")[1:2] == ["blob"] and path.startswith(FLYDSL_SOURCES + "/"):
-            files.append(path[len(FLYDSL_SOURCES) + 1:])
+        if meta.split(" ")[1:2] == ["blob"] and path.startswith(layout.FLYDSL_SOURCES + "/"):
+            files.append(path[len(layout.FLYDSL_SOURCES) + 1:])
     return files
 
 

@@ -1,7 +1,5 @@
-"""A release wheel: its shape, its provenance against the checkout's sources, its install and versions.
-
-The wheel is read as a zip and compared with the checkout's ``python/flydsl`` before any of it is installed;
-then unpacked with pypa's ``installer``, every file checked against its RECORD."""
+"""A release wheel: its shape and provenance against the checkout's sources (read as a zip, before any of it is
+installed), its install with pypa's ``installer`` (every file checked against RECORD), its versions."""
 
 from __future__ import annotations
 

@@ -19,14 +19,7 @@ from ensure_flydsl.source.git import is_local_repo, resolve_in, rewrite
 from ensure_flydsl.source.needs import BuildNeeds, build_tools, tool_requirements
 from ensure_flydsl.support.processes import run_captured
 from ensure_flydsl.ways.checks import MISSING, WRONG, Check, RunContext, Submit, no_mirror, passed, reach, skipped
-from ensure_flydsl.ways.source.environment import (
-    MEMORY_PER_JOB_BYTES,
-    available_memory,
-    cpu_count,
-    default_jobs,
-    finished_llvm_build,
-    is_mlir_install,
-)
+from ensure_flydsl.ways.source import environment
 from ensure_flydsl.ways.source.rocm import check_hip, choose_rocm
 from ensure_flydsl.ways.source.tools import machine_state, newest, package_spec
 
@@ -48,7 +41,7 @@ def predict_build(ctx: RunContext, checkout: Optional[str], submit: Submit) -> L
 
 def _llvm_already_built(settings: Settings, needs: BuildNeeds, interp: Optional[Interpreter]) -> Optional[str]:
     """The MLIR install an earlier run built from the pin's LLVM inputs for this interpreter, if it is there."""
-    done = finished_llvm_build(settings.base_dir)
+    done = environment.finished_llvm_build(settings.base_dir)
     if done is None or needs.llvm is None or interp is None:
         return None
     key = needs.llvm.key(interp.abi)
@@ -65,7 +58,7 @@ def check_mlir(ctx: RunContext) -> Check:
         label = s.label("mlir_path")
         remedy = (f"point {label} at an MLIR install prefix (cmake --install of an LLVM build with mlir), or "
                   "unset it to build LLVM/MLIR")
-        if not is_mlir_install(s.mlir_path):  # ensure refuses it as bad input
+        if not environment.is_mlir_install(s.mlir_path):  # ensure refuses it as bad input
             return Check("mlir", WRONG, f"{label}={s.mlir_path} holds no lib/cmake/mlir", remedy, blocking=True,
                          stage=Stage.SETTINGS)
         configs = [os.path.join(s.mlir_path, "lib", "cmake", "mlir", n)
@@ -97,13 +90,13 @@ def memory_check(jobs_setting: Optional[int], cores: int, available: Optional[in
         return skipped("memory", "nothing is compiled", stage)
     if available is None:
         return skipped("memory", "available memory is unknown (no /proc/meminfo)", stage)
-    jobs = jobs_setting if jobs_setting is not None else default_jobs(cores, available)
-    per_job = MEMORY_PER_JOB_BYTES // GIB
+    jobs = jobs_setting if jobs_setting is not None else environment.default_jobs(cores, available)
+    per_job = environment.MEMORY_PER_JOB_BYTES // GIB
     have = f"{available / GIB:.1f} GiB available"
     source = f"{label}={jobs}" if jobs_setting is not None else f"{jobs} jobs by default ({cores} cores)"
-    if jobs * MEMORY_PER_JOB_BYTES <= available:
+    if jobs * environment.MEMORY_PER_JOB_BYTES <= available:
         return passed("memory", f"{source} x {per_job} GiB a job fits {have}", stage)
-    fits = available // MEMORY_PER_JOB_BYTES
+    fits = available // environment.MEMORY_PER_JOB_BYTES
     if fits >= 1:
         return Check("memory", WRONG, f"{source} x {per_job} GiB a job is more than {have}: big link steps may run "
                      "out of memory (killed, exit 137)",
@@ -144,7 +137,7 @@ def check_disk(ctx: RunContext) -> Check:
 
 
 def check_memory(ctx: RunContext) -> Check:
-    return memory_check(ctx.settings.jobs, cpu_count(), available_memory(), heavy=ctx.heavy,
+    return memory_check(ctx.settings.jobs, environment.cpu_count(), environment.available_memory(), heavy=ctx.heavy,
                         compiles=ctx.compiles, label=ctx.settings.label("jobs"))
 
 

@@ -1,11 +1,6 @@
-"""The environment of a source build's steps: the private toolchain, the jobs, the LLVM record.
-
-FlyDSL's scripts call ``python3`` and ``pip`` from PATH (CMake's Python3_EXECUTABLE, nanobind's location), so
-shims for the target interpreter go first on PATH, and ``PYTHON_EXECUTABLE`` (newer scripts build for it) is
-the target too.  ``build_llvm.sh`` runs an unguarded ``pip install nanobind numpy pybind11``: pip is told in
-the environment (``PIP_TARGET``) to install into the tool's private ``pylib``, never the interpreter's
-site-packages, held to the constraints file (nanobind 3 breaks MLIR's configure).  ``build.sh`` builds into
-``FLY_BUILD_DIR``, set to the root's ``build-fly`` where the tool takes the package from."""
+"""The environment of a source build's steps: shims of the target interpreter first on PATH (FlyDSL's scripts
+call ``python3`` and ``pip``), pip held to a private ``pylib`` and the constraints file, the jobs, the LLVM
+record."""
 
 from __future__ import annotations
 
@@ -13,16 +8,14 @@ import os
 import pathlib
 import shlex
 from dataclasses import asdict, dataclass
-from typing import Callable, Dict, List, Mapping, Optional, Sequence
+from typing import Dict, Mapping, Optional, Sequence
 
-from ensure_flydsl.errors import EnsureError, ExitCode, Stage
 from ensure_flydsl.layout import llvm_record, mlir_install, pip_constraints, tools_dir
 from ensure_flydsl.probe.results import Interpreter
 from ensure_flydsl.settings import GitMirrors
 from ensure_flydsl.source.git import with_mirrors, with_network_limits
 from ensure_flydsl.source.llvm_inputs import checkout_llvm_inputs
 from ensure_flydsl.support.files import atomic_write, atomic_write_json, read_json
-from ensure_flydsl.support.processes import stream_command
 from ensure_flydsl.ways.package_index import CONFLICTING_PIP_ENV
 
 MEMORY_PER_JOB_BYTES = 4 * 1024**3  # a job of the LLVM/MLIR build (its big static links) may take this much
@@ -62,13 +55,11 @@ def resolve_jobs(setting: Optional[int]) -> int:
 class Toolchain:
     bin_dir: str  # python3 / python / pip / pip3 shims for the target interpreter
     pylib: str  # private site folder for Python build tools (nanobind, ...)
-    cmake_prefixes: List[str]  # private CMake packages (the hip overlay), searched first
-    python: str = ""  # the target interpreter (PYTHON_EXECUTABLE for the build)
-    constraints: str = ""  # the pip constraints file every pip install of the build is held to
+    python: str  # the target interpreter (PYTHON_EXECUTABLE for the build)
+    constraints: str  # the pip constraints file every pip install of the build is held to
 
 
-def prepare_toolchain(root: str, interpreter: Interpreter, cmake_prefixes: List[str],
-                      constraints: Sequence[str] = ()) -> Toolchain:
+def prepare_toolchain(root: str, interpreter: Interpreter, constraints: Sequence[str]) -> Toolchain:
     """The shims and private folders of the build steps; every ``pip install`` of the build is held to the
     requirement lines ``constraints``."""
     tools = tools_dir(root)
@@ -93,15 +84,13 @@ def prepare_toolchain(root: str, interpreter: Interpreter, cmake_prefixes: List[
         atomic_write(os.path.join(bin_dir, name), text.encode(), mode=0o755)
     held = pip_constraints(tools)
     atomic_write(held, "".join(f"{line}\n" for line in constraints).encode())
-    return Toolchain(bin_dir=bin_dir, pylib=pylib, cmake_prefixes=list(cmake_prefixes), python=interpreter.executable,
-                     constraints=held)
+    return Toolchain(bin_dir=bin_dir, pylib=pylib, python=interpreter.executable, constraints=held)
 
 
-def build_environment(
-    base: Mapping[str, str], toolchain: Toolchain, *, rocm_path: str, mlir_path: Optional[str], jobs: int,
-    git_mirrors: GitMirrors,
-) -> Dict[str, str]:
-    """The caller's environment for a build step, its scripts' git fetching through the mirrors too."""
+def build_environment(base: Mapping[str, str], toolchain: Toolchain, *, cmake_prefixes: Sequence[str],
+                      rocm_path: str, mlir_path: Optional[str], jobs: int, git_mirrors: GitMirrors) -> Dict[str, str]:
+    """The caller's environment for a build step, its scripts' git fetching through the mirrors too;
+    ``cmake_prefixes`` (the hip overlay) are searched first."""
     env = {k: v for k, v in with_network_limits(with_mirrors(base, git_mirrors)).items()
            if k not in CONFLICTING_PIP_ENV}
     env["PATH"] = os.pathsep.join([toolchain.bin_dir, base.get("PATH", os.defpath)])
@@ -109,12 +98,9 @@ def build_environment(
     # pip installs into the private pylib (replacing what an earlier run put there), held to the constraints
     # file: a file: URL, since pip splits a plain path at its spaces.
     env.update({"PIP_TARGET": toolchain.pylib, "PIP_UPGRADE": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1",
-                "PIP_NO_WARN_SCRIPT_LOCATION": "1"})
-    if toolchain.python:
-        env["PYTHON_EXECUTABLE"] = toolchain.python
-    if toolchain.constraints:
-        env["PIP_CONSTRAINT"] = pathlib.Path(os.path.abspath(toolchain.constraints)).as_uri()
-    prefixes = toolchain.cmake_prefixes + ([base["CMAKE_PREFIX_PATH"]] if base.get("CMAKE_PREFIX_PATH") else [])
+                "PIP_NO_WARN_SCRIPT_LOCATION": "1", "PYTHON_EXECUTABLE": toolchain.python,
+                "PIP_CONSTRAINT": pathlib.Path(os.path.abspath(toolchain.constraints)).as_uri()})
+    prefixes = [*cmake_prefixes, *([base["CMAKE_PREFIX_PATH"]] if base.get("CMAKE_PREFIX_PATH") else [])]
     if prefixes:
         env["CMAKE_PREFIX_PATH"] = os.pathsep.join(prefixes)
     env["ROCM_PATH"] = rocm_path
@@ -179,27 +165,3 @@ def finished_llvm_build(base_dir: str) -> Optional[Dict[str, object]]:
     record = LlvmRecord.read(base_dir)
     done = record.done if record is not None else None
     return done if done is not None and is_mlir_install(mlir_install(base_dir)) else None
-
-
-def run_script(
-    root: str,
-    script: str,
-    jobs: int,
-    env: Mapping[str, str],
-    sink: Callable[[str], None],
-    *,
-    on_start: Callable[[Optional[int]], None],
-    code: ExitCode,
-    stage: Stage,
-    what: str,
-) -> None:
-    path = os.path.join(root, "scripts", script)
-    if not os.path.isfile(path):
-        raise EnsureError(code, f"the checkout has no scripts/{script}", stage=stage,
-                          hint="FLYDSL_PIN names a commit this tool does not know how to build")
-    cmd = ["bash", path, f"-j{jobs}"]
-    sink(f"$ {shlex.join(cmd)}")
-    status = stream_command(cmd, cwd=root, env=env, sink=sink, on_start=on_start)
-    if status != 0:
-        raise EnsureError(code, f"{what} failed: scripts/{script} exited with {status}", stage=stage,
-                          hint="the log's last lines are below; the full output is in the log")

@@ -1,24 +1,15 @@
-"""The source way: the pin's submodules, the doctor's checks (stop before an hour of compiling), the fixes and
-private build tools, MLIR (given, built before, cached, or built now), FlyDSL's build.sh, the probe; then the
-new tree and MLIR go to the binary cache, each build under the fleet's lease."""
+"""The source way: the pin's submodules, the doctor's checks, the fixes and private build tools, MLIR (given,
+built before, cached, or built now), FlyDSL's build.sh and the probe; each build under the fleet's lease."""
 
 from __future__ import annotations
 
 import os
+import shlex
 from dataclasses import replace
-from typing import Dict, NamedTuple, Optional, Tuple
+from typing import Dict, Mapping, NamedTuple, Optional, Tuple
 
+from ensure_flydsl import layout
 from ensure_flydsl.errors import EnsureError, ExitCode, Plan, Stage
-from ensure_flydsl.layout import (
-    build_dir,
-    build_made_record,
-    llvm_dir,
-    llvm_made_record,
-    mlir_install,
-    packages_dir,
-    rocm_overlay,
-    tools_dir,
-)
 from ensure_flydsl.result import How
 from ensure_flydsl.source.git import Checkout
 from ensure_flydsl.source.llvm_inputs import checkout_llvm_inputs
@@ -26,35 +17,17 @@ from ensure_flydsl.source.needs import build_tools, find_needs, tool_requirement
 from ensure_flydsl.source.ownership import recording
 from ensure_flydsl.support import faults
 from ensure_flydsl.support.files import file_sha256
+from ensure_flydsl.support.processes import stream_command
 from ensure_flydsl.trees.lease import HeldLease
 from ensure_flydsl.trees.remote import Cache, cache_key
 from ensure_flydsl.ways import Way, falls_back
 from ensure_flydsl.ways.base import DoctorCheck, Early, Provider, Shared
+from ensure_flydsl.ways.cache import provider as cached
 from ensure_flydsl.ways.cache.fleet import end_turn, holding, take_turn
-from ensure_flydsl.ways.cache.provider import (
-    llvm_label,
-    mlir_fields,
-    mlir_from_cache,
-    publish_mlir,
-    publish_tree,
-    tree_fields,
-    tree_from_cache,
-    tree_shareable,
-)
 from ensure_flydsl.ways.context import Decision, Run
 from ensure_flydsl.ways.release.checks import release_suggestion
+from ensure_flydsl.ways.source import environment as steps
 from ensure_flydsl.ways.source.checks import predict_build
-from ensure_flydsl.ways.source.environment import (
-    LlvmRecord,
-    Toolchain,
-    build_environment,
-    finished_llvm_build,
-    is_mlir_install,
-    llvm_step_settings,
-    prepare_toolchain,
-    resolve_jobs,
-    run_script,
-)
 from ensure_flydsl.ways.source.rocm import HipFix, choose_rocm, drop_stale_hip_dir, fix_hip
 from ensure_flydsl.ways.source.tools import ProvidedTools, package_spec, provide_build_tools
 from ensure_flydsl.ways.tree import prepare_build_dir, verify_tree
@@ -68,15 +41,17 @@ class Prepared(NamedTuple):
     mlir: Optional[Mlir]
     hip: HipFix
     provided: ProvidedTools
-    toolchain: Toolchain
+    toolchain: steps.Toolchain
     rocm: str  # the ROCm prefix the build uses
 
     def environment(self, run: Run, jobs: int, mlir_path: Optional[str], *, hip: bool) -> Dict[str, str]:
         """A build step's environment; ``hip``: the hip overlay first, for FlyDSL's configure only (LLVM's
         must not find ROCm's own LLVM through it)."""
-        chain = replace(self.toolchain, cmake_prefixes=list(self.hip.cmake_prefixes)) if hip else self.toolchain
-        return self.provided.apply(build_environment(run.environ, chain, rocm_path=self.rocm, mlir_path=mlir_path,
-                                                     jobs=jobs, git_mirrors=run.settings.git_mirrors))
+        prefixes = self.hip.cmake_prefixes if hip else ()
+        env = steps.build_environment(run.environ, self.toolchain, cmake_prefixes=prefixes,
+                                      rocm_path=self.rocm, mlir_path=mlir_path, jobs=jobs,
+                                      git_mirrors=run.settings.git_mirrors)
+        return self.provided.apply(env)
 
 
 class SourceProvider(Provider):
@@ -114,7 +89,7 @@ class SourceProvider(Provider):
         with run.step(Stage.FIXES):
             prepared = prepare(run, self.cache, self.doctor)
         faults.point("fixes-applied")
-        jobs = resolve_jobs(run.settings.jobs)
+        jobs = steps.resolve_jobs(run.settings.jobs)
         mlir = prepared.mlir
         with run.step(Stage.LLVM):
             if mlir is None:
@@ -127,9 +102,9 @@ class SourceProvider(Provider):
         key = checkout_llvm_inputs(run.settings.root, run.environ).key(run.interpreter.abi)
         if cache is None or key is None:  # an unknown LLVM commit: nothing to share, so no lease either
             return build_mlir(run, env, jobs, None)
-        ckey = cache_key("mlir", mlir_fields(key, run.interpreter.platform))
-        turn = take_turn(run, cache, "mlir", ckey, f"MLIR for LLVM {llvm_label(key)}",
-                         lambda: mlir_from_cache(run, cache, key))
+        ckey = cache_key("mlir", cached.mlir_fields(key, run.interpreter.platform))
+        turn = take_turn(run, cache, "mlir", ckey, f"MLIR for LLVM {cached.llvm_label(key)}",
+                         lambda: cached.mlir_from_cache(run, cache, key))
         if turn.fetched is not None:
             return turn.fetched, {"llvm": key}
         with holding(turn.held):
@@ -138,11 +113,11 @@ class SourceProvider(Provider):
     def _tree_turn(self, run: Run, commit: str) -> Optional[Decision]:
         """The tree key's lease before build.sh; a verified cached tree when another host published it."""
         cache = self.cache
-        if cache is None or not tree_shareable(run):
+        if cache is None or not cached.tree_shareable(run):
             return None
-        key = cache_key("tree", tree_fields(run, commit))
+        key = cache_key("tree", cached.tree_fields(run, commit))
         turn = take_turn(run, cache, "tree", key, f"the FlyDSL tree for {commit[:8]}",
-                         lambda: tree_from_cache(run, cache, commit))
+                         lambda: cached.tree_from_cache(run, cache, commit))
         self.tree_lease = turn.held
         return turn.fetched
 
@@ -151,7 +126,7 @@ class SourceProvider(Provider):
         mlir_path, mlir_identity = mlir
         env = prepared.environment(run, jobs, mlir_path, hip=True)
         if prepared.hip.check.needs_fix and not settings.fix_rocm_in_place:
-            drop_stale_hip_dir(build_dir(root), os.path.join(rocm_overlay(root), "lib", "cmake", "hip"))
+            drop_stale_hip_dir(layout.build_dir(root), os.path.join(layout.rocm_overlay(root), "lib", "cmake", "hip"))
         with run.step(Stage.BUILD):
             fetched = self._tree_turn(run, commit)
             if fetched is not None:
@@ -179,7 +154,7 @@ class SourceProvider(Provider):
             self.tree_lease = None
             if self.cache is not None and self.built_now:
                 with run.step(Stage.CACHE):
-                    publish_tree(run, self.cache, commit)  # after the env file: pollers need not wait for it
+                    cached.publish_tree(run, self.cache, commit)  # after the env file: pollers need not wait for it
 
     def abandon(self, run: Run, error: BaseException) -> None:
         held, self.tree_lease = self.tree_lease, None
@@ -207,19 +182,17 @@ def prepare(run: Run, cache: Optional[Cache], doctor: DoctorCheck) -> Prepared:
     rocm = choose_rocm(settings.rocm_path, run.interpreter.executable, run.environ)
     if rocm.rocm_sdk is not None:
         run.say(f"ROCm: {rocm.said(settings.label('rocm_path'))}")
-    hip = fix_hip(rocm.path, rocm_overlay(root), in_place=settings.fix_rocm_in_place)
+    hip = fix_hip(rocm.path, layout.rocm_overlay(root), in_place=settings.fix_rocm_in_place)
     run.say("fix: " + hip.message)
     requirements = tool_requirements(needs)
-    provided = provide_build_tools(
-        tools_dir(root), build_tools(needs, llvm=mlir is None), run.environ,
-        python=run.interpreter.executable, say=run.say, requirements=requirements,
-        code=ExitCode.LLVM_BUILD if mlir is None else ExitCode.FLYDSL_BUILD,
-    )
+    provided = provide_build_tools(layout.tools_dir(root), build_tools(needs, llvm=mlir is None), run.environ,
+                                   python=run.interpreter.executable, say=run.say, requirements=requirements,
+                                   code=ExitCode.LLVM_BUILD if mlir is None else ExitCode.FLYDSL_BUILD)
     run.say("build tools: " + provided.summary())
     # Every pip install of the build (build_llvm.sh's unguarded one) is held to the nanobind MLIR configures with.
     held = [package_spec("nanobind", requirements["nanobind"])]
-    return Prepared(mlir=mlir, hip=hip, provided=provided, toolchain=prepare_toolchain(root, run.interpreter, [], held),
-                    rocm=rocm.path)
+    toolchain = steps.prepare_toolchain(root, run.interpreter, held)
+    return Prepared(mlir=mlir, hip=hip, provided=provided, toolchain=toolchain, rocm=rocm.path)
 
 
 def update_submodules(run: Run, commit: str) -> None:
@@ -246,11 +219,11 @@ def ready_mlir(run: Run, cache: Optional[Cache]) -> Optional[Mlir]:
         run.say(f"warning: the LLVM commit of this pin cannot be determined ({inputs.problem}): its LLVM/MLIR "
                 "is built for this run, neither reused from an earlier build nor shared through the cache")
         return None
-    install = mlir_install(settings.base_dir)
-    if finished_llvm_build(settings.base_dir) == key:
-        run.say(f"MLIR for LLVM {llvm_label(key)} is already built in {install}")
+    install = layout.mlir_install(settings.base_dir)
+    if steps.finished_llvm_build(settings.base_dir) == key:
+        run.say(f"MLIR for LLVM {cached.llvm_label(key)} is already built in {install}")
         return install, {"llvm": key}
-    fetched = mlir_from_cache(run, cache, key) if cache is not None else None
+    fetched = cached.mlir_from_cache(run, cache, key) if cache is not None else None
     return (fetched, {"llvm": key}) if fetched else None
 
 
@@ -259,31 +232,30 @@ def build_mlir(run: Run, env: Dict[str, str], jobs: int, cache: Optional[Cache])
     settings, root = run.settings, run.settings.root
     inputs = checkout_llvm_inputs(root, run.environ)
     key = inputs.key(run.interpreter.abi)
-    llvm_folder = llvm_dir(settings.base_dir)
-    install = mlir_install(settings.base_dir)
-    record = LlvmRecord.read(settings.base_dir)
+    llvm_folder = layout.llvm_dir(settings.base_dir)
+    install = layout.mlir_install(settings.base_dir)
+    record = steps.LlvmRecord.read(settings.base_dir)
     if os.path.lexists(llvm_folder) and not (record is not None and record.created):
         raise EnsureError(ExitCode.LLVM_BUILD,
                           f"{llvm_folder} exists and was not made by ensure-flydsl; build_llvm.sh would build into it",
                           stage=Stage.LLVM,
                           hint="move it away, or set MLIR_PATH to an MLIR install built for this interpreter")
-    LlvmRecord(created=True, started=key).write(settings.base_dir)
+    steps.LlvmRecord(created=True, started=key).write(settings.base_dir)
     run.say(f"building LLVM/MLIR {inputs.describe()} with {jobs} jobs (the long step)")
     run.worked()
-    env = {**env, **llvm_step_settings(settings.base_dir)}
-    with recording(llvm_folder, llvm_made_record(settings.base_dir)):  # clean removes only what it made
-        run_script(root, "build_llvm.sh", jobs, env, run.build_line, on_start=run.build_started,
-                   code=ExitCode.LLVM_BUILD, stage=Stage.LLVM, what="the LLVM/MLIR build")
-    if not is_mlir_install(install):
+    env = {**env, **steps.llvm_step_settings(settings.base_dir)}
+    with recording(llvm_folder, layout.llvm_made_record(settings.base_dir)):  # clean removes only what it made
+        run_script(run, "build_llvm.sh", jobs, env, ExitCode.LLVM_BUILD, Stage.LLVM, "the LLVM/MLIR build")
+    if not steps.is_mlir_install(install):
         raise EnsureError(ExitCode.LLVM_BUILD, f"build_llvm.sh finished but {install} holds no lib/cmake/mlir",
                           stage=Stage.LLVM)
     faults.point("llvm-built")
-    LlvmRecord(created=True, started=key, done=key).write(settings.base_dir)
+    steps.LlvmRecord(created=True, started=key, done=key).write(settings.base_dir)
     if key is None:
         # Not reusable: the build.sh stamp must not match a later run's MLIR (built anew) either.
         return install, {"llvm": None, "built": os.urandom(8).hex()}
     if cache is not None:
-        publish_mlir(run, cache, key, install)
+        cached.publish_mlir(run, cache, key, install)
     return install, {"llvm": key}
 
 
@@ -296,7 +268,7 @@ def build_flydsl(run: Run, commit: str, mlir_identity: Dict[str, object], env: D
         "mlir": mlir_identity,
         "script": file_sha256(os.path.join(root, "scripts", "build.sh")),
     }
-    packages = packages_dir(root)
+    packages = layout.packages_dir(root)
     if stamps.done("build", key) and os.path.isdir(packages):
         run.say("FlyDSL is already built for this commit and interpreter")
         return False
@@ -304,13 +276,27 @@ def build_flydsl(run: Run, commit: str, mlir_identity: Dict[str, object], env: D
     stamps.begin("build", key)
     run.say(f"building FlyDSL {commit[:12]} for {run.interpreter.executable} with {jobs} jobs")
     run.worked()
-    env = {**env, "FLY_BUILD_DIR": build_dir(root)}  # where the package is taken from, whatever the caller says
-    with recording(folder, build_made_record(root)):  # clean removes only what it made
-        run_script(root, "build.sh", jobs, env, run.build_line, on_start=run.build_started,
-                   code=ExitCode.FLYDSL_BUILD, stage=Stage.BUILD, what="the FlyDSL build")
+    env = {**env, "FLY_BUILD_DIR": layout.build_dir(root)}  # where the package is taken from, whatever the caller says
+    with recording(folder, layout.build_made_record(root)):  # clean removes only what it made
+        run_script(run, "build.sh", jobs, env, ExitCode.FLYDSL_BUILD, Stage.BUILD, "the FlyDSL build")
     if not os.path.isdir(os.path.join(packages, "flydsl")):
         raise EnsureError(ExitCode.FLYDSL_BUILD, f"build.sh finished but {packages}/flydsl does not exist",
                           stage=Stage.BUILD)
     faults.point("build-done")
     stamps.finish("build", key)
     return True
+
+
+def run_script(run: Run, script: str, jobs: int, env: Mapping[str, str], code: ExitCode, stage: Stage,
+               what: str) -> None:
+    """One of the checkout's build scripts, its output streamed into the run's log and progress."""
+    path = os.path.join(run.settings.root, "scripts", script)
+    if not os.path.isfile(path):
+        raise EnsureError(code, f"the checkout has no scripts/{script}", stage=stage,
+                          hint="FLYDSL_PIN names a commit this tool does not know how to build")
+    cmd = ["bash", path, f"-j{jobs}"]
+    run.build_line(f"$ {shlex.join(cmd)}")
+    status = stream_command(cmd, cwd=run.settings.root, env=env, sink=run.build_line, on_start=run.build_started)
+    if status != 0:
+        raise EnsureError(code, f"{what} failed: scripts/{script} exited with {status}", stage=stage,
+                          hint="the log's last lines are below; the full output is in the log")

