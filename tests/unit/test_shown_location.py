@@ -17,6 +17,7 @@ from ensure_flydsl.trees.backends import open_store
     ("http://user:secret@[::1]:9/cache", "http://user:***@[::1]:9/cache"),
     ("ftp://user:sec@ret@host/cache", "ftp://user:***@host/cache"),
     ("ftp://user@host/cache", "ftp://user@host/cache"),
+    ("ftp://user:pa\u2a74ss@host/cache", "ftp://user:***@host/cache"),  # urlsplit refuses it (NFKC "::=")
     ("s3://bucket/prefix", "s3://bucket/prefix"),
     ("/srv/cache", "/srv/cache"),
 ])

@@ -5,6 +5,9 @@ from __future__ import annotations
 import re
 import urllib.parse
 
+# scheme://user:password@ where urlsplit refuses the rest (a host NFKC turns into "/", "?", "#", "@" or ":")
+_USERINFO = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*://[^/?#@:]*):[^/?#]*@")
+
 
 def shown_location(location: str) -> str:
     """``location`` as messages, logs and markers show it: a URL's password replaced by ``***``."""
@@ -13,7 +16,7 @@ def shown_location(location: str) -> str:
         if parts.password is None:
             return location
     except ValueError:
-        return location
+        return _USERINFO.sub(r"\1:***@", location)
     host = parts.netloc.rsplit("@", 1)[1]
     return urllib.parse.urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}"))
 
