@@ -1,9 +1,5 @@
-"""A shared store's artifact: a deterministic gzip'd tar of a folder, and its extraction from a stream.
-
-The blob is read once, straight from the store: its bytes are hashed and counted on their way into the
-decompressor, in bounded pieces (a hostile blob of zeros must not land in memory at once); each tar header is
-held against its manifest member before anything is written (``tarfile.extractall`` writes ``../x``, devices
-and files through a planted link); each file is hashed while it is written, exclusively, never through a link.
+"""A shared store's artifact: a deterministic gzip'd tar of a folder, and its extraction from a stream, hashed and
+bounded as it flows, each tar header held against its manifest member before anything is written.
 """
 
 from __future__ import annotations
@@ -52,8 +48,7 @@ class _HashingReader:
 
 
 def pack(source: str, out: IO[bytes]) -> Tuple[str, int, List[Member]]:
-    """The gzip'd tar of ``source`` written to ``out``: its sha256, size and members.  Same folder, same bytes
-    (sorted, owners zeroed, no gzip time or name); the files' mtimes kept (a ``.pyc`` records its source's)."""
+    """``source`` as a deterministic gzip'd tar into ``out`` (mtimes kept: a .pyc records its source's)."""
     sink = _HashingWriter(out)
     members: List[Member] = []
     with gzip.GzipFile(filename="", mode="wb", fileobj=sink, compresslevel=6, mtime=0) as gz:
@@ -96,8 +91,7 @@ def member_of(info: tarfile.TarInfo) -> Member:
 
 
 def extract_checked(tar: tarfile.TarFile, root: str, expected: Sequence[Member]) -> None:
-    """Create the members of a tar stream under ``root`` in one pass, each header held against ``expected`` (the
-    manifest's members, already checked) before it is written; every expected member must come."""
+    """The tar stream's members under ``root``, each header held against ``expected`` before it is written."""
     want = {m.path: m for m in expected}
     done: Set[str] = set()
     for info in tar:
@@ -175,8 +169,7 @@ class BlobReader:
 
 
 class Gunzip:
-    """The decompressed stream of a gzip'd blob, never more than the size asked for per read (tarfile's own
-    "r|gz" decompresses each read whole: 1 MiB of a hostile blob may be 1 GiB)."""
+    """A gzip stream that gives at most what a read asks for ("r|gz" inflates each read whole: a bomb)."""
 
     def __init__(self, raw: BlobReader) -> None:
         self._raw = raw
@@ -195,8 +188,7 @@ class Gunzip:
 
 
 def unpack(src: IO[bytes], size: int, sha256: str, members: Sequence[Member], tree: str) -> None:
-    """The blob in ``src`` extracted as the new folder ``tree``, checked as it streams and after: a damaged blob
-    is named as such, not by the first symptom it caused.  The caller renames ``tree`` into place after."""
+    """The blob in ``src`` as the new folder ``tree``; a damaged blob is named as such, not by its first symptom."""
     blob = BlobReader(src, size, sha256)
     try:
         with tarfile.open(fileobj=cast(IO[bytes], Gunzip(blob)), mode="r|", bufsize=TAR_BUFFER) as tar:
@@ -213,8 +205,7 @@ def unpack(src: IO[bytes], size: int, sha256: str, members: Sequence[Member], tr
 
 
 def set_modes(tree: str, members: Sequence[Member]) -> None:
-    """The members' modes, never group/world-writable nor setuid; deepest first, so a read-only folder does not
-    stop the writes into it; folders stay the owner's to rebuild or remove."""
+    """The members' modes (no setuid, nothing others may write), deepest first; folders stay the owner's."""
     for m in sorted(members, key=lambda m: m.path.count("/"), reverse=True):
         full = os.path.join(tree, *m.path.split("/"))
         if m.type == "file":

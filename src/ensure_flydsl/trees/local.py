@@ -1,11 +1,6 @@
-"""The store's local tier: every tree installed on this host, kept once and unpacked, linked into each root that
-uses it (reflink, else hardlink, else copy).  See docs/store.md.
-
-``trees/<key>/`` holds a tree's files (read-only), its manifest (trees/manifest.py's format), its seal (each stored
-file's inode, size and mtime: a file whose stat differs is hashed before it is linked) and the probes it passed.
-A tree is added whole or not at all (staged, then renamed).  Adding and pruning hold the tier's lock exclusively,
-linking holds it shared: a tree is never removed while a root links it, nor half-added when one looks.  Each root
-that links a tree holds two records: the tier's reference and the root's own; a tree is in use while both agree.
+"""The store's local tier: each tree on this host kept once, unpacked and sealed, linked into each root that uses it
+(reflink, hardlink or copy); added whole under the tier's exclusive lock, linked under its shared one, in use while
+the tier's reference and the root's own record agree (docs/store.md).
 """
 
 from __future__ import annotations
@@ -63,16 +58,14 @@ class StoreProblem(Exception):
 
 
 class Linker:
-    """Places files from one folder's file system onto another's, by the first way that works there; the way
-    is found on the first file and kept, and a file the kept way refuses falls to the next one."""
+    """Places files by the first of reflink, hardlink, copy that works; a file the kept way refuses falls on."""
 
     def __init__(self) -> None:
         self.mode: Optional[str] = None
         self.cross_device = False  # a hardlink failed with EXDEV: two file systems
 
     def place(self, src: str, dst: str) -> str:
-        """``src`` at ``dst`` (which must not exist); the way used.  A copy keeps the mtime (a module's bytecode
-        records its source's)."""
+        """``src`` at the new ``dst``, its mtime kept (a .pyc records its source's); the way used."""
         for mode in LINK_MODES[LINK_MODES.index(self.mode or REFLINK):]:
             try:
                 if mode == REFLINK:
@@ -167,8 +160,7 @@ class HostStore:
             return []
 
     def lookup(self, key: str) -> Tuple[Optional[CacheEntry], str]:
-        """The manifest of ``key``; None and why when there is no such tree, or it means nothing the tier writes
-        (a tree of an older version of the tool among them: never linked, pruned first)."""
+        """The manifest of ``key``; None and why when there is none this tier wrote (never linked, pruned first)."""
         folder = self.tree_dir(key)
         if not os.path.isdir(folder):
             return None, "not in the store"
@@ -194,16 +186,14 @@ class HostStore:
         return seal
 
     def check(self, entry: CacheEntry, *, full: bool = False) -> None:
-        """StoreProblem unless the tree's files are its members: each file of its size whose stat is its seal's,
-        or (a stat that differs, or ``full``) its sha256."""
+        """StoreProblem unless the tree's files are its members (hashed when ``full`` or unsealed)."""
         files, seal = layout.store_files(self.tree_dir(entry.key)), self.seal(entry.key)
         for member in entry.members:
             check_member(os.path.join(files, member.path), member, seal, full)
 
     def put(self, key: str, tree_fields: Mapping[str, object], folder: str, members: Sequence[Member], *,
             how: str, linker: Linker) -> Tuple[CacheEntry, bool]:
-        """``folder``'s tree as the tier's ``key``, placed by ``linker`` (a hardlink makes the root's files the
-        tier's, read-only), staged and renamed whole; whether it was added (a tree already there is kept)."""
+        """``folder``'s tree as the tier's ``key``, staged and renamed whole; whether it was added."""
         check_members(members)
         with self.locked(exclusive=True):
             found, _ = self.lookup(key)
@@ -258,8 +248,7 @@ class HostStore:
         return [r for r in raw if isinstance(r, dict)] if isinstance(raw, list) else []
 
     def passed(self, key: str, fingerprint: Mapping[str, object], modules: Sequence[str]) -> Optional[Passed]:
-        """The probe the tree passed with an interpreter of ``fingerprint`` importing ``modules``, if any: a root
-        that links it for such an interpreter takes that answer instead of probing again."""
+        """The probe the tree passed with an interpreter of ``fingerprint`` importing ``modules``, if any."""
         for record in self._probes(key):
             if not _same(record.get("fingerprint"), fingerprint):
                 continue
@@ -322,8 +311,7 @@ class HostStore:
         return found
 
     def prune(self, max_size: int) -> List[TreeInfo]:
-        """Remove unused trees, the unreadable first, then the longest unused, until the trees hold at most
-        ``max_size`` bytes; stale references and killed runs' staging go too.  What was removed."""
+        """Unused trees removed (broken, then longest unused) down to ``max_size`` bytes, with stale refs."""
         with self.locked(exclusive=True):
             used = self.in_use()
             for path, root, key in self.references():

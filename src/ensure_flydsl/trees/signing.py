@@ -123,8 +123,7 @@ def signature_path(kind: str, key: str, manifest: bytes, name: str) -> str:
 
 def stale_signatures(store: Store, current: Mapping[Tuple[str, str], AbstractSet[str]],
                      before: float) -> List[StoredFile]:
-    """Signature objects older than ``before`` that sign none of the manifests in ``current`` ((kind, key): the
-    sha256s of its manifests); a younger one may be a publisher's whose manifest comes next."""
+    """Signatures older than ``before`` of none of the manifests in ``current`` ((kind, key): their sha256s)."""
     stale: List[StoredFile] = []
     for stored in store.list_files("entries"):
         parts = stored.path.split("/")
@@ -159,8 +158,7 @@ class Verdict:
 
 def judge(manifest: bytes, signatures: Mapping[str, bytes], trusted: Sequence[PublicKey],
           other_versions: Sequence[str] = ()) -> Verdict:
-    """The verdict on a manifest's bytes, given its signatures and the trusted keys; ``other_versions``: names
-    that signed other versions of it (it changed since)."""
+    """The verdict on a manifest's bytes; ``other_versions``: names that signed other versions of it."""
     by_name: Dict[str, List[PublicKey]] = {}
     for public in trusted:
         by_name.setdefault(public.name, []).append(public)
