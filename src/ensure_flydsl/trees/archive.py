@@ -20,36 +20,30 @@ GZIP_INPUT = 64 << 10  # compressed bytes fed to zlib at a time
 TAR_BUFFER = 4 << 20  # what tarfile may hold beyond one request: fewer, larger joins, still a few MiB
 
 
-class _HashingWriter:
-    """Counts and hashes what gzip writes, so the blob's name is known without reading it again."""
+class _Hashing:
+    """A stream whose bytes are hashed and counted as they pass, read or written, so none is read twice."""
 
-    def __init__(self, out: IO[bytes]) -> None:
-        self.out, self.digest, self.size = out, hashlib.sha256(), 0
+    def __init__(self, stream: IO[bytes]) -> None:
+        self.stream, self.digest, self.size = stream, hashlib.sha256(), 0
 
-    def write(self, data: bytes) -> int:
+    def _seen(self, data: bytes) -> bytes:
         self.digest.update(data)
         self.size += len(data)
-        return self.out.write(data)
-
-    def flush(self) -> None:
-        self.out.flush()
-
-
-class _HashingReader:
-    """Hashes a file while tarfile copies it: the manifest holds the hash of the bytes that went in."""
-
-    def __init__(self, handle: IO[bytes]) -> None:
-        self.handle, self.digest = handle, hashlib.sha256()
+        return data
 
     def read(self, size: int = -1) -> bytes:
-        data = self.handle.read(size)
-        self.digest.update(data)
-        return data
+        return self._seen(self.stream.read(size))
+
+    def write(self, data: bytes) -> int:
+        return self.stream.write(self._seen(data))
+
+    def flush(self) -> None:
+        self.stream.flush()
 
 
 def pack(source: str, out: IO[bytes]) -> Tuple[str, int, List[Member]]:
     """``source`` as a deterministic gzip'd tar into ``out`` (mtimes kept: a .pyc records its source's)."""
-    sink = _HashingWriter(out)
+    sink = _Hashing(out)
     members: List[Member] = []
     with gzip.GzipFile(filename="", mode="wb", fileobj=sink, compresslevel=6, mtime=0) as gz:
         with tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:
@@ -66,7 +60,7 @@ def pack(source: str, out: IO[bytes]) -> Tuple[str, int, List[Member]]:
                 else:
                     info.size = member.size
                     with open(full, "rb") as handle:
-                        reader = _HashingReader(handle)
+                        reader = _Hashing(handle)
                         tar.addfile(info, cast(IO[bytes], reader))
                     member = replace(member, sha256=reader.digest.hexdigest())
                 members.append(member)
@@ -141,18 +135,16 @@ def _write_file(tar: tarfile.TarFile, info: tarfile.TarInfo, path: str, want: Me
                            f"got {got[:12]}..")
 
 
-class BlobReader:
+class BlobReader(_Hashing):
     """The blob as tarfile reads it: every byte hashed and counted on its way through, once."""
 
     def __init__(self, src: IO[bytes], size: int, sha256: str) -> None:
-        self._src, self._expected_size, self._expected_sha = src, size, sha256
-        self._digest, self._size = hashlib.sha256(), 0
+        super().__init__(src)
+        self._expected_size, self._expected_sha = size, sha256
 
     def read(self, size: int = -1) -> bytes:
-        chunk = self._src.read(CHUNK if size is None or size < 0 else size)
-        self._digest.update(chunk)
-        self._size += len(chunk)
-        if self._size > self._expected_size:
+        chunk = super().read(CHUNK if size is None or size < 0 else size)
+        if self.size > self._expected_size:
             raise CacheCorrupt(f"blob size mismatch: expected {self._expected_size} bytes, got more")
         return chunk
 
@@ -160,10 +152,10 @@ class BlobReader:
         """Read what the tar stream left (its end blocks, gzip's trailer); hold the whole against the manifest."""
         while self.read(CHUNK):
             pass
-        if self._size != self._expected_size:
-            raise CacheCorrupt(f"blob size mismatch: expected {self._expected_size} bytes, got {self._size} "
+        if self.size != self._expected_size:
+            raise CacheCorrupt(f"blob size mismatch: expected {self._expected_size} bytes, got {self.size} "
                                "(truncated)")
-        got = self._digest.hexdigest()
+        got = self.digest.hexdigest()
         if got != self._expected_sha:
             raise CacheCorrupt(f"blob sha256 mismatch: expected {self._expected_sha[:12]}.. got {got[:12]}..")
 
