@@ -107,9 +107,7 @@ class FolderStore:
                 except FileExistsError:
                     st = os.lstat(path)
                 except OSError as exc:
-                    raise CacheError(f"cannot write to the cache folder {os.path.dirname(path)}: "
-                                     f"{exc.strerror or exc}; make it writable or point FLYDSL_CACHE "
-                                     "elsewhere") from None
+                    raise _unwritable(f"to the cache folder {os.path.dirname(path)}", exc) from None
             except OSError as exc:
                 raise CacheError(f"cannot look at {path} in the cache: {exc.strerror or exc}") from None
             if stat.S_ISLNK(st.st_mode):
@@ -124,7 +122,7 @@ class FolderStore:
         parent, _, name = rel.rpartition("/")
         return os.path.join(self._folder(parent, create_parent), name)
 
-    def _open_regular(self, rel: str) -> IO[bytes]:
+    def open_read(self, rel: str) -> IO[bytes]:
         """``rel`` opened for reading; CacheCorrupt when not a regular file (a planted FIFO would block for ever)."""
         path = self._file(rel)
         try:
@@ -150,18 +148,13 @@ class FolderStore:
     def read_bytes(self, rel: str, limit: int) -> Optional[bytes]:
         """The file's bytes, None when absent; CacheCorrupt past ``limit`` (only that much more is read)."""
         try:
-            with self._open_regular(rel) as handle:
+            with self.open_read(rel) as handle:
                 data = handle.read(limit + 1)
         except FileNotFoundError:
             return None
         except OSError as exc:
             raise CacheError(f"cannot read {self._abs(rel)} in the cache: {exc.strerror or exc}") from None
         return bounded(data, rel, limit)
-
-    @contextlib.contextmanager
-    def open_read(self, rel: str) -> Iterator[IO[bytes]]:
-        with self._open_regular(rel) as handle:
-            yield handle
 
     def exists(self, rel: str) -> bool:
         try:
@@ -200,8 +193,7 @@ class FolderStore:
         try:
             fd, tmp = tempfile.mkstemp(prefix=".upload.", suffix=".tmp", dir=folder)
         except OSError as exc:
-            raise CacheError(f"cannot write to the cache folder {folder}: {exc.strerror or exc}; make it writable "
-                             "or point FLYDSL_CACHE elsewhere") from None
+            raise _unwritable(f"to the cache folder {folder}", exc) from None
         os.close(fd)
         return tmp
 
@@ -217,8 +209,7 @@ class FolderStore:
         try:
             atomic_write(path, data, 0o644)
         except OSError as exc:
-            raise CacheError(f"cannot write {path}: {exc.strerror or exc}; make the cache folder writable or "
-                             "point FLYDSL_CACHE elsewhere") from None
+            raise _unwritable(path, exc) from None
 
     def create_exclusive(self, rel: str, data: bytes) -> bool:
         """Create ``rel`` unless it exists (False): link(2) of a whole file is atomic, on NFS too."""
@@ -237,8 +228,7 @@ class FolderStore:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(tmp)
         except OSError as exc:
-            raise CacheError(f"cannot write {path}: {exc.strerror or exc}; make the cache folder writable or "
-                             "point FLYDSL_CACHE elsewhere") from None
+            raise _unwritable(path, exc) from None
 
     def remove(self, rel: str) -> None:
         path = self._file(rel)
@@ -248,6 +238,11 @@ class FolderStore:
             pass
         except OSError as exc:
             raise CacheError(f"cannot remove {path} from the cache: {exc.strerror or exc}") from None
+
+
+def _unwritable(what: str, exc: OSError) -> CacheError:
+    return CacheError(f"cannot write {what}: {exc.strerror or exc}; make the cache folder writable or point "
+                      "FLYDSL_CACHE elsewhere")
 
 
 def _readlink(path: str) -> str:

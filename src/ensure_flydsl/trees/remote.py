@@ -344,20 +344,20 @@ class Cache:
         alive = [item for item in manifests if item not in gone]
         removed = [entry for _rel, entry in gone]
         referenced, freed, now = {e.blob for _r, e in alive}, {e.blob for e in removed}, time.time()
+
+        def old(stored: StoredFile) -> bool:
+            return stored.mtime is not None and now - stored.mtime > ORPHAN_GRACE_S
+
         for sha, stored in sorted(blobs.items()):
-            old = stored.mtime is not None and now - stored.mtime > ORPHAN_GRACE_S
-            if sha not in referenced and (sha in freed or old):
+            if sha not in referenced and (sha in freed or old(stored)):
                 self.store.remove(stored.path)
                 if sha not in freed:
                     removed.append(orphan_entry(stored, sha))
-        for stored in others:
-            if stored.mtime is not None and now - stored.mtime > ORPHAN_GRACE_S:
-                self.store.remove(stored.path)
-                removed.append(orphan_entry(stored, ""))
         versions: Dict[Tuple[str, str], Set[str]] = {}
         for _rel, entry in alive:
             versions.setdefault((entry.kind, entry.key), set()).add(manifest_sha(entry.manifest))
-        for stored in stale_signatures(self.store, versions, now - ORPHAN_GRACE_S):
-            self.store.remove(stored.path)  # it signs a manifest that is gone or was edited
-            removed.append(orphan_entry(stored, ""))
+        for stored in others + stale_signatures(self.store, versions):  # signing a manifest gone or edited
+            if old(stored):  # a younger one may be a publisher's whose manifest comes next
+                self.store.remove(stored.path)
+                removed.append(orphan_entry(stored, ""))
         return removed

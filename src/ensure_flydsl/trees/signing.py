@@ -121,17 +121,13 @@ def signature_path(kind: str, key: str, manifest: bytes, name: str) -> str:
     return f"{signatures_dir(kind, key)}/{manifest_sha(manifest)}/{name}.sig"
 
 
-def stale_signatures(store: Store, current: Mapping[Tuple[str, str], AbstractSet[str]],
-                     before: float) -> List[StoredFile]:
-    """Signatures older than ``before`` of none of the manifests in ``current`` ((kind, key): their sha256s)."""
+def stale_signatures(store: Store, current: Mapping[Tuple[str, str], AbstractSet[str]]) -> List[StoredFile]:
+    """Signature objects of none of the manifests in ``current`` ((kind, key): the sha256s of its manifests)."""
     stale: List[StoredFile] = []
     for stored in store.list_files("entries"):
         parts = stored.path.split("/")
-        if len(parts) != 5 or not parts[2].endswith(".sig") or not parts[4].endswith(".sig"):
-            continue
-        kind, key, version = parts[1], parts[2][:-len(".sig")], parts[3]
-        old = stored.mtime is not None and stored.mtime < before
-        if old and version not in current.get((kind, key), ()):
+        if len(parts) == 5 and parts[2].endswith(".sig") and parts[4].endswith(".sig") and \
+                parts[3] not in current.get((parts[1], parts[2][:-len(".sig")]), ()):
             stale.append(stored)
     return stale
 
