@@ -15,7 +15,7 @@ import shutil
 import socket
 import stat
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from ensure_flydsl import layout
@@ -49,6 +49,7 @@ _REFUSED = {errno.EOPNOTSUPP, errno.ENOTTY, errno.EINVAL, errno.EXDEV, errno.ENO
             errno.EBADF}
 READ_ONLY_FILE, READ_ONLY_PROGRAM = 0o444, 0o555
 STAGING_PREFIX = ".staging-"
+STAGING_AGE_S = 3600.0  # a staging folder older than this is a killed run's
 KEEP_PROBES = 16  # interpreters remembered per tree (the newest)
 Seal = Dict[str, Tuple[int, int, int]]  # path -> (inode, size, mtime_ns)
 
@@ -115,9 +116,7 @@ class TreeInfo:
     problem: str = ""
 
     def to_json(self) -> Dict[str, object]:
-        return {"key": self.key, "size": self.size, "files": self.files, "how": self.how, "commit": self.commit,
-                "abi": self.abi, "used_by": self.used_by, "last_used": round(self.last_used, 3),
-                "problem": self.problem or None}
+        return {**asdict(self), "last_used": round(self.last_used, 3), "problem": self.problem or None}
 
 
 @dataclass(frozen=True)
@@ -230,17 +229,6 @@ class HostStore:
             rename_into_place(folder, gone)
             remove_tree(gone)
 
-    def clear_staging(self, older_than: float = 3600.0) -> List[str]:
-        """Staging folders a killed run left (under the exclusive lock)."""
-        removed = []
-        trees = layout.store_trees_dir(self.path)
-        for name in os.listdir(trees) if os.path.isdir(trees) else []:
-            full = os.path.join(trees, name)
-            if name.startswith(STAGING_PREFIX) and time.time() - os.lstat(full).st_mtime > older_than:
-                remove_tree(full)
-                removed.append(name)
-        return removed
-
     # -- the probes a tree passed, per interpreter fingerprint ---------------------------------------------------
     def _probes(self, key: str) -> List[Dict[str, object]]:
         data = read_json(layout.store_probed(self.tree_dir(key)))
@@ -266,14 +254,11 @@ class HostStore:
         atomic_write_json(layout.store_probed(self.tree_dir(key)), {"passed": kept})
 
     # -- which roots use which tree ---------------------------------------------------------------------------
-    def ref_file(self, root: str) -> str:
-        return os.path.join(layout.store_refs_dir(self.path),
-                            hashlib.sha256(os.fsencode(root)).hexdigest()[:32] + ".json")
-
     def hold(self, root: str, key: str, link_mode: str) -> None:
         """``root`` uses the tree ``key`` (its own record first: a reference alone holds nothing)."""
         atomic_write_json(layout.root_store_record(root), {"store": self.path, "tree": key, "link_mode": link_mode})
-        atomic_write_json(self.ref_file(root), {"root": root, "tree": key})
+        name = hashlib.sha256(os.fsencode(root)).hexdigest()[:32] + ".json"
+        atomic_write_json(os.path.join(layout.store_refs_dir(self.path), name), {"root": root, "tree": key})
 
     def references(self) -> List[Tuple[str, Optional[str], Optional[str]]]:
         """(reference file, root, tree) of every reference (root and tree None when unreadable)."""
@@ -317,8 +302,12 @@ class HostStore:
             for path, root, key in self.references():
                 if root is None or key is None or root not in used.get(key, []):
                     remove_file(path)  # it holds nothing: its root is gone or moved on
-            self.clear_staging()
-            removed = prune_order(self.list(), max_size, lambda trees: sum(t.size for t in trees),
+            trees = layout.store_trees_dir(self.path)
+            for name in os.listdir(trees) if os.path.isdir(trees) else []:
+                full = os.path.join(trees, name)
+                if name.startswith(STAGING_PREFIX) and time.time() - os.lstat(full).st_mtime > STAGING_AGE_S:
+                    remove_tree(full)
+            removed = prune_order(self.list(), max_size, lambda staying: sum(t.size for t in staying),
                                   first=lambda t: t.last_used, kept=lambda t: bool(t.used_by),
                                   broken=lambda t: bool(t.problem))
             for tree in removed:
