@@ -37,12 +37,7 @@ class Member:
     target: Optional[str] = None  # for symlinks
 
     def to_json(self) -> Dict[str, object]:
-        data: Dict[str, object] = {"path": self.path, "type": self.type, "mode": self.mode, "size": self.size}
-        if self.type == "file":
-            data["sha256"] = self.sha256
-        if self.type == "symlink":
-            data["target"] = self.target
-        return data
+        return {name: value for name, value in vars(self).items() if value is not None}
 
     @classmethod
     def from_json(cls, obj: object) -> "Member":

@@ -108,14 +108,10 @@ class Cache:
     def __init__(self, store: Store) -> None:
         self.store = store
         self.location = store.location
+        self.read_only = store.read_only  # a folder this user may not write in: fetch only, publish nothing
         self.warnings: List[str] = []  # manifests skipped as unreadable, one line each, for the caller to say
         self.down_reported = False  # the caller said once that the store is down for this run
         self.said: Set[str] = set()  # lines said about this store in this run (each once)
-
-    @property
-    def read_only(self) -> bool:
-        """A folder this user may not write in: fetch from it, publish nothing, take no lease."""
-        return self.store.read_only
 
     @property
     def down(self) -> Optional[str]:
