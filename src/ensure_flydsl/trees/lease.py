@@ -5,6 +5,7 @@ over (docs/fleet.md).  A record that is not exactly what this tool writes is an 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import threading
@@ -26,6 +27,17 @@ UNKNOWN_HOST = "an unknown host"
 # The exit codes a failure record may carry: a build step's (2 to 8).  A waiter ends with the recorded code, so
 # 0, 75 (sends an agent back to `wait` for ever), 130 or 9 would be a lie to its caller.
 FAILURE_EXIT_CODES = range(2, 9)
+LEASES = "leases"
+# 10 digits, more past 9999999999 (one number, one name); at most 18: a planted name cannot make a take endless.
+_GENERATION = re.compile(r"^(\d{10}|[1-9]\d{10,17})\.json\Z")
+MAX_GENERATION = 10**18 - 1
+# What a writer killed in the middle leaves: a heartbeat's staged copy of its generation, an exclusive create's.
+_STAGED = re.compile(r"^\.?(\d{10}|[1-9]\d{10,17})\.json\..+\.tmp\Z")
+_CREATE_STAGED = re.compile(r"^\.create\..+\.tmp\Z")
+STAGED_AGE_S = 600.0  # a create's staged file older than this is no live writer's (it lives for a write)
+_PROBED: Dict[str, Tuple[bool, str]] = {}
+
+Progress = Callable[[], Tuple[Optional[str], Optional[float], Optional[float]]]  # step, percent, ETA
 
 
 def _whole(limit: int) -> Callable[[object], Optional[int]]:
@@ -155,19 +167,6 @@ def _failure(value: object) -> Optional[Dict[str, object]]:
             "reason": "".join(c if c.isprintable() else " " for c in reason)}
 
 
-LEASES = "leases"
-# 10 digits, more past 9999999999 (one number, one name); at most 18: a planted name cannot make a take endless.
-_GENERATION = re.compile(r"^(\d{10}|[1-9]\d{10,17})\.json\Z")
-MAX_GENERATION = 10**18 - 1
-# What a writer killed in the middle leaves: a heartbeat's staged copy of its generation, an exclusive create's.
-_STAGED = re.compile(r"^\.?(\d{10}|[1-9]\d{10,17})\.json\..+\.tmp\Z")
-_CREATE_STAGED = re.compile(r"^\.create\..+\.tmp\Z")
-STAGED_AGE_S = 600.0  # a create's staged file older than this is no live writer's (it lives for a write)
-_PROBED: Dict[str, Tuple[bool, str]] = {}
-
-Progress = Callable[[], Tuple[Optional[str], Optional[float], Optional[float]]]  # step, percent, ETA
-
-
 def lease_folder(kind: str, key: str) -> str:
     check_name(kind, key)
     return f"{LEASES}/{kind}/{key}"
@@ -197,10 +196,8 @@ def exclusive_create(store: Store) -> Tuple[bool, str]:
     except CacheError as exc:
         found = (False, str(exc))
     finally:
-        try:
+        with contextlib.suppress(CacheError):
             store.remove(rel)
-        except CacheError:
-            pass
     _PROBED[store.location] = found
     return found
 
@@ -331,10 +328,9 @@ class HeldLease:
         try:
             self.leases.store.put_bytes(self.path, record.to_bytes())
         except CacheError:
-            try:
-                self.leases.store.remove(self.path)  # no record: a waiter takes over at once, as after Ctrl-C
-            except CacheError:
-                pass  # the heartbeat stopped: the waiters take over after a TTL
+            # No record: a waiter takes over at once, as after Ctrl-C; else, after a TTL without a heartbeat.
+            with contextlib.suppress(CacheError):
+                self.leases.store.remove(self.path)
 
     def release(self, *, published: bool) -> None:
         """Give the lease up: published, every generation up to ours goes; interrupted, only ours."""

@@ -229,7 +229,6 @@ class HostStore:
             rename_into_place(folder, gone)
             remove_tree(gone)
 
-    # -- the probes a tree passed, per interpreter fingerprint ---------------------------------------------------
     def _probes(self, key: str) -> List[Dict[str, object]]:
         data = read_json(layout.store_probed(self.tree_dir(key)))
         raw = data.get("passed") if data is not None else None
@@ -253,7 +252,6 @@ class HostStore:
         kept.append({"fingerprint": dict(fingerprint), "version": version, "files": files})
         atomic_write_json(layout.store_probed(self.tree_dir(key)), {"passed": kept})
 
-    # -- which roots use which tree ---------------------------------------------------------------------------
     def hold(self, root: str, key: str, link_mode: str) -> None:
         """``root`` uses the tree ``key`` (its own record first: a reference alone holds nothing)."""
         atomic_write_json(layout.root_store_record(root), {"store": self.path, "tree": key, "link_mode": link_mode})

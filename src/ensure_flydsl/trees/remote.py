@@ -117,7 +117,6 @@ class Cache:
     def down(self) -> Optional[str]:
         return self.store.down
 
-    # -- reading -----------------------------------------------------------------------------------------------
     def read_manifest(self, rel: str, kind: str = "", key: str = "") -> Optional[CacheEntry]:
         """The manifest at ``rel`` (of ``kind``/``key`` when given); None when absent or unusable (why noted)."""
         try:
@@ -207,7 +206,6 @@ class Cache:
             raise CacheCorrupt(f"the manifest of {entry.kind}/{entry.key[:12]} is gone or names another blob")
         return current.members
 
-    # -- writing -----------------------------------------------------------------------------------------------
     def publish(self, kind: str, key: str, fields: Mapping[str, object], source: str,
                 signers: Sequence[SecretKey] = ()) -> Published:
         """Pack ``source`` and publish it: the blob, the signatures, the manifest last (never seen unsigned)."""
