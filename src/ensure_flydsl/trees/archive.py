@@ -1,9 +1,5 @@
-"""A shared store's artifact: a deterministic gzip'd tar of a folder, and its extraction from a stream.
-
-The blob is read once, straight from the store: its bytes are hashed and counted on their way into the
-decompressor, in bounded pieces (a hostile blob of zeros must not land in memory at once); each tar header is
-held against its manifest member before anything is written (``tarfile.extractall`` writes ``../x``, devices
-and files through a planted link); each file is hashed while it is written, exclusively, never through a link.
+"""A shared store's artifact: a deterministic gzip'd tar of a folder, and its extraction from a stream, hashed and
+bounded as it flows, each tar header held against its manifest member before anything is written.
 """
 
 from __future__ import annotations
@@ -24,37 +20,30 @@ GZIP_INPUT = 64 << 10  # compressed bytes fed to zlib at a time
 TAR_BUFFER = 4 << 20  # what tarfile may hold beyond one request: fewer, larger joins, still a few MiB
 
 
-class _HashingWriter:
-    """Counts and hashes what gzip writes, so the blob's name is known without reading it again."""
+class _Hashing:
+    """A stream whose bytes are hashed and counted as they pass, read or written, so none is read twice."""
 
-    def __init__(self, out: IO[bytes]) -> None:
-        self.out, self.digest, self.size = out, hashlib.sha256(), 0
+    def __init__(self, stream: IO[bytes]) -> None:
+        self.stream, self.digest, self.size = stream, hashlib.sha256(), 0
 
-    def write(self, data: bytes) -> int:
+    def _seen(self, data: bytes) -> bytes:
         self.digest.update(data)
         self.size += len(data)
-        return self.out.write(data)
-
-    def flush(self) -> None:
-        self.out.flush()
-
-
-class _HashingReader:
-    """Hashes a file while tarfile copies it: the manifest holds the hash of the bytes that went in."""
-
-    def __init__(self, handle: IO[bytes]) -> None:
-        self.handle, self.digest = handle, hashlib.sha256()
+        return data
 
     def read(self, size: int = -1) -> bytes:
-        data = self.handle.read(size)
-        self.digest.update(data)
-        return data
+        return self._seen(self.stream.read(size))
+
+    def write(self, data: bytes) -> int:
+        return self.stream.write(self._seen(data))
+
+    def flush(self) -> None:
+        self.stream.flush()
 
 
 def pack(source: str, out: IO[bytes]) -> Tuple[str, int, List[Member]]:
-    """The gzip'd tar of ``source`` written to ``out``: its sha256, size and members.  Same folder, same bytes
-    (sorted, owners zeroed, no gzip time or name); the files' mtimes kept (a ``.pyc`` records its source's)."""
-    sink = _HashingWriter(out)
+    """``source`` as a deterministic gzip'd tar into ``out`` (mtimes kept: a .pyc records its source's)."""
+    sink = _Hashing(out)
     members: List[Member] = []
     with gzip.GzipFile(filename="", mode="wb", fileobj=sink, compresslevel=6, mtime=0) as gz:
         with tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:
@@ -71,7 +60,7 @@ def pack(source: str, out: IO[bytes]) -> Tuple[str, int, List[Member]]:
                 else:
                     info.size = member.size
                     with open(full, "rb") as handle:
-                        reader = _HashingReader(handle)
+                        reader = _Hashing(handle)
                         tar.addfile(info, cast(IO[bytes], reader))
                     member = replace(member, sha256=reader.digest.hexdigest())
                 members.append(member)
@@ -96,8 +85,7 @@ def member_of(info: tarfile.TarInfo) -> Member:
 
 
 def extract_checked(tar: tarfile.TarFile, root: str, expected: Sequence[Member]) -> None:
-    """Create the members of a tar stream under ``root`` in one pass, each header held against ``expected`` (the
-    manifest's members, already checked) before it is written; every expected member must come."""
+    """The tar stream's members under ``root``, each header held against ``expected`` before it is written."""
     want = {m.path: m for m in expected}
     done: Set[str] = set()
     for info in tar:
@@ -147,18 +135,16 @@ def _write_file(tar: tarfile.TarFile, info: tarfile.TarInfo, path: str, want: Me
                            f"got {got[:12]}..")
 
 
-class BlobReader:
+class BlobReader(_Hashing):
     """The blob as tarfile reads it: every byte hashed and counted on its way through, once."""
 
     def __init__(self, src: IO[bytes], size: int, sha256: str) -> None:
-        self._src, self._expected_size, self._expected_sha = src, size, sha256
-        self._digest, self._size = hashlib.sha256(), 0
+        super().__init__(src)
+        self._expected_size, self._expected_sha = size, sha256
 
     def read(self, size: int = -1) -> bytes:
-        chunk = self._src.read(CHUNK if size is None or size < 0 else size)
-        self._digest.update(chunk)
-        self._size += len(chunk)
-        if self._size > self._expected_size:
+        chunk = super().read(CHUNK if size is None or size < 0 else size)
+        if self.size > self._expected_size:
             raise CacheCorrupt(f"blob size mismatch: expected {self._expected_size} bytes, got more")
         return chunk
 
@@ -166,17 +152,16 @@ class BlobReader:
         """Read what the tar stream left (its end blocks, gzip's trailer); hold the whole against the manifest."""
         while self.read(CHUNK):
             pass
-        if self._size != self._expected_size:
-            raise CacheCorrupt(f"blob size mismatch: expected {self._expected_size} bytes, got {self._size} "
+        if self.size != self._expected_size:
+            raise CacheCorrupt(f"blob size mismatch: expected {self._expected_size} bytes, got {self.size} "
                                "(truncated)")
-        got = self._digest.hexdigest()
+        got = self.digest.hexdigest()
         if got != self._expected_sha:
             raise CacheCorrupt(f"blob sha256 mismatch: expected {self._expected_sha[:12]}.. got {got[:12]}..")
 
 
 class Gunzip:
-    """The decompressed stream of a gzip'd blob, never more than the size asked for per read (tarfile's own
-    "r|gz" decompresses each read whole: 1 MiB of a hostile blob may be 1 GiB)."""
+    """A gzip stream that gives at most what a read asks for ("r|gz" inflates each read whole: a bomb)."""
 
     def __init__(self, raw: BlobReader) -> None:
         self._raw = raw
@@ -195,8 +180,7 @@ class Gunzip:
 
 
 def unpack(src: IO[bytes], size: int, sha256: str, members: Sequence[Member], tree: str) -> None:
-    """The blob in ``src`` extracted as the new folder ``tree``, checked as it streams and after: a damaged blob
-    is named as such, not by the first symptom it caused.  The caller renames ``tree`` into place after."""
+    """The blob in ``src`` as the new folder ``tree``; a damaged blob is named as such, not by its first symptom."""
     blob = BlobReader(src, size, sha256)
     try:
         with tarfile.open(fileobj=cast(IO[bytes], Gunzip(blob)), mode="r|", bufsize=TAR_BUFFER) as tar:
@@ -213,8 +197,7 @@ def unpack(src: IO[bytes], size: int, sha256: str, members: Sequence[Member], tr
 
 
 def set_modes(tree: str, members: Sequence[Member]) -> None:
-    """The members' modes, never group/world-writable nor setuid; deepest first, so a read-only folder does not
-    stop the writes into it; folders stay the owner's to rebuild or remove."""
+    """The members' modes (no setuid, nothing others may write), deepest first; folders stay the owner's."""
     for m in sorted(members, key=lambda m: m.path.count("/"), reverse=True):
         full = os.path.join(tree, *m.path.split("/"))
         if m.type == "file":

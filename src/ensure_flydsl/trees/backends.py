@@ -1,10 +1,6 @@
-"""Where a shared store's bytes live: a plain folder, or any fsspec file system (``s3://bucket/prefix``).
-
-A backend reads, lists and removes files by their path relative to its root and writes each one atomically:
-a reader sees the whole file or none.  Everything under the root was written by somebody else: a folder
-follows no link below its root and opens only regular files, without blocking; a folder this user cannot write
-is used read-only.  A remote that fails (network, credentials, a missing bucket) is ``down`` for the rest of the
-run: one timeout per run, not one per step.
+"""Where a shared store's bytes live: a plain folder, or any fsspec file system (``s3://bucket/prefix``), each file
+written atomically.  A folder follows no link below its root and opens only regular files; a remote that fails is
+``down`` for the rest of the run (one timeout per run, not one per step).
 """
 
 from __future__ import annotations
@@ -59,8 +55,7 @@ class StoredFile:
 
 
 def bounded(data: bytes, rel: str, limit: int) -> bytes:
-    """``data`` (read as at most ``limit + 1`` bytes): CacheCorrupt when more than ``limit``, which no record of
-    this tool is (reading it whole could exhaust memory)."""
+    """``data`` (read as ``limit + 1`` bytes at most): CacheCorrupt when more than ``limit``."""
     if len(data) > limit:
         raise CacheCorrupt(f"{rel} is larger than {limit} bytes, which no record of this tool is")
     return data
@@ -91,8 +86,7 @@ class FolderStore:
         return os.path.join(self.root, *rel.split("/"))
 
     def _folder(self, rel_dir: str, create: bool = False) -> str:
-        """``rel_dir`` under the root, each part checked with lstat (made when ``create``): CacheError for a link
-        or a non-folder there, whose writes and clean-up would go elsewhere.  The root itself may be a link."""
+        """``rel_dir`` under the root (made when ``create``); CacheError for a link or non-folder on the way."""
         path = self.root
         if create and not os.path.isdir(path):
             try:
@@ -113,9 +107,7 @@ class FolderStore:
                 except FileExistsError:
                     st = os.lstat(path)
                 except OSError as exc:
-                    raise CacheError(f"cannot write to the cache folder {os.path.dirname(path)}: "
-                                     f"{exc.strerror or exc}; make it writable or point FLYDSL_CACHE "
-                                     "elsewhere") from None
+                    raise _unwritable(f"to the cache folder {os.path.dirname(path)}", exc) from None
             except OSError as exc:
                 raise CacheError(f"cannot look at {path} in the cache: {exc.strerror or exc}") from None
             if stat.S_ISLNK(st.st_mode):
@@ -130,9 +122,8 @@ class FolderStore:
         parent, _, name = rel.rpartition("/")
         return os.path.join(self._folder(parent, create_parent), name)
 
-    def _open_regular(self, rel: str) -> IO[bytes]:
-        """``rel`` opened for reading: FileNotFoundError when absent, CacheCorrupt when not a regular file (a
-        FIFO planted as a blob would block the read for ever, holding the root's lock)."""
+    def open_read(self, rel: str) -> IO[bytes]:
+        """``rel`` opened for reading; CacheCorrupt when not a regular file (a planted FIFO would block for ever)."""
         path = self._file(rel)
         try:
             fd = os.open(path, _READ_FLAGS)
@@ -157,18 +148,13 @@ class FolderStore:
     def read_bytes(self, rel: str, limit: int) -> Optional[bytes]:
         """The file's bytes, None when absent; CacheCorrupt past ``limit`` (only that much more is read)."""
         try:
-            with self._open_regular(rel) as handle:
+            with self.open_read(rel) as handle:
                 data = handle.read(limit + 1)
         except FileNotFoundError:
             return None
         except OSError as exc:
             raise CacheError(f"cannot read {self._abs(rel)} in the cache: {exc.strerror or exc}") from None
         return bounded(data, rel, limit)
-
-    @contextlib.contextmanager
-    def open_read(self, rel: str) -> Iterator[IO[bytes]]:
-        with self._open_regular(rel) as handle:
-            yield handle
 
     def exists(self, rel: str) -> bool:
         try:
@@ -207,8 +193,7 @@ class FolderStore:
         try:
             fd, tmp = tempfile.mkstemp(prefix=".upload.", suffix=".tmp", dir=folder)
         except OSError as exc:
-            raise CacheError(f"cannot write to the cache folder {folder}: {exc.strerror or exc}; make it writable "
-                             "or point FLYDSL_CACHE elsewhere") from None
+            raise _unwritable(f"to the cache folder {folder}", exc) from None
         os.close(fd)
         return tmp
 
@@ -224,12 +209,10 @@ class FolderStore:
         try:
             atomic_write(path, data, 0o644)
         except OSError as exc:
-            raise CacheError(f"cannot write {path}: {exc.strerror or exc}; make the cache folder writable or "
-                             "point FLYDSL_CACHE elsewhere") from None
+            raise _unwritable(path, exc) from None
 
     def create_exclusive(self, rel: str, data: bytes) -> bool:
-        """Create ``rel`` unless it exists (False then): link(2) of a complete temporary file fails with EEXIST
-        atomically, on NFS too, and follows no link at the target."""
+        """Create ``rel`` unless it exists (False): link(2) of a whole file is atomic, on NFS too."""
         path = self._file(rel, create_parent=True)
         try:
             fd, tmp = tempfile.mkstemp(prefix=".create.", suffix=".tmp", dir=os.path.dirname(path))
@@ -245,8 +228,7 @@ class FolderStore:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(tmp)
         except OSError as exc:
-            raise CacheError(f"cannot write {path}: {exc.strerror or exc}; make the cache folder writable or "
-                             "point FLYDSL_CACHE elsewhere") from None
+            raise _unwritable(path, exc) from None
 
     def remove(self, rel: str) -> None:
         path = self._file(rel)
@@ -256,6 +238,11 @@ class FolderStore:
             pass
         except OSError as exc:
             raise CacheError(f"cannot remove {path} from the cache: {exc.strerror or exc}") from None
+
+
+def _unwritable(what: str, exc: OSError) -> CacheError:
+    return CacheError(f"cannot write {what}: {exc.strerror or exc}; make the cache folder writable or point "
+                      "FLYDSL_CACHE elsewhere")
 
 
 def _readlink(path: str) -> str:
@@ -270,8 +257,7 @@ def s3_remedy() -> str:
 
 
 def remote_options(protocol: str) -> Dict[str, object]:
-    """Timeouts and few retries: a silent endpoint ends an operation after the network silence limit, as every
-    network step of a run does."""
+    """Timeouts and few retries: a silent endpoint fails within the network silence limit."""
     silence = network_silence_s()
     if protocol in ("s3", "s3a"):
         half = max(1.0, silence / 2)
@@ -323,8 +309,7 @@ class FsspecStore:
 
     @contextlib.contextmanager
     def _remote(self, what: str, *, writing: bool = False) -> Iterator[None]:
-        """An operation on the remote, with a line every half of the silence limit while it waits; botocore's
-        and aiohttp's own exceptions become CacheUnreachable (a missing credential is no bug: never exit 70)."""
+        """An operation on the remote, said while it waits; any failure is CacheUnreachable (never exit 70)."""
         if self.down is not None:
             raise CacheUnreachable(self.down)
         limit = network_silence_s()
@@ -355,8 +340,7 @@ class FsspecStore:
         return "check the URL's host, port and credentials, and that its server answers"
 
     def _make_parent(self, target: str) -> None:
-        """The folder of ``target`` where folders exist (not an object store).  Another host may make it at the
-        same moment (fsspec's FTP then fails its MKD despite exist_ok): only a folder still missing fails."""
+        """The folder of ``target`` where folders exist; another host making it at once is no failure."""
         if self.atomic_put:
             return
         parent = target.rsplit("/", 1)[0]
@@ -429,8 +413,7 @@ class FsspecStore:
         self.fs.mv(staged, target)
 
     def create_exclusive(self, rel: str, data: bytes) -> bool:
-        """Create ``rel`` unless it exists (S3's ``If-None-Match: *``); False when it does.  A file system that
-        ignores "xb" overwrites instead: the lease probes for that (trees/lease.py)."""
+        """Create ``rel`` unless it exists (S3's ``If-None-Match: *``): False then; the lease probes support."""
         target = self._path(rel)
         try:
             with self._remote(f"create {rel}", writing=True):
@@ -453,8 +436,7 @@ class FsspecStore:
                 if info.get("type") != "directory" and str(name).startswith(prefix)]
 
     def list_names(self, rel_dir: str) -> List[str]:
-        """The names in ``rel_dir`` that a create collides with: on an object store only objects (a "folder"
-        there is a prefix of other keys, and a create beside it succeeds)."""
+        """The names in ``rel_dir`` a create collides with (on an object store, objects alone)."""
         top = self._path(rel_dir).rstrip("/")
         try:
             with self._remote(f"list {rel_dir}"):

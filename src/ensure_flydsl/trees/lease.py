@@ -1,28 +1,20 @@
-"""The build lease: hosts sharing one store that miss the same key at once pay one build, not one each.
-
-``<store>/leases/<kind>/<key>/<generation>.json`` (10 digits, more past 9999999999).  Take: create generation n+1
-exclusively (S3's ``If-None-Match: *``, link(2) in a folder), n the newest there is; the newest generation is the
-lease, and whatever stands at a generation's name is that generation.  Heartbeat: the holder rewrites its own
-every TTL/4.  Dead: a waiter that sees the same bytes for longer than the TTL by its own monotonic clock takes
-over (no two hosts' clocks are compared).  Failure: the holder rewrites its generation as ``failed`` with a build
-step's stage, exit code and reason.  Release: after publishing, every generation up to the holder's goes;
-interrupted, only its own.  A record is read field by field: one that is not exactly what this tool writes is an
-unknown holder's lease, waited for and taken over like any other.  A store that ignores exclusive create is found
-by a probe once per location and process, and the run then builds without a lease.
+"""The build lease: hosts that miss one key at once pay one build.  Exclusive create of generation n+1 under
+``leases/<kind>/<key>/`` takes it, heartbeats keep it, a TTL of unchanged bytes on the waiter's own clock hands it
+over (docs/fleet.md).  A record that is not exactly what this tool writes is an unknown holder's lease.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
-import math
 import re
 import threading
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
-from typing import Callable, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from ensure_flydsl.support.fields import SHORT_TEXT_MAX, short_text
+from ensure_flydsl.support.fields import MAX_SECONDS, SHORT_TEXT_MAX, integer, number, percent, seconds, short_text
 from ensure_flydsl.trees.backends import CacheCorrupt, CacheError, CacheUnreachable, Store
 from ensure_flydsl.trees.manifest import check_name
 
@@ -31,11 +23,50 @@ BUILDING, FAILED = "building", "failed"
 MAX_TTL_S = 10.0**6
 MAX_RECORD_BYTES = 64 << 10  # this tool writes a few hundred bytes
 MAX_REASON = 2000  # the holder writes at most this much of its failure's reason
-_MAX_SECONDS = 10.0**10  # wall clock times and durations: finite, and not beyond the year 2286
 UNKNOWN_HOST = "an unknown host"
 # The exit codes a failure record may carry: a build step's (2 to 8).  A waiter ends with the recorded code, so
 # 0, 75 (sends an agent back to `wait` for ever), 130 or 9 would be a lie to its caller.
 FAILURE_EXIT_CODES = range(2, 9)
+LEASES = "leases"
+# 10 digits, more past 9999999999 (one number, one name); at most 18: a planted name cannot make a take endless.
+_GENERATION = re.compile(r"^(\d{10}|[1-9]\d{10,17})\.json\Z")
+MAX_GENERATION = 10**18 - 1
+# What a writer killed in the middle leaves: a heartbeat's staged copy of its generation, an exclusive create's.
+_STAGED = re.compile(r"^\.?(\d{10}|[1-9]\d{10,17})\.json\..+\.tmp\Z")
+_CREATE_STAGED = re.compile(r"^\.create\..+\.tmp\Z")
+STAGED_AGE_S = 600.0  # a create's staged file older than this is no live writer's (it lives for a write)
+_PROBED: Dict[str, Tuple[bool, str]] = {}
+
+Progress = Callable[[], Tuple[Optional[str], Optional[float], Optional[float]]]  # step, percent, ETA
+
+
+def _whole(limit: int) -> Callable[[object], Optional[int]]:
+    def check(value: object) -> Optional[int]:
+        found = integer(value)
+        return found if found is not None and 0 <= found <= limit else None
+    return check
+
+
+def _ttl(value: object) -> Optional[float]:
+    found = number(value)
+    return found if found is not None and 0 <= found < MAX_TTL_S else None
+
+
+_TEXT = f"a text of 1 to {SHORT_TEXT_MAX} printable characters"  # FLYDSL_HOST_ID is held to the same rule
+_TIME = (seconds, "a time in seconds")
+_LATER = (seconds, f"a number from 0 to {MAX_SECONDS:g}")
+# Each field of a record: its check (None for a bad value) and what a good value is, for the refusal.
+_FIELDS: Dict[str, Tuple[Callable[[object], object], str]] = {
+    "host": (short_text, _TEXT), "run_id": (short_text, _TEXT), "what": (short_text, _TEXT),
+    "step": (short_text, _TEXT), "pid": (_whole(2**31), f"a whole number from 0 to {2**31}"),
+    "failures_before": (_whole(10**6), f"a whole number from 0 to {10**6}"),
+    "beat": (_whole(2**62), f"a whole number from 0 to {2**62}"),
+    "ttl": (_ttl, f"what FLYDSL_LEASE_TTL allows (0 < ttl < {MAX_TTL_S:g} s)"),
+    "started": _TIME, "heartbeat": _TIME, "elapsed_s": _TIME, "eta_s": _LATER, "ended": _LATER,
+    "percent": (percent, "a number from 0 to 100"),
+}
+_DEFAULTS = {"failures_before": 0, "ttl": 0.0, "beat": 0, "heartbeat": 0.0, "elapsed_s": 0.0}
+_OPTIONAL = ("step", "percent", "eta_s", "ended")
 
 
 @dataclass
@@ -97,16 +128,13 @@ class LeaseRecord:
         state = obj.get("state", BUILDING)
         if state not in (BUILDING, FAILED):
             raise ValueError(f"state {_shown(state)}")
-        record = cls(
-            kind, key, generation,
-            host=_text(obj, "host"), run_id=_text(obj, "run_id"), pid=_int(obj, "pid", 2**31),
-            started=_seconds(obj, "started"), what=_text(obj, "what"),
-            failures_before=_int(obj, "failures_before", 10**6, 0), ttl=_ttl(obj), state=str(state),
-            beat=_int(obj, "beat", 2**62, 0), heartbeat=_seconds(obj, "heartbeat", 0.0),
-            elapsed_s=_seconds(obj, "elapsed_s", 0.0), step=_text_or_none(obj, "step"),
-            percent=_number_or_none(obj, "percent", 100.0), eta_s=_number_or_none(obj, "eta_s", _MAX_SECONDS),
-            failure=_failure(obj.get("failure")), ended=_number_or_none(obj, "ended", _MAX_SECONDS),
-        )
+        values: Dict[str, Any] = {}
+        for name, (check, wanted) in _FIELDS.items():
+            value = obj.get(name, _DEFAULTS.get(name))
+            values[name] = check(value)
+            if values[name] is None and (value is not None or name not in _OPTIONAL):
+                raise ValueError(f"{name} {_shown(value)} is not {wanted}")
+        record = cls(kind, key, generation, state=str(state), failure=_failure(obj.get("failure")), **values)
         if record.state == FAILED and (record.failure is None or record.ended is None):
             raise ValueError("a failure record without its failure or its end")
         return record
@@ -115,68 +143,9 @@ class LeaseRecord:
         return f"{self.host} (run {self.run_id})"
 
 
-_MISSING = object()
-
-
 def _shown(value: object) -> str:
     text = repr(value)
     return text if len(text) <= 40 else text[:37] + "..."
-
-
-def _finite(value: object) -> Optional[float]:
-    """The number, or None: a bool is no number here; NaN and Infinity (json reads them) are no times."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    try:
-        number = float(value)
-    except OverflowError:  # an int of 400 digits
-        return None
-    return number if math.isfinite(number) else None
-
-
-def _text(obj: Mapping[str, object], name: str) -> str:
-    """Host, run id, step, what: shown in messages (FLYDSL_HOST_ID is held to the same rule)."""
-    value = short_text(obj.get(name))
-    if value is None:
-        raise ValueError(f"{name} {_shown(obj.get(name))} is not a text of 1 to {SHORT_TEXT_MAX} printable characters")
-    return value
-
-
-def _text_or_none(obj: Mapping[str, object], name: str) -> Optional[str]:
-    return None if obj.get(name) is None else _text(obj, name)
-
-
-def _int(obj: Mapping[str, object], name: str, limit: int, default: object = _MISSING) -> int:
-    value = obj.get(name, default)
-    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= limit:
-        raise ValueError(f"{name} {_shown(value)} is not a whole number from 0 to {limit}")
-    return value
-
-
-def _seconds(obj: Mapping[str, object], name: str, default: object = _MISSING) -> float:
-    value = obj.get(name, default)
-    number = _finite(value)
-    if number is None or not 0 <= number <= _MAX_SECONDS:
-        raise ValueError(f"{name} {_shown(value)} is not a time in seconds")
-    return number
-
-
-def _number_or_none(obj: Mapping[str, object], name: str, limit: float) -> Optional[float]:
-    value = obj.get(name)
-    if value is None:
-        return None
-    number = _finite(value)
-    if number is None or not 0 <= number <= limit:
-        raise ValueError(f"{name} {_shown(value)} is not a number from 0 to {limit:g}")
-    return number
-
-
-def _ttl(obj: Mapping[str, object]) -> float:
-    value = obj.get("ttl", 0.0)
-    number = _finite(value)
-    if number is None or not 0 <= number < MAX_TTL_S:
-        raise ValueError(f"ttl {_shown(value)} is not what FLYDSL_LEASE_TTL allows (0 < ttl < {MAX_TTL_S:g} s)")
-    return number
 
 
 def _failure(value: object) -> Optional[Dict[str, object]]:
@@ -184,7 +153,9 @@ def _failure(value: object) -> Optional[Dict[str, object]]:
         return None
     if not isinstance(value, dict):
         raise ValueError("failure is not an object")
-    stage = _text_or_none(value, "stage")
+    stage = value.get("stage")
+    if stage is not None and short_text(stage) is None:
+        raise ValueError(f"stage {_shown(stage)} is not {_TEXT}")
     code = value.get("exit_code")
     if not isinstance(code, int) or isinstance(code, bool) or code not in FAILURE_EXIT_CODES:
         raise ValueError(f"failure exit_code {_shown(code)} is not a build step's (2 to 8)")
@@ -192,23 +163,8 @@ def _failure(value: object) -> Optional[Dict[str, object]]:
     if not isinstance(reason, str) or len(reason) > MAX_REASON:
         raise ValueError("failure reason is not a text")
     # Messages are one line each: the reason's line breaks and control characters become spaces.
-    return {"stage": stage, "exit_code": code,
+    return {"stage": short_text(stage), "exit_code": code,
             "reason": "".join(c if c.isprintable() else " " for c in reason)}
-
-
-__all__ = ["BUILDING", "FAILED", "HeldLease", "LeaseRecord", "Leases", "exclusive_create", "generation_path"]
-LEASES = "leases"
-# 10 digits, more past 9999999999 (no leading zero then: one number, one name); at most 18, so a planted name
-# cannot make a take that never ends.
-_GENERATION = re.compile(r"^(\d{10}|[1-9]\d{10,17})\.json\Z")
-MAX_GENERATION = 10**18 - 1
-# What a writer killed in the middle leaves: a heartbeat's staged copy of its generation, an exclusive create's.
-_STAGED = re.compile(r"^\.?(\d{10}|[1-9]\d{10,17})\.json\..+\.tmp\Z")
-_CREATE_STAGED = re.compile(r"^\.create\..+\.tmp\Z")
-STAGED_AGE_S = 600.0  # a create's staged file older than this is no live writer's (it lives for a write)
-_PROBED: Dict[str, Tuple[bool, str]] = {}
-
-Progress = Callable[[], Tuple[Optional[str], Optional[float], Optional[float]]]  # step, percent, ETA
 
 
 def lease_folder(kind: str, key: str) -> str:
@@ -221,8 +177,7 @@ def generation_path(kind: str, key: str, generation: int) -> str:
 
 
 def exclusive_create(store: Store) -> Tuple[bool, str]:
-    """Whether the store refuses a second create of one object, and if not, why; probed once per location
-    and process (two small objects written and removed)."""
+    """Whether the store refuses a second create of one object, and if not, why (probed once per location)."""
     known = _PROBED.get(store.location)
     if known is not None:
         return known
@@ -241,10 +196,8 @@ def exclusive_create(store: Store) -> Tuple[bool, str]:
     except CacheError as exc:
         found = (False, str(exc))
     finally:
-        try:
+        with contextlib.suppress(CacheError):
             store.remove(rel)
-        except CacheError:
-            pass
     _PROBED[store.location] = found
     return found
 
@@ -257,8 +210,7 @@ class Leases:
         self.ttl = ttl
 
     def generations(self, kind: str, key: str) -> List[int]:
-        """The generations there are: whatever stands at a generation's name counts (its create would fail, so a
-        taker that did not count it would try it for ever)."""
+        """The generations there are: whatever stands at a generation's name counts (its create would fail)."""
         found = set()
         for name in self.store.list_names(lease_folder(kind, key)):
             match = _GENERATION.match(name)
@@ -277,8 +229,7 @@ class Leases:
         return None
 
     def take(self, record: LeaseRecord, progress: Progress) -> Optional["HeldLease"]:
-        """Create ``record``'s generation exclusively; the held lease (heartbeat running), or None when
-        another run created it or a newer one first."""
+        """Create ``record``'s generation exclusively; the held lease, or None when another run got there first."""
         if record.generation > MAX_GENERATION:
             raise CacheError(f"the lease of {record.what} is at generation {record.generation - 1}, which no run of "
                              f"this tool reaches (a planted record?); remove {lease_folder(record.kind, record.key)} "
@@ -377,10 +328,9 @@ class HeldLease:
         try:
             self.leases.store.put_bytes(self.path, record.to_bytes())
         except CacheError:
-            try:
-                self.leases.store.remove(self.path)  # no record: a waiter takes over at once, as after Ctrl-C
-            except CacheError:
-                pass  # the heartbeat stopped: the waiters take over after a TTL
+            # No record: a waiter takes over at once, as after Ctrl-C; else, after a TTL without a heartbeat.
+            with contextlib.suppress(CacheError):
+                self.leases.store.remove(self.path)
 
     def release(self, *, published: bool) -> None:
         """Give the lease up: published, every generation up to ours goes; interrupted, only ours."""

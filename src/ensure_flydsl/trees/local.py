@@ -1,11 +1,6 @@
-"""The store's local tier: every tree installed on this host, kept once and unpacked, linked into each root that
-uses it (reflink, else hardlink, else copy).  See docs/store.md.
-
-``trees/<key>/`` holds a tree's files (read-only), its manifest (trees/manifest.py's format), its seal (each stored
-file's inode, size and mtime: a file whose stat differs is hashed before it is linked) and the probes it passed.
-A tree is added whole or not at all (staged, then renamed).  Adding and pruning hold the tier's lock exclusively,
-linking holds it shared: a tree is never removed while a root links it, nor half-added when one looks.  Each root
-that links a tree holds two records: the tier's reference and the root's own; a tree is in use while both agree.
+"""The store's local tier: each tree on this host kept once, unpacked and sealed, linked into each root that uses it
+(reflink, hardlink or copy); added whole under the tier's exclusive lock, linked under its shared one, in use while
+the tier's reference and the root's own record agree (docs/store.md).
 """
 
 from __future__ import annotations
@@ -20,7 +15,7 @@ import shutil
 import socket
 import stat
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from ensure_flydsl import layout
@@ -54,6 +49,7 @@ _REFUSED = {errno.EOPNOTSUPP, errno.ENOTTY, errno.EINVAL, errno.EXDEV, errno.ENO
             errno.EBADF}
 READ_ONLY_FILE, READ_ONLY_PROGRAM = 0o444, 0o555
 STAGING_PREFIX = ".staging-"
+STAGING_AGE_S = 3600.0  # a staging folder older than this is a killed run's
 KEEP_PROBES = 16  # interpreters remembered per tree (the newest)
 Seal = Dict[str, Tuple[int, int, int]]  # path -> (inode, size, mtime_ns)
 
@@ -63,16 +59,14 @@ class StoreProblem(Exception):
 
 
 class Linker:
-    """Places files from one folder's file system onto another's, by the first way that works there; the way
-    is found on the first file and kept, and a file the kept way refuses falls to the next one."""
+    """Places files by the first of reflink, hardlink, copy that works; a file the kept way refuses falls on."""
 
     def __init__(self) -> None:
         self.mode: Optional[str] = None
         self.cross_device = False  # a hardlink failed with EXDEV: two file systems
 
     def place(self, src: str, dst: str) -> str:
-        """``src`` at ``dst`` (which must not exist); the way used.  A copy keeps the mtime (a module's bytecode
-        records its source's)."""
+        """``src`` at the new ``dst``, its mtime kept (a .pyc records its source's); the way used."""
         for mode in LINK_MODES[LINK_MODES.index(self.mode or REFLINK):]:
             try:
                 if mode == REFLINK:
@@ -122,9 +116,7 @@ class TreeInfo:
     problem: str = ""
 
     def to_json(self) -> Dict[str, object]:
-        return {"key": self.key, "size": self.size, "files": self.files, "how": self.how, "commit": self.commit,
-                "abi": self.abi, "used_by": self.used_by, "last_used": round(self.last_used, 3),
-                "problem": self.problem or None}
+        return {**asdict(self), "last_used": round(self.last_used, 3), "problem": self.problem or None}
 
 
 @dataclass(frozen=True)
@@ -167,8 +159,7 @@ class HostStore:
             return []
 
     def lookup(self, key: str) -> Tuple[Optional[CacheEntry], str]:
-        """The manifest of ``key``; None and why when there is no such tree, or it means nothing the tier writes
-        (a tree of an older version of the tool among them: never linked, pruned first)."""
+        """The manifest of ``key``; None and why when there is none this tier wrote (never linked, pruned first)."""
         folder = self.tree_dir(key)
         if not os.path.isdir(folder):
             return None, "not in the store"
@@ -194,16 +185,14 @@ class HostStore:
         return seal
 
     def check(self, entry: CacheEntry, *, full: bool = False) -> None:
-        """StoreProblem unless the tree's files are its members: each file of its size whose stat is its seal's,
-        or (a stat that differs, or ``full``) its sha256."""
+        """StoreProblem unless the tree's files are its members (hashed when ``full`` or unsealed)."""
         files, seal = layout.store_files(self.tree_dir(entry.key)), self.seal(entry.key)
         for member in entry.members:
             check_member(os.path.join(files, member.path), member, seal, full)
 
     def put(self, key: str, tree_fields: Mapping[str, object], folder: str, members: Sequence[Member], *,
             how: str, linker: Linker) -> Tuple[CacheEntry, bool]:
-        """``folder``'s tree as the tier's ``key``, placed by ``linker`` (a hardlink makes the root's files the
-        tier's, read-only), staged and renamed whole; whether it was added (a tree already there is kept)."""
+        """``folder``'s tree as the tier's ``key``, staged and renamed whole; whether it was added."""
         check_members(members)
         with self.locked(exclusive=True):
             found, _ = self.lookup(key)
@@ -240,26 +229,13 @@ class HostStore:
             rename_into_place(folder, gone)
             remove_tree(gone)
 
-    def clear_staging(self, older_than: float = 3600.0) -> List[str]:
-        """Staging folders a killed run left (under the exclusive lock)."""
-        removed = []
-        trees = layout.store_trees_dir(self.path)
-        for name in os.listdir(trees) if os.path.isdir(trees) else []:
-            full = os.path.join(trees, name)
-            if name.startswith(STAGING_PREFIX) and time.time() - os.lstat(full).st_mtime > older_than:
-                remove_tree(full)
-                removed.append(name)
-        return removed
-
-    # -- the probes a tree passed, per interpreter fingerprint ---------------------------------------------------
     def _probes(self, key: str) -> List[Dict[str, object]]:
         data = read_json(layout.store_probed(self.tree_dir(key)))
         raw = data.get("passed") if data is not None else None
         return [r for r in raw if isinstance(r, dict)] if isinstance(raw, list) else []
 
     def passed(self, key: str, fingerprint: Mapping[str, object], modules: Sequence[str]) -> Optional[Passed]:
-        """The probe the tree passed with an interpreter of ``fingerprint`` importing ``modules``, if any: a root
-        that links it for such an interpreter takes that answer instead of probing again."""
+        """The probe the tree passed with an interpreter of ``fingerprint`` importing ``modules``, if any."""
         for record in self._probes(key):
             if not _same(record.get("fingerprint"), fingerprint):
                 continue
@@ -276,15 +252,11 @@ class HostStore:
         kept.append({"fingerprint": dict(fingerprint), "version": version, "files": files})
         atomic_write_json(layout.store_probed(self.tree_dir(key)), {"passed": kept})
 
-    # -- which roots use which tree ---------------------------------------------------------------------------
-    def ref_file(self, root: str) -> str:
-        return os.path.join(layout.store_refs_dir(self.path),
-                            hashlib.sha256(os.fsencode(root)).hexdigest()[:32] + ".json")
-
     def hold(self, root: str, key: str, link_mode: str) -> None:
         """``root`` uses the tree ``key`` (its own record first: a reference alone holds nothing)."""
         atomic_write_json(layout.root_store_record(root), {"store": self.path, "tree": key, "link_mode": link_mode})
-        atomic_write_json(self.ref_file(root), {"root": root, "tree": key})
+        name = hashlib.sha256(os.fsencode(root)).hexdigest()[:32] + ".json"
+        atomic_write_json(os.path.join(layout.store_refs_dir(self.path), name), {"root": root, "tree": key})
 
     def references(self) -> List[Tuple[str, Optional[str], Optional[str]]]:
         """(reference file, root, tree) of every reference (root and tree None when unreadable)."""
@@ -322,15 +294,18 @@ class HostStore:
         return found
 
     def prune(self, max_size: int) -> List[TreeInfo]:
-        """Remove unused trees, the unreadable first, then the longest unused, until the trees hold at most
-        ``max_size`` bytes; stale references and killed runs' staging go too.  What was removed."""
+        """Unused trees removed (broken, then longest unused) down to ``max_size`` bytes, with stale refs."""
         with self.locked(exclusive=True):
             used = self.in_use()
             for path, root, key in self.references():
                 if root is None or key is None or root not in used.get(key, []):
                     remove_file(path)  # it holds nothing: its root is gone or moved on
-            self.clear_staging()
-            removed = prune_order(self.list(), max_size, lambda trees: sum(t.size for t in trees),
+            trees = layout.store_trees_dir(self.path)
+            for name in os.listdir(trees) if os.path.isdir(trees) else []:
+                full = os.path.join(trees, name)
+                if name.startswith(STAGING_PREFIX) and time.time() - os.lstat(full).st_mtime > STAGING_AGE_S:
+                    remove_tree(full)
+            removed = prune_order(self.list(), max_size, lambda staying: sum(t.size for t in staying),
                                   first=lambda t: t.last_used, kept=lambda t: bool(t.used_by),
                                   broken=lambda t: bool(t.problem))
             for tree in removed:

@@ -1,9 +1,6 @@
-"""What a stored tree is, in every tier of the store: its members (path, type, mode, size, sha256 or link target)
-and one manifest format (kind, key, key fields, members, who made it), read back field by field.
-
-A tree from a store is untrusted: its members are checked before anything is written (no absolute path, no
-``..``, no device or hard link, no symbolic link leaving the tree, nothing written through a link, no duplicate),
-and what lands on disk is held against them.
+"""What a stored tree is in every tier: its members (path, type, mode, size, sha256 or link target) and one manifest
+format.  A tree from a store is untrusted: its members are checked (nothing absolute, no ``..``, no device, no link
+out of the tree, nothing written through a link) before anything is written, and what lands is held against them.
 """
 
 from __future__ import annotations
@@ -40,12 +37,7 @@ class Member:
     target: Optional[str] = None  # for symlinks
 
     def to_json(self) -> Dict[str, object]:
-        data: Dict[str, object] = {"path": self.path, "type": self.type, "mode": self.mode, "size": self.size}
-        if self.type == "file":
-            data["sha256"] = self.sha256
-        if self.type == "symlink":
-            data["target"] = self.target
-        return data
+        return {name: value for name, value in vars(self).items() if value is not None}
 
     @classmethod
     def from_json(cls, obj: object) -> "Member":
@@ -102,8 +94,7 @@ def hash_file(path: str, needle: bytes = b"") -> Tuple[str, bool]:
 
 
 def hashed_members(folder: str, needle: bytes = b"") -> Tuple[List[Member], List[str]]:
-    """Every member of ``folder`` with its hash, and the files (bytecode aside: Python writes the path it loads
-    from into it by itself) that hold ``needle``, a root's path."""
+    """Every member of ``folder`` with its hash, and the files besides bytecode that hold ``needle``."""
     members, holding = [], []
     for member, full in walk(folder):
         if member.type == "file":
@@ -268,8 +259,7 @@ def newer_format(data: bytes) -> bool:
 
 
 def parse_manifest(data: bytes, path: str = "", *, unpacked: bool = False) -> CacheEntry:
-    """The entry a manifest describes; ValueError (one line) for anything that is not a well-formed one.
-    ``unpacked``: a tree kept on this host, which has no blob and says how it was made."""
+    """The entry a manifest describes (``unpacked``: a host tree's, with no blob); ValueError otherwise."""
     try:
         obj = json.loads(data.decode())
     except (UnicodeDecodeError, ValueError, RecursionError):
@@ -306,8 +296,7 @@ T = TypeVar("T")
 def prune_order(items: Sequence[T], max_bytes: int, total: Callable[[Sequence[T]], int], *,
                 first: Callable[[T], object], kept: Callable[[T], bool] = lambda _: False,
                 broken: Callable[[T], bool] = lambda _: False) -> List[T]:
-    """The items a prune removes, in order: every ``broken`` one, then the others by ``first`` until ``total``
-    of what stays is at most ``max_bytes``; never a ``kept`` one (a tree a root uses).  Both tiers prune by it."""
+    """What a prune removes: the ``broken``, then by ``first`` down to ``max_bytes``; never a ``kept`` one."""
     if max_bytes < 0:
         raise ValueError("max_bytes must be >= 0")
     staying = sorted(items, key=lambda item: (not broken(item), first(item)))

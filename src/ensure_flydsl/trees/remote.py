@@ -1,18 +1,6 @@
-"""The store's shared tiers (the binary cache): finished trees and MLIR installs, in a folder or behind an fsspec
-URL, shared between runs, containers and hosts.  Content-addressed, so that concurrent publishers never leave a
-manifest naming another's bytes::
-
-    <store>/blobs/<sha256>.tar.gz                      the artifact (trees/archive.py)
-    <store>/entries/<kind>/<key>.json                  the first manifest published for the key
-    <store>/entries/<kind>/<key>.by/<NAME>.json        the variant of a host that signs with the key NAME
-    <store>/entries/<kind>/<key>.sig/<sha256>/<NAME>.sig   a signature of a manifest's bytes (trees/signing.py)
-    <store>/leases/<kind>/<key>/<generation>.json      the build lease (trees/lease.py)
-
-A publish uploads the blob, then the signatures, then the manifest, each atomically, and never replaces a
-manifest another host may trust: the first one's stays, and a host signing with a key the first lacks adds its
-variant.  Only a manifest no host can install (torn, foreign, its blob gone) is written over.  A fetch trusts
-nothing it reads: the members are checked before a byte is read, the blob streams through its checks into a
-staging folder that is renamed into place only when the whole matched.
+"""The store's shared tiers (the binary cache), in a folder or behind an fsspec URL: content-addressed blobs, the
+first manifest of a key and signers' variants beside it, never replaced while a host may trust it (docs/fleet.md).
+A fetch trusts nothing it reads: members are checked first, and the tree is renamed into place only when whole.
 """
 
 from __future__ import annotations
@@ -100,8 +88,7 @@ def blob_path(blob: str) -> str:
 
 @dataclass(frozen=True)
 class Published:
-    """What a publish did: ``entry`` is its manifest, with its ``path`` when written; ``why`` says what was in
-    the way then, ``note`` anything besides when it was written."""
+    """What a publish did: ``entry`` (with its ``path`` when written), ``why`` not, ``note`` anything besides."""
 
     entry: CacheEntry
     why: str = ""
@@ -121,28 +108,23 @@ class Cache:
     def __init__(self, store: Store) -> None:
         self.store = store
         self.location = store.location
+        self.read_only = store.read_only  # a folder this user may not write in: fetch only, publish nothing
         self.warnings: List[str] = []  # manifests skipped as unreadable, one line each, for the caller to say
         self.down_reported = False  # the caller said once that the store is down for this run
         self.said: Set[str] = set()  # lines said about this store in this run (each once)
 
     @property
-    def read_only(self) -> bool:
-        """A folder this user may not write in: fetch from it, publish nothing, take no lease."""
-        return self.store.read_only
-
-    @property
     def down(self) -> Optional[str]:
         return self.store.down
 
-    # -- reading -----------------------------------------------------------------------------------------------
-    def read_manifest(self, rel: str, kind: str, key: str) -> Optional[CacheEntry]:
-        """The manifest at ``rel`` if it is one of ``kind``/``key``; None when absent or unusable (why noted)."""
+    def read_manifest(self, rel: str, kind: str = "", key: str = "") -> Optional[CacheEntry]:
+        """The manifest at ``rel`` (of ``kind``/``key`` when given); None when absent or unusable (why noted)."""
         try:
             data = self.store.read_bytes(rel, MAX_MANIFEST_BYTES)
             if data is None:
                 return None
             entry = parse_manifest(data, rel)
-            if (entry.kind, entry.key) != (kind, key):
+            if kind and (entry.kind, entry.key) != (kind, key):
                 raise ValueError(f"it describes {entry.kind}/{entry.key}")
             return entry
         except CacheCorrupt as exc:  # a FIFO, a link: not a manifest; built around like a torn one
@@ -176,19 +158,12 @@ class Cache:
         return sorted((entry for _rel, entry in self._manifests()), key=lambda e: e.created, reverse=True)
 
     def _manifests(self) -> List[Tuple[str, CacheEntry]]:
-        found: List[Tuple[str, CacheEntry]] = []
+        found = []
         for stored in self.store.list_files("entries"):
-            name = stored.path.rsplit("/", 1)[-1]
-            if not stored.path.endswith(".json") or name.startswith("."):
-                continue
-            try:
-                data = self.store.read_bytes(stored.path, MAX_MANIFEST_BYTES)
-                if data is not None:  # else pruned meanwhile
-                    found.append((stored.path, parse_manifest(data, stored.path)))
-            except CacheCorrupt as exc:
-                self.warnings.append(f"ignored the manifest {stored.path} in {self.location}: {exc.reason}")
-            except ValueError as exc:
-                self.warnings.append(f"ignored the manifest {stored.path} in {self.location}: {exc}")
+            if stored.path.endswith(".json") and not stored.path.rsplit("/", 1)[-1].startswith("."):
+                entry = self.read_manifest(stored.path)  # None: pruned meanwhile, or unusable
+                if entry is not None:
+                    found.append((stored.path, entry))
         return found
 
     def fetch(self, entry: CacheEntry, dest: str) -> None:
@@ -231,11 +206,9 @@ class Cache:
             raise CacheCorrupt(f"the manifest of {entry.kind}/{entry.key[:12]} is gone or names another blob")
         return current.members
 
-    # -- writing -----------------------------------------------------------------------------------------------
     def publish(self, kind: str, key: str, fields: Mapping[str, object], source: str,
                 signers: Sequence[SecretKey] = ()) -> Published:
-        """Pack ``source`` and publish it under ``kind``/``key``: the blob, then the manifest's signatures by
-        ``signers``, the manifest last (a reader never sees it unsigned), replacing no manifest."""
+        """Pack ``source`` and publish it: the blob, the signatures, the manifest last (never seen unsigned)."""
         check_name(kind, key)
         if cache_key(kind, fields) != key:
             raise ValueError(f"key {key[:12]}.. is not cache_key({kind!r}, fields)")
@@ -281,8 +254,7 @@ class Cache:
         return placed
 
     def _look(self, rel: str, kind: str, key: str) -> Tuple[Optional[bytes], Optional[CacheEntry], str, str]:
-        """What stands at a manifest's path a publish could not create: its bytes, the manifest of this key it
-        holds, why it is no file this tool may replace (a FIFO, a link), why no host can install it."""
+        """At a manifest's path: its bytes, its entry of this key, why it is no file, why no host installs it."""
         try:
             data = self.store.read_bytes(rel, MAX_MANIFEST_BYTES)
         except CacheCorrupt as exc:
@@ -366,20 +338,20 @@ class Cache:
         alive = [item for item in manifests if item not in gone]
         removed = [entry for _rel, entry in gone]
         referenced, freed, now = {e.blob for _r, e in alive}, {e.blob for e in removed}, time.time()
+
+        def old(stored: StoredFile) -> bool:
+            return stored.mtime is not None and now - stored.mtime > ORPHAN_GRACE_S
+
         for sha, stored in sorted(blobs.items()):
-            old = stored.mtime is not None and now - stored.mtime > ORPHAN_GRACE_S
-            if sha not in referenced and (sha in freed or old):
+            if sha not in referenced and (sha in freed or old(stored)):
                 self.store.remove(stored.path)
                 if sha not in freed:
                     removed.append(orphan_entry(stored, sha))
-        for stored in others:
-            if stored.mtime is not None and now - stored.mtime > ORPHAN_GRACE_S:
-                self.store.remove(stored.path)
-                removed.append(orphan_entry(stored, ""))
         versions: Dict[Tuple[str, str], Set[str]] = {}
         for _rel, entry in alive:
             versions.setdefault((entry.kind, entry.key), set()).add(manifest_sha(entry.manifest))
-        for stored in stale_signatures(self.store, versions, now - ORPHAN_GRACE_S):
-            self.store.remove(stored.path)  # it signs a manifest that is gone or was edited
-            removed.append(orphan_entry(stored, ""))
+        for stored in others + stale_signatures(self.store, versions):  # signing a manifest gone or edited
+            if old(stored):  # a younger one may be a publisher's whose manifest comes next
+                self.store.remove(stored.path)
+                removed.append(orphan_entry(stored, ""))
         return removed

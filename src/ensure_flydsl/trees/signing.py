@@ -1,10 +1,5 @@
-"""Signed entries (as Nix signs a narinfo): who wrote a manifest, checked offline against trusted keys.
-
-A signature covers a manifest's exact bytes and names its key; it lives beside the manifest, one object per
-key and per version of the manifest (``<key>.sig/<sha256 of the manifest>/<NAME>.sig``: "NAME:BASE64").  ed25519
-is deterministic, so two signers of one manifest write the same bytes and need no lock.  A reader reads a bounded
-number of bounded objects and names what it refuses in one line: unsigned, signed by untrusted keys, or changed
-after signing.  The cryptography package (the ``signing`` extra) is imported at the first use of a key.
+"""Signed entries (as Nix signs a narinfo): an ed25519 signature of a manifest's exact bytes, stored beside it at
+``<key>.sig/<manifest sha256>/<NAME>.sig`` ("NAME:BASE64"), checked offline against trusted keys (docs/fleet.md).
 """
 
 from __future__ import annotations
@@ -43,7 +38,6 @@ def _ed25519() -> Any:
     except ImportError as exc:
         raise MissingLibrary(f"signed cache entries need the cryptography package, which cannot be imported "
                              f"({exc}): " + library_hint("unset the cache key settings")) from None
-
 
 
 def generate(name: str) -> Tuple[str, str]:
@@ -112,7 +106,6 @@ def trusted_keys(lines: Sequence[str]) -> List[PublicKey]:
     return [parse_public(line, "a trusted key") for line in lines]
 
 
-
 def manifest_sha(manifest: bytes) -> str:
     return hashlib.sha256(manifest).hexdigest()
 
@@ -128,62 +121,15 @@ def signature_path(kind: str, key: str, manifest: bytes, name: str) -> str:
     return f"{signatures_dir(kind, key)}/{manifest_sha(manifest)}/{name}.sig"
 
 
-@dataclass(frozen=True)
-class Found:
-    """A signature object of an entry: for which version of its manifest, by which key name."""
-
-    version: str  # sha256 of the manifest's bytes it claims to sign
-    name: str  # the key name its object is named after
-    stored: StoredFile
-
-
-def found_signatures(store: Store, kind: str, key: str) -> List[Found]:
-    """Every signature object of one entry, from one listing of its ``.sig`` folder."""
-    top = signatures_dir(kind, key) + "/"
-    found: List[Found] = []
-    for stored in store.list_files(signatures_dir(kind, key)):
-        version, _, leaf = stored.path[len(top):].partition("/") if stored.path.startswith(top) else ("", "", "")
-        name = leaf[:-len(".sig")] if leaf.endswith(".sig") else ""
-        if len(version) == 64 and KEY_NAME.match(name):
-            found.append(Found(version, name, stored))
-    return sorted(found, key=lambda f: (f.version, f.name))
-
-
-def stale_signatures(store: Store, current: Mapping[Tuple[str, str], AbstractSet[str]],
-                     before: float) -> List[StoredFile]:
-    """Signature objects older than ``before`` that sign none of the manifests in ``current`` ((kind, key): the
-    sha256s of its manifests); a younger one may be a publisher's whose manifest comes next."""
+def stale_signatures(store: Store, current: Mapping[Tuple[str, str], AbstractSet[str]]) -> List[StoredFile]:
+    """Signature objects of none of the manifests in ``current`` ((kind, key): the sha256s of its manifests)."""
     stale: List[StoredFile] = []
     for stored in store.list_files("entries"):
         parts = stored.path.split("/")
-        if len(parts) != 5 or not parts[2].endswith(".sig") or not parts[4].endswith(".sig"):
-            continue
-        kind, key, version = parts[1], parts[2][:-len(".sig")], parts[3]
-        old = stored.mtime is not None and stored.mtime < before
-        if old and version not in current.get((kind, key), ()):
+        if len(parts) == 5 and parts[2].endswith(".sig") and parts[4].endswith(".sig") and \
+                parts[3] not in current.get((parts[1], parts[2][:-len(".sig")]), ()):
             stale.append(stored)
     return stale
-
-
-def read_signature(store: Store, found: Found) -> Tuple[str, bytes]:
-    """One signature object, read through the store with a bound; ValueError when it is not one."""
-    if found.stored.size <= 0:
-        raise ValueError("empty (or not a regular file)")
-    if found.stored.size > SIGNATURE_MAX:
-        raise ValueError(f"larger than {SIGNATURE_MAX} bytes")
-    try:
-        with store.open_read(found.stored.path) as handle:
-            data = handle.read(SIGNATURE_MAX + 1)
-    except FileNotFoundError:
-        raise ValueError("removed while being read") from None
-    except OSError as exc:
-        raise ValueError(f"cannot be read: {exc.strerror or exc}") from None
-    except CacheError as exc:  # a link, a FIFO, a device: the store refuses to open it
-        raise ValueError(str(exc)) from None
-    name, signature = parse_signature(data)
-    if name != found.name:
-        raise ValueError(f"it is named after {found.name} but names the key {name}")
-    return name, signature
 
 
 def write_signature(store: Store, kind: str, key: str, manifest: bytes, secret: SecretKey) -> str:
@@ -191,7 +137,6 @@ def write_signature(store: Store, kind: str, key: str, manifest: bytes, secret: 
     rel = signature_path(kind, key, manifest, secret.name)
     store.put_bytes(rel, sign(secret, manifest))
     return rel
-
 
 
 @dataclass(frozen=True)
@@ -209,8 +154,7 @@ class Verdict:
 
 def judge(manifest: bytes, signatures: Mapping[str, bytes], trusted: Sequence[PublicKey],
           other_versions: Sequence[str] = ()) -> Verdict:
-    """The verdict on a manifest's bytes, given its signatures and the trusted keys; ``other_versions``: names
-    that signed other versions of it (it changed since)."""
+    """The verdict on a manifest's bytes; ``other_versions``: names that signed other versions of it."""
     by_name: Dict[str, List[PublicKey]] = {}
     for public in trusted:
         by_name.setdefault(public.name, []).append(public)
@@ -232,32 +176,53 @@ def judge(manifest: bytes, signatures: Mapping[str, bytes], trusted: Sequence[Pu
     return Verdict((), (), "is not signed")
 
 
-def signatures_of(store: Store, entry: CacheEntry, found: Sequence[Found], prefer: Sequence[str] = (),
-                  problems: Optional[List[str]] = None,
-                  live: AbstractSet[str] = frozenset()) -> Tuple[Dict[str, bytes], List[str]]:
-    """The readable signatures of this version of the manifest (name: signature), and the names that signed
-    other versions not in ``live`` (the key's other manifests now).  ``prefer``'s names are read first, so a
-    flood cannot hide them; an unreadable object is skipped and noted in ``problems``."""
-    version = manifest_sha(entry.manifest)
-    mine = sorted((f for f in found if f.version == version), key=lambda f: (f.name not in prefer, f.name))
-    others = sorted({f.name for f in found if f.version != version and f.version not in live})
-    signatures: Dict[str, bytes] = {}
-    for item in mine[:MAX_SIGNATURES]:
-        try:
-            name, signature = read_signature(store, item)
-        except ValueError as exc:
-            if problems is not None:
-                problems.append(f"ignored the signature {item.stored.path}: {exc}")
-            continue
-        signatures[name] = signature
-    if len(mine) > MAX_SIGNATURES and problems is not None:
-        problems.append(f"read only {MAX_SIGNATURES} of the {len(mine)} signatures of {entry.kind}/{entry.key[:12]}")
-    return signatures, others
-
-
 def check_entry(store: Store, entry: CacheEntry, trusted: Sequence[PublicKey],
                 problems: Optional[List[str]] = None, live: AbstractSet[str] = frozenset()) -> Verdict:
-    """The verdict on an entry as the store holds it now (CacheError when the store cannot be read)."""
-    found = found_signatures(store, entry.kind, entry.key)
-    signatures, others = signatures_of(store, entry, found, [public.name for public in trusted], problems, live)
-    return judge(entry.manifest, signatures, trusted, others)
+    """The verdict on an entry as the store holds it now (CacheError when the store cannot be read).  The
+    trusted names' signatures are read first, so a flood cannot hide them; an unreadable one is noted in
+    ``problems``; signatures of versions in ``live`` (the key's other manifests now) do not say it changed."""
+    top = signatures_dir(entry.kind, entry.key) + "/"
+    version, prefer = manifest_sha(entry.manifest), [public.name for public in trusted]
+    mine: List[Tuple[str, StoredFile]] = []
+    others = set()
+    for stored in store.list_files(top[:-1]):
+        signed, _, leaf = stored.path[len(top):].partition("/") if stored.path.startswith(top) else ("", "", "")
+        name = leaf[:-len(".sig")] if leaf.endswith(".sig") else ""
+        if len(signed) != 64 or not KEY_NAME.match(name):
+            continue
+        if signed == version:
+            mine.append((name, stored))
+        elif signed not in live:
+            others.add(name)
+    mine.sort(key=lambda found: (found[0] not in prefer, found[0]))
+    signatures: Dict[str, bytes] = {}
+    for name, stored in mine[:MAX_SIGNATURES]:
+        try:
+            signatures[name] = _read_signature(store, name, stored)
+        except ValueError as exc:
+            if problems is not None:
+                problems.append(f"ignored the signature {stored.path}: {exc}")
+    if len(mine) > MAX_SIGNATURES and problems is not None:
+        problems.append(f"read only {MAX_SIGNATURES} of the {len(mine)} signatures of {entry.kind}/{entry.key[:12]}")
+    return judge(entry.manifest, signatures, trusted, sorted(others))
+
+
+def _read_signature(store: Store, name: str, stored: StoredFile) -> bytes:
+    """One signature object, read through the store with a bound; ValueError when it is not one."""
+    if stored.size <= 0:
+        raise ValueError("empty (or not a regular file)")
+    if stored.size > SIGNATURE_MAX:
+        raise ValueError(f"larger than {SIGNATURE_MAX} bytes")
+    try:
+        with store.open_read(stored.path) as handle:
+            data = handle.read(SIGNATURE_MAX + 1)
+    except FileNotFoundError:
+        raise ValueError("removed while being read") from None
+    except OSError as exc:
+        raise ValueError(f"cannot be read: {exc.strerror or exc}") from None
+    except CacheError as exc:  # a link, a FIFO, a device: the store refuses to open it
+        raise ValueError(str(exc)) from None
+    named, signature = parse_signature(data)
+    if named != name:
+        raise ValueError(f"it is named after {name} but names the key {named}")
+    return signature
