@@ -8,7 +8,7 @@ from typing import Callable, List, Optional
 
 from ensure_flydsl.errors import EnsureError, ExitCode, Interrupted, Stage, exit_code_of, interrupted_by
 from ensure_flydsl.layout import tree_folders
-from ensure_flydsl.pipeline.warm import keep_warm, tree_stamp_path
+from ensure_flydsl.pipeline.warm import fingerprint, keep_warm
 from ensure_flydsl.probe.fingerprint import site_folders, watch_folders
 from ensure_flydsl.probe.gate import evaluate
 from ensure_flydsl.probe.interpreter import probe_modules, run_probe
@@ -22,7 +22,6 @@ from ensure_flydsl.runs.records import RunStore
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.source.root import Stamps, claim_root, is_ours
 from ensure_flydsl.support.files import read_regular, remove_file
-from ensure_flydsl.warm import fingerprint
 from ensure_flydsl.ways.context import Decision, Run
 
 
@@ -97,8 +96,8 @@ def publish(run: Run, decision: Decision, action: Action) -> Result:
         request=settings.request(), how=decision.how, tree=decision.tree, version=str(decision.probe.version),
         python=interp.executable, python_version=interp.version, abi=interp.abi, commit=decision.commit,
         files=dict(decision.verdict.files), watch=watch, site_dirs=site_dirs,
-        fingerprint=fingerprint(settings.python, interp.executable, run.environ, watch, site_dirs,
-                                tree_stamp_path(settings.root), list(decision.prepend)),
+        fingerprint=fingerprint(settings.python, interp.executable, run.environ, watch, site_dirs, settings.root,
+                                list(decision.prepend)),
         FLYDSL_ROOT=settings.root, pythonpath_prepend=list(decision.prepend), FLYDSL_SHIM_DIR=settings.shim_dir,
         VLLM_USE_FLYDSL_MOE="1" if settings.vllm_moe else None,
         pin=decision.pin, repo=decision.repo, run_id=run.run_id, built=action == Action.PROVISIONED,
