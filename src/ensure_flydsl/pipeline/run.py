@@ -65,8 +65,7 @@ def _outcome(run: Run) -> Union[Result, BaseException]:
 
 
 def keep_timing(run: Run, outcome: Union[Result, BaseException]) -> None:
-    """The run's timing record (``runs/timings.py``), kept in the host's folder while its reserved room is still
-    held (best effort: never the run's failure).  Its way: what the call did, or where a tree it made came from."""
+    """Keep the run's timing record in the host's folder, its room still reserved (never the run's failure)."""
     result, error = (outcome, None) if isinstance(outcome, Result) else (None, outcome)
     ended = time.time()
     stage: Optional[Stage] = None

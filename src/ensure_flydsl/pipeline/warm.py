@@ -93,8 +93,7 @@ def warm_lines(settings: Settings, result: Result) -> List[str]:
 
 def keep_warm(settings: Settings, environ: Mapping[str, str], tokens: Optional[Sequence[str]], twin: EnvTwin,
               print_now: Mapping[str, object]) -> None:
-    """Record in the front door's stamp that calls with these raw inputs (None: not argv and variables alone) are
-    answered by ``twin`` while ``print_now``, the fingerprint, holds.  Never fails."""
+    """Record in the front door's stamp that these raw inputs get ``twin`` while the fingerprint holds."""
     twin_id = warm.file_identity(settings.env_json)
     if tokens is None or settings.verify or print_now.get("interpreter") is None or twin_id is None:
         return
@@ -135,8 +134,7 @@ def keep_warm(settings: Settings, environ: Mapping[str, str], tokens: Optional[S
 
 
 def _template(text: str, holes: Mapping[str, str], order: Sequence[str]) -> Optional[List[str]]:
-    """``text`` cut at the holes' JSON spellings, in ``order``: texts at even places, the holes' names at odd
-    ones (warm.py fills them); None unless each is there once."""
+    """``text`` cut at the holes' JSON spellings, in ``order`` (texts, then names); None unless each is once."""
     parts = [text]
     for name in order:
         spelled = json.dumps(holes[name])
