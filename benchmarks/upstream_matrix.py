@@ -9,7 +9,7 @@ For each ref, from the repository's git objects (no checkout), with the tool's o
   file of a folder it names, the variables it lets the caller override beyond those every tag has and those
   the tool sets): ``source/llvm_inputs.py``;
 * the knobs of the scripts the tool sets for the build (``PYTHON_EXECUTABLE``, ``FLY_BUILD_DIR``: which of
-  build_llvm.sh and build.sh read them) and the nanobind the build is held to (``source/nanobind.py``);
+  build_llvm.sh and build.sh read them) and the nanobind the build is held to (``source/needs.py``);
 * the submodules (``.gitmodules``);
 * where the default required modules (``FLYDSL_REQUIRE=flydsl,kernels.moe_gemm_2stage``) are;
 * what the requirements preflight says (``doctor/requirements.py: assess`` with ``--python``, default this
@@ -39,15 +39,9 @@ from packaging.version import InvalidVersion, Version
 
 from ensure_flydsl.doctor.requirements import absent_reason, advised_require, assess
 from ensure_flydsl.settings import DEFAULT_REQUIRE
+from ensure_flydsl.source.git import read_blobs, resolve_in
 from ensure_flydsl.source.llvm_inputs import TOOL_SET, LlvmInputs, code_lines
-from ensure_flydsl.source.needs import (
-    BuildNeeds,
-    commit_llvm_inputs,
-    needs_from_files,
-    read_blobs,
-    read_commit,
-    resolve_in,
-)
+from ensure_flydsl.source.needs import BuildNeeds, commit_llvm_inputs, needs_from_files, read_commit
 from ensure_flydsl.source.release_tags import tag_version
 from ensure_flydsl.source.requirements import Sources, absent_modules, read_commit_sources, source_file
 from ensure_flydsl.ways.release.wheels import check_provenance

@@ -15,7 +15,7 @@ import pytest
 
 from ensure_flydsl.errors import BadInput
 from ensure_flydsl.settings import parse_git_mirrors
-from ensure_flydsl.source.mirrors import rewrite, with_mirrors
+from ensure_flydsl.source.git import rewrite, with_mirrors
 from tests.helpers.flydsl_fixture import FixtureRepo, add_submodule, git, write
 from tests.helpers.workspace import Workspace
 

@@ -434,7 +434,8 @@ REAL_TAGS = [
 @pytest.mark.skipif(not REAL, reason="ENSURE_FLYDSL_REAL_REPO is not set")
 @pytest.mark.parametrize("tag,commit,source,patches,instead", REAL_TAGS)
 def test_the_real_tags_as_read(tag: str, commit: str, source: str, patches: int, instead: "str | None") -> None:
-    from ensure_flydsl.source.needs import commit_llvm_inputs, resolve_in
+    from ensure_flydsl.source.git import resolve_in
+    from ensure_flydsl.source.needs import commit_llvm_inputs
     from ensure_flydsl.source.requirements import absent_modules, read_commit_sources
 
     assert REAL is not None

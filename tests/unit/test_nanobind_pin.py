@@ -1,4 +1,4 @@
-"""The nanobind a build may use (source/nanobind.py, ways/source/tools.py): nanobind 3 breaks MLIR's
+"""The nanobind a build may use (source/needs.py, ways/source/tools.py): nanobind 3 breaks MLIR's
 configure, so ``>=2.9,<3`` unless the pin's own files say otherwise, bound by bound."""
 
 from __future__ import annotations
@@ -7,8 +7,13 @@ from typing import Dict, Sequence
 
 import pytest
 
-from ensure_flydsl.source.nanobind import pin_specifiers, requirement
-from ensure_flydsl.source.needs import KNOWN_FLYDSL_NEEDS, needs_from_files, tool_requirements
+from ensure_flydsl.source.needs import (
+    KNOWN_FLYDSL_NEEDS,
+    nanobind_requirement,
+    nanobind_specifiers,
+    needs_from_files,
+    tool_requirements,
+)
 from ensure_flydsl.ways.source.tools import accepts, needed, newest, package_spec
 
 
@@ -44,7 +49,7 @@ def test_what_the_pin_says_about_nanobind(files: Dict[str, str], expected: str) 
 
 def test_the_specifiers_are_gathered_in_order_without_repeats() -> None:
     files = {"pyproject.toml": '"nanobind>=2.0"', "requirements.txt": "nanobind >=2.0,!=2.5\n"}
-    assert pin_specifiers(files, {"CMakeLists.txt": "find_package(nanobind 2.4)"}, ["'nanobind<3'", "numpy"]) == (
+    assert nanobind_specifiers(files, {"CMakeLists.txt": "find_package(nanobind 2.4)"}, ["'nanobind<3'", "numpy"]) == (
         ">=2.0", "!=2.5", ">=2.4", "<3")
 
 
@@ -59,7 +64,7 @@ def test_the_specifiers_are_gathered_in_order_without_repeats() -> None:
     (["!=2.9.1"], ">=2.9,!=2.9.1,<3"),
 ])
 def test_the_default_bounds_fill_in_what_the_pin_does_not_say(pin: Sequence[str], expected: str) -> None:
-    assert requirement(pin) == expected
+    assert nanobind_requirement(pin) == expected
 
 
 def test_a_version_is_judged_by_the_requirement_and_the_index_by_what_pip_would_take() -> None:

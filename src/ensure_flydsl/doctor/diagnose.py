@@ -27,9 +27,8 @@ from ensure_flydsl.probe.interpreter import describe_interpreter
 from ensure_flydsl.probe.results import Interpreter
 from ensure_flydsl.runs.answer import roots_sharing_marker, sharing_advice
 from ensure_flydsl.settings import Settings, Strategy
-from ensure_flydsl.source.git import is_local_repo
-from ensure_flydsl.source.mirrors import describe, rewrite
-from ensure_flydsl.source.needs import KNOWN_FLYDSL_NEEDS, BuildNeeds, find_needs, resolve_in
+from ensure_flydsl.source.git import describe, is_local_repo, resolve_in, rewrite
+from ensure_flydsl.source.needs import KNOWN_FLYDSL_NEEDS, BuildNeeds, find_needs
 from ensure_flydsl.source.root import RootKind, classify_root, creatable_problem
 from ensure_flydsl.support.processes import run_captured
 from ensure_flydsl.ways import Way, demands, falls_back, provisions, tries

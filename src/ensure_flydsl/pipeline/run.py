@@ -19,7 +19,7 @@ from ensure_flydsl.pipeline.warm import try_warm
 from ensure_flydsl.probe.gate import same_folder
 from ensure_flydsl.result import Action, How, Result
 from ensure_flydsl.runs import timings
-from ensure_flydsl.runs.progress import Heartbeat, heartbeat_interval
+from ensure_flydsl.runs.progress import heartbeat, heartbeat_interval
 from ensure_flydsl.settings import host_id
 from ensure_flydsl.support.fields import short_text
 from ensure_flydsl.support.processes import unblock_stop_signals
@@ -49,7 +49,7 @@ def ensure_run(run: Run) -> Result:
 def _outcome(run: Run) -> Union[Result, BaseException]:
     """The run under its heartbeat: its result, or the failure it ended with (an exit goes on up)."""
     try:
-        with Heartbeat(run.reporter, run.pulse, heartbeat_interval(run.environ)):
+        with heartbeat(run.reporter, run.pulse, heartbeat_interval(run.environ)):
             if run.kind == "detached":
                 run.step_name = Stage.STARTING  # what its record says until the probe begins
                 run.track()  # a detached worker is visible from its first step

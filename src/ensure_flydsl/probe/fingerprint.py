@@ -18,8 +18,7 @@ def site_folders(interp: Interpreter) -> List[str]:
 
 def interpreter_part(python: str, environ: Mapping[str, str], interp: Interpreter, tree_folders: Sequence[str],
                      modules: Sequence[str]) -> Optional[Dict[str, object]]:
-    """The fingerprint's interpreter, less the root's own path; None when the name's landing cannot be told
-    without running it."""
+    """The fingerprint's interpreter, less the root's path; None when where the name lands needs a run to tell."""
     identity = interpreter_identity(python, dict(environ), interp.executable)
     if identity is None:
         return None
@@ -29,8 +28,7 @@ def interpreter_part(python: str, environ: Mapping[str, str], interp: Interprete
 
 
 def watch_folders(root: str, files: Mapping[str, str], package_folders: Mapping[str, str]) -> List[str]:
-    """The folders the answer depends on: each imported module's top-level package and its ``.libs`` sibling
-    (auditwheel's), and the root's ``build-fly/python_packages``; none inside another."""
+    """The folders the answer depends on: each module's top package and its ``.libs``, the root's packages."""
     folders = set()
     for name in files:
         top = os.path.join(package_folders[name], name.split(".")[0])

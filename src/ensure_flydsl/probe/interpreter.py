@@ -1,9 +1,6 @@
-"""Ask the target interpreter, in a subprocess, what it imports and from where.
-
-FlyDSL is never imported into the tool's own process (it may run under another Python, and an import would
-pin a tree for the process's life).  The probe runs with the tree's folders first on PYTHONPATH, as the env
-file puts them, in the caller's working folder (not on sys.path).  So it sees what the workflow will see.
-"""
+"""Ask the target interpreter, in a subprocess, what it imports and from where, as the workflow will see it (the
+tree's folders first on PYTHONPATH).  FlyDSL is never imported into the tool's own process: it may run under
+another Python, and an import would pin a tree for the process's life."""
 
 from __future__ import annotations
 
@@ -21,12 +18,12 @@ from ensure_flydsl.probe.results import Interpreter, ModuleResult, Probe
 from ensure_flydsl.settings import DEFAULT_PROBE_TIMEOUT
 from ensure_flydsl.support.processes import kill_group, spawn
 
+# The identity probe imports nothing: it never gets longer than this, whatever FLYDSL_PROBE_TIMEOUT says.
+IDENTITY_TIMEOUT_S = 60.0
+
 
 def joined_pythonpath(prefix: Sequence[str], caller: Optional[str]) -> str:
-    parts = list(prefix)
-    if caller:
-        parts.append(caller)
-    return os.pathsep.join(parts)
+    return os.pathsep.join([*prefix, *([caller] if caller else [])])
 
 
 def probe_modules(modules: Sequence[str]) -> List[str]:
@@ -35,8 +32,7 @@ def probe_modules(modules: Sequence[str]) -> List[str]:
 
 
 class ProbeBroke(EnsureError):
-    """The probe's interpreter died or hung instead of reporting; ``importing`` is the module it was importing
-    then (None: before the first), ``origin`` the file that module would come from."""
+    """The probe died or hung instead of reporting, while ``importing`` (None: before any) from ``origin``."""
 
     def __init__(self, reason: str, importing: Optional[str], origin: Optional[str], detail: str = "") -> None:
         super().__init__(
@@ -66,20 +62,27 @@ class _Output:
                 out.importing, out.origin = rest, None
             elif word == "origin":
                 out.origin = rest.partition(" ")[2]
-            elif word == "result":
-                out.result = rest
-            elif word == "stale":
-                out.stale = rest
+            elif word in ("result", "stale"):
+                setattr(out, word, rest)
         return out
 
     def what(self) -> str:
         if self.importing is None:
             return "before importing anything"
-        where = f" (from {self.origin})" if self.origin else ""
-        return f"while importing {self.importing}{where}"
+        return f"while importing {self.importing}" + (f" (from {self.origin})" if self.origin else "")
+
+    def literal(self) -> Dict[str, Any]:
+        """The answer (a Python literal: no code runs) as the dict it must be; ValueError otherwise."""
+        try:
+            data = ast.literal_eval(self.result or "")
+        except (SyntaxError, MemoryError, RecursionError) as exc:  # what a garbled or hostile line raises
+            raise ValueError(f"not a Python literal: {exc}") from None
+        if not isinstance(data, dict):
+            raise ValueError("not a dict")
+        return data
 
 
-def _stop_group(proc: "subprocess.Popen[bytes]") -> Tuple[bytes, bytes]:
+def _stop_group(proc: subprocess.Popen[bytes]) -> Tuple[bytes, bytes]:
     """SIGKILL the probe's process group and collect what it wrote (not waiting for one that left the group)."""
     kill_group(proc.pid)
     try:
@@ -89,11 +92,7 @@ def _stop_group(proc: "subprocess.Popen[bytes]") -> Tuple[bytes, bytes]:
             if pipe is not None:
                 pipe.close()
         proc.wait()
-        return _as_bytes(exc.output), _as_bytes(exc.stderr)
-
-
-def _as_bytes(data: object) -> bytes:
-    return data if isinstance(data, bytes) else b""
+        return exc.output or b"", exc.stderr or b""
 
 
 def callers_folder() -> Optional[str]:
@@ -107,7 +106,7 @@ def callers_folder() -> Optional[str]:
 
 
 def _start(python: str, modules: Sequence[str], env: Mapping[str, str], script: str = "import_probe",
-           preload: Optional[Sequence[str]] = None) -> "subprocess.Popen[bytes]":
+           preload: Optional[Sequence[str]] = None) -> subprocess.Popen[bytes]:
     extra = [] if preload is None else [",".join(preload)]
     try:
         return spawn(
@@ -117,51 +116,33 @@ def _start(python: str, modules: Sequence[str], env: Mapping[str, str], script: 
             own_group=True,  # a group of its own: a timeout kills what the imports started as well
         )
     except FileNotFoundError:
-        raise EnsureError(
-            ExitCode.BAD_INPUT,
-            f"the interpreter {python!r} does not exist",
-            stage=Stage.PROBE,
-            hint="set FLYDSL_PYTHON (or --python) to the interpreter that will import FlyDSL",
-        ) from None
+        raise EnsureError(ExitCode.BAD_INPUT, f"the interpreter {python!r} does not exist", stage=Stage.PROBE,
+                          hint="set FLYDSL_PYTHON (or --python) to the interpreter that will import FlyDSL") from None
     except PermissionError:
         raise EnsureError(ExitCode.BAD_INPUT, f"the interpreter {python!r} is not executable",
                           stage=Stage.PROBE) from None
 
 
-def _communicate(proc: "subprocess.Popen[bytes]", timeout: float,
-                 stdin: Optional[bytes] = None) -> Tuple[bytes, bytes, bool]:
-    """The probe's stdout and stderr, and whether it had to be killed for taking longer than ``timeout``."""
+def _communicate(proc: subprocess.Popen[bytes], timeout: float,
+                 stdin: Optional[bytes] = None) -> Tuple[_Output, bytes, bool]:
+    """What the probe reported, its stderr, and whether it had to be killed for taking longer than ``timeout``."""
     try:
-        out, err = proc.communicate(input=stdin, timeout=timeout)
+        raw, err = proc.communicate(input=stdin, timeout=timeout)
     except subprocess.TimeoutExpired:
-        out, err = _stop_group(proc)
-        return out, err, True
+        raw, err = _stop_group(proc)
+        return _Output.parse(raw), err, True
     except BaseException:
         _stop_group(proc)  # interrupted: leave no probe behind
         raise
-    return out, err, False
+    return _Output.parse(raw), err, False
 
 
-def _literal(text: Optional[str]) -> Dict[str, Any]:
-    """A script's answer (a Python literal: no code runs) as the dict it must be; ValueError otherwise."""
-    try:
-        data = ast.literal_eval(text or "")
-    except (SyntaxError, MemoryError, RecursionError) as exc:  # what a garbled or hostile line raises
-        raise ValueError(f"not a Python literal: {exc}") from None
-    if not isinstance(data, dict):
-        raise ValueError("not a dict")
-    return data
-
-
-def _broke(python: str, proc: "subprocess.Popen[bytes]", out: _Output, err: bytes,
+def _broke(python: str, proc: subprocess.Popen[bytes], out: _Output, err: bytes,
            timed_out: Optional[str]) -> ProbeBroke:
     """What happened to a probe that did not report: killed after the timeout, or died."""
-    detail = "\n".join(err.decode(errors="replace").strip().splitlines()[-20:])
     if timed_out is not None:
-        if out.importing is None:
-            hangs = "the interpreter hangs before importing anything"
-        else:
-            hangs = f"importing {out.importing} hangs" + (f" (from {out.origin})" if out.origin else "")
+        hangs = ("the interpreter hangs before importing anything" if out.importing is None
+                 else f"importing {out.importing} hangs" + (f" (from {out.origin})" if out.origin else ""))
         reason = f"the import probe of {python} was killed after {timed_out}: {hangs}"
     elif proc.returncode is not None and proc.returncode < 0:
         try:
@@ -172,6 +153,7 @@ def _broke(python: str, proc: "subprocess.Popen[bytes]", out: _Output, err: byte
     else:
         reason = (f"the import probe of {python} failed: the interpreter exited with status {proc.returncode} "
                   f"{out.what()}, before it could report")
+    detail = "\n".join(err.decode(errors="replace").strip().splitlines()[-20:])
     return ProbeBroke(reason, out.importing, out.origin, detail)
 
 
@@ -188,35 +170,26 @@ def probe_environment(prefix: Sequence[str], environ: Optional[Mapping[str, str]
     return env
 
 
-def run_probe(
-    python: str,
-    *,
-    modules: Sequence[str],
-    prefix: Sequence[str] = (),
-    environ: Optional[Mapping[str, str]] = None,
-    timeout: float = DEFAULT_PROBE_TIMEOUT,
-    timeout_label: str = "FLYDSL_PROBE_TIMEOUT",
-) -> Probe:
-    """Run the probe in ``python`` and return what it saw; ProbeBroke when it crashes or is killed after
-    ``timeout`` seconds (the setting ``timeout_label``)."""
+def run_probe(python: str, *, modules: Sequence[str], prefix: Sequence[str] = (),
+              environ: Optional[Mapping[str, str]] = None, timeout: float = DEFAULT_PROBE_TIMEOUT,
+              timeout_label: str = "FLYDSL_PROBE_TIMEOUT") -> Probe:
+    """What the probe in ``python`` saw; ProbeBroke when it crashes or is killed after ``timeout`` seconds."""
     env = probe_environment(prefix, environ)
     started = time.monotonic()
-    proc = _start(python, modules, env)
-    probe = _answer(python, proc, env.get("PYTHONPATH", ""), started, timeout, timeout_label)
+    probe = _answer(python, _start(python, modules, env), env.get("PYTHONPATH", ""), started, timeout, timeout_label)
     assert probe is not None  # only an early probe can answer "stale"
     return probe
 
 
-def _answer(python: str, proc: "subprocess.Popen[bytes]", pythonpath: str, started: float, timeout: float,
+def _answer(python: str, proc: subprocess.Popen[bytes], pythonpath: str, started: float, timeout: float,
             timeout_label: str, stdin: Optional[bytes] = None) -> Optional[Probe]:
     """Wait for the probe's report and read it; None when an early probe found a preloaded module stale."""
-    raw, err, timed_out = _communicate(proc, timeout, stdin)
+    out, err, timed_out = _communicate(proc, timeout, stdin)
     seconds = time.monotonic() - started
-    out = _Output.parse(raw)
     if out.stale is not None and out.result is None:
         return None
     try:
-        data = _literal(out.result)
+        data = out.literal()
         interpreter = Interpreter.from_json(data["python"])
     except (ValueError, KeyError, TypeError):
         raise _broke(python, proc, out, err, f"{timeout:g} s ({timeout_label})" if timed_out else None) from None
@@ -229,16 +202,14 @@ def _answer(python: str, proc: "subprocess.Popen[bytes]", pythonpath: str, start
 
 class EarlyProbe:
     """The final probe's interpreter, started before the tree is in place: it imports ``preload`` (torch,
-    numpy) meanwhile.  :meth:`answer` then probes as :func:`run_probe` would.  It answers None (use a fresh
-    probe) when the arguments differ or the finished tree shadows a module it preloaded."""
+    numpy) meanwhile, then probes as :func:`run_probe` would.  It answers None (use a fresh probe) when the
+    arguments differ or the finished tree shadows a module it preloaded."""
 
     def __init__(self, python: str, *, modules: Sequence[str], prefix: Sequence[str],
                  environ: Mapping[str, str], preload: Sequence[str]) -> None:
         self._env = probe_environment(prefix, environ)
         self._key = (python, tuple(modules), tuple(prefix), dict(environ))
-        self._python = python
-        self._started = time.monotonic()
-        self._proc: Optional["subprocess.Popen[bytes]"] = _start(python, modules, self._env, preload=preload)
+        self._proc: Optional[subprocess.Popen[bytes]] = _start(python, modules, self._env, preload=preload)
 
     def answer(self, python: str, *, modules: Sequence[str], prefix: Sequence[str], environ: Mapping[str, str],
                timeout: float, timeout_label: str) -> Optional[Probe]:
@@ -258,10 +229,6 @@ class EarlyProbe:
             _stop_group(proc)
 
 
-# The identity probe imports nothing: it never gets longer than this, whatever FLYDSL_PROBE_TIMEOUT says.
-IDENTITY_TIMEOUT_S = 60.0
-
-
 def describe_interpreter(python: str, environ: Optional[Mapping[str, str]] = None, *,
                          timeout: float = IDENTITY_TIMEOUT_S,
                          timeout_label: str = "FLYDSL_PROBE_TIMEOUT") -> Interpreter:
@@ -274,15 +241,13 @@ def describe_interpreter(python: str, environ: Optional[Mapping[str, str]] = Non
 def find_modules(python: str, names: Sequence[str], *, environ: Optional[Mapping[str, str]] = None,
                  timeout: float = DEFAULT_PROBE_TIMEOUT,
                  timeout_label: str = "FLYDSL_PROBE_TIMEOUT") -> Dict[str, str]:
-    """For each top-level module name, "stdlib", "present" or "missing" in ``python``, found without importing
-    it.  The tree is not on the path: these are what the tree needs from the interpreter's installs."""
-    env = dict(os.environ if environ is None else environ)
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    """Each top-level name in ``python``: stdlib, present or missing (found, not imported)."""
+    # The tree is not on the path: these are what the tree needs from the interpreter's installs.
+    env = {**(os.environ if environ is None else environ), "PYTHONDONTWRITEBYTECODE": "1"}
     proc = _start(python, names, env, script="find_modules")
-    raw, err, timed_out = _communicate(proc, timeout)
-    out = _Output.parse(raw)
+    out, err, timed_out = _communicate(proc, timeout)
     try:
-        data = _literal(out.result)
+        data = out.literal()
         return {str(name): str(data[name]) for name in names}
     except (ValueError, KeyError, TypeError):
         raise _broke(python, proc, out, err, f"{timeout:g} s ({timeout_label})" if timed_out else None) from None

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import Dict, List, Mapping, Optional, Tuple
+from dataclasses import asdict, dataclass, fields
+from typing import Any, Dict, Mapping, Optional, Tuple
+
+_OPTIONAL = ("soabi", "stdlib", "include")  # may be empty or missing; the other texts are always there
+_LISTS = ("site_dirs", "hook_dirs")
 
 
 @dataclass(frozen=True)
@@ -28,24 +31,15 @@ class Interpreter:
 
     @classmethod
     def from_json(cls, data: Mapping[str, object]) -> "Interpreter":
-        return cls(
-            executable=str(data["executable"]),
-            version=str(data["version"]),
-            implementation=str(data["implementation"]),
-            cache_tag=str(data["cache_tag"]),
-            soabi=str(data.get("soabi") or ""),
-            platform=str(data["platform"]),
-            prefix=str(data["prefix"]),
-            base_prefix=str(data["base_prefix"]),
-            site_dirs=tuple(str(d) for d in _as_list(data.get("site_dirs"))),
-            stdlib=str(data.get("stdlib") or ""),
-            include=str(data.get("include") or ""),
-            hook_dirs=tuple(str(d) for d in _as_list(data.get("hook_dirs"))),
-        )
-
-
-def _as_list(value: object) -> List[object]:
-    return list(value) if isinstance(value, (list, tuple)) else []
+        """KeyError when a text the probe always writes is missing."""
+        values: Dict[str, Any] = {}
+        for name in (f.name for f in fields(cls)):
+            value = data.get(name)
+            if name in _LISTS:
+                values[name] = tuple(str(d) for d in value) if isinstance(value, (list, tuple)) else ()
+            else:
+                values[name] = str(value or "") if name in _OPTIONAL else str(data[name])
+        return cls(**values)
 
 
 @dataclass(frozen=True)

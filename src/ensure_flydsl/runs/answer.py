@@ -1,13 +1,6 @@
-"""What is true for one request on one root right now (``status`` and ``wait`` answer from this alone):
-
-1. running: a run for this request is alive, whichever run was started last;
-2. succeeded: the env file is there and answers this request (``markers.twin_gap``);
-3. failed: the run for this request that ended last failed (a run that gave up while another was alive
-   ended first: it never hides the outcome of the run that did the work);
-4. absent: nothing was started for it, or its success was since replaced (another request's, ``clean``).
-
-A failure marker counts only when it names this request: sibling roots share the default marker path.
-"""
+"""What is true for one request on one root right now, for ``status`` and ``wait``: running (a run for it is
+alive), succeeded (the env file answers it), failed (its run that ended last failed, or a failure marker names
+it: sibling roots share the default marker path), or absent."""
 
 from __future__ import annotations
 
@@ -56,8 +49,7 @@ def _in_speaking_order(live: List[RunRecord]) -> List[RunRecord]:
 
 
 def answer(settings: Settings, *, record_deaths: bool = False) -> Answer:
-    """What is true for the settings' request; with ``record_deaths`` (``wait``), a run found dead is recorded
-    as such too (its watchdog may be gone)."""
+    """What is true for the settings' request; ``record_deaths`` (``wait``) records a run found dead too."""
     found = _answer(settings, record_deaths=record_deaths)
     found.installed = installed(settings.root, settings.request(), os.environ.get("PATH"))
     record = found.record
@@ -77,6 +69,7 @@ def _answer(settings: Settings, *, record_deaths: bool) -> Answer:
         first = _in_speaking_order(live)[0]
         return Answer(RUNNING, record=first, run_id=first.run_id)
     twin = answering_twin(settings.root, request, os.environ.get("PATH"))
+    # A run that gave up while another was alive ended first: it never hides the outcome of the one that worked.
     ended = [r for r in records if r.state in (SUCCEEDED, FAILED)]
     last = max(ended, key=lambda r: r.finished or 0.0, default=None)
     if twin is not None:
@@ -117,8 +110,7 @@ def roots_sharing_marker(settings: Settings) -> List[str]:
 
 @dataclass(frozen=True)
 class SharingAdvice:
-    """Other roots report to this root's failure marker: what that means, and the setting that gives this root
-    one of its own (the run's note and the doctor's check)."""
+    """Other roots report to this root's failure marker: what that means, and the setting that fixes it."""
 
     problem: str
     remedy: str

@@ -1,9 +1,5 @@
-"""How long the steps of this host's runs took, per route, for ETAs: ``history.json`` in the user's cache folder.
-
-One file for the host: a new root starts from what the host learned (from the defaults, a 13 s release run
-announced 21 minutes).  Durations are kept per route: a release run's ETA must not add up LLVM's.  A run adds
-its durations under ``history.lock``, so runs that end together each keep theirs; best effort.
-"""
+"""How long the steps of this host's runs took, per route (a release's ETA must not add up LLVM's), for ETAs:
+``history.json`` in the user's cache folder, one for the host, so that a new root starts from what it learned."""
 
 from __future__ import annotations
 
@@ -68,8 +64,7 @@ class History:
 
     @classmethod
     def from_json(cls, data: object) -> Optional["History"]:
-        """The history, or None for a file that is not one.  A route or step this version does not know is left
-        out; a wrong type or a value out of range anywhere refuses the whole file."""
+        """The history, or None: a route or step not known is left out, a wrong value refuses the whole file."""
         if not isinstance(data, dict) or fields.integer(data.get("version")) != HISTORY_VERSION:
             return None
         routes = data.get("routes")
@@ -109,8 +104,8 @@ def read_history(host_dir: Optional[str]) -> History:
 
 
 def remember(host_dir: Optional[str], plan: Plan, durations: Mapping[Stage, float]) -> bool:
-    """Add one run of ``plan`` to the host's history; whether it was written (never over a newer version's
-    file, which this version must not rewrite in its own format)."""
+    """Add one run of ``plan`` to the host's history, under its lock; whether it was written (never over a newer
+    version's file)."""
     if host_dir is None or not durations:
         return False
     path = history_file(host_dir)

@@ -1,10 +1,5 @@
-"""Noticing a dead run, and saying so: the one place a run's death is handled.
-
-A run holds an flock on its alive file for its whole life.  When it is free while the record still says
-"running", the run died (kill -9, the OOM killer, a stopped container).  Its watchdog (``_watchdog``, in a
-session of its own) notices at once; ``wait`` does the same if the watchdog was killed too.  ``status`` only
-reads: :func:`seen_dead` gives the same answer in memory.
-"""
+"""A dead run noticed and said: its alive file's flock is free while its record says "running".  Its watchdog
+(in a session of its own) notices at once, ``wait`` if the watchdog died too; ``status`` only reads."""
 
 from __future__ import annotations
 
@@ -35,8 +30,8 @@ def died_reason(record: RunRecord) -> str:
 
 
 def seen_dead(store: RunStore, record: RunRecord) -> RunRecord:
-    """The record as it is, or failed with exit 9 for a "running" run whose alive lock is free.  It ended at its
-    last sign of life: a caller killed while waiting never looks newer than the run that built."""
+    """The record, or failed with exit 9 for a "running" run whose alive lock is free, ended at its last sign of
+    life (a caller killed while waiting never looks newer than the run that built)."""
     if record.state != RUNNING or store.is_alive(record.run_id):
         return record
     record = store.read(record.run_id) or record  # it may have finished just now
@@ -50,8 +45,7 @@ def seen_dead(store: RunStore, record: RunRecord) -> RunRecord:
 
 def marker_is_answered(store: RunStore, request: Request, run_id: str, root: str,
                        locked: bool) -> Optional[str]:
-    """Why a run that failed or died must not write the failure marker, or None.  Another live run for its
-    request answers for it (unless this one held the build lock), or the env file answers the request."""
+    """Why a run that failed or died must not write the failure marker (another answers for it), or None."""
     if not locked and store.others_alive(request, run_id):
         return "another run for this request is going and will answer"
     if answering_twin(root, request) is not None:
@@ -60,8 +54,7 @@ def marker_is_answered(store: RunStore, request: Request, run_id: str, root: str
 
 
 def record_death(store: RunStore, record: RunRecord) -> RunRecord:
-    """For a dead run: stop the build it left behind, write the failure marker (unless answered), then record
-    it as failed (idempotent)."""
+    """Stop a dead run's build, write its failure marker (unless answered), record it failed (idempotent)."""
     dead = seen_dead(store, record)
     if dead is record or dead.state != FAILED or record.state != RUNNING:
         return dead
@@ -101,8 +94,7 @@ def _mark_death(store: RunStore, dead: RunRecord) -> RunRecord:
 
 
 def keep_death(dead: RunRecord) -> None:
-    """The dead run's timing record, in the host folder of this process's environment: a killed run is the
-    one a fleet most needs to see (best effort, as any timing)."""
+    """The dead run's timing record (best effort): a killed run is the one a fleet most needs to see."""
     folder = host_cache_dir(os.environ)
     found = timings.of_dead_run(dead, host_id(os.environ))
     if folder is not None and found is not None:
@@ -120,8 +112,7 @@ def kill_build_group(record: RunRecord) -> None:
 
 
 def watch(root: str, run_id: str) -> int:
-    """The watchdog (``_watchdog ROOT RUN_ID``): block until the run's alive flock is free; then a record that
-    still says "running" is a death."""
+    """The watchdog (``_watchdog ROOT RUN_ID``): once the run's alive flock is free, "running" is a death."""
     try:
         fd = os.open(run_alive_file(runs_dir(root), run_id), os.O_RDONLY | os.O_NOFOLLOW)
         try:

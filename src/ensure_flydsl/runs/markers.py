@@ -1,10 +1,5 @@
-"""The files pollers read: the env file (success, written last), its JSON twin, and the failure marker.  And
-whether the env file answers a request: the reuse gate, asked of what the twin records.
-
-Every value in the env file is shell-quoted: sourcing it never runs code that came from a path.  The twin
-answers a request when its tree would pass that request's gate: same interpreter, modules checked, flydsl at
-the floor (``--exact-pin``: built from the pin), same exports.
-"""
+"""The files pollers read: the env file (success, written last), its JSON twin and the failure marker; and
+whether the env file answers a request (its twin's tree would pass the request's gate)."""
 
 from __future__ import annotations
 
@@ -14,7 +9,7 @@ import os
 import shlex
 import shutil
 import socket
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Callable, Dict, List, Mapping, MutableMapping, Optional, Tuple
 
 from packaging.version import InvalidVersion
@@ -24,6 +19,7 @@ from ensure_flydsl.errors import FAILURE_CODES, Stage
 from ensure_flydsl.result import LINK_MODES, How, Result, TreeIdentity
 from ensure_flydsl.settings import Request, release_at_least, same_repo
 from ensure_flydsl.support import faults, fields, space
+from ensure_flydsl.support.fields import checked
 from ensure_flydsl.support.files import atomic_write, atomic_write_json, file_path_problem, read_json, remove_file
 from ensure_flydsl.version import __version__
 from ensure_flydsl.warm import without_folders
@@ -44,7 +40,7 @@ class EnvFile:
                    result.env.get("VLLM_USE_FLYDSL_MOE") == "1")
 
     def mapping(self, caller_pythonpath: Optional[str]) -> Dict[str, str]:
-        """The variables as sourcing the file now sets them: the tree's folders first, once, then the caller's."""
+        """The variables as sourcing the file sets them: the tree's folders first, once, then the caller's."""
         rest = without_folders(caller_pythonpath, list(self.prepend))
         env = {"FLYDSL_ROOT": self.root, "PYTHONPATH": os.pathsep.join([*self.prepend, *([rest] if rest else [])])}
         if self.shim_dir is not None:
@@ -59,10 +55,8 @@ class EnvFile:
         path[:] = [*self.prepend, *(entry for entry in path if entry not in self.prepend)]
 
     def text(self) -> str:
-        """POSIX sh, every value single-quoted (a path never appears outside quotes, not even in a comment).
-
-        Sourcing it twice changes nothing: the folders are taken out of the caller's PYTHONPATH (matched
-        literally, quoted) before they are put first."""
+        """POSIX sh, every value single-quoted: sourcing it never runs code that came from a path.  Sourcing it
+        twice changes nothing: the folders are taken out of the caller's PYTHONPATH before they are put first."""
         quoted_path = ":".join(shlex.quote(p) for p in self.prepend) if self.prepend else "''"
         lines = [
             "# flydsl_env.sh: written by ensure-flydsl " + __version__ + ". Source it: . ./flydsl_env.sh",
@@ -94,32 +88,37 @@ class EnvFile:
         return "\n".join(lines) + "\n"
 
 
-_HOWS = {how.value for how in How}
-
-
 @dataclass(frozen=True)
 class EnvTwin(TreeIdentity):
     """``flydsl_env.json``: what the env file exports, the request it answers, the tree and interpreter it was
     made for.  And the warm path's fingerprint, with the folders and site dirs it watches."""
 
-    request: Request
-    watch: List[str]
-    site_dirs: List[str]
-    fingerprint: Dict[str, object]
-    FLYDSL_ROOT: str = ""
-    pythonpath_prepend: List[str] = field(default_factory=list)
-    FLYDSL_SHIM_DIR: Optional[str] = None
-    VLLM_USE_FLYDSL_MOE: Optional[str] = None
-    written_at: str = ""
-    tool_version: str = ""
-    # What the root's tree was built (or installed) from, None for a tree found elsewhere: what --exact-pin
-    # compares; the request above may be a later one that reused the tree.
-    pin: Optional[str] = None
-    repo: Optional[str] = None
-    run_id: str = ""
-    built: bool = False
-    elapsed_s: Optional[float] = None
-    link_mode: Optional[str] = None  # result.LINK_MODES: a warm answer says it too
+    how: How = checked(fields.member(How))
+    tree: str = checked(fields.path)
+    version: str = checked(fields.text)
+    python: str = checked(fields.absolute_path)
+    python_version: str = checked(fields.text)
+    abi: str = checked(fields.text)
+    commit: Optional[str] = checked(fields.object_name, nullable=True)
+    files: Dict[str, str] = checked(fields.text_map)
+    request: Request = checked(Request.from_json)
+    watch: List[str] = checked(fields.paths)
+    site_dirs: List[str] = checked(fields.paths)
+    fingerprint: Dict[str, object] = checked(fields.mapping)
+    FLYDSL_ROOT: str = checked(lambda v: v if v == "" else fields.absolute_path(v), "")  # "": an older tool's
+    pythonpath_prepend: List[str] = checked(fields.paths, factory=list)
+    FLYDSL_SHIM_DIR: Optional[str] = checked(fields.path, None)
+    VLLM_USE_FLYDSL_MOE: Optional[str] = checked(fields.path, None)
+    written_at: str = checked(fields.text, "")
+    tool_version: str = checked(fields.text, "")
+    # Later versions' fields, where a wrong type reads as not recorded.  The pin and repo the root's tree was
+    # built (or installed) from, None for a tree found elsewhere: what --exact-pin compares.
+    pin: Optional[str] = checked(fields.text, None, lenient=True)
+    repo: Optional[str] = checked(fields.text, None, lenient=True)
+    run_id: str = checked(fields.text, "", lenient=True)
+    built: bool = checked(fields.boolean, False, lenient=True)
+    elapsed_s: Optional[float] = checked(fields.seconds, None, lenient=True)
+    link_mode: Optional[str] = checked(lambda v: fields.one_of(v, LINK_MODES), None, lenient=True)
 
     # What says which tree answers which request; the rest records when and by what it was written.
     ANSWER_FIELDS = ("request", "how", "tree", "version", "python", "python_version", "abi", "commit", "files",
@@ -138,51 +137,13 @@ class EnvTwin(TreeIdentity):
 
     @classmethod
     def from_json(cls, data: object) -> Optional["EnvTwin"]:
-        """The twin, or None for a file that is not one.  ``python`` and the root are absolute, a tree the tool
-        made is its own with absolute folders, ``commit`` is a git object name."""
-        if not isinstance(data, dict):
-            return None
-        request = Request.from_json(data.get("request"))
-        if request is None:
-            return None
-        how = fields.one_of(data.get("how"), _HOWS)
-        # A reused tree is named as the probe found it (a caller's relative PYTHONPATH entry stays relative).
-        tree_path = fields.path if how in (None, How.REUSED.value) else fields.absolute_path
-        tree_paths = fields.paths if how in (None, How.REUSED.value) else fields.absolute_paths
-        root = data.get("FLYDSL_ROOT", "")  # "" in an older tool's twin
-        required = {
-            "how": How(how) if how is not None else None,
-            "tree": tree_path(data.get("tree")),
-            "version": fields.text(data.get("version")),
-            "python": fields.absolute_path(data.get("python")),
-            "python_version": fields.text(data.get("python_version")),
-            "abi": fields.text(data.get("abi")),
-            "files": fields.text_map(data.get("files")),
-            "watch": fields.paths(data.get("watch")),
-            "site_dirs": fields.paths(data.get("site_dirs")),
-            "fingerprint": data.get("fingerprint") if isinstance(data.get("fingerprint"), dict) else None,
-            "FLYDSL_ROOT": root if root == "" else fields.absolute_path(root),
-            "pythonpath_prepend": tree_paths(data.get("pythonpath_prepend", [])),
-            "written_at": fields.text(data.get("written_at", "")),
-            "tool_version": fields.text(data.get("tool_version", "")),
-        }
-        if any(value is None for value in required.values()):
-            return None
-        optional = {name: data.get(name) for name in ("commit", "FLYDSL_SHIM_DIR", "VLLM_USE_FLYDSL_MOE")}
-        if any(value is not None and fields.path(value) is None for value in optional.values()):
-            return None
-        if optional["commit"] is not None and fields.object_name(optional["commit"]) is None:
-            return None
-        # The fields later versions added: a wrong type reads as not recorded.
-        later = {
-            "pin": fields.text(data.get("pin")),
-            "repo": fields.text(data.get("repo")),
-            "run_id": fields.text(data.get("run_id")) or "",
-            "built": data.get("built") is True,
-            "elapsed_s": fields.seconds(data.get("elapsed_s")),
-            "link_mode": fields.one_of(data.get("link_mode"), LINK_MODES),
-        }
-        return cls(request=request, **required, **optional, **later)  # type: ignore[arg-type]
+        """The twin, or None.  A tree the tool made is its own, with absolute folders; a reused one is named as
+        the probe found it (a caller's relative PYTHONPATH entry stays relative)."""
+        twin = fields.from_json(cls, data)
+        if twin is None or twin.how == How.REUSED:
+            return twin
+        absolute = twin.tree.startswith("/") and all(p.startswith("/") for p in twin.pythonpath_prepend)
+        return twin if absolute else None
 
     def answers(self, other: "EnvTwin") -> bool:
         return all(getattr(self, k) == getattr(other, k) for k in self.ANSWER_FIELDS)
@@ -200,7 +161,7 @@ def publish_env_file(env_file: str, env_json: str, twin: EnvTwin, *, after_twin:
 
 
 def withdraw_env_file(env_file: str, env_json: str) -> bool:
-    """Take a success marker out of the way (the sh file first: it is the signal), and the front door's stamp."""
+    """Take a success marker away (the sh file first: it is the signal), and the front door's stamp."""
     removed = remove_file(env_file)
     remove_file(layout.warm_stamp(os.path.dirname(env_file)))
     return remove_file(env_json) or removed
@@ -272,8 +233,7 @@ def answering_twin(root: str, request: Request, path_env: Optional[str] = None) 
 
 
 def installed(root: str, request: Request, path_env: Optional[str] = None) -> Optional[Dict[str, object]]:
-    """The result objects' ``installed``: what the root's env file holds now, and whether it answers ``request``.
-    (A request that failed before its build leaves the previous install answering.)"""
+    """The result objects' ``installed``: what the root's env file holds now, and whether it answers ``request``."""
     twin = installed_twin(root)
     if twin is None:
         return None
@@ -311,8 +271,7 @@ class Failure:
 
     @classmethod
     def from_json(cls, data: object) -> Optional["Failure"]:
-        """The failure, or None.  The exit code is one a failed run records: never 0 or 75, which `wait` would
-        pass on as success or "still running"."""
+        """The failure, or None; never exit 0 or 75, which `wait` would pass on as success or "still running"."""
         if not isinstance(data, dict):
             return None
         code, stage, reason = fields.integer(data.get("exit_code")), data.get("stage"), data.get("reason", "")
@@ -326,7 +285,7 @@ class Failure:
 
 @dataclass(frozen=True)
 class FailureMarker:
-    """The failure marker as it reads back, field by field (None where a part is not one a run writes)."""
+    """The failure marker as it reads back (None where a part is not one a run writes)."""
 
     failure: Optional[Failure]
     request: Optional[Request]  # None: bad input's marker (``{}``) or not a request
@@ -348,8 +307,8 @@ class FailureMarker:
         )
 
     def names(self, root: str) -> bool:
-        """Whether it was written for ``root``.  One without a request object is taken as the root's own.  One
-        whose request is not a request (bad input's ``{}``) names no root, and no run takes it away."""
+        """Whether it was written for ``root``: one without a request object is the root's own; one whose request
+        is not a request (bad input's ``{}``) names no root, and no run takes it away."""
         if self.request is None:
             return self.unnamed
         return self.request.root == root
@@ -380,7 +339,6 @@ def write_failure_marker(path: str, *, stage: Optional[Stage], exit_code: int, r
 
 
 def marker_unwritten(path: str, problem: OSError) -> str:
-    """What a failure's one line adds when its marker could not be written."""
     why = problem.strerror or str(problem)
     if space.is_full(problem):
         why = "the disk quota is used up there" if problem.errno == errno.EDQUOT else "no space left on its file system"

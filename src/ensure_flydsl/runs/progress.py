@@ -1,24 +1,16 @@
-"""A provisioning run's progress: its record kept up to date (steps, percent from build output, ETA), its
-watchdog, and its heartbeat.
-
-The ETA follows the route the run takes (``Plan``): the steps still ahead, each its expected length on this
-host (``history.py``); none while nothing tells a release from a build.  A tracked run holds its record's
-alive lock for its whole life; its watchdog, in a session of its own, notices its death (``liveness.py``).
-
-GEAK kills an agent that is silent for 180 s.  So one heartbeat thread per run says where the run is whenever
-the reporter has shown nothing for 30 s, whatever the step.  ``-q`` silences it with everything else.
-"""
+"""A run's progress: its record kept up to date (steps, percent, an ETA over its route's steps still ahead),
+its watchdog, and its heartbeat (GEAK kills an agent silent for 180 s: a line after 30 s of quiet)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import subprocess
 import threading
 import time
 from dataclasses import dataclass, replace
-from types import TracebackType
-from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Type
+from typing import Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from ensure_flydsl.errors import Plan, Stage
 from ensure_flydsl.runs.history import read_history, remember
@@ -60,8 +52,7 @@ def estimate_eta(
     step: Optional[Stage], step_elapsed: float, percent: Optional[float], expected: Mapping[Stage, float],
     done: Sequence[str], plan: Optional[Plan],
 ) -> Optional[float]:
-    """Seconds left: the rest of this step, plus each step of the route still to come (all of them before
-    ``start``'s worker begins).  None while the route is not known."""
+    """Seconds left: the rest of this step and the route's steps still to come; None while the route is unknown."""
     if step is None or plan is None:
         return None
     stages = plan.stages
@@ -114,39 +105,31 @@ def say_pulse(reporter: Reporter, pulse: Pulse) -> None:
     reporter.pulse(pulse.line(), pulse.event())
 
 
-class Heartbeat:
-    """A daemon thread that says ``pulse()`` whenever ``reporter`` has shown nothing for ``interval`` seconds,
-    for the length of a ``with`` block."""
+@contextlib.contextmanager
+def heartbeat(reporter: Reporter, pulse: Callable[[], Pulse], interval: float) -> Iterator[None]:
+    """A daemon thread that says ``pulse()`` whenever ``reporter`` has been quiet for ``interval`` seconds."""
+    stop = threading.Event()
 
-    def __init__(self, reporter: Reporter, pulse: Callable[[], Pulse], interval: float) -> None:
-        self.reporter = reporter
-        self.pulse = pulse
-        self.interval = interval
-        self._stop = threading.Event()
-        self._thread: Optional[threading.Thread] = None
-
-    def __enter__(self) -> "Heartbeat":
-        if self.reporter.verbosity >= 0:
-            self._thread = threading.Thread(target=self._beat, name="ensure-flydsl-heartbeat", daemon=True)
-            self._thread.start()
-        return self
-
-    def __exit__(self, kind: Optional[Type[BaseException]], exc: Optional[BaseException],
-                 tb: Optional[TracebackType]) -> None:
-        if self._thread is not None:
-            self._stop.set()
-            self._thread.join(timeout=5.0)
-
-    def _beat(self) -> None:
+    def beat() -> None:
         while True:
-            due = self.reporter.last_shown + self.interval - time.monotonic()
-            if self._stop.wait(max(0.01, min(due, self.interval))):
+            due = reporter.last_shown + interval - time.monotonic()
+            if stop.wait(max(0.01, min(due, interval))):
                 return
-            if time.monotonic() - self.reporter.last_shown >= self.interval:
+            if time.monotonic() - reporter.last_shown >= interval:
                 try:
-                    say_pulse(self.reporter, self.pulse())
+                    say_pulse(reporter, pulse())
                 except Exception:  # a heartbeat that cannot be said this time must not end the heartbeats
-                    self.reporter.mark_shown()  # tried: an interval before the next try
+                    reporter.mark_shown()  # tried: an interval before the next try
+
+    thread = threading.Thread(target=beat, name="ensure-flydsl-heartbeat", daemon=True)
+    if reporter.verbosity >= 0:
+        thread.start()
+    try:
+        yield
+    finally:
+        if thread.is_alive():
+            stop.set()
+            thread.join(timeout=5.0)
 
 
 # -- the run record -------------------------------------------------------------------------------------------
@@ -233,8 +216,7 @@ class Tracker:
         return self.record.locked
 
     def step_progress(self) -> Tuple[Optional[Stage], Optional[float], Optional[float]]:
-        """The current step, its own percent and the rest of it from that percent: never the figures of
-        another host's build this run follows."""
+        """The current step, its own percent and ETA (never those of another host's build it follows)."""
         record = self.record
         percent = record.percent
         if record.waiting is not None or not isinstance(percent, (int, float)) or isinstance(percent, bool):
@@ -251,8 +233,8 @@ class Tracker:
         self._write(force=True)
 
     def follow(self, waiting: Optional[Dict[str, object]], percent: Optional[float], eta: Optional[float]) -> None:
-        """Waiting for another host's build (the build lease): its percent and ETA are this run's until the
-        wait ends (``waiting`` None); then they go with it."""
+        """Follow another host's build (the build lease): its percent and ETA are this run's until ``waiting``
+        is None."""
         followed = self.record.waiting is not None
         self.record.waiting = waiting
         if waiting is not None or followed:

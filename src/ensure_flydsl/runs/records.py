@@ -1,15 +1,6 @@
-"""Run records: what a provisioning run is doing, for ``status`` and ``wait``, and whether it is alive.
-
-Under ``$(dirname ROOT)/.ensure_flydsl/runs/<root name>/``:
-
-- ``<run_id>.json``: the run's record (state, step, percent, step times, result or failure).
-- ``<run_id>.alive``: the run holds an exclusive flock on it for its whole life.  The kernel drops it however
-  the run dies, so a shared flock taken tells at once that the run is gone: no pid files, no pid reuse.
-  (``filelock`` offers neither the shared probe nor a descriptor handed to the detached worker.)
-- ``<run_id>.reserve``: room a live run keeps on the disk (random bytes, which a compressing file system
-  counts).  Given up at its end, it takes the final record and the failure marker on a disk that filled.
-- ``current``: the id of the latest run for the root.
-"""
+"""Run records, under ``$(dirname ROOT)/.ensure_flydsl/runs/<root name>/``: ``<run_id>.json`` (what a run is
+doing, for ``status`` and ``wait``), ``<run_id>.alive`` (whether it lives), ``<run_id>.reserve`` (room for its
+last words on a disk that fills) and ``current`` (the latest run's id)."""
 
 from __future__ import annotations
 
@@ -20,8 +11,8 @@ import re
 import socket
 import time
 import uuid
-from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional
+from dataclasses import dataclass
+from typing import Dict, List, Optional
 
 from ensure_flydsl.errors import Stage
 from ensure_flydsl.layout import (
@@ -36,9 +27,9 @@ from ensure_flydsl.layout import (
 from ensure_flydsl.runs.markers import Failure
 from ensure_flydsl.settings import Request
 from ensure_flydsl.support import fields
+from ensure_flydsl.support.fields import checked
 from ensure_flydsl.support.files import (
     atomic_write,
-    atomic_write_all,
     json_bytes,
     read_json,
     read_regular,
@@ -61,37 +52,44 @@ RUNNING, SUCCEEDED, FAILED = RunState.RUNNING, RunState.SUCCEEDED, RunState.FAIL
 STATES = tuple(s.value for s in RunState)
 KINDS = ("blocking", "detached")
 KEEP_RECORDS = 20
-# Room for a run's last words (its final record, the failure marker) on file systems of blocks up to 16 KiB.
+# Room for a run's last words (its final record, the failure marker) on file systems of blocks up to 16 KiB;
+# random bytes, which a compressing file system counts too.
 RESERVE_BYTES = 64 << 10
+
+
+def _non_negative(value: object) -> Optional[float]:
+    found = fields.number(value)
+    return found if found is not None and found >= 0 else None
 
 
 @dataclass
 class RunRecord:
-    """``<run_id>.json``: what one run is doing, or how it ended."""
+    """``<run_id>.json``: what one run is doing, or how it ended.  A value no run writes refuses the whole file."""
 
-    run_id: str
-    root: str
-    request: Request
-    kind: str = "blocking"  # "blocking" or "detached"
-    pid: Optional[int] = None
-    pid_start: Optional[str] = None  # the kernel's start time of pid, to tell it from a reused pid
-    host: str = ""
-    state: RunState = RunState.RUNNING
-    step: Optional[Stage] = None  # None also for a step this version does not know
-    percent: Optional[float] = None
-    eta_s: Optional[float] = None
-    started: float = 0.0
-    finished: Optional[float] = None
-    updated: Optional[float] = None  # its last sign of life
-    steps: List[Dict[str, object]] = field(default_factory=list)
-    log: str = ""
-    fail_marker: str = ""
-    result: Optional[Dict[str, object]] = None
-    failure: Optional[Failure] = None
-    build_pgid: Optional[int] = None
-    build_leader_start: Optional[str] = None
-    locked: bool = False  # it took the build lock: its outcome is its request's outcome
-    waiting: Optional[Dict[str, object]] = None  # the build lease's holder it waits for (host, run_id, what, text)
+    run_id: str = checked(lambda v: v if is_run_id(v) else None)
+    root: str = checked(fields.path)
+    request: Request = checked(Request.from_json)
+    kind: str = checked(lambda v: fields.one_of(v, KINDS), "blocking")
+    pid: Optional[int] = checked(fields.pid, None)
+    pid_start: Optional[str] = checked(fields.text, None)  # the kernel's start time of pid, to tell a reused pid
+    host: str = checked(fields.text, "")
+    state: RunState = checked(fields.member(RunState), RunState.RUNNING)
+    step: Optional[Stage] = checked(fields.text, None, convert=Stage.parse)  # None also for a step not known
+    percent: Optional[float] = checked(fields.percent, None)
+    eta_s: Optional[float] = checked(_non_negative, None)
+    started: float = checked(fields.seconds, 0.0)
+    finished: Optional[float] = checked(fields.seconds, None)
+    updated: Optional[float] = checked(fields.seconds, None)  # its last sign of life
+    steps: List[Dict[str, object]] = checked(
+        lambda v: list(v) if isinstance(v, list) and all(isinstance(s, dict) for s in v) else None, factory=list)
+    log: str = checked(fields.path, "")
+    fail_marker: str = checked(fields.path, "")
+    result: Optional[Dict[str, object]] = checked(fields.mapping, None)
+    failure: Optional[Failure] = checked(Failure.from_json, None)
+    build_pgid: Optional[int] = checked(fields.pid, None)
+    build_leader_start: Optional[str] = checked(fields.text, None)
+    locked: bool = checked(fields.boolean, False)  # it took the build lock: its outcome is its request's outcome
+    waiting: Optional[Dict[str, object]] = checked(fields.mapping, None)  # the build lease's holder it waits for
 
     def remaining_eta(self) -> Optional[float]:
         if self.eta_s is None or self.updated is None:
@@ -106,60 +104,10 @@ class RunRecord:
 
     @classmethod
     def from_json(cls, data: object) -> Optional["RunRecord"]:
-        """The record, or None for a file that is not one: a wrong type or a value no run writes anywhere
-        refuses the whole record."""
-        if not isinstance(data, dict):
-            return None
-        run_id, request = fields.text(data.get("run_id")), Request.from_json(data.get("request"))
-        if run_id is None or not _RUN_ID.fullmatch(run_id) or request is None or "root" not in data:
-            return None
-        values: Dict[str, object] = {"run_id": run_id, "request": request}
-        for name, check in _RECORD_FIELDS.items():
-            if name not in data:
-                continue
-            value = data[name]
-            checked = check(value)
-            if checked is None and (value is not None or name in _NOT_NULL):
-                return None
-            values[name] = checked
-        step = data.get("step")
-        if step is not None and fields.text(step) is None:
-            return None
-        values["step"] = Stage.parse(step)  # a step this version does not know: none (the record stands)
-        failure = data.get("failure")
-        values["failure"] = Failure.from_json(failure)
-        if failure is not None and values["failure"] is None:
-            return None
-        return cls(**values)  # type: ignore[arg-type]
-
-
-def _non_negative(value: object) -> Optional[float]:
-    found = fields.number(value)
-    return found if found is not None and found >= 0 else None
-
-
-def _dicts(value: object) -> Optional[List[Dict[str, object]]]:
-    return list(value) if isinstance(value, list) and all(isinstance(v, dict) for v in value) else None
-
-
-def _run_state(value: object) -> Optional[RunState]:
-    found = fields.one_of(value, STATES)
-    return RunState(found) if found is not None else None
+        return fields.from_json(cls, data)
 
 
 _RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")  # it names files beside the record
-# Each field but run_id, request, step and failure, with its check (the value, or None when wrong).
-_RECORD_FIELDS: Dict[str, Callable[[object], object]] = {
-    "root": fields.path, "kind": lambda v: fields.one_of(v, KINDS), "pid": fields.pid, "pid_start": fields.text,
-    "host": fields.text, "state": _run_state, "percent": fields.percent,
-    "eta_s": _non_negative, "started": fields.seconds, "finished": fields.seconds, "updated": fields.seconds,
-    "steps": _dicts, "log": fields.path, "fail_marker": fields.path,
-    "result": lambda v: v if isinstance(v, dict) else None, "build_pgid": fields.pid,
-    "build_leader_start": fields.text,
-    "locked": lambda v: v if isinstance(v, bool) else None,
-    "waiting": lambda v: v if isinstance(v, dict) else None,
-}
-_NOT_NULL = ("root", "kind", "host", "state", "started", "steps", "log", "fail_marker", "locked")
 
 
 def is_run_id(text: object) -> bool:
@@ -202,8 +150,7 @@ class RunStore:
         return RunRecord.from_json(read_json(self.record_path(run_id)))
 
     def write(self, record: RunRecord) -> None:
-        """Replace the record whole; flushed to disk only at the run's end (a power cut that loses its progress
-        ended the run too)."""
+        """Replace the record whole; flushed to disk only at the run's end (a power cut ends the run too)."""
         atomic_write(self.record_path(record.run_id), _record_data(record), durable=record.state != RUNNING)
 
     def current_id(self) -> Optional[str]:
@@ -223,11 +170,10 @@ class RunStore:
         remove_quietly([self.record_path(run_id), self.alive_path(run_id), self.reserve_path(run_id)])
 
     def begin(self, record: RunRecord, alive_fd: Optional[int] = None) -> int:
-        """A run's files as it begins, all or none: its alive file held, room for its last words, its record and
-        the pointer to it.  ``alive_fd`` is a detached worker's, which ``start`` took.  On a full disk (OSError)
-        nothing says the run is going.  The descriptor returned keeps the run alive."""
+        """A run's files as it begins, all or none (alive file held, reserve, record, ``current``); ``alive_fd``
+        is a detached worker's, which ``start`` took.  The descriptor returned keeps the run alive."""
         run_id = record.run_id
-        own = alive_fd is None  # a blocking run's own; a detached worker's record and alive file are `start`'s
+        own = alive_fd is None  # a detached worker's record and alive file are `start`'s
         record_file, alive_file, reserve_file = (self.record_path(run_id), self.alive_path(run_id),
                                                  self.reserve_path(run_id))
         self.ensure_folder()
@@ -239,8 +185,10 @@ class RunStore:
         writes = [(reserve_file, os.urandom(RESERVE_BYTES)), (record_file, _record_data(record)),
                   (current_run_file(self.folder), _current_data(run_id))]
         try:
-            atomic_write_all(writes, undo=[record_file, alive_file, reserve_file] if own else [reserve_file])
+            for path, data in writes:
+                atomic_write(path, data)
         except BaseException:
+            remove_quietly([record_file, alive_file, reserve_file] if own else [reserve_file])
             if own:
                 os.close(fd)
             raise
@@ -251,7 +199,7 @@ class RunStore:
         return self.read(run_id) if run_id else None
 
     def _record_ids(self) -> List[str]:
-        """The run ids that have a record here (FileNotFoundError before the first run)."""
+        """(FileNotFoundError before the first run.)"""
         return [n[:-len(RUN_RECORD_SUFFIX)] for n in os.listdir(self.folder) if n.endswith(RUN_RECORD_SUFFIX)]
 
     def records(self) -> List[RunRecord]:
@@ -271,7 +219,6 @@ class RunStore:
                    for r in self.records_for(request))
 
     def any_alive(self) -> List[RunRecord]:
-        """The live runs of this root, whatever their request."""
         return [r for r in self.records() if r.state == RUNNING and self.is_alive(r.run_id)]
 
     def prune(self) -> None:
@@ -290,7 +237,8 @@ class RunStore:
                 self.forget(run_id)
 
     def hold_alive(self, run_id: str) -> int:
-        """Open and exclusively flock the run's alive file; the returned descriptor keeps the run alive."""
+        """Exclusively flock the run's alive file: the kernel drops the lock however the run dies, so a shared
+        flock taken says at once that it is gone (``filelock`` has no shared probe, nor a descriptor to hand on)."""
         self.ensure_folder()
         fd = os.open(self.alive_path(run_id), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
         fcntl.flock(fd, fcntl.LOCK_EX)

@@ -1,11 +1,5 @@
-"""Where each run's time went: one timing record per run, kept per host, and what they add up to (``stats``).
-
-``<host cache>/runs/<run id>.json``: each stage's wall time, the bytes fetched, the cache's hits and misses,
-the link mode, the lock's and the lease's waits, and the way the run took.  One
-file per run, written once: runs that end together share nothing, and a fleet copies folders together.  The
-writer keeps the folder bounded; only files named as records are removed.  Read back, a record is outside
-data (a fleet's copy, another version): a file that is not one is skipped and counted, never a traceback.
-"""
+"""Where each run's time went (``stats``): ``<host cache>/runs/<run id>.json``, one file per run written once
+(runs that end together share nothing; a fleet copies folders together), and what they add up to."""
 
 from __future__ import annotations
 
@@ -24,6 +18,7 @@ from ensure_flydsl.layout import RUN_RECORD_SUFFIX, timing_file
 from ensure_flydsl.result import LINK_MODES as LINK_MODES
 from ensure_flydsl.runs.records import KINDS, RunRecord, is_new_run_id, is_run_id
 from ensure_flydsl.support import fields
+from ensure_flydsl.support.fields import checked
 from ensure_flydsl.support.files import atomic_write_json, read_regular
 
 TIMING_VERSION = 1
@@ -62,28 +57,62 @@ class RunFacts:
         self.lease_wait_s = (self.lease_wait_s or 0.0) + max(0.0, seconds)
 
 
+def _exit_code(value: object) -> Optional[int]:
+    found = fields.integer(value)
+    return found if found == 0 or found in FAILURE_CODES else None
+
+
+def _stages(value: object) -> Optional[Dict[Stage, float]]:
+    """Each stage's seconds; a stage this version does not know (a newer file) is left out."""
+    if not isinstance(value, dict):
+        return None
+    found: Dict[Stage, float] = {}
+    for name, seconds in value.items():
+        value = fields.seconds(seconds)
+        if value is None:
+            return None
+        stage = Stage.parse(name)
+        if stage is not None:
+            found[stage] = value
+    return {stage: found[stage] for stage in Stage if stage in found}  # in the order a run goes through them
+
+
+def _byte_count(value: object) -> Optional[int]:
+    found = fields.integer(value)
+    return found if found is not None and 0 <= found <= MAX_BYTES else None
+
+
+def _table(value: object, names: Tuple[str, ...], check: Callable[[object], object]) -> Optional[Dict[str, object]]:
+    """An object whose keys are some of ``names`` and whose values pass ``check``, else None."""
+    if not isinstance(value, dict) or not set(value) <= set(names):
+        return None
+    found = {name: check(v) for name, v in value.items()}
+    return None if any(v is None for v in found.values()) else found
+
+
 @dataclass(frozen=True)
 class TimingRecord:
     """``<run id>.json`` in the host's ``runs/``: where one run's time went (docs/schema/timing.schema.json)."""
 
-    run_id: str
-    host: str
-    root: str
-    kind: str  # runs/records.py: KINDS
-    started: float  # wall clock, seconds since the epoch
-    ended: float
-    exit_code: int  # 0, or the code a failed run records (errors.FAILURE_CODES)
-    way: str  # WAYS; FAILED exactly when exit_code is not 0
-    stages: Mapping[Stage, float]  # each stage's seconds (a stage gone through twice: both added up)
-    stage: Optional[Stage] = None  # where a failed run stopped
-    route: Optional[Plan] = None  # the way a provider took (None: none did)
-    pin: Optional[str] = None
-    tool: Optional[str] = None  # ensure-flydsl's version that wrote it
-    fetched: Mapping[str, int] = field(default_factory=dict)
-    cache: Mapping[str, str] = field(default_factory=dict)
-    link_mode: Optional[str] = None
-    lock_wait_s: Optional[float] = None  # None: the run did not go for the lock
-    lease_wait_s: Optional[float] = None  # None: it took no turn at a build lease
+    run_id: str = checked(lambda v: v if is_run_id(v) else None)
+    host: str = checked(fields.short_text)
+    root: str = checked(fields.absolute_path)
+    kind: str = checked(lambda v: fields.one_of(v, KINDS))
+    started: float = checked(fields.seconds)  # wall clock, seconds since the epoch
+    ended: float = checked(fields.seconds)
+    exit_code: int = checked(_exit_code)  # 0, or the code a failed run records
+    way: str = checked(lambda v: fields.one_of(v, WAYS))  # FAILED exactly when exit_code is not 0
+    stages: Mapping[Stage, float] = checked(_stages)  # a stage gone through twice: both added up
+    stage: Optional[Stage] = checked(fields.text, None, convert=Stage.parse)  # where a failed run stopped
+    route: Optional[Plan] = checked(fields.member(Plan), None)  # the way a provider took (None: none did)
+    pin: Optional[str] = checked(fields.short_text, None)
+    tool: Optional[str] = checked(fields.short_text, None)  # ensure-flydsl's version that wrote it
+    fetched: Mapping[str, int] = checked(lambda v: _table(v, FETCHES, _byte_count), factory=dict)
+    cache: Mapping[str, str] = checked(lambda v: _table(v, LOOKUPS, lambda c: fields.one_of(c, (HIT, MISS))),
+                                       factory=dict)
+    link_mode: Optional[str] = checked(lambda v: fields.one_of(v, LINK_MODES), None)
+    lock_wait_s: Optional[float] = checked(fields.seconds, None)  # None: the run did not go for the lock
+    lease_wait_s: Optional[float] = checked(fields.seconds, None)  # None: it took no turn at a build lease
 
     @property
     def total_s(self) -> float:
@@ -110,73 +139,24 @@ class TimingRecord:
 
     @classmethod
     def from_json(cls, data: object) -> Optional["TimingRecord"]:
-        """The record, or None for a file that is not this version's.  Each field is checked for type and meaning
-        (times in order, stages that fit in them, a way that agrees with the exit code)."""
-        if not isinstance(data, dict) or fields.integer(data.get("version")) != TIMING_VERSION:
+        """The record, or None for a file that is not this version's: each field checked, the times in order,
+        the stages fitting in them, a way that agrees with the exit code."""
+        if (not isinstance(data, dict) or fields.integer(data.get("version")) != TIMING_VERSION
+                or "fetched" not in data or "cache" not in data):
             return None
-        run_id, host, root = data.get("run_id"), fields.short_text(data.get("host")), fields.absolute_path(
-            data.get("root"))
-        kind, way = fields.one_of(data.get("kind"), KINDS), fields.one_of(data.get("way"), WAYS)
-        started, ended = fields.seconds(data.get("started")), fields.seconds(data.get("ended"))
-        code = fields.integer(data.get("exit_code"))
-        if (not is_run_id(run_id) or host is None or root is None or kind is None or way is None
-                or started is None or ended is None or ended < started or code is None
-                or (code != 0 and code not in FAILURE_CODES) or (way == FAILED) != (code != 0)):
+        found = fields.from_json(cls, data)
+        if (found is None or found.ended < found.started or (found.way == FAILED) != (found.exit_code != 0)
+                or sum(found.stages.values()) > found.total_s + ROUNDING_S * (len(found.stages) + 2)):
             return None
-        stages, stage, route = _stages(data.get("stages")), data.get("stage"), data.get("route")
-        fetched = _table(data.get("fetched"), FETCHES, _byte_count)
-        cache = _table(data.get("cache"), LOOKUPS, lambda v: fields.one_of(v, (HIT, MISS)))
-        plan = Plan._value2member_map_.get(route) if isinstance(route, str) else None
-        optional = {name: data.get(name) for name in ("pin", "tool", "link_mode", "lock_wait_s", "lease_wait_s")}
-        checked = {"pin": fields.short_text(optional["pin"]), "tool": fields.short_text(optional["tool"]),
-                   "link_mode": fields.one_of(optional["link_mode"], LINK_MODES),
-                   "lock_wait_s": fields.seconds(optional["lock_wait_s"]),
-                   "lease_wait_s": fields.seconds(optional["lease_wait_s"])}
-        if (stages is None or sum(stages.values()) > ended - started + ROUNDING_S * (len(stages) + 2)
-                or fetched is None or cache is None or (stage is not None and fields.text(stage) is None)
-                or (route is not None and plan is None)
-                or any(checked[n] is None and optional[n] is not None for n in optional)):
-            return None
-        return cls(run_id=str(run_id), host=host, root=root, kind=kind, started=started, ended=ended, exit_code=code,
-                   way=way, stages=stages, stage=Stage.parse(stage), route=plan,  # type: ignore[arg-type]
-                   fetched=fetched, cache=cache, **checked)  # type: ignore[arg-type]
+        return found
 
 
 def _rounded(value: Optional[float]) -> Optional[float]:
     return None if value is None else round(value, 3)
 
 
-def _stages(value: object) -> Optional[Dict[Stage, float]]:
-    """Each stage's seconds; a stage this version does not know (a newer file) is left out."""
-    if not isinstance(value, dict):
-        return None
-    found: Dict[Stage, float] = {}
-    for name, seconds in value.items():
-        checked = fields.seconds(seconds)
-        if checked is None:
-            return None
-        stage = Stage.parse(name)
-        if stage is not None:
-            found[stage] = checked
-    return {stage: found[stage] for stage in Stage if stage in found}  # in the order a run goes through them
-
-
-def _byte_count(value: object) -> Optional[int]:
-    found = fields.integer(value)
-    return found if found is not None and 0 <= found <= MAX_BYTES else None
-
-
-def _table(value: object, names: Tuple[str, ...], check: Callable[[object], object]) -> Optional[Dict[str, object]]:
-    """An object whose keys are some of ``names`` and whose values pass ``check``, else None."""
-    if not isinstance(value, dict) or not set(value) <= set(names):
-        return None
-    found = {name: check(v) for name, v in value.items()}
-    return None if any(v is None for v in found.values()) else found
-
-
 def of_dead_run(dead: RunRecord, host: str) -> Optional[TimingRecord]:
-    """The timing record of a run that died, from its run record: its steps' times, exit 9, the step it died
-    in.  None for a record that cannot say it."""
+    """The timing record of a run that died, from its run record; None for a record that cannot say it."""
     failure, ended = dead.failure, dead.finished
     if failure is None or ended is None or ended < dead.started or not dead.root.startswith("/"):
         return None
@@ -215,8 +195,8 @@ def _record_names(folder: str) -> List[str]:
 
 
 def prune(folder: str, *, keep_runs: int = KEEP_RUNS, keep_days: float = KEEP_DAYS) -> None:
-    """Remove the records beyond the newest ``keep_runs`` and those older than ``keep_days`` (by their files'
-    times); only regular files named as the tool names records."""
+    """Remove the records beyond the newest ``keep_runs`` or older than ``keep_days``: only regular files named
+    as the tool names records."""
     try:
         names = _record_names(folder)
     except OSError:
@@ -246,8 +226,8 @@ class Skipped:
 
 
 def read_records(folder: str) -> Tuple[List[TimingRecord], List[Skipped]]:
-    """The timing records in ``folder``, oldest first, and the files skipped; hidden files (an atomic write's
-    temporary file) are neither."""
+    """The timing records in ``folder``, oldest first, and the files that are not one (never a traceback);
+    hidden files (an atomic write's temporary file) are neither."""
     try:
         names = sorted(os.listdir(folder))
     except FileNotFoundError:
@@ -363,8 +343,6 @@ def where_the_time_went(records: Sequence[TimingRecord]) -> List[Share]:
 
 
 def summarize(records: Sequence[TimingRecord]) -> Summary:
-    """Counts per way, host and link mode; the median and sum of each time and of the bytes fetched; the
-    cache's hits and misses; where the time went."""
     fetched = [r for r in records if r.bytes_fetched is not None]
     return Summary(
         runs=len(records),

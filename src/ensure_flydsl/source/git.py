@@ -1,29 +1,35 @@
-"""Fetch the pinned source into the root: :class:`Checkout` and every git command on it.
-
-Every git call goes through :func:`git`: it never prompts, refuses remote helpers that run commands
-(``ext::``), and applies the run's mirrors.  Settings that reach git were validated not to start with
-``-`` and come after their options, so they are never read as options.
-"""
+"""Every git command of the tool: the pin's :class:`Checkout`, local reads, the mirrors, the store's shared objects.
+One environment builder (:func:`git_env`): never a prompt, no ``ext::`` helpers, the run's mirrors.  Settings that
+reach git were validated not to start with ``-`` and come after their options, so they are never options."""
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import re
 import subprocess
 from dataclasses import dataclass
 from typing import Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
+from ensure_flydsl import layout
 from ensure_flydsl.errors import EnsureError, ExitCode, Stage
-from ensure_flydsl.settings import GitMirrors, Settings
-from ensure_flydsl.source.mirrors import describe, is_local, with_mirrors, with_network_limits
-from ensure_flydsl.support.processes import CommandFailed, Silent, cmd_output, run_captured, watched_output
+from ensure_flydsl.settings import GitMirrors, Settings, git_config_count
+from ensure_flydsl.support.processes import (
+    CommandFailed,
+    Silent,
+    cmd_output,
+    network_silence_s,
+    run_captured,
+    watched_output,
+)
 
-_HEX = re.compile(r"^[0-9a-fA-F]{7,40}\Z")
+HEX = re.compile(r"^[0-9a-fA-F]{7,40}\Z")
 _OBJECT_ID = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})\Z")  # as ls-remote prints one (SHA-1 or SHA-256)
 # Lock files a killed git leaves behind; under the build lock, in a root of ours, nobody else runs git.
 _GIT_LOCKS = ("index.lock", "HEAD.lock", "config.lock", "packed-refs.lock", "shallow.lock", "FETCH_HEAD.lock")
-
+# Refs of the store's shared repository, one namespace per root (what keeps its objects reachable).
+ROOT_REFS = "refs/roots"
 
 UNREACHABLE = ("check that FLYDSL_REPO is reachable from here (or point it at a local mirror, or map its URL "
                "to a mirror with FLYDSL_GIT_MIRRORS=FROM=TO)")
@@ -46,16 +52,63 @@ def failing_as(code: ExitCode, reason: str, *, stage: Stage, hint: str = "") -> 
 
 
 def is_local_repo(repo: str) -> bool:
-    return is_local(repo)
+    return repo.startswith(("/", "file://"))
+
+
+# -- mirrors (FLYDSL_GIT_MIRRORS): git's own url.<TO>.insteadOf <FROM> through GIT_CONFIG_COUNT/KEY/VALUE, so no
+# git config file is written and a build script's git commands apply them too.
+
+def _appended(env: Dict[str, str], first: int, entries: List[Tuple[str, str]]) -> Dict[str, str]:
+    """``env`` with ``entries`` as GIT_CONFIG_KEY_n/VALUE_n from ``first`` on, after the caller's own."""
+    for index, (key, value) in enumerate(entries, start=first):
+        env[f"GIT_CONFIG_KEY_{index}"] = key
+        env[f"GIT_CONFIG_VALUE_{index}"] = value
+    env["GIT_CONFIG_COUNT"] = str(first + len(entries))
+    return env
+
+
+def with_mirrors(environ: Mapping[str, str], mirrors: GitMirrors) -> Dict[str, str]:
+    """A copy of ``environ`` whose git commands apply ``mirrors``."""
+    if not mirrors:
+        return dict(environ)
+    entries = [(f"url.{to}.insteadOf", source) for source, to in mirrors]
+    if any(is_local_repo(to) for _, to in mirrors):
+        # git >= 2.38 refuses file:// submodules by default (CVE-2022-39253); the user chose this local mirror.
+        entries.append(("protocol.file.allow", "always"))
+    return _appended(dict(environ), git_config_count(environ), entries)
+
+
+def with_network_limits(environ: Dict[str, str]) -> Dict[str, str]:
+    """``environ`` with http low-speed limits (under 1 byte/s for the silence limit) after its git config."""
+    raw = environ.get("GIT_CONFIG_COUNT", "").strip()
+    if raw and not raw.isdigit():
+        return environ
+    seconds = max(1, int(network_silence_s(environ)))
+    return _appended(environ, int(raw or "0"), [("http.lowSpeedLimit", "1"), ("http.lowSpeedTime", str(seconds))])
+
+
+def rewrite(url: str, mirrors: GitMirrors) -> Tuple[str, Optional[Tuple[str, str]]]:
+    """The URL git uses for ``url`` and the mirror it went through (None: none); the longest FROM wins."""
+    matches = [(source, to) for source, to in mirrors if url.startswith(source)]
+    if not matches:
+        return url, None
+    source, to = max(matches, key=lambda pair: len(pair[0]))
+    return to + url[len(source):], (source, to)
+
+
+def describe(url: str, mirrors: GitMirrors, label: str = "FLYDSL_GIT_MIRRORS") -> str:
+    where, mirror = rewrite(url, mirrors)
+    if mirror is None:
+        return url
+    return f"{url} through the mirror {where} ({label} {mirror[0]}={mirror[1]})"
 
 
 def git_env(environ: Mapping[str, str], mirrors: Optional[GitMirrors], *,
             answer_within: Optional[float] = None) -> Dict[str, str]:
     """The environment of every git command: never a prompt, C messages, never the caller's GIT_DIR.
 
-    ``mirrors`` None: a local read, without the caller's GIT_* variables.  Else a command that may talk to
-    a remote: mirrors, plain transports, and the network silence limit.  With ``answer_within`` (the doctor's
-    reachability checks), a transfer and an ssh connection are given up after that many seconds instead."""
+    ``mirrors`` None: a local read, without the caller's GIT_* variables.  Else mirrors, plain transports, and
+    the network silence limit, or (``answer_within``, the doctor's checks) a transfer given up after that long."""
     if mirrors is None:
         env = {k: v for k, v in environ.items() if not k.startswith("GIT_")}
         env.update({"GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"})
@@ -65,15 +118,9 @@ def git_env(environ: Mapping[str, str], mirrors: Optional[GitMirrors], *,
         env = with_network_limits(env)
     env.pop("GIT_DIR", None)
     env.pop("GIT_WORK_TREE", None)
-    env.update(
-        {
-            "GIT_TERMINAL_PROMPT": "0",
-            "GIT_ASKPASS": "true",
-            "LC_ALL": "C",
-            # Only plain transports: no ext:: or fd:: helpers, whatever the repository or .gitmodules say.
-            "GIT_ALLOW_PROTOCOL": "file:https:http:ssh:git",
-        }
-    )
+    # Only plain transports: no ext:: or fd:: helpers, whatever the repository or .gitmodules say.
+    env.update({"GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "true", "LC_ALL": "C",
+                "GIT_ALLOW_PROTOCOL": "file:https:http:ssh:git"})
     if answer_within is not None:
         seconds = str(max(1, int(answer_within)))
         # a stalled https transfer gives up after the timeout instead of curl's minutes
@@ -84,8 +131,7 @@ def git_env(environ: Mapping[str, str], mirrors: Optional[GitMirrors], *,
 
 
 def read_git(path: str, *args: str, stdin: bytes = b"", timeout: float = 30.0) -> bytes:
-    """A local git command on the repository at ``path`` (it fetches nothing): its stdout; CommandFailed with
-    its stderr when it fails, cannot start or runs past ``timeout``."""
+    """A local git command's stdout; CommandFailed when it fails, cannot start or runs past ``timeout``."""
     cmd = ["git", "-C", path, *args]
     try:
         proc = run_captured(cmd, input=stdin, env=git_env(os.environ, None), timeout=timeout,
@@ -99,61 +145,57 @@ def read_git(path: str, *args: str, stdin: bytes = b"", timeout: float = 30.0) -
 
 def ls_remote_within(url: str, refs: Sequence[str], environ: Mapping[str, str], mirrors: GitMirrors,
                      timeout: float) -> "subprocess.CompletedProcess[bytes]":
-    """``git ls-remote --quiet url refs`` within ``timeout`` (the doctor's reachability check), through the
-    mirrors; OSError when git cannot start, ``subprocess.TimeoutExpired`` past the timeout."""
+    """``git ls-remote`` within ``timeout`` (the doctor's check); OSError, or TimeoutExpired past it."""
     env = git_env(environ, mirrors, answer_within=timeout)
     return run_captured(["git", "ls-remote", "--quiet", url, *refs], env=env, stdin=subprocess.DEVNULL,
                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout)
 
 
-def tag_commits(ls_remote: str) -> Dict[str, str]:
-    """Tag name -> the commit it names, from ``git ls-remote`` output (an annotated tag by its peeled line)."""
-    found: Dict[str, str] = {}
-    peeled: Dict[str, str] = {}
+def _refs(ls_remote: str) -> Dict[str, str]:
+    """Ref name -> object, from ``git ls-remote`` output (annotated tags also as ``refs/tags/v1^{}``)."""
+    refs: Dict[str, str] = {}
     for line in ls_remote.splitlines():
         sha, _, ref = (part.strip() for part in line.partition("\t"))
-        if not ref.startswith("refs/tags/") or not _OBJECT_ID.match(sha):
-            continue
-        name = ref[len("refs/tags/"):]
-        if name.endswith("^{}"):
-            peeled[name[:-3]] = sha
-        else:
-            found[name] = sha
-    found.update((name, sha) for name, sha in peeled.items() if name in found)
-    return found
+        if ref and _OBJECT_ID.match(sha):
+            refs[ref] = sha
+    return refs
+
+
+def _tags(refs: Mapping[str, str]) -> Dict[str, str]:
+    """Tag name -> the commit it names (an annotated tag by its peeled line)."""
+    return {ref[len("refs/tags/"):]: refs.get(ref + "^{}", sha) for ref, sha in refs.items()
+            if ref.startswith("refs/tags/") and not ref.endswith("^{}")}
+
+
+def tag_commits(ls_remote: str) -> Dict[str, str]:
+    return _tags(_refs(ls_remote))
 
 
 def git(root: str, *args: str, repo: str, mirrors: GitMirrors, timeout: Optional[float] = None,
         silence_s: Optional[float] = None) -> str:
-    """Run git in ``root``; a network command is stopped after ``silence_s`` seconds without output (default:
-    the network silence limit), exit 2 naming the remote."""
-    extra: List[str] = []
-    if is_local_repo(repo):
-        # git >= 2.38 refuses file:// submodules by default (CVE-2022-39253); a local mirror's submodules
-        # are local too, and the user chose that mirror.
-        extra = ["-c", "protocol.file.allow=always"]
+    """Run git in ``root``; a network command silent for ``silence_s`` seconds stops: exit 2 naming the remote."""
+    # git >= 2.38 refuses file:// submodules by default (CVE-2022-39253); a local mirror's are local too.
+    extra = ["-c", "protocol.file.allow=always"] if is_local_repo(repo) else []
     cmd = ["git", *extra, "-C", root, *args]
     env = git_env(os.environ, mirrors)
     sub = next((a for a in args if not a.startswith("-")), "")
     if sub not in _NETWORK or (sub == "submodule" and "update" not in args):
         return cmd_output(cmd, env=env, timeout=timeout)
-    if sub in ("fetch", "clone", "submodule"):  # progress as objects arrive: output is the sign of life
-        at = args.index(sub) + (2 if sub == "submodule" else 1)
+    submodule = sub == "submodule"
+    if sub != "ls-remote":  # progress as objects arrive: output is the sign of life
+        at = args.index(sub) + (2 if submodule else 1)
         cmd = ["git", *extra, "-C", root, *args[:at], "--progress", *args[at:]]
+    what = "git submodule update" if submodule else f"git {sub}"
     remote = describe(repo, mirrors)
     try:
-        return watched_output(cmd, env=env, what=f"git {sub}" + (" update" if sub == "submodule" else ""),
-                              silence_s=silence_s,
-                              remote=(lambda out: _submodule_remote(out, root, mirrors)) if sub == "submodule"
+        return watched_output(cmd, env=env, what=what, silence_s=silence_s,
+                              remote=(lambda out: _submodule_remote(out, root, mirrors)) if submodule
                               else (lambda out: remote))
     except Silent as exc:
         raise EnsureError(
-            ExitCode.FETCH,
-            f"git {sub}{' update' if sub == 'submodule' else ''} stopped: nothing received from {exc.remote} "
-            f"for {exc.seconds:g} s",
-            stage=Stage.SUBMODULES if sub == "submodule" else Stage.FETCH,
-            hint=SUBMODULES_UNREACHABLE if sub == "submodule" else UNREACHABLE,
-            detail=exc.describe(),
+            ExitCode.FETCH, f"{what} stopped: nothing received from {exc.remote} for {exc.seconds:g} s",
+            stage=Stage.SUBMODULES if submodule else Stage.FETCH,
+            hint=SUBMODULES_UNREACHABLE if submodule else UNREACHABLE, detail=exc.describe(),
         ) from None
 
 
@@ -161,21 +203,104 @@ def _submodule_remote(output: str, root: str, mirrors: GitMirrors) -> str:
     """The submodule ``git submodule update`` was cloning when it went silent, from what it printed."""
     urls = {os.path.normpath(os.path.join(root, path)): url for url, path in _REGISTERED.findall(output)}
     cloning = _CLONING.findall(output)
-    if cloning:
-        url = urls.get(os.path.normpath(os.path.join(root, cloning[-1])))
-        if url:
-            return describe(url, mirrors)
-        return f"the repository of the submodule {cloning[-1]}"
-    return f"the submodules' repositories of {root}"
+    if not cloning:
+        return f"the submodules' repositories of {root}"
+    url = urls.get(os.path.normpath(os.path.join(root, cloning[-1])))
+    return describe(url, mirrors) if url else f"the repository of the submodule {cloning[-1]}"
 
 
-def _tags_at(refs: Dict[str, str], commit: str) -> List[str]:
-    """The tags ``git ls-remote`` shows pointing at ``commit`` (annotated ones by their peeled line)."""
-    tags = [name[len("refs/tags/"):-3] for name, sha in refs.items()
-            if name.startswith("refs/tags/") and name.endswith("^{}") and sha == commit]
-    tags += [name[len("refs/tags/"):] for name, sha in refs.items()
-             if name.startswith("refs/tags/") and not name.endswith("^{}") and sha == commit]
-    return tags
+# -- reading a local repository without a fetch or a checkout ------------------------------------------------
+
+def repo_path(repo: str) -> str:
+    return repo[len("file://"):] if repo.startswith("file://") else repo
+
+
+def resolve_in(path: str, pin: str) -> Optional[str]:
+    """The commit ``pin`` names in the local repository at ``path`` (bare or not), or None."""
+    for candidate in (f"refs/tags/{pin}", f"refs/remotes/origin/{pin}", f"refs/heads/{pin}", pin):
+        try:
+            out = read_git(path, "rev-parse", "--verify", "--quiet", "--end-of-options", f"{candidate}^{{commit}}")
+            return out.decode().strip()
+        except (CommandFailed, OSError):
+            continue
+    return None
+
+
+def local_repositories(root: str, repo: str) -> List[str]:
+    """The repositories read without a fetch: the root's, and ``repo`` when it is a local one."""
+    found = [root] if os.path.isdir(os.path.join(root, ".git")) else []
+    if is_local_repo(repo) and os.path.isdir(repo_path(repo)):
+        found.append(repo_path(repo))
+    return found
+
+
+def commit_listing(path: str, commit: str, *folders: str) -> Tuple[str, ...]:
+    """Every file of ``commit`` (under ``folders``), from its trees alone (a blobless fetch has no contents)."""
+    raw = read_git(path, "ls-tree", "-r", "-z", "--name-only", commit, "--", *folders)
+    return tuple(p.decode(errors="replace") for p in raw.split(b"\0") if p)
+
+
+def read_blob_bytes(path: str, commit: str, wanted: List[str]) -> Dict[str, bytes]:
+    """The content of each of ``wanted`` at ``commit`` (one ``git cat-file --batch``); a non-file is left out."""
+    if not wanted:
+        return {}
+    out = read_git(path, "cat-file", "--batch", stdin="".join(f"{commit}:{p}\n" for p in wanted).encode())
+    files: Dict[str, bytes] = {}
+    pos = 0
+    for rel in wanted:
+        header_end = out.index(b"\n", pos)
+        header = out[pos:header_end].split()
+        pos = header_end + 1
+        if len(header) < 3 or header[1] != b"blob":
+            continue  # "<spec> missing": nothing follows the header
+        size = int(header[2])
+        files[rel] = out[pos:pos + size]
+        pos += size + 1
+    return files
+
+
+def read_blobs(path: str, commit: str, wanted: List[str]) -> Dict[str, str]:
+    return {rel: data.decode("utf-8", errors="replace") for rel, data in read_blob_bytes(path, commit, wanted).items()}
+
+
+# -- the host store's shared objects: a bare repository under the store, named in each root's alternates, so a
+# second root's fetch of a pin the host has transfers nothing.  It keeps everything it was given (gc off,
+# never pruned, `store prune` leaves it alone): a root may rely on any object in it.
+
+def shared_repository(store: str, environ: Mapping[str, str]) -> str:
+    """The shared bare repository's folder, made if missing (OSError or CommandFailed when it cannot be)."""
+    folder = layout.store_git_dir(store)
+    if not os.path.isfile(os.path.join(folder, "HEAD")):
+        cmd_output(["git", "init", "-q", "--bare", folder], env=git_env(environ, None))
+        for key, value in (("gc.auto", "0"), ("gc.pruneExpire", "never"), ("core.logAllRefUpdates", "false")):
+            cmd_output(["git", "--git-dir", folder, "config", key, value], env=git_env(environ, None))
+    return folder
+
+
+def borrow_objects(root_git: str, shared: str) -> bool:
+    """Name the shared objects in the root's alternates (once); whether they were added now."""
+    objects = os.path.join(shared, "objects")
+    alternates = os.path.join(root_git, "objects", "info", "alternates")
+    with contextlib.suppress(FileNotFoundError), open(alternates) as handle:
+        if objects in (line.strip() for line in handle):
+            return False
+    os.makedirs(os.path.dirname(alternates), exist_ok=True)
+    with open(alternates, "a") as handle:
+        handle.write(objects + "\n")
+    return True
+
+
+def give_objects(root_git: str, shared: str, name: str, commit: str, environ: Mapping[str, str]) -> None:
+    """Fetch the root's refs and ``commit`` into the shared repository's ``refs/roots/NAME``, under its flock."""
+    fd = os.open(os.path.join(shared, "ensure-flydsl.lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        cmd_output(["git", "-c", "uploadpack.allowAnySHA1InWant=true", "--git-dir", shared, "fetch", "-q",
+                    "--no-tags", "--no-write-fetch-head", root_git, f"+{commit}:{ROOT_REFS}/{name}/pin",
+                    f"+refs/tags/*:{ROOT_REFS}/{name}/tags/*",
+                    f"+refs/remotes/origin/*:{ROOT_REFS}/{name}/remotes/*"], env=git_env(environ, None), timeout=600)
+    finally:
+        os.close(fd)
 
 
 def is_deletion(code: str) -> bool:
@@ -230,19 +355,8 @@ class Checkout:
             return None
         return total
 
-    def resolve_pin(self, pin: str) -> Optional[str]:
-        """The commit ``pin`` names in the local repository, or None."""
-        for candidate in (f"refs/tags/{pin}", f"refs/remotes/origin/{pin}", pin):
-            try:
-                return self.git("rev-parse", "--verify", "--quiet", "--end-of-options",
-                                f"{candidate}^{{commit}}").strip()
-            except CommandFailed:
-                continue
-        return None
-
     def has_all_objects(self, commit: str) -> bool:
-        """Whether every object of ``commit``'s tree is here: after a fetch killed half-way, git checks out a
-        commit missing some blobs without an error."""
+        """Whether all of ``commit``'s tree is here (git checks out a half-fetched commit without an error)."""
         try:
             self.git("rev-list", "--quiet", "--objects", "--no-walk", "--missing=error", commit)
         except CommandFailed:
@@ -250,24 +364,17 @@ class Checkout:
         return True
 
     def remote_refs(self) -> Dict[str, str]:
-        """``git ls-remote``: ref name -> commit, with annotated tags peeled (``refs/tags/v1^{}``)."""
+        """``git ls-remote``: ref name -> object, with annotated tags peeled (``refs/tags/v1^{}``)."""
         with failing_as(ExitCode.FETCH, f"cannot list the refs of {describe(self.repo, self.mirrors)}",
                         stage=Stage.FETCH, hint=UNREACHABLE):
-            out = self.git("ls-remote", "origin")
-        refs: Dict[str, str] = {}
-        for line in out.splitlines():
-            sha, _, name = line.partition("\t")
-            if name:
-                refs[name.strip()] = sha.strip()
-        return refs
+            return _refs(self.git("ls-remote", "origin"))
 
     def remote_commit(self, pin: str) -> Optional[str]:
-        """The commit ``pin`` names in the repository now: a tag (peeled), else a branch; a full hash is itself;
-        None for what the refs do not name (an abbreviated hash)."""
-        if len(pin) == 40 and _HEX.match(pin):
+        """The commit ``pin`` names remotely now (tag, branch, or itself as a full hash); None if unnamed."""
+        if len(pin) == 40 and HEX.match(pin):
             return pin.lower()
         refs = self.remote_refs()
-        return refs.get(f"refs/tags/{pin}^{{}}") or refs.get(f"refs/tags/{pin}") or refs.get(f"refs/heads/{pin}")
+        return _tags(refs).get(pin) or refs.get(f"refs/heads/{pin}")
 
     def _fetch(self, *refspecs: str) -> None:
         with failing_as(ExitCode.FETCH, f"git fetch from {describe(self.repo, self.mirrors)} failed",
@@ -280,34 +387,31 @@ class Checkout:
         """Fetch only what names ``pin`` (and the tags at its commit); return its full commit hash.
 
         The refs are listed first: an unreachable repository is exit 2, a pin it does not have exit 3.
-        ``on_tags`` hears the pin's commit and tags before the fetch when the refs tell them (a release run
-        starts its wheel download then)."""
-        full_hash = len(pin) == 40 and bool(_HEX.match(pin))
+        ``on_tags`` hears the pin's commit and tags when the refs tell them (a release run starts its download)."""
+        full_hash = len(pin) == 40 and bool(HEX.match(pin))
         if full_hash:
-            known = self.resolve_pin(pin)
+            known = resolve_in(self.root, pin)
             if known and self.has_all_objects(known):
                 say(f"commit {pin[:12]} is already in {self.root}; nothing to fetch")
                 return known
         say(f"fetching {pin} from {self.repo} into {self.root}")
         on_fetch()
         refs = self.remote_refs()
-        early = (refs.get(f"refs/tags/{pin}^{{}}") or refs.get(f"refs/tags/{pin}")
-                 or (pin.lower() if full_hash else None))
+        tags = _tags(refs)
+        early = tags.get(pin) or (pin.lower() if full_hash else None)
         if early is not None:
-            on_tags(early, _tags_at(refs, early))
+            on_tags(early, [tag for tag, commit in tags.items() if commit == early])
         if f"refs/tags/{pin}" in refs:
             self._fetch(f"+refs/tags/{pin}:refs/tags/{pin}")
         elif f"refs/heads/{pin}" in refs:
             self._fetch(f"+refs/heads/{pin}:refs/remotes/origin/{pin}")
         elif full_hash:
-            try:
+            with contextlib.suppress(CommandFailed):  # the repository answered but lacks it: reported below
                 self.git("fetch", "--quiet", "--no-tags", "origin", pin)
-            except CommandFailed:
-                pass  # the repository answered (ls-remote) but does not have it: reported below
-        elif _HEX.match(pin):
+        elif HEX.match(pin):
             # An abbreviated hash can only be found among everything the repository has.
             self._fetch("+refs/heads/*:refs/remotes/origin/*", "+refs/tags/*:refs/tags/*")
-        commit = self.resolve_pin(pin)
+        commit = resolve_in(self.root, pin)
         if commit is None:
             raise EnsureError(
                 ExitCode.CHECKOUT,
@@ -315,9 +419,8 @@ class Checkout:
                 stage=Stage.CHECKOUT,
                 hint="check FLYDSL_PIN (a full commit hash or a tag such as v0.2.2)",
             )
-        # The tags that point at the commit, so that a release tag's commit is known as one.
-        tags = _tags_at(refs, commit)
-        missing = sorted(set(tags) - {pin})  # the pin's own tag is already here
+        # The tags at the commit, so that a release tag's commit is known as one (the pin's own is here already).
+        missing = sorted(tag for tag, at in tags.items() if at == commit and tag != pin)
         if missing:
             self._fetch(*(f"+refs/tags/{t}:refs/tags/{t}" for t in missing))
         return commit
@@ -334,19 +437,15 @@ class Checkout:
         return [(line[:2], line[3:]) for line in out.splitlines() if line.strip()]
 
     def checkout(self, commit: str, *, force: bool) -> None:
-        """Check out ``commit`` detached.  ``force`` only after the tool's own interrupted checkout; otherwise
-        local edits make this fail rather than be overwritten."""
-        args = ["-c", "advice.detachedHead=false", "checkout", "--quiet", "--detach"]
-        if force:
-            args.append("--force")
+        """Check out ``commit`` detached; ``force`` only after our own interrupted checkout, never over edits."""
+        args = ["-c", "advice.detachedHead=false", "checkout", "--quiet", "--detach", *(["--force"] if force else [])]
         with failing_as(ExitCode.CHECKOUT, f"git checkout of {commit[:12]} in {self.root} failed",
                         stage=Stage.CHECKOUT,
                         hint="the checkout has local changes or is damaged; look at `git -C ROOT status`"):
             self.git(*args, commit)
 
     def update_submodules(self) -> bool:
-        """Initialise and update submodules; return whether there were any.  A failure names the submodules
-        git could not clone and where it tried."""
+        """Initialise and update submodules; whether there were any.  A failure names what git could not clone."""
         if not os.path.isfile(os.path.join(self.root, ".gitmodules")):
             return False
         try:

@@ -1,17 +1,6 @@
-"""The inputs of a pin's LLVM/MLIR build, read from the pin's own files.  The MLIR key, the LLVM record, the
-doctor and every message that names the LLVM commit read them here.  What ``build_llvm.sh`` builds is:
-
-* the LLVM commit: ``thirdparty/llvm-hash.txt`` or ``llvm-build-info.json``'s ``upstream.llvm_hash`` (whichever
-  the script reads), or ``LLVM_REF``/``LLVM_COMMIT`` when the script lets the caller override it with a hash;
-* the script's sha256, and every file under ``thirdparty/`` it names (a named folder: each file in it);
-* every variable the script lets the caller override (``${NAME:-default}`` and its forms), read from the
-  script, so the next upstream knob is keyed too.
-
-Not keyed: the commit variables (the commit is), those the tool sets the same on every run (TOOL_SET), and
-where things go or come from (WHERE_ONLY).
-
-A pin whose commit cannot be determined gets no key: nothing is reused or shared, never a null commit.
-"""
+"""The inputs of a pin's LLVM/MLIR build, read from its own files: the commit, the sha256 of build_llvm.sh and of the
+thirdparty/ files it names, and the variables it lets the caller override but those that do not change what is
+built.  A pin whose commit cannot be determined gets no key (nothing reused or shared), never a null commit."""
 
 from __future__ import annotations
 
@@ -27,7 +16,7 @@ LLVM_HASH_FILE = "thirdparty/llvm-hash.txt"
 LLVM_INFO_FILE = "thirdparty/llvm-build-info.json"
 COMMIT_FILES = (LLVM_HASH_FILE, LLVM_INFO_FILE)
 COMMIT_VARIABLES = ("LLVM_REF", "LLVM_COMMIT")  # the scripts' precedence: ${LLVM_REF:-${LLVM_COMMIT:-...}}
-TOOL_SET = ("LLVM_INSTALL_DIR", "LLVM_PACKAGE_INSTALL", "PYTHON_EXECUTABLE")
+TOOL_SET = ("LLVM_INSTALL_DIR", "LLVM_PACKAGE_INSTALL", "PYTHON_EXECUTABLE")  # the same on every run of the tool
 WHERE_ONLY = ("LLVM_INSTALL_TGZ", "LLVM_REMOTE")  # where things go or come from, not what is built
 NOT_KEYED = COMMIT_VARIABLES + TOOL_SET + WHERE_ONLY
 
@@ -40,16 +29,13 @@ _LITERAL_COMMIT = re.compile(r"\$\{(?:LLVM_REF|LLVM_COMMIT):-([0-9a-fA-F]{7,40})
 Text = Union[str, bytes]
 
 
-def _bytes(content: Text) -> bytes:
-    return content.encode("utf-8", errors="surrogateescape") if isinstance(content, str) else content
-
-
 def _text(content: Text) -> str:
     return content.decode("utf-8", errors="replace") if isinstance(content, bytes) else content
 
 
 def sha256(content: Text) -> str:
-    return hashlib.sha256(_bytes(content)).hexdigest()
+    data = content.encode("utf-8", errors="surrogateescape") if isinstance(content, str) else content
+    return hashlib.sha256(data).hexdigest()
 
 
 def code_lines(script: str) -> str:
@@ -61,8 +47,7 @@ def overridable(script: str) -> Tuple[Tuple[str, bool], ...]:
     """(name, empty counts as set) of each variable the script lets the caller override, in the order met.
     An empty value counts as set for a form without ``:`` (``${LLVM_ENABLE_RUNTIMES-compiler-rt}``)."""
     found: Dict[str, bool] = {}
-    for match in _OVERRIDE.finditer(code_lines(script)):
-        name, colon = match.group(1), match.group(2)
+    for name, colon in _OVERRIDE.findall(code_lines(script)):
         found[name] = found.get(name, False) or not colon
     return tuple(found.items())
 
@@ -70,12 +55,8 @@ def overridable(script: str) -> Tuple[Tuple[str, bool], ...]:
 def named_files(script: str) -> Tuple[str, ...]:
     """The paths under ``thirdparty/`` the script names, other than the commit files: files, or folders
     (``"${REPO_ROOT}/thirdparty/llvm-patches"/*.patch`` names ``thirdparty/llvm-patches``)."""
-    names: List[str] = []
-    for path in _THIRDPARTY.findall(code_lines(script)):
-        path = path.rstrip(".")
-        if path not in COMMIT_FILES and path not in names:
-            names.append(path)
-    return tuple(names)
+    paths = (path.rstrip(".") for path in _THIRDPARTY.findall(code_lines(script)))
+    return tuple(dict.fromkeys(path for path in paths if path not in COMMIT_FILES))
 
 
 def wanted_files(script: Optional[Text]) -> List[str]:
@@ -126,9 +107,7 @@ class LlvmInputs:
 
     def label(self) -> str:
         """The commit, short, for messages."""
-        if self.commit is not None:
-            return self.commit[:12]
-        return f"(commit unknown: {self.problem})"
+        return self.commit[:12] if self.commit is not None else f"(commit unknown: {self.problem})"
 
     def describe(self) -> str:
         parts = [f"LLVM {self.label()}" + (f" from {self.commit_from}" if self.commit else "")]
@@ -141,25 +120,20 @@ class LlvmInputs:
         return asdict(self)
 
 
-def _commit_in_info(content: Text) -> Tuple[Optional[str], Optional[str]]:
-    try:
-        info = json.loads(_text(content))
-    except ValueError:
-        return None, f"{LLVM_INFO_FILE} is not valid JSON"
-    upstream = info.get("upstream") if isinstance(info, dict) else None
-    value = upstream.get("llvm_hash") if isinstance(upstream, dict) else None
-    if not isinstance(value, str):
-        return None, f"{LLVM_INFO_FILE} has no upstream.llvm_hash"
-    return value.strip(), None
-
-
 def _commit_in_file(name: str, content: Text) -> Tuple[Optional[str], Optional[str]]:
+    """(the commit the file holds, None) or (None, why it holds none)."""
+    text = _text(content)
     if name == LLVM_INFO_FILE:
-        value, problem = _commit_in_info(content)
-        if value is None:
-            return None, problem
-    else:
-        value = _text(content).strip()
+        try:
+            info = json.loads(text)
+        except ValueError:
+            return None, f"{LLVM_INFO_FILE} is not valid JSON"
+        upstream = info.get("upstream") if isinstance(info, dict) else None
+        found = upstream.get("llvm_hash") if isinstance(upstream, dict) else None
+        if not isinstance(found, str):
+            return None, f"{LLVM_INFO_FILE} has no upstream.llvm_hash"
+        text = found
+    value = text.strip()
     if not _SHA.fullmatch(value):
         return None, f"{name} does not hold a 40-digit commit hash ({value[:60]!r})"
     return value.lower(), None
@@ -168,25 +142,9 @@ def _commit_in_file(name: str, content: Text) -> Tuple[Optional[str], Optional[s
 def _commit_file(script: str, files: Mapping[str, Optional[Text]]) -> str:
     """The file the script reads its commit from; when it names neither, the one the pin has."""
     code = code_lines(script)
-    for name in (LLVM_INFO_FILE, LLVM_HASH_FILE):
-        if name.split("/")[-1] in code:
-            return name
-    for name in COMMIT_FILES:
-        if files.get(name) is not None:
-            return name
-    return LLVM_HASH_FILE
-
-
-def _from_environment(variables: Mapping[str, bool], environ: Mapping[str, str]
-                      ) -> Optional[Tuple[Optional[str], str, Optional[str]]]:
-    for name in COMMIT_VARIABLES:
-        value = environ.get(name)
-        if name in variables and value:
-            if _SHA.fullmatch(value.strip()):
-                return value.strip().lower(), name, None
-            return None, name, (f"{name}={value} is not a 40-digit commit hash (a branch or tag moves, so the "
-                                "MLIR it builds cannot be reused)")
-    return None
+    named = [name for name in (LLVM_INFO_FILE, LLVM_HASH_FILE) if name.split("/")[-1] in code]
+    had = [name for name in COMMIT_FILES if files.get(name) is not None]
+    return (named + had + [LLVM_HASH_FILE])[0]
 
 
 def read_llvm_inputs(files: Mapping[str, Optional[Text]], environ: Mapping[str, str]) -> LlvmInputs:
@@ -196,21 +154,24 @@ def read_llvm_inputs(files: Mapping[str, Optional[Text]], environ: Mapping[str, 
     variables = dict(overridable(script))
     commit: Optional[str] = None
     problem: Optional[str] = None
-    chosen = _from_environment(variables, environ)
-    if chosen is not None:
-        commit, commit_from, problem = chosen
+    override = next((name for name in COMMIT_VARIABLES if name in variables and environ.get(name)), None)
+    if override is not None:
+        commit_from, value = override, environ[override]
+        if _SHA.fullmatch(value.strip()):
+            commit = value.strip().lower()
+        else:
+            problem = (f"{override}={value} is not a 40-digit commit hash (a branch or tag moves, so the MLIR it "
+                       "builds cannot be reused)")
     else:
         commit_from = _commit_file(script, files)
         content = files.get(commit_from)
         literal = _LITERAL_COMMIT.search(code_lines(script))
         if content is not None:
             commit, problem = _commit_in_file(commit_from, content)
-        elif literal is not None and LLVM_HASH_FILE.split("/")[-1] not in script \
-                and LLVM_INFO_FILE.split("/")[-1] not in script:
+        elif literal is not None and not any(name.split("/")[-1] in script for name in COMMIT_FILES):
             commit, commit_from = literal.group(1).lower(), f"{LLVM_SCRIPT} (its default)"
         else:
             problem = f"the pin has no {commit_from}"
-    named = named_inputs(named_files(script), files)
     environment = tuple(
         (name, environ[name]) for name, empty_is_set in variables.items()
         if name not in NOT_KEYED and name in environ and (environ[name] or empty_is_set)
@@ -220,48 +181,38 @@ def read_llvm_inputs(files: Mapping[str, Optional[Text]], environ: Mapping[str, 
         commit_from=commit_from,
         problem=problem,
         script=sha256(script_content) if script_content is not None else None,
-        files=named,
+        files=named_inputs(named_files(script), files),
         environment=environment,
         variables=tuple(variables),
     )
 
 
-def read_checkout_files(top: str, wanted: List[str]) -> Dict[str, Optional[bytes]]:
-    """Each of ``wanted`` (relative to ``top``); a folder as every file under it."""
+def _content(path: str, *, link_as_path: bool = False) -> Optional[bytes]:
+    try:
+        if link_as_path and os.path.islink(path):
+            return os.fsencode(os.readlink(path))
+        with open(path, "rb") as handle:
+            return handle.read()
+    except OSError:
+        return None
+
+
+def _read_checkout_files(top: str, wanted: List[str]) -> Dict[str, Optional[bytes]]:
+    """Each of ``wanted``; a folder as every file under it, as git holds it (a link as the path it names)."""
     found: Dict[str, Optional[bytes]] = {}
     for rel in wanted:
         path = os.path.join(top, rel)
-        if os.path.isdir(path) and not os.path.islink(path):
-            found.update(_folder_files(top, rel))
+        if not os.path.isdir(path) or os.path.islink(path):
+            found[rel] = _content(path)
             continue
-        try:
-            with open(path, "rb") as handle:
-                found[rel] = handle.read()
-        except OSError:
-            found[rel] = None
-    return found
-
-
-def _folder_files(top: str, rel: str) -> Dict[str, Optional[bytes]]:
-    """Every file under ``top/rel``, as git holds it: a symbolic link as the path it names."""
-    found: Dict[str, Optional[bytes]] = {}
-    for folder, dirs, names in os.walk(os.path.join(top, rel)):
-        dirs.sort()
-        for name in sorted(names):
-            path = os.path.join(folder, name)
-            key = os.path.relpath(path, top).replace(os.sep, "/")
-            try:
-                if os.path.islink(path):
-                    found[key] = os.fsencode(os.readlink(path))
-                else:
-                    with open(path, "rb") as handle:
-                        found[key] = handle.read()
-            except OSError:
-                found[key] = None
+        for folder, _, names in os.walk(path):
+            for name in names:
+                inner = os.path.join(folder, name)
+                found[os.path.relpath(inner, top)] = _content(inner, link_as_path=True)
     return found
 
 
 def checkout_llvm_inputs(top: str, environ: Mapping[str, str]) -> LlvmInputs:
-    files = read_checkout_files(top, [LLVM_SCRIPT])
-    files.update(read_checkout_files(top, wanted_files(files[LLVM_SCRIPT])[1:]))
+    files = _read_checkout_files(top, [LLVM_SCRIPT])
+    files.update(_read_checkout_files(top, wanted_files(files[LLVM_SCRIPT])[1:]))
     return read_llvm_inputs(files, environ)

@@ -1,9 +1,5 @@
-"""What a source build of the pin needs, read from the pin's own build files rather than assumed.
-
-The CMake files say whether HIP is required, whether patchelf and nanobind are used, and the minimum CMake.
-``scripts/build_llvm.sh`` says whether the LLVM step clones llvm-project (from where), runs CMake, builds
-Python bindings, and what it pip-installs.  They are read from a checkout or a local repository; only when neither
-can be read are FlyDSL's known needs assumed, and the result says so.
+"""What a source build of the pin needs (HIP, patchelf, nanobind, CMake, the LLVM step), read from the pin's own
+build files in a checkout or a local repository; FlyDSL's known needs are assumed only when neither can be read.
 """
 
 from __future__ import annotations
@@ -11,11 +7,13 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import asdict, dataclass
-from typing import Dict, Iterator, List, Mapping, Optional, Tuple
+from typing import Dict, Iterable, Iterator, List, Mapping, Optional, Tuple
+
+from packaging.specifiers import InvalidSpecifier, Specifier
+from packaging.version import InvalidVersion, Version
 
 from ensure_flydsl.layout import BUILD_DIR, STATE_DIR
-from ensure_flydsl.source import nanobind as nanobind_pin
-from ensure_flydsl.source.git import is_local_repo, read_git
+from ensure_flydsl.source.git import commit_listing, local_repositories, read_blob_bytes, read_blobs, resolve_in
 from ensure_flydsl.source.llvm_inputs import (
     COMMIT_FILES,
     LLVM_SCRIPT,
@@ -39,6 +37,58 @@ _LLVM_REMOTE = re.compile(r"LLVM_REMOTE:-([^}\s\"']+)")
 _PIP_INSTALL = re.compile(r"^\s*(?:pip3?|\S*(?i:python)\S*\s+-m\s+pip3?)\s+install\s+([^\n#]*)$", re.MULTILINE)
 _PACKAGE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
+# nanobind 3 breaks MLIR's configure and build_llvm.sh's unguarded pip install takes the newest: the build tools
+# and every pip install of the build are held to the pin's own bounds, these where it says nothing.
+NANOBIND_DEFAULT = (">=2.9", "<3")
+REQUIREMENTS_FILE = re.compile(r"(?:(?:python|scripts)/)?requirements[A-Za-z0-9_.-]*\.txt")
+_LOWER = (">=", ">", "==", "~=", "===")
+_UPPER = ("<", "<=", "==", "~=", "===")
+_NANOBIND_QUOTED = re.compile(r"""["']nanobind\s*((?:[<>=!~]=?|===)[^"';]*)""")
+_NANOBIND_LINE = re.compile(r"^\s*nanobind\s*((?:[<>=!~]=?|===)[^#;\n]*)", re.MULTILINE | re.IGNORECASE)
+_NANOBIND_FIND = re.compile(r"find_package\s*\(\s*nanobind\s+([0-9]+(?:\.[0-9]+)*)([^)]*)\)", re.IGNORECASE)
+_NANOBIND_WORD = re.compile(r"nanobind\s*((?:[<>=!~]=?|===).*)", re.IGNORECASE)
+
+
+def nanobind_specifiers(files: Mapping[str, str], cmake_files: Mapping[str, str],
+                        pip_words: Iterable[str]) -> Tuple[str, ...]:
+    """Every nanobind specifier the pin's build files name, normalised, in order, without repeats."""
+    texts = _NANOBIND_QUOTED.findall(files.get("pyproject.toml", ""))
+    for path, text in sorted(files.items()):
+        if REQUIREMENTS_FILE.fullmatch(path):
+            texts += _NANOBIND_LINE.findall(text)
+    for path in sorted(cmake_files):
+        for version, rest in _NANOBIND_FIND.findall(cmake_files[path]):
+            texts.append(("==" if "EXACT" in rest.upper().split() else ">=") + version)
+    texts += [m.group(1) for word in pip_words if (m := _NANOBIND_WORD.fullmatch(word.strip("\"'")))]
+    found: List[str] = []
+    for part in (part.strip() for text in texts for part in text.split(",")):
+        try:
+            specifier = str(Specifier(part))
+        except InvalidSpecifier:
+            continue
+        if specifier not in found:
+            found.append(specifier)
+    return tuple(found)
+
+
+def _version(specifier: str) -> Version:
+    try:
+        return Version(Specifier(specifier).version.rstrip(".*"))
+    except InvalidVersion:
+        return Version("0")
+
+
+def nanobind_requirement(pin: Iterable[str]) -> str:
+    """The pin's own specifiers, with each default bound the pin neither names nor contradicts."""
+    own = list(pin)
+    operators = [Specifier(s).operator for s in own]
+    low, high = NANOBIND_DEFAULT
+    lower = [] if any(o in _LOWER for o in operators) or any(
+        Specifier(s).operator in ("<", "<=") and _version(s) <= _version(low) for s in own) else [low]
+    upper = [] if any(o in _UPPER for o in operators) or any(
+        Specifier(s).operator in (">", ">=") and _version(s) >= _version(high) for s in own) else [high]
+    return ",".join(lower + own + upper)
+
 
 @dataclass(frozen=True)
 class BuildNeeds:
@@ -61,14 +111,10 @@ class BuildNeeds:
     llvm_pip: Tuple[str, ...]  # packages build_llvm.sh pip-installs by name
     submodules: Tuple[Tuple[str, str], ...] = ()  # (path, url) from .gitmodules: fetched for a source build
     llvm: Optional[LlvmInputs] = None  # the LLVM build's inputs (source/llvm_inputs.py); None: not read
-    nanobind_spec: str = nanobind_pin.requirement(())
+    nanobind_spec: str = nanobind_requirement(())
 
     def summary(self) -> str:
-        parts = []
-        if self.hip:
-            parts.append("hip")
-        if self.patchelf:
-            parts.append("patchelf")
+        parts = [name for name, used in (("hip", self.hip), ("patchelf", self.patchelf)) if used]
         if self.nanobind:
             parts.append(f"nanobind {self.nanobind_spec}")
         if self.cmake:
@@ -100,32 +146,24 @@ KNOWN_FLYDSL_NEEDS = BuildNeeds(
     llvm_pip=("nanobind", "numpy", "pybind11"),
     submodules=(("thirdparty/dlpack", "https://github.com/dmlc/dlpack.git"),
                 ("thirdparty/tvm-ffi", "https://github.com/apache/tvm-ffi.git")),
-    nanobind_spec=nanobind_pin.requirement([">=2.0"]),
+    nanobind_spec=nanobind_requirement([">=2.0"]),
 )
 
 
 def is_build_file(path: str) -> bool:
     name = os.path.basename(path)
-    return (
-        name == "CMakeLists.txt"
-        or name.endswith(".cmake")
-        or path in (LLVM_SCRIPT, "pyproject.toml", GITMODULES, *COMMIT_FILES)
-        or nanobind_pin.REQUIREMENTS_FILE.fullmatch(path) is not None
-    )
+    return (name == "CMakeLists.txt" or name.endswith(".cmake")
+            or path in (LLVM_SCRIPT, "pyproject.toml", GITMODULES, *COMMIT_FILES)
+            or REQUIREMENTS_FILE.fullmatch(path) is not None)
 
 
 def _skipped(path: str) -> bool:
     return path.split("/", 1)[0] in _SKIPPED_DIRS and path not in COMMIT_FILES
 
 
-def _version_key(text: str) -> Tuple[int, ...]:
-    return tuple(int(p) for p in text.split(".") if p.isdigit())
-
-
 def needs_from_files(files: Mapping[str, str], source: str, inputs: Optional[LlvmInputs] = None,
                      environ: Optional[Mapping[str, str]] = None) -> BuildNeeds:
-    """Pure: the needs the build files' texts (path -> text) show; ``inputs``: the LLVM inputs when read apart
-    (a patch's exact bytes), else read from ``files``."""
+    """Pure: the needs of the build files (path -> text); ``inputs``: the LLVM inputs when read apart."""
     if inputs is None:
         inputs = read_llvm_inputs(files, environ or {})
     cmake_files = {p: code_lines(t) for p, t in files.items()
@@ -143,14 +181,9 @@ def needs_from_files(files: Mapping[str, str], source: str, inputs: Optional[Llv
     # that only probes for them (build.sh's `python3 -c "import nanobind"`) does not make them needed.
     flydsl_text = "\n".join(cmake_files.values())
     minimums = [m for text in cmake_files.values() for m in _CMAKE_MIN.findall(text)]
-    cmake_minimum = max(minimums + [MIN_CMAKE], key=_version_key)
     llvm = code_lines(files.get(LLVM_SCRIPT, ""))
-    remote: Optional[str] = None
     found_remote = _LLVM_REMOTE.search(llvm)
-    if found_remote:
-        remote = found_remote.group(1)
-    elif "llvm-project.git" in llvm:
-        remote = DEFAULT_LLVM_REMOTE
+    remote = found_remote.group(1) if found_remote else DEFAULT_LLVM_REMOTE if "llvm-project.git" in llvm else None
     pip_words = [w.strip("\"'") for args in _PIP_INSTALL.findall(llvm) for w in args.split()]
     pip_packages: List[str] = []
     for word in pip_words:
@@ -158,9 +191,8 @@ def needs_from_files(files: Mapping[str, str], source: str, inputs: Optional[Llv
         if name and not word.startswith("-") and "$" not in word and name.group(0) not in pip_packages:
             pip_packages.append(name.group(0))
     nanobind = "nanobind" in flydsl_text
-    pinned = nanobind_pin.pin_specifiers(files, cmake_files, pip_words)
+    pinned = nanobind_specifiers(files, cmake_files, pip_words)
     lower = [s[2:] for s in pinned if s.startswith(">=")]
-    submodules = parse_gitmodules(files.get(GITMODULES, ""))
     return BuildNeeds(
         source=source,
         read=True,
@@ -171,15 +203,15 @@ def needs_from_files(files: Mapping[str, str], source: str, inputs: Optional[Llv
         nanobind=nanobind,
         nanobind_minimum=lower[0] if lower and nanobind else None,
         cmake="CMakeLists.txt" in files,
-        cmake_minimum=cmake_minimum,
+        cmake_minimum=max(minimums + [MIN_CMAKE], key=lambda v: tuple(int(p) for p in v.split("."))),
         llvm_commit=inputs.commit,
         llvm_remote=remote,
         llvm_cmake=re.search(r"^\s*cmake\b", llvm, re.MULTILINE) is not None,
         llvm_python_bindings="MLIR_ENABLE_BINDINGS_PYTHON=ON" in llvm,
         llvm_pip=tuple(pip_packages),
-        submodules=submodules,
+        submodules=parse_gitmodules(files.get(GITMODULES, "")),
         llvm=inputs,
-        nanobind_spec=nanobind_pin.requirement(pinned),
+        nanobind_spec=nanobind_requirement(pinned),
     )
 
 
@@ -194,23 +226,16 @@ def parse_gitmodules(text: str) -> Tuple[Tuple[str, str], ...]:
     return tuple(found)
 
 
-# -- reading the files ---------------------------------------------------------------------------------------
-
 def _walk_build_files(top: str) -> Iterator[str]:
     for folder, dirs, files in os.walk(top):
         rel_folder = os.path.relpath(folder, top)
-        if rel_folder == ".":
-            rel_folder = ""
+        rel_folder = "" if rel_folder == "." else rel_folder
         # Submodules (a .git file) and the skipped folders hold other projects' build files.
         dirs[:] = [d for d in dirs if not _skipped(os.path.join(rel_folder, d).replace(os.sep, "/"))
                    and not os.path.exists(os.path.join(folder, d, ".git"))]
-        for name in files:
-            rel = os.path.join(rel_folder, name).replace(os.sep, "/")
-            if is_build_file(rel):
-                yield rel
-    for rel in COMMIT_FILES:
-        if os.path.isfile(os.path.join(top, rel)):
-            yield rel
+        yield from (rel for rel in (os.path.join(rel_folder, name).replace(os.sep, "/") for name in files)
+                    if is_build_file(rel))
+    yield from (rel for rel in COMMIT_FILES if os.path.isfile(os.path.join(top, rel)))
 
 
 def read_checkout(top: str) -> Dict[str, str]:
@@ -224,66 +249,11 @@ def read_checkout(top: str) -> Dict[str, str]:
     return files
 
 
-def repo_path(repo: str) -> str:
-    return repo[len("file://"):] if repo.startswith("file://") else repo
-
-
-def resolve_in(path: str, pin: str) -> Optional[str]:
-    """The commit ``pin`` names in the local repository at ``path`` (bare or not), or None."""
-    for candidate in (f"refs/tags/{pin}", f"refs/remotes/origin/{pin}", f"refs/heads/{pin}", pin):
-        try:
-            out = read_git(path, "rev-parse", "--verify", "--quiet", "--end-of-options", f"{candidate}^{{commit}}")
-            return out.decode().strip()
-        except (CommandFailed, OSError):
-            continue
-    return None
-
-
-def local_repositories(root: str, repo: str) -> List[str]:
-    """The repositories read without a fetch: the root's, and ``repo`` when it is a local one."""
-    found = [root] if os.path.isdir(os.path.join(root, ".git")) else []
-    if is_local_repo(repo) and os.path.isdir(repo_path(repo)):
-        found.append(repo_path(repo))
-    return found
-
-
-def commit_listing(path: str, commit: str, *folders: str) -> Tuple[str, ...]:
-    """Every file of ``commit`` (under ``folders`` when given) in the local repository at ``path``, from its
-    trees alone (a repository fetched without blobs has no contents)."""
-    raw = read_git(path, "ls-tree", "-r", "-z", "--name-only", commit, "--", *folders)
-    return tuple(p.decode(errors="replace") for p in raw.split(b"\0") if p)
-
-
 def read_commit(path: str, commit: str) -> Dict[str, str]:
     """The build files of ``commit`` in the local repository at ``path``, read with git (no checkout)."""
     listing = commit_listing(path, commit)
     wanted = [p for p in listing if is_build_file(p) and not _skipped(p)]
-    wanted += [p for p in COMMIT_FILES if p in listing]
-    return read_blobs(path, commit, wanted)
-
-
-def read_blobs(path: str, commit: str, wanted: List[str]) -> Dict[str, str]:
-    """The text of each of ``wanted`` at ``commit`` in the repository at ``path`` (one ``git cat-file
-    --batch``); a path that is not a file there is left out."""
-    return {rel: data.decode("utf-8", errors="replace") for rel, data in read_blob_bytes(path, commit, wanted).items()}
-
-
-def read_blob_bytes(path: str, commit: str, wanted: List[str]) -> Dict[str, bytes]:
-    if not wanted:
-        return {}
-    out = read_git(path, "cat-file", "--batch", stdin="".join(f"{commit}:{p}\n" for p in wanted).encode())
-    files: Dict[str, bytes] = {}
-    pos = 0
-    for rel in wanted:
-        header_end = out.index(b"\n", pos)
-        header = out[pos:header_end].split()
-        pos = header_end + 1
-        if len(header) < 3 or header[1] != b"blob":
-            continue  # "<spec> missing": nothing follows the header
-        size = int(header[2])
-        files[rel] = out[pos:pos + size]
-        pos += size + 1
-    return files
+    return read_blobs(path, commit, wanted + [p for p in COMMIT_FILES if p in listing])
 
 
 def commit_llvm_inputs(path: str, commit: str, environ: Mapping[str, str]) -> LlvmInputs:
@@ -297,8 +267,7 @@ def commit_llvm_inputs(path: str, commit: str, environ: Mapping[str, str]) -> Ll
 
 def find_needs(root: str, repo: str, pin: str, checkout: Optional[str] = None,
                environ: Optional[Mapping[str, str]] = None) -> BuildNeeds:
-    """Read the needs from ``checkout``; else from a local repository at the pin; else assume FlyDSL's known
-    needs.  ``environ``: the build's, for the LLVM inputs it overrides."""
+    """The needs read from ``checkout``, else a local repository at the pin, else FlyDSL's known needs."""
     env = os.environ if environ is None else environ
     if checkout is not None and os.path.isdir(checkout):
         return needs_from_files(read_checkout(checkout), f"checkout {checkout}", checkout_llvm_inputs(checkout, env))
@@ -316,15 +285,10 @@ def find_needs(root: str, repo: str, pin: str, checkout: Optional[str] = None,
 
 
 def build_tools(needs: BuildNeeds, *, llvm: bool) -> List[str]:
-    """The private toolchain's tools this build uses; ``llvm``: the LLVM step is still to run (its nanobind
-    comes from build_llvm.sh's own pip install)."""
+    """The private toolchain's tools for this build; ``llvm``: the LLVM step is still to run."""
     cmake = needs.cmake or (llvm and needs.llvm_cmake)
     tools = ["cmake", "ninja"] if cmake else []
-    if needs.patchelf:
-        tools.append("patchelf")
-    if needs.nanobind:
-        tools.append("nanobind")
-    return tools
+    return tools + [name for name, used in (("patchelf", needs.patchelf), ("nanobind", needs.nanobind)) if used]
 
 
 def tool_requirements(needs: BuildNeeds) -> Dict[str, str]:

@@ -1,12 +1,6 @@
 """What a root and its folder hold that is the tool's, and what is somebody else's (``clean`` asks here).
-
-A build step that writes into a folder people also use (``ROOT/build-fly``, ``BASE/llvm-project``) records
-each entry there at its end, less what was somebody else's at its start.
-``clean`` removes only what the record names unchanged; a note, a tuned config, an edited source stays.
-The step's start writes the record "open" with what was somebody else's then: a killed step's leftovers are
-the tool's.  The record is ``{"version": 1, "entries": {path: [size, mtime_ns] or null}, "open": bool,
-"theirs": [path, ...]}``, gzip'd (an LLVM build is about 200,000 entries).
-"""
+A build step writing into a shared folder (``ROOT/build-fly``, ``BASE/llvm-project``) records what it made, less
+what was somebody else's at its start; ``clean`` removes only what the record names unchanged."""
 
 from __future__ import annotations
 
@@ -31,7 +25,7 @@ _VERSION = 1
 
 @dataclass(frozen=True)
 class MadeRecord:
-    """What the build steps made in a folder; empty when there is no record."""
+    """What the steps made in a folder; ``open`` while one runs, with ``theirs`` from its start."""
 
     entries: Listing = field(default_factory=dict)
     open: bool = False
@@ -43,7 +37,18 @@ class MadeRecord:
             return True
         if self.open and rel not in self.theirs:
             return True  # made by a step that was killed before it could say so
-        return _bytecode_beside(rel, entry, self)
+        return self._bytecode_beside(rel, entry)
+
+    def _bytecode_beside(self, rel: str, entry: Entry) -> bool:
+        """``x/__pycache__`` (a folder) or ``x/__pycache__/m.cpython-311.pyc`` (a file) where ``x`` is ours."""
+        parts = rel.split("/")
+        if parts[-1] == "__pycache__" and entry is None:
+            owner = parts[:-1]
+        elif len(parts) >= 2 and parts[-2] == "__pycache__" and parts[-1].endswith(".pyc") and entry is not None:
+            owner = parts[:-2]
+        else:
+            return False
+        return bool(owner) and "/".join(owner) in self.entries
 
     def to_json(self) -> Dict[str, object]:
         return {"version": _VERSION, "open": self.open, "theirs": sorted(self.theirs),
@@ -69,16 +74,9 @@ class MadeRecord:
         return cls(listing, data["open"] is True, frozenset(t for t in theirs if isinstance(t, str)))
 
 
-def _bytecode_beside(rel: str, entry: Entry, record: MadeRecord) -> bool:
-    """``x/__pycache__`` (a folder) or ``x/__pycache__/m.cpython-311.pyc`` (a file) where ``x`` is the tool's."""
-    parts = rel.split("/")
-    if parts[-1] == "__pycache__" and entry is None:
-        owner = parts[:-1]
-    elif len(parts) >= 2 and parts[-2] == "__pycache__" and parts[-1].endswith(".pyc") and entry is not None:
-        owner = parts[:-2]
-    else:
-        return False
-    return bool(owner) and "/".join(owner) in record.entries
+def _plain_relative(rel: object) -> bool:
+    return (isinstance(rel, str) and bool(rel) and "\0" not in rel and not rel.startswith("/")
+            and all(part not in ("", ".", "..") for part in rel.split("/")))
 
 
 def listing(folder: str) -> Listing:
@@ -87,23 +85,15 @@ def listing(folder: str) -> Listing:
     for current, dirs, files in os.walk(folder):
         rel = os.path.relpath(current, folder)
         prefix = "" if rel == "." else rel + "/"
-        for name in list(dirs):
-            path = os.path.join(current, name)
-            try:
-                st = os.lstat(path)
-            except OSError:
-                continue
-            if stat.S_ISLNK(st.st_mode):  # a link to a folder: an entry, never walked into
-                dirs.remove(name)
-                found[prefix + name] = (st.st_size, st.st_mtime_ns)
-            else:
-                found[prefix + name] = None
-        for name in files:
+        for name in [*dirs, *files]:
             try:
                 st = os.lstat(os.path.join(current, name))
             except OSError:
                 continue
-            found[prefix + name] = (st.st_size, st.st_mtime_ns)
+            if stat.S_ISDIR(st.st_mode):
+                found[prefix + name] = None
+            else:  # a file, or a link (to a folder too: an entry, never walked into)
+                found[prefix + name] = (st.st_size, st.st_mtime_ns)
     return found
 
 
@@ -111,27 +101,21 @@ def read_record(path: str) -> MadeRecord:
     """The record at ``path``; an empty one for a missing, torn or foreign file."""
     try:
         with gzip.open(path, "rt", encoding="utf-8") as handle:
-            data = json.load(handle)
+            return MadeRecord.from_json(json.load(handle))
     except (OSError, EOFError, ValueError, UnicodeDecodeError):
         return MadeRecord()
-    return MadeRecord.from_json(data)
-
-
-def _plain_relative(rel: object) -> bool:
-    return (isinstance(rel, str) and bool(rel) and "\0" not in rel and not rel.startswith("/")
-            and all(part not in ("", ".", "..") for part in rel.split("/")))
 
 
 def write_record(path: str, record: MadeRecord) -> None:
     os.makedirs(os.path.dirname(path), exist_ok=True)
     data = json.dumps(record.to_json(), sort_keys=True).encode()
+    # gzip'd: an LLVM build is about 200,000 entries
     atomic_write(path, gzip.compress(data, compresslevel=3, mtime=0))
 
 
 @contextlib.contextmanager
 def recording(folder: str, record: str) -> Iterator[None]:
-    """Around a build step that writes into ``folder``: ``record`` says from its start what is somebody else's
-    there, and at its end, finished or failed, what the tool made."""
+    """Around a step writing into ``folder``: record what is not ours at its start, and what it made at its end."""
     before = listing(folder)
     known = read_record(record)
     theirs = frozenset(rel for rel, entry in before.items() if not known.owns(rel, entry))
@@ -147,18 +131,21 @@ def recording(folder: str, record: str) -> Iterator[None]:
 
 
 def sort_made(folder: str, record: str) -> Tuple[List[str], List[str]]:
-    """(the tool's entries, somebody else's) in ``folder``: the tool's deepest first, somebody else's as the
-    topmost of each part."""
+    """(the tool's entries, deepest first; somebody else's, the topmost of each part: a folder, not each file)."""
     made = read_record(record)
     now = listing(folder)
     ours = [rel for rel in now if made.owns(rel, now[rel])]
-    theirs = [rel for rel in now if not made.owns(rel, now[rel])]
-    return sorted(ours, key=lambda r: r.count("/"), reverse=True), _topmost(theirs)
+    theirs = {rel for rel in now if not made.owns(rel, now[rel])}
+
+    def inside_theirs(rel: str) -> bool:
+        parts = rel.split("/")
+        return any("/".join(parts[:i]) in theirs for i in range(1, len(parts)))
+
+    return sorted(ours, key=lambda r: r.count("/"), reverse=True), sorted(r for r in theirs if not inside_theirs(r))
 
 
 def remove_made(folder: str, record: str) -> List[str]:
-    """Remove the tool's entries of ``folder`` (a folder only once empty), the folder and the record when
-    nothing is left; return somebody else's entries, which are kept."""
+    """Remove the tool's entries (and the folder and record once empty); return somebody else's, kept."""
     ours, theirs = sort_made(folder, record)
     for rel in ours:
         path = os.path.join(folder, rel)
@@ -175,17 +162,6 @@ def remove_made(folder: str, record: str) -> List[str]:
     return theirs
 
 
-def _topmost(paths: List[str]) -> List[str]:
-    """``a`` for ``a``, ``a/b`` and ``a/b/c`` all somebody's (the folder is named, not each file in it)."""
-    kept = set(paths)
-
-    def inside_kept(rel: str) -> bool:
-        parts = rel.split("/")
-        return any("/".join(parts[:i]) in kept for i in range(1, len(parts)))
-
-    return sorted(rel for rel in kept if not inside_kept(rel))
-
-
 def other_roots(base_dir: str, root: str) -> List[str]:
     """The other roots of this tool in the same folder (they share its LLVM build)."""
     try:
@@ -197,8 +173,7 @@ def other_roots(base_dir: str, root: str) -> List[str]:
 
 
 def foreign_files(checkout: Checkout) -> List[str]:
-    """Files in the root the tool did not put there: changed tracked files, untracked ones even when ignored,
-    and what ``build-fly/``'s steps did not make.  (FlyDSL's .gitignore matches *.diff, *.log: what people write.)"""
+    """Files in the root the tool did not put there: changed, untracked, ignored, and not made in build-fly/."""
     root = checkout.root
     build_folder = build_dir(root)
     inside = [] if not os.path.isdir(build_folder) or os.path.islink(build_folder) else \
@@ -206,6 +181,7 @@ def foreign_files(checkout: Checkout) -> List[str]:
     if not os.path.isdir(os.path.join(root, ".git")):
         return [e for e in sorted(os.listdir(root)) if not tool_file(root, e)] + inside
     try:
+        # ignored ones too: FlyDSL's .gitignore matches *.diff, *.log, what people write
         out = checkout.git("status", "--porcelain=v1", "-z", "--untracked-files=normal", "--ignored=matching")
     except CommandFailed:
         return ["(git status failed: nothing can be proven to be the tool's)"]
@@ -214,12 +190,11 @@ def foreign_files(checkout: Checkout) -> List[str]:
 
 
 def tool_file(root: str, path: str) -> bool:
-    """Whether ``path`` (relative to the root) is the tool's: build outputs, its records, and bytecode caches
-    (the tool byte-compiles the tree)."""
+    """Whether ``path`` in the root is the tool's: a build output, a record, a bytecode cache."""
     if is_build_output(path):
         return True
     parts = path.rstrip("/").split("/")
     if parts[-1] == "__pycache__":
         folder = os.path.join(root, *parts)
-        return all(name.endswith(".pyc") for name in os.listdir(folder)) if os.path.isdir(folder) else False
+        return os.path.isdir(folder) and all(name.endswith(".pyc") for name in os.listdir(folder))
     return len(parts) >= 2 and parts[-2] == "__pycache__" and parts[-1].endswith(".pyc")

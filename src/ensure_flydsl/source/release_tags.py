@@ -1,16 +1,11 @@
-"""Which release of a repository holds the required modules, read from its tags' trees.  The release hint
-must never name a release a run would refuse (FlyDSL v0.3.1 has a wheel and no ``kernels.moe_gemm_2stage``).
-
-A tag's file names are read where its objects already are (the root's repository, a local FLYDSL_REPO or
-mirror).  The tags missing there, newer than the newest that qualifies, are fetched shallow and blobless
-into a temporary bare repository: the root is not changed.  What cannot be read is said, never taken as
-holding the modules.
+"""Which release of a repository holds the required modules, read from its tags' trees, so the release hint never
+names a release a run would refuse (FlyDSL v0.3.1 has a wheel and no ``kernels.moe_gemm_2stage``).  Tags are read
+where their objects are; those missing are fetched shallow and blobless into a temporary bare repository.
 """
 
 from __future__ import annotations
 
 import os
-import re
 import tempfile
 from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
@@ -20,9 +15,7 @@ from packaging.version import InvalidVersion, Version
 from ensure_flydsl.errors import EnsureError
 from ensure_flydsl.layout import BUILT_PACKAGES, PACKAGE_SOURCES
 from ensure_flydsl.settings import GitMirrors
-from ensure_flydsl.source.git import git, tag_commits
-from ensure_flydsl.source.mirrors import describe, rewrite
-from ensure_flydsl.source.needs import commit_listing, local_repositories
+from ensure_flydsl.source.git import HEX, commit_listing, describe, git, local_repositories, rewrite, tag_commits
 from ensure_flydsl.source.requirements import FileSources, absent_modules
 from ensure_flydsl.support.processes import CommandFailed
 
@@ -31,24 +24,32 @@ MAX_RELEASES = 12
 
 
 def checked_modules(required: Sequence[str]) -> List[str]:
-    """The required modules a tag's files show: those of the tree's packages that come from the sources
-    (``kernels.*``, not the wheel's ``flydsl``)."""
+    """The required modules a tag's files show: of the tree's source packages (``kernels.*``, not ``flydsl``)."""
     folders = dict(PACKAGE_SOURCES)
     return [m for m in required if m.split(".")[0] in folders and m.split(".")[0] not in BUILT_PACKAGES]
 
 
 @dataclass(frozen=True)
 class TagAnswer:
-    """``holding``: the newest release asked whose tag holds the modules; else ``unread``: the newest whose
-    tag could not be read, and ``why``; both None when none holds them."""
+    """The newest release holding the modules; else the newest that could not be read, and why."""
 
     holding: Optional[str] = None
     unread: Optional[str] = None
     why: str = ""
 
 
+def _why(exc: Exception) -> str:
+    """One line: an EnsureError's reason, else the command's last line."""
+    if isinstance(exc, EnsureError):
+        return exc.reason
+    assert isinstance(exc, CommandFailed)
+    lines = [line.strip() for line in exc.output.splitlines() if line.strip()]
+    return lines[-1][:300] if lines else f"git exited with {exc.returncode}"
+
+
 @dataclass(frozen=True)
 class TagSource:
+    """The repository whose tags are read, through the mirrors, each network command given ``silence_s``."""
 
     root: str
     repo: str
@@ -57,10 +58,6 @@ class TagSource:
 
     def shown(self) -> str:
         return describe(self.repo, self.mirrors)
-
-    def local_repositories(self) -> List[str]:
-        """The root's, and a local FLYDSL_REPO or mirror."""
-        return local_repositories(self.root, rewrite(self.repo, self.mirrors)[0])
 
     def tags(self, work: str) -> Tuple[Optional[Dict[str, str]], str]:
         try:
@@ -73,24 +70,14 @@ class TagSource:
     def fetch(self, work: str, tags: Sequence[str]) -> Tuple[Optional[str], str]:
         """A bare repository in ``work`` holding the commits and trees of ``tags``, or None and why not."""
         into = os.path.join(work, "tags.git")
-        names = ", ".join(tags)
         try:
             git(work, "init", "-q", "--bare", into, repo=self.repo, mirrors=self.mirrors)
             git(into, "fetch", "--quiet", "--no-tags", "--depth=1", "--filter=blob:none", self.repo,
                 *(f"+refs/tags/{t}:refs/tags/{t}" for t in tags), repo=self.repo, mirrors=self.mirrors,
                 silence_s=self.silence_s)
         except (CommandFailed, EnsureError) as exc:
-            return None, f"git fetch of {names} from {self.shown()} failed: {_why(exc)}"
+            return None, f"git fetch of {', '.join(tags)} from {self.shown()} failed: {_why(exc)}"
         return into, ""
-
-
-def _why(exc: Exception) -> str:
-    """One line: an EnsureError's reason, else the command's last line."""
-    if isinstance(exc, EnsureError):
-        return exc.reason
-    assert isinstance(exc, CommandFailed)
-    lines = [line.strip() for line in exc.output.splitlines() if line.strip()]
-    return lines[-1][:300] if lines else f"git exited with {exc.returncode}"
 
 
 def _listing(repositories: Sequence[str], commit: str) -> Optional[FileSources]:
@@ -108,8 +95,7 @@ def _holds(found: Optional[FileSources], modules: Sequence[str]) -> bool:
 
 
 def release_holding(source: TagSource, versions: Sequence[str], modules: Sequence[str]) -> TagAnswer:
-    """Of ``versions`` (newest first; the tag of X is ``vX``), the newest whose tag holds every one of
-    ``modules``; with no modules to check, the newest that is tagged."""
+    """Of ``versions`` (newest first, tags ``vX``), the newest whose tag holds ``modules`` (or is tagged)."""
     if not versions:
         return TagAnswer()
     with tempfile.TemporaryDirectory(prefix="ensure-flydsl-tags-") as work:
@@ -124,7 +110,8 @@ def release_holding(source: TagSource, versions: Sequence[str], modules: Sequenc
 
 def _read_tags(source: TagSource, work: str, tagged: Sequence[str], commits: Mapping[str, str],
                modules: Sequence[str]) -> TagAnswer:
-    local = source.local_repositories()
+    # The root's repository, and a local FLYDSL_REPO or mirror.
+    local = local_repositories(source.root, rewrite(source.repo, source.mirrors)[0])
     found: Dict[str, Optional[FileSources]] = {}
     for version in tagged:  # newest first, up to the first that holds the modules
         found[version] = _listing(local, commits[version])
@@ -148,13 +135,11 @@ def _read_tags(source: TagSource, work: str, tagged: Sequence[str], commits: Map
 
 def tag_version(tag: str) -> Optional[str]:
     """``v0.2.2`` -> ``0.2.2``; None for a tag that is not a release (``v0.2.5.dev732`` is not)."""
-    if not tag.startswith("v"):
-        return None
     try:
-        version = Version(tag[1:])
+        version = Version(tag[1:]) if tag.startswith("v") else None
     except InvalidVersion:
         return None
-    if version.is_devrelease or version.is_prerelease or version.local:
+    if version is None or version.is_devrelease or version.is_prerelease or version.local:
         return None
     return tag[1:]
 
@@ -166,7 +151,7 @@ def release_tags(tags: List[str]) -> List[str]:
 
 def pin_as_tag(pin: str) -> str:
     """Under ``--strategy release`` a pin may be a version: ``0.2.2`` names the tag ``v0.2.2``."""
-    if re.fullmatch(r"[0-9a-fA-F]{7,40}", pin):
+    if HEX.match(pin):
         return pin
     try:
         Version(pin)

@@ -1,12 +1,6 @@
-"""The third-party modules a pin's code imports unconditionally, read from its sources with ``ast``.
-
-From the required modules, every module-level import is followed through the tree's own packages (parent
-``__init__.py`` files too); what the walk reaches outside them is a requirement.  An import inside a ``try``,
-a function, an ``if`` or ``with suppress(ImportError)`` is optional: reporting it would refuse a tree that
-works.  One missed here is still caught by the final probe.  The standard library is left to the caller.
-
-:func:`absent_modules` checks that each required module of the tree's packages is in the pin's sources.  It
-says where a module of that name is instead (``kernels/moe_gemm_2stage.py`` moved at FlyDSL v0.2.3).
+"""The third-party modules a pin's code imports unconditionally, read from its sources with ``ast``, and the
+required modules its sources lack.  An import inside a ``try``, a function, an ``if`` or ``with
+suppress(ImportError)`` is optional (reporting it would refuse a tree that works); the final probe has the last word.
 """
 
 from __future__ import annotations
@@ -15,17 +9,18 @@ import ast
 import os
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Deque, Dict, Iterable, Iterator, List, Mapping, Optional, Protocol, Sequence, Set, Tuple
+from typing import Deque, Dict, Iterator, List, Mapping, Optional, Protocol, Sequence, Set, Tuple
 
 from ensure_flydsl.layout import BUILT_PACKAGES, PACKAGE_SOURCES
-from ensure_flydsl.source.needs import commit_listing, local_repositories, read_blobs, resolve_in
+from ensure_flydsl.source.git import commit_listing, local_repositories, read_blobs, resolve_in
 from ensure_flydsl.support.processes import CommandFailed
+
+_IMPORT_ERRORS = ("ImportError", "ModuleNotFoundError", "Exception", "BaseException")
 
 
 @dataclass(frozen=True)
 class Requirement:
-    """A top-level module outside the tree, the first file and line importing it, and the chain of the tree's
-    modules from a required module to that file."""
+    """A module outside the tree, the first file and line importing it, and the tree's modules on the way."""
 
     module: str
     file: str
@@ -37,8 +32,7 @@ class Requirement:
 
 
 class Sources(Protocol):
-    """The pin's Python sources (``/``-separated paths relative to the tree).  ``entries`` lists a folder
-    (``""``: the top), sub-folders with a trailing ``/``; None when there is no such folder."""
+    """The pin's Python sources by path; ``entries`` lists a folder (``/`` after sub-folders), None if absent."""
 
     @property
     def where(self) -> str: ...
@@ -50,21 +44,9 @@ class Sources(Protocol):
     def entries(self, folder: str) -> Optional[List[str]]: ...
 
 
-def entries_of(paths: Iterable[str], folder: str) -> Optional[List[str]]:
-    """What a listing of files holds directly in ``folder``, folders with a ``/``."""
-    prefix = folder.rstrip("/") + "/" if folder else ""
-    found: Set[str] = set()
-    for path in paths:
-        if path.startswith(prefix) and len(path) > len(prefix):
-            head, sep, _ = path[len(prefix):].partition("/")
-            found.add(head + sep)
-    return sorted(found) if found else None
-
-
 @dataclass(frozen=True)
 class FileSources:
-    """Sources held in memory (a commit read with git, or a test's tree); ``listing``: every file of the
-    tree when more exist than were read."""
+    """Sources in memory (a commit read with git, a test's tree); ``listing``: every file when more exist."""
 
     files: Mapping[str, str]
     where: str = "memory"
@@ -77,11 +59,16 @@ class FileSources:
         return self.files.get(rel)
 
     def entries(self, folder: str) -> Optional[List[str]]:
-        return entries_of(self.listing or self.files, folder)
+        prefix = folder.rstrip("/") + "/" if folder else ""
+        inside = [path[len(prefix):] for path in self.listing or self.files
+                  if path.startswith(prefix) and len(path) > len(prefix)]
+        found = {head + sep for head, sep, _ in (rest.partition("/") for rest in inside)}
+        return sorted(found) if found else None
 
 
 @dataclass(frozen=True)
 class CheckoutSources:
+    """Sources in a checkout at ``top``."""
 
     top: str
 
@@ -112,18 +99,14 @@ def readable_checkout(top: str) -> bool:
     return all(os.path.isfile(os.path.join(top, folder, "__init__.py")) for _, folder in PACKAGE_SOURCES)
 
 
-def source_file(module: str, sources: Sources,
-                packages: Mapping[str, str]) -> Optional[str]:
+def source_file(module: str, sources: Sources, packages: Mapping[str, str]) -> Optional[str]:
     """The file of ``module`` (``pkg/a.py`` or ``pkg/a/__init__.py``) when it is one of the tree's, else None."""
     parts = module.split(".")
     folder = packages.get(parts[0])
     if folder is None:
         return None
     base = "/".join([folder, *parts[1:]])
-    for rel in (f"{base}/__init__.py", f"{base}.py"):
-        if sources.has(rel):
-            return rel
-    return None
+    return next((rel for rel in (f"{base}/__init__.py", f"{base}.py") if sources.has(rel)), None)
 
 
 def _absolute(module: str, is_package: bool, level: int, name: Optional[str]) -> Optional[str]:
@@ -133,68 +116,52 @@ def _absolute(module: str, is_package: bool, level: int, name: Optional[str]) ->
     parts = module.split(".") if is_package else module.split(".")[:-1]
     if level - 1 > len(parts) - 1:
         return None  # beyond the top-level package: an error at import time, not a requirement
-    parts = parts[: len(parts) - (level - 1)]
-    return ".".join(parts + ([name] if name else []))
+    return ".".join(parts[: len(parts) - (level - 1)] + ([name] if name else []))
 
 
 def _prefixes(name: str) -> Iterator[str]:
     """``a``, ``a.b``, ``a.b.c`` for ``a.b.c``: importing it runs each package's ``__init__`` on the way."""
     parts = name.split(".")
-    for i in range(1, len(parts) + 1):
-        yield ".".join(parts[:i])
+    return (".".join(parts[:i]) for i in range(1, len(parts) + 1))
+
+
+def _suppresses_import_error(expr: ast.expr) -> bool:
+    """``contextlib.suppress(ImportError)`` (or of a class an import error is one of)."""
+
+    def name(node: ast.expr) -> str:
+        return node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else ""
+
+    return (isinstance(expr, ast.Call) and name(expr.func) == "suppress"
+            and any(name(a) in _IMPORT_ERRORS for a in expr.args))
 
 
 def unconditional_imports(tree: ast.Module) -> Iterator[ast.stmt]:
-    """The import statements that run whenever the module is imported: its body, class bodies, and
-    ``with``/``for``/``while`` bodies at that level."""
+    """The imports that run with the module: its body's, and class, ``with`` and loop bodies' at that level."""
     pending: List[ast.stmt] = list(tree.body)
     while pending:
         node = pending.pop(0)
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             yield node
-        elif isinstance(node, ast.ClassDef):
-            pending[:0] = node.body
         elif isinstance(node, (ast.With, ast.AsyncWith)):
             if not any(_suppresses_import_error(item.context_expr) for item in node.items):
                 pending[:0] = node.body
-        elif isinstance(node, (ast.For, ast.AsyncFor, ast.While)):
-            pending[:0] = node.body  # the body may run zero times, but an import in it is not optional
-
-
-_IMPORT_ERRORS = ("ImportError", "ModuleNotFoundError", "Exception", "BaseException")
-
-
-def _suppresses_import_error(expr: ast.expr) -> bool:
-    """``contextlib.suppress(ImportError)`` (or of a class an import error is one of)."""
-    if not isinstance(expr, ast.Call):
-        return False
-    func = expr.func
-    name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
-    if name != "suppress":
-        return False
-    names = [a.attr if isinstance(a, ast.Attribute) else a.id if isinstance(a, ast.Name) else "" for a in expr.args]
-    return any(n in _IMPORT_ERRORS for n in names)
+        elif isinstance(node, (ast.ClassDef, ast.For, ast.AsyncFor, ast.While)):
+            pending[:0] = node.body  # a loop's body may run zero times, but an import in it is not optional
 
 
 def _imported_names(node: ast.stmt, module: str, is_package: bool) -> Iterator[Tuple[str, bool]]:
-    """(absolute name, may be an attribute) for each module ``node`` imports: ``from a import b`` names ``a``
-    and ``a.b``."""
+    """(absolute name, may be an attribute) of each import: ``from a import b`` names ``a`` and ``a.b``."""
     if isinstance(node, ast.Import):
-        for alias in node.names:
-            yield alias.name, False
+        yield from ((alias.name, False) for alias in node.names)
     elif isinstance(node, ast.ImportFrom):
         base = _absolute(module, is_package, node.level, node.module)
-        if base is None:
-            return
-        yield base, False
-        for alias in node.names:
-            if alias.name != "*":
-                yield f"{base}.{alias.name}", True
+        if base is not None:
+            yield base, False
+            yield from ((f"{base}.{alias.name}", True) for alias in node.names if alias.name != "*")
 
 
 def tree_modules(sources: Sources, packages: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
-    """Top-level name -> folder in the tree: its packages (by default the pin's own), and each module at the
-    checkout's top, which the env file's PYTHONPATH also reaches."""
+    """Top-level name -> folder: the tree's packages and each module at its top (the env file reaches those)."""
     folders = dict(PACKAGE_SOURCES) if packages is None else dict(packages)
     for entry in sources.entries("") or []:
         name = entry[:-1] if entry.endswith("/") else entry[:-3] if entry.endswith(".py") else ""
@@ -217,8 +184,7 @@ class Walk:
 
 def find_requirements(required: Sequence[str], sources: Sources,
                       packages: Optional[Mapping[str, str]] = None) -> Walk:
-    """Walk the module-level imports from ``required`` through the tree's packages (top-level name -> folder;
-    by default the pin's own)."""
+    """Walk the module-level imports from ``required`` through the tree's packages (name -> folder)."""
     folders = tree_modules(sources, packages)
     walk = Walk()
     seen_modules: Set[str] = set()
@@ -251,17 +217,16 @@ def find_requirements(required: Sequence[str], sources: Sources,
         except (SyntaxError, ValueError):
             walk.unparsed.append(rel)  # the final probe says what is wrong with it
             continue
-        is_package = rel.endswith("/__init__.py")
         for node in unconditional_imports(tree):
-            for name, attribute in _imported_names(node, module, is_package):
+            for name, attribute in _imported_names(node, module, rel.endswith("/__init__.py")):
                 reach(name, via, attribute, rel, node.lineno)
-    walk.requirements = list(found.values())  # in the order first met
+    walk.requirements = list(found.values())
     return walk
 
 
 @dataclass(frozen=True)
 class Absent:
-    """A required module the pin does not have, and the (module, path) of those of the same name it has."""
+    """A required module the pin lacks, and (module, path) of those of its name it has (a moved module)."""
 
     module: str
     instead: Tuple[Tuple[str, str], ...]
@@ -269,10 +234,9 @@ class Absent:
 
 def _exists(module: str, sources: Sources, folders: Mapping[str, str]) -> bool:
     """A module file, a package, or a namespace folder."""
-    if source_file(module, sources, folders) is not None:
-        return True
     parts = module.split(".")
-    return sources.entries("/".join([folders[parts[0]], *parts[1:]])) is not None
+    return (source_file(module, sources, folders) is not None
+            or sources.entries("/".join([folders[parts[0]], *parts[1:]])) is not None)
 
 
 def _named(last: str, folder: str, module: str, sources: Sources, budget: List[int]) -> Iterator[Tuple[str, str]]:
@@ -294,8 +258,7 @@ def _named(last: str, folder: str, module: str, sources: Sources, budget: List[i
 
 def absent_modules(required: Sequence[str], sources: Sources,
                    packages: Optional[Mapping[str, str]] = None) -> List[Absent]:
-    """The required modules of the tree's packages that the sources do not hold (every prefix checked).  A
-    package the build adds to (``flydsl._mlir``) is not checked, nor a module outside the tree."""
+    """The required modules of the tree's sources (not those the build adds to) that the sources lack."""
     folders = dict(PACKAGE_SOURCES) if packages is None else dict(packages)
     absent: List[Absent] = []
     for name in required:
@@ -310,24 +273,16 @@ def absent_modules(required: Sequence[str], sources: Sources,
     return absent
 
 
-def _python_files(listing: Iterable[str], folders: Iterable[str]) -> List[str]:
-    tops = tuple(f.rstrip("/") + "/" for f in folders)
-    return [p for p in listing if p.endswith(".py") and p.startswith(tops)]
-
-
 def read_commit_sources(path: str, commit: str) -> FileSources:
-    """The ``.py`` files of the tree's packages and top at ``commit`` in the local repository at ``path``, and
-    the list of all its files."""
-    folders = [folder for _, folder in PACKAGE_SOURCES]
+    """The ``.py`` files of the tree's packages and top at ``commit``, and the listing of all its files."""
     listing = commit_listing(path, commit)
-    wanted = _python_files(listing, folders) + [p for p in listing if p.endswith(".py") and "/" not in p]
-    files = read_blobs(path, commit, wanted)
+    tops = tuple(folder.rstrip("/") + "/" for _, folder in PACKAGE_SOURCES)
+    files = read_blobs(path, commit, [p for p in listing if p.endswith(".py") and (p.startswith(tops) or "/" not in p)])
     return FileSources(files, f"repository {path} at {commit[:12]}", listing)
 
 
 def pin_sources(root: str, repo: str, pin: str, checkout: Optional[str] = None) -> Optional[Sources]:
-    """The pin's sources: ``checkout`` when given and readable; else the pin's commit in a local repository;
-    None when neither can be read here."""
+    """The pin's sources: ``checkout`` if readable, else its commit in a local repository, else None."""
     if checkout is not None:
         return CheckoutSources(checkout) if readable_checkout(checkout) else None
     for path in local_repositories(root, repo):

@@ -1,11 +1,6 @@
-"""What the tool knows about a root (``ROOT/.ensure_flydsl/``): whether it made it, which steps finished.
-
-- ``owner.json``: written when the tool creates or adopts the root; without it the root is not ours.
-- ``stamps/<step>.json``: written when a step finishes, with the key of its inputs (commit, interpreter
-  ABI, build settings); removed before the step starts again, as uv's ``.ok`` file.
-- ``stamps/<step>.started.json``: the key a step that creates files began with: what it leaves behind
-  was made by this tool, and for which inputs.
-- ``stamps/tree.json``: the finished tree, written after verification and before the env file.
+"""What the tool knows about a root (``ROOT/.ensure_flydsl/``): ``owner.json`` when it made or adopted the root;
+``stamps/<step>.json`` with the key of a finished step's inputs, removed before the step starts again (uv's
+``.ok``); ``stamps/<step>.started.json`` for a step that creates files; ``stamps/tree.json`` for the finished tree.
 """
 
 from __future__ import annotations
@@ -21,7 +16,6 @@ from ensure_flydsl.layout import (
     BUILD_DIR,
     ENV_FILE_NAME,
     ENV_JSON_NAME,
-    STAMP_SUFFIX,
     STATE_DIR,
     owner_file,
     stamp_file,
@@ -39,6 +33,7 @@ from ensure_flydsl.support.processes import CommandFailed
 CONTRACT_FILES = (ENV_FILE_NAME, ENV_JSON_NAME)
 # Untracked paths in a checkout that are build outputs or ours, not local changes.
 BUILD_OUTPUTS = (STATE_DIR + "/", BUILD_DIR + "/", ENV_FILE_NAME, ENV_JSON_NAME)
+_HOWS = frozenset(how.value for how in How)
 
 
 def is_build_output(path: str) -> bool:
@@ -50,9 +45,13 @@ def is_ours(root: str) -> bool:
     return os.path.isfile(owner_file(root))
 
 
+def _shown(names: List[str]) -> str:
+    return ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+
+
 @dataclass(frozen=True)
 class Owner:
-    """``ROOT/.ensure_flydsl/owner.json``: the tool made the root, or adopted another tool's clean checkout."""
+    """``owner.json``: the tool made the root, or adopted another tool's clean checkout."""
 
     created_root: bool
     adopted: bool
@@ -125,9 +124,8 @@ def classify_root(root: str, repo: str) -> RootState:
     if all(e in CONTRACT_FILES for e in entries):
         return RootState(RootKind.CONTRACT_ONLY)
     if ".git" not in entries:
-        shown = ", ".join(sorted(entries)[:3]) + (", ..." if len(entries) > 3 else "")
-        return RootState(RootKind.FOREIGN,
-                         f"it holds other files ({shown}) and is not a checkout made by ensure-flydsl")
+        return RootState(RootKind.FOREIGN, f"it holds other files ({_shown(sorted(entries))}) and is not a "
+                         "checkout made by ensure-flydsl")
     return _classify_checkout(root, repo)
 
 
@@ -144,11 +142,9 @@ def _classify_checkout(root: str, repo: str) -> RootState:
                           timeout=120).decode(errors="replace")
     except CommandFailed as exc:
         return RootState(RootKind.FOREIGN, f"git cannot read its status ({exc.returncode})")
-    changes = [line[3:] for line in status.splitlines() if line.strip()]
-    local = [p for p in changes if not is_build_output(p)]
+    local = [line[3:] for line in status.splitlines() if line.strip() and not is_build_output(line[3:])]
     if local:
-        shown = ", ".join(local[:3]) + (", ..." if len(local) > 3 else "")
-        return RootState(RootKind.FOREIGN, f"its checkout of {origin} has local changes ({shown})")
+        return RootState(RootKind.FOREIGN, f"its checkout of {origin} has local changes ({_shown(local)})")
     return RootState(RootKind.ADOPTABLE, f"a clean checkout of {origin} made by another tool")
 
 
@@ -171,23 +167,20 @@ def claim_root(root: str, *, created: bool, adopted: bool) -> None:
 
 def exclude_from_git(root: str) -> None:
     """Keep the tool's files out of ``git status`` so the checkout reads as clean."""
-    info = os.path.join(root, ".git", "info")
     if not os.path.isdir(os.path.join(root, ".git")):
         return
-    os.makedirs(info, exist_ok=True)
-    path = os.path.join(info, "exclude")
+    path = os.path.join(root, ".git", "info", "exclude")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
     try:
         with open(path) as handle:
             current = handle.read()
     except FileNotFoundError:
         current = ""
-    wanted = ["/" + STATE_DIR + "/", "/" + ENV_FILE_NAME, "/" + ENV_JSON_NAME]
-    missing = [w for w in wanted if w not in current.splitlines()]
+    missing = [w for w in ("/" + STATE_DIR + "/", "/" + ENV_FILE_NAME, "/" + ENV_JSON_NAME)
+               if w not in current.splitlines()]
     if missing:
         with open(path, "a") as handle:
-            if current and not current.endswith("\n"):
-                handle.write("\n")
-            handle.write("\n".join(missing) + "\n")
+            handle.write(("\n" if current and not current.endswith("\n") else "") + "\n".join(missing) + "\n")
 
 
 @dataclass(frozen=True)
@@ -205,29 +198,22 @@ class Stamp:
 
     @classmethod
     def from_json(cls, data: object) -> Optional["Stamp"]:
-        """The stamp, or None for a file that is not one (``how`` one of :class:`How`'s values, ``commit`` a git
-        object name)."""
+        """The stamp, or None for a file that is not one (an unknown ``how``, a ``commit`` not an object name)."""
         if not isinstance(data, dict) or not isinstance(data.get("key"), dict):
             return None
-        named = {name: data.get(name) for name in ("how", "commit", "version")}
-        if any(value is not None and not isinstance(value, str) for value in named.values()):
+        how, commit, version = (data.get(name) for name in ("how", "commit", "version"))
+        if any(value is not None and not isinstance(value, str) for value in (how, commit, version)):
             return None
-        if named["how"] is not None and fields.one_of(named["how"], _HOWS) is None:
+        if (how is not None and how not in _HOWS) or (commit is not None and fields.object_name(commit) is None):
             return None
-        if named["commit"] is not None and fields.object_name(named["commit"]) is None:
-            return None
-        return cls(dict(data["key"]), fields.number(data.get("time")) or 0.0, fields.text(named["how"]),
-                   fields.text(named["commit"]), fields.text(named["version"]))
-
-
-_HOWS = frozenset(how.value for how in How)
+        return cls(dict(data["key"]), fields.number(data.get("time")) or 0.0, how=how, commit=commit, version=version)
 
 
 class Stamps:
+    """The step stamps of ``root``."""
 
     def __init__(self, root: str) -> None:
         self.root = root
-        self.folder = stamps_dir(root)
 
     def _path(self, step: str) -> str:
         return stamp_file(self.root, step)
@@ -240,35 +226,23 @@ class Stamps:
         return stamp is not None and stamp.key == dict(key)
 
     def begin(self, step: str, key: Optional[Mapping[str, object]] = None) -> None:
-        """Before a step runs: the tree is unfinished, the step not done, and (with ``key``) which inputs the
-        files it is about to create are for."""
-        remove_file(self._path("tree"))
-        remove_file(self._path(step))
+        """Before a step runs: the tree unfinished, the step not done; ``key``: the inputs of what it creates."""
+        self.undo(step)
         if key is not None:
-            os.makedirs(self.folder, exist_ok=True)
+            os.makedirs(stamps_dir(self.root), exist_ok=True)
             atomic_write_json(self._path(step + ".started"), Stamp(dict(key), time.time()).to_json())
 
     def started_key(self, step: str) -> Optional[Dict[str, object]]:
-        started = Stamp.from_json(read_json(self._path(step + ".started")))
+        started = self.read(step + ".started")
         return started.key if started is not None else None
 
     def finish(self, step: str, key: Mapping[str, object], *, how: Optional[str] = None,
                commit: Optional[str] = None, version: Optional[str] = None) -> None:
-        os.makedirs(self.folder, exist_ok=True)
-        atomic_write_json(self._path(step), Stamp(key=dict(key), time=time.time(), how=how, commit=commit,
-                                                  version=version).to_json())
+        os.makedirs(stamps_dir(self.root), exist_ok=True)
+        stamp = Stamp(dict(key), time.time(), how=how, commit=commit, version=version)
+        atomic_write_json(self._path(step), stamp.to_json())
 
     def undo(self, step: str) -> None:
         """The step's result turned out unusable: not done any more (its started record stays)."""
         remove_file(self._path("tree"))
         remove_file(self._path(step))
-
-    def forget(self, step: str) -> None:
-        remove_file(self._path(step))
-        remove_file(self._path(step + ".started"))
-
-    def steps(self) -> List[str]:
-        try:
-            return sorted(f[:-len(STAMP_SUFFIX)] for f in os.listdir(self.folder) if f.endswith(STAMP_SUFFIX))
-        except FileNotFoundError:
-            return []

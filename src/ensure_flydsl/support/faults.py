@@ -1,7 +1,5 @@
-"""Fault points: ``ENSURE_FLYDSL_FAULT=<point>`` SIGKILLs the run's process group there, as the OOM killer would.
-
-The reliability suite then checks that a plain rerun succeeds and that no success marker named an unfinished
-tree.  ``ENSURE_FLYDSL_FAULT_LOG=<file>`` gets the point's name before the kill."""
+"""Fault points for the reliability suite: ``ENSURE_FLYDSL_FAULT=<point>`` SIGKILLs the run's process group there,
+as the OOM killer would (``ENSURE_FLYDSL_FAULT_LOG=<file>`` gets the point's name first)."""
 
 from __future__ import annotations
 

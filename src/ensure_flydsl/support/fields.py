@@ -1,11 +1,54 @@
-"""Field checks for records read from outside, so a wrong value is refused at the edge.  Each returns the value
-when it has the type (the second group: and the meaning) the record needs, else None."""
+"""Records read from outside, refused at the edge: checks that return a value when it has the type (and the
+meaning) a record needs, else None, and one reader of a dataclass whose fields name their checks."""
 
 from __future__ import annotations
 
+import dataclasses
+import enum
 import math
 import re
-from typing import Collection, Dict, List, Optional
+from typing import Any, Callable, Collection, Dict, List, Optional, Type, TypeVar
+
+T = TypeVar("T")
+E = TypeVar("E", bound=enum.Enum)
+Check = Callable[[object], Any]
+
+
+def checked(check: Check, default: Any = dataclasses.MISSING, *, factory: Any = dataclasses.MISSING,
+            nullable: Optional[bool] = None, lenient: bool = False,
+            convert: Optional[Callable[[Any], Any]] = None) -> Any:
+    """A dataclass field that ``from_json`` reads through ``check``, then ``convert``.  ``nullable`` (by default:
+    whether the default is None) takes null; ``lenient`` reads a wrong value as the default (a field later
+    versions added) where it would refuse the whole record."""
+    metadata = {"check": check, "nullable": default is None if nullable is None else nullable, "lenient": lenient,
+                "convert": convert}
+    return dataclasses.field(default=default, default_factory=factory, metadata=metadata)
+
+
+def from_json(cls: Type[T], data: object) -> Optional[T]:
+    """The dataclass ``cls`` from a JSON object, or None when a field's check refuses its value.  A missing key
+    takes the field's default, or reads as null."""
+    if not isinstance(data, dict):
+        return None
+    values: Dict[str, Any] = {}
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        has_default = f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
+        if f.name not in data and has_default:
+            continue
+        value = data.get(f.name)
+        found = f.metadata["check"](value)
+        if found is None and not (value is None and f.metadata["nullable"]):
+            if f.metadata["lenient"] and has_default:
+                continue
+            return None
+        convert = f.metadata["convert"]
+        values[f.name] = convert(found) if convert is not None and found is not None else found
+    return cls(**values)
+
+
+def member(kind: Type[E]) -> Callable[[object], Optional[E]]:
+    """The check for a member of the enum ``kind``, by its value."""
+    return lambda value: kind._value2member_map_.get(value) if isinstance(value, str) else None  # type: ignore
 
 
 def number(value: object) -> Optional[float]:
@@ -23,8 +66,16 @@ def integer(value: object) -> Optional[int]:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
+def boolean(value: object) -> Optional[bool]:
+    return value if isinstance(value, bool) else None
+
+
 def text(value: object) -> Optional[str]:
     return value if isinstance(value, str) else None
+
+
+def mapping(value: object) -> Optional[Dict[str, object]]:
+    return value if isinstance(value, dict) else None
 
 
 def path(value: object) -> Optional[str]:
@@ -49,13 +100,12 @@ SHORT_TEXT_MAX = 200
 
 
 def short_text(value: object, limit: int = SHORT_TEXT_MAX) -> Optional[str]:
-    """A non-empty text of at most ``limit`` printable characters, else None."""
+    """A non-empty text of at most ``limit`` printable characters."""
     if not isinstance(value, str) or not value or len(value) > limit or not value.isprintable():
         return None
     return value
 
 
-# -- what a value means, not only its type ----------------------------------------------------------------
 PID_MAX = 1 << 22  # Linux's PID_MAX_LIMIT on 64-bit
 MAX_SECONDS = 10.0**10  # the year 2286
 

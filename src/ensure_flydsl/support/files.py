@@ -10,7 +10,7 @@ import shutil
 import stat
 import tempfile
 import time
-from typing import Dict, Optional, Sequence, Tuple
+from typing import Dict, Optional, Sequence
 
 from ensure_flydsl.warm import read_regular as read_regular
 
@@ -33,10 +33,8 @@ def atomic_write(path: str, data: bytes, mode: int = 0o644, *, durable: bool = T
 
 
 def move_into_place(tmp: str, path: str, mode: int = 0o644, *, durable: bool = True) -> None:
-    """Rename the complete file ``tmp`` over ``path`` (same folder) with ``mode``, replacing a link, never following it.
-
-    ``durable`` flushes the file and the folder first, so a power cut leaves the old file or the new one.
-    A file rewritten many times a minute whose loss costs nothing (a run's progress) skips the flushes."""
+    """Rename the complete file ``tmp`` over ``path`` (same folder) with ``mode``, replacing a link, never following
+    it; ``durable`` flushes the file and the folder, so a power cut leaves the old file or the new one."""
     fd = os.open(tmp, os.O_RDONLY | os.O_NOFOLLOW)
     try:
         if durable:
@@ -58,16 +56,6 @@ def atomic_write_json(path: str, obj: object, mode: int = 0o644) -> None:
     atomic_write(path, json_bytes(obj), mode)
 
 
-def atomic_write_all(writes: Sequence[Tuple[str, bytes]], *, undo: Sequence[str]) -> None:
-    """Write each ``(path, data)`` whole, in order; when one fails, remove those ``undo`` names before raising."""
-    try:
-        for path, data in writes:
-            atomic_write(path, data)
-    except BaseException:
-        remove_quietly(undo)
-        raise
-
-
 def read_json(path: str) -> Optional[Dict[str, object]]:
     """The JSON object in the regular file ``path``, or None (missing, torn, foreign, nested too deep)."""
     raw = read_regular(path)
@@ -81,10 +69,8 @@ def read_json(path: str) -> Optional[Dict[str, object]]:
 
 
 def file_path_problem(path: str, *, symlink_ok: bool) -> Optional[str]:
-    """Why the tool cannot write (or lock) a file at ``path``, or None when it is absent or a plain file.
-
-    A device or a folder there would be replaced (FLYDSL_BUILD_FAILED=/dev/null as root).  A symlink is
-    refused where the tool opens the path, and fine where it only renames a new file over it."""
+    """Why the tool cannot write (or lock) a file at ``path`` (a device or a folder there would be replaced), or
+    None; a symlink is refused where the tool opens the path, fine where it renames a new file over it."""
     try:
         st = os.lstat(path)
     except FileNotFoundError:
@@ -125,9 +111,8 @@ def fsync_dir(folder: str) -> None:
 
 
 def rename_into_place(src: str, dest: str) -> None:
-    """Publish ``src`` as ``dest`` (same file system) in one rename, then flush the folder's entry.
-
-    A ``dest`` that is a non-empty folder is refused (OSError), never merged into."""
+    """Publish ``src`` as ``dest`` (same file system) in one rename, then flush the folder's entry; a ``dest`` that
+    is a non-empty folder is refused (OSError), never merged into."""
     os.rename(src, dest)
     fsync_dir(os.path.dirname(dest) or ".")
 

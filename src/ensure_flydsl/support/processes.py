@@ -1,6 +1,5 @@
-"""Every process the tool starts is started and stopped here.  Short commands fail showing the command, its
-code and its output.  A build script is streamed line by line; network commands run under a silence
-watchdog; helpers run in a group of their own.  The stop signals are blocked around a launch."""
+"""Every process the tool starts is started and stopped here: short commands (failing with their command, code
+and output), a build script streamed line by line, network commands under a silence watchdog."""
 
 from __future__ import annotations
 
@@ -48,15 +47,11 @@ class CommandFailed(Exception):
         return "\n".join(lines)
 
 
-def _env(env: Optional[Mapping[str, str]]) -> Optional[dict[str, str]]:
-    return None if env is None else dict(env)
-
-
 def cmd_output(cmd: Sequence[str], *, cwd: Optional[str] = None, env: Optional[Mapping[str, str]] = None,
                timeout: Optional[float] = None, check: bool = True) -> str:
     """Run a short command and return its stdout+stderr; raise CommandFailed on a non-zero exit."""
     try:
-        proc = subprocess.run(list(cmd), cwd=cwd, env=_env(env), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        proc = subprocess.run(list(cmd), cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, timeout=timeout, check=False)
     except FileNotFoundError as exc:
         raise CommandFailed(cmd, 127, f"cannot run {cmd[0]}: {exc.strerror}") from None
@@ -73,22 +68,22 @@ def run_captured(cmd: Sequence[str], *, stdout: Stream, stderr: Stream, stdin: S
                  input: Optional[bytes] = None, env: Optional[Mapping[str, str]] = None,
                  timeout: Optional[float] = None) -> "subprocess.CompletedProcess[bytes]":
     """``subprocess.run`` without ``check``: OSError when it cannot start, TimeoutExpired past ``timeout``."""
-    return subprocess.run(list(cmd), stdin=stdin, input=input, stdout=stdout, stderr=stderr, env=_env(env),
+    return subprocess.run(list(cmd), stdin=stdin, input=input, stdout=stdout, stderr=stderr, env=env,
                           timeout=timeout, check=False)
 
 
 def spawn(cmd: Sequence[str], *, stdin: Stream, stdout: Stream, stderr: Stream, own_group: bool,
           env: Optional[Mapping[str, str]] = None, cwd: Optional[str] = None,
           pass_fds: Sequence[int] = ()) -> "subprocess.Popen[bytes]":
-    """Start a process beside this one.  ``own_group``: a group of its own, so that stopping it stops what it
-    started too, and a signal to this tool's group does not reach it."""
-    return subprocess.Popen(list(cmd), stdin=stdin, stdout=stdout, stderr=stderr, env=_env(env), cwd=cwd,
+    """Start a process beside this one; ``own_group``: in a group of its own (stopping it stops what it started,
+    and a signal to this tool's group does not reach it)."""
+    return subprocess.Popen(list(cmd), stdin=stdin, stdout=stdout, stderr=stderr, env=env, cwd=cwd,
                             start_new_session=own_group, pass_fds=tuple(pass_fds))
 
 
 def spawn_text(cmd: Sequence[str], *, env: Optional[Mapping[str, str]] = None) -> "subprocess.Popen[str]":
     """A process whose stdout and stderr are read as text lines, in this tool's group (a Ctrl-C stops it too)."""
-    return subprocess.Popen(list(cmd), env=_env(env), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+    return subprocess.Popen(list(cmd), env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, errors="replace")
 
 
@@ -125,9 +120,8 @@ def end_leftovers(pgid: int, grace_s: float) -> None:
 
 @contextlib.contextmanager
 def stop_signals_blocked() -> Iterator[None]:
-    """Around the launch of a process that unblocks them itself (the mask is inherited through exec).
-
-    A detached worker SIGTERMed before Python installed its handlers would die as "kill -9" (exit 9), not 130."""
+    """Around the launch of a process that unblocks them itself: a detached worker SIGTERMed before Python
+    installed its handlers would die as "kill -9" (exit 9), not 130."""
     old = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
     try:
         yield
@@ -176,13 +170,10 @@ class _Lines:
 def stream_command(cmd: Sequence[str], *, sink: Callable[[str], None], cwd: Optional[str] = None,
                    env: Optional[Mapping[str, str]] = None,
                    on_start: Callable[[Optional[int]], None] = lambda pgid: None) -> int:
-    """Run a long command in a process group of its own, handing each output line to ``sink``.
-
-    ``on_start`` learns the group's id (None once it is gone), so whoever sees this process die can stop the
-    build.  Interrupted, the whole group is stopped before the exception goes on.  When the command exits,
-    its leftovers are stopped and the pipe read only a little longer: one that holds it does not hold the run."""
+    """Run a long command in a group of its own, each output line to ``sink``; ``on_start`` learns the group's
+    id (None once gone).  Interrupted, the group is stopped; exited, its leftovers are (the pipe read briefly)."""
     try:
-        proc = subprocess.Popen(list(cmd), cwd=cwd, env=_env(env), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        proc = subprocess.Popen(list(cmd), cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, start_new_session=True)
     except OSError as exc:
         sink(f"cannot run {cmd[0]}: {exc.strerror}")
@@ -278,14 +269,12 @@ def waiting_line(what: str, remote: str, elapsed: float, silent: float, limit: f
 def watched_output(cmd: Sequence[str], *, remote: Callable[[str], str], what: str, cwd: Optional[str] = None,
                    env: Optional[Mapping[str, str]] = None, silence_s: Optional[float] = None,
                    check: bool = True) -> str:
-    """Run a network command in a process group of its own; return its output, progress redraws collapsed.
-
-    Any byte counts as data (git's ``--progress``).  After ``silence_s`` without any, the group is killed and
-    Silent names ``remote(output)``.  Every half of that limit a line goes to the heartbeat."""
+    """Run a network command in a group of its own; its output, redraws collapsed.  After ``silence_s`` without a
+    byte the group is killed (Silent names ``remote(output)``); every half of that a line goes to the heartbeat."""
     limit = network_silence_s(env) if silence_s is None else silence_s
     beat = min(30.0, limit / 2)
     try:
-        proc = subprocess.Popen(list(cmd), cwd=cwd, env=_env(env), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        proc = subprocess.Popen(list(cmd), cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, start_new_session=True)
     except OSError as exc:
         raise CommandFailed(cmd, 127, f"cannot run {cmd[0]}: {exc.strerror}") from None

@@ -1,9 +1,5 @@
-"""Messages for people and agents, and the run's log.
-
-On a terminal: step lines and a live progress line redrawn in place; off one: time-stamped lines (progress
-every 10 %); with ``--json``: one JSON event per line on stderr.  Every message also goes to the log once a run
-opens it.  A build's own output goes only to the log; its last lines are kept for a failure's message.
-"""
+"""Messages for people and agents (a terminal's live line, time-stamped lines, or ``--json`` events), and the
+run's log, which gets every message and the build's own output (its last lines kept for a failure's message)."""
 
 from __future__ import annotations
 
@@ -142,8 +138,8 @@ class Reporter:
         self._write(json.dumps(event, sort_keys=True) + "\n")
 
     def _write(self, text: str) -> bool:
-        """Show ``text``; False if there is nowhere to show it.  A reader that went away (``| head -1``) or a
-        full file system under the stream ends the messages, never the run: the log still gets every line."""
+        """Show ``text``; False if there is nowhere to.  A reader gone (``| head -1``) or a full disk under the
+        stream ends the messages, never the run: the log still gets every line."""
         with self._lock:
             if self.stream is None:
                 return False

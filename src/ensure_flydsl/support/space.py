@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import errno
 import os
-from typing import Optional, Tuple
+from typing import Optional
 
 FULL = (errno.ENOSPC, errno.EDQUOT)
 
@@ -43,19 +43,13 @@ def mount_point(path: str) -> str:
     return current
 
 
-def free_space(path: str) -> Optional[Tuple[int, int]]:
-    """The bytes free for this user and the file system's size, as ``df`` says them; None when unknown."""
+def no_space(path: str, code: Optional[int] = errno.ENOSPC) -> str:
+    """The words for a full file system at ``path`` (EDQUOT: the user's quota on it), with ``df``'s figures."""
     try:
         st = os.statvfs(_existing(path))
+        df = f"{size_text(st.f_bavail * st.f_frsize)} free of {size_text(st.f_blocks * st.f_frsize)}, "
     except OSError:
-        return None
-    return st.f_bavail * st.f_frsize, st.f_blocks * st.f_frsize
-
-
-def no_space(path: str, code: Optional[int] = errno.ENOSPC) -> str:
-    """The words for a full file system at ``path`` (EDQUOT: the user's quota on it)."""
-    figures = free_space(path)
-    df = f"{size_text(figures[0])} free of {size_text(figures[1])}, " if figures else ""
+        df = ""
     where = f"{path} (df: {df}mounted at {mount_point(path)})"
     if code == errno.EDQUOT:
         return f"the disk quota is used up on the file system holding {where}"

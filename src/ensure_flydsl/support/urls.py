@@ -7,8 +7,7 @@ import urllib.parse
 
 
 def shown_location(location: str) -> str:
-    """``location`` as messages, logs and markers show it: a password in a URL (``ftp://user:pw@host/``)
-    replaced by ``***``."""
+    """``location`` as messages, logs and markers show it: a URL's password replaced by ``***``."""
     try:
         parts = urllib.parse.urlsplit(location)
         if parts.password is None:

@@ -14,8 +14,7 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 from ensure_flydsl.errors import ExitCode, Stage
 from ensure_flydsl.probe.results import Interpreter
 from ensure_flydsl.settings import Settings
-from ensure_flydsl.source.git import is_local_repo, ls_remote_within
-from ensure_flydsl.source.mirrors import describe, rewrite
+from ensure_flydsl.source.git import describe, is_local_repo, ls_remote_within, rewrite
 from ensure_flydsl.source.needs import BuildNeeds
 from ensure_flydsl.ways.package_index import IndexAnswer, query_versions
 

@@ -19,10 +19,10 @@ from ensure_flydsl.probe.gate import evaluate, is_within
 from ensure_flydsl.probe.interpreter import joined_pythonpath, probe_modules
 from ensure_flydsl.probe.results import ModuleResult, Probe
 from ensure_flydsl.result import How
+from ensure_flydsl.source.git import borrow_objects, give_objects, shared_repository
 from ensure_flydsl.source.ownership import recording
 from ensure_flydsl.support.files import remove_tree, rename_into_place
 from ensure_flydsl.support.processes import CommandFailed
-from ensure_flydsl.trees import git_objects
 from ensure_flydsl.trees.backends import CacheCorrupt
 from ensure_flydsl.trees.local import (
     COPY,
@@ -70,8 +70,8 @@ def borrow_git_objects(run: Run, store: HostStore) -> Optional[str]:
     None (said) when it cannot be used."""
     git_dir = os.path.join(run.settings.root, ".git")
     try:
-        shared = git_objects.shared_repository(store.path, run.environ)
-        if git_objects.borrow(git_dir, shared):
+        shared = shared_repository(store.path, run.environ)
+        if borrow_objects(git_dir, shared):
             run.say(f"store: {git_dir} borrows the host's git objects from {shared} (objects/info/alternates)")
     except (OSError, CommandFailed) as exc:
         run.say(f"store: the host's git objects are not shared with {run.settings.root} ({exc}); it fetches its own")
@@ -84,7 +84,7 @@ def give_git_objects(run: Run, shared: str, commit: str) -> None:
     root = run.settings.root
     name = hashlib.sha256(os.fsencode(root)).hexdigest()[:16]
     try:
-        git_objects.give(os.path.join(root, ".git"), shared, name, commit, run.environ)
+        give_objects(os.path.join(root, ".git"), shared, name, commit, run.environ)
     except (OSError, CommandFailed) as exc:
         run.say(f"store: the objects fetched into {root} were not added to {shared} ({exc})")
 

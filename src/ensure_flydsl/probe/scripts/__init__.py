@@ -7,8 +7,11 @@ from __future__ import annotations
 import functools
 import os
 
+# `python -c` puts "" (the caller's folder) first on sys.path: off it first, so no file there shadows a module.
+_PREAMBLE = 'import sys\nif sys.path and sys.path[0] == "":\n    del sys.path[0]\n'
+
 
 @functools.lru_cache(maxsize=None)
 def text(name: str) -> str:
     with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), name + ".py"), encoding="utf-8") as f:
-        return f.read()
+        return _PREAMBLE + f.read()

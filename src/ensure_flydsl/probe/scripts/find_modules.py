@@ -2,15 +2,11 @@
 ``find_spec`` (no code of the module runs); answered as the import probe does.  Before 3.10 (no
 ``sys.stdlib_module_names``) a module built in, frozen, or under the stdlib folders is the standard library's.
 """
+import importlib.util
+import os
 import sys
-
-# `python -c` puts "" (the caller's folder) first on sys.path: off it first, so no file there shadows a module.
-if sys.path and sys.path[0] == "":
-    del sys.path[0]
-import importlib.util  # noqa: E402
-import os  # noqa: E402
-import sysconfig  # noqa: E402
-from importlib.machinery import ModuleSpec  # noqa: E402
+import sysconfig
+from importlib.machinery import ModuleSpec
 
 names = [name for name in sys.argv[1].split(",") if name]
 known = getattr(sys, "stdlib_module_names", None)

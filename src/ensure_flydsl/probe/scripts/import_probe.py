@@ -3,16 +3,12 @@ probe).  The answer is one line ``result LITERAL`` on the descriptor that was st
 it.  LITERAL is a ``repr`` the tool reads with ``ast.literal_eval``: ``json`` imports ``re``, a third of the
 probe's start when the tree is quick.
 """
+import importlib
+import importlib.util
+import os
+import site
 import sys
-
-# `python -c` puts "" (the caller's folder) first on sys.path: off it first, so no file there shadows a module.
-if sys.path and sys.path[0] == "":
-    del sys.path[0]
-import importlib  # noqa: E402
-import importlib.util  # noqa: E402
-import os  # noqa: E402
-import site  # noqa: E402
-import sysconfig  # noqa: E402
+import sysconfig
 
 out = os.dup(1)
 os.dup2(2, 1)  # whatever the imports print goes to stderr; fd `out` carries only our lines

@@ -14,8 +14,7 @@ from ensure_flydsl.errors import EnsureError, Stage
 from ensure_flydsl.probe.interpreter import describe_interpreter
 from ensure_flydsl.probe.results import Interpreter
 from ensure_flydsl.settings import Settings
-from ensure_flydsl.source.git import is_local_repo, read_git
-from ensure_flydsl.source.needs import resolve_in
+from ensure_flydsl.source.git import is_local_repo, read_git, resolve_in
 from ensure_flydsl.source.release_tags import (
     TagAnswer,
     TagSource,

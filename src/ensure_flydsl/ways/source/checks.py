@@ -15,9 +15,8 @@ from ensure_flydsl.errors import Stage
 from ensure_flydsl.layout import llvm_dir, mlir_install, tools_dir
 from ensure_flydsl.probe.results import Interpreter
 from ensure_flydsl.settings import Settings
-from ensure_flydsl.source.git import is_local_repo
-from ensure_flydsl.source.mirrors import rewrite
-from ensure_flydsl.source.needs import BuildNeeds, build_tools, resolve_in, tool_requirements
+from ensure_flydsl.source.git import is_local_repo, resolve_in, rewrite
+from ensure_flydsl.source.needs import BuildNeeds, build_tools, tool_requirements
 from ensure_flydsl.support.processes import run_captured
 from ensure_flydsl.ways.checks import MISSING, WRONG, Check, RunContext, Submit, no_mirror, passed, reach, skipped
 from ensure_flydsl.ways.source.environment import (

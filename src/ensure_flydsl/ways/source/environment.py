@@ -19,8 +19,8 @@ from ensure_flydsl.errors import EnsureError, ExitCode, Stage
 from ensure_flydsl.layout import llvm_record, mlir_install, pip_constraints, tools_dir
 from ensure_flydsl.probe.results import Interpreter
 from ensure_flydsl.settings import GitMirrors
+from ensure_flydsl.source.git import with_mirrors, with_network_limits
 from ensure_flydsl.source.llvm_inputs import checkout_llvm_inputs
-from ensure_flydsl.source.mirrors import with_mirrors, with_network_limits
 from ensure_flydsl.support.files import atomic_write, atomic_write_json, read_json
 from ensure_flydsl.support.processes import stream_command
 from ensure_flydsl.ways.package_index import CONFLICTING_PIP_ENV
