@@ -37,10 +37,6 @@ class LockHolder:
     run_id: str
 
     @classmethod
-    def read(cls, lock_file: str) -> Optional["LockHolder"]:
-        return cls.from_json(read_json(holder_path(lock_file)))
-
-    @classmethod
     def from_json(cls, data: object) -> Optional["LockHolder"]:
         """The holder, or None without a pid; a field not short printable text reads as unknown."""
         if not isinstance(data, dict):
@@ -105,7 +101,7 @@ def _wait_for(lock: filelock.BaseFileLock, path: str, timeout: Optional[float], 
     started = time.monotonic()
     deadline = None if timeout is None else started + timeout
     while True:
-        holder = describe_holder(LockHolder.read(path))
+        holder = describe_holder(LockHolder.from_json(read_json(holder_path(path))))
         waited = time.monotonic() - started
         limit = "as long as it takes" if deadline is None else f"up to {timeout:g} s"
         say(f"waiting for the build lock {path}, held by {holder}; waited {waited:.0f} s, waiting {limit}")
@@ -117,10 +113,7 @@ def _wait_for(lock: filelock.BaseFileLock, path: str, timeout: Optional[float], 
             return
         except filelock.Timeout:
             if deadline is not None and time.monotonic() >= deadline:
-                raise EnsureError(
-                    ExitCode.LOCK,
-                    f"could not take the build lock {path} within {timeout:g} s: it is held by {holder}",
-                    stage=Stage.LOCK,
-                    hint="another ensure-flydsl run is provisioning this root; `ensure-flydsl wait` follows it, "
-                    "or raise FLYDSL_LOCK_TIMEOUT",
-                ) from None
+                raise EnsureError(ExitCode.LOCK, f"could not take the build lock {path} within {timeout:g} s: it is "
+                                  f"held by {holder}", stage=Stage.LOCK,
+                                  hint="another ensure-flydsl run is provisioning this root; `ensure-flydsl wait` "
+                                  "follows it, or raise FLYDSL_LOCK_TIMEOUT") from None

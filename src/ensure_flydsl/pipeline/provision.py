@@ -136,10 +136,8 @@ def start_wheel_download(run: Run, early: Early, store: Optional[HostStore], com
     settings, root = run.settings, run.settings.root
     versions = release_tags(tags)
     run.expect(likely_route(settings, release_commit=bool(versions)))  # the refs tell: the ETA's route
-    if not tries(settings.strategy, Way.RELEASE) or not versions:
-        return
-    if not is_ours(root):
-        return  # a checkout another tool made, not claimed before the build starts: nothing of ours in it yet
+    if not tries(settings.strategy, Way.RELEASE) or not versions or not is_ours(root):
+        return  # (not ours: another tool's checkout, unclaimed before the build starts, holds nothing of ours yet)
     key = {"release": versions[0], "commit": commit, "abi": run.interpreter.abi}
     if run.stamps.done("build", key) and os.path.isdir(packages_dir(root)):
         return
