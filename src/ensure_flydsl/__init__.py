@@ -1,11 +1,9 @@
 """ensure-flydsl: make ``import flydsl, kernels.moe_gemm_2stage`` work from one consistent tree.
 
-    import ensure_flydsl
     result = ensure_flydsl.ensure(root="/opt/flydsl/FlyDSL", min_version="0.2.2")
     ensure_flydsl.activate(result)   # os.environ and sys.path, for in-process callers
 
-The names come from api.py at their first use: every call of the tool imports this package first, and the
-front door (warm.py) answers most of them without the rest of it.
+The names come from api.py at their first use: the front door (warm.py) answers most calls without it.
 """
 
 from __future__ import annotations

@@ -35,10 +35,8 @@ def ensure(*, environ: Optional[Mapping[str, str]] = None, verbose: bool = False
 
 
 def activate(result: Result) -> None:
-    """Apply a result's environment to this process (os.environ, and sys.path for imports from now on), once.
-
-    Raises AlreadyImported (exit code 6) and changes nothing when flydsl or kernels were imported from another
-    tree already: those modules would stay, mixing two trees."""
+    """Apply a result's environment to this process (os.environ and sys.path), once; AlreadyImported (exit 6), and
+    nothing changed, when flydsl or kernels were imported from another tree already."""
     conflict = imported_elsewhere(result)
     if conflict is not None:
         raise AlreadyImported(*conflict)
@@ -47,8 +45,7 @@ def activate(result: Result) -> None:
 
 
 def imported_elsewhere(result: Result) -> Optional[Tuple[str, str, str]]:
-    """(module, the file it was imported from, the tree's file) for the first of the tree's modules already
-    imported in this process from another file; None if there is none."""
+    """(module, its file, the tree's file) for the first tree module imported from elsewhere, or None."""
     for name, tree_file in sorted(result.files.items()):
         top = name.split(".")[0]
         if top not in TREE_PACKAGES:
@@ -64,8 +61,7 @@ def imported_elsewhere(result: Result) -> Optional[Tuple[str, str, str]]:
 
 
 def _file_of(name: str) -> Optional[str]:
-    """The file a module in sys.modules came from; for a namespace package, the first folder of its path (which
-    sys.path changes never reach: the tree's regular ``kernels`` would not join it).  None if not imported."""
+    """A module's file; for a namespace package, its first folder (sys.path changes never reach it)."""
     module = sys.modules.get(name)
     if module is None:
         return None

@@ -130,21 +130,10 @@ NO_SPACE_ADVICE = "free space there (`ensure-flydsl clean` removes what this too
 class EnsureError(Exception):
     """A failure with an exit code, the stage it happened in, why, and what to do next."""
 
-    def __init__(
-        self,
-        code: ExitCode,
-        reason: str,
-        *,
-        stage: Optional[Stage] = None,
-        hint: str = "",
-        detail: str = "",
-        meaning: Optional[str] = None,
-    ) -> None:
+    def __init__(self, code: ExitCode, reason: str, *, stage: Optional[Stage] = None, hint: str = "", detail: str = "",
+                 meaning: Optional[str] = None) -> None:
         super().__init__(reason)
-        self.code = ExitCode(code)
-        self.reason = reason
-        self.stage = stage
-        self.hint = hint
+        self.code, self.reason, self.stage, self.hint = ExitCode(code), reason, stage, hint
         self.detail = detail  # multi-line output (a command's, a traceback's tail) shown under the reason
         # What the exit code means, when not the table's (a full file system's exit 5 is no failed build).
         self.meaning = EXIT_MEANINGS[self.code] if meaning is None else meaning
@@ -157,26 +146,17 @@ class EnsureError(Exception):
         return self.reason
 
     def amended(self, *, reason: Optional[str] = None, hint: Optional[str] = None) -> "EnsureError":
-        """A copy with a new reason or hint, to raise in this one's place.  An error is never changed once raised:
-        whoever caught it before saw the same error that goes on."""
-        new = self._copy()
-        if reason is not None:
-            new.reason = reason
-            new.args = (reason,)
-        if hint is not None:
-            new.hint = hint
-        return new
+        """A copy with a new reason or hint, to raise in its place: an error is never changed once raised."""
+        return self._copy(reason=self.reason if reason is None else reason, hint=self.hint if hint is None else hint)
 
     def of_run(self, run_id: str, elapsed_s: float, installed: Optional[Dict[str, object]]) -> "EnsureError":
         """A copy that names the run that failed, how long it ran and what the env file still holds."""
-        new = self._copy()
-        new.run_id, new.elapsed_s, new.installed = run_id, elapsed_s, installed
-        return new
+        return self._copy(run_id=run_id, elapsed_s=elapsed_s, installed=installed)
 
-    def _copy(self) -> "EnsureError":
+    def _copy(self, **changes: object) -> "EnsureError":
         new = type(self).__new__(type(self), *self.args)
-        new.__dict__.update(vars(self))
-        new.args = self.args
+        new.__dict__.update(vars(self), **changes)
+        new.args = (new.reason,)
         return new
 
 
@@ -195,29 +175,19 @@ class BadInput(EnsureError):
 
     def __init__(self, setting: str, value: object, allowed: str) -> None:
         shown = repr(value) if isinstance(value, str) else str(value)
-        super().__init__(
-            ExitCode.BAD_INPUT,
-            f"{setting}={shown} is not allowed: {allowed}",
-            stage=Stage.SETTINGS,
-        )
+        super().__init__(ExitCode.BAD_INPUT, f"{setting}={shown} is not allowed: {allowed}", stage=Stage.SETTINGS)
         self.setting = setting
 
 
 class AlreadyImported(EnsureError):
-    """``activate()`` in a process that already imported the tree's packages from elsewhere: the old modules
-    stay in ``sys.modules``, so activating would mix two trees."""
+    """``activate()`` after the tree's packages were imported from elsewhere: activating would mix two trees."""
 
     def __init__(self, module: str, imported: str, tree_file: str) -> None:
-        super().__init__(
-            ExitCode.PROBE,
-            f"{module} is already imported from {imported}; the tree is {tree_file}; "
-            f"activate before importing {module}, or in a fresh process",
-            stage=Stage.ACTIVATE,
-            hint=f"call ensure_flydsl.activate() before the first import of {module}, or use a fresh process",
-        )
-        self.module = module
-        self.imported = imported
-        self.tree_file = tree_file
+        super().__init__(ExitCode.PROBE, f"{module} is already imported from {imported}; the tree is {tree_file}; "
+                         f"activate before importing {module}, or in a fresh process", stage=Stage.ACTIVATE,
+                         hint=f"call ensure_flydsl.activate() before the first import of {module}, or use a fresh "
+                         "process")
+        self.module, self.imported, self.tree_file = module, imported, tree_file
 
 
 class Interrupted(BaseException):
@@ -232,12 +202,9 @@ class Interrupted(BaseException):
         return interrupted_by(self.signame)
 
 
-_SIGNAL_CAUSES = {"SIGHUP": " (the terminal closed)"}
-
-
 def interrupted_by(signame: str) -> str:
     """What a failure marker and the last line say about a run stopped by ``signame``."""
-    return f"interrupted by {signame}{_SIGNAL_CAUSES.get(signame, '')}"
+    return f"interrupted by {signame}" + (" (the terminal closed)" if signame == "SIGHUP" else "")
 
 
 def exit_code_of(exc: Optional[BaseException]) -> ExitCode:

@@ -60,11 +60,6 @@ from ensure_flydsl.warm import stamp_path
 
 BUILD_DIR = "build-fly"
 PACKAGES_DIR = "python_packages"
-LOG_FILE_NAME = "ensure_flydsl.log"
-LOCK_FILE_NAME = ".flydsl_build.lock"
-FAIL_MARKER_NAME = ".flydsl_build.failed"
-LLVM_DIR_NAME = "llvm-project"
-LLVM_RECORD_NAME = ".llvm-project.ensure-flydsl.json"
 STAMP_SUFFIX = ".json"
 RUN_RECORD_SUFFIX = ".json"
 # FlyDSL's checkout: the tree's packages and their sources (the build copies FLYDSL_SOURCES into
@@ -172,15 +167,15 @@ def warm_stamp(root: str) -> str:
 
 # -- under the root's parent folder ---------------------------------------------------------------------------
 def default_lock_file(root: str) -> str:
-    return os.path.join(os.path.dirname(root), LOCK_FILE_NAME)
+    return os.path.join(os.path.dirname(root), ".flydsl_build.lock")
 
 
 def default_fail_marker(root: str) -> str:
-    return os.path.join(os.path.dirname(root), FAIL_MARKER_NAME)
+    return os.path.join(os.path.dirname(root), ".flydsl_build.failed")
 
 
 def log_file(root: str) -> str:
-    return os.path.join(os.path.dirname(root), LOG_FILE_NAME)
+    return os.path.join(os.path.dirname(root), "ensure_flydsl.log")
 
 
 def base_state_dir(base_dir: str) -> str:
@@ -223,16 +218,16 @@ def cached_mlir_dir(base_dir: str) -> str:
 
 
 def llvm_dir(base_dir: str) -> str:
-    return os.path.join(base_dir, LLVM_DIR_NAME)
+    return os.path.join(base_dir, "llvm-project")
 
 
 def mlir_install(base_dir: str) -> str:
     """Where FlyDSL's build_llvm.sh installs MLIR and its build.sh looks for it."""
-    return os.path.join(base_dir, LLVM_DIR_NAME, "mlir_install")
+    return os.path.join(llvm_dir(base_dir), "mlir_install")
 
 
 def llvm_record(base_dir: str) -> str:
-    return os.path.join(base_dir, LLVM_RECORD_NAME)
+    return os.path.join(base_dir, ".llvm-project.ensure-flydsl.json")
 
 
 def llvm_made_record(base_dir: str) -> str:
@@ -241,7 +236,6 @@ def llvm_made_record(base_dir: str) -> str:
 
 
 # -- the host's, in the user's cache folder ------------------------------------------------------------------
-HOST_DIR_NAME = "ensure-flydsl"
 HOST_VARIABLES = ("XDG_CACHE_HOME", "HOME")  # what host_cache_dir reads
 
 
@@ -254,7 +248,7 @@ def host_cache_dir(environ: Mapping[str, str]) -> Optional[str]:
         if not os.path.isabs(home):
             return None
         cache = os.path.join(home, ".cache")
-    return os.path.join(cache, HOST_DIR_NAME)
+    return os.path.join(cache, "ensure-flydsl")
 
 
 def vendored_wheels_dir(host_dir: str) -> str:

@@ -1,11 +1,5 @@
-"""The front door's answer: a warm call answered from the root's stamp, with no other module of the package.
-
-Every call enters through ``__main__.main`` (the installed command, ``python -m ensure_flydsl``, the GEAK
-folder), which asks :func:`answer` first and hands a miss to the command line; most calls are warm.  The stamp
-(``ROOT/.ensure_flydsl/warm``, marshal) is written after the JSON twin and before the env file
-(pipeline/warm.py: ``keep_warm``); its entries are keyed by a call's raw inputs (setting flags, the settings'
-variables, the working folder), and the fingerprint proves that nothing the answer depends on changed since.
-Any doubt is a miss."""
+"""The front door: a warm ``ensure`` call answered from the root's stamp (marshal; pipeline/warm.py writes it),
+keyed by the call's raw inputs, with no other module of the package; the fingerprint decides, any doubt misses."""
 
 from __future__ import annotations
 
@@ -36,8 +30,7 @@ def key_tokens(argv: list[str]) -> list[str]:
 
 
 def read_regular(path: str, limit: int = MAX_OWN_FILE_BYTES, *, head: bool = False) -> bytes | None:
-    """The bytes of the regular file ``path`` (its first ``limit`` when ``head``); None when it is missing, not a
-    regular file or (not ``head``) over ``limit``.  Opened without blocking: a FIFO planted there must not hang."""
+    """The bytes of the regular file ``path`` (its head when ``head``), else None; a planted FIFO never blocks."""
     try:
         with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), "rb") as handle:
             if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
@@ -49,17 +42,13 @@ def read_regular(path: str, limit: int = MAX_OWN_FILE_BYTES, *, head: bool = Fal
 
 
 def regular_text(path: str) -> str | None:
-    raw = read_regular(path)
-    return None if raw is None else raw.decode("utf-8", errors="replace")
+    return None if (raw := read_regular(path)) is None else raw.decode("utf-8", errors="replace")
 
 
-# -- the fingerprint --------------------------------------------------------------------------------------------
 def without_folders(pythonpath: str | None, folders: list[str]) -> str:
     """``pythonpath`` less the env file's own folders (it puts them first, once), the rest kept in order."""
-    if not pythonpath:
-        return ""
     drop = {f for f in folders if f}
-    return os.pathsep.join(entry for entry in pythonpath.split(os.pathsep) if entry not in drop)
+    return os.pathsep.join(e for e in pythonpath.split(os.pathsep) if e not in drop) if pythonpath else ""
 
 
 def python_environment(environ: dict[str, str], tree_folders: list[str]) -> dict[str, str | None]:
@@ -70,45 +59,26 @@ def python_environment(environ: dict[str, str], tree_folders: list[str]) -> dict
 
 
 def folder_listing(folder: str) -> list[list[object]] | None:
-    """(relative path, mode, size, mtime) of everything under ``folder``, bytecode left out (the workflow's own
-    imports write it); None if absent."""
+    """(relative path, mode, size, mtime) of all under ``folder`` but bytecode (imports write it); None if absent."""
     if not os.path.isdir(folder):
         return None
     listing: list[list[object]] = []
-    _list_into(listing, folder, ".")
+    for current, dirs, names in os.walk(folder):  # top-down, links to folders listed but not followed
+        rel = current[len(folder):].lstrip(os.sep) or "."
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+        for name in sorted(names):
+            if not name.endswith((".pyc", ".pyo")):
+                try:
+                    st = os.lstat(os.path.join(current, name))
+                except OSError:
+                    continue
+                listing.append([f"{rel}/{name}", st.st_mode, st.st_size, st.st_mtime_ns])
+        listing.extend([f"{rel}/{name}/", 0, 0, 0] for name in dirs)
     return listing
 
 
-def _list_into(listing: list[list[object]], current: str, rel: str) -> None:
-    try:
-        with os.scandir(current) as scan:
-            entries = sorted(scan, key=lambda e: e.name)
-    except OSError:
-        return
-    dirs = []
-    for entry in entries:
-        try:
-            is_dir = entry.is_dir()
-        except OSError:
-            is_dir = False
-        if is_dir:
-            if entry.name != "__pycache__":
-                dirs.append(entry)
-        elif not entry.name.endswith((".pyc", ".pyo")):
-            try:
-                st = entry.stat(follow_symlinks=False)
-            except OSError:
-                continue
-            listing.append([f"{rel}/{entry.name}", st.st_mode, st.st_size, st.st_mtime_ns])
-    listing.extend([f"{rel}/{entry.name}/", 0, 0, 0] for entry in dirs)
-    for entry in dirs:
-        if not entry.is_symlink():
-            _list_into(listing, entry.path, entry.name if rel == "." else f"{rel}/{entry.name}")
-
-
 def site_stats(site_dirs: list[str]) -> list[list[object]]:
-    """Each site folder's mtime, and the text of what ``site`` runs from it (``.pth`` files, site hooks): an
-    in-place rewrite of a ``.pth`` changes no folder's mtime."""
+    """Each site folder's mtime and the text of its ``.pth`` files and site hooks (rewritten in place: no mtime)."""
     stats: list[list[object]] = []
     for folder in site_dirs:
         try:
@@ -117,17 +87,14 @@ def site_stats(site_dirs: list[str]) -> list[list[object]]:
         except (OSError, ValueError):  # ValueError: a NUL in the name
             stats.append([folder, None])
             continue
-        hooks = {}
-        for name in names:
-            path = os.path.join(folder, name)
-            hooks[name] = regular_text(os.path.join(path, "__init__.py") if "." not in name else path)
+        hooks = {name: regular_text(os.path.join(folder, name, "__init__.py") if "." not in name
+                                    else os.path.join(folder, name)) for name in names}
         stats.append([folder, mtime, hooks])
     return stats
 
 
 def interpreter_identity(python: str, environ: dict[str, str], executable: str) -> dict[str, object] | None:
-    """What the name ``python`` runs now, when that is ``executable`` (the probe's ``sys.executable``); None when
-    it cannot be told without running it, or is another (a launcher that runs another interpreter)."""
+    """What the name ``python`` runs now, when that is ``executable`` (the probe's); None if unsettled or other."""
     now = landing(python, environ)
     if now is None or os.path.abspath(now.executable) != os.path.abspath(executable):
         return None
@@ -152,14 +119,6 @@ def tree_part(watch: list[str], site_dirs: list[str], tree_stamp: str) -> dict[s
             "stamp": regular_text(tree_stamp)}
 
 
-def fingerprint(python: str, executable: str, environ: dict[str, str], watch: list[str], site_dirs: list[str],
-                tree_stamp: str, tree_folders: list[str]) -> dict[str, object]:
-    """Everything a warm answer depends on, as plain data compared for equality (the twin keeps it as JSON)."""
-    return {**caller_part(python, executable, environ, tree_folders), **tree_part(watch, site_dirs, tree_stamp)}
-
-
-# -- the interpreter a name runs, read from the files (pyenv's shim included) -------------------------------------
-ELF_MAGIC = b"\x7fELF"
 SHIM_MAX_BYTES = 4096  # pyenv's shim is about 300 bytes
 # What `pyenv rehash` writes for every shim, around its root and its pyenv (SHIM_PATH: pyenv 2.3.36 on).
 SHIM_HEAD = '#!/usr/bin/env bash\nset -e\n[ -n "$PYENV_DEBUG" ] && set -x\n\nprogram="${0##*/}"\n\nexport PYENV_ROOT="'
@@ -172,31 +131,22 @@ SYSTEM_HOOK_PATH = ("/usr/etc/pyenv.d", "/usr/local/etc/pyenv.d", "/etc/pyenv.d"
 
 
 class Landing:
-    """What a name runs: ``found`` (what PATH gives), the ``executable`` it lands on, and what a shim's choice
-    rests on (``dispatch``, plain data)."""
-
-    __slots__ = ("dispatch", "executable", "found")
+    """What a name runs: what PATH gives, the executable it lands on, what a shim's choice rests on."""
 
     def __init__(self, found: str, executable: str, dispatch: object = None) -> None:
         self.found, self.executable, self.dispatch = found, executable, dispatch
 
 
 def landing(python: str, environ: dict[str, str]) -> Landing | None:
-    """The interpreter ``python`` (a path, or a name on PATH) runs now, or None when that cannot be told without
-    running it: a binary is itself, pyenv's shim is followed as pyenv does for the case its files settle,
-    anything else (asdf's shims, wrappers) is not settled."""
+    """The interpreter ``python`` runs now, read from the files: a binary, or pyenv's shim; None if unsettled."""
     found = python if os.sep in python else _on_path(python, environ.get("PATH"))
     if not found:
         return None
     found = os.path.abspath(found)
-    head = read_regular(found, SHIM_MAX_BYTES, head=True)
-    if head is None:
-        return None
-    if head.startswith(ELF_MAGIC):
+    head = read_regular(found, SHIM_MAX_BYTES, head=True) or b""
+    if head.startswith(b"\x7fELF"):
         return Landing(found, found)
-    if head.startswith(b"#!") and len(head) < SHIM_MAX_BYTES:
-        return pyenv_landing(found, head, environ)
-    return None
+    return pyenv_landing(found, head, environ) if head.startswith(b"#!") and len(head) < SHIM_MAX_BYTES else None
 
 
 def _on_path(name: str, path: str | None) -> str | None:
@@ -208,50 +158,46 @@ def _on_path(name: str, path: str | None) -> str | None:
     return None
 
 
-def _plain(path: str) -> bool:
-    """A path bash would not expand inside double quotes."""
-    return bool(path) and not any(c in path for c in '"$`\\\n')
-
-
-def pyenv_shim(text: str) -> tuple[str, str] | None:
-    """(PYENV_ROOT, the pyenv it runs) when ``text`` is exactly the script `pyenv rehash` writes, else None."""
-    if not text.startswith(SHIM_HEAD):
+def pyenv_landing(shim: str, text: bytes, environ: dict[str, str]) -> Landing | None:
+    """Where pyenv's shim, exactly as `pyenv rehash` writes it, dispatches; None when the files do not settle it."""
+    try:
+        shim_text = text.decode("utf-8")
+    except UnicodeDecodeError:
         return None
-    root, quote, rest = text[len(SHIM_HEAD):].partition('"\n')
-    if not quote or not _plain(root):
+    if not shim_text.startswith(SHIM_HEAD):
         return None
+    root, quote, rest = shim_text[len(SHIM_HEAD):].partition('"\n')
     block = SHIM_PATH_LINES.format(root=root)
     rest = rest[len(block):] if rest.startswith(block) else rest
     start, end = SHIM_EXEC
     pyenv = rest[len(start):-len(end)] if rest.startswith(start) and rest.endswith(end) else ""
-    return (root, pyenv) if _plain(pyenv) else None
-
-
-def pyenv_landing(shim: str, text: bytes, environ: dict[str, str]) -> Landing | None:
-    """Where pyenv's shim dispatches, as ``pyenv exec`` picks it; None when the choice is not one this settles."""
-    try:
-        paths = pyenv_shim(text.decode("utf-8"))
-    except UnicodeDecodeError:
-        return None
-    if paths is None:
-        return None
-    root = paths[0][:-1] if paths[0].endswith("/") else paths[0]  # pyenv: ${PYENV_ROOT%/}
+    if not quote or not all(path and not any(c in path for c in '"$`\\\n') for path in (root, pyenv)):
+        return None  # a path bash would expand inside double quotes
+    root = root[:-1] if root.endswith("/") else root  # pyenv: ${PYENV_ROOT%/}
     version = pyenv_version(root, environ)
-    if version is None:
-        return None
-    binary = os.path.join(root, "versions", version, "bin", os.path.basename(shim))
-    if not (os.path.isfile(binary) and os.access(binary, os.X_OK)):
+    binary = os.path.join(root, "versions", version or "", "bin", os.path.basename(shim))
+    if version is None or not (os.path.isfile(binary) and os.access(binary, os.X_OK)):
         return None  # pyenv would try the next version, then the system's
-    return Landing(shim, binary, {"pyenv": root, "hooks": pyenv_hooks(root, paths[1], environ)})
+    return Landing(shim, binary, {"pyenv": root, "hooks": pyenv_hooks(root, pyenv, environ)})
 
 
 def pyenv_version(root: str, environ: dict[str, str]) -> str | None:
     """pyenv-version-name: the first selected version when it is installed (``ROOT/versions/<it>``), else None."""
     pwd = shell_pwd(environ)
-    pyenv_dir = None if pwd is None else resolved_pyenv_dir(environ, pwd)
-    if pwd is None or pyenv_dir is None:
+    if pwd is None:
         return None
-    selected = environ.get("PYENV_VERSION") or version_from_files(root, pyenv_dir, pwd)
+    pyenv_dir = environ.get("PYENV_DIR") or pwd
+    if not pyenv_dir.startswith("/"):
+        if environ.get("CDPATH"):
+            return None
+        pyenv_dir = os.path.join(pwd, pyenv_dir)
+    pyenv_dir = os.path.normpath(pyenv_dir)  # `cd -L`
+    if pyenv_dir.startswith("//") or not os.path.isdir(pyenv_dir):
+        return None
+    selected = environ.get("PYENV_VERSION")
+    if not selected:  # the first .python-version from PYENV_DIR up, then from the working folder, else ROOT/version
+        found = local_version_file(pyenv_dir) or (local_version_file(pwd) if pyenv_dir != pwd else None)
+        selected = read_version_file(found or os.path.join(root, "version"))
     if not selected:
         return None  # unreadable, or no selection: pyenv's "system"
     first = selected.split(":")[0]
@@ -263,32 +209,9 @@ def pyenv_version(root: str, environ: dict[str, str]) -> str | None:
 
 
 def safe_version(name: str) -> bool:
-    """A version name pyenv takes as it is: no space, glob character or ':', and a path (pyenv-virtualenv's
-    ``3.12.1/envs/NAME``) only of plain parts."""
+    """A version name pyenv takes as it is: no space, glob or ':', and a path of plain parts only."""
     return (bool(name) and not any(c.isspace() or c in ":*?[]" for c in name)
             and all(part not in ("", ".", "..") for part in name.split("/")))
-
-
-def resolved_pyenv_dir(environ: dict[str, str], pwd: str) -> str | None:
-    """PYENV_DIR (default the working folder) as pyenv resolves it; None where pyenv would stop or this does not
-    follow it (``cd`` through CDPATH, a ``//host`` path)."""
-    pyenv_dir = environ.get("PYENV_DIR") or pwd
-    if not pyenv_dir.startswith("/"):
-        if environ.get("CDPATH"):
-            return None
-        pyenv_dir = os.path.join(pwd, pyenv_dir)
-    pyenv_dir = os.path.normpath(pyenv_dir)  # `cd -L`
-    if pyenv_dir.startswith("//") or not os.path.isdir(pyenv_dir):
-        return None
-    return pyenv_dir
-
-
-def version_from_files(root: str, pyenv_dir: str, pwd: str) -> str | None:
-    """The first ``.python-version`` from PYENV_DIR up, then from the working folder, else ``ROOT/version``."""
-    found = local_version_file(pyenv_dir)
-    if found is None and pyenv_dir != pwd:
-        found = local_version_file(pwd)
-    return read_version_file(found or os.path.join(root, "version"))
 
 
 def shell_pwd(environ: dict[str, str]) -> str | None:
@@ -299,28 +222,23 @@ def shell_pwd(environ: dict[str, str]) -> str | None:
         return None
     pwd = environ.get("PWD", "")
     try:
-        if pwd.startswith("/") and os.path.samefile(pwd, here):
-            return os.path.normpath(pwd)
+        return os.path.normpath(pwd) if pwd.startswith("/") and os.path.samefile(pwd, here) else here
     except (OSError, ValueError):
-        pass
-    return here
+        return here
 
 
 def local_version_file(folder: str) -> str | None:
     """pyenv's find_local_version_file: ``.python-version`` (a regular file) in ``folder`` or above."""
     current = folder.rstrip("/")
-    while True:
-        candidate = current + "/.python-version"
-        if os.path.isfile(candidate):
-            return candidate
+    while not os.path.isfile(current + "/.python-version"):
         if not current:
             return None
         current = current.rpartition("/")[0]
+    return current + "/.python-version"
 
 
 def read_version_file(path: str) -> str | None:
-    """The first word of each line that is no comment, joined by ``:`` (pyenv-version-file-read); "" for an
-    empty or missing file, None for one this does not read as pyenv would."""
+    """pyenv-version-file-read: the words joined by ``:``; "" when empty or missing, None when unsure."""
     if not os.path.lexists(path):
         return ""
     raw = read_regular(path, 64 << 10)
@@ -345,28 +263,28 @@ def read_version_file(path: str) -> str | None:
 
 def pyenv_hooks(root: str, pyenv: str, environ: dict[str, str]) -> list[list[object]]:
     """The hook scripts pyenv runs between the shim and the interpreter, each as path, size and mtime."""
-    prefix = os.path.dirname(os.path.dirname(_links_resolved(pyenv)))  # libexec/pyenv's install prefix
-    folders = [f for f in environ.get("PYENV_HOOK_PATH", "").split(":") if f]
-    folders.append(os.path.join(root, "pyenv.d"))
+    for _ in range(40):  # libexec/pyenv's abs_dirname: links of the last part followed, as the kernel does
+        try:
+            pyenv = os.path.normpath(os.path.join(os.path.dirname(pyenv), os.readlink(pyenv)))
+        except OSError:
+            break
+    prefix = os.path.dirname(os.path.dirname(pyenv))  # libexec/pyenv's install prefix
+    folders = [*(f for f in environ.get("PYENV_HOOK_PATH", "").split(":") if f), os.path.join(root, "pyenv.d")]
     if prefix != root:
         folders.append(os.path.join(prefix, "pyenv.d"))
     folders.extend(SYSTEM_HOOK_PATH)
     plugins = os.path.join(root, "plugins")
     folders.extend(os.path.join(plugins, name, "etc", "pyenv.d") for name in _names(plugins))
     present = [f for f in folders if os.path.isdir(f)]
-    return [hook for command in HOOK_COMMANDS for folder in present
-            for hook in _hook_files(os.path.join(folder, command))]
-
-
-def _links_resolved(path: str) -> str:
-    """libexec/pyenv's abs_dirname: links of the last part followed (at most 40, as the kernel does)."""
-    for _ in range(40):
-        try:
-            target = os.readlink(path)
-        except OSError:
-            break
-        path = os.path.normpath(os.path.join(os.path.dirname(path), target))
-    return path
+    hooks: list[list[object]] = []
+    for folder in (os.path.join(f, command) for command in HOOK_COMMANDS for f in present):
+        for path in (os.path.join(folder, name) for name in _names(folder) if name.endswith(".bash")):
+            try:
+                st = os.stat(path)
+            except OSError:
+                continue
+            hooks.append([path, st.st_size, st.st_mtime_ns])
+    return hooks
 
 
 def _names(folder: str) -> list[str]:
@@ -376,20 +294,6 @@ def _names(folder: str) -> list[str]:
         return []
 
 
-def _hook_files(folder: str) -> list[list[object]]:
-    hooks: list[list[object]] = []
-    for name in _names(folder):
-        if name.endswith(".bash"):
-            path = os.path.join(folder, name)
-            try:
-                st = os.stat(path)
-            except OSError:
-                continue
-            hooks.append([path, st.st_size, st.st_mtime_ns])
-    return hooks
-
-
-# -- the stamp --------------------------------------------------------------------------------------------------
 def file_identity(path: str) -> list[int] | None:
     """(inode, size, mtime) of the regular file ``path``: a rewrite changes it."""
     try:
@@ -404,8 +308,7 @@ def _texts(value: object) -> bool:
 
 
 def read_stamp(root: str) -> dict[str, object] | None:
-    """The root's stamp when this user wrote it (a regular file of ours nobody else may write) and its fields
-    hold what the writer puts there (pipeline/warm.py: ``keep_warm``), else None."""
+    """The root's stamp when this user wrote it (nobody else may write it) and its fields are the writer's."""
     path = stamp_path(root)
     try:
         st = os.lstat(path)
@@ -437,10 +340,9 @@ def matching_entry(stamp: dict[str, object], tokens: list[str], environ: dict[st
         if not isinstance(entry, dict) or entry.get("argv") != tokens or entry.get("cwd") != cwd:
             continue
         variables = entry.get("environ")
-        if not isinstance(variables, dict) or any(environ.get(k) != v for k, v in variables.items()):
-            continue
-        if all(isinstance(entry.get(k), str) for k in ("python", "executable", "fail_marker")) and all(
-                _texts(entry.get(k)) for k in ("say", "out", "err")) and isinstance(entry.get("print"), dict):
+        if isinstance(variables, dict) and all(environ.get(k) == v for k, v in variables.items()) \
+                and all(isinstance(entry.get(k), str) for k in ("python", "executable", "fail_marker")) \
+                and all(_texts(entry.get(k)) for k in ("say", "out", "err")) and isinstance(entry.get("print"), dict):
             return entry
     return None
 
@@ -448,11 +350,9 @@ def matching_entry(stamp: dict[str, object], tokens: list[str], environ: dict[st
 def answer(argv: list[str], environ: dict[str, str]) -> tuple[str, str] | None:
     """What a warm ``ensure`` call prints (stdout, stderr), or None: the command line decides."""
     started = time.monotonic()
-    if "_ARGCOMPLETE" in environ:
-        return None  # a TAB press: argcomplete asks the command line what to offer
     tokens = key_tokens(argv)
-    if tokens and not tokens[0].startswith("-"):
-        return None  # another command
+    if "_ARGCOMPLETE" in environ or (tokens and not tokens[0].startswith("-")):
+        return None  # a TAB press (argcomplete asks the command line what to offer), or another command
     try:
         cwd = os.getcwd()
     except OSError:
@@ -471,23 +371,22 @@ def answer(argv: list[str], environ: dict[str, str]) -> tuple[str, str] | None:
     return _filled(entry["out"], holes), _filled(entry["err"], holes)  # type: ignore[arg-type]
 
 
+def _filled(template: list[str], holes: dict[str, str]) -> str:
+    """A template of the writer's: literal texts at even places, the names of holes at odd ones."""
+    return "".join(holes.get(part, "") if i % 2 else part for i, part in enumerate(template))
+
+
 def _unchanged(stamp: dict[str, object], entry: dict[str, object], environ: dict[str, str]) -> bool:
-    """Whether the env file, its twin and everything the fingerprint covers are as the stamp found them, and no
-    failure marker is there (one is the command line's to judge: it may be another root's)."""
+    """Whether the files and the fingerprint are as the stamp found them, and no failure marker is there."""
     root, tree = str(stamp["root"]), stamp["tree"]
     assert isinstance(tree, dict)  # read_stamp
     if read_regular(os.path.join(root, ENV_FILE_NAME)) != stamp["env_file"] \
             or file_identity(os.path.join(root, ENV_JSON_NAME)) != stamp["twin"] \
-            or os.path.lexists(str(entry["fail_marker"])):
+            or os.path.lexists(str(entry["fail_marker"])):  # the command line's to judge: maybe another root's
         return False
     caller = caller_part(str(entry["python"]), str(entry["executable"]), environ, tree["folders"])
     return (caller["interpreter"] is not None and caller == entry["print"]  # an unsettled name is never warm
             and tree_part(tree["watch"], tree["site_dirs"], tree["stamp"]) == stamp["print"])
-
-
-def _filled(template: list[str], holes: dict[str, str]) -> str:
-    """A template of the writer's: literal texts at even places, the names of holes at odd ones."""
-    return "".join(holes.get(part, "") if i % 2 else part for i, part in enumerate(template))
 
 
 def _root(tokens: list[str], environ: dict[str, str], cwd: str) -> str | None:
@@ -495,9 +394,7 @@ def _root(tokens: list[str], environ: dict[str, str], cwd: str) -> str | None:
     root = environ.get("FLYDSL_ROOT") or DEFAULT_ROOT
     for i, token in enumerate(tokens):
         if token == "--root":
-            if i + 1 == len(tokens):
-                return None
-            root = tokens[i + 1]
+            root = tokens[i + 1] if i + 1 < len(tokens) else ""
         elif token.startswith("--root="):
             root = token[len("--root="):]
     return os.path.normpath(os.path.join(cwd, root)) if root else None

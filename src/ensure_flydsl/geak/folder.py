@@ -1,20 +1,13 @@
-"""``ensure-flydsl skill DIR``: the folder GEAK takes in place of its ``skills/ensure_flydsl/``.
-
-It holds ``skill.md`` (the old skill document's front matter, the agent's procedure), ``ensure_flydsl.sh``
-(the blocking ensure with no arguments, as GEAK's callers run it; the tool's commands with arguments),
-``tool/`` (this tool and the libraries it needs, for a bare ``python3`` without pip), ``VERSION`` and a
-manifest of every file with its sha256 (``.ensure-flydsl-skill.json``).  The manifest is how a later
-``--force`` knows the folder is one this command made, and unchanged: anything else at DIR is refused and
-left as it is.  The folder is made beside DIR and renamed into place, so a reader sees the old folder or the
-whole new one.
-"""
+"""``ensure-flydsl skill DIR``: the folder GEAK takes in place of its ``skills/ensure_flydsl/`` (skill.md, the
+launcher, ``tool/``, VERSION), with a manifest of every file's sha256 so that ``--force`` replaces only a folder
+this command made, unchanged; made beside DIR and renamed into place."""
 
 from __future__ import annotations
 
 import datetime
-import hashlib
 import os
 import re
+import shutil
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -25,7 +18,14 @@ from ensure_flydsl.errors import EXIT_MEANINGS, BadInput
 from ensure_flydsl.geak import vendor
 from ensure_flydsl.geak.provenance import PACKAGE_DIR, tool_commit
 from ensure_flydsl.settings import DEFAULT_MIN_VERSION, DEFAULT_PIN, SETTINGS
-from ensure_flydsl.support.files import atomic_write_json, move_aside, read_json, remove_tree, rename_into_place
+from ensure_flydsl.support.files import (
+    atomic_write_json,
+    file_sha256,
+    move_aside,
+    read_json,
+    remove_tree,
+    rename_into_place,
+)
 from ensure_flydsl.version import __version__
 from ensure_flydsl.warm import DEFAULT_ROOT
 
@@ -46,14 +46,8 @@ class SkillFolder:
     replaced: bool
 
 
-def _sha256(path: str) -> str:
-    with open(path, "rb") as handle:
-        return hashlib.sha256(handle.read()).hexdigest()
-
-
 def _made_files(folder: str) -> Optional[Dict[str, str]]:
-    """The files the manifest in ``folder`` says this command wrote (relative path: sha256), or None when
-    there is no manifest this command could have written."""
+    """The files the manifest in ``folder`` says this command wrote (path: sha256), else None."""
     data = read_json(os.path.join(folder, MANIFEST))
     files = data.get("files") if data is not None and data.get("made_by") == MADE_BY else None
     if not isinstance(files, dict) or not all(isinstance(k, str) and isinstance(v, str) and _HEX64.match(v)
@@ -77,7 +71,7 @@ def _not_ours(folder: str, made: Dict[str, str]) -> List[str]:
             rel = os.path.relpath(path, folder)
             if os.path.islink(path) or (name in names and not os.path.isfile(path)):
                 foreign.append(rel)
-            elif name in names and rel != MANIFEST and not _python_bytecode(rel) and made.get(rel) != _sha256(path):
+            elif name in names and rel != MANIFEST and not _python_bytecode(rel) and made.get(rel) != file_sha256(path):
                 foreign.append(rel + (" (changed)" if rel in made else ""))
     return sorted(foreign)
 
@@ -117,10 +111,6 @@ def _overrides() -> str:
     return "\n".join(f"- `{s.env}`: {s.help}." for s in ordered)
 
 
-def _exit_codes() -> str:
-    return "\n".join(f"- `{int(code)}`: {meaning}" for code, meaning in EXIT_MEANINGS.items())
-
-
 def _copy_package(dest: str) -> None:
     """This tool's own package, as it runs now, without bytecode."""
     for current, dirs, names in os.walk(PACKAGE_DIR):
@@ -129,10 +119,7 @@ def _copy_package(dest: str) -> None:
         os.makedirs(os.path.join(dest, rel), exist_ok=True)
         for name in sorted(names):
             if not name.endswith((".pyc", ".pyo")):
-                with open(os.path.join(current, name), "rb") as src:
-                    data = src.read()
-                with open(os.path.join(dest, rel, name), "wb") as out:
-                    out.write(data)
+                shutil.copyfile(os.path.join(current, name), os.path.join(dest, rel, name))
 
 
 def _license() -> Optional[str]:
@@ -157,13 +144,13 @@ def _fill(staging: str, wheels: Dict[str, str], commit: str) -> List[str]:
     tool = os.path.join(staging, "tool")
     _copy_package(os.path.join(tool, "ensure_flydsl"))
     vendored = vendor.install_wheels(wheels, tool)
-    with open(os.path.join(TEMPLATES, "run.py.in"), encoding="utf-8") as handle:
-        _write(os.path.join(tool, "run.py"), handle.read())
+    _write(os.path.join(tool, "run.py"), _render("run.py.in", {}))
     license_text = _license()
     if license_text:
         _write(os.path.join(tool, "ensure_flydsl.LICENSE"), license_text)
     values = {"VERSION": __version__, "MIN_VERSION": DEFAULT_MIN_VERSION, "PIN_SHORT": DEFAULT_PIN[:8],
-              "ROOT": DEFAULT_ROOT, "EXIT_CODES": _exit_codes(), "OVERRIDES": _overrides()}
+              "ROOT": DEFAULT_ROOT, "OVERRIDES": _overrides(),
+              "EXIT_CODES": "\n".join(f"- `{int(code)}`: {meaning}" for code, meaning in EXIT_MEANINGS.items())}
     _write(os.path.join(staging, "skill.md"), _render("skill.md", values))
     _write(os.path.join(staging, "ensure_flydsl.sh"), _render("ensure_flydsl.sh", values), 0o755)
     _write(os.path.join(staging, ".gitignore"), "__pycache__/\n")
@@ -180,7 +167,7 @@ def _manifest(staging: str, commit: str) -> None:
         dirs.sort()
         for name in sorted(names):
             path = os.path.join(current, name)
-            files[os.path.relpath(path, staging)] = _sha256(path)
+            files[os.path.relpath(path, staging)] = file_sha256(path)
     atomic_write_json(os.path.join(staging, MANIFEST),
                       {"made_by": MADE_BY, "version": __version__, "commit": commit, "files": files})
 

@@ -24,8 +24,7 @@ def _git(folder: str, *args: str) -> Optional[str]:
 
 
 def _checkout_commit(folder: str, package_dir: str) -> Optional[str]:
-    """HEAD of the checkout holding ``folder``, marked when the package's files differ from it; None when the
-    package is not tracked there (a venv inside a checkout is not the checkout's code)."""
+    """HEAD of the checkout holding ``folder`` (marked if the package differs), None if it is untracked."""
     head = _git(folder, "rev-parse", "--verify", "HEAD")
     if not head or not _git(folder, "ls-files", "--", package_dir):
         return None

@@ -1,16 +1,9 @@
-"""The libraries the GEAK folder vendors: pinned wheels that run on Python 3.9 to 3.14, found or downloaded,
-checked against their sha256, and installed into the folder by pypa's ``installer``.
-
-The tool's own environment cannot simply be copied: on a new Python it holds releases that dropped 3.9
-(packaging 26.4, filelock 3.20 and installer 1.0 need 3.10 or newer), and the container's ``python3`` may be
-3.9.  So the folder gets these exact files, whatever the tool runs on.  They come from ``--wheels DIR`` (an
-air-gapped site copies them there), else from this user's cache of them, else from the package index with
-the pip of this interpreter or of ``python3`` on PATH (under the user's pip configuration: a mirror works).
-"""
+"""The libraries the GEAK folder vendors for a bare ``python3`` (3.9 on, which newer releases dropped): pinned
+pure-Python wheels from ``--wheels DIR``, this user's cache or the package index, checked against their sha256
+and installed by pypa's ``installer``."""
 
 from __future__ import annotations
 
-import hashlib
 import os
 import pathlib
 import shutil
@@ -25,7 +18,7 @@ from installer.sources import WheelFile
 
 from ensure_flydsl.errors import BadInput, EnsureError, ExitCode, Stage
 from ensure_flydsl.layout import host_cache_dir, vendored_wheels_dir
-from ensure_flydsl.support.files import move_into_place
+from ensure_flydsl.support.files import file_sha256, move_into_place
 from ensure_flydsl.support.processes import CommandFailed, cmd_output
 from ensure_flydsl.ways.release.download import has_pip
 
@@ -50,26 +43,12 @@ VENDORED = (
 DOWNLOAD_TIMEOUT_S = 300.0
 
 
-def wheel_cache_dir(environ: Dict[str, str]) -> Optional[str]:
-    host = host_cache_dir(environ)
-    return None if host is None else vendored_wheels_dir(host)
-
-
-def _sha256(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _good(path: str, pinned: Pinned) -> bool:
-    return os.path.isfile(path) and not os.path.islink(path) and _sha256(path) == pinned.sha256
+    return os.path.isfile(path) and not os.path.islink(path) and file_sha256(path) == pinned.sha256
 
 
 def find_wheels(wheels: Optional[str], environ: Dict[str, str], say: Callable[[str], None]) -> Dict[str, str]:
-    """The path of each pinned wheel, checked against its sha256: from ``wheels`` (a folder the user named:
-    every wheel must be there), else the cache, else downloaded into the cache."""
+    """Each pinned wheel, checked: from ``wheels`` (all of them), else the cache, else downloaded into it."""
     if wheels is not None:
         found = {p.name: os.path.join(wheels, p.filename) for p in VENDORED}
         bad = [p.filename for p in VENDORED if not _good(found[p.name], p)]
@@ -77,7 +56,8 @@ def find_wheels(wheels: Optional[str], environ: Dict[str, str], say: Callable[[s
             raise BadInput("--wheels", wheels, f"a folder holding {', '.join(p.filename for p in VENDORED)} (each "
                            f"checked against its pinned sha256; missing or different: {', '.join(bad)})")
         return found
-    cache = wheel_cache_dir(environ)
+    host = host_cache_dir(environ)
+    cache = None if host is None else vendored_wheels_dir(host)
     if cache is None:  # no user cache folder (HOME and XDG_CACHE_HOME not absolute): download them now
         cache = tempfile.mkdtemp(prefix="ensure-flydsl-wheels-")
     missing = [p for p in VENDORED if not _good(os.path.join(cache, p.filename), p)]
@@ -126,8 +106,7 @@ def _download(missing: Sequence[Pinned], cache: str, environ: Dict[str, str]) ->
 
 
 def install_wheels(wheels: Dict[str, str], target: str) -> List[str]:
-    """Each wheel unpacked into ``target`` (purelib) by ``installer``, without bytecode: the container's
-    Python writes its own.  Returns "name version" for each, for the VERSION file."""
+    """Each wheel into ``target`` (purelib, no bytecode) by ``installer``; "name version" of each."""
 
     elsewhere = os.path.join(target, ".not-vendored")  # scripts, headers, data: none of these wheels has any
     scheme = {"purelib": target, "platlib": target, "headers": elsewhere, "scripts": elsewhere, "data": elsewhere}

@@ -21,6 +21,7 @@ from ensure_flydsl.source.root import RootKind, Stamp, classify_root, creatable_
 from ensure_flydsl.support.report import Reporter
 from ensure_flydsl.support.urls import shown_location
 from ensure_flydsl.trees.remote import CacheError, open_cache
+from ensure_flydsl.warm import file_identity
 from ensure_flydsl.ways import provisions
 from ensure_flydsl.ways.checks import MISSING, WRONG, Check, passed, skipped
 from ensure_flydsl.ways.context import Decision, Run
@@ -35,12 +36,11 @@ def _not_creatable(label: str, value: str, folder: str) -> Optional[Refusal]:
     return None if problem is None else (label, value, f"{problem[0]}; {problem[1]}")
 
 
-def _refusals(settings: Settings, writes: bool) -> Iterator[Refusal]:
-    """Why the request's paths are refused, in order; lazy: a caller that takes the first makes no more checks."""
+def _refusals(settings: Settings, writes: bool) -> Iterator[Optional[Refusal]]:
+    """Why the request's paths are refused (None: not this way), in order; lazy: the first refusal ends the checks."""
     root, label = settings.root, settings.label("root")
-    refused = None if os.path.lexists(root) else _not_creatable(label, root, root)
-    if refused is not None:
-        yield refused
+    if not os.path.lexists(root):
+        yield _not_creatable(label, root, root)
     state = classify_root(root, settings.repo)
     if state.kind is RootKind.FOREIGN:
         yield label, root, f"an empty or new folder, or a checkout made by ensure-flydsl; {state.reason}"
@@ -58,40 +58,31 @@ def _refusals(settings: Settings, writes: bool) -> Iterator[Refusal]:
     if settings.mlir_path is not None and not is_mlir_install(settings.mlir_path):
         yield settings.label("mlir_path"), settings.mlir_path, "an MLIR install prefix holding lib/cmake/mlir"
     if settings.store not in (None, "off"):  # given: one that cannot be made or written is bad input
-        refused = _not_creatable(settings.label("store"), str(settings.store), str(settings.store))
-        if refused is not None:
-            yield refused
-    if settings.cache is not None:
-        yield from _cache_refusals(settings, settings.cache)
-
-
-def _cache_refusals(settings: Settings, cache: str) -> Iterator[Refusal]:
-    refused: Optional[Refusal] = None
-    if cache.startswith("/") and not os.path.isdir(cache):
+        yield _not_creatable(settings.label("store"), str(settings.store), str(settings.store))
+    if settings.cache is not None and settings.cache.startswith("/") and not os.path.isdir(settings.cache):
         # An existing folder this user cannot write in is used read-only.
-        refused = _not_creatable(settings.label("cache"), cache, cache)
-    if refused is None:
+        yield _not_creatable(settings.label("cache"), settings.cache, settings.cache)
+    if settings.cache is not None:
         try:
-            open_cache(cache)
+            open_cache(settings.cache)
         except CacheError as exc:
-            refused = settings.label("cache"), shown_location(cache), f"a usable cache location; {exc}"
-    if refused is not None:
-        yield refused
+            yield settings.label("cache"), shown_location(settings.cache), f"a usable cache location; {exc}"
 
 
-def _unwritable(settings: Settings) -> Iterator[Refusal]:
+def _unwritable(settings: Settings) -> Iterator[Optional[Refusal]]:
     """The lock or the failure marker cannot be created by this user (a run that provisions writes both)."""
     for name in ("lock_file", "fail_marker"):
         path = getattr(settings, name)
-        refused = _not_creatable(settings.label(name), path, os.path.dirname(path))
-        if refused is not None:
-            yield refused
+        yield _not_creatable(settings.label(name), path, os.path.dirname(path))
+
+
+def _first(refusals: Iterator[Optional[Refusal]]) -> Optional[Refusal]:
+    return next((refused for refused in refusals if refused is not None), None)
 
 
 def preflight(settings: Settings, environ: Mapping[str, str], *, writes: bool = True) -> Interpreter:
-    """Everything that can refuse the request, before any file is written: the paths, then the interpreter,
-    described.  Without ``writes`` (``--verify``) the lock's and marker's are :func:`check_provisionable`'s."""
-    refused = next(_refusals(settings, writes), None)
+    """All that can refuse the request before a file is written: the paths, then the interpreter, described."""
+    refused = _first(_refusals(settings, writes))
     if refused is None:
         try:
             return describe_interpreter(settings.python, environ, timeout=settings.probe_timeout,
@@ -102,21 +93,19 @@ def preflight(settings: Settings, environ: Mapping[str, str], *, writes: bool = 
 
 
 def check_provisionable(settings: Settings, environ: Mapping[str, str]) -> None:
-    """What a run that provisions needs beyond the preflight: git on PATH, and under ``--verify`` the lock and
-    marker writable."""
+    """What provisioning needs beyond the preflight: git on PATH, and (``--verify``) the lock and marker."""
     path = environ.get("PATH")
     refused: Optional[Refusal] = None
     if shutil.which("git", path=path) is None:
         refused = "PATH", path or "", "a PATH with git on it (needed to fetch the pin)"
     elif settings.verify:
-        refused = next(_unwritable(settings), None)
+        refused = _first(_unwritable(settings))
     if refused is not None:
         raise BadInput(*refused)
 
 
 def _judged_or_broke(run: Run, prefix: List[str]) -> Union[Tuple[Probe, Verdict], ProbeBroke]:
-    """The probe and its verdict, or how it broke importing a module of the tree; a break elsewhere stays an
-    error (no build would change it)."""
+    """The probe and its verdict, or how it broke importing the tree (elsewhere: an error no build fixes)."""
     try:
         return judge_tree(run, prefix)
     except ProbeBroke as exc:
@@ -126,8 +115,7 @@ def _judged_or_broke(run: Run, prefix: List[str]) -> Union[Tuple[Probe, Verdict]
 
 
 def _after_broken_probe(run: Run, broke: ProbeBroke, before: str) -> Decision:
-    """A probe broke importing a tree's module: if the root's tree did, look at the interpreter's own path; a
-    tree built in the root comes first and shadows the other."""
+    """The probe broke importing the root's tree: look at the interpreter's own path, which it shadowed."""
     root = run.settings.root
     run.say(f"{before}no reusable FlyDSL: {broke.reason}")
     if broke.origin and is_within(broke.origin, root):
@@ -142,14 +130,11 @@ def _after_broken_probe(run: Run, broke: ProbeBroke, before: str) -> Decision:
 def _reuse_elsewhere(run: Run) -> Optional[Decision]:
     """The root shadowed whatever else the interpreter has: look at that on its own."""
     ambient = _judged_or_broke(run, [])
-    if isinstance(ambient, ProbeBroke):
-        run.say(f"nothing reusable elsewhere either: {ambient.reason}")
+    if isinstance(ambient, ProbeBroke) or not ambient[1].reusable:
+        reason = ambient.reason if isinstance(ambient, ProbeBroke) else ambient[1].reason
+        run.say(f"nothing reusable elsewhere either: {reason}")
         return None
-    probe, other = ambient
-    if not other.reusable:
-        run.say(f"nothing reusable elsewhere either: {other.reason}")
-        return None
-    return _path_tree(run, probe, other)
+    return _path_tree(run, *ambient)
 
 
 def _path_tree(run: Run, probe: Probe, verdict: Verdict) -> Optional[Decision]:
@@ -167,8 +152,7 @@ def tree_key(settings: Settings, commit: str, interpreter: Interpreter) -> Dict[
 
 
 def _stamped_tree(run: Run) -> Tuple[Optional[Stamp], str]:
-    """The root's finished tree's stamp when the gate may take that tree, else None and why not: a tree for this
-    ABI passes whatever pin built it (the gate is version-only), under --exact-pin only this request's."""
+    """The root's tree's stamp when the gate may take it (this ABI; --exact-pin: this request), else why not."""
     stamp = run.stamps.read("tree")
     if stamp is None:
         return None, "its build did not finish (no stamp of a finished tree)"
@@ -194,8 +178,7 @@ def _other_request(run: Run, stamp: Stamp) -> Optional[str]:
 
 
 def _stamp_rules_out(run: Run) -> Optional[str]:
-    """Under --exact-pin, why the root's tree cannot be taken whatever its probe says (stamped for another
-    request): nothing else could be either, so no probe is spent and a pin switched back is provisioned at once."""
+    """Under --exact-pin, why the root's tree, stamped for another request, is not probed at all."""
     if not run.settings.exact_pin or not is_ours(run.settings.root):
         return None
     stamp = run.stamps.read("tree")
@@ -203,8 +186,7 @@ def _stamp_rules_out(run: Run) -> Optional[str]:
 
 
 def _pin_moved(run: Run, commit: str) -> Optional[str]:
-    """Under --exact-pin --verify, why the tree built from ``commit`` is not the pin's any more (one
-    ``ls-remote``), or None; offline the tree is kept, said."""
+    """Under --exact-pin --verify, why the tree is not the pin's any more (one ``ls-remote``); offline: kept."""
     pin = run.settings.pin
     try:
         now = Checkout.of(run.settings).remote_commit(pin)
@@ -229,11 +211,7 @@ def _exact_pin_refuses(run: Run, where: str) -> bool:
 def _ambient_prepend(probe: Probe, verdict: Verdict) -> List[str]:
     """The folders a reused tree needs on PYTHONPATH: its modules' not already on sys.path."""
     skip = {os.path.normpath(p) for p in probe.interpreter.site_dirs + (probe.interpreter.stdlib,)}
-    folders: List[str] = []
-    for folder in verdict.folders.values():
-        if os.path.normpath(folder) not in skip and folder not in folders:
-            folders.append(folder)
-    return folders
+    return list(dict.fromkeys(f for f in verdict.folders.values() if os.path.normpath(f) not in skip))
 
 
 def decide(run: Run, again: bool = False) -> Decision:
@@ -285,21 +263,13 @@ def decide(run: Run, again: bool = False) -> Decision:
     return Decision(False, verdict.reason, probe=probe, verdict=verdict)
 
 
-StampSeen = Optional[Tuple[int, int, int]]
-
-
-def stamp_seen(root: str) -> StampSeen:
+def stamp_seen(root: str) -> Optional[List[int]]:
     """The root's finished-tree stamp as it stands (a run replaces it, a build removes it), or None."""
-    try:
-        st = os.stat(tree_stamp_path(root))
-    except OSError:
-        return None
-    return st.st_ino, st.st_mtime_ns, st.st_size
+    return file_identity(tree_stamp_path(root))
 
 
-def decide_again(run: Run, first: Decision, seen: StampSeen) -> Decision:
-    """Under the lock: the first decision stands when it came from a probe and the root's stamp is unchanged
-    since (no run finished or began a tree there), else :func:`decide` again."""
+def decide_again(run: Run, first: Decision, seen: Optional[List[int]]) -> Decision:
+    """Under the lock: the first decision stands if it probed and the root's stamp is unchanged, else decide."""
     if first.probe is not None and stamp_seen(run.settings.root) == seen:
         run.say(f"after taking the lock, still no reusable FlyDSL: no run finished a tree in {run.settings.root} "
                 "meanwhile")

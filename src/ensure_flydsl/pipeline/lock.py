@@ -1,8 +1,6 @@
-"""The build lock: one provisioning run per root per host.
-
-An flock dies with its process: a killed run never leaves a stale lock.  The lock file is never deleted (a new
-caller would lock a fresh inode while a waiter holds the old one: two builds at once).  ``<lock>.holder`` beside
-it says who holds it, so that a waiter can say whom it waits for."""
+"""The build lock: one provisioning run per root per host.  An flock dies with its process (no stale lock); the
+file is never deleted (a new caller would lock a fresh inode while a waiter holds the old one: two builds at once).
+``<lock>.holder`` beside it says who holds it, for whoever waits."""
 
 from __future__ import annotations
 
@@ -39,13 +37,8 @@ class LockHolder:
     run_id: str
 
     @classmethod
-    def read(cls, lock_file: str) -> Optional["LockHolder"]:
-        return cls.from_json(read_json(holder_path(lock_file)))
-
-    @classmethod
     def from_json(cls, data: object) -> Optional["LockHolder"]:
-        """The holder, or None without a process id; a field that is not a short printable text reads as
-        unknown (a line break would break the waiter's one line)."""
+        """The holder, or None without a pid; a field not short printable text reads as unknown."""
         if not isinstance(data, dict):
             return None
         pid = fields.pid(data.get("pid"))
@@ -76,21 +69,13 @@ def check_lock_path(path: str) -> Optional[str]:
 
 
 @contextlib.contextmanager
-def build_lock(
-    path: str,
-    *,
-    timeout: Optional[float],
-    run_id: str,
-    say: Callable[[str], None],
-) -> Iterator[None]:
-    """Hold the build lock for the body, waiting at most ``timeout`` seconds (None: as long as it takes); the
-    error when the wait runs out names the holder."""
+def build_lock(path: str, *, timeout: Optional[float], run_id: str, say: Callable[[str], None]) -> Iterator[None]:
+    """Hold the build lock for the body, waiting at most ``timeout`` s; running out names the holder."""
     problem = check_lock_path(path)
     if problem:
         raise EnsureError(ExitCode.BAD_INPUT, f"FLYDSL_BUILD_LOCK={path!r} is not allowed: {problem}", stage=Stage.LOCK)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     lock = _make_lock(path)
-
     try:
         lock.acquire(timeout=0)
     except filelock.Timeout:
@@ -98,8 +83,7 @@ def build_lock(
     try:
         holder = LockHolder(pid=os.getpid(), host=socket.gethostname(),
                             started=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                            started_ts=time.time(),
-                            run_id=run_id)
+                            started_ts=time.time(), run_id=run_id)
         try:
             atomic_write_json(holder_path(path), asdict(holder))
         except OSError as exc:
@@ -117,7 +101,7 @@ def _wait_for(lock: filelock.BaseFileLock, path: str, timeout: Optional[float], 
     started = time.monotonic()
     deadline = None if timeout is None else started + timeout
     while True:
-        holder = describe_holder(LockHolder.read(path))
+        holder = describe_holder(LockHolder.from_json(read_json(holder_path(path))))
         waited = time.monotonic() - started
         limit = "as long as it takes" if deadline is None else f"up to {timeout:g} s"
         say(f"waiting for the build lock {path}, held by {holder}; waited {waited:.0f} s, waiting {limit}")
@@ -129,10 +113,7 @@ def _wait_for(lock: filelock.BaseFileLock, path: str, timeout: Optional[float], 
             return
         except filelock.Timeout:
             if deadline is not None and time.monotonic() >= deadline:
-                raise EnsureError(
-                    ExitCode.LOCK,
-                    f"could not take the build lock {path} within {timeout:g} s: it is held by {holder}",
-                    stage=Stage.LOCK,
-                    hint="another ensure-flydsl run is provisioning this root; `ensure-flydsl wait` follows it, "
-                    "or raise FLYDSL_LOCK_TIMEOUT",
-                ) from None
+                raise EnsureError(ExitCode.LOCK, f"could not take the build lock {path} within {timeout:g} s: it is "
+                                  f"held by {holder}", stage=Stage.LOCK,
+                                  hint="another ensure-flydsl run is provisioning this root; `ensure-flydsl wait` "
+                                  "follows it, or raise FLYDSL_LOCK_TIMEOUT") from None

@@ -1,9 +1,6 @@
-"""Provisioning under the lock: fetch the pin, check from its objects that the interpreter has the modules the
-pin's code imports, then, the build able to start, withdraw the env file, check the pin out and ask the ways
-in the table's order for a verified tree; stamp it, publish.
-
-Nothing a poller uses changes before the build starts: a missing pin, an unreachable repository, a missing
-module, local edits or a demanded release that is none leave the previous install answering."""
+"""Provisioning under the lock: fetch the pin, check its imports against the interpreter, then withdraw the env
+file, check the pin out and ask the ways in the table's order for a verified tree; stamp it, publish.  Nothing a
+poller reads changes before the build starts: any failure until then leaves the previous install answering."""
 
 from __future__ import annotations
 
@@ -11,7 +8,7 @@ import contextlib
 import functools
 import os
 from dataclasses import replace
-from typing import List, Mapping, Optional, Tuple
+from typing import List, Mapping, Optional
 
 from ensure_flydsl.doctor.diagnose import run_checks, stop_if_blocked
 from ensure_flydsl.doctor.requirements import Finding, assess, stop_if_missing, summary
@@ -28,7 +25,7 @@ from ensure_flydsl.settings import Settings
 from ensure_flydsl.source.git import Checkout, is_deletion
 from ensure_flydsl.source.release_tags import pin_as_tag, release_tags
 from ensure_flydsl.source.requirements import read_commit_sources
-from ensure_flydsl.source.root import RootKind, claim_root, classify_root, exclude_from_git, is_ours
+from ensure_flydsl.source.root import RootKind, RootState, claim_root, classify_root, exclude_from_git, is_ours
 from ensure_flydsl.support import faults
 from ensure_flydsl.support.files import remove_tree
 from ensure_flydsl.support.processes import CommandFailed
@@ -51,17 +48,18 @@ from ensure_flydsl.ways.table import ways_for
 
 
 def provision(run: Run) -> Result:
-    """Under the lock: the pin into the root, then the first way's verified tree.  What the run starts early
-    (the wheel's download, the probe's interpreter) is stopped when it ends."""
+    """Under the lock: the pin into the root, then the first way's verified tree (what started early stops)."""
     claim_for_build(run)
-    store = open_run_store(run)
+    settings, store = run.settings, open_run_store(run)
     with contextlib.ExitStack() as started:
         early = Early()
-        started.callback(stop_wheel_download, run, early)
+        started.callback(remove_tree, wheel_download_dir(settings.root))
+        started.callback(early.stop_download)
         started.callback(early.stop_probe)
         with run.step(Stage.FETCH):
             commit = fetch(run, early, store)
-        release = release_version(run, commit)
+        versions = release_tags(Checkout.of(settings).tags_at(commit))  # X when a release tag vX names it
+        release = versions[0] if versions else None
         # A stored tree of the pin whose probe answers: its imports are known to work as things are.
         unprobed = store is not None and StoreProvider(store, release, early).answers_unprobed(run, commit)
         with run.step(Stage.REQUIREMENTS):
@@ -69,18 +67,23 @@ def provision(run: Run) -> Result:
             if unprobed:
                 run.say("requirements: not checked: the host store's tree of this pin passed the full probe with "
                         f"{run.interpreter.executable} as it is now")
-        cache = open_run_cache(run) if tries(run.settings.strategy, Way.CACHE) else None
+        cache = open_run_cache(run) if tries(settings.strategy, Way.CACHE) else None
         shared = Shared(commit=commit, release=release, early=early, cache=cache, store=store,
                         doctor=doctor_before_build)
         providers = providers_for(run, shared)
         # The likeliest route: each way takes its own when its turn comes.
         run.expect(next(p.route for p in providers if p.route is not None))
         with run.step(Stage.FETCH):
-            interrupted, deleted = refuse_local_changes(run)
+            force = refuse_local_changes(run)
             begin_build(run)
-            checkout_pin(run, commit, force=interrupted or deleted)
+            checkout_pin(run, commit, force=force)
         if finding is not None and finding.needed and providers[0].way is not Way.SOURCE:
-            start_warm_probe(run, early, [r.module for r in finding.needed])
+            # The final probe's interpreter starts now, importing what is slow (torch) while the tree is put in
+            # place; a source build stops it (memory).
+            preload = [r.module for r in finding.needed]
+            early.probe = EarlyProbe(settings.python, modules=probe_modules(settings.require), environ=run.environ,
+                                     prefix=tree_folders(settings.root), preload=preload)
+            run.say(f"importing {', '.join(preload)} in {settings.python} while the tree is put in place")
         return first_tree(run, shared, providers)
 
 
@@ -114,8 +117,7 @@ def doctor_before_build(settings: Settings, environ: Mapping[str, str], checkout
 
 
 def check_requirements(run: Run, commit: str) -> Optional[Finding]:
-    """Stop before anything is checked out or built when the interpreter lacks a module the fetched commit's
-    code imports unconditionally (exit 6): such a tree could never pass the final probe."""
+    """Exit 6 before anything is built when the interpreter lacks a module the commit's code always imports."""
     settings, root = run.settings, run.settings.root
     try:
         sources = read_commit_sources(root, commit)
@@ -130,15 +132,12 @@ def check_requirements(run: Run, commit: str) -> Optional[Finding]:
 
 
 def start_wheel_download(run: Run, early: Early, store: Optional[HostStore], commit: str, tags: List[str]) -> None:
-    """The refs say the pin is a release's commit: start downloading its wheel beside git's fetch (the release
-    way takes it over), unless that wheel's tree is installed or stored already."""
+    """A release's commit: its wheel downloads beside git's fetch (unless its tree is installed or stored)."""
     settings, root = run.settings, run.settings.root
     versions = release_tags(tags)
     run.expect(likely_route(settings, release_commit=bool(versions)))  # the refs tell: the ETA's route
-    if not tries(settings.strategy, Way.RELEASE) or not versions:
-        return
-    if not is_ours(root):
-        return  # a checkout another tool made, not claimed before the build starts: nothing of ours in it yet
+    if not tries(settings.strategy, Way.RELEASE) or not versions or not is_ours(root):
+        return  # (not ours: another tool's checkout, unclaimed before the build starts, holds nothing of ours yet)
     key = {"release": versions[0], "commit": commit, "abi": run.interpreter.abi}
     if run.stamps.done("build", key) and os.path.isdir(packages_dir(root)):
         return
@@ -153,20 +152,6 @@ def start_wheel_download(run: Run, early: Early, store: Optional[HostStore], com
     run.say(f"release v{versions[0]}: downloading the flydsl=={versions[0]} wheel while the pin is fetched")
 
 
-def stop_wheel_download(run: Run, early: Early) -> None:
-    early.stop_download()
-    remove_tree(wheel_download_dir(run.settings.root))
-
-
-def start_warm_probe(run: Run, early: Early, preload: List[str]) -> None:
-    """Start the final probe's interpreter now, importing ``preload`` (torch takes seconds) while the tree is
-    fetched; a source build stops it (memory)."""
-    s = run.settings
-    early.probe = EarlyProbe(s.python, modules=probe_modules(s.require), prefix=tree_folders(s.root),
-                             environ=run.environ, preload=preload)
-    run.say(f"importing {', '.join(preload)} in {s.python} while the tree is put in place")
-
-
 def finish(run: Run, commit: str, decision: Decision) -> Result:
     """The tree is verified: stamp it as finished for this request, then publish the env file."""
     faults.point("verified")
@@ -176,13 +161,17 @@ def finish(run: Run, commit: str, decision: Decision) -> Result:
     return publish(run, made, Action.PROVISIONED)
 
 
+def _root_state(run: Run) -> RootState:
+    """The root's state now, refused when it became another tool's since the preflight."""
+    state = classify_root(run.settings.root, run.settings.repo)
+    if state.kind is RootKind.FOREIGN:
+        raise BadInput(run.settings.label("root"), run.settings.root, f"an empty or new folder; {state.reason}")
+    return state
+
+
 def claim_for_build(run: Run) -> None:
-    """A root that is absent, empty or holds only env files becomes the tool's now; a clean checkout another
-    tool made only when the build starts (until then its working tree is still reused)."""
-    settings, root = run.settings, run.settings.root
-    state = classify_root(root, settings.repo)
-    if state.kind is RootKind.FOREIGN:  # changed since the preflight
-        raise BadInput(settings.label("root"), root, f"an empty or new folder; {state.reason}")
+    """An absent or empty root becomes the tool's now; another tool's checkout only when the build starts."""
+    root, state = run.settings.root, _root_state(run)
     if state.kind not in (RootKind.OURS, RootKind.ADOPTABLE):
         os.makedirs(root, exist_ok=True)
         claim_root(root, created=state.kind is RootKind.ABSENT, adopted=False)
@@ -210,19 +199,28 @@ def fetch(run: Run, early: Early, store: Optional[HostStore] = None) -> str:
     return commit
 
 
-def refuse_local_changes(run: Run) -> Tuple[bool, bool]:
-    """Refuse edits to tracked files (exit 3); whether the tool's checkout was interrupted, and whether tracked
-    files were deleted (either way it is redone with --force)."""
-    settings, root = run.settings, run.settings.root
+def refuse_local_changes(run: Run) -> bool:
+    """Refuse edits to tracked files (exit 3); whether the checkout is redone with --force."""
+    root = run.settings.root
     started = run.stamps.started_key("checkout") if is_ours(root) else None
-    interrupted = started is not None and not run.stamps.done("checkout", started)
-    deleted = False if interrupted else check_local_changes(Checkout.of(settings))
-    return interrupted, deleted
+    if started is not None and not run.stamps.done("checkout", started):
+        return True
+    checkout = Checkout.of(run.settings)
+    found = checkout.tracked_changes() if checkout.head_commit() else []
+    changed = [path for code, path in found if not is_deletion(code)]
+    if changed:
+        shown = ", ".join(changed[:5]) + (", ..." if len(changed) > 5 else "")
+        raise EnsureError(
+            ExitCode.CHECKOUT,
+            f"the checkout in {root} has local changes to tracked files ({shown}); they are not the pin",
+            stage=Stage.CHECKOUT,
+            hint=f"save them elsewhere, then `git -C {root} checkout -- .`; ensure-flydsl never overwrites them",
+        )
+    return bool(found)
 
 
 def begin_build(run: Run) -> None:
-    """The root's tree changes from here on: the env file goes when it names a tree in the root, and a checkout
-    another tool made is claimed."""
+    """The root's tree changes now: an env file naming it goes, and another tool's checkout is adopted."""
     settings, root = run.settings, run.settings.root
     twin = markers.read_env_json(settings.env_json)
     names_root = twin is None or any(is_within(p, root) for p in [twin.tree, *twin.pythonpath_prepend])
@@ -231,9 +229,7 @@ def begin_build(run: Run) -> None:
         what = f" (flydsl {twin.version}, {twin.how})" if twin is not None else ""
         run.say(f"took away {settings.env_file}{what}: the tree in {root} changes now for the pin {settings.pin}")
     if not is_ours(root):
-        state = classify_root(root, settings.repo)
-        if state.kind is RootKind.FOREIGN:  # changed since the preflight
-            raise BadInput(settings.label("root"), root, f"an empty or new folder; {state.reason}")
+        state = _root_state(run)
         claim_root(root, created=False, adopted=True)
         run.say(f"adopting {root}: {state.reason}")
 
@@ -251,27 +247,3 @@ def checkout_pin(run: Run, commit: str, *, force: bool) -> None:
         stamps.finish("checkout", checkout_key)
         run.say(f"checked out {commit[:12]} in {root}")
         faults.point("checked-out")
-
-
-def check_local_changes(checkout: Checkout) -> bool:
-    """Refuse edits to tracked files (somebody's work, never overwritten); whether tracked files were deleted
-    (those are restored)."""
-    root = checkout.root
-    found = checkout.tracked_changes() if checkout.head_commit() else []
-    changed = [path for code, path in found if not is_deletion(code)]
-    if changed:
-        shown = ", ".join(changed[:5]) + (", ..." if len(changed) > 5 else "")
-        raise EnsureError(
-            ExitCode.CHECKOUT,
-            f"the checkout in {root} has local changes to tracked files ({shown}); they are not the pin",
-            stage=Stage.CHECKOUT,
-            hint=f"save them elsewhere, then `git -C {root} checkout -- .`; ensure-flydsl never overwrites them",
-        )
-    return bool(found)
-
-
-def release_version(run: Run, commit: str) -> Optional[str]:
-    """X when the commit is the one a release tag vX names (the newest, if several do)."""
-    settings = run.settings
-    versions = release_tags(Checkout.of(settings).tags_at(commit))
-    return versions[0] if versions else None

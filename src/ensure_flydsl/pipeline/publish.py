@@ -8,7 +8,7 @@ from typing import Callable, List, Optional
 
 from ensure_flydsl.errors import EnsureError, ExitCode, Interrupted, Stage, exit_code_of, interrupted_by
 from ensure_flydsl.layout import tree_folders
-from ensure_flydsl.pipeline.warm import keep_warm, tree_stamp_path
+from ensure_flydsl.pipeline.warm import fingerprint, keep_warm
 from ensure_flydsl.probe.fingerprint import site_folders, watch_folders
 from ensure_flydsl.probe.gate import evaluate
 from ensure_flydsl.probe.interpreter import probe_modules, run_probe
@@ -21,15 +21,13 @@ from ensure_flydsl.runs.markers import installed, installed_line, marker_unwritt
 from ensure_flydsl.runs.records import RunStore
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.source.root import Stamps, claim_root, is_ours
-from ensure_flydsl.support.files import read_regular, remove_file
-from ensure_flydsl.warm import fingerprint
+from ensure_flydsl.support.files import remove_file
+from ensure_flydsl.warm import regular_text
 from ensure_flydsl.ways.context import Decision, Run
 
 
 def withdraw_stale_markers(settings: Settings, say: Callable[[str], None]) -> None:
-    """Before a run does anything: no earlier failure marker for this root, and no env file known to be untrue
-    (no twin says what it answers, or its tree of ours is no longer stamped finished).  Another request's env
-    file stays until this run's build starts."""
+    """Before a run: this root's old failure marker goes, and an env file known to be untrue."""
     markers.withdraw_failure_marker(settings.fail_marker, settings.root)
     if not os.path.exists(settings.env_file):
         return
@@ -54,8 +52,7 @@ def check_markers(settings: Settings, say: Callable[[str], None]) -> None:
 
 
 def withdraw_if_untrue(run: Run, decision: Decision) -> None:
-    """Under the lock, nothing passing this request's gate: the env file goes now if its tree fails its own
-    request's gate, probed as the env file runs it; one still true stays until the build starts."""
+    """Under the lock: the env file goes if its tree fails its own request's gate now."""
     settings = run.settings
     twin = markers.read_env_json(settings.env_json)
     if twin is None or not os.path.exists(settings.env_file):
@@ -97,8 +94,8 @@ def publish(run: Run, decision: Decision, action: Action) -> Result:
         request=settings.request(), how=decision.how, tree=decision.tree, version=str(decision.probe.version),
         python=interp.executable, python_version=interp.version, abi=interp.abi, commit=decision.commit,
         files=dict(decision.verdict.files), watch=watch, site_dirs=site_dirs,
-        fingerprint=fingerprint(settings.python, interp.executable, run.environ, watch, site_dirs,
-                                tree_stamp_path(settings.root), list(decision.prepend)),
+        fingerprint=fingerprint(settings.python, interp.executable, run.environ, watch, site_dirs, settings.root,
+                                list(decision.prepend)),
         FLYDSL_ROOT=settings.root, pythonpath_prepend=list(decision.prepend), FLYDSL_SHIM_DIR=settings.shim_dir,
         VLLM_USE_FLYDSL_MOE="1" if settings.vllm_moe else None,
         pin=decision.pin, repo=decision.repo, run_id=run.run_id, built=action == Action.PROVISIONED,
@@ -108,7 +105,7 @@ def publish(run: Run, decision: Decision, action: Action) -> Result:
     there = markers.read_env_json(settings.env_json)
     as_read = markers.EnvTwin.from_json(json.loads(json.dumps(twin.to_json())))  # as it reads back
     current = there is not None and as_read is not None and there.answers(as_read) \
-        and _read_text(settings.env_file) == text
+        and regular_text(settings.env_file) == text
     def stamp(written: markers.EnvTwin) -> None:
         keep_warm(settings, run.environ, run.warm_key, written, twin.fingerprint)
 
@@ -120,7 +117,9 @@ def publish(run: Run, decision: Decision, action: Action) -> Result:
         else:
             markers.publish_env_file(settings.env_file, settings.env_json, twin, after_twin=stamp)
             run.say(f"wrote {settings.env_file}")
-        clear_answered_failure(run)
+        marker = markers.read_failure_marker(settings.fail_marker)
+        if marker is not None and marker.request == settings.request():  # written while this run worked: answered
+            remove_file(settings.fail_marker)
     env = twin.exports.mapping(run.environ.get("PYTHONPATH"))
     return Result(
         how=decision.how, action=action, root=settings.root, tree=decision.tree,
@@ -132,22 +131,8 @@ def publish(run: Run, decision: Decision, action: Action) -> Result:
     )
 
 
-def clear_answered_failure(run: Run) -> None:
-    """This request's failure marker, written while this run worked (a caller that gave up on the lock), is
-    answered now: a poller must not see "failed" beside a success."""
-    marker = markers.read_failure_marker(run.settings.fail_marker)
-    if marker is not None and marker.request == run.settings.request():
-        remove_file(run.settings.fail_marker)
-
-
-def _read_text(path: str) -> Optional[str]:
-    raw = read_regular(path)
-    return None if raw is None else raw.decode(errors="replace")
-
-
 def record_failure(run: Run, exc: BaseException) -> BaseException:
-    """Write the failure marker (Ctrl-C included); the failure to raise: for an EnsureError a copy that names
-    the run, its time and what the root's env file still holds."""
+    """Write the failure marker; the failure to raise (an EnsureError names the run and what still holds)."""
     failure = _write_failure_marker(run, exc)
     if not isinstance(failure, EnsureError):
         return failure
@@ -158,8 +143,7 @@ def record_failure(run: Run, exc: BaseException) -> BaseException:
 
 
 def _write_failure_marker(run: Run, exc: BaseException) -> BaseException:
-    """The failure marker, then the run's FAILED record (a `wait` that reads the record finds the marker);
-    ``exc``, or a copy saying the marker could not be written."""
+    """The failure marker, then the run's FAILED record; ``exc``, or a copy saying it went unwritten."""
     code = exit_code_of(exc)
     if isinstance(exc, EnsureError):
         reason, hint, stage = exc.reason, exc.hint, exc.stage or run.step_name

@@ -1,24 +1,29 @@
 """The ensure run, in the order it happens: check, probe, decide, lock, decide again, provision, verify, publish.
 
-A failure is an EnsureError with its exit code, which the run turns into the failure marker before it
-propagates.  The heartbeat runs around all of it: a run silent for 30 s says where it is."""
+A failure is an EnsureError with its exit code, turned into the failure marker before it propagates; the
+heartbeat runs around all of it (a run silent for 30 s says where it is)."""
 
 from __future__ import annotations
 
 import contextlib
-from typing import Union
+import time
+from typing import Optional, Union
 
-from ensure_flydsl.errors import EnsureError, ExitCode, Stage, disk_full_error
+from ensure_flydsl.errors import EnsureError, ExitCode, Stage, disk_full_error, exit_code_of
+from ensure_flydsl.layout import host_cache_dir, timings_dir
 from ensure_flydsl.pipeline.decide import check_provisionable, decide, decide_again, preflight, stamp_seen
 from ensure_flydsl.pipeline.lock import build_lock
 from ensure_flydsl.pipeline.provision import provision
 from ensure_flydsl.pipeline.publish import check_markers, publish, record_failure, withdraw_if_untrue
-from ensure_flydsl.pipeline.timing import keep_timing
 from ensure_flydsl.pipeline.warm import try_warm
 from ensure_flydsl.probe.gate import same_folder
 from ensure_flydsl.result import Action, How, Result
+from ensure_flydsl.runs import timings
 from ensure_flydsl.runs.progress import heartbeat, heartbeat_interval
+from ensure_flydsl.settings import host_id
+from ensure_flydsl.support.fields import short_text
 from ensure_flydsl.support.processes import unblock_stop_signals
+from ensure_flydsl.version import __version__
 from ensure_flydsl.ways import provisions
 from ensure_flydsl.ways.context import Decision, Run
 from ensure_flydsl.ways.store import linked_tree_problem, repair_linked_tree
@@ -45,26 +50,42 @@ def _outcome(run: Run) -> Union[Result, BaseException]:
     """The run under its heartbeat: its result, or the failure it ended with (an exit goes on up)."""
     try:
         with heartbeat(run.reporter, run.pulse, heartbeat_interval(run.environ)):
-            return _tracked(run)
+            if run.kind == "detached":
+                run.step_name = Stage.STARTING  # what its record says until the probe begins
+                run.track()  # a detached worker is visible from its first step
+                unblock_stop_signals()  # `start` launched it with them blocked: a SIGTERM now is recorded as one
+            return _ensure(run)
     except (SystemExit, GeneratorExit):
         raise
+    except OSError as exc:  # a full file system met anywhere: said in its one line before the failure marker
+        full = disk_full_error(exc, run.step_name)
+        return exc if full is None else full
     except BaseException as exc:
         return exc
 
 
-def _tracked(run: Run) -> Result:
-    """The run, a full file system met anywhere in it said in its one line before the failure marker."""
-    try:
-        if run.kind == "detached":
-            run.step_name = Stage.STARTING  # what its record says until the probe begins
-            run.track()  # a detached worker is visible from its first step
-            unblock_stop_signals()  # `start` launched it with them blocked: a SIGTERM now is recorded as one
-        return _ensure(run)
-    except OSError as exc:
-        full = disk_full_error(exc, run.step_name)
-        if full is None:
-            raise
-        raise full from None
+def keep_timing(run: Run, outcome: Union[Result, BaseException]) -> None:
+    """Keep the run's timing record in the host's folder, its room still reserved (never the run's failure)."""
+    result, error = (outcome, None) if isinstance(outcome, Result) else (None, outcome)
+    ended = time.time()
+    stage: Optional[Stage] = None
+    if error is not None:
+        stage = (error.stage if isinstance(error, EnsureError) else None) or run.step_name
+    link_mode = getattr(result, "link_mode", None)  # the host store's (None before it, or without one)
+    parsed = ((Stage.parse(name), seconds) for name, seconds in run.durations.items())
+    facts = run.facts
+    record = timings.TimingRecord(
+        run_id=run.run_id, host=host_id(run.environ), root=run.settings.root, kind=run.kind,
+        started=max(0.0, ended - run.elapsed()), ended=ended, exit_code=int(exit_code_of(error)),
+        way=timings.FAILED if result is None else str(result.how if result.action == Action.PROVISIONED
+                                                      else result.action),
+        stages={s: seconds for s, seconds in parsed if s is not None}, stage=stage, route=facts.route,
+        pin=short_text(run.settings.pin), tool=f"ensure-flydsl {__version__}", fetched=dict(facts.fetched),
+        cache=dict(facts.cache), link_mode=link_mode if link_mode in timings.LINK_MODES else None,
+        lock_wait_s=run.durations.get(Stage.LOCK), lease_wait_s=facts.lease_wait_s,
+    )
+    folder = host_cache_dir(run.environ)
+    timings.keep(None if folder is None else timings_dir(folder), record)
 
 
 def _ensure(run: Run) -> Result:
@@ -107,18 +128,14 @@ def _ensure(run: Run) -> Result:
             withdraw_if_untrue(run, decision)
         if damaged is not None:
             repair_linked_tree(run, damaged)
-        return _provision_then_check(run, decision)
-
-
-def _provision_then_check(run: Run, decision: Decision) -> Result:
-    """Provision; when the decision spent no probe (the root's stamp named another request), the env file's
-    tree is probed only if provisioning fails: the previous install answers on if it still passes its gate."""
-    try:
-        return provision(run)
-    except EnsureError:
-        if decision.unprobed:
-            withdraw_if_untrue(run, decision)
-        raise
+        try:
+            return provision(run)
+        except EnsureError:
+            # No probe spent (the root's stamp named another request): the env file's tree is probed only now,
+            # so the previous install answers on if it still passes its gate.
+            if decision.unprobed:
+                withdraw_if_untrue(run, decision)
+            raise
 
 
 def _action(decision: Decision, root: str) -> Action:

@@ -1,5 +1,5 @@
-"""The warm path behind the front door: answer from the env file's twin when its fingerprint proves nothing
-changed (``try_warm``), and keep the front door's stamp (``keep_warm``) for calls with the same raw inputs."""
+"""The warm path behind the front door: answer from the env file's twin while its fingerprint holds
+(``try_warm``), and keep the front door's stamp (``keep_warm``) for calls with the same raw inputs."""
 
 from __future__ import annotations
 
@@ -53,9 +53,16 @@ def exports(settings: Settings, twin: EnvTwin) -> EnvFile:
     return EnvFile(settings.root, tuple(twin.pythonpath_prepend), settings.shim_dir, settings.vllm_moe)
 
 
+def fingerprint(python: str, executable: str, environ: Mapping[str, str], watch: List[str], site_dirs: List[str],
+                root: str, tree_folders: List[str]) -> Dict[str, object]:
+    """Everything a warm answer depends on, as plain data compared for equality (the twin keeps it as JSON)."""
+    return {**warm.caller_part(python, executable, dict(environ), tree_folders),
+            **warm.tree_part(watch, site_dirs, tree_stamp_path(root))}
+
+
 def current_fingerprint(settings: Settings, environ: Mapping[str, str], twin: EnvTwin) -> Dict[str, object]:
-    return warm.fingerprint(settings.python, twin.python, dict(environ), list(twin.watch), list(twin.site_dirs),
-                            tree_stamp_path(settings.root), list(twin.pythonpath_prepend))
+    return fingerprint(settings.python, twin.python, environ, list(twin.watch), list(twin.site_dirs), settings.root,
+                       list(twin.pythonpath_prepend))
 
 
 def same(recorded: object, current: Mapping[str, object]) -> bool:
@@ -86,19 +93,15 @@ def warm_lines(settings: Settings, result: Result) -> List[str]:
 
 def keep_warm(settings: Settings, environ: Mapping[str, str], tokens: Optional[Sequence[str]], twin: EnvTwin,
               print_now: Mapping[str, object]) -> None:
-    """Record in the front door's stamp that a call with these raw inputs (``tokens``; None: not from argv and
-    variables alone) is answered by ``twin`` while ``print_now``, the fingerprint, holds.  Never fails."""
-    if tokens is None or settings.verify or print_now.get("interpreter") is None:
-        return
-    root = settings.root
+    """Record in the front door's stamp that these raw inputs get ``twin`` while the fingerprint holds."""
     twin_id = warm.file_identity(settings.env_json)
-    env_file = exports(settings, twin).text().encode()
+    if tokens is None or settings.verify or print_now.get("interpreter") is None or twin_id is None:
+        return
     try:
         cwd = os.getcwd()
     except OSError:
         return
-    if twin_id is None:
-        return
+    root, env_file = settings.root, exports(settings, twin).text().encode()
     holes = {"run_id": "\0run_id", "elapsed": "\0elapsed", "durations": "\0durations", "time": "\0time"}
     result = warm_result(settings, environ, twin, 0.0, holes["run_id"])
     say = warm_lines(settings, result)
@@ -109,7 +112,8 @@ def keep_warm(settings: Settings, environ: Mapping[str, str], tokens: Optional[S
     err = _template(json.dumps(event, sort_keys=True) + "\n", holes, ("time",))
     if out is None or err is None:
         return
-    entry = {"argv": list(tokens), "cwd": cwd, "environ": {name: environ.get(name) for name in _key_variables()},
+    variables = [*(setting.env for setting in SETTINGS), *CHECKED_VARIABLES]
+    entry = {"argv": list(tokens), "cwd": cwd, "environ": {name: environ.get(name) for name in variables},
              "python": settings.python, "executable": twin.python, "fail_marker": settings.fail_marker,
              "print": {k: print_now[k] for k in CALLER_KEYS}, "say": say, "out": out, "err": err}
     tree = {"watch": list(twin.watch), "site_dirs": list(twin.site_dirs), "stamp": tree_stamp_path(root),
@@ -129,13 +133,8 @@ def keep_warm(settings: Settings, environ: Mapping[str, str], tokens: Optional[S
         pass  # a read-only root (or one of another user's): the command line answers, a little slower
 
 
-def _key_variables() -> List[str]:
-    return [*(setting.env for setting in SETTINGS), *CHECKED_VARIABLES]
-
-
 def _template(text: str, holes: Mapping[str, str], order: Sequence[str]) -> Optional[List[str]]:
-    """``text`` cut at the holes' JSON spellings, in ``order``: texts at even places, the holes' names at odd
-    ones (warm.py fills them); None unless each is there once."""
+    """``text`` cut at the holes' JSON spellings, in ``order`` (texts, then names); None unless each is once."""
     parts = [text]
     for name in order:
         spelled = json.dumps(holes[name])
