@@ -44,8 +44,8 @@ def test_a_cold_build_describes_its_interpreter_once(ws: Workspace, tmp_path: "o
     imports nothing (before, the checks probed it again: a Python start more for each source build)."""
     calls, python = os.path.join(str(tmp_path), "probes"), os.path.join(str(tmp_path), "python")
     with open(python, "w") as handle:  # logs the modules each import probe is asked for ("" to describe it)
-        handle.write(f'#!/bin/sh\ncase "$1:$2" in "-c:\\"\\"\\"The import probe"*) printf "[%s]\\n" "$3" >> {calls};; '
-                     f'esac\nexec {sys.executable} "$@"\n')
+        handle.write(f'#!/bin/sh\ncase "$1:$2" in "-c:"*"\\"\\"\\"The import probe"*) '
+                     f'printf "[%s]\\n" "$3" >> {calls};; esac\nexec {sys.executable} "$@"\n')
     os.chmod(python, 0o755)
     out = ws.run("--json", FLYDSL_PYTHON=python)
     assert out.returncode == 0 and json.loads(out.stdout)["how"] == "built", out.stderr
