@@ -17,6 +17,7 @@ import filelock
 
 from ensure_flydsl.errors import EnsureError, ExitCode, Stage
 from ensure_flydsl.support import fields, space
+from ensure_flydsl.support.fields import Record, checked
 from ensure_flydsl.support.files import atomic_write_json, file_path_problem, read_json, remove_file
 
 WAIT_REPORT_INTERVAL_S = 30.0
@@ -27,25 +28,15 @@ def holder_path(lock_file: str) -> str:
 
 
 @dataclass(frozen=True)
-class LockHolder:
-    """``<lock>.holder``: who holds the build lock, for whoever waits for it."""
+class LockHolder(Record):
+    """``<lock>.holder``: who holds the build lock, for whoever waits for it; a field other than the pid that is
+    not short printable text reads as unknown."""
 
-    pid: int
-    host: str
-    started: str  # ISO 8601, UTC
-    started_ts: float
-    run_id: str
-
-    @classmethod
-    def from_json(cls, data: object) -> Optional["LockHolder"]:
-        """The holder, or None without a pid; a field not short printable text reads as unknown."""
-        if not isinstance(data, dict):
-            return None
-        pid = fields.pid(data.get("pid"))
-        if pid is None:
-            return None
-        return cls(pid, fields.short_text(data.get("host")) or "?", fields.short_text(data.get("started")) or "?",
-                   fields.seconds(data.get("started_ts")) or 0.0, fields.short_text(data.get("run_id")) or "")
+    pid: int = checked(fields.pid)
+    host: str = checked(fields.short_text, "?", lenient=True)
+    started: str = checked(fields.short_text, "?", lenient=True)  # ISO 8601, UTC
+    started_ts: float = checked(fields.seconds, 0.0, lenient=True)
+    run_id: str = checked(fields.short_text, "", lenient=True)
 
 
 def describe_holder(holder: Optional[LockHolder]) -> str:

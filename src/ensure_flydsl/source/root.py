@@ -26,6 +26,7 @@ from ensure_flydsl.result import How
 from ensure_flydsl.settings import same_repo
 from ensure_flydsl.source.git import read_git
 from ensure_flydsl.support import fields
+from ensure_flydsl.support.fields import Record, checked
 from ensure_flydsl.support.files import atomic_write_json, read_json, remove_file, remove_tree, rename_into_place
 from ensure_flydsl.support.processes import CommandFailed
 
@@ -50,24 +51,17 @@ def _shown(names: List[str]) -> str:
 
 
 @dataclass(frozen=True)
-class Owner:
-    """``owner.json``: the tool made the root, or adopted another tool's clean checkout."""
+class Owner(Record):
+    """``owner.json``: the tool made the root, or adopted another tool's clean checkout.  A field of the wrong
+    type reads as its default."""
 
-    created_root: bool
-    adopted: bool
-    time: float = 0.0
-    tool: str = "ensure-flydsl"
+    created_root: bool = checked(fields.boolean, False, lenient=True)
+    adopted: bool = checked(fields.boolean, False, lenient=True)
+    time: float = checked(fields.number, 0.0, lenient=True)
+    tool: str = checked(fields.text, "ensure-flydsl", lenient=True)
 
     def to_json(self) -> Dict[str, object]:
         return asdict(self)
-
-    @classmethod
-    def from_json(cls, data: object) -> Optional["Owner"]:
-        """The record, or None for one that is not a JSON object; a field of the wrong type reads as its default."""
-        if not isinstance(data, dict):
-            return None
-        when = fields.number(data.get("time")) or 0.0
-        return cls(data.get("created_root") is True, data.get("adopted") is True, when)
 
 
 def owner(root: str) -> Optional[Owner]:
@@ -184,29 +178,17 @@ def exclude_from_git(root: str) -> None:
 
 
 @dataclass(frozen=True)
-class Stamp:
+class Stamp(Record):
     """``stamps/<step>.json``: the inputs a finished step was done for (the tree's: how, commit, version)."""
 
-    key: Dict[str, object]
-    time: float = 0.0
-    how: Optional[str] = None
-    commit: Optional[str] = None
-    version: Optional[str] = None
+    key: Dict[str, object] = checked(fields.mapping, convert=dict)
+    time: float = checked(fields.number, 0.0, lenient=True)
+    how: Optional[str] = checked(lambda v: fields.one_of(v, _HOWS), None)
+    commit: Optional[str] = checked(fields.object_name, None)
+    version: Optional[str] = checked(fields.text, None)
 
     def to_json(self) -> Dict[str, object]:
         return {k: v for k, v in asdict(self).items() if v is not None}
-
-    @classmethod
-    def from_json(cls, data: object) -> Optional["Stamp"]:
-        """The stamp, or None for a file that is not one (an unknown ``how``, a ``commit`` not an object name)."""
-        if not isinstance(data, dict) or not isinstance(data.get("key"), dict):
-            return None
-        how, commit, version = (data.get(name) for name in ("how", "commit", "version"))
-        if any(value is not None and not isinstance(value, str) for value in (how, commit, version)):
-            return None
-        if (how is not None and how not in _HOWS) or (commit is not None and fields.object_name(commit) is None):
-            return None
-        return cls(dict(data["key"]), fields.number(data.get("time")) or 0.0, how=how, commit=commit, version=version)
 
 
 class Stamps:

@@ -15,35 +15,62 @@ Check = Callable[[object], Any]
 
 
 def checked(check: Check, default: Any = dataclasses.MISSING, *, factory: Any = dataclasses.MISSING,
-            nullable: Optional[bool] = None, lenient: bool = False,
-            convert: Optional[Callable[[Any], Any]] = None) -> Any:
+            nullable: Optional[bool] = None, lenient: bool = False, convert: Optional[Callable[[Any], Any]] = None,
+            wanted: str = "what this tool writes") -> Any:
     """A dataclass field that ``from_json`` reads through ``check``, then ``convert``.  ``nullable`` (by default:
     whether the default is None) takes null; ``lenient`` reads a wrong value as the default (a field later
-    versions added) where it would refuse the whole record."""
+    versions added) where it would refuse the whole record; ``wanted`` says what a good value is."""
     metadata = {"check": check, "nullable": default is None if nullable is None else nullable, "lenient": lenient,
-                "convert": convert}
+                "convert": convert, "wanted": wanted}
     return dataclasses.field(default=default, default_factory=factory, metadata=metadata)
 
 
-def from_json(cls: Type[T], data: object) -> Optional[T]:
-    """The dataclass ``cls`` from a JSON object, or None when a field's check refuses its value.  A missing key
-    takes the field's default, or reads as null."""
+class Refused(ValueError):
+    """A record's field whose check refused its value: "<field> <value> is not <what a good value is>"."""
+
+
+def read(cls: Type[T], data: object, **given: Any) -> T:
+    """The dataclass ``cls`` from a JSON object, with the fields ``given`` as they are and those that name no
+    check at their defaults; Refused for the first field whose check refuses its value.  A missing key takes the
+    field's default, or reads as null."""
     if not isinstance(data, dict):
-        return None
-    values: Dict[str, Any] = {}
+        raise Refused("not a JSON object")
+    values: Dict[str, Any] = dict(given)
     for f in dataclasses.fields(cls):  # type: ignore[arg-type]
         has_default = f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
-        if f.name not in data and has_default:
+        if f.name in given or "check" not in f.metadata or (f.name not in data and has_default):
             continue
         value = data.get(f.name)
         found = f.metadata["check"](value)
         if found is None and not (value is None and f.metadata["nullable"]):
             if f.metadata["lenient"] and has_default:
                 continue
-            return None
+            raise Refused(f"{f.name} {shown(value)} is not {f.metadata['wanted']}")
         convert = f.metadata["convert"]
         values[f.name] = convert(found) if convert is not None and found is not None else found
     return cls(**values)
+
+
+def from_json(cls: Type[T], data: object) -> Optional[T]:
+    """The dataclass ``cls`` from a JSON object, or None when a field's check refuses its value."""
+    try:
+        return read(cls, data)
+    except Refused:
+        return None
+
+
+class Record:
+    """A base for a dataclass whose fields name their checks: ``Cls.from_json(data)`` reads it."""
+
+    @classmethod
+    def from_json(cls: Type[T], data: object) -> Optional[T]:
+        return from_json(cls, data)
+
+
+def shown(value: object) -> str:
+    """``value`` as a refusal shows it: its repr, cut to 40 characters."""
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def member(kind: Type[E]) -> Callable[[object], Optional[E]]:

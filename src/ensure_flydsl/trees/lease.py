@@ -12,9 +12,21 @@ import threading
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
-from ensure_flydsl.support.fields import MAX_SECONDS, SHORT_TEXT_MAX, integer, number, percent, seconds, short_text
+from ensure_flydsl.support.fields import (
+    MAX_SECONDS,
+    SHORT_TEXT_MAX,
+    checked,
+    integer,
+    number,
+    one_of,
+    percent,
+    read,
+    seconds,
+    short_text,
+    shown,
+)
 from ensure_flydsl.trees.backends import CacheCorrupt, CacheError, CacheUnreachable, Store
 from ensure_flydsl.trees.manifest import check_name
 
@@ -53,45 +65,56 @@ def _ttl(value: object) -> Optional[float]:
 
 
 _TEXT = f"a text of 1 to {SHORT_TEXT_MAX} printable characters"  # FLYDSL_HOST_ID is held to the same rule
-_TIME = (seconds, "a time in seconds")
-_LATER = (seconds, f"a number from 0 to {MAX_SECONDS:g}")
-# Each field of a record: its check (None for a bad value) and what a good value is, for the refusal.
-_FIELDS: Dict[str, Tuple[Callable[[object], object], str]] = {
-    "host": (short_text, _TEXT), "run_id": (short_text, _TEXT), "what": (short_text, _TEXT),
-    "step": (short_text, _TEXT), "pid": (_whole(2**31), f"a whole number from 0 to {2**31}"),
-    "failures_before": (_whole(10**6), f"a whole number from 0 to {10**6}"),
-    "beat": (_whole(2**62), f"a whole number from 0 to {2**62}"),
-    "ttl": (_ttl, f"what FLYDSL_LEASE_TTL allows (0 < ttl < {MAX_TTL_S:g} s)"),
-    "started": _TIME, "heartbeat": _TIME, "elapsed_s": _TIME, "eta_s": _LATER, "ended": _LATER,
-    "percent": (percent, "a number from 0 to 100"),
-}
-_DEFAULTS = {"failures_before": 0, "ttl": 0.0, "beat": 0, "heartbeat": 0.0, "elapsed_s": 0.0}
-_OPTIONAL = ("step", "percent", "eta_s", "ended")
+_TIME = "a time in seconds"
+_LATER = f"a number from 0 to {MAX_SECONDS:g}"
+
+
+def _failure(value: object) -> Optional[Dict[str, object]]:
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise ValueError("failure is not an object")
+    stage = value.get("stage")
+    if stage is not None and short_text(stage) is None:
+        raise ValueError(f"stage {shown(stage)} is not {_TEXT}")
+    code = value.get("exit_code")
+    if not isinstance(code, int) or isinstance(code, bool) or code not in FAILURE_EXIT_CODES:
+        raise ValueError(f"failure exit_code {shown(code)} is not a build step's (2 to 8)")
+    reason = value.get("reason")
+    if not isinstance(reason, str) or len(reason) > MAX_REASON:
+        raise ValueError("failure reason is not a text")
+    # Messages are one line each: the reason's line breaks and control characters become spaces.
+    return {"stage": short_text(stage), "exit_code": code,
+            "reason": "".join(c if c.isprintable() else " " for c in reason)}
 
 
 @dataclass
 class LeaseRecord:
-    """One generation of a key's lease: who builds what, and how far (or how it failed)."""
+    """One generation of a key's lease: who builds what, and how far (or how it failed).  Each field read from a
+    record names its check and what a good value is, for the refusal."""
 
     kind: str
     key: str
     generation: int
-    host: str
-    run_id: str
-    pid: int
-    started: float  # the holder's wall clock when it took the lease, for people
-    what: str  # "the FlyDSL tree for a35627a2", for messages
-    failures_before: int = 0  # recorded failures of this key before this generation, in this round
-    ttl: float = 0.0  # the holder's FLYDSL_LEASE_TTL: it beats every ttl/4 and is dead after ttl without one
-    state: str = BUILDING
-    beat: int = 0
-    heartbeat: float = 0.0  # the holder's wall clock at its last beat, for people
-    elapsed_s: float = 0.0  # the holder's monotonic seconds since it took the lease, at its last beat
-    step: Optional[str] = None
-    percent: Optional[float] = None
-    eta_s: Optional[float] = None
-    failure: Optional[Dict[str, object]] = None  # stage, exit_code, reason
-    ended: Optional[float] = None
+    host: str = checked(short_text, wanted=_TEXT)
+    run_id: str = checked(short_text, wanted=_TEXT)
+    pid: int = checked(_whole(2**31), wanted=f"a whole number from 0 to {2**31}")
+    started: float = checked(seconds, wanted=_TIME)  # the holder's wall clock when it took the lease, for people
+    what: str = checked(short_text, wanted=_TEXT)  # "the FlyDSL tree for a35627a2", for messages
+    # Recorded failures of this key before this generation, in this round.
+    failures_before: int = checked(_whole(10**6), 0, wanted=f"a whole number from 0 to {10**6}")
+    # The holder's FLYDSL_LEASE_TTL: it beats every ttl/4 and is dead after ttl without one.
+    ttl: float = checked(_ttl, 0.0, wanted=f"what FLYDSL_LEASE_TTL allows (0 < ttl < {MAX_TTL_S:g} s)")
+    state: str = checked(lambda v: one_of(v, (BUILDING, FAILED)), BUILDING, wanted=f"{BUILDING} or {FAILED}")
+    beat: int = checked(_whole(2**62), 0, wanted=f"a whole number from 0 to {2**62}")
+    heartbeat: float = checked(seconds, 0.0, wanted=_TIME)  # the holder's wall clock at its last beat, for people
+    # The holder's monotonic seconds since it took the lease, at its last beat.
+    elapsed_s: float = checked(seconds, 0.0, wanted=_TIME)
+    step: Optional[str] = checked(short_text, None, wanted=_TEXT)
+    percent: Optional[float] = checked(percent, None, wanted="a number from 0 to 100")
+    eta_s: Optional[float] = checked(seconds, None, wanted=_LATER)
+    failure: Optional[Dict[str, object]] = checked(_failure, None)  # stage, exit_code, reason
+    ended: Optional[float] = checked(seconds, None, wanted=_LATER)
     raw: bytes = field(default=b"", repr=False, compare=False)  # as read: liveness compares it
     invalid: Optional[str] = field(default=None, repr=False, compare=False)  # why it was refused
 
@@ -125,46 +148,13 @@ class LeaseRecord:
             raise ValueError("not a JSON object")
         if obj.get("kind") != kind or obj.get("key") != key:
             raise ValueError("it names another kind or key")
-        state = obj.get("state", BUILDING)
-        if state not in (BUILDING, FAILED):
-            raise ValueError(f"state {_shown(state)}")
-        values: Dict[str, Any] = {}
-        for name, (check, wanted) in _FIELDS.items():
-            value = obj.get(name, _DEFAULTS.get(name))
-            values[name] = check(value)
-            if values[name] is None and (value is not None or name not in _OPTIONAL):
-                raise ValueError(f"{name} {_shown(value)} is not {wanted}")
-        record = cls(kind, key, generation, state=str(state), failure=_failure(obj.get("failure")), **values)
+        record = read(cls, obj, kind=kind, key=key, generation=generation)
         if record.state == FAILED and (record.failure is None or record.ended is None):
             raise ValueError("a failure record without its failure or its end")
         return record
 
     def who(self) -> str:
         return f"{self.host} (run {self.run_id})"
-
-
-def _shown(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
-def _failure(value: object) -> Optional[Dict[str, object]]:
-    if value is None:
-        return None
-    if not isinstance(value, dict):
-        raise ValueError("failure is not an object")
-    stage = value.get("stage")
-    if stage is not None and short_text(stage) is None:
-        raise ValueError(f"stage {_shown(stage)} is not {_TEXT}")
-    code = value.get("exit_code")
-    if not isinstance(code, int) or isinstance(code, bool) or code not in FAILURE_EXIT_CODES:
-        raise ValueError(f"failure exit_code {_shown(code)} is not a build step's (2 to 8)")
-    reason = value.get("reason")
-    if not isinstance(reason, str) or len(reason) > MAX_REASON:
-        raise ValueError("failure reason is not a text")
-    # Messages are one line each: the reason's line breaks and control characters become spaces.
-    return {"stage": short_text(stage), "exit_code": code,
-            "reason": "".join(c if c.isprintable() else " " for c in reason)}
 
 
 def lease_folder(kind: str, key: str) -> str:

@@ -21,6 +21,7 @@ from typing import Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 from ensure_flydsl import layout
 from ensure_flydsl.result import LINK_MODES
 from ensure_flydsl.support import fields
+from ensure_flydsl.support.fields import Record, checked
 from ensure_flydsl.support.files import (
     atomic_write,
     atomic_write_json,
@@ -119,12 +120,17 @@ class TreeInfo:
         return {**asdict(self), "last_used": round(self.last_used, 3), "problem": self.problem or None}
 
 
+def _tree_files(value: object) -> Optional[Dict[str, str]]:
+    found = fields.text_map(value)
+    return found if found is not None and all(_inside(f) for f in found.values()) else None
+
+
 @dataclass(frozen=True)
-class Passed:
+class Passed(Record):
     """A probe a stored tree passed: flydsl's version and each module's file relative to the root."""
 
-    version: str
-    files: Dict[str, str]
+    version: str = checked(fields.short_text)
+    files: Dict[str, str] = checked(_tree_files)
 
 
 class HostStore:
@@ -239,11 +245,8 @@ class HostStore:
         for record in self._probes(key):
             if not _same(record.get("fingerprint"), fingerprint):
                 continue
-            version, files = fields.short_text(record.get("version")), fields.text_map(record.get("files"))
-            if version is None or files is None or sorted(files) != sorted(modules) or not all(
-                    _inside(f) for f in files.values()):
-                return None
-            return Passed(version, files)
+            found = Passed.from_json(record)
+            return found if found is not None and sorted(found.files) == sorted(modules) else None
         return None
 
     def remember(self, key: str, fingerprint: Mapping[str, object], version: str, files: Dict[str, str]) -> None:
