@@ -33,7 +33,8 @@ MAKE_ENTRY = r"""
 import json, os, sys
 from ensure_flydsl.support.files import file_sha256
 from ensure_flydsl.ways.source.environment import llvm_key
-from ensure_flydsl.trees.remote import cache_key, open_cache
+from ensure_flydsl.trees.manifest import cache_key
+from ensure_flydsl.trees.remote import open_cache
 from ensure_flydsl.support.urls import repo_identity
 from ensure_flydsl.probe.interpreter import describe_interpreter
 root, repo, python, commit, location = sys.argv[1:6]

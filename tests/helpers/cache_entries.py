@@ -10,7 +10,8 @@ import tarfile
 import time
 from typing import Dict, List, Tuple
 
-from ensure_flydsl.trees.remote import CacheEntry, cache_key, open_cache
+from ensure_flydsl.trees.manifest import CacheEntry, cache_key
+from ensure_flydsl.trees.remote import open_cache
 
 FIELDS: Dict[str, object] = {"repo": "https://github.com/ROCm/FlyDSL.git",
                              "commit": "a35627a2fef0a5a70c63536c4174674223866737",

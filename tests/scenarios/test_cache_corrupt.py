@@ -11,11 +11,8 @@ from typing import Callable, Dict, List
 
 import pytest
 
-from ensure_flydsl.trees.remote import (
-    CacheEntry,
-    Member,
-    open_cache,
-)
+from ensure_flydsl.trees.manifest import CacheEntry, Member
+from ensure_flydsl.trees.remote import open_cache
 from tests.helpers.cache_entries import KEY, _member, blob_file, manifest_file, publish_raw
 from tests.helpers.cache_trees import assert_rejected, published, write
 

@@ -10,13 +10,9 @@ import time
 
 import pytest
 
-from ensure_flydsl.trees.remote import (
-    CacheError,
-    cache_key,
-    format_size,
-    open_cache,
-    parse_size,
-)
+from ensure_flydsl.trees.backends import CacheError
+from ensure_flydsl.trees.manifest import cache_key
+from ensure_flydsl.trees.remote import format_size, open_cache, parse_size
 from tests.helpers.cache_entries import FIELDS, KEY, blob_file, manifest_file
 from tests.helpers.cache_trees import make_tree, published, snapshot, write
 

@@ -14,10 +14,8 @@ from typing import Dict, Iterator, Optional
 
 import pytest
 
-from ensure_flydsl.trees.remote import (
-    cache_key,
-    open_cache,
-)
+from ensure_flydsl.trees.manifest import cache_key
+from ensure_flydsl.trees.remote import open_cache
 from tests.helpers.cache_entries import FIELDS, KEY
 from tests.helpers.cache_trees import assert_rejected, make_tree, snapshot
 from tests.helpers.result_schema import validate_own
@@ -27,7 +25,7 @@ from tests.helpers.s3_server import S3Server
 # -- locations and the command line --------------------------------------------------------------------
 def test_a_url_without_fsspec_says_which_extra_to_install(tmp_path: "os.PathLike[str]") -> None:
     code = ("import sys; sys.modules['fsspec'] = None\n"  # as on a bare image without the extra
-            "from ensure_flydsl.trees.remote import open_cache, CacheError\n"
+            "from ensure_flydsl.trees.backends import CacheError\nfrom ensure_flydsl.trees.remote import open_cache\n"
             "try:\n    open_cache('s3://bucket/prefix')\nexcept CacheError as exc:\n    print(exc)\n")
     out = subprocess.run([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, check=True)
     assert "needs fsspec" in out.stdout

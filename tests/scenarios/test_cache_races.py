@@ -11,19 +11,17 @@ from typing import Iterator
 
 import pytest
 
-from ensure_flydsl.trees.remote import (
-    CacheCorrupt,
-    CacheError,
-    cache_key,
-    open_cache,
-)
+from ensure_flydsl.trees.backends import CacheCorrupt, CacheError
+from ensure_flydsl.trees.manifest import cache_key
+from ensure_flydsl.trees.remote import open_cache
 from tests.helpers.cache_entries import FIELDS, KEY
 from tests.helpers.cache_trees import write
 
 # -- races, pruning, full disks ------------------------------------------------------------------------
 RACE_SCRIPT = textwrap.dedent("""
     import os, shutil, sys, time
-    from ensure_flydsl.trees.remote import open_cache, cache_key
+    from ensure_flydsl.trees.manifest import cache_key
+    from ensure_flydsl.trees.remote import open_cache
     role, cache_dir, go, stop = sys.argv[1:5]
     fields = {"commit": "c" * 40, "abi": "race"}
     key = cache_key("tree", fields)
@@ -87,7 +85,8 @@ def test_concurrent_publishers_of_one_key_and_a_reader(cache_dir: str, tmp_path:
 
 FULL_DISK_SCRIPT = textwrap.dedent("""
     import os, resource, signal, sys
-    from ensure_flydsl.trees.remote import open_cache, CacheError, CacheCorrupt
+    from ensure_flydsl.trees.backends import CacheCorrupt, CacheError
+    from ensure_flydsl.trees.remote import open_cache
     cache_dir, key, dest, limit = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
     cache = open_cache(cache_dir)
     entry = cache.lookup("tree", key)

@@ -13,7 +13,9 @@ from typing import Dict, Tuple
 
 import pytest
 
-from ensure_flydsl.trees.remote import Cache, CacheCorrupt, CacheEntry, open_cache
+from ensure_flydsl.trees.backends import CacheCorrupt
+from ensure_flydsl.trees.manifest import CacheEntry
+from ensure_flydsl.trees.remote import Cache, open_cache
 from tests.helpers.cache_entries import FIELDS, KEY, blob_file
 from tests.helpers.flydsl_fixture import FixtureRepo
 from tests.helpers.scenario import assert_one_tree

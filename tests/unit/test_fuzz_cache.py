@@ -32,10 +32,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ensure_flydsl.errors import EnsureError
-from ensure_flydsl.trees.backends import FolderStore
+from ensure_flydsl.trees.backends import CacheCorrupt, CacheError, FolderStore
 from ensure_flydsl.trees.lease import BUILDING, FAILED, UNKNOWN_HOST, LeaseRecord, Leases, generation_path
-from ensure_flydsl.trees.manifest import parse_manifest
-from ensure_flydsl.trees.remote import Cache, CacheCorrupt, CacheEntry, CacheError, cache_key, open_cache
+from ensure_flydsl.trees.manifest import CacheEntry, cache_key, parse_manifest
+from ensure_flydsl.trees.remote import Cache, open_cache
 from ensure_flydsl.ways.cache.fleet import believed, build_failure, describe, give_up
 from tests.helpers.reliability import record
 

@@ -14,8 +14,10 @@ from ensure_flydsl.result import result_object
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.support.keys import KEY_NAME, NAME_ALLOWED, KeyProblem, read_secret_key
 from ensure_flydsl.trees import signing
+from ensure_flydsl.trees.backends import CacheError
 from ensure_flydsl.trees.local import HostStore
-from ensure_flydsl.trees.remote import Cache, CacheEntry, CacheError, format_size, open_cache, parse_size
+from ensure_flydsl.trees.manifest import CacheEntry
+from ensure_flydsl.trees.remote import Cache, format_size, open_cache, parse_size
 
 LIST_SCHEMA_VERSION = 1  # `cache list --json`'s shape (docs/schema/cache_list.schema.json): a new key keeps it
 SUMMARY_FIELDS = ("commit", "llvm_commit", "abi", "platform")  # shown first in `cache list`, when an entry has them

@@ -20,7 +20,8 @@ from ensure_flydsl.source.git import Checkout
 from ensure_flydsl.source.root import RootKind, Stamp, classify_root, creatable_problem, is_ours
 from ensure_flydsl.support.report import Reporter
 from ensure_flydsl.support.urls import shown_location
-from ensure_flydsl.trees.remote import CacheError, open_cache
+from ensure_flydsl.trees.backends import CacheError
+from ensure_flydsl.trees.remote import open_cache
 from ensure_flydsl.warm import file_identity
 from ensure_flydsl.ways import provisions
 from ensure_flydsl.ways.checks import MISSING, WRONG, Check, passed, skipped

@@ -43,9 +43,6 @@ MAX_VARIANTS = 64  # per key: one per signing key; more is a store flooded on pu
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([kmgt]?)(?:i?b)?\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
 
-__all__ = ["Cache", "CacheCorrupt", "CacheEntry", "CacheError", "Member", "Published", "cache_key", "format_size",
-           "open_cache", "parse_size"]
-
 
 def parse_size(text: str) -> int:
     """``"500M"``, ``"2G"``, ``"1.5T"``, ``"1234"`` (also ``500MB``, ``2GiB``) in bytes; units are powers of 1024."""

@@ -14,7 +14,8 @@ from ensure_flydsl.errors import EnsureError, ExitCode, Stage
 from ensure_flydsl.settings import host_id
 from ensure_flydsl.support.report import fmt_seconds
 from ensure_flydsl.trees import lease
-from ensure_flydsl.trees.remote import Cache, CacheError, manifest_path
+from ensure_flydsl.trees.backends import CacheError
+from ensure_flydsl.trees.remote import Cache, manifest_path
 from ensure_flydsl.ways.cache.provider import cache_failed, usable
 from ensure_flydsl.ways.context import Run
 

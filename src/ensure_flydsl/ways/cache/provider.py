@@ -19,8 +19,9 @@ from ensure_flydsl.support import faults
 from ensure_flydsl.support.files import file_sha256, remove_tree
 from ensure_flydsl.support.keys import KeyProblem, SecretKey, read_secret_key
 from ensure_flydsl.support.urls import shown_location
-from ensure_flydsl.trees.backends import CacheUnreachable
-from ensure_flydsl.trees.remote import Cache, CacheCorrupt, CacheEntry, CacheError, cache_key, format_size, open_cache
+from ensure_flydsl.trees.backends import CacheCorrupt, CacheError, CacheUnreachable
+from ensure_flydsl.trees.manifest import CacheEntry, cache_key
+from ensure_flydsl.trees.remote import Cache, format_size, open_cache
 from ensure_flydsl.trees.signing import check_entry, check_secret, manifest_sha, trusted_keys
 from ensure_flydsl.ways import Way
 from ensure_flydsl.ways.base import Early, Provider, Shared

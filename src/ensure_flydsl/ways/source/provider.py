@@ -19,7 +19,8 @@ from ensure_flydsl.support import faults
 from ensure_flydsl.support.files import file_sha256
 from ensure_flydsl.support.processes import stream_command
 from ensure_flydsl.trees.lease import HeldLease
-from ensure_flydsl.trees.remote import Cache, cache_key
+from ensure_flydsl.trees.manifest import cache_key
+from ensure_flydsl.trees.remote import Cache
 from ensure_flydsl.ways import Way, falls_back
 from ensure_flydsl.ways.base import DoctorCheck, Early, Provider, Shared
 from ensure_flydsl.ways.cache import provider as cached
