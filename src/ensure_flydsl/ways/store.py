@@ -134,12 +134,14 @@ class StoreProvider(Provider):
 
     def answers_unprobed(self, run: Run, commit: str) -> bool:
         """Whether a stored tree for this pin passed the probe with this interpreter as it is now."""
-        fingerprint = None if run.settings.verify else interpreter_fingerprint(run)
-        if fingerprint is None:
-            return False
-        modules = probe_modules(run.settings.require)
-        return any(self.store.lookup(key)[0] is not None and self.store.passed(key, fingerprint, modules) is not None
+        return any(self.store.lookup(key)[0] is not None and self._known_pass(run, key) is not None
                    for key in lookup_keys(run, commit, self.release))
+
+    def _known_pass(self, run: Run, key: str) -> Optional[local.Passed]:
+        """What the probe of the stored tree ``key`` answered with this interpreter as it is now (not under
+        ``--verify``)."""
+        fingerprint = None if run.settings.verify else interpreter_fingerprint(run)
+        return self.store.passed(key, fingerprint, probe_modules(run.settings.require)) if fingerprint else None
 
     def _drop(self, run: Run, key: str, why: str) -> None:
         run.say(f"store: the tree {key[:12]} in {self.store.path} is damaged ({why}); it is not linked, and is "
@@ -183,9 +185,7 @@ class StoreProvider(Provider):
 
     def _verified(self, run: Run, commit: str, manifest: CacheEntry, mode: str) -> Optional[Decision]:
         how = How(manifest.how)
-        fingerprint = None if run.settings.verify else interpreter_fingerprint(run)
-        known = self.store.passed(manifest.key, fingerprint, probe_modules(run.settings.require)) \
-            if fingerprint else None
+        known = self._known_pass(run, manifest.key)
         if known is not None:
             decision = decision_from_pass(run, commit, how, known)
             if decision is not None:

@@ -64,11 +64,8 @@ def check_hip(rocm_path: str) -> HipCheck:
 
 def _actual_library(lib: str) -> Optional[str]:
     """The real (non-link) libamdhip64.so.* in ``lib``, preferring the longest version string."""
-    candidates = [
-        p for p in glob.glob(os.path.join(lib, "libamdhip64.so*")) if os.path.isfile(p) and not os.path.islink(p)
-    ]
-    if not candidates:
-        candidates = [p for p in glob.glob(os.path.join(lib, "libamdhip64.so*")) if os.path.isfile(p)]
+    found = [p for p in glob.glob(os.path.join(lib, "libamdhip64.so*")) if os.path.isfile(p)]
+    candidates = [p for p in found if not os.path.islink(p)] or found
     return max(candidates, key=len) if candidates else None
 
 
