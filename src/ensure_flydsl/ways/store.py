@@ -4,7 +4,6 @@ tree is said, removed and made again."""
 
 from __future__ import annotations
 
-import concurrent.futures
 import hashlib
 import os
 from typing import Dict, List, Optional
@@ -25,7 +24,6 @@ from ensure_flydsl.trees.backends import CacheCorrupt
 from ensure_flydsl.trees.manifest import CacheEntry, cache_key, hashed_members
 from ensure_flydsl.ways import Way, tries
 from ensure_flydsl.ways.base import Early, Provider, Shared
-from ensure_flydsl.ways.checks import Check, RunContext, Submit
 from ensure_flydsl.ways.context import Decision, Run
 from ensure_flydsl.ways.tree import prepare_build_dir, tree_identity, verify_tree
 
@@ -114,10 +112,6 @@ class StoreProvider(Provider):
     @classmethod
     def for_run(cls, run: Run, shared: Shared) -> Optional[StoreProvider]:
         return None if shared.store is None else cls(shared.store, shared.release, shared.early)
-
-    @staticmethod
-    def predict(ctx: RunContext, checkout: Optional[str], submit: Submit) -> List[concurrent.futures.Future[Check]]:
-        return []
 
     def provide(self, run: Run, commit: str) -> Optional[Decision]:
         for key in lookup_keys(run, commit, self.release):
