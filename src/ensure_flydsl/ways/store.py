@@ -166,11 +166,11 @@ class StoreProvider(Provider):
                     self.store.link(manifest, staging, linker)
                     rename_into_place(staging, packages)
                 run.stamps.finish("build", stamp_key)
-                self.store.hold(root, manifest.key, linker.mode or local.HARDLINK)  # before prune may look
+                mode = linker.mode or local.HARDLINK
+                self.store.hold(root, manifest.key, mode)  # before prune may look
         if problem is not None:
             self._drop(run, manifest.key, problem)
             return None
-        mode = linker.mode or local.HARDLINK
         run.worked()
         run.say(f"store: linked the {manifest.how} tree {manifest.key[:12]} ({manifest.files} files, "
                 f"{manifest.size >> 20} MB) into {packages} by {mode}")

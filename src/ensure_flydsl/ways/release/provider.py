@@ -112,10 +112,10 @@ class ReleaseProvider(Provider):
         run.worked()
         os.makedirs(build_dir, exist_ok=True)
         with recording(build_dir, layout.build_made_record(root)):  # clean removes only what it made
-            self._download_and_install(run, commit, build_dir, packages)
+            self._download_and_install(run, commit, packages)
         stamps.finish("build", key)
 
-    def _download_and_install(self, run: Run, commit: str, build_dir: str, packages: str) -> None:
+    def _download_and_install(self, run: Run, commit: str, packages: str) -> None:
         root, version = run.settings.root, self.version
         download, staging = layout.wheel_install_dirs(root)
         remove_tree(download)  # leftovers of an interrupted run of ours
