@@ -81,6 +81,7 @@ class Provider(Protocol):
     @staticmethod
     def predict(ctx: RunContext, checkout: Optional[str], submit: Submit) -> List[concurrent.futures.Future[Check]]:
         """The doctor's checks of what this way needs, submitted to its pool."""
+        return []
 
     def provide(self, run: Run, commit: str) -> Optional[Decision]: ...
 

@@ -4,7 +4,6 @@ tree is said, removed and made again."""
 
 from __future__ import annotations
 
-import concurrent.futures
 import hashlib
 import os
 from typing import Dict, List, Optional
@@ -25,7 +24,6 @@ from ensure_flydsl.trees.backends import CacheCorrupt
 from ensure_flydsl.trees.manifest import CacheEntry, cache_key, hashed_members
 from ensure_flydsl.ways import Way, tries
 from ensure_flydsl.ways.base import Early, Provider, Shared
-from ensure_flydsl.ways.checks import Check, RunContext, Submit
 from ensure_flydsl.ways.context import Decision, Run
 from ensure_flydsl.ways.tree import prepare_build_dir, tree_identity, verify_tree
 
@@ -115,10 +113,6 @@ class StoreProvider(Provider):
     def for_run(cls, run: Run, shared: Shared) -> Optional[StoreProvider]:
         return None if shared.store is None else cls(shared.store, shared.release, shared.early)
 
-    @staticmethod
-    def predict(ctx: RunContext, checkout: Optional[str], submit: Submit) -> List[concurrent.futures.Future[Check]]:
-        return []
-
     def provide(self, run: Run, commit: str) -> Optional[Decision]:
         for key in lookup_keys(run, commit, self.release):
             manifest, why = self.store.lookup(key)
@@ -134,12 +128,14 @@ class StoreProvider(Provider):
 
     def answers_unprobed(self, run: Run, commit: str) -> bool:
         """Whether a stored tree for this pin passed the probe with this interpreter as it is now."""
-        fingerprint = None if run.settings.verify else interpreter_fingerprint(run)
-        if fingerprint is None:
-            return False
-        modules = probe_modules(run.settings.require)
-        return any(self.store.lookup(key)[0] is not None and self.store.passed(key, fingerprint, modules) is not None
+        return any(self.store.lookup(key)[0] is not None and self._known_pass(run, key) is not None
                    for key in lookup_keys(run, commit, self.release))
+
+    def _known_pass(self, run: Run, key: str) -> Optional[local.Passed]:
+        """What the probe of the stored tree ``key`` answered with this interpreter as it is now (not under
+        ``--verify``)."""
+        fingerprint = None if run.settings.verify else interpreter_fingerprint(run)
+        return self.store.passed(key, fingerprint, probe_modules(run.settings.require)) if fingerprint else None
 
     def _drop(self, run: Run, key: str, why: str) -> None:
         run.say(f"store: the tree {key[:12]} in {self.store.path} is damaged ({why}); it is not linked, and is "
@@ -170,11 +166,11 @@ class StoreProvider(Provider):
                     self.store.link(manifest, staging, linker)
                     rename_into_place(staging, packages)
                 run.stamps.finish("build", stamp_key)
-                self.store.hold(root, manifest.key, linker.mode or local.HARDLINK)  # before prune may look
+                mode = linker.mode or local.HARDLINK
+                self.store.hold(root, manifest.key, mode)  # before prune may look
         if problem is not None:
             self._drop(run, manifest.key, problem)
             return None
-        mode = linker.mode or local.HARDLINK
         run.worked()
         run.say(f"store: linked the {manifest.how} tree {manifest.key[:12]} ({manifest.files} files, "
                 f"{manifest.size >> 20} MB) into {packages} by {mode}")
@@ -183,9 +179,7 @@ class StoreProvider(Provider):
 
     def _verified(self, run: Run, commit: str, manifest: CacheEntry, mode: str) -> Optional[Decision]:
         how = How(manifest.how)
-        fingerprint = None if run.settings.verify else interpreter_fingerprint(run)
-        known = self.store.passed(manifest.key, fingerprint, probe_modules(run.settings.require)) \
-            if fingerprint else None
+        known = self._known_pass(run, manifest.key)
         if known is not None:
             decision = decision_from_pass(run, commit, how, known)
             if decision is not None:

@@ -107,15 +107,15 @@ class ReleaseProvider(Provider):
         if stamps.done("build", key) and os.path.isdir(packages):
             run.say(f"the flydsl {version} wheel is already installed in {packages}")
             return
-        wheels.check_checkout_version("v" + version, wheels.static_version(checkout_init(root)))
+        wheels.check_versions("v" + version, root)
         stamps.begin("build", key)
         run.worked()
         os.makedirs(build_dir, exist_ok=True)
         with recording(build_dir, layout.build_made_record(root)):  # clean removes only what it made
-            self._download_and_install(run, commit, build_dir, packages)
+            self._download_and_install(run, commit, packages)
         stamps.finish("build", key)
 
-    def _download_and_install(self, run: Run, commit: str, build_dir: str, packages: str) -> None:
+    def _download_and_install(self, run: Run, commit: str, packages: str) -> None:
         root, version = run.settings.root, self.version
         download, staging = layout.wheel_install_dirs(root)
         remove_tree(download)  # leftovers of an interrupted run of ours
@@ -134,9 +134,7 @@ class ReleaseProvider(Provider):
             remove_tree(download)
             remove_tree(layout.wheel_download_dir(root))  # the one downloaded beside the fetch
         faults.point("release-installed")
-        wheels.check_versions_agree("v" + version, wheels.static_version(checkout_init(root)),
-                                    wheels.installed_version(staging),
-                                    wheels.static_version(os.path.join(staging, "flydsl", "__init__.py")))
+        wheels.check_versions("v" + version, root, staging)
         remove_tree(packages)
         rename_into_place(staging, packages)
 
@@ -170,10 +168,6 @@ class ReleaseProvider(Provider):
                             "is built from)")
         run.say(f"release v{self.version}: {os.path.basename(wheel)} is built from the pin: {found.summary()} "
                 f"in {layout.FLYDSL_SOURCES}")
-
-
-def checkout_init(root: str) -> str:
-    return os.path.join(root, layout.FLYDSL_SOURCES, "__init__.py")
 
 
 def tracked_sources(checkout: Checkout, commit: str) -> List[str]:

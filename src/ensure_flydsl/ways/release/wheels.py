@@ -8,7 +8,7 @@ import pathlib
 import re
 import zipfile
 from dataclasses import dataclass
-from typing import IO, Any, Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple, cast
+from typing import IO, Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, cast
 
 from installer import install
 from installer.destinations import SchemeDictionaryDestination
@@ -19,6 +19,7 @@ from installer.utils import parse_metadata_file
 from packaging.version import InvalidVersion, Version
 
 from ensure_flydsl.errors import EnsureError, ExitCode, Stage
+from ensure_flydsl.layout import FLYDSL_SOURCES
 from ensure_flydsl.probe.results import Interpreter
 from ensure_flydsl.source.release_tags import tag_version
 
@@ -181,19 +182,13 @@ def installed_version(target: str) -> Optional[str]:
     return None
 
 
-def check_versions_agree(tag: str, checkout_version: Optional[str], wheel_version: Optional[str],
-                         package_version: Optional[str]) -> None:
-    """The tag, the checkout's and the wheel's versions agree, or kernels and package are of two releases."""
-    _agree(tag, {"the checkout's __version__": checkout_version, "the wheel's metadata": wheel_version,
-                 "the installed __version__": package_version})
-
-
-def check_checkout_version(tag: str, checkout_version: Optional[str]) -> None:
-    """The part of :func:`check_versions_agree` known before the download."""
-    _agree(tag, {"the checkout's __version__": checkout_version})
-
-
-def _agree(tag: str, seen: Mapping[str, Optional[str]]) -> None:
+def check_versions(tag: str, root: str, installed: Optional[str] = None) -> None:
+    """The tag, the checkout's ``__version__`` and, once the wheel is ``installed`` (its folder), the wheel's
+    metadata and installed ``__version__`` agree, or kernels and package are of two releases."""
+    seen = {"the checkout's __version__": static_version(os.path.join(root, FLYDSL_SOURCES, "__init__.py"))}
+    if installed is not None:
+        seen["the wheel's metadata"] = installed_version(installed)
+        seen["the installed __version__"] = static_version(os.path.join(installed, "flydsl", "__init__.py"))
     expected = tag_version(tag) or tag
     wrong = {what: v for what, v in seen.items() if not _same_version(v, expected)}
     if wrong:

@@ -15,6 +15,7 @@ from ensure_flydsl.probe.results import Interpreter
 from ensure_flydsl.settings import GitMirrors
 from ensure_flydsl.source.git import with_mirrors, with_network_limits
 from ensure_flydsl.source.llvm_inputs import checkout_llvm_inputs
+from ensure_flydsl.support import fields
 from ensure_flydsl.support.files import atomic_write, atomic_write_json, read_json
 from ensure_flydsl.ways.package_index import CONFLICTING_PIP_ENV
 
@@ -134,27 +135,20 @@ class LlvmRecord:
     """``BASE/.llvm-project.ensure-flydsl.json``: this tool made ``llvm-project/``; the keys of the build it
     started there and of the one it finished."""
 
-    created: bool
-    started: Optional[Dict[str, object]] = None
-    done: Optional[Dict[str, object]] = None
+    created: bool = fields.checked(fields.boolean)
+    started: Optional[Dict[str, object]] = fields.checked(fields.mapping, None)
+    done: Optional[Dict[str, object]] = fields.checked(fields.mapping, None)
 
     def to_json(self) -> Dict[str, object]:
         return asdict(self)
 
     @classmethod
-    def read(cls, base_dir: str) -> Optional["LlvmRecord"]:
-        return cls.from_json(read_json(llvm_record(base_dir)))
+    def from_json(cls, data: object) -> Optional["LlvmRecord"]:
+        return fields.from_json(cls, data)
 
     @classmethod
-    def from_json(cls, data: object) -> Optional["LlvmRecord"]:
-        """The record, or None for one that is not."""
-        if not isinstance(data, dict) or not isinstance(data.get("created"), bool):
-            return None
-        started, done = data.get("started"), data.get("done")
-        if any(key is not None and not isinstance(key, dict) for key in (started, done)):
-            return None
-        return cls(data["created"] is True, dict(started) if started is not None else None,
-                   dict(done) if done is not None else None)
+    def read(cls, base_dir: str) -> Optional["LlvmRecord"]:
+        return cls.from_json(read_json(llvm_record(base_dir)))
 
     def write(self, base_dir: str) -> None:
         atomic_write_json(llvm_record(base_dir), self.to_json())

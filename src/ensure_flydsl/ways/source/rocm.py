@@ -64,11 +64,8 @@ def check_hip(rocm_path: str) -> HipCheck:
 
 def _actual_library(lib: str) -> Optional[str]:
     """The real (non-link) libamdhip64.so.* in ``lib``, preferring the longest version string."""
-    candidates = [
-        p for p in glob.glob(os.path.join(lib, "libamdhip64.so*")) if os.path.isfile(p) and not os.path.islink(p)
-    ]
-    if not candidates:
-        candidates = [p for p in glob.glob(os.path.join(lib, "libamdhip64.so*")) if os.path.isfile(p)]
+    found = [p for p in glob.glob(os.path.join(lib, "libamdhip64.so*")) if os.path.isfile(p)]
+    candidates = [p for p in found if not os.path.islink(p)] or found
     return max(candidates, key=len) if candidates else None
 
 
@@ -80,50 +77,14 @@ def _listing_digest(folder: str) -> str:
     return hashlib.sha256("\0".join(names).encode(errors="replace")).hexdigest()
 
 
-@dataclass(frozen=True)
-class OverlayKey:
-    """What an overlay was made for, its stamp: ROCm's entries, digests of its lib/ and lib/cmake/ listings, the
-    hip package's files (name, size, mtime), the missing names, the real library."""
-
-    rocm_path: str
-    entries: Tuple[str, ...]
-    lib: str
-    cmake: str
-    package: Tuple[Tuple[str, int, int], ...]
-    missing: Tuple[str, ...]
-    actual: Optional[str]
-
-    def to_json(self) -> Dict[str, object]:
-        return asdict(self)
-
-    @classmethod
-    def from_json(cls, data: object) -> Optional["OverlayKey"]:
-        """The key, or None when a value is not one :func:`_overlay_key` makes (a stamp planted or torn)."""
-        if not isinstance(data, dict):
-            return None
-        rocm_path, actual = fields.absolute_path(data.get("rocm_path")), data.get("actual")
-        entries, missing, package = _names(data.get("entries")), _names(data.get("missing")), data.get("package")
-        lib, cmake = data.get("lib"), data.get("cmake")
-        if rocm_path is None or entries is None or missing is None or not isinstance(package, list):
-            return None
-        if not all(isinstance(d, str) and len(d) == 64 and set(d) <= _HEX for d in (lib, cmake)):
-            return None
-        if actual is not None and fields.absolute_path(actual) is None:
-            return None
-        files = [_package_file(entry) for entry in package]
-        if any(f is None for f in files):
-            return None
-        return cls(rocm_path, entries, str(lib), str(cmake), tuple(f for f in files if f is not None), missing,
-                   actual)
-
-
-_HEX = frozenset("0123456789abcdef")
-
-
 def _names(value: object) -> Optional[Tuple[str, ...]]:
     """File names of one folder (no slash, no NUL, not empty)."""
     found = fields.paths(value)
     return tuple(found) if found is not None and all(n and "/" not in n for n in found) else None
+
+
+def _digest(value: object) -> Optional[str]:
+    return value if isinstance(value, str) and len(value) == 64 and set(value) <= set("0123456789abcdef") else None
 
 
 def _package_file(value: object) -> Optional[Tuple[str, int, int]]:
@@ -133,6 +94,33 @@ def _package_file(value: object) -> Optional[Tuple[str, int, int]]:
     if names is None or size is None or mtime is None or size < 0 or mtime < 0:
         return None
     return names[0], size, mtime
+
+
+def _package(value: object) -> Optional[Tuple[Tuple[str, int, int], ...]]:
+    files = [_package_file(entry) for entry in value] if isinstance(value, list) else [None]
+    return tuple(f for f in files if f is not None) if None not in files else None
+
+
+@dataclass(frozen=True)
+class OverlayKey:
+    """What an overlay was made for, its stamp: ROCm's entries, digests of its lib/ and lib/cmake/ listings, the
+    hip package's files (name, size, mtime), the missing names, the real library."""
+
+    rocm_path: str = fields.checked(fields.absolute_path)
+    entries: Tuple[str, ...] = fields.checked(_names)
+    lib: str = fields.checked(_digest)
+    cmake: str = fields.checked(_digest)
+    package: Tuple[Tuple[str, int, int], ...] = fields.checked(_package)
+    missing: Tuple[str, ...] = fields.checked(_names)
+    actual: Optional[str] = fields.checked(fields.absolute_path, nullable=True)
+
+    def to_json(self) -> Dict[str, object]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: object) -> Optional["OverlayKey"]:
+        """The key, or None when a value is not one :func:`_overlay_key` makes (a stamp planted or torn)."""
+        return fields.from_json(cls, data)
 
 
 def read_overlay_stamp(path: str) -> Tuple[Optional[OverlayKey], str]:

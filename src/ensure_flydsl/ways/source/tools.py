@@ -153,35 +153,34 @@ def machine_state(name: str, environ: Mapping[str, str], *, python: str, require
     return find_executable_tool(name, machine_path(environ, tools_dir), requirement)
 
 
+def _tool_version(value: object) -> Optional[str]:
+    version = fields.short_text(value)
+    return version if version == UNKNOWN_VERSION or (version and version_of(version) == version) else None
+
+
 @dataclass(frozen=True)
 class ProvidedTool:
     """One tool installed privately: its version, the pip spec, its folder and its programs (name -> file)."""
 
-    version: str
-    spec: str
-    folder: str
-    programs: Dict[str, str]
+    version: str = fields.checked(_tool_version)
+    spec: str = fields.checked(fields.short_text)
+    folder: str = fields.checked(fields.absolute_path)
+    programs: Dict[str, str] = fields.checked(fields.text_map)
 
     @classmethod
     def from_json(cls, name: str, data: object, root: str) -> Optional[ProvidedTool]:
         """The entry of ``name`` under ``root``, or None when it is not one the tool writes (a planted
         ``programs`` pointing at ``/bin/true``, a folder elsewhere)."""
-        if not isinstance(data, dict):
+        entry = fields.from_json(cls, data)
+        if entry is None or not entry.spec.startswith(name) or entry.folder != os.path.join(root, name):
             return None
-        version, spec = fields.short_text(data.get("version")), fields.short_text(data.get("spec"))
-        folder, programs = fields.absolute_path(data.get("folder")), fields.text_map(data.get("programs"))
-        if version is None or (version != UNKNOWN_VERSION and version_of(version) != version):
+        own, inside = EXECUTABLES.get(name, ()), entry.folder + os.sep
+        if (own and name not in entry.programs) or not set(entry.programs) <= set(own):
             return None
-        if spec is None or not spec.startswith(name) or folder != os.path.join(root, name) or programs is None:
-            return None
-        own = EXECUTABLES.get(name, ())
-        if (own and name not in programs) or not set(programs) <= set(own):
-            return None
-        inside = folder + os.sep
         if not all(fields.absolute_path(p) is not None and os.path.normpath(p).startswith(inside)
-                   for p in programs.values()):
+                   for p in entry.programs.values()):
             return None
-        return cls(version, spec, folder, programs)
+        return entry
 
     def usable(self, requirement: Optional[str]) -> bool:
         """Its files are still there and its version is good enough."""
