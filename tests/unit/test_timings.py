@@ -47,6 +47,10 @@ def test_a_record_reads_back_as_it_was_written() -> None:
     read = TimingRecord.from_json(VALID)
     assert read is not None and read.to_json() == VALID
     assert read.stages[Stage.BUILD] == 8.0 and read.route == Plan.SOURCE and read.total_s == 12.5
+    # seconds finer than a millisecond read as the millisecond a run writes (0.0625 is written 0.062)
+    fine = TimingRecord.from_json(record(started=0.0625, ended=1.0625, stages={"build": 0.0625}, lock_wait_s=0.0625))
+    assert fine is not None and TimingRecord.from_json(fine.to_json()) == fine
+    assert (fine.started, fine.ended, fine.stages[Stage.BUILD], fine.lock_wait_s) == (0.062, 1.062, 0.062, 0.062)
 
 
 def test_values_of_the_right_type_that_no_run_writes_refuse_the_record() -> None:

@@ -62,13 +62,19 @@ def _exit_code(value: object) -> Optional[int]:
     return found if found == 0 or found in FAILURE_CODES else None
 
 
+def _ms(value: object) -> Optional[float]:
+    """Seconds as a record holds them: rounded to milliseconds, so a record read and written again is the same."""
+    seconds = fields.seconds(value)
+    return None if seconds is None else round(seconds, 3)
+
+
 def _stages(value: object) -> Optional[Dict[Stage, float]]:
     """Each stage's seconds; a stage this version does not know (a newer file) is left out."""
     if not isinstance(value, dict):
         return None
     found: Dict[Stage, float] = {}
     for name, seconds in value.items():
-        value = fields.seconds(seconds)
+        value = _ms(seconds)
         if value is None:
             return None
         stage = Stage.parse(name)
@@ -98,8 +104,8 @@ class TimingRecord:
     host: str = checked(fields.short_text)
     root: str = checked(fields.absolute_path)
     kind: str = checked(lambda v: fields.one_of(v, KINDS))
-    started: float = checked(fields.seconds)  # wall clock, seconds since the epoch
-    ended: float = checked(fields.seconds)
+    started: float = checked(_ms)  # wall clock, seconds since the epoch
+    ended: float = checked(_ms)
     exit_code: int = checked(_exit_code)  # 0, or the code a failed run records
     way: str = checked(lambda v: fields.one_of(v, WAYS))  # FAILED exactly when exit_code is not 0
     stages: Mapping[Stage, float] = checked(_stages)  # a stage gone through twice: both added up
@@ -111,8 +117,8 @@ class TimingRecord:
     cache: Mapping[str, str] = checked(lambda v: _table(v, LOOKUPS, lambda c: fields.one_of(c, (HIT, MISS))),
                                        factory=dict)
     link_mode: Optional[str] = checked(lambda v: fields.one_of(v, LINK_MODES), None)
-    lock_wait_s: Optional[float] = checked(fields.seconds, None)  # None: the run did not go for the lock
-    lease_wait_s: Optional[float] = checked(fields.seconds, None)  # None: it took no turn at a build lease
+    lock_wait_s: Optional[float] = checked(_ms, None)  # None: the run did not go for the lock
+    lease_wait_s: Optional[float] = checked(_ms, None)  # None: it took no turn at a build lease
 
     @property
     def total_s(self) -> float:
