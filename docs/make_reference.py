@@ -171,7 +171,10 @@ def exit_codes_section() -> List[str]:
 def layout_paths() -> List[Tuple[str, str, str]]:
     """(function, path with placeholders, first sentence of its docstring) of every path function."""
     rows = []
-    for name, function in inspect.getmembers(layout, inspect.isfunction):
+    for name, function in inspect.getmembers(layout, lambda m: inspect.isfunction(m) or isinstance(m, layout.Under)):
+        if isinstance(function, layout.Under):
+            rows.append((name, function(str(PLACEHOLDERS[function.base])), ""))
+            continue
         if function.__module__ != layout.__name__ or name.startswith("_"):
             continue
         params = inspect.signature(function).parameters

@@ -37,7 +37,7 @@ from ensure_flydsl.errors import (
 )
 from ensure_flydsl.geak.folder import write_skill_folder
 from ensure_flydsl.pipeline.decide import check_reuse
-from ensure_flydsl.pipeline.run import Run, ensure_run
+from ensure_flydsl.pipeline.run import ensure_run
 from ensure_flydsl.pipeline.warm import current_fingerprint, keep_warm, try_warm, warm_lines
 from ensure_flydsl.result import result_object
 from ensure_flydsl.runs.liveness import watch
@@ -59,6 +59,7 @@ from ensure_flydsl.settings import (
 from ensure_flydsl.support.processes import unblock_stop_signals
 from ensure_flydsl.support.report import Reporter
 from ensure_flydsl.warm import key_tokens
+from ensure_flydsl.ways.context import Run
 
 DESCRIPTION = ("Make `import flydsl, kernels.moe_gemm_2stage` work from one consistent tree: reuse a good-enough\n"
                "FlyDSL, else provision the pinned one into an isolated folder.")

@@ -7,9 +7,8 @@ import shutil
 from typing import Dict, Iterator, List, Mapping, Optional, Tuple, Union
 
 from ensure_flydsl.errors import BadInput, EnsureError, Stage
-from ensure_flydsl.layout import tree_folders
+from ensure_flydsl.layout import stamp_file, tree_folders
 from ensure_flydsl.pipeline.lock import check_lock_path
-from ensure_flydsl.pipeline.warm import tree_stamp_path
 from ensure_flydsl.probe.gate import TREE_PACKAGES, Verdict, is_within, same_folder
 from ensure_flydsl.probe.interpreter import ProbeBroke, describe_interpreter
 from ensure_flydsl.probe.results import Interpreter, Probe
@@ -266,7 +265,7 @@ def decide(run: Run, again: bool = False) -> Decision:
 
 def stamp_seen(root: str) -> Optional[List[int]]:
     """The root's finished-tree stamp as it stands (a run replaces it, a build removes it), or None."""
-    return file_identity(tree_stamp_path(root))
+    return file_identity(stamp_file(root, "tree"))
 
 
 def decide_again(run: Run, first: Decision, seen: Optional[List[int]]) -> Decision:

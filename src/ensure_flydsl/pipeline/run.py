@@ -28,8 +28,6 @@ from ensure_flydsl.ways import provisions
 from ensure_flydsl.ways.context import Decision, Run
 from ensure_flydsl.ways.store import linked_tree_problem, repair_linked_tree
 
-__all__ = ["Result", "Run", "ensure_run"]
-
 
 def ensure_run(run: Run) -> Result:
     try:

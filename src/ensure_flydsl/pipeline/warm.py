@@ -23,10 +23,6 @@ MAX_ENTRIES = 16  # raw inputs remembered per root (callers in other folders, wi
 CALLER_KEYS = ("version", "interpreter", "environment")  # warm.caller_part's; the rest is warm.tree_part's
 
 
-def tree_stamp_path(root: str) -> str:
-    return stamp_file(root, "tree")
-
-
 def try_warm(settings: Settings, environ: Mapping[str, str]) -> Optional[Result]:
     """The last success's answer when its twin answers this request and its fingerprint still holds."""
     started = time.monotonic()
@@ -57,7 +53,7 @@ def fingerprint(python: str, executable: str, environ: Mapping[str, str], watch:
                 root: str, tree_folders: List[str]) -> Dict[str, object]:
     """Everything a warm answer depends on, as plain data compared for equality (the twin keeps it as JSON)."""
     return {**warm.caller_part(python, executable, dict(environ), tree_folders),
-            **warm.tree_part(watch, site_dirs, tree_stamp_path(root))}
+            **warm.tree_part(watch, site_dirs, stamp_file(root, "tree"))}
 
 
 def current_fingerprint(settings: Settings, environ: Mapping[str, str], twin: EnvTwin) -> Dict[str, object]:
@@ -116,7 +112,7 @@ def keep_warm(settings: Settings, environ: Mapping[str, str], tokens: Optional[S
     entry = {"argv": list(tokens), "cwd": cwd, "environ": {name: environ.get(name) for name in variables},
              "python": settings.python, "executable": twin.python, "fail_marker": settings.fail_marker,
              "print": {k: print_now[k] for k in CALLER_KEYS}, "say": say, "out": out, "err": err}
-    tree = {"watch": list(twin.watch), "site_dirs": list(twin.site_dirs), "stamp": tree_stamp_path(root),
+    tree = {"watch": list(twin.watch), "site_dirs": list(twin.site_dirs), "stamp": stamp_file(root, "tree"),
             "folders": list(twin.pythonpath_prepend)}
     shared = {k: v for k, v in print_now.items() if k not in CALLER_KEYS}
     stamp = warm.read_stamp(root)

@@ -161,11 +161,6 @@ def absolute_path(value: object) -> Optional[str]:
     return found if found is not None and found.startswith("/") else None
 
 
-def absolute_paths(value: object) -> Optional[List[str]]:
-    found = paths(value)
-    return found if found is not None and all(p.startswith("/") for p in found) else None
-
-
 def object_name(value: object) -> Optional[str]:
     """A git object name: 40 (SHA-1) or 64 (SHA-256) lower-case hex digits."""
     return value if isinstance(value, str) and re.fullmatch(r"[0-9a-f]{40}|[0-9a-f]{64}", value) else None

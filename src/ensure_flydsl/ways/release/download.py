@@ -205,8 +205,3 @@ def _stop(proc: "subprocess.Popen[str]") -> None:
         proc.kill()
     with contextlib.suppress(ValueError, OSError):
         proc.wait()
-
-
-def download_wheel(interpreter: Interpreter, version: str, folder: str, sink: Callable[[str], None]) -> str:
-    """The ``flydsl==version`` wheel for ``interpreter``, downloaded into the new ``folder``."""
-    return WheelDownload(interpreter, version, folder).wheel(sink)

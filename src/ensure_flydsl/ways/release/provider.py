@@ -24,7 +24,7 @@ from ensure_flydsl.ways.checks import Check, RunContext, Submit
 from ensure_flydsl.ways.context import Decision, Run
 from ensure_flydsl.ways.release import wheels
 from ensure_flydsl.ways.release.checks import check_release
-from ensure_flydsl.ways.release.download import download_wheel
+from ensure_flydsl.ways.release.download import WheelDownload
 from ensure_flydsl.ways.tree import TreeDoesNotImport, prepare_build_dir, verify_tree
 
 _NO_MODULE = re.compile(r"^ModuleNotFoundError: No module named '([^']+)'")
@@ -147,7 +147,7 @@ class ReleaseProvider(Provider):
         if early is not None:
             early.abort()
         run.say(f"release v{version}: downloading the flydsl=={version} wheel for {run.interpreter.executable}")
-        return download_wheel(run.interpreter, version, folder, run.build_line)
+        return WheelDownload(run.interpreter, version, folder).wheel(run.build_line)
 
     def _prove(self, run: Run, commit: str, wheel: str) -> None:
         """Refuse a wheel whose package is not the checkout's ``python/flydsl``, before installing any of it."""
