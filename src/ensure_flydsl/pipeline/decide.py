@@ -31,16 +31,17 @@ from ensure_flydsl.ways.tree import judge_tree
 Refusal = Tuple[str, str, str]  # a BadInput's words: the setting as given, its value as shown, what is allowed
 
 
-def _not_creatable(label: str, value: str, folder: str) -> Optional[Refusal]:
+def _not_creatable(label: str, value: str, folder: str) -> Iterator[Refusal]:
     problem = creatable_problem(folder)
-    return None if problem is None else (label, value, f"{problem[0]}; {problem[1]}")
+    if problem is not None:
+        yield label, value, f"{problem[0]}; {problem[1]}"
 
 
-def _refusals(settings: Settings, writes: bool) -> Iterator[Optional[Refusal]]:
-    """Why the request's paths are refused (None: not this way), in order; lazy: the first refusal ends the checks."""
+def _refusals(settings: Settings, writes: bool) -> Iterator[Refusal]:
+    """Why the request's paths are refused, in order; lazy: the first refusal ends the checks."""
     root, label = settings.root, settings.label("root")
     if not os.path.lexists(root):
-        yield _not_creatable(label, root, root)
+        yield from _not_creatable(label, root, root)
     state = classify_root(root, settings.repo)
     if state.kind is RootKind.FOREIGN:
         yield label, root, f"an empty or new folder, or a checkout made by ensure-flydsl; {state.reason}"
@@ -58,10 +59,10 @@ def _refusals(settings: Settings, writes: bool) -> Iterator[Optional[Refusal]]:
     if settings.mlir_path is not None and not is_mlir_install(settings.mlir_path):
         yield settings.label("mlir_path"), settings.mlir_path, "an MLIR install prefix holding lib/cmake/mlir"
     if settings.store not in (None, "off"):  # given: one that cannot be made or written is bad input
-        yield _not_creatable(settings.label("store"), str(settings.store), str(settings.store))
+        yield from _not_creatable(settings.label("store"), str(settings.store), str(settings.store))
     if settings.cache is not None and settings.cache.startswith("/") and not os.path.isdir(settings.cache):
         # An existing folder this user cannot write in is used read-only.
-        yield _not_creatable(settings.label("cache"), settings.cache, settings.cache)
+        yield from _not_creatable(settings.label("cache"), settings.cache, settings.cache)
     if settings.cache is not None:
         try:
             open_cache(settings.cache)
@@ -69,20 +70,16 @@ def _refusals(settings: Settings, writes: bool) -> Iterator[Optional[Refusal]]:
             yield settings.label("cache"), shown_location(settings.cache), f"a usable cache location; {exc}"
 
 
-def _unwritable(settings: Settings) -> Iterator[Optional[Refusal]]:
+def _unwritable(settings: Settings) -> Iterator[Refusal]:
     """The lock or the failure marker cannot be created by this user (a run that provisions writes both)."""
     for name in ("lock_file", "fail_marker"):
         path = getattr(settings, name)
-        yield _not_creatable(settings.label(name), path, os.path.dirname(path))
-
-
-def _first(refusals: Iterator[Optional[Refusal]]) -> Optional[Refusal]:
-    return next((refused for refused in refusals if refused is not None), None)
+        yield from _not_creatable(settings.label(name), path, os.path.dirname(path))
 
 
 def preflight(settings: Settings, environ: Mapping[str, str], *, writes: bool = True) -> Interpreter:
     """All that can refuse the request before a file is written: the paths, then the interpreter, described."""
-    refused = _first(_refusals(settings, writes))
+    refused = next(_refusals(settings, writes), None)
     if refused is None:
         try:
             return describe_interpreter(settings.python, environ, timeout=settings.probe_timeout,
@@ -99,7 +96,7 @@ def check_provisionable(settings: Settings, environ: Mapping[str, str]) -> None:
     if shutil.which("git", path=path) is None:
         refused = "PATH", path or "", "a PATH with git on it (needed to fetch the pin)"
     elif settings.verify:
-        refused = _first(_unwritable(settings))
+        refused = next(_unwritable(settings), None)
     if refused is not None:
         raise BadInput(*refused)
 

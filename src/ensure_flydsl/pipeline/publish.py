@@ -8,7 +8,7 @@ from typing import Callable, List, Optional
 
 from ensure_flydsl.errors import EnsureError, ExitCode, Interrupted, Stage, exit_code_of, interrupted_by
 from ensure_flydsl.layout import tree_folders
-from ensure_flydsl.pipeline.warm import fingerprint, keep_warm
+from ensure_flydsl.pipeline.warm import fingerprint, keep_warm, result_of
 from ensure_flydsl.probe.fingerprint import site_folders, watch_folders
 from ensure_flydsl.probe.gate import evaluate
 from ensure_flydsl.probe.interpreter import probe_modules, run_probe
@@ -120,15 +120,8 @@ def publish(run: Run, decision: Decision, action: Action) -> Result:
         marker = markers.read_failure_marker(settings.fail_marker)
         if marker is not None and marker.request == settings.request():  # written while this run worked: answered
             remove_file(settings.fail_marker)
-    env = twin.exports.mapping(run.environ.get("PYTHONPATH"))
-    return Result(
-        how=decision.how, action=action, root=settings.root, tree=decision.tree,
-        version=str(decision.probe.version), python=interp.executable, python_version=interp.version,
-        abi=interp.abi, commit=decision.commit, env=env, env_file=settings.env_file,
-        prepend=list(decision.prepend), files=dict(decision.verdict.files), durations=dict(run.durations),
-        run_id=run.run_id, reason=decision.reason, log=run.reporter.log_path, elapsed_s=run.elapsed(),
-        link_mode=decision.link_mode,
-    )
+    return result_of(settings, run.environ, twin, action, durations=dict(run.durations), run_id=run.run_id,
+                     reason=decision.reason, log=run.reporter.log_path, elapsed_s=run.elapsed())
 
 
 def record_failure(run: Run, exc: BaseException) -> BaseException:

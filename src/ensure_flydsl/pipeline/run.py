@@ -1,7 +1,5 @@
-"""The ensure run, in the order it happens: check, probe, decide, lock, decide again, provision, verify, publish.
-
-A failure is an EnsureError with its exit code, turned into the failure marker before it propagates; the
-heartbeat runs around all of it (a run silent for 30 s says where it is)."""
+"""The ensure run, in the order it happens: check, probe, decide, lock, decide again, provision, verify, publish;
+a failure becomes the failure marker before it propagates, and the heartbeat runs around all of it."""
 
 from __future__ import annotations
 

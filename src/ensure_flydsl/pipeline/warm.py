@@ -66,18 +66,26 @@ def same(recorded: object, current: Mapping[str, object]) -> bool:
     return recorded == current or bool(recorded == json.loads(json.dumps(current)))
 
 
+def result_of(settings: Settings, environ: Mapping[str, str], twin: EnvTwin, action: Action, *,
+              durations: Dict[str, float], run_id: str, reason: str, elapsed_s: float,
+              log: Optional[str] = None) -> Result:
+    """The Result of a call that answers with ``twin``'s tree (the one publish wrote, or a warm call read)."""
+    return Result(
+        how=How(twin.how), tree=twin.tree, version=twin.version, python=twin.python,
+        python_version=twin.python_version, abi=twin.abi, commit=twin.commit,
+        files={str(k): str(v) for k, v in twin.files.items()}, action=action, root=settings.root,
+        env=exports(settings, twin).mapping(environ.get("PYTHONPATH")), env_file=settings.env_file,
+        prepend=list(twin.pythonpath_prepend), durations=durations, run_id=run_id, reason=reason, log=log,
+        elapsed_s=elapsed_s, link_mode=twin.link_mode,
+    )
+
+
 def warm_result(settings: Settings, environ: Mapping[str, str], twin: EnvTwin, seconds: float,
                 run_id: Optional[str] = None) -> Result:
-    prepend = list(twin.pythonpath_prepend)
-    return Result(
-        how=How(twin.how), action=Action.WARM, root=settings.root, tree=twin.tree, version=twin.version,
-        python=twin.python, python_version=twin.python_version, abi=twin.abi, commit=twin.commit,
-        env=exports(settings, twin).mapping(environ.get("PYTHONPATH")),
-        env_file=settings.env_file, prepend=prepend, files={str(k): str(v) for k, v in twin.files.items()},
-        durations={"fingerprint": seconds}, run_id=run_id or os.urandom(6).hex(),
-        reason=f"nothing changed since run {twin.run_id or 'of an earlier version'} wrote {settings.env_file}",
-        elapsed_s=seconds, link_mode=twin.link_mode,
-    )
+    return result_of(settings, environ, twin, Action.WARM, durations={"fingerprint": seconds},
+                     run_id=run_id or os.urandom(6).hex(), elapsed_s=seconds,
+                     reason=f"nothing changed since run {twin.run_id or 'of an earlier version'} wrote "
+                     f"{settings.env_file}")
 
 
 def warm_lines(settings: Settings, result: Result) -> List[str]:

@@ -1,7 +1,5 @@
 """The reuse decision, pure: every required module imports, all from one tree, and the release segment of
-``flydsl.__version__`` is at least the floor (dev builds carry their base version).  A version that cannot be
-parsed fails the gate (the bash executor took a failed comparison as "equal" and reused anything).
-"""
+``flydsl.__version__`` is at least the floor (one that cannot be parsed fails the gate)."""
 
 from __future__ import annotations
 
@@ -29,8 +27,7 @@ class Verdict:
 
 
 def package_folder(module: str, file: str) -> str:
-    """The folder on sys.path ``module`` was imported from: X for ``X/kernels/moe_gemm_2stage.py``, P for
-    ``P/flydsl/__init__.py``."""
+    """The folder on sys.path ``module`` was imported from: X for ``X/kernels/moe.py``, P for ``P/flydsl/__init__.py``."""
     levels = module.count(".") + 1
     if os.path.basename(file).startswith("__init__."):
         levels += 1

@@ -201,9 +201,8 @@ def _answer(python: str, proc: subprocess.Popen[bytes], pythonpath: str, started
 
 
 class EarlyProbe:
-    """The final probe's interpreter, started before the tree is in place: it imports ``preload`` (torch,
-    numpy) meanwhile, then probes as :func:`run_probe` would.  It answers None (use a fresh probe) when the
-    arguments differ or the finished tree shadows a module it preloaded."""
+    """The final probe's interpreter, started early to import ``preload`` (torch) meanwhile; it answers None (use
+    a fresh probe) when the arguments differ or the finished tree shadows a module it preloaded."""
 
     def __init__(self, python: str, *, modules: Sequence[str], prefix: Sequence[str],
                  environ: Mapping[str, str], preload: Sequence[str]) -> None:

@@ -17,9 +17,8 @@ Check = Callable[[object], Any]
 def checked(check: Check, default: Any = dataclasses.MISSING, *, factory: Any = dataclasses.MISSING,
             nullable: Optional[bool] = None, lenient: bool = False, convert: Optional[Callable[[Any], Any]] = None,
             wanted: str = "what this tool writes") -> Any:
-    """A dataclass field that ``from_json`` reads through ``check``, then ``convert``.  ``nullable`` (by default:
-    whether the default is None) takes null; ``lenient`` reads a wrong value as the default (a field later
-    versions added) where it would refuse the whole record; ``wanted`` says what a good value is."""
+    """A dataclass field that ``from_json`` reads through ``check``, then ``convert``; ``lenient`` reads a wrong
+    value as the default instead of refusing the record; ``wanted`` says what a good value is."""
     metadata = {"check": check, "nullable": default is None if nullable is None else nullable, "lenient": lenient,
                 "convert": convert, "wanted": wanted}
     return dataclasses.field(default=default, default_factory=factory, metadata=metadata)
@@ -30,9 +29,8 @@ class Refused(ValueError):
 
 
 def read(cls: Type[T], data: object, **given: Any) -> T:
-    """The dataclass ``cls`` from a JSON object, with the fields ``given`` as they are and those that name no
-    check at their defaults; Refused for the first field whose check refuses its value.  A missing key takes the
-    field's default, or reads as null."""
+    """The dataclass ``cls`` from a JSON object (a missing key: the field's default, or null), the fields ``given``
+    as they are; Refused for the first field whose check refuses its value."""
     if not isinstance(data, dict):
         raise Refused("not a JSON object")
     values: Dict[str, Any] = dict(given)

@@ -43,9 +43,8 @@ class Decision:
 
 
 def likely_route(settings: Settings, release_commit: Optional[bool] = None) -> Optional[Plan]:
-    """The route a run most likely takes, for the ETA: a release when demanded, or when the pin (or the refs:
-    ``release_commit``) names one; else the cache when set; else a source build when nothing else can be.
-    None while nothing tells a release from a build: a release must never announce a build's twenty minutes."""
+    """The route a run most likely takes, for the ETA; None while nothing tells a release from a build (a release
+    must never announce a build's twenty minutes)."""
     strategy = settings.strategy
     if demands(strategy, Way.RELEASE) or (tries(strategy, Way.RELEASE) and (release_commit or (
             release_commit is None and tag_version(settings.pin) is not None))):

@@ -43,9 +43,8 @@ def pip_env(environ: Mapping[str, str]) -> Dict[str, str]:
 
 def query_versions(python: str, package: str, environ: Mapping[str, str], *, timeout: float,
                    options: Sequence[str] = (), limit: Optional[float] = None) -> IndexAnswer:
-    """``python -m pip index versions package`` with a short timeout, binary distributions only; ``options``
-    select another interpreter's wheels.  ``limit`` bounds the whole command: by default generously, since
-    pip's own start takes seconds on a loaded host."""
+    """``pip index versions package``, binary distributions only; ``options`` select another interpreter's
+    wheels, ``limit`` bounds the whole command (by default generously: pip's start is slow on a loaded host)."""
     # -vv: with --retries 0 pip reports an index it could not reach only at debug level ("Could not fetch
     # URL ..."); without it, "cannot reach the index" looks like "the index has no such package".
     cmd = [python, "-m", "pip", "index", "versions", package, "--only-binary=:all:", "-vv",

@@ -70,9 +70,8 @@ def prepare_build_dir(run: Run, key: Mapping[str, object]) -> str:
 
 @contextlib.contextmanager
 def compiling_tree(run: Run) -> Iterator[None]:
-    """Byte-compile the tree with the target interpreter while the probe runs: later imports skip about 1.2 s
-    of compiling (a wheel comes without bytecode).  Each .pyc is written atomically, so the probe reads a whole
-    one or compiles that module itself.  Stopped if the probe fails."""
+    """Byte-compile the tree (a wheel comes without bytecode) while the probe runs: later imports skip about 1.2 s
+    of compiling; each .pyc is written atomically.  Stopped if the probe fails."""
     root = run.settings.root
     folders = [f for f in (packages_dir(root), os.path.join(root, "kernels")) if os.path.isdir(f)]
     if not folders:

@@ -1,6 +1,5 @@
-"""The release way's prediction, and ``auto``'s hint when a source build cannot succeed
-(:func:`release_suggestion`): a release whose wheel the index has for the interpreter, that passes the floor
-and whose tag holds every FLYDSL_REQUIRE module; each question bounded."""
+"""The release way's prediction, and ``auto``'s hint when a source build cannot succeed: a release whose wheel
+the index has for the interpreter, that passes the floor and whose tag holds every FLYDSL_REQUIRE module."""
 
 from __future__ import annotations
 
@@ -15,7 +14,7 @@ from ensure_flydsl.source import release_tags
 from ensure_flydsl.source.git import local_repositories, read_git, resolve_in
 from ensure_flydsl.support.processes import CommandFailed
 from ensure_flydsl.ways import falls_back
-from ensure_flydsl.ways.checks import MISSING, WRONG, Check, RunContext, passed, skipped
+from ensure_flydsl.ways.checks import MISSING, WRONG, Check, CheckStatus, RunContext, passed, skipped
 from ensure_flydsl.ways.package_index import best_version, newest_first, query_versions
 from ensure_flydsl.ways.release.download import release_pip, wheel_tags
 
@@ -61,36 +60,34 @@ def check_release(ctx: RunContext, checkout: Optional[str], *, demanded: bool) -
     version, how, known = release_version_of_pin(ctx.settings, checkout)
     if version is None and not demanded:
         return skipped("release-wheel", f"auto builds from source: {how}", stage)
+
+    def refused(status: CheckStatus, detail: str, remedy: str) -> Check:
+        return Check("release-wheel", status, detail, remedy, blocking=demanded, stage=stage)
+
     if version is None and known:
-        return Check("release-wheel", WRONG, how,
-                     "pin a release tag (for example v0.2.2) or a version, or use FLYDSL_STRATEGY=source",
-                     blocking=True, stage=stage)
+        return refused(WRONG, how, "pin a release tag (for example v0.2.2) or a version, or use FLYDSL_STRATEGY=source")
     try:
         options = wheel_tags(ctx.interpreter)
     except EnsureError as exc:
-        return Check("release-wheel", WRONG, exc.reason, "use a CPython interpreter, or FLYDSL_STRATEGY=source",
-                     blocking=demanded, stage=stage)
+        return refused(WRONG, exc.reason, "use a CPython interpreter, or FLYDSL_STRATEGY=source")
     pip, no_pip = release_pip(ctx.interpreter.executable, ctx.environ)  # the pip ensure downloads with
     fallback = "" if demanded else "; auto builds from source instead"
     if pip is None:
-        return Check("release-wheel", MISSING, f"{how}, but {no_pip}{fallback}",
-                     "give the interpreter pip, or use FLYDSL_STRATEGY=source", blocking=demanded, stage=stage)
+        return refused(MISSING, f"{how}, but {no_pip}{fallback}",
+                       "give the interpreter pip, or use FLYDSL_STRATEGY=source")
     answer = ctx.index.answer("flydsl", options, python=pip)
     wanted = f"flydsl=={version}" if version else f"flydsl >= {ctx.settings.min_version}"
     abi = options[options.index("--abi") + 1]
     if not answer.answered:
-        return Check("release-wheel", MISSING, f"cannot ask the package index for {wanted}: {answer.detail}",
-                     "check the network or pip's configuration (PIP_INDEX_URL, pip.conf)", blocking=demanded,
-                     stage=stage)
+        return refused(MISSING, f"cannot ask the package index for {wanted}: {answer.detail}",
+                       "check the network or pip's configuration (PIP_INDEX_URL, pip.conf)")
     found = best_version(answer.versions, exact=version, minimum=None if version else ctx.settings.min_version)
     if found:
         return passed("release-wheel", f"{how}; the package index has a flydsl {found} wheel for {abi}", stage)
     listed = ", ".join(answer.versions[:5]) or "none"
-    return Check("release-wheel", MISSING,
-                 f"{how}, but the package index has no {wanted} wheel for {abi} (versions it has for {abi}: "
-                 f"{listed}){fallback}",
-                 "use FLYDSL_STRATEGY=source to build the pin, or set FLYDSL_PYTHON to an interpreter FlyDSL "
-                 "publishes wheels for (cp310-cp314)", blocking=demanded, stage=stage)
+    return refused(MISSING, f"{how}, but the package index has no {wanted} wheel for {abi} (versions it has for "
+                   f"{abi}: {listed}){fallback}", "use FLYDSL_STRATEGY=source to build the pin, or set FLYDSL_PYTHON "
+                   "to an interpreter FlyDSL publishes wheels for (cp310-cp314)")
 
 
 def release_instead(settings: Settings, environ: Mapping[str, str], blocking: Check) -> Optional[str]:

@@ -91,9 +91,8 @@ def disk_full(output: str, folder: str, version: str) -> Optional[EnsureError]:
 
 
 class WheelDownload:
-    """``pip download`` of ``flydsl==version`` for ``interpreter`` into the new ``folder``, in the background
-    from the start (a run starts it beside git's fetch).  pip's temporary files go under ``folder`` too:
-    bytes arriving there, or a line other than a retry, are its signs of life."""
+    """``pip download`` of ``flydsl==version`` into the new ``folder``, in the background beside git's fetch;
+    bytes arriving there (pip's temporary files too), or a line other than a retry, are its signs of life."""
 
     def __init__(self, interpreter: Interpreter, version: str, folder: str,
                  environ: Optional[Mapping[str, str]] = None) -> None:

@@ -214,9 +214,7 @@ _SITE_HOOKS = ("sitecustomize", "usercustomize")
 
 def shape_problems(names: Sequence[str], tracked: Sequence[str]) -> List[str]:
     """Each of the wheel's member ``names`` a FlyDSL wheel must not hold, as ``name (why)``; ``tracked`` are
-    the pin's files in ``python/flydsl``.  Only ``flydsl/``, ``flydsl.libs/`` and the dist-info at the top
-    (a ``.data`` folder writes anywhere), no ``.pth`` or site hook, no bytecode, nothing that shadows a
-    tracked module (a package, an extension), plain relative names."""
+    the pin's files in ``python/flydsl`` (nothing may shadow one of their modules)."""
     modules = {"flydsl/" + rel[: -len(".py")] for rel in tracked if rel.endswith(".py")}  # flydsl/compiler/x
     return [f"{name} ({why})" for name in names if (why := _why_refused(name, modules))]
 
