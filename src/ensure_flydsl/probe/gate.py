@@ -27,7 +27,7 @@ class Verdict:
 
 
 def package_folder(module: str, file: str) -> str:
-    """The folder on sys.path ``module`` was imported from: X for ``X/kernels/moe.py``, P for ``P/flydsl/__init__.py``."""
+    """The folder on sys.path ``module`` came from: X for ``X/kernels/moe.py``, P for ``P/flydsl/__init__.py``."""
     levels = module.count(".") + 1
     if os.path.basename(file).startswith("__init__."):
         levels += 1
