@@ -197,13 +197,10 @@ class Interrupted(BaseException):
         super().__init__(signame)
         self.signame = signame
 
-    @property
-    def description(self) -> str:
-        return interrupted_by(self.signame)
 
-
-def interrupted_by(signame: str) -> str:
-    """What a failure marker and the last line say about a run stopped by ``signame``."""
+def interrupted_by(exc: BaseException) -> str:
+    """What a failure marker and the last line say about a run a signal stopped (Ctrl-C: SIGINT)."""
+    signame = exc.signame if isinstance(exc, Interrupted) else "SIGINT"
     return f"interrupted by {signame}" + (" (the terminal closed)" if signame == "SIGHUP" else "")
 
 

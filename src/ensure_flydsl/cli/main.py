@@ -459,7 +459,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         _failed(reporter, as_json, data, format_error(exc, tail, reporter.log_path), tail)
         return int(exc.code)
     except (KeyboardInterrupt, Interrupted) as exc:
-        what = exc.description if isinstance(exc, Interrupted) else interrupted_by("SIGINT")
+        what = interrupted_by(exc)
         _failed(reporter, as_json, result_object(exit_code=int(ExitCode.INTERRUPTED), reason=what,
                                                  hint="run it again: it resumes", log=reporter.log_path),
                 f"ensure-flydsl: {what}; the next run resumes where this one stopped")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 from ensure_flydsl.runs.liveness import record_death, seen_dead
 from ensure_flydsl.runs.markers import (
@@ -102,27 +102,14 @@ def _why_not(settings: Settings, request: Request) -> str:
     return twin_gap(twin, request, os.environ.get("PATH")) or "it answers it now"
 
 
-def roots_sharing_marker(settings: Settings) -> List[str]:
-    """The other roots of this folder whose runs report to the same failure marker (the default path)."""
-    return [other for other in sibling_roots(settings.root)
-            if any(r.fail_marker == settings.fail_marker for r in RunStore(other).records())]
-
-
-@dataclass(frozen=True)
-class SharingAdvice:
-    """Other roots report to this root's failure marker: what that means, and the setting that fixes it."""
-
-    problem: str
-    remedy: str
-
-    def __str__(self) -> str:
-        return f"{self.problem}; {self.remedy}"
-
-
-def sharing_advice(settings: Settings, sharing: List[str]) -> SharingAdvice:
+def marker_sharing(settings: Settings) -> Optional[Tuple[str, str]]:
+    """When other roots of this folder report to the same failure marker (the default path): what that means, and
+    the setting that fixes it."""
+    sharing = [other for other in sibling_roots(settings.root)
+               if any(r.fail_marker == settings.fail_marker for r in RunStore(other).records())]
+    if not sharing:
+        return None
     shown = ", ".join(sharing[:3]) + (" ..." if len(sharing) > 3 else "")
-    name = os.path.basename(settings.root)
-    own = os.path.join(settings.base_dir, ".flydsl_build." + name + ".failed")
-    return SharingAdvice(problem=f"the root(s) {shown} report to the same failure marker {settings.fail_marker}: "
-                                 f"a file poller of one sees the other's failures",
-                         remedy=f"give each root its own FLYDSL_BUILD_FAILED, e.g. FLYDSL_BUILD_FAILED={own}")
+    own = os.path.join(settings.base_dir, ".flydsl_build." + os.path.basename(settings.root) + ".failed")
+    return (f"the root(s) {shown} report to the same failure marker {settings.fail_marker}: a file poller of one "
+            f"sees the other's failures", f"give each root its own FLYDSL_BUILD_FAILED, e.g. FLYDSL_BUILD_FAILED={own}")

@@ -257,30 +257,23 @@ def marker_path_problem(path: str) -> Optional[str]:
     return file_path_problem(path, symlink_ok=True)
 
 
+def _failure_code(value: object) -> Optional[int]:
+    """Never exit 0 or 75, which `wait` would pass on as success or "still running"."""
+    found = fields.integer(value)
+    return found if found in FAILURE_CODES else None
+
+
 @dataclass(frozen=True)
-class Failure:
+class Failure(fields.Record):
     """How a run failed (a run record's, a failure marker's)."""
 
-    stage: Optional[Stage]  # None also for a stage this version does not know
-    exit_code: int
-    reason: str
-    hint: str = ""
+    stage: Optional[Stage] = checked(fields.text, nullable=True, convert=Stage.parse)  # None: a stage not known
+    exit_code: int = checked(_failure_code)
+    reason: str = checked(fields.text, "")
+    hint: str = checked(fields.text, "", lenient=True)
 
     def to_json(self) -> Dict[str, object]:
         return asdict(self)
-
-    @classmethod
-    def from_json(cls, data: object) -> Optional["Failure"]:
-        """The failure, or None; never exit 0 or 75, which `wait` would pass on as success or "still running"."""
-        if not isinstance(data, dict):
-            return None
-        code, stage, reason = fields.integer(data.get("exit_code")), data.get("stage"), data.get("reason", "")
-        if code not in FAILURE_CODES or not isinstance(reason, str):
-            return None
-        if stage is not None and not isinstance(stage, str):
-            return None
-        hint = data.get("hint")
-        return cls(Stage.parse(stage), code, reason, hint if isinstance(hint, str) else "")
 
 
 @dataclass(frozen=True)

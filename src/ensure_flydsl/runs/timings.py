@@ -195,20 +195,17 @@ def keep(folder: Optional[str], record: TimingRecord) -> bool:
     return True
 
 
-def _record_names(folder: str) -> List[str]:
-    return [n for n in os.listdir(folder) if n.endswith(RUN_RECORD_SUFFIX)
-            and is_new_run_id(n[:-len(RUN_RECORD_SUFFIX)])]
-
-
 def prune(folder: str, *, keep_runs: int = KEEP_RUNS, keep_days: float = KEEP_DAYS) -> None:
     """Remove the records beyond the newest ``keep_runs`` or older than ``keep_days``: only regular files named
     as the tool names records."""
     try:
-        names = _record_names(folder)
+        names = os.listdir(folder)
     except OSError:
         return
     dated: List[Tuple[float, str]] = []
     for name in names:
+        if not name.endswith(RUN_RECORD_SUFFIX) or not is_new_run_id(name[:-len(RUN_RECORD_SUFFIX)]):
+            continue
         try:
             st = os.lstat(os.path.join(folder, name))
         except OSError:
