@@ -26,7 +26,6 @@ from ensure_flydsl.cli.stats import stats
 from ensure_flydsl.cli.status import status, wait
 from ensure_flydsl.doctor.diagnose import diagnose, render_check
 from ensure_flydsl.errors import (
-    EXIT_MEANINGS,
     BadInput,
     EnsureError,
     ExitCode,
@@ -243,7 +242,7 @@ def _epilog(path: str, reads: Optional[Sequence[str]]) -> str:
 def build_parser() -> argparse.ArgumentParser:
     pointer = ("settings: each is a flag, before or after the command, or its environment variable (a flag wins); "
                "`ensure-flydsl help settings` lists them, `ensure-flydsl help COMMAND` shows a command's own")
-    codes = "exit codes: " + "; ".join(f"{int(c)} {meaning}" for c, meaning in EXIT_MEANINGS.items())
+    codes = "exit codes: " + "; ".join(f"{int(code)} {code.meaning}" for code in ExitCode)
     top = _Parser(prog="ensure-flydsl", description=DESCRIPTION, formatter_class=_Formatter,
                   epilog="\n".join([*_wrap(pointer, "  "), "", _epilog("", None), "", *_wrap(codes, "  ")]))
     top.add_argument("-V", "--version", action=_Version, nargs=0,
