@@ -28,9 +28,8 @@ MAX_RECORD_BYTES = 256 << 10  # a record is a few KB; a larger file is not one
 ROUNDING_S = 0.001  # a record's seconds are rounded to milliseconds: its stages may add up to a little more
 MAX_BYTES = 1 << 50  # a fetch of more than a pebibyte is no run's
 # The way a run took: what its call did (result.py: Action), the tree's origin when it made one (How), or failed.
-WARM, VERIFIED, REUSED, BUILT, RELEASED, CACHED, FAILED = (
-    "warm", "verified", "reused", "built", "released", "cached", "failed")
-WAYS = (WARM, VERIFIED, REUSED, BUILT, RELEASED, CACHED, FAILED)
+FAILED = "failed"
+WAYS = ("warm", "verified", "reused", "built", "released", "cached", FAILED)
 FETCHES = ("git", "wheel", "cache")  # the pin's objects, the release wheel, the binary cache's blobs
 LOOKUPS = ("tree", "mlir")  # what a run looks up in the binary cache
 HIT, MISS = "hit", "miss"
