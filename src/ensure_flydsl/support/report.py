@@ -81,11 +81,8 @@ class Reporter:
 
     def step(self, name: str, state: str, seconds: Optional[float] = None) -> None:
         self._last_decile = -1
-        if self.mode == "json":
-            event = {"event": "step", "time": time.time(), "step": name, "state": state}
-            if seconds is not None:
-                event["seconds"] = round(seconds, 3)
-            self._emit(event)
+        timed = {} if seconds is None else {"seconds": round(seconds, 3)}
+        self.event({"event": "step", "step": name, "state": state, **timed})
 
     def progress(self, step: str, percent: Optional[float], eta: Optional[float]) -> None:
         if percent is None or self.verbosity < 0:
