@@ -29,7 +29,7 @@ REFERENCE = os.path.join(HERE, "reference.md")
 sys.path.insert(0, os.path.join(TOP, "src"))
 
 from ensure_flydsl import layout, settings  # noqa: E402
-from ensure_flydsl.errors import EXIT_MEANINGS, FAILURE_CODES, BadInput, ExitCode, Stage  # noqa: E402
+from ensure_flydsl.errors import FAILURE_CODES, BadInput, ExitCode, Stage  # noqa: E402
 from ensure_flydsl.settings import EMPTY_REFUSED, FLAG, LIST, SETTINGS, SWITCH, load_settings  # noqa: E402
 
 COMMAND = "python docs/make_reference.py --update"
@@ -156,7 +156,7 @@ def exit_codes_section() -> List[str]:
     for code in ExitCode:
         stages = ", ".join(f"`{stage.value}`" for stage in Stage if stage.exit_code == code)
         recorded = "yes" if int(code) in FAILURE_CODES else "no"
-        lines.append(f"| {int(code)} | `{code.name}` | {cell(EXIT_MEANINGS[code])} | {stages} | {recorded} |")
+        lines.append(f"| {int(code)} | `{code.name}` | {cell(code.meaning)} | {stages} | {recorded} |")
     lines += ["", "### Stages", "",
               "In the order a run goes through them (`stage` in the failure marker, the run records and JSON).", "",
               "| stage | exit code | plans (routes) | doctor's order |", "|---|---|---|---|"]

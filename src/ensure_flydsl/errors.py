@@ -10,36 +10,29 @@ from ensure_flydsl.support import space
 
 
 class ExitCode(enum.IntEnum):
-    OK = 0
-    FETCH = 2
-    CHECKOUT = 3
-    LLVM_BUILD = 4
-    FLYDSL_BUILD = 5
-    PROBE = 6
-    LOCK = 7
-    ARTIFACT = 8
-    WORKER_DIED = 9
-    BAD_INPUT = 64
-    INTERNAL = 70
-    STILL_RUNNING = 75
-    INTERRUPTED = 130
+    """The contract's exit codes, each with what it means."""
 
+    meaning: str
 
-EXIT_MEANINGS = {
-    ExitCode.OK: "usable and env file written",
-    ExitCode.FETCH: "clone/fetch failed",
-    ExitCode.CHECKOUT: "checkout of the pin failed",
-    ExitCode.LLVM_BUILD: "LLVM/MLIR build failed",
-    ExitCode.FLYDSL_BUILD: "FlyDSL build failed",
-    ExitCode.PROBE: "built but the import probe still fails, or the interpreter lacks a module the pin imports",
-    ExitCode.LOCK: "lock not acquired",
-    ExitCode.ARTIFACT: "release or cache artifact could not be installed",
-    ExitCode.WORKER_DIED: "a detached worker died without finishing",
-    ExitCode.BAD_INPUT: "bad input",
-    ExitCode.INTERNAL: "internal error",
-    ExitCode.STILL_RUNNING: "still running",
-    ExitCode.INTERRUPTED: "interrupted",
-}
+    def __new__(cls, code: int, meaning: str = "") -> "ExitCode":  # ExitCode(code) looks a member up
+        member = int.__new__(cls, code)
+        member._value_, member.meaning = code, meaning
+        return member
+
+    OK = (0, "usable and env file written")
+    FETCH = (2, "clone/fetch failed")
+    CHECKOUT = (3, "checkout of the pin failed")
+    LLVM_BUILD = (4, "LLVM/MLIR build failed")
+    FLYDSL_BUILD = (5, "FlyDSL build failed")
+    PROBE = (6, "built but the import probe still fails, or the interpreter lacks a module the pin imports")
+    LOCK = (7, "lock not acquired")
+    ARTIFACT = (8, "release or cache artifact could not be installed")
+    WORKER_DIED = (9, "a detached worker died without finishing")
+    BAD_INPUT = (64, "bad input")
+    INTERNAL = (70, "internal error")
+    STILL_RUNNING = (75, "still running")
+    INTERRUPTED = (130, "interrupted")
+
 
 # The exit codes a failed run records: all but 0 and 75 (still running: a README-following agent would go
 # back to `wait` for ever).  Readers refuse the others (runs/markers.py: Failure.from_json).
@@ -136,7 +129,7 @@ class EnsureError(Exception):
         self.code, self.reason, self.stage, self.hint = ExitCode(code), reason, stage, hint
         self.detail = detail  # multi-line output (a command's, a traceback's tail) shown under the reason
         # What the exit code means, when not the table's (a full file system's exit 5 is no failed build).
-        self.meaning = EXIT_MEANINGS[self.code] if meaning is None else meaning
+        self.meaning = self.code.meaning if meaning is None else meaning
         # Given by the run that failed (``of_run``): its id, how long it ran, what the env file still holds.
         self.run_id: Optional[str] = None
         self.elapsed_s: Optional[float] = None
@@ -197,13 +190,10 @@ class Interrupted(BaseException):
         super().__init__(signame)
         self.signame = signame
 
-    @property
-    def description(self) -> str:
-        return interrupted_by(self.signame)
 
-
-def interrupted_by(signame: str) -> str:
-    """What a failure marker and the last line say about a run stopped by ``signame``."""
+def interrupted_by(exc: BaseException) -> str:
+    """What a failure marker and the last line say about a run a signal stopped (Ctrl-C: SIGINT)."""
+    signame = exc.signame if isinstance(exc, Interrupted) else "SIGINT"
     return f"interrupted by {signame}" + (" (the terminal closed)" if signame == "SIGHUP" else "")
 
 

@@ -26,7 +26,6 @@ from ensure_flydsl.cli.stats import stats
 from ensure_flydsl.cli.status import status, wait
 from ensure_flydsl.doctor.diagnose import diagnose, render_check
 from ensure_flydsl.errors import (
-    EXIT_MEANINGS,
     BadInput,
     EnsureError,
     ExitCode,
@@ -244,7 +243,7 @@ def _epilog(path: str, reads: Optional[Sequence[str]]) -> str:
 def build_parser() -> argparse.ArgumentParser:
     pointer = ("settings: each is a flag, before or after the command, or its environment variable (a flag wins); "
                "`ensure-flydsl help settings` lists them, `ensure-flydsl help COMMAND` shows a command's own")
-    codes = "exit codes: " + "; ".join(f"{int(c)} {meaning}" for c, meaning in EXIT_MEANINGS.items())
+    codes = "exit codes: " + "; ".join(f"{int(code)} {code.meaning}" for code in ExitCode)
     top = _Parser(prog="ensure-flydsl", description=DESCRIPTION, formatter_class=_Formatter,
                   epilog="\n".join([*_wrap(pointer, "  "), "", _epilog("", None), "", *_wrap(codes, "  ")]))
     top.add_argument("-V", "--version", action=_Version, nargs=0,
@@ -460,7 +459,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         _failed(reporter, as_json, data, format_error(exc, tail, reporter.log_path), tail)
         return int(exc.code)
     except (KeyboardInterrupt, Interrupted) as exc:
-        what = exc.description if isinstance(exc, Interrupted) else interrupted_by("SIGINT")
+        what = interrupted_by(exc)
         _failed(reporter, as_json, result_object(exit_code=int(ExitCode.INTERRUPTED), reason=what,
                                                  hint="run it again: it resumes", log=reporter.log_path),
                 f"ensure-flydsl: {what}; the next run resumes where this one stopped")

@@ -19,7 +19,7 @@ from ensure_flydsl.doctor.requirements import check_requirements
 from ensure_flydsl.errors import EnsureError, ExitCode, Stage
 from ensure_flydsl.probe.interpreter import describe_interpreter
 from ensure_flydsl.probe.results import Interpreter
-from ensure_flydsl.runs.answer import roots_sharing_marker, sharing_advice
+from ensure_flydsl.runs.answer import marker_sharing
 from ensure_flydsl.settings import Settings, Strategy
 from ensure_flydsl.source.git import describe, is_local_repo, repo_path, resolve_in, rewrite
 from ensure_flydsl.source.needs import KNOWN_FLYDSL_NEEDS, BuildNeeds, find_needs
@@ -83,11 +83,10 @@ def check_root(settings: Settings) -> Check:
 
 
 def check_marker_sharing(settings: Settings) -> Check:
-    sharing = roots_sharing_marker(settings)
-    if not sharing:
+    sharing = marker_sharing(settings)
+    if sharing is None:
         return passed("fail-marker", f"{settings.fail_marker} is this root's alone", Stage.SETTINGS)
-    advice = sharing_advice(settings, sharing)
-    return Check("fail-marker", WRONG, advice.problem, advice.remedy, blocking=False, stage=Stage.SETTINGS)
+    return Check("fail-marker", WRONG, *sharing, blocking=False, stage=Stage.SETTINGS)
 
 
 def check_git(environ: Mapping[str, str]) -> Check:

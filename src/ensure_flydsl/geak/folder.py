@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from importlib import metadata
 from typing import Callable, Dict, List, Optional
 
-from ensure_flydsl.errors import EXIT_MEANINGS, BadInput
+from ensure_flydsl.errors import BadInput, ExitCode
 from ensure_flydsl.geak import vendor
 from ensure_flydsl.geak.provenance import PACKAGE_DIR, tool_commit
 from ensure_flydsl.settings import DEFAULT_MIN_VERSION, DEFAULT_PIN, SETTINGS
@@ -150,7 +150,7 @@ def _fill(staging: str, wheels: Dict[str, str], commit: str) -> List[str]:
         _write(os.path.join(tool, "ensure_flydsl.LICENSE"), license_text)
     values = {"VERSION": __version__, "MIN_VERSION": DEFAULT_MIN_VERSION, "PIN_SHORT": DEFAULT_PIN[:8],
               "ROOT": DEFAULT_ROOT, "OVERRIDES": _overrides(),
-              "EXIT_CODES": "\n".join(f"- `{int(code)}`: {meaning}" for code, meaning in EXIT_MEANINGS.items())}
+              "EXIT_CODES": "\n".join(f"- `{int(code)}`: {code.meaning}" for code in ExitCode)}
     _write(os.path.join(staging, "skill.md"), _render("skill.md", values))
     _write(os.path.join(staging, "ensure_flydsl.sh"), _render("ensure_flydsl.sh", values), 0o755)
     _write(os.path.join(staging, ".gitignore"), "__pycache__/\n")

@@ -6,7 +6,7 @@ import json
 import os
 from typing import Callable, List, Optional
 
-from ensure_flydsl.errors import EnsureError, ExitCode, Interrupted, Stage, exit_code_of, interrupted_by
+from ensure_flydsl.errors import EnsureError, ExitCode, Stage, exit_code_of, interrupted_by
 from ensure_flydsl.layout import tree_folders
 from ensure_flydsl.pipeline.warm import fingerprint, keep_warm, result_of
 from ensure_flydsl.probe.fingerprint import site_folders, watch_folders
@@ -15,7 +15,7 @@ from ensure_flydsl.probe.interpreter import probe_modules, run_probe
 from ensure_flydsl.probe.results import Probe
 from ensure_flydsl.result import Action, How, Result
 from ensure_flydsl.runs import markers
-from ensure_flydsl.runs.answer import roots_sharing_marker, sharing_advice
+from ensure_flydsl.runs.answer import marker_sharing
 from ensure_flydsl.runs.liveness import marker_is_answered
 from ensure_flydsl.runs.markers import installed, installed_line, marker_unwritten, tail_of
 from ensure_flydsl.runs.records import RunStore
@@ -46,9 +46,9 @@ def withdraw_stale_markers(settings: Settings, say: Callable[[str], None]) -> No
 def check_markers(settings: Settings, say: Callable[[str], None]) -> None:
     """Stale markers withdrawn, and a note when other roots report to the same failure marker."""
     withdraw_stale_markers(settings, say)
-    sharing = roots_sharing_marker(settings)
-    if sharing:
-        say(f"note: {sharing_advice(settings, sharing)}")
+    sharing = marker_sharing(settings)
+    if sharing is not None:
+        say("note: " + "; ".join(sharing))
 
 
 def withdraw_if_untrue(run: Run, decision: Decision) -> None:
@@ -141,7 +141,7 @@ def _write_failure_marker(run: Run, exc: BaseException) -> BaseException:
     if isinstance(exc, EnsureError):
         reason, hint, stage = exc.reason, exc.hint, exc.stage or run.step_name
     elif code == ExitCode.INTERRUPTED:
-        reason = exc.description if isinstance(exc, Interrupted) else interrupted_by("SIGINT")
+        reason = interrupted_by(exc)
         hint, stage = "run it again: it resumes", run.step_name
     else:
         reason = f"internal error: {type(exc).__name__}: {exc}"

@@ -7,13 +7,12 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 from ensure_flydsl.runs.liveness import record_death, seen_dead
 from ensure_flydsl.runs.markers import (
     EnvTwin,
     Failure,
-    answering_twin,
     installed,
     installed_twin,
     read_failure_marker,
@@ -68,61 +67,42 @@ def _answer(settings: Settings, *, record_deaths: bool) -> Answer:
     if live:
         first = _in_speaking_order(live)[0]
         return Answer(RUNNING, record=first, run_id=first.run_id)
-    twin = answering_twin(settings.root, request, os.environ.get("PATH"))
+    there = installed_twin(settings.root)
+    gap = (twin_gap(there, request, os.environ.get("PATH")) if there is not None else
+           "there is none: another request's run replaced it, or `clean` removed it")
     # A run that gave up while another was alive ended first: it never hides the outcome of the one that worked.
     ended = [r for r in records if r.state in (SUCCEEDED, FAILED)]
     last = max(ended, key=lambda r: r.finished or 0.0, default=None)
-    if twin is not None:
+    if there is not None and gap is None:
         if last is not None and last.state == SUCCEEDED:
-            return Answer(SUCCEEDED, record=last, twin=twin, run_id=last.run_id)
-        return Answer(SUCCEEDED, twin=twin, run_id=twin.run_id or None, elapsed_s=twin.elapsed_s)
+            return Answer(SUCCEEDED, record=last, twin=there, run_id=last.run_id)
+        return Answer(SUCCEEDED, twin=there, run_id=there.run_id or None, elapsed_s=there.elapsed_s)
     if last is not None and last.state == FAILED and last.failure is not None:
         return Answer(FAILED, record=last, failure=last.failure, run_id=last.run_id, hint=last.failure.hint)
     if last is not None:
         return Answer(ABSENT, record=last, run_id=last.run_id, reason=(
-            f"run {last.run_id} succeeded for this request, but {settings.env_file} no longer answers it "
-            f"({_why_not(settings, request)})"), hint=START_HINT)
+            f"run {last.run_id} succeeded for this request, but {settings.env_file} no longer answers it ({gap})"),
+            hint=START_HINT)
     marker = read_failure_marker(settings.fail_marker)
     if marker is not None and marker.failure is not None and marker.request == request:
         return Answer(FAILED, failure=marker.failure, run_id=marker.run_id, hint=marker.failure.hint)
     reason = f"nothing was started for this request on {settings.root}"
-    there = installed_twin(settings.root)
     if there is not None:
-        reason += f", and {settings.env_file} does not answer it ({_why_not(settings, request)})"
+        reason += f", and {settings.env_file} does not answer it ({gap})"
     return Answer(ABSENT, reason=reason, hint=START_HINT)
 
 
 START_HINT = "run `ensure-flydsl start` (then `ensure-flydsl wait --timeout 540`), or `ensure-flydsl`"
 
 
-def _why_not(settings: Settings, request: Request) -> str:
-    twin = installed_twin(settings.root)
-    if twin is None:
-        return "there is none: another request's run replaced it, or `clean` removed it"
-    return twin_gap(twin, request, os.environ.get("PATH")) or "it answers it now"
-
-
-def roots_sharing_marker(settings: Settings) -> List[str]:
-    """The other roots of this folder whose runs report to the same failure marker (the default path)."""
-    return [other for other in sibling_roots(settings.root)
-            if any(r.fail_marker == settings.fail_marker for r in RunStore(other).records())]
-
-
-@dataclass(frozen=True)
-class SharingAdvice:
-    """Other roots report to this root's failure marker: what that means, and the setting that fixes it."""
-
-    problem: str
-    remedy: str
-
-    def __str__(self) -> str:
-        return f"{self.problem}; {self.remedy}"
-
-
-def sharing_advice(settings: Settings, sharing: List[str]) -> SharingAdvice:
+def marker_sharing(settings: Settings) -> Optional[Tuple[str, str]]:
+    """When other roots of this folder report to the same failure marker (the default path): what that means, and
+    the setting that fixes it."""
+    sharing = [other for other in sibling_roots(settings.root)
+               if any(r.fail_marker == settings.fail_marker for r in RunStore(other).records())]
+    if not sharing:
+        return None
     shown = ", ".join(sharing[:3]) + (" ..." if len(sharing) > 3 else "")
-    name = os.path.basename(settings.root)
-    own = os.path.join(settings.base_dir, ".flydsl_build." + name + ".failed")
-    return SharingAdvice(problem=f"the root(s) {shown} report to the same failure marker {settings.fail_marker}: "
-                                 f"a file poller of one sees the other's failures",
-                         remedy=f"give each root its own FLYDSL_BUILD_FAILED, e.g. FLYDSL_BUILD_FAILED={own}")
+    own = os.path.join(settings.base_dir, ".flydsl_build." + os.path.basename(settings.root) + ".failed")
+    return (f"the root(s) {shown} report to the same failure marker {settings.fail_marker}: a file poller of one "
+            f"sees the other's failures", f"give each root its own FLYDSL_BUILD_FAILED, e.g. FLYDSL_BUILD_FAILED={own}")

@@ -74,7 +74,6 @@ class History:
         for name, steps in routes.items():
             if not isinstance(steps, dict):
                 return None
-            plan = Plan._value2member_map_.get(name) if isinstance(name, str) else None
             table: Dict[Stage, Tuple[float, ...]] = {}
             for step, values in steps.items():
                 seconds = _durations(values)
@@ -83,16 +82,15 @@ class History:
                 stage = Stage.parse(step)
                 if stage is not None:
                     table[stage] = seconds[-HISTORY_KEEP:]
-            if isinstance(plan, Plan):
+            plan = fields.member(Plan)(name)
+            if plan is not None:
                 parsed[plan] = table
         return cls(parsed)
 
 
 def _durations(values: object) -> Optional[Tuple[float, ...]]:
-    if not isinstance(values, list):
-        return None
-    found = tuple(fields.number(v) for v in values)
-    if any(v is None or not 0 <= v <= MAX_STEP_S for v in found):
+    found = tuple(fields.number(v) for v in values) if isinstance(values, list) else None
+    if found is None or any(v is None or not 0 <= v <= MAX_STEP_S for v in found):
         return None
     return found  # type: ignore[return-value]
 

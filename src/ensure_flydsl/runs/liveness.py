@@ -3,14 +3,13 @@
 
 from __future__ import annotations
 
-import fcntl
 import os
 import time
 from dataclasses import replace
 from typing import Optional
 
 from ensure_flydsl.errors import ExitCode
-from ensure_flydsl.layout import host_cache_dir, run_alive_file, runs_dir, timings_dir
+from ensure_flydsl.layout import host_cache_dir, timings_dir
 from ensure_flydsl.runs import markers, timings
 from ensure_flydsl.runs.markers import Failure, answering_twin
 from ensure_flydsl.runs.records import FAILED, RUNNING, RunRecord, RunStore, process_start_time
@@ -113,15 +112,8 @@ def kill_build_group(record: RunRecord) -> None:
 
 def watch(root: str, run_id: str) -> int:
     """The watchdog (``_watchdog ROOT RUN_ID``): once the run's alive flock is free, "running" is a death."""
-    try:
-        fd = os.open(run_alive_file(runs_dir(root), run_id), os.O_RDONLY | os.O_NOFOLLOW)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH)
-        finally:
-            os.close(fd)
-    except OSError:
-        return 0
     store = RunStore(root)
+    store.is_alive(run_id, wait=True)
     record = store.read(run_id)
     if record is not None and record.state == RUNNING:
         record_death(store, record)

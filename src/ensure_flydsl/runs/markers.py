@@ -257,54 +257,43 @@ def marker_path_problem(path: str) -> Optional[str]:
     return file_path_problem(path, symlink_ok=True)
 
 
+def _failure_code(value: object) -> Optional[int]:
+    """Never exit 0 or 75, which `wait` would pass on as success or "still running"."""
+    found = fields.integer(value)
+    return found if found in FAILURE_CODES else None
+
+
 @dataclass(frozen=True)
-class Failure:
+class Failure(fields.Record):
     """How a run failed (a run record's, a failure marker's)."""
 
-    stage: Optional[Stage]  # None also for a stage this version does not know
-    exit_code: int
-    reason: str
-    hint: str = ""
+    stage: Optional[Stage] = checked(fields.text, nullable=True, convert=Stage.parse)  # None: a stage not known
+    exit_code: int = checked(_failure_code)
+    reason: str = checked(fields.text, "")
+    hint: str = checked(fields.text, "", lenient=True)
 
     def to_json(self) -> Dict[str, object]:
         return asdict(self)
 
-    @classmethod
-    def from_json(cls, data: object) -> Optional["Failure"]:
-        """The failure, or None; never exit 0 or 75, which `wait` would pass on as success or "still running"."""
-        if not isinstance(data, dict):
-            return None
-        code, stage, reason = fields.integer(data.get("exit_code")), data.get("stage"), data.get("reason", "")
-        if code not in FAILURE_CODES or not isinstance(reason, str):
-            return None
-        if stage is not None and not isinstance(stage, str):
-            return None
-        hint = data.get("hint")
-        return cls(Stage.parse(stage), code, reason, hint if isinstance(hint, str) else "")
-
 
 @dataclass(frozen=True)
 class FailureMarker:
-    """The failure marker as it reads back (None where a part is not one a run writes)."""
+    """The failure marker as it reads back (None, or empty, where a part is not one a run writes)."""
 
     failure: Optional[Failure]
-    request: Optional[Request]  # None: bad input's marker (``{}``) or not a request
-    run_id: Optional[str]
-    log: str
-    log_tail: Tuple[str, ...]
+    request: Optional[Request] = checked(Request.from_json, None, lenient=True)  # None also for bad input's ``{}``
+    run_id: Optional[str] = checked(fields.text, None, lenient=True, convert=lambda found: found or None)
+    log: str = checked(fields.text, "", lenient=True)
+    log_tail: Tuple[str, ...] = checked(lambda v: tuple(map(str, v)) if isinstance(v, list) else None, (),
+                                        lenient=True)
     unnamed: bool = False  # it holds no request object at all (an older tool's marker)
 
     @classmethod
     def from_json(cls, data: Optional[Mapping[str, object]]) -> Optional["FailureMarker"]:
         if data is None:
             return None
-        request, tail = data.get("request"), data.get("log_tail")
-        return cls(
-            failure=Failure.from_json(data), request=Request.from_json(request),
-            run_id=fields.text(data.get("run_id")) or None, log=fields.text(data.get("log")) or "",
-            log_tail=tuple(str(line) for line in tail) if isinstance(tail, list) else (),
-            unnamed=not isinstance(request, dict),
-        )
+        unnamed = not isinstance(data.get("request"), dict)
+        return fields.read(cls, data, failure=Failure.from_json(data), unnamed=unnamed)
 
     def names(self, root: str) -> bool:
         """Whether it was written for ``root``: one without a request object is the root's own; one whose request

@@ -102,7 +102,7 @@ class Pulse:
 
 
 def say_pulse(reporter: Reporter, pulse: Pulse) -> None:
-    reporter.pulse(pulse.line(), pulse.event())
+    reporter.say(pulse.line(), pulse.event())
 
 
 @contextlib.contextmanager

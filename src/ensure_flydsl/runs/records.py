@@ -12,7 +12,7 @@ import socket
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 from ensure_flydsl.errors import Stage
 from ensure_flydsl.layout import (
@@ -63,7 +63,7 @@ def _non_negative(value: object) -> Optional[float]:
 
 
 @dataclass
-class RunRecord:
+class RunRecord(fields.Record):
     """``<run_id>.json``: what one run is doing, or how it ended.  A value no run writes refuses the whole file."""
 
     run_id: str = checked(lambda v: v if is_run_id(v) else None)
@@ -102,10 +102,6 @@ class RunRecord:
         data["request"] = self.request.to_json()
         return data
 
-    @classmethod
-    def from_json(cls, data: object) -> Optional["RunRecord"]:
-        return fields.from_json(cls, data)
-
 
 _RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")  # it names files beside the record
 
@@ -134,24 +130,21 @@ class RunStore:
         self.base = base_state_dir(os.path.dirname(root))
         self.folder = runs_dir(root)
 
-    def record_path(self, run_id: str) -> str:
-        return run_record_file(self.folder, run_id)
-
-    def alive_path(self, run_id: str) -> str:
-        return run_alive_file(self.folder, run_id)
-
-    def reserve_path(self, run_id: str) -> str:
-        return run_reserve_file(self.folder, run_id)
+    def _files(self, run_id: str) -> Tuple[str, str, str]:
+        """The run's record, alive file and reserve."""
+        return (run_record_file(self.folder, run_id), run_alive_file(self.folder, run_id),
+                run_reserve_file(self.folder, run_id))
 
     def ensure_folder(self) -> None:
         os.makedirs(self.folder, mode=0o755, exist_ok=True)
 
     def read(self, run_id: str) -> Optional[RunRecord]:
-        return RunRecord.from_json(read_json(self.record_path(run_id)))
+        return RunRecord.from_json(read_json(run_record_file(self.folder, run_id)))
 
     def write(self, record: RunRecord) -> None:
         """Replace the record whole; flushed to disk only at the run's end (a power cut ends the run too)."""
-        atomic_write(self.record_path(record.run_id), _record_data(record), durable=record.state != RUNNING)
+        atomic_write(run_record_file(self.folder, record.run_id), _record_data(record),
+                     durable=record.state != RUNNING)
 
     def current_id(self) -> Optional[str]:
         raw = read_regular(current_run_file(self.folder), 4096)
@@ -163,19 +156,18 @@ class RunStore:
 
     def release(self, run_id: str) -> None:
         """Give the run's reserved room back (before its last writes; idempotent)."""
-        remove_quietly([self.reserve_path(run_id)])
+        remove_quietly([run_reserve_file(self.folder, run_id)])
 
     def forget(self, run_id: str) -> None:
         """Remove a run that never began (its record, alive file and reserve): nothing may say it runs."""
-        remove_quietly([self.record_path(run_id), self.alive_path(run_id), self.reserve_path(run_id)])
+        remove_quietly(list(self._files(run_id)))
 
     def begin(self, record: RunRecord, alive_fd: Optional[int] = None) -> int:
         """A run's files as it begins, all or none (alive file held, reserve, record, ``current``); ``alive_fd``
         is a detached worker's, which ``start`` took.  The descriptor returned keeps the run alive."""
         run_id = record.run_id
         own = alive_fd is None  # a detached worker's record and alive file are `start`'s
-        record_file, alive_file, reserve_file = (self.record_path(run_id), self.alive_path(run_id),
-                                                 self.reserve_path(run_id))
+        record_file, alive_file, reserve_file = self._files(run_id)
         self.ensure_folder()
         fd = self.hold_alive(run_id) if alive_fd is None else alive_fd
         os.set_inheritable(fd, False)  # a build we start must not keep the run "alive" after we die
@@ -240,17 +232,18 @@ class RunStore:
         """Exclusively flock the run's alive file: the kernel drops the lock however the run dies, so a shared
         flock taken says at once that it is gone (``filelock`` has no shared probe, nor a descriptor to hand on)."""
         self.ensure_folder()
-        fd = os.open(self.alive_path(run_id), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        fd = os.open(run_alive_file(self.folder, run_id), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
         fcntl.flock(fd, fcntl.LOCK_EX)
         return fd
 
-    def is_alive(self, run_id: str) -> bool:
+    def is_alive(self, run_id: str, *, wait: bool = False) -> bool:
+        """Whether the run's alive file is held; ``wait``: block until it is not (the watchdog)."""
         try:
-            fd = os.open(self.alive_path(run_id), os.O_RDONLY | os.O_NOFOLLOW)
+            fd = os.open(run_alive_file(self.folder, run_id), os.O_RDONLY | os.O_NOFOLLOW)
         except OSError:
             return False
         try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_SH if wait else fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:
             return True
         finally:

@@ -28,9 +28,8 @@ MAX_RECORD_BYTES = 256 << 10  # a record is a few KB; a larger file is not one
 ROUNDING_S = 0.001  # a record's seconds are rounded to milliseconds: its stages may add up to a little more
 MAX_BYTES = 1 << 50  # a fetch of more than a pebibyte is no run's
 # The way a run took: what its call did (result.py: Action), the tree's origin when it made one (How), or failed.
-WARM, VERIFIED, REUSED, BUILT, RELEASED, CACHED, FAILED = (
-    "warm", "verified", "reused", "built", "released", "cached", "failed")
-WAYS = (WARM, VERIFIED, REUSED, BUILT, RELEASED, CACHED, FAILED)
+FAILED = "failed"
+WAYS = ("warm", "verified", "reused", "built", "released", "cached", FAILED)
 FETCHES = ("git", "wheel", "cache")  # the pin's objects, the release wheel, the binary cache's blobs
 LOOKUPS = ("tree", "mlir")  # what a run looks up in the binary cache
 HIT, MISS = "hit", "miss"
@@ -195,20 +194,17 @@ def keep(folder: Optional[str], record: TimingRecord) -> bool:
     return True
 
 
-def _record_names(folder: str) -> List[str]:
-    return [n for n in os.listdir(folder) if n.endswith(RUN_RECORD_SUFFIX)
-            and is_new_run_id(n[:-len(RUN_RECORD_SUFFIX)])]
-
-
 def prune(folder: str, *, keep_runs: int = KEEP_RUNS, keep_days: float = KEEP_DAYS) -> None:
     """Remove the records beyond the newest ``keep_runs`` or older than ``keep_days``: only regular files named
     as the tool names records."""
     try:
-        names = _record_names(folder)
+        names = os.listdir(folder)
     except OSError:
         return
     dated: List[Tuple[float, str]] = []
     for name in names:
+        if not name.endswith(RUN_RECORD_SUFFIX) or not is_new_run_id(name[:-len(RUN_RECORD_SUFFIX)]):
+            continue
         try:
             st = os.lstat(os.path.join(folder, name))
         except OSError:

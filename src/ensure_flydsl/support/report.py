@@ -59,27 +59,17 @@ class Reporter:
         return cls(stream, mode="tty" if redraws(stream) else "plain", verbosity=verbosity)
 
     # -- messages ----------------------------------------------------------------------------------------
-    def say(self, message: str) -> None:
+    def say(self, message: str, event: Optional[Dict[str, object]] = None) -> None:
+        """A message (``event``: its ``--json`` form, if not a message event), and to the log."""
         line = f"[{time.strftime('%H:%M:%S')}] {self.prefix}: {message}"
         if self.verbosity < 0:
             pass
         elif self.mode == "json":
-            self._emit({"event": "message", "time": time.time(), "text": message})
+            self._emit({"time": time.time(), **(event or {"event": "message", "text": message})})
         else:
             self._print(line)
         if self._log is not None and not self._log_is_stream:
             self._write_log(line)
-
-    def pulse(self, line: str, event: Dict[str, object]) -> None:
-        """A heartbeat: ``line`` (``event`` under ``--json``), and to the log; nothing under ``-q``."""
-        if self.verbosity < 0:
-            return
-        if self.mode == "json":
-            self._emit({"time": time.time(), **event})
-            if self._log is not None and not self._log_is_stream:
-                self._write_log(f"[{time.strftime('%H:%M:%S')}] {self.prefix}: {line}")
-        else:
-            self.say(line)
 
     def mark_shown(self) -> None:
         self.last_shown = time.monotonic()
@@ -91,11 +81,8 @@ class Reporter:
 
     def step(self, name: str, state: str, seconds: Optional[float] = None) -> None:
         self._last_decile = -1
-        if self.mode == "json":
-            event = {"event": "step", "time": time.time(), "step": name, "state": state}
-            if seconds is not None:
-                event["seconds"] = round(seconds, 3)
-            self._emit(event)
+        timed = {} if seconds is None else {"seconds": round(seconds, 3)}
+        self.event({"event": "step", "step": name, "state": state, **timed})
 
     def progress(self, step: str, percent: Optional[float], eta: Optional[float]) -> None:
         if percent is None or self.verbosity < 0:
