@@ -8,6 +8,7 @@ import os
 import sys
 from typing import Dict, List, Mapping, Optional
 
+from ensure_flydsl.cli.status import ABSENT_EXIT
 from ensure_flydsl.errors import ExitCode, Stage
 from ensure_flydsl.layout import tree_folders
 from ensure_flydsl.probe.gate import evaluate
@@ -17,8 +18,6 @@ from ensure_flydsl.runs.answer import START_HINT
 from ensure_flydsl.runs.markers import EnvFile, EnvTwin, installed, installed_twin, twin_gap
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.support.report import known
-
-NOT_ANSWERED = 1  # as `wait`: no env file answers this request
 
 
 def _gap(settings: Settings, twin: Optional[EnvTwin], environ: Mapping[str, str], absent: str) -> Optional[str]:
@@ -38,7 +37,7 @@ def show_env(settings: Settings, fmt: str, environ: Mapping[str, str], *, as_jso
         except FileNotFoundError:
             pass
     gap = _gap(settings, twin, environ, f"there is no env file at {settings.env_file}")
-    code = NOT_ANSWERED if gap is not None else 0
+    code = ABSENT_EXIT if gap is not None else 0
     if as_json:
         data = result_object(ok=gap is None, exit_code=code, reason=gap, hint=START_HINT if gap else None,
                              log=settings.log_file)
@@ -55,7 +54,7 @@ def show_env(settings: Settings, fmt: str, environ: Mapping[str, str], *, as_jso
         return code
     if gap is not None:
         print(f"ensure-flydsl: {gap}; run `ensure-flydsl` (or `ensure-flydsl start`) first", file=sys.stderr)
-        return NOT_ANSWERED
+        return ABSENT_EXIT
     path = settings.env_json if fmt == "json" else settings.env_file
     try:
         with open(path) as handle:
@@ -63,7 +62,7 @@ def show_env(settings: Settings, fmt: str, environ: Mapping[str, str], *, as_jso
     except FileNotFoundError:
         print(f"ensure-flydsl: no env file at {path}; run `ensure-flydsl` (or `ensure-flydsl start`) first",
               file=sys.stderr)
-        return NOT_ANSWERED
+        return ABSENT_EXIT
     return 0
 
 
@@ -87,7 +86,7 @@ def verify(settings: Settings, environ: Dict[str, str], *, as_json: bool) -> int
     verdict = evaluate(probe, settings.min_version, settings.require)
     if gap is not None:  # nothing installed answers this request: exit 1, as for `env` and `wait`
         probed = f"the tree imports ({verdict.reason})" if verdict.reusable else f"the probe: {verdict.reason}"
-        code, ok, reason = NOT_ANSWERED, False, f"{gap}; {probed}"
+        code, ok, reason = ABSENT_EXIT, False, f"{gap}; {probed}"
     elif not verdict.reusable:  # the env file answers this request, but its tree does not import now
         code, ok, reason = int(ExitCode.PROBE), False, verdict.reason
     else:
@@ -97,7 +96,7 @@ def verify(settings: Settings, environ: Dict[str, str], *, as_json: bool) -> int
         data.update(result_object(
             ok=ok, exit_code=code, stage=None if ok else Stage.PROBE, reason=reason, version=probe.version,
             env_file=settings.env_file if ok else None, how=twin.how if ok and twin is not None else None,
-            hint=None if ok else (START_HINT if code == NOT_ANSWERED else
+            hint=None if ok else (START_HINT if code == ABSENT_EXIT else
                                   "run `ensure-flydsl` to provision a tree that passes, or see `ensure-flydsl doctor`"),
             log=settings.log_file))
         data.update(tree=verdict.tree, installed=installed(settings.root, settings.request(), environ.get("PATH")))

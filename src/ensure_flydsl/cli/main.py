@@ -8,6 +8,7 @@ import difflib
 import errno
 import json
 import os
+import pathlib
 import re
 import select
 import shutil
@@ -207,56 +208,51 @@ def _wrap(text: str, indent: str = "") -> List[str]:
                          break_on_hyphens=False)
 
 
-# Each command's examples, shown by its help: (command line, what it does).
+# Each command's examples, shown by its help: (the arguments after `ensure-flydsl`, what it does).
 EXAMPLES: Dict[str, Tuple[Tuple[str, str], ...]] = {
-    "": (("ensure-flydsl --root ~/.cache/flydsl/FlyDSL", "blocking; then source ~/.cache/flydsl/FlyDSL/flydsl_env.sh"),
-         ("ensure-flydsl start --root ~/.cache/flydsl/FlyDSL", "detached: returns at once; then `wait --timeout 540`"),
-         ("ensure-flydsl doctor", "in seconds: can it succeed here, and if not, why")),
-    "ensure": (("ensure-flydsl --root ~/.cache/flydsl/FlyDSL", "reuse, else provision; then source "
-                "~/.cache/flydsl/FlyDSL/flydsl_env.sh"),
-               ("ensure-flydsl --json --strategy release", "one JSON result object"),
-               ("ensure-flydsl -q --python /usr/bin/python3.11", "say nothing but a failure")),
-    "start": (("ensure-flydsl start --root ~/.cache/flydsl/FlyDSL", "returns at once"),
-              ("ensure-flydsl start --cache s3://bucket/flydsl", "then `ensure-flydsl wait`")),
-    "wait": (("ensure-flydsl wait --timeout 540", "inside an agent's 600 s shell call; 75: call it again"),
-             ("ensure-flydsl wait --timeout 0 --json", "answer at once")),
-    "status": (("ensure-flydsl status", ""), ("ensure-flydsl --root ~/.cache/flydsl/FlyDSL status --json", "")),
-    "env": (("ensure-flydsl env", "the env file, to source"), ("ensure-flydsl env --format json", "its JSON twin"),
-            ("ensure-flydsl env --json --min-version 0.2.3", "does it answer this request?")),
-    "verify": (("ensure-flydsl verify", "exit 0 only for one good tree"),
-               ("ensure-flydsl verify --json --python /usr/bin/python3.11", "")),
-    "doctor": (("ensure-flydsl doctor", "one line per check, then the verdict"),
-               ("ensure-flydsl doctor --strategy source --json", "")),
-    "cache": (("ensure-flydsl cache list --cache /srv/flydsl-cache", ""),
-              ("ensure-flydsl help cache prune", "a cache command's own help")),
-    "cache list": (("ensure-flydsl cache list --cache /srv/flydsl-cache", "newest first"),
-                   ("ensure-flydsl cache list --json --cache-trusted-key ci-1.pub",
+    "": (("--root ~/.cache/flydsl/FlyDSL", "blocking; then source ~/.cache/flydsl/FlyDSL/flydsl_env.sh"),
+         ("start --root ~/.cache/flydsl/FlyDSL", "detached: returns at once; then `wait --timeout 540`"),
+         ("doctor", "in seconds: can it succeed here, and if not, why")),
+    "ensure": (("--root ~/.cache/flydsl/FlyDSL", "reuse, else provision; then source "
+                "~/.cache/flydsl/FlyDSL/flydsl_env.sh"), ("--json --strategy release", "one JSON result object"),
+               ("-q --python /usr/bin/python3.11", "say nothing but a failure")),
+    "start": (("start --root ~/.cache/flydsl/FlyDSL", "returns at once"),
+              ("start --cache s3://bucket/flydsl", "then `ensure-flydsl wait`")),
+    "wait": (("wait --timeout 540", "inside an agent's 600 s shell call; 75: call it again"),
+             ("wait --timeout 0 --json", "answer at once")),
+    "status": (("status", ""), ("--root ~/.cache/flydsl/FlyDSL status --json", "")),
+    "env": (("env", "the env file, to source"), ("env --format json", "its JSON twin"),
+            ("env --json --min-version 0.2.3", "does it answer this request?")),
+    "verify": (("verify", "exit 0 only for one good tree"), ("verify --json --python /usr/bin/python3.11", "")),
+    "doctor": (("doctor", "one line per check, then the verdict"), ("doctor --strategy source --json", "")),
+    "cache": (("cache list --cache /srv/flydsl-cache", ""), ("help cache prune", "a cache command's own help")),
+    "cache list": (("cache list --cache /srv/flydsl-cache", "newest first"),
+                   ("cache list --json --cache-trusted-key ci-1.pub",
                     "one JSON object; which signatures a trusted key verifies")),
-    "cache prune": (("ensure-flydsl cache prune --max-size 50G --cache /srv/flydsl-cache", ""),
-                    ("ensure-flydsl --cache s3://bucket/flydsl cache prune --max-size 500M", "")),
-    "cache keygen": (("ensure-flydsl cache keygen --out ~/.config/flydsl ci-1",
+    "cache prune": (("cache prune --max-size 50G --cache /srv/flydsl-cache", ""),
+                    ("--cache s3://bucket/flydsl cache prune --max-size 500M", "")),
+    "cache keygen": (("cache keygen --out ~/.config/flydsl ci-1",
                       "then FLYDSL_CACHE_SIGNING_KEY=~/.config/flydsl/ci-1.secret on the CI host"),
-                     ("ensure-flydsl cache keygen --out /etc/flydsl/keys ci-2",
+                     ("cache keygen --out /etc/flydsl/keys ci-2",
                       "a new key to rotate to: sign with it, then trust it")),
-    "cache sign": (("ensure-flydsl cache sign --key ~/.config/flydsl/ci-1.secret", "every entry"),
-                   ("ensure-flydsl cache sign --key ci-2.secret 3f2a9c 77b0e1 --cache-trusted-key ci-1.pub",
+    "cache sign": (("cache sign --key ~/.config/flydsl/ci-1.secret", "every entry"),
+                   ("cache sign --key ci-2.secret 3f2a9c 77b0e1 --cache-trusted-key ci-1.pub",
                     "a rotation: two entries, if ci-1 signed them")),
-    "store": (("ensure-flydsl store list", "each tree, its size and the roots that use it"),
-              ("ensure-flydsl help store prune", "a store command's own help")),
-    "store list": (("ensure-flydsl store list", ""),
-                   ("ensure-flydsl store list --json --store /scratch/flydsl-store", "one JSON object")),
-    "store prune": (("ensure-flydsl store prune --max-size 20G", "trees a root uses are kept"),
-                    ("ensure-flydsl --store /scratch/flydsl-store store prune --max-size 5G", "")),
-    "clean": (("ensure-flydsl clean", ""), ("ensure-flydsl clean --json --root ~/.cache/flydsl/FlyDSL", "")),
-    "stats": (("ensure-flydsl stats", "the last runs and where their time went"),
-              ("ensure-flydsl stats --json --root ~/.cache/flydsl/FlyDSL", "one root's runs"),
-              ("ensure-flydsl stats --records ./fleet-records", "a fleet's records, collected")),
-    "skill": (("ensure-flydsl skill $GEAK_ROOT/perf_knowledge/expert_skills/skills/ensure_flydsl", ""),
-              ("ensure-flydsl skill ./ensure_flydsl --force --wheels ./wheels", "no network")),
-    "help": (("ensure-flydsl help wait", ""), ("ensure-flydsl help settings", "")),
-    "completion": (("ensure-flydsl completion bash > ~/.local/share/bash-completion/completions/ensure-flydsl", ""),
-                   ("ensure-flydsl completion zsh", "eval it in ~/.zshrc, after compinit"),
-                   ("ensure-flydsl completion fish > ~/.config/fish/completions/ensure-flydsl.fish", "")),
+    "store": (("store list", "each tree, its size and the roots that use it"),
+              ("help store prune", "a store command's own help")),
+    "store list": (("store list", ""), ("store list --json --store /scratch/flydsl-store", "one JSON object")),
+    "store prune": (("store prune --max-size 20G", "trees a root uses are kept"),
+                    ("--store /scratch/flydsl-store store prune --max-size 5G", "")),
+    "clean": (("clean", ""), ("clean --json --root ~/.cache/flydsl/FlyDSL", "")),
+    "stats": (("stats", "the last runs and where their time went"),
+              ("stats --json --root ~/.cache/flydsl/FlyDSL", "one root's runs"),
+              ("stats --records ./fleet-records", "a fleet's records, collected")),
+    "skill": (("skill $GEAK_ROOT/perf_knowledge/expert_skills/skills/ensure_flydsl", ""),
+              ("skill ./ensure_flydsl --force --wheels ./wheels", "no network")),
+    "help": (("help wait", ""), ("help settings", "")),
+    "completion": (("completion bash > ~/.local/share/bash-completion/completions/ensure-flydsl", ""),
+                   ("completion zsh", "eval it in ~/.zshrc, after compinit"),
+                   ("completion fish > ~/.config/fish/completions/ensure-flydsl.fish", "")),
 }
 
 
@@ -274,7 +270,8 @@ def _epilog(path: str, reads: Optional[Sequence[str]]) -> str:
                                    subsequent_indent=" " * 12, break_on_hyphens=False)
         lines.append("")
     lines.append("examples:")
-    for line, why in EXAMPLES[path]:
+    for args, why in EXAMPLES[path]:
+        line = "ensure-flydsl " + args
         if not why:
             lines.append(f"  {line}")
         elif len(line) + len(why) + 6 <= width:
@@ -339,7 +336,7 @@ def _add_commands(command: Callable[..., argparse.ArgumentParser]) -> argparse.A
     _add_cache_commands(command)
     command("clean", "remove what this tool created for the root (never anything else)",
             ("root", "lock_file", "fail_marker"), json="one JSON result object naming what was removed and kept",
-            run=_clean)
+            run=lambda call, settings: clean(settings, call.reporter.say, as_json=call.as_json))
     stats_parser = command("stats", "where this host's runs spent their time: each run's stages, waits and bytes, "
                            "and a summary", None, json="one JSON object: every run under `runs`, and the `summary` "
                            "(docs/schema/stats.schema.json)", run=_stats)
@@ -491,7 +488,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 if not (signum == signal.SIGHUP and signal.getsignal(signum) == signal.SIG_IGN)}
     code: Optional[int] = None
     try:
-        code = _run(Call(args, dict(os.environ), reporter, as_json, warm_key))
+        code = _run(Call(args=args, environ=dict(os.environ), reporter=reporter, as_json=as_json, warm_key=warm_key))
         sys.stdout.flush()  # here, where a reader that went away is handled, not at exit
         return code
     except BrokenPipeError:
@@ -554,15 +551,6 @@ def _stats(call: Call) -> int:
     # A --root before the command is taken for the setting: here it is the filter too.
     of_root = call.args.of_root if call.args.of_root is not None else getattr(call.args, "root", None)
     return stats(of_root, call.args.records, call.environ, as_json=call.as_json)
-
-
-def _clean(call: Call, settings: Settings) -> int:
-    cleaned = clean(settings, call.reporter.say)
-    for line in cleaned.lines():
-        call.reporter.say(line)
-    if call.as_json:
-        print(json.dumps(cleaned.to_json(settings), sort_keys=True))
-    return 0
 
 
 def _housekeeping(call: Call, settings: Settings) -> int:
@@ -667,45 +655,38 @@ def _access_error(exc: OSError, command: str) -> Optional[EnsureError]:
     naming the folder that blocks, its owner and what the command needs; None for any other OSError."""
     if exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
         return None
-    doing = f"`ensure-flydsl {command}`"
+    doing, me = f"`ensure-flydsl {command}`", _user(os.geteuid())
     path = exc.filename if isinstance(exc.filename, str) else None
     if path is None:
-        return EnsureError(ExitCode.BAD_INPUT, f"{doing} was refused by the system ({exc.strerror}); run it as the "
-                           "user who owns FLYDSL_ROOT and the folder it is in", stage=Stage.ACCESS)
-    if exc.errno == errno.EROFS:
-        return EnsureError(ExitCode.BAD_INPUT, f"{path} is on a read-only file system, and {doing} needs to write "
-                           "there: remount it read-write, or use a FLYDSL_ROOT on a writable file system",
-                           stage=Stage.ACCESS)
-    blocking, info = _blocking(path)
-    me = _user(os.geteuid())
-    if info is None:
-        return EnsureError(ExitCode.BAD_INPUT, f"{path} cannot be reached by {me}, and {doing} needs it: run it as "
-                           "the user who owns FLYDSL_ROOT, or use a FLYDSL_ROOT of your own", stage=Stage.ACCESS)
-    is_dir = stat.S_ISDIR(info.st_mode)
-    readable = os.access(blocking, os.R_OK | (os.X_OK if is_dir else 0))
-    need = "write" if readable else "read"
-    owner = _user(info.st_uid)
-    what = "folder" if is_dir else "file"
-    return EnsureError(
-        ExitCode.BAD_INPUT,
-        f"the {what} {blocking} cannot be {'written' if readable else 'read'} by {me}: it belongs to {owner}, mode "
-        f"{stat.S_IMODE(info.st_mode):04o}; {doing} needs {need} access to it: run it as {owner}, or use a "
-        "FLYDSL_ROOT of your own",
-        stage=Stage.ACCESS,
-    )
+        reason = (f"{doing} was refused by the system ({exc.strerror}); run it as the user who owns FLYDSL_ROOT and "
+                  "the folder it is in")
+    elif exc.errno == errno.EROFS:
+        reason = (f"{path} is on a read-only file system, and {doing} needs to write there: remount it read-write, "
+                  "or use a FLYDSL_ROOT on a writable file system")
+    else:
+        blocking, info = _blocking(path)
+        if info is None:
+            reason = (f"{path} cannot be reached by {me}, and {doing} needs it: run it as the user who owns "
+                      "FLYDSL_ROOT, or use a FLYDSL_ROOT of your own")
+        else:
+            is_dir, owner = stat.S_ISDIR(info.st_mode), _user(info.st_uid)
+            readable = os.access(blocking, os.R_OK | (os.X_OK if is_dir else 0))
+            reason = (f"the {'folder' if is_dir else 'file'} {blocking} cannot be {'written' if readable else 'read'} "
+                      f"by {me}: it belongs to {owner}, mode {stat.S_IMODE(info.st_mode):04o}; {doing} needs "
+                      f"{'write' if readable else 'read'} access to it: run it as {owner}, or use a FLYDSL_ROOT of "
+                      "your own")
+    return EnsureError(ExitCode.BAD_INPUT, reason, stage=Stage.ACCESS)
 
 
 def _blocking(path: str) -> Tuple[str, Optional[os.stat_result]]:
     """The deepest of ``path`` and its parents this user can stat, with its stat (None: not even ``/``)."""
-    current = os.path.abspath(path)
-    while True:
+    full = os.path.abspath(path)
+    for folder in (full, *map(str, pathlib.PurePath(full).parents)):
         try:
-            return current, os.stat(current)
+            return folder, os.stat(folder)
         except OSError:
-            parent = os.path.dirname(current)
-            if parent == current:
-                return path, None
-            current = parent
+            pass
+    return path, None
 
 
 def _user(uid: int) -> str:
