@@ -22,10 +22,9 @@ from typing import Any, Callable, Dict, List, Mapping, NoReturn, Optional, Seque
 
 from ensure_flydsl.cli.cache import Refused, cache_command, store_command
 from ensure_flydsl.cli.clean import clean
-from ensure_flydsl.cli.env import show_env, verify
 from ensure_flydsl.cli.start import start, worker
 from ensure_flydsl.cli.stats import stats
-from ensure_flydsl.cli.status import status, wait
+from ensure_flydsl.cli.status import show_env, status, verify, wait
 from ensure_flydsl.doctor.diagnose import diagnose, render_check
 from ensure_flydsl.errors import (
     EXIT_MEANINGS,
@@ -450,11 +449,7 @@ def _default_text(setting: Setting) -> str:
     value = setting.default
     if "default" in setting.help or value in (None, "", ()):
         return ""
-    if isinstance(value, bool):
-        value = "on" if value else "off"
-    elif isinstance(value, tuple):
-        value = ",".join(value)
-    return f" (default {value})"
+    return f" (default {('on' if value else 'off') if isinstance(value, bool) else flag_text(setting.name, value)})"
 
 
 # -- the dispatch -----------------------------------------------------------------------------------------------
