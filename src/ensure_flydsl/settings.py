@@ -418,7 +418,8 @@ class Request:
                            default=False, kind=FLAG)
 
     def to_json(self) -> Dict[str, object]:
-        data: Dict[str, object] = {f.name: getattr(self, f.name) for f in fields(Request)}
+        """Its fields as JSON reads them back (a Settings' all but ``sources``: the detached worker's copy)."""
+        data: Dict[str, object] = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "sources"}
         data.update(require=list(self.require), strategy=self.strategy.value)
         return data
 
@@ -512,6 +513,13 @@ class Settings(Request):
     @property
     def log_file(self) -> str:
         return layout.log_file(self.root)
+
+    def store_folder(self, environ: Mapping[str, str]) -> Optional[str]:
+        """The host store: FLYDSL_STORE, else the default in the user's cache folder; None when off or there is none."""
+        if self.store == "off":
+            return None
+        host = layout.host_cache_dir(environ)
+        return self.store or (layout.default_store_dir(host) if host is not None else None)
 
     def request(self) -> Request:
         return Request(**{f.name: getattr(self, f.name) for f in fields(Request)})

@@ -351,14 +351,14 @@ def test_prune_removes_signatures_of_gone_or_replaced_manifests_once_old(tmp_pat
 def test_the_python_api_and_the_detached_worker_carry_the_key_settings(tmp_path: "os.PathLike[str]") -> None:
     import json
 
-    from ensure_flydsl.cli.start import settings_from_json, settings_to_json
+    from ensure_flydsl.cli.start import settings_from_json
     from ensure_flydsl.settings import settings_from_kwargs
 
     secret, public = keygen(str(tmp_path), "k1")
     settings = settings_from_kwargs({"cache_trusted_keys": [public, P2.line()], "cache_signing_key": secret}, {})
     assert settings.cache_trusted_keys == (read_public_keys(public)[0].line(), P2.line())
     assert settings.cache_signing_key == secret
-    text = json.dumps(settings_to_json(settings))
+    text = json.dumps(settings.to_json())
     assert settings_from_json(text) == settings
     assert open(secret).read().strip().partition(":")[2] not in text  # the worker gets the path, not the secret
 

@@ -9,7 +9,6 @@ import os
 import time
 from typing import AbstractSet, Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
-from ensure_flydsl import layout
 from ensure_flydsl.result import result_object
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.support.keys import KEY_NAME, NAME_ALLOWED, KeyProblem, read_secret_key
@@ -57,8 +56,11 @@ def cache_command(settings: Settings, action: str, *, max_size: Optional[str], a
             entries = cache.entries()
             signers = signers_of(settings, cache, entries, cache.warnings)
             _warn(cache.warnings, say)
-            if as_json:
-                print(json.dumps(list_object(entries, cache.location, signers, cache.warnings), sort_keys=True))
+            if as_json:  # one object, also for an empty cache
+                listed = [dict(entry.to_json(), signers=signers.get(signing.manifest_sha(entry.manifest), []))
+                          for entry in entries]
+                print(json.dumps({"schema_version": LIST_SCHEMA_VERSION, "location": cache.location,
+                                  "entries": listed, "warnings": list(cache.warnings)}, sort_keys=True))
             else:
                 _list(entries, cache.location, say, signers)
         else:
@@ -86,18 +88,6 @@ def _prune(cache: Cache, limit: int, say: Callable[[str], None]) -> None:
     total = sum({e.blob: e.size for e in kept}.values())
     say(f"{len(removed)} removed; {cache.location} now holds {len(kept)} entries, {format_size(total)} "
         f"(limit {format_size(limit)})")
-
-
-def list_object(entries: List[CacheEntry], location: str, signers: Mapping[str, List[Dict[str, object]]],
-                warnings: List[str]) -> Dict[str, object]:
-    """`cache list --json`: one object, also for an empty cache."""
-    listed = []
-    for entry in entries:
-        data = entry.to_json()
-        data["signers"] = signers.get(signing.manifest_sha(entry.manifest), [])
-        listed.append(data)
-    return {"schema_version": LIST_SCHEMA_VERSION, "location": location, "entries": listed,
-            "warnings": list(warnings)}
 
 
 def _list(entries: List[CacheEntry], location: str, say: Callable[[str], None],
@@ -262,18 +252,9 @@ def signers_text(signers: Optional[List[Dict[str, object]]]) -> str:
     return "signed by " + ", ".join(shown)
 
 
-def store_path(settings: Settings, environ: Mapping[str, str]) -> Optional[str]:
-    if settings.store == "off":
-        return None
-    if settings.store is not None:
-        return settings.store
-    host = layout.host_cache_dir(environ)
-    return layout.default_store_dir(host) if host is not None else None
-
-
 def store_command(settings: Settings, environ: Mapping[str, str], action: str, *, max_size: Optional[str],
                   as_json: bool, say: Callable[[str], None]) -> int:
-    path = store_path(settings, environ)
+    path = settings.store_folder(environ)
     if path is None:
         raise Refused("no host store: FLYDSL_STORE is off (or neither XDG_CACHE_HOME nor HOME names a folder)")
     limit = _limit("store", max_size) if action == "prune" else 0

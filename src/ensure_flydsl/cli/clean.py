@@ -4,10 +4,10 @@ The root goes whole only when the tool made it and it holds nothing else; the lo
 
 from __future__ import annotations
 
+import json
 import os
 import uuid
-from dataclasses import dataclass
-from typing import Callable, Dict, List, Tuple
+from typing import Callable, List, Tuple
 
 from ensure_flydsl import layout
 from ensure_flydsl.errors import EnsureError, ExitCode, Stage
@@ -23,24 +23,21 @@ from ensure_flydsl.support.files import remove_file, remove_tree
 from ensure_flydsl.ways.source.environment import LlvmRecord
 
 
-@dataclass(frozen=True)
-class Cleaned:
-    """What ``clean`` removed, in order, and a line for each thing it kept; its lines and JSON come from it."""
-
-    removed: Tuple[str, ...]
-    kept: Tuple[str, ...]
-
-    def lines(self) -> List[str]:
-        return [*self.kept, *(f"removed {path}" for path in self.removed)] + ([] if self.removed else
-                                                                             ["nothing to clean"])
-
-    def to_json(self, settings: Settings) -> Dict[str, object]:
-        data = result_object(ok=True, exit_code=0, reason="; ".join(self.lines()), log=settings.log_file)
-        data.update(root=settings.root, removed=list(self.removed), kept=list(self.kept))
-        return data
+def clean(settings: Settings, say: Callable[[str], None], *, as_json: bool) -> int:
+    """Say a line for each thing kept and each removed (under --json also one result object naming them); 0."""
+    removed, kept = _clean(settings, say)
+    lines = [*kept, *(f"removed {path}" for path in removed)] + ([] if removed else ["nothing to clean"])
+    for line in lines:
+        say(line)
+    if as_json:
+        data = result_object(ok=True, exit_code=0, reason="; ".join(lines), log=settings.log_file)
+        data.update(root=settings.root, removed=removed, kept=kept)
+        print(json.dumps(data, sort_keys=True))
+    return 0
 
 
-def clean(settings: Settings, say: Callable[[str], None]) -> Cleaned:
+def _clean(settings: Settings, say: Callable[[str], None]) -> Tuple[List[str], List[str]]:
+    """What was removed, in order, and a line for each thing kept."""
     root = settings.root
     notes: List[str] = []
     _refuse_while_running(settings)
@@ -67,7 +64,7 @@ def clean(settings: Settings, say: Callable[[str], None]) -> Cleaned:
             removed.extend(_clean_root(root, settings, notes))
         elif os.path.isdir(root):
             notes.append(f"kept {root}: ensure-flydsl did not create it")
-    return Cleaned(removed=tuple(removed), kept=tuple(notes))
+    return removed, notes
 
 
 def _refuse_while_running(settings: Settings) -> None:

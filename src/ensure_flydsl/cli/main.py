@@ -8,6 +8,8 @@ import difflib
 import errno
 import json
 import os
+import pathlib
+import re
 import select
 import shutil
 import signal
@@ -15,15 +17,14 @@ import stat
 import sys
 import textwrap
 import traceback
+from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Mapping, NoReturn, Optional, Sequence, Tuple
 
-from ensure_flydsl.cli.about import version_line
 from ensure_flydsl.cli.cache import Refused, cache_command, store_command
 from ensure_flydsl.cli.clean import clean
-from ensure_flydsl.cli.env import show_env, verify
 from ensure_flydsl.cli.start import start, worker
 from ensure_flydsl.cli.stats import stats
-from ensure_flydsl.cli.status import status, wait
+from ensure_flydsl.cli.status import show_env, status, verify, wait
 from ensure_flydsl.doctor.diagnose import diagnose, render_check
 from ensure_flydsl.errors import (
     BadInput,
@@ -34,7 +35,8 @@ from ensure_flydsl.errors import (
     disk_full_error,
     interrupted_by,
 )
-from ensure_flydsl.geak.folder import write_skill_folder
+from ensure_flydsl.geak.folder import MADE_BY, MANIFEST, write_skill_folder
+from ensure_flydsl.geak.provenance import PACKAGE_DIR, tool_commit
 from ensure_flydsl.pipeline.decide import check_reuse
 from ensure_flydsl.pipeline.run import ensure_run
 from ensure_flydsl.pipeline.warm import current_fingerprint, keep_warm, try_warm, warm_lines
@@ -55,18 +57,33 @@ from ensure_flydsl.settings import (
     flag_text,
     settings_from_kwargs,
 )
+from ensure_flydsl.support.files import file_sha256, read_json
 from ensure_flydsl.support.processes import unblock_stop_signals
 from ensure_flydsl.support.report import Reporter
+from ensure_flydsl.version import __version__
 from ensure_flydsl.warm import key_tokens
 from ensure_flydsl.ways.context import Run
 
 DESCRIPTION = ("Make `import flydsl, kernels.moe_gemm_2stage` work from one consistent tree: reuse a good-enough\n"
                "FlyDSL, else provision the pinned one into an isolated folder.")
+ENSURE_JSON = "print one JSON result object on stdout (and JSON events on stderr)"
 EVERY = tuple(s.name for s in SETTINGS)
 RECORDS = tuple(s.name for s in SETTINGS if s.in_request) + ("lock_file", "fail_marker")  # what status reads
 STOP_SIGNALS = {signal.SIGTERM: "SIGTERM", signal.SIGHUP: "SIGHUP"}  # they unwind a run like Ctrl-C
 DOCTOR_SCHEMA_VERSION = 1  # of `doctor --json`'s shape: a new key keeps it, a changed meaning does not
 BUILD_FAILURES = (ExitCode.FETCH, ExitCode.CHECKOUT, ExitCode.LLVM_BUILD, ExitCode.FLYDSL_BUILD, ExitCode.PROBE)
+COMMIT = r"^[0-9a-f]{40}( with local changes)?$"  # what geak/provenance.py says of code that is a commit's
+
+
+@dataclass
+class Call:
+    """One command line: its arguments, the variables, where it reports and how; a command's handler gets it."""
+
+    args: argparse.Namespace
+    environ: Dict[str, str]
+    reporter: Reporter
+    as_json: bool
+    warm_key: Optional[List[str]]
 
 
 # -- the parser -----------------------------------------------------------------------------------------------
@@ -96,9 +113,38 @@ class _Parser(argparse.ArgumentParser):
 
 
 class _Version(argparse.Action):
+    """``-V``: the version, with the commit when the code is known to be a commit's (computed only when asked)."""
+
     def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
-        print(version_line())
+        commit = _skill_folder_commit(PACKAGE_DIR)
+        if commit is None:
+            commit = tool_commit()
+            commit = commit if re.match(COMMIT, commit) else ""
+        print(f"ensure-flydsl {__version__}" + (f" (commit {commit})" if commit else ""))
         parser.exit()
+
+
+def _skill_folder_commit(package_dir: str) -> Optional[str]:
+    """In a GEAK folder (``skill DIR``: DIR/tool/ensure_flydsl): the commit its manifest names when the
+    package's files are still the ones it lists ("" when they are not: no commit is claimed for them);
+    None outside such a folder.  The folder may sit in a checkout of GEAK, whose commit is not the tool's."""
+    folder = os.path.dirname(os.path.dirname(package_dir))
+    if os.path.basename(os.path.dirname(package_dir)) != "tool":
+        return None
+    manifest = read_json(os.path.join(folder, MANIFEST))
+    if manifest is None or manifest.get("made_by") != MADE_BY:
+        return None
+    files, commit = manifest.get("files"), manifest.get("commit")
+    if not isinstance(files, dict) or not isinstance(commit, str) or not re.match(COMMIT, commit):
+        return ""
+    prefix = os.path.relpath(package_dir, folder) + os.sep
+    listed = {path: sha for path, sha in files.items() if isinstance(path, str) and path.startswith(prefix)}
+    found = {}
+    for current, dirs, names in os.walk(package_dir):
+        dirs[:] = [d for d in dirs if d != "__pycache__"]
+        found.update({os.path.relpath(os.path.join(current, name), folder): file_sha256(os.path.join(current, name))
+                      for name in names})
+    return commit if found == listed else ""
 
 
 def refuse(line: str) -> NoReturn:
@@ -138,23 +184,21 @@ def _choices(words: Sequence[str]) -> Any:
     return lambda **_: words
 
 
-def _add_options(parser: argparse.ArgumentParser, reads: Optional[Sequence[str]], loud: bool) -> None:
-    """The settings (those ``reads`` names offered, the others accepted), and -q/-v when ``loud``."""
+def _add_options(parser: argparse.ArgumentParser, reads: Optional[Sequence[str]], loud: bool,
+                 json: Optional[str]) -> None:
+    """The settings (those ``reads`` names offered, the others accepted), -q/-v when ``loud``, and --json when
+    ``json`` says what it prints."""
     if loud:
         group = parser.add_mutually_exclusive_group()
         group.add_argument("-q", "--quiet", dest="verbosity", action="store_const", const=-1,
                            default=argparse.SUPPRESS, help="show nothing but a failure (the log still gets everything)")
         group.add_argument("-v", "--verbose", dest="verbosity", action="store_const", const=1,
                            default=argparse.SUPPRESS, help="show the build's own output as well")
-    if reads is None:
-        return
-    for setting in SETTINGS:
-        _add_setting(parser, setting, setting.help if setting.name in reads else argparse.SUPPRESS)
-
-
-def _add_json(parser: argparse.ArgumentParser, help: str) -> None:
-    # No default either: `--json status` is `status --json`.
-    parser.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help=help)
+    if reads is not None:
+        for setting in SETTINGS:
+            _add_setting(parser, setting, setting.help if setting.name in reads else argparse.SUPPRESS)
+    if json is not None:  # no default either: `--json status` is `status --json`
+        parser.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help=json)
 
 
 def _wrap(text: str, indent: str = "") -> List[str]:
@@ -163,56 +207,51 @@ def _wrap(text: str, indent: str = "") -> List[str]:
                          break_on_hyphens=False)
 
 
-# Each command's examples, shown by its help: (command line, what it does).
+# Each command's examples, shown by its help: (the arguments after `ensure-flydsl`, what it does).
 EXAMPLES: Dict[str, Tuple[Tuple[str, str], ...]] = {
-    "": (("ensure-flydsl --root ~/.cache/flydsl/FlyDSL", "blocking; then source ~/.cache/flydsl/FlyDSL/flydsl_env.sh"),
-         ("ensure-flydsl start --root ~/.cache/flydsl/FlyDSL", "detached: returns at once; then `wait --timeout 540`"),
-         ("ensure-flydsl doctor", "in seconds: can it succeed here, and if not, why")),
-    "ensure": (("ensure-flydsl --root ~/.cache/flydsl/FlyDSL", "reuse, else provision; then source "
-                "~/.cache/flydsl/FlyDSL/flydsl_env.sh"),
-               ("ensure-flydsl --json --strategy release", "one JSON result object"),
-               ("ensure-flydsl -q --python /usr/bin/python3.11", "say nothing but a failure")),
-    "start": (("ensure-flydsl start --root ~/.cache/flydsl/FlyDSL", "returns at once"),
-              ("ensure-flydsl start --cache s3://bucket/flydsl", "then `ensure-flydsl wait`")),
-    "wait": (("ensure-flydsl wait --timeout 540", "inside an agent's 600 s shell call; 75: call it again"),
-             ("ensure-flydsl wait --timeout 0 --json", "answer at once")),
-    "status": (("ensure-flydsl status", ""), ("ensure-flydsl --root ~/.cache/flydsl/FlyDSL status --json", "")),
-    "env": (("ensure-flydsl env", "the env file, to source"), ("ensure-flydsl env --format json", "its JSON twin"),
-            ("ensure-flydsl env --json --min-version 0.2.3", "does it answer this request?")),
-    "verify": (("ensure-flydsl verify", "exit 0 only for one good tree"),
-               ("ensure-flydsl verify --json --python /usr/bin/python3.11", "")),
-    "doctor": (("ensure-flydsl doctor", "one line per check, then the verdict"),
-               ("ensure-flydsl doctor --strategy source --json", "")),
-    "cache": (("ensure-flydsl cache list --cache /srv/flydsl-cache", ""),
-              ("ensure-flydsl help cache prune", "a cache command's own help")),
-    "cache list": (("ensure-flydsl cache list --cache /srv/flydsl-cache", "newest first"),
-                   ("ensure-flydsl cache list --json --cache-trusted-key ci-1.pub",
+    "": (("--root ~/.cache/flydsl/FlyDSL", "blocking; then source ~/.cache/flydsl/FlyDSL/flydsl_env.sh"),
+         ("start --root ~/.cache/flydsl/FlyDSL", "detached: returns at once; then `wait --timeout 540`"),
+         ("doctor", "in seconds: can it succeed here, and if not, why")),
+    "ensure": (("--root ~/.cache/flydsl/FlyDSL", "reuse, else provision; then source "
+                "~/.cache/flydsl/FlyDSL/flydsl_env.sh"), ("--json --strategy release", "one JSON result object"),
+               ("-q --python /usr/bin/python3.11", "say nothing but a failure")),
+    "start": (("start --root ~/.cache/flydsl/FlyDSL", "returns at once"),
+              ("start --cache s3://bucket/flydsl", "then `ensure-flydsl wait`")),
+    "wait": (("wait --timeout 540", "inside an agent's 600 s shell call; 75: call it again"),
+             ("wait --timeout 0 --json", "answer at once")),
+    "status": (("status", ""), ("--root ~/.cache/flydsl/FlyDSL status --json", "")),
+    "env": (("env", "the env file, to source"), ("env --format json", "its JSON twin"),
+            ("env --json --min-version 0.2.3", "does it answer this request?")),
+    "verify": (("verify", "exit 0 only for one good tree"), ("verify --json --python /usr/bin/python3.11", "")),
+    "doctor": (("doctor", "one line per check, then the verdict"), ("doctor --strategy source --json", "")),
+    "cache": (("cache list --cache /srv/flydsl-cache", ""), ("help cache prune", "a cache command's own help")),
+    "cache list": (("cache list --cache /srv/flydsl-cache", "newest first"),
+                   ("cache list --json --cache-trusted-key ci-1.pub",
                     "one JSON object; which signatures a trusted key verifies")),
-    "cache prune": (("ensure-flydsl cache prune --max-size 50G --cache /srv/flydsl-cache", ""),
-                    ("ensure-flydsl --cache s3://bucket/flydsl cache prune --max-size 500M", "")),
-    "cache keygen": (("ensure-flydsl cache keygen --out ~/.config/flydsl ci-1",
+    "cache prune": (("cache prune --max-size 50G --cache /srv/flydsl-cache", ""),
+                    ("--cache s3://bucket/flydsl cache prune --max-size 500M", "")),
+    "cache keygen": (("cache keygen --out ~/.config/flydsl ci-1",
                       "then FLYDSL_CACHE_SIGNING_KEY=~/.config/flydsl/ci-1.secret on the CI host"),
-                     ("ensure-flydsl cache keygen --out /etc/flydsl/keys ci-2",
+                     ("cache keygen --out /etc/flydsl/keys ci-2",
                       "a new key to rotate to: sign with it, then trust it")),
-    "cache sign": (("ensure-flydsl cache sign --key ~/.config/flydsl/ci-1.secret", "every entry"),
-                   ("ensure-flydsl cache sign --key ci-2.secret 3f2a9c 77b0e1 --cache-trusted-key ci-1.pub",
+    "cache sign": (("cache sign --key ~/.config/flydsl/ci-1.secret", "every entry"),
+                   ("cache sign --key ci-2.secret 3f2a9c 77b0e1 --cache-trusted-key ci-1.pub",
                     "a rotation: two entries, if ci-1 signed them")),
-    "store": (("ensure-flydsl store list", "each tree, its size and the roots that use it"),
-              ("ensure-flydsl help store prune", "a store command's own help")),
-    "store list": (("ensure-flydsl store list", ""),
-                   ("ensure-flydsl store list --json --store /scratch/flydsl-store", "one JSON object")),
-    "store prune": (("ensure-flydsl store prune --max-size 20G", "trees a root uses are kept"),
-                    ("ensure-flydsl --store /scratch/flydsl-store store prune --max-size 5G", "")),
-    "clean": (("ensure-flydsl clean", ""), ("ensure-flydsl clean --json --root ~/.cache/flydsl/FlyDSL", "")),
-    "stats": (("ensure-flydsl stats", "the last runs and where their time went"),
-              ("ensure-flydsl stats --json --root ~/.cache/flydsl/FlyDSL", "one root's runs"),
-              ("ensure-flydsl stats --records ./fleet-records", "a fleet's records, collected")),
-    "skill": (("ensure-flydsl skill $GEAK_ROOT/perf_knowledge/expert_skills/skills/ensure_flydsl", ""),
-              ("ensure-flydsl skill ./ensure_flydsl --force --wheels ./wheels", "no network")),
-    "help": (("ensure-flydsl help wait", ""), ("ensure-flydsl help settings", "")),
-    "completion": (("ensure-flydsl completion bash > ~/.local/share/bash-completion/completions/ensure-flydsl", ""),
-                   ("ensure-flydsl completion zsh", "eval it in ~/.zshrc, after compinit"),
-                   ("ensure-flydsl completion fish > ~/.config/fish/completions/ensure-flydsl.fish", "")),
+    "store": (("store list", "each tree, its size and the roots that use it"),
+              ("help store prune", "a store command's own help")),
+    "store list": (("store list", ""), ("store list --json --store /scratch/flydsl-store", "one JSON object")),
+    "store prune": (("store prune --max-size 20G", "trees a root uses are kept"),
+                    ("--store /scratch/flydsl-store store prune --max-size 5G", "")),
+    "clean": (("clean", ""), ("clean --json --root ~/.cache/flydsl/FlyDSL", "")),
+    "stats": (("stats", "the last runs and where their time went"),
+              ("stats --json --root ~/.cache/flydsl/FlyDSL", "one root's runs"),
+              ("stats --records ./fleet-records", "a fleet's records, collected")),
+    "skill": (("skill $GEAK_ROOT/perf_knowledge/expert_skills/skills/ensure_flydsl", ""),
+              ("skill ./ensure_flydsl --force --wheels ./wheels", "no network")),
+    "help": (("help wait", ""), ("help settings", "")),
+    "completion": (("completion bash > ~/.local/share/bash-completion/completions/ensure-flydsl", ""),
+                   ("completion zsh", "eval it in ~/.zshrc, after compinit"),
+                   ("completion fish > ~/.config/fish/completions/ensure-flydsl.fish", "")),
 }
 
 
@@ -230,7 +269,8 @@ def _epilog(path: str, reads: Optional[Sequence[str]]) -> str:
                                    subsequent_indent=" " * 12, break_on_hyphens=False)
         lines.append("")
     lines.append("examples:")
-    for line, why in EXAMPLES[path]:
+    for args, why in EXAMPLES[path]:
+        line = "ensure-flydsl " + args
         if not why:
             lines.append(f"  {line}")
         elif len(line) + len(why) + 6 <= width:
@@ -248,15 +288,17 @@ def build_parser() -> argparse.ArgumentParser:
                   epilog="\n".join([*_wrap(pointer, "  "), "", _epilog("", None), "", *_wrap(codes, "  ")]))
     top.add_argument("-V", "--version", action=_Version, nargs=0,
                      help="print the version (and the commit, when known) and exit")
-    _add_options(top, EVERY, loud=True)
-    _add_json(top, "print one JSON result object on stdout (and JSON events on stderr)")
+    _add_options(top, EVERY, loud=True, json=ENSURE_JSON)
     commands = top.add_subparsers(dest="command", metavar="COMMAND", title="commands")
 
     def command(path: str, help: str, reads: Optional[Sequence[str]] = EVERY, loud: bool = True,
-                under: Any = commands) -> argparse.ArgumentParser:
+                under: Any = commands, json: Optional[str] = None, run: Any = None) -> argparse.ArgumentParser:
+        """A command's parser; ``run`` handles it: run(call, settings), or run(call) when ``reads`` is None."""
         parser: argparse.ArgumentParser = under.add_parser(path.split()[-1], help=help, description=help,
                                                            formatter_class=_Formatter, epilog=_epilog(path, reads))
-        _add_options(parser, reads, loud)
+        _add_options(parser, reads, loud, json)
+        if run is not None:
+            parser.set_defaults(run=run, reads_settings=reads is not None)
         return parser
 
     topic = _add_commands(command)
@@ -266,52 +308,55 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _add_commands(command: Callable[..., argparse.ArgumentParser]) -> argparse.Action:
     """Every command; returns the help command's topic, whose TAB offers the commands."""
-    _add_json(command("ensure", "make FlyDSL importable (the default command); blocking"),
-              "print one JSON result object on stdout (and JSON events on stderr)")
-    command("start", "launch the same work as `ensure` detached; print {run_id, pid, log, state} and return")
+    command("ensure", "make FlyDSL importable (the default command); blocking", json=ENSURE_JSON, run=_ensure)
+    command("start", "launch the same work as `ensure` detached; print {run_id, pid, log, state} and return",
+            run=lambda call, settings: start(settings, call.environ, call.reporter))
     waiting = command("wait", "follow the root's run until it ends: 0, its failure's exit code, or 75 at --timeout",
-                      RECORDS)
+                      RECORDS, json="print the answer as one JSON result object on stdout (heartbeats as JSON "
+                      "events on stderr)", run=lambda call, settings: wait(
+                          settings, call.reporter, timeout=call.args.timeout, heartbeat=call.args.heartbeat,
+                          as_json=call.as_json))
     waiting.add_argument("--timeout", type=_seconds(zero_ok=True), metavar="S",
                          help="give up waiting after S seconds (0: answer at once)")
     waiting.add_argument("--heartbeat", type=_seconds(zero_ok=False), default=30.0, metavar="S",
                          help="print a heartbeat line at least every S seconds (default 30)")
-    _add_json(waiting, "print the answer as one JSON result object on stdout (heartbeats as JSON events on stderr)")
-    _add_json(command("status", "state, step, percent, elapsed, ETA, pid, version, root, python, how, log", RECORDS),
-              "one JSON result object (docs/schema/)")
-    env = command("env", "print the env file (or its JSON twin)", RECORDS)
-    env.add_argument("--format", choices=("sh", "json"), default="sh")
-    _add_json(env, "one JSON result object: whether the env file answers this request, its version, and the "
-              "variables it exports")
-    _add_json(command("verify", "run the full import probe and print each module's file",
-                      RECORDS + ("probe_timeout",)), "one JSON result object with each module's file")
-    _add_json(command("doctor", "predict, in seconds, whether the configured strategy can succeed here, and why not"),
-              "one JSON object with every check (docs/schema/doctor.schema.json)")
+    command("status", "state, step, percent, elapsed, ETA, pid, version, root, python, how, log", RECORDS,
+            json="one JSON result object (docs/schema/)",
+            run=lambda call, settings: status(settings, as_json=call.as_json))
+    command("env", "print the env file (or its JSON twin)", RECORDS, json="one JSON result object: whether the env "
+            "file answers this request, its version, and the variables it exports",
+            run=lambda call, settings: show_env(settings, call.args.format, call.environ, as_json=call.as_json),
+            ).add_argument("--format", choices=("sh", "json"), default="sh")
+    command("verify", "run the full import probe and print each module's file", RECORDS + ("probe_timeout",),
+            json="one JSON result object with each module's file",
+            run=lambda call, settings: verify(settings, call.environ, as_json=call.as_json))
+    command("doctor", "predict, in seconds, whether the configured strategy can succeed here, and why not",
+            json="one JSON object with every check (docs/schema/doctor.schema.json)", run=_doctor)
     _add_cache_commands(command)
-    _add_json(command("clean", "remove what this tool created for the root (never anything else)",
-                      ("root", "lock_file", "fail_marker")), "one JSON result object naming what was removed and kept")
+    command("clean", "remove what this tool created for the root (never anything else)",
+            ("root", "lock_file", "fail_marker"), json="one JSON result object naming what was removed and kept",
+            run=lambda call, settings: clean(settings, call.reporter.say, as_json=call.as_json))
     stats_parser = command("stats", "where this host's runs spent their time: each run's stages, waits and bytes, "
-                           "and a summary", None)
-    _add_json(stats_parser, "one JSON object: every run under `runs`, and the `summary` "
-              "(docs/schema/stats.schema.json)")
+                           "and a summary", None, json="one JSON object: every run under `runs`, and the `summary` "
+                           "(docs/schema/stats.schema.json)", run=_stats)
     stats_parser.add_argument("--root", dest="of_root", metavar="ROOT",
                               help="only the runs of this root (default: every root of the host)")
     stats_parser.add_argument("--records", metavar="DIR", help="read the timing records in DIR (a fleet's, collected "
                               "into one folder) instead of this host's")
     skill = command("skill", "write the GEAK drop-in folder: skill.md, ensure_flydsl.sh and this tool vendored for a "
-                    "bare python3", None)
+                    "bare python3", None, json="one JSON result object", run=_skill)
     skill.add_argument("dir", metavar="DIR", help="the folder to write (GEAK: perf_knowledge/expert_skills/skills/"
                        "ensure_flydsl); refused if it exists and this command did not make it")
     skill.add_argument("--force", action="store_true",
                        help="replace a folder this command made (and only such a folder)")
     skill.add_argument("--wheels", metavar="DIR",
                        help="take the vendored libraries' pinned wheels from DIR (no network)")
-    _add_json(skill, "one JSON result object")
     helping = command("help", "this list; a command's help (help COMMAND); every setting (help settings)", None,
-                      loud=False)
+                      loud=False, run=lambda call: _help(call.args.topic))
     topic = helping.add_argument("topic", nargs="*", metavar="COMMAND",
                                  help="a command (`cache list`: a cache command), or `settings` for every setting")
-    command("completion", "print a completion script for bash, zsh or fish", None, loud=False).add_argument(
-        "shell", choices=("bash", "zsh", "fish"), help="the shell the script is for")
+    command("completion", "print a completion script for bash, zsh or fish", None, loud=False,
+            run=_completion).add_argument("shell", choices=("bash", "zsh", "fish"), help="the shell the script is for")
     return topic
 
 
@@ -319,11 +364,11 @@ def _add_cache_commands(command: Callable[..., argparse.ArgumentParser]) -> None
     """``cache`` and ``store``, each a command of commands."""
     trust = ("cache", "cache_trusted_keys")
     cache = command("cache", "housekeeping of the binary cache (FLYDSL_CACHE): list, prune, keygen, sign", trust,
-                    loud=False)
+                    loud=False, run=_housekeeping)
     actions = cache.add_subparsers(dest="cache_action", metavar="ACTION", title="cache commands")
-    _add_json(command("cache list", "every entry of the binary cache: kind, key, size, age, what it was built from, "
-                      "who signed it", trust, under=actions),
-              "one JSON object {schema_version, location, entries: [...], warnings} (docs/schema/)")
+    command("cache list", "every entry of the binary cache: kind, key, size, age, what it was built from, who signed "
+            "it", trust, under=actions, json="one JSON object {schema_version, location, entries: [...], warnings} "
+            "(docs/schema/)")
     command("cache prune", "remove the oldest entries until the binary cache holds at most --max-size", ("cache",),
             under=actions).add_argument("--max-size", metavar="SIZE", help="remove the oldest entries until the "
                                         "cache holds at most SIZE (bytes, or with K/M/G/T: 500M, 2G)")
@@ -337,11 +382,10 @@ def _add_cache_commands(command: Callable[..., argparse.ArgumentParser]) -> None
                       help="the entries to sign: prefixes of their keys, as `cache list` shows them (default: all)")
     sign.add_argument("--key", metavar="PATH", help="the secret key file to sign with (from `cache keygen`)")
     store = command("store", "the host store of trees the roots link (FLYDSL_STORE): list, prune", ("store",),
-                    loud=False)
+                    loud=False, run=_housekeeping)
     actions = store.add_subparsers(dest="store_action", metavar="ACTION", title="store commands")
-    _add_json(command("store list", "every tree of the host store: its key, size, files, last use and the roots "
-                      "that link it", ("store",), under=actions), "one JSON result object with every tree "
-              "(docs/schema/)")
+    command("store list", "every tree of the host store: its key, size, files, last use and the roots that link it",
+            ("store",), under=actions, json="one JSON result object with every tree (docs/schema/)")
     command("store prune", "remove the longest unused trees until the host store holds at most --max-size",
             ("store",), under=actions).add_argument(
         "--max-size", metavar="SIZE", help="remove the longest unused trees until the store holds at most SIZE "
@@ -405,11 +449,7 @@ def _default_text(setting: Setting) -> str:
     value = setting.default
     if "default" in setting.help or value in (None, "", ()):
         return ""
-    if isinstance(value, bool):
-        value = "on" if value else "off"
-    elif isinstance(value, tuple):
-        value = ",".join(value)
-    return f" (default {value})"
+    return f" (default {('on' if value else 'off') if isinstance(value, bool) else flag_text(setting.name, value)})"
 
 
 # -- the dispatch -----------------------------------------------------------------------------------------------
@@ -423,8 +463,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return watch(argv[1], argv[2])
     if argv[:1] == ["_worker"]:
         given = dict(zip(argv[1::2], argv[2::2]))
-        args = argparse.Namespace(command="_worker", run_id=given["--run-id"], alive_fd=int(given["--alive-fd"]),
-                                  settings_json=given["--settings-json"])
+        args = argparse.Namespace(command="_worker", reads_settings=False, run=lambda call: worker(
+            given["--run-id"], int(given["--alive-fd"]), given["--settings-json"], call.environ, call.reporter))
     else:
         parser = build_parser()
         if "_ARGCOMPLETE" in os.environ:
@@ -443,7 +483,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 if not (signum == signal.SIGHUP and signal.getsignal(signum) == signal.SIG_IGN)}
     code: Optional[int] = None
     try:
-        code = _run(args, reporter, dict(os.environ), as_json, warm_key)
+        code = _run(Call(args=args, environ=dict(os.environ), reporter=reporter, as_json=as_json, warm_key=warm_key))
         sys.stdout.flush()  # here, where a reader that went away is handled, not at exit
         return code
     except BrokenPipeError:
@@ -472,32 +512,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         reporter.close()
 
 
-def _run(args: argparse.Namespace, reporter: Reporter, environ: Dict[str, str], as_json: bool,
-         warm_key: Optional[List[str]]) -> int:
-    if args.command == "_worker":
-        return worker(args.run_id, args.alive_fd, args.settings_json, environ, reporter)
-    if args.command == "help":
-        return _help(args.topic)
-    if args.command == "completion":
-        from argcomplete.shell_integration import shellcode
-
-        print(shellcode(["ensure-flydsl"], shell=args.shell), end="")
-        return 0
-    if args.command == "stats":
-        # A --root before the command is taken for the setting: here it is the filter too.
-        of_root = args.of_root if args.of_root is not None else getattr(args, "root", None)
-        return stats(of_root, args.records, environ, as_json=as_json)
-    if args.command == "skill":
-        return _skill(args, environ, reporter, as_json)
+def _run(call: Call) -> int:
+    args = call.args
+    if not args.reads_settings:
+        return int(args.run(call))
     given = {s.name: getattr(args, s.name) for s in SETTINGS if hasattr(args, s.name)}
     try:
-        settings = settings_from_kwargs(given, environ)
+        settings = settings_from_kwargs(given, call.environ)
     except BadInput as exc:
         if args.command in ("ensure", "start"):
-            _report_bad_input(exc, {k: flag_text(k, v) for k, v in given.items()}, environ)
+            _report_bad_input(exc, {k: flag_text(k, v) for k, v in given.items()}, call.environ)
         raise
     try:
-        return _with_settings(args, settings, reporter, environ, as_json, warm_key)
+        return int(args.run(call, settings))
     except Refused as exc:
         refuse(f"ensure-flydsl: {exc}")
     except OSError as exc:  # another user's files, a read-only mount, a full file system: one line
@@ -508,64 +535,55 @@ def _run(args: argparse.Namespace, reporter: Reporter, environ: Dict[str, str], 
         raise refused from None
 
 
-def _with_settings(args: argparse.Namespace, settings: Settings, reporter: Reporter, environ: Dict[str, str],
-                   as_json: bool, warm_key: Optional[List[str]]) -> int:
-    command = args.command
-    if command == "ensure":
-        return _ensure(settings, reporter, environ, as_json, warm_key)
-    if command == "start":
-        return start(settings, environ, reporter)
-    if command == "wait":
-        return wait(settings, reporter, timeout=args.timeout, heartbeat=args.heartbeat, as_json=as_json)
-    if command == "status":
-        return status(settings, as_json=as_json)
-    if command == "env":
-        return show_env(settings, args.format, environ, as_json=as_json)
-    if command == "verify":
-        return verify(settings, environ, as_json=as_json)
-    if command == "doctor":
-        return _doctor(settings, environ, as_json)
-    if command == "clean":
-        cleaned = clean(settings, reporter.say)
-        for line in cleaned.lines():
-            reporter.say(line)
-        if as_json:
-            print(json.dumps(cleaned.to_json(settings), sort_keys=True))
-        return 0
+def _completion(call: Call) -> int:
+    from argcomplete.shell_integration import shellcode
+
+    print(shellcode(["ensure-flydsl"], shell=call.args.shell), end="")
+    return 0
+
+
+def _stats(call: Call) -> int:
+    # A --root before the command is taken for the setting: here it is the filter too.
+    of_root = call.args.of_root if call.args.of_root is not None else getattr(call.args, "root", None)
+    return stats(of_root, call.args.records, call.environ, as_json=call.as_json)
+
+
+def _housekeeping(call: Call, settings: Settings) -> int:
+    """``cache ACTION`` and ``store ACTION``."""
+    command, args, say = call.args.command, call.args, call.reporter.say
     action = getattr(args, f"{command}_action")
     if action is None:
         refuse(f"ensure-flydsl {command}: which one? " + ("list, prune, keygen or sign" if command == "cache" else
                "list or prune") + f" (ensure-flydsl help {command} says what each does)")
     if command == "store":
-        return store_command(settings, environ, action, max_size=getattr(args, "max_size", None), as_json=as_json,
-                             say=reporter.say)
-    return cache_command(settings, action, max_size=getattr(args, "max_size", None), as_json=as_json,
-                         say=reporter.say, names=getattr(args, "names", ()), out=getattr(args, "out", None),
+        return store_command(settings, call.environ, action, max_size=getattr(args, "max_size", None),
+                             as_json=call.as_json, say=say)
+    return cache_command(settings, action, max_size=getattr(args, "max_size", None), as_json=call.as_json, say=say,
+                         names=getattr(args, "names", ()), out=getattr(args, "out", None),
                          key=getattr(args, "key", None))
 
 
-def _ensure(settings: Settings, reporter: Reporter, environ: Dict[str, str], as_json: bool,
-            warm_key: Optional[List[str]]) -> int:
+def _ensure(call: Call, settings: Settings) -> int:
     """Answer warm when nothing changed, else run the pipeline; say what it decided."""
-    result = None if settings.verify else try_warm(settings, environ)
+    result = None if settings.verify else try_warm(settings, call.environ)
     if result is None:
-        result = ensure_run(Run(settings, reporter, environ, warm_key=warm_key))
+        result = ensure_run(Run(settings, call.reporter, call.environ, warm_key=call.warm_key))
     else:
         twin = read_env_json(settings.env_json)
         if twin is not None:  # the front door answers the next call with these raw inputs
-            keep_warm(settings, environ, warm_key, twin, current_fingerprint(settings, environ, twin))
-        reporter.say(warm_lines(settings, result)[0])
-    if as_json:
+            keep_warm(settings, call.environ, call.warm_key, twin, current_fingerprint(settings, call.environ, twin))
+        call.reporter.say(warm_lines(settings, result)[0])
+    if call.as_json:
         print(json.dumps(result.to_json(), sort_keys=True))
     else:
-        reporter.say(warm_lines(settings, result)[1])
+        call.reporter.say(warm_lines(settings, result)[1])
     return 0
 
 
-def _doctor(settings: Settings, environ: Dict[str, str], as_json: bool) -> int:
+def _doctor(call: Call, settings: Settings) -> int:
     """Exit 0 when the configured strategy can succeed (or a reusable FlyDSL is there), else the first stop's code."""
-    diagnosis = diagnose(settings, environ, reuse=check_reuse)
-    if as_json:
+    diagnosis = diagnose(settings, call.environ, reuse=check_reuse)
+    if call.as_json:
         data = diagnosis.to_json()
         data.update({"schema_version": DOCTOR_SCHEMA_VERSION, "root": settings.root, "python": settings.python,
                      "repo": settings.repo, "pin": settings.pin})
@@ -583,11 +601,12 @@ def _doctor(settings: Settings, environ: Dict[str, str], as_json: bool) -> int:
     return diagnosis.exit_code
 
 
-def _skill(args: argparse.Namespace, environ: Dict[str, str], reporter: Reporter, as_json: bool) -> int:
-    made = write_skill_folder(args.dir, force=args.force, wheels=args.wheels, environ=environ, say=reporter.say)
+def _skill(call: Call) -> int:
+    args, reporter = call.args, call.reporter
+    made = write_skill_folder(args.dir, force=args.force, wheels=args.wheels, environ=call.environ, say=reporter.say)
     reason = (f"{'replaced' if made.replaced else 'wrote'} {made.path}: skill.md, ensure_flydsl.sh, tool/ "
               f"(ensure-flydsl {made.version} with {', '.join(made.vendored)}), VERSION (commit {made.commit})")
-    if as_json:
+    if call.as_json:
         data = result_object(ok=True, exit_code=0, reason=reason)
         data.update(dir=made.path, version=made.version, commit=made.commit, vendored=made.vendored,
                     replaced=made.replaced)
@@ -631,45 +650,38 @@ def _access_error(exc: OSError, command: str) -> Optional[EnsureError]:
     naming the folder that blocks, its owner and what the command needs; None for any other OSError."""
     if exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
         return None
-    doing = f"`ensure-flydsl {command}`"
+    doing, me = f"`ensure-flydsl {command}`", _user(os.geteuid())
     path = exc.filename if isinstance(exc.filename, str) else None
     if path is None:
-        return EnsureError(ExitCode.BAD_INPUT, f"{doing} was refused by the system ({exc.strerror}); run it as the "
-                           "user who owns FLYDSL_ROOT and the folder it is in", stage=Stage.ACCESS)
-    if exc.errno == errno.EROFS:
-        return EnsureError(ExitCode.BAD_INPUT, f"{path} is on a read-only file system, and {doing} needs to write "
-                           "there: remount it read-write, or use a FLYDSL_ROOT on a writable file system",
-                           stage=Stage.ACCESS)
-    blocking, info = _blocking(path)
-    me = _user(os.geteuid())
-    if info is None:
-        return EnsureError(ExitCode.BAD_INPUT, f"{path} cannot be reached by {me}, and {doing} needs it: run it as "
-                           "the user who owns FLYDSL_ROOT, or use a FLYDSL_ROOT of your own", stage=Stage.ACCESS)
-    is_dir = stat.S_ISDIR(info.st_mode)
-    readable = os.access(blocking, os.R_OK | (os.X_OK if is_dir else 0))
-    need = "write" if readable else "read"
-    owner = _user(info.st_uid)
-    what = "folder" if is_dir else "file"
-    return EnsureError(
-        ExitCode.BAD_INPUT,
-        f"the {what} {blocking} cannot be {'written' if readable else 'read'} by {me}: it belongs to {owner}, mode "
-        f"{stat.S_IMODE(info.st_mode):04o}; {doing} needs {need} access to it: run it as {owner}, or use a "
-        "FLYDSL_ROOT of your own",
-        stage=Stage.ACCESS,
-    )
+        reason = (f"{doing} was refused by the system ({exc.strerror}); run it as the user who owns FLYDSL_ROOT and "
+                  "the folder it is in")
+    elif exc.errno == errno.EROFS:
+        reason = (f"{path} is on a read-only file system, and {doing} needs to write there: remount it read-write, "
+                  "or use a FLYDSL_ROOT on a writable file system")
+    else:
+        blocking, info = _blocking(path)
+        if info is None:
+            reason = (f"{path} cannot be reached by {me}, and {doing} needs it: run it as the user who owns "
+                      "FLYDSL_ROOT, or use a FLYDSL_ROOT of your own")
+        else:
+            is_dir, owner = stat.S_ISDIR(info.st_mode), _user(info.st_uid)
+            readable = os.access(blocking, os.R_OK | (os.X_OK if is_dir else 0))
+            reason = (f"the {'folder' if is_dir else 'file'} {blocking} cannot be {'written' if readable else 'read'} "
+                      f"by {me}: it belongs to {owner}, mode {stat.S_IMODE(info.st_mode):04o}; {doing} needs "
+                      f"{'write' if readable else 'read'} access to it: run it as {owner}, or use a FLYDSL_ROOT of "
+                      "your own")
+    return EnsureError(ExitCode.BAD_INPUT, reason, stage=Stage.ACCESS)
 
 
 def _blocking(path: str) -> Tuple[str, Optional[os.stat_result]]:
     """The deepest of ``path`` and its parents this user can stat, with its stat (None: not even ``/``)."""
-    current = os.path.abspath(path)
-    while True:
+    full = os.path.abspath(path)
+    for folder in (full, *map(str, pathlib.PurePath(full).parents)):
         try:
-            return current, os.stat(current)
+            return folder, os.stat(folder)
         except OSError:
-            parent = os.path.dirname(current)
-            if parent == current:
-                return path, None
-            current = parent
+            pass
+    return path, None
 
 
 def _user(uid: int) -> str:

@@ -7,7 +7,6 @@ import json
 import os
 import subprocess
 import time
-from dataclasses import fields
 from typing import Dict, Mapping, Optional
 
 import filelock
@@ -30,12 +29,6 @@ from ensure_flydsl.support.report import Reporter
 from ensure_flydsl.ways.context import Run, announced_eta
 
 JOIN_PID_WAIT_S = 2.0
-
-
-def settings_to_json(settings: Settings) -> Dict[str, object]:
-    data = {f.name: getattr(settings, f.name) for f in fields(Settings) if f.name != "sources"}
-    data["require"] = list(settings.require)
-    return data
 
 
 def settings_from_json(text: str) -> Settings:
@@ -102,7 +95,7 @@ def _join_or_launch(settings: Settings, environ: Mapping[str, str], reporter: Re
             raise
         raise _leave_marker(settings, store, full, run_id) from None
     cmd = [*tool_command(), "_worker", "--run-id", run_id, "--alive-fd", str(alive_fd),
-           "--settings-json", json.dumps(settings_to_json(settings))]
+           "--settings-json", json.dumps(settings.to_json())]
     try:
         # In the caller's folder, as the probe runs (a pyenv or asdf shim picks the interpreter from it).
         with stop_signals_blocked():  # the worker unblocks them once its record can say how it ended

@@ -33,8 +33,7 @@ def open_run_store(run: Run) -> Optional[local.HostStore]:
     setting = run.settings.store
     if setting == "off":
         return None
-    host = layout.host_cache_dir(run.environ)
-    path = setting or (layout.default_store_dir(host) if host is not None else None)
+    path = run.settings.store_folder(run.environ)
     if path is None:
         run.say("store: no host store (neither XDG_CACHE_HOME nor HOME names a folder); each root keeps its own tree")
         return None
