@@ -5,9 +5,7 @@ A fetch trusts nothing it reads: members are checked first, and the tree is rena
 
 from __future__ import annotations
 
-import math
 import os
-import re
 import shutil
 import socket
 import tempfile
@@ -40,27 +38,6 @@ from ensure_flydsl.version import __version__
 
 ORPHAN_GRACE_S = 3600.0  # an unreferenced blob younger than this may be a publisher's whose manifest comes next
 MAX_VARIANTS = 64  # per key: one per signing key; more is a store flooded on purpose
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([kmgt]?)(?:i?b)?\s*$", re.IGNORECASE)
-_UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
-
-
-def parse_size(text: str) -> int:
-    """``"500M"``, ``"2G"``, ``"1.5T"``, ``"1234"`` (also ``500MB``, ``2GiB``) in bytes; units are powers of 1024."""
-    match = _SIZE.match(text)
-    if not match:
-        raise ValueError(f"{text!r} is not a size: bytes, or a number with K, M, G or T (e.g. 500M, 2G, 1.5T)")
-    value = float(match.group(1)) * _UNITS[match.group(2).lower()]
-    if not math.isfinite(value) or value >= 2**63:
-        raise ValueError(f"{text!r} is too large a size")
-    return int(value)
-
-
-def format_size(size: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(size) < 1024:
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{size:.1f} TiB"
 
 
 def manifest_path(kind: str, key: str) -> str:
