@@ -15,7 +15,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 from ensure_flydsl.support import space
 from ensure_flydsl.support.files import rename_into_place
-from ensure_flydsl.support.keys import KEY_NAME, SecretKey
+from ensure_flydsl.support.keys import KEY_NAME, PublicKey, SecretKey
 from ensure_flydsl.trees.archive import pack, set_modes, unpack
 from ensure_flydsl.trees.backends import CacheCorrupt, CacheError, Store, StoredFile, open_store
 from ensure_flydsl.trees.manifest import (
@@ -33,7 +33,7 @@ from ensure_flydsl.trees.manifest import (
     prune_order,
     walk,
 )
-from ensure_flydsl.trees.signing import check_entry, manifest_sha, public_of, stale_signatures, write_signature
+from ensure_flydsl.trees.signing import check_entry, manifest_sha, stale_signatures, write_signature
 from ensure_flydsl.version import __version__
 
 ORPHAN_GRACE_S = 3600.0  # an unreferenced blob younger than this may be a publisher's whose manifest comes next
@@ -269,7 +269,7 @@ class Cache:
     def _variant(self, entry: CacheEntry, signers: Sequence[SecretKey], there: Optional[CacheEntry]) -> Published:
         kind, key, name = entry.kind, entry.key, signers[0].name
         rel = variant_path(kind, key, name)
-        mine = [public_of(secret) for secret in signers]
+        mine = [PublicKey(secret.name, secret.public) for secret in signers]
         for attempt in range(2):  # again after losing the create to another host that signs with NAME
             current = ([there] if there is not None else []) + self.variants(kind, key, [name])
             live = {manifest_sha(e.manifest) for e in current}

@@ -61,10 +61,6 @@ def check_secret(secret: SecretKey) -> None:
                          f"(its {SECRET_BYTES} bytes are the seed and then the public key)")
 
 
-def public_of(secret: SecretKey) -> PublicKey:
-    return PublicKey(secret.name, secret.public)
-
-
 def sign(secret: SecretKey, manifest: bytes) -> bytes:
     """The signature object's bytes: ``NAME:BASE64\\n`` of the ed25519 signature of the manifest's bytes."""
     signature = _ed25519().Ed25519PrivateKey.from_private_bytes(secret.seed).sign(manifest)
@@ -214,14 +210,11 @@ def _read_signature(store: Store, name: str, stored: StoredFile) -> bytes:
     if stored.size > SIGNATURE_MAX:
         raise ValueError(f"larger than {SIGNATURE_MAX} bytes")
     try:
-        with store.open_read(stored.path) as handle:
-            data = handle.read(SIGNATURE_MAX + 1)
-    except FileNotFoundError:
-        raise ValueError("removed while being read") from None
-    except OSError as exc:
-        raise ValueError(f"cannot be read: {exc.strerror or exc}") from None
+        data = store.read_bytes(stored.path, SIGNATURE_MAX)
     except CacheError as exc:  # a link, a FIFO, a device: the store refuses to open it
         raise ValueError(str(exc)) from None
+    if data is None:
+        raise ValueError("removed while being read")
     named, signature = parse_signature(data)
     if named != name:
         raise ValueError(f"it is named after {name} but names the key {named}")
