@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from typing import AbstractSet, Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ensure_flydsl import layout
 from ensure_flydsl.result import result_object
@@ -182,7 +182,7 @@ def sign_entries(settings: Settings, cache: Cache, key_path: str, names: Sequenc
                       f"`ensure-flydsl cache keygen` (mode 600); {exc}") from None
     entries = [e for e in cache.entries() if e.kind != "orphan"]
     chosen = _chosen(entries, names)
-    live = live_versions(entries)
+    live = signing.live_versions(entries)
     trusted = signing.trusted_keys(settings.cache_trusted_keys)
     if not trusted:
         say(f"cache sign: no trusted keys are set ({settings.label('cache_trusted_keys')}), so every entry named "
@@ -226,14 +226,6 @@ def _chosen(entries: List[CacheEntry], names: Sequence[str]) -> List[CacheEntry]
     return chosen
 
 
-def live_versions(entries: Sequence[CacheEntry]) -> Dict[Tuple[str, str], AbstractSet[str]]:
-    """(kind, key): the sha256s of that key's manifests among ``entries`` (trees/signing.py's ``live``)."""
-    found: Dict[Tuple[str, str], Set[str]] = {}
-    for entry in entries:
-        found.setdefault((entry.kind, entry.key), set()).add(signing.manifest_sha(entry.manifest))
-    return dict(found)
-
-
 def signers_of(settings: Settings, cache: Cache, entries: Sequence[CacheEntry],
                warnings: List[str]) -> Dict[str, List[Dict[str, object]]]:
     """Each entry's signers by its manifest's sha256: {"name", "trusted" (None without trusted keys), "verifies"
@@ -241,7 +233,7 @@ def signers_of(settings: Settings, cache: Cache, entries: Sequence[CacheEntry],
     trusted = signing.trusted_keys(settings.cache_trusted_keys)
     found: Dict[str, List[Dict[str, object]]] = {}
     entries = [entry for entry in entries if entry.kind != "orphan"]
-    live = live_versions(entries)
+    live = signing.live_versions(entries)
     for entry in entries:
         verdict = signing.check_entry(cache.store, entry, trusted, warnings, live[(entry.kind, entry.key)])
         names = {public.name for public in trusted}

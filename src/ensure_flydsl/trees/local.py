@@ -190,9 +190,11 @@ class HostStore:
                 seal[str(path)] = (int(value[0]), int(value[1]), int(value[2]))
         return seal
 
-    def check(self, entry: CacheEntry, *, full: bool = False) -> None:
-        """StoreProblem unless the tree's files are its members (hashed when ``full`` or unsealed)."""
-        files, seal = layout.store_files(self.tree_dir(entry.key)), self.seal(entry.key)
+    def check(self, entry: CacheEntry, *, full: bool = False, at: Optional[str] = None, sealed: bool = True) -> None:
+        """StoreProblem unless the files at ``at`` (the tree's own) are its members (hashed when ``full`` or not
+        as ``sealed``)."""
+        files = at or layout.store_files(self.tree_dir(entry.key))
+        seal = self.seal(entry.key) if sealed else {}
         for member in entry.members:
             check_member(os.path.join(files, member.path), member, seal, full)
 

@@ -33,7 +33,7 @@ from ensure_flydsl.trees.manifest import (
     prune_order,
     walk,
 )
-from ensure_flydsl.trees.signing import check_entry, manifest_sha, stale_signatures, write_signature
+from ensure_flydsl.trees.signing import check_entry, live_versions, manifest_sha, stale_signatures, write_signature
 from ensure_flydsl.version import __version__
 
 ORPHAN_GRACE_S = 3600.0  # an unreferenced blob younger than this may be a publisher's whose manifest comes next
@@ -321,9 +321,7 @@ class Cache:
                 self.store.remove(stored.path)
                 if sha not in freed:
                     removed.append(orphan_entry(stored, sha))
-        versions: Dict[Tuple[str, str], Set[str]] = {}
-        for _rel, entry in alive:
-            versions.setdefault((entry.kind, entry.key), set()).add(manifest_sha(entry.manifest))
+        versions = live_versions(entry for _rel, entry in alive)
         for stored in others + stale_signatures(self.store, versions):  # signing a manifest gone or edited
             if old(stored):  # a younger one may be a publisher's whose manifest comes next
                 self.store.remove(stored.path)

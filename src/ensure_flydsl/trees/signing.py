@@ -8,7 +8,7 @@ import base64
 import hashlib
 import importlib
 from dataclasses import dataclass
-from typing import AbstractSet, Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import AbstractSet, Any, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
 from ensure_flydsl.support.keys import (
     KEY_NAME,
@@ -115,6 +115,14 @@ def signature_path(kind: str, key: str, manifest: bytes, name: str) -> str:
     if not KEY_NAME.match(name):
         raise ValueError(f"{name!r} is not a key name")
     return f"{signatures_dir(kind, key)}/{manifest_sha(manifest)}/{name}.sig"
+
+
+def live_versions(entries: Iterable[CacheEntry]) -> Dict[Tuple[str, str], Set[str]]:
+    """(kind, key): the sha256s of that key's manifests among ``entries`` (what ``check_entry``'s ``live`` is)."""
+    found: Dict[Tuple[str, str], Set[str]] = {}
+    for entry in entries:
+        found.setdefault((entry.kind, entry.key), set()).add(manifest_sha(entry.manifest))
+    return found
 
 
 def stale_signatures(store: Store, current: Mapping[Tuple[str, str], AbstractSet[str]]) -> List[StoredFile]:
