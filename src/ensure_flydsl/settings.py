@@ -325,7 +325,7 @@ def host_id(environ: Mapping[str, str]) -> str:
 def _need_library(name: str, value: str) -> None:
     if not keys.library_available():
         raise BadInput(name, value, "a key needs the cryptography package, which this Python lacks: "
-                       + keys.library_hint(f"unset {name}"))
+                       + extra_remedy("signing", f"unset {name}"))
 
 
 def parse_signing_key(name: str, value: str) -> str:

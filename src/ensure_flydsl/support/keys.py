@@ -18,8 +18,6 @@ import stat
 from dataclasses import dataclass, field
 from typing import List, Tuple
 
-from ensure_flydsl.support.install_route import extra_remedy
-
 KEY_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
 NAME_ALLOWED = "a key name of letters, digits, '.', '_' and '-' (at most 64, not starting with '.', '_' or '-')"
 PUBLIC_BYTES = 32
@@ -27,12 +25,6 @@ SECRET_BYTES = 64  # the seed, then the public key (Nix's layout)
 SIGNATURE_BYTES = 64
 KEY_FILE_MAX = 4096  # a key file is one short line; more is not a key file
 _BASE64 = re.compile(r"^[A-Za-z0-9+/]+={0,2}\Z")
-LIBRARY = "cryptography"
-
-
-def library_hint(instead: str) -> str:
-    """What to do without the cryptography package, for the way this copy was installed."""
-    return extra_remedy("signing", instead)
 
 
 class KeyProblem(ValueError):
@@ -57,7 +49,7 @@ class SecretKey:
 
 def library_available() -> bool:
     """Whether the cryptography package can be found."""
-    return importlib.util.find_spec(LIBRARY) is not None
+    return importlib.util.find_spec("cryptography") is not None
 
 
 def split_line(text: str, what: str) -> Tuple[str, bytes]:

@@ -23,11 +23,11 @@ from ensure_flydsl.trees.manifest import (
     MAX_MANIFEST_BYTES,
     CacheEntry,
     Member,
+    NewerFormat,
     cache_key,
     check_members,
     check_name,
     manifest_bytes,
-    newer_format,
     orphan_entry,
     parse_manifest,
     prune_order,
@@ -163,10 +163,8 @@ class Cache:
             if os.path.lexists(dest):
                 raise CacheError(f"cannot fetch into {dest}: something else created it meanwhile")
             rename_into_place(tree, dest)
-        except (CacheError, OSError) as exc:
-            shutil.rmtree(tmp, ignore_errors=True)
-            if isinstance(exc, CacheError):
-                raise
+        except OSError as exc:
+            shutil.rmtree(tmp, ignore_errors=True)  # before df counts the free space
             # A full disk must not leave half a tree that looks like a finished one.
             why = space.no_space(dest, exc.errno) if space.is_full(exc) else (exc.strerror or str(exc))
             raise CacheError(f"fetching {entry.kind} entry {entry.key[:12]} into {dest} failed: {why}; nothing "
@@ -200,19 +198,14 @@ class Cache:
             with open(tmp, "wb") as out:
                 blob, size, members = pack(source, out)
             check_members(members)
-            if self.store.exists(blob_path(blob)):
-                self.store.discard_upload(tmp)  # same name, same bytes: published already
-            else:
+            if not self.store.exists(blob_path(blob)):  # else the same name, the same bytes: published already
                 self.store.commit_upload(tmp, blob_path(blob))
         except CacheCorrupt as exc:
-            self.store.discard_upload(tmp)
             raise CacheError(f"cannot publish {source}: {exc.reason} (it changed while being packed)") from None
         except OSError as exc:
-            self.store.discard_upload(tmp)
             raise CacheError(f"cannot publish {source} to {self.location}: {exc.strerror or exc}") from None
-        except BaseException:
-            self.store.discard_upload(tmp)
-            raise
+        finally:
+            self.store.discard_upload(tmp)  # what a commit did not take
         entry = CacheEntry(kind=kind, key=key, blob=blob, size=size, created=time.time(), fields=dict(fields),
                            files=sum(1 for m in members if m.type == "file"), members=tuple(members),
                            host=socket.gethostname(), tool=f"ensure-flydsl {__version__}")
@@ -237,10 +230,12 @@ class Cache:
             return None, None, "", ""
         try:
             entry: Optional[CacheEntry] = parse_manifest(data, rel)
+        except NewerFormat:  # a later version's
+            return data, None, "", ""
         except ValueError:
             entry = None
-        if entry is None or (entry.kind, entry.key) != (kind, key):  # a newer format's is a later version's
-            return data, None, "", "" if newer_format(data) else "which was not a manifest of this key"
+        if entry is None or (entry.kind, entry.key) != (kind, key):
+            return data, None, "", "which was not a manifest of this key"
         if not self.store.exists(blob_path(entry.blob)):
             return data, entry, "", "whose blob is gone, so that no host can install it"
         return data, entry, "", ""

@@ -10,6 +10,7 @@ import importlib
 from dataclasses import dataclass
 from typing import AbstractSet, Any, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
+from ensure_flydsl.support.install_route import extra_remedy
 from ensure_flydsl.support.keys import (
     KEY_NAME,
     SECRET_BYTES,
@@ -17,7 +18,6 @@ from ensure_flydsl.support.keys import (
     KeyProblem,
     PublicKey,
     SecretKey,
-    library_hint,
     parse_public,
     split_line,
 )
@@ -37,7 +37,7 @@ def _ed25519() -> Any:
         return importlib.import_module("cryptography.hazmat.primitives.asymmetric.ed25519")
     except ImportError as exc:
         raise MissingLibrary(f"signed cache entries need the cryptography package, which cannot be imported "
-                             f"({exc}): " + library_hint("unset the cache key settings")) from None
+                             f"({exc}): " + extra_remedy("signing", "unset the cache key settings")) from None
 
 
 def generate(name: str) -> Tuple[str, str]:

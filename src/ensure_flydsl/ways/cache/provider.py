@@ -83,12 +83,8 @@ def tree_shareable(run: Run) -> bool:
 
 
 def tree_fields(run: Run, commit: str) -> Dict[str, object]:
-    root = run.settings.root
-    return {
-        **tree_identity(run, commit),
-        "build_script": file_sha256(os.path.join(root, "scripts", "build.sh")),
-        "mlir": mlir_spec(run),
-    }
+    build_script = file_sha256(os.path.join(run.settings.root, "scripts", "build.sh"))
+    return {**tree_identity(run, commit), "build_script": build_script, "mlir": mlir_spec(run)}
 
 
 def mlir_fields(key: Mapping[str, object], platform: str) -> Dict[str, object]:
@@ -289,8 +285,8 @@ def choose_entry(run: Run, cache: Cache, kind: str, key: str, what: str) -> Tupl
     if not run.settings.cache_trusted_keys:
         if primary is not None:
             return primary, True
-        variants = sorted(cache.variants(kind, key), key=lambda e: e.created, reverse=True)
-        return (variants[0] if variants else None), bool(variants)
+        newest = max(cache.variants(kind, key), key=lambda e: e.created, default=None)
+        return newest, newest is not None
     try:
         return _trusted_entry(run, cache, kind, key, what, primary)
     except CacheError as exc:  # MissingLibrary too: no entry can be shown to be trusted
