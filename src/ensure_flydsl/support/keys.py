@@ -1,11 +1,6 @@
-"""The cache's signing keys as files and text, in Nix's formats (``nix-store --generate-binary-cache-key``):
-
-- a public key: one line ``NAME:<base64 of the 32-byte ed25519 public key>`` (``NAME.pub``);
-- a secret key: one line ``NAME:<base64 of the 64-byte seed and public key>`` (``NAME.secret``, mode 600);
-- a signature: one line ``NAME:<base64 of the 64-byte ed25519 signature>``.
-
-No message made here holds key material: a malformed line is named by its key name or its file.
-"""
+"""The cache's signing keys in Nix's formats (``nix-store --generate-binary-cache-key``): one ``NAME:BASE64`` line
+of a 32-byte ed25519 public key (``NAME.pub``), of the 64-byte seed and public key (``NAME.secret``, mode 600), or
+of a 64-byte signature.  No message made here holds key material: a bad line is named by its key name or file."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """Where a shared store's bytes live: a plain folder, or any fsspec file system (``s3://bucket/prefix``), each file
 written atomically.  A folder follows no link below its root and opens only regular files; a remote that fails is
-``down`` for the rest of the run (one timeout per run, not one per step).
-"""
+``down`` for the rest of the run (one timeout per run, not one per step)."""
 
 from __future__ import annotations
 

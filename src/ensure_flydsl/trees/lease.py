@@ -1,7 +1,6 @@
 """The build lease: hosts that miss one key at once pay one build.  Exclusive create of generation n+1 under
 ``leases/<kind>/<key>/`` takes it, heartbeats keep it, a TTL of unchanged bytes on the waiter's own clock hands it
-over (docs/fleet.md).  A record that is not exactly what this tool writes is an unknown holder's lease.
-"""
+over (docs/fleet.md).  A record that is not exactly what this tool writes is an unknown holder's lease."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """The store's local tier: each tree on this host kept once, unpacked and sealed, linked into each root that uses it
 (reflink, hardlink or copy); added whole under the tier's exclusive lock, linked under its shared one, in use while
-the tier's reference and the root's own record agree (docs/store.md).
-"""
+the tier's reference and the root's own record agree (docs/store.md)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """The store's shared tiers (the binary cache), in a folder or behind an fsspec URL: content-addressed blobs, the
 first manifest of a key and signers' variants beside it, never replaced while a host may trust it (docs/fleet.md).
-A fetch trusts nothing it reads: members are checked first, and the tree is renamed into place only when whole.
-"""
+A fetch trusts nothing it reads: members are checked first, and the tree is renamed into place only when whole."""
 
 from __future__ import annotations
 
@@ -284,9 +283,8 @@ class Cache:
                          f"with {name} publish there")
 
     def prune(self, max_bytes: int) -> List[CacheEntry]:
-        """The oldest entries removed until the blobs still named total at most ``max_bytes``; then blobs no
-        entry names, abandoned uploads, staged manifests and stale signatures (as ``orphan`` entries), those
-        never named only past ORPHAN_GRACE_S (a publisher uploads its blob before its manifest)."""
+        """The oldest entries removed until their blobs total at most ``max_bytes``; then, as ``orphan`` entries,
+        what nothing names (blobs, uploads, staged manifests, signatures), if never named only past ORPHAN_GRACE_S."""
         blobs: Dict[str, StoredFile] = {}
         others: List[StoredFile] = []
         for stored in self.store.list_files("blobs"):

@@ -1,6 +1,5 @@
 """Signed entries (as Nix signs a narinfo): an ed25519 signature of a manifest's exact bytes, stored beside it at
-``<key>.sig/<manifest sha256>/<NAME>.sig`` ("NAME:BASE64"), checked offline against trusted keys (docs/fleet.md).
-"""
+``<key>.sig/<manifest sha256>/<NAME>.sig`` ("NAME:BASE64"), checked offline against trusted keys (docs/fleet.md)."""
 
 from __future__ import annotations
 
