@@ -323,7 +323,7 @@ def host_id(environ: Mapping[str, str]) -> str:
 
 
 def _need_library(name: str, value: str) -> None:
-    if not keys.library_available():
+    if importlib.util.find_spec("cryptography") is None:
         raise BadInput(name, value, "a key needs the cryptography package, which this Python lacks: "
                        + extra_remedy("signing", f"unset {name}"))
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import importlib.util
 import os
 import re
 import stat
@@ -40,11 +39,6 @@ class SecretKey:
     name: str
     seed: bytes = field(repr=False)
     public: bytes = field(repr=False)
-
-
-def library_available() -> bool:
-    """Whether the cryptography package can be found."""
-    return importlib.util.find_spec("cryptography") is not None
 
 
 def split_line(text: str, what: str) -> Tuple[str, bytes]:
