@@ -323,9 +323,9 @@ def host_id(environ: Mapping[str, str]) -> str:
 
 
 def _need_library(name: str, value: str) -> None:
-    if not keys.library_available():
+    if importlib.util.find_spec("cryptography") is None:
         raise BadInput(name, value, "a key needs the cryptography package, which this Python lacks: "
-                       + keys.library_hint(f"unset {name}"))
+                       + extra_remedy("signing", f"unset {name}"))
 
 
 def parse_signing_key(name: str, value: str) -> str:

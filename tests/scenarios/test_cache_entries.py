@@ -10,9 +10,10 @@ import time
 
 import pytest
 
+from ensure_flydsl.support.space import parse_size, size_text
 from ensure_flydsl.trees.backends import CacheError
 from ensure_flydsl.trees.manifest import cache_key
-from ensure_flydsl.trees.remote import format_size, open_cache, parse_size
+from ensure_flydsl.trees.remote import open_cache
 from tests.helpers.cache_entries import FIELDS, KEY, blob_file, manifest_file
 from tests.helpers.cache_trees import make_tree, published, snapshot, write
 
@@ -50,7 +51,7 @@ def test_parse_size_refuses_junk(junk: str) -> None:
 
 
 def test_format_size() -> None:
-    assert [format_size(n) for n in (0, 1023, 1536, 270 * 1024**2, 3 * 1024**4)] == \
+    assert [size_text(n) for n in (0, 1023, 1536, 270 * 1024**2, 3 * 1024**4)] == \
         ["0 B", "1023 B", "1.5 KiB", "270.0 MiB", "3.0 TiB"]
 
 

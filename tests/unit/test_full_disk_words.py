@@ -67,7 +67,7 @@ def test_an_error_without_a_path_still_says_what_it_is() -> None:
 @pytest.mark.parametrize("count, text", [(0, "0 B"), (1023, "1023 B"), (1024, "1.0 KiB"), (10 << 10, "10 KiB"),
                                          (2 << 20, "2.0 MiB"), (3 << 29, "1.5 GiB"), (300 << 30, "300 GiB")])
 def test_sizes_as_df_says_them(count: int, text: str) -> None:
-    assert space.size_text(count) == text
+    assert space.size_text(count, df=True) == text
 
 
 def test_the_mount_point_of_a_path_not_yet_made() -> None:

@@ -33,7 +33,6 @@ from ensure_flydsl.trees.signing import (
     judge,
     manifest_sha,
     parse_signature,
-    public_of,
     sign,
     signature_path,
     verify,
@@ -57,7 +56,7 @@ SIG1 = parse_signature(sign(K1, MANIFEST))[1]
 # -- keys ---------------------------------------------------------------------------------------------------
 
 def test_a_key_pair_round_trips_and_signs() -> None:
-    assert public_of(K1) == P1
+    assert PublicKey(K1.name, K1.public) == P1
     name, signature = parse_signature(sign(K1, MANIFEST))
     assert name == "k1" and len(signature) == 64
     assert sign(K1, MANIFEST) == sign(K1, MANIFEST)  # deterministic: two signers write the same bytes

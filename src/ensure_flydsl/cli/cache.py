@@ -7,16 +7,17 @@ from __future__ import annotations
 import json
 import os
 import time
-from typing import AbstractSet, Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ensure_flydsl.result import result_object
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.support.keys import KEY_NAME, NAME_ALLOWED, KeyProblem, read_secret_key
+from ensure_flydsl.support.space import parse_size, size_text
 from ensure_flydsl.trees import signing
 from ensure_flydsl.trees.backends import CacheError
 from ensure_flydsl.trees.local import HostStore
 from ensure_flydsl.trees.manifest import CacheEntry
-from ensure_flydsl.trees.remote import Cache, format_size, open_cache, parse_size
+from ensure_flydsl.trees.remote import Cache, open_cache
 
 LIST_SCHEMA_VERSION = 1  # `cache list --json`'s shape (docs/schema/cache_list.schema.json): a new key keeps it
 SUMMARY_FIELDS = ("commit", "llvm_commit", "abi", "platform")  # shown first in `cache list`, when an entry has them
@@ -86,8 +87,8 @@ def _prune(cache: Cache, limit: int, say: Callable[[str], None]) -> None:
         say(f"removed {describe(entry)}")
     kept = cache.entries()
     total = sum({e.blob: e.size for e in kept}.values())
-    say(f"{len(removed)} removed; {cache.location} now holds {len(kept)} entries, {format_size(total)} "
-        f"(limit {format_size(limit)})")
+    say(f"{len(removed)} removed; {cache.location} now holds {len(kept)} entries, {size_text(total)} "
+        f"(limit {size_text(limit)})")
 
 
 def _list(entries: List[CacheEntry], location: str, say: Callable[[str], None],
@@ -103,8 +104,8 @@ def describe(entry: CacheEntry) -> str:
     """One line: kind, short key, size, created, and the fields a person tells entries apart by."""
     created = time.strftime("%Y-%m-%d %H:%M", time.localtime(entry.created))
     if entry.kind == "orphan":
-        return f"orphan  {entry.fields.get('path')}  {format_size(entry.size)}  {created}"
-    return f"{entry.kind:<5} {entry.key[:12]}  {format_size(entry.size):>10}  {created}  {summary(entry)}"
+        return f"orphan  {entry.fields.get('path')}  {size_text(entry.size)}  {created}"
+    return f"{entry.kind:<5} {entry.key[:12]}  {size_text(entry.size):>10}  {created}  {summary(entry)}"
 
 
 def summary(entry: CacheEntry) -> str:
@@ -171,7 +172,7 @@ def sign_entries(settings: Settings, cache: Cache, key_path: str, names: Sequenc
                       f"`ensure-flydsl cache keygen` (mode 600); {exc}") from None
     entries = [e for e in cache.entries() if e.kind != "orphan"]
     chosen = _chosen(entries, names)
-    live = live_versions(entries)
+    live = signing.live_versions(entries)
     trusted = signing.trusted_keys(settings.cache_trusted_keys)
     if not trusted:
         say(f"cache sign: no trusted keys are set ({settings.label('cache_trusted_keys')}), so every entry named "
@@ -215,14 +216,6 @@ def _chosen(entries: List[CacheEntry], names: Sequence[str]) -> List[CacheEntry]
     return chosen
 
 
-def live_versions(entries: Sequence[CacheEntry]) -> Dict[Tuple[str, str], AbstractSet[str]]:
-    """(kind, key): the sha256s of that key's manifests among ``entries`` (trees/signing.py's ``live``)."""
-    found: Dict[Tuple[str, str], Set[str]] = {}
-    for entry in entries:
-        found.setdefault((entry.kind, entry.key), set()).add(signing.manifest_sha(entry.manifest))
-    return dict(found)
-
-
 def signers_of(settings: Settings, cache: Cache, entries: Sequence[CacheEntry],
                warnings: List[str]) -> Dict[str, List[Dict[str, object]]]:
     """Each entry's signers by its manifest's sha256: {"name", "trusted" (None without trusted keys), "verifies"
@@ -230,7 +223,7 @@ def signers_of(settings: Settings, cache: Cache, entries: Sequence[CacheEntry],
     trusted = signing.trusted_keys(settings.cache_trusted_keys)
     found: Dict[str, List[Dict[str, object]]] = {}
     entries = [entry for entry in entries if entry.kind != "orphan"]
-    live = live_versions(entries)
+    live = signing.live_versions(entries)
     for entry in entries:
         verdict = signing.check_entry(cache.store, entry, trusted, warnings, live[(entry.kind, entry.key)])
         names = {public.name for public in trusted}
@@ -269,10 +262,10 @@ def store_command(settings: Settings, environ: Mapping[str, str], action: str, *
             _list_store(store, as_json)
             return 0
         for tree in store.prune(limit):
-            say(f"removed the tree {tree.key[:12]} ({format_size(tree.size)}, {tree.how}, "
+            say(f"removed the tree {tree.key[:12]} ({size_text(tree.size)}, {tree.how}, "
                 f"{(tree.commit or '?')[:12]}){': ' + tree.problem if tree.problem else ''}")
-        say(f"the host store {path} holds {format_size(sum(t.size for t in store.list()))} (at most "
-            f"{format_size(limit)} asked; trees a root uses are kept)")
+        say(f"the host store {path} holds {size_text(sum(t.size for t in store.list()))} (at most "
+            f"{size_text(limit)} asked; trees a root uses are kept)")
         return 0
     except OSError as exc:
         raise Refused(f"the host store {path} cannot be used: {exc}") from None
@@ -284,9 +277,9 @@ def _list_store(store: HostStore, as_json: bool) -> None:
         print(json.dumps(result_object(ok=True, exit_code=0, reason=f"{len(trees)} trees", store=store.path,
                                        trees=[t.to_json() for t in trees]), sort_keys=True))
         return
-    print(f"the host store {store.path}: {len(trees)} trees, {format_size(sum(t.size for t in trees))}")
+    print(f"the host store {store.path}: {len(trees)} trees, {size_text(sum(t.size for t in trees))}")
     for t in trees:
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(t.last_used))
         users = ", ".join(t.used_by) or "no root"
-        print(f"{t.key[:12]}  {format_size(t.size):>10}  {t.how or '?':8} {(t.commit or '?')[:12]}  {t.abi or '?'}  "
+        print(f"{t.key[:12]}  {size_text(t.size):>10}  {t.how or '?':8} {(t.commit or '?')[:12]}  {t.abi or '?'}  "
               f"last linked {when}  used by {users}{'  DAMAGED: ' + t.problem if t.problem else ''}")

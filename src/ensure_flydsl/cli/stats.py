@@ -12,7 +12,7 @@ from ensure_flydsl.result import result_object
 from ensure_flydsl.runs.timings import HIT, MISS, Skipped, Summary, TimingRecord, read_records, summarize
 from ensure_flydsl.settings import host_id, parse_root
 from ensure_flydsl.support.report import fmt_seconds
-from ensure_flydsl.trees.remote import format_size
+from ensure_flydsl.support.space import size_text
 
 SCHEMA = "https://ensure-flydsl/schema/stats.schema.json"
 SHOWN_RUNS = 20  # the table's newest runs (--json lists every one)
@@ -116,8 +116,8 @@ def summary_lines(summary: Summary) -> List[str]:
             lines.append(f"{what}: median {seconds_text(figures.median)}, {seconds_text(figures.total)} in all "
                          f"({runs_text(figures.count)})")
     if summary.fetched.count:
-        by = ", ".join(f"{what} {format_size(size)}" for what, size in summary.fetched_by.items())
-        lines.append(f"fetched: {format_size(summary.fetched.total)} in {runs_text(summary.fetched.count)} ({by})")
+        by = ", ".join(f"{what} {size_text(size)}" for what, size in summary.fetched_by.items())
+        lines.append(f"fetched: {size_text(summary.fetched.total)} in {runs_text(summary.fetched.count)} ({by})")
     for what, counts in summary.cache.items():
         lines.append(f"binary cache, {what}: {counts.get(HIT, 0)} hit(s), {counts.get(MISS, 0)} miss(es)")
     if summary.link_modes:

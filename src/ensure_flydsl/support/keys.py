@@ -1,24 +1,16 @@
-"""The cache's signing keys as files and text, in Nix's formats (``nix-store --generate-binary-cache-key``):
-
-- a public key: one line ``NAME:<base64 of the 32-byte ed25519 public key>`` (``NAME.pub``);
-- a secret key: one line ``NAME:<base64 of the 64-byte seed and public key>`` (``NAME.secret``, mode 600);
-- a signature: one line ``NAME:<base64 of the 64-byte ed25519 signature>``.
-
-No message made here holds key material: a malformed line is named by its key name or its file.
-"""
+"""The cache's signing keys in Nix's formats (``nix-store --generate-binary-cache-key``): one ``NAME:BASE64`` line
+of a 32-byte ed25519 public key (``NAME.pub``), of the 64-byte seed and public key (``NAME.secret``, mode 600), or
+of a 64-byte signature.  No message made here holds key material: a bad line is named by its key name or file."""
 
 from __future__ import annotations
 
 import base64
 import binascii
-import importlib.util
 import os
 import re
 import stat
 from dataclasses import dataclass, field
 from typing import List, Tuple
-
-from ensure_flydsl.support.install_route import extra_remedy
 
 KEY_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
 NAME_ALLOWED = "a key name of letters, digits, '.', '_' and '-' (at most 64, not starting with '.', '_' or '-')"
@@ -27,12 +19,6 @@ SECRET_BYTES = 64  # the seed, then the public key (Nix's layout)
 SIGNATURE_BYTES = 64
 KEY_FILE_MAX = 4096  # a key file is one short line; more is not a key file
 _BASE64 = re.compile(r"^[A-Za-z0-9+/]+={0,2}\Z")
-LIBRARY = "cryptography"
-
-
-def library_hint(instead: str) -> str:
-    """What to do without the cryptography package, for the way this copy was installed."""
-    return extra_remedy("signing", instead)
 
 
 class KeyProblem(ValueError):
@@ -53,11 +39,6 @@ class SecretKey:
     name: str
     seed: bytes = field(repr=False)
     public: bytes = field(repr=False)
-
-
-def library_available() -> bool:
-    """Whether the cryptography package can be found."""
-    return importlib.util.find_spec(LIBRARY) is not None
 
 
 def split_line(text: str, what: str) -> Tuple[str, bytes]:

@@ -1,29 +1,43 @@
-"""A full file system (ENOSPC, EDQUOT), said the same way wherever it is met: the file system, its free space
-as ``df`` counts it, and where it is mounted.  EFBIG (``ulimit -f``) is the process's limit, not one of these."""
+"""Sizes as people write and read them, and a full file system (ENOSPC, EDQUOT) said the same way wherever it is
+met, with ``df``'s figures and its mount point.  EFBIG (``ulimit -f``) is the process's limit, not one of these."""
 
 from __future__ import annotations
 
 import errno
+import math
 import os
+import re
 from typing import Optional
 
 FULL = (errno.ENOSPC, errno.EDQUOT)
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([kmgt]?)(?:i?b)?\s*$", re.IGNORECASE)
+_UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
 
 
 def is_full(exc: BaseException) -> bool:
     return isinstance(exc, OSError) and exc.errno in FULL
 
 
-def size_text(count: int) -> str:
-    """``0 B``, ``12 KiB``, ``1.5 MiB``, ``320 GiB``: a size as a person reads it."""
-    if count < 1024:
-        return f"{count} B"
-    value = count / 1024.0
-    for unit in ("KiB", "MiB", "GiB"):
-        if value < 1024 or unit == "GiB":
-            return f"{value:.1f} {unit}" if value < 10 else f"{value:.0f} {unit}"
-        value /= 1024.0
-    raise AssertionError("unreachable")
+def parse_size(text: str) -> int:
+    """``"500M"``, ``"2G"``, ``"1.5T"``, ``"1234"`` (also ``500MB``, ``2GiB``) in bytes; units are powers of 1024."""
+    match = _SIZE.match(text)
+    if not match:
+        raise ValueError(f"{text!r} is not a size: bytes, or a number with K, M, G or T (e.g. 500M, 2G, 1.5T)")
+    value = float(match.group(1)) * _UNITS[match.group(2).lower()]
+    if not math.isfinite(value) or value >= 2**63:
+        raise ValueError(f"{text!r} is too large a size")
+    return int(value)
+
+
+def size_text(size: float, *, df: bool = False) -> str:
+    """``0 B``, ``1.5 KiB``, ``270.0 MiB``; as ``df`` says them (``df``), whole from 10 up and at most GiB."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(size) < 1024 or unit == ("GiB" if df else "TiB"):
+            break
+        size /= 1024
+    if unit == "B" or (df and size >= 10):
+        return f"{size:.0f} {unit}"
+    return f"{size:.1f} {unit}"
 
 
 def _existing(path: str) -> str:
@@ -47,7 +61,8 @@ def no_space(path: str, code: Optional[int] = errno.ENOSPC) -> str:
     """The words for a full file system at ``path`` (EDQUOT: the user's quota on it), with ``df``'s figures."""
     try:
         st = os.statvfs(_existing(path))
-        df = f"{size_text(st.f_bavail * st.f_frsize)} free of {size_text(st.f_blocks * st.f_frsize)}, "
+        free, total = (size_text(blocks * st.f_frsize, df=True) for blocks in (st.f_bavail, st.f_blocks))
+        df = f"{free} free of {total}, "
     except OSError:
         df = ""
     where = f"{path} (df: {df}mounted at {mount_point(path)})"

@@ -1,6 +1,5 @@
 """A shared store's artifact: a deterministic gzip'd tar of a folder, and its extraction from a stream, hashed and
-bounded as it flows, each tar header held against its manifest member before anything is written.
-"""
+bounded as it flows, each tar header held against its manifest member before anything is written."""
 
 from __future__ import annotations
 

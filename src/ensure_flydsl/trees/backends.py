@@ -1,7 +1,6 @@
 """Where a shared store's bytes live: a plain folder, or any fsspec file system (``s3://bucket/prefix``), each file
 written atomically.  A folder follows no link below its root and opens only regular files; a remote that fails is
-``down`` for the rest of the run (one timeout per run, not one per step).
-"""
+``down`` for the rest of the run (one timeout per run, not one per step)."""
 
 from __future__ import annotations
 
@@ -19,7 +18,7 @@ import uuid
 from dataclasses import dataclass
 from typing import IO, Any, Dict, Iterator, List, Optional, Union, cast
 
-from ensure_flydsl.support.files import atomic_write, move_into_place
+from ensure_flydsl.support.files import atomic_write, move_into_place, remove_file
 from ensure_flydsl.support.install_route import extra_remedy
 from ensure_flydsl.support.processes import heartbeat, network_silence_s, waiting_line
 from ensure_flydsl.support.urls import shown_location
@@ -201,8 +200,7 @@ class FolderStore:
         move_into_place(tmp, self._file(rel), 0o644)  # flushed first: a manifest never names lost bytes
 
     def discard_upload(self, tmp: str) -> None:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
+        remove_file(tmp)
 
     def put_bytes(self, rel: str, data: bytes) -> None:
         path = self._file(rel, create_parent=True)
@@ -225,8 +223,7 @@ class FolderStore:
             except FileExistsError:
                 return False
             finally:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(tmp)
+                remove_file(tmp)
         except OSError as exc:
             raise _unwritable(path, exc) from None
 
@@ -394,8 +391,7 @@ class FsspecStore:
             self.discard_upload(tmp)
 
     def discard_upload(self, tmp: str) -> None:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
+        remove_file(tmp)
 
     def put_bytes(self, rel: str, data: bytes) -> None:
         with self._remote(f"upload {rel}", writing=True):

@@ -1,7 +1,6 @@
 """The build lease: hosts that miss one key at once pay one build.  Exclusive create of generation n+1 under
 ``leases/<kind>/<key>/`` takes it, heartbeats keep it, a TTL of unchanged bytes on the waiter's own clock hands it
-over (docs/fleet.md).  A record that is not exactly what this tool writes is an unknown holder's lease.
-"""
+over (docs/fleet.md).  A record that is not exactly what this tool writes is an unknown holder's lease."""
 
 from __future__ import annotations
 
@@ -130,27 +129,22 @@ class LeaseRecord:
     def from_bytes(cls, data: bytes, kind: str, key: str, generation: int) -> "LeaseRecord":
         """The record; an unreadable or invalid one reads as a lease of an unknown holder."""
         try:
-            record = cls._parse(data, kind, key, generation)
+            if len(data) > MAX_RECORD_BYTES:
+                raise ValueError(f"{len(data)} bytes, more than a lease record holds")
+            try:
+                obj = json.loads(data.decode())
+            except (UnicodeDecodeError, ValueError, RecursionError):
+                raise ValueError("not JSON (torn or foreign)") from None
+            if not isinstance(obj, dict):
+                raise ValueError("not a JSON object")
+            if obj.get("kind") != kind or obj.get("key") != key:
+                raise ValueError("it names another kind or key")
+            record = read(cls, obj, kind=kind, key=key, generation=generation)
+            if record.state == FAILED and (record.failure is None or record.ended is None):
+                raise ValueError("a failure record without its failure or its end")
         except ValueError as exc:
             record = cls.unknown(kind, key, generation, str(exc))
         record.raw = data
-        return record
-
-    @classmethod
-    def _parse(cls, data: bytes, kind: str, key: str, generation: int) -> "LeaseRecord":
-        if len(data) > MAX_RECORD_BYTES:
-            raise ValueError(f"{len(data)} bytes, more than a lease record holds")
-        try:
-            obj = json.loads(data.decode())
-        except (UnicodeDecodeError, ValueError, RecursionError):
-            raise ValueError("not JSON (torn or foreign)") from None
-        if not isinstance(obj, dict):
-            raise ValueError("not a JSON object")
-        if obj.get("kind") != kind or obj.get("key") != key:
-            raise ValueError("it names another kind or key")
-        record = read(cls, obj, kind=kind, key=key, generation=generation)
-        if record.state == FAILED and (record.failure is None or record.ended is None):
-            raise ValueError("a failure record without its failure or its end")
         return record
 
     def who(self) -> str:
@@ -233,9 +227,7 @@ class Leases:
             self.store.remove(path)  # taken from an older listing: the newest generation is the lease
             return None
         self.clear(record.kind, record.key, below=record.generation)
-        held = HeldLease(self, record, progress)
-        held.start()
-        return held
+        return HeldLease(self, record, progress)
 
     def clear(self, kind: str, key: str, *, below: int) -> None:
         """Remove the generations below ``below`` and what killed writers of them left."""
@@ -256,7 +248,7 @@ class Leases:
 
 
 class HeldLease:
-    """A lease this run holds: a thread beats every TTL/4 until :meth:`fail` or :meth:`release`."""
+    """A lease this run holds: from its making, a thread beats every TTL/4 until :meth:`fail` or :meth:`release`."""
 
     def __init__(self, leases: Leases, record: LeaseRecord, progress: Progress) -> None:
         self.leases = leases
@@ -269,8 +261,6 @@ class HeldLease:
         self._thread = threading.Thread(target=self._beat_until_stopped, name="lease-heartbeat", daemon=True)
         self.ended = False
         self.lost = False  # another run took the key over: stop beating
-
-    def start(self) -> None:
         self._thread.start()
 
     def _beat_until_stopped(self) -> None:

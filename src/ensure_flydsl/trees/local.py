@@ -1,7 +1,6 @@
 """The store's local tier: each tree on this host kept once, unpacked and sealed, linked into each root that uses it
 (reflink, hardlink or copy); added whole under the tier's exclusive lock, linked under its shared one, in use while
-the tier's reference and the root's own record agree (docs/store.md).
-"""
+the tier's reference and the root's own record agree (docs/store.md)."""
 
 from __future__ import annotations
 
@@ -190,9 +189,11 @@ class HostStore:
                 seal[str(path)] = (int(value[0]), int(value[1]), int(value[2]))
         return seal
 
-    def check(self, entry: CacheEntry, *, full: bool = False) -> None:
-        """StoreProblem unless the tree's files are its members (hashed when ``full`` or unsealed)."""
-        files, seal = layout.store_files(self.tree_dir(entry.key)), self.seal(entry.key)
+    def check(self, entry: CacheEntry, *, full: bool = False, at: Optional[str] = None, sealed: bool = True) -> None:
+        """StoreProblem unless the files at ``at`` (the tree's own) are its members (hashed when ``full`` or not
+        as ``sealed``)."""
+        files = at or layout.store_files(self.tree_dir(entry.key))
+        seal = self.seal(entry.key) if sealed else {}
         for member in entry.members:
             check_member(os.path.join(files, member.path), member, seal, full)
 

@@ -1,7 +1,6 @@
 """What a stored tree is in every tier: its members (path, type, mode, size, sha256 or link target) and one manifest
 format.  A tree from a store is untrusted: its members are checked (nothing absolute, no ``..``, no device, no link
-out of the tree, nothing written through a link) before anything is written, and what lands is held against them.
-"""
+out of the tree, nothing written through a link) before anything is written, and what lands is held against them."""
 
 from __future__ import annotations
 
@@ -248,14 +247,8 @@ def manifest_bytes(entry: CacheEntry) -> bytes:
     return (json.dumps(data, sort_keys=True, separators=(",", ":")) + "\n").encode()
 
 
-def newer_format(data: bytes) -> bool:
-    """Whether ``data`` is a manifest of a newer format than this tool's (a later version's: never replaced)."""
-    try:
-        obj = json.loads(data.decode())
-    except (UnicodeDecodeError, ValueError):
-        return False
-    fmt = obj.get("format") if isinstance(obj, dict) else None
-    return isinstance(fmt, int) and not isinstance(fmt, bool) and fmt > FORMAT
+class NewerFormat(ValueError):
+    """A manifest of a newer format than this tool's: a later version's, never replaced."""
 
 
 def parse_manifest(data: bytes, path: str = "", *, unpacked: bool = False) -> CacheEntry:
@@ -266,8 +259,10 @@ def parse_manifest(data: bytes, path: str = "", *, unpacked: bool = False) -> Ca
         raise ValueError("not JSON (torn or foreign file)") from None
     if not isinstance(obj, dict):
         raise ValueError("not a JSON object")
-    if obj.get("format") != FORMAT:
-        raise ValueError(f"format {obj.get('format')!r}, this tool reads {FORMAT}")
+    fmt = obj.get("format")
+    if fmt != FORMAT:
+        newer = isinstance(fmt, int) and not isinstance(fmt, bool) and fmt > FORMAT
+        raise (NewerFormat if newer else ValueError)(f"format {fmt!r}, this tool reads {FORMAT}")
     kind, key, blob, fields = obj.get("kind"), obj.get("key"), obj.get("blob"), obj.get("fields")
     if not (isinstance(kind, str) and isinstance(key, str) and KIND.match(kind) and HEX64.match(key)):
         raise ValueError("kind or key missing or malformed")

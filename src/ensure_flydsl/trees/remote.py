@@ -1,13 +1,10 @@
 """The store's shared tiers (the binary cache), in a folder or behind an fsspec URL: content-addressed blobs, the
 first manifest of a key and signers' variants beside it, never replaced while a host may trust it (docs/fleet.md).
-A fetch trusts nothing it reads: members are checked first, and the tree is renamed into place only when whole.
-"""
+A fetch trusts nothing it reads: members are checked first, and the tree is renamed into place only when whole."""
 
 from __future__ import annotations
 
-import math
 import os
-import re
 import shutil
 import socket
 import tempfile
@@ -17,7 +14,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 from ensure_flydsl.support import space
 from ensure_flydsl.support.files import rename_into_place
-from ensure_flydsl.support.keys import KEY_NAME, SecretKey
+from ensure_flydsl.support.keys import KEY_NAME, PublicKey, SecretKey
 from ensure_flydsl.trees.archive import pack, set_modes, unpack
 from ensure_flydsl.trees.backends import CacheCorrupt, CacheError, Store, StoredFile, open_store
 from ensure_flydsl.trees.manifest import (
@@ -25,42 +22,21 @@ from ensure_flydsl.trees.manifest import (
     MAX_MANIFEST_BYTES,
     CacheEntry,
     Member,
+    NewerFormat,
     cache_key,
     check_members,
     check_name,
     manifest_bytes,
-    newer_format,
     orphan_entry,
     parse_manifest,
     prune_order,
     walk,
 )
-from ensure_flydsl.trees.signing import check_entry, manifest_sha, public_of, stale_signatures, write_signature
+from ensure_flydsl.trees.signing import check_entry, live_versions, manifest_sha, stale_signatures, write_signature
 from ensure_flydsl.version import __version__
 
 ORPHAN_GRACE_S = 3600.0  # an unreferenced blob younger than this may be a publisher's whose manifest comes next
 MAX_VARIANTS = 64  # per key: one per signing key; more is a store flooded on purpose
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([kmgt]?)(?:i?b)?\s*$", re.IGNORECASE)
-_UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
-
-
-def parse_size(text: str) -> int:
-    """``"500M"``, ``"2G"``, ``"1.5T"``, ``"1234"`` (also ``500MB``, ``2GiB``) in bytes; units are powers of 1024."""
-    match = _SIZE.match(text)
-    if not match:
-        raise ValueError(f"{text!r} is not a size: bytes, or a number with K, M, G or T (e.g. 500M, 2G, 1.5T)")
-    value = float(match.group(1)) * _UNITS[match.group(2).lower()]
-    if not math.isfinite(value) or value >= 2**63:
-        raise ValueError(f"{text!r} is too large a size")
-    return int(value)
-
-
-def format_size(size: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(size) < 1024:
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{size:.1f} TiB"
 
 
 def manifest_path(kind: str, key: str) -> str:
@@ -186,10 +162,8 @@ class Cache:
             if os.path.lexists(dest):
                 raise CacheError(f"cannot fetch into {dest}: something else created it meanwhile")
             rename_into_place(tree, dest)
-        except (CacheError, OSError) as exc:
-            shutil.rmtree(tmp, ignore_errors=True)
-            if isinstance(exc, CacheError):
-                raise
+        except OSError as exc:
+            shutil.rmtree(tmp, ignore_errors=True)  # before df counts the free space
             # A full disk must not leave half a tree that looks like a finished one.
             why = space.no_space(dest, exc.errno) if space.is_full(exc) else (exc.strerror or str(exc))
             raise CacheError(f"fetching {entry.kind} entry {entry.key[:12]} into {dest} failed: {why}; nothing "
@@ -223,19 +197,14 @@ class Cache:
             with open(tmp, "wb") as out:
                 blob, size, members = pack(source, out)
             check_members(members)
-            if self.store.exists(blob_path(blob)):
-                self.store.discard_upload(tmp)  # same name, same bytes: published already
-            else:
+            if not self.store.exists(blob_path(blob)):  # else the same name, the same bytes: published already
                 self.store.commit_upload(tmp, blob_path(blob))
         except CacheCorrupt as exc:
-            self.store.discard_upload(tmp)
             raise CacheError(f"cannot publish {source}: {exc.reason} (it changed while being packed)") from None
         except OSError as exc:
-            self.store.discard_upload(tmp)
             raise CacheError(f"cannot publish {source} to {self.location}: {exc.strerror or exc}") from None
-        except BaseException:
-            self.store.discard_upload(tmp)
-            raise
+        finally:
+            self.store.discard_upload(tmp)  # what a commit did not take
         entry = CacheEntry(kind=kind, key=key, blob=blob, size=size, created=time.time(), fields=dict(fields),
                            files=sum(1 for m in members if m.type == "file"), members=tuple(members),
                            host=socket.gethostname(), tool=f"ensure-flydsl {__version__}")
@@ -260,10 +229,12 @@ class Cache:
             return None, None, "", ""
         try:
             entry: Optional[CacheEntry] = parse_manifest(data, rel)
+        except NewerFormat:  # a later version's
+            return data, None, "", ""
         except ValueError:
             entry = None
-        if entry is None or (entry.kind, entry.key) != (kind, key):  # a newer format's is a later version's
-            return data, None, "", "" if newer_format(data) else "which was not a manifest of this key"
+        if entry is None or (entry.kind, entry.key) != (kind, key):
+            return data, None, "", "which was not a manifest of this key"
         if not self.store.exists(blob_path(entry.blob)):
             return data, entry, "", "whose blob is gone, so that no host can install it"
         return data, entry, "", ""
@@ -292,7 +263,7 @@ class Cache:
     def _variant(self, entry: CacheEntry, signers: Sequence[SecretKey], there: Optional[CacheEntry]) -> Published:
         kind, key, name = entry.kind, entry.key, signers[0].name
         rel = variant_path(kind, key, name)
-        mine = [public_of(secret) for secret in signers]
+        mine = [PublicKey(secret.name, secret.public) for secret in signers]
         for attempt in range(2):  # again after losing the create to another host that signs with NAME
             current = ([there] if there is not None else []) + self.variants(kind, key, [name])
             live = {manifest_sha(e.manifest) for e in current}
@@ -312,9 +283,8 @@ class Cache:
                          f"with {name} publish there")
 
     def prune(self, max_bytes: int) -> List[CacheEntry]:
-        """The oldest entries removed until the blobs still named total at most ``max_bytes``; then blobs no
-        entry names, abandoned uploads, staged manifests and stale signatures (as ``orphan`` entries), those
-        never named only past ORPHAN_GRACE_S (a publisher uploads its blob before its manifest)."""
+        """The oldest entries removed until their blobs total at most ``max_bytes``; then, as ``orphan`` entries,
+        what nothing names (blobs, uploads, staged manifests, signatures), if never named only past ORPHAN_GRACE_S."""
         blobs: Dict[str, StoredFile] = {}
         others: List[StoredFile] = []
         for stored in self.store.list_files("blobs"):
@@ -344,9 +314,7 @@ class Cache:
                 self.store.remove(stored.path)
                 if sha not in freed:
                     removed.append(orphan_entry(stored, sha))
-        versions: Dict[Tuple[str, str], Set[str]] = {}
-        for _rel, entry in alive:
-            versions.setdefault((entry.kind, entry.key), set()).add(manifest_sha(entry.manifest))
+        versions = live_versions(entry for _rel, entry in alive)
         for stored in others + stale_signatures(self.store, versions):  # signing a manifest gone or edited
             if old(stored):  # a younger one may be a publisher's whose manifest comes next
                 self.store.remove(stored.path)

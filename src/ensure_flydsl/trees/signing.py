@@ -1,6 +1,5 @@
 """Signed entries (as Nix signs a narinfo): an ed25519 signature of a manifest's exact bytes, stored beside it at
-``<key>.sig/<manifest sha256>/<NAME>.sig`` ("NAME:BASE64"), checked offline against trusted keys (docs/fleet.md).
-"""
+``<key>.sig/<manifest sha256>/<NAME>.sig`` ("NAME:BASE64"), checked offline against trusted keys (docs/fleet.md)."""
 
 from __future__ import annotations
 
@@ -8,8 +7,9 @@ import base64
 import hashlib
 import importlib
 from dataclasses import dataclass
-from typing import AbstractSet, Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import AbstractSet, Any, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
+from ensure_flydsl.support.install_route import extra_remedy
 from ensure_flydsl.support.keys import (
     KEY_NAME,
     SECRET_BYTES,
@@ -17,7 +17,6 @@ from ensure_flydsl.support.keys import (
     KeyProblem,
     PublicKey,
     SecretKey,
-    library_hint,
     parse_public,
     split_line,
 )
@@ -37,7 +36,7 @@ def _ed25519() -> Any:
         return importlib.import_module("cryptography.hazmat.primitives.asymmetric.ed25519")
     except ImportError as exc:
         raise MissingLibrary(f"signed cache entries need the cryptography package, which cannot be imported "
-                             f"({exc}): " + library_hint("unset the cache key settings")) from None
+                             f"({exc}): " + extra_remedy("signing", "unset the cache key settings")) from None
 
 
 def generate(name: str) -> Tuple[str, str]:
@@ -59,10 +58,6 @@ def check_secret(secret: SecretKey) -> None:
     if private.public_key().public_bytes(raw.Encoding.Raw, raw.PublicFormat.Raw) != secret.public:
         raise KeyProblem(f"the secret key {secret.name}'s two halves do not belong together "
                          f"(its {SECRET_BYTES} bytes are the seed and then the public key)")
-
-
-def public_of(secret: SecretKey) -> PublicKey:
-    return PublicKey(secret.name, secret.public)
 
 
 def sign(secret: SecretKey, manifest: bytes) -> bytes:
@@ -119,6 +114,14 @@ def signature_path(kind: str, key: str, manifest: bytes, name: str) -> str:
     if not KEY_NAME.match(name):
         raise ValueError(f"{name!r} is not a key name")
     return f"{signatures_dir(kind, key)}/{manifest_sha(manifest)}/{name}.sig"
+
+
+def live_versions(entries: Iterable[CacheEntry]) -> Dict[Tuple[str, str], Set[str]]:
+    """(kind, key): the sha256s of that key's manifests among ``entries`` (what ``check_entry``'s ``live`` is)."""
+    found: Dict[Tuple[str, str], Set[str]] = {}
+    for entry in entries:
+        found.setdefault((entry.kind, entry.key), set()).add(manifest_sha(entry.manifest))
+    return found
 
 
 def stale_signatures(store: Store, current: Mapping[Tuple[str, str], AbstractSet[str]]) -> List[StoredFile]:
@@ -214,14 +217,11 @@ def _read_signature(store: Store, name: str, stored: StoredFile) -> bytes:
     if stored.size > SIGNATURE_MAX:
         raise ValueError(f"larger than {SIGNATURE_MAX} bytes")
     try:
-        with store.open_read(stored.path) as handle:
-            data = handle.read(SIGNATURE_MAX + 1)
-    except FileNotFoundError:
-        raise ValueError("removed while being read") from None
-    except OSError as exc:
-        raise ValueError(f"cannot be read: {exc.strerror or exc}") from None
+        data = store.read_bytes(stored.path, SIGNATURE_MAX)
     except CacheError as exc:  # a link, a FIFO, a device: the store refuses to open it
         raise ValueError(str(exc)) from None
+    if data is None:
+        raise ValueError("removed while being read")
     named, signature = parse_signature(data)
     if named != name:
         raise ValueError(f"it is named after {name} but names the key {named}")

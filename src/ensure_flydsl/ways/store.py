@@ -276,11 +276,9 @@ def linked_tree_problem(run: Run) -> Optional[str]:
     manifest, _ = store.lookup(record[1])
     if manifest is None:
         return None  # pruned, or damaged: the root's tree is its own now, probed as any other
-    seal = store.seal(record[1]) if record[2] == local.HARDLINK else {}
     packages = layout.packages_dir(root)
     try:
-        for member in manifest.members:
-            local.check_member(os.path.join(packages, member.path), member, seal, verify)
+        store.check(manifest, full=verify, at=packages, sealed=record[2] == local.HARDLINK)
     except local.StoreProblem as exc:
         return f"{exc} in {packages}, linked from the store's tree {manifest.key[:12]} by {record[2]}"
     return None

@@ -107,7 +107,8 @@ def take_turn(run: Run, cache: Cache, kind: str, key: str, what: str, fetch: Cal
             held = waiter.turn()
             if held is not None:
                 if not cache.store.exists(manifest):  # nobody published while we took it: this run builds
-                    waiter.say_taken(held)
+                    run.say(f"took the build lease on {what} in {cache.store.location} (generation "
+                            f"{held.record.generation}); other hosts wait for this build")
                     return Turn(held=held)
                 held.release(published=False)  # given back unsaid: the published entry is fetched instead
                 continue
@@ -158,8 +159,8 @@ class _Waiter:
             self.run.say(f"{newest.who()} failed to build {self.what} ({_failure_text(newest)}); trying once here")
             return self._take(newest.generation + 1, newest.failures_before + 1)
         self.watched.add(newest.generation)
-        if self._dead(newest):
-            ttl = newest.ttl if newest.ttl > 0 else self.leases.ttl
+        ttl = newest.ttl if newest.ttl > 0 else self.leases.ttl  # the holder's: hosts with other settings agree
+        if self._age(newest) > ttl:  # the same bytes for longer than that
             self.run.say(f"the build lease of {newest.who()} on {self.what} is dead: no heartbeat for "
                          f"{ttl:g} s (its FLYDSL_LEASE_TTL); taking it over")
             return self._take(newest.generation + 1, newest.failures_before)
@@ -177,11 +178,6 @@ class _Waiter:
         if held is None:
             self.refused = max(self.refused, generation)  # another run's now, or something else stands there
         return held
-
-    def say_taken(self, held: lease.HeldLease) -> None:
-        """Said once the lease is this run's to build under (not when it is given back at once)."""
-        self.run.say(f"took the build lease on {self.what} in {self.leases.store.location} "
-                     f"(generation {held.record.generation}); other hosts wait for this build")
 
     def _past_refused(self, generation: int) -> int:
         """The generation after the refused one, unlisted now; CacheError after UNLISTED_TAKES such takes."""
@@ -202,11 +198,6 @@ class _Waiter:
             self.seen[record.generation] = (record.raw, now)
             return 0.0
         return now - seen[1]
-
-    def _dead(self, record: lease.LeaseRecord) -> bool:
-        """The same bytes for longer than the holder's TTL (hosts with other settings agree on it)."""
-        ttl = record.ttl if record.ttl > 0 else self.leases.ttl
-        return self._age(record) > ttl
 
     def _is_news(self, record: lease.LeaseRecord) -> bool:
         """A failure is news for a TTL after this run first saw it: to a run that watched the build; to a later

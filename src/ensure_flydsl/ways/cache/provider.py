@@ -18,10 +18,11 @@ from ensure_flydsl.source.ownership import recording
 from ensure_flydsl.support import faults
 from ensure_flydsl.support.files import file_sha256, remove_tree
 from ensure_flydsl.support.keys import KeyProblem, SecretKey, read_secret_key
+from ensure_flydsl.support.space import size_text
 from ensure_flydsl.support.urls import shown_location
 from ensure_flydsl.trees.backends import CacheCorrupt, CacheError, CacheUnreachable
 from ensure_flydsl.trees.manifest import CacheEntry, cache_key
-from ensure_flydsl.trees.remote import Cache, format_size, open_cache
+from ensure_flydsl.trees.remote import Cache, open_cache
 from ensure_flydsl.trees.signing import check_entry, check_secret, manifest_sha, trusted_keys
 from ensure_flydsl.ways import Way
 from ensure_flydsl.ways.base import Early, Provider, Shared
@@ -82,12 +83,8 @@ def tree_shareable(run: Run) -> bool:
 
 
 def tree_fields(run: Run, commit: str) -> Dict[str, object]:
-    root = run.settings.root
-    return {
-        **tree_identity(run, commit),
-        "build_script": file_sha256(os.path.join(root, "scripts", "build.sh")),
-        "mlir": mlir_spec(run),
-    }
+    build_script = file_sha256(os.path.join(run.settings.root, "scripts", "build.sh"))
+    return {**tree_identity(run, commit), "build_script": build_script, "mlir": mlir_spec(run)}
 
 
 def mlir_fields(key: Mapping[str, object], platform: str) -> Dict[str, object]:
@@ -113,7 +110,7 @@ def tree_from_cache(run: Run, cache: Cache, commit: str, early: Optional[Early] 
     packages = packages_dir(run.settings.root)
     run.stamps.begin("build", stamp_key)
     make_room(packages)
-    run.say(f"cache: fetching the tree {key[:12]} ({format_size(entry.size)}, {entry.files} files, "
+    run.say(f"cache: fetching the tree {key[:12]} ({size_text(entry.size)}, {entry.files} files, "
             f"built on {entry.host or 'another host'})")
     try:
         with recording(build_dir, build_made_record(run.settings.root)):  # clean removes only what it made
@@ -164,7 +161,7 @@ def mlir_from_cache(run: Run, cache: Cache, key: Mapping[str, object]) -> Option
         return None
     make_room(dest)
     run.worked()
-    run.say(f"cache: fetching MLIR {ckey[:12]} ({format_size(entry.size)}); the LLVM build is skipped")
+    run.say(f"cache: fetching MLIR {ckey[:12]} ({size_text(entry.size)}); the LLVM build is skipped")
     try:
         cache.fetch(entry, dest)
     except CacheError as exc:
@@ -216,7 +213,7 @@ def _publish(run: Run, cache: Cache, kind: str, key: str, fields: Mapping[str, o
         run.say(f"cache: the {kind} {key[:12]} is not published to {cache.location}: {published.why}{hint}")
         return
     note = f" ({published.note})" if published.note else ""
-    run.say(f"cache: published the {kind} {key[:12]} ({format_size(published.entry.size)}) to {cache.location}"
+    run.say(f"cache: published the {kind} {key[:12]} ({size_text(published.entry.size)}) to {cache.location}"
             f"{note}{publish_note(run, secrets)}")
 
 
@@ -288,8 +285,8 @@ def choose_entry(run: Run, cache: Cache, kind: str, key: str, what: str) -> Tupl
     if not run.settings.cache_trusted_keys:
         if primary is not None:
             return primary, True
-        variants = sorted(cache.variants(kind, key), key=lambda e: e.created, reverse=True)
-        return (variants[0] if variants else None), bool(variants)
+        newest = max(cache.variants(kind, key), key=lambda e: e.created, default=None)
+        return newest, newest is not None
     try:
         return _trusted_entry(run, cache, kind, key, what, primary)
     except CacheError as exc:  # MissingLibrary too: no entry can be shown to be trusted
