@@ -113,7 +113,7 @@ def providers_for(run: Run, shared: Shared) -> List[Provider]:
 def doctor_before_build(settings: Settings, environ: Mapping[str, str], checkout: str,
                         interpreter: Interpreter) -> None:
     """The source way's stop before an hour of compiling: the doctor's checks with what is known now."""
-    stop_if_blocked(run_checks(settings, environ, checkout=checkout, interpreter=interpreter), settings.strategy)
+    stop_if_blocked(run_checks(settings, environ, checkout=checkout, interpreter=interpreter)[0], settings.strategy)
 
 
 def check_requirements(run: Run, commit: str) -> Optional[Finding]:

@@ -12,7 +12,7 @@ import subprocess
 from typing import List, Mapping, Optional, Sequence, Tuple
 
 from ensure_flydsl.errors import Stage
-from ensure_flydsl.layout import llvm_dir, mlir_install, tools_dir
+from ensure_flydsl.layout import llvm_dir, tools_dir
 from ensure_flydsl.probe.results import Interpreter
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.source.git import is_local_repo, resolve_in, rewrite
@@ -41,11 +41,9 @@ def predict_build(ctx: RunContext, checkout: Optional[str], submit: Submit) -> L
 
 def _llvm_already_built(settings: Settings, needs: BuildNeeds, interp: Optional[Interpreter]) -> Optional[str]:
     """The MLIR install an earlier run built from the pin's LLVM inputs for this interpreter, if it is there."""
-    done = environment.finished_llvm_build(settings.base_dir)
-    if done is None or needs.llvm is None or interp is None:
+    if needs.llvm is None or interp is None:
         return None
-    key = needs.llvm.key(interp.abi)
-    return mlir_install(settings.base_dir) if key is not None and done == key else None
+    return environment.built_mlir(settings.base_dir, needs.llvm.key(interp.abi))
 
 
 def llvm_step_needed(settings: Settings, needs: BuildNeeds, interp: Optional[Interpreter] = None) -> bool:

@@ -220,8 +220,8 @@ def ready_mlir(run: Run, cache: Optional[Cache]) -> Optional[Mlir]:
         run.say(f"warning: the LLVM commit of this pin cannot be determined ({inputs.problem}): its LLVM/MLIR "
                 "is built for this run, neither reused from an earlier build nor shared through the cache")
         return None
-    install = layout.mlir_install(settings.base_dir)
-    if steps.finished_llvm_build(settings.base_dir) == key:
+    install = steps.built_mlir(settings.base_dir, key)
+    if install is not None:
         run.say(f"MLIR for LLVM {cached.llvm_label(key)} is already built in {install}")
         return install, {"llvm": key}
     fetched = cached.mlir_from_cache(run, cache, key) if cache is not None else None
