@@ -10,7 +10,7 @@ import os
 import re
 import sys
 import time
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ensure_flydsl.doctor.requirements import check_requirements
@@ -272,7 +272,7 @@ class Diagnosis:
 
     def to_json(self) -> Dict[str, object]:
         return {"strategy": self.strategy.value, "ok": self.ok, "exit_code": self.exit_code, "verdict": self.verdict(),
-                "needs": self.needs.to_json() if self.needs else None, "checks": [c.to_json() for c in self.checks],
+                "needs": asdict(self.needs) if self.needs else None, "checks": [c.to_json() for c in self.checks],
                 "seconds": round(self.seconds, 3), "suggestion": self.suggestion}
 
 

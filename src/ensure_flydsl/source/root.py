@@ -60,9 +60,6 @@ class Owner(Record):
     time: float = checked(fields.number, 0.0, lenient=True)
     tool: str = checked(fields.text, "ensure-flydsl", lenient=True)
 
-    def to_json(self) -> Dict[str, object]:
-        return asdict(self)
-
 
 def owner(root: str) -> Optional[Owner]:
     return Owner.from_json(read_json(owner_file(root)))
@@ -145,7 +142,7 @@ def _classify_checkout(root: str, repo: str) -> RootState:
 def claim_root(root: str, *, created: bool, adopted: bool) -> None:
     """Record that the tool owns ``root``.  The state folder appears with its owner record inside (made beside
     the root, then renamed in): a state folder without an owner is somebody else's (exit 64)."""
-    record = Owner(created, adopted, time.time()).to_json()
+    record = asdict(Owner(created, adopted, time.time()))
     if not os.path.isdir(state_dir(root)):
         staging = tempfile.mkdtemp(prefix=".ensure_flydsl-claim-", dir=os.path.dirname(root))
         try:

@@ -32,9 +32,10 @@ _CXX17_PROBE = "#include <optional>\n#include <string_view>\nint main() { std::o
 
 def predict_build(ctx: RunContext, checkout: Optional[str], submit: Submit) -> List[concurrent.futures.Future[Check]]:
     tools = build_tools(ctx.needs, llvm=ctx.llvm)
+    memory = (ctx.settings.jobs, environment.cpu_count(), environment.available_memory())
     return ([submit(check_llvm_source, ctx), submit(check_mlir, ctx), submit(check_disk, ctx),
-             submit(check_memory, ctx), submit(check_compiler, ctx, False), submit(check_compiler, ctx, True),
-             submit(check_headers, ctx)]
+             submit(memory_check, *memory, heavy=ctx.heavy, compiles=ctx.compiles, label=ctx.settings.label("jobs")),
+             submit(check_compiler, ctx, False), submit(check_compiler, ctx, True), submit(check_headers, ctx)]
             + [submit(check_tool, ctx, name, tools) for name in ("cmake", "ninja", "patchelf", "nanobind")]
             + [submit(check_hip_package, ctx), submit(check_submodules, ctx, checkout)])
 
@@ -132,11 +133,6 @@ def check_disk(ctx: RunContext) -> Check:
     except OSError:
         free = None
     return disk_check(free, need, where, heavy=ctx.heavy)
-
-
-def check_memory(ctx: RunContext) -> Check:
-    return memory_check(ctx.settings.jobs, environment.cpu_count(), environment.available_memory(), heavy=ctx.heavy,
-                        compiles=ctx.compiles, label=ctx.settings.label("jobs"))
 
 
 def _compiler(env_var: str, names: Sequence[str], environ: Mapping[str, str]) -> Tuple[Optional[List[str]], str]:
