@@ -188,17 +188,14 @@ class Stamp(Record):
         return {k: v for k, v in asdict(self).items() if v is not None}
 
 
+@dataclass(frozen=True)
 class Stamps:
     """The step stamps of ``root``."""
 
-    def __init__(self, root: str) -> None:
-        self.root = root
-
-    def _path(self, step: str) -> str:
-        return stamp_file(self.root, step)
+    root: str
 
     def read(self, step: str) -> Optional[Stamp]:
-        return Stamp.from_json(read_json(self._path(step)))
+        return Stamp.from_json(read_json(stamp_file(self.root, step)))
 
     def done(self, step: str, key: Mapping[str, object]) -> bool:
         stamp = self.read(step)
@@ -209,7 +206,7 @@ class Stamps:
         self.undo(step)
         if key is not None:
             os.makedirs(stamps_dir(self.root), exist_ok=True)
-            atomic_write_json(self._path(step + ".started"), Stamp(dict(key), time.time()).to_json())
+            atomic_write_json(stamp_file(self.root, step + ".started"), Stamp(dict(key), time.time()).to_json())
 
     def started_key(self, step: str) -> Optional[Dict[str, object]]:
         started = self.read(step + ".started")
@@ -219,9 +216,9 @@ class Stamps:
                commit: Optional[str] = None, version: Optional[str] = None) -> None:
         os.makedirs(stamps_dir(self.root), exist_ok=True)
         stamp = Stamp(dict(key), time.time(), how=how, commit=commit, version=version)
-        atomic_write_json(self._path(step), stamp.to_json())
+        atomic_write_json(stamp_file(self.root, step), stamp.to_json())
 
     def undo(self, step: str) -> None:
         """The step's result turned out unusable: not done any more (its started record stays)."""
-        remove_file(self._path("tree"))
-        remove_file(self._path(step))
+        remove_file(stamp_file(self.root, "tree"))
+        remove_file(stamp_file(self.root, step))
