@@ -8,11 +8,9 @@ import concurrent.futures
 import importlib.util
 import os
 import re
-import shutil
-import subprocess
 import sys
 import time
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ensure_flydsl.doctor.requirements import check_requirements
@@ -24,7 +22,6 @@ from ensure_flydsl.settings import Settings, Strategy
 from ensure_flydsl.source.git import describe, is_local_repo, repo_path, resolve_in, rewrite
 from ensure_flydsl.source.needs import KNOWN_FLYDSL_NEEDS, BuildNeeds, find_needs
 from ensure_flydsl.source.root import RootKind, classify_root, creatable_problem
-from ensure_flydsl.support.processes import run_captured
 from ensure_flydsl.ways import Way, demands, falls_back, provisions, tries
 from ensure_flydsl.ways.checks import (
     MISSING,
@@ -42,15 +39,11 @@ from ensure_flydsl.ways.checks import (
 )
 from ensure_flydsl.ways.release.checks import release_instead
 from ensure_flydsl.ways.source.checks import llvm_step_needed
+from ensure_flydsl.ways.source.tools import find_executable_tool
 from ensure_flydsl.ways.table import ways_for
 
 # The reuse decision belongs to the pipeline (above the doctor): it is handed in as a check.
 ReuseCheck = Callable[[Settings, Mapping[str, str], Optional[Interpreter]], Check]
-
-
-def mirrored(settings: Settings) -> str:
-    """The repository git fetches from (a local mirror's sources can be read before any fetch)."""
-    return rewrite(settings.repo, settings.git_mirrors)[0]
 
 
 # -- the shared checks ------------------------------------------------------------------------------------
@@ -90,23 +83,13 @@ def check_marker_sharing(settings: Settings) -> Check:
 
 
 def check_git(environ: Mapping[str, str]) -> Check:
-    exe = shutil.which("git", path=environ.get("PATH"))
-    if exe is None:
+    git = find_executable_tool("git", environ.get("PATH", os.defpath))
+    if not git.found:
         return Check("git", MISSING, "git is not on PATH; it fetches the pin (and LLVM)",
                      "install git (your OS package) or put it on PATH", blocking=True, stage=Stage.FETCH)
-    try:
-        out = run_captured([exe, "--version"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                           timeout=20).stdout.decode(errors="replace").strip()
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return Check("git", WRONG, f"{exe} does not run: {exc}", "reinstall git", blocking=True, stage=Stage.FETCH)
-    return passed("git", f"{out} at {exe}", Stage.FETCH)
-
-
-def installer_python(interp: Optional[Interpreter], settings: Settings) -> str:
-    """Whose pip asks the index: this tool's interpreter (it installs the private tools), else the target's."""
-    if importlib.util.find_spec("pip") is not None:
-        return sys.executable
-    return interp.executable if interp else settings.python
+    if not git.good:
+        return Check("git", WRONG, git.problem, "reinstall git", blocking=True, stage=Stage.FETCH)
+    return passed("git", git.describe(), Stage.FETCH)
 
 
 def check_repository(settings: Settings, environ: Mapping[str, str], timeout: float,
@@ -203,17 +186,19 @@ def _without_build_blocks(checks: List[Check], version_check: Check) -> List[Che
 
 
 def run_checks(settings: Settings, environ: Mapping[str, str], *, checkout: Optional[str] = None, timeout: float = 5.0,
-               reuse: Optional[ReuseCheck] = None, interpreter: Optional[Interpreter] = None) -> List[Check]:
-    """Every check the configured strategy depends on, in the order a run meets them; ``checkout`` holds the pin's
-    source (read for the build's needs), ``interpreter`` is the target as the caller just described it."""
+               reuse: Optional[ReuseCheck] = None, interpreter: Optional[Interpreter] = None
+               ) -> Tuple[List[Check], Optional[BuildNeeds]]:
+    """Every check the configured strategy depends on, in the order a run meets them, and the build's needs (None:
+    no build); ``checkout`` holds the pin's source, ``interpreter`` is the target as the caller just described it."""
     strategy = settings.strategy
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=10, thread_name_prefix="doctor")
     try:
         submit: Submit = pool.submit
         f_interp = pool.submit(check_interpreter, settings, environ, interpreter)
         builds, fetches = tries(strategy, Way.SOURCE), provisions(strategy)
-        f_needs = pool.submit(find_needs, settings.root, mirrored(settings), settings.pin, checkout,
-                              environ) if builds else None
+        # a local mirror's sources can be read before any fetch
+        f_needs = pool.submit(find_needs, settings.root, rewrite(settings.repo, settings.git_mirrors)[0],
+                              settings.pin, checkout, environ) if builds else None
         early: List[concurrent.futures.Future[Check]] = []
         if fetches:
             early = [submit(check_root, settings), submit(check_git, environ),
@@ -221,7 +206,10 @@ def run_checks(settings: Settings, environ: Mapping[str, str], *, checkout: Opti
         interp_check, interp = f_interp.result()
         needs = f_needs.result() if f_needs is not None else KNOWN_FLYDSL_NEEDS
         llvm = builds and llvm_step_needed(settings, needs, interp)
-        index = Index(installer_python(interp, settings), environ, timeout)
+        # Whose pip asks the index: this tool's interpreter (it installs the private tools), else the target's.
+        installer = (sys.executable if importlib.util.find_spec("pip") is not None
+                     else interp.executable if interp else settings.python)
+        index = Index(installer, environ, timeout)
         ctx = RunContext(settings=settings, environ=environ, timeout=timeout, interpreter=interp, needs=needs,
                          llvm=llvm, index=index)
         if reuse is not None:
@@ -239,7 +227,7 @@ def run_checks(settings: Settings, environ: Mapping[str, str], *, checkout: Opti
         wheel = next((c for c in checks if c.name == "release-wheel"), None)
         if falls_back(strategy) and wheel is not None and wheel.status == OK:
             checks = _without_build_blocks(checks, wheel)
-        return checks
+        return checks, needs if builds else None
     finally:
         pool.shutdown(wait=True)
 
@@ -283,17 +271,14 @@ class Diagnosis:
 
     def to_json(self) -> Dict[str, object]:
         return {"strategy": self.strategy.value, "ok": self.ok, "exit_code": self.exit_code, "verdict": self.verdict(),
-                "needs": self.needs.to_json() if self.needs else None, "checks": [c.to_json() for c in self.checks],
+                "needs": asdict(self.needs) if self.needs else None, "checks": [c.to_json() for c in self.checks],
                 "seconds": round(self.seconds, 3), "suggestion": self.suggestion}
 
 
 def diagnose(settings: Settings, environ: Mapping[str, str], *, reuse: Optional[ReuseCheck] = None,
              checkout: Optional[str] = None, timeout: float = 5.0) -> Diagnosis:
     started = time.monotonic()
-    checks = run_checks(settings, environ, checkout=checkout, timeout=timeout, reuse=reuse)
-    needs = None
-    if tries(settings.strategy, Way.SOURCE):
-        needs = find_needs(settings.root, mirrored(settings), settings.pin, checkout, environ)
+    checks, needs = run_checks(settings, environ, checkout=checkout, timeout=timeout, reuse=reuse)
     diagnosis = Diagnosis(settings.strategy, tuple(checks), needs, time.monotonic() - started)
     blocking = diagnosis.first_blocking
     if not diagnosis.ok and blocking is not None:

@@ -58,14 +58,6 @@ def assess(sources: Sources, python: str, require: Sequence[str], environ: Mappi
                    absent=absent, require=tuple(require), pin=pin or "the pin")
 
 
-def _absent_line(absent: Absent, pin: str) -> str:
-    if not absent.instead:
-        last = absent.module.split(".")[-1]
-        return f"{absent.module} is not in {pin} (no module named {last} anywhere in its {absent.module.split('.')[0]})"
-    paths = " and ".join(path for _, path in absent.instead)
-    return f"{absent.module} is not in {pin}; {paths} {'is' if len(absent.instead) == 1 else 'are'}"
-
-
 def advised_require(finding: Finding) -> Optional[str]:
     """FLYDSL_REQUIRE with each absent module replaced by the one module of that name the pin has, or None."""
     moved = {a.module: a.instead[0][0] for a in finding.absent if len(a.instead) == 1}
@@ -74,49 +66,41 @@ def advised_require(finding: Finding) -> Optional[str]:
     return ",".join(moved.get(m, m) for m in finding.require)
 
 
+def _absent_line(absent: Absent, pin: str) -> str:
+    if not absent.instead:
+        last = absent.module.split(".")[-1]
+        return f"{absent.module} is not in {pin} (no module named {last} anywhere in its {absent.module.split('.')[0]})"
+    paths = " and ".join(path for _, path in absent.instead)
+    return f"{absent.module} is not in {pin}; {paths} {'is' if len(absent.instead) == 1 else 'are'}"
+
+
 def absent_reason(finding: Finding) -> str:
-    said = "; ".join(_absent_line(a, finding.pin) for a in finding.absent)
     replaced = advised_require(finding)
-    return said + (f": set FLYDSL_REQUIRE={replaced}" if replaced else "")
-
-
-def absent_remedy(finding: Finding) -> str:
-    replaced = advised_require(finding)
-    absent = [a.module for a in finding.absent]
-    if replaced:
-        return (f"set FLYDSL_REQUIRE={replaced} (the modules that must import from the tree), or pin a commit "
-                f"that has {', '.join(absent)}; then run again")
-    kept = ",".join(m for m in finding.require if m not in absent) or "flydsl"
-    return (f"set FLYDSL_REQUIRE to modules {finding.pin} has (for example FLYDSL_REQUIRE={kept}), or pin a "
-            f"commit that has {', '.join(absent)}; then run again")
-
-
-def _line(req: Requirement) -> str:
-    chain = " -> ".join(req.via)
-    return f"{req.module}: imported by {req.file} line {req.line}" + (f" (reached from {chain})" if chain else "")
-
-
-def reason(finding: Finding) -> str:
-    said = "; ".join(f"{r.module} (imported by {r.where()})" for r in finding.missing)
-    return (f"{finding.python} cannot import {finding.names(finding.missing)}, which the pin's code imports "
-            f"unconditionally: {said}")
-
-
-def remedy(finding: Finding) -> str:
-    names = " ".join(r.module for r in finding.missing)
-    python = shlex.quote(finding.python)
-    return (f"install {names} for {finding.python} (for example `{python} -m pip install {names}`; a package's "
-            "pip name may differ from its module's, and torch for ROCm comes from its own index), or set "
-            "FLYDSL_PYTHON to an interpreter that has them; then run again")
+    return "; ".join(_absent_line(a, finding.pin) for a in finding.absent) + (
+        f": set FLYDSL_REQUIRE={replaced}" if replaced else "")
 
 
 def problem(finding: Finding) -> Optional[Tuple[str, str, str]]:
     """(reason, remedy, detail) of a required module the pin lacks, or one the interpreter lacks; else None."""
     if finding.absent:
-        return absent_reason(finding), absent_remedy(finding), f"sources read from {finding.sources}"
-    if finding.missing:
-        return reason(finding), remedy(finding), "\n".join(_line(r) for r in finding.missing)
-    return None
+        replaced, absent = advised_require(finding), [a.module for a in finding.absent]
+        kept = ",".join(m for m in finding.require if m not in absent) or "flydsl"
+        remedy = (f"set FLYDSL_REQUIRE={replaced} (the modules that must import from the tree)" if replaced else
+                  f"set FLYDSL_REQUIRE to modules {finding.pin} has (for example FLYDSL_REQUIRE={kept})")
+        return (absent_reason(finding), f"{remedy}, or pin a commit that has {', '.join(absent)}; then run again",
+                f"sources read from {finding.sources}")
+    if not finding.missing:
+        return None
+    said = "; ".join(f"{r.module} (imported by {r.where()})" for r in finding.missing)
+    names = " ".join(r.module for r in finding.missing)
+    reason = (f"{finding.python} cannot import {finding.names(finding.missing)}, which the pin's code imports "
+              f"unconditionally: {said}")
+    remedy = (f"install {names} for {finding.python} (for example `{shlex.quote(finding.python)} -m pip install "
+              f"{names}`; a package's pip name may differ from its module's, and torch for ROCm comes from its own "
+              "index), or set FLYDSL_PYTHON to an interpreter that has them; then run again")
+    chains = [f" (reached from {' -> '.join(r.via)})" if r.via else "" for r in finding.missing]
+    detail = "\n".join(f"{r.module}: imported by {r.where()}{chain}" for r, chain in zip(finding.missing, chains))
+    return reason, remedy, detail
 
 
 def stop_if_missing(finding: Finding) -> None:

@@ -22,7 +22,7 @@ from ensure_flydsl.probe.results import Interpreter
 from ensure_flydsl.result import Action, Result
 from ensure_flydsl.runs import markers
 from ensure_flydsl.settings import Settings
-from ensure_flydsl.source.git import Checkout, is_deletion
+from ensure_flydsl.source.git import Checkout
 from ensure_flydsl.source.release_tags import pin_as_tag, release_tags
 from ensure_flydsl.source.requirements import read_commit_sources
 from ensure_flydsl.source.root import RootKind, RootState, claim_root, classify_root, exclude_from_git, is_ours
@@ -113,7 +113,7 @@ def providers_for(run: Run, shared: Shared) -> List[Provider]:
 def doctor_before_build(settings: Settings, environ: Mapping[str, str], checkout: str,
                         interpreter: Interpreter) -> None:
     """The source way's stop before an hour of compiling: the doctor's checks with what is known now."""
-    stop_if_blocked(run_checks(settings, environ, checkout=checkout, interpreter=interpreter), settings.strategy)
+    stop_if_blocked(run_checks(settings, environ, checkout=checkout, interpreter=interpreter)[0], settings.strategy)
 
 
 def check_requirements(run: Run, commit: str) -> Optional[Finding]:
@@ -207,7 +207,7 @@ def refuse_local_changes(run: Run) -> bool:
         return True
     checkout = Checkout.of(run.settings)
     found = checkout.tracked_changes() if checkout.head_commit() else []
-    changed = [path for code, path in found if not is_deletion(code)]
+    changed = [path for code, path in found if set(code.strip()) != {"D"}]  # the checkout restores a deleted file
     if changed:
         shown = ", ".join(changed[:5]) + (", ..." if len(changed) > 5 else "")
         raise EnsureError(

@@ -303,10 +303,6 @@ def give_objects(root_git: str, shared: str, name: str, commit: str, environ: Ma
         os.close(fd)
 
 
-def is_deletion(code: str) -> bool:
-    return set(code.strip()) == {"D"}
-
-
 @dataclass(frozen=True)
 class Checkout:
     """The pin's checkout in ``root``, fetched from ``repo`` through the run's git ``mirrors``."""

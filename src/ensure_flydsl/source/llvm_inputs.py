@@ -8,7 +8,7 @@ import hashlib
 import json
 import os
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Tuple, Union
 
 LLVM_SCRIPT = "scripts/build_llvm.sh"
@@ -115,9 +115,6 @@ class LlvmInputs:
                   for path, digest in self.files]
         parts += [f"{name}={value}" for name, value in self.environment]
         return ", ".join(parts)
-
-    def to_json(self) -> Dict[str, object]:
-        return asdict(self)
 
 
 def _commit_in_file(name: str, content: Text) -> Tuple[Optional[str], Optional[str]]:

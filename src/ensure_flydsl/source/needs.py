@@ -4,10 +4,11 @@ build files in a checkout or a local repository; FlyDSL's known needs are assume
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
-from dataclasses import asdict, dataclass
-from typing import Dict, Iterable, Iterator, List, Mapping, Optional, Tuple
+from dataclasses import dataclass
+from typing import Dict, Iterable, List, Mapping, Optional, Tuple
 
 from packaging.specifiers import InvalidSpecifier, Specifier
 from packaging.version import InvalidVersion, Version
@@ -123,9 +124,6 @@ class BuildNeeds:
             parts.append("an LLVM/MLIR build" + (f" of {self.llvm_commit[:12]}" if self.llvm_commit else ""))
         return ", ".join(parts) if parts else "nothing beyond the interpreter and git"
 
-    def to_json(self) -> Dict[str, object]:
-        return asdict(self)
-
 
 # FlyDSL at the default pin, as read from its source: what is assumed when nothing can be read.
 KNOWN_FLYDSL_NEEDS = BuildNeeds(
@@ -226,26 +224,21 @@ def parse_gitmodules(text: str) -> Tuple[Tuple[str, str], ...]:
     return tuple(found)
 
 
-def _walk_build_files(top: str) -> Iterator[str]:
-    for folder, dirs, files in os.walk(top):
+def read_checkout(top: str) -> Dict[str, str]:
+    """The build files of the checkout at ``top``, by path."""
+    wanted = [rel for rel in COMMIT_FILES if os.path.isfile(os.path.join(top, rel))]
+    for folder, dirs, names in os.walk(top):
         rel_folder = os.path.relpath(folder, top)
         rel_folder = "" if rel_folder == "." else rel_folder
         # Submodules (a .git file) and the skipped folders hold other projects' build files.
         dirs[:] = [d for d in dirs if not _skipped(os.path.join(rel_folder, d).replace(os.sep, "/"))
                    and not os.path.exists(os.path.join(folder, d, ".git"))]
-        yield from (rel for rel in (os.path.join(rel_folder, name).replace(os.sep, "/") for name in files)
-                    if is_build_file(rel))
-    yield from (rel for rel in COMMIT_FILES if os.path.isfile(os.path.join(top, rel)))
-
-
-def read_checkout(top: str) -> Dict[str, str]:
+        wanted += [rel for rel in (os.path.join(rel_folder, name).replace(os.sep, "/") for name in names)
+                   if is_build_file(rel)]
     files: Dict[str, str] = {}
-    for rel in _walk_build_files(top):
-        try:
-            with open(os.path.join(top, rel), errors="replace") as handle:
-                files[rel] = handle.read()
-        except OSError:
-            continue
+    for rel in wanted:
+        with contextlib.suppress(OSError), open(os.path.join(top, rel), errors="replace") as handle:
+            files[rel] = handle.read()
     return files
 
 

@@ -9,7 +9,7 @@ import ast
 import os
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Deque, Dict, Iterator, List, Mapping, Optional, Protocol, Sequence, Set, Tuple
+from typing import Deque, Dict, Iterator, List, Mapping, Optional, Sequence, Set, Tuple, Union
 
 from ensure_flydsl.layout import BUILT_PACKAGES, PACKAGE_SOURCES
 from ensure_flydsl.source.git import commit_listing, local_repositories, read_blobs, resolve_in
@@ -31,19 +31,6 @@ class Requirement:
         return f"{self.file} line {self.line}"
 
 
-class Sources(Protocol):
-    """The pin's Python sources by path; ``entries`` lists a folder (``/`` after sub-folders), None if absent."""
-
-    @property
-    def where(self) -> str: ...
-
-    def has(self, rel: str) -> bool: ...
-
-    def read(self, rel: str) -> Optional[str]: ...
-
-    def entries(self, folder: str) -> Optional[List[str]]: ...
-
-
 @dataclass(frozen=True)
 class FileSources:
     """Sources in memory (a commit read with git, a test's tree); ``listing``: every file when more exist."""
@@ -59,6 +46,7 @@ class FileSources:
         return self.files.get(rel)
 
     def entries(self, folder: str) -> Optional[List[str]]:
+        """The names in ``folder`` (``/`` after a sub-folder's), or None when there is no such folder."""
         prefix = folder.rstrip("/") + "/" if folder else ""
         inside = [path[len(prefix):] for path in self.listing or self.files
                   if path.startswith(prefix) and len(path) > len(prefix)]
@@ -92,6 +80,9 @@ class CheckoutSources:
                 return sorted(e.name + ("/" if e.is_dir() else "") for e in scan)
         except OSError:
             return None
+
+
+Sources = Union[FileSources, CheckoutSources]  # the pin's Python sources, by path
 
 
 def readable_checkout(top: str) -> bool:

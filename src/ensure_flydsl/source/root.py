@@ -60,9 +60,6 @@ class Owner(Record):
     time: float = checked(fields.number, 0.0, lenient=True)
     tool: str = checked(fields.text, "ensure-flydsl", lenient=True)
 
-    def to_json(self) -> Dict[str, object]:
-        return asdict(self)
-
 
 def owner(root: str) -> Optional[Owner]:
     return Owner.from_json(read_json(owner_file(root)))
@@ -145,7 +142,7 @@ def _classify_checkout(root: str, repo: str) -> RootState:
 def claim_root(root: str, *, created: bool, adopted: bool) -> None:
     """Record that the tool owns ``root``.  The state folder appears with its owner record inside (made beside
     the root, then renamed in): a state folder without an owner is somebody else's (exit 64)."""
-    record = Owner(created, adopted, time.time()).to_json()
+    record = asdict(Owner(created, adopted, time.time()))
     if not os.path.isdir(state_dir(root)):
         staging = tempfile.mkdtemp(prefix=".ensure_flydsl-claim-", dir=os.path.dirname(root))
         try:
@@ -191,17 +188,14 @@ class Stamp(Record):
         return {k: v for k, v in asdict(self).items() if v is not None}
 
 
+@dataclass(frozen=True)
 class Stamps:
     """The step stamps of ``root``."""
 
-    def __init__(self, root: str) -> None:
-        self.root = root
-
-    def _path(self, step: str) -> str:
-        return stamp_file(self.root, step)
+    root: str
 
     def read(self, step: str) -> Optional[Stamp]:
-        return Stamp.from_json(read_json(self._path(step)))
+        return Stamp.from_json(read_json(stamp_file(self.root, step)))
 
     def done(self, step: str, key: Mapping[str, object]) -> bool:
         stamp = self.read(step)
@@ -212,7 +206,7 @@ class Stamps:
         self.undo(step)
         if key is not None:
             os.makedirs(stamps_dir(self.root), exist_ok=True)
-            atomic_write_json(self._path(step + ".started"), Stamp(dict(key), time.time()).to_json())
+            atomic_write_json(stamp_file(self.root, step + ".started"), Stamp(dict(key), time.time()).to_json())
 
     def started_key(self, step: str) -> Optional[Dict[str, object]]:
         started = self.read(step + ".started")
@@ -222,9 +216,9 @@ class Stamps:
                commit: Optional[str] = None, version: Optional[str] = None) -> None:
         os.makedirs(stamps_dir(self.root), exist_ok=True)
         stamp = Stamp(dict(key), time.time(), how=how, commit=commit, version=version)
-        atomic_write_json(self._path(step), stamp.to_json())
+        atomic_write_json(stamp_file(self.root, step), stamp.to_json())
 
     def undo(self, step: str) -> None:
         """The step's result turned out unusable: not done any more (its started record stays)."""
-        remove_file(self._path("tree"))
-        remove_file(self._path(step))
+        remove_file(stamp_file(self.root, "tree"))
+        remove_file(stamp_file(self.root, step))

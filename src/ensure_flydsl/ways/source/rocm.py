@@ -59,14 +59,10 @@ def check_hip(rocm_path: str) -> HipCheck:
                 referenced.append(name)
     lib = os.path.join(rocm_path, "lib")
     missing = tuple(n for n in referenced if not os.path.exists(os.path.join(lib, n)))
-    return HipCheck(package_dir, tuple(referenced), missing, _actual_library(lib))
-
-
-def _actual_library(lib: str) -> Optional[str]:
-    """The real (non-link) libamdhip64.so.* in ``lib``, preferring the longest version string."""
+    # The real library: a file that is no link, the longest version string first.
     found = [p for p in glob.glob(os.path.join(lib, "libamdhip64.so*")) if os.path.isfile(p)]
     candidates = [p for p in found if not os.path.islink(p)] or found
-    return max(candidates, key=len) if candidates else None
+    return HipCheck(package_dir, tuple(referenced), missing, max(candidates, key=len) if candidates else None)
 
 
 def _listing_digest(folder: str) -> str:
@@ -102,7 +98,7 @@ def _package(value: object) -> Optional[Tuple[Tuple[str, int, int], ...]]:
 
 
 @dataclass(frozen=True)
-class OverlayKey:
+class OverlayKey(fields.Record):
     """What an overlay was made for, its stamp: ROCm's entries, digests of its lib/ and lib/cmake/ listings, the
     hip package's files (name, size, mtime), the missing names, the real library."""
 
@@ -116,22 +112,6 @@ class OverlayKey:
 
     def to_json(self) -> Dict[str, object]:
         return asdict(self)
-
-    @classmethod
-    def from_json(cls, data: object) -> Optional["OverlayKey"]:
-        """The key, or None when a value is not one :func:`_overlay_key` makes (a stamp planted or torn)."""
-        return fields.from_json(cls, data)
-
-
-def read_overlay_stamp(path: str) -> Tuple[Optional[OverlayKey], str]:
-    """The key the overlay's stamp records (None: none), and the clause saying a stamp there was ignored."""
-    if not os.path.lexists(path):
-        return None, ""
-    data = read_json(path)
-    key = OverlayKey.from_json(data.get("key")) if data is not None else None
-    if key is None:
-        return None, f"ignored its stamp {path}: not one this tool writes"
-    return key, ""
 
 
 def _overlay_key(rocm_path: str, check: HipCheck) -> OverlayKey:
@@ -151,9 +131,12 @@ def provide_hip_overlay(rocm_path: str, overlay: str, check: HipCheck) -> Tuple[
     """Build (or keep) the private overlay for ``rocm_path``: whether anything changed, and the ignored clause."""
     key = _overlay_key(rocm_path, check)
     stamp = overlay_stamp(overlay)
-    recorded, ignored = read_overlay_stamp(stamp)
+    data = read_json(stamp)
+    recorded = OverlayKey.from_json(data.get("key")) if data is not None else None
     if recorded == key and os.path.isdir(overlay):
         return False, ""
+    planted = recorded is None and os.path.lexists(stamp)
+    ignored = f"ignored its stamp {stamp}: not one this tool writes" if planted else ""
     # The stamp goes first: an interrupted rebuild is never taken for a finished one.
     remove_file(stamp)
     remove_tree(overlay)
@@ -277,13 +260,6 @@ class RocmChoice:
                 "has no hip CMake package)")
 
 
-def rocm_sdk_candidates(python: Optional[str], environ: Mapping[str, str]) -> List[str]:
-    """``rocm-sdk`` beside the target interpreter (its venv's bin), then on PATH."""
-    beside = shutil.which(ROCM_SDK, path=os.path.dirname(python)) if python else None
-    found = [beside, shutil.which(ROCM_SDK, path=environ.get("PATH"))]
-    return list(dict.fromkeys(exe for exe in found if exe))
-
-
 def rocm_sdk_root(exe: str, environ: Mapping[str, str], timeout: float = ROCM_SDK_TIMEOUT) -> Tuple[Optional[str], str]:
     """The prefix ``exe path --root`` prints, or (None, what went wrong)."""
     try:
@@ -309,7 +285,9 @@ def choose_rocm(configured: str, python: Optional[str], environ: Mapping[str, st
     if check_hip(configured).package_dir is not None:
         return RocmChoice(configured, configured)
     said: List[str] = []
-    for exe in rocm_sdk_candidates(python, environ):
+    # rocm-sdk beside the target interpreter (its venv's bin), then on PATH
+    beside = shutil.which(ROCM_SDK, path=os.path.dirname(python)) if python else None
+    for exe in dict.fromkeys(e for e in (beside, shutil.which(ROCM_SDK, path=environ.get("PATH"))) if e):
         root, problem = rocm_sdk_root(exe, environ)
         if root is None:
             said.append(problem)
