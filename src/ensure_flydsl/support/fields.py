@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import json
 import math
 import re
 from typing import Any, Callable, Collection, Dict, List, Optional, Type, TypeVar
@@ -26,6 +27,17 @@ def checked(check: Check, default: Any = dataclasses.MISSING, *, factory: Any = 
 
 class Refused(ValueError):
     """A record's field whose check refused its value: "<field> <value> is not <what a good value is>"."""
+
+
+def json_object(raw: bytes) -> Dict[str, object]:
+    """The JSON object ``raw`` holds; ValueError saying why not (torn, foreign, nested too deep, not an object)."""
+    try:
+        data = json.loads(raw.decode())
+    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+        raise ValueError("not JSON (torn or foreign)") from None
+    if not isinstance(data, dict):
+        raise ValueError("not a JSON object")
+    return data
 
 
 def read(cls: Type[T], data: object, **given: Any) -> T:

@@ -12,6 +12,7 @@ import tempfile
 import time
 from typing import Dict, Optional, Sequence
 
+from ensure_flydsl.support.fields import json_object
 from ensure_flydsl.warm import read_regular as read_regular
 
 
@@ -59,13 +60,10 @@ def atomic_write_json(path: str, obj: object, mode: int = 0o644) -> None:
 def read_json(path: str) -> Optional[Dict[str, object]]:
     """The JSON object in the regular file ``path``, or None (missing, torn, foreign, nested too deep)."""
     raw = read_regular(path)
-    if raw is None:
-        return None
     try:
-        data = json.loads(raw.decode())
-    except (ValueError, RecursionError):
+        return None if raw is None else json_object(raw)
+    except ValueError:
         return None
-    return data if isinstance(data, dict) else None
 
 
 def file_path_problem(path: str, *, symlink_ok: bool) -> Optional[str]:

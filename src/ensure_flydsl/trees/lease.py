@@ -18,6 +18,7 @@ from ensure_flydsl.support.fields import (
     SHORT_TEXT_MAX,
     checked,
     integer,
+    json_object,
     number,
     one_of,
     percent,
@@ -131,12 +132,7 @@ class LeaseRecord:
         try:
             if len(data) > MAX_RECORD_BYTES:
                 raise ValueError(f"{len(data)} bytes, more than a lease record holds")
-            try:
-                obj = json.loads(data.decode())
-            except (UnicodeDecodeError, ValueError, RecursionError):
-                raise ValueError("not JSON (torn or foreign)") from None
-            if not isinstance(obj, dict):
-                raise ValueError("not a JSON object")
+            obj = json_object(data)
             if obj.get("kind") != kind or obj.get("key") != key:
                 raise ValueError("it names another kind or key")
             record = read(cls, obj, kind=kind, key=key, generation=generation)

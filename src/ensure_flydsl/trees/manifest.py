@@ -13,7 +13,7 @@ import stat
 from dataclasses import dataclass, field, replace
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple, TypeVar
 
-from ensure_flydsl.support.fields import integer, seconds, short_text
+from ensure_flydsl.support.fields import integer, json_object, seconds, short_text
 from ensure_flydsl.trees.backends import CacheCorrupt, StoredFile
 
 FORMAT = 1
@@ -253,12 +253,7 @@ class NewerFormat(ValueError):
 
 def parse_manifest(data: bytes, path: str = "", *, unpacked: bool = False) -> CacheEntry:
     """The entry a manifest describes (``unpacked``: a host tree's, with no blob); ValueError otherwise."""
-    try:
-        obj = json.loads(data.decode())
-    except (UnicodeDecodeError, ValueError, RecursionError):
-        raise ValueError("not JSON (torn or foreign file)") from None
-    if not isinstance(obj, dict):
-        raise ValueError("not a JSON object")
+    obj = json_object(data)
     fmt = obj.get("format")
     if fmt != FORMAT:
         newer = isinstance(fmt, int) and not isinstance(fmt, bool) and fmt > FORMAT
