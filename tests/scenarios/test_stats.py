@@ -34,6 +34,8 @@ def records_of(ws: Workspace) -> List[Dict[str, object]]:
     folder = timings_dir(ws.host_dir)
     found = []
     for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
+        if name.startswith("."):  # a record being written (atomic_write's temporary file), not yet a record
+            continue
         with open(os.path.join(folder, name)) as handle:
             data = json.load(handle)
         jsonschema.Draft202012Validator(SCHEMAS["timing"], registry=REGISTRY).validate(data)
