@@ -39,8 +39,6 @@ def cache_command(settings: Settings, action: str, *, max_size: Optional[str], a
         say(f"wrote the secret key {secret} (mode 600: give it to the host that signs, as FLYDSL_CACHE_SIGNING_KEY) "
             f"and the public key {public} (give it to every host that checks, in FLYDSL_CACHE_TRUSTED_KEYS)")
         return 0
-    if names and action != "sign":
-        raise Refused(f"cache {action} takes no NAME ({' '.join(names)})")
     if settings.cache is None:
         raise Refused("FLYDSL_CACHE (--cache) is not set: point it at a folder or an fsspec URL such as "
                       "s3://bucket/prefix")

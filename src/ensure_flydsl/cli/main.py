@@ -59,7 +59,7 @@ from ensure_flydsl.settings import (
 )
 from ensure_flydsl.support.files import file_sha256, read_json
 from ensure_flydsl.support.processes import unblock_stop_signals
-from ensure_flydsl.support.report import Reporter
+from ensure_flydsl.support.report import Reporter, to_devnull
 from ensure_flydsl.version import __version__
 from ensure_flydsl.warm import key_tokens
 from ensure_flydsl.ways.context import Run
@@ -489,7 +489,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except BrokenPipeError:
         if not _stdout_gone():
             return _internal_error(reporter)
-        silence_stdout()  # the reader stopped reading (`| head -1`): what it did not read is nobody's failure
+        to_devnull(sys.stdout)  # the reader stopped reading (`| head -1`): what it did not read is nobody's failure
         return 0 if code is None else code
     except EnsureError as exc:
         tail = reporter.tail(20) if exc.code in BUILD_FAILURES else []  # a build step's log says why
@@ -707,16 +707,6 @@ def _stdout_gone() -> bool:
         return False
 
 
-def silence_stdout() -> None:
-    """Point stdout at /dev/null, so that what is still buffered (flushed at exit) goes nowhere quietly."""
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
-    except (OSError, ValueError, AttributeError):
-        pass
-
-
 def _internal_error(reporter: Reporter, as_json: bool = False) -> int:
     text = traceback.format_exc()
     reporter.build_line(text)
@@ -745,4 +735,4 @@ def _failed(reporter: Reporter, as_json: bool, data: Dict[str, object], text: st
     try:
         print(json.dumps(data, sort_keys=True), flush=True)
     except BrokenPipeError:
-        silence_stdout()  # the exit code and stderr still tell the failure
+        to_devnull(sys.stdout)  # the exit code and stderr still tell the failure

@@ -136,7 +136,7 @@ class Reporter:
             except OSError as exc:
                 if not isinstance(exc, BrokenPipeError) and not space.is_full(exc):
                     raise
-                _to_devnull(self.stream)
+                to_devnull(self.stream)
                 self.stream = None
                 return False
             self.last_shown = time.monotonic()
@@ -197,7 +197,7 @@ def redraws(stream: IO[str]) -> bool:
     return tty and os.environ.get("TERM", "") != "dumb"
 
 
-def _to_devnull(stream: IO[str]) -> None:
+def to_devnull(stream: IO[str]) -> None:
     """Point a stream whose reader went away at /dev/null: what it still buffers is dropped quietly."""
     with contextlib.suppress(OSError, ValueError, AttributeError):
         devnull = os.open(os.devnull, os.O_WRONLY)
