@@ -85,9 +85,7 @@ class Result(TreeIdentity):
 
     def to_json(self) -> Dict[str, object]:
         data = result_object(ok=True, exit_code=0, built=self.built)
-        data.update(asdict(self))
-        data["how"] = str(self.how)
-        data["action"] = str(self.action)
-        data["durations"] = {k: round(v, 3) for k, v in self.durations.items()}
-        data["elapsed_s"] = None if self.elapsed_s is None else round(self.elapsed_s, 3)
+        data.update(asdict(self), how=str(self.how), action=str(self.action),
+                    durations={k: round(v, 3) for k, v in self.durations.items()},
+                    elapsed_s=None if self.elapsed_s is None else round(self.elapsed_s, 3))
         return data

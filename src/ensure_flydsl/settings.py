@@ -4,8 +4,11 @@ anything is written; two settings naming one file (compared resolved) are refuse
 
 from __future__ import annotations
 
+import contextlib
 import enum
+import functools
 import importlib.util
+import itertools
 import os
 import re
 import socket
@@ -100,7 +103,7 @@ def _length(name: str, path: str, *, room: int = 0, leaf_room: int = 0) -> None:
                        f"{PATH_MAX - 1}{why})")
 
 
-def _path(name: str, value: str, *, pythonpath_entry: bool = False, room: int = 0, leaf_room: int = 0) -> str:
+def parse_path(name: str, value: str, *, pythonpath_entry: bool = False, room: int = 0, leaf_room: int = 0) -> str:
     _utf8(name, value)
     if _CONTROL.search(value):
         raise BadInput(name, value, "a path without newlines or control characters")
@@ -112,17 +115,12 @@ def _path(name: str, value: str, *, pythonpath_entry: bool = False, room: int = 
     return path
 
 
-def parse_plain_path(name: str, value: str) -> str:
-    return _path(name, value)
-
-
-def parse_written_file(name: str, value: str) -> str:
-    """The lock file and the failure marker: the tool writes them, and temporary files beside them."""
-    return _path(name, value, leaf_room=WRITTEN_FILE_ROOM)
+# The lock file and the failure marker: the tool writes them, and temporary files beside them.
+parse_written_file = functools.partial(parse_path, leaf_room=WRITTEN_FILE_ROOM)
 
 
 def parse_root(name: str, value: str) -> str:
-    root = _path(name, value, pythonpath_entry=True, room=ROOT_ROOM)
+    root = parse_path(name, value, pythonpath_entry=True, room=ROOT_ROOM)
     if root == "/":
         raise BadInput(name, value, "a dedicated folder, not / (the tool builds into it and writes next to it)")
     return root
@@ -130,7 +128,7 @@ def parse_root(name: str, value: str) -> str:
 
 def parse_store(name: str, value: str) -> str:
     """The host store's folder, or ``off``: every root keeps a tree of its own."""
-    return "off" if value.strip().lower() == "off" else _path(name, value, room=ROOT_ROOM)
+    return "off" if value.strip().lower() == "off" else parse_path(name, value, room=ROOT_ROOM)
 
 
 def parse_min_version(name: str, value: str) -> str:
@@ -163,17 +161,14 @@ def parse_repo(name: str, value: str) -> str:
         return value
     if "::" in value or re.match(_URL, value):
         raise BadInput(name, value, "a URL with scheme https, http, ssh, git or file, or a local path")
-    return _path(name, value)
+    return parse_path(name, value)
 
 
 def same_repo(url_a: str, url_b: str) -> bool:
     """Whether two repository addresses name one repository (``.git``, ``file://`` and slashes aside)."""
 
     def norm(url: str) -> str:
-        url = url.strip()
-        url = url[len("file://"):] if url.startswith("file://") else url
-        url = url.rstrip("/")
-        url = url[:-len(".git")] if url.endswith(".git") else url
+        url = url.strip().removeprefix("file://").rstrip("/").removesuffix(".git")
         url = os.path.normpath(url) if url.startswith("/") else url
         return url.rstrip("/").lower() if "://" in url or "@" in url else url.rstrip("/")
 
@@ -187,7 +182,7 @@ def parse_python(name: str, value: str) -> str:
     if "/" not in value:  # a bare name is looked up on PATH; a path is the caller's (the build runs elsewhere)
         _length(name, value)
         return value
-    return _path(name, value)
+    return parse_path(name, value)
 
 
 def parse_bool(name: str, value: str) -> bool:
@@ -210,39 +205,30 @@ def parse_strategy(name: str, value: str) -> Strategy:
     return Strategy(value)
 
 
-def parse_jobs(name: str, value: str) -> int:
-    try:
-        jobs = int(value)
-    except ValueError:
-        jobs = 0
-    if not 1 <= jobs <= 4096:
-        raise BadInput(name, value, "a whole number of parallel jobs from 1 to 4096")
-    return jobs
-
-
-def _seconds(allowed: str, below: float, *, zero_ok: bool = False,
-             none_ok: bool = False) -> Callable[[str, str], Optional[float]]:
-    """A parser of seconds (> 0, or >= 0 when ``zero_ok``) below ``below``; ``none`` waits forever if ``none_ok``."""
+def _number(allowed: str, below: float, *, whole: bool = False, zero_ok: bool = False,
+            none_ok: bool = False) -> Callable[[str, str], Optional[float]]:
+    """A parser of a number (> 0, or >= 0 when ``zero_ok``) below ``below``; ``none`` waits forever if ``none_ok``."""
 
     def parse(name: str, value: str) -> Optional[float]:
         if none_ok and value.strip().lower() in ("none", "inf", "infinite"):
             return None
         try:
-            seconds = float(value)
+            number = int(value) if whole else float(value)
         except ValueError:
-            seconds = float("nan")  # fails the range check
-        if not ((seconds >= 0 if zero_ok else seconds > 0) and seconds < below):
+            number = float("nan")  # fails the range check
+        if not ((number >= 0 if zero_ok else number > 0) and number < below):
             raise BadInput(name, value, allowed)
-        return seconds
+        return number
 
     return parse
 
 
-parse_lock_timeout = _seconds("seconds to wait (a number >= 0), or 'none' to wait as long as it takes", 10**9,
-                              zero_ok=True, none_ok=True)
+parse_jobs = _number("a whole number of parallel jobs from 1 to 4096", 4097, whole=True)
+parse_lock_timeout = _number("seconds to wait (a number >= 0), or 'none' to wait as long as it takes", 10**9,
+                             zero_ok=True, none_ok=True)
 # A probe that may hang forever blocks the run, and a lease that never dies would stop a fleet: inf is refused.
-parse_probe_timeout = _seconds("seconds an import probe may take (a number > 0), such as 300", 10**9)
-parse_lease_ttl = _seconds("seconds a build lease lives without a heartbeat (a number > 0), such as 120", 10**6)
+parse_probe_timeout = _number("seconds an import probe may take (a number > 0), such as 300", 10**9)
+parse_lease_ttl = _number("seconds a build lease lives without a heartbeat (a number > 0), such as 120", 10**6)
 
 
 def parse_cache(name: str, value: str) -> str:
@@ -250,7 +236,7 @@ def parse_cache(name: str, value: str) -> str:
     if _CONTROL.search(value) or value.startswith("-"):
         raise BadInput(name, value, "a folder path or an fsspec URL such as s3://bucket/prefix")
     if not re.match(_URL, value):
-        return _path(name, value, room=NAME_MAX)  # entries are written in it
+        return parse_path(name, value, room=NAME_MAX)  # entries are written in it
     # Without fsspec (and s3fs for S3) the run could not use the cache it was told to use.
     scheme = value.split("://", 1)[0].lower()
     missing = [m for m in ["fsspec"] + (["s3fs"] if scheme in ("s3", "s3a") else [])
@@ -334,7 +320,7 @@ def parse_signing_key(name: str, value: str) -> str:
         raise BadInput(name, keys.withheld(value.strip()), "the path of a secret key file (from `ensure-flydsl cache "
                        "keygen`), not the key itself: a key in the environment would be copied into every child "
                        "process")
-    path = parse_plain_path(name, value)
+    path = parse_path(name, value)
     try:
         keys.read_secret_key(path)
     except keys.KeyProblem as exc:
@@ -357,7 +343,7 @@ def parse_trusted_keys(name: str, value: str) -> TrustedKeys:
     try:
         for item in items:
             found = [keys.parse_public(item, f"the key {item.partition(':')[0]}")] if keys.looks_inline(item) else \
-                keys.read_public_keys(parse_plain_path(name, item))
+                keys.read_public_keys(parse_path(name, item))
             lines.extend(key.line() for key in found if key.line() not in lines)
     except keys.KeyProblem as exc:
         raise BadInput(name, shown, f"{TRUSTED_ALLOWED}; {exc}") from None
@@ -407,9 +393,9 @@ class Request:
                                     metavar="MODULES")
     strategy: Strategy = _row("FLYDSL_STRATEGY", "--strategy", parse_strategy, "build",
                               "auto, source, release or reuse-only", default=Strategy.AUTO)
-    mlir_path: Optional[str] = _row("MLIR_PATH", "--mlir-path", parse_plain_path, "build",
+    mlir_path: Optional[str] = _row("MLIR_PATH", "--mlir-path", parse_path, "build",
                                     "a ready MLIR install: skip the LLVM build")
-    shim_dir: Optional[str] = _row("FLYDSL_SHIM_DIR", "--shim-dir", parse_plain_path, "env file",
+    shim_dir: Optional[str] = _row("FLYDSL_SHIM_DIR", "--shim-dir", parse_path, "env file",
                                    "exported to the env file for the vLLM shim")
     vllm_moe: bool = _row("FLYDSL_VLLM_MOE", "--vllm-moe", parse_bool, "env file",
                           "export VLLM_USE_FLYDSL_MOE=1 (--no-vllm-moe: off)", default=True, kind=SWITCH)
@@ -443,15 +429,11 @@ def _read_back(row: "Field[Any]", value: object) -> Any:
     elif value is None:
         if row.default is None:
             return None
-    else:
-        given = tuple(value) if isinstance(value, list) else value
-        text = ",".join(value) if isinstance(value, list) and all(isinstance(v, str) for v in value) else value
-        try:
-            parsed = row.metadata["parse"]("request", text) if isinstance(text, str) and text else None
-        except BadInput:
-            parsed = None
-        if parsed is not None and parsed == given:
-            return parsed
+    elif value and (isinstance(value, str) or isinstance(value, list) and all(isinstance(v, str) for v in value)):
+        with contextlib.suppress(BadInput):
+            parsed = row.metadata["parse"]("request", flag_text(row.name, value))
+            if parsed == (tuple(value) if isinstance(value, list) else value):
+                return parsed
     raise ValueError(row.name)
 
 
@@ -463,7 +445,7 @@ class Settings(Request):
                           "the build lock (default next to the root)", default="")
     fail_marker: str = _row("FLYDSL_BUILD_FAILED", "--fail-marker", parse_written_file, "root",
                             "failure marker (default next to the root)", default="")
-    rocm_path: str = _row("ROCM_PATH", "--rocm-path", parse_plain_path, "build", "ROCm prefix", default="/opt/rocm")
+    rocm_path: str = _row("ROCM_PATH", "--rocm-path", parse_path, "build", "ROCm prefix", default="/opt/rocm")
     jobs: Optional[int] = _row("FLYDSL_JOBS", "--jobs", parse_jobs, "build",
                                "build parallelism (default: cores, capped by memory)")
     lock_timeout: Optional[float] = _row("FLYDSL_LOCK_TIMEOUT", "--lock-timeout", parse_lock_timeout, "build",
@@ -585,22 +567,17 @@ def settings_from_kwargs(kwargs: Mapping[str, object], environ: Mapping[str, str
 def fail_marker_path(flags: Mapping[str, Optional[str]], environ: Mapping[str, str]) -> Optional[str]:
     """Where the failure marker goes, from the root and marker settings alone, so that bad input elsewhere
     still reaches a poller; None when those are bad themselves."""
-    def partial(names: Tuple[str, ...]) -> str:
+    for names in (("root", "lock_file", "fail_marker"), ("root", "fail_marker")):
         given = {name: flags.get(name) for name in names}
         only = {s.env: environ.get(s.env, "") for s in SETTINGS if s.name in names}
         only.update((k, environ[k]) for k in layout.HOST_VARIABLES if k in environ)  # the host's folder
-        return load_settings(given, only).fail_marker
-
-    try:
-        return partial(("root", "lock_file", "fail_marker"))
-    except PathClash:
-        return None  # writing it would replace another of the tool's files, or a file in the root
-    except BadInput:
-        pass  # a bad lock file: the marker may still be written
-    try:
-        return partial(("root", "fail_marker"))
-    except BadInput:
-        return None
+        try:
+            return load_settings(given, only).fail_marker
+        except PathClash:
+            return None  # writing it would replace another of the tool's files, or a file in the root
+        except BadInput:
+            continue  # a bad lock file: the marker may still be written
+    return None
 
 
 # -- files at one path ------------------------------------------------------------------------------------------
@@ -616,9 +593,8 @@ class PathClash(BadInput):
 def check_path_clashes(settings: Settings, environ: Mapping[str, str]) -> None:
     """Refuse two of the tool's files at one path (compared resolved); the marker and the lock lie outside the
     root and the tool's own folders."""
-    def text(setting: str, what: str = "") -> str:
-        named = f"{settings.label(setting)}={getattr(settings, setting)!r}"
-        return f"the {what} of {named}" if what else named
+    def named(setting: str) -> str:
+        return f"{settings.label(setting)}={getattr(settings, setting)!r}"
 
     def clash(setting: str, why: str, allowed: str) -> PathClash:
         return PathClash(settings.label(setting), getattr(settings, setting), why, allowed)
@@ -627,11 +603,11 @@ def check_path_clashes(settings: Settings, environ: Mapping[str, str]) -> None:
              ("lock_file", "holder record", settings.lock_file + ".holder"), ("root", "env file", settings.env_file),
              ("root", "env file's JSON twin", settings.env_json), ("root", "log", settings.log_file)]
     real = [os.path.realpath(path) for _, _, path in files]
-    for i, (setting, what, _) in enumerate(files):
-        for j in range(i + 1, len(files)):
-            if real[i] == real[j]:
-                why = f"is the same file as {text(*files[j][:2])}"
-                raise clash(setting, f"(its {what}) {why}" if what else why, "a path of its own")
+    for i, j in itertools.combinations(range(len(files)), 2):
+        if real[i] == real[j]:
+            (setting, what, _), (other, its, _) = files[i], files[j]
+            why = f"is the same file as {f'the {its} of ' if its else ''}{named(other)}"
+            raise clash(setting, f"(its {what}) {why}" if what else why, "a path of its own")
     base, record = settings.base_dir, "the tool's record of its LLVM build"
     own = [(layout.base_state_dir(base), "the tool's own folder (run records)"),
            (layout.llvm_dir(base), "the tool's LLVM build"), (layout.llvm_record(base), record),
@@ -639,13 +615,13 @@ def check_path_clashes(settings: Settings, environ: Mapping[str, str]) -> None:
     host = layout.host_cache_dir(environ)
     if host is not None:
         own.append((host, "the tool's own folder for this host (ETA history)"))
-    folders = [(settings.root, f"{text('root')} (the tool's tree: its files are tracked or the tool's own)",
+    folders = [(settings.root, f"{named('root')} (the tool's tree: its files are tracked or the tool's own)",
                 "a path outside the root"),
                *((path, f"{path}, {what}", "a path outside the tool's own files") for path, what in own)]
     if settings.cache is not None and not re.match(_URL, settings.cache):
-        folders.append((settings.cache, f"{text('cache')} (the binary cache)", "a path outside the cache"))
-    resolved = [(os.path.realpath(folder).rstrip("/"), inside, allowed) for folder, inside, allowed in folders]
+        folders.append((settings.cache, f"{named('cache')} (the binary cache)", "a path outside the cache"))
     for (setting, _, _), path in zip(files[:2], real[:2]):
-        for folder, inside, allowed in resolved:
+        for folder, inside, allowed in folders:
+            folder = os.path.realpath(folder).rstrip("/")
             if path == folder or path.startswith(folder + "/"):
                 raise clash(setting, f"lies inside {inside}", allowed)

@@ -5,7 +5,7 @@ of a 64-byte signature.  No message made here holds key material: a bad line is 
 from __future__ import annotations
 
 import base64
-import binascii
+import contextlib
 import os
 import re
 import stat
@@ -46,12 +46,10 @@ def split_line(text: str, what: str) -> Tuple[str, bytes]:
     name, colon, encoded = text.strip().partition(":")
     if not colon or not KEY_NAME.match(name):
         raise KeyProblem(f"{what} is not NAME:BASE64 with {NAME_ALLOWED}")
-    if not _BASE64.match(encoded):
-        raise KeyProblem(f"{what} ({name}) is not NAME:BASE64: what follows the ':' is not base64")
-    try:
-        return name, base64.b64decode(encoded, validate=True)
-    except (binascii.Error, ValueError):
-        raise KeyProblem(f"{what} ({name}) is not NAME:BASE64: what follows the ':' is not base64") from None
+    with contextlib.suppress(ValueError):  # binascii.Error is one
+        if _BASE64.match(encoded):
+            return name, base64.b64decode(encoded, validate=True)
+    raise KeyProblem(f"{what} ({name}) is not NAME:BASE64: what follows the ':' is not base64")
 
 
 def parse_public(text: str, what: str) -> PublicKey:
@@ -82,9 +80,9 @@ def withheld(item: str) -> str:
     return item.partition(":")[0] + ":..." if looks_inline(item) else item
 
 
-def read_key_file(path: str, *, secret: bool) -> str:
-    """The text of a key file: a regular file (a FIFO is refused, not waited on) of at most KEY_FILE_MAX bytes.
-    A secret key's must be the owner's alone to read."""
+def read_key_file(path: str, *, secret: bool) -> List[str]:
+    """The non-blank lines of a key file: a regular file (a FIFO is refused, not waited on) of at most KEY_FILE_MAX
+    bytes.  A secret key's must be the owner's alone to read."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
@@ -104,13 +102,13 @@ def read_key_file(path: str, *, secret: bool) -> str:
     if len(data) > KEY_FILE_MAX:
         raise KeyProblem(f"{path} is larger than {KEY_FILE_MAX} bytes: not a key file")
     try:
-        return data.decode("ascii")
+        return [line for line in data.decode("ascii").splitlines() if line.strip()]
     except UnicodeDecodeError:
         raise KeyProblem(f"{path} is not a key file (not ASCII text)") from None
 
 
 def read_secret_key(path: str) -> SecretKey:
-    lines = [line for line in read_key_file(path, secret=True).splitlines() if line.strip()]
+    lines = read_key_file(path, secret=True)
     if len(lines) != 1:
         raise KeyProblem(f"{path} holds {len(lines)} lines; a secret key file holds one, NAME:BASE64")
     return parse_secret(lines[0], f"the secret key in {path}")
@@ -118,7 +116,7 @@ def read_secret_key(path: str) -> SecretKey:
 
 def read_public_keys(path: str) -> List[PublicKey]:
     """A ``.pub`` file: one ``NAME:BASE64`` line (several lines: several keys)."""
-    lines = [line for line in read_key_file(path, secret=False).splitlines() if line.strip()]
+    lines = read_key_file(path, secret=False)
     if not lines:
         raise KeyProblem(f"{path} holds no key; a .pub file holds a line NAME:BASE64")
     return [parse_public(line, f"line {n} of {path}") for n, line in enumerate(lines, 1)]
