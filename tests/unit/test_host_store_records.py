@@ -9,7 +9,8 @@ from typing import Dict, List
 
 import pytest
 
-from ensure_flydsl.trees.local import HostStore, Linker, StoreProblem
+from ensure_flydsl.trees.backends import CacheCorrupt
+from ensure_flydsl.trees.local import HostStore, Linker
 from ensure_flydsl.trees.manifest import Member, cache_key, hashed_members
 
 FIELDS: Dict[str, object] = {"repo": "r", "commit": "c" * 40, "abi": "cpython-311", "platform": "linux",
@@ -93,7 +94,7 @@ def test_a_stored_file_that_does_not_match_its_hash_is_a_problem(tmp_path: "os.P
     os.chmod(path, 0o644)
     with open(path, "w") as handle:  # same size, other bytes
         handle.write("x = 2\n")
-    with pytest.raises(StoreProblem, match="sha256"):
+    with pytest.raises(CacheCorrupt, match="sha256"):
         store.check(stored)
 
 

@@ -199,9 +199,6 @@ class FolderStore:
     def commit_upload(self, tmp: str, rel: str) -> None:
         move_into_place(tmp, self._file(rel), 0o644)  # flushed first: a manifest never names lost bytes
 
-    def discard_upload(self, tmp: str) -> None:
-        remove_file(tmp)
-
     def put_bytes(self, rel: str, data: bytes) -> None:
         path = self._file(rel, create_parent=True)
         try:
@@ -388,10 +385,7 @@ class FsspecStore:
             with self._remote(f"upload {rel}", writing=True):
                 self._put(rel, lambda target: self.fs.put_file(tmp, target))
         finally:
-            self.discard_upload(tmp)
-
-    def discard_upload(self, tmp: str) -> None:
-        remove_file(tmp)
+            remove_file(tmp)
 
     def put_bytes(self, rel: str, data: bytes) -> None:
         with self._remote(f"upload {rel}", writing=True):

@@ -12,7 +12,6 @@ import json
 import os
 import shutil
 import socket
-import stat
 import time
 from dataclasses import asdict, dataclass
 from typing import Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
@@ -34,8 +33,9 @@ from ensure_flydsl.trees.backends import CacheCorrupt
 from ensure_flydsl.trees.manifest import (
     CacheEntry,
     Member,
+    Seal,
     check_members,
-    hash_file,
+    check_tree,
     manifest_bytes,
     parse_manifest,
     prune_order,
@@ -51,11 +51,6 @@ READ_ONLY_FILE, READ_ONLY_PROGRAM = 0o444, 0o555
 STAGING_PREFIX = ".staging-"
 STAGING_AGE_S = 3600.0  # a staging folder older than this is a killed run's
 KEEP_PROBES = 16  # interpreters remembered per tree (the newest)
-Seal = Dict[str, Tuple[int, int, int]]  # path -> (inode, size, mtime_ns)
-
-
-class StoreProblem(Exception):
-    """A stored tree that must not be linked: why, in words."""
 
 
 class Linker:
@@ -190,12 +185,10 @@ class HostStore:
         return seal
 
     def check(self, entry: CacheEntry, *, full: bool = False, at: Optional[str] = None, sealed: bool = True) -> None:
-        """StoreProblem unless the files at ``at`` (the tree's own) are its members (hashed when ``full`` or not
+        """CacheCorrupt unless the files at ``at`` (the tree's own) are its members (hashed when ``full`` or not
         as ``sealed``)."""
         files = at or layout.store_files(self.tree_dir(entry.key))
-        seal = self.seal(entry.key) if sealed else {}
-        for member in entry.members:
-            check_member(os.path.join(files, member.path), member, seal, full)
+        check_tree(files, entry.members, self.seal(entry.key) if sealed else {}, full=full)
 
     def put(self, key: str, tree_fields: Mapping[str, object], folder: str, members: Sequence[Member], *,
             how: str, linker: Linker) -> Tuple[CacheEntry, bool]:
@@ -290,11 +283,11 @@ class HostStore:
                 last = os.stat(self.tree_dir(key)).st_mtime
             except OSError:
                 continue
-            commit, abi = (entry.fields.get("commit"), entry.fields.get("abi")) if entry else (None, None)
+            made = entry.fields if entry else {}
             found.append(TreeInfo(key=key, size=entry.size if entry else 0, files=entry.files if entry else 0,
-                                  how=entry.how if entry else None, commit=commit if isinstance(commit, str) else None,
-                                  abi=abi if isinstance(abi, str) else None, used_by=used.get(key, []),
-                                  last_used=last, problem=why))
+                                  how=entry.how if entry else None, commit=fields.text(made.get("commit")),
+                                  abi=fields.text(made.get("abi")), used_by=used.get(key, []), last_used=last,
+                                  problem=why))
         return found
 
     def prune(self, max_size: int) -> List[TreeInfo]:
@@ -330,26 +323,6 @@ def root_record(root: str) -> Optional[Tuple[str, str, str]]:
     store, key = fields.absolute_path(data.get("store")), fields.text(data.get("tree"))
     mode = fields.one_of(data.get("link_mode"), LINK_MODES)
     return None if store is None or key is None or mode is None else (store, key, mode)
-
-
-def check_member(path: str, member: Member, seal: Seal, full: bool) -> None:
-    """StoreProblem unless ``path`` is ``member`` (a file checked by its seal's stat, else by its hash)."""
-    try:
-        st = os.lstat(path)
-    except OSError:
-        raise StoreProblem(f"{member.path} is missing") from None
-    if member.type == "dir":
-        if not stat.S_ISDIR(st.st_mode):
-            raise StoreProblem(f"{member.path} is not a folder")
-    elif member.type == "symlink":
-        if not stat.S_ISLNK(st.st_mode) or os.readlink(path) != member.target:
-            raise StoreProblem(f"{member.path} is not the link to {member.target}")
-    else:
-        if not stat.S_ISREG(st.st_mode) or st.st_size != member.size:
-            raise StoreProblem(f"{member.path} is not a file of {member.size} bytes")
-        if (full or seal.get(member.path) != (st.st_ino, st.st_size, st.st_mtime_ns)) and \
-                hash_file(path)[0] != member.sha256:
-            raise StoreProblem(f"{member.path} does not match its sha256 in the manifest")
 
 
 def _place_tree(src: str, dest: str, members: Sequence[Member], linker: Linker, *, store_side: bool) -> Seal:

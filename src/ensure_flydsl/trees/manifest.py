@@ -24,6 +24,7 @@ MAX_MANIFEST_BYTES = 64 << 20  # about 150 bytes a member: a real tree takes a f
 KIND = re.compile(r"^[a-z][a-z0-9_-]{0,31}\Z")
 HEX64 = re.compile(r"^[0-9a-f]{64}\Z")
 _MAX_SYMLINK_HOPS = 40  # the kernel's ELOOP limit
+Seal = Dict[str, Tuple[int, int, int]]  # path -> (inode, size, mtime_ns) of a file as it was placed
 
 
 @dataclass(frozen=True)
@@ -168,20 +169,29 @@ def _escapes(link: str, target: str, members: Dict[str, Member]) -> bool:
     return False
 
 
-def check_tree(tree: str, members: Sequence[Member]) -> None:
-    """What is on disk under ``tree`` is exactly ``members`` (types, sizes, link targets)."""
-    expected = {m.path: m for m in members}
-    seen = set()
-    for member, _full in walk(tree):
-        want = expected.get(member.path)
-        if want is None:
-            raise CacheCorrupt(f"extracted tree holds {member.path!r}, which is not in the manifest")
-        seen.add(member.path)
-        if (member.type, member.target, member.size) != (want.type, want.target, want.size):
-            raise CacheCorrupt(f"extracted {member.path!r} differs from the manifest")
-    missing = sorted(set(expected) - seen)
-    if missing:
-        raise CacheCorrupt(f"extracted tree lacks {missing[0]!r}, which the manifest lists")
+def check_tree(tree: str, members: Sequence[Member], seal: Optional[Seal] = None, *, full: bool = False) -> None:
+    """CacheCorrupt unless each member is at ``tree`` (a file hashed when ``full`` or its stat is not the ``seal``'s);
+    with no seal (a fetched tree, hashed as it was written) nothing is hashed and nothing else may be there."""
+    for member in members:
+        path = os.path.join(tree, member.path)
+        try:
+            st = os.lstat(path)
+        except OSError:
+            raise CacheCorrupt(f"{member.path} is missing") from None
+        if member.type == "dir":
+            if not stat.S_ISDIR(st.st_mode):
+                raise CacheCorrupt(f"{member.path} is not a folder")
+        elif member.type == "symlink":
+            if not stat.S_ISLNK(st.st_mode) or os.readlink(path) != member.target:
+                raise CacheCorrupt(f"{member.path} is not the link to {member.target}")
+        elif not stat.S_ISREG(st.st_mode) or st.st_size != member.size:
+            raise CacheCorrupt(f"{member.path} is not a file of {member.size} bytes")
+        elif seal is not None and (full or seal.get(member.path) != (st.st_ino, st.st_size, st.st_mtime_ns)) \
+                and hash_file(path)[0] != member.sha256:
+            raise CacheCorrupt(f"{member.path} does not match its sha256 in the manifest")
+    extra = sorted({m.path for m, _full in walk(tree)} - {m.path for m in members}) if seal is None else []
+    if extra:
+        raise CacheCorrupt(f"extracted tree holds {extra[0]!r}, which is not in the manifest")
 
 
 @dataclass(frozen=True)

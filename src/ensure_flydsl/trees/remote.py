@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from typing import Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 from ensure_flydsl.support import space
-from ensure_flydsl.support.files import rename_into_place
+from ensure_flydsl.support.files import remove_file, rename_into_place
 from ensure_flydsl.support.keys import KEY_NAME, PublicKey, SecretKey
 from ensure_flydsl.trees.archive import pack, set_modes, unpack
 from ensure_flydsl.trees.backends import CacheCorrupt, CacheError, Store, StoredFile, open_store
@@ -83,7 +83,6 @@ class Cache:
         self.location = store.location
         self.read_only = store.read_only  # a folder this user may not write in: fetch only, publish nothing
         self.warnings: List[str] = []  # manifests skipped as unreadable, one line each, for the caller to say
-        self.down_reported = False  # the caller said once that the store is down for this run
         self.said: Set[str] = set()  # lines said about this store in this run (each once)
 
     @property
@@ -100,9 +99,7 @@ class Cache:
             if kind and (entry.kind, entry.key) != (kind, key):
                 raise ValueError(f"it describes {entry.kind}/{entry.key}")
             return entry
-        except CacheCorrupt as exc:  # a FIFO, a link: not a manifest; built around like a torn one
-            self.warnings.append(f"ignored the manifest {rel} in {self.location}: {exc.reason}")
-        except ValueError as exc:
+        except (CacheCorrupt, ValueError) as exc:  # a FIFO, a link: not a manifest; built around like a torn one
             self.warnings.append(f"ignored the manifest {rel} in {self.location}: {exc}")
         return None
 
@@ -128,16 +125,13 @@ class Cache:
 
     def entries(self) -> List[CacheEntry]:
         """Every readable entry, newest first."""
-        return sorted((entry for _rel, entry in self._manifests()), key=lambda e: e.created, reverse=True)
-
-    def _manifests(self) -> List[Tuple[str, CacheEntry]]:
         found = []
         for stored in self.store.list_files("entries"):
             if stored.path.endswith(".json") and not stored.path.rsplit("/", 1)[-1].startswith("."):
                 entry = self.read_manifest(stored.path)  # None: pruned meanwhile, or unusable
                 if entry is not None:
-                    found.append((stored.path, entry))
-        return found
+                    found.append(entry)
+        return sorted(found, key=lambda e: e.created, reverse=True)
 
     def fetch(self, entry: CacheEntry, dest: str) -> None:
         """Verify ``entry`` and unpack it as the new folder ``dest``; on any failure nothing is left behind."""
@@ -204,7 +198,7 @@ class Cache:
         except OSError as exc:
             raise CacheError(f"cannot publish {source} to {self.location}: {exc.strerror or exc}") from None
         finally:
-            self.store.discard_upload(tmp)  # what a commit did not take
+            remove_file(tmp)  # what a commit did not take
         entry = CacheEntry(kind=kind, key=key, blob=blob, size=size, created=time.time(), fields=dict(fields),
                            files=sum(1 for m in members if m.type == "file"), members=tuple(members),
                            host=socket.gethostname(), tool=f"ensure-flydsl {__version__}")
@@ -294,17 +288,17 @@ class Cache:
             elif name.startswith(".upload.") or name.endswith(".tmp"):
                 others.append(stored)
         others += [s for s in self.store.list_files("entries") if s.path.endswith(".tmp")]  # killed publishers'
-        manifests = self._manifests()
+        manifests = self.entries()
 
-        def total(staying: Sequence[Tuple[str, CacheEntry]]) -> int:
-            return sum(blobs[b].size for b in {e.blob for _r, e in staying} if b in blobs)
+        def total(staying: Sequence[CacheEntry]) -> int:
+            return sum(blobs[b].size for b in {e.blob for e in staying} if b in blobs)
 
-        gone = prune_order(manifests, max_bytes, total, first=lambda item: item[1].created)
-        for rel, _entry in gone:
-            self.store.remove(rel)  # the manifest first: readers never see an entry without its blob
-        alive = [item for item in manifests if item not in gone]
-        removed = [entry for _rel, entry in gone]
-        referenced, freed, now = {e.blob for _r, e in alive}, {e.blob for e in removed}, time.time()
+        removed = prune_order(manifests, max_bytes, total, first=lambda entry: entry.created)
+        for entry in removed:
+            self.store.remove(entry.path)  # the manifest first: readers never see an entry without its blob
+        gone = {entry.path for entry in removed}
+        alive = [entry for entry in manifests if entry.path not in gone]
+        referenced, freed, now = {e.blob for e in alive}, {e.blob for e in removed}, time.time()
 
         def old(stored: StoredFile) -> bool:
             return stored.mtime is not None and now - stored.mtime > ORPHAN_GRACE_S
@@ -314,7 +308,7 @@ class Cache:
                 self.store.remove(stored.path)
                 if sha not in freed:
                     removed.append(orphan_entry(stored, sha))
-        versions = live_versions(entry for _rel, entry in alive)
+        versions = live_versions(alive)
         for stored in others + stale_signatures(self.store, versions):  # signing a manifest gone or edited
             if old(stored):  # a younger one may be a publisher's whose manifest comes next
                 self.store.remove(stored.path)

@@ -150,7 +150,7 @@ class StoreProvider(Provider):
         with self.store.locked(exclusive=False):
             try:
                 self.store.check(manifest, full=run.settings.verify)
-            except local.StoreProblem as exc:
+            except CacheCorrupt as exc:
                 problem: Optional[str] = str(exc)
             else:
                 problem = None
@@ -249,7 +249,7 @@ def keep_in_store(run: Run, store: local.HostStore, commit: str, decision: Decis
         manifest, added = store.put(cache_key("tree", fields), fields, packages, members, how=str(decision.how),
                                     linker=linker)
         key = manifest.key
-    except (OSError, local.StoreProblem, CacheCorrupt) as exc:
+    except (OSError, CacheCorrupt) as exc:
         run.say(f"store: the tree was not kept in {store.path} ({exc}); the root's own tree is used")
         return
     if not added:  # another root added the same tree meanwhile: this root's files stay its own
@@ -279,7 +279,7 @@ def linked_tree_problem(run: Run) -> Optional[str]:
     packages = layout.packages_dir(root)
     try:
         store.check(manifest, full=verify, at=packages, sealed=record[2] == local.HARDLINK)
-    except local.StoreProblem as exc:
+    except CacheCorrupt as exc:
         return f"{exc} in {packages}, linked from the store's tree {manifest.key[:12]} by {record[2]}"
     return None
 
@@ -296,7 +296,7 @@ def repair_linked_tree(run: Run, problem: str) -> None:
             try:
                 if manifest is not None:
                     store.check(manifest)  # the store's own files: the root's were they still hardlinks
-            except local.StoreProblem as exc:
+            except CacheCorrupt as exc:
                 store.remove(record[1])
                 run.say(f"store: removed the tree {record[1][:12]} from {record[0]}: {exc} (its files were the "
                         "root's, by hardlink)")

@@ -59,10 +59,9 @@ def cache_failed(run: Run, cache: Cache, exc: CacheError, what: str, then: str =
     """Say that ``what`` failed and what the run does ``then``; a cache that is down is said once per run."""
     if cache.down is None:
         run.say(f"cache: {what} ({exc}); {then}")
-    elif not cache.down_reported:
-        cache.down_reported = True
-        run.say(f"cache: {cache.location} cannot be used in this run: {exc}; building without it, and this run "
-                "does not try it again")
+    else:
+        say_once(run, cache, f"cache: {cache.location} cannot be used in this run: {cache.down}; building without "
+                 "it, and this run does not try it again")
 
 
 def usable(cache: Cache, *, writing: bool = False) -> bool:
