@@ -20,7 +20,6 @@ from ensure_flydsl.source.needs import BuildNeeds, build_tools, tool_requirement
 from ensure_flydsl.support.processes import run_captured
 from ensure_flydsl.ways.checks import MISSING, WRONG, Check, RunContext, Submit, no_mirror, passed, reach, skipped
 from ensure_flydsl.ways.source import environment
-from ensure_flydsl.ways.source.rocm import check_hip, choose_rocm
 from ensure_flydsl.ways.source.tools import machine_state, newest, package_spec
 
 GIB = 1024**3
@@ -296,13 +295,14 @@ def check_hip_package(ctx: RunContext) -> Check:
         return skipped("hip", "the pin's CMake files do not ask for hip", Stage.BUILD)
     blocking = needs.hip
     asked = f"{needs.hip_where} does find_package(hip{' REQUIRED' if needs.hip else ''})"
-    rocm = choose_rocm(s.rocm_path, ctx.interpreter.executable if ctx.interpreter else s.python, ctx.environ)
+    python = ctx.interpreter.executable if ctx.interpreter else s.python
+    rocm = environment.choose_rocm(s.rocm_path, python, ctx.environ)
     prefixes = [rocm.path] + [p for p in ctx.environ.get("CMAKE_PREFIX_PATH", "").split(os.pathsep) if p]
     label = s.label("rocm_path")
     if rocm.rocm_sdk is not None:
         asked += f"; ROCm: {rocm.said(label)}"
     for prefix in prefixes:
-        check = check_hip(prefix)
+        check = environment.check_hip(prefix)
         if check.package_dir is None:
             continue
         missing = ", ".join(check.missing)
