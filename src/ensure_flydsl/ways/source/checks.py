@@ -10,6 +10,7 @@ import shlex
 import shutil
 import subprocess
 from typing import List, Mapping, Optional, Sequence, Tuple
+from urllib.parse import urljoin
 
 from ensure_flydsl.errors import Stage
 from ensure_flydsl.layout import llvm_dir, tools_dir
@@ -248,19 +249,6 @@ def check_llvm_source(ctx: RunContext) -> Check:
                  "FLYDSL_GIT_MIRRORS=FROM=TO)", blocking=True, stage=Stage.LLVM)
 
 
-def _submodule_url(url: str, repo: str) -> str:
-    """A submodule URL as git resolves it: ``../x`` and ``./x`` are relative to the superproject's URL."""
-    if not url.startswith(("./", "../")):
-        return url
-    base = repo.rstrip("/")
-    for part in url.split("/"):
-        if part == "..":
-            base = base.rsplit("/", 1)[0] if "/" in base else base
-        elif part not in (".", ""):
-            base = f"{base}/{part}"
-    return base
-
-
 def check_submodules(ctx: RunContext, checkout: Optional[str]) -> Check:
     """A build fetches the pin's submodules first: one whose repository does not answer stops it."""
     subs = ctx.needs.submodules
@@ -274,7 +262,8 @@ def check_submodules(ctx: RunContext, checkout: Optional[str]) -> Check:
         if any(top and os.path.exists(os.path.join(top, path, ".git")) for top in (checkout, ctx.settings.root)):
             served.append(f"{path} (already fetched)")
             continue
-        where = _submodule_url(url, ctx.settings.repo)
+        # git resolves ``../x`` and ``./x`` against the superproject's URL as if it were a folder
+        where = urljoin(ctx.settings.repo.rstrip("/") + "/", url) if url.startswith(("./", "../")) else url
         answered, out, shown = reach(where, ctx.environ, ctx.timeout, ctx.settings, "HEAD")
         served.append(f"{path} from {shown}")
         if not answered:
