@@ -42,8 +42,7 @@ from ensure_flydsl.settings import DEFAULT_REQUIRE
 from ensure_flydsl.source.git import read_blobs, resolve_in
 from ensure_flydsl.source.llvm_inputs import TOOL_SET, LlvmInputs, code_lines
 from ensure_flydsl.source.needs import BuildNeeds, commit_llvm_inputs, needs_from_files, read_commit
-from ensure_flydsl.source.release_tags import tag_version
-from ensure_flydsl.source.requirements import Sources, absent_modules, read_commit_sources, source_file
+from ensure_flydsl.source.requirements import Sources, absent_modules, read_commit_sources, source_file, tag_version
 from ensure_flydsl.ways.release.wheels import check_provenance
 
 BASE_VARIABLES = ("LLVM_INSTALL_DIR", "LLVM_INSTALL_TGZ", "LLVM_PACKAGE_INSTALL", "LLVM_REF", "LLVM_COMMIT",

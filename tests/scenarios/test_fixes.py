@@ -18,7 +18,7 @@ import pytest
 
 from ensure_flydsl.errors import EnsureError, ExitCode
 from ensure_flydsl.layout import overlay_stamp
-from ensure_flydsl.ways.source.rocm import check_hip, drop_stale_hip_dir, fix_hip, fix_hip_in_place
+from ensure_flydsl.ways.source.environment import check_hip, drop_stale_hip_dir, fix_hip, fix_hip_in_place
 from tests.helpers.build_fixtures import (
     NAMED_VERSION,
     RUNTIME_VERSION,

@@ -33,12 +33,10 @@ from ensure_flydsl.runs.history import History
 from ensure_flydsl.runs.markers import EnvFile, EnvTwin, Failure
 from ensure_flydsl.runs.records import RunRecord
 from ensure_flydsl.settings import Request, Settings, load_settings
-from ensure_flydsl.source.ownership import MadeRecord
-from ensure_flydsl.source.root import Owner, Stamp
+from ensure_flydsl.source.root import MadeRecord, Owner, Stamp
 from ensure_flydsl.warm import site_stats
 from ensure_flydsl.ways.release.wheels import install_wheel_file, shape_problems
-from ensure_flydsl.ways.source.environment import LlvmRecord
-from ensure_flydsl.ways.source.rocm import OverlayKey
+from ensure_flydsl.ways.source.environment import LlvmRecord, OverlayKey
 from ensure_flydsl.ways.source.tools import EXECUTABLES, PROVIDABLE, ProvidedTool
 
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

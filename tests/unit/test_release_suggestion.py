@@ -5,7 +5,7 @@ working only when its tag was read and holds the modules)."""
 from __future__ import annotations
 
 from ensure_flydsl.source.git import tag_commits
-from ensure_flydsl.source.release_tags import TagAnswer, checked_modules
+from ensure_flydsl.source.requirements import TagAnswer, checked_modules
 from ensure_flydsl.ways.package_index import newest_first
 from ensure_flydsl.ways.release.checks import suggestion_text
 

@@ -17,8 +17,7 @@ from ensure_flydsl.runs.markers import withdraw_env_file, withdraw_failure_marke
 from ensure_flydsl.runs.records import RunStore, sibling_roots
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.source.git import Checkout
-from ensure_flydsl.source.ownership import foreign_files, other_roots, remove_made
-from ensure_flydsl.source.root import Stamps, is_ours, owner
+from ensure_flydsl.source.root import Stamps, foreign_files, is_ours, other_roots, owner, remove_made
 from ensure_flydsl.support.files import remove_file, remove_tree
 from ensure_flydsl.ways.source.environment import LlvmRecord
 

@@ -12,13 +12,13 @@ from ensure_flydsl.errors import EnsureError, ExitCode, Stage
 from ensure_flydsl.probe.interpreter import find_modules
 from ensure_flydsl.probe.results import Interpreter
 from ensure_flydsl.settings import Settings
-from ensure_flydsl.source.release_tags import pin_as_tag
 from ensure_flydsl.source.requirements import (
     Absent,
     Requirement,
     Sources,
     absent_modules,
     find_requirements,
+    pin_as_tag,
     pin_sources,
 )
 from ensure_flydsl.ways import Way, demands

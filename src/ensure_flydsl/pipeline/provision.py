@@ -23,8 +23,7 @@ from ensure_flydsl.result import Action, Result
 from ensure_flydsl.runs import markers
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.source.git import Checkout
-from ensure_flydsl.source.release_tags import pin_as_tag, release_tags
-from ensure_flydsl.source.requirements import read_commit_sources
+from ensure_flydsl.source.requirements import pin_as_tag, read_commit_sources, release_tags
 from ensure_flydsl.source.root import RootKind, RootState, claim_root, classify_root, exclude_from_git, is_ours
 from ensure_flydsl.support import faults
 from ensure_flydsl.support.files import remove_tree

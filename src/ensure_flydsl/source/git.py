@@ -171,8 +171,7 @@ def tag_commits(ls_remote: str) -> Dict[str, str]:
     return _tags(_refs(ls_remote))
 
 
-def git(root: str, *args: str, repo: str, mirrors: GitMirrors, timeout: Optional[float] = None,
-        silence_s: Optional[float] = None) -> str:
+def git(root: str, *args: str, repo: str, mirrors: GitMirrors, silence_s: Optional[float] = None) -> str:
     """Run git in ``root``; a network command silent for ``silence_s`` seconds stops: exit 2 naming the remote."""
     # git >= 2.38 refuses file:// submodules by default (CVE-2022-39253); a local mirror's are local too.
     extra = ["-c", "protocol.file.allow=always"] if is_local_repo(repo) else []
@@ -180,7 +179,7 @@ def git(root: str, *args: str, repo: str, mirrors: GitMirrors, timeout: Optional
     env = git_env(os.environ, mirrors)
     sub = next((a for a in args if not a.startswith("-")), "")
     if sub not in _NETWORK or (sub == "submodule" and "update" not in args):
-        return cmd_output(cmd, env=env, timeout=timeout)
+        return cmd_output(cmd, env=env)
     submodule = sub == "submodule"
     if sub != "ls-remote":  # progress as objects arrive: output is the sign of life
         at = args.index(sub) + (2 if submodule else 1)
@@ -315,8 +314,8 @@ class Checkout:
     def of(cls, settings: Settings) -> "Checkout":
         return cls(settings.root, settings.repo, settings.git_mirrors)
 
-    def git(self, *args: str, timeout: Optional[float] = None, silence_s: Optional[float] = None) -> str:
-        return git(self.root, *args, repo=self.repo, mirrors=self.mirrors, timeout=timeout, silence_s=silence_s)
+    def git(self, *args: str) -> str:
+        return git(self.root, *args, repo=self.repo, mirrors=self.mirrors)
 
     def clear_stale_git_locks(self, say: Callable[[str], None]) -> None:
         for name in _GIT_LOCKS:

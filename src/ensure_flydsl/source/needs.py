@@ -43,7 +43,7 @@ _PACKAGE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 NANOBIND_DEFAULT = (">=2.9", "<3")
 REQUIREMENTS_FILE = re.compile(r"(?:(?:python|scripts)/)?requirements[A-Za-z0-9_.-]*\.txt")
 _LOWER = (">=", ">", "==", "~=", "===")
-_UPPER = ("<", "<=", "==", "~=", "===")
+UPPER_OPERATORS = ("<", "<=", "==", "~=", "===")  # a specifier with one of these bounds a version
 _NANOBIND_QUOTED = re.compile(r"""["']nanobind\s*((?:[<>=!~]=?|===)[^"';]*)""")
 _NANOBIND_LINE = re.compile(r"^\s*nanobind\s*((?:[<>=!~]=?|===)[^#;\n]*)", re.MULTILINE | re.IGNORECASE)
 _NANOBIND_FIND = re.compile(r"find_package\s*\(\s*nanobind\s+([0-9]+(?:\.[0-9]+)*)([^)]*)\)", re.IGNORECASE)
@@ -86,7 +86,7 @@ def nanobind_requirement(pin: Iterable[str]) -> str:
     low, high = NANOBIND_DEFAULT
     lower = [] if any(o in _LOWER for o in operators) or any(
         Specifier(s).operator in ("<", "<=") and _version(s) <= _version(low) for s in own) else [low]
-    upper = [] if any(o in _UPPER for o in operators) or any(
+    upper = [] if any(o in UPPER_OPERATORS for o in operators) or any(
         Specifier(s).operator in (">", ">=") and _version(s) >= _version(high) for s in own) else [high]
     return ",".join(lower + own + upper)
 

@@ -19,7 +19,7 @@ from ensure_flydsl.runs.progress import NullTracker, Pulse, Tracker, estimate_et
 from ensure_flydsl.runs.records import RunStore, new_run_id
 from ensure_flydsl.runs.timings import RunFacts
 from ensure_flydsl.settings import Settings
-from ensure_flydsl.source.release_tags import tag_version
+from ensure_flydsl.source.requirements import tag_version
 from ensure_flydsl.source.root import Stamps
 from ensure_flydsl.support import processes
 from ensure_flydsl.support.report import Reporter

@@ -16,7 +16,7 @@ from ensure_flydsl.probe.interpreter import joined_pythonpath, probe_modules
 from ensure_flydsl.probe.results import ModuleResult, Probe
 from ensure_flydsl.result import How
 from ensure_flydsl.source.git import borrow_objects, give_objects, shared_repository
-from ensure_flydsl.source.ownership import recording
+from ensure_flydsl.source.root import recording
 from ensure_flydsl.support.files import remove_tree, rename_into_place
 from ensure_flydsl.support.processes import CommandFailed
 from ensure_flydsl.trees import local

@@ -14,7 +14,7 @@ from ensure_flydsl.probe.gate import Verdict, evaluate, same_folder
 from ensure_flydsl.probe.interpreter import EarlyProbe, probe_modules, run_probe
 from ensure_flydsl.probe.results import Probe
 from ensure_flydsl.result import How
-from ensure_flydsl.source.ownership import remove_made
+from ensure_flydsl.source.root import remove_made
 from ensure_flydsl.support.files import move_aside
 from ensure_flydsl.support.processes import kill_and_reap, spawn
 from ensure_flydsl.support.urls import repo_identity

@@ -14,7 +14,7 @@ from ensure_flydsl.layout import build_made_record, cached_mlir_dir, packages_di
 from ensure_flydsl.result import How
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.source.llvm_inputs import checkout_llvm_inputs
-from ensure_flydsl.source.ownership import recording
+from ensure_flydsl.source.root import recording
 from ensure_flydsl.support import faults
 from ensure_flydsl.support.files import file_sha256, remove_tree
 from ensure_flydsl.support.keys import KeyProblem, SecretKey, read_secret_key

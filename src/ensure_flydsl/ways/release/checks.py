@@ -10,7 +10,7 @@ from ensure_flydsl.errors import EnsureError, Stage
 from ensure_flydsl.probe.interpreter import describe_interpreter
 from ensure_flydsl.probe.results import Interpreter
 from ensure_flydsl.settings import Settings
-from ensure_flydsl.source import release_tags
+from ensure_flydsl.source import requirements as release_tags
 from ensure_flydsl.source.git import local_repositories, read_git, resolve_in
 from ensure_flydsl.support.processes import CommandFailed
 from ensure_flydsl.ways import falls_back

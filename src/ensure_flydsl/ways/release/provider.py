@@ -15,7 +15,7 @@ from ensure_flydsl.probe.gate import TREE_PACKAGES
 from ensure_flydsl.probe.results import Probe
 from ensure_flydsl.result import How
 from ensure_flydsl.source.git import Checkout, failing_as
-from ensure_flydsl.source.ownership import recording
+from ensure_flydsl.source.root import recording
 from ensure_flydsl.support import faults
 from ensure_flydsl.support.files import remove_tree, rename_into_place
 from ensure_flydsl.ways import Way, demands

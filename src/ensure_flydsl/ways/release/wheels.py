@@ -21,7 +21,7 @@ from packaging.version import InvalidVersion, Version
 from ensure_flydsl.errors import EnsureError, ExitCode, Stage
 from ensure_flydsl.layout import FLYDSL_SOURCES
 from ensure_flydsl.probe.results import Interpreter
-from ensure_flydsl.source.release_tags import tag_version
+from ensure_flydsl.source.requirements import tag_version
 
 _VERSION_ASSIGN = re.compile(r"""^__version__\s*=\s*["']([^"']+)["']""", re.MULTILINE)
 

@@ -10,6 +10,7 @@ import shlex
 import shutil
 import subprocess
 from typing import List, Mapping, Optional, Sequence, Tuple
+from urllib.parse import urljoin
 
 from ensure_flydsl.errors import Stage
 from ensure_flydsl.layout import llvm_dir, tools_dir
@@ -20,7 +21,6 @@ from ensure_flydsl.source.needs import BuildNeeds, build_tools, tool_requirement
 from ensure_flydsl.support.processes import run_captured
 from ensure_flydsl.ways.checks import MISSING, WRONG, Check, RunContext, Submit, no_mirror, passed, reach, skipped
 from ensure_flydsl.ways.source import environment
-from ensure_flydsl.ways.source.rocm import check_hip, choose_rocm
 from ensure_flydsl.ways.source.tools import machine_state, newest, package_spec
 
 GIB = 1024**3
@@ -249,19 +249,6 @@ def check_llvm_source(ctx: RunContext) -> Check:
                  "FLYDSL_GIT_MIRRORS=FROM=TO)", blocking=True, stage=Stage.LLVM)
 
 
-def _submodule_url(url: str, repo: str) -> str:
-    """A submodule URL as git resolves it: ``../x`` and ``./x`` are relative to the superproject's URL."""
-    if not url.startswith(("./", "../")):
-        return url
-    base = repo.rstrip("/")
-    for part in url.split("/"):
-        if part == "..":
-            base = base.rsplit("/", 1)[0] if "/" in base else base
-        elif part not in (".", ""):
-            base = f"{base}/{part}"
-    return base
-
-
 def check_submodules(ctx: RunContext, checkout: Optional[str]) -> Check:
     """A build fetches the pin's submodules first: one whose repository does not answer stops it."""
     subs = ctx.needs.submodules
@@ -275,7 +262,8 @@ def check_submodules(ctx: RunContext, checkout: Optional[str]) -> Check:
         if any(top and os.path.exists(os.path.join(top, path, ".git")) for top in (checkout, ctx.settings.root)):
             served.append(f"{path} (already fetched)")
             continue
-        where = _submodule_url(url, ctx.settings.repo)
+        # git resolves ``../x`` and ``./x`` against the superproject's URL as if it were a folder
+        where = urljoin(ctx.settings.repo.rstrip("/") + "/", url) if url.startswith(("./", "../")) else url
         answered, out, shown = reach(where, ctx.environ, ctx.timeout, ctx.settings, "HEAD")
         served.append(f"{path} from {shown}")
         if not answered:
@@ -296,13 +284,14 @@ def check_hip_package(ctx: RunContext) -> Check:
         return skipped("hip", "the pin's CMake files do not ask for hip", Stage.BUILD)
     blocking = needs.hip
     asked = f"{needs.hip_where} does find_package(hip{' REQUIRED' if needs.hip else ''})"
-    rocm = choose_rocm(s.rocm_path, ctx.interpreter.executable if ctx.interpreter else s.python, ctx.environ)
+    python = ctx.interpreter.executable if ctx.interpreter else s.python
+    rocm = environment.choose_rocm(s.rocm_path, python, ctx.environ)
     prefixes = [rocm.path] + [p for p in ctx.environ.get("CMAKE_PREFIX_PATH", "").split(os.pathsep) if p]
     label = s.label("rocm_path")
     if rocm.rocm_sdk is not None:
         asked += f"; ROCm: {rocm.said(label)}"
     for prefix in prefixes:
-        check = check_hip(prefix)
+        check = environment.check_hip(prefix)
         if check.package_dir is None:
             continue
         missing = ", ".join(check.missing)

@@ -1,22 +1,30 @@
 """The environment of a source build's steps: shims of the target interpreter first on PATH (FlyDSL's scripts
 call ``python3`` and ``pip``), pip held to a private ``pylib`` and the constraints file, the jobs, the LLVM
-record."""
+record; ROCm (ROCM_PATH, else ``rocm-sdk path --root``) and the fix of a hip CMake package that names a
+libamdhip64 ``lib/`` lacks: a private overlay prefix (ROCm untouched), or with ``--fix-rocm-in-place`` links
+inside ``ROCM_PATH/lib``."""
 
 from __future__ import annotations
 
+import glob
+import hashlib
 import os
 import pathlib
+import re
 import shlex
+import shutil
+import subprocess
 from dataclasses import asdict, dataclass
-from typing import Dict, Mapping, Optional, Sequence
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
-from ensure_flydsl.layout import llvm_record, mlir_install, pip_constraints, tools_dir
+from ensure_flydsl.errors import EnsureError, ExitCode, Stage
+from ensure_flydsl.layout import llvm_record, mlir_install, overlay_stamp, pip_constraints, tools_dir
 from ensure_flydsl.probe.results import Interpreter
 from ensure_flydsl.settings import GitMirrors
 from ensure_flydsl.source.git import with_mirrors, with_network_limits
-from ensure_flydsl.source.llvm_inputs import checkout_llvm_inputs
 from ensure_flydsl.support import fields
-from ensure_flydsl.support.files import atomic_write, atomic_write_json, read_json
+from ensure_flydsl.support.files import atomic_write, atomic_write_json, read_json, remove_file, remove_tree
+from ensure_flydsl.support.processes import run_captured
 from ensure_flydsl.ways.package_index import CONFLICTING_PIP_ENV
 
 MEMORY_PER_JOB_BYTES = 4 * 1024**3  # a job of the LLVM/MLIR build (its big static links) may take this much
@@ -114,12 +122,6 @@ def build_environment(base: Mapping[str, str], toolchain: Toolchain, *, cmake_pr
     return env
 
 
-def llvm_key(root: str, interpreter: Interpreter, environ: Optional[Mapping[str, str]] = None
-             ) -> Optional[Dict[str, object]]:
-    """The MLIR key of the checkout at ``root`` for ``interpreter``; None when its LLVM commit is unknown."""
-    return checkout_llvm_inputs(root, os.environ if environ is None else environ).key(interpreter.abi)
-
-
 def llvm_step_settings(base_dir: str) -> Dict[str, str]:
     """What the tool sets of build_llvm.sh's overridable variables: the install is always made, where the tool
     and build.sh look (the MLIR key leaves these out: llvm_inputs.TOOL_SET)."""
@@ -154,3 +156,283 @@ def built_mlir(base_dir: str, key: Optional[Dict[str, object]]) -> Optional[str]
     if key is None or record is None or record.done != key or not is_mlir_install(install):
         return None
     return install
+
+
+_HIP_LIB_REF = re.compile(r"\$\{_IMPORT_PREFIX\}/lib/(libamdhip64\.so[0-9.]*)")
+# ROCm's own LLVM stays out of the overlay: MLIR's find_package(LLVM ... EXACT) searches CMAKE_PREFIX_PATH before
+# its HINTS and would take it; the hip package reaches it through ROCM_PATH.
+OVERLAY_SKIPPED = ("llvm",)
+
+
+@dataclass(frozen=True)
+class HipCheck:
+    """What the hip CMake package under a ROCm prefix says, and what the file system has."""
+
+    package_dir: Optional[str]  # <rocm>/lib/cmake/hip when present
+    referenced: Tuple[str, ...]  # library file names the package's targets files name
+    missing: Tuple[str, ...]  # of those, the ones not in <rocm>/lib
+    actual: Optional[str]  # the real libamdhip64 in <rocm>/lib, when there is one
+
+    @property
+    def needs_fix(self) -> bool:
+        return bool(self.missing) and self.actual is not None
+
+    @property
+    def unfixable(self) -> bool:
+        return bool(self.missing) and self.actual is None
+
+
+def check_hip(rocm_path: str) -> HipCheck:
+    package_dir = os.path.join(rocm_path, "lib", "cmake", "hip")
+    if not os.path.isdir(package_dir):
+        return HipCheck(None, (), (), None)
+    referenced: List[str] = []
+    for path in sorted(glob.glob(os.path.join(package_dir, "*.cmake"))):
+        try:
+            with open(path, errors="replace") as handle:
+                text = handle.read()
+        except OSError:
+            continue
+        for name in _HIP_LIB_REF.findall(text):
+            if name not in referenced:
+                referenced.append(name)
+    lib = os.path.join(rocm_path, "lib")
+    missing = tuple(n for n in referenced if not os.path.exists(os.path.join(lib, n)))
+    # The real library: a file that is no link, the longest version string first.
+    found = [p for p in glob.glob(os.path.join(lib, "libamdhip64.so*")) if os.path.isfile(p)]
+    candidates = [p for p in found if not os.path.islink(p)] or found
+    return HipCheck(package_dir, tuple(referenced), missing, max(candidates, key=len) if candidates else None)
+
+
+def _listing_digest(folder: str) -> str:
+    try:
+        names = sorted(os.listdir(folder))
+    except OSError:
+        names = []
+    return hashlib.sha256("\0".join(names).encode(errors="replace")).hexdigest()
+
+
+def _names(value: object) -> Optional[Tuple[str, ...]]:
+    """File names of one folder (no slash, no NUL, not empty)."""
+    found = fields.paths(value)
+    return tuple(found) if found is not None and all(n and "/" not in n for n in found) else None
+
+
+def _digest(value: object) -> Optional[str]:
+    return value if isinstance(value, str) and len(value) == 64 and set(value) <= set("0123456789abcdef") else None
+
+
+def _package_file(value: object) -> Optional[Tuple[str, int, int]]:
+    if not isinstance(value, list) or len(value) != 3:
+        return None
+    names, size, mtime = _names(value[:1]), fields.integer(value[1]), fields.integer(value[2])
+    if names is None or size is None or mtime is None or size < 0 or mtime < 0:
+        return None
+    return names[0], size, mtime
+
+
+def _package(value: object) -> Optional[Tuple[Tuple[str, int, int], ...]]:
+    files = [_package_file(entry) for entry in value] if isinstance(value, list) else [None]
+    return tuple(f for f in files if f is not None) if None not in files else None
+
+
+@dataclass(frozen=True)
+class OverlayKey(fields.Record):
+    """What an overlay was made for, its stamp: ROCm's entries, digests of its lib/ and lib/cmake/ listings, the
+    hip package's files (name, size, mtime), the missing names, the real library."""
+
+    rocm_path: str = fields.checked(fields.absolute_path)
+    entries: Tuple[str, ...] = fields.checked(_names)
+    lib: str = fields.checked(_digest)
+    cmake: str = fields.checked(_digest)
+    package: Tuple[Tuple[str, int, int], ...] = fields.checked(_package)
+    missing: Tuple[str, ...] = fields.checked(_names)
+    actual: Optional[str] = fields.checked(fields.absolute_path, nullable=True)
+
+    def to_json(self) -> Dict[str, object]:
+        return asdict(self)
+
+
+def _overlay_key(rocm_path: str, check: HipCheck) -> OverlayKey:
+    listing = sorted(os.listdir(rocm_path)) if os.path.isdir(rocm_path) else []
+    package_files = []
+    if check.package_dir:
+        for name in sorted(os.listdir(check.package_dir)):
+            st = os.stat(os.path.join(check.package_dir, name))
+            package_files.append((name, st.st_size, int(st.st_mtime)))
+    return OverlayKey(rocm_path=rocm_path, entries=tuple(listing),
+                      lib=_listing_digest(os.path.join(rocm_path, "lib")),
+                      cmake=_listing_digest(os.path.join(rocm_path, "lib", "cmake")), package=tuple(package_files),
+                      missing=tuple(check.missing), actual=check.actual)
+
+
+def provide_hip_overlay(rocm_path: str, overlay: str, check: HipCheck) -> Tuple[bool, str]:
+    """Build (or keep) the private overlay for ``rocm_path``: whether anything changed, and the ignored clause."""
+    key = _overlay_key(rocm_path, check)
+    stamp = overlay_stamp(overlay)
+    data = read_json(stamp)
+    recorded = OverlayKey.from_json(data.get("key")) if data is not None else None
+    if recorded == key and os.path.isdir(overlay):
+        return False, ""
+    planted = recorded is None and os.path.lexists(stamp)
+    ignored = f"ignored its stamp {stamp}: not one this tool writes" if planted else ""
+    # The stamp goes first: an interrupted rebuild is never taken for a finished one.
+    remove_file(stamp)
+    remove_tree(overlay)
+    os.makedirs(os.path.join(overlay, "lib", "cmake"))
+    for folder, skipped in (("", ("lib", *OVERLAY_SKIPPED)), ("lib", ("cmake",)), ("lib/cmake", ("hip",))):
+        for entry in os.listdir(os.path.join(rocm_path, folder)):
+            if entry not in skipped:
+                os.symlink(os.path.join(rocm_path, folder, entry), os.path.join(overlay, folder, entry))
+    assert check.package_dir is not None and check.actual is not None
+    # A copy, links inside it followed: hip-config.cmake takes its prefix from the REALPATH of a linked file.
+    shutil.copytree(check.package_dir, os.path.join(overlay, "lib", "cmake", "hip"), symlinks=False,
+                    ignore_dangling_symlinks=True)
+    for name in check.missing:
+        os.symlink(check.actual, os.path.join(overlay, "lib", name))
+    atomic_write_json(stamp, {"key": key.to_json()})
+    return True, ignored
+
+
+def fix_hip_in_place(rocm_path: str, check: HipCheck) -> List[str]:
+    """``--fix-rocm-in-place``: link each missing name to the real library inside ``<rocm>/lib``; the links made."""
+    if not check.needs_fix:
+        return []
+    assert check.actual is not None
+    lib = os.path.join(rocm_path, "lib")
+    created: List[str] = []
+    for name in check.missing:
+        link = os.path.join(lib, name)
+        if os.path.exists(link):
+            continue
+        try:
+            if os.path.islink(link):
+                os.unlink(link)  # a dangling link: it points nowhere, nothing is lost
+            os.symlink(os.path.relpath(check.actual, lib), link)
+        except OSError as exc:
+            raise EnsureError(ExitCode.FLYDSL_BUILD, f"cannot create {link} (-> {os.path.basename(check.actual)}) for "
+                              f"--fix-rocm-in-place: {exc.strerror}", stage=Stage.FIXES,
+                              hint="run as a user who may write ROCM_PATH, or leave --fix-rocm-in-place off to use a "
+                              "private corrected copy of the hip CMake package instead") from None
+        created.append(link)
+    return created
+
+
+@dataclass(frozen=True)
+class HipFix:
+    """What was done about the hip CMake package, and the prefixes to put first on CMAKE_PREFIX_PATH."""
+
+    check: HipCheck
+    cmake_prefixes: Tuple[str, ...]
+    changed: bool  # this call created or rebuilt something
+    message: str  # one line for the report
+
+
+def fix_hip(rocm_path: str, overlay: str, *, in_place: bool = False) -> HipFix:
+    """Fix a library-name mismatch of the hip package under ``rocm_path``: an overlay, or links in ROCm when
+    ``in_place``.  A package that needs no fix keeps ``rocm_path`` as its prefix (ROCM_PATH may not be /opt/rocm)."""
+    check = check_hip(rocm_path)
+    names = ", ".join(check.missing)
+    if check.needs_fix and in_place:
+        created = fix_hip_in_place(rocm_path, check)
+        done = f"created {', '.join(created)}" if created else "the links are already there"
+        return HipFix(check, (rocm_path,), bool(created), (
+            f"the hip CMake package in {rocm_path} names {names}, which is missing; --fix-rocm-in-place: {done} "
+            f"(pointing at {os.path.basename(str(check.actual))})"))
+    if check.needs_fix:
+        changed, ignored = provide_hip_overlay(rocm_path, overlay, check)
+        return HipFix(check, (overlay,), changed, (
+            f"the hip CMake package in {rocm_path} names {names}, which is missing; "
+            f"{'provided' if changed else 'using'} a private corrected copy at {overlay} "
+            f"(pointing at {os.path.basename(str(check.actual))}{'; ' + ignored if ignored else ''}); "
+            f"{rocm_path} is left untouched"))
+    if check.unfixable:
+        return HipFix(check, (rocm_path,), False, (
+            f"warning: the hip CMake package in {rocm_path} names {names} and there is no libamdhip64 in "
+            f"{rocm_path}/lib to point it at; a build that needs HIP will fail to configure"))
+    if check.package_dir:
+        return HipFix(check, (rocm_path,), False,
+                      f"the hip CMake package in {rocm_path} names libraries that exist; nothing to fix")
+    return HipFix(check, (), False, f"there is no hip CMake package in {rocm_path}/lib/cmake/hip")
+
+
+_HIP_DIR_ENTRY = re.compile(r"^(hip_DIR:[A-Z]+=)(.*)$", re.MULTILINE)
+
+
+def drop_stale_hip_dir(build_dir: str, package_dir: str) -> bool:
+    """Set a cached ``hip_DIR`` that names another folder than ``package_dir`` to ``hip_DIR-NOTFOUND``: it wins
+    over CMAKE_PREFIX_PATH, so a folder configured before the fix kept failing.  Whether it was changed."""
+    cache = os.path.join(build_dir, "CMakeCache.txt")
+    try:
+        with open(cache, errors="replace") as handle:
+            text = handle.read()
+    except OSError:
+        return False
+    found = _HIP_DIR_ENTRY.search(text)
+    if found is None:
+        return False
+    value = found.group(2).strip()
+    if value.endswith("-NOTFOUND") or os.path.normpath(value) == os.path.normpath(package_dir):
+        return False
+    atomic_write(cache, _HIP_DIR_ENTRY.sub(lambda m: m.group(1) + "hip_DIR-NOTFOUND", text, count=1).encode())
+    return True
+
+
+ROCM_SDK = "rocm-sdk"
+ROCM_SDK_TIMEOUT = 30.0  # it imports its Python package; a cold start on a busy machine takes seconds
+
+
+@dataclass(frozen=True)
+class RocmChoice:
+    """The ROCm prefix a build uses; ``rocm_sdk``: the command that printed it (None: the configured one)."""
+
+    path: str
+    configured: str  # ROCM_PATH as configured (or its default)
+    rocm_sdk: Optional[str] = None
+    tried: str = ""  # what asking rocm-sdk said, when it was asked and gave nothing usable
+
+    def said(self, label: str) -> str:
+        """One line for a message: which ROCm and why."""
+        if self.rocm_sdk is None:
+            return f"{label}={self.path}"
+        return (f"{self.path} (ROCm from the package index: `{self.rocm_sdk} path --root`; {label}={self.configured} "
+                "has no hip CMake package)")
+
+
+def rocm_sdk_root(exe: str, environ: Mapping[str, str], timeout: float = ROCM_SDK_TIMEOUT) -> Tuple[Optional[str], str]:
+    """The prefix ``exe path --root`` prints, or (None, what went wrong)."""
+    try:
+        proc = run_captured([exe, "path", "--root"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            stdin=subprocess.DEVNULL, env=environ, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None, f"`{exe} path --root` did not answer within {timeout:.0f} s"
+    except OSError as exc:
+        return None, f"`{exe} path --root` does not run: {exc.strerror}"
+    lines = [line.strip() for line in proc.stdout.decode(errors="replace").splitlines() if line.strip()]
+    if proc.returncode != 0 or not lines:
+        err = proc.stderr.decode(errors="replace").strip().splitlines()
+        return None, f"`{exe} path --root` exited with {proc.returncode}" + (f": {err[-1]}" if err else "")
+    root = lines[-1]
+    if not os.path.isabs(root) or not os.path.isdir(root):
+        return None, f"`{exe} path --root` printed {root!r}, which is not a folder"
+    return root, ""
+
+
+def choose_rocm(configured: str, python: Optional[str], environ: Mapping[str, str]) -> RocmChoice:
+    """The configured ROCm when it has a hip CMake package, else ``rocm-sdk``'s (TheRock's wheels) when that has
+    one, else the configured one with what asking rocm-sdk said."""
+    if check_hip(configured).package_dir is not None:
+        return RocmChoice(configured, configured)
+    said: List[str] = []
+    # rocm-sdk beside the target interpreter (its venv's bin), then on PATH
+    beside = shutil.which(ROCM_SDK, path=os.path.dirname(python)) if python else None
+    for exe in dict.fromkeys(e for e in (beside, shutil.which(ROCM_SDK, path=environ.get("PATH"))) if e):
+        root, problem = rocm_sdk_root(exe, environ)
+        if root is None:
+            said.append(problem)
+        elif check_hip(root).package_dir is None:
+            said.append(f"`{exe} path --root` is {root}, which has no hip CMake package either")
+        else:
+            return RocmChoice(root, configured, exe)
+    return RocmChoice(configured, configured, tried="; ".join(said) or f"no {ROCM_SDK} command (ROCm from the "
+                      "package index) beside the interpreter or on PATH")

@@ -14,7 +14,7 @@ from ensure_flydsl.result import How
 from ensure_flydsl.source.git import Checkout
 from ensure_flydsl.source.llvm_inputs import LlvmInputs, checkout_llvm_inputs
 from ensure_flydsl.source.needs import build_tools, find_needs, tool_requirements
-from ensure_flydsl.source.ownership import recording
+from ensure_flydsl.source.root import recording
 from ensure_flydsl.support import faults
 from ensure_flydsl.support.files import file_sha256
 from ensure_flydsl.support.processes import stream_command
@@ -29,7 +29,6 @@ from ensure_flydsl.ways.context import Decision, Run
 from ensure_flydsl.ways.release.checks import release_suggestion
 from ensure_flydsl.ways.source import environment as steps
 from ensure_flydsl.ways.source.checks import predict_build
-from ensure_flydsl.ways.source.rocm import HipFix, choose_rocm, drop_stale_hip_dir, fix_hip
 from ensure_flydsl.ways.source.tools import ProvidedTools, package_spec, provide_build_tools
 from ensure_flydsl.ways.tree import prepare_build_dir, verify_tree
 
@@ -40,7 +39,7 @@ class Prepared(NamedTuple):
     """What the fixes step found or made for the build steps."""
 
     mlir: Optional[Mlir]
-    hip: HipFix
+    hip: steps.HipFix
     provided: ProvidedTools
     toolchain: steps.Toolchain
     rocm: str  # the ROCm prefix the build uses
@@ -132,7 +131,8 @@ class SourceProvider(Provider):
         mlir_path, mlir_identity = mlir
         env = prepared.environment(run, jobs, mlir_path, hip=True)
         if prepared.hip.check.needs_fix and not settings.fix_rocm_in_place:
-            drop_stale_hip_dir(layout.build_dir(root), os.path.join(layout.rocm_overlay(root), "lib", "cmake", "hip"))
+            overlay_package = os.path.join(layout.rocm_overlay(root), "lib", "cmake", "hip")
+            steps.drop_stale_hip_dir(layout.build_dir(root), overlay_package)
         with run.step(Stage.BUILD):
             fetched = self._tree_turn(run, commit)
             if fetched is not None:
@@ -176,10 +176,10 @@ def prepare(run: Run, cache: Optional[Cache], doctor: DoctorCheck) -> Prepared:
     checked = replace(settings, mlir_path=mlir[0] if mlir else settings.mlir_path)
     doctor(checked, run.environ, root, run.interpreter)
     needs = find_needs(root, settings.repo, settings.pin, checkout=root, environ=run.environ)
-    rocm = choose_rocm(settings.rocm_path, run.interpreter.executable, run.environ)
+    rocm = steps.choose_rocm(settings.rocm_path, run.interpreter.executable, run.environ)
     if rocm.rocm_sdk is not None:
         run.say(f"ROCm: {rocm.said(settings.label('rocm_path'))}")
-    hip = fix_hip(rocm.path, layout.rocm_overlay(root), in_place=settings.fix_rocm_in_place)
+    hip = steps.fix_hip(rocm.path, layout.rocm_overlay(root), in_place=settings.fix_rocm_in_place)
     run.say("fix: " + hip.message)
     requirements = tool_requirements(needs)
     provided = provide_build_tools(layout.tools_dir(root), build_tools(needs, llvm=mlir is None), run.environ,

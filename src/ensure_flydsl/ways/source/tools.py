@@ -20,6 +20,7 @@ from packaging.version import InvalidVersion, Version
 from ensure_flydsl.errors import EnsureError, ExitCode, Stage
 from ensure_flydsl.layout import provided_dir, provided_stamp
 from ensure_flydsl.probe import scripts
+from ensure_flydsl.source.needs import UPPER_OPERATORS
 from ensure_flydsl.support import fields
 from ensure_flydsl.support.files import atomic_write, atomic_write_json, read_json, remove_tree, rename_into_place
 from ensure_flydsl.support.processes import CommandFailed, cmd_output
@@ -33,7 +34,6 @@ UNKNOWN_VERSION = "unknown"  # what a record holds when the installed wheel name
 # CMake 4 refuses projects that declare cmake_minimum_required(VERSION < 3.5), as older pins' third-party
 # code still does: a provided cmake stays on 3.x (a machine's cmake 4 is still used).
 UPPER_BOUNDS = {"cmake": "4"}
-_UPPER = ("<", "<=", "==", "~=", "===")
 _VERSION = re.compile(r"(\d+(?:\.\d+)+)")
 
 
@@ -69,7 +69,7 @@ def needed(requirement: str) -> str:
 def package_spec(name: str, requirement: Optional[str]) -> str:
     """What ``pip install`` is asked for: ``name``, the requirement and its upper bound if it names none."""
     parts = _parts(requirement)
-    has_upper = any(Specifier(p).operator in _UPPER for p in parts)
+    has_upper = any(Specifier(p).operator in UPPER_OPERATORS for p in parts)
     if name in UPPER_BOUNDS and not has_upper:
         parts.append(f"<{UPPER_BOUNDS[name]}")
     return name + ",".join(parts)
