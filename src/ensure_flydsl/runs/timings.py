@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import json
 import os
 import stat
 import statistics
@@ -138,8 +137,8 @@ class TimingRecord:
             "route": None if self.route is None else self.route.value, "pin": self.pin, "tool": self.tool,
             "stages": {str(s): round(v, 3) for s, v in self.stages.items()},
             "fetched": dict(self.fetched), "bytes_fetched": self.bytes_fetched, "cache": dict(self.cache),
-            "link_mode": self.link_mode, "lock_wait_s": _rounded(self.lock_wait_s),
-            "lease_wait_s": _rounded(self.lease_wait_s),
+            "link_mode": self.link_mode, "lock_wait_s": _ms(self.lock_wait_s),
+            "lease_wait_s": _ms(self.lease_wait_s),
         }
 
     @classmethod
@@ -154,10 +153,6 @@ class TimingRecord:
                 or sum(found.stages.values()) > found.total_s + ROUNDING_S * (len(found.stages) + 2)):
             return None
         return found
-
-
-def _rounded(value: Optional[float]) -> Optional[float]:
-    return None if value is None else round(value, 3)
 
 
 def of_dead_run(dead: RunRecord, host: str) -> Optional[TimingRecord]:
@@ -256,15 +251,14 @@ def _read(path: str) -> Tuple[Optional[TimingRecord], str]:
     if raw is None:
         return None, "not a regular file of at most 256 KiB"
     try:
-        data = json.loads(raw.decode())
-    except (ValueError, RecursionError):
-        return None, "not JSON (torn or foreign)"
+        data = fields.json_object(raw)
+    except ValueError as exc:
+        return None, str(exc)
     record = TimingRecord.from_json(data)
-    if record is None:
-        version = fields.integer(data.get("version")) if isinstance(data, dict) else None
-        newer = version is not None and version > TIMING_VERSION
-        return None, f"a newer version's record (version {version})" if newer else "not a timing record"
-    return record, ""
+    version = fields.integer(data.get("version"))
+    if record is None and version is not None and version > TIMING_VERSION:
+        return None, f"a newer version's record (version {version})"
+    return record, "" if record is not None else "not a timing record"
 
 
 # -- what they add up to (``ensure-flydsl stats``; docs/schema/stats.schema.json) ----------------------------
