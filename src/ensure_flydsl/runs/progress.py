@@ -277,7 +277,8 @@ class Tracker:
 
     # Each end gives the run's reserved room back first: on a disk that filled, it takes the last words.
     def release(self) -> None:
-        self.store.release(self.record.run_id)
+        if self.begun:
+            self.store.release(self.record.run_id)
 
     def succeeded(self, result: Mapping[str, object]) -> None:
         self.release()
@@ -298,7 +299,5 @@ class Tracker:
         self.release()
         if self._end_recorded and self._watchdog is not None:
             kill_and_reap(self._watchdog)
-        try:
+        with contextlib.suppress(OSError):
             os.close(self.alive_fd)
-        except OSError:
-            pass

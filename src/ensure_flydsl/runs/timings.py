@@ -6,7 +6,6 @@ from __future__ import annotations
 import collections
 import contextlib
 import os
-import stat
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -193,25 +192,21 @@ def prune(folder: str, *, keep_runs: int = KEEP_RUNS, keep_days: float = KEEP_DA
     """Remove the records beyond the newest ``keep_runs`` or older than ``keep_days``: only regular files named
     as the tool names records."""
     try:
-        names = os.listdir(folder)
+        entries = list(os.scandir(folder))
     except OSError:
         return
     dated: List[Tuple[float, str]] = []
-    for name in names:
-        if not name.endswith(RUN_RECORD_SUFFIX) or not is_new_run_id(name[:-len(RUN_RECORD_SUFFIX)]):
-            continue
-        try:
-            st = os.lstat(os.path.join(folder, name))
-        except OSError:
-            continue
-        if stat.S_ISREG(st.st_mode):
-            dated.append((st.st_mtime, name))
+    for entry in entries:
+        named = entry.name.endswith(RUN_RECORD_SUFFIX) and is_new_run_id(entry.name[:-len(RUN_RECORD_SUFFIX)])
+        with contextlib.suppress(OSError):
+            if named and entry.is_file(follow_symlinks=False):
+                dated.append((entry.stat(follow_symlinks=False).st_mtime, entry.path))
     dated.sort(reverse=True)
     oldest = time.time() - keep_days * 86400.0
-    for index, (mtime, name) in enumerate(dated):
+    for index, (mtime, path) in enumerate(dated):
         if index >= keep_runs or mtime < oldest:
             with contextlib.suppress(OSError):
-                os.unlink(os.path.join(folder, name))
+                os.unlink(path)
 
 
 @dataclass(frozen=True)
