@@ -14,6 +14,7 @@ from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, 
 from ensure_flydsl.errors import FAILURE_CODES, Plan, Stage
 from ensure_flydsl.layout import RUN_RECORD_SUFFIX, timing_file
 from ensure_flydsl.result import LINK_MODES as LINK_MODES
+from ensure_flydsl.runs.history import stage_table
 from ensure_flydsl.runs.records import KINDS, RunRecord, is_new_run_id, is_run_id
 from ensure_flydsl.support import fields
 from ensure_flydsl.support.fields import checked
@@ -65,21 +66,6 @@ def _ms(value: object) -> Optional[float]:
     return None if seconds is None else round(seconds, 3)
 
 
-def _stages(value: object) -> Optional[Dict[Stage, float]]:
-    """Each stage's seconds; a stage this version does not know (a newer file) is left out."""
-    if not isinstance(value, dict):
-        return None
-    found: Dict[Stage, float] = {}
-    for name, seconds in value.items():
-        value = _ms(seconds)
-        if value is None:
-            return None
-        stage = Stage.parse(name)
-        if stage is not None:
-            found[stage] = value
-    return {stage: found[stage] for stage in Stage if stage in found}  # in the order a run goes through them
-
-
 def _byte_count(value: object) -> Optional[int]:
     found = fields.integer(value)
     return found if found is not None and 0 <= found <= MAX_BYTES else None
@@ -105,7 +91,7 @@ class TimingRecord:
     ended: float = checked(_ms)
     exit_code: int = checked(_exit_code)  # 0, or the code a failed run records
     way: str = checked(lambda v: fields.one_of(v, WAYS))  # FAILED exactly when exit_code is not 0
-    stages: Mapping[Stage, float] = checked(_stages)  # a stage gone through twice: both added up
+    stages: Mapping[Stage, float] = checked(lambda v: stage_table(v, _ms))  # a stage gone through twice: both added up
     stage: Optional[Stage] = checked(fields.text, None, convert=Stage.parse)  # where a failed run stopped
     route: Optional[Plan] = checked(fields.member(Plan), None)  # the way a provider took (None: none did)
     pin: Optional[str] = checked(fields.short_text, None)
