@@ -9,7 +9,7 @@ import os
 import statistics
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from ensure_flydsl.errors import FAILURE_CODES, Plan, Stage
 from ensure_flydsl.layout import RUN_RECORD_SUFFIX, timing_file
@@ -212,34 +212,24 @@ def read_records(folder: str) -> Tuple[List[TimingRecord], List[Skipped]]:
         return [], []
     except OSError as exc:  # another user's folder, a file planted at its name
         return [], [Skipped(folder, f"the folder cannot be listed ({exc.strerror or exc})")]
-    records: List[TimingRecord] = []
-    skipped: List[Skipped] = []
-    for name in names:
-        if name.startswith("."):
-            continue
-        path = os.path.join(folder, name)
-        record, why = _read(path)
-        if record is not None:
-            records.append(record)
-        else:
-            skipped.append(Skipped(path, why))
-    records.sort(key=lambda r: (r.started, r.run_id))
-    return records, skipped
+    found = [_read(os.path.join(folder, name)) for name in names if not name.startswith(".")]
+    records = sorted((r for r in found if isinstance(r, TimingRecord)), key=lambda r: (r.started, r.run_id))
+    return records, [s for s in found if isinstance(s, Skipped)]
 
 
-def _read(path: str) -> Tuple[Optional[TimingRecord], str]:
+def _read(path: str) -> Union[TimingRecord, Skipped]:
     raw = read_regular(path, MAX_RECORD_BYTES)
     if raw is None:
-        return None, "not a regular file of at most 256 KiB"
+        return Skipped(path, "not a regular file of at most 256 KiB")
     try:
         data = fields.json_object(raw)
     except ValueError as exc:
-        return None, str(exc)
+        return Skipped(path, str(exc))
     record = TimingRecord.from_json(data)
     version = fields.integer(data.get("version"))
     if record is None and version is not None and version > TIMING_VERSION:
-        return None, f"a newer version's record (version {version})"
-    return record, "" if record is not None else "not a timing record"
+        return Skipped(path, f"a newer version's record (version {version})")
+    return record or Skipped(path, "not a timing record")
 
 
 # -- what they add up to (``ensure-flydsl stats``; docs/schema/stats.schema.json) ----------------------------
