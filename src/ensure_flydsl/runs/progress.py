@@ -157,7 +157,7 @@ class Tracker:
         """The run's record, steps from here on, with its first ETA, begun in the store (whole or not at all),
         and its watchdog; ``alive_fd`` is a detached worker's, which ``start`` took."""
         self.record = replace(self.record, step=Stage.PROBE, steps=[], percent=None, started=time.time())
-        self.worked = {}
+        self.worked, self.taken, self.step_started_at = {}, None, time.time()  # what came before is not tracked
         self.host_dir, self.history, self.route = host_dir, read_history(host_dir), route
         self._stamp_eta()
         self.alive_fd = self.store.begin(self.record, alive_fd)
