@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import statistics
 from dataclasses import dataclass, field
-from typing import Dict, Mapping, Optional, Tuple
+from typing import Callable, Dict, Mapping, Optional, Tuple, TypeVar
 
 import filelock
 
@@ -14,6 +14,8 @@ from ensure_flydsl.errors import Plan, Stage
 from ensure_flydsl.layout import history_file, history_lock
 from ensure_flydsl.support import fields
 from ensure_flydsl.support.files import atomic_write_json, read_json
+
+T = TypeVar("T")
 
 HISTORY_VERSION = 1
 HISTORY_KEEP = 7  # the median of the last runs: one slow run (a cold disk, a busy host) barely moves it
@@ -72,20 +74,25 @@ class History:
             return None
         parsed: Dict[Plan, Dict[Stage, Tuple[float, ...]]] = {}
         for name, steps in routes.items():
-            if not isinstance(steps, dict):
+            table = stage_table(steps, _durations)
+            if table is None:
                 return None
-            table: Dict[Stage, Tuple[float, ...]] = {}
-            for step, values in steps.items():
-                seconds = _durations(values)
-                if seconds is None:
-                    return None
-                stage = Stage.parse(step)
-                if stage is not None:
-                    table[stage] = seconds[-HISTORY_KEEP:]
             plan = fields.member(Plan)(name)
             if plan is not None:
-                parsed[plan] = table
+                parsed[plan] = {stage: seconds[-HISTORY_KEEP:] for stage, seconds in table.items()}
         return cls(parsed)
+
+
+def stage_table(value: object, check: Callable[[object], Optional[T]]) -> Optional[Dict[Stage, T]]:
+    """Each stage's value, in the order a run goes through them; None when ``check`` refuses one.  A stage this
+    version does not know (a newer file's) is left out."""
+    if not isinstance(value, dict):
+        return None
+    found = [(Stage.parse(name), check(v)) for name, v in value.items()]
+    if any(v is None for _, v in found):
+        return None
+    table = {stage: v for stage, v in found if stage is not None and v is not None}
+    return {stage: table[stage] for stage in Stage if stage in table}
 
 
 def _durations(values: object) -> Optional[Tuple[float, ...]]:

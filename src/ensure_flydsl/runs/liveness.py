@@ -11,7 +11,7 @@ from typing import Optional
 from ensure_flydsl.errors import ExitCode
 from ensure_flydsl.layout import host_cache_dir, timings_dir
 from ensure_flydsl.runs import markers, timings
-from ensure_flydsl.runs.markers import Failure, answering_twin
+from ensure_flydsl.runs.markers import Failure
 from ensure_flydsl.runs.records import FAILED, RUNNING, RunRecord, RunStore, process_start_time
 from ensure_flydsl.settings import Request, host_id
 from ensure_flydsl.support import space
@@ -47,7 +47,8 @@ def marker_is_answered(store: RunStore, request: Request, run_id: str, root: str
     """Why a run that failed or died must not write the failure marker (another answers for it), or None."""
     if not locked and store.others_alive(request, run_id):
         return "another run for this request is going and will answer"
-    if answering_twin(root, request) is not None:
+    twin = markers.installed_twin(root)
+    if twin is not None and markers.twin_gap(twin, request) is None:
         return "the env file answers this request"
     return None
 

@@ -226,12 +226,6 @@ def installed_twin(root: str) -> Optional[EnvTwin]:
     return twin if twin is not None and os.path.isfile(layout.env_file(root)) else None
 
 
-def answering_twin(root: str, request: Request, path_env: Optional[str] = None) -> Optional[EnvTwin]:
-    """The twin of the root's env file when it answers ``request``: then no failure marker may name it."""
-    twin = installed_twin(root)
-    return twin if twin is not None and twin_gap(twin, request, path_env) is None else None
-
-
 def installed(root: str, request: Request, path_env: Optional[str] = None) -> Optional[Dict[str, object]]:
     """The result objects' ``installed``: what the root's env file holds now, and whether it answers ``request``."""
     twin = installed_twin(root)

@@ -13,10 +13,9 @@ from dataclasses import dataclass, replace
 from typing import Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from ensure_flydsl.errors import Plan, Stage
-from ensure_flydsl.runs.history import read_history, remember
+from ensure_flydsl.runs.history import History, read_history, remember
 from ensure_flydsl.runs.markers import Failure
-from ensure_flydsl.runs.records import FAILED, RUNNING, SUCCEEDED, RunRecord, RunStore, new_record, process_start_time
-from ensure_flydsl.settings import Request
+from ensure_flydsl.runs.records import FAILED, RUNNING, SUCCEEDED, RunRecord, RunStore, process_start_time
 from ensure_flydsl.support.launcher import tool_command
 from ensure_flydsl.support.processes import kill_and_reap, spawn
 from ensure_flydsl.support.report import Reporter, fmt_seconds, known
@@ -134,16 +133,15 @@ def heartbeat(reporter: Reporter, pulse: Callable[[], Pulse], interval: float) -
 
 # -- the run record -------------------------------------------------------------------------------------------
 class Tracker:
-    """Keeps the run record of one provisioning run up to date."""
+    """Keeps a run's record up to date once ``begin`` made it visible; until then it writes nothing."""
 
-    def __init__(self, store: RunStore, record: RunRecord, *, host_dir: Optional[str] = None,
-                 route: Optional[Plan] = None) -> None:
+    def __init__(self, store: RunStore, record: RunRecord) -> None:
         self.store = store
         self.record = record
         self.alive_fd = -1  # the descriptor that keeps the run alive, from begin() on
-        self.host_dir = host_dir  # where the host's history is (None: no history)
-        self.history = read_history(host_dir)
-        self.route = route  # the route the ETA adds up (None: not known yet)
+        self.host_dir: Optional[str] = None  # where the host's history is (None: no history)
+        self.history = History()
+        self.route: Optional[Plan] = None  # the route the ETA adds up (None: not known yet)
         self.taken: Optional[Plan] = None  # the route a provider took: its durations go into the history
         self.step_started_at = time.time()
         self.worked: Dict[Stage, float] = {}
@@ -151,24 +149,24 @@ class Tracker:
         self._watchdog: Optional["subprocess.Popen[bytes]"] = None
         self._end_recorded = False  # the final record (succeeded or failed) is on the disk
 
-    @classmethod
-    def begin(
-        cls, store: RunStore, run_id: str, *, request: Request, fail_marker: str, log: str,
-        kind: str, alive_fd: Optional[int] = None, host_dir: Optional[str] = None, route: Optional[Plan] = None,
-    ) -> "Tracker":
-        """The run's record, with its first ETA, begun in the store (whole or not at all), and its watchdog."""
-        record = new_record(store, run_id, request=request, fail_marker=fail_marker, log=log, kind=kind,
-                            pid=os.getpid(), step=Stage.PROBE)
-        tracker = cls(store, record, host_dir=host_dir, route=route)
-        tracker._stamp_eta()
-        tracker.alive_fd = store.begin(record, alive_fd)
-        tracker._last_write = time.time()
-        cmd = [*tool_command(), "_watchdog", store.root, run_id]
-        tracker._watchdog = spawn(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.DEVNULL, own_group=True)
-        _WATCHDOGS.append(tracker._watchdog)
-        store.prune()
-        return tracker
+    @property
+    def begun(self) -> bool:
+        return self.alive_fd >= 0
+
+    def begin(self, alive_fd: Optional[int], host_dir: Optional[str], route: Optional[Plan]) -> None:
+        """The run's record, steps from here on, with its first ETA, begun in the store (whole or not at all),
+        and its watchdog; ``alive_fd`` is a detached worker's, which ``start`` took."""
+        self.record = replace(self.record, step=Stage.PROBE, steps=[], percent=None, started=time.time())
+        self.worked, self.taken, self.step_started_at = {}, None, time.time()  # what came before is not tracked
+        self.host_dir, self.history, self.route = host_dir, read_history(host_dir), route
+        self._stamp_eta()
+        self.alive_fd = self.store.begin(self.record, alive_fd)
+        self._last_write = time.time()
+        cmd = [*tool_command(), "_watchdog", self.store.root, self.record.run_id]
+        self._watchdog = spawn(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, own_group=True)
+        _WATCHDOGS.append(self._watchdog)
+        self.store.prune()
 
     def expect(self, route: Optional[Plan]) -> None:
         """The likeliest route, before a provider takes one (a taken route stays)."""
@@ -250,7 +248,7 @@ class Tracker:
     def _expected(self) -> Mapping[Stage, float]:
         return self.history.expected(self.route) if self.route is not None else {}
 
-    def pulse(self) -> Optional[Pulse]:
+    def pulse(self) -> Pulse:
         """What the heartbeat says now (while it follows another host's build, that build's ETA)."""
         pulse = Pulse.of_record(self.record)
         return pulse if self.record.waiting is not None else replace(pulse, eta_s=self.eta())
@@ -268,7 +266,9 @@ class Tracker:
         self.record.eta_s = None if eta is None else round(eta, 1)
 
     def _store(self) -> bool:
-        """Write the record; False when the disk refused it (progress is never a reason to fail the run)."""
+        """Write the record once begun; False when not (progress is never a reason to fail the run)."""
+        if not self.begun:
+            return False
         try:
             self.store.write(self.record)
         except OSError:
@@ -277,7 +277,8 @@ class Tracker:
 
     # Each end gives the run's reserved room back first: on a disk that filled, it takes the last words.
     def release(self) -> None:
-        self.store.release(self.record.run_id)
+        if self.begun:
+            self.store.release(self.record.run_id)
 
     def succeeded(self, result: Mapping[str, object]) -> None:
         self.release()
@@ -298,58 +299,5 @@ class Tracker:
         self.release()
         if self._end_recorded and self._watchdog is not None:
             kill_and_reap(self._watchdog)
-        try:
+        with contextlib.suppress(OSError):
             os.close(self.alive_fd)
-        except OSError:
-            pass
-
-
-class NullTracker:
-    """The tracker of a run that is not tracked (yet, or ever): the same calls, recording nothing."""
-
-    locked = False
-
-    def expect(self, route: Optional[Plan]) -> None:
-        pass
-
-    def take(self, route: Plan) -> None:
-        pass
-
-    def step_started(self, name: Stage) -> None:
-        pass
-
-    def step_ended(self, name: Stage, seconds: float, worked: bool) -> None:
-        pass
-
-    def line(self, text: str) -> Optional[float]:
-        return None
-
-    def held_lock(self) -> None:
-        pass
-
-    def step_progress(self) -> Tuple[Optional[Stage], Optional[float], Optional[float]]:
-        return None, None, None
-
-    def build_group(self, pgid: Optional[int]) -> None:
-        pass
-
-    def follow(self, waiting: Optional[Dict[str, object]], percent: Optional[float], eta: Optional[float]) -> None:
-        pass
-
-    def eta(self) -> Optional[float]:
-        return None
-
-    def pulse(self) -> Optional[Pulse]:
-        return None
-
-    def succeeded(self, result: Mapping[str, object]) -> None:
-        pass
-
-    def release(self) -> None:
-        pass
-
-    def failed(self, code: int, stage: Stage, reason: str, hint: str = "") -> None:
-        pass
-
-    def close(self) -> None:
-        pass

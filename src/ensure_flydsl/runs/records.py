@@ -152,7 +152,7 @@ class RunStore:
         return value or None
 
     def set_current(self, run_id: str) -> None:
-        atomic_write(current_run_file(self.folder), _current_data(run_id))
+        atomic_write(current_run_file(self.folder), (run_id + "\n").encode())
 
     def release(self, run_id: str) -> None:
         """Give the run's reserved room back (before its last writes; idempotent)."""
@@ -171,11 +171,11 @@ class RunStore:
         self.ensure_folder()
         fd = self.hold_alive(run_id) if alive_fd is None else alive_fd
         os.set_inheritable(fd, False)  # a build we start must not keep the run "alive" after we die
-        announced = RunRecord.from_json(read_json(record_file))  # `start` wrote it before launching us
+        announced = self.read(run_id)  # `start` wrote it before launching us
         if announced is not None:
             record.started = announced.started
         writes = [(reserve_file, os.urandom(RESERVE_BYTES)), (record_file, _record_data(record)),
-                  (current_run_file(self.folder), _current_data(run_id))]
+                  (current_run_file(self.folder), (run_id + "\n").encode())]
         try:
             for path, data in writes:
                 atomic_write(path, data)
@@ -191,15 +191,14 @@ class RunStore:
         return self.read(run_id) if run_id else None
 
     def _record_ids(self) -> List[str]:
-        """(FileNotFoundError before the first run.)"""
-        return [n[:-len(RUN_RECORD_SUFFIX)] for n in os.listdir(self.folder) if n.endswith(RUN_RECORD_SUFFIX)]
+        try:
+            names = os.listdir(self.folder)
+        except FileNotFoundError:  # before the first run
+            return []
+        return [n[:-len(RUN_RECORD_SUFFIX)] for n in names if n.endswith(RUN_RECORD_SUFFIX)]
 
     def records(self) -> List[RunRecord]:
-        try:
-            names = self._record_ids()
-        except FileNotFoundError:
-            return []
-        return [r for r in (self.read(n) for n in names) if r]
+        return [r for r in (self.read(n) for n in self._record_ids()) if r]
 
     def records_for(self, request: Request) -> List[RunRecord]:
         """The runs made for ``request`` (another request's run on the same root may be going too)."""
@@ -215,10 +214,7 @@ class RunStore:
 
     def prune(self) -> None:
         """Keep the newest records (and never the current one's or a live run's); no ended run keeps room."""
-        try:
-            names = sorted(self._record_ids())
-        except FileNotFoundError:
-            return
+        names = sorted(self._record_ids())
         keep = set(names[-KEEP_RECORDS:]) | {self.current_id() or ""}
         for run_id in names:
             if self.is_alive(run_id):
@@ -255,10 +251,6 @@ def _record_data(record: RunRecord) -> bytes:
     """A record as written, stamped with the time of writing (its last sign of life)."""
     record.updated = time.time()
     return json_bytes(record.to_json())
-
-
-def _current_data(run_id: str) -> bytes:
-    return (run_id + "\n").encode()
 
 
 def process_start_time(pid: int) -> Optional[str]:

@@ -5,17 +5,16 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import json
 import os
-import stat
 import statistics
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from ensure_flydsl.errors import FAILURE_CODES, Plan, Stage
 from ensure_flydsl.layout import RUN_RECORD_SUFFIX, timing_file
 from ensure_flydsl.result import LINK_MODES as LINK_MODES
+from ensure_flydsl.runs.history import stage_table
 from ensure_flydsl.runs.records import KINDS, RunRecord, is_new_run_id, is_run_id
 from ensure_flydsl.support import fields
 from ensure_flydsl.support.fields import checked
@@ -67,21 +66,6 @@ def _ms(value: object) -> Optional[float]:
     return None if seconds is None else round(seconds, 3)
 
 
-def _stages(value: object) -> Optional[Dict[Stage, float]]:
-    """Each stage's seconds; a stage this version does not know (a newer file) is left out."""
-    if not isinstance(value, dict):
-        return None
-    found: Dict[Stage, float] = {}
-    for name, seconds in value.items():
-        value = _ms(seconds)
-        if value is None:
-            return None
-        stage = Stage.parse(name)
-        if stage is not None:
-            found[stage] = value
-    return {stage: found[stage] for stage in Stage if stage in found}  # in the order a run goes through them
-
-
 def _byte_count(value: object) -> Optional[int]:
     found = fields.integer(value)
     return found if found is not None and 0 <= found <= MAX_BYTES else None
@@ -107,7 +91,7 @@ class TimingRecord:
     ended: float = checked(_ms)
     exit_code: int = checked(_exit_code)  # 0, or the code a failed run records
     way: str = checked(lambda v: fields.one_of(v, WAYS))  # FAILED exactly when exit_code is not 0
-    stages: Mapping[Stage, float] = checked(_stages)  # a stage gone through twice: both added up
+    stages: Mapping[Stage, float] = checked(lambda v: stage_table(v, _ms))  # a stage gone through twice: both added up
     stage: Optional[Stage] = checked(fields.text, None, convert=Stage.parse)  # where a failed run stopped
     route: Optional[Plan] = checked(fields.member(Plan), None)  # the way a provider took (None: none did)
     pin: Optional[str] = checked(fields.short_text, None)
@@ -138,8 +122,8 @@ class TimingRecord:
             "route": None if self.route is None else self.route.value, "pin": self.pin, "tool": self.tool,
             "stages": {str(s): round(v, 3) for s, v in self.stages.items()},
             "fetched": dict(self.fetched), "bytes_fetched": self.bytes_fetched, "cache": dict(self.cache),
-            "link_mode": self.link_mode, "lock_wait_s": _rounded(self.lock_wait_s),
-            "lease_wait_s": _rounded(self.lease_wait_s),
+            "link_mode": self.link_mode, "lock_wait_s": _ms(self.lock_wait_s),
+            "lease_wait_s": _ms(self.lease_wait_s),
         }
 
     @classmethod
@@ -154,10 +138,6 @@ class TimingRecord:
                 or sum(found.stages.values()) > found.total_s + ROUNDING_S * (len(found.stages) + 2)):
             return None
         return found
-
-
-def _rounded(value: Optional[float]) -> Optional[float]:
-    return None if value is None else round(value, 3)
 
 
 def of_dead_run(dead: RunRecord, host: str) -> Optional[TimingRecord]:
@@ -198,25 +178,21 @@ def prune(folder: str, *, keep_runs: int = KEEP_RUNS, keep_days: float = KEEP_DA
     """Remove the records beyond the newest ``keep_runs`` or older than ``keep_days``: only regular files named
     as the tool names records."""
     try:
-        names = os.listdir(folder)
+        entries = list(os.scandir(folder))
     except OSError:
         return
     dated: List[Tuple[float, str]] = []
-    for name in names:
-        if not name.endswith(RUN_RECORD_SUFFIX) or not is_new_run_id(name[:-len(RUN_RECORD_SUFFIX)]):
-            continue
-        try:
-            st = os.lstat(os.path.join(folder, name))
-        except OSError:
-            continue
-        if stat.S_ISREG(st.st_mode):
-            dated.append((st.st_mtime, name))
+    for entry in entries:
+        named = entry.name.endswith(RUN_RECORD_SUFFIX) and is_new_run_id(entry.name[:-len(RUN_RECORD_SUFFIX)])
+        with contextlib.suppress(OSError):
+            if named and entry.is_file(follow_symlinks=False):
+                dated.append((entry.stat(follow_symlinks=False).st_mtime, entry.path))
     dated.sort(reverse=True)
     oldest = time.time() - keep_days * 86400.0
-    for index, (mtime, name) in enumerate(dated):
+    for index, (mtime, path) in enumerate(dated):
         if index >= keep_runs or mtime < oldest:
             with contextlib.suppress(OSError):
-                os.unlink(os.path.join(folder, name))
+                os.unlink(path)
 
 
 @dataclass(frozen=True)
@@ -236,35 +212,24 @@ def read_records(folder: str) -> Tuple[List[TimingRecord], List[Skipped]]:
         return [], []
     except OSError as exc:  # another user's folder, a file planted at its name
         return [], [Skipped(folder, f"the folder cannot be listed ({exc.strerror or exc})")]
-    records: List[TimingRecord] = []
-    skipped: List[Skipped] = []
-    for name in names:
-        if name.startswith("."):
-            continue
-        path = os.path.join(folder, name)
-        record, why = _read(path)
-        if record is not None:
-            records.append(record)
-        else:
-            skipped.append(Skipped(path, why))
-    records.sort(key=lambda r: (r.started, r.run_id))
-    return records, skipped
+    found = [_read(os.path.join(folder, name)) for name in names if not name.startswith(".")]
+    records = sorted((r for r in found if isinstance(r, TimingRecord)), key=lambda r: (r.started, r.run_id))
+    return records, [s for s in found if isinstance(s, Skipped)]
 
 
-def _read(path: str) -> Tuple[Optional[TimingRecord], str]:
+def _read(path: str) -> Union[TimingRecord, Skipped]:
     raw = read_regular(path, MAX_RECORD_BYTES)
     if raw is None:
-        return None, "not a regular file of at most 256 KiB"
+        return Skipped(path, "not a regular file of at most 256 KiB")
     try:
-        data = json.loads(raw.decode())
-    except (ValueError, RecursionError):
-        return None, "not JSON (torn or foreign)"
+        data = fields.json_object(raw)
+    except ValueError as exc:
+        return Skipped(path, str(exc))
     record = TimingRecord.from_json(data)
-    if record is None:
-        version = fields.integer(data.get("version")) if isinstance(data, dict) else None
-        newer = version is not None and version > TIMING_VERSION
-        return None, f"a newer version's record (version {version})" if newer else "not a timing record"
-    return record, ""
+    version = fields.integer(data.get("version"))
+    if record is None and version is not None and version > TIMING_VERSION:
+        return Skipped(path, f"a newer version's record (version {version})")
+    return record or Skipped(path, "not a timing record")
 
 
 # -- what they add up to (``ensure-flydsl stats``; docs/schema/stats.schema.json) ----------------------------

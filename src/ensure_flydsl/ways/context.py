@@ -7,7 +7,7 @@ import contextlib
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Dict, Iterator, List, Mapping, Optional, Union
+from typing import Dict, Iterator, List, Mapping, Optional
 
 from ensure_flydsl.errors import Plan, Stage
 from ensure_flydsl.layout import host_cache_dir
@@ -15,8 +15,8 @@ from ensure_flydsl.probe.gate import Verdict
 from ensure_flydsl.probe.results import Interpreter, Probe
 from ensure_flydsl.result import How
 from ensure_flydsl.runs.history import read_history
-from ensure_flydsl.runs.progress import NullTracker, Pulse, Tracker, estimate_eta
-from ensure_flydsl.runs.records import RunStore, new_run_id
+from ensure_flydsl.runs.progress import Pulse, Tracker, estimate_eta
+from ensure_flydsl.runs.records import RunStore, new_record, new_run_id
 from ensure_flydsl.runs.timings import RunFacts
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.source.requirements import tag_version
@@ -83,7 +83,10 @@ class Run:
         self.step_name = Stage.SETTINGS
         self._interpreter: Optional[Interpreter] = None
         self.stamps = Stamps(settings.root)
-        self.tracker: Union[Tracker, NullTracker] = NullTracker()  # a Tracker from track() on
+        store = RunStore(settings.root)
+        self.tracker = Tracker(store, new_record(
+            store, self.run_id, request=settings.request(), fail_marker=settings.fail_marker,
+            log=settings.log_file, kind=kind, pid=os.getpid(), step=self.step_name))
         self.facts = RunFacts()  # bytes fetched, cache hits, lease waits: for the run's timing record
         self._worked = False
         processes.set_heartbeat(self.say)  # a network step that waits says so every 30 s
@@ -107,13 +110,8 @@ class Run:
 
     def track(self) -> None:
         """From here on the run is visible to ``status`` and ``wait``, and its death is noticed."""
-        if isinstance(self.tracker, NullTracker):
-            s = self.settings
-            route = likely_route(s)
-            self.tracker = Tracker.begin(
-                RunStore(s.root), self.run_id, request=s.request(), fail_marker=s.fail_marker, log=s.log_file,
-                kind=self.kind, alive_fd=self.alive_fd, host_dir=host_cache_dir(self.environ), route=route,
-            )
+        if not self.tracker.begun:
+            self.tracker.begin(self.alive_fd, host_cache_dir(self.environ), likely_route(self.settings))
             if self.step_name in Plan.SOURCE.stages:
                 self.tracker.step_started(self.step_name)
 
@@ -127,9 +125,8 @@ class Run:
         self.facts.route = plan
 
     def pulse(self) -> Pulse:
-        """What the heartbeat says: the tracker's figures once the run is tracked, else its step."""
-        return self.tracker.pulse() or Pulse(step=self.step_name, percent=None, elapsed_s=self.elapsed(), eta_s=None,
-                                             run_id=self.run_id, pid=os.getpid())
+        """What the heartbeat says (before the run is tracked, its step without an ETA)."""
+        return self.tracker.pulse()
 
     def worked(self) -> None:
         """The current step did real work: its duration counts for future ETAs."""
