@@ -12,7 +12,7 @@ For each ref, from the repository's git objects (no checkout), with the tool's o
   build_llvm.sh and build.sh read them) and the nanobind the build is held to (``source/needs.py``);
 * the submodules (``.gitmodules``);
 * where the default required modules (``FLYDSL_REQUIRE=flydsl,kernels.moe_gemm_2stage``) are;
-* what the requirements preflight says (``doctor/requirements.py: assess`` with ``--python``, default this
+* what the requirements preflight says (``doctor/diagnose.py: assess`` with ``--python``, default this
   interpreter): ok, or the module it refuses and why;
 * what ``ensure-flydsl doctor --json`` (strategy source, a fresh root, the repository as FLYDSL_REPO) says:
   its requirements and mlir checks, and the build needs it read;
@@ -37,7 +37,7 @@ from typing import Dict, List, Optional, Sequence
 
 from packaging.version import InvalidVersion, Version
 
-from ensure_flydsl.doctor.requirements import absent_reason, advised_require, assess
+from ensure_flydsl.doctor.diagnose import absent_reason, advised_require, assess
 from ensure_flydsl.settings import DEFAULT_REQUIRE
 from ensure_flydsl.source.git import read_blobs, resolve_in
 from ensure_flydsl.source.llvm_inputs import TOOL_SET, LlvmInputs, code_lines

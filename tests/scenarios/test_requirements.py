@@ -224,7 +224,7 @@ def test_real_pin_without_torch_is_refused_before_any_install(ws: Workspace, tmp
 @real
 def test_real_pin_preflight_time(tmp_path: "os.PathLike[str]") -> None:
     """The preflight on a checkout of the real pin: the walk plus the one question to the interpreter."""
-    from ensure_flydsl.doctor.requirements import assess
+    from ensure_flydsl.doctor.diagnose import assess
     from ensure_flydsl.source.requirements import CheckoutSources
 
     checkout = os.path.join(str(tmp_path), "checkout")

@@ -10,8 +10,7 @@ import os
 from dataclasses import replace
 from typing import List, Mapping, Optional
 
-from ensure_flydsl.doctor.diagnose import run_checks, stop_if_blocked
-from ensure_flydsl.doctor.requirements import Finding, assess, stop_if_missing, summary
+from ensure_flydsl.doctor.diagnose import Finding, assess, run_checks, stop_if_blocked, stop_if_missing, summary
 from ensure_flydsl.errors import BadInput, EnsureError, ExitCode, Stage
 from ensure_flydsl.layout import packages_dir, tree_folders, wheel_download_dir
 from ensure_flydsl.pipeline.decide import tree_key

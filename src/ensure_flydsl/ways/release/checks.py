@@ -10,7 +10,7 @@ from ensure_flydsl.errors import EnsureError, Stage
 from ensure_flydsl.probe.interpreter import describe_interpreter
 from ensure_flydsl.probe.results import Interpreter
 from ensure_flydsl.settings import Settings
-from ensure_flydsl.source import requirements as release_tags
+from ensure_flydsl.source import requirements
 from ensure_flydsl.source.git import local_repositories, read_git, resolve_in
 from ensure_flydsl.support.processes import CommandFailed
 from ensure_flydsl.ways import falls_back
@@ -29,8 +29,8 @@ SUGGEST_LIMIT_S = 8.0
 def release_version_of_pin(settings: Settings, checkout: Optional[str]) -> Tuple[Optional[str], str, bool]:
     """(X, how it is known, True) when the pin is the release vX (a tag, a version, or a commit a release tag
     points at in a local repository); else (None, why not, whether that is known before a fetch)."""
-    tag = release_tags.pin_as_tag(settings.pin)
-    version = release_tags.tag_version(tag)
+    tag = requirements.pin_as_tag(settings.pin)
+    version = requirements.tag_version(tag)
     if version is not None:
         return version, f"the pin names the release tag {tag}", True
     own = [checkout] if checkout and os.path.isdir(os.path.join(checkout, ".git")) else []
@@ -44,7 +44,7 @@ def release_version_of_pin(settings: Settings, checkout: Optional[str]) -> Tuple
             if exc.returncode == -1:  # git did not start, or did not answer
                 continue
             out = ""  # it answered no tag
-        versions = release_tags.release_tags(out.split())
+        versions = requirements.release_tags(out.split())
         if versions:
             return versions[0], f"commit {commit[:12]} is the release tag v{versions[0]}", True
         return None, f"the pin (commit {commit[:12]}) is not the commit of a release tag vX.Y.Z", True
@@ -120,16 +120,16 @@ def wheel_versions(interpreter: Interpreter, min_version: str, environ: Mapping[
 
 def release_suggestion(settings: Settings, interpreter: Interpreter, environ: Mapping[str, str]) -> Optional[str]:
     """The newest release but the pin's own that qualifies (module docstring), in words; or None."""
-    pinned = release_tags.tag_version(settings.pin) if settings.pin.startswith("v") else None
+    pinned = requirements.tag_version(settings.pin) if settings.pin.startswith("v") else None
     versions = wheel_versions(interpreter, settings.min_version, environ, pinned)
     if not versions:
         return None
-    modules = release_tags.checked_modules(settings.require)
-    source = release_tags.TagSource(settings.root, settings.repo, settings.git_mirrors, SUGGEST_TIMEOUT_S)
-    return suggestion_text(release_tags.release_holding(source, versions, modules), modules, source.shown())
+    modules = requirements.checked_modules(settings.require)
+    source = requirements.TagSource(settings.root, settings.repo, settings.git_mirrors, SUGGEST_TIMEOUT_S)
+    return suggestion_text(requirements.release_holding(source, versions, modules), modules, source.shown())
 
 
-def suggestion_text(answer: release_tags.TagAnswer, modules: Sequence[str], repository: str) -> Optional[str]:
+def suggestion_text(answer: requirements.TagAnswer, modules: Sequence[str], repository: str) -> Optional[str]:
     """A release that holds ``modules``, or one whose tag could not be read (said so: never claimed to work)."""
     names = ", ".join(modules)
     if answer.holding is not None:

@@ -3,6 +3,7 @@ installed), its install with pypa's ``installer`` (every file checked against RE
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import pathlib
 import re
@@ -166,20 +167,8 @@ def _read_source(sources: str, rel: str) -> bytes:
 
 def installed_version(target: str) -> Optional[str]:
     """The version in the installed wheel's metadata (``flydsl-X.dist-info/METADATA``)."""
-    try:
-        names = os.listdir(target)
-    except OSError:
-        return None
-    for name in names:
-        if name.startswith("flydsl-") and name.endswith(".dist-info"):
-            try:
-                with open(os.path.join(target, name, "METADATA"), encoding="utf-8", errors="replace") as handle:
-                    for line in handle:
-                        if line.startswith("Version:"):
-                            return line.split(":", 1)[1].strip()
-            except OSError:
-                return None
-    return None
+    found = [d.version for d in importlib.metadata.distributions(path=[target]) if d.metadata["Name"] == "flydsl"]
+    return found[0] if found else None
 
 
 def check_versions(tag: str, root: str, installed: Optional[str] = None) -> None:
