@@ -5,19 +5,21 @@ and 3.12, and a second call with the network poisoned."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+import zipfile
 from typing import Dict, Iterator, List
 
 import pytest
 
 from ensure_flydsl.geak.vendor import VENDORED
 from tests.helpers.flydsl_fixture import FixtureRepo, make_repo
-from tests.helpers.geak import SCRIPT, Geak, bare_venv, build_folder, pyenv_python
+from tests.helpers.geak import SCRIPT, SKILLS, Geak, bare_venv, build_folder, pyenv_python
 from tests.helpers.result_schema import validate
 
 pytestmark = pytest.mark.index  # the folder's vendored wheels come from the package index, once
@@ -140,13 +142,39 @@ def test_the_folder_holds_what_geak_takes(skill_folder: str) -> None:
     assert re.search(rf"^commit: {head}( with local changes)?$", version, re.M), version
     from ensure_flydsl.version import __version__
 
-    assert version.startswith(f"ensure-flydsl {__version__}\n")
-    tool = os.path.join(skill_folder, "tool")
+    assert version.startswith(f"ensure-flydsl {__version__}\nsource: ")
+    assert sorted(os.listdir(skill_folder)) == ["VERSION", "ensure_flydsl.pyz", "ensure_flydsl.sh", "skill.md"]
+    assert all(os.path.getsize(os.path.join(skill_folder, name)) < 500 * 1024 for name in os.listdir(skill_folder))
+    with zipfile.ZipFile(os.path.join(skill_folder, "ensure_flydsl.pyz")) as archive:
+        names = archive.namelist()
     for pinned in VENDORED:
-        assert os.path.isdir(os.path.join(tool, f"{pinned.name}-{pinned.version}.dist-info"))
+        assert f"{pinned.name}-{pinned.version}.dist-info/METADATA" in names
         assert f"{pinned.name} {pinned.version}" in version
-    assert os.path.isfile(os.path.join(tool, "ensure_flydsl", "cli", "main.py"))
-    assert not [p for p in os.listdir(tool) if p.endswith(".pyc") or p == "__pycache__"]
+    assert "__main__.py" in names and "ensure_flydsl/cli/main.py" in names
+    assert not [n for n in names if n.endswith((".pyc", ".exe")) or "__pycache__" in n], names
+
+
+def test_the_same_tool_writes_the_same_bytes(tmp_path: "os.PathLike[str]", skill_folder: str, skill_cache: str,
+                                             vendored_wheels: str) -> None:
+    again = os.path.join(str(tmp_path), "ensure_flydsl")
+    assert build_folder(again, skill_cache, "--wheels", vendored_wheels).returncode == 0
+    assert _snapshot(again) == _snapshot(skill_folder)
+
+
+def test_every_module_of_the_tool_imports_from_the_zipapp(skill_folder: str, bare_pythons: Dict[str, str]) -> None:
+    """The zipapp leaves out what the vendored wheels hold that the tool never imports: each of the tool's
+    modules still imports from it, under the oldest and a newer Python a container may have."""
+    zipapp = os.path.join(skill_folder, "ensure_flydsl.pyz")
+    script = ("import sys; sys.path.insert(0, sys.argv[1])\nimport pkgutil, importlib, ensure_flydsl\n"
+              "for m in pkgutil.walk_packages(ensure_flydsl.__path__, 'ensure_flydsl.'):\n"
+              "    if not m.name.startswith('ensure_flydsl.probe.scripts.'):  # scripts, run in the target\n"
+              "        importlib.import_module(m.name)\n"
+              "import ensure_flydsl.probe.scripts as s; assert 'import' in s.text('import_probe')\nprint('ok')")
+    for minor in ("9", "12"):
+        python = _python(bare_pythons, minor)
+        out = subprocess.run([python, "-E", "-S", "-c", script, zipapp], env={"PATH": "/usr/bin:/bin"},
+                             text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, check=False)
+        assert out.stdout == "ok\n", out.stderr[-3000:]
 
 
 # -- GEAK's callers -------------------------------------------------------------------------------------
@@ -161,7 +189,7 @@ def test_the_seed_procedure_verbatim_from_geak_s_top_folder(geak: Geak) -> None:
     with open(geak.env_file) as handle:
         env = handle.read()
     assert f"export FLYDSL_SHIM_DIR={geak.shim_dir}\n" in env  # as the old script derived it from its place
-    assert "/tool" not in env and geak.skill not in env  # the vendored folder never reaches PYTHONPATH
+    assert geak.skill not in env  # the zipapp never reaches PYTHONPATH
     with open(os.path.join(geak.base, "ensure_flydsl.log")) as handle:
         assert "ready: flydsl" in handle.read()
 
@@ -208,12 +236,12 @@ def test_the_agent_form_of_the_folder_s_own_procedure(geak: Geak) -> None:
     """skill.md's three shell calls, each on its own, as an agent makes them: start (the root's parent does
     not exist yet), wait until it is not 75, then the import check with ${FLYDSL_PYTHON:-python3}."""
     start, wait, use = (re.sub(r"^ {3}", "", b, flags=re.M) for b in _procedure_blocks(geak.skill))
-    started = geak.bash(start, FIXTURE_BUILD_SLEEP="1")
+    started = geak.bash(start, FIXTURE_BUILD_SLEEP="3")  # each cold call of the zipapp compiles its modules
     assert started.returncode == 0, started.stdout + started.stderr
     launched = json.loads(started.stdout.splitlines()[-1])
     assert set(launched) >= {"run_id", "pid", "log", "state"}
     worker = next((c for c in _worker_cmdlines() if "_worker" in c and launched["run_id"] in c), None)
-    assert worker is not None and worker[1:4] == ["-E", "-S", os.path.join(geak.skill, "tool", "run.py")], worker
+    assert worker is not None and worker[1:4] == ["-E", "-S", os.path.join(geak.skill, "ensure_flydsl.pyz")], worker
     codes = []
     for _ in range(20):
         waited = geak.bash(wait.replace("--timeout 540", "--timeout 1"))
@@ -335,15 +363,133 @@ def test_a_setting_that_needs_an_extra_is_refused_in_one_line(geak: Geak, name: 
     assert not os.path.exists(geak.root)
 
 
+def _marker_reason(geak: Geak) -> str:
+    with open(geak.fail_marker) as handle:
+        marker = json.load(handle)
+    assert marker["exit_code"] == 64 and marker["stage"] == "settings", marker
+    return str(marker["reason"])
+
+
 def test_an_older_python3_is_told_what_is_wrong(tmp_path: "os.PathLike[str]", skill_folder: str,
                                                 fixture_repo: FixtureRepo) -> None:
+    """A run with a python3 older than 3.9: one line and the failure marker, written by the launcher itself
+    (a nohup poller is told at once); a command that is no run gets the line alone."""
     old = pyenv_python("8")
     if old is None:
         pytest.skip("no CPython 3.8 here")
     geak = Geak(str(tmp_path), skill_folder, fixture_repo, bare_venv(old, os.path.join(str(tmp_path), "py38")))
+    os.makedirs(geak.base)
+    out = geak.run("status")
+    assert out.returncode == 64 and "needs Python 3.9 or newer" in out.stderr and out.stderr.count("\n") == 1
+    assert not os.path.exists(geak.fail_marker)
     out = geak.run()
     assert out.returncode == 64
     assert "needs Python 3.9 or newer" in out.stderr and out.stderr.count("\n") == 1
+    assert "Python 3.8" in _marker_reason(geak)
+
+
+@pytest.mark.parametrize("minor", ["6", "8"])
+def test_the_zipapp_run_by_an_old_python3_says_so_in_one_line(skill_folder: str, minor: str) -> None:
+    """The zipapp's entry is valid syntax for any python3: run directly by an old one, one line, exit 64."""
+    old = pyenv_python(minor)
+    if old is None:
+        pytest.skip(f"no CPython 3.{minor} here")
+    out = subprocess.run([old, "-E", "-S", os.path.join(skill_folder, "ensure_flydsl.pyz"), "-V"], text=True,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, check=False)
+    assert out.returncode == 64 and "needs Python 3.9 or newer" in out.stderr and out.stderr.count("\n") == 1
+
+
+def test_no_python3_on_path_leaves_the_marker(geak: Geak) -> None:
+    os.makedirs(geak.base)
+    bare = os.path.join(os.path.dirname(geak.base), "bare-bin")  # what the launcher uses, and no python3
+    os.makedirs(bare)
+    for tool in ("bash", "dirname", "basename", "sha256sum", "uname", "date", "tr", "sed", "mv", "rm"):
+        found = shutil.which(tool, path="/usr/bin:/bin")
+        assert found is not None
+        os.symlink(found, os.path.join(bare, tool))
+    out = geak.run(PATH=bare)
+    assert out.returncode == 64 and "no python3 on PATH" in out.stderr and out.stderr.count("\n") == 1
+    assert "no python3 on PATH" in _marker_reason(geak)
+
+
+@pytest.mark.parametrize("damage", ["truncated", "missing", "version edited"])
+def test_a_zipapp_that_is_not_the_one_version_names_is_refused(geak: Geak, damage: str) -> None:
+    zipapp = os.path.join(geak.skill, "ensure_flydsl.pyz")
+    if damage == "truncated":
+        os.truncate(zipapp, os.path.getsize(zipapp) // 2)
+    elif damage == "missing":
+        os.unlink(zipapp)
+    else:
+        with open(os.path.join(geak.skill, "VERSION")) as handle:
+            text = handle.read()
+        with open(os.path.join(geak.skill, "VERSION"), "w") as handle:
+            handle.write(re.sub(r"sha256: [0-9a-f]{64}  ensure_flydsl.pyz", "sha256: " + "0" * 64 +
+                                "  ensure_flydsl.pyz", text))
+    os.makedirs(geak.base)
+    out = geak.run("--json")
+    assert out.returncode == 64 and out.stdout == "", out.stdout + out.stderr
+    assert "is not the zipapp" in out.stderr and "ensure-flydsl skill" in out.stderr and out.stderr.count("\n") == 1
+    assert "is not the zipapp" in _marker_reason(geak)
+    assert not os.path.exists(geak.root)
+
+
+def test_the_launcher_finds_its_folder_under_sh_and_an_exported_cdpath(geak: Geak) -> None:
+    """An exported CDPATH makes `cd` print the folder it went to; `sh` is not bash: both still run the tool."""
+    cdpath = os.path.dirname(geak.skill)
+    for shell in ("bash", "sh"):
+        out = geak.bash(f"CDPATH={cdpath} {shell} {SCRIPT} -V", CDPATH=cdpath)
+        assert out.returncode == 0 and out.stdout.startswith("ensure-flydsl "), out.stdout + out.stderr
+    out = geak.bash(f"cd {geak.skill} && sh ensure_flydsl.sh -V")
+    assert out.returncode == 0 and out.stdout.startswith("ensure-flydsl "), out.stdout + out.stderr
+
+
+def test_a_folder_outside_geak_exports_no_shim_dir(tmp_path: "os.PathLike[str]", skill_folder: str,
+                                                  fixture_repo: FixtureRepo, bare_pythons: Dict[str, str]) -> None:
+    geak = Geak(str(tmp_path), skill_folder, fixture_repo, _python(bare_pythons, "12"))
+    elsewhere = os.path.join(str(tmp_path), "elsewhere", "ensure_flydsl")
+    shutil.copytree(geak.skill, elsewhere)
+    out = geak.bash(f"bash {elsewhere}/ensure_flydsl.sh")
+    assert out.returncode == 0, out.stdout + out.stderr
+    with open(geak.env_file) as handle:
+        assert "FLYDSL_SHIM_DIR" not in handle.read()
+
+
+# GEAK's pre-commit hooks as pre-commit runs them (each hook's own file types), from the executables the test
+# extra installs from the package index instead of their repositories: no network.
+GEAK_HOOKS = """repos:
+- repo: local
+  hooks:
+  - {id: check-added-large-files, name: large files, entry: check-added-large-files --maxkb=500, language: system}
+  - {id: trailing-whitespace, name: whitespace, entry: trailing-whitespace-fixer, language: system, types: [text]}
+  - {id: mixed-line-ending, name: line endings, entry: mixed-line-ending, language: system, types: [text]}
+  - {id: typos, name: typos, entry: typos, language: system, types: [text]}
+  - id: ruff
+    name: ruff
+    entry: ruff check --fix --no-cache --target-version py310 --select E,F,W,I,UP,PTH
+    language: system
+    types_or: [python, pyi]
+  - {id: ruff-format, name: ruff format, entry: ruff format --no-cache --target-version py310, language: system,
+     types_or: [python, pyi]}
+"""
+
+
+def test_geak_s_own_hooks_change_nothing_in_the_folder(tmp_path: "os.PathLike[str]", skill_folder: str) -> None:
+    """`pre-commit run` over the folder committed into a GEAK checkout: nothing refused, nothing rewritten."""
+    top = os.path.join(str(tmp_path), "GEAK")
+    folder = os.path.join(top, SKILLS, "ensure_flydsl")
+    shutil.copytree(skill_folder, folder)
+    config = os.path.join(str(tmp_path), "pre-commit-config.yaml")
+    with open(config, "w") as handle:
+        handle.write(GEAK_HOOKS)
+    subprocess.run(["git", "init", "-q", top], check=True)
+    subprocess.run(["git", "add", "-A"], cwd=top, check=True)  # what the GEAK commit adds
+    bin_dir = os.path.dirname(sys.executable)
+    env = {**os.environ, "PATH": os.pathsep.join([bin_dir, os.environ["PATH"]]),
+           "PRE_COMMIT_HOME": os.path.join(str(tmp_path), "pre-commit-home")}
+    out = subprocess.run([os.path.join(bin_dir, "pre-commit"), "run", "--all-files", "--config", config], cwd=top,
+                         env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, check=False)
+    assert out.returncode == 0, out.stdout
+    assert _snapshot(folder) == _snapshot(skill_folder)
 
 
 # -- writing the folder ------------------------------------------------------------------------------------
@@ -381,37 +527,59 @@ def test_force_replaces_only_a_folder_it_made(tmp_path: "os.PathLike[str]", skil
     assert build_folder(dest, skill_cache, "--wheels", wheels).returncode == 0
     again = build_folder(dest, skill_cache, "--wheels", wheels)
     assert again.returncode == 64 and "add --force to replace it" in again.stderr
-    # Running it leaves Python's bytecode beside the vendored modules: still the folder it made.
     python = _python(bare_pythons, "12")
-    def version() -> str:
-        ran = subprocess.run(["bash", os.path.join(dest, "ensure_flydsl.sh"), "-V"], text=True, check=False,
-                             env={"PATH": f"{os.path.dirname(python)}:/usr/bin:/bin"}, stdout=subprocess.PIPE)
-        assert ran.returncode == 0 and ran.stdout.startswith("ensure-flydsl "), ran
-        return ran.stdout.strip()
 
-    # -V names the commit the folder was made from, while its code is the code it was made with.
-    with open(os.path.join(dest, ".ensure-flydsl-skill.json")) as handle:
-        made_from = json.load(handle)["commit"]
+    def version() -> "subprocess.CompletedProcess[str]":
+        return subprocess.run(["bash", os.path.join(dest, "ensure_flydsl.sh"), "-V"], text=True, check=False,
+                              env={"PATH": f"{os.path.dirname(python)}:/usr/bin:/bin"}, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE)
+
+    # -V names the commit the folder was made from, while its zipapp is the one VERSION hashes.
+    with open(os.path.join(dest, "VERSION")) as handle:
+        made_from = re.findall(r"^commit: (.*)$", handle.read(), re.M)[0]
     shown = version()
+    assert shown.returncode == 0 and shown.stdout.startswith("ensure-flydsl "), shown
     if re.match(r"^[0-9a-f]{40}( with local changes)?$", made_from):  # made from a checkout of the tool
-        assert shown.endswith(f" (commit {made_from})"), shown
-    assert any("__pycache__" in dirs for _, dirs, _ in os.walk(os.path.join(dest, "tool")))
+        assert shown.stdout.strip().endswith(f" (commit {made_from})"), shown
     before = os.stat(os.path.join(dest, "skill.md")).st_ino
     forced = build_folder(dest, skill_cache, "--wheels", wheels, "--force")
     assert forced.returncode == 0, forced.stderr
     assert "replaced" in forced.stdout and os.stat(os.path.join(dest, "skill.md")).st_ino != before
-    with open(os.path.join(dest, "tool", "notes.txt"), "w") as handle:
+    with open(os.path.join(dest, "notes.txt"), "w") as handle:
         handle.write("mine\n")
-    with open(os.path.join(dest, "tool", "ensure_flydsl", "version.py"), "a") as handle:
-        handle.write("# an edit\n")
-    assert "(commit" not in version()  # no commit is claimed for code that is not the commit's
+    with open(os.path.join(dest, "ensure_flydsl.pyz"), "ab") as handle:
+        handle.write(b"# an edit\n")
+    edited = version()  # the launcher refuses a zipapp that is not the one VERSION names, in one line
+    assert edited.returncode == 64 and edited.stdout == "", edited
+    assert "is not the zipapp" in edited.stderr and edited.stderr.count("\n") == 1, edited.stderr
     with open(os.path.join(dest, "skill.md"), "a") as handle:
         handle.write("an edit\n")
     kept = _snapshot(dest)
     refused = build_folder(dest, skill_cache, "--wheels", wheels, "--force")
-    assert refused.returncode == 64 and "tool/notes.txt" in refused.stderr and "skill.md (changed)" in refused.stderr
+    assert refused.returncode == 64 and "notes.txt" in refused.stderr and "skill.md (changed)" in refused.stderr
+    assert "ensure_flydsl.pyz (changed)" in refused.stderr
     assert _snapshot(dest) == kept
     assert [n for n in os.listdir(str(tmp_path)) if n != "ensure_flydsl"] == []  # no staging left behind
+
+
+def test_force_replaces_a_folder_of_the_first_shape(tmp_path: "os.PathLike[str]", skill_cache: str,
+                                                    vendored_wheels: str) -> None:
+    """A folder an earlier version wrote (tool/ and its JSON manifest, Python's bytecode beside the modules
+    once it ran) is this command's too: --force replaces it with the zipapp."""
+    dest = os.path.join(str(tmp_path), "ensure_flydsl")
+    os.makedirs(os.path.join(dest, "tool", "__pycache__"))
+    files = {"skill.md": b"# the skill\n", "ensure_flydsl.sh": b"#!/bin/bash\n", "tool/run.py": b"x = 1\n"}
+    for rel, data in files.items():
+        with open(os.path.join(dest, rel), "wb") as handle:
+            handle.write(data)
+    with open(os.path.join(dest, "tool", "__pycache__", "run.cpython-312.pyc"), "wb") as handle:
+        handle.write(b"bytecode")
+    with open(os.path.join(dest, ".ensure-flydsl-skill.json"), "w") as handle:
+        json.dump({"made_by": "ensure-flydsl skill", "files": {rel: hashlib.sha256(data).hexdigest()
+                                                               for rel, data in files.items()}}, handle)
+    forced = build_folder(dest, skill_cache, "--wheels", vendored_wheels, "--force")
+    assert forced.returncode == 0, forced.stderr
+    assert sorted(os.listdir(dest)) == ["VERSION", "ensure_flydsl.pyz", "ensure_flydsl.sh", "skill.md"]
 
 
 def test_wheels_that_are_not_the_pinned_ones_are_refused(tmp_path: "os.PathLike[str]", skill_cache: str,
@@ -438,7 +606,8 @@ def test_under_uv_tool_install_the_wheels_come_through_python3_on_path(tmp_path:
     assert out.returncode == 0, out.stdout + out.stderr
     assert "downloading packaging 26.3, filelock 3.19.1, installer 0.7.0" in out.stdout + out.stderr
     for pinned in VENDORED:
-        assert os.path.isdir(os.path.join(dest, "tool", f"{pinned.name}-{pinned.version}.dist-info"))
+        with zipfile.ZipFile(os.path.join(dest, "ensure_flydsl.pyz")) as archive:
+            assert f"{pinned.name}-{pinned.version}.dist-info/METADATA" in archive.namelist()
 
 
 def test_with_no_pip_anywhere_the_folder_is_exit_8_naming_the_remedy(tmp_path: "os.PathLike[str]", uv_tool: str,

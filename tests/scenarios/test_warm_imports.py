@@ -6,9 +6,9 @@ modules: the stamp holds the answer's JSON as text, so not even ``json`` (which 
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
+import zipfile
 from typing import List, Set, Tuple
 
 import pytest
@@ -20,7 +20,7 @@ FRONT_DOOR = {"ensure_flydsl", "ensure_flydsl.__main__", "ensure_flydsl.warm"}
 NOT_WARM = {"json", "re", "enum", "typing", "dataclasses", "subprocess", "threading", "shutil", "argparse",
             "tempfile", "hashlib"}
 PACKAGE = os.path.dirname(os.path.abspath(ensure_flydsl.__file__))
-TEMPLATE = os.path.join(PACKAGE, "geak", "templates", "run.py.in")
+TEMPLATE = os.path.join(PACKAGE, "geak", "templates", "__main__.py.in")
 
 
 def imported(ws: Workspace, argv: List[str]) -> Set[str]:
@@ -31,12 +31,17 @@ def imported(ws: Workspace, argv: List[str]) -> Set[str]:
 
 
 def geak_launcher(folder: str) -> str:
-    """The GEAK folder's tool/: the launcher ``ensure-flydsl skill`` writes from its template, beside this
-    package (the vendored libraries are left out: the warm call must not need them)."""
-    tool = os.path.join(folder, "tool")
-    shutil.copytree(PACKAGE, os.path.join(tool, "ensure_flydsl"), ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy(TEMPLATE, os.path.join(tool, "run.py"))
-    return os.path.join(tool, "run.py")
+    """The GEAK folder's zipapp: this package and the entry ``ensure-flydsl skill`` writes from its template
+    (the vendored libraries are left out: the warm call must not need them)."""
+    zipapp = os.path.join(folder, "ensure_flydsl.pyz")
+    with zipfile.ZipFile(zipapp, "w") as archive:
+        archive.write(TEMPLATE, "__main__.py")
+        for current, dirs, names in os.walk(PACKAGE):
+            dirs[:] = [d for d in dirs if d != "__pycache__"]
+            for name in names:
+                path = os.path.join(current, name)
+                archive.write(path, os.path.join("ensure_flydsl", os.path.relpath(path, PACKAGE)))
+    return zipapp
 
 
 def entries(tmp: str) -> List[Tuple[List[str], List[str]]]:

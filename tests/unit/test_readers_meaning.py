@@ -27,7 +27,10 @@ from hypothesis import strategies as st
 
 from ensure_flydsl.cli.cache import describe
 from ensure_flydsl.errors import FAILURE_CODES, ExitCode, Plan, Stage
-from ensure_flydsl.geak.folder import MADE_BY, MANIFEST, refusal
+from ensure_flydsl.geak.folder import LEGACY_MADE_BY as MADE_BY
+from ensure_flydsl.geak.folder import LEGACY_MANIFEST as MANIFEST
+from ensure_flydsl.geak.folder import MADE_BY as VERSION_MADE_BY
+from ensure_flydsl.geak.folder import refusal
 from ensure_flydsl.layout import history_file
 from ensure_flydsl.pipeline.lock import LockHolder, describe_holder
 from ensure_flydsl.result import How
@@ -416,7 +419,7 @@ def test_the_eta_history_gives_finite_etas_whatever_it_holds(history: Dict[str, 
                 assert eta is not None and 0 <= eta < INF
 
 
-# -- the GEAK folder's manifest ---------------------------------------------------------------------------------------
+# -- the GEAK folder: its first shape's JSON manifest (tool/), its VERSION now -----------------------------------------
 GEAK_KEYS = st.sampled_from(["skill.md", "../skill.md", "/etc/passwd", "tool/a.py", "skill.md\0", "", ".", "tool"])
 GEAK_VALUES = st.sampled_from(["sha", "", "A" * 64, "e" * 63, "e" * 64 + "\n", "right"])
 
@@ -442,6 +445,40 @@ def test_a_skill_folder_is_replaced_only_when_its_manifest_names_every_file_as_i
         # A manifest with a value that is no sha256 (64 lower-case hex digits, to the end) is none of ours.
         ours = made_by == MADE_BY and all(len(v) == 64 and set(v) <= set("0123456789abcdef") for v in listed.values())
         assert allowed == (ours and all(listed.get(rel) == sha for rel, sha in real.items())), listed
+
+
+VERSION_LINES = st.sampled_from([
+    "sha256: {skill.md}  skill.md", "sha256: {ensure_flydsl.sh}  ensure_flydsl.sh",
+    "sha256: {ensure_flydsl.pyz}  ensure_flydsl.pyz", "sha256: {ensure_flydsl.pyz}  ../ensure_flydsl.pyz",
+    "sha256: " + "e" * 64 + "  skill.md", "sha256: " + "E" * 64 + "  ensure_flydsl.sh", "sha256: {skill.md}",
+    "sha256:  skill.md", VERSION_MADE_BY, "made by someone", "commit: x", "ensure-flydsl 0.1.0"])
+
+
+@MEANING
+@given(lines=st.lists(VERSION_LINES, max_size=8), first=st.sampled_from(["ensure-flydsl 0.1.0", "something 1"]))
+def test_a_skill_folder_is_replaced_only_when_its_version_hashes_every_file_as_it_is(
+        lines: List[str], first: str) -> None:
+    """Whatever VERSION says, `skill --force` replaces the folder only when VERSION is this command's and names
+    each of its three files with the sha256 it has."""
+    with tempfile.TemporaryDirectory() as tmp:
+        target = os.path.join(tmp, "skill")
+        os.makedirs(target)
+        contents = {"skill.md": b"# skill\n", "ensure_flydsl.sh": b"#!/bin/sh\n", "ensure_flydsl.pyz": b"PK"}
+        for rel, data in contents.items():
+            with open(os.path.join(target, rel), "wb") as handle:
+                handle.write(data)
+        real = {rel: hashlib.sha256(data).hexdigest() for rel, data in contents.items()}
+        text = "\n".join([first, *lines]) + "\n"
+        for rel, sha in real.items():
+            text = text.replace("{" + rel + "}", sha)
+        with open(os.path.join(target, "VERSION"), "w") as handle:
+            handle.write(text)
+        named = {}
+        for words in (line.split() for line in text.splitlines() if line.startswith("sha256: ")):
+            if len(words) == 3 and len(words[1]) == 64 and set(words[1]) <= set("0123456789abcdef"):
+                named[words[2]] = words[1]
+        ours = first.startswith("ensure-flydsl ") and VERSION_MADE_BY in text.splitlines() and named == real
+        assert (refusal(target, force=True) is None) == ours, text
 
 
 # -- what status and wait answer from planted records ------------------------------------------------------------------

@@ -35,7 +35,7 @@ from ensure_flydsl.errors import (
     disk_full_error,
     interrupted_by,
 )
-from ensure_flydsl.geak.folder import MADE_BY, MANIFEST, write_skill_folder
+from ensure_flydsl.geak.folder import COMMIT, ZIPAPP, folder_commit, write_skill_folder
 from ensure_flydsl.geak.provenance import PACKAGE_DIR, tool_commit
 from ensure_flydsl.pipeline.decide import check_reuse
 from ensure_flydsl.pipeline.run import ensure_run
@@ -57,7 +57,6 @@ from ensure_flydsl.settings import (
     flag_text,
     settings_from_kwargs,
 )
-from ensure_flydsl.support.files import file_sha256, read_json
 from ensure_flydsl.support.processes import unblock_stop_signals
 from ensure_flydsl.support.report import Reporter, to_devnull
 from ensure_flydsl.version import __version__
@@ -72,7 +71,6 @@ RECORDS = tuple(s.name for s in SETTINGS if s.in_request) + ("lock_file", "fail_
 STOP_SIGNALS = {signal.SIGTERM: "SIGTERM", signal.SIGHUP: "SIGHUP"}  # they unwind a run like Ctrl-C
 DOCTOR_SCHEMA_VERSION = 1  # of `doctor --json`'s shape: a new key keeps it, a changed meaning does not
 BUILD_FAILURES = (ExitCode.FETCH, ExitCode.CHECKOUT, ExitCode.LLVM_BUILD, ExitCode.FLYDSL_BUILD, ExitCode.PROBE)
-COMMIT = r"^[0-9a-f]{40}( with local changes)?$"  # what geak/provenance.py says of code that is a commit's
 
 
 @dataclass
@@ -116,35 +114,12 @@ class _Version(argparse.Action):
     """``-V``: the version, with the commit when the code is known to be a commit's (computed only when asked)."""
 
     def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
-        commit = _skill_folder_commit(PACKAGE_DIR)
+        commit = folder_commit(PACKAGE_DIR)
         if commit is None:
             commit = tool_commit()
             commit = commit if re.match(COMMIT, commit) else ""
         print(f"ensure-flydsl {__version__}" + (f" (commit {commit})" if commit else ""))
         parser.exit()
-
-
-def _skill_folder_commit(package_dir: str) -> Optional[str]:
-    """In a GEAK folder (``skill DIR``: DIR/tool/ensure_flydsl): the commit its manifest names when the
-    package's files are still the ones it lists ("" when they are not: no commit is claimed for them);
-    None outside such a folder.  The folder may sit in a checkout of GEAK, whose commit is not the tool's."""
-    folder = os.path.dirname(os.path.dirname(package_dir))
-    if os.path.basename(os.path.dirname(package_dir)) != "tool":
-        return None
-    manifest = read_json(os.path.join(folder, MANIFEST))
-    if manifest is None or manifest.get("made_by") != MADE_BY:
-        return None
-    files, commit = manifest.get("files"), manifest.get("commit")
-    if not isinstance(files, dict) or not isinstance(commit, str) or not re.match(COMMIT, commit):
-        return ""
-    prefix = os.path.relpath(package_dir, folder) + os.sep
-    listed = {path: sha for path, sha in files.items() if isinstance(path, str) and path.startswith(prefix)}
-    found = {}
-    for current, dirs, names in os.walk(package_dir):
-        dirs[:] = [d for d in dirs if d != "__pycache__"]
-        found.update({os.path.relpath(os.path.join(current, name), folder): file_sha256(os.path.join(current, name))
-                      for name in names})
-    return commit if found == listed else ""
 
 
 def refuse(line: str) -> NoReturn:
@@ -604,7 +579,7 @@ def _doctor(call: Call, settings: Settings) -> int:
 def _skill(call: Call) -> int:
     args, reporter = call.args, call.reporter
     made = write_skill_folder(args.dir, force=args.force, wheels=args.wheels, environ=call.environ, say=reporter.say)
-    reason = (f"{'replaced' if made.replaced else 'wrote'} {made.path}: skill.md, ensure_flydsl.sh, tool/ "
+    reason = (f"{'replaced' if made.replaced else 'wrote'} {made.path}: skill.md, ensure_flydsl.sh, {ZIPAPP} "
               f"(ensure-flydsl {made.version} with {', '.join(made.vendored)}), VERSION (commit {made.commit})")
     if call.as_json:
         data = result_object(ok=True, exit_code=0, reason=reason)

@@ -1,37 +1,42 @@
-"""``ensure-flydsl skill DIR``: the folder GEAK takes in place of its ``skills/ensure_flydsl/`` (skill.md, the
-launcher, ``tool/``, VERSION), with a manifest of every file's sha256 so that ``--force`` replaces only a folder
-this command made, unchanged; made beside DIR and renamed into place."""
+"""``ensure-flydsl skill DIR``: the folder GEAK takes in place of its ``skills/ensure_flydsl/``: skill.md, the
+launcher, the tool as one zipapp and VERSION, which names every file's sha256 so that ``--force`` replaces only a
+folder this command wrote. The same tool writes the same bytes; the folder is made beside DIR and renamed in."""
 
 from __future__ import annotations
 
-import datetime
+import fnmatch
+import hashlib
+import io
 import os
 import re
-import shutil
-import sys
 import tempfile
+import zipfile
 from dataclasses import dataclass
-from importlib import metadata
-from typing import Callable, Dict, List, Optional
+from importlib import resources
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
 
 from ensure_flydsl.errors import BadInput, ExitCode
 from ensure_flydsl.geak import vendor
-from ensure_flydsl.geak.provenance import PACKAGE_DIR, tool_commit
+from ensure_flydsl.geak.provenance import tool_commit, tool_source
 from ensure_flydsl.settings import DEFAULT_MIN_VERSION, DEFAULT_PIN, SETTINGS
-from ensure_flydsl.support.files import (
-    atomic_write_json,
-    file_sha256,
-    move_aside,
-    read_json,
-    remove_tree,
-    rename_into_place,
-)
+from ensure_flydsl.support.files import file_sha256, move_aside, read_json, remove_tree, rename_into_place
 from ensure_flydsl.version import __version__
 from ensure_flydsl.warm import DEFAULT_ROOT
 
-MANIFEST = ".ensure-flydsl-skill.json"
-MADE_BY = "ensure-flydsl skill"
-TEMPLATES = os.path.join(PACKAGE_DIR, "geak", "templates")
+ZIPAPP = "ensure_flydsl.pyz"
+SCRIPT = "ensure_flydsl.sh"
+HASHED = ("skill.md", SCRIPT, ZIPAPP)  # VERSION names their sha256 (ensure_flydsl.sh checks the zipapp's)
+MADE_BY = "made by `ensure-flydsl skill`"
+LEGACY_MANIFEST = ".ensure-flydsl-skill.json"  # the folder's first shape: tool/ and this manifest
+LEGACY_MADE_BY = "ensure-flydsl skill"
+COMMIT = r"^[0-9a-f]{40}( with local changes)?$"  # what geak/provenance.py says of code that is a commit's
+ZIP_TIME = (1980, 1, 1, 0, 0, 0)  # every member's: two writes of the same files are the same bytes
+# What the vendored wheels hold that the tool never imports (installer's Windows launchers, most of packaging):
+# GEAK's pre-commit refuses files over 500 KB.
+LEFT_OUT = ("installer/__main__.py", "installer/_scripts/*.exe", "packaging/licenses/*", "packaging/metadata.py",
+            "packaging/pylock.py", "packaging/ranges.py", "packaging/dependency_groups.py",
+            "packaging/direct_url.py", "packaging/errors.py", "packaging/_structures.py", "*.dist-info/RECORD",
+            "*.dist-info/INSTALLER")
 # The overrides GEAK's skill has always offered (the bash script's own), listed first in skill.md.
 FIRST_SETTINGS = ("FLYDSL_ROOT", "FLYDSL_MIN_VERSION", "FLYDSL_BUILD_LOCK")
 _HEX64 = re.compile(r"^[0-9a-f]{64}\Z")
@@ -46,18 +51,37 @@ class SkillFolder:
     replaced: bool
 
 
+def version_hashes(folder: str) -> Optional[Dict[str, str]]:
+    """The sha256 of each file VERSION in ``folder`` names, when this command wrote that VERSION; else None."""
+    try:
+        with open(os.path.join(folder, "VERSION"), encoding="utf-8") as handle:
+            lines = handle.read(65536).splitlines()
+    except (OSError, UnicodeDecodeError):
+        return None
+    if not lines or not lines[0].startswith("ensure-flydsl ") or MADE_BY not in lines:
+        return None
+    hashes = {}
+    for words in (line.split() for line in lines if line.startswith("sha256: ")):
+        if len(words) == 3 and _HEX64.match(words[1]):
+            hashes[words[2]] = words[1]
+    return hashes if set(hashes) == set(HASHED) else None
+
+
 def _made_files(folder: str) -> Optional[Dict[str, str]]:
-    """The files the manifest in ``folder`` says this command wrote (path: sha256), else None."""
-    data = read_json(os.path.join(folder, MANIFEST))
-    files = data.get("files") if data is not None and data.get("made_by") == MADE_BY else None
+    """The files this command wrote in ``folder`` (path: sha256; VERSION itself: ""), else None."""
+    hashes = version_hashes(folder)
+    if hashes is not None:
+        return {**hashes, "VERSION": ""}
+    data = read_json(os.path.join(folder, LEGACY_MANIFEST))
+    files = data.get("files") if data is not None and data.get("made_by") == LEGACY_MADE_BY else None
     if not isinstance(files, dict) or not all(isinstance(k, str) and isinstance(v, str) and _HEX64.match(v)
                                               for k, v in files.items()):
         return None
-    return {str(k): str(v) for k, v in files.items()}
+    return {**{str(k): str(v) for k, v in files.items()}, LEGACY_MANIFEST: ""}
 
 
 def _python_bytecode(rel: str) -> bool:
-    """What Python itself writes beside the vendored modules when the folder runs."""
+    """What Python wrote beside the modules of a folder of the first shape (tool/) when it ran."""
     parts = rel.split(os.sep)
     return len(parts) > 1 and parts[-2] == "__pycache__" and rel.endswith(".pyc")
 
@@ -71,7 +95,8 @@ def _not_ours(folder: str, made: Dict[str, str]) -> List[str]:
             rel = os.path.relpath(path, folder)
             if os.path.islink(path) or (name in names and not os.path.isfile(path)):
                 foreign.append(rel)
-            elif name in names and rel != MANIFEST and not _python_bytecode(rel) and made.get(rel) != file_sha256(path):
+            elif name in names and made.get(rel) != "" and not _python_bytecode(rel) and \
+                    made.get(rel) != file_sha256(path):
                 foreign.append(rel + (" (changed)" if rel in made else ""))
     return sorted(foreign)
 
@@ -84,8 +109,8 @@ def refusal(target: str, force: bool) -> Optional[str]:
         return "it exists and is not a folder this command made; choose another path or move it away yourself"
     made = _made_files(target)
     if made is None:
-        return (f"it exists and was not made by `ensure-flydsl skill` (no {MANIFEST} in it): nothing was changed; "
-                "move it away yourself (GEAK's own folder: `git rm -r` it) or choose another path")
+        return ("it exists and was not made by `ensure-flydsl skill` (no VERSION of its writing in it): nothing was "
+                "changed; move it away yourself (GEAK's own folder: `git rm -r` it) or choose another path")
     if not force:
         return "it is a folder this command made: add --force to replace it"
     foreign = _not_ours(target, made)
@@ -95,9 +120,23 @@ def refusal(target: str, force: bool) -> Optional[str]:
     return None
 
 
-def _render(name: str, values: Dict[str, str]) -> str:
-    with open(os.path.join(TEMPLATES, name), encoding="utf-8") as handle:
-        text = handle.read()
+def folder_commit(package_dir: str) -> Optional[str]:
+    """Run from a folder's zipapp (``package_dir`` is DIR/ensure_flydsl.pyz/ensure_flydsl): the commit its
+    VERSION names while the zipapp is the one VERSION hashes ("" when it is not); None outside such a folder."""
+    zipapp = os.path.dirname(package_dir)
+    if os.path.basename(zipapp) != ZIPAPP:
+        return None
+    hashes = version_hashes(os.path.dirname(zipapp))
+    if hashes is None or hashes[ZIPAPP] != file_sha256(zipapp):
+        return ""
+    with open(os.path.join(os.path.dirname(zipapp), "VERSION"), encoding="utf-8") as handle:
+        commit = next((line[len("commit: "):] for line in handle.read().splitlines() if line.startswith("commit: ")),
+                      "")
+    return commit if re.match(COMMIT, commit) else ""
+
+
+def _template(name: str, values: Dict[str, str]) -> str:
+    text = (resources.files("ensure_flydsl.geak") / "templates" / name).read_text(encoding="utf-8")
     for key, value in values.items():
         text = text.replace(f"@@{key}@@", value)
     leftover = re.search(r"@@[A-Z_]+@@", text)
@@ -111,65 +150,66 @@ def _overrides() -> str:
     return "\n".join(f"- `{s.env}`: {s.help}." for s in ordered)
 
 
-def _copy_package(dest: str) -> None:
-    """This tool's own package, as it runs now, without bytecode."""
-    for current, dirs, names in os.walk(PACKAGE_DIR):
-        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
-        rel = os.path.relpath(current, PACKAGE_DIR)
-        os.makedirs(os.path.join(dest, rel), exist_ok=True)
-        for name in sorted(names):
-            if not name.endswith((".pyc", ".pyo")):
-                shutil.copyfile(os.path.join(current, name), os.path.join(dest, rel, name))
+def _package_files(folder: Any, prefix: str) -> Iterator[Tuple[str, bytes]]:
+    """This tool's own package as it runs now (from a folder or from a zipapp), without bytecode or types."""
+    for entry in folder.iterdir():
+        if entry.is_dir():
+            if entry.name != "__pycache__":
+                yield from _package_files(entry, f"{prefix}{entry.name}/")
+        elif not entry.name.endswith((".pyc", ".pyo", ".pyi", "py.typed")):
+            yield prefix + entry.name, entry.read_bytes()
 
 
-def _license() -> Optional[str]:
-    try:
-        dist = metadata.distribution("ensure-flydsl")
-    except metadata.PackageNotFoundError:
-        return None
-    for name in ("licenses/LICENSE", "LICENSE"):
-        text = dist.read_text(name)
-        if text:
-            return text
-    return None
+def _vendored_files(wheels: Dict[str, str]) -> Tuple[Dict[str, bytes], List[str]]:
+    """What the pinned wheels install that the tool imports, with their licenses and metadata."""
+    files: Dict[str, bytes] = {}
+    with tempfile.TemporaryDirectory(prefix="ensure-flydsl-vendored-") as tmp:
+        vendored = vendor.install_wheels(wheels, tmp)
+        for current, _dirs, names in os.walk(tmp):
+            for name in names:
+                rel = os.path.relpath(os.path.join(current, name), tmp).replace(os.sep, "/")
+                if not any(fnmatch.fnmatch(rel, pattern) for pattern in LEFT_OUT):
+                    with open(os.path.join(current, name), "rb") as handle:
+                        files[rel] = handle.read()
+    return files, vendored
 
 
-def _write(path: str, text: str, mode: int = 0o644) -> None:
-    with open(path, "w", encoding="utf-8") as handle:
-        handle.write(text)
+def zipapp_bytes(wheels: Dict[str, str]) -> Tuple[bytes, List[str]]:
+    """The tool, its vendored libraries and the launcher as one zipapp, its members sorted and dated alike."""
+    files, vendored = _vendored_files(wheels)
+    files.update(_package_files(resources.files("ensure_flydsl"), "ensure_flydsl/"))
+    files["__main__.py"] = _template("__main__.py.in", {}).encode()
+    data = io.BytesIO()
+    with zipfile.ZipFile(data, "w") as archive:
+        for name in sorted(files):
+            member = zipfile.ZipInfo(name, ZIP_TIME)
+            member.external_attr = 0o644 << 16
+            member.compress_type = zipfile.ZIP_DEFLATED
+            archive.writestr(member, files[name], compresslevel=9)
+    return data.getvalue(), vendored
+
+
+def _write(path: str, data: Union[str, bytes], mode: int = 0o644) -> str:
+    """Writes ``data`` at ``path``; its sha256."""
+    raw = data.encode() if isinstance(data, str) else data
+    with open(path, "wb") as handle:
+        handle.write(raw)
     os.chmod(path, mode)
+    return hashlib.sha256(raw).hexdigest()
 
 
 def _fill(staging: str, wheels: Dict[str, str], commit: str) -> List[str]:
-    tool = os.path.join(staging, "tool")
-    _copy_package(os.path.join(tool, "ensure_flydsl"))
-    vendored = vendor.install_wheels(wheels, tool)
-    _write(os.path.join(tool, "run.py"), _render("run.py.in", {}))
-    license_text = _license()
-    if license_text:
-        _write(os.path.join(tool, "ensure_flydsl.LICENSE"), license_text)
+    zipapp, vendored = zipapp_bytes(wheels)
     values = {"VERSION": __version__, "MIN_VERSION": DEFAULT_MIN_VERSION, "PIN_SHORT": DEFAULT_PIN[:8],
-              "ROOT": DEFAULT_ROOT, "OVERRIDES": _overrides(),
+              "ROOT": DEFAULT_ROOT, "OVERRIDES": _overrides(), "ZIPAPP": ZIPAPP,
               "EXIT_CODES": "\n".join(f"- `{int(code)}`: {code.meaning}" for code in ExitCode)}
-    _write(os.path.join(staging, "skill.md"), _render("skill.md", values))
-    _write(os.path.join(staging, "ensure_flydsl.sh"), _render("ensure_flydsl.sh", values), 0o755)
-    _write(os.path.join(staging, ".gitignore"), "__pycache__/\n")
-    made = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    _write(os.path.join(staging, "VERSION"),
-           f"ensure-flydsl {__version__}\ncommit: {commit}\nmade: {made} by `ensure-flydsl skill` with Python "
-           f"{sys.version.split()[0]}\nvendored: {', '.join(vendored)}\n")
+    hashes = {"skill.md": _write(os.path.join(staging, "skill.md"), _template("skill.md", values)),
+              SCRIPT: _write(os.path.join(staging, SCRIPT), _template(SCRIPT, values), 0o755),
+              ZIPAPP: _write(os.path.join(staging, ZIPAPP), zipapp)}
+    _write(os.path.join(staging, "VERSION"), "\n".join([
+        f"ensure-flydsl {__version__}", f"source: {tool_source()}", f"commit: {commit}",
+        f"vendored: {', '.join(vendored)}", MADE_BY, *(f"sha256: {hashes[name]}  {name}" for name in HASHED)]) + "\n")
     return vendored
-
-
-def _manifest(staging: str, commit: str) -> None:
-    files = {}
-    for current, dirs, names in os.walk(staging):
-        dirs.sort()
-        for name in sorted(names):
-            path = os.path.join(current, name)
-            files[os.path.relpath(path, staging)] = file_sha256(path)
-    atomic_write_json(os.path.join(staging, MANIFEST),
-                      {"made_by": MADE_BY, "version": __version__, "commit": commit, "files": files})
 
 
 def write_skill_folder(target: str, *, force: bool, wheels: Optional[str], environ: Dict[str, str],
@@ -188,7 +228,6 @@ def write_skill_folder(target: str, *, force: bool, wheels: Optional[str], envir
     try:
         os.chmod(staging, 0o755)
         vendored = _fill(staging, found, commit)
-        _manifest(staging, commit)
         replaced = os.path.lexists(target)
         aside = move_aside(target) if replaced else None
         try:

@@ -63,6 +63,16 @@ def _installed_from() -> Optional[str]:
     return None
 
 
+def tool_source() -> str:
+    """The repository this copy of the tool comes from: its checkout's ``origin``, as far as it can be named."""
+    for folder in (PACKAGE_DIR, _installed_from()):
+        if folder and not folder.startswith("commit:") and os.path.isdir(folder):
+            url = _git(folder, "config", "--get", "remote.origin.url")
+            if url:
+                return url
+    return "unknown (a checkout with no remote named origin, or no checkout)"
+
+
 def tool_commit() -> str:
     """The commit, or a sentence saying why none can be named."""
     here = _checkout_commit(PACKAGE_DIR, PACKAGE_DIR)

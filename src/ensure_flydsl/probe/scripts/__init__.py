@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 import functools
-import os
+from importlib import resources
 
 # `python -c` puts "" (the caller's folder) first on sys.path: off it first, so no file there shadows a module.
 _PREAMBLE = 'import sys\nif sys.path and sys.path[0] == "":\n    del sys.path[0]\n'
@@ -13,5 +13,5 @@ _PREAMBLE = 'import sys\nif sys.path and sys.path[0] == "":\n    del sys.path[0]
 
 @functools.lru_cache(maxsize=None)
 def text(name: str) -> str:
-    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), name + ".py"), encoding="utf-8") as f:
-        return _PREAMBLE + f.read()
+    # Through importlib.resources: the GEAK folder runs the tool from inside a zipapp.
+    return _PREAMBLE + (resources.files(__name__) / (name + ".py")).read_text(encoding="utf-8")
