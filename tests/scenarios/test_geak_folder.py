@@ -346,6 +346,12 @@ def test_without_pip_the_doctor_says_so_not_that_the_index_is_down(geak: Geak) -
         assert "ensurepip" in check["remedy"], check
 
 
+def test_completion_through_the_folder_says_where_it_is_found(geak: Geak) -> None:
+    out = geak.run("completion", "bash")
+    assert out.returncode == 64 and out.stdout == "" and out.stderr.count("\n") == 1, out.stderr
+    assert "argcomplete is not installed here" in out.stderr and "installed with pip" in out.stderr
+
+
 def test_a_caller_s_shim_dir_wins(geak: Geak) -> None:
     out = geak.run(FLYDSL_SHIM_DIR="/srv/shim")
     assert out.returncode == 0, out.stderr

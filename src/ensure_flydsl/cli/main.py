@@ -9,6 +9,7 @@ import errno
 import json
 import os
 import pathlib
+import pwd
 import re
 import select
 import shutil
@@ -114,11 +115,9 @@ class _Version(argparse.Action):
     """``-V``: the version, with the commit when the code is known to be a commit's (computed only when asked)."""
 
     def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
-        commit = folder_commit(PACKAGE_DIR)
-        if commit is None:
-            commit = tool_commit()
-            commit = commit if re.match(COMMIT, commit) else ""
-        print(f"ensure-flydsl {__version__}" + (f" (commit {commit})" if commit else ""))
+        found = folder_commit(PACKAGE_DIR)
+        commit = found if found is not None else tool_commit()
+        print(f"ensure-flydsl {__version__}" + (f" (commit {commit})" if re.match(COMMIT, commit) else ""))
         parser.exit()
 
 
@@ -511,8 +510,10 @@ def _run(call: Call) -> int:
 
 
 def _completion(call: Call) -> int:
-    from argcomplete.shell_integration import shellcode
-
+    try:
+        from argcomplete.shell_integration import shellcode
+    except ImportError:  # the GEAK folder's zipapp carries only what its commands need
+        refuse("ensure-flydsl completion: argcomplete is not installed here: use an ensure-flydsl installed with pip")
     print(shellcode(["ensure-flydsl"], shell=call.args.shell), end="")
     return 0
 
@@ -661,10 +662,8 @@ def _blocking(path: str) -> Tuple[str, Optional[os.stat_result]]:
 
 def _user(uid: int) -> str:
     try:
-        import pwd
-
         return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
-    except (ImportError, KeyError):
+    except KeyError:  # no passwd entry (a container's arbitrary uid)
         return f"uid {uid}"
 
 

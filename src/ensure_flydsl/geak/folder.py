@@ -13,11 +13,11 @@ import tempfile
 import zipfile
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
+from typing import Callable, Dict, List, Optional, Tuple, Union
 
 from ensure_flydsl.errors import BadInput, ExitCode
 from ensure_flydsl.geak import vendor
-from ensure_flydsl.geak.provenance import tool_commit, tool_source
+from ensure_flydsl.geak.provenance import package_files, tool_commit, tool_source
 from ensure_flydsl.settings import DEFAULT_MIN_VERSION, DEFAULT_PIN, SETTINGS
 from ensure_flydsl.support.files import file_sha256, move_aside, read_json, remove_tree, rename_into_place
 from ensure_flydsl.version import __version__
@@ -51,8 +51,8 @@ class SkillFolder:
     replaced: bool
 
 
-def version_hashes(folder: str) -> Optional[Dict[str, str]]:
-    """The sha256 of each file VERSION in ``folder`` names, when this command wrote that VERSION; else None."""
+def _version(folder: str) -> Optional[Tuple[Dict[str, str], str]]:
+    """The sha256 of each file and the commit VERSION in ``folder`` names, when this command wrote it."""
     try:
         with open(os.path.join(folder, "VERSION"), encoding="utf-8") as handle:
             lines = handle.read(65536).splitlines()
@@ -64,26 +64,21 @@ def version_hashes(folder: str) -> Optional[Dict[str, str]]:
     for words in (line.split() for line in lines if line.startswith("sha256: ")):
         if len(words) == 3 and _HEX64.match(words[1]):
             hashes[words[2]] = words[1]
-    return hashes if set(hashes) == set(HASHED) else None
+    commit = next((line[len("commit: "):] for line in lines if line.startswith("commit: ")), "")
+    return (hashes, commit) if set(hashes) == set(HASHED) else None
 
 
 def _made_files(folder: str) -> Optional[Dict[str, str]]:
     """The files this command wrote in ``folder`` (path: sha256; VERSION itself: ""), else None."""
-    hashes = version_hashes(folder)
-    if hashes is not None:
-        return {**hashes, "VERSION": ""}
+    version = _version(folder)
+    if version is not None:
+        return {**version[0], "VERSION": ""}
     data = read_json(os.path.join(folder, LEGACY_MANIFEST))
     files = data.get("files") if data is not None and data.get("made_by") == LEGACY_MADE_BY else None
     if not isinstance(files, dict) or not all(isinstance(k, str) and isinstance(v, str) and _HEX64.match(v)
                                               for k, v in files.items()):
         return None
     return {**{str(k): str(v) for k, v in files.items()}, LEGACY_MANIFEST: ""}
-
-
-def _python_bytecode(rel: str) -> bool:
-    """What Python wrote beside the modules of a folder of the first shape (tool/) when it ran."""
-    parts = rel.split(os.sep)
-    return len(parts) > 1 and parts[-2] == "__pycache__" and rel.endswith(".pyc")
 
 
 def _not_ours(folder: str, made: Dict[str, str]) -> List[str]:
@@ -95,7 +90,9 @@ def _not_ours(folder: str, made: Dict[str, str]) -> List[str]:
             rel = os.path.relpath(path, folder)
             if os.path.islink(path) or (name in names and not os.path.isfile(path)):
                 foreign.append(rel)
-            elif name in names and made.get(rel) != "" and not _python_bytecode(rel) and \
+            # Python's bytecode in a folder of the first shape (tool/): written when it ran.
+            elif name in names and made.get(rel) != "" and not (os.path.basename(current) == "__pycache__" and
+                                                                 name.endswith(".pyc")) and \
                     made.get(rel) != file_sha256(path):
                 foreign.append(rel + (" (changed)" if rel in made else ""))
     return sorted(foreign)
@@ -126,13 +123,10 @@ def folder_commit(package_dir: str) -> Optional[str]:
     zipapp = os.path.dirname(package_dir)
     if os.path.basename(zipapp) != ZIPAPP:
         return None
-    hashes = version_hashes(os.path.dirname(zipapp))
-    if hashes is None or hashes[ZIPAPP] != file_sha256(zipapp):
+    version = _version(os.path.dirname(zipapp))
+    if version is None or version[0][ZIPAPP] != file_sha256(zipapp):
         return ""
-    with open(os.path.join(os.path.dirname(zipapp), "VERSION"), encoding="utf-8") as handle:
-        commit = next((line[len("commit: "):] for line in handle.read().splitlines() if line.startswith("commit: ")),
-                      "")
-    return commit if re.match(COMMIT, commit) else ""
+    return version[1] if re.match(COMMIT, version[1]) else ""
 
 
 def _template(name: str, values: Dict[str, str]) -> str:
@@ -148,16 +142,6 @@ def _overrides() -> str:
     ordered = sorted(SETTINGS, key=lambda s: (s.env not in FIRST_SETTINGS, FIRST_SETTINGS.index(s.env)
                                               if s.env in FIRST_SETTINGS else 0))
     return "\n".join(f"- `{s.env}`: {s.help}." for s in ordered)
-
-
-def _package_files(folder: Any, prefix: str) -> Iterator[Tuple[str, bytes]]:
-    """This tool's own package as it runs now (from a folder or from a zipapp), without bytecode or types."""
-    for entry in folder.iterdir():
-        if entry.is_dir():
-            if entry.name != "__pycache__":
-                yield from _package_files(entry, f"{prefix}{entry.name}/")
-        elif not entry.name.endswith((".pyc", ".pyo", ".pyi", "py.typed")):
-            yield prefix + entry.name, entry.read_bytes()
 
 
 def _vendored_files(wheels: Dict[str, str]) -> Tuple[Dict[str, bytes], List[str]]:
@@ -177,7 +161,7 @@ def _vendored_files(wheels: Dict[str, str]) -> Tuple[Dict[str, bytes], List[str]
 def zipapp_bytes(wheels: Dict[str, str]) -> Tuple[bytes, List[str]]:
     """The tool, its vendored libraries and the launcher as one zipapp, its members sorted and dated alike."""
     files, vendored = _vendored_files(wheels)
-    files.update(_package_files(resources.files("ensure_flydsl"), "ensure_flydsl/"))
+    files.update(package_files(resources.files("ensure_flydsl"), "ensure_flydsl/"))
     files["__main__.py"] = _template("__main__.py.in", {}).encode()
     data = io.BytesIO()
     with zipfile.ZipFile(data, "w") as archive:

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import json
 import os
+import pathlib
 from importlib import metadata
-from typing import Dict, Optional
+from typing import Any, Iterator, Optional, Tuple
 
 from ensure_flydsl.errors import EnsureError
 from ensure_flydsl.source.git import git
@@ -32,21 +33,18 @@ def _checkout_commit(folder: str, package_dir: str) -> Optional[str]:
     return head if changes == "" else f"{head} with local changes"
 
 
-def _package_files(folder: str) -> Dict[str, bytes]:
-    files: Dict[str, bytes] = {}
-    for current, dirs, names in os.walk(folder):
-        dirs[:] = [d for d in dirs if d != "__pycache__"]
-        for name in names:
-            if not name.endswith((".pyc", ".pyo")):
-                path = os.path.join(current, name)
-                with open(path, "rb") as handle:
-                    files[os.path.relpath(path, folder)] = handle.read()
-    return files
+def package_files(folder: Any, prefix: str = "") -> Iterator[Tuple[str, bytes]]:
+    """A copy of the package (a folder, or the one running from a zipapp): each file but bytecode and types."""
+    for entry in folder.iterdir():
+        if entry.is_dir():
+            if entry.name != "__pycache__":
+                yield from package_files(entry, f"{prefix}{entry.name}/")
+        elif not entry.name.endswith((".pyc", ".pyo", ".pyi", "py.typed")):
+            yield prefix + entry.name, entry.read_bytes()
 
 
 def _installed_from() -> Optional[str]:
     """The folder or VCS commit pip installed this copy from (PEP 610), if it says."""
-
     try:
         text = metadata.distribution("ensure-flydsl").read_text("direct_url.json")
         data = json.loads(text or "null")
@@ -87,6 +85,6 @@ def tool_commit() -> str:
     head = _checkout_commit(source, checkout_package) if os.path.isdir(checkout_package) else None
     if head is None:
         return f"unknown (installed from {source}, which is not a git checkout of the tool now)"
-    if _package_files(checkout_package) != _package_files(PACKAGE_DIR):
+    if dict(package_files(pathlib.Path(checkout_package))) != dict(package_files(pathlib.Path(PACKAGE_DIR))):
         return f"unknown (installed from {source}, whose code has changed since)"
     return head
