@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Mapping, Optional, Tuple
+from typing import Mapping, Optional
 
 from ensure_flydsl.errors import AlreadyImported, BadInput, EnsureError, ExitCode
 from ensure_flydsl.pipeline.run import ensure_run
 from ensure_flydsl.pipeline.warm import try_warm
-from ensure_flydsl.probe.gate import TREE_PACKAGES, package_folder, same_folder
+from ensure_flydsl.probe.gate import imported_elsewhere
 from ensure_flydsl.result import Result
 from ensure_flydsl.runs.markers import EnvFile
 from ensure_flydsl.settings import settings_from_kwargs
@@ -38,39 +38,8 @@ def ensure(*, environ: Optional[Mapping[str, str]] = None, verbose: bool = False
 def activate(result: Result) -> None:
     """Apply a result's environment to this process (os.environ and sys.path), once; AlreadyImported (exit 6), and
     nothing changed, when flydsl or kernels were imported from another tree already."""
-    conflict = imported_elsewhere(result)
+    conflict = imported_elsewhere(result.files)
     if conflict is not None:
         raise AlreadyImported(*conflict)
     # From the PYTHONPATH as it is now (what sourcing the env file now would give), not the one ensure() saw.
     EnvFile.of_result(result).apply(os.environ, sys.path)
-
-
-def imported_elsewhere(result: Result) -> Optional[Tuple[str, str, str]]:
-    """(module, its file, the tree's file) for the first tree module imported from elsewhere, or None."""
-    for name, tree_file in sorted(result.files.items()):
-        top = name.split(".")[0]
-        if top not in TREE_PACKAGES:
-            continue
-        module_file = _file_of(name)
-        if module_file is not None and not same_folder(module_file, tree_file):
-            return name, module_file, tree_file
-        package_file = _file_of(top) if top != name else None
-        if package_file is not None and not same_folder(package_folder(top, package_file),
-                                                        package_folder(name, tree_file)):
-            return top, package_file, tree_file
-    return None
-
-
-def _file_of(name: str) -> Optional[str]:
-    """A module's file; for a namespace package, its first folder (sys.path changes never reach it)."""
-    module = sys.modules.get(name)
-    if module is None:
-        return None
-    file = getattr(module, "__file__", None)
-    if isinstance(file, str):
-        return file
-    try:
-        portions = [str(entry) for entry in getattr(module, "__path__", None) or ()]
-    except Exception:  # a module's __path__ is its own business: anything it raises means "unknown"
-        return None
-    return portions[0] if portions else None

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import enum
+import json
 from dataclasses import asdict, dataclass
-from typing import Dict, List, Optional
+from typing import Dict, List, Mapping, Optional
 
 # docs/schema/result.schema.json; GEAK's gate schema (``ok``, ``built``, ``env_file``, ``version``, ``reason``)
 # is a subset of it.
 SCHEMA_VERSION = 1
 RESULT_KEYS = ("schema_version", "ok", "exit_code", "stage", "built", "how", "env_file", "version", "reason",
                "hint", "log", "run_id", "elapsed_s")
+GATE_STRINGS = ("env_file", "version", "reason")  # GEAK's validator takes a string or no key, never null
 
 
 def result_object(**fields: object) -> Dict[str, object]:
@@ -19,6 +21,11 @@ def result_object(**fields: object) -> Dict[str, object]:
     data.update(schema_version=SCHEMA_VERSION, ok=False, built=False)
     data.update(fields)
     return data
+
+
+def result_json(data: Mapping[str, object]) -> str:
+    """A result object as a command prints it: GEAK's string keys left out rather than null."""
+    return json.dumps({k: v for k, v in data.items() if not (v is None and k in GATE_STRINGS)}, sort_keys=True)
 
 
 # How the host store gives a root its tree, in the order it tries them (a result's ``link_mode``).

@@ -322,7 +322,7 @@ def test_json_failure_object(ws: Workspace) -> None:
     assert out.returncode == 5
     data = json.loads(out.stdout)
     assert data == {"schema_version": 1, "ok": False, "exit_code": 5, "stage": "build", "built": False,
-                    "how": None, "env_file": None, "version": None, "hint": data["hint"], "log": ws.log,
+                    "how": None, "hint": data["hint"], "log": ws.log,  # no env_file or version: no null for GEAK
                     "reason": "the FlyDSL build failed: scripts/build.sh exited with 1", "installed": None,
                     "run_id": data["run_id"], "elapsed_s": data["elapsed_s"]}
     assert isinstance(data["run_id"], str) and data["run_id"] and isinstance(data["elapsed_s"], float)

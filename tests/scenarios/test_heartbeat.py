@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import threading
 import time
@@ -40,6 +41,19 @@ def test_a_silent_build_step_still_says_it_works(ws: Workspace, into: str) -> No
     said = beats(lines, "build 100.0%")
     assert len(said) >= 3, lines
     assert "elapsed " in said[-1] and "ETA " in said[-1] and "pid " in said[-1], said[-1]
+
+
+def test_a_step_past_its_usual_time_says_so_and_its_eta_never_reads_0(ws: Workspace) -> None:
+    """This host has built the fixture in about a second; a build step that then stays silent for ten
+    heartbeats is overdue: the heartbeat says by how much, and the ETA is rescaled (it read 0s for as long
+    as the step outlasted its usual time, through LLVM's silent final link)."""
+    assert ws.run().returncode == 0  # the host's history learns the fixture's few seconds
+    assert ws.run("clean").returncode == 0
+    code, lines = timed_lines(ws, FIXTURE_BUILD_HOOK=f"sleep {SILENT_S}", FLYDSL_STORE="off", **BEATING)  # built
+    assert code == 0, lines
+    said = beats(lines, "build 100.0%")
+    assert said and not [text for text in said if "ETA 0s" in text], said
+    assert re.search(r", ETA \d+s, overdue \d+s \(run ", said[-1]), said
 
 
 def test_json_mode_sends_heartbeat_events_on_stderr(ws: Workspace) -> None:

@@ -17,7 +17,7 @@ from ensure_flydsl.runs.history import (
     read_history,
     remember,
 )
-from ensure_flydsl.runs.progress import HEARTBEAT_S, estimate_eta, heartbeat_interval, step_left
+from ensure_flydsl.runs.progress import HEARTBEAT_S, Pulse, estimate_eta, heartbeat_interval, overdue, step_left
 from ensure_flydsl.settings import load_settings
 from ensure_flydsl.ways.context import likely_route
 
@@ -53,8 +53,15 @@ def test_within_a_step_the_eta_moves_with_its_percent() -> None:
     assert [step_left(900.0, 1.0, p) for p in (25.0, 50.0, 75.0, 100.0)] == [675.0, 450.0, 225.0, 0.0]
     # A step that outlasts its expected length: what it has taken so far is its length at least.
     assert step_left(100.0, 400.0, 50.0) == 200.0
-    assert step_left(100.0, 400.0, None) == 0.0
     assert step_left(100.0, 30.0, None) == 70.0
+    # Past it, with no percent or at 100 % (LLVM's silent final link): rescaled to a quarter of its time so far,
+    # never 0, and the heartbeat says how far past its usual time the step is.
+    assert step_left(100.0, 400.0, None) == 100.0 and step_left(100.0, 400.0, 100.0) == 100.0
+    assert step_left(0.0, 2.0, None) == 1.0
+    assert overdue(SOURCE, Stage.LLVM, SOURCE[Stage.LLVM] + 40.0) == 40.0
+    assert overdue(SOURCE, Stage.LLVM, 10.0) is None and overdue({}, Stage.LLVM, 10.0) is None
+    line = Pulse(step=Stage.LLVM, percent=None, elapsed_s=999.0, eta_s=250.0, run_id="r1", pid=7, overdue_s=40.0).line()
+    assert ", ETA 4m10s, overdue 40s (run r1, pid 7)" in line, line
 
 
 def settings(**env: str) -> Any:

@@ -9,7 +9,7 @@ import os
 import time
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from ensure_flydsl.result import result_object
+from ensure_flydsl.result import result_json, result_object
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.support.keys import KEY_NAME, NAME_ALLOWED, KeyProblem, read_secret_key
 from ensure_flydsl.support.space import parse_size, size_text
@@ -251,7 +251,7 @@ def store_command(settings: Settings, environ: Mapping[str, str], action: str, *
     limit = _limit("store", max_size) if action == "prune" else 0
     if not os.path.isdir(path):
         if action == "list":
-            print(json.dumps(result_object(ok=True, exit_code=0, reason="no tree", store=path, trees=[]))
+            print(result_json(result_object(ok=True, exit_code=0, reason="no tree", store=path, trees=[]))
                   if as_json else f"the host store {path} holds no tree")
         return 0
     try:
@@ -272,8 +272,8 @@ def store_command(settings: Settings, environ: Mapping[str, str], action: str, *
 def _list_store(store: HostStore, as_json: bool) -> None:
     trees = store.list()
     if as_json:
-        print(json.dumps(result_object(ok=True, exit_code=0, reason=f"{len(trees)} trees", store=store.path,
-                                       trees=[t.to_json() for t in trees]), sort_keys=True))
+        print(result_json(result_object(ok=True, exit_code=0, reason=f"{len(trees)} trees", store=store.path,
+                                        trees=[t.to_json() for t in trees])))
         return
     print(f"the host store {store.path}: {len(trees)} trees, {size_text(sum(t.size for t in trees))}")
     for t in trees:

@@ -4,7 +4,6 @@ The root goes whole only when the tool made it and it holds nothing else; the lo
 
 from __future__ import annotations
 
-import json
 import os
 import uuid
 from typing import Callable, List, Tuple
@@ -12,7 +11,7 @@ from typing import Callable, List, Tuple
 from ensure_flydsl import layout
 from ensure_flydsl.errors import EnsureError, ExitCode, Stage
 from ensure_flydsl.pipeline.lock import build_lock
-from ensure_flydsl.result import result_object
+from ensure_flydsl.result import result_json, result_object
 from ensure_flydsl.runs.markers import withdraw_env_file, withdraw_failure_marker
 from ensure_flydsl.runs.records import RunStore, sibling_roots
 from ensure_flydsl.settings import Settings
@@ -31,7 +30,7 @@ def clean(settings: Settings, say: Callable[[str], None], *, as_json: bool) -> i
     if as_json:
         data = result_object(ok=True, exit_code=0, reason="; ".join(lines), log=settings.log_file)
         data.update(root=settings.root, removed=removed, kept=kept)
-        print(json.dumps(data, sort_keys=True))
+        print(result_json(data))
     return 0
 
 

@@ -41,7 +41,7 @@ from ensure_flydsl.geak.provenance import PACKAGE_DIR, tool_commit
 from ensure_flydsl.pipeline.decide import check_reuse
 from ensure_flydsl.pipeline.run import ensure_run
 from ensure_flydsl.pipeline.warm import current_fingerprint, keep_warm, try_warm, warm_lines
-from ensure_flydsl.result import result_object
+from ensure_flydsl.result import result_json, result_object
 from ensure_flydsl.runs.liveness import watch
 from ensure_flydsl.runs.markers import read_env_json, write_failure_marker
 from ensure_flydsl.settings import (
@@ -550,7 +550,7 @@ def _ensure(call: Call, settings: Settings) -> int:
             keep_warm(settings, call.environ, call.warm_key, twin, current_fingerprint(settings, call.environ, twin))
         call.reporter.say(warm_lines(settings, result)[0])
     if call.as_json:
-        print(json.dumps(result.to_json(), sort_keys=True))
+        print(result_json(result.to_json()))
     else:
         call.reporter.say(warm_lines(settings, result)[1])
     return 0
@@ -586,7 +586,7 @@ def _skill(call: Call) -> int:
         data = result_object(ok=True, exit_code=0, reason=reason)
         data.update(dir=made.path, version=made.version, commit=made.commit, vendored=made.vendored,
                     replaced=made.replaced)
-        print(json.dumps(data, sort_keys=True))
+        print(result_json(data))
     else:
         reporter.say(reason)
         reporter.say(f"GEAK runs it as `bash {made.path}/ensure_flydsl.sh` (docs/GEAK.md); nothing is installed")
@@ -707,6 +707,6 @@ def _failed(reporter: Reporter, as_json: bool, data: Dict[str, object], text: st
         event["detail"] = detail
     reporter.event(event)
     try:
-        print(json.dumps(data, sort_keys=True), flush=True)
+        print(result_json(data), flush=True)
     except BrokenPipeError:
         to_devnull(sys.stdout)  # the exit code and stderr still tell the failure

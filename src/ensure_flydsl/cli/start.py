@@ -11,13 +11,13 @@ from typing import Dict, Mapping, Optional
 
 import filelock
 
-from ensure_flydsl.errors import EnsureError, ExitCode, Stage, disk_full_error
+from ensure_flydsl.errors import EnsureError, Stage, disk_full_error
 from ensure_flydsl.layout import start_lock_file
 from ensure_flydsl.pipeline.decide import preflight
 from ensure_flydsl.pipeline.publish import withdraw_stale_markers
 from ensure_flydsl.pipeline.run import ensure_run
 from ensure_flydsl.probe.interpreter import callers_folder
-from ensure_flydsl.result import result_object
+from ensure_flydsl.result import result_json, result_object
 from ensure_flydsl.runs.answer import live_runs
 from ensure_flydsl.runs.liveness import marker_is_answered
 from ensure_flydsl.runs.markers import installed, marker_unwritten, write_failure_marker
@@ -56,9 +56,10 @@ def _with_pid(store: RunStore, record: RunRecord) -> RunRecord:
 
 
 def _started(settings: Settings, run_id: str, pid: Optional[int], log: str, *, joined: bool) -> Dict[str, object]:
-    """start's answer: exit_code 75 (what `wait` returns while the run goes), its pid, and whether it joined."""
+    """start's answer: ok with its exit code 0 (the run is launched or joined), its pid, its state, and whether it
+    joined; `wait` answers whether FlyDSL is ready."""
     what = "joined the run already going" if joined else "launched a detached run"
-    data = result_object(ok=False, exit_code=int(ExitCode.STILL_RUNNING), reason=f"{what} for this request",
+    data = result_object(ok=True, exit_code=0, reason=f"{what} for this request",
                          hint="run `ensure-flydsl wait --timeout 540` (again while it exits 75)", log=log,
                          run_id=run_id, elapsed_s=None)
     data.update(pid=pid, state=RUNNING, joined=joined, root=settings.root,
@@ -79,7 +80,7 @@ def _join_or_launch(settings: Settings, environ: Mapping[str, str], reporter: Re
     live = live_runs(store, settings.request())
     if live:
         running = _with_pid(store, live[0])
-        print(json.dumps(_started(settings, running.run_id, running.pid, running.log, joined=True), sort_keys=True))
+        print(result_json(_started(settings, running.run_id, running.pid, running.log, joined=True)))
         return 0
     withdraw_stale_markers(settings, reporter.say)
     run_id = new_run_id()
@@ -104,7 +105,7 @@ def _join_or_launch(settings: Settings, environ: Mapping[str, str], reporter: Re
     finally:
         os.close(log)
         os.close(alive_fd)  # the worker holds its own copy of the locked descriptor
-    print(json.dumps(_started(settings, run_id, proc.pid, settings.log_file, joined=False), sort_keys=True))
+    print(result_json(_started(settings, run_id, proc.pid, settings.log_file, joined=False)))
     proc.returncode = 0  # not ours to reap: it outlives this process by design
     return 0
 

@@ -4,7 +4,6 @@ ends (0, its failure's code) or at ``--timeout`` (75), with heartbeat lines for 
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -14,7 +13,7 @@ from ensure_flydsl.errors import ExitCode, Stage
 from ensure_flydsl.layout import tree_folders
 from ensure_flydsl.probe.gate import evaluate
 from ensure_flydsl.probe.interpreter import probe_modules, run_probe
-from ensure_flydsl.result import result_object
+from ensure_flydsl.result import result_json, result_object
 from ensure_flydsl.runs.answer import START_HINT, Answer, answer
 from ensure_flydsl.runs.markers import (
     EnvFile,
@@ -51,13 +50,13 @@ def answer_object(settings: Settings, found: Answer) -> Dict[str, object]:
     record, twin, failure = found.record, found.twin, found.failure
     data = result_object(ok=found.state == SUCCEEDED, exit_code=exit_code_of(found), log=settings.log_file,
                          run_id=found.run_id, elapsed_s=found.elapsed_s, hint=found.hint or None)
-    data.update(state=found.state, step=None, percent=None, eta_s=None, pid=None, root=settings.root, python=None,
-                waiting_for=None, installed=found.installed)
+    data.update(state=found.state, step=None, percent=None, eta_s=None, overdue_s=None, pid=None, root=settings.root,
+                python=None, waiting_for=None, installed=found.installed)
     if record is not None:
         data["pid"] = record.pid
         data["log"] = record.log or settings.log_file
     if found.state == RUNNING and record is not None:
-        data.update(step=record.step, percent=record.percent, eta_s=record.remaining_eta(),
+        data.update(step=record.step, percent=record.percent, eta_s=record.remaining_eta(), overdue_s=record.overdue_s,
                     waiting_for=record.waiting, reason=f"run {record.run_id} is at step {record.step}",
                     hint="run `ensure-flydsl wait --timeout 540` again until it exits with something else than 75")
     elif found.state == SUCCEEDED and twin is not None:
@@ -76,13 +75,14 @@ def status(settings: Settings, *, as_json: bool) -> int:
     """A pure query: nothing is written (a dead run is reported; its watchdog records it)."""
     data = answer_object(settings, answer(settings))
     if as_json:
-        print(json.dumps(data, sort_keys=True))
+        print(result_json(data))
         return 0
     print(f"state:   {data['state']}")
     if data["state"] == RUNNING:
         percent = f" {data['percent']}%" if data["percent"] is not None else ""
         print(f"step:    {known(data['step'], 'starting')}{percent}")
-        print(f"elapsed: {fmt_seconds(_seconds(data['elapsed_s']))}  ETA: {fmt_seconds(_seconds(data['eta_s']))}")
+        late = f" (overdue {fmt_seconds(_seconds(data['overdue_s']))})" if data.get("overdue_s") else ""
+        print(f"elapsed: {fmt_seconds(_seconds(data['elapsed_s']))}  ETA: {fmt_seconds(_seconds(data['eta_s']))}{late}")
         print(f"pid:     {known(data['pid'])} (run {known(data['run_id'])})")
         if isinstance(data["waiting_for"], dict):
             print(f"waiting: for {data['waiting_for'].get('text')} (the build lease in the cache)")
@@ -129,7 +129,7 @@ def wait(settings: Settings, reporter: Reporter, *, timeout: Optional[float], he
             break
         time.sleep(POLL_S)
     if as_json:
-        print(json.dumps(answer_object(settings, found), sort_keys=True))
+        print(result_json(answer_object(settings, found)))
     return code
 
 
@@ -185,13 +185,13 @@ def show_env(settings: Settings, fmt: str, environ: Mapping[str, str], *, as_jso
         if twin is not None and gap is None:
             data.update(how=twin.how, env_file=settings.env_file, version=twin.version, built=twin.built,
                         run_id=twin.run_id or None, elapsed_s=twin.elapsed_s,
-                        reason=f"{settings.env_file} answers this request: flydsl {twin.version} ({twin.how}) "
-                               f"for {twin.python}")
+                        reason=f"{settings.env_file} answers this request: flydsl {twin.version} ({twin.how}) for "
+                           f"{twin.python}")
         data.update(root=settings.root, installed=installed(settings.root, settings.request(), environ.get("PATH")),
                     env=None if twin is None or gap is not None else EnvFile(
                         settings.root, tuple(twin.pythonpath_prepend), twin.FLYDSL_SHIM_DIR,
                         twin.VLLM_USE_FLYDSL_MOE == "1").mapping(environ.get("PYTHONPATH")))
-        print(json.dumps(data, sort_keys=True))
+        print(result_json(data))
         return code
     if gap is not None:
         print(f"ensure-flydsl: {gap}; run `ensure-flydsl` (or `ensure-flydsl start`) first", file=sys.stderr)
@@ -241,7 +241,7 @@ def verify(settings: Settings, environ: Dict[str, str], *, as_json: bool) -> int
                                   "run `ensure-flydsl` to provision a tree that passes, or see `ensure-flydsl doctor`"),
             log=settings.log_file))
         data.update(tree=verdict.tree, installed=installed(settings.root, settings.request(), environ.get("PATH")))
-        print(json.dumps(data, sort_keys=True))
+        print(result_json(data))
     else:
         print(f"python:  {probe.interpreter.executable} ({probe.interpreter.version}, {probe.interpreter.abi})")
         print(f"PYTHONPATH: {probe.pythonpath}")

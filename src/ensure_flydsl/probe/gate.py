@@ -4,8 +4,9 @@
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass, field
-from typing import Dict, Optional, Sequence, Tuple
+from typing import Dict, Mapping, Optional, Sequence, Tuple
 
 from packaging.version import InvalidVersion
 
@@ -104,3 +105,35 @@ def _judge(probe: Probe, floor: str, require: Sequence[str],
         return False, f"flydsl {probe.version} in {tree} is older than the floor {floor}", tree, probe.version
     names = ", ".join(require)
     return True, f"flydsl {probe.version} >= {floor} and {names} import from one tree: {tree}", tree, probe.version
+
+
+def imported_elsewhere(files: Mapping[str, str]) -> Optional[Tuple[str, str, str]]:
+    """(module, its file, the tree's file) for the first of a tree's modules (``files``: each one's file) that
+    this process imported from elsewhere, or None (``activate()`` refuses to mix two trees)."""
+    for name, tree_file in sorted(files.items()):
+        top = name.split(".")[0]
+        if top not in TREE_PACKAGES:
+            continue
+        module_file = _file_of(name)
+        if module_file is not None and not same_folder(module_file, tree_file):
+            return name, module_file, tree_file
+        package_file = _file_of(top) if top != name else None
+        if package_file is not None and not same_folder(package_folder(top, package_file),
+                                                        package_folder(name, tree_file)):
+            return top, package_file, tree_file
+    return None
+
+
+def _file_of(name: str) -> Optional[str]:
+    """A module's file; for a namespace package, its first folder (sys.path changes never reach it)."""
+    module = sys.modules.get(name)
+    if module is None:
+        return None
+    file = getattr(module, "__file__", None)
+    if isinstance(file, str):
+        return file
+    try:
+        portions = [str(entry) for entry in getattr(module, "__path__", None) or ()]
+    except Exception:  # a module's __path__ is its own business: anything it raises means "unknown"
+        return None
+    return portions[0] if portions else None

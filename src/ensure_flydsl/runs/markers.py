@@ -24,6 +24,8 @@ from ensure_flydsl.support.files import atomic_write, atomic_write_json, file_pa
 from ensure_flydsl.version import __version__
 from ensure_flydsl.warm import without_folders
 
+KEPT_IF_SET = ("FLYDSL_SHIM_DIR", "VLLM_USE_FLYDSL_MOE")  # the env file sets them only where the caller has not
+
 
 @dataclass(frozen=True)
 class EnvFile:
@@ -42,7 +44,8 @@ class EnvFile:
     def mapping(self, caller_pythonpath: Optional[str]) -> Dict[str, str]:
         """The variables as sourcing the file sets them: the tree's folders first, once, then the caller's."""
         rest = without_folders(caller_pythonpath, list(self.prepend))
-        env = {"FLYDSL_ROOT": self.root, "PYTHONPATH": os.pathsep.join([*self.prepend, *([rest] if rest else [])])}
+        env = {"FLYDSL_ROOT": self.root, "PYTHONPATH": os.pathsep.join([*self.prepend, *([rest] if rest else [])]),
+               "FLY_BUILD": layout.BUILD_DIR}  # GEAK's shim finds the tree's flydsl in FLYDSL_ROOT/$FLY_BUILD
         if self.shim_dir is not None:
             env["FLYDSL_SHIM_DIR"] = self.shim_dir
         if self.vllm_moe:
@@ -50,8 +53,10 @@ class EnvFile:
         return env
 
     def apply(self, environ: MutableMapping[str, str], path: List[str]) -> None:
-        """Set the variables in ``environ`` and put the tree's folders first on ``path`` (``sys.path``)."""
-        environ.update(self.mapping(environ.get("PYTHONPATH")))
+        """Set the variables in ``environ`` as sourcing the file does (a caller's own shim folder and vLLM switch
+        stay) and put the tree's folders first on ``path`` (``sys.path``)."""
+        environ.update({k: v for k, v in self.mapping(environ.get("PYTHONPATH")).items()
+                        if not (k in KEPT_IF_SET and environ.get(k))})
         path[:] = [*self.prepend, *(entry for entry in path if entry not in self.prepend)]
 
     def text(self) -> str:
@@ -81,10 +86,13 @@ class EnvFile:
             ]
         else:
             lines.append(f'export PYTHONPATH={quoted_path}"${{PYTHONPATH:+:${{PYTHONPATH}}}}"')
-        if self.shim_dir is not None:
-            lines.append(f"export FLYDSL_SHIM_DIR={shlex.quote(self.shim_dir)}")
-        if self.vllm_moe:
-            lines.append("export VLLM_USE_FLYDSL_MOE=1")
+        lines.append(f"export FLY_BUILD={layout.BUILD_DIR}")
+        # What the caller set wins: GEAK points FLYDSL_SHIM_DIR at a tuned overlay and sets VLLM_USE_FLYDSL_MOE=0
+        # for its A/B baselines.
+        defaults = {"FLYDSL_SHIM_DIR": self.shim_dir, "VLLM_USE_FLYDSL_MOE": "1" if self.vllm_moe else None}
+        for name, value in defaults.items():
+            if value is not None:
+                lines += [f'[ -n "${{{name}:-}}" ] || {name}={shlex.quote(value)}', f"export {name}"]
         return "\n".join(lines) + "\n"
 
 

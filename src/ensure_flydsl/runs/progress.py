@@ -23,6 +23,7 @@ from ensure_flydsl.support.report import Reporter, fmt_seconds, known
 _NINJA = re.compile(r"^\s*\[\s*(\d+)\s*/\s*(\d+)\s*\]")  # ninja: "[12/345] Building CXX object ..."
 _MAKE = re.compile(r"^\s*\[\s*(\d{1,3})%\]")  # CMake's Makefiles: "[ 45%] Building CXX object ..."
 RECORD_INTERVAL_S = 0.5
+OVERDUE_SHARE = 0.25  # a step past its usual time is taken to need a quarter of its time so far again
 HEARTBEAT_S = 30.0
 HEARTBEAT_VARIABLE = "ENSURE_FLYDSL_HEARTBEAT_S"  # shortens the interval for the tests (not a setting)
 _WATCHDOGS: List["subprocess.Popen[bytes]"] = []
@@ -41,10 +42,19 @@ def parse_percent(line: str) -> Optional[float]:
 
 
 def step_left(expected: float, step_elapsed: float, percent: Optional[float]) -> float:
-    """Seconds left of a step: its expected length (at least what it took so far) scaled by its percent left."""
+    """Seconds left of a step: its expected length (at least what it took so far) scaled by its percent left.
+    Past its expected length (LLVM's final link says nothing for a minute) it is rescaled, never 0."""
     if percent is not None and percent > 0:
-        return max(expected, step_elapsed) * max(0.0, 100.0 - percent) / 100.0
-    return max(0.0, expected - step_elapsed)
+        left = max(expected, step_elapsed) * max(0.0, 100.0 - percent) / 100.0
+    else:
+        left = max(0.0, expected - step_elapsed)
+    return left if step_elapsed <= expected else max(left, 1.0, OVERDUE_SHARE * step_elapsed)
+
+
+def overdue(expected: Mapping[Stage, float], step: Optional[Stage], step_elapsed: float) -> Optional[float]:
+    """How far the current step is past the time it usually takes here (None: not past it, or no usual time)."""
+    usual = expected.get(step, 0.0) if step is not None else 0.0
+    return round(step_elapsed - usual, 1) if 0 < usual < step_elapsed else None
 
 
 def estimate_eta(
@@ -80,24 +90,28 @@ class Pulse:
     run_id: str
     pid: Optional[int]
     waiting: Optional[str] = None  # the build lease's holder it waits for, in words
+    overdue_s: Optional[float] = None  # how far the step is past its usual time (the ETA is rescaled)
 
     @classmethod
     def of_record(cls, record: RunRecord) -> "Pulse":
         waiting = record.waiting.get("text") if isinstance(record.waiting, dict) else None
-        return cls(record.step, record.percent, max(0.0, time.time() - record.started), record.remaining_eta(),
-                   record.run_id, record.pid, waiting if isinstance(waiting, str) else None)
+        return cls(step=record.step, percent=record.percent, elapsed_s=max(0.0, time.time() - record.started),
+                   eta_s=record.remaining_eta(), run_id=record.run_id, pid=record.pid,
+                   waiting=waiting if isinstance(waiting, str) else None, overdue_s=record.overdue_s)
 
     def line(self) -> str:
         shown = f" {self.percent}%" if self.percent is not None else ""
         waiting = f"; waiting for {self.waiting}" if self.waiting else ""
+        late = f", overdue {fmt_seconds(self.overdue_s)}" if self.overdue_s else ""
         return (f"{RUNNING}: step {known(self.step, 'starting')}{shown}, elapsed {fmt_seconds(self.elapsed_s)}, "
-                f"ETA {fmt_seconds(self.eta_s)} (run {known(self.run_id)}, pid {known(self.pid)}){waiting}")
+                f"ETA {fmt_seconds(self.eta_s)}{late} (run {known(self.run_id)}, pid {known(self.pid)}){waiting}")
 
     def event(self) -> Dict[str, object]:
         """The ``--json`` event: the same, as fields, with the line as ``text``."""
         return {"event": "heartbeat", "state": RUNNING, "step": self.step, "percent": self.percent,
                 "elapsed_s": round(self.elapsed_s, 1), "eta_s": None if self.eta_s is None else round(self.eta_s, 1),
-                "run_id": self.run_id, "pid": self.pid, "waiting": self.waiting, "text": self.line()}
+                "run_id": self.run_id, "pid": self.pid, "waiting": self.waiting, "overdue_s": self.overdue_s,
+                "text": self.line()}
 
 
 def say_pulse(reporter: Reporter, pulse: Pulse) -> None:
@@ -251,7 +265,8 @@ class Tracker:
     def pulse(self) -> Pulse:
         """What the heartbeat says now (while it follows another host's build, that build's ETA)."""
         pulse = Pulse.of_record(self.record)
-        return pulse if self.record.waiting is not None else replace(pulse, eta_s=self.eta())
+        return pulse if self.record.waiting is not None else replace(pulse, eta_s=self.eta(), overdue_s=overdue(
+            self._expected(), self.record.step, time.time() - self.step_started_at))
 
     def _write(self, force: bool = False) -> None:
         now = time.time()
@@ -264,6 +279,7 @@ class Tracker:
     def _stamp_eta(self) -> None:
         eta = self.eta()
         self.record.eta_s = None if eta is None else round(eta, 1)
+        self.record.overdue_s = overdue(self._expected(), self.record.step, time.time() - self.step_started_at)
 
     def _store(self) -> bool:
         """Write the record once begun; False when not (progress is never a reason to fail the run)."""

@@ -77,6 +77,7 @@ class RunRecord(fields.Record):
     step: Optional[Stage] = checked(fields.text, None, convert=Stage.parse)  # None also for a step not known
     percent: Optional[float] = checked(fields.percent, None)
     eta_s: Optional[float] = checked(_non_negative, None)
+    overdue_s: Optional[float] = checked(_non_negative, None)  # the step is this far past its usual time
     started: float = checked(fields.seconds, 0.0)
     finished: Optional[float] = checked(fields.seconds, None)
     updated: Optional[float] = checked(fields.seconds, None)  # its last sign of life
@@ -94,7 +95,8 @@ class RunRecord(fields.Record):
     def remaining_eta(self) -> Optional[float]:
         if self.eta_s is None or self.updated is None:
             return None
-        return round(max(0.0, self.eta_s - (time.time() - self.updated)), 1)
+        # Counted down from the last update, but never to 0 while the run still works.
+        return round(max(min(self.eta_s, 1.0), self.eta_s - (time.time() - self.updated)), 1)
 
     def to_json(self) -> Dict[str, object]:
         data: Dict[str, object] = dict(vars(self))
