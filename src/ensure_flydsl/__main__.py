@@ -14,9 +14,12 @@ def main(argv: list[str] | None = None, *, launcher: list[str] | None = None) ->
     args = sys.argv[1:] if argv is None else list(argv)
     said = answer(args, dict(os.environ))
     if said is None:
-        from ensure_flydsl.cli.main import main as command_line
-        from ensure_flydsl.support.launcher import set_launcher
-
+        try:
+            from ensure_flydsl.cli.main import main as command_line
+            from ensure_flydsl.support.launcher import set_launcher
+        except KeyboardInterrupt:  # Ctrl-C before the command line could take it over: its code, not a traceback
+            sys.stderr.write("ensure-flydsl: interrupted (SIGINT) before it began; nothing was changed\n")
+            return 130
         if launcher is not None:
             set_launcher(launcher)
         return command_line(args)

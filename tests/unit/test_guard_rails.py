@@ -208,10 +208,11 @@ BUDGETS = {  # a part of the package: its target
 }
 API = {"__init__.py", "__main__.py", "api.py", "result.py", "version.py"}
 # Parts still above their budget: a ceiling each, lowered as they shrink, removed once within the budget.
-NOT_YET = {"api": 198, "cli": 1674, "settings.py": 627, "support": 1033}
+NOT_YET = {"api": 201, "cli": 1674, "settings.py": 627, "support": 1033}
 # The whole package: the issue's cap is 13,500 (and it closes at 12,500); until then a ceiling lowered as it shrinks
-# (16,820: issue 41's JSON, env file and ETA items added 41 lines and paid 21 of them).
-TOTAL_CEILING = 16820
+# (16,822: issue 41's JSON, env file and ETA items added 41 lines and paid 21 of them; the front door's answer to
+# a Ctrl-C during its hand-off, a traceback before, 3).
+TOTAL_CEILING = 16822
 
 
 def part_of(relative: str) -> str:

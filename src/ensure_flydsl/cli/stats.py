@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Dict, List, Mapping, Optional, Sequence
 
 from ensure_flydsl.errors import BadInput
 from ensure_flydsl.layout import host_cache_dir, timings_dir
-from ensure_flydsl.result import result_object
+from ensure_flydsl.result import result_json, result_object
 from ensure_flydsl.runs.timings import HIT, MISS, Skipped, Summary, TimingRecord, read_records, summarize
 from ensure_flydsl.settings import host_id, parse_root
 from ensure_flydsl.support.report import fmt_seconds
@@ -58,7 +57,7 @@ def stats(root: Optional[str], records: Optional[str], environ: Mapping[str, str
         real = os.path.realpath(chosen)
         runs = [r for r in runs if r.root == chosen or os.path.realpath(r.root) == real]
     found = _Found(environ, folder=folder, root=chosen, runs=list(runs), skipped=skipped)
-    print(json.dumps(found.to_json(), sort_keys=True) if as_json else "\n".join(text_lines(found)))
+    print(result_json(found.to_json()) if as_json else "\n".join(text_lines(found)))
     return 0
 
 
