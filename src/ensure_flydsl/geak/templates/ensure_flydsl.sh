@@ -54,7 +54,7 @@ esac
 zipapp="$here/@@ZIPAPP@@"
 
 python=$(command -v python3) ||
-  fail "no python3 on PATH ($PATH): the GEAK folder's tool needs Python 3.9 or newer as python3" "$@"
+  fail "no python3 on PATH (${PATH:-unset}): the GEAK folder's tool needs Python 3.9 or newer as python3" "$@"
 case $("$python" -V 2>&1) in
   "Python 3."[0-8].*) fail "python3 on PATH is $python ($("$python" -V 2>&1)); the GEAK folder's tool needs\
  Python 3.9 or newer: put one first on PATH and run it again" "$@" ;;
