@@ -7,6 +7,7 @@ import enum
 from typing import Dict, FrozenSet, Optional, Tuple
 
 from ensure_flydsl.support import space
+from ensure_flydsl.support.launcher import command
 
 
 class ExitCode(enum.IntEnum):
@@ -117,7 +118,6 @@ def disk_full_code(stage: Optional[Stage]) -> ExitCode:
     return ExitCode.FLYDSL_BUILD
 
 
-NO_SPACE_ADVICE = "free space there (`ensure-flydsl clean` removes what this tool made for the root) and run it again"
 
 
 class EnsureError(Exception):
@@ -159,7 +159,8 @@ def disk_full_error(exc: OSError, stage: Optional[Stage]) -> Optional["EnsureErr
         return None
     path = exc.filename if isinstance(exc.filename, str) else None
     where = space.no_space(path, exc.errno) if path else "no space left on a file system this command writes to"
-    return EnsureError(disk_full_code(stage), f"{where}; {NO_SPACE_ADVICE}", stage=stage,
+    advice = f"free space there (`{command('clean')}` removes what this tool made for the root) and run it again"
+    return EnsureError(disk_full_code(stage), f"{where}; {advice}", stage=stage,
                        meaning="a full file system")
 
 

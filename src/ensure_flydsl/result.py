@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Dict, List, Mapping, Optional
 
 # docs/schema/result.schema.json; GEAK's gate schema (``ok``, ``built``, ``env_file``, ``version``, ``reason``)
@@ -85,6 +85,7 @@ class Result(TreeIdentity):
     log: Optional[str] = None  # the run's log, when it opened one
     elapsed_s: Optional[float] = None  # the whole call
     link_mode: Optional[str] = None  # reflink, hardlink or copy: how the host store gave the root its tree
+    conflicts: List[Dict[str, Optional[str]]] = field(default_factory=list)  # other FlyDSL users it breaks
 
     @property
     def built(self) -> bool:

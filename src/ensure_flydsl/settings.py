@@ -22,6 +22,7 @@ from ensure_flydsl.errors import BadInput
 from ensure_flydsl.support import keys
 from ensure_flydsl.support.fields import SHORT_TEXT_MAX, short_text
 from ensure_flydsl.support.install_route import extra_remedy
+from ensure_flydsl.support.launcher import command
 from ensure_flydsl.support.urls import shown_location
 from ensure_flydsl.warm import DEFAULT_ROOT
 
@@ -317,14 +318,14 @@ def _need_library(name: str, value: str) -> None:
 def parse_signing_key(name: str, value: str) -> str:
     """The secret key file's absolute path, once it reads as a secret key only its owner may read."""
     if keys.looks_inline(value.strip()):  # a key in the environment would be copied into every child process
-        raise BadInput(name, keys.withheld(value.strip()), "the path of a secret key file (from `ensure-flydsl cache "
-                       "keygen`), not the key itself: a key in the environment would be copied into every child "
-                       "process")
+        raise BadInput(name, keys.withheld(value.strip()), f"the path of a secret key file (from "
+                       f"`{command('cache keygen')}`), not the key itself: a key in the environment would be copied "
+                       "into every child process")
     path = parse_path(name, value)
     try:
         keys.read_secret_key(path)
     except keys.KeyProblem as exc:
-        raise BadInput(name, value, f"a secret key file written by `ensure-flydsl cache keygen` (mode 600); {exc}"
+        raise BadInput(name, value, f"a secret key file written by `{command('cache keygen')}` (mode 600); {exc}"
                        ) from None
     _need_library(name, value)
     return path

@@ -76,6 +76,15 @@ def run_as_other(ws: Workspace, python: str, *args: str, **env: str) -> subproce
                           stderr=subprocess.PIPE, text=True, cwd="/", timeout=120, check=False)
 
 
+def said_to_other(ws: Workspace, python: str, words: str) -> str:
+    """How the tool run by ``run_as_other`` names its command ``words``: the interpreter by its name when the
+    other user's PATH finds it so, else by its path."""
+    name = os.path.basename(python)
+    found = subprocess.run(as_other(["sh", "-c", 'command -v "$0"', name]), env=dict(ws.env, HOME="/"), cwd="/",
+                           stdout=subprocess.PIPE, text=True, check=False).stdout.strip()
+    return f"{name if found == python else python} -m ensure_flydsl {words}"
+
+
 def open_workspace(repo: FixtureRepo) -> Iterator[Workspace]:
     """A workspace in a folder every user may enter (pytest's own tmp folder is its user's alone)."""
     top = tempfile.mkdtemp(prefix="ensure-flydsl-users-", dir="/tmp")

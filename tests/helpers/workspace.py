@@ -6,6 +6,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -13,6 +14,15 @@ from typing import Dict, List, Mapping, Optional
 
 from ensure_flydsl.layout import host_cache_dir
 from tests.helpers.flydsl_fixture import FixtureRepo, counts
+
+
+def said(words: str = "", environ: Mapping[str, str] = os.environ, python: str = sys.executable) -> str:
+    """How the tool names its command ``words`` in a message when a test runs it as ``python -m ensure_flydsl``:
+    the interpreter by its name when PATH finds it by that name, else by its path."""
+    name = os.path.basename(python)
+    found = shutil.which(name, path=environ.get("PATH", ""))
+    typed = name if found and os.path.abspath(found) == os.path.abspath(python) else shlex.quote(python)
+    return f"{typed} -m ensure_flydsl" + (f" {words}" if words else "")
 
 
 def host_cache_env(folder: str, environ: Mapping[str, str] = os.environ) -> Dict[str, str]:

@@ -13,7 +13,7 @@ import pytest
 
 from tests.helpers.flydsl_fixture import FixtureRepo
 from tests.helpers.scenario import Barrier, wait_for
-from tests.helpers.workspace import Workspace
+from tests.helpers.workspace import Workspace, said
 
 
 def run_into_closed_pipe(ws: Workspace, *args: str, **env: str) -> subprocess.CompletedProcess:
@@ -107,7 +107,7 @@ def test_wait_timeout_0_answers_at_once(ws: Workspace) -> None:
     running = ws.run("wait", "--timeout", "0")
     assert running.returncode == 75, running.stdout + running.stderr
     assert "running: step build" in running.stdout, running.stdout
-    assert "still running after 0s; run `ensure-flydsl wait --timeout 540` again (exit 75)" in running.stdout
+    assert f"still running after 0s; run `{said('wait --timeout 540', ws.env)}` again (exit 75)" in running.stdout
     barrier.release()
     done = ws.run("wait", "--timeout", "60")
     assert done.returncode == 0, done.stdout + done.stderr

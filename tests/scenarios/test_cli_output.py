@@ -3,16 +3,18 @@ terminal or on a dumb one, and never the word None in what a person reads, in ev
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import pty
 import re
+import shutil
 import subprocess
 import sys
 from typing import List
 
 from tests.helpers.scenario import start, wait_for
-from tests.helpers.workspace import Workspace
+from tests.helpers.workspace import Workspace, said
 
 NONE = re.compile(r"\bNone\b")
 
@@ -123,3 +125,36 @@ def test_no_none_in_human_output_in_any_state(ws: Workspace) -> None:
     assert human(ws, FLYDSL_PIN="no-such-pin", FLYDSL_EXACT_PIN="1").returncode == 3  # else the tree answers
     for args in (("status",), ("wait", "--timeout", "0")):
         human(ws, *args, FLYDSL_PIN="no-such-pin", FLYDSL_EXACT_PIN="1")
+
+
+def test_every_command_it_names_is_the_command_as_invoked(ws: Workspace) -> None:
+    """Issue 41, item 2, installed: by name, by path, as a module; the detached worker (run as a module)
+    names its starter's command."""
+    script = shutil.which("ensure-flydsl", path=os.path.dirname(sys.executable))
+    assert script is not None, "pip installs the command beside the interpreter"
+    bare = "/usr/bin:/bin"
+
+    def start_hint(command: List[str], path: str) -> str:
+        out = subprocess.run([*command, "status", "--json"], env=dict(ws.env, PATH=path), stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, check=False)
+        assert out.returncode == 0, out.stderr
+        return str(json.loads(out.stdout)["hint"])
+
+    assert start_hint(["ensure-flydsl"], os.pathsep.join([os.path.dirname(script), bare])).startswith(
+        "run `ensure-flydsl start` (then `ensure-flydsl wait --timeout 540`), or `ensure-flydsl`")
+    assert start_hint([script], bare).startswith(f"run `{script} start`")
+    assert start_hint([sys.executable, "-m", "ensure_flydsl"], bare).startswith(
+        f"run `{sys.executable} -m ensure_flydsl start`")
+    on_path = os.pathsep.join([os.path.dirname(sys.executable), bare])
+    assert start_hint([sys.executable, "-m", "ensure_flydsl"], on_path).startswith(
+        f"run `{said('start', {'PATH': on_path})}`")
+    os.makedirs(ws.base, exist_ok=True)
+    with open(ws.lock_file, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # another run holds the build lock
+        env = dict(ws.env, PATH=os.pathsep.join([os.path.dirname(script), ws.env["PATH"]]), FLYDSL_LOCK_TIMEOUT="1")
+        assert subprocess.run(["ensure-flydsl", "start"], env=env, stdout=subprocess.DEVNULL, check=False,
+                              timeout=60).returncode == 0
+        waited = subprocess.run(["ensure-flydsl", "wait", "--timeout", "120"], env=env, stdout=subprocess.PIPE,
+                                text=True, check=False, timeout=180)
+    assert waited.returncode == 7 and "`ensure-flydsl wait` follows it" in waited.stdout, waited.stdout
+    assert "`ensure-flydsl wait` follows it" in str(ws.marker()["hint"])

@@ -17,6 +17,7 @@ import ensure_flydsl
 from ensure_flydsl.cli.main import build_parser
 from ensure_flydsl.settings import SETTING_BY_NAME, SETTINGS
 from ensure_flydsl.version import __version__
+from tests.helpers.workspace import said
 
 
 def subcommands(parser: argparse.ArgumentParser) -> Dict[str, argparse.ArgumentParser]:
@@ -34,7 +35,8 @@ READS = {"wait": RECORDS, "status": RECORDS, "env": RECORDS, "verify": RECORDS +
          "cache": ("cache", "cache_trusted_keys"), "cache list": ("cache", "cache_trusted_keys"),
          "cache prune": ("cache",), "cache keygen": (), "cache sign": ("cache", "cache_trusted_keys"),
          "store": ("store",), "store list": ("store",), "store prune": ("store",)}
-OWN_FLAGS = {"ensure": ["--json"], "start": [], "wait": ["--timeout", "--heartbeat", "--json"], "status": ["--json"],
+OWN_FLAGS = {"ensure": ["--json"], "start": [], "wait": ["--timeout", "--heartbeat", "--run-id ID", "--json"],
+             "status": ["--run-id ID", "--json"],
              "env": ["--format", "--json"], "verify": ["--json"], "doctor": ["--json"],
              "cache": ["list", "prune", "keygen", "sign"], "clean": ["--json"],
              "skill": ["--force", "--wheels", "DIR"], "help": ["COMMAND"], "completion": ["{bash,zsh,fish}"],
@@ -85,7 +87,7 @@ def test_each_command_has_its_own_short_help_with_its_settings_and_examples(env:
     for flag in OWN_FLAGS.get(name, []):  # a command added later: its examples and size are still checked
         assert flag in out.stdout, flag
     examples = lines[lines.index("examples:") + 1:]
-    commands = [line.strip() for line in examples if line.startswith("  ensure-flydsl ")]
+    commands = [line.strip() for line in examples if line.startswith(f"  {said(environ=env)} ")]
     assert 2 <= len(commands) <= 3, examples
     assert all(name in c for c in commands) or path == ("ensure",), commands
     shown = {m.group(0) for m in SETTING_FLAG.finditer(out.stdout)} - {f.split()[0] for f in OWN_FLAGS.get(name, [])}
@@ -136,29 +138,29 @@ def test_version(env: Dict[str, str]) -> None:
 
 @pytest.mark.parametrize("args, says", [
     (["enusre"], "ensure-flydsl: unknown command 'enusre'; did you mean 'ensure'? "
-                 "(ensure-flydsl help lists the commands)"),
+                 "(HELP lists the commands)"),
     (["--root", "/x", "stauts", "--json"], "ensure-flydsl: unknown command 'stauts'; did you mean 'status'? "
-                                           "(ensure-flydsl help lists the commands)"),
+                                           "(HELP lists the commands)"),
     (["stat"], "ensure-flydsl: unknown command 'stat'; did you mean 'stats' or 'start'? "
-               "(ensure-flydsl help lists the commands)"),  # two as close: both
-    (["frobnicate"], "ensure-flydsl: unknown command 'frobnicate' (ensure-flydsl help lists the commands)"),
+               "(HELP lists the commands)"),  # two as close: both
+    (["frobnicate"], "ensure-flydsl: unknown command 'frobnicate' (HELP lists the commands)"),
     (["help", "doctr"], "ensure-flydsl: unknown command 'doctr'; did you mean 'doctor'? "
-                        "(ensure-flydsl help lists the commands)"),
+                        "(HELP lists the commands)"),
     (["help", "cache", "lsit"], "ensure-flydsl: unknown cache command 'lsit'; did you mean 'list'? "
-                                "(ensure-flydsl help cache lists them)"),
-    (["help", "settings", "x"], "ensure-flydsl help: 'settings x' is no command (ensure-flydsl help lists the "
+                                "(HELP cache lists them)"),
+    (["help", "settings", "x"], "ensure-flydsl help: 'settings x' is no command (HELP lists the "
                                 "commands; `help settings` lists the settings)"),
-    (["help", "status", "list"], "ensure-flydsl help: 'status list' is no command (ensure-flydsl help lists the "
+    (["help", "status", "list"], "ensure-flydsl help: 'status list' is no command (HELP lists the "
                                  "commands)"),
     (["cache", "lst"], "ensure-flydsl: unknown cache command 'lst'; did you mean 'list'? "
-                       "(ensure-flydsl help cache lists them)"),
+                       "(HELP cache lists them)"),
     (["cache", "--cache", "/x"], "ensure-flydsl cache: which one? list, prune, keygen or sign "
-                                 "(ensure-flydsl help cache says what each does)"),
+                                 "(HELP cache says what each does)"),
 ])
 def test_a_mistyped_command_is_bad_input_with_one_line(env: Dict[str, str], args: List[str], says: str) -> None:
     """`ensure-flydsl enusre` said "unrecognized arguments: enusre", as if the command were an argument."""
     out = tool(env, *args)
-    assert (out.returncode, out.stderr, out.stdout) == (64, says + "\n", "")
+    assert (out.returncode, out.stderr, out.stdout) == (64, says.replace("HELP", said("help", env)) + "\n", "")
     assert not os.path.exists(os.path.dirname(env["FLYDSL_ROOT"]))
 
 

@@ -18,7 +18,7 @@ from ensure_flydsl.runs.progress import parse_percent
 from ensure_flydsl.runs.records import RunState, RunStore
 from tests.helpers.result_schema import validate
 from tests.helpers.scenario import Barrier, assert_one_tree, wait_for, wait_until
-from tests.helpers.workspace import Workspace
+from tests.helpers.workspace import Workspace, said
 
 # A hang guard, not a performance target (benchmarks/ measures how fast these really are).
 HANG_GUARD_S = 20.0
@@ -273,6 +273,39 @@ def test_wait_with_nothing_started(ws: Workspace) -> None:
     assert out.returncode == 1 and "nothing to wait for" in out.stdout
     assert ws.run().returncode == 0
     assert ws.run("wait").returncode == 0  # a finished earlier run answers at once
+
+
+def test_a_plain_wait_follows_the_root_s_run_and_a_wait_for_another_request_names_it(ws: Workspace) -> None:
+    """Issue 41, item 5: after `FLYDSL_PIN=v0.2.2 start`, a plain `wait` in the next shell said "nothing was
+    started for this request ...; start a run", and following it started a second build."""
+    built = Barrier(ws.counter, "built")
+    run_id = str(start(ws, FLYDSL_PIN="v0.2.2", FIXTURE_BUILD_HOOK=built.hook)["run_id"])
+    request = ("FLYDSL_REPO", "FLYDSL_PIN", "FLYDSL_PYTHON", "FLYDSL_STRATEGY")  # all the workspace sets but the root
+    plain = {k: v for k, v in ws.env.items() if k not in request}
+
+    def run(env: Dict[str, str], *args: str) -> "subprocess.CompletedProcess[str]":
+        return subprocess.run(ws.cmd(*args), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              timeout=120, check=False)
+
+    followed = run(plain, "wait", "--timeout", "0")
+    assert followed.returncode == 75 and f"run {run_id}" in followed.stdout, followed.stdout + followed.stderr
+    assert json.loads(run(plain, "status", "--json").stdout)["run_id"] == run_id
+    other = ws.run("wait", "--timeout", "0")  # the workspace's own pin: another request
+    assert other.returncode == 1, other.stdout + other.stderr
+    assert (f"nothing to wait for: no run is going for this request on {ws.root}, but run {run_id} (pin v0.2.2) is, "
+            f"for another request; `{said('wait --run-id ' + run_id)}` follows it") in other.stdout, other.stdout
+    gate = json.loads(ws.run("status", "--json").stdout)
+    assert gate["state"] == "absent" and f"wait --run-id {run_id}` follows it" in gate["hint"]
+    assert ws.run("wait", "--run-id", run_id, "--timeout", "0").returncode == 75
+    built.release()
+    assert ws.run("wait", "--run-id", run_id, "--timeout", "60").returncode == 0
+    assert run(plain, "wait", "--timeout", "0").returncode == 0  # the root's current run succeeded
+    assert ws.count("build") == 1
+    for bad in ("20990101-000000-abcdef", "../runs"):
+        refused = ws.run("status", "--run-id", bad)
+        assert refused.returncode == 64 and refused.stdout == "", refused.stdout + refused.stderr
+        assert refused.stderr == (f"ensure-flydsl: --run-id={bad!r} is not allowed: the id of a run on {ws.root}, "
+                                  "as `start` printed it\n")
 
 
 def test_wait_follows_a_blocking_run(ws: Workspace) -> None:

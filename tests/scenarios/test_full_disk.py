@@ -23,7 +23,7 @@ from tests.helpers.flydsl_fixture import FixtureRepo
 from tests.helpers.full_disk import FullDisk, full_disk
 from tests.helpers.reliability import kill_group, record
 from tests.helpers.scenario import Barrier, assert_one_tree, start, status, wait_until, watchdogs_of
-from tests.helpers.workspace import Workspace
+from tests.helpers.workspace import Workspace, said
 
 
 @pytest.fixture
@@ -67,8 +67,8 @@ def assert_one_full_disk_line(err: str, disk: FullDisk, stage: str) -> None:
     assert len(lines) == 1, err
     pattern = (rf"ensure-flydsl: failed \(exit 5: a full file system, stage {stage}\): no space left on the file "
                rf"system holding {re.escape(disk.path)}/\S+ \(df: 0 B free of [\d.]+ [KMG]iB, mounted at "
-               rf"{re.escape(disk.path)}\); free space there \(`ensure-flydsl clean` removes what this tool made "
-               r"for the root\) and run it again(; .*)?")
+               rf"{re.escape(disk.path)}\); free space there \(`{re.escape(said('clean'))}` removes what this tool "
+               r"made for the root\) and run it again(; .*)?")
     assert re.fullmatch(pattern, lines[0]), lines[0]
 
 

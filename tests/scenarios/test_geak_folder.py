@@ -5,6 +5,7 @@ and 3.12, and a second call with the network poisoned."""
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -257,6 +258,24 @@ def test_the_agent_form_of_the_folder_s_own_procedure(geak: Geak) -> None:
     assert status["state"] == "succeeded" and status["how"] == "built"
 
 
+def test_the_system_architect_patch_in_docs_geak_md(geak: Geak) -> None:
+    """Issue 41, item 10: the three calls docs/GEAK.md gives for system_architect.md §0a (ii), as written there:
+    start (the root's parent made first), wait until not 75, source and import."""
+    top = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    with open(os.path.join(top, "docs", "GEAK.md")) as handle:
+        patch = handle.read().split("### The patch for `roles/system_architect.md`", 1)[1].split("\n## ", 1)[0]
+    start, wait, use = re.findall(r"```bash\n(.*?)```", patch, re.S)
+    assert not os.path.exists(geak.base)
+    assert geak.bash(start, FIXTURE_BUILD_SLEEP="3").returncode == 0
+    for _ in range(20):
+        code = int(geak.bash(wait.replace("--timeout 540", "--timeout 1")).stdout.split("exit ")[-1])
+        if code != 75:
+            break
+    assert code == 0
+    used = geak.bash(use)
+    assert used.returncode == 0 and used.stdout.strip() == "ok", used.stdout + used.stderr
+
+
 def test_a_failure_leaves_the_marker_and_a_json_gate_that_says_why(geak: Geak) -> None:
     os.makedirs(geak.base)
     gone = "file://" + os.path.join(geak.base, "no-such-repository.git")
@@ -344,6 +363,31 @@ def test_without_pip_the_doctor_says_so_not_that_the_index_is_down(geak: Geak) -
         assert check["status"] == "missing" and not check["provided"], check
         assert "has no pip" in check["detail"] and "does not answer" not in check["detail"], check
         assert "ensurepip" in check["remedy"], check
+
+
+def test_every_command_it_names_is_the_script_as_invoked(geak: Geak) -> None:
+    """Issue 41, item 2: GEAK's container has no `ensure-flydsl`; every hint, next step and answer names the
+    script as the caller invoked it (from GEAK's top folder), the detached worker's included."""
+    absent = geak.bash(f"cd {SKILLS} && sh 'ensure_flydsl/ensure_flydsl.sh' status --json")  # under sh, too
+    assert "run `bash ensure_flydsl/ensure_flydsl.sh start` (then" in json.loads(absent.stdout)["hint"]
+    wait = f"bash {SCRIPT} wait"
+    os.makedirs(geak.base)
+    with open(os.path.join(geak.base, ".flydsl_build.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # another run holds the build lock
+        assert geak.bash(f"bash {SCRIPT} start", FLYDSL_LOCK_TIMEOUT="1").returncode == 0
+        failed = geak.bash(f"bash {SCRIPT} wait --timeout 120")
+        assert failed.returncode == 7, failed.stdout + failed.stderr
+        assert f"`{wait}` follows it" in failed.stdout and "ensure-flydsl wait" not in failed.stdout  # the worker's
+        with open(geak.fail_marker) as handle:
+            assert f"`{wait}` follows it" in json.load(handle)["hint"]
+        started = geak.bash(f"bash {SCRIPT} start", FLYDSL_LOCK_TIMEOUT="600")
+        assert started.returncode == 0, started.stderr
+        assert json.loads(started.stdout.splitlines()[-1])["hint"] == f"run `{wait} --timeout 540` (again while " \
+                                                                      "it exits 75)"
+        assert f"`{wait} --timeout 540`" in json.loads(geak.bash(f"bash {SCRIPT} status --json").stdout)["hint"]
+        running = geak.bash(f"bash {SCRIPT} wait --timeout 1")
+        assert running.returncode == 75 and f"run `{wait} --timeout 540` again" in running.stdout, running.stdout
+    assert geak.bash(f"bash {SCRIPT} wait --timeout 300").returncode == 0  # the lock released, the run goes on
 
 
 def test_completion_through_the_folder_says_where_it_is_found(geak: Geak) -> None:

@@ -14,8 +14,8 @@ from typing import Iterator, List
 import pytest
 
 from tests.helpers.flydsl_fixture import FixtureRepo
-from tests.helpers.other_user import open_workspace, other_python, read_only_bind, run_as_other
-from tests.helpers.workspace import Workspace
+from tests.helpers.other_user import open_workspace, other_python, read_only_bind, run_as_other, said_to_other
+from tests.helpers.workspace import Workspace, said
 
 COMMANDS = [["status"], ["status", "--json"], ["env"], ["doctor"], ["clean"], ["start"], ["ensure"],
             ["ensure", "--verify"], ["wait", "--timeout", "1"], ["verify"]]
@@ -56,8 +56,9 @@ def test_another_user_gets_one_line_for_a_root_made_under_umask_077(shared_ws: W
         lines = ["ensure-flydsl: " + event["reason"]]
     blocked = {f"the folder {shared_ws.root} ", f"the folder {os.path.join(shared_ws.base, '.ensure_flydsl')} "}
     assert any(lines[0].startswith("ensure-flydsl: " + b) for b in blocked), lines[0]
-    assert (f"cannot be read by nobody (uid 65534): it belongs to root (uid 0), mode 0700; `ensure-flydsl {args[0]}` "
-            "needs read access to it: run it as root (uid 0), or use a FLYDSL_ROOT of your own") in lines[0]
+    assert (f"cannot be read by nobody (uid 65534): it belongs to root (uid 0), mode 0700; "
+            f"`{said_to_other(shared_ws, python, args[0])}` needs read access to it: run it as root (uid 0), or use a "
+            "FLYDSL_ROOT of your own") in lines[0]
     assert listing(shared_ws.base) == before
 
 
@@ -69,8 +70,8 @@ def test_clean_by_a_user_who_does_not_own_the_root(shared_ws: Workspace) -> None
     assert out.returncode == 64, out.stdout + out.stderr
     assert out.stderr.strip() == (
         f"ensure-flydsl: the file {shared_ws.lock_file} cannot be written by nobody (uid 65534): it belongs to root "
-        "(uid 0), mode 0644; `ensure-flydsl clean` needs write access to it: run it as root (uid 0), or use a "
-        "FLYDSL_ROOT of your own")
+        f"(uid 0), mode 0644; `{said_to_other(shared_ws, python, 'clean')}` needs write access to it: run it as root "
+        "(uid 0), or use a FLYDSL_ROOT of your own")
     assert listing(shared_ws.base) == before
 
 
@@ -90,8 +91,8 @@ def test_clean_on_a_read_only_mount(ws: Workspace) -> None:
         assert out.returncode == 64, out.stdout + out.stderr
         assert out.stderr.strip() == (
             f"ensure-flydsl: {os.path.join(mounted, '.flydsl_build.lock')} is on a read-only file system, and "
-            "`ensure-flydsl clean` needs to write there: remount it read-write, or use a FLYDSL_ROOT on a writable "
-            "file system")
+            f"`{said('clean', ws.env)}` needs to write there: remount it read-write, or use a FLYDSL_ROOT on a "
+            "writable file system")
         assert listing(ws.base) == before
     finally:
         subprocess.run(["umount", mounted], check=True)

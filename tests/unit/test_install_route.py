@@ -6,8 +6,10 @@ import os
 import re
 import sys
 
+import pytest
+
 from ensure_flydsl.support.install_route import EXTRAS, Route, install_route
-from ensure_flydsl.support.launcher import tool_command
+from ensure_flydsl.support.launcher import COMMAND_VARIABLE, command, tool_command
 
 PYPROJECT = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
                          "pyproject.toml")
@@ -26,3 +28,11 @@ def test_the_extras_named_in_remedies_are_pyproject_s() -> None:
 def test_an_installed_copy_runs_itself_as_a_module() -> None:
     assert tool_command() == [sys.executable, "-m", "ensure_flydsl"]
     assert install_route() == Route.PIP  # the suite's own venv
+
+
+def test_a_command_variable_that_is_no_command_line_is_not_repeated(monkeypatch: "pytest.MonkeyPatch") -> None:
+    monkeypatch.setenv(COMMAND_VARIABLE, "bash '/opt/my skills/ensure_flydsl.sh'")
+    assert command("wait --timeout 540") == "bash '/opt/my skills/ensure_flydsl.sh' wait --timeout 540"
+    for bad in ("bash 'unclosed", "bash x\nrm -rf /", "", "x" * 5000):  # not one printable command line
+        monkeypatch.setenv(COMMAND_VARIABLE, bad)
+        assert command("wait") == "ensure-flydsl wait"  # under pytest: the installed command's name

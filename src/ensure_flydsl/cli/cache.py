@@ -12,6 +12,7 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 from ensure_flydsl.result import result_json, result_object
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.support.keys import KEY_NAME, NAME_ALLOWED, KeyProblem, read_secret_key
+from ensure_flydsl.support.launcher import command
 from ensure_flydsl.support.space import parse_size, size_text
 from ensure_flydsl.trees import signing
 from ensure_flydsl.trees.backends import CacheError
@@ -167,7 +168,7 @@ def sign_entries(settings: Settings, cache: Cache, key_path: str, names: Sequenc
         signing.check_secret(secret)
     except (KeyProblem, signing.MissingLibrary) as exc:
         raise Refused(f"cache sign --key={key_path!r} is not allowed: a secret key file written by "
-                      f"`ensure-flydsl cache keygen` (mode 600); {exc}") from None
+                      f"`{command('cache keygen')}` (mode 600); {exc}") from None
     entries = [e for e in cache.entries() if e.kind != "orphan"]
     chosen = _chosen(entries, names)
     live = signing.live_versions(entries)
@@ -209,7 +210,7 @@ def _chosen(entries: List[CacheEntry], names: Sequence[str]) -> List[CacheEntry]
         if len(keys) != 1:
             why = "no entry's key starts with it" if not keys else f"{len(keys)} entries' keys start with it"
             raise Refused(f"cache sign: {name!r} names no single entry ({why}); give a longer prefix of a key "
-                          "that `ensure-flydsl cache list` shows")
+                          f"that `{command('cache list')}` shows")
         chosen += [e for e in found if not any(e is c for c in chosen)]
     return chosen
 

@@ -18,6 +18,7 @@ from ensure_flydsl.settings import Settings
 from ensure_flydsl.source.git import Checkout
 from ensure_flydsl.source.root import Stamps, foreign_files, is_ours, other_roots, owner, remove_made
 from ensure_flydsl.support.files import remove_file, remove_tree
+from ensure_flydsl.support.launcher import command
 from ensure_flydsl.ways.source.environment import LlvmRecord
 
 
@@ -73,7 +74,7 @@ def _refuse_while_running(settings: Settings) -> None:
             ExitCode.LOCK,
             f"a run for {settings.root} is going (run {run.run_id}, pid {run.pid}, step {run.step}): cleaning "
             "now would take its files from under it",
-            stage=Stage.CLEAN, hint="wait for it to end (`ensure-flydsl wait`), or stop it, then run clean again",
+            stage=Stage.CLEAN, hint=f"wait for it to end (`{command('wait')}`), or stop it, then run clean again",
         )
 
 

@@ -58,6 +58,7 @@ from ensure_flydsl.settings import (
     flag_text,
     settings_from_kwargs,
 )
+from ensure_flydsl.support.launcher import command
 from ensure_flydsl.support.processes import unblock_stop_signals
 from ensure_flydsl.support.report import Reporter, to_devnull
 from ensure_flydsl.version import __version__
@@ -106,7 +107,7 @@ class _Parser(argparse.ArgumentParser):
         if isinstance(action, argparse._SubParsersAction) and value not in action.choices:
             group = self.prog.split()[1:]  # ["cache"] under cache, [] at the top
             what = f"{group[0]} command" if group else "command"
-            where = f"ensure-flydsl help {group[0]} lists them" if group else "ensure-flydsl help lists the commands"
+            where = f"{command('help ' + group[0])} lists them" if group else f"{command('help')} lists the commands"
             refuse(unknown(what, value, list(action.choices), where))
         super()._check_value(action, value)
 
@@ -190,7 +191,7 @@ EXAMPLES: Dict[str, Tuple[Tuple[str, str], ...]] = {
                 "~/.cache/flydsl/FlyDSL/flydsl_env.sh"), ("--json --strategy release", "one JSON result object"),
                ("-q --python /usr/bin/python3.11", "say nothing but a failure")),
     "start": (("start --root ~/.cache/flydsl/FlyDSL", "returns at once"),
-              ("start --cache s3://bucket/flydsl", "then `ensure-flydsl wait`")),
+              ("start --cache s3://bucket/flydsl", "then `wait --timeout 540`")),
     "wait": (("wait --timeout 540", "inside an agent's 600 s shell call; 75: call it again"),
              ("wait --timeout 0 --json", "answer at once")),
     "status": (("status", ""), ("--root ~/.cache/flydsl/FlyDSL status --json", "")),
@@ -234,8 +235,9 @@ def _epilog(path: str, reads: Optional[Sequence[str]]) -> str:
     width = shutil.get_terminal_size().columns - 2
     lines = []
     if reads is not None:
-        lines += _wrap("settings (a flag before or after the command, or its variable; `ensure-flydsl help "
-                       "settings` says what each does):" if reads else "settings: none apply to it", "  ")
+        lines += _wrap("settings (a flag before or after the command, or its variable; "
+                       f"`{command('help settings')}` says what each does):" if reads else
+                       "settings: none apply to it", "  ")
         for group in GROUPS:
             flags = [s.flag + ("/--no-" + s.flag[2:] if s.kind == SWITCH else "") for s in SETTINGS
                      if s.group == group and s.name in reads]
@@ -244,7 +246,7 @@ def _epilog(path: str, reads: Optional[Sequence[str]]) -> str:
         lines.append("")
     lines.append("examples:")
     for args, why in EXAMPLES[path]:
-        line = "ensure-flydsl " + args
+        line = command(args)
         if not why:
             lines.append(f"  {line}")
         elif len(line) + len(why) + 6 <= width:
@@ -256,7 +258,7 @@ def _epilog(path: str, reads: Optional[Sequence[str]]) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     pointer = ("settings: each is a flag, before or after the command, or its environment variable (a flag wins); "
-               "`ensure-flydsl help settings` lists them, `ensure-flydsl help COMMAND` shows a command's own")
+               f"`{command('help settings')}` lists them, `{command('help COMMAND')}` shows a command's own")
     codes = "exit codes: " + "; ".join(f"{int(code)} {code.meaning}" for code in ExitCode)
     top = _Parser(prog="ensure-flydsl", description=DESCRIPTION, formatter_class=_Formatter,
                   epilog="\n".join([*_wrap(pointer, "  "), "", _epilog("", None), "", *_wrap(codes, "  ")]))
@@ -265,8 +267,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_options(top, EVERY, loud=True, json=ENSURE_JSON)
     commands = top.add_subparsers(dest="command", metavar="COMMAND", title="commands")
 
-    def command(path: str, help: str, reads: Optional[Sequence[str]] = EVERY, loud: bool = True,
-                under: Any = commands, json: Optional[str] = None, run: Any = None) -> argparse.ArgumentParser:
+    def add_command(path: str, help: str, reads: Optional[Sequence[str]] = EVERY, loud: bool = True,
+                    under: Any = commands, json: Optional[str] = None, run: Any = None) -> argparse.ArgumentParser:
         """A command's parser; ``run`` handles it: run(call, settings), or run(call) when ``reads`` is None."""
         parser: argparse.ArgumentParser = under.add_parser(path.split()[-1], help=help, description=help,
                                                            formatter_class=_Formatter, epilog=_epilog(path, reads))
@@ -275,7 +277,7 @@ def build_parser() -> argparse.ArgumentParser:
             parser.set_defaults(run=run, reads_settings=reads is not None)
         return parser
 
-    topic = _add_commands(command)
+    topic = _add_commands(add_command)
     topic.completer = _choices([*commands.choices, "settings"])  # type: ignore[attr-defined]
     return top
 
@@ -289,14 +291,17 @@ def _add_commands(command: Callable[..., argparse.ArgumentParser]) -> argparse.A
                       RECORDS, json="print the answer as one JSON result object on stdout (heartbeats as JSON "
                       "events on stderr)", run=lambda call, settings: wait(
                           settings, call.reporter, timeout=call.args.timeout, heartbeat=call.args.heartbeat,
-                          as_json=call.as_json))
+                          as_json=call.as_json, run_id=call.args.run_id))
     waiting.add_argument("--timeout", type=_seconds(zero_ok=True), metavar="S",
                          help="give up waiting after S seconds (0: answer at once)")
     waiting.add_argument("--heartbeat", type=_seconds(zero_ok=False), default=30.0, metavar="S",
                          help="print a heartbeat line at least every S seconds (default 30)")
-    command("status", "state, step, percent, elapsed, ETA, pid, version, root, python, how, log", RECORDS,
-            json="one JSON result object (docs/schema/)",
-            run=lambda call, settings: status(settings, as_json=call.as_json))
+    status_parser = command("status", "state, step, percent, elapsed, ETA, pid, version, root, python, how, log",
+                            RECORDS, json="one JSON result object (docs/schema/)",
+                            run=lambda call, settings: status(settings, as_json=call.as_json, run_id=call.args.run_id))
+    for parser in (waiting, status_parser):
+        parser.add_argument("--run-id", metavar="ID", help="the run `start` printed, whatever its settings (default: "
+                            "the request's; with no request setting given, the root's current run)")
     command("env", "print the env file (or its JSON twin)", RECORDS, json="one JSON result object: whether the env "
             "file answers this request, its version, and the variables it exports",
             run=lambda call, settings: show_env(settings, call.args.format, call.environ, as_json=call.as_json),
@@ -414,7 +419,7 @@ def _help(topic: List[str]) -> int:
         return 0
     if topic[:1] == ["settings"] or len(topic) > (2 if topic[:1] in (["cache"], ["store"]) else 1):
         also = "; `help settings` lists the settings" if topic[:1] == ["settings"] else ""
-        refuse(f"ensure-flydsl help: {' '.join(topic)!r} is no command (ensure-flydsl help lists the commands{also})")
+        refuse(f"ensure-flydsl help: {' '.join(topic)!r} is no command ({command('help')} lists the commands{also})")
     build_parser().parse_args([*topic, "--help"])
     return 0
 
@@ -526,12 +531,12 @@ def _stats(call: Call) -> int:
 
 def _housekeeping(call: Call, settings: Settings) -> int:
     """``cache ACTION`` and ``store ACTION``."""
-    command, args, say = call.args.command, call.args, call.reporter.say
-    action = getattr(args, f"{command}_action")
+    group, args, say = call.args.command, call.args, call.reporter.say
+    action = getattr(args, f"{group}_action")
     if action is None:
-        refuse(f"ensure-flydsl {command}: which one? " + ("list, prune, keygen or sign" if command == "cache" else
-               "list or prune") + f" (ensure-flydsl help {command} says what each does)")
-    if command == "store":
+        refuse(f"ensure-flydsl {group}: which one? " + ("list, prune, keygen or sign" if group == "cache" else
+               "list or prune") + f" ({command('help ' + group)} says what each does)")
+    if group == "store":
         return store_command(settings, call.environ, action, max_size=getattr(args, "max_size", None),
                              as_json=call.as_json, say=say)
     return cache_command(settings, action, max_size=getattr(args, "max_size", None), as_json=call.as_json, say=say,
@@ -621,12 +626,12 @@ def format_error(exc: EnsureError, log_tail: List[str], log_path: Optional[str])
     return "\n".join(lines)
 
 
-def _access_error(exc: OSError, command: str) -> Optional[EnsureError]:
+def _access_error(exc: OSError, name: str) -> Optional[EnsureError]:
     """The line for a path this user may not read or write (another user's root, a read-only mount): exit 64
     naming the folder that blocks, its owner and what the command needs; None for any other OSError."""
     if exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
         return None
-    doing, me = f"`ensure-flydsl {command}`", _user(os.geteuid())
+    doing, me = f"`{command(name)}`", _user(os.geteuid())
     path = exc.filename if isinstance(exc.filename, str) else None
     if path is None:
         reason = (f"{doing} was refused by the system ({exc.strerror}); run it as the user who owns FLYDSL_ROOT and "

@@ -23,7 +23,7 @@ from ensure_flydsl.runs.liveness import marker_is_answered
 from ensure_flydsl.runs.markers import installed, marker_unwritten, write_failure_marker
 from ensure_flydsl.runs.records import RUNNING, RunRecord, RunStore, new_record, new_run_id
 from ensure_flydsl.settings import Settings, Strategy
-from ensure_flydsl.support.launcher import tool_command
+from ensure_flydsl.support.launcher import command, passed_on, tool_command
 from ensure_flydsl.support.processes import spawn, stop_signals_blocked
 from ensure_flydsl.support.report import Reporter
 from ensure_flydsl.ways.context import Run, announced_eta
@@ -60,7 +60,7 @@ def _started(settings: Settings, run_id: str, pid: Optional[int], log: str, *, j
     joined; `wait` answers whether FlyDSL is ready."""
     what = "joined the run already going" if joined else "launched a detached run"
     data = result_object(ok=True, exit_code=0, reason=f"{what} for this request",
-                         hint="run `ensure-flydsl wait --timeout 540` (again while it exits 75)", log=log,
+                         hint=f"run `{command('wait --timeout 540')}` (again while it exits 75)", log=log,
                          run_id=run_id, elapsed_s=None)
     data.update(pid=pid, state=RUNNING, joined=joined, root=settings.root,
                 installed=installed(settings.root, settings.request(), os.environ.get("PATH")))
@@ -100,7 +100,7 @@ def _join_or_launch(settings: Settings, environ: Mapping[str, str], reporter: Re
     try:
         # In the caller's folder, as the probe runs (a pyenv or asdf shim picks the interpreter from it).
         with stop_signals_blocked():  # the worker unblocks them once its record can say how it ended
-            proc = spawn(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=environ,
+            proc = spawn(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=passed_on(environ),
                          own_group=True, pass_fds=(alive_fd,), cwd=callers_folder())
     finally:
         os.close(log)

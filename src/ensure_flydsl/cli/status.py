@@ -12,9 +12,9 @@ from typing import Dict, List, Mapping, Optional
 from ensure_flydsl.errors import ExitCode, Stage
 from ensure_flydsl.layout import tree_folders
 from ensure_flydsl.probe.gate import evaluate
-from ensure_flydsl.probe.interpreter import probe_modules, run_probe
+from ensure_flydsl.probe.interpreter import broken_user_line, broken_users, probe_modules, run_probe
 from ensure_flydsl.result import result_json, result_object
-from ensure_flydsl.runs.answer import START_HINT, Answer, answer
+from ensure_flydsl.runs.answer import Answer, answer, followed, start_hint
 from ensure_flydsl.runs.markers import (
     EnvFile,
     EnvTwin,
@@ -28,6 +28,7 @@ from ensure_flydsl.runs.markers import (
 from ensure_flydsl.runs.progress import Pulse, say_pulse
 from ensure_flydsl.runs.records import FAILED, RUNNING, SUCCEEDED
 from ensure_flydsl.settings import Settings
+from ensure_flydsl.support.launcher import command
 from ensure_flydsl.support.report import Reporter, fmt_seconds, known
 
 ABSENT_EXIT = 1  # `wait`, `env` and `verify` when nothing answers the request
@@ -58,7 +59,7 @@ def answer_object(settings: Settings, found: Answer) -> Dict[str, object]:
     if found.state == RUNNING and record is not None:
         data.update(step=record.step, percent=record.percent, eta_s=record.remaining_eta(), overdue_s=record.overdue_s,
                     waiting_for=record.waiting, reason=f"run {record.run_id} is at step {record.step}",
-                    hint="run `ensure-flydsl wait --timeout 540` again until it exits with something else than 75")
+                    hint=f"run `{command('wait --timeout 540')}` again until it exits with something else than 75")
     elif found.state == SUCCEEDED and twin is not None:
         data.update(version=twin.version, python=twin.python, how=twin.how, built=twin.built,
                     env_file=settings.env_file, eta_s=0,
@@ -71,8 +72,9 @@ def answer_object(settings: Settings, found: Answer) -> Dict[str, object]:
     return data
 
 
-def status(settings: Settings, *, as_json: bool) -> int:
+def status(settings: Settings, *, as_json: bool, run_id: Optional[str] = None) -> int:
     """A pure query: nothing is written (a dead run is reported; its watchdog records it)."""
+    settings = followed(settings, run_id)
     data = answer_object(settings, answer(settings))
     if as_json:
         print(result_json(data))
@@ -108,8 +110,9 @@ def _seconds(value: object) -> Optional[float]:
 
 
 def wait(settings: Settings, reporter: Reporter, *, timeout: Optional[float], heartbeat: float,
-         as_json: bool = False) -> int:
+         as_json: bool = False, run_id: Optional[str] = None) -> int:
     """Poll while a run for the request lives; a run found dead is recorded here, should its watchdog be gone."""
+    settings = followed(settings, run_id)
     started = time.monotonic()
     deadline = None if timeout is None else started + timeout
     next_beat = started
@@ -123,7 +126,7 @@ def wait(settings: Settings, reporter: Reporter, *, timeout: Optional[float], he
             say_pulse(reporter, Pulse.of_record(found.record))  # the line a run's own heartbeat says
             next_beat = now + heartbeat
         if deadline is not None and now >= deadline:
-            reporter.say(f"still running after {fmt_seconds(timeout)}; run `ensure-flydsl wait --timeout 540` "
+            reporter.say(f"still running after {fmt_seconds(timeout)}; run `{command('wait --timeout 540')}` "
                          "again (exit 75)")
             code = int(ExitCode.STILL_RUNNING)
             break
@@ -155,7 +158,7 @@ def _finished(settings: Settings, found: Answer, reporter: Reporter) -> int:
         if found.hint:
             reporter.say(f"next: {found.hint}")
         return failure.exit_code
-    reporter.say(f"nothing to wait for: {found.reason}; start a run with `ensure-flydsl start`")
+    reporter.say(f"nothing to wait for: {found.reason}; {found.hint or start_hint()}")
     if there is not None:
         reporter.say(installed_line(there))
     return ABSENT_EXIT
@@ -180,7 +183,7 @@ def show_env(settings: Settings, fmt: str, environ: Mapping[str, str], *, as_jso
     gap = _gap(settings, twin, environ, f"there is no env file at {settings.env_file}")
     code = ABSENT_EXIT if gap is not None else 0
     if as_json:
-        data = result_object(ok=gap is None, exit_code=code, reason=gap, hint=START_HINT if gap else None,
+        data = result_object(ok=gap is None, exit_code=code, reason=gap, hint=start_hint() if gap else None,
                              log=settings.log_file)
         if twin is not None and gap is None:
             data.update(how=twin.how, env_file=settings.env_file, version=twin.version, built=twin.built,
@@ -194,14 +197,14 @@ def show_env(settings: Settings, fmt: str, environ: Mapping[str, str], *, as_jso
         print(result_json(data))
         return code
     if gap is not None:
-        print(f"ensure-flydsl: {gap}; run `ensure-flydsl` (or `ensure-flydsl start`) first", file=sys.stderr)
+        print(f"ensure-flydsl: {gap}; run `{command()}` (or `{command('start')}`) first", file=sys.stderr)
         return ABSENT_EXIT
     path = settings.env_json if fmt == "json" else settings.env_file
     try:
         with open(path) as handle:
             sys.stdout.write(handle.read())
     except FileNotFoundError:
-        print(f"ensure-flydsl: no env file at {path}; run `ensure-flydsl` (or `ensure-flydsl start`) first",
+        print(f"ensure-flydsl: no env file at {path}; run `{command()}` (or `{command('start')}`) first",
               file=sys.stderr)
         return ABSENT_EXIT
     return 0
@@ -232,15 +235,18 @@ def verify(settings: Settings, environ: Dict[str, str], *, as_json: bool) -> int
         code, ok, reason = int(ExitCode.PROBE), False, verdict.reason
     else:
         code, ok, reason = 0, True, verdict.reason
+    conflicts = broken_users(probe.interpreter.executable, prepend, environ, settings.probe_timeout) \
+        if verdict.reusable else []
     if as_json:
         data = probe.to_json()
         data.update(result_object(
             ok=ok, exit_code=code, stage=None if ok else Stage.PROBE, reason=reason, version=probe.version,
             env_file=settings.env_file if ok else None, how=twin.how if ok and twin is not None else None,
-            hint=None if ok else (START_HINT if code == ABSENT_EXIT else
-                                  "run `ensure-flydsl` to provision a tree that passes, or see `ensure-flydsl doctor`"),
+            hint=None if ok else (start_hint() if code == ABSENT_EXIT else
+                                  f"run `{command()}` to provision a tree that passes, or see `{command('doctor')}`"),
             log=settings.log_file))
-        data.update(tree=verdict.tree, installed=installed(settings.root, settings.request(), environ.get("PATH")))
+        data.update(tree=verdict.tree, installed=installed(settings.root, settings.request(), environ.get("PATH")),
+                    conflicts=conflicts)
         print(result_json(data))
     else:
         print(f"python:  {probe.interpreter.executable} ({probe.interpreter.version}, {probe.interpreter.abi})")
@@ -249,5 +255,7 @@ def verify(settings: Settings, environ: Dict[str, str], *, as_json: bool) -> int
             print(f"  {module.name}: {module.file if module.file else 'FAILED: ' + known(module.error)}")
         print(f"version: {probe.version if probe.version is not None else known(probe.version_error)}")
         print(f"tree:    {known(verdict.tree, 'none (the modules do not import from one tree)')}")
+        for user in conflicts:
+            print(broken_user_line(user, probe.version))
         print(("ok: " if ok else "not usable: ") + reason)
     return code

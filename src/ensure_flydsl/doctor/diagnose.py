@@ -15,9 +15,10 @@ from dataclasses import asdict, dataclass, replace
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ensure_flydsl.errors import EnsureError, ExitCode, Stage
-from ensure_flydsl.probe.interpreter import describe_interpreter, find_modules
+from ensure_flydsl.probe.interpreter import FLYDSL_USERS, broken_users, describe_interpreter, find_modules
 from ensure_flydsl.probe.results import Interpreter
 from ensure_flydsl.runs.answer import marker_sharing
+from ensure_flydsl.runs.markers import installed_twin
 from ensure_flydsl.settings import Settings, Strategy
 from ensure_flydsl.source.git import describe, is_local_repo, repo_path, resolve_in, rewrite
 from ensure_flydsl.source.needs import KNOWN_FLYDSL_NEEDS, BuildNeeds, find_needs
@@ -31,6 +32,7 @@ from ensure_flydsl.source.requirements import (
     pin_sources,
 )
 from ensure_flydsl.source.root import RootKind, classify_root, creatable_problem
+from ensure_flydsl.support.launcher import command
 from ensure_flydsl.ways import Way, demands, falls_back, provisions, tries
 from ensure_flydsl.ways.checks import (
     MISSING,
@@ -89,6 +91,23 @@ def check_marker_sharing(settings: Settings) -> Check:
     if sharing is None:
         return passed("fail-marker", f"{settings.fail_marker} is this root's alone", Stage.SETTINGS)
     return Check("fail-marker", WRONG, *sharing, blocking=False, stage=Stage.SETTINGS)
+
+
+def check_flydsl_users(settings: Settings, environ: Mapping[str, str]) -> Check:
+    """Other FlyDSL users the root's tree breaks, as a run and ``verify`` name them; never blocking."""
+    twin, name = installed_twin(settings.root), "flydsl-users"
+    if twin is None:
+        return Check(name, SKIPPED, f"no tree in {settings.root} yet to import {', '.join(FLYDSL_USERS)} with", "",
+                     blocking=False, stage=Stage.PUBLISH)
+    broken = broken_users(twin.python, twin.pythonpath_prepend, environ, settings.probe_timeout)
+    if not broken:
+        return Check(name, OK, f"none installed fails with the root's flydsl {twin.version} "
+                     f"({', '.join(FLYDSL_USERS)})", "", blocking=False, stage=Stage.PUBLISH)
+    return Check(name, WRONG, "; ".join(f"{u['module']} fails with the root's flydsl {twin.version}"
+                                        + (f" (it needs >= {u['floor']})" if u["floor"] else "") + f": {u['error']}"
+                                        for u in broken),
+                 "one process loads one flydsl: a process that needs it needs its own PYTHONPATH, without this env "
+                 "file (docs/GEAK.md)", blocking=False, stage=Stage.PUBLISH)
 
 
 def check_git(environ: Mapping[str, str]) -> Check:
@@ -298,7 +317,7 @@ def stop_if_blocked(checks: Sequence[Check], strategy: Strategy) -> None:
         ExitCode(first.exit_code),
         f"checked before building: the {strategy} strategy cannot succeed here; {first.name}: {first.detail}",
         stage=Stage.DOCTOR,
-        hint=f"{first.remedy}{more}; `ensure-flydsl doctor` lists every check",
+        hint=f"{first.remedy}{more}; `{command('doctor')}` lists every check",
         detail="\n".join(line for c in checks if c.blocking for line in render_check(c)),
     )
 
@@ -404,6 +423,7 @@ def diagnose(settings: Settings, environ: Mapping[str, str], *, reuse: Optional[
              checkout: Optional[str] = None, timeout: float = 5.0) -> Diagnosis:
     started = time.monotonic()
     checks, needs = run_checks(settings, environ, checkout=checkout, timeout=timeout, reuse=reuse)
+    checks.append(check_flydsl_users(settings, environ))
     diagnosis = Diagnosis(settings.strategy, tuple(checks), needs, time.monotonic() - started)
     blocking = diagnosis.first_blocking
     if not diagnosis.ok and blocking is not None:

@@ -19,6 +19,7 @@ from ensure_flydsl.errors import EnsureError, ExitCode, Stage
 from ensure_flydsl.support import fields, space
 from ensure_flydsl.support.fields import Record, checked
 from ensure_flydsl.support.files import atomic_write_json, file_path_problem, read_json, remove_file
+from ensure_flydsl.support.launcher import command
 
 WAIT_REPORT_INTERVAL_S = 30.0
 
@@ -106,5 +107,5 @@ def _wait_for(lock: filelock.BaseFileLock, path: str, timeout: Optional[float], 
             if deadline is not None and time.monotonic() >= deadline:
                 raise EnsureError(ExitCode.LOCK, f"could not take the build lock {path} within {timeout:g} s: it is "
                                   f"held by {holder}", stage=Stage.LOCK,
-                                  hint="another ensure-flydsl run is provisioning this root; `ensure-flydsl wait` "
+                                  hint=f"another ensure-flydsl run is provisioning this root; `{command('wait')}` "
                                   "follows it, or raise FLYDSL_LOCK_TIMEOUT") from None

@@ -11,7 +11,7 @@ from ensure_flydsl.layout import tree_folders
 from ensure_flydsl.pipeline.warm import fingerprint, keep_warm, result_of
 from ensure_flydsl.probe.fingerprint import site_folders, watch_folders
 from ensure_flydsl.probe.gate import evaluate
-from ensure_flydsl.probe.interpreter import probe_modules, run_probe
+from ensure_flydsl.probe.interpreter import broken_user_line, broken_users, probe_modules, run_probe
 from ensure_flydsl.probe.results import Probe
 from ensure_flydsl.result import Action, How, Result
 from ensure_flydsl.runs import markers
@@ -90,6 +90,10 @@ def publish(run: Run, decision: Decision, action: Action) -> Result:
         claim_root(settings.root, created=True, adopted=False)
     watch = watch_folders(settings.root, decision.verdict.files, decision.verdict.folders)
     site_dirs = site_folders(interp)
+    # The pin is what the caller asked for: another FlyDSL user it breaks is said, and the run still succeeds.
+    conflicts = broken_users(interp.executable, decision.prepend, run.environ, settings.probe_timeout)
+    for user in conflicts:
+        run.say(broken_user_line(user, decision.probe.version))
     twin = markers.EnvTwin(
         request=settings.request(), how=decision.how, tree=decision.tree, version=str(decision.probe.version),
         python=interp.executable, python_version=interp.version, abi=interp.abi, commit=decision.commit,
@@ -99,7 +103,7 @@ def publish(run: Run, decision: Decision, action: Action) -> Result:
         FLYDSL_ROOT=settings.root, pythonpath_prepend=list(decision.prepend), FLYDSL_SHIM_DIR=settings.shim_dir,
         VLLM_USE_FLYDSL_MOE="1" if settings.vllm_moe else None,
         pin=decision.pin, repo=decision.repo, run_id=run.run_id, built=action == Action.PROVISIONED,
-        elapsed_s=round(elapsed, 3), link_mode=decision.link_mode,
+        elapsed_s=round(elapsed, 3), link_mode=decision.link_mode, conflicts=conflicts,
     )
     text = twin.exports.text()
     there = markers.read_env_json(settings.env_json)

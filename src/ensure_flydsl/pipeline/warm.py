@@ -11,6 +11,7 @@ from typing import Dict, List, Mapping, Optional, Sequence
 
 from ensure_flydsl import warm
 from ensure_flydsl.layout import HOST_VARIABLES, stamp_file, warm_stamp
+from ensure_flydsl.probe.interpreter import broken_user_line
 from ensure_flydsl.result import Action, How, Result
 from ensure_flydsl.runs.markers import EnvFile, EnvTwin, read_env_json, twin_gap, withdraw_failure_marker
 from ensure_flydsl.settings import HOST_ID, SETTINGS, Settings
@@ -76,7 +77,7 @@ def result_of(settings: Settings, environ: Mapping[str, str], twin: EnvTwin, act
         files={str(k): str(v) for k, v in twin.files.items()}, action=action, root=settings.root,
         env=exports(settings, twin).mapping(environ.get("PYTHONPATH")), env_file=settings.env_file,
         prepend=list(twin.pythonpath_prepend), durations=durations, run_id=run_id, reason=reason, log=log,
-        elapsed_s=elapsed_s, link_mode=twin.link_mode,
+        elapsed_s=elapsed_s, link_mode=twin.link_mode, conflicts=list(twin.conflicts),
     )
 
 
@@ -89,8 +90,9 @@ def warm_result(settings: Settings, environ: Mapping[str, str], twin: EnvTwin, s
 
 
 def warm_lines(settings: Settings, result: Result) -> List[str]:
-    """What a warm call says, in order (the second line only without ``--json``)."""
+    """What a warm call says, in order (the first line alone under ``--json``)."""
     return [f"nothing changed since the last success (fingerprint); {settings.env_file} is current",
+            *(broken_user_line(user, result.version) for user in result.conflicts),
             f"ready: flydsl {known(result.version)} ({known(result.how)}) for {known(result.python)}; "
             f"source {result.env_file}"]
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 import signal
 import subprocess
 import time
@@ -16,6 +17,7 @@ from ensure_flydsl.errors import EnsureError, ExitCode, Stage
 from ensure_flydsl.probe import scripts
 from ensure_flydsl.probe.results import Interpreter, ModuleResult, Probe
 from ensure_flydsl.settings import DEFAULT_PROBE_TIMEOUT
+from ensure_flydsl.support.launcher import command
 from ensure_flydsl.support.processes import kill_group, spawn
 
 # The identity probe imports nothing: it never gets longer than this, whatever FLYDSL_PROBE_TIMEOUT says.
@@ -37,7 +39,7 @@ class ProbeBroke(EnsureError):
     def __init__(self, reason: str, importing: Optional[str], origin: Optional[str], detail: str = "") -> None:
         super().__init__(
             ExitCode.PROBE, reason, stage=Stage.PROBE, detail=detail,
-            hint="run `ensure-flydsl verify` by hand to see it; an import that crashes or hangs the interpreter "
+            hint=f"run `{command('verify')}` by hand to see it; an import that crashes or hangs the interpreter "
             "must be fixed or taken off the path",
         )
         self.importing = importing
@@ -250,3 +252,35 @@ def find_modules(python: str, names: Sequence[str], *, environ: Optional[Mapping
         return {str(name): str(data[name]) for name in names}
     except (ValueError, KeyError, TypeError):
         raise _broke(python, proc, out, err, f"{timeout:g} s ({timeout_label})" if timed_out else None) from None
+
+
+# Installed packages that import flydsl themselves and refuse one below their floor: the module that does.
+FLYDSL_USERS = ("aiter.ops.flydsl",)
+_MISSING = re.compile(r"No module named '([^']+)'")
+
+
+def broken_users(python: str, prefix: Sequence[str], environ: Mapping[str, str],
+                 timeout: float) -> List[Dict[str, Optional[str]]]:
+    """Each of FLYDSL_USERS installed in ``python`` that fails to import with the tree first, for flydsl's sake
+    (one process loads one flydsl): its module, error and floor.  In a probe of its own, so that a crash of
+    those imports (torch, HIP) cannot fail the tree's verdict; one quick start where none is installed."""
+    try:
+        probe = run_probe(python, modules=FLYDSL_USERS, prefix=prefix, environ=environ, timeout=timeout)
+    except ProbeBroke as exc:
+        user = exc.importing
+        return [] if user not in FLYDSL_USERS else [{"module": user, "error": exc.reason, "floor": None}]
+    broken = []
+    for m in probe.modules:
+        missing = _MISSING.search(m.error or "")
+        if not m.error or "flydsl" not in m.error or missing and f"{m.name}.".startswith(f"{missing.group(1)}."):
+            continue  # imports, fails for another reason, or is not installed
+        floor = re.search(r">=\W*(\d+(?:\.\d+)+)", m.error)
+        broken.append({"module": m.name, "error": m.error, "floor": floor.group(1) if floor else None})
+    return broken
+
+
+def broken_user_line(user: Mapping[str, Optional[str]], version: Optional[str]) -> str:
+    needs = f" (it needs flydsl >= {user['floor']})" if user.get("floor") else ""
+    return (f"warning: {user['module']} fails to import with this tree first (flydsl {version}){needs}: "
+            f"{user['error']}; one process loads one flydsl: a process that needs {user['module']} needs its own "
+            "PYTHONPATH, without this env file (docs/GEAK.md)")

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from typing import Dict, List, Optional, Tuple
 
+from ensure_flydsl.errors import BadInput
 from ensure_flydsl.runs.liveness import record_death, seen_dead
 from ensure_flydsl.runs.markers import (
     EnvTwin,
@@ -18,8 +19,9 @@ from ensure_flydsl.runs.markers import (
     read_failure_marker,
     twin_gap,
 )
-from ensure_flydsl.runs.records import FAILED, RUNNING, SUCCEEDED, RunRecord, RunStore, sibling_roots
+from ensure_flydsl.runs.records import FAILED, RUNNING, SUCCEEDED, RunRecord, RunStore, is_run_id, sibling_roots
 from ensure_flydsl.settings import Request, Settings
+from ensure_flydsl.support.launcher import command
 
 ABSENT = "absent"
 
@@ -45,6 +47,24 @@ def live_runs(store: RunStore, request: Request) -> List[RunRecord]:
 
 def _in_speaking_order(live: List[RunRecord]) -> List[RunRecord]:
     return sorted(live, key=lambda r: (not r.locked, r.started))
+
+
+def followed(settings: Settings, run_id: Optional[str] = None) -> Settings:
+    """The settings ``status`` and ``wait`` answer for: the request of the run ``run_id`` names, else, when the
+    caller set no setting of the request but the root (a plain ``wait`` in the next shell), the request of the
+    root's current run; else the caller's own."""
+    store = RunStore(settings.root)
+    if run_id is not None:
+        record = store.read(run_id) if is_run_id(run_id) else None
+        if record is None or record.root != settings.root:
+            raise BadInput("--run-id", run_id, f"the id of a run on {settings.root}, as `start` printed it")
+    elif any(f.name in settings.sources for f in fields(Request) if f.name != "root"):
+        return settings
+    else:
+        record = store.current()
+        if record is None or record.root != settings.root:
+            return settings
+    return replace(settings, **{f.name: getattr(record.request, f.name) for f in fields(Request) if f.name != "root"})
 
 
 def answer(settings: Settings, *, record_deaths: bool = False) -> Answer:
@@ -82,17 +102,24 @@ def _answer(settings: Settings, *, record_deaths: bool) -> Answer:
     if last is not None:
         return Answer(ABSENT, record=last, run_id=last.run_id, reason=(
             f"run {last.run_id} succeeded for this request, but {settings.env_file} no longer answers it ({gap})"),
-            hint=START_HINT)
+            hint=start_hint())
     marker = read_failure_marker(settings.fail_marker)
     if marker is not None and marker.failure is not None and marker.request == request:
         return Answer(FAILED, failure=marker.failure, run_id=marker.run_id, hint=marker.failure.hint)
+    other = _in_speaking_order(store.any_alive())
+    if other:  # started with other settings (FLYDSL_PIN=v0.2.2 start): not "nothing", and not a second build
+        run = other[0]
+        return Answer(ABSENT, reason=f"no run is going for this request on {settings.root}, but "
+                      f"run {run.run_id} (pin {run.request.pin}) is, for another request",
+                      hint=f"`{command('wait --run-id ' + run.run_id)}` follows it")
     reason = f"nothing was started for this request on {settings.root}"
     if there is not None:
         reason += f", and {settings.env_file} does not answer it ({gap})"
-    return Answer(ABSENT, reason=reason, hint=START_HINT)
+    return Answer(ABSENT, reason=reason, hint=start_hint())
 
 
-START_HINT = "run `ensure-flydsl start` (then `ensure-flydsl wait --timeout 540`), or `ensure-flydsl`"
+def start_hint() -> str:
+    return f"run `{command('start')}` (then `{command('wait --timeout 540')}`), or `{command()}`"
 
 
 def marker_sharing(settings: Settings) -> Optional[Tuple[str, str]]:

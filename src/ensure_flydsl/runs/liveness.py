@@ -15,9 +15,12 @@ from ensure_flydsl.runs.markers import Failure
 from ensure_flydsl.runs.records import FAILED, RUNNING, RunRecord, RunStore, process_start_time
 from ensure_flydsl.settings import Request, host_id
 from ensure_flydsl.support import space
+from ensure_flydsl.support.launcher import command
 from ensure_flydsl.support.processes import kill_group
 
-DEATH_HINT = "run `ensure-flydsl start` (or `ensure-flydsl`) again: it resumes where the dead run stopped"
+
+def death_hint() -> str:
+    return f"run `{command('start')}` (or `{command()}`) again: it resumes where the dead run stopped"
 
 
 def died_reason(record: RunRecord) -> str:
@@ -38,7 +41,7 @@ def seen_dead(store: RunStore, record: RunRecord) -> RunRecord:
         return record
     return replace(
         record, state=FAILED, finished=record.updated if record.updated is not None else time.time(),
-        failure=Failure(record.step, int(ExitCode.WORKER_DIED), died_reason(record), DEATH_HINT),
+        failure=Failure(record.step, int(ExitCode.WORKER_DIED), died_reason(record), death_hint()),
     )
 
 
@@ -82,7 +85,7 @@ def _mark_death(store: RunStore, dead: RunRecord) -> RunRecord:
         try:
             markers.write_failure_marker(
                 dead.fail_marker, stage=dead.step, exit_code=dead.failure.exit_code, reason=dead.failure.reason,
-                hint=DEATH_HINT, log=dead.log or None, log_tail=markers.tail_of(dead.log), run_id=dead.run_id,
+                hint=death_hint(), log=dead.log or None, log_tail=markers.tail_of(dead.log), run_id=dead.run_id,
                 request=dead.request,
             )
         except OSError as exc:

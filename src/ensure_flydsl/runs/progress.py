@@ -16,7 +16,7 @@ from ensure_flydsl.errors import Plan, Stage
 from ensure_flydsl.runs.history import History, read_history, remember
 from ensure_flydsl.runs.markers import Failure
 from ensure_flydsl.runs.records import FAILED, RUNNING, SUCCEEDED, RunRecord, RunStore, process_start_time
-from ensure_flydsl.support.launcher import tool_command
+from ensure_flydsl.support.launcher import passed_on, tool_command
 from ensure_flydsl.support.processes import kill_and_reap, spawn
 from ensure_flydsl.support.report import Reporter, fmt_seconds, known
 
@@ -178,7 +178,7 @@ class Tracker:
         self._last_write = time.time()
         cmd = [*tool_command(), "_watchdog", self.store.root, self.record.run_id]
         self._watchdog = spawn(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL, own_group=True)
+                               stderr=subprocess.DEVNULL, own_group=True, env=passed_on(os.environ))
         _WATCHDOGS.append(self._watchdog)
         self.store.prune()
 

@@ -1,24 +1,67 @@
-"""The command that runs this very copy of the tool again (the detached worker, the watchdog): ``python -m
-ensure_flydsl``, or what the GEAK folder's launcher (``tool/run.py``) sets before anything else."""
+"""How this copy of the tool is run: again, by itself (the detached worker, the watchdog), and by its caller, for
+every command a message names (``bash PATH/ensure_flydsl.sh wait`` through the GEAK folder, else as invoked)."""
 
 from __future__ import annotations
 
+import os
+import shlex
 import sys
-from typing import List, Optional, Sequence
+from typing import Dict, List, Mapping, Optional, Sequence
+
+# The caller's command, as the GEAK folder's script sets it (``bash '<its path as invoked>'``) and as the tool
+# passes it on to its worker and watchdog, whose own argv is not what the caller typed.
+COMMAND_VARIABLE = "ENSURE_FLYDSL_COMMAND"
 
 _launcher: Optional[List[str]] = None
 
 
 def set_launcher(command: Sequence[str]) -> None:
-    """Called by the GEAK folder's launcher: how this interpreter runs the vendored tool again."""
+    """Called by the GEAK folder's zipapp entry: how this interpreter runs the zipapp again."""
     global _launcher
     _launcher = list(command)
 
 
 def launcher() -> Optional[List[str]]:
-    """What the GEAK folder's launcher set, or None when the tool was not started by one."""
+    """What the GEAK folder's zipapp entry set, or None when the tool was not started from a zipapp."""
     return None if _launcher is None else list(_launcher)
 
 
 def tool_command() -> List[str]:
     return launcher() or [sys.executable, "-m", "ensure_flydsl"]
+
+
+def command(words: str = "") -> str:
+    """The command line a message tells its reader to run, e.g. ``command("wait --timeout 540")``."""
+    said = os.environ.get(COMMAND_VARIABLE, "")
+    try:
+        parts = shlex.split(said) if said.isprintable() and len(said) < 4096 else []
+    except ValueError:  # an unclosed quote: not a command line
+        parts = []
+    base = shlex.join(parts) if parts else _as_invoked()
+    return f"{base} {words}" if words else base
+
+
+def passed_on(environ: Mapping[str, str]) -> Dict[str, str]:
+    """``environ`` for the worker and the watchdog, whose own command line is not the caller's: with it."""
+    return {**environ, COMMAND_VARIABLE: command()}
+
+
+def _as_invoked() -> str:
+    if _launcher is not None:  # the zipapp run directly, not through its script
+        return shlex.join(_launcher)
+    script = sys.argv[0] if sys.argv else ""
+    if os.path.basename(script) == "ensure-flydsl":  # the installed command (its path, whatever was typed)
+        return _typed(os.path.abspath(script))
+    if script.endswith(os.path.join("ensure_flydsl", "__main__.py")):
+        return f"{_typed(sys.executable)} -m ensure_flydsl"
+    return "ensure-flydsl"  # imported by another program: the installed command's name
+
+
+def _typed(path: str) -> str:
+    """``path`` as a person types it: its name when PATH finds this very file by it, else the whole path."""
+    name = os.path.basename(path)
+    for folder in os.environ.get("PATH", "").split(os.pathsep):
+        found = os.path.join(folder, name)
+        if folder and os.path.isfile(found) and os.access(found, os.X_OK):
+            return name if os.path.abspath(found) == os.path.abspath(path) else shlex.quote(path)
+    return shlex.quote(path)

@@ -16,6 +16,7 @@ from ensure_flydsl.probe.results import Probe
 from ensure_flydsl.result import How
 from ensure_flydsl.source.root import remove_made
 from ensure_flydsl.support.files import move_aside
+from ensure_flydsl.support.launcher import command
 from ensure_flydsl.support.processes import kill_and_reap, spawn
 from ensure_flydsl.support.urls import repo_identity
 from ensure_flydsl.ways.base import Early
@@ -123,7 +124,7 @@ def verify_tree(run: Run, commit: str, how: How, early: Optional[Early] = None) 
         raise TreeDoesNotImport(
             f"{how}, but the import probe fails: {verdict.reason}", probe,
             hint="the build finished but the tree does not import for this interpreter; "
-            "see the module files and errors with `ensure-flydsl verify`",
+            f"see the module files and errors with `{command('verify')}`",
         )
     if not (verdict.tree and same_folder(verdict.tree, settings.root)):
         raise EnsureError(ExitCode.PROBE,

@@ -88,6 +88,9 @@ if [ -z "${FLYDSL_SHIM_DIR:-}" ]; then
     */$skills) export FLYDSL_SHIM_DIR="${here%/"$skills"/*}/$skills/apply_flydsl_moe_to_vllm" ;;
   esac
 fi
+# Every command the tool names in a message (a hint, a next step) is this script, as its caller invoked it.
+ENSURE_FLYDSL_COMMAND="bash '$(printf '%s' "$0" | sed "s/'/'\\\\''/g")'"
+export ENSURE_FLYDSL_COMMAND
 # -E -S: the tool's own imports come from the zipapp and the standard library alone (not the caller's
 # PYTHONPATH, nor site-packages and their .pth files); the environment itself is passed on untouched to
 # everything the tool runs, the probe of the target interpreter included.

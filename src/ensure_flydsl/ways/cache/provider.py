@@ -18,6 +18,7 @@ from ensure_flydsl.source.root import recording
 from ensure_flydsl.support import faults
 from ensure_flydsl.support.files import file_sha256, remove_tree
 from ensure_flydsl.support.keys import KeyProblem, SecretKey, read_secret_key
+from ensure_flydsl.support.launcher import command
 from ensure_flydsl.support.space import size_text
 from ensure_flydsl.support.urls import shown_location
 from ensure_flydsl.trees.backends import CacheCorrupt, CacheError, CacheUnreachable
@@ -265,7 +266,7 @@ def check_cache_trust(settings: Settings) -> Optional[Check]:
                  f"{trusted} is not set: if other hosts or users can write to {shown_location(settings.cache)}, "
                  "this host installs whatever they put there (the hashes only prove the blob matches its manifest, "
                  "not who wrote it)",
-                 "sign on the host that builds (FLYDSL_CACHE_SIGNING_KEY, from `ensure-flydsl cache keygen`) "
+                 f"sign on the host that builds (FLYDSL_CACHE_SIGNING_KEY, from `{command('cache keygen')}`) "
                  f"and set {trusted} to its .pub file on every host; ignore this if the cache is this host's alone",
                  blocking=False, stage=Stage.SETTINGS)
 
