@@ -20,7 +20,7 @@ import pytest
 
 from ensure_flydsl.source.git import SUBMODULES_UNREACHABLE
 from tests.helpers.build_fixtures import make_fake_mlir
-from tests.helpers.flydsl_fixture import FixtureRepo, add_submodule, git
+from tests.helpers.flydsl_fixture import FixtureRepo, add_submodule, git, write
 from tests.helpers.git_daemon import GitDaemon
 from tests.helpers.release_fixture import listed_wheelhouse
 from tests.helpers.workspace import Workspace
@@ -30,6 +30,9 @@ pytestmark = pytest.mark.index  # the real flydsl wheel, listed by pip
 OK = "FLYDSL_PIN=v0.2.2 has a wheel for this interpreter and its tag holds kernels.moe_gemm_2stage: about 10 s, " \
      "nothing built"
 UNREACHABLE_SUB = "https://unreachable.invalid/dmlc/dlpack.git"
+# What the hint adds for the pin of unreachable_submodule_site (issue 41, item 9): dev, v0.2.3, llvm-b (the LLVM
+# hash), the submodule and its URL: the last three change files outside the Python package and kernels/.
+BEYOND = "; but it is not the pin: the pin is 5 commits beyond v0.2.2, 3 of them in compiled code"
 
 
 def add_later_releases(repo: FixtureRepo) -> None:
@@ -66,6 +69,32 @@ def test_the_hint_names_the_release_whose_tag_holds_the_required_module(
     out = ws.run(FIXTURE_BUILD_HOOK="exit 1", FLYDSL_REQUIRE="flydsl", **offline(listed))
     assert out.returncode == 5, out.stderr
     assert "FLYDSL_PIN=v0.3.1 has a wheel for this interpreter: about 10 s, nothing built" in hint_of(ws)
+
+
+def test_a_release_offered_for_a_pin_beyond_it_says_what_it_lacks(
+        tmp_path: "os.PathLike[str]", own_repo: FixtureRepo, listed: str) -> None:
+    """Issue 41, item 9: the pin is v0.2.2 plus three commits, two of them C++ fixes; the hint offered v0.2.2
+    as if it were the pin (which imports, then fails to compile the kernels those fixes are for)."""
+    git(own_repo.path, "checkout", "-q", "-b", "fixes", "v0.2.2")
+    shorts = []
+    for rel, subject in (("lib/Bindings/Python/FlyExtension.cpp", "Fix the bindings (#729)"),
+                         ("kernels/moe_gemm_2stage.py", "Tune a kernel"),
+                         ("lib/Dialect/Fly/Transforms/LayoutLowering.cpp", "Fix the layout lowering (#728)")):
+        write(os.path.join(own_repo.path, rel), f"// {subject}\n")
+        git(own_repo.path, "add", "-A")
+        git(own_repo.path, "commit", "-q", "-m", subject)
+        shorts.append(git(own_repo.path, "rev-parse", "--short", "HEAD"))
+    pin = git(own_repo.path, "rev-parse", "HEAD")
+    git(own_repo.path, "checkout", "-q", "main")
+    ws = Workspace(os.path.join(str(tmp_path), "base"), own_repo)
+    out = ws.run(FIXTURE_BUILD_HOOK="exit 1", FLYDSL_PIN=pin, **offline(listed))
+    assert out.returncode == 5, out.stderr
+    beyond = (f"{OK}; but it is not the pin: the pin is 3 commits beyond v0.2.2, 2 of them in compiled code "
+              f"(outside the Python package and kernels/): {shorts[2]} Fix the layout lowering (#728); {shorts[0]} "
+              "Fix the bindings (#729)")
+    assert beyond in hint_of(ws), hint_of(ws)
+    out = ws.run(FIXTURE_BUILD_HOOK="exit 1", FLYDSL_PIN="v0.2.2", **offline(listed))  # the release itself
+    assert out.returncode == 5 and "not the pin" not in hint_of(ws), hint_of(ws)
 
 
 def test_no_release_above_the_floor_holds_the_module_so_no_hint(
@@ -116,23 +145,27 @@ def test_the_doctor_suggests_what_the_run_says_when_the_submodules_cannot_be_fet
     doctor = ws.run("doctor", "--json")
     data = json.loads(doctor.stdout)
     assert doctor.returncode == data["exit_code"] != 0, data["verdict"]
+    # The pin's commits beyond v0.2.2 are read from a repository on disk: the fixture's over file://, the root's
+    # once the run fetched it over git://.
+    said = OK + (BEYOND if served == "file" else "")
     if served == "file":  # its sources read before any fetch; over git:// FlyDSL's known needs block first
         blocking = [c for c in data["checks"] if c["blocking"]]
         assert [(c["name"], c["stage"]) for c in blocking] == [("submodules", "submodules")], blocking
-        assert data["exit_code"] == 2 and data["verdict"].endswith(
-            f"(a run would stop at its submodules step, exit 2); or, without a build, {OK}")
-    assert data["suggestion"] == OK and data["verdict"].endswith(f"; or, without a build, {OK}")
+        assert data["exit_code"] == 2 and data["verdict"].startswith(
+            "the configured strategy (auto) cannot succeed here: submodules: ")
+    assert data["suggestion"].startswith(said) and data["verdict"].endswith(f"; or, without a build, "
+                                                                             f"{data['suggestion']}")
     assert not os.path.exists(ws.root) and os.listdir(ws.env["TMPDIR"]) == []
     out = ws.run()
     assert out.returncode == 2, out.stderr
     marker = ws.marker()
     assert marker["stage"] == "submodules"
-    assert marker["hint"] == f"{SUBMODULES_UNREACHABLE}; or, without a build, {data['suggestion']}"
+    assert marker["hint"].startswith(f"{SUBMODULES_UNREACHABLE}; or, without a build, {OK}{BEYOND}")
     tags = subprocess.run(["git", "-C", ws.root, "tag"], stdout=subprocess.PIPE, text=True, check=True).stdout
     assert tags.split() == [], tags
     assert os.listdir(ws.env["TMPDIR"]) == []
     again = json.loads(ws.run("doctor", "--json").stdout)  # the root's repository read now
-    assert again["exit_code"] == 2 and again["suggestion"] == OK, again["verdict"]
+    assert again["exit_code"] == 2 and again["suggestion"] == marker["hint"].split("without a build, ")[1]
 
 
 def test_a_remote_gone_before_the_tags_are_read_gives_no_claim_that_a_release_works(
@@ -194,7 +227,7 @@ def test_the_real_upstream_behind_a_mirror_suggests_v0_2_2(
     ws.env.update(offline(listed), FLYDSL_PYTHON=python,
                   FLYDSL_GIT_MIRRORS=f"https://github.com/ROCm/FlyDSL.git={REAL_REPO}")
     data = json.loads(ws.run("doctor", "--json", timeout=180).stdout)
-    assert data["suggestion"] == OK, data["verdict"]
+    assert data["suggestion"].startswith(f"{OK}; but it is not the pin: the pin is "), data["verdict"]
     out = ws.run(timeout=600)
     assert out.returncode == 2 and ws.marker()["stage"] == "submodules", out.stderr
-    assert hint_of(ws).endswith(f"; or, without a build, {OK}"), hint_of(ws)
+    assert hint_of(ws).endswith(f"; or, without a build, {data['suggestion']}"), hint_of(ws)

@@ -214,8 +214,8 @@ NOT_YET = {"api": 202, "cli": 1688, "settings.py": 628, "support": 1076}
 # a Ctrl-C during its hand-off, a traceback before, 3; issue 41 items 2 and 5, every command a message names as
 # the caller invoked the tool (support/launcher.py) and `wait`/`status` following the root's run (--run-id), 88;
 # item 8, the other FlyDSL users a tree breaks (aiter's floor) said by the run, the warm call, verify and the
-# doctor, 77: to be paid back by issue 40's simplifications).
-TOTAL_CEILING = 16987
+# doctor, 77; item 9, the commits a release lacks of the pin, 42: to be paid back by issue 40's simplifications).
+TOTAL_CEILING = 17029
 
 
 def part_of(relative: str) -> str:

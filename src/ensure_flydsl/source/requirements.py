@@ -8,7 +8,7 @@ import ast
 import os
 import tempfile
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Deque, Dict, Iterator, List, Mapping, Optional, Sequence, Set, Tuple, Union
 
 from packaging.version import InvalidVersion, Version
@@ -23,6 +23,7 @@ from ensure_flydsl.source.git import (
     git,
     local_repositories,
     read_blobs,
+    read_git,
     resolve_in,
     rewrite,
     tag_commits,
@@ -318,6 +319,7 @@ class TagAnswer:
     holding: Optional[str] = None
     unread: Optional[str] = None
     why: str = ""
+    commit: Optional[str] = None  # the tag's commit, of ``holding`` or ``unread``
 
 
 def _why(exc: Exception) -> str:
@@ -386,8 +388,10 @@ def release_holding(source: TagSource, versions: Sequence[str], modules: Sequenc
             return TagAnswer(unread=versions[0], why=why)
         tagged = [v for v in versions if f"v{v}" in commits][:MAX_RELEASES]
         if not modules or not tagged:
-            return TagAnswer(holding=tagged[0] if tagged else None)
-        return _read_tags(source, work, tagged, {v: commits[f"v{v}"] for v in tagged}, modules)
+            return TagAnswer(holding=tagged[0], commit=commits[f"v{tagged[0]}"]) if tagged else TagAnswer()
+        found = _read_tags(source, work, tagged, {v: commits[f"v{v}"] for v in tagged}, modules)
+        named = found.holding or found.unread
+        return replace(found, commit=commits[f"v{named}"]) if named else found
 
 
 def _read_tags(source: TagSource, work: str, tagged: Sequence[str], commits: Mapping[str, str],
@@ -413,6 +417,28 @@ def _read_tags(source: TagSource, work: str, tagged: Sequence[str], commits: Map
         return TagAnswer(holding=holding)
     still = next((v for v, listing in found.items() if listing is None), None)
     return TagAnswer(unread=still, why=why) if still is not None else TagAnswer()
+
+
+def beyond_release(repositories: Sequence[str], tag_commit: str, pin: str) -> Optional[List[Tuple[str, str, bool]]]:
+    """The pin's commits its release tag lacks, newest first: short hash, subject, and whether it changes compiled
+    code (a file outside the packages' sources, ``kernels/`` and the Python package); None when no repository on
+    disk holds both."""
+    sources = tuple(f"{folder}/" for _, folder in PACKAGE_SOURCES)
+    for path in repositories:
+        commit = resolve_in(path, pin)
+        if commit is None:
+            continue
+        try:
+            out = read_git(path, "log", "--format=%x00%h %s", "--name-only", f"{tag_commit}..{commit}")
+        except CommandFailed:
+            continue  # the tag's commit is not there
+        commits = []
+        for entry in out.decode(errors="replace").split("\0")[1:]:
+            head, *files = [line for line in entry.splitlines() if line]
+            short, _, subject = head.partition(" ")
+            commits.append((short, subject, any(not f.startswith(sources) for f in files)))
+        return commits
+    return None
 
 
 def tag_version(tag: str) -> Optional[str]:

@@ -11,7 +11,7 @@ from ensure_flydsl.probe.interpreter import describe_interpreter
 from ensure_flydsl.probe.results import Interpreter
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.source import requirements
-from ensure_flydsl.source.git import local_repositories, read_git, resolve_in
+from ensure_flydsl.source.git import local_repositories, read_git, resolve_in, rewrite
 from ensure_flydsl.support.processes import CommandFailed
 from ensure_flydsl.ways import falls_back
 from ensure_flydsl.ways.checks import MISSING, WRONG, Check, CheckStatus, RunContext, passed, skipped
@@ -126,7 +126,13 @@ def release_suggestion(settings: Settings, interpreter: Interpreter, environ: Ma
         return None
     modules = requirements.checked_modules(settings.require)
     source = requirements.TagSource(settings.root, settings.repo, settings.git_mirrors, SUGGEST_TIMEOUT_S)
-    return suggestion_text(requirements.release_holding(source, versions, modules), modules, source.shown())
+    answer = requirements.release_holding(source, versions, modules)
+    text = suggestion_text(answer, modules, source.shown())
+    if text is None or answer.commit is None:
+        return text
+    local = local_repositories(settings.root, rewrite(settings.repo, settings.git_mirrors)[0])
+    return text + beyond_text(requirements.beyond_release(local, answer.commit, settings.pin),
+                              f"v{answer.holding or answer.unread}")
 
 
 def suggestion_text(answer: requirements.TagAnswer, modules: Sequence[str], repository: str) -> Optional[str]:
@@ -140,3 +146,13 @@ def suggestion_text(answer: requirements.TagAnswer, modules: Sequence[str], repo
     unknown = f"whether its tag holds {names}" if modules else f"whether {repository} has its tag"
     return f"FLYDSL_PIN=v{answer.unread} has a wheel for this interpreter, but {unknown} could not be checked " \
            f"({answer.why})"
+
+
+def beyond_text(commits: Optional[List[Tuple[str, str, bool]]], tag: str) -> str:
+    """What the release lacks of the pin, when the pin is not the release: the commits of compiled code named."""
+    if not commits:
+        return ""  # the pin is the release (or older), or no repository on disk can say
+    compiled = [f"{short} {subject}" for short, subject, changes in commits if changes]
+    named = f": {'; '.join(compiled)}" if compiled else ""
+    return (f"; but it is not the pin: the pin is {len(commits)} commit{'s' * (len(commits) != 1)} beyond {tag}, "
+            f"{len(compiled)} of them in compiled code (outside the Python package and kernels/){named}")
