@@ -291,7 +291,8 @@ def test_an_unreachable_repository_stops_at_fetch(ws: Workspace) -> None:
 def test_reuse_only_needs_something_to_reuse(ws: Workspace, tmp_path: "os.PathLike[str]") -> None:
     data = doctor_json(ws, FLYDSL_STRATEGY="reuse-only")
     assert data["exit_code"] == 6 and check_of(data, "reuse")["blocking"] is True
-    assert [c["name"] for c in data["checks"]] == ["interpreter", "reuse", "fail-marker"]  # type: ignore[union-attr]
+    assert [c["name"] for c in data["checks"]] == ["interpreter", "reuse", "fail-marker",  # type: ignore[union-attr]
+                                                 "flydsl-users"]
     tree = make_installed_tree(os.path.join(str(tmp_path), "site"), "0.2.3")
     ok = doctor_json(ws, FLYDSL_STRATEGY="reuse-only", PYTHONPATH=tree)
     assert ok["exit_code"] == 0 and check_of(ok, "reuse")["status"] == "ok"

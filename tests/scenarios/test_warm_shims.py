@@ -32,6 +32,8 @@ def warm(result: Dict[str, object]) -> bool:
 @pytest.fixture(params=["stand-in", "real"])
 def pyenv(request: pytest.FixtureRequest, tmp_path: "os.PathLike[str]", ws: Workspace) -> PyenvRoot:
     made = PyenvRoot(os.path.join(str(tmp_path), "pyenv-root"), "real" if request.param == "real" else "fake")
+    for name in [k for k in ws.env if k.startswith("PYENV")]:  # a pyenv's own (`pyenv exec` exports them)
+        del ws.env[name]
     ws.env.update(made.env())
     return made
 
