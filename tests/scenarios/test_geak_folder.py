@@ -11,6 +11,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
 import zipfile
@@ -491,6 +492,34 @@ def test_the_launcher_finds_its_folder_under_sh_and_an_exported_cdpath(geak: Gea
         assert out.returncode == 0 and out.stdout.startswith("ensure-flydsl "), out.stdout + out.stderr
     out = geak.bash(f"cd {geak.skill} && sh ensure_flydsl.sh -V")
     assert out.returncode == 0 and out.stdout.startswith("ensure-flydsl "), out.stdout + out.stderr
+
+
+def test_the_tool_runs_unpacked_once_into_the_user_s_cache(geak: Geak, tmp_path: "os.PathLike[str]") -> None:
+    """A zip holds no bytecode, and runpy and compiling the tool on each warm call made it 3.4x `python3 -c
+    pass`: the zipapp unpacks itself once into ~/.cache/ensure-flydsl/zipapp/SHA256 (as shiv does), the script
+    runs that copy from then on, and Python keeps the bytecode there; never a copy another user owns, nor
+    anywhere without a cache folder."""
+    assert geak.run().returncode == 0
+    with open(os.path.join(geak.skill, "VERSION")) as handle:
+        sha = re.search(r"^sha256: (\w+)  ensure_flydsl.pyz$", handle.read(), re.M).group(1)
+    unpacked = os.path.join(geak.env["HOME"], ".cache", "ensure-flydsl", "zipapp", sha)
+    assert stat.S_IMODE(os.stat(unpacked).st_mode) == 0o700
+    bytecode = os.path.join(unpacked, "ensure_flydsl", "__pycache__")
+    assert os.path.isdir(bytecode)
+    warm = json.loads(geak.run("--json").stdout)
+    assert warm["ok"] is True and set(warm["durations"]) == {"fingerprint"}
+    worker = json.loads(geak.run("start").stdout.splitlines()[-1])  # joined nothing: a new run of the copy
+    assert worker["ok"] is True, worker
+    assert geak.run("wait", "--timeout", "120").returncode == 0
+    shutil.rmtree(bytecode)
+    os.chown(unpacked, 65534, 65534)  # another user's (nobody's): neither it nor its files run
+    assert geak.run().returncode == 0 and not os.path.exists(bytecode)
+    empty = os.path.join(str(tmp_path), "empty")
+    os.makedirs(empty)
+    bare = {k: v for k, v in geak.env.items() if k != "HOME"}
+    out = subprocess.run(["bash", geak.script, "status"], cwd=empty, env=bare, text=True, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, check=False)
+    assert out.returncode == 0 and os.listdir(empty) == [], out.stderr
 
 
 def test_a_folder_outside_geak_exports_no_shim_dir(tmp_path: "os.PathLike[str]", skill_folder: str,

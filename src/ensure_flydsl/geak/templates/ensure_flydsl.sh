@@ -89,9 +89,21 @@ if [ -z "${FLYDSL_SHIM_DIR:-}" ]; then
   esac
 fi
 # Every command the tool names in a message (a hint, a next step) is this script, as its caller invoked it.
-ENSURE_FLYDSL_COMMAND="bash '$(printf '%s' "$0" | sed "s/'/'\\\\''/g")'"
+case $0 in
+  *\'*) script=$(printf '%s' "$0" | sed "s/'/'\\\\''/g") ;;
+  *) script=$0 ;;
+esac
+ENSURE_FLYDSL_COMMAND="bash '$script'"
 export ENSURE_FLYDSL_COMMAND
 # -E -S: the tool's own imports come from the zipapp and the standard library alone (not the caller's
 # PYTHONPATH, nor site-packages and their .pth files); the environment itself is passed on untouched to
-# everything the tool runs, the probe of the target interpreter included.
+# everything the tool runs, the probe of the target interpreter included.  Once the zipapp has unpacked itself
+# into this user's cache (named by the sha256 checked above), its copy runs: Python keeps the bytecode there.
+cache=${XDG_CACHE_HOME:-${HOME:+$HOME/.cache}}
+unpacked="$cache/ensure-flydsl/zipapp/$want"
+case $cache in
+  /*) if [ -O "$unpacked" ] && [ -f "$unpacked/__main__.py" ]; then
+        exec "$python" -E -S "$unpacked/__main__.py" "$@"
+      fi ;;
+esac
 exec "$python" -E -S "$zipapp" "$@"
