@@ -218,3 +218,26 @@ def test_a_detached_run_records_itself_once_wait_returns(ws: Workspace) -> None:
     assert ws.run("wait", "--timeout", "120").returncode == 0
     [record] = records_of(ws)  # written before the run's final record: there once `wait` has answered
     assert record["run_id"] == started["run_id"] and record["kind"] == "detached" and record["way"] == "built"
+
+
+def test_records_dated_in_the_future_never_push_out_a_real_run(ws: Workspace) -> None:
+    """Issue 42, item 7: 500 records dated in the future (a clock that was ahead, or planted) pushed every new
+    run's record out as soon as it was written, and the real ones too; `stats` then said "no runs recorded yet".
+    A time in the future counts as now, and older than any real record."""
+    assert ws.run().returncode == 0
+    folder = timings_dir(ws.host_dir)
+    [first] = records_of(ws)
+    ahead = time.time() + 10 * 365 * 86400
+    for i in range(500):
+        run_id = f"20361206-000000-{i:06x}"
+        planted = dict(first, run_id=run_id, started=ahead + i, ended=ahead + i + 1, root="/planted")
+        path = os.path.join(folder, f"{run_id}.json")
+        with open(path, "w") as handle:
+            json.dump(planted, handle)
+        os.utime(path, (ahead + i, ahead + i))
+    assert ws.run("--verify").returncode == 0  # a run that records itself, and prunes
+    kept = {r["run_id"] for r in records_of(ws)}
+    assert len(kept) == 500 and first["run_id"] in kept
+    shown = runs(stats_json(ws))
+    assert [r["root"] for r in shown[-2:]] == [ws.root, ws.root]
+    assert shown[-2]["run_id"] == first["run_id"]

@@ -187,12 +187,19 @@ def prune(folder: str, *, keep_runs: int = KEEP_RUNS, keep_days: float = KEEP_DA
         with contextlib.suppress(OSError):
             if named and entry.is_file(follow_symlinks=False):
                 dated.append((entry.stat(follow_symlinks=False).st_mtime, entry.path))
-    dated.sort(reverse=True)
-    oldest = time.time() - keep_days * 86400.0
+    now = time.time()
+    dated.sort(key=lambda d: _newest_real(d[0], now), reverse=True)
+    oldest = now - keep_days * 86400.0
     for index, (mtime, path) in enumerate(dated):
         if index >= keep_runs or mtime < oldest:
             with contextlib.suppress(OSError):
                 os.unlink(path)
+
+
+def _newest_real(when: float, now: float) -> Tuple[bool, float]:
+    """The order of records in time: one dated in the future (a clock that was ahead, a planted file) counts as
+    now, and older than any real one, so that it never pushes a real run's record out of the folder or of view."""
+    return when <= now, min(when, now)
 
 
 @dataclass(frozen=True)
@@ -213,7 +220,9 @@ def read_records(folder: str) -> Tuple[List[TimingRecord], List[Skipped]]:
     except OSError as exc:  # another user's folder, a file planted at its name
         return [], [Skipped(folder, f"the folder cannot be listed ({exc.strerror or exc})")]
     found = [_read(os.path.join(folder, name)) for name in names if not name.startswith(".")]
-    records = sorted((r for r in found if isinstance(r, TimingRecord)), key=lambda r: (r.started, r.run_id))
+    now = time.time()
+    records = sorted((r for r in found if isinstance(r, TimingRecord)),
+                     key=lambda r: (*_newest_real(r.started, now), r.run_id))
     return records, [s for s in found if isinstance(s, Skipped)]
 
 
