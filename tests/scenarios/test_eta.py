@@ -14,7 +14,8 @@ from typing import List, Optional
 import pytest
 
 from ensure_flydsl.errors import Plan, Stage
-from ensure_flydsl.runs.history import DEFAULT_SECONDS, read_history
+from ensure_flydsl.layout import history_file
+from ensure_flydsl.runs.history import DEFAULT_SECONDS, HISTORY_VERSION, read_history
 from tests.helpers.flydsl_fixture import FixtureRepo
 from tests.helpers.workspace import Workspace
 
@@ -101,3 +102,19 @@ def test_a_release_run_says_seconds_from_its_first_heartbeat(
     assert pulses[0]["eta_s"] is not None, pulses[0]
     assert all(p["eta_s"] is not None and p["eta_s"] < 60 for p in pulses), [p["eta_s"] for p in pulses]
     assert not any(re.search(r"ETA \d+m", p["text"]) for p in pulses), [p["text"] for p in pulses]
+
+
+def test_a_planted_history_gives_no_eta_beyond_a_day(ws: Workspace) -> None:
+    """Issue 42, item 9: a history file whose every step took six days (each within what a step may record)
+    made `start` announce 448 h; what is estimated is clamped to a day."""
+    planted = {"version": HISTORY_VERSION, "routes": {plan.value: {str(stage): [6 * 86400.0] for stage in plan.stages}
+                                                     for plan in Plan}}
+    os.makedirs(ws.host_dir, exist_ok=True)
+    with open(history_file(ws.host_dir), "w") as handle:
+        json.dump(planted, handle)
+    assert read_history(ws.host_dir).expected(Plan.SOURCE)[Stage.LLVM] == 6 * 86400.0  # read as it is
+    started = ws.run("start", FIXTURE_BUILD_SLEEP="5")
+    assert started.returncode == 0, started.stderr
+    status = json.loads(ws.run("status", "--json").stdout)
+    assert status["state"] == "running" and 0 < status["eta_s"] <= 86400.0, status
+    assert ws.run("wait", "--timeout", "120").returncode == 0

@@ -241,3 +241,17 @@ def test_records_dated_in_the_future_never_push_out_a_real_run(ws: Workspace) ->
     shown = runs(stats_json(ws))
     assert [r["root"] for r in shown[-2:]] == [ws.root, ws.root]
     assert shown[-2]["run_id"] == first["run_id"]
+
+
+def test_a_planted_record_s_root_is_shown_escaped_not_obeyed(ws: Workspace) -> None:
+    """Issue 42, item 9: `stats` printed a record's root as read, terminal escape sequences and newlines included."""
+    assert ws.run().returncode == 0
+    [first] = records_of(ws)
+    planted = dict(first, run_id="20261206-000000-0e5c0d", root="/x\x1b[2J\x1b]0;owned\x07\nroot")
+    with open(os.path.join(timings_dir(ws.host_dir), "20261206-000000-0e5c0d.json"), "w") as handle:
+        json.dump(planted, handle)
+    out = ws.run("stats")
+    assert out.returncode == 0, out.stderr
+    assert "\x1b" not in out.stdout and "\x07" not in out.stdout
+    assert "/x\\x1b[2J\\x1b]0;owned\\x07\\nroot" in out.stdout
+    assert planted["root"] in [r["root"] for r in runs(stats_json(ws))]  # JSON carries it as it is, escaped

@@ -40,7 +40,7 @@ from ensure_flydsl.runs.progress import estimate_eta
 from ensure_flydsl.runs.records import KINDS, STATES, RunRecord
 from ensure_flydsl.settings import Request, Settings, load_settings
 from ensure_flydsl.source.root import Stamp
-from ensure_flydsl.support.fields import MAX_SECONDS, PID_MAX
+from ensure_flydsl.support.fields import MAX_ETA_S, MAX_SECONDS, PID_MAX
 from ensure_flydsl.trees.backends import FolderStore
 from ensure_flydsl.trees.lease import FAILED, LeaseRecord, Leases
 from ensure_flydsl.trees.manifest import cache_key, parse_manifest
@@ -132,7 +132,7 @@ RECORD_GOOD: Dict[str, st.SearchStrategy[Any]] = {
 def means_run_record(record: RunRecord) -> None:
     assert record.state in STATES and record.kind in KINDS
     assert record.percent is None or finite_in(record.percent, 0.0, 100.0)
-    assert record.eta_s is None or (isinstance(record.eta_s, float) and record.eta_s >= 0 and record.eta_s < INF)
+    assert record.eta_s is None or (isinstance(record.eta_s, float) and 0 <= record.eta_s <= MAX_ETA_S)
     for name in ("started", "finished", "updated"):
         value = getattr(record, name)
         assert value is None or finite_in(float(value), 0.0, MAX_SECONDS), name
@@ -340,7 +340,8 @@ def test_a_manifest_it_takes_is_shown_in_one_line(case: Tuple[Dict[str, Any], Li
 
 # -- the build lease's records ----------------------------------------------------------------------------------
 LEASE_BAD: Dict[str, st.SearchStrategy[Any]] = {
-    "pid": st.sampled_from([-1, 2**31 + 1]), "percent": BAD_PERCENTS, "eta_s": BAD_TIMES, "ended": BAD_TIMES,
+    "pid": st.sampled_from([-1, 2**31 + 1]), "percent": BAD_PERCENTS, "eta_s": st.sampled_from([-1.0, NAN, INF]),
+    "ended": BAD_TIMES,
     "started": BAD_TIMES, "heartbeat": BAD_TIMES, "elapsed_s": BAD_TIMES,
     "ttl": st.sampled_from([-1.0, 1e6, 1e300, NAN]),
     "state": BAD_STATES.filter(lambda s: s != "building"), "host": BAD_TEXTS, "run_id": BAD_TEXTS,
@@ -359,6 +360,14 @@ def test_a_lease_record_with_a_value_no_holder_writes_is_an_unknown_holders(
     record = LeaseRecord.from_bytes(raw, "tree", KEY, 7)
     check_record(record, raw)
     assert record.invalid is not None, f"accepted {changed}: {[data[c] for c in changed]}"
+
+
+def test_an_estimate_beyond_a_day_is_clamped_not_passed_on() -> None:
+    """Issue 42, item 9: a planted lease record's ETA (2,749,999 h) or a run record's was passed on as it was."""
+    raw = json.dumps(dict(valid_record(), eta_s=9.9e9)).encode()
+    assert LeaseRecord.from_bytes(raw, "tree", KEY, 7).eta_s == MAX_ETA_S == 86400.0
+    record = RunRecord.from_json(dict(VALID_RECORD, eta_s=1e12))
+    assert record is not None and record.eta_s == MAX_ETA_S
 
 
 @MEANING

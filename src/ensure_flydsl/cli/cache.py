@@ -13,6 +13,7 @@ from ensure_flydsl.result import result_json, result_object
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.support.keys import KEY_NAME, NAME_ALLOWED, KeyProblem, read_secret_key
 from ensure_flydsl.support.launcher import command
+from ensure_flydsl.support.report import printable
 from ensure_flydsl.support.space import parse_size, size_text
 from ensure_flydsl.trees import signing
 from ensure_flydsl.trees.backends import CacheError
@@ -276,9 +277,10 @@ def _list_store(store: HostStore, as_json: bool) -> None:
         print(result_json(result_object(ok=True, exit_code=0, reason=f"{len(trees)} trees", store=store.path,
                                         trees=[t.to_json() for t in trees])))
         return
-    print(f"the host store {store.path}: {len(trees)} trees, {size_text(sum(t.size for t in trees))}")
+    print(printable(f"the host store {store.path}: {len(trees)} trees, {size_text(sum(t.size for t in trees))}"))
     for t in trees:
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(t.last_used))
         users = ", ".join(t.used_by) or "no root"
-        print(f"{t.key[:12]}  {size_text(t.size):>10}  {t.how or '?':8} {(t.commit or '?')[:12]}  {t.abi or '?'}  "
-              f"last linked {when}  used by {users}{'  DAMAGED: ' + t.problem if t.problem else ''}")
+        print(printable(f"{t.key[:12]}  {size_text(t.size):>10}  {t.how or '?':8} {(t.commit or '?')[:12]}  "
+                        f"{t.abi or '?'}  last linked {when}  used by {users}"
+                        f"{'  DAMAGED: ' + t.problem if t.problem else ''}"))

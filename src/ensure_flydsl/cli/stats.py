@@ -10,7 +10,7 @@ from ensure_flydsl.layout import host_cache_dir, timings_dir
 from ensure_flydsl.result import result_json, result_object
 from ensure_flydsl.runs.timings import HIT, MISS, Skipped, Summary, TimingRecord, read_records, summarize
 from ensure_flydsl.settings import host_id, parse_root
-from ensure_flydsl.support.report import fmt_seconds
+from ensure_flydsl.support.report import fmt_seconds, printable
 from ensure_flydsl.support.space import size_text
 
 SCHEMA = "https://ensure-flydsl/schema/stats.schema.json"
@@ -57,7 +57,7 @@ def stats(root: Optional[str], records: Optional[str], environ: Mapping[str, str
         real = os.path.realpath(chosen)
         runs = [r for r in runs if r.root == chosen or os.path.realpath(r.root) == real]
     found = _Found(environ, folder=folder, root=chosen, runs=list(runs), skipped=skipped)
-    print(result_json(found.to_json()) if as_json else "\n".join(text_lines(found)))
+    print(result_json(found.to_json()) if as_json else "\n".join(printable(line) for line in text_lines(found)))
     return 0
 
 

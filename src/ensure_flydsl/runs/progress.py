@@ -16,6 +16,7 @@ from ensure_flydsl.errors import Plan, Stage
 from ensure_flydsl.runs.history import History, read_history, remember
 from ensure_flydsl.runs.markers import Failure
 from ensure_flydsl.runs.records import FAILED, RUNNING, SUCCEEDED, RunRecord, RunStore, process_start_time
+from ensure_flydsl.support import fields
 from ensure_flydsl.support.launcher import passed_on, tool_command
 from ensure_flydsl.support.processes import kill_and_reap, spawn
 from ensure_flydsl.support.report import Reporter, fmt_seconds, known
@@ -251,13 +252,13 @@ class Tracker:
         self.record.waiting = waiting
         if waiting is not None or followed:
             self.record.percent = percent
-            self.record.eta_s = eta
+            self.record.eta_s = fields.eta(eta)
         self._store()
 
     def eta(self) -> Optional[float]:
         done = [str(s["name"]) for s in list(self.record.steps) if s.get("ended")]
-        return estimate_eta(self.record.step, time.time() - self.step_started_at, self.record.percent,
-                            self._expected(), done, self.route)
+        return fields.eta(estimate_eta(self.record.step, time.time() - self.step_started_at, self.record.percent,
+                                       self._expected(), done, self.route))
 
     def _expected(self) -> Mapping[Stage, float]:
         return self.history.expected(self.route) if self.route is not None else {}

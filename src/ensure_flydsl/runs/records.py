@@ -76,7 +76,7 @@ class RunRecord(fields.Record):
     state: RunState = checked(fields.member(RunState), RunState.RUNNING)
     step: Optional[Stage] = checked(fields.text, None, convert=Stage.parse)  # None also for a step not known
     percent: Optional[float] = checked(fields.percent, None)
-    eta_s: Optional[float] = checked(_non_negative, None)
+    eta_s: Optional[float] = checked(fields.eta, None)
     overdue_s: Optional[float] = checked(_non_negative, None)  # the step is this far past its usual time
     started: float = checked(fields.seconds, 0.0)
     finished: Optional[float] = checked(fields.seconds, None)

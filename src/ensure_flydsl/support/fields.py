@@ -157,6 +157,15 @@ def seconds(value: object) -> Optional[float]:
     return found if found is not None and 0.0 <= found <= MAX_SECONDS else None
 
 
+MAX_ETA_S = 24 * 3600.0  # no estimate of ours says more (a planted record or history said 448 h, or years)
+
+
+def eta(value: object) -> Optional[float]:
+    """An estimate of seconds left, at most MAX_ETA_S: what is estimated is clamped, never refused."""
+    found = number(value)
+    return None if found is None or found < 0 else min(found, MAX_ETA_S)
+
+
 def percent(value: object) -> Optional[float]:
     found = number(value)
     return found if found is not None and 0.0 <= found <= 100.0 else None

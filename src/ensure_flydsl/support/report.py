@@ -24,6 +24,11 @@ def known(value: object, unknown: str = "unknown") -> str:
     return unknown if value is None or value == "" else str(value)
 
 
+def printable(text: str) -> str:
+    """``text`` with what a terminal would act on (escape sequences, newlines) shown escaped: read, not obeyed."""
+    return text if text.isprintable() else "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 def fmt_seconds(seconds: Optional[float]) -> str:
     if seconds is None:
         return "unknown"

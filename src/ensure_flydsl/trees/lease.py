@@ -17,6 +17,7 @@ from ensure_flydsl.support.fields import (
     MAX_SECONDS,
     SHORT_TEXT_MAX,
     checked,
+    eta,
     integer,
     json_object,
     number,
@@ -112,7 +113,7 @@ class LeaseRecord:
     elapsed_s: float = checked(seconds, 0.0, wanted=_TIME)
     step: Optional[str] = checked(short_text, None, wanted=_TEXT)
     percent: Optional[float] = checked(percent, None, wanted="a number from 0 to 100")
-    eta_s: Optional[float] = checked(seconds, None, wanted=_LATER)
+    eta_s: Optional[float] = checked(eta, None, wanted=_LATER)
     failure: Optional[Dict[str, object]] = checked(_failure, None)  # stage, exit_code, reason
     ended: Optional[float] = checked(seconds, None, wanted=_LATER)
     raw: bytes = field(default=b"", repr=False, compare=False)  # as read: liveness compares it

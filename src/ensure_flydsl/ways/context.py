@@ -21,7 +21,7 @@ from ensure_flydsl.runs.timings import RunFacts
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.source.requirements import tag_version
 from ensure_flydsl.source.root import Stamps
-from ensure_flydsl.support import processes
+from ensure_flydsl.support import fields, processes
 from ensure_flydsl.support.report import Reporter
 from ensure_flydsl.ways import Way, demands, tries
 
@@ -62,7 +62,7 @@ def announced_eta(settings: Settings, environ: Mapping[str, str]) -> Optional[fl
     if route is None:
         return None
     expected = read_history(host_cache_dir(environ)).expected(route)
-    eta = estimate_eta(Stage.STARTING, 0.0, None, expected, [], route)
+    eta = fields.eta(estimate_eta(Stage.STARTING, 0.0, None, expected, [], route))
     return None if eta is None else round(eta, 1)
 
 
