@@ -96,6 +96,16 @@ class EnvFile:
         return "\n".join(lines) + "\n"
 
 
+def _conflicts(value: object) -> Optional[List[Dict[str, Optional[str]]]]:
+    """Other FlyDSL users the tree breaks (probe/interpreter.py: broken_users), as the twin records them."""
+    keys = {"module", "error", "floor"}
+    if not isinstance(value, list) or not all(isinstance(c, dict) and set(c) == keys and isinstance(c["module"], str)
+                                              and isinstance(c["error"], str) and fields.text(c["floor"]) == c["floor"]
+                                              for c in value):
+        return None
+    return [dict(c) for c in value]
+
+
 @dataclass(frozen=True)
 class EnvTwin(TreeIdentity):
     """``flydsl_env.json``: what the env file exports, the request it answers, the tree and interpreter it was
@@ -127,7 +137,7 @@ class EnvTwin(TreeIdentity):
     built: bool = checked(fields.boolean, False, lenient=True)
     elapsed_s: Optional[float] = checked(fields.seconds, None, lenient=True)
     link_mode: Optional[str] = checked(lambda v: fields.one_of(v, LINK_MODES), None, lenient=True)
-    conflicts: List[Dict[str, Optional[str]]] = checked(lambda v: _conflicts(v), factory=list, lenient=True)
+    conflicts: List[Dict[str, Optional[str]]] = checked(_conflicts, factory=list, lenient=True)
 
     # What says which tree answers which request; the rest records when and by what it was written.
     ANSWER_FIELDS = ("request", "how", "tree", "version", "python", "python_version", "abi", "commit", "files",
@@ -156,16 +166,6 @@ class EnvTwin(TreeIdentity):
 
     def answers(self, other: "EnvTwin") -> bool:
         return all(getattr(self, k) == getattr(other, k) for k in self.ANSWER_FIELDS)
-
-
-def _conflicts(value: object) -> Optional[List[Dict[str, Optional[str]]]]:
-    """Other FlyDSL users the tree breaks (probe/interpreter.py: broken_users), as the twin records them."""
-    keys = {"module", "error", "floor"}
-    if not isinstance(value, list) or not all(isinstance(c, dict) and set(c) == keys and isinstance(c["module"], str)
-                                              and isinstance(c["error"], str) and fields.text(c["floor"]) == c["floor"]
-                                              for c in value):
-        return None
-    return [dict(c) for c in value]
 
 
 def publish_env_file(env_file: str, env_json: str, twin: EnvTwin, *, after_twin: Callable[[EnvTwin], None]) -> None:
