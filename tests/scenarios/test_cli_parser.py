@@ -5,6 +5,7 @@ may have meant."""
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import subprocess
@@ -35,14 +36,14 @@ READS = {"wait": RECORDS, "status": RECORDS, "env": RECORDS, "verify": RECORDS +
          "cache": ("cache", "cache_trusted_keys"), "cache list": ("cache", "cache_trusted_keys"),
          "cache prune": ("cache",), "cache keygen": (), "cache sign": ("cache", "cache_trusted_keys"),
          "store": ("store",), "store list": ("store",), "store prune": ("store",)}
-OWN_FLAGS = {"ensure": ["--json"], "start": [], "wait": ["--timeout", "--heartbeat", "--run-id ID", "--json"],
+OWN_FLAGS = {"ensure": ["--json"], "start": ["--json"], "wait": ["--timeout", "--heartbeat", "--run-id ID", "--json"],
              "status": ["--run-id ID", "--json"],
              "env": ["--format", "--json"], "verify": ["--json"], "doctor": ["--json"],
              "cache": ["list", "prune", "keygen", "sign"], "clean": ["--json"],
              "skill": ["--force", "--wheels", "DIR"], "help": ["COMMAND"], "completion": ["{bash,zsh,fish}"],
              "cache list": ["--json"], "cache prune": ["--max-size SIZE"], "cache keygen": ["--out DIR", "NAME"],
              "cache sign": ["--key PATH", "KEY"], "store": ["list", "prune"], "store list": ["--json"],
-             "store prune": ["--max-size SIZE"], "stats": ["--json", "--root ROOT", "--records DIR"]}
+             "store prune": ["--max-size SIZE", "--json"], "stats": ["--json", "--root ROOT", "--records DIR"]}
 ROOTLESS = {"skill", "help", "completion", "stats"}  # about no root: no setting flags (stats' --root is a filter)
 # A setting's flag, and what only a full list of every setting shows: its variable.
 SETTING_FLAG = re.compile(r"--(root|lock-file|fail-marker|python|require|min-version|exact-pin|verify|probe-timeout"
@@ -161,7 +162,9 @@ def test_version(env: Dict[str, str]) -> None:
 def test_a_mistyped_command_is_bad_input_with_one_line(env: Dict[str, str], args: List[str], says: str) -> None:
     """`ensure-flydsl enusre` said "unrecognized arguments: enusre", as if the command were an argument."""
     out = tool(env, *args)
-    assert (out.returncode, out.stderr, out.stdout) == (64, says.replace("HELP", said("help", env)) + "\n", "")
+    line = json.loads(out.stdout)["reason"] + "\n" if "--json" in args else out.stderr  # one JSON object then
+    assert (out.returncode, line) == (64, says.replace("HELP", said("help", env)) + "\n")
+    assert out.stdout == "" or "--json" in args
     assert not os.path.exists(os.path.dirname(env["FLYDSL_ROOT"]))
 
 
@@ -177,7 +180,29 @@ def test_a_mistyped_command_is_bad_input_with_one_line(env: Dict[str, str], args
 ])
 def test_bad_arguments_are_bad_input_with_one_line(env: Dict[str, str], args: List[str], says: str) -> None:
     out = tool(env, *args)
+    line = json.loads(out.stdout)["reason"] if "--json" in args else out.stderr  # one JSON object then
     assert out.returncode == 64, out.stderr
-    assert says in out.stderr, out.stderr
-    assert out.stderr.splitlines()[-1].startswith(says.split(":")[0])
+    assert says in line and line.startswith(says.split(":")[0]), line
     assert not os.path.exists(os.path.dirname(env["FLYDSL_ROOT"]))  # refused before anything was touched
+
+
+@pytest.mark.parametrize("args, extra, says", [
+    (["ensure", "--json", "--nosuch"], {}, "ensure-flydsl: unrecognized arguments: --nosuch"),
+    (["wait", "--json", "--timeout", "-5"], {}, "ensure-flydsl wait: argument --timeout: '-5' is not"),
+    (["stauts", "--json"], {}, "ensure-flydsl: unknown command 'stauts'"),
+    (["start", "--json", "--jobs", "zero"], {}, "--jobs='zero' is not allowed"),
+    (["store", "list", "--json"], {"FLYDSL_STORE": "off"}, "ensure-flydsl: no host store: FLYDSL_STORE is off"),
+    (["store", "prune", "--json"], {}, "ensure-flydsl: store prune needs --max-size SIZE"),
+    (["cache", "list", "--json"], {}, "FLYDSL_CACHE"),
+])
+def test_every_failure_under_json_is_one_json_object(env: Dict[str, str], args: List[str], extra: Dict[str, str],
+                                                     says: str, tmp_path: "os.PathLike[str]") -> None:
+    """Issue 42, item 10: 7 of 23 failure cases printed no JSON under --json (argparse's errors, `start --json`,
+    `store list --json` with the store off, `cache list --json` with no cache)."""
+    out = tool({**env, "XDG_CACHE_HOME": str(tmp_path), **extra}, *args)
+    assert out.returncode == 64, out.stdout + out.stderr
+    [line] = out.stdout.splitlines()
+    data = json.loads(line)
+    assert data["ok"] is False and data["exit_code"] == 64 and says in data["reason"], data
+    events = [json.loads(e) for e in out.stderr.splitlines()]
+    assert [e["event"] for e in events] == ["failed"] and events[0]["reason"] == data["reason"]

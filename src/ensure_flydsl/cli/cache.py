@@ -252,20 +252,26 @@ def store_command(settings: Settings, environ: Mapping[str, str], action: str, *
         raise Refused("no host store: FLYDSL_STORE is off (or neither XDG_CACHE_HOME nor HOME names a folder)")
     limit = _limit("store", max_size) if action == "prune" else 0
     if not os.path.isdir(path):
-        if action == "list":
-            print(result_json(result_object(ok=True, exit_code=0, reason="no tree", store=path, trees=[]))
-                  if as_json else f"the host store {path} holds no tree")
+        listed: Dict[str, object] = {"trees": []} if action == "list" else {"removed": []}
+        print(result_json(result_object(ok=True, exit_code=0, reason="no tree", store=path, **listed))
+              if as_json else f"the host store {path} holds no tree")
         return 0
     try:
         store = HostStore.open(path)
         if action == "list":
             _list_store(store, as_json)
             return 0
-        for tree in store.prune(limit):
+        removed = store.prune(limit)
+        for tree in removed:
             say(f"removed the tree {tree.key[:12]} ({size_text(tree.size)}, {tree.how}, "
                 f"{(tree.commit or '?')[:12]}){': ' + tree.problem if tree.problem else ''}")
-        say(f"the host store {path} holds {size_text(sum(t.size for t in store.list()))} (at most "
-            f"{size_text(limit)} asked; trees a root uses are kept)")
+        held = (f"the host store {path} holds {size_text(sum(t.size for t in store.list()))} (at most "
+                f"{size_text(limit)} asked; trees a root uses are kept)")
+        if as_json:
+            print(result_json(result_object(ok=True, exit_code=0, reason=held, store=path,
+                                            removed=[t.to_json() for t in removed])))
+        else:
+            say(held)
         return 0
     except OSError as exc:
         raise Refused(f"the host store {path} cannot be used: {exc}") from None

@@ -101,7 +101,7 @@ class _Formatter(argparse.RawDescriptionHelpFormatter):
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         # A usage error is bad input: exit 64 and one line (argparse's exit 2 means "clone failed" here).
-        self.exit(int(ExitCode.BAD_INPUT), f"{self.prog}: {message}\n")
+        refuse(f"{self.prog}: {message}")
 
     def _check_value(self, action: argparse.Action, value: Any) -> None:
         if isinstance(action, argparse._SubParsersAction) and value not in action.choices:
@@ -122,10 +122,12 @@ class _Version(argparse.Action):
         parser.exit()
 
 
+class Refusal(Exception):
+    """Bad input on the command line, found before anything is touched: one line, exit 64 (main says it)."""
+
+
 def refuse(line: str) -> NoReturn:
-    """Bad input on the command line: one line on stderr, exit 64."""
-    sys.stderr.write(line + "\n")
-    raise SystemExit(int(ExitCode.BAD_INPUT))
+    raise Refusal(line)
 
 
 def unknown(what: str, word: str, known: List[str], where: str) -> str:
@@ -286,6 +288,7 @@ def _add_commands(command: Callable[..., argparse.ArgumentParser]) -> argparse.A
     """Every command; returns the help command's topic, whose TAB offers the commands."""
     command("ensure", "make FlyDSL importable (the default command); blocking", json=ENSURE_JSON, run=_ensure)
     command("start", "launch the same work as `ensure` detached; print {run_id, pid, log, state} and return",
+            json="its messages as JSON events on stderr (the answer is one JSON object on stdout either way)",
             run=lambda call, settings: start(settings, call.environ, call.reporter))
     waiting = command("wait", "follow the root's run until it ends: 0, its failure's exit code, or 75 at --timeout",
                       RECORDS, json="print the answer as one JSON result object on stdout (heartbeats as JSON "
@@ -366,7 +369,7 @@ def _add_cache_commands(command: Callable[..., argparse.ArgumentParser]) -> None
     command("store list", "every tree of the host store: its key, size, files, last use and the roots that link it",
             ("store",), under=actions, json="one JSON result object with every tree (docs/schema/)")
     command("store prune", "remove the longest unused trees until the host store holds at most --max-size",
-            ("store",), under=actions).add_argument(
+            ("store",), under=actions, json="one JSON result object naming each tree removed").add_argument(
         "--max-size", metavar="SIZE", help="remove the longest unused trees until the store holds at most SIZE "
         "(bytes, or with K/M/G/T); a tree a root uses is never removed")
 
@@ -437,6 +440,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     # anyone could plant a hook that the next run's git executes.
     os.umask(os.umask(0o022) | 0o002)
     argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        return _main(argv)
+    except Refusal as exc:  # under --json, one JSON object too: the reason, exit 64
+        as_json = "--json" in argv
+        reporter = Reporter.for_stream(sys.stderr, json_events=as_json)
+        _failed(reporter, as_json, result_object(exit_code=int(ExitCode.BAD_INPUT), stage=Stage.SETTINGS,
+                                                 reason=str(exc)), str(exc))
+        reporter.close()
+        return int(ExitCode.BAD_INPUT)
+
+
+def _main(argv: List[str]) -> int:
     if argv[:1] == ["_watchdog"]:
         unblock_stop_signals()  # started by a worker that may still have them blocked (cli/start.py)
         return watch(argv[1], argv[2])
@@ -477,6 +492,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         data["installed"] = exc.installed
         _failed(reporter, as_json, data, format_error(exc, tail, reporter.log_path), tail)
         return int(exc.code)
+    except Refusal:
+        raise  # main says it
     except (KeyboardInterrupt, Interrupted) as exc:
         what = interrupted_by(exc)
         _failed(reporter, as_json, result_object(exit_code=int(ExitCode.INTERRUPTED), reason=what,
