@@ -158,3 +158,25 @@ def test_every_command_it_names_is_the_command_as_invoked(ws: Workspace) -> None
                                 text=True, check=False, timeout=180)
     assert waited.returncode == 7 and "`ensure-flydsl wait` follows it" in waited.stdout, waited.stdout
     assert "`ensure-flydsl wait` follows it" in str(ws.marker()["hint"])
+
+
+def test_a_working_folder_that_shadows_the_tree_is_said(ws: Workspace, tmp_path: "os.PathLike[str]") -> None:
+    """Issue 42, item 12: a kernels/ folder where the caller works is what `python -c` imports (Python puts the
+    working folder first): the run said "verified" and nothing else.  The run, the warm call and the doctor say
+    so, and the documented import check (docs/agents.md's third call) runs from / and sees the tree."""
+    here = os.path.join(str(tmp_path), "work")
+    os.makedirs(os.path.join(here, "kernels"))
+    shadow = os.path.join(here, "kernels")
+    for call in (ws.run(cwd=here), ws.run(cwd=here)):  # the run, then the warm call
+        assert call.returncode == 0, call.stderr
+        assert f"warning: {shadow} is imported instead of the tree" in call.stdout, call.stdout
+    assert "warning:" not in ws.run().stdout  # from the test's own folder: nothing shadows
+    doctor = json.loads(ws.run("doctor", "--json", cwd=here).stdout)
+    check = next(c for c in doctor["checks"] if c["name"] == "working-folder")
+    assert check["status"] == "wrong" and not check["blocking"] and shadow in check["detail"]
+    with open(os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "docs",
+                           "agents.md")) as handle:
+        third = re.findall(r"```bash\n(.*?)```", handle.read(), re.S)[2]
+    used = subprocess.run(["bash", "-c", third], cwd=here, env=ws.env, text=True, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, check=False)
+    assert used.returncode == 0 and used.stdout.split()[1] == os.path.join(ws.root, "kernels", "moe_gemm_2stage.py")

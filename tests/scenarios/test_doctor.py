@@ -292,7 +292,7 @@ def test_reuse_only_needs_something_to_reuse(ws: Workspace, tmp_path: "os.PathLi
     data = doctor_json(ws, FLYDSL_STRATEGY="reuse-only")
     assert data["exit_code"] == 6 and check_of(data, "reuse")["blocking"] is True
     assert [c["name"] for c in data["checks"]] == ["interpreter", "reuse", "fail-marker",  # type: ignore[union-attr]
-                                                 "flydsl-users"]
+                                                 "flydsl-users", "working-folder"]
     tree = make_installed_tree(os.path.join(str(tmp_path), "site"), "0.2.3")
     ok = doctor_json(ws, FLYDSL_STRATEGY="reuse-only", PYTHONPATH=tree)
     assert ok["exit_code"] == 0 and check_of(ok, "reuse")["status"] == "ok"

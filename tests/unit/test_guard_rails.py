@@ -216,8 +216,8 @@ NOT_YET = {"api": 202, "cli": 1713, "settings.py": 628, "support": 1081}
 # item 8, the other FlyDSL users a tree breaks (aiter's floor) said by the run, the warm call, verify and the
 # doctor, 77; item 9, the commits a release lacks of the pin, 42; issue 42's items 7 and 9, records dated in the
 # future, estimates clamped and outside text escaped, 27; item 10, one JSON object for every failure under --json,
-# 23: to be paid back by issue 40's simplifications).
-TOTAL_CEILING = 17079
+# 23; item 12, a working folder that shadows the tree said, 22: to be paid back by issue 40's simplifications).
+TOTAL_CEILING = 17101
 
 
 def part_of(relative: str) -> str:

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ensure_flydsl.errors import EnsureError, ExitCode, Stage
+from ensure_flydsl.probe.gate import shadowing
 from ensure_flydsl.probe.interpreter import FLYDSL_USERS, broken_users, describe_interpreter, find_modules
 from ensure_flydsl.probe.results import Interpreter
 from ensure_flydsl.runs.answer import marker_sharing
@@ -424,6 +425,9 @@ def diagnose(settings: Settings, environ: Mapping[str, str], *, reuse: Optional[
     started = time.monotonic()
     checks, needs = run_checks(settings, environ, checkout=checkout, timeout=timeout, reuse=reuse)
     checks.append(check_flydsl_users(settings, environ))
+    shadows = shadowing(settings.require)
+    checks.append(Check("working-folder", WRONG if shadows else OK, "; ".join(shadows) or "nothing in it shadows "
+                        "the tree", "", blocking=False, stage=Stage.PUBLISH))
     diagnosis = Diagnosis(settings.strategy, tuple(checks), needs, time.monotonic() - started)
     blocking = diagnosis.first_blocking
     if not diagnosis.ok and blocking is not None:

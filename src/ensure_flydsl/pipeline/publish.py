@@ -10,7 +10,7 @@ from ensure_flydsl.errors import EnsureError, ExitCode, Stage, exit_code_of, int
 from ensure_flydsl.layout import tree_folders
 from ensure_flydsl.pipeline.warm import fingerprint, keep_warm, result_of
 from ensure_flydsl.probe.fingerprint import site_folders, watch_folders
-from ensure_flydsl.probe.gate import evaluate
+from ensure_flydsl.probe.gate import evaluate, shadowing
 from ensure_flydsl.probe.interpreter import broken_user_line, broken_users, probe_modules, run_probe
 from ensure_flydsl.probe.results import Probe
 from ensure_flydsl.result import Action, How, Result
@@ -94,6 +94,8 @@ def publish(run: Run, decision: Decision, action: Action) -> Result:
     conflicts = broken_users(interp.executable, decision.prepend, run.environ, settings.probe_timeout)
     for user in conflicts:
         run.say(broken_user_line(user, decision.probe.version))
+    for shadow in shadowing(settings.require):
+        run.say(f"warning: {shadow}")
     twin = markers.EnvTwin(
         request=settings.request(), how=decision.how, tree=decision.tree, version=str(decision.probe.version),
         python=interp.executable, python_version=interp.version, abi=interp.abi, commit=decision.commit,

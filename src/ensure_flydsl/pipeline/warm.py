@@ -11,6 +11,7 @@ from typing import Dict, List, Mapping, Optional, Sequence
 
 from ensure_flydsl import warm
 from ensure_flydsl.layout import HOST_VARIABLES, stamp_file, warm_stamp
+from ensure_flydsl.probe.gate import shadowing
 from ensure_flydsl.probe.interpreter import broken_user_line
 from ensure_flydsl.result import Action, How, Result
 from ensure_flydsl.runs.markers import EnvFile, EnvTwin, read_env_json, twin_gap, withdraw_failure_marker
@@ -93,6 +94,7 @@ def warm_lines(settings: Settings, result: Result) -> List[str]:
     """What a warm call says, in order (the first line alone under ``--json``)."""
     return [f"nothing changed since the last success (fingerprint); {settings.env_file} is current",
             *(broken_user_line(user, result.version) for user in result.conflicts),
+            *(f"warning: {shadow}" for shadow in shadowing(settings.require)),
             f"ready: flydsl {known(result.version)} ({known(result.how)}) for {known(result.python)}; "
             f"source {result.env_file}"]
 

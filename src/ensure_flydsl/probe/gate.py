@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import sys
 from dataclasses import dataclass, field
-from typing import Dict, Mapping, Optional, Sequence, Tuple
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from packaging.version import InvalidVersion
 
@@ -137,3 +137,17 @@ def _file_of(name: str) -> Optional[str]:
     except Exception:  # a module's __path__ is its own business: anything it raises means "unknown"
         return None
     return portions[0] if portions else None
+
+
+def shadowing(require: Sequence[str]) -> List[str]:
+    """What in the caller's working folder Python would import instead of the tree (it puts that folder first for
+    `python -c` and a script run there): a folder or module named as one of the tree's packages, said."""
+    try:
+        here = os.getcwd()
+    except OSError:
+        return []
+    names = dict.fromkeys(["flydsl", *(module.split(".")[0] for module in require)])
+    found = [path for name in names for path in (os.path.join(here, name), os.path.join(here, f"{name}.py"))
+             if os.path.exists(path)]
+    return [f"{path} is imported instead of the tree by `python -c` and scripts run in {here} (Python puts "
+            "that folder first): import from another folder (`cd /`), or run `python -P` (3.11+)" for path in found]
