@@ -19,7 +19,8 @@ def main(argv: list[str] | None = None, *, launcher: list[str] | None = None) ->
             from ensure_flydsl.support.launcher import set_launcher
         except KeyboardInterrupt:  # Ctrl-C before the command line could take it over: its code, not a traceback
             sys.stderr.write("ensure-flydsl: interrupted (SIGINT) before it began; nothing was changed\n")
-            return 130
+            sys.stderr.flush()
+            os._exit(130)  # now: an interrupted import can leave the interpreter to end by the signal itself (-2)
         if launcher is not None:
             set_launcher(launcher)
         return command_line(args)
