@@ -20,10 +20,10 @@ from ensure_flydsl.ways.release.download import release_pip, wheel_tags
 
 # Stages only a source build goes through: a release install does not need what blocks them.
 SOURCE_ONLY = frozenset({Stage.SUBMODULES, Stage.FIXES, Stage.LLVM, Stage.BUILD})
-# The hint asks the index for at most this long (pip's socket timeout, then the whole command); git's
-# questions stop after SUGGEST_TIMEOUT_S without a byte.
+# The hint asks the index for at most this long (pip's socket timeout, then the whole command: pip's own start
+# took over 8 s on a loaded 2-core host); git's questions stop after SUGGEST_TIMEOUT_S without a byte.
 SUGGEST_TIMEOUT_S = 3.0
-SUGGEST_LIMIT_S = 8.0
+SUGGEST_LIMIT_S = 20.0
 
 
 def release_version_of_pin(settings: Settings, checkout: Optional[str]) -> Tuple[Optional[str], str, bool]:
