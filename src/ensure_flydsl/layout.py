@@ -17,7 +17,7 @@
         build-fly/python_packages/         the built (or installed) flydsl package; kernels/ is at ROOT
         build-fly/.wheel-download/         the release wheel between its download and its install
         build-fly/.python_packages.installing/  the release wheel installed here, then moved into place
-        build-fly/.python_packages.linking/     the store's tree linked here, then moved into place
+        build-fly/.python_packages.linking/     the store's tree copied here, then moved into place
         .ensure_flydsl/                    the tool's records for the root
           owner.json                       the tool made or adopted the root
           build-fly.made.json.gz           what the build steps made in build-fly (`clean` removes only that)
@@ -32,7 +32,7 @@
             rocm-overlay/                  a copy of ROCm's lib/ with hip's CMake files fixed
             rocm-overlay.json              the ROCm install and fix the overlay is for
           wheel-download/                  a release wheel downloaded while the pin is fetched
-          store.json                       which store tree build-fly/python_packages is linked from
+          store.json                       an earlier version's record that the tree is hardlinked from the store
 
     HOST/                                  the user's cache folder: ${XDG_CACHE_HOME:-~/.cache}/ensure-flydsl
       runs/<run id>.json                   a timing record of each run of the host (runs/timings.py)
@@ -40,13 +40,12 @@
       history.lock                         held while a run adds its durations (never deleted)
       vendored-wheels/                     the pinned wheels `ensure-flydsl skill` vendors into a GEAK folder
       store/                               the host store (FLYDSL_STORE; docs/store.md)
-        store.lock                         held shared while a root links a tree, exclusive to add or prune
+        store.lock                         held shared while a root copies a tree, exclusive to add or remove one
         trees/<key>/manifest.json          the tree's members, each file's sha256 (trees/manifest.py)
-        trees/<key>/seal.json              each stored file's inode, size and mtime as stored: a cheap check
+        trees/<key>/seal.json              each stored file's inode, size, mtime and ctime as stored: a cheap check
         trees/<key>/probed.json            the probes this tree passed, per interpreter fingerprint
-        trees/<key>/files/                 the tree itself (read-only files)
+        trees/<key>/files/                 the tree itself (read-only files, copied into each root)
         trees/.staging-*/                  a tree being added (renamed to trees/<key> when whole)
-        refs/<root hash>.json              a root that links a tree (prune keeps what a root still uses)
         git/                               a bare repository holding the objects every root's checkout shares
 
 The default lock, marker and log paths are shared by the roots of one folder, as the bash executor had them.
@@ -199,7 +198,6 @@ def timing_file(timings: str, run_id: str) -> str:
 # -- the store's local tier (trees/local.py): of the store, then of one of its trees ------------------------------
 store_lock = Under("store", "store.lock")
 store_trees_dir = Under("store", "trees")
-store_refs_dir = Under("store", "refs")
 store_git_dir = Under("store", "git")
 store_manifest = Under("tree", "manifest.json")
 store_seal = Under("tree", "seal.json")

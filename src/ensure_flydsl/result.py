@@ -28,8 +28,8 @@ def result_json(data: Mapping[str, object]) -> str:
     return json.dumps({k: v for k, v in data.items() if not (v is None and k in GATE_STRINGS)}, sort_keys=True)
 
 
-# How the host store gives a root its tree, in the order it tries them (a result's ``link_mode``).
-LINK_MODES = ("reflink", "hardlink", "copy")
+# How the host store copies a tree into a root, in the order it tries them (a result's ``link_mode``).
+LINK_MODES = ("reflink", "copy")
 
 
 class How(str, enum.Enum):

@@ -52,7 +52,7 @@ GROUPS = {  # the concerns the help lists the settings by
     "build": "what is provisioned when nothing is reused, and how",
     "env file": "what the env file exports besides the tree",
     "cache": "the binary cache shared between hosts",
-    "store": "the host store the roots of this host link their trees from",
+    "store": "the host store the roots of this host copy their trees from",
 }
 # Trusted keys set but empty (a `$(cat ci.pub)` that read nothing) would turn the signature checks off.
 EMPTY_REFUSED = frozenset({"cache_trusted_keys"})
@@ -472,7 +472,7 @@ class Settings(Request):
     cache_trusted_keys: TrustedKeys = _row("FLYDSL_CACHE_TRUSTED_KEYS", "--cache-trusted-key", parse_trusted_keys,
                                            "cache", "public keys NAME:BASE64 or .pub files: fetch only cache entries "
                                            "one of them signed", default=(), kind=LIST, metavar="KEY")
-    store: Optional[str] = _row("FLYDSL_STORE", "--store", parse_store, "store", "the host store roots link their "
+    store: Optional[str] = _row("FLYDSL_STORE", "--store", parse_store, "store", "the host store roots copy their "
                                 "trees from (default: in the user's cache folder; off: none)")
     # Where each value came from, for messages: the flag or the variable as the user spelled it.
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)

@@ -138,3 +138,25 @@ def test_a_full_disk_during_the_cache_download(knob_repo: FixtureRepo, tmp_path:
     record("disk", where="the cache download (80 MiB tree onto a 48 MiB tmpfs)", exit_code=out.returncode,
            message="no space left on the file system (cache), then the doctor: disk", half_published=0,
            rerun="succeeded")
+
+
+def test_a_full_disk_while_copying_from_the_host_store(knob_repo: FixtureRepo, tmp_path: "os.PathLike[str]") -> None:
+    """Issue 42, item 6: the copy of a 20 MiB stored tree into a root on a 16 MiB file system named the store's
+    file system (73 GiB free) with exit 8; it is the root's, exit 5, as elsewhere, and nothing half-copied stays."""
+    store = os.path.join(str(tmp_path), "store")
+    first = Workspace(os.path.join(str(tmp_path), "host", "base"), knob_repo)
+    first.env.update(FLYDSL_PIN=knob_repo.commits["big"], FLYDSL_STORE=store)
+    assert first.run(FIXTURE_BIG_FILE_KB=str(20 << 10)).returncode == 0
+    with tmpfs(os.path.join(str(tmp_path), "disk"), "16m") as disk:
+        ws = Workspace(os.path.join(disk, "base"), knob_repo)
+        ws.env.update(FLYDSL_PIN=knob_repo.commits["big"], FLYDSL_STORE=store)
+        out = ws.run("--json")
+        data = json.loads(out.stdout)
+        assert out.returncode == data["exit_code"] == 5, out.stderr
+        assert f"no space left on the file system holding {ws.root}" in data["reason"], data["reason"]
+        assert f"mounted at {disk})" in data["reason"] and store not in data["reason"], data["reason"]
+        assert_nothing_half_published(ws)
+        assert not os.path.exists(os.path.join(ws.root, "build-fly", ".python_packages.linking"))
+        subprocess.run(["mount", "-o", "remount,size=2g", disk], check=True)
+        again = ws.run("--json")
+        assert again.returncode == 0 and json.loads(again.stdout)["link_mode"] == "copy", again.stderr

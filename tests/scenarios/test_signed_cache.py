@@ -412,3 +412,34 @@ def test_a_host_that_trusts_another_key_never_replaces_a_signed_entry(tmp_path: 
     pruned = d.run("cache", "prune", "--max-size", "1T")
     assert pruned.returncode == 0 and "0 removed" in pruned.stdout, pruned.stdout + pruned.stderr
     assert _entry_files(cache) == after
+
+
+def test_the_host_store_takes_only_what_the_trust_settings_would_take_from_the_cache(
+        tmp_path: "os.PathLike[str]", fixture_repo: FixtureRepo, cache: str,
+        keys: Dict[str, Tuple[str, str]]) -> None:
+    """Issue 42, item 8: a tree fetched from an entry k2 signed was copied from the host store into a new root of
+    a host that now trusts only k1.  The store records who signed what it keeps, and copies only what the run's
+    trust settings would have taken from the cache; a tree built under them replaces the one they refuse."""
+    tmp = str(tmp_path)
+    ensure_json(cache_host(tmp, fixture_repo, "ci", cache, FLYDSL_CACHE_SIGNING_KEY=keys["k2"][0]))
+    store = os.path.join(tmp, "one-host-store")
+
+    def root(name: str, trusted: str) -> Workspace:
+        return cache_host(tmp, fixture_repo, name, cache, FLYDSL_CACHE_TRUSTED_KEYS=keys[trusted][1],
+                          FLYDSL_STORE=store)
+
+    first = root("first", "k2")
+    assert ensure_json(first)["how"] == "cached"
+    (tree,) = json.loads(first.run("store", "list", "--json").stdout)["trees"]
+    assert tree["how"] == "cached" and tree["signed_by"] == ["k2"]
+    again = ensure_json(root("again", "k2"))
+    assert again["how"] == "cached" and again["link_mode"] == "copy", again["_stderr"]
+    now = root("now", "k1")
+    data = ensure_json(now)
+    said = str(data["_stderr"])
+    assert (f"store: the tree {tree['key'][:12]} in {store} is not used: it came from the fleet cache signed by k2, "
+            "and FLYDSL_CACHE_TRUSTED_KEYS trusts none of that now") in said.splitlines(), said
+    assert data["how"] == "built" and data["link_mode"] is None and now.count("build") == 1
+    (tree,) = json.loads(now.run("store", "list", "--json").stdout)["trees"]
+    assert tree["how"] == "built" and tree["signed_by"] == []  # what this host built replaced it
+    assert ensure_json(root("later", "k1"))["link_mode"] == "copy"

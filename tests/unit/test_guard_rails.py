@@ -208,7 +208,7 @@ BUDGETS = {  # a part of the package: its target
 }
 API = {"__init__.py", "__main__.py", "api.py", "result.py", "version.py"}
 # Parts still above their budget: a ceiling each, lowered as they shrink, removed once within the budget.
-NOT_YET = {"api": 203, "cli": 1713, "settings.py": 628, "support": 1081}
+NOT_YET = {"api": 203, "cli": 1727, "settings.py": 628, "support": 1143}
 # The whole package: the issue's cap is 13,500 (and it closes at 12,500); until then a ceiling lowered as it shrinks
 # (16,822: issue 41's JSON, env file and ETA items added 41 lines and paid 21 of them; the front door's answer to
 # a Ctrl-C during its hand-off, a traceback before, 3; issue 41 items 2 and 5, every command a message names as
@@ -216,9 +216,12 @@ NOT_YET = {"api": 203, "cli": 1713, "settings.py": 628, "support": 1081}
 # item 8, the other FlyDSL users a tree breaks (aiter's floor) said by the run, the warm call, verify and the
 # doctor, 77; item 9, the commits a release lacks of the pin, 42; issue 42's items 7 and 9, records dated in the
 # future, estimates clamped and outside text escaped, 27; item 10, one JSON object for every failure under --json,
-# 23; item 12, a working folder that shadows the tree said, 22; the front door's os._exit on a Ctrl-C, 1: to be
-# paid back by issue 40's simplifications).
-TOTAL_CEILING = 17102
+# 23; item 12, a working folder that shadows the tree said, 22; the front door's os._exit on a Ctrl-C, 1; issue
+# 42's items 1-6, 8 and 11, the store copied, never hardlinked, used only when this user's, its trees' provenance
+# kept, every lock wait bounded and named by one wait loop (support/files.py held_lock, the build lock's too),
+# prune of only what it made, the root's file system when a copy fills it, one store rule: 148 more, after the
+# per-root references, link modes and seals of inodes went: to be paid back by issue 40's simplifications).
+TOTAL_CEILING = 17250
 
 
 def part_of(relative: str) -> str:

@@ -1,17 +1,19 @@
-"""What the store's local tier reads back (manifests, references, probe records) is outside data: each is taken
-only when every field means what the tier writes there (issue 28: a file never steers a link by its type alone)."""
+"""What the store's local tier reads back (manifests, seals, probe records, its folders) is outside data: each is
+taken only when every field means what the tier writes there (issue 28: a file never steers a copy by its type
+alone), and only from this user's own files (issue 42); prune removes only what the tier made."""
 
 from __future__ import annotations
 
 import json
 import os
-from typing import Dict, List
+import subprocess
+from typing import Dict, List, Tuple
 
 import pytest
 
 from ensure_flydsl.trees.backends import CacheCorrupt
-from ensure_flydsl.trees.local import HostStore, Linker
-from ensure_flydsl.trees.manifest import Member, cache_key, hashed_members
+from ensure_flydsl.trees.local import HostStore, Placer, store_problem
+from ensure_flydsl.trees.manifest import CacheEntry, Member, cache_key, hashed_members
 
 FIELDS: Dict[str, object] = {"repo": "r", "commit": "c" * 40, "abi": "cpython-311", "platform": "linux",
                              "origin": "release", "made_from": "0.2.2", "root": None}
@@ -36,6 +38,19 @@ def planted(tmp_path: "os.PathLike[str]", data: Dict[str, object]) -> HostStore:
     with open(os.path.join(store.tree_dir(KEY), "manifest.json"), "w") as handle:
         json.dump(data, handle)
     return store
+
+
+def put(store: HostStore, tree: str) -> Tuple[CacheEntry, bool]:
+    members, _ = hashed_members(tree)
+    return store.put(KEY, FIELDS, tree, members, how="built", signed_by=(), refuses=lambda _: None, placer=Placer())
+
+
+def small_tree(tmp_path: "os.PathLike[str]") -> str:
+    tree = os.path.join(str(tmp_path), "tree")
+    os.makedirs(os.path.join(tree, "flydsl"))
+    with open(os.path.join(tree, "flydsl", "__init__.py"), "w") as handle:
+        handle.write("x = 1\n")
+    return tree
 
 
 def test_a_manifest_the_tier_writes_is_read_back(tmp_path: "os.PathLike[str]") -> None:
@@ -76,7 +91,7 @@ def test_a_tree_of_an_older_version_is_never_linked_and_is_pruned_first(tmp_path
     found, why = store.lookup(KEY)
     assert found is None and why
     assert [t.key for t in store.list() if t.problem] == [KEY]
-    assert [t.key for t in store.prune(10**12)] == [KEY] and store.keys() == []
+    assert [t.key for t in store.prune(10**12)[0]] == [KEY] and store.keys() == []
 
 
 def test_a_stored_file_that_does_not_match_its_hash_is_a_problem(tmp_path: "os.PathLike[str]") -> None:
@@ -84,10 +99,9 @@ def test_a_stored_file_that_does_not_match_its_hash_is_a_problem(tmp_path: "os.P
     os.makedirs(os.path.join(tree, "flydsl"))
     with open(os.path.join(tree, "flydsl", "__init__.py"), "w") as handle:
         handle.write("x = 1\n")
-    members, holding = hashed_members(tree, b"/nowhere/")
-    assert holding == []
+    assert hashed_members(tree, b"/nowhere/")[1] == []
     store = HostStore.open(os.path.join(str(tmp_path), "store"))
-    stored, added = store.put(KEY, FIELDS, tree, members, how="built", linker=Linker())
+    stored, added = put(store, tree)
     assert added and store.lookup(KEY)[0] == stored
     store.check(stored, full=True)
     path = os.path.join(store.tree_dir(KEY), "files", "flydsl", "__init__.py")
@@ -105,7 +119,7 @@ def test_a_tree_whose_link_leaves_it_is_refused_at_the_door(tmp_path: "os.PathLi
     members, _ = hashed_members(tree)
     store = HostStore.open(os.path.join(str(tmp_path), "store"))
     with pytest.raises(Exception, match="resolves outside"):
-        store.put(KEY, FIELDS, tree, members, how="built", linker=Linker())
+        store.put(KEY, FIELDS, tree, members, how="built", signed_by=(), refuses=lambda _: None, placer=Placer())
     assert store.keys() == []
 
 
@@ -119,20 +133,87 @@ def test_a_tree_holding_its_roots_path_is_found(tmp_path: "os.PathLike[str]") ->
     assert hashed_members(tree, b"/roots/a/FlyDSL/")[1] == ["paths.txt"]
 
 
-def test_a_reference_holds_a_tree_only_while_its_root_says_so(tmp_path: "os.PathLike[str]") -> None:
-    store = HostStore.open(str(tmp_path / "store"))
-    root = str(tmp_path / "root")
-    os.makedirs(os.path.join(root, ".ensure_flydsl"))
-    store.hold(root, KEY, "hardlink")
-    assert store.in_use() == {KEY: [root]}
-    with open(os.path.join(root, ".ensure_flydsl", "store.json"), "w") as handle:
-        json.dump({"store": str(tmp_path / "other-store"), "tree": KEY, "link_mode": "hardlink"}, handle)
-    assert store.in_use() == {}
-    with open(os.path.join(root, ".ensure_flydsl", "store.json"), "w") as handle:
-        json.dump({"store": store.path, "tree": KEY, "link_mode": "symlink"}, handle)  # no mode the tier uses
-    assert store.in_use() == {}
-    store.prune(10**12)
-    assert store.references() == []
+def test_an_edit_with_its_mtime_put_back_is_still_seen(tmp_path: "os.PathLike[str]") -> None:
+    """Issue 42, item 2: the seal was (inode, size, mtime), so a same-size edit in place with its mtime put back
+    was copied into new roots unhashed; the ctime, which no user can set, is in the seal now."""
+    store = HostStore.open(os.path.join(str(tmp_path), "store"))
+    stored, _ = put(store, small_tree(tmp_path))
+    path = os.path.join(store.tree_dir(KEY), "files", "flydsl", "__init__.py")
+    before = os.stat(path)
+    os.chmod(path, 0o644)
+    with open(path, "r+") as handle:
+        handle.write("x = 2\n")
+    os.chmod(path, 0o444)
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    after = os.stat(path)
+    assert (after.st_ino, after.st_size, after.st_mtime_ns) == (before.st_ino, before.st_size, before.st_mtime_ns)
+    with pytest.raises(CacheCorrupt, match="sha256"):
+        store.check(stored)
+
+
+def test_a_root_s_copy_is_its_own(tmp_path: "os.PathLike[str]") -> None:
+    """Issue 42, item 2: what a root does to its files (bytecode included) never reaches the store or another root."""
+    store = HostStore.open(os.path.join(str(tmp_path), "store"))
+    stored, _ = put(store, small_tree(tmp_path))
+    roots = [os.path.join(str(tmp_path), name) for name in ("a", "b")]
+    for root in roots:
+        store.place(stored, root, Placer())
+    with open(os.path.join(roots[1], "flydsl", "__init__.py"), "r+") as handle:  # in place
+        handle.write("x = 3\n")
+    with open(os.path.join(roots[0], "flydsl", "__init__.py")) as handle:
+        assert handle.read() == "x = 1\n"
+    store.check(stored, full=True)
+    assert len({os.stat(os.path.join(r, "flydsl", "__init__.py")).st_ino for r in roots}) == 2
+
+
+def test_prune_removes_only_what_the_tier_made(tmp_path: "os.PathLike[str]") -> None:
+    """Issue 42, item 4: a user's folder or file under trees/ (named as a key or not) is left with one line; a
+    killed run's staging folders (a prune's ``.staging-gone-*`` too) go at once."""
+    store = HostStore.open(os.path.join(str(tmp_path), "store"))
+    put(store, small_tree(tmp_path))
+    trees = os.path.dirname(store.tree_dir(KEY))
+    mine = [os.path.join(trees, "my-notes"), os.path.join(trees, "ab" * 32)]
+    for folder in mine:
+        os.makedirs(folder)
+        with open(os.path.join(folder, "keep.txt"), "w") as handle:
+            handle.write("mine\n")
+    with open(os.path.join(trees, "README"), "w") as handle:
+        handle.write("mine too\n")
+    killed = [os.path.join(trees, ".staging-gone-1234abcd"), os.path.join(trees, ".staging-99-0a0b0c0d")]
+    for folder in killed:
+        os.makedirs(os.path.join(folder, "files"))
+    removed, left = store.prune(0)
+    assert [t.key for t in removed] == [KEY]
+    assert sorted(os.listdir(trees)) == sorted(["README", "ab" * 32, "my-notes"])
+    assert len(left) == 3 and all("so this tool did not make it" in line for line in left), left
+    assert store.keys() == []
+
+
+def test_a_tree_another_user_owns_is_never_read_nor_removed(tmp_path: "os.PathLike[str]") -> None:
+    """Issue 42, item 1: a tree folder of another user's in this user's store is not used, and stays."""
+    if os.geteuid() != 0:
+        pytest.skip("giving a folder to nobody needs root")
+    store = HostStore.open(os.path.join(str(tmp_path), "store"))
+    put(store, small_tree(tmp_path))
+    subprocess.run(["chown", "-R", "nobody", store.tree_dir(KEY)], check=True)
+    found, why = store.lookup(KEY)
+    assert found is None and "not to this user" in why
+    assert store.remove(KEY) is not None and os.path.isdir(store.tree_dir(KEY))
+    removed, left = store.prune(0)
+    assert removed == [] and len(left) == 1 and os.path.isdir(store.tree_dir(KEY))
+
+
+@pytest.mark.parametrize("what", ["fifo", "symlink", "folder"])
+def test_anything_but_a_file_at_the_lock_s_name_is_refused(tmp_path: "os.PathLike[str]", what: str) -> None:
+    """Issue 42, item 3: a FIFO there hung every command; a symlink gave exit 70."""
+    path = os.path.join(str(tmp_path), "store")
+    os.makedirs(path)
+    lock = os.path.join(path, "store.lock")
+    {"fifo": os.mkfifo, "folder": os.mkdir, "symlink": lambda p: os.symlink("/etc/passwd", p)}[what](lock)
+    problem = store_problem(path)
+    assert problem is not None and problem.startswith(f"its lock {lock}: ")
+    with pytest.raises(PermissionError):
+        HostStore.open(path)
 
 
 def test_a_probe_record_naming_a_file_outside_the_root_is_no_answer(tmp_path: "os.PathLike[str]") -> None:

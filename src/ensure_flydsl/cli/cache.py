@@ -9,15 +9,17 @@ import os
 import time
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from ensure_flydsl.errors import EnsureError, ExitCode, Stage
 from ensure_flydsl.result import result_json, result_object
 from ensure_flydsl.settings import Settings
+from ensure_flydsl.support.files import LockBusy
 from ensure_flydsl.support.keys import KEY_NAME, NAME_ALLOWED, KeyProblem, read_secret_key
 from ensure_flydsl.support.launcher import command
 from ensure_flydsl.support.report import printable
 from ensure_flydsl.support.space import parse_size, size_text
 from ensure_flydsl.trees import signing
 from ensure_flydsl.trees.backends import CacheError
-from ensure_flydsl.trees.local import HostStore
+from ensure_flydsl.trees.local import HostStore, store_problem
 from ensure_flydsl.trees.manifest import CacheEntry
 from ensure_flydsl.trees.remote import Cache, open_cache
 
@@ -251,30 +253,39 @@ def store_command(settings: Settings, environ: Mapping[str, str], action: str, *
     if path is None:
         raise Refused("no host store: FLYDSL_STORE is off (or neither XDG_CACHE_HOME nor HOME names a folder)")
     limit = _limit("store", max_size) if action == "prune" else 0
+    problem = store_problem(path)
+    if problem is not None:  # the rule `ensure` has for the store, in every command
+        raise Refused(f"{settings.label('store') if settings.store else 'the default host store'}={path} cannot be "
+                      f"used: {problem}")
     if not os.path.isdir(path):
         listed: Dict[str, object] = {"trees": []} if action == "list" else {"removed": []}
         print(result_json(result_object(ok=True, exit_code=0, reason="no tree", store=path, **listed))
               if as_json else f"the host store {path} holds no tree")
         return 0
     try:
-        store = HostStore.open(path)
+        store = HostStore.open(path, lock_timeout=settings.lock_timeout, say=say)
         if action == "list":
             _list_store(store, as_json)
             return 0
-        removed = store.prune(limit)
-        for tree in removed:
-            say(f"removed the tree {tree.key[:12]} ({size_text(tree.size)}, {tree.how}, "
-                f"{(tree.commit or '?')[:12]}){': ' + tree.problem if tree.problem else ''}")
-        held = (f"the host store {path} holds {size_text(sum(t.size for t in store.list()))} (at most "
-                f"{size_text(limit)} asked; trees a root uses are kept)")
-        if as_json:
-            print(result_json(result_object(ok=True, exit_code=0, reason=held, store=path,
-                                            removed=[t.to_json() for t in removed])))
-        else:
-            say(held)
-        return 0
+        removed, left = store.prune(limit)
+    except LockBusy as exc:
+        raise EnsureError(ExitCode.LOCK, str(exc), stage=Stage.LOCK, hint="an ensure-flydsl run is adding to the "
+                          "store; try again when it is done, or raise FLYDSL_LOCK_TIMEOUT") from None
     except OSError as exc:
         raise Refused(f"the host store {path} cannot be used: {exc}") from None
+    for line in left:
+        say(f"store prune: {printable(line)}")
+    for tree in removed:
+        say(printable(f"removed the tree {tree.key[:12]} ({size_text(tree.size)}, {tree.how}, "
+                      f"{(tree.commit or '?')[:12]}){': ' + tree.problem if tree.problem else ''}"))
+    held = f"the host store {path} holds {size_text(sum(t.size for t in store.list()))} (at most {size_text(limit)} " \
+           "asked)"
+    if as_json:
+        print(result_json(result_object(ok=True, exit_code=0, reason=held, store=path,
+                                        removed=[t.to_json() for t in removed], left=left)))
+    else:
+        say(printable(held))
+    return 0
 
 
 def _list_store(store: HostStore, as_json: bool) -> None:
@@ -286,7 +297,6 @@ def _list_store(store: HostStore, as_json: bool) -> None:
     print(printable(f"the host store {store.path}: {len(trees)} trees, {size_text(sum(t.size for t in trees))}"))
     for t in trees:
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(t.last_used))
-        users = ", ".join(t.used_by) or "no root"
-        print(printable(f"{t.key[:12]}  {size_text(t.size):>10}  {t.how or '?':8} {(t.commit or '?')[:12]}  "
-                        f"{t.abi or '?'}  last linked {when}  used by {users}"
-                        f"{'  DAMAGED: ' + t.problem if t.problem else ''}"))
+        signed = f" (signed by {', '.join(t.signed_by)})" if t.signed_by else ""
+        print(printable(f"{t.key[:12]}  {size_text(t.size):>10}  {t.how or '?'}{signed}  {(t.commit or '?')[:12]}  "
+                        f"{t.abi or '?'}  last copied {when}{'  DAMAGED: ' + t.problem if t.problem else ''}"))

@@ -214,7 +214,7 @@ EXAMPLES: Dict[str, Tuple[Tuple[str, str], ...]] = {
     "cache sign": (("cache sign --key ~/.config/flydsl/ci-1.secret", "every entry"),
                    ("cache sign --key ci-2.secret 3f2a9c 77b0e1 --cache-trusted-key ci-1.pub",
                     "a rotation: two entries, if ci-1 signed them")),
-    "store": (("store list", "each tree, its size and the roots that use it"),
+    "store": (("store list", "each tree, its size, where it came from and when it was last copied"),
               ("help store prune", "a store command's own help")),
     "store list": (("store list", ""), ("store list --json --store /scratch/flydsl-store", "one JSON object")),
     "store prune": (("store prune --max-size 20G", "trees a root uses are kept"),
@@ -363,15 +363,15 @@ def _add_cache_commands(command: Callable[..., argparse.ArgumentParser]) -> None
     sign.add_argument("names", nargs="*", metavar="KEY",
                       help="the entries to sign: prefixes of their keys, as `cache list` shows them (default: all)")
     sign.add_argument("--key", metavar="PATH", help="the secret key file to sign with (from `cache keygen`)")
-    store = command("store", "the host store of trees the roots link (FLYDSL_STORE): list, prune", ("store",),
+    store = command("store", "the host store of trees the roots copy (FLYDSL_STORE): list, prune", ("store",),
                     loud=False, run=_housekeeping)
     actions = store.add_subparsers(dest="store_action", metavar="ACTION", title="store commands")
-    command("store list", "every tree of the host store: its key, size, files, last use and the roots that link it",
+    command("store list", "every tree of the host store: its key, size, files, where it came from and its last use",
             ("store",), under=actions, json="one JSON result object with every tree (docs/schema/)")
     command("store prune", "remove the longest unused trees until the host store holds at most --max-size",
             ("store",), under=actions, json="one JSON result object naming each tree removed").add_argument(
         "--max-size", metavar="SIZE", help="remove the longest unused trees until the store holds at most SIZE "
-        "(bytes, or with K/M/G/T); a tree a root uses is never removed")
+        "(bytes, or with K/M/G/T); what the tool did not make is left as it is")
 
 
 def _seconds(*, zero_ok: bool) -> Any:

@@ -9,9 +9,7 @@ import subprocess
 import time
 from typing import Dict, Mapping, Optional
 
-import filelock
-
-from ensure_flydsl.errors import EnsureError, Stage, disk_full_error
+from ensure_flydsl.errors import EnsureError, ExitCode, Stage, disk_full_error
 from ensure_flydsl.layout import start_lock_file
 from ensure_flydsl.pipeline.decide import preflight
 from ensure_flydsl.pipeline.publish import withdraw_stale_markers
@@ -23,6 +21,7 @@ from ensure_flydsl.runs.liveness import marker_is_answered
 from ensure_flydsl.runs.markers import installed, marker_unwritten, write_failure_marker
 from ensure_flydsl.runs.records import RUNNING, RunRecord, RunStore, new_record, new_run_id
 from ensure_flydsl.settings import Settings, Strategy
+from ensure_flydsl.support.files import LockBusy, held_lock
 from ensure_flydsl.support.launcher import command, passed_on, tool_command
 from ensure_flydsl.support.processes import spawn, stop_signals_blocked
 from ensure_flydsl.support.report import Reporter
@@ -72,8 +71,13 @@ def start(settings: Settings, environ: Mapping[str, str], reporter: Reporter) ->
     store = RunStore(settings.root)
     store.ensure_folder()
     # Sixteen agents calling `start` at once: one launches, the others join it.
-    with filelock.FileLock(start_lock_file(store.folder)):
-        return _join_or_launch(settings, environ, reporter, store)
+    try:
+        with held_lock(start_lock_file(store.folder), timeout=settings.lock_timeout, say=reporter.say,
+                       what="the lock of `start`"):
+            return _join_or_launch(settings, environ, reporter, store)
+    except LockBusy as exc:
+        raise EnsureError(ExitCode.LOCK, str(exc), stage=Stage.STARTING,
+                          hint="another `start` for this root hangs: end it, or raise FLYDSL_LOCK_TIMEOUT") from None
 
 
 def _join_or_launch(settings: Settings, environ: Mapping[str, str], reporter: Reporter, store: RunStore) -> int:

@@ -20,6 +20,7 @@ from ensure_flydsl.source.root import RootKind, Stamp, classify_root, creatable_
 from ensure_flydsl.support.report import Reporter
 from ensure_flydsl.support.urls import shown_location
 from ensure_flydsl.trees.backends import CacheError
+from ensure_flydsl.trees.local import store_problem
 from ensure_flydsl.trees.remote import open_cache
 from ensure_flydsl.warm import file_identity
 from ensure_flydsl.ways import provisions
@@ -58,8 +59,11 @@ def _refusals(settings: Settings, writes: bool) -> Iterator[Refusal]:
         yield label, root, f"a root whose log {settings.log_file} is a plain file; {problem}"
     if settings.mlir_path is not None and not is_mlir_install(settings.mlir_path):
         yield settings.label("mlir_path"), settings.mlir_path, "an MLIR install prefix holding lib/cmake/mlir"
-    if settings.store not in (None, "off"):  # given: one that cannot be made or written is bad input
+    if settings.store not in (None, "off"):  # given: one that cannot be made, written or trusted is bad input
         yield from _not_creatable(settings.label("store"), str(settings.store), str(settings.store))
+        problem = store_problem(str(settings.store))
+        if problem is not None:
+            yield settings.label("store"), str(settings.store), f"a store folder of this user's; {problem}"
     if settings.cache is not None and settings.cache.startswith("/") and not os.path.isdir(settings.cache):
         # An existing folder this user cannot write in is used read-only.
         yield from _not_creatable(settings.label("cache"), settings.cache, settings.cache)

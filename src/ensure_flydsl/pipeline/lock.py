@@ -6,22 +6,24 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import inspect
 import os
 import socket
 import time
 from dataclasses import asdict, dataclass
-from typing import Callable, Dict, Iterator, Optional
-
-import filelock
+from typing import Callable, Iterator, Optional
 
 from ensure_flydsl.errors import EnsureError, ExitCode, Stage
 from ensure_flydsl.support import fields, space
 from ensure_flydsl.support.fields import Record, checked
-from ensure_flydsl.support.files import atomic_write_json, file_path_problem, read_json, remove_file
+from ensure_flydsl.support.files import (
+    LockBusy,
+    atomic_write_json,
+    file_path_problem,
+    held_lock,
+    read_json,
+    remove_file,
+)
 from ensure_flydsl.support.launcher import command
-
-WAIT_REPORT_INTERVAL_S = 30.0
 
 
 def holder_path(lock_file: str) -> str:
@@ -47,14 +49,6 @@ def describe_holder(holder: Optional[LockHolder]) -> str:
         f" (run {holder.run_id})" if holder.run_id else "")
 
 
-def _make_lock(path: str) -> filelock.BaseFileLock:
-    kwargs: Dict[str, object] = {"mode": 0o644}
-    # filelock >= 4 may unlink the lock file on release unless told not to; 3.x never does.
-    if "preserve_lock_file" in inspect.signature(filelock.FileLock.__init__).parameters:
-        kwargs["preserve_lock_file"] = True
-    return filelock.FileLock(path, **kwargs)  # type: ignore[arg-type]
-
-
 def check_lock_path(path: str) -> Optional[str]:
     """Why ``path`` cannot serve as the lock file, or None; a symlink could redirect it to somebody's file."""
     return file_path_problem(path, symlink_ok=False)
@@ -67,45 +61,24 @@ def build_lock(path: str, *, timeout: Optional[float], run_id: str, say: Callabl
     if problem:
         raise EnsureError(ExitCode.BAD_INPUT, f"FLYDSL_BUILD_LOCK={path!r} is not allowed: {problem}", stage=Stage.LOCK)
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    lock = _make_lock(path)
     try:
-        lock.acquire(timeout=0)
-    except filelock.Timeout:
-        _wait_for(lock, path, timeout, say)
-    try:
-        holder = LockHolder(pid=os.getpid(), host=socket.gethostname(),
-                            started=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                            started_ts=time.time(), run_id=run_id)
-        try:
-            atomic_write_json(holder_path(path), asdict(holder))
-        except OSError as exc:
-            if not space.is_full(exc):
-                raise
-            # On a full disk the lock is held without it (`clean` must run there), and no stale record stays.
-            remove_file(holder_path(path))
-        yield
-    finally:
-        remove_file(holder_path(path))
-        lock.release()
-
-
-def _wait_for(lock: filelock.BaseFileLock, path: str, timeout: Optional[float], say: Callable[[str], None]) -> None:
-    started = time.monotonic()
-    deadline = None if timeout is None else started + timeout
-    while True:
-        holder = describe_holder(LockHolder.from_json(read_json(holder_path(path))))
-        waited = time.monotonic() - started
-        limit = "as long as it takes" if deadline is None else f"up to {timeout:g} s"
-        say(f"waiting for the build lock {path}, held by {holder}; waited {waited:.0f} s, waiting {limit}")
-        chunk = WAIT_REPORT_INTERVAL_S
-        if deadline is not None:
-            chunk = min(chunk, max(0.0, deadline - time.monotonic()))
-        try:
-            lock.acquire(timeout=chunk, poll_interval=0.1)
-            return
-        except filelock.Timeout:
-            if deadline is not None and time.monotonic() >= deadline:
-                raise EnsureError(ExitCode.LOCK, f"could not take the build lock {path} within {timeout:g} s: it is "
-                                  f"held by {holder}", stage=Stage.LOCK,
-                                  hint=f"another ensure-flydsl run is provisioning this root; `{command('wait')}` "
-                                  "follows it, or raise FLYDSL_LOCK_TIMEOUT") from None
+        with held_lock(path, timeout=timeout, say=say, what="the build lock",
+                       holder=lambda: describe_holder(LockHolder.from_json(read_json(holder_path(path))))):
+            holder = LockHolder(pid=os.getpid(), host=socket.gethostname(),
+                                started=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                                started_ts=time.time(), run_id=run_id)
+            try:
+                atomic_write_json(holder_path(path), asdict(holder))
+            except OSError as exc:
+                if not space.is_full(exc):
+                    raise
+                # On a full disk the lock is held without it (`clean` must run there), and no stale record stays.
+                remove_file(holder_path(path))
+            try:
+                yield
+            finally:
+                remove_file(holder_path(path))
+    except LockBusy as exc:
+        raise EnsureError(ExitCode.LOCK, str(exc), stage=Stage.LOCK,
+                          hint=f"another ensure-flydsl run is provisioning this root; `{command('wait')}` follows it, "
+                          "or raise FLYDSL_LOCK_TIMEOUT") from None

@@ -28,7 +28,6 @@ from ensure_flydsl.support import faults
 from ensure_flydsl.support.files import remove_tree
 from ensure_flydsl.support.processes import CommandFailed
 from ensure_flydsl.trees.local import HostStore
-from ensure_flydsl.trees.local import release as release_store_tree
 from ensure_flydsl.ways import Way, demands, tries
 from ensure_flydsl.ways.base import Early, Provider, Shared
 from ensure_flydsl.ways.cache.provider import open_run_cache
@@ -140,7 +139,7 @@ def start_wheel_download(run: Run, early: Early, store: Optional[HostStore], com
     if run.stamps.done("build", key) and os.path.isdir(packages_dir(root)):
         return
     if store is not None and store.lookup(store_key(run, commit, versions[0]))[0] is not None:
-        return  # the host store holds the wheel's tree: it is linked, not downloaded
+        return  # the host store holds the wheel's tree: it is copied, not downloaded
     folder = wheel_download_dir(root)
     remove_tree(folder)  # a leftover of an interrupted run of ours
     try:
@@ -222,7 +221,6 @@ def begin_build(run: Run) -> None:
     settings, root = run.settings, run.settings.root
     twin = markers.read_env_json(settings.env_json)
     names_root = twin is None or any(is_within(p, root) for p in [twin.tree, *twin.pythonpath_prepend])
-    release_store_tree(root)  # the root's tree may change now: its hold on a stored tree goes first
     if names_root and markers.withdraw_env_file(settings.env_file, settings.env_json):
         what = f" (flydsl {twin.version}, {twin.how})" if twin is not None else ""
         run.say(f"took away {settings.env_file}{what}: the tree in {root} changes now for the pin {settings.pin}")

@@ -24,7 +24,7 @@ from ensure_flydsl.support.processes import unblock_stop_signals
 from ensure_flydsl.version import __version__
 from ensure_flydsl.ways import provisions
 from ensure_flydsl.ways.context import Decision, Run
-from ensure_flydsl.ways.store import linked_tree_problem, repair_linked_tree
+from ensure_flydsl.ways.store import repair_shared_files, shared_files_problem
 
 
 def ensure_run(run: Run) -> Result:
@@ -90,7 +90,7 @@ def _ensure(run: Run) -> Result:
         # --verify of a good tree writes nothing and takes no lock (as `verify`): its paths are checked below.
         run.interpreter = preflight(settings, run.environ, writes=not settings.verify)
         check_markers(settings, run.say)
-        damaged = linked_tree_problem(run)  # an edit through a hardlink, or (--verify) any file not the store's
+        damaged = shared_files_problem(run)  # a tree an earlier version hardlinked from the store
         seen = stamp_seen(settings.root)
         decision = decide(run) if damaged is None else Decision(False, damaged)
     if decision.ok:
@@ -123,7 +123,7 @@ def _ensure(run: Run) -> Result:
         if not decision.unprobed:
             withdraw_if_untrue(run, decision)
         if damaged is not None:
-            repair_linked_tree(run, damaged)
+            repair_shared_files(run, damaged)
         try:
             return provision(run)
         except EnsureError:

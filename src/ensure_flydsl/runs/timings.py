@@ -13,7 +13,7 @@ from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, 
 
 from ensure_flydsl.errors import FAILURE_CODES, Plan, Stage
 from ensure_flydsl.layout import RUN_RECORD_SUFFIX, timing_file
-from ensure_flydsl.result import LINK_MODES as LINK_MODES
+from ensure_flydsl.result import LINK_MODES as COPY_MODES
 from ensure_flydsl.runs.history import stage_table
 from ensure_flydsl.runs.records import KINDS, RunRecord, is_new_run_id, is_run_id
 from ensure_flydsl.support import fields
@@ -31,6 +31,7 @@ FAILED = "failed"
 WAYS = ("warm", "verified", "reused", "built", "released", "cached", FAILED)
 FETCHES = ("git", "wheel", "cache")  # the pin's objects, the release wheel, the binary cache's blobs
 LOOKUPS = ("tree", "mlir")  # what a run looks up in the binary cache
+LINK_MODES = (*COPY_MODES, "hardlink")  # hardlink: the store of an earlier version linked the tree
 HIT, MISS = "hit", "miss"
 OTHER = "other"  # the time of a run that no stage counts (the settings, the preflight, the answer printed)
 

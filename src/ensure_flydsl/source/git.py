@@ -5,7 +5,6 @@ reach git were validated not to start with ``-`` and come after their options, s
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import re
 import subprocess
@@ -15,6 +14,7 @@ from typing import Callable, Dict, Iterator, List, Mapping, Optional, Sequence, 
 from ensure_flydsl import layout
 from ensure_flydsl.errors import EnsureError, ExitCode, Stage
 from ensure_flydsl.settings import GitMirrors, Settings, git_config_count
+from ensure_flydsl.support.files import held_lock
 from ensure_flydsl.support.processes import (
     CommandFailed,
     Silent,
@@ -289,17 +289,16 @@ def borrow_objects(root_git: str, shared: str) -> bool:
     return True
 
 
-def give_objects(root_git: str, shared: str, name: str, commit: str, environ: Mapping[str, str]) -> None:
-    """Fetch the root's refs and ``commit`` into the shared repository's ``refs/roots/NAME``, under its flock."""
-    fd = os.open(os.path.join(shared, "ensure-flydsl.lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+def give_objects(root_git: str, shared: str, name: str, commit: str, environ: Mapping[str, str], *,
+                 timeout: Optional[float], say: Callable[[str], None]) -> None:
+    """Fetch the root's refs and ``commit`` into the shared repository's ``refs/roots/NAME``, under its flock
+    (LockBusy after ``timeout`` s)."""
+    with held_lock(os.path.join(shared, "ensure-flydsl.lock"), timeout=timeout, say=say,
+                   what="the shared git repository's lock"):
         cmd_output(["git", "-c", "uploadpack.allowAnySHA1InWant=true", "--git-dir", shared, "fetch", "-q",
                     "--no-tags", "--no-write-fetch-head", root_git, f"+{commit}:{ROOT_REFS}/{name}/pin",
                     f"+refs/tags/*:{ROOT_REFS}/{name}/tags/*",
                     f"+refs/remotes/origin/*:{ROOT_REFS}/{name}/remotes/*"], env=git_env(environ, None), timeout=600)
-    finally:
-        os.close(fd)
 
 
 @dataclass(frozen=True)

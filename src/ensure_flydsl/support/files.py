@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import contextlib
+import errno
+import functools
 import hashlib
+import inspect
 import json
 import os
 import shutil
 import stat
 import tempfile
 import time
-from typing import Dict, Optional, Sequence
+from typing import Callable, Dict, Iterator, List, Optional, Sequence
+
+import filelock
 
 from ensure_flydsl.support.fields import json_object
 from ensure_flydsl.warm import read_regular as read_regular
@@ -141,3 +146,60 @@ def file_sha256(path: str) -> Optional[str]:
             return hashlib.sha256(handle.read()).hexdigest()
     except OSError:
         return None
+
+
+
+class LockBusy(Exception):
+    """A lock another process still held when the wait for it ran out."""
+
+
+@contextlib.contextmanager
+def held_lock(path: str, *, timeout: Optional[float], say: Callable[[str], None], what: str,
+              holder: Optional[Callable[[], str]] = None) -> Iterator[None]:
+    """The lock file ``path`` (made if missing, never deleted) held for the body, waited for at most ``timeout``
+    s (None: as long as it takes), its holder named every 30 s; LockBusy when the wait runs out; OSError when
+    anything but a regular file is at ``path`` (a FIFO would hang the open, a symlink lead elsewhere)."""
+    problem = file_path_problem(path, symlink_ok=False)
+    if problem is not None:
+        raise OSError(errno.EINVAL, f"{problem}, so it cannot be a lock", path)
+    kwargs: Dict[str, object] = {"mode": 0o644}
+    # filelock >= 4 may unlink the lock file on release unless told not to; 3.x never does.
+    if "preserve_lock_file" in inspect.signature(filelock.FileLock.__init__).parameters:
+        kwargs["preserve_lock_file"] = True
+    lock = filelock.FileLock(path, **kwargs)  # type: ignore[arg-type]
+    started, chunk = time.monotonic(), 0.0
+    while True:
+        try:
+            lock.acquire(timeout=chunk, poll_interval=0.05)
+            break
+        except filelock.Timeout:
+            waited, who = time.monotonic() - started, (holder or functools.partial(flock_holder, path))()
+            if timeout is not None and waited >= timeout:
+                raise LockBusy(f"could not take {what} {path} within {timeout:g} s: it is held by {who}") from None
+            limit = "as long as it takes" if timeout is None else f"up to {timeout:g} s"
+            say(f"waiting for {what} {path}, held by {who}; waited {waited:.0f} s, waiting {limit}")
+            chunk = LOCK_REPORT_S if timeout is None else max(0.0, min(LOCK_REPORT_S, timeout - waited))
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+LOCK_REPORT_S = 30.0
+
+
+def flock_holder(path: str) -> str:
+    """Who holds the flock on the file at ``path``, from /proc/locks (Linux), for a person to look at."""
+    pids: List[str] = []
+    with contextlib.suppress(OSError), open("/proc/locks") as handle:
+        inode = str(os.stat(path).st_ino)
+        for line in handle:  # a waiter's line has "->" before FLOCK: not taken
+            parts = line.split()
+            if len(parts) >= 6 and parts[1] == "FLOCK" and parts[5].rsplit(":", 1)[-1] == inode:
+                pids.append(parts[4])
+    named = []
+    for pid in pids[:3]:
+        with contextlib.suppress(OSError), open(f"/proc/{pid}/comm") as handle:
+            pid += f" ({handle.read().strip()[:32]})"
+        named.append(f"pid {pid}")
+    return ", ".join(named) or "another process"

@@ -1,20 +1,21 @@
-"""The store's local tier: each tree on this host kept once, unpacked and sealed, linked into each root that uses it
-(reflink, hardlink or copy); added whole under the tier's exclusive lock, linked under its shared one, in use while
-the tier's reference and the root's own record agree (docs/store.md)."""
+"""The store's local tier: each tree on this host kept once, read-only and sealed, and copied into each root that
+uses it (by reflink where the file system can: the same blocks, each root's own files), so no root's edit reaches
+another; only a store this user owns and no other user can write is used (docs/store.md)."""
 
 from __future__ import annotations
 
 import contextlib
 import errno
 import fcntl
-import hashlib
 import json
 import os
+import pwd
 import shutil
 import socket
+import stat
 import time
 from dataclasses import asdict, dataclass
-from typing import Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ensure_flydsl import layout
 from ensure_flydsl.result import LINK_MODES
@@ -23,6 +24,8 @@ from ensure_flydsl.support.fields import Record, checked
 from ensure_flydsl.support.files import (
     atomic_write,
     atomic_write_json,
+    file_path_problem,
+    held_lock,
     read_json,
     read_regular,
     remove_file,
@@ -31,6 +34,7 @@ from ensure_flydsl.support.files import (
 )
 from ensure_flydsl.trees.backends import CacheCorrupt
 from ensure_flydsl.trees.manifest import (
+    HEX64,
     CacheEntry,
     Member,
     Seal,
@@ -39,49 +43,83 @@ from ensure_flydsl.trees.manifest import (
     manifest_bytes,
     parse_manifest,
     prune_order,
+    stat_seal,
 )
 from ensure_flydsl.version import __version__
 
-REFLINK, HARDLINK, COPY = LINK_MODES
+REFLINK, COPY = LINK_MODES
 FICLONE = 0x40049409  # _IOW(0x94, 9, int): Linux's clone of a whole file (btrfs, XFS, bcachefs)
-# What a file system says when it cannot reflink (or link) between two paths.
-_REFUSED = {errno.EOPNOTSUPP, errno.ENOTTY, errno.EINVAL, errno.EXDEV, errno.ENOSYS, errno.EPERM, errno.EMLINK,
-            errno.EBADF}
+# What a file system says when it cannot reflink between two paths.
+_REFUSED = {errno.EOPNOTSUPP, errno.ENOTTY, errno.EINVAL, errno.EXDEV, errno.ENOSYS, errno.EPERM, errno.EBADF}
 READ_ONLY_FILE, READ_ONLY_PROGRAM = 0o444, 0o555
 STAGING_PREFIX = ".staging-"
-STAGING_AGE_S = 3600.0  # a staging folder older than this is a killed run's
 KEEP_PROBES = 16  # interpreters remembered per tree (the newest)
 
 
-class Linker:
-    """Places files by the first of reflink, hardlink, copy that works; a file the kept way refuses falls on."""
+def foreign(st: os.stat_result) -> Optional[str]:
+    """Why a part of the store with this stat could change what this user runs: another user owns it, or anyone
+    may write it (as git's safe.directory, the owner is what counts; the group is trusted as the owner is; in a
+    folder with the sticky bit, as /tmp, nobody else may rename or remove what is this user's)."""
+    if st.st_uid != os.geteuid():
+        try:
+            name = pwd.getpwuid(st.st_uid).pw_name
+        except KeyError:
+            name = "no known user"
+        return f"it belongs to uid {st.st_uid} ({name}), not to this user (uid {os.geteuid()})"
+    if st.st_mode & stat.S_IWOTH and not stat.S_ISLNK(st.st_mode) and not (
+            stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX):
+        return "any user may write it"
+    return None
+
+
+def store_problem(path: str) -> Optional[str]:
+    """Why ``path`` cannot be this user's store, read-only (one rule for every command); None when it can be
+    (or does not exist yet)."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"cannot inspect it: {exc.strerror}"
+    if not stat.S_ISDIR(st.st_mode):
+        return "it is a file, not a folder"
+    why = foreign(st)
+    if why is not None:
+        return f"{why}: another user's store could change what runs here (use a store of your own)"
+    if not os.access(path, os.W_OK | os.X_OK):
+        return "this user cannot write in it"
+    lock = layout.store_lock(path)
+    problem = file_path_problem(lock, symlink_ok=False)
+    if problem is not None:
+        return f"its lock {lock}: {problem}"
+    for part in (lock, layout.store_trees_dir(path), layout.store_git_dir(path)):
+        with contextlib.suppress(FileNotFoundError):
+            why = foreign(os.lstat(part))
+            if why is not None:
+                return f"{part}: {why}"
+    return None
+
+
+class Placer:
+    """Copies files, by reflink (a copy-on-write clone) while the file system takes it."""
 
     def __init__(self) -> None:
-        self.mode: Optional[str] = None
-        self.cross_device = False  # a hardlink failed with EXDEV: two file systems
+        self.mode: Optional[str] = None  # the way of the last file placed: copy once a reflink was refused
 
-    def place(self, src: str, dst: str) -> str:
-        """``src`` at the new ``dst``, its mtime kept (a .pyc records its source's); the way used."""
-        for mode in LINK_MODES[LINK_MODES.index(self.mode or REFLINK):]:
+    def place(self, src: str, dst: str) -> None:
+        """``src`` at the new ``dst``, its mtime kept (a .pyc records its source's)."""
+        if self.mode != COPY:
             try:
-                if mode == REFLINK:
-                    _reflink(src, dst)
-                elif mode == HARDLINK:
-                    os.link(src, dst, follow_symlinks=False)
-                else:
-                    shutil.copyfile(src, dst, follow_symlinks=False)
+                _reflink(src, dst)
+                self.mode = REFLINK
             except OSError as exc:
-                if mode == COPY or exc.errno not in _REFUSED:
+                if exc.errno not in _REFUSED:
                     raise
-                self.cross_device = self.cross_device or (mode == HARDLINK and exc.errno == errno.EXDEV)
-                continue
-            if mode != HARDLINK:  # a hardlink is the same file: its mode and mtime are the store's
-                st = os.stat(src)
-                os.utime(dst, ns=(st.st_atime_ns, st.st_mtime_ns))
-            if self.mode is None or LINK_MODES.index(mode) > LINK_MODES.index(self.mode):
-                self.mode = mode
-            return mode
-        raise AssertionError("a copy either works or raises")
+                self.mode = COPY
+        if self.mode == COPY:
+            shutil.copyfile(src, dst, follow_symlinks=False)
+        st = os.stat(src)
+        os.utime(dst, ns=(st.st_atime_ns, st.st_mtime_ns))
 
 
 def _reflink(src: str, dst: str) -> None:
@@ -106,8 +144,8 @@ class TreeInfo:
     how: Optional[str]
     commit: Optional[str]
     abi: Optional[str]
-    used_by: List[str]
     last_used: float
+    signed_by: List[str]  # the names of the trusted keys that signed the cache entry it came from
     problem: str = ""
 
     def to_json(self) -> Dict[str, object]:
@@ -128,44 +166,77 @@ class Passed(Record):
 
 
 class HostStore:
-    def __init__(self, path: str) -> None:
-        self.path = path
+    def __init__(self, path: str, *, lock_timeout: Optional[float] = None,
+                 say: Callable[[str], None] = lambda _: None) -> None:
+        self.path, self.lock_timeout, self.say = path, lock_timeout, say
 
     @classmethod
-    def open(cls, path: str) -> "HostStore":
-        """The tier at ``path``, its folders made if missing (OSError when they cannot be)."""
-        for folder in (path, layout.store_trees_dir(path), layout.store_refs_dir(path)):
-            os.makedirs(folder, exist_ok=True)
-        with open(layout.store_lock(path), "a"):
-            pass
-        return cls(path)
+    def open(cls, path: str, *, lock_timeout: Optional[float] = None,
+             say: Callable[[str], None] = lambda _: None) -> "HostStore":
+        """The tier at ``path``, its folders made if missing; OSError when it is not this user's to use."""
+        problem = store_problem(path)
+        if problem is None:
+            for folder in (path, layout.store_trees_dir(path)):
+                os.makedirs(folder, mode=0o755, exist_ok=True)
+            problem = store_problem(path)
+        if problem is not None:
+            raise PermissionError(problem)
+        return cls(path, lock_timeout=lock_timeout, say=say)
 
-    @contextlib.contextmanager
-    def locked(self, *, exclusive: bool) -> Iterator[None]:
-        fd = os.open(layout.store_lock(self.path), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
-            yield
-        finally:
-            os.close(fd)
+    def locked(self) -> "contextlib.AbstractContextManager[None]":
+        """Held to add, remove or record (a reader copies without it: a tree is renamed away whole before it is
+        removed, so a copy under way fails, never takes half); LockBusy after ``lock_timeout``."""
+        return held_lock(layout.store_lock(self.path), timeout=self.lock_timeout, say=self.say,
+                         what="the host store's lock")
 
     def tree_dir(self, key: str) -> str:
         return layout.store_tree_dir(self.path, key)
 
     def keys(self) -> List[str]:
+        """The trees this tool made (a folder of another kind under trees/ is none)."""
+        trees = layout.store_trees_dir(self.path)
         try:
-            return [n for n in sorted(os.listdir(layout.store_trees_dir(self.path))) if not n.startswith(".")]
+            names = sorted(os.listdir(trees))
         except OSError:
             return []
+        return [name for name in names if self._made(name) is None]
+
+    def _made(self, name: str) -> Optional[str]:
+        """Why trees/NAME is not a tree of this tool's, or None: a folder of ours named by a key, holding only
+        what the tier writes there."""
+        if not HEX64.match(name):
+            return "its name is no tree's key"
+        folder = self.tree_dir(name)
+        try:
+            st = os.lstat(folder)
+            held = set(os.listdir(folder)) if stat.S_ISDIR(st.st_mode) else None
+        except OSError as exc:
+            return f"cannot read it: {exc.strerror}"
+        if held is None:
+            return "it is not a folder"
+        odd = sorted(name for name in held if name not in TREE_PARTS and not (
+            name.startswith(tuple(f".{part}." for part in TREE_PARTS)) and name.endswith(".tmp")))  # a torn write
+        return foreign(st) or (f"it holds {odd[0]!r}, which the store never writes there" if odd else None)
+
+    def _read(self, path: str) -> Optional[bytes]:
+        """A file of the tier, when it is this user's alone."""
+        try:
+            if foreign(os.lstat(path)) is not None:
+                return None
+        except OSError:
+            return None
+        return read_regular(path)
 
     def lookup(self, key: str) -> Tuple[Optional[CacheEntry], str]:
         """The manifest of ``key``; None and why when there is none this tier wrote (never linked, pruned first)."""
-        folder = self.tree_dir(key)
-        if not os.path.isdir(folder):
-            return None, "not in the store"
-        raw = read_regular(layout.store_manifest(folder))
+        if not os.path.lexists(self.tree_dir(key)):
+            return None, NOT_STORED
+        why = self._made(key)
+        if why is not None:
+            return None, why
+        raw = self._read(layout.store_manifest(self.tree_dir(key)))
         if raw is None:
-            return None, "no readable manifest"
+            return None, "no readable manifest of this user's"
         try:
             entry = parse_manifest(raw, unpacked=True)
             check_members(entry.members)
@@ -176,37 +247,51 @@ class HostStore:
         return entry, ""
 
     def seal(self, key: str) -> Seal:
-        data = read_json(layout.store_seal(self.tree_dir(key)))
-        raw = data.get("files") if data is not None else None
+        """Each stored file's (inode, size, mtime, ctime) as stored: ctime cannot be put back, so an edit in place
+        is seen whatever it does to the mtime."""
+        raw = self._read(layout.store_seal(self.tree_dir(key)))
+        try:
+            files = json.loads(raw)["files"] if raw is not None else {}
+        except (ValueError, TypeError, KeyError):
+            files = {}
         seal: Seal = {}
-        for path, value in raw.items() if isinstance(raw, dict) else ():
-            if isinstance(value, list) and len(value) == 3 and all(fields.integer(v) is not None for v in value):
-                seal[str(path)] = (int(value[0]), int(value[1]), int(value[2]))
+        for path, value in files.items() if isinstance(files, dict) else ():
+            if isinstance(value, list) and len(value) == 4 and all(fields.integer(v) is not None for v in value):
+                seal[str(path)] = (int(value[0]), int(value[1]), int(value[2]), int(value[3]))
         return seal
 
-    def check(self, entry: CacheEntry, *, full: bool = False, at: Optional[str] = None, sealed: bool = True) -> None:
-        """CacheCorrupt unless the files at ``at`` (the tree's own) are its members (hashed when ``full`` or not
-        as ``sealed``)."""
-        files = at or layout.store_files(self.tree_dir(entry.key))
-        check_tree(files, entry.members, self.seal(entry.key) if sealed else {}, full=full)
+    def check(self, entry: CacheEntry, *, full: bool = False) -> None:
+        """CacheCorrupt unless the stored files are this user's and the manifest's members (a file hashed when
+        ``full`` or its stat is not the seal's)."""
+        files = layout.store_files(self.tree_dir(entry.key))
+        for member in ("", *(m.path for m in entry.members)):
+            with contextlib.suppress(FileNotFoundError):  # a missing member is check_tree's to say
+                why = foreign(os.lstat(os.path.join(files, member)))
+                if why is not None:
+                    raise CacheCorrupt(f"{member or 'files/'}: {why}")
+        check_tree(files, entry.members, self.seal(entry.key), full=full)
 
     def put(self, key: str, tree_fields: Mapping[str, object], folder: str, members: Sequence[Member], *,
-            how: str, linker: Linker) -> Tuple[CacheEntry, bool]:
-        """``folder``'s tree as the tier's ``key``, staged and renamed whole; whether it was added."""
+            how: str, signed_by: Sequence[str], refuses: Callable[[CacheEntry], Optional[str]],
+            placer: Placer) -> Tuple[CacheEntry, bool]:
+        """A copy of ``folder``'s tree as the tier's ``key``, staged and renamed whole; whether it was added (a
+        tree already there stays unless ``refuses`` says why this run would not take it)."""
         check_members(members)
-        with self.locked(exclusive=True):
+        with self.locked():
             found, _ = self.lookup(key)
-            if found is not None:
+            if found is not None and refuses(found) is None:
                 return found, False
-            remove_tree(self.tree_dir(key))  # no tree of ours, by its manifest
+            left = self.remove(key)
+            if left is not None:
+                raise CacheCorrupt(f"{self.tree_dir(key)} is in the way and is not the store's ({left})")
             staging = os.path.join(layout.store_trees_dir(self.path),
                                    f"{STAGING_PREFIX}{os.getpid()}-{os.urandom(4).hex()}")
             entry = CacheEntry(kind="tree", key=key, blob="", size=sum(m.size for m in members), created=time.time(),
                                fields=dict(tree_fields), files=sum(1 for m in members if m.type == "file"),
                                members=tuple(members), host=socket.gethostname(), tool=f"ensure-flydsl {__version__}",
-                               how=how)
+                               how=how, signed_by=tuple(signed_by))
             try:
-                seal = _place_tree(folder, layout.store_files(staging), members, linker, store_side=True)
+                seal = _place_tree(folder, layout.store_files(staging), members, placer, store_side=True)
                 atomic_write_json(layout.store_seal(staging), {"files": {p: list(v) for p, v in seal.items()}})
                 atomic_write(layout.store_manifest(staging), manifest_bytes(entry))
                 rename_into_place(staging, self.tree_dir(key))
@@ -215,24 +300,33 @@ class HostStore:
                 raise
         return entry, True
 
-    def link(self, entry: CacheEntry, dest: str, linker: Linker) -> None:
-        """The tree of ``entry`` at ``dest`` (which must not exist), each file placed by ``linker``."""
-        _place_tree(layout.store_files(self.tree_dir(entry.key)), dest, entry.members, linker, store_side=False)
+    def place(self, entry: CacheEntry, dest: str, placer: Placer) -> None:
+        """A copy of the tree of ``entry`` at ``dest`` (which must not exist): the root's own files."""
+        _place_tree(layout.store_files(self.tree_dir(entry.key)), dest, entry.members, placer, store_side=False)
         with contextlib.suppress(OSError):
             os.utime(self.tree_dir(entry.key))  # last used: prune removes the longest unused first
 
-    def remove(self, key: str) -> None:
-        """The tree ``key``, gone at once (renamed away, then deleted): no root can link half of it."""
+    def remove(self, key: str) -> Optional[str]:
+        """The tree ``key``, gone at once (renamed away, then deleted): no root copies half of it; a folder there
+        that is not a tree of ours stays, and why is returned."""
         folder = self.tree_dir(key)
-        if os.path.lexists(folder):
-            gone = os.path.join(layout.store_trees_dir(self.path), f"{STAGING_PREFIX}gone-{os.urandom(4).hex()}")
-            rename_into_place(folder, gone)
-            remove_tree(gone)
+        if not os.path.lexists(folder):
+            return None
+        why = self._made(key)
+        if why is not None:
+            return why
+        gone = os.path.join(layout.store_trees_dir(self.path), f"{STAGING_PREFIX}gone-{os.urandom(4).hex()}")
+        rename_into_place(folder, gone)
+        remove_tree(gone)
+        return None
 
     def _probes(self, key: str) -> List[Dict[str, object]]:
-        data = read_json(layout.store_probed(self.tree_dir(key)))
-        raw = data.get("passed") if data is not None else None
-        return [r for r in raw if isinstance(r, dict)] if isinstance(raw, list) else []
+        raw = self._read(layout.store_probed(self.tree_dir(key)))
+        try:
+            found = json.loads(raw)["passed"] if raw is not None else []
+        except (ValueError, TypeError, KeyError):
+            found = []
+        return [r for r in found if isinstance(r, dict)] if isinstance(found, list) else []
 
     def passed(self, key: str, fingerprint: Mapping[str, object], modules: Sequence[str]) -> Optional[Passed]:
         """The probe the tree passed with an interpreter of ``fingerprint`` importing ``modules``, if any."""
@@ -249,34 +343,8 @@ class HostStore:
         kept.append({"fingerprint": dict(fingerprint), "version": version, "files": files})
         atomic_write_json(layout.store_probed(self.tree_dir(key)), {"passed": kept})
 
-    def hold(self, root: str, key: str, link_mode: str) -> None:
-        """``root`` uses the tree ``key`` (its own record first: a reference alone holds nothing)."""
-        atomic_write_json(layout.root_store_record(root), {"store": self.path, "tree": key, "link_mode": link_mode})
-        name = hashlib.sha256(os.fsencode(root)).hexdigest()[:32] + ".json"
-        atomic_write_json(os.path.join(layout.store_refs_dir(self.path), name), {"root": root, "tree": key})
-
-    def references(self) -> List[Tuple[str, Optional[str], Optional[str]]]:
-        """(reference file, root, tree) of every reference (root and tree None when unreadable)."""
-        folder = layout.store_refs_dir(self.path)
-        found = []
-        for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
-            data = read_json(os.path.join(folder, name)) if name.endswith(".json") else None
-            found.append((os.path.join(folder, name), fields.absolute_path(data.get("root")) if data else None,
-                          fields.text(data.get("tree")) if data else None))
-        return found
-
-    def in_use(self) -> Dict[str, List[str]]:
-        """Tree key -> the roots that use it now (each reference checked against the root's own record)."""
-        used: Dict[str, List[str]] = {}
-        real = os.path.realpath(self.path)
-        for _, root, tree in self.references():
-            record = root_record(root) if root is not None and tree is not None else None
-            if record is not None and os.path.realpath(record[0]) == real and record[1] == tree:
-                used.setdefault(tree, []).append(str(root))
-        return used
-
     def list(self) -> List[TreeInfo]:
-        used, found = self.in_use(), []
+        found = []
         for key in self.keys():
             entry, why = self.lookup(key)
             try:
@@ -286,47 +354,49 @@ class HostStore:
             made = entry.fields if entry else {}
             found.append(TreeInfo(key=key, size=entry.size if entry else 0, files=entry.files if entry else 0,
                                   how=entry.how if entry else None, commit=fields.text(made.get("commit")),
-                                  abi=fields.text(made.get("abi")), used_by=used.get(key, []), last_used=last,
-                                  problem=why))
+                                  abi=fields.text(made.get("abi")), last_used=last, problem=why,
+                                  signed_by=[line.partition(":")[0] for line in entry.signed_by] if entry else []))
         return found
 
-    def prune(self, max_size: int) -> List[TreeInfo]:
-        """Unused trees removed (broken, then longest unused) down to ``max_size`` bytes, with stale refs."""
-        with self.locked(exclusive=True):
-            used = self.in_use()
-            for path, root, key in self.references():
-                if root is None or key is None or root not in used.get(key, []):
-                    remove_file(path)  # it holds nothing: its root is gone or moved on
+    def prune(self, max_size: int) -> Tuple[List[TreeInfo], List[str]]:
+        """Trees removed (broken, then longest unused) down to ``max_size`` bytes, and what was left under trees/
+        because this tool did not make it.  Under the exclusive lock no tree is being added or removed, so every
+        staging folder is a killed run's, and goes."""
+        left = []
+        with self.locked():
             trees = layout.store_trees_dir(self.path)
-            for name in os.listdir(trees) if os.path.isdir(trees) else []:
+            for name in sorted(os.listdir(trees)) if os.path.isdir(trees) else []:
                 full = os.path.join(trees, name)
-                if name.startswith(STAGING_PREFIX) and time.time() - os.lstat(full).st_mtime > STAGING_AGE_S:
+                why = self._made(name)
+                if name.startswith(STAGING_PREFIX) and foreign(os.lstat(full)) is None:
                     remove_tree(full)
+                elif why is not None:
+                    left.append(f"left {full} as it is: {why}, so this tool did not make it")
             removed = prune_order(self.list(), max_size, lambda staying: sum(t.size for t in staying),
-                                  first=lambda t: t.last_used, kept=lambda t: bool(t.used_by),
-                                  broken=lambda t: bool(t.problem))
+                                  first=lambda t: t.last_used, broken=lambda t: bool(t.problem))
             for tree in removed:
                 self.remove(tree.key)
-        return removed
+        return removed, left
 
 
-def release(root: str) -> None:
-    """The root's tree changes: its own record goes (its reference then holds nothing)."""
+NOT_STORED = "not in the store"
+TREE_PARTS = frozenset(os.path.basename(part("")) for part in (layout.store_manifest, layout.store_seal,
+                                                               layout.store_probed, layout.store_files))
+
+
+def shared_by_hardlink(root: str) -> bool:
+    """Whether an earlier ensure-flydsl linked the root's tree from the store by hardlink (its record says so):
+    those files are the store's and other roots', so an edit in any of them reaches the others."""
+    data = read_json(layout.root_store_record(root))
+    return data is not None and data.get("link_mode") == "hardlink"
+
+
+def forget_hardlinks(root: str) -> None:
     remove_file(layout.root_store_record(root))
 
 
-def root_record(root: str) -> Optional[Tuple[str, str, str]]:
-    """(tier, tree key, link mode) the root says its tree is linked from, when the record means that."""
-    data = read_json(layout.root_store_record(root))
-    if data is None:
-        return None
-    store, key = fields.absolute_path(data.get("store")), fields.text(data.get("tree"))
-    mode = fields.one_of(data.get("link_mode"), LINK_MODES)
-    return None if store is None or key is None or mode is None else (store, key, mode)
-
-
-def _place_tree(src: str, dest: str, members: Sequence[Member], linker: Linker, *, store_side: bool) -> Seal:
-    """Every member from ``src`` at ``dest``; the files' (inode, size, mtime) at ``dest``."""
+def _place_tree(src: str, dest: str, members: Sequence[Member], placer: Placer, *, store_side: bool) -> Seal:
+    """Every member from ``src`` at ``dest``; the files' (inode, size, mtime, ctime) at ``dest``."""
     os.makedirs(dest)
     seal: Seal = {}
     for member in members:
@@ -336,14 +406,13 @@ def _place_tree(src: str, dest: str, members: Sequence[Member], linker: Linker, 
         elif member.type == "symlink":
             os.symlink(str(member.target), there)
         else:
-            mode = linker.place(os.path.join(src, member.path), there)
+            placer.place(os.path.join(src, member.path), there)
             program = bool(member.mode & 0o111)
-            if store_side:  # the tier's copy (and a root's hardlink to it) is never written in place
+            if store_side:  # the store's copy is never written in place
                 os.chmod(there, READ_ONLY_PROGRAM if program else READ_ONLY_FILE)
-            elif mode != HARDLINK:  # the root's own copy: its owner may write it
+            else:  # the root's own copy: its owner may write it
                 os.chmod(there, 0o755 if program else 0o644)
-            st = os.lstat(there)
-            seal[member.path] = (st.st_ino, st.st_size, st.st_mtime_ns)
+            seal[member.path] = stat_seal(os.lstat(there))
     return seal
 
 

@@ -24,7 +24,7 @@ MAX_MANIFEST_BYTES = 64 << 20  # about 150 bytes a member: a real tree takes a f
 KIND = re.compile(r"^[a-z][a-z0-9_-]{0,31}\Z")
 HEX64 = re.compile(r"^[0-9a-f]{64}\Z")
 _MAX_SYMLINK_HOPS = 40  # the kernel's ELOOP limit
-Seal = Dict[str, Tuple[int, int, int]]  # path -> (inode, size, mtime_ns) of a file as it was placed
+Seal = Dict[str, Tuple[int, int, int, int]]  # path -> (inode, size, mtime_ns, ctime_ns) of a file as it was placed
 
 
 @dataclass(frozen=True)
@@ -169,6 +169,10 @@ def _escapes(link: str, target: str, members: Dict[str, Member]) -> bool:
     return False
 
 
+def stat_seal(st: os.stat_result) -> Tuple[int, int, int, int]:
+    return st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
+
+
 def check_tree(tree: str, members: Sequence[Member], seal: Optional[Seal] = None, *, full: bool = False) -> None:
     """CacheCorrupt unless each member is at ``tree`` (a file hashed when ``full`` or its stat is not the ``seal``'s);
     with no seal (a fetched tree, hashed as it was written) nothing is hashed and nothing else may be there."""
@@ -186,7 +190,7 @@ def check_tree(tree: str, members: Sequence[Member], seal: Optional[Seal] = None
                 raise CacheCorrupt(f"{member.path} is not the link to {member.target}")
         elif not stat.S_ISREG(st.st_mode) or st.st_size != member.size:
             raise CacheCorrupt(f"{member.path} is not a file of {member.size} bytes")
-        elif seal is not None and (full or seal.get(member.path) != (st.st_ino, st.st_size, st.st_mtime_ns)) \
+        elif seal is not None and (full or seal.get(member.path) != stat_seal(st)) \
                 and hash_file(path)[0] != member.sha256:
             raise CacheCorrupt(f"{member.path} does not match its sha256 in the manifest")
     extra = sorted({m.path for m, _full in walk(tree)} - {m.path for m in members}) if seal is None else []
@@ -209,6 +213,7 @@ class CacheEntry:
     host: str = ""
     tool: str = ""
     how: str = ""  # a tree kept on this host: how it was first made (HOWS)
+    signed_by: Tuple[str, ...] = ()  # a tree kept on this host from a cache entry: the trusted keys that signed it
     manifest: bytes = field(default=b"", repr=False, compare=False)  # the exact bytes, what a signature covers
     path: str = field(default="", repr=False, compare=False)  # where the manifest is in its store
 
@@ -254,6 +259,8 @@ def manifest_bytes(entry: CacheEntry) -> bytes:
             "members": [m.to_json() for m in entry.members]}
     if entry.how:
         data["how"] = entry.how
+    if entry.signed_by:
+        data["signed_by"] = list(entry.signed_by)
     return (json.dumps(data, sort_keys=True, separators=(",", ":")) + "\n").encode()
 
 
@@ -284,10 +291,13 @@ def parse_manifest(data: bytes, path: str = "", *, unpacked: bool = False) -> Ca
     if not isinstance(raw_members, list):
         raise ValueError("members missing")
     members = tuple(Member.from_json(m) for m in raw_members)
+    signed_by = obj.get("signed_by", [])
+    if not isinstance(signed_by, list) or not all(isinstance(k, str) and short_text(k) == k for k in signed_by):
+        raise ValueError("signed_by is not a list of keys")
     return CacheEntry(kind=kind, key=key, blob=blob, size=size, created=float(created), fields=fields,
                       files=sum(1 for m in members if m.type == "file"), members=members,
                       host=short_text(obj.get("host")) or "", tool=short_text(obj.get("tool")) or "",
-                      how=how if isinstance(how, str) else "", manifest=data, path=path)
+                      how=how if isinstance(how, str) else "", signed_by=tuple(signed_by), manifest=data, path=path)
 
 
 T = TypeVar("T")

@@ -7,7 +7,7 @@ import contextlib
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Dict, Iterator, List, Mapping, Optional
+from typing import Dict, Iterator, List, Mapping, Optional, Tuple
 
 from ensure_flydsl.errors import Plan, Stage
 from ensure_flydsl.layout import host_cache_dir
@@ -39,6 +39,7 @@ class Decision:
     pin: Optional[str] = None  # the pin and repository the root's tree was made from (None: found elsewhere)
     repo: Optional[str] = None
     link_mode: Optional[str] = None  # how the tree came from the host store into the root
+    signed_by: Tuple[str, ...] = ()  # a tree from the fleet cache: the trusted keys (NAME:BASE64) that signed it
     unprobed: bool = False  # no probe was run: the root's stamp ruled its tree out
 
 

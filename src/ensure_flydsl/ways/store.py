@@ -1,15 +1,16 @@
-"""The host store's way (trees/local.py): link a tree this host holds for the pin and interpreter into the root;
+"""The host store's way (trees/local.py): copy a tree this host holds for the pin and interpreter into the root;
 keep a tree another way made.  An accelerator: a store that cannot be used is said and gone without; a damaged
-tree is said, removed and made again."""
+tree is said, removed and made again; a tree the run's trust settings would not take from the cache is not used."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
-from typing import Dict, List, Optional
+from typing import Dict, Iterator, List, Optional
 
 from ensure_flydsl import layout
-from ensure_flydsl.errors import Stage
+from ensure_flydsl.errors import Stage, disk_full_error
 from ensure_flydsl.probe.fingerprint import interpreter_part
 from ensure_flydsl.probe.gate import evaluate, is_within
 from ensure_flydsl.probe.interpreter import joined_pythonpath, probe_modules
@@ -17,7 +18,7 @@ from ensure_flydsl.probe.results import ModuleResult, Probe
 from ensure_flydsl.result import How
 from ensure_flydsl.source.git import borrow_objects, give_objects, shared_repository
 from ensure_flydsl.source.root import recording
-from ensure_flydsl.support.files import remove_tree, rename_into_place
+from ensure_flydsl.support.files import LockBusy, remove_tree, rename_into_place
 from ensure_flydsl.support.processes import CommandFailed
 from ensure_flydsl.trees import local
 from ensure_flydsl.trees.backends import CacheCorrupt
@@ -38,9 +39,7 @@ def open_run_store(run: Run) -> Optional[local.HostStore]:
         run.say("store: no host store (neither XDG_CACHE_HOME nor HOME names a folder); each root keeps its own tree")
         return None
     try:
-        store = local.HostStore.open(path)
-        if not os.access(path, os.W_OK | os.X_OK):
-            raise PermissionError(f"{path} is not writable by this user")
+        store = local.HostStore.open(path, lock_timeout=run.settings.lock_timeout, say=run.say)
     except OSError as exc:
         named = f"{run.settings.label('store')}={path}" if setting else f"the default host store {path}"
         run.say(f"store: {named} cannot be used ({exc}); going on without a store (set FLYDSL_STORE to a "
@@ -50,10 +49,16 @@ def open_run_store(run: Run) -> Optional[local.HostStore]:
 
 
 def borrow_git_objects(run: Run, store: local.HostStore) -> Optional[str]:
-    """Before the root's fetch: it borrows the host's shared git objects; the shared repository, or None (said)."""
+    """Before the root's fetch: it borrows the host's shared git objects; the shared repository, or None (said).
+    Git does not hash what it reads through an alternate: only objects this user alone can write are borrowed."""
     git_dir = os.path.join(run.settings.root, ".git")
     try:
         shared = shared_repository(store.path, run.environ)
+        problem = objects_problem(shared)
+        if problem is not None:
+            run.say(f"store: the host's git objects in {shared} are not borrowed: {problem}; {run.settings.root} "
+                    "fetches its own")
+            return None
         if borrow_objects(git_dir, shared):
             run.say(f"store: {git_dir} borrows the host's git objects from {shared} (objects/info/alternates)")
     except (OSError, CommandFailed) as exc:
@@ -62,21 +67,33 @@ def borrow_git_objects(run: Run, store: local.HostStore) -> Optional[str]:
     return shared
 
 
+def objects_problem(shared: str) -> Optional[str]:
+    """Why the shared repository's objects could be another user's, or None."""
+    objects = os.path.join(shared, "objects")
+    for path in [shared, objects, *(os.path.join(objects, name) for name in sorted(os.listdir(objects)))]:
+        why = local.foreign(os.lstat(path))
+        if why is not None:
+            return f"{path}: {why}"
+    return None
+
+
 def give_git_objects(run: Run, shared: str, commit: str) -> None:
     """After the root's fetch: what it fetched goes into the shared repository, for the next root."""
     root = run.settings.root
     name = hashlib.sha256(os.fsencode(root)).hexdigest()[:16]
     try:
-        give_objects(os.path.join(root, ".git"), shared, name, commit, run.environ)
-    except (OSError, CommandFailed) as exc:
+        give_objects(os.path.join(root, ".git"), shared, name, commit, run.environ, timeout=run.settings.lock_timeout,
+                     say=run.say)
+    except (OSError, CommandFailed, LockBusy) as exc:
         run.say(f"store: the objects fetched into {root} were not added to {shared} ({exc})")
 
 
 def store_fields(run: Run, commit: str, release: Optional[str], root: Optional[str] = None) -> Dict[str, object]:
     """The key fields of a tree from the ``release`` wheel or (None) a build; ``root``: it holds its root's path."""
     made_from = release if release is not None else run.settings.mlir_path
+    # format 2: trees copied, never hardlinked, sealed with their ctime; a tree of format 1 is never looked up
     return {**tree_identity(run, commit), "origin": "release" if release is not None else "source",
-            "made_from": made_from, "root": root}
+            "made_from": made_from, "root": root, "format": 2}
 
 
 def store_key(run: Run, commit: str, release: Optional[str], root: Optional[str] = None) -> str:
@@ -99,8 +116,24 @@ def interpreter_fingerprint(run: Run) -> Optional[Dict[str, object]]:
                             probe_modules(settings.require))
 
 
+def distrusted(run: Run, entry: CacheEntry) -> Optional[str]:
+    """Why the run's trust settings would not have taken the stored tree where it came from, or None: a tree built
+    here or released (its provenance checked) is taken; one from the fleet cache only as the cache's entry would be
+    (any, without trusted keys; else one a key trusted now signed)."""
+    trusted = run.settings.cache_trusted_keys
+    if entry.how != How.CACHED.value or not trusted:
+        return None
+    keys = {line.partition(":")[2].strip() for line in trusted}
+    if any(line.partition(":")[2].strip() in keys for line in entry.signed_by):
+        return None
+    came = "unsigned" if not entry.signed_by else "signed by " + ", ".join(
+        line.partition(":")[0] for line in entry.signed_by)
+    return (f"it came from the fleet cache {came}, and {run.settings.label('cache_trusted_keys')} trusts none of "
+            "that now")
+
+
 class StoreProvider(Provider):
-    """The host's stored tree for this pin and interpreter, linked into the root."""
+    """The host's stored tree for this pin and interpreter, copied into the root."""
 
     way = Way.STORE
     route = None
@@ -113,22 +146,30 @@ class StoreProvider(Provider):
         return None if shared.store is None else cls(shared.store, shared.release, shared.early)
 
     def provide(self, run: Run, commit: str) -> Optional[Decision]:
-        for key in lookup_keys(run, commit, self.release):
-            manifest, why = self.store.lookup(key)
-            if manifest is None:
-                if why != "not in the store":
-                    self._drop(run, key, why)
-                continue
+        for manifest in self._usable(run, commit, said=True):
             with run.step(Stage.CACHE):
-                mode = self._link(run, manifest)
+                mode = self._place(run, manifest)
             if mode is not None:
                 return self._verified(run, commit, manifest, mode)
         return None
 
+    def _usable(self, run: Run, commit: str, *, said: bool = False) -> Iterator[CacheEntry]:
+        """The stored trees that answer the run, best first (a damaged one removed, an untrusted one left; said)."""
+        for key in lookup_keys(run, commit, self.release):
+            manifest, why = self.store.lookup(key)
+            if manifest is None:
+                if why != local.NOT_STORED and said:
+                    self._drop(run, key, why)
+                continue
+            refused = distrusted(run, manifest)
+            if refused is None:
+                yield manifest
+            elif said:
+                run.say(f"store: the tree {key[:12]} in {self.store.path} is not used: {refused}")
+
     def answers_unprobed(self, run: Run, commit: str) -> bool:
         """Whether a stored tree for this pin passed the probe with this interpreter as it is now."""
-        return any(self.store.lookup(key)[0] is not None and self._known_pass(run, key) is not None
-                   for key in lookup_keys(run, commit, self.release))
+        return any(self._known_pass(run, m.key) is not None for m in self._usable(run, commit))
 
     def _known_pass(self, run: Run, key: str) -> Optional[local.Passed]:
         """What the probe of the stored tree ``key`` answered with this interpreter as it is now (not under
@@ -137,43 +178,50 @@ class StoreProvider(Provider):
         return self.store.passed(key, fingerprint, probe_modules(run.settings.require)) if fingerprint else None
 
     def _drop(self, run: Run, key: str, why: str) -> None:
-        run.say(f"store: the tree {key[:12]} in {self.store.path} is damaged ({why}); it is not linked, and is "
-                "removed from the store; fetching or building instead")
-        with self.store.locked(exclusive=True):
-            self.store.remove(key)
+        try:
+            with self.store.locked():
+                left = self.store.remove(key)
+        except LockBusy as exc:
+            left = str(exc)
+        fate = "is removed from the store" if left is None else f"is left as it is ({left})"
+        run.say(f"store: the tree {key[:12]} in {self.store.path} cannot be used ({why}); it is not copied, and "
+                f"{fate}; fetching or building instead")
 
-    def _link(self, run: Run, manifest: CacheEntry) -> Optional[str]:
+    def _place(self, run: Run, manifest: CacheEntry) -> Optional[str]:
         root = run.settings.root
-        packages = layout.packages_dir(root)
+        packages, staging = layout.packages_dir(root), layout.store_linking_dir(root)
         stamp_key = {"store": manifest.key, "commit": manifest.fields.get("commit")}
-        linker = local.Linker()
-        with self.store.locked(exclusive=False):
-            try:
-                self.store.check(manifest, full=run.settings.verify)
-            except CacheCorrupt as exc:
-                problem: Optional[str] = str(exc)
-            else:
-                problem = None
-                build_dir = prepare_build_dir(run, stamp_key)
-                run.stamps.begin("build", stamp_key)
-                local.release(root)
-                os.makedirs(build_dir, exist_ok=True)
-                remove_tree(packages)
-                staging = layout.store_linking_dir(root)
-                remove_tree(staging)
-                with recording(build_dir, layout.build_made_record(root)):  # clean removes only what it made
-                    self.store.link(manifest, staging, linker)
-                    rename_into_place(staging, packages)
-                run.stamps.finish("build", stamp_key)
-                mode = linker.mode or local.HARDLINK
-                self.store.hold(root, manifest.key, mode)  # before prune may look
-        if problem is not None:
-            self._drop(run, manifest.key, problem)
+        placer = local.Placer()
+        try:
+            self.store.check(manifest, full=run.settings.verify)
+        except CacheCorrupt as exc:
+            self._drop(run, manifest.key, str(exc))
             return None
+        build_dir = prepare_build_dir(run, stamp_key)
+        run.stamps.begin("build", stamp_key)
+        os.makedirs(build_dir, exist_ok=True)
+        remove_tree(packages)
+        remove_tree(staging)
+        with recording(build_dir, layout.build_made_record(root)):  # clean removes only what it made
+            try:
+                self.store.place(manifest, staging, placer)
+            except OSError as exc:
+                remove_tree(staging)
+                # the copy's writes are the root's: a full disk is its file system (exit 5, as a build's)
+                full = disk_full_error(OSError(exc.errno, exc.strerror, packages), None)
+                if full is not None:
+                    raise full from None
+                if os.path.isdir(self.store.tree_dir(manifest.key)):
+                    raise
+                run.say(f"store: the tree {manifest.key[:12]} was removed from {self.store.path} (a prune) while it "
+                        "was copied; fetching or building instead")
+                return None
+            rename_into_place(staging, packages)
+        run.stamps.finish("build", stamp_key)
+        mode = placer.mode or local.COPY
         run.worked()
-        run.say(f"store: linked the {manifest.how} tree {manifest.key[:12]} ({manifest.files} files, "
+        run.say(f"store: copied the {manifest.how} tree {manifest.key[:12]} ({manifest.files} files, "
                 f"{manifest.size >> 20} MB) into {packages} by {mode}")
-        say_cross_device(run, self.store, linker)
         return mode
 
     def _verified(self, run: Run, commit: str, manifest: CacheEntry, mode: str) -> Optional[Decision]:
@@ -218,21 +266,15 @@ def remember_pass(run: Run, store: local.HostStore, key: str, decision: Decision
         return
     relative = {name: os.path.relpath(f, root) for name, f in files.items()}
     try:
-        with store.locked(exclusive=True):
+        with store.locked():
             store.remember(key, fingerprint, decision.probe.version, relative)
-    except OSError as exc:
+    except (OSError, LockBusy) as exc:
         run.say(f"store: could not record the probe of {key[:12]} ({exc}); another root probes it again")
 
 
-def say_cross_device(run: Run, store: local.HostStore, linker: local.Linker) -> None:
-    if linker.cross_device:
-        run.say(f"store: {store.path} is on another file system than {run.settings.root}: its files are copied "
-                "(put FLYDSL_STORE on the roots' file system to link them)")
-
-
 def keep_in_store(run: Run, store: local.HostStore, commit: str, decision: Decision, release: Optional[str]) -> None:
-    """Add a tree another way installed and verified to the store (a hardlink makes the root's files the store's),
-    held for the root; a failure to keep it never fails the run."""
+    """Copy a tree another way installed and verified into the store, with where it came from; a failure to keep
+    it never fails the run."""
     root = run.settings.root
     packages = layout.packages_dir(root)
     kept = (How.RELEASED, How.BUILT, How.CACHED)
@@ -245,62 +287,35 @@ def keep_in_store(run: Run, store: local.HostStore, commit: str, decision: Decis
             run.say(f"store: the tree holds its root's path ({', '.join(holding[:3])}"
                     f"{', ...' if len(holding) > 3 else ''}): it is kept for {root} alone")
         fields = store_fields(run, commit, release if decision.how is How.RELEASED else None, specific)
-        linker = local.Linker()
+        placer = local.Placer()
         manifest, added = store.put(cache_key("tree", fields), fields, packages, members, how=str(decision.how),
-                                    linker=linker)
-        key = manifest.key
-    except (OSError, CacheCorrupt) as exc:
+                                    signed_by=decision.signed_by, refuses=functools.partial(distrusted, run),
+                                    placer=placer)
+    except (OSError, CacheCorrupt, LockBusy) as exc:
         run.say(f"store: the tree was not kept in {store.path} ({exc}); the root's own tree is used")
         return
-    if not added:  # another root added the same tree meanwhile: this root's files stay its own
-        store.hold(root, key, local.COPY)
-        run.say(f"store: the tree {key[:12]} was already in {store.path}; the root keeps its own copy")
+    if not added:
+        run.say(f"store: the tree {manifest.key[:12]} was already in {store.path}")
         return
-    mode = linker.mode or local.HARDLINK
-    store.hold(root, key, mode)
-    remember_pass(run, store, key, decision)
-    decision.link_mode = mode
-    run.say(f"store: kept the tree {key[:12]} ({manifest.files} files, {manifest.size >> 20} MB) in "
-            f"{store.path} by {mode}; other roots link it from there")
-    say_cross_device(run, store, linker)
+    remember_pass(run, store, manifest.key, decision)
+    run.say(f"store: kept a copy of the tree {manifest.key[:12]} ({manifest.files} files, {manifest.size >> 20} MB) "
+            f"in {store.path} by {placer.mode or local.COPY}; other roots copy it from there")
 
 
-def linked_tree_problem(run: Run) -> Optional[str]:
-    """Why the root's tree is no longer the stored tree it was linked from, or None; read-only.  A hardlinked
-    file is checked against the store's seal (hashed when its stat differs); under ``--verify`` every file is."""
-    root, verify = run.settings.root, run.settings.verify
-    record = local.root_record(root)
-    if record is None or not (verify or record[2] == local.HARDLINK):
-        return None
-    store = local.HostStore(record[0])
-    manifest, _ = store.lookup(record[1])
-    if manifest is None:
-        return None  # pruned, or damaged: the root's tree is its own now, probed as any other
-    packages = layout.packages_dir(root)
-    try:
-        store.check(manifest, full=verify, at=packages, sealed=record[2] == local.HARDLINK)
-    except CacheCorrupt as exc:
-        return f"{exc} in {packages}, linked from the store's tree {manifest.key[:12]} by {record[2]}"
-    return None
-
-
-def repair_linked_tree(run: Run, problem: str) -> None:
-    """Under the lock: the root's damaged tree goes (the stored one too when its files were the root's, by
-    hardlink), so the run provisions it again."""
+def shared_files_problem(run: Run) -> Optional[str]:
+    """Why the root's tree must be copied again: an earlier ensure-flydsl linked it from the store by hardlink,
+    so its files are other roots' too; None otherwise."""
     root = run.settings.root
-    record = local.root_record(root)
-    if record is not None and record[2] == local.HARDLINK:
-        store = local.HostStore(record[0])
-        with store.locked(exclusive=True):
-            manifest, _ = store.lookup(record[1])
-            try:
-                if manifest is not None:
-                    store.check(manifest)  # the store's own files: the root's were they still hardlinks
-            except CacheCorrupt as exc:
-                store.remove(record[1])
-                run.say(f"store: removed the tree {record[1][:12]} from {record[0]}: {exc} (its files were the "
-                        "root's, by hardlink)")
-    local.release(root)
+    if not local.shared_by_hardlink(root):
+        return None
+    return (f"the tree in {layout.packages_dir(root)} shares its files with the host store by hardlink (an earlier "
+            "ensure-flydsl linked it), so an edit in another root would reach it")
+
+
+def repair_shared_files(run: Run, problem: str) -> None:
+    """Under the lock: the root's shared tree goes, so the run provisions it again (a copy of its own)."""
+    root = run.settings.root
+    local.forget_hardlinks(root)
     run.stamps.undo("tree")
     run.stamps.undo("build")
     remove_tree(layout.packages_dir(root))

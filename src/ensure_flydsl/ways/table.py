@@ -22,5 +22,5 @@ WAYS: Mapping[Way, Type[Provider]] = {
 
 def ways_for(strategy: Strategy) -> List[Type[Provider]]:
     """The ways that make a tree for ``strategy``, in order: the host store first (a tree this host holds is
-    linked, not made again), then those ``STRATEGY`` names."""
+    copied, not made again), then those ``STRATEGY`` names."""
     return [WAYS[way] for way in (Way.STORE, *provisioning(strategy))]

@@ -5,6 +5,7 @@ entry is said once and built around, never deleted."""
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import glob
 import os
 from typing import Dict, List, Mapping, Optional, Tuple
@@ -126,6 +127,7 @@ def tree_from_cache(run: Run, cache: Cache, commit: str, early: Optional[Early] 
     run.stamps.finish("build", stamp_key)
     try:
         decision = verify_tree(run, commit, How.CACHED, early)
+        decision.signed_by = entry.signed_by  # kept with the tree in the host store: trust applies there too
         run.facts.looked_up("tree", hit=True)
         return decision
     except Exception as exc:  # an artifact that does not import here is not this host's answer
@@ -320,11 +322,13 @@ def _trusted_entry(run: Run, cache: Cache, kind: str, key: str, what: str,
 
 
 def _take(run: Run, cache: Cache, entry: CacheEntry, what: str, by: Tuple[str, ...], problems: List[str]) -> CacheEntry:
+    """The entry, with the trusted keys (NAME:BASE64) whose signature it carries."""
     for problem in problems:
         say_once(run, cache, f"cache: {problem}")
     say_once(run, cache, f"cache: the cache's {_label(entry, what)} is signed by {', '.join(by)}, which "
              f"{run.settings.label('cache_trusted_keys')} trusts")
-    return entry
+    keys = tuple(line for line in run.settings.cache_trusted_keys if line.partition(":")[0] in by)
+    return dataclasses.replace(entry, signed_by=keys)
 
 
 def _label(entry: CacheEntry, what: str) -> str:
