@@ -35,6 +35,8 @@ SUITES += ["tests/unit/test_fuzz_cache.py", "tests/scenarios/test_cache_trust.py
 # Issue 26, item 12: the records read for their meaning, and the state machine on a full disk.
 SUITES += ["tests/unit/test_readers_meaning.py", "tests/scenarios/test_planted_records.py",
            "tests/scenarios/test_state_machine_disk.py"]
+# The host store (issue 42): copies, another user's store, its locks, prune, provenance.
+SUITES += ["tests/scenarios/test_host_store.py", "tests/unit/test_host_store_records.py"]
 COMMAND = "python docs/reliability_figures.py"
 BEGIN, END = "<!-- figures:begin (docs/reliability_figures.py --update) -->", "<!-- figures:end -->"
 

@@ -160,3 +160,5 @@ def test_a_full_disk_while_copying_from_the_host_store(knob_repo: FixtureRepo, t
         subprocess.run(["mount", "-o", "remount,size=2g", disk], check=True)
         again = ws.run("--json")
         assert again.returncode == 0 and json.loads(again.stdout)["link_mode"] == "copy", again.stderr
+    record("disk", where="the copy from the host store (20 MiB tree onto a 16 MiB tmpfs)", exit_code=out.returncode,
+           message="no space left on the file system holding the root", half_published=0, rerun="succeeded")

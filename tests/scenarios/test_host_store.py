@@ -412,3 +412,23 @@ def test_one_store_rule_in_every_command(tmp_path: "os.PathLike[str]", fixture_r
             assert "is a file" in one_line(out), out.stderr
     with open(blocker) as handle:
         assert handle.read() == "not a store\n"
+
+
+def test_a_tree_with_a_link_out_of_its_package_folder(tmp_path: "os.PathLike[str]", fixture_repo: FixtureRepo) -> None:
+    """Issue 42, item 5: such a tree was stored, then called damaged at every lookup, so every root rebuilt.  A
+    link out of the tree is refused at the door, said once; one out of its package folder but inside the tree
+    is stored as it is and copied."""
+    store = os.path.join(str(tmp_path), "store")
+    out_of_tree = 'ln -s ../../../outside.txt "$PKG/flydsl/notes.txt"'
+    a = root_of(str(tmp_path), fixture_repo, "a", store, FIXTURE_BUILD_HOOK=out_of_tree)
+    said = str(ensure_json(a)["_stderr"]).splitlines()
+    refused = [line for line in said if line.startswith("store: the tree was not kept")]
+    assert len(refused) == 1 and "resolves outside" in refused[0], said
+    assert trees(store) == {} and not [line for line in said if "cannot be used" in line]
+    inside = 'mkdir -p "$PKG/_data" && echo x > "$PKG/_data/x.txt" && ln -s ../_data "$PKG/flydsl/data"'
+    b = root_of(str(tmp_path), fixture_repo, "b", store, FIXTURE_BUILD_HOOK=inside)
+    assert ensure_json(b)["how"] == "built" and len(trees(store)) == 1
+    c = root_of(str(tmp_path), fixture_repo, "c", store, FIXTURE_BUILD_HOOK=inside)
+    copied = ensure_json(c)
+    assert copied["link_mode"] == "copy" and "cannot be used" not in str(copied["_stderr"]), copied["_stderr"]
+    assert os.readlink(packaged(c, "flydsl/data")) == "../_data" and c.count("build") == 2  # a and b built
