@@ -301,7 +301,9 @@ def check_host_id(environ: Mapping[str, str]) -> None:
 
 
 def host_id(environ: Mapping[str, str]) -> str:
-    """This host's name in the records other hosts read: FLYDSL_HOST_ID, else the host name made printable."""
+    """This host's name in the records other hosts read: FLYDSL_HOST_ID (refused as every command refuses it), else
+    the host name made printable."""
+    check_host_id(environ)
     given = environ.get(HOST_ID)
     if given:
         return given

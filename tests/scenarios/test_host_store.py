@@ -412,6 +412,15 @@ def test_one_store_rule_in_every_command(tmp_path: "os.PathLike[str]", fixture_r
             assert "is a file" in one_line(out), out.stderr
     with open(blocker) as handle:
         assert handle.read() == "not a store\n"
+    if os.geteuid() == 0:  # a given store whose lock is another user's: 64, as docs/store.md says (it went on)
+        store = os.path.join(str(tmp_path), "store")
+        os.makedirs(store)
+        with open(os.path.join(store, "store.lock"), "w"):
+            pass
+        os.chown(os.path.join(store, "store.lock"), 65534, 65534)
+        b = root_of(str(tmp_path), fixture_repo, "b", store)
+        out = b.run()
+        assert out.returncode == 64 and "store.lock: it belongs to uid 65534" in one_line(out), out.stderr
 
 
 def test_a_tree_with_a_link_out_of_its_package_folder(tmp_path: "os.PathLike[str]", fixture_repo: FixtureRepo) -> None:
@@ -432,3 +441,19 @@ def test_a_tree_with_a_link_out_of_its_package_folder(tmp_path: "os.PathLike[str
     copied = ensure_json(c)
     assert copied["link_mode"] == "copy" and "cannot be used" not in str(copied["_stderr"]), copied["_stderr"]
     assert os.readlink(packaged(c, "flydsl/data")) == "../_data" and c.count("build") == 2  # a and b built
+
+
+def test_store_list_escapes_what_it_read(tmp_path: "os.PathLike[str]", fixture_repo: FixtureRepo) -> None:
+    """Issue 42, item 9: `store list` printed a tree's fields as read, terminal escapes and newlines included."""
+    from ensure_flydsl.trees.local import HostStore, Placer
+    from ensure_flydsl.trees.manifest import cache_key, hashed_members
+
+    store = HostStore.open(os.path.join(str(tmp_path), "store"))
+    tree = os.path.join(str(tmp_path), "tree", "flydsl")
+    os.makedirs(tree)
+    fields: Dict[str, object] = {"commit": "\x1b]0;owned\x07\nremoved the tree everything", "abi": "\x1b[2J"}
+    store.put(cache_key("tree", fields), fields, os.path.dirname(tree), hashed_members(os.path.dirname(tree))[0],
+              how="built", signed_by=(), refuses=lambda _: None, placer=Placer())
+    out = root_of(str(tmp_path), fixture_repo, "a", store.path).run("store", "list")
+    assert out.returncode == 0, out.stderr
+    assert "\x1b" not in out.stdout and "\x07" not in out.stdout and len(out.stdout.splitlines()) == 2, out.stdout

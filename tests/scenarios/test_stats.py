@@ -135,6 +135,10 @@ def test_bad_root_and_records_are_one_line_exit_64(ws: Workspace) -> None:
     assert out.returncode == 64 and out.stderr.count("\n") == 1 and "--root" in out.stderr
     out = ws.run("stats", "--records", os.path.join(ws.base, "nowhere"))
     assert out.returncode == 64 and out.stderr.count("\n") == 1 and "--records" in out.stderr
+    # issue 42, item 11: the FLYDSL_HOST_ID every other command refuses (stats named this host by it)
+    for bad in ("a\nb", "host\x1b[31m", "h" * 201):
+        out = ws.run("stats", FLYDSL_HOST_ID=bad)
+        assert out.returncode == 64 and out.stderr.count("\n") == 1 and "FLYDSL_HOST_ID" in out.stderr, out.stderr
 
 
 def test_two_concurrent_runs_both_keep_their_records(tmp_path: "os.PathLike[str]", fixture_repo: FixtureRepo) -> None:

@@ -63,6 +63,7 @@ def test_a_manifest_the_tier_writes_is_read_back(tmp_path: "os.PathLike[str]") -
     {"path": "/etc/passwd", "type": "file", "mode": 0o644, "size": 1, "sha256": "0" * 64},
     {"path": "flydsl/x", "type": "file", "mode": 0o644, "size": 1, "sha256": "XYZ"},
     {"path": "flydsl/x", "type": "file", "mode": 0o644, "size": -1, "sha256": "0" * 64},
+    {"path": "flydsl/x", "type": "file", "mode": 0o644, "size": 10**400, "sha256": "0" * 64},  # issue 42, item 9
     {"path": "flydsl/x", "type": "file", "mode": "rw", "size": 1, "sha256": "0" * 64},
     {"path": "flydsl/x", "type": "symlink", "mode": 0o777, "size": 0, "target": "/etc/passwd"},
     {"path": "flydsl/x", "type": "symlink", "mode": 0o777, "size": 0, "target": "../../outside"},
@@ -77,7 +78,8 @@ def test_a_member_that_means_anything_else_refuses_the_manifest(tmp_path: "os.Pa
 
 
 @pytest.mark.parametrize("over", [{"key": "cd" * 32}, {"format": 2}, {"how": "stolen"}, {"blob": "0" * 64},
-                                  {"fields": dict(FIELDS, commit="xyz")}, {"members": "all"}, {"created": -1}])
+                                  {"fields": dict(FIELDS, commit="xyz")}, {"members": "all"}, {"created": -1},
+                                  {"size": 10**400}, {"signed_by": "k1"}, {"signed_by": ["k1\n"]}])
 def test_a_field_that_means_anything_else_refuses_the_manifest(tmp_path: "os.PathLike[str]",
                                                              over: Dict[str, object]) -> None:
     assert planted(tmp_path, manifest(GOOD, **over)).lookup(KEY)[0] is None

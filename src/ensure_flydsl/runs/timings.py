@@ -25,7 +25,6 @@ KEEP_RUNS = 500  # a few hundred KB: a month of a busy host's runs
 KEEP_DAYS = 30.0
 MAX_RECORD_BYTES = 256 << 10  # a record is a few KB; a larger file is not one
 ROUNDING_S = 0.001  # a record's seconds are rounded to milliseconds: its stages may add up to a little more
-MAX_BYTES = 1 << 50  # a fetch of more than a pebibyte is no run's
 # The way a run took: what its call did (result.py: Action), the tree's origin when it made one (How), or failed.
 FAILED = "failed"
 WAYS = ("warm", "verified", "reused", "built", "released", "cached", FAILED)
@@ -67,11 +66,6 @@ def _ms(value: object) -> Optional[float]:
     return None if seconds is None else round(seconds, 3)
 
 
-def _byte_count(value: object) -> Optional[int]:
-    found = fields.integer(value)
-    return found if found is not None and 0 <= found <= MAX_BYTES else None
-
-
 def _table(value: object, names: Tuple[str, ...], check: Callable[[object], object]) -> Optional[Dict[str, object]]:
     """An object whose keys are some of ``names`` and whose values pass ``check``, else None."""
     if not isinstance(value, dict) or not set(value) <= set(names):
@@ -97,7 +91,7 @@ class TimingRecord:
     route: Optional[Plan] = checked(fields.member(Plan), None)  # the way a provider took (None: none did)
     pin: Optional[str] = checked(fields.short_text, None)
     tool: Optional[str] = checked(fields.short_text, None)  # ensure-flydsl's version that wrote it
-    fetched: Mapping[str, int] = checked(lambda v: _table(v, FETCHES, _byte_count), factory=dict)
+    fetched: Mapping[str, int] = checked(lambda v: _table(v, FETCHES, fields.byte_count), factory=dict)
     cache: Mapping[str, str] = checked(lambda v: _table(v, LOOKUPS, lambda c: fields.one_of(c, (HIT, MISS))),
                                        factory=dict)
     link_mode: Optional[str] = checked(lambda v: fields.one_of(v, LINK_MODES), None)

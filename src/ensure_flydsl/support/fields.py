@@ -103,6 +103,15 @@ def integer(value: object) -> Optional[int]:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
+MAX_BYTES = 1 << 50  # a file, a tree or a fetch of more than a pebibyte is no one's
+
+
+def byte_count(value: object) -> Optional[int]:
+    """A size in bytes, 0 to a pebibyte (a planted 10**400 is none, not a number to print in full)."""
+    found = integer(value)
+    return found if found is not None and 0 <= found <= MAX_BYTES else None
+
+
 def boolean(value: object) -> Optional[bool]:
     return value if isinstance(value, bool) else None
 

@@ -13,7 +13,7 @@ import stat
 from dataclasses import dataclass, field, replace
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple, TypeVar
 
-from ensure_flydsl.support.fields import integer, json_object, seconds, short_text
+from ensure_flydsl.support.fields import byte_count, integer, json_object, seconds, short_text
 from ensure_flydsl.trees.backends import CacheCorrupt, StoredFile
 
 FORMAT = 1
@@ -45,10 +45,10 @@ class Member:
         if not isinstance(obj, dict):
             raise ValueError("a member is not a JSON object")
         path, kind, sha, target = obj.get("path"), obj.get("type"), obj.get("sha256"), obj.get("target")
-        mode, size = integer(obj.get("mode")), integer(obj.get("size"))
+        mode, size = integer(obj.get("mode")), byte_count(obj.get("size"))
         if not isinstance(path, str) or kind not in TYPES:
             raise ValueError(f"member {path!r} has no path or an unknown type {kind!r}")
-        if mode is None or not 0 <= mode <= 0o7777 or size is None or size < 0:
+        if mode is None or not 0 <= mode <= 0o7777 or size is None:
             raise ValueError(f"member {path!r} has a malformed mode or size")
         if kind == "file" and not (isinstance(sha, str) and HEX64.match(sha)):
             raise ValueError(f"member {path!r} has no sha256")
@@ -285,8 +285,8 @@ def parse_manifest(data: bytes, path: str = "", *, unpacked: bool = False) -> Ca
     how = obj.get("how", "")
     if unpacked and how not in HOWS:
         raise ValueError(f"how {how!r} is none of {', '.join(HOWS)}")
-    size, created, raw_members = integer(obj.get("size")), seconds(obj.get("created")), obj.get("members")
-    if size is None or size < 0 or created is None:  # created: a time (not NaN, nor past the year 2286)
+    size, created, raw_members = byte_count(obj.get("size")), seconds(obj.get("created")), obj.get("members")
+    if size is None or created is None:  # size: up to a pebibyte; created: a time (not NaN, nor past 2286)
         raise ValueError("size or created missing or out of range")
     if not isinstance(raw_members, list):
         raise ValueError("members missing")
