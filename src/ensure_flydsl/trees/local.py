@@ -28,7 +28,6 @@ from ensure_flydsl.support.files import (
     held_lock,
     read_json,
     read_regular,
-    remove_file,
     remove_tree,
     rename_into_place,
 )
@@ -389,10 +388,6 @@ def shared_by_hardlink(root: str) -> bool:
     those files are the store's and other roots', so an edit in any of them reaches the others."""
     data = read_json(layout.root_store_record(root))
     return data is not None and data.get("link_mode") == "hardlink"
-
-
-def forget_hardlinks(root: str) -> None:
-    remove_file(layout.root_store_record(root))
 
 
 def _place_tree(src: str, dest: str, members: Sequence[Member], placer: Placer, *, store_side: bool) -> Seal:

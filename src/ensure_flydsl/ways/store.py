@@ -18,7 +18,7 @@ from ensure_flydsl.probe.results import ModuleResult, Probe
 from ensure_flydsl.result import How
 from ensure_flydsl.source.git import borrow_objects, give_objects, shared_repository
 from ensure_flydsl.source.root import recording
-from ensure_flydsl.support.files import LockBusy, remove_tree, rename_into_place
+from ensure_flydsl.support.files import LockBusy, remove_file, remove_tree, rename_into_place
 from ensure_flydsl.support.processes import CommandFailed
 from ensure_flydsl.trees import local
 from ensure_flydsl.trees.backends import CacheCorrupt
@@ -315,7 +315,7 @@ def shared_files_problem(run: Run) -> Optional[str]:
 def repair_shared_files(run: Run, problem: str) -> None:
     """Under the lock: the root's shared tree goes, so the run provisions it again (a copy of its own)."""
     root = run.settings.root
-    local.forget_hardlinks(root)
+    remove_file(layout.root_store_record(root))
     run.stamps.undo("tree")
     run.stamps.undo("build")
     remove_tree(layout.packages_dir(root))
