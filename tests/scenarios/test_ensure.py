@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+from ensure_flydsl.source.root import claim_root
 from tests.helpers.flydsl_fixture import make_installed_tree, make_split_trees
 from tests.helpers.scenario import Barrier, assert_one_tree, wait_for
 from tests.helpers.workspace import Workspace, other_python
@@ -280,6 +281,37 @@ def test_hostile_root_paths_are_exported_literally(ws: Workspace, name: str) -> 
         ["bash", "-c", f'. "$1" && {sys.executable} -c "import kernels.moe_gemm_2stage as k; print(k.__file__)"',
          "bash", env_file], env={"PATH": os.environ["PATH"]}, stdout=subprocess.PIPE, text=True, cwd="/")
     assert check.stdout.strip() == os.path.join(root, "kernels", "moe_gemm_2stage.py")
+
+
+@pytest.mark.parametrize("inside", [False, True], ids=["alone", "inside-another-checkout"])
+@pytest.mark.parametrize("left", [[], ["config", "objects/"], ["HEAD", "objects/", "refs/"]])
+def test_a_git_init_torn_by_a_full_disk_is_completed_by_the_next_run(ws: Workspace, left: "list[str]",
+                                                                      inside: bool) -> None:
+    # git init on a full disk leaves a .git without its HEAD or refs: the next run took that folder for a
+    # repository and failed with 2 ("not a git repository") at every run after room was made.  Inside another
+    # checkout (a GEAK skill folder is one), git found that one instead and the run set its origin.
+    if inside:
+        subprocess.run(["git", "init", "-q", ws.base], check=True)
+        subprocess.run(["git", "-C", ws.base, "remote", "add", "origin", "https://example.com/geak.git"], check=True)
+    subprocess.run(["git", "init", "-q", os.path.join(ws.base, "whole")], check=True)
+    claim_root(ws.root, created=True, adopted=False)  # the run that tore it had claimed the root
+    for name in left:
+        source = os.path.join(ws.base, "whole", ".git", name.rstrip("/"))
+        target = os.path.join(ws.root, ".git", name.rstrip("/"))
+        os.makedirs(target if name.endswith("/") else os.path.dirname(target), exist_ok=True)
+        if not name.endswith("/"):
+            with open(source, "rb") as handle, open(target, "wb") as copy:
+                copy.write(handle.read())
+    os.makedirs(os.path.join(ws.root, ".git"), exist_ok=True)
+    out = ws.run()
+    assert out.returncode == 0, out.stderr
+    assert_one_tree(ws)
+    if inside:
+        origin = subprocess.run(["git", "-C", ws.base, "config", "--get", "remote.origin.url"],
+                                stdout=subprocess.PIPE, text=True, check=True).stdout.strip()
+        assert origin == "https://example.com/geak.git"
+        assert subprocess.run(["git", "-C", ws.base, "rev-parse", "--verify", "--quiet", "HEAD"],
+                              stdout=subprocess.PIPE, check=False).returncode == 1  # nothing committed there
 
 
 def test_foreign_non_empty_root_is_refused_and_kept(ws: Workspace) -> None:

@@ -130,11 +130,18 @@ def git_env(environ: Mapping[str, str], mirrors: Optional[GitMirrors], *,
     return env
 
 
+def _only_at(path: str, env: Dict[str, str]) -> Dict[str, str]:
+    """``env`` for git run at ``path``, never climbing above it to find a repository: a torn ``.git`` there is
+    an error, not the checkout around it (a GEAK skill folder lies in GEAK's own)."""
+    env["GIT_CEILING_DIRECTORIES"] = os.path.dirname(os.path.abspath(path))
+    return env
+
+
 def read_git(path: str, *args: str, stdin: bytes = b"", timeout: float = 30.0) -> bytes:
     """A local git command's stdout; CommandFailed when it fails, cannot start or runs past ``timeout``."""
     cmd = ["git", "-C", path, *args]
     try:
-        proc = run_captured(cmd, input=stdin, env=git_env(os.environ, None), timeout=timeout,
+        proc = run_captured(cmd, input=stdin, env=_only_at(path, git_env(os.environ, None)), timeout=timeout,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise CommandFailed(cmd, -1, str(exc)) from None
@@ -176,7 +183,7 @@ def git(root: str, *args: str, repo: str, mirrors: GitMirrors, silence_s: Option
     # git >= 2.38 refuses file:// submodules by default (CVE-2022-39253); a local mirror's are local too.
     extra = ["-c", "protocol.file.allow=always"] if is_local_repo(repo) else []
     cmd = ["git", *extra, "-C", root, *args]
-    env = git_env(os.environ, mirrors)
+    env = _only_at(root, git_env(os.environ, mirrors))
     sub = next((a for a in args if not a.startswith("-")), "")
     if sub not in _NETWORK or (sub == "submodule" and "update" not in args):
         return cmd_output(cmd, env=env)
@@ -326,7 +333,9 @@ class Checkout:
     def ensure_repository(self) -> None:
         """A git repository in the root whose origin is the repo (init it, or point origin at the repo)."""
         with failing_as(ExitCode.FETCH, f"cannot prepare a git repository in {self.root}", stage=Stage.FETCH):
-            if not os.path.isdir(os.path.join(self.root, ".git")):
+            try:
+                read_git(self.root, "rev-parse", "--git-dir")
+            except CommandFailed:  # none yet, or one a full disk tore (no HEAD): init completes it, keeps the rest
                 cmd_output(["git", "init", "-q", self.root], env=git_env(os.environ, self.mirrors))
             try:
                 current: Optional[str] = self.git("config", "--get", "remote.origin.url").strip()
