@@ -129,6 +129,12 @@ def test_the_doctor_names_the_missing_module(ws: Workspace, own_repo: FixtureRep
     assert "a run would stop at its requirements step, exit 6" in data["verdict"]
     text = ws.run("doctor", timeout=60, FLYDSL_REPO=own_repo.url, FLYDSL_PIN=sha)
     assert "requirements" in text.stdout and MISSING in text.stdout
+    # A remote repository with a local mirror: the doctor reads the pin there, as the run fetches from there.
+    out = ws.run("doctor", "--json", timeout=60, FLYDSL_PIN=sha,
+                 FLYDSL_REPO=f"https://example.invalid/{os.path.basename(own_repo.path)}",
+                 FLYDSL_GIT_MIRRORS=f"https://example.invalid/=file://{os.path.dirname(own_repo.path)}/")
+    check = next(c for c in json.loads(out.stdout)["checks"] if c["name"] == "requirements")
+    assert check["status"] == "missing" and f"{MISSING} (imported by" in check["detail"]
 
 
 def test_the_doctor_passes_the_fixture_and_skips_what_it_cannot_read(ws: Workspace) -> None:

@@ -280,7 +280,7 @@ def check_requirements(settings: Settings, environ: Mapping[str, str], interp: O
     if interp is None:
         return skipped(CHECK, "the interpreter does not run", Stage.REQUIREMENTS)
     pin = pin_as_tag(settings.pin) if demands(settings.strategy, Way.RELEASE) else settings.pin
-    sources = pin_sources(settings.root, settings.repo, pin, checkout)
+    sources = pin_sources(settings.root, settings.repo, pin, checkout, settings.git_mirrors)
     if sources is None:
         return skipped(CHECK, f"the pin's sources cannot be read here yet (no checkout of {pin} in "
                      f"{settings.root}, and {settings.repo} is not a local repository); a run checks them "
@@ -342,8 +342,8 @@ def run_checks(settings: Settings, environ: Mapping[str, str], *, checkout: Opti
         f_interp = pool.submit(check_interpreter, settings, environ, interpreter)
         builds, fetches = tries(strategy, Way.SOURCE), provisions(strategy)
         # a local mirror's sources can be read before any fetch
-        f_needs = pool.submit(find_needs, settings.root, rewrite(settings.repo, settings.git_mirrors)[0],
-                              settings.pin, checkout, environ) if builds else None
+        f_needs = pool.submit(find_needs, settings.root, settings.repo, settings.pin, checkout, environ,
+                              settings.git_mirrors) if builds else None
         early: List[concurrent.futures.Future[Check]] = []
         if fetches:
             early = [submit(check_root, settings), submit(check_git, environ),

@@ -232,11 +232,12 @@ def resolve_in(path: str, pin: str) -> Optional[str]:
     return None
 
 
-def local_repositories(root: str, repo: str) -> List[str]:
-    """The repositories read without a fetch: the root's, and ``repo`` when it is a local one."""
+def local_repositories(root: str, repo: str, mirrors: GitMirrors = ()) -> List[str]:
+    """The repositories read without a fetch: the root's, and ``repo`` when it (or its mirror) is a local one."""
     found = [root] if os.path.isdir(os.path.join(root, ".git")) else []
-    if is_local_repo(repo) and os.path.isdir(repo_path(repo)):
-        found.append(repo_path(repo))
+    where = rewrite(repo, mirrors)[0]
+    if is_local_repo(where) and os.path.isdir(repo_path(where)):
+        found.append(repo_path(where))
     return found
 
 

@@ -14,6 +14,7 @@ from packaging.specifiers import InvalidSpecifier, Specifier
 from packaging.version import InvalidVersion, Version
 
 from ensure_flydsl.layout import BUILD_DIR, STATE_DIR
+from ensure_flydsl.settings import GitMirrors
 from ensure_flydsl.source.git import commit_listing, local_repositories, read_blob_bytes, read_blobs, resolve_in
 from ensure_flydsl.source.llvm_inputs import (
     COMMIT_FILES,
@@ -259,12 +260,12 @@ def commit_llvm_inputs(path: str, commit: str, environ: Mapping[str, str]) -> Ll
 
 
 def find_needs(root: str, repo: str, pin: str, checkout: Optional[str] = None,
-               environ: Optional[Mapping[str, str]] = None) -> BuildNeeds:
+               environ: Optional[Mapping[str, str]] = None, mirrors: GitMirrors = ()) -> BuildNeeds:
     """The needs read from ``checkout``, else a local repository at the pin, else FlyDSL's known needs."""
     env = os.environ if environ is None else environ
     if checkout is not None and os.path.isdir(checkout):
         return needs_from_files(read_checkout(checkout), f"checkout {checkout}", checkout_llvm_inputs(checkout, env))
-    for path in local_repositories(root, repo):
+    for path in local_repositories(root, repo, mirrors):
         commit = resolve_in(path, pin)
         if commit is None:
             continue

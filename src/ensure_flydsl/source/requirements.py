@@ -25,7 +25,6 @@ from ensure_flydsl.source.git import (
     read_blobs,
     read_git,
     resolve_in,
-    rewrite,
     tag_commits,
 )
 from ensure_flydsl.support.processes import CommandFailed
@@ -287,11 +286,12 @@ def read_commit_sources(path: str, commit: str) -> FileSources:
     return FileSources(files, f"repository {path} at {commit[:12]}", listing)
 
 
-def pin_sources(root: str, repo: str, pin: str, checkout: Optional[str] = None) -> Optional[Sources]:
+def pin_sources(root: str, repo: str, pin: str, checkout: Optional[str] = None,
+                mirrors: GitMirrors = ()) -> Optional[Sources]:
     """The pin's sources: ``checkout`` if readable, else its commit in a local repository, else None."""
     if checkout is not None:
         return CheckoutSources(checkout) if readable_checkout(checkout) else None
-    for path in local_repositories(root, repo):
+    for path in local_repositories(root, repo, mirrors):
         commit = resolve_in(path, pin)
         if commit is None:
             continue
@@ -397,7 +397,7 @@ def release_holding(source: TagSource, versions: Sequence[str], modules: Sequenc
 def _read_tags(source: TagSource, work: str, tagged: Sequence[str], commits: Mapping[str, str],
                modules: Sequence[str]) -> TagAnswer:
     # The root's repository, and a local FLYDSL_REPO or mirror.
-    local = local_repositories(source.root, rewrite(source.repo, source.mirrors)[0])
+    local = local_repositories(source.root, source.repo, source.mirrors)
     found: Dict[str, Optional[FileSources]] = {}
     for version in tagged:  # newest first, up to the first that holds the modules
         found[version] = _listing(local, commits[version])

@@ -11,7 +11,7 @@ from ensure_flydsl.probe.interpreter import describe_interpreter
 from ensure_flydsl.probe.results import Interpreter
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.source import requirements
-from ensure_flydsl.source.git import local_repositories, read_git, resolve_in, rewrite
+from ensure_flydsl.source.git import local_repositories, read_git, resolve_in
 from ensure_flydsl.support.processes import CommandFailed
 from ensure_flydsl.ways import falls_back
 from ensure_flydsl.ways.checks import MISSING, WRONG, Check, CheckStatus, RunContext, passed, skipped
@@ -34,7 +34,7 @@ def release_version_of_pin(settings: Settings, checkout: Optional[str]) -> Tuple
     if version is not None:
         return version, f"the pin names the release tag {tag}", True
     own = [checkout] if checkout and os.path.isdir(os.path.join(checkout, ".git")) else []
-    for path in own + local_repositories(settings.root, settings.repo):
+    for path in own + local_repositories(settings.root, settings.repo, settings.git_mirrors):
         commit = resolve_in(path, settings.pin)
         if commit is None:
             continue
@@ -130,7 +130,7 @@ def release_suggestion(settings: Settings, interpreter: Interpreter, environ: Ma
     text = suggestion_text(answer, modules, source.shown())
     if text is None or answer.commit is None:
         return text
-    local = local_repositories(settings.root, rewrite(settings.repo, settings.git_mirrors)[0])
+    local = local_repositories(settings.root, settings.repo, settings.git_mirrors)
     return text + beyond_text(requirements.beyond_release(local, answer.commit, settings.pin),
                               f"v{answer.holding or answer.unread}")
 

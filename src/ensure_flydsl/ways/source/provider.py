@@ -175,7 +175,8 @@ def prepare(run: Run, cache: Optional[Cache], doctor: DoctorCheck) -> Prepared:
     mlir = ready_mlir(run, cache)
     checked = replace(settings, mlir_path=mlir[0] if mlir else settings.mlir_path)
     doctor(checked, run.environ, root, run.interpreter)
-    needs = find_needs(root, settings.repo, settings.pin, checkout=root, environ=run.environ)
+    needs = find_needs(root, settings.repo, settings.pin, checkout=root, environ=run.environ,
+                       mirrors=settings.git_mirrors)
     rocm = steps.choose_rocm(settings.rocm_path, run.interpreter.executable, run.environ)
     if rocm.rocm_sdk is not None:
         run.say(f"ROCm: {rocm.said(settings.label('rocm_path'))}")
