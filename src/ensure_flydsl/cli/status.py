@@ -9,6 +9,7 @@ import sys
 import time
 from typing import Dict, List, Mapping, Optional
 
+from ensure_flydsl.cli import Call
 from ensure_flydsl.errors import ExitCode, Stage
 from ensure_flydsl.layout import tree_folders
 from ensure_flydsl.probe.gate import evaluate
@@ -72,11 +73,11 @@ def answer_object(settings: Settings, found: Answer) -> Dict[str, object]:
     return data
 
 
-def status(settings: Settings, *, as_json: bool, run_id: Optional[str] = None) -> int:
+def status(call: Call, settings: Settings) -> int:
     """A pure query: nothing is written (a dead run is reported; its watchdog records it)."""
-    settings = followed(settings, run_id)
+    settings = followed(settings, call.args.run_id)
     data = answer_object(settings, answer(settings))
-    if as_json:
+    if call.as_json:
         print(result_json(data))
         return 0
     print(f"state:   {data['state']}")
@@ -109,10 +110,9 @@ def _seconds(value: object) -> Optional[float]:
     return float(value) if isinstance(value, (int, float)) else None
 
 
-def wait(settings: Settings, reporter: Reporter, *, timeout: Optional[float], heartbeat: float,
-         as_json: bool = False, run_id: Optional[str] = None) -> int:
+def wait(call: Call, settings: Settings) -> int:
     """Poll while a run for the request lives; a run found dead is recorded here, should its watchdog be gone."""
-    settings = followed(settings, run_id)
+    settings, reporter, timeout = followed(settings, call.args.run_id), call.reporter, call.args.timeout
     started = time.monotonic()
     deadline = None if timeout is None else started + timeout
     next_beat = started
@@ -124,14 +124,14 @@ def wait(settings: Settings, reporter: Reporter, *, timeout: Optional[float], he
         now = time.monotonic()
         if now >= next_beat:
             say_pulse(reporter, Pulse.of_record(found.record))  # the line a run's own heartbeat says
-            next_beat = now + heartbeat
+            next_beat = now + call.args.heartbeat
         if deadline is not None and now >= deadline:
             reporter.say(f"still running after {fmt_seconds(timeout)}; run `{command('wait --timeout 540')}` "
                          "again (exit 75)")
             code = int(ExitCode.STILL_RUNNING)
             break
         time.sleep(POLL_S)
-    if as_json:
+    if call.as_json:
         print(result_json(answer_object(settings, found)))
     return code
 
@@ -172,8 +172,8 @@ def _gap(settings: Settings, twin: Optional[EnvTwin], environ: Mapping[str, str]
     return None if gap is None else f"{settings.env_file} does not answer this request: {gap}"
 
 
-def show_env(settings: Settings, fmt: str, environ: Mapping[str, str], *, as_json: bool = False) -> int:
-    twin = installed_twin(settings.root)
+def show_env(call: Call, settings: Settings) -> int:
+    environ, twin = call.environ, installed_twin(settings.root)
     if twin is None:
         try:  # a twin another user's umask keeps from us is not "no env file": the refusal names the folder
             with open(settings.env_json, "rb"):
@@ -182,7 +182,7 @@ def show_env(settings: Settings, fmt: str, environ: Mapping[str, str], *, as_jso
             pass
     gap = _gap(settings, twin, environ, f"there is no env file at {settings.env_file}")
     code = ABSENT_EXIT if gap is not None else 0
-    if as_json:
+    if call.as_json:
         data = result_object(ok=gap is None, exit_code=code, reason=gap, hint=start_hint() if gap else None,
                              log=settings.log_file)
         if twin is not None and gap is None:
@@ -199,7 +199,7 @@ def show_env(settings: Settings, fmt: str, environ: Mapping[str, str], *, as_jso
     if gap is not None:
         print(f"ensure-flydsl: {gap}; run `{command()}` (or `{command('start')}`) first", file=sys.stderr)
         return ABSENT_EXIT
-    path = settings.env_json if fmt == "json" else settings.env_file
+    path = settings.env_json if call.args.format == "json" else settings.env_file
     try:
         with open(path) as handle:
             sys.stdout.write(handle.read())
@@ -221,8 +221,8 @@ def absent_env_file(env_file: str) -> str:
     return f"the env file {env_file} is not one this tool wrote (its record is missing or unreadable)"
 
 
-def verify(settings: Settings, environ: Dict[str, str], *, as_json: bool) -> int:
-    twin = installed_twin(settings.root)
+def verify(call: Call, settings: Settings) -> int:
+    environ, twin = call.environ, installed_twin(settings.root)
     prepend: List[str] = list(twin.pythonpath_prepend) if twin is not None else tree_folders(settings.root)
     gap = _gap(settings, twin, environ, absent_env_file(settings.env_file))
     probe = run_probe(settings.python, modules=probe_modules(settings.require), prefix=prepend, environ=environ,
@@ -237,7 +237,7 @@ def verify(settings: Settings, environ: Dict[str, str], *, as_json: bool) -> int
         code, ok, reason = 0, True, verdict.reason
     conflicts = broken_users(probe.interpreter.executable, prepend, environ, settings.probe_timeout) \
         if verdict.reusable else []
-    if as_json:
+    if call.as_json:
         data = probe.to_json()
         data.update(result_object(
             ok=ok, exit_code=code, stage=None if ok else Stage.PROBE, reason=reason, version=probe.version,
