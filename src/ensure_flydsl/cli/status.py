@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import Dict, List, Mapping, Optional
+from typing import List, Mapping, Optional
 
 from ensure_flydsl.cli import Call
 from ensure_flydsl.errors import ExitCode, Stage
@@ -15,7 +15,7 @@ from ensure_flydsl.layout import tree_folders
 from ensure_flydsl.probe.gate import evaluate
 from ensure_flydsl.probe.interpreter import broken_user_line, broken_users, probe_modules, run_probe
 from ensure_flydsl.result import result_json, result_object
-from ensure_flydsl.runs.answer import Answer, answer, followed, start_hint
+from ensure_flydsl.runs.answer import ABSENT_EXIT, Answer, answer, answers, followed, start_hint
 from ensure_flydsl.runs.markers import (
     EnvFile,
     EnvTwin,
@@ -32,51 +32,13 @@ from ensure_flydsl.settings import Settings
 from ensure_flydsl.support.launcher import command
 from ensure_flydsl.support.report import Reporter, fmt_seconds, known
 
-ABSENT_EXIT = 1  # `wait`, `env` and `verify` when nothing answers the request
 POLL_S = 0.05
-
-
-def exit_code_of(found: Answer) -> int:
-    """What `wait --timeout 0` returns for this answer: 0, the failure's code, 75 running, 1 absent."""
-    if found.state == SUCCEEDED:
-        return 0
-    if found.state == RUNNING:
-        return int(ExitCode.STILL_RUNNING)
-    if found.state == FAILED and found.failure is not None:
-        return found.failure.exit_code
-    return ABSENT_EXIT
-
-
-def answer_object(settings: Settings, found: Answer) -> Dict[str, object]:
-    """The result object of an answer (docs/schema/status.schema.json)."""
-    record, twin, failure = found.record, found.twin, found.failure
-    data = result_object(ok=found.state == SUCCEEDED, exit_code=exit_code_of(found), log=settings.log_file,
-                         run_id=found.run_id, elapsed_s=found.elapsed_s, hint=found.hint or None)
-    data.update(state=found.state, step=None, percent=None, eta_s=None, overdue_s=None, pid=None, root=settings.root,
-                python=None, waiting_for=None, installed=found.installed)
-    if record is not None:
-        data["pid"] = record.pid
-        data["log"] = record.log or settings.log_file
-    if found.state == RUNNING and record is not None:
-        data.update(step=record.step, percent=record.percent, eta_s=record.remaining_eta(), overdue_s=record.overdue_s,
-                    waiting_for=record.waiting, reason=f"run {record.run_id} is at step {record.step}",
-                    hint=f"run `{command('wait --timeout 540')}` again until it exits with something else than 75")
-    elif found.state == SUCCEEDED and twin is not None:
-        data.update(version=twin.version, python=twin.python, how=twin.how, built=twin.built,
-                    env_file=settings.env_file, eta_s=0,
-                    reason=f"{settings.env_file} answers this request: flydsl {twin.version} ({twin.how}) for "
-                           f"{twin.python}")
-    elif found.state == FAILED and failure is not None:
-        data.update(stage=failure.stage, reason=failure.reason)
-    else:
-        data["reason"] = found.reason
-    return data
 
 
 def status(call: Call, settings: Settings) -> int:
     """A pure query: nothing is written (a dead run is reported; its watchdog records it)."""
     settings = followed(settings, call.args.run_id)
-    data = answer_object(settings, answer(settings))
+    data = answer(settings).to_json(settings)
     if call.as_json:
         print(result_json(data))
         return 0
@@ -132,7 +94,7 @@ def wait(call: Call, settings: Settings) -> int:
             break
         time.sleep(POLL_S)
     if call.as_json:
-        print(result_json(answer_object(settings, found)))
+        print(result_json(found.to_json(settings)))
     return code
 
 
@@ -187,9 +149,7 @@ def show_env(call: Call, settings: Settings) -> int:
                              log=settings.log_file)
         if twin is not None and gap is None:
             data.update(how=twin.how, env_file=settings.env_file, version=twin.version, built=twin.built,
-                        run_id=twin.run_id or None, elapsed_s=twin.elapsed_s,
-                        reason=f"{settings.env_file} answers this request: flydsl {twin.version} ({twin.how}) for "
-                           f"{twin.python}")
+                        run_id=twin.run_id or None, elapsed_s=twin.elapsed_s, reason=answers(settings, twin))
         data.update(root=settings.root, installed=installed(settings.root, settings.request(), environ.get("PATH")),
                     env=None if twin is None or gap is not None else EnvFile(
                         settings.root, tuple(twin.pythonpath_prepend), twin.FLYDSL_SHIM_DIR,
