@@ -130,10 +130,7 @@ def _clean_root(root: str, settings: Settings, notes: List[str]) -> List[str]:
         for entry in sorted(os.listdir(layout.state_dir(root))):
             path = os.path.join(layout.state_dir(root), entry)
             if path != layout.owner_file(root):
-                if os.path.isdir(path) and not os.path.islink(path):
-                    remove_tree(path)
-                else:
-                    remove_file(path)
+                (remove_tree if os.path.isdir(path) else remove_file)(path)  # a link: either unlinks it
                 removed.append(path)
     else:
         remove_tree(layout.state_dir(root))

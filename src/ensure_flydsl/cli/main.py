@@ -163,51 +163,49 @@ def _wrap(text: str, indent: str = "") -> List[str]:
                          break_on_hyphens=False)
 
 
-# Each command's examples, shown by its help: (the arguments after `ensure-flydsl`, what it does).
-EXAMPLES: Dict[str, Tuple[Tuple[str, str], ...]] = {
-    "": (("--root ~/.cache/flydsl/FlyDSL", "blocking; then source ~/.cache/flydsl/FlyDSL/flydsl_env.sh"),
-         ("start --root ~/.cache/flydsl/FlyDSL", "detached: returns at once; then `wait --timeout 540`"),
-         ("doctor", "in seconds: can it succeed here, and if not, why")),
-    "ensure": (("--root ~/.cache/flydsl/FlyDSL", "reuse, else provision; then source "
-                "~/.cache/flydsl/FlyDSL/flydsl_env.sh"), ("--json --strategy release", "one JSON result object"),
-               ("-q --python /usr/bin/python3.11", "say nothing but a failure")),
-    "start": (("start --root ~/.cache/flydsl/FlyDSL", "returns at once"),
-              ("start --cache s3://bucket/flydsl", "then `wait --timeout 540`")),
-    "wait": (("wait --timeout 540", "inside an agent's 600 s shell call; 75: call it again"),
-             ("wait --timeout 0 --json", "answer at once")),
-    "status": (("status", ""), ("--root ~/.cache/flydsl/FlyDSL status --json", "")),
-    "env": (("env", "the env file, to source"), ("env --format json", "its JSON twin"),
-            ("env --json --min-version 0.2.3", "does it answer this request?")),
-    "verify": (("verify", "exit 0 only for one good tree"), ("verify --json --python /usr/bin/python3.11", "")),
-    "doctor": (("doctor", "one line per check, then the verdict"), ("doctor --strategy source --json", "")),
-    "cache": (("cache list --cache /srv/flydsl-cache", ""), ("help cache prune", "a cache command's own help")),
-    "cache list": (("cache list --cache /srv/flydsl-cache", "newest first"),
-                   ("cache list --json --cache-trusted-key ci-1.pub",
-                    "one JSON object; which signatures a trusted key verifies")),
-    "cache prune": (("cache prune --max-size 50G --cache /srv/flydsl-cache", ""),
-                    ("--cache s3://bucket/flydsl cache prune --max-size 500M", "")),
-    "cache keygen": (("cache keygen --out ~/.config/flydsl ci-1",
-                      "then FLYDSL_CACHE_SIGNING_KEY=~/.config/flydsl/ci-1.secret on the CI host"),
-                     ("cache keygen --out /etc/flydsl/keys ci-2",
-                      "a new key to rotate to: sign with it, then trust it")),
-    "cache sign": (("cache sign --key ~/.config/flydsl/ci-1.secret", "every entry"),
-                   ("cache sign --key ci-2.secret 3f2a9c 77b0e1 --cache-trusted-key ci-1.pub",
-                    "a rotation: two entries, if ci-1 signed them")),
-    "store": (("store list", "each tree, its size, where it came from and when it was last copied"),
-              ("help store prune", "a store command's own help")),
-    "store list": (("store list", ""), ("store list --json --store /scratch/flydsl-store", "one JSON object")),
-    "store prune": (("store prune --max-size 20G", "trees a root uses are kept"),
-                    ("--store /scratch/flydsl-store store prune --max-size 5G", "")),
-    "clean": (("clean", ""), ("clean --json --root ~/.cache/flydsl/FlyDSL", "")),
-    "stats": (("stats", "the last runs and where their time went"),
-              ("stats --json --root ~/.cache/flydsl/FlyDSL", "one root's runs"),
-              ("stats --records ./fleet-records", "a fleet's records, collected")),
-    "skill": (("skill $GEAK_ROOT/perf_knowledge/expert_skills/skills/ensure_flydsl", ""),
-              ("skill ./ensure_flydsl --force --wheels ./wheels", "no network")),
-    "help": (("help wait", ""), ("help settings", "")),
-    "completion": (("completion bash > ~/.local/share/bash-completion/completions/ensure-flydsl", ""),
-                   ("completion zsh", "eval it in ~/.zshrc, after compinit"),
-                   ("completion fish > ~/.config/fish/completions/ensure-flydsl.fish", "")),
+# Each command's examples, shown by its help: the arguments after `ensure-flydsl`, then what it does after "  # ".
+EXAMPLES: Dict[str, Tuple[str, ...]] = {
+    "": ("--root ~/.cache/flydsl/FlyDSL  # blocking; then source ~/.cache/flydsl/FlyDSL/flydsl_env.sh",
+         "start --root ~/.cache/flydsl/FlyDSL  # detached: returns at once; then `wait --timeout 540`",
+         "doctor  # in seconds: can it succeed here, and if not, why"),
+    "ensure": ("--root ~/.cache/flydsl/FlyDSL  # reuse, else provision; then source "
+               "~/.cache/flydsl/FlyDSL/flydsl_env.sh", "--json --strategy release  # one JSON result object",
+               "-q --python /usr/bin/python3.11  # say nothing but a failure"),
+    "start": ("start --root ~/.cache/flydsl/FlyDSL  # returns at once",
+              "start --cache s3://bucket/flydsl  # then `wait --timeout 540`"),
+    "wait": ("wait --timeout 540  # inside an agent's 600 s shell call; 75: call it again",
+             "wait --timeout 0 --json  # answer at once"),
+    "status": ("status", "--root ~/.cache/flydsl/FlyDSL status --json"),
+    "env": ("env  # the env file, to source", "env --format json  # its JSON twin",
+            "env --json --min-version 0.2.3  # does it answer this request?"),
+    "verify": ("verify  # exit 0 only for one good tree", "verify --json --python /usr/bin/python3.11"),
+    "doctor": ("doctor  # one line per check, then the verdict", "doctor --strategy source --json"),
+    "cache": ("cache list --cache /srv/flydsl-cache", "help cache prune  # a cache command's own help"),
+    "cache list": ("cache list --cache /srv/flydsl-cache  # newest first",
+                   "cache list --json --cache-trusted-key ci-1.pub  # one JSON object; which signatures a trusted "
+                   "key verifies"),
+    "cache prune": ("cache prune --max-size 50G --cache /srv/flydsl-cache",
+                    "--cache s3://bucket/flydsl cache prune --max-size 500M"),
+    "cache keygen": ("cache keygen --out ~/.config/flydsl ci-1  # then "
+                     "FLYDSL_CACHE_SIGNING_KEY=~/.config/flydsl/ci-1.secret on the CI host",
+                     "cache keygen --out /etc/flydsl/keys ci-2  # a new key to rotate to: sign with it, then trust it"),
+    "cache sign": ("cache sign --key ~/.config/flydsl/ci-1.secret  # every entry",
+                   "cache sign --key ci-2.secret 3f2a9c 77b0e1 --cache-trusted-key ci-1.pub  # a rotation: two "
+                   "entries, if ci-1 signed them"),
+    "store": ("store list  # each tree, its size, where it came from and when it was last copied",
+              "help store prune  # a store command's own help"),
+    "store list": ("store list", "store list --json --store /scratch/flydsl-store  # one JSON object"),
+    "store prune": ("store prune --max-size 20G  # trees a root uses are kept",
+                    "--store /scratch/flydsl-store store prune --max-size 5G"),
+    "clean": ("clean", "clean --json --root ~/.cache/flydsl/FlyDSL"),
+    "stats": ("stats  # the last runs and where their time went", "stats --json --root ~/.cache/flydsl/FlyDSL  # "
+              "one root's runs", "stats --records ./fleet-records  # a fleet's records, collected"),
+    "skill": ("skill $GEAK_ROOT/perf_knowledge/expert_skills/skills/ensure_flydsl",
+              "skill ./ensure_flydsl --force --wheels ./wheels  # no network"),
+    "help": ("help wait", "help settings"),
+    "completion": ("completion bash > ~/.local/share/bash-completion/completions/ensure-flydsl",
+                   "completion zsh  # eval it in ~/.zshrc, after compinit",
+                   "completion fish > ~/.config/fish/completions/ensure-flydsl.fish"),
 }
 
 
@@ -226,7 +224,8 @@ def _epilog(path: str, reads: Optional[Sequence[str]]) -> str:
                                    subsequent_indent=" " * 12, break_on_hyphens=False)
         lines.append("")
     lines.append("examples:")
-    for args, why in EXAMPLES[path]:
+    for example in EXAMPLES[path]:
+        args, _, why = example.partition("  # ")
         line = command(args)
         if not why:
             lines.append(f"  {line}")
