@@ -147,13 +147,13 @@ def show_env(call: Call, settings: Settings) -> int:
     if call.as_json:
         data = result_object(ok=gap is None, exit_code=code, reason=gap, hint=start_hint() if gap else None,
                              log=settings.log_file)
+        data.update(root=settings.root, installed=installed(settings.root, settings.request(), environ.get("PATH")),
+                    env=None)
         if twin is not None and gap is None:
             data.update(how=twin.how, env_file=settings.env_file, version=twin.version, built=twin.built,
-                        run_id=twin.run_id or None, elapsed_s=twin.elapsed_s, reason=answers(settings, twin))
-        data.update(root=settings.root, installed=installed(settings.root, settings.request(), environ.get("PATH")),
-                    env=None if twin is None or gap is not None else EnvFile(
-                        settings.root, tuple(twin.pythonpath_prepend), twin.FLYDSL_SHIM_DIR,
-                        twin.VLLM_USE_FLYDSL_MOE == "1").mapping(environ.get("PYTHONPATH")))
+                        run_id=twin.run_id or None, elapsed_s=twin.elapsed_s, reason=answers(settings, twin),
+                        env=EnvFile(settings.root, tuple(twin.pythonpath_prepend), twin.FLYDSL_SHIM_DIR,
+                                    twin.VLLM_USE_FLYDSL_MOE == "1").mapping(environ.get("PYTHONPATH")))
         print(result_json(data))
         return code
     if gap is not None:
