@@ -4,6 +4,11 @@ contract's exit code, the :class:`Stage` it happened in, a one-line reason and w
 from __future__ import annotations
 
 import enum
+import errno
+import os
+import pathlib
+import pwd
+import stat
 from typing import Dict, FrozenSet, Optional, Tuple
 
 from ensure_flydsl.support import space
@@ -162,6 +167,60 @@ def disk_full_error(exc: OSError, stage: Optional[Stage]) -> Optional["EnsureErr
     advice = f"free space there (`{command('clean')}` removes what this tool made for the root) and run it again"
     return EnsureError(disk_full_code(stage), f"{where}; {advice}", stage=stage,
                        meaning="a full file system")
+
+
+def access_error(exc: OSError, name: str) -> Optional[EnsureError]:
+    """The line for a path this user may not read or write (another user's root, a read-only mount): exit 64
+    naming the folder that blocks, its owner and what the command ``name`` needs; None for any other OSError."""
+    if exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return None
+    doing, me = f"`{command(name)}`", _user(os.geteuid())
+    path = exc.filename if isinstance(exc.filename, str) else None
+    if path is None:
+        reason = (f"{doing} was refused by the system ({exc.strerror}); run it as the user who owns FLYDSL_ROOT and "
+                  "the folder it is in")
+    elif exc.errno == errno.EROFS:
+        reason = (f"{path} is on a read-only file system, and {doing} needs to write there: remount it read-write, "
+                  "or use a FLYDSL_ROOT on a writable file system")
+    else:
+        blocking, info = _blocking(path)
+        if info is None:
+            reason = (f"{path} cannot be reached by {me}, and {doing} needs it: run it as the user who owns "
+                      "FLYDSL_ROOT, or use a FLYDSL_ROOT of your own")
+        else:
+            is_dir, owner = stat.S_ISDIR(info.st_mode), _user(info.st_uid)
+            readable = os.access(blocking, os.R_OK | (os.X_OK if is_dir else 0))
+            reason = (f"the {'folder' if is_dir else 'file'} {blocking} cannot be {'written' if readable else 'read'} "
+                      f"by {me}: it belongs to {owner}, mode {stat.S_IMODE(info.st_mode):04o}; {doing} needs "
+                      f"{'write' if readable else 'read'} access to it: run it as {owner}, or use a FLYDSL_ROOT of "
+                      "your own")
+    return EnsureError(ExitCode.BAD_INPUT, reason, stage=Stage.ACCESS)
+
+
+def _blocking(path: str) -> Tuple[str, Optional[os.stat_result]]:
+    """The deepest of ``path`` and its parents this user can stat, with its stat (None: not even ``/``)."""
+    full = os.path.abspath(path)
+    for folder in (full, *map(str, pathlib.PurePath(full).parents)):
+        try:
+            return folder, os.stat(folder)
+        except OSError:
+            pass
+    return path, None
+
+
+def _user(uid: int) -> str:
+    try:
+        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except KeyError:  # no passwd entry (a container's arbitrary uid)
+        return f"uid {uid}"
+
+
+class Refused(EnsureError):
+    """Bad input on the command line, found before anything is touched: exit 64 and one line naming the command
+    (``prog``), as argparse's own errors do."""
+
+    def __init__(self, reason: str, prog: str = "ensure-flydsl") -> None:
+        super().__init__(ExitCode.BAD_INPUT, f"{prog}: {reason}", stage=Stage.SETTINGS)
 
 
 class BadInput(EnsureError):

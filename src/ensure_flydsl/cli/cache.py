@@ -9,7 +9,8 @@ import os
 import time
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from ensure_flydsl.errors import EnsureError, ExitCode, Stage
+from ensure_flydsl.cli import Call
+from ensure_flydsl.errors import EnsureError, ExitCode, Refused, Stage
 from ensure_flydsl.result import result_json, result_object
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.support.files import LockBusy
@@ -29,37 +30,38 @@ SUMMARY_MAX = 4
 SIZE_ALLOWED = "bytes, or a number with K, M, G or T (powers of 1024; e.g. 500M, 2G, 1.5T)"
 
 
-class Refused(Exception):
-    """Bad input to a housekeeping command: one line, exit 64 (cli/main.py says it)."""
-
-
-def cache_command(settings: Settings, action: str, *, max_size: Optional[str], as_json: bool,
-                  say: Callable[[str], None], names: Sequence[str] = (), out: Optional[str] = None,
-                  key: Optional[str] = None) -> int:
+def housekeeping(call: Call, settings: Settings) -> int:
+    """``cache ACTION`` and ``store ACTION``."""
+    group, args, say = call.args.command, call.args, call.reporter.say
+    action = getattr(args, f"{group}_action")
+    if action is None:
+        raise Refused("which one? " + ("list, prune, keygen or sign" if group == "cache" else "list or prune") +
+                      f" ({command('help ' + group)} says what each does)", f"ensure-flydsl {group}")
+    if group == "store":
+        return store_command(call, settings, action)
     if action == "keygen":
-        if out is None or len(names) != 1:
+        if args.out is None or len(args.names) != 1:
             raise Refused("cache keygen needs --out DIR and one NAME (e.g. cache keygen --out ~/.config/flydsl ci-1)")
-        secret, public = keygen(out, names[0])
+        secret, public = keygen(args.out, args.names[0])
         say(f"wrote the secret key {secret} (mode 600: give it to the host that signs, as FLYDSL_CACHE_SIGNING_KEY) "
             f"and the public key {public} (give it to every host that checks, in FLYDSL_CACHE_TRUSTED_KEYS)")
         return 0
     if settings.cache is None:
         raise Refused("FLYDSL_CACHE (--cache) is not set: point it at a folder or an fsspec URL such as "
                       "s3://bucket/prefix")
-    limit = _limit("cache", max_size) if action == "prune" else 0
-    if action == "sign" and key is None:
+    limit = _limit("cache", args.max_size) if action == "prune" else 0
+    if action == "sign" and args.key is None:
         raise Refused("cache sign needs --key PATH: the secret key file to sign with (from cache keygen)")
     try:
         cache = open_cache(settings.cache)
         if action == "sign":
-            assert key is not None
-            sign_entries(settings, cache, key, names, say)
+            sign_entries(settings, cache, args.key, args.names, say)
             _warn(cache.warnings, say)
         elif action == "list":
             entries = cache.entries()
             signers = signers_of(settings, cache, entries, cache.warnings)
             _warn(cache.warnings, say)
-            if as_json:  # one object, also for an empty cache
+            if call.as_json:  # one object, also for an empty cache
                 listed = [dict(entry.to_json(), signers=signers.get(signing.manifest_sha(entry.manifest), []))
                           for entry in entries]
                 print(json.dumps({"schema_version": LIST_SCHEMA_VERSION, "location": cache.location,
@@ -247,12 +249,11 @@ def signers_text(signers: Optional[List[Dict[str, object]]]) -> str:
     return "signed by " + ", ".join(shown)
 
 
-def store_command(settings: Settings, environ: Mapping[str, str], action: str, *, max_size: Optional[str],
-                  as_json: bool, say: Callable[[str], None]) -> int:
-    path = settings.store_folder(environ)
+def store_command(call: Call, settings: Settings, action: str) -> int:
+    path, as_json, say = settings.store_folder(call.environ), call.as_json, call.reporter.say
     if path is None:
         raise Refused("no host store: FLYDSL_STORE is off (or neither XDG_CACHE_HOME nor HOME names a folder)")
-    limit = _limit("store", max_size) if action == "prune" else 0
+    limit = _limit("store", call.args.max_size) if action == "prune" else 0
     problem = store_problem(path)
     if problem is not None:  # the rule `ensure` has for the store, in every command
         raise Refused(f"{settings.label('store') if settings.store else 'the default host store'}={path} cannot be "

@@ -9,6 +9,7 @@ import uuid
 from typing import Callable, List, Tuple
 
 from ensure_flydsl import layout
+from ensure_flydsl.cli import Call
 from ensure_flydsl.errors import EnsureError, ExitCode, Stage
 from ensure_flydsl.pipeline.lock import build_lock
 from ensure_flydsl.result import result_json, result_object
@@ -22,13 +23,13 @@ from ensure_flydsl.support.launcher import command
 from ensure_flydsl.ways.source.environment import LlvmRecord
 
 
-def clean(settings: Settings, say: Callable[[str], None], *, as_json: bool) -> int:
+def clean(call: Call, settings: Settings) -> int:
     """Say a line for each thing kept and each removed (under --json also one result object naming them); 0."""
-    removed, kept = _clean(settings, say)
+    removed, kept = _clean(settings, call.reporter.say)
     lines = [*kept, *(f"removed {path}" for path in removed)] + ([] if removed else ["nothing to clean"])
     for line in lines:
-        say(line)
-    if as_json:
+        call.reporter.say(line)
+    if call.as_json:
         data = result_object(ok=True, exit_code=0, reason="; ".join(lines), log=settings.log_file)
         data.update(root=settings.root, removed=removed, kept=kept)
         print(result_json(data))
@@ -129,10 +130,7 @@ def _clean_root(root: str, settings: Settings, notes: List[str]) -> List[str]:
         for entry in sorted(os.listdir(layout.state_dir(root))):
             path = os.path.join(layout.state_dir(root), entry)
             if path != layout.owner_file(root):
-                if os.path.isdir(path) and not os.path.islink(path):
-                    remove_tree(path)
-                else:
-                    remove_file(path)
+                (remove_tree if os.path.isdir(path) else remove_file)(path)  # a link: either unlinks it
                 removed.append(path)
     else:
         remove_tree(layout.state_dir(root))

@@ -5,23 +5,19 @@ from __future__ import annotations
 
 import argparse
 import difflib
-import errno
 import json
 import os
-import pathlib
-import pwd
 import re
 import select
 import shutil
 import signal
-import stat
 import sys
 import textwrap
 import traceback
-from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Mapping, NoReturn, Optional, Sequence, Tuple
 
-from ensure_flydsl.cli.cache import Refused, cache_command, store_command
+from ensure_flydsl.cli import Call
+from ensure_flydsl.cli.cache import housekeeping
 from ensure_flydsl.cli.clean import clean
 from ensure_flydsl.cli.start import start, worker
 from ensure_flydsl.cli.stats import stats
@@ -32,7 +28,9 @@ from ensure_flydsl.errors import (
     EnsureError,
     ExitCode,
     Interrupted,
+    Refused,
     Stage,
+    access_error,
     disk_full_error,
     interrupted_by,
 )
@@ -75,17 +73,6 @@ DOCTOR_SCHEMA_VERSION = 1  # of `doctor --json`'s shape: a new key keeps it, a c
 BUILD_FAILURES = (ExitCode.FETCH, ExitCode.CHECKOUT, ExitCode.LLVM_BUILD, ExitCode.FLYDSL_BUILD, ExitCode.PROBE)
 
 
-@dataclass
-class Call:
-    """One command line: its arguments, the variables, where it reports and how; a command's handler gets it."""
-
-    args: argparse.Namespace
-    environ: Dict[str, str]
-    reporter: Reporter
-    as_json: bool
-    warm_key: Optional[List[str]]
-
-
 # -- the parser -----------------------------------------------------------------------------------------------
 class _Formatter(argparse.RawDescriptionHelpFormatter):
     """A command's help lists its own options; the settings it reads are in its epilog, by concern."""
@@ -101,14 +88,14 @@ class _Formatter(argparse.RawDescriptionHelpFormatter):
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         # A usage error is bad input: exit 64 and one line (argparse's exit 2 means "clone failed" here).
-        refuse(f"{self.prog}: {message}")
+        raise Refused(message, self.prog)
 
     def _check_value(self, action: argparse.Action, value: Any) -> None:
         if isinstance(action, argparse._SubParsersAction) and value not in action.choices:
             group = self.prog.split()[1:]  # ["cache"] under cache, [] at the top
             what = f"{group[0]} command" if group else "command"
             where = f"{command('help ' + group[0])} lists them" if group else f"{command('help')} lists the commands"
-            refuse(unknown(what, value, list(action.choices), where))
+            raise Refused(unknown(what, value, list(action.choices), where))
         super()._check_value(action, value)
 
 
@@ -122,14 +109,6 @@ class _Version(argparse.Action):
         parser.exit()
 
 
-class Refusal(Exception):
-    """Bad input on the command line, found before anything is touched: one line, exit 64 (main says it)."""
-
-
-def refuse(line: str) -> NoReturn:
-    raise Refusal(line)
-
-
 def unknown(what: str, word: str, known: List[str], where: str) -> str:
     """The line for a word that names no command, with the closest one (a word of its letters first)."""
     close = sorted(difflib.get_close_matches(word, known, n=2), key=lambda k: sorted(k) != sorted(word))
@@ -137,7 +116,7 @@ def unknown(what: str, word: str, known: List[str], where: str) -> str:
     if len(close) == 2 and (sorted(close[0]) == sorted(word) or ratio[0] - ratio[1] > 0.05):
         close = close[:1]
     meant = f"; did you mean {' or '.join(repr(k) for k in close)}?" if close else ""
-    return f"ensure-flydsl: unknown {what} '{word}'{meant} ({where})"
+    return f"unknown {what} '{word}'{meant} ({where})"
 
 
 def _add_setting(parser: Any, setting: Setting, help: Optional[str]) -> None:
@@ -184,51 +163,49 @@ def _wrap(text: str, indent: str = "") -> List[str]:
                          break_on_hyphens=False)
 
 
-# Each command's examples, shown by its help: (the arguments after `ensure-flydsl`, what it does).
-EXAMPLES: Dict[str, Tuple[Tuple[str, str], ...]] = {
-    "": (("--root ~/.cache/flydsl/FlyDSL", "blocking; then source ~/.cache/flydsl/FlyDSL/flydsl_env.sh"),
-         ("start --root ~/.cache/flydsl/FlyDSL", "detached: returns at once; then `wait --timeout 540`"),
-         ("doctor", "in seconds: can it succeed here, and if not, why")),
-    "ensure": (("--root ~/.cache/flydsl/FlyDSL", "reuse, else provision; then source "
-                "~/.cache/flydsl/FlyDSL/flydsl_env.sh"), ("--json --strategy release", "one JSON result object"),
-               ("-q --python /usr/bin/python3.11", "say nothing but a failure")),
-    "start": (("start --root ~/.cache/flydsl/FlyDSL", "returns at once"),
-              ("start --cache s3://bucket/flydsl", "then `wait --timeout 540`")),
-    "wait": (("wait --timeout 540", "inside an agent's 600 s shell call; 75: call it again"),
-             ("wait --timeout 0 --json", "answer at once")),
-    "status": (("status", ""), ("--root ~/.cache/flydsl/FlyDSL status --json", "")),
-    "env": (("env", "the env file, to source"), ("env --format json", "its JSON twin"),
-            ("env --json --min-version 0.2.3", "does it answer this request?")),
-    "verify": (("verify", "exit 0 only for one good tree"), ("verify --json --python /usr/bin/python3.11", "")),
-    "doctor": (("doctor", "one line per check, then the verdict"), ("doctor --strategy source --json", "")),
-    "cache": (("cache list --cache /srv/flydsl-cache", ""), ("help cache prune", "a cache command's own help")),
-    "cache list": (("cache list --cache /srv/flydsl-cache", "newest first"),
-                   ("cache list --json --cache-trusted-key ci-1.pub",
-                    "one JSON object; which signatures a trusted key verifies")),
-    "cache prune": (("cache prune --max-size 50G --cache /srv/flydsl-cache", ""),
-                    ("--cache s3://bucket/flydsl cache prune --max-size 500M", "")),
-    "cache keygen": (("cache keygen --out ~/.config/flydsl ci-1",
-                      "then FLYDSL_CACHE_SIGNING_KEY=~/.config/flydsl/ci-1.secret on the CI host"),
-                     ("cache keygen --out /etc/flydsl/keys ci-2",
-                      "a new key to rotate to: sign with it, then trust it")),
-    "cache sign": (("cache sign --key ~/.config/flydsl/ci-1.secret", "every entry"),
-                   ("cache sign --key ci-2.secret 3f2a9c 77b0e1 --cache-trusted-key ci-1.pub",
-                    "a rotation: two entries, if ci-1 signed them")),
-    "store": (("store list", "each tree, its size, where it came from and when it was last copied"),
-              ("help store prune", "a store command's own help")),
-    "store list": (("store list", ""), ("store list --json --store /scratch/flydsl-store", "one JSON object")),
-    "store prune": (("store prune --max-size 20G", "trees a root uses are kept"),
-                    ("--store /scratch/flydsl-store store prune --max-size 5G", "")),
-    "clean": (("clean", ""), ("clean --json --root ~/.cache/flydsl/FlyDSL", "")),
-    "stats": (("stats", "the last runs and where their time went"),
-              ("stats --json --root ~/.cache/flydsl/FlyDSL", "one root's runs"),
-              ("stats --records ./fleet-records", "a fleet's records, collected")),
-    "skill": (("skill $GEAK_ROOT/perf_knowledge/expert_skills/skills/ensure_flydsl", ""),
-              ("skill ./ensure_flydsl --force --wheels ./wheels", "no network")),
-    "help": (("help wait", ""), ("help settings", "")),
-    "completion": (("completion bash > ~/.local/share/bash-completion/completions/ensure-flydsl", ""),
-                   ("completion zsh", "eval it in ~/.zshrc, after compinit"),
-                   ("completion fish > ~/.config/fish/completions/ensure-flydsl.fish", "")),
+# Each command's examples, shown by its help: the arguments after `ensure-flydsl`, then what it does after "  # ".
+EXAMPLES: Dict[str, Tuple[str, ...]] = {
+    "": ("--root ~/.cache/flydsl/FlyDSL  # blocking; then source ~/.cache/flydsl/FlyDSL/flydsl_env.sh",
+         "start --root ~/.cache/flydsl/FlyDSL  # detached: returns at once; then `wait --timeout 540`",
+         "doctor  # in seconds: can it succeed here, and if not, why"),
+    "ensure": ("--root ~/.cache/flydsl/FlyDSL  # reuse, else provision; then source "
+               "~/.cache/flydsl/FlyDSL/flydsl_env.sh", "--json --strategy release  # one JSON result object",
+               "-q --python /usr/bin/python3.11  # say nothing but a failure"),
+    "start": ("start --root ~/.cache/flydsl/FlyDSL  # returns at once",
+              "start --cache s3://bucket/flydsl  # then `wait --timeout 540`"),
+    "wait": ("wait --timeout 540  # inside an agent's 600 s shell call; 75: call it again",
+             "wait --timeout 0 --json  # answer at once"),
+    "status": ("status", "--root ~/.cache/flydsl/FlyDSL status --json"),
+    "env": ("env  # the env file, to source", "env --format json  # its JSON twin",
+            "env --json --min-version 0.2.3  # does it answer this request?"),
+    "verify": ("verify  # exit 0 only for one good tree", "verify --json --python /usr/bin/python3.11"),
+    "doctor": ("doctor  # one line per check, then the verdict", "doctor --strategy source --json"),
+    "cache": ("cache list --cache /srv/flydsl-cache", "help cache prune  # a cache command's own help"),
+    "cache list": ("cache list --cache /srv/flydsl-cache  # newest first",
+                   "cache list --json --cache-trusted-key ci-1.pub  # one JSON object; which signatures a trusted "
+                   "key verifies"),
+    "cache prune": ("cache prune --max-size 50G --cache /srv/flydsl-cache",
+                    "--cache s3://bucket/flydsl cache prune --max-size 500M"),
+    "cache keygen": ("cache keygen --out ~/.config/flydsl ci-1  # then "
+                     "FLYDSL_CACHE_SIGNING_KEY=~/.config/flydsl/ci-1.secret on the CI host",
+                     "cache keygen --out /etc/flydsl/keys ci-2  # a new key to rotate to: sign with it, then trust it"),
+    "cache sign": ("cache sign --key ~/.config/flydsl/ci-1.secret  # every entry",
+                   "cache sign --key ci-2.secret 3f2a9c 77b0e1 --cache-trusted-key ci-1.pub  # a rotation: two "
+                   "entries, if ci-1 signed them"),
+    "store": ("store list  # each tree, its size, where it came from and when it was last copied",
+              "help store prune  # a store command's own help"),
+    "store list": ("store list", "store list --json --store /scratch/flydsl-store  # one JSON object"),
+    "store prune": ("store prune --max-size 20G  # trees a root uses are kept",
+                    "--store /scratch/flydsl-store store prune --max-size 5G"),
+    "clean": ("clean", "clean --json --root ~/.cache/flydsl/FlyDSL"),
+    "stats": ("stats  # the last runs and where their time went", "stats --json --root ~/.cache/flydsl/FlyDSL  # "
+              "one root's runs", "stats --records ./fleet-records  # a fleet's records, collected"),
+    "skill": ("skill $GEAK_ROOT/perf_knowledge/expert_skills/skills/ensure_flydsl",
+              "skill ./ensure_flydsl --force --wheels ./wheels  # no network"),
+    "help": ("help wait", "help settings"),
+    "completion": ("completion bash > ~/.local/share/bash-completion/completions/ensure-flydsl",
+                   "completion zsh  # eval it in ~/.zshrc, after compinit",
+                   "completion fish > ~/.config/fish/completions/ensure-flydsl.fish"),
 }
 
 
@@ -247,7 +224,8 @@ def _epilog(path: str, reads: Optional[Sequence[str]]) -> str:
                                    subsequent_indent=" " * 12, break_on_hyphens=False)
         lines.append("")
     lines.append("examples:")
-    for args, why in EXAMPLES[path]:
+    for example in EXAMPLES[path]:
+        args, _, why = example.partition("  # ")
         line = command(args)
         if not why:
             lines.append(f"  {line}")
@@ -289,38 +267,33 @@ def _add_commands(command: Callable[..., argparse.ArgumentParser]) -> argparse.A
     command("ensure", "make FlyDSL importable (the default command); blocking", json=ENSURE_JSON, run=_ensure)
     command("start", "launch the same work as `ensure` detached; print {run_id, pid, log, state} and return",
             json="its messages as JSON events on stderr (the answer is one JSON object on stdout either way)",
-            run=lambda call, settings: start(settings, call.environ, call.reporter))
+            run=start)
     waiting = command("wait", "follow the root's run until it ends: 0, its failure's exit code, or 75 at --timeout",
                       RECORDS, json="print the answer as one JSON result object on stdout (heartbeats as JSON "
-                      "events on stderr)", run=lambda call, settings: wait(
-                          settings, call.reporter, timeout=call.args.timeout, heartbeat=call.args.heartbeat,
-                          as_json=call.as_json, run_id=call.args.run_id))
+                      "events on stderr)", run=wait)
     waiting.add_argument("--timeout", type=_seconds(zero_ok=True), metavar="S",
                          help="give up waiting after S seconds (0: answer at once)")
     waiting.add_argument("--heartbeat", type=_seconds(zero_ok=False), default=30.0, metavar="S",
                          help="print a heartbeat line at least every S seconds (default 30)")
     status_parser = command("status", "state, step, percent, elapsed, ETA, pid, version, root, python, how, log",
-                            RECORDS, json="one JSON result object (docs/schema/)",
-                            run=lambda call, settings: status(settings, as_json=call.as_json, run_id=call.args.run_id))
+                            RECORDS, json="one JSON result object (docs/schema/)", run=status)
     for parser in (waiting, status_parser):
         parser.add_argument("--run-id", metavar="ID", help="the run `start` printed, whatever its settings (default: "
                             "the request's; with no request setting given, the root's current run)")
     command("env", "print the env file (or its JSON twin)", RECORDS, json="one JSON result object: whether the env "
             "file answers this request, its version, and the variables it exports",
-            run=lambda call, settings: show_env(settings, call.args.format, call.environ, as_json=call.as_json),
-            ).add_argument("--format", choices=("sh", "json"), default="sh")
+            run=show_env).add_argument("--format", choices=("sh", "json"), default="sh")
     command("verify", "run the full import probe and print each module's file", RECORDS + ("probe_timeout",),
-            json="one JSON result object with each module's file",
-            run=lambda call, settings: verify(settings, call.environ, as_json=call.as_json))
+            json="one JSON result object with each module's file", run=verify)
     command("doctor", "predict, in seconds, whether the configured strategy can succeed here, and why not",
             json="one JSON object with every check (docs/schema/doctor.schema.json)", run=_doctor)
     _add_cache_commands(command)
     command("clean", "remove what this tool created for the root (never anything else)",
             ("root", "lock_file", "fail_marker"), json="one JSON result object naming what was removed and kept",
-            run=lambda call, settings: clean(settings, call.reporter.say, as_json=call.as_json))
+            run=clean)
     stats_parser = command("stats", "where this host's runs spent their time: each run's stages, waits and bytes, "
                            "and a summary", None, json="one JSON object: every run under `runs`, and the `summary` "
-                           "(docs/schema/stats.schema.json)", run=_stats)
+                           "(docs/schema/stats.schema.json)", run=stats)
     stats_parser.add_argument("--root", dest="of_root", metavar="ROOT",
                               help="only the runs of this root (default: every root of the host)")
     stats_parser.add_argument("--records", metavar="DIR", help="read the timing records in DIR (a fleet's, collected "
@@ -334,7 +307,7 @@ def _add_commands(command: Callable[..., argparse.ArgumentParser]) -> argparse.A
     skill.add_argument("--wheels", metavar="DIR",
                        help="take the vendored libraries' pinned wheels from DIR (no network)")
     helping = command("help", "this list; a command's help (help COMMAND); every setting (help settings)", None,
-                      loud=False, run=lambda call: _help(call.args.topic))
+                      loud=False, run=_help)
     topic = helping.add_argument("topic", nargs="*", metavar="COMMAND",
                                  help="a command (`cache list`: a cache command), or `settings` for every setting")
     command("completion", "print a completion script for bash, zsh or fish", None, loud=False,
@@ -346,7 +319,7 @@ def _add_cache_commands(command: Callable[..., argparse.ArgumentParser]) -> None
     """``cache`` and ``store``, each a command of commands."""
     trust = ("cache", "cache_trusted_keys")
     cache = command("cache", "housekeeping of the binary cache (FLYDSL_CACHE): list, prune, keygen, sign", trust,
-                    loud=False, run=_housekeeping)
+                    loud=False, run=housekeeping)
     actions = cache.add_subparsers(dest="cache_action", metavar="ACTION", title="cache commands")
     command("cache list", "every entry of the binary cache: kind, key, size, age, what it was built from, who signed "
             "it", trust, under=actions, json="one JSON object {schema_version, location, entries: [...], warnings} "
@@ -364,7 +337,7 @@ def _add_cache_commands(command: Callable[..., argparse.ArgumentParser]) -> None
                       help="the entries to sign: prefixes of their keys, as `cache list` shows them (default: all)")
     sign.add_argument("--key", metavar="PATH", help="the secret key file to sign with (from `cache keygen`)")
     store = command("store", "the host store of trees the roots copy (FLYDSL_STORE): list, prune", ("store",),
-                    loud=False, run=_housekeeping)
+                    loud=False, run=housekeeping)
     actions = store.add_subparsers(dest="store_action", metavar="ACTION", title="store commands")
     command("store list", "every tree of the host store: its key, size, files, where it came from and its last use",
             ("store",), under=actions, json="one JSON result object with every tree (docs/schema/)")
@@ -406,8 +379,9 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     return parser.parse_args(with_command(parser, list(argv)))
 
 
-def _help(topic: List[str]) -> int:
+def _help(call: Call) -> int:
     """``help [COMMAND]``: the command's own ``--help``; ``help settings``: every setting."""
+    topic: List[str] = call.args.topic
     if topic[:1] == ["settings"] and len(topic) == 1:
         page = argparse.ArgumentParser(prog="ensure-flydsl", usage=argparse.SUPPRESS, add_help=False, description=(
             "Every setting is a flag (before or after the command) and an environment variable; a flag wins over its "
@@ -422,7 +396,8 @@ def _help(topic: List[str]) -> int:
         return 0
     if topic[:1] == ["settings"] or len(topic) > (2 if topic[:1] in (["cache"], ["store"]) else 1):
         also = "; `help settings` lists the settings" if topic[:1] == ["settings"] else ""
-        refuse(f"ensure-flydsl help: {' '.join(topic)!r} is no command ({command('help')} lists the commands{also})")
+        raise Refused(f"{' '.join(topic)!r} is no command ({command('help')} lists the commands{also})",
+                      "ensure-flydsl help")
     build_parser().parse_args([*topic, "--help"])
     return 0
 
@@ -440,18 +415,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     # anyone could plant a hook that the next run's git executes.
     os.umask(os.umask(0o022) | 0o002)
     argv = sys.argv[1:] if argv is None else list(argv)
-    try:
-        return _main(argv)
-    except Refusal as exc:  # under --json, one JSON object too: the reason, exit 64
-        as_json = "--json" in argv
-        reporter = Reporter.for_stream(sys.stderr, json_events=as_json)
-        _failed(reporter, as_json, result_object(exit_code=int(ExitCode.BAD_INPUT), stage=Stage.SETTINGS,
-                                                 reason=str(exc)), str(exc))
-        reporter.close()
-        return int(ExitCode.BAD_INPUT)
-
-
-def _main(argv: List[str]) -> int:
     if argv[:1] == ["_watchdog"]:
         unblock_stop_signals()  # started by a worker that may still have them blocked (cli/start.py)
         return watch(argv[1], argv[2])
@@ -460,12 +423,18 @@ def _main(argv: List[str]) -> int:
         args = argparse.Namespace(command="_worker", reads_settings=False, run=lambda call: worker(
             given["--run-id"], int(given["--alive-fd"]), given["--settings-json"], call.environ, call.reporter))
     else:
-        parser = build_parser()
-        if "_ARGCOMPLETE" in os.environ:
-            import argcomplete
+        try:
+            parser = build_parser()
+            if "_ARGCOMPLETE" in os.environ:
+                import argcomplete
 
-            argcomplete.autocomplete(parser)  # prints what a TAB offers and exits
-        args = parser.parse_args(with_command(parser, argv))
+                argcomplete.autocomplete(parser)  # prints what a TAB offers and exits
+            args = parser.parse_args(with_command(parser, argv))
+        except Refused as exc:  # under --json, one JSON object too: the reason, exit 64
+            reporter = Reporter.for_stream(sys.stderr, json_events="--json" in argv)
+            refused = _error(reporter, "--json" in argv, exc)
+            reporter.close()
+            return refused
     verbosity = int(getattr(args, "verbosity", 0))
     # The front door's key when the settings come from the argv and the variables alone (warm.py).
     warm_key = key_tokens(argv) if args.command == "ensure" and not verbosity else None
@@ -486,14 +455,7 @@ def _main(argv: List[str]) -> int:
         to_devnull(sys.stdout)  # the reader stopped reading (`| head -1`): what it did not read is nobody's failure
         return 0 if code is None else code
     except EnsureError as exc:
-        tail = reporter.tail(20) if exc.code in BUILD_FAILURES else []  # a build step's log says why
-        data = result_object(exit_code=int(exc.code), stage=exc.stage or None, reason=exc.reason,
-                             hint=exc.hint or None, log=reporter.log_path, run_id=exc.run_id, elapsed_s=exc.elapsed_s)
-        data["installed"] = exc.installed
-        _failed(reporter, as_json, data, format_error(exc, tail, reporter.log_path), tail)
-        return int(exc.code)
-    except Refusal:
-        raise  # main says it
+        return _error(reporter, as_json, exc)
     except (KeyboardInterrupt, Interrupted) as exc:
         what = interrupted_by(exc)
         _failed(reporter, as_json, result_object(exit_code=int(ExitCode.INTERRUPTED), reason=what,
@@ -521,10 +483,8 @@ def _run(call: Call) -> int:
         raise
     try:
         return int(args.run(call, settings))
-    except Refused as exc:
-        refuse(f"ensure-flydsl: {exc}")
     except OSError as exc:  # another user's files, a read-only mount, a full file system: one line
-        refused = None if isinstance(exc, BrokenPipeError) else _access_error(exc, args.command) or disk_full_error(
+        refused = None if isinstance(exc, BrokenPipeError) else access_error(exc, args.command) or disk_full_error(
             exc, {"start": Stage.STARTING, "clean": Stage.CLEAN}.get(args.command))
         if refused is None:
             raise
@@ -535,30 +495,10 @@ def _completion(call: Call) -> int:
     try:
         from argcomplete.shell_integration import shellcode
     except ImportError:  # the GEAK folder's zipapp carries only what its commands need
-        refuse("ensure-flydsl completion: argcomplete is not installed here: use an ensure-flydsl installed with pip")
+        raise Refused("argcomplete is not installed here: use an ensure-flydsl installed with pip",
+                      "ensure-flydsl completion") from None
     print(shellcode(["ensure-flydsl"], shell=call.args.shell), end="")
     return 0
-
-
-def _stats(call: Call) -> int:
-    # A --root before the command is taken for the setting: here it is the filter too.
-    of_root = call.args.of_root if call.args.of_root is not None else getattr(call.args, "root", None)
-    return stats(of_root, call.args.records, call.environ, as_json=call.as_json)
-
-
-def _housekeeping(call: Call, settings: Settings) -> int:
-    """``cache ACTION`` and ``store ACTION``."""
-    group, args, say = call.args.command, call.args, call.reporter.say
-    action = getattr(args, f"{group}_action")
-    if action is None:
-        refuse(f"ensure-flydsl {group}: which one? " + ("list, prune, keygen or sign" if group == "cache" else
-               "list or prune") + f" ({command('help ' + group)} says what each does)")
-    if group == "store":
-        return store_command(settings, call.environ, action, max_size=getattr(args, "max_size", None),
-                             as_json=call.as_json, say=say)
-    return cache_command(settings, action, max_size=getattr(args, "max_size", None), as_json=call.as_json, say=say,
-                         names=getattr(args, "names", ()), out=getattr(args, "out", None),
-                         key=getattr(args, "key", None))
 
 
 def _ensure(call: Call, settings: Settings) -> int:
@@ -627,7 +567,20 @@ def _report_bad_input(exc: BadInput, flags: Mapping[str, Optional[str]], environ
             pass  # a read-only or full folder: the one line on stderr still says what is wrong
 
 
+def _error(reporter: Reporter, as_json: bool, exc: EnsureError) -> int:
+    """Say the failure, and return its exit code."""
+    tail = reporter.tail(20) if exc.code in BUILD_FAILURES else []  # a build step's log says why
+    data = result_object(exit_code=int(exc.code), stage=exc.stage or None, reason=exc.reason, hint=exc.hint or None,
+                         log=reporter.log_path, run_id=exc.run_id, elapsed_s=exc.elapsed_s)
+    if not isinstance(exc, Refused):  # a refusal looked at nothing installed
+        data["installed"] = exc.installed
+    _failed(reporter, as_json, data, format_error(exc, tail, reporter.log_path), tail)
+    return int(exc.code)
+
+
 def format_error(exc: EnsureError, log_tail: List[str], log_path: Optional[str]) -> str:
+    if isinstance(exc, Refused):
+        return exc.reason  # the line, naming the command
     if exc.code == ExitCode.BAD_INPUT:
         return f"ensure-flydsl: {exc.reason}"  # one line, naming the setting and what is allowed
     stage = f", stage {exc.stage}" if exc.stage else ""
@@ -641,52 +594,6 @@ def format_error(exc: EnsureError, log_tail: List[str], log_path: Optional[str])
     if exc.hint:
         lines.append(f"  next: {exc.hint}")
     return "\n".join(lines)
-
-
-def _access_error(exc: OSError, name: str) -> Optional[EnsureError]:
-    """The line for a path this user may not read or write (another user's root, a read-only mount): exit 64
-    naming the folder that blocks, its owner and what the command needs; None for any other OSError."""
-    if exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
-        return None
-    doing, me = f"`{command(name)}`", _user(os.geteuid())
-    path = exc.filename if isinstance(exc.filename, str) else None
-    if path is None:
-        reason = (f"{doing} was refused by the system ({exc.strerror}); run it as the user who owns FLYDSL_ROOT and "
-                  "the folder it is in")
-    elif exc.errno == errno.EROFS:
-        reason = (f"{path} is on a read-only file system, and {doing} needs to write there: remount it read-write, "
-                  "or use a FLYDSL_ROOT on a writable file system")
-    else:
-        blocking, info = _blocking(path)
-        if info is None:
-            reason = (f"{path} cannot be reached by {me}, and {doing} needs it: run it as the user who owns "
-                      "FLYDSL_ROOT, or use a FLYDSL_ROOT of your own")
-        else:
-            is_dir, owner = stat.S_ISDIR(info.st_mode), _user(info.st_uid)
-            readable = os.access(blocking, os.R_OK | (os.X_OK if is_dir else 0))
-            reason = (f"the {'folder' if is_dir else 'file'} {blocking} cannot be {'written' if readable else 'read'} "
-                      f"by {me}: it belongs to {owner}, mode {stat.S_IMODE(info.st_mode):04o}; {doing} needs "
-                      f"{'write' if readable else 'read'} access to it: run it as {owner}, or use a FLYDSL_ROOT of "
-                      "your own")
-    return EnsureError(ExitCode.BAD_INPUT, reason, stage=Stage.ACCESS)
-
-
-def _blocking(path: str) -> Tuple[str, Optional[os.stat_result]]:
-    """The deepest of ``path`` and its parents this user can stat, with its stat (None: not even ``/``)."""
-    full = os.path.abspath(path)
-    for folder in (full, *map(str, pathlib.PurePath(full).parents)):
-        try:
-            return folder, os.stat(folder)
-        except OSError:
-            pass
-    return path, None
-
-
-def _user(uid: int) -> str:
-    try:
-        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
-    except KeyError:  # no passwd entry (a container's arbitrary uid)
-        return f"uid {uid}"
 
 
 def _raise_interrupted(signum: int, _frame: object) -> None:

@@ -9,6 +9,7 @@ import subprocess
 import time
 from typing import Dict, Mapping, Optional
 
+from ensure_flydsl.cli import Call
 from ensure_flydsl.errors import EnsureError, ExitCode, Stage, disk_full_error
 from ensure_flydsl.layout import start_lock_file
 from ensure_flydsl.pipeline.decide import preflight
@@ -66,7 +67,8 @@ def _started(settings: Settings, run_id: str, pid: Optional[int], log: str, *, j
     return data
 
 
-def start(settings: Settings, environ: Mapping[str, str], reporter: Reporter) -> int:
+def start(call: Call, settings: Settings) -> int:
+    environ, reporter = call.environ, call.reporter
     preflight(settings, environ)
     store = RunStore(settings.root)
     store.ensure_folder()

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import os
-from typing import Dict, List, Mapping, Optional, Sequence
+from typing import List, Mapping, Optional, Sequence
 
+from ensure_flydsl.cli import Call
 from ensure_flydsl.errors import BadInput
 from ensure_flydsl.layout import host_cache_dir, timings_dir
 from ensure_flydsl.result import result_json, result_object
@@ -28,57 +29,51 @@ def _folder(records: Optional[str], environ: Mapping[str, str]) -> Optional[str]
     return None if host is None else timings_dir(host)
 
 
-class _Found:
-
-    def __init__(self, environ: Mapping[str, str], *, folder: Optional[str], root: Optional[str],
-                 runs: List[TimingRecord], skipped: List[Skipped]) -> None:
-        self.host, self.folder, self.root, self.runs, self.skipped = host_id(environ), folder, root, runs, skipped
-        self.summary = summarize(runs)
-
-    def to_json(self) -> Dict[str, object]:
-        where = f" of {self.root}" if self.root else ""
-        reason = (f"{runs_text(len(self.runs))}{where} in {self.folder}" if self.folder else
-                  "no folder for timing records: neither XDG_CACHE_HOME nor HOME names an absolute folder")
-        data = result_object(ok=True, exit_code=0, reason=reason)
-        data.update(schema=SCHEMA, host=self.host, records=self.folder, root=self.root,
-                    runs=[r.to_json() for r in self.runs], summary=self.summary.to_json(),
-                    skipped={"count": len(self.skipped),
-                             "files": [{"path": s.path, "why": s.why} for s in self.skipped]})
-        return data
-
-
-def stats(root: Optional[str], records: Optional[str], environ: Mapping[str, str], *, as_json: bool) -> int:
+def stats(call: Call) -> int:
+    args, environ = call.args, call.environ
+    # A --root before the command is taken for the setting: here it is the filter too.
+    root = args.of_root if args.of_root is not None else getattr(args, "root", None)
     if root is not None and not root.strip():
         raise BadInput("--root", root, "the root whose runs to list (a folder path; leave it out for every root)")
     chosen = None if root is None else parse_root("--root", root)
-    folder = _folder(records, environ)
+    folder = _folder(args.records, environ)
     runs, skipped = read_records(folder) if folder is not None else ([], [])
     if chosen is not None:
         real = os.path.realpath(chosen)
         runs = [r for r in runs if r.root == chosen or os.path.realpath(r.root) == real]
-    found = _Found(environ, folder=folder, root=chosen, runs=list(runs), skipped=skipped)
-    print(result_json(found.to_json()) if as_json else "\n".join(printable(line) for line in text_lines(found)))
+    host, summary = host_id(environ), summarize(runs)
+    if not call.as_json:
+        print("\n".join(printable(line) for line in text_lines(host, folder, chosen, runs, skipped, summary)))
+        return 0
+    where = f" of {chosen}" if chosen else ""
+    reason = (f"{runs_text(len(runs))}{where} in {folder}" if folder else
+              "no folder for timing records: neither XDG_CACHE_HOME nor HOME names an absolute folder")
+    data = result_object(ok=True, exit_code=0, reason=reason)
+    data.update(schema=SCHEMA, host=host, records=folder, root=chosen, runs=[r.to_json() for r in runs],
+                summary=summary.to_json(), skipped={"count": len(skipped),
+                                                    "files": [{"path": s.path, "why": s.why} for s in skipped]})
+    print(result_json(data))
     return 0
 
 
 # -- the human form ---------------------------------------------------------------------------------------
-def text_lines(found: _Found) -> List[str]:
-    of_root = f" (root {found.root})" if found.root else ""
-    lines = [f"timing records in {found.folder or 'no folder (no user cache folder)'}{of_root}; this host is "
-             f"{found.host}"]
-    if found.runs:
-        shown = found.runs[-SHOWN_RUNS:]
-        if len(found.runs) > len(shown):
-            lines.append(f"the newest {len(shown)} of {len(found.runs)} runs (--json lists every one):")
+def text_lines(host: str, folder: Optional[str], root: Optional[str], runs: List[TimingRecord],
+               skipped: List[Skipped], summary: Summary) -> List[str]:
+    of_root = f" (root {root})" if root else ""
+    lines = [f"timing records in {folder or 'no folder (no user cache folder)'}{of_root}; this host is {host}"]
+    if runs:
+        shown = runs[-SHOWN_RUNS:]
+        if len(runs) > len(shown):
+            lines.append(f"the newest {len(shown)} of {len(runs)} runs (--json lists every one):")
         lines.extend(_table(shown))
         lines.append("")
-    lines.extend(summary_lines(found.summary))
-    if found.skipped:
-        lines.append(f"skipped {len(found.skipped)} file(s) that are not timing records this version reads (left "
+    lines.extend(summary_lines(summary))
+    if skipped:
+        lines.append(f"skipped {len(skipped)} file(s) that are not timing records this version reads (left "
                      "alone; each run's records are named <run id>.json):")
-        lines.extend(f"  {s.path}: {s.why}" for s in found.skipped[:SHOWN_SKIPPED])
-        if len(found.skipped) > SHOWN_SKIPPED:
-            lines.append(f"  ... and {len(found.skipped) - SHOWN_SKIPPED} more (--json lists them)")
+        lines.extend(f"  {s.path}: {s.why}" for s in skipped[:SHOWN_SKIPPED])
+        if len(skipped) > SHOWN_SKIPPED:
+            lines.append(f"  ... and {len(skipped) - SHOWN_SKIPPED} more (--json lists them)")
     return lines
 
 

@@ -7,14 +7,15 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import Dict, List, Mapping, Optional
+from typing import List, Mapping, Optional
 
+from ensure_flydsl.cli import Call
 from ensure_flydsl.errors import ExitCode, Stage
 from ensure_flydsl.layout import tree_folders
 from ensure_flydsl.probe.gate import evaluate
 from ensure_flydsl.probe.interpreter import broken_user_line, broken_users, probe_modules, run_probe
 from ensure_flydsl.result import result_json, result_object
-from ensure_flydsl.runs.answer import Answer, answer, followed, start_hint
+from ensure_flydsl.runs.answer import ABSENT_EXIT, Answer, answer, answers, followed, start_hint
 from ensure_flydsl.runs.markers import (
     EnvFile,
     EnvTwin,
@@ -31,52 +32,14 @@ from ensure_flydsl.settings import Settings
 from ensure_flydsl.support.launcher import command
 from ensure_flydsl.support.report import Reporter, fmt_seconds, known
 
-ABSENT_EXIT = 1  # `wait`, `env` and `verify` when nothing answers the request
 POLL_S = 0.05
 
 
-def exit_code_of(found: Answer) -> int:
-    """What `wait --timeout 0` returns for this answer: 0, the failure's code, 75 running, 1 absent."""
-    if found.state == SUCCEEDED:
-        return 0
-    if found.state == RUNNING:
-        return int(ExitCode.STILL_RUNNING)
-    if found.state == FAILED and found.failure is not None:
-        return found.failure.exit_code
-    return ABSENT_EXIT
-
-
-def answer_object(settings: Settings, found: Answer) -> Dict[str, object]:
-    """The result object of an answer (docs/schema/status.schema.json)."""
-    record, twin, failure = found.record, found.twin, found.failure
-    data = result_object(ok=found.state == SUCCEEDED, exit_code=exit_code_of(found), log=settings.log_file,
-                         run_id=found.run_id, elapsed_s=found.elapsed_s, hint=found.hint or None)
-    data.update(state=found.state, step=None, percent=None, eta_s=None, overdue_s=None, pid=None, root=settings.root,
-                python=None, waiting_for=None, installed=found.installed)
-    if record is not None:
-        data["pid"] = record.pid
-        data["log"] = record.log or settings.log_file
-    if found.state == RUNNING and record is not None:
-        data.update(step=record.step, percent=record.percent, eta_s=record.remaining_eta(), overdue_s=record.overdue_s,
-                    waiting_for=record.waiting, reason=f"run {record.run_id} is at step {record.step}",
-                    hint=f"run `{command('wait --timeout 540')}` again until it exits with something else than 75")
-    elif found.state == SUCCEEDED and twin is not None:
-        data.update(version=twin.version, python=twin.python, how=twin.how, built=twin.built,
-                    env_file=settings.env_file, eta_s=0,
-                    reason=f"{settings.env_file} answers this request: flydsl {twin.version} ({twin.how}) for "
-                           f"{twin.python}")
-    elif found.state == FAILED and failure is not None:
-        data.update(stage=failure.stage, reason=failure.reason)
-    else:
-        data["reason"] = found.reason
-    return data
-
-
-def status(settings: Settings, *, as_json: bool, run_id: Optional[str] = None) -> int:
+def status(call: Call, settings: Settings) -> int:
     """A pure query: nothing is written (a dead run is reported; its watchdog records it)."""
-    settings = followed(settings, run_id)
-    data = answer_object(settings, answer(settings))
-    if as_json:
+    settings = followed(settings, call.args.run_id)
+    data = answer(settings).to_json(settings)
+    if call.as_json:
         print(result_json(data))
         return 0
     print(f"state:   {data['state']}")
@@ -109,10 +72,9 @@ def _seconds(value: object) -> Optional[float]:
     return float(value) if isinstance(value, (int, float)) else None
 
 
-def wait(settings: Settings, reporter: Reporter, *, timeout: Optional[float], heartbeat: float,
-         as_json: bool = False, run_id: Optional[str] = None) -> int:
+def wait(call: Call, settings: Settings) -> int:
     """Poll while a run for the request lives; a run found dead is recorded here, should its watchdog be gone."""
-    settings = followed(settings, run_id)
+    settings, reporter, timeout = followed(settings, call.args.run_id), call.reporter, call.args.timeout
     started = time.monotonic()
     deadline = None if timeout is None else started + timeout
     next_beat = started
@@ -124,15 +86,15 @@ def wait(settings: Settings, reporter: Reporter, *, timeout: Optional[float], he
         now = time.monotonic()
         if now >= next_beat:
             say_pulse(reporter, Pulse.of_record(found.record))  # the line a run's own heartbeat says
-            next_beat = now + heartbeat
+            next_beat = now + call.args.heartbeat
         if deadline is not None and now >= deadline:
             reporter.say(f"still running after {fmt_seconds(timeout)}; run `{command('wait --timeout 540')}` "
                          "again (exit 75)")
             code = int(ExitCode.STILL_RUNNING)
             break
         time.sleep(POLL_S)
-    if as_json:
-        print(result_json(answer_object(settings, found)))
+    if call.as_json:
+        print(result_json(found.to_json(settings)))
     return code
 
 
@@ -172,8 +134,8 @@ def _gap(settings: Settings, twin: Optional[EnvTwin], environ: Mapping[str, str]
     return None if gap is None else f"{settings.env_file} does not answer this request: {gap}"
 
 
-def show_env(settings: Settings, fmt: str, environ: Mapping[str, str], *, as_json: bool = False) -> int:
-    twin = installed_twin(settings.root)
+def show_env(call: Call, settings: Settings) -> int:
+    environ, twin = call.environ, installed_twin(settings.root)
     if twin is None:
         try:  # a twin another user's umask keeps from us is not "no env file": the refusal names the folder
             with open(settings.env_json, "rb"):
@@ -182,24 +144,22 @@ def show_env(settings: Settings, fmt: str, environ: Mapping[str, str], *, as_jso
             pass
     gap = _gap(settings, twin, environ, f"there is no env file at {settings.env_file}")
     code = ABSENT_EXIT if gap is not None else 0
-    if as_json:
+    if call.as_json:
         data = result_object(ok=gap is None, exit_code=code, reason=gap, hint=start_hint() if gap else None,
                              log=settings.log_file)
+        data.update(root=settings.root, installed=installed(settings.root, settings.request(), environ.get("PATH")),
+                    env=None)
         if twin is not None and gap is None:
             data.update(how=twin.how, env_file=settings.env_file, version=twin.version, built=twin.built,
-                        run_id=twin.run_id or None, elapsed_s=twin.elapsed_s,
-                        reason=f"{settings.env_file} answers this request: flydsl {twin.version} ({twin.how}) for "
-                           f"{twin.python}")
-        data.update(root=settings.root, installed=installed(settings.root, settings.request(), environ.get("PATH")),
-                    env=None if twin is None or gap is not None else EnvFile(
-                        settings.root, tuple(twin.pythonpath_prepend), twin.FLYDSL_SHIM_DIR,
-                        twin.VLLM_USE_FLYDSL_MOE == "1").mapping(environ.get("PYTHONPATH")))
+                        run_id=twin.run_id or None, elapsed_s=twin.elapsed_s, reason=answers(settings, twin),
+                        env=EnvFile(settings.root, tuple(twin.pythonpath_prepend), twin.FLYDSL_SHIM_DIR,
+                                    twin.VLLM_USE_FLYDSL_MOE == "1").mapping(environ.get("PYTHONPATH")))
         print(result_json(data))
         return code
     if gap is not None:
         print(f"ensure-flydsl: {gap}; run `{command()}` (or `{command('start')}`) first", file=sys.stderr)
         return ABSENT_EXIT
-    path = settings.env_json if fmt == "json" else settings.env_file
+    path = settings.env_json if call.args.format == "json" else settings.env_file
     try:
         with open(path) as handle:
             sys.stdout.write(handle.read())
@@ -221,8 +181,8 @@ def absent_env_file(env_file: str) -> str:
     return f"the env file {env_file} is not one this tool wrote (its record is missing or unreadable)"
 
 
-def verify(settings: Settings, environ: Dict[str, str], *, as_json: bool) -> int:
-    twin = installed_twin(settings.root)
+def verify(call: Call, settings: Settings) -> int:
+    environ, twin = call.environ, installed_twin(settings.root)
     prepend: List[str] = list(twin.pythonpath_prepend) if twin is not None else tree_folders(settings.root)
     gap = _gap(settings, twin, environ, absent_env_file(settings.env_file))
     probe = run_probe(settings.python, modules=probe_modules(settings.require), prefix=prepend, environ=environ,
@@ -237,7 +197,7 @@ def verify(settings: Settings, environ: Dict[str, str], *, as_json: bool) -> int
         code, ok, reason = 0, True, verdict.reason
     conflicts = broken_users(probe.interpreter.executable, prepend, environ, settings.probe_timeout) \
         if verdict.reusable else []
-    if as_json:
+    if call.as_json:
         data = probe.to_json()
         data.update(result_object(
             ok=ok, exit_code=code, stage=None if ok else Stage.PROBE, reason=reason, version=probe.version,

@@ -9,7 +9,8 @@ import time
 from dataclasses import dataclass, fields, replace
 from typing import Dict, List, Optional, Tuple
 
-from ensure_flydsl.errors import BadInput
+from ensure_flydsl.errors import BadInput, ExitCode
+from ensure_flydsl.result import result_object
 from ensure_flydsl.runs.liveness import record_death, seen_dead
 from ensure_flydsl.runs.markers import (
     EnvTwin,
@@ -24,6 +25,7 @@ from ensure_flydsl.settings import Request, Settings
 from ensure_flydsl.support.launcher import command
 
 ABSENT = "absent"
+ABSENT_EXIT = 1  # `wait`, `env` and `verify` when nothing answers the request
 
 
 @dataclass
@@ -37,6 +39,43 @@ class Answer:
     elapsed_s: Optional[float] = None  # how long that run took (or has taken so far)
     installed: Optional[Dict[str, object]] = None  # what the root's env file holds now (markers.installed)
     hint: str = ""  # what to do next
+
+    @property
+    def exit_code(self) -> int:
+        """What `wait --timeout 0` returns for it: 0, the failure's code, 75 running, 1 absent."""
+        if self.state == SUCCEEDED:
+            return 0
+        if self.state == RUNNING:
+            return int(ExitCode.STILL_RUNNING)
+        return self.failure.exit_code if self.state == FAILED and self.failure is not None else ABSENT_EXIT
+
+    def to_json(self, settings: Settings) -> Dict[str, object]:
+        """Its result object (docs/schema/status.schema.json)."""
+        record, twin, failure = self.record, self.twin, self.failure
+        data = result_object(ok=self.state == SUCCEEDED, exit_code=self.exit_code, log=settings.log_file,
+                             run_id=self.run_id, elapsed_s=self.elapsed_s, hint=self.hint or None)
+        data.update(state=self.state, step=None, percent=None, eta_s=None, overdue_s=None, pid=None,
+                    root=settings.root, python=None, waiting_for=None, installed=self.installed)
+        if record is not None:
+            data["pid"] = record.pid
+            data["log"] = record.log or settings.log_file
+        if self.state == RUNNING and record is not None:
+            data.update(step=record.step, percent=record.percent, eta_s=record.remaining_eta(),
+                        overdue_s=record.overdue_s, waiting_for=record.waiting,
+                        reason=f"run {record.run_id} is at step {record.step}",
+                        hint=f"run `{command('wait --timeout 540')}` again until it exits with something else than 75")
+        elif self.state == SUCCEEDED and twin is not None:
+            data.update(version=twin.version, python=twin.python, how=twin.how, built=twin.built,
+                        env_file=settings.env_file, eta_s=0, reason=answers(settings, twin))
+        elif self.state == FAILED and failure is not None:
+            data.update(stage=failure.stage, reason=failure.reason)
+        else:
+            data["reason"] = self.reason
+        return data
+
+
+def answers(settings: Settings, twin: EnvTwin) -> str:
+    return f"{settings.env_file} answers this request: flydsl {twin.version} ({twin.how}) for {twin.python}"
 
 
 def live_runs(store: RunStore, request: Request) -> List[RunRecord]:
