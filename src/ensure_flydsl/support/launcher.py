@@ -32,13 +32,8 @@ def set_launcher(command: Sequence[str]) -> None:
     _launcher = list(command)
 
 
-def launcher() -> Optional[List[str]]:
-    """What the GEAK folder's zipapp entry set, or None when the tool was not started from a zipapp."""
-    return None if _launcher is None else list(_launcher)
-
-
 def tool_command() -> List[str]:
-    return launcher() or [sys.executable, "-m", "ensure_flydsl"]
+    return list(_launcher) if _launcher is not None else [sys.executable, "-m", "ensure_flydsl"]
 
 
 def command(words: str = "") -> str:
@@ -86,7 +81,7 @@ class Route(str, enum.Enum):
 
 
 def install_route() -> Route:
-    if launcher() is not None:
+    if _launcher is not None:  # started from the GEAK folder's zipapp
         return Route.GEAK_FOLDER
     if os.path.isfile(os.path.join(sys.prefix, "uv-receipt.toml")):
         return Route.UV_TOOL

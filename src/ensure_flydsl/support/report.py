@@ -41,11 +41,9 @@ def fmt_seconds(seconds: Optional[float]) -> str:
 
 
 class Reporter:
-    def __init__(self, stream: Optional[IO[str]], *, mode: str = "plain", prefix: str = "ensure-flydsl",
-                 verbosity: int = 0) -> None:
+    def __init__(self, stream: Optional[IO[str]], *, mode: str = "plain", verbosity: int = 0) -> None:
         self.stream = stream
         self.mode = mode  # "tty", "plain" or "json"
-        self.prefix = prefix
         self.verbosity = verbosity  # -1 (-q): failures only (the log gets every line); 1 (-v): the build's output
         self.log_path: Optional[str] = None
         self._log: Optional[IO[str]] = None
@@ -66,18 +64,13 @@ class Reporter:
     # -- messages ----------------------------------------------------------------------------------------
     def say(self, message: str, event: Optional[Dict[str, object]] = None) -> None:
         """A message (``event``: its ``--json`` form, if not a message event), and to the log."""
-        line = f"[{time.strftime('%H:%M:%S')}] {self.prefix}: {message}"
-        if self.verbosity < 0:
-            pass
-        elif self.mode == "json":
-            self._emit({"time": time.time(), **(event or {"event": "message", "text": message})})
-        else:
+        line = f"[{time.strftime('%H:%M:%S')}] ensure-flydsl: {message}"
+        if self.verbosity >= 0 and self.mode == "json":
+            self.event(event or {"event": "message", "text": message})
+        elif self.verbosity >= 0:
             self._print(line)
-        if self._log is not None and not self._log_is_stream:
+        if not self._log_is_stream:
             self._write_log(line)
-
-    def mark_shown(self) -> None:
-        self.last_shown = time.monotonic()
 
     def event(self, event: Dict[str, object]) -> None:
         """One JSON event as given, with its time (``--json`` mode; the other modes show nothing)."""
@@ -109,12 +102,11 @@ class Reporter:
     def build_line(self, line: str) -> None:
         """One line of a build command's output: the log, and the in-memory tail."""
         self._tail.append(line)
-        if self._log is not None and not self._log_is_stream:
+        shown = self.verbosity > 0 and self.mode != "json"
+        if not (shown and self._log_is_stream):  # shown on a stream that is the log: written there once
             self._write_log(line)
-        if self.verbosity > 0 and self.mode != "json":
+        if shown:
             self._print("    " + line)
-        elif self._log is not None and self._log_is_stream:
-            self._write_log(line)
 
     def tail(self, count: int = 20) -> List[str]:
         return list(self._tail)[-count:] if count > 0 else []
@@ -173,14 +165,13 @@ class Reporter:
             try:
                 self._log.write(line + "\n")
                 self._log.flush()
+                if self._log_is_stream:
+                    self.last_shown = time.monotonic()
             except OSError:  # a full disk: the run goes on without its log
                 log, self._log = self._log, None
                 if not self._log_is_stream:
                     with contextlib.suppress(OSError):
                         log.close()
-            else:
-                if self._log_is_stream:
-                    self.last_shown = time.monotonic()
 
     def close(self) -> None:
         if self._live and self.stream is not None:
