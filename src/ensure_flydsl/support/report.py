@@ -57,9 +57,8 @@ class Reporter:
 
     @classmethod
     def for_stream(cls, stream: IO[str], *, json_events: bool = False, verbosity: int = 0) -> "Reporter":
-        if json_events:
-            return cls(stream, mode="json", verbosity=verbosity)
-        return cls(stream, mode="tty" if redraws(stream) else "plain", verbosity=verbosity)
+        mode = "json" if json_events else "tty" if redraws(stream) else "plain"
+        return cls(stream, mode=mode, verbosity=verbosity)
 
     # -- messages ----------------------------------------------------------------------------------------
     def say(self, message: str, event: Optional[Dict[str, object]] = None) -> None:
@@ -75,7 +74,7 @@ class Reporter:
     def event(self, event: Dict[str, object]) -> None:
         """One JSON event as given, with its time (``--json`` mode; the other modes show nothing)."""
         if self.mode == "json":
-            self._emit({"time": time.time(), **event})
+            self._write(json.dumps({"time": time.time(), **event}, sort_keys=True) + "\n")
 
     def step(self, name: str, state: str, seconds: Optional[float] = None) -> None:
         self._last_decile = -1
@@ -96,7 +95,7 @@ class Reporter:
             now = time.time()
             if now - self._last_json_progress >= JSON_PROGRESS_INTERVAL_S or percent >= 100:
                 self._last_json_progress = now
-                self._emit({"event": "progress", "time": now, "step": step, "percent": round(percent, 1),
+                self.event({"event": "progress", "step": step, "percent": round(percent, 1),
                             "eta_s": None if eta is None else round(eta, 1)})
 
     def build_line(self, line: str) -> None:
@@ -117,9 +116,6 @@ class Reporter:
                 self._live = False
                 line = "\r\x1b[K" + line
             self._write(line + "\n")
-
-    def _emit(self, event: Dict[str, object]) -> None:
-        self._write(json.dumps(event, sort_keys=True) + "\n")
 
     def _write(self, text: str) -> bool:
         """Show ``text``; False if there is nowhere to.  A reader gone (``| head -1``) or a full disk under the
