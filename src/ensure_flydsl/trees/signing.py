@@ -1,8 +1,6 @@
 """Signed entries (as Nix signs a narinfo): an ed25519 signature of a manifest's exact bytes, stored beside it at
-``<key>.sig/<manifest sha256>/<NAME>.sig`` ("NAME:BASE64"), checked offline against trusted keys (docs/fleet.md).
-Keys are in Nix's formats (``nix-store --generate-binary-cache-key``): one ``NAME:BASE64`` line of a 32-byte public
-key (``NAME.pub``), of the 64-byte seed and public key (``NAME.secret``, mode 600), or of a 64-byte signature.  No
-message made here holds key material: a bad line is named by its key name or file."""
+``<key>.sig/<manifest sha256>/<NAME>.sig``, checked offline against trusted keys (docs/fleet.md).  Keys and signatures
+are ``NAME:BASE64`` lines in Nix's formats; no message made here holds key material, only a key's name or file."""
 
 from __future__ import annotations
 
@@ -22,8 +20,8 @@ from ensure_flydsl.trees.manifest import CacheEntry, check_name
 
 KEY_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
 NAME_ALLOWED = "a key name of letters, digits, '.', '_' and '-' (at most 64, not starting with '.', '_' or '-')"
-PUBLIC_BYTES = 32
-SECRET_BYTES = 64  # the seed, then the public key (Nix's layout)
+PUBLIC_BYTES = 32  # a NAME.pub file's key (`nix-store --generate-binary-cache-key` writes the same)
+SECRET_BYTES = 64  # a NAME.secret file's (mode 600): the seed, then the public key (Nix's layout)
 SIGNATURE_BYTES = 64
 KEY_FILE_MAX = 4096  # a key file is one short line; more is not a key file
 _BASE64 = re.compile(r"^[A-Za-z0-9+/]+={0,2}\Z")
