@@ -31,12 +31,15 @@ from typing import Callable, List, Sequence
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "src"))
 
-from ensure_flydsl.support.keys import PublicKey, SecretKey, parse_public, parse_secret  # noqa: E402
 from ensure_flydsl.trees.manifest import cache_key  # noqa: E402
 from ensure_flydsl.trees.remote import open_cache  # noqa: E402
-from ensure_flydsl.trees.signing import (  # noqa: E402
+from ensure_flydsl.trees.signing import (  # noqa: E402  # noqa: E402
+    PublicKey,
+    SecretKey,
     check_entry,
     generate,
+    parse_public,
+    parse_secret,
     parse_signature,
     sign,
     verify,

@@ -19,11 +19,10 @@ from packaging.version import InvalidVersion, Version
 
 from ensure_flydsl import layout
 from ensure_flydsl.errors import BadInput
-from ensure_flydsl.support import keys
 from ensure_flydsl.support.fields import SHORT_TEXT_MAX, short_text
-from ensure_flydsl.support.install_route import extra_remedy
-from ensure_flydsl.support.launcher import command
+from ensure_flydsl.support.launcher import command, extra_remedy
 from ensure_flydsl.support.urls import shown_location
+from ensure_flydsl.trees import signing as keys
 from ensure_flydsl.warm import DEFAULT_ROOT
 
 

@@ -13,9 +13,16 @@ from typing import Dict, List, Tuple
 
 from ensure_flydsl.cli.cache import sign_entries
 from ensure_flydsl.settings import Settings
-from ensure_flydsl.support.keys import PublicKey, SecretKey, parse_public, parse_secret
 from ensure_flydsl.trees.remote import MAX_VARIANTS, ORPHAN_GRACE_S, Cache, manifest_path, open_cache, variant_path
-from ensure_flydsl.trees.signing import check_entry, generate, signature_path
+from ensure_flydsl.trees.signing import (
+    PublicKey,
+    SecretKey,
+    check_entry,
+    generate,
+    parse_public,
+    parse_secret,
+    signature_path,
+)
 from tests.helpers.cache_entries import FIELDS, KEY, manifest_file
 from tests.helpers.cache_trees import make_tree
 

@@ -8,8 +8,7 @@ import sys
 
 import pytest
 
-from ensure_flydsl.support.install_route import EXTRAS, Route, install_route
-from ensure_flydsl.support.launcher import COMMAND_VARIABLE, command, tool_command
+from ensure_flydsl.support.launcher import COMMAND_VARIABLE, EXTRAS, Route, command, install_route, tool_command
 
 PYPROJECT = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
                          "pyproject.toml")

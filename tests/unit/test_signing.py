@@ -15,24 +15,22 @@ from hypothesis import strategies as st
 
 from ensure_flydsl.errors import BadInput
 from ensure_flydsl.settings import flag_text, load_settings
-from ensure_flydsl.support.keys import (
-    KeyProblem,
-    PublicKey,
-    SecretKey,
-    parse_public,
-    parse_secret,
-    read_public_keys,
-    read_secret_key,
-)
 from ensure_flydsl.trees.backends import FolderStore
 from ensure_flydsl.trees.manifest import parse_manifest
 from ensure_flydsl.trees.signing import (
     SIGNATURE_MAX,
+    KeyProblem,
+    PublicKey,
+    SecretKey,
     check_entry,
     generate,
     judge,
     manifest_sha,
+    parse_public,
+    parse_secret,
     parse_signature,
+    read_public_keys,
+    read_secret_key,
     sign,
     signature_path,
     verify,

@@ -14,7 +14,6 @@ from ensure_flydsl.errors import EnsureError, ExitCode, Refused, Stage
 from ensure_flydsl.result import result_json, result_object
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.support.files import LockBusy
-from ensure_flydsl.support.keys import KEY_NAME, NAME_ALLOWED, KeyProblem, read_secret_key
 from ensure_flydsl.support.launcher import command
 from ensure_flydsl.support.report import printable
 from ensure_flydsl.support.space import parse_size, size_text
@@ -23,6 +22,7 @@ from ensure_flydsl.trees.backends import CacheError
 from ensure_flydsl.trees.local import HostStore, store_problem
 from ensure_flydsl.trees.manifest import CacheEntry
 from ensure_flydsl.trees.remote import Cache, open_cache
+from ensure_flydsl.trees.signing import KEY_NAME, NAME_ALLOWED, KeyProblem, read_secret_key
 
 LIST_SCHEMA_VERSION = 1  # `cache list --json`'s shape (docs/schema/cache_list.schema.json): a new key keeps it
 SUMMARY_FIELDS = ("commit", "llvm_commit", "abi", "platform")  # shown first in `cache list`, when an entry has them

@@ -133,7 +133,7 @@ def heartbeat(reporter: Reporter, pulse: Callable[[], Pulse], interval: float) -
                 try:
                     say_pulse(reporter, pulse())
                 except Exception:  # a heartbeat that cannot be said this time must not end the heartbeats
-                    reporter.mark_shown()  # tried: an interval before the next try
+                    reporter.last_shown = time.monotonic()  # tried: an interval before the next try
 
     thread = threading.Thread(target=beat, name="ensure-flydsl-heartbeat", daemon=True)
     if reporter.verbosity >= 0:

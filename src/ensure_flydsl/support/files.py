@@ -20,6 +20,8 @@ import filelock
 from ensure_flydsl.support.fields import json_object
 from ensure_flydsl.warm import read_regular as read_regular
 
+LOCK_REPORT_S = 30.0  # a wait for a lock names its holder this often
+
 
 def atomic_write(path: str, data: bytes, mode: int = 0o644, *, durable: bool = True) -> None:
     """Write ``data`` to ``path`` so that a reader sees the old file or the whole new one, never a part."""
@@ -148,7 +150,6 @@ def file_sha256(path: str) -> Optional[str]:
         return None
 
 
-
 class LockBusy(Exception):
     """A lock another process still held when the wait for it ran out."""
 
@@ -183,9 +184,6 @@ def held_lock(path: str, *, timeout: Optional[float], say: Callable[[str], None]
         yield
     finally:
         lock.release()
-
-
-LOCK_REPORT_S = 30.0
 
 
 def flock_holder(path: str) -> str:

@@ -1,16 +1,27 @@
 """How this copy of the tool is run: again, by itself (the detached worker, the watchdog), and by its caller, for
-every command a message names (``bash PATH/ensure_flydsl.sh wait`` through the GEAK folder, else as invoked)."""
+every command a message names (``bash PATH/ensure_flydsl.sh wait`` through the GEAK folder, else as invoked); and
+how it was installed (pip, ``uv tool``, pipx, the GEAK folder), for the remedy of an extra it lacks."""
 
 from __future__ import annotations
 
+import enum
 import os
+import re
 import shlex
 import sys
 from typing import Dict, List, Mapping, Optional, Sequence
 
+from packaging.requirements import Requirement
+
 # The caller's command, as the GEAK folder's script sets it (``bash '<its path as invoked>'``) and as the tool
 # passes it on to its worker and watchdog, whose own argv is not what the caller typed.
 COMMAND_VARIABLE = "ENSURE_FLYDSL_COMMAND"
+# pyproject.toml's optional dependencies (tests/unit/test_install_route.py holds these to it).  ``pip install
+# 'ensure-flydsl[signing]'`` is wrong under uv and pipx, and impossible in GEAK's folder.
+EXTRAS = {
+    "s3": ("aiobotocore>=2.19.0", "s3fs>=2025.5.0"),
+    "signing": ("cryptography>=42",),
+}
 
 _launcher: Optional[List[str]] = None
 
@@ -21,13 +32,8 @@ def set_launcher(command: Sequence[str]) -> None:
     _launcher = list(command)
 
 
-def launcher() -> Optional[List[str]]:
-    """What the GEAK folder's zipapp entry set, or None when the tool was not started from a zipapp."""
-    return None if _launcher is None else list(_launcher)
-
-
 def tool_command() -> List[str]:
-    return launcher() or [sys.executable, "-m", "ensure_flydsl"]
+    return list(_launcher) if _launcher is not None else [sys.executable, "-m", "ensure_flydsl"]
 
 
 def command(words: str = "") -> str:
@@ -65,3 +71,50 @@ def _typed(path: str) -> str:
         if folder and os.path.isfile(found) and os.access(found, os.X_OK):
             return name if os.path.abspath(found) == os.path.abspath(path) else shlex.quote(path)
     return shlex.quote(path)
+
+
+class Route(str, enum.Enum):
+    PIP = "pip"
+    UV_TOOL = "uv tool"
+    PIPX = "pipx"
+    GEAK_FOLDER = "GEAK folder"
+
+
+def install_route() -> Route:
+    if _launcher is not None:  # started from the GEAK folder's zipapp
+        return Route.GEAK_FOLDER
+    if os.path.isfile(os.path.join(sys.prefix, "uv-receipt.toml")):
+        return Route.UV_TOOL
+    if os.path.isfile(os.path.join(sys.prefix, "pipx_metadata.json")):
+        return Route.PIPX
+    return Route.PIP
+
+
+def _uv_source() -> str:
+    """What `uv tool install` was given, from its receipt: ``--from FOLDER ensure-flydsl``, or the name."""
+    try:
+        with open(os.path.join(sys.prefix, "uv-receipt.toml"), encoding="utf-8") as handle:
+            receipt = handle.read(1 << 16)
+    except OSError:
+        return "ensure-flydsl"
+    found = re.search(r'name\s*=\s*"ensure-flydsl"[^}\n]*?(?:directory|path|editable)\s*=\s*"([^"\n]+)"', receipt)
+    return f"--from {shlex.quote(found.group(1))} ensure-flydsl" if found else "ensure-flydsl"
+
+
+def extra_remedy(extra: str, instead: str) -> str:
+    """What to do about the missing ``extra`` on this route; ``instead``: the way around it without the extra."""
+    packages = EXTRAS[extra]
+    quoted = " ".join(f"'{p}'" for p in packages)
+    route = install_route()
+    if route == Route.GEAK_FOLDER:
+        names = ", ".join(Requirement(p).name for p in packages)
+        return (f"the GEAK folder's vendored tool has no extras ({names}): {instead}, or run an ensure-flydsl "
+                f"installed with the '{extra}' extra (docs/GEAK.md)")
+    if route == Route.UV_TOOL:
+        withs = " ".join(f"--with '{p}'" for p in packages)
+        how = f"uv tool install --reinstall {withs} {_uv_source()}"
+    elif route == Route.PIPX:
+        how = f"pipx inject ensure-flydsl {quoted}"
+    else:
+        how = f"{shlex.quote(sys.executable)} -m pip install {quoted}"
+    return f"install the '{extra}' extra into the tool's environment: {how}; or {instead}"

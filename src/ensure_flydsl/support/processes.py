@@ -37,14 +37,9 @@ class CommandFailed(Exception):
         super().__init__(self.describe())
 
     def describe(self) -> str:
-        lines = [f"command: {shlex.join(self.cmd)}", f"return code: {self.returncode}"]
         text = self.output.rstrip()
-        if text:
-            lines.append("output:")
-            lines.extend("    " + line for line in text.splitlines())
-        else:
-            lines.append("output: (none)")
-        return "\n".join(lines)
+        shown = "".join("\n    " + line for line in text.splitlines()) if text else " (none)"
+        return f"command: {shlex.join(self.cmd)}\nreturn code: {self.returncode}\noutput:{shown}"
 
 
 def cmd_output(cmd: Sequence[str], *, cwd: Optional[str] = None, env: Optional[Mapping[str, str]] = None,
@@ -171,7 +166,8 @@ def stream_command(cmd: Sequence[str], *, sink: Callable[[str], None], cwd: Opti
                    env: Optional[Mapping[str, str]] = None,
                    on_start: Callable[[Optional[int]], None] = lambda pgid: None) -> int:
     """Run a long command in a group of its own, each output line to ``sink``; ``on_start`` learns the group's
-    id (None once gone).  Interrupted, the group is stopped; exited, its leftovers are (the pipe read briefly)."""
+    id (None once gone).  Interrupted, the group is stopped; exited, so are its leftovers, and the pipe is read
+    DRAIN_S longer at most (a process that left the group may hold it open for ever)."""
     try:
         proc = subprocess.Popen(list(cmd), cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, start_new_session=True)
@@ -180,12 +176,23 @@ def stream_command(cmd: Sequence[str], *, sink: Callable[[str], None], cwd: Opti
         return 127
     assert proc.stdout is not None
     on_start(proc.pid)
-    lines = _Lines(sink)
+    fd, lines, drain_until = proc.stdout.fileno(), _Lines(sink), None
     try:
-        ended = _read_until_exit(proc, lines)
-        end_leftovers(proc.pid, LEFTOVER_GRACE_S)  # those that no longer write too: nothing of the build outlives it
-        if not ended:
-            _drain(proc.stdout.fileno(), lines)
+        while True:
+            wait = 0.2 if drain_until is None else drain_until - time.monotonic()
+            if wait > 0 and select.select([fd], [], [], wait)[0]:
+                data = os.read(fd, 1 << 16)
+                if not data:
+                    break  # every writer closed the pipe
+                lines.feed(data)
+            elif drain_until is not None:
+                break  # read for DRAIN_S after the command exited
+            if drain_until is None and proc.poll() is not None:
+                end_leftovers(proc.pid, LEFTOVER_GRACE_S)  # those that no longer write too: nothing outlives it
+                drain_until = time.monotonic() + DRAIN_S
+        if drain_until is None:  # the pipe ended first: the command itself ends now, or soon
+            proc.wait()
+            end_leftovers(proc.pid, LEFTOVER_GRACE_S)
         lines.flush()
         return proc.wait()
     except BaseException:
@@ -194,34 +201,6 @@ def stream_command(cmd: Sequence[str], *, sink: Callable[[str], None], cwd: Opti
     finally:
         proc.stdout.close()
         on_start(None)
-
-
-def _read_until_exit(proc: "subprocess.Popen[bytes]", lines: _Lines) -> bool:
-    """Hand the output to ``lines`` until the command exits; True when the pipe reached its end too."""
-    assert proc.stdout is not None
-    fd = proc.stdout.fileno()
-    while True:
-        if select.select([fd], [], [], 0.2)[0]:
-            data = os.read(fd, 1 << 16)
-            if not data:
-                proc.wait()  # every writer closed the pipe; the command itself ends now, or soon
-                return True
-            lines.feed(data)
-        if proc.poll() is not None:
-            return False
-
-
-def _drain(fd: int, lines: _Lines) -> None:
-    """Read what is still in the pipe, for at most DRAIN_S seconds or until its end."""
-    deadline = time.monotonic() + DRAIN_S
-    while True:
-        left = deadline - time.monotonic()
-        if left <= 0 or not select.select([fd], [], [], left)[0]:
-            return
-        data = os.read(fd, 1 << 16)
-        if not data:
-            return
-        lines.feed(data)
 
 
 # -- network commands, under a silence watchdog -----------------------------------------------------------
@@ -234,11 +213,7 @@ def network_silence_s(environ: Optional[Mapping[str, str]] = None) -> float:
     return value if value > 0 else NETWORK_SILENCE_S
 
 
-def _nowhere(message: str) -> None:
-    pass
-
-
-_heartbeat: Callable[[str], None] = _nowhere
+_heartbeat: Optional[Callable[[str], None]] = None
 
 
 def set_heartbeat(say: Callable[[str], None]) -> None:
@@ -248,7 +223,8 @@ def set_heartbeat(say: Callable[[str], None]) -> None:
 
 
 def heartbeat(message: str) -> None:
-    _heartbeat(message)
+    if _heartbeat is not None:
+        _heartbeat(message)
 
 
 class Silent(CommandFailed):

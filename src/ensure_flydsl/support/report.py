@@ -41,11 +41,9 @@ def fmt_seconds(seconds: Optional[float]) -> str:
 
 
 class Reporter:
-    def __init__(self, stream: Optional[IO[str]], *, mode: str = "plain", prefix: str = "ensure-flydsl",
-                 verbosity: int = 0) -> None:
+    def __init__(self, stream: Optional[IO[str]], *, mode: str = "plain", verbosity: int = 0) -> None:
         self.stream = stream
         self.mode = mode  # "tty", "plain" or "json"
-        self.prefix = prefix
         self.verbosity = verbosity  # -1 (-q): failures only (the log gets every line); 1 (-v): the build's output
         self.log_path: Optional[str] = None
         self._log: Optional[IO[str]] = None
@@ -59,30 +57,24 @@ class Reporter:
 
     @classmethod
     def for_stream(cls, stream: IO[str], *, json_events: bool = False, verbosity: int = 0) -> "Reporter":
-        if json_events:
-            return cls(stream, mode="json", verbosity=verbosity)
-        return cls(stream, mode="tty" if redraws(stream) else "plain", verbosity=verbosity)
+        mode = "json" if json_events else "tty" if redraws(stream) else "plain"
+        return cls(stream, mode=mode, verbosity=verbosity)
 
     # -- messages ----------------------------------------------------------------------------------------
     def say(self, message: str, event: Optional[Dict[str, object]] = None) -> None:
         """A message (``event``: its ``--json`` form, if not a message event), and to the log."""
-        line = f"[{time.strftime('%H:%M:%S')}] {self.prefix}: {message}"
-        if self.verbosity < 0:
-            pass
-        elif self.mode == "json":
-            self._emit({"time": time.time(), **(event or {"event": "message", "text": message})})
-        else:
+        line = f"[{time.strftime('%H:%M:%S')}] ensure-flydsl: {message}"
+        if self.verbosity >= 0 and self.mode == "json":
+            self.event(event or {"event": "message", "text": message})
+        elif self.verbosity >= 0:
             self._print(line)
-        if self._log is not None and not self._log_is_stream:
+        if not self._log_is_stream:
             self._write_log(line)
-
-    def mark_shown(self) -> None:
-        self.last_shown = time.monotonic()
 
     def event(self, event: Dict[str, object]) -> None:
         """One JSON event as given, with its time (``--json`` mode; the other modes show nothing)."""
         if self.mode == "json":
-            self._emit({"time": time.time(), **event})
+            self._write(json.dumps({"time": time.time(), **event}, sort_keys=True) + "\n")
 
     def step(self, name: str, state: str, seconds: Optional[float] = None) -> None:
         self._last_decile = -1
@@ -103,18 +95,17 @@ class Reporter:
             now = time.time()
             if now - self._last_json_progress >= JSON_PROGRESS_INTERVAL_S or percent >= 100:
                 self._last_json_progress = now
-                self._emit({"event": "progress", "time": now, "step": step, "percent": round(percent, 1),
+                self.event({"event": "progress", "step": step, "percent": round(percent, 1),
                             "eta_s": None if eta is None else round(eta, 1)})
 
     def build_line(self, line: str) -> None:
         """One line of a build command's output: the log, and the in-memory tail."""
         self._tail.append(line)
-        if self._log is not None and not self._log_is_stream:
+        shown = self.verbosity > 0 and self.mode != "json"
+        if not (shown and self._log_is_stream):  # shown on a stream that is the log: written there once
             self._write_log(line)
-        if self.verbosity > 0 and self.mode != "json":
+        if shown:
             self._print("    " + line)
-        elif self._log is not None and self._log_is_stream:
-            self._write_log(line)
 
     def tail(self, count: int = 20) -> List[str]:
         return list(self._tail)[-count:] if count > 0 else []
@@ -125,9 +116,6 @@ class Reporter:
                 self._live = False
                 line = "\r\x1b[K" + line
             self._write(line + "\n")
-
-    def _emit(self, event: Dict[str, object]) -> None:
-        self._write(json.dumps(event, sort_keys=True) + "\n")
 
     def _write(self, text: str) -> bool:
         """Show ``text``; False if there is nowhere to.  A reader gone (``| head -1``) or a full disk under the
@@ -173,14 +161,13 @@ class Reporter:
             try:
                 self._log.write(line + "\n")
                 self._log.flush()
+                if self._log_is_stream:
+                    self.last_shown = time.monotonic()
             except OSError:  # a full disk: the run goes on without its log
                 log, self._log = self._log, None
                 if not self._log_is_stream:
                     with contextlib.suppress(OSError):
                         log.close()
-            else:
-                if self._log_is_stream:
-                    self.last_shown = time.monotonic()
 
     def close(self) -> None:
         if self._live and self.stream is not None:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import IO, Any, Dict, Iterator, List, Optional, Union, cast
 
 from ensure_flydsl.support.files import atomic_write, move_into_place, remove_file
-from ensure_flydsl.support.install_route import extra_remedy
+from ensure_flydsl.support.launcher import extra_remedy
 from ensure_flydsl.support.processes import heartbeat, network_silence_s, waiting_line
 from ensure_flydsl.support.urls import shown_location
 

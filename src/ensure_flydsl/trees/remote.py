@@ -14,7 +14,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 from ensure_flydsl.support import space
 from ensure_flydsl.support.files import remove_file, rename_into_place
-from ensure_flydsl.support.keys import KEY_NAME, PublicKey, SecretKey
+from ensure_flydsl.trees import signing
 from ensure_flydsl.trees.archive import pack, set_modes, unpack
 from ensure_flydsl.trees.backends import CacheCorrupt, CacheError, Store, StoredFile, open_store
 from ensure_flydsl.trees.manifest import (
@@ -32,7 +32,7 @@ from ensure_flydsl.trees.manifest import (
     prune_order,
     walk,
 )
-from ensure_flydsl.trees.signing import check_entry, live_versions, manifest_sha, stale_signatures, write_signature
+from ensure_flydsl.trees.signing import KEY_NAME, PublicKey, SecretKey
 from ensure_flydsl.version import __version__
 
 ORPHAN_GRACE_S = 3600.0  # an unreferenced blob younger than this may be a publisher's whose manifest comes next
@@ -206,7 +206,7 @@ class Cache:
 
     def place(self, entry: CacheEntry, signers: Sequence[SecretKey]) -> Published:
         """Sign ``entry``'s manifest and write it where it belongs, replacing no manifest (the module's rules)."""
-        written = [write_signature(self.store, entry.kind, entry.key, entry.manifest, s) for s in signers]
+        written = [signing.write_signature(self.store, entry.kind, entry.key, entry.manifest, s) for s in signers]
         placed = self._place(entry, signers)
         if not placed.written:
             for rel in written:
@@ -260,9 +260,9 @@ class Cache:
         mine = [PublicKey(secret.name, secret.public) for secret in signers]
         for attempt in range(2):  # again after losing the create to another host that signs with NAME
             current = ([there] if there is not None else []) + self.variants(kind, key, [name])
-            live = {manifest_sha(e.manifest) for e in current}
+            live = {signing.manifest_sha(e.manifest) for e in current}
             for other in current:  # one that lost its blob does not count: it is replaced below
-                if check_entry(self.store, other, mine, None, live).trusted and \
+                if signing.check_entry(self.store, other, mine, None, live).trusted and \
                         self.store.exists(blob_path(other.blob)):
                     return Published(entry, why=f"{other.path} is signed by {name} already")
             if attempt == 0 and not self.store.exists(rel) and self.store.create_exclusive(rel, entry.manifest):
@@ -308,8 +308,8 @@ class Cache:
                 self.store.remove(stored.path)
                 if sha not in freed:
                     removed.append(orphan_entry(stored, sha))
-        versions = live_versions(alive)
-        for stored in others + stale_signatures(self.store, versions):  # signing a manifest gone or edited
+        versions = signing.live_versions(alive)
+        for stored in others + signing.stale_signatures(self.store, versions):  # signing a manifest gone or edited
             if old(stored):  # a younger one may be a publisher's whose manifest comes next
                 self.store.remove(stored.path)
                 removed.append(orphan_entry(stored, ""))

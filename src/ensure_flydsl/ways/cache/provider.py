@@ -18,14 +18,14 @@ from ensure_flydsl.source.llvm_inputs import checkout_llvm_inputs
 from ensure_flydsl.source.root import recording
 from ensure_flydsl.support import faults
 from ensure_flydsl.support.files import file_sha256, remove_tree
-from ensure_flydsl.support.keys import KeyProblem, SecretKey, read_secret_key
 from ensure_flydsl.support.launcher import command
 from ensure_flydsl.support.space import size_text
 from ensure_flydsl.support.urls import shown_location
+from ensure_flydsl.trees import signing
 from ensure_flydsl.trees.backends import CacheCorrupt, CacheError, CacheUnreachable
 from ensure_flydsl.trees.manifest import CacheEntry, cache_key
 from ensure_flydsl.trees.remote import Cache, open_cache
-from ensure_flydsl.trees.signing import check_entry, check_secret, manifest_sha, trusted_keys
+from ensure_flydsl.trees.signing import SecretKey, check_entry, manifest_sha, trusted_keys
 from ensure_flydsl.ways import Way
 from ensure_flydsl.ways.base import Early, Provider, Shared
 from ensure_flydsl.ways.checks import WRONG, Check, RunContext, Submit, passed, settled
@@ -342,9 +342,9 @@ def signers(run: Run) -> List[SecretKey]:
     if path is None:
         return []
     try:
-        secret = read_secret_key(path)
-        check_secret(secret)
-    except KeyProblem as exc:
+        secret = signing.read_secret_key(path)
+        signing.check_secret(secret)
+    except signing.KeyProblem as exc:
         raise CacheError(f"{run.settings.label('cache_signing_key')}: {exc}") from None
     return [secret]
 
