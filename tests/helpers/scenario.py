@@ -13,11 +13,17 @@ from typing import IO, Callable, Dict, List, Optional, Tuple
 from tests.helpers.workspace import Workspace
 
 
-def wait_for(path: str, timeout: float = 30.0) -> None:
+def wait_for(path: str, timeout: float = 30.0, containing: str = "") -> None:
+    """Until ``path`` exists (and holds ``containing``): what a process still running writes."""
     deadline = time.monotonic() + timeout
-    while not os.path.exists(path):
-        assert time.monotonic() < deadline, f"{path} did not appear within {timeout} s"
+    while not (os.path.exists(path) and (not containing or containing in _text(path))):
+        assert time.monotonic() < deadline, f"{path} did not appear (holding {containing!r}) within {timeout} s"
         time.sleep(0.02)
+
+
+def _text(path: str) -> str:
+    with open(path, errors="replace") as handle:
+        return handle.read()
 
 
 def assert_one_tree(ws: Workspace, python: str = sys.executable) -> None:

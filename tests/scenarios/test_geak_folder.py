@@ -23,6 +23,7 @@ from ensure_flydsl.geak.vendor import VENDORED
 from tests.helpers.flydsl_fixture import FixtureRepo, make_repo
 from tests.helpers.geak import SCRIPT, SKILLS, Geak, bare_venv, build_folder, pyenv_python
 from tests.helpers.result_schema import validate
+from tests.helpers.scenario import wait_for
 
 pytestmark = pytest.mark.index  # the folder's vendored wheels come from the package index, once
 
@@ -192,8 +193,8 @@ def test_the_seed_procedure_verbatim_from_geak_s_top_folder(geak: Geak) -> None:
         env = handle.read()
     assert f"|| FLYDSL_SHIM_DIR={geak.shim_dir}\nexport FLYDSL_SHIM_DIR\n" in env  # derived from its place
     assert geak.skill not in env  # the zipapp never reaches PYTHONPATH
-    with open(os.path.join(geak.base, "ensure_flydsl.log")) as handle:
-        assert "ready: flydsl" in handle.read()
+    # The loop stops at the env file; the detached run says "ready" just after writing it.
+    wait_for(os.path.join(geak.base, "ensure_flydsl.log"), containing="ready: flydsl")
 
 
 def test_the_seed_procedure_without_the_root_s_parent_never_starts(geak: Geak) -> None:
