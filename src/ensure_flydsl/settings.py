@@ -12,7 +12,7 @@ import itertools
 import os
 import re
 import socket
-from dataclasses import Field, dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from packaging.version import InvalidVersion, Version
@@ -354,24 +354,24 @@ def parse_trusted_keys(name: str, value: str) -> TrustedKeys:
 # -- the table ------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Setting:
-    """One row of the table: a field of Settings with its variable, flag, kind, parser, help group and help."""
+    """One row of the table: a field of Settings with its variable, flag, parser, help group, help and kind."""
 
-    name: str
     env: str
     flag: str
-    kind: str
-    default: object
     parse: Callable[[str, str], object]
     group: str
-    in_request: bool
     help: str
+    kind: str = VALUE
     metavar: str = ""  # a LIST's value in the help
+    name: str = ""  # the field's name and default, and whether Request has it: filled in from the dataclasses
+    default: object = None
+    in_request: bool = False
 
 
 def _row(env: str, flag: str, parse: Callable[[str, str], object], group: str, help: str, *, default: object = None,
          kind: str = VALUE, metavar: str = "") -> Any:
-    return field(default=default, metadata={"env": env, "flag": flag, "kind": kind, "parse": parse, "group": group,
-                                            "help": help, "metavar": metavar})
+    row = Setting(env=env, flag=flag, parse=parse, group=group, help=help, kind=kind, metavar=metavar)
+    return field(default=default, metadata={"row": row})
 
 
 @dataclass(frozen=True)
@@ -416,14 +416,14 @@ class Request:
         if not isinstance(data, dict) or set(data) != {f.name for f in fields(Request)}:
             return None
         try:
-            return cls(**{f.name: _read_back(f, data[f.name]) for f in fields(Request)})
+            return cls(**{s.name: _read_back(s, data[s.name]) for s in SETTINGS if s.in_request})
         except ValueError:
             return None
 
 
-def _read_back(row: "Field[Any]", value: object) -> Any:
+def _read_back(row: Setting, value: object) -> Any:
     """A recorded value as its setting holds it; ValueError unless its parser gives it back unchanged."""
-    if row.metadata["kind"] in (FLAG, SWITCH):
+    if row.kind in (FLAG, SWITCH):
         if isinstance(value, bool):
             return value
     elif value is None:
@@ -431,7 +431,7 @@ def _read_back(row: "Field[Any]", value: object) -> Any:
             return None
     elif value and (isinstance(value, str) or isinstance(value, list) and all(isinstance(v, str) for v in value)):
         with contextlib.suppress(BadInput):
-            parsed = row.metadata["parse"]("request", flag_text(row.name, value))
+            parsed = row.parse("request", flag_text(row.name, value))
             if parsed == (tuple(value) if isinstance(value, list) else value):
                 return parsed
     raise ValueError(row.name)
@@ -508,7 +508,7 @@ class Settings(Request):
 
 
 SETTINGS: Tuple[Setting, ...] = tuple(
-    Setting(name=f.name, default=f.default, in_request=f.name in {r.name for r in fields(Request)}, **f.metadata)
+    replace(f.metadata["row"], name=f.name, default=f.default, in_request=f.name in {r.name for r in fields(Request)})
     for f in fields(Settings) if f.metadata)
 SETTING_BY_NAME: Dict[str, Setting] = {s.name: s for s in SETTINGS}
 
