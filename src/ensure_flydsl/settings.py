@@ -65,11 +65,9 @@ WRITTEN_FILE_ROOM = 32  # the temporary twin ".NAME.xxxxxxxx.tmp" and NAME.holde
 ROOT_ROOM = 1024  # the checkout, the build and LLVM lie up to ~1 KB below the root
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _URL = r"^[A-Za-z][A-Za-z0-9+.-]*://"
-_URL_SCHEMES = ("https://", "http://", "ssh://", "git://", "file://")
-_SCP_LIKE = r"^[A-Za-z0-9_.+-]+@[A-Za-z0-9_.-]+:[^-]"
+_GIT_URL = r"^((https?|ssh|git|file)://|[A-Za-z0-9_.+-]+@[A-Za-z0-9_.-]+:[^-])"  # the URLs git fetches (scp-like too)
 _HELPER = r"^[A-Za-z][A-Za-z0-9+.-]*::"  # git's remote helpers ("ext::cmd", "fd::0") run commands
 _PIN = r"^[A-Za-z0-9_][A-Za-z0-9._/+-]{0,254}\Z"
-_MODULE = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*\Z"
 MIRRORS_ALLOWED = ("whitespace-separated FROM=TO pairs (URL prefixes; TO a https, http, ssh, git or file URL or a "
                    "local path), such as https://github.com/=https://git.example.internal/github/")
 TRUSTED_ALLOWED = ("whitespace-separated public keys NAME:BASE64 (32-byte ed25519, as `cache keygen` writes to "
@@ -88,12 +86,10 @@ def _utf8(name: str, value: str, what: str = "a path") -> None:
 
 def _length(name: str, path: str, *, room: int = 0, leaf_room: int = 0) -> None:
     """Refuse a path the kernel would refuse (ENAMETOOLONG) once the tool writes ``room`` bytes below it."""
-    parts = os.fsencode(path).split(b"/")
-    for index, part in enumerate(parts):
-        last = index == len(parts) - 1
-        limit = NAME_MAX - (leaf_room if last else 0)
+    *folders, leaf = os.fsencode(path).split(b"/")
+    for part, limit in [*((folder, NAME_MAX) for folder in folders), (leaf, NAME_MAX - leaf_room)]:
         if len(part) > limit:
-            why = "; the tool writes files with longer names beside it" if last and leaf_room else ""
+            why = "; the tool writes files with longer names beside it" if limit < NAME_MAX else ""
             raise BadInput(name, path, f"a path whose every name between slashes is at most {limit} bytes (one "
                            f"here has {len(part)}; Linux allows {NAME_MAX}{why})")
     limit = PATH_MAX - 1 - max(room, leaf_room)
@@ -158,7 +154,7 @@ def parse_repo(name: str, value: str) -> str:
     if value.startswith("-") or _CONTROL.search(value):
         raise BadInput(name, value, "a repository URL (https, ssh, git, file) or a local path; never an option")
     _utf8(name, value, "a URL or a path")
-    if value.startswith(_URL_SCHEMES) or re.match(_SCP_LIKE, value):
+    if re.match(_GIT_URL, value):
         return value
     if "::" in value or re.match(_URL, value):
         raise BadInput(name, value, "a URL with scheme https, http, ssh, git or file, or a local path")
@@ -195,7 +191,7 @@ def parse_bool(name: str, value: str) -> bool:
 
 def parse_require(name: str, value: str) -> Tuple[str, ...]:
     modules = tuple(m.strip() for m in value.split(",") if m.strip())
-    if not modules or not all(re.match(_MODULE, m) for m in modules):
+    if not modules or not all(m.isascii() and all(p.isidentifier() for p in m.split(".")) for m in modules):
         raise BadInput(name, value, "comma-separated module names such as flydsl,kernels.moe_gemm_2stage")
     return modules
 
@@ -271,7 +267,7 @@ def _mirror_pair(name: str, value: str, pair: str) -> Tuple[str, str]:
         raise BadInput(name, value, f"{MIRRORS_ALLOWED}; {pair!r} starts with '-' (never an option)")
     if re.match(_HELPER, source) or re.match(_HELPER, to):
         raise BadInput(name, value, f"{MIRRORS_ALLOWED}; {pair!r} names a remote helper (ext::, fd::, ...)")
-    if to.startswith(_URL_SCHEMES) or re.match(_SCP_LIKE, to):
+    if re.match(_GIT_URL, to):
         return source, to
     if re.match(_URL, to):
         raise BadInput(name, value, f"{MIRRORS_ALLOWED}; {pair!r} has a TO of another scheme")
@@ -599,13 +595,12 @@ def check_path_clashes(settings: Settings, environ: Mapping[str, str]) -> None:
     def clash(setting: str, why: str, allowed: str) -> PathClash:
         return PathClash(settings.label(setting), getattr(settings, setting), why, allowed)
 
-    files = [("fail_marker", "", settings.fail_marker), ("lock_file", "", settings.lock_file),
-             ("lock_file", "holder record", settings.lock_file + ".holder"), ("root", "env file", settings.env_file),
-             ("root", "env file's JSON twin", settings.env_json), ("root", "log", settings.log_file)]
-    real = [os.path.realpath(path) for _, _, path in files]
-    for i, j in itertools.combinations(range(len(files)), 2):
-        if real[i] == real[j]:
-            (setting, what, _), (other, its, _) = files[i], files[j]
+    files = [(setting, what, os.path.realpath(path)) for setting, what, path in (
+        ("fail_marker", "", settings.fail_marker), ("lock_file", "", settings.lock_file),
+        ("lock_file", "holder record", settings.lock_file + ".holder"), ("root", "env file", settings.env_file),
+        ("root", "env file's JSON twin", settings.env_json), ("root", "log", settings.log_file))]
+    for (setting, what, path), (other, its, other_path) in itertools.combinations(files, 2):
+        if path == other_path:
             why = f"is the same file as {f'the {its} of ' if its else ''}{named(other)}"
             raise clash(setting, f"(its {what}) {why}" if what else why, "a path of its own")
     base, record = settings.base_dir, "the tool's record of its LLVM build"
@@ -620,7 +615,7 @@ def check_path_clashes(settings: Settings, environ: Mapping[str, str]) -> None:
                *((path, f"{path}, {what}", "a path outside the tool's own files") for path, what in own)]
     if settings.cache is not None and not re.match(_URL, settings.cache):
         folders.append((settings.cache, f"{named('cache')} (the binary cache)", "a path outside the cache"))
-    for (setting, _, _), path in zip(files[:2], real[:2]):
+    for setting, _, path in files[:2]:  # the marker and the lock
         for folder, inside, allowed in folders:
             folder = os.path.realpath(folder).rstrip("/")
             if path == folder or path.startswith(folder + "/"):
