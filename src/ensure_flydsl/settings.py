@@ -5,7 +5,6 @@ anything is written; two settings naming one file (compared resolved) are refuse
 from __future__ import annotations
 
 import contextlib
-import enum
 import functools
 import importlib.util
 import itertools
@@ -18,7 +17,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 from packaging.version import InvalidVersion, Version
 
 from ensure_flydsl import layout
-from ensure_flydsl.errors import BadInput
+from ensure_flydsl.errors import BadInput, StrEnum
 from ensure_flydsl.support import keys
 from ensure_flydsl.support.fields import SHORT_TEXT_MAX, short_text
 from ensure_flydsl.support.install_route import extra_remedy
@@ -27,16 +26,13 @@ from ensure_flydsl.support.urls import shown_location
 from ensure_flydsl.warm import DEFAULT_ROOT
 
 
-class Strategy(str, enum.Enum):
+class Strategy(StrEnum):
     """FLYDSL_STRATEGY's values; which ways each tries, in what order, is ``ways.STRATEGY``'s."""
 
     AUTO = "auto"
     SOURCE = "source"
     RELEASE = "release"
     REUSE_ONLY = "reuse-only"
-
-    def __str__(self) -> str:
-        return str(self.value)
 
 
 STRATEGIES = tuple(s.value for s in Strategy)
