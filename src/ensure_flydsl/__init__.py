@@ -3,7 +3,7 @@
     result = ensure_flydsl.ensure(root="/opt/flydsl/FlyDSL", min_version="0.2.2")
     ensure_flydsl.activate(result)   # os.environ and sys.path, for in-process callers
 
-The names come from api.py at their first use: the front door (warm.py) answers most calls without it.
+The names load from their own modules at first use: the front door (warm.py) answers most calls without them.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ __all__ = ["AlreadyImported", "BadInput", "EnsureError", "ExitCode", "Result", "
 
 def __getattr__(name: str) -> object:
     if name in __all__:
-        from ensure_flydsl import api
+        from ensure_flydsl import api, errors, result, version
 
-        return getattr(api, name)
+        return next(getattr(home, name) for home in (api, errors, result, version) if hasattr(home, name))
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -7,7 +7,7 @@ import os
 import sys
 from typing import Mapping, Optional
 
-from ensure_flydsl.errors import AlreadyImported, BadInput, EnsureError, ExitCode
+from ensure_flydsl.errors import AlreadyImported
 from ensure_flydsl.pipeline.run import ensure_run
 from ensure_flydsl.pipeline.warm import try_warm
 from ensure_flydsl.probe.gate import imported_elsewhere
@@ -15,10 +15,7 @@ from ensure_flydsl.result import Result
 from ensure_flydsl.runs.markers import EnvFile
 from ensure_flydsl.settings import settings_from_kwargs
 from ensure_flydsl.support.report import Reporter
-from ensure_flydsl.version import __version__
 from ensure_flydsl.ways.context import Run
-
-__all__ = ["AlreadyImported", "BadInput", "EnsureError", "ExitCode", "Result", "__version__", "activate", "ensure"]
 
 
 def ensure(*, environ: Optional[Mapping[str, str]] = None, verbose: bool = False, **settings: object) -> Result:

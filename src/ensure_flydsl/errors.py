@@ -62,7 +62,14 @@ _ALL = frozenset(Plan)
 _NONE: FrozenSet[Plan] = frozenset()
 
 
-class Stage(str, enum.Enum):
+class StrEnum(str, enum.Enum):
+    """Python 3.11's enum.StrEnum: a member's text is its value (messages show ``auto``, not ``Strategy.AUTO``)."""
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+
+class Stage(StrEnum):
     """One stage; the members are in the order a run goes through them (the plans follow it)."""
 
     exit_code: Optional[ExitCode]  # a failure in it exits with this (None: its failures have several codes)
@@ -76,9 +83,6 @@ class Stage(str, enum.Enum):
         stage._value_ = name
         stage.exit_code, stage.order, stage.work, stage.plans = exit_code, order, work, plans
         return stage
-
-    def __str__(self) -> str:
-        return str(self.value)
 
     @classmethod
     def parse(cls, name: object) -> Optional["Stage"]:

@@ -17,10 +17,7 @@ GATE_STRINGS = ("env_file", "version", "reason")  # GEAK's validator takes a str
 
 def result_object(**fields: object) -> Dict[str, object]:
     """Every key of the shape (None when not known, ``ok`` and ``built`` false), then ``fields``."""
-    data: Dict[str, object] = {key: None for key in RESULT_KEYS}
-    data.update(schema_version=SCHEMA_VERSION, ok=False, built=False)
-    data.update(fields)
-    return data
+    return {**dict.fromkeys(RESULT_KEYS), "schema_version": SCHEMA_VERSION, "ok": False, "built": False, **fields}
 
 
 def result_json(data: Mapping[str, object]) -> str:

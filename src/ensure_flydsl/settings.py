@@ -5,20 +5,19 @@ anything is written; two settings naming one file (compared resolved) are refuse
 from __future__ import annotations
 
 import contextlib
-import enum
 import functools
 import importlib.util
 import itertools
 import os
 import re
 import socket
-from dataclasses import Field, dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from packaging.version import InvalidVersion, Version
 
 from ensure_flydsl import layout
-from ensure_flydsl.errors import BadInput
+from ensure_flydsl.errors import BadInput, StrEnum
 from ensure_flydsl.support.fields import SHORT_TEXT_MAX, short_text
 from ensure_flydsl.support.launcher import command, extra_remedy
 from ensure_flydsl.support.urls import shown_location
@@ -26,16 +25,13 @@ from ensure_flydsl.trees import signing as keys
 from ensure_flydsl.warm import DEFAULT_ROOT
 
 
-class Strategy(str, enum.Enum):
+class Strategy(StrEnum):
     """FLYDSL_STRATEGY's values; which ways each tries, in what order, is ``ways.STRATEGY``'s."""
 
     AUTO = "auto"
     SOURCE = "source"
     RELEASE = "release"
     REUSE_ONLY = "reuse-only"
-
-    def __str__(self) -> str:
-        return str(self.value)
 
 
 STRATEGIES = tuple(s.value for s in Strategy)
@@ -64,11 +60,9 @@ WRITTEN_FILE_ROOM = 32  # the temporary twin ".NAME.xxxxxxxx.tmp" and NAME.holde
 ROOT_ROOM = 1024  # the checkout, the build and LLVM lie up to ~1 KB below the root
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _URL = r"^[A-Za-z][A-Za-z0-9+.-]*://"
-_URL_SCHEMES = ("https://", "http://", "ssh://", "git://", "file://")
-_SCP_LIKE = r"^[A-Za-z0-9_.+-]+@[A-Za-z0-9_.-]+:[^-]"
+_GIT_URL = r"^((https?|ssh|git|file)://|[A-Za-z0-9_.+-]+@[A-Za-z0-9_.-]+:[^-])"  # the URLs git fetches (scp-like too)
 _HELPER = r"^[A-Za-z][A-Za-z0-9+.-]*::"  # git's remote helpers ("ext::cmd", "fd::0") run commands
 _PIN = r"^[A-Za-z0-9_][A-Za-z0-9._/+-]{0,254}\Z"
-_MODULE = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*\Z"
 MIRRORS_ALLOWED = ("whitespace-separated FROM=TO pairs (URL prefixes; TO a https, http, ssh, git or file URL or a "
                    "local path), such as https://github.com/=https://git.example.internal/github/")
 TRUSTED_ALLOWED = ("whitespace-separated public keys NAME:BASE64 (32-byte ed25519, as `cache keygen` writes to "
@@ -87,12 +81,10 @@ def _utf8(name: str, value: str, what: str = "a path") -> None:
 
 def _length(name: str, path: str, *, room: int = 0, leaf_room: int = 0) -> None:
     """Refuse a path the kernel would refuse (ENAMETOOLONG) once the tool writes ``room`` bytes below it."""
-    parts = os.fsencode(path).split(b"/")
-    for index, part in enumerate(parts):
-        last = index == len(parts) - 1
-        limit = NAME_MAX - (leaf_room if last else 0)
+    *folders, leaf = os.fsencode(path).split(b"/")
+    for part, limit in [*((folder, NAME_MAX) for folder in folders), (leaf, NAME_MAX - leaf_room)]:
         if len(part) > limit:
-            why = "; the tool writes files with longer names beside it" if last and leaf_room else ""
+            why = "; the tool writes files with longer names beside it" if limit < NAME_MAX else ""
             raise BadInput(name, path, f"a path whose every name between slashes is at most {limit} bytes (one "
                            f"here has {len(part)}; Linux allows {NAME_MAX}{why})")
     limit = PATH_MAX - 1 - max(room, leaf_room)
@@ -157,7 +149,7 @@ def parse_repo(name: str, value: str) -> str:
     if value.startswith("-") or _CONTROL.search(value):
         raise BadInput(name, value, "a repository URL (https, ssh, git, file) or a local path; never an option")
     _utf8(name, value, "a URL or a path")
-    if value.startswith(_URL_SCHEMES) or re.match(_SCP_LIKE, value):
+    if re.match(_GIT_URL, value):
         return value
     if "::" in value or re.match(_URL, value):
         raise BadInput(name, value, "a URL with scheme https, http, ssh, git or file, or a local path")
@@ -194,7 +186,7 @@ def parse_bool(name: str, value: str) -> bool:
 
 def parse_require(name: str, value: str) -> Tuple[str, ...]:
     modules = tuple(m.strip() for m in value.split(",") if m.strip())
-    if not modules or not all(re.match(_MODULE, m) for m in modules):
+    if not modules or not all(m.isascii() and all(p.isidentifier() for p in m.split(".")) for m in modules):
         raise BadInput(name, value, "comma-separated module names such as flydsl,kernels.moe_gemm_2stage")
     return modules
 
@@ -270,7 +262,7 @@ def _mirror_pair(name: str, value: str, pair: str) -> Tuple[str, str]:
         raise BadInput(name, value, f"{MIRRORS_ALLOWED}; {pair!r} starts with '-' (never an option)")
     if re.match(_HELPER, source) or re.match(_HELPER, to):
         raise BadInput(name, value, f"{MIRRORS_ALLOWED}; {pair!r} names a remote helper (ext::, fd::, ...)")
-    if to.startswith(_URL_SCHEMES) or re.match(_SCP_LIKE, to):
+    if re.match(_GIT_URL, to):
         return source, to
     if re.match(_URL, to):
         raise BadInput(name, value, f"{MIRRORS_ALLOWED}; {pair!r} has a TO of another scheme")
@@ -353,24 +345,24 @@ def parse_trusted_keys(name: str, value: str) -> TrustedKeys:
 # -- the table ------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Setting:
-    """One row of the table: a field of Settings with its variable, flag, kind, parser, help group and help."""
+    """One row of the table: a field of Settings with its variable, flag, parser, help group, help and kind."""
 
-    name: str
     env: str
     flag: str
-    kind: str
-    default: object
     parse: Callable[[str, str], object]
     group: str
-    in_request: bool
     help: str
+    kind: str = VALUE
     metavar: str = ""  # a LIST's value in the help
+    name: str = ""  # the field's name and default, and whether Request has it: filled in from the dataclasses
+    default: object = None
+    in_request: bool = False
 
 
 def _row(env: str, flag: str, parse: Callable[[str, str], object], group: str, help: str, *, default: object = None,
          kind: str = VALUE, metavar: str = "") -> Any:
-    return field(default=default, metadata={"env": env, "flag": flag, "kind": kind, "parse": parse, "group": group,
-                                            "help": help, "metavar": metavar})
+    row = Setting(env=env, flag=flag, parse=parse, group=group, help=help, kind=kind, metavar=metavar)
+    return field(default=default, metadata={"row": row})
 
 
 @dataclass(frozen=True)
@@ -415,14 +407,14 @@ class Request:
         if not isinstance(data, dict) or set(data) != {f.name for f in fields(Request)}:
             return None
         try:
-            return cls(**{f.name: _read_back(f, data[f.name]) for f in fields(Request)})
+            return cls(**{s.name: _read_back(s, data[s.name]) for s in SETTINGS if s.in_request})
         except ValueError:
             return None
 
 
-def _read_back(row: "Field[Any]", value: object) -> Any:
+def _read_back(row: Setting, value: object) -> Any:
     """A recorded value as its setting holds it; ValueError unless its parser gives it back unchanged."""
-    if row.metadata["kind"] in (FLAG, SWITCH):
+    if row.kind in (FLAG, SWITCH):
         if isinstance(value, bool):
             return value
     elif value is None:
@@ -430,7 +422,7 @@ def _read_back(row: "Field[Any]", value: object) -> Any:
             return None
     elif value and (isinstance(value, str) or isinstance(value, list) and all(isinstance(v, str) for v in value)):
         with contextlib.suppress(BadInput):
-            parsed = row.metadata["parse"]("request", flag_text(row.name, value))
+            parsed = row.parse("request", flag_text(row.name, value))
             if parsed == (tuple(value) if isinstance(value, list) else value):
                 return parsed
     raise ValueError(row.name)
@@ -507,7 +499,7 @@ class Settings(Request):
 
 
 SETTINGS: Tuple[Setting, ...] = tuple(
-    Setting(name=f.name, default=f.default, in_request=f.name in {r.name for r in fields(Request)}, **f.metadata)
+    replace(f.metadata["row"], name=f.name, default=f.default, in_request=f.name in {r.name for r in fields(Request)})
     for f in fields(Settings) if f.metadata)
 SETTING_BY_NAME: Dict[str, Setting] = {s.name: s for s in SETTINGS}
 
@@ -598,13 +590,12 @@ def check_path_clashes(settings: Settings, environ: Mapping[str, str]) -> None:
     def clash(setting: str, why: str, allowed: str) -> PathClash:
         return PathClash(settings.label(setting), getattr(settings, setting), why, allowed)
 
-    files = [("fail_marker", "", settings.fail_marker), ("lock_file", "", settings.lock_file),
-             ("lock_file", "holder record", settings.lock_file + ".holder"), ("root", "env file", settings.env_file),
-             ("root", "env file's JSON twin", settings.env_json), ("root", "log", settings.log_file)]
-    real = [os.path.realpath(path) for _, _, path in files]
-    for i, j in itertools.combinations(range(len(files)), 2):
-        if real[i] == real[j]:
-            (setting, what, _), (other, its, _) = files[i], files[j]
+    files = [(setting, what, os.path.realpath(path)) for setting, what, path in (
+        ("fail_marker", "", settings.fail_marker), ("lock_file", "", settings.lock_file),
+        ("lock_file", "holder record", settings.lock_file + ".holder"), ("root", "env file", settings.env_file),
+        ("root", "env file's JSON twin", settings.env_json), ("root", "log", settings.log_file))]
+    for (setting, what, path), (other, its, other_path) in itertools.combinations(files, 2):
+        if path == other_path:
             why = f"is the same file as {f'the {its} of ' if its else ''}{named(other)}"
             raise clash(setting, f"(its {what}) {why}" if what else why, "a path of its own")
     base, record = settings.base_dir, "the tool's record of its LLVM build"
@@ -619,7 +610,7 @@ def check_path_clashes(settings: Settings, environ: Mapping[str, str]) -> None:
                *((path, f"{path}, {what}", "a path outside the tool's own files") for path, what in own)]
     if settings.cache is not None and not re.match(_URL, settings.cache):
         folders.append((settings.cache, f"{named('cache')} (the binary cache)", "a path outside the cache"))
-    for (setting, _, _), path in zip(files[:2], real[:2]):
+    for setting, _, path in files[:2]:  # the marker and the lock
         for folder, inside, allowed in folders:
             folder = os.path.realpath(folder).rstrip("/")
             if path == folder or path.startswith(folder + "/"):

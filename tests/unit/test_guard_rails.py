@@ -208,7 +208,7 @@ BUDGETS = {  # a part of the package: its target
 }
 API = {"__init__.py", "__main__.py", "api.py", "result.py", "version.py"}
 # Parts still above their budget: a ceiling each, lowered as they shrink, removed once within the budget.
-NOT_YET = {"api": 203, "cli": 1610, "settings.py": 628}
+NOT_YET = {"api": 197, "cli": 1610, "settings.py": 618}
 # The whole package: the issue's cap is 13,500 (and it closes at 12,500); until then a ceiling lowered as it shrinks
 # (16,822: issue 41's JSON, env file and ETA items added 41 lines and paid 21 of them; the front door's answer to
 # a Ctrl-C during its hand-off, a traceback before, 3; issue 41 items 2 and 5, every command a message names as
@@ -220,8 +220,9 @@ NOT_YET = {"api": 203, "cli": 1610, "settings.py": 628}
 # 42's items 1-6, 8 and 11, the store copied, never hardlinked, used only when this user's, its trees' provenance
 # kept, every lock wait bounded and named by one wait loop (support/files.py held_lock, the build lock's too),
 # prune of only what it made, the root's file system when a copy fills it, one store rule: 148 more, after the
-# per-root references, link modes and seals of inodes went: to be paid back by issue 40's simplifications).
-TOTAL_CEILING = 17250
+# per-root references, link modes and seals of inodes went: to be paid back by issue 40's simplifications;
+# then 17,142: one refusal class, handlers taking the Call, support/keys in trees/signing, one StrEnum).
+TOTAL_CEILING = 17142
 
 
 def part_of(relative: str) -> str:

@@ -4,7 +4,6 @@ last words on a disk that fills) and ``current`` (the latest run's id)."""
 
 from __future__ import annotations
 
-import enum
 import fcntl
 import os
 import re
@@ -14,7 +13,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
-from ensure_flydsl.errors import Stage
+from ensure_flydsl.errors import Stage, StrEnum
 from ensure_flydsl.layout import (
     RUN_RECORD_SUFFIX,
     base_state_dir,
@@ -37,15 +36,12 @@ from ensure_flydsl.support.files import (
 )
 
 
-class RunState(str, enum.Enum):
+class RunState(StrEnum):
     """Where a run is: running, or ended in success or failure."""
 
     RUNNING = "running"
     SUCCEEDED = "succeeded"
     FAILED = "failed"
-
-    def __str__(self) -> str:
-        return str(self.value)
 
 
 RUNNING, SUCCEEDED, FAILED = RunState.RUNNING, RunState.SUCCEEDED, RunState.FAILED

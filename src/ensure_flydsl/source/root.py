@@ -7,7 +7,6 @@ was somebody else's at its start; ``clean`` removes only what the record names u
 from __future__ import annotations
 
 import contextlib
-import enum
 import gzip
 import json
 import os
@@ -17,6 +16,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Dict, FrozenSet, Iterator, List, Mapping, Optional, Tuple
 
+from ensure_flydsl.errors import StrEnum
 from ensure_flydsl.layout import (
     BUILD_DIR,
     ENV_FILE_NAME,
@@ -79,7 +79,7 @@ def owner(root: str) -> Optional[Owner]:
     return Owner.from_json(read_json(owner_file(root)))
 
 
-class RootKind(str, enum.Enum):
+class RootKind(StrEnum):
     """What the root is to the tool."""
 
     ABSENT = "absent"  # nothing there: created and claimed
@@ -88,9 +88,6 @@ class RootKind(str, enum.Enum):
     CONTRACT_ONLY = "contract-only"  # only env files (the contract's): claimed
     ADOPTABLE = "adoptable"  # a clean checkout another tool made: claimed when the build starts
     FOREIGN = "foreign"  # somebody else's: refused
-
-    def __str__(self) -> str:
-        return str(self.value)
 
 
 @dataclass(frozen=True)

@@ -3,13 +3,13 @@
 
 from __future__ import annotations
 
-import enum
 from typing import Mapping, Tuple
 
+from ensure_flydsl.errors import StrEnum
 from ensure_flydsl.settings import Strategy
 
 
-class Way(str, enum.Enum):
+class Way(StrEnum):
     REUSE = "reuse"
     RELEASE = "release"
     CACHE = "cache"
@@ -17,9 +17,6 @@ class Way(str, enum.Enum):
     # The host's store of trees: asked first whenever a strategy provisions, so it stands in no row of
     # STRATEGY (FLYDSL_STORE=off turns it off).
     STORE = "store"
-
-    def __str__(self) -> str:
-        return str(self.value)
 
 
 # The release way applies only when the pin is a release tag's commit, the cache only when FLYDSL_CACHE is

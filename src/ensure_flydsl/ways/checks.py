@@ -4,14 +4,13 @@
 from __future__ import annotations
 
 import concurrent.futures
-import enum
 import os
 import subprocess
 import threading
 from dataclasses import asdict, dataclass
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from ensure_flydsl.errors import ExitCode, Stage
+from ensure_flydsl.errors import ExitCode, Stage, StrEnum
 from ensure_flydsl.probe.results import Interpreter
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.source.git import describe, is_local_repo, ls_remote_within, repo_path, rewrite
@@ -19,15 +18,12 @@ from ensure_flydsl.source.needs import BuildNeeds
 from ensure_flydsl.ways.package_index import IndexAnswer, query_versions
 
 
-class CheckStatus(str, enum.Enum):
+class CheckStatus(StrEnum):
 
     OK = "ok"
     MISSING = "missing"
     WRONG = "wrong"
     SKIPPED = "skipped"
-
-    def __str__(self) -> str:
-        return str(self.value)
 
 
 OK, MISSING, WRONG, SKIPPED = CheckStatus.OK, CheckStatus.MISSING, CheckStatus.WRONG, CheckStatus.SKIPPED
