@@ -33,7 +33,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(HERE), "src"))
 
 from ensure_flydsl.trees.manifest import cache_key  # noqa: E402
 from ensure_flydsl.trees.remote import open_cache  # noqa: E402
-from ensure_flydsl.trees.signing import (  # noqa: E402  # noqa: E402
+from ensure_flydsl.trees.signing import (  # noqa: E402
     PublicKey,
     SecretKey,
     check_entry,
