@@ -139,9 +139,6 @@ class Run:
         if percent is not None:
             self.reporter.progress(self.step_name, percent, self.tracker.eta())
 
-    def build_started(self, pgid: Optional[int]) -> None:
-        self.tracker.build_group(pgid)
-
     @contextlib.contextmanager
     def step(self, name: Stage) -> Iterator[None]:
         self.step_name = name

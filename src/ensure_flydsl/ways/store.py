@@ -1,6 +1,5 @@
-"""The host store's way (trees/local.py): copy a tree this host holds for the pin and interpreter into the root;
-keep a tree another way made.  An accelerator: a store that cannot be used is said and gone without; a damaged
-tree is said, removed and made again; a tree the run's trust settings would not take from the cache is not used."""
+"""The host store's way (trees/local.py): a stored tree for the pin and interpreter copied into the root, a tree
+another way made kept; an accelerator: what cannot be used (damaged, distrusted) is said and gone without."""
 
 from __future__ import annotations
 
@@ -117,9 +116,8 @@ def interpreter_fingerprint(run: Run) -> Optional[Dict[str, object]]:
 
 
 def distrusted(run: Run, entry: CacheEntry) -> Optional[str]:
-    """Why the run's trust settings would not have taken the stored tree where it came from, or None: a tree built
-    here or released (its provenance checked) is taken; one from the fleet cache only as the cache's entry would be
-    (any, without trusted keys; else one a key trusted now signed)."""
+    """Why the run's trust settings would not take the stored tree, or None: one from the fleet cache is taken as its
+    entry would be there (any without trusted keys, else one a key trusted now signed); built or released ones are."""
     trusted = run.settings.cache_trusted_keys
     if entry.how != How.CACHED.value or not trusted:
         return None

@@ -1,6 +1,5 @@
-"""A fleet pays one build: before build_llvm.sh and build.sh a run with a cache takes its turn at the key's lease
-(trees/lease.py): a hit; or it builds; or it waits for the holder's entry, taking over a dead holder, trying
-once more after a failure, giving up at FLYDSL_LOCK_TIMEOUT (exit 7)."""
+"""A fleet pays one build: before build_llvm.sh and build.sh a run takes its turn at the key's lease (trees/lease.py):
+a hit, or it builds, or it waits (a dead holder taken over, a failure tried once more, exit 7 at the timeout)."""
 
 from __future__ import annotations
 
@@ -71,14 +70,6 @@ def open_leases(run: Run, cache: Cache) -> Optional[lease.Leases]:
         run.say(f"cache: {cache.location} does not honour exclusive create ({why}), so hosts sharing it cannot "
                 "take turns at a build; each host that misses builds by itself, as without a lease")
     return None
-
-
-def holder_progress(run: Run) -> lease.Progress:
-    """The holder's step, percent and ETA for its heartbeat: the step's own, not the run's."""
-    def progress() -> Tuple[Optional[str], Optional[float], Optional[float]]:
-        step, percent, eta = run.tracker.step_progress()
-        return step or run.step_name, percent, eta
-    return progress
 
 
 def describe(record: lease.LeaseRecord) -> str:
@@ -174,10 +165,15 @@ class _Waiter:
         record = lease.LeaseRecord(kind=self.kind, key=self.key, generation=generation, host=host_id(self.run.environ),
                              run_id=self.run.run_id, pid=os.getpid(),
                              started=time.time(), what=self.what, failures_before=failures_before, ttl=self.leases.ttl)
-        held = self.leases.take(record, holder_progress(self.run))
+        held = self.leases.take(record, self._progress)
         if held is None:
             self.refused = max(self.refused, generation)  # another run's now, or something else stands there
         return held
+
+    def _progress(self) -> Tuple[Optional[str], Optional[float], Optional[float]]:
+        """The holder's step, percent and ETA for its heartbeat: the step's own, not the run's."""
+        step, percent, eta = self.run.tracker.step_progress()
+        return step or self.run.step_name, percent, eta
 
     def _past_refused(self, generation: int) -> int:
         """The generation after the refused one, unlisted now; CacheError after UNLISTED_TAKES such takes."""

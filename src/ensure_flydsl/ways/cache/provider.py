@@ -1,6 +1,5 @@
-"""The binary cache way: a tree, or an MLIR install, another host built, fetched hash by hash (signed entries
-only, with FLYDSL_CACHE_TRUSTED_KEYS).  An accelerator: a miss, an unreachable store, a corrupt or untrusted
-entry is said once and built around, never deleted."""
+"""The binary cache way: a tree or MLIR install another host built, fetched hash by hash (signed, with trusted keys);
+an accelerator: a miss, a store down, a corrupt or untrusted entry is said once and built around, never deleted."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""The release way: the ``flydsl==X`` wheel of the pin's release tag, installed into ``build-fly/python_packages``
-beside the tag's ``kernels/`` only when its package is the checkout's ``python/flydsl``, file by file (a tag's
-name proves nothing).  Under ``auto`` a wheel that is not, or does not work, gives way to a source build."""
+"""The release way: the pin's ``flydsl==X`` wheel, installed only when its package is the checkout's ``python/flydsl``
+file by file (a tag's name proves nothing); under ``auto`` one that is not, or does not work, gives way to a build."""
 
 from __future__ import annotations
 

@@ -165,18 +165,13 @@ def _read_source(sources: str, rel: str) -> bytes:
                           stage=Stage.RELEASE, hint="the checkout is damaged; run again to restore it") from None
 
 
-def installed_version(target: str) -> Optional[str]:
-    """The version in the installed wheel's metadata (``flydsl-X.dist-info/METADATA``)."""
-    found = [d.version for d in importlib.metadata.distributions(path=[target]) if d.metadata["Name"] == "flydsl"]
-    return found[0] if found else None
-
-
 def check_versions(tag: str, root: str, installed: Optional[str] = None) -> None:
     """The tag, the checkout's ``__version__`` and, once the wheel is ``installed`` (its folder), the wheel's
     metadata and installed ``__version__`` agree, or kernels and package are of two releases."""
     seen = {"the checkout's __version__": static_version(os.path.join(root, FLYDSL_SOURCES, "__init__.py"))}
     if installed is not None:
-        seen["the wheel's metadata"] = installed_version(installed)
+        seen["the wheel's metadata"] = next((d.version for d in importlib.metadata.distributions(path=[installed])
+                                             if d.metadata["Name"] == "flydsl"), None)
         seen["the installed __version__"] = static_version(os.path.join(installed, "flydsl", "__init__.py"))
     expected = tag_version(tag) or tag
     wrong = {what: v for what, v in seen.items() if not _same_version(v, expected)}

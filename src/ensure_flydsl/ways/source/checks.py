@@ -1,6 +1,5 @@
-"""The source way's prediction: the doctor's checks of what a build needs (LLVM's source, MLIR, disk and memory,
-compilers and headers, the build tools, HIP, the pin's submodules), in the order a build meets them.  Memory
-against jobs and free disk are pure decisions; the rest look at the machine with short timeouts."""
+"""The source way's prediction: the doctor's checks of what a build needs (LLVM's source, MLIR, disk, memory,
+compilers, headers, build tools, HIP, submodules) in the order a build meets them, with short timeouts."""
 
 from __future__ import annotations
 

@@ -1,11 +1,9 @@
-"""The environment of a source build's steps: shims of the target interpreter first on PATH (FlyDSL's scripts
-call ``python3`` and ``pip``), pip held to a private ``pylib`` and the constraints file, the jobs, the LLVM
-record; ROCm (ROCM_PATH, else ``rocm-sdk path --root``) and the fix of a hip CMake package that names a
-libamdhip64 ``lib/`` lacks: a private overlay prefix (ROCm untouched), or with ``--fix-rocm-in-place`` links
-inside ``ROCM_PATH/lib``."""
+"""A source build's environment: the interpreter's shims first on PATH, pip held to a private folder, the jobs, the
+LLVM record; ROCm, and its hip CMake package fixed by a private overlay (or by links in it, when asked)."""
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import hashlib
 import os
@@ -186,16 +184,11 @@ def check_hip(rocm_path: str) -> HipCheck:
     package_dir = os.path.join(rocm_path, "lib", "cmake", "hip")
     if not os.path.isdir(package_dir):
         return HipCheck(None, (), (), None)
-    referenced: List[str] = []
+    texts = []
     for path in sorted(glob.glob(os.path.join(package_dir, "*.cmake"))):
-        try:
-            with open(path, errors="replace") as handle:
-                text = handle.read()
-        except OSError:
-            continue
-        for name in _HIP_LIB_REF.findall(text):
-            if name not in referenced:
-                referenced.append(name)
+        with contextlib.suppress(OSError), open(path, errors="replace") as handle:
+            texts.append(handle.read())
+    referenced = list(dict.fromkeys(name for text in texts for name in _HIP_LIB_REF.findall(text)))
     lib = os.path.join(rocm_path, "lib")
     missing = tuple(n for n in referenced if not os.path.exists(os.path.join(lib, n)))
     # The real library: a file that is no link, the longest version string first.

@@ -293,7 +293,7 @@ def run_script(run: Run, script: str, jobs: int, env: Mapping[str, str], code: E
                           hint="FLYDSL_PIN names a commit this tool does not know how to build")
     cmd = ["bash", path, f"-j{jobs}"]
     run.build_line(f"$ {shlex.join(cmd)}")
-    status = stream_command(cmd, cwd=run.settings.root, env=env, sink=run.build_line, on_start=run.build_started)
+    status = stream_command(cmd, cwd=run.settings.root, env=env, sink=run.build_line, on_start=run.tracker.build_group)
     if status != 0:
         raise EnsureError(code, f"{what} failed: scripts/{script} exited with {status}", stage=stage,
                           hint="the log's last lines are below; the full output is in the log")

