@@ -69,7 +69,7 @@ def provision(run: Run) -> Result:
                         doctor=doctor_before_build)
         providers = providers_for(run, shared)
         # The likeliest route: each way takes its own when its turn comes.
-        run.expect(next(p.route for p in providers if p.route is not None))
+        run.tracker.expect(next(p.route for p in providers if p.route is not None))
         with run.step(Stage.FETCH):
             force = refuse_local_changes(run)
             begin_build(run)
@@ -132,7 +132,7 @@ def start_wheel_download(run: Run, early: Early, store: Optional[HostStore], com
     """A release's commit: its wheel downloads beside git's fetch (unless its tree is installed or stored)."""
     settings, root = run.settings, run.settings.root
     versions = release_tags(tags)
-    run.expect(likely_route(settings, release_commit=bool(versions)))  # the refs tell: the ETA's route
+    run.tracker.expect(likely_route(settings, release_commit=bool(versions)))  # the refs tell: the ETA's route
     if not tries(settings.strategy, Way.RELEASE) or not versions or not is_ours(root):
         return  # (not ours: another tool's checkout, unclaimed before the build starts, holds nothing of ours yet)
     key = {"release": versions[0], "commit": commit, "abi": run.interpreter.abi}

@@ -45,7 +45,7 @@ def ensure_run(run: Run) -> Result:
 def _outcome(run: Run) -> Union[Result, BaseException]:
     """The run under its heartbeat: its result, or the failure it ended with (an exit goes on up)."""
     try:
-        with heartbeat(run.reporter, run.pulse, heartbeat_interval(run.environ)):
+        with heartbeat(run.reporter, run.tracker.pulse, heartbeat_interval(run.environ)):
             if run.kind == "detached":
                 run.step_name = Stage.STARTING  # what its record says until the probe begins
                 run.track()  # a detached worker is visible from its first step

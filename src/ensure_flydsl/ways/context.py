@@ -15,7 +15,7 @@ from ensure_flydsl.probe.gate import Verdict
 from ensure_flydsl.probe.results import Interpreter, Probe
 from ensure_flydsl.result import How
 from ensure_flydsl.runs.history import read_history
-from ensure_flydsl.runs.progress import Pulse, Tracker, estimate_eta
+from ensure_flydsl.runs.progress import Tracker, estimate_eta
 from ensure_flydsl.runs.records import RunStore, new_record, new_run_id
 from ensure_flydsl.runs.timings import RunFacts
 from ensure_flydsl.settings import Settings
@@ -116,18 +116,10 @@ class Run:
             if self.step_name in Plan.SOURCE.stages:
                 self.tracker.step_started(self.step_name)
 
-    def expect(self, route: Optional[Plan]) -> None:
-        """The likeliest route as the run learns more, before a way takes one (for the ETA)."""
-        self.tracker.expect(route)
-
     def plan(self, plan: Plan) -> None:
         """The route a way takes: the ETA adds up its steps, and the host's history learns them."""
         self.tracker.take(plan)
         self.facts.route = plan
-
-    def pulse(self) -> Pulse:
-        """What the heartbeat says (before the run is tracked, its step without an ETA)."""
-        return self.tracker.pulse()
 
     def worked(self) -> None:
         """The current step did real work: its duration counts for future ETAs."""

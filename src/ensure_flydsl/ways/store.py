@@ -38,13 +38,12 @@ def open_run_store(run: Run) -> Optional[local.HostStore]:
         run.say("store: no host store (neither XDG_CACHE_HOME nor HOME names a folder); each root keeps its own tree")
         return None
     try:
-        store = local.HostStore.open(path, lock_timeout=run.settings.lock_timeout, say=run.say)
+        return local.HostStore.open(path, lock_timeout=run.settings.lock_timeout, say=run.say)
     except OSError as exc:
         named = f"{run.settings.label('store')}={path}" if setting else f"the default host store {path}"
         run.say(f"store: {named} cannot be used ({exc}); going on without a store (set FLYDSL_STORE to a "
                 "writable folder, or FLYDSL_STORE=off to say none)")
         return None
-    return store
 
 
 def borrow_git_objects(run: Run, store: local.HostStore) -> Optional[str]:
@@ -222,19 +221,17 @@ class StoreProvider(Provider):
                 f"{manifest.size >> 20} MB) into {packages} by {mode}")
         return mode
 
-    def _verified(self, run: Run, commit: str, manifest: CacheEntry, mode: str) -> Optional[Decision]:
+    def _verified(self, run: Run, commit: str, manifest: CacheEntry, mode: str) -> Decision:
         how = How(manifest.how)
         known = self._known_pass(run, manifest.key)
-        if known is not None:
-            decision = decision_from_pass(run, commit, how, known)
-            if decision is not None:
-                run.say(f"store: not probed again: this tree passed the full probe with {run.interpreter.executable} "
-                        "as it is now (--verify probes)")
-                decision.link_mode = mode
-                return decision
-        with run.step(Stage.VERIFY):
-            decision = verify_tree(run, commit, how, self.early)
-        remember_pass(run, self.store, manifest.key, decision)
+        decision = None if known is None else decision_from_pass(run, commit, how, known)
+        if decision is not None:
+            run.say(f"store: not probed again: this tree passed the full probe with {run.interpreter.executable} "
+                    "as it is now (--verify probes)")
+        else:
+            with run.step(Stage.VERIFY):
+                decision = verify_tree(run, commit, how, self.early)
+            remember_pass(run, self.store, manifest.key, decision)
         decision.link_mode = mode
         return decision
 

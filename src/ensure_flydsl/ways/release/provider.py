@@ -174,12 +174,10 @@ def tracked_sources(checkout: Checkout, commit: str) -> List[str]:
     with failing_as(ExitCode.CHECKOUT, f"cannot list {layout.FLYDSL_SOURCES} of {commit[:12]} in {checkout.root}",
                     stage=Stage.RELEASE, hint="the checkout is damaged; look at `git -C ROOT status`"):
         out = checkout.git("ls-tree", "-r", "-z", "--full-tree", commit, "--", layout.FLYDSL_SOURCES + "/")
-    files = []
-    for entry in out.split("\0"):
-        meta, _, path = entry.partition("\t")
-        if meta.split(" ")[1:2] == ["blob"] and path.startswith(layout.FLYDSL_SOURCES + "/"):
-            files.append(path[len(layout.FLYDSL_SOURCES) + 1:])
-    return files
+    prefix = layout.FLYDSL_SOURCES + "/"
+    entries = (entry.partition("\t") for entry in out.split("\0"))
+    return [path[len(prefix):] for meta, _, path in entries
+            if meta.split(" ")[1:2] == ["blob"] and path.startswith(prefix)]
 
 
 def wheel_fault(probe: Probe, packages: str, sources: str) -> Optional[str]:
