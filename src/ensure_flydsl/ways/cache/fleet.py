@@ -110,7 +110,8 @@ def take_turn(run: Run, cache: Cache, kind: str, key: str, what: str, fetch: Cal
         return Turn()
     finally:
         if waiter is not None:
-            waiter.stop()
+            if waiter.followed:
+                run.tracker.follow(None, None, None)  # the holder's figures are no longer this run's
             run.facts.waited_for_lease(time.monotonic() - waiter.started if waiter.followed else 0.0)
 
 
@@ -238,10 +239,6 @@ class _Waiter:
         raise EnsureError(ExitCode.LOCK, f"waited {fmt_seconds(waited)} for {text}; {label}={timeout:g} s ran out",
                           stage=Stage.LEASE,
                           hint=f"{hint}; run again later to fetch it from the cache, or raise FLYDSL_LOCK_TIMEOUT")
-
-    def stop(self) -> None:
-        if self.followed:
-            self.run.tracker.follow(None, None, None)
 
 
 def give_up(record: lease.LeaseRecord, what: str) -> EnsureError:

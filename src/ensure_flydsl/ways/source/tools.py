@@ -188,17 +188,13 @@ def read_tools_record(path: str, root: str) -> Tuple[Dict[str, ProvidedTool], Op
     data = read_json(path)
     if data is None:
         return {}, "it is not a JSON object the tool writes"
-    entries: Dict[str, ProvidedTool] = {}
-    bad = []
-    for name, value in data.items():
-        entry = ProvidedTool.from_json(name, value, root) if name in PROVIDABLE else None
-        if entry is None:
-            bad.append(name)
-        else:
-            entries[name] = entry
+    read = {name: ProvidedTool.from_json(name, value, root) if name in PROVIDABLE else None
+            for name, value in data.items()}
+    entries = {name: entry for name, entry in read.items() if entry is not None}
+    bad = sorted(set(read) - set(entries))
     if not bad:
         return entries, None
-    return entries, (f"its record of {', '.join(sorted(bad))} is not one this tool writes (a version, a pip spec, "
+    return entries, (f"its record of {', '.join(bad)} is not one this tool writes (a version, a pip spec, "
                      f"the folder {os.path.join(root, '<tool>')} and the tool's programs inside it)")
 
 
