@@ -31,15 +31,13 @@ def has_pip(python: str, environ: Optional[Mapping[str, str]] = None) -> bool:
     """Whether ``python -m pip`` can run: pip is found, not imported (asked once per interpreter)."""
     if python in _pip_cache:
         return _pip_cache[python]
-    if python == sys.executable:
-        found = importlib.util.find_spec("pip") is not None
-    else:
-        try:
+    found = python == sys.executable and importlib.util.find_spec("pip") is not None
+    if python != sys.executable:
+        with contextlib.suppress(OSError, subprocess.TimeoutExpired):
             found = processes.run_captured([python, "-c", scripts.text("has_pip")],
-                                 env=pip_env(os.environ if environ is None else environ), stdin=subprocess.DEVNULL,
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60).returncode == 0
-        except (OSError, subprocess.TimeoutExpired):
-            found = False
+                                           env=pip_env(os.environ if environ is None else environ),
+                                           stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                           stderr=subprocess.DEVNULL, timeout=60).returncode == 0
     _pip_cache[python] = found
     return found
 
