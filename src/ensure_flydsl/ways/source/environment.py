@@ -242,9 +242,6 @@ class OverlayKey(fields.Record):
     missing: Tuple[str, ...] = fields.checked(_names)
     actual: Optional[str] = fields.checked(fields.absolute_path, nullable=True)
 
-    def to_json(self) -> Dict[str, object]:
-        return asdict(self)
-
 
 def _overlay_key(rocm_path: str, check: HipCheck) -> OverlayKey:
     listing = sorted(os.listdir(rocm_path)) if os.path.isdir(rocm_path) else []
@@ -283,7 +280,7 @@ def provide_hip_overlay(rocm_path: str, overlay: str, check: HipCheck) -> Tuple[
                     ignore_dangling_symlinks=True)
     for name in check.missing:
         os.symlink(check.actual, os.path.join(overlay, "lib", name))
-    atomic_write_json(stamp, {"key": key.to_json()})
+    atomic_write_json(stamp, {"key": asdict(key)})
     return True, ignored
 
 
