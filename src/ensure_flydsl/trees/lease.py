@@ -192,12 +192,8 @@ class Leases:
 
     def generations(self, kind: str, key: str) -> List[int]:
         """The generations there are: whatever stands at a generation's name counts (its create would fail)."""
-        found = set()
-        for name in self.store.list_names(lease_folder(kind, key)):
-            match = _GENERATION.match(name)
-            if match:
-                found.add(int(match.group(1)))
-        return sorted(found)
+        matches = (_GENERATION.match(name) for name in self.store.list_names(lease_folder(kind, key)))
+        return sorted({int(match.group(1)) for match in matches if match})
 
     def newest(self, kind: str, key: str) -> Optional[LeaseRecord]:
         for generation in reversed(self.generations(kind, key)):
@@ -294,10 +290,8 @@ class HeldLease:
 
     def fail(self, stage: Optional[str], exit_code: int, reason: str) -> None:
         """Record the failure for the waiters (the record stays; it is no lease any more)."""
-        if not self._end():
-            return
-        if self.lost:
-            return  # the key is another run's now: its record, not ours, is the news
+        if not self._end() or self.lost:
+            return  # ended already, or the key is another run's now: its record, not ours, is the news
         record = self.record
         record.state, record.ended = FAILED, time.time()
         record.failure = {"stage": stage, "exit_code": exit_code, "reason": reason[:MAX_REASON]}
