@@ -89,9 +89,8 @@ def _in_speaking_order(live: List[RunRecord]) -> List[RunRecord]:
 
 
 def followed(settings: Settings, run_id: Optional[str] = None) -> Settings:
-    """The settings ``status`` and ``wait`` answer for: the request of the run ``run_id`` names, else, when the
-    caller set no setting of the request but the root (a plain ``wait`` in the next shell), the request of the
-    root's current run; else the caller's own."""
+    """The settings ``status`` and ``wait`` answer for: the request of run ``run_id``, else (no request setting
+    but the root: a plain ``wait`` in the next shell) the root's current run's, else the caller's own."""
     store = RunStore(settings.root)
     if run_id is not None:
         record = store.read(run_id) if is_run_id(run_id) else None
