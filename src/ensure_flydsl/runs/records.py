@@ -204,8 +204,7 @@ class RunStore:
 
     def others_alive(self, request: Request, run_id: str) -> bool:
         """Whether a run for ``request`` other than ``run_id`` is alive (it will answer for the request)."""
-        return any(r.run_id != run_id and r.state == RUNNING and self.is_alive(r.run_id)
-                   for r in self.records_for(request))
+        return any(r.run_id != run_id and r.request == request for r in self.any_alive())
 
     def any_alive(self) -> List[RunRecord]:
         return [r for r in self.records() if r.state == RUNNING and self.is_alive(r.run_id)]

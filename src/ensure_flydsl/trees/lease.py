@@ -269,14 +269,12 @@ class HeldLease:
             record.beat += 1
             record.heartbeat = time.time()
             record.elapsed_s = round(time.monotonic() - self._taken, 1)
-            try:
+            with contextlib.suppress(CacheError):  # the next beat tries again; a TTL without one hands it over
                 if self.leases.generations(record.kind, record.key)[-1:] != [record.generation]:
                     # Taken over or cleared: writing would resurrect a generation nobody removes again.
                     self.lost = True
                     return
                 self.leases.store.put_bytes(self.path, record.to_bytes())
-            except CacheError:
-                pass  # the next beat tries again; a TTL without one hands the build to a waiter
 
     def _end(self) -> bool:
         with self._lock:
@@ -307,10 +305,8 @@ class HeldLease:
         """Give the lease up: published, every generation up to ours goes; interrupted, only ours."""
         if not self._end():
             return
-        try:
+        with contextlib.suppress(CacheError):  # else the heartbeat stopped: the waiters take over after a TTL
             if published:
                 self.leases.clear(self.record.kind, self.record.key, below=self.record.generation + 1)
             else:
                 self.leases.store.remove(self.path)
-        except CacheError:
-            pass  # the heartbeat stopped: the waiters take over after a TTL
