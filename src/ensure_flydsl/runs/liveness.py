@@ -107,11 +107,9 @@ def keep_death(dead: RunRecord) -> None:
 def kill_build_group(record: RunRecord) -> None:
     """Stop a build process group left behind by a dead run (only if its leader is the one we started)."""
     pgid = record.build_pgid
-    if not isinstance(pgid, int) or pgid <= 1:
-        return
-    if process_start_time(pgid) not in (None, record.build_leader_start):
-        return  # the leader's pid now belongs to another process
-    kill_group(pgid)
+    # Else there is none, or the leader's pid now belongs to another process.
+    if isinstance(pgid, int) and pgid > 1 and process_start_time(pgid) in (None, record.build_leader_start):
+        kill_group(pgid)
 
 
 def watch(root: str, run_id: str) -> int:
