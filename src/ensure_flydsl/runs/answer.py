@@ -1,6 +1,5 @@
-"""What is true for one request on one root right now, for ``status`` and ``wait``: running (a run for it is
-alive), succeeded (the env file answers it), failed (its run that ended last failed, or a failure marker names
-it: sibling roots share the default marker path), or absent."""
+"""What is true for one request on one root now (``status``, ``wait``): running (a run for it lives), succeeded
+(the env file answers it), failed (its last run did, or a failure marker names it), or absent."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""Run records, under ``$(dirname ROOT)/.ensure_flydsl/runs/<root name>/``: ``<run_id>.json`` (what a run is
-doing, for ``status`` and ``wait``), ``<run_id>.alive`` (whether it lives), ``<run_id>.reserve`` (room for its
-last words on a disk that fills) and ``current`` (the latest run's id)."""
+"""Run records in ``$(dirname ROOT)/.ensure_flydsl/runs/<root name>/``: ``<run_id>.json`` (for ``status``, ``wait``),
+``.alive`` (flocked while it lives), ``.reserve`` (room for last words on a full disk), ``current`` (the latest id)."""
 
 from __future__ import annotations
 
