@@ -1,6 +1,5 @@
-"""What is true for one request on one root right now, for ``status`` and ``wait``: running (a run for it is
-alive), succeeded (the env file answers it), failed (its run that ended last failed, or a failure marker names
-it: sibling roots share the default marker path), or absent."""
+"""What is true for one request on one root now (``status``, ``wait``): running (a run for it lives), succeeded
+(the env file answers it), failed (its last run did, or a failure marker names it), or absent."""
 
 from __future__ import annotations
 
@@ -89,9 +88,8 @@ def _in_speaking_order(live: List[RunRecord]) -> List[RunRecord]:
 
 
 def followed(settings: Settings, run_id: Optional[str] = None) -> Settings:
-    """The settings ``status`` and ``wait`` answer for: the request of the run ``run_id`` names, else, when the
-    caller set no setting of the request but the root (a plain ``wait`` in the next shell), the request of the
-    root's current run; else the caller's own."""
+    """The settings ``status`` and ``wait`` answer for: the request of run ``run_id``, else (no request setting
+    but the root: a plain ``wait`` in the next shell) the root's current run's, else the caller's own."""
     store = RunStore(settings.root)
     if run_id is not None:
         record = store.read(run_id) if is_run_id(run_id) else None

@@ -103,9 +103,8 @@ def _durations(values: object) -> Optional[Tuple[float, ...]]:
 
 
 def read_history(host_dir: Optional[str]) -> History:
-    if host_dir is None:
-        return History()
-    return History.from_json(read_json(history_file(host_dir))) or History()
+    found = History.from_json(read_json(history_file(host_dir))) if host_dir is not None else None
+    return found or History()
 
 
 def remember(host_dir: Optional[str], plan: Plan, durations: Mapping[Stage, float]) -> bool:

@@ -23,14 +23,6 @@ def death_hint() -> str:
     return f"run `{command('start')}` (or `{command()}`) again: it resumes where the dead run stopped"
 
 
-def died_reason(record: RunRecord) -> str:
-    return (
-        f"the run's process ({f'pid {record.pid}' if record.pid else 'before it recorded its pid'}) died "
-        f"without finishing, during step {record.step} "
-        "(killed: kill -9, the OOM killer, or the container stopped)"
-    )
-
-
 def seen_dead(store: RunStore, record: RunRecord) -> RunRecord:
     """The record, or failed with exit 9 for a "running" run whose alive lock is free, ended at its last sign of
     life (a caller killed while waiting never looks newer than the run that built)."""
@@ -39,9 +31,12 @@ def seen_dead(store: RunStore, record: RunRecord) -> RunRecord:
     record = store.read(record.run_id) or record  # it may have finished just now
     if record.state != RUNNING:
         return record
+    who = f"pid {record.pid}" if record.pid else "before it recorded its pid"
+    reason = (f"the run's process ({who}) died without finishing, during step {record.step} "
+              "(killed: kill -9, the OOM killer, or the container stopped)")
     return replace(
         record, state=FAILED, finished=record.updated if record.updated is not None else time.time(),
-        failure=Failure(record.step, int(ExitCode.WORKER_DIED), died_reason(record), death_hint()),
+        failure=Failure(record.step, int(ExitCode.WORKER_DIED), reason, death_hint()),
     )
 
 
@@ -107,11 +102,9 @@ def keep_death(dead: RunRecord) -> None:
 def kill_build_group(record: RunRecord) -> None:
     """Stop a build process group left behind by a dead run (only if its leader is the one we started)."""
     pgid = record.build_pgid
-    if not isinstance(pgid, int) or pgid <= 1:
-        return
-    if process_start_time(pgid) not in (None, record.build_leader_start):
-        return  # the leader's pid now belongs to another process
-    kill_group(pgid)
+    # Else there is none, or the leader's pid now belongs to another process.
+    if isinstance(pgid, int) and pgid > 1 and process_start_time(pgid) in (None, record.build_leader_start):
+        kill_group(pgid)
 
 
 def watch(root: str, run_id: str) -> int:

@@ -311,9 +311,7 @@ class FailureMarker:
     def names(self, root: str) -> bool:
         """Whether it was written for ``root``: one without a request object is the root's own; one whose request
         is not a request (bad input's ``{}``) names no root, and no run takes it away."""
-        if self.request is None:
-            return self.unnamed
-        return self.request.root == root
+        return self.unnamed if self.request is None else self.request.root == root
 
 
 def read_failure_marker(path: str) -> Optional[FailureMarker]:
@@ -323,9 +321,7 @@ def read_failure_marker(path: str) -> Optional[FailureMarker]:
 def withdraw_failure_marker(path: str, root: str) -> bool:
     """Take away the failure marker if it was written for ``root``: sibling roots share the default path."""
     marker = read_failure_marker(path) if os.path.isfile(path) else None
-    if marker is None or not marker.names(root):
-        return False
-    return remove_file(path)
+    return marker is not None and marker.names(root) and remove_file(path)
 
 
 def write_failure_marker(path: str, *, stage: Optional[Stage], exit_code: int, reason: str, hint: str,

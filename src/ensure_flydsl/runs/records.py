@@ -1,6 +1,5 @@
-"""Run records, under ``$(dirname ROOT)/.ensure_flydsl/runs/<root name>/``: ``<run_id>.json`` (what a run is
-doing, for ``status`` and ``wait``), ``<run_id>.alive`` (whether it lives), ``<run_id>.reserve`` (room for its
-last words on a disk that fills) and ``current`` (the latest run's id)."""
+"""Run records in ``$(dirname ROOT)/.ensure_flydsl/runs/<root name>/``: ``<run_id>.json`` (for ``status``, ``wait``),
+``.alive`` (flocked while it lives), ``.reserve`` (room for last words on a full disk), ``current`` (the latest id)."""
 
 from __future__ import annotations
 
@@ -204,8 +203,7 @@ class RunStore:
 
     def others_alive(self, request: Request, run_id: str) -> bool:
         """Whether a run for ``request`` other than ``run_id`` is alive (it will answer for the request)."""
-        return any(r.run_id != run_id and r.state == RUNNING and self.is_alive(r.run_id)
-                   for r in self.records_for(request))
+        return any(r.run_id != run_id and r.request == request for r in self.any_alive())
 
     def any_alive(self) -> List[RunRecord]:
         return [r for r in self.records() if r.state == RUNNING and self.is_alive(r.run_id)]

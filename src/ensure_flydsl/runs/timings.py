@@ -304,10 +304,8 @@ def where_the_time_went(records: Sequence[TimingRecord]) -> List[Share]:
     total = sum(r.total_s for r in records)
     if total <= 0:
         return []
-    spent: Dict[str, float] = {}
-    for record in records:
-        for stage, seconds in record.stages.items():
-            spent[str(stage)] = spent.get(str(stage), 0.0) + seconds
+    spent = {str(stage): sum(r.stages.get(stage, 0.0) for r in records) for stage in Stage
+             if any(stage in r.stages for r in records)}
     other = max(0.0, total - sum(spent.values()))
     ranked = sorted(spent.items(), key=lambda item: (-item[1], item[0]))
     return [Share(name, seconds, seconds / total) for name, seconds in ranked] + [Share(OTHER, other, other / total)]

@@ -441,11 +441,8 @@ class FsspecStore:
         return sorted(names)
 
     def remove(self, rel: str) -> None:
-        try:
-            with self._remote(f"remove {rel}"):
-                self.fs.rm_file(self._path(rel))
-        except FileNotFoundError:
-            pass
+        with contextlib.suppress(FileNotFoundError), self._remote(f"remove {rel}"):
+            self.fs.rm_file(self._path(rel))
 
 
 class _RemoteReader:

@@ -192,12 +192,8 @@ class Leases:
 
     def generations(self, kind: str, key: str) -> List[int]:
         """The generations there are: whatever stands at a generation's name counts (its create would fail)."""
-        found = set()
-        for name in self.store.list_names(lease_folder(kind, key)):
-            match = _GENERATION.match(name)
-            if match:
-                found.add(int(match.group(1)))
-        return sorted(found)
+        matches = (_GENERATION.match(name) for name in self.store.list_names(lease_folder(kind, key)))
+        return sorted({int(match.group(1)) for match in matches if match})
 
     def newest(self, kind: str, key: str) -> Optional[LeaseRecord]:
         for generation in reversed(self.generations(kind, key)):
@@ -273,14 +269,12 @@ class HeldLease:
             record.beat += 1
             record.heartbeat = time.time()
             record.elapsed_s = round(time.monotonic() - self._taken, 1)
-            try:
+            with contextlib.suppress(CacheError):  # the next beat tries again; a TTL without one hands it over
                 if self.leases.generations(record.kind, record.key)[-1:] != [record.generation]:
                     # Taken over or cleared: writing would resurrect a generation nobody removes again.
                     self.lost = True
                     return
                 self.leases.store.put_bytes(self.path, record.to_bytes())
-            except CacheError:
-                pass  # the next beat tries again; a TTL without one hands the build to a waiter
 
     def _end(self) -> bool:
         with self._lock:
@@ -294,10 +288,8 @@ class HeldLease:
 
     def fail(self, stage: Optional[str], exit_code: int, reason: str) -> None:
         """Record the failure for the waiters (the record stays; it is no lease any more)."""
-        if not self._end():
-            return
-        if self.lost:
-            return  # the key is another run's now: its record, not ours, is the news
+        if not self._end() or self.lost:
+            return  # ended already, or the key is another run's now: its record, not ours, is the news
         record = self.record
         record.state, record.ended = FAILED, time.time()
         record.failure = {"stage": stage, "exit_code": exit_code, "reason": reason[:MAX_REASON]}
@@ -313,10 +305,8 @@ class HeldLease:
         """Give the lease up: published, every generation up to ours goes; interrupted, only ours."""
         if not self._end():
             return
-        try:
+        with contextlib.suppress(CacheError):  # else the heartbeat stopped: the waiters take over after a TTL
             if published:
                 self.leases.clear(self.record.kind, self.record.key, below=self.record.generation + 1)
             else:
                 self.leases.store.remove(self.path)
-        except CacheError:
-            pass  # the heartbeat stopped: the waiters take over after a TTL

@@ -57,8 +57,7 @@ KEEP_PROBES = 16  # interpreters remembered per tree (the newest)
 
 def foreign(st: os.stat_result) -> Optional[str]:
     """Why a part of the store with this stat could change what this user runs: another user owns it, or anyone
-    may write it (as git's safe.directory, the owner is what counts; the group is trusted as the owner is; in a
-    folder with the sticky bit, as /tmp, nobody else may rename or remove what is this user's)."""
+    may write it (the owner counts, as in git's safe.directory; a sticky folder such as /tmp protects its own)."""
     if st.st_uid != os.geteuid():
         try:
             name = pwd.getpwuid(st.st_uid).pw_name
@@ -226,6 +225,14 @@ class HostStore:
             return None
         return read_regular(path)
 
+    def _field(self, path: str, name: str) -> object:
+        """One field of a JSON file of the tier; None when it cannot be read."""
+        raw = self._read(path)
+        try:
+            return json.loads(raw)[name] if raw is not None else None
+        except (ValueError, TypeError, KeyError):
+            return None
+
     def lookup(self, key: str) -> Tuple[Optional[CacheEntry], str]:
         """The manifest of ``key``; None and why when there is none this tier wrote (never linked, pruned first)."""
         if not os.path.lexists(self.tree_dir(key)):
@@ -248,11 +255,7 @@ class HostStore:
     def seal(self, key: str) -> Seal:
         """Each stored file's (inode, size, mtime, ctime) as stored: ctime cannot be put back, so an edit in place
         is seen whatever it does to the mtime."""
-        raw = self._read(layout.store_seal(self.tree_dir(key)))
-        try:
-            files = json.loads(raw)["files"] if raw is not None else {}
-        except (ValueError, TypeError, KeyError):
-            files = {}
+        files = self._field(layout.store_seal(self.tree_dir(key)), "files")
         seal: Seal = {}
         for path, value in files.items() if isinstance(files, dict) else ():
             if isinstance(value, list) and len(value) == 4 and all(fields.integer(v) is not None for v in value):
@@ -320,11 +323,7 @@ class HostStore:
         return None
 
     def _probes(self, key: str) -> List[Dict[str, object]]:
-        raw = self._read(layout.store_probed(self.tree_dir(key)))
-        try:
-            found = json.loads(raw)["passed"] if raw is not None else []
-        except (ValueError, TypeError, KeyError):
-            found = []
+        found = self._field(layout.store_probed(self.tree_dir(key)), "passed")
         return [r for r in found if isinstance(r, dict)] if isinstance(found, list) else []
 
     def passed(self, key: str, fingerprint: Mapping[str, object], modules: Sequence[str]) -> Optional[Passed]:
@@ -359,8 +358,7 @@ class HostStore:
 
     def prune(self, max_size: int) -> Tuple[List[TreeInfo], List[str]]:
         """Trees removed (broken, then longest unused) down to ``max_size`` bytes, and what was left under trees/
-        because this tool did not make it.  Under the exclusive lock no tree is being added or removed, so every
-        staging folder is a killed run's, and goes."""
+        as not this tool's; under the lock no tree is being added, so every staging folder is a killed run's."""
         left = []
         with self.locked():
             trees = layout.store_trees_dir(self.path)

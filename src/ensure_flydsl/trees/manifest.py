@@ -304,16 +304,12 @@ T = TypeVar("T")
 
 
 def prune_order(items: Sequence[T], max_bytes: int, total: Callable[[Sequence[T]], int], *,
-                first: Callable[[T], object], kept: Callable[[T], bool] = lambda _: False,
-                broken: Callable[[T], bool] = lambda _: False) -> List[T]:
-    """What a prune removes: the ``broken``, then by ``first`` down to ``max_bytes``; never a ``kept`` one."""
+                first: Callable[[T], object], broken: Callable[[T], bool] = lambda _: False) -> List[T]:
+    """What a prune removes: the ``broken``, then by ``first`` until the rest total at most ``max_bytes``."""
     if max_bytes < 0:
         raise ValueError("max_bytes must be >= 0")
     staying = sorted(items, key=lambda item: (not broken(item), first(item)))
     removed: List[T] = []
-    for item in list(staying):
-        if kept(item) or (not broken(item) and total(staying) <= max_bytes):
-            continue
-        staying.remove(item)
-        removed.append(item)
+    while staying and (broken(staying[0]) or total(staying) > max_bytes):
+        removed.append(staying.pop(0))
     return removed

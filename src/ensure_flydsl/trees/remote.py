@@ -109,14 +109,10 @@ class Cache:
 
     def variants(self, kind: str, key: str, prefer: Sequence[str] = ()) -> List[CacheEntry]:
         """The variants of the key, from one listing: those named in ``prefer`` first, then by name."""
-        top = variants_dir(kind, key) + "/"
-        names = []
-        for stored in self.store.list_files(variants_dir(kind, key)):
-            leaf = stored.path[len(top):] if stored.path.startswith(top) else ""
-            name = leaf[: -len(".json")] if leaf.endswith(".json") else ""
-            if KEY_NAME.match(name):
-                names.append(name)
-        names.sort(key=lambda name: (name not in prefer, name))
+        top = variants_dir(kind, key)
+        leaves = [s.path[len(top) + 1:-len(".json")] for s in self.store.list_files(top)
+                  if s.path.startswith(top + "/") and s.path.endswith(".json")]
+        names = sorted((name for name in leaves if KEY_NAME.match(name)), key=lambda name: (name not in prefer, name))
         if len(names) > MAX_VARIANTS:
             self.warnings.append(f"read only {MAX_VARIANTS} of the {len(names)} variants of {kind}/{key[:12]} in "
                                  f"{self.location}")
@@ -125,13 +121,10 @@ class Cache:
 
     def entries(self) -> List[CacheEntry]:
         """Every readable entry, newest first."""
-        found = []
-        for stored in self.store.list_files("entries"):
-            if stored.path.endswith(".json") and not stored.path.rsplit("/", 1)[-1].startswith("."):
-                entry = self.read_manifest(stored.path)  # None: pruned meanwhile, or unusable
-                if entry is not None:
-                    found.append(entry)
-        return sorted(found, key=lambda e: e.created, reverse=True)
+        found = (self.read_manifest(s.path) for s in self.store.list_files("entries")
+                 if s.path.endswith(".json") and not s.path.rsplit("/", 1)[-1].startswith("."))
+        # None: pruned meanwhile, or unusable
+        return sorted((e for e in found if e is not None), key=lambda e: e.created, reverse=True)
 
     def fetch(self, entry: CacheEntry, dest: str) -> None:
         """Verify ``entry`` and unpack it as the new folder ``dest``; on any failure nothing is left behind."""

@@ -229,13 +229,9 @@ def live_versions(entries: Iterable[CacheEntry]) -> Dict[Tuple[str, str], Set[st
 
 def stale_signatures(store: Store, current: Mapping[Tuple[str, str], AbstractSet[str]]) -> List[StoredFile]:
     """Signature objects of none of the manifests in ``current`` ((kind, key): the sha256s of its manifests)."""
-    stale: List[StoredFile] = []
-    for stored in store.list_files("entries"):
-        parts = stored.path.split("/")
-        if len(parts) == 5 and parts[2].endswith(".sig") and parts[4].endswith(".sig") and \
-                parts[3] not in current.get((parts[1], parts[2][:-len(".sig")]), ()):
-            stale.append(stored)
-    return stale
+    split = ((stored, stored.path.split("/")) for stored in store.list_files("entries"))
+    return [stored for stored, parts in split if len(parts) == 5 and parts[2].endswith(".sig") and
+            parts[4].endswith(".sig") and parts[3] not in current.get((parts[1], parts[2][:-len(".sig")]), ())]
 
 
 def write_signature(store: Store, kind: str, key: str, manifest: bytes, secret: SecretKey) -> str:
@@ -284,9 +280,8 @@ def judge(manifest: bytes, signatures: Mapping[str, bytes], trusted: Sequence[Pu
 
 def check_entry(store: Store, entry: CacheEntry, trusted: Sequence[PublicKey],
                 problems: Optional[List[str]] = None, live: AbstractSet[str] = frozenset()) -> Verdict:
-    """The verdict on an entry as the store holds it now (CacheError when the store cannot be read).  The
-    trusted names' signatures are read first, so a flood cannot hide them; an unreadable one is noted in
-    ``problems``; signatures of versions in ``live`` (the key's other manifests now) do not say it changed."""
+    """The verdict on an entry as the store holds it now (trusted names' signatures first: a flood cannot hide them;
+    unreadable ones noted in ``problems``); signatures of versions in ``live`` do not say it changed."""
     top = signatures_dir(entry.kind, entry.key) + "/"
     version, prefer = manifest_sha(entry.manifest), [public.name for public in trusted]
     mine: List[Tuple[str, StoredFile]] = []
