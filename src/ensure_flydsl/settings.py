@@ -96,13 +96,14 @@ def _length(name: str, path: str, *, room: int = 0, leaf_room: int = 0) -> None:
 
 
 def parse_path(name: str, value: str, *, pythonpath_entry: bool = False, room: int = 0, leaf_room: int = 0) -> str:
-    _utf8(name, value)
-    if _CONTROL.search(value):
-        raise BadInput(name, value, "a path without newlines or control characters")
-    if pythonpath_entry and ":" in value:  # PYTHONPATH's separator: such a root could never be imported
-        raise BadInput(name, value, "a path without ':' (its folders go on PYTHONPATH)")
     path = os.path.abspath(value)
-    _utf8(name, path)  # a relative path under an undecodable working folder
+    for text in (value, path):  # a relative path takes on the working folder's characters
+        where = "" if text == value else f" (relative: its working folder is {os.getcwd()!r})"
+        _utf8(name, text, "a path" + where)
+        if _CONTROL.search(text):
+            raise BadInput(name, value, "a path without newlines or control characters" + where)
+        if pythonpath_entry and ":" in text:  # PYTHONPATH's separator: such a root could never be imported
+            raise BadInput(name, value, "a path without ':' (its folders go on PYTHONPATH)" + where)
     _length(name, path, room=room, leaf_room=leaf_room)
     return path
 

@@ -133,6 +133,17 @@ def test_bad_values_are_refused_with_one_line(env: Dict[str, str], setting: str,
     assert err.setting == setting
 
 
+@pytest.mark.parametrize("folder, allowed", [("a:b", "without ':'"), ("a\nb", "without newlines")])
+def test_a_relative_root_under_a_working_folder_it_may_not_hold_is_refused(
+        tmp_path: "os.PathLike[str]", monkeypatch: pytest.MonkeyPatch, folder: str, allowed: str) -> None:
+    # The check read the path as typed: "FlyDSL" under /x/a:b became /x/a:b/FlyDSL on PYTHONPATH.
+    os.makedirs(os.path.join(str(tmp_path), folder))
+    monkeypatch.chdir(os.path.join(str(tmp_path), folder))
+    err = refused(FLYDSL_ROOT="FlyDSL")
+    assert str(err).startswith("FLYDSL_ROOT='FlyDSL' is not allowed") and allowed in str(err)
+    assert "relative: its working folder is" in str(err)
+
+
 @pytest.mark.parametrize("value", ["1", "true", "YES", "on"])
 def test_true_values(value: str) -> None:
     assert load(FLYDSL_VLLM_MOE=value).vllm_moe is True

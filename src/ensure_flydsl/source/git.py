@@ -131,8 +131,7 @@ def git_env(environ: Mapping[str, str], mirrors: Optional[GitMirrors], *,
 
 
 def _only_at(path: str, env: Dict[str, str]) -> Dict[str, str]:
-    """``env`` for git run at ``path``, never climbing above it to find a repository: a torn ``.git`` there is
-    an error, not the checkout around it (a GEAK skill folder lies in GEAK's own)."""
+    """``env`` for git at ``path``, never climbing above it: a torn ``.git`` fails, not the checkout around it."""
     env["GIT_CEILING_DIRECTORIES"] = os.path.dirname(os.path.abspath(path))
     return env
 
