@@ -97,8 +97,10 @@ def _length(name: str, path: str, *, room: int = 0, leaf_room: int = 0) -> None:
 
 def parse_path(name: str, value: str, *, pythonpath_entry: bool = False, room: int = 0, leaf_room: int = 0) -> str:
     path = os.path.abspath(value)
-    for text in (value, path):  # a relative path takes on the working folder's characters
-        where = "" if text == value else f" (relative: its working folder is {os.getcwd()!r})"
+    checked = [(value, "")]
+    if not os.path.isabs(value):  # it takes on the working folder's characters (that folder exists: abspath read it)
+        checked.append((path, f" (relative: its working folder is {os.getcwd()!r})"))
+    for text, where in checked:
         _utf8(name, text, "a path" + where)
         if _CONTROL.search(text):
             raise BadInput(name, value, "a path without newlines or control characters" + where)

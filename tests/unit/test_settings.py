@@ -144,6 +144,15 @@ def test_a_relative_root_under_a_working_folder_it_may_not_hold_is_refused(
     assert "relative: its working folder is" in str(err)
 
 
+def test_an_absolute_root_needs_no_working_folder(tmp_path: "os.PathLike[str]",
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    gone = os.path.join(str(tmp_path), "gone")
+    os.makedirs(gone)
+    monkeypatch.chdir(gone)
+    os.rmdir(gone)  # a shell whose folder was removed under it
+    assert load(FLYDSL_ROOT="/tmp//a/FlyDSL").root == "/tmp/a/FlyDSL"
+
+
 @pytest.mark.parametrize("value", ["1", "true", "YES", "on"])
 def test_true_values(value: str) -> None:
     assert load(FLYDSL_VLLM_MOE=value).vllm_moe is True
