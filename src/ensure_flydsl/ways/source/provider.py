@@ -28,6 +28,7 @@ from ensure_flydsl.ways.cache.fleet import end_turn, holding, take_turn
 from ensure_flydsl.ways.context import Decision, Run
 from ensure_flydsl.ways.release.checks import release_suggestion
 from ensure_flydsl.ways.source import environment as steps
+from ensure_flydsl.ways.source import prebuilt
 from ensure_flydsl.ways.source.checks import predict_build
 from ensure_flydsl.ways.source.tools import ProvidedTools, package_spec, provide_build_tools
 from ensure_flydsl.ways.tree import prepare_build_dir, verify_tree
@@ -98,6 +99,20 @@ class SourceProvider(Provider):
         with run.step(Stage.LLVM):
             if mlir is None:
                 mlir = self._mlir(run, prepared.environment(run, jobs, None, hip=False), jobs)
+        try:
+            return self._build_and_verify(run, commit, prepared, mlir, jobs)
+        except EnsureError as exc:
+            if exc.code != ExitCode.FLYDSL_BUILD or "prebuilt" not in mlir[1]:
+                raise
+            prebuilt.discard(run, mlir[0], exc.reason)
+        held, self.tree_lease = self.tree_lease, None
+        if held is not None:
+            held.release(published=False)  # taken again for the build against the MLIR built now
+        run.settings = replace(run.settings, mlir_url=prebuilt.OFF)
+        with run.step(Stage.FIXES):
+            prepared = prepare(run, self.cache, self.doctor)  # the LLVM build's tools too, this time
+        with run.step(Stage.LLVM):
+            mlir = prepared.mlir or self._mlir(run, prepared.environment(run, jobs, None, hip=False), jobs)
         return self._build_and_verify(run, commit, prepared, mlir, jobs)
 
     def _mlir(self, run: Run, env: Dict[str, str], jobs: int) -> Mlir:
@@ -111,6 +126,7 @@ class SourceProvider(Provider):
         turn = take_turn(run, cache, "mlir", ckey, f"MLIR for LLVM {cached.llvm_label(key)}",
                          lambda: cached.mlir_from_cache(run, cache, key))
         if turn.fetched is not None:
+            run.facts.mlir = "cached"
             return turn.fetched, {"llvm": key}
         with holding(turn.held):
             return build_mlir(run, env, jobs, cache, inputs)
@@ -210,6 +226,7 @@ def ready_mlir(run: Run, cache: Optional[Cache]) -> Optional[Mlir]:
     settings = run.settings
     if settings.mlir_path is not None:
         run.say(f"using MLIR_PATH={settings.mlir_path}; skipping the LLVM/MLIR build")
+        run.facts.mlir = f"given {settings.mlir_path}"
         return settings.mlir_path, {"mlir_path": settings.mlir_path}
     inputs = checkout_llvm_inputs(settings.root, run.environ)
     key = inputs.key(run.interpreter.abi)
@@ -220,9 +237,13 @@ def ready_mlir(run: Run, cache: Optional[Cache]) -> Optional[Mlir]:
     install = steps.built_mlir(settings.base_dir, key)
     if install is not None:
         run.say(f"MLIR for LLVM {cached.llvm_label(key)} is already built in {install}")
+        run.facts.mlir = "built"
         return install, {"llvm": key}
     fetched = cached.mlir_from_cache(run, cache, key) if cache is not None else None
-    return (fetched, {"llvm": key}) if fetched else None
+    if fetched:
+        run.facts.mlir = "cached"
+        return fetched, {"llvm": key}
+    return prebuilt.take_prebuilt(run, cache, str(inputs.commit))
 
 
 def build_mlir(run: Run, env: Dict[str, str], jobs: int, cache: Optional[Cache], inputs: LlvmInputs) -> Mlir:
@@ -253,6 +274,7 @@ def build_mlir(run: Run, env: Dict[str, str], jobs: int, cache: Optional[Cache],
         return install, {"llvm": None, "built": os.urandom(8).hex()}
     if cache is not None:
         cached.publish_mlir(run, cache, key, install)
+    run.facts.mlir = "built"
     return install, {"llvm": key}
 
 
