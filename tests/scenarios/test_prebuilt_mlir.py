@@ -5,6 +5,7 @@ LLVM is built as before; the fleet cache shares a prebuilt once downloaded."""
 from __future__ import annotations
 
 import glob
+import json
 import os
 
 import pytest
@@ -34,6 +35,9 @@ def test_the_pins_prebuilt_is_taken_and_llvm_is_not_built(ws: Workspace, tmp_pat
     assert data["how"] == "built" and ws.count("build") == 1
     assert ws.count("llvm") == 0, "build_llvm.sh ran"
     assert "prebuilt MLIR: taken (its include/llvm/Support/VCSRevision.h records LLVM 111111111111)" in said
+    assert data["mlir"] == f"prebuilt {server.url}{SERVED}" and f"mlir: prebuilt {server.url}{SERVED}" in said
+    [record] = [json.load(open(path)) for path in glob.glob(os.path.join(ws.host_dir, "runs", "*.json"))]
+    assert record["fetched"]["prebuilt"] == os.path.getsize(os.path.join(folder, SERVED[1:]))  # what stats add up
     [install] = prebuilt_dirs(ws)
     assert f"MLIR_PATH: {install}\n" in open(ws.log).read()  # what build.sh was given
     assert os.readlink(os.path.join(install, "bin", "mlir-opt")) == "mlir-opt-23"
@@ -80,6 +84,7 @@ def test_a_prebuilt_that_cannot_be_taken_is_said_and_llvm_is_built(
     lines = [line for line in str(data["_stderr"]).splitlines() if line.startswith("prebuilt MLIR:")]
     assert lines and said in lines[-1] and lines[-1].endswith("; building LLVM/MLIR instead"), lines
     assert data["how"] == "built" and ws.count("llvm") == 1 and ws.count("build") == 1
+    assert data["mlir"] == "built"
     assert prebuilt_dirs(ws) == []  # nothing of it kept
     assert not glob.glob(os.path.join(ws.base, ".ensure_flydsl", "mlir", ".*"))  # nor a half-unpacked folder
     assert not os.path.exists(os.path.join(str(tmp_path), "escaped.txt"))
@@ -124,6 +129,7 @@ def test_a_fleet_downloads_a_prebuilt_once(tmp_path: "os.PathLike[str]", fixture
         assert server.hits[SERVED] == 1, "host b downloaded it again"
     assert "cache: fetching MLIR" in str(second["_stderr"])
     assert a.count("llvm") == 0 and b.count("llvm") == 0
+    assert first["mlir"] == second["mlir"] == f"prebuilt {server.url}{SERVED}"
 
 
 @pytest.mark.parametrize("value", ["llvm.tar.gz", "https://h/llvm-{llvm_commit}.tar.gz", "https://h/{llvm",
@@ -134,3 +140,23 @@ def test_a_bad_url_is_refused_before_anything_is_touched(ws: Workspace, value: s
     [line] = [line for line in out.stderr.splitlines() if line.strip()]
     assert "FLYDSL_MLIR_URL" in line and "off, triton" in line
     assert not os.path.exists(ws.root)
+
+
+def test_the_doctor_checks_the_url_and_names_the_option(ws: Workspace, tmp_path: "os.PathLike[str]") -> None:
+    from tests.scenarios.test_doctor import check_of, doctor_json
+
+    folder = os.path.join(str(tmp_path), "served")
+    with mlir_server(folder) as server:
+        tarball = mlir_tarball(os.path.join(folder, SERVED[1:]))
+        found = check_of(doctor_json(ws, FLYDSL_MLIR_URL=server.url + NAMED), "mlir")
+        missing = check_of(doctor_json(ws, FLYDSL_MLIR_URL=server.url + "/absent-{llvm}.tar.gz"), "mlir")
+        assert server.hits[SERVED] <= 1  # looked at, not downloaded: nothing unpacked
+    assert found["status"] == "ok" and f"{server.url}{SERVED} (" in str(found["detail"])
+    assert f"({os.path.getsize(tarball)} B)" in str(found["detail"]) or "KiB)" in str(found["detail"])
+    assert "builds no LLVM, if its content names LLVM 111111111111" in str(found["detail"])
+    assert missing["status"] == "wrong" and missing["blocking"] is False
+    assert f"/absent-{LLVM_HASH_A}.tar.gz answered HTTP 404" in str(missing["detail"])
+    assert "the run would build LLVM/MLIR instead" in str(missing["detail"])
+    off = check_of(doctor_json(ws), "mlir")
+    assert "FLYDSL_MLIR_URL=triton would download Triton's prebuilt LLVM/MLIR" in str(off["detail"])
+    assert not os.path.exists(os.path.join(ws.base, ".ensure_flydsl", "mlir"))

@@ -44,7 +44,9 @@ REVISION_FILE = "include/llvm/Support/VCSRevision.h"
 MAX_DOWNLOAD = 16 << 30  # bytes of the tar.gz; Triton's are about 1 GiB
 MAX_UNPACKED = 64 << 30
 MAX_MEMBERS = 500_000
-BEAT_S = 20.0  # a progress line at least this often: an agent polls a log that must not fall silent
+BEAT_S = 20.0
+SUGGESTION = ("FLYDSL_MLIR_URL=triton would download Triton's prebuilt LLVM/MLIR for the pin instead (not yet "
+              "verified on a ROCm host: docs/guide.md)")
 _REVISION = re.compile(rb'^#define LLVM_REVISION "([0-9a-fA-F]{40})"', re.MULTILINE)
 _FIELD = re.compile(r"\{([^{}]*)\}")
 
@@ -117,7 +119,7 @@ def opened(url: str, timeout: float) -> Iterator[Tuple[str, Optional[int], IO[by
 
 def download(url: str, dest: str, timeout: float, say: Callable[[str], None]) -> int:
     """The URL's bytes into the file ``dest``, a line at least every BEAT_S; the byte count."""
-    got, last = 0, time.monotonic()
+    got, beat = 0, Beat(say)
     with opened(url, timeout) as (found, size, src):
         if size is not None and size > MAX_DOWNLOAD:
             raise Unusable(f"{shown_location(url)} is {size_text(size)}, more than the {size_text(MAX_DOWNLOAD)} "
@@ -131,9 +133,7 @@ def download(url: str, dest: str, timeout: float, say: Callable[[str], None]) ->
                     got += len(chunk)
                     if got > MAX_DOWNLOAD:
                         raise Unusable(f"{shown_location(url)} sent more than {size_text(MAX_DOWNLOAD)}")
-                    if time.monotonic() - last >= BEAT_S:
-                        last = time.monotonic()
-                        say(f"prebuilt MLIR: {size_text(got)}{total} received")
+                    beat(f"{size_text(got)}{total} received")
         except (socket.timeout, TimeoutError):
             raise Unusable(f"the download of {shown_location(url)} stopped: nothing received for {timeout:g} s "
                            f"after {size_text(got)}") from None
@@ -144,17 +144,19 @@ def download(url: str, dest: str, timeout: float, say: Callable[[str], None]) ->
     return got
 
 
-def unpack(tarball: str, folder: str) -> str:
+def unpack(tarball: str, folder: str, say: Callable[[str], None]) -> str:
     """The install in ``tarball`` unpacked under the new ``folder`` (each member checked before anything is
     written: nothing outside it, no link out, no device, bounded sizes); the install's folder."""
+    beat = Beat(say)
     try:
         with tarfile.open(tarball, "r:gz") as tar:
-            pairs = _members(tar)
+            pairs = _members(tar, beat)
             check_members([member for _, member in pairs])
             top = {member.path.split("/")[0] for _, member in pairs}
             os.makedirs(folder)
-            for info, member in pairs:
+            for done, (info, member) in enumerate(pairs):
                 _write(tar, info, member, folder)
+                beat(f"{done} of {len(pairs)} members written")
     except (tarfile.TarError, EOFError, ValueError, zlib.error, gzip.BadGzipFile) as exc:
         raise Unusable(f"it is not a readable tar.gz ({exc})") from None
     except OSError as exc:
@@ -168,11 +170,24 @@ def unpack(tarball: str, folder: str) -> str:
     return install
 
 
-def _members(tar: tarfile.TarFile) -> List[Tuple[tarfile.TarInfo, Member]]:
+class Beat:
+    """Says how far a long step is, at most every BEAT_S: an agent polls a log that must not fall silent."""
+
+    def __init__(self, say: Callable[[str], None]) -> None:
+        self.say, self.last = say, time.monotonic()
+
+    def __call__(self, where: str) -> None:
+        if time.monotonic() - self.last >= BEAT_S:
+            self.last = time.monotonic()
+            self.say(f"prebuilt MLIR: {where}")
+
+
+def _members(tar: tarfile.TarFile, beat: Beat) -> List[Tuple[tarfile.TarInfo, Member]]:
     """Its members (a leading ``./`` dropped, the ``.`` entry skipped), within the bounds."""
     found: List[Tuple[tarfile.TarInfo, Member]] = []
     total = 0
-    for info in tar.getmembers():
+    for info in tar:
+        beat(f"{len(found)} members read")
         info.name = (info.name[2:] if info.name.startswith("./") else info.name).rstrip("/")
         if info.name in ("", "."):
             continue
@@ -234,7 +249,7 @@ def fetch(setting: str, commit: str, dest: str, timeout: float, say: Callable[[s
         tarball = os.path.join(scratch, "mlir.tar.gz")
         size = download(url, tarball, timeout, say)
         say(f"prebuilt MLIR: unpacking {size_text(size)}")
-        install = unpack(tarball, os.path.join(scratch, "install"))
+        install = unpack(tarball, os.path.join(scratch, "install"), say)
         how = accepted(install, commit, setting)
         rename_into_place(install, dest)
         return size, how

@@ -189,7 +189,8 @@ def prepare(run: Run, cache: Optional[Cache], doctor: DoctorCheck) -> Prepared:
     compiling); the hip fix; the private build tools."""
     settings, root = run.settings, run.settings.root
     mlir = ready_mlir(run, cache)
-    checked = replace(settings, mlir_path=mlir[0] if mlir else settings.mlir_path)
+    # The prebuilt is decided: the checks need not ask its server again.
+    checked = replace(settings, mlir_path=mlir[0] if mlir else settings.mlir_path, mlir_url=prebuilt.OFF)
     doctor(checked, run.environ, root, run.interpreter)
     needs = find_needs(root, settings.repo, settings.pin, checkout=root, environ=run.environ,
                        mirrors=settings.git_mirrors)
@@ -234,7 +235,7 @@ def ready_mlir(run: Run, cache: Optional[Cache]) -> Optional[Mlir]:
         run.say(f"warning: the LLVM commit of this pin cannot be determined ({inputs.problem}): its LLVM/MLIR "
                 "is built for this run, neither reused from an earlier build nor shared through the cache")
         return None
-    install = steps.built_mlir(settings.base_dir, key)
+    install = steps.built_mlir(settings.base_dir, inputs, run.interpreter.abi)
     if install is not None:
         run.say(f"MLIR for LLVM {cached.llvm_label(key)} is already built in {install}")
         run.facts.mlir = "built"
@@ -259,9 +260,10 @@ def build_mlir(run: Run, env: Dict[str, str], jobs: int, cache: Optional[Cache],
                           stage=Stage.LLVM,
                           hint="move it away, or set MLIR_PATH to an MLIR install built for this interpreter")
     steps.LlvmRecord(created=True, started=key).write(settings.base_dir)
-    run.say(f"building LLVM/MLIR {inputs.describe()} with {jobs} jobs (the long step)")
+    suggest = f"; {prebuilt.SUGGESTION}" if settings.mlir_url == prebuilt.OFF and inputs.commit else ""
+    run.say(f"building LLVM/MLIR {inputs.describe()} with {jobs} jobs (the long step){suggest}")
     run.worked()
-    env = {**env, **steps.llvm_step_settings(settings.base_dir)}
+    env = {**env, **dict(inputs.minimal), **steps.llvm_step_settings(settings.base_dir)}
     with recording(llvm_folder, layout.llvm_made_record(settings.base_dir)):  # clean removes only what it made
         run_script(run, "build_llvm.sh", jobs, env, ExitCode.LLVM_BUILD, Stage.LLVM, "the LLVM/MLIR build")
     if not steps.is_mlir_install(install):
