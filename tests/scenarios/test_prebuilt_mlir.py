@@ -160,3 +160,19 @@ def test_the_doctor_checks_the_url_and_names_the_option(ws: Workspace, tmp_path:
     off = check_of(doctor_json(ws), "mlir")
     assert "FLYDSL_MLIR_URL=triton would download Triton's prebuilt LLVM/MLIR" in str(off["detail"])
     assert not os.path.exists(os.path.join(ws.base, ".ensure_flydsl", "mlir"))
+
+
+def test_a_prebuilt_from_an_fsspec_url(ws: Workspace, tmp_path: "os.PathLike[str]") -> None:
+    from tests.helpers.s3_server import S3Server
+
+    server = S3Server().start()
+    try:
+        server.make_bucket("llvm-builds")
+        tarball = mlir_tarball(os.path.join(str(tmp_path), "llvm.tar.gz"))
+        server.client().upload_file(tarball, "llvm-builds", "llvm-11111111-ubuntu-x64.tar.gz")
+        ws.env.update(server.env())
+        data = ensure_json(ws, FLYDSL_MLIR_URL="s3://llvm-builds/llvm-{llvm8}-ubuntu-x64.tar.gz")
+    finally:
+        server.stop()
+    assert data["mlir"] == "prebuilt s3://llvm-builds/llvm-11111111-ubuntu-x64.tar.gz"
+    assert ws.count("llvm") == 0 and ws.count("build") == 1
