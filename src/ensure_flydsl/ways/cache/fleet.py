@@ -15,7 +15,7 @@ from ensure_flydsl.support.report import fmt_seconds
 from ensure_flydsl.trees import lease
 from ensure_flydsl.trees.backends import CacheError
 from ensure_flydsl.trees.remote import Cache, manifest_path
-from ensure_flydsl.ways.cache.provider import cache_failed, usable
+from ensure_flydsl.ways.cache.provider import cache_failed, say_once, usable
 from ensure_flydsl.ways.context import Run
 
 T = TypeVar("T")
@@ -26,7 +26,6 @@ HOLDER_STAGES = frozenset({Stage.LLVM, Stage.BUILD, Stage.VERIFY})
 # Creates refused while the store listed nothing there, before the run builds without the lease: a store whose
 # listing misses what it holds cannot be taken turns at.
 UNLISTED_TAKES = 2
-_REPORTED: Set[str] = set()
 
 
 @dataclass
@@ -65,10 +64,8 @@ def open_leases(run: Run, cache: Cache) -> Optional[lease.Leases]:
     honoured, why = lease.exclusive_create(cache.store)
     if honoured:
         return lease.Leases(cache.store, run.settings.lease_ttl)
-    if cache.location not in _REPORTED:
-        _REPORTED.add(cache.location)
-        run.say(f"cache: {cache.location} does not honour exclusive create ({why}), so hosts sharing it cannot "
-                "take turns at a build; each host that misses builds by itself, as without a lease")
+    say_once(run, cache, f"cache: {cache.location} does not honour exclusive create ({why}), so hosts sharing it "
+             "cannot take turns at a build; each host that misses builds by itself, as without a lease")
     return None
 
 
