@@ -162,10 +162,11 @@ class Passed(Record):
     files: Dict[str, str] = checked(_tree_files)
 
 
+@dataclass
 class HostStore:
-    def __init__(self, path: str, *, lock_timeout: Optional[float] = None,
-                 say: Callable[[str], None] = lambda _: None) -> None:
-        self.path, self.lock_timeout, self.say = path, lock_timeout, say
+    path: str
+    lock_timeout: Optional[float] = None
+    say: Callable[[str], None] = lambda _: None
 
     @classmethod
     def open(cls, path: str, *, lock_timeout: Optional[float] = None,

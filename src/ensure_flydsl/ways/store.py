@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+from dataclasses import dataclass
 from typing import Dict, Iterator, List, Optional
 
 from ensure_flydsl import layout
@@ -129,14 +130,15 @@ def distrusted(run: Run, entry: CacheEntry) -> Optional[str]:
             "that now")
 
 
+@dataclass
 class StoreProvider(Provider):
     """The host's stored tree for this pin and interpreter, copied into the root."""
 
     way = Way.STORE
     route = None
-
-    def __init__(self, store: local.HostStore, release: Optional[str], early: Early) -> None:
-        self.store, self.release, self.early = store, release, early
+    store: local.HostStore
+    release: Optional[str]
+    early: Early
 
     @classmethod
     def for_run(cls, run: Run, shared: Shared) -> Optional[StoreProvider]:
