@@ -240,7 +240,8 @@ def build_mlir(run: Run, env: Dict[str, str], jobs: int, cache: Optional[Cache],
     steps.LlvmRecord(created=True, started=key).write(settings.base_dir)
     run.say(f"building LLVM/MLIR {inputs.describe()} with {jobs} jobs (the long step)")
     run.worked()
-    env = {**env, **steps.llvm_step_settings(settings.base_dir)}
+    # The install is always made where the tool and build.sh look (the MLIR key leaves these out: TOOL_SET).
+    env = {**env, "LLVM_INSTALL_DIR": install, "LLVM_PACKAGE_INSTALL": "1"}
     with recording(llvm_folder, layout.llvm_made_record(settings.base_dir)):  # clean removes only what it made
         run_script(run, "build_llvm.sh", jobs, env, ExitCode.LLVM_BUILD, Stage.LLVM, "the LLVM/MLIR build")
     if not steps.is_mlir_install(install):
