@@ -229,6 +229,16 @@ def local_repositories(root: str, repo: str, mirrors: GitMirrors = ()) -> List[s
     return found
 
 
+def pin_commits(root: str, repo: str, pin: str, mirrors: GitMirrors = (), *,
+                own: Optional[str] = None) -> Iterator[Tuple[str, str]]:
+    """(repository, commit) for each local repository (``own`` first, a checkout) where ``pin`` names a commit."""
+    mine = [own] if own and os.path.isdir(os.path.join(own, ".git")) else []
+    for path in mine + local_repositories(root, repo, mirrors):
+        commit = resolve_in(path, pin)
+        if commit is not None:
+            yield path, commit
+
+
 def commit_listing(path: str, commit: str, *folders: str) -> Tuple[str, ...]:
     """Every file of ``commit`` (under ``folders``), from its trees alone (a blobless fetch has no contents)."""
     raw = read_git(path, "ls-tree", "-r", "-z", "--name-only", commit, "--", *folders)

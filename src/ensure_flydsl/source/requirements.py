@@ -23,6 +23,7 @@ from ensure_flydsl.source.git import (
     describe,
     git,
     local_repositories,
+    pin_commits,
     read_blobs,
     read_git,
     resolve_in,
@@ -83,18 +84,14 @@ class CheckoutSources:
         return os.path.isfile(os.path.join(self.top, rel))
 
     def read(self, rel: str) -> Optional[str]:
-        try:
-            with open(os.path.join(self.top, rel), "rb") as handle:
-                return handle.read().decode("utf-8", errors="replace")
-        except OSError:
-            return None
+        with contextlib.suppress(OSError), open(os.path.join(self.top, rel), "rb") as handle:
+            return handle.read().decode("utf-8", errors="replace")
+        return None
 
     def entries(self, folder: str) -> Optional[List[str]]:
-        try:
-            with os.scandir(os.path.join(self.top, folder)) as scan:
-                return sorted(e.name + ("/" if e.is_dir() else "") for e in scan)
-        except OSError:
-            return None
+        with contextlib.suppress(OSError), os.scandir(os.path.join(self.top, folder)) as scan:
+            return sorted(e.name + ("/" if e.is_dir() else "") for e in scan)
+        return None
 
 
 Sources = Union[FileSources, CheckoutSources]  # the pin's Python sources, by path
@@ -166,16 +163,6 @@ def _imported_names(node: ast.stmt, module: str, is_package: bool) -> Iterator[T
             yield from ((f"{base}.{alias.name}", True) for alias in node.names if alias.name != "*")
 
 
-def tree_modules(sources: Sources, packages: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
-    """Top-level name -> folder: the tree's packages and each module at its top (the env file reaches those)."""
-    folders = dict(PACKAGE_SOURCES) if packages is None else dict(packages)
-    for entry in sources.entries("") or []:
-        name = entry[:-1] if entry.endswith("/") else entry[:-3] if entry.endswith(".py") else ""
-        if name.isidentifier() and name not in folders:
-            folders[name] = name
-    return folders
-
-
 @dataclass
 class Walk:
     """Requirements in the order first met, the tree's files read, and files that did not parse."""
@@ -190,8 +177,12 @@ class Walk:
 
 def find_requirements(required: Sequence[str], sources: Sources,
                       packages: Optional[Mapping[str, str]] = None) -> Walk:
-    """Walk the module-level imports from ``required`` through the tree's packages (name -> folder)."""
-    folders = tree_modules(sources, packages)
+    """Walk the module-level imports from ``required`` through the tree's packages (name -> folder) and each module
+    at its top (the env file reaches those)."""
+    tops = (entry[:-1] if entry.endswith("/") else entry[:-3] if entry.endswith(".py") else ""
+            for entry in sources.entries("") or [])
+    folders = {**{name: name for name in tops if name.isidentifier()},
+               **(dict(PACKAGE_SOURCES) if packages is None else packages)}
     walk = Walk()
     seen_modules: Set[str] = set()
     found: Dict[str, Requirement] = {}
@@ -238,13 +229,6 @@ class Absent:
     instead: Tuple[Tuple[str, str], ...]
 
 
-def _exists(module: str, sources: Sources, folders: Mapping[str, str]) -> bool:
-    """A module file, a package, or a namespace folder."""
-    parts = module.split(".")
-    return (source_file(module, sources, folders) is not None
-            or sources.entries("/".join([folders[parts[0]], *parts[1:]])) is not None)
-
-
 def _named(last: str, folder: str, module: str, sources: Sources, budget: List[int]) -> Iterator[Tuple[str, str]]:
     """(module, path) of each module called ``last`` under ``folder`` (the module ``module``), depth first."""
     for entry in sources.entries(folder) or []:
@@ -271,7 +255,10 @@ def absent_modules(required: Sequence[str], sources: Sources,
         top = name.split(".")[0]
         if top not in folders or top in BUILT_PACKAGES:
             continue
-        if all(_exists(prefix, sources, folders) for prefix in _prefixes(name)):
+        # each step a module file, a package, or a namespace folder
+        if all(source_file(prefix, sources, folders) is not None
+               or sources.entries("/".join([folders[top], *prefix.split(".")[1:]])) is not None
+               for prefix in _prefixes(name)):
             continue
         last = name.split(".")[-1]
         instead = tuple(m for m in _named(last, folders[top], top, sources, [20000]) if m[0] != name)
@@ -292,14 +279,9 @@ def pin_sources(root: str, repo: str, pin: str, checkout: Optional[str] = None,
     """The pin's sources: ``checkout`` if readable, else its commit in a local repository, else None."""
     if checkout is not None:
         return CheckoutSources(checkout) if readable_checkout(checkout) else None
-    for path in local_repositories(root, repo, mirrors):
-        commit = resolve_in(path, pin)
-        if commit is None:
-            continue
-        try:
+    for path, commit in pin_commits(root, repo, pin, mirrors):
+        with contextlib.suppress(CommandFailed, OSError, ValueError):
             return read_commit_sources(path, commit)
-        except (CommandFailed, OSError, ValueError):
-            continue
     return None
 
 

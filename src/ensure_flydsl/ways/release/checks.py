@@ -3,19 +3,20 @@ the index has for the interpreter, that passes the floor and whose tag holds eve
 
 from __future__ import annotations
 
-import os
 from typing import Mapping, Optional, Sequence, Tuple
+
+from packaging.version import Version
 
 from ensure_flydsl.errors import EnsureError, Stage
 from ensure_flydsl.probe.interpreter import describe_interpreter
 from ensure_flydsl.probe.results import Interpreter
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.source import requirements
-from ensure_flydsl.source.git import local_repositories, read_git, resolve_in
+from ensure_flydsl.source.git import local_repositories, pin_commits, read_git
 from ensure_flydsl.support.processes import CommandFailed
 from ensure_flydsl.ways import falls_back
 from ensure_flydsl.ways.checks import MISSING, WRONG, Check, CheckStatus, RunContext, passed, skipped
-from ensure_flydsl.ways.package_index import best_version, newest_first, query_versions
+from ensure_flydsl.ways.package_index import newest_first, query_versions
 from ensure_flydsl.ways.release.download import release_pip, wheel_tags
 
 # Stages only a source build goes through: a release install does not need what blocks them.
@@ -33,11 +34,7 @@ def release_version_of_pin(settings: Settings, checkout: Optional[str]) -> Tuple
     version = requirements.tag_version(tag)
     if version is not None:
         return version, f"the pin names the release tag {tag}", True
-    own = [checkout] if checkout and os.path.isdir(os.path.join(checkout, ".git")) else []
-    for path in own + local_repositories(settings.root, settings.repo, settings.git_mirrors):
-        commit = resolve_in(path, settings.pin)
-        if commit is None:
-            continue
+    for path, commit in pin_commits(settings.root, settings.repo, settings.pin, settings.git_mirrors, own=checkout):
         try:
             out = read_git(path, "tag", "--points-at", commit).decode()
         except CommandFailed as exc:
@@ -81,7 +78,8 @@ def check_release(ctx: RunContext, checkout: Optional[str], *, demanded: bool) -
     if not answer.answered:
         return refused(MISSING, f"cannot ask the package index for {wanted}: {answer.detail}",
                        "check the network or pip's configuration (PIP_INDEX_URL, pip.conf)")
-    found = best_version(answer.versions, exact=version, minimum=None if version else ctx.settings.min_version)
+    found = next((v for v in newest_first(answer.versions, None if version else ctx.settings.min_version)
+                  if version is None or Version(v) == Version(version)), None)
     if found:
         return passed("release-wheel", f"{how}; the package index has a flydsl {found} wheel for {abi}", stage)
     listed = ", ".join(answer.versions[:5]) or "none"

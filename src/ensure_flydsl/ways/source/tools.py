@@ -113,8 +113,11 @@ def find_executable_tool(name: str, path: str, requirement: Optional[str] = None
     return _judged(name, version, exe, requirement, f"{exe} is version {version or 'unknown'}")
 
 
-def find_nanobind(python: str, environ: Mapping[str, str], requirement: Optional[str] = None) -> ToolState:
-    """Whether the target interpreter imports a nanobind ``requirement`` accepts (the build's CMake asks it)."""
+def machine_state(name: str, environ: Mapping[str, str], *, python: str, requirement: Optional[str] = None,
+                  tools_dir: Optional[str] = None) -> ToolState:
+    """What the machine has of ``name``; nanobind: whether the target interpreter imports it (CMake asks it)."""
+    if name != "nanobind":
+        return find_executable_tool(name, machine_path(environ, tools_dir), requirement)
     env = {k: v for k, v in environ.items() if k != "PYTHONHOME"}
     try:
         lines = cmd_output([python, "-c", scripts.text("nanobind")], env=env, timeout=30).strip().splitlines()
@@ -123,13 +126,6 @@ def find_nanobind(python: str, environ: Mapping[str, str], requirement: Optional
     version = lines[0].strip() if lines else None
     where = lines[-1].strip() if len(lines) > 1 else None
     return _judged("nanobind", version, where, requirement, f"{python} imports nanobind {version}")
-
-
-def machine_state(name: str, environ: Mapping[str, str], *, python: str, requirement: Optional[str] = None,
-                  tools_dir: Optional[str] = None) -> ToolState:
-    if name == "nanobind":
-        return find_nanobind(python, environ, requirement)
-    return find_executable_tool(name, machine_path(environ, tools_dir), requirement)
 
 
 def machine_path(environ: Mapping[str, str], tools_dir: Optional[str] = None) -> str:
