@@ -69,7 +69,14 @@ def housekeeping(call: Call, settings: Settings) -> int:
             else:
                 _list(entries, cache.location, say, signers)
         else:
-            _prune(cache, limit, say)
+            removed = cache.prune(limit)
+            _warn(cache.warnings, say)
+            for entry in removed:
+                say(f"removed {describe(entry)}")
+            kept = cache.entries()
+            total = sum({e.blob: e.size for e in kept}.values())
+            say(f"{len(removed)} removed; {cache.location} now holds {len(kept)} entries, {size_text(total)} "
+                f"(limit {size_text(limit)})")
     except CacheError as exc:
         raise Refused(str(exc)) from None
     return 0
@@ -82,17 +89,6 @@ def _limit(command: str, max_size: Optional[str]) -> int:
         return parse_size(max_size)
     except ValueError:
         raise Refused(f"--max-size={max_size!r} is not allowed: {SIZE_ALLOWED}") from None
-
-
-def _prune(cache: Cache, limit: int, say: Callable[[str], None]) -> None:
-    removed = cache.prune(limit)
-    _warn(cache.warnings, say)
-    for entry in removed:
-        say(f"removed {describe(entry)}")
-    kept = cache.entries()
-    total = sum({e.blob: e.size for e in kept}.values())
-    say(f"{len(removed)} removed; {cache.location} now holds {len(kept)} entries, {size_text(total)} "
-        f"(limit {size_text(limit)})")
 
 
 def _list(entries: List[CacheEntry], location: str, say: Callable[[str], None],
@@ -265,39 +261,33 @@ def store_command(call: Call, settings: Settings, action: str) -> int:
         return 0
     try:
         store = HostStore.open(path, lock_timeout=settings.lock_timeout, say=say)
-        if action == "list":
-            _list_store(store, as_json)
-            return 0
-        removed, left = store.prune(limit)
+        removed, left = store.prune(limit) if action == "prune" else ([], [])
+        trees = store.list()
     except LockBusy as exc:
         raise EnsureError(ExitCode.LOCK, str(exc), stage=Stage.LOCK, hint="an ensure-flydsl run is adding to the "
                           "store; try again when it is done, or raise FLYDSL_LOCK_TIMEOUT") from None
     except OSError as exc:
         raise Refused(f"the host store {path} cannot be used: {exc}") from None
-    for line in left:
-        say(f"store prune: {printable(line)}")
-    for tree in removed:
-        say(printable(f"removed the tree {tree.key[:12]} ({size_text(tree.size)}, {tree.how}, "
-                      f"{(tree.commit or '?')[:12]}){': ' + tree.problem if tree.problem else ''}"))
-    held = f"the host store {path} holds {size_text(sum(t.size for t in store.list()))} (at most {size_text(limit)} " \
-           "asked)"
-    if as_json:
-        print(result_json(result_object(ok=True, exit_code=0, reason=held, store=path,
-                                        removed=[t.to_json() for t in removed], left=left)))
-    else:
-        say(printable(held))
-    return 0
-
-
-def _list_store(store: HostStore, as_json: bool) -> None:
-    trees = store.list()
-    if as_json:
-        print(result_json(result_object(ok=True, exit_code=0, reason=f"{len(trees)} trees", store=store.path,
+    if action == "list" and as_json:
+        print(result_json(result_object(ok=True, exit_code=0, reason=f"{len(trees)} trees", store=path,
                                         trees=[t.to_json() for t in trees])))
-        return
-    print(printable(f"the host store {store.path}: {len(trees)} trees, {size_text(sum(t.size for t in trees))}"))
-    for t in trees:
-        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(t.last_used))
-        signed = f" (signed by {', '.join(t.signed_by)})" if t.signed_by else ""
-        print(printable(f"{t.key[:12]}  {size_text(t.size):>10}  {t.how or '?'}{signed}  {(t.commit or '?')[:12]}  "
-                        f"{t.abi or '?'}  last copied {when}{'  DAMAGED: ' + t.problem if t.problem else ''}"))
+    elif action == "list":
+        print(printable(f"the host store {path}: {len(trees)} trees, {size_text(sum(t.size for t in trees))}"))
+        for t in trees:
+            when = time.strftime("%Y-%m-%d %H:%M", time.localtime(t.last_used))
+            signed = f" (signed by {', '.join(t.signed_by)})" if t.signed_by else ""
+            print(printable(f"{t.key[:12]}  {size_text(t.size):>10}  {t.how or '?'}{signed}  {(t.commit or '?')[:12]}  "
+                            f"{t.abi or '?'}  last copied {when}{'  DAMAGED: ' + t.problem if t.problem else ''}"))
+    else:
+        for line in left:
+            say(f"store prune: {printable(line)}")
+        for tree in removed:
+            say(printable(f"removed the tree {tree.key[:12]} ({size_text(tree.size)}, {tree.how}, "
+                          f"{(tree.commit or '?')[:12]}){': ' + tree.problem if tree.problem else ''}"))
+        held = f"the host store {path} holds {size_text(sum(t.size for t in trees))} (at most {size_text(limit)} asked)"
+        if as_json:
+            print(result_json(result_object(ok=True, exit_code=0, reason=held, store=path,
+                                            removed=[t.to_json() for t in removed], left=left)))
+        else:
+            say(printable(held))
+    return 0

@@ -1,6 +1,5 @@
-"""Every git command of the tool: the pin's :class:`Checkout`, local reads, the mirrors, the store's shared objects.
-One environment builder (:func:`git_env`): never a prompt, no ``ext::`` helpers, the run's mirrors.  Settings that
-reach git were validated not to start with ``-`` and come after their options, so they are never options."""
+"""Every git command of the tool, through one environment builder (:func:`git_env`): the pin's :class:`Checkout`,
+local reads, the mirrors, the store's shared objects.  Settings reaching git never start with ``-``."""
 
 from __future__ import annotations
 
@@ -55,9 +54,6 @@ def is_local_repo(repo: str) -> bool:
     return repo.startswith(("/", "file://"))
 
 
-# -- mirrors (FLYDSL_GIT_MIRRORS): git's own url.<TO>.insteadOf <FROM> through GIT_CONFIG_COUNT/KEY/VALUE, so no
-# git config file is written and a build script's git commands apply them too.
-
 def _appended(env: Dict[str, str], first: int, entries: List[Tuple[str, str]]) -> Dict[str, str]:
     """``env`` with ``entries`` as GIT_CONFIG_KEY_n/VALUE_n from ``first`` on, after the caller's own."""
     for index, (key, value) in enumerate(entries, start=first):
@@ -68,7 +64,8 @@ def _appended(env: Dict[str, str], first: int, entries: List[Tuple[str, str]]) -
 
 
 def with_mirrors(environ: Mapping[str, str], mirrors: GitMirrors) -> Dict[str, str]:
-    """A copy of ``environ`` whose git commands apply ``mirrors``."""
+    """A copy of ``environ`` whose git commands apply ``mirrors`` as ``url.<TO>.insteadOf <FROM>`` (no config file
+    is written, and a build script's git applies them too)."""
     if not mirrors:
         return dict(environ)
     entries = [(f"url.{to}.insteadOf", source) for source, to in mirrors]
@@ -98,29 +95,28 @@ def rewrite(url: str, mirrors: GitMirrors) -> Tuple[str, Optional[Tuple[str, str
 
 def describe(url: str, mirrors: GitMirrors, label: str = "FLYDSL_GIT_MIRRORS") -> str:
     where, mirror = rewrite(url, mirrors)
-    if mirror is None:
-        return url
-    return f"{url} through the mirror {where} ({label} {mirror[0]}={mirror[1]})"
+    return url if mirror is None else f"{url} through the mirror {where} ({label} {mirror[0]}={mirror[1]})"
 
 
-def git_env(environ: Mapping[str, str], mirrors: Optional[GitMirrors], *,
+def git_env(environ: Mapping[str, str], mirrors: Optional[GitMirrors], *, at: Optional[str] = None,
             answer_within: Optional[float] = None) -> Dict[str, str]:
-    """The environment of every git command: never a prompt, C messages, never the caller's GIT_DIR.
-
-    ``mirrors`` None: a local read, without the caller's GIT_* variables.  Else mirrors, plain transports, and
-    the network silence limit, or (``answer_within``, the doctor's checks) a transfer given up after that long."""
+    """The environment of every git command: never a prompt, C messages, never the caller's GIT_DIR; ``at``: never
+    above that folder (a torn ``.git`` fails, not the checkout around it).  ``mirrors`` None: a local read, without
+    the caller's GIT_* variables; else mirrors, plain transports and the network silence limit, or (the doctor's
+    ``answer_within``) a transfer given up after that long."""
     if mirrors is None:
         env = {k: v for k, v in environ.items() if not k.startswith("GIT_")}
-        env.update({"GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"})
-        return env
-    env = with_mirrors(environ, mirrors)
-    if answer_within is None:
-        env = with_network_limits(env)
-    env.pop("GIT_DIR", None)
-    env.pop("GIT_WORK_TREE", None)
-    # Only plain transports: no ext:: or fd:: helpers, whatever the repository or .gitmodules say.
-    env.update({"GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "true", "LC_ALL": "C",
-                "GIT_ALLOW_PROTOCOL": "file:https:http:ssh:git"})
+    else:
+        env = with_mirrors(environ, mirrors)
+        if answer_within is None:
+            env = with_network_limits(env)
+        env.pop("GIT_DIR", None)
+        env.pop("GIT_WORK_TREE", None)
+        # Only plain transports: no ext:: or fd:: helpers, whatever the repository or .gitmodules say.
+        env.update({"GIT_ASKPASS": "true", "GIT_ALLOW_PROTOCOL": "file:https:http:ssh:git"})
+    env.update({"GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"})
+    if at is not None:
+        env["GIT_CEILING_DIRECTORIES"] = os.path.dirname(os.path.abspath(at))
     if answer_within is not None:
         seconds = str(max(1, int(answer_within)))
         # a stalled https transfer gives up after the timeout instead of curl's minutes
@@ -130,17 +126,11 @@ def git_env(environ: Mapping[str, str], mirrors: Optional[GitMirrors], *,
     return env
 
 
-def _only_at(path: str, env: Dict[str, str]) -> Dict[str, str]:
-    """``env`` for git at ``path``, never climbing above it: a torn ``.git`` fails, not the checkout around it."""
-    env["GIT_CEILING_DIRECTORIES"] = os.path.dirname(os.path.abspath(path))
-    return env
-
-
 def read_git(path: str, *args: str, stdin: bytes = b"", timeout: float = 30.0) -> bytes:
-    """A local git command's stdout; CommandFailed when it fails, cannot start or runs past ``timeout``."""
+    """A local git command's stdout; CommandFailed when it fails, cannot start (-1) or runs past ``timeout``."""
     cmd = ["git", "-C", path, *args]
     try:
-        proc = run_captured(cmd, input=stdin, env=_only_at(path, git_env(os.environ, None)), timeout=timeout,
+        proc = run_captured(cmd, input=stdin, env=git_env(os.environ, None, at=path), timeout=timeout,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise CommandFailed(cmd, -1, str(exc)) from None
@@ -181,21 +171,20 @@ def git(root: str, *args: str, repo: str, mirrors: GitMirrors, silence_s: Option
     """Run git in ``root``; a network command silent for ``silence_s`` seconds stops: exit 2 naming the remote."""
     # git >= 2.38 refuses file:// submodules by default (CVE-2022-39253); a local mirror's are local too.
     extra = ["-c", "protocol.file.allow=always"] if is_local_repo(repo) else []
-    cmd = ["git", *extra, "-C", root, *args]
-    env = _only_at(root, git_env(os.environ, mirrors))
+    env = git_env(os.environ, mirrors, at=root)
     sub = next((a for a in args if not a.startswith("-")), "")
     if sub not in _NETWORK or (sub == "submodule" and "update" not in args):
-        return cmd_output(cmd, env=env)
+        return cmd_output(["git", *extra, "-C", root, *args], env=env)
     submodule = sub == "submodule"
-    if sub != "ls-remote":  # progress as objects arrive: output is the sign of life
-        at = args.index(sub) + (2 if submodule else 1)
-        cmd = ["git", *extra, "-C", root, *args[:at], "--progress", *args[at:]]
+    at = args.index(sub) + (2 if submodule else 1)
+    # progress as objects arrive: output is the sign of life
+    progress = ["--progress"] if sub != "ls-remote" else []
+    cmd = ["git", *extra, "-C", root, *args[:at], *progress, *args[at:]]
     what = "git submodule update" if submodule else f"git {sub}"
-    remote = describe(repo, mirrors)
     try:
         return watched_output(cmd, env=env, what=what, silence_s=silence_s,
                               remote=(lambda out: _submodule_remote(out, root, mirrors)) if submodule
-                              else (lambda out: remote))
+                              else (lambda out: describe(repo, mirrors)))
     except Silent as exc:
         raise EnsureError(
             ExitCode.FETCH, f"{what} stopped: nothing received from {exc.remote} for {exc.seconds:g} s",
@@ -240,6 +229,16 @@ def local_repositories(root: str, repo: str, mirrors: GitMirrors = ()) -> List[s
     return found
 
 
+def pin_commits(root: str, repo: str, pin: str, mirrors: GitMirrors = (), *,
+                own: Optional[str] = None) -> Iterator[Tuple[str, str]]:
+    """(repository, commit) for each local repository (``own`` first, a checkout) where ``pin`` names a commit."""
+    mine = [own] if own and os.path.isdir(os.path.join(own, ".git")) else []
+    for path in mine + local_repositories(root, repo, mirrors):
+        commit = resolve_in(path, pin)
+        if commit is not None:
+            yield path, commit
+
+
 def commit_listing(path: str, commit: str, *folders: str) -> Tuple[str, ...]:
     """Every file of ``commit`` (under ``folders``), from its trees alone (a blobless fetch has no contents)."""
     raw = read_git(path, "ls-tree", "-r", "-z", "--name-only", commit, "--", *folders)
@@ -269,9 +268,8 @@ def read_blobs(path: str, commit: str, wanted: List[str]) -> Dict[str, str]:
     return {rel: data.decode("utf-8", errors="replace") for rel, data in read_blob_bytes(path, commit, wanted).items()}
 
 
-# -- the host store's shared objects: a bare repository under the store, named in each root's alternates, so a
-# second root's fetch of a pin the host has transfers nothing.  It keeps everything it was given (gc off,
-# never pruned, `store prune` leaves it alone): a root may rely on any object in it.
+# -- the store's shared objects: a bare repository named in each root's alternates (a second root's fetch of a pin
+# transfers nothing); it keeps everything it was given (gc off, never pruned): a root may rely on any object.
 
 def shared_repository(store: str, environ: Mapping[str, str]) -> str:
     """The shared bare repository's folder, made if missing (OSError or CommandFailed when it cannot be)."""
@@ -358,14 +356,6 @@ class Checkout:
             return None
         return total
 
-    def has_all_objects(self, commit: str) -> bool:
-        """Whether all of ``commit``'s tree is here (git checks out a half-fetched commit without an error)."""
-        try:
-            self.git("rev-list", "--quiet", "--objects", "--no-walk", "--missing=error", commit)
-        except CommandFailed:
-            return False
-        return True
-
     def remote_refs(self) -> Dict[str, str]:
         """``git ls-remote``: ref name -> object, with annotated tags peeled (``refs/tags/v1^{}``)."""
         with failing_as(ExitCode.FETCH, f"cannot list the refs of {describe(self.repo, self.mirrors)}",
@@ -387,14 +377,14 @@ class Checkout:
     def fetch_pin(self, pin: str, say: Callable[[str], None], *,
                   on_fetch: Callable[[], None] = lambda: None,
                   on_tags: Callable[[str, List[str]], None] = lambda commit, tags: None) -> str:
-        """Fetch only what names ``pin`` (and the tags at its commit); return its full commit hash.
-
-        The refs are listed first: an unreachable repository is exit 2, a pin it does not have exit 3.
-        ``on_tags`` hears the pin's commit and tags when the refs tell them (a release run starts its download)."""
+        """Fetch only what names ``pin`` (and the tags at its commit); its full hash.  The refs come first (unreachable:
+        exit 2; no such pin: exit 3); ``on_tags`` hears the pin's commit and tags (a release starts its download)."""
         full_hash = len(pin) == 40 and bool(HEX.match(pin))
-        if full_hash:
-            known = resolve_in(self.root, pin)
-            if known and self.has_all_objects(known):
+        known = resolve_in(self.root, pin) if full_hash else None
+        if known:
+            # all of its tree must be here: git checks out a half-fetched commit without an error
+            with contextlib.suppress(CommandFailed):
+                self.git("rev-list", "--quiet", "--objects", "--no-walk", "--missing=error", known)
                 say(f"commit {pin[:12]} is already in {self.root}; nothing to fetch")
                 return known
         say(f"fetching {pin} from {self.repo} into {self.root}")
@@ -416,12 +406,9 @@ class Checkout:
             self._fetch("+refs/heads/*:refs/remotes/origin/*", "+refs/tags/*:refs/tags/*")
         commit = resolve_in(self.root, pin)
         if commit is None:
-            raise EnsureError(
-                ExitCode.CHECKOUT,
-                f"the pin {pin} is not a commit, tag or branch of {self.repo}",
-                stage=Stage.CHECKOUT,
-                hint="check FLYDSL_PIN (a full commit hash or a tag such as v0.2.2)",
-            )
+            raise EnsureError(ExitCode.CHECKOUT, f"the pin {pin} is not a commit, tag or branch of {self.repo}",
+                              stage=Stage.CHECKOUT,
+                              hint="check FLYDSL_PIN (a full commit hash or a tag such as v0.2.2)")
         # The tags at the commit, so that a release tag's commit is known as one (the pin's own is here already).
         missing = sorted(tag for tag, at in tags.items() if at == commit and tag != pin)
         if missing:
@@ -466,7 +453,6 @@ class Checkout:
     def tags_at(self, commit: str) -> List[str]:
         """The tags that point at ``commit`` (a release tag's commit has its ``vX`` among them)."""
         try:
-            out = self.git("tag", "--points-at", commit)
+            return self.git("tag", "--points-at", commit).split()
         except CommandFailed:
             return []
-        return [line.strip() for line in out.splitlines() if line.strip()]

@@ -1,12 +1,13 @@
-"""The inputs of a pin's LLVM/MLIR build, read from its own files: the commit, the sha256 of build_llvm.sh and of the
-thirdparty/ files it names, and the variables it lets the caller override but those that do not change what is
-built.  A pin whose commit cannot be determined gets no key (nothing reused or shared), never a null commit."""
+"""The inputs of a pin's LLVM/MLIR build, read from its files: the commit, sha256 of build_llvm.sh and the thirdparty/
+files it names, the overridable variables that change what is built; an unknown commit gets no key."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+import pathlib
 import re
 from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Tuple, Union
@@ -142,14 +143,6 @@ def _commit_in_file(name: str, content: Text) -> Tuple[Optional[str], Optional[s
     return value.lower(), None
 
 
-def _commit_file(script: str, files: Mapping[str, Optional[Text]]) -> str:
-    """The file the script reads its commit from; when it names neither, the one the pin has."""
-    code = code_lines(script)
-    named = [name for name in (LLVM_INFO_FILE, LLVM_HASH_FILE) if name.split("/")[-1] in code]
-    had = [name for name in COMMIT_FILES if files.get(name) is not None]
-    return (named + had + [LLVM_HASH_FILE])[0]
-
-
 def read_llvm_inputs(files: Mapping[str, Optional[Text]], environ: Mapping[str, str]) -> LlvmInputs:
     """Pure: the inputs ``files`` (path -> content; None or absent: the pin lacks it) and the environment give."""
     script_content = files.get(LLVM_SCRIPT)
@@ -170,7 +163,9 @@ def read_llvm_inputs(files: Mapping[str, Optional[Text]], environ: Mapping[str, 
             problem = (f"{override}={value} is not a 40-digit commit hash (a branch or tag moves, so the MLIR it "
                        "builds cannot be reused)")
     else:
-        commit_from = _commit_file(script, files)
+        # the file the script reads its commit from; when it names neither, the one the pin has
+        commit_from = ([name for name in (LLVM_INFO_FILE, LLVM_HASH_FILE) if name.split("/")[-1] in code_lines(script)]
+                       + [name for name in COMMIT_FILES if files.get(name) is not None] + [LLVM_HASH_FILE])[0]
         content = files.get(commit_from)
         literal = _LITERAL_COMMIT.search(code_lines(script))
         if content is not None:
@@ -196,13 +191,10 @@ def read_llvm_inputs(files: Mapping[str, Optional[Text]], environ: Mapping[str, 
 
 
 def _content(path: str, *, link_as_path: bool = False) -> Optional[bytes]:
-    try:
-        if link_as_path and os.path.islink(path):
-            return os.fsencode(os.readlink(path))
-        with open(path, "rb") as handle:
-            return handle.read()
-    except OSError:
-        return None
+    with contextlib.suppress(OSError):
+        return os.fsencode(os.readlink(path)) if link_as_path and os.path.islink(path) else pathlib.Path(
+            path).read_bytes()
+    return None
 
 
 def _read_checkout_files(top: str, wanted: List[str]) -> Dict[str, Optional[bytes]]:
@@ -212,10 +204,8 @@ def _read_checkout_files(top: str, wanted: List[str]) -> Dict[str, Optional[byte
         path = os.path.join(top, rel)
         if not os.path.isdir(path) or os.path.islink(path):
             found[rel] = _content(path)
-            continue
-        for folder, _, names in os.walk(path):
-            for name in names:
-                inner = os.path.join(folder, name)
+        for folder, _, names in os.walk(path) if rel not in found else ():
+            for inner in (os.path.join(folder, name) for name in names):
                 found[os.path.relpath(inner, top)] = _content(inner, link_as_path=True)
     return found
 

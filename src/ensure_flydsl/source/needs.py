@@ -15,7 +15,7 @@ from packaging.version import InvalidVersion, Version
 
 from ensure_flydsl.layout import BUILD_DIR, STATE_DIR
 from ensure_flydsl.settings import GitMirrors
-from ensure_flydsl.source.git import commit_listing, local_repositories, read_blob_bytes, read_blobs, resolve_in
+from ensure_flydsl.source.git import commit_listing, pin_commits, read_blob_bytes, read_blobs
 from ensure_flydsl.source.llvm_inputs import (
     COMMIT_FILES,
     LLVM_SCRIPT,
@@ -184,11 +184,8 @@ def needs_from_files(files: Mapping[str, str], source: str, inputs: Optional[Llv
     found_remote = _LLVM_REMOTE.search(llvm)
     remote = found_remote.group(1) if found_remote else DEFAULT_LLVM_REMOTE if "llvm-project.git" in llvm else None
     pip_words = [w.strip("\"'") for args in _PIP_INSTALL.findall(llvm) for w in args.split()]
-    pip_packages: List[str] = []
-    for word in pip_words:
-        name = _PACKAGE_NAME.match(word)
-        if name and not word.startswith("-") and "$" not in word and name.group(0) not in pip_packages:
-            pip_packages.append(name.group(0))
+    names = (_PACKAGE_NAME.match(word) for word in pip_words if not word.startswith("-") and "$" not in word)
+    pip_packages = list(dict.fromkeys(name.group(0) for name in names if name))
     nanobind = "nanobind" in flydsl_text
     pinned = nanobind_specifiers(files, cmake_files, pip_words)
     lower = [s[2:] for s in pinned if s.startswith(">=")]
@@ -229,13 +226,11 @@ def read_checkout(top: str) -> Dict[str, str]:
     """The build files of the checkout at ``top``, by path."""
     wanted = [rel for rel in COMMIT_FILES if os.path.isfile(os.path.join(top, rel))]
     for folder, dirs, names in os.walk(top):
-        rel_folder = os.path.relpath(folder, top)
-        rel_folder = "" if rel_folder == "." else rel_folder
+        below = os.path.relpath(folder, top).replace(os.sep, "/") + "/"
+        below = "" if below == "./" else below
         # Submodules (a .git file) and the skipped folders hold other projects' build files.
-        dirs[:] = [d for d in dirs if not _skipped(os.path.join(rel_folder, d).replace(os.sep, "/"))
-                   and not os.path.exists(os.path.join(folder, d, ".git"))]
-        wanted += [rel for rel in (os.path.join(rel_folder, name).replace(os.sep, "/") for name in names)
-                   if is_build_file(rel)]
+        dirs[:] = [d for d in dirs if not _skipped(below + d) and not os.path.exists(os.path.join(folder, d, ".git"))]
+        wanted += [below + name for name in names if is_build_file(below + name)]
     files: Dict[str, str] = {}
     for rel in wanted:
         with contextlib.suppress(OSError), open(os.path.join(top, rel), errors="replace") as handle:
@@ -265,16 +260,10 @@ def find_needs(root: str, repo: str, pin: str, checkout: Optional[str] = None,
     env = os.environ if environ is None else environ
     if checkout is not None and os.path.isdir(checkout):
         return needs_from_files(read_checkout(checkout), f"checkout {checkout}", checkout_llvm_inputs(checkout, env))
-    for path in local_repositories(root, repo, mirrors):
-        commit = resolve_in(path, pin)
-        if commit is None:
-            continue
-        try:
-            files = read_commit(path, commit)
-            llvm = commit_llvm_inputs(path, commit, env)
-        except (CommandFailed, OSError, ValueError):
-            continue
-        return needs_from_files(files, f"repository {path} at {commit[:12]}", llvm)
+    for path, commit in pin_commits(root, repo, pin, mirrors):
+        with contextlib.suppress(CommandFailed, OSError, ValueError):
+            return needs_from_files(read_commit(path, commit), f"repository {path} at {commit[:12]}",
+                                    commit_llvm_inputs(path, commit, env))
     return KNOWN_FLYDSL_NEEDS
 
 

@@ -5,10 +5,11 @@ tag holds them, read from the tags' trees (fetched shallow and blobless when mis
 from __future__ import annotations
 
 import ast
+import contextlib
 import os
 import tempfile
 from collections import deque
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Deque, Dict, Iterator, List, Mapping, Optional, Sequence, Set, Tuple, Union
 
 from packaging.version import InvalidVersion, Version
@@ -22,6 +23,7 @@ from ensure_flydsl.source.git import (
     describe,
     git,
     local_repositories,
+    pin_commits,
     read_blobs,
     read_git,
     resolve_in,
@@ -82,18 +84,14 @@ class CheckoutSources:
         return os.path.isfile(os.path.join(self.top, rel))
 
     def read(self, rel: str) -> Optional[str]:
-        try:
-            with open(os.path.join(self.top, rel), "rb") as handle:
-                return handle.read().decode("utf-8", errors="replace")
-        except OSError:
-            return None
+        with contextlib.suppress(OSError), open(os.path.join(self.top, rel), "rb") as handle:
+            return handle.read().decode("utf-8", errors="replace")
+        return None
 
     def entries(self, folder: str) -> Optional[List[str]]:
-        try:
-            with os.scandir(os.path.join(self.top, folder)) as scan:
-                return sorted(e.name + ("/" if e.is_dir() else "") for e in scan)
-        except OSError:
-            return None
+        with contextlib.suppress(OSError), os.scandir(os.path.join(self.top, folder)) as scan:
+            return sorted(e.name + ("/" if e.is_dir() else "") for e in scan)
+        return None
 
 
 Sources = Union[FileSources, CheckoutSources]  # the pin's Python sources, by path
@@ -165,16 +163,6 @@ def _imported_names(node: ast.stmt, module: str, is_package: bool) -> Iterator[T
             yield from ((f"{base}.{alias.name}", True) for alias in node.names if alias.name != "*")
 
 
-def tree_modules(sources: Sources, packages: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
-    """Top-level name -> folder: the tree's packages and each module at its top (the env file reaches those)."""
-    folders = dict(PACKAGE_SOURCES) if packages is None else dict(packages)
-    for entry in sources.entries("") or []:
-        name = entry[:-1] if entry.endswith("/") else entry[:-3] if entry.endswith(".py") else ""
-        if name.isidentifier() and name not in folders:
-            folders[name] = name
-    return folders
-
-
 @dataclass
 class Walk:
     """Requirements in the order first met, the tree's files read, and files that did not parse."""
@@ -189,8 +177,12 @@ class Walk:
 
 def find_requirements(required: Sequence[str], sources: Sources,
                       packages: Optional[Mapping[str, str]] = None) -> Walk:
-    """Walk the module-level imports from ``required`` through the tree's packages (name -> folder)."""
-    folders = tree_modules(sources, packages)
+    """Walk the module-level imports from ``required`` through the tree's packages (name -> folder) and each module
+    at its top (the env file reaches those)."""
+    tops = (entry[:-1] if entry.endswith("/") else entry[:-3] if entry.endswith(".py") else ""
+            for entry in sources.entries("") or [])
+    folders = {**{name: name for name in tops if name.isidentifier()},
+               **(dict(PACKAGE_SOURCES) if packages is None else packages)}
     walk = Walk()
     seen_modules: Set[str] = set()
     found: Dict[str, Requirement] = {}
@@ -237,13 +229,6 @@ class Absent:
     instead: Tuple[Tuple[str, str], ...]
 
 
-def _exists(module: str, sources: Sources, folders: Mapping[str, str]) -> bool:
-    """A module file, a package, or a namespace folder."""
-    parts = module.split(".")
-    return (source_file(module, sources, folders) is not None
-            or sources.entries("/".join([folders[parts[0]], *parts[1:]])) is not None)
-
-
 def _named(last: str, folder: str, module: str, sources: Sources, budget: List[int]) -> Iterator[Tuple[str, str]]:
     """(module, path) of each module called ``last`` under ``folder`` (the module ``module``), depth first."""
     for entry in sources.entries(folder) or []:
@@ -270,7 +255,10 @@ def absent_modules(required: Sequence[str], sources: Sources,
         top = name.split(".")[0]
         if top not in folders or top in BUILT_PACKAGES:
             continue
-        if all(_exists(prefix, sources, folders) for prefix in _prefixes(name)):
+        # each step a module file, a package, or a namespace folder
+        if all(source_file(prefix, sources, folders) is not None
+               or sources.entries("/".join([folders[top], *prefix.split(".")[1:]])) is not None
+               for prefix in _prefixes(name)):
             continue
         last = name.split(".")[-1]
         instead = tuple(m for m in _named(last, folders[top], top, sources, [20000]) if m[0] != name)
@@ -291,14 +279,9 @@ def pin_sources(root: str, repo: str, pin: str, checkout: Optional[str] = None,
     """The pin's sources: ``checkout`` if readable, else its commit in a local repository, else None."""
     if checkout is not None:
         return CheckoutSources(checkout) if readable_checkout(checkout) else None
-    for path in local_repositories(root, repo, mirrors):
-        commit = resolve_in(path, pin)
-        if commit is None:
-            continue
-        try:
+    for path, commit in pin_commits(root, repo, pin, mirrors):
+        with contextlib.suppress(CommandFailed, OSError, ValueError):
             return read_commit_sources(path, commit)
-        except (CommandFailed, OSError, ValueError):
-            continue
     return None
 
 
@@ -322,15 +305,6 @@ class TagAnswer:
     commit: Optional[str] = None  # the tag's commit, of ``holding`` or ``unread``
 
 
-def _why(exc: Exception) -> str:
-    """One line: an EnsureError's reason, else the command's last line."""
-    if isinstance(exc, EnsureError):
-        return exc.reason
-    assert isinstance(exc, CommandFailed)
-    lines = [line.strip() for line in exc.output.splitlines() if line.strip()]
-    return lines[-1][:300] if lines else f"git exited with {exc.returncode}"
-
-
 @dataclass(frozen=True)
 class TagSource:
     """The repository whose tags are read, through the mirrors, each network command given ``silence_s``."""
@@ -343,80 +317,66 @@ class TagSource:
     def shown(self) -> str:
         return describe(self.repo, self.mirrors)
 
-    def tags(self, work: str) -> Tuple[Optional[Dict[str, str]], str]:
+    def run(self, where: str, *args: str, doing: str) -> Tuple[Optional[str], str]:
+        """A git command's output, or None and why not (an EnsureError's reason, else git's last line)."""
         try:
-            out = git(work, "ls-remote", "--tags", self.repo, repo=self.repo, mirrors=self.mirrors,
-                      silence_s=self.silence_s)
-        except (CommandFailed, EnsureError) as exc:
-            return None, f"the tags of {self.shown()} could not be listed: {_why(exc)}"
-        return tag_commits(out), ""
-
-    def fetch(self, work: str, tags: Sequence[str]) -> Tuple[Optional[str], str]:
-        """A bare repository in ``work`` holding the commits and trees of ``tags``, or None and why not."""
-        into = os.path.join(work, "tags.git")
-        try:
-            git(work, "init", "-q", "--bare", into, repo=self.repo, mirrors=self.mirrors)
-            git(into, "fetch", "--quiet", "--no-tags", "--depth=1", "--filter=blob:none", self.repo,
-                *(f"+refs/tags/{t}:refs/tags/{t}" for t in tags), repo=self.repo, mirrors=self.mirrors,
-                silence_s=self.silence_s)
-        except (CommandFailed, EnsureError) as exc:
-            return None, f"git fetch of {', '.join(tags)} from {self.shown()} failed: {_why(exc)}"
-        return into, ""
+            return git(where, *args, repo=self.repo, mirrors=self.mirrors, silence_s=self.silence_s), ""
+        except EnsureError as exc:
+            return None, f"{doing}: {exc.reason}"
+        except CommandFailed as exc:
+            lines = [line.strip() for line in exc.output.splitlines() if line.strip()]
+            return None, f"{doing}: {lines[-1][:300] if lines else f'git exited with {exc.returncode}'}"
 
 
 def _listing(repositories: Sequence[str], commit: str) -> Optional[FileSources]:
     folders = [folder for _, folder in PACKAGE_SOURCES]
     for path in repositories:
-        try:
+        with contextlib.suppress(CommandFailed, OSError):
             return FileSources({}, f"repository {path} at {commit[:12]}", commit_listing(path, commit, *folders))
-        except (CommandFailed, OSError):
-            continue
     return None
 
 
-def _holds(found: Optional[FileSources], modules: Sequence[str]) -> bool:
-    return found is not None and not absent_modules(modules, found)
-
-
 def release_holding(source: TagSource, versions: Sequence[str], modules: Sequence[str]) -> TagAnswer:
-    """Of ``versions`` (newest first, tags ``vX``), the newest whose tag holds ``modules`` (or is tagged)."""
+    """Of ``versions`` (newest first, tags ``vX``), the newest whose tag holds ``modules`` (or is tagged), read in
+    the local repositories, else from the tags' trees fetched shallow and blobless."""
     if not versions:
         return TagAnswer()
     with tempfile.TemporaryDirectory(prefix="ensure-flydsl-tags-") as work:
-        commits, why = source.tags(work)
-        if commits is None:
+        out, why = source.run(work, "ls-remote", "--tags", source.repo,
+                              doing=f"the tags of {source.shown()} could not be listed")
+        if out is None:
             return TagAnswer(unread=versions[0], why=why)
+        commits = tag_commits(out)
         tagged = [v for v in versions if f"v{v}" in commits][:MAX_RELEASES]
         if not modules or not tagged:
             return TagAnswer(holding=tagged[0], commit=commits[f"v{tagged[0]}"]) if tagged else TagAnswer()
-        found = _read_tags(source, work, tagged, {v: commits[f"v{v}"] for v in tagged}, modules)
-        named = found.holding or found.unread
-        return replace(found, commit=commits[f"v{named}"]) if named else found
+        def holds(listing: Optional[FileSources]) -> bool:
+            return listing is not None and not absent_modules(modules, listing)
 
-
-def _read_tags(source: TagSource, work: str, tagged: Sequence[str], commits: Mapping[str, str],
-               modules: Sequence[str]) -> TagAnswer:
-    # The root's repository, and a local FLYDSL_REPO or mirror.
-    local = local_repositories(source.root, source.repo, source.mirrors)
-    found: Dict[str, Optional[FileSources]] = {}
-    for version in tagged:  # newest first, up to the first that holds the modules
-        found[version] = _listing(local, commits[version])
-        if _holds(found[version], modules):
-            break
-    unread = [v for v, listing in found.items() if listing is None]
-    why = ""
-    if unread:
-        fetched, why = source.fetch(work, [f"v{v}" for v in unread])
-        if fetched is not None:
-            for version in unread:
-                found[version] = _listing([fetched], commits[version])
+        local = local_repositories(source.root, source.repo, source.mirrors)
+        found: Dict[str, Optional[FileSources]] = {}
+        for version in tagged:  # newest first, up to the first that holds the modules
+            found[version] = _listing(local, commits[f"v{version}"])
+            if holds(found[version]):
+                return TagAnswer(holding=version, commit=commits[f"v{version}"])
+        unread = [v for v, listing in found.items() if listing is None]
+        if unread:
+            into, doing = os.path.join(work, "tags.git"), \
+                f"git fetch of {', '.join(f'v{v}' for v in unread)} from {source.shown()} failed"
+            fetched, why = source.run(work, "init", "-q", "--bare", into, doing=doing)
+            if fetched is not None:
+                fetched, why = source.run(into, "fetch", "--quiet", "--no-tags", "--depth=1", "--filter=blob:none",
+                                          source.repo, *(f"+refs/tags/v{v}:refs/tags/v{v}" for v in unread),
+                                          doing=doing)
+            for version in unread if fetched is not None else ():
+                found[version] = _listing([into], commits[f"v{version}"])
                 if found[version] is None:
                     why = why or f"the fetch from {source.shown()} did not bring the commit of v{version}"
-    holding = next((v for v, listing in found.items() if _holds(listing, modules)), None)
+        holding = next((v for v, got in found.items() if holds(got)), None)
+        still = next((v for v, got in found.items() if got is None), None)
     if holding is not None:
-        return TagAnswer(holding=holding)
-    still = next((v for v, listing in found.items() if listing is None), None)
-    return TagAnswer(unread=still, why=why) if still is not None else TagAnswer()
+        return TagAnswer(holding=holding, commit=commits[f"v{holding}"])
+    return TagAnswer(unread=still, why=why, commit=commits[f"v{still}"]) if still is not None else TagAnswer()
 
 
 def beyond_release(repositories: Sequence[str], tag_commit: str, pin: str) -> Optional[List[Tuple[str, str, bool]]]:

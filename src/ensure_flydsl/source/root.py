@@ -1,8 +1,5 @@
-"""What a root holds and who made it: ``ROOT/.ensure_flydsl/owner.json`` when the tool made or adopted the root;
-``stamps/<step>.json`` with the key of a finished step's inputs, removed before the step starts again (uv's
-``.ok``); ``stamps/<step>.started.json`` for a step that creates files; ``stamps/tree.json`` for the finished tree.
-A step writing into a shared folder (``ROOT/build-fly``, ``BASE/llvm-project``) records what it made, less what
-was somebody else's at its start; ``clean`` removes only what the record names unchanged."""
+"""What a root holds and who made it: the owner record, the step stamps (removed before a step starts again), and
+the record of what a step made in a shared folder (``clean`` removes only what it names unchanged)."""
 
 from __future__ import annotations
 
@@ -173,11 +170,9 @@ def exclude_from_git(root: str) -> None:
         return
     path = os.path.join(root, ".git", "info", "exclude")
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    try:
-        with open(path) as handle:
-            current = handle.read()
-    except FileNotFoundError:
-        current = ""
+    current = ""
+    with contextlib.suppress(FileNotFoundError), open(path) as handle:
+        current = handle.read()
     missing = [w for w in ("/" + STATE_DIR + "/", "/" + ENV_FILE_NAME, "/" + ENV_JSON_NAME)
                if w not in current.splitlines()]
     if missing:
@@ -254,10 +249,7 @@ class MadeRecord:
             return True
         if self.open and rel not in self.theirs:
             return True  # made by a step that was killed before it could say so
-        return self._bytecode_beside(rel, entry)
-
-    def _bytecode_beside(self, rel: str, entry: Entry) -> bool:
-        """``x/__pycache__`` (a folder) or ``x/__pycache__/m.cpython-311.pyc`` (a file) where ``x`` is ours."""
+        # ``x/__pycache__`` (a folder) or ``x/__pycache__/m.cpython-311.pyc`` (a file) where ``x`` is ours
         parts = rel.split("/")
         if parts[-1] == "__pycache__" and entry is None:
             owner = parts[:-1]

@@ -183,12 +183,12 @@ def exclusive_create(store: Store) -> Tuple[bool, str]:
     return found
 
 
+@dataclass
 class Leases:
     """The leases of one cache; ``ttl`` is FLYDSL_LEASE_TTL."""
 
-    def __init__(self, store: Store, ttl: float) -> None:
-        self.store = store
-        self.ttl = ttl
+    store: Store
+    ttl: float
 
     def generations(self, kind: str, key: str) -> List[int]:
         """The generations there are: whatever stands at a generation's name counts (its create would fail)."""

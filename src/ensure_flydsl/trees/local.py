@@ -26,7 +26,6 @@ from ensure_flydsl.support.files import (
     atomic_write_json,
     file_path_problem,
     held_lock,
-    read_json,
     read_regular,
     remove_tree,
     rename_into_place,
@@ -163,10 +162,11 @@ class Passed(Record):
     files: Dict[str, str] = checked(_tree_files)
 
 
+@dataclass
 class HostStore:
-    def __init__(self, path: str, *, lock_timeout: Optional[float] = None,
-                 say: Callable[[str], None] = lambda _: None) -> None:
-        self.path, self.lock_timeout, self.say = path, lock_timeout, say
+    path: str
+    lock_timeout: Optional[float] = None
+    say: Callable[[str], None] = lambda _: None
 
     @classmethod
     def open(cls, path: str, *, lock_timeout: Optional[float] = None,
@@ -379,13 +379,6 @@ class HostStore:
 NOT_STORED = "not in the store"
 TREE_PARTS = frozenset(os.path.basename(part("")) for part in (layout.store_manifest, layout.store_seal,
                                                                layout.store_probed, layout.store_files))
-
-
-def shared_by_hardlink(root: str) -> bool:
-    """Whether an earlier ensure-flydsl linked the root's tree from the store by hardlink (its record says so):
-    those files are the store's and other roots', so an edit in any of them reaches the others."""
-    data = read_json(layout.root_store_record(root))
-    return data is not None and data.get("link_mode") == "hardlink"
 
 
 def _place_tree(src: str, dest: str, members: Sequence[Member], placer: Placer, *, store_side: bool) -> Seal:

@@ -21,7 +21,6 @@ from ensure_flydsl.trees.manifest import (
     HEX64,
     MAX_MANIFEST_BYTES,
     CacheEntry,
-    Member,
     NewerFormat,
     cache_key,
     check_members,
@@ -131,7 +130,7 @@ class Cache:
         dest = os.path.abspath(dest)
         if os.path.lexists(dest):
             raise CacheError(f"cannot fetch into {dest}: it already exists (the caller removes it first)")
-        members = entry.members or self._members_of(entry)
+        members = entry.members
         check_members(members)  # a manifest naming ../x is refused before a byte is downloaded
         try:
             tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(dest)}.fetch-", dir=os.path.dirname(dest))
@@ -157,12 +156,6 @@ class Cache:
                              "was left behind; free space on that file system or unset FLYDSL_CACHE") from None
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
-
-    def _members_of(self, entry: CacheEntry) -> Tuple[Member, ...]:
-        current = self.read_manifest(entry.path or manifest_path(entry.kind, entry.key), entry.kind, entry.key)
-        if current is None or current.blob != entry.blob:
-            raise CacheCorrupt(f"the manifest of {entry.kind}/{entry.key[:12]} is gone or names another blob")
-        return current.members
 
     def publish(self, kind: str, key: str, fields: Mapping[str, object], source: str,
                 signers: Sequence[SecretKey] = ()) -> Published:

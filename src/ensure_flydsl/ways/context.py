@@ -1,5 +1,4 @@
-"""One ensure run as every way sees it: its settings, messages, steps and progress (``Run``), and what it
-decided (``Decision``)."""
+"""One ensure run as every way sees it (``Run``: settings, messages, steps, progress) and what it decided."""
 
 from __future__ import annotations
 
@@ -82,7 +81,7 @@ class Run:
         self.alive_fd = alive_fd
         self.durations: Dict[str, float] = {}
         self.step_name = Stage.SETTINGS
-        self._interpreter: Optional[Interpreter] = None
+        self.interpreter: Interpreter  # the target interpreter, described by the preflight before any stage uses it
         self.stamps = Stamps(settings.root)
         store = RunStore(settings.root)
         self.tracker = Tracker(store, new_record(
@@ -94,17 +93,6 @@ class Run:
 
     def elapsed(self) -> float:
         return time.monotonic() - self.started
-
-    @property
-    def interpreter(self) -> Interpreter:
-        """The target interpreter, described by the preflight."""
-        if self._interpreter is None:
-            raise RuntimeError("the target interpreter is described by the preflight, before any stage uses it")
-        return self._interpreter
-
-    @interpreter.setter
-    def interpreter(self, value: Interpreter) -> None:
-        self._interpreter = value
 
     def say(self, message: str) -> None:
         self.reporter.say(message)

@@ -84,11 +84,3 @@ def newest_first(versions: Sequence[str], minimum: Optional[str] = None) -> List
         with contextlib.suppress(InvalidVersion):
             parsed.append((Version(text), text))
     return [text for version, text in sorted(parsed, reverse=True) if version.release >= floor]
-
-
-def best_version(versions: Sequence[str], *, exact: Optional[str] = None,
-                 minimum: Optional[str] = None) -> Optional[str]:
-    """The newest of ``versions`` equal to ``exact``, or with a release segment >= ``minimum``."""
-    if exact is not None:
-        return next((v for v in newest_first(versions) if Version(v) == Version(exact)), None)
-    return next(iter(newest_first(versions, minimum)), None)

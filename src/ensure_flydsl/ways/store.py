@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+from dataclasses import dataclass
 from typing import Dict, Iterator, List, Optional
 
 from ensure_flydsl import layout
@@ -17,7 +18,7 @@ from ensure_flydsl.probe.results import ModuleResult, Probe
 from ensure_flydsl.result import How
 from ensure_flydsl.source.git import borrow_objects, give_objects, shared_repository
 from ensure_flydsl.source.root import recording
-from ensure_flydsl.support.files import LockBusy, remove_file, remove_tree, rename_into_place
+from ensure_flydsl.support.files import LockBusy, read_json, remove_file, remove_tree, rename_into_place
 from ensure_flydsl.support.processes import CommandFailed
 from ensure_flydsl.trees import local
 from ensure_flydsl.trees.backends import CacheCorrupt
@@ -129,14 +130,15 @@ def distrusted(run: Run, entry: CacheEntry) -> Optional[str]:
             "that now")
 
 
+@dataclass
 class StoreProvider(Provider):
     """The host's stored tree for this pin and interpreter, copied into the root."""
 
     way = Way.STORE
     route = None
-
-    def __init__(self, store: local.HostStore, release: Optional[str], early: Early) -> None:
-        self.store, self.release, self.early = store, release, early
+    store: local.HostStore
+    release: Optional[str]
+    early: Early
 
     @classmethod
     def for_run(cls, run: Run, shared: Shared) -> Optional[StoreProvider]:
@@ -301,7 +303,8 @@ def shared_files_problem(run: Run) -> Optional[str]:
     """Why the root's tree must be copied again: an earlier ensure-flydsl linked it from the store by hardlink,
     so its files are other roots' too; None otherwise."""
     root = run.settings.root
-    if not local.shared_by_hardlink(root):
+    record = read_json(layout.root_store_record(root))
+    if record is None or record.get("link_mode") != "hardlink":
         return None
     return (f"the tree in {layout.packages_dir(root)} shares its files with the host store by hardlink (an earlier "
             "ensure-flydsl linked it), so an edit in another root would reach it")

@@ -3,10 +3,9 @@ the probe that verifies it (beside a byte-compile)."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import subprocess
-from typing import Dict, Iterator, List, Mapping, Optional, Tuple
+from typing import Dict, List, Mapping, Optional, Tuple
 
 from ensure_flydsl.errors import EnsureError, ExitCode, Stage
 from ensure_flydsl.layout import build_dir, build_made_record, packages_dir, tree_folders
@@ -69,28 +68,6 @@ def prepare_build_dir(run: Run, key: Mapping[str, object]) -> str:
     return folder
 
 
-@contextlib.contextmanager
-def compiling_tree(run: Run) -> Iterator[None]:
-    """Byte-compile the tree (a wheel comes without bytecode) while the probe runs: later imports skip about 1.2 s
-    of compiling; each .pyc is written atomically.  Stopped if the probe fails."""
-    root = run.settings.root
-    folders = [f for f in (packages_dir(root), os.path.join(root, "kernels")) if os.path.isdir(f)]
-    if not folders:
-        yield
-        return
-    proc = spawn([run.interpreter.executable, "-m", "compileall", "-q", "-j", _compile_jobs(folders), *folders],
-                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, own_group=True)
-    try:
-        yield
-    except BaseException:
-        kill_and_reap(proc)
-        raise
-    try:
-        proc.wait(timeout=900)
-    except subprocess.TimeoutExpired:
-        kill_and_reap(proc)
-
-
 POOL_FROM = 32  # modules: from here on, compileall's pool of a worker per core pays for its start
 
 
@@ -118,8 +95,23 @@ def verify_tree(run: Run, commit: str, how: How, early: Optional[Early] = None) 
     """The full probe of the new tree, in the early probe's interpreter when ``early`` still has it."""
     settings = run.settings
     prefix = tree_folders(settings.root)
-    with compiling_tree(run):
+    # Byte-compiled while the probe runs (a wheel comes without bytecode): later imports skip about 1.2 s of
+    # compiling; each .pyc is written atomically.  Stopped if the probe fails.
+    folders = [f for f in (packages_dir(settings.root), os.path.join(settings.root, "kernels")) if os.path.isdir(f)]
+    proc = spawn([run.interpreter.executable, "-m", "compileall", "-q", "-j", _compile_jobs(folders), *folders],
+                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                 own_group=True) if folders else None
+    try:
         probe, verdict = judge_tree(run, prefix, early.take_probe() if early is not None else None)
+    except BaseException:
+        if proc is not None:
+            kill_and_reap(proc)
+        raise
+    if proc is not None:
+        try:
+            proc.wait(timeout=900)
+        except subprocess.TimeoutExpired:
+            kill_and_reap(proc)
     if not verdict.reusable:
         raise TreeDoesNotImport(
             f"{how}, but the import probe fails: {verdict.reason}", probe,

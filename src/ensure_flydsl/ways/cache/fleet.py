@@ -15,7 +15,7 @@ from ensure_flydsl.support.report import fmt_seconds
 from ensure_flydsl.trees import lease
 from ensure_flydsl.trees.backends import CacheError
 from ensure_flydsl.trees.remote import Cache, manifest_path
-from ensure_flydsl.ways.cache.provider import cache_failed, usable
+from ensure_flydsl.ways.cache.provider import cache_failed, say_once, usable
 from ensure_flydsl.ways.context import Run
 
 T = TypeVar("T")
@@ -26,7 +26,6 @@ HOLDER_STAGES = frozenset({Stage.LLVM, Stage.BUILD, Stage.VERIFY})
 # Creates refused while the store listed nothing there, before the run builds without the lease: a store whose
 # listing misses what it holds cannot be taken turns at.
 UNLISTED_TAKES = 2
-_REPORTED: Set[str] = set()
 
 
 @dataclass
@@ -60,18 +59,6 @@ def believed(record: lease.LeaseRecord) -> lease.LeaseRecord:
     return unknown
 
 
-def open_leases(run: Run, cache: Cache) -> Optional[lease.Leases]:
-    """The cache's leases, or None (said once per cache) when its store does not honour exclusive create."""
-    honoured, why = lease.exclusive_create(cache.store)
-    if honoured:
-        return lease.Leases(cache.store, run.settings.lease_ttl)
-    if cache.location not in _REPORTED:
-        _REPORTED.add(cache.location)
-        run.say(f"cache: {cache.location} does not honour exclusive create ({why}), so hosts sharing it cannot "
-                "take turns at a build; each host that misses builds by itself, as without a lease")
-    return None
-
-
 def describe(record: lease.LeaseRecord) -> str:
     """"host-7 (run 20261130-...) building the FlyDSL tree for a35627a2: build 62%, 9 min so far"."""
     shown = record.step or Stage.STARTING
@@ -86,9 +73,13 @@ def take_turn(run: Run, cache: Cache, kind: str, key: str, what: str, fetch: Cal
     waiter: Optional[_Waiter] = None
     manifest = manifest_path(kind, key)  # polled by existence: a tree's manifest can be a megabyte
     try:
-        leases = open_leases(run, cache)
-        if leases is None:
+        honoured, why = lease.exclusive_create(cache.store)
+        if not honoured:
+            say_once(run, cache, f"cache: {cache.location} does not honour exclusive create ({why}), so hosts "
+                     "sharing it cannot take turns at a build; each host that misses builds by itself, as without a "
+                     "lease")
             return Turn()
+        leases = lease.Leases(cache.store, run.settings.lease_ttl)
         waiter = _Waiter(run=run, leases=leases, kind=kind, key=key, what=what)
         while True:
             if cache.store.exists(manifest):

@@ -227,15 +227,14 @@ def make_room(dest: str) -> None:
         remove_tree(leftover)
 
 
+@dataclasses.dataclass
 class CacheProvider(Provider):
     """The tree another host built for this commit, interpreter ABI and platform, checked hash by hash."""
 
     way = Way.CACHE
     route = Plan.CACHE
-
-    def __init__(self, cache: Cache, early: Early) -> None:
-        self.cache = cache
-        self.early = early
+    cache: Cache
+    early: Early
 
     @classmethod
     def for_run(cls, run: Run, shared: Shared) -> Optional[CacheProvider]:

@@ -3,19 +3,20 @@ the index has for the interpreter, that passes the floor and whose tag holds eve
 
 from __future__ import annotations
 
-import os
-from typing import List, Mapping, Optional, Sequence, Tuple
+from typing import Mapping, Optional, Sequence, Tuple
+
+from packaging.version import Version
 
 from ensure_flydsl.errors import EnsureError, Stage
 from ensure_flydsl.probe.interpreter import describe_interpreter
 from ensure_flydsl.probe.results import Interpreter
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.source import requirements
-from ensure_flydsl.source.git import local_repositories, read_git, resolve_in
+from ensure_flydsl.source.git import local_repositories, pin_commits, read_git
 from ensure_flydsl.support.processes import CommandFailed
 from ensure_flydsl.ways import falls_back
 from ensure_flydsl.ways.checks import MISSING, WRONG, Check, CheckStatus, RunContext, passed, skipped
-from ensure_flydsl.ways.package_index import best_version, newest_first, query_versions
+from ensure_flydsl.ways.package_index import newest_first, query_versions
 from ensure_flydsl.ways.release.download import release_pip, wheel_tags
 
 # Stages only a source build goes through: a release install does not need what blocks them.
@@ -33,11 +34,7 @@ def release_version_of_pin(settings: Settings, checkout: Optional[str]) -> Tuple
     version = requirements.tag_version(tag)
     if version is not None:
         return version, f"the pin names the release tag {tag}", True
-    own = [checkout] if checkout and os.path.isdir(os.path.join(checkout, ".git")) else []
-    for path in own + local_repositories(settings.root, settings.repo, settings.git_mirrors):
-        commit = resolve_in(path, settings.pin)
-        if commit is None:
-            continue
+    for path, commit in pin_commits(settings.root, settings.repo, settings.pin, settings.git_mirrors, own=checkout):
         try:
             out = read_git(path, "tag", "--points-at", commit).decode()
         except CommandFailed as exc:
@@ -81,7 +78,8 @@ def check_release(ctx: RunContext, checkout: Optional[str], *, demanded: bool) -
     if not answer.answered:
         return refused(MISSING, f"cannot ask the package index for {wanted}: {answer.detail}",
                        "check the network or pip's configuration (PIP_INDEX_URL, pip.conf)")
-    found = best_version(answer.versions, exact=version, minimum=None if version else ctx.settings.min_version)
+    found = next((v for v in newest_first(answer.versions, None if version else ctx.settings.min_version)
+                  if version is None or Version(v) == Version(version)), None)
     if found:
         return passed("release-wheel", f"{how}; the package index has a flydsl {found} wheel for {abi}", stage)
     listed = ", ".join(answer.versions[:5]) or "none"
@@ -102,26 +100,19 @@ def release_instead(settings: Settings, environ: Mapping[str, str], blocking: Ch
     return release_suggestion(settings, interpreter, environ)
 
 
-def wheel_versions(interpreter: Interpreter, min_version: str, environ: Mapping[str, str],
-                   exclude: Optional[str]) -> List[str]:
-    """The releases >= ``min_version`` but ``exclude`` the index has a wheel of for ``interpreter``, newest
-    first; none without a quick answer."""
-    pip, _ = release_pip(interpreter.executable, environ)
-    if pip is None:
-        return []
-    try:
-        options = wheel_tags(interpreter)
-    except EnsureError:
-        return []
-    answer = query_versions(pip, "flydsl", environ, timeout=SUGGEST_TIMEOUT_S, options=options,
-                            limit=SUGGEST_LIMIT_S)
-    return newest_first([v for v in answer.versions if v != exclude], min_version)
-
-
 def release_suggestion(settings: Settings, interpreter: Interpreter, environ: Mapping[str, str]) -> Optional[str]:
     """The newest release but the pin's own that qualifies (module docstring), in words; or None."""
     pinned = requirements.tag_version(settings.pin) if settings.pin.startswith("v") else None
-    versions = wheel_versions(interpreter, settings.min_version, environ, pinned)
+    pip, _ = release_pip(interpreter.executable, environ)
+    try:
+        options = wheel_tags(interpreter)
+    except EnsureError:
+        pip = None
+    if pip is None:
+        return None
+    listed = query_versions(pip, "flydsl", environ, timeout=SUGGEST_TIMEOUT_S, options=options,
+                            limit=SUGGEST_LIMIT_S).versions
+    versions = newest_first([v for v in listed if v != pinned], settings.min_version)
     if not versions:
         return None
     modules = requirements.checked_modules(settings.require)
@@ -131,8 +122,15 @@ def release_suggestion(settings: Settings, interpreter: Interpreter, environ: Ma
     if text is None or answer.commit is None:
         return text
     local = local_repositories(settings.root, settings.repo, settings.git_mirrors)
-    return text + beyond_text(requirements.beyond_release(local, answer.commit, settings.pin),
-                              f"v{answer.holding or answer.unread}")
+    commits = requirements.beyond_release(local, answer.commit, settings.pin)
+    if not commits:
+        return text  # the pin is the release (or older), or no repository on disk can say
+    # what the release lacks of the pin: the commits of compiled code named
+    compiled = [f"{short} {subject}" for short, subject, changes in commits if changes]
+    named = f": {'; '.join(compiled)}" if compiled else ""
+    return (f"{text}; but it is not the pin: the pin is {len(commits)} commit{'s' * (len(commits) != 1)} beyond "
+            f"v{answer.holding or answer.unread}, {len(compiled)} of them in compiled code (outside the Python package "
+            f"and kernels/){named}")
 
 
 def suggestion_text(answer: requirements.TagAnswer, modules: Sequence[str], repository: str) -> Optional[str]:
@@ -146,13 +144,3 @@ def suggestion_text(answer: requirements.TagAnswer, modules: Sequence[str], repo
     unknown = f"whether its tag holds {names}" if modules else f"whether {repository} has its tag"
     return f"FLYDSL_PIN=v{answer.unread} has a wheel for this interpreter, but {unknown} could not be checked " \
            f"({answer.why})"
-
-
-def beyond_text(commits: Optional[List[Tuple[str, str, bool]]], tag: str) -> str:
-    """What the release lacks of the pin, when the pin is not the release: the commits of compiled code named."""
-    if not commits:
-        return ""  # the pin is the release (or older), or no repository on disk can say
-    compiled = [f"{short} {subject}" for short, subject, changes in commits if changes]
-    named = f": {'; '.join(compiled)}" if compiled else ""
-    return (f"; but it is not the pin: the pin is {len(commits)} commit{'s' * (len(commits) != 1)} beyond {tag}, "
-            f"{len(compiled)} of them in compiled code (outside the Python package and kernels/){named}")

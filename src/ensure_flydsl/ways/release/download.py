@@ -29,17 +29,16 @@ _pip_cache: Dict[str, bool] = {}
 
 def has_pip(python: str, environ: Optional[Mapping[str, str]] = None) -> bool:
     """Whether ``python -m pip`` can run: pip is found, not imported (asked once per interpreter)."""
-    if python in _pip_cache:
-        return _pip_cache[python]
-    found = python == sys.executable and importlib.util.find_spec("pip") is not None
-    if python != sys.executable:
-        with contextlib.suppress(OSError, subprocess.TimeoutExpired):
-            found = processes.run_captured([python, "-c", scripts.text("has_pip")],
-                                           env=pip_env(os.environ if environ is None else environ),
-                                           stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                           stderr=subprocess.DEVNULL, timeout=60).returncode == 0
-    _pip_cache[python] = found
-    return found
+    if python not in _pip_cache:
+        found = python == sys.executable and importlib.util.find_spec("pip") is not None
+        if python != sys.executable:
+            with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+                found = processes.run_captured([python, "-c", scripts.text("has_pip")],
+                                               env=pip_env(os.environ if environ is None else environ),
+                                               stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                               stderr=subprocess.DEVNULL, timeout=60).returncode == 0
+        _pip_cache[python] = found
+    return _pip_cache[python]
 
 
 def release_pip(target: str, environ: Optional[Mapping[str, str]] = None) -> Tuple[Optional[str], str]:
@@ -65,15 +64,6 @@ def wheel_tags(interpreter: Interpreter) -> List[str]:
     for platform in platform_tags():  # the target runs on this host: same libc, same architecture
         options += ["--platform", platform]
     return options
-
-
-def _folder_bytes(folder: str) -> int:
-    total = 0
-    for top, _, files in os.walk(folder):
-        for name in files:
-            with contextlib.suppress(OSError):
-                total += os.lstat(os.path.join(top, name)).st_size
-    return total
 
 
 def disk_full(output: str, folder: str, version: str) -> Optional[EnsureError]:
@@ -116,8 +106,7 @@ class WheelDownload:
         self._reader.start()
 
     def _read(self, proc: "subprocess.Popen[str]") -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
+        for line in proc.stdout or ():
             self._lines.append(line.rstrip("\n"))
             if _RETRY not in line:
                 self._last_data = time.monotonic()
@@ -132,8 +121,7 @@ class WheelDownload:
         without a byte or a line.  A line is said every half of that limit."""
         sink("$ " + " ".join(self.cmd))
         proc, self._proc = self._proc, None
-        if proc is None:
-            raise EnsureError(ExitCode.INTERNAL, "the wheel download was already taken", stage=Stage.RELEASE)
+        assert proc is not None, "the wheel download was already taken"
         try:
             self._watch(proc)
         except BaseException:
@@ -171,8 +159,11 @@ class WheelDownload:
                 return
             except subprocess.TimeoutExpired:
                 pass
-            now = time.monotonic()
-            grown = _folder_bytes(self.folder)
+            now, grown = time.monotonic(), 0
+            for top, _, files in os.walk(self.folder):
+                for name in files:
+                    with contextlib.suppress(OSError):
+                        grown += os.lstat(os.path.join(top, name)).st_size
             if grown > size:  # bytes arrived (the first look counts those that came while nobody watched)
                 if grown > 0:
                     self._last_data = now

@@ -4,6 +4,7 @@ file by file (a tag's name proves nothing); under ``auto`` one that is not, or d
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import os
 import re
 from typing import Dict, List, Optional
@@ -110,32 +111,28 @@ class ReleaseProvider(Provider):
         stamps.begin("build", key)
         run.worked()
         os.makedirs(build_dir, exist_ok=True)
-        with recording(build_dir, layout.build_made_record(root)):  # clean removes only what it made
-            self._download_and_install(run, commit, packages)
-        stamps.finish("build", key)
-
-    def _download_and_install(self, run: Run, commit: str, packages: str) -> None:
-        root, version = run.settings.root, self.version
         download, staging = layout.wheel_install_dirs(root)
-        remove_tree(download)  # leftovers of an interrupted run of ours
-        remove_tree(staging)
-        try:
-            wheel = self._download(run, download)
-            run.facts.add_fetched("wheel", os.path.getsize(wheel))
-            self._prove(run, commit, wheel)
-            run.say(f"release v{version}: installing {os.path.basename(wheel)}")
+        with recording(build_dir, layout.build_made_record(root)):  # clean removes only what it made
+            remove_tree(download)  # leftovers of an interrupted run of ours
+            remove_tree(staging)
             try:
-                wheels.install_wheel_file(run.interpreter, wheel, version, staging, run.build_line)
-            except EnsureError:
-                remove_tree(staging)  # the part written before a file failed its RECORD check
-                raise
-        finally:
-            remove_tree(download)
-            remove_tree(layout.wheel_download_dir(root))  # the one downloaded beside the fetch
-        faults.point("release-installed")
-        wheels.check_versions("v" + version, root, staging)
-        remove_tree(packages)
-        rename_into_place(staging, packages)
+                wheel = self._download(run, download)
+                run.facts.add_fetched("wheel", os.path.getsize(wheel))
+                self._prove(run, commit, wheel)
+                run.say(f"release v{version}: installing {os.path.basename(wheel)}")
+                try:
+                    wheels.install_wheel_file(run.interpreter, wheel, version, staging, run.build_line)
+                except EnsureError:
+                    remove_tree(staging)  # the part written before a file failed its RECORD check
+                    raise
+            finally:
+                remove_tree(download)
+                remove_tree(layout.wheel_download_dir(root))  # the one downloaded beside the fetch
+            faults.point("release-installed")
+            wheels.check_versions("v" + version, root, staging)
+            remove_tree(packages)
+            rename_into_place(staging, packages)
+        stamps.finish("build", key)
 
     def _download(self, run: Run, folder: str) -> str:
         """The wheel's path: from the download started beside the fetch, or downloaded now."""
@@ -171,10 +168,10 @@ class ReleaseProvider(Provider):
 
 def tracked_sources(checkout: Checkout, commit: str) -> List[str]:
     """The files git tracks in ``python/flydsl`` at ``commit``, relative to it (no submodules)."""
+    prefix = layout.FLYDSL_SOURCES + "/"
     with failing_as(ExitCode.CHECKOUT, f"cannot list {layout.FLYDSL_SOURCES} of {commit[:12]} in {checkout.root}",
                     stage=Stage.RELEASE, hint="the checkout is damaged; look at `git -C ROOT status`"):
-        out = checkout.git("ls-tree", "-r", "-z", "--full-tree", commit, "--", layout.FLYDSL_SOURCES + "/")
-    prefix = layout.FLYDSL_SOURCES + "/"
+        out = checkout.git("ls-tree", "-r", "-z", "--full-tree", commit, "--", prefix)
     entries = (entry.partition("\t") for entry in out.split("\0"))
     return [path[len(prefix):] for meta, _, path in entries
             if meta.split(" ")[1:2] == ["blob"] and path.startswith(prefix)]
@@ -190,32 +187,25 @@ def wheel_fault(probe: Probe, packages: str, sources: str) -> Optional[str]:
             return None
     for module in failed:
         error = module.error or ""
-        if _names_generated_module(error, packages, sources) or _names_generated_file(error, packages, sources):
+        if _names_generated(error, packages, sources):
             return f"{module.name} does not import: {error}"
     return None
 
 
-def _names_generated_module(error: str, packages: str, sources: str) -> bool:
-    """The error names a module the wheel has and the sources do not (``No module named 'flydsl._mlir...'``)."""
+def _names_generated(error: str, packages: str, sources: str) -> bool:
+    """The error names a module the wheel has and the sources do not (``No module named 'flydsl._mlir...'``), or a
+    file the wheel installed that is not one of the pin's sources (``...so: file too short``)."""
     for name in _FLYDSL_MODULE.findall(error):
         parts = name.split(".")[1:]
         if os.path.exists(os.path.join(sources, *parts) + ".py") or os.path.isdir(os.path.join(sources, *parts)):
             continue
         folder, leaf = os.path.join(packages, "flydsl", *parts[:-1]), parts[-1]
-        try:
+        with contextlib.suppress(OSError):
             if any(entry == leaf or entry.startswith(leaf + ".") for entry in os.listdir(folder)):
                 return True
-        except OSError:
-            continue
-    return False
-
-
-def _names_generated_file(error: str, packages: str, sources: str) -> bool:
-    """The error names a file the wheel installed that is not one of the pin's sources (``...so: file too short``)."""
     for top in {packages, os.path.realpath(packages)}:
         for match in re.finditer(re.escape(top + os.sep) + r"([^:\s)'\"]+)", error):
             rel = match.group(1)
-            inner = rel[len("flydsl/"):] if rel.startswith("flydsl/") else None
-            if inner is None or not os.path.isfile(os.path.join(sources, inner)):
+            if not rel.startswith("flydsl/") or not os.path.isfile(os.path.join(sources, rel[len("flydsl/"):])):
                 return True
     return False

@@ -3,6 +3,7 @@ installed), its install with pypa's ``installer`` (every file checked against RE
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import os
 import pathlib
@@ -76,30 +77,20 @@ class _CheckedDestination:
 
     def check_against(self, source: Any) -> None:
         """Every file written has the sha256 and size its RECORD line gives."""
-        root = "platlib" if not _is_purelib(source) else "purelib"
+        purelib = str(parse_metadata_file(source.read_dist_info("WHEEL")).get("Root-Is-Purelib", "")).lower()
+        root, data = "purelib" if purelib == "true" else "platlib", source.data_dir + "/"
         wrong = []
         for path, digest, size in parse_record_file(source.read_dist_info("RECORD").splitlines()):
             if path.endswith(("/", ".dist-info/RECORD", ".dist-info/RECORD.jws", ".dist-info/RECORD.p7s")):
                 continue
-            key = _scheme_path(path, source.data_dir, root)
-            got = self.written.get(key)
+            # the scheme/path installer writes it to
+            got = self.written.get("/".join(path[len(data):].partition("/")[::2]) if path.startswith(data)
+                                   else f"{root}/{path}")
             want = (digest.partition("=")[2] if digest.startswith("sha256=") else None, int(size) if size else None)
             if got is None or want[0] is None or want != got:  # RECORD's digest is urlsafe base64, as installer's
                 wrong.append(path)
         if wrong:
             raise ValueError(f"{len(wrong)} files do not match the wheel's RECORD, e.g. {wrong[0]}")
-
-
-def _is_purelib(source: Any) -> bool:
-    return str(parse_metadata_file(source.read_dist_info("WHEEL")).get("Root-Is-Purelib", "")).lower() == "true"
-
-
-def _scheme_path(path: str, data_dir: str, root: str) -> str:
-    """The ``scheme/path`` installer writes a wheel's ``path`` to."""
-    if path.startswith(data_dir + "/"):
-        scheme, _, rest = path[len(data_dir) + 1:].partition("/")
-        return f"{scheme}/{rest}"
-    return f"{root}/{path}"
 
 
 @dataclass(frozen=True)
@@ -146,23 +137,19 @@ def check_provenance(wheel: str, sources: str, files: Sequence[str]) -> Provenan
                 if info is None:
                     missing.append(rel)
                     continue
-                mine = _read_source(sources, rel)
+                path = os.path.join(sources, rel)
+                try:
+                    mine = pathlib.Path(path).read_bytes()
+                except OSError as exc:
+                    raise EnsureError(ExitCode.CHECKOUT, f"cannot read {path} of the checkout: {exc.strerror}",
+                                      stage=Stage.RELEASE, hint="the checkout is damaged; run again to restore it"
+                                      ) from None
                 if info.file_size != len(mine) or archive.read(info) != mine:
                     differ.append(rel)
     except (zipfile.BadZipFile, OSError, ValueError) as exc:
         raise EnsureError(ExitCode.ARTIFACT, f"cannot read the wheel {wheel}: {exc}", stage=Stage.RELEASE,
                           hint="the download is damaged; run again, or use FLYDSL_STRATEGY=source") from None
     return Provenance(tuple(files), tuple(differ), tuple(missing), tuple(foreign))
-
-
-def _read_source(sources: str, rel: str) -> bytes:
-    path = os.path.join(sources, rel)
-    try:
-        with open(path, "rb") as handle:
-            return handle.read()
-    except OSError as exc:
-        raise EnsureError(ExitCode.CHECKOUT, f"cannot read {path} of the checkout: {exc.strerror}",
-                          stage=Stage.RELEASE, hint="the checkout is damaged; run again to restore it") from None
 
 
 def check_versions(tag: str, root: str, installed: Optional[str] = None) -> None:
@@ -174,19 +161,18 @@ def check_versions(tag: str, root: str, installed: Optional[str] = None) -> None
                                              if d.metadata["Name"] == "flydsl"), None)
         seen["the installed __version__"] = static_version(os.path.join(installed, "flydsl", "__init__.py"))
     expected = tag_version(tag) or tag
-    wrong = {what: v for what, v in seen.items() if not _same_version(v, expected)}
+
+    def same(version: Optional[str]) -> bool:
+        with contextlib.suppress(InvalidVersion):
+            return version is not None and Version(version) == Version(expected)
+        return False
+
+    wrong = {what: v for what, v in seen.items() if not same(v)}
     if wrong:
         detail = ", ".join(f"{what} is {v}" for what, v in wrong.items())
         raise EnsureError(ExitCode.ARTIFACT, f"the release {tag} does not agree with itself: {detail}",
                           stage=Stage.RELEASE,
                           hint="the tag and the published wheel differ; use FLYDSL_STRATEGY=source")
-
-
-def _same_version(version: Optional[str], expected: str) -> bool:
-    try:
-        return version is not None and Version(version) == Version(expected)
-    except InvalidVersion:
-        return False
 
 
 # The shape of a FlyDSL wheel: what runs beside or before the pin's sources is refused.

@@ -4,6 +4,7 @@ compilers, headers, build tools, HIP, submodules) in the order a build meets the
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import os
 import shlex
 import shutil
@@ -148,10 +149,9 @@ def check_disk(ctx: RunContext) -> Check:
     where = ctx.settings.base_dir
     while not os.path.exists(where) and os.path.dirname(where) != where:
         where = os.path.dirname(where)
-    try:
-        free: Optional[int] = shutil.disk_usage(where).free
-    except OSError:
-        free = None
+    free: Optional[int] = None
+    with contextlib.suppress(OSError):
+        free = shutil.disk_usage(where).free
     return disk_check(free, need, where, heavy=ctx.heavy)
 
 
@@ -163,11 +163,8 @@ def _compiler(env_var: str, names: Sequence[str], environ: Mapping[str, str]) ->
         if exe is None:
             return None, f"{env_var}={environ[env_var]} is not found"
         return [exe] + words[1:], f"{env_var}={environ[env_var]}"
-    for name in names:
-        exe = shutil.which(name, path=path)
-        if exe:
-            return [exe], exe
-    return None, f"no {' / '.join(names)} on PATH"
+    found = next(filter(None, (shutil.which(name, path=path) for name in names)), None)
+    return ([found], found) if found else (None, f"no {' / '.join(names)} on PATH")
 
 
 def check_compiler(ctx: RunContext, cxx: bool) -> Check:

@@ -1,5 +1,5 @@
-"""A source build's environment: the interpreter's shims first on PATH, pip held to a private folder, the jobs, the
-LLVM record; ROCm, and its hip CMake package fixed by a private overlay (or by links in it, when asked)."""
+"""A source build's environment: shims first on PATH, pip held to a private folder, the jobs, the LLVM record;
+ROCm, and its hip CMake package fixed by a private overlay (or by links in it, when asked)."""
 
 from __future__ import annotations
 
@@ -38,13 +38,8 @@ def default_jobs(cores: int, available_memory: Optional[int]) -> int:
 
 
 def available_memory() -> Optional[int]:
-    try:
-        with open("/proc/meminfo") as handle:
-            for line in handle:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
+    with contextlib.suppress(OSError, ValueError, IndexError), open("/proc/meminfo") as handle:
+        return next((int(line.split()[1]) * 1024 for line in handle if line.startswith("MemAvailable:")), None)
     return None
 
 
@@ -68,13 +63,11 @@ class Toolchain:
 
 
 def prepare_toolchain(root: str, interpreter: Interpreter, constraints: Sequence[str]) -> Toolchain:
-    """The shims and private folders of the build steps; every ``pip install`` of the build is held to the
-    requirement lines ``constraints``."""
+    """The shims and private folders of the build steps; every ``pip install`` is held to ``constraints``."""
     tools = tools_dir(root)
-    bin_dir = os.path.join(tools, "bin")
-    pylib = os.path.join(tools, "pylib")
-    os.makedirs(bin_dir, exist_ok=True)
-    os.makedirs(pylib, exist_ok=True)
+    bin_dir, pylib = os.path.join(tools, "bin"), os.path.join(tools, "pylib")
+    for folder in (bin_dir, pylib):
+        os.makedirs(folder, exist_ok=True)
     py = shlex.quote(interpreter.executable)
     python_shim = f'#!/bin/sh\nexec {py} "$@"\n'
     pip_shim = (
@@ -111,20 +104,12 @@ def build_environment(base: Mapping[str, str], toolchain: Toolchain, *, cmake_pr
     prefixes = [*cmake_prefixes, *([base["CMAKE_PREFIX_PATH"]] if base.get("CMAKE_PREFIX_PATH") else [])]
     if prefixes:
         env["CMAKE_PREFIX_PATH"] = os.pathsep.join(prefixes)
-    env["ROCM_PATH"] = rocm_path
-    env["CMAKE_BUILD_PARALLEL_LEVEL"] = str(jobs)
+    env.update({"ROCM_PATH": rocm_path, "CMAKE_BUILD_PARALLEL_LEVEL": str(jobs)})
     env.pop("PYTHONHOME", None)
+    env.pop("MLIR_PATH", None)
     if mlir_path:
         env["MLIR_PATH"] = mlir_path
-    else:
-        env.pop("MLIR_PATH", None)
     return env
-
-
-def llvm_step_settings(base_dir: str) -> Dict[str, str]:
-    """What the tool sets of build_llvm.sh's overridable variables: the install is always made, where the tool
-    and build.sh look (the MLIR key leaves these out: llvm_inputs.TOOL_SET)."""
-    return {"LLVM_INSTALL_DIR": mlir_install(base_dir), "LLVM_PACKAGE_INSTALL": "1"}
 
 
 def is_mlir_install(path: str) -> bool:
@@ -133,8 +118,8 @@ def is_mlir_install(path: str) -> bool:
 
 @dataclass(frozen=True)
 class LlvmRecord(fields.Record):
-    """``BASE/.llvm-project.ensure-flydsl.json``: this tool made ``llvm-project/``; the keys of the build it
-    started there and of the one it finished."""
+    """``BASE/.llvm-project.ensure-flydsl.json``: this tool made ``llvm-project/``; the keys of the build started
+    there and of the one finished."""
 
     created: bool = fields.checked(fields.boolean)
     started: Optional[Dict[str, object]] = fields.checked(fields.mapping, None)
@@ -151,13 +136,10 @@ class LlvmRecord(fields.Record):
 def built_mlir(base_dir: str, inputs: LlvmInputs, abi: str) -> Optional[str]:
     """The MLIR install of the LLVM/MLIR build of ``inputs`` this tool finished in ``BASE/llvm-project``, if there
     (an earlier build with every target serves as well as the minimal one a run makes now)."""
-    record = LlvmRecord.read(base_dir)
-    install = mlir_install(base_dir)
-    key = inputs.key(abi)
-    if key is None or record is None or not is_mlir_install(install) \
-            or record.done not in (key, inputs.key(abi, minimal=False)):
-        return None
-    return install
+    record, install, key = LlvmRecord.read(base_dir), mlir_install(base_dir), inputs.key(abi)
+    ok = key is not None and record is not None and is_mlir_install(install) \
+        and record.done in (key, inputs.key(abi, minimal=False))
+    return install if ok else None
 
 
 _HIP_LIB_REF = re.compile(r"\$\{_IMPORT_PREFIX\}/lib/(libamdhip64\.so[0-9.]*)")
@@ -188,11 +170,11 @@ def check_hip(rocm_path: str) -> HipCheck:
     package_dir = os.path.join(rocm_path, "lib", "cmake", "hip")
     if not os.path.isdir(package_dir):
         return HipCheck(None, (), (), None)
-    texts = []
+    referenced: List[str] = []
     for path in sorted(glob.glob(os.path.join(package_dir, "*.cmake"))):
         with contextlib.suppress(OSError), open(path, errors="replace") as handle:
-            texts.append(handle.read())
-    referenced = list(dict.fromkeys(name for text in texts for name in _HIP_LIB_REF.findall(text)))
+            referenced += _HIP_LIB_REF.findall(handle.read())
+    referenced = list(dict.fromkeys(referenced))
     lib = os.path.join(rocm_path, "lib")
     missing = tuple(n for n in referenced if not os.path.exists(os.path.join(lib, n)))
     # The real library: a file that is no link, the longest version string first.
@@ -202,10 +184,7 @@ def check_hip(rocm_path: str) -> HipCheck:
 
 
 def _listing_digest(folder: str) -> str:
-    try:
-        names = sorted(os.listdir(folder))
-    except OSError:
-        names = []
+    names = sorted(os.listdir(folder)) if os.path.isdir(folder) else []
     return hashlib.sha256("\0".join(names).encode(errors="replace")).hexdigest()
 
 
@@ -248,22 +227,19 @@ class OverlayKey(fields.Record):
 
 
 def _overlay_key(rocm_path: str, check: HipCheck) -> OverlayKey:
-    listing = sorted(os.listdir(rocm_path)) if os.path.isdir(rocm_path) else []
-    package_files = []
-    if check.package_dir:
-        for name in sorted(os.listdir(check.package_dir)):
-            st = os.stat(os.path.join(check.package_dir, name))
-            package_files.append((name, st.st_size, int(st.st_mtime)))
-    return OverlayKey(rocm_path=rocm_path, entries=tuple(listing),
+    package = check.package_dir or ""
+    files = [(name, os.stat(os.path.join(package, name))) for name in sorted(os.listdir(package))] if package else []
+    return OverlayKey(rocm_path=rocm_path, entries=tuple(sorted(os.listdir(rocm_path)) if os.path.isdir(rocm_path)
+                                                         else ()),
                       lib=_listing_digest(os.path.join(rocm_path, "lib")),
-                      cmake=_listing_digest(os.path.join(rocm_path, "lib", "cmake")), package=tuple(package_files),
+                      cmake=_listing_digest(os.path.join(rocm_path, "lib", "cmake")),
+                      package=tuple((name, st.st_size, int(st.st_mtime)) for name, st in files),
                       missing=tuple(check.missing), actual=check.actual)
 
 
 def provide_hip_overlay(rocm_path: str, overlay: str, check: HipCheck) -> Tuple[bool, str]:
     """Build (or keep) the private overlay for ``rocm_path``: whether anything changed, and the ignored clause."""
-    key = _overlay_key(rocm_path, check)
-    stamp = overlay_stamp(overlay)
+    key, stamp = _overlay_key(rocm_path, check), overlay_stamp(overlay)
     data = read_json(stamp)
     recorded = OverlayKey.from_json(data.get("key")) if data is not None else None
     if recorded == key and os.path.isdir(overlay):
@@ -290,21 +266,18 @@ def provide_hip_overlay(rocm_path: str, overlay: str, check: HipCheck) -> Tuple[
 
 def fix_hip_in_place(rocm_path: str, check: HipCheck) -> List[str]:
     """``--fix-rocm-in-place``: link each missing name to the real library inside ``<rocm>/lib``; the links made."""
-    if not check.needs_fix:
-        return []
-    assert check.actual is not None
-    lib = os.path.join(rocm_path, "lib")
-    created: List[str] = []
-    for name in check.missing:
+    lib, created, actual = os.path.join(rocm_path, "lib"), [], check.actual
+    for name in check.missing if check.needs_fix else ():
+        assert actual is not None
         link = os.path.join(lib, name)
         if os.path.exists(link):
             continue
         try:
             if os.path.islink(link):
                 os.unlink(link)  # a dangling link: it points nowhere, nothing is lost
-            os.symlink(os.path.relpath(check.actual, lib), link)
+            os.symlink(os.path.relpath(actual, lib), link)
         except OSError as exc:
-            raise EnsureError(ExitCode.FLYDSL_BUILD, f"cannot create {link} (-> {os.path.basename(check.actual)}) for "
+            raise EnsureError(ExitCode.FLYDSL_BUILD, f"cannot create {link} (-> {os.path.basename(actual)}) for "
                               f"--fix-rocm-in-place: {exc.strerror}", stage=Stage.FIXES,
                               hint="run as a user who may write ROCM_PATH, or leave --fix-rocm-in-place off to use a "
                               "private corrected copy of the hip CMake package instead") from None
@@ -324,26 +297,24 @@ class HipFix:
 
 def fix_hip(rocm_path: str, overlay: str, *, in_place: bool = False) -> HipFix:
     """Fix a library-name mismatch of the hip package under ``rocm_path``: an overlay, or links in ROCm when
-    ``in_place``.  A package that needs no fix keeps ``rocm_path`` as its prefix (ROCM_PATH may not be /opt/rocm)."""
+    ``in_place``; a package needing no fix keeps ``rocm_path`` as its prefix (ROCM_PATH may not be /opt/rocm)."""
     check = check_hip(rocm_path)
-    names = ", ".join(check.missing)
+    missing = f"the hip CMake package in {rocm_path} names {', '.join(check.missing)}"
+    actual = os.path.basename(str(check.actual))
     if check.needs_fix and in_place:
         created = fix_hip_in_place(rocm_path, check)
         done = f"created {', '.join(created)}" if created else "the links are already there"
-        return HipFix(check, (rocm_path,), bool(created), (
-            f"the hip CMake package in {rocm_path} names {names}, which is missing; --fix-rocm-in-place: {done} "
-            f"(pointing at {os.path.basename(str(check.actual))})"))
+        return HipFix(check, (rocm_path,), bool(created),
+                      f"{missing}, which is missing; --fix-rocm-in-place: {done} (pointing at {actual})")
     if check.needs_fix:
         changed, ignored = provide_hip_overlay(rocm_path, overlay, check)
         return HipFix(check, (overlay,), changed, (
-            f"the hip CMake package in {rocm_path} names {names}, which is missing; "
-            f"{'provided' if changed else 'using'} a private corrected copy at {overlay} "
-            f"(pointing at {os.path.basename(str(check.actual))}{'; ' + ignored if ignored else ''}); "
-            f"{rocm_path} is left untouched"))
+            f"{missing}, which is missing; {'provided' if changed else 'using'} a private corrected copy at {overlay} "
+            f"(pointing at {actual}{'; ' + ignored if ignored else ''}); {rocm_path} is left untouched"))
     if check.unfixable:
         return HipFix(check, (rocm_path,), False, (
-            f"warning: the hip CMake package in {rocm_path} names {names} and there is no libamdhip64 in "
-            f"{rocm_path}/lib to point it at; a build that needs HIP will fail to configure"))
+            f"warning: {missing} and there is no libamdhip64 in {rocm_path}/lib to point it at; a build that needs "
+            "HIP will fail to configure"))
     if check.package_dir:
         return HipFix(check, (rocm_path,), False,
                       f"the hip CMake package in {rocm_path} names libraries that exist; nothing to fix")
@@ -354,8 +325,8 @@ _HIP_DIR_ENTRY = re.compile(r"^(hip_DIR:[A-Z]+=)(.*)$", re.MULTILINE)
 
 
 def drop_stale_hip_dir(build_dir: str, package_dir: str) -> bool:
-    """Set a cached ``hip_DIR`` that names another folder than ``package_dir`` to ``hip_DIR-NOTFOUND``: it wins
-    over CMAKE_PREFIX_PATH, so a folder configured before the fix kept failing.  Whether it was changed."""
+    """Set a cached ``hip_DIR`` naming another folder than ``package_dir`` to ``hip_DIR-NOTFOUND`` (it wins over
+    CMAKE_PREFIX_PATH: a folder configured before the fix kept failing); whether it was changed."""
     cache = os.path.join(build_dir, "CMakeCache.txt")
     try:
         with open(cache, errors="replace") as handle:
@@ -363,9 +334,7 @@ def drop_stale_hip_dir(build_dir: str, package_dir: str) -> bool:
     except OSError:
         return False
     found = _HIP_DIR_ENTRY.search(text)
-    if found is None:
-        return False
-    value = found.group(2).strip()
+    value = found.group(2).strip() if found else "-NOTFOUND"
     if value.endswith("-NOTFOUND") or os.path.normpath(value) == os.path.normpath(package_dir):
         return False
     atomic_write(cache, _HIP_DIR_ENTRY.sub(lambda m: m.group(1) + "hip_DIR-NOTFOUND", text, count=1).encode())

@@ -65,6 +65,7 @@ class SourceProvider(Provider):
         self.doctor = doctor
         self.built_now = False
         self.tree_lease: Optional[HeldLease] = None  # held from before build.sh until the tree is published
+        self.prebuilt: Optional[str] = None  # the prebuilt MLIR build.sh runs against (FLYDSL_MLIR_URL)
 
     @classmethod
     def for_run(cls, run: Run, shared: Shared) -> SourceProvider:
@@ -89,31 +90,60 @@ class SourceProvider(Provider):
     def _provide(self, run: Run, commit: str) -> Optional[Decision]:
         self.early.stop_probe()  # started for a quick way that gave way to this one
         run.plan(Plan.SOURCE)
-        with run.step(Stage.FETCH):
-            update_submodules(run, commit)
-        with run.step(Stage.FIXES):
-            prepared = prepare(run, self.cache, self.doctor)
-        faults.point("fixes-applied")
-        jobs = steps.resolve_jobs(run.settings.jobs)
-        mlir = prepared.mlir
-        with run.step(Stage.LLVM):
-            if mlir is None:
-                mlir = self._mlir(run, prepared.environment(run, jobs, None, hip=False), jobs)
+        settings = run.settings
+        with run.step(Stage.FETCH):  # the submodules: C++ dependencies a source build needs, a release does not
+            if not run.stamps.done("submodules", {"commit": commit}):
+                run.stamps.begin("submodules")
+                if Checkout.of(settings).update_submodules():
+                    run.worked()
+                    run.say("submodules updated")
+                run.stamps.finish("submodules", {"commit": commit})
         try:
-            return self._build_and_verify(run, commit, prepared, mlir, jobs)
+            return self._build(run, commit)
         except EnsureError as exc:
-            if exc.code != ExitCode.FLYDSL_BUILD or "prebuilt" not in mlir[1]:
+            if exc.code != ExitCode.FLYDSL_BUILD or self.prebuilt is None:
                 raise
-            prebuilt.discard(run, mlir[0], exc.reason)
+            prebuilt.discard(run, self.prebuilt, exc.reason)
         held, self.tree_lease = self.tree_lease, None
         if held is not None:
             held.release(published=False)  # taken again for the build against the MLIR built now
         run.settings = replace(run.settings, mlir_url=prebuilt.OFF)
+        return self._build(run, commit)
+
+    def _build(self, run: Run, commit: str) -> Decision:
+        """The fixes and tools, MLIR, build.sh and the probe."""
+        settings, root = run.settings, run.settings.root
         with run.step(Stage.FIXES):
-            prepared = prepare(run, self.cache, self.doctor)  # the LLVM build's tools too, this time
+            prepared = prepare(run, self.cache, self.doctor)
+        faults.point("fixes-applied")
+        jobs = steps.resolve_jobs(settings.jobs)
         with run.step(Stage.LLVM):
-            mlir = prepared.mlir or self._mlir(run, prepared.environment(run, jobs, None, hip=False), jobs)
-        return self._build_and_verify(run, commit, prepared, mlir, jobs)
+            mlir_path, mlir_identity = prepared.mlir or self._mlir(
+                run, prepared.environment(run, jobs, None, hip=False), jobs)
+        self.prebuilt = mlir_path if "prebuilt" in mlir_identity else None
+        env = prepared.environment(run, jobs, mlir_path, hip=True)
+        if prepared.hip.check.needs_fix and not settings.fix_rocm_in_place:
+            overlay_package = os.path.join(layout.rocm_overlay(root), "lib", "cmake", "hip")
+            steps.drop_stale_hip_dir(layout.build_dir(root), overlay_package)
+        with run.step(Stage.BUILD):
+            fetched = self._tree_turn(run, commit)
+            if fetched is not None:
+                return fetched
+            self.built_now = build_flydsl(run, commit, mlir_identity, env, jobs)
+        try:
+            with run.step(Stage.VERIFY):
+                return verify_tree(run, commit, How.BUILT)
+        except EnsureError:
+            # A finished build that does not import must not count as finished, or every later run would
+            # skip the build and fail the same way (the bash executor's "exit 6 forever").
+            run.stamps.undo("build")
+            if self.built_now:
+                raise
+            run.say("the finished build does not import now (damaged since?); building it again")
+        with run.step(Stage.BUILD):
+            self.built_now = build_flydsl(run, commit, mlir_identity, env, jobs)
+        with run.step(Stage.VERIFY):
+            return verify_tree(run, commit, How.BUILT)
 
     def _mlir(self, run: Run, env: Dict[str, str], jobs: int) -> Mlir:
         """build_llvm.sh under the MLIR key's lease, unless another host publishes that MLIR meanwhile."""
@@ -141,33 +171,6 @@ class SourceProvider(Provider):
                          lambda: cached.tree_from_cache(run, cache, commit))
         self.tree_lease = turn.held
         return turn.fetched
-
-    def _build_and_verify(self, run: Run, commit: str, prepared: Prepared, mlir: Mlir, jobs: int) -> Decision:
-        settings, root = run.settings, run.settings.root
-        mlir_path, mlir_identity = mlir
-        env = prepared.environment(run, jobs, mlir_path, hip=True)
-        if prepared.hip.check.needs_fix and not settings.fix_rocm_in_place:
-            overlay_package = os.path.join(layout.rocm_overlay(root), "lib", "cmake", "hip")
-            steps.drop_stale_hip_dir(layout.build_dir(root), overlay_package)
-        with run.step(Stage.BUILD):
-            fetched = self._tree_turn(run, commit)
-            if fetched is not None:
-                return fetched
-            self.built_now = build_flydsl(run, commit, mlir_identity, env, jobs)
-        try:
-            with run.step(Stage.VERIFY):
-                return verify_tree(run, commit, How.BUILT)
-        except EnsureError:
-            # A finished build that does not import must not count as finished, or every later run would
-            # skip the build and fail the same way (the bash executor's "exit 6 forever").
-            run.stamps.undo("build")
-            if self.built_now:
-                raise
-            run.say("the finished build does not import now (damaged since?); building it again")
-        with run.step(Stage.BUILD):
-            self.built_now = build_flydsl(run, commit, mlir_identity, env, jobs)
-        with run.step(Stage.VERIFY):
-            return verify_tree(run, commit, How.BUILT)
 
     def after_publish(self, run: Run, commit: str) -> None:
         if self.tree_lease is None and (self.cache is None or not self.built_now):
@@ -208,17 +211,6 @@ def prepare(run: Run, cache: Optional[Cache], doctor: DoctorCheck) -> Prepared:
     held = [package_spec("nanobind", requirements["nanobind"])]
     toolchain = steps.prepare_toolchain(root, run.interpreter, held)
     return Prepared(mlir=mlir, hip=hip, provided=provided, toolchain=toolchain, rocm=rocm.path)
-
-
-def update_submodules(run: Run, commit: str) -> None:
-    """The checkout's submodules (C++ dependencies: a source build needs them, a release does not)."""
-    key = {"commit": commit}
-    if not run.stamps.done("submodules", key):
-        run.stamps.begin("submodules")
-        if Checkout.of(run.settings).update_submodules():
-            run.worked()
-            run.say("submodules updated")
-        run.stamps.finish("submodules", key)
 
 
 def ready_mlir(run: Run, cache: Optional[Cache]) -> Optional[Mlir]:
@@ -263,7 +255,8 @@ def build_mlir(run: Run, env: Dict[str, str], jobs: int, cache: Optional[Cache],
     suggest = f"; {prebuilt.SUGGESTION}" if settings.mlir_url == prebuilt.OFF and inputs.commit else ""
     run.say(f"building LLVM/MLIR {inputs.describe()} with {jobs} jobs (the long step){suggest}")
     run.worked()
-    env = {**env, **dict(inputs.minimal), **steps.llvm_step_settings(settings.base_dir)}
+    # The install is always made where the tool and build.sh look (the MLIR key leaves these out: TOOL_SET).
+    env = {**env, **dict(inputs.minimal), "LLVM_INSTALL_DIR": install, "LLVM_PACKAGE_INSTALL": "1"}
     with recording(llvm_folder, layout.llvm_made_record(settings.base_dir)):  # clean removes only what it made
         run_script(run, "build_llvm.sh", jobs, env, ExitCode.LLVM_BUILD, Stage.LLVM, "the LLVM/MLIR build")
     if not steps.is_mlir_install(install):

