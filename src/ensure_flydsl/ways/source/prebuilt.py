@@ -46,7 +46,7 @@ MAX_UNPACKED = 64 << 30
 MAX_MEMBERS = 500_000
 BEAT_S = 20.0
 SUGGESTION = ("FLYDSL_MLIR_URL=triton would download Triton's prebuilt LLVM/MLIR for the pin instead (not yet "
-              "verified on a ROCm host: docs/guide.md)")
+              "verified on a ROCm host; the LLVM build stays the fallback)")
 _REVISION = re.compile(rb'^#define LLVM_REVISION "([0-9a-fA-F]{40})"', re.MULTILINE)
 _FIELD = re.compile(r"\{([^{}]*)\}")
 
