@@ -15,7 +15,7 @@ from ensure_flydsl.layout import tree_folders
 from ensure_flydsl.probe.gate import evaluate
 from ensure_flydsl.probe.interpreter import broken_user_line, broken_users, probe_modules, run_probe
 from ensure_flydsl.result import result_json, result_object
-from ensure_flydsl.runs.answer import ABSENT_EXIT, Answer, answer, answers, followed, start_hint
+from ensure_flydsl.runs.answer import ABSENT_EXIT, Answer, answer, answers, followed, start_hint, status_lines
 from ensure_flydsl.runs.markers import (
     EnvFile,
     EnvTwin,
@@ -39,37 +39,8 @@ def status(call: Call, settings: Settings) -> int:
     """A pure query: nothing is written (a dead run is reported; its watchdog records it)."""
     settings = followed(settings, call.args.run_id)
     data = answer(settings).to_json(settings)
-    if call.as_json:
-        print(result_json(data))
-        return 0
-    print(f"state:   {data['state']}")
-    if data["state"] == RUNNING:
-        percent = f" {data['percent']}%" if data["percent"] is not None else ""
-        print(f"step:    {known(data['step'], 'starting')}{percent}")
-        late = f" (overdue {fmt_seconds(_seconds(data['overdue_s']))})" if data.get("overdue_s") else ""
-        print(f"elapsed: {fmt_seconds(_seconds(data['elapsed_s']))}  ETA: {fmt_seconds(_seconds(data['eta_s']))}{late}")
-        print(f"pid:     {known(data['pid'])} (run {known(data['run_id'])})")
-        if isinstance(data["waiting_for"], dict):
-            print(f"waiting: for {data['waiting_for'].get('text')} (the build lease in the cache)")
-    elif data["state"] == SUCCEEDED:
-        print(f"flydsl:  {known(data['version'])} ({known(data['how'])}) for {known(data['python'])}")
-        print(f"env:     {known(data['env_file'])}")
-    elif data["state"] == FAILED:
-        print(f"failed:  exit {known(data['exit_code'])} in step {known(data['stage'])}: {known(data['reason'])}")
-    elif data["reason"]:
-        print(f"why:     {data['reason']}")
-    installed = data.get("installed")
-    if data["state"] != SUCCEEDED and isinstance(installed, dict):
-        print(f"holds:   {installed_line(installed)}")
-    if data["state"] in (FAILED, "absent") and data["hint"]:
-        print(f"next:    {data['hint']}")
-    print(f"root:    {data['root']}")
-    print(f"log:     {known(data['log'], 'none yet')}")
+    print(result_json(data) if call.as_json else "\n".join(status_lines(data)))
     return 0
-
-
-def _seconds(value: object) -> Optional[float]:
-    return float(value) if isinstance(value, (int, float)) else None
 
 
 def wait(call: Call, settings: Settings) -> int:
