@@ -501,7 +501,7 @@ def _run(call: Call) -> int:
         settings = settings_from_kwargs(given, call.environ)
     except BadInput as exc:
         if args.command in ("ensure", "start"):
-            _report_bad_input(exc, {k: flag_text(k, v) for k, v in given.items()}, call.environ)
+            _report_bad_input(exc, given, call.environ)
         raise
     try:
         return int(args.run(call, settings))
@@ -514,7 +514,7 @@ def _run(call: Call) -> int:
 
 
 # -- outcomes -----------------------------------------------------------------------------------------------------
-def _report_bad_input(exc: BadInput, flags: Mapping[str, Optional[str]], environ: Dict[str, str]) -> None:
+def _report_bad_input(exc: BadInput, flags: Mapping[str, object], environ: Dict[str, str]) -> None:
     """A poller of the bash executor's recipe only sees markers: leave one, if its folder already exists."""
     path = fail_marker_path(flags, environ)
     if path and os.path.isdir(os.path.dirname(path)):
