@@ -208,7 +208,7 @@ BUDGETS = {  # a part of the package: its target
 }
 API = {"__init__.py", "__main__.py", "api.py", "result.py", "version.py"}
 # Parts still above their budget: a ceiling each, lowered as they shrink, removed once within the budget.
-NOT_YET = {"api": 192, "cli": 1485, "settings.py": 611}
+NOT_YET = {"api": 192, "cli": 1456, "settings.py": 611}
 # The whole package: the issue's cap is 13,500 (and it closes at 12,500); until then a ceiling lowered as it shrinks
 # (16,822: issue 41's JSON, env file and ETA items added 41 lines and paid 21 of them; the front door's answer to
 # a Ctrl-C during its hand-off, a traceback before, 3; issue 41 items 2 and 5, every command a message names as

@@ -18,6 +18,7 @@ from ensure_flydsl.runs.markers import (
     installed_line,
     installed_twin,
     read_failure_marker,
+    tail_of,
     twin_gap,
 )
 from ensure_flydsl.runs.records import FAILED, RUNNING, SUCCEEDED, RunRecord, RunStore, is_run_id, sibling_roots
@@ -73,6 +74,26 @@ class Answer:
         else:
             data["reason"] = self.reason
         return data
+
+    def ending(self, settings: Settings) -> List[str]:
+        """What `wait` says of a run that ended: how, the log's last lines, what the root holds, what to do next."""
+        if self.state == SUCCEEDED:
+            twin = self.twin
+            what = (f"flydsl {known(twin.version)} ({known(twin.how)}) for {known(twin.python)}" if twin is not None
+                    else "the env file")
+            return [f"succeeded: {what}; source {settings.env_file}"]
+        holds = [] if self.installed is None else [installed_line(self.installed)]
+        failure = self.failure
+        if self.state != FAILED or failure is None:
+            return [f"nothing to wait for: {self.reason}; {self.hint or start_hint()}", *holds]
+        marker = read_failure_marker(settings.fail_marker)
+        log = self.record.log if self.record is not None else (marker.log if marker is not None else "")
+        tail = list(marker.log_tail) if marker is not None and marker.run_id == self.run_id else None
+        tail = tail or tail_of(log)
+        lines = [f"failed (exit {failure.exit_code}) in step {known(failure.stage)}: {known(failure.reason)}"]
+        if tail:
+            lines.append(f"last lines of the log ({log}):\n" + "\n".join("    " + str(t) for t in tail))
+        return [*lines, *holds, *([f"next: {self.hint}"] if self.hint else [])]
 
 
 def status_lines(data: Dict[str, object]) -> List[str]:
