@@ -8,14 +8,12 @@ import sys
 from typing import Mapping, Optional
 
 from ensure_flydsl.errors import AlreadyImported
-from ensure_flydsl.pipeline.run import ensure_run
-from ensure_flydsl.pipeline.warm import try_warm
+from ensure_flydsl.pipeline.run import ensure as run_or_warm
 from ensure_flydsl.probe.gate import imported_elsewhere
 from ensure_flydsl.result import Result
 from ensure_flydsl.runs.markers import EnvFile
 from ensure_flydsl.settings import settings_from_kwargs
 from ensure_flydsl.support.report import Reporter
-from ensure_flydsl.ways.context import Run
 
 
 def ensure(*, environ: Optional[Mapping[str, str]] = None, verbose: bool = False, **settings: object) -> Result:
@@ -26,8 +24,7 @@ def ensure(*, environ: Optional[Mapping[str, str]] = None, verbose: bool = False
     previous = os.umask(0o022)
     os.umask(previous | 0o002)
     try:
-        warm = None if parsed.verify else try_warm(parsed, env)
-        return warm or ensure_run(Run(parsed, Reporter(sys.stderr if verbose else None), env))
+        return run_or_warm(parsed, env, Reporter(sys.stderr if verbose else None))[0]
     finally:
         os.umask(previous)
 

@@ -37,8 +37,7 @@ class How(str, enum.Enum):
     RELEASED = "released"  # the pin's release wheel beside its kernels/
     CACHED = "cached"  # a tree another host built, from the binary cache
 
-    def __str__(self) -> str:
-        return str(self.value)
+    __str__ = str.__str__  # its value, as 3.11's StrEnum
 
 
 class Action(str, enum.Enum):
@@ -49,8 +48,7 @@ class Action(str, enum.Enum):
     REUSED = "reused"  # a tree found elsewhere on the path
     PROVISIONED = "provisioned"  # the root's tree was made (or finished) by this call
 
-    def __str__(self) -> str:
-        return str(self.value)
+    __str__ = str.__str__
 
 
 @dataclass(frozen=True)

@@ -159,17 +159,6 @@ def parse_repo(name: str, value: str) -> str:
     return parse_path(name, value)
 
 
-def same_repo(url_a: str, url_b: str) -> bool:
-    """Whether two repository addresses name one repository (``.git``, ``file://`` and slashes aside)."""
-
-    def norm(url: str) -> str:
-        url = url.strip().removeprefix("file://").rstrip("/").removesuffix(".git")
-        url = os.path.normpath(url) if url.startswith("/") else url
-        return url.rstrip("/").lower() if "://" in url or "@" in url else url.rstrip("/")
-
-    return norm(url_a) == norm(url_b)
-
-
 def parse_python(name: str, value: str) -> str:
     _utf8(name, value)
     if _CONTROL.search(value):
@@ -530,12 +519,14 @@ SETTING_BY_NAME: Dict[str, Setting] = {s.name: s for s in SETTINGS}
 
 
 # -- reading the settings ---------------------------------------------------------------------------------------
-def load_settings(flags: Mapping[str, Optional[str]], environ: Mapping[str, str]) -> Settings:
-    """Settings from flags (their text, None when not given) and variables; BadInput for the first bad value."""
+def load_settings(flags: Mapping[str, object], environ: Mapping[str, str]) -> Settings:
+    """Settings from flags (their text or typed value, None when not given) and variables; BadInput for the first
+    bad value."""
     values: Dict[str, object] = {}
     sources: Dict[str, str] = {}
     for setting in SETTINGS:
-        raw, label = flags.get(setting.name), setting.flag
+        given, label = flags.get(setting.name), setting.flag
+        raw = None if given is None else flag_text(setting.name, given)
         refused = setting.name in EMPTY_REFUSED
         if raw is None:
             raw, label = environ.get(setting.env), setting.env
@@ -577,10 +568,10 @@ def settings_from_kwargs(kwargs: Mapping[str, object], environ: Mapping[str, str
     unknown = sorted(set(kwargs) - set(SETTING_BY_NAME))
     if unknown:
         raise TypeError(f"unknown setting(s): {', '.join(unknown)}; known: {', '.join(SETTING_BY_NAME)}")
-    return load_settings({k: flag_text(k, v) for k, v in kwargs.items() if v is not None}, environ)
+    return load_settings(kwargs, environ)
 
 
-def fail_marker_path(flags: Mapping[str, Optional[str]], environ: Mapping[str, str]) -> Optional[str]:
+def fail_marker_path(flags: Mapping[str, object], environ: Mapping[str, str]) -> Optional[str]:
     """Where the failure marker goes, from the root and marker settings alone, so that bad input elsewhere
     still reaches a poller; None when those are bad themselves."""
     for names in (("root", "lock_file", "fail_marker"), ("root", "fail_marker")):

@@ -208,7 +208,7 @@ BUDGETS = {  # a part of the package: its target
 }
 API = {"__init__.py", "__main__.py", "api.py", "result.py", "version.py"}
 # Parts still above their budget: a ceiling each, lowered as they shrink, removed once within the budget.
-NOT_YET = {"api": 198, "cli": 1600, "settings.py": 642, "ways": 4100}
+NOT_YET = {"api": 192, "cli": 1446, "settings.py": 611}
 # The whole package: the issue's cap is 13,500 (and it closes at 12,500); until then a ceiling lowered as it shrinks
 # (16,822: issue 41's JSON, env file and ETA items added 41 lines and paid 21 of them; the front door's answer to
 # a Ctrl-C during its hand-off, a traceback before, 3; issue 41 items 2 and 5, every command a message names as
@@ -223,8 +223,9 @@ NOT_YET = {"api": 198, "cli": 1600, "settings.py": 642, "ways": 4100}
 # per-root references, link modes and seals of inodes went: to be paid back by issue 40's simplifications;
 # then 17,142: one refusal class, handlers taking the Call, support/keys in trees/signing, one StrEnum; then
 # 17,035: one-use wrappers and trampolines of ways/, trees/ and runs/ folded; then 2 for an absolute path that needs
-# no working folder, which the relative path's check had come to read).
-TOTAL_CEILING = 17202
+# no working folder, which the relative path's check had come to read; then 16,767: the parser from shared parents,
+# one warm-else-run answer, cache/store housekeeping and ways/, source/ without one-use helpers).
+TOTAL_CEILING = 16767
 
 
 def part_of(relative: str) -> str:

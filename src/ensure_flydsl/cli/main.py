@@ -1,11 +1,10 @@
-"""The command line: one argparse parser (a subparser per command, every setting a flag of each), the dispatch,
-and every outcome mapped to an exit code."""
+"""The command line: one argparse parser (a subparser per command, every setting a flag of each, before or after
+the command), the dispatch, and every outcome mapped to an exit code."""
 
 from __future__ import annotations
 
 import argparse
 import difflib
-import json
 import os
 import re
 import select
@@ -14,7 +13,7 @@ import signal
 import sys
 import textwrap
 import traceback
-from typing import Any, Callable, Dict, List, Mapping, NoReturn, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, NoReturn, Optional, Sequence
 
 from ensure_flydsl.cli import Call
 from ensure_flydsl.cli.cache import housekeeping
@@ -22,7 +21,7 @@ from ensure_flydsl.cli.clean import clean
 from ensure_flydsl.cli.start import start, worker
 from ensure_flydsl.cli.stats import stats
 from ensure_flydsl.cli.status import show_env, status, verify, wait
-from ensure_flydsl.doctor.diagnose import diagnose, render_check
+from ensure_flydsl.doctor.diagnose import diagnose
 from ensure_flydsl.errors import (
     BadInput,
     EnsureError,
@@ -37,11 +36,11 @@ from ensure_flydsl.errors import (
 from ensure_flydsl.geak.folder import COMMIT, ZIPAPP, folder_commit, write_skill_folder
 from ensure_flydsl.geak.provenance import PACKAGE_DIR, tool_commit
 from ensure_flydsl.pipeline.decide import check_reuse
-from ensure_flydsl.pipeline.run import ensure_run
-from ensure_flydsl.pipeline.warm import current_fingerprint, keep_warm, try_warm, warm_lines
+from ensure_flydsl.pipeline.run import ensure
+from ensure_flydsl.pipeline.warm import warm_lines
 from ensure_flydsl.result import result_json, result_object
 from ensure_flydsl.runs.liveness import watch
-from ensure_flydsl.runs.markers import read_env_json, write_failure_marker
+from ensure_flydsl.runs.markers import write_failure_marker
 from ensure_flydsl.settings import (
     FLAG,
     GROUPS,
@@ -61,21 +60,22 @@ from ensure_flydsl.support.processes import unblock_stop_signals
 from ensure_flydsl.support.report import Reporter, to_devnull
 from ensure_flydsl.version import __version__
 from ensure_flydsl.warm import key_tokens
-from ensure_flydsl.ways.context import Run
 
 DESCRIPTION = ("Make `import flydsl, kernels.moe_gemm_2stage` work from one consistent tree: reuse a good-enough\n"
                "FlyDSL, else provision the pinned one into an isolated folder.")
 ENSURE_JSON = "print one JSON result object on stdout (and JSON events on stderr)"
 EVERY = tuple(s.name for s in SETTINGS)
-RECORDS = tuple(s.name for s in SETTINGS if s.in_request) + ("lock_file", "fail_marker")  # what status reads
+FILES = ("root", "lock_file", "fail_marker")
+RECORDS = tuple(s.name for s in SETTINGS if s.in_request) + FILES[1:]  # what status reads
+TRUST = ("cache", "cache_trusted_keys")
 STOP_SIGNALS = {signal.SIGTERM: "SIGTERM", signal.SIGHUP: "SIGHUP"}  # they unwind a run like Ctrl-C
-DOCTOR_SCHEMA_VERSION = 1  # of `doctor --json`'s shape: a new key keeps it, a changed meaning does not
 BUILD_FAILURES = (ExitCode.FETCH, ExitCode.CHECKOUT, ExitCode.LLVM_BUILD, ExitCode.FLYDSL_BUILD, ExitCode.PROBE)
 
 
 # -- the parser -----------------------------------------------------------------------------------------------
 class _Formatter(argparse.RawDescriptionHelpFormatter):
-    """A command's help lists its own options; the settings it reads are in its epilog, by concern."""
+    """A command's help lists its own options; the settings it reads are in its epilog, by concern (their help
+    stays on the actions: argcomplete offers no option whose help is suppressed)."""
 
     def add_usage(self, usage: Optional[str], actions: Any, groups: Any, prefix: Optional[str] = None) -> None:
         super().add_usage(usage, [a for a in actions if a.dest not in SETTING_BY_NAME], groups, prefix)
@@ -132,86 +132,18 @@ def _add_setting(parser: Any, setting: Setting, help: Optional[str]) -> None:
                                      "store", metavar=setting.metavar or setting.name.upper(), default=hidden,
                                      help=help)
         if setting.name == "strategy":
-            action.completer = _choices(STRATEGIES)
+            action.completer = lambda **_: STRATEGIES  # what a TAB offers (argcomplete calls it with keywords)
 
 
-def _choices(words: Sequence[str]) -> Any:
-    """What a TAB offers for a value (argcomplete calls it with keywords)."""
-    return lambda **_: words
-
-
-def _add_options(parser: argparse.ArgumentParser, reads: Optional[Sequence[str]], loud: bool,
-                 json: Optional[str]) -> None:
-    """The settings (those ``reads`` names offered, the others accepted), -q/-v when ``loud``, and --json when
-    ``json`` says what it prints."""
-    if loud:
-        group = parser.add_mutually_exclusive_group()
-        group.add_argument("-q", "--quiet", dest="verbosity", action="store_const", const=-1,
-                           default=argparse.SUPPRESS, help="show nothing but a failure (the log still gets everything)")
-        group.add_argument("-v", "--verbose", dest="verbosity", action="store_const", const=1,
-                           default=argparse.SUPPRESS, help="show the build's own output as well")
-    if reads is not None:
-        for setting in SETTINGS:
-            _add_setting(parser, setting, setting.help if setting.name in reads else argparse.SUPPRESS)
-    if json is not None:  # no default either: `--json status` is `status --json`
-        parser.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help=json)
-
-
-def _wrap(text: str, indent: str = "") -> List[str]:
+def _wrap(text: str, indent: str = "", initial: str = "") -> List[str]:
     """``text`` in lines as wide as the terminal, as argparse sizes its own."""
-    return textwrap.wrap(text, max(shutil.get_terminal_size().columns - 2, 40), subsequent_indent=indent,
-                         break_on_hyphens=False)
+    return textwrap.wrap(text, max(shutil.get_terminal_size().columns - 2, 40), initial_indent=initial,
+                         subsequent_indent=indent, break_on_hyphens=False)
 
 
-# Each command's examples, shown by its help: the arguments after `ensure-flydsl`, then what it does after "  # ".
-EXAMPLES: Dict[str, Tuple[str, ...]] = {
-    "": ("--root ~/.cache/flydsl/FlyDSL  # blocking; then source ~/.cache/flydsl/FlyDSL/flydsl_env.sh",
-         "start --root ~/.cache/flydsl/FlyDSL  # detached: returns at once; then `wait --timeout 540`",
-         "doctor  # in seconds: can it succeed here, and if not, why"),
-    "ensure": ("--root ~/.cache/flydsl/FlyDSL  # reuse, else provision; then source "
-               "~/.cache/flydsl/FlyDSL/flydsl_env.sh", "--json --strategy release  # one JSON result object",
-               "-q --python /usr/bin/python3.11  # say nothing but a failure"),
-    "start": ("start --root ~/.cache/flydsl/FlyDSL  # returns at once",
-              "start --cache s3://bucket/flydsl  # then `wait --timeout 540`"),
-    "wait": ("wait --timeout 540  # inside an agent's 600 s shell call; 75: call it again",
-             "wait --timeout 0 --json  # answer at once"),
-    "status": ("status", "--root ~/.cache/flydsl/FlyDSL status --json"),
-    "env": ("env  # the env file, to source", "env --format json  # its JSON twin",
-            "env --json --min-version 0.2.3  # does it answer this request?"),
-    "verify": ("verify  # exit 0 only for one good tree", "verify --json --python /usr/bin/python3.11"),
-    "doctor": ("doctor  # one line per check, then the verdict", "doctor --strategy source --json"),
-    "cache": ("cache list --cache /srv/flydsl-cache", "help cache prune  # a cache command's own help"),
-    "cache list": ("cache list --cache /srv/flydsl-cache  # newest first",
-                   "cache list --json --cache-trusted-key ci-1.pub  # one JSON object; which signatures a trusted "
-                   "key verifies"),
-    "cache prune": ("cache prune --max-size 50G --cache /srv/flydsl-cache",
-                    "--cache s3://bucket/flydsl cache prune --max-size 500M"),
-    "cache keygen": ("cache keygen --out ~/.config/flydsl ci-1  # then "
-                     "FLYDSL_CACHE_SIGNING_KEY=~/.config/flydsl/ci-1.secret on the CI host",
-                     "cache keygen --out /etc/flydsl/keys ci-2  # a new key to rotate to: sign with it, then trust it"),
-    "cache sign": ("cache sign --key ~/.config/flydsl/ci-1.secret  # every entry",
-                   "cache sign --key ci-2.secret 3f2a9c 77b0e1 --cache-trusted-key ci-1.pub  # a rotation: two "
-                   "entries, if ci-1 signed them"),
-    "store": ("store list  # each tree, its size, where it came from and when it was last copied",
-              "help store prune  # a store command's own help"),
-    "store list": ("store list", "store list --json --store /scratch/flydsl-store  # one JSON object"),
-    "store prune": ("store prune --max-size 20G  # trees a root uses are kept",
-                    "--store /scratch/flydsl-store store prune --max-size 5G"),
-    "clean": ("clean", "clean --json --root ~/.cache/flydsl/FlyDSL"),
-    "stats": ("stats  # the last runs and where their time went", "stats --json --root ~/.cache/flydsl/FlyDSL  # "
-              "one root's runs", "stats --records ./fleet-records  # a fleet's records, collected"),
-    "skill": ("skill $GEAK_ROOT/perf_knowledge/expert_skills/skills/ensure_flydsl",
-              "skill ./ensure_flydsl --force --wheels ./wheels  # no network"),
-    "help": ("help wait", "help settings"),
-    "completion": ("completion bash > ~/.local/share/bash-completion/completions/ensure-flydsl",
-                   "completion zsh  # eval it in ~/.zshrc, after compinit",
-                   "completion fish > ~/.config/fish/completions/ensure-flydsl.fish"),
-}
-
-
-def _epilog(path: str, reads: Optional[Sequence[str]]) -> str:
-    """The settings a command reads, by concern, and its examples."""
-    width = shutil.get_terminal_size().columns - 2
+def _epilog(examples: Sequence[str], reads: Optional[Sequence[str]]) -> str:
+    """The settings a command reads, by concern, and its examples (the arguments after `ensure-flydsl`, then what
+    it does after "  # ")."""
     lines = []
     if reads is not None:
         lines += _wrap("settings (a flag before or after the command, or its variable; "
@@ -220,16 +152,15 @@ def _epilog(path: str, reads: Optional[Sequence[str]]) -> str:
         for group in GROUPS:
             flags = [s.flag + ("/--no-" + s.flag[2:] if s.kind == SWITCH else "") for s in SETTINGS
                      if s.group == group and s.name in reads]
-            lines += textwrap.wrap(" ".join(flags), max(width, 40), initial_indent=f"  {group:<10}",
-                                   subsequent_indent=" " * 12, break_on_hyphens=False)
+            lines += _wrap(" ".join(flags), " " * 12, f"  {group:<10}")
         lines.append("")
     lines.append("examples:")
-    for example in EXAMPLES[path]:
+    for example in examples:
         args, _, why = example.partition("  # ")
         line = command(args)
         if not why:
             lines.append(f"  {line}")
-        elif len(line) + len(why) + 6 <= width:
+        elif len(line) + len(why) + 8 <= shutil.get_terminal_size().columns:
             lines.append(f"  {line}  # {why}")
         else:
             lines += [f"  {line}", f"      # {why}"]
@@ -237,117 +168,167 @@ def _epilog(path: str, reads: Optional[Sequence[str]]) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    hidden = argparse.SUPPRESS  # no defaults: a command's default would replace the value given before it
+    version, loud = argparse.ArgumentParser(add_help=False), argparse.ArgumentParser(add_help=False)
+    version.add_argument("-V", "--version", action=_Version, nargs=0,
+                         help="print the version (and the commit, when known) and exit")
+    group = loud.add_mutually_exclusive_group()
+    group.add_argument("-q", "--quiet", dest="verbosity", action="store_const", const=-1, default=hidden,
+                       help="show nothing but a failure (the log still gets everything)")
+    group.add_argument("-v", "--verbose", dest="verbosity", action="store_const", const=1, default=hidden,
+                       help="show the build's own output as well")
+    settings: Dict[Sequence[str], argparse.ArgumentParser] = {}
+
+    def parents(reads: Optional[Sequence[str]], is_loud: bool) -> List[argparse.ArgumentParser]:
+        """-q/-v when ``is_loud``, and every setting (those ``reads`` names offered by a TAB, the others accepted)."""
+        if reads is not None and reads not in settings:
+            settings[reads] = argparse.ArgumentParser(add_help=False)
+            for s in SETTINGS:
+                _add_setting(settings[reads], s, s.help if s.name in reads else hidden)
+        return [loud] * is_loud + ([] if reads is None else [settings[reads]])
+
     pointer = ("settings: each is a flag, before or after the command, or its environment variable (a flag wins); "
                f"`{command('help settings')}` lists them, `{command('help COMMAND')}` shows a command's own")
     codes = "exit codes: " + "; ".join(f"{int(code)} {code.meaning}" for code in ExitCode)
+    examples = _epilog(("--root ~/.cache/flydsl/FlyDSL  # blocking; then source ~/.cache/flydsl/FlyDSL/flydsl_env.sh",
+                        "start --root ~/.cache/flydsl/FlyDSL  # detached: returns at once; then `wait --timeout 540`",
+                        "doctor  # in seconds: can it succeed here, and if not, why"), None)
     top = _Parser(prog="ensure-flydsl", description=DESCRIPTION, formatter_class=_Formatter,
-                  epilog="\n".join([*_wrap(pointer, "  "), "", _epilog("", None), "", *_wrap(codes, "  ")]))
-    top.add_argument("-V", "--version", action=_Version, nargs=0,
-                     help="print the version (and the commit, when known) and exit")
-    _add_options(top, EVERY, loud=True, json=ENSURE_JSON)
+                  parents=[version, *parents(EVERY, True)],
+                  epilog="\n".join([*_wrap(pointer, "  "), "", examples, "", *_wrap(codes, "  ")]))
+    top.add_argument("--json", action="store_true", default=hidden, help=ENSURE_JSON)  # `--json status` too
     commands = top.add_subparsers(dest="command", metavar="COMMAND", title="commands")
 
-    def add_command(path: str, help: str, reads: Optional[Sequence[str]] = EVERY, loud: bool = True,
-                    under: Any = commands, json: Optional[str] = None, run: Any = None) -> argparse.ArgumentParser:
+    def add(path: str, help: str, examples: Sequence[str], reads: Optional[Sequence[str]] = EVERY, loud: bool = True,
+            under: Any = commands, json: Optional[str] = None, run: Any = None) -> argparse.ArgumentParser:
         """A command's parser; ``run`` handles it: run(call, settings), or run(call) when ``reads`` is None."""
-        parser: argparse.ArgumentParser = under.add_parser(path.split()[-1], help=help, description=help,
-                                                           formatter_class=_Formatter, epilog=_epilog(path, reads))
-        _add_options(parser, reads, loud, json)
+        parser: argparse.ArgumentParser = under.add_parser(
+            path.split()[-1], help=help, description=help, formatter_class=_Formatter, parents=parents(reads, loud),
+            epilog=_epilog(examples, reads))
+        if json is not None:
+            parser.add_argument("--json", action="store_true", default=hidden, help=json)
         if run is not None:
             parser.set_defaults(run=run, reads_settings=reads is not None)
         return parser
 
-    topic = _add_commands(add_command)
-    topic.completer = _choices([*commands.choices, "settings"])  # type: ignore[attr-defined]
+    topic = _add_commands(add)
+    topic.completer = lambda **_: [*commands.choices, "settings"]  # type: ignore[attr-defined]
     return top
 
 
-def _add_commands(command: Callable[..., argparse.ArgumentParser]) -> argparse.Action:
-    """Every command; returns the help command's topic, whose TAB offers the commands."""
-    command("ensure", "make FlyDSL importable (the default command); blocking", json=ENSURE_JSON, run=_ensure)
-    command("start", "launch the same work as `ensure` detached; print {run_id, pid, log, state} and return",
-            json="its messages as JSON events on stderr (the answer is one JSON object on stdout either way)",
-            run=start)
-    waiting = command("wait", "follow the root's run until it ends: 0, its failure's exit code, or 75 at --timeout",
-                      RECORDS, json="print the answer as one JSON result object on stdout (heartbeats as JSON "
-                      "events on stderr)", run=wait)
+def _add_commands(add: Callable[..., argparse.ArgumentParser]) -> argparse.Action:
+    """Every command, with its examples; returns the help command's topic, whose TAB offers the commands."""
+    add("ensure", "make FlyDSL importable (the default command); blocking",
+        ("--root ~/.cache/flydsl/FlyDSL  # reuse, else provision; then source ~/.cache/flydsl/FlyDSL/flydsl_env.sh",
+         "--json --strategy release  # one JSON result object", "-q --python /usr/bin/python3.11  # say nothing but "
+         "a failure"), json=ENSURE_JSON, run=_ensure)
+    add("start", "launch the same work as `ensure` detached; print {run_id, pid, log, state} and return",
+        ("start --root ~/.cache/flydsl/FlyDSL  # returns at once", "start --cache s3://bucket/flydsl  # then `wait "
+         "--timeout 540`"), json="its messages as JSON events on stderr (the answer is one JSON object on stdout "
+        "either way)", run=start)
+    waiting = add("wait", "follow the root's run until it ends: 0, its failure's exit code, or 75 at --timeout",
+                  ("wait --timeout 540  # inside an agent's 600 s shell call; 75: call it again",
+                   "wait --timeout 0 --json  # answer at once"), RECORDS, json="print the answer as one JSON result "
+                  "object on stdout (heartbeats as JSON events on stderr)", run=wait)
     waiting.add_argument("--timeout", type=_seconds(zero_ok=True), metavar="S",
                          help="give up waiting after S seconds (0: answer at once)")
     waiting.add_argument("--heartbeat", type=_seconds(zero_ok=False), default=30.0, metavar="S",
                          help="print a heartbeat line at least every S seconds (default 30)")
-    status_parser = command("status", "state, step, percent, elapsed, ETA, pid, version, root, python, how, log",
-                            RECORDS, json="one JSON result object (docs/schema/)", run=status)
-    for parser in (waiting, status_parser):
+    asking = add("status", "state, step, percent, elapsed, ETA, pid, version, root, python, how, log",
+                 ("status", "--root ~/.cache/flydsl/FlyDSL status --json"), RECORDS,
+                 json="one JSON result object (docs/schema/)", run=status)
+    for parser in (waiting, asking):
         parser.add_argument("--run-id", metavar="ID", help="the run `start` printed, whatever its settings (default: "
                             "the request's; with no request setting given, the root's current run)")
-    command("env", "print the env file (or its JSON twin)", RECORDS, json="one JSON result object: whether the env "
-            "file answers this request, its version, and the variables it exports",
-            run=show_env).add_argument("--format", choices=("sh", "json"), default="sh")
-    command("verify", "run the full import probe and print each module's file", RECORDS + ("probe_timeout",),
-            json="one JSON result object with each module's file", run=verify)
-    command("doctor", "predict, in seconds, whether the configured strategy can succeed here, and why not",
-            json="one JSON object with every check (docs/schema/doctor.schema.json)", run=_doctor)
-    _add_cache_commands(command)
-    command("clean", "remove what this tool created for the root (never anything else)",
-            ("root", "lock_file", "fail_marker"), json="one JSON result object naming what was removed and kept",
-            run=clean)
-    stats_parser = command("stats", "where this host's runs spent their time: each run's stages, waits and bytes, "
-                           "and a summary", None, json="one JSON object: every run under `runs`, and the `summary` "
-                           "(docs/schema/stats.schema.json)", run=stats)
-    stats_parser.add_argument("--root", dest="of_root", metavar="ROOT",
-                              help="only the runs of this root (default: every root of the host)")
-    stats_parser.add_argument("--records", metavar="DIR", help="read the timing records in DIR (a fleet's, collected "
-                              "into one folder) instead of this host's")
-    skill = command("skill", "write the GEAK drop-in folder: skill.md, ensure_flydsl.sh and this tool vendored for a "
-                    "bare python3", None, json="one JSON result object", run=_skill)
+    add("env", "print the env file (or its JSON twin)", ("env  # the env file, to source", "env --format json  # "
+        "its JSON twin", "env --json --min-version 0.2.3  # does it answer this request?"), RECORDS,
+        json="one JSON result object: whether the env file answers this request, its version, and the variables it "
+        "exports", run=show_env).add_argument("--format", choices=("sh", "json"), default="sh")
+    add("verify", "run the full import probe and print each module's file", ("verify  # exit 0 only for one good "
+        "tree", "verify --json --python /usr/bin/python3.11"), RECORDS + ("probe_timeout",),
+        json="one JSON result object with each module's file", run=verify)
+    add("doctor", "predict, in seconds, whether the configured strategy can succeed here, and why not",
+        ("doctor  # one line per check, then the verdict", "doctor --strategy source --json"),
+        json="one JSON object with every check (docs/schema/doctor.schema.json)", run=_doctor)
+    _add_cache_commands(add)
+    add("clean", "remove what this tool created for the root (never anything else)",
+        ("clean", "clean --json --root ~/.cache/flydsl/FlyDSL"), FILES,
+        json="one JSON result object naming what was removed and kept", run=clean)
+    timing = add("stats", "where this host's runs spent their time: each run's stages, waits and bytes, and a "
+                 "summary", ("stats  # the last runs and where their time went", "stats --json --root "
+                             "~/.cache/flydsl/FlyDSL  # one root's runs", "stats --records ./fleet-records  # a "
+                             "fleet's records, collected"), None,
+                 json="one JSON object: every run under `runs`, and the `summary` (docs/schema/stats.schema.json)",
+                 run=stats)
+    timing.add_argument("--root", dest="of_root", metavar="ROOT",
+                        help="only the runs of this root (default: every root of the host)")
+    timing.add_argument("--records", metavar="DIR", help="read the timing records in DIR (a fleet's, collected into "
+                        "one folder) instead of this host's")
+    skill = add("skill", "write the GEAK drop-in folder: skill.md, ensure_flydsl.sh and this tool vendored for a "
+                "bare python3", ("skill $GEAK_ROOT/perf_knowledge/expert_skills/skills/ensure_flydsl",
+                                 "skill ./ensure_flydsl --force --wheels ./wheels  # no network"), None,
+                json="one JSON result object", run=_skill)
     skill.add_argument("dir", metavar="DIR", help="the folder to write (GEAK: perf_knowledge/expert_skills/skills/"
                        "ensure_flydsl); refused if it exists and this command did not make it")
     skill.add_argument("--force", action="store_true",
                        help="replace a folder this command made (and only such a folder)")
     skill.add_argument("--wheels", metavar="DIR",
                        help="take the vendored libraries' pinned wheels from DIR (no network)")
-    helping = command("help", "this list; a command's help (help COMMAND); every setting (help settings)", None,
-                      loud=False, run=_help)
-    topic = helping.add_argument("topic", nargs="*", metavar="COMMAND",
-                                 help="a command (`cache list`: a cache command), or `settings` for every setting")
-    command("completion", "print a completion script for bash, zsh or fish", None, loud=False,
-            run=_completion).add_argument("shell", choices=("bash", "zsh", "fish"), help="the shell the script is for")
+    topic = add("help", "this list; a command's help (help COMMAND); every setting (help settings)",
+                ("help wait", "help settings"), None, loud=False, run=_help).add_argument(
+        "topic", nargs="*", metavar="COMMAND", help="a command (`cache list`: a cache command), or `settings` for "
+        "every setting")
+    add("completion", "print a completion script for bash, zsh or fish",
+        ("completion bash > ~/.local/share/bash-completion/completions/ensure-flydsl",
+         "completion zsh  # eval it in ~/.zshrc, after compinit",
+         "completion fish > ~/.config/fish/completions/ensure-flydsl.fish"), None, loud=False,
+        run=_completion).add_argument("shell", choices=("bash", "zsh", "fish"), help="the shell the script is for")
     return topic
 
 
-def _add_cache_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
+def _add_cache_commands(add: Callable[..., argparse.ArgumentParser]) -> None:
     """``cache`` and ``store``, each a command of commands."""
-    trust = ("cache", "cache_trusted_keys")
-    cache = command("cache", "housekeeping of the binary cache (FLYDSL_CACHE): list, prune, keygen, sign", trust,
-                    loud=False, run=housekeeping)
+    cache = add("cache", "housekeeping of the binary cache (FLYDSL_CACHE): list, prune, keygen, sign",
+                ("cache list --cache /srv/flydsl-cache", "help cache prune  # a cache command's own help"), TRUST,
+                loud=False, run=housekeeping)
     actions = cache.add_subparsers(dest="cache_action", metavar="ACTION", title="cache commands")
-    command("cache list", "every entry of the binary cache: kind, key, size, age, what it was built from, who signed "
-            "it", trust, under=actions, json="one JSON object {schema_version, location, entries: [...], warnings} "
-            "(docs/schema/)")
-    command("cache prune", "remove the oldest entries until the binary cache holds at most --max-size", ("cache",),
-            under=actions).add_argument("--max-size", metavar="SIZE", help="remove the oldest entries until the "
-                                        "cache holds at most SIZE (bytes, or with K/M/G/T: 500M, 2G)")
-    keygen = command("cache keygen", "write a signing key pair: DIR/NAME.secret (mode 600) and DIR/NAME.pub", (),
-                     under=actions)
+    add("cache list", "every entry of the binary cache: kind, key, size, age, what it was built from, who signed it",
+        ("cache list --cache /srv/flydsl-cache  # newest first", "cache list --json --cache-trusted-key ci-1.pub  # "
+         "one JSON object; which signatures a trusted key verifies"), TRUST, under=actions,
+        json="one JSON object {schema_version, location, entries: [...], warnings} (docs/schema/)")
+    add("cache prune", "remove the oldest entries until the binary cache holds at most --max-size",
+        ("cache prune --max-size 50G --cache /srv/flydsl-cache", "--cache s3://bucket/flydsl cache prune --max-size "
+         "500M"), ("cache",), under=actions).add_argument(
+        "--max-size", metavar="SIZE", help="remove the oldest entries until the cache holds at most SIZE (bytes, or "
+        "with K/M/G/T: 500M, 2G)")
+    keygen = add("cache keygen", "write a signing key pair: DIR/NAME.secret (mode 600) and DIR/NAME.pub",
+                 ("cache keygen --out ~/.config/flydsl ci-1  # then FLYDSL_CACHE_SIGNING_KEY=~/.config/flydsl/"
+                  "ci-1.secret on the CI host", "cache keygen --out /etc/flydsl/keys ci-2  # a new key to rotate to: "
+                  "sign with it, then trust it"), (), under=actions)
     keygen.add_argument("names", nargs="*", metavar="NAME", help="the key's name (letters, digits, . _ -)")
     keygen.add_argument("--out", metavar="DIR", help="the folder for NAME.secret (mode 600) and NAME.pub")
-    sign = command("cache sign", "add a key's signature to entries of the binary cache (manifests are not touched)",
-                   trust, under=actions)
+    sign = add("cache sign", "add a key's signature to entries of the binary cache (manifests are not touched)",
+               ("cache sign --key ~/.config/flydsl/ci-1.secret  # every entry", "cache sign --key ci-2.secret 3f2a9c "
+                "77b0e1 --cache-trusted-key ci-1.pub  # a rotation: two entries, if ci-1 signed them"), TRUST,
+               under=actions)
     sign.add_argument("names", nargs="*", metavar="KEY",
                       help="the entries to sign: prefixes of their keys, as `cache list` shows them (default: all)")
     sign.add_argument("--key", metavar="PATH", help="the secret key file to sign with (from `cache keygen`)")
-    store = command("store", "the host store of trees the roots copy (FLYDSL_STORE): list, prune", ("store",),
-                    loud=False, run=housekeeping)
+    store = add("store", "the host store of trees the roots copy (FLYDSL_STORE): list, prune",
+                ("store list  # each tree, its size, where it came from and when it was last copied",
+                 "help store prune  # a store command's own help"), ("store",), loud=False, run=housekeeping)
     actions = store.add_subparsers(dest="store_action", metavar="ACTION", title="store commands")
-    command("store list", "every tree of the host store: its key, size, files, where it came from and its last use",
-            ("store",), under=actions, json="one JSON result object with every tree (docs/schema/)")
-    command("store prune", "remove the longest unused trees until the host store holds at most --max-size",
-            ("store",), under=actions, json="one JSON result object naming each tree removed").add_argument(
-        "--max-size", metavar="SIZE", help="remove the longest unused trees until the store holds at most SIZE "
-        "(bytes, or with K/M/G/T); what the tool did not make is left as it is")
+    add("store list", "every tree of the host store: its key, size, files, where it came from and its last use",
+        ("store list", "store list --json --store /scratch/flydsl-store  # one JSON object"), ("store",),
+        under=actions, json="one JSON result object with every tree (docs/schema/)")
+    add("store prune", "remove the longest unused trees until the host store holds at most --max-size",
+        ("store prune --max-size 20G  # trees a root uses are kept", "--store /scratch/flydsl-store store prune "
+         "--max-size 5G"), ("store",), under=actions, json="one JSON result object naming each tree removed"
+        ).add_argument("--max-size", metavar="SIZE", help="remove the longest unused trees until the store holds at "
+                       "most SIZE (bytes, or with K/M/G/T); what the tool did not make is left as it is")
 
 
-def _seconds(*, zero_ok: bool) -> Any:
+def _seconds(*, zero_ok: bool) -> Callable[[str], float]:
     def seconds(value: str) -> float:
         try:
             number = float(value)
@@ -382,7 +363,7 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
 def _help(call: Call) -> int:
     """``help [COMMAND]``: the command's own ``--help``; ``help settings``: every setting."""
     topic: List[str] = call.args.topic
-    if topic[:1] == ["settings"] and len(topic) == 1:
+    if topic == ["settings"]:
         page = argparse.ArgumentParser(prog="ensure-flydsl", usage=argparse.SUPPRESS, add_help=False, description=(
             "Every setting is a flag (before or after the command) and an environment variable; a flag wins over its "
             "variable, and an empty variable means the default. A bad value is refused (exit 64, one line naming "
@@ -391,7 +372,9 @@ def _help(call: Call) -> int:
             section = page.add_argument_group(f"{title} ({group})")
             for s in SETTINGS:
                 if s.group == group:
-                    _add_setting(section, s, f"{s.help}{_default_text(s)} [{s.env}]")
+                    default = "" if "default" in s.help or s.default in (None, "", ()) else " (default {})".format(
+                        ("on" if s.default else "off") if isinstance(s.default, bool) else flag_text(s.name, s.default))
+                    _add_setting(section, s, f"{s.help}{default} [{s.env}]")
         print(page.format_help(), end="")
         return 0
     if topic[:1] == ["settings"] or len(topic) > (2 if topic[:1] in (["cache"], ["store"]) else 1):
@@ -402,11 +385,50 @@ def _help(call: Call) -> int:
     return 0
 
 
-def _default_text(setting: Setting) -> str:
-    value = setting.default
-    if "default" in setting.help or value in (None, "", ()):
-        return ""
-    return f" (default {('on' if value else 'off') if isinstance(value, bool) else flag_text(setting.name, value)})"
+def _completion(call: Call) -> int:
+    try:
+        from argcomplete.shell_integration import shellcode
+    except ImportError:  # the GEAK folder's zipapp carries only what its commands need
+        raise Refused("argcomplete is not installed here: use an ensure-flydsl installed with pip",
+                      "ensure-flydsl completion") from None
+    print(shellcode(["ensure-flydsl"], shell=call.args.shell), end="")
+    return 0
+
+
+def _ensure(call: Call, settings: Settings) -> int:
+    """Answer warm when nothing changed, else run the pipeline; say what it decided."""
+    result, warm = ensure(settings, call.environ, call.reporter, call.warm_key)
+    said = warm_lines(settings, result)
+    if warm:
+        call.reporter.say(said[0])
+    if call.as_json:
+        print(result_json(result.to_json()))
+    else:
+        call.reporter.say(said[1])
+    return 0
+
+
+def _doctor(call: Call, settings: Settings) -> int:
+    """Exit 0 when the configured strategy can succeed (or a reusable FlyDSL is there), else the first stop's code."""
+    diagnosis = diagnose(settings, call.environ, reuse=check_reuse)
+    print(diagnosis.report(settings, call.as_json))
+    return diagnosis.exit_code
+
+
+def _skill(call: Call) -> int:
+    args, reporter = call.args, call.reporter
+    made = write_skill_folder(args.dir, force=args.force, wheels=args.wheels, environ=call.environ, say=reporter.say)
+    reason = (f"{'replaced' if made.replaced else 'wrote'} {made.path}: skill.md, ensure_flydsl.sh, {ZIPAPP} "
+              f"(ensure-flydsl {made.version} with {', '.join(made.vendored)}), VERSION (commit {made.commit})")
+    if call.as_json:
+        data = result_object(ok=True, exit_code=0, reason=reason)
+        data.update(dir=made.path, version=made.version, commit=made.commit, vendored=made.vendored,
+                    replaced=made.replaced)
+        print(result_json(data))
+    else:
+        reporter.say(reason)
+        reporter.say(f"GEAK runs it as `bash {made.path}/ensure_flydsl.sh` (docs/GEAK.md); nothing is installed")
+    return 0
 
 
 # -- the dispatch -----------------------------------------------------------------------------------------------
@@ -479,7 +501,7 @@ def _run(call: Call) -> int:
         settings = settings_from_kwargs(given, call.environ)
     except BadInput as exc:
         if args.command in ("ensure", "start"):
-            _report_bad_input(exc, {k: flag_text(k, v) for k, v in given.items()}, call.environ)
+            _report_bad_input(exc, given, call.environ)
         raise
     try:
         return int(args.run(call, settings))
@@ -491,72 +513,8 @@ def _run(call: Call) -> int:
         raise refused from None
 
 
-def _completion(call: Call) -> int:
-    try:
-        from argcomplete.shell_integration import shellcode
-    except ImportError:  # the GEAK folder's zipapp carries only what its commands need
-        raise Refused("argcomplete is not installed here: use an ensure-flydsl installed with pip",
-                      "ensure-flydsl completion") from None
-    print(shellcode(["ensure-flydsl"], shell=call.args.shell), end="")
-    return 0
-
-
-def _ensure(call: Call, settings: Settings) -> int:
-    """Answer warm when nothing changed, else run the pipeline; say what it decided."""
-    result = None if settings.verify else try_warm(settings, call.environ)
-    if result is None:
-        result = ensure_run(Run(settings, call.reporter, call.environ, warm_key=call.warm_key))
-    else:
-        twin = read_env_json(settings.env_json)
-        if twin is not None:  # the front door answers the next call with these raw inputs
-            keep_warm(settings, call.environ, call.warm_key, twin, current_fingerprint(settings, call.environ, twin))
-        call.reporter.say(warm_lines(settings, result)[0])
-    if call.as_json:
-        print(result_json(result.to_json()))
-    else:
-        call.reporter.say(warm_lines(settings, result)[1])
-    return 0
-
-
-def _doctor(call: Call, settings: Settings) -> int:
-    """Exit 0 when the configured strategy can succeed (or a reusable FlyDSL is there), else the first stop's code."""
-    diagnosis = diagnose(settings, call.environ, reuse=check_reuse)
-    if call.as_json:
-        data = diagnosis.to_json()
-        data.update({"schema_version": DOCTOR_SCHEMA_VERSION, "root": settings.root, "python": settings.python,
-                     "repo": settings.repo, "pin": settings.pin})
-        print(json.dumps(data, sort_keys=True))
-        return diagnosis.exit_code
-    print(f"ensure-flydsl doctor: strategy {settings.strategy}, root {settings.root}, python {settings.python}")
-    if diagnosis.needs is not None:
-        print(f"  the build needs {diagnosis.needs.summary()} (read from {diagnosis.needs.source})")
-    width = max(len(c.name) for c in diagnosis.checks)
-    for check in diagnosis.checks:
-        print("\n".join(render_check(check, width)))
-    print(("ok: " if diagnosis.ok else "NOT OK: ") + diagnosis.verdict() + f"  [{diagnosis.seconds:.1f} s]")
-    if not diagnosis.ok:
-        print("  (UPPERCASE: blocks this strategy; provide: missing here, ensure-flydsl provides it privately)")
-    return diagnosis.exit_code
-
-
-def _skill(call: Call) -> int:
-    args, reporter = call.args, call.reporter
-    made = write_skill_folder(args.dir, force=args.force, wheels=args.wheels, environ=call.environ, say=reporter.say)
-    reason = (f"{'replaced' if made.replaced else 'wrote'} {made.path}: skill.md, ensure_flydsl.sh, {ZIPAPP} "
-              f"(ensure-flydsl {made.version} with {', '.join(made.vendored)}), VERSION (commit {made.commit})")
-    if call.as_json:
-        data = result_object(ok=True, exit_code=0, reason=reason)
-        data.update(dir=made.path, version=made.version, commit=made.commit, vendored=made.vendored,
-                    replaced=made.replaced)
-        print(result_json(data))
-    else:
-        reporter.say(reason)
-        reporter.say(f"GEAK runs it as `bash {made.path}/ensure_flydsl.sh` (docs/GEAK.md); nothing is installed")
-    return 0
-
-
 # -- outcomes -----------------------------------------------------------------------------------------------------
-def _report_bad_input(exc: BadInput, flags: Mapping[str, Optional[str]], environ: Dict[str, str]) -> None:
+def _report_bad_input(exc: BadInput, flags: Mapping[str, object], environ: Dict[str, str]) -> None:
     """A poller of the bash executor's recipe only sees markers: leave one, if its folder already exists."""
     path = fail_marker_path(flags, environ)
     if path and os.path.isdir(os.path.dirname(path)):
@@ -585,8 +543,7 @@ def format_error(exc: EnsureError, log_tail: List[str], log_path: Optional[str])
         return f"ensure-flydsl: {exc.reason}"  # one line, naming the setting and what is allowed
     stage = f", stage {exc.stage}" if exc.stage else ""
     lines = [f"ensure-flydsl: failed (exit {int(exc.code)}: {exc.meaning}{stage}): {exc.reason}"]
-    if exc.detail:
-        lines += ["  " + line for line in exc.detail.splitlines()]
+    lines += ["  " + line for line in exc.detail.splitlines()]
     if log_tail:
         lines += [f"  last lines of the log ({log_path}):", *("    " + line for line in log_tail)]
     elif log_path:
@@ -629,11 +586,8 @@ def _failed(reporter: Reporter, as_json: bool, data: Dict[str, object], text: st
         except OSError:
             pass  # stderr on a full disk (a detached worker's is the log): the code says it
         return
-    event: Dict[str, object] = {"event": "failed", "exit_code": data["exit_code"], "stage": data["stage"],
-                                "reason": data["reason"], "hint": data["hint"], "log": data["log"],
-                                "log_tail": list(tail)}
-    if detail:
-        event["detail"] = detail
+    event = {"event": "failed", **{k: data[k] for k in ("exit_code", "stage", "reason", "hint", "log")},
+             "log_tail": list(tail), **({"detail": detail} if detail else {})}
     reporter.event(event)
     try:
         print(result_json(data), flush=True)

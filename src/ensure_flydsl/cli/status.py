@@ -15,22 +15,19 @@ from ensure_flydsl.layout import tree_folders
 from ensure_flydsl.probe.gate import evaluate
 from ensure_flydsl.probe.interpreter import broken_user_line, broken_users, probe_modules, run_probe
 from ensure_flydsl.result import result_json, result_object
-from ensure_flydsl.runs.answer import ABSENT_EXIT, Answer, answer, answers, followed, start_hint
+from ensure_flydsl.runs.answer import ABSENT_EXIT, answer, answers, followed, start_hint, status_lines
 from ensure_flydsl.runs.markers import (
     EnvFile,
     EnvTwin,
     installed,
-    installed_line,
     installed_twin,
-    read_failure_marker,
-    tail_of,
     twin_gap,
 )
 from ensure_flydsl.runs.progress import Pulse, say_pulse
-from ensure_flydsl.runs.records import FAILED, RUNNING, SUCCEEDED
+from ensure_flydsl.runs.records import RUNNING
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.support.launcher import command
-from ensure_flydsl.support.report import Reporter, fmt_seconds, known
+from ensure_flydsl.support.report import fmt_seconds, known
 
 POLL_S = 0.05
 
@@ -39,37 +36,8 @@ def status(call: Call, settings: Settings) -> int:
     """A pure query: nothing is written (a dead run is reported; its watchdog records it)."""
     settings = followed(settings, call.args.run_id)
     data = answer(settings).to_json(settings)
-    if call.as_json:
-        print(result_json(data))
-        return 0
-    print(f"state:   {data['state']}")
-    if data["state"] == RUNNING:
-        percent = f" {data['percent']}%" if data["percent"] is not None else ""
-        print(f"step:    {known(data['step'], 'starting')}{percent}")
-        late = f" (overdue {fmt_seconds(_seconds(data['overdue_s']))})" if data.get("overdue_s") else ""
-        print(f"elapsed: {fmt_seconds(_seconds(data['elapsed_s']))}  ETA: {fmt_seconds(_seconds(data['eta_s']))}{late}")
-        print(f"pid:     {known(data['pid'])} (run {known(data['run_id'])})")
-        if isinstance(data["waiting_for"], dict):
-            print(f"waiting: for {data['waiting_for'].get('text')} (the build lease in the cache)")
-    elif data["state"] == SUCCEEDED:
-        print(f"flydsl:  {known(data['version'])} ({known(data['how'])}) for {known(data['python'])}")
-        print(f"env:     {known(data['env_file'])}")
-    elif data["state"] == FAILED:
-        print(f"failed:  exit {known(data['exit_code'])} in step {known(data['stage'])}: {known(data['reason'])}")
-    elif data["reason"]:
-        print(f"why:     {data['reason']}")
-    installed = data.get("installed")
-    if data["state"] != SUCCEEDED and isinstance(installed, dict):
-        print(f"holds:   {installed_line(installed)}")
-    if data["state"] in (FAILED, "absent") and data["hint"]:
-        print(f"next:    {data['hint']}")
-    print(f"root:    {data['root']}")
-    print(f"log:     {known(data['log'], 'none yet')}")
+    print(result_json(data) if call.as_json else "\n".join(status_lines(data)))
     return 0
-
-
-def _seconds(value: object) -> Optional[float]:
-    return float(value) if isinstance(value, (int, float)) else None
 
 
 def wait(call: Call, settings: Settings) -> int:
@@ -81,7 +49,9 @@ def wait(call: Call, settings: Settings) -> int:
     while True:
         found = answer(settings, record_deaths=True)
         if found.state != RUNNING or found.record is None:
-            code = _finished(settings, found, reporter)
+            for line in found.ending(settings):
+                reporter.say(line)
+            code = ABSENT_EXIT if found.state == RUNNING else found.exit_code  # a run with no record: none to wait for
             break
         now = time.monotonic()
         if now >= next_beat:
@@ -96,34 +66,6 @@ def wait(call: Call, settings: Settings) -> int:
     if call.as_json:
         print(result_json(found.to_json(settings)))
     return code
-
-
-def _finished(settings: Settings, found: Answer, reporter: Reporter) -> int:
-    if found.state == SUCCEEDED:
-        twin = found.twin
-        what = (f"flydsl {known(twin.version)} ({known(twin.how)}) for {known(twin.python)}" if twin is not None
-                else "the env file")
-        reporter.say(f"succeeded: {what}; source {settings.env_file}")
-        return 0
-    there = found.installed
-    if found.state == FAILED and found.failure is not None:
-        failure = found.failure
-        reporter.say(f"failed (exit {failure.exit_code}) in step {known(failure.stage)}: {known(failure.reason)}")
-        marker = read_failure_marker(settings.fail_marker)
-        log = found.record.log if found.record is not None else (marker.log if marker is not None else "")
-        tail = list(marker.log_tail) if marker is not None and marker.run_id == found.run_id else None
-        tail = tail or tail_of(log)
-        if tail:
-            reporter.say(f"last lines of the log ({log}):\n" + "\n".join("    " + str(t) for t in tail))
-        if there is not None:
-            reporter.say(installed_line(there))
-        if found.hint:
-            reporter.say(f"next: {found.hint}")
-        return failure.exit_code
-    reporter.say(f"nothing to wait for: {found.reason}; {found.hint or start_hint()}")
-    if there is not None:
-        reporter.say(installed_line(there))
-    return ABSENT_EXIT
 
 
 def _gap(settings: Settings, twin: Optional[EnvTwin], environ: Mapping[str, str], absent: str) -> Optional[str]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import importlib.util
+import json
 import os
 import re
 import shlex
@@ -390,6 +391,9 @@ def run_checks(settings: Settings, environ: Mapping[str, str], *, checkout: Opti
 
 
 # -- the verdict ------------------------------------------------------------------------------------------
+DOCTOR_SCHEMA_VERSION = 1  # of `doctor --json`'s shape: a new key keeps it, a changed meaning does not
+
+
 @dataclass(frozen=True)
 class Diagnosis:
     strategy: Strategy
@@ -430,6 +434,22 @@ class Diagnosis:
         return {"strategy": self.strategy.value, "ok": self.ok, "exit_code": self.exit_code, "verdict": self.verdict(),
                 "needs": asdict(self.needs) if self.needs else None, "checks": [c.to_json() for c in self.checks],
                 "seconds": round(self.seconds, 3), "suggestion": self.suggestion}
+
+    def report(self, settings: Settings, as_json: bool) -> str:
+        """What `doctor` prints: one JSON object (docs/schema/doctor.schema.json), or a line per check, the verdict."""
+        if as_json:
+            return json.dumps({**self.to_json(), "schema_version": DOCTOR_SCHEMA_VERSION, "root": settings.root,
+                               "python": settings.python, "repo": settings.repo, "pin": settings.pin}, sort_keys=True)
+        lines = [f"ensure-flydsl doctor: strategy {settings.strategy}, root {settings.root}, python {settings.python}"]
+        if self.needs is not None:
+            lines.append(f"  the build needs {self.needs.summary()} (read from {self.needs.source})")
+        width = max(len(c.name) for c in self.checks)
+        lines += [line for check in self.checks for line in render_check(check, width)]
+        lines.append(("ok: " if self.ok else "NOT OK: ") + self.verdict() + f"  [{self.seconds:.1f} s]")
+        if not self.ok:
+            lines.append("  (UPPERCASE: blocks this strategy; provide: missing here, ensure-flydsl provides it "
+                         "privately)")
+        return "\n".join(lines)
 
 
 def diagnose(settings: Settings, environ: Mapping[str, str], *, reuse: Optional[ReuseCheck] = None,

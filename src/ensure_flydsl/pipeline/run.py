@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from typing import Optional, Union
+from typing import List, Mapping, Optional, Tuple, Union
 
 from ensure_flydsl.errors import EnsureError, ExitCode, Stage, disk_full_error, exit_code_of
 from ensure_flydsl.layout import host_cache_dir, timings_dir
@@ -13,18 +13,33 @@ from ensure_flydsl.pipeline.decide import check_provisionable, decide, decide_ag
 from ensure_flydsl.pipeline.lock import build_lock
 from ensure_flydsl.pipeline.provision import provision
 from ensure_flydsl.pipeline.publish import check_markers, publish, record_failure, withdraw_if_untrue
-from ensure_flydsl.pipeline.warm import try_warm
+from ensure_flydsl.pipeline.warm import current_fingerprint, keep_warm, try_warm
 from ensure_flydsl.probe.gate import same_folder
 from ensure_flydsl.result import Action, How, Result
 from ensure_flydsl.runs import timings
+from ensure_flydsl.runs.markers import read_env_json
 from ensure_flydsl.runs.progress import heartbeat, heartbeat_interval
-from ensure_flydsl.settings import host_id
+from ensure_flydsl.settings import Settings, host_id
 from ensure_flydsl.support.fields import short_text
 from ensure_flydsl.support.processes import unblock_stop_signals
+from ensure_flydsl.support.report import Reporter
 from ensure_flydsl.version import __version__
 from ensure_flydsl.ways import provisions
 from ensure_flydsl.ways.context import Decision, Run
 from ensure_flydsl.ways.store import repair_shared_files, shared_files_problem
+
+
+def ensure(settings: Settings, environ: Mapping[str, str], reporter: Reporter,
+           warm_key: Optional[List[str]] = None) -> Tuple[Result, bool]:
+    """The answer, and whether it was warm: the last success's when nothing changed (the front door then answers
+    the next call with the raw inputs ``warm_key``), else the pipeline's."""
+    result = None if settings.verify else try_warm(settings, environ)
+    if result is None:
+        return ensure_run(Run(settings, reporter, environ, warm_key=warm_key)), False
+    twin = read_env_json(settings.env_json)
+    if twin is not None and warm_key is not None:
+        keep_warm(settings, environ, warm_key, twin, current_fingerprint(settings, environ, twin))
+    return result, True
 
 
 def ensure_run(run: Run) -> Result:

@@ -15,13 +15,16 @@ from ensure_flydsl.runs.markers import (
     EnvTwin,
     Failure,
     installed,
+    installed_line,
     installed_twin,
     read_failure_marker,
+    tail_of,
     twin_gap,
 )
 from ensure_flydsl.runs.records import FAILED, RUNNING, SUCCEEDED, RunRecord, RunStore, is_run_id, sibling_roots
 from ensure_flydsl.settings import Request, Settings
 from ensure_flydsl.support.launcher import command
+from ensure_flydsl.support.report import fmt_seconds, known
 
 ABSENT = "absent"
 ABSENT_EXIT = 1  # `wait`, `env` and `verify` when nothing answers the request
@@ -71,6 +74,57 @@ class Answer:
         else:
             data["reason"] = self.reason
         return data
+
+    def ending(self, settings: Settings) -> List[str]:
+        """What `wait` says of a run that ended: how, the log's last lines, what the root holds, what to do next."""
+        if self.state == SUCCEEDED:
+            twin = self.twin
+            what = (f"flydsl {known(twin.version)} ({known(twin.how)}) for {known(twin.python)}" if twin is not None
+                    else "the env file")
+            return [f"succeeded: {what}; source {settings.env_file}"]
+        holds = [] if self.installed is None else [installed_line(self.installed)]
+        failure = self.failure
+        if self.state != FAILED or failure is None:
+            return [f"nothing to wait for: {self.reason}; {self.hint or start_hint()}", *holds]
+        marker = read_failure_marker(settings.fail_marker)
+        log = self.record.log if self.record is not None else (marker.log if marker is not None else "")
+        tail = list(marker.log_tail) if marker is not None and marker.run_id == self.run_id else None
+        tail = tail or tail_of(log)
+        lines = [f"failed (exit {failure.exit_code}) in step {known(failure.stage)}: {known(failure.reason)}"]
+        if tail:
+            lines.append(f"last lines of the log ({log}):\n" + "\n".join("    " + str(t) for t in tail))
+        return [*lines, *holds, *([f"next: {self.hint}"] if self.hint else [])]
+
+
+def status_lines(data: Dict[str, object]) -> List[str]:
+    """``status`` in words, from its result object: a line per fact, each labelled."""
+    lines = [f"state:   {data['state']}"]
+    if data["state"] == RUNNING:
+        percent = f" {data['percent']}%" if data["percent"] is not None else ""
+        late = f" (overdue {fmt_seconds(_seconds(data['overdue_s']))})" if data.get("overdue_s") else ""
+        lines += [f"step:    {known(data['step'], 'starting')}{percent}",
+                  f"elapsed: {fmt_seconds(_seconds(data['elapsed_s']))}  ETA: {fmt_seconds(_seconds(data['eta_s']))}"
+                  f"{late}", f"pid:     {known(data['pid'])} (run {known(data['run_id'])})"]
+        if isinstance(data["waiting_for"], dict):
+            lines.append(f"waiting: for {data['waiting_for'].get('text')} (the build lease in the cache)")
+    elif data["state"] == SUCCEEDED:
+        lines += [f"flydsl:  {known(data['version'])} ({known(data['how'])}) for {known(data['python'])}",
+                  f"env:     {known(data['env_file'])}"]
+    elif data["state"] == FAILED:
+        lines.append(f"failed:  exit {known(data['exit_code'])} in step {known(data['stage'])}: "
+                     f"{known(data['reason'])}")
+    elif data["reason"]:
+        lines.append(f"why:     {data['reason']}")
+    installed = data.get("installed")
+    if data["state"] != SUCCEEDED and isinstance(installed, dict):
+        lines.append(f"holds:   {installed_line(installed)}")
+    if data["state"] in (FAILED, ABSENT) and data["hint"]:
+        lines.append(f"next:    {data['hint']}")
+    return [*lines, f"root:    {data['root']}", f"log:     {known(data['log'], 'none yet')}"]
+
+
+def _seconds(value: object) -> Optional[float]:
+    return float(value) if isinstance(value, (int, float)) else None
 
 
 def answers(settings: Settings, twin: EnvTwin) -> str:

@@ -17,10 +17,11 @@ from packaging.version import InvalidVersion
 from ensure_flydsl import layout
 from ensure_flydsl.errors import FAILURE_CODES, Stage
 from ensure_flydsl.result import LINK_MODES, How, Result, TreeIdentity
-from ensure_flydsl.settings import Request, release_at_least, same_repo
+from ensure_flydsl.settings import Request, release_at_least
 from ensure_flydsl.support import faults, fields, space
 from ensure_flydsl.support.fields import checked
 from ensure_flydsl.support.files import atomic_write, atomic_write_json, file_path_problem, read_json, remove_file
+from ensure_flydsl.support.urls import same_repo
 from ensure_flydsl.version import __version__
 from ensure_flydsl.warm import without_folders
 

@@ -19,6 +19,8 @@ from ensure_flydsl.runs.records import KINDS, RunRecord, is_new_run_id, is_run_i
 from ensure_flydsl.support import fields
 from ensure_flydsl.support.fields import checked
 from ensure_flydsl.support.files import atomic_write_json, read_regular
+from ensure_flydsl.support.report import fmt_seconds
+from ensure_flydsl.support.space import size_text
 
 TIMING_VERSION = 1
 KEEP_RUNS = 500  # a few hundred KB: a month of a busy host's runs
@@ -294,6 +296,49 @@ class Summary:
                 "lease_wait": self.lease_wait.to_json(), "bytes_fetched": fetched,
                 "cache": {what: dict(counts) for what, counts in self.cache.items()},
                 "link_modes": dict(self.link_modes)}
+
+    def lines(self) -> List[str]:
+        """What ``stats`` says of the runs as a whole."""
+        if not self.runs:
+            return ["no runs recorded yet (every ensure run that is not answered warm writes one)"]
+        lines = [f"{runs_text(self.runs)}: " + ", ".join(f"{way} {n}" for way, n in self.ways.items()),
+                 f"median total {seconds_text(self.total.median)}"]
+        if self.stages:
+            lines.append("median per stage: " + ", ".join(f"{stage} {seconds_text(f.median)}"
+                                                          for stage, f in self.stages.items()))
+        if self.where:
+            lines.append("where the time went: " + ", ".join(f"{w.stage} {100 * w.share:.0f}%" for w in self.where))
+        for figures, what in ((self.lock_wait, "lock waits"), (self.lease_wait, "build lease waits")):
+            if figures.count:
+                lines.append(f"{what}: median {seconds_text(figures.median)}, {seconds_text(figures.total)} in all "
+                             f"({runs_text(figures.count)})")
+        if self.fetched.count:
+            by = ", ".join(f"{what} {size_text(size)}" for what, size in self.fetched_by.items())
+            lines.append(f"fetched: {size_text(self.fetched.total)} in {runs_text(self.fetched.count)} ({by})")
+        for what, counts in self.cache.items():
+            lines.append(f"binary cache, {what}: {counts.get(HIT, 0)} hit(s), {counts.get(MISS, 0)} miss(es)")
+        if self.link_modes:
+            lines.append("host store links: " + ", ".join(f"{m} {n}" for m, n in self.link_modes.items()))
+        return lines
+
+
+def runs_text(count: int) -> str:
+    return f"{count} run" if count == 1 else f"{count} runs"
+
+
+def seconds_text(seconds: Optional[float]) -> str:
+    """Tenths of a second below a minute (a warm host's runs take seconds)."""
+    return "unknown" if seconds is None else f"{seconds:.1f}s" if seconds < 60 else fmt_seconds(seconds)
+
+
+def table(runs: Sequence[TimingRecord]) -> List[str]:
+    """A line per run (its id, host, root, way, exit code, total) with its stages last."""
+    rows = [("run", "host", "root", "way", "exit", "total", "stages")]
+    for run in runs:
+        steps = ", ".join(f"{stage} {seconds_text(seconds)}" for stage, seconds in run.stages.items())
+        rows.append((run.run_id, run.host, run.root, run.way, str(run.exit_code), seconds_text(run.total_s), steps))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    return ["  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[-1] for row in rows]
 
 
 def _counts(values: Iterable[Optional[str]], order: Iterable[str]) -> Dict[str, int]:

@@ -27,7 +27,6 @@ from ensure_flydsl.layout import (
     state_dir,
 )
 from ensure_flydsl.result import How
-from ensure_flydsl.settings import same_repo
 from ensure_flydsl.source.git import Checkout, read_git
 from ensure_flydsl.support import fields
 from ensure_flydsl.support.fields import Record, checked
@@ -40,6 +39,7 @@ from ensure_flydsl.support.files import (
     rename_into_place,
 )
 from ensure_flydsl.support.processes import CommandFailed
+from ensure_flydsl.support.urls import same_repo
 
 # Files a root may hold that are ours by contract (the bash executor wrote them too), not somebody's work.
 CONTRACT_FILES = (ENV_FILE_NAME, ENV_JSON_NAME)

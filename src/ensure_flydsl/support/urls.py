@@ -1,7 +1,8 @@
-"""URLs as messages show them."""
+"""URLs as messages show them, and when two name one repository."""
 
 from __future__ import annotations
 
+import os
 import re
 import urllib.parse
 
@@ -30,3 +31,14 @@ def repo_identity(repo: str) -> str:
     text = text[:-4] if text.endswith(".git") else text
     host, _, path = text.partition("/")
     return (host.lower() + "/" + path) if path else host.lower()
+
+
+def same_repo(url_a: str, url_b: str) -> bool:
+    """Whether two repository addresses name one repository (``.git``, ``file://`` and slashes aside)."""
+
+    def norm(url: str) -> str:
+        url = url.strip().removeprefix("file://").rstrip("/").removesuffix(".git")
+        url = os.path.normpath(url) if url.startswith("/") else url
+        return url.rstrip("/").lower() if "://" in url or "@" in url else url.rstrip("/")
+
+    return norm(url_a) == norm(url_b)
