@@ -19,16 +19,16 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import zlib
-from typing import IO, Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import IO, Any, Callable, Dict, Iterator, Optional, Tuple
 
 from ensure_flydsl import layout
 from ensure_flydsl.support import processes
 from ensure_flydsl.support.files import remove_tree, rename_into_place
 from ensure_flydsl.support.space import size_text
 from ensure_flydsl.support.urls import shown_location
-from ensure_flydsl.trees.archive import member_of
+from ensure_flydsl.trees import archive
 from ensure_flydsl.trees.backends import CacheCorrupt, remote_options
-from ensure_flydsl.trees.manifest import CHUNK, Member, cache_key, check_members
+from ensure_flydsl.trees.manifest import CHUNK, cache_key, check_members
 from ensure_flydsl.trees.remote import Cache
 from ensure_flydsl.ways.cache import provider as cached
 from ensure_flydsl.ways.cache.fleet import Turn, end_turn, holding, take_turn
@@ -119,7 +119,7 @@ def opened(url: str, timeout: float) -> Iterator[Tuple[str, Optional[int], IO[by
 
 def download(url: str, dest: str, timeout: float, say: Callable[[str], None]) -> int:
     """The URL's bytes into the file ``dest``, a line at least every BEAT_S; the byte count."""
-    got, beat = 0, Beat(say)
+    got, last = 0, time.monotonic()
     with opened(url, timeout) as (found, size, src):
         if size is not None and size > MAX_DOWNLOAD:
             raise Unusable(f"{shown_location(url)} is {size_text(size)}, more than the {size_text(MAX_DOWNLOAD)} "
@@ -133,7 +133,9 @@ def download(url: str, dest: str, timeout: float, say: Callable[[str], None]) ->
                     got += len(chunk)
                     if got > MAX_DOWNLOAD:
                         raise Unusable(f"{shown_location(url)} sent more than {size_text(MAX_DOWNLOAD)}")
-                    beat(f"{size_text(got)}{total} received")
+                    if time.monotonic() - last >= BEAT_S:  # an agent polls a log that must not fall silent
+                        last = time.monotonic()
+                        say(f"prebuilt MLIR: {size_text(got)}{total} received")
         except (socket.timeout, TimeoutError):
             raise Unusable(f"the download of {shown_location(url)} stopped: nothing received for {timeout:g} s "
                            f"after {size_text(got)}") from None
@@ -144,76 +146,28 @@ def download(url: str, dest: str, timeout: float, say: Callable[[str], None]) ->
     return got
 
 
-def unpack(tarball: str, folder: str, say: Callable[[str], None]) -> str:
-    """The install in ``tarball`` unpacked under the new ``folder`` (each member checked before anything is
-    written: nothing outside it, no link out, no device, bounded sizes); the install's folder."""
-    beat = Beat(say)
+def unpack(tarball: str, folder: str) -> str:
+    """The install in ``tarball`` unpacked under the new ``folder`` with the checks a cache entry gets (nothing
+    outside it, no link out, no device or hard link, bounded sizes); the install's folder."""
     try:
         with tarfile.open(tarball, "r:gz") as tar:
-            pairs = _members(tar, beat)
-            check_members([member for _, member in pairs])
-            top = {member.path.split("/")[0] for _, member in pairs}
+            members = archive.read_members(tar, MAX_MEMBERS, MAX_UNPACKED)
+            check_members(members)
             os.makedirs(folder)
-            for done, (info, member) in enumerate(pairs):
-                _write(tar, info, member, folder)
-                beat(f"{done} of {len(pairs)} members written")
+            archive.extract_checked(tar, folder, members)
+        archive.set_modes(folder, members)
     except (tarfile.TarError, EOFError, ValueError, zlib.error, gzip.BadGzipFile) as exc:
         raise Unusable(f"it is not a readable tar.gz ({exc})") from None
     except OSError as exc:
         raise Unusable(f"it could not be unpacked into {folder} ({exc})") from None
     except CacheCorrupt as exc:
         raise Unusable(f"it is refused: {exc}") from None
+    top = {m.path.split("/")[0] for m in members}
     only = next(iter(top)) if len(top) == 1 else None
     install = os.path.join(folder, only) if only and os.path.isdir(os.path.join(folder, only)) else folder
     if not os.path.isfile(os.path.join(install, *CONFIG.split("/"))):
         raise Unusable(f"it is not an MLIR install: it has no {CONFIG}")
     return install
-
-
-class Beat:
-    """Says how far a long step is, at most every BEAT_S: an agent polls a log that must not fall silent."""
-
-    def __init__(self, say: Callable[[str], None]) -> None:
-        self.say, self.last = say, time.monotonic()
-
-    def __call__(self, where: str) -> None:
-        if time.monotonic() - self.last >= BEAT_S:
-            self.last = time.monotonic()
-            self.say(f"prebuilt MLIR: {where}")
-
-
-def _members(tar: tarfile.TarFile, beat: Beat) -> List[Tuple[tarfile.TarInfo, Member]]:
-    """Its members (a leading ``./`` dropped, the ``.`` entry skipped), within the bounds."""
-    found: List[Tuple[tarfile.TarInfo, Member]] = []
-    total = 0
-    for info in tar:
-        beat(f"{len(found)} members read")
-        info.name = (info.name[2:] if info.name.startswith("./") else info.name).rstrip("/")
-        if info.name in ("", "."):
-            continue
-        member = member_of(info)
-        total += member.size
-        if len(found) >= MAX_MEMBERS or total > MAX_UNPACKED:
-            raise CacheCorrupt(f"it holds more than {MAX_MEMBERS} members or {size_text(MAX_UNPACKED)}")
-        found.append((info, member))
-    return found
-
-
-def _write(tar: tarfile.TarFile, info: tarfile.TarInfo, member: Member, folder: str) -> None:
-    path = os.path.join(folder, *member.path.split("/"))
-    if member.type == "dir":
-        os.makedirs(path, exist_ok=True)
-    elif member.type == "symlink":
-        os.symlink(str(member.target), path)
-    else:
-        src = tar.extractfile(info)
-        if src is None:
-            raise CacheCorrupt(f"member {member.path!r} has no data")
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-        with src, os.fdopen(os.open(path, flags, 0o600), "wb") as out:
-            shutil.copyfileobj(src, out, CHUNK)
-    if member.type != "symlink":
-        os.chmod(path, (member.mode & 0o755) | (0o700 if member.type == "dir" else 0o600))
 
 
 def recorded_revision(install: str) -> Optional[str]:
@@ -249,7 +203,7 @@ def fetch(setting: str, commit: str, dest: str, timeout: float, say: Callable[[s
         tarball = os.path.join(scratch, "mlir.tar.gz")
         size = download(url, tarball, timeout, say)
         say(f"prebuilt MLIR: unpacking {size_text(size)}")
-        install = unpack(tarball, os.path.join(scratch, "install"), say)
+        install = unpack(tarball, os.path.join(scratch, "install"))
         how = accepted(install, commit, setting)
         rename_into_place(install, dest)
         return size, how
