@@ -61,6 +61,7 @@ BAD_VALUES: Dict[str, Sequence[str]] = {
     "exact_pin": ["maybe"],
     "cache_signing_key": ["/nonexistent/ci.secret"],
     "cache_trusted_keys": ["", "ci-2026:not-base64"],
+    "mlir_url": ["llvm.tar.gz"],
 }
 # Variables read outside the settings table, with the check that refuses a bad value.
 OTHER_VARIABLES: Tuple[Tuple[str, str, Callable[[str], object]], ...] = (

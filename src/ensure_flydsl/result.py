@@ -81,6 +81,7 @@ class Result(TreeIdentity):
     elapsed_s: Optional[float] = None  # the whole call
     link_mode: Optional[str] = None  # reflink, hardlink or copy: how the host store gave the root its tree
     conflicts: List[Dict[str, Optional[str]]] = field(default_factory=list)  # other FlyDSL users it breaks
+    mlir: Optional[str] = None  # a source build's MLIR: built, cached, prebuilt URL or given PATH
 
     @property
     def built(self) -> bool:

@@ -231,6 +231,24 @@ def parse_cache(name: str, value: str) -> str:
     return value
 
 
+MLIR_URL_ALLOWED = ("off, triton (Triton's public LLVM builds), or the URL of a tar.gz holding an LLVM/MLIR install "
+                    "(http, https, file or an fsspec URL), {llvm} or {llvm8} standing for the pin's LLVM commit")
+
+
+def parse_mlir_url(name: str, value: str) -> str:
+    _utf8(name, value, "a URL")
+    if value in ("off", "triton"):
+        return value
+    rest = re.sub(r"\{llvm8?\}", "", value)  # no other braces: a typo such as {llvm_commit} would go unfilled
+    if _CONTROL.search(value) or not re.match(_URL, value) or "{" in rest or "}" in rest:
+        raise BadInput(name, shown_location(value), MLIR_URL_ALLOWED)
+    scheme = value.split("://", 1)[0].lower()
+    if scheme not in ("http", "https", "file") and importlib.util.find_spec("fsspec") is None:
+        raise BadInput(name, shown_location(value), f"a {scheme}:// URL needs fsspec, which this Python lacks: "
+                       + extra_remedy("s3", "use an http, https or file URL"))
+    return value
+
+
 def parse_git_mirrors(name: str, value: str) -> GitMirrors:
     _utf8(name, value, "URL prefixes")
     if _CONTROL.search(value.replace("\t", " ").replace("\n", " ")):  # tabs and newlines separate pairs
@@ -456,6 +474,10 @@ class Settings(Request):
                                            "one of them signed", default=(), kind=LIST, metavar="KEY")
     store: Optional[str] = _row("FLYDSL_STORE", "--store", parse_store, "store", "the host store roots copy their "
                                 "trees from (default: in the user's cache folder; off: none)")
+    mlir_url: str = _row("FLYDSL_MLIR_URL", "--mlir-url", parse_mlir_url, "build",
+                         "a prebuilt LLVM/MLIR install to build FlyDSL against: triton, a tar.gz URL ({llvm}, {llvm8} "
+                         "filled in) or off (default); checked by content, the LLVM build is the fallback",
+                         default="off")
     # Where each value came from, for messages: the flag or the variable as the user spelled it.
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
 

@@ -47,7 +47,7 @@ OWN_FLAGS = {"ensure": ["--json"], "start": ["--json"], "wait": ["--timeout", "-
 ROOTLESS = {"skill", "help", "completion", "stats"}  # about no root: no setting flags (stats' --root is a filter)
 # A setting's flag, and what only a full list of every setting shows: its variable.
 SETTING_FLAG = re.compile(r"--(root|lock-file|fail-marker|python|require|min-version|exact-pin|verify|probe-timeout"
-                          r"|pin|repo|strategy|git-mirror|jobs|lock-timeout|rocm-path|mlir-path|fix-rocm-in-place"
+                          r"|pin|repo|strategy|git-mirror|jobs|lock-timeout|rocm-path|mlir-path|mlir-url|fix-rocm-in-place"
                           r"|shim-dir|vllm-moe|cache|lease-ttl|cache-signing-key|cache-trusted-key|store)(?![\w-])")
 
 

@@ -84,6 +84,21 @@ def test_source_build_is_not_started_for_a_module_the_interpreter_lacks(ws: Work
     assert waited.returncode == 6 and "in step requirements" in waited.stderr + waited.stdout
 
 
+def test_the_remedy_names_a_command_that_exists_for_an_interpreter_without_pip(
+        ws: Workspace, own_repo: FixtureRepo, tmp_path: "os.PathLike[str]") -> None:
+    venv = os.path.join(str(tmp_path), "bare")
+    subprocess.run([getattr(sys, "_base_executable", sys.executable), "-m", "venv", "--without-pip", venv], check=True)
+    python = os.path.join(venv, "bin", "python")
+    path = os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep) if not os.path.exists(os.path.join(p, "uv")))
+    out = ws.run(FLYDSL_REPO=own_repo.url, FLYDSL_PIN=kernels_need_missing(own_repo), FLYDSL_PYTHON=python, PATH=path)
+    assert out.returncode == 6, out.stderr
+    said = f"`{python} -m ensurepip --upgrade` ({python} has no pip), then `{python} -m pip install {MISSING}`"
+    assert said in " ".join(out.stderr.split())
+    # The command named exists there: after it, the interpreter has pip.
+    subprocess.run([python, "-m", "ensurepip", "--upgrade"], check=True, capture_output=True)
+    assert subprocess.run([python, "-m", "pip", "--version"], capture_output=True).returncode == 0
+
+
 def test_a_module_reached_through_flydsls_init_chain(ws: Workspace, own_repo: FixtureRepo) -> None:
     init = '"""Fixture stand-in for FlyDSL."""\n__version__ = "0.2.2"\nfrom .runtime import device as device\n'
     sha = own_repo.commit("init-chain", "0.2.2", files={

@@ -124,23 +124,25 @@ def test_the_patch_and_the_profile_are_in_the_mlir_key(tmp_path: "os.PathLike[st
     ws = host(tmp_path, own_repo, "a", cache)
     first = ok(ws, FLYDSL_PIN=p1, FLYDSL_REQUIRE=require)
     assert f"{LLVM_PATCH} " in first and counts(ws.counter, "llvm") == [LLVM_HASH_A]
+    with open(os.path.join(ws.base, "llvm-project", "mlir_install", "llvm-profile.txt")) as handle:
+        assert handle.read().strip() == "amd-minimal"  # what FlyDSL needs, unless the caller says otherwise
     ok(ws, FLYDSL_PIN=p2, FLYDSL_REQUIRE=require)
     assert counts(ws.counter, "llvm") == [LLVM_HASH_A] * 2, "another patch: MLIR built again"
-    ok(ws, FLYDSL_PIN=p3, FLYDSL_REQUIRE=require, LLVM_BUILD_PROFILE="amd-minimal")
+    ok(ws, FLYDSL_PIN=p3, FLYDSL_REQUIRE=require, LLVM_BUILD_PROFILE="full")
     assert counts(ws.counter, "llvm") == [LLVM_HASH_A] * 3, "another profile: MLIR built again"
     with open(os.path.join(ws.base, "llvm-project", "mlir_install", "llvm-profile.txt")) as handle:
-        assert handle.read().strip() == "amd-minimal"
+        assert handle.read().strip() == "full"
     keys = [m["fields"] for m in mlir_manifests(cache)]
     assert len(keys) == 3 and len({json.dumps(k, sort_keys=True) for k in keys}) == 3
     patches = {str(k["files"]) for k in keys if isinstance(k, dict)}  # type: ignore[index]
     assert len(patches) == 2
     profiles = sorted(str(k.get("environment")) for k in keys if isinstance(k, dict))
-    assert profiles == ["None", "None", "{'LLVM_BUILD_PROFILE': 'amd-minimal'}"]
+    assert profiles == ["{'LLVM_BUILD_PROFILE': 'amd-minimal'}"] * 2 + ["{'LLVM_BUILD_PROFILE': 'full'}"]
     # The same inputs again are found: built here before (no build), and for another host in the cache.
-    ok(ws, FLYDSL_PIN=p4, FLYDSL_REQUIRE=require, LLVM_BUILD_PROFILE="amd-minimal")
+    ok(ws, FLYDSL_PIN=p4, FLYDSL_REQUIRE=require, LLVM_BUILD_PROFILE="full")
     assert counts(ws.counter, "llvm") == [LLVM_HASH_A] * 3
     other = host(tmp_path, own_repo, "b", cache)
-    assert "cache: fetching MLIR" in ok(other, FLYDSL_PIN=p5, FLYDSL_REQUIRE=require, LLVM_BUILD_PROFILE="amd-minimal")
+    assert "cache: fetching MLIR" in ok(other, FLYDSL_PIN=p5, FLYDSL_REQUIRE=require, LLVM_BUILD_PROFILE="full")
     assert counts(other.counter, "llvm") == []
 
 
@@ -244,8 +246,8 @@ def test_the_doctor_reads_the_llvm_inputs_the_pin_has(tmp_path: "os.PathLike[str
                            f"thirdparty/llvm-build-info.json, {LLVM_PATCH} "), said
     ok(ws, FLYDSL_PIN=pin, FLYDSL_REQUIRE=require)
     assert mlir(doctor()).startswith("[ok] MLIR for LLVM 222222222222 from thirdparty/llvm-build-info.json")
-    other = mlir(doctor(LLVM_BUILD_PROFILE="amd-minimal"))
-    assert other.startswith("[skipped]") and "LLVM_BUILD_PROFILE=amd-minimal" in other, other
+    other = mlir(doctor(LLVM_BUILD_PROFILE="full"))  # every target: not what the minimal build made
+    assert other.startswith("[skipped]") and "LLVM_BUILD_PROFILE=full" in other, other
 
 
 # -- issue 26 item 11: upstream after the snapshot ("next"): PYTHON_EXECUTABLE, its pip, FLY_BUILD_DIR ------

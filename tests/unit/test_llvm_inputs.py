@@ -75,9 +75,12 @@ def test_the_commit_from_llvm_hash_txt_and_from_llvm_build_info_json() -> None:
     assert new.files == (("thirdparty/llvm-fix.patch", digest),)
     assert new.key("cpython-311") == {"llvm_commit": LLVM_HASH_B, "abi": "cpython-311",
                                       "script": hashlib.sha256(INFO_SCRIPT.encode()).hexdigest(),
-                                      "files": {"thirdparty/llvm-fix.patch": digest}}
-    # The v0.2.2 shape keeps the key it always had: no empty "files" or "environment".
-    assert set(old.key("cpython-311") or {}) == {"llvm_commit", "abi", "script"}
+                                      "files": {"thirdparty/llvm-fix.patch": digest},
+                                      "environment": {"LLVM_BUILD_PROFILE": "amd-minimal"}}  # (the tool's default)
+    # The v0.2.2 shape keeps the key it always had for the build with every target: no empty "files" or
+    # "environment"; the tool's own build names its targets.
+    assert set(old.key("cpython-311", minimal=False) or {}) == {"llvm_commit", "abi", "script"}
+    assert (old.key("cpython-311") or {})["environment"] == {"LLVM_TARGETS_TO_BUILD": "X86;AMDGPU"}
 
 
 def test_every_input_changes_the_key_and_nothing_else_does() -> None:
@@ -87,7 +90,7 @@ def test_every_input_changes_the_key_and_nothing_else_does() -> None:
         read(INFO_SCRIPT, info=info(LLVM_HASH_B), **{"llvm-fix.patch": "p1"}),
         read(INFO_SCRIPT, info=info(LLVM_HASH_A), **{"llvm-fix.patch": "p2"}),
         read(INFO_SCRIPT + "\n# edited\n", info=info(LLVM_HASH_A), **{"llvm-fix.patch": "p1"}),
-        read(INFO_SCRIPT, {"LLVM_BUILD_PROFILE": "amd-minimal"}, info=info(LLVM_HASH_A), **{"llvm-fix.patch": "p1"}),
+        read(INFO_SCRIPT, {"LLVM_BUILD_PROFILE": "full"}, info=info(LLVM_HASH_A), **{"llvm-fix.patch": "p1"}),
         read(INFO_SCRIPT, {"LLVM_ENABLE_RUNTIMES": ""}, info=info(LLVM_HASH_A), **{"llvm-fix.patch": "p1"}),
         read(INFO_SCRIPT, {"LLVM_NEXT_KNOB": "off"}, info=info(LLVM_HASH_A), **{"llvm-fix.patch": "p1"}),
         read(INFO_SCRIPT, info=info(LLVM_HASH_A), **{"llvm-fix.patch": None}),
@@ -105,6 +108,17 @@ def test_every_input_changes_the_key_and_nothing_else_does() -> None:
     ]
     assert [c.key("cp") for c in same] == [key, key]
     assert same[1].commit_from == "LLVM_COMMIT"
+
+
+def test_only_what_flydsl_needs_is_built_where_the_script_lets_the_caller_say_so() -> None:
+    profile = read(INFO_SCRIPT, info=info(LLVM_HASH_A))
+    assert profile.minimal == (("LLVM_BUILD_PROFILE", "amd-minimal"),)
+    assert "environment" not in (profile.key("cp", minimal=False) or {})  # the build with every target
+    assert read(HASH_SCRIPT, hash=LLVM_HASH_A).minimal == (("LLVM_TARGETS_TO_BUILD", "X86;AMDGPU"),)
+    chosen = read(INFO_SCRIPT, {"LLVM_BUILD_PROFILE": "full"}, info=info(LLVM_HASH_A))
+    assert chosen.minimal == () and (chosen.key("cp") or {})["environment"] == {"LLVM_BUILD_PROFILE": "full"}
+    silent = read(HASH_SCRIPT.replace("LLVM_TARGETS_TO_BUILD", "TARGETS"), hash=LLVM_HASH_A)
+    assert silent.minimal == () and "environment" not in (silent.key("cp") or {})  # nothing to say it with
 
 
 def test_llvm_ref_wins_over_llvm_commit_and_the_file_but_only_where_the_script_honours_it() -> None:

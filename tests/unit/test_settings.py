@@ -51,7 +51,7 @@ def test_every_setting_has_a_variable_and_a_flag() -> None:
     assert names == {"root", "min_version", "pin", "repo", "lock_file", "fail_marker", "rocm_path", "mlir_path",
                      "python", "shim_dir", "vllm_moe", "require", "strategy", "jobs", "lock_timeout", "probe_timeout",
                      "cache", "lease_ttl", "verify", "fix_rocm_in_place", "git_mirrors", "exact_pin",
-                     "cache_signing_key", "cache_trusted_keys", "store"}
+                     "cache_signing_key", "cache_trusted_keys", "store", "mlir_url"}
     assert all(s.env and s.flag.startswith("--") for s in SETTINGS)
 
 

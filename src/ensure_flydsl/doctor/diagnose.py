@@ -10,6 +10,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import sys
 import time
 from dataclasses import asdict, dataclass, replace
@@ -51,6 +52,7 @@ from ensure_flydsl.ways.checks import (
     skipped,
 )
 from ensure_flydsl.ways.release.checks import release_instead
+from ensure_flydsl.ways.release.download import has_pip
 from ensure_flydsl.ways.source.checks import llvm_step_needed
 from ensure_flydsl.ways.source.tools import find_executable_tool
 from ensure_flydsl.ways.table import ways_for
@@ -255,12 +257,22 @@ def problem(finding: Finding) -> Optional[Tuple[str, str, str]]:
     names = " ".join(r.module for r in finding.missing)
     reason = (f"{finding.python} cannot import {finding.names(finding.missing)}, which the pin's code imports "
               f"unconditionally: {said}")
-    remedy = (f"install {names} for {finding.python} (for example `{shlex.quote(finding.python)} -m pip install "
-              f"{names}`; a package's pip name may differ from its module's, and torch for ROCm comes from its own "
-              "index), or set FLYDSL_PYTHON to an interpreter that has them; then run again")
+    remedy = (f"install {names} for {finding.python} (for example {install_example(finding.python, names)}; a "
+              "package's pip name may differ from its module's, and torch for ROCm comes from its own index), or set "
+              "FLYDSL_PYTHON to an interpreter that has them; then run again")
     chains = [f" (reached from {' -> '.join(r.via)})" if r.via else "" for r in finding.missing]
     detail = "\n".join(f"{r.module}: imported by {r.where()}{chain}" for r, chain in zip(finding.missing, chains))
     return reason, remedy, detail
+
+
+def install_example(python: str, names: str) -> str:
+    """A command that installs ``names`` for ``python`` and exists here: its pip, else uv's, else pip first."""
+    quoted = shlex.quote(python)
+    if has_pip(python):
+        return f"`{quoted} -m pip install {names}`"
+    if shutil.which("uv"):
+        return f"`uv pip install --python {quoted} {names}` ({python} has no pip)"
+    return f"`{quoted} -m ensurepip --upgrade` ({python} has no pip), then `{quoted} -m pip install {names}`"
 
 
 def stop_if_missing(finding: Finding) -> None:

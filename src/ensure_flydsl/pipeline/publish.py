@@ -106,7 +106,10 @@ def publish(run: Run, decision: Decision, action: Action) -> Result:
         VLLM_USE_FLYDSL_MOE="1" if settings.vllm_moe else None,
         pin=decision.pin, repo=decision.repo, run_id=run.run_id, built=action == Action.PROVISIONED,
         elapsed_s=round(elapsed, 3), link_mode=decision.link_mode, conflicts=conflicts,
+        mlir=run.facts.mlir if decision.how == How.BUILT else None,
     )
+    if twin.mlir is not None:
+        run.say(f"mlir: {twin.mlir}")
     text = twin.exports.text()
     there = markers.read_env_json(settings.env_json)
     as_read = markers.EnvTwin.from_json(json.loads(json.dumps(twin.to_json())))  # as it reads back

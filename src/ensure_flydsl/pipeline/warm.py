@@ -78,7 +78,7 @@ def result_of(settings: Settings, environ: Mapping[str, str], twin: EnvTwin, act
         files={str(k): str(v) for k, v in twin.files.items()}, action=action, root=settings.root,
         env=exports(settings, twin).mapping(environ.get("PYTHONPATH")), env_file=settings.env_file,
         prepend=list(twin.pythonpath_prepend), durations=durations, run_id=run_id, reason=reason, log=log,
-        elapsed_s=elapsed_s, link_mode=twin.link_mode, conflicts=list(twin.conflicts),
+        elapsed_s=elapsed_s, link_mode=twin.link_mode, conflicts=list(twin.conflicts), mlir=twin.mlir,
     )
 
 

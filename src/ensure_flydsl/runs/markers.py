@@ -139,6 +139,7 @@ class EnvTwin(TreeIdentity):
     elapsed_s: Optional[float] = checked(fields.seconds, None, lenient=True)
     link_mode: Optional[str] = checked(lambda v: fields.one_of(v, LINK_MODES), None, lenient=True)
     conflicts: List[Dict[str, Optional[str]]] = checked(_conflicts, factory=list, lenient=True)
+    mlir: Optional[str] = checked(fields.text, None, lenient=True)  # where a source build's MLIR came from
 
     # What says which tree answers which request; the rest records when and by what it was written.
     ANSWER_FIELDS = ("request", "how", "tree", "version", "python", "python_version", "abi", "commit", "files",

@@ -30,7 +30,8 @@ ROUNDING_S = 0.001  # a record's seconds are rounded to milliseconds: its stages
 # The way a run took: what its call did (result.py: Action), the tree's origin when it made one (How), or failed.
 FAILED = "failed"
 WAYS = ("warm", "verified", "reused", "built", "released", "cached", FAILED)
-FETCHES = ("git", "wheel", "cache")  # the pin's objects, the release wheel, the binary cache's blobs
+FETCHES = ("git", "wheel", "cache", "prebuilt")  # the pin's objects, the release wheel, the binary cache's blobs, a
+# prebuilt MLIR (FLYDSL_MLIR_URL)
 LOOKUPS = ("tree", "mlir")  # what a run looks up in the binary cache
 LINK_MODES = (*COPY_MODES, "hardlink")  # hardlink: the store of an earlier version linked the tree
 HIT, MISS = "hit", "miss"
@@ -45,6 +46,7 @@ class RunFacts:
     fetched: Dict[str, int] = field(default_factory=dict)  # FETCHES: bytes
     cache: Dict[str, str] = field(default_factory=dict)  # LOOKUPS: HIT or MISS (the last one)
     lease_wait_s: Optional[float] = None  # None: the run took no turn at a build lease
+    mlir: Optional[str] = None  # where a source build's MLIR came from: built, cached, prebuilt URL, given PATH
 
     def add_fetched(self, what: str, size: Optional[int]) -> None:
         if size is not None and size >= 0:

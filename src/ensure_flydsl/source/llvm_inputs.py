@@ -20,6 +20,9 @@ COMMIT_VARIABLES = ("LLVM_REF", "LLVM_COMMIT")  # the scripts' precedence: ${LLV
 TOOL_SET = ("LLVM_INSTALL_DIR", "LLVM_PACKAGE_INSTALL", "PYTHON_EXECUTABLE")  # the same on every run of the tool
 WHERE_ONLY = ("LLVM_INSTALL_TGZ", "LLVM_REMOTE")  # where things go or come from, not what is built
 NOT_KEYED = COMMIT_VARIABLES + TOOL_SET + WHERE_ONLY
+# Only what FlyDSL needs, where the script lets the caller say so and the caller has not: upstream's own
+# amd-minimal profile, else its targets (no NVPTX: FlyDSL uses none of it).  The first the script has is set.
+MINIMAL = (("LLVM_BUILD_PROFILE", "amd-minimal"), ("LLVM_TARGETS_TO_BUILD", "X86;AMDGPU"))
 
 # ${NAME:-x}, ${NAME-x}, ${NAME:=x}, ${NAME=x}; group 2 is ":" for the forms where an empty value is unset.
 _OVERRIDE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(:?)[-=]")
@@ -93,17 +96,20 @@ class LlvmInputs:
     files: Tuple[Tuple[str, Optional[str]], ...]
     environment: Tuple[Tuple[str, str], ...]  # overridable variables set for the build, as keyed
     variables: Tuple[str, ...]  # every variable the script lets the caller override
+    minimal: Tuple[Tuple[str, str], ...] = ()  # of MINIMAL, what the tool sets for the build (in environment too)
 
-    def key(self, abi: str) -> Optional[Dict[str, object]]:
-        """The MLIR key, or None when the commit is unknown.  ``files`` and ``environment`` appear only when
-        non-empty: a pin of the v0.2.2 shape keeps the key MLIR was built or cached under before."""
+    def key(self, abi: str, *, minimal: bool = True) -> Optional[Dict[str, object]]:
+        """The MLIR key, or None when the commit is unknown; ``minimal=False``: of the build with every target,
+        which serves too.  ``files`` and ``environment`` appear only when non-empty: a pin of the v0.2.2 shape
+        keeps the key MLIR was built or cached under before."""
         if self.commit is None:
             return None
         key: Dict[str, object] = {"llvm_commit": self.commit, "abi": abi, "script": self.script}
         if self.files:
             key["files"] = dict(self.files)
-        if self.environment:
-            key["environment"] = dict(self.environment)
+        environment = self.environment if minimal else tuple(p for p in self.environment if p not in self.minimal)
+        if environment:
+            key["environment"] = dict(environment)
         return key
 
     def label(self) -> str:
@@ -142,6 +148,10 @@ def read_llvm_inputs(files: Mapping[str, Optional[Text]], environ: Mapping[str, 
     script_content = files.get(LLVM_SCRIPT)
     script = _text(script_content) if script_content is not None else ""
     variables = dict(overridable(script))
+    minimal: Tuple[Tuple[str, str], ...] = ()
+    if not any(environ.get(name) for name, _ in MINIMAL if name in variables):  # the caller's choice stands
+        minimal = tuple([pair for pair in MINIMAL if pair[0] in variables][:1])
+    environ = {**environ, **dict(minimal)}  # (over an empty value, which the script takes as unset)
     commit: Optional[str] = None
     problem: Optional[str] = None
     override = next((name for name in COMMIT_VARIABLES if name in variables and environ.get(name)), None)
@@ -176,6 +186,7 @@ def read_llvm_inputs(files: Mapping[str, Optional[Text]], environ: Mapping[str, 
         files=named_inputs(named_files(script), files),
         environment=environment,
         variables=tuple(variables),
+        minimal=minimal,
     )
 
 

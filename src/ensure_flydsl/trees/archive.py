@@ -83,11 +83,29 @@ def member_of(info: tarfile.TarInfo) -> Member:
                        f"member {name!r} has the unsupported tar type {info.type!r}")
 
 
+def read_members(tar: tarfile.TarFile, max_members: int, max_bytes: int) -> List[Member]:
+    """The members a tar made elsewhere declares (a leading ``./`` dropped, its ``.`` skipped), within bounds;
+    for :func:`check_members`, then :func:`extract_checked` of the same (seekable) tar."""
+    members: List[Member] = []
+    total = 0
+    for info in tar:
+        info.name = (info.name[2:] if info.name.startswith("./") else info.name).rstrip("/")
+        if info.name in ("", "."):
+            continue
+        members.append(member_of(info))
+        total += members[-1].size
+        if len(members) > max_members or total > max_bytes:
+            raise CacheCorrupt(f"it holds more than {max_members} members or {max_bytes} bytes")
+    return members
+
+
 def extract_checked(tar: tarfile.TarFile, root: str, expected: Sequence[Member]) -> None:
     """The tar stream's members under ``root``, each header held against ``expected`` before it is written."""
     want = {m.path: m for m in expected}
     done: Set[str] = set()
     for info in tar:
+        if info.name in ("", "."):
+            continue  # a foreign tar's own folder (read_members skipped it too)
         got = member_of(info)
         member = want.get(got.path)
         if member is None:

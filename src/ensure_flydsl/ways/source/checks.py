@@ -18,9 +18,12 @@ from ensure_flydsl.probe.results import Interpreter
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.source.git import is_local_repo, resolve_in, rewrite
 from ensure_flydsl.source.needs import BuildNeeds, build_tools, tool_requirements
+from ensure_flydsl.support import processes
 from ensure_flydsl.support.processes import run_captured
+from ensure_flydsl.support.space import size_text
+from ensure_flydsl.support.urls import shown_location
 from ensure_flydsl.ways.checks import MISSING, WRONG, Check, RunContext, Submit, no_mirror, passed, reach, skipped
-from ensure_flydsl.ways.source import environment
+from ensure_flydsl.ways.source import environment, prebuilt
 from ensure_flydsl.ways.source.tools import machine_state, newest, package_spec
 
 GIB = 1024**3
@@ -44,7 +47,7 @@ def _llvm_already_built(settings: Settings, needs: BuildNeeds, interp: Optional[
     """The MLIR install an earlier run built from the pin's LLVM inputs for this interpreter, if it is there."""
     if needs.llvm is None or interp is None:
         return None
-    return environment.built_mlir(settings.base_dir, needs.llvm.key(interp.abi))
+    return environment.built_mlir(settings.base_dir, needs.llvm, interp.abi)
 
 
 def llvm_step_needed(settings: Settings, needs: BuildNeeds, interp: Optional[Interpreter] = None) -> bool:
@@ -76,8 +79,26 @@ def check_mlir(ctx: RunContext) -> Check:
                      "builds LLVM/MLIR (the long step) every time, neither reusing nor sharing it",
                      f"set MLIR_PATH to an MLIR install built for this pin, or give the commit in {llvm.commit_from}",
                      blocking=False, stage=Stage.LLVM)
+    if llvm is not None and llvm.commit is not None and s.mlir_url != prebuilt.OFF:
+        return check_prebuilt(s, llvm.commit, processes.network_silence_s(ctx.environ))
     what = f"{llvm.describe()}; " if llvm is not None else ""
-    return skipped("mlir", f"MLIR_PATH is unset: the run builds LLVM/MLIR ({what}the long step)", Stage.LLVM)
+    return skipped("mlir", f"MLIR_PATH is unset: the run builds LLVM/MLIR ({what}the long step); "
+                   f"{prebuilt.SUGGESTION}", Stage.LLVM)
+
+
+def check_prebuilt(s: Settings, commit: str, timeout: float) -> Check:
+    """Whether the run would take FLYDSL_MLIR_URL's prebuilt: the URL it resolves to, reachable, its size."""
+    label = f"{s.label('mlir_url')}={s.mlir_url}"
+    try:
+        url = prebuilt.resolve(s.mlir_url, commit)
+        with prebuilt.opened(url, min(timeout, 20.0)) as (found, size, _):
+            pass
+    except prebuilt.Unusable as exc:
+        return Check("mlir", WRONG, f"{label}: {exc}; the run would build LLVM/MLIR instead (the long step)",
+                     f"fix {s.label('mlir_url')}, or set it to off", blocking=False, stage=Stage.LLVM)
+    shown = shown_location(found) + (f" ({size_text(size)})" if size is not None else "")
+    return passed("mlir", f"{label}: {shown} answers; the run downloads it and builds no LLVM, if its content names "
+                  f"LLVM {commit[:12]}", Stage.LLVM)
 
 
 def memory_check(jobs_setting: Optional[int], cores: int, available: Optional[int], *, heavy: bool,

@@ -20,6 +20,7 @@ from ensure_flydsl.layout import llvm_record, mlir_install, overlay_stamp, pip_c
 from ensure_flydsl.probe.results import Interpreter
 from ensure_flydsl.settings import GitMirrors
 from ensure_flydsl.source.git import with_mirrors, with_network_limits
+from ensure_flydsl.source.llvm_inputs import LlvmInputs
 from ensure_flydsl.support import fields
 from ensure_flydsl.support.files import atomic_write, atomic_write_json, read_json, remove_file, remove_tree
 from ensure_flydsl.support.processes import run_captured
@@ -132,10 +133,12 @@ class LlvmRecord(fields.Record):
         atomic_write_json(llvm_record(base_dir), asdict(self))
 
 
-def built_mlir(base_dir: str, key: Optional[Dict[str, object]]) -> Optional[str]:
-    """The MLIR install of the LLVM/MLIR build for ``key`` this tool finished in ``BASE/llvm-project``, if there."""
-    record, install = LlvmRecord.read(base_dir), mlir_install(base_dir)
-    ok = key is not None and record is not None and record.done == key and is_mlir_install(install)
+def built_mlir(base_dir: str, inputs: LlvmInputs, abi: str) -> Optional[str]:
+    """The MLIR install of the LLVM/MLIR build of ``inputs`` this tool finished in ``BASE/llvm-project``, if there
+    (an earlier build with every target serves as well as the minimal one a run makes now)."""
+    record, install, key = LlvmRecord.read(base_dir), mlir_install(base_dir), inputs.key(abi)
+    ok = key is not None and record is not None and is_mlir_install(install) \
+        and record.done in (key, inputs.key(abi, minimal=False))
     return install if ok else None
 
 

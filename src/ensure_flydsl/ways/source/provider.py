@@ -28,6 +28,7 @@ from ensure_flydsl.ways.cache.fleet import end_turn, holding, take_turn
 from ensure_flydsl.ways.context import Decision, Run
 from ensure_flydsl.ways.release.checks import release_suggestion
 from ensure_flydsl.ways.source import environment as steps
+from ensure_flydsl.ways.source import prebuilt
 from ensure_flydsl.ways.source.checks import predict_build
 from ensure_flydsl.ways.source.tools import ProvidedTools, package_spec, provide_build_tools
 from ensure_flydsl.ways.tree import prepare_build_dir, verify_tree
@@ -64,6 +65,7 @@ class SourceProvider(Provider):
         self.doctor = doctor
         self.built_now = False
         self.tree_lease: Optional[HeldLease] = None  # held from before build.sh until the tree is published
+        self.prebuilt: Optional[str] = None  # the prebuilt MLIR build.sh runs against (FLYDSL_MLIR_URL)
 
     @classmethod
     def for_run(cls, run: Run, shared: Shared) -> SourceProvider:
@@ -88,7 +90,7 @@ class SourceProvider(Provider):
     def _provide(self, run: Run, commit: str) -> Optional[Decision]:
         self.early.stop_probe()  # started for a quick way that gave way to this one
         run.plan(Plan.SOURCE)
-        settings, root = run.settings, run.settings.root
+        settings = run.settings
         with run.step(Stage.FETCH):  # the submodules: C++ dependencies a source build needs, a release does not
             if not run.stamps.done("submodules", {"commit": commit}):
                 run.stamps.begin("submodules")
@@ -96,6 +98,21 @@ class SourceProvider(Provider):
                     run.worked()
                     run.say("submodules updated")
                 run.stamps.finish("submodules", {"commit": commit})
+        try:
+            return self._build(run, commit)
+        except EnsureError as exc:
+            if exc.code != ExitCode.FLYDSL_BUILD or self.prebuilt is None:
+                raise
+            prebuilt.discard(run, self.prebuilt, exc.reason)
+        held, self.tree_lease = self.tree_lease, None
+        if held is not None:
+            held.release(published=False)  # taken again for the build against the MLIR built now
+        run.settings = replace(run.settings, mlir_url=prebuilt.OFF)
+        return self._build(run, commit)
+
+    def _build(self, run: Run, commit: str) -> Decision:
+        """The fixes and tools, MLIR, build.sh and the probe."""
+        settings, root = run.settings, run.settings.root
         with run.step(Stage.FIXES):
             prepared = prepare(run, self.cache, self.doctor)
         faults.point("fixes-applied")
@@ -103,6 +120,7 @@ class SourceProvider(Provider):
         with run.step(Stage.LLVM):
             mlir_path, mlir_identity = prepared.mlir or self._mlir(
                 run, prepared.environment(run, jobs, None, hip=False), jobs)
+        self.prebuilt = mlir_path if "prebuilt" in mlir_identity else None
         env = prepared.environment(run, jobs, mlir_path, hip=True)
         if prepared.hip.check.needs_fix and not settings.fix_rocm_in_place:
             overlay_package = os.path.join(layout.rocm_overlay(root), "lib", "cmake", "hip")
@@ -138,6 +156,7 @@ class SourceProvider(Provider):
         turn = take_turn(run, cache, "mlir", ckey, f"MLIR for LLVM {cached.llvm_label(key)}",
                          lambda: cached.mlir_from_cache(run, cache, key))
         if turn.fetched is not None:
+            run.facts.mlir = "cached"
             return turn.fetched, {"llvm": key}
         with holding(turn.held):
             return build_mlir(run, env, jobs, cache, inputs)
@@ -173,7 +192,8 @@ def prepare(run: Run, cache: Optional[Cache], doctor: DoctorCheck) -> Prepared:
     compiling); the hip fix; the private build tools."""
     settings, root = run.settings, run.settings.root
     mlir = ready_mlir(run, cache)
-    checked = replace(settings, mlir_path=mlir[0] if mlir else settings.mlir_path)
+    # The prebuilt is decided: the checks need not ask its server again.
+    checked = replace(settings, mlir_path=mlir[0] if mlir else settings.mlir_path, mlir_url=prebuilt.OFF)
     doctor(checked, run.environ, root, run.interpreter)
     needs = find_needs(root, settings.repo, settings.pin, checkout=root, environ=run.environ,
                        mirrors=settings.git_mirrors)
@@ -199,6 +219,7 @@ def ready_mlir(run: Run, cache: Optional[Cache]) -> Optional[Mlir]:
     settings = run.settings
     if settings.mlir_path is not None:
         run.say(f"using MLIR_PATH={settings.mlir_path}; skipping the LLVM/MLIR build")
+        run.facts.mlir = f"given {settings.mlir_path}"
         return settings.mlir_path, {"mlir_path": settings.mlir_path}
     inputs = checkout_llvm_inputs(settings.root, run.environ)
     key = inputs.key(run.interpreter.abi)
@@ -206,12 +227,16 @@ def ready_mlir(run: Run, cache: Optional[Cache]) -> Optional[Mlir]:
         run.say(f"warning: the LLVM commit of this pin cannot be determined ({inputs.problem}): its LLVM/MLIR "
                 "is built for this run, neither reused from an earlier build nor shared through the cache")
         return None
-    install = steps.built_mlir(settings.base_dir, key)
+    install = steps.built_mlir(settings.base_dir, inputs, run.interpreter.abi)
     if install is not None:
         run.say(f"MLIR for LLVM {cached.llvm_label(key)} is already built in {install}")
+        run.facts.mlir = "built"
         return install, {"llvm": key}
     fetched = cached.mlir_from_cache(run, cache, key) if cache is not None else None
-    return (fetched, {"llvm": key}) if fetched else None
+    if fetched:
+        run.facts.mlir = "cached"
+        return fetched, {"llvm": key}
+    return prebuilt.take_prebuilt(run, cache, str(inputs.commit))
 
 
 def build_mlir(run: Run, env: Dict[str, str], jobs: int, cache: Optional[Cache], inputs: LlvmInputs) -> Mlir:
@@ -227,10 +252,11 @@ def build_mlir(run: Run, env: Dict[str, str], jobs: int, cache: Optional[Cache],
                           stage=Stage.LLVM,
                           hint="move it away, or set MLIR_PATH to an MLIR install built for this interpreter")
     steps.LlvmRecord(created=True, started=key).write(settings.base_dir)
-    run.say(f"building LLVM/MLIR {inputs.describe()} with {jobs} jobs (the long step)")
+    suggest = f"; {prebuilt.SUGGESTION}" if settings.mlir_url == prebuilt.OFF and inputs.commit else ""
+    run.say(f"building LLVM/MLIR {inputs.describe()} with {jobs} jobs (the long step){suggest}")
     run.worked()
     # The install is always made where the tool and build.sh look (the MLIR key leaves these out: TOOL_SET).
-    env = {**env, "LLVM_INSTALL_DIR": install, "LLVM_PACKAGE_INSTALL": "1"}
+    env = {**env, **dict(inputs.minimal), "LLVM_INSTALL_DIR": install, "LLVM_PACKAGE_INSTALL": "1"}
     with recording(llvm_folder, layout.llvm_made_record(settings.base_dir)):  # clean removes only what it made
         run_script(run, "build_llvm.sh", jobs, env, ExitCode.LLVM_BUILD, Stage.LLVM, "the LLVM/MLIR build")
     if not steps.is_mlir_install(install):
@@ -243,6 +269,7 @@ def build_mlir(run: Run, env: Dict[str, str], jobs: int, cache: Optional[Cache],
         return install, {"llvm": None, "built": os.urandom(8).hex()}
     if cache is not None:
         cached.publish_mlir(run, cache, key, install)
+    run.facts.mlir = "built"
     return install, {"llvm": key}
 
 
