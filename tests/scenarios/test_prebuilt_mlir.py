@@ -7,6 +7,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+from typing import Dict
 
 import pytest
 
@@ -19,6 +20,14 @@ from tests.helpers.workspace import Workspace
 
 NAMED = "/llvm-{llvm8}-ubuntu-x64.tar.gz"  # the URL names the commit, as Triton's does
 SERVED = "/llvm-11111111-ubuntu-x64.tar.gz"
+
+
+def served_run(ws: Workspace, tmp_path: "os.PathLike[str]", **tarball: object) -> Dict[str, object]:
+    """``ensure --json`` with FLYDSL_MLIR_URL at a tarball of the pin's shape changed by ``tarball``."""
+    folder = os.path.join(str(tmp_path), "served")
+    with mlir_server(folder) as server:
+        mlir_tarball(os.path.join(folder, SERVED[1:]), **tarball)  # type: ignore[arg-type]
+        return ensure_json(ws, FLYDSL_MLIR_URL=server.url + NAMED)
 
 
 def prebuilt_dirs(ws: Workspace) -> list:
@@ -50,10 +59,7 @@ def test_the_pins_prebuilt_is_taken_and_llvm_is_not_built(ws: Workspace, tmp_pat
 
 def test_a_prebuilt_recording_no_revision_is_taken_when_its_url_names_the_commit(
         ws: Workspace, tmp_path: "os.PathLike[str]") -> None:
-    folder = os.path.join(str(tmp_path), "served")
-    with mlir_server(folder) as server:
-        mlir_tarball(os.path.join(folder, SERVED[1:]), revision=None)
-        data = ensure_json(ws, FLYDSL_MLIR_URL=server.url + NAMED)
+    data = served_run(ws, tmp_path, revision=None)
     assert "named by its URL, not confirmed by content" in str(data["_stderr"])
     assert ws.count("llvm") == 0 and ws.count("build") == 1
 
@@ -103,11 +109,7 @@ def test_a_server_that_stalls_ends_the_download_at_the_silence_limit(ws: Workspa
 
 def test_a_prebuilt_build_sh_fails_against_is_removed_and_llvm_is_built(
         ws: Workspace, tmp_path: "os.PathLike[str]") -> None:
-    folder = os.path.join(str(tmp_path), "served")
-    with mlir_server(folder) as server:
-        # It says the pin's commit, but its libraries are another's: FlyDSL's build fails against it.
-        mlir_tarball(os.path.join(folder, SERVED[1:]), built_from=LLVM_HASH_B)
-        data = ensure_json(ws, FLYDSL_MLIR_URL=server.url + NAMED)
+    data = served_run(ws, tmp_path, built_from=LLVM_HASH_B)  # the pin's commit said, another's libraries in it
     said = str(data["_stderr"])
     assert said.count("prebuilt MLIR: the FlyDSL build failed against") == 1
     assert f"was built from LLVM {LLVM_HASH_B}" in open(ws.log).read()  # the fixture's build.sh refused it
