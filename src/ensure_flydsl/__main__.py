@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import sys
 
-from ensure_flydsl.warm import answer
+from ensure_flydsl.warm import INTERRUPTED_AT_START, answer
 
 
 def main(argv: list[str] | None = None, *, launcher: list[str] | None = None) -> int:
@@ -18,7 +18,7 @@ def main(argv: list[str] | None = None, *, launcher: list[str] | None = None) ->
             from ensure_flydsl.cli.main import main as command_line
             from ensure_flydsl.support.launcher import set_launcher
         except KeyboardInterrupt:  # Ctrl-C before the command line could take it over: its code, not a traceback
-            sys.stderr.write("ensure-flydsl: interrupted (SIGINT) before it began; nothing was changed\n")
+            sys.stderr.write(INTERRUPTED_AT_START)
             sys.stderr.flush()
             os._exit(130)  # now: an interrupted import can leave the interpreter to end by the signal itself (-2)
         if launcher is not None:

@@ -16,6 +16,8 @@ STAMP_FORMAT = 1
 FINGERPRINT_VERSION = 6  # 6: a tree an earlier version hardlinked from the store is copied again
 MAX_OWN_FILE_BYTES = 16 << 20  # the tool's own files hold a few KB; the stamp a tree's listing
 PYTHON_ENV = ("PYTHONPATH", "PYTHONHOME", "PYTHONNOUSERSITE", "PYTHONPLATLIBDIR", "PYTHONSAFEPATH", "PYTHONUSERBASE")
+# A Ctrl-C before the command line took signals over (the hand-off's imports, the parser): said, exit 130.
+INTERRUPTED_AT_START = "ensure-flydsl: interrupted (SIGINT) before it began; nothing was changed\n"
 SITE_HOOKS = ("sitecustomize.py", "usercustomize.py", "sitecustomize", "usercustomize")
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -328,6 +329,24 @@ def test_ctrl_c_gives_130_and_a_resumable_state(ws: Workspace, big_repo: Tuple[F
     no_build_left_running(ws)
     rerun_succeeds(ws, repo.commits["big"], FLYDSL_REPO=repo.url, FLYDSL_PIN=repo.commits["big"], PATH=path)
     record("interrupt", stage=stage, target=target, exit_code=proc.returncode, resumed=True)
+
+
+def test_a_ctrl_c_at_any_moment_of_a_commands_start_is_exit_130_never_a_traceback(ws: Workspace) -> None:
+    """The front door's hand-off, the imports and the parser come before a command takes Ctrl-C over: a SIGINT
+    there is one line and exit 130.  (Before the front door runs, Python's own start-up and its import of the
+    package end by the signal: no code of the tool is on the stack then.)"""
+    inside = re.compile(r'File "[^"]*ensure_flydsl[^"]*", line \d+, in (?!<module>)')  # a function of the tool's
+    codes = []
+    for step in range(40):
+        proc = ws.popen("status")
+        time.sleep(step * 0.012)
+        proc.send_signal(signal.SIGINT)
+        _out, err = proc.communicate(timeout=30)
+        assert not inside.search(err), (step, err)
+        if proc.returncode == 130:
+            assert err.strip().splitlines()[-1].startswith("ensure-flydsl: interrupted"), (step, err)
+        codes.append(proc.returncode)
+    assert 130 in codes, codes
 
 
 def test_ctrl_c_of_wait_leaves_the_run_going(ws: Workspace) -> None:

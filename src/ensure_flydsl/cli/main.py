@@ -59,7 +59,7 @@ from ensure_flydsl.support.launcher import command
 from ensure_flydsl.support.processes import unblock_stop_signals
 from ensure_flydsl.support.report import Reporter, to_devnull
 from ensure_flydsl.version import __version__
-from ensure_flydsl.warm import key_tokens
+from ensure_flydsl.warm import INTERRUPTED_AT_START, key_tokens
 
 DESCRIPTION = ("Make `import flydsl, kernels.moe_gemm_2stage` work from one consistent tree: reuse a good-enough\n"
                "FlyDSL, else provision the pinned one into an isolated folder.")
@@ -457,6 +457,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             refused = _error(reporter, "--json" in argv, exc)
             reporter.close()
             return refused
+        except KeyboardInterrupt:  # the parser is built before the command takes Ctrl-C over: no traceback
+            sys.stderr.write(INTERRUPTED_AT_START)
+            return int(ExitCode.INTERRUPTED)
     verbosity = int(getattr(args, "verbosity", 0))
     # The front door's key when the settings come from the argv and the variables alone (warm.py).
     warm_key = key_tokens(argv) if args.command == "ensure" and not verbosity else None
