@@ -112,6 +112,7 @@ def test_a_prebuilt_build_sh_fails_against_is_removed_and_llvm_is_built(
     data = served_run(ws, tmp_path, built_from=LLVM_HASH_B)  # the pin's commit said, another's libraries in it
     said = str(data["_stderr"])
     assert said.count("prebuilt MLIR: the FlyDSL build failed against") == 1
+    assert "FLYDSL_MLIR_URL=triton would download" not in said  # it was set: the LLVM line suggests nothing
     assert f"was built from LLVM {LLVM_HASH_B}" in open(ws.log).read()  # the fixture's build.sh refused it
     assert data["how"] == "built" and ws.count("llvm") == 1 and ws.count("build") == 1  # (a refusal is not counted)
     assert prebuilt_dirs(ws) == []

@@ -226,15 +226,17 @@ def take_prebuilt(run: Run, cache: Optional[Cache], commit: str) -> Optional[Tup
     ckey = cache_key("mlir", cached.mlir_fields(key, run.interpreter.platform))
     dest = os.path.join(layout.cached_mlir_dir(run.settings.base_dir), ckey[:32])
     identity = dict(key)  # the build's stamp: FlyDSL is built again when its MLIR comes from elsewhere
-    run.facts.mlir = f"prebuilt {shown_location(url)}"
+    taken = f"prebuilt {shown_location(url)}"
     if os.path.isfile(os.path.join(dest, *CONFIG.split("/"))):
         run.say(f"prebuilt MLIR for LLVM {commit[:12]} was downloaded before: {dest}")
+        run.facts.mlir = taken
         return dest, identity
     turn: Turn[str] = Turn()
     if cache is not None:
         turn = take_turn(run, cache, "mlir", ckey, f"the prebuilt MLIR for LLVM {commit[:12]}",
                          lambda: cached.mlir_from_cache(run, cache, key))
         if turn.fetched is not None:
+            run.facts.mlir = taken
             return turn.fetched, identity
     try:
         cached.make_room(dest)
@@ -243,13 +245,13 @@ def take_prebuilt(run: Run, cache: Optional[Cache], commit: str) -> Optional[Tup
     except Unusable as exc:
         if turn.held is not None:
             turn.held.release(published=False)  # not a build failure: another host may try its own download
-        run.facts.mlir = None
         run.say(f"prebuilt MLIR: {shown_location(url)} not used: {exc}; building LLVM/MLIR instead")
         return None
     except BaseException as exc:
         end_turn(turn.held, exc)
         raise
     run.facts.add_fetched("prebuilt", size)
+    run.facts.mlir = taken
     run.say(f"prebuilt MLIR: taken ({how}); the LLVM build is skipped")
     with holding(turn.held):
         if cache is not None:

@@ -99,7 +99,7 @@ class SourceProvider(Provider):
                     run.say("submodules updated")
                 run.stamps.finish("submodules", {"commit": commit})
         try:
-            return self._build(run, commit)
+            return self._build(run, commit, take_prebuilt=True)
         except EnsureError as exc:
             if exc.code != ExitCode.FLYDSL_BUILD or self.prebuilt is None:
                 raise
@@ -107,14 +107,13 @@ class SourceProvider(Provider):
         held, self.tree_lease = self.tree_lease, None
         if held is not None:
             held.release(published=False)  # taken again for the build against the MLIR built now
-        run.settings = replace(run.settings, mlir_url=prebuilt.OFF)
-        return self._build(run, commit)
+        return self._build(run, commit, take_prebuilt=False)
 
-    def _build(self, run: Run, commit: str) -> Decision:
-        """The fixes and tools, MLIR, build.sh and the probe."""
+    def _build(self, run: Run, commit: str, *, take_prebuilt: bool) -> Decision:
+        """The fixes and tools, MLIR (``take_prebuilt``: FLYDSL_MLIR_URL's, when set), build.sh and the probe."""
         settings, root = run.settings, run.settings.root
         with run.step(Stage.FIXES):
-            prepared = prepare(run, self.cache, self.doctor)
+            prepared = prepare(run, self.cache, self.doctor, take_prebuilt)
         faults.point("fixes-applied")
         jobs = steps.resolve_jobs(settings.jobs)
         with run.step(Stage.LLVM):
@@ -187,11 +186,11 @@ class SourceProvider(Provider):
             end_turn(held, error)
 
 
-def prepare(run: Run, cache: Optional[Cache], doctor: DoctorCheck) -> Prepared:
+def prepare(run: Run, cache: Optional[Cache], doctor: DoctorCheck, take_prebuilt: bool) -> Prepared:
     """MLIR if it needs no build; the doctor's checks with what is known now (rather than after an hour of
     compiling); the hip fix; the private build tools."""
     settings, root = run.settings, run.settings.root
-    mlir = ready_mlir(run, cache)
+    mlir = ready_mlir(run, cache, take_prebuilt)
     # The prebuilt is decided: the checks need not ask its server again.
     checked = replace(settings, mlir_path=mlir[0] if mlir else settings.mlir_path, mlir_url=prebuilt.OFF)
     doctor(checked, run.environ, root, run.interpreter)
@@ -213,7 +212,7 @@ def prepare(run: Run, cache: Optional[Cache], doctor: DoctorCheck) -> Prepared:
     return Prepared(mlir=mlir, hip=hip, provided=provided, toolchain=toolchain, rocm=rocm.path)
 
 
-def ready_mlir(run: Run, cache: Optional[Cache]) -> Optional[Mlir]:
+def ready_mlir(run: Run, cache: Optional[Cache], take_prebuilt: bool) -> Optional[Mlir]:
     """An MLIR install that needs no build (MLIR_PATH, this host's finished build of the pin's LLVM inputs for
     this interpreter, the cache's), or None."""
     settings = run.settings
@@ -236,7 +235,7 @@ def ready_mlir(run: Run, cache: Optional[Cache]) -> Optional[Mlir]:
     if fetched:
         run.facts.mlir = "cached"
         return fetched, {"llvm": key}
-    return prebuilt.take_prebuilt(run, cache, str(inputs.commit))
+    return prebuilt.take_prebuilt(run, cache, str(inputs.commit)) if take_prebuilt else None
 
 
 def build_mlir(run: Run, env: Dict[str, str], jobs: int, cache: Optional[Cache], inputs: LlvmInputs) -> Mlir:
