@@ -49,7 +49,6 @@ REFLINK, COPY = LINK_MODES
 FICLONE = 0x40049409  # _IOW(0x94, 9, int): Linux's clone of a whole file (btrfs, XFS, bcachefs)
 # What a file system says when it cannot reflink between two paths.
 _REFUSED = {errno.EOPNOTSUPP, errno.ENOTTY, errno.EINVAL, errno.EXDEV, errno.ENOSYS, errno.EPERM, errno.EBADF}
-READ_ONLY_FILE, READ_ONLY_PROGRAM = 0o444, 0o555
 STAGING_PREFIX = ".staging-"
 KEEP_PROBES = 16  # interpreters remembered per tree (the newest)
 
@@ -107,9 +106,12 @@ class Placer:
         """``src`` at the new ``dst``, its mtime kept (a .pyc records its source's)."""
         if self.mode != COPY:
             try:
-                _reflink(src, dst)
+                with open(src, "rb") as source, open(dst, "xb") as out:
+                    fcntl.ioctl(out.fileno(), FICLONE, source.fileno())
                 self.mode = REFLINK
             except OSError as exc:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(dst)  # a fresh path of a fresh folder: only the half-made clone is there
                 if exc.errno not in _REFUSED:
                     raise
                 self.mode = COPY
@@ -117,18 +119,6 @@ class Placer:
             shutil.copyfile(src, dst, follow_symlinks=False)
         st = os.stat(src)
         os.utime(dst, ns=(st.st_atime_ns, st.st_mtime_ns))
-
-
-def _reflink(src: str, dst: str) -> None:
-    with open(src, "rb") as source:
-        fd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-        try:
-            fcntl.ioctl(fd, FICLONE, source.fileno())
-        except BaseException:
-            os.close(fd)
-            os.unlink(dst)
-            raise
-        os.close(fd)
 
 
 @dataclass(frozen=True)
@@ -150,8 +140,11 @@ class TreeInfo:
 
 
 def _tree_files(value: object) -> Optional[Dict[str, str]]:
+    """Each module's file: a path inside the tree (relative, normal, no ``..``, no NUL)."""
     found = fields.text_map(value)
-    return found if found is not None and all(_inside(f) for f in found.values()) else None
+    inside = (not f.startswith("/") and "\0" not in f and "\\" not in f and
+              all(part not in ("", ".", "..") for part in f.split("/")) for f in (found or {}).values())
+    return found if found is not None and all(inside) else None
 
 
 @dataclass(frozen=True)
@@ -393,11 +386,9 @@ def _place_tree(src: str, dest: str, members: Sequence[Member], placer: Placer, 
             os.symlink(str(member.target), there)
         else:
             placer.place(os.path.join(src, member.path), there)
-            program = bool(member.mode & 0o111)
-            if store_side:  # the store's copy is never written in place
-                os.chmod(there, READ_ONLY_PROGRAM if program else READ_ONLY_FILE)
-            else:  # the root's own copy: its owner may write it
-                os.chmod(there, 0o755 if program else 0o644)
+            mode = 0o755 if member.mode & 0o111 else 0o644
+            # the store's copy is never written in place; the root's own copy its owner may write
+            os.chmod(there, mode & ~0o222 if store_side else mode)
             seal[member.path] = stat_seal(os.lstat(there))
     return seal
 
@@ -405,8 +396,3 @@ def _place_tree(src: str, dest: str, members: Sequence[Member], placer: Placer, 
 def _same(a: object, b: object) -> bool:
     return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
 
-
-def _inside(path: str) -> bool:
-    """A path inside a tree: relative, normal, no ``..``, no NUL, no empty part."""
-    return bool(path) and "\0" not in path and not path.startswith("/") and "\\" not in path and all(
-        part not in ("", ".", "..") for part in path.split("/"))

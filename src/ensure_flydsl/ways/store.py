@@ -53,27 +53,19 @@ def borrow_git_objects(run: Run, store: local.HostStore) -> Optional[str]:
     git_dir = os.path.join(run.settings.root, ".git")
     try:
         shared = shared_repository(store.path, run.environ)
-        problem = objects_problem(shared)
-        if problem is not None:
-            run.say(f"store: the host's git objects in {shared} are not borrowed: {problem}; {run.settings.root} "
-                    "fetches its own")
-            return None
+        objects = os.path.join(shared, "objects")
+        for path in [shared, objects, *(os.path.join(objects, name) for name in sorted(os.listdir(objects)))]:
+            why = local.foreign(os.lstat(path))
+            if why is not None:
+                run.say(f"store: the host's git objects in {shared} are not borrowed: {path}: {why}; "
+                        f"{run.settings.root} fetches its own")
+                return None
         if borrow_objects(git_dir, shared):
             run.say(f"store: {git_dir} borrows the host's git objects from {shared} (objects/info/alternates)")
     except (OSError, CommandFailed) as exc:
         run.say(f"store: the host's git objects are not shared with {run.settings.root} ({exc}); it fetches its own")
         return None
     return shared
-
-
-def objects_problem(shared: str) -> Optional[str]:
-    """Why the shared repository's objects could be another user's, or None."""
-    objects = os.path.join(shared, "objects")
-    for path in [shared, objects, *(os.path.join(objects, name) for name in sorted(os.listdir(objects)))]:
-        why = local.foreign(os.lstat(path))
-        if why is not None:
-            return f"{path}: {why}"
-    return None
 
 
 def give_git_objects(run: Run, shared: str, commit: str) -> None:
@@ -97,15 +89,6 @@ def store_fields(run: Run, commit: str, release: Optional[str], root: Optional[s
 
 def store_key(run: Run, commit: str, release: Optional[str], root: Optional[str] = None) -> str:
     return cache_key("tree", store_fields(run, commit, release, root))
-
-
-def lookup_keys(run: Run, commit: str, release: Optional[str]) -> List[str]:
-    """The keys that answer the strategy, best first: the wheel's tree, then a build's; each also as this root's."""
-    strategy = run.settings.strategy
-    releases: List[Optional[str]] = [release] if release is not None and tries(strategy, Way.RELEASE) else []
-    if tries(strategy, Way.SOURCE):
-        releases.append(None)
-    return [store_key(run, commit, made, where) for made in releases for where in (None, run.settings.root)]
 
 
 def interpreter_fingerprint(run: Run) -> Optional[Dict[str, object]]:
@@ -154,7 +137,12 @@ class StoreProvider(Provider):
 
     def _usable(self, run: Run, commit: str, *, said: bool = False) -> Iterator[CacheEntry]:
         """The stored trees that answer the run, best first (a damaged one removed, an untrusted one left; said)."""
-        for key in lookup_keys(run, commit, self.release):
+        strategy, release = run.settings.strategy, self.release
+        releases: List[Optional[str]] = [release] if release is not None and tries(strategy, Way.RELEASE) else []
+        if tries(strategy, Way.SOURCE):
+            releases.append(None)
+        # the wheel's tree, then a build's; each also as this root's
+        for key in (store_key(run, commit, made, where) for made in releases for where in (None, run.settings.root)):
             manifest, why = self.store.lookup(key)
             if manifest is None:
                 if why != local.NOT_STORED and said:
@@ -224,9 +212,21 @@ class StoreProvider(Provider):
         return mode
 
     def _verified(self, run: Run, commit: str, manifest: CacheEntry, mode: str) -> Decision:
-        how = How(manifest.how)
+        """The answer a probe gave this tree in another root, for this root, while it passes the gate; else a
+        probe here, recorded."""
+        settings, how = run.settings, How(manifest.how)
         known = self._known_pass(run, manifest.key)
-        decision = None if known is None else decision_from_pass(run, commit, how, known)
+        decision = None
+        if known is not None:
+            prefix = layout.tree_folders(settings.root)
+            modules = tuple(ModuleResult(name, os.path.join(settings.root, rel), None)
+                            for name, rel in known.files.items())
+            probe = Probe(interpreter=run.interpreter, modules=modules, version=known.version, version_error=None,
+                          pythonpath=joined_pythonpath(prefix, run.environ.get("PYTHONPATH")), seconds=0.0)
+            verdict = evaluate(probe, settings.min_version, settings.require)
+            if verdict.reusable:
+                decision = Decision(ok=True, reason=verdict.reason, how=how, tree=settings.root, prepend=prefix,
+                                    probe=probe, verdict=verdict, commit=commit)
         if decision is not None:
             run.say(f"store: not probed again: this tree passed the full probe with {run.interpreter.executable} "
                     "as it is now (--verify probes)")
@@ -236,20 +236,6 @@ class StoreProvider(Provider):
             remember_pass(run, self.store, manifest.key, decision)
         decision.link_mode = mode
         return decision
-
-
-def decision_from_pass(run: Run, commit: str, how: How, known: local.Passed) -> Optional[Decision]:
-    """The answer a probe gave this tree in another root, for this root; None when it fails the gate now."""
-    settings = run.settings
-    prefix = layout.tree_folders(settings.root)
-    modules = tuple(ModuleResult(name, os.path.join(settings.root, rel), None) for name, rel in known.files.items())
-    probe = Probe(interpreter=run.interpreter, modules=modules, version=known.version, version_error=None,
-                  pythonpath=joined_pythonpath(prefix, run.environ.get("PYTHONPATH")), seconds=0.0)
-    verdict = evaluate(probe, settings.min_version, settings.require)
-    if not verdict.reusable:
-        return None
-    return Decision(ok=True, reason=verdict.reason, how=how, tree=settings.root, prepend=prefix, probe=probe,
-                    verdict=verdict, commit=commit)
 
 
 def remember_pass(run: Run, store: local.HostStore, key: str, decision: Decision) -> None:
