@@ -12,7 +12,6 @@ from typing import Dict, List, Mapping, Optional, Tuple
 from ensure_flydsl.errors import Plan, Stage
 from ensure_flydsl.layout import build_made_record, cached_mlir_dir, packages_dir
 from ensure_flydsl.result import How
-from ensure_flydsl.settings import Settings
 from ensure_flydsl.source.llvm_inputs import checkout_llvm_inputs
 from ensure_flydsl.source.root import recording
 from ensure_flydsl.support import faults
@@ -140,8 +139,7 @@ def publish_tree(run: Run, cache: Cache, commit: str) -> None:
     if not tree_shareable(run):
         run.say("cache: the tree is not published: it was built from an MLIR of an unknown LLVM commit")
         return
-    fields = tree_fields(run, commit)
-    _publish(run, cache, "tree", cache_key("tree", fields), fields, packages_dir(run.settings.root))
+    _publish(run, cache, "tree", tree_fields(run, commit), packages_dir(run.settings.root))
 
 
 def mlir_from_cache(run: Run, cache: Cache, key: Mapping[str, object]) -> Optional[str]:
@@ -174,8 +172,7 @@ def mlir_from_cache(run: Run, cache: Cache, key: Mapping[str, object]) -> Option
 
 
 def publish_mlir(run: Run, cache: Cache, key: Mapping[str, object], install: str) -> None:
-    fields = mlir_fields(key, run.interpreter.platform)
-    _publish(run, cache, "mlir", cache_key("mlir", fields), fields, install)
+    _publish(run, cache, "mlir", mlir_fields(key, run.interpreter.platform), install)
 
 
 def _find(run: Run, cache: Cache, kind: str, key: str, what: str, missing: str) -> Optional[CacheEntry]:
@@ -195,11 +192,18 @@ def _find(run: Run, cache: Cache, kind: str, key: str, what: str, missing: str) 
     return entry
 
 
-def _publish(run: Run, cache: Cache, kind: str, key: str, fields: Mapping[str, object], source: str) -> None:
+def _publish(run: Run, cache: Cache, kind: str, fields: Mapping[str, object], source: str) -> None:
     if not usable(cache, writing=True):
         return  # said once already (read-only, or down)
+    key, label = cache_key(kind, fields), run.settings.label
+    secrets: List[SecretKey] = []
     try:
-        secrets = signers(run)
+        if run.settings.cache_signing_key is not None:  # read again: a key gone bad since skips the publish
+            try:
+                secrets = [signing.read_secret_key(run.settings.cache_signing_key)]
+                signing.check_secret(secrets[0])
+            except signing.KeyProblem as exc:
+                raise CacheError(f"{label('cache_signing_key')}: {exc}") from None
         published = cache.publish(kind, key, fields, source, secrets)
     except CacheError as exc:
         cache_failed(run, cache, exc, f"could not publish the {kind} {key[:12]} to {cache.location}", "the run goes on")
@@ -209,13 +213,17 @@ def _publish(run: Run, cache: Cache, kind: str, key: str, fields: Mapping[str, o
         return
     faults.point("cache-published")
     if not published.written:
-        hint = "" if secrets else (f"; sign this host's builds ({run.settings.label('cache_signing_key')}) to "
+        hint = "" if secrets else (f"; sign this host's builds ({label('cache_signing_key')}) to "
                                    "publish an entry of its own beside it")
         run.say(f"cache: the {kind} {key[:12]} is not published to {cache.location}: {published.why}{hint}")
         return
     note = f" ({published.note})" if published.note else ""
-    run.say(f"cache: published the {kind} {key[:12]} ({size_text(published.entry.size)}) to {cache.location}"
-            f"{note}{publish_note(run, secrets)}")
+    if secrets:  # who signed it, or why checking hosts refuse it
+        note += ", signed by " + ", ".join(secret.name for secret in secrets)
+    elif run.settings.cache_trusted_keys:
+        note += (f", unsigned: {label('cache_trusted_keys')} is set but {label('cache_signing_key')} is not, so "
+                 "hosts that check signatures will not install it")
+    run.say(f"cache: published the {kind} {key[:12]} ({size_text(published.entry.size)}) to {cache.location}{note}")
 
 
 def make_room(dest: str) -> None:
@@ -242,33 +250,30 @@ class CacheProvider(Provider):
 
     @staticmethod
     def predict(ctx: RunContext, checkout: Optional[str], submit: Submit) -> List[concurrent.futures.Future[Check]]:
-        trust = check_cache_trust(ctx.settings)
-        return [settled(trust)] if trust is not None else []
+        """Whose entries a shared cache installs: a warning (never blocking) unless trusted keys are set."""
+        settings = ctx.settings
+        if settings.cache is None:
+            return []
+        trusted = settings.label("cache_trusted_keys")
+        if settings.cache_trusted_keys:
+            names = ", ".join(line.partition(":")[0] for line in settings.cache_trusted_keys)
+            signs = ("; this host signs what it publishes" if settings.cache_signing_key else
+                     f"; this host publishes unsigned ({settings.label('cache_signing_key')} is not set), and hosts "
+                     "that check signatures will not install what it publishes")
+            return [settled(passed("cache-trust", f"cache entries are installed only when signed by {names}{signs}",
+                                   Stage.SETTINGS))]
+        return [settled(Check(
+            "cache-trust", WRONG,
+            f"{trusted} is not set: if other hosts or users can write to {shown_location(settings.cache)}, "
+            "this host installs whatever they put there (the hashes only prove the blob matches its manifest, "
+            "not who wrote it)",
+            f"sign on the host that builds (FLYDSL_CACHE_SIGNING_KEY, from `{command('cache keygen')}`) "
+            f"and set {trusted} to its .pub file on every host; ignore this if the cache is this host's alone",
+            blocking=False, stage=Stage.SETTINGS))]
 
     def provide(self, run: Run, commit: str) -> Optional[Decision]:
         with run.step(Stage.CACHE):
             return tree_from_cache(run, self.cache, commit, self.early)
-
-
-def check_cache_trust(settings: Settings) -> Optional[Check]:
-    """Whose entries a shared cache installs: a warning (never blocking) unless trusted keys are set."""
-    if settings.cache is None:
-        return None
-    trusted = settings.label("cache_trusted_keys")
-    if settings.cache_trusted_keys:
-        names = ", ".join(line.partition(":")[0] for line in settings.cache_trusted_keys)
-        signing = ("; this host signs what it publishes" if settings.cache_signing_key else
-                   f"; this host publishes unsigned ({settings.label('cache_signing_key')} is not set), and hosts "
-                   "that check signatures will not install what it publishes")
-        return passed("cache-trust", f"cache entries are installed only when signed by {names}{signing}",
-                      Stage.SETTINGS)
-    return Check("cache-trust", WRONG,
-                 f"{trusted} is not set: if other hosts or users can write to {shown_location(settings.cache)}, "
-                 "this host installs whatever they put there (the hashes only prove the blob matches its manifest, "
-                 "not who wrote it)",
-                 f"sign on the host that builds (FLYDSL_CACHE_SIGNING_KEY, from `{command('cache keygen')}`) "
-                 f"and set {trusted} to its .pub file on every host; ignore this if the cache is this host's alone",
-                 blocking=False, stage=Stage.SETTINGS)
 
 
 def say_once(run: Run, cache: Cache, line: str) -> None:
@@ -288,35 +293,30 @@ def choose_entry(run: Run, cache: Cache, kind: str, key: str, what: str) -> Tupl
         newest = max(cache.variants(kind, key), key=lambda e: e.created, default=None)
         return newest, newest is not None
     try:
-        return _trusted_entry(run, cache, kind, key, what, primary)
+        trusted = trusted_keys(run.settings.cache_trusted_keys)
+        problems: List[str] = []
+        if primary is not None:
+            verdict = check_entry(cache.store, primary, trusted, problems)
+            if verdict.trusted:
+                return _take(run, cache, primary, what, verdict.trusted_by, problems), True
+            problems.clear()  # judged again below, with the variants' manifests known
+        current = ([primary] if primary is not None else []) + cache.variants(kind, key, [p.name for p in trusted])
+        live = {manifest_sha(entry.manifest) for entry in current}
+        refused: List[str] = []
+        for entry in current:
+            verdict = check_entry(cache.store, entry, trusted, problems, live)
+            if verdict.trusted:
+                return _take(run, cache, entry, what, verdict.trusted_by, problems), True
+            refused.append(f"cache: the cache's {_label(entry, what)} {verdict.problem}; not installed")
+        for problem in problems:
+            say_once(run, cache, f"cache: {problem}")
+        for n, line in enumerate(refused, 1):
+            say_once(run, cache, line + (", building instead" if n == len(refused) else ""))
+        return None, bool(current)
     except CacheError as exc:  # MissingLibrary too: no entry can be shown to be trusted
         say_once(run, cache, f"cache: the signatures of the cache's {what} cannot be checked ({exc}); not installed, "
                  "building instead")
         return None, True
-
-
-def _trusted_entry(run: Run, cache: Cache, kind: str, key: str, what: str,
-                   primary: Optional[CacheEntry]) -> Tuple[Optional[CacheEntry], bool]:
-    trusted = trusted_keys(run.settings.cache_trusted_keys)
-    problems: List[str] = []
-    if primary is not None:
-        verdict = check_entry(cache.store, primary, trusted, problems)
-        if verdict.trusted:
-            return _take(run, cache, primary, what, verdict.trusted_by, problems), True
-        problems.clear()  # judged again below, with the variants' manifests known
-    current = ([primary] if primary is not None else []) + cache.variants(kind, key, [p.name for p in trusted])
-    live = {manifest_sha(entry.manifest) for entry in current}
-    refused: List[str] = []
-    for entry in current:
-        verdict = check_entry(cache.store, entry, trusted, problems, live)
-        if verdict.trusted:
-            return _take(run, cache, entry, what, verdict.trusted_by, problems), True
-        refused.append(f"cache: the cache's {_label(entry, what)} {verdict.problem}; not installed")
-    for problem in problems:
-        say_once(run, cache, f"cache: {problem}")
-    for n, line in enumerate(refused, 1):
-        say_once(run, cache, line + (", building instead" if n == len(refused) else ""))
-    return None, bool(current)
 
 
 def _take(run: Run, cache: Cache, entry: CacheEntry, what: str, by: Tuple[str, ...], problems: List[str]) -> CacheEntry:
@@ -332,27 +332,3 @@ def _take(run: Run, cache: Cache, entry: CacheEntry, what: str, by: Tuple[str, .
 def _label(entry: CacheEntry, what: str) -> str:
     """"tree entry for a35627a2", or for a variant "tree entry for a35627a2 from k1"."""
     return f"{what} from {entry.variant}" if entry.variant else what
-
-
-def signers(run: Run) -> List[SecretKey]:
-    """The key this run signs with, read again: a CacheError skips the publish when it went bad since."""
-    path = run.settings.cache_signing_key
-    if path is None:
-        return []
-    try:
-        secret = signing.read_secret_key(path)
-        signing.check_secret(secret)
-    except signing.KeyProblem as exc:
-        raise CacheError(f"{run.settings.label('cache_signing_key')}: {exc}") from None
-    return [secret]
-
-
-def publish_note(run: Run, secrets: List[SecretKey]) -> str:
-    """Who signed what was published, or why checking hosts refuse it."""
-    if secrets:
-        return ", signed by " + ", ".join(secret.name for secret in secrets)
-    if run.settings.cache_trusted_keys:
-        label = run.settings.label
-        return (f", unsigned: {label('cache_trusted_keys')} is set but {label('cache_signing_key')} is not, so hosts "
-                "that check signatures will not install it")
-    return ""
