@@ -15,7 +15,6 @@ from typing import IO, List, Sequence, Set, Tuple, cast
 from ensure_flydsl.trees.backends import CacheCorrupt
 from ensure_flydsl.trees.manifest import CHUNK, Member, check_tree, walk
 
-GZIP_INPUT = 64 << 10  # compressed bytes fed to zlib at a time
 TAR_BUFFER = 4 << 20  # what tarfile may hold beyond one request: fewer, larger joins, still a few MiB
 
 
@@ -177,30 +176,13 @@ class BlobReader(_Hashing):
             raise CacheCorrupt(f"blob sha256 mismatch: expected {self._expected_sha[:12]}.. got {got[:12]}..")
 
 
-class Gunzip:
-    """A gzip stream that gives at most what a read asks for ("r|gz" inflates each read whole: a bomb)."""
-
-    def __init__(self, raw: BlobReader) -> None:
-        self._raw = raw
-        self._zlib = zlib.decompressobj(16 + zlib.MAX_WBITS)  # gzip's header and trailer
-
-    def read(self, size: int = -1) -> bytes:
-        size = CHUNK if size is None or size < 0 else size
-        while not self._zlib.eof:
-            data = self._zlib.unconsumed_tail or self._raw.read(GZIP_INPUT)
-            if not data:
-                raise EOFError("the blob ends inside its compressed data")
-            out = self._zlib.decompress(data, size)
-            if out:
-                return out
-        return b""
-
-
 def unpack(src: IO[bytes], size: int, sha256: str, members: Sequence[Member], tree: str) -> None:
     """The blob in ``src`` as the new folder ``tree``; a damaged blob is named as such, not by its first symptom."""
     blob = BlobReader(src, size, sha256)
     try:
-        with tarfile.open(fileobj=cast(IO[bytes], Gunzip(blob)), mode="r|", bufsize=TAR_BUFFER) as tar:
+        # GzipFile gives at most what a read asks for (tarfile's "r|gz" inflates each read whole: a bomb)
+        with gzip.GzipFile(fileobj=cast(IO[bytes], blob), mode="rb") as gz, \
+                tarfile.open(fileobj=gz, mode="r|", bufsize=TAR_BUFFER) as tar:
             os.mkdir(tree, 0o755)
             extract_checked(tar, tree, members)
     except CacheCorrupt:
