@@ -51,7 +51,7 @@ from ensure_flydsl.ways.checks import (
     reach,
     skipped,
 )
-from ensure_flydsl.ways.release.checks import release_instead
+from ensure_flydsl.ways.release.checks import SOURCE_ONLY, release_instead
 from ensure_flydsl.ways.release.download import has_pip
 from ensure_flydsl.ways.source.checks import llvm_step_needed
 from ensure_flydsl.ways.source.tools import find_executable_tool
@@ -336,13 +336,6 @@ def stop_if_blocked(checks: Sequence[Check], strategy: Strategy) -> None:
     )
 
 
-def _without_build_blocks(checks: List[Check], version_check: Check) -> List[Check]:
-    """auto installs an available release wheel and builds nothing: what blocks only a build does not block."""
-    note = f" (only for a source build: auto installs the release wheel, {version_check.detail.split('; ')[-1]})"
-    return [replace(c, blocking=False, remedy=c.remedy + note)
-            if c.blocking and c.stage in (Stage.SUBMODULES, Stage.LLVM, Stage.BUILD) else c for c in checks]
-
-
 def run_checks(settings: Settings, environ: Mapping[str, str], *, checkout: Optional[str] = None, timeout: float = 5.0,
                reuse: Optional[ReuseCheck] = None, interpreter: Optional[Interpreter] = None
                ) -> Tuple[List[Check], Optional[BuildNeeds]]:
@@ -384,7 +377,10 @@ def run_checks(settings: Settings, environ: Mapping[str, str], *, checkout: Opti
             checks.append(check_index(ctx, release=demands(strategy, Way.RELEASE)))
         wheel = next((c for c in checks if c.name == "release-wheel"), None)
         if falls_back(strategy) and wheel is not None and wheel.status == OK:
-            checks = _without_build_blocks(checks, wheel)
+            # auto installs an available release wheel and builds nothing: what blocks only a build does not block
+            note = f" (only for a source build: auto installs the release wheel, {wheel.detail.split('; ')[-1]})"
+            checks = [replace(c, blocking=False, remedy=c.remedy + note) if c.blocking and c.stage in SOURCE_ONLY
+                      else c for c in checks]
         return checks, needs if builds else None
     finally:
         pool.shutdown(wait=True)
@@ -468,19 +464,11 @@ def diagnose(settings: Settings, environ: Mapping[str, str], *, reuse: Optional[
     return diagnosis
 
 
-def status_label(check: Check) -> str:
-    """UPPERCASE blocks the configured strategy; "provide": missing here but provided by the tool."""
-    if check.status == OK:
-        return "ok"
-    if check.status == SKIPPED:
-        return "skip"
-    if check.provided:
-        return "provide"
-    return check.status.upper() if check.blocking else check.status
-
-
 def render_check(check: Check, width: int = 15) -> List[str]:
-    lines = [f"  [{status_label(check)}]".ljust(12) + f"{check.name.ljust(width)} {check.detail}"]
+    # UPPERCASE blocks the configured strategy; "provide": missing here but provided by the tool
+    label = {OK: "ok", SKIPPED: "skip"}.get(check.status) or ("provide" if check.provided else
+                                                              check.status.upper() if check.blocking else check.status)
+    lines = [f"  [{label}]".ljust(12) + f"{check.name.ljust(width)} {check.detail}"]
     if check.status not in (OK, SKIPPED) and check.remedy:
         lines.append(" " * (12 + width + 1) + f"remedy: {check.remedy}")
     return lines

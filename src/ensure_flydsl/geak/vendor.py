@@ -1,20 +1,15 @@
 """The libraries the GEAK folder vendors for a bare ``python3`` (3.9 on, which newer releases dropped): pinned
-pure-Python wheels from ``--wheels DIR``, this user's cache or the package index, checked against their sha256
-and installed by pypa's ``installer``."""
+pure-Python wheels from ``--wheels DIR``, this user's cache or the package index, checked against their sha256."""
 
 from __future__ import annotations
 
 import os
-import pathlib
 import shutil
 import sys
 import tempfile
+import zipfile
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Sequence
-
-from installer import install
-from installer.destinations import SchemeDictionaryDestination
-from installer.sources import WheelFile
 
 from ensure_flydsl.errors import BadInput, EnsureError, ExitCode, Stage
 from ensure_flydsl.layout import host_cache_dir, vendored_wheels_dir
@@ -105,17 +100,15 @@ def _download(missing: Sequence[Pinned], cache: str, environ: Dict[str, str]) ->
             move_into_place(got, os.path.join(cache, pinned.filename))
 
 
-def install_wheels(wheels: Dict[str, str], target: str) -> List[str]:
-    """Each wheel into ``target`` (purelib, no bytecode) by ``installer``; "name version" of each."""
-
-    elsewhere = os.path.join(target, ".not-vendored")  # scripts, headers, data: none of these wheels has any
-    scheme = {"purelib": target, "platlib": target, "headers": elsewhere, "scripts": elsewhere, "data": elsewhere}
-    destination = SchemeDictionaryDestination(scheme, interpreter="/usr/bin/env python3", script_kind="posix",
-                                              bytecode_optimization_levels=())
+def wheel_files(wheels: Dict[str, str]) -> Dict[str, bytes]:
+    """What the pure-Python wheels install into purelib: each member as it is (their sha256 is pinned)."""
+    files: Dict[str, bytes] = {}
     for pinned in VENDORED:
-        with WheelFile.open(pathlib.Path(wheels[pinned.name])) as source:
-            install(source, destination, {"INSTALLER": b"ensure-flydsl skill\n"})
-    if os.path.exists(elsewhere):
-        raise EnsureError(ExitCode.INTERNAL, f"a vendored wheel installed files outside purelib: {elsewhere}",
-                          stage=Stage.SKILL)
-    return [f"{p.name} {p.version}" for p in VENDORED]
+        with zipfile.ZipFile(wheels[pinned.name]) as archive:
+            for info in archive.infolist():
+                if ".data/" in info.filename:  # scripts, headers, data: none of these wheels has any
+                    raise EnsureError(ExitCode.INTERNAL, f"a vendored wheel holds files outside purelib: "
+                                      f"{info.filename}", stage=Stage.SKILL)
+                if not info.is_dir():
+                    files[info.filename] = archive.read(info)
+    return files
