@@ -15,7 +15,7 @@ from ensure_flydsl.errors import BadInput, EnsureError, ExitCode, Stage
 from ensure_flydsl.layout import host_cache_dir, vendored_wheels_dir
 from ensure_flydsl.support.files import file_sha256, move_into_place
 from ensure_flydsl.support.processes import CommandFailed, cmd_output
-from ensure_flydsl.ways.release.download import has_pip
+from ensure_flydsl.ways.release.download import release_pip
 
 
 @dataclass(frozen=True)
@@ -63,16 +63,9 @@ def find_wheels(wheels: Optional[str], environ: Dict[str, str], say: Callable[[s
     return {p.name: os.path.join(cache, p.filename) for p in VENDORED}
 
 
-def _pip_python(environ: Dict[str, str]) -> Optional[str]:
-    """This interpreter if it has pip (not under `uv tool install`), else ``python3`` on PATH if it has."""
-    for python in (sys.executable, shutil.which("python3", path=environ.get("PATH"))):
-        if python and has_pip(python, environ):
-            return python
-    return None
-
-
 def _download(missing: Sequence[Pinned], cache: str, environ: Dict[str, str]) -> None:
-    python = _pip_python(environ)
+    # this interpreter if it has pip (not under `uv tool install`), else ``python3`` on PATH if it has
+    python, _ = release_pip(shutil.which("python3", path=environ.get("PATH")) or sys.executable, environ)
     names = " ".join(p.filename for p in missing)
     if python is None:
         raise EnsureError(ExitCode.ARTIFACT, f"no pip to download {names} with (neither {sys.executable} nor "

@@ -104,13 +104,9 @@ def release_suggestion(settings: Settings, interpreter: Interpreter, environ: Ma
     """The newest release but the pin's own that qualifies (module docstring), in words; or None."""
     pinned = requirements.tag_version(settings.pin) if settings.pin.startswith("v") else None
     pip, _ = release_pip(interpreter.executable, environ)
-    try:
-        options = wheel_tags(interpreter)
-    except EnsureError:
-        pip = None
-    if pip is None:
+    if pip is None or interpreter.implementation != "cpython":  # wheel_tags' refusal
         return None
-    listed = query_versions(pip, "flydsl", environ, timeout=SUGGEST_TIMEOUT_S, options=options,
+    listed = query_versions(pip, "flydsl", environ, timeout=SUGGEST_TIMEOUT_S, options=wheel_tags(interpreter),
                             limit=SUGGEST_LIMIT_S).versions
     versions = newest_first([v for v in listed if v != pinned], settings.min_version)
     if not versions:
