@@ -14,7 +14,7 @@ import shutil
 import sys
 import time
 from dataclasses import asdict, dataclass, replace
-from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Callable, List, Mapping, Optional, Sequence, Tuple
 
 from ensure_flydsl.errors import EnsureError, ExitCode, Stage
 from ensure_flydsl.probe.gate import shadowing
@@ -403,20 +403,16 @@ class Diagnosis:
         return any(c.name == "reuse" and c.status == OK for c in self.checks)
 
     @property
-    def first_blocking(self) -> Optional[Check]:
-        return first_blocking(self.checks)
-
-    @property
     def ok(self) -> bool:
-        return self.reusable or self.first_blocking is None
+        return self.reusable or first_blocking(self.checks) is None
 
     @property
     def exit_code(self) -> int:
-        first = self.first_blocking
+        first = first_blocking(self.checks)
         return 0 if self.ok or first is None else first.exit_code
 
     def verdict(self) -> str:
-        first = self.first_blocking
+        first = first_blocking(self.checks)
         if self.reusable:
             tail = f"; a new build could not: {first.name}: {first.detail}" if first else ""
             return f"the configured strategy ({self.strategy}) can succeed here: a reusable FlyDSL is there{tail}"
@@ -426,16 +422,15 @@ class Diagnosis:
         return (f"the configured strategy ({self.strategy}) cannot succeed here: {first.name}: {first.detail} "
                 f"(a run would stop at its {first.stage} step, exit {first.exit_code}){instead}")
 
-    def to_json(self) -> Dict[str, object]:
-        return {"strategy": self.strategy.value, "ok": self.ok, "exit_code": self.exit_code, "verdict": self.verdict(),
-                "needs": asdict(self.needs) if self.needs else None, "checks": [c.to_json() for c in self.checks],
-                "seconds": round(self.seconds, 3), "suggestion": self.suggestion}
-
     def report(self, settings: Settings, as_json: bool) -> str:
         """What `doctor` prints: one JSON object (docs/schema/doctor.schema.json), or a line per check, the verdict."""
         if as_json:
-            return json.dumps({**self.to_json(), "schema_version": DOCTOR_SCHEMA_VERSION, "root": settings.root,
-                               "python": settings.python, "repo": settings.repo, "pin": settings.pin}, sort_keys=True)
+            return json.dumps({"strategy": self.strategy.value, "ok": self.ok, "exit_code": self.exit_code,
+                               "verdict": self.verdict(), "needs": asdict(self.needs) if self.needs else None,
+                               "checks": [c.to_json() for c in self.checks], "seconds": round(self.seconds, 3),
+                               "suggestion": self.suggestion, "schema_version": DOCTOR_SCHEMA_VERSION,
+                               "root": settings.root, "python": settings.python, "repo": settings.repo,
+                               "pin": settings.pin}, sort_keys=True)
         lines = [f"ensure-flydsl doctor: strategy {settings.strategy}, root {settings.root}, python {settings.python}"]
         if self.needs is not None:
             lines.append(f"  the build needs {self.needs.summary()} (read from {self.needs.source})")
@@ -457,7 +452,7 @@ def diagnose(settings: Settings, environ: Mapping[str, str], *, reuse: Optional[
     checks.append(Check("working-folder", WRONG if shadows else OK, "; ".join(shadows) or "nothing in it shadows "
                         "the tree", "", blocking=False, stage=Stage.PUBLISH))
     diagnosis = Diagnosis(settings.strategy, tuple(checks), needs, time.monotonic() - started)
-    blocking = diagnosis.first_blocking
+    blocking = first_blocking(diagnosis.checks)
     if not diagnosis.ok and blocking is not None:
         suggestion = release_instead(settings, environ, blocking)
         diagnosis = replace(diagnosis, suggestion=suggestion, seconds=time.monotonic() - started)

@@ -67,15 +67,12 @@ class ReleaseProvider(Provider):
     def provide(self, run: Run, commit: str) -> Optional[Decision]:
         try:
             return self._provide(run, commit)
-        except (NotThePin, WheelDoesNotWork) as exc:
-            if self.demanded:
-                raise
-            run.say(f"{exc.reason}; building the pin from source instead")
-            return None
         except EnsureError as exc:
-            if self.demanded or exc.code != ExitCode.ARTIFACT:
+            refused = isinstance(exc, (NotThePin, WheelDoesNotWork))  # said as they are
+            if self.demanded or not (refused or exc.code == ExitCode.ARTIFACT):
                 raise
-            run.say(f"no release wheel to use ({exc.reason}); building the pin from source instead")
+            run.say(f"{exc.reason if refused else f'no release wheel to use ({exc.reason})'}; building the pin from "
+                    "source instead")
             return None
 
     def _provide(self, run: Run, commit: str) -> Decision:
