@@ -51,8 +51,8 @@ from ensure_flydsl.ways.checks import (
     reach,
     skipped,
 )
-from ensure_flydsl.ways.release.checks import SOURCE_ONLY, release_instead
 from ensure_flydsl.ways.release.download import has_pip
+from ensure_flydsl.ways.release.provider import SOURCE_ONLY, release_instead
 from ensure_flydsl.ways.source.checks import llvm_step_needed
 from ensure_flydsl.ways.source.tools import find_executable_tool
 from ensure_flydsl.ways.table import ways_for
