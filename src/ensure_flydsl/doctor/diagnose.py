@@ -427,7 +427,7 @@ class Diagnosis:
         if as_json:
             return json.dumps({"strategy": self.strategy.value, "ok": self.ok, "exit_code": self.exit_code,
                                "verdict": self.verdict(), "needs": asdict(self.needs) if self.needs else None,
-                               "checks": [c.to_json() for c in self.checks], "seconds": round(self.seconds, 3),
+                               "checks": [asdict(c) for c in self.checks], "seconds": round(self.seconds, 3),
                                "suggestion": self.suggestion, "schema_version": DOCTOR_SCHEMA_VERSION,
                                "root": settings.root, "python": settings.python, "repo": settings.repo,
                                "pin": settings.pin}, sort_keys=True)
