@@ -124,7 +124,7 @@ def test_a_warm_probe_answers_none_when_the_tree_shadows_what_it_preloaded(tmp_p
                              timeout_label="a test")
         assert answer is None
         fresh = run_probe(sys.executable, modules=["warmmod"], prefix=[tree], environ=env)
-        assert fresh.module("warmmod").file == os.path.join(tree, "warmmod", "__init__.py")
+        assert [m.file for m in fresh.modules] == [os.path.join(tree, "warmmod", "__init__.py")]
     finally:
         warm.close()
 

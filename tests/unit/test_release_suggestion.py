@@ -7,7 +7,7 @@ from __future__ import annotations
 from ensure_flydsl.source.git import tag_commits
 from ensure_flydsl.source.requirements import TagAnswer, checked_modules
 from ensure_flydsl.ways.package_index import newest_first
-from ensure_flydsl.ways.release.checks import suggestion_text
+from ensure_flydsl.ways.release.provider import suggestion_text
 
 A = "a" * 40
 B = "b" * 40

@@ -4,6 +4,7 @@ as no stage (the record or marker still reads), never as a crash."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 from ensure_flydsl.doctor.diagnose import first_blocking
@@ -49,7 +50,7 @@ def test_a_doctor_check_s_exit_code_and_order_come_from_its_stage() -> None:
                  stage=Stage.PUBLISH)  # no order: after every ordered stage
     assert first_blocking([none, late, early]) is early
     assert (late.exit_code, early.exit_code, none.exit_code) == (5, 2, 70)
-    assert json.loads(json.dumps(early.to_json()))["stage"] == "fetch"
+    assert json.loads(json.dumps(dataclasses.asdict(early)))["stage"] == "fetch"
 
 
 def test_parse_gives_the_stage_or_none() -> None:

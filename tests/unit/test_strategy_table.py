@@ -5,6 +5,7 @@ files and JSON objects always held."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -90,4 +91,4 @@ def test_the_root_kind_and_the_check_status_show_their_values(tmp_path: Path) ->
     assert foreign.kind is RootKind.FOREIGN
     check = passed("git", "git 2.43", Stage.FETCH)
     assert check.status is CheckStatus.OK
-    assert json.loads(json.dumps(check.to_json()))["status"] == "ok" and check.status.upper() == "OK"
+    assert json.loads(json.dumps(dataclasses.asdict(check)))["status"] == "ok" and check.status.upper() == "OK"

@@ -14,7 +14,7 @@ import shutil
 import sys
 import time
 from dataclasses import asdict, dataclass, replace
-from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Callable, List, Mapping, Optional, Sequence, Tuple
 
 from ensure_flydsl.errors import EnsureError, ExitCode, Stage
 from ensure_flydsl.probe.gate import shadowing
@@ -51,8 +51,8 @@ from ensure_flydsl.ways.checks import (
     reach,
     skipped,
 )
-from ensure_flydsl.ways.release.checks import release_instead
 from ensure_flydsl.ways.release.download import has_pip
+from ensure_flydsl.ways.release.provider import SOURCE_ONLY, release_instead
 from ensure_flydsl.ways.source.checks import llvm_step_needed
 from ensure_flydsl.ways.source.tools import find_executable_tool
 from ensure_flydsl.ways.table import ways_for
@@ -336,13 +336,6 @@ def stop_if_blocked(checks: Sequence[Check], strategy: Strategy) -> None:
     )
 
 
-def _without_build_blocks(checks: List[Check], version_check: Check) -> List[Check]:
-    """auto installs an available release wheel and builds nothing: what blocks only a build does not block."""
-    note = f" (only for a source build: auto installs the release wheel, {version_check.detail.split('; ')[-1]})"
-    return [replace(c, blocking=False, remedy=c.remedy + note)
-            if c.blocking and c.stage in (Stage.SUBMODULES, Stage.LLVM, Stage.BUILD) else c for c in checks]
-
-
 def run_checks(settings: Settings, environ: Mapping[str, str], *, checkout: Optional[str] = None, timeout: float = 5.0,
                reuse: Optional[ReuseCheck] = None, interpreter: Optional[Interpreter] = None
                ) -> Tuple[List[Check], Optional[BuildNeeds]]:
@@ -384,7 +377,10 @@ def run_checks(settings: Settings, environ: Mapping[str, str], *, checkout: Opti
             checks.append(check_index(ctx, release=demands(strategy, Way.RELEASE)))
         wheel = next((c for c in checks if c.name == "release-wheel"), None)
         if falls_back(strategy) and wheel is not None and wheel.status == OK:
-            checks = _without_build_blocks(checks, wheel)
+            # auto installs an available release wheel and builds nothing: what blocks only a build does not block
+            note = f" (only for a source build: auto installs the release wheel, {wheel.detail.split('; ')[-1]})"
+            checks = [replace(c, blocking=False, remedy=c.remedy + note) if c.blocking and c.stage in SOURCE_ONLY
+                      else c for c in checks]
         return checks, needs if builds else None
     finally:
         pool.shutdown(wait=True)
@@ -407,20 +403,16 @@ class Diagnosis:
         return any(c.name == "reuse" and c.status == OK for c in self.checks)
 
     @property
-    def first_blocking(self) -> Optional[Check]:
-        return first_blocking(self.checks)
-
-    @property
     def ok(self) -> bool:
-        return self.reusable or self.first_blocking is None
+        return self.reusable or first_blocking(self.checks) is None
 
     @property
     def exit_code(self) -> int:
-        first = self.first_blocking
+        first = first_blocking(self.checks)
         return 0 if self.ok or first is None else first.exit_code
 
     def verdict(self) -> str:
-        first = self.first_blocking
+        first = first_blocking(self.checks)
         if self.reusable:
             tail = f"; a new build could not: {first.name}: {first.detail}" if first else ""
             return f"the configured strategy ({self.strategy}) can succeed here: a reusable FlyDSL is there{tail}"
@@ -430,16 +422,15 @@ class Diagnosis:
         return (f"the configured strategy ({self.strategy}) cannot succeed here: {first.name}: {first.detail} "
                 f"(a run would stop at its {first.stage} step, exit {first.exit_code}){instead}")
 
-    def to_json(self) -> Dict[str, object]:
-        return {"strategy": self.strategy.value, "ok": self.ok, "exit_code": self.exit_code, "verdict": self.verdict(),
-                "needs": asdict(self.needs) if self.needs else None, "checks": [c.to_json() for c in self.checks],
-                "seconds": round(self.seconds, 3), "suggestion": self.suggestion}
-
     def report(self, settings: Settings, as_json: bool) -> str:
         """What `doctor` prints: one JSON object (docs/schema/doctor.schema.json), or a line per check, the verdict."""
         if as_json:
-            return json.dumps({**self.to_json(), "schema_version": DOCTOR_SCHEMA_VERSION, "root": settings.root,
-                               "python": settings.python, "repo": settings.repo, "pin": settings.pin}, sort_keys=True)
+            return json.dumps({"strategy": self.strategy.value, "ok": self.ok, "exit_code": self.exit_code,
+                               "verdict": self.verdict(), "needs": asdict(self.needs) if self.needs else None,
+                               "checks": [asdict(c) for c in self.checks], "seconds": round(self.seconds, 3),
+                               "suggestion": self.suggestion, "schema_version": DOCTOR_SCHEMA_VERSION,
+                               "root": settings.root, "python": settings.python, "repo": settings.repo,
+                               "pin": settings.pin}, sort_keys=True)
         lines = [f"ensure-flydsl doctor: strategy {settings.strategy}, root {settings.root}, python {settings.python}"]
         if self.needs is not None:
             lines.append(f"  the build needs {self.needs.summary()} (read from {self.needs.source})")
@@ -461,26 +452,18 @@ def diagnose(settings: Settings, environ: Mapping[str, str], *, reuse: Optional[
     checks.append(Check("working-folder", WRONG if shadows else OK, "; ".join(shadows) or "nothing in it shadows "
                         "the tree", "", blocking=False, stage=Stage.PUBLISH))
     diagnosis = Diagnosis(settings.strategy, tuple(checks), needs, time.monotonic() - started)
-    blocking = diagnosis.first_blocking
+    blocking = first_blocking(diagnosis.checks)
     if not diagnosis.ok and blocking is not None:
         suggestion = release_instead(settings, environ, blocking)
         diagnosis = replace(diagnosis, suggestion=suggestion, seconds=time.monotonic() - started)
     return diagnosis
 
 
-def status_label(check: Check) -> str:
-    """UPPERCASE blocks the configured strategy; "provide": missing here but provided by the tool."""
-    if check.status == OK:
-        return "ok"
-    if check.status == SKIPPED:
-        return "skip"
-    if check.provided:
-        return "provide"
-    return check.status.upper() if check.blocking else check.status
-
-
 def render_check(check: Check, width: int = 15) -> List[str]:
-    lines = [f"  [{status_label(check)}]".ljust(12) + f"{check.name.ljust(width)} {check.detail}"]
+    # UPPERCASE blocks the configured strategy; "provide": missing here but provided by the tool
+    label = {OK: "ok", SKIPPED: "skip"}.get(check.status) or ("provide" if check.provided else
+                                                              check.status.upper() if check.blocking else check.status)
+    lines = [f"  [{label}]".ljust(12) + f"{check.name.ljust(width)} {check.detail}"]
     if check.status not in (OK, SKIPPED) and check.remedy:
         lines.append(" " * (12 + width + 1) + f"remedy: {check.remedy}")
     return lines

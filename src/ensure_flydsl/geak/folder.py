@@ -144,23 +144,10 @@ def _overrides() -> str:
     return "\n".join(f"- `{s.env}`: {s.help}." for s in ordered)
 
 
-def _vendored_files(wheels: Dict[str, str]) -> Tuple[Dict[str, bytes], List[str]]:
-    """What the pinned wheels install that the tool imports, with their licenses and metadata."""
-    files: Dict[str, bytes] = {}
-    with tempfile.TemporaryDirectory(prefix="ensure-flydsl-vendored-") as tmp:
-        vendored = vendor.install_wheels(wheels, tmp)
-        for current, _dirs, names in os.walk(tmp):
-            for name in names:
-                rel = os.path.relpath(os.path.join(current, name), tmp).replace(os.sep, "/")
-                if not any(fnmatch.fnmatch(rel, pattern) for pattern in LEFT_OUT):
-                    with open(os.path.join(current, name), "rb") as handle:
-                        files[rel] = handle.read()
-    return files, vendored
-
-
-def zipapp_bytes(wheels: Dict[str, str]) -> Tuple[bytes, List[str]]:
+def zipapp_bytes(wheels: Dict[str, str]) -> bytes:
     """The tool, its vendored libraries and the launcher as one zipapp, its members sorted and dated alike."""
-    files, vendored = _vendored_files(wheels)
+    files = {name: data for name, data in vendor.wheel_files(wheels).items()
+             if not any(fnmatch.fnmatch(name, pattern) for pattern in LEFT_OUT)}
     files.update(package_files(resources.files("ensure_flydsl"), "ensure_flydsl/"))
     files["__main__.py"] = _template("__main__.py.in", {}).encode()
     data = io.BytesIO()
@@ -170,7 +157,7 @@ def zipapp_bytes(wheels: Dict[str, str]) -> Tuple[bytes, List[str]]:
             member.external_attr = 0o644 << 16
             member.compress_type = zipfile.ZIP_DEFLATED
             archive.writestr(member, files[name], compresslevel=9)
-    return data.getvalue(), vendored
+    return data.getvalue()
 
 
 def _write(path: str, data: Union[str, bytes], mode: int = 0o644) -> str:
@@ -182,18 +169,16 @@ def _write(path: str, data: Union[str, bytes], mode: int = 0o644) -> str:
     return hashlib.sha256(raw).hexdigest()
 
 
-def _fill(staging: str, wheels: Dict[str, str], commit: str) -> List[str]:
-    zipapp, vendored = zipapp_bytes(wheels)
+def _fill(staging: str, wheels: Dict[str, str], commit: str, vendored: List[str]) -> None:
     values = {"VERSION": __version__, "MIN_VERSION": DEFAULT_MIN_VERSION, "PIN_SHORT": DEFAULT_PIN[:8],
               "ROOT": DEFAULT_ROOT, "OVERRIDES": _overrides(), "ZIPAPP": ZIPAPP,
               "EXIT_CODES": "\n".join(f"- `{int(code)}`: {code.meaning}" for code in ExitCode)}
     hashes = {"skill.md": _write(os.path.join(staging, "skill.md"), _template("skill.md", values)),
               SCRIPT: _write(os.path.join(staging, SCRIPT), _template(SCRIPT, values), 0o755),
-              ZIPAPP: _write(os.path.join(staging, ZIPAPP), zipapp)}
+              ZIPAPP: _write(os.path.join(staging, ZIPAPP), zipapp_bytes(wheels))}
     _write(os.path.join(staging, "VERSION"), "\n".join([
         f"ensure-flydsl {__version__}", f"source: {tool_source()}", f"commit: {commit}",
         f"vendored: {', '.join(vendored)}", MADE_BY, *(f"sha256: {hashes[name]}  {name}" for name in HASHED)]) + "\n")
-    return vendored
 
 
 def write_skill_folder(target: str, *, force: bool, wheels: Optional[str], environ: Dict[str, str],
@@ -205,13 +190,13 @@ def write_skill_folder(target: str, *, force: bool, wheels: Optional[str], envir
     if wheels is not None:
         wheels = os.path.abspath(wheels)
     found = vendor.find_wheels(wheels, environ, say)
-    commit = tool_commit()
+    commit, vendored = tool_commit(), [f"{p.name} {p.version}" for p in vendor.VENDORED]
     parent = os.path.dirname(target)
     os.makedirs(parent, exist_ok=True)
     staging = tempfile.mkdtemp(prefix=f".{os.path.basename(target)}.making-", dir=parent)
     try:
         os.chmod(staging, 0o755)
-        vendored = _fill(staging, found, commit)
+        _fill(staging, found, commit, vendored)
         replaced = os.path.lexists(target)
         aside = move_aside(target) if replaced else None
         try:

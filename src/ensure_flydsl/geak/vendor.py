@@ -1,26 +1,21 @@
 """The libraries the GEAK folder vendors for a bare ``python3`` (3.9 on, which newer releases dropped): pinned
-pure-Python wheels from ``--wheels DIR``, this user's cache or the package index, checked against their sha256
-and installed by pypa's ``installer``."""
+pure-Python wheels from ``--wheels DIR``, this user's cache or the package index, checked against their sha256."""
 
 from __future__ import annotations
 
 import os
-import pathlib
 import shutil
 import sys
 import tempfile
+import zipfile
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Sequence
-
-from installer import install
-from installer.destinations import SchemeDictionaryDestination
-from installer.sources import WheelFile
 
 from ensure_flydsl.errors import BadInput, EnsureError, ExitCode, Stage
 from ensure_flydsl.layout import host_cache_dir, vendored_wheels_dir
 from ensure_flydsl.support.files import file_sha256, move_into_place
 from ensure_flydsl.support.processes import CommandFailed, cmd_output
-from ensure_flydsl.ways.release.download import has_pip
+from ensure_flydsl.ways.release.download import release_pip
 
 
 @dataclass(frozen=True)
@@ -68,16 +63,9 @@ def find_wheels(wheels: Optional[str], environ: Dict[str, str], say: Callable[[s
     return {p.name: os.path.join(cache, p.filename) for p in VENDORED}
 
 
-def _pip_python(environ: Dict[str, str]) -> Optional[str]:
-    """This interpreter if it has pip (not under `uv tool install`), else ``python3`` on PATH if it has."""
-    for python in (sys.executable, shutil.which("python3", path=environ.get("PATH"))):
-        if python and has_pip(python, environ):
-            return python
-    return None
-
-
 def _download(missing: Sequence[Pinned], cache: str, environ: Dict[str, str]) -> None:
-    python = _pip_python(environ)
+    # this interpreter if it has pip (not under `uv tool install`), else ``python3`` on PATH if it has
+    python, _ = release_pip(shutil.which("python3", path=environ.get("PATH")) or sys.executable, environ)
     names = " ".join(p.filename for p in missing)
     if python is None:
         raise EnsureError(ExitCode.ARTIFACT, f"no pip to download {names} with (neither {sys.executable} nor "
@@ -105,17 +93,15 @@ def _download(missing: Sequence[Pinned], cache: str, environ: Dict[str, str]) ->
             move_into_place(got, os.path.join(cache, pinned.filename))
 
 
-def install_wheels(wheels: Dict[str, str], target: str) -> List[str]:
-    """Each wheel into ``target`` (purelib, no bytecode) by ``installer``; "name version" of each."""
-
-    elsewhere = os.path.join(target, ".not-vendored")  # scripts, headers, data: none of these wheels has any
-    scheme = {"purelib": target, "platlib": target, "headers": elsewhere, "scripts": elsewhere, "data": elsewhere}
-    destination = SchemeDictionaryDestination(scheme, interpreter="/usr/bin/env python3", script_kind="posix",
-                                              bytecode_optimization_levels=())
+def wheel_files(wheels: Dict[str, str]) -> Dict[str, bytes]:
+    """What the pure-Python wheels install into purelib: each member as it is (their sha256 is pinned)."""
+    files: Dict[str, bytes] = {}
     for pinned in VENDORED:
-        with WheelFile.open(pathlib.Path(wheels[pinned.name])) as source:
-            install(source, destination, {"INSTALLER": b"ensure-flydsl skill\n"})
-    if os.path.exists(elsewhere):
-        raise EnsureError(ExitCode.INTERNAL, f"a vendored wheel installed files outside purelib: {elsewhere}",
-                          stage=Stage.SKILL)
-    return [f"{p.name} {p.version}" for p in VENDORED]
+        with zipfile.ZipFile(wheels[pinned.name]) as archive:
+            for info in archive.infolist():
+                if ".data/" in info.filename:  # scripts, headers, data: none of these wheels has any
+                    raise EnsureError(ExitCode.INTERNAL, f"a vendored wheel holds files outside purelib: "
+                                      f"{info.filename}", stage=Stage.SKILL)
+                if not info.is_dir():
+                    files[info.filename] = archive.read(info)
+    return files

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from dataclasses import dataclass, field
@@ -77,34 +78,29 @@ def evaluate(probe: Probe, floor: str, require: Sequence[str], first: Sequence[s
     """The gate's verdict on what ``probe`` saw; ``first``: the folders it put first on PYTHONPATH."""
     files = {m.name: m.file for m in probe.modules if m.file}
     folders = {name: package_folder(name, path) for name, path in files.items()}
-    reusable, reason, tree, version = _judge(probe, floor, require, folders)
     from_first = any(same_folder(folder, own) for folder in folders.values() for own in first)
-    return Verdict(reusable, reason, tree=tree, version=version, files=files, folders=folders, from_first=from_first)
-
-
-def _judge(probe: Probe, floor: str, require: Sequence[str],
-           folders: Dict[str, str]) -> Tuple[bool, str, Optional[str], Optional[str]]:
+    verdict = functools.partial(Verdict, files=files, folders=folders, from_first=from_first)
     failed = [m for m in probe.modules if m.error or not m.file]
     if failed:
-        first = failed[0]
         more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
-        return False, f"{first.name} does not import: {first.error}{more}", None, None
+        return verdict(False, f"{failed[0].name} does not import: {failed[0].error}{more}")
     tree = one_tree(list(folders.values()))
     if tree is None:
         where = ", ".join(f"{name} from {folder}" for name, folder in folders.items())
-        return False, f"the modules come from different trees ({where})", None, None
+        return verdict(False, f"the modules come from different trees ({where})")
     if probe.version is None:
         why = probe.version_error or "flydsl has no __version__"
-        return False, f"{why}; cannot check it against the floor {floor}", tree, None
+        return verdict(False, f"{why}; cannot check it against the floor {floor}", tree=tree)
     try:
         ok = release_at_least(probe.version, floor)
     except InvalidVersion:
-        return (False, f"flydsl.__version__ {probe.version!r} cannot be parsed, so it cannot be shown to be >= {floor}",
-                tree, probe.version)
+        return verdict(False, f"flydsl.__version__ {probe.version!r} cannot be parsed, so it cannot be shown to be "
+                       f">= {floor}", tree=tree, version=probe.version)
     if not ok:
-        return False, f"flydsl {probe.version} in {tree} is older than the floor {floor}", tree, probe.version
-    names = ", ".join(require)
-    return True, f"flydsl {probe.version} >= {floor} and {names} import from one tree: {tree}", tree, probe.version
+        return verdict(False, f"flydsl {probe.version} in {tree} is older than the floor {floor}", tree=tree,
+                       version=probe.version)
+    return verdict(True, f"flydsl {probe.version} >= {floor} and {', '.join(require)} import from one tree: {tree}",
+                   tree=tree, version=probe.version)
 
 
 def imported_elsewhere(files: Mapping[str, str]) -> Optional[Tuple[str, str, str]]:

@@ -58,12 +58,6 @@ class Probe:
     pythonpath: str  # the PYTHONPATH the probe ran with
     seconds: float
 
-    def module(self, name: str) -> ModuleResult:
-        for m in self.modules:
-            if m.name == name:
-                return m
-        raise KeyError(name)
-
     def to_json(self) -> Dict[str, object]:
         return {
             "python": asdict(self.interpreter),

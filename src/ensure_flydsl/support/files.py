@@ -7,6 +7,7 @@ import errno
 import functools
 import hashlib
 import inspect
+import itertools
 import json
 import os
 import shutil
@@ -124,11 +125,9 @@ def rename_into_place(src: str, dest: str) -> None:
 
 def move_aside(path: str) -> str:
     """Rename a folder the tool did not create out of the way (never delete it); return the new name."""
-    target = f"{path}.moved-by-ensure-flydsl-{time.strftime('%Y%m%d-%H%M%S')}"
-    n = 0
-    while os.path.lexists(target):
-        n += 1
-        target = f"{path}.moved-by-ensure-flydsl-{time.strftime('%Y%m%d-%H%M%S')}-{n}"
+    stem = f"{path}.moved-by-ensure-flydsl-{time.strftime('%Y%m%d-%H%M%S')}"
+    names = itertools.chain([stem], (f"{stem}-{n}" for n in itertools.count(1)))
+    target = next(name for name in names if not os.path.lexists(name))
     os.rename(path, target)
     return target
 

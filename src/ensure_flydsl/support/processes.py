@@ -93,15 +93,6 @@ def kill_and_reap(proc: "subprocess.Popen[bytes]") -> None:
     proc.wait()
 
 
-def stop_group(proc: "subprocess.Popen[bytes]", grace_s: float = 10.0) -> None:
-    """SIGTERM the group ``proc`` leads, give it ``grace_s``, then SIGKILL whatever of it is left."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGTERM)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=grace_s)
-    kill_and_reap(proc)
-
-
 def end_leftovers(pgid: int, grace_s: float) -> None:
     """SIGTERM what is left of an exited command's process group, then SIGKILL it after ``grace_s``."""
     deadline = time.monotonic() + grace_s
@@ -195,8 +186,12 @@ def stream_command(cmd: Sequence[str], *, sink: Callable[[str], None], cwd: Opti
             end_leftovers(proc.pid, LEFTOVER_GRACE_S)
         lines.flush()
         return proc.wait()
-    except BaseException:
-        stop_group(proc)
+    except BaseException:  # the group gets 10 s after SIGTERM, then SIGKILL
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=10.0)
+        kill_and_reap(proc)
         raise
     finally:
         proc.stdout.close()

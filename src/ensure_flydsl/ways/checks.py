@@ -7,7 +7,7 @@ import concurrent.futures
 import os
 import subprocess
 import threading
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ensure_flydsl.errors import ExitCode, Stage, StrEnum
@@ -44,9 +44,6 @@ class Check:
     @property
     def exit_code(self) -> int:
         return int(self.stage.exit_code or ExitCode.INTERNAL)
-
-    def to_json(self) -> Dict[str, object]:
-        return asdict(self)
 
 
 def passed(name: str, detail: str, stage: Stage) -> Check:

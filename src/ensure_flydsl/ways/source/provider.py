@@ -26,7 +26,7 @@ from ensure_flydsl.ways.base import DoctorCheck, Early, Provider, Shared
 from ensure_flydsl.ways.cache import provider as cached
 from ensure_flydsl.ways.cache.fleet import end_turn, holding, take_turn
 from ensure_flydsl.ways.context import Decision, Run
-from ensure_flydsl.ways.release.checks import release_suggestion
+from ensure_flydsl.ways.release.provider import release_suggestion
 from ensure_flydsl.ways.source import environment as steps
 from ensure_flydsl.ways.source import prebuilt
 from ensure_flydsl.ways.source.checks import predict_build
