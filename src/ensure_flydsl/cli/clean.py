@@ -51,13 +51,12 @@ def clean(call: Call, settings: Settings) -> int:
             removed.extend(_clean_root(root, settings, notes))
         elif os.path.isdir(root):
             notes.append(f"kept {root}: ensure-flydsl did not create it")
-    lines = [*notes, *(f"removed {path}" for path in removed)] or ["nothing to clean"]
+    lines = [*notes, *(f"removed {path}" for path in removed)] + ([] if removed else ["nothing to clean"])
     for line in lines:
         call.reporter.say(line)
     if call.as_json:
-        data = result_object(ok=True, exit_code=0, reason="; ".join(lines), log=settings.log_file)
-        data.update(root=settings.root, removed=removed, kept=notes)
-        print(result_json(data))
+        print(result_json(result_object(ok=True, exit_code=0, reason="; ".join(lines), log=settings.log_file,
+                                        root=settings.root, removed=removed, kept=notes)))
     return 0
 
 

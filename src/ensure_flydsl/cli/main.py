@@ -417,10 +417,8 @@ def _skill(call: Call) -> int:
     reason = (f"{'replaced' if made.replaced else 'wrote'} {made.path}: skill.md, ensure_flydsl.sh, {ZIPAPP} "
               f"(ensure-flydsl {made.version} with {', '.join(made.vendored)}), VERSION (commit {made.commit})")
     if call.as_json:
-        data = result_object(ok=True, exit_code=0, reason=reason)
-        data.update(dir=made.path, version=made.version, commit=made.commit, vendored=made.vendored,
-                    replaced=made.replaced)
-        print(result_json(data))
+        print(result_json(result_object(ok=True, exit_code=0, reason=reason, dir=made.path, version=made.version,
+                                        commit=made.commit, vendored=made.vendored, replaced=made.replaced)))
     else:
         reporter.say(reason)
         reporter.say(f"GEAK runs it as `bash {made.path}/ensure_flydsl.sh` (docs/GEAK.md); nothing is installed")

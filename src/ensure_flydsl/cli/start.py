@@ -50,12 +50,10 @@ def _started(settings: Settings, run_id: str, pid: Optional[int], log: str, *, j
     """start's answer: ok with its exit code 0 (the run is launched or joined), its pid, its state, and whether it
     joined; `wait` answers whether FlyDSL is ready."""
     what = "joined the run already going" if joined else "launched a detached run"
-    data = result_object(ok=True, exit_code=0, reason=f"{what} for this request",
-                         hint=f"run `{command('wait --timeout 540')}` (again while it exits 75)", log=log,
-                         run_id=run_id, elapsed_s=None)
-    data.update(pid=pid, state=RUNNING, joined=joined, root=settings.root,
-                installed=installed(settings.root, settings.request(), os.environ.get("PATH")))
-    return data
+    return result_object(ok=True, exit_code=0, reason=f"{what} for this request", log=log, run_id=run_id,
+                         hint=f"run `{command('wait --timeout 540')}` (again while it exits 75)", elapsed_s=None,
+                         pid=pid, state=RUNNING, joined=joined, root=settings.root,
+                         installed=installed(settings.root, settings.request(), os.environ.get("PATH")))
 
 
 def start(call: Call, settings: Settings) -> int:
