@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from typing import Callable, List, Tuple
+from typing import List
 
 from ensure_flydsl import layout
 from ensure_flydsl.cli import Call
@@ -25,23 +25,10 @@ from ensure_flydsl.ways.source.environment import LlvmRecord
 
 def clean(call: Call, settings: Settings) -> int:
     """Say a line for each thing kept and each removed (under --json also one result object naming them); 0."""
-    removed, kept = _clean(settings, call.reporter.say)
-    lines = [*kept, *(f"removed {path}" for path in removed)] + ([] if removed else ["nothing to clean"])
-    for line in lines:
-        call.reporter.say(line)
-    if call.as_json:
-        data = result_object(ok=True, exit_code=0, reason="; ".join(lines), log=settings.log_file)
-        data.update(root=settings.root, removed=removed, kept=kept)
-        print(result_json(data))
-    return 0
-
-
-def _clean(settings: Settings, say: Callable[[str], None]) -> Tuple[List[str], List[str]]:
-    """What was removed, in order, and a line for each thing kept."""
     root = settings.root
     notes: List[str] = []
     _refuse_while_running(settings)
-    with build_lock(settings.lock_file, timeout=0, run_id="clean-" + uuid.uuid4().hex[:8], say=say):
+    with build_lock(settings.lock_file, timeout=0, run_id="clean-" + uuid.uuid4().hex[:8], say=call.reporter.say):
         _refuse_while_running(settings)  # a detached worker probes before it takes the lock
         removed = _clean_shared_files(settings, notes)
         if withdraw_env_file(settings.env_file, settings.env_json):
@@ -64,7 +51,13 @@ def _clean(settings: Settings, say: Callable[[str], None]) -> Tuple[List[str], L
             removed.extend(_clean_root(root, settings, notes))
         elif os.path.isdir(root):
             notes.append(f"kept {root}: ensure-flydsl did not create it")
-    return removed, notes
+    lines = [*notes, *(f"removed {path}" for path in removed)] + ([] if removed else ["nothing to clean"])
+    for line in lines:
+        call.reporter.say(line)
+    if call.as_json:
+        print(result_json(result_object(ok=True, exit_code=0, reason="; ".join(lines), log=settings.log_file,
+                                        root=settings.root, removed=removed, kept=notes)))
+    return 0
 
 
 def _refuse_while_running(settings: Settings) -> None:
@@ -136,9 +129,8 @@ def _clean_root(root: str, settings: Settings, notes: List[str]) -> List[str]:
         remove_tree(layout.state_dir(root))
         removed.append(layout.state_dir(root))
     if foreign:
-        shown = ", ".join(foreign[:10]) + (f" and {len(foreign) - 10} more" if len(foreign) > 10 else "")
         notes.append(f"kept {root} itself (still ensure-flydsl's checkout) and the files in it that "
-                     f"ensure-flydsl did not create: {shown}")
+                     f"ensure-flydsl did not create: {_first_ten(foreign)}")
     else:
         notes.append(f"kept {root} itself: ensure-flydsl adopted it (another tool made the checkout)")
     return removed
@@ -151,7 +143,10 @@ def _remove_made(folder: str, record: str, notes: List[str]) -> List[str]:
         return [folder]
     kept = remove_made(folder, record)
     if kept:
-        shown = ", ".join(kept[:10]) + (f" and {len(kept) - 10} more" if len(kept) > 10 else "")
-        notes.append(f"kept {len(kept)} files or folders in {folder} that ensure-flydsl did not create: {shown}; "
-                     f"removed what its builds made there")
+        notes.append(f"kept {len(kept)} files or folders in {folder} that ensure-flydsl did not create: "
+                     f"{_first_ten(kept)}; removed what its builds made there")
     return kept
+
+
+def _first_ten(paths: List[str]) -> str:
+    return ", ".join(paths[:10]) + (f" and {len(paths) - 10} more" if len(paths) > 10 else "")

@@ -4,6 +4,7 @@ the command), the dispatch, and every outcome mapped to an exit code."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import difflib
 import os
 import re
@@ -13,7 +14,7 @@ import signal
 import sys
 import textwrap
 import traceback
-from typing import Any, Callable, Dict, List, Mapping, NoReturn, Optional, Sequence
+from typing import Any, Callable, Dict, List, NoReturn, Optional, Sequence
 
 from ensure_flydsl.cli import Call
 from ensure_flydsl.cli.cache import housekeeping
@@ -250,44 +251,6 @@ def _add_commands(add: Callable[..., argparse.ArgumentParser]) -> argparse.Actio
     add("doctor", "predict, in seconds, whether the configured strategy can succeed here, and why not",
         ("doctor  # one line per check, then the verdict", "doctor --strategy source --json"),
         json="one JSON object with every check (docs/schema/doctor.schema.json)", run=_doctor)
-    _add_cache_commands(add)
-    add("clean", "remove what this tool created for the root (never anything else)",
-        ("clean", "clean --json --root ~/.cache/flydsl/FlyDSL"), FILES,
-        json="one JSON result object naming what was removed and kept", run=clean)
-    timing = add("stats", "where this host's runs spent their time: each run's stages, waits and bytes, and a "
-                 "summary", ("stats  # the last runs and where their time went", "stats --json --root "
-                             "~/.cache/flydsl/FlyDSL  # one root's runs", "stats --records ./fleet-records  # a "
-                             "fleet's records, collected"), None,
-                 json="one JSON object: every run under `runs`, and the `summary` (docs/schema/stats.schema.json)",
-                 run=stats)
-    timing.add_argument("--root", dest="of_root", metavar="ROOT",
-                        help="only the runs of this root (default: every root of the host)")
-    timing.add_argument("--records", metavar="DIR", help="read the timing records in DIR (a fleet's, collected into "
-                        "one folder) instead of this host's")
-    skill = add("skill", "write the GEAK drop-in folder: skill.md, ensure_flydsl.sh and this tool vendored for a "
-                "bare python3", ("skill $GEAK_ROOT/perf_knowledge/expert_skills/skills/ensure_flydsl",
-                                 "skill ./ensure_flydsl --force --wheels ./wheels  # no network"), None,
-                json="one JSON result object", run=_skill)
-    skill.add_argument("dir", metavar="DIR", help="the folder to write (GEAK: perf_knowledge/expert_skills/skills/"
-                       "ensure_flydsl); refused if it exists and this command did not make it")
-    skill.add_argument("--force", action="store_true",
-                       help="replace a folder this command made (and only such a folder)")
-    skill.add_argument("--wheels", metavar="DIR",
-                       help="take the vendored libraries' pinned wheels from DIR (no network)")
-    topic = add("help", "this list; a command's help (help COMMAND); every setting (help settings)",
-                ("help wait", "help settings"), None, loud=False, run=_help).add_argument(
-        "topic", nargs="*", metavar="COMMAND", help="a command (`cache list`: a cache command), or `settings` for "
-        "every setting")
-    add("completion", "print a completion script for bash, zsh or fish",
-        ("completion bash > ~/.local/share/bash-completion/completions/ensure-flydsl",
-         "completion zsh  # eval it in ~/.zshrc, after compinit",
-         "completion fish > ~/.config/fish/completions/ensure-flydsl.fish"), None, loud=False,
-        run=_completion).add_argument("shell", choices=("bash", "zsh", "fish"), help="the shell the script is for")
-    return topic
-
-
-def _add_cache_commands(add: Callable[..., argparse.ArgumentParser]) -> None:
-    """``cache`` and ``store``, each a command of commands."""
     cache = add("cache", "housekeeping of the binary cache (FLYDSL_CACHE): list, prune, keygen, sign",
                 ("cache list --cache /srv/flydsl-cache", "help cache prune  # a cache command's own help"), TRUST,
                 loud=False, run=housekeeping)
@@ -326,6 +289,39 @@ def _add_cache_commands(add: Callable[..., argparse.ArgumentParser]) -> None:
          "--max-size 5G"), ("store",), under=actions, json="one JSON result object naming each tree removed"
         ).add_argument("--max-size", metavar="SIZE", help="remove the longest unused trees until the store holds at "
                        "most SIZE (bytes, or with K/M/G/T); what the tool did not make is left as it is")
+    add("clean", "remove what this tool created for the root (never anything else)",
+        ("clean", "clean --json --root ~/.cache/flydsl/FlyDSL"), FILES,
+        json="one JSON result object naming what was removed and kept", run=clean)
+    timing = add("stats", "where this host's runs spent their time: each run's stages, waits and bytes, and a "
+                 "summary", ("stats  # the last runs and where their time went", "stats --json --root "
+                             "~/.cache/flydsl/FlyDSL  # one root's runs", "stats --records ./fleet-records  # a "
+                             "fleet's records, collected"), None,
+                 json="one JSON object: every run under `runs`, and the `summary` (docs/schema/stats.schema.json)",
+                 run=stats)
+    timing.add_argument("--root", dest="of_root", metavar="ROOT",
+                        help="only the runs of this root (default: every root of the host)")
+    timing.add_argument("--records", metavar="DIR", help="read the timing records in DIR (a fleet's, collected into "
+                        "one folder) instead of this host's")
+    skill = add("skill", "write the GEAK drop-in folder: skill.md, ensure_flydsl.sh and this tool vendored for a "
+                "bare python3", ("skill $GEAK_ROOT/perf_knowledge/expert_skills/skills/ensure_flydsl",
+                                 "skill ./ensure_flydsl --force --wheels ./wheels  # no network"), None,
+                json="one JSON result object", run=_skill)
+    skill.add_argument("dir", metavar="DIR", help="the folder to write (GEAK: perf_knowledge/expert_skills/skills/"
+                       "ensure_flydsl); refused if it exists and this command did not make it")
+    skill.add_argument("--force", action="store_true",
+                       help="replace a folder this command made (and only such a folder)")
+    skill.add_argument("--wheels", metavar="DIR",
+                       help="take the vendored libraries' pinned wheels from DIR (no network)")
+    topic = add("help", "this list; a command's help (help COMMAND); every setting (help settings)",
+                ("help wait", "help settings"), None, loud=False, run=_help).add_argument(
+        "topic", nargs="*", metavar="COMMAND", help="a command (`cache list`: a cache command), or `settings` for "
+        "every setting")
+    add("completion", "print a completion script for bash, zsh or fish",
+        ("completion bash > ~/.local/share/bash-completion/completions/ensure-flydsl",
+         "completion zsh  # eval it in ~/.zshrc, after compinit",
+         "completion fish > ~/.config/fish/completions/ensure-flydsl.fish"), None, loud=False,
+        run=_completion).add_argument("shell", choices=("bash", "zsh", "fish"), help="the shell the script is for")
+    return topic
 
 
 def _seconds(*, zero_ok: bool) -> Callable[[str], float]:
@@ -421,10 +417,8 @@ def _skill(call: Call) -> int:
     reason = (f"{'replaced' if made.replaced else 'wrote'} {made.path}: skill.md, ensure_flydsl.sh, {ZIPAPP} "
               f"(ensure-flydsl {made.version} with {', '.join(made.vendored)}), VERSION (commit {made.commit})")
     if call.as_json:
-        data = result_object(ok=True, exit_code=0, reason=reason)
-        data.update(dir=made.path, version=made.version, commit=made.commit, vendored=made.vendored,
-                    replaced=made.replaced)
-        print(result_json(data))
+        print(result_json(result_object(ok=True, exit_code=0, reason=reason, dir=made.path, version=made.version,
+                                        commit=made.commit, vendored=made.vendored, replaced=made.replaced)))
     else:
         reporter.say(reason)
         reporter.say(f"GEAK runs it as `bash {made.path}/ensure_flydsl.sh` (docs/GEAK.md); nothing is installed")
@@ -502,9 +496,12 @@ def _run(call: Call) -> int:
     given = {s.name: getattr(args, s.name) for s in SETTINGS if hasattr(args, s.name)}
     try:
         settings = settings_from_kwargs(given, call.environ)
-    except BadInput as exc:
-        if args.command in ("ensure", "start"):
-            _report_bad_input(exc, given, call.environ)
+    except BadInput as exc:  # a poller of the bash executor's recipe only sees markers: leave one, where it can
+        path = fail_marker_path(given, call.environ) if args.command in ("ensure", "start") else None
+        if path and os.path.isdir(os.path.dirname(path)):
+            with contextlib.suppress(OSError):  # a read-only or full folder: the one line on stderr says it all
+                write_failure_marker(path, stage=Stage.SETTINGS, exit_code=int(exc.code), reason=exc.reason,
+                                     hint=exc.hint, log=None, log_tail=[], run_id="", request=None)
         raise
     try:
         return int(args.run(call, settings))
@@ -517,17 +514,6 @@ def _run(call: Call) -> int:
 
 
 # -- outcomes -----------------------------------------------------------------------------------------------------
-def _report_bad_input(exc: BadInput, flags: Mapping[str, object], environ: Dict[str, str]) -> None:
-    """A poller of the bash executor's recipe only sees markers: leave one, if its folder already exists."""
-    path = fail_marker_path(flags, environ)
-    if path and os.path.isdir(os.path.dirname(path)):
-        try:
-            write_failure_marker(path, stage=Stage.SETTINGS, exit_code=int(exc.code), reason=exc.reason,
-                                 hint=exc.hint, log=None, log_tail=[], run_id="", request=None)
-        except OSError:
-            pass  # a read-only or full folder: the one line on stderr still says what is wrong
-
-
 def _error(reporter: Reporter, as_json: bool, exc: EnsureError) -> int:
     """Say the failure, and return its exit code."""
     tail = reporter.tail(20) if exc.code in BUILD_FAILURES else []  # a build step's log says why
@@ -535,25 +521,21 @@ def _error(reporter: Reporter, as_json: bool, exc: EnsureError) -> int:
                          log=reporter.log_path, run_id=exc.run_id, elapsed_s=exc.elapsed_s)
     if not isinstance(exc, Refused):  # a refusal looked at nothing installed
         data["installed"] = exc.installed
-    _failed(reporter, as_json, data, format_error(exc, tail, reporter.log_path), tail)
+    if isinstance(exc, Refused) or exc.code == ExitCode.BAD_INPUT:  # one line, naming the command or the setting
+        text = exc.reason if isinstance(exc, Refused) else f"ensure-flydsl: {exc.reason}"
+    else:
+        stage = f", stage {exc.stage}" if exc.stage else ""
+        lines = [f"ensure-flydsl: failed (exit {int(exc.code)}: {exc.meaning}{stage}): {exc.reason}"]
+        lines += ["  " + line for line in exc.detail.splitlines()]
+        if tail:
+            lines += [f"  last lines of the log ({reporter.log_path}):", *("    " + line for line in tail)]
+        elif reporter.log_path:
+            lines.append(f"  log: {reporter.log_path}")
+        if exc.hint:
+            lines.append(f"  next: {exc.hint}")
+        text = "\n".join(lines)
+    _failed(reporter, as_json, data, text, tail)
     return int(exc.code)
-
-
-def format_error(exc: EnsureError, log_tail: List[str], log_path: Optional[str]) -> str:
-    if isinstance(exc, Refused):
-        return exc.reason  # the line, naming the command
-    if exc.code == ExitCode.BAD_INPUT:
-        return f"ensure-flydsl: {exc.reason}"  # one line, naming the setting and what is allowed
-    stage = f", stage {exc.stage}" if exc.stage else ""
-    lines = [f"ensure-flydsl: failed (exit {int(exc.code)}: {exc.meaning}{stage}): {exc.reason}"]
-    lines += ["  " + line for line in exc.detail.splitlines()]
-    if log_tail:
-        lines += [f"  last lines of the log ({log_path}):", *("    " + line for line in log_tail)]
-    elif log_path:
-        lines.append(f"  log: {log_path}")
-    if exc.hint:
-        lines.append(f"  next: {exc.hint}")
-    return "\n".join(lines)
 
 
 def _raise_interrupted(signum: int, _frame: object) -> None:

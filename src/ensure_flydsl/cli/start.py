@@ -7,7 +7,7 @@ import json
 import os
 import subprocess
 import time
-from typing import Dict, Mapping, Optional
+from typing import Any, Dict, Mapping, Optional
 
 from ensure_flydsl.cli import Call
 from ensure_flydsl.errors import EnsureError, ExitCode, Stage, disk_full_error
@@ -20,7 +20,7 @@ from ensure_flydsl.result import result_json, result_object
 from ensure_flydsl.runs.answer import live_runs
 from ensure_flydsl.runs.liveness import marker_is_answered
 from ensure_flydsl.runs.markers import installed, marker_unwritten, write_failure_marker
-from ensure_flydsl.runs.records import RUNNING, RunRecord, RunStore, new_record, new_run_id
+from ensure_flydsl.runs.records import RUNNING, RunStore, new_record, new_run_id
 from ensure_flydsl.settings import Settings, Strategy
 from ensure_flydsl.support.files import LockBusy, held_lock
 from ensure_flydsl.support.launcher import command, passed_on, tool_command
@@ -32,9 +32,9 @@ JOIN_PID_WAIT_S = 2.0
 
 
 def settings_from_json(text: str) -> Settings:
-    data = json.loads(text)
-    data.update(require=tuple(data["require"]), git_mirrors=tuple(tuple(pair) for pair in data["git_mirrors"]),
-                cache_trusted_keys=tuple(data["cache_trusted_keys"]), strategy=Strategy(data["strategy"]))
+    """The worker's copy of the settings (Settings.to_json): JSON's lists back to tuples."""
+    data: Dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in json.loads(text).items()}
+    data.update(strategy=Strategy(data["strategy"]), git_mirrors=tuple(tuple(pair) for pair in data["git_mirrors"]))
     return Settings(**data)
 
 
@@ -46,25 +46,14 @@ def worker(run_id: str, alive_fd: int, settings_json: str, environ: Mapping[str,
     return 0
 
 
-def _with_pid(store: RunStore, record: RunRecord) -> RunRecord:
-    """A run announced by `start` a moment ago has no pid in its record until its worker writes it."""
-    deadline = time.monotonic() + JOIN_PID_WAIT_S
-    while record.pid is None and time.monotonic() < deadline:
-        time.sleep(0.02)
-        record = store.read(record.run_id) or record
-    return record
-
-
 def _started(settings: Settings, run_id: str, pid: Optional[int], log: str, *, joined: bool) -> Dict[str, object]:
     """start's answer: ok with its exit code 0 (the run is launched or joined), its pid, its state, and whether it
     joined; `wait` answers whether FlyDSL is ready."""
     what = "joined the run already going" if joined else "launched a detached run"
-    data = result_object(ok=True, exit_code=0, reason=f"{what} for this request",
-                         hint=f"run `{command('wait --timeout 540')}` (again while it exits 75)", log=log,
-                         run_id=run_id, elapsed_s=None)
-    data.update(pid=pid, state=RUNNING, joined=joined, root=settings.root,
-                installed=installed(settings.root, settings.request(), os.environ.get("PATH")))
-    return data
+    return result_object(ok=True, exit_code=0, reason=f"{what} for this request", log=log, run_id=run_id,
+                         hint=f"run `{command('wait --timeout 540')}` (again while it exits 75)", elapsed_s=None,
+                         pid=pid, state=RUNNING, joined=joined, root=settings.root,
+                         installed=installed(settings.root, settings.request(), os.environ.get("PATH")))
 
 
 def start(call: Call, settings: Settings) -> int:
@@ -84,8 +73,11 @@ def start(call: Call, settings: Settings) -> int:
 
 def _join_or_launch(settings: Settings, environ: Mapping[str, str], reporter: Reporter, store: RunStore) -> int:
     live = live_runs(store, settings.request())
-    if live:
-        running = _with_pid(store, live[0])
+    if live:  # a run announced by `start` a moment ago has no pid in its record until its worker writes it
+        running, deadline = live[0], time.monotonic() + JOIN_PID_WAIT_S
+        while running.pid is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+            running = store.read(running.run_id) or running
         print(result_json(_started(settings, running.run_id, running.pid, running.log, joined=True)))
         return 0
     withdraw_stale_markers(settings, reporter.say)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from typing import Mapping, Optional
 
 from ensure_flydsl.cli import Call
 from ensure_flydsl.errors import BadInput
@@ -18,16 +17,6 @@ SHOWN_RUNS = 20  # the table's newest runs (--json lists every one)
 SHOWN_SKIPPED = 3
 
 
-def _folder(records: Optional[str], environ: Mapping[str, str]) -> Optional[str]:
-    if records is not None:
-        if not records or not os.path.isdir(records):
-            raise BadInput("--records", records, "a folder of timing records (a copy of hosts' "
-                           "~/.cache/ensure-flydsl/runs/ folders)")
-        return os.path.abspath(records)
-    host = host_cache_dir(environ)
-    return None if host is None else timings_dir(host)
-
-
 def stats(call: Call) -> int:
     args, environ = call.args, call.environ
     # A --root before the command is taken for the setting: here it is the filter too.
@@ -35,7 +24,12 @@ def stats(call: Call) -> int:
     if root is not None and not root.strip():
         raise BadInput("--root", root, "the root whose runs to list (a folder path; leave it out for every root)")
     chosen = None if root is None else parse_root("--root", root)
-    folder = _folder(args.records, environ)
+    if args.records is not None and (not args.records or not os.path.isdir(args.records)):
+        raise BadInput("--records", args.records, "a folder of timing records (a copy of hosts' "
+                       "~/.cache/ensure-flydsl/runs/ folders)")
+    host_dir = host_cache_dir(environ)
+    folder = os.path.abspath(args.records) if args.records is not None else (
+        None if host_dir is None else timings_dir(host_dir))
     runs, skipped = read_records(folder) if folder is not None else ([], [])
     if chosen is not None:
         real = os.path.realpath(chosen)

@@ -4,6 +4,7 @@ ends (0, its failure's code) or at ``--timeout`` (75), with heartbeat lines for 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
@@ -78,19 +79,15 @@ def _gap(settings: Settings, twin: Optional[EnvTwin], environ: Mapping[str, str]
 
 def show_env(call: Call, settings: Settings) -> int:
     environ, twin = call.environ, installed_twin(settings.root)
-    if twin is None:
-        try:  # a twin another user's umask keeps from us is not "no env file": the refusal names the folder
-            with open(settings.env_json, "rb"):
-                pass
-        except FileNotFoundError:
+    if twin is None:  # a twin another user's umask keeps from us is not "no env file": the refusal names the folder
+        with contextlib.suppress(FileNotFoundError), open(settings.env_json, "rb"):
             pass
     gap = _gap(settings, twin, environ, f"there is no env file at {settings.env_file}")
     code = ABSENT_EXIT if gap is not None else 0
     if call.as_json:
         data = result_object(ok=gap is None, exit_code=code, reason=gap, hint=start_hint() if gap else None,
-                             log=settings.log_file)
-        data.update(root=settings.root, installed=installed(settings.root, settings.request(), environ.get("PATH")),
-                    env=None)
+                             log=settings.log_file, root=settings.root, env=None,
+                             installed=installed(settings.root, settings.request(), environ.get("PATH")))
         if twin is not None and gap is None:
             data.update(how=twin.how, env_file=settings.env_file, version=twin.version, built=twin.built,
                         run_id=twin.run_id or None, elapsed_s=twin.elapsed_s, reason=answers(settings, twin),
@@ -146,9 +143,8 @@ def verify(call: Call, settings: Settings) -> int:
             env_file=settings.env_file if ok else None, how=twin.how if ok and twin is not None else None,
             hint=None if ok else (start_hint() if code == ABSENT_EXIT else
                                   f"run `{command()}` to provision a tree that passes, or see `{command('doctor')}`"),
-            log=settings.log_file))
-        data.update(tree=verdict.tree, installed=installed(settings.root, settings.request(), environ.get("PATH")),
-                    conflicts=conflicts)
+            log=settings.log_file, tree=verdict.tree, conflicts=conflicts,
+            installed=installed(settings.root, settings.request(), environ.get("PATH"))))
         print(result_json(data))
     else:
         print(f"python:  {probe.interpreter.executable} ({probe.interpreter.version}, {probe.interpreter.abi})")
