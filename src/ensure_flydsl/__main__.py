@@ -9,18 +9,28 @@ import sys
 from ensure_flydsl.warm import INTERRUPTED_AT_START, answer
 
 
+def _interrupted_at_start(*_: object) -> None:
+    """Ctrl-C before the command line takes it over: one line and exit 130, at once. Not an exception: raised
+    while a class is made (a dataclass field's __set_name__), Python before 3.12 makes it a RuntimeError."""
+    sys.stderr.write(INTERRUPTED_AT_START)
+    sys.stderr.flush()
+    os._exit(130)
+
+
 def main(argv: list[str] | None = None, *, launcher: list[str] | None = None) -> int:
     """``launcher``: how the GEAK folder runs this copy of the tool again (its worker, its watchdog)."""
     args = sys.argv[1:] if argv is None else list(argv)
     said = answer(args, dict(os.environ))
     if said is None:
-        try:
-            from ensure_flydsl.cli.main import main as command_line
-            from ensure_flydsl.support.launcher import set_launcher
-        except KeyboardInterrupt:  # Ctrl-C before the command line could take it over: its code, not a traceback
-            sys.stderr.write(INTERRUPTED_AT_START)
-            sys.stderr.flush()
-            os._exit(130)  # now: an interrupted import can leave the interpreter to end by the signal itself (-2)
+        import signal  # on a miss only, like the command line it hands off to
+
+        kept = signal.getsignal(signal.SIGINT)  # an ignored SIGINT (`cmd &` from a script) stays ignored
+        if kept is signal.default_int_handler:
+            signal.signal(signal.SIGINT, _interrupted_at_start)
+        from ensure_flydsl.cli.main import main as command_line
+        from ensure_flydsl.support.launcher import set_launcher
+
+        signal.signal(signal.SIGINT, kept)
         if launcher is not None:
             set_launcher(launcher)
         return command_line(args)

@@ -349,6 +349,19 @@ def test_a_ctrl_c_at_any_moment_of_a_commands_start_is_exit_130_never_a_tracebac
     assert 130 in codes, codes
 
 
+def test_a_ctrl_c_while_the_command_line_makes_a_class_is_exit_130(ws: Workspace, tmp_path: str) -> None:
+    """The window the sweep above met by chance: a SIGINT inside a class being made (a descriptor's __set_name__,
+    as a dataclass field has) reached Python before 3.12 as a RuntimeError, past `except KeyboardInterrupt`."""
+    shadow = os.path.join(str(tmp_path), "difflib.py")  # the command line imports difflib at its top
+    with open(shadow, "w") as handle:
+        handle.write("import os, signal\n\n\nclass Named:\n    def __set_name__(self, owner, name):\n"
+                     "        os.kill(os.getpid(), signal.SIGINT)\n        sum(range(1000))\n\n\n"
+                     "class Made:\n    field = Named()\n")
+    out = ws.run("status", PYTHONPATH=str(tmp_path))
+    assert (out.returncode, out.stderr) == (130, "ensure-flydsl: interrupted (SIGINT) before it began; nothing was "
+                                                  "changed\n"), out.stderr
+
+
 def test_ctrl_c_of_wait_leaves_the_run_going(ws: Workspace) -> None:
     assert ws.run("start", FIXTURE_BUILD_SLEEP="0.7").returncode == 0
     waiter = ws.popen("wait")
