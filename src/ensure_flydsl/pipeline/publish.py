@@ -166,7 +166,7 @@ def _marker(run: Run, exc: BaseException, code: int, stage: Stage, reason: str, 
     if not os.path.isdir(os.path.dirname(settings.fail_marker)):
         return exc  # bad input about the marker's own folder: nothing may be created
     answered = marker_is_answered(RunStore(settings.root), settings.request(), run.run_id, settings.root,
-                                  run.tracker.locked)
+                                  run.tracker.record.locked)
     if answered is not None:
         run.say(f"not writing {settings.fail_marker}: {answered}")
         return exc

@@ -9,7 +9,7 @@ import re
 import subprocess
 import threading
 import time
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from ensure_flydsl.errors import Plan, Stage
@@ -109,10 +109,8 @@ class Pulse:
 
     def event(self) -> Dict[str, object]:
         """The ``--json`` event: the same, as fields, with the line as ``text``."""
-        return {"event": "heartbeat", "state": RUNNING, "step": self.step, "percent": self.percent,
-                "elapsed_s": round(self.elapsed_s, 1), "eta_s": None if self.eta_s is None else round(self.eta_s, 1),
-                "run_id": self.run_id, "pid": self.pid, "waiting": self.waiting, "overdue_s": self.overdue_s,
-                "text": self.line()}
+        return {"event": "heartbeat", "state": RUNNING, **asdict(self), "elapsed_s": round(self.elapsed_s, 1),
+                "eta_s": None if self.eta_s is None else round(self.eta_s, 1), "text": self.line()}
 
 
 def say_pulse(reporter: Reporter, pulse: Pulse) -> None:
@@ -223,10 +221,6 @@ class Tracker:
         """From here on this run does the work for its request: its outcome is the request's outcome."""
         self.record.locked = True
         self._write(force=True)
-
-    @property
-    def locked(self) -> bool:
-        return self.record.locked
 
     def step_progress(self) -> Tuple[Optional[Stage], Optional[float], Optional[float]]:
         """The current step, its own percent and ETA (never those of another host's build it follows)."""
