@@ -48,15 +48,12 @@ def _refusals(settings: Settings, writes: bool) -> Iterator[Refusal]:
         yield label, root, f"an empty or new folder, or a checkout made by ensure-flydsl; {state.reason}"
     if writes:
         yield from _unwritable(settings)
-    problem = check_lock_path(settings.lock_file)
-    if problem:
-        yield settings.label("lock_file"), settings.lock_file, f"a lock file path; {problem}"
-    problem = marker_path_problem(settings.fail_marker)
-    if problem:
-        yield settings.label("fail_marker"), settings.fail_marker, f"a marker file path; {problem}"
-    problem = check_lock_path(settings.log_file)  # the log is appended to: never through a symlink
-    if problem:
-        yield label, root, f"a root whose log {settings.log_file} is a plain file; {problem}"
+    # The lock, the marker and the log (appended to: never through a symlink) are files of their own.
+    paths = ((settings.label("lock_file"), settings.lock_file, check_lock_path(settings.lock_file), "a lock file path"),
+             (settings.label("fail_marker"), settings.fail_marker, marker_path_problem(settings.fail_marker),
+              "a marker file path"),
+             (label, root, check_lock_path(settings.log_file), f"a root whose log {settings.log_file} is a plain file"))
+    yield from ((shown, value, f"{wanted}; {problem}") for shown, value, problem, wanted in paths if problem)
     if settings.mlir_path is not None and not is_mlir_install(settings.mlir_path):
         yield settings.label("mlir_path"), settings.mlir_path, "an MLIR install prefix holding lib/cmake/mlir"
     if settings.store not in (None, "off"):  # given: one that cannot be made, written or trusted is bad input
