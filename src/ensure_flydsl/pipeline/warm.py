@@ -143,9 +143,8 @@ def _template(text: str, holes: Mapping[str, str], order: Sequence[str]) -> Opti
     """``text`` cut at the holes' JSON spellings, in ``order`` (texts, then names); None unless each is once."""
     parts = [text]
     for name in order:
-        spelled = json.dumps(holes[name])
-        head, found, rest = parts[-1].partition(spelled)
-        if not found or spelled in rest:
+        head, *rest = parts[-1].split(json.dumps(holes[name]))
+        if len(rest) != 1:
             return None
-        parts[-1:] = [head, name, rest]
+        parts[-1:] = [head, name, *rest]
     return parts
