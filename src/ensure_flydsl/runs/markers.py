@@ -282,9 +282,6 @@ class Failure(fields.Record):
     reason: str = checked(fields.text, "")
     hint: str = checked(fields.text, "", lenient=True)
 
-    def to_json(self) -> Dict[str, object]:
-        return asdict(self)
-
 
 @dataclass(frozen=True)
 class FailureMarker:

@@ -58,10 +58,8 @@ def overdue(expected: Mapping[Stage, float], step: Optional[Stage], step_elapsed
     return round(step_elapsed - usual, 1) if 0 < usual < step_elapsed else None
 
 
-def estimate_eta(
-    step: Optional[Stage], step_elapsed: float, percent: Optional[float], expected: Mapping[Stage, float],
-    done: Sequence[str], plan: Optional[Plan],
-) -> Optional[float]:
+def estimate_eta(step: Optional[Stage], step_elapsed: float, percent: Optional[float], expected: Mapping[Stage, float],
+                 done: Sequence[str], plan: Optional[Plan]) -> Optional[float]:
     """Seconds left: the rest of this step and the route's steps still to come; None while the route is unknown."""
     if step is None or plan is None:
         return None

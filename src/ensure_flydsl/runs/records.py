@@ -157,18 +157,16 @@ class RunStore:
         is a detached worker's, which ``start`` took.  The descriptor returned keeps the run alive."""
         run_id = record.run_id
         own = alive_fd is None  # a detached worker's record and alive file are `start`'s
-        record_file, reserve_file = run_record_file(self.folder, run_id), run_reserve_file(self.folder, run_id)
         self.ensure_folder()
         fd = self.hold_alive(run_id) if alive_fd is None else alive_fd
         os.set_inheritable(fd, False)  # a build we start must not keep the run "alive" after we die
         announced = self.read(run_id)  # `start` wrote it before launching us
         if announced is not None:
             record.started = announced.started
-        writes = [(reserve_file, os.urandom(RESERVE_BYTES)), (record_file, _record_data(record)),
-                  (current_run_file(self.folder), (run_id + "\n").encode())]
         try:
-            for path, data in writes:
-                atomic_write(path, data)
+            atomic_write(run_reserve_file(self.folder, run_id), os.urandom(RESERVE_BYTES))
+            atomic_write(run_record_file(self.folder, run_id), _record_data(record))
+            self.set_current(run_id)
         except BaseException:
             if own:
                 self.forget(run_id)
@@ -203,13 +201,8 @@ class RunStore:
         """Keep the newest records (and never the current one's or a live run's); no ended run keeps room."""
         names = sorted(self._record_ids())
         keep = set(names[-KEEP_RECORDS:]) | {self.current_id() or ""}
-        for run_id in names:
-            if self.is_alive(run_id):
-                continue
-            if run_id in keep:
-                self.release(run_id)  # a killed run's
-            else:
-                self.forget(run_id)
+        for run_id in (name for name in names if not self.is_alive(name)):
+            (self.release if run_id in keep else self.forget)(run_id)  # a killed run's room, or an old run whole
 
     def hold_alive(self, run_id: str) -> int:
         """Exclusively flock the run's alive file: the kernel drops the lock however the run dies, so a shared
