@@ -34,10 +34,8 @@ def seen_dead(store: RunStore, record: RunRecord) -> RunRecord:
     who = f"pid {record.pid}" if record.pid else "before it recorded its pid"
     reason = (f"the run's process ({who}) died without finishing, during step {record.step} "
               "(killed: kill -9, the OOM killer, or the container stopped)")
-    return replace(
-        record, state=FAILED, finished=record.updated if record.updated is not None else time.time(),
-        failure=Failure(record.step, int(ExitCode.WORKER_DIED), reason, death_hint()),
-    )
+    return replace(record, state=FAILED, finished=record.updated if record.updated is not None else time.time(),
+                   failure=Failure(record.step, int(ExitCode.WORKER_DIED), reason, death_hint()))
 
 
 def marker_is_answered(store: RunStore, request: Request, run_id: str, root: str,

@@ -9,7 +9,7 @@ import os
 import statistics
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
 
 from ensure_flydsl.errors import FAILURE_CODES, Plan, Stage
 from ensure_flydsl.layout import RUN_RECORD_SUFFIX, timing_file
@@ -194,8 +194,7 @@ def _newest_real(when: float, now: float) -> Tuple[bool, float]:
     return when <= now, min(when, now)
 
 
-@dataclass(frozen=True)
-class Skipped:
+class Skipped(NamedTuple):
     """A file in the records' folder that is not a timing record this version reads, and why."""
 
     path: str
