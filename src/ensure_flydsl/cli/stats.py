@@ -8,7 +8,7 @@ from ensure_flydsl.cli import Call
 from ensure_flydsl.errors import BadInput
 from ensure_flydsl.layout import host_cache_dir, timings_dir
 from ensure_flydsl.result import result_json, result_object
-from ensure_flydsl.runs.timings import read_records, runs_text, summarize, table
+from ensure_flydsl.runs.timings import read_records, runs_text, summarize, summary_lines, table
 from ensure_flydsl.settings import host_id, parse_root
 from ensure_flydsl.support.report import printable
 
@@ -41,7 +41,7 @@ def stats(call: Call) -> int:
                   "no folder for timing records: neither XDG_CACHE_HOME nor HOME names an absolute folder")
         data = result_object(ok=True, exit_code=0, reason=reason)
         data.update(schema=SCHEMA, host=host, records=folder, root=chosen, runs=[r.to_json() for r in runs],
-                    summary=summary.to_json(), skipped={"count": len(skipped),
+                    summary=summary, skipped={"count": len(skipped),
                                                         "files": [{"path": s.path, "why": s.why} for s in skipped]})
         print(result_json(data))
         return 0
@@ -52,7 +52,7 @@ def stats(call: Call) -> int:
         if len(runs) > len(shown):
             lines.append(f"the newest {len(shown)} of {len(runs)} runs (--json lists every one):")
         lines += [*table(shown), ""]
-    lines.extend(summary.lines())
+    lines.extend(summary_lines(summary))
     if skipped:
         lines.append(f"skipped {len(skipped)} file(s) that are not timing records this version reads (left "
                      "alone; each run's records are named <run id>.json):")

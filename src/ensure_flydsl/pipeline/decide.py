@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from dataclasses import replace
 from typing import Dict, Iterator, List, Mapping, Optional, Tuple, Union
 
 from ensure_flydsl.errors import BadInput, EnsureError, Stage
@@ -48,15 +49,12 @@ def _refusals(settings: Settings, writes: bool) -> Iterator[Refusal]:
         yield label, root, f"an empty or new folder, or a checkout made by ensure-flydsl; {state.reason}"
     if writes:
         yield from _unwritable(settings)
-    problem = check_lock_path(settings.lock_file)
-    if problem:
-        yield settings.label("lock_file"), settings.lock_file, f"a lock file path; {problem}"
-    problem = marker_path_problem(settings.fail_marker)
-    if problem:
-        yield settings.label("fail_marker"), settings.fail_marker, f"a marker file path; {problem}"
-    problem = check_lock_path(settings.log_file)  # the log is appended to: never through a symlink
-    if problem:
-        yield label, root, f"a root whose log {settings.log_file} is a plain file; {problem}"
+    # The lock, the marker and the log (appended to: never through a symlink) are files of their own.
+    paths = ((settings.label("lock_file"), settings.lock_file, check_lock_path(settings.lock_file), "a lock file path"),
+             (settings.label("fail_marker"), settings.fail_marker, marker_path_problem(settings.fail_marker),
+              "a marker file path"),
+             (label, root, check_lock_path(settings.log_file), f"a root whose log {settings.log_file} is a plain file"))
+    yield from ((shown, value, f"{wanted}; {problem}") for shown, value, problem, wanted in paths if problem)
     if settings.mlir_path is not None and not is_mlir_install(settings.mlir_path):
         yield settings.label("mlir_path"), settings.mlir_path, "an MLIR install prefix holding lib/cmake/mlir"
     if settings.store not in (None, "off"):  # given: one that cannot be made, written or trusted is bad input
@@ -229,12 +227,13 @@ def decide(run: Run, again: bool = False) -> Decision:
     if isinstance(judged, ProbeBroke):
         return _after_broken_probe(run, judged, before)
     probe, verdict = judged
+    taken = Decision(ok=True, reason=verdict.reason, how=How.REUSED, tree=verdict.tree, prepend=prefix, probe=probe,
+                     verdict=verdict)  # taking the root's tree, when it passes the gate
     if verdict.reusable and verdict.tree and same_folder(verdict.tree, root):
         if not is_ours(root):
             if not _exact_pin_refuses(run, f"in {root}, made by another tool"):
                 run.say(f"found a working tree in {root} made by another tool: {verdict.reason}")
-                return Decision(ok=True, reason=verdict.reason, how=How.REUSED, tree=verdict.tree, prepend=prefix,
-                                probe=probe, verdict=verdict)
+                return taken
         else:
             stamp, why = _stamped_tree(run)
             if stamp is not None:
@@ -244,12 +243,8 @@ def decide(run: Run, again: bool = False) -> Decision:
                             f"passes the gate ({verdict.reason}), so it is reused: the pin is built only when "
                             f"a build is needed (raise {settings.label('min_version')}, or set FLYDSL_EXACT_PIN=1 "
                             "to take only a tree built from the pin)")
-                return Decision(
-                    ok=True, reason=verdict.reason, how=How(stamp.how or How.BUILT), tree=root, prepend=prefix,
-                    probe=probe, verdict=verdict,
-                    commit=str(stamp.key.get("commit")), pin=str(pin) if pin else None,
-                    repo=str(repo) if repo else None,
-                )
+                return replace(taken, how=How(stamp.how or How.BUILT), tree=root, commit=str(stamp.key.get("commit")),
+                               pin=str(pin) if pin else None, repo=str(repo) if repo else None)
             run.say(f"the tree in {root} imports, but {why}")
     elif verdict.reusable:
         found = _path_tree(run, probe, verdict)

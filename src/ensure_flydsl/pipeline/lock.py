@@ -5,7 +5,6 @@ file is never deleted (a new caller would lock a fresh inode while a waiter hold
 from __future__ import annotations
 
 import contextlib
-import datetime
 import os
 import socket
 import time
@@ -13,6 +12,7 @@ from dataclasses import asdict, dataclass
 from typing import Callable, Iterator, Optional
 
 from ensure_flydsl.errors import EnsureError, ExitCode, Stage
+from ensure_flydsl.runs.markers import now_iso
 from ensure_flydsl.support import fields, space
 from ensure_flydsl.support.fields import Record, checked
 from ensure_flydsl.support.files import (
@@ -64,9 +64,8 @@ def build_lock(path: str, *, timeout: Optional[float], run_id: str, say: Callabl
     try:
         with held_lock(path, timeout=timeout, say=say, what="the build lock",
                        holder=lambda: describe_holder(LockHolder.from_json(read_json(holder_path(path))))):
-            holder = LockHolder(pid=os.getpid(), host=socket.gethostname(),
-                                started=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                                started_ts=time.time(), run_id=run_id)
+            holder = LockHolder(pid=os.getpid(), host=socket.gethostname(), started=now_iso(), started_ts=time.time(),
+                                run_id=run_id)
             try:
                 atomic_write_json(holder_path(path), asdict(holder))
             except OSError as exc:

@@ -46,8 +46,14 @@ from ensure_flydsl.ways.table import ways_for
 
 def provision(run: Run) -> Result:
     """Under the lock: the pin into the root, then the first way's verified tree (what started early stops)."""
-    claim_for_build(run)
-    settings, store = run.settings, open_run_store(run)
+    settings = run.settings
+    # An absent or empty root becomes the tool's now; another tool's checkout only when the build starts.
+    state = _root_state(run)
+    if state.kind not in (RootKind.OURS, RootKind.ADOPTABLE):
+        os.makedirs(settings.root, exist_ok=True)
+        claim_root(settings.root, created=state.kind is RootKind.ABSENT, adopted=False)
+    faults.point("root-claimed")
+    store = open_run_store(run)
     with contextlib.ExitStack() as started:
         early = Early()
         started.callback(remove_tree, wheel_download_dir(settings.root))
@@ -164,15 +170,6 @@ def _root_state(run: Run) -> RootState:
     if state.kind is RootKind.FOREIGN:
         raise BadInput(run.settings.label("root"), run.settings.root, f"an empty or new folder; {state.reason}")
     return state
-
-
-def claim_for_build(run: Run) -> None:
-    """An absent or empty root becomes the tool's now; another tool's checkout only when the build starts."""
-    root, state = run.settings.root, _root_state(run)
-    if state.kind not in (RootKind.OURS, RootKind.ADOPTABLE):
-        os.makedirs(root, exist_ok=True)
-        claim_root(root, created=state.kind is RootKind.ABSENT, adopted=False)
-    faults.point("root-claimed")
 
 
 def fetch(run: Run, early: Early, store: Optional[HostStore] = None) -> str:

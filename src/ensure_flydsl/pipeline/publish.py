@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 from typing import Callable, List, Optional
 
 from ensure_flydsl.errors import EnsureError, ExitCode, Stage, exit_code_of, interrupted_by
@@ -99,15 +100,14 @@ def publish(run: Run, decision: Decision, action: Action) -> Result:
     twin = markers.EnvTwin(
         request=settings.request(), how=decision.how, tree=decision.tree, version=str(decision.probe.version),
         python=interp.executable, python_version=interp.version, abi=interp.abi, commit=decision.commit,
-        files=dict(decision.verdict.files), watch=watch, site_dirs=site_dirs,
-        fingerprint=fingerprint(settings.python, interp.executable, run.environ, watch, site_dirs, settings.root,
-                                list(decision.prepend)),
+        files=dict(decision.verdict.files), watch=watch, site_dirs=site_dirs, fingerprint={},
         FLYDSL_ROOT=settings.root, pythonpath_prepend=list(decision.prepend), FLYDSL_SHIM_DIR=settings.shim_dir,
         VLLM_USE_FLYDSL_MOE="1" if settings.vllm_moe else None,
         pin=decision.pin, repo=decision.repo, run_id=run.run_id, built=action == Action.PROVISIONED,
         elapsed_s=round(elapsed, 3), link_mode=decision.link_mode, conflicts=conflicts,
         mlir=run.facts.mlir if decision.how == How.BUILT else None,
     )
+    twin = replace(twin, fingerprint=fingerprint(settings, run.environ, twin))
     if twin.mlir is not None:
         run.say(f"mlir: {twin.mlir}")
     text = twin.exports.text()
@@ -166,7 +166,7 @@ def _marker(run: Run, exc: BaseException, code: int, stage: Stage, reason: str, 
     if not os.path.isdir(os.path.dirname(settings.fail_marker)):
         return exc  # bad input about the marker's own folder: nothing may be created
     answered = marker_is_answered(RunStore(settings.root), settings.request(), run.run_id, settings.root,
-                                  run.tracker.locked)
+                                  run.tracker.record.locked)
     if answered is not None:
         run.say(f"not writing {settings.fail_marker}: {answered}")
         return exc

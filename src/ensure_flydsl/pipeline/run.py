@@ -13,11 +13,10 @@ from ensure_flydsl.pipeline.decide import check_provisionable, decide, decide_ag
 from ensure_flydsl.pipeline.lock import build_lock
 from ensure_flydsl.pipeline.provision import provision
 from ensure_flydsl.pipeline.publish import check_markers, publish, record_failure, withdraw_if_untrue
-from ensure_flydsl.pipeline.warm import current_fingerprint, keep_warm, try_warm
+from ensure_flydsl.pipeline.warm import try_warm
 from ensure_flydsl.probe.gate import same_folder
 from ensure_flydsl.result import Action, How, Result
 from ensure_flydsl.runs import timings
-from ensure_flydsl.runs.markers import read_env_json
 from ensure_flydsl.runs.progress import heartbeat, heartbeat_interval
 from ensure_flydsl.settings import Settings, host_id
 from ensure_flydsl.support.fields import short_text
@@ -33,12 +32,9 @@ def ensure(settings: Settings, environ: Mapping[str, str], reporter: Reporter,
            warm_key: Optional[List[str]] = None) -> Tuple[Result, bool]:
     """The answer, and whether it was warm: the last success's when nothing changed (the front door then answers
     the next call with the raw inputs ``warm_key``), else the pipeline's."""
-    result = None if settings.verify else try_warm(settings, environ)
+    result = None if settings.verify else try_warm(settings, environ, warm_key)
     if result is None:
         return ensure_run(Run(settings, reporter, environ, warm_key=warm_key)), False
-    twin = read_env_json(settings.env_json)
-    if twin is not None and warm_key is not None:
-        keep_warm(settings, environ, warm_key, twin, current_fingerprint(settings, environ, twin))
     return result, True
 
 

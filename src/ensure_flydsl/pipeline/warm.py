@@ -25,25 +25,28 @@ MAX_ENTRIES = 16  # raw inputs remembered per root (callers in other folders, wi
 CALLER_KEYS = ("version", "interpreter", "environment")  # warm.caller_part's; the rest is warm.tree_part's
 
 
-def try_warm(settings: Settings, environ: Mapping[str, str]) -> Optional[Result]:
-    """The last success's answer when its twin answers this request and its fingerprint still holds."""
+def try_warm(settings: Settings, environ: Mapping[str, str], warm_key: Optional[Sequence[str]] = None
+             ) -> Optional[Result]:
+    """The last success's answer when its twin answers this request and its fingerprint still holds; the front
+    door answers the next call with the raw inputs ``warm_key`` the same (``keep_warm``)."""
     started = time.monotonic()
     twin = read_env_json(settings.env_json)
     if twin is None:
         return None
-    if twin.request != settings.request():
-        # Written for another request: it answers this one too when its tree passes this request's gate.
-        if twin_gap(twin, settings.request(), environ.get("PATH")) is not None:
-            return None
+    # Written for another request, it answers this one too when its tree passes this request's gate.
+    if twin_gap(twin, settings.request(), environ.get("PATH")) is not None:
+        return None
     written = warm.read_regular(settings.env_file)
     if written is None or written.decode(errors="replace") != exports(settings, twin).text():
         return None
-    now = current_fingerprint(settings, environ, twin)
+    now = fingerprint(settings, environ, twin)
     if now["interpreter"] is None or not same(twin.fingerprint, now):
         return None
     # An earlier run's failure never answers for this one (a sibling root's is not ours to take away).
     withdraw_failure_marker(settings.fail_marker, settings.root)
-    return warm_result(settings, environ, twin, time.monotonic() - started)
+    result = warm_result(settings, environ, twin, time.monotonic() - started)
+    keep_warm(settings, environ, warm_key, twin, now)
+    return result
 
 
 def exports(settings: Settings, twin: EnvTwin) -> EnvFile:
@@ -51,16 +54,11 @@ def exports(settings: Settings, twin: EnvTwin) -> EnvFile:
     return EnvFile(settings.root, tuple(twin.pythonpath_prepend), settings.shim_dir, settings.vllm_moe)
 
 
-def fingerprint(python: str, executable: str, environ: Mapping[str, str], watch: List[str], site_dirs: List[str],
-                root: str, tree_folders: List[str]) -> Dict[str, object]:
-    """Everything a warm answer depends on, as plain data compared for equality (the twin keeps it as JSON)."""
-    return {**warm.caller_part(python, executable, dict(environ), tree_folders),
-            **warm.tree_part(watch, site_dirs, stamp_file(root, "tree"))}
-
-
-def current_fingerprint(settings: Settings, environ: Mapping[str, str], twin: EnvTwin) -> Dict[str, object]:
-    return fingerprint(settings.python, twin.python, environ, list(twin.watch), list(twin.site_dirs), settings.root,
-                       list(twin.pythonpath_prepend))
+def fingerprint(settings: Settings, environ: Mapping[str, str], twin: EnvTwin) -> Dict[str, object]:
+    """Everything a warm answer with ``twin``'s tree depends on, as plain data compared for equality (the twin keeps
+    it as JSON)."""
+    return {**warm.caller_part(settings.python, twin.python, dict(environ), list(twin.pythonpath_prepend)),
+            **warm.tree_part(list(twin.watch), list(twin.site_dirs), stamp_file(settings.root, "tree"))}
 
 
 def same(recorded: object, current: Mapping[str, object]) -> bool:
@@ -145,9 +143,8 @@ def _template(text: str, holes: Mapping[str, str], order: Sequence[str]) -> Opti
     """``text`` cut at the holes' JSON spellings, in ``order`` (texts, then names); None unless each is once."""
     parts = [text]
     for name in order:
-        spelled = json.dumps(holes[name])
-        head, found, rest = parts[-1].partition(spelled)
-        if not found or spelled in rest:
+        head, *rest = parts[-1].split(json.dumps(holes[name]))
+        if len(rest) != 1:
             return None
-        parts[-1:] = [head, name, rest]
+        parts[-1:] = [head, name, *rest]
     return parts

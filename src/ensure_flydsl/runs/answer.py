@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, fields, replace
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from ensure_flydsl.errors import BadInput, ExitCode
 from ensure_flydsl.result import result_object
@@ -54,13 +54,12 @@ class Answer:
     def to_json(self, settings: Settings) -> Dict[str, object]:
         """Its result object (docs/schema/status.schema.json)."""
         record, twin, failure = self.record, self.twin, self.failure
-        data = result_object(ok=self.state == SUCCEEDED, exit_code=self.exit_code, log=settings.log_file,
-                             run_id=self.run_id, elapsed_s=self.elapsed_s, hint=self.hint or None)
-        data.update(state=self.state, step=None, percent=None, eta_s=None, overdue_s=None, pid=None,
-                    root=settings.root, python=None, waiting_for=None, installed=self.installed)
-        if record is not None:
-            data["pid"] = record.pid
-            data["log"] = record.log or settings.log_file
+        data = result_object(ok=self.state == SUCCEEDED, exit_code=self.exit_code, run_id=self.run_id,
+                             log=(record.log if record is not None else "") or settings.log_file,
+                             elapsed_s=self.elapsed_s, hint=self.hint or None)
+        data.update(state=self.state, step=None, percent=None, eta_s=None, overdue_s=None,
+                    pid=record.pid if record is not None else None, root=settings.root, python=None,
+                    waiting_for=None, installed=self.installed)
         if self.state == RUNNING and record is not None:
             data.update(step=record.step, percent=record.percent, eta_s=record.remaining_eta(),
                         overdue_s=record.overdue_s, waiting_for=record.waiting,
@@ -96,14 +95,14 @@ class Answer:
         return [*lines, *holds, *([f"next: {self.hint}"] if self.hint else [])]
 
 
-def status_lines(data: Dict[str, object]) -> List[str]:
+def status_lines(data: Mapping[str, Any]) -> List[str]:
     """``status`` in words, from its result object: a line per fact, each labelled."""
     lines = [f"state:   {data['state']}"]
     if data["state"] == RUNNING:
         percent = f" {data['percent']}%" if data["percent"] is not None else ""
-        late = f" (overdue {fmt_seconds(_seconds(data['overdue_s']))})" if data.get("overdue_s") else ""
+        late = f" (overdue {fmt_seconds(data['overdue_s'])})" if data.get("overdue_s") else ""
         lines += [f"step:    {known(data['step'], 'starting')}{percent}",
-                  f"elapsed: {fmt_seconds(_seconds(data['elapsed_s']))}  ETA: {fmt_seconds(_seconds(data['eta_s']))}"
+                  f"elapsed: {fmt_seconds(data['elapsed_s'])}  ETA: {fmt_seconds(data['eta_s'])}"
                   f"{late}", f"pid:     {known(data['pid'])} (run {known(data['run_id'])})"]
         if isinstance(data["waiting_for"], dict):
             lines.append(f"waiting: for {data['waiting_for'].get('text')} (the build lease in the cache)")
@@ -121,10 +120,6 @@ def status_lines(data: Dict[str, object]) -> List[str]:
     if data["state"] in (FAILED, ABSENT) and data["hint"]:
         lines.append(f"next:    {data['hint']}")
     return [*lines, f"root:    {data['root']}", f"log:     {known(data['log'], 'none yet')}"]
-
-
-def _seconds(value: object) -> Optional[float]:
-    return float(value) if isinstance(value, (int, float)) else None
 
 
 def answers(settings: Settings, twin: EnvTwin) -> str:

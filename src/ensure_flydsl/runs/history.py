@@ -67,20 +67,15 @@ class History:
     @classmethod
     def from_json(cls, data: object) -> Optional["History"]:
         """The history, or None: a route or step not known is left out, a wrong value refuses the whole file."""
-        if not isinstance(data, dict) or fields.integer(data.get("version")) != HISTORY_VERSION:
+        routes = data.get("routes") if isinstance(data, dict) else None
+        if not isinstance(data, dict) or fields.integer(data.get("version")) != HISTORY_VERSION or not isinstance(
+                routes, dict):
             return None
-        routes = data.get("routes")
-        if not isinstance(routes, dict):
+        tables = [(fields.member(Plan)(name), stage_table(steps, _durations)) for name, steps in routes.items()]
+        if any(table is None for _, table in tables):
             return None
-        parsed: Dict[Plan, Dict[Stage, Tuple[float, ...]]] = {}
-        for name, steps in routes.items():
-            table = stage_table(steps, _durations)
-            if table is None:
-                return None
-            plan = fields.member(Plan)(name)
-            if plan is not None:
-                parsed[plan] = {stage: seconds[-HISTORY_KEEP:] for stage, seconds in table.items()}
-        return cls(parsed)
+        return cls({plan: {stage: seconds[-HISTORY_KEEP:] for stage, seconds in table.items()}
+                    for plan, table in tables if plan is not None and table is not None})
 
 
 def stage_table(value: object, check: Callable[[object], Optional[T]]) -> Optional[Dict[Stage, T]]:

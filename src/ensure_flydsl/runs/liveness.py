@@ -34,16 +34,14 @@ def seen_dead(store: RunStore, record: RunRecord) -> RunRecord:
     who = f"pid {record.pid}" if record.pid else "before it recorded its pid"
     reason = (f"the run's process ({who}) died without finishing, during step {record.step} "
               "(killed: kill -9, the OOM killer, or the container stopped)")
-    return replace(
-        record, state=FAILED, finished=record.updated if record.updated is not None else time.time(),
-        failure=Failure(record.step, int(ExitCode.WORKER_DIED), reason, death_hint()),
-    )
+    return replace(record, state=FAILED, finished=record.updated if record.updated is not None else time.time(),
+                   failure=Failure(record.step, int(ExitCode.WORKER_DIED), reason, death_hint()))
 
 
 def marker_is_answered(store: RunStore, request: Request, run_id: str, root: str,
                        locked: bool) -> Optional[str]:
     """Why a run that failed or died must not write the failure marker (another answers for it), or None."""
-    if not locked and store.others_alive(request, run_id):
+    if not locked and any(r.run_id != run_id and r.request == request for r in store.any_alive()):
         return "another run for this request is going and will answer"
     twin = markers.installed_twin(root)
     if twin is not None and markers.twin_gap(twin, request) is None:
@@ -56,7 +54,9 @@ def record_death(store: RunStore, record: RunRecord) -> RunRecord:
     dead = seen_dead(store, record)
     if dead is record or dead.state != FAILED or record.state != RUNNING:
         return dead
-    kill_build_group(dead)
+    pgid = dead.build_pgid  # its build's group, unless the leader's pid now belongs to another process
+    if isinstance(pgid, int) and pgid > 1 and process_start_time(pgid) in (None, dead.build_leader_start):
+        kill_group(pgid)
     store.release(dead.run_id)  # the room it kept for its last words: they are said here
     # The marker before the FAILED record: a `wait` that reads the record answers at once.  A poller of the
     # files alone must see the death as soon as `wait` does.
@@ -67,7 +67,10 @@ def record_death(store: RunStore, record: RunRecord) -> RunRecord:
         if not space.is_full(exc):
             raise
         # A full disk: the death is still told (here, and by `status` from the free alive lock).
-    keep_death(dead)
+    # Its timing record (best effort): a killed run is the one a fleet most needs to see.
+    folder, found = host_cache_dir(os.environ), timings.of_dead_run(dead, host_id(os.environ))
+    if folder is not None and found is not None:
+        timings.keep(timings_dir(folder), found)
     return dead
 
 
@@ -89,22 +92,6 @@ def _mark_death(store: RunStore, dead: RunRecord) -> RunRecord:
             reason = f"{dead.failure.reason}; {markers.marker_unwritten(dead.fail_marker, exc)}"
             dead = replace(dead, failure=replace(dead.failure, reason=reason))
     return dead
-
-
-def keep_death(dead: RunRecord) -> None:
-    """The dead run's timing record (best effort): a killed run is the one a fleet most needs to see."""
-    folder = host_cache_dir(os.environ)
-    found = timings.of_dead_run(dead, host_id(os.environ))
-    if folder is not None and found is not None:
-        timings.keep(timings_dir(folder), found)
-
-
-def kill_build_group(record: RunRecord) -> None:
-    """Stop a build process group left behind by a dead run (only if its leader is the one we started)."""
-    pgid = record.build_pgid
-    # Else there is none, or the leader's pid now belongs to another process.
-    if isinstance(pgid, int) and pgid > 1 and process_start_time(pgid) in (None, record.build_leader_start):
-        kill_group(pgid)
 
 
 def watch(root: str, run_id: str) -> int:

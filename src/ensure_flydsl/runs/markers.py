@@ -25,8 +25,6 @@ from ensure_flydsl.support.urls import same_repo
 from ensure_flydsl.version import __version__
 from ensure_flydsl.warm import without_folders
 
-KEPT_IF_SET = ("FLYDSL_SHIM_DIR", "VLLM_USE_FLYDSL_MOE")  # the env file sets them only where the caller has not
-
 
 @dataclass(frozen=True)
 class EnvFile:
@@ -46,18 +44,20 @@ class EnvFile:
         """The variables as sourcing the file sets them: the tree's folders first, once, then the caller's."""
         rest = without_folders(caller_pythonpath, list(self.prepend))
         env = {"FLYDSL_ROOT": self.root, "PYTHONPATH": os.pathsep.join([*self.prepend, *([rest] if rest else [])]),
-               "FLY_BUILD": layout.BUILD_DIR}  # GEAK's shim finds the tree's flydsl in FLYDSL_ROOT/$FLY_BUILD
-        if self.shim_dir is not None:
-            env["FLYDSL_SHIM_DIR"] = self.shim_dir
-        if self.vllm_moe:
-            env["VLLM_USE_FLYDSL_MOE"] = "1"
-        return env
+               "FLY_BUILD": layout.BUILD_DIR,  # GEAK's shim finds the tree's flydsl in FLYDSL_ROOT/$FLY_BUILD
+               **self.kept_if_set()}
+        return {name: value for name, value in env.items() if value is not None}
+
+    def kept_if_set(self) -> Dict[str, Optional[str]]:
+        """What the caller set wins: GEAK points FLYDSL_SHIM_DIR at a tuned overlay and sets VLLM_USE_FLYDSL_MOE=0
+        for its A/B baselines (None: not exported)."""
+        return {"FLYDSL_SHIM_DIR": self.shim_dir, "VLLM_USE_FLYDSL_MOE": "1" if self.vllm_moe else None}
 
     def apply(self, environ: MutableMapping[str, str], path: List[str]) -> None:
         """Set the variables in ``environ`` as sourcing the file does (a caller's own shim folder and vLLM switch
         stay) and put the tree's folders first on ``path`` (``sys.path``)."""
         environ.update({k: v for k, v in self.mapping(environ.get("PYTHONPATH")).items()
-                        if not (k in KEPT_IF_SET and environ.get(k))})
+                        if not (k in self.kept_if_set() and environ.get(k))})
         path[:] = [*self.prepend, *(entry for entry in path if entry not in self.prepend)]
 
     def text(self) -> str:
@@ -88,10 +88,7 @@ class EnvFile:
         else:
             lines.append(f'export PYTHONPATH={quoted_path}"${{PYTHONPATH:+:${{PYTHONPATH}}}}"')
         lines.append(f"export FLY_BUILD={layout.BUILD_DIR}")
-        # What the caller set wins: GEAK points FLYDSL_SHIM_DIR at a tuned overlay and sets VLLM_USE_FLYDSL_MOE=0
-        # for its A/B baselines.
-        defaults = {"FLYDSL_SHIM_DIR": self.shim_dir, "VLLM_USE_FLYDSL_MOE": "1" if self.vllm_moe else None}
-        for name, value in defaults.items():
+        for name, value in self.kept_if_set().items():
             if value is not None:
                 lines += [f'[ -n "${{{name}:-}}" ] || {name}={shlex.quote(value)}', f"export {name}"]
         return "\n".join(lines) + "\n"
@@ -152,9 +149,7 @@ class EnvTwin(TreeIdentity):
                        self.VLLM_USE_FLYDSL_MOE == "1")
 
     def to_json(self) -> Dict[str, object]:
-        data = asdict(self)
-        data["request"] = self.request.to_json()
-        return data
+        return asdict(self)
 
     @classmethod
     def from_json(cls, data: object) -> Optional["EnvTwin"]:
@@ -286,9 +281,6 @@ class Failure(fields.Record):
     exit_code: int = checked(_failure_code)
     reason: str = checked(fields.text, "")
     hint: str = checked(fields.text, "", lenient=True)
-
-    def to_json(self) -> Dict[str, object]:
-        return asdict(self)
 
 
 @dataclass(frozen=True)

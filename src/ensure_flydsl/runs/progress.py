@@ -9,7 +9,7 @@ import re
 import subprocess
 import threading
 import time
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from ensure_flydsl.errors import Plan, Stage
@@ -58,10 +58,8 @@ def overdue(expected: Mapping[Stage, float], step: Optional[Stage], step_elapsed
     return round(step_elapsed - usual, 1) if 0 < usual < step_elapsed else None
 
 
-def estimate_eta(
-    step: Optional[Stage], step_elapsed: float, percent: Optional[float], expected: Mapping[Stage, float],
-    done: Sequence[str], plan: Optional[Plan],
-) -> Optional[float]:
+def estimate_eta(step: Optional[Stage], step_elapsed: float, percent: Optional[float], expected: Mapping[Stage, float],
+                 done: Sequence[str], plan: Optional[Plan]) -> Optional[float]:
     """Seconds left: the rest of this step and the route's steps still to come; None while the route is unknown."""
     if step is None or plan is None:
         return None
@@ -109,10 +107,8 @@ class Pulse:
 
     def event(self) -> Dict[str, object]:
         """The ``--json`` event: the same, as fields, with the line as ``text``."""
-        return {"event": "heartbeat", "state": RUNNING, "step": self.step, "percent": self.percent,
-                "elapsed_s": round(self.elapsed_s, 1), "eta_s": None if self.eta_s is None else round(self.eta_s, 1),
-                "run_id": self.run_id, "pid": self.pid, "waiting": self.waiting, "overdue_s": self.overdue_s,
-                "text": self.line()}
+        return {"event": "heartbeat", "state": RUNNING, **asdict(self), "elapsed_s": round(self.elapsed_s, 1),
+                "eta_s": None if self.eta_s is None else round(self.eta_s, 1), "text": self.line()}
 
 
 def say_pulse(reporter: Reporter, pulse: Pulse) -> None:
@@ -223,10 +219,6 @@ class Tracker:
         """From here on this run does the work for its request: its outcome is the request's outcome."""
         self.record.locked = True
         self._write(force=True)
-
-    @property
-    def locked(self) -> bool:
-        return self.record.locked
 
     def step_progress(self) -> Tuple[Optional[Stage], Optional[float], Optional[float]]:
         """The current step, its own percent and ETA (never those of another host's build it follows)."""

@@ -9,8 +9,8 @@ import re
 import socket
 import time
 import uuid
-from dataclasses import dataclass
-from typing import Dict, List, Optional, Tuple
+from dataclasses import asdict, dataclass
+from typing import Dict, List, Optional
 
 from ensure_flydsl.errors import Stage, StrEnum
 from ensure_flydsl.layout import (
@@ -94,10 +94,7 @@ class RunRecord(fields.Record):
         return round(max(min(self.eta_s, 1.0), self.eta_s - (time.time() - self.updated)), 1)
 
     def to_json(self) -> Dict[str, object]:
-        data: Dict[str, object] = dict(vars(self))
-        data["failure"] = self.failure.to_json() if self.failure else None
-        data["request"] = self.request.to_json()
-        return data
+        return asdict(self)
 
 
 _RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")  # it names files beside the record
@@ -127,11 +124,6 @@ class RunStore:
         self.base = base_state_dir(os.path.dirname(root))
         self.folder = runs_dir(root)
 
-    def _files(self, run_id: str) -> Tuple[str, str, str]:
-        """The run's record, alive file and reserve."""
-        return (run_record_file(self.folder, run_id), run_alive_file(self.folder, run_id),
-                run_reserve_file(self.folder, run_id))
-
     def ensure_folder(self) -> None:
         os.makedirs(self.folder, mode=0o755, exist_ok=True)
 
@@ -157,29 +149,30 @@ class RunStore:
 
     def forget(self, run_id: str) -> None:
         """Remove a run that never began (its record, alive file and reserve): nothing may say it runs."""
-        remove_quietly(list(self._files(run_id)))
+        remove_quietly([run_record_file(self.folder, run_id), run_alive_file(self.folder, run_id),
+                        run_reserve_file(self.folder, run_id)])
 
     def begin(self, record: RunRecord, alive_fd: Optional[int] = None) -> int:
         """A run's files as it begins, all or none (alive file held, reserve, record, ``current``); ``alive_fd``
         is a detached worker's, which ``start`` took.  The descriptor returned keeps the run alive."""
         run_id = record.run_id
         own = alive_fd is None  # a detached worker's record and alive file are `start`'s
-        record_file, alive_file, reserve_file = self._files(run_id)
         self.ensure_folder()
         fd = self.hold_alive(run_id) if alive_fd is None else alive_fd
         os.set_inheritable(fd, False)  # a build we start must not keep the run "alive" after we die
         announced = self.read(run_id)  # `start` wrote it before launching us
         if announced is not None:
             record.started = announced.started
-        writes = [(reserve_file, os.urandom(RESERVE_BYTES)), (record_file, _record_data(record)),
-                  (current_run_file(self.folder), (run_id + "\n").encode())]
         try:
-            for path, data in writes:
-                atomic_write(path, data)
+            atomic_write(run_reserve_file(self.folder, run_id), os.urandom(RESERVE_BYTES))
+            atomic_write(run_record_file(self.folder, run_id), _record_data(record))
+            self.set_current(run_id)
         except BaseException:
-            remove_quietly([record_file, alive_file, reserve_file] if own else [reserve_file])
             if own:
+                self.forget(run_id)
                 os.close(fd)
+            else:
+                self.release(run_id)
             raise
         return fd
 
@@ -201,10 +194,6 @@ class RunStore:
         """The runs made for ``request`` (another request's run on the same root may be going too)."""
         return [r for r in self.records() if r.request == request]
 
-    def others_alive(self, request: Request, run_id: str) -> bool:
-        """Whether a run for ``request`` other than ``run_id`` is alive (it will answer for the request)."""
-        return any(r.run_id != run_id and r.request == request for r in self.any_alive())
-
     def any_alive(self) -> List[RunRecord]:
         return [r for r in self.records() if r.state == RUNNING and self.is_alive(r.run_id)]
 
@@ -212,13 +201,8 @@ class RunStore:
         """Keep the newest records (and never the current one's or a live run's); no ended run keeps room."""
         names = sorted(self._record_ids())
         keep = set(names[-KEEP_RECORDS:]) | {self.current_id() or ""}
-        for run_id in names:
-            if self.is_alive(run_id):
-                continue
-            if run_id in keep:
-                self.release(run_id)  # a killed run's
-            else:
-                self.forget(run_id)
+        for run_id in (name for name in names if not self.is_alive(name)):
+            (self.release if run_id in keep else self.forget)(run_id)  # a killed run's room, or an old run whole
 
     def hold_alive(self, run_id: str) -> int:
         """Exclusively flock the run's alive file: the kernel drops the lock however the run dies, so a shared

@@ -8,8 +8,8 @@ import contextlib
 import os
 import statistics
 import time
-from dataclasses import dataclass, field
-from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
 
 from ensure_flydsl.errors import FAILURE_CODES, Plan, Stage
 from ensure_flydsl.layout import RUN_RECORD_SUFFIX, timing_file
@@ -64,12 +64,6 @@ def _exit_code(value: object) -> Optional[int]:
     return found if found == 0 or found in FAILURE_CODES else None
 
 
-def _ms(value: object) -> Optional[float]:
-    """Seconds as a record holds them: rounded to milliseconds, so a record read and written again is the same."""
-    seconds = fields.seconds(value)
-    return None if seconds is None else round(seconds, 3)
-
-
 def _table(value: object, names: Tuple[str, ...], check: Callable[[object], object]) -> Optional[Dict[str, object]]:
     """An object whose keys are some of ``names`` and whose values pass ``check``, else None."""
     if not isinstance(value, dict) or not set(value) <= set(names):
@@ -86,11 +80,12 @@ class TimingRecord:
     host: str = checked(fields.short_text)
     root: str = checked(fields.absolute_path)
     kind: str = checked(lambda v: fields.one_of(v, KINDS))
-    started: float = checked(_ms)  # wall clock, seconds since the epoch
-    ended: float = checked(_ms)
+    started: float = checked(fields.seconds)  # wall clock, seconds since the epoch
+    ended: float = checked(fields.seconds)
     exit_code: int = checked(_exit_code)  # 0, or the code a failed run records
     way: str = checked(lambda v: fields.one_of(v, WAYS))  # FAILED exactly when exit_code is not 0
-    stages: Mapping[Stage, float] = checked(lambda v: stage_table(v, _ms))  # a stage gone through twice: both added up
+    # A stage gone through twice: both added up.
+    stages: Mapping[Stage, float] = checked(lambda v: stage_table(v, fields.seconds))
     stage: Optional[Stage] = checked(fields.text, None, convert=Stage.parse)  # where a failed run stopped
     route: Optional[Plan] = checked(fields.member(Plan), None)  # the way a provider took (None: none did)
     pin: Optional[str] = checked(fields.short_text, None)
@@ -99,8 +94,15 @@ class TimingRecord:
     cache: Mapping[str, str] = checked(lambda v: _table(v, LOOKUPS, lambda c: fields.one_of(c, (HIT, MISS))),
                                        factory=dict)
     link_mode: Optional[str] = checked(lambda v: fields.one_of(v, LINK_MODES), None)
-    lock_wait_s: Optional[float] = checked(_ms, None)  # None: the run did not go for the lock
-    lease_wait_s: Optional[float] = checked(_ms, None)  # None: it took no turn at a build lease
+    lock_wait_s: Optional[float] = checked(fields.seconds, None)  # None: the run did not go for the lock
+    lease_wait_s: Optional[float] = checked(fields.seconds, None)  # None: it took no turn at a build lease
+
+    def __post_init__(self) -> None:
+        # Milliseconds, as a record holds them: one read and written again is the same.
+        for name in ("started", "ended", "lock_wait_s", "lease_wait_s"):
+            value = getattr(self, name)
+            object.__setattr__(self, name, None if value is None else round(value, 3))
+        object.__setattr__(self, "stages", {s: round(v, 3) for s, v in self.stages.items()})
 
     @property
     def total_s(self) -> float:
@@ -112,18 +114,9 @@ class TimingRecord:
         return sum(self.fetched.values()) if self.fetched else None
 
     def to_json(self) -> Dict[str, object]:
-        return {
-            "version": TIMING_VERSION, "run_id": self.run_id, "host": self.host, "root": self.root,
-            "kind": self.kind, "started": round(self.started, 3), "ended": round(self.ended, 3),
-            "total_s": round(round(self.ended, 3) - round(self.started, 3), 3),  # as a reader derives it
-            "exit_code": self.exit_code, "way": self.way,
-            "stage": None if self.stage is None else str(self.stage),
-            "route": None if self.route is None else self.route.value, "pin": self.pin, "tool": self.tool,
-            "stages": {str(s): round(v, 3) for s, v in self.stages.items()},
-            "fetched": dict(self.fetched), "bytes_fetched": self.bytes_fetched, "cache": dict(self.cache),
-            "link_mode": self.link_mode, "lock_wait_s": _ms(self.lock_wait_s),
-            "lease_wait_s": _ms(self.lease_wait_s),
-        }
+        return {"version": TIMING_VERSION, **asdict(self), "stages": {str(s): v for s, v in self.stages.items()},
+                "route": None if self.route is None else self.route.value, "total_s": round(self.total_s, 3),
+                "bytes_fetched": self.bytes_fetched}
 
     @classmethod
     def from_json(cls, data: object) -> Optional["TimingRecord"]:
@@ -201,8 +194,7 @@ def _newest_real(when: float, now: float) -> Tuple[bool, float]:
     return when <= now, min(when, now)
 
 
-@dataclass(frozen=True)
-class Skipped:
+class Skipped(NamedTuple):
     """A file in the records' folder that is not a timing record this version reads, and why."""
 
     path: str
@@ -241,85 +233,39 @@ def _read(path: str) -> Union[TimingRecord, Skipped]:
 
 
 # -- what they add up to (``ensure-flydsl stats``; docs/schema/stats.schema.json) ----------------------------
-@dataclass(frozen=True)
-class Figures:
-    """How many values, their median (None without any) and their sum: seconds, or bytes."""
-
-    count: int
-    median: Optional[float]
-    total: float
-
-    @classmethod
-    def of(cls, values: Sequence[float]) -> "Figures":
-        return cls(len(values), float(statistics.median(values)) if values else None, float(sum(values)))
-
-    def to_json(self, unit: str = "_s") -> Dict[str, object]:
-        digits = 3 if unit == "_s" else None
-        return {"runs": self.count, "median" + unit: None if self.median is None else round(self.median, digits),
-                "sum" + unit: round(self.total, digits)}
+def _figures(values: Sequence[float], unit: str = "_s") -> Dict[str, object]:
+    """How many values, their median (None without any) and their sum: seconds to the millisecond, or bytes."""
+    digits = 3 if unit == "_s" else None
+    median = None if not values else round(float(statistics.median(values)), digits)
+    return {"runs": len(values), "median" + unit: median, "sum" + unit: round(float(sum(values)), digits)}
 
 
-@dataclass(frozen=True)
-class Share:
-    """One stage's (or ``other``'s) part of all the runs' wall time."""
-
-    stage: str
-    seconds: float
-    share: float
-
-    def to_json(self) -> Dict[str, object]:
-        return {"stage": self.stage, "sum_s": round(self.seconds, 3), "share": round(self.share, 4)}
-
-
-@dataclass(frozen=True)
-class Summary:
-    runs: int
-    failed: int
-    ways: Dict[str, int]  # WAYS, in that order
-    hosts: Dict[str, int]
-    total: Figures
-    stages: Dict[Stage, Figures]  # in the order a run goes through them
-    where: List[Share]  # largest first
-    lock_wait: Figures
-    lease_wait: Figures
-    fetched: Figures  # bytes, over the runs that fetched something of a known size
-    fetched_by: Dict[str, int]  # FETCHES: bytes
-    cache: Dict[str, Dict[str, int]]  # LOOKUPS: {hit, miss}: count
-    link_modes: Dict[str, int]
-
-    def to_json(self) -> Dict[str, object]:
-        fetched = self.fetched.to_json("")
-        fetched["by"] = dict(self.fetched_by)
-        return {"runs": self.runs, "failed": self.failed, "ways": dict(self.ways), "hosts": dict(self.hosts),
-                "total": self.total.to_json(), "stages": {str(s): f.to_json() for s, f in self.stages.items()},
-                "where": [w.to_json() for w in self.where], "lock_wait": self.lock_wait.to_json(),
-                "lease_wait": self.lease_wait.to_json(), "bytes_fetched": fetched,
-                "cache": {what: dict(counts) for what, counts in self.cache.items()},
-                "link_modes": dict(self.link_modes)}
-
-    def lines(self) -> List[str]:
-        """What ``stats`` says of the runs as a whole."""
-        if not self.runs:
-            return ["no runs recorded yet (every ensure run that is not answered warm writes one)"]
-        lines = [f"{runs_text(self.runs)}: " + ", ".join(f"{way} {n}" for way, n in self.ways.items()),
-                 f"median total {seconds_text(self.total.median)}"]
-        if self.stages:
-            lines.append("median per stage: " + ", ".join(f"{stage} {seconds_text(f.median)}"
-                                                          for stage, f in self.stages.items()))
-        if self.where:
-            lines.append("where the time went: " + ", ".join(f"{w.stage} {100 * w.share:.0f}%" for w in self.where))
-        for figures, what in ((self.lock_wait, "lock waits"), (self.lease_wait, "build lease waits")):
-            if figures.count:
-                lines.append(f"{what}: median {seconds_text(figures.median)}, {seconds_text(figures.total)} in all "
-                             f"({runs_text(figures.count)})")
-        if self.fetched.count:
-            by = ", ".join(f"{what} {size_text(size)}" for what, size in self.fetched_by.items())
-            lines.append(f"fetched: {size_text(self.fetched.total)} in {runs_text(self.fetched.count)} ({by})")
-        for what, counts in self.cache.items():
-            lines.append(f"binary cache, {what}: {counts.get(HIT, 0)} hit(s), {counts.get(MISS, 0)} miss(es)")
-        if self.link_modes:
-            lines.append("host store links: " + ", ".join(f"{m} {n}" for m, n in self.link_modes.items()))
-        return lines
+def summary_lines(summary: Mapping[str, Any]) -> List[str]:
+    """What ``stats`` says of the runs as a whole, from ``summarize``'s object."""
+    if not summary["runs"]:
+        return ["no runs recorded yet (every ensure run that is not answered warm writes one)"]
+    lines = [f"{runs_text(summary['runs'])}: " + ", ".join(f"{way} {n}" for way, n in summary["ways"].items()),
+             f"median total {seconds_text(summary['total']['median_s'])}"]
+    if summary["stages"]:
+        lines.append("median per stage: " + ", ".join(f"{stage} {seconds_text(f['median_s'])}"
+                                                      for stage, f in summary["stages"].items()))
+    if summary["where"]:
+        lines.append("where the time went: " + ", ".join(f"{w['stage']} {100 * w['share']:.0f}%"
+                                                         for w in summary["where"]))
+    for key, what in (("lock_wait", "lock waits"), ("lease_wait", "build lease waits")):
+        figures = summary[key]
+        if figures["runs"]:
+            lines.append(f"{what}: median {seconds_text(figures['median_s'])}, {seconds_text(figures['sum_s'])} in "
+                         f"all ({runs_text(figures['runs'])})")
+    fetched = summary["bytes_fetched"]
+    if fetched["runs"]:
+        by = ", ".join(f"{what} {size_text(size)}" for what, size in fetched["by"].items())
+        lines.append(f"fetched: {size_text(fetched['sum'])} in {runs_text(fetched['runs'])} ({by})")
+    for what, counts in summary["cache"].items():
+        lines.append(f"binary cache, {what}: {counts.get(HIT, 0)} hit(s), {counts.get(MISS, 0)} miss(es)")
+    if summary["link_modes"]:
+        lines.append("host store links: " + ", ".join(f"{m} {n}" for m, n in summary["link_modes"].items()))
+    return lines
 
 
 def runs_text(count: int) -> str:
@@ -346,35 +292,35 @@ def _counts(values: Iterable[Optional[str]], order: Iterable[str]) -> Dict[str, 
     return {name: found[name] for name in order if name in found}
 
 
-def where_the_time_went(records: Sequence[TimingRecord]) -> List[Share]:
+def where_the_time_went(records: Sequence[TimingRecord], stages: Sequence[Stage]) -> List[Dict[str, object]]:
     """Each stage's share of all the runs' wall time, largest first, then ``other``'s; none without time."""
     total = sum(r.total_s for r in records)
     if total <= 0:
         return []
-    spent = {str(stage): sum(r.stages.get(stage, 0.0) for r in records) for stage in Stage
-             if any(stage in r.stages for r in records)}
-    other = max(0.0, total - sum(spent.values()))
+    spent = {str(stage): sum(r.stages.get(stage, 0.0) for r in records) for stage in stages}
     ranked = sorted(spent.items(), key=lambda item: (-item[1], item[0]))
-    return [Share(name, seconds, seconds / total) for name, seconds in ranked] + [Share(OTHER, other, other / total)]
+    ranked.append((OTHER, max(0.0, total - sum(spent.values()))))
+    return [{"stage": name, "sum_s": round(seconds, 3), "share": round(seconds / total, 4)} for name, seconds in ranked]
 
 
-def summarize(records: Sequence[TimingRecord]) -> Summary:
+def summarize(records: Sequence[TimingRecord]) -> Dict[str, object]:
+    """What the runs add up to, as ``stats --json`` gives it: counts, medians and sums, where the time went."""
     fetched = [r for r in records if r.bytes_fetched is not None]
-    return Summary(
-        runs=len(records),
-        failed=sum(1 for r in records if r.exit_code != 0),
-        ways=_counts((r.way for r in records), WAYS),
-        hosts=_counts((r.host for r in records), sorted({r.host for r in records})),
-        total=Figures.of([r.total_s for r in records]),
-        stages={stage: Figures.of([r.stages[stage] for r in records if stage in r.stages]) for stage in Stage
-                if any(stage in r.stages for r in records)},
-        where=where_the_time_went(records),
-        lock_wait=Figures.of([r.lock_wait_s for r in records if r.lock_wait_s is not None]),
-        lease_wait=Figures.of([r.lease_wait_s for r in records if r.lease_wait_s is not None]),
-        fetched=Figures.of([float(r.bytes_fetched or 0) for r in fetched]),
-        fetched_by={what: sum(r.fetched.get(what, 0) for r in fetched) for what in FETCHES
-                    if any(what in r.fetched for r in fetched)},
-        cache={what: _counts((r.cache.get(what) for r in records), (HIT, MISS)) for what in LOOKUPS
-               if any(what in r.cache for r in records)},
-        link_modes=_counts((r.link_mode for r in records), LINK_MODES),
-    )
+    stages = [stage for stage in Stage if any(stage in r.stages for r in records)]
+    bytes_fetched = _figures([float(r.bytes_fetched or 0) for r in fetched], "")
+    bytes_fetched["by"] = {what: sum(r.fetched.get(what, 0) for r in fetched) for what in FETCHES
+                           if any(what in r.fetched for r in fetched)}
+    return {
+        "runs": len(records), "failed": sum(1 for r in records if r.exit_code != 0),
+        "ways": _counts((r.way for r in records), WAYS),
+        "hosts": _counts((r.host for r in records), sorted({r.host for r in records})),
+        "total": _figures([r.total_s for r in records]),
+        "stages": {str(stage): _figures([r.stages[stage] for r in records if stage in r.stages]) for stage in stages},
+        "where": where_the_time_went(records, stages),
+        "lock_wait": _figures([r.lock_wait_s for r in records if r.lock_wait_s is not None]),
+        "lease_wait": _figures([r.lease_wait_s for r in records if r.lease_wait_s is not None]),
+        "bytes_fetched": bytes_fetched,
+        "cache": {what: _counts((r.cache.get(what) for r in records), (HIT, MISS)) for what in LOOKUPS
+                  if any(what in r.cache for r in records)},
+        "link_modes": _counts((r.link_mode for r in records), LINK_MODES),
+    }
