@@ -50,10 +50,6 @@ def cpu_count() -> int:
         return os.cpu_count() or 1
 
 
-def resolve_jobs(setting: Optional[int]) -> int:
-    return setting if setting is not None else default_jobs(cpu_count(), available_memory())
-
-
 def prepare_toolchain(root: str, interpreter: Interpreter, constraints: Sequence[str]) -> None:
     """The python and pip shims of the build steps (in ``tools/bin``); every ``pip install`` is held to
     ``constraints`` and goes to the private ``tools/pylib``."""
@@ -210,20 +206,17 @@ class OverlayKey(fields.Record):
     actual: Optional[str] = fields.checked(fields.absolute_path, nullable=True)
 
 
-def _overlay_key(rocm_path: str, check: HipCheck) -> OverlayKey:
-    package = check.package_dir or ""
-    files = [(name, os.stat(os.path.join(package, name))) for name in sorted(os.listdir(package))] if package else []
-    return OverlayKey(rocm_path=rocm_path, entries=tuple(sorted(os.listdir(rocm_path)) if os.path.isdir(rocm_path)
-                                                         else ()),
-                      lib=_listing_digest(os.path.join(rocm_path, "lib")),
-                      cmake=_listing_digest(os.path.join(rocm_path, "lib", "cmake")),
-                      package=tuple((name, st.st_size, int(st.st_mtime)) for name, st in files),
-                      missing=tuple(check.missing), actual=check.actual)
-
-
 def provide_hip_overlay(rocm_path: str, overlay: str, check: HipCheck) -> Tuple[bool, str]:
     """Build (or keep) the private overlay for ``rocm_path``: whether anything changed, and the ignored clause."""
-    key, stamp = _overlay_key(rocm_path, check), overlay_stamp(overlay)
+    package = check.package_dir or ""
+    files = [(name, os.stat(os.path.join(package, name))) for name in sorted(os.listdir(package))] if package else []
+    key = OverlayKey(rocm_path=rocm_path, entries=tuple(sorted(os.listdir(rocm_path)) if os.path.isdir(rocm_path)
+                                                        else ()),
+                     lib=_listing_digest(os.path.join(rocm_path, "lib")),
+                     cmake=_listing_digest(os.path.join(rocm_path, "lib", "cmake")),
+                     package=tuple((name, st.st_size, int(st.st_mtime)) for name, st in files),
+                     missing=tuple(check.missing), actual=check.actual)
+    stamp = overlay_stamp(overlay)
     data = read_json(stamp)
     recorded = OverlayKey.from_json(data.get("key")) if data is not None else None
     if recorded == key and os.path.isdir(overlay):

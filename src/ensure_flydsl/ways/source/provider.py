@@ -114,7 +114,7 @@ class SourceProvider(Provider):
         with run.step(Stage.FIXES):
             prepared = prepare(run, self.cache, self.doctor, take_prebuilt)
         faults.point("fixes-applied")
-        jobs = steps.resolve_jobs(settings.jobs)
+        jobs = settings.jobs or steps.default_jobs(steps.cpu_count(), steps.available_memory())
         with run.step(Stage.LLVM):
             mlir_path, mlir_identity = prepared.mlir or self._mlir(
                 run, prepared.environment(run, jobs, None, hip=False), jobs)
