@@ -211,7 +211,7 @@ API = {"__init__.py", "__main__.py", "api.py", "result.py", "version.py"}
 # (ways and settings.py back in it, and api's one line: issue 43's prebuilt MLIR, its module of 264 lines, its setting
 # and the answer's `mlir`, to be paid by issue 40's remaining work.)
 # (api +10: a Ctrl-C during the hand-off is exit 130 by a handler, as an exception it could become a RuntimeError)
-NOT_YET = {"api": 203, "cli": 1408, "settings.py": 633, "ways": 3996}  # (cli +3: a Ctrl-C while the parser is built)
+NOT_YET = {"api": 203, "cli": 1408, "settings.py": 633, "ways": 3967}  # (cli +3: a Ctrl-C while the parser is built)
 # The whole package: the issue's cap is 13,500 (and it closes at 12,500); until then a ceiling lowered as it shrinks
 # (16,822: issue 41's JSON, env file and ETA items added 41 lines and paid 21 of them; the front door's answer to
 # a Ctrl-C during its hand-off, a traceback before, 3; issue 41 items 2 and 5, every command a message names as

@@ -68,22 +68,6 @@ def wanted_files(script: Optional[Text]) -> List[str]:
     return [LLVM_SCRIPT, *COMMIT_FILES, *(named_files(_text(script)) if script is not None else ())]
 
 
-def named_inputs(names: Tuple[str, ...], files: Mapping[str, Optional[Text]]) -> Tuple[Tuple[str, Optional[str]], ...]:
-    """(path, sha256) of each named path: a folder as every file under it, sorted; (path, None) when absent."""
-    found: Dict[str, Optional[str]] = {}
-    for name in names:
-        content = files.get(name)
-        inside = sorted(p for p, c in files.items() if c is not None and p.startswith(name + "/"))
-        if content is not None:
-            found.setdefault(name, sha256(content))
-        elif inside:
-            for path in inside:
-                found.setdefault(path, sha256(files[path] or b""))
-        else:
-            found.setdefault(name, None)
-    return tuple(found.items())
-
-
 @dataclass(frozen=True)
 class LlvmInputs:
     """What a pin's LLVM/MLIR build is made from, as read."""
@@ -174,6 +158,16 @@ def read_llvm_inputs(files: Mapping[str, Optional[Text]], environ: Mapping[str, 
             commit, commit_from = literal.group(1).lower(), f"{LLVM_SCRIPT} (its default)"
         else:
             problem = f"the pin has no {commit_from}"
+    named: Dict[str, Optional[str]] = {}  # sha256 of each named path: a folder as every file under it, sorted
+    for name in named_files(script):
+        content = files.get(name)
+        inside = sorted(p for p, c in files.items() if c is not None and p.startswith(name + "/"))
+        if content is not None:
+            named.setdefault(name, sha256(content))
+        for path in inside if content is None else ():
+            named.setdefault(path, sha256(files[path] or b""))
+        if content is None and not inside:
+            named.setdefault(name, None)
     environment = tuple(
         (name, environ[name]) for name, empty_is_set in variables.items()
         if name not in NOT_KEYED and name in environ and (environ[name] or empty_is_set)
@@ -183,7 +177,7 @@ def read_llvm_inputs(files: Mapping[str, Optional[Text]], environ: Mapping[str, 
         commit_from=commit_from,
         problem=problem,
         script=sha256(script_content) if script_content is not None else None,
-        files=named_inputs(named_files(script), files),
+        files=tuple(named.items()),
         environment=environment,
         variables=tuple(variables),
         minimal=minimal,

@@ -97,23 +97,26 @@ class BuildNeeds:
     """What building the pin needs; ``source`` says where this was read (or that it was assumed)."""
 
     source: str
-    read: bool  # False: the source could not be read and FlyDSL's known needs were assumed
-    hip: bool  # a CMake file does find_package(hip ... REQUIRED)
-    hip_optional: bool  # find_package(hip) without REQUIRED
-    hip_where: str  # the first file asking for it
-    patchelf: bool
-    nanobind: bool
-    nanobind_minimum: Optional[str]  # the lower bound the pin names (None: it names none)
-    cmake: bool  # the FlyDSL build itself runs CMake (a top-level CMakeLists.txt)
-    cmake_minimum: str
-    llvm_commit: Optional[str]
-    llvm_remote: Optional[str]  # where build_llvm.sh clones llvm-project from (None: it does not clone)
-    llvm_cmake: bool  # build_llvm.sh configures and builds LLVM with CMake (the heavy step)
-    llvm_python_bindings: bool  # MLIR's Python bindings: Python.h and nanobind for the LLVM step
-    llvm_pip: Tuple[str, ...]  # packages build_llvm.sh pip-installs by name
-    submodules: Tuple[Tuple[str, str], ...] = ()  # (path, url) from .gitmodules: fetched for a source build
+    read: bool  # False: the source could not be read and FlyDSL's known needs (the defaults below) were assumed
+    # The defaults: FlyDSL at the default pin, as read from its source.
+    hip: bool = True  # a CMake file does find_package(hip ... REQUIRED)
+    hip_optional: bool = False  # find_package(hip) without REQUIRED
+    hip_where: str = "lib/Runtime/ROCm/CMakeLists.txt"  # the first file asking for it
+    patchelf: bool = True
+    nanobind: bool = True
+    nanobind_minimum: Optional[str] = "2.0"  # the lower bound the pin names (None: it names none)
+    cmake: bool = True  # the FlyDSL build itself runs CMake (a top-level CMakeLists.txt)
+    cmake_minimum: str = MIN_CMAKE
+    llvm_commit: Optional[str] = None
+    llvm_remote: Optional[str] = DEFAULT_LLVM_REMOTE  # where build_llvm.sh clones llvm-project from (None: it does not)
+    llvm_cmake: bool = True  # build_llvm.sh configures and builds LLVM with CMake (the heavy step)
+    llvm_python_bindings: bool = True  # MLIR's Python bindings: Python.h and nanobind for the LLVM step
+    llvm_pip: Tuple[str, ...] = ("nanobind", "numpy", "pybind11")  # packages build_llvm.sh pip-installs by name
+    # (path, url) from .gitmodules: fetched for a source build
+    submodules: Tuple[Tuple[str, str], ...] = (("thirdparty/dlpack", "https://github.com/dmlc/dlpack.git"),
+                                               ("thirdparty/tvm-ffi", "https://github.com/apache/tvm-ffi.git"))
     llvm: Optional[LlvmInputs] = None  # the LLVM build's inputs (source/llvm_inputs.py); None: not read
-    nanobind_spec: str = nanobind_requirement(())
+    nanobind_spec: str = nanobind_requirement([">=2.0"])
 
     def summary(self) -> str:
         parts = [name for name, used in (("hip", self.hip), ("patchelf", self.patchelf)) if used]
@@ -126,27 +129,8 @@ class BuildNeeds:
         return ", ".join(parts) if parts else "nothing beyond the interpreter and git"
 
 
-# FlyDSL at the default pin, as read from its source: what is assumed when nothing can be read.
-KNOWN_FLYDSL_NEEDS = BuildNeeds(
-    source="FlyDSL's known needs (the pin's source could not be read here)",
-    read=False,
-    hip=True,
-    hip_optional=False,
-    hip_where="lib/Runtime/ROCm/CMakeLists.txt",
-    patchelf=True,
-    nanobind=True,
-    nanobind_minimum="2.0",
-    cmake=True,
-    cmake_minimum=MIN_CMAKE,
-    llvm_commit=None,
-    llvm_remote=DEFAULT_LLVM_REMOTE,
-    llvm_cmake=True,
-    llvm_python_bindings=True,
-    llvm_pip=("nanobind", "numpy", "pybind11"),
-    submodules=(("thirdparty/dlpack", "https://github.com/dmlc/dlpack.git"),
-                ("thirdparty/tvm-ffi", "https://github.com/apache/tvm-ffi.git")),
-    nanobind_spec=nanobind_requirement([">=2.0"]),
-)
+# What is assumed when nothing can be read.
+KNOWN_FLYDSL_NEEDS = BuildNeeds(source="FlyDSL's known needs (the pin's source could not be read here)", read=False)
 
 
 def is_build_file(path: str) -> bool:

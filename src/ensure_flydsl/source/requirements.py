@@ -112,41 +112,27 @@ def source_file(module: str, sources: Sources, packages: Mapping[str, str]) -> O
     return next((rel for rel in (f"{base}/__init__.py", f"{base}.py") if sources.has(rel)), None)
 
 
-def _absolute(module: str, is_package: bool, level: int, name: Optional[str]) -> Optional[str]:
-    """The absolute name of ``from <level dots><name> import ...`` written in ``module``."""
-    if level == 0:
-        return name
-    parts = module.split(".") if is_package else module.split(".")[:-1]
-    if level - 1 > len(parts) - 1:
-        return None  # beyond the top-level package: an error at import time, not a requirement
-    return ".".join(parts[: len(parts) - (level - 1)] + ([name] if name else []))
-
-
 def _prefixes(name: str) -> Iterator[str]:
     """``a``, ``a.b``, ``a.b.c`` for ``a.b.c``: importing it runs each package's ``__init__`` on the way."""
     parts = name.split(".")
     return (".".join(parts[:i]) for i in range(1, len(parts) + 1))
 
 
-def _suppresses_import_error(expr: ast.expr) -> bool:
-    """``contextlib.suppress(ImportError)`` (or of a class an import error is one of)."""
-
-    def name(node: ast.expr) -> str:
-        return node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else ""
-
-    return (isinstance(expr, ast.Call) and name(expr.func) == "suppress"
-            and any(name(a) in _IMPORT_ERRORS for a in expr.args))
+def _name(node: ast.expr) -> str:
+    return node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else ""
 
 
 def unconditional_imports(tree: ast.Module) -> Iterator[ast.stmt]:
-    """The imports that run with the module: its body's, and class, ``with`` and loop bodies' at that level."""
+    """The imports that run with the module: its body's, and class, ``with`` and loop bodies' at that level; not
+    under ``contextlib.suppress(ImportError)`` (or of a class an import error is one of)."""
     pending: List[ast.stmt] = list(tree.body)
     while pending:
         node = pending.pop(0)
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             yield node
         elif isinstance(node, (ast.With, ast.AsyncWith)):
-            if not any(_suppresses_import_error(item.context_expr) for item in node.items):
+            calls = [item.context_expr for item in node.items if isinstance(item.context_expr, ast.Call)]
+            if not any(_name(c.func) == "suppress" and any(_name(a) in _IMPORT_ERRORS for a in c.args) for c in calls):
                 pending[:0] = node.body
         elif isinstance(node, (ast.ClassDef, ast.For, ast.AsyncFor, ast.While)):
             pending[:0] = node.body  # a loop's body may run zero times, but an import in it is not optional
@@ -157,10 +143,14 @@ def _imported_names(node: ast.stmt, module: str, is_package: bool) -> Iterator[T
     if isinstance(node, ast.Import):
         yield from ((alias.name, False) for alias in node.names)
     elif isinstance(node, ast.ImportFrom):
-        base = _absolute(module, is_package, node.level, node.module)
-        if base is not None:
-            yield base, False
-            yield from ((f"{base}.{alias.name}", True) for alias in node.names if alias.name != "*")
+        base = node.module or ""
+        if node.level:
+            parts = module.split(".") if is_package else module.split(".")[:-1]
+            if node.level > len(parts):
+                return  # beyond the top-level package: an error at import time, not a requirement
+            base = ".".join(parts[: len(parts) - (node.level - 1)] + ([node.module] if node.module else []))
+        yield base, False
+        yield from ((f"{base}.{alias.name}", True) for alias in node.names if alias.name != "*")
 
 
 @dataclass

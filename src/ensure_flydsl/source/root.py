@@ -273,7 +273,8 @@ class MadeRecord:
             return cls()
         listing: Listing = {}
         for rel, value in entries.items():
-            if not _plain_relative(rel):
+            if not isinstance(rel, str) or not rel or "\0" in rel or rel.startswith("/") or any(
+                    part in ("", ".", "..") for part in rel.split("/")):
                 continue
             if value is None:
                 listing[rel] = None
@@ -281,11 +282,6 @@ class MadeRecord:
                   and all(isinstance(v, int) and not isinstance(v, bool) for v in value)):
                 listing[rel] = (value[0], value[1])
         return cls(listing, data["open"] is True, frozenset(t for t in theirs if isinstance(t, str)))
-
-
-def _plain_relative(rel: object) -> bool:
-    return (isinstance(rel, str) and bool(rel) and "\0" not in rel and not rel.startswith("/")
-            and all(part not in ("", ".", "..") for part in rel.split("/")))
 
 
 def listing(folder: str) -> Listing:

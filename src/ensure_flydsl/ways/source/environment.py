@@ -50,20 +50,9 @@ def cpu_count() -> int:
         return os.cpu_count() or 1
 
 
-def resolve_jobs(setting: Optional[int]) -> int:
-    return setting if setting is not None else default_jobs(cpu_count(), available_memory())
-
-
-@dataclass(frozen=True)
-class Toolchain:
-    bin_dir: str  # python3 / python / pip / pip3 shims for the target interpreter
-    pylib: str  # private site folder for Python build tools (nanobind, ...)
-    python: str  # the target interpreter (PYTHON_EXECUTABLE for the build)
-    constraints: str  # the pip constraints file every pip install of the build is held to
-
-
-def prepare_toolchain(root: str, interpreter: Interpreter, constraints: Sequence[str]) -> Toolchain:
-    """The shims and private folders of the build steps; every ``pip install`` is held to ``constraints``."""
+def prepare_toolchain(root: str, interpreter: Interpreter, constraints: Sequence[str]) -> None:
+    """The python and pip shims of the build steps (in ``tools/bin``); every ``pip install`` is held to
+    ``constraints`` and goes to the private ``tools/pylib``."""
     tools = tools_dir(root)
     bin_dir, pylib = os.path.join(tools, "bin"), os.path.join(tools, "pylib")
     for folder in (bin_dir, pylib):
@@ -83,24 +72,24 @@ def prepare_toolchain(root: str, interpreter: Interpreter, constraints: Sequence
     )
     for name, text in (("python3", python_shim), ("python", python_shim), ("pip", pip_shim), ("pip3", pip_shim)):
         atomic_write(os.path.join(bin_dir, name), text.encode(), mode=0o755)
-    held = pip_constraints(tools)
-    atomic_write(held, "".join(f"{line}\n" for line in constraints).encode())
-    return Toolchain(bin_dir=bin_dir, pylib=pylib, python=interpreter.executable, constraints=held)
+    atomic_write(pip_constraints(tools), "".join(f"{line}\n" for line in constraints).encode())
 
 
-def build_environment(base: Mapping[str, str], toolchain: Toolchain, *, cmake_prefixes: Sequence[str],
+def build_environment(base: Mapping[str, str], root: str, python: str, *, cmake_prefixes: Sequence[str],
                       rocm_path: str, mlir_path: Optional[str], jobs: int, git_mirrors: GitMirrors) -> Dict[str, str]:
-    """The caller's environment for a build step, its scripts' git fetching through the mirrors too;
-    ``cmake_prefixes`` (the hip overlay) are searched first."""
+    """The caller's environment for a build step (the shims of :func:`prepare_toolchain` first), its scripts' git
+    fetching through the mirrors too; ``cmake_prefixes`` (the hip overlay) are searched first."""
+    tools = tools_dir(root)
+    pylib = os.path.join(tools, "pylib")
     env = {k: v for k, v in with_network_limits(with_mirrors(base, git_mirrors)).items()
            if k not in CONFLICTING_PIP_ENV}
-    env["PATH"] = os.pathsep.join([toolchain.bin_dir, base.get("PATH", os.defpath)])
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (toolchain.pylib, base.get("PYTHONPATH", "")) if p)
+    env["PATH"] = os.pathsep.join([os.path.join(tools, "bin"), base.get("PATH", os.defpath)])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (pylib, base.get("PYTHONPATH", "")) if p)
     # pip installs into the private pylib (replacing what an earlier run put there), held to the constraints
     # file: a file: URL, since pip splits a plain path at its spaces.
-    env.update({"PIP_TARGET": toolchain.pylib, "PIP_UPGRADE": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1",
-                "PIP_NO_WARN_SCRIPT_LOCATION": "1", "PYTHON_EXECUTABLE": toolchain.python,
-                "PIP_CONSTRAINT": pathlib.Path(os.path.abspath(toolchain.constraints)).as_uri()})
+    env.update({"PIP_TARGET": pylib, "PIP_UPGRADE": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+                "PIP_NO_WARN_SCRIPT_LOCATION": "1", "PYTHON_EXECUTABLE": python,
+                "PIP_CONSTRAINT": pathlib.Path(os.path.abspath(pip_constraints(tools))).as_uri()})
     prefixes = [*cmake_prefixes, *([base["CMAKE_PREFIX_PATH"]] if base.get("CMAKE_PREFIX_PATH") else [])]
     if prefixes:
         env["CMAKE_PREFIX_PATH"] = os.pathsep.join(prefixes)
@@ -194,22 +183,13 @@ def _names(value: object) -> Optional[Tuple[str, ...]]:
     return tuple(found) if found is not None and all(n and "/" not in n for n in found) else None
 
 
-def _digest(value: object) -> Optional[str]:
-    return value if isinstance(value, str) and len(value) == 64 and set(value) <= set("0123456789abcdef") else None
-
-
-def _package_file(value: object) -> Optional[Tuple[str, int, int]]:
-    if not isinstance(value, list) or len(value) != 3:
-        return None
-    names, size, mtime = _names(value[:1]), fields.integer(value[1]), fields.integer(value[2])
-    if names is None or size is None or mtime is None or size < 0 or mtime < 0:
-        return None
-    return names[0], size, mtime
-
-
 def _package(value: object) -> Optional[Tuple[Tuple[str, int, int], ...]]:
-    files = [_package_file(entry) for entry in value] if isinstance(value, list) else [None]
-    return tuple(f for f in files if f is not None) if None not in files else None
+    """The hip package's files: [name, size, mtime] each."""
+    if not isinstance(value, list) or not all(isinstance(f, list) and len(f) == 3 for f in value):
+        return None
+    found = [(names[0], size, mtime) for f in value if (names := _names(f[:1]))
+             and (size := fields.byte_count(f[1])) is not None and (mtime := fields.byte_count(f[2])) is not None]
+    return tuple(found) if len(found) == len(value) else None
 
 
 @dataclass(frozen=True)
@@ -219,27 +199,24 @@ class OverlayKey(fields.Record):
 
     rocm_path: str = fields.checked(fields.absolute_path)
     entries: Tuple[str, ...] = fields.checked(_names)
-    lib: str = fields.checked(_digest)
-    cmake: str = fields.checked(_digest)
+    lib: str = fields.checked(fields.object_name)
+    cmake: str = fields.checked(fields.object_name)
     package: Tuple[Tuple[str, int, int], ...] = fields.checked(_package)
     missing: Tuple[str, ...] = fields.checked(_names)
     actual: Optional[str] = fields.checked(fields.absolute_path, nullable=True)
 
 
-def _overlay_key(rocm_path: str, check: HipCheck) -> OverlayKey:
-    package = check.package_dir or ""
-    files = [(name, os.stat(os.path.join(package, name))) for name in sorted(os.listdir(package))] if package else []
-    return OverlayKey(rocm_path=rocm_path, entries=tuple(sorted(os.listdir(rocm_path)) if os.path.isdir(rocm_path)
-                                                         else ()),
-                      lib=_listing_digest(os.path.join(rocm_path, "lib")),
-                      cmake=_listing_digest(os.path.join(rocm_path, "lib", "cmake")),
-                      package=tuple((name, st.st_size, int(st.st_mtime)) for name, st in files),
-                      missing=tuple(check.missing), actual=check.actual)
-
-
 def provide_hip_overlay(rocm_path: str, overlay: str, check: HipCheck) -> Tuple[bool, str]:
     """Build (or keep) the private overlay for ``rocm_path``: whether anything changed, and the ignored clause."""
-    key, stamp = _overlay_key(rocm_path, check), overlay_stamp(overlay)
+    package = check.package_dir or ""
+    files = [(name, os.stat(os.path.join(package, name))) for name in sorted(os.listdir(package))] if package else []
+    key = OverlayKey(rocm_path=rocm_path, entries=tuple(sorted(os.listdir(rocm_path)) if os.path.isdir(rocm_path)
+                                                        else ()),
+                     lib=_listing_digest(os.path.join(rocm_path, "lib")),
+                     cmake=_listing_digest(os.path.join(rocm_path, "lib", "cmake")),
+                     package=tuple((name, st.st_size, int(st.st_mtime)) for name, st in files),
+                     missing=tuple(check.missing), actual=check.actual)
+    stamp = overlay_stamp(overlay)
     data = read_json(stamp)
     recorded = OverlayKey.from_json(data.get("key")) if data is not None else None
     if recorded == key and os.path.isdir(overlay):

@@ -170,18 +170,13 @@ def unpack(tarball: str, folder: str) -> str:
     return install
 
 
-def recorded_revision(install: str) -> Optional[str]:
-    """The LLVM commit the install records (VCSRevision.h's LLVM_REVISION), or None."""
-    with contextlib.suppress(OSError):
-        with open(os.path.join(install, *REVISION_FILE.split("/")), "rb") as handle:
-            found = _REVISION.search(handle.read(1 << 16))
-            return found.group(1).decode().lower() if found else None
-    return None
-
-
 def accepted(install: str, commit: str, setting: str) -> str:
-    """How the install is known to be LLVM ``commit`` (a line for the log); Unusable when it is not."""
-    revision = recorded_revision(install)
+    """How the install is known to be LLVM ``commit`` (the LLVM_REVISION it records, else its URL), a line for
+    the log; Unusable when it is not."""
+    revision = None
+    with contextlib.suppress(OSError), open(os.path.join(install, *REVISION_FILE.split("/")), "rb") as handle:
+        found = _REVISION.search(handle.read(1 << 16))
+        revision = found.group(1).decode().lower() if found else None
     if revision == commit:
         return f"its {REVISION_FILE} records LLVM {commit[:12]}"
     if revision is not None:

@@ -42,15 +42,14 @@ class Prepared(NamedTuple):
     mlir: Optional[Mlir]
     hip: steps.HipFix
     provided: ProvidedTools
-    toolchain: steps.Toolchain
     rocm: str  # the ROCm prefix the build uses
 
     def environment(self, run: Run, jobs: int, mlir_path: Optional[str], *, hip: bool) -> Dict[str, str]:
         """A build step's environment; ``hip``: the hip overlay first, for FlyDSL's configure only (LLVM's
         must not find ROCm's own LLVM through it)."""
         prefixes = self.hip.cmake_prefixes if hip else ()
-        env = steps.build_environment(run.environ, self.toolchain, cmake_prefixes=prefixes,
-                                      rocm_path=self.rocm, mlir_path=mlir_path, jobs=jobs,
+        env = steps.build_environment(run.environ, run.settings.root, run.interpreter.executable,
+                                      cmake_prefixes=prefixes, rocm_path=self.rocm, mlir_path=mlir_path, jobs=jobs,
                                       git_mirrors=run.settings.git_mirrors)
         return self.provided.apply(env)
 
@@ -115,7 +114,7 @@ class SourceProvider(Provider):
         with run.step(Stage.FIXES):
             prepared = prepare(run, self.cache, self.doctor, take_prebuilt)
         faults.point("fixes-applied")
-        jobs = steps.resolve_jobs(settings.jobs)
+        jobs = settings.jobs or steps.default_jobs(steps.cpu_count(), steps.available_memory())
         with run.step(Stage.LLVM):
             mlir_path, mlir_identity = prepared.mlir or self._mlir(
                 run, prepared.environment(run, jobs, None, hip=False), jobs)
@@ -208,8 +207,8 @@ def prepare(run: Run, cache: Optional[Cache], doctor: DoctorCheck, take_prebuilt
     run.say("build tools: " + provided.summary())
     # Every pip install of the build (build_llvm.sh's unguarded one) is held to the nanobind MLIR configures with.
     held = [package_spec("nanobind", requirements["nanobind"])]
-    toolchain = steps.prepare_toolchain(root, run.interpreter, held)
-    return Prepared(mlir=mlir, hip=hip, provided=provided, toolchain=toolchain, rocm=rocm.path)
+    steps.prepare_toolchain(root, run.interpreter, held)
+    return Prepared(mlir=mlir, hip=hip, provided=provided, rocm=rocm.path)
 
 
 def ready_mlir(run: Run, cache: Optional[Cache], take_prebuilt: bool) -> Optional[Mlir]:
