@@ -107,11 +107,13 @@ class Placer:
         if self.mode != COPY:
             try:
                 with open(src, "rb") as source, open(dst, "xb") as out:
-                    fcntl.ioctl(out.fileno(), FICLONE, source.fileno())
+                    try:
+                        fcntl.ioctl(out.fileno(), FICLONE, source.fileno())
+                    except BaseException:
+                        os.unlink(dst)  # the half-made clone this call created, nothing else
+                        raise
                 self.mode = REFLINK
             except OSError as exc:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(dst)  # a fresh path of a fresh folder: only the half-made clone is there
                 if exc.errno not in _REFUSED:
                     raise
                 self.mode = COPY
