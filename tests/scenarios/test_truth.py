@@ -9,9 +9,11 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import sys
 
 from tests.helpers.flydsl_fixture import KERNEL, LLVM_HASH_B, FixtureRepo
+from tests.helpers.reliability import kill_group
 from tests.helpers.scenario import Barrier, run_record_of, start, status, wait_until, watchdogs_of
 from tests.helpers.workspace import Workspace
 
@@ -194,3 +196,30 @@ def test_a_run_takes_away_its_own_roots_old_failure_marker(ws: Workspace) -> Non
     assert os.path.exists(ws.fail_marker)
     assert ws.run().returncode == 0
     assert not os.path.exists(ws.fail_marker)
+
+
+def test_a_dead_run_whose_marker_cannot_be_written_is_still_recorded_dead(ws: Workspace, tmp_path: str) -> None:
+    """A run killed with its watchdog, its marker's folder refusing writes (immutable: EPERM even for root):
+    `wait` records the death and says the marker could not be written (it raised before, leaving no record)."""
+    folder = os.path.join(str(tmp_path), "markers")
+    os.mkdir(folder)
+    ws.env["FLYDSL_BUILD_FAILED"] = marker = os.path.join(folder, "build.failed")
+    barrier = Barrier(ws.counter, "build")
+    started = start(ws, FIXTURE_BUILD_HOOK=barrier.hook)
+    barrier.wait_reached()
+    run_id = str(started["run_id"])
+    for pid in watchdogs_of(run_id):
+        os.kill(pid, signal.SIGKILL)
+    kill_group(int(str(started["pid"])))
+    barrier.release()
+    subprocess.run(["chattr", "+i", folder], check=True)
+    try:
+        out = ws.run("wait", "--timeout", "10")
+    finally:
+        subprocess.run(["chattr", "-i", folder], check=True)
+    assert out.returncode == 9, out.stdout + out.stderr
+    assert "Traceback" not in out.stdout + out.stderr
+    assert f"the failure marker {marker} could not be written (Operation not permitted)" in out.stdout, out.stdout
+    assert not os.path.exists(marker)
+    answer = status(ws)
+    assert answer["state"] == "failed" and answer["exit_code"] == 9

@@ -18,8 +18,8 @@ from ensure_flydsl.pipeline.run import ensure_run
 from ensure_flydsl.probe.interpreter import callers_folder
 from ensure_flydsl.result import result_json, result_object
 from ensure_flydsl.runs.answer import live_runs
-from ensure_flydsl.runs.liveness import marker_is_answered
-from ensure_flydsl.runs.markers import installed, marker_unwritten, write_failure_marker
+from ensure_flydsl.runs.liveness import leave_failure_marker
+from ensure_flydsl.runs.markers import Failure, installed
 from ensure_flydsl.runs.records import RUNNING, RunStore, new_record, new_run_id
 from ensure_flydsl.settings import Settings, Strategy
 from ensure_flydsl.support.files import LockBusy, held_lock
@@ -128,13 +128,7 @@ def _announce(settings: Settings, environ: Mapping[str, str], store: RunStore, r
 
 def _leave_marker(settings: Settings, store: RunStore, error: EnsureError, run_id: str) -> EnsureError:
     """Leave the failure marker of a run that could not start; the error, amended when the marker failed too."""
-    request = settings.request()
-    if not os.path.isdir(os.path.dirname(settings.fail_marker)) or marker_is_answered(
-            store, request, run_id, settings.root, False):
-        return error
-    try:
-        write_failure_marker(settings.fail_marker, stage=error.stage, exit_code=int(error.code), reason=error.reason,
-                             hint=error.hint, log=settings.log_file, log_tail=[], run_id=run_id, request=request)
-    except OSError as problem:
-        return error.amended(reason=f"{error.reason}; {marker_unwritten(settings.fail_marker, problem)}")
-    return error
+    failure = Failure(error.stage, int(error.code), error.reason, error.hint)
+    unseen = leave_failure_marker(store, settings.fail_marker, failure, request=settings.request(), run_id=run_id,
+                                  locked=False, log=settings.log_file, log_tail=[])
+    return error if unseen is None else error.amended(reason=f"{error.reason}; {unseen}")

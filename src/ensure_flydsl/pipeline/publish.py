@@ -17,8 +17,8 @@ from ensure_flydsl.probe.results import Probe
 from ensure_flydsl.result import Action, How, Result
 from ensure_flydsl.runs import markers
 from ensure_flydsl.runs.answer import marker_sharing
-from ensure_flydsl.runs.liveness import marker_is_answered
-from ensure_flydsl.runs.markers import installed, installed_line, marker_unwritten, tail_of
+from ensure_flydsl.runs.liveness import leave_failure_marker
+from ensure_flydsl.runs.markers import Failure, installed, installed_line, tail_of
 from ensure_flydsl.runs.records import RunStore
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.source.root import Stamps, claim_root, is_ours
@@ -156,31 +156,16 @@ def _write_failure_marker(run: Run, exc: BaseException) -> BaseException:
         reason = f"internal error: {type(exc).__name__}: {exc}"
         hint, stage = "this is a bug in ensure-flydsl; the log has the traceback", run.step_name
     run.tracker.release()  # the run's reserved room: on a disk that filled, it takes the marker, then the record
-    told = _marker(run, exc, int(code), stage, reason, hint)
+    settings, failure = run.settings, Failure(stage, int(code), reason, hint)
+    unseen = leave_failure_marker(RunStore(settings.root), settings.fail_marker, failure, request=settings.request(),
+                                  run_id=run.run_id, locked=run.tracker.record.locked, log=run.reporter.log_path,
+                                  log_tail=_log_tail(run, exc), say=run.say)
     run.tracker.failed(int(code), stage, reason, hint)
-    return told
-
-
-def _marker(run: Run, exc: BaseException, code: int, stage: Stage, reason: str, hint: str) -> BaseException:
-    settings = run.settings
-    if not os.path.isdir(os.path.dirname(settings.fail_marker)):
-        return exc  # bad input about the marker's own folder: nothing may be created
-    answered = marker_is_answered(RunStore(settings.root), settings.request(), run.run_id, settings.root,
-                                  run.tracker.record.locked)
-    if answered is not None:
-        run.say(f"not writing {settings.fail_marker}: {answered}")
+    if unseen is None:
         return exc
-    try:
-        markers.write_failure_marker(
-            settings.fail_marker, stage=stage, exit_code=code, reason=reason, hint=hint,
-            log=run.reporter.log_path, log_tail=_log_tail(run, exc), run_id=run.run_id,
-            request=settings.request(),
-        )
-    except OSError as problem:  # a full disk or a read-only folder: report the run's failure, not this one
-        unseen = marker_unwritten(settings.fail_marker, problem)
-        if isinstance(exc, EnsureError):
-            return exc.amended(reason=f"{exc.reason}; {unseen}")  # in its one line: the marker's poller waits on
-        run.say(unseen)
+    if isinstance(exc, EnsureError):
+        return exc.amended(reason=f"{exc.reason}; {unseen}")  # in its one line: the marker's poller waits on
+    run.say(unseen)
     return exc
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import replace
-from typing import Optional
+from typing import Callable, List, Optional
 
 from ensure_flydsl.errors import ExitCode
 from ensure_flydsl.layout import host_cache_dir, timings_dir
@@ -38,12 +38,11 @@ def seen_dead(store: RunStore, record: RunRecord) -> RunRecord:
                    failure=Failure(record.step, int(ExitCode.WORKER_DIED), reason, death_hint()))
 
 
-def marker_is_answered(store: RunStore, request: Request, run_id: str, root: str,
-                       locked: bool) -> Optional[str]:
+def marker_is_answered(store: RunStore, request: Request, run_id: str, locked: bool) -> Optional[str]:
     """Why a run that failed or died must not write the failure marker (another answers for it), or None."""
     if not locked and any(r.run_id != run_id and r.request == request for r in store.any_alive()):
         return "another run for this request is going and will answer"
-    twin = markers.installed_twin(root)
+    twin = markers.installed_twin(store.root)
     if twin is not None and markers.twin_gap(twin, request) is None:
         return "the env file answers this request"
     return None
@@ -75,23 +74,32 @@ def record_death(store: RunStore, record: RunRecord) -> RunRecord:
 
 
 def _mark_death(store: RunStore, dead: RunRecord) -> RunRecord:
-    """The dead run's failure marker; on a full disk its failure says the marker could not be written."""
-    if marker_is_answered(store, dead.request, dead.run_id, dead.root, dead.locked) is not None:
+    """The dead run's failure marker; when it cannot be written, its failure says so."""
+    assert dead.failure is not None
+    unseen = leave_failure_marker(store, dead.fail_marker, dead.failure, request=dead.request, run_id=dead.run_id,
+                                  locked=dead.locked, log=dead.log or None, log_tail=markers.tail_of(dead.log))
+    if unseen is None:
         return dead
-    if dead.fail_marker and os.path.isdir(os.path.dirname(dead.fail_marker)):
-        assert dead.failure is not None
-        try:
-            markers.write_failure_marker(
-                dead.fail_marker, stage=dead.step, exit_code=dead.failure.exit_code, reason=dead.failure.reason,
-                hint=death_hint(), log=dead.log or None, log_tail=markers.tail_of(dead.log), run_id=dead.run_id,
-                request=dead.request,
-            )
-        except OSError as exc:
-            if not space.is_full(exc):
-                raise
-            reason = f"{dead.failure.reason}; {markers.marker_unwritten(dead.fail_marker, exc)}"
-            dead = replace(dead, failure=replace(dead.failure, reason=reason))
-    return dead
+    return replace(dead, failure=replace(dead.failure, reason=f"{dead.failure.reason}; {unseen}"))
+
+
+def leave_failure_marker(store: RunStore, path: str, failure: Failure, *, request: Request, run_id: str, locked: bool,
+                         log: Optional[str], log_tail: List[str],
+                         say: Callable[[str], None] = lambda _: None) -> Optional[str]:
+    """The failure marker of a run that failed or died, unless another answers for it; why a poller of the marker
+    does not see the failure (it could not be written), or None."""
+    if not os.path.isdir(os.path.dirname(path)):
+        return None  # bad input about the marker's own folder: nothing may be created
+    answered = marker_is_answered(store, request, run_id, locked)
+    if answered is not None:
+        say(f"not writing {path}: {answered}")
+        return None
+    try:
+        markers.write_failure_marker(path, stage=failure.stage, exit_code=failure.exit_code, reason=failure.reason,
+                                     hint=failure.hint, log=log, log_tail=log_tail, run_id=run_id, request=request)
+    except OSError as exc:  # a full disk, a read-only folder: the run's failure is told all the same
+        return markers.marker_unwritten(path, exc)
+    return None
 
 
 def watch(root: str, run_id: str) -> int:
