@@ -279,7 +279,7 @@ class Cache:
         def total(staying: Sequence[CacheEntry]) -> int:
             return sum(blobs[b].size for b in {e.blob for e in staying} if b in blobs)
 
-        removed = prune_order(manifests, max_bytes, total, first=lambda entry: entry.created)
+        removed = prune_order(manifests, max_bytes, total)
         for entry in removed:
             self.store.remove(entry.path)  # the manifest first: readers never see an entry without its blob
         gone = {entry.path for entry in removed}
