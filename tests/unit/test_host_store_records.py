@@ -159,7 +159,7 @@ def test_a_root_s_copy_is_its_own(tmp_path: "os.PathLike[str]") -> None:
     stored, _ = put(store, small_tree(tmp_path))
     roots = [os.path.join(str(tmp_path), name) for name in ("a", "b")]
     for root in roots:
-        store.place(stored, root, Placer())
+        store.get(stored, root, Placer())
     with open(os.path.join(roots[1], "flydsl", "__init__.py"), "r+") as handle:  # in place
         handle.write("x = 3\n")
     with open(os.path.join(roots[0], "flydsl", "__init__.py")) as handle:

@@ -280,7 +280,7 @@ class HostStore:
                 raise
         return entry, True
 
-    def place(self, entry: CacheEntry, dest: str, placer: Placer) -> None:
+    def get(self, entry: CacheEntry, dest: str, placer: Placer) -> None:
         """A copy of the tree of ``entry`` at ``dest`` (which must not exist): the root's own files."""
         _place_tree(layout.store_files(self.tree_dir(entry.key)), dest, entry.members, placer, store_side=False)
         with contextlib.suppress(OSError):

@@ -125,7 +125,7 @@ class Cache:
         # None: pruned meanwhile, or unusable
         return sorted((e for e in found if e is not None), key=lambda e: e.created, reverse=True)
 
-    def fetch(self, entry: CacheEntry, dest: str) -> None:
+    def get(self, entry: CacheEntry, dest: str) -> None:
         """Verify ``entry`` and unpack it as the new folder ``dest``; on any failure nothing is left behind."""
         dest = os.path.abspath(dest)
         if os.path.lexists(dest):
@@ -157,7 +157,7 @@ class Cache:
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 
-    def publish(self, kind: str, key: str, fields: Mapping[str, object], source: str,
+    def put(self, kind: str, key: str, fields: Mapping[str, object], source: str,
                 signers: Sequence[SecretKey] = ()) -> Published:
         """Pack ``source`` and publish it: the blob, the signatures, the manifest last (never seen unsigned)."""
         check_name(kind, key)
@@ -188,9 +188,9 @@ class Cache:
         entry = CacheEntry(kind=kind, key=key, blob=blob, size=size, created=time.time(), fields=dict(fields),
                            files=sum(1 for m in members if m.type == "file"), members=tuple(members),
                            host=socket.gethostname(), tool=f"ensure-flydsl {__version__}")
-        return self.place(replace(entry, manifest=manifest_bytes(entry)), signers)
+        return self.put_manifest(replace(entry, manifest=manifest_bytes(entry)), signers)
 
-    def place(self, entry: CacheEntry, signers: Sequence[SecretKey]) -> Published:
+    def put_manifest(self, entry: CacheEntry, signers: Sequence[SecretKey]) -> Published:
         """Sign ``entry``'s manifest and write it where it belongs, replacing no manifest (the module's rules)."""
         written = [signing.write_signature(self.store, entry.kind, entry.key, entry.manifest, s) for s in signers]
         placed = self._place(entry, signers)

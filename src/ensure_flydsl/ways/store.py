@@ -190,7 +190,7 @@ class StoreProvider(Provider):
         remove_tree(staging)
         with recording(build_dir, layout.build_made_record(root)):  # clean removes only what it made
             try:
-                self.store.place(manifest, staging, placer)
+                self.store.get(manifest, staging, placer)
             except OSError as exc:
                 remove_tree(staging)
                 # the copy's writes are the root's: a full disk is its file system (exit 5, as a build's)
