@@ -52,7 +52,7 @@ cache = open_cache(location)
 entry = cache.lookup("tree", key)
 published = entry is None
 if entry is None:
-    entry = cache.publish("tree", key, fields, os.path.join(root, "build-fly", "python_packages")).entry
+    entry = cache.put("tree", key, fields, os.path.join(root, "build-fly", "python_packages")).entry
 print(json.dumps({"key": key, "size": entry.size, "files": entry.files, "published": published}))
 """
 
@@ -66,7 +66,7 @@ started = time.perf_counter()
 cache = open_cache(location)
 entry = cache.lookup("tree", key)
 folder = tempfile.mkdtemp(dir=work)
-cache.fetch(entry, os.path.join(folder, "python_packages"))
+cache.get(entry, os.path.join(folder, "python_packages"))
 seconds = time.perf_counter() - started
 shutil.rmtree(folder)
 print(json.dumps({"seconds": seconds}))
@@ -177,7 +177,7 @@ def bench_cold(r: Runner) -> str:
         elif kind == "download" and samples["offline"]:
             met = f"index row - offline row = {wall('index') - wall('offline'):.2f} s"
         elif kind == "fetch":
-            met = "artifact s: Cache.fetch in-process"
+            met = "artifact s: Cache.get in-process"
         steps = ("-", step(kind, "cache"), "-", "-") if kind == "fetch" else ("-", "-", "-", "-")
         if kind in ("index", "offline", "cache"):
             known = ("fetch", "release", "cache", "verify")

@@ -8,7 +8,7 @@ warm   `ensure-flydsl` with nothing changed (answered from the fingerprint; chec
        this repository), the tool now (this checkout).  Fixture repository, source strategy, one root per tool.
 cache  one cache entry of a fixture tree of --cache-mib MiB (a quarter of each file random, the rest zeros:
        about the real tree's 4:1 gzip ratio), published by the tool now's API; interleaved rounds of
-       `Cache.fetch` alone in a process of its own (before, now), with that process's peak RSS, beside the
+       `Cache.get` alone in a process of its own (before, now), with that process's peak RSS, beside the
        floor `tar -xzf` of the blob; then whole cache hits: a fresh root fetched by `ensure-flydsl` with
        FLYDSL_CACHE (before, now), with the peak RSS of the largest process of the run.
 
@@ -56,7 +56,7 @@ import os, resource, sys, time
 from ensure_flydsl.trees.remote import open_cache
 cache = open_cache(sys.argv[1])
 entry = [e for e in cache.entries() if e.kind == "tree"][0]
-cache.fetch(entry, sys.argv[2])
+cache.get(entry, sys.argv[2])
 """
 
 
@@ -208,7 +208,7 @@ def bench_cache(t: Tools) -> str:
         for label in (["before", "now"] if i % 2 == 0 else ["now", "before"]):
             shutil.rmtree(runs, ignore_errors=True)
             os.makedirs(runs)
-            rows.setdefault(f"`Cache.fetch` alone, {label}", []).append(
+            rows.setdefault(f"`Cache.get` alone, {label}", []).append(
                 measured([t.python(label), "-c", FETCH, cache, os.path.join(runs, "tree")], dict(os.environ)))
             shutil.rmtree(runs)
             os.makedirs(runs)

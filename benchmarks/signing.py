@@ -9,7 +9,7 @@ thousand), measured in this process, with real ed25519 keys (the cryptography pa
 - verify (crypto): one signature checked against one trusted key;
 - verify (entry): what a fetch with FLYDSL_CACHE_TRUSTED_KEYS adds: list the entry's signature folder,
   read its signature (bounded), verify it (`binary_cache/signing.py: check_entry`), in a folder cache;
-- fetch: `Cache.fetch` of the same entry (its blob unpacked, every hash checked) into a new folder, for
+- fetch: `Cache.get` of the same entry (its blob unpacked, every hash checked) into a new folder, for
   scale; the files are 4 KiB each, so 10,000 files is a 40 MiB tree.
 
 Plus the one-time cost per process of importing the cryptography package (a fresh interpreter that
@@ -98,7 +98,7 @@ def measure(work: str, files: int, secret: SecretKey, public: PublicKey, runs: i
     shutil.rmtree(os.path.join(work, f"cache-{files}"), ignore_errors=True)  # a publish replaces no manifest
     cache = open_cache(os.path.join(work, f"cache-{files}"))
     fields = {"files": files}
-    entry = cache.publish("tree", cache_key("tree", fields), fields, source, [secret]).entry
+    entry = cache.put("tree", cache_key("tree", fields), fields, source, [secret]).entry
     manifest = entry.manifest
     signature = parse_signature(sign(secret, manifest))[1]
     assert check_entry(cache.store, entry, [public]).trusted
@@ -109,7 +109,7 @@ def measure(work: str, files: int, secret: SecretKey, public: PublicKey, runs: i
 
     def fetch() -> None:
         shutil.rmtree(dest, ignore_errors=True)
-        cache.fetch(entry, dest)
+        cache.get(entry, dest)
 
     fetch_ms = median_ms(fetch, max(3, runs // 4))
     return [f"{files} files", f"{len(manifest) / 1024:.1f} KiB", f"{sign_ms:.3f}", f"{crypto_ms:.3f}",

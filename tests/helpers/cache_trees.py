@@ -60,13 +60,13 @@ def snapshot(root: str) -> Dict[str, Tuple[str, int, str]]:
 def published(cache_dir: str, tmp_path: "os.PathLike[str]", big: int = 0) -> Tuple[Cache, CacheEntry, str]:
     source = make_tree(os.path.join(str(tmp_path), "src-" + uuid.uuid4().hex[:6]), big=big)
     cache = open_cache(cache_dir)
-    return cache, cache.publish("tree", KEY, FIELDS, source).entry, source
+    return cache, cache.put("tree", KEY, FIELDS, source).entry, source
 
 
 def assert_rejected(cache: Cache, entry: CacheEntry, work: str, reason: str) -> CacheCorrupt:
     dest = os.path.join(work, "dest")
     with pytest.raises(CacheCorrupt) as caught:
-        cache.fetch(entry, dest)
+        cache.get(entry, dest)
     assert reason in caught.value.reason, caught.value.reason
     assert "\n" not in caught.value.reason
     assert os.listdir(work) == [], "a rejected fetch left something behind"

@@ -150,7 +150,7 @@ def test_modes_from_a_hand_made_manifest_are_never_group_or_world_writable(cache
     entry = publish_raw(cache_dir, [_member("d", tarfile.DIRTYPE, mode=0o777),
                                     _member("d/f", data=b"x", mode=0o6777)])
     dest = os.path.join(work, "dest")
-    open_cache(cache_dir).fetch(entry, dest)
+    open_cache(cache_dir).get(entry, dest)
     assert os.stat(os.path.join(dest, "d")).st_mode & 0o7777 == 0o755
     assert os.stat(os.path.join(dest, "d", "f")).st_mode & 0o7777 == 0o755
 

@@ -65,7 +65,7 @@ def test_round_trip_keeps_files_modes_symlinks_and_never_world_writable(cache_di
     found = cache.lookup("tree", KEY)
     assert found == entry and found is not None and found.members == entry.members
     dest = os.path.join(work, "python_packages")
-    cache.fetch(found, dest)
+    cache.get(found, dest)
     assert os.listdir(work) == ["python_packages"]  # the temporary sibling is gone
     want = snapshot(source)
     want["flydsl/shared.txt"] = ("file", 0o644, want["flydsl/shared.txt"][2])  # group/world write dropped
@@ -77,13 +77,13 @@ def test_round_trip_keeps_files_modes_symlinks_and_never_world_writable(cache_di
     for path in [cache_dir] + [os.path.join(f, n) for f, ds, fs in os.walk(cache_dir) for n in ds + fs]:
         assert not os.stat(path).st_mode & 0o002, path
     manifest = open(manifest_file(cache_dir), "rb").read()
-    again = cache.publish("tree", KEY, FIELDS, source)
+    again = cache.put("tree", KEY, FIELDS, source)
     assert again.entry.blob == entry.blob  # deterministic: same folder, same bytes, one blob
     assert os.listdir(os.path.join(cache_dir, "blobs")) == [entry.blob + ".tar.gz"]
     assert not again.written and "a publish never replaces one" in again.why  # the first manifest stays
     assert open(manifest_file(cache_dir), "rb").read() == manifest
     with pytest.raises(CacheError, match="already exists"):
-        cache.fetch(found, dest)
+        cache.get(found, dest)
 
 
 def test_lookup_miss_and_unreadable_manifests_are_misses(cache_dir: str, tmp_path: "os.PathLike[str]") -> None:
@@ -96,7 +96,7 @@ def test_lookup_miss_and_unreadable_manifests_are_misses(cache_dir: str, tmp_pat
     fresh = open_cache(cache_dir)
     assert fresh.lookup("tree", KEY) is None
     assert "not JSON" in fresh.warnings[0] and fresh.entries() == []
-    repaired = cache.publish("tree", KEY, FIELDS, _source)  # the next publish replaces it: nobody can trust it
+    repaired = cache.put("tree", KEY, FIELDS, _source)  # the next publish replaces it: nobody can trust it
     assert repaired.written and "which was not a manifest of this key" in repaired.note
     assert open_cache(cache_dir).lookup("tree", KEY) == repaired.entry and repaired.entry.blob == entry.blob
     other = cache_key("tree", dict(FIELDS, commit="b" * 40))
@@ -109,13 +109,13 @@ def test_bad_arguments(cache_dir: str, tmp_path: "os.PathLike[str]") -> None:
     cache = open_cache(cache_dir)
     source = make_tree(os.path.join(str(tmp_path), "src"))
     with pytest.raises(ValueError, match="is not cache_key"):
-        cache.publish("tree", "0" * 64, FIELDS, source)
+        cache.put("tree", "0" * 64, FIELDS, source)
     with pytest.raises(ValueError, match="kind"):
         cache.lookup("../x", KEY)
     with pytest.raises(ValueError, match="sha256"):
         cache.lookup("tree", "../../etc/passwd")
     with pytest.raises(CacheError, match="not a folder"):
-        cache.publish("tree", KEY, FIELDS, os.path.join(source, "flydsl", "tool.sh"))
+        cache.put("tree", KEY, FIELDS, os.path.join(source, "flydsl", "tool.sh"))
     with pytest.raises(CacheError, match="not a folder"):
         open_cache(os.path.join(source, "flydsl", "tool.sh"))
 
@@ -126,15 +126,15 @@ def test_publish_refuses_trees_a_fetch_would_refuse(cache_dir: str, tmp_path: "o
     link = os.path.join(source, "flydsl", "etc")
     os.symlink("/etc", link)
     with pytest.raises(CacheError, match="points to the absolute path '/etc'"):
-        cache.publish("tree", KEY, FIELDS, source)
+        cache.put("tree", KEY, FIELDS, source)
     os.unlink(link)
     os.symlink("../../outside", link)
     with pytest.raises(CacheError, match="resolves outside"):
-        cache.publish("tree", KEY, FIELDS, source)
+        cache.put("tree", KEY, FIELDS, source)
     os.unlink(link)
     os.mkfifo(os.path.join(source, "pipe"))
     with pytest.raises(CacheError, match="not a regular file, folder or symlink"):
-        cache.publish("tree", KEY, FIELDS, source)
+        cache.put("tree", KEY, FIELDS, source)
     assert not os.path.exists(cache_dir)  # refused before anything was uploaded
 
 
@@ -144,7 +144,7 @@ def test_prune_by_size_keeps_the_newest_and_removes_orphans(cache_dir: str, tmp_
     for n in range(3):
         fields = dict(FIELDS, commit=str(n) * 40)
         source = make_tree(os.path.join(str(tmp_path), f"src{n}"), seed=str(n), big=256 << 10)
-        entries.append(cache.publish("tree", cache_key("tree", fields), fields, source).entry)
+        entries.append(cache.put("tree", cache_key("tree", fields), fields, source).entry)
         time.sleep(0.01)
     blobs = os.path.join(cache_dir, "blobs")
     fresh_orphan, old_orphan, old_upload = (os.path.join(blobs, n) for n in
@@ -172,6 +172,6 @@ def test_prune_by_size_keeps_the_newest_and_removes_orphans(cache_dir: str, tmp_
     assert kinds == [("tree", entries[0].key), ("tree", entries[1].key)]  # oldest first
     assert [e.key for e in cache.entries()] == [entries[2].key]
     assert sorted(os.listdir(blobs)) == sorted([entries[2].blob + ".tar.gz", "f" * 64 + ".tar.gz", "README"])
-    cache.fetch(entries[2], os.path.join(str(tmp_path), "kept"))
+    cache.get(entries[2], os.path.join(str(tmp_path), "kept"))
     removed = cache.prune(0)
     assert [e.key for e in removed] == [entries[2].key] and cache.entries() == []

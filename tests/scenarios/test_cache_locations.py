@@ -57,7 +57,7 @@ def test_cache_list_and_prune_through_the_cli(cache_dir: str, tmp_path: "os.Path
     for n in range(2):
         fields = dict(FIELDS, commit=str(n) * 40)
         keys.append(cache_key("tree", fields))
-        cache.publish("tree", keys[-1], fields, make_tree(os.path.join(str(tmp_path), f"s{n}"), seed=str(n)))
+        cache.put("tree", keys[-1], fields, make_tree(os.path.join(str(tmp_path), f"s{n}"), seed=str(n)))
         time.sleep(0.01)
     listed = cli("list", "--cache", cache_dir)
     assert listed.returncode == 0, listed.stderr
@@ -111,16 +111,16 @@ def test_s3_round_trip_miss_entries_and_prune(s3_url: str, s3_server: S3Server, 
     cache = open_cache(s3_url)
     assert cache.lookup("tree", KEY) is None and cache.entries() == []
     source = make_tree(os.path.join(str(tmp_path), "src"))
-    entry = cache.publish("tree", KEY, FIELDS, source).entry
+    entry = cache.put("tree", KEY, FIELDS, source).entry
     found = open_cache(s3_url).lookup("tree", KEY)
     assert found is not None and found == entry
     dest = os.path.join(work, "dest")
-    cache.fetch(found, dest)
+    cache.get(found, dest)
     want = snapshot(source)
     want["flydsl/shared.txt"] = ("file", 0o644, want["flydsl/shared.txt"][2])
     assert snapshot(dest) == want
     mlir_fields = {"llvm_commit": "d" * 40, "abi": "cpython-311", "platform": "linux-x86_64", "script": "e" * 64}
-    mlir = cache.publish("mlir", cache_key("mlir", mlir_fields), mlir_fields, source).entry
+    mlir = cache.put("mlir", cache_key("mlir", mlir_fields), mlir_fields, source).entry
     assert mlir.blob == entry.blob  # same bytes, one blob
     assert sorted(e.kind for e in cache.entries()) == ["mlir", "tree"]
     removed = cache.prune(0)
@@ -132,7 +132,7 @@ def test_s3_round_trip_miss_entries_and_prune(s3_url: str, s3_server: S3Server, 
 def test_s3_corrupted_blob_is_rejected(s3_url: str, s3_server: S3Server, work: str,
                                        tmp_path: "os.PathLike[str]") -> None:
     cache = open_cache(s3_url)
-    entry = cache.publish("tree", KEY, FIELDS, make_tree(os.path.join(str(tmp_path), "src"))).entry
+    entry = cache.put("tree", KEY, FIELDS, make_tree(os.path.join(str(tmp_path), "src"))).entry
     bucket, prefix = s3_url[len("s3://"):].split("/", 1)
     blob_key = f"{prefix}/blobs/{entry.blob}.tar.gz"
     client = s3_server.client()
@@ -147,7 +147,7 @@ def test_s3_corrupted_blob_is_rejected(s3_url: str, s3_server: S3Server, work: s
 def test_s3_cli_list_and_unreachable_endpoint(s3_url: str, s3_server: S3Server,
                                               tmp_path: "os.PathLike[str]") -> None:
     cache = open_cache(s3_url)
-    cache.publish("tree", KEY, FIELDS, make_tree(os.path.join(str(tmp_path), "src")))
+    cache.put("tree", KEY, FIELDS, make_tree(os.path.join(str(tmp_path), "src")))
     listed = cli("list", "--cache", s3_url, env=s3_server.env())
     assert listed.returncode == 0, listed.stderr
     assert listed.stdout.startswith("tree  " + KEY[:12])

@@ -36,7 +36,7 @@ RACE_SCRIPT = textwrap.dedent("""
                 misses += 1
                 continue
             dest = os.path.join(sys.argv[5], "d%d" % fetched)
-            cache.fetch(entry, dest)  # must never fail for an entry whose manifest was seen
+            cache.get(entry, dest)  # must never fail for an entry whose manifest was seen
             who = open(os.path.join(dest, "who")).read()
             assert open(os.path.join(dest, "data.bin"), "rb").read() == who.encode() * (1 << 20), who
             shutil.rmtree(dest)
@@ -44,7 +44,7 @@ RACE_SCRIPT = textwrap.dedent("""
         print(fetched, misses)
     else:
         for i in range(6):
-            cache.publish("tree", key, fields, sys.argv[5 + (i % 2)])
+            cache.put("tree", key, fields, sys.argv[5 + (i % 2)])
 """)
 
 
@@ -75,7 +75,7 @@ def test_concurrent_publishers_of_one_key_and_a_reader(cache_dir: str, tmp_path:
     cache = open_cache(cache_dir)
     entry = cache.lookup("tree", cache_key("tree", {"commit": "c" * 40, "abi": "race"}))
     assert entry is not None
-    cache.fetch(entry, os.path.join(base, "final"))
+    cache.get(entry, os.path.join(base, "final"))
     names = os.listdir(os.path.join(cache_dir, "blobs"))
     assert len(names) == 2  # one blob per content, no stray upload, each named by its bytes
     for name in names:
@@ -93,7 +93,7 @@ FULL_DISK_SCRIPT = textwrap.dedent("""
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # then writes past the limit fail with EFBIG
     resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
     try:
-        cache.fetch(entry, dest)
+        cache.get(entry, dest)
     except CacheCorrupt as exc:
         print("corrupt:", exc)
     except CacheError as exc:
@@ -111,7 +111,7 @@ def test_a_full_disk_during_fetch_leaves_nothing_behind(content: str, cache_dir:
     os.makedirs(source)
     with open(os.path.join(source, "big.bin"), "wb") as handle:
         handle.write(os.urandom(2 << 20) if content == "incompressible" else bytes(2 << 20))
-    entry = open_cache(cache_dir).publish("tree", KEY, FIELDS, source).entry
+    entry = open_cache(cache_dir).put("tree", KEY, FIELDS, source).entry
     assert (entry.size > 1 << 20) == (content == "incompressible")
     script = os.path.join(str(tmp_path), "full.py")
     write(script, FULL_DISK_SCRIPT)
@@ -144,9 +144,9 @@ def test_a_full_tmpfs_during_fetch_leaves_nothing_behind(small_tmpfs: str, cache
         with open(os.path.join(source, f"part{n}.bin"), "wb") as handle:
             handle.write(bytes(600 << 10))  # compresses to almost nothing; 1.8 MiB does not fit in 1 MiB
     cache = open_cache(cache_dir)
-    entry = cache.publish("tree", KEY, FIELDS, source).entry
+    entry = cache.put("tree", KEY, FIELDS, source).entry
     with pytest.raises(CacheError) as caught:
-        cache.fetch(entry, os.path.join(small_tmpfs, "dest"))
+        cache.get(entry, os.path.join(small_tmpfs, "dest"))
     assert not isinstance(caught.value, CacheCorrupt)
     assert "no space left on the file system holding" in str(caught.value)  # support/space.py's one line
     assert f"mounted at {small_tmpfs})" in str(caught.value) and "nothing was left behind" in str(caught.value)

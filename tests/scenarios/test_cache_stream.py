@@ -37,7 +37,7 @@ def random_tree(root: str, files: int, size: int) -> str:
 def published(tmp_path: "os.PathLike[str]", files: int = 4, size: int = MIB) -> Tuple[Cache, CacheEntry, str]:
     cache_dir = os.path.join(str(tmp_path), "cache")
     cache = open_cache(cache_dir)
-    entry = cache.publish("tree", KEY, FIELDS, random_tree(os.path.join(str(tmp_path), "src"), files, size)).entry
+    entry = cache.put("tree", KEY, FIELDS, random_tree(os.path.join(str(tmp_path), "src"), files, size)).entry
     return cache, entry, cache_dir
 
 
@@ -46,7 +46,7 @@ def refused(cache: Cache, entry: CacheEntry, tmp_path: "os.PathLike[str]", reaso
     work = os.path.join(str(tmp_path), "work")
     os.makedirs(work, exist_ok=True)
     with pytest.raises(CacheCorrupt) as caught:
-        cache.fetch(entry, os.path.join(work, "python_packages"))
+        cache.get(entry, os.path.join(work, "python_packages"))
     assert reason in caught.value.reason, caught.value.reason
     assert os.listdir(work) == [], "a refused fetch left a tree or its staging folder behind"
 
@@ -87,7 +87,7 @@ def test_a_truncated_or_longer_blob_is_refused_and_leaves_nothing(tmp_path: "os.
     refused(cache, entry, tmp_path, f"blob size mismatch: expected {entry.size} bytes, got more")
     with open(path, "wb") as handle:
         handle.write(data)
-    cache.fetch(entry, os.path.join(str(tmp_path), "work", "python_packages"))  # the intact blob still fetches
+    cache.get(entry, os.path.join(str(tmp_path), "work", "python_packages"))  # the intact blob still fetches
     assert sorted(os.listdir(os.path.join(str(tmp_path), "work"))) == ["python_packages"]
 
 
@@ -149,7 +149,7 @@ def test_the_file_size_limit_does_catch_a_copy_of_the_blob(tmp_path: "os.PathLik
     assert run["code"] != 0 and "File too large" in run["stderr"], run
     fetched = subprocess.run([sys.executable, "-c", RUN_LIMITED, str(2 * MIB), sys.executable, "-c",
                               "import sys; from ensure_flydsl.trees.remote import open_cache; "
-                              "c = open_cache(sys.argv[1]); c.fetch(c.lookup('tree', sys.argv[2]), sys.argv[3])",
+                              "c = open_cache(sys.argv[1]); c.get(c.lookup('tree', sys.argv[2]), sys.argv[3])",
                               cache_dir, KEY, os.path.join(str(tmp_path), "fetched")],
                              stdout=subprocess.PIPE, text=True, check=True)
     assert json.loads(fetched.stdout)["code"] == 0, fetched.stdout
@@ -161,7 +161,7 @@ FETCH_PEAK = textwrap.dedent("""
     import sys
     from ensure_flydsl.trees.remote import open_cache
     cache = open_cache(sys.argv[1])
-    cache.fetch(cache.lookup("tree", sys.argv[2]), sys.argv[3])
+    cache.get(cache.lookup("tree", sys.argv[2]), sys.argv[3])
     # VmHWM, not getrusage: ru_maxrss also keeps the peak of the memory this process had before its exec,
     # a copy of the forking test worker's, which grows over a whole suite.
     with open("/proc/self/status") as status:
@@ -186,7 +186,7 @@ def test_a_highly_compressible_blob_is_not_decompressed_into_memory(tmp_path: "o
         for _ in range(256):
             handle.write(bytes(MIB))
     cache_dir = os.path.join(str(tmp_path), "cache")
-    entry = open_cache(cache_dir).publish("tree", KEY, FIELDS, os.path.dirname(source)).entry
+    entry = open_cache(cache_dir).put("tree", KEY, FIELDS, os.path.dirname(source)).entry
     assert entry.size < 2 * MIB
     dest = os.path.join(str(tmp_path), "work", "python_packages")
     peak = fetch_peak(cache_dir, dest)
@@ -206,9 +206,9 @@ def test_fetched_files_keep_their_mtimes_whatever_their_size(tmp_path: "os.PathL
             handle.write(b"x" * size)
         os.utime(path, (past, past))
     cache = open_cache(os.path.join(str(tmp_path), "cache"))
-    entry = cache.publish("tree", KEY, FIELDS, os.path.dirname(source)).entry
+    entry = cache.put("tree", KEY, FIELDS, os.path.dirname(source)).entry
     dest = os.path.join(str(tmp_path), "work", "python_packages")
     os.makedirs(os.path.dirname(dest))
-    cache.fetch(entry, dest)
+    cache.get(entry, dest)
     for name in ("__init__.py", "big.bin"):
         assert os.stat(os.path.join(dest, "flydsl", name)).st_mtime == past, name

@@ -43,7 +43,7 @@ def files(cache_dir: str) -> Dict[str, bytes]:
 
 
 def publish(cache: Cache, tmp: str, name: str, signers: List[SecretKey]):  # type: ignore[no-untyped-def]
-    return cache.publish("tree", KEY, FIELDS, make_tree(os.path.join(tmp, name), seed=name), signers)
+    return cache.put("tree", KEY, FIELDS, make_tree(os.path.join(tmp, name), seed=name), signers)
 
 
 def test_an_unsigned_publish_never_replaces_a_signed_entry(cache_dir: str, tmp_path: "os.PathLike[str]") -> None:
@@ -81,13 +81,13 @@ def test_a_signer_adds_its_variant_once_and_removes_the_signatures_it_did_not_us
     # Both entries fetch; each host's pick is its own (the first manifest for k2, the variant for k1).
     for n, entry in enumerate((cache.lookup("tree", KEY), variant)):
         assert entry is not None
-        cache.fetch(entry, os.path.join(str(tmp_path), f"dest{n}"))
+        cache.get(entry, os.path.join(str(tmp_path), f"dest{n}"))
 
 
 def test_identical_bytes_get_the_signature_beside_them(cache_dir: str, tmp_path: "os.PathLike[str]") -> None:
     cache = open_cache(cache_dir)
     first = publish(cache, str(tmp_path), "a", [K2]).entry
-    same = cache.place(replace(first, path=""), [K1])
+    same = cache.put_manifest(replace(first, path=""), [K1])
     assert same.written and same.note == "the same manifest was there already"
     assert check_entry(cache.store, first, [P1]).trusted_by == ("k1",)
     assert check_entry(cache.store, first, [P1, P2]).trusted_by == ("k1", "k2")
@@ -193,4 +193,4 @@ def test_a_manifest_whose_blob_is_gone_is_replaced(cache_dir: str, tmp_path: "os
     assert signed.written and signed.entry.path == variant_path("tree", KEY, "k1"), signed
     assert cache.lookup("tree", KEY) == plain.entry and cache.variants("tree", KEY) == [signed.entry]
     for n, entry in enumerate((plain.entry, signed.entry)):
-        cache.fetch(entry, os.path.join(str(tmp_path), f"dest{n}"))
+        cache.get(entry, os.path.join(str(tmp_path), f"dest{n}"))

@@ -272,7 +272,7 @@ def test_kill_9_at_cache_published(ws: Workspace, tmp_path: "os.PathLike[str]") 
     entries = open_cache(cache).entries()
     assert sorted(e.kind for e in entries) == ["mlir", "tree"]
     for entry in entries:  # complete entries: every one fetches and verifies
-        open_cache(cache).fetch(entry, os.path.join(str(tmp_path), "check-" + entry.kind))
+        open_cache(cache).get(entry, os.path.join(str(tmp_path), "check-" + entry.kind))
     assert ws.run().returncode == 0
     other = second_host(tmp_path, ws.repo, cache)
     result = rerun_succeeds(other, ws.repo.commits["dev"])

@@ -322,7 +322,7 @@ def test_any_blob_is_fetched_exactly_or_refused_leaving_nothing(
         cache = Cache(FolderStore(cache_dir))
         if entry is not None:
             try:
-                cache.fetch(entry, dest)
+                cache.get(entry, dest)
                 fetched = True
             except (CacheCorrupt, CacheError):
                 fetched = False

@@ -92,8 +92,8 @@ def test_a_tree_of_an_older_version_is_never_linked_and_is_pruned_first(tmp_path
     store = planted(tmp_path, old)
     found, why = store.lookup(KEY)
     assert found is None and why
-    assert [t.key for t in store.list() if t.problem] == [KEY]
-    assert [t.key for t in store.prune(10**12)[0]] == [KEY] and store.keys() == []
+    assert [t.key for t in store.entries() if t.problem] == [KEY]
+    assert [t.key for t in store.prune(10**12)] == [KEY] and store.keys() == []
 
 
 def test_a_stored_file_that_does_not_match_its_hash_is_a_problem(tmp_path: "os.PathLike[str]") -> None:
@@ -159,7 +159,7 @@ def test_a_root_s_copy_is_its_own(tmp_path: "os.PathLike[str]") -> None:
     stored, _ = put(store, small_tree(tmp_path))
     roots = [os.path.join(str(tmp_path), name) for name in ("a", "b")]
     for root in roots:
-        store.place(stored, root, Placer())
+        store.get(stored, root, Placer())
     with open(os.path.join(roots[1], "flydsl", "__init__.py"), "r+") as handle:  # in place
         handle.write("x = 3\n")
     with open(os.path.join(roots[0], "flydsl", "__init__.py")) as handle:
@@ -184,7 +184,7 @@ def test_prune_removes_only_what_the_tier_made(tmp_path: "os.PathLike[str]") -> 
     killed = [os.path.join(trees, ".staging-gone-1234abcd"), os.path.join(trees, ".staging-99-0a0b0c0d")]
     for folder in killed:
         os.makedirs(os.path.join(folder, "files"))
-    removed, left = store.prune(0)
+    removed, left = store.prune(0), store.warnings
     assert [t.key for t in removed] == [KEY]
     assert sorted(os.listdir(trees)) == sorted(["README", "ab" * 32, "my-notes"])
     assert len(left) == 3 and all("so this tool did not make it" in line for line in left), left
@@ -201,7 +201,7 @@ def test_a_tree_another_user_owns_is_never_read_nor_removed(tmp_path: "os.PathLi
     found, why = store.lookup(KEY)
     assert found is None and "not to this user" in why
     assert store.remove(KEY) is not None and os.path.isdir(store.tree_dir(KEY))
-    removed, left = store.prune(0)
+    removed, left = store.prune(0), store.warnings
     assert removed == [] and len(left) == 1 and os.path.isdir(store.tree_dir(KEY))
 
 

@@ -329,7 +329,7 @@ def test_prune_removes_signatures_of_gone_or_replaced_manifests_once_old(tmp_pat
         handle.write("x = 1\n")
     folder = os.path.join(str(tmp_path), "cache")
     cache = open_cache(folder)
-    entry = cache.publish("tree", KEY, FIELDS, source, [K1]).entry
+    entry = cache.put("tree", KEY, FIELDS, source, [K1]).entry
     current = os.path.join(folder, signature_path("tree", KEY, entry.manifest, "k1"))
     stale = os.path.join(folder, signature_path("tree", KEY, MANIFEST, "k1"))  # another version's
     write_signature(cache.store, "tree", KEY, MANIFEST, K1)

@@ -101,11 +101,15 @@ def _list(entries: List[CacheEntry], location: str, say: Callable[[str], None],
 
 
 def describe(entry: CacheEntry) -> str:
-    """One line: kind, short key, size, created, and the fields a person tells entries apart by."""
-    created = time.strftime("%Y-%m-%d %H:%M", time.localtime(entry.created))
+    """One line for an entry of either tier: kind, short key, size, when made (a host's tree: last copied), the fields
+    a person tells entries apart by; a host's tree also how it was made, its signers and its damage."""
+    when = time.strftime("%Y-%m-%d %H:%M", time.localtime(entry.used or entry.created))
     if entry.kind == "orphan":
-        return f"orphan  {entry.fields.get('path')}  {size_text(entry.size)}  {created}"
-    return f"{entry.kind:<5} {entry.key[:12]}  {size_text(entry.size):>10}  {created}  {summary(entry)}"
+        return printable(f"orphan  {entry.fields.get('path')}  {size_text(entry.size)}  {when}")
+    line = f"{entry.kind:<5} {entry.key[:12]}  {size_text(entry.size):>10}  {when}  {summary(entry)}"
+    if entry.how:
+        line += f"  {entry.how}" + (f" (signed by {', '.join(entry.signers)})" if entry.signed_by else "")
+    return printable(line + (f"  DAMAGED: {entry.problem}" if entry.problem else ""))
 
 
 def summary(entry: CacheEntry) -> str:
@@ -125,7 +129,7 @@ def summary(entry: CacheEntry) -> str:
 
 def _warn(warnings: List[str], say: Callable[[str], None]) -> None:
     for warning in warnings:
-        say(f"warning: {warning}")
+        say(printable(f"warning: {warning}"))
 
 
 def keygen(out_dir: str, name: str) -> Tuple[str, str]:
@@ -261,33 +265,29 @@ def store_command(call: Call, settings: Settings, action: str) -> int:
         return 0
     try:
         store = HostStore.open(path, lock_timeout=settings.lock_timeout, say=say)
-        removed, left = store.prune(limit) if action == "prune" else ([], [])
-        trees = store.list()
+        removed = store.prune(limit) if action == "prune" else []
+        trees = store.entries()
     except LockBusy as exc:
         raise EnsureError(ExitCode.LOCK, str(exc), stage=Stage.LOCK, hint="an ensure-flydsl run is adding to the "
                           "store; try again when it is done, or raise FLYDSL_LOCK_TIMEOUT") from None
     except OSError as exc:
         raise Refused(f"the host store {path} cannot be used: {exc}") from None
+    size = size_text(sum(t.size for t in trees))
     if action == "list" and as_json:
         print(result_json(result_object(ok=True, exit_code=0, reason=f"{len(trees)} trees", store=path,
-                                        trees=[t.to_json() for t in trees])))
+                                        trees=[t.tree_json() for t in trees])))
     elif action == "list":
-        print(printable(f"the host store {path}: {len(trees)} trees, {size_text(sum(t.size for t in trees))}"))
-        for t in trees:
-            when = time.strftime("%Y-%m-%d %H:%M", time.localtime(t.last_used))
-            signed = f" (signed by {', '.join(t.signed_by)})" if t.signed_by else ""
-            print(printable(f"{t.key[:12]}  {size_text(t.size):>10}  {t.how or '?'}{signed}  {(t.commit or '?')[:12]}  "
-                            f"{t.abi or '?'}  last copied {when}{'  DAMAGED: ' + t.problem if t.problem else ''}"))
+        print(printable(f"the host store {path}: {len(trees)} trees, {size}"))
+        for tree in trees:
+            print(describe(tree))
     else:
-        for line in left:
-            say(f"store prune: {printable(line)}")
+        _warn(store.warnings, say)
         for tree in removed:
-            say(printable(f"removed the tree {tree.key[:12]} ({size_text(tree.size)}, {tree.how}, "
-                          f"{(tree.commit or '?')[:12]}){': ' + tree.problem if tree.problem else ''}"))
-        held = f"the host store {path} holds {size_text(sum(t.size for t in trees))} (at most {size_text(limit)} asked)"
+            say(f"removed {describe(tree)}")
+        held = printable(f"the host store {path} holds {size} (at most {size_text(limit)} asked)")
         if as_json:
-            print(result_json(result_object(ok=True, exit_code=0, reason=held, store=path,
-                                            removed=[t.to_json() for t in removed], left=left)))
+            print(result_json(result_object(ok=True, exit_code=0, reason=held, store=path, left=store.warnings,
+                                            removed=[t.tree_json() for t in removed])))
         else:
-            say(printable(held))
+            say(held)
     return 0

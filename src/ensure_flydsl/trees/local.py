@@ -14,7 +14,7 @@ import shutil
 import socket
 import stat
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field, replace
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ensure_flydsl import layout
@@ -123,24 +123,6 @@ class Placer:
         os.utime(dst, ns=(st.st_atime_ns, st.st_mtime_ns))
 
 
-@dataclass(frozen=True)
-class TreeInfo:
-    """A tree of the tier as ``store list`` shows it."""
-
-    key: str
-    size: int
-    files: int
-    how: Optional[str]
-    commit: Optional[str]
-    abi: Optional[str]
-    last_used: float
-    signed_by: List[str]  # the names of the trusted keys that signed the cache entry it came from
-    problem: str = ""
-
-    def to_json(self) -> Dict[str, object]:
-        return {**asdict(self), "last_used": round(self.last_used, 3), "problem": self.problem or None}
-
-
 def _tree_files(value: object) -> Optional[Dict[str, str]]:
     """Each module's file: a path inside the tree (relative, normal, no ``..``, no NUL)."""
     found = fields.text_map(value)
@@ -162,6 +144,7 @@ class HostStore:
     path: str
     lock_timeout: Optional[float] = None
     say: Callable[[str], None] = lambda _: None
+    warnings: List[str] = field(default_factory=list)  # lines about the store for the caller to say
 
     @classmethod
     def open(cls, path: str, *, lock_timeout: Optional[float] = None,
@@ -297,7 +280,7 @@ class HostStore:
                 raise
         return entry, True
 
-    def place(self, entry: CacheEntry, dest: str, placer: Placer) -> None:
+    def get(self, entry: CacheEntry, dest: str, placer: Placer) -> None:
         """A copy of the tree of ``entry`` at ``dest`` (which must not exist): the root's own files."""
         _place_tree(layout.store_files(self.tree_dir(entry.key)), dest, entry.members, placer, store_side=False)
         with contextlib.suppress(OSError):
@@ -336,25 +319,24 @@ class HostStore:
         kept.append({"fingerprint": dict(fingerprint), "version": version, "files": files})
         atomic_write_json(layout.store_probed(self.tree_dir(key)), {"passed": kept})
 
-    def list(self) -> List[TreeInfo]:
+    def entries(self) -> List[CacheEntry]:
+        """Every tree this tool made, each with when it was last ``used``; one that cannot be used with its
+        ``problem``."""
         found = []
         for key in self.keys():
             entry, why = self.lookup(key)
             try:
-                last = os.stat(self.tree_dir(key)).st_mtime
+                used = os.stat(self.tree_dir(key)).st_mtime
             except OSError:
                 continue
-            made = entry.fields if entry else {}
-            found.append(TreeInfo(key=key, size=entry.size if entry else 0, files=entry.files if entry else 0,
-                                  how=entry.how if entry else None, commit=fields.text(made.get("commit")),
-                                  abi=fields.text(made.get("abi")), last_used=last, problem=why,
-                                  signed_by=[line.partition(":")[0] for line in entry.signed_by] if entry else []))
+            damaged = CacheEntry(kind="tree", key=key, blob="", size=0, created=0.0, fields={}, files=0, problem=why)
+            found.append(replace(entry or damaged, used=used))
         return found
 
-    def prune(self, max_size: int) -> Tuple[List[TreeInfo], List[str]]:
-        """Trees removed (broken, then longest unused) down to ``max_size`` bytes, and what was left under trees/
-        as not this tool's; under the lock no tree is being added, so every staging folder is a killed run's."""
-        left = []
+    def prune(self, max_bytes: int) -> List[CacheEntry]:
+        """Trees removed (damaged, then longest unused) down to ``max_bytes``; what was left under trees/ as not
+        this tool's is said in ``warnings``.  Under the lock no tree is being added, so every staging folder is a
+        killed run's."""
         with self.locked():
             trees = layout.store_trees_dir(self.path)
             for name in sorted(os.listdir(trees)) if os.path.isdir(trees) else []:
@@ -363,12 +345,11 @@ class HostStore:
                 if name.startswith(STAGING_PREFIX) and foreign(os.lstat(full)) is None:
                     remove_tree(full)
                 elif why is not None:
-                    left.append(f"left {full} as it is: {why}, so this tool did not make it")
-            removed = prune_order(self.list(), max_size, lambda staying: sum(t.size for t in staying),
-                                  first=lambda t: t.last_used, broken=lambda t: bool(t.problem))
+                    self.warnings.append(f"left {full} as it is: {why}, so this tool did not make it")
+            removed = prune_order(self.entries(), max_bytes, lambda staying: sum(t.size for t in staying))
             for tree in removed:
                 self.remove(tree.key)
-        return removed, left
+        return removed
 
 
 NOT_STORED = "not in the store"

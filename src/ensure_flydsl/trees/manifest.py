@@ -11,9 +11,9 @@ import posixpath
 import re
 import stat
 from dataclasses import dataclass, field, replace
-from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple, TypeVar
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from ensure_flydsl.support.fields import byte_count, integer, json_object, seconds, short_text
+from ensure_flydsl.support.fields import byte_count, integer, json_object, seconds, short_text, text
 from ensure_flydsl.trees.backends import CacheCorrupt, StoredFile
 
 FORMAT = 1
@@ -216,6 +216,8 @@ class CacheEntry:
     signed_by: Tuple[str, ...] = ()  # a tree kept on this host from a cache entry: the trusted keys that signed it
     manifest: bytes = field(default=b"", repr=False, compare=False)  # the exact bytes, what a signature covers
     path: str = field(default="", repr=False, compare=False)  # where the manifest is in its store
+    used: float = field(default=0.0, compare=False)  # a tree kept on this host: when a root last copied it
+    problem: str = ""  # a tree kept on this host: why it cannot be used (a prune removes it first)
 
     @property
     def variant(self) -> str:
@@ -227,6 +229,17 @@ class CacheEntry:
         return {"kind": self.kind, "key": self.key, "blob": self.blob, "size": self.size, "created": self.created,
                 "fields": self.fields, "files": self.files, "host": self.host, "tool": self.tool,
                 "path": self.path, "variant": self.variant or None}
+
+    @property
+    def signers(self) -> List[str]:
+        """A tree kept on this host: the names of the trusted keys (NAME:BASE64) that signed its cache entry."""
+        return [line.partition(":")[0] for line in self.signed_by]
+
+    def tree_json(self) -> Dict[str, object]:
+        """A tree kept on this host as ``store list --json`` shows it."""
+        return {"key": self.key, "size": self.size, "files": self.files, "how": self.how or None,
+                "commit": text(self.fields.get("commit")), "abi": text(self.fields.get("abi")),
+                "last_used": round(self.used, 3), "signed_by": self.signers, "problem": self.problem or None}
 
 
 def cache_key(kind: str, fields: Mapping[str, object]) -> str:
@@ -300,16 +313,14 @@ def parse_manifest(data: bytes, path: str = "", *, unpacked: bool = False) -> Ca
                       how=how if isinstance(how, str) else "", signed_by=tuple(signed_by), manifest=data, path=path)
 
 
-T = TypeVar("T")
-
-
-def prune_order(items: Sequence[T], max_bytes: int, total: Callable[[Sequence[T]], int], *,
-                first: Callable[[T], object], broken: Callable[[T], bool] = lambda _: False) -> List[T]:
-    """What a prune removes: the ``broken``, then by ``first`` until the rest total at most ``max_bytes``."""
+def prune_order(entries: Sequence[CacheEntry], max_bytes: int,
+                total: Callable[[Sequence[CacheEntry]], int]) -> List[CacheEntry]:
+    """What a prune of any tier removes: the damaged, then the longest unused, until the rest total at most
+    ``max_bytes`` (``total``: what they take in that tier)."""
     if max_bytes < 0:
         raise ValueError("max_bytes must be >= 0")
-    staying = sorted(items, key=lambda item: (not broken(item), first(item)))
-    removed: List[T] = []
-    while staying and (broken(staying[0]) or total(staying) > max_bytes):
+    staying = sorted(entries, key=lambda entry: (not entry.problem, entry.used or entry.created))
+    removed: List[CacheEntry] = []
+    while staying and (staying[0].problem or total(staying) > max_bytes):
         removed.append(staying.pop(0))
     return removed

@@ -1,6 +1,7 @@
 """The store's shared tiers (the binary cache), in a folder or behind an fsspec URL: content-addressed blobs, the
 first manifest of a key and signers' variants beside it, never replaced while a host may trust it (docs/fleet.md).
-A fetch trusts nothing it reads: members are checked first, and the tree is renamed into place only when whole."""
+A get trusts nothing it reads: members are checked first, and the tree is renamed into place only when whole.
+Both tiers answer one vocabulary (lookup, entries, get, put, prune, warnings; docs/DESIGN.md)."""
 
 from __future__ import annotations
 
@@ -125,7 +126,7 @@ class Cache:
         # None: pruned meanwhile, or unusable
         return sorted((e for e in found if e is not None), key=lambda e: e.created, reverse=True)
 
-    def fetch(self, entry: CacheEntry, dest: str) -> None:
+    def get(self, entry: CacheEntry, dest: str) -> None:
         """Verify ``entry`` and unpack it as the new folder ``dest``; on any failure nothing is left behind."""
         dest = os.path.abspath(dest)
         if os.path.lexists(dest):
@@ -157,7 +158,7 @@ class Cache:
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 
-    def publish(self, kind: str, key: str, fields: Mapping[str, object], source: str,
+    def put(self, kind: str, key: str, fields: Mapping[str, object], source: str,
                 signers: Sequence[SecretKey] = ()) -> Published:
         """Pack ``source`` and publish it: the blob, the signatures, the manifest last (never seen unsigned)."""
         check_name(kind, key)
@@ -188,9 +189,9 @@ class Cache:
         entry = CacheEntry(kind=kind, key=key, blob=blob, size=size, created=time.time(), fields=dict(fields),
                            files=sum(1 for m in members if m.type == "file"), members=tuple(members),
                            host=socket.gethostname(), tool=f"ensure-flydsl {__version__}")
-        return self.place(replace(entry, manifest=manifest_bytes(entry)), signers)
+        return self.put_manifest(replace(entry, manifest=manifest_bytes(entry)), signers)
 
-    def place(self, entry: CacheEntry, signers: Sequence[SecretKey]) -> Published:
+    def put_manifest(self, entry: CacheEntry, signers: Sequence[SecretKey]) -> Published:
         """Sign ``entry``'s manifest and write it where it belongs, replacing no manifest (the module's rules)."""
         written = [signing.write_signature(self.store, entry.kind, entry.key, entry.manifest, s) for s in signers]
         placed = self._place(entry, signers)
@@ -279,7 +280,7 @@ class Cache:
         def total(staying: Sequence[CacheEntry]) -> int:
             return sum(blobs[b].size for b in {e.blob for e in staying} if b in blobs)
 
-        removed = prune_order(manifests, max_bytes, total, first=lambda entry: entry.created)
+        removed = prune_order(manifests, max_bytes, total)
         for entry in removed:
             self.store.remove(entry.path)  # the manifest first: readers never see an entry without its blob
         gone = {entry.path for entry in removed}

@@ -107,8 +107,7 @@ def distrusted(run: Run, entry: CacheEntry) -> Optional[str]:
     keys = {line.partition(":")[2].strip() for line in trusted}
     if any(line.partition(":")[2].strip() in keys for line in entry.signed_by):
         return None
-    came = "unsigned" if not entry.signed_by else "signed by " + ", ".join(
-        line.partition(":")[0] for line in entry.signed_by)
+    came = "signed by " + ", ".join(entry.signers) if entry.signed_by else "unsigned"
     return (f"it came from the fleet cache {came}, and {run.settings.label('cache_trusted_keys')} trusts none of "
             "that now")
 
@@ -191,7 +190,7 @@ class StoreProvider(Provider):
         remove_tree(staging)
         with recording(build_dir, layout.build_made_record(root)):  # clean removes only what it made
             try:
-                self.store.place(manifest, staging, placer)
+                self.store.get(manifest, staging, placer)
             except OSError as exc:
                 remove_tree(staging)
                 # the copy's writes are the root's: a full disk is its file system (exit 5, as a build's)

@@ -113,7 +113,7 @@ def tree_from_cache(run: Run, cache: Cache, commit: str, early: Optional[Early] 
             f"built on {entry.host or 'another host'})")
     try:
         with recording(build_dir, build_made_record(run.settings.root)):  # clean removes only what it made
-            cache.fetch(entry, packages)
+            cache.get(entry, packages)
     except CacheCorrupt as exc:
         run.say(f"cache: the entry {key[:12]} is corrupt and was not installed ({exc.reason}); building instead")
         return None
@@ -162,7 +162,7 @@ def mlir_from_cache(run: Run, cache: Cache, key: Mapping[str, object]) -> Option
     run.worked()
     run.say(f"cache: fetching MLIR {ckey[:12]} ({size_text(entry.size)}); the LLVM build is skipped")
     try:
-        cache.fetch(entry, dest)
+        cache.get(entry, dest)
     except CacheError as exc:
         cache_failed(run, cache, exc, f"MLIR {ckey[:12]} could not be used", "building LLVM instead")
         return None
@@ -204,7 +204,7 @@ def _publish(run: Run, cache: Cache, kind: str, fields: Mapping[str, object], so
                 signing.check_secret(secrets[0])
             except signing.KeyProblem as exc:
                 raise CacheError(f"{label('cache_signing_key')}: {exc}") from None
-        published = cache.publish(kind, key, fields, source, secrets)
+        published = cache.put(kind, key, fields, source, secrets)
     except CacheError as exc:
         cache_failed(run, cache, exc, f"could not publish the {kind} {key[:12]} to {cache.location}", "the run goes on")
         return
