@@ -133,3 +133,21 @@ def test_cache_list_takes_a_manifest_of_any_creation_time(tmp_path: "os.PathLike
             assert out.returncode == 0 and "Traceback" not in out.stderr, (created, out.stderr)
             if "--json" in args:
                 json.loads(out.stdout, parse_constant=lambda name: pytest.fail(f"{name} in the JSON"))
+
+
+def test_cache_list_shows_a_planted_escape_sequence_escaped(tmp_path: "os.PathLike[str]") -> None:
+    """A shared cache's fields are anybody's text: `cache list` shows an escape sequence in one, never sends it to
+    the terminal (before, only `store list` escaped what it printed)."""
+    cache = os.path.join(str(tmp_path), "cache")
+    fields = {"repo": "example.org/FlyDSL", "commit": "\x1b]0;owned\x07\x1b[2J"}
+    key = cache_key("tree", fields)
+    os.makedirs(os.path.join(cache, "entries", "tree"))
+    text = (f'{{"format": 1, "kind": "tree", "key": "{key}", "fields": {json.dumps(fields)}, "blob": "{"c" * 64}", '
+            f'"size": 10, "created": 1, "host": "h", "tool": "t", "members": []}}')
+    with open(os.path.join(cache, "entries", "tree", key + ".json"), "w") as handle:
+        handle.write(text)
+    out = subprocess.run([sys.executable, "-m", "ensure_flydsl", "cache", "list", "--cache", cache],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, check=False)
+    assert out.returncode == 0, out.stderr
+    assert "\x1b" not in out.stdout + out.stderr and "\x07" not in out.stdout + out.stderr
+    assert "commit=\\x1b]0;owned\\x07\\x1b[2J" in out.stdout, out.stdout
