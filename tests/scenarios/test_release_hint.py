@@ -168,6 +168,20 @@ def test_the_doctor_suggests_what_the_run_says_when_the_submodules_cannot_be_fet
     assert again["exit_code"] == 2 and again["suggestion"] == marker["hint"].split("without a build, ")[1]
 
 
+def test_the_doctor_describes_the_interpreter_once_for_its_checks_and_its_suggestion(
+        tmp_path: "os.PathLike[str]", own_repo: FixtureRepo, listed: str) -> None:
+    """The suggestion is asked of the interpreter the checks described (it started a second probe of it)."""
+    ws = unreachable_submodule_site(tmp_path, own_repo, listed, own_repo.url)
+    log, python = os.path.join(str(tmp_path), "probes"), os.path.join(str(tmp_path), "bin", "python3")
+    # the description is the import probe of no module: `python -c SCRIPT ""`
+    write(python, f'#!/bin/sh\n[ "$1" = -c ] && [ "$#" = 3 ] && [ -z "$3" ] && echo described >> "{log}"\n'
+          f'exec "{sys.executable}" "$@"\n', mode=0o755)
+    data = json.loads(ws.run("doctor", "--json", FLYDSL_PYTHON=python).stdout)
+    assert data["suggestion"].startswith(OK), data
+    with open(log) as f:
+        assert f.read().split() == ["described"]
+
+
 def test_a_remote_gone_before_the_tags_are_read_gives_no_claim_that_a_release_works(
         tmp_path: "os.PathLike[str]", own_repo: FixtureRepo, listed: str, daemon: GitDaemon) -> None:
     """The repository stops answering while the build runs: the release with a wheel is named, with the

@@ -52,7 +52,7 @@ from ensure_flydsl.ways.checks import (
     skipped,
 )
 from ensure_flydsl.ways.release.download import has_pip
-from ensure_flydsl.ways.release.provider import SOURCE_ONLY, release_instead
+from ensure_flydsl.ways.release.provider import SOURCE_ONLY, release_suggestion
 from ensure_flydsl.ways.source.checks import llvm_step_needed
 from ensure_flydsl.ways.source.tools import find_executable_tool
 from ensure_flydsl.ways.table import ways_for
@@ -338,9 +338,10 @@ def stop_if_blocked(checks: Sequence[Check], strategy: Strategy) -> None:
 
 def run_checks(settings: Settings, environ: Mapping[str, str], *, checkout: Optional[str] = None, timeout: float = 5.0,
                reuse: Optional[ReuseCheck] = None, interpreter: Optional[Interpreter] = None
-               ) -> Tuple[List[Check], Optional[BuildNeeds]]:
-    """Every check the configured strategy depends on, in the order a run meets them, and the build's needs (None:
-    no build); ``checkout`` holds the pin's source, ``interpreter`` is the target as the caller just described it."""
+               ) -> Tuple[List[Check], Optional[BuildNeeds], Optional[Interpreter]]:
+    """Every check the configured strategy depends on, in the order a run meets them, the build's needs (None: no
+    build) and the target interpreter (None: it does not run); ``checkout`` holds the pin's source, ``interpreter``
+    is the target as the caller just described it."""
     strategy = settings.strategy
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=10, thread_name_prefix="doctor")
     try:
@@ -381,7 +382,7 @@ def run_checks(settings: Settings, environ: Mapping[str, str], *, checkout: Opti
             note = f" (only for a source build: auto installs the release wheel, {wheel.detail.split('; ')[-1]})"
             checks = [replace(c, blocking=False, remedy=c.remedy + note) if c.blocking and c.stage in SOURCE_ONLY
                       else c for c in checks]
-        return checks, needs if builds else None
+        return checks, needs if builds else None, interp
     finally:
         pool.shutdown(wait=True)
 
@@ -446,15 +447,17 @@ class Diagnosis:
 def diagnose(settings: Settings, environ: Mapping[str, str], *, reuse: Optional[ReuseCheck] = None,
              checkout: Optional[str] = None, timeout: float = 5.0) -> Diagnosis:
     started = time.monotonic()
-    checks, needs = run_checks(settings, environ, checkout=checkout, timeout=timeout, reuse=reuse)
+    checks, needs, interp = run_checks(settings, environ, checkout=checkout, timeout=timeout, reuse=reuse)
     checks.append(check_flydsl_users(settings, environ))
     shadows = shadowing(settings.require)
     checks.append(Check("working-folder", WRONG if shadows else OK, "; ".join(shadows) or "nothing in it shadows "
                         "the tree", "", blocking=False, stage=Stage.PUBLISH))
     diagnosis = Diagnosis(settings.strategy, tuple(checks), needs, time.monotonic() - started)
     blocking = first_blocking(diagnosis.checks)
-    if not diagnosis.ok and blocking is not None:
-        suggestion = release_instead(settings, environ, blocking)
+    # auto's way around a blocked source build, asked of the interpreter the checks described
+    if (not diagnosis.ok and blocking is not None and blocking.stage in SOURCE_ONLY and interp is not None
+            and falls_back(settings.strategy)):
+        suggestion = release_suggestion(settings, interp, environ)
         diagnosis = replace(diagnosis, suggestion=suggestion, seconds=time.monotonic() - started)
     return diagnosis
 

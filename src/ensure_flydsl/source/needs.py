@@ -104,7 +104,6 @@ class BuildNeeds:
     hip_where: str = "lib/Runtime/ROCm/CMakeLists.txt"  # the first file asking for it
     patchelf: bool = True
     nanobind: bool = True
-    nanobind_minimum: Optional[str] = "2.0"  # the lower bound the pin names (None: it names none)
     cmake: bool = True  # the FlyDSL build itself runs CMake (a top-level CMakeLists.txt)
     cmake_minimum: str = MIN_CMAKE
     llvm_commit: Optional[str] = None
@@ -170,9 +169,7 @@ def needs_from_files(files: Mapping[str, str], source: str, inputs: Optional[Llv
     pip_words = [w.strip("\"'") for args in _PIP_INSTALL.findall(llvm) for w in args.split()]
     names = (_PACKAGE_NAME.match(word) for word in pip_words if not word.startswith("-") and "$" not in word)
     pip_packages = list(dict.fromkeys(name.group(0) for name in names if name))
-    nanobind = "nanobind" in flydsl_text
     pinned = nanobind_specifiers(files, cmake_files, pip_words)
-    lower = [s[2:] for s in pinned if s.startswith(">=")]
     return BuildNeeds(
         source=source,
         read=True,
@@ -180,8 +177,7 @@ def needs_from_files(files: Mapping[str, str], source: str, inputs: Optional[Llv
         hip_optional=hip_optional and not hip,
         hip_where=hip_where,
         patchelf=re.search(r"\bpatchelf\b", flydsl_text) is not None,
-        nanobind=nanobind,
-        nanobind_minimum=lower[0] if lower and nanobind else None,
+        nanobind="nanobind" in flydsl_text,
         cmake="CMakeLists.txt" in files,
         cmake_minimum=max(minimums + [MIN_CMAKE], key=lambda v: tuple(int(p) for p in v.split("."))),
         llvm_commit=inputs.commit,

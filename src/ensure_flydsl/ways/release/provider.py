@@ -16,7 +16,6 @@ from packaging.version import Version
 from ensure_flydsl import layout
 from ensure_flydsl.errors import EnsureError, ExitCode, Plan, Stage
 from ensure_flydsl.probe.gate import TREE_PACKAGES
-from ensure_flydsl.probe.interpreter import describe_interpreter
 from ensure_flydsl.probe.results import Interpreter, Probe
 from ensure_flydsl.result import How
 from ensure_flydsl.settings import Settings
@@ -26,7 +25,7 @@ from ensure_flydsl.source.root import recording
 from ensure_flydsl.support import faults
 from ensure_flydsl.support.files import remove_tree, rename_into_place
 from ensure_flydsl.support.processes import CommandFailed
-from ensure_flydsl.ways import Way, demands, falls_back
+from ensure_flydsl.ways import Way, demands
 from ensure_flydsl.ways.base import Early, Provider, Shared
 from ensure_flydsl.ways.checks import MISSING, WRONG, Check, CheckStatus, RunContext, Submit, passed, skipped
 from ensure_flydsl.ways.context import Decision, Run
@@ -283,18 +282,6 @@ def check_release(ctx: RunContext, checkout: Optional[str], *, demanded: bool) -
     return refused(MISSING, f"{how}, but the package index has no {wanted} wheel for {abi} (versions it has for "
                    f"{abi}: {listed}){fallback}", "use FLYDSL_STRATEGY=source to build the pin, or set FLYDSL_PYTHON "
                    "to an interpreter FlyDSL publishes wheels for (cp310-cp314)")
-
-
-def release_instead(settings: Settings, environ: Mapping[str, str], blocking: Check) -> Optional[str]:
-    """The doctor's hint when ``blocking`` stops the source build that ``auto`` falls back to."""
-    if not falls_back(settings.strategy) or blocking.stage not in SOURCE_ONLY:
-        return None
-    try:
-        interpreter = describe_interpreter(settings.python, environ, timeout=settings.probe_timeout,
-                                           timeout_label=settings.label("probe_timeout"))
-    except EnsureError:
-        return None
-    return release_suggestion(settings, interpreter, environ)
 
 
 def release_suggestion(settings: Settings, interpreter: Interpreter, environ: Mapping[str, str]) -> Optional[str]:
