@@ -22,17 +22,15 @@ HISTORY_KEEP = 7  # the median of the last runs: one slow run (a cold disk, a bu
 MAX_STEP_S = 7 * 24 * 3600.0  # a longer "duration" is no step's (a clock jump, a foreign file): no history
 LOCK_WAIT_S = 5.0  # a run adds its durations in milliseconds; a holder stuck for longer is not waited for
 
-# What each route's steps take on a host without history (seconds): the source build's are FlyDSL's on MI300X
-# hosts.  A release's and a cache entry's fetch is the pin's objects only (a build's counts the submodules too).
+# What each step takes on a host without history (seconds): the source build's are FlyDSL's on MI300X hosts.  A
+# release's and a cache entry's fetch is the pin's objects only (a build's counts the submodules too).
+STAGE_SECONDS: Dict[Stage, float] = {
+    Stage.PROBE: 5.0, Stage.LOCK: 0.0, Stage.FETCH: 15.0, Stage.REQUIREMENTS: 1.0, Stage.FIXES: 5.0, Stage.LLVM: 900.0,
+    Stage.BUILD: 300.0, Stage.RELEASE: 20.0, Stage.CACHE: 25.0, Stage.VERIFY: 10.0, Stage.PUBLISH: 1.0}
+_PLAN_SECONDS: Dict[Plan, Dict[Stage, float]] = {Plan.SOURCE: {Stage.FETCH: 60.0, Stage.VERIFY: 15.0}}
 DEFAULT_SECONDS: Dict[Plan, Dict[Stage, float]] = {
-    Plan.SOURCE: {Stage.PROBE: 5.0, Stage.LOCK: 0.0, Stage.FETCH: 60.0, Stage.REQUIREMENTS: 1.0,
-                  Stage.FIXES: 5.0, Stage.LLVM: 900.0, Stage.BUILD: 300.0, Stage.VERIFY: 15.0,
-                  Stage.PUBLISH: 1.0},
-    Plan.RELEASE: {Stage.PROBE: 5.0, Stage.LOCK: 0.0, Stage.FETCH: 15.0, Stage.REQUIREMENTS: 1.0,
-                   Stage.RELEASE: 20.0, Stage.VERIFY: 10.0, Stage.PUBLISH: 1.0},
-    Plan.CACHE: {Stage.PROBE: 5.0, Stage.LOCK: 0.0, Stage.FETCH: 15.0, Stage.REQUIREMENTS: 1.0,
-                 Stage.CACHE: 25.0, Stage.VERIFY: 10.0, Stage.PUBLISH: 1.0},
-}
+    plan: {stage: _PLAN_SECONDS.get(plan, {}).get(stage, STAGE_SECONDS[stage]) for stage in plan.stages}
+    for plan in Plan}
 
 
 @dataclass(frozen=True)
