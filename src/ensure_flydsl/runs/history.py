@@ -8,12 +8,10 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Callable, Dict, Mapping, Optional, Tuple, TypeVar
 
-import filelock
-
 from ensure_flydsl.errors import Plan, Stage
 from ensure_flydsl.layout import history_file, history_lock
 from ensure_flydsl.support import fields
-from ensure_flydsl.support.files import atomic_write_json, read_json
+from ensure_flydsl.support.files import LockBusy, atomic_write_json, held_lock, read_json
 
 T = TypeVar("T")
 
@@ -108,13 +106,13 @@ def remember(host_dir: Optional[str], plan: Plan, durations: Mapping[Stage, floa
     path = history_file(host_dir)
     try:
         os.makedirs(host_dir, mode=0o755, exist_ok=True)
-        with filelock.FileLock(history_lock(host_dir), mode=0o644, timeout=LOCK_WAIT_S):
+        with held_lock(history_lock(host_dir), timeout=LOCK_WAIT_S, say=lambda _: None, what="the history's lock"):
             raw = read_json(path)
             version = fields.integer(raw.get("version")) if raw is not None else None
             if version is not None and version > HISTORY_VERSION:
                 return False
             history = History.from_json(raw) or History()
             atomic_write_json(path, history.adding(plan, durations).to_json())
-    except (OSError, TimeoutError):
+    except (OSError, LockBusy):
         return False
     return True

@@ -166,15 +166,6 @@ class HostStore:
     def tree_dir(self, key: str) -> str:
         return layout.store_tree_dir(self.path, key)
 
-    def keys(self) -> List[str]:
-        """The trees this tool made (a folder of another kind under trees/ is none)."""
-        trees = layout.store_trees_dir(self.path)
-        try:
-            names = sorted(os.listdir(trees))
-        except OSError:
-            return []
-        return [name for name in names if self._made(name) is None]
-
     def _made(self, name: str) -> Optional[str]:
         """Why trees/NAME is not a tree of this tool's, or None: a folder of ours named by a key, holding only
         what the tier writes there."""
@@ -316,10 +307,14 @@ class HostStore:
         atomic_write_json(layout.store_probed(self.tree_dir(key)), {"passed": kept})
 
     def entries(self) -> List[CacheEntry]:
-        """Every tree this tool made, each with when it was last ``used``; one that cannot be used with its
-        ``problem``."""
+        """Every tree this tool made (not a folder of another kind under trees/), each with when it was last
+        ``used``; one that cannot be used with its ``problem``."""
+        try:
+            names = sorted(os.listdir(layout.store_trees_dir(self.path)))
+        except OSError:
+            return []
         found = []
-        for key in self.keys():
+        for key in (name for name in names if self._made(name) is None):
             entry, why = self.lookup(key)
             try:
                 used = os.stat(self.tree_dir(key)).st_mtime
