@@ -166,9 +166,9 @@ def keep(folder: Optional[str], record: TimingRecord) -> bool:
     return True
 
 
-def prune(folder: str, *, keep_runs: int = KEEP_RUNS, keep_days: float = KEEP_DAYS) -> None:
-    """Remove the records beyond the newest ``keep_runs`` or older than ``keep_days``: only regular files named
-    as the tool names records."""
+def prune(folder: str, *, keep_runs: int = KEEP_RUNS) -> None:
+    """Remove the records beyond the newest ``keep_runs`` or older than KEEP_DAYS: only regular files named as the
+    tool names records."""
     try:
         entries = list(os.scandir(folder))
     except OSError:
@@ -181,7 +181,7 @@ def prune(folder: str, *, keep_runs: int = KEEP_RUNS, keep_days: float = KEEP_DA
                 dated.append((entry.stat(follow_symlinks=False).st_mtime, entry.path))
     now = time.time()
     dated.sort(key=lambda d: _newest_real(d[0], now), reverse=True)
-    oldest = now - keep_days * 86400.0
+    oldest = now - KEEP_DAYS * 86400.0
     for index, (mtime, path) in enumerate(dated):
         if index >= keep_runs or mtime < oldest:
             with contextlib.suppress(OSError):
