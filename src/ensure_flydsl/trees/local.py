@@ -324,9 +324,8 @@ class HostStore:
         return found
 
     def prune(self, max_bytes: int) -> List[CacheEntry]:
-        """Trees removed (damaged, then longest unused) down to ``max_bytes``; what was left under trees/ as not
-        this tool's is said in ``warnings``.  Under the lock no tree is being added, so every staging folder is a
-        killed run's."""
+        """Trees removed (damaged, then longest unused) down to ``max_bytes``, and every staging folder (under the
+        lock, a killed run's); what is under trees/ and not this tool's is said in ``warnings``."""
         with self.locked():
             trees = layout.store_trees_dir(self.path)
             for name in sorted(os.listdir(trees)) if os.path.isdir(trees) else []:
