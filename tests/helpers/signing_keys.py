@@ -26,5 +26,5 @@ def entry_manifest() -> bytes:
                Member(path="flydsl/_mlir/libFly.so", type="symlink", mode=0o777, size=0, sha256=None,
                       target="libFly.so.1"))
     entry = CacheEntry(kind="tree", key=KEY, blob="cd" * 32, size=123456, created=1764547200.25, fields=FIELDS,
-                       files=1, members=members, host="ci-host", tool="ensure-flydsl 1.0")
+                       members=members, host="ci-host", tool="ensure-flydsl 1.0")
     return manifest_bytes(entry)

@@ -140,8 +140,7 @@ def test_the_tar_itself_is_checked_not_only_its_manifest(cache_dir: str, work: s
     entry = publish_raw(cache_dir, [_member("../evil", data=b"x")])
     honest = Member(path="evil", type="file", mode=0o644, size=1, sha256=hashlib.sha256(b"x").hexdigest())
     lying = CacheEntry(kind=entry.kind, key=entry.key, blob=entry.blob, size=entry.size, created=entry.created,
-                       fields=entry.fields, files=1,
-                       members=(honest,))
+                       fields=entry.fields, members=(honest,))
     # Each header is held against the manifest before its member is written: ../evil is not in it.
     assert_rejected(open_cache(cache_dir), lying, work, "member '../evil' is not in the manifest")
 
@@ -161,6 +160,5 @@ def test_a_member_before_its_folder_in_the_tar_is_rejected(cache_dir: str, work:
     honest = (Member("d", "dir", 0o755), Member(path="d/x", type="file", mode=0o644, size=1,
                                                 sha256=hashlib.sha256(b"x").hexdigest()))
     lying = CacheEntry(kind=entry.kind, key=entry.key, blob=entry.blob, size=entry.size, created=entry.created,
-                       fields=entry.fields, files=1,
-                       members=honest)
+                       fields=entry.fields, members=honest)
     assert_rejected(open_cache(cache_dir), lying, work, "comes before its folder")

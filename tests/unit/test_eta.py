@@ -25,6 +25,18 @@ SOURCE = DEFAULT_SECONDS[Plan.SOURCE]
 RELEASE = DEFAULT_SECONDS[Plan.RELEASE]
 
 
+def test_the_default_seconds_of_each_route_are_unchanged() -> None:
+    # One table per stage, a route's own figure for its fetch and verify: the figures each route had before.
+    assert {plan.value: {str(s): v for s, v in table.items()} for plan, table in DEFAULT_SECONDS.items()} == {
+        "source": {"probe": 5.0, "lock": 0.0, "fetch": 60.0, "requirements": 1.0, "fixes": 5.0, "llvm": 900.0,
+                   "build": 300.0, "verify": 15.0, "publish": 1.0},
+        "release": {"probe": 5.0, "lock": 0.0, "fetch": 15.0, "requirements": 1.0, "release": 20.0, "verify": 10.0,
+                    "publish": 1.0},
+        "cache": {"probe": 5.0, "lock": 0.0, "fetch": 15.0, "requirements": 1.0, "cache": 25.0, "verify": 10.0,
+                  "publish": 1.0}}
+    assert [list(table) for table in DEFAULT_SECONDS.values()] == [list(plan.stages) for plan in DEFAULT_SECONDS]
+
+
 def test_the_eta_adds_up_the_steps_of_the_route_it_takes() -> None:
     # Half-way through the build (expected 300 s): 150 s left, plus verify and publish.
     assert estimate_eta(Stage.BUILD, 100.0, 50.0, SOURCE, [], Plan.SOURCE) == 150.0 + SOURCE[Stage.VERIFY] + 1.0

@@ -93,7 +93,7 @@ def test_a_tree_of_an_older_version_is_never_linked_and_is_pruned_first(tmp_path
     found, why = store.lookup(KEY)
     assert found is None and why
     assert [t.key for t in store.entries() if t.problem] == [KEY]
-    assert [t.key for t in store.prune(10**12)] == [KEY] and store.keys() == []
+    assert [t.key for t in store.prune(10**12)] == [KEY] and store.entries() == []
 
 
 def test_a_stored_file_that_does_not_match_its_hash_is_a_problem(tmp_path: "os.PathLike[str]") -> None:
@@ -122,7 +122,7 @@ def test_a_tree_whose_link_leaves_it_is_refused_at_the_door(tmp_path: "os.PathLi
     store = HostStore.open(os.path.join(str(tmp_path), "store"))
     with pytest.raises(Exception, match="resolves outside"):
         store.put(KEY, FIELDS, tree, members, how="built", signed_by=(), refuses=lambda _: None, placer=Placer())
-    assert store.keys() == []
+    assert store.entries() == []
 
 
 def test_a_tree_holding_its_roots_path_is_found(tmp_path: "os.PathLike[str]") -> None:
@@ -188,7 +188,7 @@ def test_prune_removes_only_what_the_tier_made(tmp_path: "os.PathLike[str]") -> 
     assert [t.key for t in removed] == [KEY]
     assert sorted(os.listdir(trees)) == sorted(["README", "ab" * 32, "my-notes"])
     assert len(left) == 3 and all("so this tool did not make it" in line for line in left), left
-    assert store.keys() == []
+    assert store.entries() == []
 
 
 def test_a_tree_another_user_owns_is_never_read_nor_removed(tmp_path: "os.PathLike[str]") -> None:

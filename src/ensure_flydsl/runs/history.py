@@ -8,12 +8,10 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Callable, Dict, Mapping, Optional, Tuple, TypeVar
 
-import filelock
-
 from ensure_flydsl.errors import Plan, Stage
 from ensure_flydsl.layout import history_file, history_lock
 from ensure_flydsl.support import fields
-from ensure_flydsl.support.files import atomic_write_json, read_json
+from ensure_flydsl.support.files import LockBusy, atomic_write_json, held_lock, read_json
 
 T = TypeVar("T")
 
@@ -22,17 +20,15 @@ HISTORY_KEEP = 7  # the median of the last runs: one slow run (a cold disk, a bu
 MAX_STEP_S = 7 * 24 * 3600.0  # a longer "duration" is no step's (a clock jump, a foreign file): no history
 LOCK_WAIT_S = 5.0  # a run adds its durations in milliseconds; a holder stuck for longer is not waited for
 
-# What each route's steps take on a host without history (seconds): the source build's are FlyDSL's on MI300X
-# hosts.  A release's and a cache entry's fetch is the pin's objects only (a build's counts the submodules too).
+# What each step takes on a host without history (seconds): the source build's are FlyDSL's on MI300X hosts.  A
+# release's and a cache entry's fetch is the pin's objects only (a build's counts the submodules too).
+STAGE_SECONDS: Dict[Stage, float] = {
+    Stage.PROBE: 5.0, Stage.LOCK: 0.0, Stage.FETCH: 15.0, Stage.REQUIREMENTS: 1.0, Stage.FIXES: 5.0, Stage.LLVM: 900.0,
+    Stage.BUILD: 300.0, Stage.RELEASE: 20.0, Stage.CACHE: 25.0, Stage.VERIFY: 10.0, Stage.PUBLISH: 1.0}
+_PLAN_SECONDS: Dict[Plan, Dict[Stage, float]] = {Plan.SOURCE: {Stage.FETCH: 60.0, Stage.VERIFY: 15.0}}
 DEFAULT_SECONDS: Dict[Plan, Dict[Stage, float]] = {
-    Plan.SOURCE: {Stage.PROBE: 5.0, Stage.LOCK: 0.0, Stage.FETCH: 60.0, Stage.REQUIREMENTS: 1.0,
-                  Stage.FIXES: 5.0, Stage.LLVM: 900.0, Stage.BUILD: 300.0, Stage.VERIFY: 15.0,
-                  Stage.PUBLISH: 1.0},
-    Plan.RELEASE: {Stage.PROBE: 5.0, Stage.LOCK: 0.0, Stage.FETCH: 15.0, Stage.REQUIREMENTS: 1.0,
-                   Stage.RELEASE: 20.0, Stage.VERIFY: 10.0, Stage.PUBLISH: 1.0},
-    Plan.CACHE: {Stage.PROBE: 5.0, Stage.LOCK: 0.0, Stage.FETCH: 15.0, Stage.REQUIREMENTS: 1.0,
-                 Stage.CACHE: 25.0, Stage.VERIFY: 10.0, Stage.PUBLISH: 1.0},
-}
+    plan: {stage: _PLAN_SECONDS.get(plan, {}).get(stage, STAGE_SECONDS[stage]) for stage in plan.stages}
+    for plan in Plan}
 
 
 @dataclass(frozen=True)
@@ -110,13 +106,13 @@ def remember(host_dir: Optional[str], plan: Plan, durations: Mapping[Stage, floa
     path = history_file(host_dir)
     try:
         os.makedirs(host_dir, mode=0o755, exist_ok=True)
-        with filelock.FileLock(history_lock(host_dir), mode=0o644, timeout=LOCK_WAIT_S):
+        with held_lock(history_lock(host_dir), timeout=LOCK_WAIT_S, say=lambda _: None, what="the history's lock"):
             raw = read_json(path)
             version = fields.integer(raw.get("version")) if raw is not None else None
             if version is not None and version > HISTORY_VERSION:
                 return False
             history = History.from_json(raw) or History()
             atomic_write_json(path, history.adding(plan, durations).to_json())
-    except (OSError, TimeoutError):
+    except (OSError, LockBusy):
         return False
     return True

@@ -19,10 +19,6 @@ from ensure_flydsl.support.launcher import command
 from ensure_flydsl.support.processes import kill_group
 
 
-def death_hint() -> str:
-    return f"run `{command('start')}` (or `{command()}`) again: it resumes where the dead run stopped"
-
-
 def seen_dead(store: RunStore, record: RunRecord) -> RunRecord:
     """The record, or failed with exit 9 for a "running" run whose alive lock is free, ended at its last sign of
     life (a caller killed while waiting never looks newer than the run that built)."""
@@ -34,18 +30,9 @@ def seen_dead(store: RunStore, record: RunRecord) -> RunRecord:
     who = f"pid {record.pid}" if record.pid else "before it recorded its pid"
     reason = (f"the run's process ({who}) died without finishing, during step {record.step} "
               "(killed: kill -9, the OOM killer, or the container stopped)")
+    hint = f"run `{command('start')}` (or `{command()}`) again: it resumes where the dead run stopped"
     return replace(record, state=FAILED, finished=record.updated if record.updated is not None else time.time(),
-                   failure=Failure(record.step, int(ExitCode.WORKER_DIED), reason, death_hint()))
-
-
-def marker_is_answered(store: RunStore, request: Request, run_id: str, locked: bool) -> Optional[str]:
-    """Why a run that failed or died must not write the failure marker (another answers for it), or None."""
-    if not locked and any(r.run_id != run_id and r.request == request for r in store.any_alive()):
-        return "another run for this request is going and will answer"
-    twin = markers.installed_twin(store.root)
-    if twin is not None and markers.twin_gap(twin, request) is None:
-        return "the env file answers this request"
-    return None
+                   failure=Failure(record.step, int(ExitCode.WORKER_DIED), reason, hint))
 
 
 def record_death(store: RunStore, record: RunRecord) -> RunRecord:
@@ -59,7 +46,11 @@ def record_death(store: RunStore, record: RunRecord) -> RunRecord:
     store.release(dead.run_id)  # the room it kept for its last words: they are said here
     # The marker before the FAILED record: a `wait` that reads the record answers at once.  A poller of the
     # files alone must see the death as soon as `wait` does.
-    dead = _mark_death(store, dead)
+    assert dead.failure is not None
+    unseen = leave_failure_marker(store, dead.fail_marker, dead.failure, request=dead.request, run_id=dead.run_id,
+                                  locked=dead.locked, log=dead.log or None, log_tail=markers.tail_of(dead.log))
+    if unseen is not None:  # the marker could not be written: the failure says so
+        dead = replace(dead, failure=replace(dead.failure, reason=f"{dead.failure.reason}; {unseen}"))
     try:
         store.write(dead)
     except OSError as exc:
@@ -73,16 +64,6 @@ def record_death(store: RunStore, record: RunRecord) -> RunRecord:
     return dead
 
 
-def _mark_death(store: RunStore, dead: RunRecord) -> RunRecord:
-    """The dead run's failure marker; when it cannot be written, its failure says so."""
-    assert dead.failure is not None
-    unseen = leave_failure_marker(store, dead.fail_marker, dead.failure, request=dead.request, run_id=dead.run_id,
-                                  locked=dead.locked, log=dead.log or None, log_tail=markers.tail_of(dead.log))
-    if unseen is None:
-        return dead
-    return replace(dead, failure=replace(dead.failure, reason=f"{dead.failure.reason}; {unseen}"))
-
-
 def leave_failure_marker(store: RunStore, path: str, failure: Failure, *, request: Request, run_id: str, locked: bool,
                          log: Optional[str], log_tail: List[str],
                          say: Callable[[str], None] = lambda _: None) -> Optional[str]:
@@ -90,8 +71,12 @@ def leave_failure_marker(store: RunStore, path: str, failure: Failure, *, reques
     does not see the failure (it could not be written), or None."""
     if not os.path.isdir(os.path.dirname(path)):
         return None  # bad input about the marker's own folder: nothing may be created
-    answered = marker_is_answered(store, request, run_id, locked)
-    if answered is not None:
+    if not locked and any(r.run_id != run_id and r.request == request for r in store.any_alive()):
+        answered = "another run for this request is going and will answer"
+    else:
+        twin = markers.installed_twin(store.root)
+        answered = "the env file answers this request" if twin and markers.twin_gap(twin, request) is None else ""
+    if answered:
         say(f"not writing {path}: {answered}")
         return None
     try:

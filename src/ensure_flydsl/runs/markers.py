@@ -341,7 +341,7 @@ def now_iso() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
 
-def tail_of(path: str, count: int = 20) -> List[str]:
+def tail_of(path: str) -> List[str]:
     """The last lines of a log, read from its end (logs grow large)."""
     if not path:
         return []
@@ -349,6 +349,6 @@ def tail_of(path: str, count: int = 20) -> List[str]:
         with open(path, "rb") as handle:
             handle.seek(0, os.SEEK_END)
             handle.seek(max(0, handle.tell() - 16384))
-            return handle.read().decode(errors="replace").splitlines()[-count:]
+            return handle.read().decode(errors="replace").splitlines()[-20:]
     except OSError:
         return []

@@ -166,9 +166,9 @@ def keep(folder: Optional[str], record: TimingRecord) -> bool:
     return True
 
 
-def prune(folder: str, *, keep_runs: int = KEEP_RUNS, keep_days: float = KEEP_DAYS) -> None:
-    """Remove the records beyond the newest ``keep_runs`` or older than ``keep_days``: only regular files named
-    as the tool names records."""
+def prune(folder: str, *, keep_runs: int = KEEP_RUNS) -> None:
+    """Remove the records beyond the newest ``keep_runs`` or older than KEEP_DAYS: only regular files named as the
+    tool names records."""
     try:
         entries = list(os.scandir(folder))
     except OSError:
@@ -181,7 +181,7 @@ def prune(folder: str, *, keep_runs: int = KEEP_RUNS, keep_days: float = KEEP_DA
                 dated.append((entry.stat(follow_symlinks=False).st_mtime, entry.path))
     now = time.time()
     dated.sort(key=lambda d: _newest_real(d[0], now), reverse=True)
-    oldest = now - keep_days * 86400.0
+    oldest = now - KEEP_DAYS * 86400.0
     for index, (mtime, path) in enumerate(dated):
         if index >= keep_runs or mtime < oldest:
             with contextlib.suppress(OSError):
@@ -292,21 +292,15 @@ def _counts(values: Iterable[Optional[str]], order: Iterable[str]) -> Dict[str, 
     return {name: found[name] for name in order if name in found}
 
 
-def where_the_time_went(records: Sequence[TimingRecord], stages: Sequence[Stage]) -> List[Dict[str, object]]:
-    """Each stage's share of all the runs' wall time, largest first, then ``other``'s; none without time."""
-    total = sum(r.total_s for r in records)
-    if total <= 0:
-        return []
-    spent = {str(stage): sum(r.stages.get(stage, 0.0) for r in records) for stage in stages}
-    ranked = sorted(spent.items(), key=lambda item: (-item[1], item[0]))
-    ranked.append((OTHER, max(0.0, total - sum(spent.values()))))
-    return [{"stage": name, "sum_s": round(seconds, 3), "share": round(seconds / total, 4)} for name, seconds in ranked]
-
-
 def summarize(records: Sequence[TimingRecord]) -> Dict[str, object]:
     """What the runs add up to, as ``stats --json`` gives it: counts, medians and sums, where the time went."""
     fetched = [r for r in records if r.bytes_fetched is not None]
     stages = [stage for stage in Stage if any(stage in r.stages for r in records)]
+    # Each stage's share of all the runs' wall time, largest first, then ``other``'s.
+    total = sum(r.total_s for r in records)
+    spent = sorted(((str(stage), sum(r.stages.get(stage, 0.0) for r in records)) for stage in stages),
+                   key=lambda item: (-item[1], item[0]))
+    spent.append((OTHER, max(0.0, total - sum(seconds for _, seconds in spent))))
     bytes_fetched = _figures([float(r.bytes_fetched or 0) for r in fetched], "")
     bytes_fetched["by"] = {what: sum(r.fetched.get(what, 0) for r in fetched) for what in FETCHES
                            if any(what in r.fetched for r in fetched)}
@@ -316,7 +310,8 @@ def summarize(records: Sequence[TimingRecord]) -> Dict[str, object]:
         "hosts": _counts((r.host for r in records), sorted({r.host for r in records})),
         "total": _figures([r.total_s for r in records]),
         "stages": {str(stage): _figures([r.stages[stage] for r in records if stage in r.stages]) for stage in stages},
-        "where": where_the_time_went(records, stages),
+        "where": [{"stage": name, "sum_s": round(seconds, 3), "share": round(seconds / total, 4)}
+                  for name, seconds in spent] if total > 0 else [],
         "lock_wait": _figures([r.lock_wait_s for r in records if r.lock_wait_s is not None]),
         "lease_wait": _figures([r.lease_wait_s for r in records if r.lease_wait_s is not None]),
         "bytes_fetched": bytes_fetched,

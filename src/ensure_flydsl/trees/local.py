@@ -11,9 +11,7 @@ import json
 import os
 import pwd
 import shutil
-import socket
 import stat
-import time
 from dataclasses import dataclass, field, replace
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -39,11 +37,11 @@ from ensure_flydsl.trees.manifest import (
     check_members,
     check_tree,
     manifest_bytes,
+    new_entry,
     parse_manifest,
     prune_order,
     stat_seal,
 )
-from ensure_flydsl.version import __version__
 
 REFLINK, COPY = LINK_MODES
 FICLONE = 0x40049409  # _IOW(0x94, 9, int): Linux's clone of a whole file (btrfs, XFS, bcachefs)
@@ -168,15 +166,6 @@ class HostStore:
     def tree_dir(self, key: str) -> str:
         return layout.store_tree_dir(self.path, key)
 
-    def keys(self) -> List[str]:
-        """The trees this tool made (a folder of another kind under trees/ is none)."""
-        trees = layout.store_trees_dir(self.path)
-        try:
-            names = sorted(os.listdir(trees))
-        except OSError:
-            return []
-        return [name for name in names if self._made(name) is None]
-
     def _made(self, name: str) -> Optional[str]:
         """Why trees/NAME is not a tree of this tool's, or None: a folder of ours named by a key, holding only
         what the tier writes there."""
@@ -266,10 +255,8 @@ class HostStore:
                 raise CacheCorrupt(f"{self.tree_dir(key)} is in the way and is not the store's ({left})")
             staging = os.path.join(layout.store_trees_dir(self.path),
                                    f"{STAGING_PREFIX}{os.getpid()}-{os.urandom(4).hex()}")
-            entry = CacheEntry(kind="tree", key=key, blob="", size=sum(m.size for m in members), created=time.time(),
-                               fields=dict(tree_fields), files=sum(1 for m in members if m.type == "file"),
-                               members=tuple(members), host=socket.gethostname(), tool=f"ensure-flydsl {__version__}",
-                               how=how, signed_by=tuple(signed_by))
+            entry = new_entry("tree", key, tree_fields, members, size=sum(m.size for m in members), how=how,
+                              signed_by=signed_by)
             try:
                 seal = _place_tree(folder, layout.store_files(staging), members, placer, store_side=True)
                 atomic_write_json(layout.store_seal(staging), {"files": {p: list(v) for p, v in seal.items()}})
@@ -320,23 +307,25 @@ class HostStore:
         atomic_write_json(layout.store_probed(self.tree_dir(key)), {"passed": kept})
 
     def entries(self) -> List[CacheEntry]:
-        """Every tree this tool made, each with when it was last ``used``; one that cannot be used with its
-        ``problem``."""
+        """Every tree this tool made (not a folder of another kind under trees/), each with when it was last
+        ``used``; one that cannot be used with its ``problem``."""
+        try:
+            names = sorted(os.listdir(layout.store_trees_dir(self.path)))
+        except OSError:
+            return []
         found = []
-        for key in self.keys():
+        for key in (name for name in names if self._made(name) is None):
             entry, why = self.lookup(key)
             try:
                 used = os.stat(self.tree_dir(key)).st_mtime
             except OSError:
                 continue
-            damaged = CacheEntry(kind="tree", key=key, blob="", size=0, created=0.0, fields={}, files=0, problem=why)
-            found.append(replace(entry or damaged, used=used))
+            found.append(replace(entry or CacheEntry(kind="tree", key=key, problem=why), used=used))
         return found
 
     def prune(self, max_bytes: int) -> List[CacheEntry]:
-        """Trees removed (damaged, then longest unused) down to ``max_bytes``; what was left under trees/ as not
-        this tool's is said in ``warnings``.  Under the lock no tree is being added, so every staging folder is a
-        killed run's."""
+        """Trees removed (damaged, then longest unused) down to ``max_bytes``, and every staging folder (under the
+        lock, a killed run's); what is under trees/ and not this tool's is said in ``warnings``."""
         with self.locked():
             trees = layout.store_trees_dir(self.path)
             for name in sorted(os.listdir(trees)) if os.path.isdir(trees) else []:

@@ -9,12 +9,15 @@ import json
 import os
 import posixpath
 import re
+import socket
 import stat
+import time
 from dataclasses import dataclass, field, replace
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ensure_flydsl.support.fields import byte_count, integer, json_object, seconds, short_text, text
 from ensure_flydsl.trees.backends import CacheCorrupt, StoredFile
+from ensure_flydsl.version import __version__
 
 FORMAT = 1
 CHUNK = 1 << 20
@@ -204,11 +207,10 @@ class CacheEntry:
 
     kind: str  # "tree" or "mlir" ("orphan" only in what prune returns: a file no manifest names)
     key: str  # cache_key(kind, fields)
-    blob: str  # sha256 of the artifact's bytes ("" for a tree kept unpacked on this host)
-    size: int  # the artifact's bytes (the files' bytes for a tree kept on this host)
-    created: float
-    fields: Dict[str, object]  # the key fields, for people (cache list)
-    files: int
+    blob: str = ""  # sha256 of the artifact's bytes ("" for a tree kept unpacked on this host)
+    size: int = 0  # the artifact's bytes (the files' bytes for a tree kept on this host)
+    created: float = 0.0
+    fields: Dict[str, object] = field(default_factory=dict)  # the key fields, for people (cache list)
     members: Tuple[Member, ...] = field(default=(), repr=False, compare=False)
     host: str = ""
     tool: str = ""
@@ -218,6 +220,10 @@ class CacheEntry:
     path: str = field(default="", repr=False, compare=False)  # where the manifest is in its store
     used: float = field(default=0.0, compare=False)  # a tree kept on this host: when a root last copied it
     problem: str = ""  # a tree kept on this host: why it cannot be used (a prune removes it first)
+
+    @property
+    def files(self) -> int:
+        return sum(1 for m in self.members if m.type == "file")
 
     @property
     def variant(self) -> str:
@@ -261,9 +267,17 @@ def check_name(kind: str, key: str) -> None:
         raise ValueError(f"cache key {key!r} is not a hex sha256 (use cache_key)")
 
 
+def new_entry(kind: str, key: str, fields: Mapping[str, object], members: Sequence[Member], *, size: int,
+              blob: str = "", how: str = "", signed_by: Sequence[str] = ()) -> CacheEntry:
+    """An entry stored now, by this host and this tool."""
+    return CacheEntry(kind=kind, key=key, blob=blob, size=size, created=time.time(), fields=dict(fields),
+                      members=tuple(members), host=socket.gethostname(), tool=f"ensure-flydsl {__version__}", how=how,
+                      signed_by=tuple(signed_by))
+
+
 def orphan_entry(stored: StoredFile, sha: str) -> CacheEntry:
     return CacheEntry(kind="orphan", key="", blob=sha, size=stored.size, created=stored.mtime or 0.0,
-                      fields={"path": stored.path}, files=0)
+                      fields={"path": stored.path})
 
 
 def manifest_bytes(entry: CacheEntry) -> bytes:
@@ -307,8 +321,7 @@ def parse_manifest(data: bytes, path: str = "", *, unpacked: bool = False) -> Ca
     signed_by = obj.get("signed_by", [])
     if not isinstance(signed_by, list) or not all(isinstance(k, str) and short_text(k) == k for k in signed_by):
         raise ValueError("signed_by is not a list of keys")
-    return CacheEntry(kind=kind, key=key, blob=blob, size=size, created=float(created), fields=fields,
-                      files=sum(1 for m in members if m.type == "file"), members=members,
+    return CacheEntry(kind=kind, key=key, blob=blob, size=size, created=float(created), fields=fields, members=members,
                       host=short_text(obj.get("host")) or "", tool=short_text(obj.get("tool")) or "",
                       how=how if isinstance(how, str) else "", signed_by=tuple(signed_by), manifest=data, path=path)
 

@@ -1,13 +1,11 @@
 """The store's shared tiers (the binary cache), in a folder or behind an fsspec URL: content-addressed blobs, the
 first manifest of a key and signers' variants beside it, never replaced while a host may trust it (docs/fleet.md).
-A get trusts nothing it reads: members are checked first, and the tree is renamed into place only when whole.
-Both tiers answer one vocabulary (lookup, entries, get, put, prune, warnings; docs/DESIGN.md)."""
+A get trusts nothing it reads: members are checked first, and the tree is renamed into place only when whole."""
 
 from __future__ import annotations
 
 import os
 import shutil
-import socket
 import tempfile
 import time
 from dataclasses import dataclass, replace
@@ -27,13 +25,13 @@ from ensure_flydsl.trees.manifest import (
     check_members,
     check_name,
     manifest_bytes,
+    new_entry,
     orphan_entry,
     parse_manifest,
     prune_order,
     walk,
 )
 from ensure_flydsl.trees.signing import KEY_NAME, PublicKey, SecretKey
-from ensure_flydsl.version import __version__
 
 ORPHAN_GRACE_S = 3600.0  # an unreferenced blob younger than this may be a publisher's whose manifest comes next
 MAX_VARIANTS = 64  # per key: one per signing key; more is a store flooded on purpose
@@ -186,9 +184,7 @@ class Cache:
             raise CacheError(f"cannot publish {source} to {self.location}: {exc.strerror or exc}") from None
         finally:
             remove_file(tmp)  # what a commit did not take
-        entry = CacheEntry(kind=kind, key=key, blob=blob, size=size, created=time.time(), fields=dict(fields),
-                           files=sum(1 for m in members if m.type == "file"), members=tuple(members),
-                           host=socket.gethostname(), tool=f"ensure-flydsl {__version__}")
+        entry = new_entry(kind, key, fields, members, blob=blob, size=size)
         return self.put_manifest(replace(entry, manifest=manifest_bytes(entry)), signers)
 
     def put_manifest(self, entry: CacheEntry, signers: Sequence[SecretKey]) -> Published:

@@ -179,10 +179,7 @@ def parse_signature(data: bytes) -> Tuple[str, bytes]:
         raise ValueError("not ASCII text") from None
     if text.count("\n") > 1 or (text.count("\n") == 1 and not text.endswith("\n")):
         raise ValueError("not one line")
-    try:
-        name, signature = split_line(text, "the signature")
-    except KeyProblem as exc:
-        raise ValueError(str(exc)) from None
+    name, signature = split_line(text, "the signature")  # a KeyProblem is a ValueError
     if len(signature) != SIGNATURE_BYTES:
         raise ValueError(f"its signature holds {len(signature)} bytes, an ed25519 signature {SIGNATURE_BYTES}")
     return name, signature
