@@ -517,8 +517,11 @@ SETTING_BY_NAME: Dict[str, Setting] = {s.name: s for s in SETTINGS}
 
 # -- reading the settings ---------------------------------------------------------------------------------------
 def load_settings(flags: Mapping[str, object], environ: Mapping[str, str]) -> Settings:
-    """Settings from flags (their text or typed value, None when not given) and variables; BadInput for the first
-    bad value."""
+    """Settings from flags (the API's keywords or a parsed command line: text or typed values, None when not given)
+    and variables; BadInput for the first bad value, TypeError for a name that is no setting."""
+    unknown = sorted(set(flags) - set(SETTING_BY_NAME))
+    if unknown:
+        raise TypeError(f"unknown setting(s): {', '.join(unknown)}; known: {', '.join(SETTING_BY_NAME)}")
     values: Dict[str, object] = {}
     sources: Dict[str, str] = {}
     for setting in SETTINGS:
@@ -558,14 +561,6 @@ def flag_text(name: str, value: object) -> str:
     if name == "cache_trusted_keys":  # an empty key among others, or none at all, is set but empty
         return "" if not items or any(not item.strip() for item in items) else " ".join(items)
     return ",".join(items)
-
-
-def settings_from_kwargs(kwargs: Mapping[str, object], environ: Mapping[str, str]) -> Settings:
-    """The Python API's keywords (or a parsed command line), validated exactly like flags."""
-    unknown = sorted(set(kwargs) - set(SETTING_BY_NAME))
-    if unknown:
-        raise TypeError(f"unknown setting(s): {', '.join(unknown)}; known: {', '.join(SETTING_BY_NAME)}")
-    return load_settings(kwargs, environ)
 
 
 def fail_marker_path(flags: Mapping[str, object], environ: Mapping[str, str]) -> Optional[str]:

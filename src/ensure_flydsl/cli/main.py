@@ -54,7 +54,7 @@ from ensure_flydsl.settings import (
     Settings,
     fail_marker_path,
     flag_text,
-    settings_from_kwargs,
+    load_settings,
 )
 from ensure_flydsl.support.launcher import command
 from ensure_flydsl.support.processes import unblock_stop_signals
@@ -495,7 +495,7 @@ def _run(call: Call) -> int:
         return int(args.run(call))
     given = {s.name: getattr(args, s.name) for s in SETTINGS if hasattr(args, s.name)}
     try:
-        settings = settings_from_kwargs(given, call.environ)
+        settings = load_settings(given, call.environ)
     except BadInput as exc:  # a poller of the bash executor's recipe only sees markers: leave one, where it can
         path = fail_marker_path(given, call.environ) if args.command in ("ensure", "start") else None
         if path and os.path.isdir(os.path.dirname(path)):
