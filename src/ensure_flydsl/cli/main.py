@@ -353,6 +353,10 @@ def with_command(parser: argparse.ArgumentParser, argv: List[str]) -> List[str]:
 
 def parse(argv: Sequence[str]) -> argparse.Namespace:
     parser = build_parser()
+    if "_ARGCOMPLETE" in os.environ:
+        import argcomplete
+
+        argcomplete.autocomplete(parser)  # prints what a TAB offers and exits
     return parser.parse_args(with_command(parser, list(argv)))
 
 
@@ -440,12 +444,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             given["--run-id"], int(given["--alive-fd"]), given["--settings-json"], call.environ, call.reporter))
     else:
         try:
-            parser = build_parser()
-            if "_ARGCOMPLETE" in os.environ:
-                import argcomplete
-
-                argcomplete.autocomplete(parser)  # prints what a TAB offers and exits
-            args = parser.parse_args(with_command(parser, argv))
+            args = parse(argv)
         except Refused as exc:  # under --json, one JSON object too: the reason, exit 64
             reporter = Reporter.for_stream(sys.stderr, json_events="--json" in argv)
             refused = _error(reporter, "--json" in argv, exc)

@@ -95,18 +95,16 @@ def show_env(call: Call, settings: Settings) -> int:
                                     twin.VLLM_USE_FLYDSL_MOE == "1").mapping(environ.get("PYTHONPATH")))
         print(result_json(data))
         return code
-    if gap is not None:
-        print(f"ensure-flydsl: {gap}; run `{command()}` (or `{command('start')}`) first", file=sys.stderr)
-        return ABSENT_EXIT
     path = settings.env_json if call.args.format == "json" else settings.env_file
     try:
-        with open(path) as handle:
-            sys.stdout.write(handle.read())
+        if gap is None:
+            with open(path) as handle:
+                sys.stdout.write(handle.read())
+            return 0
     except FileNotFoundError:
-        print(f"ensure-flydsl: no env file at {path}; run `{command()}` (or `{command('start')}`) first",
-              file=sys.stderr)
-        return ABSENT_EXIT
-    return 0
+        gap = f"no env file at {path}"
+    print(f"ensure-flydsl: {gap}; run `{command()}` (or `{command('start')}`) first", file=sys.stderr)
+    return ABSENT_EXIT
 
 
 def absent_env_file(env_file: str) -> str:
