@@ -565,10 +565,8 @@ def _failed(reporter: Reporter, as_json: bool, data: Dict[str, object], text: st
             detail: str = "") -> None:
     """``text`` on stderr; under --json the result object on stdout and one JSON event on stderr instead."""
     if not as_json:
-        try:
+        with contextlib.suppress(OSError):  # stderr on a full disk (a detached worker's is the log): the code says it
             print(text, file=sys.stderr)
-        except OSError:
-            pass  # stderr on a full disk (a detached worker's is the log): the code says it
         return
     event = {"event": "failed", **{k: data[k] for k in ("exit_code", "stage", "reason", "hint", "log")},
              "log_tail": list(tail), **({"detail": detail} if detail else {})}
