@@ -12,14 +12,14 @@ from ensure_flydsl.pipeline.run import ensure as run_or_warm
 from ensure_flydsl.probe.gate import imported_elsewhere
 from ensure_flydsl.result import Result
 from ensure_flydsl.runs.markers import EnvFile
-from ensure_flydsl.settings import settings_from_kwargs
+from ensure_flydsl.settings import load_settings
 from ensure_flydsl.support.report import Reporter
 
 
 def ensure(*, environ: Optional[Mapping[str, str]] = None, verbose: bool = False, **settings: object) -> Result:
     """Ensure FlyDSL is importable; return the Result or raise EnsureError (``.code`` is the exit code)."""
     env = dict(os.environ if environ is None else environ)
-    parsed = settings_from_kwargs(settings, env)
+    parsed = load_settings(settings, env)
     # As the command line: nothing the run makes is world-writable, whatever the caller's umask.
     previous = os.umask(0o022)
     os.umask(previous | 0o002)

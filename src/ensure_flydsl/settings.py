@@ -95,6 +95,14 @@ def _length(name: str, path: str, *, room: int = 0, leaf_room: int = 0) -> None:
                        f"{PATH_MAX - 1}{why})")
 
 
+def _need(name: str, value: str, what: str, modules: List[str], extra: str, instead: str) -> None:
+    """Refuse a setting whose use needs packages this Python lacks: the run could not do what it was told."""
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    if missing:
+        raise BadInput(name, value, f"{what} needs {' and '.join(missing)}, which this Python lacks: "
+                       + extra_remedy(extra, instead))
+
+
 def parse_path(name: str, value: str, *, pythonpath_entry: bool = False, room: int = 0, leaf_room: int = 0) -> str:
     path = os.path.abspath(value)
     checked = [(value, "")]
@@ -221,13 +229,9 @@ def parse_cache(name: str, value: str) -> str:
         raise BadInput(name, value, "a folder path or an fsspec URL such as s3://bucket/prefix")
     if not re.match(_URL, value):
         return parse_path(name, value, room=NAME_MAX)  # entries are written in it
-    # Without fsspec (and s3fs for S3) the run could not use the cache it was told to use.
     scheme = value.split("://", 1)[0].lower()
-    missing = [m for m in ["fsspec"] + (["s3fs"] if scheme in ("s3", "s3a") else [])
-               if importlib.util.find_spec(m) is None]
-    if missing:
-        raise BadInput(name, shown_location(value), f"the {scheme}:// cache needs {' and '.join(missing)}, which "
-                       "this Python lacks: " + extra_remedy("s3", "point FLYDSL_CACHE at a folder"))
+    needs = ["fsspec", "s3fs"] if scheme in ("s3", "s3a") else ["fsspec"]
+    _need(name, shown_location(value), f"the {scheme}:// cache", needs, "s3", "point FLYDSL_CACHE at a folder")
     return value
 
 
@@ -243,9 +247,8 @@ def parse_mlir_url(name: str, value: str) -> str:
     if _CONTROL.search(value) or not re.match(_URL, value) or "{" in rest or "}" in rest:
         raise BadInput(name, shown_location(value), MLIR_URL_ALLOWED)
     scheme = value.split("://", 1)[0].lower()
-    if scheme not in ("http", "https", "file") and importlib.util.find_spec("fsspec") is None:
-        raise BadInput(name, shown_location(value), f"a {scheme}:// URL needs fsspec, which this Python lacks: "
-                       + extra_remedy("s3", "use an http, https or file URL"))
+    if scheme not in ("http", "https", "file"):
+        _need(name, shown_location(value), f"a {scheme}:// URL", ["fsspec"], "s3", "use an http, https or file URL")
     return value
 
 
@@ -309,12 +312,6 @@ def host_id(environ: Mapping[str, str]) -> str:
         c if c.isprintable() else "?" for c in name)[:SHORT_TEXT_MAX] or "localhost"
 
 
-def _need_library(name: str, value: str) -> None:
-    if importlib.util.find_spec("cryptography") is None:
-        raise BadInput(name, value, "a key needs the cryptography package, which this Python lacks: "
-                       + extra_remedy("signing", f"unset {name}"))
-
-
 def parse_signing_key(name: str, value: str) -> str:
     """The secret key file's absolute path, once it reads as a secret key only its owner may read."""
     if keys.looks_inline(value.strip()):  # a key in the environment would be copied into every child process
@@ -327,7 +324,7 @@ def parse_signing_key(name: str, value: str) -> str:
     except keys.KeyProblem as exc:
         raise BadInput(name, value, f"a secret key file written by `{command('cache keygen')}` (mode 600); {exc}"
                        ) from None
-    _need_library(name, value)
+    _need(name, value, "a key", ["cryptography"], "signing", f"unset {name}")
     return path
 
 
@@ -348,7 +345,7 @@ def parse_trusted_keys(name: str, value: str) -> TrustedKeys:
             lines.extend(key.line() for key in found if key.line() not in lines)
     except keys.KeyProblem as exc:
         raise BadInput(name, shown, f"{TRUSTED_ALLOWED}; {exc}") from None
-    _need_library(name, shown)
+    _need(name, shown, "a key", ["cryptography"], "signing", f"unset {name}")
     return tuple(lines)
 
 
@@ -520,8 +517,11 @@ SETTING_BY_NAME: Dict[str, Setting] = {s.name: s for s in SETTINGS}
 
 # -- reading the settings ---------------------------------------------------------------------------------------
 def load_settings(flags: Mapping[str, object], environ: Mapping[str, str]) -> Settings:
-    """Settings from flags (their text or typed value, None when not given) and variables; BadInput for the first
-    bad value."""
+    """Settings from flags (the API's keywords or a parsed command line: text or typed values, None when not given)
+    and variables; BadInput for the first bad value, TypeError for a name that is no setting."""
+    unknown = sorted(set(flags) - set(SETTING_BY_NAME))
+    if unknown:
+        raise TypeError(f"unknown setting(s): {', '.join(unknown)}; known: {', '.join(SETTING_BY_NAME)}")
     values: Dict[str, object] = {}
     sources: Dict[str, str] = {}
     for setting in SETTINGS:
@@ -561,14 +561,6 @@ def flag_text(name: str, value: object) -> str:
     if name == "cache_trusted_keys":  # an empty key among others, or none at all, is set but empty
         return "" if not items or any(not item.strip() for item in items) else " ".join(items)
     return ",".join(items)
-
-
-def settings_from_kwargs(kwargs: Mapping[str, object], environ: Mapping[str, str]) -> Settings:
-    """The Python API's keywords (or a parsed command line), validated exactly like flags."""
-    unknown = sorted(set(kwargs) - set(SETTING_BY_NAME))
-    if unknown:
-        raise TypeError(f"unknown setting(s): {', '.join(unknown)}; known: {', '.join(SETTING_BY_NAME)}")
-    return load_settings(kwargs, environ)
 
 
 def fail_marker_path(flags: Mapping[str, object], environ: Mapping[str, str]) -> Optional[str]:

@@ -15,7 +15,6 @@ from ensure_flydsl.settings import (
     DEFAULT_ROOT,
     SETTINGS,
     load_settings,
-    settings_from_kwargs,
 )
 
 
@@ -184,12 +183,12 @@ def test_require_and_timeouts_parse() -> None:
 
 
 def test_api_keywords_are_validated_like_flags() -> None:
-    s = settings_from_kwargs({"jobs": 2, "vllm_moe": False, "require": ["flydsl"]}, {})
+    s = load_settings({"jobs": 2, "vllm_moe": False, "require": ["flydsl"]}, {})
     assert s.jobs == 2 and s.vllm_moe is False and s.require == ("flydsl",)
     with pytest.raises(BadInput):
-        settings_from_kwargs({"jobs": 0}, {})
+        load_settings({"jobs": 0}, {})
     with pytest.raises(TypeError):
-        settings_from_kwargs({"jbos": 2}, {})
+        load_settings({"jbos": 2}, {})
 
 
 def test_request_identifies_what_a_marker_must_satisfy() -> None:
@@ -202,7 +201,7 @@ def test_exact_pin_from_its_variable_flag_and_keyword() -> None:
     assert load().exact_pin is False and "exact_pin" in load().request().to_json()
     assert load(FLYDSL_EXACT_PIN="1").exact_pin is True
     assert load_settings({"exact_pin": "1"}, {}).exact_pin is True
-    assert settings_from_kwargs({"exact_pin": True}, {}).exact_pin is True
+    assert load_settings({"exact_pin": True}, {}).exact_pin is True
     with pytest.raises(BadInput) as refused:
         load(FLYDSL_EXACT_PIN="sometimes")
     assert "FLYDSL_EXACT_PIN='sometimes' is not allowed" in refused.value.reason

@@ -119,7 +119,7 @@ def test_no_message_holds_key_material(tmp_path: "os.PathLike[str]") -> None:
 def test_trusted_keys_set_but_empty_are_bad_input_not_checks_off(value: str, tmp_path: "os.PathLike[str]") -> None:
     """Issue 26 item 6: `FLYDSL_CACHE_TRUSTED_KEYS="$(cat ci.pub)"` where ci.pub is not gives "": that turned
     signature checks off without a word (an empty variable meant the default).  Refused, naming the setting."""
-    from ensure_flydsl.settings import settings_from_kwargs
+    from ensure_flydsl.settings import load_settings
 
     _secret, public = keygen(str(tmp_path), "k1")
     refusals = []
@@ -133,7 +133,7 @@ def test_trusted_keys_set_but_empty_are_bad_input_not_checks_off(value: str, tmp
         refusals.append(info.value.reason)
     for kwargs in ({"cache_trusted_keys": value}, {"cache_trusted_keys": [value]}, {"cache_trusted_keys": []}):
         with pytest.raises(BadInput) as info:
-            settings_from_kwargs(kwargs, {})
+            load_settings(kwargs, {})
         refusals.append(info.value.reason)
     for reason in refusals:
         assert reason.startswith(("FLYDSL_CACHE_TRUSTED_KEYS=", "--cache-trusted-key=")), reason
@@ -349,10 +349,10 @@ def test_the_python_api_and_the_detached_worker_carry_the_key_settings(tmp_path:
     import json
 
     from ensure_flydsl.cli.start import settings_from_json
-    from ensure_flydsl.settings import settings_from_kwargs
+    from ensure_flydsl.settings import load_settings
 
     secret, public = keygen(str(tmp_path), "k1")
-    settings = settings_from_kwargs({"cache_trusted_keys": [public, P2.line()], "cache_signing_key": secret}, {})
+    settings = load_settings({"cache_trusted_keys": [public, P2.line()], "cache_signing_key": secret}, {})
     assert settings.cache_trusted_keys == (read_public_keys(public)[0].line(), P2.line())
     assert settings.cache_signing_key == secret
     text = json.dumps(settings.to_json())

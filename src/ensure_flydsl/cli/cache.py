@@ -82,9 +82,9 @@ def housekeeping(call: Call, settings: Settings) -> int:
     return 0
 
 
-def _limit(command: str, max_size: Optional[str]) -> int:
+def _limit(group: str, max_size: Optional[str]) -> int:
     if max_size is None:
-        raise Refused(f"{command} prune needs --max-size SIZE: {SIZE_ALLOWED}")
+        raise Refused(f"{group} prune needs --max-size SIZE: {SIZE_ALLOWED}")
     try:
         return parse_size(max_size)
     except ValueError:
@@ -187,8 +187,7 @@ def sign_entries(settings: Settings, cache: Cache, key_path: str, names: Sequenc
         problems: List[str] = []
         verdict = signing.check_entry(cache.store, entry, trusted, problems, live[(entry.kind, entry.key)]) \
             if trusted else None
-        for problem in problems:
-            say(f"warning: {problem}")
+        _warn(problems, say)
         if verdict is not None and not verdict.trusted:
             say(f"skipped {label}: it {verdict.problem}; only entries a trusted key signed are signed")
             skipped += 1
@@ -227,10 +226,9 @@ def signers_of(settings: Settings, cache: Cache, entries: Sequence[CacheEntry],
     trusted = signing.trusted_keys(settings.cache_trusted_keys)
     found: Dict[str, List[Dict[str, object]]] = {}
     entries = [entry for entry in entries if entry.kind != "orphan"]
-    live = signing.live_versions(entries)
+    live, names = signing.live_versions(entries), {public.name for public in trusted}
     for entry in entries:
         verdict = signing.check_entry(cache.store, entry, trusted, warnings, live[(entry.kind, entry.key)])
-        names = {public.name for public in trusted}
         found[signing.manifest_sha(entry.manifest)] = [
             {"name": name, "trusted": (name in verdict.trusted_by) if trusted else None,
              "verifies": (name in verdict.trusted_by) if name in names else None} for name in verdict.signers]

@@ -54,7 +54,7 @@ from ensure_flydsl.settings import (
     Settings,
     fail_marker_path,
     flag_text,
-    settings_from_kwargs,
+    load_settings,
 )
 from ensure_flydsl.support.launcher import command
 from ensure_flydsl.support.processes import unblock_stop_signals
@@ -353,6 +353,10 @@ def with_command(parser: argparse.ArgumentParser, argv: List[str]) -> List[str]:
 
 def parse(argv: Sequence[str]) -> argparse.Namespace:
     parser = build_parser()
+    if "_ARGCOMPLETE" in os.environ:
+        import argcomplete
+
+        argcomplete.autocomplete(parser)  # prints what a TAB offers and exits
     return parser.parse_args(with_command(parser, list(argv)))
 
 
@@ -440,12 +444,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             given["--run-id"], int(given["--alive-fd"]), given["--settings-json"], call.environ, call.reporter))
     else:
         try:
-            parser = build_parser()
-            if "_ARGCOMPLETE" in os.environ:
-                import argcomplete
-
-                argcomplete.autocomplete(parser)  # prints what a TAB offers and exits
-            args = parser.parse_args(with_command(parser, argv))
+            args = parse(argv)
         except Refused as exc:  # under --json, one JSON object too: the reason, exit 64
             reporter = Reporter.for_stream(sys.stderr, json_events="--json" in argv)
             refused = _error(reporter, "--json" in argv, exc)
@@ -495,7 +494,7 @@ def _run(call: Call) -> int:
         return int(args.run(call))
     given = {s.name: getattr(args, s.name) for s in SETTINGS if hasattr(args, s.name)}
     try:
-        settings = settings_from_kwargs(given, call.environ)
+        settings = load_settings(given, call.environ)
     except BadInput as exc:  # a poller of the bash executor's recipe only sees markers: leave one, where it can
         path = fail_marker_path(given, call.environ) if args.command in ("ensure", "start") else None
         if path and os.path.isdir(os.path.dirname(path)):
@@ -566,10 +565,8 @@ def _failed(reporter: Reporter, as_json: bool, data: Dict[str, object], text: st
             detail: str = "") -> None:
     """``text`` on stderr; under --json the result object on stdout and one JSON event on stderr instead."""
     if not as_json:
-        try:
+        with contextlib.suppress(OSError):  # stderr on a full disk (a detached worker's is the log): the code says it
             print(text, file=sys.stderr)
-        except OSError:
-            pass  # stderr on a full disk (a detached worker's is the log): the code says it
         return
     event = {"event": "failed", **{k: data[k] for k in ("exit_code", "stage", "reason", "hint", "log")},
              "log_tail": list(tail), **({"detail": detail} if detail else {})}

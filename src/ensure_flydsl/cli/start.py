@@ -92,7 +92,11 @@ def _join_or_launch(settings: Settings, environ: Mapping[str, str], reporter: Re
         full = disk_full_error(exc, Stage.STARTING)
         if full is None:
             raise
-        raise _leave_marker(settings, store, full, run_id) from None
+        # The failure marker of a run that could not start; the error says so when the marker failed too.
+        failure = Failure(full.stage, int(full.code), full.reason, full.hint)
+        unseen = leave_failure_marker(store, settings.fail_marker, failure, request=settings.request(), run_id=run_id,
+                                      locked=False, log=settings.log_file, log_tail=[])
+        raise (full if unseen is None else full.amended(reason=f"{full.reason}; {unseen}")) from None
     cmd = [*tool_command(), "_worker", "--run-id", run_id, "--alive-fd", str(alive_fd),
            "--settings-json", json.dumps(settings.to_json())]
     try:
@@ -125,10 +129,3 @@ def _announce(settings: Settings, environ: Mapping[str, str], store: RunStore, r
         raise
     return log
 
-
-def _leave_marker(settings: Settings, store: RunStore, error: EnsureError, run_id: str) -> EnsureError:
-    """Leave the failure marker of a run that could not start; the error, amended when the marker failed too."""
-    failure = Failure(error.stage, int(error.code), error.reason, error.hint)
-    unseen = leave_failure_marker(store, settings.fail_marker, failure, request=settings.request(), run_id=run_id,
-                                  locked=False, log=settings.log_file, log_tail=[])
-    return error if unseen is None else error.amended(reason=f"{error.reason}; {unseen}")

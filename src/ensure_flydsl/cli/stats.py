@@ -39,11 +39,10 @@ def stats(call: Call) -> int:
         where = f" of {chosen}" if chosen else ""
         reason = (f"{runs_text(len(runs))}{where} in {folder}" if folder else
                   "no folder for timing records: neither XDG_CACHE_HOME nor HOME names an absolute folder")
-        data = result_object(ok=True, exit_code=0, reason=reason)
-        data.update(schema=SCHEMA, host=host, records=folder, root=chosen, runs=[r.to_json() for r in runs],
-                    summary=summary, skipped={"count": len(skipped),
-                                                        "files": [{"path": s.path, "why": s.why} for s in skipped]})
-        print(result_json(data))
+        print(result_json(result_object(
+            ok=True, exit_code=0, reason=reason, schema=SCHEMA, host=host, records=folder, root=chosen,
+            runs=[r.to_json() for r in runs], summary=summary,
+            skipped={"count": len(skipped), "files": [{"path": s.path, "why": s.why} for s in skipped]})))
         return 0
     of_root = f" (root {chosen})" if chosen else ""
     lines = [f"timing records in {folder or 'no folder (no user cache folder)'}{of_root}; this host is {host}"]

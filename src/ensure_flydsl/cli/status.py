@@ -8,6 +8,7 @@ import contextlib
 import os
 import sys
 import time
+from dataclasses import replace
 from typing import List, Mapping, Optional
 
 from ensure_flydsl.cli import Call
@@ -18,7 +19,6 @@ from ensure_flydsl.probe.interpreter import broken_user_line, broken_users, prob
 from ensure_flydsl.result import result_json, result_object
 from ensure_flydsl.runs.answer import ABSENT_EXIT, answer, answers, followed, start_hint, status_lines
 from ensure_flydsl.runs.markers import (
-    EnvFile,
     EnvTwin,
     installed,
     installed_twin,
@@ -91,22 +91,19 @@ def show_env(call: Call, settings: Settings) -> int:
         if twin is not None and gap is None:
             data.update(how=twin.how, env_file=settings.env_file, version=twin.version, built=twin.built,
                         run_id=twin.run_id or None, elapsed_s=twin.elapsed_s, reason=answers(settings, twin),
-                        env=EnvFile(settings.root, tuple(twin.pythonpath_prepend), twin.FLYDSL_SHIM_DIR,
-                                    twin.VLLM_USE_FLYDSL_MOE == "1").mapping(environ.get("PYTHONPATH")))
+                        env=replace(twin.exports, root=settings.root).mapping(environ.get("PYTHONPATH")))
         print(result_json(data))
         return code
-    if gap is not None:
-        print(f"ensure-flydsl: {gap}; run `{command()}` (or `{command('start')}`) first", file=sys.stderr)
-        return ABSENT_EXIT
     path = settings.env_json if call.args.format == "json" else settings.env_file
     try:
-        with open(path) as handle:
-            sys.stdout.write(handle.read())
+        if gap is None:
+            with open(path) as handle:
+                sys.stdout.write(handle.read())
+            return 0
     except FileNotFoundError:
-        print(f"ensure-flydsl: no env file at {path}; run `{command()}` (or `{command('start')}`) first",
-              file=sys.stderr)
-        return ABSENT_EXIT
-    return 0
+        gap = f"no env file at {path}"
+    print(f"ensure-flydsl: {gap}; run `{command()}` (or `{command('start')}`) first", file=sys.stderr)
+    return ABSENT_EXIT
 
 
 def absent_env_file(env_file: str) -> str:
