@@ -128,20 +128,19 @@ class SourceProvider(Provider):
             if fetched is not None:
                 return fetched
             self.built_now = build_flydsl(run, commit, mlir_identity, env, jobs)
-        try:
-            with run.step(Stage.VERIFY):
-                return verify_tree(run, commit, How.BUILT)
-        except EnsureError:
-            # A finished build that does not import must not count as finished, or every later run would
-            # skip the build and fail the same way (the bash executor's "exit 6 forever").
-            run.stamps.undo("build")
-            if self.built_now:
-                raise
-            run.say("the finished build does not import now (damaged since?); building it again")
-        with run.step(Stage.BUILD):
-            self.built_now = build_flydsl(run, commit, mlir_identity, env, jobs)
-        with run.step(Stage.VERIFY):
-            return verify_tree(run, commit, How.BUILT)
+        while True:  # at most twice: a build found finished that fails is built once more
+            try:
+                with run.step(Stage.VERIFY):
+                    return verify_tree(run, commit, How.BUILT)
+            except EnsureError:
+                # A finished build that does not import must not count as finished, or every later run would
+                # skip the build and fail the same way (the bash executor's "exit 6 forever").
+                run.stamps.undo("build")
+                if self.built_now:
+                    raise
+                run.say("the finished build does not import now (damaged since?); building it again")
+            with run.step(Stage.BUILD):
+                self.built_now = build_flydsl(run, commit, mlir_identity, env, jobs)
 
     def _mlir(self, run: Run, env: Dict[str, str], jobs: int) -> Mlir:
         """build_llvm.sh under the MLIR key's lease, unless another host publishes that MLIR meanwhile."""
