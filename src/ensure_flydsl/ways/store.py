@@ -17,7 +17,6 @@ from ensure_flydsl.probe.interpreter import joined_pythonpath, probe_modules
 from ensure_flydsl.probe.results import ModuleResult, Probe
 from ensure_flydsl.result import How
 from ensure_flydsl.source.git import borrow_objects, give_objects, shared_repository
-from ensure_flydsl.source.root import recording
 from ensure_flydsl.support.files import LockBusy, read_json, remove_file, remove_tree, rename_into_place
 from ensure_flydsl.support.processes import CommandFailed
 from ensure_flydsl.trees import local
@@ -26,7 +25,7 @@ from ensure_flydsl.trees.manifest import CacheEntry, cache_key, hashed_members
 from ensure_flydsl.ways import Way, tries
 from ensure_flydsl.ways.base import Early, Provider, Shared
 from ensure_flydsl.ways.context import Decision, Run
-from ensure_flydsl.ways.tree import prepare_build_dir, tree_identity, verify_tree
+from ensure_flydsl.ways.tree import building, tree_identity, verify_tree
 
 
 def open_run_store(run: Run) -> Optional[local.HostStore]:
@@ -183,12 +182,9 @@ class StoreProvider(Provider):
         except CacheCorrupt as exc:
             self._drop(run, manifest.key, str(exc))
             return None
-        build_dir = prepare_build_dir(run, stamp_key)
-        run.stamps.begin("build", stamp_key)
-        os.makedirs(build_dir, exist_ok=True)
-        remove_tree(packages)
-        remove_tree(staging)
-        with recording(build_dir, layout.build_made_record(root)):  # clean removes only what it made
+        with building(run, stamp_key):
+            remove_tree(packages)
+            remove_tree(staging)
             try:
                 self.store.get(manifest, staging, placer)
             except OSError as exc:

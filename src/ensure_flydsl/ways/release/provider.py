@@ -22,7 +22,6 @@ from ensure_flydsl.result import How
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.source import requirements
 from ensure_flydsl.source.git import Checkout, failing_as, local_repositories, pin_commits, read_git
-from ensure_flydsl.source.root import recording
 from ensure_flydsl.support import faults
 from ensure_flydsl.support.files import remove_tree, rename_into_place
 from ensure_flydsl.support.processes import CommandFailed
@@ -33,7 +32,7 @@ from ensure_flydsl.ways.context import Decision, Run
 from ensure_flydsl.ways.package_index import newest_first, query_versions
 from ensure_flydsl.ways.release import wheels
 from ensure_flydsl.ways.release.download import WheelDownload, release_pip, wheel_tags
-from ensure_flydsl.ways.tree import TreeDoesNotImport, prepare_build_dir, verify_tree
+from ensure_flydsl.ways.tree import TreeDoesNotImport, building, verify_tree
 
 _NO_MODULE = re.compile(r"^ModuleNotFoundError: No module named '([^']+)'")
 _FLYDSL_MODULE = re.compile(r"'(flydsl(?:\.\w+)+)'")
@@ -106,18 +105,15 @@ class ReleaseProvider(Provider):
                 raise
 
     def _install(self, run: Run, commit: str, key: Dict[str, object]) -> None:
-        root, stamps, version = run.settings.root, run.stamps, self.version
-        build_dir = prepare_build_dir(run, key)
+        root, version = run.settings.root, self.version
         packages = layout.packages_dir(root)
-        if stamps.done("build", key) and os.path.isdir(packages):
+        if run.stamps.done("build", key) and os.path.isdir(packages):
             run.say(f"the flydsl {version} wheel is already installed in {packages}")
             return
         wheels.check_versions("v" + version, root)
-        stamps.begin("build", key)
-        run.worked()
-        os.makedirs(build_dir, exist_ok=True)
         download, staging = layout.wheel_install_dirs(root)
-        with recording(build_dir, layout.build_made_record(root)):  # clean removes only what it made
+        with building(run, key):
+            run.worked()
             remove_tree(download)  # leftovers of an interrupted run of ours
             remove_tree(staging)
             try:
@@ -137,7 +133,7 @@ class ReleaseProvider(Provider):
             wheels.check_versions("v" + version, root, staging)
             remove_tree(packages)
             rename_into_place(staging, packages)
-        stamps.finish("build", key)
+        run.stamps.finish("build", key)
 
     def _download(self, run: Run, folder: str) -> str:
         """The wheel's path: from the download started beside the fetch, or downloaded now."""

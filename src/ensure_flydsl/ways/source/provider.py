@@ -31,7 +31,7 @@ from ensure_flydsl.ways.source import environment as steps
 from ensure_flydsl.ways.source import prebuilt
 from ensure_flydsl.ways.source.checks import predict_build
 from ensure_flydsl.ways.source.tools import ProvidedTools, package_spec, provide_build_tools
-from ensure_flydsl.ways.tree import prepare_build_dir, verify_tree
+from ensure_flydsl.ways.tree import building, verify_tree
 
 Mlir = Tuple[str, Dict[str, object]]  # an MLIR install and what identifies it in the build's stamp
 
@@ -283,12 +283,10 @@ def build_flydsl(run: Run, commit: str, mlir_identity: Dict[str, object], env: D
     if stamps.done("build", key) and os.path.isdir(packages):
         run.say("FlyDSL is already built for this commit and interpreter")
         return False
-    folder = prepare_build_dir(run, key)
-    stamps.begin("build", key)
-    run.say(f"building FlyDSL {commit[:12]} for {run.interpreter.executable} with {jobs} jobs")
-    run.worked()
-    env = {**env, "FLY_BUILD_DIR": layout.build_dir(root)}  # where the package is taken from, whatever the caller says
-    with recording(folder, layout.build_made_record(root)):  # clean removes only what it made
+    with building(run, key) as folder:
+        run.say(f"building FlyDSL {commit[:12]} for {run.interpreter.executable} with {jobs} jobs")
+        run.worked()
+        env = {**env, "FLY_BUILD_DIR": folder}  # where the package is taken from, whatever the caller says
         run_script(run, "build.sh", jobs, env, ExitCode.FLYDSL_BUILD, Stage.BUILD, "the FlyDSL build")
     if not os.path.isdir(os.path.join(packages, "flydsl")):
         raise EnsureError(ExitCode.FLYDSL_BUILD, f"build.sh finished but {packages}/flydsl does not exist",
