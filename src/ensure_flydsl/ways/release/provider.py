@@ -90,19 +90,17 @@ class ReleaseProvider(Provider):
         with run.step(Stage.VERIFY):
             try:
                 return verify_tree(run, commit, How.RELEASED, self.early)
-            except TreeDoesNotImport as exc:
+            except EnsureError as exc:
                 run.stamps.undo("build")
                 root = run.settings.root
-                fault = wheel_fault(exc.probe, layout.packages_dir(root), os.path.join(root, layout.FLYDSL_SOURCES))
+                fault = wheel_fault(exc.probe, layout.packages_dir(root), os.path.join(root, layout.FLYDSL_SOURCES)
+                                    ) if isinstance(exc, TreeDoesNotImport) else None
                 if fault is None or self.demanded:
                     raise
                 remove_tree(layout.packages_dir(root))  # what the wheel installed: the build starts clean
                 raise WheelDoesNotWork(
                     ExitCode.PROBE, f"the flydsl {self.version} wheel does not work with "
                     f"{run.interpreter.executable}: {fault}", stage=Stage.VERIFY) from None
-            except EnsureError:
-                run.stamps.undo("build")
-                raise
 
     def _install(self, run: Run, commit: str, key: Dict[str, object]) -> None:
         root, version = run.settings.root, self.version

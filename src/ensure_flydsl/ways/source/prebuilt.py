@@ -31,7 +31,7 @@ from ensure_flydsl.trees.backends import CacheCorrupt, remote_options
 from ensure_flydsl.trees.manifest import CHUNK, cache_key, check_members
 from ensure_flydsl.trees.remote import Cache
 from ensure_flydsl.ways.cache import provider as cached
-from ensure_flydsl.ways.cache.fleet import Turn, end_turn, holding, take_turn
+from ensure_flydsl.ways.cache.fleet import Turn, holding, take_turn
 from ensure_flydsl.ways.context import Run
 
 OFF, TRITON = "off", "triton"
@@ -234,23 +234,18 @@ def take_prebuilt(run: Run, cache: Optional[Cache], commit: str) -> Optional[Tup
             run.facts.mlir = taken
             return turn.fetched, identity
     try:
-        cached.make_room(dest)
-        run.worked()
-        size, how = fetch(setting, commit, dest, processes.network_silence_s(run.environ), run.say)
+        with holding(turn.held):  # Unusable is no build failure: the lease is given back for another host to try
+            cached.make_room(dest)
+            run.worked()
+            size, how = fetch(setting, commit, dest, processes.network_silence_s(run.environ), run.say)
+            run.facts.add_fetched("prebuilt", size)
+            run.facts.mlir = taken
+            run.say(f"prebuilt MLIR: taken ({how}); the LLVM build is skipped")
+            if cache is not None:
+                cached.publish_mlir(run, cache, key, dest)
     except Unusable as exc:
-        if turn.held is not None:
-            turn.held.release(published=False)  # not a build failure: another host may try its own download
         run.say(f"prebuilt MLIR: {shown_location(url)} not used: {exc}; building LLVM/MLIR instead")
         return None
-    except BaseException as exc:
-        end_turn(turn.held, exc)
-        raise
-    run.facts.add_fetched("prebuilt", size)
-    run.facts.mlir = taken
-    run.say(f"prebuilt MLIR: taken ({how}); the LLVM build is skipped")
-    with holding(turn.held):
-        if cache is not None:
-            cached.publish_mlir(run, cache, key, dest)
     return dest, identity
 
 

@@ -170,8 +170,6 @@ class SourceProvider(Provider):
         return turn.fetched
 
     def after_publish(self, run: Run, commit: str) -> None:
-        if self.tree_lease is None and (self.cache is None or not self.built_now):
-            return  # no lease to end, nothing to publish
         with holding(self.tree_lease):
             self.tree_lease = None
             if self.cache is not None and self.built_now:
@@ -180,8 +178,7 @@ class SourceProvider(Provider):
 
     def abandon(self, run: Run, error: BaseException) -> None:
         held, self.tree_lease = self.tree_lease, None
-        if held is not None:
-            end_turn(held, error)
+        end_turn(held, error)
 
 
 def prepare(run: Run, cache: Optional[Cache], doctor: DoctorCheck, take_prebuilt: bool) -> Prepared:
