@@ -142,7 +142,7 @@ class ReleaseProvider(Provider):
         if early is not None:
             early.abort()
         run.say(f"release v{version}: downloading the flydsl=={version} wheel for {run.interpreter.executable}")
-        return WheelDownload(run.interpreter, version, folder).wheel(run.build_line)
+        return WheelDownload(run.interpreter, version, folder, run.environ).wheel(run.build_line)
 
     def _prove(self, run: Run, commit: str, wheel: str) -> None:
         """Refuse a wheel whose package is not the checkout's ``python/flydsl``, before installing any of it."""
