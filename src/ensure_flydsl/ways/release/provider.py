@@ -38,12 +38,8 @@ _NO_MODULE = re.compile(r"^ModuleNotFoundError: No module named '([^']+)'")
 _FLYDSL_MODULE = re.compile(r"'(flydsl(?:\.\w+)+)'")
 
 
-class NotThePin(EnsureError):
-    """The index's wheel is not built from the pin's sources."""
-
-
-class WheelDoesNotWork(EnsureError):
-    """The installed wheel fails the probe for a reason inside it."""
+class Refused(EnsureError):
+    """The index's wheel is not built from the pin's sources, or fails the probe for a reason inside it."""
 
 
 class ReleaseProvider(Provider):
@@ -75,7 +71,7 @@ class ReleaseProvider(Provider):
         try:
             return self._provide(run, commit)
         except EnsureError as exc:
-            refused = isinstance(exc, (NotThePin, WheelDoesNotWork))  # said as they are
+            refused = isinstance(exc, Refused)  # said as it is
             if self.demanded or not (refused or exc.code == ExitCode.ARTIFACT):
                 raise
             run.say(f"{exc.reason if refused else f'no release wheel to use ({exc.reason})'}; building the pin from "
@@ -98,7 +94,7 @@ class ReleaseProvider(Provider):
                 if fault is None or self.demanded:
                     raise
                 remove_tree(layout.packages_dir(root))  # what the wheel installed: the build starts clean
-                raise WheelDoesNotWork(
+                raise Refused(
                     ExitCode.PROBE, f"the flydsl {self.version} wheel does not work with "
                     f"{run.interpreter.executable}: {fault}", stage=Stage.VERIFY) from None
 
@@ -150,13 +146,13 @@ class ReleaseProvider(Provider):
         files = tracked_sources(Checkout.of(settings), commit)
         found = wheels.check_provenance(wheel, os.path.join(settings.root, layout.FLYDSL_SOURCES), files)
         if found.foreign and not (found.differ or found.missing):
-            raise NotThePin(ExitCode.ARTIFACT, f"the index's flydsl {self.version} wheel holds {len(found.foreign)} "
+            raise Refused(ExitCode.ARTIFACT, f"the index's flydsl {self.version} wheel holds {len(found.foreign)} "
                             f"files a FlyDSL wheel must not hold, e.g. {found.foreign[0]}", stage=Stage.RELEASE,
                             hint="other top-level names, .pth files, site customisation, bytecode or modules that "
                             "shadow the pin's sources would run code the pin does not have; use "
                             "FLYDSL_STRATEGY=source to build the pin")
         if not found.proven:
-            raise NotThePin(ExitCode.ARTIFACT, f"the index's flydsl {self.version} is not built from {settings.repo} "
+            raise Refused(ExitCode.ARTIFACT, f"the index's flydsl {self.version} is not built from {settings.repo} "
                             f"v{self.version}: {found.summary()}", stage=Stage.RELEASE,
                             hint="the package index's wheel comes from other sources than the pin; use "
                             "FLYDSL_STRATEGY=source to build the pin (or FLYDSL_REPO of the repository the wheel "
