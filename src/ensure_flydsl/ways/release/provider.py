@@ -1,7 +1,5 @@
 """The release way: the pin's ``flydsl==X`` wheel, installed only when its package is the checkout's ``python/flydsl``
-file by file (a tag's name proves nothing); under ``auto`` one that is not, or does not work, gives way to a build.
-Its prediction, and ``auto``'s hint when a source build cannot succeed: a release whose wheel the index has for the
-interpreter, that passes the floor and whose tag holds every FLYDSL_REQUIRE module."""
+file by file (a tag's name proves nothing); under ``auto`` one that is not, or does not work, gives way to a build."""
 
 from __future__ import annotations
 
@@ -288,7 +286,8 @@ def release_instead(settings: Settings, environ: Mapping[str, str], blocking: Ch
 
 
 def release_suggestion(settings: Settings, interpreter: Interpreter, environ: Mapping[str, str]) -> Optional[str]:
-    """The newest release but the pin's own that qualifies (module docstring), in words; or None."""
+    """``auto``'s hint when a build cannot succeed, or None: the newest other release whose wheel the index has for the
+    interpreter, that passes the floor and whose tag holds every FLYDSL_REQUIRE module."""
     pinned = requirements.tag_version(settings.pin) if settings.pin.startswith("v") else None
     pip, _ = release_pip(interpreter.executable, environ)
     if pip is None or interpreter.implementation != "cpython":  # wheel_tags' refusal

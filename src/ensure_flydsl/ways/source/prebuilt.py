@@ -1,6 +1,5 @@
-"""A prebuilt LLVM/MLIR install (FLYDSL_MLIR_URL) in place of the LLVM build: the URL filled in with the pin's LLVM
-commit, downloaded within the network limits, unpacked with the checks a cache archive gets, and taken only when
-its content (or, where it records none, its URL) names that commit.  Anything else is said and LLVM is built."""
+"""A prebuilt LLVM/MLIR install (FLYDSL_MLIR_URL) instead of the LLVM build, taken only when its content (or, recording
+none, its URL) names the pin's LLVM commit; checked as a cache archive is. Anything else is said and LLVM is built."""
 
 from __future__ import annotations
 
