@@ -157,8 +157,7 @@ class StoreProvider(Provider):
         return any(self._known_pass(run, m.key) is not None for m in self._usable(run, commit))
 
     def _known_pass(self, run: Run, key: str) -> Optional[local.Passed]:
-        """What the probe of the stored tree ``key`` answered with this interpreter as it is now (not under
-        ``--verify``)."""
+        """What the stored tree ``key``'s probe answered with this interpreter as it is now (not under --verify)."""
         fingerprint = None if run.settings.verify else interpreter_fingerprint(run)
         return self.store.passed(key, fingerprint, probe_modules(run.settings.require)) if fingerprint else None
 
@@ -207,8 +206,7 @@ class StoreProvider(Provider):
         return mode
 
     def _verified(self, run: Run, commit: str, manifest: CacheEntry, mode: str) -> Decision:
-        """The answer a probe gave this tree in another root, for this root, while it passes the gate; else a
-        probe here, recorded."""
+        """A probe's answer for this tree in another root while it passes the gate here; else a probe here, kept."""
         settings, how = run.settings, How(manifest.how)
         known = self._known_pass(run, manifest.key)
         decision = None
@@ -251,8 +249,7 @@ def remember_pass(run: Run, store: local.HostStore, key: str, decision: Decision
 
 
 def keep_in_store(run: Run, store: local.HostStore, commit: str, decision: Decision, release: Optional[str]) -> None:
-    """Copy a tree another way installed and verified into the store, with where it came from; a failure to keep
-    it never fails the run."""
+    """Copy a tree another way installed and verified into the store; a failure to keep it never fails the run."""
     root = run.settings.root
     packages = layout.packages_dir(root)
     kept = (How.RELEASED, How.BUILT, How.CACHED)

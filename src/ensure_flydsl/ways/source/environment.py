@@ -107,8 +107,7 @@ def is_mlir_install(path: str) -> bool:
 
 @dataclass(frozen=True)
 class LlvmRecord(fields.Record):
-    """``BASE/.llvm-project.ensure-flydsl.json``: this tool made ``llvm-project/``; the keys of the build started
-    there and of the one finished."""
+    """``BASE/.llvm-project.ensure-flydsl.json``: ``llvm-project/`` is ours; the keys of its started and done builds."""
 
     created: bool = fields.checked(fields.boolean)
     started: Optional[Dict[str, object]] = fields.checked(fields.mapping, None)

@@ -90,8 +90,7 @@ def names_commit(setting: str) -> bool:
 
 @contextlib.contextmanager
 def opened(url: str, timeout: float) -> Iterator[Tuple[str, Optional[int], IO[bytes]]]:
-    """(the URL it resolves to, the size it announces, its bytes) of an http, https, file or fsspec URL;
-    Unusable when it cannot be read."""
+    """(resolved URL, announced size, bytes) of an http, https, file or fsspec URL; Unusable when it cannot be read."""
     scheme = urllib.parse.urlsplit(url).scheme.lower()
     try:
         if scheme in ("http", "https", "file"):
@@ -170,8 +169,7 @@ def unpack(tarball: str, folder: str) -> str:
 
 
 def accepted(install: str, commit: str, setting: str) -> str:
-    """How the install is known to be LLVM ``commit`` (the LLVM_REVISION it records, else its URL), a line for
-    the log; Unusable when it is not."""
+    """How the install is known to be LLVM ``commit`` (its LLVM_REVISION, else its URL), for the log; else Unusable."""
     revision = None
     with contextlib.suppress(OSError), open(os.path.join(install, *REVISION_FILE.split("/")), "rb") as handle:
         found = _REVISION.search(handle.read(1 << 16))

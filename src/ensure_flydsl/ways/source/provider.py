@@ -208,8 +208,7 @@ def prepare(run: Run, cache: Optional[Cache], doctor: DoctorCheck, take_prebuilt
 
 
 def ready_mlir(run: Run, cache: Optional[Cache], take_prebuilt: bool) -> Optional[Mlir]:
-    """An MLIR install that needs no build (MLIR_PATH, this host's finished build of the pin's LLVM inputs for
-    this interpreter, the cache's), or None."""
+    """An MLIR install that needs no build (MLIR_PATH, this host's build of the pin's LLVM, the cache's), or None."""
     settings = run.settings
     if settings.mlir_path is not None:
         run.say(f"using MLIR_PATH={settings.mlir_path}; skipping the LLVM/MLIR build")
