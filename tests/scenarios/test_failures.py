@@ -132,6 +132,20 @@ def test_exit_6_built_but_probe_fails(ws: Workspace) -> None:
     assert_one_tree(ws)
 
 
+def test_exit_6_after_the_rebuild_of_a_damaged_tree_leaves_the_build_unfinished(ws: Workspace) -> None:
+    ws.env["FLYDSL_STORE"] = "off"  # built again, not copied from the host store
+    assert ws.run().returncode == 0
+    os.unlink(os.path.join(ws.root, "build-fly", "python_packages", "flydsl", "_mlir", "_mlir_libs", "_mlir.py"))
+    out = ws.run(FIXTURE_BUILD_NO_MLIR="1")
+    assert out.returncode == 6 and "building it again" in out.stdout
+    builds = ws.count("build")
+    # The rebuild that does not import is not taken for a finished build: the next run builds at once.
+    again = ws.run()
+    assert again.returncode == 0, again.stderr
+    assert "building it again" not in again.stdout and ws.count("build") == builds + 1
+    assert_one_tree(ws)
+
+
 def _hold_lock(path: str) -> subprocess.Popen:
     """Another process holding the build lock, recorded the way the tool records itself."""
     code = (

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import sys
 from typing import Dict
 
@@ -168,3 +169,16 @@ def test_kill_9_at_release_installed_then_a_plain_rerun_succeeds(ws: Workspace, 
     again = ws.run("--json", FLYDSL_PIN="v0.2.2", **offline(wheelhouse))
     assert again.returncode == 0, again.stderr
     assert json.loads(again.stdout)["how"] == "released"
+
+
+def test_the_api_downloads_the_wheel_with_the_environment_it_is_given(ws: Workspace, wheelhouse: str,
+                                                                       tmp_path: "os.PathLike[str]") -> None:
+    given = {**ws.env, **offline(wheelhouse), "FLYDSL_PIN": "v0.2.2", "FLYDSL_STRATEGY": "release"}
+    empty = os.path.join(str(tmp_path), "no-wheels")
+    os.makedirs(empty)
+    code = "import json, sys, ensure_flydsl\nprint(ensure_flydsl.ensure(environ=json.loads(sys.argv[1])).how)"
+    # The process's own pip settings find no wheel: the download must ask with the ones given to ensure().
+    out = subprocess.run([sys.executable, "-c", code, json.dumps(given)], env=dict(given, PIP_FIND_LINKS=empty),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, check=False)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["released"]

@@ -99,14 +99,14 @@ def test_machine_path_leaves_out_the_tools_own_folders(tmp_path: "os.PathLike[st
 
 
 def test_apply_puts_the_provided_folders_first_once() -> None:
-    tools = ProvidedTools(tools_dir="/t", present={}, provided={"patchelf": "1"}, installed_now=(),
+    tools = ProvidedTools(present={}, provided={"patchelf": "1"}, installed_now=(),
                           path=("/t/provided/bin",), pythonpath=("/t/provided/nanobind",),
                           cmake_prefixes=("/t/provided/nanobind",))
     env = tools.apply({"PATH": "/usr/bin:/t/provided/bin", "PYTHONPATH": "/x", "HOME": "/h"})
     assert env["PATH"] == "/t/provided/bin:/usr/bin"
     assert env["PYTHONPATH"] == "/t/provided/nanobind:/x"
     assert env["CMAKE_PREFIX_PATH"] == "/t/provided/nanobind" and env["HOME"] == "/h"
-    assert ProvidedTools(tools_dir="/t", present={}, provided={}, installed_now=(), path=(), pythonpath=(),
+    assert ProvidedTools(present={}, provided={}, installed_now=(), path=(), pythonpath=(),
                          cmake_prefixes=()).apply({"PATH": "/usr/bin"}) == {"PATH": "/usr/bin"}
 
 

@@ -149,7 +149,7 @@ def start_wheel_download(run: Run, early: Early, store: Optional[HostStore], com
     folder = wheel_download_dir(root)
     remove_tree(folder)  # a leftover of an interrupted run of ours
     try:
-        early.download = WheelDownload(run.interpreter, versions[0], folder)
+        early.download = WheelDownload(run.interpreter, versions[0], folder, run.environ)
     except (EnsureError, OSError):
         return  # the release provider meets the same problem and says it, at its turn
     run.say(f"release v{versions[0]}: downloading the flydsl=={versions[0]} wheel while the pin is fetched")

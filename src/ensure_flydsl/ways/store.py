@@ -17,7 +17,6 @@ from ensure_flydsl.probe.interpreter import joined_pythonpath, probe_modules
 from ensure_flydsl.probe.results import ModuleResult, Probe
 from ensure_flydsl.result import How
 from ensure_flydsl.source.git import borrow_objects, give_objects, shared_repository
-from ensure_flydsl.source.root import recording
 from ensure_flydsl.support.files import LockBusy, read_json, remove_file, remove_tree, rename_into_place
 from ensure_flydsl.support.processes import CommandFailed
 from ensure_flydsl.trees import local
@@ -26,7 +25,7 @@ from ensure_flydsl.trees.manifest import CacheEntry, cache_key, hashed_members
 from ensure_flydsl.ways import Way, tries
 from ensure_flydsl.ways.base import Early, Provider, Shared
 from ensure_flydsl.ways.context import Decision, Run
-from ensure_flydsl.ways.tree import prepare_build_dir, tree_identity, verify_tree
+from ensure_flydsl.ways.tree import building, tree_identity, verify_tree
 
 
 def open_run_store(run: Run) -> Optional[local.HostStore]:
@@ -158,8 +157,7 @@ class StoreProvider(Provider):
         return any(self._known_pass(run, m.key) is not None for m in self._usable(run, commit))
 
     def _known_pass(self, run: Run, key: str) -> Optional[local.Passed]:
-        """What the probe of the stored tree ``key`` answered with this interpreter as it is now (not under
-        ``--verify``)."""
+        """What the stored tree ``key``'s probe answered with this interpreter as it is now (not under --verify)."""
         fingerprint = None if run.settings.verify else interpreter_fingerprint(run)
         return self.store.passed(key, fingerprint, probe_modules(run.settings.require)) if fingerprint else None
 
@@ -183,12 +181,9 @@ class StoreProvider(Provider):
         except CacheCorrupt as exc:
             self._drop(run, manifest.key, str(exc))
             return None
-        build_dir = prepare_build_dir(run, stamp_key)
-        run.stamps.begin("build", stamp_key)
-        os.makedirs(build_dir, exist_ok=True)
-        remove_tree(packages)
-        remove_tree(staging)
-        with recording(build_dir, layout.build_made_record(root)):  # clean removes only what it made
+        with building(run, stamp_key):
+            remove_tree(packages)
+            remove_tree(staging)
             try:
                 self.store.get(manifest, staging, placer)
             except OSError as exc:
@@ -211,8 +206,7 @@ class StoreProvider(Provider):
         return mode
 
     def _verified(self, run: Run, commit: str, manifest: CacheEntry, mode: str) -> Decision:
-        """The answer a probe gave this tree in another root, for this root, while it passes the gate; else a
-        probe here, recorded."""
+        """A probe's answer for this tree in another root while it passes the gate here; else a probe here, kept."""
         settings, how = run.settings, How(manifest.how)
         known = self._known_pass(run, manifest.key)
         decision = None
@@ -255,8 +249,7 @@ def remember_pass(run: Run, store: local.HostStore, key: str, decision: Decision
 
 
 def keep_in_store(run: Run, store: local.HostStore, commit: str, decision: Decision, release: Optional[str]) -> None:
-    """Copy a tree another way installed and verified into the store, with where it came from; a failure to keep
-    it never fails the run."""
+    """Copy a tree another way installed and verified into the store; a failure to keep it never fails the run."""
     root = run.settings.root
     packages = layout.packages_dir(root)
     kept = (How.RELEASED, How.BUILT, How.CACHED)

@@ -3,9 +3,10 @@ the probe that verifies it (beside a byte-compile)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
-from typing import Dict, List, Mapping, Optional, Tuple
+from typing import Dict, Iterator, List, Mapping, Optional, Tuple
 
 from ensure_flydsl.errors import EnsureError, ExitCode, Stage
 from ensure_flydsl.layout import build_dir, build_made_record, packages_dir, tree_folders
@@ -13,7 +14,7 @@ from ensure_flydsl.probe.gate import Verdict, evaluate, same_folder
 from ensure_flydsl.probe.interpreter import EarlyProbe, probe_modules, run_probe
 from ensure_flydsl.probe.results import Probe
 from ensure_flydsl.result import How
-from ensure_flydsl.source.root import remove_made
+from ensure_flydsl.source.root import recording, remove_made
 from ensure_flydsl.support.files import move_aside
 from ensure_flydsl.support.launcher import command
 from ensure_flydsl.support.processes import kill_and_reap, spawn
@@ -43,9 +44,10 @@ def judge_tree(run: Run, prefix: List[str], warm: Optional[EarlyProbe] = None) -
     return probe, evaluate(probe, s.min_version, s.require, prefix)
 
 
-def prepare_build_dir(run: Run, key: Mapping[str, object]) -> str:
-    """``ROOT/build-fly`` ready for a build (or install) with inputs ``key``: what our steps made there for other
-    inputs is removed, anything else is moved aside with the folder, never deleted."""
+@contextlib.contextmanager
+def building(run: Run, key: Mapping[str, object]) -> Iterator[str]:
+    """Around a build (or install) into ``ROOT/build-fly`` with inputs ``key``: the stamp begun, what our steps made
+    there for other inputs removed, anything else moved aside (never deleted), what the body makes recorded as ours."""
     folder = build_dir(run.settings.root)
     started = run.stamps.started_key("build")
     if os.path.lexists(folder):
@@ -65,7 +67,10 @@ def prepare_build_dir(run: Run, key: Mapping[str, object]) -> str:
                 run.say(f"removed {folder}: {why}")
         elif not run.stamps.done("build", key):
             run.say(f"resuming the interrupted build in {folder}")
-    return folder
+    run.stamps.begin("build", key)
+    os.makedirs(folder, exist_ok=True)
+    with recording(folder, build_made_record(run.settings.root)):  # clean removes only what it made
+        yield folder
 
 
 POOL_FROM = 32  # modules: from here on, compileall's pool of a worker per core pays for its start

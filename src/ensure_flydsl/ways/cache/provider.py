@@ -10,10 +10,9 @@ import os
 from typing import Dict, List, Mapping, Optional, Tuple
 
 from ensure_flydsl.errors import Plan, Stage
-from ensure_flydsl.layout import build_made_record, cached_mlir_dir, packages_dir
+from ensure_flydsl.layout import cached_mlir_dir, packages_dir
 from ensure_flydsl.result import How
 from ensure_flydsl.source.llvm_inputs import checkout_llvm_inputs
-from ensure_flydsl.source.root import recording
 from ensure_flydsl.support import faults
 from ensure_flydsl.support.files import file_sha256, remove_tree
 from ensure_flydsl.support.launcher import command
@@ -28,7 +27,7 @@ from ensure_flydsl.ways import Way
 from ensure_flydsl.ways.base import Early, Provider, Shared
 from ensure_flydsl.ways.checks import WRONG, Check, RunContext, Submit, passed, settled
 from ensure_flydsl.ways.context import Decision, Run
-from ensure_flydsl.ways.tree import prepare_build_dir, tree_identity, verify_tree
+from ensure_flydsl.ways.tree import building, tree_identity, verify_tree
 
 
 def llvm_label(key: Mapping[str, object]) -> str:
@@ -105,14 +104,12 @@ def tree_from_cache(run: Run, cache: Cache, commit: str, early: Optional[Early] 
     run.plan(Plan.CACHE)
     run.worked()
     stamp_key = {"cache": key, "commit": commit}
-    build_dir = prepare_build_dir(run, stamp_key)
     packages = packages_dir(run.settings.root)
-    run.stamps.begin("build", stamp_key)
-    make_room(packages)
-    run.say(f"cache: fetching the tree {key[:12]} ({size_text(entry.size)}, {entry.files} files, "
-            f"built on {entry.host or 'another host'})")
     try:
-        with recording(build_dir, build_made_record(run.settings.root)):  # clean removes only what it made
+        with building(run, stamp_key):
+            make_room(packages)
+            run.say(f"cache: fetching the tree {key[:12]} ({size_text(entry.size)}, {entry.files} files, "
+                    f"built on {entry.host or 'another host'})")
             cache.get(entry, packages)
     except CacheCorrupt as exc:
         run.say(f"cache: the entry {key[:12]} is corrupt and was not installed ({exc.reason}); building instead")

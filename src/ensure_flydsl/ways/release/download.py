@@ -41,7 +41,7 @@ def has_pip(python: str, environ: Optional[Mapping[str, str]] = None) -> bool:
     return _pip_cache[python]
 
 
-def release_pip(target: str, environ: Optional[Mapping[str, str]] = None) -> Tuple[Optional[str], str]:
+def release_pip(target: str, environ: Mapping[str, str]) -> Tuple[Optional[str], str]:
     """The interpreter whose pip asks the index and downloads the wheel, or None and why not."""
     for python in dict.fromkeys((target, sys.executable)):
         if has_pip(python, environ):
@@ -82,9 +82,7 @@ class WheelDownload:
     """``pip download`` of ``flydsl==version`` into the new ``folder``, in the background beside git's fetch;
     bytes arriving there (pip's temporary files too), or a line other than a retry, are its signs of life."""
 
-    def __init__(self, interpreter: Interpreter, version: str, folder: str,
-                 environ: Optional[Mapping[str, str]] = None) -> None:
-        environ = os.environ if environ is None else environ
+    def __init__(self, interpreter: Interpreter, version: str, folder: str, environ: Mapping[str, str]) -> None:
         self.interpreter, self.version, self.folder = interpreter, version, folder
         pip, why = release_pip(interpreter.executable, environ)
         if pip is None:

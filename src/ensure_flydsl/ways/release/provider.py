@@ -1,7 +1,5 @@
 """The release way: the pin's ``flydsl==X`` wheel, installed only when its package is the checkout's ``python/flydsl``
-file by file (a tag's name proves nothing); under ``auto`` one that is not, or does not work, gives way to a build.
-Its prediction, and ``auto``'s hint when a source build cannot succeed: a release whose wheel the index has for the
-interpreter, that passes the floor and whose tag holds every FLYDSL_REQUIRE module."""
+file by file (a tag's name proves nothing); under ``auto`` one that is not, or does not work, gives way to a build."""
 
 from __future__ import annotations
 
@@ -21,7 +19,6 @@ from ensure_flydsl.result import How
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.source import requirements
 from ensure_flydsl.source.git import Checkout, failing_as, local_repositories, pin_commits, read_git
-from ensure_flydsl.source.root import recording
 from ensure_flydsl.support import faults
 from ensure_flydsl.support.files import remove_tree, rename_into_place
 from ensure_flydsl.support.processes import CommandFailed
@@ -32,18 +29,14 @@ from ensure_flydsl.ways.context import Decision, Run
 from ensure_flydsl.ways.package_index import newest_first, query_versions
 from ensure_flydsl.ways.release import wheels
 from ensure_flydsl.ways.release.download import WheelDownload, release_pip, wheel_tags
-from ensure_flydsl.ways.tree import TreeDoesNotImport, prepare_build_dir, verify_tree
+from ensure_flydsl.ways.tree import TreeDoesNotImport, building, verify_tree
 
 _NO_MODULE = re.compile(r"^ModuleNotFoundError: No module named '([^']+)'")
 _FLYDSL_MODULE = re.compile(r"'(flydsl(?:\.\w+)+)'")
 
 
-class NotThePin(EnsureError):
-    """The index's wheel is not built from the pin's sources."""
-
-
-class WheelDoesNotWork(EnsureError):
-    """The installed wheel fails the probe for a reason inside it."""
+class Refused(EnsureError):
+    """The index's wheel is not built from the pin's sources, or fails the probe for a reason inside it."""
 
 
 class ReleaseProvider(Provider):
@@ -75,7 +68,7 @@ class ReleaseProvider(Provider):
         try:
             return self._provide(run, commit)
         except EnsureError as exc:
-            refused = isinstance(exc, (NotThePin, WheelDoesNotWork))  # said as they are
+            refused = isinstance(exc, Refused)  # said as it is
             if self.demanded or not (refused or exc.code == ExitCode.ARTIFACT):
                 raise
             run.say(f"{exc.reason if refused else f'no release wheel to use ({exc.reason})'}; building the pin from "
@@ -90,33 +83,28 @@ class ReleaseProvider(Provider):
         with run.step(Stage.VERIFY):
             try:
                 return verify_tree(run, commit, How.RELEASED, self.early)
-            except TreeDoesNotImport as exc:
+            except EnsureError as exc:
                 run.stamps.undo("build")
                 root = run.settings.root
-                fault = wheel_fault(exc.probe, layout.packages_dir(root), os.path.join(root, layout.FLYDSL_SOURCES))
+                fault = wheel_fault(exc.probe, layout.packages_dir(root), os.path.join(root, layout.FLYDSL_SOURCES)
+                                    ) if isinstance(exc, TreeDoesNotImport) else None
                 if fault is None or self.demanded:
                     raise
                 remove_tree(layout.packages_dir(root))  # what the wheel installed: the build starts clean
-                raise WheelDoesNotWork(
+                raise Refused(
                     ExitCode.PROBE, f"the flydsl {self.version} wheel does not work with "
                     f"{run.interpreter.executable}: {fault}", stage=Stage.VERIFY) from None
-            except EnsureError:
-                run.stamps.undo("build")
-                raise
 
     def _install(self, run: Run, commit: str, key: Dict[str, object]) -> None:
-        root, stamps, version = run.settings.root, run.stamps, self.version
-        build_dir = prepare_build_dir(run, key)
+        root, version = run.settings.root, self.version
         packages = layout.packages_dir(root)
-        if stamps.done("build", key) and os.path.isdir(packages):
+        if run.stamps.done("build", key) and os.path.isdir(packages):
             run.say(f"the flydsl {version} wheel is already installed in {packages}")
             return
         wheels.check_versions("v" + version, root)
-        stamps.begin("build", key)
-        run.worked()
-        os.makedirs(build_dir, exist_ok=True)
         download, staging = layout.wheel_install_dirs(root)
-        with recording(build_dir, layout.build_made_record(root)):  # clean removes only what it made
+        with building(run, key):
+            run.worked()
             remove_tree(download)  # leftovers of an interrupted run of ours
             remove_tree(staging)
             try:
@@ -136,7 +124,7 @@ class ReleaseProvider(Provider):
             wheels.check_versions("v" + version, root, staging)
             remove_tree(packages)
             rename_into_place(staging, packages)
-        stamps.finish("build", key)
+        run.stamps.finish("build", key)
 
     def _download(self, run: Run, folder: str) -> str:
         """The wheel's path: from the download started beside the fetch, or downloaded now."""
@@ -147,7 +135,7 @@ class ReleaseProvider(Provider):
         if early is not None:
             early.abort()
         run.say(f"release v{version}: downloading the flydsl=={version} wheel for {run.interpreter.executable}")
-        return WheelDownload(run.interpreter, version, folder).wheel(run.build_line)
+        return WheelDownload(run.interpreter, version, folder, run.environ).wheel(run.build_line)
 
     def _prove(self, run: Run, commit: str, wheel: str) -> None:
         """Refuse a wheel whose package is not the checkout's ``python/flydsl``, before installing any of it."""
@@ -155,13 +143,13 @@ class ReleaseProvider(Provider):
         files = tracked_sources(Checkout.of(settings), commit)
         found = wheels.check_provenance(wheel, os.path.join(settings.root, layout.FLYDSL_SOURCES), files)
         if found.foreign and not (found.differ or found.missing):
-            raise NotThePin(ExitCode.ARTIFACT, f"the index's flydsl {self.version} wheel holds {len(found.foreign)} "
+            raise Refused(ExitCode.ARTIFACT, f"the index's flydsl {self.version} wheel holds {len(found.foreign)} "
                             f"files a FlyDSL wheel must not hold, e.g. {found.foreign[0]}", stage=Stage.RELEASE,
                             hint="other top-level names, .pth files, site customisation, bytecode or modules that "
                             "shadow the pin's sources would run code the pin does not have; use "
                             "FLYDSL_STRATEGY=source to build the pin")
         if not found.proven:
-            raise NotThePin(ExitCode.ARTIFACT, f"the index's flydsl {self.version} is not built from {settings.repo} "
+            raise Refused(ExitCode.ARTIFACT, f"the index's flydsl {self.version} is not built from {settings.repo} "
                             f"v{self.version}: {found.summary()}", stage=Stage.RELEASE,
                             hint="the package index's wheel comes from other sources than the pin; use "
                             "FLYDSL_STRATEGY=source to build the pin (or FLYDSL_REPO of the repository the wheel "
@@ -285,7 +273,8 @@ def check_release(ctx: RunContext, checkout: Optional[str], *, demanded: bool) -
 
 
 def release_suggestion(settings: Settings, interpreter: Interpreter, environ: Mapping[str, str]) -> Optional[str]:
-    """The newest release but the pin's own that qualifies (module docstring), in words; or None."""
+    """``auto``'s hint when a build cannot succeed, or None: the newest other release whose wheel the index has for the
+    interpreter, that passes the floor and whose tag holds every FLYDSL_REQUIRE module."""
     pinned = requirements.tag_version(settings.pin) if settings.pin.startswith("v") else None
     pip, _ = release_pip(interpreter.executable, environ)
     if pip is None or interpreter.implementation != "cpython":  # wheel_tags' refusal

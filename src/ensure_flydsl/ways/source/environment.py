@@ -24,7 +24,7 @@ from ensure_flydsl.source.llvm_inputs import LlvmInputs
 from ensure_flydsl.support import fields
 from ensure_flydsl.support.files import atomic_write, atomic_write_json, read_json, remove_file, remove_tree
 from ensure_flydsl.support.processes import run_captured
-from ensure_flydsl.ways.package_index import CONFLICTING_PIP_ENV
+from ensure_flydsl.ways.package_index import pip_env
 
 MEMORY_PER_JOB_BYTES = 4 * 1024**3  # a job of the LLVM/MLIR build (its big static links) may take this much
 
@@ -81,20 +81,17 @@ def build_environment(base: Mapping[str, str], root: str, python: str, *, cmake_
     fetching through the mirrors too; ``cmake_prefixes`` (the hip overlay) are searched first."""
     tools = tools_dir(root)
     pylib = os.path.join(tools, "pylib")
-    env = {k: v for k, v in with_network_limits(with_mirrors(base, git_mirrors)).items()
-           if k not in CONFLICTING_PIP_ENV}
+    env = pip_env(with_network_limits(with_mirrors(base, git_mirrors)))
     env["PATH"] = os.pathsep.join([os.path.join(tools, "bin"), base.get("PATH", os.defpath)])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (pylib, base.get("PYTHONPATH", "")) if p)
     # pip installs into the private pylib (replacing what an earlier run put there), held to the constraints
     # file: a file: URL, since pip splits a plain path at its spaces.
-    env.update({"PIP_TARGET": pylib, "PIP_UPGRADE": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1",
-                "PIP_NO_WARN_SCRIPT_LOCATION": "1", "PYTHON_EXECUTABLE": python,
+    env.update({"PIP_TARGET": pylib, "PIP_UPGRADE": "1", "PIP_NO_WARN_SCRIPT_LOCATION": "1",
                 "PIP_CONSTRAINT": pathlib.Path(os.path.abspath(pip_constraints(tools))).as_uri()})
     prefixes = [*cmake_prefixes, *([base["CMAKE_PREFIX_PATH"]] if base.get("CMAKE_PREFIX_PATH") else [])]
     if prefixes:
         env["CMAKE_PREFIX_PATH"] = os.pathsep.join(prefixes)
-    env.update({"ROCM_PATH": rocm_path, "CMAKE_BUILD_PARALLEL_LEVEL": str(jobs)})
-    env.pop("PYTHONHOME", None)
+    env.update({"ROCM_PATH": rocm_path, "CMAKE_BUILD_PARALLEL_LEVEL": str(jobs), "PYTHON_EXECUTABLE": python})
     env.pop("MLIR_PATH", None)
     if mlir_path:
         env["MLIR_PATH"] = mlir_path
@@ -107,8 +104,7 @@ def is_mlir_install(path: str) -> bool:
 
 @dataclass(frozen=True)
 class LlvmRecord(fields.Record):
-    """``BASE/.llvm-project.ensure-flydsl.json``: this tool made ``llvm-project/``; the keys of the build started
-    there and of the one finished."""
+    """``BASE/.llvm-project.ensure-flydsl.json``: ``llvm-project/`` is ours; the keys of its started and done builds."""
 
     created: bool = fields.checked(fields.boolean)
     started: Optional[Dict[str, object]] = fields.checked(fields.mapping, None)

@@ -1,6 +1,5 @@
-"""A prebuilt LLVM/MLIR install (FLYDSL_MLIR_URL) in place of the LLVM build: the URL filled in with the pin's LLVM
-commit, downloaded within the network limits, unpacked with the checks a cache archive gets, and taken only when
-its content (or, where it records none, its URL) names that commit.  Anything else is said and LLVM is built."""
+"""A prebuilt LLVM/MLIR install (FLYDSL_MLIR_URL) instead of the LLVM build, taken only when its content (or, recording
+none, its URL) names the pin's LLVM commit; checked as a cache archive is. Anything else is said and LLVM is built."""
 
 from __future__ import annotations
 
@@ -31,7 +30,7 @@ from ensure_flydsl.trees.backends import CacheCorrupt, remote_options
 from ensure_flydsl.trees.manifest import CHUNK, cache_key, check_members
 from ensure_flydsl.trees.remote import Cache
 from ensure_flydsl.ways.cache import provider as cached
-from ensure_flydsl.ways.cache.fleet import Turn, end_turn, holding, take_turn
+from ensure_flydsl.ways.cache.fleet import Turn, holding, take_turn
 from ensure_flydsl.ways.context import Run
 
 OFF, TRITON = "off", "triton"
@@ -91,8 +90,7 @@ def names_commit(setting: str) -> bool:
 
 @contextlib.contextmanager
 def opened(url: str, timeout: float) -> Iterator[Tuple[str, Optional[int], IO[bytes]]]:
-    """(the URL it resolves to, the size it announces, its bytes) of an http, https, file or fsspec URL;
-    Unusable when it cannot be read."""
+    """(resolved URL, announced size, bytes) of an http, https, file or fsspec URL; Unusable when it cannot be read."""
     scheme = urllib.parse.urlsplit(url).scheme.lower()
     try:
         if scheme in ("http", "https", "file"):
@@ -171,8 +169,7 @@ def unpack(tarball: str, folder: str) -> str:
 
 
 def accepted(install: str, commit: str, setting: str) -> str:
-    """How the install is known to be LLVM ``commit`` (the LLVM_REVISION it records, else its URL), a line for
-    the log; Unusable when it is not."""
+    """How the install is known to be LLVM ``commit`` (its LLVM_REVISION, else its URL), for the log; else Unusable."""
     revision = None
     with contextlib.suppress(OSError), open(os.path.join(install, *REVISION_FILE.split("/")), "rb") as handle:
         found = _REVISION.search(handle.read(1 << 16))
@@ -234,23 +231,18 @@ def take_prebuilt(run: Run, cache: Optional[Cache], commit: str) -> Optional[Tup
             run.facts.mlir = taken
             return turn.fetched, identity
     try:
-        cached.make_room(dest)
-        run.worked()
-        size, how = fetch(setting, commit, dest, processes.network_silence_s(run.environ), run.say)
+        with holding(turn.held):  # Unusable is no build failure: the lease is given back for another host to try
+            cached.make_room(dest)
+            run.worked()
+            size, how = fetch(setting, commit, dest, processes.network_silence_s(run.environ), run.say)
+            run.facts.add_fetched("prebuilt", size)
+            run.facts.mlir = taken
+            run.say(f"prebuilt MLIR: taken ({how}); the LLVM build is skipped")
+            if cache is not None:
+                cached.publish_mlir(run, cache, key, dest)
     except Unusable as exc:
-        if turn.held is not None:
-            turn.held.release(published=False)  # not a build failure: another host may try its own download
         run.say(f"prebuilt MLIR: {shown_location(url)} not used: {exc}; building LLVM/MLIR instead")
         return None
-    except BaseException as exc:
-        end_turn(turn.held, exc)
-        raise
-    run.facts.add_fetched("prebuilt", size)
-    run.facts.mlir = taken
-    run.say(f"prebuilt MLIR: taken ({how}); the LLVM build is skipped")
-    with holding(turn.held):
-        if cache is not None:
-            cached.publish_mlir(run, cache, key, dest)
     return dest, identity
 
 

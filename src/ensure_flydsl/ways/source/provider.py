@@ -31,7 +31,7 @@ from ensure_flydsl.ways.source import environment as steps
 from ensure_flydsl.ways.source import prebuilt
 from ensure_flydsl.ways.source.checks import predict_build
 from ensure_flydsl.ways.source.tools import ProvidedTools, package_spec, provide_build_tools
-from ensure_flydsl.ways.tree import prepare_build_dir, verify_tree
+from ensure_flydsl.ways.tree import building, verify_tree
 
 Mlir = Tuple[str, Dict[str, object]]  # an MLIR install and what identifies it in the build's stamp
 
@@ -128,20 +128,19 @@ class SourceProvider(Provider):
             if fetched is not None:
                 return fetched
             self.built_now = build_flydsl(run, commit, mlir_identity, env, jobs)
-        try:
-            with run.step(Stage.VERIFY):
-                return verify_tree(run, commit, How.BUILT)
-        except EnsureError:
-            # A finished build that does not import must not count as finished, or every later run would
-            # skip the build and fail the same way (the bash executor's "exit 6 forever").
-            run.stamps.undo("build")
-            if self.built_now:
-                raise
-            run.say("the finished build does not import now (damaged since?); building it again")
-        with run.step(Stage.BUILD):
-            self.built_now = build_flydsl(run, commit, mlir_identity, env, jobs)
-        with run.step(Stage.VERIFY):
-            return verify_tree(run, commit, How.BUILT)
+        while True:  # at most twice: a build found finished that fails is built once more
+            try:
+                with run.step(Stage.VERIFY):
+                    return verify_tree(run, commit, How.BUILT)
+            except EnsureError:
+                # A finished build that does not import must not count as finished, or every later run would
+                # skip the build and fail the same way (the bash executor's "exit 6 forever").
+                run.stamps.undo("build")
+                if self.built_now:
+                    raise
+                run.say("the finished build does not import now (damaged since?); building it again")
+            with run.step(Stage.BUILD):
+                self.built_now = build_flydsl(run, commit, mlir_identity, env, jobs)
 
     def _mlir(self, run: Run, env: Dict[str, str], jobs: int) -> Mlir:
         """build_llvm.sh under the MLIR key's lease, unless another host publishes that MLIR meanwhile."""
@@ -171,8 +170,6 @@ class SourceProvider(Provider):
         return turn.fetched
 
     def after_publish(self, run: Run, commit: str) -> None:
-        if self.tree_lease is None and (self.cache is None or not self.built_now):
-            return  # no lease to end, nothing to publish
         with holding(self.tree_lease):
             self.tree_lease = None
             if self.cache is not None and self.built_now:
@@ -181,8 +178,7 @@ class SourceProvider(Provider):
 
     def abandon(self, run: Run, error: BaseException) -> None:
         held, self.tree_lease = self.tree_lease, None
-        if held is not None:
-            end_turn(held, error)
+        end_turn(held, error)
 
 
 def prepare(run: Run, cache: Optional[Cache], doctor: DoctorCheck, take_prebuilt: bool) -> Prepared:
@@ -212,8 +208,7 @@ def prepare(run: Run, cache: Optional[Cache], doctor: DoctorCheck, take_prebuilt
 
 
 def ready_mlir(run: Run, cache: Optional[Cache], take_prebuilt: bool) -> Optional[Mlir]:
-    """An MLIR install that needs no build (MLIR_PATH, this host's finished build of the pin's LLVM inputs for
-    this interpreter, the cache's), or None."""
+    """An MLIR install that needs no build (MLIR_PATH, this host's build of the pin's LLVM, the cache's), or None."""
     settings = run.settings
     if settings.mlir_path is not None:
         run.say(f"using MLIR_PATH={settings.mlir_path}; skipping the LLVM/MLIR build")
@@ -284,12 +279,10 @@ def build_flydsl(run: Run, commit: str, mlir_identity: Dict[str, object], env: D
     if stamps.done("build", key) and os.path.isdir(packages):
         run.say("FlyDSL is already built for this commit and interpreter")
         return False
-    folder = prepare_build_dir(run, key)
-    stamps.begin("build", key)
-    run.say(f"building FlyDSL {commit[:12]} for {run.interpreter.executable} with {jobs} jobs")
-    run.worked()
-    env = {**env, "FLY_BUILD_DIR": layout.build_dir(root)}  # where the package is taken from, whatever the caller says
-    with recording(folder, layout.build_made_record(root)):  # clean removes only what it made
+    with building(run, key) as folder:
+        run.say(f"building FlyDSL {commit[:12]} for {run.interpreter.executable} with {jobs} jobs")
+        run.worked()
+        env = {**env, "FLY_BUILD_DIR": folder}  # where the package is taken from, whatever the caller says
         run_script(run, "build.sh", jobs, env, ExitCode.FLYDSL_BUILD, Stage.BUILD, "the FlyDSL build")
     if not os.path.isdir(os.path.join(packages, "flydsl")):
         raise EnsureError(ExitCode.FLYDSL_BUILD, f"build.sh finished but {packages}/flydsl does not exist",

@@ -192,7 +192,6 @@ def read_tools_record(path: str, root: str) -> Tuple[Dict[str, ProvidedTool], Op
 class ProvidedTools:
     """What the machine had, what is provided privately, and the folders that put it in the build's way."""
 
-    tools_dir: str
     present: Dict[str, str]  # tool -> "version at where", found on the machine
     provided: Dict[str, str]  # tool -> version installed privately (now or by an earlier run)
     installed_now: Tuple[str, ...]
@@ -252,7 +251,7 @@ def provide_build_tools(tools_dir: str, needs: Iterable[str], environ: Mapping[s
     path = [os.path.join(root, "bin")] if any(n in EXECUTABLES for n in provided) else []
     # nanobind: `import nanobind` in build.sh, and find_package(nanobind CONFIG) under <prefix>/nanobind/cmake.
     folders = [record["nanobind"].folder] if "nanobind" in provided else []
-    return ProvidedTools(tools_dir=tools_dir, present=present, provided=provided, installed_now=tuple(installed),
+    return ProvidedTools(present=present, provided=provided, installed_now=tuple(installed),
                          path=tuple(path), pythonpath=tuple(folders), cmake_prefixes=tuple(folders))
 
 
