@@ -95,13 +95,13 @@ def show_env(call: Call, settings: Settings) -> int:
         print(result_json(data))
         return code
     path = settings.env_json if call.args.format == "json" else settings.env_file
-    try:
-        if gap is None:
+    if gap is None:
+        try:
             with open(path) as handle:
                 sys.stdout.write(handle.read())
             return 0
-    except FileNotFoundError:
-        gap = f"no env file at {path}"
+        except FileNotFoundError:
+            gap = f"no env file at {path}"
     print(f"ensure-flydsl: {gap}; run `{command()}` (or `{command('start')}`) first", file=sys.stderr)
     return ABSENT_EXIT
 
