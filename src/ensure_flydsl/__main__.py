@@ -20,13 +20,19 @@ def _interrupted_at_start(*_: object) -> None:
 def main(argv: list[str] | None = None, *, launcher: list[str] | None = None) -> int:
     """``launcher``: how the GEAK folder runs this copy of the tool again (its worker, its watchdog)."""
     args = sys.argv[1:] if argv is None else list(argv)
-    said = answer(args, dict(os.environ))
-    if said is None:
-        import signal  # on a miss only, like the command line it hands off to
+    try:  # until the handler is in place: the front door's answer, and signal's import (its enums are classes)
+        said = answer(args, dict(os.environ))
+        if said is None:
+            import signal  # on a miss only, like the command line it hands off to
 
-        kept = signal.getsignal(signal.SIGINT)  # an ignored SIGINT (`cmd &` from a script) stays ignored
-        if kept is signal.default_int_handler:
-            signal.signal(signal.SIGINT, _interrupted_at_start)
+            kept = signal.getsignal(signal.SIGINT)  # an ignored SIGINT (`cmd &` from a script) stays ignored
+            if kept is signal.default_int_handler:
+                signal.signal(signal.SIGINT, _interrupted_at_start)
+    except (KeyboardInterrupt, RuntimeError) as exc:
+        if not isinstance(exc, KeyboardInterrupt) and not isinstance(exc.__cause__, KeyboardInterrupt):
+            raise
+        _interrupted_at_start()
+    if said is None:
         from ensure_flydsl.cli.main import main as command_line
         from ensure_flydsl.support.launcher import set_launcher
 

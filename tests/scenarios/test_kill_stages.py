@@ -378,6 +378,17 @@ def test_a_ctrl_c_while_the_command_line_makes_a_class_is_exit_130(ws: Workspace
                                                   "changed\n"), out.stderr
 
 
+def test_a_ctrl_c_while_the_front_door_imports_signal_is_exit_130(ws: Workspace, tmp_path: str) -> None:
+    """Another window the sweep met (in CI): a SIGINT while the front door, on a miss, imports signal (whose enums
+    are classes) to put its handler in place; it was a traceback through __main__.main."""
+    shadow = os.path.join(str(tmp_path), "signal.py")  # the front door imports signal after its answer, on a miss
+    with open(shadow, "w") as handle:
+        handle.write("import os\n\nos.kill(os.getpid(), 2)\nsum(range(100000))\n")
+    out = ws.run("status", PYTHONPATH=str(tmp_path))
+    assert (out.returncode, out.stderr) == (130, "ensure-flydsl: interrupted (SIGINT) before it began; nothing was "
+                                                  "changed\n"), out.stderr
+
+
 def test_ctrl_c_of_wait_leaves_the_run_going(ws: Workspace) -> None:
     assert ws.run("start", FIXTURE_BUILD_SLEEP="0.7").returncode == 0
     waiter = ws.popen("wait")

@@ -210,8 +210,9 @@ API = {"__init__.py", "__main__.py", "api.py", "result.py", "version.py"}
 # Parts still above their budget: a ceiling each, lowered as they shrink, removed once within the budget.
 # (settings.py back in it, and api's one line: issue 43's prebuilt MLIR, its module of 264 lines, its setting
 # and the answer's `mlir`, to be paid by issue 40's remaining work.)
-# (api +10: a Ctrl-C during the hand-off is exit 130 by a handler, as an exception it could become a RuntimeError)
-NOT_YET = {"api": 203, "cli": 1390, "settings.py": 625}  # (cli +3: a Ctrl-C while the parser is built)
+# (api +10: a Ctrl-C during the hand-off is exit 130 by a handler, as an exception it could become a RuntimeError;
+# +6: one before that handler is in place, during the front door's answer or signal's import, is exit 130 too)
+NOT_YET = {"api": 209, "cli": 1390, "settings.py": 625}  # (cli +3: a Ctrl-C while the parser is built)
 # The whole package: the issue's cap is 13,500 (and it closes at 12,500); until then a ceiling lowered as it shrinks
 # (16,822: issue 41's JSON, env file and ETA items added 41 lines and paid 21 of them; the front door's answer to
 # a Ctrl-C during its hand-off, a traceback before, 3; issue 41 items 2 and 5, every command a message names as
@@ -234,8 +235,9 @@ NOT_YET = {"api": 203, "cli": 1390, "settings.py": 625}  # (cli +3: a Ctrl-C whi
 # GEAK folder's wheels read from their zips, gzip for the cache's blobs), net of 10 lines for a Ctrl-C during the
 # front door's hand-off taken by a handler; then 16,787: a refused reflink removes only the file it created; then
 # 16,665: one writer of a failure marker, both tiers' one vocabulary, one building() context of the ways, verify's
-# rebuild as a loop, one _need of the settings, one parse() of the CLI, the ETA defaults as one table).
-TOTAL_CEILING = 16665
+# rebuild as a loop, one _need of the settings, one parse() of the CLI, the ETA defaults as one table; then 6 for a
+# Ctrl-C before the front door's handler is in place: exit 130 and a line, not a traceback).
+TOTAL_CEILING = 16671
 
 
 def part_of(relative: str) -> str:
