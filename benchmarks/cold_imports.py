@@ -10,10 +10,12 @@ them, a provisioning run's watchdog with that run's).  A command's CPU includes 
 fixture's build, the probe); its instructions and modules are its own process's.  The user's cache folder is
 one under --work (XDG_CACHE_HOME), never the real ~/.cache.
 
-    python3 benchmarks/cold_imports.py [--runs 3] [--before REV|TOOL] [--no-callgrind]
+    python3 benchmarks/cold_imports.py [--runs 3] [--before REV|TOOL ...] [--no-callgrind]
 
-``--before`` as in geak_folder.py: a revision of this checkout installed (not editable) into its own venv under
---work, or an installed ``ensure-flydsl``.  Prints a table; asserts nothing.
+``--before`` as in geak_folder.py, and as often as wanted (a column each): a revision of this checkout installed
+(not editable) into its own venv under --work, or an installed ``ensure-flydsl``.  Prints a table; asserts nothing.
+Issue 40's figures: ``--before 48bb569 --before 2bcb8d4`` (before the stand-ins went; before the dispatch imported a
+command's module only when it runs).
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ COMMANDS: Sequence[Tuple[str, Sequence[str]]] = (
     ("ensure, warm", ()),
     ("status", ("status",)),
     ("wait --timeout 0", ("wait", "--timeout", "0")),
+    ("env", ("env",)),
     ("doctor", ("doctor",)),
     ("clean", ("clean",)),
     ("start (+ worker, watchdog)", ("start",)),
@@ -127,8 +130,7 @@ def python_of(script: str) -> List[str]:
 def bench(r: Runner) -> str:
     become_subreaper()
     tools: Dict[str, List[str]] = {"now": python_of(r.tool)}
-    if r.args.before:
-        tools = {"before": python_of(before_tool(r, r.args.before)), **tools}
+    tools = {**{rev: python_of(before_tool(r, rev)) for rev in r.args.before}, **tools}
     work = os.path.join(r.work, "cold-imports")
     os.makedirs(work, exist_ok=True)
     samples: Dict[Tuple[str, str, str], List[float]] = {}
@@ -166,7 +168,7 @@ def bench(r: Runner) -> str:
     floor_row += [f"{one(floor, os.environ.copy(), 'modules')[0]:.0f}"] * len(names) + ["0"]
     rows.append(floor_row)
     title = (f"the tool's commands on the fixture, CPU median of {r.args.runs} rounds, instructions and modules of "
-             f"one\n{describe_machine(r)}" + (f"; before: {r.args.before}" if r.args.before else ""))
+             f"one\n{describe_machine(r)}")
     return table(title, header, rows)
 
 
@@ -175,9 +177,9 @@ def main() -> None:
     parser.add_argument("--work", default="~/.cache/ensure-flydsl-bench")
     parser.add_argument("--tool", help="an installed ensure-flydsl to measure (default: this checkout, installed)")
     parser.add_argument("--runs", type=int, default=3, help="rounds timed for the CPU (default 3)")
-    parser.add_argument("--before", metavar="REV|TOOL", help="also measure the tool before a change, in the same "
-                        "rounds: a revision of this checkout (installed into its own venv) or an installed "
-                        "ensure-flydsl")
+    parser.add_argument("--before", metavar="REV|TOOL", action="append", default=[], help="also measure the tool "
+                        "before a change, in the same rounds: a revision of this checkout (installed into its own "
+                        "venv) or an installed ensure-flydsl; once per column")
     parser.add_argument("--no-callgrind", action="store_true", help="skip the instruction counts (valgrind)")
     parser.add_argument("--target-python")
     parser.add_argument("--base-python", default="python3")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import sys
 
-from ensure_flydsl.warm import INTERRUPTED_AT_START, answer
+from ensure_flydsl.warm import INTERRUPTED_AT_START, answer, by_ctrl_c
 
 
 def _interrupted_at_start(*_: object) -> None:
@@ -29,7 +29,7 @@ def main(argv: list[str] | None = None, *, launcher: list[str] | None = None) ->
             if kept is signal.default_int_handler:
                 signal.signal(signal.SIGINT, _interrupted_at_start)
     except (KeyboardInterrupt, RuntimeError) as exc:
-        if not isinstance(exc, KeyboardInterrupt) and not isinstance(exc.__cause__, KeyboardInterrupt):
+        if not by_ctrl_c(exc):
             raise
         _interrupted_at_start()
     if said is None:

@@ -21,6 +21,11 @@ INTERRUPTED_AT_START = "ensure-flydsl: interrupted (SIGINT) before it began; not
 SITE_HOOKS = ("sitecustomize.py", "usercustomize.py", "sitecustomize", "usercustomize")
 
 
+def by_ctrl_c(exc: BaseException) -> bool:
+    """Whether ``exc`` is a Ctrl-C: one raised while a class is made, Python before 3.12 makes a RuntimeError."""
+    return isinstance(exc, KeyboardInterrupt) or isinstance(exc.__cause__, KeyboardInterrupt)
+
+
 def stamp_path(root: str) -> str:
     return os.path.join(root, STATE_DIR, "warm")
 

@@ -61,6 +61,9 @@ def test_a_user_with_a_higher_floor_is_named_by_every_command(ws: Workspace) -> 
     assert warm.returncode == 0 and "nothing changed since the last success" in warm.stdout, warm.stdout
     assert [line.split("ensure-flydsl: ", 1)[1] for line in warm.stdout.splitlines() if "warning:" in line] == [
         warning]
+    door = ws.run(FLYDSL_PYTHON=python)  # the front door's answer: the lines the command line's warm answer said
+    said = [[line.split("] ", 1)[1] for line in out.stdout.splitlines()] for out in (warm, door)]
+    assert said[0] == said[1] and said[0][-1].startswith("ensure-flydsl: ready: flydsl 0.2.2"), said
     assert json.loads(ws.run("--json", FLYDSL_PYTHON=python).stdout)["conflicts"] == result["conflicts"]
     verified = ws.run("verify", "--json", FLYDSL_PYTHON=python)
     assert verified.returncode == 0 and validate(json.loads(verified.stdout), "verify")["conflicts"] == \

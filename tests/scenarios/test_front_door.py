@@ -17,14 +17,19 @@ from tests.helpers.workspace import Workspace
 
 
 def call(ws: Workspace, *args: str, cwd: str = "/", **env: str) -> Tuple[bool, subprocess.CompletedProcess]:
-    """The tool with ``args`` under ``-X importtime``: whether the front door answered alone, and the call."""
-    full = dict(ws.env, **env)
-    out = subprocess.run([sys.executable, "-X", "importtime", "-m", "ensure_flydsl", *args], env=full, cwd=cwd,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, check=False)
-    assert out.returncode == 0, out.stderr[-3000:]
-    modules = {line.rsplit("|", 1)[1].strip() for line in out.stderr.splitlines() if line.startswith("import time:")}
-    out.stderr = "\n".join(line for line in out.stderr.splitlines() if not line.startswith("import time:"))
+    """The tool with ``args``: whether the front door answered alone, and the call."""
+    modules, out = imported(ws, *args, cwd=cwd, **env)
     return "ensure_flydsl.cli.main" not in modules, out
+
+
+def imported(ws: Workspace, *args: str, cwd: str = "/", **env: str) -> Tuple[List[str], subprocess.CompletedProcess]:
+    """The tool with ``args`` under ``-X importtime``: the modules it imported, and the call without those lines."""
+    out = subprocess.run([sys.executable, "-X", "importtime", "-m", "ensure_flydsl", *args], env=dict(ws.env, **env),
+                         cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, check=False)
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = out.stderr.splitlines()
+    out.stderr = "\n".join(line for line in lines if not line.startswith("import time:"))
+    return [line.rsplit("|", 1)[1].strip() for line in lines if line.startswith("import time:")], out
 
 
 def stamp(ws: Workspace) -> str:
@@ -113,3 +118,16 @@ def test_the_stamp_goes_wherever_the_env_file_goes(ws: Workspace) -> None:
     assert os.path.isfile(stamp(ws))
     assert ws.run("clean").returncode == 0
     assert not os.path.exists(ws.env_file) and not os.path.exists(stamp(ws))
+
+
+def test_a_poll_imports_what_it_reads_with_and_no_run(ws: Workspace) -> None:
+    """`status`, `wait` and `env` import a command's module on dispatch: none of the pipeline, the doctor, the ways,
+    the GEAK folder or the downloads (the cold command line was 6x slower when the parser imported them all)."""
+    ensure_json(ws, cwd="/")
+    for args in (("status", "--json"), ("wait", "--timeout", "0"), ("env",), ("--root", ws.root, "status")):
+        modules = imported(ws, *args)[0]
+        assert "ensure_flydsl.runs.answer" in modules, args  # what a reader reads with (`-X importtime` does not
+        # list the command's own module: importlib.import_module is not an import statement)
+        heavy = [m for m in modules if m.split(".")[:2] in (["ensure_flydsl", p] for p in ("pipeline", "doctor", "ways",
+                 "geak")) or m in ("urllib.request", "ssl", "packaging.requirements")]
+        assert heavy == [], args

@@ -365,10 +365,12 @@ def test_a_ctrl_c_at_any_moment_of_a_commands_start_is_exit_130_never_a_tracebac
     assert 130 in codes, codes
 
 
-def test_a_ctrl_c_while_the_command_line_makes_a_class_is_exit_130(ws: Workspace, tmp_path: str) -> None:
+@pytest.mark.parametrize("module", ["difflib", "statistics"])
+def test_a_ctrl_c_while_the_command_line_makes_a_class_is_exit_130(ws: Workspace, tmp_path: str, module: str) -> None:
     """The window the sweep above met by chance: a SIGINT inside a class being made (a descriptor's __set_name__,
-    as a dataclass field has) reached Python before 3.12 as a RuntimeError, past `except KeyboardInterrupt`."""
-    shadow = os.path.join(str(tmp_path), "difflib.py")  # the command line imports difflib at its top
+    as a dataclass field has) reached Python before 3.12 as a RuntimeError, past `except KeyboardInterrupt`.
+    The command line imports difflib at its top, and `status` imports statistics when it is dispatched."""
+    shadow = os.path.join(str(tmp_path), f"{module}.py")
     with open(shadow, "w") as handle:
         handle.write("import os, signal\n\n\nclass Named:\n    def __set_name__(self, owner, name):\n"
                      "        os.kill(os.getpid(), signal.SIGINT)\n        sum(range(1000))\n\n\n"

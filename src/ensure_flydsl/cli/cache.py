@@ -165,8 +165,8 @@ def keygen(out_dir: str, name: str) -> Tuple[str, str]:
 
 
 def sign_entries(settings: Settings, cache: Cache, key_path: str, names: Sequence[str],
-                 say: Callable[[str], None]) -> int:
-    """Add the signature of the key in ``key_path`` to the entries named (all when none is); 0.  With trusted keys
+                 say: Callable[[str], None]) -> None:
+    """Add the signature of the key in ``key_path`` to the entries named (all when none is).  With trusted keys
     set only to those one of them signed: a rotation re-signs what the old key signed, never what was dropped in."""
     try:
         secret = read_secret_key(os.path.abspath(key_path))
@@ -200,7 +200,6 @@ def sign_entries(settings: Settings, cache: Cache, key_path: str, names: Sequenc
         say(f"signed {label} with {secret.name}")
         signed += 1
     say(f"{signed} signed with {secret.name}, {already} already signed by it, {skipped} skipped, in {cache.location}")
-    return 0
 
 
 def _chosen(entries: List[CacheEntry], names: Sequence[str]) -> List[CacheEntry]:

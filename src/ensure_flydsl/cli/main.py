@@ -6,8 +6,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import difflib
+import importlib
 import os
-import re
 import select
 import shutil
 import signal
@@ -17,12 +17,6 @@ import traceback
 from typing import Any, Callable, Dict, List, NoReturn, Optional, Sequence
 
 from ensure_flydsl.cli import Call
-from ensure_flydsl.cli.cache import housekeeping
-from ensure_flydsl.cli.clean import clean
-from ensure_flydsl.cli.start import start, worker
-from ensure_flydsl.cli.stats import stats
-from ensure_flydsl.cli.status import show_env, status, verify, wait
-from ensure_flydsl.doctor.diagnose import diagnose
 from ensure_flydsl.errors import (
     BadInput,
     EnsureError,
@@ -34,13 +28,7 @@ from ensure_flydsl.errors import (
     disk_full_error,
     interrupted_by,
 )
-from ensure_flydsl.geak.folder import COMMIT, ZIPAPP, folder_commit, write_skill_folder
-from ensure_flydsl.geak.provenance import PACKAGE_DIR, tool_commit
-from ensure_flydsl.pipeline.decide import check_reuse
-from ensure_flydsl.pipeline.run import ensure
-from ensure_flydsl.pipeline.warm import warm_lines
 from ensure_flydsl.result import result_json, result_object
-from ensure_flydsl.runs.liveness import watch
 from ensure_flydsl.runs.markers import write_failure_marker
 from ensure_flydsl.settings import (
     FLAG,
@@ -51,7 +39,6 @@ from ensure_flydsl.settings import (
     STRATEGIES,
     SWITCH,
     Setting,
-    Settings,
     fail_marker_path,
     flag_text,
     load_settings,
@@ -59,8 +46,7 @@ from ensure_flydsl.settings import (
 from ensure_flydsl.support.launcher import command
 from ensure_flydsl.support.processes import unblock_stop_signals
 from ensure_flydsl.support.report import Reporter, to_devnull
-from ensure_flydsl.version import __version__
-from ensure_flydsl.warm import INTERRUPTED_AT_START, key_tokens
+from ensure_flydsl.warm import INTERRUPTED_AT_START, by_ctrl_c, key_tokens
 
 DESCRIPTION = ("Make `import flydsl, kernels.moe_gemm_2stage` work from one consistent tree: reuse a good-enough\n"
                "FlyDSL, else provision the pinned one into an isolated folder.")
@@ -100,13 +86,18 @@ class _Parser(argparse.ArgumentParser):
         super()._check_value(action, value)
 
 
+def _load(name: str) -> Any:
+    """``module:attribute`` under the package: a command's module is imported when it runs, so that a `status`
+    does not import the pipeline, the doctor and the downloads."""
+    module, _, attribute = name.partition(":")
+    return getattr(importlib.import_module(f"ensure_flydsl.{module}"), attribute)
+
+
 class _Version(argparse.Action):
     """``-V``: the version, with the commit when the code is known to be a commit's (computed only when asked)."""
 
     def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
-        found = folder_commit(PACKAGE_DIR)
-        commit = found if found is not None else tool_commit()
-        print(f"ensure-flydsl {__version__}" + (f" (commit {commit})" if re.match(COMMIT, commit) else ""))
+        print(_load("geak.folder:version_line")())
         parser.exit()
 
 
@@ -201,8 +192,9 @@ def build_parser() -> argparse.ArgumentParser:
     commands = top.add_subparsers(dest="command", metavar="COMMAND", title="commands")
 
     def add(path: str, help: str, examples: Sequence[str], reads: Optional[Sequence[str]] = EVERY, loud: bool = True,
-            under: Any = commands, json: Optional[str] = None, run: Any = None) -> argparse.ArgumentParser:
-        """A command's parser; ``run`` handles it: run(call, settings), or run(call) when ``reads`` is None."""
+            under: Any = commands, json: Optional[str] = None, run: Optional[str] = None) -> argparse.ArgumentParser:
+        """A command's parser; ``run`` ("module:function" under the package) handles it: run(call, settings), or
+        run(call) when ``reads`` is None."""
         parser: argparse.ArgumentParser = under.add_parser(
             path.split()[-1], help=help, description=help, formatter_class=_Formatter, parents=parents(reads, loud),
             epilog=_epilog(examples, reads))
@@ -222,38 +214,38 @@ def _add_commands(add: Callable[..., argparse.ArgumentParser]) -> argparse.Actio
     add("ensure", "make FlyDSL importable (the default command); blocking",
         ("--root ~/.cache/flydsl/FlyDSL  # reuse, else provision; then source ~/.cache/flydsl/FlyDSL/flydsl_env.sh",
          "--json --strategy release  # one JSON result object", "-q --python /usr/bin/python3.11  # say nothing but "
-         "a failure"), json=ENSURE_JSON, run=_ensure)
+         "a failure"), json=ENSURE_JSON, run="cli.start:ensure_command")
     add("start", "launch the same work as `ensure` detached; print {run_id, pid, log, state} and return",
         ("start --root ~/.cache/flydsl/FlyDSL  # returns at once", "start --cache s3://bucket/flydsl  # then `wait "
          "--timeout 540`"), json="its messages as JSON events on stderr (the answer is one JSON object on stdout "
-        "either way)", run=start)
+        "either way)", run="cli.start:start")
     waiting = add("wait", "follow the root's run until it ends: 0, its failure's exit code, or 75 at --timeout",
                   ("wait --timeout 540  # inside an agent's 600 s shell call; 75: call it again",
                    "wait --timeout 0 --json  # answer at once"), RECORDS, json="print the answer as one JSON result "
-                  "object on stdout (heartbeats as JSON events on stderr)", run=wait)
+                  "object on stdout (heartbeats as JSON events on stderr)", run="cli.status:wait")
     waiting.add_argument("--timeout", type=_seconds(zero_ok=True), metavar="S",
                          help="give up waiting after S seconds (0: answer at once)")
     waiting.add_argument("--heartbeat", type=_seconds(zero_ok=False), default=30.0, metavar="S",
                          help="print a heartbeat line at least every S seconds (default 30)")
     asking = add("status", "state, step, percent, elapsed, ETA, pid, version, root, python, how, log",
                  ("status", "--root ~/.cache/flydsl/FlyDSL status --json"), RECORDS,
-                 json="one JSON result object (docs/schema/)", run=status)
+                 json="one JSON result object (docs/schema/)", run="cli.status:status")
     for parser in (waiting, asking):
         parser.add_argument("--run-id", metavar="ID", help="the run `start` printed, whatever its settings (default: "
                             "the request's; with no request setting given, the root's current run)")
     add("env", "print the env file (or its JSON twin)", ("env  # the env file, to source", "env --format json  # "
         "its JSON twin", "env --json --min-version 0.2.3  # does it answer this request?"), RECORDS,
         json="one JSON result object: whether the env file answers this request, its version, and the variables it "
-        "exports", run=show_env).add_argument("--format", choices=("sh", "json"), default="sh")
+        "exports", run="cli.status:show_env").add_argument("--format", choices=("sh", "json"), default="sh")
     add("verify", "run the full import probe and print each module's file", ("verify  # exit 0 only for one good "
         "tree", "verify --json --python /usr/bin/python3.11"), RECORDS + ("probe_timeout",),
-        json="one JSON result object with each module's file", run=verify)
+        json="one JSON result object with each module's file", run="cli.status:verify")
     add("doctor", "predict, in seconds, whether the configured strategy can succeed here, and why not",
         ("doctor  # one line per check, then the verdict", "doctor --strategy source --json"),
-        json="one JSON object with every check (docs/schema/doctor.schema.json)", run=_doctor)
+        json="one JSON object with every check (docs/schema/doctor.schema.json)", run="cli.start:doctor")
     cache = add("cache", "housekeeping of the binary cache (FLYDSL_CACHE): list, prune, keygen, sign",
                 ("cache list --cache /srv/flydsl-cache", "help cache prune  # a cache command's own help"), TRUST,
-                loud=False, run=housekeeping)
+                loud=False, run="cli.cache:housekeeping")
     actions = cache.add_subparsers(dest="cache_action", metavar="ACTION", title="cache commands")
     add("cache list", "every entry of the binary cache: kind, key, size, age, what it was built from, who signed it",
         ("cache list --cache /srv/flydsl-cache  # newest first", "cache list --json --cache-trusted-key ci-1.pub  # "
@@ -279,7 +271,8 @@ def _add_commands(add: Callable[..., argparse.ArgumentParser]) -> argparse.Actio
     sign.add_argument("--key", metavar="PATH", help="the secret key file to sign with (from `cache keygen`)")
     store = add("store", "the host store of trees the roots copy (FLYDSL_STORE): list, prune",
                 ("store list  # each tree, its size, where it came from and when it was last copied",
-                 "help store prune  # a store command's own help"), ("store",), loud=False, run=housekeeping)
+                 "help store prune  # a store command's own help"), ("store",), loud=False,
+                run="cli.cache:housekeeping")
     actions = store.add_subparsers(dest="store_action", metavar="ACTION", title="store commands")
     add("store list", "every tree of the host store: its key, size, files, where it came from and its last use",
         ("store list", "store list --json --store /scratch/flydsl-store  # one JSON object"), ("store",),
@@ -291,13 +284,13 @@ def _add_commands(add: Callable[..., argparse.ArgumentParser]) -> argparse.Actio
                        "most SIZE (bytes, or with K/M/G/T); what the tool did not make is left as it is")
     add("clean", "remove what this tool created for the root (never anything else)",
         ("clean", "clean --json --root ~/.cache/flydsl/FlyDSL"), FILES,
-        json="one JSON result object naming what was removed and kept", run=clean)
+        json="one JSON result object naming what was removed and kept", run="cli.clean:clean")
     timing = add("stats", "where this host's runs spent their time: each run's stages, waits and bytes, and a "
                  "summary", ("stats  # the last runs and where their time went", "stats --json --root "
                              "~/.cache/flydsl/FlyDSL  # one root's runs", "stats --records ./fleet-records  # a "
                              "fleet's records, collected"), None,
                  json="one JSON object: every run under `runs`, and the `summary` (docs/schema/stats.schema.json)",
-                 run=stats)
+                 run="cli.stats:stats")
     timing.add_argument("--root", dest="of_root", metavar="ROOT",
                         help="only the runs of this root (default: every root of the host)")
     timing.add_argument("--records", metavar="DIR", help="read the timing records in DIR (a fleet's, collected into "
@@ -305,7 +298,7 @@ def _add_commands(add: Callable[..., argparse.ArgumentParser]) -> argparse.Actio
     skill = add("skill", "write the GEAK drop-in folder: skill.md, ensure_flydsl.sh and this tool vendored for a "
                 "bare python3", ("skill $GEAK_ROOT/perf_knowledge/expert_skills/skills/ensure_flydsl",
                                  "skill ./ensure_flydsl --force --wheels ./wheels  # no network"), None,
-                json="one JSON result object", run=_skill)
+                json="one JSON result object", run="cli.skill:skill")
     skill.add_argument("dir", metavar="DIR", help="the folder to write (GEAK: perf_knowledge/expert_skills/skills/"
                        "ensure_flydsl); refused if it exists and this command did not make it")
     skill.add_argument("--force", action="store_true",
@@ -313,14 +306,15 @@ def _add_commands(add: Callable[..., argparse.ArgumentParser]) -> argparse.Actio
     skill.add_argument("--wheels", metavar="DIR",
                        help="take the vendored libraries' pinned wheels from DIR (no network)")
     topic = add("help", "this list; a command's help (help COMMAND); every setting (help settings)",
-                ("help wait", "help settings"), None, loud=False, run=_help).add_argument(
+                ("help wait", "help settings"), None, loud=False, run="cli.main:_help").add_argument(
         "topic", nargs="*", metavar="COMMAND", help="a command (`cache list`: a cache command), or `settings` for "
         "every setting")
     add("completion", "print a completion script for bash, zsh or fish",
         ("completion bash > ~/.local/share/bash-completion/completions/ensure-flydsl",
          "completion zsh  # eval it in ~/.zshrc, after compinit",
          "completion fish > ~/.config/fish/completions/ensure-flydsl.fish"), None, loud=False,
-        run=_completion).add_argument("shell", choices=("bash", "zsh", "fish"), help="the shell the script is for")
+        run="cli.main:_completion").add_argument("shell", choices=("bash", "zsh", "fish"),
+                                                 help="the shell the script is for")
     return topic
 
 
@@ -395,40 +389,6 @@ def _completion(call: Call) -> int:
     return 0
 
 
-def _ensure(call: Call, settings: Settings) -> int:
-    """Answer warm when nothing changed, else run the pipeline; say what it decided."""
-    result, warm = ensure(settings, call.environ, call.reporter, call.warm_key)
-    said = warm_lines(settings, result)
-    if warm:
-        call.reporter.say(said[0])
-    if call.as_json:
-        print(result_json(result.to_json()))
-    else:
-        call.reporter.say(said[1])
-    return 0
-
-
-def _doctor(call: Call, settings: Settings) -> int:
-    """Exit 0 when the configured strategy can succeed (or a reusable FlyDSL is there), else the first stop's code."""
-    diagnosis = diagnose(settings, call.environ, reuse=check_reuse)
-    print(diagnosis.report(settings, call.as_json))
-    return diagnosis.exit_code
-
-
-def _skill(call: Call) -> int:
-    args, reporter = call.args, call.reporter
-    made = write_skill_folder(args.dir, force=args.force, wheels=args.wheels, environ=call.environ, say=reporter.say)
-    reason = (f"{'replaced' if made.replaced else 'wrote'} {made.path}: skill.md, ensure_flydsl.sh, {ZIPAPP} "
-              f"(ensure-flydsl {made.version} with {', '.join(made.vendored)}), VERSION (commit {made.commit})")
-    if call.as_json:
-        print(result_json(result_object(ok=True, exit_code=0, reason=reason, dir=made.path, version=made.version,
-                                        commit=made.commit, vendored=made.vendored, replaced=made.replaced)))
-    else:
-        reporter.say(reason)
-        reporter.say(f"GEAK runs it as `bash {made.path}/ensure_flydsl.sh` (docs/GEAK.md); nothing is installed")
-    return 0
-
-
 # -- the dispatch -----------------------------------------------------------------------------------------------
 def main(argv: Optional[Sequence[str]] = None) -> int:
     # Under umask 000 (common in containers) the checkout, its .git/hooks and the build would be world-writable:
@@ -437,22 +397,21 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["_watchdog"]:
         unblock_stop_signals()  # started by a worker that may still have them blocked (cli/start.py)
-        return watch(argv[1], argv[2])
-    if argv[:1] == ["_worker"]:
-        given = dict(zip(argv[1::2], argv[2::2]))
-        args = argparse.Namespace(command="_worker", reads_settings=False, run=lambda call: worker(
-            given["--run-id"], int(given["--alive-fd"]), given["--settings-json"], call.environ, call.reporter))
-    else:
-        try:
-            args = parse(argv)
-        except Refused as exc:  # under --json, one JSON object too: the reason, exit 64
-            reporter = Reporter.for_stream(sys.stderr, json_events="--json" in argv)
-            refused = _error(reporter, "--json" in argv, exc)
-            reporter.close()
-            return refused
-        except KeyboardInterrupt:  # the parser is built before the command takes Ctrl-C over: no traceback
-            sys.stderr.write(INTERRUPTED_AT_START)
-            return int(ExitCode.INTERRUPTED)
+        return int(_load("runs.liveness:watch")(argv[1], argv[2]))
+    try:
+        args = parse(argv) if argv[:1] != ["_worker"] else argparse.Namespace(  # start's worker (cli/start.py)
+            command="_worker", reads_settings=False, run="cli.start:worker", given=dict(zip(argv[1::2], argv[2::2])))
+        args.run = _load(args.run)  # the command's function
+    except Refused as exc:  # under --json, one JSON object too: the reason, exit 64
+        reporter = Reporter.for_stream(sys.stderr, json_events="--json" in argv)
+        refused = _error(reporter, "--json" in argv, exc)
+        reporter.close()
+        return refused
+    except (KeyboardInterrupt, RuntimeError) as exc:  # before the command takes Ctrl-C over: the parser, its module
+        if not by_ctrl_c(exc):
+            raise
+        sys.stderr.write(INTERRUPTED_AT_START)
+        return int(ExitCode.INTERRUPTED)
     verbosity = int(getattr(args, "verbosity", 0))
     # The front door's key when the settings come from the argv and the variables alone (warm.py).
     warm_key = key_tokens(argv) if args.command == "ensure" and not verbosity else None

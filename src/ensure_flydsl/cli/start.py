@@ -1,5 +1,6 @@
-"""Detached runs: ``start`` joins the live run for the request or launches a worker (``_worker``), and returns at
-once, holding the worker's alive lock until it hands it over: a ``wait`` issued at once sees a live run."""
+"""The commands that run the pipeline or predict it: ``ensure`` (blocking), ``doctor``, and ``start``, which joins
+the live run for the request or launches a worker (``_worker``) and returns at once, holding the worker's alive lock
+until it hands it over: a ``wait`` issued at once sees a live run."""
 
 from __future__ import annotations
 
@@ -10,11 +11,13 @@ import time
 from typing import Any, Dict, Mapping, Optional
 
 from ensure_flydsl.cli import Call
+from ensure_flydsl.doctor.diagnose import diagnose
 from ensure_flydsl.errors import EnsureError, ExitCode, Stage, disk_full_error
 from ensure_flydsl.layout import start_lock_file
-from ensure_flydsl.pipeline.decide import preflight
+from ensure_flydsl.pipeline.decide import check_reuse, preflight
 from ensure_flydsl.pipeline.publish import withdraw_stale_markers
-from ensure_flydsl.pipeline.run import ensure_run
+from ensure_flydsl.pipeline.run import ensure, ensure_run
+from ensure_flydsl.pipeline.warm import warm_lines
 from ensure_flydsl.probe.interpreter import callers_folder
 from ensure_flydsl.result import result_json, result_object
 from ensure_flydsl.runs.answer import live_runs
@@ -31,6 +34,26 @@ from ensure_flydsl.ways.context import Run, announced_eta
 JOIN_PID_WAIT_S = 2.0
 
 
+def ensure_command(call: Call, settings: Settings) -> int:
+    """Answer warm when nothing changed, else run the pipeline; say what it decided."""
+    result, warm = ensure(settings, call.environ, call.reporter, call.warm_key)
+    said = warm_lines(settings, result)
+    if warm:
+        call.reporter.say(said[0])
+    if call.as_json:
+        print(result_json(result.to_json()))
+    else:
+        call.reporter.say(said[1])
+    return 0
+
+
+def doctor(call: Call, settings: Settings) -> int:
+    """Exit 0 when the configured strategy can succeed (or a reusable FlyDSL is there), else the first stop's code."""
+    diagnosis = diagnose(settings, call.environ, reuse=check_reuse)
+    print(diagnosis.report(settings, call.as_json))
+    return diagnosis.exit_code
+
+
 def settings_from_json(text: str) -> Settings:
     """The worker's copy of the settings (Settings.to_json): JSON's lists back to tuples."""
     data: Dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in json.loads(text).items()}
@@ -38,9 +61,11 @@ def settings_from_json(text: str) -> Settings:
     return Settings(**data)
 
 
-def worker(run_id: str, alive_fd: int, settings_json: str, environ: Mapping[str, str], reporter: Reporter) -> int:
+def worker(call: Call) -> int:
     """The detached worker: a full run (not the warm path), whose record shows how it ended; stdout is the log."""
-    run = Run(settings_from_json(settings_json), reporter, environ, run_id, kind="detached", alive_fd=alive_fd)
+    given, reporter = call.args.given, call.reporter
+    run = Run(settings_from_json(given["--settings-json"]), reporter, call.environ, given["--run-id"],
+              kind="detached", alive_fd=int(given["--alive-fd"]))
     result = ensure_run(run)
     reporter.say(f"ready: flydsl {result.version} ({result.how}) for {result.python}; source {result.env_file}")
     return 0

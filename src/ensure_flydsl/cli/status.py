@@ -18,12 +18,7 @@ from ensure_flydsl.probe.gate import evaluate
 from ensure_flydsl.probe.interpreter import broken_user_line, broken_users, probe_modules, run_probe
 from ensure_flydsl.result import result_json, result_object
 from ensure_flydsl.runs.answer import ABSENT_EXIT, answer, answers, followed, start_hint, status_lines
-from ensure_flydsl.runs.markers import (
-    EnvTwin,
-    installed,
-    installed_twin,
-    twin_gap,
-)
+from ensure_flydsl.runs.markers import EnvTwin, installed, installed_twin, twin_gap
 from ensure_flydsl.runs.progress import Pulse, say_pulse
 from ensure_flydsl.runs.records import RUNNING
 from ensure_flydsl.settings import Settings

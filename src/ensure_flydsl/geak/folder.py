@@ -17,7 +17,7 @@ from typing import Callable, Dict, List, Optional, Tuple, Union
 
 from ensure_flydsl.errors import BadInput, ExitCode
 from ensure_flydsl.geak import vendor
-from ensure_flydsl.geak.provenance import package_files, tool_commit, tool_source
+from ensure_flydsl.geak.provenance import PACKAGE_DIR, package_files, tool_commit, tool_source
 from ensure_flydsl.settings import DEFAULT_MIN_VERSION, DEFAULT_PIN, SETTINGS
 from ensure_flydsl.support.files import file_sha256, move_aside, read_json, remove_tree, rename_into_place
 from ensure_flydsl.version import __version__
@@ -117,16 +117,16 @@ def refusal(target: str, force: bool) -> Optional[str]:
     return None
 
 
-def folder_commit(package_dir: str) -> Optional[str]:
-    """Run from a folder's zipapp (``package_dir`` is DIR/ensure_flydsl.pyz/ensure_flydsl): the commit its
-    VERSION names while the zipapp is the one VERSION hashes ("" when it is not); None outside such a folder."""
-    zipapp = os.path.dirname(package_dir)
+def version_line() -> str:
+    """``-V``'s line: the version, with the commit when the code is known to be a commit's. Run from a folder's
+    zipapp, the commit its VERSION names while the zipapp is the one VERSION hashes (none when it is not)."""
+    zipapp = os.path.dirname(PACKAGE_DIR)  # DIR/ensure_flydsl.pyz/ensure_flydsl in a folder
     if os.path.basename(zipapp) != ZIPAPP:
-        return None
-    version = _version(os.path.dirname(zipapp))
-    if version is None or version[0][ZIPAPP] != file_sha256(zipapp):
-        return ""
-    return version[1] if re.match(COMMIT, version[1]) else ""
+        commit = tool_commit()
+    else:
+        version = _version(os.path.dirname(zipapp))
+        commit = version[1] if version is not None and version[0][ZIPAPP] == file_sha256(zipapp) else ""
+    return f"ensure-flydsl {__version__}" + (f" (commit {commit})" if re.match(COMMIT, commit) else "")
 
 
 def _template(name: str, values: Dict[str, str]) -> str:

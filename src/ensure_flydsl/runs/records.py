@@ -26,13 +26,7 @@ from ensure_flydsl.runs.markers import Failure
 from ensure_flydsl.settings import Request
 from ensure_flydsl.support import fields
 from ensure_flydsl.support.fields import checked
-from ensure_flydsl.support.files import (
-    atomic_write,
-    json_bytes,
-    read_json,
-    read_regular,
-    remove_quietly,
-)
+from ensure_flydsl.support.files import atomic_write, json_bytes, read_json, read_regular, remove_quietly
 
 
 class RunState(StrEnum):

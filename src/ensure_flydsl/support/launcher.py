@@ -11,8 +11,6 @@ import shlex
 import sys
 from typing import Dict, List, Mapping, Optional, Sequence
 
-from packaging.requirements import Requirement
-
 # The caller's command, as the GEAK folder's script sets it (``bash '<its path as invoked>'``) and as the tool
 # passes it on to its worker and watchdog, whose own argv is not what the caller typed.
 COMMAND_VARIABLE = "ENSURE_FLYDSL_COMMAND"
@@ -107,7 +105,7 @@ def extra_remedy(extra: str, instead: str) -> str:
     quoted = " ".join(f"'{p}'" for p in packages)
     route = install_route()
     if route == Route.GEAK_FOLDER:
-        names = ", ".join(Requirement(p).name for p in packages)
+        names = ", ".join(p.partition(">=")[0] for p in packages)
         return (f"the GEAK folder's vendored tool has no extras ({names}): {instead}, or run an ensure-flydsl "
                 f"installed with the '{extra}' extra (docs/GEAK.md)")
     if route == Route.UV_TOOL:
