@@ -71,7 +71,8 @@ class SharedCache:
 
     def leases(self, kind: str) -> List[Dict[str, Any]]:
         """The lease records of ``kind`` ("tree" or "mlir") there are now (probe objects left out)."""
-        found = [self.read(p) for p in self.files("leases") if p.startswith(f"leases/{kind}/")]
+        found = [self.read(p) for p in self.files("leases") if p.startswith(f"leases/{kind}/")
+                 and not os.path.basename(p).startswith(".")]  # a dot-file is a write in progress (.create.*.tmp)
         return [r for r in found if r is not None]
 
     def wait_lease(self, kind: str, timeout: float = 60.0, **match: object) -> Dict[str, Any]:
