@@ -6,15 +6,7 @@ from __future__ import annotations
 import os
 import sys
 
-from ensure_flydsl.warm import INTERRUPTED_AT_START, answer, by_ctrl_c
-
-
-def _interrupted_at_start(*_: object) -> None:
-    """Ctrl-C before the command line takes it over: one line and exit 130, at once. Not an exception: raised
-    while a class is made (a dataclass field's __set_name__), Python before 3.12 makes it a RuntimeError."""
-    sys.stderr.write(INTERRUPTED_AT_START)
-    sys.stderr.flush()
-    os._exit(130)
+from ensure_flydsl.warm import answer, interrupted_at_start
 
 
 def main(argv: list[str] | None = None, *, launcher: list[str] | None = None) -> int:
@@ -25,18 +17,17 @@ def main(argv: list[str] | None = None, *, launcher: list[str] | None = None) ->
         if said is None:
             import signal  # on a miss only, like the command line it hands off to
 
-            kept = signal.getsignal(signal.SIGINT)  # an ignored SIGINT (`cmd &` from a script) stays ignored
-            if kept is signal.default_int_handler:
-                signal.signal(signal.SIGINT, _interrupted_at_start)
+            # An ignored SIGINT (`cmd &` from a script) stays ignored; cli/main.py puts the default back.
+            if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+                signal.signal(signal.SIGINT, interrupted_at_start)
     except (KeyboardInterrupt, RuntimeError) as exc:
-        if not by_ctrl_c(exc):
+        if not isinstance(exc, KeyboardInterrupt) and not isinstance(exc.__cause__, KeyboardInterrupt):
             raise
-        _interrupted_at_start()
+        interrupted_at_start()
     if said is None:
         from ensure_flydsl.cli.main import main as command_line
         from ensure_flydsl.support.launcher import set_launcher
 
-        signal.signal(signal.SIGINT, kept)
         if launcher is not None:
             set_launcher(launcher)
         return command_line(args)

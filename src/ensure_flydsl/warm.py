@@ -6,6 +6,7 @@ from __future__ import annotations
 import marshal
 import os
 import stat
+import sys
 import time
 
 STATE_DIR = ".ensure_flydsl"
@@ -16,14 +17,16 @@ STAMP_FORMAT = 1
 FINGERPRINT_VERSION = 6  # 6: a tree an earlier version hardlinked from the store is copied again
 MAX_OWN_FILE_BYTES = 16 << 20  # the tool's own files hold a few KB; the stamp a tree's listing
 PYTHON_ENV = ("PYTHONPATH", "PYTHONHOME", "PYTHONNOUSERSITE", "PYTHONPLATLIBDIR", "PYTHONSAFEPATH", "PYTHONUSERBASE")
-# A Ctrl-C before the command line took signals over (the hand-off's imports, the parser): said, exit 130.
 INTERRUPTED_AT_START = "ensure-flydsl: interrupted (SIGINT) before it began; nothing was changed\n"
 SITE_HOOKS = ("sitecustomize.py", "usercustomize.py", "sitecustomize", "usercustomize")
 
 
-def by_ctrl_c(exc: BaseException) -> bool:
-    """Whether ``exc`` is a Ctrl-C: one raised while a class is made, Python before 3.12 makes a RuntimeError."""
-    return isinstance(exc, KeyboardInterrupt) or isinstance(exc.__cause__, KeyboardInterrupt)
+def interrupted_at_start(*_: object) -> None:
+    """SIGINT's handler until the command line takes Ctrl-C over (the hand-off, the parser, the command's import):
+    one line and exit 130 at once. Not an exception: raised while a class is made, before 3.12 a RuntimeError."""
+    sys.stderr.write(INTERRUPTED_AT_START)
+    sys.stderr.flush()
+    os._exit(130)
 
 
 def stamp_path(root: str) -> str:

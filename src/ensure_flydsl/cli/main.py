@@ -46,7 +46,7 @@ from ensure_flydsl.settings import (
 from ensure_flydsl.support.launcher import command
 from ensure_flydsl.support.processes import unblock_stop_signals
 from ensure_flydsl.support.report import Reporter, to_devnull
-from ensure_flydsl.warm import INTERRUPTED_AT_START, by_ctrl_c, key_tokens
+from ensure_flydsl.warm import interrupted_at_start, key_tokens
 
 DESCRIPTION = ("Make `import flydsl, kernels.moe_gemm_2stage` work from one consistent tree: reuse a good-enough\n"
                "FlyDSL, else provision the pinned one into an isolated folder.")
@@ -407,11 +407,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         refused = _error(reporter, "--json" in argv, exc)
         reporter.close()
         return refused
-    except (KeyboardInterrupt, RuntimeError) as exc:  # before the command takes Ctrl-C over: the parser, its module
-        if not by_ctrl_c(exc):
-            raise
-        sys.stderr.write(INTERRUPTED_AT_START)
-        return int(ExitCode.INTERRUPTED)
+    if signal.getsignal(signal.SIGINT) is interrupted_at_start:  # the front door's (__main__.py) until here:
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # now a Ctrl-C unwinds the command, exit 130
     verbosity = int(getattr(args, "verbosity", 0))
     # The front door's key when the settings come from the argv and the variables alone (warm.py).
     warm_key = key_tokens(argv) if args.command == "ensure" and not verbosity else None
