@@ -174,32 +174,6 @@ def tag_commits(ls_remote: str) -> Dict[str, str]:
     return _tags(ref_objects(ls_remote))
 
 
-def git(root: str, *args: str, repo: str, mirrors: GitMirrors, silence_s: Optional[float] = None) -> str:
-    """Run git in ``root``; a network command silent for ``silence_s`` seconds stops: exit 2 naming the remote."""
-    # git >= 2.38 refuses file:// submodules by default (CVE-2022-39253); a local mirror's are local too.
-    extra = ["-c", "protocol.file.allow=always"] if is_local_repo(repo) else []
-    env = git_env(os.environ, mirrors, at=root)
-    sub = next((a for a in args if not a.startswith("-")), "")
-    if sub not in _NETWORK or (sub == "submodule" and "update" not in args):
-        return cmd_output(["git", *extra, "-C", root, *args], env=env)
-    submodule = sub == "submodule"
-    at = args.index(sub) + (2 if submodule else 1)
-    # progress as objects arrive: output is the sign of life
-    progress = ["--progress"] if sub != "ls-remote" else []
-    cmd = ["git", *extra, "-C", root, *args[:at], *progress, *args[at:]]
-    what = "git submodule update" if submodule else f"git {sub}"
-    try:
-        return watched_output(cmd, env=env, what=what, silence_s=silence_s,
-                              remote=(lambda out: _submodule_remote(out, root, mirrors)) if submodule
-                              else (lambda out: describe(repo, mirrors)))
-    except Silent as exc:
-        raise EnsureError(
-            ExitCode.FETCH, f"{what} stopped: nothing received from {exc.remote} for {exc.seconds:g} s",
-            stage=Stage.SUBMODULES if submodule else Stage.FETCH,
-            hint=SUBMODULES_UNREACHABLE if submodule else UNREACHABLE, detail=exc.describe(),
-        ) from None
-
-
 def _submodule_remote(output: str, root: str, mirrors: GitMirrors) -> str:
     """The submodule ``git submodule update`` was cloning when it went silent, from what it printed."""
     urls = {os.path.normpath(os.path.join(root, path)): url for url, path in _REGISTERED.findall(output)}
@@ -368,6 +342,7 @@ class Checkout:
     root: str
     repo: str
     mirrors: GitMirrors
+    silence_s: Optional[float] = None  # a network command silent this long stops (None: the setting's)
 
     @classmethod
     def of(cls, settings: Settings) -> "Checkout":
@@ -379,7 +354,29 @@ class Checkout:
         return describe(self.repo, self.mirrors)
 
     def git(self, *args: str) -> str:
-        return git(self.root, *args, repo=self.repo, mirrors=self.mirrors)
+        """Run git in the root; a network command silent for ``silence_s`` seconds stops: exit 2 naming the remote."""
+        # git >= 2.38 refuses file:// submodules by default (CVE-2022-39253); a local mirror's are local too.
+        extra = ["-c", "protocol.file.allow=always"] if is_local_repo(self.repo) else []
+        env = git_env(os.environ, self.mirrors, at=self.root)
+        sub = next((a for a in args if not a.startswith("-")), "")
+        if sub not in _NETWORK or (sub == "submodule" and "update" not in args):
+            return cmd_output(["git", *extra, "-C", self.root, *args], env=env)
+        submodule = sub == "submodule"
+        at = args.index(sub) + (2 if submodule else 1)
+        # progress as objects arrive: output is the sign of life
+        progress = ["--progress"] if sub != "ls-remote" else []
+        cmd = ["git", *extra, "-C", self.root, *args[:at], *progress, *args[at:]]
+        what = "git submodule update" if submodule else f"git {sub}"
+        try:
+            return watched_output(cmd, env=env, what=what, silence_s=self.silence_s,
+                                  remote=(lambda out: _submodule_remote(out, self.root, self.mirrors)) if submodule
+                                  else (lambda out: self.shown))
+        except Silent as exc:
+            raise EnsureError(
+                ExitCode.FETCH, f"{what} stopped: nothing received from {exc.remote} for {exc.seconds:g} s",
+                stage=Stage.SUBMODULES if submodule else Stage.FETCH,
+                hint=SUBMODULES_UNREACHABLE if submodule else UNREACHABLE, detail=exc.describe(),
+            ) from None
 
     def clear_stale_git_locks(self, say: Callable[[str], None]) -> None:
         for name in _GIT_LOCKS:

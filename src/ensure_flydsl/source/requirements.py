@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import dataclasses
 import functools
 import os
 import tempfile
@@ -24,7 +25,6 @@ from ensure_flydsl.source.git import (
     CheckoutFiles,
     CommitFiles,
     PinFiles,
-    git,
     local_repositories,
     pin_commits,
     read_git,
@@ -281,7 +281,7 @@ def _listing(repositories: Sequence[str], commit: str) -> Optional[Sources]:
 def _git_answer(source: Checkout, silence_s: float, where: str, *args: str, doing: str) -> Tuple[Optional[str], str]:
     """A git command's output, or None and why not (an EnsureError's reason, else git's last line)."""
     try:
-        return git(where, *args, repo=source.repo, mirrors=source.mirrors, silence_s=silence_s), ""
+        return dataclasses.replace(source, root=where, silence_s=silence_s).git(*args), ""
     except EnsureError as exc:
         return None, f"{doing}: {exc.reason}"
     except CommandFailed as exc:
