@@ -210,14 +210,18 @@ def _named(last: str, folder: str, module: str, sources: Sources, budget: List[i
                 yield from _named(last, f"{folder}/{sub}", f"{module}.{sub}", sources, budget)
 
 
+def checked_modules(required: Sequence[str]) -> List[str]:
+    """The required modules of the tree's source packages (``kernels.*``; not ``flydsl``, which the build adds to)."""
+    folders = dict(PACKAGE_SOURCES)
+    return [m for m in required if m.split(".")[0] in folders and m.split(".")[0] not in BUILT_PACKAGES]
+
+
 def absent_modules(required: Sequence[str], sources: Sources) -> List[Absent]:
     """The required modules of the tree's sources (not those the build adds to) that the sources lack."""
     folders = dict(PACKAGE_SOURCES)
     absent: List[Absent] = []
-    for name in required:
+    for name in checked_modules(required):
         top = name.split(".")[0]
-        if top not in folders or top in BUILT_PACKAGES:
-            continue
         # each step a module file, a package, or a namespace folder
         if all(source_file(prefix, sources, folders) is not None
                or sources.entries("/".join([folders[top], *prefix.split(".")[1:]])) is not None
@@ -230,12 +234,10 @@ def absent_modules(required: Sequence[str], sources: Sources) -> List[Absent]:
 
 
 def read_sources(files: PinFiles) -> Sources:
-    """The ``.py`` files the walk may reach (the tree's packages, the top's modules and packages), and the listing of
-    every file."""
+    """The ``.py`` files the walk may reach (the top's modules and packages: the tree's are among them), and the
+    listing of every file."""
     listing = files.listing()
-    tops = tuple(folder.rstrip("/") + "/" for _, folder in PACKAGE_SOURCES)
-    wanted = [p for p in listing if p.endswith(".py") and (p.startswith(tops) or p.partition("/")[0].isidentifier()
-                                                           or "/" not in p)]
+    wanted = [p for p in listing if p.endswith(".py") and ("/" not in p or p.partition("/")[0].isidentifier())]
     return Sources(read_texts(files, wanted), files.where, listing)
 
 
@@ -252,12 +254,6 @@ def pin_sources(root: str, repo: str, pin: str, checkout: Optional[str] = None,
 
 # The most releases one hint reads (newest first): a bound on the reads and on the one fetch.
 MAX_RELEASES = 12
-
-
-def checked_modules(required: Sequence[str]) -> List[str]:
-    """The required modules a tag's files show: of the tree's source packages (``kernels.*``, not ``flydsl``)."""
-    folders = dict(PACKAGE_SOURCES)
-    return [m for m in required if m.split(".")[0] in folders and m.split(".")[0] not in BUILT_PACKAGES]
 
 
 @dataclass(frozen=True)
