@@ -127,7 +127,6 @@ class BuildNeeds:
         return ", ".join(parts) if parts else "nothing beyond the interpreter and git"
 
 
-# What is assumed when nothing can be read.
 KNOWN_FLYDSL_NEEDS = BuildNeeds(source="FlyDSL's known needs (the pin's source could not be read here)", read=False)
 
 

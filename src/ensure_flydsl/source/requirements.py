@@ -234,10 +234,12 @@ def absent_modules(required: Sequence[str], sources: Sources) -> List[Absent]:
 
 
 def read_sources(files: PinFiles) -> Sources:
-    """The ``.py`` files the walk may reach (the top's modules and packages: the tree's are among them), and the
-    listing of every file."""
+    """The ``.py`` files the walk may reach (the tree's packages, the top's modules and packages), and the listing of
+    every file."""
     listing = files.listing()
-    wanted = [p for p in listing if p.endswith(".py") and ("/" not in p or p.partition("/")[0].isidentifier())]
+    tops = tuple(f"{folder}/" for _, folder in PACKAGE_SOURCES) + tuple(
+        p[:-len("__init__.py")] for p in listing if p.count("/") == 1 and p.endswith("/__init__.py"))
+    wanted = [p for p in listing if p.endswith(".py") and (p.startswith(tops) or "/" not in p)]
     return Sources(read_texts(files, wanted), files.where, listing)
 
 
@@ -268,9 +270,9 @@ class TagAnswer:
 
 def _listing(repositories: Sequence[str], commit: str) -> Optional[Sources]:
     folders = [folder for _, folder in PACKAGE_SOURCES]
-    for path in repositories:
+    for files in (CommitFiles(path, commit) for path in repositories):
         with contextlib.suppress(CommandFailed, OSError):
-            return Sources({}, f"repository {path} at {commit[:12]}", CommitFiles(path, commit).listing(*folders))
+            return Sources({}, files.where, files.listing(*folders))
     return None
 
 
