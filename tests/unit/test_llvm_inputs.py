@@ -140,7 +140,7 @@ def test_an_unknown_commit_has_no_key_and_says_why(env: Dict[str, str], files: D
     inputs = read(HASH_SCRIPT, env, **files)
     assert inputs.commit is None and inputs.key("cp") is None
     assert inputs.problem is not None and inputs.problem.startswith(problem)
-    assert inputs.label().startswith("(commit unknown: " + problem)
+    assert inputs.describe().startswith("LLVM (commit unknown: " + problem)
 
 
 @pytest.mark.parametrize("content,problem", [

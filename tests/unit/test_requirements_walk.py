@@ -220,4 +220,4 @@ def test_required_modules_missing_from_the_sources_and_where_they_are(tmp_path: 
 def test_the_listing_of_sources_in_memory() -> None:
     sources = Sources({"a/b.py": ""}, listing=("a/b.py", "a/c/d.py", "e.py"))
     assert sources.entries("") == ["a/", "e.py"] and sources.entries("a") == ["b.py", "c/"]
-    assert sources.entries("x") is None and sources.has("a/c/d.py") and sources.read("a/c/d.py") is None
+    assert sources.entries("x") is None and sources.has("a/c/d.py") and "a/c/d.py" not in sources.files

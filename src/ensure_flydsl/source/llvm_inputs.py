@@ -90,12 +90,9 @@ class LlvmInputs:
             key["environment"] = dict(environment)
         return key
 
-    def label(self) -> str:
-        """The commit, short, for messages."""
-        return self.commit[:12] if self.commit is not None else f"(commit unknown: {self.problem})"
-
     def describe(self) -> str:
-        parts = [f"LLVM {self.label()}" + (f" from {self.commit_from}" if self.commit else "")]
+        commit = f"{self.commit[:12]} from {self.commit_from}" if self.commit else f"(commit unknown: {self.problem})"
+        parts = [f"LLVM {commit}"]
         parts += [f"{path} {digest[:12] if digest else '(named by build_llvm.sh, absent)'}"
                   for path, digest in self.files]
         parts += [f"{name}={value}" for name, value in self.environment]

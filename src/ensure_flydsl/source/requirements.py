@@ -61,9 +61,6 @@ class Sources:
     def has(self, rel: str) -> bool:
         return rel in self.files or rel in self.listing
 
-    def read(self, rel: str) -> Optional[str]:
-        return self.files.get(rel)
-
     def entries(self, folder: str) -> Optional[List[str]]:
         """The names in ``folder`` (``/`` after a sub-folder's), or None when there is no such folder."""
         prefix = folder.rstrip("/") + "/" if folder else ""
@@ -169,7 +166,7 @@ def find_requirements(required: Sequence[str], sources: Sources) -> Walk:
     while queue:
         module, via = queue.popleft()
         rel = source_file(module, sources, folders)
-        text = sources.read(rel) if rel else None
+        text = sources.files.get(rel) if rel else None
         if rel is None or text is None:
             continue
         walk.files.append(rel)
