@@ -164,14 +164,10 @@ def ref_objects(ls_remote: str) -> Dict[str, str]:
     return refs
 
 
-def _tags(refs: Mapping[str, str]) -> Dict[str, str]:
+def tag_commits(refs: Mapping[str, str]) -> Dict[str, str]:
     """Tag name -> the commit it names (an annotated tag by its peeled line)."""
     return {ref[len("refs/tags/"):]: refs.get(ref + "^{}", sha) for ref, sha in refs.items()
             if ref.startswith("refs/tags/") and not ref.endswith("^{}")}
-
-
-def tag_commits(ls_remote: str) -> Dict[str, str]:
-    return _tags(ref_objects(ls_remote))
 
 
 def _submodule_remote(output: str, root: str, mirrors: GitMirrors) -> str:
@@ -424,7 +420,7 @@ class Checkout:
         if is_full_hash(pin):
             return pin.lower()
         refs = self.remote_refs()
-        return _tags(refs).get(pin) or refs.get(f"refs/heads/{pin}")
+        return tag_commits(refs).get(pin) or refs.get(f"refs/heads/{pin}")
 
     def _fetch(self, *refspecs: str) -> None:
         with failing_as(ExitCode.FETCH, f"git fetch from {self.shown} failed",
@@ -447,7 +443,7 @@ class Checkout:
         say(f"fetching {pin} from {self.repo} into {self.root}")
         on_fetch()
         refs = self.remote_refs()
-        tags = _tags(refs)
+        tags = tag_commits(refs)
         early = tags.get(pin) or (pin.lower() if full_hash else None)
         if early is not None:
             on_tags(early, [tag for tag, commit in tags.items() if commit == early])

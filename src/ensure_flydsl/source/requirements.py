@@ -29,6 +29,7 @@ from ensure_flydsl.source.git import (
     pin_commits,
     read_git,
     read_texts,
+    ref_objects,
     resolve_in,
     tag_commits,
 )
@@ -295,7 +296,7 @@ def release_holding(source: Checkout, versions: Sequence[str], modules: Sequence
                        doing=f"the tags of {source.shown} could not be listed")
         if out is None:
             return TagAnswer(unread=versions[0], why=why)
-        commits = tag_commits(out)
+        commits = tag_commits(ref_objects(out))
         tagged = [v for v in versions if f"v{v}" in commits][:MAX_RELEASES]
         if not modules or not tagged:
             return TagAnswer(holding=tagged[0], commit=commits[f"v{tagged[0]}"]) if tagged else TagAnswer()
