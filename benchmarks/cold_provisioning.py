@@ -32,7 +32,8 @@ from common import (
 MAKE_ENTRY = r"""
 import json, os, sys
 from ensure_flydsl.support.files import file_sha256
-from ensure_flydsl.source.llvm_inputs import checkout_llvm_inputs
+from ensure_flydsl.source.git import CheckoutFiles
+from ensure_flydsl.source.llvm_inputs import pin_llvm_inputs
 from ensure_flydsl.trees.manifest import cache_key
 from ensure_flydsl.trees.remote import open_cache
 from ensure_flydsl.support.urls import repo_identity
@@ -45,7 +46,7 @@ fields = {
     "abi": interpreter.abi,
     "platform": interpreter.platform,
     "build_script": file_sha256(os.path.join(root, "scripts", "build.sh")),
-    "mlir": {"llvm": checkout_llvm_inputs(root, os.environ).key(interpreter.abi)},
+    "mlir": {"llvm": pin_llvm_inputs(CheckoutFiles(root), os.environ).key(interpreter.abi)},
 }
 key = cache_key("tree", fields)
 cache = open_cache(location)

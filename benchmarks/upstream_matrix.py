@@ -39,10 +39,10 @@ from packaging.version import InvalidVersion, Version
 
 from ensure_flydsl.doctor.diagnose import absent_reason, advised_require, assess
 from ensure_flydsl.settings import DEFAULT_REQUIRE
-from ensure_flydsl.source.git import read_blobs, resolve_in
+from ensure_flydsl.source.git import CommitFiles, read_texts, resolve_in
 from ensure_flydsl.source.llvm_inputs import TOOL_SET, LlvmInputs, code_lines
-from ensure_flydsl.source.needs import BuildNeeds, commit_llvm_inputs, needs_from_files, read_commit
-from ensure_flydsl.source.requirements import Sources, absent_modules, read_commit_sources, source_file, tag_version
+from ensure_flydsl.source.needs import BuildNeeds, pin_needs
+from ensure_flydsl.source.requirements import Sources, absent_modules, read_sources, source_file, tag_version
 from ensure_flydsl.ways.release.wheels import check_provenance
 
 BASE_VARIABLES = ("LLVM_INSTALL_DIR", "LLVM_INSTALL_TGZ", "LLVM_PACKAGE_INSTALL", "LLVM_REF", "LLVM_COMMIT",
@@ -105,7 +105,7 @@ def other_inputs(inputs: LlvmInputs) -> str:
 
 def knobs(repo: str, commit: str, needs: BuildNeeds) -> str:
     """Which script reads each knob the tool sets, and the nanobind the build is held to."""
-    texts = {path: code_lines(text) for path, text in read_blobs(repo, commit, list(SCRIPTS)).items()}
+    texts = {path: code_lines(text) for path, text in read_texts(CommitFiles(repo, commit), SCRIPTS).items()}
     parts = [f"nanobind {needs.nanobind_spec}"]
     for knob in TOOL_KNOBS:
         where = [os.path.basename(p) for p in SCRIPTS if re.search(rf"\b{knob}\b", texts.get(p, ""))]
@@ -203,9 +203,10 @@ def main() -> int:
             commit = resolve_in(repo, ref)
             if commit is None:
                 continue
-            inputs = commit_llvm_inputs(repo, commit, {})
-            needs = needs_from_files(read_commit(repo, commit), ref, inputs)
-            sources = read_commit_sources(repo, commit)
+            needs = pin_needs(CommitFiles(repo, commit), {})
+            inputs = needs.llvm
+            assert inputs is not None
+            sources = read_sources(CommitFiles(repo, commit))
             release = tag_version(ref)
             row = {
                 "ref": ref, "commit": commit[:12], "llvm": llvm_said(inputs), "inputs": other_inputs(inputs),

@@ -246,7 +246,8 @@ def test_real_pin_without_torch_is_refused_before_any_install(ws: Workspace, tmp
 def test_real_pin_preflight_time(tmp_path: "os.PathLike[str]") -> None:
     """The preflight on a checkout of the real pin: the walk plus the one question to the interpreter."""
     from ensure_flydsl.doctor.diagnose import assess
-    from ensure_flydsl.source.requirements import CheckoutSources
+    from ensure_flydsl.source.git import CheckoutFiles
+    from ensure_flydsl.source.requirements import read_sources
 
     checkout = os.path.join(str(tmp_path), "checkout")
     subprocess.run(["git", "clone", "-q", "--no-checkout", str(REAL_REPO), checkout], check=True)
@@ -255,8 +256,8 @@ def test_real_pin_preflight_time(tmp_path: "os.PathLike[str]") -> None:
     times = []
     for _ in range(9):
         started = time.perf_counter()
-        finding = assess(CheckoutSources(checkout), python, ("flydsl", "kernels.moe_gemm_2stage"), os.environ,
-                         60.0, "FLYDSL_PROBE_TIMEOUT")
+        finding = assess(read_sources(CheckoutFiles(checkout)), python, ("flydsl", "kernels.moe_gemm_2stage"),
+                         os.environ, 60.0, "FLYDSL_PROBE_TIMEOUT")
         times.append(time.perf_counter() - started)
     assert [r.module for r in finding.missing][:1] == ["torch"]
     print(f"preflight on {REAL_PIN[:8]}: {finding.files} files, median {statistics.median(times) * 1000:.0f} ms "

@@ -436,18 +436,18 @@ REAL_TAGS = [
 @pytest.mark.skipif(not REAL, reason="ENSURE_FLYDSL_REAL_REPO is not set")
 @pytest.mark.parametrize("tag,commit,source,patches,instead", REAL_TAGS)
 def test_the_real_tags_as_read(tag: str, commit: str, source: str, patches: int, instead: "str | None") -> None:
-    from ensure_flydsl.source.git import resolve_in
-    from ensure_flydsl.source.needs import commit_llvm_inputs
-    from ensure_flydsl.source.requirements import absent_modules, read_commit_sources
+    from ensure_flydsl.source.git import CommitFiles, resolve_in
+    from ensure_flydsl.source.llvm_inputs import pin_llvm_inputs
+    from ensure_flydsl.source.requirements import absent_modules, read_sources
 
     assert REAL is not None
     sha = resolve_in(REAL, tag)
     assert sha is not None
-    inputs = commit_llvm_inputs(REAL, sha, {"LLVM_BUILD_PROFILE": "amd-minimal"})
+    inputs = pin_llvm_inputs(CommitFiles(REAL, sha), {"LLVM_BUILD_PROFILE": "amd-minimal"})
     assert inputs.commit is not None and inputs.commit[:12] == commit and inputs.commit_from == source
     assert len(inputs.files) == patches and all(digest for _, digest in inputs.files)
     assert inputs.environment == ((("LLVM_BUILD_PROFILE", "amd-minimal"),) if patches else ())
-    absent = absent_modules(("flydsl", "kernels.moe_gemm_2stage"), read_commit_sources(REAL, sha))
+    absent = absent_modules(("flydsl", "kernels.moe_gemm_2stage"), read_sources(CommitFiles(REAL, sha)))
     if instead is None:
         assert absent == []
     else:

@@ -12,17 +12,17 @@ from typing import Dict, Optional, Union
 
 import pytest
 
+from ensure_flydsl.source.git import CheckoutFiles, CommitFiles
 from ensure_flydsl.source.llvm_inputs import (
     LLVM_HASH_FILE,
     LLVM_INFO_FILE,
     LLVM_SCRIPT,
     LlvmInputs,
-    checkout_llvm_inputs,
     named_files,
     overridable,
+    pin_llvm_inputs,
     read_llvm_inputs,
 )
-from ensure_flydsl.source.needs import commit_llvm_inputs
 from tests.helpers.flydsl_fixture import LLVM_HASH_A, LLVM_HASH_B, LLVM_PATCHES, NEXT_PATCHES, FixtureRepo
 
 HASH_SCRIPT = """
@@ -140,7 +140,7 @@ def test_an_unknown_commit_has_no_key_and_says_why(env: Dict[str, str], files: D
     inputs = read(HASH_SCRIPT, env, **files)
     assert inputs.commit is None and inputs.key("cp") is None
     assert inputs.problem is not None and inputs.problem.startswith(problem)
-    assert inputs.label().startswith("(commit unknown: " + problem)
+    assert inputs.describe().startswith("LLVM (commit unknown: " + problem)
 
 
 @pytest.mark.parametrize("content,problem", [
@@ -167,8 +167,8 @@ def test_the_checkout_and_the_commit_read_with_git_agree(tmp_path: "os.PathLike[
     sha = repo.commit("p", "0.3.2", llvm_hash=LLVM_HASH_B, layout="v0.3.2",
                       files={"thirdparty/llvm-rocdl-lld-argv0.patch": patch})
     env = {"LLVM_BUILD_PROFILE": "amd-minimal"}
-    from_git = commit_llvm_inputs(repo.path, sha, env)
-    from_checkout = checkout_llvm_inputs(repo.path, env)
+    from_git = pin_llvm_inputs(CommitFiles(repo.path, sha), env)
+    from_checkout = pin_llvm_inputs(CheckoutFiles(repo.path), env)
     assert from_git == from_checkout
     assert from_git.commit == LLVM_HASH_B and from_git.environment == (("LLVM_BUILD_PROFILE", "amd-minimal"),)
     assert [path for path, _ in from_git.files] == ["thirdparty/llvm-rocdl-lld-argv0.patch"]
@@ -222,12 +222,12 @@ def test_the_checkout_and_git_read_the_patches_folder_alike(tmp_path: "os.PathLi
     os.makedirs(repo.path)
     subprocess.run(["git", "init", "-q", "-b", "main", repo.path], check=True)
     first = repo.commit("p1", "0.3.3", llvm_hash=LLVM_HASH_B, layout="next")
-    from_git = commit_llvm_inputs(repo.path, first, {})
-    assert from_git == checkout_llvm_inputs(repo.path, {})
+    from_git = pin_llvm_inputs(CommitFiles(repo.path, first), {})
+    assert from_git == pin_llvm_inputs(CheckoutFiles(repo.path), {})
     assert [path for path, _ in from_git.files] == sorted(NEXT_PATCHES)
     assert all(digest for _, digest in from_git.files)
     added = repo.commit("p2", "0.3.3", llvm_hash=LLVM_HASH_B, layout="next",
                         files={f"{LLVM_PATCHES}/0003-added.patch": "--- added\n"})
-    later = commit_llvm_inputs(repo.path, added, {})
-    assert later == checkout_llvm_inputs(repo.path, {}) and len(later.files) == 3
+    later = pin_llvm_inputs(CommitFiles(repo.path, added), {})
+    assert later == pin_llvm_inputs(CheckoutFiles(repo.path), {}) and len(later.files) == 3
     assert later.key("cp") != from_git.key("cp")

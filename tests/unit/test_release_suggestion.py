@@ -4,7 +4,7 @@ working only when its tag was read and holds the modules)."""
 
 from __future__ import annotations
 
-from ensure_flydsl.source.git import tag_commits
+from ensure_flydsl.source.git import ref_objects, tag_commits
 from ensure_flydsl.source.requirements import TagAnswer, checked_modules
 from ensure_flydsl.ways.package_index import newest_first
 from ensure_flydsl.ways.release.provider import suggestion_text
@@ -17,8 +17,8 @@ C = "c" * 40
 def test_tag_commits_peels_annotated_tags_and_ignores_what_is_no_ref_line() -> None:
     out = (f"{A}\trefs/tags/v0.2.2\n{B}\trefs/tags/v0.3.0\n{C}\trefs/tags/v0.3.0^{{}}\n{A}\trefs/heads/main\n"
            "warning: redirecting to https://example.invalid/FlyDSL.git/\nnot-a-sha\trefs/tags/v9\n")
-    assert tag_commits(out) == {"v0.2.2": A, "v0.3.0": C}
-    assert tag_commits("") == {}
+    assert tag_commits(ref_objects(out)) == {"v0.2.2": A, "v0.3.0": C}
+    assert tag_commits(ref_objects("")) == {}
 
 
 def test_only_the_modules_of_the_sources_packages_are_checked() -> None:

@@ -4,14 +4,16 @@ imports are requirements, which are the tree's own, optional or late, and where 
 from __future__ import annotations
 
 import os
+import subprocess
 import textwrap
 from typing import Dict
 
+from ensure_flydsl.source.git import CheckoutFiles, CommitFiles
 from ensure_flydsl.source.requirements import (
-    CheckoutSources,
-    FileSources,
+    Sources,
     absent_modules,
     find_requirements,
+    read_sources,
     readable_checkout,
 )
 
@@ -33,7 +35,7 @@ def tree(tmp_path: "os.PathLike[str]", files: Dict[str, str]) -> str:
 
 
 def found(top: str, require: tuple = REQUIRE) -> Dict[str, str]:  # type: ignore[type-arg]
-    walk = find_requirements(require, CheckoutSources(top))
+    walk = find_requirements(require, read_sources(CheckoutFiles(top)))
     return {r.module: f"{r.file}:{r.line}" for r in walk.requirements}
 
 
@@ -102,7 +104,7 @@ def test_the_walk_follows_the_tree_packages_and_their_parents(tmp_path: "os.Path
         "python/flydsl/utils/env.py": "import from_utils_env\n",
         "python/flydsl/unreached.py": "import never_imported\n",
     })
-    walk = find_requirements(REQUIRE, CheckoutSources(top))
+    walk = find_requirements(REQUIRE, read_sources(CheckoutFiles(top)))
     by_name = {r.module: r for r in walk.requirements}
     assert set(by_name) == {"from_shared", "from_compiler_init", "from_utils_env"}
     assert by_name["from_utils_env"].file == "python/flydsl/utils/env.py"
@@ -137,14 +139,14 @@ def test_the_first_file_that_imports_a_module_is_recorded_once(tmp_path: "os.Pat
         "kernels/moe_gemm_2stage.py": "import torch\nfrom . import other\n",
         "kernels/other.py": "import torch.distributed\nimport torch\n",
     })
-    walk = find_requirements(REQUIRE, CheckoutSources(top))
+    walk = find_requirements(REQUIRE, read_sources(CheckoutFiles(top)))
     assert [(r.module, r.file, r.line) for r in walk.requirements] == [("torch", "kernels/moe_gemm_2stage.py", 1)]
 
 
 def test_a_file_that_does_not_parse_is_left_to_the_probe(tmp_path: "os.PathLike[str]") -> None:
     top = tree(tmp_path, {"kernels/moe_gemm_2stage.py": "import numpy\nfrom . import broken\n",
                           "kernels/broken.py": "def (:\n"})
-    walk = find_requirements(REQUIRE, CheckoutSources(top))
+    walk = find_requirements(REQUIRE, read_sources(CheckoutFiles(top)))
     assert walk.names() == ["numpy"] and walk.unparsed == ["kernels/broken.py"]
 
 
@@ -157,7 +159,7 @@ def test_sources_in_memory_and_on_disk_agree(tmp_path: "os.PathLike[str]") -> No
     files = {"python/flydsl/__init__.py": "import yaml\n", "kernels/__init__.py": "",
              "kernels/moe_gemm_2stage.py": "import numpy\n", "README.md": "import not_python\n"}
     top = tree(tmp_path, files)
-    assert [find_requirements(REQUIRE, s).names() for s in (FileSources(files), CheckoutSources(top))] == \
+    assert [find_requirements(REQUIRE, s).names() for s in (Sources(files), read_sources(CheckoutFiles(top)))] == \
         [["yaml", "numpy"]] * 2
     assert readable_checkout(top) and not readable_checkout(os.path.join(top, "python"))
 
@@ -175,7 +177,15 @@ def test_a_module_at_the_checkouts_top_is_the_trees_and_is_walked(tmp_path: "os.
     listing = {rel: open(os.path.join(top, rel)).read() for rel in
                ("python/flydsl/__init__.py", "kernels/__init__.py", "kernels/moe_gemm_2stage.py", "top_helper.py",
                 "tools/__init__.py", "tools/thing.py")}
-    assert find_requirements(REQUIRE, FileSources(listing)).names() == ["numpy", "from_top_helper", "from_tools"]
+    assert find_requirements(REQUIRE, Sources(listing)).names() == ["numpy", "from_top_helper", "from_tools"]
+    # Read from a commit too: before, only the packages' files and the top's modules were read there, so tools/
+    # was a package of the tree without files and what it imports was missed.
+    subprocess.run(["git", "init", "-q", top], check=True)
+    subprocess.run(["git", "-C", top, "add", "-A"], check=True)
+    subprocess.run(["git", "-C", top, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "c"], check=True)
+    commit = subprocess.run(["git", "-C", top, "rev-parse", "HEAD"], check=True, capture_output=True, text=True)
+    sources = read_sources(CommitFiles(top, commit.stdout.strip()))
+    assert find_requirements(REQUIRE, sources).names() == ["numpy", "from_top_helper", "from_tools"]
 
 
 def test_an_import_inside_suppress_of_an_import_error_is_optional(tmp_path: "os.PathLike[str]") -> None:
@@ -198,7 +208,7 @@ def test_required_modules_missing_from_the_sources_and_where_they_are(tmp_path: 
              "kernels/ns/tool.py": "", "kernels/flat.py": ""}
     top = tree(tmp_path, files)
     os.unlink(os.path.join(top, "kernels/moe_gemm_2stage.py"))  # tree() writes the flat one by default
-    for sources in (FileSources(files), CheckoutSources(top)):
+    for sources in (Sources(files), read_sources(CheckoutFiles(top))):
         absent = absent_modules(("flydsl", "flydsl._mlir", "kernels.moe_gemm_2stage", "kernels.flat", "kernels.ns",
                                  "kernels.ns.tool", "kernels.gone", "kernels.moe.gone", "numpy"), sources)
         assert [(a.module, a.instead) for a in absent] == [
@@ -208,6 +218,6 @@ def test_required_modules_missing_from_the_sources_and_where_they_are(tmp_path: 
 
 
 def test_the_listing_of_sources_in_memory() -> None:
-    sources = FileSources({"a/b.py": ""}, listing=("a/b.py", "a/c/d.py", "e.py"))
+    sources = Sources({"a/b.py": ""}, listing=("a/b.py", "a/c/d.py", "e.py"))
     assert sources.entries("") == ["a/", "e.py"] and sources.entries("a") == ["b.py", "c/"]
-    assert sources.entries("x") is None and sources.has("a/c/d.py") and sources.read("a/c/d.py") is None
+    assert sources.entries("x") is None and sources.has("a/c/d.py") and "a/c/d.py" not in sources.files

@@ -8,7 +8,6 @@ import concurrent.futures
 import importlib.util
 import json
 import os
-import re
 import shlex
 import shutil
 import sys
@@ -23,7 +22,7 @@ from ensure_flydsl.probe.results import Interpreter
 from ensure_flydsl.runs.answer import marker_sharing
 from ensure_flydsl.runs.markers import installed_twin
 from ensure_flydsl.settings import Settings, Strategy
-from ensure_flydsl.source.git import describe, is_local_repo, repo_path, resolve_in, rewrite
+from ensure_flydsl.source.git import is_full_hash, is_local_repo, ref_objects, repo_path, resolve_in, rewrite
 from ensure_flydsl.source.needs import KNOWN_FLYDSL_NEEDS, BuildNeeds, find_needs
 from ensure_flydsl.source.requirements import (
     Absent,
@@ -131,20 +130,19 @@ def check_repository(settings: Settings, environ: Mapping[str, str], timeout: fl
         return passed("repository", f"the source is already checked out in {checkout}", Stage.FETCH)
     fetched = resolve_in(settings.root, pin) if os.path.isdir(os.path.join(settings.root, ".git")) else None
     where, _ = rewrite(repo, settings.git_mirrors)
-    shown = describe(repo, settings.git_mirrors, settings.label("git_mirrors"))
     wrong_pin = "check FLYDSL_PIN (a full commit hash or a tag such as v0.2.2)"
+    answered, out, shown = reach(repo, environ, timeout, settings)  # a local repository is only looked at
     if is_local_repo(where):
         path = repo_path(where)
-        if not os.path.isdir(path):
-            return Check("repository", MISSING, f"{label}={shown}: {path} does not exist",
-                         f"point {label} at a FlyDSL clone or mirror", blocking=fetched is None, stage=Stage.FETCH)
+        if not answered:
+            return Check("repository", MISSING, f"{label}={shown}: {out}", f"point {label} at a FlyDSL clone or "
+                         "mirror", blocking=fetched is None, stage=Stage.FETCH)
         commit = resolve_in(path, pin)
         if commit is None:
             return Check("repository", WRONG, f"the pin {pin} is not a commit, tag or branch of {shown}", wrong_pin,
                          blocking=fetched is None, stage=Stage.CHECKOUT)
         return passed("repository", f"local repository {path}{' for ' + repo if where != repo else ''}; the pin is "
                       f"commit {commit[:12]}", Stage.FETCH)
-    answered, out, _ = reach(repo, environ, timeout, settings)
     if not answered:
         if fetched is not None:
             return Check("repository", MISSING, f"{shown} does not answer ({out}), but the pin is already fetched "
@@ -153,10 +151,9 @@ def check_repository(settings: Settings, environ: Mapping[str, str], timeout: fl
         return Check("repository", MISSING, f"{shown} does not answer: {out}{no_mirror(repo, settings)}",
                      f"check the network, or point {label} at a reachable mirror (a local path works), or map its "
                      "URL with FLYDSL_GIT_MIRRORS=FROM=TO", blocking=True, stage=Stage.FETCH)
-    if re.fullmatch(r"[0-9a-fA-F]{40}", pin):
+    if is_full_hash(pin):
         return passed("repository", f"{shown} answers (the pin is a commit hash, fetched by hash)", Stage.FETCH)
-    refs = {line.split("\t", 1)[1].strip() for line in out.splitlines() if "\t" in line}
-    if {f"refs/tags/{pin}", f"refs/heads/{pin}"} & refs:
+    if {f"refs/tags/{pin}", f"refs/heads/{pin}"} & set(ref_objects(out)):
         return passed("repository", f"{shown} answers and has {pin}", Stage.FETCH)
     return Check("repository", WRONG, f"{shown} answers, but has no tag or branch {pin}", wrong_pin, blocking=True,
                  stage=Stage.CHECKOUT)

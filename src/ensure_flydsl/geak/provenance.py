@@ -11,7 +11,7 @@ from importlib import metadata
 from typing import Any, Iterator, Optional, Tuple
 
 from ensure_flydsl.errors import EnsureError
-from ensure_flydsl.source.git import git
+from ensure_flydsl.source.git import Checkout
 from ensure_flydsl.support.processes import CommandFailed
 
 PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the ensure_flydsl package
@@ -19,7 +19,7 @@ PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the
 
 def _git(folder: str, *args: str) -> Optional[str]:
     try:
-        return git(folder, *args, repo=folder, mirrors=()).strip()
+        return Checkout(folder, folder, ()).git(*args).strip()
     except (EnsureError, CommandFailed):
         return None
 

@@ -21,8 +21,8 @@ from ensure_flydsl.probe.results import Interpreter
 from ensure_flydsl.result import Action, Result
 from ensure_flydsl.runs import markers
 from ensure_flydsl.settings import Settings
-from ensure_flydsl.source.git import Checkout
-from ensure_flydsl.source.requirements import pin_as_tag, read_commit_sources, release_tags
+from ensure_flydsl.source.git import Checkout, CommitFiles
+from ensure_flydsl.source.requirements import pin_as_tag, read_sources, release_tags
 from ensure_flydsl.source.root import RootKind, RootState, claim_root, classify_root, exclude_from_git, is_ours
 from ensure_flydsl.support import faults
 from ensure_flydsl.support.files import remove_tree
@@ -123,7 +123,7 @@ def check_requirements(run: Run, commit: str) -> Optional[Finding]:
     """Exit 6 before anything is built when the interpreter lacks a module the commit's code always imports."""
     settings, root = run.settings, run.settings.root
     try:
-        sources = read_commit_sources(root, commit)
+        sources = read_sources(CommitFiles(root, commit))
     except (CommandFailed, OSError, ValueError) as exc:
         run.say(f"requirements: not checked (the sources of {commit[:12]} cannot be read in {root}: {exc})")
         return None

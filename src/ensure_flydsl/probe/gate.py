@@ -11,7 +11,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from packaging.version import InvalidVersion
 
-from ensure_flydsl.layout import BUILD_DIR, PACKAGES_DIR
+from ensure_flydsl.layout import BUILD_DIR, PACKAGE_SOURCES, PACKAGES_DIR
 from ensure_flydsl.probe.results import Probe
 from ensure_flydsl.settings import release_at_least
 
@@ -54,7 +54,7 @@ def own_tree(folder: str) -> str:
 
 # The top-level packages of a FlyDSL tree: with a tree first on PYTHONPATH they shadow any other copy, and
 # one already imported from elsewhere stays in sys.modules whatever sys.path says.
-TREE_PACKAGES = ("flydsl", "kernels")
+TREE_PACKAGES = tuple(name for name, _ in PACKAGE_SOURCES)
 
 
 def same_folder(a: str, b: str) -> bool:

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import pathlib
 import re
 import subprocess
 from dataclasses import dataclass
-from typing import Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 from ensure_flydsl import layout
 from ensure_flydsl.errors import EnsureError, ExitCode, Stage
@@ -29,6 +30,8 @@ _OBJECT_ID = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})\Z")  # as ls-remote pri
 _GIT_LOCKS = ("index.lock", "HEAD.lock", "config.lock", "packed-refs.lock", "shallow.lock", "FETCH_HEAD.lock")
 # Refs of the store's shared repository, one namespace per root (what keeps its objects reachable).
 ROOT_REFS = "refs/roots"
+# A checkout's folders that are not the pin's: git's own, the build's, the tool's.
+_NOT_THE_PINS = (".git", layout.BUILD_DIR, layout.STATE_DIR)
 
 UNREACHABLE = ("check that FLYDSL_REPO is reachable from here (or point it at a local mirror, or map its URL "
                "to a mirror with FLYDSL_GIT_MIRRORS=FROM=TO)")
@@ -147,7 +150,11 @@ def ls_remote_within(url: str, refs: Sequence[str], environ: Mapping[str, str], 
                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout)
 
 
-def _refs(ls_remote: str) -> Dict[str, str]:
+def is_full_hash(pin: str) -> bool:
+    return len(pin) == 40 and HEX.match(pin) is not None
+
+
+def ref_objects(ls_remote: str) -> Dict[str, str]:
     """Ref name -> object, from ``git ls-remote`` output (annotated tags also as ``refs/tags/v1^{}``)."""
     refs: Dict[str, str] = {}
     for line in ls_remote.splitlines():
@@ -157,40 +164,10 @@ def _refs(ls_remote: str) -> Dict[str, str]:
     return refs
 
 
-def _tags(refs: Mapping[str, str]) -> Dict[str, str]:
+def tag_commits(refs: Mapping[str, str]) -> Dict[str, str]:
     """Tag name -> the commit it names (an annotated tag by its peeled line)."""
     return {ref[len("refs/tags/"):]: refs.get(ref + "^{}", sha) for ref, sha in refs.items()
             if ref.startswith("refs/tags/") and not ref.endswith("^{}")}
-
-
-def tag_commits(ls_remote: str) -> Dict[str, str]:
-    return _tags(_refs(ls_remote))
-
-
-def git(root: str, *args: str, repo: str, mirrors: GitMirrors, silence_s: Optional[float] = None) -> str:
-    """Run git in ``root``; a network command silent for ``silence_s`` seconds stops: exit 2 naming the remote."""
-    # git >= 2.38 refuses file:// submodules by default (CVE-2022-39253); a local mirror's are local too.
-    extra = ["-c", "protocol.file.allow=always"] if is_local_repo(repo) else []
-    env = git_env(os.environ, mirrors, at=root)
-    sub = next((a for a in args if not a.startswith("-")), "")
-    if sub not in _NETWORK or (sub == "submodule" and "update" not in args):
-        return cmd_output(["git", *extra, "-C", root, *args], env=env)
-    submodule = sub == "submodule"
-    at = args.index(sub) + (2 if submodule else 1)
-    # progress as objects arrive: output is the sign of life
-    progress = ["--progress"] if sub != "ls-remote" else []
-    cmd = ["git", *extra, "-C", root, *args[:at], *progress, *args[at:]]
-    what = "git submodule update" if submodule else f"git {sub}"
-    try:
-        return watched_output(cmd, env=env, what=what, silence_s=silence_s,
-                              remote=(lambda out: _submodule_remote(out, root, mirrors)) if submodule
-                              else (lambda out: describe(repo, mirrors)))
-    except Silent as exc:
-        raise EnsureError(
-            ExitCode.FETCH, f"{what} stopped: nothing received from {exc.remote} for {exc.seconds:g} s",
-            stage=Stage.SUBMODULES if submodule else Stage.FETCH,
-            hint=SUBMODULES_UNREACHABLE if submodule else UNREACHABLE, detail=exc.describe(),
-        ) from None
 
 
 def _submodule_remote(output: str, root: str, mirrors: GitMirrors) -> str:
@@ -239,33 +216,81 @@ def pin_commits(root: str, repo: str, pin: str, mirrors: GitMirrors = (), *,
             yield path, commit
 
 
-def commit_listing(path: str, commit: str, *folders: str) -> Tuple[str, ...]:
-    """Every file of ``commit`` (under ``folders``), from its trees alone (a blobless fetch has no contents)."""
-    raw = read_git(path, "ls-tree", "-r", "-z", "--name-only", commit, "--", *folders)
-    return tuple(p.decode(errors="replace") for p in raw.split(b"\0") if p)
+@dataclass(frozen=True)
+class CommitFiles:
+    """The files of ``commit`` in the local repository at ``path``, read with git alone (no checkout)."""
+
+    path: str
+    commit: str
+
+    @property
+    def where(self) -> str:
+        return f"repository {self.path} at {self.commit[:12]}"
+
+    def listing(self, *folders: str) -> Tuple[str, ...]:
+        """Every file (under ``folders``), from the trees alone (a blobless fetch has no contents)."""
+        raw = read_git(self.path, "ls-tree", "-r", "-z", "--name-only", self.commit, "--", *folders)
+        return tuple(p.decode(errors="replace") for p in raw.split(b"\0") if p)
+
+    def read(self, wanted: Sequence[str]) -> Dict[str, bytes]:
+        """The content of each of ``wanted`` (one ``git cat-file --batch``); a non-file is left out."""
+        if not wanted:
+            return {}
+        out = read_git(self.path, "cat-file", "--batch", stdin="".join(f"{self.commit}:{p}\n" for p in wanted).encode())
+        files: Dict[str, bytes] = {}
+        pos = 0
+        for rel in wanted:
+            header_end = out.index(b"\n", pos)
+            header = out[pos:header_end].split()
+            pos = header_end + 1
+            if len(header) < 3 or header[1] != b"blob":
+                continue  # "<spec> missing": nothing follows the header
+            size = int(header[2])
+            files[rel] = out[pos:pos + size]
+            pos += size + 1
+        return files
 
 
-def read_blob_bytes(path: str, commit: str, wanted: List[str]) -> Dict[str, bytes]:
-    """The content of each of ``wanted`` at ``commit`` (one ``git cat-file --batch``); a non-file is left out."""
-    if not wanted:
-        return {}
-    out = read_git(path, "cat-file", "--batch", stdin="".join(f"{commit}:{p}\n" for p in wanted).encode())
-    files: Dict[str, bytes] = {}
-    pos = 0
-    for rel in wanted:
-        header_end = out.index(b"\n", pos)
-        header = out[pos:header_end].split()
-        pos = header_end + 1
-        if len(header) < 3 or header[1] != b"blob":
-            continue  # "<spec> missing": nothing follows the header
-        size = int(header[2])
-        files[rel] = out[pos:pos + size]
-        pos += size + 1
-    return files
+@dataclass(frozen=True)
+class CheckoutFiles:
+    """The files of the checkout at ``top`` as the build reads them, without its submodules', the build's or the
+    tool's."""
+
+    top: str
+
+    @property
+    def where(self) -> str:
+        return f"checkout {self.top}"
+
+    def listing(self, *folders: str) -> Tuple[str, ...]:
+        """Every file (under ``folders``; one that is a file is itself)."""
+        found: List[str] = []
+        for start in folders or ("",):
+            path = os.path.join(self.top, start)
+            if os.path.islink(path) or os.path.isfile(path):
+                found.append(start)
+                continue
+            for folder, dirs, names in os.walk(path):
+                below = os.path.relpath(folder, self.top).replace(os.sep, "/") + "/"
+                below = "" if below == "./" else below
+                dirs[:] = [d for d in dirs if below + d not in _NOT_THE_PINS
+                           and not os.path.exists(os.path.join(folder, d, ".git"))]  # a submodule's
+                found += [below + name for name in names]
+        return tuple(found)
+
+    def read(self, wanted: Sequence[str]) -> Dict[str, bytes]:
+        files: Dict[str, bytes] = {}
+        for rel in wanted:
+            with contextlib.suppress(OSError):
+                files[rel] = pathlib.Path(self.top, rel).read_bytes()
+        return files
 
 
-def read_blobs(path: str, commit: str, wanted: List[str]) -> Dict[str, str]:
-    return {rel: data.decode("utf-8", errors="replace") for rel, data in read_blob_bytes(path, commit, wanted).items()}
+PinFiles = Union[CommitFiles, CheckoutFiles]
+
+
+def read_texts(files: PinFiles, wanted: Sequence[str]) -> Dict[str, str]:
+    return {rel: data.decode("utf-8", errors="replace") for rel, data in files.read(wanted).items()}
 
 
 # -- the store's shared objects: a bare repository named in each root's alternates (a second root's fetch of a pin
@@ -313,13 +338,41 @@ class Checkout:
     root: str
     repo: str
     mirrors: GitMirrors
+    silence_s: Optional[float] = None  # a network command silent this long stops (None: the setting's)
 
     @classmethod
     def of(cls, settings: Settings) -> "Checkout":
         return cls(settings.root, settings.repo, settings.git_mirrors)
 
+    @property
+    def shown(self) -> str:
+        """The repository, and the mirror it is fetched through."""
+        return describe(self.repo, self.mirrors)
+
     def git(self, *args: str) -> str:
-        return git(self.root, *args, repo=self.repo, mirrors=self.mirrors)
+        """Run git in the root; a network command silent for ``silence_s`` seconds stops: exit 2 naming the remote."""
+        # git >= 2.38 refuses file:// submodules by default (CVE-2022-39253); a local mirror's are local too.
+        extra = ["-c", "protocol.file.allow=always"] if is_local_repo(self.repo) else []
+        env = git_env(os.environ, self.mirrors, at=self.root)
+        sub = next((a for a in args if not a.startswith("-")), "")
+        if sub not in _NETWORK or (sub == "submodule" and "update" not in args):
+            return cmd_output(["git", *extra, "-C", self.root, *args], env=env)
+        submodule = sub == "submodule"
+        at = args.index(sub) + (2 if submodule else 1)
+        # progress as objects arrive: output is the sign of life
+        progress = ["--progress"] if sub != "ls-remote" else []
+        cmd = ["git", *extra, "-C", self.root, *args[:at], *progress, *args[at:]]
+        what = "git submodule update" if submodule else f"git {sub}"
+        try:
+            return watched_output(cmd, env=env, what=what, silence_s=self.silence_s,
+                                  remote=(lambda out: _submodule_remote(out, self.root, self.mirrors)) if submodule
+                                  else (lambda out: self.shown))
+        except Silent as exc:
+            raise EnsureError(
+                ExitCode.FETCH, f"{what} stopped: nothing received from {exc.remote} for {exc.seconds:g} s",
+                stage=Stage.SUBMODULES if submodule else Stage.FETCH,
+                hint=SUBMODULES_UNREACHABLE if submodule else UNREACHABLE, detail=exc.describe(),
+            ) from None
 
     def clear_stale_git_locks(self, say: Callable[[str], None]) -> None:
         for name in _GIT_LOCKS:
@@ -358,19 +411,19 @@ class Checkout:
 
     def remote_refs(self) -> Dict[str, str]:
         """``git ls-remote``: ref name -> object, with annotated tags peeled (``refs/tags/v1^{}``)."""
-        with failing_as(ExitCode.FETCH, f"cannot list the refs of {describe(self.repo, self.mirrors)}",
+        with failing_as(ExitCode.FETCH, f"cannot list the refs of {self.shown}",
                         stage=Stage.FETCH, hint=UNREACHABLE):
-            return _refs(self.git("ls-remote", "origin"))
+            return ref_objects(self.git("ls-remote", "origin"))
 
     def remote_commit(self, pin: str) -> Optional[str]:
         """The commit ``pin`` names remotely now (tag, branch, or itself as a full hash); None if unnamed."""
-        if len(pin) == 40 and HEX.match(pin):
+        if is_full_hash(pin):
             return pin.lower()
         refs = self.remote_refs()
-        return _tags(refs).get(pin) or refs.get(f"refs/heads/{pin}")
+        return tag_commits(refs).get(pin) or refs.get(f"refs/heads/{pin}")
 
     def _fetch(self, *refspecs: str) -> None:
-        with failing_as(ExitCode.FETCH, f"git fetch from {describe(self.repo, self.mirrors)} failed",
+        with failing_as(ExitCode.FETCH, f"git fetch from {self.shown} failed",
                         stage=Stage.FETCH, hint=UNREACHABLE):
             self.git("fetch", "--quiet", "--force", "--no-tags", "origin", *refspecs)
 
@@ -379,7 +432,7 @@ class Checkout:
                   on_tags: Callable[[str, List[str]], None] = lambda commit, tags: None) -> str:
         """Fetch only what names ``pin`` (and the tags at its commit); its full hash.  The refs come first (unreachable:
         exit 2; no such pin: exit 3); ``on_tags`` hears the pin's commit and tags (a release starts its download)."""
-        full_hash = len(pin) == 40 and bool(HEX.match(pin))
+        full_hash = is_full_hash(pin)
         known = resolve_in(self.root, pin) if full_hash else None
         if known:
             # all of its tree must be here: git checks out a half-fetched commit without an error
@@ -390,7 +443,7 @@ class Checkout:
         say(f"fetching {pin} from {self.repo} into {self.root}")
         on_fetch()
         refs = self.remote_refs()
-        tags = _tags(refs)
+        tags = tag_commits(refs)
         early = tags.get(pin) or (pin.lower() if full_hash else None)
         if early is not None:
             on_tags(early, [tag for tag, commit in tags.items() if commit == early])

@@ -3,14 +3,13 @@ files it names, the overridable variables that change what is built; an unknown 
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
-import os
-import pathlib
 import re
 from dataclasses import dataclass
-from typing import Dict, List, Mapping, Optional, Tuple, Union
+from typing import Dict, Mapping, Optional, Tuple, Union
+
+from ensure_flydsl.source.git import PinFiles
 
 LLVM_SCRIPT = "scripts/build_llvm.sh"
 LLVM_HASH_FILE = "thirdparty/llvm-hash.txt"
@@ -63,11 +62,6 @@ def named_files(script: str) -> Tuple[str, ...]:
     return tuple(dict.fromkeys(path for path in paths if path not in COMMIT_FILES))
 
 
-def wanted_files(script: Optional[Text]) -> List[str]:
-    """Every path the reader needs, the script first: read it, then ask for the rest."""
-    return [LLVM_SCRIPT, *COMMIT_FILES, *(named_files(_text(script)) if script is not None else ())]
-
-
 @dataclass(frozen=True)
 class LlvmInputs:
     """What a pin's LLVM/MLIR build is made from, as read."""
@@ -96,12 +90,9 @@ class LlvmInputs:
             key["environment"] = dict(environment)
         return key
 
-    def label(self) -> str:
-        """The commit, short, for messages."""
-        return self.commit[:12] if self.commit is not None else f"(commit unknown: {self.problem})"
-
     def describe(self) -> str:
-        parts = [f"LLVM {self.label()}" + (f" from {self.commit_from}" if self.commit else "")]
+        commit = f"{self.commit[:12]} from {self.commit_from}" if self.commit else f"(commit unknown: {self.problem})"
+        parts = [f"LLVM {commit}"]
         parts += [f"{path} {digest[:12] if digest else '(named by build_llvm.sh, absent)'}"
                   for path, digest in self.files]
         parts += [f"{name}={value}" for name, value in self.environment]
@@ -184,27 +175,11 @@ def read_llvm_inputs(files: Mapping[str, Optional[Text]], environ: Mapping[str, 
     )
 
 
-def _content(path: str, *, link_as_path: bool = False) -> Optional[bytes]:
-    with contextlib.suppress(OSError):
-        return os.fsencode(os.readlink(path)) if link_as_path and os.path.islink(path) else pathlib.Path(
-            path).read_bytes()
-    return None
-
-
-def _read_checkout_files(top: str, wanted: List[str]) -> Dict[str, Optional[bytes]]:
-    """Each of ``wanted``; a folder as every file under it, as git holds it (a link as the path it names)."""
-    found: Dict[str, Optional[bytes]] = {}
-    for rel in wanted:
-        path = os.path.join(top, rel)
-        if not os.path.isdir(path) or os.path.islink(path):
-            found[rel] = _content(path)
-        for folder, _, names in os.walk(path) if rel not in found else ():
-            for inner in (os.path.join(folder, name) for name in names):
-                found[os.path.relpath(inner, top)] = _content(inner, link_as_path=True)
-    return found
-
-
-def checkout_llvm_inputs(top: str, environ: Mapping[str, str]) -> LlvmInputs:
-    files = _read_checkout_files(top, [LLVM_SCRIPT])
-    files.update(_read_checkout_files(top, wanted_files(files[LLVM_SCRIPT])[1:]))
-    return read_llvm_inputs(files, environ)
+def pin_llvm_inputs(files: PinFiles, environ: Mapping[str, str]) -> LlvmInputs:
+    """The LLVM inputs of a checkout or a commit: the script and the commit files, then what the script names."""
+    found: Dict[str, Optional[Text]] = dict(files.read([LLVM_SCRIPT, *COMMIT_FILES]))
+    script = found.get(LLVM_SCRIPT)
+    named = named_files(_text(script)) if script is not None else ()
+    if named:
+        found.update(files.read(files.listing(*named)))  # a folder as its files
+    return read_llvm_inputs(found, environ)

@@ -15,15 +15,14 @@ from packaging.version import InvalidVersion, Version
 
 from ensure_flydsl.layout import BUILD_DIR, STATE_DIR
 from ensure_flydsl.settings import GitMirrors
-from ensure_flydsl.source.git import commit_listing, pin_commits, read_blob_bytes, read_blobs
+from ensure_flydsl.source.git import CheckoutFiles, CommitFiles, PinFiles, pin_commits, read_texts
 from ensure_flydsl.source.llvm_inputs import (
     COMMIT_FILES,
     LLVM_SCRIPT,
     LlvmInputs,
-    checkout_llvm_inputs,
     code_lines,
+    pin_llvm_inputs,
     read_llvm_inputs,
-    wanted_files,
 )
 from ensure_flydsl.support.processes import CommandFailed
 
@@ -128,7 +127,6 @@ class BuildNeeds:
         return ", ".join(parts) if parts else "nothing beyond the interpreter and git"
 
 
-# What is assumed when nothing can be read.
 KNOWN_FLYDSL_NEEDS = BuildNeeds(source="FlyDSL's known needs (the pin's source could not be read here)", read=False)
 
 
@@ -143,11 +141,10 @@ def _skipped(path: str) -> bool:
     return path.split("/", 1)[0] in _SKIPPED_DIRS and path not in COMMIT_FILES
 
 
-def needs_from_files(files: Mapping[str, str], source: str, inputs: Optional[LlvmInputs] = None,
-                     environ: Optional[Mapping[str, str]] = None) -> BuildNeeds:
+def needs_from_files(files: Mapping[str, str], source: str, inputs: Optional[LlvmInputs] = None) -> BuildNeeds:
     """Pure: the needs of the build files (path -> text); ``inputs``: the LLVM inputs when read apart."""
     if inputs is None:
-        inputs = read_llvm_inputs(files, environ or {})
+        inputs = read_llvm_inputs(files, {})
     cmake_files = {p: code_lines(t) for p, t in files.items()
                    if os.path.basename(p) == "CMakeLists.txt" or p.endswith(".cmake")}
     hip = hip_optional = False
@@ -202,49 +199,22 @@ def parse_gitmodules(text: str) -> Tuple[Tuple[str, str], ...]:
     return tuple(found)
 
 
-def read_checkout(top: str) -> Dict[str, str]:
-    """The build files of the checkout at ``top``, by path."""
-    wanted = [rel for rel in COMMIT_FILES if os.path.isfile(os.path.join(top, rel))]
-    for folder, dirs, names in os.walk(top):
-        below = os.path.relpath(folder, top).replace(os.sep, "/") + "/"
-        below = "" if below == "./" else below
-        # Submodules (a .git file) and the skipped folders hold other projects' build files.
-        dirs[:] = [d for d in dirs if not _skipped(below + d) and not os.path.exists(os.path.join(folder, d, ".git"))]
-        wanted += [below + name for name in names if is_build_file(below + name)]
-    files: Dict[str, str] = {}
-    for rel in wanted:
-        with contextlib.suppress(OSError), open(os.path.join(top, rel), errors="replace") as handle:
-            files[rel] = handle.read()
-    return files
-
-
-def read_commit(path: str, commit: str) -> Dict[str, str]:
-    """The build files of ``commit`` in the local repository at ``path``, read with git (no checkout)."""
-    listing = commit_listing(path, commit)
-    wanted = [p for p in listing if is_build_file(p) and not _skipped(p)]
-    return read_blobs(path, commit, wanted + [p for p in COMMIT_FILES if p in listing])
-
-
-def commit_llvm_inputs(path: str, commit: str, environ: Mapping[str, str]) -> LlvmInputs:
-    """The LLVM inputs of ``commit`` in the local repository at ``path`` (a named folder as its files)."""
-    found: Dict[str, Optional[bytes]] = dict(read_blob_bytes(path, commit, wanted_files(None)))
-    named = wanted_files(found.get(LLVM_SCRIPT))[len(wanted_files(None)):]
-    if named:
-        found.update(read_blob_bytes(path, commit, list(commit_listing(path, commit, *named))))
-    return read_llvm_inputs(found, environ)
-
-
 def find_needs(root: str, repo: str, pin: str, checkout: Optional[str] = None,
                environ: Optional[Mapping[str, str]] = None, mirrors: GitMirrors = ()) -> BuildNeeds:
     """The needs read from ``checkout``, else a local repository at the pin, else FlyDSL's known needs."""
     env = os.environ if environ is None else environ
     if checkout is not None and os.path.isdir(checkout):
-        return needs_from_files(read_checkout(checkout), f"checkout {checkout}", checkout_llvm_inputs(checkout, env))
+        return pin_needs(CheckoutFiles(checkout), env)
     for path, commit in pin_commits(root, repo, pin, mirrors):
         with contextlib.suppress(CommandFailed, OSError, ValueError):
-            return needs_from_files(read_commit(path, commit), f"repository {path} at {commit[:12]}",
-                                    commit_llvm_inputs(path, commit, env))
+            return pin_needs(CommitFiles(path, commit), env)
     return KNOWN_FLYDSL_NEEDS
+
+
+def pin_needs(files: PinFiles, environ: Mapping[str, str]) -> BuildNeeds:
+    """The needs of a checkout's or a commit's build files."""
+    build_files = read_texts(files, [p for p in files.listing() if is_build_file(p) and not _skipped(p)])
+    return needs_from_files(build_files, files.where, pin_llvm_inputs(files, environ))
 
 
 def build_tools(needs: BuildNeeds, *, llvm: bool) -> List[str]:

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import dataclasses
+import functools
 import os
 import tempfile
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Deque, Dict, Iterator, List, Mapping, Optional, Sequence, Set, Tuple, Union
+from typing import Deque, Dict, Iterator, List, Mapping, Optional, Sequence, Set, Tuple
 
 from packaging.version import InvalidVersion, Version
 
@@ -19,13 +21,15 @@ from ensure_flydsl.layout import BUILT_PACKAGES, PACKAGE_SOURCES
 from ensure_flydsl.settings import GitMirrors
 from ensure_flydsl.source.git import (
     HEX,
-    commit_listing,
-    describe,
-    git,
+    Checkout,
+    CheckoutFiles,
+    CommitFiles,
+    PinFiles,
     local_repositories,
     pin_commits,
-    read_blobs,
     read_git,
+    read_texts,
+    ref_objects,
     resolve_in,
     tag_commits,
 )
@@ -48,8 +52,8 @@ class Requirement:
 
 
 @dataclass(frozen=True)
-class FileSources:
-    """Sources in memory (a commit read with git, a test's tree); ``listing``: every file when more exist."""
+class Sources:
+    """A pin's Python sources by path (a checkout's, a commit's, a test's); ``listing``: every file when more exist."""
 
     files: Mapping[str, str]
     where: str = "memory"
@@ -58,9 +62,6 @@ class FileSources:
     def has(self, rel: str) -> bool:
         return rel in self.files or rel in self.listing
 
-    def read(self, rel: str) -> Optional[str]:
-        return self.files.get(rel)
-
     def entries(self, folder: str) -> Optional[List[str]]:
         """The names in ``folder`` (``/`` after a sub-folder's), or None when there is no such folder."""
         prefix = folder.rstrip("/") + "/" if folder else ""
@@ -68,33 +69,6 @@ class FileSources:
                   if path.startswith(prefix) and len(path) > len(prefix)]
         found = {head + sep for head, sep, _ in (rest.partition("/") for rest in inside)}
         return sorted(found) if found else None
-
-
-@dataclass(frozen=True)
-class CheckoutSources:
-    """Sources in a checkout at ``top``."""
-
-    top: str
-
-    @property
-    def where(self) -> str:
-        return f"checkout {self.top}"
-
-    def has(self, rel: str) -> bool:
-        return os.path.isfile(os.path.join(self.top, rel))
-
-    def read(self, rel: str) -> Optional[str]:
-        with contextlib.suppress(OSError), open(os.path.join(self.top, rel), "rb") as handle:
-            return handle.read().decode("utf-8", errors="replace")
-        return None
-
-    def entries(self, folder: str) -> Optional[List[str]]:
-        with contextlib.suppress(OSError), os.scandir(os.path.join(self.top, folder)) as scan:
-            return sorted(e.name + ("/" if e.is_dir() else "") for e in scan)
-        return None
-
-
-Sources = Union[FileSources, CheckoutSources]  # the pin's Python sources, by path
 
 
 def readable_checkout(top: str) -> bool:
@@ -165,14 +139,12 @@ class Walk:
         return [r.module for r in self.requirements]
 
 
-def find_requirements(required: Sequence[str], sources: Sources,
-                      packages: Optional[Mapping[str, str]] = None) -> Walk:
-    """Walk the module-level imports from ``required`` through the tree's packages (name -> folder) and each module
-    at its top (the env file reaches those)."""
+def find_requirements(required: Sequence[str], sources: Sources) -> Walk:
+    """Walk the module-level imports from ``required`` through the tree's packages and each module at its top (the
+    env file reaches those)."""
     tops = (entry[:-1] if entry.endswith("/") else entry[:-3] if entry.endswith(".py") else ""
             for entry in sources.entries("") or [])
-    folders = {**{name: name for name in tops if name.isidentifier()},
-               **(dict(PACKAGE_SOURCES) if packages is None else packages)}
+    folders = {**{name: name for name in tops if name.isidentifier()}, **dict(PACKAGE_SOURCES)}
     walk = Walk()
     seen_modules: Set[str] = set()
     found: Dict[str, Requirement] = {}
@@ -195,7 +167,7 @@ def find_requirements(required: Sequence[str], sources: Sources,
     while queue:
         module, via = queue.popleft()
         rel = source_file(module, sources, folders)
-        text = sources.read(rel) if rel else None
+        text = sources.files.get(rel) if rel else None
         if rel is None or text is None:
             continue
         walk.files.append(rel)
@@ -236,15 +208,18 @@ def _named(last: str, folder: str, module: str, sources: Sources, budget: List[i
                 yield from _named(last, f"{folder}/{sub}", f"{module}.{sub}", sources, budget)
 
 
-def absent_modules(required: Sequence[str], sources: Sources,
-                   packages: Optional[Mapping[str, str]] = None) -> List[Absent]:
+def checked_modules(required: Sequence[str]) -> List[str]:
+    """The required modules of the tree's source packages (``kernels.*``; not ``flydsl``, which the build adds to)."""
+    folders = dict(PACKAGE_SOURCES)
+    return [m for m in required if m.split(".")[0] in folders and m.split(".")[0] not in BUILT_PACKAGES]
+
+
+def absent_modules(required: Sequence[str], sources: Sources) -> List[Absent]:
     """The required modules of the tree's sources (not those the build adds to) that the sources lack."""
-    folders = dict(PACKAGE_SOURCES) if packages is None else dict(packages)
+    folders = dict(PACKAGE_SOURCES)
     absent: List[Absent] = []
-    for name in required:
+    for name in checked_modules(required):
         top = name.split(".")[0]
-        if top not in folders or top in BUILT_PACKAGES:
-            continue
         # each step a module file, a package, or a namespace folder
         if all(source_file(prefix, sources, folders) is not None
                or sources.entries("/".join([folders[top], *prefix.split(".")[1:]])) is not None
@@ -256,33 +231,29 @@ def absent_modules(required: Sequence[str], sources: Sources,
     return absent
 
 
-def read_commit_sources(path: str, commit: str) -> FileSources:
-    """The ``.py`` files of the tree's packages and top at ``commit``, and the listing of all its files."""
-    listing = commit_listing(path, commit)
-    tops = tuple(folder.rstrip("/") + "/" for _, folder in PACKAGE_SOURCES)
-    files = read_blobs(path, commit, [p for p in listing if p.endswith(".py") and (p.startswith(tops) or "/" not in p)])
-    return FileSources(files, f"repository {path} at {commit[:12]}", listing)
+def read_sources(files: PinFiles) -> Sources:
+    """The ``.py`` files the walk may reach (the tree's packages, the top's modules and packages), and the listing of
+    every file."""
+    listing = files.listing()
+    tops = tuple(f"{folder}/" for _, folder in PACKAGE_SOURCES) + tuple(
+        p[:-len("__init__.py")] for p in listing if p.count("/") == 1 and p.endswith("/__init__.py"))
+    wanted = [p for p in listing if p.endswith(".py") and (p.startswith(tops) or "/" not in p)]
+    return Sources(read_texts(files, wanted), files.where, listing)
 
 
 def pin_sources(root: str, repo: str, pin: str, checkout: Optional[str] = None,
                 mirrors: GitMirrors = ()) -> Optional[Sources]:
     """The pin's sources: ``checkout`` if readable, else its commit in a local repository, else None."""
     if checkout is not None:
-        return CheckoutSources(checkout) if readable_checkout(checkout) else None
+        return read_sources(CheckoutFiles(checkout)) if readable_checkout(checkout) else None
     for path, commit in pin_commits(root, repo, pin, mirrors):
         with contextlib.suppress(CommandFailed, OSError, ValueError):
-            return read_commit_sources(path, commit)
+            return read_sources(CommitFiles(path, commit))
     return None
 
 
 # The most releases one hint reads (newest first): a bound on the reads and on the one fetch.
 MAX_RELEASES = 12
-
-
-def checked_modules(required: Sequence[str]) -> List[str]:
-    """The required modules a tag's files show: of the tree's source packages (``kernels.*``, not ``flydsl``)."""
-    folders = dict(PACKAGE_SOURCES)
-    return [m for m in required if m.split(".")[0] in folders and m.split(".")[0] not in BUILT_PACKAGES]
 
 
 @dataclass(frozen=True)
@@ -295,56 +266,45 @@ class TagAnswer:
     commit: Optional[str] = None  # the tag's commit, of ``holding`` or ``unread``
 
 
-@dataclass(frozen=True)
-class TagSource:
-    """The repository whose tags are read, through the mirrors, each network command given ``silence_s``."""
-
-    root: str
-    repo: str
-    mirrors: GitMirrors
-    silence_s: float
-
-    def shown(self) -> str:
-        return describe(self.repo, self.mirrors)
-
-    def run(self, where: str, *args: str, doing: str) -> Tuple[Optional[str], str]:
-        """A git command's output, or None and why not (an EnsureError's reason, else git's last line)."""
-        try:
-            return git(where, *args, repo=self.repo, mirrors=self.mirrors, silence_s=self.silence_s), ""
-        except EnsureError as exc:
-            return None, f"{doing}: {exc.reason}"
-        except CommandFailed as exc:
-            lines = [line.strip() for line in exc.output.splitlines() if line.strip()]
-            return None, f"{doing}: {lines[-1][:300] if lines else f'git exited with {exc.returncode}'}"
-
-
-def _listing(repositories: Sequence[str], commit: str) -> Optional[FileSources]:
+def _listing(repositories: Sequence[str], commit: str) -> Optional[Sources]:
     folders = [folder for _, folder in PACKAGE_SOURCES]
-    for path in repositories:
+    for files in (CommitFiles(path, commit) for path in repositories):
         with contextlib.suppress(CommandFailed, OSError):
-            return FileSources({}, f"repository {path} at {commit[:12]}", commit_listing(path, commit, *folders))
+            return Sources({}, files.where, files.listing(*folders))
     return None
 
 
-def release_holding(source: TagSource, versions: Sequence[str], modules: Sequence[str]) -> TagAnswer:
+def _git_answer(source: Checkout, silence_s: float, where: str, *args: str, doing: str) -> Tuple[Optional[str], str]:
+    """A git command's output, or None and why not (an EnsureError's reason, else git's last line)."""
+    try:
+        return dataclasses.replace(source, root=where, silence_s=silence_s).git(*args), ""
+    except EnsureError as exc:
+        return None, f"{doing}: {exc.reason}"
+    except CommandFailed as exc:
+        lines = [line.strip() for line in exc.output.splitlines() if line.strip()]
+        return None, f"{doing}: {lines[-1][:300] if lines else f'git exited with {exc.returncode}'}"
+
+
+def release_holding(source: Checkout, versions: Sequence[str], modules: Sequence[str], silence_s: float) -> TagAnswer:
     """Of ``versions`` (newest first, tags ``vX``), the newest whose tag holds ``modules`` (or is tagged), read in
-    the local repositories, else from the tags' trees fetched shallow and blobless."""
+    the local repositories, else from the tags' trees fetched shallow and blobless (git silent ``silence_s``: stop)."""
     if not versions:
         return TagAnswer()
+    run = functools.partial(_git_answer, source, silence_s)
     with tempfile.TemporaryDirectory(prefix="ensure-flydsl-tags-") as work:
-        out, why = source.run(work, "ls-remote", "--tags", source.repo,
-                              doing=f"the tags of {source.shown()} could not be listed")
+        out, why = run(work, "ls-remote", "--tags", source.repo,
+                       doing=f"the tags of {source.shown} could not be listed")
         if out is None:
             return TagAnswer(unread=versions[0], why=why)
-        commits = tag_commits(out)
+        commits = tag_commits(ref_objects(out))
         tagged = [v for v in versions if f"v{v}" in commits][:MAX_RELEASES]
         if not modules or not tagged:
             return TagAnswer(holding=tagged[0], commit=commits[f"v{tagged[0]}"]) if tagged else TagAnswer()
-        def holds(listing: Optional[FileSources]) -> bool:
+        def holds(listing: Optional[Sources]) -> bool:
             return listing is not None and not absent_modules(modules, listing)
 
         local = local_repositories(source.root, source.repo, source.mirrors)
-        found: Dict[str, Optional[FileSources]] = {}
+        found: Dict[str, Optional[Sources]] = {}
         for version in tagged:  # newest first, up to the first that holds the modules
             found[version] = _listing(local, commits[f"v{version}"])
             if holds(found[version]):
@@ -352,16 +312,15 @@ def release_holding(source: TagSource, versions: Sequence[str], modules: Sequenc
         unread = [v for v, listing in found.items() if listing is None]
         if unread:
             into, doing = os.path.join(work, "tags.git"), \
-                f"git fetch of {', '.join(f'v{v}' for v in unread)} from {source.shown()} failed"
-            fetched, why = source.run(work, "init", "-q", "--bare", into, doing=doing)
+                f"git fetch of {', '.join(f'v{v}' for v in unread)} from {source.shown} failed"
+            fetched, why = run(work, "init", "-q", "--bare", into, doing=doing)
             if fetched is not None:
-                fetched, why = source.run(into, "fetch", "--quiet", "--no-tags", "--depth=1", "--filter=blob:none",
-                                          source.repo, *(f"+refs/tags/v{v}:refs/tags/v{v}" for v in unread),
-                                          doing=doing)
+                fetched, why = run(into, "fetch", "--quiet", "--no-tags", "--depth=1", "--filter=blob:none",
+                                   source.repo, *(f"+refs/tags/v{v}:refs/tags/v{v}" for v in unread), doing=doing)
             for version in unread if fetched is not None else ():
                 found[version] = _listing([into], commits[f"v{version}"])
                 if found[version] is None:
-                    why = why or f"the fetch from {source.shown()} did not bring the commit of v{version}"
+                    why = why or f"the fetch from {source.shown} did not bring the commit of v{version}"
         holding = next((v for v, got in found.items() if holds(got)), None)
         still = next((v for v, got in found.items() if got is None), None)
     if holding is not None:

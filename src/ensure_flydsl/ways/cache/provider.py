@@ -12,7 +12,8 @@ from typing import Dict, List, Mapping, Optional, Tuple
 from ensure_flydsl.errors import Plan, Stage
 from ensure_flydsl.layout import cached_mlir_dir, packages_dir
 from ensure_flydsl.result import How
-from ensure_flydsl.source.llvm_inputs import checkout_llvm_inputs
+from ensure_flydsl.source.git import CheckoutFiles
+from ensure_flydsl.source.llvm_inputs import pin_llvm_inputs
 from ensure_flydsl.support import faults
 from ensure_flydsl.support.files import file_sha256, remove_tree
 from ensure_flydsl.support.launcher import command
@@ -72,7 +73,7 @@ def mlir_spec(run: Run) -> Dict[str, object]:
     """What a source build's MLIR is made from (known before anything is built)."""
     if run.settings.mlir_path is not None:
         return {"mlir_path": run.settings.mlir_path}
-    return {"llvm": checkout_llvm_inputs(run.settings.root, run.environ).key(run.interpreter.abi)}
+    return {"llvm": pin_llvm_inputs(CheckoutFiles(run.settings.root), run.environ).key(run.interpreter.abi)}
 
 
 def tree_shareable(run: Run) -> bool:

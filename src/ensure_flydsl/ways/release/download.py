@@ -17,7 +17,7 @@ from typing import Callable, Dict, List, Mapping, Optional, Tuple
 from packaging.tags import platform_tags
 
 from ensure_flydsl.errors import EnsureError, ExitCode, Stage
-from ensure_flydsl.probe import scripts
+from ensure_flydsl.probe.interpreter import find_modules
 from ensure_flydsl.probe.results import Interpreter
 from ensure_flydsl.support import processes, space
 from ensure_flydsl.ways.package_index import pip_env
@@ -32,11 +32,9 @@ def has_pip(python: str, environ: Optional[Mapping[str, str]] = None) -> bool:
     if python not in _pip_cache:
         found = python == sys.executable and importlib.util.find_spec("pip") is not None
         if python != sys.executable:
-            with contextlib.suppress(OSError, subprocess.TimeoutExpired):
-                found = processes.run_captured([python, "-c", scripts.text("has_pip")],
-                                               env=pip_env(os.environ if environ is None else environ),
-                                               stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                               stderr=subprocess.DEVNULL, timeout=60).returncode == 0
+            with contextlib.suppress(EnsureError, OSError):  # it does not run, or not within the minute
+                env = pip_env(os.environ if environ is None else environ)
+                found = find_modules(python, ["pip"], environ=env, timeout=60)["pip"] != "missing"
         _pip_cache[python] = found
     return _pip_cache[python]
 

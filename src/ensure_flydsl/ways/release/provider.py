@@ -285,9 +285,9 @@ def release_suggestion(settings: Settings, interpreter: Interpreter, environ: Ma
     if not versions:
         return None
     modules = requirements.checked_modules(settings.require)
-    source = requirements.TagSource(settings.root, settings.repo, settings.git_mirrors, SUGGEST_TIMEOUT_S)
-    answer = requirements.release_holding(source, versions, modules)
-    text = suggestion_text(answer, modules, source.shown())
+    source = Checkout.of(settings)
+    answer = requirements.release_holding(source, versions, modules, SUGGEST_TIMEOUT_S)
+    text = suggestion_text(answer, modules, source.shown)
     if text is None or answer.commit is None:
         return text
     local = local_repositories(settings.root, settings.repo, settings.git_mirrors)

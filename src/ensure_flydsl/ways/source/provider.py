@@ -11,8 +11,8 @@ from typing import Dict, Mapping, NamedTuple, Optional, Tuple
 from ensure_flydsl import layout
 from ensure_flydsl.errors import EnsureError, ExitCode, Plan, Stage
 from ensure_flydsl.result import How
-from ensure_flydsl.source.git import Checkout
-from ensure_flydsl.source.llvm_inputs import LlvmInputs, checkout_llvm_inputs
+from ensure_flydsl.source.git import Checkout, CheckoutFiles
+from ensure_flydsl.source.llvm_inputs import LlvmInputs, pin_llvm_inputs
 from ensure_flydsl.source.needs import build_tools, find_needs, tool_requirements
 from ensure_flydsl.source.root import recording
 from ensure_flydsl.support import faults
@@ -145,7 +145,7 @@ class SourceProvider(Provider):
     def _mlir(self, run: Run, env: Dict[str, str], jobs: int) -> Mlir:
         """build_llvm.sh under the MLIR key's lease, unless another host publishes that MLIR meanwhile."""
         cache = self.cache
-        inputs = checkout_llvm_inputs(run.settings.root, run.environ)
+        inputs = pin_llvm_inputs(CheckoutFiles(run.settings.root), run.environ)
         key = inputs.key(run.interpreter.abi)
         if cache is None or key is None:  # an unknown LLVM commit: nothing to share, so no lease either
             return build_mlir(run, env, jobs, None, inputs)
@@ -214,7 +214,7 @@ def ready_mlir(run: Run, cache: Optional[Cache], take_prebuilt: bool) -> Optiona
         run.say(f"using MLIR_PATH={settings.mlir_path}; skipping the LLVM/MLIR build")
         run.facts.mlir = f"given {settings.mlir_path}"
         return settings.mlir_path, {"mlir_path": settings.mlir_path}
-    inputs = checkout_llvm_inputs(settings.root, run.environ)
+    inputs = pin_llvm_inputs(CheckoutFiles(settings.root), run.environ)
     key = inputs.key(run.interpreter.abi)
     if key is None:
         run.say(f"warning: the LLVM commit of this pin cannot be determined ({inputs.problem}): its LLVM/MLIR "
