@@ -9,7 +9,6 @@ from dataclasses import replace
 from typing import Callable, List, Optional
 
 from ensure_flydsl.errors import ExitCode
-from ensure_flydsl.layout import host_cache_dir, timings_dir
 from ensure_flydsl.runs import markers, timings
 from ensure_flydsl.runs.markers import Failure
 from ensure_flydsl.runs.records import FAILED, RUNNING, RunRecord, RunStore, process_start_time
@@ -58,9 +57,7 @@ def record_death(store: RunStore, record: RunRecord) -> RunRecord:
             raise
         # A full disk: the death is still told (here, and by `status` from the free alive lock).
     # Its timing record (best effort): a killed run is the one a fleet most needs to see.
-    folder, found = host_cache_dir(os.environ), timings.of_dead_run(dead, host_id(os.environ))
-    if folder is not None and found is not None:
-        timings.keep(timings_dir(folder), found)
+    timings.keep(os.environ, timings.of_dead_run(dead, host_id(os.environ)))
     return dead
 
 

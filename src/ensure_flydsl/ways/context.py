@@ -107,7 +107,6 @@ class Run:
     def plan(self, plan: Plan) -> None:
         """The route a way takes: the ETA adds up its steps, and the host's history learns them."""
         self.tracker.take(plan)
-        self.facts.route = plan
 
     def worked(self) -> None:
         """The current step did real work: its duration counts for future ETAs."""
