@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import replace
-from typing import Callable, List, Optional
+from typing import Callable, List
 
 from ensure_flydsl.errors import EnsureError, ExitCode, Stage, exit_code_of, interrupted_by
 from ensure_flydsl.layout import tree_folders
@@ -13,7 +13,6 @@ from ensure_flydsl.pipeline.warm import fingerprint, keep_warm, result_of
 from ensure_flydsl.probe.fingerprint import site_folders, watch_folders
 from ensure_flydsl.probe.gate import evaluate, shadowing
 from ensure_flydsl.probe.interpreter import broken_user_line, broken_users, probe_modules, run_probe
-from ensure_flydsl.probe.results import Probe
 from ensure_flydsl.result import Action, How, Result
 from ensure_flydsl.runs import markers
 from ensure_flydsl.runs.answer import marker_sharing
@@ -59,15 +58,12 @@ def withdraw_if_untrue(run: Run, decision: Decision) -> None:
     if twin is None or not os.path.exists(settings.env_file):
         return
     require, floor = twin.request.require, twin.request.min_version
-    same = (decision.probe is not None and decision.probe.interpreter.executable == twin.python
-            and list(twin.pythonpath_prepend) == tree_folders(settings.root) and set(require) <= set(settings.require))
-    why: Optional[str] = None
-    if same and decision.probe is not None:
-        probe: Optional[Probe] = decision.probe
-    elif decision.probe is None and not decision.unprobed and run.interpreter.executable == twin.python \
-            and list(twin.pythonpath_prepend) == tree_folders(settings.root):
-        probe, why = None, decision.reason  # the probe as the env file runs it broke
-    else:
+    at_root = list(twin.pythonpath_prepend) == tree_folders(settings.root)
+    probe, why = decision.probe, None  # the run's own probe, when it probed the env file's tree as the file runs it
+    if probe is None and not decision.unprobed and at_root and run.interpreter.executable == twin.python:
+        why = decision.reason  # the probe as the env file runs it broke
+    elif probe is None or not (at_root and probe.interpreter.executable == twin.python
+                               and set(require) <= set(settings.require)):
         try:
             probe = run_probe(twin.python, modules=probe_modules(require), prefix=list(twin.pythonpath_prepend),
                               environ=run.environ, timeout=settings.probe_timeout,
