@@ -18,7 +18,6 @@ from ensure_flydsl.runs import markers
 from ensure_flydsl.runs.answer import marker_sharing
 from ensure_flydsl.runs.liveness import leave_failure_marker
 from ensure_flydsl.runs.markers import Failure, installed, installed_line, tail_of
-from ensure_flydsl.runs.records import RunStore
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.source.root import Stamps, claim_root, is_ours
 from ensure_flydsl.support.files import remove_file
@@ -153,10 +152,10 @@ def _write_failure_marker(run: Run, exc: BaseException) -> BaseException:
         hint, stage = "this is a bug in ensure-flydsl; the log has the traceback", run.step_name
     run.tracker.release()  # the run's reserved room: on a disk that filled, it takes the marker, then the record
     settings, failure = run.settings, Failure(stage, int(code), reason, hint)
-    unseen = leave_failure_marker(RunStore(settings.root), settings.fail_marker, failure, request=settings.request(),
+    unseen = leave_failure_marker(run.tracker.store, settings.fail_marker, failure, request=settings.request(),
                                   run_id=run.run_id, locked=run.tracker.record.locked, log=run.reporter.log_path,
                                   log_tail=_log_tail(run, exc), say=run.say)
-    run.tracker.failed(int(code), stage, reason, hint)
+    run.tracker.failed(failure)
     if unseen is None:
         return exc
     if isinstance(exc, EnsureError):
