@@ -124,8 +124,8 @@ def publish(run: Run, decision: Decision, action: Action) -> Result:
         marker = markers.read_failure_marker(settings.fail_marker)
         if marker is not None and marker.request == settings.request():  # written while this run worked: answered
             remove_file(settings.fail_marker)
-    return result_of(settings, run.environ, twin, action, durations=dict(run.durations), run_id=run.run_id,
-                     reason=decision.reason, log=run.reporter.log_path, elapsed_s=run.elapsed())
+    return result_of(settings, run.environ, twin, action, durations={str(s): v for s, v in run.durations.items()},
+                     run_id=run.run_id, reason=decision.reason, log=run.reporter.log_path, elapsed_s=run.elapsed())
 
 
 def record_failure(run: Run, exc: BaseException) -> BaseException:

@@ -79,14 +79,13 @@ def keep_timing(run: Run, outcome: Union[Result, BaseException]) -> None:
         error, way = outcome, timings.FAILED
     stage = None if error is None else (error.stage if isinstance(error, EnsureError) else None) or run.step_name
     link_mode = getattr(outcome, "link_mode", None)  # the host store's (None before it, or without one)
-    parsed = ((Stage.parse(name), seconds) for name, seconds in run.durations.items())
     record = timings.TimingRecord(
         run_id=run.run_id, host=host_id(run.environ), root=run.settings.root, kind=run.kind,
         started=max(0.0, ended - run.elapsed()), ended=ended, exit_code=int(exit_code_of(error)), way=way,
-        stages={s: seconds for s, seconds in parsed if s is not None}, stage=stage, route=run.tracker.taken,
-        pin=short_text(run.settings.pin), tool=f"ensure-flydsl {__version__}", fetched=dict(facts.fetched),
-        cache=dict(facts.cache), link_mode=link_mode if link_mode in timings.LINK_MODES else None,
-        lock_wait_s=run.durations.get(Stage.LOCK), lease_wait_s=facts.lease_wait_s,
+        stages=dict(run.durations), stage=stage, route=run.tracker.taken, pin=short_text(run.settings.pin),
+        tool=f"ensure-flydsl {__version__}", fetched=dict(facts.fetched), cache=dict(facts.cache),
+        link_mode=link_mode if link_mode in timings.LINK_MODES else None, lock_wait_s=run.durations.get(Stage.LOCK),
+        lease_wait_s=facts.lease_wait_s,
     )
     timings.keep(run.environ, record)
 
