@@ -127,8 +127,6 @@ def disk_full_code(stage: Optional[Stage]) -> ExitCode:
     return ExitCode.FLYDSL_BUILD
 
 
-
-
 class EnsureError(Exception):
     """A failure with an exit code, the stage it happened in, why, and what to do next."""
 

@@ -5,14 +5,20 @@ from __future__ import annotations
 
 import json
 import os
+import time
+from dataclasses import replace
+
+import pytest
 
 from ensure_flydsl.errors import Stage
+from ensure_flydsl.runs.liveness import record_death
 from ensure_flydsl.runs.markers import (
     Failure,
     read_failure_marker,
     withdraw_failure_marker,
     write_failure_marker,
 )
+from ensure_flydsl.runs.records import FAILED, RunStore, new_record
 from ensure_flydsl.settings import Settings
 
 
@@ -62,3 +68,23 @@ def test_a_marker_whose_request_is_not_a_request_names_no_root(tmp_path: "os.Pat
         marker = read_failure_marker(path)
         assert marker is not None and marker.request is None and not marker.unnamed, request
         assert not marker.names("/x/R") and not withdraw_failure_marker(path, "/x/R") and os.path.exists(path)
+
+
+def test_a_run_that_recorded_its_own_failure_is_not_taken_for_dead(tmp_path: "os.PathLike[str]",
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """`wait` read the run's record while it ran; the run then failed, recorded it and let its alive lock go.  The
+    stale "running" record is no death: the run's own failure, marker and timing record stay as it wrote them
+    (record_death rewrote the marker and put a dead run's timing record over the run's own)."""
+    base = os.path.join(str(tmp_path), "base")
+    monkeypatch.setenv("XDG_CACHE_HOME", os.path.join(str(tmp_path), "cache"))
+    settings = Settings(root=os.path.join(base, "FlyDSL"), fail_marker=os.path.join(base, ".flydsl_build.failed"))
+    store = RunStore(settings.root)
+    store.ensure_folder()
+    stale = new_record(store, "20261207-161500-abcdef", request=settings.request(), fail_marker=settings.fail_marker,
+                       log=settings.log_file, kind="blocking", pid=os.getpid(), step=Stage.BUILD)
+    failure = Failure(Stage.BUILD, 5, "build.sh failed", "read the log")
+    store.write(replace(stale, state=FAILED, finished=time.time(), failure=failure))  # no alive lock: it ended
+    found = record_death(store, stale)
+    assert found.state == FAILED and found.failure == failure
+    assert not os.path.exists(settings.fail_marker)  # the run left none (its env file answered, say): none now
+    assert not os.path.exists(os.path.join(str(tmp_path), "cache", "ensure-flydsl", "runs"))

@@ -37,7 +37,7 @@ from ensure_flydsl.result import How
 from ensure_flydsl.runs.history import read_history
 from ensure_flydsl.runs.markers import EnvTwin, Failure
 from ensure_flydsl.runs.progress import estimate_eta
-from ensure_flydsl.runs.records import KINDS, STATES, RunRecord
+from ensure_flydsl.runs.records import KINDS, RunRecord, RunState
 from ensure_flydsl.settings import Request, Settings, load_settings
 from ensure_flydsl.source.root import Stamp
 from ensure_flydsl.support.fields import MAX_ETA_S, MAX_SECONDS, PID_MAX
@@ -59,6 +59,7 @@ BAD_TIMES = st.sampled_from([-1.0, -1e-9, -1, MAX_SECONDS * 10, 1e300, NAN, INF,
 BAD_PERCENTS = st.sampled_from([-0.1, -50, 100.01, 150, 1e9, NAN, INF])
 CODES = st.integers(-300, 300) | st.sampled_from([0, 1, 75, 130, 9, 70, 255, 256, 2**31])
 BAD_CODES = CODES.filter(lambda c: c not in FAILURE_CODES)
+STATES = [state.value for state in RunState]
 BAD_STATES = st.sampled_from(["done", "Running", "", "RUNNING", "succeeded ", "killed", "building"])
 BAD_STAGES = st.sampled_from(["compile", "", "BUILD", "build\n", "lease ", "x" * 300])
 BAD_PATHS = st.sampled_from(["relative/x", "python3", "", "./x", "../x", "/a\0b"])

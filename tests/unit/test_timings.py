@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 
 from ensure_flydsl.cli.main import main
 from ensure_flydsl.errors import FAILURE_CODES, Plan, Stage
+from ensure_flydsl.layout import host_cache_dir, timings_dir
 from ensure_flydsl.runs.timings import (
     FETCHES,
     LINK_MODES,
@@ -102,11 +103,12 @@ def test_stats_answers_whatever_the_folder_holds(tmp_path_factory: Any, raw: Any
 
 
 def test_the_folder_keeps_the_newest_runs_of_the_last_days_and_nothing_else_is_touched(tmp_path: Any) -> None:
-    folder = str(tmp_path)
+    environ = {"XDG_CACHE_HOME": str(tmp_path)}
+    folder = timings_dir(str(host_cache_dir(environ)))
     now = time.time()
     for index in range(6):
         run_id = f"20261202-03150{index}-ab12cd"
-        keep(folder, TimingRecord.from_json(record(run_id=run_id)))  # type: ignore[arg-type]
+        keep(environ, TimingRecord.from_json(record(run_id=run_id)))  # type: ignore[arg-type]
         os.utime(os.path.join(folder, run_id + ".json"), (now - 60 * (6 - index),) * 2)
     old = "20250101-000000-000000.json"
     with open(os.path.join(folder, old), "w") as handle:

@@ -118,22 +118,19 @@ def _after_broken_probe(run: Run, broke: ProbeBroke, before: str) -> Decision:
     root = run.settings.root
     run.say(f"{before}no reusable FlyDSL: {broke.reason}")
     if broke.origin and is_within(broke.origin, root):
-        elsewhere = _reuse_elsewhere(run)
-        if elsewhere is not None:
-            return elsewhere
-    else:
-        run.say(f"a tree built in {root} comes first on PYTHONPATH and shadows that one: provisioning it")
+        return _reuse_elsewhere(run, Decision(False, broke.reason))
+    run.say(f"a tree built in {root} comes first on PYTHONPATH and shadows that one: provisioning it")
     return Decision(False, broke.reason)
 
 
-def _reuse_elsewhere(run: Run) -> Optional[Decision]:
-    """The root shadowed whatever else the interpreter has: look at that on its own."""
+def _reuse_elsewhere(run: Run, failed: Decision) -> Decision:
+    """The root shadowed whatever else the interpreter has: look at that on its own (else ``failed`` stands)."""
     ambient = _judged_or_broke(run, [])
     if isinstance(ambient, ProbeBroke) or not ambient[1].reusable:
         reason = ambient.reason if isinstance(ambient, ProbeBroke) else ambient[1].reason
         run.say(f"nothing reusable elsewhere either: {reason}")
-        return None
-    return _path_tree(run, *ambient)
+        return failed
+    return _path_tree(run, *ambient) or failed
 
 
 def _path_tree(run: Run, probe: Probe, verdict: Verdict) -> Optional[Decision]:
@@ -252,11 +249,8 @@ def decide(run: Run, again: bool = False) -> Decision:
             return found
     else:
         run.say(f"{before}no reusable FlyDSL with {root} first on PYTHONPATH: {verdict.reason}")
-    if verdict.from_first:  # the root's tree shadowed whatever else the interpreter has
-        elsewhere = _reuse_elsewhere(run)
-        if elsewhere is not None:
-            return elsewhere
-    return Decision(False, verdict.reason, probe=probe, verdict=verdict)
+    failed = Decision(False, verdict.reason, probe=probe, verdict=verdict)
+    return _reuse_elsewhere(run, failed) if verdict.from_first else failed  # the root's tree shadowed the rest
 
 
 def stamp_seen(root: str) -> Optional[List[int]]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import replace
-from typing import Callable, List, Optional
+from typing import Callable, List
 
 from ensure_flydsl.errors import EnsureError, ExitCode, Stage, exit_code_of, interrupted_by
 from ensure_flydsl.layout import tree_folders
@@ -13,13 +13,11 @@ from ensure_flydsl.pipeline.warm import fingerprint, keep_warm, result_of
 from ensure_flydsl.probe.fingerprint import site_folders, watch_folders
 from ensure_flydsl.probe.gate import evaluate, shadowing
 from ensure_flydsl.probe.interpreter import broken_user_line, broken_users, probe_modules, run_probe
-from ensure_flydsl.probe.results import Probe
 from ensure_flydsl.result import Action, How, Result
 from ensure_flydsl.runs import markers
 from ensure_flydsl.runs.answer import marker_sharing
 from ensure_flydsl.runs.liveness import leave_failure_marker
 from ensure_flydsl.runs.markers import Failure, installed, installed_line, tail_of
-from ensure_flydsl.runs.records import RunStore
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.source.root import Stamps, claim_root, is_ours
 from ensure_flydsl.support.files import remove_file
@@ -59,15 +57,12 @@ def withdraw_if_untrue(run: Run, decision: Decision) -> None:
     if twin is None or not os.path.exists(settings.env_file):
         return
     require, floor = twin.request.require, twin.request.min_version
-    same = (decision.probe is not None and decision.probe.interpreter.executable == twin.python
-            and list(twin.pythonpath_prepend) == tree_folders(settings.root) and set(require) <= set(settings.require))
-    why: Optional[str] = None
-    if same and decision.probe is not None:
-        probe: Optional[Probe] = decision.probe
-    elif decision.probe is None and not decision.unprobed and run.interpreter.executable == twin.python \
-            and list(twin.pythonpath_prepend) == tree_folders(settings.root):
-        probe, why = None, decision.reason  # the probe as the env file runs it broke
-    else:
+    at_root = list(twin.pythonpath_prepend) == tree_folders(settings.root)
+    probe, why = decision.probe, None  # the run's own probe, when it probed the env file's tree as the file runs it
+    if probe is None and not decision.unprobed and at_root and run.interpreter.executable == twin.python:
+        why = decision.reason  # the probe as the env file runs it broke
+    elif probe is None or not (at_root and probe.interpreter.executable == twin.python
+                               and set(require) <= set(settings.require)):
         try:
             probe = run_probe(twin.python, modules=probe_modules(require), prefix=list(twin.pythonpath_prepend),
                               environ=run.environ, timeout=settings.probe_timeout,
@@ -129,8 +124,8 @@ def publish(run: Run, decision: Decision, action: Action) -> Result:
         marker = markers.read_failure_marker(settings.fail_marker)
         if marker is not None and marker.request == settings.request():  # written while this run worked: answered
             remove_file(settings.fail_marker)
-    return result_of(settings, run.environ, twin, action, durations=dict(run.durations), run_id=run.run_id,
-                     reason=decision.reason, log=run.reporter.log_path, elapsed_s=run.elapsed())
+    return result_of(settings, run.environ, twin, action, durations={str(s): v for s, v in run.durations.items()},
+                     run_id=run.run_id, reason=decision.reason, log=run.reporter.log_path, elapsed_s=run.elapsed())
 
 
 def record_failure(run: Run, exc: BaseException) -> BaseException:
@@ -157,10 +152,10 @@ def _write_failure_marker(run: Run, exc: BaseException) -> BaseException:
         hint, stage = "this is a bug in ensure-flydsl; the log has the traceback", run.step_name
     run.tracker.release()  # the run's reserved room: on a disk that filled, it takes the marker, then the record
     settings, failure = run.settings, Failure(stage, int(code), reason, hint)
-    unseen = leave_failure_marker(RunStore(settings.root), settings.fail_marker, failure, request=settings.request(),
+    unseen = leave_failure_marker(run.tracker.store, settings.fail_marker, failure, request=settings.request(),
                                   run_id=run.run_id, locked=run.tracker.record.locked, log=run.reporter.log_path,
                                   log_tail=_log_tail(run, exc), say=run.say)
-    run.tracker.failed(int(code), stage, reason, hint)
+    run.tracker.failed(failure)
     if unseen is None:
         return exc
     if isinstance(exc, EnsureError):

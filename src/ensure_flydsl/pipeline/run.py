@@ -8,7 +8,6 @@ import time
 from typing import List, Mapping, Optional, Tuple, Union
 
 from ensure_flydsl.errors import EnsureError, ExitCode, Stage, disk_full_error, exit_code_of
-from ensure_flydsl.layout import host_cache_dir, timings_dir
 from ensure_flydsl.pipeline.decide import check_provisionable, decide, decide_again, preflight, stamp_seen
 from ensure_flydsl.pipeline.lock import build_lock
 from ensure_flydsl.pipeline.provision import provision
@@ -73,26 +72,22 @@ def _outcome(run: Run) -> Union[Result, BaseException]:
 
 def keep_timing(run: Run, outcome: Union[Result, BaseException]) -> None:
     """Keep the run's timing record in the host's folder, its room still reserved (never the run's failure)."""
-    result, error = (outcome, None) if isinstance(outcome, Result) else (None, outcome)
-    ended = time.time()
-    stage: Optional[Stage] = None
-    if error is not None:
-        stage = (error.stage if isinstance(error, EnsureError) else None) or run.step_name
-    link_mode = getattr(result, "link_mode", None)  # the host store's (None before it, or without one)
-    parsed = ((Stage.parse(name), seconds) for name, seconds in run.durations.items())
-    facts = run.facts
+    ended, facts = time.time(), run.facts
+    if isinstance(outcome, Result):
+        error, way = None, str(outcome.how if outcome.action == Action.PROVISIONED else outcome.action)
+    else:
+        error, way = outcome, timings.FAILED
+    stage = None if error is None else (error.stage if isinstance(error, EnsureError) else None) or run.step_name
+    link_mode = getattr(outcome, "link_mode", None)  # the host store's (None before it, or without one)
     record = timings.TimingRecord(
         run_id=run.run_id, host=host_id(run.environ), root=run.settings.root, kind=run.kind,
-        started=max(0.0, ended - run.elapsed()), ended=ended, exit_code=int(exit_code_of(error)),
-        way=timings.FAILED if result is None else str(result.how if result.action == Action.PROVISIONED
-                                                      else result.action),
-        stages={s: seconds for s, seconds in parsed if s is not None}, stage=stage, route=facts.route,
-        pin=short_text(run.settings.pin), tool=f"ensure-flydsl {__version__}", fetched=dict(facts.fetched),
-        cache=dict(facts.cache), link_mode=link_mode if link_mode in timings.LINK_MODES else None,
-        lock_wait_s=run.durations.get(Stage.LOCK), lease_wait_s=facts.lease_wait_s,
+        started=max(0.0, ended - run.elapsed()), ended=ended, exit_code=int(exit_code_of(error)), way=way,
+        stages=dict(run.durations), stage=stage, route=run.tracker.taken, pin=short_text(run.settings.pin),
+        tool=f"ensure-flydsl {__version__}", fetched=dict(facts.fetched), cache=dict(facts.cache),
+        link_mode=link_mode if link_mode in timings.LINK_MODES else None, lock_wait_s=run.durations.get(Stage.LOCK),
+        lease_wait_s=facts.lease_wait_s,
     )
-    folder = host_cache_dir(run.environ)
-    timings.keep(None if folder is None else timings_dir(folder), record)
+    timings.keep(run.environ, record)
 
 
 def _ensure(run: Run) -> Result:

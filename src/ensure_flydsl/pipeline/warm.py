@@ -7,13 +7,14 @@ import json
 import marshal
 import os
 import time
+from dataclasses import fields
 from typing import Dict, List, Mapping, Optional, Sequence
 
 from ensure_flydsl import warm
 from ensure_flydsl.layout import HOST_VARIABLES, stamp_file, warm_stamp
 from ensure_flydsl.probe.gate import shadowing
 from ensure_flydsl.probe.interpreter import broken_user_line
-from ensure_flydsl.result import Action, How, Result
+from ensure_flydsl.result import Action, Result, TreeIdentity
 from ensure_flydsl.runs.markers import EnvFile, EnvTwin, read_env_json, twin_gap, withdraw_failure_marker
 from ensure_flydsl.settings import HOST_ID, SETTINGS, Settings
 from ensure_flydsl.support.files import atomic_write
@@ -71,9 +72,7 @@ def result_of(settings: Settings, environ: Mapping[str, str], twin: EnvTwin, act
               log: Optional[str] = None) -> Result:
     """The Result of a call that answers with ``twin``'s tree (the one publish wrote, or a warm call read)."""
     return Result(
-        how=How(twin.how), tree=twin.tree, version=twin.version, python=twin.python,
-        python_version=twin.python_version, abi=twin.abi, commit=twin.commit,
-        files={str(k): str(v) for k, v in twin.files.items()}, action=action, root=settings.root,
+        **{f.name: getattr(twin, f.name) for f in fields(TreeIdentity)}, action=action, root=settings.root,
         env=exports(settings, twin).mapping(environ.get("PYTHONPATH")), env_file=settings.env_file,
         prepend=list(twin.pythonpath_prepend), durations=durations, run_id=run_id, reason=reason, log=log,
         elapsed_s=elapsed_s, link_mode=twin.link_mode, conflicts=list(twin.conflicts), mlir=twin.mlir,

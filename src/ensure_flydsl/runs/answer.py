@@ -176,9 +176,8 @@ def _answer(settings: Settings, *, record_deaths: bool) -> Answer:
     there = installed_twin(settings.root)
     gap = (twin_gap(there, request, os.environ.get("PATH")) if there is not None else
            "there is none: another request's run replaced it, or `clean` removed it")
-    # A run that gave up while another was alive ended first: it never hides the outcome of the one that worked.
-    ended = [r for r in records if r.state in (SUCCEEDED, FAILED)]
-    last = max(ended, key=lambda r: r.finished or 0.0, default=None)
+    # The last to end: a run that gave up while another was alive ended first, and never hides the one that worked.
+    last = max(records, key=lambda r: r.finished or 0.0, default=None)
     if there is not None and gap is None:
         if last is not None and last.state == SUCCEEDED:
             return Answer(SUCCEEDED, record=last, twin=there, run_id=last.run_id)

@@ -9,7 +9,6 @@ from dataclasses import replace
 from typing import Callable, List, Optional
 
 from ensure_flydsl.errors import ExitCode
-from ensure_flydsl.layout import host_cache_dir, timings_dir
 from ensure_flydsl.runs import markers, timings
 from ensure_flydsl.runs.markers import Failure
 from ensure_flydsl.runs.records import FAILED, RUNNING, RunRecord, RunStore, process_start_time
@@ -38,15 +37,14 @@ def seen_dead(store: RunStore, record: RunRecord) -> RunRecord:
 def record_death(store: RunStore, record: RunRecord) -> RunRecord:
     """Stop a dead run's build, write its failure marker (unless answered), record it failed (idempotent)."""
     dead = seen_dead(store, record)
-    if dead is record or dead.state != FAILED or record.state != RUNNING:
-        return dead
+    if record.state != RUNNING or dead.failure is None or dead.failure.exit_code != ExitCode.WORKER_DIED:
+        return dead  # alive, or its record says how it ended (a run's own failure is never taken for its death)
     pgid = dead.build_pgid  # its build's group, unless the leader's pid now belongs to another process
     if isinstance(pgid, int) and pgid > 1 and process_start_time(pgid) in (None, dead.build_leader_start):
         kill_group(pgid)
     store.release(dead.run_id)  # the room it kept for its last words: they are said here
     # The marker before the FAILED record: a `wait` that reads the record answers at once.  A poller of the
     # files alone must see the death as soon as `wait` does.
-    assert dead.failure is not None
     unseen = leave_failure_marker(store, dead.fail_marker, dead.failure, request=dead.request, run_id=dead.run_id,
                                   locked=dead.locked, log=dead.log or None, log_tail=markers.tail_of(dead.log))
     if unseen is not None:  # the marker could not be written: the failure says so
@@ -58,9 +56,7 @@ def record_death(store: RunStore, record: RunRecord) -> RunRecord:
             raise
         # A full disk: the death is still told (here, and by `status` from the free alive lock).
     # Its timing record (best effort): a killed run is the one a fleet most needs to see.
-    folder, found = host_cache_dir(os.environ), timings.of_dead_run(dead, host_id(os.environ))
-    if folder is not None and found is not None:
-        timings.keep(timings_dir(folder), found)
+    timings.keep(os.environ, timings.of_dead_run(dead, host_id(os.environ)))
     return dead
 
 

@@ -138,10 +138,8 @@ class EnvTwin(TreeIdentity):
     conflicts: List[Dict[str, Optional[str]]] = checked(_conflicts, factory=list, lenient=True)
     mlir: Optional[str] = checked(fields.text, None, lenient=True)  # where a source build's MLIR came from
 
-    # What says which tree answers which request; the rest records when and by what it was written.
-    ANSWER_FIELDS = ("request", "how", "tree", "version", "python", "python_version", "abi", "commit", "files",
-                     "watch", "site_dirs", "fingerprint", "FLYDSL_ROOT", "pythonpath_prepend", "FLYDSL_SHIM_DIR",
-                     "VLLM_USE_FLYDSL_MOE", "pin", "repo", "conflicts")
+    # What records when and by what it was written; the rest says which tree answers which request.
+    RECORD_FIELDS = ("written_at", "tool_version", "run_id", "built", "elapsed_s", "link_mode", "mlir")
 
     @property
     def exports(self) -> EnvFile:
@@ -162,7 +160,7 @@ class EnvTwin(TreeIdentity):
         return twin if absolute else None
 
     def answers(self, other: "EnvTwin") -> bool:
-        return all(getattr(self, k) == getattr(other, k) for k in self.ANSWER_FIELDS)
+        return replace(other, **{k: getattr(self, k) for k in self.RECORD_FIELDS}) == self
 
 
 def publish_env_file(env_file: str, env_json: str, twin: EnvTwin, *, after_twin: Callable[[EnvTwin], None]) -> None:

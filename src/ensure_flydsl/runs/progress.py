@@ -297,10 +297,9 @@ class Tracker:
         if self.taken is not None:  # a run that found the work done (by another run) took no route
             remember(self.host_dir, self.taken, self.worked)
 
-    def failed(self, code: int, stage: Stage, reason: str, hint: str = "") -> None:
+    def failed(self, failure: Failure) -> None:
         self.release()
-        self.record.state, self.record.finished = FAILED, time.time()
-        self.record.failure = Failure(stage, code, reason, hint)
+        self.record.state, self.record.finished, self.record.failure = FAILED, time.time(), failure
         self._end_recorded = self._store()
 
     def close(self) -> None:

@@ -38,7 +38,6 @@ class RunState(StrEnum):
 
 
 RUNNING, SUCCEEDED, FAILED = RunState.RUNNING, RunState.SUCCEEDED, RunState.FAILED
-STATES = tuple(s.value for s in RunState)
 KINDS = ("blocking", "detached")
 KEEP_RECORDS = 20
 # Room for a run's last words (its final record, the failure marker) on file systems of blocks up to 16 KiB;

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
 
 from ensure_flydsl.errors import FAILURE_CODES, Plan, Stage
-from ensure_flydsl.layout import RUN_RECORD_SUFFIX, timing_file
+from ensure_flydsl.layout import RUN_RECORD_SUFFIX, host_cache_dir, timing_file, timings_dir
 from ensure_flydsl.result import LINK_MODES as COPY_MODES
 from ensure_flydsl.runs.history import stage_table
 from ensure_flydsl.runs.records import KINDS, RunRecord, is_new_run_id, is_run_id
@@ -42,7 +42,6 @@ OTHER = "other"  # the time of a run that no stage counts (the settings, the pre
 class RunFacts:
     """What a run learns as it goes, for its timing record: the providers add to it."""
 
-    route: Optional[Plan] = None  # the way a provider took (Run.plan)
     fetched: Dict[str, int] = field(default_factory=dict)  # FETCHES: bytes
     cache: Dict[str, str] = field(default_factory=dict)  # LOOKUPS: HIT or MISS (the last one)
     lease_wait_s: Optional[float] = None  # None: the run took no turn at a build lease
@@ -153,10 +152,12 @@ def of_dead_run(dead: RunRecord, host: str) -> Optional[TimingRecord]:
 
 
 # -- the folder -------------------------------------------------------------------------------------------
-def keep(folder: Optional[str], record: TimingRecord) -> bool:
-    """Write ``record`` into ``folder`` (created), then keep the folder bounded; whether it was written."""
-    if folder is None:
+def keep(environ: Mapping[str, str], record: Optional[TimingRecord]) -> bool:
+    """Write ``record`` into the host's folder of timing records (created), then keep it bounded; whether it was."""
+    host_dir = host_cache_dir(environ)
+    if host_dir is None or record is None:
         return False
+    folder = timings_dir(host_dir)
     try:
         os.makedirs(folder, mode=0o755, exist_ok=True)
         atomic_write_json(timing_file(folder, record.run_id), record.to_json())

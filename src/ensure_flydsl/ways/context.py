@@ -79,7 +79,7 @@ class Run:
         self.kind = kind
         self.warm_key = warm_key  # the front door's key: None unless the settings came from argv and variables
         self.alive_fd = alive_fd
-        self.durations: Dict[str, float] = {}
+        self.durations: Dict[Stage, float] = {}
         self.step_name = Stage.SETTINGS
         self.interpreter: Interpreter  # the target interpreter, described by the preflight before any stage uses it
         self.stamps = Stamps(settings.root)
@@ -107,7 +107,6 @@ class Run:
     def plan(self, plan: Plan) -> None:
         """The route a way takes: the ETA adds up its steps, and the host's history learns them."""
         self.tracker.take(plan)
-        self.facts.route = plan
 
     def worked(self) -> None:
         """The current step did real work: its duration counts for future ETAs."""
