@@ -1,6 +1,5 @@
-"""``ensure-flydsl skill DIR``: the folder GEAK takes in place of its ``skills/ensure_flydsl/``: skill.md, the
-launcher, the tool as one zipapp and VERSION, which names every file's sha256 so that ``--force`` replaces only a
-folder this command wrote. The same tool writes the same bytes; the folder is made beside DIR and renamed in."""
+"""``ensure-flydsl skill DIR``: skill.md, the launcher, the tool as one zipapp and VERSION, which names every file's
+sha256 so that ``--force`` replaces only a folder this command wrote; the same tool writes the same bytes."""
 
 from __future__ import annotations
 
@@ -21,7 +20,7 @@ from ensure_flydsl.geak.provenance import PACKAGE_DIR, package_files, tool_commi
 from ensure_flydsl.settings import DEFAULT_MIN_VERSION, DEFAULT_PIN, SETTINGS
 from ensure_flydsl.support.files import file_sha256, move_aside, read_json, remove_tree, rename_into_place
 from ensure_flydsl.version import __version__
-from ensure_flydsl.warm import DEFAULT_ROOT
+from ensure_flydsl.warm import DEFAULT_ROOT, read_regular
 
 ZIPAPP = "ensure_flydsl.pyz"
 SCRIPT = "ensure_flydsl.sh"
@@ -53,10 +52,10 @@ class SkillFolder:
 
 def _version(folder: str) -> Optional[Tuple[Dict[str, str], str]]:
     """The sha256 of each file and the commit VERSION in ``folder`` names, when this command wrote it."""
+    raw = read_regular(os.path.join(folder, "VERSION"), 65536, head=True)
     try:
-        with open(os.path.join(folder, "VERSION"), encoding="utf-8") as handle:
-            lines = handle.read(65536).splitlines()
-    except (OSError, UnicodeDecodeError):
+        lines = raw.decode().splitlines() if raw is not None else []
+    except UnicodeDecodeError:
         return None
     if not lines or not lines[0].startswith("ensure-flydsl ") or MADE_BY not in lines:
         return None

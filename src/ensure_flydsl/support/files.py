@@ -156,9 +156,8 @@ class LockBusy(Exception):
 @contextlib.contextmanager
 def held_lock(path: str, *, timeout: Optional[float], say: Callable[[str], None], what: str,
               holder: Optional[Callable[[], str]] = None) -> Iterator[None]:
-    """The lock file ``path`` (made if missing, never deleted) held for the body, waited for at most ``timeout``
-    s (None: as long as it takes), its holder named every 30 s; LockBusy when the wait runs out; OSError when
-    anything but a regular file is at ``path`` (a FIFO would hang the open, a symlink lead elsewhere)."""
+    """The lock file ``path`` (made if missing, never deleted) held for the body, waited for at most ``timeout`` s
+    (None: for ever), its holder named every 30 s; OSError for anything but a regular file there (a FIFO hangs)."""
     problem = file_path_problem(path, symlink_ok=False)
     if problem is not None:
         raise OSError(errno.EINVAL, f"{problem}, so it cannot be a lock", path)

@@ -43,7 +43,7 @@ class CommandFailed(Exception):
 
 
 def cmd_output(cmd: Sequence[str], *, cwd: Optional[str] = None, env: Optional[Mapping[str, str]] = None,
-               timeout: Optional[float] = None, check: bool = True) -> str:
+               timeout: Optional[float] = None) -> str:
     """Run a short command and return its stdout+stderr; raise CommandFailed on a non-zero exit."""
     try:
         proc = subprocess.run(list(cmd), cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -54,7 +54,7 @@ def cmd_output(cmd: Sequence[str], *, cwd: Optional[str] = None, env: Optional[M
         out = exc.output.decode(errors="replace") if isinstance(exc.output, bytes) else ""
         raise CommandFailed(cmd, -1, out + f"\n(timed out after {timeout} s)") from None
     out = proc.stdout.decode(errors="replace")
-    if check and proc.returncode != 0:
+    if proc.returncode != 0:
         raise CommandFailed(cmd, proc.returncode, out)
     return out
 
@@ -156,9 +156,8 @@ class _Lines:
 def stream_command(cmd: Sequence[str], *, sink: Callable[[str], None], cwd: Optional[str] = None,
                    env: Optional[Mapping[str, str]] = None,
                    on_start: Callable[[Optional[int]], None] = lambda pgid: None) -> int:
-    """Run a long command in a group of its own, each output line to ``sink``; ``on_start`` learns the group's
-    id (None once gone).  Interrupted, the group is stopped; exited, so are its leftovers, and the pipe is read
-    DRAIN_S longer at most (a process that left the group may hold it open for ever)."""
+    """Run a long command in a group of its own, each output line to ``sink``; ``on_start`` learns the group's id
+    (None once gone).  Interrupted, the group is stopped; exited, its leftovers too, and its pipe read DRAIN_S more."""
     try:
         proc = subprocess.Popen(list(cmd), cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, start_new_session=True)
@@ -237,15 +236,14 @@ def waiting_line(what: str, remote: str, elapsed: float, silent: float, limit: f
             f"stopped after {limit:g} s without data)")
 
 
-def watched_output(cmd: Sequence[str], *, remote: Callable[[str], str], what: str, cwd: Optional[str] = None,
-                   env: Optional[Mapping[str, str]] = None, silence_s: Optional[float] = None,
-                   check: bool = True) -> str:
+def watched_output(cmd: Sequence[str], *, remote: Callable[[str], str], what: str,
+                   env: Optional[Mapping[str, str]] = None, silence_s: Optional[float] = None) -> str:
     """Run a network command in a group of its own; its output, redraws collapsed.  After ``silence_s`` without a
     byte the group is killed (Silent names ``remote(output)``); every half of that a line goes to the heartbeat."""
     limit = network_silence_s(env) if silence_s is None else silence_s
     beat = min(30.0, limit / 2)
     try:
-        proc = subprocess.Popen(list(cmd), cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        proc = subprocess.Popen(list(cmd), env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, start_new_session=True)
     except OSError as exc:
         raise CommandFailed(cmd, 127, f"cannot run {cmd[0]}: {exc.strerror}") from None
@@ -280,7 +278,7 @@ def watched_output(cmd: Sequence[str], *, remote: Callable[[str], str], what: st
         proc.stdout.close()
     kill_group(proc.pid)  # git's helpers end with it; anything of the group still there now is stopped
     out = _collapse(b"".join(chunks))
-    if check and returncode != 0:
+    if returncode != 0:
         raise CommandFailed(cmd, returncode, out)
     return out
 

@@ -1,6 +1,5 @@
 """The store's local tier: each tree on this host kept once, read-only and sealed, and copied into each root that
-uses it (by reflink where the file system can: the same blocks, each root's own files), so no root's edit reaches
-another; only a store this user owns and no other user can write is used (docs/store.md)."""
+uses it (by reflink where the file system can: the same blocks), so no root's edit reaches another (docs/store.md)."""
 
 from __future__ import annotations
 

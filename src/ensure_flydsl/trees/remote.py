@@ -1,6 +1,5 @@
 """The store's shared tiers (the binary cache), in a folder or behind an fsspec URL: content-addressed blobs, the
-first manifest of a key and signers' variants beside it, never replaced while a host may trust it (docs/fleet.md).
-A get trusts nothing it reads: members are checked first, and the tree is renamed into place only when whole."""
+first manifest of a key and signers' variants beside it, never replaced while a host may trust it (docs/fleet.md)."""
 
 from __future__ import annotations
 

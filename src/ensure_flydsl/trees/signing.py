@@ -1,6 +1,5 @@
-"""Signed entries (as Nix signs a narinfo): an ed25519 signature of a manifest's exact bytes, stored beside it at
-``<key>.sig/<manifest sha256>/<NAME>.sig``, checked offline against trusted keys (docs/fleet.md).  Keys and signatures
-are ``NAME:BASE64`` lines in Nix's formats; no message made here holds key material, only a key's name or file."""
+"""Signed entries (as Nix signs a narinfo): an ed25519 signature of a manifest's exact bytes beside it, checked offline
+against trusted keys (docs/fleet.md); keys are Nix's ``NAME:BASE64`` lines, and no message here shows key material."""
 
 from __future__ import annotations
 
