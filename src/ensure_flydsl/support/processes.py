@@ -125,32 +125,26 @@ class _Lines:
     """Splits a byte stream into lines for ``sink``, keeping at most MAX_LINE_BYTES of each."""
 
     def __init__(self, sink: Callable[[str], None]) -> None:
-        self.sink = sink
-        self.buf = bytearray()
-        self.cut = 0
+        self.sink, self.buf, self.cut = sink, bytearray(), 0
 
     def feed(self, data: bytes) -> None:
         *whole, rest = data.split(b"\n")
         for piece in whole:
             self._add(piece)
-            self._emit()
+            self.flush(ended=True)
         self._add(rest)
 
-    def flush(self) -> None:
-        if self.buf or self.cut:
-            self._emit()
+    def flush(self, ended: bool = False) -> None:
+        """Say the line so far: one that ``ended`` (at a line break) even when empty."""
+        if ended or self.buf or self.cut:
+            line = self.buf.decode(errors="replace").rstrip("\r")
+            self.sink(line + (f" ... ({self.cut} bytes cut)" if self.cut else ""))
+            self.buf, self.cut = bytearray(), 0
 
     def _add(self, piece: bytes) -> None:
         room = MAX_LINE_BYTES - len(self.buf)
         self.buf += piece[:room]
         self.cut += max(0, len(piece) - room)
-
-    def _emit(self) -> None:
-        line = self.buf.decode(errors="replace").rstrip("\r")
-        if self.cut:
-            line += f" ... ({self.cut} bytes cut)"
-        self.buf, self.cut = bytearray(), 0
-        self.sink(line)
 
 
 def stream_command(cmd: Sequence[str], *, sink: Callable[[str], None], cwd: Optional[str] = None,

@@ -145,8 +145,7 @@ def generate(name: str) -> Tuple[str, str]:
     """A new key pair: the secret file's line and the public file's line."""
     if not KEY_NAME.match(name):
         raise KeyProblem(f"{name!r} is not a key name: letters, digits, '.', '_' and '-', at most 64")
-    ed = _ed25519()
-    private = ed.Ed25519PrivateKey.generate()
+    private = _ed25519().Ed25519PrivateKey.generate()
     raw = importlib.import_module("cryptography.hazmat.primitives.serialization")
     seed = private.private_bytes(raw.Encoding.Raw, raw.PrivateFormat.Raw, raw.NoEncryption())
     public = private.public_key().public_bytes(raw.Encoding.Raw, raw.PublicFormat.Raw)
