@@ -33,8 +33,7 @@ def atomic_write(path: str, data: bytes, mode: int = 0o644, *, durable: bool = T
             handle.write(data)
         move_into_place(tmp, path, mode, durable=durable)
     except BaseException as exc:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
+        remove_quietly([tmp])
         if isinstance(exc, OSError) and exc.filename is None:
             # A full disk fails the write or the close, which name no file: the same error, saying which.
             raise OSError(exc.errno, exc.strerror, path) from exc
