@@ -247,8 +247,7 @@ def watched_output(cmd: Sequence[str], *, remote: Callable[[str], str], what: st
     started = last_data = last_beat = time.monotonic()
     try:
         while True:
-            now = time.monotonic()
-            if select.select([fd], [], [], min(0.25, max(0.0, last_data + limit - now)))[0]:
+            if select.select([fd], [], [], min(0.25, max(0.0, last_data + limit - time.monotonic())))[0]:
                 data = os.read(fd, 1 << 16)
                 if not data:
                     break
@@ -256,8 +255,7 @@ def watched_output(cmd: Sequence[str], *, remote: Callable[[str], str], what: st
                 last_data = time.monotonic()
                 continue
             now = time.monotonic()
-            if now - last_data >= limit:
-                kill_and_reap(proc)
+            if now - last_data >= limit:  # the group is killed below, as on any exception
                 text = _collapse(b"".join(chunks))
                 raise Silent(cmd, text, remote(text), limit)
             if now - last_beat >= beat:

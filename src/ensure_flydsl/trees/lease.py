@@ -90,8 +90,7 @@ def _failure(value: object) -> Optional[Dict[str, object]]:
 
 @dataclass
 class LeaseRecord:
-    """One generation of a key's lease: who builds what, and how far (or how it failed).  Each field read from a
-    record names its check and what a good value is, for the refusal."""
+    """One generation of a key's lease: who builds what, and how far (or how it failed)."""
 
     kind: str
     key: str

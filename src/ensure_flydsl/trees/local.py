@@ -66,8 +66,7 @@ def foreign(st: os.stat_result) -> Optional[str]:
 
 
 def store_problem(path: str) -> Optional[str]:
-    """Why ``path`` cannot be this user's store, read-only (one rule for every command); None when it can be
-    (or does not exist yet)."""
+    """Why ``path`` cannot be this user's store (one rule for every command, read-only); None if it can or is absent."""
     try:
         st = os.stat(path)
     except FileNotFoundError:
@@ -306,8 +305,7 @@ class HostStore:
         atomic_write_json(layout.store_probed(self.tree_dir(key)), {"passed": kept})
 
     def entries(self) -> List[CacheEntry]:
-        """Every tree this tool made (not a folder of another kind under trees/), each with when it was last
-        ``used``; one that cannot be used with its ``problem``."""
+        """Every tree this tool made, with when it was last ``used`` and, if it cannot be used, its ``problem``."""
         try:
             names = sorted(os.listdir(layout.store_trees_dir(self.path)))
         except OSError:
