@@ -291,12 +291,9 @@ class HostStore:
 
     def passed(self, key: str, fingerprint: Mapping[str, object], modules: Sequence[str]) -> Optional[Passed]:
         """The probe the tree passed with an interpreter of ``fingerprint`` importing ``modules``, if any."""
-        for record in self._probes(key):
-            if not _same(record.get("fingerprint"), fingerprint):
-                continue
-            found = Passed.from_json(record)
-            return found if found is not None and sorted(found.files) == sorted(modules) else None
-        return None
+        mine = (record for record in self._probes(key) if _same(record.get("fingerprint"), fingerprint))
+        found = Passed.from_json(next(mine, None))  # the interpreter's record, if any (None reads as none)
+        return found if found is not None and sorted(found.files) == sorted(modules) else None
 
     def remember(self, key: str, fingerprint: Mapping[str, object], version: str, files: Dict[str, str]) -> None:
         """Record a pass (the caller holds the exclusive lock)."""
