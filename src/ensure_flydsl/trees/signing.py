@@ -154,8 +154,8 @@ def generate(name: str) -> Tuple[str, str]:
 
 def check_secret(secret: SecretKey) -> None:
     """The secret key's public half is the one its file records (a file pieced together wrongly is refused)."""
+    private = _ed25519().Ed25519PrivateKey.from_private_bytes(secret.seed)  # MissingLibrary before any import
     raw = importlib.import_module("cryptography.hazmat.primitives.serialization")
-    private = _ed25519().Ed25519PrivateKey.from_private_bytes(secret.seed)
     if private.public_key().public_bytes(raw.Encoding.Raw, raw.PublicFormat.Raw) != secret.public:
         raise KeyProblem(f"the secret key {secret.name}'s two halves do not belong together "
                          f"(its {SECRET_BYTES} bytes are the seed and then the public key)")
