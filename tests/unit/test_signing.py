@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import os
+import sys
 import threading
 import time
 from typing import List, Tuple
@@ -20,9 +21,11 @@ from ensure_flydsl.trees.manifest import parse_manifest
 from ensure_flydsl.trees.signing import (
     SIGNATURE_MAX,
     KeyProblem,
+    MissingLibrary,
     PublicKey,
     SecretKey,
     check_entry,
+    check_secret,
     generate,
     judge,
     manifest_sha,
@@ -377,3 +380,12 @@ def test_cache_list_names_each_signer_and_whether_it_is_trusted(tmp_path: "os.Pa
     plain = signers_of(Settings(), Cache(store), [entry], warnings)
     assert signers_text(plain[manifest_sha(edited)]) == "signed by k1, k2" and not warnings
     assert signers_text([]) == "unsigned"
+
+
+def test_without_the_library_a_secret_key_check_names_the_remedy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`cache sign` checks its key's two halves: without cryptography that is MissingLibrary (its remedy, exit
+    64), as signing and verifying are, not the ImportError of the first module it asked for (a traceback)."""
+    for name in ("cryptography.hazmat.primitives.asymmetric.ed25519", "cryptography.hazmat.primitives.serialization"):
+        monkeypatch.setitem(sys.modules, name, None)
+    with pytest.raises(MissingLibrary, match="cryptography"):
+        check_secret(SecretKey("k1", b"\0" * 32, b"\0" * 32))

@@ -1,6 +1,5 @@
-"""``ensure-flydsl skill DIR``: the folder GEAK takes in place of its ``skills/ensure_flydsl/``: skill.md, the
-launcher, the tool as one zipapp and VERSION, which names every file's sha256 so that ``--force`` replaces only a
-folder this command wrote. The same tool writes the same bytes; the folder is made beside DIR and renamed in."""
+"""``ensure-flydsl skill DIR``: skill.md, the launcher, the tool as one zipapp and VERSION, which names every file's
+sha256 so that ``--force`` replaces only a folder this command wrote; the same tool writes the same bytes."""
 
 from __future__ import annotations
 
@@ -19,9 +18,9 @@ from ensure_flydsl.errors import BadInput, ExitCode
 from ensure_flydsl.geak import vendor
 from ensure_flydsl.geak.provenance import PACKAGE_DIR, package_files, tool_commit, tool_source
 from ensure_flydsl.settings import DEFAULT_MIN_VERSION, DEFAULT_PIN, SETTINGS
-from ensure_flydsl.support.files import file_sha256, move_aside, read_json, remove_tree, rename_into_place
+from ensure_flydsl.support.files import atomic_write, file_sha256, move_aside, read_json, remove_tree, rename_into_place
 from ensure_flydsl.version import __version__
-from ensure_flydsl.warm import DEFAULT_ROOT
+from ensure_flydsl.warm import DEFAULT_ROOT, read_regular
 
 ZIPAPP = "ensure_flydsl.pyz"
 SCRIPT = "ensure_flydsl.sh"
@@ -53,10 +52,10 @@ class SkillFolder:
 
 def _version(folder: str) -> Optional[Tuple[Dict[str, str], str]]:
     """The sha256 of each file and the commit VERSION in ``folder`` names, when this command wrote it."""
+    raw = read_regular(os.path.join(folder, "VERSION"), 65536, head=True)
     try:
-        with open(os.path.join(folder, "VERSION"), encoding="utf-8") as handle:
-            lines = handle.read(65536).splitlines()
-    except (OSError, UnicodeDecodeError):
+        lines = raw.decode().splitlines() if raw is not None else []
+    except UnicodeDecodeError:
         return None
     if not lines or not lines[0].startswith("ensure-flydsl ") or MADE_BY not in lines:
         return None
@@ -139,8 +138,7 @@ def _template(name: str, values: Dict[str, str]) -> str:
 
 
 def _overrides() -> str:
-    ordered = sorted(SETTINGS, key=lambda s: (s.env not in FIRST_SETTINGS, FIRST_SETTINGS.index(s.env)
-                                              if s.env in FIRST_SETTINGS else 0))
+    ordered = sorted(SETTINGS, key=lambda s: FIRST_SETTINGS.index(s.env) if s.env in FIRST_SETTINGS else len(SETTINGS))
     return "\n".join(f"- `{s.env}`: {s.help}." for s in ordered)
 
 
@@ -163,9 +161,7 @@ def zipapp_bytes(wheels: Dict[str, str]) -> bytes:
 def _write(path: str, data: Union[str, bytes], mode: int = 0o644) -> str:
     """Writes ``data`` at ``path``; its sha256."""
     raw = data.encode() if isinstance(data, str) else data
-    with open(path, "wb") as handle:
-        handle.write(raw)
-    os.chmod(path, mode)
+    atomic_write(path, raw, mode)
     return hashlib.sha256(raw).hexdigest()
 
 
@@ -187,9 +183,7 @@ def write_skill_folder(target: str, *, force: bool, wheels: Optional[str], envir
     why = refusal(target, force)
     if why is not None:
         raise BadInput("DIR", target, why)
-    if wheels is not None:
-        wheels = os.path.abspath(wheels)
-    found = vendor.find_wheels(wheels, environ, say)
+    found = vendor.find_wheels(None if wheels is None else os.path.abspath(wheels), environ, say)
     commit, vendored = tool_commit(), [f"{p.name} {p.version}" for p in vendor.VENDORED]
     parent = os.path.dirname(target)
     os.makedirs(parent, exist_ok=True)

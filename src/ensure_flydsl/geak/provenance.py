@@ -4,7 +4,6 @@ the installed code, else said to be unknown.  A commit is never claimed for code
 
 from __future__ import annotations
 
-import json
 import os
 import pathlib
 from importlib import metadata
@@ -12,6 +11,7 @@ from typing import Any, Iterator, Optional, Tuple
 
 from ensure_flydsl.errors import EnsureError
 from ensure_flydsl.source.git import Checkout
+from ensure_flydsl.support.fields import json_object
 from ensure_flydsl.support.processes import CommandFailed
 
 PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the ensure_flydsl package
@@ -46,11 +46,8 @@ def package_files(folder: Any, prefix: str = "") -> Iterator[Tuple[str, bytes]]:
 def _installed_from() -> Optional[str]:
     """The folder or VCS commit pip installed this copy from (PEP 610), if it says."""
     try:
-        text = metadata.distribution("ensure-flydsl").read_text("direct_url.json")
-        data = json.loads(text or "null")
-    except (metadata.PackageNotFoundError, ValueError):
-        return None
-    if not isinstance(data, dict):
+        data = json_object((metadata.distribution("ensure-flydsl").read_text("direct_url.json") or "").encode())
+    except (metadata.PackageNotFoundError, ValueError):  # no record, or not a JSON object
         return None
     vcs = data.get("vcs_info")
     if isinstance(vcs, dict) and isinstance(vcs.get("commit_id"), str):

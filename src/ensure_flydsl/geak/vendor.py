@@ -51,10 +51,8 @@ def find_wheels(wheels: Optional[str], environ: Dict[str, str], say: Callable[[s
             raise BadInput("--wheels", wheels, f"a folder holding {', '.join(p.filename for p in VENDORED)} (each "
                            f"checked against its pinned sha256; missing or different: {', '.join(bad)})")
         return found
-    host = host_cache_dir(environ)
-    cache = None if host is None else vendored_wheels_dir(host)
-    if cache is None:  # no user cache folder (HOME and XDG_CACHE_HOME not absolute): download them now
-        cache = tempfile.mkdtemp(prefix="ensure-flydsl-wheels-")
+    host = host_cache_dir(environ)  # None: no user cache folder (HOME and XDG_CACHE_HOME not absolute)
+    cache = vendored_wheels_dir(host) if host is not None else tempfile.mkdtemp(prefix="ensure-flydsl-wheels-")
     missing = [p for p in VENDORED if not _good(os.path.join(cache, p.filename), p)]
     if missing:
         say(f"downloading {', '.join(f'{p.name} {p.version}' for p in missing)} (pure-Python wheels, for "

@@ -33,8 +33,7 @@ def atomic_write(path: str, data: bytes, mode: int = 0o644, *, durable: bool = T
             handle.write(data)
         move_into_place(tmp, path, mode, durable=durable)
     except BaseException as exc:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
+        remove_quietly([tmp])
         if isinstance(exc, OSError) and exc.filename is None:
             # A full disk fails the write or the close, which name no file: the same error, saying which.
             raise OSError(exc.errno, exc.strerror, path) from exc
@@ -156,9 +155,8 @@ class LockBusy(Exception):
 @contextlib.contextmanager
 def held_lock(path: str, *, timeout: Optional[float], say: Callable[[str], None], what: str,
               holder: Optional[Callable[[], str]] = None) -> Iterator[None]:
-    """The lock file ``path`` (made if missing, never deleted) held for the body, waited for at most ``timeout``
-    s (None: as long as it takes), its holder named every 30 s; LockBusy when the wait runs out; OSError when
-    anything but a regular file is at ``path`` (a FIFO would hang the open, a symlink lead elsewhere)."""
+    """The lock file ``path`` (made if missing, never deleted) held for the body, waited for at most ``timeout`` s
+    (None: for ever), its holder named every 30 s; OSError for anything but a regular file there (a FIFO hangs)."""
     problem = file_path_problem(path, symlink_ok=False)
     if problem is not None:
         raise OSError(errno.EINVAL, f"{problem}, so it cannot be a lock", path)

@@ -43,7 +43,7 @@ class CommandFailed(Exception):
 
 
 def cmd_output(cmd: Sequence[str], *, cwd: Optional[str] = None, env: Optional[Mapping[str, str]] = None,
-               timeout: Optional[float] = None, check: bool = True) -> str:
+               timeout: Optional[float] = None) -> str:
     """Run a short command and return its stdout+stderr; raise CommandFailed on a non-zero exit."""
     try:
         proc = subprocess.run(list(cmd), cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -54,7 +54,7 @@ def cmd_output(cmd: Sequence[str], *, cwd: Optional[str] = None, env: Optional[M
         out = exc.output.decode(errors="replace") if isinstance(exc.output, bytes) else ""
         raise CommandFailed(cmd, -1, out + f"\n(timed out after {timeout} s)") from None
     out = proc.stdout.decode(errors="replace")
-    if check and proc.returncode != 0:
+    if proc.returncode != 0:
         raise CommandFailed(cmd, proc.returncode, out)
     return out
 
@@ -125,40 +125,33 @@ class _Lines:
     """Splits a byte stream into lines for ``sink``, keeping at most MAX_LINE_BYTES of each."""
 
     def __init__(self, sink: Callable[[str], None]) -> None:
-        self.sink = sink
-        self.buf = bytearray()
-        self.cut = 0
+        self.sink, self.buf, self.cut = sink, bytearray(), 0
 
     def feed(self, data: bytes) -> None:
         *whole, rest = data.split(b"\n")
         for piece in whole:
             self._add(piece)
-            self._emit()
+            self.flush(ended=True)
         self._add(rest)
 
-    def flush(self) -> None:
-        if self.buf or self.cut:
-            self._emit()
+    def flush(self, ended: bool = False) -> None:
+        """Say the line so far: one that ``ended`` (at a line break) even when empty."""
+        if ended or self.buf or self.cut:
+            line = self.buf.decode(errors="replace").rstrip("\r")
+            self.sink(line + (f" ... ({self.cut} bytes cut)" if self.cut else ""))
+            self.buf, self.cut = bytearray(), 0
 
     def _add(self, piece: bytes) -> None:
         room = MAX_LINE_BYTES - len(self.buf)
         self.buf += piece[:room]
         self.cut += max(0, len(piece) - room)
 
-    def _emit(self) -> None:
-        line = self.buf.decode(errors="replace").rstrip("\r")
-        if self.cut:
-            line += f" ... ({self.cut} bytes cut)"
-        self.buf, self.cut = bytearray(), 0
-        self.sink(line)
-
 
 def stream_command(cmd: Sequence[str], *, sink: Callable[[str], None], cwd: Optional[str] = None,
                    env: Optional[Mapping[str, str]] = None,
                    on_start: Callable[[Optional[int]], None] = lambda pgid: None) -> int:
-    """Run a long command in a group of its own, each output line to ``sink``; ``on_start`` learns the group's
-    id (None once gone).  Interrupted, the group is stopped; exited, so are its leftovers, and the pipe is read
-    DRAIN_S longer at most (a process that left the group may hold it open for ever)."""
+    """Run a long command in a group of its own, each output line to ``sink``; ``on_start`` learns the group's id
+    (None once gone).  Interrupted, the group is stopped; exited, its leftovers too, and its pipe read DRAIN_S more."""
     try:
         proc = subprocess.Popen(list(cmd), cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, start_new_session=True)
@@ -237,15 +230,14 @@ def waiting_line(what: str, remote: str, elapsed: float, silent: float, limit: f
             f"stopped after {limit:g} s without data)")
 
 
-def watched_output(cmd: Sequence[str], *, remote: Callable[[str], str], what: str, cwd: Optional[str] = None,
-                   env: Optional[Mapping[str, str]] = None, silence_s: Optional[float] = None,
-                   check: bool = True) -> str:
+def watched_output(cmd: Sequence[str], *, remote: Callable[[str], str], what: str,
+                   env: Optional[Mapping[str, str]] = None, silence_s: Optional[float] = None) -> str:
     """Run a network command in a group of its own; its output, redraws collapsed.  After ``silence_s`` without a
     byte the group is killed (Silent names ``remote(output)``); every half of that a line goes to the heartbeat."""
     limit = network_silence_s(env) if silence_s is None else silence_s
     beat = min(30.0, limit / 2)
     try:
-        proc = subprocess.Popen(list(cmd), cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        proc = subprocess.Popen(list(cmd), env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, start_new_session=True)
     except OSError as exc:
         raise CommandFailed(cmd, 127, f"cannot run {cmd[0]}: {exc.strerror}") from None
@@ -255,8 +247,7 @@ def watched_output(cmd: Sequence[str], *, remote: Callable[[str], str], what: st
     started = last_data = last_beat = time.monotonic()
     try:
         while True:
-            now = time.monotonic()
-            if select.select([fd], [], [], min(0.25, max(0.0, last_data + limit - now)))[0]:
+            if select.select([fd], [], [], min(0.25, max(0.0, last_data + limit - time.monotonic())))[0]:
                 data = os.read(fd, 1 << 16)
                 if not data:
                     break
@@ -264,8 +255,7 @@ def watched_output(cmd: Sequence[str], *, remote: Callable[[str], str], what: st
                 last_data = time.monotonic()
                 continue
             now = time.monotonic()
-            if now - last_data >= limit:
-                kill_and_reap(proc)
+            if now - last_data >= limit:  # the group is killed below, as on any exception
                 text = _collapse(b"".join(chunks))
                 raise Silent(cmd, text, remote(text), limit)
             if now - last_beat >= beat:
@@ -280,7 +270,7 @@ def watched_output(cmd: Sequence[str], *, remote: Callable[[str], str], what: st
         proc.stdout.close()
     kill_group(proc.pid)  # git's helpers end with it; anything of the group still there now is stopped
     out = _collapse(b"".join(chunks))
-    if check and returncode != 0:
+    if returncode != 0:
         raise CommandFailed(cmd, returncode, out)
     return out
 

@@ -142,17 +142,16 @@ class Reporter:
         self.log_path = path
         if self.stream is not None and _same_file(self.stream, path):
             self._log, self._log_is_stream = self.stream, True
-            self._write_log(_log_header())
-            return
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with contextlib.suppress(OSError):
-            if os.path.getsize(path) > LOG_ROTATE_BYTES:
-                rename_into_place(path, path + ".1")
-        # O_NOFOLLOW: a symlink planted at the log's path must not make us append to (or chmod) its target.
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
-        os.fchmod(fd, 0o644)
-        self._log = os.fdopen(fd, "a", encoding="utf-8", errors="replace")
-        self._write_log(_log_header())
+        else:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with contextlib.suppress(OSError):
+                if os.path.getsize(path) > LOG_ROTATE_BYTES:
+                    rename_into_place(path, path + ".1")
+            # O_NOFOLLOW: a symlink planted at the log's path must not make us append to (or chmod) its target.
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+            os.fchmod(fd, 0o644)
+            self._log = os.fdopen(fd, "a", encoding="utf-8", errors="replace")
+        self._write_log(f"==== ensure-flydsl run, pid {os.getpid()}, {time.strftime('%Y-%m-%d %H:%M:%S %z')}")
 
     def _write_log(self, line: str) -> None:
         with self._lock:
@@ -196,10 +195,6 @@ def to_devnull(stream: IO[str]) -> None:
         os.dup2(devnull, stream.fileno())
         os.close(devnull)
         stream.flush()
-
-
-def _log_header() -> str:
-    return f"==== ensure-flydsl run, pid {os.getpid()}, {time.strftime('%Y-%m-%d %H:%M:%S %z')}"
 
 
 def _same_file(stream: IO[str], path: str) -> bool:

@@ -7,6 +7,7 @@ import gzip
 import hashlib
 import os
 import posixpath
+import shutil
 import tarfile
 import zlib
 from dataclasses import replace
@@ -135,17 +136,15 @@ def _write_file(tar: tarfile.TarFile, info: tarfile.TarInfo, path: str, want: Me
     src = tar.extractfile(info)
     if src is None:
         raise CacheCorrupt(f"member {info.name!r} has no data")
-    digest = hashlib.sha256()
+    reader = _Hashing(src)
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     with src, os.fdopen(os.open(path, flags, 0o600), "wb") as out:
-        for chunk in iter(lambda: src.read(CHUNK), b""):
-            digest.update(chunk)
-            out.write(chunk)
+        shutil.copyfileobj(cast(IO[bytes], reader), out, CHUNK)
         # The archive's mtime (a .pyc is valid only for its source's), after a flush: bytes written at close
         # would set it to now.
         out.flush()
         os.utime(out.fileno(), (info.mtime, info.mtime))
-    got = digest.hexdigest()
+    got = reader.digest.hexdigest()
     if want.sha256 is not None and got != want.sha256:
         raise CacheCorrupt(f"extracted file {info.name!r} sha256 mismatch: expected {want.sha256[:12]}.. "
                            f"got {got[:12]}..")

@@ -1,6 +1,5 @@
-"""Where a shared store's bytes live: a plain folder, or any fsspec file system (``s3://bucket/prefix``), each file
-written atomically.  A folder follows no link below its root and opens only regular files; a remote that fails is
-``down`` for the rest of the run (one timeout per run, not one per step)."""
+"""Where a shared store's bytes live, each file written atomically: a folder (no link below its root followed), or
+any fsspec file system, ``down`` for the rest of the run once it fails (one timeout per run, not one per step)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """The build lease: hosts that miss one key at once pay one build.  Exclusive create of generation n+1 under
-``leases/<kind>/<key>/`` takes it, heartbeats keep it, a TTL of unchanged bytes on the waiter's own clock hands it
-over (docs/fleet.md).  A record that is not exactly what this tool writes is an unknown holder's lease."""
+``leases/<kind>/<key>/`` takes it, heartbeats keep it, a TTL of unchanged bytes on the waiter's clock hands it over."""
 
 from __future__ import annotations
 
@@ -91,8 +90,7 @@ def _failure(value: object) -> Optional[Dict[str, object]]:
 
 @dataclass
 class LeaseRecord:
-    """One generation of a key's lease: who builds what, and how far (or how it failed).  Each field read from a
-    record names its check and what a good value is, for the refusal."""
+    """One generation of a key's lease: who builds what, and how far (or how it failed)."""
 
     kind: str
     key: str

@@ -1,6 +1,5 @@
 """The store's local tier: each tree on this host kept once, read-only and sealed, and copied into each root that
-uses it (by reflink where the file system can: the same blocks, each root's own files), so no root's edit reaches
-another; only a store this user owns and no other user can write is used (docs/store.md)."""
+uses it (by reflink where the file system can: the same blocks), so no root's edit reaches another (docs/store.md)."""
 
 from __future__ import annotations
 
@@ -67,8 +66,7 @@ def foreign(st: os.stat_result) -> Optional[str]:
 
 
 def store_problem(path: str) -> Optional[str]:
-    """Why ``path`` cannot be this user's store, read-only (one rule for every command); None when it can be
-    (or does not exist yet)."""
+    """Why ``path`` cannot be this user's store (one rule for every command, read-only); None if it can or is absent."""
     try:
         st = os.stat(path)
     except FileNotFoundError:
@@ -293,12 +291,9 @@ class HostStore:
 
     def passed(self, key: str, fingerprint: Mapping[str, object], modules: Sequence[str]) -> Optional[Passed]:
         """The probe the tree passed with an interpreter of ``fingerprint`` importing ``modules``, if any."""
-        for record in self._probes(key):
-            if not _same(record.get("fingerprint"), fingerprint):
-                continue
-            found = Passed.from_json(record)
-            return found if found is not None and sorted(found.files) == sorted(modules) else None
-        return None
+        mine = (record for record in self._probes(key) if _same(record.get("fingerprint"), fingerprint))
+        found = Passed.from_json(next(mine, None))  # the interpreter's record, if any (None reads as none)
+        return found if found is not None and sorted(found.files) == sorted(modules) else None
 
     def remember(self, key: str, fingerprint: Mapping[str, object], version: str, files: Dict[str, str]) -> None:
         """Record a pass (the caller holds the exclusive lock)."""
@@ -307,8 +302,7 @@ class HostStore:
         atomic_write_json(layout.store_probed(self.tree_dir(key)), {"passed": kept})
 
     def entries(self) -> List[CacheEntry]:
-        """Every tree this tool made (not a folder of another kind under trees/), each with when it was last
-        ``used``; one that cannot be used with its ``problem``."""
+        """Every tree this tool made, with when it was last ``used`` and, if it cannot be used, its ``problem``."""
         try:
             names = sorted(os.listdir(layout.store_trees_dir(self.path)))
         except OSError:

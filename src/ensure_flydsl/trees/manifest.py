@@ -1,6 +1,5 @@
-"""What a stored tree is in every tier: its members (path, type, mode, size, sha256 or link target) and one manifest
-format.  A tree from a store is untrusted: its members are checked (nothing absolute, no ``..``, no device, no link
-out of the tree, nothing written through a link) before anything is written, and what lands is held against them."""
+"""A stored tree in every tier: its members (path, type, mode, size, sha256 or link target), one manifest format;
+untrusted, its members are checked before anything is written, and what lands is held against them."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """The store's shared tiers (the binary cache), in a folder or behind an fsspec URL: content-addressed blobs, the
-first manifest of a key and signers' variants beside it, never replaced while a host may trust it (docs/fleet.md).
-A get trusts nothing it reads: members are checked first, and the tree is renamed into place only when whole."""
+first manifest of a key and signers' variants beside it, never replaced while a host may trust it (docs/fleet.md)."""
 
 from __future__ import annotations
 
@@ -219,14 +218,12 @@ class Cache:
     def _place(self, entry: CacheEntry, signers: Sequence[SecretKey]) -> Published:
         kind, key, data = entry.kind, entry.key, entry.manifest
         primary = manifest_path(kind, key)
-        there: Tuple[Optional[bytes], Optional[CacheEntry], str, str] = (None, None, "", "")
         for _attempt in range(2):  # again when the manifest there was pruned meanwhile
             if not self.store.exists(primary) and self.store.create_exclusive(primary, data):
                 return Published(replace(entry, path=primary))
-            there = self._look(primary, kind, key)
-            if there[0] is not None or there[2]:
+            found, holds, blocked, dead = self._look(primary, kind, key)
+            if found is not None or blocked:
                 break
-        found, holds, blocked, dead = there
         if found == data:
             return Published(replace(entry, path=primary), note="the same manifest was there already")
         if dead:

@@ -1,6 +1,5 @@
-"""Signed entries (as Nix signs a narinfo): an ed25519 signature of a manifest's exact bytes, stored beside it at
-``<key>.sig/<manifest sha256>/<NAME>.sig``, checked offline against trusted keys (docs/fleet.md).  Keys and signatures
-are ``NAME:BASE64`` lines in Nix's formats; no message made here holds key material, only a key's name or file."""
+"""Signed entries (as Nix signs a narinfo): an ed25519 signature of a manifest's exact bytes beside it, checked offline
+against trusted keys (docs/fleet.md); keys are Nix's ``NAME:BASE64`` lines, and no message here shows key material."""
 
 from __future__ import annotations
 
@@ -146,8 +145,7 @@ def generate(name: str) -> Tuple[str, str]:
     """A new key pair: the secret file's line and the public file's line."""
     if not KEY_NAME.match(name):
         raise KeyProblem(f"{name!r} is not a key name: letters, digits, '.', '_' and '-', at most 64")
-    ed = _ed25519()
-    private = ed.Ed25519PrivateKey.generate()
+    private = _ed25519().Ed25519PrivateKey.generate()
     raw = importlib.import_module("cryptography.hazmat.primitives.serialization")
     seed = private.private_bytes(raw.Encoding.Raw, raw.PrivateFormat.Raw, raw.NoEncryption())
     public = private.public_key().public_bytes(raw.Encoding.Raw, raw.PublicFormat.Raw)
@@ -156,8 +154,8 @@ def generate(name: str) -> Tuple[str, str]:
 
 def check_secret(secret: SecretKey) -> None:
     """The secret key's public half is the one its file records (a file pieced together wrongly is refused)."""
+    private = _ed25519().Ed25519PrivateKey.from_private_bytes(secret.seed)  # MissingLibrary before any import
     raw = importlib.import_module("cryptography.hazmat.primitives.serialization")
-    private = _ed25519().Ed25519PrivateKey.from_private_bytes(secret.seed)
     if private.public_key().public_bytes(raw.Encoding.Raw, raw.PublicFormat.Raw) != secret.public:
         raise KeyProblem(f"the secret key {secret.name}'s two halves do not belong together "
                          f"(its {SECRET_BYTES} bytes are the seed and then the public key)")
