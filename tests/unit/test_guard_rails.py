@@ -215,7 +215,7 @@ API = {"__init__.py", "__main__.py", "api.py", "result.py", "version.py"}
 NOT_YET = {"api": 209, "cli": 1390, "settings.py": 625}  # (cli +3: a Ctrl-C while the parser is built)
 # The whole package: the cap is 13,500 (and it closes at 12,500); until then a ceiling lowered as it shrinks
 # (what each change added or paid is in `git log -p` of this line).
-TOTAL_CEILING = 16658
+TOTAL_CEILING = 16534
 
 
 def part_of(relative: str) -> str:
