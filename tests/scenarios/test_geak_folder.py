@@ -609,18 +609,21 @@ def test_force_replaces_only_a_folder_it_made(tmp_path: "os.PathLike[str]", skil
     assert again.returncode == 64 and "add --force to replace it" in again.stderr
     python = _python(bare_pythons, "12")
 
-    def version() -> "subprocess.CompletedProcess[str]":
+    def version(**env: str) -> "subprocess.CompletedProcess[str]":
         return subprocess.run(["bash", os.path.join(dest, "ensure_flydsl.sh"), "-V"], text=True, check=False,
-                              env={"PATH": f"{os.path.dirname(python)}:/usr/bin:/bin"}, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE)
+                              env={"PATH": f"{os.path.dirname(python)}:/usr/bin:/bin", **env},
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
-    # -V names the commit the folder was made from, while its zipapp is the one VERSION hashes.
+    # -V names the commit the folder was made from, run from the zipapp (no cache folder) or from its copy
+    # unpacked in the user's cache folder (as GEAK, with a HOME, runs it), while the zipapp is VERSION's.
     with open(os.path.join(dest, "VERSION")) as handle:
         made_from = re.findall(r"^commit: (.*)$", handle.read(), re.M)[0]
-    shown = version()
-    assert shown.returncode == 0 and shown.stdout.startswith("ensure-flydsl "), shown
-    if re.match(r"^[0-9a-f]{40}( with local changes)?$", made_from):  # made from a checkout of the tool
-        assert shown.stdout.strip().endswith(f" (commit {made_from})"), shown
+    home = os.path.join(str(tmp_path), "home")
+    os.makedirs(home)
+    for shown in (version(), version(HOME=home), version(HOME=home)):  # the second unpacks it, the third runs that
+        assert shown.returncode == 0 and shown.stdout.startswith("ensure-flydsl "), shown
+        if re.match(r"^[0-9a-f]{40}( with local changes)?$", made_from):  # made from a checkout of the tool
+            assert shown.stdout.strip().endswith(f" (commit {made_from})"), shown
     before = os.stat(os.path.join(dest, "skill.md")).st_ino
     forced = build_folder(dest, skill_cache, "--wheels", wheels, "--force")
     assert forced.returncode == 0, forced.stderr
@@ -639,7 +642,7 @@ def test_force_replaces_only_a_folder_it_made(tmp_path: "os.PathLike[str]", skil
     assert refused.returncode == 64 and "notes.txt" in refused.stderr and "skill.md (changed)" in refused.stderr
     assert "ensure_flydsl.pyz (changed)" in refused.stderr
     assert _snapshot(dest) == kept
-    assert [n for n in os.listdir(str(tmp_path)) if n != "ensure_flydsl"] == []  # no staging left behind
+    assert [n for n in os.listdir(str(tmp_path)) if n not in ("ensure_flydsl", "home")] == []  # no staging left
 
 
 def test_force_replaces_a_folder_of_the_first_shape(tmp_path: "os.PathLike[str]", skill_cache: str,

@@ -87,8 +87,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _load(name: str) -> Any:
-    """``module:attribute`` under the package: a command's module is imported when it runs, so that a `status`
-    does not import the pipeline, the doctor and the downloads."""
+    """``module:attribute`` under the package, imported when its command runs (a `status` imports no pipeline)."""
     module, _, attribute = name.partition(":")
     return getattr(importlib.import_module(f"ensure_flydsl.{module}"), attribute)
 

@@ -29,6 +29,7 @@ MADE_BY = "made by `ensure-flydsl skill`"
 LEGACY_MANIFEST = ".ensure-flydsl-skill.json"  # the folder's first shape: tool/ and this manifest
 LEGACY_MADE_BY = "ensure-flydsl skill"
 COMMIT = r"^[0-9a-f]{40}( with local changes)?$"  # what geak/provenance.py says of code that is a commit's
+CARRIED_COMMIT = "COMMIT"  # in the zipapp's package: the commit it was written from (VERSION's)
 ZIP_TIME = (1980, 1, 1, 0, 0, 0)  # every member's: two writes of the same files are the same bytes
 # What the vendored wheels hold that the tool never imports (installer's Windows launchers, most of packaging):
 # GEAK's pre-commit refuses files over 500 KB.
@@ -59,10 +60,8 @@ def _version(folder: str) -> Optional[Tuple[Dict[str, str], str]]:
         return None
     if not lines or not lines[0].startswith("ensure-flydsl ") or MADE_BY not in lines:
         return None
-    hashes = {}
-    for words in (line.split() for line in lines if line.startswith("sha256: ")):
-        if len(words) == 3 and _HEX64.match(words[1]):
-            hashes[words[2]] = words[1]
+    hashes = {words[2]: words[1] for words in (line.split() for line in lines if line.startswith("sha256: "))
+              if len(words) == 3 and _HEX64.match(words[1])}
     commit = next((line[len("commit: "):] for line in lines if line.startswith("commit: ")), "")
     return (hashes, commit) if set(hashes) == set(HASHED) else None
 
@@ -117,14 +116,15 @@ def refusal(target: str, force: bool) -> Optional[str]:
 
 
 def version_line() -> str:
-    """``-V``'s line: the version, with the commit when the code is known to be a commit's. Run from a folder's
-    zipapp, the commit its VERSION names while the zipapp is the one VERSION hashes (none when it is not)."""
+    """``-V``'s line: the version, and the commit VERSION names while it hashes the zipapp this runs from, else the
+    one the zipapp carries (its copy unpacked in the cache folder, named by that sha256), else the checkout's."""
     zipapp = os.path.dirname(PACKAGE_DIR)  # DIR/ensure_flydsl.pyz/ensure_flydsl in a folder
-    if os.path.basename(zipapp) != ZIPAPP:
-        commit = tool_commit()
-    else:
+    if os.path.basename(zipapp) == ZIPAPP:
         version = _version(os.path.dirname(zipapp))
         commit = version[1] if version is not None and version[0][ZIPAPP] == file_sha256(zipapp) else ""
+    else:
+        carried = read_regular(os.path.join(PACKAGE_DIR, CARRIED_COMMIT), 100)
+        commit = carried.decode(errors="replace") if carried is not None else tool_commit()
     return f"ensure-flydsl {__version__}" + (f" (commit {commit})" if re.match(COMMIT, commit) else "")
 
 
@@ -142,12 +142,13 @@ def _overrides() -> str:
     return "\n".join(f"- `{s.env}`: {s.help}." for s in ordered)
 
 
-def zipapp_bytes(wheels: Dict[str, str]) -> bytes:
-    """The tool, its vendored libraries and the launcher as one zipapp, its members sorted and dated alike."""
+def zipapp_bytes(wheels: Dict[str, str], commit: str) -> bytes:
+    """The tool (and the commit it is written from), its vendored libraries and the launcher as one zipapp."""
     files = {name: data for name, data in vendor.wheel_files(wheels).items()
              if not any(fnmatch.fnmatch(name, pattern) for pattern in LEFT_OUT)}
     files.update(package_files(resources.files("ensure_flydsl"), "ensure_flydsl/"))
     files["__main__.py"] = _template("__main__.py.in", {}).encode()
+    files[f"ensure_flydsl/{CARRIED_COMMIT}"] = commit.encode()
     data = io.BytesIO()
     with zipfile.ZipFile(data, "w") as archive:
         for name in sorted(files):
@@ -171,7 +172,7 @@ def _fill(staging: str, wheels: Dict[str, str], commit: str, vendored: List[str]
               "EXIT_CODES": "\n".join(f"- `{int(code)}`: {code.meaning}" for code in ExitCode)}
     hashes = {"skill.md": _write(os.path.join(staging, "skill.md"), _template("skill.md", values)),
               SCRIPT: _write(os.path.join(staging, SCRIPT), _template(SCRIPT, values), 0o755),
-              ZIPAPP: _write(os.path.join(staging, ZIPAPP), zipapp_bytes(wheels))}
+              ZIPAPP: _write(os.path.join(staging, ZIPAPP), zipapp_bytes(wheels, commit))}
     _write(os.path.join(staging, "VERSION"), "\n".join([
         f"ensure-flydsl {__version__}", f"source: {tool_source()}", f"commit: {commit}",
         f"vendored: {', '.join(vendored)}", MADE_BY, *(f"sha256: {hashes[name]}  {name}" for name in HASHED)]) + "\n")
