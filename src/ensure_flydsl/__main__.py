@@ -11,8 +11,8 @@ from ensure_flydsl.warm import answer, interrupted_at_start
 
 def main(argv: list[str] | None = None, *, launcher: list[str] | None = None) -> int:
     """``launcher``: how the GEAK folder runs this copy of the tool again (its worker, its watchdog)."""
-    args = sys.argv[1:] if argv is None else list(argv)
     try:  # until the handler is in place: the front door's answer, and signal's import (its enums are classes)
+        args = sys.argv[1:] if argv is None else list(argv)
         said = answer(args, dict(os.environ))
         if said is None:
             import signal  # on a miss only, like the command line it hands off to

@@ -406,8 +406,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         refused = _error(reporter, "--json" in argv, exc)
         reporter.close()
         return refused
-    if signal.getsignal(signal.SIGINT) is interrupted_at_start:  # the front door's (__main__.py) until here:
-        signal.signal(signal.SIGINT, signal.default_int_handler)  # now a Ctrl-C unwinds the command, exit 130
     verbosity = int(getattr(args, "verbosity", 0))
     # The front door's key when the settings come from the argv and the variables alone (warm.py).
     warm_key = key_tokens(argv) if args.command == "ensure" and not verbosity else None
@@ -419,6 +417,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 if not (signum == signal.SIGHUP and signal.getsignal(signum) == signal.SIG_IGN)}
     code: Optional[int] = None
     try:
+        if signal.getsignal(signal.SIGINT) is interrupted_at_start:  # the front door's (__main__.py) until here:
+            signal.signal(signal.SIGINT, signal.default_int_handler)  # now a Ctrl-C unwinds the command, exit 130
         code = _run(Call(args=args, environ=dict(os.environ), reporter=reporter, as_json=as_json, warm_key=warm_key))
         sys.stdout.flush()  # here, where a reader that went away is handled, not at exit
         return code
