@@ -8,13 +8,17 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Dict
+from dataclasses import replace
+from typing import Dict, List
 
 import pytest
 
+from ensure_flydsl.errors import Stage
 from ensure_flydsl.layout import runs_dir
+from ensure_flydsl.runs.liveness import leave_failure_marker
+from ensure_flydsl.runs.markers import Failure, read_env_json
 from tests.helpers.inotify import Renames
-from tests.helpers.scenario import assert_one_tree, wait_for
+from tests.helpers.scenario import assert_one_tree, ensure_json, wait_for
 from tests.helpers.workspace import Workspace
 
 
@@ -356,3 +360,21 @@ def test_a_lock_timeout_leaves_no_marker_while_the_build_it_waited_for_goes_on(w
     out, err = builder.communicate(timeout=60)
     assert builder.returncode == 0, err
     assert os.path.exists(ws.env_file) and not os.path.exists(ws.fail_marker)
+
+
+def test_whether_the_env_file_answers_a_failed_run_reads_its_interpreter_on_the_runs_path(
+        ws: Workspace, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A failed run's request names its interpreter by a name the run's PATH finds (``ensure(environ=...)``'s,
+    not this process's): when the root's env file is for that interpreter, it answers, and no marker is written."""
+    ensure_json(ws)
+    twin = read_env_json(ws.env_json)
+    assert twin is not None
+    request = replace(twin.request, python=os.path.basename(twin.python))  # the same interpreter, by its name
+    monkeypatch.setenv("PATH", "/nonexistent")  # this process's PATH finds no such name
+    failure = Failure(Stage.BUILD, 5, "build.sh failed", "read the log")
+    said: List[str] = []
+    for path_env, written in ((os.path.dirname(twin.python), False), ("/nonexistent", True)):
+        unseen = leave_failure_marker(ws.fail_marker, failure, request=request, run_id="r1", locked=True, log=None,
+                                      log_tail=[], path_env=path_env, say=said.append)
+        assert unseen is None and os.path.exists(ws.fail_marker) == written, path_env
+    assert said == [f"not writing {ws.fail_marker}: the env file answers this request"]

@@ -119,8 +119,8 @@ def _join_or_launch(settings: Settings, environ: Mapping[str, str], reporter: Re
             raise
         # The failure marker of a run that could not start; the error says so when the marker failed too.
         failure = Failure(full.stage, int(full.code), full.reason, full.hint)
-        unseen = leave_failure_marker(store, settings.fail_marker, failure, request=settings.request(), run_id=run_id,
-                                      locked=False, log=settings.log_file, log_tail=[])
+        unseen = leave_failure_marker(settings.fail_marker, failure, request=settings.request(), run_id=run_id,
+                                      locked=False, log=settings.log_file, log_tail=[], path_env=environ.get("PATH"))
         raise (full if unseen is None else full.amended(reason=f"{full.reason}; {unseen}")) from None
     cmd = [*tool_command(), "_worker", "--run-id", run_id, "--alive-fd", str(alive_fd),
            "--settings-json", json.dumps(settings.to_json())]

@@ -152,9 +152,9 @@ def _write_failure_marker(run: Run, exc: BaseException) -> BaseException:
         hint, stage = "this is a bug in ensure-flydsl; the log has the traceback", run.step_name
     run.tracker.release()  # the run's reserved room: on a disk that filled, it takes the marker, then the record
     settings, failure = run.settings, Failure(stage, int(code), reason, hint)
-    unseen = leave_failure_marker(run.tracker.store, settings.fail_marker, failure, request=settings.request(),
-                                  run_id=run.run_id, locked=run.tracker.record.locked, log=run.reporter.log_path,
-                                  log_tail=_log_tail(run, exc), say=run.say)
+    unseen = leave_failure_marker(settings.fail_marker, failure, request=settings.request(), run_id=run.run_id,
+                                  locked=run.tracker.record.locked, log=run.reporter.log_path,
+                                  log_tail=_log_tail(run, exc), path_env=run.environ.get("PATH"), say=run.say)
     run.tracker.failed(failure)
     if unseen is None:
         return exc

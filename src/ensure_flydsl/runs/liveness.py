@@ -45,8 +45,9 @@ def record_death(store: RunStore, record: RunRecord) -> RunRecord:
     store.release(dead.run_id)  # the room it kept for its last words: they are said here
     # The marker before the FAILED record: a `wait` that reads the record answers at once.  A poller of the
     # files alone must see the death as soon as `wait` does.
-    unseen = leave_failure_marker(store, dead.fail_marker, dead.failure, request=dead.request, run_id=dead.run_id,
-                                  locked=dead.locked, log=dead.log or None, log_tail=markers.tail_of(dead.log))
+    unseen = leave_failure_marker(dead.fail_marker, dead.failure, request=dead.request, run_id=dead.run_id,
+                                  locked=dead.locked, log=dead.log or None, log_tail=markers.tail_of(dead.log),
+                                  path_env=os.environ.get("PATH"))
     if unseen is not None:  # the marker could not be written: the failure says so
         dead = replace(dead, failure=replace(dead.failure, reason=f"{dead.failure.reason}; {unseen}"))
     try:
@@ -60,18 +61,19 @@ def record_death(store: RunStore, record: RunRecord) -> RunRecord:
     return dead
 
 
-def leave_failure_marker(store: RunStore, path: str, failure: Failure, *, request: Request, run_id: str, locked: bool,
-                         log: Optional[str], log_tail: List[str],
+def leave_failure_marker(path: str, failure: Failure, *, request: Request, run_id: str, locked: bool,
+                         log: Optional[str], log_tail: List[str], path_env: Optional[str],
                          say: Callable[[str], None] = lambda _: None) -> Optional[str]:
-    """The failure marker of a run that failed or died, unless another answers for it; why a poller of the marker
-    does not see the failure (it could not be written), or None."""
+    """The failure marker of a run that failed or died, unless another answers for it (its interpreter looked up on
+    the run's PATH, ``path_env``); why a poller of the marker does not see it (it could not be written), or None."""
     if not os.path.isdir(os.path.dirname(path)):
         return None  # bad input about the marker's own folder: nothing may be created
-    if not locked and any(r.run_id != run_id and r.request == request for r in store.any_alive()):
+    if not locked and any(r.run_id != run_id and r.request == request for r in RunStore(request.root).any_alive()):
         answered = "another run for this request is going and will answer"
     else:
-        twin = markers.installed_twin(store.root)
-        answered = "the env file answers this request" if twin and markers.twin_gap(twin, request) is None else ""
+        twin = markers.installed_twin(request.root)
+        gap = markers.twin_gap(twin, request, path_env) if twin else ""
+        answered = "the env file answers this request" if gap is None else ""
     if answered:
         say(f"not writing {path}: {answered}")
         return None

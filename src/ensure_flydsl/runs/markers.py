@@ -201,7 +201,7 @@ def built_from(twin: EnvTwin) -> str:
     return "no pin of this tool's (a tree found elsewhere)"
 
 
-def twin_gap(twin: EnvTwin, request: Request, path_env: Optional[str] = None) -> Optional[str]:
+def twin_gap(twin: EnvTwin, request: Request, path_env: Optional[str]) -> Optional[str]:
     """None when the env file whose twin is ``twin`` answers ``request``; else why not, as a clause."""
     if twin.request == request:
         return None  # written for this very request, which its tree passed
@@ -240,7 +240,7 @@ def installed_twin(root: str) -> Optional[EnvTwin]:
     return twin if twin is not None and os.path.isfile(layout.env_file(root)) else None
 
 
-def installed(root: str, request: Request, path_env: Optional[str] = None) -> Optional[Dict[str, object]]:
+def installed(root: str, request: Request, path_env: Optional[str]) -> Optional[Dict[str, object]]:
     """The result objects' ``installed``: what the root's env file holds now, and whether it answers ``request``."""
     twin = installed_twin(root)
     if twin is None:
