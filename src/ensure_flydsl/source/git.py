@@ -35,6 +35,7 @@ _NOT_THE_PINS = (".git", layout.BUILD_DIR, layout.STATE_DIR)
 
 UNREACHABLE = ("check that FLYDSL_REPO is reachable from here (or point it at a local mirror, or map its URL "
                "to a mirror with FLYDSL_GIT_MIRRORS=FROM=TO)")
+WRONG_PIN = "check FLYDSL_PIN (a full commit hash or a tag such as v0.2.2)"
 SUBMODULES_UNREACHABLE = ("a submodule's repository is unreachable from here; check the network, or map its URL to "
                           "a reachable mirror with FLYDSL_GIT_MIRRORS=FROM=TO (a URL or a local path)")
 _CLONE_FAILED = re.compile(r"clone of '([^']+)' into submodule path '([^']+)' failed")
@@ -460,8 +461,7 @@ class Checkout:
         commit = resolve_in(self.root, pin)
         if commit is None:
             raise EnsureError(ExitCode.CHECKOUT, f"the pin {pin} is not a commit, tag or branch of {self.repo}",
-                              stage=Stage.CHECKOUT,
-                              hint="check FLYDSL_PIN (a full commit hash or a tag such as v0.2.2)")
+                              stage=Stage.CHECKOUT, hint=WRONG_PIN)
         # The tags at the commit, so that a release tag's commit is known as one (the pin's own is here already).
         missing = sorted(tag for tag, at in tags.items() if at == commit and tag != pin)
         if missing:
