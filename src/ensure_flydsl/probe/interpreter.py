@@ -5,12 +5,12 @@ another Python, and an import would pin a tree for the process's life."""
 from __future__ import annotations
 
 import ast
+import contextlib
 import os
 import re
 import signal
 import subprocess
 import time
-from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, TypeVar
 
 from ensure_flydsl.errors import EnsureError, ExitCode, Stage
@@ -45,44 +45,6 @@ class ProbeBroke(EnsureError):
         )
         self.importing = importing
         self.origin = origin
-
-
-@dataclass
-class _Output:
-    """What the probe wrote on its report channel: the module it reached, and its result when it finished."""
-
-    importing: Optional[str] = None
-    origin: Optional[str] = None
-    result: Optional[str] = None
-    stale: Optional[str] = None  # a preloaded module the finished tree shadows (EarlyProbe)
-
-    @classmethod
-    def parse(cls, raw: bytes) -> "_Output":
-        out = cls()
-        for line in raw.decode(errors="replace").splitlines():
-            word, _, rest = line.partition(" ")
-            if word == "importing":
-                out.importing, out.origin = rest, None
-            elif word == "origin":
-                out.origin = rest.partition(" ")[2]
-            elif word in ("result", "stale"):
-                setattr(out, word, rest)
-        return out
-
-    def what(self) -> str:
-        if self.importing is None:
-            return "before importing anything"
-        return f"while importing {self.importing}" + (f" (from {self.origin})" if self.origin else "")
-
-    def literal(self) -> Dict[str, Any]:
-        """The answer (a Python literal: no code runs) as the dict it must be; ValueError otherwise."""
-        try:
-            data = ast.literal_eval(self.result or "")
-        except (SyntaxError, MemoryError, RecursionError) as exc:  # what a garbled or hostile line raises
-            raise ValueError(f"not a Python literal: {exc}") from None
-        if not isinstance(data, dict):
-            raise ValueError("not a dict")
-        return data
 
 
 def _stop_group(proc: subprocess.Popen[bytes]) -> Tuple[bytes, bytes]:
@@ -128,8 +90,8 @@ def _start(python: str, modules: Sequence[str], env: Mapping[str, str], script: 
 
 def _report(python: str, proc: subprocess.Popen[bytes], timeout: float, timeout_label: str,
             read: Callable[[Dict[str, Any]], T], stdin: Optional[bytes] = None) -> Optional[T]:
-    """``read`` of what the probe reported; None when an early probe found a preloaded module stale; ProbeBroke
-    when it was killed after ``timeout`` seconds or died before it could report."""
+    """``read`` of the probe's answer (a Python literal: no code runs); None when an early probe found a preloaded
+    module stale; ProbeBroke when it was killed after ``timeout`` seconds or died before it could report."""
     timed_out = False
     try:
         raw, err = proc.communicate(input=stdin, timeout=timeout)
@@ -138,28 +100,39 @@ def _report(python: str, proc: subprocess.Popen[bytes], timeout: float, timeout_
     except BaseException:
         _stop_group(proc)  # interrupted: leave no probe behind
         raise
-    out = _Output.parse(raw)
-    if out.stale is not None and out.result is None:
+    said: Dict[str, str] = {}  # the last line of each kind on its report channel
+    for line in raw.decode(errors="replace").splitlines():
+        word, _, rest = line.partition(" ")
+        if word == "importing":
+            said.pop("origin", None)  # the module reached, then where it was found
+        if word in ("importing", "result", "stale"):
+            said[word] = rest
+        elif word == "origin":
+            said[word] = rest.partition(" ")[2]
+    if "stale" in said and "result" not in said:
         return None
-    try:
-        return read(out.literal())
-    except (ValueError, KeyError, TypeError):  # no report: say why
-        pass
+    with contextlib.suppress(SyntaxError, MemoryError, RecursionError, ValueError, KeyError, TypeError):
+        data = ast.literal_eval(said.get("result", ""))  # what a garbled or hostile line raises, or a wrong shape
+        if isinstance(data, dict):
+            return read(data)
+    importing, origin = said.get("importing"), said.get("origin")
+    where = f" (from {origin})" if origin else ""
+    what = "before importing anything" if importing is None else f"while importing {importing}{where}"
     if timed_out:
-        hangs = ("the interpreter hangs before importing anything" if out.importing is None
-                 else f"importing {out.importing} hangs" + (f" (from {out.origin})" if out.origin else ""))
+        hangs = ("the interpreter hangs before importing anything" if importing is None
+                 else f"importing {importing} hangs{where}")
         reason = f"the import probe of {python} was killed after {timeout:g} s ({timeout_label}): {hangs}"
     elif proc.returncode is not None and proc.returncode < 0:
         try:
             name = signal.Signals(-proc.returncode).name
         except ValueError:
             name = str(-proc.returncode)
-        reason = f"the import probe of {python} failed: the interpreter died with signal {name} {out.what()}"
+        reason = f"the import probe of {python} failed: the interpreter died with signal {name} {what}"
     else:
         reason = (f"the import probe of {python} failed: the interpreter exited with status {proc.returncode} "
-                  f"{out.what()}, before it could report")
+                  f"{what}, before it could report")
     detail = "\n".join(err.decode(errors="replace").strip().splitlines()[-20:])
-    raise ProbeBroke(reason, out.importing, out.origin, detail)
+    raise ProbeBroke(reason, importing, origin, detail)
 
 
 def probe_environment(prefix: Sequence[str], environ: Optional[Mapping[str, str]]) -> Dict[str, str]:
