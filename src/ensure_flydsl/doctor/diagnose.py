@@ -350,9 +350,8 @@ def run_checks(settings: Settings, environ: Mapping[str, str], *, checkout: Opti
         # Whose pip asks the index: this tool's interpreter (it installs the private tools), else the target's.
         installer = (sys.executable if importlib.util.find_spec("pip") is not None
                      else interp.executable if interp else settings.python)
-        index = Index(installer, environ, timeout)
         ctx = RunContext(settings=settings, environ=environ, timeout=timeout, interpreter=interp, needs=needs,
-                         llvm=llvm, index=index)
+                         llvm=llvm, index=Index(installer, environ, timeout))
         if reuse is not None:
             early.insert(0, submit(reuse, settings, environ, interp))
         predicted = {way.way: way.predict(ctx, checkout, submit) for way in ways_for(strategy)}

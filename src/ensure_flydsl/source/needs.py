@@ -1,6 +1,5 @@
 """What a source build of the pin needs (HIP, patchelf, nanobind, CMake, the LLVM step), read from the pin's own
-build files in a checkout or a local repository; FlyDSL's known needs are assumed only when neither can be read.
-"""
+build files in a checkout or a local repository; FlyDSL's known needs are assumed only when neither can be read."""
 
 from __future__ import annotations
 
