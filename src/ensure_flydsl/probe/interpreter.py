@@ -212,7 +212,7 @@ def find_modules(python: str, names: Sequence[str], *, environ: Optional[Mapping
                  timeout_label: str = "FLYDSL_PROBE_TIMEOUT") -> Dict[str, str]:
     """Each top-level name in ``python``: stdlib, present or missing (found, not imported)."""
     # The tree is not on the path: these are what the tree needs from the interpreter's installs.
-    env = {**(os.environ if environ is None else environ), "PYTHONDONTWRITEBYTECODE": "1"}
+    env = probe_environment((), environ)
     found = _report(python, _start(python, names, env, script="find_modules"), timeout, timeout_label,
                     lambda data: {str(name): str(data[name]) for name in names})
     assert found is not None  # only an early probe can answer "stale"
