@@ -1,6 +1,5 @@
-"""Predict, in a few seconds, whether the configured strategy can succeed here, and why not: the shared checks,
-the pin's imports and each way's own prediction, concurrently.  A blocking check's stage is
-the run's step that would fail: the doctor returns its exit code, and ``ensure`` stops there before building."""
+"""Predict in seconds whether the configured strategy can succeed here, and why not (shared checks, the pin's imports,
+each way's prediction, concurrently); a blocking check's stage is the step that would fail, and its exit code."""
 
 from __future__ import annotations
 
@@ -22,7 +21,7 @@ from ensure_flydsl.probe.results import Interpreter
 from ensure_flydsl.runs.answer import marker_sharing
 from ensure_flydsl.runs.markers import installed_twin
 from ensure_flydsl.settings import Settings, Strategy
-from ensure_flydsl.source.git import is_full_hash, is_local_repo, ref_objects, repo_path, resolve_in, rewrite
+from ensure_flydsl.source.git import WRONG_PIN, is_full_hash, is_local_repo, ref_objects, repo_path, resolve_in, rewrite
 from ensure_flydsl.source.needs import KNOWN_FLYDSL_NEEDS, BuildNeeds, find_needs
 from ensure_flydsl.source.requirements import (
     Absent,
@@ -130,7 +129,6 @@ def check_repository(settings: Settings, environ: Mapping[str, str], timeout: fl
         return passed("repository", f"the source is already checked out in {checkout}", Stage.FETCH)
     fetched = resolve_in(settings.root, pin) if os.path.isdir(os.path.join(settings.root, ".git")) else None
     where, _ = rewrite(repo, settings.git_mirrors)
-    wrong_pin = "check FLYDSL_PIN (a full commit hash or a tag such as v0.2.2)"
     answered, out, shown = reach(repo, environ, timeout, settings)  # a local repository is only looked at
     if is_local_repo(where):
         path = repo_path(where)
@@ -139,7 +137,7 @@ def check_repository(settings: Settings, environ: Mapping[str, str], timeout: fl
                          "mirror", blocking=fetched is None, stage=Stage.FETCH)
         commit = resolve_in(path, pin)
         if commit is None:
-            return Check("repository", WRONG, f"the pin {pin} is not a commit, tag or branch of {shown}", wrong_pin,
+            return Check("repository", WRONG, f"the pin {pin} is not a commit, tag or branch of {shown}", WRONG_PIN,
                          blocking=fetched is None, stage=Stage.CHECKOUT)
         return passed("repository", f"local repository {path}{' for ' + repo if where != repo else ''}; the pin is "
                       f"commit {commit[:12]}", Stage.FETCH)
@@ -155,7 +153,7 @@ def check_repository(settings: Settings, environ: Mapping[str, str], timeout: fl
         return passed("repository", f"{shown} answers (the pin is a commit hash, fetched by hash)", Stage.FETCH)
     if {f"refs/tags/{pin}", f"refs/heads/{pin}"} & set(ref_objects(out)):
         return passed("repository", f"{shown} answers and has {pin}", Stage.FETCH)
-    return Check("repository", WRONG, f"{shown} answers, but has no tag or branch {pin}", wrong_pin, blocking=True,
+    return Check("repository", WRONG, f"{shown} answers, but has no tag or branch {pin}", WRONG_PIN, blocking=True,
                  stage=Stage.CHECKOUT)
 
 
@@ -306,19 +304,15 @@ def check_requirements(settings: Settings, environ: Mapping[str, str], interp: O
     return Check(CHECK, MISSING, found[0], found[1], blocking=True, stage=Stage.REQUIREMENTS)
 
 
-
 # -- the run of them --------------------------------------------------------------------------------------
 def first_blocking(checks: Sequence[Check]) -> Optional[Check]:
     """The blocking check of the earliest stage: what a run would stop at first."""
-    found = [c for c in checks if c.blocking]
-    if not found:
-        return None
-    return min(found, key=lambda c: len(Stage) if c.stage.order is None else c.stage.order)
+    return min((c for c in checks if c.blocking), default=None,
+               key=lambda c: len(Stage) if c.stage.order is None else c.stage.order)
 
 
 def stop_if_blocked(checks: Sequence[Check], strategy: Strategy) -> None:
-    """For ``ensure``: raise the doctor's finding (stage "doctor", the failing stage's exit code) before
-    anything long starts."""
+    """For ``ensure``: raise the doctor's finding (stage "doctor", the failing stage's exit code) before building."""
     first = first_blocking(checks)
     if first is None:
         return
@@ -336,12 +330,10 @@ def stop_if_blocked(checks: Sequence[Check], strategy: Strategy) -> None:
 def run_checks(settings: Settings, environ: Mapping[str, str], *, checkout: Optional[str] = None, timeout: float = 5.0,
                reuse: Optional[ReuseCheck] = None, interpreter: Optional[Interpreter] = None
                ) -> Tuple[List[Check], Optional[BuildNeeds], Optional[Interpreter]]:
-    """Every check the configured strategy depends on, in the order a run meets them, the build's needs (None: no
-    build) and the target interpreter (None: it does not run); ``checkout`` holds the pin's source, ``interpreter``
-    is the target as the caller just described it."""
+    """Every check the strategy depends on, in the order a run meets them, the build's needs (None: no build) and
+    the target interpreter (None: it does not run; ``interpreter``: as the caller just described it)."""
     strategy = settings.strategy
-    pool = concurrent.futures.ThreadPoolExecutor(max_workers=10, thread_name_prefix="doctor")
-    try:
+    with concurrent.futures.ThreadPoolExecutor(max_workers=10, thread_name_prefix="doctor") as pool:
         submit: Submit = pool.submit
         f_interp = pool.submit(check_interpreter, settings, environ, interpreter)
         builds, fetches = tries(strategy, Way.SOURCE), provisions(strategy)
@@ -358,9 +350,8 @@ def run_checks(settings: Settings, environ: Mapping[str, str], *, checkout: Opti
         # Whose pip asks the index: this tool's interpreter (it installs the private tools), else the target's.
         installer = (sys.executable if importlib.util.find_spec("pip") is not None
                      else interp.executable if interp else settings.python)
-        index = Index(installer, environ, timeout)
         ctx = RunContext(settings=settings, environ=environ, timeout=timeout, interpreter=interp, needs=needs,
-                         llvm=llvm, index=index)
+                         llvm=llvm, index=Index(installer, environ, timeout))
         if reuse is not None:
             early.insert(0, submit(reuse, settings, environ, interp))
         predicted = {way.way: way.predict(ctx, checkout, submit) for way in ways_for(strategy)}
@@ -380,8 +371,6 @@ def run_checks(settings: Settings, environ: Mapping[str, str], *, checkout: Opti
             checks = [replace(c, blocking=False, remedy=c.remedy + note) if c.blocking and c.stage in SOURCE_ONLY
                       else c for c in checks]
         return checks, needs if builds else None, interp
-    finally:
-        pool.shutdown(wait=True)
 
 
 # -- the verdict ------------------------------------------------------------------------------------------
@@ -450,12 +439,11 @@ def diagnose(settings: Settings, environ: Mapping[str, str], *, reuse: Optional[
     checks.append(Check("working-folder", WRONG if shadows else OK, "; ".join(shadows) or "nothing in it shadows "
                         "the tree", "", blocking=False, stage=Stage.PUBLISH))
     diagnosis = Diagnosis(settings.strategy, tuple(checks), needs, time.monotonic() - started)
-    blocking = first_blocking(diagnosis.checks)
-    # auto's way around a blocked source build, asked of the interpreter the checks described
+    blocking = first_blocking(checks)
     if (not diagnosis.ok and blocking is not None and blocking.stage in SOURCE_ONLY and interp is not None
-            and falls_back(settings.strategy)):
-        suggestion = release_suggestion(settings, interp, environ)
-        diagnosis = replace(diagnosis, suggestion=suggestion, seconds=time.monotonic() - started)
+            and falls_back(settings.strategy)):  # auto's way around a blocked source build
+        diagnosis = replace(diagnosis, suggestion=release_suggestion(settings, interp, environ),
+                            seconds=time.monotonic() - started)
     return diagnosis
 
 

@@ -64,10 +64,8 @@ def same_folder(a: str, b: str) -> bool:
 def one_tree(folders: Sequence[str]) -> Optional[str]:
     """The tree every folder in ``folders`` is an import folder of, or None.  ROOT/build-fly/python_packages
     and ROOT are one tree; ROOT/.venv/lib/.../site-packages and ROOT are two installs."""
-    if not folders:
-        return None
     real = {own_tree(os.path.realpath(f)) for f in folders}
-    if len(real) != 1:
+    if len(real) != 1:  # none, or more than one
         return None
     # Name the tree as the caller spelled it (the root may sit behind a symlink such as /tmp).
     spelled = [t for t in (own_tree(f) for f in folders) if os.path.realpath(t) in real]

@@ -5,13 +5,13 @@ another Python, and an import would pin a tree for the process's life."""
 from __future__ import annotations
 
 import ast
+import contextlib
 import os
 import re
 import signal
 import subprocess
 import time
-from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, TypeVar
 
 from ensure_flydsl.errors import EnsureError, ExitCode, Stage
 from ensure_flydsl.probe import scripts
@@ -22,6 +22,7 @@ from ensure_flydsl.support.processes import kill_group, spawn
 
 # The identity probe imports nothing: it never gets longer than this, whatever FLYDSL_PROBE_TIMEOUT says.
 IDENTITY_TIMEOUT_S = 60.0
+T = TypeVar("T")
 
 
 def joined_pythonpath(prefix: Sequence[str], caller: Optional[str]) -> str:
@@ -44,44 +45,6 @@ class ProbeBroke(EnsureError):
         )
         self.importing = importing
         self.origin = origin
-
-
-@dataclass
-class _Output:
-    """What the probe wrote on its report channel: the module it reached, and its result when it finished."""
-
-    importing: Optional[str] = None
-    origin: Optional[str] = None
-    result: Optional[str] = None
-    stale: Optional[str] = None  # a preloaded module the finished tree shadows (EarlyProbe)
-
-    @classmethod
-    def parse(cls, raw: bytes) -> "_Output":
-        out = cls()
-        for line in raw.decode(errors="replace").splitlines():
-            word, _, rest = line.partition(" ")
-            if word == "importing":
-                out.importing, out.origin = rest, None
-            elif word == "origin":
-                out.origin = rest.partition(" ")[2]
-            elif word in ("result", "stale"):
-                setattr(out, word, rest)
-        return out
-
-    def what(self) -> str:
-        if self.importing is None:
-            return "before importing anything"
-        return f"while importing {self.importing}" + (f" (from {self.origin})" if self.origin else "")
-
-    def literal(self) -> Dict[str, Any]:
-        """The answer (a Python literal: no code runs) as the dict it must be; ValueError otherwise."""
-        try:
-            data = ast.literal_eval(self.result or "")
-        except (SyntaxError, MemoryError, RecursionError) as exc:  # what a garbled or hostile line raises
-            raise ValueError(f"not a Python literal: {exc}") from None
-        if not isinstance(data, dict):
-            raise ValueError("not a dict")
-        return data
 
 
 def _stop_group(proc: subprocess.Popen[bytes]) -> Tuple[bytes, bytes]:
@@ -125,38 +88,51 @@ def _start(python: str, modules: Sequence[str], env: Mapping[str, str], script: 
                           stage=Stage.PROBE) from None
 
 
-def _communicate(proc: subprocess.Popen[bytes], timeout: float,
-                 stdin: Optional[bytes] = None) -> Tuple[_Output, bytes, bool]:
-    """What the probe reported, its stderr, and whether it had to be killed for taking longer than ``timeout``."""
+def _report(python: str, proc: subprocess.Popen[bytes], timeout: float, timeout_label: str,
+            read: Callable[[Dict[str, Any]], T], stdin: Optional[bytes] = None) -> Optional[T]:
+    """``read`` of the probe's answer (a Python literal: no code runs); None when an early probe found a preloaded
+    module stale; ProbeBroke when it was killed after ``timeout`` seconds or died before it could report."""
+    timed_out = False
     try:
         raw, err = proc.communicate(input=stdin, timeout=timeout)
     except subprocess.TimeoutExpired:
-        raw, err = _stop_group(proc)
-        return _Output.parse(raw), err, True
+        (raw, err), timed_out = _stop_group(proc), True
     except BaseException:
         _stop_group(proc)  # interrupted: leave no probe behind
         raise
-    return _Output.parse(raw), err, False
-
-
-def _broke(python: str, proc: subprocess.Popen[bytes], out: _Output, err: bytes,
-           timed_out: Optional[str]) -> ProbeBroke:
-    """What happened to a probe that did not report: killed after the timeout, or died."""
-    if timed_out is not None:
-        hangs = ("the interpreter hangs before importing anything" if out.importing is None
-                 else f"importing {out.importing} hangs" + (f" (from {out.origin})" if out.origin else ""))
-        reason = f"the import probe of {python} was killed after {timed_out}: {hangs}"
+    said: Dict[str, str] = {}  # the last line of each kind on its report channel
+    for line in raw.decode(errors="replace").splitlines():
+        word, _, rest = line.partition(" ")
+        if word == "importing":
+            said.pop("origin", None)  # the module reached, then where it was found
+        if word in ("importing", "result", "stale"):
+            said[word] = rest
+        elif word == "origin":
+            said[word] = rest.partition(" ")[2]
+    if "stale" in said and "result" not in said:
+        return None
+    with contextlib.suppress(SyntaxError, MemoryError, RecursionError, ValueError, KeyError, TypeError):
+        data = ast.literal_eval(said.get("result", ""))  # what a garbled or hostile line raises, or a wrong shape
+        if isinstance(data, dict):
+            return read(data)
+    importing, origin = said.get("importing"), said.get("origin")
+    where = f" (from {origin})" if origin else ""
+    what = "before importing anything" if importing is None else f"while importing {importing}{where}"
+    if timed_out:
+        hangs = ("the interpreter hangs before importing anything" if importing is None
+                 else f"importing {importing} hangs{where}")
+        reason = f"the import probe of {python} was killed after {timeout:g} s ({timeout_label}): {hangs}"
     elif proc.returncode is not None and proc.returncode < 0:
         try:
             name = signal.Signals(-proc.returncode).name
         except ValueError:
             name = str(-proc.returncode)
-        reason = f"the import probe of {python} failed: the interpreter died with signal {name} {out.what()}"
+        reason = f"the import probe of {python} failed: the interpreter died with signal {name} {what}"
     else:
         reason = (f"the import probe of {python} failed: the interpreter exited with status {proc.returncode} "
-                  f"{out.what()}, before it could report")
+                  f"{what}, before it could report")
     detail = "\n".join(err.decode(errors="replace").strip().splitlines()[-20:])
-    return ProbeBroke(reason, out.importing, out.origin, detail)
+    raise ProbeBroke(reason, importing, origin, detail)
 
 
 def probe_environment(prefix: Sequence[str], environ: Optional[Mapping[str, str]]) -> Dict[str, str]:
@@ -176,8 +152,7 @@ def run_probe(python: str, *, modules: Sequence[str], prefix: Sequence[str] = ()
               environ: Optional[Mapping[str, str]] = None, timeout: float = DEFAULT_PROBE_TIMEOUT,
               timeout_label: str = "FLYDSL_PROBE_TIMEOUT") -> Probe:
     """What the probe in ``python`` saw; ProbeBroke when it crashes or is killed after ``timeout`` seconds."""
-    env = probe_environment(prefix, environ)
-    started = time.monotonic()
+    env, started = probe_environment(prefix, environ), time.monotonic()
     probe = _answer(python, _start(python, modules, env), env.get("PYTHONPATH", ""), started, timeout, timeout_label)
     assert probe is not None  # only an early probe can answer "stale"
     return probe
@@ -185,21 +160,14 @@ def run_probe(python: str, *, modules: Sequence[str], prefix: Sequence[str] = ()
 
 def _answer(python: str, proc: subprocess.Popen[bytes], pythonpath: str, started: float, timeout: float,
             timeout_label: str, stdin: Optional[bytes] = None) -> Optional[Probe]:
-    """Wait for the probe's report and read it; None when an early probe found a preloaded module stale."""
-    out, err, timed_out = _communicate(proc, timeout, stdin)
-    seconds = time.monotonic() - started
-    if out.stale is not None and out.result is None:
-        return None
-    try:
-        data = out.literal()
-        interpreter = Interpreter.from_json(data["python"])
-    except (ValueError, KeyError, TypeError):
-        raise _broke(python, proc, out, err, f"{timeout:g} s ({timeout_label})" if timed_out else None) from None
-    results = tuple(
-        ModuleResult(name, entry.get("file"), entry.get("error")) for name, entry in data["modules"].items()
-    )
-    return Probe(interpreter=interpreter, modules=results, version=data.get("version"),
-                 version_error=data.get("version_error"), pythonpath=pythonpath, seconds=seconds)
+    def read(data: Dict[str, Any]) -> Probe:
+        results = tuple(ModuleResult(name, entry.get("file"), entry.get("error"))
+                        for name, entry in data["modules"].items())
+        return Probe(interpreter=Interpreter.from_json(data["python"]), modules=results, version=data.get("version"),
+                     version_error=data.get("version_error"), pythonpath=pythonpath,
+                     seconds=time.monotonic() - started)
+
+    return _report(python, proc, timeout, timeout_label, read, stdin)
 
 
 class EarlyProbe:
@@ -220,8 +188,8 @@ class EarlyProbe:
         if self._key != (python, tuple(modules), tuple(prefix), dict(environ)):
             _stop_group(proc)
             return None
-        return _answer(python, proc, self._env.get("PYTHONPATH", ""), time.monotonic(), timeout, timeout_label,
-                       stdin=b"go\n")
+        return _answer(python, proc, self._env.get("PYTHONPATH", ""), time.monotonic(), timeout,
+                       timeout_label, stdin=b"go\n")
 
     def close(self) -> None:
         """Stop it if it was never asked (the run failed or took another way)."""
@@ -244,14 +212,11 @@ def find_modules(python: str, names: Sequence[str], *, environ: Optional[Mapping
                  timeout_label: str = "FLYDSL_PROBE_TIMEOUT") -> Dict[str, str]:
     """Each top-level name in ``python``: stdlib, present or missing (found, not imported)."""
     # The tree is not on the path: these are what the tree needs from the interpreter's installs.
-    env = {**(os.environ if environ is None else environ), "PYTHONDONTWRITEBYTECODE": "1"}
-    proc = _start(python, names, env, script="find_modules")
-    out, err, timed_out = _communicate(proc, timeout)
-    try:
-        data = out.literal()
-        return {str(name): str(data[name]) for name in names}
-    except (ValueError, KeyError, TypeError):
-        raise _broke(python, proc, out, err, f"{timeout:g} s ({timeout_label})" if timed_out else None) from None
+    env = probe_environment((), environ)
+    found = _report(python, _start(python, names, env, script="find_modules"), timeout, timeout_label,
+                    lambda data: {str(name): str(data[name]) for name in names})
+    assert found is not None  # only an early probe can answer "stale"
+    return found
 
 
 # Installed packages that import flydsl themselves and refuse one below their floor: the module that does.

@@ -35,6 +35,7 @@ _NOT_THE_PINS = (".git", layout.BUILD_DIR, layout.STATE_DIR)
 
 UNREACHABLE = ("check that FLYDSL_REPO is reachable from here (or point it at a local mirror, or map its URL "
                "to a mirror with FLYDSL_GIT_MIRRORS=FROM=TO)")
+WRONG_PIN = "check FLYDSL_PIN (a full commit hash or a tag such as v0.2.2)"
 SUBMODULES_UNREACHABLE = ("a submodule's repository is unreachable from here; check the network, or map its URL to "
                           "a reachable mirror with FLYDSL_GIT_MIRRORS=FROM=TO (a URL or a local path)")
 _CLONE_FAILED = re.compile(r"clone of '([^']+)' into submodule path '([^']+)' failed")
@@ -101,18 +102,14 @@ def describe(url: str, mirrors: GitMirrors, label: str = "FLYDSL_GIT_MIRRORS") -
     return url if mirror is None else f"{url} through the mirror {where} ({label} {mirror[0]}={mirror[1]})"
 
 
-def git_env(environ: Mapping[str, str], mirrors: Optional[GitMirrors], *, at: Optional[str] = None,
-            answer_within: Optional[float] = None) -> Dict[str, str]:
+def git_env(environ: Mapping[str, str], mirrors: Optional[GitMirrors], *, at: Optional[str] = None) -> Dict[str, str]:
     """The environment of every git command: never a prompt, C messages, never the caller's GIT_DIR; ``at``: never
     above that folder (a torn ``.git`` fails, not the checkout around it).  ``mirrors`` None: a local read, without
-    the caller's GIT_* variables; else mirrors, plain transports and the network silence limit, or (the doctor's
-    ``answer_within``) a transfer given up after that long."""
+    the caller's GIT_* variables; else mirrors, plain transports and the network silence limit."""
     if mirrors is None:
         env = {k: v for k, v in environ.items() if not k.startswith("GIT_")}
     else:
-        env = with_mirrors(environ, mirrors)
-        if answer_within is None:
-            env = with_network_limits(env)
+        env = with_network_limits(with_mirrors(environ, mirrors))
         env.pop("GIT_DIR", None)
         env.pop("GIT_WORK_TREE", None)
         # Only plain transports: no ext:: or fd:: helpers, whatever the repository or .gitmodules say.
@@ -120,12 +117,6 @@ def git_env(environ: Mapping[str, str], mirrors: Optional[GitMirrors], *, at: Op
     env.update({"GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"})
     if at is not None:
         env["GIT_CEILING_DIRECTORIES"] = os.path.dirname(os.path.abspath(at))
-    if answer_within is not None:
-        seconds = str(max(1, int(answer_within)))
-        # a stalled https transfer gives up after the timeout instead of curl's minutes
-        env.update({"GIT_HTTP_LOW_SPEED_LIMIT": "1000", "GIT_HTTP_LOW_SPEED_TIME": seconds})
-        if "GIT_SSH_COMMAND" not in environ and "GIT_SSH" not in environ:
-            env["GIT_SSH_COMMAND"] = f"ssh -o BatchMode=yes -o ConnectTimeout={seconds}"
     return env
 
 
@@ -145,7 +136,11 @@ def read_git(path: str, *args: str, stdin: bytes = b"", timeout: float = 30.0) -
 def ls_remote_within(url: str, refs: Sequence[str], environ: Mapping[str, str], mirrors: GitMirrors,
                      timeout: float) -> "subprocess.CompletedProcess[bytes]":
     """``git ls-remote`` within ``timeout`` (the doctor's check); OSError, or TimeoutExpired past it."""
-    env = git_env(environ, mirrors, answer_within=timeout)
+    seconds = str(max(1, int(timeout)))
+    # a stalled https transfer gives up after the timeout instead of curl's minutes (over http.lowSpeed*)
+    env = {**git_env(environ, mirrors), "GIT_HTTP_LOW_SPEED_LIMIT": "1000", "GIT_HTTP_LOW_SPEED_TIME": seconds}
+    if "GIT_SSH_COMMAND" not in environ and "GIT_SSH" not in environ:
+        env["GIT_SSH_COMMAND"] = f"ssh -o BatchMode=yes -o ConnectTimeout={seconds}"
     return run_captured(["git", "ls-remote", "--quiet", url, *refs], env=env, stdin=subprocess.DEVNULL,
                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout)
 
@@ -460,8 +455,7 @@ class Checkout:
         commit = resolve_in(self.root, pin)
         if commit is None:
             raise EnsureError(ExitCode.CHECKOUT, f"the pin {pin} is not a commit, tag or branch of {self.repo}",
-                              stage=Stage.CHECKOUT,
-                              hint="check FLYDSL_PIN (a full commit hash or a tag such as v0.2.2)")
+                              stage=Stage.CHECKOUT, hint=WRONG_PIN)
         # The tags at the commit, so that a release tag's commit is known as one (the pin's own is here already).
         missing = sorted(tag for tag, at in tags.items() if at == commit and tag != pin)
         if missing:

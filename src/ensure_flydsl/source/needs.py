@@ -1,6 +1,5 @@
 """What a source build of the pin needs (HIP, patchelf, nanobind, CMake, the LLVM step), read from the pin's own
-build files in a checkout or a local repository; FlyDSL's known needs are assumed only when neither can be read.
-"""
+build files in a checkout or a local repository; FlyDSL's known needs are assumed only when neither can be read."""
 
 from __future__ import annotations
 
@@ -131,14 +130,11 @@ KNOWN_FLYDSL_NEEDS = BuildNeeds(source="FlyDSL's known needs (the pin's source c
 
 
 def is_build_file(path: str) -> bool:
+    """A build file of the pin's own: none under _SKIPPED_DIRS but the LLVM commit files."""
     name = os.path.basename(path)
-    return (name == "CMakeLists.txt" or name.endswith(".cmake")
-            or path in (LLVM_SCRIPT, "pyproject.toml", GITMODULES, *COMMIT_FILES)
-            or REQUIREMENTS_FILE.fullmatch(path) is not None)
-
-
-def _skipped(path: str) -> bool:
-    return path.split("/", 1)[0] in _SKIPPED_DIRS and path not in COMMIT_FILES
+    return path in COMMIT_FILES or path.split("/", 1)[0] not in _SKIPPED_DIRS and (
+        name == "CMakeLists.txt" or name.endswith(".cmake") or path in (LLVM_SCRIPT, "pyproject.toml", GITMODULES)
+        or REQUIREMENTS_FILE.fullmatch(path) is not None)
 
 
 def needs_from_files(files: Mapping[str, str], source: str, inputs: Optional[LlvmInputs] = None) -> BuildNeeds:
@@ -213,7 +209,7 @@ def find_needs(root: str, repo: str, pin: str, checkout: Optional[str] = None,
 
 def pin_needs(files: PinFiles, environ: Mapping[str, str]) -> BuildNeeds:
     """The needs of a checkout's or a commit's build files."""
-    build_files = read_texts(files, [p for p in files.listing() if is_build_file(p) and not _skipped(p)])
+    build_files = read_texts(files, [p for p in files.listing() if is_build_file(p)])
     return needs_from_files(build_files, files.where, pin_llvm_inputs(files, environ))
 
 

@@ -273,15 +273,14 @@ class MadeRecord:
             return cls()
         listing: Listing = {}
         for rel, value in entries.items():
-            if not isinstance(rel, str) or not rel or "\0" in rel or rel.startswith("/") or any(
-                    part in ("", ".", "..") for part in rel.split("/")):
+            # a relative path without empty, "." or ".." parts (a leading "/" makes an empty one)
+            if not isinstance(rel, str) or "\0" in rel or any(part in ("", ".", "..") for part in rel.split("/")):
                 continue
             if value is None:
                 listing[rel] = None
-            elif (isinstance(value, list) and len(value) == 2
-                  and all(isinstance(v, int) and not isinstance(v, bool) for v in value)):
+            elif isinstance(value, list) and len(value) == 2 and all(type(v) is int for v in value):
                 listing[rel] = (value[0], value[1])
-        return cls(listing, data["open"] is True, frozenset(t for t in theirs if isinstance(t, str)))
+        return cls(listing, data["open"], frozenset(t for t in theirs if isinstance(t, str)))
 
 
 def listing(folder: str) -> Listing:
