@@ -243,7 +243,7 @@ def watched_output(cmd: Sequence[str], *, remote: Callable[[str], str], what: st
         raise CommandFailed(cmd, 127, f"cannot run {cmd[0]}: {exc.strerror}") from None
     assert proc.stdout is not None
     fd = proc.stdout.fileno()
-    chunks: list[bytes] = []
+    output = bytearray()
     started = last_data = last_beat = time.monotonic()
     try:
         while True:
@@ -251,17 +251,16 @@ def watched_output(cmd: Sequence[str], *, remote: Callable[[str], str], what: st
                 data = os.read(fd, 1 << 16)
                 if not data:
                     break
-                chunks.append(data)
+                output += data
                 last_data = time.monotonic()
                 continue
             now = time.monotonic()
             if now - last_data >= limit:  # the group is killed below, as on any exception
-                text = _collapse(b"".join(chunks))
+                text = _collapse(output)
                 raise Silent(cmd, text, remote(text), limit)
             if now - last_beat >= beat:
                 last_beat = now
-                heartbeat(waiting_line(what, remote(_collapse(b"".join(chunks))), now - started,
-                                       now - last_data, limit))
+                heartbeat(waiting_line(what, remote(_collapse(output)), now - started, now - last_data, limit))
         returncode = proc.wait()
     except BaseException:
         kill_and_reap(proc)
@@ -269,13 +268,13 @@ def watched_output(cmd: Sequence[str], *, remote: Callable[[str], str], what: st
     finally:
         proc.stdout.close()
     kill_group(proc.pid)  # git's helpers end with it; anything of the group still there now is stopped
-    out = _collapse(b"".join(chunks))
+    out = _collapse(output)
     if returncode != 0:
         raise CommandFailed(cmd, returncode, out)
     return out
 
 
-def _collapse(data: bytes) -> str:
+def _collapse(data: bytearray) -> str:
     """Output with progress redraws (``\\r``) reduced to their last state, one line each."""
     lines = []
     for line in data.decode(errors="replace").split("\n"):

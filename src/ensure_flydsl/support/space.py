@@ -40,17 +40,10 @@ def size_text(size: float, *, df: bool = False) -> str:
     return f"{size:.1f} {unit}"
 
 
-def _existing(path: str) -> str:
-    """``path`` or its nearest existing parent (a file that could not be created is not there to stat)."""
-    path = os.path.abspath(path)
-    while not os.path.exists(path) and os.path.dirname(path) != path:
-        path = os.path.dirname(path)
-    return path
-
-
 def mount_point(path: str) -> str:
-    current = _existing(path)
-    if not os.path.isdir(current):
+    """Where the file system holding ``path`` is mounted (or would hold it: a file not yet created)."""
+    current = os.path.abspath(path)
+    while not os.path.isdir(current):
         current = os.path.dirname(current)
     while not os.path.ismount(current):
         current = os.path.dirname(current)
@@ -59,13 +52,14 @@ def mount_point(path: str) -> str:
 
 def no_space(path: str, code: Optional[int] = errno.ENOSPC) -> str:
     """The words for a full file system at ``path`` (EDQUOT: the user's quota on it), with ``df``'s figures."""
+    mount = mount_point(path)
     try:
-        st = os.statvfs(_existing(path))
+        st = os.statvfs(mount)
         free, total = (size_text(blocks * st.f_frsize, df=True) for blocks in (st.f_bavail, st.f_blocks))
         df = f"{free} free of {total}, "
     except OSError:
         df = ""
-    where = f"{path} (df: {df}mounted at {mount_point(path)})"
+    where = f"{path} (df: {df}mounted at {mount})"
     if code == errno.EDQUOT:
         return f"the disk quota is used up on the file system holding {where}"
     return f"no space left on the file system holding {where}"

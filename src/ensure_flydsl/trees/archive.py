@@ -17,6 +17,7 @@ from ensure_flydsl.trees.backends import CacheCorrupt
 from ensure_flydsl.trees.manifest import CHUNK, Member, check_tree, walk
 
 TAR_BUFFER = 4 << 20  # what tarfile may hold beyond one request: fewer, larger joins, still a few MiB
+TAR_TYPES = {"file": tarfile.REGTYPE, "dir": tarfile.DIRTYPE, "symlink": tarfile.SYMTYPE}
 
 
 class _Hashing:
@@ -50,11 +51,8 @@ def pack(source: str, out: IO[bytes]) -> Tuple[str, int, List[Member]]:
                 info = tarfile.TarInfo(member.path)
                 info.mode, info.uid, info.gid, info.uname, info.gname = member.mode, 0, 0, "", ""
                 info.mtime = int(os.lstat(full).st_mtime)
-                if member.type == "dir":
-                    info.type = tarfile.DIRTYPE
-                    tar.addfile(info)
-                elif member.type == "symlink":
-                    info.type, info.linkname = tarfile.SYMTYPE, str(member.target)
+                info.type, info.linkname = TAR_TYPES[member.type], member.target or ""
+                if member.type != "file":
                     tar.addfile(info)
                 else:
                     info.size = member.size

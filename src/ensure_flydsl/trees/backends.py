@@ -245,10 +245,6 @@ def _readlink(path: str) -> str:
         return "?"
 
 
-def s3_remedy() -> str:
-    return extra_remedy("s3", "point FLYDSL_CACHE at a folder")
-
-
 def remote_options(protocol: str) -> Dict[str, object]:
     """Timeouts and few retries: a silent endpoint fails within the network silence limit."""
     silence = network_silence_s()
@@ -269,7 +265,8 @@ class FsspecStore:
         try:
             fsspec: Any = importlib.import_module("fsspec")
         except ImportError:
-            raise CacheError(f"the cache {self.location} is a URL, which needs fsspec: " + s3_remedy()) from None
+            raise CacheError(f"the cache {self.location} is a URL, which needs fsspec: "
+                             + extra_remedy("s3", "point FLYDSL_CACHE at a folder")) from None
         self.read_only = False  # known only by trying: a refused write is reported where it happens
         self.down: Optional[str] = None
         scheme = location.split("://", 1)[0].lower()
@@ -282,13 +279,12 @@ class FsspecStore:
                                              **remote_options(scheme))
         except ImportError as exc:
             raise CacheError(f"the cache {self.location} needs a package fsspec could not import ({exc}): "
-                             + s3_remedy()) from None
+                             + extra_remedy("s3", "point FLYDSL_CACHE at a folder")) from None
         except (ValueError, TypeError) as exc:
             raise CacheError(f"the cache location {self.location} cannot be used: {exc}; use a folder or a URL such "
                              "as s3://bucket/prefix") from None
         except Exception as exc:  # a file system that connects when made (FTP, SFTP): down, said once
-            self.down = (f"cannot connect to the cache {self.location}: {type(exc).__name__}: {_one_line(exc)}; "
-                         f"{self._advice()}")
+            self.down = f"cannot connect to the cache {self.location}: {self._why(exc)}"
             return
         if hasattr(fs, "retries"):
             fs.retries = REMOTE_RETRIES
@@ -314,23 +310,28 @@ class FsspecStore:
         waiting.start()
         try:
             yield
+            return
         except FileNotFoundError:
             if not writing:
                 raise  # a miss
-            self._fail(f"cannot {what} in the cache {self.location}: its bucket or folder does not exist; create "
-                       "it, or point FLYDSL_CACHE at one that does")
+            why = "its bucket or folder does not exist; create it, or point FLYDSL_CACHE at one that does"
         except (CacheError, FileExistsError):
             raise
         except Exception as exc:
-            self._fail(f"cannot {what} in the cache {self.location}: {type(exc).__name__}: {_one_line(exc)}; "
-                       f"{self._advice()}")
+            why = self._why(exc)
         finally:
             waiting.cancel()
+        self.down = f"cannot {what} in the cache {self.location}: {why}"
+        raise CacheUnreachable(self.down) from None
 
-    def _advice(self) -> str:
+    def _why(self, exc: Exception) -> str:
+        """A failure of the remote in one line, with what to check."""
+        text = " ".join(str(exc).split())
         if self.location.split("://", 1)[0].lower() in ("s3", "s3a"):
-            return "check the credentials and the endpoint (AWS_ENDPOINT_URL_S3)"
-        return "check the URL's host, port and credentials, and that its server answers"
+            advice = "check the credentials and the endpoint (AWS_ENDPOINT_URL_S3)"
+        else:
+            advice = "check the URL's host, port and credentials, and that its server answers"
+        return f"{type(exc).__name__}: {text if len(text) <= 300 else text[:297] + '...'}; {advice}"
 
     def _make_parent(self, target: str) -> None:
         """The folder of ``target`` where folders exist; another host making it at once is no failure."""
@@ -347,10 +348,6 @@ class FsspecStore:
                     return
                 if attempt == tries:
                     raise
-
-    def _fail(self, message: str) -> None:
-        self.down = message
-        raise CacheUnreachable(message) from None
 
     def read_bytes(self, rel: str, limit: int) -> Optional[bytes]:
         try:
@@ -380,11 +377,8 @@ class FsspecStore:
         return tmp
 
     def commit_upload(self, tmp: str, rel: str) -> None:
-        try:
-            with self._remote(f"upload {rel}", writing=True):
-                self._put(rel, lambda target: self.fs.put_file(tmp, target))
-        finally:
-            remove_file(tmp)
+        with self._remote(f"upload {rel}", writing=True):  # the caller removes ``tmp``
+            self._put(rel, lambda target: self.fs.put_file(tmp, target))
 
     def put_bytes(self, rel: str, data: bytes) -> None:
         with self._remote(f"upload {rel}", writing=True):
@@ -453,11 +447,6 @@ class _RemoteReader:
     def read(self, size: int = -1) -> bytes:
         with self._store._remote(f"read {self._rel}"):
             return bytes(self._handle.read(size))
-
-
-def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
-    return text if len(text) <= 300 else text[:297] + "..."
 
 
 def _mtime(info: Any) -> Optional[float]:

@@ -127,10 +127,8 @@ class LeaseRecord:
 
     @classmethod
     def from_bytes(cls, data: bytes, kind: str, key: str, generation: int) -> "LeaseRecord":
-        """The record; an unreadable or invalid one reads as a lease of an unknown holder."""
+        """The record (as read, at most MAX_RECORD_BYTES); an unreadable or invalid one reads as an unknown holder's."""
         try:
-            if len(data) > MAX_RECORD_BYTES:
-                raise ValueError(f"{len(data)} bytes, more than a lease record holds")
             obj = json_object(data)
             if obj.get("kind") != kind or obj.get("key") != key:
                 raise ValueError("it names another kind or key")
