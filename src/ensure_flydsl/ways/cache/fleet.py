@@ -7,7 +7,7 @@ import contextlib
 import os
 import time
 from dataclasses import dataclass
-from typing import Callable, Dict, Generic, Iterator, Optional, Set, Tuple, TypeVar
+from typing import Callable, Dict, Generic, Iterator, Mapping, Optional, Set, Tuple, TypeVar
 
 from ensure_flydsl.errors import EnsureError, ExitCode, Stage
 from ensure_flydsl.settings import host_id
@@ -15,7 +15,7 @@ from ensure_flydsl.support.report import fmt_seconds
 from ensure_flydsl.trees import lease
 from ensure_flydsl.trees.backends import CacheError
 from ensure_flydsl.trees.remote import Cache, manifest_path
-from ensure_flydsl.ways.cache.provider import cache_failed, say_once, usable
+from ensure_flydsl.ways.cache.provider import cache_failed, mlir_from_cache, mlir_place, say_once, usable
 from ensure_flydsl.ways.context import Run
 
 T = TypeVar("T")
@@ -104,6 +104,11 @@ def take_turn(run: Run, cache: Cache, kind: str, key: str, what: str, fetch: Cal
             if waiter.followed:
                 run.tracker.follow(None, None, None)  # the holder's figures are no longer this run's
             run.facts.waited_for_lease(time.monotonic() - waiter.started if waiter.followed else 0.0)
+
+
+def mlir_turn(run: Run, cache: Cache, key: Mapping[str, object], what: str) -> Turn[str]:
+    """The turn at an MLIR key's lease: an install another host published is fetched from the cache."""
+    return take_turn(run, cache, "mlir", mlir_place(run, key)[0], what, lambda: mlir_from_cache(run, cache, key))
 
 
 class _Waiter:

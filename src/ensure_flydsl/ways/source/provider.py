@@ -24,7 +24,7 @@ from ensure_flydsl.trees.remote import Cache
 from ensure_flydsl.ways import Way, falls_back
 from ensure_flydsl.ways.base import DoctorCheck, Early, Provider, Shared
 from ensure_flydsl.ways.cache import provider as cached
-from ensure_flydsl.ways.cache.fleet import end_turn, holding, take_turn
+from ensure_flydsl.ways.cache.fleet import end_turn, holding, mlir_turn, take_turn
 from ensure_flydsl.ways.context import Decision, Run
 from ensure_flydsl.ways.release.provider import release_suggestion
 from ensure_flydsl.ways.source import environment as steps
@@ -149,9 +149,7 @@ class SourceProvider(Provider):
         key = inputs.key(run.interpreter.abi)
         if cache is None or key is None:  # an unknown LLVM commit: nothing to share, so no lease either
             return build_mlir(run, env, jobs, None, inputs)
-        ckey = cache_key("mlir", cached.mlir_fields(key, run.interpreter.platform))
-        turn = take_turn(run, cache, "mlir", ckey, f"MLIR for LLVM {cached.llvm_label(key)}",
-                         lambda: cached.mlir_from_cache(run, cache, key))
+        turn = mlir_turn(run, cache, key, f"MLIR for LLVM {cached.llvm_label(key)}")
         if turn.fetched is not None:
             run.facts.mlir = "cached"
             return turn.fetched, {"llvm": key}
@@ -161,9 +159,9 @@ class SourceProvider(Provider):
     def _tree_turn(self, run: Run, commit: str) -> Optional[Decision]:
         """The tree key's lease before build.sh; a verified cached tree when another host published it."""
         cache = self.cache
-        if cache is None or not cached.tree_shareable(run):
+        if cache is None or (fields := cached.tree_fields(run, commit)) is None:
             return None
-        key = cache_key("tree", cached.tree_fields(run, commit))
+        key = cache_key("tree", fields)
         turn = take_turn(run, cache, "tree", key, f"the FlyDSL tree for {commit[:8]}",
                          lambda: cached.tree_from_cache(run, cache, commit))
         self.tree_lease = turn.held
