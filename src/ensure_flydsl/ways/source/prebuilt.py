@@ -29,7 +29,7 @@ from ensure_flydsl.trees.backends import CacheCorrupt, remote_options
 from ensure_flydsl.trees.manifest import CHUNK, check_members
 from ensure_flydsl.trees.remote import Cache
 from ensure_flydsl.ways.cache import provider as cached
-from ensure_flydsl.ways.cache.fleet import Turn, holding, mlir_turn
+from ensure_flydsl.ways.cache.fleet import holding, mlir_turn
 from ensure_flydsl.ways.context import Run
 
 OFF, TRITON = "off", "triton"
@@ -221,12 +221,10 @@ def take_prebuilt(run: Run, cache: Optional[Cache], commit: str) -> Optional[Tup
         run.say(f"prebuilt MLIR for LLVM {commit[:12]} was downloaded before: {dest}")
         run.facts.mlir = taken
         return dest, identity
-    turn: Turn[str] = Turn()
-    if cache is not None:
-        turn = mlir_turn(run, cache, key, f"the prebuilt MLIR for LLVM {commit[:12]}")
-        if turn.fetched is not None:
-            run.facts.mlir = taken
-            return turn.fetched, identity
+    turn = mlir_turn(run, cache, key, f"the prebuilt MLIR for LLVM {commit[:12]}")
+    if turn.fetched is not None:
+        run.facts.mlir = taken
+        return turn.fetched, identity
     try:
         with holding(turn.held):  # Unusable is no build failure: the lease is given back for another host to try
             cached.make_room(dest)

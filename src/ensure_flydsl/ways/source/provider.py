@@ -24,7 +24,7 @@ from ensure_flydsl.trees.remote import Cache
 from ensure_flydsl.ways import Way, falls_back
 from ensure_flydsl.ways.base import DoctorCheck, Early, Provider, Shared
 from ensure_flydsl.ways.cache import provider as cached
-from ensure_flydsl.ways.cache.fleet import end_turn, holding, mlir_turn, take_turn
+from ensure_flydsl.ways.cache.fleet import Turn, end_turn, holding, mlir_turn, take_turn
 from ensure_flydsl.ways.context import Decision, Run
 from ensure_flydsl.ways.release.provider import release_suggestion
 from ensure_flydsl.ways.source import environment as steps
@@ -144,17 +144,16 @@ class SourceProvider(Provider):
 
     def _mlir(self, run: Run, env: Dict[str, str], jobs: int) -> Mlir:
         """build_llvm.sh under the MLIR key's lease, unless another host publishes that MLIR meanwhile."""
-        cache = self.cache
         inputs = pin_llvm_inputs(CheckoutFiles(run.settings.root), run.environ)
         key = inputs.key(run.interpreter.abi)
-        if cache is None or key is None:  # an unknown LLVM commit: nothing to share, so no lease either
-            return build_mlir(run, env, jobs, None, inputs)
-        turn = mlir_turn(run, cache, key, f"MLIR for LLVM {cached.llvm_label(key)}")
+        turn: Turn[str] = Turn()  # an unknown LLVM commit: nothing to share, so no lease either
+        if key is not None:
+            turn = mlir_turn(run, self.cache, key, f"MLIR for LLVM {cached.llvm_label(key)}")
         if turn.fetched is not None:
             run.facts.mlir = "cached"
             return turn.fetched, {"llvm": key}
         with holding(turn.held):
-            return build_mlir(run, env, jobs, cache, inputs)
+            return build_mlir(run, env, jobs, self.cache, inputs)
 
     def _tree_turn(self, run: Run, commit: str) -> Optional[Decision]:
         """The tree key's lease before build.sh; a verified cached tree when another host published it."""
