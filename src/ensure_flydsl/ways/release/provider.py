@@ -7,6 +7,7 @@ import concurrent.futures
 import contextlib
 import os
 import re
+from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from packaging.version import Version
@@ -39,14 +40,13 @@ class Refused(EnsureError):
     """The index's wheel is not built from the pin's sources, or fails the probe for a reason inside it."""
 
 
+@dataclass
 class ReleaseProvider(Provider):
     way = Way.RELEASE
     route = Plan.RELEASE
-
-    def __init__(self, version: str, early: Early, *, demanded: bool) -> None:
-        self.version = version
-        self.early = early  # the wheel downloaded beside the fetch, the probe started for it
-        self.demanded = demanded  # FLYDSL_STRATEGY=release: no wheel is the run's failure (exit 8)
+    version: str
+    early: Early  # the wheel downloaded beside the fetch, the probe started for it
+    demanded: bool  # FLYDSL_STRATEGY=release: no wheel is the run's failure (exit 8)
 
     @classmethod
     def for_run(cls, run: Run, shared: Shared) -> Optional[ReleaseProvider]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import shlex
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Dict, Mapping, NamedTuple, Optional, Tuple
 
 from ensure_flydsl import layout
@@ -54,17 +54,16 @@ class Prepared(NamedTuple):
         return self.provided.apply(env)
 
 
+@dataclass
 class SourceProvider(Provider):
     way = Way.SOURCE
     route = Plan.SOURCE
-
-    def __init__(self, cache: Optional[Cache], early: Early, doctor: DoctorCheck) -> None:
-        self.cache = cache  # MLIR from it, and the new tree and MLIR to it
-        self.early = early
-        self.doctor = doctor
-        self.built_now = False
-        self.tree_lease: Optional[HeldLease] = None  # held from before build.sh until the tree is published
-        self.prebuilt: Optional[str] = None  # the prebuilt MLIR build.sh runs against (FLYDSL_MLIR_URL)
+    cache: Optional[Cache]  # MLIR from it, and the new tree and MLIR to it
+    early: Early
+    doctor: DoctorCheck
+    built_now: bool = False
+    tree_lease: Optional[HeldLease] = None  # held from before build.sh until the tree is published
+    prebuilt: Optional[str] = None  # the prebuilt MLIR build.sh runs against (FLYDSL_MLIR_URL)
 
     @classmethod
     def for_run(cls, run: Run, shared: Shared) -> SourceProvider:

@@ -153,16 +153,12 @@ class ProvidedTool:
     def from_json(cls, name: str, data: object, root: str) -> Optional[ProvidedTool]:
         """The entry of ``name`` under ``root``, or None when it is not one the tool writes (a planted
         ``programs`` pointing at ``/bin/true``, a folder elsewhere)."""
-        entry = fields.from_json(cls, data)
-        if entry is None or not entry.spec.startswith(name) or entry.folder != os.path.join(root, name):
-            return None
-        own, inside = EXECUTABLES.get(name, ()), entry.folder + os.sep
-        if (own and name not in entry.programs) or not set(entry.programs) <= set(own):
-            return None
-        if not all(fields.absolute_path(p) is not None and os.path.normpath(p).startswith(inside)
-                   for p in entry.programs.values()):
-            return None
-        return entry
+        entry, own = fields.from_json(cls, data), EXECUTABLES.get(name, ())
+        ours = (entry is not None and entry.spec.startswith(name) and entry.folder == os.path.join(root, name)
+                and (name in entry.programs or not own) and set(entry.programs) <= set(own)
+                and all(fields.absolute_path(p) is not None and os.path.normpath(p).startswith(entry.folder + os.sep)
+                        for p in entry.programs.values()))
+        return entry if ours else None
 
     def usable(self, requirement: Optional[str]) -> bool:
         """Its files are still there and its version is good enough."""
