@@ -109,19 +109,15 @@ class SourceProvider(Provider):
 
     def _build(self, run: Run, commit: str, *, take_prebuilt: bool) -> Decision:
         """The fixes and tools, MLIR (``take_prebuilt``: FLYDSL_MLIR_URL's, when set), build.sh and the probe."""
-        settings, root = run.settings, run.settings.root
         with run.step(Stage.FIXES):
             prepared = prepare(run, self.cache, self.doctor, take_prebuilt)
         faults.point("fixes-applied")
-        jobs = settings.jobs or steps.default_jobs(steps.cpu_count(), steps.available_memory())
+        jobs = run.settings.jobs or steps.default_jobs(steps.cpu_count(), steps.available_memory())
         with run.step(Stage.LLVM):
             mlir_path, mlir_identity = prepared.mlir or self._mlir(
                 run, prepared.environment(run, jobs, None, hip=False), jobs)
         self.prebuilt = mlir_path if "prebuilt" in mlir_identity else None
         env = prepared.environment(run, jobs, mlir_path, hip=True)
-        if prepared.hip.check.needs_fix and not settings.fix_rocm_in_place:
-            overlay_package = os.path.join(layout.rocm_overlay(root), "lib", "cmake", "hip")
-            steps.drop_stale_hip_dir(layout.build_dir(root), overlay_package)
         with run.step(Stage.BUILD):
             fetched = self._tree_turn(run, commit)
             if fetched is not None:
@@ -190,8 +186,11 @@ def prepare(run: Run, cache: Optional[Cache], doctor: DoctorCheck, take_prebuilt
     rocm = steps.choose_rocm(settings.rocm_path, run.interpreter.executable, run.environ)
     if rocm.rocm_sdk is not None:
         run.say(f"ROCm: {rocm.said(settings.label('rocm_path'))}")
-    hip = steps.fix_hip(rocm.path, layout.rocm_overlay(root), in_place=settings.fix_rocm_in_place)
+    overlay = layout.rocm_overlay(root)
+    hip = steps.fix_hip(rocm.path, overlay, in_place=settings.fix_rocm_in_place)
     run.say("fix: " + hip.message)
+    if hip.cmake_prefixes == (overlay,):  # a build folder configured before the fix keeps its cached hip_DIR
+        steps.drop_stale_hip_dir(layout.build_dir(root), os.path.join(overlay, "lib", "cmake", "hip"))
     requirements = tool_requirements(needs)
     provided = provide_build_tools(layout.tools_dir(root), build_tools(needs, llvm=mlir is None), run.environ,
                                    python=run.interpreter.executable, say=run.say, requirements=requirements,
