@@ -40,11 +40,8 @@ def build_failure(stage: object, code: object) -> Optional[Stage]:
     """The stage of a failure a holder records: a build step with that step's exit code, else None ("llvm" with
     exit 0 would end a waiter with exit 0 and no env file)."""
     parsed = Stage.parse(stage)
-    if parsed is None or parsed not in HOLDER_STAGES or parsed.exit_code is None:
-        return None
-    if isinstance(code, bool) or not isinstance(code, int) or int(parsed.exit_code) != code:
-        return None
-    return parsed
+    return parsed if (parsed is not None and parsed in HOLDER_STAGES and parsed.exit_code is not None
+                      and type(code) is int and int(parsed.exit_code) == code) else None
 
 
 def believed(record: lease.LeaseRecord) -> lease.LeaseRecord:

@@ -216,7 +216,7 @@ def provide_build_tools(tools_dir: str, needs: Iterable[str], environ: Mapping[s
                         code: ExitCode = ExitCode.FLYDSL_BUILD) -> ProvidedTools:
     """Each needed tool of PROVIDABLE, the missing ones installed privately (nanobind must import in the target
     ``python``); ``code`` is a failure's exit code."""
-    requirements = dict(requirements or {})
+    requirements = requirements or {}
     if set(needs) - set(PROVIDABLE):
         raise ValueError(f"cannot provide {', '.join(sorted(set(needs) - set(PROVIDABLE)))}; only "
                          f"{', '.join(PROVIDABLE)}")
@@ -235,15 +235,13 @@ def provide_build_tools(tools_dir: str, needs: Iterable[str], environ: Mapping[s
             continue
         entry = record.get(name)
         if entry is not None and entry.usable(requirement):
-            provided[name] = entry.version
             _link_programs(root, entry.programs, entry.folder)  # repairs a removed link
-            continue
-        installed_now = _install_privately(name, requirement, root, python, environ, code, state, say)
-        record[name] = installed_now
-        atomic_write_json(stamp_path, {tool: asdict(made) for tool, made in record.items()})
-        provided[name] = installed_now.version
-        installed.append(name)
-        say(f"fix: provided {name} {provided[name]} in {installed_now.folder}")
+        else:
+            entry = record[name] = _install_privately(name, requirement, root, python, environ, code, state, say)
+            atomic_write_json(stamp_path, {tool: asdict(made) for tool, made in record.items()})
+            installed.append(name)
+            say(f"fix: provided {name} {entry.version} in {entry.folder}")
+        provided[name] = entry.version
     path = [os.path.join(root, "bin")] if any(n in EXECUTABLES for n in provided) else []
     # nanobind: `import nanobind` in build.sh, and find_package(nanobind CONFIG) under <prefix>/nanobind/cmake.
     folders = [record["nanobind"].folder] if "nanobind" in provided else []
