@@ -156,7 +156,7 @@ class _Waiter:
 
     def _take(self, generation: int, failures_before: int) -> Optional[lease.HeldLease]:
         if generation <= self.refused:
-            generation = self._past_refused(generation)
+            generation = self._past_refused()
         self.run.tracker.follow(None, None, None)  # the figures followed so far were the old holder's
         record = lease.LeaseRecord(kind=self.kind, key=self.key, generation=generation, host=host_id(self.run.environ),
                              run_id=self.run.run_id, pid=os.getpid(),
@@ -171,7 +171,7 @@ class _Waiter:
         step, percent, eta = self.run.tracker.step_progress()
         return step or self.run.step_name, percent, eta
 
-    def _past_refused(self, generation: int) -> int:
+    def _past_refused(self) -> int:
         """The generation after the refused one, unlisted now; CacheError after UNLISTED_TAKES such takes."""
         self.unlisted += 1
         path = lease.generation_path(self.kind, self.key, self.refused)
