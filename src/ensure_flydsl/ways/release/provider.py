@@ -173,15 +173,11 @@ def wheel_fault(probe: Probe, packages: str, sources: str) -> Optional[str]:
     """The failure of ``probe`` when its cause is what the wheel adds to the pin's ``sources`` (a generated
     ``_mlir`` for another ABI); None otherwise, e.g. for a missing third-party module that a build lacks too."""
     failed = [m for m in probe.modules if m.error or not m.file]
-    for module in failed:
-        missing = _NO_MODULE.match(module.error or "")
-        if missing and missing.group(1).split(".")[0] not in TREE_PACKAGES:
-            return None
-    for module in failed:
-        error = module.error or ""
-        if _names_generated(error, packages, sources):
-            return f"{module.name} does not import: {error}"
-    return None
+    missing = (_NO_MODULE.match(m.error or "") for m in failed)
+    if any(found and found.group(1).split(".")[0] not in TREE_PACKAGES for found in missing):
+        return None
+    return next((f"{m.name} does not import: {m.error}" for m in failed
+                 if m.error and _names_generated(m.error, packages, sources)), None)
 
 
 def _names_generated(error: str, packages: str, sources: str) -> bool:
