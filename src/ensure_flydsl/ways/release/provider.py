@@ -191,12 +191,10 @@ def _names_generated(error: str, packages: str, sources: str) -> bool:
         with contextlib.suppress(OSError):
             if any(entry == leaf or entry.startswith(leaf + ".") for entry in os.listdir(folder)):
                 return True
-    for top in {packages, os.path.realpath(packages)}:
-        for match in re.finditer(re.escape(top + os.sep) + r"([^:\s)'\"]+)", error):
-            rel = match.group(1)
-            if not rel.startswith("flydsl/") or not os.path.isfile(os.path.join(sources, rel[len("flydsl/"):])):
-                return True
-    return False
+    installed = (rel for top in {packages, os.path.realpath(packages)}
+                 for rel in re.findall(re.escape(top + os.sep) + r"([^:\s)'\"]+)", error))
+    return any(not rel.startswith("flydsl/") or not os.path.isfile(os.path.join(sources, rel[len("flydsl/"):]))
+               for rel in installed)
 
 
 # Stages only a source build goes through: a release install does not need what blocks them.
