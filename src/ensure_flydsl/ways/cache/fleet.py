@@ -7,7 +7,7 @@ import contextlib
 import os
 import time
 from dataclasses import dataclass
-from typing import Callable, Dict, Generic, Iterator, Optional, Set, Tuple, TypeVar
+from typing import Callable, Dict, Generic, Iterator, Mapping, Optional, Set, Tuple, TypeVar
 
 from ensure_flydsl.errors import EnsureError, ExitCode, Stage
 from ensure_flydsl.settings import host_id
@@ -15,7 +15,7 @@ from ensure_flydsl.support.report import fmt_seconds
 from ensure_flydsl.trees import lease
 from ensure_flydsl.trees.backends import CacheError
 from ensure_flydsl.trees.remote import Cache, manifest_path
-from ensure_flydsl.ways.cache.provider import cache_failed, say_once, usable
+from ensure_flydsl.ways.cache.provider import cache_failed, mlir_from_cache, mlir_place, say_once, usable
 from ensure_flydsl.ways.context import Run
 
 T = TypeVar("T")
@@ -40,11 +40,8 @@ def build_failure(stage: object, code: object) -> Optional[Stage]:
     """The stage of a failure a holder records: a build step with that step's exit code, else None ("llvm" with
     exit 0 would end a waiter with exit 0 and no env file)."""
     parsed = Stage.parse(stage)
-    if parsed is None or parsed not in HOLDER_STAGES or parsed.exit_code is None:
-        return None
-    if isinstance(code, bool) or not isinstance(code, int) or int(parsed.exit_code) != code:
-        return None
-    return parsed
+    return parsed if (parsed is not None and parsed in HOLDER_STAGES and parsed.exit_code is not None
+                      and type(code) is int and int(parsed.exit_code) == code) else None
 
 
 def believed(record: lease.LeaseRecord) -> lease.LeaseRecord:
@@ -106,6 +103,13 @@ def take_turn(run: Run, cache: Cache, kind: str, key: str, what: str, fetch: Cal
             run.facts.waited_for_lease(time.monotonic() - waiter.started if waiter.followed else 0.0)
 
 
+def mlir_turn(run: Run, cache: Optional[Cache], key: Mapping[str, object], what: str) -> Turn[str]:
+    """The turn at an MLIR key's lease (none without a cache): an install another host published is fetched."""
+    if cache is None:
+        return Turn()
+    return take_turn(run, cache, "mlir", mlir_place(run, key)[0], what, lambda: mlir_from_cache(run, cache, key))
+
+
 class _Waiter:
     """One run's view of a key's lease: take it when free, dead or failed once; else wait and report."""
 
@@ -152,7 +156,7 @@ class _Waiter:
 
     def _take(self, generation: int, failures_before: int) -> Optional[lease.HeldLease]:
         if generation <= self.refused:
-            generation = self._past_refused(generation)
+            generation = self._past_refused()
         self.run.tracker.follow(None, None, None)  # the figures followed so far were the old holder's
         record = lease.LeaseRecord(kind=self.kind, key=self.key, generation=generation, host=host_id(self.run.environ),
                              run_id=self.run.run_id, pid=os.getpid(),
@@ -167,7 +171,7 @@ class _Waiter:
         step, percent, eta = self.run.tracker.step_progress()
         return step or self.run.step_name, percent, eta
 
-    def _past_refused(self, generation: int) -> int:
+    def _past_refused(self) -> int:
         """The generation after the refused one, unlisted now; CacheError after UNLISTED_TAKES such takes."""
         self.unlisted += 1
         path = lease.generation_path(self.kind, self.key, self.refused)

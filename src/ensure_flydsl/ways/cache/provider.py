@@ -69,35 +69,37 @@ def usable(cache: Cache, *, writing: bool = False) -> bool:
     return cache.down is None and not (writing and cache.read_only)
 
 
-def mlir_spec(run: Run) -> Dict[str, object]:
-    """What a source build's MLIR is made from (known before anything is built)."""
-    if run.settings.mlir_path is not None:
-        return {"mlir_path": run.settings.mlir_path}
-    return {"llvm": pin_llvm_inputs(CheckoutFiles(run.settings.root), run.environ).key(run.interpreter.abi)}
+def tree_fields(run: Run, commit: str) -> Optional[Dict[str, object]]:
+    """A source build's cache fields, its MLIR's making known before anything is built; None when they cannot
+    name that MLIR (the pin's LLVM commit is unknown)."""
+    settings = run.settings
+    mlir = ({"mlir_path": settings.mlir_path} if settings.mlir_path is not None else
+            {"llvm": pin_llvm_inputs(CheckoutFiles(settings.root), run.environ).key(run.interpreter.abi)})
+    if mlir == {"llvm": None}:
+        return None
+    build_script = file_sha256(os.path.join(settings.root, "scripts", "build.sh"))
+    return {**tree_identity(run, commit), "build_script": build_script, "mlir": mlir}
 
 
-def tree_shareable(run: Run) -> bool:
-    """Whether the tree's key can name its MLIR: not when the pin's LLVM commit is unknown."""
-    return mlir_spec(run) != {"llvm": None}
+def mlir_fields(run: Run, key: Mapping[str, object]) -> Dict[str, object]:
+    return {**key, "platform": run.interpreter.platform}
 
 
-def tree_fields(run: Run, commit: str) -> Dict[str, object]:
-    build_script = file_sha256(os.path.join(run.settings.root, "scripts", "build.sh"))
-    return {**tree_identity(run, commit), "build_script": build_script, "mlir": mlir_spec(run)}
-
-
-def mlir_fields(key: Mapping[str, object], platform: str) -> Dict[str, object]:
-    return {**key, "platform": platform}
+def mlir_place(run: Run, key: Mapping[str, object]) -> Tuple[str, str]:
+    """The cache key of an MLIR key, and the tool's own folder an install fetched for it goes to."""
+    ckey = cache_key("mlir", mlir_fields(run, key))
+    return ckey, os.path.join(cached_mlir_dir(run.settings.base_dir), ckey[:32])
 
 
 def tree_from_cache(run: Run, cache: Cache, commit: str, early: Optional[Early] = None) -> Optional[Decision]:
     """The tree for this commit and interpreter, fetched and verified; None (said why) when there is none."""
-    if not tree_shareable(run):
+    fields = tree_fields(run, commit)
+    if fields is None:
         run.say("cache: not looked up: the pin's LLVM commit is unknown, so no entry can be known to match")
         return None
     if not usable(cache):
         return None
-    key = cache_key("tree", tree_fields(run, commit))
+    key = cache_key("tree", fields)
     entry = _find(run, cache, "tree", key, f"tree entry for {commit[:8]}",
                   f"no tree for {commit[:12]} and {run.interpreter.abi}")
     if entry is None:
@@ -134,18 +136,16 @@ def tree_from_cache(run: Run, cache: Cache, commit: str, early: Optional[Early] 
 
 def publish_tree(run: Run, cache: Cache, commit: str) -> None:
     """Share a verified source build (a failure to share never fails the run)."""
-    if not tree_shareable(run):
+    fields = tree_fields(run, commit)
+    if fields is None:
         run.say("cache: the tree is not published: it was built from an MLIR of an unknown LLVM commit")
         return
-    _publish(run, cache, "tree", tree_fields(run, commit), packages_dir(run.settings.root))
+    _publish(run, cache, "tree", fields, packages_dir(run.settings.root))
 
 
 def mlir_from_cache(run: Run, cache: Cache, key: Mapping[str, object]) -> Optional[str]:
     """An MLIR install for this LLVM key, fetched into the tool's own folder, or None."""
-    fields = mlir_fields(key, run.interpreter.platform)
-    ckey = cache_key("mlir", fields)
-    folder = cached_mlir_dir(run.settings.base_dir)
-    dest = os.path.join(folder, ckey[:32])
+    ckey, dest = mlir_place(run, key)
     if os.path.isdir(os.path.join(dest, "lib", "cmake", "mlir")):
         run.say(f"cache: MLIR {ckey[:12]} was fetched before: {dest}")
         run.facts.looked_up("mlir", hit=True)
@@ -170,7 +170,7 @@ def mlir_from_cache(run: Run, cache: Cache, key: Mapping[str, object]) -> Option
 
 
 def publish_mlir(run: Run, cache: Cache, key: Mapping[str, object], install: str) -> None:
-    _publish(run, cache, "mlir", mlir_fields(key, run.interpreter.platform), install)
+    _publish(run, cache, "mlir", mlir_fields(run, key), install)
 
 
 def _find(run: Run, cache: Cache, kind: str, key: str, what: str, missing: str) -> Optional[CacheEntry]:

@@ -64,18 +64,6 @@ def wheel_tags(interpreter: Interpreter) -> List[str]:
     return options
 
 
-def disk_full(output: str, folder: str, version: str) -> Optional[EnsureError]:
-    """The error for a download pip gave up because the file system of ``folder`` is full (pip's traceback
-    ends in ENOSPC's or EDQUOT's errno), said as every full file system is; None for any other."""
-    quota = f"[Errno {errno.EDQUOT}]" in output or "Disk quota exceeded" in output
-    if not quota and f"[Errno {errno.ENOSPC}]" not in output and "No space left on device" not in output:
-        return None
-    return EnsureError(ExitCode.ARTIFACT, f"the flydsl=={version} wheel could not be downloaded into {folder}: "
-                       f"{space.no_space(folder, errno.EDQUOT if quota else errno.ENOSPC)}", stage=Stage.RELEASE,
-                       hint=f"free space on the file system of {folder} (a FlyDSL wheel is about 75 MB, its install "
-                       "about 270 MB), or set FLYDSL_ROOT to a folder on a roomier one")
-
-
 class WheelDownload:
     """``pip download`` of ``flydsl==version`` into the new ``folder``, in the background beside git's fetch;
     bytes arriving there (pip's temporary files too), or a line other than a retry, are its signs of life."""
@@ -127,7 +115,7 @@ class WheelDownload:
         for line in self._lines:
             sink(line)
         if proc.returncode != 0:
-            raise disk_full("\n".join(self._lines), self.folder, self.version) or self._failed(proc.returncode)
+            raise self._failed(proc.returncode)
         wheels = [name for name in os.listdir(self.folder) if name.startswith("flydsl-") and name.endswith(".whl")]
         if len(wheels) != 1:
             raise EnsureError(ExitCode.ARTIFACT, f"pip download of flydsl=={self.version} left {len(wheels)} "
@@ -135,7 +123,16 @@ class WheelDownload:
         return os.path.join(self.folder, wheels[0])
 
     def _failed(self, returncode: int) -> EnsureError:
-        output = "\n".join(self._lines)
+        """Why pip failed; a full file system (pip's traceback ends in ENOSPC's or EDQUOT's errno) is said as every
+        full file system is."""
+        output, folder = "\n".join(self._lines), self.folder
+        quota = f"[Errno {errno.EDQUOT}]" in output or "Disk quota exceeded" in output
+        if quota or f"[Errno {errno.ENOSPC}]" in output or "No space left on device" in output:
+            return EnsureError(ExitCode.ARTIFACT, f"the flydsl=={self.version} wheel could not be downloaded into "
+                               f"{folder}: {space.no_space(folder, errno.EDQUOT if quota else errno.ENOSPC)}",
+                               stage=Stage.RELEASE, hint=f"free space on the file system of {folder} (a FlyDSL wheel "
+                               "is about 75 MB, its install about 270 MB), or set FLYDSL_ROOT to a folder on a roomier "
+                               "one")
         lines = [line for line in self._lines if line.strip()]
         why = next((line.strip() for line in lines if "No matching distribution" in line or "ERROR" in line),
                    lines[-1].strip() if lines else f"pip exited with {returncode}")

@@ -7,6 +7,7 @@ import concurrent.futures
 import contextlib
 import os
 import re
+from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from packaging.version import Version
@@ -39,14 +40,13 @@ class Refused(EnsureError):
     """The index's wheel is not built from the pin's sources, or fails the probe for a reason inside it."""
 
 
+@dataclass
 class ReleaseProvider(Provider):
     way = Way.RELEASE
     route = Plan.RELEASE
-
-    def __init__(self, version: str, early: Early, *, demanded: bool) -> None:
-        self.version = version
-        self.early = early  # the wheel downloaded beside the fetch, the probe started for it
-        self.demanded = demanded  # FLYDSL_STRATEGY=release: no wheel is the run's failure (exit 8)
+    version: str
+    early: Early  # the wheel downloaded beside the fetch, the probe started for it
+    demanded: bool  # FLYDSL_STRATEGY=release: no wheel is the run's failure (exit 8)
 
     @classmethod
     def for_run(cls, run: Run, shared: Shared) -> Optional[ReleaseProvider]:
@@ -173,15 +173,11 @@ def wheel_fault(probe: Probe, packages: str, sources: str) -> Optional[str]:
     """The failure of ``probe`` when its cause is what the wheel adds to the pin's ``sources`` (a generated
     ``_mlir`` for another ABI); None otherwise, e.g. for a missing third-party module that a build lacks too."""
     failed = [m for m in probe.modules if m.error or not m.file]
-    for module in failed:
-        missing = _NO_MODULE.match(module.error or "")
-        if missing and missing.group(1).split(".")[0] not in TREE_PACKAGES:
-            return None
-    for module in failed:
-        error = module.error or ""
-        if _names_generated(error, packages, sources):
-            return f"{module.name} does not import: {error}"
-    return None
+    missing = (_NO_MODULE.match(m.error or "") for m in failed)
+    if any(found and found.group(1).split(".")[0] not in TREE_PACKAGES for found in missing):
+        return None
+    return next((f"{m.name} does not import: {m.error}" for m in failed
+                 if m.error and _names_generated(m.error, packages, sources)), None)
 
 
 def _names_generated(error: str, packages: str, sources: str) -> bool:
@@ -195,12 +191,10 @@ def _names_generated(error: str, packages: str, sources: str) -> bool:
         with contextlib.suppress(OSError):
             if any(entry == leaf or entry.startswith(leaf + ".") for entry in os.listdir(folder)):
                 return True
-    for top in {packages, os.path.realpath(packages)}:
-        for match in re.finditer(re.escape(top + os.sep) + r"([^:\s)'\"]+)", error):
-            rel = match.group(1)
-            if not rel.startswith("flydsl/") or not os.path.isfile(os.path.join(sources, rel[len("flydsl/"):])):
-                return True
-    return False
+    installed = (rel for top in {packages, os.path.realpath(packages)}
+                 for rel in re.findall(re.escape(top + os.sep) + r"([^:\s)'\"]+)", error))
+    return any(not rel.startswith("flydsl/") or not os.path.isfile(os.path.join(sources, rel[len("flydsl/"):]))
+               for rel in installed)
 
 
 # Stages only a source build goes through: a release install does not need what blocks them.

@@ -112,11 +112,8 @@ class Provenance:
         total = len(self.compared)
         if not total:
             return "the checkout has no files in python/flydsl to compare"
-        parts = []
-        if self.differ:
-            parts.append(f"{len(self.differ)} of {total} files differ, e.g. flydsl/{self.differ[0]}")
-        if self.missing:
-            parts.append(f"{len(self.missing)} of {total} files are not in the wheel, e.g. flydsl/{self.missing[0]}")
+        parts = [f"{len(found)} of {total} files {what}, e.g. flydsl/{found[0]}"
+                 for found, what in ((self.differ, "differ"), (self.missing, "are not in the wheel")) if found]
         if self.foreign:
             parts.append(f"the wheel holds {len(self.foreign)} files a FlyDSL wheel must not, e.g. {self.foreign[0]}")
         return "; ".join(parts) if parts else f"all {total} files are byte-identical"

@@ -63,9 +63,8 @@ def check_mlir(ctx: RunContext) -> Check:
         if not environment.is_mlir_install(s.mlir_path):  # ensure refuses it as bad input
             return Check("mlir", WRONG, f"{label}={s.mlir_path} holds no lib/cmake/mlir", remedy, blocking=True,
                          stage=Stage.SETTINGS)
-        configs = [os.path.join(s.mlir_path, "lib", "cmake", "mlir", n)
-                   for n in ("MLIRConfig.cmake", "mlir-config.cmake")]
-        if not any(os.path.isfile(c) for c in configs) and ctx.needs.cmake:
+        configs = ("MLIRConfig.cmake", "mlir-config.cmake")
+        if ctx.needs.cmake and not any(os.path.isfile(os.path.join(s.mlir_path, "lib/cmake/mlir", c)) for c in configs):
             return Check("mlir", WRONG, f"{label}={s.mlir_path} holds no lib/cmake/mlir/MLIRConfig.cmake: the "
                          "build's find_package(MLIR) will fail", remedy, blocking=True, stage=Stage.BUILD)
         return passed("mlir", f"{label}={s.mlir_path}; no LLVM build", Stage.BUILD)

@@ -169,8 +169,7 @@ def check_hip(rocm_path: str) -> HipCheck:
 
 
 def _listing_digest(folder: str) -> str:
-    names = sorted(os.listdir(folder)) if os.path.isdir(folder) else []
-    return hashlib.sha256("\0".join(names).encode(errors="replace")).hexdigest()
+    return hashlib.sha256("\0".join(sorted(os.listdir(folder))).encode(errors="replace")).hexdigest()
 
 
 def _names(value: object) -> Optional[Tuple[str, ...]]:
@@ -204,14 +203,14 @@ class OverlayKey(fields.Record):
 
 def provide_hip_overlay(rocm_path: str, overlay: str, check: HipCheck) -> Tuple[bool, str]:
     """Build (or keep) the private overlay for ``rocm_path``: whether anything changed, and the ignored clause."""
-    package = check.package_dir or ""
-    files = [(name, os.stat(os.path.join(package, name))) for name in sorted(os.listdir(package))] if package else []
-    key = OverlayKey(rocm_path=rocm_path, entries=tuple(sorted(os.listdir(rocm_path)) if os.path.isdir(rocm_path)
-                                                        else ()),
+    package = check.package_dir
+    assert package is not None and check.actual is not None  # a package that needs the fix
+    files = [(name, os.stat(os.path.join(package, name))) for name in sorted(os.listdir(package))]
+    key = OverlayKey(rocm_path=rocm_path, entries=tuple(sorted(os.listdir(rocm_path))),
                      lib=_listing_digest(os.path.join(rocm_path, "lib")),
                      cmake=_listing_digest(os.path.join(rocm_path, "lib", "cmake")),
                      package=tuple((name, st.st_size, int(st.st_mtime)) for name, st in files),
-                     missing=tuple(check.missing), actual=check.actual)
+                     missing=check.missing, actual=check.actual)
     stamp = overlay_stamp(overlay)
     data = read_json(stamp)
     recorded = OverlayKey.from_json(data.get("key")) if data is not None else None
@@ -227,9 +226,8 @@ def provide_hip_overlay(rocm_path: str, overlay: str, check: HipCheck) -> Tuple[
         for entry in os.listdir(os.path.join(rocm_path, folder)):
             if entry not in skipped:
                 os.symlink(os.path.join(rocm_path, folder, entry), os.path.join(overlay, folder, entry))
-    assert check.package_dir is not None and check.actual is not None
     # A copy, links inside it followed: hip-config.cmake takes its prefix from the REALPATH of a linked file.
-    shutil.copytree(check.package_dir, os.path.join(overlay, "lib", "cmake", "hip"), symlinks=False,
+    shutil.copytree(package, os.path.join(overlay, "lib", "cmake", "hip"), symlinks=False,
                     ignore_dangling_symlinks=True)
     for name in check.missing:
         os.symlink(check.actual, os.path.join(overlay, "lib", name))

@@ -20,17 +20,16 @@ import urllib.request
 import zlib
 from typing import IO, Any, Callable, Dict, Iterator, Optional, Tuple
 
-from ensure_flydsl import layout
 from ensure_flydsl.support import processes
 from ensure_flydsl.support.files import remove_tree, rename_into_place
 from ensure_flydsl.support.space import size_text
 from ensure_flydsl.support.urls import shown_location
 from ensure_flydsl.trees import archive
 from ensure_flydsl.trees.backends import CacheCorrupt, remote_options
-from ensure_flydsl.trees.manifest import CHUNK, cache_key, check_members
+from ensure_flydsl.trees.manifest import CHUNK, check_members
 from ensure_flydsl.trees.remote import Cache
 from ensure_flydsl.ways.cache import provider as cached
-from ensure_flydsl.ways.cache.fleet import Turn, holding, take_turn
+from ensure_flydsl.ways.cache.fleet import holding, mlir_turn
 from ensure_flydsl.ways.context import Run
 
 OFF, TRITON = "off", "triton"
@@ -215,21 +214,17 @@ def take_prebuilt(run: Run, cache: Optional[Cache], commit: str) -> Optional[Tup
         run.say(f"prebuilt MLIR: not used ({exc}); building LLVM/MLIR instead")
         return None
     key: Dict[str, object] = {"llvm_commit": commit, "prebuilt": url}  # never a local build's key
-    ckey = cache_key("mlir", cached.mlir_fields(key, run.interpreter.platform))
-    dest = os.path.join(layout.cached_mlir_dir(run.settings.base_dir), ckey[:32])
+    dest = cached.mlir_place(run, key)[1]
     identity = dict(key)  # the build's stamp: FlyDSL is built again when its MLIR comes from elsewhere
     taken = f"prebuilt {shown_location(url)}"
     if os.path.isfile(os.path.join(dest, *CONFIG.split("/"))):
         run.say(f"prebuilt MLIR for LLVM {commit[:12]} was downloaded before: {dest}")
         run.facts.mlir = taken
         return dest, identity
-    turn: Turn[str] = Turn()
-    if cache is not None:
-        turn = take_turn(run, cache, "mlir", ckey, f"the prebuilt MLIR for LLVM {commit[:12]}",
-                         lambda: cached.mlir_from_cache(run, cache, key))
-        if turn.fetched is not None:
-            run.facts.mlir = taken
-            return turn.fetched, identity
+    turn = mlir_turn(run, cache, key, f"the prebuilt MLIR for LLVM {commit[:12]}")
+    if turn.fetched is not None:
+        run.facts.mlir = taken
+        return turn.fetched, identity
     try:
         with holding(turn.held):  # Unusable is no build failure: the lease is given back for another host to try
             cached.make_room(dest)

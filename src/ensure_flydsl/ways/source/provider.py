@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import shlex
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Dict, Mapping, NamedTuple, Optional, Tuple
 
 from ensure_flydsl import layout
@@ -24,7 +24,7 @@ from ensure_flydsl.trees.remote import Cache
 from ensure_flydsl.ways import Way, falls_back
 from ensure_flydsl.ways.base import DoctorCheck, Early, Provider, Shared
 from ensure_flydsl.ways.cache import provider as cached
-from ensure_flydsl.ways.cache.fleet import end_turn, holding, take_turn
+from ensure_flydsl.ways.cache.fleet import Turn, end_turn, holding, mlir_turn, take_turn
 from ensure_flydsl.ways.context import Decision, Run
 from ensure_flydsl.ways.release.provider import release_suggestion
 from ensure_flydsl.ways.source import environment as steps
@@ -54,17 +54,16 @@ class Prepared(NamedTuple):
         return self.provided.apply(env)
 
 
+@dataclass
 class SourceProvider(Provider):
     way = Way.SOURCE
     route = Plan.SOURCE
-
-    def __init__(self, cache: Optional[Cache], early: Early, doctor: DoctorCheck) -> None:
-        self.cache = cache  # MLIR from it, and the new tree and MLIR to it
-        self.early = early
-        self.doctor = doctor
-        self.built_now = False
-        self.tree_lease: Optional[HeldLease] = None  # held from before build.sh until the tree is published
-        self.prebuilt: Optional[str] = None  # the prebuilt MLIR build.sh runs against (FLYDSL_MLIR_URL)
+    cache: Optional[Cache]  # MLIR from it, and the new tree and MLIR to it
+    early: Early
+    doctor: DoctorCheck
+    built_now: bool = False
+    tree_lease: Optional[HeldLease] = None  # held from before build.sh until the tree is published
+    prebuilt: Optional[str] = None  # the prebuilt MLIR build.sh runs against (FLYDSL_MLIR_URL)
 
     @classmethod
     def for_run(cls, run: Run, shared: Shared) -> SourceProvider:
@@ -110,19 +109,15 @@ class SourceProvider(Provider):
 
     def _build(self, run: Run, commit: str, *, take_prebuilt: bool) -> Decision:
         """The fixes and tools, MLIR (``take_prebuilt``: FLYDSL_MLIR_URL's, when set), build.sh and the probe."""
-        settings, root = run.settings, run.settings.root
         with run.step(Stage.FIXES):
             prepared = prepare(run, self.cache, self.doctor, take_prebuilt)
         faults.point("fixes-applied")
-        jobs = settings.jobs or steps.default_jobs(steps.cpu_count(), steps.available_memory())
+        jobs = run.settings.jobs or steps.default_jobs(steps.cpu_count(), steps.available_memory())
         with run.step(Stage.LLVM):
             mlir_path, mlir_identity = prepared.mlir or self._mlir(
                 run, prepared.environment(run, jobs, None, hip=False), jobs)
         self.prebuilt = mlir_path if "prebuilt" in mlir_identity else None
         env = prepared.environment(run, jobs, mlir_path, hip=True)
-        if prepared.hip.check.needs_fix and not settings.fix_rocm_in_place:
-            overlay_package = os.path.join(layout.rocm_overlay(root), "lib", "cmake", "hip")
-            steps.drop_stale_hip_dir(layout.build_dir(root), overlay_package)
         with run.step(Stage.BUILD):
             fetched = self._tree_turn(run, commit)
             if fetched is not None:
@@ -144,26 +139,23 @@ class SourceProvider(Provider):
 
     def _mlir(self, run: Run, env: Dict[str, str], jobs: int) -> Mlir:
         """build_llvm.sh under the MLIR key's lease, unless another host publishes that MLIR meanwhile."""
-        cache = self.cache
         inputs = pin_llvm_inputs(CheckoutFiles(run.settings.root), run.environ)
         key = inputs.key(run.interpreter.abi)
-        if cache is None or key is None:  # an unknown LLVM commit: nothing to share, so no lease either
-            return build_mlir(run, env, jobs, None, inputs)
-        ckey = cache_key("mlir", cached.mlir_fields(key, run.interpreter.platform))
-        turn = take_turn(run, cache, "mlir", ckey, f"MLIR for LLVM {cached.llvm_label(key)}",
-                         lambda: cached.mlir_from_cache(run, cache, key))
+        turn: Turn[str] = Turn()  # an unknown LLVM commit: nothing to share, so no lease either
+        if key is not None:
+            turn = mlir_turn(run, self.cache, key, f"MLIR for LLVM {cached.llvm_label(key)}")
         if turn.fetched is not None:
             run.facts.mlir = "cached"
             return turn.fetched, {"llvm": key}
         with holding(turn.held):
-            return build_mlir(run, env, jobs, cache, inputs)
+            return build_mlir(run, env, jobs, self.cache, inputs)
 
     def _tree_turn(self, run: Run, commit: str) -> Optional[Decision]:
         """The tree key's lease before build.sh; a verified cached tree when another host published it."""
         cache = self.cache
-        if cache is None or not cached.tree_shareable(run):
+        if cache is None or (fields := cached.tree_fields(run, commit)) is None:
             return None
-        key = cache_key("tree", cached.tree_fields(run, commit))
+        key = cache_key("tree", fields)
         turn = take_turn(run, cache, "tree", key, f"the FlyDSL tree for {commit[:8]}",
                          lambda: cached.tree_from_cache(run, cache, commit))
         self.tree_lease = turn.held
@@ -194,8 +186,11 @@ def prepare(run: Run, cache: Optional[Cache], doctor: DoctorCheck, take_prebuilt
     rocm = steps.choose_rocm(settings.rocm_path, run.interpreter.executable, run.environ)
     if rocm.rocm_sdk is not None:
         run.say(f"ROCm: {rocm.said(settings.label('rocm_path'))}")
-    hip = steps.fix_hip(rocm.path, layout.rocm_overlay(root), in_place=settings.fix_rocm_in_place)
+    overlay = layout.rocm_overlay(root)
+    hip = steps.fix_hip(rocm.path, overlay, in_place=settings.fix_rocm_in_place)
     run.say("fix: " + hip.message)
+    if hip.cmake_prefixes == (overlay,):  # a build folder configured before the fix keeps its cached hip_DIR
+        steps.drop_stale_hip_dir(layout.build_dir(root), os.path.join(overlay, "lib", "cmake", "hip"))
     requirements = tool_requirements(needs)
     provided = provide_build_tools(layout.tools_dir(root), build_tools(needs, llvm=mlir is None), run.environ,
                                    python=run.interpreter.executable, say=run.say, requirements=requirements,

@@ -153,16 +153,12 @@ class ProvidedTool:
     def from_json(cls, name: str, data: object, root: str) -> Optional[ProvidedTool]:
         """The entry of ``name`` under ``root``, or None when it is not one the tool writes (a planted
         ``programs`` pointing at ``/bin/true``, a folder elsewhere)."""
-        entry = fields.from_json(cls, data)
-        if entry is None or not entry.spec.startswith(name) or entry.folder != os.path.join(root, name):
-            return None
-        own, inside = EXECUTABLES.get(name, ()), entry.folder + os.sep
-        if (own and name not in entry.programs) or not set(entry.programs) <= set(own):
-            return None
-        if not all(fields.absolute_path(p) is not None and os.path.normpath(p).startswith(inside)
-                   for p in entry.programs.values()):
-            return None
-        return entry
+        entry, own = fields.from_json(cls, data), EXECUTABLES.get(name, ())
+        ours = (entry is not None and entry.spec.startswith(name) and entry.folder == os.path.join(root, name)
+                and (name in entry.programs or not own) and set(entry.programs) <= set(own)
+                and all(fields.absolute_path(p) is not None and os.path.normpath(p).startswith(entry.folder + os.sep)
+                        for p in entry.programs.values()))
+        return entry if ours else None
 
     def usable(self, requirement: Optional[str]) -> bool:
         """Its files are still there and its version is good enough."""
@@ -220,7 +216,7 @@ def provide_build_tools(tools_dir: str, needs: Iterable[str], environ: Mapping[s
                         code: ExitCode = ExitCode.FLYDSL_BUILD) -> ProvidedTools:
     """Each needed tool of PROVIDABLE, the missing ones installed privately (nanobind must import in the target
     ``python``); ``code`` is a failure's exit code."""
-    requirements = dict(requirements or {})
+    requirements = requirements or {}
     if set(needs) - set(PROVIDABLE):
         raise ValueError(f"cannot provide {', '.join(sorted(set(needs) - set(PROVIDABLE)))}; only "
                          f"{', '.join(PROVIDABLE)}")
@@ -239,15 +235,13 @@ def provide_build_tools(tools_dir: str, needs: Iterable[str], environ: Mapping[s
             continue
         entry = record.get(name)
         if entry is not None and entry.usable(requirement):
-            provided[name] = entry.version
             _link_programs(root, entry.programs, entry.folder)  # repairs a removed link
-            continue
-        installed_now = _install_privately(name, requirement, root, python, environ, code, state, say)
-        record[name] = installed_now
-        atomic_write_json(stamp_path, {tool: asdict(made) for tool, made in record.items()})
-        provided[name] = installed_now.version
-        installed.append(name)
-        say(f"fix: provided {name} {provided[name]} in {installed_now.folder}")
+        else:
+            entry = record[name] = _install_privately(name, requirement, root, python, environ, code, state, say)
+            atomic_write_json(stamp_path, {tool: asdict(made) for tool, made in record.items()})
+            installed.append(name)
+            say(f"fix: provided {name} {entry.version} in {entry.folder}")
+        provided[name] = entry.version
     path = [os.path.join(root, "bin")] if any(n in EXECUTABLES for n in provided) else []
     # nanobind: `import nanobind` in build.sh, and find_package(nanobind CONFIG) under <prefix>/nanobind/cmake.
     folders = [record["nanobind"].folder] if "nanobind" in provided else []
