@@ -584,9 +584,10 @@ class PathClash(BadInput):
     """Two of the tool's files at one path, or a file it writes inside its own folders: one would replace the
     other (a failure marker over the env file reads as success)."""
 
-    def __init__(self, setting: str, value: str, clash: str, allowed: str) -> None:
-        super().__init__(setting, value, allowed)
-        self.reason = f"{setting}={value!r} {clash}; allowed: {allowed}"
+    def __init__(self, settings: Settings, setting: str, clash: str, allowed: str) -> None:
+        label, value = settings.label(setting), getattr(settings, setting)
+        super().__init__(label, value, allowed)
+        self.reason = f"{label}={value!r} {clash}; allowed: {allowed}"
 
 
 def check_path_clashes(settings: Settings, environ: Mapping[str, str]) -> None:
@@ -595,9 +596,6 @@ def check_path_clashes(settings: Settings, environ: Mapping[str, str]) -> None:
     def named(setting: str) -> str:
         return f"{settings.label(setting)}={getattr(settings, setting)!r}"
 
-    def clash(setting: str, why: str, allowed: str) -> PathClash:
-        return PathClash(settings.label(setting), getattr(settings, setting), why, allowed)
-
     files = [(setting, what, os.path.realpath(path)) for setting, what, path in (
         ("fail_marker", "", settings.fail_marker), ("lock_file", "", settings.lock_file),
         ("lock_file", "holder record", settings.lock_file + ".holder"), ("root", "env file", settings.env_file),
@@ -605,7 +603,7 @@ def check_path_clashes(settings: Settings, environ: Mapping[str, str]) -> None:
     for (setting, what, path), (other, its, other_path) in itertools.combinations(files, 2):
         if path == other_path:
             why = f"is the same file as {f'the {its} of ' if its else ''}{named(other)}"
-            raise clash(setting, f"(its {what}) {why}" if what else why, "a path of its own")
+            raise PathClash(settings, setting, f"(its {what}) {why}" if what else why, "a path of its own")
     base, record = settings.base_dir, "the tool's record of its LLVM build"
     own = [(layout.base_state_dir(base), "the tool's own folder (run records)"),
            (layout.llvm_dir(base), "the tool's LLVM build"), (layout.llvm_record(base), record),
@@ -622,4 +620,4 @@ def check_path_clashes(settings: Settings, environ: Mapping[str, str]) -> None:
         for folder, inside, allowed in folders:
             folder = os.path.realpath(folder).rstrip("/")
             if path == folder or path.startswith(folder + "/"):
-                raise clash(setting, f"lies inside {inside}", allowed)
+                raise PathClash(settings, setting, f"lies inside {inside}", allowed)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from ensure_flydsl.cli import Call
 from ensure_flydsl.errors import EnsureError, ExitCode, Refused, Stage
@@ -58,16 +58,7 @@ def housekeeping(call: Call, settings: Settings) -> int:
             sign_entries(settings, cache, args.key, args.names, say)
             _warn(cache.warnings, say)
         elif action == "list":
-            entries = cache.entries()
-            signers = signers_of(settings, cache, entries, cache.warnings)
-            _warn(cache.warnings, say)
-            if call.as_json:  # one object, also for an empty cache
-                listed = [dict(entry.to_json(), signers=signers.get(signing.manifest_sha(entry.manifest), []))
-                          for entry in entries]
-                print(json.dumps({"schema_version": LIST_SCHEMA_VERSION, "location": cache.location,
-                                  "entries": listed, "warnings": list(cache.warnings)}, sort_keys=True))
-            else:
-                _list(entries, cache.location, say, signers)
+            _list(call, settings, cache)
         else:
             removed = cache.prune(limit)
             _warn(cache.warnings, say)
@@ -91,13 +82,20 @@ def _limit(group: str, max_size: Optional[str]) -> int:
         raise Refused(f"--max-size={max_size!r} is not allowed: {SIZE_ALLOWED}") from None
 
 
-def _list(entries: List[CacheEntry], location: str, say: Callable[[str], None],
-          signers: Mapping[str, List[Dict[str, object]]]) -> None:
+def _list(call: Call, settings: Settings, cache: Cache) -> None:
+    entries = cache.entries()
+    signers = signers_of(settings, cache, entries, cache.warnings)
+    _warn(cache.warnings, call.reporter.say)
+    if call.as_json:  # one object, also for an empty cache
+        listed = [dict(entry.to_json(), signers=names) for entry, names in zip(entries, signers)]
+        print(json.dumps({"schema_version": LIST_SCHEMA_VERSION, "location": cache.location, "entries": listed,
+                          "warnings": list(cache.warnings)}, sort_keys=True))
+        return
     if not entries:
-        say(f"no entries in {location}")
-    for entry in entries:
+        call.reporter.say(f"no entries in {cache.location}")
+    for entry, names in zip(entries, signers):
         variant = f"  from {entry.variant}" if entry.variant else ""
-        print(f"{describe(entry)}{variant}  {signers_text(signers.get(signing.manifest_sha(entry.manifest)))}")
+        print(f"{describe(entry)}{variant}  {signers_text(names)}")
 
 
 def describe(entry: CacheEntry) -> str:
@@ -219,22 +217,23 @@ def _chosen(entries: List[CacheEntry], names: Sequence[str]) -> List[CacheEntry]
 
 
 def signers_of(settings: Settings, cache: Cache, entries: Sequence[CacheEntry],
-               warnings: List[str]) -> Dict[str, List[Dict[str, object]]]:
-    """Each entry's signers by its manifest's sha256: {"name", "trusted" (None without trusted keys), "verifies"
-    (None for a name no trusted key has)}."""
+               warnings: List[str]) -> List[List[Dict[str, object]]]:
+    """Each entry's signers (none for an orphan): {"name", "trusted" (None without trusted keys), "verifies" (None
+    for a name no trusted key has)}."""
     trusted = signing.trusted_keys(settings.cache_trusted_keys)
-    found: Dict[str, List[Dict[str, object]]] = {}
-    entries = [entry for entry in entries if entry.kind != "orphan"]
-    live, names = signing.live_versions(entries), {public.name for public in trusted}
+    live = signing.live_versions(entry for entry in entries if entry.kind != "orphan")
+    names = {public.name for public in trusted}
+    found: List[List[Dict[str, object]]] = []
     for entry in entries:
-        verdict = signing.check_entry(cache.store, entry, trusted, warnings, live[(entry.kind, entry.key)])
-        found[signing.manifest_sha(entry.manifest)] = [
+        verdict = None if entry.kind == "orphan" else signing.check_entry(cache.store, entry, trusted, warnings,
+                                                                          live[(entry.kind, entry.key)])
+        found.append([] if verdict is None else [
             {"name": name, "trusted": (name in verdict.trusted_by) if trusted else None,
-             "verifies": (name in verdict.trusted_by) if name in names else None} for name in verdict.signers]
+             "verifies": (name in verdict.trusted_by) if name in names else None} for name in verdict.signers])
     return found
 
 
-def signers_text(signers: Optional[List[Dict[str, object]]]) -> str:
+def signers_text(signers: List[Dict[str, object]]) -> str:
     if not signers:
         return "unsigned"
     shown = []
