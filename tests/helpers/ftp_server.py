@@ -25,13 +25,22 @@ class FtpServer:
         handler: Any = type("Handler", (FTPHandler,), {"authorizer": authorizer})
         self._server = FTPServer(("127.0.0.1", 0), handler)
         self.port = int(self._server.socket.getsockname()[1])
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"timeout": 0.2}, daemon=True)
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+
+    def _serve(self) -> None:
+        # One turn of the loop at a time, so that stop() closes the sockets only once the thread has left it:
+        # closing them under a running poll() was an EBADF traceback in the server's thread.
+        while not self._stopping.is_set():
+            self._server.serve_forever(timeout=0.2, blocking=False, handle_exit=False)
 
     def start(self) -> "FtpServer":
         self._thread.start()
         return self
 
     def stop(self) -> None:
+        self._stopping.set()
+        self._thread.join(timeout=10)
         self._server.close_all()
         shutil.rmtree(self.home, ignore_errors=True)  # the server's files: nothing of a run is left in /tmp
 
