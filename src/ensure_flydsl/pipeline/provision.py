@@ -73,7 +73,8 @@ def provision(run: Run) -> Result:
         cache = open_run_cache(run) if tries(settings.strategy, Way.CACHE) else None
         shared = Shared(commit=commit, release=release, early=early, cache=cache, store=store,
                         doctor=doctor_before_build)
-        providers = providers_for(run, shared)
+        # The ways that apply to this run, in the table's order (a demanded release that is none stops here).
+        providers = [p for p in (way.for_run(run, shared) for way in ways_for(settings.strategy)) if p is not None]
         # The likeliest route: each way takes its own when its turn comes.
         run.tracker.expect(next(p.route for p in providers if p.route is not None))
         with run.step(Stage.FETCH):
@@ -107,12 +108,6 @@ def first_tree(run: Run, shared: Shared, providers: List[Provider]) -> Result:
     raise EnsureError(ExitCode.INTERNAL, "no provider gave a tree", stage=Stage.PROVISION)  # source always does
 
 
-def providers_for(run: Run, shared: Shared) -> List[Provider]:
-    """The ways that apply to this run, in the table's order (a demanded release that is none stops here)."""
-    found = (way.for_run(run, shared) for way in ways_for(run.settings.strategy))
-    return [provider for provider in found if provider is not None]
-
-
 def doctor_before_build(settings: Settings, environ: Mapping[str, str], checkout: str,
                         interpreter: Interpreter) -> None:
     """The source way's stop before an hour of compiling: the doctor's checks with what is known now."""
@@ -130,7 +125,7 @@ def check_requirements(run: Run, commit: str) -> Optional[Finding]:
     finding = assess(sources, run.interpreter.executable, settings.require, run.environ,
                      settings.probe_timeout, settings.label("probe_timeout"), settings.pin)
     stop_if_missing(finding)
-    run.say(f"requirements: {summary(finding)}; {finding.python} has them all")
+    run.say(f"requirements: {summary(finding)}")
     return finding
 
 
