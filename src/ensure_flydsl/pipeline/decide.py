@@ -125,12 +125,15 @@ def _reuse_elsewhere(run: Run, failed: Decision) -> Decision:
 
 
 def _path_tree(run: Run, probe: Probe, verdict: Verdict) -> Optional[Decision]:
-    """A tree on the interpreter's own path that passes the gate: reused, unless --exact-pin refuses it."""
+    """A tree on the interpreter's own path that passes the gate: reused (PYTHONPATH gets its folders not already
+    on sys.path), unless --exact-pin refuses it."""
     if _exact_pin_refuses(run, f"found on the interpreter's path ({verdict.tree})"):
         return None
     run.say(f"reusing the tree found on the interpreter's path: {verdict.reason}")
-    return Decision(ok=True, reason=verdict.reason, how=How.REUSED, tree=verdict.tree,
-                    prepend=_ambient_prepend(probe, verdict), probe=probe, verdict=verdict)
+    skip = {os.path.normpath(p) for p in probe.interpreter.site_dirs + (probe.interpreter.stdlib,)}
+    prepend = list(dict.fromkeys(f for f in verdict.folders.values() if os.path.normpath(f) not in skip))
+    return Decision(ok=True, reason=verdict.reason, how=How.REUSED, tree=verdict.tree, prepend=prepend, probe=probe,
+                    verdict=verdict)
 
 
 def tree_key(settings: Settings, commit: str, interpreter: Interpreter) -> Dict[str, object]:
@@ -185,12 +188,6 @@ def _exact_pin_refuses(run: Run, where: str) -> bool:
         run.say(f"not reusing the tree {where}: {run.settings.label('exact_pin')} takes only a tree built "
                 f"from the pin {run.settings.pin}")
     return run.settings.exact_pin
-
-
-def _ambient_prepend(probe: Probe, verdict: Verdict) -> List[str]:
-    """The folders a reused tree needs on PYTHONPATH: its modules' not already on sys.path."""
-    skip = {os.path.normpath(p) for p in probe.interpreter.site_dirs + (probe.interpreter.stdlib,)}
-    return list(dict.fromkeys(f for f in verdict.folders.values() if os.path.normpath(f) not in skip))
 
 
 def decide(run: Run, again: bool = False) -> Decision:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import marshal
 import os
+import re
 import time
 from dataclasses import fields
 from typing import Dict, List, Mapping, Optional, Sequence
@@ -41,7 +42,7 @@ def try_warm(settings: Settings, environ: Mapping[str, str], warm_key: Optional[
     if written is None or written.decode(errors="replace") != exports(settings, twin).text():
         return None
     now = fingerprint(settings, environ, twin)
-    if now["interpreter"] is None or not same(twin.fingerprint, now):
+    if now["interpreter"] is None or twin.fingerprint != json.loads(json.dumps(now)):  # as JSON reads it back
         return None
     # An earlier run's failure never answers for this one (a sibling root's is not ours to take away).
     withdraw_failure_marker(settings.fail_marker, settings.root)
@@ -60,11 +61,6 @@ def fingerprint(settings: Settings, environ: Mapping[str, str], twin: EnvTwin) -
     it as JSON)."""
     return {**warm.caller_part(settings.python, twin.python, dict(environ), list(twin.pythonpath_prepend)),
             **warm.tree_part(list(twin.watch), list(twin.site_dirs), stamp_file(settings.root, "tree"))}
-
-
-def same(recorded: object, current: Mapping[str, object]) -> bool:
-    """Whether a fingerprint read back from JSON equals one computed now (tuples and lists alike)."""
-    return recorded == current or bool(recorded == json.loads(json.dumps(current)))
 
 
 def result_of(settings: Settings, environ: Mapping[str, str], twin: EnvTwin, action: Action, *,
@@ -107,14 +103,11 @@ def keep_warm(settings: Settings, environ: Mapping[str, str], tokens: Optional[S
     except OSError:
         return
     root, env_file = settings.root, exports(settings, twin).text().encode()
-    holes = {"run_id": "\0run_id", "elapsed": "\0elapsed", "durations": "\0durations", "time": "\0time"}
-    result = warm_result(settings, environ, twin, 0.0, holes["run_id"])
+    result = warm_result(settings, environ, twin, 0.0, "\0run_id")  # "\0NAME": a hole the front door fills
     say = warm_lines(settings, result)
-    data = result.to_json()
-    data.update(durations=holes["durations"], elapsed_s=holes["elapsed"])
-    out = _template(json.dumps(data, sort_keys=True) + "\n", holes, ("durations", "elapsed", "run_id"))
-    event = {"event": "message", "time": holes["time"], "text": say[0]}
-    err = _template(json.dumps(event, sort_keys=True) + "\n", holes, ("time",))
+    out = _template({**result.to_json(), "durations": "\0durations", "elapsed_s": "\0elapsed"},
+                    "durations", "elapsed", "run_id")
+    err = _template({"event": "message", "time": "\0time", "text": say[0]}, "time")
     if out is None or err is None:
         return
     variables = [*(setting.env for setting in SETTINGS), *CHECKED_VARIABLES]
@@ -138,12 +131,7 @@ def keep_warm(settings: Settings, environ: Mapping[str, str], tokens: Optional[S
         pass  # a read-only root (or one of another user's): the command line answers, a little slower
 
 
-def _template(text: str, holes: Mapping[str, str], order: Sequence[str]) -> Optional[List[str]]:
-    """``text`` cut at the holes' JSON spellings, in ``order`` (texts, then names); None unless each is once."""
-    parts = [text]
-    for name in order:
-        head, *rest = parts[-1].split(json.dumps(holes[name]))
-        if len(rest) != 1:
-            return None
-        parts[-1:] = [head, name, *rest]
-    return parts
+def _template(data: Mapping[str, object], *names: str) -> Optional[List[str]]:
+    """``data``'s JSON line cut at its holes (texts at even places, names at odd); None unless each is once."""
+    parts = re.split(r'"\\u0000(\w+)"', json.dumps(data, sort_keys=True) + "\n")
+    return parts if sorted(parts[1::2]) == sorted(names) else None
