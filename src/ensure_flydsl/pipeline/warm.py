@@ -21,8 +21,8 @@ from ensure_flydsl.settings import HOST_ID, SETTINGS, Settings
 from ensure_flydsl.support.files import atomic_write
 from ensure_flydsl.support.report import known
 
-# The variables besides the settings' own that the settings' checks read: their values key a stamp's entry too.
-CHECKED_VARIABLES = (*HOST_VARIABLES, HOST_ID, "GIT_CONFIG_COUNT")
+# The settings' variables and those their checks read: their values key a stamp's entry.
+VARIABLES = (*(setting.env for setting in SETTINGS), *HOST_VARIABLES, HOST_ID, "GIT_CONFIG_COUNT")
 MAX_ENTRIES = 16  # raw inputs remembered per root (callers in other folders, with other variables)
 CALLER_KEYS = ("version", "interpreter", "environment")  # warm.caller_part's; the rest is warm.tree_part's
 
@@ -38,8 +38,7 @@ def try_warm(settings: Settings, environ: Mapping[str, str], warm_key: Optional[
     # Written for another request, it answers this one too when its tree passes this request's gate.
     if twin_gap(twin, settings.request(), environ.get("PATH")) is not None:
         return None
-    written = warm.read_regular(settings.env_file)
-    if written is None or written.decode(errors="replace") != exports(settings, twin).text():
+    if warm.regular_text(settings.env_file) != exports(settings, twin).text():
         return None
     now = fingerprint(settings, environ, twin)
     if now["interpreter"] is None or twin.fingerprint != json.loads(json.dumps(now)):  # as JSON reads it back
@@ -110,8 +109,7 @@ def keep_warm(settings: Settings, environ: Mapping[str, str], tokens: Optional[S
     err = _template({"event": "message", "time": "\0time", "text": say[0]}, "time")
     if out is None or err is None:
         return
-    variables = [*(setting.env for setting in SETTINGS), *CHECKED_VARIABLES]
-    entry = {"argv": list(tokens), "cwd": cwd, "environ": {name: environ.get(name) for name in variables},
+    entry = {"argv": list(tokens), "cwd": cwd, "environ": {name: environ.get(name) for name in VARIABLES},
              "python": settings.python, "executable": twin.python, "fail_marker": settings.fail_marker,
              "print": {k: print_now[k] for k in CALLER_KEYS}, "say": say, "out": out, "err": err}
     tree = {"watch": list(twin.watch), "site_dirs": list(twin.site_dirs), "stamp": stamp_file(root, "tree"),
