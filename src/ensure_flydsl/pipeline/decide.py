@@ -7,7 +7,7 @@ import shutil
 from dataclasses import replace
 from typing import Dict, Iterator, List, Mapping, Optional, Tuple, Union
 
-from ensure_flydsl.errors import BadInput, EnsureError, Stage
+from ensure_flydsl.errors import BadInput, EnsureError, ExitCode, Stage
 from ensure_flydsl.layout import stamp_file, tree_folders
 from ensure_flydsl.probe.gate import TREE_PACKAGES, Verdict, is_within, same_folder
 from ensure_flydsl.probe.interpreter import ProbeBroke, describe_interpreter
@@ -30,6 +30,8 @@ from ensure_flydsl.ways.context import Decision, Run
 from ensure_flydsl.ways.source.environment import is_mlir_install
 from ensure_flydsl.ways.tree import judge_tree
 
+# What to do when nothing is reusable and the strategy (reuse-only) never provisions.
+REUSE_ONLY_HINT = "install FlyDSL for this interpreter, or use FLYDSL_STRATEGY=auto to build the pin"
 Refusal = Tuple[str, str, str]  # a BadInput's words: the setting as given, its value as shown, what is allowed
 
 
@@ -94,8 +96,12 @@ def preflight(settings: Settings, environ: Mapping[str, str], *, writes: bool = 
     raise BadInput(*refused) from None
 
 
-def check_provisionable(settings: Settings, environ: Mapping[str, str]) -> None:
-    """What provisioning needs beyond the preflight: git on PATH, and (``--verify``) the lock and marker."""
+def check_provisionable(settings: Settings, environ: Mapping[str, str], unreusable: str) -> None:
+    """Nothing is reusable (``unreusable`` says why): the strategy provisions, git is on PATH, and (``--verify``) the
+    lock and marker can be made."""
+    if not provisions(settings.strategy):
+        raise EnsureError(ExitCode.PROBE, f"nothing reusable ({unreusable}) and FLYDSL_STRATEGY=reuse-only never "
+                          "provisions", stage=Stage.PROBE, hint=REUSE_ONLY_HINT)
     path = environ.get("PATH")
     if shutil.which("git", path=path) is None:
         raise BadInput("PATH", path or "", "a PATH with git on it (needed to fetch the pin)")
@@ -254,9 +260,6 @@ def decide_again(run: Run, first: Decision, seen: Optional[List[int]]) -> Decisi
 
 def check_reuse(settings: Settings, environ: Mapping[str, str], interp: Optional[Interpreter]) -> Check:
     """The doctor's "reuse" check: what ``ensure`` would decide first (then nothing is provisioned)."""
-    blocking = not provisions(settings.strategy)
-    remedy = ("install FlyDSL for this interpreter, or use FLYDSL_STRATEGY=auto to build the pin" if blocking
-              else "none needed: the configured strategy provisions one")
     if interp is None:
         return skipped("reuse", "the interpreter does not run", Stage.PROBE)
     run = Run(settings, Reporter(None), environ)
@@ -264,9 +267,11 @@ def check_reuse(settings: Settings, environ: Mapping[str, str], interp: Optional
     try:
         decision = decide(run)
     except EnsureError as exc:
-        return Check(name="reuse", status=WRONG, detail=f"the import probe failed: {exc.reason}", remedy=remedy,
-                     blocking=blocking, stage=Stage.PROBE)
-    if decision.ok:
-        return passed("reuse", f"reusable: {decision.reason} (ensure will reuse it; nothing is built)", Stage.PROBE)
-    return Check(name="reuse", status=MISSING, detail=f"nothing to reuse: {decision.reason}", remedy=remedy,
-                 blocking=blocking, stage=Stage.PROBE)
+        status, detail = WRONG, f"the import probe failed: {exc.reason}"
+    else:
+        if decision.ok:
+            return passed("reuse", f"reusable: {decision.reason} (ensure will reuse it; nothing is built)", Stage.PROBE)
+        status, detail = MISSING, f"nothing to reuse: {decision.reason}"
+    blocking = not provisions(settings.strategy)
+    remedy = REUSE_ONLY_HINT if blocking else "none needed: the configured strategy provisions one"
+    return Check(name="reuse", status=status, detail=detail, remedy=remedy, blocking=blocking, stage=Stage.PROBE)
