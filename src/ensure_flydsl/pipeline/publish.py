@@ -84,8 +84,6 @@ def publish(run: Run, decision: Decision, action: Action) -> Result:
     if not os.path.isdir(settings.root):
         os.makedirs(settings.root)
         claim_root(settings.root, created=True, adopted=False)
-    watch = watch_folders(settings.root, decision.verdict.files, decision.verdict.folders)
-    site_dirs = site_folders(interp)
     # The pin is what the caller asked for: another FlyDSL user it breaks is said, and the run still succeeds.
     conflicts = broken_users(interp.executable, decision.prepend, run.environ, settings.probe_timeout)
     for user in conflicts:
@@ -95,7 +93,8 @@ def publish(run: Run, decision: Decision, action: Action) -> Result:
     twin = markers.EnvTwin(
         request=settings.request(), how=decision.how, tree=decision.tree, version=str(decision.probe.version),
         python=interp.executable, python_version=interp.version, abi=interp.abi, commit=decision.commit,
-        files=dict(decision.verdict.files), watch=watch, site_dirs=site_dirs, fingerprint={},
+        files=dict(decision.verdict.files), site_dirs=site_folders(interp), fingerprint={},
+        watch=watch_folders(settings.root, decision.verdict.files, decision.verdict.folders),
         FLYDSL_ROOT=settings.root, pythonpath_prepend=list(decision.prepend), FLYDSL_SHIM_DIR=settings.shim_dir,
         VLLM_USE_FLYDSL_MOE="1" if settings.vllm_moe else None,
         pin=decision.pin, repo=decision.repo, run_id=run.run_id, built=action == Action.PROVISIONED,

@@ -63,8 +63,7 @@ def _outcome(run: Run) -> Union[Result, BaseException]:
     except (SystemExit, GeneratorExit):
         raise
     except OSError as exc:  # a full file system met anywhere: said in its one line before the failure marker
-        full = disk_full_error(exc, run.step_name)
-        return exc if full is None else full
+        return disk_full_error(exc, run.step_name) or exc
     except BaseException as exc:
         return exc
 
