@@ -41,7 +41,7 @@ def try_warm(settings: Settings, environ: Mapping[str, str], warm_key: Optional[
     if warm.regular_text(settings.env_file) != exports(settings, twin).text():
         return None
     now = fingerprint(settings, environ, twin)
-    if now["interpreter"] is None or twin.fingerprint != json.loads(json.dumps(now)):  # as JSON reads it back
+    if now["interpreter"] is None or not same(twin.fingerprint, now):
         return None
     # An earlier run's failure never answers for this one (a sibling root's is not ours to take away).
     withdraw_failure_marker(settings.fail_marker, settings.root)
@@ -60,6 +60,11 @@ def fingerprint(settings: Settings, environ: Mapping[str, str], twin: EnvTwin) -
     it as JSON)."""
     return {**warm.caller_part(settings.python, twin.python, dict(environ), list(twin.pythonpath_prepend)),
             **warm.tree_part(list(twin.watch), list(twin.site_dirs), stamp_file(settings.root, "tree"))}
+
+
+def same(recorded: object, current: Mapping[str, object]) -> bool:
+    """Whether a fingerprint read back from JSON equals one computed now, as JSON reads it back."""
+    return bool(recorded == json.loads(json.dumps(current)))
 
 
 def result_of(settings: Settings, environ: Mapping[str, str], twin: EnvTwin, action: Action, *,
