@@ -31,15 +31,15 @@ def withdraw_stale_markers(settings: Settings, say: Callable[[str], None]) -> No
     if not os.path.exists(settings.env_file):
         return
     twin = markers.read_env_json(settings.env_json)
-    why = None
     if twin is None:
         why = ("it has no JSON twin this version can read (none, a torn one, or another version's) saying which "
                "tree and request it answers")
     elif is_ours(settings.root) and twin.how != How.REUSED and Stamps(settings.root).read("tree") is None:
         why = "the tree it names is not stamped as finished"
-    if why is not None:
-        markers.withdraw_env_file(settings.env_file, settings.env_json)
-        say(f"took away {settings.env_file}: {why}")
+    else:
+        return
+    markers.withdraw_env_file(settings.env_file, settings.env_json)
+    say(f"took away {settings.env_file}: {why}")
 
 
 def check_markers(settings: Settings, say: Callable[[str], None]) -> None:
