@@ -278,8 +278,10 @@ def stop_if_missing(finding: Finding) -> None:
 
 
 def summary(finding: Finding) -> str:
+    """What a run and the doctor say when the interpreter lacks nothing the pin imports."""
     needed = finding.names(finding.needed) or "nothing outside the tree and the standard library"
-    return f"the pin's code ({finding.files} files read from {finding.sources}) imports {needed}"
+    return f"the pin's code ({finding.files} files read from {finding.sources}) imports {needed}; {finding.python} " \
+        "has them all"
 
 
 def check_requirements(settings: Settings, environ: Mapping[str, str], interp: Optional[Interpreter],
@@ -300,7 +302,7 @@ def check_requirements(settings: Settings, environ: Mapping[str, str], interp: O
         return skipped(CHECK, f"could not ask {interp.executable}: {exc.reason}", Stage.REQUIREMENTS)
     found = problem(finding)
     if found is None:
-        return passed(CHECK, f"{summary(finding)}; {interp.executable} has them all", Stage.REQUIREMENTS)
+        return passed(CHECK, summary(finding), Stage.REQUIREMENTS)
     return Check(CHECK, MISSING, found[0], found[1], blocking=True, stage=Stage.REQUIREMENTS)
 
 

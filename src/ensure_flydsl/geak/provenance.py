@@ -43,25 +43,24 @@ def package_files(folder: Any, prefix: str = "") -> Iterator[Tuple[str, bytes]]:
             yield prefix + entry.name, entry.read_bytes()
 
 
-def _installed_from() -> Optional[str]:
-    """The folder or VCS commit pip installed this copy from (PEP 610), if it says."""
+def _installed_from() -> Tuple[Optional[str], Optional[str]]:
+    """The folder, or else the VCS commit, pip installed this copy from (PEP 610), as far as it says."""
     try:
         data = json_object((metadata.distribution("ensure-flydsl").read_text("direct_url.json") or "").encode())
     except (metadata.PackageNotFoundError, ValueError):  # no record, or not a JSON object
-        return None
-    vcs = data.get("vcs_info")
+        return None, None
+    vcs, url = data.get("vcs_info"), data.get("url")
     if isinstance(vcs, dict) and isinstance(vcs.get("commit_id"), str):
-        return "commit:" + str(vcs["commit_id"])
-    url = data.get("url")
+        return None, str(vcs["commit_id"])
     if isinstance(url, str) and url.startswith("file://"):
-        return url[len("file://"):]
-    return None
+        return url[len("file://"):], None
+    return None, None
 
 
 def tool_source() -> str:
     """The repository this copy of the tool comes from: its checkout's ``origin``, as far as it can be named."""
-    for folder in (PACKAGE_DIR, _installed_from()):
-        if folder and not folder.startswith("commit:") and os.path.isdir(folder):
+    for folder in (PACKAGE_DIR, _installed_from()[0]):
+        if folder and os.path.isdir(folder):
             url = _git(folder, "config", "--get", "remote.origin.url")
             if url:
                 return url
@@ -73,11 +72,11 @@ def tool_commit() -> str:
     here = _checkout_commit(PACKAGE_DIR, PACKAGE_DIR)
     if here:
         return here
-    source = _installed_from()
+    source, commit = _installed_from()
+    if commit is not None:
+        return commit
     if source is None:
         return "unknown (installed without a record of its source)"
-    if source.startswith("commit:"):
-        return source[len("commit:"):]
     checkout_package = os.path.join(source, "src", "ensure_flydsl")
     head = _checkout_commit(source, checkout_package) if os.path.isdir(checkout_package) else None
     if head is None:

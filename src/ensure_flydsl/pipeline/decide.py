@@ -7,9 +7,8 @@ import shutil
 from dataclasses import replace
 from typing import Dict, Iterator, List, Mapping, Optional, Tuple, Union
 
-from ensure_flydsl.errors import BadInput, EnsureError, Stage
+from ensure_flydsl.errors import BadInput, EnsureError, ExitCode, Stage
 from ensure_flydsl.layout import stamp_file, tree_folders
-from ensure_flydsl.pipeline.lock import check_lock_path
 from ensure_flydsl.probe.gate import TREE_PACKAGES, Verdict, is_within, same_folder
 from ensure_flydsl.probe.interpreter import ProbeBroke, describe_interpreter
 from ensure_flydsl.probe.results import Interpreter, Probe
@@ -18,6 +17,7 @@ from ensure_flydsl.runs.markers import marker_path_problem
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.source.git import Checkout
 from ensure_flydsl.source.root import RootKind, Stamp, classify_root, creatable_problem, is_ours
+from ensure_flydsl.support.files import file_path_problem
 from ensure_flydsl.support.report import Reporter
 from ensure_flydsl.support.urls import shown_location
 from ensure_flydsl.trees.backends import CacheError
@@ -30,6 +30,8 @@ from ensure_flydsl.ways.context import Decision, Run
 from ensure_flydsl.ways.source.environment import is_mlir_install
 from ensure_flydsl.ways.tree import judge_tree
 
+# What to do when nothing is reusable and the strategy (reuse-only) never provisions.
+REUSE_ONLY_HINT = "install FlyDSL for this interpreter, or use FLYDSL_STRATEGY=auto to build the pin"
 Refusal = Tuple[str, str, str]  # a BadInput's words: the setting as given, its value as shown, what is allowed
 
 
@@ -49,11 +51,14 @@ def _refusals(settings: Settings, writes: bool) -> Iterator[Refusal]:
         yield label, root, f"an empty or new folder, or a checkout made by ensure-flydsl; {state.reason}"
     if writes:
         yield from _unwritable(settings)
-    # The lock, the marker and the log (appended to: never through a symlink) are files of their own.
-    paths = ((settings.label("lock_file"), settings.lock_file, check_lock_path(settings.lock_file), "a lock file path"),
+    # The lock, the marker and the log (appended to) are files of their own; a symlink could redirect the lock or
+    # the log to somebody's file.
+    paths = ((settings.label("lock_file"), settings.lock_file, file_path_problem(settings.lock_file, symlink_ok=False),
+              "a lock file path"),
              (settings.label("fail_marker"), settings.fail_marker, marker_path_problem(settings.fail_marker),
               "a marker file path"),
-             (label, root, check_lock_path(settings.log_file), f"a root whose log {settings.log_file} is a plain file"))
+             (label, root, file_path_problem(settings.log_file, symlink_ok=False),
+              f"a root whose log {settings.log_file} is a plain file"))
     yield from ((shown, value, f"{wanted}; {problem}") for shown, value, problem, wanted in paths if problem)
     if settings.mlir_path is not None and not is_mlir_install(settings.mlir_path):
         yield settings.label("mlir_path"), settings.mlir_path, "an MLIR install prefix holding lib/cmake/mlir"
@@ -91,14 +96,16 @@ def preflight(settings: Settings, environ: Mapping[str, str], *, writes: bool = 
     raise BadInput(*refused) from None
 
 
-def check_provisionable(settings: Settings, environ: Mapping[str, str]) -> None:
-    """What provisioning needs beyond the preflight: git on PATH, and (``--verify``) the lock and marker."""
+def check_provisionable(settings: Settings, environ: Mapping[str, str], unreusable: str) -> None:
+    """Nothing is reusable (``unreusable`` says why): the strategy provisions, git is on PATH, and (``--verify``) the
+    lock and marker can be made."""
+    if not provisions(settings.strategy):
+        raise EnsureError(ExitCode.PROBE, f"nothing reusable ({unreusable}) and FLYDSL_STRATEGY=reuse-only never "
+                          "provisions", stage=Stage.PROBE, hint=REUSE_ONLY_HINT)
     path = environ.get("PATH")
-    refused: Optional[Refusal] = None
     if shutil.which("git", path=path) is None:
-        refused = "PATH", path or "", "a PATH with git on it (needed to fetch the pin)"
-    elif settings.verify:
-        refused = next(_unwritable(settings), None)
+        raise BadInput("PATH", path or "", "a PATH with git on it (needed to fetch the pin)")
+    refused = next(_unwritable(settings), None) if settings.verify else None
     if refused is not None:
         raise BadInput(*refused)
 
@@ -113,16 +120,6 @@ def _judged_or_broke(run: Run, prefix: List[str]) -> Union[Tuple[Probe, Verdict]
         return exc
 
 
-def _after_broken_probe(run: Run, broke: ProbeBroke, before: str) -> Decision:
-    """The probe broke importing the root's tree: look at the interpreter's own path, which it shadowed."""
-    root = run.settings.root
-    run.say(f"{before}no reusable FlyDSL: {broke.reason}")
-    if broke.origin and is_within(broke.origin, root):
-        return _reuse_elsewhere(run, Decision(False, broke.reason))
-    run.say(f"a tree built in {root} comes first on PYTHONPATH and shadows that one: provisioning it")
-    return Decision(False, broke.reason)
-
-
 def _reuse_elsewhere(run: Run, failed: Decision) -> Decision:
     """The root shadowed whatever else the interpreter has: look at that on its own (else ``failed`` stands)."""
     ambient = _judged_or_broke(run, [])
@@ -134,12 +131,15 @@ def _reuse_elsewhere(run: Run, failed: Decision) -> Decision:
 
 
 def _path_tree(run: Run, probe: Probe, verdict: Verdict) -> Optional[Decision]:
-    """A tree on the interpreter's own path that passes the gate: reused, unless --exact-pin refuses it."""
+    """A tree on the interpreter's own path that passes the gate: reused (PYTHONPATH gets its folders not already
+    on sys.path), unless --exact-pin refuses it."""
     if _exact_pin_refuses(run, f"found on the interpreter's path ({verdict.tree})"):
         return None
     run.say(f"reusing the tree found on the interpreter's path: {verdict.reason}")
-    return Decision(ok=True, reason=verdict.reason, how=How.REUSED, tree=verdict.tree,
-                    prepend=_ambient_prepend(probe, verdict), probe=probe, verdict=verdict)
+    skip = {os.path.normpath(p) for p in probe.interpreter.site_dirs + (probe.interpreter.stdlib,)}
+    prepend = list(dict.fromkeys(f for f in verdict.folders.values() if os.path.normpath(f) not in skip))
+    return Decision(ok=True, reason=verdict.reason, how=How.REUSED, tree=verdict.tree, prepend=prepend, probe=probe,
+                    verdict=verdict)
 
 
 def tree_key(settings: Settings, commit: str, interpreter: Interpreter) -> Dict[str, object]:
@@ -173,14 +173,6 @@ def _other_request(run: Run, stamp: Stamp) -> Optional[str]:
             f"{run.settings.repo} for {run.interpreter.abi}")
 
 
-def _stamp_rules_out(run: Run) -> Optional[str]:
-    """Under --exact-pin, why the root's tree, stamped for another request, is not probed at all."""
-    if not run.settings.exact_pin or not is_ours(run.settings.root):
-        return None
-    stamp = run.stamps.read("tree")
-    return None if stamp is None else _other_request(run, stamp)
-
-
 def _pin_moved(run: Run, commit: str) -> Optional[str]:
     """Under --exact-pin --verify, why the tree is not the pin's any more (one ``ls-remote``); offline: kept."""
     pin = run.settings.pin
@@ -204,25 +196,24 @@ def _exact_pin_refuses(run: Run, where: str) -> bool:
     return run.settings.exact_pin
 
 
-def _ambient_prepend(probe: Probe, verdict: Verdict) -> List[str]:
-    """The folders a reused tree needs on PYTHONPATH: its modules' not already on sys.path."""
-    skip = {os.path.normpath(p) for p in probe.interpreter.site_dirs + (probe.interpreter.stdlib,)}
-    return list(dict.fromkeys(f for f in verdict.folders.values() if os.path.normpath(f) not in skip))
-
-
 def decide(run: Run, again: bool = False) -> Decision:
     """Probe with the root's folders first; reuse what passes the gate, else say why not."""
-    settings = run.settings
+    settings, root = run.settings, run.settings.root
     before = "after taking the lock, still " if again else ""
-    root = settings.root
-    ruled_out = _stamp_rules_out(run)
+    # Under --exact-pin, the root's tree stamped for another request is not probed at all.
+    stamp = run.stamps.read("tree") if settings.exact_pin and is_ours(root) else None
+    ruled_out = None if stamp is None else _other_request(run, stamp)
     if ruled_out is not None:
         run.say(f"{before}not probing the tree in {root}: {ruled_out}")
         return Decision(False, ruled_out, unprobed=True)
     prefix = tree_folders(root)
     judged = _judged_or_broke(run, prefix)
-    if isinstance(judged, ProbeBroke):
-        return _after_broken_probe(run, judged, before)
+    if isinstance(judged, ProbeBroke):  # importing the root's tree: what it shadowed on the path may serve
+        run.say(f"{before}no reusable FlyDSL: {judged.reason}")
+        if judged.origin and is_within(judged.origin, root):
+            return _reuse_elsewhere(run, Decision(False, judged.reason))
+        run.say(f"a tree built in {root} comes first on PYTHONPATH and shadows that one: provisioning it")
+        return Decision(False, judged.reason)
     probe, verdict = judged
     taken = Decision(ok=True, reason=verdict.reason, how=How.REUSED, tree=verdict.tree, prepend=prefix, probe=probe,
                      verdict=verdict)  # taking the root's tree, when it passes the gate
@@ -269,9 +260,6 @@ def decide_again(run: Run, first: Decision, seen: Optional[List[int]]) -> Decisi
 
 def check_reuse(settings: Settings, environ: Mapping[str, str], interp: Optional[Interpreter]) -> Check:
     """The doctor's "reuse" check: what ``ensure`` would decide first (then nothing is provisioned)."""
-    blocking = not provisions(settings.strategy)
-    remedy = ("install FlyDSL for this interpreter, or use FLYDSL_STRATEGY=auto to build the pin" if blocking
-              else "none needed: the configured strategy provisions one")
     if interp is None:
         return skipped("reuse", "the interpreter does not run", Stage.PROBE)
     run = Run(settings, Reporter(None), environ)
@@ -279,9 +267,11 @@ def check_reuse(settings: Settings, environ: Mapping[str, str], interp: Optional
     try:
         decision = decide(run)
     except EnsureError as exc:
-        return Check(name="reuse", status=WRONG, detail=f"the import probe failed: {exc.reason}", remedy=remedy,
-                     blocking=blocking, stage=Stage.PROBE)
-    if decision.ok:
-        return passed("reuse", f"reusable: {decision.reason} (ensure will reuse it; nothing is built)", Stage.PROBE)
-    return Check(name="reuse", status=MISSING, detail=f"nothing to reuse: {decision.reason}", remedy=remedy,
-                 blocking=blocking, stage=Stage.PROBE)
+        status, detail = WRONG, f"the import probe failed: {exc.reason}"
+    else:
+        if decision.ok:
+            return passed("reuse", f"reusable: {decision.reason} (ensure will reuse it; nothing is built)", Stage.PROBE)
+        status, detail = MISSING, f"nothing to reuse: {decision.reason}"
+    blocking = not provisions(settings.strategy)
+    remedy = REUSE_ONLY_HINT if blocking else "none needed: the configured strategy provisions one"
+    return Check(name="reuse", status=status, detail=detail, remedy=remedy, blocking=blocking, stage=Stage.PROBE)

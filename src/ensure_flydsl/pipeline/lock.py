@@ -26,10 +26,6 @@ from ensure_flydsl.support.files import (
 from ensure_flydsl.support.launcher import command
 
 
-def holder_path(lock_file: str) -> str:
-    return lock_file + ".holder"
-
-
 @dataclass(frozen=True)
 class LockHolder(Record):
     """``<lock>.holder``: who holds the build lock, for whoever waits for it; a field other than the pid that is
@@ -49,34 +45,30 @@ def describe_holder(holder: Optional[LockHolder]) -> str:
         f" (run {holder.run_id})" if holder.run_id else "")
 
 
-def check_lock_path(path: str) -> Optional[str]:
-    """Why ``path`` cannot serve as the lock file, or None; a symlink could redirect it to somebody's file."""
-    return file_path_problem(path, symlink_ok=False)
-
-
 @contextlib.contextmanager
 def build_lock(path: str, *, timeout: Optional[float], run_id: str, say: Callable[[str], None]) -> Iterator[None]:
     """Hold the build lock for the body, waiting at most ``timeout`` s; running out names the holder."""
-    problem = check_lock_path(path)
+    problem = file_path_problem(path, symlink_ok=False)  # a symlink could redirect it to somebody's file
     if problem:
         raise EnsureError(ExitCode.BAD_INPUT, f"FLYDSL_BUILD_LOCK={path!r} is not allowed: {problem}", stage=Stage.LOCK)
     os.makedirs(os.path.dirname(path), exist_ok=True)
+    holder_file = path + ".holder"
     try:
         with held_lock(path, timeout=timeout, say=say, what="the build lock",
-                       holder=lambda: describe_holder(LockHolder.from_json(read_json(holder_path(path))))):
+                       holder=lambda: describe_holder(LockHolder.from_json(read_json(holder_file)))):
             holder = LockHolder(pid=os.getpid(), host=socket.gethostname(), started=now_iso(), started_ts=time.time(),
                                 run_id=run_id)
             try:
-                atomic_write_json(holder_path(path), asdict(holder))
+                atomic_write_json(holder_file, asdict(holder))
             except OSError as exc:
                 if not space.is_full(exc):
                     raise
                 # On a full disk the lock is held without it (`clean` must run there), and no stale record stays.
-                remove_file(holder_path(path))
+                remove_file(holder_file)
             try:
                 yield
             finally:
-                remove_file(holder_path(path))
+                remove_file(holder_file)
     except LockBusy as exc:
         raise EnsureError(ExitCode.LOCK, str(exc), stage=Stage.LOCK,
                           hint=f"another ensure-flydsl run is provisioning this root; `{command('wait')}` follows it, "

@@ -31,7 +31,7 @@ from ensure_flydsl.trees.local import HostStore
 from ensure_flydsl.ways import Way, demands, tries
 from ensure_flydsl.ways.base import Early, Provider, Shared
 from ensure_flydsl.ways.cache.provider import open_run_cache
-from ensure_flydsl.ways.context import Decision, Run, likely_route
+from ensure_flydsl.ways.context import Run, likely_route
 from ensure_flydsl.ways.release.download import WheelDownload
 from ensure_flydsl.ways.store import (
     StoreProvider,
@@ -73,7 +73,8 @@ def provision(run: Run) -> Result:
         cache = open_run_cache(run) if tries(settings.strategy, Way.CACHE) else None
         shared = Shared(commit=commit, release=release, early=early, cache=cache, store=store,
                         doctor=doctor_before_build)
-        providers = providers_for(run, shared)
+        # The ways that apply to this run, in the table's order (a demanded release that is none stops here).
+        providers = [p for p in (way.for_run(run, shared) for way in ways_for(settings.strategy)) if p is not None]
         # The likeliest route: each way takes its own when its turn comes.
         run.tracker.expect(next(p.route for p in providers if p.route is not None))
         with run.step(Stage.FETCH):
@@ -91,26 +92,26 @@ def provision(run: Run) -> Result:
 
 
 def first_tree(run: Run, shared: Shared, providers: List[Provider]) -> Result:
-    commit = shared.commit
+    """The first provider's verified tree: kept in the host store, stamped as finished for this request, published."""
+    commit, settings = shared.commit, run.settings
     for provider in providers:
         try:
             decision = provider.provide(run, commit)
-            if decision is not None:
-                if shared.store is not None:
-                    keep_in_store(run, shared.store, commit, decision, shared.release)
-                result = finish(run, commit, decision)
-                provider.after_publish(run, commit)
-                return result
+            if decision is None:
+                continue
+            if shared.store is not None:
+                keep_in_store(run, shared.store, commit, decision, shared.release)
+            faults.point("verified")
+            run.stamps.finish("tree", tree_key(settings, commit, run.interpreter), how=decision.how, commit=commit,
+                              version=decision.probe.version if decision.probe else None)
+            made = replace(decision, commit=commit, pin=settings.pin, repo=settings.repo)
+            result = publish(run, made, Action.PROVISIONED)
+            provider.after_publish(run, commit)
+            return result
         except BaseException as exc:
             provider.abandon(run, exc)  # a build lease held for the fleet records the failure
             raise
     raise EnsureError(ExitCode.INTERNAL, "no provider gave a tree", stage=Stage.PROVISION)  # source always does
-
-
-def providers_for(run: Run, shared: Shared) -> List[Provider]:
-    """The ways that apply to this run, in the table's order (a demanded release that is none stops here)."""
-    found = (way.for_run(run, shared) for way in ways_for(run.settings.strategy))
-    return [provider for provider in found if provider is not None]
 
 
 def doctor_before_build(settings: Settings, environ: Mapping[str, str], checkout: str,
@@ -130,7 +131,7 @@ def check_requirements(run: Run, commit: str) -> Optional[Finding]:
     finding = assess(sources, run.interpreter.executable, settings.require, run.environ,
                      settings.probe_timeout, settings.label("probe_timeout"), settings.pin)
     stop_if_missing(finding)
-    run.say(f"requirements: {summary(finding)}; {finding.python} has them all")
+    run.say(f"requirements: {summary(finding)}")
     return finding
 
 
@@ -153,15 +154,6 @@ def start_wheel_download(run: Run, early: Early, store: Optional[HostStore], com
     except (EnsureError, OSError):
         return  # the release provider meets the same problem and says it, at its turn
     run.say(f"release v{versions[0]}: downloading the flydsl=={versions[0]} wheel while the pin is fetched")
-
-
-def finish(run: Run, commit: str, decision: Decision) -> Result:
-    """The tree is verified: stamp it as finished for this request, then publish the env file."""
-    faults.point("verified")
-    run.stamps.finish("tree", tree_key(run.settings, commit, run.interpreter), how=decision.how, commit=commit,
-                      version=decision.probe.version if decision.probe else None)
-    made = replace(decision, commit=commit, pin=run.settings.pin, repo=run.settings.repo)
-    return publish(run, made, Action.PROVISIONED)
 
 
 def _root_state(run: Run) -> RootState:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import replace
-from typing import Callable, List
+from typing import Callable
 
 from ensure_flydsl.errors import EnsureError, ExitCode, Stage, exit_code_of, interrupted_by
 from ensure_flydsl.layout import tree_folders
@@ -31,15 +31,15 @@ def withdraw_stale_markers(settings: Settings, say: Callable[[str], None]) -> No
     if not os.path.exists(settings.env_file):
         return
     twin = markers.read_env_json(settings.env_json)
-    why = None
     if twin is None:
         why = ("it has no JSON twin this version can read (none, a torn one, or another version's) saying which "
                "tree and request it answers")
     elif is_ours(settings.root) and twin.how != How.REUSED and Stamps(settings.root).read("tree") is None:
         why = "the tree it names is not stamped as finished"
-    if why is not None:
-        markers.withdraw_env_file(settings.env_file, settings.env_json)
-        say(f"took away {settings.env_file}: {why}")
+    else:
+        return
+    markers.withdraw_env_file(settings.env_file, settings.env_json)
+    say(f"took away {settings.env_file}: {why}")
 
 
 def check_markers(settings: Settings, say: Callable[[str], None]) -> None:
@@ -84,8 +84,6 @@ def publish(run: Run, decision: Decision, action: Action) -> Result:
     if not os.path.isdir(settings.root):
         os.makedirs(settings.root)
         claim_root(settings.root, created=True, adopted=False)
-    watch = watch_folders(settings.root, decision.verdict.files, decision.verdict.folders)
-    site_dirs = site_folders(interp)
     # The pin is what the caller asked for: another FlyDSL user it breaks is said, and the run still succeeds.
     conflicts = broken_users(interp.executable, decision.prepend, run.environ, settings.probe_timeout)
     for user in conflicts:
@@ -95,7 +93,8 @@ def publish(run: Run, decision: Decision, action: Action) -> Result:
     twin = markers.EnvTwin(
         request=settings.request(), how=decision.how, tree=decision.tree, version=str(decision.probe.version),
         python=interp.executable, python_version=interp.version, abi=interp.abi, commit=decision.commit,
-        files=dict(decision.verdict.files), watch=watch, site_dirs=site_dirs, fingerprint={},
+        files=dict(decision.verdict.files), site_dirs=site_folders(interp), fingerprint={},
+        watch=watch_folders(settings.root, decision.verdict.files, decision.verdict.folders),
         FLYDSL_ROOT=settings.root, pythonpath_prepend=list(decision.prepend), FLYDSL_SHIM_DIR=settings.shim_dir,
         VLLM_USE_FLYDSL_MOE="1" if settings.vllm_moe else None,
         pin=decision.pin, repo=decision.repo, run_id=run.run_id, built=action == Action.PROVISIONED,
@@ -105,21 +104,16 @@ def publish(run: Run, decision: Decision, action: Action) -> Result:
     twin = replace(twin, fingerprint=fingerprint(settings, run.environ, twin))
     if twin.mlir is not None:
         run.say(f"mlir: {twin.mlir}")
-    text = twin.exports.text()
     there = markers.read_env_json(settings.env_json)
     as_read = markers.EnvTwin.from_json(json.loads(json.dumps(twin.to_json())))  # as it reads back
-    current = there is not None and as_read is not None and there.answers(as_read) \
-        and regular_text(settings.env_file) == text
-    def stamp(written: markers.EnvTwin) -> None:
-        keep_warm(settings, run.environ, run.warm_key, written, twin.fingerprint)
-
     with run.step(Stage.PUBLISH):
-        if current:
-            assert there is not None
-            stamp(there)
+        if there is not None and as_read is not None and there.answers(as_read) \
+                and regular_text(settings.env_file) == twin.exports.text():
+            keep_warm(settings, run.environ, run.warm_key, there, twin.fingerprint)
             run.say(f"{settings.env_file} is current")
         else:
-            markers.publish_env_file(settings.env_file, settings.env_json, twin, after_twin=stamp)
+            markers.publish_env_file(settings.env_file, settings.env_json, twin, after_twin=lambda written: keep_warm(
+                settings, run.environ, run.warm_key, written, twin.fingerprint))
             run.say(f"wrote {settings.env_file}")
         marker = markers.read_failure_marker(settings.fail_marker)
         if marker is not None and marker.request == settings.request():  # written while this run worked: answered
@@ -129,46 +123,35 @@ def publish(run: Run, decision: Decision, action: Action) -> Result:
 
 
 def record_failure(run: Run, exc: BaseException) -> BaseException:
-    """Write the failure marker; the failure to raise (an EnsureError names the run and what still holds)."""
-    failure = _write_failure_marker(run, exc)
-    if not isinstance(failure, EnsureError):
-        return failure
-    still = installed(run.settings.root, run.settings.request(), run.environ.get("PATH"))
-    if still is not None and not still.get("answers"):
-        run.say(installed_line(still))
-    return failure.of_run(run.run_id, round(run.elapsed(), 3), still)
-
-
-def _write_failure_marker(run: Run, exc: BaseException) -> BaseException:
-    """The failure marker, then the run's FAILED record; ``exc``, or a copy saying it went unwritten."""
+    """Write the failure marker, then the run's FAILED record; the failure to raise (an EnsureError names the run,
+    what still holds, and a marker that went unwritten)."""
     code = exit_code_of(exc)
+    stage = (exc.stage if isinstance(exc, EnsureError) else None) or run.step_name
     if isinstance(exc, EnsureError):
-        reason, hint, stage = exc.reason, exc.hint, exc.stage or run.step_name
+        reason, hint = exc.reason, exc.hint
     elif code == ExitCode.INTERRUPTED:
-        reason = interrupted_by(exc)
-        hint, stage = "run it again: it resumes", run.step_name
+        reason, hint = interrupted_by(exc), "run it again: it resumes"
     else:
         reason = f"internal error: {type(exc).__name__}: {exc}"
-        hint, stage = "this is a bug in ensure-flydsl; the log has the traceback", run.step_name
+        hint = "this is a bug in ensure-flydsl; the log has the traceback"
     run.tracker.release()  # the run's reserved room: on a disk that filled, it takes the marker, then the record
-    settings, failure = run.settings, Failure(stage, int(code), reason, hint)
-    unseen = leave_failure_marker(settings.fail_marker, failure, request=settings.request(), run_id=run.run_id,
-                                  locked=run.tracker.record.locked, log=run.reporter.log_path,
-                                  log_tail=_log_tail(run, exc), path_env=run.environ.get("PATH"), say=run.say)
-    run.tracker.failed(failure)
-    if unseen is None:
-        return exc
-    if isinstance(exc, EnsureError):
-        return exc.amended(reason=f"{exc.reason}; {unseen}")  # in its one line: the marker's poller waits on
-    run.say(unseen)
-    return exc
-
-
-def _log_tail(run: Run, exc: BaseException) -> List[str]:
-    """The last lines that explain the failure: the build's, else the failed command's, else the log's."""
+    # The last lines that explain the failure: the build's, else the failed command's, else the log's.
     tail = run.reporter.tail(20)
     if not tail and isinstance(exc, EnsureError) and exc.detail:
         tail = exc.detail.splitlines()[-20:]
     if not tail and run.reporter.log_path:
         tail = tail_of(run.reporter.log_path)
-    return tail
+    settings, failure = run.settings, Failure(stage, int(code), reason, hint)
+    unseen = leave_failure_marker(settings.fail_marker, failure, request=settings.request(), run_id=run.run_id,
+                                  locked=run.tracker.record.locked, log=run.reporter.log_path, log_tail=tail,
+                                  path_env=run.environ.get("PATH"), say=run.say)
+    run.tracker.failed(failure)
+    if not isinstance(exc, EnsureError):
+        if unseen is not None:
+            run.say(unseen)
+        return exc
+    failed = exc if unseen is None else exc.amended(reason=f"{exc.reason}; {unseen}")  # the line a poller waits on
+    still = installed(settings.root, settings.request(), run.environ.get("PATH"))
+    if still is not None and not still.get("answers"):
+        run.say(installed_line(still))
+    return failed.of_run(run.run_id, round(run.elapsed(), 3), still)

@@ -7,7 +7,7 @@ import contextlib
 import time
 from typing import List, Mapping, Optional, Tuple, Union
 
-from ensure_flydsl.errors import EnsureError, ExitCode, Stage, disk_full_error, exit_code_of
+from ensure_flydsl.errors import EnsureError, Stage, disk_full_error, exit_code_of
 from ensure_flydsl.pipeline.decide import check_provisionable, decide, decide_again, preflight, stamp_seen
 from ensure_flydsl.pipeline.lock import build_lock
 from ensure_flydsl.pipeline.provision import provision
@@ -22,7 +22,6 @@ from ensure_flydsl.support.fields import short_text
 from ensure_flydsl.support.processes import unblock_stop_signals
 from ensure_flydsl.support.report import Reporter
 from ensure_flydsl.version import __version__
-from ensure_flydsl.ways import provisions
 from ensure_flydsl.ways.context import Decision, Run
 from ensure_flydsl.ways.store import repair_shared_files, shared_files_problem
 
@@ -64,8 +63,7 @@ def _outcome(run: Run) -> Union[Result, BaseException]:
     except (SystemExit, GeneratorExit):
         raise
     except OSError as exc:  # a full file system met anywhere: said in its one line before the failure marker
-        full = disk_full_error(exc, run.step_name)
-        return exc if full is None else full
+        return disk_full_error(exc, run.step_name) or exc
     except BaseException as exc:
         return exc
 
@@ -101,12 +99,7 @@ def _ensure(run: Run) -> Result:
         decision = decide(run) if damaged is None else Decision(False, damaged)
     if decision.ok:
         return publish(run, decision, _action(decision, settings.root))
-    if not provisions(settings.strategy):
-        raise EnsureError(ExitCode.PROBE,
-                          f"nothing reusable ({decision.reason}) and FLYDSL_STRATEGY=reuse-only never provisions",
-                          stage=Stage.PROBE,
-                          hint="install FlyDSL for this interpreter, or use FLYDSL_STRATEGY=auto to build the pin")
-    check_provisionable(settings, run.environ)
+    check_provisionable(settings, run.environ, decision.reason)
     run.track()
     with contextlib.ExitStack() as held:
         with run.step(Stage.LOCK):

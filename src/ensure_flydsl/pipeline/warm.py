@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import marshal
 import os
+import re
 import time
 from dataclasses import fields
 from typing import Dict, List, Mapping, Optional, Sequence
@@ -20,8 +21,8 @@ from ensure_flydsl.settings import HOST_ID, SETTINGS, Settings
 from ensure_flydsl.support.files import atomic_write
 from ensure_flydsl.support.report import known
 
-# The variables besides the settings' own that the settings' checks read: their values key a stamp's entry too.
-CHECKED_VARIABLES = (*HOST_VARIABLES, HOST_ID, "GIT_CONFIG_COUNT")
+# The settings' variables and those their checks read: their values key a stamp's entry.
+VARIABLES = (*(setting.env for setting in SETTINGS), *HOST_VARIABLES, HOST_ID, "GIT_CONFIG_COUNT")
 MAX_ENTRIES = 16  # raw inputs remembered per root (callers in other folders, with other variables)
 CALLER_KEYS = ("version", "interpreter", "environment")  # warm.caller_part's; the rest is warm.tree_part's
 
@@ -37,8 +38,7 @@ def try_warm(settings: Settings, environ: Mapping[str, str], warm_key: Optional[
     # Written for another request, it answers this one too when its tree passes this request's gate.
     if twin_gap(twin, settings.request(), environ.get("PATH")) is not None:
         return None
-    written = warm.read_regular(settings.env_file)
-    if written is None or written.decode(errors="replace") != exports(settings, twin).text():
+    if warm.regular_text(settings.env_file) != exports(settings, twin).text():
         return None
     now = fingerprint(settings, environ, twin)
     if now["interpreter"] is None or not same(twin.fingerprint, now):
@@ -63,8 +63,8 @@ def fingerprint(settings: Settings, environ: Mapping[str, str], twin: EnvTwin) -
 
 
 def same(recorded: object, current: Mapping[str, object]) -> bool:
-    """Whether a fingerprint read back from JSON equals one computed now (tuples and lists alike)."""
-    return recorded == current or bool(recorded == json.loads(json.dumps(current)))
+    """Whether a fingerprint read back from JSON equals one computed now, as JSON reads it back."""
+    return bool(recorded == json.loads(json.dumps(current)))
 
 
 def result_of(settings: Settings, environ: Mapping[str, str], twin: EnvTwin, action: Action, *,
@@ -107,18 +107,14 @@ def keep_warm(settings: Settings, environ: Mapping[str, str], tokens: Optional[S
     except OSError:
         return
     root, env_file = settings.root, exports(settings, twin).text().encode()
-    holes = {"run_id": "\0run_id", "elapsed": "\0elapsed", "durations": "\0durations", "time": "\0time"}
-    result = warm_result(settings, environ, twin, 0.0, holes["run_id"])
+    result = warm_result(settings, environ, twin, 0.0, "\0run_id")  # "\0NAME": a hole the front door fills
     say = warm_lines(settings, result)
-    data = result.to_json()
-    data.update(durations=holes["durations"], elapsed_s=holes["elapsed"])
-    out = _template(json.dumps(data, sort_keys=True) + "\n", holes, ("durations", "elapsed", "run_id"))
-    event = {"event": "message", "time": holes["time"], "text": say[0]}
-    err = _template(json.dumps(event, sort_keys=True) + "\n", holes, ("time",))
+    out = _template({**result.to_json(), "durations": "\0durations", "elapsed_s": "\0elapsed"},
+                    "durations", "elapsed", "run_id")
+    err = _template({"event": "message", "time": "\0time", "text": say[0]}, "time")
     if out is None or err is None:
         return
-    variables = [*(setting.env for setting in SETTINGS), *CHECKED_VARIABLES]
-    entry = {"argv": list(tokens), "cwd": cwd, "environ": {name: environ.get(name) for name in variables},
+    entry = {"argv": list(tokens), "cwd": cwd, "environ": {name: environ.get(name) for name in VARIABLES},
              "python": settings.python, "executable": twin.python, "fail_marker": settings.fail_marker,
              "print": {k: print_now[k] for k in CALLER_KEYS}, "say": say, "out": out, "err": err}
     tree = {"watch": list(twin.watch), "site_dirs": list(twin.site_dirs), "stamp": stamp_file(root, "tree"),
@@ -138,12 +134,7 @@ def keep_warm(settings: Settings, environ: Mapping[str, str], tokens: Optional[S
         pass  # a read-only root (or one of another user's): the command line answers, a little slower
 
 
-def _template(text: str, holes: Mapping[str, str], order: Sequence[str]) -> Optional[List[str]]:
-    """``text`` cut at the holes' JSON spellings, in ``order`` (texts, then names); None unless each is once."""
-    parts = [text]
-    for name in order:
-        head, *rest = parts[-1].split(json.dumps(holes[name]))
-        if len(rest) != 1:
-            return None
-        parts[-1:] = [head, name, *rest]
-    return parts
+def _template(data: Mapping[str, object], *names: str) -> Optional[List[str]]:
+    """``data``'s JSON line cut at its holes (texts at even places, names at odd); None unless each is once."""
+    parts = re.split(r'"\\u0000(\w+)"', json.dumps(data, sort_keys=True) + "\n")
+    return parts if sorted(parts[1::2]) == sorted(names) else None
