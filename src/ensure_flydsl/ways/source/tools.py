@@ -192,14 +192,13 @@ class ProvidedTools:
     provided: Dict[str, str]  # tool -> version installed privately (now or by an earlier run)
     installed_now: Tuple[str, ...]
     path: Tuple[str, ...]
-    pythonpath: Tuple[str, ...]
-    cmake_prefixes: Tuple[str, ...]
+    # nanobind's folder: `import nanobind` in build.sh, and find_package(nanobind CONFIG) under <prefix>/nanobind/cmake
+    nanobind: Tuple[str, ...]
 
     def apply(self, env: Mapping[str, str]) -> Dict[str, str]:
         """``env`` with the provided folders first on PATH, PYTHONPATH and CMAKE_PREFIX_PATH."""
         out = dict(env)
-        for var, folders in (("PATH", self.path), ("PYTHONPATH", self.pythonpath),
-                             ("CMAKE_PREFIX_PATH", self.cmake_prefixes)):
+        for var, folders in (("PATH", self.path), ("PYTHONPATH", self.nanobind), ("CMAKE_PREFIX_PATH", self.nanobind)):
             rest = [p for p in env.get(var, "").split(os.pathsep) if p and p not in folders]
             if folders:
                 out[var] = os.pathsep.join([*folders, *rest])
@@ -242,11 +241,9 @@ def provide_build_tools(tools_dir: str, needs: Iterable[str], environ: Mapping[s
             installed.append(name)
             say(f"fix: provided {name} {entry.version} in {entry.folder}")
         provided[name] = entry.version
-    path = [os.path.join(root, "bin")] if any(n in EXECUTABLES for n in provided) else []
-    # nanobind: `import nanobind` in build.sh, and find_package(nanobind CONFIG) under <prefix>/nanobind/cmake.
-    folders = [record["nanobind"].folder] if "nanobind" in provided else []
-    return ProvidedTools(present=present, provided=provided, installed_now=tuple(installed),
-                         path=tuple(path), pythonpath=tuple(folders), cmake_prefixes=tuple(folders))
+    path = (os.path.join(root, "bin"),) if any(n in EXECUTABLES for n in provided) else ()
+    return ProvidedTools(present=present, provided=provided, installed_now=tuple(installed), path=path,
+                         nanobind=(record["nanobind"].folder,) if "nanobind" in provided else ())
 
 
 def _install_privately(name: str, requirement: Optional[str], root: str, python: str, environ: Mapping[str, str],
