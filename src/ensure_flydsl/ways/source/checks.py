@@ -43,15 +43,8 @@ def predict_build(ctx: RunContext, checkout: Optional[str], submit: Submit) -> L
             + [submit(check_hip_package, ctx), submit(check_submodules, ctx, checkout)])
 
 
-def _llvm_already_built(settings: Settings, needs: BuildNeeds, interp: Optional[Interpreter]) -> Optional[str]:
-    """The MLIR install an earlier run built from the pin's LLVM inputs for this interpreter, if it is there."""
-    if needs.llvm is None or interp is None:
-        return None
-    return environment.built_mlir(settings.base_dir, needs.llvm, interp.abi)
-
-
 def llvm_step_needed(settings: Settings, needs: BuildNeeds, interp: Optional[Interpreter] = None) -> bool:
-    return settings.mlir_path is None and _llvm_already_built(settings, needs, interp) is None
+    return settings.mlir_path is None and environment.built_mlir(settings.base_dir, needs.llvm, interp) is None
 
 
 def check_mlir(ctx: RunContext) -> Check:
@@ -68,7 +61,7 @@ def check_mlir(ctx: RunContext) -> Check:
             return Check("mlir", WRONG, f"{label}={s.mlir_path} holds no lib/cmake/mlir/MLIRConfig.cmake: the "
                          "build's find_package(MLIR) will fail", remedy, blocking=True, stage=Stage.BUILD)
         return passed("mlir", f"{label}={s.mlir_path}; no LLVM build", Stage.BUILD)
-    built = _llvm_already_built(s, ctx.needs, ctx.interpreter)
+    built = environment.built_mlir(s.base_dir, ctx.needs.llvm, ctx.interpreter)
     llvm = ctx.needs.llvm
     if built and llvm is not None:
         return passed("mlir", f"MLIR for {llvm.describe()} is already built in {built}", Stage.LLVM)

@@ -118,12 +118,14 @@ class LlvmRecord(fields.Record):
         atomic_write_json(llvm_record(base_dir), asdict(self))
 
 
-def built_mlir(base_dir: str, inputs: LlvmInputs, abi: str) -> Optional[str]:
-    """The MLIR install of the LLVM/MLIR build of ``inputs`` this tool finished in ``BASE/llvm-project``, if there
-    (an earlier build with every target serves as well as the minimal one a run makes now)."""
-    record, install, key = LlvmRecord.read(base_dir), mlir_install(base_dir), inputs.key(abi)
+def built_mlir(base_dir: str, inputs: Optional[LlvmInputs], interpreter: Optional[Interpreter]) -> Optional[str]:
+    """The MLIR install of the build of ``inputs`` for ``interpreter`` (None: either unknown) this tool finished in
+    ``BASE/llvm-project``, if there (one with every target serves as well as the minimal one a run makes now)."""
+    if inputs is None or interpreter is None:
+        return None
+    record, install, key = LlvmRecord.read(base_dir), mlir_install(base_dir), inputs.key(interpreter.abi)
     ok = key is not None and record is not None and is_mlir_install(install) \
-        and record.done in (key, inputs.key(abi, minimal=False))
+        and record.done in (key, inputs.key(interpreter.abi, minimal=False))
     return install if ok else None
 
 

@@ -244,7 +244,7 @@ def ready_mlir(run: Run, cache: Optional[Cache], inputs: LlvmInputs, take_prebui
         run.say(f"warning: the LLVM commit of this pin cannot be determined ({inputs.problem}): its LLVM/MLIR "
                 "is built for this run, neither reused from an earlier build nor shared through the cache")
         return None
-    install = steps.built_mlir(settings.base_dir, inputs, run.interpreter.abi)
+    install = steps.built_mlir(settings.base_dir, inputs, run.interpreter)
     if install is not None:
         run.say(f"MLIR for LLVM {cached.llvm_label(key)} is already built in {install}")
         run.facts.mlir = "built"
