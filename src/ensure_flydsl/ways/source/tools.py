@@ -216,9 +216,9 @@ def provide_build_tools(tools_dir: str, needs: Iterable[str], environ: Mapping[s
     """Each needed tool of PROVIDABLE, the missing ones installed privately (nanobind must import in the target
     ``python``); ``code`` is a failure's exit code."""
     requirements = requirements or {}
-    if set(needs) - set(PROVIDABLE):
-        raise ValueError(f"cannot provide {', '.join(sorted(set(needs) - set(PROVIDABLE)))}; only "
-                         f"{', '.join(PROVIDABLE)}")
+    unknown = sorted(set(needs) - set(PROVIDABLE))
+    if unknown:
+        raise ValueError(f"cannot provide {', '.join(unknown)}; only {', '.join(PROVIDABLE)}")
     root, stamp_path = provided_dir(tools_dir), provided_stamp(tools_dir)
     record, ignored = read_tools_record(stamp_path, root)
     if ignored is not None:
