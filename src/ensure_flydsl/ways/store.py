@@ -209,7 +209,6 @@ class StoreProvider(Provider):
         """A probe's answer for this tree in another root while it passes the gate here; else a probe here, kept."""
         settings, how = run.settings, How(manifest.how)
         known = self._known_pass(run, manifest.key)
-        decision = None
         if known is not None:
             prefix = layout.tree_folders(settings.root)
             modules = tuple(ModuleResult(name, os.path.join(settings.root, rel), None)
@@ -218,15 +217,13 @@ class StoreProvider(Provider):
                           pythonpath=joined_pythonpath(prefix, run.environ.get("PYTHONPATH")), seconds=0.0)
             verdict = evaluate(probe, settings.min_version, settings.require)
             if verdict.reusable:
-                decision = Decision(ok=True, reason=verdict.reason, how=how, tree=settings.root, prepend=prefix,
-                                    probe=probe, verdict=verdict, commit=commit)
-        if decision is not None:
-            run.say(f"store: not probed again: this tree passed the full probe with {run.interpreter.executable} "
-                    "as it is now (--verify probes)")
-        else:
-            with run.step(Stage.VERIFY):
-                decision = verify_tree(run, commit, how, self.early)
-            remember_pass(run, self.store, manifest.key, decision)
+                run.say(f"store: not probed again: this tree passed the full probe with {run.interpreter.executable} "
+                        "as it is now (--verify probes)")
+                return Decision(ok=True, reason=verdict.reason, how=how, tree=settings.root, prepend=prefix,
+                                probe=probe, verdict=verdict, commit=commit, link_mode=mode)
+        with run.step(Stage.VERIFY):
+            decision = verify_tree(run, commit, how, self.early)
+        remember_pass(run, self.store, manifest.key, decision)
         decision.link_mode = mode
         return decision
 
