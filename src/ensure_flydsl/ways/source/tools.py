@@ -188,7 +188,7 @@ def read_tools_record(path: str, root: str) -> Tuple[Dict[str, ProvidedTool], Op
 class ProvidedTools:
     """What the machine had, what is provided privately, and the folders that put it in the build's way."""
 
-    present: Dict[str, str]  # tool -> "version at where", found on the machine
+    present: Dict[str, str]  # tool -> its ToolState's description, found on the machine
     provided: Dict[str, str]  # tool -> version installed privately (now or by an earlier run)
     installed_now: Tuple[str, ...]
     path: Tuple[str, ...]
@@ -206,7 +206,7 @@ class ProvidedTools:
 
     def summary(self) -> str:
         parts = [f"{name} {version} (provided privately)" for name, version in sorted(self.provided.items())]
-        parts += [f"{name} {text}" for name, text in sorted(self.present.items())]
+        parts += [text for _, text in sorted(self.present.items())]
         return "; ".join(parts) if parts else "nothing needed"
 
 
@@ -230,7 +230,7 @@ def provide_build_tools(tools_dir: str, needs: Iterable[str], environ: Mapping[s
         requirement = requirements.get(name)
         state = machine_state(name, environ, python=python, requirement=requirement, tools_dir=tools_dir)
         if state.good:
-            present[name] = f"{state.version or '(version unknown)'} at {state.where}"
+            present[name] = state.describe()
             continue
         entry = record.get(name)
         if entry is not None and entry.usable(requirement):
