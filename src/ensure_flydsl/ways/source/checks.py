@@ -43,7 +43,7 @@ def predict_build(ctx: RunContext, checkout: Optional[str], submit: Submit) -> L
             + [submit(check_hip_package, ctx), submit(check_submodules, ctx, checkout)])
 
 
-def llvm_step_needed(settings: Settings, needs: BuildNeeds, interp: Optional[Interpreter] = None) -> bool:
+def llvm_step_needed(settings: Settings, needs: BuildNeeds, interp: Optional[Interpreter]) -> bool:
     return settings.mlir_path is None and environment.built_mlir(settings.base_dir, needs.llvm, interp) is None
 
 

@@ -335,13 +335,13 @@ class RocmChoice:
                 "has no hip CMake package)")
 
 
-def rocm_sdk_root(exe: str, environ: Mapping[str, str], timeout: float = ROCM_SDK_TIMEOUT) -> Tuple[Optional[str], str]:
+def rocm_sdk_root(exe: str, environ: Mapping[str, str]) -> Tuple[Optional[str], str]:
     """The prefix ``exe path --root`` prints, or (None, what went wrong)."""
     try:
         proc = run_captured([exe, "path", "--root"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            stdin=subprocess.DEVNULL, env=environ, timeout=timeout)
+                            stdin=subprocess.DEVNULL, env=environ, timeout=ROCM_SDK_TIMEOUT)
     except subprocess.TimeoutExpired:
-        return None, f"`{exe} path --root` did not answer within {timeout:.0f} s"
+        return None, f"`{exe} path --root` did not answer within {ROCM_SDK_TIMEOUT:.0f} s"
     except OSError as exc:
         return None, f"`{exe} path --root` does not run: {exc.strerror}"
     lines = [line.strip() for line in proc.stdout.decode(errors="replace").splitlines() if line.strip()]
