@@ -67,13 +67,10 @@ class Index:
     def answer(self, package: str, options: Sequence[str] = (), python: Optional[str] = None) -> IndexAnswer:
         """What the index has for ``package``, asked through ``python``'s pip (default: the installer's)."""
         python = python or self.python
-        key = (package, tuple(options), python)
+        mine: "concurrent.futures.Future[IndexAnswer]" = concurrent.futures.Future()
         with self._lock:
-            future = self._answers.get(key)
-            owner = future is None
-            if future is None:
-                future = self._answers[key] = concurrent.futures.Future()
-        if owner:
+            future = self._answers.setdefault((package, tuple(options), python), mine)
+        if future is mine:
             try:
                 future.set_result(query_versions(python, package, self.environ, timeout=self.timeout,
                                                  options=options))
