@@ -70,11 +70,14 @@ def from_json(cls: Type[T], data: object) -> Optional[T]:
 
 
 class Record:
-    """A base for a dataclass whose fields name their checks: ``Cls.from_json(data)`` reads it."""
+    """A base for a dataclass whose fields name their checks: ``Cls.from_json(data)`` reads what ``to_json`` wrote."""
 
     @classmethod
     def from_json(cls: Type[T], data: object) -> Optional[T]:
         return from_json(cls, data)
+
+    def to_json(self) -> Dict[str, object]:
+        return dataclasses.asdict(self)  # type: ignore[call-overload, no-any-return]
 
 
 def shown(value: object) -> str:
