@@ -93,10 +93,9 @@ class Pulse:
 
     @classmethod
     def of_record(cls, record: RunRecord) -> "Pulse":
-        waiting = record.waiting.get("text") if isinstance(record.waiting, dict) else None
         return cls(step=record.step, percent=record.percent, elapsed_s=max(0.0, time.time() - record.started),
                    eta_s=record.remaining_eta(), run_id=record.run_id, pid=record.pid,
-                   waiting=waiting if isinstance(waiting, str) else None, overdue_s=record.overdue_s)
+                   waiting=fields.text((record.waiting or {}).get("text")), overdue_s=record.overdue_s)
 
     def line(self) -> str:
         shown = f" {self.percent}%" if self.percent is not None else ""
