@@ -137,9 +137,7 @@ def path(value: object) -> Optional[str]:
 
 
 def paths(value: object) -> Optional[List[str]]:
-    if not isinstance(value, list) or not all(isinstance(v, str) and "\0" not in v for v in value):
-        return None
-    return list(value)
+    return list(value) if isinstance(value, list) and all(path(v) is not None for v in value) else None
 
 
 def text_map(value: object) -> Optional[Dict[str, str]]:
@@ -154,9 +152,7 @@ SHORT_TEXT_MAX = 200
 
 def short_text(value: object, limit: int = SHORT_TEXT_MAX) -> Optional[str]:
     """A non-empty text of at most ``limit`` printable characters."""
-    if not isinstance(value, str) or not value or len(value) > limit or not value.isprintable():
-        return None
-    return value
+    return value if isinstance(value, str) and 0 < len(value) <= limit and value.isprintable() else None
 
 
 PID_MAX = 1 << 22  # Linux's PID_MAX_LIMIT on 64-bit
