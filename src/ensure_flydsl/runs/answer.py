@@ -169,10 +169,9 @@ def _answer(settings: Settings, *, record_deaths: bool) -> Answer:
     request = settings.request()
     settle = record_death if record_deaths else seen_dead
     records = [settle(store, r) for r in store.records_for(request)]
-    live = [r for r in records if r.state == RUNNING]
+    live = _in_speaking_order([r for r in records if r.state == RUNNING])
     if live:
-        first = _in_speaking_order(live)[0]
-        return Answer(RUNNING, record=first, run_id=first.run_id)
+        return Answer(RUNNING, record=live[0], run_id=live[0].run_id)
     there = installed_twin(settings.root)
     gap = (twin_gap(there, request, os.environ.get("PATH")) if there is not None else
            "there is none: another request's run replaced it, or `clean` removed it")

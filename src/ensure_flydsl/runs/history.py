@@ -18,6 +18,7 @@ T = TypeVar("T")
 HISTORY_VERSION = 1
 HISTORY_KEEP = 7  # the median of the last runs: one slow run (a cold disk, a busy host) barely moves it
 MAX_STEP_S = 7 * 24 * 3600.0  # a longer "duration" is no step's (a clock jump, a foreign file): no history
+_step_seconds = fields.within(fields.number, 0.0, MAX_STEP_S)
 LOCK_WAIT_S = 5.0  # a run adds its durations in milliseconds; a holder stuck for longer is not waited for
 
 # What each step takes on a host without history (seconds): the source build's are FlyDSL's on MI300X hosts.  A
@@ -51,7 +52,7 @@ class History:
         steps = routes.setdefault(plan, {})
         for stage, seconds in durations.items():
             # (a step of another route, such as a release tried before the build, is not this route's)
-            if stage in plan.stages and fields.number(seconds) is not None and 0 <= seconds <= MAX_STEP_S:
+            if stage in plan.stages and _step_seconds(seconds) is not None:
                 steps[stage] = (tuple(steps.get(stage, ())) + (round(float(seconds), 3),))[-HISTORY_KEEP:]
         return History(routes)
 
@@ -87,10 +88,8 @@ def stage_table(value: object, check: Callable[[object], Optional[T]]) -> Option
 
 
 def _durations(values: object) -> Optional[Tuple[float, ...]]:
-    found = tuple(fields.number(v) for v in values) if isinstance(values, list) else None
-    if found is None or any(v is None or not 0 <= v <= MAX_STEP_S for v in found):
-        return None
-    return found  # type: ignore[return-value]
+    found = tuple(map(_step_seconds, values)) if isinstance(values, list) else None
+    return None if found is None or None in found else found  # type: ignore[return-value]
 
 
 def read_history(host_dir: Optional[str]) -> History:

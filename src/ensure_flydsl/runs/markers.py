@@ -9,7 +9,7 @@ import os
 import shlex
 import shutil
 import socket
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from typing import Callable, Dict, List, Mapping, MutableMapping, Optional, Tuple
 
 from packaging.version import InvalidVersion
@@ -105,7 +105,7 @@ def _conflicts(value: object) -> Optional[List[Dict[str, Optional[str]]]]:
 
 
 @dataclass(frozen=True)
-class EnvTwin(TreeIdentity):
+class EnvTwin(TreeIdentity, fields.Record):
     """``flydsl_env.json``: what the env file exports, the request it answers, the tree and interpreter it was
     made for.  And the warm path's fingerprint, with the folders and site dirs it watches."""
 
@@ -145,9 +145,6 @@ class EnvTwin(TreeIdentity):
     def exports(self) -> EnvFile:
         return EnvFile(self.FLYDSL_ROOT, tuple(self.pythonpath_prepend), self.FLYDSL_SHIM_DIR,
                        self.VLLM_USE_FLYDSL_MOE == "1")
-
-    def to_json(self) -> Dict[str, object]:
-        return asdict(self)
 
     @classmethod
     def from_json(cls, data: object) -> Optional["EnvTwin"]:
@@ -265,18 +262,13 @@ def marker_path_problem(path: str) -> Optional[str]:
     return file_path_problem(path, symlink_ok=True)
 
 
-def _failure_code(value: object) -> Optional[int]:
-    """Never exit 0 or 75, which `wait` would pass on as success or "still running"."""
-    found = fields.integer(value)
-    return found if found in FAILURE_CODES else None
-
-
 @dataclass(frozen=True)
 class Failure(fields.Record):
     """How a run failed (a run record's, a failure marker's)."""
 
     stage: Optional[Stage] = checked(fields.text, nullable=True, convert=Stage.parse)  # None: a stage not known
-    exit_code: int = checked(_failure_code)
+    # Never 0 or 75, which `wait` would pass on as success or "still running".
+    exit_code: int = checked(lambda v: v if fields.integer(v) in FAILURE_CODES else None)
     reason: str = checked(fields.text, "")
     hint: str = checked(fields.text, "", lenient=True)
 

@@ -93,10 +93,9 @@ class Pulse:
 
     @classmethod
     def of_record(cls, record: RunRecord) -> "Pulse":
-        waiting = record.waiting.get("text") if isinstance(record.waiting, dict) else None
         return cls(step=record.step, percent=record.percent, elapsed_s=max(0.0, time.time() - record.started),
                    eta_s=record.remaining_eta(), run_id=record.run_id, pid=record.pid,
-                   waiting=waiting if isinstance(waiting, str) else None, overdue_s=record.overdue_s)
+                   waiting=fields.text((record.waiting or {}).get("text")), overdue_s=record.overdue_s)
 
     def line(self) -> str:
         shown = f" {self.percent}%" if self.percent is not None else ""
@@ -212,7 +211,7 @@ class Tracker:
             self.record.percent = round(percent, 1)
             # Throttled, but never past a whole percent: a step that prints "[1/4]" and then works for
             # minutes must not show a stale percent all that time.
-            self._write(force=not isinstance(shown, (int, float)) or int(shown) != int(percent))
+            self._write(force=shown is None or int(shown) != int(percent))
         return percent
 
     def held_lock(self) -> None:
@@ -224,13 +223,13 @@ class Tracker:
         """The current step, its own percent and ETA (never those of another host's build it follows)."""
         record = self.record
         percent = record.percent
-        if record.waiting is not None or not isinstance(percent, (int, float)) or isinstance(percent, bool):
+        if record.waiting is not None or percent is None:
             return record.step, None, None
         eta = None
         if percent > 0 and record.step is not None:
             own = self._expected().get(record.step, 0.0)
-            eta = round(step_left(own, max(0.0, time.time() - self.step_started_at), float(percent)), 1)
-        return record.step, float(percent), eta
+            eta = round(step_left(own, max(0.0, time.time() - self.step_started_at), percent), 1)
+        return record.step, percent, eta
 
     def build_group(self, pgid: Optional[int]) -> None:
         self.record.build_pgid = pgid

@@ -9,7 +9,7 @@ import re
 import socket
 import time
 import uuid
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Dict, List, Optional
 
 from ensure_flydsl.errors import Stage, StrEnum
@@ -45,11 +45,6 @@ KEEP_RECORDS = 20
 RESERVE_BYTES = 64 << 10
 
 
-def _non_negative(value: object) -> Optional[float]:
-    found = fields.number(value)
-    return found if found is not None and found >= 0 else None
-
-
 @dataclass
 class RunRecord(fields.Record):
     """``<run_id>.json``: what one run is doing, or how it ended.  A value no run writes refuses the whole file."""
@@ -65,7 +60,7 @@ class RunRecord(fields.Record):
     step: Optional[Stage] = checked(fields.text, None, convert=Stage.parse)  # None also for a step not known
     percent: Optional[float] = checked(fields.percent, None)
     eta_s: Optional[float] = checked(fields.eta, None)
-    overdue_s: Optional[float] = checked(_non_negative, None)  # the step is this far past its usual time
+    overdue_s: Optional[float] = checked(fields.seconds, None)  # the step is this far past its usual time
     started: float = checked(fields.seconds, 0.0)
     finished: Optional[float] = checked(fields.seconds, None)
     updated: Optional[float] = checked(fields.seconds, None)  # its last sign of life
@@ -85,9 +80,6 @@ class RunRecord(fields.Record):
             return None
         # Counted down from the last update, but never to 0 while the run still works.
         return round(max(min(self.eta_s, 1.0), self.eta_s - (time.time() - self.updated)), 1)
-
-    def to_json(self) -> Dict[str, object]:
-        return asdict(self)
 
 
 _RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")  # it names files beside the record

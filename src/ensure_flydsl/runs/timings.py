@@ -58,11 +58,6 @@ class RunFacts:
         self.lease_wait_s = (self.lease_wait_s or 0.0) + max(0.0, seconds)
 
 
-def _exit_code(value: object) -> Optional[int]:
-    found = fields.integer(value)
-    return found if found == 0 or found in FAILURE_CODES else None
-
-
 def _table(value: object, names: Tuple[str, ...], check: Callable[[object], object]) -> Optional[Dict[str, object]]:
     """An object whose keys are some of ``names`` and whose values pass ``check``, else None."""
     if not isinstance(value, dict) or not set(value) <= set(names):
@@ -81,7 +76,7 @@ class TimingRecord:
     kind: str = checked(lambda v: fields.one_of(v, KINDS))
     started: float = checked(fields.seconds)  # wall clock, seconds since the epoch
     ended: float = checked(fields.seconds)
-    exit_code: int = checked(_exit_code)  # 0, or the code a failed run records
+    exit_code: int = checked(lambda v: v if fields.integer(v) in (0, *FAILURE_CODES) else None)  # 0, or a failure's
     way: str = checked(lambda v: fields.one_of(v, WAYS))  # FAILED exactly when exit_code is not 0
     # A stage gone through twice: both added up.
     stages: Mapping[Stage, float] = checked(lambda v: stage_table(v, fields.seconds))

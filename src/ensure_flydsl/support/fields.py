@@ -12,6 +12,7 @@ from typing import Any, Callable, Collection, Dict, List, Optional, Type, TypeVa
 
 T = TypeVar("T")
 E = TypeVar("E", bound=enum.Enum)
+N = TypeVar("N", int, float)
 Check = Callable[[object], Any]
 
 
@@ -70,11 +71,14 @@ def from_json(cls: Type[T], data: object) -> Optional[T]:
 
 
 class Record:
-    """A base for a dataclass whose fields name their checks: ``Cls.from_json(data)`` reads it."""
+    """A base for a dataclass whose fields name their checks: ``Cls.from_json(data)`` reads what ``to_json`` wrote."""
 
     @classmethod
     def from_json(cls: Type[T], data: object) -> Optional[T]:
         return from_json(cls, data)
+
+    def to_json(self) -> Dict[str, object]:
+        return dataclasses.asdict(self)  # type: ignore[call-overload, no-any-return]
 
 
 def shown(value: object) -> str:
@@ -103,13 +107,16 @@ def integer(value: object) -> Optional[int]:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
+def within(check: Callable[[object], Optional[N]], low: N, high: N) -> Callable[[object], Optional[N]]:
+    """The check ``check`` of a value from ``low`` to ``high``."""
+    def bounded(value: object) -> Optional[N]:
+        found = check(value)
+        return found if found is not None and low <= found <= high else None
+    return bounded
+
+
 MAX_BYTES = 1 << 50  # a file, a tree or a fetch of more than a pebibyte is no one's
-
-
-def byte_count(value: object) -> Optional[int]:
-    """A size in bytes, 0 to a pebibyte (a planted 10**400 is none, not a number to print in full)."""
-    found = integer(value)
-    return found if found is not None and 0 <= found <= MAX_BYTES else None
+byte_count = within(integer, 0, MAX_BYTES)  # (a planted 10**400 is none, not a number to print in full)
 
 
 def boolean(value: object) -> Optional[bool]:
@@ -130,9 +137,7 @@ def path(value: object) -> Optional[str]:
 
 
 def paths(value: object) -> Optional[List[str]]:
-    if not isinstance(value, list) or not all(isinstance(v, str) and "\0" not in v for v in value):
-        return None
-    return list(value)
+    return list(value) if isinstance(value, list) and all(path(v) is not None for v in value) else None
 
 
 def text_map(value: object) -> Optional[Dict[str, str]]:
@@ -147,23 +152,14 @@ SHORT_TEXT_MAX = 200
 
 def short_text(value: object, limit: int = SHORT_TEXT_MAX) -> Optional[str]:
     """A non-empty text of at most ``limit`` printable characters."""
-    if not isinstance(value, str) or not value or len(value) > limit or not value.isprintable():
-        return None
-    return value
+    return value if isinstance(value, str) and 0 < len(value) <= limit and value.isprintable() else None
 
 
 PID_MAX = 1 << 22  # Linux's PID_MAX_LIMIT on 64-bit
 MAX_SECONDS = 10.0**10  # the year 2286
-
-
-def pid(value: object) -> Optional[int]:
-    found = integer(value)
-    return found if found is not None and 0 < found <= PID_MAX else None
-
-
-def seconds(value: object) -> Optional[float]:
-    found = number(value)
-    return found if found is not None and 0.0 <= found <= MAX_SECONDS else None
+pid = within(integer, 1, PID_MAX)
+seconds = within(number, 0.0, MAX_SECONDS)
+percent = within(number, 0.0, 100.0)
 
 
 MAX_ETA_S = 24 * 3600.0  # no estimate of ours says more (a planted record or history said 448 h, or years)
@@ -173,11 +169,6 @@ def eta(value: object) -> Optional[float]:
     """An estimate of seconds left, at most MAX_ETA_S: what is estimated is clamped, never refused."""
     found = number(value)
     return None if found is None or found < 0 else min(found, MAX_ETA_S)
-
-
-def percent(value: object) -> Optional[float]:
-    found = number(value)
-    return found if found is not None and 0.0 <= found <= 100.0 else None
 
 
 def one_of(value: object, allowed: Collection[str]) -> Optional[str]:
