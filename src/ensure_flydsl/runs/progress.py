@@ -27,6 +27,7 @@ RECORD_INTERVAL_S = 0.5
 OVERDUE_SHARE = 0.25  # a step past its usual time is taken to need a quarter of its time so far again
 HEARTBEAT_S = 30.0
 HEARTBEAT_VARIABLE = "ENSURE_FLYDSL_HEARTBEAT_S"  # shortens the interval for the tests (not a setting)
+# A watchdog outlives its run by design: held here, its Popen is never collected (a ResourceWarning) while it runs.
 _WATCHDOGS: List["subprocess.Popen[bytes]"] = []
 
 

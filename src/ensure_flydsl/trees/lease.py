@@ -26,6 +26,7 @@ from ensure_flydsl.support.fields import (
     seconds,
     short_text,
     shown,
+    within,
 )
 from ensure_flydsl.trees.backends import CacheCorrupt, CacheError, CacheUnreachable, Store
 from ensure_flydsl.trees.manifest import check_name
@@ -50,13 +51,6 @@ STAGED_AGE_S = 600.0  # a create's staged file older than this is no live writer
 _PROBED: Dict[str, Tuple[bool, str]] = {}
 
 Progress = Callable[[], Tuple[Optional[str], Optional[float], Optional[float]]]  # step, percent, ETA
-
-
-def _whole(limit: int) -> Callable[[object], Optional[int]]:
-    def check(value: object) -> Optional[int]:
-        found = integer(value)
-        return found if found is not None and 0 <= found <= limit else None
-    return check
 
 
 def _ttl(value: object) -> Optional[float]:
@@ -97,15 +91,15 @@ class LeaseRecord:
     generation: int
     host: str = checked(short_text, wanted=_TEXT)
     run_id: str = checked(short_text, wanted=_TEXT)
-    pid: int = checked(_whole(2**31), wanted=f"a whole number from 0 to {2**31}")
+    pid: int = checked(within(integer, 0, 2**31), wanted=f"a whole number from 0 to {2**31}")
     started: float = checked(seconds, wanted=_TIME)  # the holder's wall clock when it took the lease, for people
     what: str = checked(short_text, wanted=_TEXT)  # "the FlyDSL tree for a35627a2", for messages
     # Recorded failures of this key before this generation, in this round.
-    failures_before: int = checked(_whole(10**6), 0, wanted=f"a whole number from 0 to {10**6}")
+    failures_before: int = checked(within(integer, 0, 10**6), 0, wanted=f"a whole number from 0 to {10**6}")
     # The holder's FLYDSL_LEASE_TTL: it beats every ttl/4 and is dead after ttl without one.
     ttl: float = checked(_ttl, 0.0, wanted=f"what FLYDSL_LEASE_TTL allows (0 < ttl < {MAX_TTL_S:g} s)")
     state: str = checked(lambda v: one_of(v, (BUILDING, FAILED)), BUILDING, wanted=f"{BUILDING} or {FAILED}")
-    beat: int = checked(_whole(2**62), 0, wanted=f"a whole number from 0 to {2**62}")
+    beat: int = checked(within(integer, 0, 2**62), 0, wanted=f"a whole number from 0 to {2**62}")
     heartbeat: float = checked(seconds, 0.0, wanted=_TIME)  # the holder's wall clock at its last beat, for people
     # The holder's monotonic seconds since it took the lease, at its last beat.
     elapsed_s: float = checked(seconds, 0.0, wanted=_TIME)
