@@ -624,6 +624,21 @@ def test_force_replaces_only_a_folder_it_made(tmp_path: "os.PathLike[str]", skil
         assert shown.returncode == 0 and shown.stdout.startswith("ensure-flydsl "), shown
         if re.match(r"^[0-9a-f]{40}( with local changes)?$", made_from):  # made from a checkout of the tool
             assert shown.stdout.strip().endswith(f" (commit {made_from})"), shown
+    # The unpacked copy's COMMIT is read, not trusted: text that is no commit, or no regular file (a FIFO would
+    # hang the read), names none.
+    with open(os.path.join(dest, "VERSION")) as handle:
+        zipapp_sha = re.findall(r"^sha256: (\S+)  ensure_flydsl\.pyz$", handle.read(), re.M)[0]
+    carried = os.path.join(home, ".cache", "ensure-flydsl", "zipapp", zipapp_sha, "ensure_flydsl", "COMMIT")
+    for planted in ("not a commit\n", "0" * 40 + "; echo planted", "fifo"):
+        os.unlink(carried)
+        if planted == "fifo":
+            os.mkfifo(carried)
+        else:
+            with open(carried, "w") as handle:
+                handle.write(planted)
+        shown = version(HOME=home)
+        assert shown.returncode == 0 and shown.stdout.startswith("ensure-flydsl "), shown
+        assert "(commit" not in shown.stdout and shown.stderr == "", (planted, shown)
     before = os.stat(os.path.join(dest, "skill.md")).st_ino
     forced = build_folder(dest, skill_cache, "--wheels", wheels, "--force")
     assert forced.returncode == 0, forced.stderr
