@@ -70,13 +70,17 @@ TRUSTED_ALLOWED = ("whitespace-separated public keys NAME:BASE64 (32-byte ed2551
 
 
 # -- each value, checked: a parser takes the name to blame and the text, and returns the value ----------------
-def _utf8(name: str, value: str, what: str = "a path") -> None:
-    # Python hands undecodable bytes over as lone surrogates; the env file and its twin must be valid text.
-    try:
+def _text(name: str, value: str, what: str, allowed: str = "", *, dash: bool = False, separated: bool = False) -> None:
+    """The check text settings start with: valid UTF-8 (else ``what``), then with ``allowed`` no control characters
+    (tabs and newlines only between items when ``separated``) and, with ``dash``, no leading '-'."""
+    try:  # Python hands undecodable bytes over as lone surrogates; the env file and its twin must be valid text.
         value.encode("utf-8")
     except UnicodeEncodeError:
         raise BadInput(name, value, f"{what} that is valid UTF-8 (it goes into the env file, its JSON twin and "
                        "the markers, which must be valid text for sh and JSON)") from None
+    if allowed and (_CONTROL.search(re.sub("[\t\n]", " ", value) if separated else value)
+                    or dash and value.startswith("-")):
+        raise BadInput(name, value, allowed)
 
 
 def _length(name: str, path: str, *, room: int = 0, leaf_room: int = 0) -> None:
@@ -109,7 +113,7 @@ def parse_path(name: str, value: str, *, pythonpath_entry: bool = False, room: i
     if not os.path.isabs(value):  # it takes on the working folder's characters (that folder exists: abspath read it)
         checked.append((path, f" (relative: its working folder is {os.getcwd()!r})"))
     for text, where in checked:
-        _utf8(name, text, "a path" + where)
+        _text(name, text, "a path" + where)
         if _CONTROL.search(text):
             raise BadInput(name, value, "a path without newlines or control characters" + where)
         if pythonpath_entry and ":" in text:  # PYTHONPATH's separator: such a root could never be imported
@@ -157,9 +161,8 @@ def parse_pin(name: str, value: str) -> str:
 
 
 def parse_repo(name: str, value: str) -> str:
-    if value.startswith("-") or _CONTROL.search(value):
-        raise BadInput(name, value, "a repository URL (https, ssh, git, file) or a local path; never an option")
-    _utf8(name, value, "a URL or a path")
+    _text(name, value, "a URL or a path", "a repository URL (https, ssh, git, file) or a local path; never an option",
+          dash=True)
     if re.match(_GIT_URL, value):
         return value
     if "::" in value or re.match(_URL, value):
@@ -168,9 +171,7 @@ def parse_repo(name: str, value: str) -> str:
 
 
 def parse_python(name: str, value: str) -> str:
-    _utf8(name, value)
-    if _CONTROL.search(value):
-        raise BadInput(name, value, "an interpreter name on PATH or a path to one")
+    _text(name, value, "a path", "an interpreter name on PATH or a path to one")
     if "/" not in value:  # a bare name is looked up on PATH; a path is the caller's (the build runs elsewhere)
         _length(name, value)
         return value
@@ -224,9 +225,7 @@ parse_lease_ttl = _number("seconds a build lease lives without a heartbeat (a nu
 
 
 def parse_cache(name: str, value: str) -> str:
-    _utf8(name, value, "a folder path or URL")
-    if _CONTROL.search(value) or value.startswith("-"):
-        raise BadInput(name, value, "a folder path or an fsspec URL such as s3://bucket/prefix")
+    _text(name, value, "a folder path or URL", "a folder path or an fsspec URL such as s3://bucket/prefix", dash=True)
     if not re.match(_URL, value):
         return parse_path(name, value, room=NAME_MAX)  # entries are written in it
     scheme = value.split("://", 1)[0].lower()
@@ -235,17 +234,15 @@ def parse_cache(name: str, value: str) -> str:
     return value
 
 
-MLIR_URL_ALLOWED = ("off, triton (Triton's public LLVM builds), or the URL of a tar.gz holding an LLVM/MLIR install "
-                    "(http, https, file or an fsspec URL), {llvm} or {llvm8} standing for the pin's LLVM commit")
-
-
 def parse_mlir_url(name: str, value: str) -> str:
-    _utf8(name, value, "a URL")
+    _text(name, value, "a URL")
     if value in ("off", "triton"):
         return value
     rest = re.sub(r"\{llvm8?\}", "", value)  # no other braces: a typo such as {llvm_commit} would go unfilled
     if _CONTROL.search(value) or not re.match(_URL, value) or "{" in rest or "}" in rest:
-        raise BadInput(name, shown_location(value), MLIR_URL_ALLOWED)
+        raise BadInput(name, shown_location(value), "off, triton (Triton's public LLVM builds), or the URL of a tar.gz "
+                       "holding an LLVM/MLIR install (http, https, file or an fsspec URL), {llvm} or {llvm8} standing "
+                       "for the pin's LLVM commit")
     scheme = value.split("://", 1)[0].lower()
     if scheme not in ("http", "https", "file"):
         _need(name, shown_location(value), f"a {scheme}:// URL", ["fsspec"], "s3", "use an http, https or file URL")
@@ -253,36 +250,26 @@ def parse_mlir_url(name: str, value: str) -> str:
 
 
 def parse_git_mirrors(name: str, value: str) -> GitMirrors:
-    _utf8(name, value, "URL prefixes")
-    if _CONTROL.search(value.replace("\t", " ").replace("\n", " ")):  # tabs and newlines separate pairs
-        raise BadInput(name, value, f"{MIRRORS_ALLOWED}; no control characters")
+    _text(name, value, "URL prefixes", f"{MIRRORS_ALLOWED}; no control characters", separated=True)
     chosen: Dict[str, str] = {}
     for pair in value.split():
-        source, to = _mirror_pair(name, value, pair)
+        source, equals, to = pair.partition("=")
+        for wrong, why in ((not (equals and source and to), "is not FROM=TO with both non-empty"),
+                           (source.startswith("-") or to.startswith("-"), "starts with '-' (never an option)"),
+                           (re.match(_HELPER, source) or re.match(_HELPER, to),
+                            "names a remote helper (ext::, fd::, ...)"),
+                           (re.match(_URL, to) and not re.match(_GIT_URL, to), "has a TO of another scheme")):
+            if wrong:
+                raise BadInput(name, value, f"{MIRRORS_ALLOWED}; {pair!r} {why}")
+        if not re.match(_GIT_URL, to):  # a local TO, made absolute (git runs in several folders); a prefix keeps its /
+            to = os.path.abspath(to) + ("/" if to.endswith("/") else "")
+            _length(name, to)
         if chosen.setdefault(source, to) != to:
             raise BadInput(name, value, f"{MIRRORS_ALLOWED}; {source} is given two mirrors ({chosen[source]} and "
                            f"{to}): one TO for each FROM")
     if not chosen:
         raise BadInput(name, value, MIRRORS_ALLOWED)
     return tuple(chosen.items())
-
-
-def _mirror_pair(name: str, value: str, pair: str) -> Tuple[str, str]:
-    source, equals, to = pair.partition("=")
-    if not equals or not source or not to:
-        raise BadInput(name, value, f"{MIRRORS_ALLOWED}; {pair!r} is not FROM=TO with both non-empty")
-    if source.startswith("-") or to.startswith("-"):
-        raise BadInput(name, value, f"{MIRRORS_ALLOWED}; {pair!r} starts with '-' (never an option)")
-    if re.match(_HELPER, source) or re.match(_HELPER, to):
-        raise BadInput(name, value, f"{MIRRORS_ALLOWED}; {pair!r} names a remote helper (ext::, fd::, ...)")
-    if re.match(_GIT_URL, to):
-        return source, to
-    if re.match(_URL, to):
-        raise BadInput(name, value, f"{MIRRORS_ALLOWED}; {pair!r} has a TO of another scheme")
-    # A local TO is made absolute (git runs in several folders) and keeps its trailing slash: it is a prefix.
-    path = os.path.abspath(to) + ("/" if to.endswith("/") else "")
-    _length(name, path)
-    return source, path
 
 
 def git_config_count(environ: Mapping[str, str]) -> int:
@@ -409,8 +396,7 @@ class Request:
 
     @classmethod
     def from_json(cls, data: object) -> Optional["Request"]:
-        """The request a file records, or None unless it has exactly these keys, each value one its setting's
-        parser gives back unchanged (the switches booleans)."""
+        """The request a file records; None unless it has exactly these keys, each value as its parser gives it."""
         if not isinstance(data, dict) or set(data) != {f.name for f in fields(Request)}:
             return None
         try:
@@ -421,13 +407,9 @@ class Request:
 
 def _read_back(row: Setting, value: object) -> Any:
     """A recorded value as its setting holds it; ValueError unless its parser gives it back unchanged."""
-    if row.kind in (FLAG, SWITCH):
-        if isinstance(value, bool):
-            return value
-    elif value is None:
-        if row.default is None:
-            return None
-    elif value and (isinstance(value, str) or isinstance(value, list) and all(isinstance(v, str) for v in value)):
+    if value is None and row.default is None or isinstance(value, bool) and row.kind in (FLAG, SWITCH):
+        return value
+    if value and (isinstance(value, str) or isinstance(value, list) and all(isinstance(v, str) for v in value)):
         with contextlib.suppress(BadInput):
             parsed = row.parse("request", flag_text(row.name, value))
             if parsed == (tuple(value) if isinstance(value, list) else value):
