@@ -533,8 +533,8 @@ def flag_text(name: str, value: object) -> str:
     """A typed value (an API keyword, a parsed command line) as the text its flag gives."""
     if isinstance(value, bool):
         return "1" if value else "0"
-    if isinstance(value, Mapping):  # the API's {FROM: TO} mirrors
-        value = [f"{source}={to}" for source, to in value.items()]
+    if isinstance(value, Mapping):  # the API's {FROM: TO} mirrors: (FROM, TO) pairs, as a list of them gives
+        value = list(value.items())
     if not isinstance(value, (list, tuple)):
         return str(value)
     items = [item if isinstance(item, str) else "=".join(str(part) for part in item) for item in value]
