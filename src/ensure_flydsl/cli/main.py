@@ -122,20 +122,17 @@ def unknown(what: str, word: str, known: List[str], where: str) -> str:
     return f"unknown {what} '{word}'{meant} ({where})"
 
 
-def _add_setting(parser: Any, setting: Setting, help: Optional[str]) -> None:
-    """A setting's flag, with no default: a subcommand's default would replace the value given before it."""
-    hidden = argparse.SUPPRESS
+def _add_setting(parser: Any, setting: Setting, help: str) -> None:
+    """A setting's flag (a switch's --no- too), with no default: a subcommand's default would replace the value given
+    before it."""
     if setting.kind in (FLAG, SWITCH):
-        parser.add_argument(setting.flag, dest=setting.name, action="store_true", default=hidden, help=help)
-    if setting.kind == SWITCH:
-        parser.add_argument("--no-" + setting.flag[2:], dest=setting.name, action="store_false", default=hidden,
-                            help=hidden if help == hidden else None)
-    elif setting.kind != FLAG:
-        action = parser.add_argument(setting.flag, dest=setting.name, action="append" if setting.kind == LIST else
-                                     "store", metavar=setting.metavar or setting.name.upper(), default=hidden,
-                                     help=help)
-        if setting.name == "strategy":
-            action.completer = lambda **_: STRATEGIES  # what a TAB offers (argcomplete calls it with keywords)
+        parser.add_argument(setting.flag, dest=setting.name, default=argparse.SUPPRESS, help=help,
+                            action="store_true" if setting.kind == FLAG else argparse.BooleanOptionalAction)
+        return
+    action = parser.add_argument(setting.flag, dest=setting.name, action="append" if setting.kind == LIST else "store",
+                                 metavar=setting.metavar or setting.name.upper(), default=argparse.SUPPRESS, help=help)
+    if setting.name == "strategy":
+        action.completer = lambda **_: STRATEGIES  # what a TAB offers (argcomplete calls it with keywords)
 
 
 def _epilog(examples: Sequence[str], reads: Optional[Sequence[str]]) -> str:
