@@ -37,8 +37,6 @@ def housekeeping(call: Call, settings: Settings) -> int:
     if action is None:
         raise Refused("which one? " + ("list, prune, keygen or sign" if group == "cache" else "list or prune") +
                       f" ({command('help ' + group)} says what each does)", f"ensure-flydsl {group}")
-    if group == "store":
-        return store_command(call, settings, action)
     if action == "keygen":
         if args.out is None or len(args.names) != 1:
             raise Refused("cache keygen needs --out DIR and one NAME (e.g. cache keygen --out ~/.config/flydsl ci-1)")
@@ -46,14 +44,18 @@ def housekeeping(call: Call, settings: Settings) -> int:
         say(f"wrote the secret key {secret} (mode 600: give it to the host that signs, as FLYDSL_CACHE_SIGNING_KEY) "
             f"and the public key {public} (give it to every host that checks, in FLYDSL_CACHE_TRUSTED_KEYS)")
         return 0
-    if settings.cache is None:
+    where = settings.cache if group == "cache" else settings.store_folder(call.environ)
+    if where is None:
         raise Refused("FLYDSL_CACHE (--cache) is not set: point it at a folder or an fsspec URL such as "
-                      "s3://bucket/prefix")
-    limit = _limit("cache", args.max_size) if action == "prune" else 0
+                      "s3://bucket/prefix" if group == "cache" else
+                      "no host store: FLYDSL_STORE is off (or neither XDG_CACHE_HOME nor HOME names a folder)")
+    limit = _limit(group, args.max_size) if action == "prune" else 0
+    if group == "store":
+        return store_command(call, settings, action, where, limit)
     if action == "sign" and args.key is None:
         raise Refused("cache sign needs --key PATH: the secret key file to sign with (from cache keygen)")
     try:
-        cache = open_cache(settings.cache)
+        cache = open_cache(where)
         if action == "sign":
             sign_entries(settings, cache, args.key, args.names, say)
             _warn(cache.warnings, say)
@@ -245,11 +247,8 @@ def signers_text(signers: List[Dict[str, object]]) -> str:
     return "signed by " + ", ".join(shown)
 
 
-def store_command(call: Call, settings: Settings, action: str) -> int:
-    path, as_json, say = settings.store_folder(call.environ), call.as_json, call.reporter.say
-    if path is None:
-        raise Refused("no host store: FLYDSL_STORE is off (or neither XDG_CACHE_HOME nor HOME names a folder)")
-    limit = _limit("store", call.args.max_size) if action == "prune" else 0
+def store_command(call: Call, settings: Settings, action: str, path: str, limit: int) -> int:
+    as_json, say = call.as_json, call.reporter.say
     problem = store_problem(path)
     if problem is not None:  # the rule `ensure` has for the store, in every command
         raise Refused(f"{settings.label('store') if settings.store else 'the default host store'}={path} cannot be "

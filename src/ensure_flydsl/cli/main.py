@@ -9,7 +9,6 @@ import difflib
 import importlib
 import os
 import select
-import shutil
 import signal
 import sys
 import textwrap
@@ -62,7 +61,9 @@ BUILD_FAILURES = (ExitCode.FETCH, ExitCode.CHECKOUT, ExitCode.LLVM_BUILD, ExitCo
 # -- the parser -----------------------------------------------------------------------------------------------
 class _Formatter(argparse.RawDescriptionHelpFormatter):
     """A command's help lists its own options; the settings it reads are in its epilog, by concern (their help
-    stays on the actions: argcomplete offers no option whose help is suppressed)."""
+    stays on the actions: argcomplete offers no option whose help is suppressed).  Each line of a description or an
+    epilog is wrapped to the terminal on its own (a row of a table continued under its second column); an example's
+    command line is never broken."""
 
     def add_usage(self, usage: Optional[str], actions: Any, groups: Any, prefix: Optional[str] = None) -> None:
         super().add_usage(usage, [a for a in actions if a.dest not in SETTING_BY_NAME], groups, prefix)
@@ -70,6 +71,17 @@ class _Formatter(argparse.RawDescriptionHelpFormatter):
     def add_argument(self, action: argparse.Action) -> None:
         if action.dest not in SETTING_BY_NAME:
             super().add_argument(action)
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        lines = []
+        for line in text.splitlines():
+            if line.startswith("  " + command()):  # an example: its comment goes below it when both do not fit
+                example, _, why = line.partition("  # ")
+                lines += [line] if not why or len(line) <= width else [example, f"      # {why}"]
+            else:
+                lines += textwrap.wrap(line, width, subsequent_indent=" " * (12 if line[:1] == " " else 2),
+                                       break_on_hyphens=False) or [""]
+        return "\n".join(indent + line for line in lines)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -110,26 +122,17 @@ def unknown(what: str, word: str, known: List[str], where: str) -> str:
     return f"unknown {what} '{word}'{meant} ({where})"
 
 
-def _add_setting(parser: Any, setting: Setting, help: Optional[str]) -> None:
-    """A setting's flag, with no default: a subcommand's default would replace the value given before it."""
-    hidden = argparse.SUPPRESS
+def _add_setting(parser: Any, setting: Setting, help: str) -> None:
+    """A setting's flag (a switch's --no- too), with no default: a subcommand's default would replace the value given
+    before it."""
     if setting.kind in (FLAG, SWITCH):
-        parser.add_argument(setting.flag, dest=setting.name, action="store_true", default=hidden, help=help)
-    if setting.kind == SWITCH:
-        parser.add_argument("--no-" + setting.flag[2:], dest=setting.name, action="store_false", default=hidden,
-                            help=hidden if help == hidden else None)
-    elif setting.kind != FLAG:
-        action = parser.add_argument(setting.flag, dest=setting.name, action="append" if setting.kind == LIST else
-                                     "store", metavar=setting.metavar or setting.name.upper(), default=hidden,
-                                     help=help)
-        if setting.name == "strategy":
-            action.completer = lambda **_: STRATEGIES  # what a TAB offers (argcomplete calls it with keywords)
-
-
-def _wrap(text: str, indent: str = "", initial: str = "") -> List[str]:
-    """``text`` in lines as wide as the terminal, as argparse sizes its own."""
-    return textwrap.wrap(text, max(shutil.get_terminal_size().columns - 2, 40), initial_indent=initial,
-                         subsequent_indent=indent, break_on_hyphens=False)
+        parser.add_argument(setting.flag, dest=setting.name, default=argparse.SUPPRESS, help=help,
+                            action="store_true" if setting.kind == FLAG else argparse.BooleanOptionalAction)
+        return
+    action = parser.add_argument(setting.flag, dest=setting.name, action="append" if setting.kind == LIST else "store",
+                                 metavar=setting.metavar or setting.name.upper(), default=argparse.SUPPRESS, help=help)
+    if setting.name == "strategy":
+        action.completer = lambda **_: STRATEGIES  # what a TAB offers (argcomplete calls it with keywords)
 
 
 def _epilog(examples: Sequence[str], reads: Optional[Sequence[str]]) -> str:
@@ -137,46 +140,31 @@ def _epilog(examples: Sequence[str], reads: Optional[Sequence[str]]) -> str:
     it does after "  # ")."""
     lines = []
     if reads is not None:
-        lines += _wrap("settings (a flag before or after the command, or its variable; "
-                       f"`{command('help settings')}` says what each does):" if reads else
-                       "settings: none apply to it", "  ")
+        lines.append("settings (a flag before or after the command, or its variable; "
+                     f"`{command('help settings')}` says what each does):" if reads else "settings: none apply to it")
         for group in GROUPS:
             flags = [s.flag + ("/--no-" + s.flag[2:] if s.kind == SWITCH else "") for s in SETTINGS
                      if s.group == group and s.name in reads]
-            lines += _wrap(" ".join(flags), " " * 12, f"  {group:<10}")
+            lines += [f"  {group:<10}{' '.join(flags)}"] if flags else []
         lines.append("")
-    lines.append("examples:")
-    for example in examples:
-        args, _, why = example.partition("  # ")
-        line = command(args)
-        if not why:
-            lines.append(f"  {line}")
-        elif len(line) + len(why) + 8 <= shutil.get_terminal_size().columns:
-            lines.append(f"  {line}  # {why}")
-        else:
-            lines += [f"  {line}", f"      # {why}"]
-    return "\n".join(lines)
+    return "\n".join([*lines, "examples:", *("  " + command(example) for example in examples)])
 
 
 def build_parser() -> argparse.ArgumentParser:
     hidden = argparse.SUPPRESS  # no defaults: a command's default would replace the value given before it
-    version, loud = argparse.ArgumentParser(add_help=False), argparse.ArgumentParser(add_help=False)
+    version, verbosity = argparse.ArgumentParser(add_help=False), argparse.ArgumentParser(add_help=False)
     version.add_argument("-V", "--version", action=_Version, nargs=0,
                          help="print the version (and the commit, when known) and exit")
-    group = loud.add_mutually_exclusive_group()
+    group = verbosity.add_mutually_exclusive_group()
     group.add_argument("-q", "--quiet", dest="verbosity", action="store_const", const=-1, default=hidden,
                        help="show nothing but a failure (the log still gets everything)")
     group.add_argument("-v", "--verbose", dest="verbosity", action="store_const", const=1, default=hidden,
                        help="show the build's own output as well")
-    settings: Dict[Sequence[str], argparse.ArgumentParser] = {}
 
-    def parents(reads: Optional[Sequence[str]], is_loud: bool) -> List[argparse.ArgumentParser]:
-        """-q/-v when ``is_loud``, and every setting (those ``reads`` names offered by a TAB, the others accepted)."""
-        if reads is not None and reads not in settings:
-            settings[reads] = argparse.ArgumentParser(add_help=False)
-            for s in SETTINGS:
-                _add_setting(settings[reads], s, s.help if s.name in reads else hidden)
-        return [loud] * is_loud + ([] if reads is None else [settings[reads]])
+    def add_settings(parser: argparse.ArgumentParser, reads: Sequence[str]) -> None:
+        """Every setting's flag: those ``reads`` names listed and offered by a TAB, the others only accepted."""
+        for s in SETTINGS:
+            _add_setting(parser, s, s.help if s.name in reads else hidden)
 
     pointer = ("settings: each is a flag, before or after the command, or its environment variable (a flag wins); "
                f"`{command('help settings')}` lists them, `{command('help COMMAND')}` shows a command's own")
@@ -185,8 +173,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "start --root ~/.cache/flydsl/FlyDSL  # detached: returns at once; then `wait --timeout 540`",
                         "doctor  # in seconds: can it succeed here, and if not, why"), None)
     top = _Parser(prog="ensure-flydsl", description=DESCRIPTION, formatter_class=_Formatter,
-                  parents=[version, *parents(EVERY, True)],
-                  epilog="\n".join([*_wrap(pointer, "  "), "", examples, "", *_wrap(codes, "  ")]))
+                  parents=[version, verbosity], epilog="\n\n".join([pointer, examples, codes]))
+    add_settings(top, EVERY)
     top.add_argument("--json", action="store_true", default=hidden, help=ENSURE_JSON)  # `--json status` too
     commands = top.add_subparsers(dest="command", metavar="COMMAND", title="commands")
 
@@ -195,8 +183,10 @@ def build_parser() -> argparse.ArgumentParser:
         """A command's parser; ``run`` ("module:function" under the package) handles it: run(call, settings), or
         run(call) when ``reads`` is None."""
         parser: argparse.ArgumentParser = under.add_parser(
-            path.split()[-1], help=help, description=help, formatter_class=_Formatter, parents=parents(reads, loud),
+            path.split()[-1], help=help, description=help, formatter_class=_Formatter, parents=[verbosity] * loud,
             epilog=_epilog(examples, reads))
+        if reads is not None:
+            add_settings(parser, reads)
         if json is not None:
             parser.add_argument("--json", action="store_true", default=hidden, help=json)
         if run is not None:
