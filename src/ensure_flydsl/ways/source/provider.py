@@ -13,7 +13,7 @@ from ensure_flydsl.errors import EnsureError, ExitCode, Plan, Stage
 from ensure_flydsl.result import How
 from ensure_flydsl.source.git import Checkout, CheckoutFiles
 from ensure_flydsl.source.llvm_inputs import LlvmInputs, pin_llvm_inputs
-from ensure_flydsl.source.needs import build_tools, find_needs, tool_requirements
+from ensure_flydsl.source.needs import build_tools, find_needs
 from ensure_flydsl.source.root import recording
 from ensure_flydsl.support import faults
 from ensure_flydsl.support.files import file_sha256
@@ -221,13 +221,12 @@ def prepare(run: Run, cache: Optional[Cache], doctor: DoctorCheck, take_prebuilt
     run.say("fix: " + hip.message)
     if hip.cmake_prefixes == (overlay,):  # a build folder configured before the fix keeps its cached hip_DIR
         steps.drop_stale_hip_dir(layout.build_dir(root), os.path.join(overlay, "lib", "cmake", "hip"))
-    requirements = tool_requirements(needs)
     provided = provide_build_tools(layout.tools_dir(root), build_tools(needs, llvm=mlir is None), run.environ,
-                                   python=run.interpreter.executable, say=run.say, requirements=requirements,
+                                   python=run.interpreter.executable, say=run.say,
                                    code=ExitCode.LLVM_BUILD if mlir is None else ExitCode.FLYDSL_BUILD)
     run.say("build tools: " + provided.summary())
     # Every pip install of the build (build_llvm.sh's unguarded one) is held to the nanobind MLIR configures with.
-    held = [package_spec("nanobind", requirements["nanobind"])]
+    held = [package_spec("nanobind", needs.nanobind_spec)]
     steps.prepare_toolchain(root, run.interpreter, held)
     return Prepared(mlir=mlir, llvm=inputs, hip=hip, provided=provided, rocm=rocm.path)
 
