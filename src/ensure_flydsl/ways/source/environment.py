@@ -237,27 +237,6 @@ def provide_hip_overlay(rocm_path: str, overlay: str, check: HipCheck) -> Tuple[
     return True, ignored
 
 
-def fix_hip_in_place(rocm_path: str, check: HipCheck) -> List[str]:
-    """``--fix-rocm-in-place``: link each missing name to the real library inside ``<rocm>/lib``; the links made."""
-    lib, created, actual = os.path.join(rocm_path, "lib"), [], check.actual
-    for name in check.missing if check.needs_fix else ():
-        assert actual is not None
-        link = os.path.join(lib, name)
-        if os.path.exists(link):
-            continue
-        try:
-            if os.path.islink(link):
-                os.unlink(link)  # a dangling link: it points nowhere, nothing is lost
-            os.symlink(os.path.relpath(actual, lib), link)
-        except OSError as exc:
-            raise EnsureError(ExitCode.FLYDSL_BUILD, f"cannot create {link} (-> {os.path.basename(actual)}) for "
-                              f"--fix-rocm-in-place: {exc.strerror}", stage=Stage.FIXES,
-                              hint="run as a user who may write ROCM_PATH, or leave --fix-rocm-in-place off to use a "
-                              "private corrected copy of the hip CMake package instead") from None
-        created.append(link)
-    return created
-
-
 @dataclass(frozen=True)
 class HipFix:
     """What was done about the hip CMake package, and the prefixes to put first on CMAKE_PREFIX_PATH."""
@@ -268,19 +247,35 @@ class HipFix:
     message: str  # one line for the report
 
 
-def fix_hip(rocm_path: str, overlay: str, *, in_place: bool = False) -> HipFix:
-    """Fix a library-name mismatch of the hip package under ``rocm_path``: an overlay, or links in ROCm when
-    ``in_place``; a package needing no fix keeps ``rocm_path`` as its prefix (ROCM_PATH may not be /opt/rocm)."""
+def fix_hip(rocm_path: str, overlay: str, *, in_place: bool = False, build_dir: Optional[str] = None) -> HipFix:
+    """Fix a library-name mismatch of the hip package under ``rocm_path``: an overlay (and a ``build_dir`` configured
+    before it forgets ROCm's hip_DIR), or links in ROCm when ``in_place``; a package needing no fix keeps
+    ``rocm_path`` as its prefix (ROCM_PATH may not be /opt/rocm)."""
     check = check_hip(rocm_path)
     missing = f"the hip CMake package in {rocm_path} names {', '.join(check.missing)}"
     actual = os.path.basename(str(check.actual))
     if check.needs_fix and in_place:
-        created = fix_hip_in_place(rocm_path, check)
+        lib, created = os.path.join(rocm_path, "lib"), []
+        for link in (os.path.join(lib, name) for name in check.missing):
+            if os.path.exists(link):
+                continue
+            try:
+                if os.path.islink(link):
+                    os.unlink(link)  # a dangling link: it points nowhere, nothing is lost
+                os.symlink(os.path.relpath(str(check.actual), lib), link)
+            except OSError as exc:
+                raise EnsureError(ExitCode.FLYDSL_BUILD, f"cannot create {link} (-> {actual}) for "
+                                  f"--fix-rocm-in-place: {exc.strerror}", stage=Stage.FIXES,
+                                  hint="run as a user who may write ROCM_PATH, or leave --fix-rocm-in-place off to use "
+                                  "a private corrected copy of the hip CMake package instead") from None
+            created.append(link)
         done = f"created {', '.join(created)}" if created else "the links are already there"
         return HipFix(check, (rocm_path,), bool(created),
                       f"{missing}, which is missing; --fix-rocm-in-place: {done} (pointing at {actual})")
     if check.needs_fix:
         changed, ignored = provide_hip_overlay(rocm_path, overlay, check)
+        if build_dir is not None:
+            drop_stale_hip_dir(build_dir, os.path.join(overlay, "lib", "cmake", "hip"))
         return HipFix(check, (overlay,), changed, (
             f"{missing}, which is missing; {'provided' if changed else 'using'} a private corrected copy at {overlay} "
             f"(pointing at {actual}{'; ' + ignored if ignored else ''}); {rocm_path} is left untouched"))

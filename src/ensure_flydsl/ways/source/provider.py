@@ -216,11 +216,9 @@ def prepare(run: Run, cache: Optional[Cache], doctor: DoctorCheck, take_prebuilt
     rocm = steps.choose_rocm(settings.rocm_path, run.interpreter.executable, run.environ)
     if rocm.rocm_sdk is not None:
         run.say(f"ROCm: {rocm.said(settings.label('rocm_path'))}")
-    overlay = layout.rocm_overlay(root)
-    hip = steps.fix_hip(rocm.path, overlay, in_place=settings.fix_rocm_in_place)
+    hip = steps.fix_hip(rocm.path, layout.rocm_overlay(root), in_place=settings.fix_rocm_in_place,
+                        build_dir=layout.build_dir(root))
     run.say("fix: " + hip.message)
-    if hip.cmake_prefixes == (overlay,):  # a build folder configured before the fix keeps its cached hip_DIR
-        steps.drop_stale_hip_dir(layout.build_dir(root), os.path.join(overlay, "lib", "cmake", "hip"))
     provided = provide_build_tools(layout.tools_dir(root), build_tools(needs, llvm=mlir is None), run.environ,
                                    python=run.interpreter.executable, say=run.say,
                                    code=ExitCode.LLVM_BUILD if mlir is None else ExitCode.FLYDSL_BUILD)
