@@ -20,7 +20,7 @@ from ensure_flydsl.layout import llvm_record, mlir_install, overlay_stamp, pip_c
 from ensure_flydsl.probe.results import Interpreter
 from ensure_flydsl.settings import GitMirrors
 from ensure_flydsl.source.git import with_mirrors, with_network_limits
-from ensure_flydsl.source.llvm_inputs import LlvmInputs
+from ensure_flydsl.source.needs import LlvmInputs
 from ensure_flydsl.support import fields
 from ensure_flydsl.support.files import atomic_write, atomic_write_json, read_json, remove_file, remove_tree
 from ensure_flydsl.support.processes import run_captured
