@@ -301,17 +301,22 @@ def shared_repository(store: str, environ: Mapping[str, str]) -> str:
     return folder
 
 
+def add_lines(path: str, lines: Sequence[str]) -> bool:
+    """Append to the file at ``path`` (made if missing) those of ``lines`` it lacks; whether there were any."""
+    current = ""
+    with contextlib.suppress(FileNotFoundError), open(path) as handle:
+        current = handle.read()
+    missing = [line for line in lines if line not in current.splitlines()]
+    if missing:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "a") as handle:
+            handle.write(("\n" if current and not current.endswith("\n") else "") + "\n".join(missing) + "\n")
+    return bool(missing)
+
+
 def borrow_objects(root_git: str, shared: str) -> bool:
     """Name the shared objects in the root's alternates (once); whether they were added now."""
-    objects = os.path.join(shared, "objects")
-    alternates = os.path.join(root_git, "objects", "info", "alternates")
-    with contextlib.suppress(FileNotFoundError), open(alternates) as handle:
-        if objects in (line.strip() for line in handle):
-            return False
-    os.makedirs(os.path.dirname(alternates), exist_ok=True)
-    with open(alternates, "a") as handle:
-        handle.write(objects + "\n")
-    return True
+    return add_lines(os.path.join(root_git, "objects", "info", "alternates"), [os.path.join(shared, "objects")])
 
 
 def give_objects(root_git: str, shared: str, name: str, commit: str, environ: Mapping[str, str], *,
