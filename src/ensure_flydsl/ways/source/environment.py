@@ -19,7 +19,7 @@ from ensure_flydsl.errors import EnsureError, ExitCode, Stage
 from ensure_flydsl.layout import llvm_record, mlir_install, overlay_stamp, pip_constraints, tools_dir
 from ensure_flydsl.probe.results import Interpreter
 from ensure_flydsl.settings import GitMirrors
-from ensure_flydsl.source.git import with_mirrors, with_network_limits
+from ensure_flydsl.source.git import with_git_config
 from ensure_flydsl.source.needs import LlvmInputs
 from ensure_flydsl.support import fields
 from ensure_flydsl.support.files import atomic_write, atomic_write_json, read_json, remove_file, remove_tree
@@ -81,7 +81,7 @@ def build_environment(base: Mapping[str, str], root: str, python: str, *, cmake_
     fetching through the mirrors too; ``cmake_prefixes`` (the hip overlay) are searched first."""
     tools = tools_dir(root)
     pylib = os.path.join(tools, "pylib")
-    env = pip_env(with_network_limits(with_mirrors(base, git_mirrors)))
+    env = pip_env(with_git_config(base, git_mirrors))
     env["PATH"] = os.pathsep.join([os.path.join(tools, "bin"), base.get("PATH", os.defpath)])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (pylib, base.get("PYTHONPATH", "")) if p)
     # pip installs into the private pylib (replacing what an earlier run put there), held to the constraints
