@@ -417,9 +417,8 @@ class Checkout:
                         stage=Stage.FETCH, hint=UNREACHABLE):
             self.git("fetch", "--quiet", "--force", "--no-tags", "origin", *refspecs)
 
-    def fetch_pin(self, pin: str, say: Callable[[str], None], *,
-                  on_fetch: Callable[[], None] = lambda: None,
-                  on_tags: Callable[[str, List[str]], None] = lambda commit, tags: None) -> str:
+    def fetch_pin(self, pin: str, say: Callable[[str], None], *, on_fetch: Callable[[], None],
+                  on_tags: Callable[[str, List[str]], None]) -> str:
         """Fetch only what names ``pin`` (and the tags at its commit); its full hash.  The refs come first (unreachable:
         exit 2; no such pin: exit 3); ``on_tags`` hears the pin's commit and tags (a release starts its download)."""
         full_hash = is_full_hash(pin)
