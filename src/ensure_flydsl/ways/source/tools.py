@@ -239,6 +239,8 @@ def provide_build_tools(tools_dir: str, needs: Mapping[str, Optional[str]], envi
             except EnsureError:
                 if name != "ninja" or shutil.which("make", path=environ.get("PATH")) is None:
                     raise
+                with contextlib.suppress(FileNotFoundError):  # one installed that does not run must not be found
+                    os.unlink(os.path.join(root, "bin", name))
                 say(f"note: {state.problem}, and the package index cannot provide it; the build falls back to make")
                 continue  # as build.sh and build_llvm.sh do without ninja, and as the doctor's check said
             atomic_write_json(stamp_path, {tool: asdict(made) for tool, made in record.items()})
