@@ -33,7 +33,7 @@ MAKE_ENTRY = r"""
 import json, os, sys
 from ensure_flydsl.support.files import file_sha256
 from ensure_flydsl.source.git import CheckoutFiles
-from ensure_flydsl.source.llvm_inputs import pin_llvm_inputs
+from ensure_flydsl.source.needs import pin_llvm_inputs
 from ensure_flydsl.trees.manifest import cache_key
 from ensure_flydsl.trees.remote import open_cache
 from ensure_flydsl.support.urls import repo_identity

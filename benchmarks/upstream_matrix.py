@@ -7,7 +7,7 @@ For each ref, from the repository's git objects (no checkout), with the tool's o
 
 * the LLVM commit and the file it is read from, and the other MLIR inputs (patches build_llvm.sh names, every
   file of a folder it names, the variables it lets the caller override beyond those every tag has and those
-  the tool sets): ``source/llvm_inputs.py``;
+  the tool sets): ``source/needs.py``;
 * the knobs of the scripts the tool sets for the build (``PYTHON_EXECUTABLE``, ``FLY_BUILD_DIR``: which of
   build_llvm.sh and build.sh read them) and the nanobind the build is held to (``source/needs.py``);
 * the submodules (``.gitmodules``);
@@ -40,8 +40,7 @@ from packaging.version import InvalidVersion, Version
 from ensure_flydsl.doctor.diagnose import absent_reason, advised_require, assess
 from ensure_flydsl.settings import DEFAULT_REQUIRE
 from ensure_flydsl.source.git import CommitFiles, read_texts, resolve_in
-from ensure_flydsl.source.llvm_inputs import TOOL_SET, LlvmInputs, code_lines
-from ensure_flydsl.source.needs import BuildNeeds, pin_needs
+from ensure_flydsl.source.needs import TOOL_SET, BuildNeeds, LlvmInputs, code_lines, pin_needs
 from ensure_flydsl.source.requirements import Sources, absent_modules, read_sources, source_file, tag_version
 from ensure_flydsl.ways.release.wheels import check_provenance
 

@@ -18,7 +18,7 @@ import pytest
 
 from ensure_flydsl.errors import EnsureError, ExitCode
 from ensure_flydsl.layout import overlay_stamp
-from ensure_flydsl.ways.source.environment import check_hip, drop_stale_hip_dir, fix_hip, fix_hip_in_place
+from ensure_flydsl.ways.source.environment import check_hip, drop_stale_hip_dir, fix_hip
 from tests.helpers.build_fixtures import (
     NAMED_VERSION,
     RUNTIME_VERSION,
@@ -173,7 +173,7 @@ def test_no_package_and_no_runtime_are_reported_not_fixed(tmp_path: "os.PathLike
     assert fix.check.unfixable and "no libamdhip64" in fix.message
     assert not os.path.exists(os.path.join(str(tmp_path), "o1")) and not os.path.exists(
         os.path.join(str(tmp_path), "o2"))
-    assert fix_hip_in_place(bare, fix.check) == []
+    assert not fix_hip(bare, os.path.join(str(tmp_path), "o3"), in_place=True).changed
 
 
 @needs_cmake
@@ -188,22 +188,21 @@ def test_fix_in_place_only_when_asked(rocm: str, tmp_path: "os.PathLike[str]") -
     assert configure(project, os.path.join(base, "b"), [rocm], rocm=rocm).returncode == 0
     again = fix_hip(rocm, os.path.join(base, "overlay"), in_place=True)
     assert not again.changed and "nothing to fix" in again.message
-    assert fix_hip_in_place(rocm, fix.check) == []  # idempotent even with the old check
 
 
 def test_fix_in_place_replaces_a_dangling_link_and_reports_what_it_cannot_write(rocm: str) -> None:
     link = os.path.join(rocm, "lib", MISSING)
     os.symlink("libamdhip64.so.gone", link)
-    check = check_hip(rocm)
-    assert check.missing == (MISSING,)
-    assert fix_hip_in_place(rocm, check) == [link] and os.path.exists(link)
+    assert check_hip(rocm).missing == (MISSING,)
+    fix = fix_hip(rocm, os.path.join(rocm, "no-overlay"), in_place=True)
+    assert fix.changed and f"created {link}" in fix.message and os.path.exists(link)
     os.unlink(link)
     if os.geteuid() == 0:
         return  # root writes anywhere: the refusal cannot be shown here
     os.chmod(os.path.join(rocm, "lib"), 0o555)
     try:
         with pytest.raises(EnsureError) as info:
-            fix_hip_in_place(rocm, check_hip(rocm))
+            fix_hip(rocm, os.path.join(rocm, "no-overlay"), in_place=True)
         assert info.value.code == ExitCode.FLYDSL_BUILD and info.value.stage == "fixes"
         assert "--fix-rocm-in-place" in info.value.hint
     finally:
@@ -243,7 +242,7 @@ def test_stale_hip_dir_in_a_build_folder_is_forgotten(rocm: str, tmp_path: "os.P
     assert cached(build, "hip_DIR") == rocm_package
     with open(os.path.join(build, "CMakeCache.txt")) as handle:
         before = handle.read().splitlines()
-    assert drop_stale_hip_dir(build, package)
+    fix_hip(rocm, os.path.join(base, "overlay"), build_dir=build)  # the fix forgets the stale hip_DIR
     with open(os.path.join(build, "CMakeCache.txt")) as handle:
         after = handle.read().splitlines()
     # Only hip_DIR changes (CMake searches again); every other entry of the build folder's cache stays.

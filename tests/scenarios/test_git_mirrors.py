@@ -15,7 +15,7 @@ import pytest
 
 from ensure_flydsl.errors import BadInput
 from ensure_flydsl.settings import parse_git_mirrors
-from ensure_flydsl.source.git import rewrite, with_mirrors
+from ensure_flydsl.source.git import rewrite, with_git_config
 from tests.helpers.flydsl_fixture import FixtureRepo, add_submodule, git, write
 from tests.helpers.workspace import Workspace
 
@@ -224,7 +224,7 @@ def test_a_malformed_pair_is_bad_input(site: Site, kind: str, value: str, why: s
     assert not os.path.exists(ws.root)
 
 
-def test_a_bogus_git_config_count_is_bad_input_with_mirrors(site: Site) -> None:
+def test_a_bogus_git_config_count_is_bad_input_with_git_config(site: Site) -> None:
     ws = site.ws
     line = one_line(ws.run(FLYDSL_GIT_MIRRORS=site.dlpack_pair, GIT_CONFIG_COUNT="two"))
     assert "GIT_CONFIG_COUNT='two' is not allowed: a whole number >= 0" in line
@@ -309,7 +309,7 @@ def test_the_longest_from_wins_and_a_relative_to_becomes_absolute(tmp_path: "os.
     # git agrees: ls-remote through the same environment picks the longest FROM.
     target = os.path.join(str(tmp_path), "longest")
     git(str(tmp_path), "init", "-q", "--bare", target)
-    env = with_mirrors({"PATH": os.environ["PATH"], "HOME": str(tmp_path)},
+    env = with_git_config({"PATH": os.environ["PATH"], "HOME": str(tmp_path)},
                        (("https://unreachable.invalid/", "/nonexistent/"), ("https://unreachable.invalid/a/",
                                                                              str(tmp_path) + "/")))
     out = subprocess.run(["git", "ls-remote", "https://unreachable.invalid/a/longest"], env=env, check=False,
@@ -318,11 +318,16 @@ def test_the_longest_from_wins_and_a_relative_to_becomes_absolute(tmp_path: "os.
 
 
 def test_the_environment_appends_after_the_callers_entries() -> None:
-    env = with_mirrors({"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "user.name", "GIT_CONFIG_VALUE_0": "U"},
+    env = with_git_config({"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "user.name", "GIT_CONFIG_VALUE_0": "U"},
                        (("https://github.com/", "/srv/m/"),))
-    assert env == {"GIT_CONFIG_COUNT": "3", "GIT_CONFIG_KEY_0": "user.name", "GIT_CONFIG_VALUE_0": "U",
+    limits = {"GIT_CONFIG_KEY_3": "http.lowSpeedLimit", "GIT_CONFIG_VALUE_3": "1",
+              "GIT_CONFIG_KEY_4": "http.lowSpeedTime", "GIT_CONFIG_VALUE_4": "60"}
+    assert env == {"GIT_CONFIG_COUNT": "5", "GIT_CONFIG_KEY_0": "user.name", "GIT_CONFIG_VALUE_0": "U",
                    "GIT_CONFIG_KEY_1": "url./srv/m/.insteadOf", "GIT_CONFIG_VALUE_1": "https://github.com/",
-                   "GIT_CONFIG_KEY_2": "protocol.file.allow", "GIT_CONFIG_VALUE_2": "always"}
-    assert with_mirrors({"A": "1"}, ()) == {"A": "1"}
+                   "GIT_CONFIG_KEY_2": "protocol.file.allow", "GIT_CONFIG_VALUE_2": "always", **limits}
+    alone = with_git_config({"A": "1"}, ())  # the network limits only
+    assert alone == {"A": "1", "GIT_CONFIG_COUNT": "2", "GIT_CONFIG_KEY_0": "http.lowSpeedLimit",
+                     "GIT_CONFIG_VALUE_0": "1", "GIT_CONFIG_KEY_1": "http.lowSpeedTime", "GIT_CONFIG_VALUE_1": "60"}
+    assert with_git_config({"GIT_CONFIG_COUNT": "x"}, ()) == {"GIT_CONFIG_COUNT": "x"}  # git refuses it: left as is
     with pytest.raises(BadInput):
-        with_mirrors({"GIT_CONFIG_COUNT": "x"}, (("a", "b"),))
+        with_git_config({"GIT_CONFIG_COUNT": "x"}, (("a", "b"),))

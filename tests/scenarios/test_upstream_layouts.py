@@ -437,7 +437,7 @@ REAL_TAGS = [
 @pytest.mark.parametrize("tag,commit,source,patches,instead", REAL_TAGS)
 def test_the_real_tags_as_read(tag: str, commit: str, source: str, patches: int, instead: "str | None") -> None:
     from ensure_flydsl.source.git import CommitFiles, resolve_in
-    from ensure_flydsl.source.llvm_inputs import pin_llvm_inputs
+    from ensure_flydsl.source.needs import pin_llvm_inputs
     from ensure_flydsl.source.requirements import absent_modules, read_sources
 
     assert REAL is not None

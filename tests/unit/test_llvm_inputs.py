@@ -1,4 +1,4 @@
-"""The reader of a pin's LLVM inputs (source/llvm_inputs.py), on script texts in upstream's forms (written
+"""The reader of a pin's LLVM inputs (source/needs.py), on script texts in upstream's forms (written
 here, not copied): the commit from either file or the environment, the patches the script names, and the
 variables it lets the caller override."""
 
@@ -13,7 +13,7 @@ from typing import Dict, Optional, Union
 import pytest
 
 from ensure_flydsl.source.git import CheckoutFiles, CommitFiles
-from ensure_flydsl.source.llvm_inputs import (
+from ensure_flydsl.source.needs import (
     LLVM_HASH_FILE,
     LLVM_INFO_FILE,
     LLVM_SCRIPT,

@@ -9,10 +9,10 @@ import pytest
 
 from ensure_flydsl.source.needs import (
     KNOWN_FLYDSL_NEEDS,
+    build_tools,
     nanobind_requirement,
     nanobind_specifiers,
     needs_from_files,
-    tool_requirements,
 )
 from ensure_flydsl.ways.source.tools import accepts, needed, newest, package_spec
 
@@ -21,7 +21,7 @@ def test_the_default_is_nanobind_at_least_2_9_below_3() -> None:
     """Before: a pin that names no nanobind requirement got a bare `nanobind` (3.x from the index)."""
     needs = needs_from_files({"CMakeLists.txt": "find_package(nanobind CONFIG REQUIRED)\n"}, "test")
     assert needs.nanobind and needs.nanobind_spec == ">=2.9,<3"
-    assert package_spec("nanobind", tool_requirements(needs)["nanobind"]) == "nanobind>=2.9,<3"
+    assert package_spec("nanobind", build_tools(needs, llvm=False)["nanobind"]) == "nanobind>=2.9,<3"
     assert "nanobind >=2.9,<3" in needs.summary()
     assert KNOWN_FLYDSL_NEEDS.nanobind_spec == ">=2.0,<3"  # every FlyDSL tag's pyproject says >=2.0
 

@@ -58,34 +58,24 @@ def is_local_repo(repo: str) -> bool:
     return repo.startswith(("/", "file://"))
 
 
-def _appended(env: Dict[str, str], first: int, entries: List[Tuple[str, str]]) -> Dict[str, str]:
-    """``env`` with ``entries`` as GIT_CONFIG_KEY_n/VALUE_n from ``first`` on, after the caller's own."""
+def with_git_config(environ: Mapping[str, str], mirrors: GitMirrors) -> Dict[str, str]:
+    """A copy of ``environ`` whose git commands apply ``mirrors`` as ``url.<TO>.insteadOf <FROM>`` and give up a
+    transfer under 1 byte/s for the silence limit, after the caller's own entries (no config file is written, and a
+    build script's git applies them too)."""
+    raw = environ.get("GIT_CONFIG_COUNT", "").strip()
+    if raw and not raw.isdigit() and not mirrors:
+        return dict(environ)  # git refuses every command then; with mirrors it is bad input (git_config_count)
+    entries = [(f"url.{to}.insteadOf", source) for source, to in mirrors]
+    if any(is_local_repo(to) for _, to in mirrors):
+        # git >= 2.38 refuses file:// submodules by default (CVE-2022-39253); the user chose this local mirror.
+        entries.append(("protocol.file.allow", "always"))
+    entries += [("http.lowSpeedLimit", "1"), ("http.lowSpeedTime", str(max(1, int(network_silence_s(environ)))))]
+    env, first = dict(environ), git_config_count(environ)
     for index, (key, value) in enumerate(entries, start=first):
         env[f"GIT_CONFIG_KEY_{index}"] = key
         env[f"GIT_CONFIG_VALUE_{index}"] = value
     env["GIT_CONFIG_COUNT"] = str(first + len(entries))
     return env
-
-
-def with_mirrors(environ: Mapping[str, str], mirrors: GitMirrors) -> Dict[str, str]:
-    """A copy of ``environ`` whose git commands apply ``mirrors`` as ``url.<TO>.insteadOf <FROM>`` (no config file
-    is written, and a build script's git applies them too)."""
-    if not mirrors:
-        return dict(environ)
-    entries = [(f"url.{to}.insteadOf", source) for source, to in mirrors]
-    if any(is_local_repo(to) for _, to in mirrors):
-        # git >= 2.38 refuses file:// submodules by default (CVE-2022-39253); the user chose this local mirror.
-        entries.append(("protocol.file.allow", "always"))
-    return _appended(dict(environ), git_config_count(environ), entries)
-
-
-def with_network_limits(environ: Dict[str, str]) -> Dict[str, str]:
-    """``environ`` with http low-speed limits (under 1 byte/s for the silence limit) after its git config."""
-    raw = environ.get("GIT_CONFIG_COUNT", "").strip()
-    if raw and not raw.isdigit():
-        return environ
-    seconds = max(1, int(network_silence_s(environ)))
-    return _appended(environ, int(raw or "0"), [("http.lowSpeedLimit", "1"), ("http.lowSpeedTime", str(seconds))])
 
 
 def rewrite(url: str, mirrors: GitMirrors) -> Tuple[str, Optional[Tuple[str, str]]]:
@@ -109,7 +99,7 @@ def git_env(environ: Mapping[str, str], mirrors: Optional[GitMirrors], *, at: Op
     if mirrors is None:
         env = {k: v for k, v in environ.items() if not k.startswith("GIT_")}
     else:
-        env = with_network_limits(with_mirrors(environ, mirrors))
+        env = with_git_config(environ, mirrors)
         env.pop("GIT_DIR", None)
         env.pop("GIT_WORK_TREE", None)
         # Only plain transports: no ext:: or fd:: helpers, whatever the repository or .gitmodules say.
@@ -301,17 +291,22 @@ def shared_repository(store: str, environ: Mapping[str, str]) -> str:
     return folder
 
 
+def add_lines(path: str, lines: Sequence[str]) -> bool:
+    """Append to the file at ``path`` (made if missing) those of ``lines`` it lacks; whether there were any."""
+    current = ""
+    with contextlib.suppress(FileNotFoundError), open(path) as handle:
+        current = handle.read()
+    missing = [line for line in lines if line not in current.splitlines()]
+    if missing:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "a") as handle:
+            handle.write(("\n" if current and not current.endswith("\n") else "") + "\n".join(missing) + "\n")
+    return bool(missing)
+
+
 def borrow_objects(root_git: str, shared: str) -> bool:
     """Name the shared objects in the root's alternates (once); whether they were added now."""
-    objects = os.path.join(shared, "objects")
-    alternates = os.path.join(root_git, "objects", "info", "alternates")
-    with contextlib.suppress(FileNotFoundError), open(alternates) as handle:
-        if objects in (line.strip() for line in handle):
-            return False
-    os.makedirs(os.path.dirname(alternates), exist_ok=True)
-    with open(alternates, "a") as handle:
-        handle.write(objects + "\n")
-    return True
+    return add_lines(os.path.join(root_git, "objects", "info", "alternates"), [os.path.join(shared, "objects")])
 
 
 def give_objects(root_git: str, shared: str, name: str, commit: str, environ: Mapping[str, str], *,
@@ -422,9 +417,8 @@ class Checkout:
                         stage=Stage.FETCH, hint=UNREACHABLE):
             self.git("fetch", "--quiet", "--force", "--no-tags", "origin", *refspecs)
 
-    def fetch_pin(self, pin: str, say: Callable[[str], None], *,
-                  on_fetch: Callable[[], None] = lambda: None,
-                  on_tags: Callable[[str, List[str]], None] = lambda commit, tags: None) -> str:
+    def fetch_pin(self, pin: str, say: Callable[[str], None], *, on_fetch: Callable[[], None],
+                  on_tags: Callable[[str, List[str]], None]) -> str:
         """Fetch only what names ``pin`` (and the tags at its commit); its full hash.  The refs come first (unreachable:
         exit 2; no such pin: exit 3); ``on_tags`` hears the pin's commit and tags (a release starts its download)."""
         full_hash = is_full_hash(pin)

@@ -27,7 +27,7 @@ from ensure_flydsl.layout import (
     state_dir,
 )
 from ensure_flydsl.result import How
-from ensure_flydsl.source.git import Checkout, read_git
+from ensure_flydsl.source.git import Checkout, add_lines, read_git
 from ensure_flydsl.support import fields
 from ensure_flydsl.support.fields import Record, checked
 from ensure_flydsl.support.files import (
@@ -166,18 +166,9 @@ def claim_root(root: str, *, created: bool, adopted: bool) -> None:
 
 def exclude_from_git(root: str) -> None:
     """Keep the tool's files out of ``git status`` so the checkout reads as clean."""
-    if not os.path.isdir(os.path.join(root, ".git")):
-        return
-    path = os.path.join(root, ".git", "info", "exclude")
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    current = ""
-    with contextlib.suppress(FileNotFoundError), open(path) as handle:
-        current = handle.read()
-    missing = [w for w in ("/" + STATE_DIR + "/", "/" + ENV_FILE_NAME, "/" + ENV_JSON_NAME)
-               if w not in current.splitlines()]
-    if missing:
-        with open(path, "a") as handle:
-            handle.write(("\n" if current and not current.endswith("\n") else "") + "\n".join(missing) + "\n")
+    if os.path.isdir(os.path.join(root, ".git")):
+        add_lines(os.path.join(root, ".git", "info", "exclude"),
+                  ["/" + STATE_DIR + "/", "/" + ENV_FILE_NAME, "/" + ENV_JSON_NAME])
 
 
 @dataclass(frozen=True)

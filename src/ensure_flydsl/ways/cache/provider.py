@@ -13,7 +13,7 @@ from ensure_flydsl.errors import Plan, Stage
 from ensure_flydsl.layout import cached_mlir_dir, packages_dir
 from ensure_flydsl.result import How
 from ensure_flydsl.source.git import CheckoutFiles
-from ensure_flydsl.source.llvm_inputs import pin_llvm_inputs
+from ensure_flydsl.source.needs import pin_llvm_inputs
 from ensure_flydsl.support import faults
 from ensure_flydsl.support.files import file_sha256, remove_tree
 from ensure_flydsl.support.launcher import command

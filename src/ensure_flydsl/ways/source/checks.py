@@ -17,14 +17,14 @@ from ensure_flydsl.layout import llvm_dir, tools_dir
 from ensure_flydsl.probe.results import Interpreter
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.source.git import is_local_repo, resolve_in, rewrite
-from ensure_flydsl.source.needs import BuildNeeds, build_tools, tool_requirements
+from ensure_flydsl.source.needs import BuildNeeds, build_tools
 from ensure_flydsl.support import processes
 from ensure_flydsl.support.processes import run_captured
 from ensure_flydsl.support.space import size_text
 from ensure_flydsl.support.urls import shown_location
 from ensure_flydsl.ways.checks import MISSING, WRONG, Check, RunContext, Submit, no_mirror, passed, reach, skipped
 from ensure_flydsl.ways.source import environment, prebuilt
-from ensure_flydsl.ways.source.tools import machine_state, newest, package_spec
+from ensure_flydsl.ways.source.tools import PROVIDABLE, machine_state, newest, package_spec
 
 GIB = 1024**3
 LLVM_DISK_BYTES = 40 * GIB  # LLVM/MLIR source, build folder and install (mlir, clang, lld; three targets)
@@ -39,7 +39,7 @@ def predict_build(ctx: RunContext, checkout: Optional[str], submit: Submit) -> L
     return ([submit(check_llvm_source, ctx), submit(check_mlir, ctx), submit(check_disk, ctx),
              submit(memory_check, *memory, heavy=ctx.heavy, compiles=ctx.compiles, label=ctx.settings.label("jobs")),
              submit(check_compiler, ctx, False), submit(check_compiler, ctx, True), submit(check_headers, ctx)]
-            + [submit(check_tool, ctx, name, tools) for name in ("cmake", "ninja", "patchelf", "nanobind")]
+            + [submit(check_tool, ctx, name, tools) for name in PROVIDABLE]
             + [submit(check_hip_package, ctx), submit(check_submodules, ctx, checkout)])
 
 
@@ -200,14 +200,14 @@ def check_headers(ctx: RunContext) -> Check:
                  "FLYDSL_PYTHON to an interpreter that has them", blocking=True, stage=stage)
 
 
-def check_tool(ctx: RunContext, name: str, needed: Sequence[str]) -> Check:
+def check_tool(ctx: RunContext, name: str, needed: Mapping[str, Optional[str]]) -> Check:
     """A tool the private toolchain can provide: ok on the machine, else provided from the index."""
     stage = ctx.tool_stage() if name in ("cmake", "ninja") else Stage.BUILD
     if name not in needed:
         return skipped(name, "not used by this build", stage)
     if name == "nanobind" and ctx.interpreter is None:  # asked of the interpreter: it would hang or fail again
         return skipped(name, "the interpreter does not run", stage)
-    requirement, tools = tool_requirements(ctx.needs).get(name), tools_dir(ctx.settings.root)
+    requirement, tools = needed[name], tools_dir(ctx.settings.root)
     python = ctx.interpreter.executable if ctx.interpreter else ctx.settings.python
     state = machine_state(name, ctx.environ, python=python, requirement=requirement, tools_dir=tools)
     if state.good:

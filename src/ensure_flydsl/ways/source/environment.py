@@ -19,8 +19,8 @@ from ensure_flydsl.errors import EnsureError, ExitCode, Stage
 from ensure_flydsl.layout import llvm_record, mlir_install, overlay_stamp, pip_constraints, tools_dir
 from ensure_flydsl.probe.results import Interpreter
 from ensure_flydsl.settings import GitMirrors
-from ensure_flydsl.source.git import with_mirrors, with_network_limits
-from ensure_flydsl.source.llvm_inputs import LlvmInputs
+from ensure_flydsl.source.git import with_git_config
+from ensure_flydsl.source.needs import LlvmInputs
 from ensure_flydsl.support import fields
 from ensure_flydsl.support.files import atomic_write, atomic_write_json, read_json, remove_file, remove_tree
 from ensure_flydsl.support.processes import run_captured
@@ -81,7 +81,7 @@ def build_environment(base: Mapping[str, str], root: str, python: str, *, cmake_
     fetching through the mirrors too; ``cmake_prefixes`` (the hip overlay) are searched first."""
     tools = tools_dir(root)
     pylib = os.path.join(tools, "pylib")
-    env = pip_env(with_network_limits(with_mirrors(base, git_mirrors)))
+    env = pip_env(with_git_config(base, git_mirrors))
     env["PATH"] = os.pathsep.join([os.path.join(tools, "bin"), base.get("PATH", os.defpath)])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (pylib, base.get("PYTHONPATH", "")) if p)
     # pip installs into the private pylib (replacing what an earlier run put there), held to the constraints
@@ -237,27 +237,6 @@ def provide_hip_overlay(rocm_path: str, overlay: str, check: HipCheck) -> Tuple[
     return True, ignored
 
 
-def fix_hip_in_place(rocm_path: str, check: HipCheck) -> List[str]:
-    """``--fix-rocm-in-place``: link each missing name to the real library inside ``<rocm>/lib``; the links made."""
-    lib, created, actual = os.path.join(rocm_path, "lib"), [], check.actual
-    for name in check.missing if check.needs_fix else ():
-        assert actual is not None
-        link = os.path.join(lib, name)
-        if os.path.exists(link):
-            continue
-        try:
-            if os.path.islink(link):
-                os.unlink(link)  # a dangling link: it points nowhere, nothing is lost
-            os.symlink(os.path.relpath(actual, lib), link)
-        except OSError as exc:
-            raise EnsureError(ExitCode.FLYDSL_BUILD, f"cannot create {link} (-> {os.path.basename(actual)}) for "
-                              f"--fix-rocm-in-place: {exc.strerror}", stage=Stage.FIXES,
-                              hint="run as a user who may write ROCM_PATH, or leave --fix-rocm-in-place off to use a "
-                              "private corrected copy of the hip CMake package instead") from None
-        created.append(link)
-    return created
-
-
 @dataclass(frozen=True)
 class HipFix:
     """What was done about the hip CMake package, and the prefixes to put first on CMAKE_PREFIX_PATH."""
@@ -268,19 +247,35 @@ class HipFix:
     message: str  # one line for the report
 
 
-def fix_hip(rocm_path: str, overlay: str, *, in_place: bool = False) -> HipFix:
-    """Fix a library-name mismatch of the hip package under ``rocm_path``: an overlay, or links in ROCm when
-    ``in_place``; a package needing no fix keeps ``rocm_path`` as its prefix (ROCM_PATH may not be /opt/rocm)."""
+def fix_hip(rocm_path: str, overlay: str, *, in_place: bool = False, build_dir: Optional[str] = None) -> HipFix:
+    """Fix a library-name mismatch of the hip package under ``rocm_path``: an overlay (and a ``build_dir`` configured
+    before it forgets ROCm's hip_DIR), or links in ROCm when ``in_place``; a package needing no fix keeps
+    ``rocm_path`` as its prefix (ROCM_PATH may not be /opt/rocm)."""
     check = check_hip(rocm_path)
     missing = f"the hip CMake package in {rocm_path} names {', '.join(check.missing)}"
     actual = os.path.basename(str(check.actual))
     if check.needs_fix and in_place:
-        created = fix_hip_in_place(rocm_path, check)
+        lib, created = os.path.join(rocm_path, "lib"), []
+        for link in (os.path.join(lib, name) for name in check.missing):
+            if os.path.exists(link):
+                continue
+            try:
+                if os.path.islink(link):
+                    os.unlink(link)  # a dangling link: it points nowhere, nothing is lost
+                os.symlink(os.path.relpath(str(check.actual), lib), link)
+            except OSError as exc:
+                raise EnsureError(ExitCode.FLYDSL_BUILD, f"cannot create {link} (-> {actual}) for "
+                                  f"--fix-rocm-in-place: {exc.strerror}", stage=Stage.FIXES,
+                                  hint="run as a user who may write ROCM_PATH, or leave --fix-rocm-in-place off to use "
+                                  "a private corrected copy of the hip CMake package instead") from None
+            created.append(link)
         done = f"created {', '.join(created)}" if created else "the links are already there"
         return HipFix(check, (rocm_path,), bool(created),
                       f"{missing}, which is missing; --fix-rocm-in-place: {done} (pointing at {actual})")
     if check.needs_fix:
         changed, ignored = provide_hip_overlay(rocm_path, overlay, check)
+        if build_dir is not None:
+            drop_stale_hip_dir(build_dir, os.path.join(overlay, "lib", "cmake", "hip"))
         return HipFix(check, (overlay,), changed, (
             f"{missing}, which is missing; {'provided' if changed else 'using'} a private corrected copy at {overlay} "
             f"(pointing at {actual}{'; ' + ignored if ignored else ''}); {rocm_path} is left untouched"))

@@ -12,8 +12,7 @@ from ensure_flydsl import layout
 from ensure_flydsl.errors import EnsureError, ExitCode, Plan, Stage
 from ensure_flydsl.result import How
 from ensure_flydsl.source.git import Checkout, CheckoutFiles
-from ensure_flydsl.source.llvm_inputs import LlvmInputs, pin_llvm_inputs
-from ensure_flydsl.source.needs import build_tools, find_needs, tool_requirements
+from ensure_flydsl.source.needs import LlvmInputs, build_tools, pin_needs
 from ensure_flydsl.source.root import recording
 from ensure_flydsl.support import faults
 from ensure_flydsl.support.files import file_sha256
@@ -206,28 +205,25 @@ def prepare(run: Run, cache: Optional[Cache], doctor: DoctorCheck, take_prebuilt
     """MLIR if it needs no build; the doctor's checks with what is known now (rather than after an hour of
     compiling); the hip fix; the private build tools."""
     settings, root = run.settings, run.settings.root
-    inputs = pin_llvm_inputs(CheckoutFiles(root), run.environ)
+    needs = pin_needs(CheckoutFiles(root), run.environ)
+    inputs = needs.llvm
+    assert inputs is not None  # read from the checkout
     mlir = ready_mlir(run, cache, inputs, take_prebuilt)
     # The prebuilt is decided: the checks need not ask its server again.
     checked = replace(settings, mlir_path=mlir[0] if mlir else settings.mlir_path, mlir_url=prebuilt.OFF)
     doctor(checked, run.environ, root, run.interpreter)
-    needs = find_needs(root, settings.repo, settings.pin, checkout=root, environ=run.environ,
-                       mirrors=settings.git_mirrors)
     rocm = steps.choose_rocm(settings.rocm_path, run.interpreter.executable, run.environ)
     if rocm.rocm_sdk is not None:
         run.say(f"ROCm: {rocm.said(settings.label('rocm_path'))}")
-    overlay = layout.rocm_overlay(root)
-    hip = steps.fix_hip(rocm.path, overlay, in_place=settings.fix_rocm_in_place)
+    hip = steps.fix_hip(rocm.path, layout.rocm_overlay(root), in_place=settings.fix_rocm_in_place,
+                        build_dir=layout.build_dir(root))
     run.say("fix: " + hip.message)
-    if hip.cmake_prefixes == (overlay,):  # a build folder configured before the fix keeps its cached hip_DIR
-        steps.drop_stale_hip_dir(layout.build_dir(root), os.path.join(overlay, "lib", "cmake", "hip"))
-    requirements = tool_requirements(needs)
     provided = provide_build_tools(layout.tools_dir(root), build_tools(needs, llvm=mlir is None), run.environ,
-                                   python=run.interpreter.executable, say=run.say, requirements=requirements,
+                                   python=run.interpreter.executable, say=run.say,
                                    code=ExitCode.LLVM_BUILD if mlir is None else ExitCode.FLYDSL_BUILD)
     run.say("build tools: " + provided.summary())
     # Every pip install of the build (build_llvm.sh's unguarded one) is held to the nanobind MLIR configures with.
-    held = [package_spec("nanobind", requirements["nanobind"])]
+    held = [package_spec("nanobind", needs.nanobind_spec)]
     steps.prepare_toolchain(root, run.interpreter, held)
     return Prepared(mlir=mlir, llvm=inputs, hip=hip, provided=provided, rocm=rocm.path)
 

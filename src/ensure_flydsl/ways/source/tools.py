@@ -12,7 +12,7 @@ import shutil
 import sys
 import tempfile
 from dataclasses import asdict, dataclass
-from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from packaging.specifiers import InvalidSpecifier, Specifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
@@ -210,12 +210,10 @@ class ProvidedTools:
         return "; ".join(parts) if parts else "nothing needed"
 
 
-def provide_build_tools(tools_dir: str, needs: Iterable[str], environ: Mapping[str, str], *, python: str,
-                        say: Callable[[str], None], requirements: Optional[Mapping[str, str]] = None,
-                        code: ExitCode = ExitCode.FLYDSL_BUILD) -> ProvidedTools:
-    """Each needed tool of PROVIDABLE, the missing ones installed privately (nanobind must import in the target
-    ``python``); ``code`` is a failure's exit code."""
-    requirements = requirements or {}
+def provide_build_tools(tools_dir: str, needs: Mapping[str, Optional[str]], environ: Mapping[str, str], *, python: str,
+                        say: Callable[[str], None], code: ExitCode = ExitCode.FLYDSL_BUILD) -> ProvidedTools:
+    """Each needed tool of PROVIDABLE (-> its specifier, None: any), the missing ones installed privately (nanobind
+    must import in the target ``python``); ``code`` is a failure's exit code."""
     unknown = sorted(set(needs) - set(PROVIDABLE))
     if unknown:
         raise ValueError(f"cannot provide {', '.join(unknown)}; only {', '.join(PROVIDABLE)}")
@@ -226,8 +224,8 @@ def provide_build_tools(tools_dir: str, needs: Iterable[str], environ: Mapping[s
     present: Dict[str, str] = {}
     provided: Dict[str, str] = {}
     installed: List[str] = []
-    for name in (n for n in PROVIDABLE if n in set(needs)):
-        requirement = requirements.get(name)
+    for name in (n for n in PROVIDABLE if n in needs):
+        requirement = needs[name]
         state = machine_state(name, environ, python=python, requirement=requirement, tools_dir=tools_dir)
         if state.good:
             present[name] = state.describe()
@@ -236,7 +234,15 @@ def provide_build_tools(tools_dir: str, needs: Iterable[str], environ: Mapping[s
         if entry is not None and entry.usable(requirement):
             _link_programs(root, entry.programs, entry.folder)  # repairs a removed link
         else:
-            entry = record[name] = _install_privately(name, requirement, root, python, environ, code, state, say)
+            try:
+                entry = record[name] = _install_privately(name, requirement, root, python, environ, code, state, say)
+            except EnsureError:
+                if name != "ninja" or shutil.which("make", path=environ.get("PATH")) is None:
+                    raise
+                with contextlib.suppress(FileNotFoundError):  # one installed that does not run must not be found
+                    os.unlink(os.path.join(root, "bin", name))
+                say(f"note: {state.problem}, and the package index cannot provide it; the build falls back to make")
+                continue  # as build.sh and build_llvm.sh do without ninja, and as the doctor's check said
             atomic_write_json(stamp_path, {tool: asdict(made) for tool, made in record.items()})
             installed.append(name)
             say(f"fix: provided {name} {entry.version} in {entry.folder}")
