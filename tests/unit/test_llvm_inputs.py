@@ -231,3 +231,23 @@ def test_the_checkout_and_git_read_the_patches_folder_alike(tmp_path: "os.PathLi
     later = pin_llvm_inputs(CommitFiles(repo.path, added), {})
     assert later == pin_llvm_inputs(CheckoutFiles(repo.path), {}) and len(later.files) == 3
     assert later.key("cp") != from_git.key("cp")
+
+
+def test_a_symlinked_patch_is_keyed_alike_from_the_checkout_and_from_git(tmp_path: "os.PathLike[str]") -> None:
+    """git holds a symlink as the name it points to: the checkout's reader reads the same, so a tree's MLIR key does
+    not depend on which of the two named it (before, the checkout's followed the link and keyed its target)."""
+    repo = FixtureRepo(os.path.join(str(tmp_path), "repo"))
+    os.makedirs(repo.path)
+    subprocess.run(["git", "init", "-q", "-b", "main", repo.path], check=True)
+    repo.commit("p1", "0.3.3", llvm_hash=LLVM_HASH_B, layout="next")
+    first = sorted(NEXT_PATCHES)[0]
+    os.symlink(os.path.basename(first), os.path.join(repo.path, LLVM_PATCHES, "0003-linked.patch"))
+    subprocess.run(["git", "-C", repo.path, "add", "-A"], check=True)
+    subprocess.run(["git", "-C", repo.path, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "link"],
+                   check=True)
+    sha = subprocess.run(["git", "-C", repo.path, "rev-parse", "HEAD"], check=True, capture_output=True,
+                         text=True).stdout.strip()
+    from_git = pin_llvm_inputs(CommitFiles(repo.path, sha), {})
+    assert from_git == pin_llvm_inputs(CheckoutFiles(repo.path), {})
+    linked = dict(from_git.files)[f"{LLVM_PATCHES}/0003-linked.patch"]
+    assert linked == hashlib.sha256(os.path.basename(first).encode()).hexdigest()

@@ -238,8 +238,7 @@ class CommitFiles:
 
 @dataclass(frozen=True)
 class CheckoutFiles:
-    """The files of the checkout at ``top`` as the build reads them, without its submodules', the build's or the
-    tool's."""
+    """The files of the checkout at ``top`` as git holds them, without its submodules', the build's or the tool's."""
 
     top: str
 
@@ -264,10 +263,12 @@ class CheckoutFiles:
         return tuple(found)
 
     def read(self, wanted: Sequence[str]) -> Dict[str, bytes]:
+        """Each file's bytes; a symlink's are the name it points to, as git holds it (the keys must not differ)."""
         files: Dict[str, bytes] = {}
         for rel in wanted:
+            path = os.path.join(self.top, rel)
             with contextlib.suppress(OSError):
-                files[rel] = pathlib.Path(self.top, rel).read_bytes()
+                files[rel] = os.fsencode(os.readlink(path)) if os.path.islink(path) else pathlib.Path(path).read_bytes()
         return files
 
 
