@@ -12,7 +12,7 @@ import pwd
 import shutil
 import stat
 from dataclasses import dataclass, field, replace
-from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple, cast
 
 from ensure_flydsl import layout
 from ensure_flydsl.result import LINK_MODES
@@ -217,26 +217,20 @@ class HostStore:
             return None, f"its key is {entry.key!r}, not its folder's {key!r}"
         return entry, ""
 
-    def seal(self, key: str) -> Seal:
-        """Each stored file's (inode, size, mtime, ctime) as stored: ctime cannot be put back, so an edit in place
-        is seen whatever it does to the mtime."""
-        files = self._field(layout.store_seal(self.tree_dir(key)), "files")
-        seal: Seal = {}
-        for path, value in files.items() if isinstance(files, dict) else ():
-            if isinstance(value, list) and len(value) == 4 and all(fields.integer(v) is not None for v in value):
-                seal[str(path)] = (int(value[0]), int(value[1]), int(value[2]), int(value[3]))
-        return seal
-
     def check(self, entry: CacheEntry, *, full: bool = False) -> None:
         """CacheCorrupt unless the stored files are this user's and the manifest's members (a file hashed when
-        ``full`` or its stat is not the seal's)."""
+        ``full`` or its stat is not the seal's: (inode, size, mtime, ctime) as stored, and ctime cannot be put back,
+        so an edit in place is seen whatever it does to the mtime)."""
         files = layout.store_files(self.tree_dir(entry.key))
         for member in ("", *(m.path for m in entry.members)):
             with contextlib.suppress(FileNotFoundError):  # a missing member is check_tree's to say
                 why = foreign(os.lstat(os.path.join(files, member)))
                 if why is not None:
                     raise CacheCorrupt(f"{member or 'files/'}: {why}")
-        check_tree(files, entry.members, self.seal(entry.key), full=full)
+        sealed = self._field(layout.store_seal(self.tree_dir(entry.key)), "files")
+        seal = {str(path): tuple(value) for path, value in (sealed.items() if isinstance(sealed, dict) else ())
+                if isinstance(value, list) and len(value) == 4 and all(fields.integer(v) is not None for v in value)}
+        check_tree(files, entry.members, cast(Seal, seal), full=full)
 
     def put(self, key: str, tree_fields: Mapping[str, object], folder: str, members: Sequence[Member], *,
             how: str, signed_by: Sequence[str], refuses: Callable[[CacheEntry], Optional[str]],

@@ -175,9 +175,8 @@ def stat_seal(st: os.stat_result) -> Tuple[int, int, int, int]:
     return st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
 
 
-def check_tree(tree: str, members: Sequence[Member], seal: Optional[Seal] = None, *, full: bool = False) -> None:
-    """CacheCorrupt unless each member is at ``tree`` (a file hashed when ``full`` or its stat is not the ``seal``'s);
-    with no seal (a fetched tree, hashed as it was written) nothing is hashed and nothing else may be there."""
+def check_tree(tree: str, members: Sequence[Member], seal: Seal, *, full: bool = False) -> None:
+    """CacheCorrupt unless each member is at ``tree`` (a file hashed when ``full`` or its stat is not the seal's)."""
     for member in members:
         path = os.path.join(tree, member.path)
         try:
@@ -192,12 +191,8 @@ def check_tree(tree: str, members: Sequence[Member], seal: Optional[Seal] = None
                 raise CacheCorrupt(f"{member.path} is not the link to {member.target}")
         elif not stat.S_ISREG(st.st_mode) or st.st_size != member.size:
             raise CacheCorrupt(f"{member.path} is not a file of {member.size} bytes")
-        elif seal is not None and (full or seal.get(member.path) != stat_seal(st)) \
-                and hash_file(path)[0] != member.sha256:
+        elif (full or seal.get(member.path) != stat_seal(st)) and hash_file(path)[0] != member.sha256:
             raise CacheCorrupt(f"{member.path} does not match its sha256 in the manifest")
-    extra = sorted({m.path for m, _full in walk(tree)} - {m.path for m in members}) if seal is None else []
-    if extra:
-        raise CacheCorrupt(f"extracted tree holds {extra[0]!r}, which is not in the manifest")
 
 
 @dataclass(frozen=True)
