@@ -192,9 +192,8 @@ def stream_command(cmd: Sequence[str], *, sink: Callable[[str], None], cwd: Opti
 
 # -- network commands, under a silence watchdog -----------------------------------------------------------
 def network_silence_s(environ: Optional[Mapping[str, str]] = None) -> float:
-    text = (os.environ if environ is None else environ).get(SILENCE_VARIABLE, "")
     try:
-        value = float(text)
+        value = float((os.environ if environ is None else environ).get(SILENCE_VARIABLE, ""))
     except ValueError:
         return NETWORK_SILENCE_S
     return value if value > 0 else NETWORK_SILENCE_S
