@@ -76,6 +76,8 @@ def _not_ours(folder: str, made: Dict[str, str]) -> List[str]:
     """Every entry of ``folder`` that is not a file this command wrote, as it wrote it."""
     foreign: List[str] = []
     for current, dirs, names in os.walk(folder):
+        if not dirs + names and current != folder:  # an empty folder: somebody's (this command writes none)
+            foreign.append(os.path.relpath(current, folder))
         for name in dirs + names:
             path = os.path.join(current, name)
             rel = os.path.relpath(path, folder)
