@@ -121,12 +121,6 @@ _STAGES_THAT_FILL = frozenset({Stage.FETCH, Stage.SUBMODULES, Stage.CHECKOUT, St
                                Stage.CACHE})
 
 
-def disk_full_code(stage: Optional[Stage]) -> ExitCode:
-    if stage is not None and stage in _STAGES_THAT_FILL and stage.exit_code is not None:
-        return stage.exit_code
-    return ExitCode.FLYDSL_BUILD
-
-
 class EnsureError(Exception):
     """A failure with an exit code, the stage it happened in, why, and what to do next."""
 
@@ -167,8 +161,8 @@ def disk_full_error(exc: OSError, stage: Optional[Stage]) -> Optional["EnsureErr
     path = exc.filename if isinstance(exc.filename, str) else None
     where = space.no_space(path, exc.errno) if path else "no space left on a file system this command writes to"
     advice = f"free space there (`{command('clean')}` removes what this tool made for the root) and run it again"
-    return EnsureError(disk_full_code(stage), f"{where}; {advice}", stage=stage,
-                       meaning="a full file system")
+    code = (stage.exit_code if stage is not None and stage in _STAGES_THAT_FILL else None) or ExitCode.FLYDSL_BUILD
+    return EnsureError(code, f"{where}; {advice}", stage=stage, meaning="a full file system")
 
 
 def access_error(exc: OSError, name: str) -> Optional[EnsureError]:

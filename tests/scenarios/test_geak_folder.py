@@ -660,6 +660,16 @@ def test_force_replaces_only_a_folder_it_made(tmp_path: "os.PathLike[str]", skil
     assert [n for n in os.listdir(str(tmp_path)) if n not in ("ensure_flydsl", "home")] == []  # no staging left
 
 
+def test_force_keeps_a_folder_somebody_made_in_it_even_empty(tmp_path: "os.PathLike[str]", skill_cache: str,
+                                                             vendored_wheels: str) -> None:
+    dest = os.path.join(str(tmp_path), "ensure_flydsl")
+    assert build_folder(dest, skill_cache, "--wheels", vendored_wheels).returncode == 0
+    os.makedirs(os.path.join(dest, "mine", "empty"))
+    refused = build_folder(dest, skill_cache, "--wheels", vendored_wheels, "--force")
+    assert refused.returncode == 64 and "(mine/empty)" in refused.stderr, refused.stderr
+    assert os.path.isdir(os.path.join(dest, "mine", "empty"))
+
+
 def test_force_replaces_a_folder_of_the_first_shape(tmp_path: "os.PathLike[str]", skill_cache: str,
                                                     vendored_wheels: str) -> None:
     """A folder an earlier version wrote (tool/ and its JSON manifest, Python's bytecode beside the modules

@@ -12,7 +12,7 @@ import re
 
 import pytest
 
-from ensure_flydsl.errors import ExitCode, Stage, disk_full_code, disk_full_error
+from ensure_flydsl.errors import ExitCode, Stage, disk_full_error
 from ensure_flydsl.runs.markers import marker_unwritten
 from ensure_flydsl.support import space
 
@@ -35,9 +35,9 @@ def test_other_errors_are_not(code: int, tmp_path: "os.PathLike[str]") -> None:
 def test_the_stages_that_fill_keep_their_code_the_rest_give_5() -> None:
     own = {Stage.FETCH: 2, Stage.SUBMODULES: 2, Stage.CHECKOUT: 3, Stage.LLVM: 4, Stage.BUILD: 5, Stage.RELEASE: 8,
            Stage.CACHE: 8}
-    for stage in Stage:
-        assert disk_full_code(stage) == own.get(stage, ExitCode.FLYDSL_BUILD), stage
-    assert disk_full_code(None) == ExitCode.FLYDSL_BUILD
+    for stage in [*Stage, None]:
+        error = disk_full_error(_error(errno.ENOSPC, "/"), stage)
+        assert error is not None and error.code == own.get(stage, ExitCode.FLYDSL_BUILD), stage
 
 
 def test_the_line_names_the_file_system_and_what_to_do(tmp_path: "os.PathLike[str]") -> None:

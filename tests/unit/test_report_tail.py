@@ -1,9 +1,10 @@
-"""The build's output tail the failure message shows (support/report.py: Reporter.tail): the last lines, at most
-TAIL_LINES of them, however long the build's output was."""
+"""The reporter's memory of a run (support/report.py): the build's output tail a failure message shows (the last
+lines, at most TAIL_LINES of them), and the log, which gets every line whatever the stream shows."""
 
 from __future__ import annotations
 
 import io
+import pathlib
 
 from ensure_flydsl.support.report import TAIL_LINES, Reporter
 
@@ -19,3 +20,17 @@ def test_the_tail_is_the_last_lines_and_stays_bounded() -> None:
         assert len(reporter._tail) < 2 * TAIL_LINES
     assert reporter.tail(20) == [f"line {n}" for n in range(9_983, 10_003)]
     assert reporter.tail(10 * TAIL_LINES) == [f"line {n}" for n in range(10_003 - TAIL_LINES, 10_003)]
+
+
+def test_quiet_messages_reach_a_log_that_is_the_stream(tmp_path: "pathlib.Path") -> None:
+    # -q shows failures only, the log gets every line: also when the stream is the log (`-q ... > the log`).
+    log = str(tmp_path / "ensure_flydsl.log")
+    with open(log, "a") as stream:
+        reporter = Reporter(stream, verbosity=-1)
+        reporter.open_log(log)
+        reporter.say("a message")
+        reporter.build_line("a build line")
+        reporter.close()
+    with open(log) as handle:
+        lines = handle.read().splitlines()
+    assert [line.split("] ", 1)[-1] for line in lines[1:]] == ["ensure-flydsl: a message", "a build line"]

@@ -3,7 +3,6 @@ sha256 so that ``--force`` replaces only a folder this command wrote; the same t
 
 from __future__ import annotations
 
-import fnmatch
 import hashlib
 import io
 import os
@@ -31,12 +30,6 @@ LEGACY_MADE_BY = "ensure-flydsl skill"
 COMMIT = r"^[0-9a-f]{40}( with local changes)?$"  # what geak/provenance.py says of code that is a commit's
 CARRIED_COMMIT = "COMMIT"  # in the zipapp's package: the commit it was written from (VERSION's)
 ZIP_TIME = (1980, 1, 1, 0, 0, 0)  # every member's: two writes of the same files are the same bytes
-# What the vendored wheels hold that the tool never imports (installer's Windows launchers, most of packaging):
-# GEAK's pre-commit refuses files over 500 KB.
-LEFT_OUT = ("installer/__main__.py", "installer/_scripts/*.exe", "packaging/licenses/*", "packaging/metadata.py",
-            "packaging/pylock.py", "packaging/ranges.py", "packaging/dependency_groups.py",
-            "packaging/direct_url.py", "packaging/errors.py", "packaging/_structures.py", "*.dist-info/RECORD",
-            "*.dist-info/INSTALLER")
 # The overrides GEAK's skill has always offered (the bash script's own), listed first in skill.md.
 FIRST_SETTINGS = ("FLYDSL_ROOT", "FLYDSL_MIN_VERSION", "FLYDSL_BUILD_LOCK")
 _HEX64 = re.compile(r"^[0-9a-f]{64}\Z")
@@ -83,6 +76,8 @@ def _not_ours(folder: str, made: Dict[str, str]) -> List[str]:
     """Every entry of ``folder`` that is not a file this command wrote, as it wrote it."""
     foreign: List[str] = []
     for current, dirs, names in os.walk(folder):
+        if not dirs + names and current != folder:  # an empty folder: somebody's (this command writes none)
+            foreign.append(os.path.relpath(current, folder))
         for name in dirs + names:
             path = os.path.join(current, name)
             rel = os.path.relpath(path, folder)
@@ -144,8 +139,7 @@ def _overrides() -> str:
 
 def zipapp_bytes(wheels: Dict[str, str], commit: str) -> bytes:
     """The tool (and the commit it is written from), its vendored libraries and the launcher as one zipapp."""
-    files = {name: data for name, data in vendor.wheel_files(wheels).items()
-             if not any(fnmatch.fnmatch(name, pattern) for pattern in LEFT_OUT)}
+    files = vendor.wheel_files(wheels)
     files.update(package_files(resources.files("ensure_flydsl"), "ensure_flydsl/"))
     files["__main__.py"] = _template("__main__.py.in", {}).encode()
     files[f"ensure_flydsl/{CARRIED_COMMIT}"] = commit.encode()

@@ -3,6 +3,7 @@ pure-Python wheels from ``--wheels DIR``, this user's cache or the package index
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import shutil
 import sys
@@ -36,6 +37,12 @@ VENDORED = (
     Pinned("installer", "0.7.0", "05d1933f0a5ba7d8d6296bb6d5018e7c94fa473ceb10cf198a92ccea19c27b53"),
 )
 DOWNLOAD_TIMEOUT_S = 300.0
+# What the wheels hold that the tool never imports (installer's Windows launchers, most of packaging): GEAK's
+# pre-commit refuses files over 500 KB.
+LEFT_OUT = ("installer/__main__.py", "installer/_scripts/*.exe", "packaging/licenses/*", "packaging/metadata.py",
+            "packaging/pylock.py", "packaging/ranges.py", "packaging/dependency_groups.py",
+            "packaging/direct_url.py", "packaging/errors.py", "packaging/_structures.py", "*.dist-info/RECORD",
+            "*.dist-info/INSTALLER")
 
 
 def _good(path: str, pinned: Pinned) -> bool:
@@ -92,7 +99,7 @@ def _download(missing: Sequence[Pinned], cache: str, environ: Dict[str, str]) ->
 
 
 def wheel_files(wheels: Dict[str, str]) -> Dict[str, bytes]:
-    """What the pure-Python wheels install into purelib: each member as it is (their sha256 is pinned)."""
+    """What the pure-Python wheels install into purelib, but LEFT_OUT: each member as it is (their sha256 is pinned)."""
     files: Dict[str, bytes] = {}
     for pinned in VENDORED:
         with zipfile.ZipFile(wheels[pinned.name]) as archive:
@@ -100,6 +107,6 @@ def wheel_files(wheels: Dict[str, str]) -> Dict[str, bytes]:
                 if ".data/" in info.filename:  # scripts, headers, data: none of these wheels has any
                     raise EnsureError(ExitCode.INTERNAL, f"a vendored wheel holds files outside purelib: "
                                       f"{info.filename}", stage=Stage.SKILL)
-                if not info.is_dir():
+                if not info.is_dir() and not any(fnmatch.fnmatch(info.filename, p) for p in LEFT_OUT):
                     files[info.filename] = archive.read(info)
     return files

@@ -60,8 +60,8 @@ def json_bytes(obj: object) -> bytes:
     return (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode()
 
 
-def atomic_write_json(path: str, obj: object, mode: int = 0o644) -> None:
-    atomic_write(path, json_bytes(obj), mode)
+def atomic_write_json(path: str, obj: object) -> None:
+    atomic_write(path, json_bytes(obj))
 
 
 def read_json(path: str) -> Optional[Dict[str, object]]:

@@ -42,11 +42,10 @@ class CommandFailed(Exception):
         return f"command: {shlex.join(self.cmd)}\nreturn code: {self.returncode}\noutput:{shown}"
 
 
-def cmd_output(cmd: Sequence[str], *, cwd: Optional[str] = None, env: Optional[Mapping[str, str]] = None,
-               timeout: Optional[float] = None) -> str:
+def cmd_output(cmd: Sequence[str], *, env: Optional[Mapping[str, str]] = None, timeout: Optional[float] = None) -> str:
     """Run a short command and return its stdout+stderr; raise CommandFailed on a non-zero exit."""
     try:
-        proc = subprocess.run(list(cmd), cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        proc = subprocess.run(list(cmd), env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, timeout=timeout, check=False)
     except FileNotFoundError as exc:
         raise CommandFailed(cmd, 127, f"cannot run {cmd[0]}: {exc.strerror}") from None
@@ -193,9 +192,8 @@ def stream_command(cmd: Sequence[str], *, sink: Callable[[str], None], cwd: Opti
 
 # -- network commands, under a silence watchdog -----------------------------------------------------------
 def network_silence_s(environ: Optional[Mapping[str, str]] = None) -> float:
-    text = (os.environ if environ is None else environ).get(SILENCE_VARIABLE, "")
     try:
-        value = float(text)
+        value = float((os.environ if environ is None else environ).get(SILENCE_VARIABLE, ""))
     except ValueError:
         return NETWORK_SILENCE_S
     return value if value > 0 else NETWORK_SILENCE_S

@@ -57,8 +57,12 @@ class Reporter:
 
     @classmethod
     def for_stream(cls, stream: IO[str], *, json_events: bool = False, verbosity: int = 0) -> "Reporter":
-        mode = "json" if json_events else "tty" if redraws(stream) else "plain"
-        return cls(stream, mode=mode, verbosity=verbosity)
+        """A reporter for ``stream``: a live line redrawn in place (``\\r``, ``ESC [K``) on a terminal not dumb."""
+        try:
+            tty = stream.isatty() and os.environ.get("TERM", "") != "dumb"
+        except (AttributeError, ValueError):
+            tty = False
+        return cls(stream, mode="json" if json_events else "tty" if tty else "plain", verbosity=verbosity)
 
     # -- messages ----------------------------------------------------------------------------------------
     def say(self, message: str, event: Optional[Dict[str, object]] = None) -> None:
@@ -68,7 +72,7 @@ class Reporter:
             self.event(event or {"event": "message", "text": message})
         elif self.verbosity >= 0:
             self._print(line)
-        if not self._log_is_stream:
+        if not (self.verbosity >= 0 and self._log_is_stream):  # shown on a stream that is the log: written there once
             self._write_log(line)
 
     def event(self, event: Dict[str, object]) -> None:
@@ -177,15 +181,6 @@ class Reporter:
             with contextlib.suppress(OSError):
                 self._log.close()
         self._log = None
-
-
-def redraws(stream: IO[str]) -> bool:
-    """Whether a live line may be redrawn in place (``\\r``, ``ESC [K``): a terminal that is not dumb."""
-    try:
-        tty = stream.isatty()
-    except (AttributeError, ValueError):
-        tty = False
-    return tty and os.environ.get("TERM", "") != "dumb"
 
 
 def to_devnull(stream: IO[str]) -> None:
