@@ -98,13 +98,12 @@ def check_marker_sharing(settings: Settings) -> Check:
 def check_flydsl_users(settings: Settings, environ: Mapping[str, str]) -> Check:
     """Other FlyDSL users the root's tree breaks, as a run and ``verify`` name them; never blocking."""
     twin, name = installed_twin(settings.root), "flydsl-users"
+    users = ", ".join(FLYDSL_USERS)
     if twin is None:
-        return Check(name, SKIPPED, f"no tree in {settings.root} yet to import {', '.join(FLYDSL_USERS)} with", "",
-                     blocking=False, stage=Stage.PUBLISH)
+        return skipped(name, f"no tree in {settings.root} yet to import {users} with", Stage.PUBLISH)
     broken = broken_users(twin.python, twin.pythonpath_prepend, environ, settings.probe_timeout)
     if not broken:
-        return Check(name, OK, f"none installed fails with the root's flydsl {twin.version} "
-                     f"({', '.join(FLYDSL_USERS)})", "", blocking=False, stage=Stage.PUBLISH)
+        return passed(name, f"none installed fails with the root's flydsl {twin.version} ({users})", Stage.PUBLISH)
     return Check(name, WRONG, "; ".join(f"{u['module']} fails with the root's flydsl {twin.version}"
                                         + (f" (it needs >= {u['floor']})" if u["floor"] else "") + f": {u['error']}"
                                         for u in broken),
@@ -436,17 +435,16 @@ def diagnose(settings: Settings, environ: Mapping[str, str], *, reuse: Optional[
              checkout: Optional[str] = None, timeout: float = 5.0) -> Diagnosis:
     started = time.monotonic()
     checks, needs, interp = run_checks(settings, environ, checkout=checkout, timeout=timeout, reuse=reuse)
-    checks.append(check_flydsl_users(settings, environ))
     shadows = shadowing(settings.require)
-    checks.append(Check("working-folder", WRONG if shadows else OK, "; ".join(shadows) or "nothing in it shadows "
-                        "the tree", "", blocking=False, stage=Stage.PUBLISH))
-    diagnosis = Diagnosis(settings.strategy, tuple(checks), needs, time.monotonic() - started)
+    checks += [check_flydsl_users(settings, environ),
+               Check("working-folder", WRONG if shadows else OK, "; ".join(shadows) or "nothing in it shadows the "
+                     "tree", "", blocking=False, stage=Stage.PUBLISH)]
+    diagnosis = Diagnosis(settings.strategy, tuple(checks), needs, 0.0)
     blocking = first_blocking(checks)
     if (not diagnosis.ok and blocking is not None and blocking.stage in SOURCE_ONLY and interp is not None
             and falls_back(settings.strategy)):  # auto's way around a blocked source build
-        diagnosis = replace(diagnosis, suggestion=release_suggestion(settings, interp, environ),
-                            seconds=time.monotonic() - started)
-    return diagnosis
+        diagnosis = replace(diagnosis, suggestion=release_suggestion(settings, interp, environ))
+    return replace(diagnosis, seconds=time.monotonic() - started)
 
 
 def render_check(check: Check, width: int = 15) -> List[str]:

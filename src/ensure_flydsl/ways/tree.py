@@ -107,7 +107,7 @@ def verify_tree(run: Run, commit: str, how: How, early: Optional[Early] = None) 
                  stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                  own_group=True) if folders else None
     try:
-        probe, verdict = judge_tree(run, prefix, early.take_probe() if early is not None else None)
+        probe, verdict = judge_tree(run, prefix, early.probe if early is not None else None)
     except BaseException:
         if proc is not None:
             kill_and_reap(proc)
