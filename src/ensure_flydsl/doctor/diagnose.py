@@ -4,7 +4,6 @@ each way's prediction, concurrently); a blocking check's stage is the step that 
 from __future__ import annotations
 
 import concurrent.futures
-import importlib.util
 import json
 import os
 import shlex
@@ -349,8 +348,7 @@ def run_checks(settings: Settings, environ: Mapping[str, str], *, checkout: Opti
         needs = f_needs.result() if f_needs is not None else KNOWN_FLYDSL_NEEDS
         llvm = builds and llvm_step_needed(settings, needs, interp)
         # Whose pip asks the index: this tool's interpreter (it installs the private tools), else the target's.
-        installer = (sys.executable if importlib.util.find_spec("pip") is not None
-                     else interp.executable if interp else settings.python)
+        installer = sys.executable if has_pip(sys.executable) else interp.executable if interp else settings.python
         ctx = RunContext(settings=settings, environ=environ, timeout=TIMEOUT_S, interpreter=interp, needs=needs,
                          llvm=llvm, index=Index(installer, environ, TIMEOUT_S))
         if reuse is not None:
