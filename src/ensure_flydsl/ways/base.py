@@ -34,8 +34,8 @@ class WheelDownload(Protocol):
 
 @dataclass
 class Early:
-    """The early probe and the release wheel's download: started before the way that takes them (each answers
-    once: a second asker starts its own)."""
+    """The early probe and the release wheel's download: started before the way that takes them; each answers
+    once (asked again, the probe answers None: a fresh probe runs)."""
 
     probe: Optional[EarlyProbe] = None
     download: Optional[WheelDownload] = None
