@@ -4,7 +4,6 @@ each way's prediction, concurrently); a blocking check's stage is the step that 
 from __future__ import annotations
 
 import concurrent.futures
-import importlib.util
 import json
 import os
 import shlex
@@ -57,6 +56,7 @@ from ensure_flydsl.ways.table import ways_for
 
 # The reuse decision belongs to the pipeline (above the doctor): it is handed in as a check.
 ReuseCheck = Callable[[Settings, Mapping[str, str], Optional[Interpreter]], Check]
+TIMEOUT_S = 5.0  # for each question to a git remote or the package index
 
 
 # -- the shared checks ------------------------------------------------------------------------------------
@@ -98,13 +98,12 @@ def check_marker_sharing(settings: Settings) -> Check:
 def check_flydsl_users(settings: Settings, environ: Mapping[str, str]) -> Check:
     """Other FlyDSL users the root's tree breaks, as a run and ``verify`` name them; never blocking."""
     twin, name = installed_twin(settings.root), "flydsl-users"
+    users = ", ".join(FLYDSL_USERS)
     if twin is None:
-        return Check(name, SKIPPED, f"no tree in {settings.root} yet to import {', '.join(FLYDSL_USERS)} with", "",
-                     blocking=False, stage=Stage.PUBLISH)
+        return skipped(name, f"no tree in {settings.root} yet to import {users} with", Stage.PUBLISH)
     broken = broken_users(twin.python, twin.pythonpath_prepend, environ, settings.probe_timeout)
     if not broken:
-        return Check(name, OK, f"none installed fails with the root's flydsl {twin.version} "
-                     f"({', '.join(FLYDSL_USERS)})", "", blocking=False, stage=Stage.PUBLISH)
+        return passed(name, f"none installed fails with the root's flydsl {twin.version} ({users})", Stage.PUBLISH)
     return Check(name, WRONG, "; ".join(f"{u['module']} fails with the root's flydsl {twin.version}"
                                         + (f" (it needs >= {u['floor']})" if u["floor"] else "") + f": {u['error']}"
                                         for u in broken),
@@ -122,14 +121,13 @@ def check_git(environ: Mapping[str, str]) -> Check:
     return passed("git", git.describe(), Stage.FETCH)
 
 
-def check_repository(settings: Settings, environ: Mapping[str, str], timeout: float,
-                     checkout: Optional[str]) -> Check:
+def check_repository(settings: Settings, environ: Mapping[str, str], checkout: Optional[str]) -> Check:
     repo, pin, label = settings.repo, settings.pin, settings.label("repo")
     if checkout is not None:
         return passed("repository", f"the source is already checked out in {checkout}", Stage.FETCH)
     fetched = resolve_in(settings.root, pin) if os.path.isdir(os.path.join(settings.root, ".git")) else None
     where, _ = rewrite(repo, settings.git_mirrors)
-    answered, out, shown = reach(repo, environ, timeout, settings)  # a local repository is only looked at
+    answered, out, shown = reach(repo, environ, TIMEOUT_S, settings)  # a local repository is only looked at
     if is_local_repo(where):
         path = repo_path(where)
         if not answered:
@@ -329,7 +327,7 @@ def stop_if_blocked(checks: Sequence[Check], strategy: Strategy) -> None:
     )
 
 
-def run_checks(settings: Settings, environ: Mapping[str, str], *, checkout: Optional[str] = None, timeout: float = 5.0,
+def run_checks(settings: Settings, environ: Mapping[str, str], *, checkout: Optional[str] = None,
                reuse: Optional[ReuseCheck] = None, interpreter: Optional[Interpreter] = None
                ) -> Tuple[List[Check], Optional[BuildNeeds], Optional[Interpreter]]:
     """Every check the strategy depends on, in the order a run meets them, the build's needs (None: no build) and
@@ -345,15 +343,14 @@ def run_checks(settings: Settings, environ: Mapping[str, str], *, checkout: Opti
         early: List[concurrent.futures.Future[Check]] = []
         if fetches:
             early = [submit(check_root, settings), submit(check_git, environ),
-                     submit(check_repository, settings, environ, timeout, checkout)]
+                     submit(check_repository, settings, environ, checkout)]
         interp_check, interp = f_interp.result()
         needs = f_needs.result() if f_needs is not None else KNOWN_FLYDSL_NEEDS
         llvm = builds and llvm_step_needed(settings, needs, interp)
         # Whose pip asks the index: this tool's interpreter (it installs the private tools), else the target's.
-        installer = (sys.executable if importlib.util.find_spec("pip") is not None
-                     else interp.executable if interp else settings.python)
-        ctx = RunContext(settings=settings, environ=environ, timeout=timeout, interpreter=interp, needs=needs,
-                         llvm=llvm, index=Index(installer, environ, timeout))
+        installer = sys.executable if has_pip(sys.executable) else interp.executable if interp else settings.python
+        ctx = RunContext(settings=settings, environ=environ, timeout=TIMEOUT_S, interpreter=interp, needs=needs,
+                         llvm=llvm, index=Index(installer, environ, TIMEOUT_S))
         if reuse is not None:
             early.insert(0, submit(reuse, settings, environ, interp))
         predicted = {way.way: way.predict(ctx, checkout, submit) for way in ways_for(strategy)}
@@ -432,21 +429,19 @@ class Diagnosis:
         return "\n".join(lines)
 
 
-def diagnose(settings: Settings, environ: Mapping[str, str], *, reuse: Optional[ReuseCheck] = None,
-             checkout: Optional[str] = None, timeout: float = 5.0) -> Diagnosis:
+def diagnose(settings: Settings, environ: Mapping[str, str], *, reuse: Optional[ReuseCheck] = None) -> Diagnosis:
     started = time.monotonic()
-    checks, needs, interp = run_checks(settings, environ, checkout=checkout, timeout=timeout, reuse=reuse)
-    checks.append(check_flydsl_users(settings, environ))
+    checks, needs, interp = run_checks(settings, environ, reuse=reuse)
     shadows = shadowing(settings.require)
-    checks.append(Check("working-folder", WRONG if shadows else OK, "; ".join(shadows) or "nothing in it shadows "
-                        "the tree", "", blocking=False, stage=Stage.PUBLISH))
-    diagnosis = Diagnosis(settings.strategy, tuple(checks), needs, time.monotonic() - started)
+    checks += [check_flydsl_users(settings, environ),
+               Check("working-folder", WRONG if shadows else OK, "; ".join(shadows) or "nothing in it shadows the "
+                     "tree", "", blocking=False, stage=Stage.PUBLISH)]
+    diagnosis = Diagnosis(settings.strategy, tuple(checks), needs, 0.0)
     blocking = first_blocking(checks)
     if (not diagnosis.ok and blocking is not None and blocking.stage in SOURCE_ONLY and interp is not None
             and falls_back(settings.strategy)):  # auto's way around a blocked source build
-        diagnosis = replace(diagnosis, suggestion=release_suggestion(settings, interp, environ),
-                            seconds=time.monotonic() - started)
-    return diagnosis
+        diagnosis = replace(diagnosis, suggestion=release_suggestion(settings, interp, environ))
+    return replace(diagnosis, seconds=time.monotonic() - started)
 
 
 def render_check(check: Check, width: int = 15) -> List[str]:

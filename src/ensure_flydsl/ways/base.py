@@ -34,26 +34,19 @@ class WheelDownload(Protocol):
 
 @dataclass
 class Early:
-    """The early probe and the release wheel's download: started before the way that takes them."""
+    """The early probe and the release wheel's download: started before the way that takes them; each answers
+    once (asked again, the probe answers None: a fresh probe runs)."""
 
     probe: Optional[EarlyProbe] = None
     download: Optional[WheelDownload] = None
 
-    def take_probe(self) -> Optional[EarlyProbe]:
-        probe, self.probe = self.probe, None
-        return probe
-
-    def take_download(self) -> Optional[WheelDownload]:
-        download, self.download = self.download, None
-        return download
-
     def stop_probe(self) -> None:
-        if (probe := self.take_probe()) is not None:
-            probe.close()
+        if self.probe is not None:
+            self.probe.close()
 
     def stop_download(self) -> None:
-        if (download := self.take_download()) is not None:
-            download.abort()
+        if self.download is not None:
+            self.download.abort()
 
 
 @dataclass

@@ -36,9 +36,7 @@ CONFLICTING_PIP_ENV = ("PIP_TARGET", "PIP_PREFIX", "PIP_ROOT", "PIP_USER", "PIP_
 def pip_env(environ: Mapping[str, str]) -> Dict[str, str]:
     """The caller's environment for pip: its own PIP_* settings kept, the tree's PYTHONPATH not handed on."""
     env = {k: v for k, v in environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", *CONFLICTING_PIP_ENV)}
-    env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
-    env["PIP_NO_INPUT"] = "1"
-    return env
+    return {**env, "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_INPUT": "1"}
 
 
 def query_versions(python: str, package: str, environ: Mapping[str, str], *, timeout: float,
@@ -48,8 +46,7 @@ def query_versions(python: str, package: str, environ: Mapping[str, str], *, tim
     # -vv: with --retries 0 pip reports an index it could not reach only at debug level ("Could not fetch
     # URL ..."); without it, "cannot reach the index" looks like "the index has no such package".
     cmd = [python, "-m", "pip", "index", "versions", package, "--only-binary=:all:", "-vv",
-           "--timeout", str(max(1, int(timeout))), "--retries", "0"]
-    cmd += list(options)
+           "--timeout", str(max(1, int(timeout))), "--retries", "0", *options]
     most = max(timeout * 2 + 10, 30.0) if limit is None else limit
     try:
         proc = run_captured(cmd, env=pip_env(environ), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,

@@ -107,15 +107,12 @@ def verify_tree(run: Run, commit: str, how: How, early: Optional[Early] = None) 
                  stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                  own_group=True) if folders else None
     try:
-        probe, verdict = judge_tree(run, prefix, early.take_probe() if early is not None else None)
-    except BaseException:
+        probe, verdict = judge_tree(run, prefix, early.probe if early is not None else None)
         if proc is not None:
-            kill_and_reap(proc)
-        raise
-    if proc is not None:
-        try:
-            proc.wait(timeout=900)
-        except subprocess.TimeoutExpired:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=900)
+    finally:
+        if proc is not None and proc.returncode is None:  # the probe failed, or compileall hangs
             kill_and_reap(proc)
     if not verdict.reusable:
         raise TreeDoesNotImport(

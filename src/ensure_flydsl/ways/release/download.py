@@ -74,14 +74,12 @@ class WheelDownload:
         if pip is None:
             raise EnsureError(ExitCode.ARTIFACT, why, stage=Stage.RELEASE,
                               hint="give one of them pip, or use FLYDSL_STRATEGY=source to build the pin")
-        self.pip = pip
         self.limit = processes.network_silence_s(environ)
         self.cmd = [pip, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--progress-bar", "off",
                     "--dest", folder, *wheel_tags(interpreter), f"flydsl=={version}"]
         scratch = os.path.join(folder, ".tmp")
         os.makedirs(scratch, exist_ok=True)
-        env = pip_env(environ)
-        env["TMPDIR"] = scratch
+        env = {**pip_env(environ), "TMPDIR": scratch}
         self._lines: List[str] = []
         self.started = self._last_data = time.monotonic()
         # In the tool's process group: a Ctrl-C or a kill of the group stops it too.

@@ -128,7 +128,7 @@ class ReleaseProvider(Provider):
 
     def _download(self, run: Run, folder: str) -> str:
         """The wheel's path: from the download started beside the fetch, or downloaded now."""
-        version, early = self.version, self.early.take_download()
+        version, early = self.version, self.early.download
         if early is not None and early.version == version:
             run.say(f"release v{version}: taking the flydsl=={version} wheel downloaded beside the fetch")
             return early.wheel(run.build_line)
