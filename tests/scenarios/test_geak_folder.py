@@ -14,6 +14,7 @@ import shutil
 import stat
 import subprocess
 import sys
+import tempfile
 import zipfile
 from typing import Dict, Iterator, List
 
@@ -22,6 +23,7 @@ import pytest
 from ensure_flydsl.geak.vendor import VENDORED
 from tests.helpers.flydsl_fixture import FixtureRepo, make_repo
 from tests.helpers.geak import SCRIPT, SKILLS, Geak, bare_venv, build_folder, pyenv_python
+from tests.helpers.other_user import OTHER_UID, _world_readable_site, as_other, other_python
 from tests.helpers.result_schema import validate
 from tests.helpers.scenario import wait_for
 
@@ -741,3 +743,34 @@ def test_a_download_that_fails_is_exit_8_naming_the_index_settings(tmp_path: "os
     assert f"could not download {names} from the package index" in out.stderr, out.stderr
     assert "PIP_INDEX_URL" in out.stderr and "Traceback" not in out.stderr
     assert not os.path.exists(dest) and not os.listdir(os.path.join(cache, "ensure-flydsl", "vendored-wheels"))
+
+
+def test_force_keeps_a_folder_holding_one_its_user_cannot_read(skill_cache: str, vendored_wheels: str) -> None:
+    """A subfolder the user cannot list may hold anything: --force refuses, and nothing is moved or removed (the walk
+    skipped it before, and the replace then stopped inside it, leaving the rest moved aside)."""
+    python = other_python()
+    top = tempfile.mkdtemp(prefix="ensure-flydsl-users-", dir="/tmp")
+    try:
+        os.chmod(top, 0o755)
+        dest = os.path.join(top, "ensure_flydsl")
+        assert build_folder(dest, skill_cache, "--wheels", vendored_wheels).returncode == 0
+        sealed = os.path.join(dest, "sealed")
+        os.makedirs(sealed)
+        with open(os.path.join(sealed, "notes.txt"), "w") as handle:
+            handle.write("somebody's\n")
+        for folder, dirs, files in os.walk(top):
+            for name in [folder, *(os.path.join(folder, n) for n in dirs + files)]:
+                os.chown(name, OTHER_UID, OTHER_UID)
+        os.chmod(sealed, 0)
+        before = sorted(os.listdir(dest))
+        refused = subprocess.run(as_other([python, "-m", "ensure_flydsl", "skill", dest, "--force"]), cwd="/",
+                                 env={"PATH": "/usr/bin:/bin", "HOME": "/", "PYTHONPATH": _world_readable_site()},
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, check=False, timeout=120)
+        assert refused.returncode == 64, refused.stderr
+        assert "holds files this command did not write (sealed (unreadable))" in refused.stderr, refused.stderr
+        assert sorted(os.listdir(dest)) == before and os.listdir(top) == ["ensure_flydsl"]
+        os.chmod(sealed, 0o755)
+        with open(os.path.join(sealed, "notes.txt")) as handle:
+            assert handle.read() == "somebody's\n"
+    finally:
+        shutil.rmtree(top, ignore_errors=True)

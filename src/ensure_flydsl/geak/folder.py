@@ -75,7 +75,11 @@ def _made_files(folder: str) -> Optional[Dict[str, str]]:
 def _not_ours(folder: str, made: Dict[str, str]) -> List[str]:
     """Every entry of ``folder`` that is not a file this command wrote, as it wrote it."""
     foreign: List[str] = []
-    for current, dirs, names in os.walk(folder):
+
+    def unreadable(exc: OSError) -> None:  # it may hold anything, and the replace would stop half way in it
+        foreign.append(os.path.relpath(str(exc.filename), folder) + " (unreadable)")
+
+    for current, dirs, names in os.walk(folder, onerror=unreadable):
         if not dirs + names and current != folder:  # an empty folder: somebody's (this command writes none)
             foreign.append(os.path.relpath(current, folder))
         for name in dirs + names:
