@@ -107,11 +107,9 @@ def remember(host_dir: Optional[str], plan: Plan, durations: Mapping[Stage, floa
         os.makedirs(host_dir, mode=0o755, exist_ok=True)
         with held_lock(history_lock(host_dir), timeout=LOCK_WAIT_S, say=lambda _: None, what="the history's lock"):
             raw = read_json(path)
-            version = fields.integer(raw.get("version")) if raw is not None else None
-            if version is not None and version > HISTORY_VERSION:
+            if raw is not None and (fields.integer(raw.get("version")) or 0) > HISTORY_VERSION:
                 return False
-            history = History.from_json(raw) or History()
-            atomic_write_json(path, history.adding(plan, durations).to_json())
+            atomic_write_json(path, (History.from_json(raw) or History()).adding(plan, durations).to_json())
     except (OSError, LockBusy):
         return False
     return True
