@@ -13,9 +13,9 @@ from dataclasses import asdict, dataclass, replace
 from typing import Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from ensure_flydsl.errors import Plan, Stage
-from ensure_flydsl.runs.history import History, read_history, remember
 from ensure_flydsl.runs.markers import Failure
 from ensure_flydsl.runs.records import FAILED, RUNNING, SUCCEEDED, RunRecord, RunStore, process_start_time
+from ensure_flydsl.runs.timings import History, read_history, remember
 from ensure_flydsl.support import fields
 from ensure_flydsl.support.launcher import passed_on, tool_command
 from ensure_flydsl.support.processes import kill_and_reap, spawn
