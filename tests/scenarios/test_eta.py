@@ -15,7 +15,7 @@ import pytest
 
 from ensure_flydsl.errors import Plan, Stage
 from ensure_flydsl.layout import history_file
-from ensure_flydsl.runs.history import DEFAULT_SECONDS, HISTORY_VERSION, read_history
+from ensure_flydsl.runs.timings import DEFAULT_SECONDS, HISTORY_VERSION, read_history
 from tests.helpers.flydsl_fixture import FixtureRepo
 from tests.helpers.workspace import Workspace
 
@@ -70,7 +70,7 @@ def test_runs_that_end_together_keep_each_others_durations(tmp_path: "os.PathLik
     script = (
         "import os, sys, time\n"
         "from ensure_flydsl.errors import Plan, Stage\n"
-        "from ensure_flydsl.runs.history import remember\n"
+        "from ensure_flydsl.runs.timings import remember\n"
         "while not os.path.exists(sys.argv[2]): time.sleep(0.001)\n"
         "assert remember(sys.argv[1], Plan.SOURCE, {Stage.BUILD: float(sys.argv[3]), Stage.LLVM: 1.0})\n"
     )

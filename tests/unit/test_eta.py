@@ -10,14 +10,14 @@ import pytest
 
 from ensure_flydsl.errors import Plan, Stage
 from ensure_flydsl.layout import host_cache_dir
-from ensure_flydsl.runs.history import (
+from ensure_flydsl.runs.progress import HEARTBEAT_S, Pulse, estimate_eta, heartbeat_interval, overdue, step_left
+from ensure_flydsl.runs.timings import (
     DEFAULT_SECONDS,
     HISTORY_KEEP,
     History,
     read_history,
     remember,
 )
-from ensure_flydsl.runs.progress import HEARTBEAT_S, Pulse, estimate_eta, heartbeat_interval, overdue, step_left
 from ensure_flydsl.settings import load_settings
 from ensure_flydsl.ways.context import likely_route
 

@@ -30,9 +30,9 @@ from ensure_flydsl.pipeline.lock import LockHolder
 from ensure_flydsl.pipeline.warm import same, try_warm
 from ensure_flydsl.probe.results import Interpreter
 from ensure_flydsl.result import How
-from ensure_flydsl.runs.history import History
 from ensure_flydsl.runs.markers import EnvFile, EnvTwin, Failure
 from ensure_flydsl.runs.records import RunRecord
+from ensure_flydsl.runs.timings import History
 from ensure_flydsl.settings import Request, Settings, load_settings
 from ensure_flydsl.source.root import MadeRecord, Owner, Stamp
 from ensure_flydsl.warm import site_stats

@@ -34,10 +34,10 @@ from ensure_flydsl.geak.folder import refusal
 from ensure_flydsl.layout import history_file
 from ensure_flydsl.pipeline.lock import LockHolder, describe_holder
 from ensure_flydsl.result import How
-from ensure_flydsl.runs.history import read_history
 from ensure_flydsl.runs.markers import EnvTwin, Failure
 from ensure_flydsl.runs.progress import estimate_eta
 from ensure_flydsl.runs.records import KINDS, RunRecord, RunState
+from ensure_flydsl.runs.timings import read_history
 from ensure_flydsl.settings import Request, Settings, load_settings
 from ensure_flydsl.source.root import Stamp
 from ensure_flydsl.support.fields import MAX_ETA_S, MAX_SECONDS, PID_MAX

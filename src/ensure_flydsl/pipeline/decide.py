@@ -13,7 +13,6 @@ from ensure_flydsl.probe.gate import TREE_PACKAGES, Verdict, is_within, same_fol
 from ensure_flydsl.probe.interpreter import ProbeBroke, describe_interpreter
 from ensure_flydsl.probe.results import Interpreter, Probe
 from ensure_flydsl.result import How
-from ensure_flydsl.runs.markers import marker_path_problem
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.source.git import Checkout
 from ensure_flydsl.source.root import RootKind, Stamp, classify_root, creatable_problem, is_ours
@@ -52,14 +51,14 @@ def _refusals(settings: Settings, writes: bool) -> Iterator[Refusal]:
     if writes:
         yield from _unwritable(settings)
     # The lock, the marker and the log (appended to) are files of their own; a symlink could redirect the lock or
-    # the log to somebody's file.
-    paths = ((settings.label("lock_file"), settings.lock_file, file_path_problem(settings.lock_file, symlink_ok=False),
-              "a lock file path"),
-             (settings.label("fail_marker"), settings.fail_marker, marker_path_problem(settings.fail_marker),
-              "a marker file path"),
-             (label, root, file_path_problem(settings.log_file, symlink_ok=False),
-              f"a root whose log {settings.log_file} is a plain file"))
-    yield from ((shown, value, f"{wanted}; {problem}") for shown, value, problem, wanted in paths if problem)
+    # the log to somebody's file (the marker is renamed into place: a symlink is fine).
+    for name, path, symlink_ok, wanted in (("lock_file", settings.lock_file, False, "a lock file path"),
+                                           ("fail_marker", settings.fail_marker, True, "a marker file path"),
+                                           ("root", settings.log_file, False,
+                                            f"a root whose log {settings.log_file} is a plain file")):
+        problem = file_path_problem(path, symlink_ok=symlink_ok)
+        if problem:
+            yield settings.label(name), getattr(settings, name), f"{wanted}; {problem}"
     if settings.mlir_path is not None and not is_mlir_install(settings.mlir_path):
         yield settings.label("mlir_path"), settings.mlir_path, "an MLIR install prefix holding lib/cmake/mlir"
     if settings.store not in (None, "off"):  # given: one that cannot be made, written or trusted is bad input

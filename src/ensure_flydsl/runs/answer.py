@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, fields, replace
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
 from ensure_flydsl.errors import BadInput, ExitCode
 from ensure_flydsl.result import result_object
@@ -128,12 +128,12 @@ def answers(settings: Settings, twin: EnvTwin) -> str:
 
 def live_runs(store: RunStore, request: Request) -> List[RunRecord]:
     """The runs for ``request`` that are alive, the one holding the build lock first, then the oldest."""
-    return _in_speaking_order([r for r in (seen_dead(store, r) for r in store.records_for(request))
-                               if r.state == RUNNING])
+    return _in_speaking_order(seen_dead(store, r) for r in store.records_for(request))
 
 
-def _in_speaking_order(live: List[RunRecord]) -> List[RunRecord]:
-    return sorted(live, key=lambda r: (not r.locked, r.started))
+def _in_speaking_order(records: Iterable[RunRecord]) -> List[RunRecord]:
+    """Those of ``records`` still running, the one holding the build lock first, then the oldest."""
+    return sorted((r for r in records if r.state == RUNNING), key=lambda r: (not r.locked, r.started))
 
 
 def followed(settings: Settings, run_id: Optional[str] = None) -> Settings:
@@ -169,7 +169,7 @@ def _answer(settings: Settings, *, record_deaths: bool) -> Answer:
     request = settings.request()
     settle = record_death if record_deaths else seen_dead
     records = [settle(store, r) for r in store.records_for(request)]
-    live = _in_speaking_order([r for r in records if r.state == RUNNING])
+    live = _in_speaking_order(records)
     if live:
         return Answer(RUNNING, record=live[0], run_id=live[0].run_id)
     there = installed_twin(settings.root)

@@ -257,11 +257,6 @@ def installed_line(found: Mapping[str, object]) -> str:
 
 
 # -- the failure marker ---------------------------------------------------------------------------------------
-def marker_path_problem(path: str) -> Optional[str]:
-    """Why the failure marker cannot go to ``path`` (it is renamed into place: a symlink is fine)."""
-    return file_path_problem(path, symlink_ok=True)
-
-
 @dataclass(frozen=True)
 class Failure(fields.Record):
     """How a run failed (a run record's, a failure marker's)."""
@@ -311,7 +306,7 @@ def withdraw_failure_marker(path: str, root: str) -> bool:
 def write_failure_marker(path: str, *, stage: Optional[Stage], exit_code: int, reason: str, hint: str,
                          log: Optional[str], log_tail: List[str], run_id: str, request: Optional[Request]) -> None:
     """The failure marker; ``request`` None for bad input (no request was read): written as ``{}``."""
-    if marker_path_problem(path) is not None:
+    if file_path_problem(path, symlink_ok=True) is not None:  # renamed into place: a symlink is fine
         return  # refused as bad input (exit 64); never replace a device or a folder
     atomic_write_json(path, {
         "stage": stage, "exit_code": exit_code, "reason": reason, "hint": hint, "log": log, "log_tail": log_tail,

@@ -13,9 +13,9 @@ from dataclasses import asdict, dataclass, replace
 from typing import Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from ensure_flydsl.errors import Plan, Stage
-from ensure_flydsl.runs.history import History, read_history, remember
 from ensure_flydsl.runs.markers import Failure
 from ensure_flydsl.runs.records import FAILED, RUNNING, SUCCEEDED, RunRecord, RunStore, process_start_time
+from ensure_flydsl.runs.timings import History, read_history, remember
 from ensure_flydsl.support import fields
 from ensure_flydsl.support.launcher import passed_on, tool_command
 from ensure_flydsl.support.processes import kill_and_reap, spawn
@@ -170,9 +170,8 @@ class Tracker:
         self.record = replace(self.record, step=Stage.PROBE, steps=[], percent=None, started=time.time())
         self.worked, self.taken, self.step_started_at = {}, None, time.time()  # what came before is not tracked
         self.host_dir, self.history, self.route = host_dir, read_history(host_dir), route
-        self._stamp_eta()
+        self._write(force=True)  # its first ETA, stamped (nothing is written before it begins)
         self.alive_fd = self.store.begin(self.record, alive_fd)
-        self._last_write = time.time()
         cmd = [*tool_command(), "_watchdog", self.store.root, self.record.run_id]
         self._watchdog = spawn(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL, own_group=True, env=passed_on(os.environ))
@@ -266,13 +265,10 @@ class Tracker:
         if not force and now - self._last_write < RECORD_INTERVAL_S:
             return
         self._last_write = now
-        self._stamp_eta()
-        self._store()
-
-    def _stamp_eta(self) -> None:
         eta = self.eta()
         self.record.eta_s = None if eta is None else round(eta, 1)
         self.record.overdue_s = overdue(self._expected(), self.record.step, time.time() - self.step_started_at)
+        self._store()
 
     def _store(self) -> bool:
         """Write the record once begun; False when not (progress is never a reason to fail the run)."""

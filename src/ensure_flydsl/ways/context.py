@@ -13,10 +13,9 @@ from ensure_flydsl.layout import host_cache_dir
 from ensure_flydsl.probe.gate import Verdict
 from ensure_flydsl.probe.results import Interpreter, Probe
 from ensure_flydsl.result import How
-from ensure_flydsl.runs.history import read_history
 from ensure_flydsl.runs.progress import Tracker, estimate_eta
 from ensure_flydsl.runs.records import RunStore, new_record, new_run_id
-from ensure_flydsl.runs.timings import RunFacts
+from ensure_flydsl.runs.timings import RunFacts, read_history
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.source.requirements import tag_version
 from ensure_flydsl.source.root import Stamps
