@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from ensure_flydsl.support.launcher import COMMAND_VARIABLE, EXTRAS, command, install_route, tool_command
+from ensure_flydsl.support.launcher import COMMAND_VARIABLE, EXTRAS, Route, command, install_route, tool_command
 
 PYPROJECT = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
                          "pyproject.toml")
@@ -26,7 +26,7 @@ def test_the_extras_named_in_remedies_are_pyproject_s() -> None:
 
 def test_an_installed_copy_runs_itself_as_a_module() -> None:
     assert tool_command() == [sys.executable, "-m", "ensure_flydsl"]
-    assert install_route() == "pip"  # the suite's own venv
+    assert install_route() == Route.PIP  # the suite's own venv
 
 
 def test_a_command_variable_that_is_no_command_line_is_not_repeated(monkeypatch: "pytest.MonkeyPatch") -> None:

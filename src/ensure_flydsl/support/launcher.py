@@ -4,6 +4,7 @@ how it was installed (pip, ``uv tool``, pipx, the GEAK folder), for the remedy o
 
 from __future__ import annotations
 
+import enum
 import os
 import re
 import shlex
@@ -70,13 +71,21 @@ def _typed(path: str) -> str:
     return shlex.quote(path)
 
 
-def install_route() -> str:
-    """How this copy was installed: "GEAK folder" (its zipapp runs), "uv tool", "pipx" or "pip"."""
-    if _launcher is not None:
-        return "GEAK folder"
+class Route(str, enum.Enum):
+    PIP = "pip"
+    UV_TOOL = "uv tool"
+    PIPX = "pipx"
+    GEAK_FOLDER = "GEAK folder"
+
+
+def install_route() -> Route:
+    if _launcher is not None:  # started from the GEAK folder's zipapp
+        return Route.GEAK_FOLDER
     if os.path.isfile(os.path.join(sys.prefix, "uv-receipt.toml")):
-        return "uv tool"
-    return "pipx" if os.path.isfile(os.path.join(sys.prefix, "pipx_metadata.json")) else "pip"
+        return Route.UV_TOOL
+    if os.path.isfile(os.path.join(sys.prefix, "pipx_metadata.json")):
+        return Route.PIPX
+    return Route.PIP
 
 
 def _uv_source() -> str:
@@ -95,14 +104,14 @@ def extra_remedy(extra: str, instead: str) -> str:
     packages = EXTRAS[extra]
     quoted = " ".join(f"'{p}'" for p in packages)
     route = install_route()
-    if route == "GEAK folder":
+    if route == Route.GEAK_FOLDER:
         names = ", ".join(p.partition(">=")[0] for p in packages)
         return (f"the GEAK folder's vendored tool has no extras ({names}): {instead}, or run an ensure-flydsl "
                 f"installed with the '{extra}' extra (docs/GEAK.md)")
-    if route == "uv tool":
+    if route == Route.UV_TOOL:
         withs = " ".join(f"--with '{p}'" for p in packages)
         how = f"uv tool install --reinstall {withs} {_uv_source()}"
-    elif route == "pipx":
+    elif route == Route.PIPX:
         how = f"pipx inject ensure-flydsl {quoted}"
     else:
         how = f"{shlex.quote(sys.executable)} -m pip install {quoted}"
