@@ -55,7 +55,7 @@ def open_run_cache(run: Run) -> Optional[Cache]:
     return cache
 
 
-def cache_failed(run: Run, cache: Cache, exc: CacheError, what: str, then: str = "going on without it") -> None:
+def cache_failed(run: Run, cache: Cache, exc: Exception, what: str, then: str = "going on without it") -> None:
     """Say that ``what`` failed and what the run does ``then``; a cache that is down is said once per run."""
     if cache.down is None:
         run.say(f"cache: {what} ({exc}); {then}")
@@ -96,8 +96,6 @@ def tree_from_cache(run: Run, cache: Cache, commit: str, early: Optional[Early] 
     fields = tree_fields(run, commit)
     if fields is None:
         run.say("cache: not looked up: the pin's LLVM commit is unknown, so no entry can be known to match")
-        return None
-    if not usable(cache):
         return None
     key = cache_key("tree", fields)
     entry = _find(run, cache, "tree", key, f"tree entry for {commit[:8]}",
@@ -150,8 +148,6 @@ def mlir_from_cache(run: Run, cache: Cache, key: Mapping[str, object]) -> Option
         run.say(f"cache: MLIR {ckey[:12]} was fetched before: {dest}")
         run.facts.looked_up("mlir", hit=True)
         return dest
-    if not usable(cache):
-        return None
     entry = _find(run, cache, "mlir", ckey, f"MLIR entry for LLVM {llvm_label(key)}",
                   f"no MLIR for LLVM {llvm_label(key)}")
     if entry is None:
@@ -174,7 +170,10 @@ def publish_mlir(run: Run, cache: Cache, key: Mapping[str, object], install: str
 
 
 def _find(run: Run, cache: Cache, kind: str, key: str, what: str, missing: str) -> Optional[CacheEntry]:
-    """The entry to install, or None (a miss said as ``missing``); a hit is counted once it is fetched."""
+    """The entry to install, or None (a miss said as ``missing``, nothing while the cache is not usable); a hit is
+    counted once it is fetched."""
+    if not usable(cache):
+        return None
     try:
         entry, present = choose_entry(run, cache, kind, key, what)
     except CacheError as exc:
@@ -203,11 +202,8 @@ def _publish(run: Run, cache: Cache, kind: str, fields: Mapping[str, object], so
             except signing.KeyProblem as exc:
                 raise CacheError(f"{label('cache_signing_key')}: {exc}") from None
         published = cache.put(kind, key, fields, source, secrets)
-    except CacheError as exc:
+    except (CacheError, OSError) as exc:
         cache_failed(run, cache, exc, f"could not publish the {kind} {key[:12]} to {cache.location}", "the run goes on")
-        return
-    except OSError as exc:
-        run.say(f"cache: could not publish the {kind} {key[:12]} to {cache.location} ({exc}); the run goes on")
         return
     faults.point("cache-published")
     if not published.written:
@@ -293,38 +289,33 @@ def choose_entry(run: Run, cache: Cache, kind: str, key: str, what: str) -> Tupl
     try:
         trusted = trusted_keys(run.settings.cache_trusted_keys)
         problems: List[str] = []
-        if primary is not None:
-            verdict = check_entry(cache.store, primary, trusted, problems)
-            if verdict.trusted:
-                return _take(run, cache, primary, what, verdict.trusted_by, problems), True
-            problems.clear()  # judged again below, with the variants' manifests known
-        current = ([primary] if primary is not None else []) + cache.variants(kind, key, [p.name for p in trusted])
-        live = {manifest_sha(entry.manifest) for entry in current}
         refused: List[str] = []
-        for entry in current:
-            verdict = check_entry(cache.store, entry, trusted, problems, live)
-            if verdict.trusted:
-                return _take(run, cache, entry, what, verdict.trusted_by, problems), True
-            refused.append(f"cache: the cache's {_label(entry, what)} {verdict.problem}; not installed")
+        entry, verdict = primary, None if primary is None else check_entry(cache.store, primary, trusted, problems)
+        if verdict is None or not verdict.trusted:
+            problems.clear()  # judged again below, with the variants' manifests known
+            current = ([primary] if primary is not None else []) + cache.variants(kind, key, [p.name for p in trusted])
+            live = {manifest_sha(each.manifest) for each in current}
+            for entry in current:
+                verdict = check_entry(cache.store, entry, trusted, problems, live)
+                if verdict.trusted:
+                    break
+                refused.append(f"cache: the cache's {_label(entry, what)} {verdict.problem}; not installed")
         for problem in problems:
             say_once(run, cache, f"cache: {problem}")
-        for n, line in enumerate(refused, 1):
-            say_once(run, cache, line + (", building instead" if n == len(refused) else ""))
-        return None, bool(current)
+        if entry is None or verdict is None or not verdict.trusted:
+            for n, line in enumerate(refused, 1):
+                say_once(run, cache, line + (", building instead" if n == len(refused) else ""))
+            return None, bool(refused)
+        by = verdict.trusted_by
+        say_once(run, cache, f"cache: the cache's {_label(entry, what)} is signed by {', '.join(by)}, which "
+                 f"{run.settings.label('cache_trusted_keys')} trusts")
+        # kept with the entry as the trusted keys' lines (NAME:BASE64)
+        keys = tuple(line for line in run.settings.cache_trusted_keys if line.partition(":")[0] in by)
+        return dataclasses.replace(entry, signed_by=keys), True
     except CacheError as exc:  # MissingLibrary too: no entry can be shown to be trusted
         say_once(run, cache, f"cache: the signatures of the cache's {what} cannot be checked ({exc}); not installed, "
                  "building instead")
         return None, True
-
-
-def _take(run: Run, cache: Cache, entry: CacheEntry, what: str, by: Tuple[str, ...], problems: List[str]) -> CacheEntry:
-    """The entry, with the trusted keys (NAME:BASE64) whose signature it carries."""
-    for problem in problems:
-        say_once(run, cache, f"cache: {problem}")
-    say_once(run, cache, f"cache: the cache's {_label(entry, what)} is signed by {', '.join(by)}, which "
-             f"{run.settings.label('cache_trusted_keys')} trusts")
-    keys = tuple(line for line in run.settings.cache_trusted_keys if line.partition(":")[0] in by)
-    return dataclasses.replace(entry, signed_by=keys)
 
 
 def _label(entry: CacheEntry, what: str) -> str:
