@@ -50,8 +50,8 @@ def believed(record: lease.LeaseRecord) -> lease.LeaseRecord:
     if record.state != lease.FAILED or build_failure(failure.get("stage"), failure.get("exit_code")) is not None:
         return record
     unknown = lease.LeaseRecord.unknown(record.kind, record.key, record.generation,
-                                  f"its failure {_failure_text(record)} is not a failure of a build step "
-                                  "(llvm, build or verify, with that step's exit code)")
+                                        f"its failure {_failure_text(record)} is not a failure of a build step "
+                                        "(llvm, build or verify, with that step's exit code)")
     unknown.raw = record.raw
     return unknown
 
@@ -155,12 +155,19 @@ class _Waiter:
         return None
 
     def _take(self, generation: int, failures_before: int) -> Optional[lease.HeldLease]:
-        if generation <= self.refused:
-            generation = self._past_refused()
+        if generation <= self.refused:  # refused a moment ago, yet not listed now: the next, UNLISTED_TAKES times
+            self.unlisted += 1
+            path = lease.generation_path(self.kind, self.key, self.refused)
+            if self.unlisted > UNLISTED_TAKES:
+                raise CacheError(f"{path} in {self.leases.store.location} could not be created, yet nothing is "
+                                 "listed there: this store cannot be taken turns at")
+            self.run.say(f"{path} in {self.leases.store.location} could not be created a moment ago, and nothing is "
+                         f"listed there now; taking generation {self.refused + 1} instead")
+            generation = self.refused + 1
         self.run.tracker.follow(None, None, None)  # the figures followed so far were the old holder's
         record = lease.LeaseRecord(kind=self.kind, key=self.key, generation=generation, host=host_id(self.run.environ),
-                             run_id=self.run.run_id, pid=os.getpid(),
-                             started=time.time(), what=self.what, failures_before=failures_before, ttl=self.leases.ttl)
+                                   run_id=self.run.run_id, pid=os.getpid(), started=time.time(), what=self.what,
+                                   failures_before=failures_before, ttl=self.leases.ttl)
         held = self.leases.take(record, self._progress)
         if held is None:
             self.refused = max(self.refused, generation)  # another run's now, or something else stands there
@@ -170,17 +177,6 @@ class _Waiter:
         """The holder's step, percent and ETA for its heartbeat: the step's own, not the run's."""
         step, percent, eta = self.run.tracker.step_progress()
         return step or self.run.step_name, percent, eta
-
-    def _past_refused(self) -> int:
-        """The generation after the refused one, unlisted now; CacheError after UNLISTED_TAKES such takes."""
-        self.unlisted += 1
-        path = lease.generation_path(self.kind, self.key, self.refused)
-        if self.unlisted > UNLISTED_TAKES:
-            raise CacheError(f"{path} in {self.leases.store.location} could not be created, yet nothing is listed "
-                             "there: this store cannot be taken turns at")
-        self.run.say(f"{path} in {self.leases.store.location} could not be created a moment ago, and nothing is "
-                     f"listed there now; taking generation {self.refused + 1} instead")
-        return self.refused + 1
 
     def _age(self, record: lease.LeaseRecord) -> float:
         """Seconds since this run first saw these bytes of the record, by its monotonic clock."""
