@@ -443,3 +443,28 @@ def test_the_host_store_takes_only_what_the_trust_settings_would_take_from_the_c
     (tree,) = json.loads(now.run("store", "list", "--json").stdout)["trees"]
     assert tree["how"] == "built" and tree["signed_by"] == []  # what this host built replaced it
     assert ensure_json(root("later", "k1"))["link_mode"] == "copy"
+
+
+def test_a_manifests_own_signed_by_field_is_not_taken_as_a_signature(
+        tmp_path: "os.PathLike[str]", fixture_repo: FixtureRepo, cache: str,
+        keys: Dict[str, Tuple[str, str]]) -> None:
+    """A writer of the cache adds "signed_by": [k1's public line] to an unsigned tree's manifest.  A run with no
+    trusted keys checks nothing, so the tree it fetches is kept in the host store as unsigned; before, the field
+    was kept as who signed it, and a later run trusting k1 copied that unsigned tree from the store."""
+    tmp = str(tmp_path)
+    ensure_json(cache_host(tmp, fixture_repo, "ci", cache))
+    (path,) = manifests(cache, "tree")
+    data = json.load(open(path))
+    data["signed_by"] = [open(keys["k1"][1]).read().strip()]
+    with open(path, "w") as handle:
+        json.dump(data, handle, separators=(",", ":"))
+    store = os.path.join(tmp, "one-host-store")
+    first = cache_host(tmp, fixture_repo, "first", cache, FLYDSL_STORE=store)
+    assert ensure_json(first)["how"] == "cached"
+    (tree,) = json.loads(first.run("store", "list", "--json").stdout)["trees"]
+    assert tree["how"] == "cached" and tree["signed_by"] == [], tree
+    now = cache_host(tmp, fixture_repo, "now", cache, FLYDSL_CACHE_TRUSTED_KEYS=keys["k1"][1], FLYDSL_STORE=store)
+    data = ensure_json(now)
+    assert (f"store: the tree {tree['key'][:12]} in {store} is not used: it came from the fleet cache unsigned, "
+            "and FLYDSL_CACHE_TRUSTED_KEYS trusts none of that now") in str(data["_stderr"]).splitlines(), data
+    assert data["how"] == "built" and now.count("build") == 1

@@ -281,11 +281,9 @@ def choose_entry(run: Run, cache: Cache, kind: str, key: str, what: str) -> Tupl
     """The entry the run may install, and whether the key has any manifest: without trusted keys the first
     manifest, else the newest variant; with them the first a trusted key signed, each refusal said."""
     primary = cache.lookup(kind, key)
-    if not run.settings.cache_trusted_keys:
-        if primary is not None:
-            return primary, True
-        newest = max(cache.variants(kind, key), key=lambda e: e.created, default=None)
-        return newest, newest is not None
+    if not run.settings.cache_trusted_keys:  # nothing checked, so nothing known signed (whatever signed_by it holds)
+        found = primary or max(cache.variants(kind, key), key=lambda e: e.created, default=None)
+        return (None, False) if found is None else (dataclasses.replace(found, signed_by=()), True)
     try:
         trusted = trusted_keys(run.settings.cache_trusted_keys)
         problems: List[str] = []
