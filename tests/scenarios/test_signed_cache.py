@@ -9,6 +9,7 @@ import glob
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -468,3 +469,24 @@ def test_a_manifests_own_signed_by_field_is_not_taken_as_a_signature(
     assert (f"store: the tree {tree['key'][:12]} in {store} is not used: it came from the fleet cache unsigned, "
             "and FLYDSL_CACHE_TRUSTED_KEYS trusts none of that now") in str(data["_stderr"]).splitlines(), data
     assert data["how"] == "built" and now.count("build") == 1
+
+
+def test_an_mlir_fetched_before_is_used_again_only_while_a_trusted_key_signed_it(
+        tmp_path: "os.PathLike[str]", fixture_repo: FixtureRepo, cache: str,
+        keys: Dict[str, Tuple[str, str]]) -> None:
+    """An MLIR install fetched under a trust in k2 was taken again from the tool's folder by a root beside it that
+    trusts only k1 (before: "was fetched before", FlyDSL built against it); now it is refused, as the cache's
+    entry is, and LLVM is built."""
+    tmp = str(tmp_path)
+    ensure_json(cache_host(tmp, fixture_repo, "ci", cache, FLYDSL_CACHE_SIGNING_KEY=keys["k2"][0]))
+    shutil.rmtree(os.path.join(cache, "entries", "tree"))  # the next host builds its tree against the MLIR
+    host = cache_host(tmp, fixture_repo, "h", cache, FLYDSL_CACHE_TRUSTED_KEYS=keys["k2"][1], FLYDSL_STORE="off")
+    assert ensure_json(host)["how"] == "built" and host.count("llvm") == 0 and host.count("build") == 1
+    again = ensure_json(host, FLYDSL_ROOT=os.path.join(host.base, "FlyDSL2"))  # a root beside it, same trust
+    assert "cache: MLIR " in str(again["_stderr"]) and " was fetched before: " in str(again["_stderr"])
+    assert host.count("llvm") == 0
+    data = ensure_json(host, FLYDSL_ROOT=os.path.join(host.base, "FlyDSL3"), FLYDSL_CACHE_TRUSTED_KEYS=keys["k1"][1])
+    said = str(data["_stderr"])
+    assert " is not used: it came from the fleet cache signed by k2, and FLYDSL_CACHE_TRUSTED_KEYS trusts none " \
+           "of that now" in said, said
+    assert data["how"] == "built" and host.count("llvm") == 1, said

@@ -4,6 +4,7 @@ an accelerator: a miss, a store down, a corrupt or untrusted entry is said once 
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import dataclasses
 import glob
 import os
@@ -15,7 +16,7 @@ from ensure_flydsl.result import How
 from ensure_flydsl.source.git import CheckoutFiles
 from ensure_flydsl.source.needs import pin_llvm_inputs
 from ensure_flydsl.support import faults
-from ensure_flydsl.support.files import file_sha256, remove_tree
+from ensure_flydsl.support.files import atomic_write_json, file_sha256, read_json, remove_file, remove_tree
 from ensure_flydsl.support.launcher import command
 from ensure_flydsl.support.space import size_text
 from ensure_flydsl.support.urls import shown_location
@@ -142,17 +143,23 @@ def publish_tree(run: Run, cache: Cache, commit: str) -> None:
 
 
 def mlir_from_cache(run: Run, cache: Cache, key: Mapping[str, object]) -> Optional[str]:
-    """An MLIR install for this LLVM key, fetched into the tool's own folder, or None."""
+    """An MLIR install for this LLVM key, fetched into the tool's own folder (again when the trusted keys now
+    trust none of who signed the one fetched before), or None."""
     ckey, dest = mlir_place(run, key)
+    signers = dest + ".json"  # who signed it, as the trusted keys' lines (none without trusted keys or a record)
     if os.path.isdir(os.path.join(dest, "lib", "cmake", "mlir")):
-        run.say(f"cache: MLIR {ckey[:12]} was fetched before: {dest}")
-        run.facts.looked_up("mlir", hit=True)
-        return dest
+        refused = distrusted(run, (read_json(signers) or {}).get("signed_by"))
+        if refused is None:
+            run.say(f"cache: MLIR {ckey[:12]} was fetched before: {dest}")
+            run.facts.looked_up("mlir", hit=True)
+            return dest
+        run.say(f"cache: MLIR {ckey[:12]} fetched before into {dest} is not used: {refused}")
     entry = _find(run, cache, "mlir", ckey, f"MLIR entry for LLVM {llvm_label(key)}",
                   f"no MLIR for LLVM {llvm_label(key)}")
     if entry is None:
         return None
     make_room(dest)
+    remove_file(signers)
     run.worked()
     run.say(f"cache: fetching MLIR {ckey[:12]} ({size_text(entry.size)}); the LLVM build is skipped")
     try:
@@ -160,6 +167,8 @@ def mlir_from_cache(run: Run, cache: Cache, key: Mapping[str, object]) -> Option
     except CacheError as exc:
         cache_failed(run, cache, exc, f"MLIR {ckey[:12]} could not be used", "building LLVM instead")
         return None
+    with contextlib.suppress(OSError):  # a missing record reads as unsigned: fetched again under trusted keys
+        atomic_write_json(signers, {"signed_by": list(entry.signed_by)})
     run.facts.add_fetched("cache", entry.size)
     run.facts.looked_up("mlir", hit=True)
     return dest
@@ -218,6 +227,18 @@ def _publish(run: Run, cache: Cache, kind: str, fields: Mapping[str, object], so
         note += (f", unsigned: {label('cache_trusted_keys')} is set but {label('cache_signing_key')} is not, so "
                  "hosts that check signatures will not install it")
     run.say(f"cache: published the {kind} {key[:12]} ({size_text(published.entry.size)}) to {cache.location}{note}")
+
+
+def distrusted(run: Run, signed_by: object) -> Optional[str]:
+    """Why the run's trusted keys would not take what was fetched signed by ``signed_by`` (trusted keys' lines then),
+    or None (as the host store judges its cached trees: ways/store.py)."""
+    trusted = {line.partition(":")[2].strip() for line in run.settings.cache_trusted_keys}
+    lines = [line for line in signed_by if isinstance(line, str)] if isinstance(signed_by, list) else []
+    if not trusted or any(line.partition(":")[2].strip() in trusted for line in lines):
+        return None
+    came = "signed by " + ", ".join(line.partition(":")[0] for line in lines) if lines else "unsigned"
+    return (f"it came from the fleet cache {came}, and {run.settings.label('cache_trusted_keys')} trusts none of "
+            "that now")
 
 
 def make_room(dest: str) -> None:
