@@ -254,11 +254,10 @@ def keep_in_store(run: Run, store: local.HostStore, commit: str, decision: Decis
         return
     try:
         members, holding = hashed_members(packages, os.fsencode(root.rstrip("/") + "/"))
-        specific = root if holding else None
         if holding:
             run.say(f"store: the tree holds its root's path ({', '.join(holding[:3])}"
                     f"{', ...' if len(holding) > 3 else ''}): it is kept for {root} alone")
-        fields = store_fields(run, commit, release if decision.how is How.RELEASED else None, specific)
+        fields = store_fields(run, commit, release if decision.how is How.RELEASED else None, root if holding else None)
         placer = local.Placer()
         manifest, added = store.put(cache_key("tree", fields), fields, packages, members, how=str(decision.how),
                                     signed_by=decision.signed_by, refuses=functools.partial(distrusted, run),

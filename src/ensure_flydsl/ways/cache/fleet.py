@@ -105,9 +105,8 @@ def take_turn(run: Run, cache: Cache, kind: str, key: str, what: str, fetch: Cal
 
 def mlir_turn(run: Run, cache: Optional[Cache], key: Mapping[str, object], what: str) -> Turn[str]:
     """The turn at an MLIR key's lease (none without a cache): an install another host published is fetched."""
-    if cache is None:
-        return Turn()
-    return take_turn(run, cache, "mlir", mlir_place(run, key)[0], what, lambda: mlir_from_cache(run, cache, key))
+    return Turn() if cache is None else take_turn(run, cache, "mlir", mlir_place(run, key)[0], what,
+                                                  lambda: mlir_from_cache(run, cache, key))
 
 
 class _Waiter:
@@ -253,13 +252,10 @@ def end_turn(held: Optional[lease.HeldLease], error: Optional[BaseException]) ->
     """After a holder's build and publish: release the lease, or record how the build failed."""
     if held is None:
         return
-    if error is None:
-        held.release(published=True)
-    elif isinstance(error, EnsureError) and build_failure(error.stage, int(error.code)) is not None:
+    if isinstance(error, EnsureError) and build_failure(error.stage, int(error.code)) is not None:
         held.fail(error.stage, int(error.code), error.reason)
-    else:
-        # Ctrl-C, a bug, this host's own disk: no reason for the fleet to stop; a waiter takes over at once.
-        held.release(published=False)
+    else:  # after Ctrl-C, a bug, this host's own disk: no reason for the fleet to stop; a waiter takes over at once
+        held.release(published=error is None)
 
 
 @contextlib.contextmanager

@@ -4,7 +4,6 @@ an accelerator: a miss, a store down, a corrupt or untrusted entry is said once 
 from __future__ import annotations
 
 import concurrent.futures
-import contextlib
 import dataclasses
 import glob
 import os
@@ -164,11 +163,10 @@ def mlir_from_cache(run: Run, cache: Cache, key: Mapping[str, object]) -> Option
     run.say(f"cache: fetching MLIR {ckey[:12]} ({size_text(entry.size)}); the LLVM build is skipped")
     try:
         cache.get(entry, dest)
-    except CacheError as exc:
+        atomic_write_json(signers, {"signed_by": list(entry.signed_by)})  # none, or a failure: read as unsigned
+    except (CacheError, OSError) as exc:
         cache_failed(run, cache, exc, f"MLIR {ckey[:12]} could not be used", "building LLVM instead")
         return None
-    with contextlib.suppress(OSError):  # a missing record reads as unsigned: fetched again under trusted keys
-        atomic_write_json(signers, {"signed_by": list(entry.signed_by)})
     run.facts.add_fetched("cache", entry.size)
     run.facts.looked_up("mlir", hit=True)
     return dest
