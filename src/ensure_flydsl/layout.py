@@ -8,7 +8,7 @@
       .ensure_flydsl/                      state shared by the roots of BASE
         runs/<root name>/                  <run id>.json/.alive/.reserve (record, alive lock, room), current,
                                            start.lock
-        mlir/                              MLIR installs fetched from the binary cache
+        mlir/                              MLIR installs fetched from the binary cache; KEY.json: who signed KEY
       llvm-project/mlir_install/           an LLVM/MLIR build (FlyDSL's build.sh finds it here)
       .llvm-project.ensure-flydsl.json     the record that this tool made llvm-project/, and for what
       .llvm-project.ensure-flydsl.made.json.gz  what build_llvm.sh made there (`clean` removes only that)

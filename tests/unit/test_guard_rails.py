@@ -215,7 +215,7 @@ API = {"__init__.py", "__main__.py", "api.py", "result.py", "version.py"}
 NOT_YET = {"api": 200, "cli": 1373, "settings.py": 605}
 # The whole package: the cap is 13,500 (and it closes at 12,500); until then a ceiling lowered as it shrinks
 # (what each change added or paid is in `git log -p` of this line).
-TOTAL_CEILING = 16173
+TOTAL_CEILING = 16166
 
 
 def part_of(relative: str) -> str:

@@ -199,6 +199,16 @@ def trusted_keys(lines: Sequence[str]) -> List[PublicKey]:
     return [parse_public(line, "a trusted key") for line in lines]
 
 
+def untrusted(signed_by: Sequence[str], trusted: Sequence[str], label: str) -> Optional[str]:
+    """Why what came from the fleet cache signed by ``signed_by`` (key lines) is not taken under ``trusted`` (the lines
+    of ``label``, the setting as given), or None: taken without trusted keys, or when one of them signed it."""
+    keys = {line.partition(":")[2].strip() for line in trusted}
+    if not keys or any(line.partition(":")[2].strip() in keys for line in signed_by):
+        return None
+    came = "signed by " + ", ".join(line.partition(":")[0] for line in signed_by) if signed_by else "unsigned"
+    return f"it came from the fleet cache {came}, and {label} trusts none of that now"
+
+
 def manifest_sha(manifest: bytes) -> str:
     return hashlib.sha256(manifest).hexdigest()
 

@@ -19,7 +19,7 @@ from ensure_flydsl.result import How
 from ensure_flydsl.source.git import borrow_objects, give_objects, shared_repository
 from ensure_flydsl.support.files import LockBusy, read_json, remove_file, remove_tree, rename_into_place
 from ensure_flydsl.support.processes import CommandFailed
-from ensure_flydsl.trees import local
+from ensure_flydsl.trees import local, signing
 from ensure_flydsl.trees.backends import CacheCorrupt
 from ensure_flydsl.trees.manifest import CacheEntry, cache_key, hashed_members
 from ensure_flydsl.ways import Way, tries
@@ -100,15 +100,9 @@ def interpreter_fingerprint(run: Run) -> Optional[Dict[str, object]]:
 def distrusted(run: Run, entry: CacheEntry) -> Optional[str]:
     """Why the run's trust settings would not take the stored tree, or None: one from the fleet cache is taken as its
     entry would be there (any without trusted keys, else one a key trusted now signed); built or released ones are."""
-    trusted = run.settings.cache_trusted_keys
-    if entry.how != How.CACHED.value or not trusted:
-        return None
-    keys = {line.partition(":")[2].strip() for line in trusted}
-    if any(line.partition(":")[2].strip() in keys for line in entry.signed_by):
-        return None
-    came = "signed by " + ", ".join(entry.signers) if entry.signed_by else "unsigned"
-    return (f"it came from the fleet cache {came}, and {run.settings.label('cache_trusted_keys')} trusts none of "
-            "that now")
+    settings = run.settings
+    return None if entry.how != How.CACHED.value else signing.untrusted(
+        entry.signed_by, settings.cache_trusted_keys, settings.label("cache_trusted_keys"))
 
 
 @dataclass

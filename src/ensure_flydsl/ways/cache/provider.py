@@ -23,7 +23,7 @@ from ensure_flydsl.trees import signing
 from ensure_flydsl.trees.backends import CacheCorrupt, CacheError, CacheUnreachable
 from ensure_flydsl.trees.manifest import CacheEntry, cache_key
 from ensure_flydsl.trees.remote import Cache, open_cache
-from ensure_flydsl.trees.signing import SecretKey, check_entry, manifest_sha, trusted_keys
+from ensure_flydsl.trees.signing import SecretKey, check_entry, manifest_sha, trusted_keys, untrusted
 from ensure_flydsl.ways import Way
 from ensure_flydsl.ways.base import Early, Provider, Shared
 from ensure_flydsl.ways.checks import WRONG, Check, RunContext, Submit, passed, settled
@@ -147,7 +147,9 @@ def mlir_from_cache(run: Run, cache: Cache, key: Mapping[str, object]) -> Option
     ckey, dest = mlir_place(run, key)
     signers = dest + ".json"  # who signed it, as the trusted keys' lines (none without trusted keys or a record)
     if os.path.isdir(os.path.join(dest, "lib", "cmake", "mlir")):
-        refused = distrusted(run, (read_json(signers) or {}).get("signed_by"))
+        recorded = (read_json(signers) or {}).get("signed_by")
+        lines = [line for line in recorded if isinstance(line, str)] if isinstance(recorded, list) else []
+        refused = untrusted(lines, run.settings.cache_trusted_keys, run.settings.label("cache_trusted_keys"))
         if refused is None:
             run.say(f"cache: MLIR {ckey[:12]} was fetched before: {dest}")
             run.facts.looked_up("mlir", hit=True)
@@ -225,18 +227,6 @@ def _publish(run: Run, cache: Cache, kind: str, fields: Mapping[str, object], so
         note += (f", unsigned: {label('cache_trusted_keys')} is set but {label('cache_signing_key')} is not, so "
                  "hosts that check signatures will not install it")
     run.say(f"cache: published the {kind} {key[:12]} ({size_text(published.entry.size)}) to {cache.location}{note}")
-
-
-def distrusted(run: Run, signed_by: object) -> Optional[str]:
-    """Why the run's trusted keys would not take what was fetched signed by ``signed_by`` (trusted keys' lines then),
-    or None (as the host store judges its cached trees: ways/store.py)."""
-    trusted = {line.partition(":")[2].strip() for line in run.settings.cache_trusted_keys}
-    lines = [line for line in signed_by if isinstance(line, str)] if isinstance(signed_by, list) else []
-    if not trusted or any(line.partition(":")[2].strip() in trusted for line in lines):
-        return None
-    came = "signed by " + ", ".join(line.partition(":")[0] for line in lines) if lines else "unsigned"
-    return (f"it came from the fleet cache {came}, and {run.settings.label('cache_trusted_keys')} trusts none of "
-            "that now")
 
 
 def make_room(dest: str) -> None:
