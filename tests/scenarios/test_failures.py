@@ -18,7 +18,7 @@ from ensure_flydsl.layout import runs_dir
 from ensure_flydsl.runs.liveness import leave_failure_marker
 from ensure_flydsl.runs.markers import Failure, read_env_json
 from tests.helpers.inotify import Renames
-from tests.helpers.scenario import assert_one_tree, ensure_json, wait_for
+from tests.helpers.scenario import Barrier, assert_one_tree, ensure_json, wait_for
 from tests.helpers.workspace import Workspace
 
 
@@ -351,9 +351,11 @@ def test_json_failure_object(ws: Workspace) -> None:
 def test_a_lock_timeout_leaves_no_marker_while_the_build_it_waited_for_goes_on(ws: Workspace) -> None:
     """Exit 7 for the impatient caller, but no failure marker: the build that holds the lock is for the same
     request and will answer for it; a poller never sees "failed" while it builds, nor beside its success."""
-    builder = ws.popen(FIXTURE_BUILD_SLEEP="1")
-    wait_for(os.path.join(ws.counter, "build.started"))
+    building = Barrier(ws.counter, "building")  # the build holds the lock until the impatient caller is done
+    builder = ws.popen(FIXTURE_BUILD_HOOK=building.hook)
+    building.wait_reached()
     impatient = ws.run("--lock-timeout", "0.2")
+    building.release()
     assert impatient.returncode == 7, impatient.stderr
     assert "another run for this request is going and will answer" in impatient.stdout, impatient.stdout
     assert not os.path.exists(ws.fail_marker)

@@ -195,7 +195,8 @@ def test_a_failure_on_one_host_does_not_stop_the_fleet(tmp_path: "os.PathLike[st
 def test_a_waiters_lock_timeout_is_exit_7_naming_the_holder(tmp_path: "os.PathLike[str]",
                                                            fixture_repo: FixtureRepo, shared: SharedCache) -> None:
     fleet = hosts(tmp_path, fixture_repo, shared, "ab")
-    a = fleet["a"].popen(FIXTURE_BUILD_SLEEP="20")
+    building = Barrier(fleet["a"].counter, "building")  # a builds, holding the lease, until it is interrupted
+    a = fleet["a"].popen(FIXTURE_BUILD_HOOK=building.hook)
     holder = shared.wait_lease("tree", host="a")
     out = fleet["b"].run(FLYDSL_LOCK_TIMEOUT="1")
     assert out.returncode == 7, out.stderr
