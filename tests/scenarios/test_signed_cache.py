@@ -490,3 +490,29 @@ def test_an_mlir_fetched_before_is_used_again_only_while_a_trusted_key_signed_it
     assert " is not used: it came from the fleet cache signed by k2, and FLYDSL_CACHE_TRUSTED_KEYS trusts none " \
            "of that now" in said, said
     assert data["how"] == "built" and host.count("llvm") == 1, said
+
+
+def test_a_tree_is_kept_as_signed_by_the_key_that_signed_it_not_every_trusted_key_of_its_name(
+        tmp_path: "os.PathLike[str]", fixture_repo: FixtureRepo, cache: str,
+        keys: Dict[str, Tuple[str, str]]) -> None:
+    """Two trusted keys share the name k1 (a rotation); the old one signed the tree.  The host store keeps it as
+    signed by that key alone, so once only the new k1 is trusted (the old one retired, say leaked) the stored tree
+    is refused; before, both k1 lines were kept and the tree signed by the retired key was still copied."""
+    tmp = str(tmp_path)
+    out = subprocess.run([sys.executable, "-m", "ensure_flydsl", "cache", "keygen", "--out",
+                          os.path.join(tmp, "new-keys"), "k1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, check=False)
+    assert out.returncode == 0, out.stderr
+    new_k1 = os.path.join(tmp, "new-keys", "k1.pub")
+    ensure_json(cache_host(tmp, fixture_repo, "ci", cache, FLYDSL_CACHE_SIGNING_KEY=keys["k1"][0]))
+    store = os.path.join(tmp, "one-host-store")
+    first = cache_host(tmp, fixture_repo, "first", cache, FLYDSL_CACHE_TRUSTED_KEYS=f"{keys['k1'][1]} {new_k1}",
+                       FLYDSL_STORE=store)
+    assert ensure_json(first)["how"] == "cached"
+    (tree,) = json.loads(first.run("store", "list", "--json").stdout)["trees"]
+    assert tree["signed_by"] == ["k1"], tree  # the one key that signed it: before, both k1 keys
+    now = cache_host(tmp, fixture_repo, "now", cache, FLYDSL_CACHE_TRUSTED_KEYS=new_k1, FLYDSL_STORE=store)
+    data = ensure_json(now)
+    assert (f"store: the tree {tree['key'][:12]} in {store} is not used: it came from the fleet cache signed by k1, "
+            "and FLYDSL_CACHE_TRUSTED_KEYS trusts none of that now") in str(data["_stderr"]).splitlines(), data
+    assert data["how"] == "built" and now.count("build") == 1

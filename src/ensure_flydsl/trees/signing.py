@@ -253,6 +253,7 @@ class Verdict:
     trusted_by: Tuple[str, ...]  # names whose signature verifies under a trusted key of that name
     signers: Tuple[str, ...]  # names with a signature object for this version of the manifest
     problem: str  # why it is not trusted ("" when trusted_by is not empty), completing "the ... entry for X"
+    keys: Tuple[str, ...] = ()  # the lines of the trusted keys those signatures verify under (not all of a name's)
 
     @property
     def trusted(self) -> bool:
@@ -265,11 +266,12 @@ def judge(manifest: bytes, signatures: Mapping[str, bytes], trusted: Sequence[Pu
     by_name: Dict[str, List[PublicKey]] = {}
     for public in trusted:
         by_name.setdefault(public.name, []).append(public)
-    good = tuple(sorted(name for name, signature in signatures.items()
-                        if any(verify(public, manifest, signature) for public in by_name.get(name, ()))))
+    verified = [public for name, signature in signatures.items() for public in by_name.get(name, ())
+                if verify(public, manifest, signature)]
     signers = tuple(sorted(signatures))
-    if good:
-        return Verdict(good, signers, "")
+    if verified:
+        return Verdict(tuple(sorted({public.name for public in verified})), signers, "",
+                       tuple(public.line() for public in verified))
     bad = [name for name in signers if name in by_name]
     if bad:
         return Verdict((), signers, f"was changed after {', '.join(bad)} signed it: the signature does not match "

@@ -316,9 +316,8 @@ def choose_entry(run: Run, cache: Cache, kind: str, key: str, what: str) -> Tupl
         by = verdict.trusted_by
         say_once(run, cache, f"cache: the cache's {_label(entry, what)} is signed by {', '.join(by)}, which "
                  f"{run.settings.label('cache_trusted_keys')} trusts")
-        # kept with the entry as the trusted keys' lines (NAME:BASE64)
-        keys = tuple(line for line in run.settings.cache_trusted_keys if line.partition(":")[0] in by)
-        return dataclasses.replace(entry, signed_by=keys), True
+        # kept with the entry as the lines (NAME:BASE64) of the trusted keys that verify, not all of a name's
+        return dataclasses.replace(entry, signed_by=verdict.keys), True
     except CacheError as exc:  # MissingLibrary too: no entry can be shown to be trusted
         say_once(run, cache, f"cache: the signatures of the cache's {what} cannot be checked ({exc}); not installed, "
                  "building instead")
