@@ -178,6 +178,21 @@ def test_prune_keeps_every_manifests_signatures_and_cache_sign_signs_every_manif
         assert os.path.exists(os.path.join(cache_dir, signature_path("tree", KEY, entry.manifest, "k3")))
 
 
+def test_prune_leaves_what_a_newer_formats_manifest_may_name(cache_dir: str, tmp_path: "os.PathLike[str]") -> None:
+    """A later version rewrote the key's manifest in its format: this prune cannot read it, so it cannot know that
+    the blob and the signatures beside it are that manifest's; before, it removed both as orphans."""
+    cache = open_cache(cache_dir)
+    entry = publish(cache, str(tmp_path), "a", [K1]).entry
+    newer = {**json.loads(entry.manifest), "format": 2}
+    with open(os.path.join(cache_dir, entry.path), "w") as handle:
+        json.dump(newer, handle)
+    old = time.time() - ORPHAN_GRACE_S - 60
+    for path in files(cache_dir):
+        os.utime(os.path.join(cache_dir, path), (old, old))
+    before = files(cache_dir)
+    assert cache.prune(1 << 40) == [] and files(cache_dir) == before
+
+
 def test_a_manifest_whose_blob_is_gone_is_replaced(cache_dir: str, tmp_path: "os.PathLike[str]") -> None:
     """No host can install an entry without its blob (an older prune, a hand): a publish takes its place,
     the first manifest's and a signer's variant's alike, instead of leaving the key dead for good."""

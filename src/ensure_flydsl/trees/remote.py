@@ -81,6 +81,7 @@ class Cache:
         self.read_only = store.read_only  # a folder this user may not write in: fetch only, publish nothing
         self.warnings: List[str] = []  # manifests skipped as unreadable, one line each, for the caller to say
         self.said: Set[str] = set()  # lines said about this store in this run (each once)
+        self.newer = False  # a manifest of a later version's format was seen: what it names is unknown here
 
     @property
     def down(self) -> Optional[str]:
@@ -97,6 +98,7 @@ class Cache:
                 raise ValueError(f"it describes {entry.kind}/{entry.key}")
             return entry
         except (CacheCorrupt, ValueError) as exc:  # a FIFO, a link: not a manifest; built around like a torn one
+            self.newer = self.newer or isinstance(exc, NewerFormat)
             self.warnings.append(f"ignored the manifest {rel} in {self.location}: {exc}")
         return None
 
@@ -258,7 +260,7 @@ class Cache:
 
     def prune(self, max_bytes: int) -> List[CacheEntry]:
         """The oldest entries removed until their blobs total at most ``max_bytes``; then, as ``orphan`` entries,
-        what nothing names (blobs, uploads, staged manifests, signatures), if never named only past ORPHAN_GRACE_S."""
+        what nothing names (uploads, staged manifests; unless ``newer``, blobs and signatures) after ORPHAN_GRACE_S."""
         blobs: Dict[str, StoredFile] = {}
         others: List[StoredFile] = []
         for stored in self.store.list_files("blobs"):
@@ -284,12 +286,12 @@ class Cache:
             return stored.mtime is not None and now - stored.mtime > ORPHAN_GRACE_S
 
         for sha, stored in sorted(blobs.items()):
-            if sha not in referenced and (sha in freed or old(stored)):
+            if sha not in referenced and (sha in freed or old(stored) and not self.newer):
                 self.store.remove(stored.path)
                 if sha not in freed:
                     removed.append(orphan_entry(stored, sha))
         versions = signing.live_versions(alive)
-        for stored in others + signing.stale_signatures(self.store, versions):  # signing a manifest gone or edited
+        for stored in others + ([] if self.newer else signing.stale_signatures(self.store, versions)):
             if old(stored):  # a younger one may be a publisher's whose manifest comes next
                 self.store.remove(stored.path)
                 removed.append(orphan_entry(stored, ""))

@@ -263,22 +263,20 @@ class Verdict:
 def judge(manifest: bytes, signatures: Mapping[str, bytes], trusted: Sequence[PublicKey],
           other_versions: Sequence[str] = ()) -> Verdict:
     """The verdict on a manifest's bytes; ``other_versions``: names that signed other versions of it."""
-    by_name: Dict[str, List[PublicKey]] = {}
-    for public in trusted:
-        by_name.setdefault(public.name, []).append(public)
-    verified = [public for name, signature in signatures.items() for public in by_name.get(name, ())
-                if verify(public, manifest, signature)]
+    names = {public.name for public in trusted}
+    verified = [public for public in trusted if public.name in signatures and
+                verify(public, manifest, signatures[public.name])]
     signers = tuple(sorted(signatures))
     if verified:
         return Verdict(tuple(sorted({public.name for public in verified})), signers, "",
                        tuple(public.line() for public in verified))
-    bad = [name for name in signers if name in by_name]
+    bad = [name for name in signers if name in names]
     if bad:
         return Verdict((), signers, f"was changed after {', '.join(bad)} signed it: the signature does not match "
                        "its manifest's bytes")
     if signers:
         return Verdict((), signers, f"is signed by {', '.join(signers)}, which {'is' if len(signers) == 1 else 'are'} "
-                       f"not trusted (trusted: {', '.join(sorted(by_name))})")
+                       f"not trusted (trusted: {', '.join(sorted(names))})")
     if other_versions:
         return Verdict((), (), f"was changed after {', '.join(sorted(set(other_versions)))} signed it: no signature "
                        "covers its manifest's bytes")

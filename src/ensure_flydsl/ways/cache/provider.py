@@ -313,11 +313,9 @@ def choose_entry(run: Run, cache: Cache, kind: str, key: str, what: str) -> Tupl
             for n, line in enumerate(refused, 1):
                 say_once(run, cache, line + (", building instead" if n == len(refused) else ""))
             return None, bool(refused)
-        by = verdict.trusted_by
-        say_once(run, cache, f"cache: the cache's {_label(entry, what)} is signed by {', '.join(by)}, which "
-                 f"{run.settings.label('cache_trusted_keys')} trusts")
-        # kept with the entry as the lines (NAME:BASE64) of the trusted keys that verify, not all of a name's
-        return dataclasses.replace(entry, signed_by=verdict.keys), True
+        say_once(run, cache, f"cache: the cache's {_label(entry, what)} is signed by {', '.join(verdict.trusted_by)}, "
+                 f"which {run.settings.label('cache_trusted_keys')} trusts")
+        return dataclasses.replace(entry, signed_by=verdict.keys), True  # the lines of the keys that verify
     except CacheError as exc:  # MissingLibrary too: no entry can be shown to be trusted
         say_once(run, cache, f"cache: the signatures of the cache's {what} cannot be checked ({exc}); not installed, "
                  "building instead")
