@@ -352,7 +352,8 @@ def matching_entry(stamp: dict[str, object], tokens: list[str], environ: dict[st
         variables = entry.get("environ")
         if isinstance(variables, dict) and all(environ.get(k) == v for k, v in variables.items()) \
                 and all(isinstance(entry.get(k), str) for k in ("python", "executable", "fail_marker")) \
-                and all(_texts(entry.get(k)) for k in ("say", "out", "err")) and isinstance(entry.get("print"), dict):
+                and all(_texts(entry.get(k)) for k in ("say", "out", "err")) and isinstance(entry.get("print"), dict) \
+                and isinstance(entry.get("shadows"), dict):
             return entry
     return None
 
@@ -393,6 +394,10 @@ def _unchanged(stamp: dict[str, object], entry: dict[str, object], environ: dict
     if read_regular(os.path.join(root, ENV_FILE_NAME)) != stamp["env_file"] \
             or file_identity(os.path.join(root, ENV_JSON_NAME)) != stamp["twin"] \
             or os.path.lexists(str(entry["fail_marker"])):  # the command line's to judge: maybe another root's
+        return False
+    shadows = entry["shadows"]  # the working folder's names that shadow the tree: said as they are now
+    assert isinstance(shadows, dict)  # matching_entry
+    if any(os.path.exists(str(path)) != there for path, there in shadows.items()):
         return False
     caller = caller_part(str(entry["python"]), str(entry["executable"]), environ, tree["folders"])
     return (caller["interpreter"] is not None and caller == entry["print"]  # an unsettled name is never warm

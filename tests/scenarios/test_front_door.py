@@ -131,3 +131,22 @@ def test_a_poll_imports_what_it_reads_with_and_no_run(ws: Workspace) -> None:
         heavy = [m for m in modules if m.split(".")[:2] in (["ensure_flydsl", p] for p in ("pipeline", "doctor", "ways",
                  "geak")) or m in ("urllib.request", "ssl", "packaging.requirements")]
         assert heavy == [], args
+
+
+def test_a_shadow_made_or_taken_away_in_the_working_folder_is_said_as_the_command_line_says_it(
+        ws: Workspace, tmp_path: "os.PathLike[str]") -> None:
+    """The warning that the working folder shadows the tree is the files' now, not those of the call that kept
+    the entry: the front door misses when a candidate appeared or went away."""
+    here = os.path.join(str(tmp_path), "work")
+    os.makedirs(here)
+    ensure_json(ws, cwd=here)
+    assert call(ws, cwd=here)[0]
+    shadow = os.path.join(here, "kernels")
+    os.makedirs(shadow)
+    door, out = call(ws, cwd=here)
+    assert not door and f"warning: {shadow} is imported instead of the tree" in out.stdout, out.stdout
+    door, out = call(ws, cwd=here)
+    assert door and f"warning: {shadow} is imported instead of the tree" in out.stdout, out.stdout
+    os.rmdir(shadow)
+    door, out = call(ws, cwd=here)
+    assert not door and "warning:" not in out.stdout, out.stdout

@@ -13,7 +13,7 @@ from typing import Dict, List, Mapping, Optional, Sequence
 
 from ensure_flydsl import warm
 from ensure_flydsl.layout import HOST_VARIABLES, stamp_file, warm_stamp
-from ensure_flydsl.probe.gate import shadowing
+from ensure_flydsl.probe.gate import shadow_candidates, shadowing
 from ensure_flydsl.probe.interpreter import broken_user_line
 from ensure_flydsl.result import Action, Result, TreeIdentity
 from ensure_flydsl.runs.markers import EnvFile, EnvTwin, read_env_json, twin_gap, withdraw_failure_marker
@@ -116,7 +116,8 @@ def keep_warm(settings: Settings, environ: Mapping[str, str], tokens: Optional[S
         return
     entry = {"argv": list(tokens), "cwd": cwd, "environ": {name: environ.get(name) for name in VARIABLES},
              "python": settings.python, "executable": twin.python, "fail_marker": settings.fail_marker,
-             "print": {k: print_now[k] for k in CALLER_KEYS}, "say": say, "out": out, "err": err}
+             "print": {k: print_now[k] for k in CALLER_KEYS}, "say": say, "out": out, "err": err,
+             "shadows": {path: os.path.exists(path) for path in shadow_candidates(settings.require)}}
     tree = {"watch": list(twin.watch), "site_dirs": list(twin.site_dirs), "stamp": stamp_file(root, "tree"),
             "folders": list(twin.pythonpath_prepend)}
     shared = {k: v for k, v in print_now.items() if k not in CALLER_KEYS}
