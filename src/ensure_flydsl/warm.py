@@ -14,7 +14,7 @@ DEFAULT_ROOT = "/opt/flydsl/FlyDSL"
 ENV_FILE_NAME = "flydsl_env.sh"
 ENV_JSON_NAME = "flydsl_env.json"
 STAMP_FORMAT = 1
-FINGERPRINT_VERSION = 6  # 6: a tree an earlier version hardlinked from the store is copied again
+FINGERPRINT_VERSION = 7  # 7: a venv's pyvenv.cfg; 6: a tree an earlier version hardlinked is copied again
 MAX_OWN_FILE_BYTES = 16 << 20  # the tool's own files hold a few KB; the stamp a tree's listing
 PYTHON_ENV = ("PYTHONPATH", "PYTHONHOME", "PYTHONNOUSERSITE", "PYTHONPLATLIBDIR", "PYTHONSAFEPATH", "PYTHONUSERBASE")
 INTERRUPTED_AT_START = "ensure-flydsl: interrupted (SIGINT) before it began; nothing was changed\n"
@@ -113,8 +113,11 @@ def interpreter_identity(python: str, environ: dict[str, str], executable: str) 
         st = os.stat(real)
     except OSError:
         return None
+    # A venv's binary is the base's: its pyvenv.cfg (beside it or one up, as getpath looks) decides the site folders.
+    bin_dir = os.path.dirname(now.executable)
+    venv = [regular_text(os.path.join(folder, "pyvenv.cfg")) for folder in (bin_dir, os.path.dirname(bin_dir))]
     return {"found": now.found, "executable": now.executable, "real": real, "size": st.st_size,
-            "mtime": st.st_mtime_ns, "dispatch": now.dispatch}
+            "mtime": st.st_mtime_ns, "dispatch": now.dispatch, "venv": venv}
 
 
 def caller_part(python: str, executable: str, environ: dict[str, str], tree_folders: list[str]) -> dict[str, object]:

@@ -151,6 +151,20 @@ def test_the_interpreter_matters(ws: Workspace, venv_python: str) -> None:
     assert warm(ensure_json(ws, FLYDSL_PYTHON=venv_python))
 
 
+def test_a_venvs_configuration_matters(ws: Workspace, venv_python: str) -> None:
+    """pyvenv.cfg decides which site folders the venv's interpreter reads (its binary is the base's): edited in
+    place, the site folders the twin watches may no longer be the ones an import reads."""
+    ensure_json(ws, FLYDSL_PYTHON=venv_python)
+    assert warm(ensure_json(ws, FLYDSL_PYTHON=venv_python))
+    config = os.path.join(os.path.dirname(os.path.dirname(venv_python)), "pyvenv.cfg")
+    with open(config) as handle:
+        text = handle.read()
+    with open(config, "w") as handle:
+        handle.write(text.replace("include-system-site-packages = false", "include-system-site-packages = true"))
+    assert not warm(ensure_json(ws, FLYDSL_PYTHON=venv_python))
+    assert warm(ensure_json(ws, FLYDSL_PYTHON=venv_python))
+
+
 def test_the_site_folders_matter(ws: Workspace, venv_python: str) -> None:
     ensure_json(ws, FLYDSL_PYTHON=venv_python)
     site = subprocess.run([venv_python, "-c", "import site; print(site.getsitepackages()[0])"],
