@@ -14,9 +14,11 @@ DEFAULT_ROOT = "/opt/flydsl/FlyDSL"
 ENV_FILE_NAME = "flydsl_env.sh"
 ENV_JSON_NAME = "flydsl_env.json"
 STAMP_FORMAT = 1
-FINGERPRINT_VERSION = 7  # 7: a venv's pyvenv.cfg; 6: a tree an earlier version hardlinked is copied again
+FINGERPRINT_VERSION = 7  # 7: pyvenv.cfg, HOME; 6: a tree an earlier version hardlinked is copied again
 MAX_OWN_FILE_BYTES = 16 << 20  # the tool's own files hold a few KB; the stamp a tree's listing
-PYTHON_ENV = ("PYTHONPATH", "PYTHONHOME", "PYTHONNOUSERSITE", "PYTHONPLATLIBDIR", "PYTHONSAFEPATH", "PYTHONUSERBASE")
+# HOME: the user site folder, unless PYTHONUSERBASE names it.
+PYTHON_ENV = ("PYTHONPATH", "PYTHONHOME", "PYTHONNOUSERSITE", "PYTHONPLATLIBDIR", "PYTHONSAFEPATH", "PYTHONUSERBASE",
+              "HOME")
 INTERRUPTED_AT_START = "ensure-flydsl: interrupted (SIGINT) before it began; nothing was changed\n"
 SITE_HOOKS = ("sitecustomize.py", "usercustomize.py", "sitecustomize", "usercustomize")
 

@@ -165,6 +165,24 @@ def test_a_venvs_configuration_matters(ws: Workspace, venv_python: str) -> None:
     assert warm(ensure_json(ws, FLYDSL_PYTHON=venv_python))
 
 
+def test_the_home_folder_matters(ws: Workspace, tmp_path: "os.PathLike[str]") -> None:
+    """HOME names the user site folder an interpreter outside a venv reads (its usercustomize, its .pth files):
+    another HOME is another probe, not the site folders of the HOME the twin was probed under."""
+    base = os.path.realpath(getattr(sys, "_base_executable", sys.executable))
+    homes = [os.path.join(str(tmp_path), name) for name in ("home-a", "home-b")]
+    for home in homes:
+        os.makedirs(home)
+    ensure_json(ws, FLYDSL_PYTHON=base, HOME=homes[0])
+    assert warm(ensure_json(ws, FLYDSL_PYTHON=base, HOME=homes[0]))
+    user_site = subprocess.run([base, "-c", "import site; print(site.getusersitepackages())"], env=dict(
+        ws.env, HOME=homes[1]), stdout=subprocess.PIPE, text=True, check=True).stdout.strip()
+    assert user_site.startswith(homes[1])
+    os.makedirs(user_site)
+    with open(os.path.join(user_site, "usercustomize.py"), "w") as handle:
+        handle.write("import sys\nsys.path.insert(0, '/nonexistent')\n")
+    assert not warm(ensure_json(ws, FLYDSL_PYTHON=base, HOME=homes[1]))
+
+
 def test_the_site_folders_matter(ws: Workspace, venv_python: str) -> None:
     ensure_json(ws, FLYDSL_PYTHON=venv_python)
     site = subprocess.run([venv_python, "-c", "import site; print(site.getsitepackages()[0])"],
