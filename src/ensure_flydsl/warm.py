@@ -355,7 +355,9 @@ def matching_entry(stamp: dict[str, object], tokens: list[str], environ: dict[st
         if not isinstance(entry, dict) or entry.get("argv") != tokens or entry.get("cwd") != cwd:
             continue
         variables = entry.get("environ")
+        # Every FLYDSL_ variable set is one the writer named: a setting it did not know is no setting unset.
         if isinstance(variables, dict) and all(environ.get(k) == v for k, v in variables.items()) \
+                and all(k in variables for k in environ if k.startswith("FLYDSL_")) \
                 and all(isinstance(entry.get(k), str) for k in ("python", "executable", "fail_marker")) \
                 and all(_texts(entry.get(k)) for k in ("say", "out", "err")) and isinstance(entry.get("print"), dict) \
                 and isinstance(entry.get("shadows"), dict):

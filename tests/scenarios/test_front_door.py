@@ -150,3 +150,20 @@ def test_a_shadow_made_or_taken_away_in_the_working_folder_is_said_as_the_comman
     os.rmdir(shadow)
     door, out = call(ws, cwd=here)
     assert not door and "warning:" not in out.stdout, out.stdout
+
+
+def test_a_setting_the_entrys_writer_did_not_know_is_never_taken_as_unset(ws: Workspace) -> None:
+    """An entry names the variables its writer's settings read; a FLYDSL_ variable set now that it does not name
+    (a setting a later version added) may change the request: a miss, not the writer's answer."""
+    ensure_json(ws, cwd="/")
+    assert call(ws)[0]
+    import marshal
+
+    with open(stamp(ws), "rb") as handle:
+        kept = marshal.loads(handle.read())
+    for entry in kept["entries"]:
+        del entry["environ"]["FLYDSL_REQUIRE"]  # as a writer that knew no FLYDSL_REQUIRE left it
+    with open(stamp(ws), "wb") as handle:
+        handle.write(marshal.dumps(kept))
+    door, out = call(ws, "--json", FLYDSL_REQUIRE="flydsl,kernels")
+    assert not door and "kernels" in json.loads(out.stdout)["files"], out.stdout

@@ -114,7 +114,8 @@ def keep_warm(settings: Settings, environ: Mapping[str, str], tokens: Optional[S
     err = _template({"event": "message", "time": "\0time", "text": say[0]}, "time")
     if out is None or err is None:
         return
-    entry = {"argv": list(tokens), "cwd": cwd, "environ": {name: environ.get(name) for name in VARIABLES},
+    named = (*VARIABLES, *(name for name in environ if name.startswith("FLYDSL_")))  # the front door's rule
+    entry = {"argv": list(tokens), "cwd": cwd, "environ": {name: environ.get(name) for name in named},
              "python": settings.python, "executable": twin.python, "fail_marker": settings.fail_marker,
              "print": {k: print_now[k] for k in CALLER_KEYS}, "say": say, "out": out, "err": err,
              "shadows": {path: os.path.exists(path) for path in shadow_candidates(settings.require)}}
