@@ -66,7 +66,12 @@ def without_folders(pythonpath: str | None, folders: list[str]) -> str:
 def python_environment(environ: dict[str, str], tree_folders: list[str]) -> dict[str, str | None]:
     """The variables that steer imports, as the env file leaves them (an empty PYTHONPATH is none)."""
     env = {name: environ.get(name) for name in PYTHON_ENV}
-    env["PYTHONPATH"] = without_folders(env["PYTHONPATH"], tree_folders) or None
+    env["PYTHONPATH"] = rest = without_folders(env["PYTHONPATH"], tree_folders) or None
+    if rest and not all(entry.startswith("/") for entry in rest.split(os.pathsep)):
+        try:  # Python makes a relative entry (an empty one too) absolute from where it starts
+            env["relative_to"] = os.getcwd()
+        except OSError:
+            env["relative_to"] = None
     return env
 
 

@@ -127,6 +127,18 @@ def test_the_callers_pythonpath_matters(ws: Workspace, tmp_path: "os.PathLike[st
     assert not warm(ensure_json(ws))  # back to no PYTHONPATH: another probe
 
 
+def test_a_relative_pythonpath_is_read_from_the_working_folder(ws: Workspace, tmp_path: "os.PathLike[str]") -> None:
+    """Python makes a relative PYTHONPATH entry absolute from where it starts (an empty one is that folder): the
+    same text from another folder puts other modules before the standard library, so it is another probe."""
+    folders = [os.path.join(str(tmp_path), name) for name in ("a", "b")]
+    for folder in folders:
+        os.makedirs(os.path.join(folder, "rel"))
+    ensure_json(ws, cwd=folders[0], PYTHONPATH="rel")
+    assert warm(ensure_json(ws, cwd=folders[0], PYTHONPATH="rel"))
+    assert not warm(ensure_json(ws, cwd=folders[1], PYTHONPATH="rel"))
+    assert warm(ensure_json(ws, cwd=folders[1], PYTHONPATH="rel"))
+
+
 def test_settings_matter(ws: Workspace) -> None:
     ensure_json(ws)
     assert not warm(ensure_json(ws, "--no-vllm-moe"))
