@@ -41,11 +41,15 @@ def key_tokens(argv: list[str]) -> list[str]:
     return tokens[1:] if tokens[:1] == ["ensure"] else tokens
 
 
-def read_regular(path: str, limit: int = MAX_OWN_FILE_BYTES, *, head: bool = False) -> bytes | None:
-    """The bytes of the regular file ``path`` (its head when ``head``), else None; a planted FIFO never blocks."""
+def read_regular(path: str, limit: int = MAX_OWN_FILE_BYTES, *, head: bool = False, own: bool = False
+                 ) -> bytes | None:
+    """The bytes of the regular file ``path`` (its head when ``head``), else None; a planted FIFO never blocks.
+    ``own``: only a file this user wrote alone, not through a link (judged on the file opened, not the path)."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (os.O_NOFOLLOW if own else 0)
     try:
-        with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), "rb") as handle:
-            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+        with open(os.open(path, flags), "rb") as handle:
+            st = os.fstat(handle.fileno())
+            if not stat.S_ISREG(st.st_mode) or own and (st.st_uid != os.geteuid() or st.st_mode & 0o022):
                 return None
             raw = handle.read(limit if head else limit + 1)
     except OSError:
@@ -329,14 +333,7 @@ def _texts(value: object) -> bool:
 
 def read_stamp(root: str) -> dict[str, object] | None:
     """The root's stamp when this user wrote it (nobody else may write it) and its fields are the writer's."""
-    path = stamp_path(root)
-    try:
-        st = os.lstat(path)
-    except OSError:
-        return None
-    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
-        return None
-    raw = read_regular(path)
+    raw = read_regular(stamp_path(root), own=True)
     try:
         stamp = marshal.loads(raw) if raw is not None else None
     except (EOFError, ValueError, TypeError):

@@ -6,11 +6,14 @@ as before, then keeps an entry for those inputs."""
 from __future__ import annotations
 
 import json
+import marshal
 import os
 import re
 import subprocess
 import sys
 from typing import Dict, List, Tuple
+
+import pytest
 
 from tests.helpers.scenario import ensure_json
 from tests.helpers.workspace import Workspace
@@ -157,8 +160,6 @@ def test_a_setting_the_entrys_writer_did_not_know_is_never_taken_as_unset(ws: Wo
     (a setting a later version added) may change the request: a miss, not the writer's answer."""
     ensure_json(ws, cwd="/")
     assert call(ws)[0]
-    import marshal
-
     with open(stamp(ws), "rb") as handle:
         kept = marshal.loads(handle.read())
     for entry in kept["entries"]:
@@ -167,3 +168,27 @@ def test_a_setting_the_entrys_writer_did_not_know_is_never_taken_as_unset(ws: Wo
         handle.write(marshal.dumps(kept))
     door, out = call(ws, "--json", FLYDSL_REQUIRE="flydsl,kernels")
     assert not door and "kernels" in json.loads(out.stdout)["files"], out.stdout
+
+
+def test_a_stamp_swapped_after_its_owner_was_checked_is_never_read(
+        tmp_path: "os.PathLike[str]", monkeypatch: pytest.MonkeyPatch) -> None:
+    """Who owns the stamp is judged on the file read, not on what the path named a moment before: a writer of
+    the state folder that swaps in a link to its own stamp between the two is not read."""
+    from ensure_flydsl import warm
+
+    root = os.path.join(str(tmp_path), "root")
+    os.makedirs(os.path.join(root, ".ensure_flydsl"))
+    planted = os.path.join(str(tmp_path), "planted")
+    with open(planted, "wb") as handle:
+        handle.write(marshal.dumps({"format": warm.STAMP_FORMAT, "root": root, "env_file": b"", "twin": [1, 2, 3],
+                                    "print": {}, "entries": [], "tree": {"watch": [], "site_dirs": [], "folders": [],
+                                                                        "stamp": ""}}))
+    os.chmod(planted, 0o666)  # anyone may have written it
+    own = os.path.join(str(tmp_path), "own")
+    with open(own, "wb") as handle:
+        handle.write(b"")
+    os.symlink(planted, warm.stamp_path(root))
+    checked = os.lstat(own)  # what the path was when its owner was checked: this user's regular file
+    real_lstat = os.lstat
+    monkeypatch.setattr(warm.os, "lstat", lambda path: checked if path == warm.stamp_path(root) else real_lstat(path))
+    assert warm.read_stamp(root) is None
