@@ -14,9 +14,11 @@ DEFAULT_ROOT = "/opt/flydsl/FlyDSL"
 ENV_FILE_NAME = "flydsl_env.sh"
 ENV_JSON_NAME = "flydsl_env.json"
 STAMP_FORMAT = 1
-FINGERPRINT_VERSION = 6  # 6: a tree an earlier version hardlinked from the store is copied again
+FINGERPRINT_VERSION = 7  # 7: pyvenv.cfg, HOME; 6: a tree an earlier version hardlinked is copied again
 MAX_OWN_FILE_BYTES = 16 << 20  # the tool's own files hold a few KB; the stamp a tree's listing
-PYTHON_ENV = ("PYTHONPATH", "PYTHONHOME", "PYTHONNOUSERSITE", "PYTHONPLATLIBDIR", "PYTHONSAFEPATH", "PYTHONUSERBASE")
+# HOME: the user site folder, unless PYTHONUSERBASE names it.
+PYTHON_ENV = ("PYTHONPATH", "PYTHONHOME", "PYTHONNOUSERSITE", "PYTHONPLATLIBDIR", "PYTHONSAFEPATH", "PYTHONUSERBASE",
+              "HOME")
 INTERRUPTED_AT_START = "ensure-flydsl: interrupted (SIGINT) before it began; nothing was changed\n"
 SITE_HOOKS = ("sitecustomize.py", "usercustomize.py", "sitecustomize", "usercustomize")
 
@@ -39,11 +41,15 @@ def key_tokens(argv: list[str]) -> list[str]:
     return tokens[1:] if tokens[:1] == ["ensure"] else tokens
 
 
-def read_regular(path: str, limit: int = MAX_OWN_FILE_BYTES, *, head: bool = False) -> bytes | None:
-    """The bytes of the regular file ``path`` (its head when ``head``), else None; a planted FIFO never blocks."""
+def read_regular(path: str, limit: int = MAX_OWN_FILE_BYTES, *, head: bool = False, own: bool = False
+                 ) -> bytes | None:
+    """The bytes of the regular file ``path`` (its head when ``head``), else None; a planted FIFO never blocks.
+    ``own``: only a file this user wrote alone, not through a link (judged on the file opened, not the path)."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (os.O_NOFOLLOW if own else 0)
     try:
-        with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), "rb") as handle:
-            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+        with open(os.open(path, flags), "rb") as handle:
+            st = os.fstat(handle.fileno())
+            if not stat.S_ISREG(st.st_mode) or own and (st.st_uid != os.geteuid() or st.st_mode & 0o022):
                 return None
             raw = handle.read(limit if head else limit + 1)
     except OSError:
@@ -64,7 +70,12 @@ def without_folders(pythonpath: str | None, folders: list[str]) -> str:
 def python_environment(environ: dict[str, str], tree_folders: list[str]) -> dict[str, str | None]:
     """The variables that steer imports, as the env file leaves them (an empty PYTHONPATH is none)."""
     env = {name: environ.get(name) for name in PYTHON_ENV}
-    env["PYTHONPATH"] = without_folders(env["PYTHONPATH"], tree_folders) or None
+    env["PYTHONPATH"] = rest = without_folders(env["PYTHONPATH"], tree_folders) or None
+    if rest and not all(entry.startswith("/") for entry in rest.split(os.pathsep)):
+        try:  # Python makes a relative entry (an empty one too) absolute from where it starts
+            env["relative_to"] = os.getcwd()
+        except OSError:
+            env["relative_to"] = None
     return env
 
 
@@ -113,8 +124,11 @@ def interpreter_identity(python: str, environ: dict[str, str], executable: str) 
         st = os.stat(real)
     except OSError:
         return None
+    # A venv's binary is the base's: its pyvenv.cfg (beside it or one up, as getpath looks) decides the site folders.
+    bin_dir = os.path.dirname(now.executable)
+    venv = [regular_text(os.path.join(folder, "pyvenv.cfg")) for folder in (bin_dir, os.path.dirname(bin_dir))]
     return {"found": now.found, "executable": now.executable, "real": real, "size": st.st_size,
-            "mtime": st.st_mtime_ns, "dispatch": now.dispatch}
+            "mtime": st.st_mtime_ns, "dispatch": now.dispatch, "venv": venv}
 
 
 def caller_part(python: str, executable: str, environ: dict[str, str], tree_folders: list[str]) -> dict[str, object]:
@@ -319,14 +333,7 @@ def _texts(value: object) -> bool:
 
 def read_stamp(root: str) -> dict[str, object] | None:
     """The root's stamp when this user wrote it (nobody else may write it) and its fields are the writer's."""
-    path = stamp_path(root)
-    try:
-        st = os.lstat(path)
-    except OSError:
-        return None
-    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
-        return None
-    raw = read_regular(path)
+    raw = read_regular(stamp_path(root), own=True)
     try:
         stamp = marshal.loads(raw) if raw is not None else None
     except (EOFError, ValueError, TypeError):
@@ -350,9 +357,12 @@ def matching_entry(stamp: dict[str, object], tokens: list[str], environ: dict[st
         if not isinstance(entry, dict) or entry.get("argv") != tokens or entry.get("cwd") != cwd:
             continue
         variables = entry.get("environ")
+        # Every FLYDSL_ variable set is one the writer named: a setting it did not know is no setting unset.
         if isinstance(variables, dict) and all(environ.get(k) == v for k, v in variables.items()) \
+                and all(k in variables for k in environ if k.startswith("FLYDSL_")) \
                 and all(isinstance(entry.get(k), str) for k in ("python", "executable", "fail_marker")) \
-                and all(_texts(entry.get(k)) for k in ("say", "out", "err")) and isinstance(entry.get("print"), dict):
+                and all(_texts(entry.get(k)) for k in ("say", "out", "err")) and isinstance(entry.get("print"), dict) \
+                and isinstance(entry.get("shadows"), dict):
             return entry
     return None
 
@@ -393,6 +403,10 @@ def _unchanged(stamp: dict[str, object], entry: dict[str, object], environ: dict
     if read_regular(os.path.join(root, ENV_FILE_NAME)) != stamp["env_file"] \
             or file_identity(os.path.join(root, ENV_JSON_NAME)) != stamp["twin"] \
             or os.path.lexists(str(entry["fail_marker"])):  # the command line's to judge: maybe another root's
+        return False
+    shadows = entry["shadows"]  # the working folder's names that shadow the tree: said as they are now
+    assert isinstance(shadows, dict)  # matching_entry
+    if any(os.path.exists(str(path)) != there for path, there in shadows.items()):
         return False
     caller = caller_part(str(entry["python"]), str(entry["executable"]), environ, tree["folders"])
     return (caller["interpreter"] is not None and caller == entry["print"]  # an unsettled name is never warm

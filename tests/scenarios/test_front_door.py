@@ -6,11 +6,14 @@ as before, then keeps an entry for those inputs."""
 from __future__ import annotations
 
 import json
+import marshal
 import os
 import re
 import subprocess
 import sys
 from typing import Dict, List, Tuple
+
+import pytest
 
 from tests.helpers.scenario import ensure_json
 from tests.helpers.workspace import Workspace
@@ -131,3 +134,61 @@ def test_a_poll_imports_what_it_reads_with_and_no_run(ws: Workspace) -> None:
         heavy = [m for m in modules if m.split(".")[:2] in (["ensure_flydsl", p] for p in ("pipeline", "doctor", "ways",
                  "geak")) or m in ("urllib.request", "ssl", "packaging.requirements")]
         assert heavy == [], args
+
+
+def test_a_shadow_made_or_taken_away_in_the_working_folder_is_said_as_the_command_line_says_it(
+        ws: Workspace, tmp_path: "os.PathLike[str]") -> None:
+    """The warning that the working folder shadows the tree is the files' now, not those of the call that kept
+    the entry: the front door misses when a candidate appeared or went away."""
+    here = os.path.join(str(tmp_path), "work")
+    os.makedirs(here)
+    ensure_json(ws, cwd=here)
+    assert call(ws, cwd=here)[0]
+    shadow = os.path.join(here, "kernels")
+    os.makedirs(shadow)
+    door, out = call(ws, cwd=here)
+    assert not door and f"warning: {shadow} is imported instead of the tree" in out.stdout, out.stdout
+    door, out = call(ws, cwd=here)
+    assert door and f"warning: {shadow} is imported instead of the tree" in out.stdout, out.stdout
+    os.rmdir(shadow)
+    door, out = call(ws, cwd=here)
+    assert not door and "warning:" not in out.stdout, out.stdout
+
+
+def test_a_setting_the_entrys_writer_did_not_know_is_never_taken_as_unset(ws: Workspace) -> None:
+    """An entry names the variables its writer's settings read; a FLYDSL_ variable set now that it does not name
+    (a setting a later version added) may change the request: a miss, not the writer's answer."""
+    ensure_json(ws, cwd="/")
+    assert call(ws)[0]
+    with open(stamp(ws), "rb") as handle:
+        kept = marshal.loads(handle.read())
+    for entry in kept["entries"]:
+        del entry["environ"]["FLYDSL_REQUIRE"]  # as a writer that knew no FLYDSL_REQUIRE left it
+    with open(stamp(ws), "wb") as handle:
+        handle.write(marshal.dumps(kept))
+    door, out = call(ws, "--json", FLYDSL_REQUIRE="flydsl,kernels")
+    assert not door and "kernels" in json.loads(out.stdout)["files"], out.stdout
+
+
+def test_a_stamp_swapped_after_its_owner_was_checked_is_never_read(
+        tmp_path: "os.PathLike[str]", monkeypatch: pytest.MonkeyPatch) -> None:
+    """Who owns the stamp is judged on the file read, not on what the path named a moment before: a writer of
+    the state folder that swaps in a link to its own stamp between the two is not read."""
+    from ensure_flydsl import warm
+
+    root = os.path.join(str(tmp_path), "root")
+    os.makedirs(os.path.join(root, ".ensure_flydsl"))
+    planted = os.path.join(str(tmp_path), "planted")
+    with open(planted, "wb") as handle:
+        handle.write(marshal.dumps({"format": warm.STAMP_FORMAT, "root": root, "env_file": b"", "twin": [1, 2, 3],
+                                    "print": {}, "entries": [], "tree": {"watch": [], "site_dirs": [], "folders": [],
+                                                                        "stamp": ""}}))
+    os.chmod(planted, 0o666)  # anyone may have written it
+    own = os.path.join(str(tmp_path), "own")
+    with open(own, "wb") as handle:
+        handle.write(b"")
+    os.symlink(planted, warm.stamp_path(root))
+    checked = os.lstat(own)  # what the path was when its owner was checked: this user's regular file
+    real_lstat = os.lstat
+    monkeypatch.setattr(warm.os, "lstat", lambda path: checked if path == warm.stamp_path(root) else real_lstat(path))
+    assert warm.read_stamp(root) is None

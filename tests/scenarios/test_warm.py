@@ -127,6 +127,18 @@ def test_the_callers_pythonpath_matters(ws: Workspace, tmp_path: "os.PathLike[st
     assert not warm(ensure_json(ws))  # back to no PYTHONPATH: another probe
 
 
+def test_a_relative_pythonpath_is_read_from_the_working_folder(ws: Workspace, tmp_path: "os.PathLike[str]") -> None:
+    """Python makes a relative PYTHONPATH entry absolute from where it starts (an empty one is that folder): the
+    same text from another folder puts other modules before the standard library, so it is another probe."""
+    folders = [os.path.join(str(tmp_path), name) for name in ("a", "b")]
+    for folder in folders:
+        os.makedirs(os.path.join(folder, "rel"))
+    ensure_json(ws, cwd=folders[0], PYTHONPATH="rel")
+    assert warm(ensure_json(ws, cwd=folders[0], PYTHONPATH="rel"))
+    assert not warm(ensure_json(ws, cwd=folders[1], PYTHONPATH="rel"))
+    assert warm(ensure_json(ws, cwd=folders[1], PYTHONPATH="rel"))
+
+
 def test_settings_matter(ws: Workspace) -> None:
     ensure_json(ws)
     assert not warm(ensure_json(ws, "--no-vllm-moe"))
@@ -149,6 +161,38 @@ def test_the_interpreter_matters(ws: Workspace, venv_python: str) -> None:
     shutil.copy2(real, venv_python)
     assert not warm(ensure_json(ws, FLYDSL_PYTHON=venv_python))
     assert warm(ensure_json(ws, FLYDSL_PYTHON=venv_python))
+
+
+def test_a_venvs_configuration_matters(ws: Workspace, venv_python: str) -> None:
+    """pyvenv.cfg decides which site folders the venv's interpreter reads (its binary is the base's): edited in
+    place, the site folders the twin watches may no longer be the ones an import reads."""
+    ensure_json(ws, FLYDSL_PYTHON=venv_python)
+    assert warm(ensure_json(ws, FLYDSL_PYTHON=venv_python))
+    config = os.path.join(os.path.dirname(os.path.dirname(venv_python)), "pyvenv.cfg")
+    with open(config) as handle:
+        text = handle.read()
+    with open(config, "w") as handle:
+        handle.write(text.replace("include-system-site-packages = false", "include-system-site-packages = true"))
+    assert not warm(ensure_json(ws, FLYDSL_PYTHON=venv_python))
+    assert warm(ensure_json(ws, FLYDSL_PYTHON=venv_python))
+
+
+def test_the_home_folder_matters(ws: Workspace, tmp_path: "os.PathLike[str]") -> None:
+    """HOME names the user site folder an interpreter outside a venv reads (its usercustomize, its .pth files):
+    another HOME is another probe, not the site folders of the HOME the twin was probed under."""
+    base = os.path.realpath(getattr(sys, "_base_executable", sys.executable))
+    homes = [os.path.join(str(tmp_path), name) for name in ("home-a", "home-b")]
+    for home in homes:
+        os.makedirs(home)
+    ensure_json(ws, FLYDSL_PYTHON=base, HOME=homes[0])
+    assert warm(ensure_json(ws, FLYDSL_PYTHON=base, HOME=homes[0]))
+    user_site = subprocess.run([base, "-c", "import site; print(site.getusersitepackages())"], env=dict(
+        ws.env, HOME=homes[1]), stdout=subprocess.PIPE, text=True, check=True).stdout.strip()
+    assert user_site.startswith(homes[1])
+    os.makedirs(user_site)
+    with open(os.path.join(user_site, "usercustomize.py"), "w") as handle:
+        handle.write("import sys\nsys.path.insert(0, '/nonexistent')\n")
+    assert not warm(ensure_json(ws, FLYDSL_PYTHON=base, HOME=homes[1]))
 
 
 def test_the_site_folders_matter(ws: Workspace, venv_python: str) -> None:

@@ -13,7 +13,7 @@ from typing import Dict, List, Mapping, Optional, Sequence
 
 from ensure_flydsl import warm
 from ensure_flydsl.layout import HOST_VARIABLES, stamp_file, warm_stamp
-from ensure_flydsl.probe.gate import shadowing
+from ensure_flydsl.probe.gate import shadow_candidates, shadowing
 from ensure_flydsl.probe.interpreter import broken_user_line
 from ensure_flydsl.result import Action, Result, TreeIdentity
 from ensure_flydsl.runs.markers import EnvFile, EnvTwin, read_env_json, twin_gap, withdraw_failure_marker
@@ -114,9 +114,11 @@ def keep_warm(settings: Settings, environ: Mapping[str, str], tokens: Optional[S
     err = _template({"event": "message", "time": "\0time", "text": say[0]}, "time")
     if out is None or err is None:
         return
-    entry = {"argv": list(tokens), "cwd": cwd, "environ": {name: environ.get(name) for name in VARIABLES},
+    named = (*VARIABLES, *(name for name in environ if name.startswith("FLYDSL_")))  # the front door's rule
+    entry = {"argv": list(tokens), "cwd": cwd, "environ": {name: environ.get(name) for name in named},
              "python": settings.python, "executable": twin.python, "fail_marker": settings.fail_marker,
-             "print": {k: print_now[k] for k in CALLER_KEYS}, "say": say, "out": out, "err": err}
+             "print": {k: print_now[k] for k in CALLER_KEYS}, "say": say, "out": out, "err": err,
+             "shadows": {path: os.path.exists(path) for path in shadow_candidates(settings.require)}}
     tree = {"watch": list(twin.watch), "site_dirs": list(twin.site_dirs), "stamp": stamp_file(root, "tree"),
             "folders": list(twin.pythonpath_prepend)}
     shared = {k: v for k, v in print_now.items() if k not in CALLER_KEYS}

@@ -133,15 +133,20 @@ def _file_of(name: str) -> Optional[str]:
     return portions[0] if portions else None
 
 
-def shadowing(require: Sequence[str]) -> List[str]:
-    """What in the caller's working folder Python would import instead of the tree (it puts that folder first for
-    `python -c` and a script run there): a folder or module named as one of the tree's packages, said."""
+def shadow_candidates(require: Sequence[str]) -> List[str]:
+    """The names in the caller's working folder that would shadow the tree's packages (shadowing's, warm.py's)."""
     try:
         here = os.getcwd()
     except OSError:
         return []
     names = dict.fromkeys(["flydsl", *(module.split(".")[0] for module in require)])
-    found = [path for name in names for path in (os.path.join(here, name), os.path.join(here, f"{name}.py"))
-             if os.path.exists(path)]
-    return [f"{path} is imported instead of the tree by `python -c` and scripts run in {here} (Python puts "
-            "that folder first): import from another folder (`cd /`), or run `python -P` (3.11+)" for path in found]
+    return [path for name in names for path in (os.path.join(here, name), os.path.join(here, f"{name}.py"))]
+
+
+def shadowing(require: Sequence[str]) -> List[str]:
+    """What in the caller's working folder Python would import instead of the tree (it puts that folder first for
+    `python -c` and a script run there): a folder or module named as one of the tree's packages, said."""
+    found = [path for path in shadow_candidates(require) if os.path.exists(path)]
+    return [f"{path} is imported instead of the tree by `python -c` and scripts run in {os.path.dirname(path)} "
+            "(Python puts that folder first): import from another folder (`cd /`), or run `python -P` (3.11+)"
+            for path in found]
