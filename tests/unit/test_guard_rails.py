@@ -214,8 +214,8 @@ API = {"__init__.py", "__main__.py", "api.py", "result.py", "version.py"}
 # +6: one before that handler is in place, during the front door's answer or signal's import, is exit 130 too)
 NOT_YET = {"api": 200, "cli": 1373, "settings.py": 605}
 # The whole package: the cap is 13,500 (and it closes at 12,500); until then a ceiling lowered as it shrinks
-# (what each change added or paid is in `git log -p` of this line).
-TOTAL_CEILING = 16166
+# (what each change added or paid is in `git log -p` of this line; +21 at 16,186: six fixes of the warm answer).
+TOTAL_CEILING = 16186
 
 
 def part_of(relative: str) -> str:
