@@ -485,6 +485,14 @@ def test_an_mlir_fetched_before_is_used_again_only_while_a_trusted_key_signed_it
     again = ensure_json(host, FLYDSL_ROOT=os.path.join(host.base, "FlyDSL2"))  # a root beside it, same trust
     assert "cache: MLIR " in str(again["_stderr"]) and " was fetched before: " in str(again["_stderr"])
     assert host.count("llvm") == 0
+    # The record of who signed it, garbage: read as unsigned, so the MLIR is fetched again (never exit 70).
+    (record,) = glob.glob(os.path.join(host.base, ".ensure_flydsl", "mlir", "*.json"))
+    with open(record, "wb") as handle:
+        handle.write(b'{"signed_by": [1, "\xff\xfe"')
+    refetched = ensure_json(host, FLYDSL_ROOT=os.path.join(host.base, "FlyDSL4"))
+    said = str(refetched["_stderr"])
+    assert "is not used: it came from the fleet cache unsigned" in said and "cache: fetching MLIR " in said, said
+    assert refetched["how"] == "built" and host.count("llvm") == 0
     data = ensure_json(host, FLYDSL_ROOT=os.path.join(host.base, "FlyDSL3"), FLYDSL_CACHE_TRUSTED_KEYS=keys["k1"][1])
     said = str(data["_stderr"])
     assert " is not used: it came from the fleet cache signed by k2, and FLYDSL_CACHE_TRUSTED_KEYS trusts none " \
