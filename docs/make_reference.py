@@ -78,6 +78,7 @@ PLACEHOLDERS: Dict[str, object] = {
     "root": ROOT, "base_dir": "BASE", "tools": layout.tools_dir(ROOT), "overlay": layout.rocm_overlay(ROOT),
     "runs": layout.runs_dir(ROOT), "run_id": "<run id>", "step": "<step>", "host_dir": "HOST", "timings": "HOST/runs",
     "store": "STORE", "key": "<tree key>", "tree": "STORE/trees/<tree key>",
+    "install": os.path.join(layout.cached_mlir_dir("BASE"), "<key>"),
     "environ": {"XDG_CACHE_HOME": "/XDG_CACHE_HOME"},
 }
 

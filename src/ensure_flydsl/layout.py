@@ -111,6 +111,11 @@ def overlay_stamp(overlay: str) -> str:
     return overlay + ".json"
 
 
+def mlir_signers(install: str) -> str:
+    """Who signed an MLIR install fetched from the cache; none beside one downloaded from FLYDSL_MLIR_URL."""
+    return install + ".json"
+
+
 def wheel_install_dirs(root: str) -> Tuple[str, str]:
     """The downloaded release wheel, and where it is installed before it moves to ``packages_dir``."""
     return (os.path.join(root, BUILD_DIR, ".wheel-download"),

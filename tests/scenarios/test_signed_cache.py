@@ -19,6 +19,7 @@ import pytest
 
 from tests.helpers.fleet import cache_host
 from tests.helpers.flydsl_fixture import FixtureRepo
+from tests.helpers.mlir_server import mlir_server, mlir_tarball
 from tests.helpers.result_schema import validate_own
 from tests.helpers.s3_server import S3Server
 from tests.helpers.scenario import assert_one_tree, ensure_json
@@ -498,6 +499,36 @@ def test_an_mlir_fetched_before_is_used_again_only_while_a_trusted_key_signed_it
     assert " is not used: it came from the fleet cache signed by k2, and FLYDSL_CACHE_TRUSTED_KEYS trusts none " \
            "of that now" in said, said
     assert data["how"] == "built" and host.count("llvm") == 1, said
+
+
+def test_a_prebuilt_mlir_fetched_from_the_cache_before_is_used_again_only_while_a_trusted_key_signed_it(
+        tmp_path: "os.PathLike[str]", fixture_repo: FixtureRepo, cache: str,
+        keys: Dict[str, Tuple[str, str]]) -> None:
+    """FLYDSL_MLIR_URL's install fetched from the cache under a trust in k2 was taken again by a root beside it
+    that trusts only k1 (before: "was downloaded before", FlyDSL built against it); now it is refused, as any MLIR
+    fetched before is, and the prebuilt is downloaded from its URL."""
+    tmp = str(tmp_path)
+    folder = os.path.join(tmp, "served")
+    with mlir_server(folder) as server:
+        mlir_tarball(os.path.join(folder, "llvm-11111111-ubuntu-x64.tar.gz"))
+        url = server.url + "/llvm-{llvm8}-ubuntu-x64.tar.gz"
+        ensure_json(cache_host(tmp, fixture_repo, "ci", cache, FLYDSL_MLIR_URL=url,
+                               FLYDSL_CACHE_SIGNING_KEY=keys["k2"][0]))
+        shutil.rmtree(os.path.join(cache, "entries", "tree"))  # the next host builds its tree against the MLIR
+        host = cache_host(tmp, fixture_repo, "h", cache, FLYDSL_MLIR_URL=url,
+                          FLYDSL_CACHE_TRUSTED_KEYS=keys["k2"][1], FLYDSL_STORE="off")
+        assert "cache: fetching MLIR " in str(ensure_json(host)["_stderr"])
+        assert list(server.hits.values()) == [1]
+        data = ensure_json(host, FLYDSL_ROOT=os.path.join(host.base, "FlyDSL2"),
+                           FLYDSL_CACHE_TRUSTED_KEYS=keys["k1"][1])
+        said = str(data["_stderr"])
+        assert " is not used: it came from the fleet cache signed by k2, and FLYDSL_CACHE_TRUSTED_KEYS trusts " \
+               "none of that now" in said, said
+        assert "prebuilt MLIR: taken" in said and list(server.hits.values()) == [2], said
+        again = str(ensure_json(host, FLYDSL_ROOT=os.path.join(host.base, "FlyDSL3"),
+                                FLYDSL_CACHE_TRUSTED_KEYS=keys["k1"][1])["_stderr"])
+        assert " was downloaded before: " in again and list(server.hits.values()) == [2], again
+    assert data["how"] == "built" and host.count("llvm") == 0
 
 
 def test_a_tree_is_kept_as_signed_by_the_key_that_signed_it_not_every_trusted_key_of_its_name(

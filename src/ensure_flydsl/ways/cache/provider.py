@@ -10,12 +10,12 @@ import os
 from typing import Dict, List, Mapping, Optional, Tuple
 
 from ensure_flydsl.errors import Plan, Stage
-from ensure_flydsl.layout import cached_mlir_dir, packages_dir
+from ensure_flydsl.layout import cached_mlir_dir, mlir_signers, packages_dir
 from ensure_flydsl.result import How
 from ensure_flydsl.source.git import CheckoutFiles
 from ensure_flydsl.source.needs import pin_llvm_inputs
 from ensure_flydsl.support import faults
-from ensure_flydsl.support.files import atomic_write_json, file_sha256, read_json, remove_file, remove_tree
+from ensure_flydsl.support.files import atomic_write_json, file_sha256, read_json, remove_tree
 from ensure_flydsl.support.launcher import command
 from ensure_flydsl.support.space import size_text
 from ensure_flydsl.support.urls import shown_location
@@ -145,7 +145,7 @@ def mlir_from_cache(run: Run, cache: Cache, key: Mapping[str, object]) -> Option
     """An MLIR install for this LLVM key, fetched into the tool's own folder (again when the trusted keys now
     trust none of who signed the one fetched before), or None."""
     ckey, dest = mlir_place(run, key)
-    signers = dest + ".json"  # who signed it, as the trusted keys' lines (none without trusted keys or a record)
+    signers = mlir_signers(dest)  # the trusted keys' lines (none without trusted keys or a record)
     if os.path.isdir(os.path.join(dest, "lib", "cmake", "mlir")):
         recorded = (read_json(signers) or {}).get("signed_by")
         lines = [line for line in recorded if isinstance(line, str)] if isinstance(recorded, list) else []
@@ -160,12 +160,11 @@ def mlir_from_cache(run: Run, cache: Cache, key: Mapping[str, object]) -> Option
     if entry is None:
         return None
     make_room(dest)
-    remove_file(signers)
     run.worked()
     run.say(f"cache: fetching MLIR {ckey[:12]} ({size_text(entry.size)}); the LLVM build is skipped")
-    try:
+    try:  # the record first: an install is never there without it (read as downloaded by FLYDSL_MLIR_URL)
+        atomic_write_json(signers, {"signed_by": list(entry.signed_by)})
         cache.get(entry, dest)
-        atomic_write_json(signers, {"signed_by": list(entry.signed_by)})  # none, or a failure: read as unsigned
     except (CacheError, OSError) as exc:
         cache_failed(run, cache, exc, f"MLIR {ckey[:12]} could not be used", "building LLVM instead")
         return None

@@ -20,8 +20,9 @@ import urllib.request
 import zlib
 from typing import IO, Any, Callable, Dict, Iterator, Optional, Tuple
 
+from ensure_flydsl.layout import mlir_signers
 from ensure_flydsl.support import processes
-from ensure_flydsl.support.files import remove_tree, rename_into_place
+from ensure_flydsl.support.files import remove_file, remove_tree, rename_into_place
 from ensure_flydsl.support.space import size_text
 from ensure_flydsl.support.urls import shown_location
 from ensure_flydsl.trees import archive
@@ -217,10 +218,11 @@ def take_prebuilt(run: Run, cache: Optional[Cache], commit: str) -> Optional[Tup
     dest = cached.mlir_place(run, key)[1]
     identity = dict(key)  # the build's stamp: FlyDSL is built again when its MLIR comes from elsewhere
     taken = f"prebuilt {shown_location(url)}"
-    if os.path.isfile(os.path.join(dest, *CONFIG.split("/"))):
+    if os.path.isfile(os.path.join(dest, *CONFIG.split("/"))) and not os.path.lexists(mlir_signers(dest)):
         run.say(f"prebuilt MLIR for LLVM {commit[:12]} was downloaded before: {dest}")
         run.facts.mlir = taken
         return dest, identity
+    # One fetched from the cache is judged there by who signed it, as any MLIR fetched before is.
     turn = mlir_turn(run, cache, key, f"the prebuilt MLIR for LLVM {commit[:12]}")
     if turn.fetched is not None:
         run.facts.mlir = taken
@@ -228,6 +230,7 @@ def take_prebuilt(run: Run, cache: Optional[Cache], commit: str) -> Optional[Tup
     try:
         with holding(turn.held):  # Unusable is no build failure: the lease is given back for another host to try
             cached.make_room(dest)
+            remove_file(mlir_signers(dest))
             run.worked()
             size, how = fetch(setting, commit, dest, processes.network_silence_s(run.environ), run.say)
             run.facts.add_fetched("prebuilt", size)
