@@ -12,7 +12,7 @@ import pwd
 import shutil
 import stat
 from dataclasses import dataclass, field, replace
-from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple, cast
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ensure_flydsl import layout
 from ensure_flydsl.result import LINK_MODES
@@ -227,10 +227,8 @@ class HostStore:
                 why = foreign(os.lstat(os.path.join(files, member)))
                 if why is not None:
                     raise CacheCorrupt(f"{member or 'files/'}: {why}")
-        sealed = self._field(layout.store_seal(self.tree_dir(entry.key)), "files")
-        seal = {str(path): tuple(value) for path, value in (sealed.items() if isinstance(sealed, dict) else ())
-                if isinstance(value, list) and len(value) == 4 and all(fields.integer(v) is not None for v in value)}
-        check_tree(files, entry.members, cast(Seal, seal), full=full)
+        seal = self._field(layout.store_seal(self.tree_dir(entry.key)), "files")
+        check_tree(files, entry.members, seal if isinstance(seal, dict) else {}, full=full)
 
     def put(self, key: str, tree_fields: Mapping[str, object], folder: str, members: Sequence[Member], *,
             how: str, signed_by: Sequence[str], refuses: Callable[[CacheEntry], Optional[str]],
@@ -251,7 +249,7 @@ class HostStore:
                               signed_by=signed_by)
             try:
                 seal = _place_tree(folder, layout.store_files(staging), members, placer, store_side=True)
-                atomic_write_json(layout.store_seal(staging), {"files": {p: list(v) for p, v in seal.items()}})
+                atomic_write_json(layout.store_seal(staging), {"files": seal})
                 atomic_write(layout.store_manifest(staging), manifest_bytes(entry))
                 rename_into_place(staging, self.tree_dir(key))
             except BaseException:

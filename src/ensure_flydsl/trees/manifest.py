@@ -26,7 +26,7 @@ MAX_MANIFEST_BYTES = 64 << 20  # about 150 bytes a member: a real tree takes a f
 KIND = re.compile(r"^[a-z][a-z0-9_-]{0,31}\Z")
 HEX64 = re.compile(r"^[0-9a-f]{64}\Z")
 _MAX_SYMLINK_HOPS = 40  # the kernel's ELOOP limit
-Seal = Dict[str, Tuple[int, int, int, int]]  # path -> (inode, size, mtime_ns, ctime_ns) of a file as it was placed
+Seal = Dict[str, List[int]]  # path -> [inode, size, mtime_ns, ctime_ns] of a file as it was placed (JSON as is)
 
 
 @dataclass(frozen=True)
@@ -171,12 +171,13 @@ def _escapes(link: str, target: str, members: Dict[str, Member]) -> bool:
     return False
 
 
-def stat_seal(st: os.stat_result) -> Tuple[int, int, int, int]:
-    return st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
+def stat_seal(st: os.stat_result) -> List[int]:
+    return [st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
 
 
-def check_tree(tree: str, members: Sequence[Member], seal: Seal, *, full: bool = False) -> None:
-    """CacheCorrupt unless each member is at ``tree`` (a file hashed when ``full`` or its stat is not the seal's)."""
+def check_tree(tree: str, members: Sequence[Member], seal: Mapping[str, object], *, full: bool = False) -> None:
+    """CacheCorrupt unless each member is at ``tree`` (a file hashed when ``full`` or its stat is not the seal's: a
+    seal read back is never trusted beyond matching a stat, so any other value only costs a hash)."""
     for member in members:
         path = os.path.join(tree, member.path)
         try:
