@@ -15,7 +15,6 @@
       ROOT/                                the checkout of the pin (FLYDSL_ROOT)
         flydsl_env.sh, flydsl_env.json     the env file (the success signal, written last) and its twin
         build-fly/python_packages/         the built (or installed) flydsl package; kernels/ is at ROOT
-        build-fly/.wheel-download/         the release wheel between its download and its install
         build-fly/.python_packages.installing/  the release wheel installed here, then moved into place
         build-fly/.python_packages.linking/     the store's tree copied here, then moved into place
         .ensure_flydsl/                    the tool's records for the root
@@ -31,7 +30,7 @@
               tools.json                   which tools, at which versions
             rocm-overlay/                  a copy of ROCm's lib/ with hip's CMake files fixed
             rocm-overlay.json              the ROCm install and fix the overlay is for
-          wheel-download/                  a release wheel downloaded while the pin is fetched
+          wheel-download/                  the release wheel between its download (beside the fetch) and its install
           store.json                       an earlier version's record that the tree is hardlinked from the store
 
     HOST/                                  the user's cache folder: ${XDG_CACHE_HOME:-~/.cache}/ensure-flydsl
@@ -54,7 +53,7 @@ The default lock, marker and log paths are shared by the roots of one folder, as
 from __future__ import annotations
 
 import os
-from typing import List, Mapping, Optional, Tuple
+from typing import List, Mapping, Optional
 
 from ensure_flydsl.warm import ENV_FILE_NAME as ENV_FILE_NAME
 from ensure_flydsl.warm import ENV_JSON_NAME as ENV_JSON_NAME
@@ -93,6 +92,7 @@ build_made_record = Under("root", STATE_DIR, "build-fly.made.json.gz")
 root_store_record = Under("root", STATE_DIR, "store.json")
 build_dir = Under("root", BUILD_DIR)
 packages_dir = Under("root", BUILD_DIR, PACKAGES_DIR)
+wheel_staging_dir = Under("root", BUILD_DIR, "." + PACKAGES_DIR + ".installing")
 store_linking_dir = Under("root", BUILD_DIR, "." + PACKAGES_DIR + ".linking")
 env_file = Under("root", ENV_FILE_NAME)
 env_json = Under("root", ENV_JSON_NAME)
@@ -114,12 +114,6 @@ def overlay_stamp(overlay: str) -> str:
 def mlir_signers(install: str) -> str:
     """Who signed an MLIR install fetched from the cache; none beside one downloaded from FLYDSL_MLIR_URL."""
     return install + ".json"
-
-
-def wheel_install_dirs(root: str) -> Tuple[str, str]:
-    """The downloaded release wheel, and where it is installed before it moves to ``packages_dir``."""
-    return (os.path.join(root, BUILD_DIR, ".wheel-download"),
-            os.path.join(root, BUILD_DIR, "." + PACKAGES_DIR + ".installing"))
 
 
 def warm_stamp(root: str) -> str:

@@ -102,11 +102,10 @@ class ReleaseProvider(Provider):
             run.say(f"the flydsl {version} wheel is already installed in {packages}")
             return
         wheels.check_versions("v" + version, root)
-        download, staging = layout.wheel_install_dirs(root)
+        download, staging = layout.wheel_download_dir(root), layout.wheel_staging_dir(root)
         with building(run, key):
             run.worked()
-            remove_tree(download)  # leftovers of an interrupted run of ours
-            remove_tree(staging)
+            remove_tree(staging)  # a leftover of an interrupted run of ours
             try:
                 wheel = self._download(run, download)
                 run.facts.add_fetched("wheel", os.path.getsize(wheel))
@@ -119,7 +118,6 @@ class ReleaseProvider(Provider):
                     raise
             finally:
                 remove_tree(download)
-                remove_tree(layout.wheel_download_dir(root))  # the one downloaded beside the fetch
             faults.point("release-installed")
             wheels.check_versions("v" + version, root, staging)
             remove_tree(packages)
@@ -134,6 +132,7 @@ class ReleaseProvider(Provider):
             return early.wheel(run.build_line)
         if early is not None:
             early.abort()
+        remove_tree(folder)  # what it downloaded, or a leftover of an interrupted run of ours
         run.say(f"release v{version}: downloading the flydsl=={version} wheel for {run.interpreter.executable}")
         return WheelDownload(run.interpreter, version, folder, run.environ).wheel(run.build_line)
 
