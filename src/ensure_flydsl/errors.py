@@ -16,8 +16,6 @@ from ensure_flydsl.support.launcher import command
 
 
 class ExitCode(enum.IntEnum):
-    """The contract's exit codes, each with what it means."""
-
     meaning: str
 
     def __new__(cls, code: int, meaning: str = "") -> "ExitCode":  # ExitCode(code) looks a member up
@@ -122,8 +120,6 @@ _STAGES_THAT_FILL = frozenset({Stage.FETCH, Stage.SUBMODULES, Stage.CHECKOUT, St
 
 
 class EnsureError(Exception):
-    """A failure with an exit code, the stage it happened in, why, and what to do next."""
-
     def __init__(self, code: ExitCode, reason: str, *, stage: Optional[Stage] = None, hint: str = "", detail: str = "",
                  meaning: Optional[str] = None) -> None:
         super().__init__(reason)
@@ -212,8 +208,7 @@ def _user(uid: int) -> str:
 
 
 class Refused(EnsureError):
-    """Bad input on the command line, found before anything is touched: exit 64 and one line naming the command
-    (``prog``), as argparse's own errors do."""
+    """Bad input on the command line: exit 64 and one line naming the command (``prog``), as argparse's errors do."""
 
     def __init__(self, reason: str, prog: str = "ensure-flydsl") -> None:
         super().__init__(ExitCode.BAD_INPUT, f"{prog}: {reason}", stage=Stage.SETTINGS)

@@ -218,16 +218,15 @@ class HostStore:
         return entry, ""
 
     def check(self, entry: CacheEntry, *, full: bool = False) -> None:
-        """CacheCorrupt unless the stored files are this user's and the manifest's members (a file hashed when
-        ``full`` or its stat is not the seal's: (inode, size, mtime, ctime) as stored, and ctime cannot be put back,
-        so an edit in place is seen whatever it does to the mtime)."""
+        """CacheCorrupt unless the stored files are this user's and the manifest's members; the seal holds each file's
+        ctime, which no one can put back, so an edit in place is seen whatever it does to the mtime."""
         files = layout.store_files(self.tree_dir(entry.key))
         for member in ("", *(m.path for m in entry.members)):
             with contextlib.suppress(FileNotFoundError):  # a missing member is check_tree's to say
                 why = foreign(os.lstat(os.path.join(files, member)))
                 if why is not None:
                     raise CacheCorrupt(f"{member or 'files/'}: {why}")
-        seal = self._field(layout.store_seal(self.tree_dir(entry.key)), "files")
+        seal = self._field(layout.store_seal(self.tree_dir(entry.key)), "files")  # any value but a stat's: hashed
         check_tree(files, entry.members, seal if isinstance(seal, dict) else {}, full=full)
 
     def put(self, key: str, tree_fields: Mapping[str, object], folder: str, members: Sequence[Member], *,

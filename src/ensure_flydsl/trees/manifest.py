@@ -176,8 +176,7 @@ def stat_seal(st: os.stat_result) -> List[int]:
 
 
 def check_tree(tree: str, members: Sequence[Member], seal: Mapping[str, object], *, full: bool = False) -> None:
-    """CacheCorrupt unless each member is at ``tree`` (a file hashed when ``full`` or its stat is not the seal's: a
-    seal read back is never trusted beyond matching a stat, so any other value only costs a hash)."""
+    """CacheCorrupt unless each member is at ``tree`` (a file hashed when ``full`` or its stat is not the seal's)."""
     for member in members:
         path = os.path.join(tree, member.path)
         try:

@@ -66,8 +66,6 @@ def announced_eta(settings: Settings, environ: Mapping[str, str]) -> Optional[fl
 
 
 class Run:
-    """One ensure run: its settings, the caller's environment, messages, step durations and progress."""
-
     def __init__(self, settings: Settings, reporter: Reporter, environ: Mapping[str, str], run_id: str = "", *,
                  kind: str = "blocking", alive_fd: Optional[int] = None, warm_key: Optional[List[str]] = None) -> None:
         self.settings = settings

@@ -32,7 +32,6 @@ from ensure_flydsl.ways.tree import building, tree_identity, verify_tree
 
 
 def llvm_label(key: Mapping[str, object]) -> str:
-    """The LLVM commit of an MLIR key, short, for messages."""
     commit = key.get("llvm_commit")
     return commit[:12] if isinstance(commit, str) else "(commit unknown)"
 
@@ -70,8 +69,7 @@ def usable(cache: Cache, *, writing: bool = False) -> bool:
 
 
 def tree_fields(run: Run, commit: str) -> Optional[Dict[str, object]]:
-    """A source build's cache fields, its MLIR's making known before anything is built; None when they cannot
-    name that MLIR (the pin's LLVM commit is unknown)."""
+    """A source build's cache fields, naming its MLIR before anything is built; None while its LLVM is unknown."""
     settings = run.settings
     mlir = ({"mlir_path": settings.mlir_path} if settings.mlir_path is not None else
             {"llvm": pin_llvm_inputs(CheckoutFiles(settings.root), run.environ).key(run.interpreter.abi)})
@@ -178,8 +176,7 @@ def publish_mlir(run: Run, cache: Cache, key: Mapping[str, object], install: str
 
 
 def _find(run: Run, cache: Cache, kind: str, key: str, what: str, missing: str) -> Optional[CacheEntry]:
-    """The entry to install, or None (a miss said as ``missing``, nothing while the cache is not usable); a hit is
-    counted once it is fetched."""
+    """The entry to install, or None (a miss said as ``missing``); a hit is counted once it is fetched."""
     if not usable(cache):
         return None
     try:

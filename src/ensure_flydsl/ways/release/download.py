@@ -121,8 +121,7 @@ class WheelDownload:
         return os.path.join(self.folder, wheels[0])
 
     def _failed(self, returncode: int) -> EnsureError:
-        """Why pip failed; a full file system (pip's traceback ends in ENOSPC's or EDQUOT's errno) is said as every
-        full file system is."""
+        """Why pip failed; a full file system is said as every full file system is."""
         output, folder = "\n".join(self._lines), self.folder
         quota = f"[Errno {errno.EDQUOT}]" in output or "Disk quota exceeded" in output
         if quota or f"[Errno {errno.ENOSPC}]" in output or "No space left on device" in output:

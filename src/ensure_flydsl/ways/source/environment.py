@@ -191,8 +191,7 @@ def _package(value: object) -> Optional[Tuple[Tuple[str, int, int], ...]]:
 
 @dataclass(frozen=True)
 class OverlayKey(fields.Record):
-    """What an overlay was made for, its stamp: ROCm's entries, digests of its lib/ and lib/cmake/ listings, the
-    hip package's files (name, size, mtime), the missing names, the real library."""
+    """What an overlay was made for: its stamp."""
 
     rocm_path: str = fields.checked(fields.absolute_path)
     entries: Tuple[str, ...] = fields.checked(_names)
@@ -248,9 +247,8 @@ class HipFix:
 
 
 def fix_hip(rocm_path: str, overlay: str, *, in_place: bool = False, build_dir: Optional[str] = None) -> HipFix:
-    """Fix a library-name mismatch of the hip package under ``rocm_path``: an overlay (and a ``build_dir`` configured
-    before it forgets ROCm's hip_DIR), or links in ROCm when ``in_place``; a package needing no fix keeps
-    ``rocm_path`` as its prefix (ROCM_PATH may not be /opt/rocm)."""
+    """Fix a library-name mismatch of the hip package under ``rocm_path``: an overlay, or links in ROCm when
+    ``in_place``; a package needing no fix keeps ``rocm_path`` as its prefix (ROCM_PATH may not be /opt/rocm)."""
     check = check_hip(rocm_path)
     missing = f"the hip CMake package in {rocm_path} names {', '.join(check.missing)}"
     actual = os.path.basename(str(check.actual))

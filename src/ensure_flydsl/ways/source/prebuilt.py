@@ -145,8 +145,7 @@ def download(url: str, dest: str, timeout: float, say: Callable[[str], None]) ->
 
 
 def unpack(tarball: str, folder: str) -> str:
-    """The install in ``tarball`` unpacked under the new ``folder`` with the checks a cache entry gets (nothing
-    outside it, no link out, no device or hard link, bounded sizes); the install's folder."""
+    """The install in ``tarball`` unpacked under the new ``folder``, checked as a cache entry is; its folder."""
     try:
         with tarfile.open(tarball, "r:gz") as tar:
             members = archive.read_members(tar, MAX_MEMBERS, MAX_UNPACKED)
