@@ -71,8 +71,7 @@ BUILT_PACKAGES = ("flydsl",)  # the build stages these and adds compiled modules
 
 
 class Under:
-    """The path at ``parts`` under a folder of the kind ``base`` names (root, tools, runs, base_dir, host_dir,
-    store, tree); the map above says what each is."""
+    """The path at ``parts`` under a folder of the kind ``base`` names (the map above says what each is)."""
 
     def __init__(self, base: str, *parts: str) -> None:
         self.base, self.parts = base, parts

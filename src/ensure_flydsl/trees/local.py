@@ -165,8 +165,7 @@ class HostStore:
         return layout.store_tree_dir(self.path, key)
 
     def _made(self, name: str) -> Optional[str]:
-        """Why trees/NAME is not a tree of this tool's, or None: a folder of ours named by a key, holding only
-        what the tier writes there."""
+        """Why trees/NAME is not a tree of ours (a key's folder holding only what the tier writes), or None."""
         if not HEX64.match(name):
             return "its name is no tree's key"
         folder = self.tree_dir(name)

@@ -223,8 +223,7 @@ class StoreProvider(Provider):
 
 
 def remember_pass(run: Run, store: local.HostStore, key: str, decision: Decision) -> None:
-    """Record that the tree ``key`` passed the full probe with the run's interpreter, its files relative to the
-    root (another root takes the answer)."""
+    """Record that the tree ``key`` passed the full probe here, its files relative to the root for other roots."""
     fingerprint = interpreter_fingerprint(run)
     root = run.settings.root
     files = decision.verdict.files if decision.verdict is not None else {}
@@ -268,8 +267,7 @@ def keep_in_store(run: Run, store: local.HostStore, commit: str, decision: Decis
 
 
 def shared_files_problem(run: Run) -> Optional[str]:
-    """Why the root's tree must be copied again: an earlier ensure-flydsl linked it from the store by hardlink,
-    so its files are other roots' too; None otherwise."""
+    """Why the root's tree must be copied again: an earlier version hardlinked it from the store; None otherwise."""
     root = run.settings.root
     record = read_json(layout.root_store_record(root))
     if record is None or record.get("link_mode") != "hardlink":
