@@ -10,6 +10,7 @@ import hashlib
 import json
 import os
 import re
+import shlex
 import shutil
 import stat
 import subprocess
@@ -24,7 +25,7 @@ from ensure_flydsl.geak.vendor import VENDORED
 from tests.helpers.flydsl_fixture import FixtureRepo, make_repo
 from tests.helpers.geak import SCRIPT, SKILLS, Geak, bare_venv, build_folder, pyenv_python
 from tests.helpers.other_user import OTHER_UID, _world_readable_site, as_other, other_python
-from tests.helpers.result_schema import validate
+from tests.helpers.result_schema import validate, validate_own
 from tests.helpers.scenario import wait_for
 
 pytestmark = pytest.mark.index  # the folder's vendored wheels come from the package index, once
@@ -481,10 +482,38 @@ def test_a_zipapp_that_is_not_the_one_version_names_is_refused(geak: Geak, damag
                                 "  ensure_flydsl.pyz", text))
     os.makedirs(geak.base)
     out = geak.run("--json")
-    assert out.returncode == 64 and out.stdout == "", out.stdout + out.stderr
+    assert out.returncode == 64, out.stdout + out.stderr
+    assert "is not the zipapp" in validate(json.loads(out.stdout), "ensure")["reason"]
     assert "is not the zipapp" in out.stderr and "ensure-flydsl skill" in out.stderr and out.stderr.count("\n") == 1
     assert "is not the zipapp" in _marker_reason(geak)
     assert not os.path.exists(geak.root)
+
+
+def test_the_launcher_s_refusal_is_one_json_object_and_names_commands_that_run(
+        tmp_path: "os.PathLike[str]", skill_folder: str, fixture_repo: FixtureRepo,
+        bare_pythons: Dict[str, str]) -> None:
+    """Under --json the launcher's own refusal is one result object on stdout, as the tool's are (it printed
+    nothing: GEAK's orchestrator had no JSON to parse), and the remedy it names runs as written from a folder
+    whose path holds a space (the path was not quoted)."""
+    geak = Geak(os.path.join(str(tmp_path), "a b"), skill_folder, fixture_repo, _python(bare_pythons, "12"))
+    git = ["git", "-C", geak.top, "-c", "user.name=t", "-c", "user.email=t@localhost"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "GEAK"], check=True)
+    with open(os.path.join(geak.skill, "ensure_flydsl.pyz"), "ab") as handle:
+        handle.write(b"a merge gone wrong")
+    for args, command in ((["--json"], "ensure"), (["status", "--json"], "result")):
+        out = geak.run(*args)
+        assert out.returncode == 64, out.stdout + out.stderr
+        answer = json.loads(out.stdout)
+        validate(answer, command) if command == "ensure" else validate_own(validate_own(answer, "result"),
+                                                                             "geak_gate")
+        assert answer["ok"] is False and answer["exit_code"] == 64 and "is not the zipapp" in answer["reason"]
+    named = re.findall(r"`([^`]*)`", out.stderr)
+    assert len(named) == 2 and all(geak.skill in shlex.split(c) for c in named), named
+    restore = geak.bash(named[0])
+    assert restore.returncode == 0, restore.stderr
+    assert geak.run("-V").returncode == 0
 
 
 def test_the_launcher_finds_its_folder_under_sh_and_an_exported_cdpath(geak: Geak) -> None:
