@@ -287,6 +287,17 @@ def test_an_unreachable_repository_stops_at_fetch(ws: Workspace) -> None:
     assert check_of(bad_pin, "repository")["stage"] == "checkout" and bad_pin["exit_code"] == 3
 
 
+def test_a_folder_that_is_no_repository_stops_at_fetch_as_the_run_does(ws: Workspace) -> None:
+    """FLYDSL_REPO a plain folder: the run's fetch fails (exit 2); the doctor said the pin was not in it (exit 3)."""
+    plain = os.path.join(ws.base, "plain")
+    os.makedirs(plain)
+    data = doctor_json(ws, FLYDSL_REPO=plain)
+    repo = check_of(data, "repository")
+    assert repo["status"] == "missing" and "is not a git repository" in str(repo["detail"]), repo
+    run = ws.run(FLYDSL_REPO=plain)
+    assert run.returncode == data["exit_code"] == 2, run.stderr
+
+
 def test_reuse_only_needs_something_to_reuse(ws: Workspace, tmp_path: "os.PathLike[str]") -> None:
     data = doctor_json(ws, FLYDSL_STRATEGY="reuse-only")
     assert data["exit_code"] == 6 and check_of(data, "reuse")["blocking"] is True
