@@ -34,6 +34,7 @@ from tests.helpers.build_fixtures import (
     tree_fingerprint,
 )
 from tests.helpers.flydsl_fixture import FixtureRepo, git, make_installed_tree
+from tests.helpers.git_daemon import GitDaemon
 from tests.helpers.result_schema import validate_own
 from tests.helpers.workspace import Workspace
 
@@ -296,6 +297,19 @@ def test_a_folder_that_is_no_repository_stops_at_fetch_as_the_run_does(ws: Works
     assert repo["status"] == "missing" and "is not a git repository" in str(repo["detail"]), repo
     run = ws.run(FLYDSL_REPO=plain)
     assert run.returncode == data["exit_code"] == 2, run.stderr
+
+
+def test_an_abbreviated_pin_of_a_remote_is_not_refused_where_the_run_fetches_it(tmp_path: "os.PathLike[str]",
+                                                                               own_repo: FixtureRepo) -> None:
+    """Over git:// an abbreviated hash is in no ref: the run fetches every branch and tag and finds it (exit 0);
+    the doctor said the remote had no tag or branch of that name (blocking, exit 3)."""
+    with GitDaemon(os.path.dirname(own_repo.path)) as daemon:
+        ws = workspace_for(tmp_path, own_repo, "dev")
+        ws.env.update(FLYDSL_REPO=daemon.url("FlyDSL.git"), FLYDSL_PIN=own_repo.commits["dev"][:10])
+        repo = check_of(doctor_json(ws), "repository")
+        assert repo["status"] == "ok" and not repo["blocking"], repo
+        run = ws.run()
+        assert run.returncode == 0, run.stderr
 
 
 def test_reuse_only_needs_something_to_reuse(ws: Workspace, tmp_path: "os.PathLike[str]") -> None:

@@ -21,6 +21,7 @@ from ensure_flydsl.runs.answer import marker_sharing
 from ensure_flydsl.runs.markers import installed_twin
 from ensure_flydsl.settings import Settings, Strategy
 from ensure_flydsl.source.git import (
+    HEX,
     WRONG_PIN,
     is_full_hash,
     is_local_repo,
@@ -163,6 +164,9 @@ def check_repository(settings: Settings, environ: Mapping[str, str], checkout: O
         return passed("repository", f"{shown} answers (the pin is a commit hash, fetched by hash)", Stage.FETCH)
     if {f"refs/tags/{pin}", f"refs/heads/{pin}"} & set(ref_objects(out)):
         return passed("repository", f"{shown} answers and has {pin}", Stage.FETCH)
+    if HEX.match(pin):  # as the run does, after fetching every branch and tag
+        return passed("repository", f"{shown} answers (the pin is an abbreviated hash, looked up among every "
+                      "branch and tag)", Stage.FETCH)
     return Check("repository", WRONG, f"{shown} answers, but has no tag or branch {pin}", WRONG_PIN, blocking=True,
                  stage=Stage.CHECKOUT)
 
