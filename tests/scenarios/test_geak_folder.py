@@ -749,6 +749,26 @@ def test_under_uv_tool_install_the_wheels_come_through_python3_on_path(tmp_path:
             assert f"{pinned.name}-{pinned.version}.dist-info/METADATA" in archive.namelist()
 
 
+def test_an_install_from_a_checkout_whose_path_holds_a_space_names_its_commit(tmp_path: "os.PathLike[str]") -> None:
+    """PEP 610 writes the folder an install came from as a URL (`a%20b`): read as a path, it was no checkout,
+    and VERSION (and -V) named no commit."""
+    from uv import find_uv_bin
+
+    checkout = os.path.join(str(tmp_path), "a b", "ensure-flydsl")
+    subprocess.run(["git", "clone", "-q", os.path.dirname(os.path.dirname(os.path.dirname(__file__))), checkout],
+                   check=True)
+    head = subprocess.run(["git", "-C", checkout, "rev-parse", "HEAD"], text=True, stdout=subprocess.PIPE,
+                          check=True).stdout.strip()
+    tools = os.path.join(str(tmp_path), "uv")
+    env = dict(os.environ, UV_TOOL_DIR=os.path.join(tools, "tools"), UV_TOOL_BIN_DIR=os.path.join(tools, "bin"),
+               UV_CACHE_DIR=os.path.join(tools, "cache"))
+    subprocess.run([find_uv_bin(), "tool", "install", "--quiet", "--python", sys.executable, "--from", checkout,
+                    "ensure-flydsl"], env=env, check=True)
+    shown = subprocess.run([os.path.join(tools, "bin", "ensure-flydsl"), "-V"], text=True, stdout=subprocess.PIPE,
+                           check=True).stdout
+    assert shown.strip().endswith(f" (commit {head})"), shown
+
+
 def test_with_no_pip_anywhere_the_folder_is_exit_8_naming_the_remedy(tmp_path: "os.PathLike[str]", uv_tool: str,
                                                                       python_without_pip: str) -> None:
     dest, cache = os.path.join(str(tmp_path), "ensure_flydsl"), os.path.join(str(tmp_path), "cache")

@@ -8,6 +8,7 @@ import os
 import pathlib
 from importlib import metadata
 from typing import Any, Iterator, Optional, Tuple
+from urllib.parse import unquote
 
 from ensure_flydsl.errors import EnsureError
 from ensure_flydsl.source.git import Checkout
@@ -53,7 +54,7 @@ def _installed_from() -> Tuple[Optional[str], Optional[str]]:
     if isinstance(vcs, dict) and isinstance(vcs.get("commit_id"), str):
         return None, str(vcs["commit_id"])
     if isinstance(url, str) and url.startswith("file://"):
-        return url[len("file://"):], None
+        return unquote(url[len("file://"):]), None  # a URL: `a%20b` is the folder `a b`
     return None, None
 
 
