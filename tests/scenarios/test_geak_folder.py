@@ -21,7 +21,7 @@ from typing import Dict, Iterator, List
 
 import pytest
 
-from ensure_flydsl.geak.vendor import VENDORED
+from ensure_flydsl.geak.folder import VENDORED
 from tests.helpers.flydsl_fixture import FixtureRepo, make_repo
 from tests.helpers.geak import SCRIPT, SKILLS, Geak, bare_venv, build_folder, pyenv_python
 from tests.helpers.other_user import OTHER_UID, _world_readable_site, as_other, other_python
