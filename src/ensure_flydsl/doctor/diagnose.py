@@ -214,16 +214,16 @@ class Finding:
     files: int  # the tree's files the walk read
     needed: Tuple[Requirement, ...]  # third-party modules (the standard library left out)
     missing: Tuple[Requirement, ...]
-    absent: Tuple[Absent, ...] = ()  # required modules the pin does not have
-    require: Tuple[str, ...] = ()
-    pin: str = "the pin"
+    absent: Tuple[Absent, ...]  # required modules the pin does not have
+    require: Tuple[str, ...]
+    pin: str
 
     def names(self, which: Sequence[Requirement]) -> str:
         return ", ".join(r.module for r in which)
 
 
 def assess(sources: Sources, python: str, require: Sequence[str], environ: Mapping[str, str],
-           timeout: float, timeout_label: str, pin: Optional[str] = None) -> Finding:
+           timeout: float, timeout_label: str, pin: str) -> Finding:
     """Which required modules the sources lack, and which modules outside the tree ``python`` lacks."""
     absent = tuple(absent_modules(require, sources))
     walk = find_requirements(require, sources)
@@ -233,7 +233,7 @@ def assess(sources: Sources, python: str, require: Sequence[str], environ: Mappi
     needed = tuple(r for r in walk.requirements if answer.get(r.module) != "stdlib")
     missing = tuple(r for r in needed if answer.get(r.module) == "missing")
     return Finding(python=python, sources=sources.where, files=len(walk.files), needed=needed, missing=missing,
-                   absent=absent, require=tuple(require), pin=pin or "the pin")
+                   absent=absent, require=tuple(require), pin=pin)
 
 
 def advised_require(finding: Finding) -> Optional[str]:
@@ -244,18 +244,14 @@ def advised_require(finding: Finding) -> Optional[str]:
     return ",".join(moved.get(m, m) for m in finding.require)
 
 
-def _absent_line(absent: Absent, pin: str) -> str:
-    if not absent.instead:
-        last = absent.module.split(".")[-1]
-        return f"{absent.module} is not in {pin} (no module named {last} anywhere in its {absent.module.split('.')[0]})"
-    paths = " and ".join(path for _, path in absent.instead)
-    return f"{absent.module} is not in {pin}; {paths} {'is' if len(absent.instead) == 1 else 'are'}"
-
-
 def absent_reason(finding: Finding) -> str:
+    said = []
+    for a in finding.absent:
+        where, parts = " and ".join(path for _, path in a.instead), a.module.split(".")
+        said.append(f"{a.module} is not in {finding.pin}" + (f"; {where} {'is' if len(a.instead) == 1 else 'are'}"
+                    if a.instead else f" (no module named {parts[-1]} anywhere in its {parts[0]})"))
     replaced = advised_require(finding)
-    return "; ".join(_absent_line(a, finding.pin) for a in finding.absent) + (
-        f": set FLYDSL_REQUIRE={replaced}" if replaced else "")
+    return "; ".join(said) + (f": set FLYDSL_REQUIRE={replaced}" if replaced else "")
 
 
 def problem(finding: Finding) -> Optional[Tuple[str, str, str]]:
@@ -459,11 +455,9 @@ def diagnose(settings: Settings, environ: Mapping[str, str], *, reuse: Optional[
     checks += [check_flydsl_users(settings, environ),
                Check("working-folder", WRONG if shadows else OK, "; ".join(shadows) or "nothing in it shadows the "
                      "tree", "", blocking=False, stage=Stage.PUBLISH)]
-    diagnosis = Diagnosis(settings.strategy, tuple(checks), needs, 0.0)
-    blocking = first_blocking(checks)
-    if (not diagnosis.ok and blocking is not None and blocking.stage in SOURCE_ONLY and interp is not None
-            and falls_back(settings.strategy)):  # auto's way around a blocked source build
-        diagnosis = replace(diagnosis, suggestion=release_suggestion(settings, interp, environ))
+    diagnosis, blocking = Diagnosis(settings.strategy, tuple(checks), needs, 0.0), first_blocking(checks)
+    if not diagnosis.ok and blocking and blocking.stage in SOURCE_ONLY and interp and falls_back(settings.strategy):
+        diagnosis = replace(diagnosis, suggestion=release_suggestion(settings, interp, environ))  # auto's way around
     return replace(diagnosis, seconds=time.monotonic() - started)
 
 

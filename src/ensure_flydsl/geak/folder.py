@@ -250,10 +250,9 @@ def _made_files(folder: str) -> Optional[Dict[str, str]]:
         return {**version[0], "VERSION": ""}
     data = read_json(os.path.join(folder, LEGACY_MANIFEST))
     files = data.get("files") if data is not None and data.get("made_by") == LEGACY_MADE_BY else None
-    if not isinstance(files, dict) or not all(isinstance(k, str) and isinstance(v, str) and _HEX64.match(v)
-                                              for k, v in files.items()):
-        return None
-    return {**{str(k): str(v) for k, v in files.items()}, LEGACY_MANIFEST: ""}
+    if not isinstance(files, dict) or not all(isinstance(v, str) and _HEX64.match(v) for v in files.values()):
+        return None  # (a JSON object's keys are strings)
+    return {**files, LEGACY_MANIFEST: ""}
 
 
 def _not_ours(folder: str, made: Dict[str, str]) -> List[str]:
@@ -299,12 +298,10 @@ def refusal(target: str, force: bool) -> Optional[str]:
 
 
 def version_line() -> str:
-    """``-V``'s line: the version, and the commit VERSION names while it hashes the zipapp this runs from, else the
-    one the zipapp carries (its copy unpacked in the cache folder, named by that sha256), else the checkout's."""
-    zipapp = os.path.dirname(PACKAGE_DIR)  # DIR/ensure_flydsl.pyz/ensure_flydsl in a folder
-    if os.path.basename(zipapp) == ZIPAPP:
-        version = _version(os.path.dirname(zipapp))
-        commit = version[1] if version is not None and version[0][ZIPAPP] == file_sha256(zipapp) else ""
+    """``-V``'s line: the version, and the commit the zipapp this runs from carries (or its copy unpacked in the
+    cache folder), else the checkout's."""
+    if os.path.basename(os.path.dirname(PACKAGE_DIR)) == ZIPAPP:  # DIR/ensure_flydsl.pyz/ensure_flydsl
+        commit = (resources.files("ensure_flydsl") / CARRIED_COMMIT).read_bytes().decode(errors="replace")
     else:
         carried = read_regular(os.path.join(PACKAGE_DIR, CARRIED_COMMIT), 100)
         commit = carried.decode(errors="replace") if carried is not None else tool_commit()
