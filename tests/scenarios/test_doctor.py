@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -36,6 +37,7 @@ from tests.helpers.build_fixtures import (
 from tests.helpers.flydsl_fixture import FixtureRepo, git, make_installed_tree
 from tests.helpers.git_daemon import GitDaemon
 from tests.helpers.result_schema import validate_own
+from tests.helpers.scenario import killed_at
 from tests.helpers.workspace import Workspace
 
 GIB = 1024**3
@@ -310,6 +312,22 @@ def test_an_abbreviated_pin_of_a_remote_is_not_refused_where_the_run_fetches_it(
         assert repo["status"] == "ok" and not repo["blocking"], repo
         run = ws.run()
         assert run.returncode == 0, run.stderr
+
+
+@pytest.mark.parametrize("pin", ["v0.2.3", "full hash"])
+def test_a_pin_fetched_before_the_repository_went_away_is_judged_as_the_run_fetches(
+        tmp_path: "os.PathLike[str]", own_repo: FixtureRepo, pin: str) -> None:
+    """A run killed after its fetch, then the repository gone: the next run fetches a tag again (it may have
+    moved; exit 2) and fetches no full hash it has (exit 0); the doctor said both needed no fetch (exit 0)."""
+    ws = workspace_for(tmp_path, own_repo, "v0.2.3")
+    if pin != "full hash":
+        ws.env["FLYDSL_PIN"] = pin
+    assert killed_at(ws, "fetched").returncode == -signal.SIGKILL
+    os.rename(own_repo.path, own_repo.path + ".gone")
+    data = doctor_json(ws)
+    assert check_of(data, "repository")["blocking"] is (pin != "full hash"), data["verdict"]
+    run = ws.run()
+    assert run.returncode == data["exit_code"] == (2 if pin != "full hash" else 0), run.stderr
 
 
 def test_reuse_only_needs_something_to_reuse(ws: Workspace, tmp_path: "os.PathLike[str]") -> None:

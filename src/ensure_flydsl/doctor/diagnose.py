@@ -136,7 +136,9 @@ def check_repository(settings: Settings, environ: Mapping[str, str], checkout: O
     repo, pin, label = settings.repo, settings.pin, settings.label("repo")
     if checkout is not None:
         return passed("repository", f"the source is already checked out in {checkout}", Stage.FETCH)
-    fetched = resolve_in(settings.root, pin) if os.path.isdir(os.path.join(settings.root, ".git")) else None
+    # As the run: a full hash it has is not fetched again; a tag or branch is (it may have moved).
+    kept = is_full_hash(pin) and os.path.isdir(os.path.join(settings.root, ".git"))
+    fetched = resolve_in(settings.root, pin) if kept else None
     where, _ = rewrite(repo, settings.git_mirrors)
     answered, out, shown = reach(repo, environ, TIMEOUT_S, settings)  # a local repository is only looked at
     if is_local_repo(where):
