@@ -16,7 +16,7 @@ import tempfile
 import zipfile
 from dataclasses import dataclass
 from importlib import metadata, resources
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
 from urllib.parse import unquote
 
 from ensure_flydsl.errors import BadInput, EnsureError, ExitCode, Stage
@@ -167,24 +167,20 @@ def _good(path: str, pinned: Pinned) -> bool:
 
 def find_wheels(wheels: Optional[str], environ: Dict[str, str], say: Callable[[str], None]) -> Dict[str, str]:
     """Each pinned wheel, checked: from ``wheels`` (all of them), else the cache, else downloaded into it."""
-    if wheels is not None:
-        found = {p.name: os.path.join(wheels, p.filename) for p in VENDORED}
-        bad = [p.filename for p in VENDORED if not _good(found[p.name], p)]
-        if bad:
-            raise BadInput("--wheels", wheels, f"a folder holding {', '.join(p.filename for p in VENDORED)} (each "
-                           f"checked against its pinned sha256; missing or different: {', '.join(bad)})")
+    cache = wheels
+    if cache is None:
+        host = host_cache_dir(environ)  # None: no user cache folder (HOME and XDG_CACHE_HOME not absolute)
+        cache = vendored_wheels_dir(host) if host is not None else tempfile.mkdtemp(prefix="ensure-flydsl-wheels-")
+    found = {p.name: os.path.join(cache, p.filename) for p in VENDORED}
+    missing = [p for p in VENDORED if not _good(found[p.name], p)]
+    if wheels is not None and missing:
+        raise BadInput("--wheels", wheels, f"a folder holding {', '.join(p.filename for p in VENDORED)} (each "
+                       f"checked against its pinned sha256; missing or different: "
+                       f"{', '.join(p.filename for p in missing)})")
+    if not missing:
         return found
-    host = host_cache_dir(environ)  # None: no user cache folder (HOME and XDG_CACHE_HOME not absolute)
-    cache = vendored_wheels_dir(host) if host is not None else tempfile.mkdtemp(prefix="ensure-flydsl-wheels-")
-    missing = [p for p in VENDORED if not _good(os.path.join(cache, p.filename), p)]
-    if missing:
-        say(f"downloading {', '.join(f'{p.name} {p.version}' for p in missing)} (pure-Python wheels, for "
-            f"Python 3.9 to 3.14) into {cache}")
-        _download(missing, cache, environ)
-    return {p.name: os.path.join(cache, p.filename) for p in VENDORED}
-
-
-def _download(missing: Sequence[Pinned], cache: str, environ: Dict[str, str]) -> None:
+    say(f"downloading {', '.join(f'{p.name} {p.version}' for p in missing)} (pure-Python wheels, for "
+        f"Python 3.9 to 3.14) into {cache}")
     # this interpreter if it has pip (not under `uv tool install`), else ``python3`` on PATH if it has
     python, _ = release_pip(shutil.which("python3", path=environ.get("PATH")) or sys.executable, environ)
     names = " ".join(p.filename for p in missing)
@@ -211,7 +207,8 @@ def _download(missing: Sequence[Pinned], cache: str, environ: Dict[str, str]) ->
             got = os.path.join(tmp, pinned.filename)
             if not _good(got, pinned):  # pip checked the hash; a different file name is not the pin
                 raise EnsureError(ExitCode.ARTIFACT, f"pip did not download {pinned.filename}", stage=Stage.SKILL)
-            move_into_place(got, os.path.join(cache, pinned.filename))
+            move_into_place(got, found[pinned.name])
+    return found
 
 
 def wheel_files(wheels: Dict[str, str]) -> Dict[str, bytes]:
