@@ -368,6 +368,8 @@ def test_without_pip_the_doctor_says_so_not_that_the_index_is_down(geak: Geak) -
         assert check["status"] == "missing" and not check["provided"], check
         assert "has no pip" in check["detail"] and "does not answer" not in check["detail"], check
         assert "ensurepip" in check["remedy"], check
+    index = checks["package-index"]  # blocking: build_llvm.sh's pip install needs a pip
+    assert index["blocking"] and "does not reach" not in index["detail"] and "ensurepip" in index["remedy"], index
 
 
 def test_every_command_it_names_is_the_script_as_invoked(geak: Geak) -> None:

@@ -197,9 +197,11 @@ def check_index(ctx: RunContext, release: bool) -> Check:
     needed_by = ("the release wheel" if release else
                  "build_llvm.sh's pip install " + " ".join(ctx.needs.llvm_pip) if llvm_pip
                  else "the private build tools")
-    return Check("package-index", MISSING, f"pip does not reach the package index ({why}); needed for {needed_by}",
-                 "check the network or pip's configuration (PIP_INDEX_URL, pip.conf); a local mirror works",
-                 blocking=release or llvm_pip, stage=stage)
+    no_pip = all(a.detail.endswith("has no pip") for a in asked)  # not the index's fault: nothing asks it
+    remedy = (f"give {ctx.index.python} pip (`{shlex.quote(ctx.index.python)} -m ensurepip --upgrade`)" if no_pip
+              else "check the network or pip's configuration (PIP_INDEX_URL, pip.conf); a local mirror works")
+    return Check("package-index", MISSING, f"{'no pip asks' if no_pip else 'pip does not reach'} the package index "
+                 f"({why}); needed for {needed_by}", remedy, blocking=release or llvm_pip, stage=stage)
 
 
 # -- the pin's imports: the modules its code imports unconditionally, asked of the interpreter without importing
