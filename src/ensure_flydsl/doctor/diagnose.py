@@ -363,10 +363,8 @@ def run_checks(settings: Settings, environ: Mapping[str, str], *, checkout: Opti
         # a local mirror's sources can be read before any fetch
         f_needs = pool.submit(find_needs, settings.root, settings.repo, settings.pin, checkout, environ,
                               settings.git_mirrors) if builds else None
-        early: List[concurrent.futures.Future[Check]] = []
-        if fetches:
-            early = [submit(check_root, settings), submit(check_git, environ),
-                     submit(check_repository, settings, environ, checkout)]
+        early = [submit(check_root, settings), submit(check_git, environ),
+                 submit(check_repository, settings, environ, checkout)] if fetches else []
         interp_check, interp = f_interp.result()
         needs = f_needs.result() if f_needs is not None else KNOWN_FLYDSL_NEEDS
         llvm = builds and llvm_step_needed(settings, needs, interp)
