@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -34,7 +35,9 @@ from tests.helpers.build_fixtures import (
     tree_fingerprint,
 )
 from tests.helpers.flydsl_fixture import FixtureRepo, git, make_installed_tree
+from tests.helpers.git_daemon import GitDaemon
 from tests.helpers.result_schema import validate_own
+from tests.helpers.scenario import killed_at
 from tests.helpers.workspace import Workspace
 
 GIB = 1024**3
@@ -285,6 +288,46 @@ def test_an_unreachable_repository_stops_at_fetch(ws: Workspace) -> None:
     assert missing["status"] == "missing" and "does not exist" in str(missing["detail"])
     bad_pin = doctor_json(ws, FLYDSL_PIN="no-such-tag")
     assert check_of(bad_pin, "repository")["stage"] == "checkout" and bad_pin["exit_code"] == 3
+
+
+def test_a_folder_that_is_no_repository_stops_at_fetch_as_the_run_does(ws: Workspace) -> None:
+    """FLYDSL_REPO a plain folder: the run's fetch fails (exit 2); the doctor said the pin was not in it (exit 3)."""
+    plain = os.path.join(ws.base, "plain")
+    os.makedirs(plain)
+    data = doctor_json(ws, FLYDSL_REPO=plain)
+    repo = check_of(data, "repository")
+    assert repo["status"] == "missing" and "is not a git repository" in str(repo["detail"]), repo
+    run = ws.run(FLYDSL_REPO=plain)
+    assert run.returncode == data["exit_code"] == 2, run.stderr
+
+
+def test_an_abbreviated_pin_of_a_remote_is_not_refused_where_the_run_fetches_it(tmp_path: "os.PathLike[str]",
+                                                                               own_repo: FixtureRepo) -> None:
+    """Over git:// an abbreviated hash is in no ref: the run fetches every branch and tag and finds it (exit 0);
+    the doctor said the remote had no tag or branch of that name (blocking, exit 3)."""
+    with GitDaemon(os.path.dirname(own_repo.path)) as daemon:
+        ws = workspace_for(tmp_path, own_repo, "dev")
+        ws.env.update(FLYDSL_REPO=daemon.url("FlyDSL.git"), FLYDSL_PIN=own_repo.commits["dev"][:10])
+        repo = check_of(doctor_json(ws), "repository")
+        assert repo["status"] == "ok" and not repo["blocking"], repo
+        run = ws.run()
+        assert run.returncode == 0, run.stderr
+
+
+@pytest.mark.parametrize("pin", ["v0.2.3", "full hash"])
+def test_a_pin_fetched_before_the_repository_went_away_is_judged_as_the_run_fetches(
+        tmp_path: "os.PathLike[str]", own_repo: FixtureRepo, pin: str) -> None:
+    """A run killed after its fetch, then the repository gone: the next run fetches a tag again (it may have
+    moved; exit 2) and fetches no full hash it has (exit 0); the doctor said both needed no fetch (exit 0)."""
+    ws = workspace_for(tmp_path, own_repo, "v0.2.3")
+    if pin != "full hash":
+        ws.env["FLYDSL_PIN"] = pin
+    assert killed_at(ws, "fetched").returncode == -signal.SIGKILL
+    os.rename(own_repo.path, own_repo.path + ".gone")
+    data = doctor_json(ws)
+    assert check_of(data, "repository")["blocking"] is (pin != "full hash"), data["verdict"]
+    run = ws.run()
+    assert run.returncode == data["exit_code"] == (2 if pin != "full hash" else 0), run.stderr
 
 
 def test_reuse_only_needs_something_to_reuse(ws: Workspace, tmp_path: "os.PathLike[str]") -> None:

@@ -10,6 +10,7 @@ import hashlib
 import json
 import os
 import re
+import shlex
 import shutil
 import stat
 import subprocess
@@ -20,11 +21,11 @@ from typing import Dict, Iterator, List
 
 import pytest
 
-from ensure_flydsl.geak.vendor import VENDORED
+from ensure_flydsl.geak.folder import VENDORED
 from tests.helpers.flydsl_fixture import FixtureRepo, make_repo
 from tests.helpers.geak import SCRIPT, SKILLS, Geak, bare_venv, build_folder, pyenv_python
 from tests.helpers.other_user import OTHER_UID, _world_readable_site, as_other, other_python
-from tests.helpers.result_schema import validate
+from tests.helpers.result_schema import validate, validate_own
 from tests.helpers.scenario import wait_for
 
 pytestmark = pytest.mark.index  # the folder's vendored wheels come from the package index, once
@@ -367,6 +368,8 @@ def test_without_pip_the_doctor_says_so_not_that_the_index_is_down(geak: Geak) -
         assert check["status"] == "missing" and not check["provided"], check
         assert "has no pip" in check["detail"] and "does not answer" not in check["detail"], check
         assert "ensurepip" in check["remedy"], check
+    index = checks["package-index"]  # blocking: build_llvm.sh's pip install needs a pip
+    assert index["blocking"] and "does not reach" not in index["detail"] and "ensurepip" in index["remedy"], index
 
 
 def test_every_command_it_names_is_the_script_as_invoked(geak: Geak) -> None:
@@ -481,10 +484,38 @@ def test_a_zipapp_that_is_not_the_one_version_names_is_refused(geak: Geak, damag
                                 "  ensure_flydsl.pyz", text))
     os.makedirs(geak.base)
     out = geak.run("--json")
-    assert out.returncode == 64 and out.stdout == "", out.stdout + out.stderr
+    assert out.returncode == 64, out.stdout + out.stderr
+    assert "is not the zipapp" in validate(json.loads(out.stdout), "ensure")["reason"]
     assert "is not the zipapp" in out.stderr and "ensure-flydsl skill" in out.stderr and out.stderr.count("\n") == 1
     assert "is not the zipapp" in _marker_reason(geak)
     assert not os.path.exists(geak.root)
+
+
+def test_the_launcher_s_refusal_is_one_json_object_and_names_commands_that_run(
+        tmp_path: "os.PathLike[str]", skill_folder: str, fixture_repo: FixtureRepo,
+        bare_pythons: Dict[str, str]) -> None:
+    """Under --json the launcher's own refusal is one result object on stdout, as the tool's are (it printed
+    nothing: GEAK's orchestrator had no JSON to parse), and the remedy it names runs as written from a folder
+    whose path holds a space (the path was not quoted)."""
+    geak = Geak(os.path.join(str(tmp_path), "a b"), skill_folder, fixture_repo, _python(bare_pythons, "12"))
+    git = ["git", "-C", geak.top, "-c", "user.name=t", "-c", "user.email=t@localhost"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "GEAK"], check=True)
+    with open(os.path.join(geak.skill, "ensure_flydsl.pyz"), "ab") as handle:
+        handle.write(b"a merge gone wrong")
+    for args, command in ((["--json"], "ensure"), (["status", "--json"], "result")):
+        out = geak.run(*args)
+        assert out.returncode == 64, out.stdout + out.stderr
+        answer = json.loads(out.stdout)
+        validate(answer, command) if command == "ensure" else validate_own(validate_own(answer, "result"),
+                                                                             "geak_gate")
+        assert answer["ok"] is False and answer["exit_code"] == 64 and "is not the zipapp" in answer["reason"]
+    named = re.findall(r"`([^`]*)`", out.stderr)
+    assert len(named) == 2 and all(geak.skill in shlex.split(c) for c in named), named
+    restore = geak.bash(named[0])
+    assert restore.returncode == 0, restore.stderr
+    assert geak.run("-V").returncode == 0
 
 
 def test_the_launcher_finds_its_folder_under_sh_and_an_exported_cdpath(geak: Geak) -> None:
@@ -718,6 +749,26 @@ def test_under_uv_tool_install_the_wheels_come_through_python3_on_path(tmp_path:
     for pinned in VENDORED:
         with zipfile.ZipFile(os.path.join(dest, "ensure_flydsl.pyz")) as archive:
             assert f"{pinned.name}-{pinned.version}.dist-info/METADATA" in archive.namelist()
+
+
+def test_an_install_from_a_checkout_whose_path_holds_a_space_names_its_commit(tmp_path: "os.PathLike[str]") -> None:
+    """PEP 610 writes the folder an install came from as a URL (`a%20b`): read as a path, it was no checkout,
+    and VERSION (and -V) named no commit."""
+    from uv import find_uv_bin
+
+    checkout = os.path.join(str(tmp_path), "a b", "ensure-flydsl")
+    subprocess.run(["git", "clone", "-q", os.path.dirname(os.path.dirname(os.path.dirname(__file__))), checkout],
+                   check=True)
+    head = subprocess.run(["git", "-C", checkout, "rev-parse", "HEAD"], text=True, stdout=subprocess.PIPE,
+                          check=True).stdout.strip()
+    tools = os.path.join(str(tmp_path), "uv")
+    env = dict(os.environ, UV_TOOL_DIR=os.path.join(tools, "tools"), UV_TOOL_BIN_DIR=os.path.join(tools, "bin"),
+               UV_CACHE_DIR=os.path.join(tools, "cache"))
+    subprocess.run([find_uv_bin(), "tool", "install", "--quiet", "--python", sys.executable, "--from", checkout,
+                    "ensure-flydsl"], env=env, check=True)
+    shown = subprocess.run([os.path.join(tools, "bin", "ensure-flydsl"), "-V"], text=True, stdout=subprocess.PIPE,
+                           check=True).stdout
+    assert shown.strip().endswith(f" (commit {head})"), shown
 
 
 def test_with_no_pip_anywhere_the_folder_is_exit_8_naming_the_remedy(tmp_path: "os.PathLike[str]", uv_tool: str,

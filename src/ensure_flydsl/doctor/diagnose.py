@@ -20,7 +20,17 @@ from ensure_flydsl.probe.results import Interpreter
 from ensure_flydsl.runs.answer import marker_sharing
 from ensure_flydsl.runs.markers import installed_twin
 from ensure_flydsl.settings import Settings, Strategy
-from ensure_flydsl.source.git import WRONG_PIN, is_full_hash, is_local_repo, ref_objects, repo_path, resolve_in, rewrite
+from ensure_flydsl.source.git import (
+    HEX,
+    WRONG_PIN,
+    is_full_hash,
+    is_local_repo,
+    read_git,
+    ref_objects,
+    repo_path,
+    resolve_in,
+    rewrite,
+)
 from ensure_flydsl.source.needs import KNOWN_FLYDSL_NEEDS, BuildNeeds, find_needs
 from ensure_flydsl.source.requirements import (
     Absent,
@@ -33,6 +43,7 @@ from ensure_flydsl.source.requirements import (
 )
 from ensure_flydsl.source.root import RootKind, classify_root, creatable_problem
 from ensure_flydsl.support.launcher import command
+from ensure_flydsl.support.processes import CommandFailed
 from ensure_flydsl.ways import Way, demands, falls_back, provisions, tries
 from ensure_flydsl.ways.checks import (
     MISSING,
@@ -125,11 +136,15 @@ def check_repository(settings: Settings, environ: Mapping[str, str], checkout: O
     repo, pin, label = settings.repo, settings.pin, settings.label("repo")
     if checkout is not None:
         return passed("repository", f"the source is already checked out in {checkout}", Stage.FETCH)
-    fetched = resolve_in(settings.root, pin) if os.path.isdir(os.path.join(settings.root, ".git")) else None
+    # As the run: a full hash it has is not fetched again; a tag or branch is (it may have moved).
+    kept = is_full_hash(pin) and os.path.isdir(os.path.join(settings.root, ".git"))
+    fetched = resolve_in(settings.root, pin) if kept else None
     where, _ = rewrite(repo, settings.git_mirrors)
     answered, out, shown = reach(repo, environ, TIMEOUT_S, settings)  # a local repository is only looked at
     if is_local_repo(where):
         path = repo_path(where)
+        if answered and not _is_repository(path):  # the run's fetch from it fails (exit 2), not its checkout
+            answered, out = False, f"{path} is not a git repository"
         if not answered:
             return Check("repository", MISSING, f"{label}={shown}: {out}", f"point {label} at a FlyDSL clone or "
                          "mirror", blocking=fetched is None, stage=Stage.FETCH)
@@ -151,8 +166,18 @@ def check_repository(settings: Settings, environ: Mapping[str, str], checkout: O
         return passed("repository", f"{shown} answers (the pin is a commit hash, fetched by hash)", Stage.FETCH)
     if {f"refs/tags/{pin}", f"refs/heads/{pin}"} & set(ref_objects(out)):
         return passed("repository", f"{shown} answers and has {pin}", Stage.FETCH)
+    if HEX.match(pin):  # as the run does, after fetching every branch and tag
+        return passed("repository", f"{shown} answers (the pin is an abbreviated hash, looked up among every "
+                      "branch and tag)", Stage.FETCH)
     return Check("repository", WRONG, f"{shown} answers, but has no tag or branch {pin}", WRONG_PIN, blocking=True,
                  stage=Stage.CHECKOUT)
+
+
+def _is_repository(path: str) -> bool:
+    try:
+        return bool(read_git(path, "rev-parse", "--git-dir"))
+    except CommandFailed:
+        return False
 
 
 def check_index(ctx: RunContext, release: bool) -> Check:
@@ -172,9 +197,11 @@ def check_index(ctx: RunContext, release: bool) -> Check:
     needed_by = ("the release wheel" if release else
                  "build_llvm.sh's pip install " + " ".join(ctx.needs.llvm_pip) if llvm_pip
                  else "the private build tools")
-    return Check("package-index", MISSING, f"pip does not reach the package index ({why}); needed for {needed_by}",
-                 "check the network or pip's configuration (PIP_INDEX_URL, pip.conf); a local mirror works",
-                 blocking=release or llvm_pip, stage=stage)
+    no_pip = all(a.detail.endswith("has no pip") for a in asked)  # not the index's fault: nothing asks it
+    remedy = (f"give {ctx.index.python} pip (`{shlex.quote(ctx.index.python)} -m ensurepip --upgrade`)" if no_pip
+              else "check the network or pip's configuration (PIP_INDEX_URL, pip.conf); a local mirror works")
+    return Check("package-index", MISSING, f"{'no pip asks' if no_pip else 'pip does not reach'} the package index "
+                 f"({why}); needed for {needed_by}", remedy, blocking=release or llvm_pip, stage=stage)
 
 
 # -- the pin's imports: the modules its code imports unconditionally, asked of the interpreter without importing
@@ -191,16 +218,16 @@ class Finding:
     files: int  # the tree's files the walk read
     needed: Tuple[Requirement, ...]  # third-party modules (the standard library left out)
     missing: Tuple[Requirement, ...]
-    absent: Tuple[Absent, ...] = ()  # required modules the pin does not have
-    require: Tuple[str, ...] = ()
-    pin: str = "the pin"
+    absent: Tuple[Absent, ...]  # required modules the pin does not have
+    require: Tuple[str, ...]
+    pin: str
 
     def names(self, which: Sequence[Requirement]) -> str:
         return ", ".join(r.module for r in which)
 
 
 def assess(sources: Sources, python: str, require: Sequence[str], environ: Mapping[str, str],
-           timeout: float, timeout_label: str, pin: Optional[str] = None) -> Finding:
+           timeout: float, timeout_label: str, pin: str) -> Finding:
     """Which required modules the sources lack, and which modules outside the tree ``python`` lacks."""
     absent = tuple(absent_modules(require, sources))
     walk = find_requirements(require, sources)
@@ -210,7 +237,7 @@ def assess(sources: Sources, python: str, require: Sequence[str], environ: Mappi
     needed = tuple(r for r in walk.requirements if answer.get(r.module) != "stdlib")
     missing = tuple(r for r in needed if answer.get(r.module) == "missing")
     return Finding(python=python, sources=sources.where, files=len(walk.files), needed=needed, missing=missing,
-                   absent=absent, require=tuple(require), pin=pin or "the pin")
+                   absent=absent, require=tuple(require), pin=pin)
 
 
 def advised_require(finding: Finding) -> Optional[str]:
@@ -221,18 +248,14 @@ def advised_require(finding: Finding) -> Optional[str]:
     return ",".join(moved.get(m, m) for m in finding.require)
 
 
-def _absent_line(absent: Absent, pin: str) -> str:
-    if not absent.instead:
-        last = absent.module.split(".")[-1]
-        return f"{absent.module} is not in {pin} (no module named {last} anywhere in its {absent.module.split('.')[0]})"
-    paths = " and ".join(path for _, path in absent.instead)
-    return f"{absent.module} is not in {pin}; {paths} {'is' if len(absent.instead) == 1 else 'are'}"
-
-
 def absent_reason(finding: Finding) -> str:
+    said = []
+    for a in finding.absent:
+        where, parts = " and ".join(path for _, path in a.instead), a.module.split(".")
+        said.append(f"{a.module} is not in {finding.pin}" + (f"; {where} {'is' if len(a.instead) == 1 else 'are'}"
+                    if a.instead else f" (no module named {parts[-1]} anywhere in its {parts[0]})"))
     replaced = advised_require(finding)
-    return "; ".join(_absent_line(a, finding.pin) for a in finding.absent) + (
-        f": set FLYDSL_REQUIRE={replaced}" if replaced else "")
+    return "; ".join(said) + (f": set FLYDSL_REQUIRE={replaced}" if replaced else "")
 
 
 def problem(finding: Finding) -> Optional[Tuple[str, str, str]]:
@@ -340,10 +363,8 @@ def run_checks(settings: Settings, environ: Mapping[str, str], *, checkout: Opti
         # a local mirror's sources can be read before any fetch
         f_needs = pool.submit(find_needs, settings.root, settings.repo, settings.pin, checkout, environ,
                               settings.git_mirrors) if builds else None
-        early: List[concurrent.futures.Future[Check]] = []
-        if fetches:
-            early = [submit(check_root, settings), submit(check_git, environ),
-                     submit(check_repository, settings, environ, checkout)]
+        early = [submit(check_root, settings), submit(check_git, environ),
+                 submit(check_repository, settings, environ, checkout)] if fetches else []
         interp_check, interp = f_interp.result()
         needs = f_needs.result() if f_needs is not None else KNOWN_FLYDSL_NEEDS
         llvm = builds and llvm_step_needed(settings, needs, interp)
@@ -436,11 +457,9 @@ def diagnose(settings: Settings, environ: Mapping[str, str], *, reuse: Optional[
     checks += [check_flydsl_users(settings, environ),
                Check("working-folder", WRONG if shadows else OK, "; ".join(shadows) or "nothing in it shadows the "
                      "tree", "", blocking=False, stage=Stage.PUBLISH)]
-    diagnosis = Diagnosis(settings.strategy, tuple(checks), needs, 0.0)
-    blocking = first_blocking(checks)
-    if (not diagnosis.ok and blocking is not None and blocking.stage in SOURCE_ONLY and interp is not None
-            and falls_back(settings.strategy)):  # auto's way around a blocked source build
-        diagnosis = replace(diagnosis, suggestion=release_suggestion(settings, interp, environ))
+    diagnosis, blocking = Diagnosis(settings.strategy, tuple(checks), needs, 0.0), first_blocking(checks)
+    if not diagnosis.ok and blocking and blocking.stage in SOURCE_ONLY and interp and falls_back(settings.strategy):
+        diagnosis = replace(diagnosis, suggestion=release_suggestion(settings, interp, environ))  # auto's way around
     return replace(diagnosis, seconds=time.monotonic() - started)
 
 

@@ -14,32 +14,45 @@
 # run, writes the failure marker itself, so that a poller of it is told at once.
 set -u
 
+quote() {  # $1 as one shell word
+  printf "'%s'" "$(printf '%s' "$1" | sed "s/'/'\\\\''/g")"
+}
+
 fail() {
   reason=$1
   shift
   printf 'ensure-flydsl: %s\n' "$reason" >&2
+  quoted=$(printf '%s' "$reason" | tr -d '\000-\037' | sed 's/\\/\\\\/g; s/"/\\"/g')
+  hint="fix what the reason names, then run it again"
   root=${FLYDSL_ROOT:-@@ROOT@@}
   marker=${FLYDSL_BUILD_FAILED:-}
+  run=yes
+  json=
   previous=
   for arg in "$@"; do
     case $previous in --root) root=$arg ;; --fail-marker) marker=$arg ;; esac
     case $arg in
       --root=*) root=${arg#--root=} ;;
       --fail-marker=*) marker=${arg#--fail-marker=} ;;
+      --json) json=yes ;;  # its caller parses one JSON object on stdout, failures included
       status | wait | env | verify | doctor | cache | store | clean | stats | skill | help | completion | -h | \
-        --help | -V | --version) exit 64 ;;  # not a run: its caller reads this line, no marker is polled for
+        --help | -V | --version) run= ;;  # not a run: its caller reads this line, no marker is polled for
     esac
     previous=$arg
   done
+  if [ -n "$json" ]; then
+    printf '{"schema_version": 1, "ok": false, "built": false, "exit_code": 64, "stage": "settings", "how": null, %s}\n' \
+      "\"reason\": \"$quoted\", \"hint\": \"$hint\", \"log\": null, \"run_id\": null, \"elapsed_s\": null, \"installed\": null"
+  fi
+  [ -n "$run" ] || exit 64
   [ -n "$marker" ] || marker="$(dirname -- "$root")/.flydsl_build.failed"
   folder=$(dirname -- "$marker")
   if [ -d "$folder" ] && [ ! -d "$marker" ] && [ ! -L "$marker" ]; then
-    quoted=$(printf '%s' "$reason" | tr -d '\000-\037' | sed 's/\\/\\\\/g; s/"/\\"/g')
     host=$(uname -n 2>/dev/null || echo unknown)
     when=$(date -u +%Y-%m-%dT%H:%M:%S+00:00)
     temporary="$folder/.$(basename -- "$marker").$$.tmp"
     printf '{"exit_code": 64, "stage": "settings", "reason": "%s", "hint": "%s", "log": null, "log_tail": [], %s}\n' \
-      "$quoted" "fix what the reason names, then run it again" \
+      "$quoted" "$hint" \
       "\"run_id\": \"\", \"pid\": $$, \"host\": \"$host\", \"time\": \"$when\", \"request\": {}" \
       >"$temporary" 2>/dev/null && mv -f "$temporary" "$marker" 2>/dev/null || rm -f "$temporary"
   fi
@@ -76,8 +89,9 @@ else
     "$zipapp" 2>/dev/null)
 fi
 if [ -z "$want" ] || [ "${got%% *}" != "$want" ]; then
-  fail "$zipapp is not the zipapp $here/VERSION names (changed, truncated or missing): write the folder again\
- with \`ensure-flydsl skill $here --force\`, or restore it from git" "$@"
+  fail "$zipapp is not the zipapp $here/VERSION names (changed, truncated or missing): restore the folder from git\
+ (\`git -C $(quote "$here") checkout -- .\`), or write it again where ensure-flydsl is installed\
+ (\`ensure-flydsl skill $(quote "$here") --force\`)" "$@"
 fi
 
 skills=perf_knowledge/expert_skills/skills
@@ -89,11 +103,7 @@ if [ -z "${FLYDSL_SHIM_DIR:-}" ]; then
   esac
 fi
 # Every command the tool names in a message (a hint, a next step) is this script, as its caller invoked it.
-case $0 in
-  *\'*) script=$(printf '%s' "$0" | sed "s/'/'\\\\''/g") ;;
-  *) script=$0 ;;
-esac
-ENSURE_FLYDSL_COMMAND="bash '$script'"
+ENSURE_FLYDSL_COMMAND="bash $(quote "$0")"
 export ENSURE_FLYDSL_COMMAND
 # -E -S: the tool's own imports come from the zipapp and the standard library alone (not the caller's
 # PYTHONPATH, nor site-packages and their .pth files); the environment itself is passed on untouched to
