@@ -14,7 +14,7 @@ DEFAULT_ROOT = "/opt/flydsl/FlyDSL"
 ENV_FILE_NAME = "flydsl_env.sh"
 ENV_JSON_NAME = "flydsl_env.json"
 STAMP_FORMAT = 1
-FINGERPRINT_VERSION = 8  # 8: every PYTHON*, LD_* variable; 7: pyvenv.cfg, HOME; 6: hardlinked trees copied again
+FINGERPRINT_VERSION = 8  # 8: PYTHON*, LD_* variables, ctime; 7: pyvenv.cfg, HOME; 6: hardlinked trees copied again
 MAX_OWN_FILE_BYTES = 16 << 20  # the tool's own files hold a few KB; the stamp a tree's listing
 # What the interpreter (PYTHONWARNINGS=error fails an import that warns) and the dynamic loader (a library path, a
 # preload) read; HOME: the user site folder, unless PYTHONUSERBASE names it.
@@ -80,7 +80,8 @@ def python_environment(environ: dict[str, str], tree_folders: list[str]) -> dict
 
 
 def folder_listing(folder: str) -> list[list[object]] | None:
-    """(relative path, mode, size, mtime) of all under ``folder`` but bytecode (imports write it); None if absent."""
+    """(relative path, mode, size, mtime, ctime) of all under ``folder`` but bytecode (imports write it); None if
+    absent.  The ctime: ``cp -p``, ``rsync -a`` and ``tar x`` keep a rewritten file's mtime."""
     if not os.path.isdir(folder):
         return None
     listing: list[list[object]] = []
@@ -93,8 +94,8 @@ def folder_listing(folder: str) -> list[list[object]] | None:
                     st = os.lstat(os.path.join(current, name))
                 except OSError:
                     continue
-                listing.append([f"{rel}/{name}", st.st_mode, st.st_size, st.st_mtime_ns])
-        listing.extend([f"{rel}/{name}/", 0, 0, 0] for name in dirs)
+                listing.append([f"{rel}/{name}", st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns])
+        listing.extend([f"{rel}/{name}/", 0, 0, 0, 0] for name in dirs)
     return listing
 
 

@@ -262,3 +262,20 @@ def test_the_loader_and_interpreter_variables_matter(ws: Workspace, tmp_path: "o
         assert not warm(ensure_json(ws, **{name: value})), name
         assert warm(ensure_json(ws, **{name: value})), name
     assert not warm(ensure_json(ws))
+
+
+def test_a_file_rewritten_with_its_size_and_mtime_kept_means_a_probe(ws: Workspace) -> None:
+    """`cp -p`, `rsync -a` and `tar x` keep a file's mtime; a rewrite of the same size is then told by its ctime
+    (which no one sets)."""
+    ensure_json(ws)
+    path = os.path.join(ws.root, "kernels", "moe_gemm_2stage.py")
+    st = os.stat(path)
+    with open(path, "rb") as handle:
+        text = handle.read()
+    time.sleep(0.01)
+    with open(path, "wb") as handle:
+        handle.write(text[:-1] + (b" " if text[-1:] != b" " else b"\n"))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert os.stat(path).st_size == st.st_size
+    assert not warm(ensure_json(ws))
+    assert warm(ensure_json(ws))
