@@ -14,11 +14,11 @@ DEFAULT_ROOT = "/opt/flydsl/FlyDSL"
 ENV_FILE_NAME = "flydsl_env.sh"
 ENV_JSON_NAME = "flydsl_env.json"
 STAMP_FORMAT = 1
-FINGERPRINT_VERSION = 8  # 8: PYTHON*, LD_* variables, ctime; 7: pyvenv.cfg, HOME; 6: hardlinked trees copied again
+FINGERPRINT_VERSION = 8  # 8: PYTHON*, LD_LIBRARY_PATH, ctime; 7: pyvenv.cfg, HOME; 6: hardlinked trees copied again
 MAX_OWN_FILE_BYTES = 16 << 20  # the tool's own files hold a few KB; the stamp a tree's listing
-# What the interpreter (PYTHONWARNINGS=error fails an import that warns) and the dynamic loader (a library path, a
-# preload) read; HOME: the user site folder, unless PYTHONUSERBASE names it.
-PYTHON_ENV_PREFIXES = ("PYTHON", "LD_")
+# What steers imports: every PYTHON* variable (PYTHONWARNINGS=error fails an import that warns), the loader's library
+# path, HOME (the user site folder, unless PYTHONUSERBASE names it).  Not LD_PRELOAD: valgrind sets it.
+PYTHON_ENV = ("LD_LIBRARY_PATH", "HOME")
 INTERRUPTED_AT_START = "ensure-flydsl: interrupted (SIGINT) before it began; nothing was changed\n"
 SITE_HOOKS = ("sitecustomize.py", "usercustomize.py", "sitecustomize", "usercustomize")
 
@@ -69,7 +69,7 @@ def without_folders(pythonpath: str | None, folders: list[str]) -> str:
 
 def python_environment(environ: dict[str, str], tree_folders: list[str]) -> dict[str, str | None]:
     """The variables that steer imports, as the env file leaves them (an empty PYTHONPATH is none)."""
-    env: dict[str, str | None] = {k: v for k, v in environ.items() if k.startswith(PYTHON_ENV_PREFIXES) or k == "HOME"}
+    env: dict[str, str | None] = {k: v for k, v in environ.items() if k.startswith("PYTHON") or k in PYTHON_ENV}
     env["PYTHONPATH"] = rest = without_folders(env.get("PYTHONPATH"), tree_folders) or None
     if rest and not all(entry.startswith("/") for entry in rest.split(os.pathsep)):
         try:  # Python makes a relative entry (an empty one too) absolute from where it starts
