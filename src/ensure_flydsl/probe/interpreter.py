@@ -80,12 +80,11 @@ def _start(python: str, modules: Sequence[str], env: Mapping[str, str], script: 
             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             own_group=True,  # a group of its own: a timeout kills what the imports started as well
         )
-    except FileNotFoundError:
-        raise EnsureError(ExitCode.BAD_INPUT, f"the interpreter {python!r} does not exist", stage=Stage.PROBE,
+    except OSError as exc:  # a symbolic link loop, a file that is no program: bad input too, never a traceback
+        what = {FileNotFoundError: "does not exist", PermissionError: "is not executable"}.get(
+            type(exc), f"cannot be run: {exc.strerror}")
+        raise EnsureError(ExitCode.BAD_INPUT, f"the interpreter {python!r} {what}", stage=Stage.PROBE,
                           hint="set FLYDSL_PYTHON (or --python) to the interpreter that will import FlyDSL") from None
-    except PermissionError:
-        raise EnsureError(ExitCode.BAD_INPUT, f"the interpreter {python!r} is not executable",
-                          stage=Stage.PROBE) from None
 
 
 def _report(python: str, proc: subprocess.Popen[bytes], timeout: float, timeout_label: str,
