@@ -14,11 +14,8 @@ DEFAULT_ROOT = "/opt/flydsl/FlyDSL"
 ENV_FILE_NAME = "flydsl_env.sh"
 ENV_JSON_NAME = "flydsl_env.json"
 STAMP_FORMAT = 1
-FINGERPRINT_VERSION = 8  # 8: PYTHON*, LD_LIBRARY_PATH, ctime; 7: pyvenv.cfg, HOME; 6: hardlinked trees copied again
+FINGERPRINT_VERSION = 8  # 8: every PYTHON* variable, ctime; 7: pyvenv.cfg, HOME; 6: hardlinked trees copied again
 MAX_OWN_FILE_BYTES = 16 << 20  # the tool's own files hold a few KB; the stamp a tree's listing
-# What steers imports: every PYTHON* variable (PYTHONWARNINGS=error fails an import that warns), the loader's library
-# path, HOME (the user site folder, unless PYTHONUSERBASE names it).  Not LD_PRELOAD: valgrind sets it.
-PYTHON_ENV = ("LD_LIBRARY_PATH", "HOME")
 INTERRUPTED_AT_START = "ensure-flydsl: interrupted (SIGINT) before it began; nothing was changed\n"
 SITE_HOOKS = ("sitecustomize.py", "usercustomize.py", "sitecustomize", "usercustomize")
 
@@ -69,7 +66,10 @@ def without_folders(pythonpath: str | None, folders: list[str]) -> str:
 
 def python_environment(environ: dict[str, str], tree_folders: list[str]) -> dict[str, str | None]:
     """The variables that steer imports, as the env file leaves them (an empty PYTHONPATH is none)."""
-    env: dict[str, str | None] = {k: v for k, v in environ.items() if k.startswith("PYTHON") or k in PYTHON_ENV}
+    # Every PYTHON* variable (PYTHONWARNINGS=error fails an import that warns); HOME: the user site folder, unless
+    # PYTHONUSERBASE names it.  Not the loader's LD_LIBRARY_PATH, LD_PRELOAD: valgrind, which counts a warm call's
+    # instructions (benchmarks/warm_call.py), sets both.
+    env: dict[str, str | None] = {k: v for k, v in environ.items() if k.startswith("PYTHON") or k == "HOME"}
     env["PYTHONPATH"] = rest = without_folders(env.get("PYTHONPATH"), tree_folders) or None
     if rest and not all(entry.startswith("/") for entry in rest.split(os.pathsep)):
         try:  # Python makes a relative entry (an empty one too) absolute from where it starts
