@@ -44,7 +44,8 @@ def test_without_a_stream_the_heartbeat_writes_the_log_once_an_interval(tmp_path
     log = str(tmp_path / "ensure_flydsl.log")
     reporter = Reporter(None)
     reporter.open_log(log)
-    with heartbeat(reporter, lambda: Pulse(step=None, percent=None, elapsed_s=1.0, eta_s=None, run_id="run", pid=None), 0.25):
+    pulse = Pulse(step=None, percent=None, elapsed_s=1.0, eta_s=None, run_id="run", pid=None)
+    with heartbeat(reporter, lambda: pulse, 0.25):
         time.sleep(1.0)
     reporter.close()
     with open(log) as handle:
