@@ -12,6 +12,7 @@ from typing import List
 
 import pytest
 
+from ensure_flydsl.probe.interpreter import ProbeBroke, run_probe
 from tests.helpers.flydsl_fixture import write
 from tests.helpers.scenario import alive
 from tests.helpers.workspace import Workspace
@@ -165,3 +166,14 @@ def test_a_probe_that_prints_without_end_is_read_in_bounded_memory(tmp_path: "os
     seconds, max_kib = figures.split()
     assert "killed after 30 s (FLYDSL_PROBE_TIMEOUT): importing flydsl hangs" in reason, figures
     assert float(seconds) < 40 and int(max_kib) < 150_000, figures
+
+
+def test_an_answer_of_the_wrong_shape_is_no_answer(tmp_path: "os.PathLike[str]") -> None:
+    """A shim interpreter that prints a result line the probe never writes (a number for the interpreter, a text for
+    a module): the probe broke, said as such, never an internal error."""
+    for n, answer in enumerate(("{'python': 1, 'modules': {}}", "{'python': {}, 'modules': {'flydsl': 'x'}}")):
+        liar = os.path.join(str(tmp_path), f"python{n}")
+        write(liar, f"#!/bin/sh\necho {shlex.quote('result ' + answer)}\n")
+        os.chmod(liar, 0o755)
+        with pytest.raises(ProbeBroke, match="exited with status 0 before importing anything, before it could report"):
+            run_probe(liar, modules=["flydsl"], timeout=30.0)

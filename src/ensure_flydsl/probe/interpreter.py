@@ -141,7 +141,7 @@ def _report(python: str, proc: subprocess.Popen[bytes], timeout: float, timeout_
             said[word] = rest.partition(" ")[2]
     if "stale" in said and "result" not in said:
         return None
-    with contextlib.suppress(SyntaxError, MemoryError, RecursionError, ValueError, KeyError, TypeError):
+    with contextlib.suppress(SyntaxError, MemoryError, RecursionError, ValueError, KeyError, TypeError, AttributeError):
         data = ast.literal_eval(said.get("result", ""))  # what a garbled or hostile line raises, or a wrong shape
         if isinstance(data, dict):
             return read(data)
