@@ -14,11 +14,8 @@ DEFAULT_ROOT = "/opt/flydsl/FlyDSL"
 ENV_FILE_NAME = "flydsl_env.sh"
 ENV_JSON_NAME = "flydsl_env.json"
 STAMP_FORMAT = 1
-FINGERPRINT_VERSION = 7  # 7: pyvenv.cfg, HOME; 6: a tree an earlier version hardlinked is copied again
+FINGERPRINT_VERSION = 8  # 8: every PYTHON* variable, ctime; 7: pyvenv.cfg, HOME; 6: hardlinked trees copied again
 MAX_OWN_FILE_BYTES = 16 << 20  # the tool's own files hold a few KB; the stamp a tree's listing
-# HOME: the user site folder, unless PYTHONUSERBASE names it.
-PYTHON_ENV = ("PYTHONPATH", "PYTHONHOME", "PYTHONNOUSERSITE", "PYTHONPLATLIBDIR", "PYTHONSAFEPATH", "PYTHONUSERBASE",
-              "HOME")
 INTERRUPTED_AT_START = "ensure-flydsl: interrupted (SIGINT) before it began; nothing was changed\n"
 SITE_HOOKS = ("sitecustomize.py", "usercustomize.py", "sitecustomize", "usercustomize")
 
@@ -69,8 +66,11 @@ def without_folders(pythonpath: str | None, folders: list[str]) -> str:
 
 def python_environment(environ: dict[str, str], tree_folders: list[str]) -> dict[str, str | None]:
     """The variables that steer imports, as the env file leaves them (an empty PYTHONPATH is none)."""
-    env = {name: environ.get(name) for name in PYTHON_ENV}
-    env["PYTHONPATH"] = rest = without_folders(env["PYTHONPATH"], tree_folders) or None
+    # Every PYTHON* variable (PYTHONWARNINGS=error fails an import that warns); HOME: the user site folder, unless
+    # PYTHONUSERBASE names it.  Not the loader's LD_LIBRARY_PATH, LD_PRELOAD: valgrind, which counts a warm call's
+    # instructions (benchmarks/warm_call.py), sets both.
+    env: dict[str, str | None] = {k: v for k, v in environ.items() if k.startswith("PYTHON") or k == "HOME"}
+    env["PYTHONPATH"] = rest = without_folders(env.get("PYTHONPATH"), tree_folders) or None
     if rest and not all(entry.startswith("/") for entry in rest.split(os.pathsep)):
         try:  # Python makes a relative entry (an empty one too) absolute from where it starts
             env["relative_to"] = os.getcwd()
@@ -80,7 +80,8 @@ def python_environment(environ: dict[str, str], tree_folders: list[str]) -> dict
 
 
 def folder_listing(folder: str) -> list[list[object]] | None:
-    """(relative path, mode, size, mtime) of all under ``folder`` but bytecode (imports write it); None if absent."""
+    """(relative path, mode, size, mtime, ctime) of all under ``folder`` but bytecode (imports write it); None if
+    absent.  The ctime: ``cp -p``, ``rsync -a`` and ``tar x`` keep a rewritten file's mtime."""
     if not os.path.isdir(folder):
         return None
     listing: list[list[object]] = []
@@ -93,8 +94,8 @@ def folder_listing(folder: str) -> list[list[object]] | None:
                     st = os.lstat(os.path.join(current, name))
                 except OSError:
                     continue
-                listing.append([f"{rel}/{name}", st.st_mode, st.st_size, st.st_mtime_ns])
-        listing.extend([f"{rel}/{name}/", 0, 0, 0] for name in dirs)
+                listing.append([f"{rel}/{name}", st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns])
+        listing.extend([f"{rel}/{name}/", 0, 0, 0, 0] for name in dirs)
     return listing
 
 

@@ -88,6 +88,7 @@ def _rows() -> List[Row]:
     add("python", "newline", "python3\n-c")
     add("python", "missing interpreter", "/nonexistent/python3", "python3.nonexistent")
     add("python", "not an interpreter", "/bin/false", "{dir}", "{file}")
+    add("python", "cannot be run", "{loop}", "{junk}", "{file}/python")  # ELOOP, ENOEXEC, ENOTDIR
     add("python", "option-shaped / code", *INJECT)
     add("shim_dir", "newline", "{scratch}/a\nb")
     add("vllm_moe", "unparseable", "maybe", "$(touch {canary})")
@@ -170,7 +171,8 @@ def read_only(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 class Scratch:
-    """A fresh folder per row: base/ (the root's parent), a regular file, a folder, a device, the canary."""
+    """A fresh folder per row: base/ (the root's parent), a regular file, a folder, a device, the canary, a
+    symbolic link to itself, an executable file that is no program."""
 
     def __init__(self, top: str, repo: FixtureRepo, ro: str) -> None:
         self.top = top
@@ -180,7 +182,11 @@ class Scratch:
         self.ws = Workspace(os.path.join(self.scratch, "base"), repo)
         write(os.path.join(self.scratch, "afile"), "x")
         os.makedirs(os.path.join(self.scratch, "adir"))
-        self.names = {"scratch": self.scratch, "canary": os.path.join(self.scratch, "CANARY"),
+        os.symlink("aloop", os.path.join(self.scratch, "aloop"))
+        write(os.path.join(self.scratch, "ajunk"), "not a program\n")
+        os.chmod(os.path.join(self.scratch, "ajunk"), 0o755)
+        self.names = {"loop": os.path.join(self.scratch, "aloop"), "junk": os.path.join(self.scratch, "ajunk"),
+                      "scratch": self.scratch, "canary": os.path.join(self.scratch, "CANARY"),
                       "file": os.path.join(self.scratch, "afile"), "dir": os.path.join(self.scratch, "adir"),
                       "dev": device(os.path.join(self.scratch, "null")), "ro": ro,
                       "keys": key_files(os.path.join(self.scratch, "keys"))}

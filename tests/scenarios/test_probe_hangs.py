@@ -12,6 +12,7 @@ from typing import List
 
 import pytest
 
+from ensure_flydsl.probe.interpreter import ProbeBroke, run_probe
 from tests.helpers.flydsl_fixture import write
 from tests.helpers.scenario import alive
 from tests.helpers.workspace import Workspace
@@ -148,3 +149,31 @@ def test_a_crashing_flydsl_in_the_interpreters_site_packages_is_shadowed_by_the_
     imported = ws.source_and_import(python=python)
     assert imported.returncode == 0, imported.stderr
     assert imported.stdout.splitlines()[0].startswith(ws.root + "/"), imported.stdout
+
+
+def test_a_probe_that_prints_without_end_is_read_in_bounded_memory(tmp_path: "os.PathLike[str]") -> None:
+    """An import that prints a warning in a loop and hangs: the tool keeps the last part of what the probe printed
+    (its answer is a few KB), not all of it, and says it hung within the timeout and a few seconds."""
+    spam = os.path.join(str(tmp_path), "python")
+    write(spam, "#!/bin/sh\nhead -c 250000000 /dev/zero | tr '\\0' x >&2\necho importing flydsl\nexec sleep 1000\n")
+    os.chmod(spam, 0o755)
+    code = ("import resource, time\nfrom ensure_flydsl.probe.interpreter import ProbeBroke, run_probe\n"
+            "started = time.monotonic()\ntry:\n    run_probe(%r, modules=['flydsl'], timeout=30.0)\n"
+            "except ProbeBroke as exc:\n    print(exc.reason)\n"
+            "print(time.monotonic() - started, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n" % spam)
+    done = subprocess.run([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, timeout=120)
+    reason, figures = done.stdout.splitlines()
+    seconds, max_kib = figures.split()
+    assert "killed after 30 s (FLYDSL_PROBE_TIMEOUT): importing flydsl hangs" in reason, figures
+    assert float(seconds) < 40 and int(max_kib) < 150_000, figures
+
+
+def test_an_answer_of_the_wrong_shape_is_no_answer(tmp_path: "os.PathLike[str]") -> None:
+    """A shim interpreter that prints a result line the probe never writes (a number for the interpreter, a text for
+    a module): the probe broke, said as such, never an internal error."""
+    for n, answer in enumerate(("{'python': 1, 'modules': {}}", "{'python': {}, 'modules': {'flydsl': 'x'}}")):
+        liar = os.path.join(str(tmp_path), f"python{n}")
+        write(liar, f"#!/bin/sh\necho {shlex.quote('result ' + answer)}\n")
+        os.chmod(liar, 0o755)
+        with pytest.raises(ProbeBroke, match="exited with status 0 before importing anything, before it could report"):
+            run_probe(liar, modules=["flydsl"], timeout=30.0)

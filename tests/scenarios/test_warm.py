@@ -252,3 +252,28 @@ def test_folder_listing_sees_size_mtime_and_names_but_not_bytecode(tmp_path: "os
     os.utime(path, ns=(1, 1))
     assert folder_listing(folder) != first
     assert folder_listing(os.path.join(str(tmp_path), "none")) is None
+
+
+def test_every_python_variable_matters(ws: Workspace) -> None:
+    """PYTHONWARNINGS=error fails an import that warns: the probe ran without it, so with it is another probe."""
+    ensure_json(ws)
+    assert not warm(ensure_json(ws, PYTHONWARNINGS="error"))
+    assert warm(ensure_json(ws, PYTHONWARNINGS="error"))
+    assert not warm(ensure_json(ws))
+
+
+def test_a_file_rewritten_with_its_size_and_mtime_kept_means_a_probe(ws: Workspace) -> None:
+    """`cp -p`, `rsync -a` and `tar x` keep a file's mtime; a rewrite of the same size is then told by its ctime
+    (which no one sets)."""
+    ensure_json(ws)
+    path = os.path.join(ws.root, "kernels", "moe_gemm_2stage.py")
+    st = os.stat(path)
+    with open(path, "rb") as handle:
+        text = handle.read()
+    time.sleep(0.01)
+    with open(path, "wb") as handle:
+        handle.write(text[:-1] + (b" " if text[-1:] != b" " else b"\n"))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert os.stat(path).st_size == st.st_size
+    assert not warm(ensure_json(ws))
+    assert warm(ensure_json(ws))

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import io
 import pathlib
+import time
 
+from ensure_flydsl.runs.progress import Pulse, heartbeat
 from ensure_flydsl.support.report import TAIL_LINES, Reporter
 
 
@@ -34,3 +36,17 @@ def test_quiet_messages_reach_a_log_that_is_the_stream(tmp_path: "pathlib.Path")
     with open(log) as handle:
         lines = handle.read().splitlines()
     assert [line.split("] ", 1)[-1] for line in lines[1:]] == ["ensure-flydsl: a message", "a build line"]
+
+
+def test_without_a_stream_the_heartbeat_writes_the_log_once_an_interval(tmp_path: "pathlib.Path") -> None:
+    """A reporter with nowhere to show lines (the API's default, a reader gone) is quiet by design: its heartbeat
+    says a pulse to the log once an interval, not every 10 ms for the whole run."""
+    log = str(tmp_path / "ensure_flydsl.log")
+    reporter = Reporter(None)
+    reporter.open_log(log)
+    pulse = Pulse(step=None, percent=None, elapsed_s=1.0, eta_s=None, run_id="run", pid=None)
+    with heartbeat(reporter, lambda: pulse, 0.25):
+        time.sleep(1.0)
+    reporter.close()
+    with open(log) as handle:
+        assert len(handle.read().splitlines()) <= 6  # the run's first line and four pulses, one of them late

@@ -8,6 +8,7 @@ import ast
 import contextlib
 import os
 import re
+import selectors
 import signal
 import subprocess
 import time
@@ -22,6 +23,7 @@ from ensure_flydsl.support.processes import kill_group, spawn
 
 # The identity probe imports nothing: it never gets longer than this, whatever FLYDSL_PROBE_TIMEOUT says.
 IDENTITY_TIMEOUT_S = 60.0
+KEPT_BYTES = 1 << 20  # of each of the probe's streams: its answer is a few KB, a failure shows stderr's last lines
 T = TypeVar("T")
 
 
@@ -47,17 +49,49 @@ class ProbeBroke(EnsureError):
         self.origin = origin
 
 
-def _stop_group(proc: subprocess.Popen[bytes]) -> Tuple[bytes, bytes]:
-    """SIGKILL the probe's process group and collect what it wrote (not waiting for one that left the group)."""
+def _stop_group(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL the probe's process group and reap it, its pipes closed unread (a process that left the group
+    may hold them)."""
     kill_group(proc.pid)
+    for pipe in (proc.stdin, proc.stdout, proc.stderr):
+        if pipe is not None:
+            pipe.close()
+    proc.wait()
+
+
+def _collect(proc: subprocess.Popen[bytes], stdin: Optional[bytes], timeout: float) -> Tuple[bytes, bytes, bool]:
+    """The last KEPT_BYTES of the probe's stdout and stderr (one printing without end never fills the tool's memory),
+    and whether its group was killed after ``timeout`` s (then read 5 s more: one that left the group holds a pipe)."""
+    if proc.stdin is not None:
+        with contextlib.suppress(BrokenPipeError):  # it died before reading
+            os.write(proc.stdin.fileno(), stdin or b"")
+        proc.stdin.close()
+    assert proc.stdout is not None and proc.stderr is not None
+    out, err = bytearray(), bytearray()
+    kept = {proc.stdout.fileno(): out, proc.stderr.fileno(): err}
+    deadline, timed_out = time.monotonic() + timeout, False
+    with selectors.DefaultSelector() as selector:
+        for fd in kept:
+            selector.register(fd, selectors.EVENT_READ)
+        while selector.get_map() and not (timed_out and time.monotonic() >= deadline):
+            if time.monotonic() >= deadline:
+                kill_group(proc.pid)
+                timed_out, deadline = True, time.monotonic() + 5.0
+            for key, _ in selector.select(max(0.0, deadline - time.monotonic())):
+                data = os.read(key.fd, 1 << 16)
+                kept[key.fd] += data
+                del kept[key.fd][:-KEPT_BYTES]
+                if not data:
+                    selector.unregister(key.fd)
     try:
-        return proc.communicate(timeout=5.0)
-    except subprocess.TimeoutExpired as exc:
-        for pipe in (proc.stdout, proc.stderr):
-            if pipe is not None:
-                pipe.close()
+        proc.wait(max(0.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:  # it closed its output and hangs
+        kill_group(proc.pid)
+        timed_out = True
         proc.wait()
-        return exc.output or b"", exc.stderr or b""
+    proc.stdout.close()
+    proc.stderr.close()
+    return bytes(out), bytes(err), timed_out
 
 
 def callers_folder() -> Optional[str]:
@@ -80,23 +114,19 @@ def _start(python: str, modules: Sequence[str], env: Mapping[str, str], script: 
             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             own_group=True,  # a group of its own: a timeout kills what the imports started as well
         )
-    except FileNotFoundError:
-        raise EnsureError(ExitCode.BAD_INPUT, f"the interpreter {python!r} does not exist", stage=Stage.PROBE,
+    except OSError as exc:  # a symbolic link loop, a file that is no program: bad input too, never a traceback
+        what = {FileNotFoundError: "does not exist", PermissionError: "is not executable"}.get(
+            type(exc), f"cannot be run: {exc.strerror}")
+        raise EnsureError(ExitCode.BAD_INPUT, f"the interpreter {python!r} {what}", stage=Stage.PROBE,
                           hint="set FLYDSL_PYTHON (or --python) to the interpreter that will import FlyDSL") from None
-    except PermissionError:
-        raise EnsureError(ExitCode.BAD_INPUT, f"the interpreter {python!r} is not executable",
-                          stage=Stage.PROBE) from None
 
 
 def _report(python: str, proc: subprocess.Popen[bytes], timeout: float, timeout_label: str,
             read: Callable[[Dict[str, Any]], T], stdin: Optional[bytes] = None) -> Optional[T]:
     """``read`` of the probe's answer (a Python literal: no code runs); None when an early probe found a preloaded
     module stale; ProbeBroke when it was killed after ``timeout`` seconds or died before it could report."""
-    timed_out = False
     try:
-        raw, err = proc.communicate(input=stdin, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        (raw, err), timed_out = _stop_group(proc), True
+        raw, err, timed_out = _collect(proc, stdin, timeout)
     except BaseException:
         _stop_group(proc)  # interrupted: leave no probe behind
         raise
@@ -111,7 +141,7 @@ def _report(python: str, proc: subprocess.Popen[bytes], timeout: float, timeout_
             said[word] = rest.partition(" ")[2]
     if "stale" in said and "result" not in said:
         return None
-    with contextlib.suppress(SyntaxError, MemoryError, RecursionError, ValueError, KeyError, TypeError):
+    with contextlib.suppress(SyntaxError, MemoryError, RecursionError, ValueError, KeyError, TypeError, AttributeError):
         data = ast.literal_eval(said.get("result", ""))  # what a garbled or hostile line raises, or a wrong shape
         if isinstance(data, dict):
             return read(data)

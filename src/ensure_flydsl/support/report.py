@@ -125,6 +125,7 @@ class Reporter:
         """Show ``text``; False if there is nowhere to.  A reader gone (``| head -1``) or a full disk under the
         stream ends the messages, never the run: the log still gets every line."""
         with self._lock:
+            self.last_shown = time.monotonic()  # nowhere to show it: the heartbeat still waits an interval
             if self.stream is None:
                 return False
             try:
@@ -136,7 +137,6 @@ class Reporter:
                 to_devnull(self.stream)
                 self.stream = None
                 return False
-            self.last_shown = time.monotonic()
             return True
 
     # -- the log -----------------------------------------------------------------------------------------
