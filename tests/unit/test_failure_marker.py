@@ -81,10 +81,50 @@ def test_a_run_that_recorded_its_own_failure_is_not_taken_for_dead(tmp_path: "os
     store = RunStore(settings.root)
     store.ensure_folder()
     stale = new_record(store, "20261207-161500-abcdef", request=settings.request(), fail_marker=settings.fail_marker,
-                       log=settings.log_file, kind="blocking", pid=os.getpid(), step=Stage.BUILD)
+                       log=settings.log_file, kind="blocking", pid=os.getpid(), step=Stage.BUILD, path_env=None)
     failure = Failure(Stage.BUILD, 5, "build.sh failed", "read the log")
     store.write(replace(stale, state=FAILED, finished=time.time(), failure=failure))  # no alive lock: it ended
     found = record_death(store, stale)
     assert found.state == FAILED and found.failure == failure
     assert not os.path.exists(settings.fail_marker)  # the run left none (its env file answered, say): none now
     assert not os.path.exists(os.path.join(str(tmp_path), "cache", "ensure-flydsl", "runs"))
+
+
+def test_a_dead_runs_interpreter_is_looked_up_on_its_own_path(tmp_path: "os.PathLike[str]",
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """A dead run asked for ``python3`` on its own PATH (``ensure(environ=...)``'s); the root's env file is for the
+    ``python3`` of the PATH of the process that finds the death.  It does not answer the run's request: the marker
+    is written (it was not: the finder's PATH was asked)."""
+    base = os.path.join(str(tmp_path), "base")
+    monkeypatch.setenv("XDG_CACHE_HOME", os.path.join(str(tmp_path), "cache"))
+    pythons = {}
+    for name in ("runs", "finders"):
+        folder = os.path.join(str(tmp_path), name)
+        os.makedirs(folder)
+        pythons[name] = os.path.join(folder, "python3")
+        with open(pythons[name], "w") as handle:
+            handle.write("#!/bin/sh\n")
+        os.chmod(pythons[name], 0o755)
+    monkeypatch.setenv("PATH", os.path.dirname(pythons["finders"]))
+    settings = Settings(root=os.path.join(base, "FlyDSL"), fail_marker=os.path.join(base, ".flydsl_build.failed"),
+                        python="python3")
+    root, request = settings.root, settings.request()
+    os.makedirs(root)
+    files = {module: f"{root}/build-fly/python_packages/{module}.py" for module in request.require}
+    with open(settings.env_json, "w") as handle:  # made for the finder's python3, by its path
+        json.dump({"request": replace(request, python=pythons["finders"]).to_json(), "how": "built", "tree": root,
+                   "version": "0.2.2", "python": pythons["finders"], "python_version": "3.11.7", "abi": "x",
+                   "commit": "a" * 40, "files": files, "watch": [], "site_dirs": [], "fingerprint": {},
+                   "FLYDSL_ROOT": root, "pythonpath_prepend": [root], "VLLM_USE_FLYDSL_MOE": "1"}, handle)
+    with open(settings.env_file, "w") as handle:
+        handle.write("export FLYDSL_ROOT=x\n")
+    store = RunStore(root)
+    store.ensure_folder()
+    dead = new_record(store, "20261207-161500-abcdef", request=request, fail_marker=settings.fail_marker,
+                      log=settings.log_file, kind="blocking", pid=os.getpid(), step=Stage.BUILD,
+                      path_env=os.path.dirname(pythons["runs"]))
+    store.write(dead)  # "running", and no alive lock: it died
+    found = record_death(store, dead)
+    assert found.state == FAILED and found.failure is not None and found.failure.exit_code == 9
+    marker = read_failure_marker(settings.fail_marker)
+    assert marker is not None and marker.failure is not None and marker.failure.exit_code == 9

@@ -72,8 +72,7 @@ def worker(call: Call) -> int:
 
 
 def _started(settings: Settings, run_id: str, pid: Optional[int], log: str, *, joined: bool) -> Dict[str, object]:
-    """start's answer: ok with its exit code 0 (the run is launched or joined), its pid, its state, and whether it
-    joined; `wait` answers whether FlyDSL is ready."""
+    """start's answer: ok (exit 0) once the run is launched or joined; `wait` answers whether FlyDSL is ready."""
     what = "joined the run already going" if joined else "launched a detached run"
     return result_object(ok=True, exit_code=0, reason=f"{what} for this request", log=log, run_id=run_id,
                          hint=f"run `{command('wait --timeout 540')}` (again while it exits 75)", elapsed_s=None,
@@ -145,7 +144,8 @@ def _announce(settings: Settings, environ: Mapping[str, str], store: RunStore, r
     try:
         os.fchmod(log, 0o644)
         announced = new_record(store, run_id, request=settings.request(), fail_marker=settings.fail_marker,
-                               log=settings.log_file, kind="detached", pid=None, step=Stage.STARTING)
+                               log=settings.log_file, kind="detached", pid=None, step=Stage.STARTING,
+                               path_env=environ.get("PATH"))
         announced.eta_s = announced_eta(settings, environ)  # the likeliest route's, from the host's history
         store.write(announced)
         store.set_current(run_id)

@@ -47,7 +47,7 @@ def record_death(store: RunStore, record: RunRecord) -> RunRecord:
     # files alone must see the death as soon as `wait` does.
     unseen = leave_failure_marker(dead.fail_marker, dead.failure, request=dead.request, run_id=dead.run_id,
                                   locked=dead.locked, log=dead.log or None, log_tail=markers.tail_of(dead.log),
-                                  path_env=os.environ.get("PATH"))
+                                  path_env=dead.path_env)
     if unseen is not None:  # the marker could not be written: the failure says so
         dead = replace(dead, failure=replace(dead.failure, reason=f"{dead.failure.reason}; {unseen}"))
     try:

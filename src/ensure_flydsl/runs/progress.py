@@ -165,8 +165,7 @@ class Tracker:
         return self.alive_fd >= 0
 
     def begin(self, alive_fd: Optional[int], host_dir: Optional[str], route: Optional[Plan]) -> None:
-        """The run's record, steps from here on, with its first ETA, begun in the store (whole or not at all),
-        and its watchdog; ``alive_fd`` is a detached worker's, which ``start`` took."""
+        """Make the run visible (its record and first ETA, whole or not at all) and watched; ``alive_fd``: start's."""
         self.record = replace(self.record, step=Stage.PROBE, steps=[], percent=None, started=time.time())
         self.worked, self.taken, self.step_started_at = {}, None, time.time()  # what came before is not tracked
         self.host_dir, self.history, self.route = host_dir, read_history(host_dir), route
@@ -237,8 +236,7 @@ class Tracker:
         self._write(force=True)
 
     def follow(self, waiting: Optional[Dict[str, object]], percent: Optional[float], eta: Optional[float]) -> None:
-        """Follow another host's build (the build lease): its percent and ETA are this run's until ``waiting``
-        is None."""
+        """Follow another host's build lease: its percent and ETA are this run's until ``waiting`` is None."""
         followed = self.record.waiting is not None
         self.record.waiting = waiting
         if waiting is not None or followed:

@@ -74,6 +74,7 @@ class RunRecord(fields.Record):
     build_leader_start: Optional[str] = checked(fields.text, None)
     locked: bool = checked(fields.boolean, False)  # it took the build lock: its outcome is its request's outcome
     waiting: Optional[Dict[str, object]] = checked(fields.mapping, None)  # the build lease's holder it waits for
+    path_env: Optional[str] = checked(fields.text, None)  # the run's PATH, which finds its interpreter by name
 
     def remaining_eta(self) -> Optional[float]:
         if self.eta_s is None or self.updated is None:
@@ -238,7 +239,7 @@ def sibling_roots(root: str) -> List[str]:
 
 
 def new_record(store: RunStore, run_id: str, *, request: Request, fail_marker: str, log: str,
-               kind: str, pid: Optional[int], step: Stage) -> RunRecord:
+               kind: str, pid: Optional[int], step: Stage, path_env: Optional[str]) -> RunRecord:
     return RunRecord(run_id=run_id, root=store.root, request=request, kind=kind, pid=pid,
                      pid_start=process_start_time(pid) if pid else None, host=socket.gethostname(), step=step,
-                     started=time.time(), log=log, fail_marker=fail_marker)
+                     started=time.time(), log=log, fail_marker=fail_marker, path_env=path_env)

@@ -85,7 +85,8 @@ class Run:
         store = RunStore(settings.root)
         self.tracker = Tracker(store, new_record(
             store, self.run_id, request=settings.request(), fail_marker=settings.fail_marker,
-            log=settings.log_file, kind=kind, pid=os.getpid(), step=self.step_name))
+            log=settings.log_file, kind=kind, pid=os.getpid(), step=self.step_name,
+            path_env=self.environ.get("PATH")))
         self.facts = RunFacts()  # bytes fetched, cache hits, lease waits: for the run's timing record
         self._worked = False
         processes.set_heartbeat(self.say)  # a network step that waits says so every 30 s
