@@ -19,7 +19,7 @@ from ensure_flydsl.probe.interpreter import broken_user_line, broken_users, prob
 from ensure_flydsl.result import result_json, result_object
 from ensure_flydsl.runs.answer import ABSENT_EXIT, answer, answers, followed, start_hint, status_lines
 from ensure_flydsl.runs.markers import EnvTwin, installed, installed_twin, twin_gap
-from ensure_flydsl.runs.progress import Pulse, say_pulse
+from ensure_flydsl.runs.progress import Pulse
 from ensure_flydsl.runs.records import RUNNING
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.support.launcher import command
@@ -51,7 +51,7 @@ def wait(call: Call, settings: Settings) -> int:
             break
         now = time.monotonic()
         if now >= next_beat:
-            say_pulse(reporter, Pulse.of_record(found.record))  # the line a run's own heartbeat says
+            Pulse.of_record(found.record).say(reporter)  # the line a run's own heartbeat says
             next_beat = now + call.args.heartbeat
         if deadline is not None and now >= deadline:
             reporter.say(f"still running after {fmt_seconds(timeout)}; run `{command('wait --timeout 540')}` "

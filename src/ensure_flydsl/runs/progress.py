@@ -110,9 +110,8 @@ class Pulse:
         return {"event": "heartbeat", "state": RUNNING, **asdict(self), "elapsed_s": round(self.elapsed_s, 1),
                 "eta_s": None if self.eta_s is None else round(self.eta_s, 1), "text": self.line()}
 
-
-def say_pulse(reporter: Reporter, pulse: Pulse) -> None:
-    reporter.say(pulse.line(), pulse.event())
+    def say(self, reporter: Reporter) -> None:
+        reporter.say(self.line(), self.event())
 
 
 @contextlib.contextmanager
@@ -127,7 +126,7 @@ def heartbeat(reporter: Reporter, pulse: Callable[[], Pulse], interval: float) -
                 return
             if time.monotonic() - reporter.last_shown >= interval:
                 try:
-                    say_pulse(reporter, pulse())
+                    pulse().say(reporter)
                 except Exception:  # a heartbeat that cannot be said this time must not end the heartbeats
                     reporter.last_shown = time.monotonic()  # tried: an interval before the next try
 

@@ -201,7 +201,8 @@ class RunStore:
     def is_alive(self, run_id: str, *, wait: bool = False) -> bool:
         """Whether the run's alive file is held; ``wait``: block until it is not (the watchdog)."""
         try:
-            fd = os.open(run_alive_file(self.folder, run_id), os.O_RDONLY | os.O_NOFOLLOW)
+            # Not blocking: a FIFO planted there is flocked, never waited on for a writer.
+            fd = os.open(run_alive_file(self.folder, run_id), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
         except OSError:
             return False
         try:
