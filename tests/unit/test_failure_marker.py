@@ -11,7 +11,7 @@ from dataclasses import replace
 import pytest
 
 from ensure_flydsl.errors import Stage
-from ensure_flydsl.runs.liveness import record_death
+from ensure_flydsl.runs.liveness import record_death, seen_dead
 from ensure_flydsl.runs.markers import (
     Failure,
     read_failure_marker,
@@ -128,3 +128,30 @@ def test_a_dead_runs_interpreter_is_looked_up_on_its_own_path(tmp_path: "os.Path
     assert found.state == FAILED and found.failure is not None and found.failure.exit_code == 9
     marker = read_failure_marker(settings.fail_marker)
     assert marker is not None and marker.failure is not None and marker.failure.exit_code == 9
+
+
+def test_a_run_killed_between_its_failure_marker_and_its_record_keeps_its_own_failure(
+        tmp_path: "os.PathLike[str]", monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run failed (exit 5), wrote its failure marker and its timing record, and was killed before its FAILED
+    record: its death is recorded with the failure it said, the marker and the timing record stay its own (the
+    death's exit 9 was written over them, and `wait` exited 9 where the marker said 5)."""
+    base = os.path.join(str(tmp_path), "base")
+    monkeypatch.setenv("XDG_CACHE_HOME", os.path.join(str(tmp_path), "cache"))
+    settings = Settings(root=os.path.join(base, "FlyDSL"), fail_marker=os.path.join(base, ".flydsl_build.failed"))
+    store = RunStore(settings.root)
+    store.ensure_folder()
+    run = new_record(store, "20261207-161500-abcdef", request=settings.request(), fail_marker=settings.fail_marker,
+                     log=settings.log_file, kind="detached", pid=os.getpid(), step=Stage.BUILD, path_env=None)
+    store.write(run)  # "running", and no alive lock: it was killed
+    failure = Failure(Stage.BUILD, 5, "build.sh failed", "read the log")
+    write_failure_marker(settings.fail_marker, stage=failure.stage, exit_code=5, reason=failure.reason,
+                         hint=failure.hint, log=None, log_tail=["its last line"], run_id=run.run_id,
+                         request=settings.request())
+    assert seen_dead(store, run)[0].failure == failure  # `status` says how it ended
+    found = record_death(store, run)
+    assert found.state == FAILED and found.failure == failure
+    recorded = store.read(run.run_id)
+    assert recorded is not None and recorded.state == FAILED and recorded.failure == failure
+    marker = read_failure_marker(settings.fail_marker)
+    assert marker is not None and marker.failure == failure and marker.log_tail == ("its last line",)
+    assert not os.path.exists(os.path.join(str(tmp_path), "cache", "ensure-flydsl", "runs"))

@@ -1,6 +1,5 @@
-"""The commands that run the pipeline or predict it: ``ensure`` (blocking), ``doctor``, and ``start``, which joins
-the live run for the request or launches a worker (``_worker``) and returns at once, holding the worker's alive lock
-until it hands it over: a ``wait`` issued at once sees a live run."""
+"""``ensure`` (blocking), ``doctor``, and ``start``: it joins the request's live run or launches a worker (``_worker``),
+holding the worker's alive lock until the worker has it (a ``wait`` issued at once sees a live run)."""
 
 from __future__ import annotations
 

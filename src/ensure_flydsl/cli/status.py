@@ -1,6 +1,5 @@
-"""``ensure-flydsl status``: what is true for the request now (runs/answer.py); ``wait``: the same, once the run
-ends (0, its failure's code) or at ``--timeout`` (75), with heartbeat lines for an agent's silence detector;
-``env``: the env file when it answers the request; ``verify``: the full import probe of its tree."""
+"""``status``: what is true for the request now (runs/answer.py); ``wait``: the same once the run ends, or 75 at
+``--timeout``, with heartbeats; ``env``: the env file when it answers the request; ``verify``: its full probe."""
 
 from __future__ import annotations
 

@@ -128,7 +128,7 @@ def answers(settings: Settings, twin: EnvTwin) -> str:
 
 def live_runs(store: RunStore, request: Request) -> List[RunRecord]:
     """The runs for ``request`` that are alive, the one holding the build lock first, then the oldest."""
-    return _in_speaking_order(seen_dead(store, r) for r in store.records_for(request))
+    return _in_speaking_order(seen_dead(store, r)[0] for r in store.records_for(request))
 
 
 def _in_speaking_order(records: Iterable[RunRecord]) -> List[RunRecord]:
@@ -140,16 +140,13 @@ def followed(settings: Settings, run_id: Optional[str] = None) -> Settings:
     """The settings ``status`` and ``wait`` answer for: the request of run ``run_id``, else (no request setting
     but the root: a plain ``wait`` in the next shell) the root's current run's, else the caller's own."""
     store = RunStore(settings.root)
-    if run_id is not None:
-        record = store.read(run_id) if is_run_id(run_id) else None
-        if record is None or record.root != settings.root:
-            raise BadInput("--run-id", run_id, f"the id of a run on {settings.root}, as `start` printed it")
-    elif any(f.name in settings.sources for f in fields(Request) if f.name != "root"):
+    if run_id is None and any(f.name in settings.sources for f in fields(Request) if f.name != "root"):
         return settings
-    else:
-        record = store.current()
-        if record is None or record.root != settings.root:
+    record = store.current() if run_id is None else store.read(run_id) if is_run_id(run_id) else None
+    if record is None or record.root != settings.root:
+        if run_id is None:
             return settings
+        raise BadInput("--run-id", run_id, f"the id of a run on {settings.root}, as `start` printed it")
     return replace(settings, **{f.name: getattr(record.request, f.name) for f in fields(Request) if f.name != "root"})
 
 
@@ -167,8 +164,7 @@ def answer(settings: Settings, *, record_deaths: bool = False) -> Answer:
 def _answer(settings: Settings, *, record_deaths: bool) -> Answer:
     store = RunStore(settings.root)
     request = settings.request()
-    settle = record_death if record_deaths else seen_dead
-    records = [settle(store, r) for r in store.records_for(request)]
+    records = [record_death(store, r) if record_deaths else seen_dead(store, r)[0] for r in store.records_for(request)]
     live = _in_speaking_order(records)
     if live:
         return Answer(RUNNING, record=live[0], run_id=live[0].run_id)

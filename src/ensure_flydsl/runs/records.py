@@ -139,8 +139,7 @@ class RunStore:
                         run_reserve_file(self.folder, run_id)])
 
     def begin(self, record: RunRecord, alive_fd: Optional[int] = None) -> int:
-        """A run's files as it begins, all or none (alive file held, reserve, record, ``current``); ``alive_fd``
-        is a detached worker's, which ``start`` took.  The descriptor returned keeps the run alive."""
+        """A run's files, all or none (alive file held, reserve, record, ``current``); the fd returned keeps it."""
         run_id = record.run_id
         own = alive_fd is None  # a detached worker's record and alive file are `start`'s
         self.ensure_folder()
