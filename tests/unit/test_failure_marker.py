@@ -11,6 +11,7 @@ from dataclasses import replace
 import pytest
 
 from ensure_flydsl.errors import Stage
+from ensure_flydsl.runs.answer import answer
 from ensure_flydsl.runs.liveness import record_death, seen_dead
 from ensure_flydsl.runs.markers import (
     Failure,
@@ -155,3 +156,21 @@ def test_a_run_killed_between_its_failure_marker_and_its_record_keeps_its_own_fa
     marker = read_failure_marker(settings.fail_marker)
     assert marker is not None and marker.failure == failure and marker.log_tail == ("its last line",)
     assert not os.path.exists(os.path.join(str(tmp_path), "cache", "ensure-flydsl", "runs"))
+
+
+def test_a_run_that_ended_while_the_clock_was_ahead_never_hides_a_later_one(
+        tmp_path: "os.PathLike[str]", monkeypatch: pytest.MonkeyPatch) -> None:
+    """Run A failed (exit 5) while the clock was an hour ahead; the clock was set right, and run B of the same request
+    failed (exit 2).  `status` and `wait` answer B's failure (they took A's, the largest end time, for ever)."""
+    base = os.path.join(str(tmp_path), "base")
+    monkeypatch.setenv("XDG_CACHE_HOME", os.path.join(str(tmp_path), "cache"))
+    settings = Settings(root=os.path.join(base, "FlyDSL"), fail_marker=os.path.join(base, ".flydsl_build.failed"))
+    store = RunStore(settings.root)
+    store.ensure_folder()
+    now = time.time()
+    for run_id, code, finished in (("20261207-171500-aaaaaa", 5, now + 3600), ("20261207-161600-bbbbbb", 2, now)):
+        run = new_record(store, run_id, request=settings.request(), fail_marker=settings.fail_marker,
+                         log=settings.log_file, kind="detached", pid=None, step=Stage.FETCH, path_env=None)
+        store.write(replace(run, state=FAILED, finished=finished, failure=Failure(Stage.FETCH, code, "failed", "")))
+    found = answer(settings)
+    assert (found.run_id, found.exit_code) == ("20261207-161600-bbbbbb", 2)

@@ -22,6 +22,7 @@ from ensure_flydsl.runs.markers import (
     twin_gap,
 )
 from ensure_flydsl.runs.records import FAILED, RUNNING, SUCCEEDED, RunRecord, RunStore, is_run_id, sibling_roots
+from ensure_flydsl.runs.timings import newest_real
 from ensure_flydsl.settings import Request, Settings
 from ensure_flydsl.support.launcher import command
 from ensure_flydsl.support.report import fmt_seconds, known
@@ -172,7 +173,7 @@ def _answer(settings: Settings, *, record_deaths: bool) -> Answer:
     gap = (twin_gap(there, request, os.environ.get("PATH")) if there is not None else
            "there is none: another request's run replaced it, or `clean` removed it")
     # The last to end: a run that gave up while another was alive ended first, and never hides the one that worked.
-    last = max(records, key=lambda r: r.finished or 0.0, default=None)
+    last = max(records, key=lambda r: newest_real(r.finished or 0.0, time.time()), default=None)
     if there is not None and gap is None:
         if last is not None and last.state == SUCCEEDED:
             return Answer(SUCCEEDED, record=last, twin=there, run_id=last.run_id)
