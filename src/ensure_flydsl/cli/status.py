@@ -38,9 +38,8 @@ def status(call: Call, settings: Settings) -> int:
 def wait(call: Call, settings: Settings) -> int:
     """Poll while a run for the request lives; a run found dead is recorded here, should its watchdog be gone."""
     settings, reporter, timeout = followed(settings, call.args.run_id), call.reporter, call.args.timeout
-    started = time.monotonic()
-    deadline = None if timeout is None else started + timeout
-    next_beat = started
+    deadline = None if timeout is None else time.monotonic() + timeout
+    next_beat = time.monotonic()
     while True:
         found = answer(settings, record_deaths=True)
         if found.state != RUNNING or found.record is None:

@@ -194,6 +194,7 @@ class RunStore:
         flock taken says at once that it is gone (``filelock`` has no shared probe, nor a descriptor to hand on)."""
         self.ensure_folder()
         fd = os.open(run_alive_file(self.folder, run_id), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        os.fchmod(fd, 0o644)  # whatever the umask: another user's `status` opens it to tell that the run lives
         fcntl.flock(fd, fcntl.LOCK_EX)
         return fd
 
