@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from ensure_flydsl.errors import Plan, Stage
+from ensure_flydsl.layout import host_cache_dir
 from ensure_flydsl.runs.markers import Failure
 from ensure_flydsl.runs.records import FAILED, RUNNING, SUCCEEDED, RunRecord, RunStore, process_start_time
 from ensure_flydsl.runs.timings import History, read_history, remember
@@ -163,16 +164,17 @@ class Tracker:
     def begun(self) -> bool:
         return self.alive_fd >= 0
 
-    def begin(self, alive_fd: Optional[int], host_dir: Optional[str], route: Optional[Plan]) -> None:
+    def begin(self, alive_fd: Optional[int], environ: Mapping[str, str], route: Optional[Plan]) -> None:
         """Make the run visible (its record and first ETA, whole or not at all) and watched; ``alive_fd``: start's."""
         self.record = replace(self.record, step=Stage.PROBE, steps=[], percent=None, started=time.time())
         self.worked, self.taken, self.step_started_at = {}, None, time.time()  # what came before is not tracked
-        self.host_dir, self.history, self.route = host_dir, read_history(host_dir), route
+        self.host_dir, self.route = host_cache_dir(environ), route
+        self.history = read_history(self.host_dir)
         self._write(force=True)  # its first ETA, stamped (nothing is written before it begins)
         self.alive_fd = self.store.begin(self.record, alive_fd)
         cmd = [*tool_command(), "_watchdog", self.store.root, self.record.run_id]
         self._watchdog = spawn(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL, own_group=True, env=passed_on(os.environ))
+                               stderr=subprocess.DEVNULL, own_group=True, env=passed_on(environ))
         _WATCHDOGS.append(self._watchdog)
         self.store.prune()
 
@@ -189,8 +191,7 @@ class Tracker:
 
     def step_started(self, name: Stage) -> None:
         self.step_started_at = time.time()
-        self.record.step = name
-        self.record.percent = None
+        self.record.step, self.record.percent = name, None
         self.record.steps.append({"name": name, "started": self.step_started_at, "ended": None})
         self._write(force=True)
 
@@ -205,8 +206,7 @@ class Tracker:
     def line(self, text: str) -> Optional[float]:
         percent = parse_percent(text)
         if percent is not None:
-            shown = self.record.percent
-            self.record.percent = round(percent, 1)
+            shown, self.record.percent = self.record.percent, round(percent, 1)
             # Throttled, but never past a whole percent: a step that prints "[1/4]" and then works for
             # minutes must not show a stale percent all that time.
             self._write(force=shown is None or int(shown) != int(percent))

@@ -100,7 +100,7 @@ class Run:
     def track(self) -> None:
         """From here on the run is visible to ``status`` and ``wait``, and its death is noticed."""
         if not self.tracker.begun:
-            self.tracker.begin(self.alive_fd, host_cache_dir(self.environ), likely_route(self.settings))
+            self.tracker.begin(self.alive_fd, self.environ, likely_route(self.settings))
             if self.step_name in Plan.SOURCE.stages:
                 self.tracker.step_started(self.step_name)
 
