@@ -19,9 +19,10 @@ from ensure_flydsl.pipeline.run import ensure, ensure_run
 from ensure_flydsl.pipeline.warm import warm_lines
 from ensure_flydsl.probe.interpreter import callers_folder
 from ensure_flydsl.result import result_json, result_object
-from ensure_flydsl.runs.answer import live_runs
+from ensure_flydsl.runs.answer import answer
 from ensure_flydsl.runs.liveness import leave_failure_marker
 from ensure_flydsl.runs.markers import Failure, installed
+from ensure_flydsl.runs.progress import launch_watchdog
 from ensure_flydsl.runs.records import RUNNING, RunStore, new_record, new_run_id
 from ensure_flydsl.settings import Settings, Strategy
 from ensure_flydsl.support.files import LockBusy, held_lock
@@ -95,9 +96,9 @@ def start(call: Call, settings: Settings) -> int:
 
 
 def _join_or_launch(settings: Settings, environ: Mapping[str, str], reporter: Reporter, store: RunStore) -> int:
-    live = live_runs(store, settings.request())
-    if live:  # a run announced by `start` a moment ago has no pid in its record until its worker writes it
-        running, deadline = live[0], time.monotonic() + JOIN_PID_WAIT_S
+    running = answer(settings).record  # the live run first, if any
+    if running is not None and running.state == RUNNING:  # one `start` announced has no pid until its worker writes it
+        deadline = time.monotonic() + JOIN_PID_WAIT_S
         while running.pid is None and time.monotonic() < deadline:
             time.sleep(0.02)
             running = store.read(running.run_id) or running
@@ -127,6 +128,7 @@ def _join_or_launch(settings: Settings, environ: Mapping[str, str], reporter: Re
         with stop_signals_blocked():  # the worker unblocks them once its record can say how it ended
             proc = spawn(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=passed_on(environ),
                          own_group=True, pass_fds=(alive_fd,), cwd=callers_folder())
+        launch_watchdog(store.root, run_id, environ)  # from the first moment: a worker killed at once is noticed too
     finally:
         os.close(log)
         os.close(alive_fd)  # the worker holds its own copy of the locked descriptor

@@ -127,11 +127,6 @@ def answers(settings: Settings, twin: EnvTwin) -> str:
     return f"{settings.env_file} answers this request: flydsl {twin.version} ({twin.how}) for {twin.python}"
 
 
-def live_runs(store: RunStore, request: Request) -> List[RunRecord]:
-    """The runs for ``request`` that are alive, the one holding the build lock first, then the oldest."""
-    return _in_speaking_order(seen_dead(store, r)[0] for r in store.records_for(request))
-
-
 def _in_speaking_order(records: Iterable[RunRecord]) -> List[RunRecord]:
     """Those of ``records`` still running, the one holding the build lock first, then the oldest."""
     return sorted((r for r in records if r.state == RUNNING), key=lambda r: (not r.locked, r.started))
@@ -165,7 +160,8 @@ def answer(settings: Settings, *, record_deaths: bool = False) -> Answer:
 def _answer(settings: Settings, *, record_deaths: bool) -> Answer:
     store = RunStore(settings.root)
     request = settings.request()
-    records = [record_death(store, r) if record_deaths else seen_dead(store, r)[0] for r in store.records_for(request)]
+    mine = [r for r in store.records() if r.request == request]  # another request's run may be going too
+    records = [record_death(store, r) if record_deaths else seen_dead(store, r)[0] for r in mine]
     live = _in_speaking_order(records)
     if live:
         return Answer(RUNNING, record=live[0], run_id=live[0].run_id)

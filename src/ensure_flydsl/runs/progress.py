@@ -143,6 +143,14 @@ def heartbeat(reporter: Reporter, pulse: Callable[[], Pulse], interval: float) -
 
 
 # -- the run record -------------------------------------------------------------------------------------------
+def launch_watchdog(root: str, run_id: str, environ: Mapping[str, str]) -> "subprocess.Popen[bytes]":
+    """The run's watchdog (liveness.watch), in a session of its own."""
+    watchdog = spawn([*tool_command(), "_watchdog", root, run_id], stdin=subprocess.DEVNULL,
+                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, own_group=True, env=passed_on(environ))
+    _WATCHDOGS.append(watchdog)
+    return watchdog
+
+
 class Tracker:
     """Keeps a run's record up to date once ``begin`` made it visible; until then it writes nothing."""
 
@@ -172,10 +180,8 @@ class Tracker:
         self.history = read_history(self.host_dir)
         self._write(force=True)  # its first ETA, stamped (nothing is written before it begins)
         self.alive_fd = self.store.begin(self.record, alive_fd)
-        cmd = [*tool_command(), "_watchdog", self.store.root, self.record.run_id]
-        self._watchdog = spawn(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL, own_group=True, env=passed_on(environ))
-        _WATCHDOGS.append(self._watchdog)
+        if alive_fd is None:  # a detached worker's was launched with it, by `start`
+            self._watchdog = launch_watchdog(self.store.root, self.record.run_id, environ)
         self.store.prune()
 
     def expect(self, route: Optional[Plan]) -> None:

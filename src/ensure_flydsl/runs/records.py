@@ -142,7 +142,6 @@ class RunStore:
         """A run's files, all or none (alive file held, reserve, record, ``current``); the fd returned keeps it."""
         run_id = record.run_id
         own = alive_fd is None  # a detached worker's record and alive file are `start`'s
-        self.ensure_folder()
         fd = self.hold_alive(run_id) if alive_fd is None else alive_fd
         os.set_inheritable(fd, False)  # a build we start must not keep the run "alive" after we die
         announced = self.read(run_id)  # `start` wrote it before launching us
@@ -174,10 +173,6 @@ class RunStore:
 
     def records(self) -> List[RunRecord]:
         return [r for r in (self.read(n) for n in self._record_ids()) if r]
-
-    def records_for(self, request: Request) -> List[RunRecord]:
-        """The runs made for ``request`` (another request's run on the same root may be going too)."""
-        return [r for r in self.records() if r.request == request]
 
     def any_alive(self) -> List[RunRecord]:
         return [r for r in self.records() if r.state == RUNNING and self.is_alive(r.run_id)]
