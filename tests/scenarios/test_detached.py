@@ -387,3 +387,18 @@ def test_a_sigterm_at_any_instant_of_a_worker_s_start_is_an_interrupt(ws: Worksp
     marker = ws.marker()
     assert marker["exit_code"] == 130 and "SIGTERM" in str(marker["reason"]), marker
     assert marker["pid"] == launched["pid"]
+
+
+def test_a_worker_killed_before_its_record_leaves_a_failure_marker_unasked(ws: Workspace,
+                                                                           tmp_path: "os.PathLike[str]") -> None:
+    """The worker is killed -9 as it starts (the OOM killer), before it begins its record and its watchdog.  A
+    poller of the files alone sees the failure marker within seconds, no `wait` or `status` asked (it saw none:
+    only `wait` recorded such a death)."""
+    site = os.path.join(str(tmp_path), "site")
+    os.makedirs(site)
+    with open(os.path.join(site, "sitecustomize.py"), "w") as handle:
+        handle.write("import os\nwith open('/proc/self/cmdline', 'rb') as f:\n"
+                     "    if b'\\0_worker\\0' in f.read():\n        os.kill(os.getpid(), 9)\n")
+    assert start(ws, PYTHONPATH=site)["state"] == "running"
+    wait_for(ws.fail_marker, timeout=20)
+    assert ws.marker()["exit_code"] == 9 and ws.marker()["stage"] == "starting", ws.marker()

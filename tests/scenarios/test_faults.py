@@ -6,9 +6,13 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
+import time
 
 import pytest
 
+from ensure_flydsl.layout import host_cache_dir, timings_dir
 from ensure_flydsl.support.faults import POINTS
 from tests.helpers.scenario import assert_finished_build_of, assert_one_tree, killed_at, wait_for
 from tests.helpers.workspace import Workspace
@@ -72,3 +76,23 @@ def test_kill_9_of_a_detached_worker_at_a_point_is_noticed(ws: Workspace) -> Non
     assert ws.marker()["exit_code"] == 9 and ws.marker()["stage"] == "fixes"
     assert ws.run().returncode == 0
     assert_one_tree(ws)
+
+
+def test_an_api_run_killed_at_a_point_leaves_its_timing_record_in_its_own_cache_folder(
+        ws: Workspace, tmp_path: "os.PathLike[str]") -> None:
+    """``ensure(environ=...)`` names the run's cache folder; the run is killed -9.  Its watchdog records the death
+    with the run's environment: it was given this process's, and put the killed run's timing record elsewhere."""
+    caches = {name: os.path.join(str(tmp_path), name) for name in ("run's", "process'")}
+    code = "import os, ensure_flydsl; ensure_flydsl.ensure(environ=dict(os.environ, XDG_CACHE_HOME=os.environ['RUNS']))"
+    out = subprocess.run([sys.executable, "-c", code], env=dict(ws.env, ENSURE_FLYDSL_FAULT="fixes-applied",
+                         XDG_CACHE_HOME=caches["process'"], RUNS=caches["run's"]), start_new_session=True,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120, check=False)
+    assert out.returncode == -signal.SIGKILL, out.stderr
+    folders = {name: timings_dir(str(host_cache_dir({"XDG_CACHE_HOME": cache}))) for name, cache in caches.items()}
+    deadline = time.monotonic() + 30
+    while not any(os.path.isdir(folder) and os.listdir(folder) for folder in folders.values()):
+        assert time.monotonic() < deadline, "no timing record of the killed run"
+        time.sleep(0.05)
+    [name] = os.listdir(folders["run's"])
+    with open(os.path.join(folders["run's"], name)) as handle:
+        assert json.load(handle)["exit_code"] == 9

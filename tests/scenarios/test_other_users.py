@@ -96,3 +96,35 @@ def test_clean_on_a_read_only_mount(ws: Workspace) -> None:
         assert listing(ws.base) == before
     finally:
         subprocess.run(["umount", mounted], check=True)
+
+
+HOLD_A_RUN = """
+import json, os, sys, time
+from ensure_flydsl.runs.records import RunRecord, RunStore
+store, [name] = RunStore(sys.argv[1]), [n for n in os.listdir(RunStore(sys.argv[1]).folder) if n.endswith(".json")]
+with open(os.path.join(store.folder, name)) as handle:
+    record = RunRecord.from_json(json.load(handle))
+record.run_id, record.state, record.finished, record.result = sys.argv[2], "running", None, None
+fd = store.hold_alive(record.run_id)
+store.write(record)
+print("held", flush=True)
+time.sleep(120)
+"""
+
+
+def test_another_user_sees_a_run_started_under_umask_077_as_running(shared_ws: Workspace) -> None:
+    """A run whose user's umask is 077, in a runs folder an earlier run made readable: another user's `status`
+    reads its record, but could not open its alive file (0600), and said it had died (exit 9) while it ran."""
+    python = other_python()
+    assert shared_ws.run().returncode == 0
+    os.remove(shared_ws.env_file)  # the run is going again: `clean` took the env file, say
+    run_id = "20261207-161500-abcdef"
+    holder = subprocess.Popen(["bash", "-c", 'umask 077; exec "$@"', "bash", sys.executable, "-c", HOLD_A_RUN,
+                               shared_ws.root, run_id], env=shared_ws.env, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        out = run_as_other(shared_ws, python, "status", "--json", "--run-id", run_id)
+        assert json.loads(out.stdout)["state"] == "running", out.stdout + out.stderr
+    finally:
+        holder.kill()
+        holder.wait()

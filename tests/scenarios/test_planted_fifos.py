@@ -29,3 +29,20 @@ def test_a_fifo_at_the_env_file_or_its_twin_is_not_waited_for(ws: Workspace, whi
         assert os.path.isfile(path) and not os.path.islink(path)
     again = ws.run("--json", timeout=60)
     assert again.returncode == 0 and json.loads(again.stdout)["action"] == "warm", again.stdout
+
+
+def test_a_fifo_at_a_running_runs_alive_file_is_not_waited_for(ws: Workspace) -> None:
+    """`status` and `wait` ask whether a "running" run lives by a shared flock of its alive file: they opened it
+    blocking, and hung for ever (no heartbeat either) on a FIFO there."""
+    assert ws.run().returncode == 0
+    folder = os.path.join(ws.base, ".ensure_flydsl", "runs", "FlyDSL")
+    [name] = [n for n in os.listdir(folder) if n.endswith(".json")]
+    with open(os.path.join(folder, name)) as handle:
+        record = json.load(handle)
+    record.update(run_id="20261207-161500-abcdef", state="running", finished=None, result=None, build_pgid=None)
+    with open(os.path.join(folder, record["run_id"] + ".json"), "w") as handle:
+        json.dump(record, handle)
+    os.mkfifo(os.path.join(folder, record["run_id"] + ".alive"))
+    for args in (("status", "--json"), ("wait", "--timeout", "1", "--json")):
+        out = ws.run(*args, timeout=30)  # a blocking open would wait for a writer for ever
+        assert out.returncode == 0 and json.loads(out.stdout)["state"] == "succeeded", out.stdout + out.stderr

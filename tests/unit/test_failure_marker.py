@@ -11,7 +11,8 @@ from dataclasses import replace
 import pytest
 
 from ensure_flydsl.errors import Stage
-from ensure_flydsl.runs.liveness import record_death
+from ensure_flydsl.runs.answer import answer
+from ensure_flydsl.runs.liveness import record_death, seen_dead
 from ensure_flydsl.runs.markers import (
     Failure,
     read_failure_marker,
@@ -81,10 +82,95 @@ def test_a_run_that_recorded_its_own_failure_is_not_taken_for_dead(tmp_path: "os
     store = RunStore(settings.root)
     store.ensure_folder()
     stale = new_record(store, "20261207-161500-abcdef", request=settings.request(), fail_marker=settings.fail_marker,
-                       log=settings.log_file, kind="blocking", pid=os.getpid(), step=Stage.BUILD)
+                       log=settings.log_file, kind="blocking", pid=os.getpid(), step=Stage.BUILD, path_env=None)
     failure = Failure(Stage.BUILD, 5, "build.sh failed", "read the log")
     store.write(replace(stale, state=FAILED, finished=time.time(), failure=failure))  # no alive lock: it ended
     found = record_death(store, stale)
     assert found.state == FAILED and found.failure == failure
     assert not os.path.exists(settings.fail_marker)  # the run left none (its env file answered, say): none now
     assert not os.path.exists(os.path.join(str(tmp_path), "cache", "ensure-flydsl", "runs"))
+
+
+def test_a_dead_runs_interpreter_is_looked_up_on_its_own_path(tmp_path: "os.PathLike[str]",
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """A dead run asked for ``python3`` on its own PATH (``ensure(environ=...)``'s); the root's env file is for the
+    ``python3`` of the PATH of the process that finds the death.  It does not answer the run's request: the marker
+    is written (it was not: the finder's PATH was asked)."""
+    base = os.path.join(str(tmp_path), "base")
+    monkeypatch.setenv("XDG_CACHE_HOME", os.path.join(str(tmp_path), "cache"))
+    pythons = {}
+    for name in ("runs", "finders"):
+        folder = os.path.join(str(tmp_path), name)
+        os.makedirs(folder)
+        pythons[name] = os.path.join(folder, "python3")
+        with open(pythons[name], "w") as handle:
+            handle.write("#!/bin/sh\n")
+        os.chmod(pythons[name], 0o755)
+    monkeypatch.setenv("PATH", os.path.dirname(pythons["finders"]))
+    settings = Settings(root=os.path.join(base, "FlyDSL"), fail_marker=os.path.join(base, ".flydsl_build.failed"),
+                        python="python3")
+    root, request = settings.root, settings.request()
+    os.makedirs(root)
+    files = {module: f"{root}/build-fly/python_packages/{module}.py" for module in request.require}
+    with open(settings.env_json, "w") as handle:  # made for the finder's python3, by its path
+        json.dump({"request": replace(request, python=pythons["finders"]).to_json(), "how": "built", "tree": root,
+                   "version": "0.2.2", "python": pythons["finders"], "python_version": "3.11.7", "abi": "x",
+                   "commit": "a" * 40, "files": files, "watch": [], "site_dirs": [], "fingerprint": {},
+                   "FLYDSL_ROOT": root, "pythonpath_prepend": [root], "VLLM_USE_FLYDSL_MOE": "1"}, handle)
+    with open(settings.env_file, "w") as handle:
+        handle.write("export FLYDSL_ROOT=x\n")
+    store = RunStore(root)
+    store.ensure_folder()
+    dead = new_record(store, "20261207-161500-abcdef", request=request, fail_marker=settings.fail_marker,
+                      log=settings.log_file, kind="blocking", pid=os.getpid(), step=Stage.BUILD,
+                      path_env=os.path.dirname(pythons["runs"]))
+    store.write(dead)  # "running", and no alive lock: it died
+    found = record_death(store, dead)
+    assert found.state == FAILED and found.failure is not None and found.failure.exit_code == 9
+    marker = read_failure_marker(settings.fail_marker)
+    assert marker is not None and marker.failure is not None and marker.failure.exit_code == 9
+
+
+def test_a_run_killed_between_its_failure_marker_and_its_record_keeps_its_own_failure(
+        tmp_path: "os.PathLike[str]", monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run failed (exit 5), wrote its failure marker and its timing record, and was killed before its FAILED
+    record: its death is recorded with the failure it said, the marker and the timing record stay its own (the
+    death's exit 9 was written over them, and `wait` exited 9 where the marker said 5)."""
+    base = os.path.join(str(tmp_path), "base")
+    monkeypatch.setenv("XDG_CACHE_HOME", os.path.join(str(tmp_path), "cache"))
+    settings = Settings(root=os.path.join(base, "FlyDSL"), fail_marker=os.path.join(base, ".flydsl_build.failed"))
+    store = RunStore(settings.root)
+    store.ensure_folder()
+    run = new_record(store, "20261207-161500-abcdef", request=settings.request(), fail_marker=settings.fail_marker,
+                     log=settings.log_file, kind="detached", pid=os.getpid(), step=Stage.BUILD, path_env=None)
+    store.write(run)  # "running", and no alive lock: it was killed
+    failure = Failure(Stage.BUILD, 5, "build.sh failed", "read the log")
+    write_failure_marker(settings.fail_marker, stage=failure.stage, exit_code=5, reason=failure.reason,
+                         hint=failure.hint, log=None, log_tail=["its last line"], run_id=run.run_id,
+                         request=settings.request())
+    assert seen_dead(store, run)[0].failure == failure  # `status` says how it ended
+    found = record_death(store, run)
+    assert found.state == FAILED and found.failure == failure
+    recorded = store.read(run.run_id)
+    assert recorded is not None and recorded.state == FAILED and recorded.failure == failure
+    marker = read_failure_marker(settings.fail_marker)
+    assert marker is not None and marker.failure == failure and marker.log_tail == ("its last line",)
+    assert not os.path.exists(os.path.join(str(tmp_path), "cache", "ensure-flydsl", "runs"))
+
+
+def test_a_run_that_ended_while_the_clock_was_ahead_never_hides_a_later_one(
+        tmp_path: "os.PathLike[str]", monkeypatch: pytest.MonkeyPatch) -> None:
+    """Run A failed (exit 5) while the clock was an hour ahead; the clock was set right, and run B of the same request
+    failed (exit 2).  `status` and `wait` answer B's failure (they took A's, the largest end time, for ever)."""
+    base = os.path.join(str(tmp_path), "base")
+    monkeypatch.setenv("XDG_CACHE_HOME", os.path.join(str(tmp_path), "cache"))
+    settings = Settings(root=os.path.join(base, "FlyDSL"), fail_marker=os.path.join(base, ".flydsl_build.failed"))
+    store = RunStore(settings.root)
+    store.ensure_folder()
+    now = time.time()
+    for run_id, code, finished in (("20261207-171500-aaaaaa", 5, now + 3600), ("20261207-161600-bbbbbb", 2, now)):
+        run = new_record(store, run_id, request=settings.request(), fail_marker=settings.fail_marker,
+                         log=settings.log_file, kind="detached", pid=None, step=Stage.FETCH, path_env=None)
+        store.write(replace(run, state=FAILED, finished=finished, failure=Failure(Stage.FETCH, code, "failed", "")))
+    found = answer(settings)
+    assert (found.run_id, found.exit_code) == ("20261207-161600-bbbbbb", 2)

@@ -1,6 +1,5 @@
-"""The commands that run the pipeline or predict it: ``ensure`` (blocking), ``doctor``, and ``start``, which joins
-the live run for the request or launches a worker (``_worker``) and returns at once, holding the worker's alive lock
-until it hands it over: a ``wait`` issued at once sees a live run."""
+"""``ensure`` (blocking), ``doctor``, and ``start``: it joins the request's live run or launches a worker (``_worker``),
+holding the worker's alive lock until the worker has it (a ``wait`` issued at once sees a live run)."""
 
 from __future__ import annotations
 
@@ -20,9 +19,10 @@ from ensure_flydsl.pipeline.run import ensure, ensure_run
 from ensure_flydsl.pipeline.warm import warm_lines
 from ensure_flydsl.probe.interpreter import callers_folder
 from ensure_flydsl.result import result_json, result_object
-from ensure_flydsl.runs.answer import live_runs
+from ensure_flydsl.runs.answer import answer
 from ensure_flydsl.runs.liveness import leave_failure_marker
 from ensure_flydsl.runs.markers import Failure, installed
+from ensure_flydsl.runs.progress import launch_watchdog
 from ensure_flydsl.runs.records import RUNNING, RunStore, new_record, new_run_id
 from ensure_flydsl.settings import Settings, Strategy
 from ensure_flydsl.support.files import LockBusy, held_lock
@@ -72,8 +72,7 @@ def worker(call: Call) -> int:
 
 
 def _started(settings: Settings, run_id: str, pid: Optional[int], log: str, *, joined: bool) -> Dict[str, object]:
-    """start's answer: ok with its exit code 0 (the run is launched or joined), its pid, its state, and whether it
-    joined; `wait` answers whether FlyDSL is ready."""
+    """start's answer: ok (exit 0) once the run is launched or joined; `wait` answers whether FlyDSL is ready."""
     what = "joined the run already going" if joined else "launched a detached run"
     return result_object(ok=True, exit_code=0, reason=f"{what} for this request", log=log, run_id=run_id,
                          hint=f"run `{command('wait --timeout 540')}` (again while it exits 75)", elapsed_s=None,
@@ -97,9 +96,9 @@ def start(call: Call, settings: Settings) -> int:
 
 
 def _join_or_launch(settings: Settings, environ: Mapping[str, str], reporter: Reporter, store: RunStore) -> int:
-    live = live_runs(store, settings.request())
-    if live:  # a run announced by `start` a moment ago has no pid in its record until its worker writes it
-        running, deadline = live[0], time.monotonic() + JOIN_PID_WAIT_S
+    running = answer(settings).record  # the live run first, if any
+    if running is not None and running.state == RUNNING:  # one `start` announced has no pid until its worker writes it
+        deadline = time.monotonic() + JOIN_PID_WAIT_S
         while running.pid is None and time.monotonic() < deadline:
             time.sleep(0.02)
             running = store.read(running.run_id) or running
@@ -129,6 +128,7 @@ def _join_or_launch(settings: Settings, environ: Mapping[str, str], reporter: Re
         with stop_signals_blocked():  # the worker unblocks them once its record can say how it ended
             proc = spawn(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=passed_on(environ),
                          own_group=True, pass_fds=(alive_fd,), cwd=callers_folder())
+        launch_watchdog(store.root, run_id, environ)  # from the first moment: a worker killed at once is noticed too
     finally:
         os.close(log)
         os.close(alive_fd)  # the worker holds its own copy of the locked descriptor
@@ -145,7 +145,8 @@ def _announce(settings: Settings, environ: Mapping[str, str], store: RunStore, r
     try:
         os.fchmod(log, 0o644)
         announced = new_record(store, run_id, request=settings.request(), fail_marker=settings.fail_marker,
-                               log=settings.log_file, kind="detached", pid=None, step=Stage.STARTING)
+                               log=settings.log_file, kind="detached", pid=None, step=Stage.STARTING,
+                               path_env=environ.get("PATH"))
         announced.eta_s = announced_eta(settings, environ)  # the likeliest route's, from the host's history
         store.write(announced)
         store.set_current(run_id)

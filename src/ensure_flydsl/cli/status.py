@@ -1,6 +1,5 @@
-"""``ensure-flydsl status``: what is true for the request now (runs/answer.py); ``wait``: the same, once the run
-ends (0, its failure's code) or at ``--timeout`` (75), with heartbeat lines for an agent's silence detector;
-``env``: the env file when it answers the request; ``verify``: the full import probe of its tree."""
+"""``status``: what is true for the request now (runs/answer.py); ``wait``: the same once the run ends, or 75 at
+``--timeout``, with heartbeats; ``env``: the env file when it answers the request; ``verify``: its full probe."""
 
 from __future__ import annotations
 
@@ -19,7 +18,7 @@ from ensure_flydsl.probe.interpreter import broken_user_line, broken_users, prob
 from ensure_flydsl.result import result_json, result_object
 from ensure_flydsl.runs.answer import ABSENT_EXIT, answer, answers, followed, start_hint, status_lines
 from ensure_flydsl.runs.markers import EnvTwin, installed, installed_twin, twin_gap
-from ensure_flydsl.runs.progress import Pulse, say_pulse
+from ensure_flydsl.runs.progress import Pulse
 from ensure_flydsl.runs.records import RUNNING
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.support.launcher import command
@@ -39,9 +38,8 @@ def status(call: Call, settings: Settings) -> int:
 def wait(call: Call, settings: Settings) -> int:
     """Poll while a run for the request lives; a run found dead is recorded here, should its watchdog be gone."""
     settings, reporter, timeout = followed(settings, call.args.run_id), call.reporter, call.args.timeout
-    started = time.monotonic()
-    deadline = None if timeout is None else started + timeout
-    next_beat = started
+    deadline = None if timeout is None else time.monotonic() + timeout
+    next_beat = time.monotonic()
     while True:
         found = answer(settings, record_deaths=True)
         if found.state != RUNNING or found.record is None:
@@ -51,7 +49,7 @@ def wait(call: Call, settings: Settings) -> int:
             break
         now = time.monotonic()
         if now >= next_beat:
-            say_pulse(reporter, Pulse.of_record(found.record))  # the line a run's own heartbeat says
+            Pulse.of_record(found.record).say(reporter)  # the line a run's own heartbeat says
             next_beat = now + call.args.heartbeat
         if deadline is not None and now >= deadline:
             reporter.say(f"still running after {fmt_seconds(timeout)}; run `{command('wait --timeout 540')}` "

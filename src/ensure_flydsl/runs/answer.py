@@ -22,6 +22,7 @@ from ensure_flydsl.runs.markers import (
     twin_gap,
 )
 from ensure_flydsl.runs.records import FAILED, RUNNING, SUCCEEDED, RunRecord, RunStore, is_run_id, sibling_roots
+from ensure_flydsl.runs.timings import newest_real
 from ensure_flydsl.settings import Request, Settings
 from ensure_flydsl.support.launcher import command
 from ensure_flydsl.support.report import fmt_seconds, known
@@ -126,11 +127,6 @@ def answers(settings: Settings, twin: EnvTwin) -> str:
     return f"{settings.env_file} answers this request: flydsl {twin.version} ({twin.how}) for {twin.python}"
 
 
-def live_runs(store: RunStore, request: Request) -> List[RunRecord]:
-    """The runs for ``request`` that are alive, the one holding the build lock first, then the oldest."""
-    return _in_speaking_order(seen_dead(store, r) for r in store.records_for(request))
-
-
 def _in_speaking_order(records: Iterable[RunRecord]) -> List[RunRecord]:
     """Those of ``records`` still running, the one holding the build lock first, then the oldest."""
     return sorted((r for r in records if r.state == RUNNING), key=lambda r: (not r.locked, r.started))
@@ -140,16 +136,13 @@ def followed(settings: Settings, run_id: Optional[str] = None) -> Settings:
     """The settings ``status`` and ``wait`` answer for: the request of run ``run_id``, else (no request setting
     but the root: a plain ``wait`` in the next shell) the root's current run's, else the caller's own."""
     store = RunStore(settings.root)
-    if run_id is not None:
-        record = store.read(run_id) if is_run_id(run_id) else None
-        if record is None or record.root != settings.root:
-            raise BadInput("--run-id", run_id, f"the id of a run on {settings.root}, as `start` printed it")
-    elif any(f.name in settings.sources for f in fields(Request) if f.name != "root"):
+    if run_id is None and any(f.name in settings.sources for f in fields(Request) if f.name != "root"):
         return settings
-    else:
-        record = store.current()
-        if record is None or record.root != settings.root:
+    record = store.current() if run_id is None else store.read(run_id) if is_run_id(run_id) else None
+    if record is None or record.root != settings.root:
+        if run_id is None:
             return settings
+        raise BadInput("--run-id", run_id, f"the id of a run on {settings.root}, as `start` printed it")
     return replace(settings, **{f.name: getattr(record.request, f.name) for f in fields(Request) if f.name != "root"})
 
 
@@ -167,8 +160,8 @@ def answer(settings: Settings, *, record_deaths: bool = False) -> Answer:
 def _answer(settings: Settings, *, record_deaths: bool) -> Answer:
     store = RunStore(settings.root)
     request = settings.request()
-    settle = record_death if record_deaths else seen_dead
-    records = [settle(store, r) for r in store.records_for(request)]
+    mine = [r for r in store.records() if r.request == request]  # another request's run may be going too
+    records = [record_death(store, r) if record_deaths else seen_dead(store, r)[0] for r in mine]
     live = _in_speaking_order(records)
     if live:
         return Answer(RUNNING, record=live[0], run_id=live[0].run_id)
@@ -176,7 +169,7 @@ def _answer(settings: Settings, *, record_deaths: bool) -> Answer:
     gap = (twin_gap(there, request, os.environ.get("PATH")) if there is not None else
            "there is none: another request's run replaced it, or `clean` removed it")
     # The last to end: a run that gave up while another was alive ended first, and never hides the one that worked.
-    last = max(records, key=lambda r: r.finished or 0.0, default=None)
+    last = max(records, key=lambda r: newest_real(r.finished or 0.0, time.time()), default=None)
     if there is not None and gap is None:
         if last is not None and last.state == SUCCEEDED:
             return Answer(SUCCEEDED, record=last, twin=there, run_id=last.run_id)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import replace
-from typing import Callable, List, Optional
+from typing import Callable, List, Optional, Tuple
 
 from ensure_flydsl.errors import ExitCode
 from ensure_flydsl.runs import markers, timings
@@ -18,38 +18,44 @@ from ensure_flydsl.support.launcher import command
 from ensure_flydsl.support.processes import kill_group
 
 
-def seen_dead(store: RunStore, record: RunRecord) -> RunRecord:
-    """The record, or failed with exit 9 for a "running" run whose alive lock is free, ended at its last sign of
-    life (a caller killed while waiting never looks newer than the run that built)."""
+def seen_dead(store: RunStore, record: RunRecord) -> Tuple[RunRecord, Optional[Failure]]:
+    """The record, and the failure of a death newly seen: a "running" run whose alive lock is free failed, as its
+    marker says it did before it was killed, else with exit 9, at its last sign of life."""
     if record.state != RUNNING or store.is_alive(record.run_id):
-        return record
+        return record, None
     record = store.read(record.run_id) or record  # it may have finished just now
     if record.state != RUNNING:
-        return record
-    who = f"pid {record.pid}" if record.pid else "before it recorded its pid"
-    reason = (f"the run's process ({who}) died without finishing, during step {record.step} "
-              "(killed: kill -9, the OOM killer, or the container stopped)")
-    hint = f"run `{command('start')}` (or `{command()}`) again: it resumes where the dead run stopped"
+        return record, None
+    said = markers.read_failure_marker(record.fail_marker) if record.fail_marker else None
+    failure = said.failure if said is not None and said.run_id == record.run_id else None
+    if failure is None:
+        who = f"pid {record.pid}" if record.pid else "before it recorded its pid"
+        reason = (f"the run's process ({who}) died without finishing, during step {record.step} "
+                  "(killed: kill -9, the OOM killer, or the container stopped)")
+        hint = f"run `{command('start')}` (or `{command()}`) again: it resumes where the dead run stopped"
+        failure = Failure(record.step, int(ExitCode.WORKER_DIED), reason, hint)
     return replace(record, state=FAILED, finished=record.updated if record.updated is not None else time.time(),
-                   failure=Failure(record.step, int(ExitCode.WORKER_DIED), reason, hint))
+                   failure=failure), failure
 
 
 def record_death(store: RunStore, record: RunRecord) -> RunRecord:
     """Stop a dead run's build, write its failure marker (unless answered), record it failed (idempotent)."""
-    dead = seen_dead(store, record)
-    if record.state != RUNNING or dead.failure is None or dead.failure.exit_code != ExitCode.WORKER_DIED:
+    dead, failure = seen_dead(store, record)
+    if failure is None:
         return dead  # alive, or its record says how it ended (a run's own failure is never taken for its death)
+    # Killed between its failure marker and its record: its marker and timing record are its own last words.
+    own = failure.exit_code != ExitCode.WORKER_DIED
     pgid = dead.build_pgid  # its build's group, unless the leader's pid now belongs to another process
     if isinstance(pgid, int) and pgid > 1 and process_start_time(pgid) in (None, dead.build_leader_start):
         kill_group(pgid)
     store.release(dead.run_id)  # the room it kept for its last words: they are said here
     # The marker before the FAILED record: a `wait` that reads the record answers at once.  A poller of the
     # files alone must see the death as soon as `wait` does.
-    unseen = leave_failure_marker(dead.fail_marker, dead.failure, request=dead.request, run_id=dead.run_id,
-                                  locked=dead.locked, log=dead.log or None, log_tail=markers.tail_of(dead.log),
-                                  path_env=os.environ.get("PATH"))
+    unseen = None if own else leave_failure_marker(
+        dead.fail_marker, failure, request=dead.request, run_id=dead.run_id, locked=dead.locked,
+        log=dead.log or None, log_tail=markers.tail_of(dead.log), path_env=dead.path_env)
     if unseen is not None:  # the marker could not be written: the failure says so
-        dead = replace(dead, failure=replace(dead.failure, reason=f"{dead.failure.reason}; {unseen}"))
+        dead = replace(dead, failure=replace(failure, reason=f"{failure.reason}; {unseen}"))
     try:
         store.write(dead)
     except OSError as exc:
@@ -57,7 +63,8 @@ def record_death(store: RunStore, record: RunRecord) -> RunRecord:
             raise
         # A full disk: the death is still told (here, and by `status` from the free alive lock).
     # Its timing record (best effort): a killed run is the one a fleet most needs to see.
-    timings.keep(os.environ, timings.of_dead_run(dead, host_id(os.environ)))
+    if not own:
+        timings.keep(os.environ, timings.of_dead_run(dead, host_id(os.environ)))
     return dead
 
 

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from ensure_flydsl.errors import Plan, Stage
+from ensure_flydsl.layout import host_cache_dir
 from ensure_flydsl.runs.markers import Failure
 from ensure_flydsl.runs.records import FAILED, RUNNING, SUCCEEDED, RunRecord, RunStore, process_start_time
 from ensure_flydsl.runs.timings import History, read_history, remember
@@ -110,9 +111,8 @@ class Pulse:
         return {"event": "heartbeat", "state": RUNNING, **asdict(self), "elapsed_s": round(self.elapsed_s, 1),
                 "eta_s": None if self.eta_s is None else round(self.eta_s, 1), "text": self.line()}
 
-
-def say_pulse(reporter: Reporter, pulse: Pulse) -> None:
-    reporter.say(pulse.line(), pulse.event())
+    def say(self, reporter: Reporter) -> None:
+        reporter.say(self.line(), self.event())
 
 
 @contextlib.contextmanager
@@ -127,7 +127,7 @@ def heartbeat(reporter: Reporter, pulse: Callable[[], Pulse], interval: float) -
                 return
             if time.monotonic() - reporter.last_shown >= interval:
                 try:
-                    say_pulse(reporter, pulse())
+                    pulse().say(reporter)
                 except Exception:  # a heartbeat that cannot be said this time must not end the heartbeats
                     reporter.last_shown = time.monotonic()  # tried: an interval before the next try
 
@@ -143,6 +143,14 @@ def heartbeat(reporter: Reporter, pulse: Callable[[], Pulse], interval: float) -
 
 
 # -- the run record -------------------------------------------------------------------------------------------
+def launch_watchdog(root: str, run_id: str, environ: Mapping[str, str]) -> "subprocess.Popen[bytes]":
+    """The run's watchdog (liveness.watch), in a session of its own."""
+    watchdog = spawn([*tool_command(), "_watchdog", root, run_id], stdin=subprocess.DEVNULL,
+                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, own_group=True, env=passed_on(environ))
+    _WATCHDOGS.append(watchdog)
+    return watchdog
+
+
 class Tracker:
     """Keeps a run's record up to date once ``begin`` made it visible; until then it writes nothing."""
 
@@ -164,18 +172,16 @@ class Tracker:
     def begun(self) -> bool:
         return self.alive_fd >= 0
 
-    def begin(self, alive_fd: Optional[int], host_dir: Optional[str], route: Optional[Plan]) -> None:
-        """The run's record, steps from here on, with its first ETA, begun in the store (whole or not at all),
-        and its watchdog; ``alive_fd`` is a detached worker's, which ``start`` took."""
+    def begin(self, alive_fd: Optional[int], environ: Mapping[str, str], route: Optional[Plan]) -> None:
+        """Make the run visible (its record and first ETA, whole or not at all) and watched; ``alive_fd``: start's."""
         self.record = replace(self.record, step=Stage.PROBE, steps=[], percent=None, started=time.time())
         self.worked, self.taken, self.step_started_at = {}, None, time.time()  # what came before is not tracked
-        self.host_dir, self.history, self.route = host_dir, read_history(host_dir), route
+        self.host_dir, self.route = host_cache_dir(environ), route
+        self.history = read_history(self.host_dir)
         self._write(force=True)  # its first ETA, stamped (nothing is written before it begins)
         self.alive_fd = self.store.begin(self.record, alive_fd)
-        cmd = [*tool_command(), "_watchdog", self.store.root, self.record.run_id]
-        self._watchdog = spawn(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL, own_group=True, env=passed_on(os.environ))
-        _WATCHDOGS.append(self._watchdog)
+        if alive_fd is None:  # a detached worker's was launched with it, by `start`
+            self._watchdog = launch_watchdog(self.store.root, self.record.run_id, environ)
         self.store.prune()
 
     def expect(self, route: Optional[Plan]) -> None:
@@ -191,8 +197,7 @@ class Tracker:
 
     def step_started(self, name: Stage) -> None:
         self.step_started_at = time.time()
-        self.record.step = name
-        self.record.percent = None
+        self.record.step, self.record.percent = name, None
         self.record.steps.append({"name": name, "started": self.step_started_at, "ended": None})
         self._write(force=True)
 
@@ -207,8 +212,7 @@ class Tracker:
     def line(self, text: str) -> Optional[float]:
         percent = parse_percent(text)
         if percent is not None:
-            shown = self.record.percent
-            self.record.percent = round(percent, 1)
+            shown, self.record.percent = self.record.percent, round(percent, 1)
             # Throttled, but never past a whole percent: a step that prints "[1/4]" and then works for
             # minutes must not show a stale percent all that time.
             self._write(force=shown is None or int(shown) != int(percent))
@@ -237,8 +241,7 @@ class Tracker:
         self._write(force=True)
 
     def follow(self, waiting: Optional[Dict[str, object]], percent: Optional[float], eta: Optional[float]) -> None:
-        """Follow another host's build (the build lease): its percent and ETA are this run's until ``waiting``
-        is None."""
+        """Follow another host's build lease: its percent and ETA are this run's until ``waiting`` is None."""
         followed = self.record.waiting is not None
         self.record.waiting = waiting
         if waiting is not None or followed:

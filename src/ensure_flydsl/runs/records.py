@@ -74,6 +74,7 @@ class RunRecord(fields.Record):
     build_leader_start: Optional[str] = checked(fields.text, None)
     locked: bool = checked(fields.boolean, False)  # it took the build lock: its outcome is its request's outcome
     waiting: Optional[Dict[str, object]] = checked(fields.mapping, None)  # the build lease's holder it waits for
+    path_env: Optional[str] = checked(fields.text, None)  # the run's PATH, which finds its interpreter by name
 
     def remaining_eta(self) -> Optional[float]:
         if self.eta_s is None or self.updated is None:
@@ -138,11 +139,9 @@ class RunStore:
                         run_reserve_file(self.folder, run_id)])
 
     def begin(self, record: RunRecord, alive_fd: Optional[int] = None) -> int:
-        """A run's files as it begins, all or none (alive file held, reserve, record, ``current``); ``alive_fd``
-        is a detached worker's, which ``start`` took.  The descriptor returned keeps the run alive."""
+        """A run's files, all or none (alive file held, reserve, record, ``current``); the fd returned keeps it."""
         run_id = record.run_id
         own = alive_fd is None  # a detached worker's record and alive file are `start`'s
-        self.ensure_folder()
         fd = self.hold_alive(run_id) if alive_fd is None else alive_fd
         os.set_inheritable(fd, False)  # a build we start must not keep the run "alive" after we die
         announced = self.read(run_id)  # `start` wrote it before launching us
@@ -175,10 +174,6 @@ class RunStore:
     def records(self) -> List[RunRecord]:
         return [r for r in (self.read(n) for n in self._record_ids()) if r]
 
-    def records_for(self, request: Request) -> List[RunRecord]:
-        """The runs made for ``request`` (another request's run on the same root may be going too)."""
-        return [r for r in self.records() if r.request == request]
-
     def any_alive(self) -> List[RunRecord]:
         return [r for r in self.records() if r.state == RUNNING and self.is_alive(r.run_id)]
 
@@ -194,13 +189,15 @@ class RunStore:
         flock taken says at once that it is gone (``filelock`` has no shared probe, nor a descriptor to hand on)."""
         self.ensure_folder()
         fd = os.open(run_alive_file(self.folder, run_id), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        os.fchmod(fd, 0o644)  # whatever the umask: another user's `status` opens it to tell that the run lives
         fcntl.flock(fd, fcntl.LOCK_EX)
         return fd
 
     def is_alive(self, run_id: str, *, wait: bool = False) -> bool:
         """Whether the run's alive file is held; ``wait``: block until it is not (the watchdog)."""
         try:
-            fd = os.open(run_alive_file(self.folder, run_id), os.O_RDONLY | os.O_NOFOLLOW)
+            # Not blocking: a FIFO planted there is flocked, never waited on for a writer.
+            fd = os.open(run_alive_file(self.folder, run_id), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
         except OSError:
             return False
         try:
@@ -238,7 +235,7 @@ def sibling_roots(root: str) -> List[str]:
 
 
 def new_record(store: RunStore, run_id: str, *, request: Request, fail_marker: str, log: str,
-               kind: str, pid: Optional[int], step: Stage) -> RunRecord:
+               kind: str, pid: Optional[int], step: Stage, path_env: Optional[str]) -> RunRecord:
     return RunRecord(run_id=run_id, root=store.root, request=request, kind=kind, pid=pid,
                      pid_start=process_start_time(pid) if pid else None, host=socket.gethostname(), step=step,
-                     started=time.time(), log=log, fail_marker=fail_marker)
+                     started=time.time(), log=log, fail_marker=fail_marker, path_env=path_env)

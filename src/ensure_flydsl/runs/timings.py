@@ -177,8 +177,7 @@ def keep(environ: Mapping[str, str], record: Optional[TimingRecord]) -> bool:
 
 
 def prune(folder: str, *, keep_runs: int = KEEP_RUNS) -> None:
-    """Remove the records beyond the newest ``keep_runs`` or older than KEEP_DAYS: only regular files named as the
-    tool names records."""
+    """Remove the records beyond the newest ``keep_runs`` or older than KEEP_DAYS (regular files named as records)."""
     try:
         entries = list(os.scandir(folder))
     except OSError:
@@ -190,7 +189,7 @@ def prune(folder: str, *, keep_runs: int = KEEP_RUNS) -> None:
             if named and entry.is_file(follow_symlinks=False):
                 dated.append((entry.stat(follow_symlinks=False).st_mtime, entry.path))
     now = time.time()
-    dated.sort(key=lambda d: _newest_real(d[0], now), reverse=True)
+    dated.sort(key=lambda d: newest_real(d[0], now), reverse=True)
     oldest = now - KEEP_DAYS * 86400.0
     for index, (mtime, path) in enumerate(dated):
         if index >= keep_runs or mtime < oldest:
@@ -198,7 +197,7 @@ def prune(folder: str, *, keep_runs: int = KEEP_RUNS) -> None:
                 os.unlink(path)
 
 
-def _newest_real(when: float, now: float) -> Tuple[bool, float]:
+def newest_real(when: float, now: float) -> Tuple[bool, float]:
     """The order of records in time: one dated in the future (a clock that was ahead, a planted file) counts as
     now, and older than any real one, so that it never pushes a real run's record out of the folder or of view."""
     return when <= now, min(when, now)
@@ -223,7 +222,7 @@ def read_records(folder: str) -> Tuple[List[TimingRecord], List[Skipped]]:
     found = [_read(os.path.join(folder, name)) for name in names if not name.startswith(".")]
     now = time.time()
     records = sorted((r for r in found if isinstance(r, TimingRecord)),
-                     key=lambda r: (*_newest_real(r.started, now), r.run_id))
+                     key=lambda r: (*newest_real(r.started, now), r.run_id))
     return records, [s for s in found if isinstance(s, Skipped)]
 
 

@@ -83,7 +83,8 @@ class Run:
         store = RunStore(settings.root)
         self.tracker = Tracker(store, new_record(
             store, self.run_id, request=settings.request(), fail_marker=settings.fail_marker,
-            log=settings.log_file, kind=kind, pid=os.getpid(), step=self.step_name))
+            log=settings.log_file, kind=kind, pid=os.getpid(), step=self.step_name,
+            path_env=self.environ.get("PATH")))
         self.facts = RunFacts()  # bytes fetched, cache hits, lease waits: for the run's timing record
         self._worked = False
         processes.set_heartbeat(self.say)  # a network step that waits says so every 30 s
@@ -97,7 +98,7 @@ class Run:
     def track(self) -> None:
         """From here on the run is visible to ``status`` and ``wait``, and its death is noticed."""
         if not self.tracker.begun:
-            self.tracker.begin(self.alive_fd, host_cache_dir(self.environ), likely_route(self.settings))
+            self.tracker.begin(self.alive_fd, self.environ, likely_route(self.settings))
             if self.step_name in Plan.SOURCE.stages:
                 self.tracker.step_started(self.step_name)
 
