@@ -378,10 +378,24 @@ def foreign_files(checkout: Checkout) -> List[str]:
     try:
         # ignored ones too: FlyDSL's .gitignore matches *.diff, *.log, what people write
         out = checkout.git("status", "--porcelain=v1", "-z", "--untracked-files=normal", "--ignored=matching")
+        theirs = _commits_of_somebodys(checkout)
     except CommandFailed:
         return ["(git status failed: nothing can be proven to be the tool's)"]
     paths = [entry[3:] for entry in out.split("\0") if len(entry) > 3]
-    return [p for p in paths if not tool_file(root, p)] + inside
+    return theirs + [p for p in paths if not tool_file(root, p)] + inside
+
+
+def _commits_of_somebodys(checkout: Checkout) -> List[str]:
+    """What holds commits git status does not show: a branch, a stash (the tool makes neither), and a HEAD moved by
+    more than a checkout (a commit on it, a reset)."""
+    refs = dict(line.split(" ", 1) for line in checkout.git("for-each-ref", "--format=%(refname) %(objectname)")
+                .splitlines())
+    theirs = [ref for ref in refs if not ref.startswith(("refs/tags/", "refs/remotes/origin/"))]
+    head = checkout.head_commit()
+    if head is None or head in (refs[ref] for ref in theirs):
+        return theirs
+    moved = checkout.git("log", "-g", "-1", "--format=%gs", "HEAD").strip()
+    return theirs + (["HEAD"] if moved and not moved.startswith("checkout:") else [])
 
 
 def tool_file(root: str, path: str) -> bool:
