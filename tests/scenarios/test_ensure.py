@@ -449,3 +449,15 @@ def test_seed_checkout_is_adopted_whatever_git_dir_the_caller_has(ws: Workspace,
     assert out.returncode == 0, out.stderr
     assert "adopting" in out.stderr
     assert_one_tree(ws)
+
+
+def test_the_callers_index_and_object_folder_are_never_written(ws: Workspace, tmp_path: str) -> None:
+    """Run from a git hook (GIT_INDEX_FILE, GIT_OBJECT_DIRECTORY set), the checkout wrote its index over the
+    caller's and fetched into the caller's object folder; the build's git commands inherited them too."""
+    index, objects = os.path.join(str(tmp_path), "callers-index"), os.path.join(str(tmp_path), "callers-objects")
+    out = ws.run(GIT_INDEX_FILE=index, GIT_OBJECT_DIRECTORY=objects,
+                 FIXTURE_BUILD_HOOK='[ -z "${GIT_INDEX_FILE}${GIT_OBJECT_DIRECTORY}" ] || exit 9')
+    assert out.returncode == 0, out.stderr
+    assert not os.path.exists(index) and not os.path.exists(objects)
+    assert os.path.isfile(os.path.join(ws.root, ".git", "index"))
+    assert_one_tree(ws)

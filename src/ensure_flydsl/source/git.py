@@ -43,6 +43,12 @@ _CLONE_FAILED = re.compile(r"clone of '([^']+)' into submodule path '([^']+)' fa
 _REGISTERED = re.compile(r"Submodule '[^']*' \(([^)]+)\) registered for path '([^']+)'")
 _CLONING = re.compile(r"Cloning into '([^']+)'")
 _NETWORK = {"ls-remote", "fetch", "clone", "submodule"}
+# `git rev-parse --local-env-vars` but the caller's own config (GIT_CONFIG_COUNT, GIT_CONFIG_PARAMETERS): set in a
+# git hook, they would send the checkout's index and objects into the caller's repository.
+_CALLERS_REPOSITORY = ("GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_CONFIG", "GIT_OBJECT_DIRECTORY", "GIT_DIR",
+                       "GIT_WORK_TREE", "GIT_IMPLICIT_WORK_TREE", "GIT_GRAFT_FILE", "GIT_INDEX_FILE",
+                       "GIT_NO_REPLACE_OBJECTS", "GIT_REPLACE_REF_BASE", "GIT_PREFIX", "GIT_INTERNAL_SUPER_PREFIX",
+                       "GIT_SHALLOW_FILE", "GIT_COMMON_DIR")
 
 
 @contextlib.contextmanager
@@ -61,16 +67,17 @@ def is_local_repo(repo: str) -> bool:
 def with_git_config(environ: Mapping[str, str], mirrors: GitMirrors) -> Dict[str, str]:
     """A copy of ``environ`` whose git commands apply ``mirrors`` as ``url.<TO>.insteadOf <FROM>`` and give up a
     transfer under 1 byte/s for the silence limit, after the caller's own entries (no config file is written, and a
-    build script's git applies them too)."""
-    raw = environ.get("GIT_CONFIG_COUNT", "").strip()
+    build script's git applies them too); without the variables that name the caller's repository (a git hook's)."""
+    env = {k: v for k, v in environ.items() if k not in _CALLERS_REPOSITORY}
+    raw = env.get("GIT_CONFIG_COUNT", "").strip()
     if raw and not raw.isdigit() and not mirrors:
-        return dict(environ)  # git refuses every command then; with mirrors it is bad input (git_config_count)
+        return env  # git refuses every command then; with mirrors it is bad input (git_config_count)
     entries = [(f"url.{to}.insteadOf", source) for source, to in mirrors]
     if any(is_local_repo(to) for _, to in mirrors):
         # git >= 2.38 refuses file:// submodules by default (CVE-2022-39253); the user chose this local mirror.
         entries.append(("protocol.file.allow", "always"))
     entries += [("http.lowSpeedLimit", "1"), ("http.lowSpeedTime", str(max(1, int(network_silence_s(environ)))))]
-    env, first = dict(environ), git_config_count(environ)
+    first = git_config_count(environ)
     for index, (key, value) in enumerate(entries, start=first):
         env[f"GIT_CONFIG_KEY_{index}"] = key
         env[f"GIT_CONFIG_VALUE_{index}"] = value
@@ -93,15 +100,13 @@ def describe(url: str, mirrors: GitMirrors, label: str = "FLYDSL_GIT_MIRRORS") -
 
 
 def git_env(environ: Mapping[str, str], mirrors: Optional[GitMirrors], *, at: Optional[str] = None) -> Dict[str, str]:
-    """The environment of every git command: never a prompt, C messages, never the caller's GIT_DIR; ``at``: never
+    """The environment of every git command: never a prompt, C messages, never the caller's repository; ``at``: never
     above that folder (a torn ``.git`` fails, not the checkout around it).  ``mirrors`` None: a local read, without
     the caller's GIT_* variables; else mirrors, plain transports and the network silence limit."""
     if mirrors is None:
         env = {k: v for k, v in environ.items() if not k.startswith("GIT_")}
     else:
         env = with_git_config(environ, mirrors)
-        env.pop("GIT_DIR", None)
-        env.pop("GIT_WORK_TREE", None)
         # Only plain transports: no ext:: or fd:: helpers, whatever the repository or .gitmodules say.
         env.update({"GIT_ASKPASS": "true", "GIT_ALLOW_PROTOCOL": "file:https:http:ssh:git"})
     env.update({"GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"})
