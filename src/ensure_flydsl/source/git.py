@@ -23,6 +23,7 @@ from ensure_flydsl.support.processes import (
     run_captured,
     watched_output,
 )
+from ensure_flydsl.support.urls import shown_location
 
 HEX = re.compile(r"^[0-9a-fA-F]{7,40}\Z")
 _OBJECT_ID = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})\Z")  # as ls-remote prints one (SHA-1 or SHA-256)
@@ -95,8 +96,12 @@ def rewrite(url: str, mirrors: GitMirrors) -> Tuple[str, Optional[Tuple[str, str
 
 
 def describe(url: str, mirrors: GitMirrors, label: str = "FLYDSL_GIT_MIRRORS") -> str:
+    """``url`` and the mirror it goes through, as messages show them (a password as ``***``)."""
     where, mirror = rewrite(url, mirrors)
-    return url if mirror is None else f"{url} through the mirror {where} ({label} {mirror[0]}={mirror[1]})"
+    if mirror is None:
+        return shown_location(url)
+    return (f"{shown_location(url)} through the mirror {shown_location(where)} "
+            f"({label} {shown_location(mirror[0])}={shown_location(mirror[1])})")
 
 
 def git_env(environ: Mapping[str, str], mirrors: Optional[GitMirrors], *, at: Optional[str] = None) -> Dict[str, str]:
@@ -435,7 +440,7 @@ class Checkout:
                 self.git("rev-list", "--quiet", "--objects", "--no-walk", "--missing=error", known)
                 say(f"commit {pin[:12]} is already in {self.root}; nothing to fetch")
                 return known
-        say(f"fetching {pin} from {self.repo} into {self.root}")
+        say(f"fetching {pin} from {shown_location(self.repo)} into {self.root}")
         on_fetch()
         refs = self.remote_refs()
         tags = tag_commits(refs)
@@ -454,7 +459,7 @@ class Checkout:
             self._fetch("+refs/heads/*:refs/remotes/origin/*", "+refs/tags/*:refs/tags/*")
         commit = resolve_in(self.root, pin)
         if commit is None:
-            raise EnsureError(ExitCode.CHECKOUT, f"the pin {pin} is not a commit, tag or branch of {self.repo}",
+            raise EnsureError(ExitCode.CHECKOUT, f"the pin {pin} is not a commit, tag or branch of {self.shown}",
                               stage=Stage.CHECKOUT, hint=WRONG_PIN)
         # The tags at the commit, so that a release tag's commit is known as one (the pin's own is here already).
         missing = sorted(tag for tag, at in tags.items() if at == commit and tag != pin)

@@ -39,7 +39,7 @@ from ensure_flydsl.support.files import (
     rename_into_place,
 )
 from ensure_flydsl.support.processes import CommandFailed
-from ensure_flydsl.support.urls import same_repo
+from ensure_flydsl.support.urls import same_repo, shown_location
 
 # Files a root may hold that are ours by contract (the bash executor wrote them too), not somebody's work.
 CONTRACT_FILES = (ENV_FILE_NAME, ENV_JSON_NAME)
@@ -134,8 +134,10 @@ def _classify_checkout(root: str, repo: str) -> RootState:
         origin = read_git(root, "config", "--get", "remote.origin.url").decode(errors="replace").strip()
     except CommandFailed:
         return RootState(RootKind.FOREIGN, "it is a git checkout without an origin, not one made by ensure-flydsl")
-    if not same_repo(origin, repo):
-        return RootState(RootKind.FOREIGN, f"it is a checkout of {origin}, not of the configured repository {repo}")
+    same, origin = same_repo(origin, repo), shown_location(origin)
+    if not same:
+        return RootState(RootKind.FOREIGN, f"it is a checkout of {origin}, not of the configured repository "
+                         f"{shown_location(repo)}")
     try:
         status = read_git(root, "status", "--porcelain=v1", "--untracked-files=normal",
                           timeout=120).decode(errors="replace")
