@@ -461,3 +461,14 @@ def test_the_callers_index_and_object_folder_are_never_written(ws: Workspace, tm
     assert not os.path.exists(index) and not os.path.exists(objects)
     assert os.path.isfile(os.path.join(ws.root, ".git", "index"))
     assert_one_tree(ws)
+
+
+def test_a_checkout_where_git_holds_a_lock_is_not_adopted(ws: Workspace) -> None:
+    """Another tool's checkout with .git/index.lock (its git running, or killed): the fetch removed the lock as a
+    stale one of the tool's own before the checkout was adopted."""
+    subprocess.run(["git", "clone", "-q", ws.repo.url, ws.root], check=True)
+    lock = os.path.join(ws.root, ".git", "index.lock")
+    open(lock, "w").close()
+    out = ws.run()
+    assert out.returncode == 64 and ".git/index.lock" in out.stderr, out.stderr
+    assert os.path.exists(lock)

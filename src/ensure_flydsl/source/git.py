@@ -28,7 +28,7 @@ from ensure_flydsl.support.urls import shown_location
 HEX = re.compile(r"^[0-9a-fA-F]{7,40}\Z")
 _OBJECT_ID = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})\Z")  # as ls-remote prints one (SHA-1 or SHA-256)
 # Lock files a killed git leaves behind; under the build lock, in a root of ours, nobody else runs git.
-_GIT_LOCKS = ("index.lock", "HEAD.lock", "config.lock", "packed-refs.lock", "shallow.lock", "FETCH_HEAD.lock")
+GIT_LOCKS = ("index.lock", "HEAD.lock", "config.lock", "packed-refs.lock", "shallow.lock", "FETCH_HEAD.lock")
 # Refs of the store's shared repository, one namespace per root (what keeps its objects reachable).
 ROOT_REFS = "refs/roots"
 # A checkout's folders that are not the pin's: git's own, the build's, the tool's.
@@ -376,7 +376,7 @@ class Checkout:
             ) from None
 
     def clear_stale_git_locks(self, say: Callable[[str], None]) -> None:
-        for name in _GIT_LOCKS:
+        for name in GIT_LOCKS:
             path = os.path.join(self.root, ".git", name)
             if os.path.exists(path):
                 os.unlink(path)
