@@ -472,3 +472,15 @@ def test_a_checkout_where_git_holds_a_lock_is_not_adopted(ws: Workspace) -> None
     out = ws.run()
     assert out.returncode == 64 and ".git/index.lock" in out.stderr, out.stderr
     assert os.path.exists(lock)
+
+
+def test_a_ref_lock_left_by_a_killed_fetch_is_cleared(ws: Workspace) -> None:
+    """A fetch killed while it updated a ref leaves refs/tags/X.lock: every later fetch of that tag failed (exit 2,
+    "check that FLYDSL_REPO is reachable") until somebody removed it by hand."""
+    assert ws.run().returncode == 0
+    lock = os.path.join(ws.root, ".git", "refs", "tags", "v0.2.3.lock")
+    os.makedirs(os.path.dirname(lock), exist_ok=True)
+    open(lock, "w").close()
+    out = ws.run(FLYDSL_PIN="v0.2.3", FLYDSL_EXACT_PIN="1")
+    assert out.returncode == 0, out.stderr
+    assert "removed a stale refs/tags/v0.2.3.lock" in out.stdout

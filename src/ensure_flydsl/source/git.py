@@ -28,7 +28,7 @@ from ensure_flydsl.support.urls import shown_location
 HEX = re.compile(r"^[0-9a-fA-F]{7,40}\Z")
 _OBJECT_ID = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})\Z")  # as ls-remote prints one (SHA-1 or SHA-256)
 # Lock files a killed git leaves behind; under the build lock, in a root of ours, nobody else runs git.
-GIT_LOCKS = ("index.lock", "HEAD.lock", "config.lock", "packed-refs.lock", "shallow.lock", "FETCH_HEAD.lock")
+_GIT_LOCKS = ("index.lock", "HEAD.lock", "config.lock", "packed-refs.lock", "shallow.lock", "FETCH_HEAD.lock")
 # Refs of the store's shared repository, one namespace per root (what keeps its objects reachable).
 ROOT_REFS = "refs/roots"
 # A checkout's folders that are not the pin's: git's own, the build's, the tool's.
@@ -332,6 +332,15 @@ def give_objects(root_git: str, shared: str, name: str, commit: str, environ: Ma
                     f"+refs/remotes/origin/*:{ROOT_REFS}/{name}/remotes/*"], env=git_env(environ, None), timeout=600)
 
 
+def git_locks(root: str) -> List[str]:
+    """The lock files in the root's ``.git`` (a git command running, or killed), relative to it: a ref's too."""
+    git_dir = os.path.join(root, ".git")
+    found = [name for name in _GIT_LOCKS if os.path.lexists(os.path.join(git_dir, name))]
+    for folder, _, names in os.walk(os.path.join(git_dir, "refs")):
+        found += [os.path.relpath(os.path.join(folder, name), git_dir) for name in names if name.endswith(".lock")]
+    return found
+
+
 @dataclass(frozen=True)
 class Checkout:
     """The pin's checkout in ``root``, fetched from ``repo`` through the run's git ``mirrors``."""
@@ -376,11 +385,9 @@ class Checkout:
             ) from None
 
     def clear_stale_git_locks(self, say: Callable[[str], None]) -> None:
-        for name in GIT_LOCKS:
-            path = os.path.join(self.root, ".git", name)
-            if os.path.exists(path):
-                os.unlink(path)
-                say(f"removed a stale {name} left by an interrupted git command in {self.root}")
+        for name in git_locks(self.root):
+            os.unlink(os.path.join(self.root, ".git", name))
+            say(f"removed a stale {name} left by an interrupted git command in {self.root}")
 
     def ensure_repository(self) -> None:
         """A git repository in the root whose origin is the repo (init it, or point origin at the repo)."""

@@ -27,7 +27,7 @@ from ensure_flydsl.layout import (
     state_dir,
 )
 from ensure_flydsl.result import How
-from ensure_flydsl.source.git import GIT_LOCKS, Checkout, add_lines, read_git
+from ensure_flydsl.source.git import Checkout, add_lines, git_locks, read_git
 from ensure_flydsl.support import fields
 from ensure_flydsl.support.fields import Record, checked
 from ensure_flydsl.support.files import (
@@ -138,7 +138,7 @@ def _classify_checkout(root: str, repo: str) -> RootState:
     if not same:
         return RootState(RootKind.FOREIGN, f"it is a checkout of {origin}, not of the configured repository "
                          f"{shown_location(repo)}")
-    held = [name for name in GIT_LOCKS if os.path.lexists(os.path.join(root, ".git", name))]
+    held = git_locks(root)
     if held:
         return RootState(RootKind.FOREIGN, f"git holds .git/{held[0]} in it (a git command running, or killed)")
     try:
