@@ -159,3 +159,11 @@ def test_clean_keeps_a_root_holding_commits_of_somebodys(ws: Workspace, own_repo
     assert os.path.isdir(os.path.join(ws.root, ".git")), out.stdout
     shown = {"branch": "refs/heads/tuned", "stash": "refs/stash", "detached": "HEAD"}[keep]
     assert f"did not create: {shown}" in out.stdout
+
+
+def test_clean_of_an_adopted_clone_says_it_was_adopted(ws: Workspace) -> None:
+    """A clone's own branch (refs/heads/main) is its maker's, not work the tool must keep: the note stays."""
+    subprocess.run(["git", "clone", "-q", ws.repo.url, ws.root], check=True)
+    assert ws.run().returncode == 0
+    out = ws.run("clean")
+    assert f"kept {ws.root} itself: ensure-flydsl adopted it" in out.stdout, out.stdout

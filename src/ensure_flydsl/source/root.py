@@ -383,7 +383,8 @@ def foreign_files(checkout: Checkout) -> List[str]:
     try:
         # ignored ones too: FlyDSL's .gitignore matches *.diff, *.log, what people write
         out = checkout.git("status", "--porcelain=v1", "-z", "--untracked-files=normal", "--ignored=matching")
-        theirs = _commits_of_somebodys(checkout)
+        made = owner(root)  # an adopted checkout's branches are its maker's, and it is never removed
+        theirs = _commits_of_somebodys(checkout) if made is not None and made.created_root else []
     except CommandFailed:
         return ["(git status failed: nothing can be proven to be the tool's)"]
     paths = [entry[3:] for entry in out.split("\0") if len(entry) > 3]
