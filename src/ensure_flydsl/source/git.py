@@ -66,9 +66,8 @@ def is_local_repo(repo: str) -> bool:
 
 
 def with_git_config(environ: Mapping[str, str], mirrors: GitMirrors) -> Dict[str, str]:
-    """A copy of ``environ`` whose git commands apply ``mirrors`` as ``url.<TO>.insteadOf <FROM>`` and give up a
-    transfer under 1 byte/s for the silence limit, after the caller's own entries (no config file is written, and a
-    build script's git applies them too); without the variables that name the caller's repository (a git hook's)."""
+    """``environ`` without the caller's repository (a git hook's GIT_INDEX_FILE...), with ``mirrors`` as insteadOf and
+    the silence limit as http.lowSpeed* after the caller's own config entries (build scripts' git too)."""
     env = {k: v for k, v in environ.items() if k not in _CALLERS_REPOSITORY}
     raw = env.get("GIT_CONFIG_COUNT", "").strip()
     if raw and not raw.isdigit() and not mirrors:
@@ -105,9 +104,8 @@ def describe(url: str, mirrors: GitMirrors, label: str = "FLYDSL_GIT_MIRRORS") -
 
 
 def git_env(environ: Mapping[str, str], mirrors: Optional[GitMirrors], *, at: Optional[str] = None) -> Dict[str, str]:
-    """The environment of every git command: never a prompt, C messages, never the caller's repository; ``at``: never
-    above that folder (a torn ``.git`` fails, not the checkout around it).  ``mirrors`` None: a local read, without
-    the caller's GIT_* variables; else mirrors, plain transports and the network silence limit."""
+    """Every git command's: no prompt, C messages, no caller's GIT_* (``mirrors`` None: a local read) or else mirrors
+    and plain transports; ``at``: never above that folder (a torn ``.git`` fails, not the checkout around it)."""
     if mirrors is None:
         env = {k: v for k, v in environ.items() if not k.startswith("GIT_")}
     else:
@@ -399,13 +397,12 @@ class Checkout:
             except CommandFailed:  # none yet, or one a full disk tore (no HEAD): init completes it, keeps the rest
                 cmd_output(["git", "init", "-q", self.root], env=git_env(os.environ, self.mirrors))
             try:
-                current: Optional[str] = self.git("config", "--get", "remote.origin.url").strip()
-            except CommandFailed:
-                current = None
-            if current is None:
+                current = self.git("config", "--get", "remote.origin.url").strip()
+            except CommandFailed:  # no origin yet
                 self.git("remote", "add", "origin", self.repo)
-            elif current != self.repo:
-                self.git("remote", "set-url", "origin", self.repo)
+            else:
+                if current != self.repo:
+                    self.git("remote", "set-url", "origin", self.repo)
 
     def objects_bytes(self) -> Optional[int]:
         """The bytes of the repository's objects, or None: what a fetch added is the difference."""
