@@ -8,11 +8,12 @@ import json
 import os
 import shutil
 import signal
+import subprocess
 
 import pytest
 
 from tests.helpers.build_fixtures import commit_build_files
-from tests.helpers.flydsl_fixture import FixtureRepo, add_submodule
+from tests.helpers.flydsl_fixture import GIT_ENV, FixtureRepo, add_submodule
 from tests.helpers.scenario import start, status, wait_for, wait_until
 from tests.helpers.workspace import Workspace
 
@@ -136,3 +137,33 @@ def test_a_failure_before_the_build_carries_its_lines(ws: Workspace, own_repo: F
         marker = json.load(handle)
     assert marker["stage"] == "submodules"
     assert any("dlpack" in line for line in marker["log_tail"]), marker["log_tail"]
+
+
+@pytest.mark.parametrize("keep", ["branch", "stash", "detached"])
+def test_clean_keeps_a_root_holding_commits_of_somebodys(ws: Workspace, own_repo: FixtureRepo, keep: str) -> None:
+    """A commit (on a branch, in a stash, on the detached HEAD) leaves git status clean; clean removed the whole
+    root with it, and the work with it."""
+    _checkout_with_ignores(ws, own_repo)
+    env = {**os.environ, **GIT_ENV}
+    kernel = os.path.join(ws.root, "kernels", "moe_gemm_2stage.py")
+    with open(kernel, "a") as handle:
+        handle.write("# tuned by hand\n")
+    if keep == "branch":
+        subprocess.run(["git", "-C", ws.root, "switch", "-q", "-c", "tuned"], env=env, check=True)
+    if keep == "stash":
+        subprocess.run(["git", "-C", ws.root, "stash", "-q"], env=env, check=True)
+    else:
+        subprocess.run(["git", "-C", ws.root, "commit", "-q", "-am", "tuned"], env=env, check=True)
+    out = ws.run("clean")
+    assert out.returncode == 0, out.stderr
+    assert os.path.isdir(os.path.join(ws.root, ".git")), out.stdout
+    shown = {"branch": "refs/heads/tuned", "stash": "refs/stash", "detached": "HEAD"}[keep]
+    assert f"did not create: {shown}" in out.stdout
+
+
+def test_clean_of_an_adopted_clone_says_it_was_adopted(ws: Workspace) -> None:
+    """A clone's own branch (refs/heads/main) is its maker's, not work the tool must keep: the note stays."""
+    subprocess.run(["git", "clone", "-q", ws.repo.url, ws.root], check=True)
+    assert ws.run().returncode == 0
+    out = ws.run("clean")
+    assert f"kept {ws.root} itself: ensure-flydsl adopted it" in out.stdout, out.stdout

@@ -449,3 +449,38 @@ def test_seed_checkout_is_adopted_whatever_git_dir_the_caller_has(ws: Workspace,
     assert out.returncode == 0, out.stderr
     assert "adopting" in out.stderr
     assert_one_tree(ws)
+
+
+def test_the_callers_index_and_object_folder_are_never_written(ws: Workspace, tmp_path: str) -> None:
+    """Run from a git hook (GIT_INDEX_FILE, GIT_OBJECT_DIRECTORY set), the checkout wrote its index over the
+    caller's and fetched into the caller's object folder; the build's git commands inherited them too."""
+    index, objects = os.path.join(str(tmp_path), "callers-index"), os.path.join(str(tmp_path), "callers-objects")
+    out = ws.run(GIT_INDEX_FILE=index, GIT_OBJECT_DIRECTORY=objects,
+                 FIXTURE_BUILD_HOOK='[ -z "${GIT_INDEX_FILE}${GIT_OBJECT_DIRECTORY}" ] || exit 9')
+    assert out.returncode == 0, out.stderr
+    assert not os.path.exists(index) and not os.path.exists(objects)
+    assert os.path.isfile(os.path.join(ws.root, ".git", "index"))
+    assert_one_tree(ws)
+
+
+def test_a_checkout_where_git_holds_a_lock_is_not_adopted(ws: Workspace) -> None:
+    """Another tool's checkout with .git/index.lock (its git running, or killed): the fetch removed the lock as a
+    stale one of the tool's own before the checkout was adopted."""
+    subprocess.run(["git", "clone", "-q", ws.repo.url, ws.root], check=True)
+    lock = os.path.join(ws.root, ".git", "index.lock")
+    open(lock, "w").close()
+    out = ws.run()
+    assert out.returncode == 64 and ".git/index.lock" in out.stderr, out.stderr
+    assert os.path.exists(lock)
+
+
+def test_a_ref_lock_left_by_a_killed_fetch_is_cleared(ws: Workspace) -> None:
+    """A fetch killed while it updated a ref leaves refs/tags/X.lock: every later fetch of that tag failed (exit 2,
+    "check that FLYDSL_REPO is reachable") until somebody removed it by hand."""
+    assert ws.run().returncode == 0
+    lock = os.path.join(ws.root, ".git", "refs", "tags", "v0.2.3.lock")
+    os.makedirs(os.path.dirname(lock), exist_ok=True)
+    open(lock, "w").close()
+    out = ws.run(FLYDSL_PIN="v0.2.3", FLYDSL_EXACT_PIN="1")
+    assert out.returncode == 0, out.stderr
+    assert "removed a stale refs/tags/v0.2.3.lock" in out.stdout

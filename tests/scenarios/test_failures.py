@@ -70,6 +70,15 @@ def test_exit_3_pin_not_found(ws: Workspace) -> None:
     check_marker(ws, 3, "checkout", FLYDSL_PIN="v9.9.9")
 
 
+@pytest.mark.parametrize("pin", ["HEAD", "FETCH_HEAD"])
+def test_exit_3_a_pin_naming_no_ref_of_the_repository(ws: Workspace, pin: str) -> None:
+    """A name the repository has no tag or branch of was resolved in the root as git reads it: HEAD built whatever
+    the root had checked out before (not the repository's HEAD), and stamped it as the pin."""
+    assert ws.run().returncode == 0
+    out = ws.run(FLYDSL_PIN=pin, FLYDSL_EXACT_PIN="1")
+    assert out.returncode == 3 and f"the pin {pin} is not a commit, tag or branch of" in out.stderr, out.stderr
+
+
 def test_exit_3_unknown_full_hash(ws: Workspace) -> None:
     out = ws.run(FLYDSL_PIN="0123456789abcdef0123456789abcdef01234567")
     assert out.returncode == 3 and "is not a commit, tag or branch" in out.stderr

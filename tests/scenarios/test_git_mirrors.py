@@ -331,3 +331,22 @@ def test_the_environment_appends_after_the_callers_entries() -> None:
     assert with_git_config({"GIT_CONFIG_COUNT": "x"}, ()) == {"GIT_CONFIG_COUNT": "x"}  # git refuses it: left as is
     with pytest.raises(BadInput):
         with_git_config({"GIT_CONFIG_COUNT": "x"}, (("a", "b"),))
+
+
+def test_a_mirror_that_lacks_the_pin_is_named(ws: Workspace, own_repo: FixtureRepo, tmp_path: str) -> None:
+    """A stale mirror: the pin was said not to be a commit of FLYDSL_REPO (which has it), hint: check the pin."""
+    mirror = os.path.join(str(tmp_path), "mirror", "FlyDSL.git")
+    subprocess.run(["git", "clone", "-q", "--bare", own_repo.path, mirror], check=True)
+    newer = own_repo.commit("newer", "0.2.4")
+    upstream = "https://unreachable.invalid/ROCm/FlyDSL.git"
+    out = ws.run(FLYDSL_REPO=upstream, FLYDSL_PIN=newer,
+                 FLYDSL_GIT_MIRRORS=f"https://unreachable.invalid/ROCm/={os.path.dirname(mirror)}/")
+    assert out.returncode == 3, out.stderr
+    assert f"is not a commit, tag or branch of {upstream} through the mirror {mirror}" in out.stderr
+
+
+def test_a_password_in_the_repository_url_is_never_shown(ws: Workspace) -> None:
+    out = ws.run(FLYDSL_REPO="https://fly:s3cret@127.0.0.1:9/ROCm/FlyDSL.git")
+    assert out.returncode == 2, out.stderr
+    assert "cannot list the refs of https://fly:***@127.0.0.1:9/ROCm/FlyDSL.git" in out.stderr
+    assert "s3cret" not in out.stdout + out.stderr + open(ws.log).read()

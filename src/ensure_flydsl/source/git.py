@@ -23,6 +23,7 @@ from ensure_flydsl.support.processes import (
     run_captured,
     watched_output,
 )
+from ensure_flydsl.support.urls import shown_location
 
 HEX = re.compile(r"^[0-9a-fA-F]{7,40}\Z")
 _OBJECT_ID = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})\Z")  # as ls-remote prints one (SHA-1 or SHA-256)
@@ -43,6 +44,12 @@ _CLONE_FAILED = re.compile(r"clone of '([^']+)' into submodule path '([^']+)' fa
 _REGISTERED = re.compile(r"Submodule '[^']*' \(([^)]+)\) registered for path '([^']+)'")
 _CLONING = re.compile(r"Cloning into '([^']+)'")
 _NETWORK = {"ls-remote", "fetch", "clone", "submodule"}
+# `git rev-parse --local-env-vars` but the caller's own config (GIT_CONFIG_COUNT, GIT_CONFIG_PARAMETERS): set in a
+# git hook, they would send the checkout's index and objects into the caller's repository.
+_CALLERS_REPOSITORY = ("GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_CONFIG", "GIT_OBJECT_DIRECTORY", "GIT_DIR",
+                       "GIT_WORK_TREE", "GIT_IMPLICIT_WORK_TREE", "GIT_GRAFT_FILE", "GIT_INDEX_FILE",
+                       "GIT_NO_REPLACE_OBJECTS", "GIT_REPLACE_REF_BASE", "GIT_PREFIX", "GIT_INTERNAL_SUPER_PREFIX",
+                       "GIT_SHALLOW_FILE", "GIT_COMMON_DIR")
 
 
 @contextlib.contextmanager
@@ -59,18 +66,18 @@ def is_local_repo(repo: str) -> bool:
 
 
 def with_git_config(environ: Mapping[str, str], mirrors: GitMirrors) -> Dict[str, str]:
-    """A copy of ``environ`` whose git commands apply ``mirrors`` as ``url.<TO>.insteadOf <FROM>`` and give up a
-    transfer under 1 byte/s for the silence limit, after the caller's own entries (no config file is written, and a
-    build script's git applies them too)."""
-    raw = environ.get("GIT_CONFIG_COUNT", "").strip()
+    """``environ`` without the caller's repository (a git hook's GIT_INDEX_FILE...), with ``mirrors`` as insteadOf and
+    the silence limit as http.lowSpeed* after the caller's own config entries (build scripts' git too)."""
+    env = {k: v for k, v in environ.items() if k not in _CALLERS_REPOSITORY}
+    raw = env.get("GIT_CONFIG_COUNT", "").strip()
     if raw and not raw.isdigit() and not mirrors:
-        return dict(environ)  # git refuses every command then; with mirrors it is bad input (git_config_count)
+        return env  # git refuses every command then; with mirrors it is bad input (git_config_count)
     entries = [(f"url.{to}.insteadOf", source) for source, to in mirrors]
     if any(is_local_repo(to) for _, to in mirrors):
         # git >= 2.38 refuses file:// submodules by default (CVE-2022-39253); the user chose this local mirror.
         entries.append(("protocol.file.allow", "always"))
     entries += [("http.lowSpeedLimit", "1"), ("http.lowSpeedTime", str(max(1, int(network_silence_s(environ)))))]
-    env, first = dict(environ), git_config_count(environ)
+    first = git_config_count(environ)
     for index, (key, value) in enumerate(entries, start=first):
         env[f"GIT_CONFIG_KEY_{index}"] = key
         env[f"GIT_CONFIG_VALUE_{index}"] = value
@@ -88,20 +95,21 @@ def rewrite(url: str, mirrors: GitMirrors) -> Tuple[str, Optional[Tuple[str, str
 
 
 def describe(url: str, mirrors: GitMirrors, label: str = "FLYDSL_GIT_MIRRORS") -> str:
+    """``url`` and the mirror it goes through, as messages show them (a password as ``***``)."""
     where, mirror = rewrite(url, mirrors)
-    return url if mirror is None else f"{url} through the mirror {where} ({label} {mirror[0]}={mirror[1]})"
+    if mirror is None:
+        return shown_location(url)
+    return (f"{shown_location(url)} through the mirror {shown_location(where)} "
+            f"({label} {shown_location(mirror[0])}={shown_location(mirror[1])})")
 
 
 def git_env(environ: Mapping[str, str], mirrors: Optional[GitMirrors], *, at: Optional[str] = None) -> Dict[str, str]:
-    """The environment of every git command: never a prompt, C messages, never the caller's GIT_DIR; ``at``: never
-    above that folder (a torn ``.git`` fails, not the checkout around it).  ``mirrors`` None: a local read, without
-    the caller's GIT_* variables; else mirrors, plain transports and the network silence limit."""
+    """Every git command's: no prompt, C messages, no caller's GIT_* (``mirrors`` None: a local read) or else mirrors
+    and plain transports; ``at``: never above that folder (a torn ``.git`` fails, not the checkout around it)."""
     if mirrors is None:
         env = {k: v for k, v in environ.items() if not k.startswith("GIT_")}
     else:
         env = with_git_config(environ, mirrors)
-        env.pop("GIT_DIR", None)
-        env.pop("GIT_WORK_TREE", None)
         # Only plain transports: no ext:: or fd:: helpers, whatever the repository or .gitmodules say.
         env.update({"GIT_ASKPASS": "true", "GIT_ALLOW_PROTOCOL": "file:https:http:ssh:git"})
     env.update({"GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"})
@@ -172,8 +180,10 @@ def repo_path(repo: str) -> str:
 
 
 def resolve_in(path: str, pin: str) -> Optional[str]:
-    """The commit ``pin`` names in the local repository at ``path`` (bare or not), or None."""
-    for candidate in (f"refs/tags/{pin}", f"refs/remotes/origin/{pin}", f"refs/heads/{pin}", pin):
+    """The commit ``pin`` names in the local repository at ``path`` (bare or not), or None: a tag, a branch, or a hash
+    (never what the repository's own HEAD or FETCH_HEAD names)."""
+    for candidate in (f"refs/tags/{pin}", f"refs/remotes/origin/{pin}", f"refs/heads/{pin}",
+                      *([pin] if HEX.match(pin) else [])):
         try:
             out = read_git(path, "rev-parse", "--verify", "--quiet", "--end-of-options", f"{candidate}^{{commit}}")
             return out.decode().strip()
@@ -322,6 +332,15 @@ def give_objects(root_git: str, shared: str, name: str, commit: str, environ: Ma
                     f"+refs/remotes/origin/*:{ROOT_REFS}/{name}/remotes/*"], env=git_env(environ, None), timeout=600)
 
 
+def git_locks(root: str) -> List[str]:
+    """The lock files in the root's ``.git`` (a git command running, or killed), relative to it: a ref's too."""
+    git_dir = os.path.join(root, ".git")
+    found = [name for name in _GIT_LOCKS if os.path.lexists(os.path.join(git_dir, name))]
+    for folder, _, names in os.walk(os.path.join(git_dir, "refs")):
+        found += [os.path.relpath(os.path.join(folder, name), git_dir) for name in names if name.endswith(".lock")]
+    return found
+
+
 @dataclass(frozen=True)
 class Checkout:
     """The pin's checkout in ``root``, fetched from ``repo`` through the run's git ``mirrors``."""
@@ -366,11 +385,9 @@ class Checkout:
             ) from None
 
     def clear_stale_git_locks(self, say: Callable[[str], None]) -> None:
-        for name in _GIT_LOCKS:
-            path = os.path.join(self.root, ".git", name)
-            if os.path.exists(path):
-                os.unlink(path)
-                say(f"removed a stale {name} left by an interrupted git command in {self.root}")
+        for name in git_locks(self.root):
+            os.unlink(os.path.join(self.root, ".git", name))
+            say(f"removed a stale {name} left by an interrupted git command in {self.root}")
 
     def ensure_repository(self) -> None:
         """A git repository in the root whose origin is the repo (init it, or point origin at the repo)."""
@@ -380,13 +397,12 @@ class Checkout:
             except CommandFailed:  # none yet, or one a full disk tore (no HEAD): init completes it, keeps the rest
                 cmd_output(["git", "init", "-q", self.root], env=git_env(os.environ, self.mirrors))
             try:
-                current: Optional[str] = self.git("config", "--get", "remote.origin.url").strip()
-            except CommandFailed:
-                current = None
-            if current is None:
+                current = self.git("config", "--get", "remote.origin.url").strip()
+            except CommandFailed:  # no origin yet
                 self.git("remote", "add", "origin", self.repo)
-            elif current != self.repo:
-                self.git("remote", "set-url", "origin", self.repo)
+            else:
+                if current != self.repo:
+                    self.git("remote", "set-url", "origin", self.repo)
 
     def objects_bytes(self) -> Optional[int]:
         """The bytes of the repository's objects, or None: what a fetch added is the difference."""
@@ -430,7 +446,7 @@ class Checkout:
                 self.git("rev-list", "--quiet", "--objects", "--no-walk", "--missing=error", known)
                 say(f"commit {pin[:12]} is already in {self.root}; nothing to fetch")
                 return known
-        say(f"fetching {pin} from {self.repo} into {self.root}")
+        say(f"fetching {pin} from {shown_location(self.repo)} into {self.root}")
         on_fetch()
         refs = self.remote_refs()
         tags = tag_commits(refs)
@@ -449,7 +465,7 @@ class Checkout:
             self._fetch("+refs/heads/*:refs/remotes/origin/*", "+refs/tags/*:refs/tags/*")
         commit = resolve_in(self.root, pin)
         if commit is None:
-            raise EnsureError(ExitCode.CHECKOUT, f"the pin {pin} is not a commit, tag or branch of {self.repo}",
+            raise EnsureError(ExitCode.CHECKOUT, f"the pin {pin} is not a commit, tag or branch of {self.shown}",
                               stage=Stage.CHECKOUT, hint=WRONG_PIN)
         # The tags at the commit, so that a release tag's commit is known as one (the pin's own is here already).
         missing = sorted(tag for tag, at in tags.items() if at == commit and tag != pin)

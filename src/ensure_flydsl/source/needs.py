@@ -1,7 +1,5 @@
-"""What a source build of the pin needs (HIP, patchelf, nanobind, CMake, the LLVM step), read from the pin's own
-build files in a checkout or a local repository; FlyDSL's known needs are assumed only when neither can be read.
-The LLVM step's inputs (the commit, sha256 of build_llvm.sh and the thirdparty/ files it names, the overridable
-variables that change what is built) key its MLIR; an unknown commit gets no key."""
+"""What a source build of the pin needs (HIP, patchelf, nanobind, CMake, the LLVM step and the inputs that key its
+MLIR), read from the pin's own build files; FlyDSL's known needs are assumed only when they cannot be read."""
 
 from __future__ import annotations
 
@@ -87,9 +85,8 @@ class LlvmInputs:
     minimal: Tuple[Tuple[str, str], ...] = ()  # of MINIMAL, what the tool sets for the build (in environment too)
 
     def key(self, abi: str, *, minimal: bool = True) -> Optional[Dict[str, object]]:
-        """The MLIR key, or None when the commit is unknown; ``minimal=False``: of the build with every target,
-        which serves too.  ``files`` and ``environment`` appear only when non-empty: a pin of the v0.2.2 shape
-        keeps the key MLIR was built or cached under before."""
+        """The MLIR key (None: the commit is unknown); ``minimal=False``: the every-target build's, which serves too.
+        ``files`` and ``environment`` only when non-empty: a v0.2.2-shaped pin keeps its key of before."""
         if self.commit is None:
             return None
         key: Dict[str, object] = {"llvm_commit": self.commit, "abi": abi, "script": self.script}

@@ -1,6 +1,5 @@
-"""The modules a pin's code imports unconditionally (read with ``ast``: one inside a ``try``, a function, an ``if``
-or ``with suppress(ImportError)`` is optional), the required modules its sources lack, and the newest release whose
-tag holds them, read from the tags' trees (fetched shallow and blobless when missing here)."""
+"""The modules a pin's code imports unconditionally (read with ``ast``), the required modules its sources lack, and
+the newest release whose tag holds them (its tree fetched shallow and blobless when missing here)."""
 
 from __future__ import annotations
 
@@ -329,9 +328,8 @@ def release_holding(source: Checkout, versions: Sequence[str], modules: Sequence
 
 
 def beyond_release(repositories: Sequence[str], tag_commit: str, pin: str) -> Optional[List[Tuple[str, str, bool]]]:
-    """The pin's commits its release tag lacks, newest first: short hash, subject, and whether it changes compiled
-    code (a file outside the packages' sources, ``kernels/`` and the Python package); None when no repository on
-    disk holds both."""
+    """The pin's commits its release tag lacks, newest first: short hash, subject, whether it changes compiled code
+    (a file outside the packages' sources); None when no repository on disk holds both."""
     sources = tuple(f"{folder}/" for _, folder in PACKAGE_SOURCES)
     for path in repositories:
         commit = resolve_in(path, pin)

@@ -27,7 +27,7 @@ from ensure_flydsl.layout import (
     state_dir,
 )
 from ensure_flydsl.result import How
-from ensure_flydsl.source.git import Checkout, add_lines, read_git
+from ensure_flydsl.source.git import Checkout, add_lines, git_locks, read_git
 from ensure_flydsl.support import fields
 from ensure_flydsl.support.fields import Record, checked
 from ensure_flydsl.support.files import (
@@ -39,7 +39,7 @@ from ensure_flydsl.support.files import (
     rename_into_place,
 )
 from ensure_flydsl.support.processes import CommandFailed
-from ensure_flydsl.support.urls import same_repo
+from ensure_flydsl.support.urls import same_repo, shown_location
 
 # Files a root may hold that are ours by contract (the bash executor wrote them too), not somebody's work.
 CONTRACT_FILES = (ENV_FILE_NAME, ENV_JSON_NAME)
@@ -134,8 +134,13 @@ def _classify_checkout(root: str, repo: str) -> RootState:
         origin = read_git(root, "config", "--get", "remote.origin.url").decode(errors="replace").strip()
     except CommandFailed:
         return RootState(RootKind.FOREIGN, "it is a git checkout without an origin, not one made by ensure-flydsl")
-    if not same_repo(origin, repo):
-        return RootState(RootKind.FOREIGN, f"it is a checkout of {origin}, not of the configured repository {repo}")
+    same, origin = same_repo(origin, repo), shown_location(origin)
+    if not same:
+        return RootState(RootKind.FOREIGN, f"it is a checkout of {origin}, not of the configured repository "
+                         f"{shown_location(repo)}")
+    held = git_locks(root)
+    if held:
+        return RootState(RootKind.FOREIGN, f"git holds .git/{held[0]} in it (a git command running, or killed)")
     try:
         status = read_git(root, "status", "--porcelain=v1", "--untracked-files=normal",
                           timeout=120).decode(errors="replace")
@@ -378,10 +383,25 @@ def foreign_files(checkout: Checkout) -> List[str]:
     try:
         # ignored ones too: FlyDSL's .gitignore matches *.diff, *.log, what people write
         out = checkout.git("status", "--porcelain=v1", "-z", "--untracked-files=normal", "--ignored=matching")
+        made = owner(root)  # an adopted checkout's branches are its maker's, and it is never removed
+        theirs = _commits_of_somebodys(checkout) if made is not None and made.created_root else []
     except CommandFailed:
         return ["(git status failed: nothing can be proven to be the tool's)"]
     paths = [entry[3:] for entry in out.split("\0") if len(entry) > 3]
-    return [p for p in paths if not tool_file(root, p)] + inside
+    return theirs + [p for p in paths if not tool_file(root, p)] + inside
+
+
+def _commits_of_somebodys(checkout: Checkout) -> List[str]:
+    """What holds commits git status does not show: a branch, a stash (the tool makes neither), and a HEAD moved by
+    more than a checkout (a commit on it, a reset)."""
+    refs = dict(line.split(" ", 1) for line in checkout.git("for-each-ref", "--format=%(refname) %(objectname)")
+                .splitlines())
+    theirs = [ref for ref in refs if not ref.startswith(("refs/tags/", "refs/remotes/origin/"))]
+    head = checkout.head_commit()
+    if head is None or head in (refs[ref] for ref in theirs):
+        return theirs
+    moved = checkout.git("log", "-g", "-1", "--format=%gs", "HEAD").strip()
+    return theirs + (["HEAD"] if moved and not moved.startswith("checkout:") else [])
 
 
 def tool_file(root: str, path: str) -> bool:
