@@ -3,6 +3,7 @@ EnsureError carrying the exit code); ``activate()`` applies a result to this pro
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 from typing import Mapping, Optional
@@ -37,3 +38,4 @@ def activate(result: Result) -> None:
         raise AlreadyImported(*conflict)
     # From the PYTHONPATH as it is now (what sourcing the env file now would give), not the one ensure() saw.
     EnvFile.of_result(result).apply(os.environ, sys.path)
+    importlib.invalidate_caches()  # a folder on the path before the build made it is cached as absent

@@ -214,3 +214,20 @@ ensure_flydsl.activate(again)
 print(json.dumps({"file": flydsl.__file__, "action": again.action}))
 """)
     assert str(data["file"]).startswith(ws.root + os.sep) and data["action"] == "warm"
+
+
+def test_activate_after_an_import_that_missed_the_unbuilt_tree_imports_the_built_one(ws: Workspace) -> None:
+    """The tree's folders on the path before they existed (an env file sourced before a rebuild): Python cached
+    their absence, and activate() makes the import look again."""
+    data = api(ws, r"""
+try:
+    import flydsl
+except ImportError:
+    pass
+result = ensure_flydsl.ensure()
+ensure_flydsl.activate(result)
+import flydsl, kernels.moe_gemm_2stage
+print(json.dumps({"file": flydsl.__file__}))
+""", PYTHONPATH=f"{ws.root}/build-fly/python_packages:{ws.root}")
+    assert str(data["file"]).startswith(ws.root + os.sep), data
+
