@@ -6,9 +6,10 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+import sysconfig
 from typing import Mapping, Optional
 
-from ensure_flydsl.errors import AlreadyImported
+from ensure_flydsl.errors import AlreadyImported, EnsureError, ExitCode, Stage
 from ensure_flydsl.pipeline.run import ensure as run_or_warm
 from ensure_flydsl.probe.gate import imported_elsewhere
 from ensure_flydsl.result import Result
@@ -31,8 +32,14 @@ def ensure(*, environ: Optional[Mapping[str, str]] = None, verbose: bool = False
 
 
 def activate(result: Result) -> None:
-    """Apply a result's environment to this process (os.environ and sys.path), once; AlreadyImported (exit 6), and
-    nothing changed, when flydsl or kernels were imported from another tree already."""
+    """Apply a result's environment to this process (os.environ and sys.path), once; exit 6, nothing changed, when
+    the tree was made for another interpreter's ABI, or (AlreadyImported) flydsl or kernels came from another tree."""
+    here = f"{sys.implementation.cache_tag}/{sysconfig.get_config_var('SOABI') or 'none'}/{sysconfig.get_platform()}"
+    if result.abi != here:
+        raise EnsureError(ExitCode.PROBE, f"the tree was made for {result.python} ({result.abi}), not for "
+                          f"{sys.executable} ({here}): this process cannot import it", stage=Stage.ACTIVATE,
+                          hint="ensure_flydsl.ensure(python=sys.executable) makes one for this process; a child "
+                          "process of that interpreter takes result.env")
     conflict = imported_elsewhere(result.files)
     if conflict is not None:
         raise AlreadyImported(*conflict)

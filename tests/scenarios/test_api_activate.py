@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from ensure_flydsl.runs.markers import EnvFile
 from tests.helpers.flydsl_fixture import make_installed_tree
 from tests.helpers.run_folders import for_the_run
-from tests.helpers.workspace import Workspace
+from tests.helpers.workspace import Workspace, other_python
 
 SHELLS = [s for s in ("bash", "dash") if shutil.which(s)]
 
@@ -231,3 +231,22 @@ print(json.dumps({"file": flydsl.__file__}))
 """, PYTHONPATH=f"{ws.root}/build-fly/python_packages:{ws.root}")
     assert str(data["file"]).startswith(ws.root + os.sep), data
 
+
+def test_activate_refuses_a_result_made_for_another_interpreter(ws: Workspace) -> None:
+    other = other_python(sys.implementation.cache_tag)
+    if other is None:
+        pytest.skip("needs an interpreter of another Python version")
+    data = api(ws, r"""
+result = ensure_flydsl.ensure(python=OTHER)
+before = state()
+try:
+    ensure_flydsl.activate(result)
+except EnsureError as exc:
+    print(json.dumps({"code": int(exc.code), "message": str(exc), "hint": exc.hint, "unchanged": state() == before,
+                      "abi": result.abi}))
+else:
+    print(json.dumps({"code": None}))
+""".replace("OTHER", repr(other)))
+    assert data["code"] == 6 and data["unchanged"] is True, data
+    assert str(data["message"]).startswith(f"the tree was made for {other} ({data['abi']}), not for {sys.executable}")
+    assert "python=sys.executable" in str(data["hint"])
