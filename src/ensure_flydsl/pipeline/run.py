@@ -15,7 +15,7 @@ from ensure_flydsl.pipeline.publish import check_markers, publish, record_failur
 from ensure_flydsl.pipeline.warm import try_warm
 from ensure_flydsl.probe.gate import same_folder
 from ensure_flydsl.result import Action, How, Result
-from ensure_flydsl.runs import timings
+from ensure_flydsl.runs import markers, timings
 from ensure_flydsl.runs.progress import heartbeat, heartbeat_interval
 from ensure_flydsl.settings import Settings, host_id
 from ensure_flydsl.support.fields import short_text
@@ -98,7 +98,14 @@ def _ensure(run: Run) -> Result:
         seen = stamp_seen(settings.root)
         decision = decide(run) if damaged is None else Decision(False, damaged)
     if decision.ok:
-        return publish(run, decision, _action(decision, settings.root))
+        result = publish(run, decision, _action(decision, settings.root))
+        if result.action != Action.VERIFIED or stamp_seen(settings.root) == seen:
+            return result
+        # Another run's build (begin_build) took the stamp away after our probe, maybe before we wrote.
+        markers.withdraw_env_file(settings.env_file, settings.env_json)
+        run.say(f"took away {settings.env_file}: another run began rebuilding the tree in {settings.root} after "
+                "this run probed it; deciding again under the lock")
+        decision = Decision(False, "another run began rebuilding it")
     check_provisionable(settings, run.environ, decision.reason)
     run.track()
     with contextlib.ExitStack() as held:
