@@ -21,12 +21,11 @@ from ensure_flydsl.support.report import Reporter
 def ensure(*, environ: Optional[Mapping[str, str]] = None, verbose: bool = False, **settings: object) -> Result:
     """Ensure FlyDSL is importable; return the Result or raise EnsureError (``.code`` is the exit code)."""
     env = dict(os.environ if environ is None else environ)
-    parsed = load_settings(settings, env)
     # As the command line: nothing the run makes is world-writable, whatever the caller's umask.
     previous = os.umask(0o022)
     os.umask(previous | 0o002)
     try:
-        return run_or_warm(parsed, env, Reporter(sys.stderr if verbose else None))[0]
+        return run_or_warm(load_settings(settings, env), env, Reporter(sys.stderr if verbose else None))[0]
     finally:
         os.umask(previous)
 
@@ -35,11 +34,9 @@ def activate(result: Result) -> None:
     """Apply a result's environment to this process (os.environ and sys.path), once; exit 6, nothing changed, when
     the tree was made for another interpreter's ABI, or (AlreadyImported) flydsl or kernels came from another tree."""
     here = f"{sys.implementation.cache_tag}/{sysconfig.get_config_var('SOABI') or 'none'}/{sysconfig.get_platform()}"
-    if result.abi != here:
+    if result.abi != here:  # its compiled modules cannot load here
         raise EnsureError(ExitCode.PROBE, f"the tree was made for {result.python} ({result.abi}), not for "
-                          f"{sys.executable} ({here}): this process cannot import it", stage=Stage.ACTIVATE,
-                          hint="ensure_flydsl.ensure(python=sys.executable) makes one for this process; a child "
-                          "process of that interpreter takes result.env")
+                          f"{sys.executable} ({here})", stage=Stage.ACTIVATE, hint="ensure(python=sys.executable)")
     conflict = imported_elsewhere(result.files)
     if conflict is not None:
         raise AlreadyImported(*conflict)

@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 import tempfile
 from typing import Dict, List, Optional
 
@@ -248,5 +249,6 @@ else:
     print(json.dumps({"code": None}))
 """.replace("OTHER", repr(other)))
     assert data["code"] == 6 and data["unchanged"] is True, data
-    assert str(data["message"]).startswith(f"the tree was made for {other} ({data['abi']}), not for {sys.executable}")
+    here = f"{sys.implementation.cache_tag}/{sysconfig.get_config_var('SOABI') or 'none'}/{sysconfig.get_platform()}"
+    assert data["message"] == f"the tree was made for {other} ({data['abi']}), not for {sys.executable} ({here})"
     assert "python=sys.executable" in str(data["hint"])
