@@ -87,6 +87,19 @@ def test_sourcing_the_env_file_twice_gives_each_folder_once(tmp_path: "os.PathLi
     assert os.listdir(cwd) == []
 
 
+
+@pytest.mark.parametrize("shell", SHELLS)
+@pytest.mark.parametrize("caller", [None, "", "/a", "/a:/b"])
+def test_a_tree_on_the_interpreters_own_path_leaves_the_callers_pythonpath_as_it_was(
+        tmp_path: "os.PathLike[str]", shell: str, caller: Optional[str]) -> None:
+    """A tree reused from the interpreter's site folder puts no folder first: sourcing the env file must not turn
+    the caller's ``/a`` into ``:/a``, whose empty entry puts the working folder on sys.path."""
+    env_file = os.path.join(str(tmp_path), "flydsl_env.sh")
+    with open(env_file, "w") as handle:
+        handle.write(EnvFile("/root", (), None, True).text())
+    got = source_twice(shell, env_file, caller, str(tmp_path))
+    assert got == (caller or "") == EnvFile("/root", (), None, True).mapping(caller)["PYTHONPATH"]
+
 def test_sourcing_twice_is_idempotent_for_arbitrary_paths(tmp_path: "os.PathLike[str]") -> None:
     cwd = os.path.join(str(tmp_path), "cwd")
     os.makedirs(cwd)

@@ -1,6 +1,5 @@
-"""Provisioning under the lock: fetch the pin, check its imports against the interpreter, then withdraw the env
-file, check the pin out and ask the ways in the table's order for a verified tree; stamp it, publish.  Nothing a
-poller reads changes before the build starts: any failure until then leaves the previous install answering."""
+"""Provisioning under the lock: fetch the pin and check its imports, then (the build begins) withdraw the env file,
+check the pin out, take the first way's verified tree, stamp and publish it (nothing a poller reads changes before)."""
 
 from __future__ import annotations
 
