@@ -1,10 +1,5 @@
-"""ensure-flydsl: make ``import flydsl, kernels.moe_gemm_2stage`` work from one consistent tree.
-
-    result = ensure_flydsl.ensure(root="/opt/flydsl/FlyDSL", min_version="0.2.2")
-    ensure_flydsl.activate(result)   # os.environ and sys.path, for in-process callers
-
-The names load from their own modules at first use: the front door (warm.py) answers most calls without them.
-"""
+"""ensure-flydsl: make ``import flydsl, kernels.moe_gemm_2stage`` work from one consistent tree (``ensure()``, then
+``activate()``).  The names load from their modules at first use: the front door (warm.py) answers without them."""
 
 from __future__ import annotations
 

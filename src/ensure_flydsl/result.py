@@ -7,8 +7,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Dict, List, Mapping, Optional
 
-# docs/schema/result.schema.json; GEAK's gate schema (``ok``, ``built``, ``env_file``, ``version``, ``reason``)
-# is a subset of it.
+# docs/schema/result.schema.json; GEAK's gate schema (ok, built, env_file, version, reason) is a subset of it.
 SCHEMA_VERSION = 1
 RESULT_KEYS = ("schema_version", "ok", "exit_code", "stage", "built", "how", "env_file", "version", "reason",
                "hint", "log", "run_id", "elapsed_s")

@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 import tempfile
 from typing import Dict, List, Optional
 
@@ -21,7 +22,7 @@ from hypothesis import strategies as st
 from ensure_flydsl.runs.markers import EnvFile
 from tests.helpers.flydsl_fixture import make_installed_tree
 from tests.helpers.run_folders import for_the_run
-from tests.helpers.workspace import Workspace
+from tests.helpers.workspace import Workspace, other_python
 
 SHELLS = [s for s in ("bash", "dash") if shutil.which(s)]
 
@@ -85,6 +86,19 @@ def test_sourcing_the_env_file_twice_gives_each_folder_once(tmp_path: "os.PathLi
     assert EnvFile(root, tuple(prepend), None, True).mapping(caller)["PYTHONPATH"] == got
     assert os.listdir(cwd) == []
 
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+@pytest.mark.parametrize("caller", [None, "", "/a", "/a:/b"])
+def test_a_tree_on_the_interpreters_own_path_leaves_the_callers_pythonpath_as_it_was(
+        tmp_path: "os.PathLike[str]", shell: str, caller: Optional[str]) -> None:
+    """A tree reused from the interpreter's site folder puts no folder first: sourcing the env file must not turn
+    the caller's ``/a`` into ``:/a``, whose empty entry puts the working folder on sys.path."""
+    env_file = os.path.join(str(tmp_path), "flydsl_env.sh")
+    with open(env_file, "w") as handle:
+        handle.write(EnvFile("/root", (), None, True).text())
+    got = source_twice(shell, env_file, caller, str(tmp_path))
+    assert got == (caller or "") == EnvFile("/root", (), None, True).mapping(caller)["PYTHONPATH"]
 
 def test_sourcing_twice_is_idempotent_for_arbitrary_paths(tmp_path: "os.PathLike[str]") -> None:
     cwd = os.path.join(str(tmp_path), "cwd")
@@ -214,3 +228,40 @@ ensure_flydsl.activate(again)
 print(json.dumps({"file": flydsl.__file__, "action": again.action}))
 """)
     assert str(data["file"]).startswith(ws.root + os.sep) and data["action"] == "warm"
+
+
+def test_activate_after_an_import_that_missed_the_unbuilt_tree_imports_the_built_one(ws: Workspace) -> None:
+    """The tree's folders on the path before they existed (an env file sourced before a rebuild): Python cached
+    their absence, and activate() makes the import look again."""
+    data = api(ws, r"""
+try:
+    import flydsl
+except ImportError:
+    pass
+result = ensure_flydsl.ensure()
+ensure_flydsl.activate(result)
+import flydsl, kernels.moe_gemm_2stage
+print(json.dumps({"file": flydsl.__file__}))
+""", PYTHONPATH=f"{ws.root}/build-fly/python_packages:{ws.root}")
+    assert str(data["file"]).startswith(ws.root + os.sep), data
+
+
+def test_activate_refuses_a_result_made_for_another_interpreter(ws: Workspace) -> None:
+    other = other_python(sys.implementation.cache_tag)
+    if other is None:
+        pytest.skip("needs an interpreter of another Python version")
+    data = api(ws, r"""
+result = ensure_flydsl.ensure(python=OTHER)
+before = state()
+try:
+    ensure_flydsl.activate(result)
+except EnsureError as exc:
+    print(json.dumps({"code": int(exc.code), "message": str(exc), "hint": exc.hint, "unchanged": state() == before,
+                      "abi": result.abi}))
+else:
+    print(json.dumps({"code": None}))
+""".replace("OTHER", repr(other)))
+    assert data["code"] == 6 and data["unchanged"] is True, data
+    here = f"{sys.implementation.cache_tag}/{sysconfig.get_config_var('SOABI') or 'none'}/{sysconfig.get_platform()}"
+    assert data["message"] == f"the tree was made for {other} ({data['abi']}), not for {sys.executable} ({here})"
+    assert "python=sys.executable" in str(data["hint"])

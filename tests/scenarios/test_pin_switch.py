@@ -9,8 +9,9 @@ from __future__ import annotations
 import json
 import os
 
-from tests.helpers.flydsl_fixture import FixtureRepo
-from tests.helpers.scenario import assert_one_tree, ensure_json
+from tests.helpers.flydsl_fixture import FixtureRepo, write
+from tests.helpers.scenario import Barrier, assert_one_tree, ensure_json, run_record_of, wait_until
+from tests.helpers.workspace import Workspace
 from tests.scenarios.test_host_store import packaged, root_of
 
 
@@ -51,3 +52,36 @@ def test_a_switch_back_that_fails_keeps_a_true_env_file_and_takes_away_an_untrue
     assert f"took away {a.env_file}: the tree it names does not pass the probe now" in again.stderr, again.stderr
     marker = a.marker()
     assert marker["exit_code"] == 3 and marker["stage"] == "checkout"
+
+
+def test_a_reuse_that_publishes_after_another_runs_build_began_leaves_no_env_file_for_it(
+        ws: Workspace, tmp_path: "os.PathLike[str]") -> None:
+    """R1 (version-only) finds the root's tree good; before it publishes, R2 (--exact-pin v0.2.3) takes the lock,
+    takes the env file away and begins rebuilding that tree.  R1's env file, written after that, must not stay
+    while R2 builds: it would name a tree half replaced (a poller of R2's request would take it)."""
+    assert ws.run().returncode == 0
+    publishing, building = Barrier(ws.counter, "publishing"), Barrier(ws.counter, "building")
+    # R1's last probe before it writes (other FlyDSL users: aiter) holds until R2's build began.
+    write(os.path.join(str(tmp_path), "hold", "aiter", "__init__.py"),
+          f"import os, time\nopen({publishing.reached!r}, 'w').close()\n"
+          f"while not os.path.exists({publishing.go!r}):\n    time.sleep(0.05)\nraise ImportError('no aiter')\n")
+    r1 = ws.popen("--json", PYTHONPATH=os.path.join(str(tmp_path), "hold"))
+    r2 = None
+    try:
+        publishing.wait_reached()
+        r2 = ws.popen("--json", FLYDSL_PIN="v0.2.3", FLYDSL_EXACT_PIN="1", FIXTURE_BUILD_HOOK=building.hook)
+        building.wait_reached()
+        assert not os.path.exists(ws.env_file)
+        publishing.release()
+        wait_until("R1 ends or waits for the lock R2 holds", lambda: r1.poll() is not None
+                   or run_record_of(ws, r1.pid).get("step") == "lock", timeout=60)
+        assert not os.path.exists(ws.env_file), "an env file for a tree another run is replacing"
+    finally:
+        publishing.release()
+        building.release()
+        out1, err1 = r1.communicate(timeout=120)
+        if r2 is not None:
+            r2.communicate(timeout=120)
+    assert r1.returncode == 0, err1
+    assert json.loads(out1)["version"] == "0.2.3", err1  # under the lock, the tree R2 finished answers R1
+    assert_one_tree(ws)

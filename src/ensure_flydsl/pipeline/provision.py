@@ -1,6 +1,5 @@
-"""Provisioning under the lock: fetch the pin, check its imports against the interpreter, then withdraw the env
-file, check the pin out and ask the ways in the table's order for a verified tree; stamp it, publish.  Nothing a
-poller reads changes before the build starts: any failure until then leaves the previous install answering."""
+"""Provisioning under the lock: fetch the pin and check its imports, then (the build begins) withdraw the env file,
+check the pin out, take the first way's verified tree, stamp and publish it (nothing a poller reads changes before)."""
 
 from __future__ import annotations
 
@@ -206,8 +205,10 @@ def refuse_local_changes(run: Run) -> bool:
 
 
 def begin_build(run: Run) -> None:
-    """The root's tree changes now: an env file naming it goes, and another tool's checkout is adopted."""
+    """The root's tree changes now: its stamp goes, then an env file naming it (a run that probed the tree before
+    sees the stamp gone once it has published), and another tool's checkout is adopted."""
     settings, root = run.settings, run.settings.root
+    run.stamps.undo("tree")
     twin = markers.read_env_json(settings.env_json)
     names_root = twin is None or any(is_within(p, root) for p in [twin.tree, *twin.pythonpath_prepend])
     if names_root and markers.withdraw_env_file(settings.env_file, settings.env_json):

@@ -15,7 +15,6 @@ from ensure_flydsl.probe.gate import evaluate, shadowing
 from ensure_flydsl.probe.interpreter import broken_user_line, broken_users, probe_modules, run_probe
 from ensure_flydsl.result import Action, How, Result
 from ensure_flydsl.runs import markers
-from ensure_flydsl.runs.answer import marker_sharing
 from ensure_flydsl.runs.liveness import leave_failure_marker
 from ensure_flydsl.runs.markers import Failure, installed, installed_line, tail_of
 from ensure_flydsl.settings import Settings
@@ -40,14 +39,6 @@ def withdraw_stale_markers(settings: Settings, say: Callable[[str], None]) -> No
         return
     markers.withdraw_env_file(settings.env_file, settings.env_json)
     say(f"took away {settings.env_file}: {why}")
-
-
-def check_markers(settings: Settings, say: Callable[[str], None]) -> None:
-    """Stale markers withdrawn, and a note when other roots report to the same failure marker."""
-    withdraw_stale_markers(settings, say)
-    sharing = marker_sharing(settings)
-    if sharing is not None:
-        say("note: " + "; ".join(sharing))
 
 
 def withdraw_if_untrue(run: Run, decision: Decision) -> None:
@@ -136,11 +127,8 @@ def record_failure(run: Run, exc: BaseException) -> BaseException:
         hint = "this is a bug in ensure-flydsl; the log has the traceback"
     run.tracker.release()  # the run's reserved room: on a disk that filled, it takes the marker, then the record
     # The last lines that explain the failure: the build's, else the failed command's, else the log's.
-    tail = run.reporter.tail(20)
-    if not tail and isinstance(exc, EnsureError) and exc.detail:
-        tail = exc.detail.splitlines()[-20:]
-    if not tail and run.reporter.log_path:
-        tail = tail_of(run.reporter.log_path)
+    tail = (run.reporter.tail(20) or (exc.detail.splitlines()[-20:] if isinstance(exc, EnsureError) else [])
+            or tail_of(run.reporter.log_path or ""))
     settings, failure = run.settings, Failure(stage, int(code), reason, hint)
     unseen = leave_failure_marker(settings.fail_marker, failure, request=settings.request(), run_id=run.run_id,
                                   locked=run.tracker.record.locked, log=run.reporter.log_path, log_tail=tail,

@@ -11,11 +11,12 @@ from ensure_flydsl.errors import EnsureError, Stage, disk_full_error, exit_code_
 from ensure_flydsl.pipeline.decide import check_provisionable, decide, decide_again, preflight, stamp_seen
 from ensure_flydsl.pipeline.lock import build_lock
 from ensure_flydsl.pipeline.provision import provision
-from ensure_flydsl.pipeline.publish import check_markers, publish, record_failure, withdraw_if_untrue
+from ensure_flydsl.pipeline.publish import publish, record_failure, withdraw_if_untrue, withdraw_stale_markers
 from ensure_flydsl.pipeline.warm import try_warm
 from ensure_flydsl.probe.gate import same_folder
 from ensure_flydsl.result import Action, How, Result
-from ensure_flydsl.runs import timings
+from ensure_flydsl.runs import markers, timings
+from ensure_flydsl.runs.answer import marker_sharing
 from ensure_flydsl.runs.progress import heartbeat, heartbeat_interval
 from ensure_flydsl.settings import Settings, host_id
 from ensure_flydsl.support.fields import short_text
@@ -28,8 +29,7 @@ from ensure_flydsl.ways.store import repair_shared_files, shared_files_problem
 
 def ensure(settings: Settings, environ: Mapping[str, str], reporter: Reporter,
            warm_key: Optional[List[str]] = None) -> Tuple[Result, bool]:
-    """The answer, and whether it was warm: the last success's when nothing changed (the front door then answers
-    the next call with the raw inputs ``warm_key``), else the pipeline's."""
+    """The answer and whether it was warm: the last success's while nothing changed (kept for ``warm_key``)."""
     result = None if settings.verify else try_warm(settings, environ, warm_key)
     if result is None:
         return ensure_run(Run(settings, reporter, environ, warm_key=warm_key)), False
@@ -93,12 +93,22 @@ def _ensure(run: Run) -> Result:
     with run.step(Stage.PROBE):
         # --verify of a good tree writes nothing and takes no lock (as `verify`): its paths are checked below.
         run.interpreter = preflight(settings, run.environ, writes=not settings.verify)
-        check_markers(settings, run.say)
+        withdraw_stale_markers(settings, run.say)
+        sharing = marker_sharing(settings)  # other roots report to the same failure marker
+        if sharing is not None:
+            run.say("note: " + "; ".join(sharing))
         damaged = shared_files_problem(run)  # a tree an earlier version hardlinked from the store
         seen = stamp_seen(settings.root)
         decision = decide(run) if damaged is None else Decision(False, damaged)
     if decision.ok:
-        return publish(run, decision, _action(decision, settings.root))
+        result = publish(run, decision, _action(decision, settings.root))
+        if result.action != Action.VERIFIED or stamp_seen(settings.root) == seen:
+            return result
+        # Another run's build (begin_build) took the stamp away after our probe, maybe before we wrote.
+        markers.withdraw_env_file(settings.env_file, settings.env_json)
+        run.say(f"took away {settings.env_file}: another run began rebuilding the tree in {settings.root} after "
+                "this run probed it; deciding again under the lock")
+        decision = Decision(False, "another run began rebuilding it")
     check_provisionable(settings, run.environ, decision.reason)
     run.track()
     with contextlib.ExitStack() as held:

@@ -85,8 +85,9 @@ class EnvFile:
                 f'export PYTHONPATH={quoted_path}"${{_ensure_flydsl_pp:+:$_ensure_flydsl_pp}}"',
                 "unset _ensure_flydsl_pp _ensure_flydsl_d",
             ]
-        else:
-            lines.append(f'export PYTHONPATH={quoted_path}"${{PYTHONPATH:+:${{PYTHONPATH}}}}"')
+        else:  # no folder first (a tree on the interpreter's path): ":$PYTHONPATH" would put the working folder on it
+            rest = "${PYTHONPATH:+:${PYTHONPATH}}" if self.prepend else "${PYTHONPATH:-}"
+            lines.append(f'export PYTHONPATH={quoted_path}"{rest}"')
         lines.append(f"export FLY_BUILD={layout.BUILD_DIR}")
         for name, value in self.kept_if_set().items():
             if value is not None:
