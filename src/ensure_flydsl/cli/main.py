@@ -383,6 +383,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     # Under umask 000 (common in containers) the checkout, its .git/hooks and the build would be world-writable:
     # anyone could plant a hook that the next run's git executes.
     os.umask(os.umask(0o022) | 0o002)
+    for fd, name in enumerate(("stdin", "stdout", "stderr")):  # closed at the start (`cmd >&-`): Python made it None,
+        if getattr(sys, name) is None:  # and the first file opened would take its number, children writing into it
+            null = os.open(os.devnull, os.O_RDWR)
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
+            setattr(sys, name, open(fd, "r" if fd == 0 else "w", closefd=False))
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["_watchdog"]:
         unblock_stop_signals()  # started by a worker that may still have them blocked (cli/start.py)
