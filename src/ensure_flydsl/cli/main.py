@@ -189,6 +189,7 @@ def build_parser() -> argparse.ArgumentParser:
             add_settings(parser, reads)
         if json is not None:
             parser.add_argument("--json", action="store_true", default=hidden, help=json)
+        parser.set_defaults(text_only=None if json else parser.prog)  # a --json before it is refused (main)
         if run is not None:
             parser.set_defaults(run=run, reads_settings=reads is not None)
         return parser
@@ -340,7 +341,10 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
         import argcomplete
 
         argcomplete.autocomplete(parser)  # prints what a TAB offers and exits
-    return parser.parse_args(with_command(parser, list(argv)))
+    args = parser.parse_args(with_command(parser, list(argv)))
+    if getattr(args, "json", False) and getattr(args, "text_only", None):  # a --json before it: every answer is JSON
+        raise Refused("--json is not allowed: this command answers in text", args.text_only)
+    return args
 
 
 def _help(call: Call) -> int:
@@ -383,13 +387,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     # Under umask 000 (common in containers) the checkout, its .git/hooks and the build would be world-writable:
     # anyone could plant a hook that the next run's git executes.
     os.umask(os.umask(0o022) | 0o002)
-    for fd, name in enumerate(("stdin", "stdout", "stderr")):  # closed at the start (`cmd >&-`): Python made it None,
-        if getattr(sys, name) is None:  # and the first file opened would take its number, children writing into it
-            null = os.open(os.devnull, os.O_RDWR)
-            if null != fd:
-                os.dup2(null, fd)
-                os.close(null)
-            setattr(sys, name, open(fd, "r" if fd == 0 else "w", closefd=False))
+    _reopen_closed_streams()
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["_watchdog"]:
         unblock_stop_signals()  # started by a worker that may still have them blocked (cli/start.py)
@@ -438,6 +436,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         for signum, was in previous.items():
             signal.signal(signum, was)
         reporter.close()
+
+
+def _reopen_closed_streams() -> None:
+    """A standard stream closed at the start (`cmd >&-`), which Python makes None, goes to /dev/null: else the
+    first file the tool opens takes its number, and the children it starts write into that file."""
+    for fd, name in enumerate(("stdin", "stdout", "stderr")):
+        if getattr(sys, name) is None:
+            null = os.open(os.devnull, os.O_RDWR)
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
+            setattr(sys, name, open(fd, "r" if fd == 0 else "w", closefd=False))
 
 
 def _run(call: Call) -> int:
