@@ -107,8 +107,16 @@ def _need(name: str, value: str, what: str, modules: List[str], extra: str, inst
                        + extra_remedy(extra, instead))
 
 
+def _absolute(name: str, value: str, path: str) -> str:
+    try:
+        return os.path.abspath(path)
+    except OSError:  # getcwd() of a working folder that was removed
+        raise BadInput(name, value, "an absolute path (a relative one is read from the working folder, which is "
+                       "gone)") from None
+
+
 def parse_path(name: str, value: str, *, pythonpath_entry: bool = False, room: int = 0, leaf_room: int = 0) -> str:
-    path = os.path.abspath(value)
+    path = _absolute(name, value, value)
     checked = [(value, "")]
     if not os.path.isabs(value):  # it takes on the working folder's characters (that folder exists: abspath read it)
         checked.append((path, f" (relative: its working folder is {os.getcwd()!r})"))
@@ -262,7 +270,7 @@ def parse_git_mirrors(name: str, value: str) -> GitMirrors:
             if wrong:
                 raise BadInput(name, value, f"{MIRRORS_ALLOWED}; {pair!r} {why}")
         if not re.match(_GIT_URL, to):  # a local TO, made absolute (git runs in several folders); a prefix keeps its /
-            to = os.path.abspath(to) + ("/" if to.endswith("/") else "")
+            to = _absolute(name, value, to) + ("/" if to.endswith("/") else "")
             _length(name, to)
         if chosen.setdefault(source, to) != to:
             raise BadInput(name, value, f"{MIRRORS_ALLOWED}; {source} is given two mirrors ({chosen[source]} and "

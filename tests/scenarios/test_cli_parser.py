@@ -214,3 +214,20 @@ def test_every_failure_under_json_is_one_json_object(env: Dict[str, str], args: 
     assert data["ok"] is False and data["exit_code"] == 64 and says in data["reason"], data
     events = [json.loads(e) for e in out.stderr.splitlines()]
     assert [e["event"] for e in events] == ["failed"] and events[0]["reason"] == data["reason"]
+
+
+@pytest.mark.parametrize("args, says", [
+    (["status", "--root", "FlyDSL"], "--root='FlyDSL' is not allowed: "),
+    (["status", "--python", "./python3"], "--python='./python3' is not allowed: "),
+    (["status", "--git-mirror", "https://github.com/=mirrors/"], "--git-mirror='https://github.com/=mirrors/' is "),
+])
+def test_a_relative_path_from_a_removed_working_folder_is_bad_input(env: Dict[str, str], args: List[str], says: str,
+                                                                    tmp_path: "os.PathLike[str]") -> None:
+    """A relative path has no meaning once the working folder is gone: it was an internal error (exit 70)."""
+    gone = os.path.join(str(tmp_path), "gone")
+    os.mkdir(gone)
+    out = subprocess.run(["bash", "-c", 'cd "$1" && rmdir "$1" && shift && exec "$@"', "bash", gone, sys.executable,
+                          "-m", "ensure_flydsl", *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, timeout=60, check=False)
+    assert out.returncode == 64 and out.stderr.startswith("ensure-flydsl: " + says), out.stderr
+    assert len(out.stderr.splitlines()) == 1 and "working folder" in out.stderr, out.stderr
