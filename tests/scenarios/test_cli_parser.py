@@ -219,7 +219,7 @@ def test_every_failure_under_json_is_one_json_object(env: Dict[str, str], args: 
 @pytest.mark.parametrize("args, says", [
     (["status", "--root", "FlyDSL"], "--root='FlyDSL' is not allowed: "),
     (["status", "--python", "./python3"], "--python='./python3' is not allowed: "),
-    (["status", "--git-mirror", "https://github.com/=mirrors/"], "--git-mirror='https://github.com/=mirrors/' is "),
+    (["status", "--git-mirror", "https://github.com/=mirrors/"], "--git-mirror='mirrors/' is not allowed: "),
 ])
 def test_a_relative_path_from_a_removed_working_folder_is_bad_input(env: Dict[str, str], args: List[str], says: str,
                                                                     tmp_path: "os.PathLike[str]") -> None:

@@ -1,6 +1,5 @@
-"""``cache list|prune|keygen|sign`` and ``store list|prune``: housekeeping of the binary cache (FLYDSL_CACHE)
-and the host store (FLYDSL_STORE).  One that cannot be used is bad input here (exit 64), where a build would
-merely go on without it."""
+"""``cache list|prune|keygen|sign`` and ``store list|prune``: a cache or store that cannot be used is bad input here
+(exit 64), where a build would merely go on without it."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""``ensure-flydsl clean``: remove what this tool created for the root, under the build lock, and nothing else.
-
-The root goes whole only when the tool made it and it holds nothing else; the lock file itself always stays."""
+"""``ensure-flydsl clean``: remove what this tool created for the root, under the build lock, and nothing else;
+the root goes whole only when the tool made it and it holds nothing else; the lock file always stays."""
 
 from __future__ import annotations
 
@@ -90,9 +89,8 @@ def _clean_shared_files(settings: Settings, notes: List[str]) -> List[str]:
 
 
 def _clean_runs(settings: Settings) -> List[str]:
-    """The root's run records; the base's state folder (MLIR installs fetched from the cache) too once no
-    other root of this base has records in it.  The host's ETA history (the user's cache folder) is every
-    root's: it stays."""
+    """The root's run records; the base's state folder (MLIR installs fetched from the cache) too once no other
+    root of this base has records in it.  The host's ETA history is every root's: it stays."""
     store = RunStore(settings.root)
     removed: List[str] = []
     if os.path.isdir(store.folder):
