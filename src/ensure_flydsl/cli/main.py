@@ -379,7 +379,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     # Under umask 000 (common in containers) the checkout, its .git/hooks and the build would be world-writable:
     # anyone could plant a hook that the next run's git executes.
     os.umask(os.umask(0o022) | 0o002)
-    _reopen_closed_streams()
+    for fd, name in enumerate(("stdin", "stdout", "stderr")):  # closed at the start (`cmd >&-`): /dev/null, else
+        if getattr(sys, name) is None:  # the first file opened takes its number, and children write into that file
+            setattr(sys, name, open(os.devnull, "r" if fd == 0 else "w"))  # as this number: the lower ones are open
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["_watchdog"]:
         unblock_stop_signals()  # started by a worker that may still have them blocked (cli/start.py)
@@ -428,13 +430,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         for signum, was in previous.items():
             signal.signal(signum, was)
         reporter.close()
-
-
-def _reopen_closed_streams() -> None:
-    """A stream closed at the start (`cmd >&-`, None here) goes to /dev/null: else a file opened takes its number."""
-    for fd, name in enumerate(("stdin", "stdout", "stderr")):
-        if getattr(sys, name) is None:  # the lower numbers are open by now: /dev/null opens as this one
-            setattr(sys, name, open(os.devnull, "r" if fd == 0 else "w"))
 
 
 def _run(call: Call) -> int:
