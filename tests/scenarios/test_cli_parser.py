@@ -231,3 +231,11 @@ def test_a_relative_path_from_a_removed_working_folder_is_bad_input(env: Dict[st
                          text=True, timeout=60, check=False)
     assert out.returncode == 64 and out.stderr.startswith("ensure-flydsl: " + says), out.stderr
     assert len(out.stderr.splitlines()) == 1 and "working folder" in out.stderr, out.stderr
+
+
+def test_keygen_into_a_regular_file_names_that_file(env: Dict[str, str], tmp_path: "os.PathLike[str]") -> None:
+    """`--out` naming a file said "cannot create FILE/NAME.secret: File exists", as if a key were there."""
+    taken = os.path.join(str(tmp_path), "taken")
+    open(taken, "w").close()
+    out = tool(env, "cache", "keygen", "--out", taken, "k1")
+    assert (out.returncode, out.stderr) == (64, f"ensure-flydsl: cache keygen: cannot create {taken}: File exists\n")

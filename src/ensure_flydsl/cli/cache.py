@@ -148,7 +148,7 @@ def keygen(out_dir: str, name: str) -> Tuple[str, str]:
         except OSError as exc:
             if path == public:
                 os.unlink(secret)  # ours, made a moment ago: no half pair is left
-            raise Refused(f"cache keygen: cannot create {path}: {exc.strerror or exc}") from None
+            raise Refused(f"cache keygen: cannot create {exc.filename or path}: {exc.strerror or exc}") from None
         with os.fdopen(fd, "w") as handle:
             if path == secret:
                 os.fchmod(fd, mode)  # whatever the umask
