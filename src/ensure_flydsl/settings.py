@@ -1,6 +1,5 @@
-"""The settings: one table, the fields of :class:`Request` and :class:`Settings`, each a variable and a flag (which
-wins).  Every bad value is a :class:`BadInput` (exit 64) naming the setting as the user spelled it, raised before
-anything is written; two settings naming one file (compared resolved) are refused too."""
+"""The settings: one table, each row a field of :class:`Request` or :class:`Settings`, a variable and a flag (which
+wins); a bad value, or two settings naming one file, is a :class:`BadInput` (exit 64) before anything is written."""
 
 from __future__ import annotations
 
@@ -71,8 +70,8 @@ TRUSTED_ALLOWED = ("whitespace-separated public keys NAME:BASE64 (32-byte ed2551
 
 # -- each value, checked: a parser takes the name to blame and the text, and returns the value ----------------
 def _text(name: str, value: str, what: str, allowed: str = "", *, dash: bool = False, separated: bool = False) -> None:
-    """The check text settings start with: valid UTF-8 (else ``what``), then with ``allowed`` no control characters
-    (tabs and newlines only between items when ``separated``) and, with ``dash``, no leading '-'."""
+    """Valid UTF-8; with ``allowed``, no control characters (but between ``separated`` items) nor, with ``dash``, a
+    leading '-'."""
     try:  # Python hands undecodable bytes over as lone surrogates; the env file and its twin must be valid text.
         value.encode("utf-8")
     except UnicodeEncodeError:
@@ -108,7 +107,11 @@ def _need(name: str, value: str, what: str, modules: List[str], extra: str, inst
 
 
 def parse_path(name: str, value: str, *, pythonpath_entry: bool = False, room: int = 0, leaf_room: int = 0) -> str:
-    path = os.path.abspath(value)
+    try:
+        path = os.path.abspath(value)
+    except OSError:  # getcwd() of a working folder that was removed
+        raise BadInput(name, value, "an absolute path (a relative one is read from the working folder, which is "
+                       "gone)") from None
     checked = [(value, "")]
     if not os.path.isabs(value):  # it takes on the working folder's characters (that folder exists: abspath read it)
         checked.append((path, f" (relative: its working folder is {os.getcwd()!r})"))
@@ -262,8 +265,7 @@ def parse_git_mirrors(name: str, value: str) -> GitMirrors:
             if wrong:
                 raise BadInput(name, value, f"{MIRRORS_ALLOWED}; {pair!r} {why}")
         if not re.match(_GIT_URL, to):  # a local TO, made absolute (git runs in several folders); a prefix keeps its /
-            to = os.path.abspath(to) + ("/" if to.endswith("/") else "")
-            _length(name, to)
+            to = parse_path(name, to) + ("/" if to.endswith("/") else "")
         if chosen.setdefault(source, to) != to:
             raise BadInput(name, value, f"{MIRRORS_ALLOWED}; {source} is given two mirrors ({chosen[source]} and "
                            f"{to}): one TO for each FROM")
@@ -546,8 +548,7 @@ def flag_text(name: str, value: object) -> str:
 
 
 def fail_marker_path(flags: Mapping[str, object], environ: Mapping[str, str]) -> Optional[str]:
-    """Where the failure marker goes, from the root and marker settings alone, so that bad input elsewhere
-    still reaches a poller; None when those are bad themselves."""
+    """Where the failure marker goes, from the root and marker settings alone (for bad input elsewhere); else None."""
     for names in (("root", "lock_file", "fail_marker"), ("root", "fail_marker")):
         given = {name: flags.get(name) for name in names}
         only = {s.env: environ.get(s.env, "") for s in SETTINGS if s.name in names}
@@ -563,8 +564,7 @@ def fail_marker_path(flags: Mapping[str, object], environ: Mapping[str, str]) ->
 
 # -- files at one path ------------------------------------------------------------------------------------------
 class PathClash(BadInput):
-    """Two of the tool's files at one path, or a file it writes inside its own folders: one would replace the
-    other (a failure marker over the env file reads as success)."""
+    """Two of the tool's files at one path, or one in its own folders: a marker over the env file reads as success."""
 
     def __init__(self, settings: Settings, setting: str, clash: str, allowed: str) -> None:
         label, value = settings.label(setting), getattr(settings, setting)

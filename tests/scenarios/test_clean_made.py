@@ -102,3 +102,27 @@ def test_a_rebuild_for_another_pin_keeps_files_people_put_in_build_fly(ws: Works
             f"release); the rest, which it did not make (my_dumps, notes.txt), is kept in "
             f"{os.path.join(ws.root, aside[0])}") in said
     assert ws.env_twin()["version"] == "0.2.3"
+
+
+KILL_AFTER_OWNER = '''import os, signal
+_unlink = os.unlink
+def _unlink_then_die(path, *args, **kwargs):
+    _unlink(path, *args, **kwargs)
+    if os.fsdecode(path).rsplit("/", 1)[-1] == "owner.json":  # the record that the tool made the root
+        os.kill(os.getpid(), signal.SIGKILL)
+os.unlink = _unlink_then_die
+'''
+
+
+def test_a_clean_killed_midway_leaves_no_half_root(ws: Workspace, tmp_path: str) -> None:
+    """A clean stopped (SIGKILL, a container stop) once the root's owner record was gone left a half-removed root
+    that was nobody's: `ensure` refused it (64), `clean` kept it."""
+    assert ws.run().returncode == 0
+    hook = os.path.join(str(tmp_path), "hook")
+    write(os.path.join(hook, "sitecustomize.py"), KILL_AFTER_OWNER)
+    killed = ws.run("clean", PYTHONPATH=hook)
+    assert killed.returncode == -9, killed.stdout + killed.stderr
+    again = ws.run()
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert ws.run("clean").returncode == 0
+    assert not os.path.lexists(ws.root) and sorted(os.listdir(ws.base)) == [".flydsl_build.lock"]

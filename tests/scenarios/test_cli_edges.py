@@ -37,6 +37,15 @@ def test_a_closed_stdout_ends_a_command_quietly(ws: Workspace, args: List[str]) 
     assert "Traceback" not in out.stderr and "BrokenPipe" not in out.stderr and "Exception" not in out.stderr
 
 
+@pytest.mark.parametrize("args", [["status"], ["status", "--json"], ["clean"], ["stats"], ["env"]])
+def test_a_stdout_closed_from_the_start_is_no_internal_error(ws: Workspace, args: List[str]) -> None:
+    """`cmd >&-`: Python starts with no sys.stdout; the command still does its work and says its own code."""
+    out = subprocess.run(["bash", "-c", 'exec "$@" >&-', "bash", *ws.cmd(*args)], env=ws.env, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, timeout=60, check=False)
+    assert out.returncode == (1 if args == ["env"] else 0), out.stderr
+    assert "Traceback" not in out.stderr and "internal error" not in out.stderr, out.stderr
+
+
 def test_status_piped_to_head_exits_0(ws: Workspace) -> None:
     assert ws.run().returncode == 0
     script = '"$@" status | head -c0; exit "${PIPESTATUS[0]}"'

@@ -194,15 +194,48 @@ def test_bad_arguments_are_bad_input_with_one_line(env: Dict[str, str], args: Li
     (["store", "list", "--json"], {"FLYDSL_STORE": "off"}, "ensure-flydsl: no host store: FLYDSL_STORE is off"),
     (["store", "prune", "--json"], {}, "ensure-flydsl: store prune needs --max-size SIZE"),
     (["cache", "list", "--json"], {}, "FLYDSL_CACHE"),
+    # A --json before a command that answers in text printed that text, or nothing at all, with exit 0.
+    (["--json", "cache", "prune", "--max-size", "1", "--cache", "BASE/cache"], {}, "cache prune: --json is not"),
+    (["--json", "cache", "keygen", "--out", "BASE/keys", "k1"], {}, "cache keygen: --json is not"),
+    (["--json", "cache", "sign", "--key", "BASE/k1.secret", "--cache", "BASE/cache"], {}, "cache sign: --json is "),
+    (["--json", "help"], {}, "ensure-flydsl help: --json is not allowed"),
+    (["--json", "completion", "bash"], {}, "ensure-flydsl completion: --json is not allowed"),
 ])
 def test_every_failure_under_json_is_one_json_object(env: Dict[str, str], args: List[str], extra: Dict[str, str],
                                                      says: str, tmp_path: "os.PathLike[str]") -> None:
     """Issue 42, item 10: 7 of 23 failure cases printed no JSON under --json (argparse's errors, `start --json`,
     `store list --json` with the store off, `cache list --json` with no cache)."""
-    out = tool({**env, "XDG_CACHE_HOME": str(tmp_path), **extra}, *args)
+    base = os.path.dirname(env["FLYDSL_ROOT"])
+    out = tool({**env, "XDG_CACHE_HOME": str(tmp_path), **extra}, *(a.replace("BASE", base) for a in args))
     assert out.returncode == 64, out.stdout + out.stderr
+    assert not os.path.exists(base)
     [line] = out.stdout.splitlines()
     data = json.loads(line)
     assert data["ok"] is False and data["exit_code"] == 64 and says in data["reason"], data
     events = [json.loads(e) for e in out.stderr.splitlines()]
     assert [e["event"] for e in events] == ["failed"] and events[0]["reason"] == data["reason"]
+
+
+@pytest.mark.parametrize("args, says", [
+    (["status", "--root", "FlyDSL"], "--root='FlyDSL' is not allowed: "),
+    (["status", "--python", "./python3"], "--python='./python3' is not allowed: "),
+    (["status", "--git-mirror", "https://github.com/=mirrors/"], "--git-mirror='mirrors/' is not allowed: "),
+])
+def test_a_relative_path_from_a_removed_working_folder_is_bad_input(env: Dict[str, str], args: List[str], says: str,
+                                                                    tmp_path: "os.PathLike[str]") -> None:
+    """A relative path has no meaning once the working folder is gone: it was an internal error (exit 70)."""
+    gone = os.path.join(str(tmp_path), "gone")
+    os.mkdir(gone)
+    out = subprocess.run(["bash", "-c", 'cd "$1" && rmdir "$1" && shift && exec "$@"', "bash", gone, sys.executable,
+                          "-m", "ensure_flydsl", *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, timeout=60, check=False)
+    assert out.returncode == 64 and out.stderr.startswith("ensure-flydsl: " + says), out.stderr
+    assert len(out.stderr.splitlines()) == 1 and "working folder" in out.stderr, out.stderr
+
+
+def test_keygen_into_a_regular_file_names_that_file(env: Dict[str, str], tmp_path: "os.PathLike[str]") -> None:
+    """`--out` naming a file said "cannot create FILE/NAME.secret: File exists", as if a key were there."""
+    taken = os.path.join(str(tmp_path), "taken")
+    open(taken, "w").close()
+    out = tool(env, "cache", "keygen", "--out", taken, "k1")
+    assert (out.returncode, out.stderr) == (64, f"ensure-flydsl: cache keygen: cannot create {taken}: File exists\n")

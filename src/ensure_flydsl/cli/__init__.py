@@ -1,5 +1,4 @@
-"""The command line: cli/main.py parses and dispatches; a module per command with code of its own, each handed
-the command line as a :class:`Call`."""
+"""The command line: cli/main.py parses and dispatches to a module per command, handing it a :class:`Call`."""
 
 from __future__ import annotations
 

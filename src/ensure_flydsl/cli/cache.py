@@ -1,13 +1,12 @@
-"""``cache list|prune|keygen|sign`` and ``store list|prune``: housekeeping of the binary cache (FLYDSL_CACHE)
-and the host store (FLYDSL_STORE).  One that cannot be used is bad input here (exit 64), where a build would
-merely go on without it."""
+"""``cache list|prune|keygen|sign`` and ``store list|prune``: a cache or store that cannot be used is bad input here
+(exit 64), where a build would merely go on without it."""
 
 from __future__ import annotations
 
 import json
 import os
 import time
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Sequence, Tuple
 
 from ensure_flydsl.cli import Call
 from ensure_flydsl.errors import EnsureError, ExitCode, Refused, Stage
@@ -49,7 +48,12 @@ def housekeeping(call: Call, settings: Settings) -> int:
         raise Refused("FLYDSL_CACHE (--cache) is not set: point it at a folder or an fsspec URL such as "
                       "s3://bucket/prefix" if group == "cache" else
                       "no host store: FLYDSL_STORE is off (or neither XDG_CACHE_HOME nor HOME names a folder)")
-    limit = _limit(group, args.max_size) if action == "prune" else 0
+    if action == "prune" and args.max_size is None:
+        raise Refused(f"{group} prune needs --max-size SIZE: {SIZE_ALLOWED}")
+    try:
+        limit = parse_size(args.max_size) if action == "prune" else 0
+    except ValueError:
+        raise Refused(f"--max-size={args.max_size!r} is not allowed: {SIZE_ALLOWED}") from None
     if group == "store":
         return store_command(call, settings, action, where, limit)
     if action == "sign" and args.key is None:
@@ -75,15 +79,6 @@ def housekeeping(call: Call, settings: Settings) -> int:
     return 0
 
 
-def _limit(group: str, max_size: Optional[str]) -> int:
-    if max_size is None:
-        raise Refused(f"{group} prune needs --max-size SIZE: {SIZE_ALLOWED}")
-    try:
-        return parse_size(max_size)
-    except ValueError:
-        raise Refused(f"--max-size={max_size!r} is not allowed: {SIZE_ALLOWED}") from None
-
-
 def _list(call: Call, settings: Settings, cache: Cache) -> None:
     entries = cache.entries()
     signers = signers_of(settings, cache, entries, cache.warnings)
@@ -101,8 +96,7 @@ def _list(call: Call, settings: Settings, cache: Cache) -> None:
 
 
 def describe(entry: CacheEntry) -> str:
-    """One line for an entry of either tier: kind, short key, size, when made (a host's tree: last copied), the fields
-    a person tells entries apart by; a host's tree also how it was made, its signers and its damage."""
+    """One line for an entry of either tier: kind, key, size, when, the fields that tell entries apart, any damage."""
     when = time.strftime("%Y-%m-%d %H:%M", time.localtime(entry.used or entry.created))
     if entry.kind == "orphan":
         return printable(f"orphan  {entry.fields.get('path')}  {size_text(entry.size)}  {when}")
@@ -154,7 +148,7 @@ def keygen(out_dir: str, name: str) -> Tuple[str, str]:
         except OSError as exc:
             if path == public:
                 os.unlink(secret)  # ours, made a moment ago: no half pair is left
-            raise Refused(f"cache keygen: cannot create {path}: {exc.strerror or exc}") from None
+            raise Refused(f"cache keygen: cannot create {exc.filename or path}: {exc.strerror or exc}") from None
         with os.fdopen(fd, "w") as handle:
             if path == secret:
                 os.fchmod(fd, mode)  # whatever the umask
@@ -166,8 +160,7 @@ def keygen(out_dir: str, name: str) -> Tuple[str, str]:
 
 def sign_entries(settings: Settings, cache: Cache, key_path: str, names: Sequence[str],
                  say: Callable[[str], None]) -> None:
-    """Add the signature of the key in ``key_path`` to the entries named (all when none is).  With trusted keys
-    set only to those one of them signed: a rotation re-signs what the old key signed, never what was dropped in."""
+    """Sign the entries named (default all); with trusted keys, only those a trusted key signed (none dropped in)."""
     try:
         secret = read_secret_key(os.path.abspath(key_path))
         signing.check_secret(secret)
@@ -220,8 +213,7 @@ def _chosen(entries: List[CacheEntry], names: Sequence[str]) -> List[CacheEntry]
 
 def signers_of(settings: Settings, cache: Cache, entries: Sequence[CacheEntry],
                warnings: List[str]) -> List[List[Dict[str, object]]]:
-    """Each entry's signers (none for an orphan): {"name", "trusted" (None without trusted keys), "verifies" (None
-    for a name no trusted key has)}."""
+    """Each entry's signers: {"name", "trusted" (None without trusted keys), "verifies" (None: no trusted key's)}."""
     trusted = signing.trusted_keys(settings.cache_trusted_keys)
     live = signing.live_versions(entry for entry in entries if entry.kind != "orphan")
     names = {public.name for public in trusted}

@@ -1,10 +1,11 @@
-"""``ensure-flydsl clean``: remove what this tool created for the root, under the build lock, and nothing else.
-
-The root goes whole only when the tool made it and it holds nothing else; the lock file itself always stays."""
+"""``ensure-flydsl clean``: remove what this tool created for the root, under the build lock, and nothing else;
+the root goes whole only when the tool made it and it holds nothing else; the lock file always stays."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import uuid
 from typing import List
 
@@ -18,7 +19,7 @@ from ensure_flydsl.runs.records import RunStore, sibling_roots
 from ensure_flydsl.settings import Settings
 from ensure_flydsl.source.git import Checkout
 from ensure_flydsl.source.root import Stamps, foreign_files, is_ours, other_roots, owner, remove_made
-from ensure_flydsl.support.files import remove_file, remove_tree
+from ensure_flydsl.support.files import remove_file, remove_tree, rename_into_place
 from ensure_flydsl.support.launcher import command
 from ensure_flydsl.ways.source.environment import LlvmRecord
 
@@ -46,11 +47,11 @@ def clean(call: Call, settings: Settings) -> int:
                 remove_file(layout.llvm_record(settings.base_dir))
             elif record.done is not None:
                 LlvmRecord(created=True).write(settings.base_dir)  # its MLIR is gone; the folder is still ours
-        removed.extend(_clean_runs(settings))
         if is_ours(root):
             removed.extend(_clean_root(root, settings, notes))
         elif os.path.isdir(root):
             notes.append(f"kept {root}: ensure-flydsl did not create it")
+        removed.extend(_clean_runs(settings))  # after the root: a root being removed is moved aside into its folder
     lines = [*notes, *(f"removed {path}" for path in removed)] + ([] if removed else ["nothing to clean"])
     for line in lines:
         call.reporter.say(line)
@@ -90,9 +91,8 @@ def _clean_shared_files(settings: Settings, notes: List[str]) -> List[str]:
 
 
 def _clean_runs(settings: Settings) -> List[str]:
-    """The root's run records; the base's state folder (MLIR installs fetched from the cache) too once no
-    other root of this base has records in it.  The host's ETA history (the user's cache folder) is every
-    root's: it stays."""
+    """The root's run records; the base's state folder (MLIR installs fetched from the cache) too once no other
+    root of this base has records in it.  The host's ETA history is every root's: it stays."""
     store = RunStore(settings.root)
     removed: List[str] = []
     if os.path.isdir(store.folder):
@@ -110,7 +110,7 @@ def _clean_root(root: str, settings: Settings, notes: List[str]) -> List[str]:
     info = owner(root)
     foreign = foreign_files(Checkout.of(settings))
     if (info is not None and info.created_root) and not foreign:
-        remove_tree(root)
+        _remove_root(root)
         return [root]
     removed: List[str] = []
     build_folder = layout.build_dir(root)
@@ -134,6 +134,16 @@ def _clean_root(root: str, settings: Settings, notes: List[str]) -> List[str]:
     else:
         notes.append(f"kept {root} itself: ensure-flydsl adopted it (another tool made the checkout)")
     return removed
+
+
+def _remove_root(root: str) -> None:
+    """Moved aside first: a clean stopped midway leaves no half root (nobody's once its owner record is gone)."""
+    aside = os.path.join(RunStore(root).base, "removing")
+    os.makedirs(aside, exist_ok=True)
+    with contextlib.suppress(OSError):  # a mount point is removed where it is
+        rename_into_place(root, os.path.join(aside, uuid.uuid4().hex))
+    remove_tree(root)
+    shutil.rmtree(aside, ignore_errors=True)  # with what a stopped clean left (a sibling root's may be going too)
 
 
 def _remove_made(folder: str, record: str, notes: List[str]) -> List[str]:

@@ -60,10 +60,8 @@ BUILD_FAILURES = (ExitCode.FETCH, ExitCode.CHECKOUT, ExitCode.LLVM_BUILD, ExitCo
 
 # -- the parser -----------------------------------------------------------------------------------------------
 class _Formatter(argparse.RawDescriptionHelpFormatter):
-    """A command's help lists its own options; the settings it reads are in its epilog, by concern (their help
-    stays on the actions: argcomplete offers no option whose help is suppressed).  Each line of a description or an
-    epilog is wrapped to the terminal on its own (a row of a table continued under its second column); an example's
-    command line is never broken."""
+    """A command's help lists its own options, the settings it reads by concern in its epilog (argcomplete offers no
+    option whose help is suppressed); each line is wrapped on its own, an example's command line never."""
 
     def add_usage(self, usage: Optional[str], actions: Any, groups: Any, prefix: Optional[str] = None) -> None:
         super().add_usage(usage, [a for a in actions if a.dest not in SETTING_BY_NAME], groups, prefix)
@@ -94,7 +92,14 @@ class _Parser(argparse.ArgumentParser):
             group = self.prog.split()[1:]  # ["cache"] under cache, [] at the top
             what = f"{group[0]} command" if group else "command"
             where = f"{command('help ' + group[0])} lists them" if group else f"{command('help')} lists the commands"
-            raise Refused(unknown(what, value, list(action.choices), where))
+            # The closest commands, a word of the same letters first, the second only when about as close.
+            close = sorted(difflib.get_close_matches(value, action.choices, n=2),
+                           key=lambda k: sorted(k) != sorted(value))
+            ratio = [difflib.SequenceMatcher(None, value, k).ratio() for k in close]
+            if len(close) == 2 and (sorted(close[0]) == sorted(value) or ratio[0] - ratio[1] > 0.05):
+                close = close[:1]
+            meant = f"; did you mean {' or '.join(repr(k) for k in close)}?" if close else ""
+            raise Refused(f"unknown {what} '{value}'{meant} ({where})")
         super()._check_value(action, value)
 
 
@@ -112,19 +117,8 @@ class _Version(argparse.Action):
         parser.exit()
 
 
-def unknown(what: str, word: str, known: List[str], where: str) -> str:
-    """The line for a word that names no command, with the closest one (a word of its letters first)."""
-    close = sorted(difflib.get_close_matches(word, known, n=2), key=lambda k: sorted(k) != sorted(word))
-    ratio = [difflib.SequenceMatcher(None, word, k).ratio() for k in close]
-    if len(close) == 2 and (sorted(close[0]) == sorted(word) or ratio[0] - ratio[1] > 0.05):
-        close = close[:1]
-    meant = f"; did you mean {' or '.join(repr(k) for k in close)}?" if close else ""
-    return f"unknown {what} '{word}'{meant} ({where})"
-
-
 def _add_setting(parser: Any, setting: Setting, help: str) -> None:
-    """A setting's flag (a switch's --no- too), with no default: a subcommand's default would replace the value given
-    before it."""
+    """A setting's flag (a switch's --no- too), with no default: a command's would replace the value given before it."""
     if setting.kind in (FLAG, SWITCH):
         parser.add_argument(setting.flag, dest=setting.name, default=argparse.SUPPRESS, help=help,
                             action="store_true" if setting.kind == FLAG else argparse.BooleanOptionalAction)
@@ -136,8 +130,7 @@ def _add_setting(parser: Any, setting: Setting, help: str) -> None:
 
 
 def _epilog(examples: Sequence[str], reads: Optional[Sequence[str]]) -> str:
-    """The settings a command reads, by concern, and its examples (the arguments after `ensure-flydsl`, then what
-    it does after "  # ")."""
+    """The settings a command reads, by concern, and its examples (its arguments, then "  # " and what it does)."""
     lines = []
     if reads is not None:
         lines.append("settings (a flag before or after the command, or its variable; "
@@ -180,8 +173,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     def add(path: str, help: str, examples: Sequence[str], reads: Optional[Sequence[str]] = EVERY, loud: bool = True,
             under: Any = commands, json: Optional[str] = None, run: Optional[str] = None) -> argparse.ArgumentParser:
-        """A command's parser; ``run`` ("module:function" under the package) handles it: run(call, settings), or
-        run(call) when ``reads`` is None."""
+        """A command's parser; ``run`` ("module:function") handles it: run(call, settings), or run(call) if no reads."""
         parser: argparse.ArgumentParser = under.add_parser(
             path.split()[-1], help=help, description=help, formatter_class=_Formatter, parents=[verbosity] * loud,
             epilog=_epilog(examples, reads))
@@ -189,6 +181,7 @@ def build_parser() -> argparse.ArgumentParser:
             add_settings(parser, reads)
         if json is not None:
             parser.add_argument("--json", action="store_true", default=hidden, help=json)
+        parser.set_defaults(text_only=None if json else parser.prog)  # a --json before it is refused (main)
         if run is not None:
             parser.set_defaults(run=run, reads_settings=reads is not None)
         return parser
@@ -340,7 +333,10 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
         import argcomplete
 
         argcomplete.autocomplete(parser)  # prints what a TAB offers and exits
-    return parser.parse_args(with_command(parser, list(argv)))
+    args = parser.parse_args(with_command(parser, list(argv)))
+    if getattr(args, "json", False) and getattr(args, "text_only", None):  # a --json before it: every answer is JSON
+        raise Refused("--json is not allowed: this command answers in text", args.text_only)
+    return args
 
 
 def _help(call: Call) -> int:
@@ -383,6 +379,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     # Under umask 000 (common in containers) the checkout, its .git/hooks and the build would be world-writable:
     # anyone could plant a hook that the next run's git executes.
     os.umask(os.umask(0o022) | 0o002)
+    for fd, name in enumerate(("stdin", "stdout", "stderr")):  # closed at the start (`cmd >&-`): /dev/null, else
+        if getattr(sys, name) is None:  # the first file opened takes its number, and children write into that file
+            setattr(sys, name, open(os.devnull, "r" if fd == 0 else "w"))  # as this number: the lower ones are open
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["_watchdog"]:
         unblock_stop_signals()  # started by a worker that may still have them blocked (cli/start.py)
