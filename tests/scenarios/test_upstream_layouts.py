@@ -446,7 +446,9 @@ def test_the_real_tags_as_read(tag: str, commit: str, source: str, patches: int,
     inputs = pin_llvm_inputs(CommitFiles(REAL, sha), {"LLVM_BUILD_PROFILE": "amd-minimal"})
     assert inputs.commit is not None and inputs.commit[:12] == commit and inputs.commit_from == source
     assert len(inputs.files) == patches and all(digest for _, digest in inputs.files)
-    assert inputs.environment == ((("LLVM_BUILD_PROFILE", "amd-minimal"),) if patches else ())
+    # Upstream's amd-minimal profile where the script has one (given here by the caller), else the tool's targets.
+    assert inputs.environment == ((("LLVM_BUILD_PROFILE", "amd-minimal"),) if patches else ()) + inputs.minimal
+    assert inputs.minimal == (() if patches else (("LLVM_TARGETS_TO_BUILD", "X86;AMDGPU"),))
     absent = absent_modules(("flydsl", "kernels.moe_gemm_2stage"), read_sources(CommitFiles(REAL, sha)))
     if instead is None:
         assert absent == []
