@@ -46,6 +46,20 @@ def test_a_stdout_closed_from_the_start_is_no_internal_error(ws: Workspace, args
     assert "Traceback" not in out.stderr and "internal error" not in out.stderr, out.stderr
 
 
+@pytest.mark.parametrize("args, code", [(["env"], 1), (["env", "--json"], 1), (["wait"], 1), (["nosuch"], 64)])
+def test_a_failure_said_into_a_stderr_nobody_reads_keeps_its_exit_code(ws: Workspace, args: List[str],
+                                                                      code: int) -> None:
+    """`cmd 2>&1 | head -c0`: the one line on stderr goes nowhere; the exit code still says the failure, not 70."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        out = subprocess.run(ws.cmd(*args), env=ws.env, stdout=subprocess.PIPE, stderr=write_end, text=True,
+                             timeout=60, check=False)
+    finally:
+        os.close(write_end)
+    assert out.returncode == code, out.stdout
+
+
 def test_status_piped_to_head_exits_0(ws: Workspace) -> None:
     assert ws.run().returncode == 0
     script = '"$@" status | head -c0; exit "${PIPESTATUS[0]}"'

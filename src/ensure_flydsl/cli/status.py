@@ -95,7 +95,8 @@ def show_env(call: Call, settings: Settings) -> int:
             return 0
         except FileNotFoundError:
             gap = f"no env file at {path}"
-    print(f"ensure-flydsl: {gap}; run `{command()}` (or `{command('start')}`) first", file=sys.stderr)
+    with contextlib.suppress(OSError):  # stderr's reader gone (`2>&1 | head -c0`): the exit code still says it
+        print(f"ensure-flydsl: {gap}; run `{command()}` (or `{command('start')}`) first", file=sys.stderr)
     return ABSENT_EXIT
 
 
