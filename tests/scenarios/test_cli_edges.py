@@ -3,10 +3,12 @@ and a checkout that names no LLVM commit."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
+import time
 from typing import Dict, List
 
 import pytest
@@ -93,6 +95,31 @@ def test_hangup_and_terminate_interrupt_a_blocking_ensure(ws: Workspace, sig: si
     assert "kill -9" not in json.dumps(marker)
     assert ws.run().returncode == 0  # and the next run resumes
 
+
+@pytest.mark.parametrize("second", [signal.SIGTERM, signal.SIGHUP])
+def test_a_second_signal_while_the_first_is_said_ends_as_the_first(ws: Workspace, second: signal.Signals) -> None:
+    """The failure's line blocks on a full stderr (a slow reader); another SIGTERM or SIGHUP then is no traceback
+    and no exit 1: the run ends with the first signal's 130 and its one line."""
+    read_end, write_end = os.pipe()
+    os.set_blocking(write_end, False)
+    with contextlib.suppress(BlockingIOError):
+        while True:  # fill the pipe: the tool's next write to stderr waits for a reader
+            os.write(write_end, b"\n" * 4096)
+    os.set_blocking(write_end, True)
+    try:
+        proc = subprocess.Popen(ws.cmd(), env=dict(ws.env, FIXTURE_BUILD_SLEEP="5"), stdout=subprocess.DEVNULL,
+                                stderr=write_end)
+    finally:
+        os.close(write_end)
+    wait_for(os.path.join(ws.counter, "build.started"))
+    os.kill(proc.pid, signal.SIGTERM)
+    time.sleep(2)  # the build is stopped and the line is being written
+    os.kill(proc.pid, second)
+    with os.fdopen(read_end, "rb") as reader:
+        err = reader.read().decode(errors="replace").strip()
+    assert proc.wait(timeout=60) == 130, err[-3000:]
+    assert "Traceback" not in err and err.endswith(f"ensure-flydsl: {EXPECTED_REASON[signal.SIGTERM]}; the next run "
+                                                   "resumes where this one stopped"), err[-3000:]
 
 def test_hangup_interrupts_a_detached_worker(ws: Workspace) -> None:
     started = ws.run("start", FIXTURE_BUILD_SLEEP="5")
