@@ -31,12 +31,13 @@ def main(argv: list[str] | None = None, *, launcher: list[str] | None = None) ->
         if launcher is not None:
             set_launcher(launcher)
         return command_line(args)
-    try:
-        sys.stderr.write(said[1])
-        sys.stdout.write(said[0])
-        sys.stdout.flush()
-    except BrokenPipeError:  # the reader stopped reading (`| head -1`): nobody's failure
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    for stream, text in ((sys.stderr, said[1]), (sys.stdout, said[0])):
+        try:
+            if stream is not None:  # None: closed from the start (`cmd >&-`), nobody to tell
+                stream.write(text)
+                stream.flush()
+        except BrokenPipeError:  # the reader stopped reading (`| head -1`): nobody's failure
+            os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
     return 0
 
 

@@ -37,8 +37,7 @@ def activate(result: Result) -> None:
     if result.abi != here:  # its compiled modules cannot load here
         raise EnsureError(ExitCode.PROBE, f"the tree was made for {result.python} ({result.abi}), not for "
                           f"{sys.executable} ({here})", stage=Stage.ACTIVATE, hint="ensure(python=sys.executable)")
-    conflict = imported_elsewhere(result.files)
-    if conflict is not None:
+    if (conflict := imported_elsewhere(result.files)) is not None:
         raise AlreadyImported(*conflict)
     # From the PYTHONPATH as it is now (what sourcing the env file now would give), not the one ensure() saw.
     EnvFile.of_result(result).apply(os.environ, sys.path)

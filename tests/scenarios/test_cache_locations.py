@@ -18,7 +18,7 @@ from ensure_flydsl.trees.manifest import cache_key
 from ensure_flydsl.trees.remote import open_cache
 from tests.helpers.cache_entries import FIELDS, KEY
 from tests.helpers.cache_trees import assert_rejected, make_tree, snapshot
-from tests.helpers.result_schema import validate_own
+from tests.helpers.result_schema import SCHEMAS, validate, validate_own
 from tests.helpers.s3_server import S3Server
 
 
@@ -81,6 +81,12 @@ def test_cache_list_and_prune_through_the_cli(cache_dir: str, tmp_path: "os.Path
     assert "now holds 0 entries" in pruned.stdout
     unset = cli("list")
     assert unset.returncode == 64 and "FLYDSL_CACHE (--cache) is not set" in unset.stderr
+    assert unset.stdout == ""
+    # Under --json, as cache_list.schema.json says: the one result object of a failure, not a listing.
+    unset = cli("list", "--json")
+    failed = validate(json.loads(unset.stdout), "result")
+    assert unset.returncode == 64 and failed["exit_code"] == 64 and failed["ok"] is False
+    assert "result object of a failure" in str(SCHEMAS["cache_list"]["description"])
     not_a_folder = cli("list", "--cache", os.path.join(str(tmp_path), "s0", "flydsl", "tool.sh"))
     assert not_a_folder.returncode == 64 and "is not a folder" in not_a_folder.stderr
 

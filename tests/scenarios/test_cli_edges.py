@@ -3,10 +3,12 @@ and a checkout that names no LLVM commit."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
+import time
 from typing import Dict, List
 
 import pytest
@@ -46,6 +48,20 @@ def test_a_stdout_closed_from_the_start_is_no_internal_error(ws: Workspace, args
     assert "Traceback" not in out.stderr and "internal error" not in out.stderr, out.stderr
 
 
+@pytest.mark.parametrize("args, code", [(["env"], 1), (["env", "--json"], 1), (["wait"], 1), (["nosuch"], 64)])
+def test_a_failure_said_into_a_stderr_nobody_reads_keeps_its_exit_code(ws: Workspace, args: List[str],
+                                                                      code: int) -> None:
+    """`cmd 2>&1 | head -c0`: the one line on stderr goes nowhere; the exit code still says the failure, not 70."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        out = subprocess.run(ws.cmd(*args), env=ws.env, stdout=subprocess.PIPE, stderr=write_end, text=True,
+                             timeout=60, check=False)
+    finally:
+        os.close(write_end)
+    assert out.returncode == code, out.stdout
+
+
 def test_status_piped_to_head_exits_0(ws: Workspace) -> None:
     assert ws.run().returncode == 0
     script = '"$@" status | head -c0; exit "${PIPESTATUS[0]}"'
@@ -79,6 +95,31 @@ def test_hangup_and_terminate_interrupt_a_blocking_ensure(ws: Workspace, sig: si
     assert "kill -9" not in json.dumps(marker)
     assert ws.run().returncode == 0  # and the next run resumes
 
+
+@pytest.mark.parametrize("second", [signal.SIGTERM, signal.SIGHUP])
+def test_a_second_signal_while_the_first_is_said_ends_as_the_first(ws: Workspace, second: signal.Signals) -> None:
+    """The failure's line blocks on a full stderr (a slow reader); another SIGTERM or SIGHUP then is no traceback
+    and no exit 1: the run ends with the first signal's 130 and its one line."""
+    read_end, write_end = os.pipe()
+    os.set_blocking(write_end, False)
+    with contextlib.suppress(BlockingIOError):
+        while True:  # fill the pipe: the tool's next write to stderr waits for a reader
+            os.write(write_end, b"\n" * 4096)
+    os.set_blocking(write_end, True)
+    try:
+        proc = subprocess.Popen(ws.cmd(), env=dict(ws.env, FIXTURE_BUILD_SLEEP="5"), stdout=subprocess.DEVNULL,
+                                stderr=write_end)
+    finally:
+        os.close(write_end)
+    wait_for(os.path.join(ws.counter, "build.started"))
+    os.kill(proc.pid, signal.SIGTERM)
+    time.sleep(2)  # the build is stopped and the line is being written
+    os.kill(proc.pid, second)
+    with os.fdopen(read_end, "rb") as reader:
+        err = reader.read().decode(errors="replace").strip()
+    assert proc.wait(timeout=60) == 130, err[-3000:]
+    assert "Traceback" not in err and err.endswith(f"ensure-flydsl: {EXPECTED_REASON[signal.SIGTERM]}; the next run "
+                                                   "resumes where this one stopped"), err[-3000:]
 
 def test_hangup_interrupts_a_detached_worker(ws: Workspace) -> None:
     started = ws.run("start", FIXTURE_BUILD_SLEEP="5")

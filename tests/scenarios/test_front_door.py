@@ -192,3 +192,19 @@ def test_a_stamp_swapped_after_its_owner_was_checked_is_never_read(
     real_lstat = os.lstat
     monkeypatch.setattr(warm.os, "lstat", lambda path: checked if path == warm.stamp_path(root) else real_lstat(path))
     assert warm.read_stamp(root) is None
+
+
+@pytest.mark.parametrize("closed", [">&-", "2>&-", ">&- 2>&-"])
+@pytest.mark.parametrize("args", [(), ("--json",)])
+def test_a_warm_answer_with_a_standard_stream_closed_is_no_crash(ws: Workspace, closed: str,
+                                                                  args: Tuple[str, ...]) -> None:
+    """`ensure-flydsl >&-`: Python starts with sys.stdout None; the front door answers (exit 0) all the same, as
+    the command line does, without importing the package to get there."""
+    ensure_json(ws, cwd="/")
+    assert call(ws, *args)[0]
+    script = f'exec "$@" {closed}'
+    out = subprocess.run(["bash", "-c", script, "bash", sys.executable, "-X", "importtime", "-m", "ensure_flydsl",
+                          *args], env=ws.env, cwd="/", stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         timeout=60, check=False)
+    assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr[-3000:]
+    assert "ensure_flydsl.cli.main" not in out.stderr, "the front door answered alone"

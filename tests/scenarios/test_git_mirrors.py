@@ -130,6 +130,18 @@ def test_the_repository_itself_is_fetched_through_a_mirror(site: Site, fixture_r
     site.assert_no_git_config_written()
 
 
+
+def test_the_doctor_never_shows_a_password_in_the_repository_url(ws: Workspace, fixture_repo: FixtureRepo) -> None:
+    """Its checks' lines and its JSON's ``repo`` name FLYDSL_REPO as the fetch's messages do (https://fly:***@)."""
+    repo = "https://fly:s3cret@unreachable.invalid/ROCm/FlyDSL.git"
+    mirrors = f"https://fly:s3cret@unreachable.invalid/ROCm/={os.path.dirname(fixture_repo.path)}/"
+    for env in ({}, {"FLYDSL_GIT_MIRRORS": mirrors}):  # unreachable: the requirements line; mirrored: a local one
+        for args in (("doctor",), ("doctor", "--json")):
+            out = ws.run(*args, FLYDSL_REPO=repo, **env)
+            assert "fly:***@unreachable.invalid" in out.stdout, out.stdout
+            assert "s3cret" not in out.stdout + out.stderr, (args, env)
+        assert json.loads(out.stdout)["repo"] == "https://fly:***@unreachable.invalid/ROCm/FlyDSL.git"
+
 # -- the build scripts' own git commands ----------------------------------------------------------------
 
 

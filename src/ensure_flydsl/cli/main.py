@@ -508,6 +508,8 @@ def _internal_error(reporter: Reporter, as_json: bool = False) -> int:
 def _failed(reporter: Reporter, as_json: bool, data: Dict[str, object], text: str, tail: Sequence[str] = (),
             detail: str = "") -> None:
     """``text`` on stderr; under --json the result object on stdout and one JSON event on stderr instead."""
+    for signum in [s for s in STOP_SIGNALS if signal.getsignal(s) is _raise_interrupted]:  # main() puts them back
+        signal.signal(signum, signal.SIG_IGN)  # another while this is said (a slow stderr): this is the outcome
     if not as_json:
         with contextlib.suppress(OSError):  # stderr on a full disk (a detached worker's is the log): the code says it
             print(text, file=sys.stderr)

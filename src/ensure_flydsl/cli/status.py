@@ -24,8 +24,6 @@ from ensure_flydsl.settings import Settings
 from ensure_flydsl.support.launcher import command
 from ensure_flydsl.support.report import fmt_seconds, known
 
-POLL_S = 0.05
-
 
 def status(call: Call, settings: Settings) -> int:
     """A pure query: nothing is written (a dead run is reported; its watchdog records it)."""
@@ -56,7 +54,7 @@ def wait(call: Call, settings: Settings) -> int:
                          "again (exit 75)")
             code = int(ExitCode.STILL_RUNNING)
             break
-        time.sleep(POLL_S)
+        time.sleep(0.05)
     if call.as_json:
         print(result_json(found.to_json(settings)))
     return code
@@ -95,7 +93,8 @@ def show_env(call: Call, settings: Settings) -> int:
             return 0
         except FileNotFoundError:
             gap = f"no env file at {path}"
-    print(f"ensure-flydsl: {gap}; run `{command()}` (or `{command('start')}`) first", file=sys.stderr)
+    with contextlib.suppress(OSError):  # stderr's reader gone (`2>&1 | head -c0`): the exit code still says it
+        print(f"ensure-flydsl: {gap}; run `{command()}` (or `{command('start')}`) first", file=sys.stderr)
     return ABSENT_EXIT
 
 

@@ -44,6 +44,7 @@ from ensure_flydsl.source.requirements import (
 from ensure_flydsl.source.root import RootKind, classify_root, creatable_problem
 from ensure_flydsl.support.launcher import command
 from ensure_flydsl.support.processes import CommandFailed
+from ensure_flydsl.support.urls import shown_location
 from ensure_flydsl.ways import Way, demands, falls_back, provisions, tries
 from ensure_flydsl.ways.checks import (
     MISSING,
@@ -152,8 +153,8 @@ def check_repository(settings: Settings, environ: Mapping[str, str], checkout: O
         if commit is None:
             return Check("repository", WRONG, f"the pin {pin} is not a commit, tag or branch of {shown}", WRONG_PIN,
                          blocking=fetched is None, stage=Stage.CHECKOUT)
-        return passed("repository", f"local repository {path}{' for ' + repo if where != repo else ''}; the pin is "
-                      f"commit {commit[:12]}", Stage.FETCH)
+        named = f" for {shown_location(repo)}" if where != repo else ""
+        return passed("repository", f"local repository {path}{named}; the pin is commit {commit[:12]}", Stage.FETCH)
     if not answered:
         if fetched is not None:
             return Check("repository", MISSING, f"{shown} does not answer ({out}), but the pin is already fetched "
@@ -313,9 +314,9 @@ def check_requirements(settings: Settings, environ: Mapping[str, str], interp: O
     pin = pin_as_tag(settings.pin) if demands(settings.strategy, Way.RELEASE) else settings.pin
     sources = pin_sources(settings.root, settings.repo, pin, checkout, settings.git_mirrors)
     if sources is None:
-        return skipped(CHECK, f"the pin's sources cannot be read here yet (no checkout of {pin} in "
-                     f"{settings.root}, and {settings.repo} is not a local repository); a run checks them "
-                     "after fetching, before downloading or building anything", Stage.REQUIREMENTS)
+        return skipped(CHECK, f"the pin's sources cannot be read here yet (no checkout of {pin} in {settings.root}, "
+                     f"and {shown_location(settings.repo)} is not a local repository); a run checks them after "
+                     "fetching, before downloading or building anything", Stage.REQUIREMENTS)
     try:
         finding = assess(sources, interp.executable, settings.require, environ,
                          settings.probe_timeout, settings.label("probe_timeout"), pin)
@@ -436,7 +437,7 @@ class Diagnosis:
                                "verdict": self.verdict(), "needs": asdict(self.needs) if self.needs else None,
                                "checks": [asdict(c) for c in self.checks], "seconds": round(self.seconds, 3),
                                "suggestion": self.suggestion, "schema_version": DOCTOR_SCHEMA_VERSION,
-                               "root": settings.root, "python": settings.python, "repo": settings.repo,
+                               "root": settings.root, "python": settings.python, "repo": shown_location(settings.repo),
                                "pin": settings.pin}, sort_keys=True)
         lines = [f"ensure-flydsl doctor: strategy {settings.strategy}, root {settings.root}, python {settings.python}"]
         if self.needs is not None:

@@ -169,7 +169,7 @@ def _other_request(run: Run, stamp: Stamp) -> Optional[str]:
         return None
     return (f"it was built from {key.get('pin')} of {key.get('repo')} for {key.get('abi')}, and "
             f"{run.settings.label('exact_pin')} asks for a tree built from the pin {run.settings.pin} of "
-            f"{run.settings.repo} for {run.interpreter.abi}")
+            f"{shown_location(run.settings.repo)} for {run.interpreter.abi}")
 
 
 def _pin_moved(run: Run, commit: str) -> Optional[str]:
@@ -183,8 +183,8 @@ def _pin_moved(run: Run, commit: str) -> Optional[str]:
         return None
     if now is None or now == commit:
         return None
-    return (f"the pin {pin} names {now[:12]} in {run.settings.repo} now, and the tree was built from {commit[:12]} "
-            f"(re-resolved under {run.settings.label('verify')})")
+    return (f"the pin {pin} names {now[:12]} in {shown_location(run.settings.repo)} now, and the tree was built "
+            f"from {commit[:12]} (re-resolved under {run.settings.label('verify')})")
 
 
 def _exact_pin_refuses(run: Run, where: str) -> bool:

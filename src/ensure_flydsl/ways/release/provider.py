@@ -23,6 +23,7 @@ from ensure_flydsl.source.git import Checkout, failing_as, local_repositories, p
 from ensure_flydsl.support import faults
 from ensure_flydsl.support.files import remove_tree, rename_into_place
 from ensure_flydsl.support.processes import CommandFailed
+from ensure_flydsl.support.urls import shown_location
 from ensure_flydsl.ways import Way, demands
 from ensure_flydsl.ways.base import Early, Provider, Shared
 from ensure_flydsl.ways.checks import MISSING, WRONG, Check, CheckStatus, RunContext, Submit, passed, skipped
@@ -148,8 +149,8 @@ class ReleaseProvider(Provider):
                             "shadow the pin's sources would run code the pin does not have; use "
                             "FLYDSL_STRATEGY=source to build the pin")
         if not found.proven:
-            raise Refused(ExitCode.ARTIFACT, f"the index's flydsl {self.version} is not built from {settings.repo} "
-                            f"v{self.version}: {found.summary()}", stage=Stage.RELEASE,
+            raise Refused(ExitCode.ARTIFACT, f"the index's flydsl {self.version} is not built from "
+                            f"{shown_location(settings.repo)} v{self.version}: {found.summary()}", stage=Stage.RELEASE,
                             hint="the package index's wheel comes from other sources than the pin; use "
                             "FLYDSL_STRATEGY=source to build the pin (or FLYDSL_REPO of the repository the wheel "
                             "is built from)")
