@@ -1,6 +1,5 @@
-"""Ask the target interpreter, in a subprocess, what it imports and from where, as the workflow will see it (the
-tree's folders first on PYTHONPATH).  FlyDSL is never imported into the tool's own process: it may run under
-another Python, and an import would pin a tree for the process's life."""
+"""Ask the target interpreter, in a subprocess, what it imports and from where with the tree's folders first on
+PYTHONPATH; never in the tool's process (another Python, perhaps, and an import would pin a tree for its life)."""
 
 from __future__ import annotations
 
@@ -50,8 +49,7 @@ class ProbeBroke(EnsureError):
 
 
 def _stop_group(proc: subprocess.Popen[bytes]) -> None:
-    """SIGKILL the probe's process group and reap it, its pipes closed unread (a process that left the group
-    may hold them)."""
+    """SIGKILL the probe's group and reap it, its pipes closed unread (a process that left the group may hold them)."""
     kill_group(proc.pid)
     for pipe in (proc.stdin, proc.stdout, proc.stderr):
         if pipe is not None:
@@ -95,8 +93,7 @@ def _collect(proc: subprocess.Popen[bytes], stdin: Optional[bytes], timeout: flo
 
 
 def callers_folder() -> Optional[str]:
-    """Where the target interpreter runs: the caller's working folder (None: inherited), where a shim
-    (pyenv's, asdf's) picks the interpreter as the caller's own ``python3`` will; / when it is gone."""
+    """Where the probe runs: the caller's folder (None: inherited; / when gone), so a shim (pyenv's) picks as there."""
     try:
         os.getcwd()
     except OSError:
@@ -256,9 +253,8 @@ _MISSING = re.compile(r"No module named '([^']+)'")
 
 def broken_users(python: str, prefix: Sequence[str], environ: Mapping[str, str],
                  timeout: float) -> List[Dict[str, Optional[str]]]:
-    """Each of FLYDSL_USERS installed in ``python`` that fails to import with the tree first, for flydsl's sake
-    (one process loads one flydsl): its module, error and floor.  In a probe of its own, so that a crash of
-    those imports (torch, HIP) cannot fail the tree's verdict; one quick start where none is installed."""
+    """Each of FLYDSL_USERS that fails to import with the tree first for flydsl's sake: its module, error and floor;
+    in a probe of its own, so that a crash of those imports (torch, HIP) cannot fail the tree's verdict."""
     try:
         probe = run_probe(python, modules=FLYDSL_USERS, prefix=prefix, environ=environ, timeout=timeout)
     except ProbeBroke as exc:
