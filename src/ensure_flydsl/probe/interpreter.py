@@ -57,12 +57,12 @@ def _stop_group(proc: subprocess.Popen[bytes]) -> None:
     proc.wait()
 
 
-def _collect(proc: subprocess.Popen[bytes], stdin: Optional[bytes], timeout: float) -> Tuple[bytes, bytes, bool]:
+def _collect(proc: subprocess.Popen[bytes], timeout: float) -> Tuple[bytes, bytes, bool]:
     """The last KEPT_BYTES of the probe's stdout and stderr (one printing without end never fills the tool's memory),
     and whether its group was killed after ``timeout`` s (then read 5 s more: one that left the group holds a pipe)."""
-    if proc.stdin is not None:
+    if proc.stdin is not None:  # an early probe, waiting for the word to go on
         with contextlib.suppress(BrokenPipeError):  # it died before reading
-            os.write(proc.stdin.fileno(), stdin or b"")
+            os.write(proc.stdin.fileno(), b"go\n")
         proc.stdin.close()
     assert proc.stdout is not None and proc.stderr is not None
     out, err = bytearray(), bytearray()
@@ -119,11 +119,11 @@ def _start(python: str, modules: Sequence[str], env: Mapping[str, str], script: 
 
 
 def _report(python: str, proc: subprocess.Popen[bytes], timeout: float, timeout_label: str,
-            read: Callable[[Dict[str, Any]], T], stdin: Optional[bytes] = None) -> Optional[T]:
+            read: Callable[[Dict[str, Any]], T]) -> Optional[T]:
     """``read`` of the probe's answer (a Python literal: no code runs); None when an early probe found a preloaded
     module stale; ProbeBroke when it was killed after ``timeout`` seconds or died before it could report."""
     try:
-        raw, err, timed_out = _collect(proc, stdin, timeout)
+        raw, err, timed_out = _collect(proc, timeout)
     except BaseException:
         _stop_group(proc)  # interrupted: leave no probe behind
         raise
@@ -165,11 +165,9 @@ def _report(python: str, proc: subprocess.Popen[bytes], timeout: float, timeout_
 def probe_environment(prefix: Sequence[str], environ: Optional[Mapping[str, str]]) -> Dict[str, str]:
     """The probe's environment: the tree's folders first on PYTHONPATH, as the env file will put them."""
     env = dict(os.environ if environ is None else environ)
-    pythonpath = joined_pythonpath(prefix, env.get("PYTHONPATH"))
-    if pythonpath:
-        env["PYTHONPATH"] = pythonpath
-    else:
-        env.pop("PYTHONPATH", None)
+    env["PYTHONPATH"] = joined_pythonpath(prefix, env.get("PYTHONPATH"))
+    if not env["PYTHONPATH"]:
+        del env["PYTHONPATH"]
     # Keep probed trees byte-for-byte as they were: no __pycache__ written into them by us.
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     return env
@@ -186,7 +184,7 @@ def run_probe(python: str, *, modules: Sequence[str], prefix: Sequence[str] = ()
 
 
 def _answer(python: str, proc: subprocess.Popen[bytes], pythonpath: str, started: float, timeout: float,
-            timeout_label: str, stdin: Optional[bytes] = None) -> Optional[Probe]:
+            timeout_label: str) -> Optional[Probe]:
     def read(data: Dict[str, Any]) -> Probe:
         results = tuple(ModuleResult(name, entry.get("file"), entry.get("error"))
                         for name, entry in data["modules"].items())
@@ -194,7 +192,7 @@ def _answer(python: str, proc: subprocess.Popen[bytes], pythonpath: str, started
                      version_error=data.get("version_error"), pythonpath=pythonpath,
                      seconds=time.monotonic() - started)
 
-    return _report(python, proc, timeout, timeout_label, read, stdin)
+    return _report(python, proc, timeout, timeout_label, read)
 
 
 class EarlyProbe:
@@ -215,8 +213,7 @@ class EarlyProbe:
         if self._key != (python, tuple(modules), tuple(prefix), dict(environ)):
             _stop_group(proc)
             return None
-        return _answer(python, proc, self._env.get("PYTHONPATH", ""), time.monotonic(), timeout,
-                       timeout_label, stdin=b"go\n")
+        return _answer(python, proc, self._env.get("PYTHONPATH", ""), time.monotonic(), timeout, timeout_label)
 
     def close(self) -> None:
         """Stop it if it was never asked (the run failed or took another way)."""

@@ -187,8 +187,7 @@ def repo_path(repo: str) -> str:
 
 
 def resolve_in(path: str, pin: str) -> Optional[str]:
-    """The commit ``pin`` names in the local repository at ``path`` (bare or not), or None: a tag, a branch, or a hash
-    (never what the repository's own HEAD or FETCH_HEAD names)."""
+    """The commit ``pin`` names in the repository ``path`` (a tag, branch or hash; not HEAD or FETCH_HEAD), or None."""
     for candidate in (f"refs/tags/{pin}", f"refs/remotes/origin/{pin}", f"refs/heads/{pin}",
                       *([pin] if HEX.match(pin) else [])):
         try:
