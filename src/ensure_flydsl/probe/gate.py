@@ -119,9 +119,7 @@ def imported_elsewhere(files: Mapping[str, str]) -> Optional[Tuple[str, str, str
 
 def _file_of(name: str) -> Optional[str]:
     """A module's file; for a namespace package, its first folder (sys.path changes never reach it)."""
-    module = sys.modules.get(name)
-    if module is None:
-        return None
+    module = sys.modules.get(name)  # None: not imported, and neither attribute below is there
     file = getattr(module, "__file__", None)
     if isinstance(file, str):
         return file
