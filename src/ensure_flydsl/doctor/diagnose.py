@@ -25,7 +25,7 @@ from ensure_flydsl.source.git import (
     WRONG_PIN,
     is_full_hash,
     is_local_repo,
-    read_git,
+    is_repository,
     ref_objects,
     repo_path,
     resolve_in,
@@ -43,7 +43,6 @@ from ensure_flydsl.source.requirements import (
 )
 from ensure_flydsl.source.root import RootKind, classify_root, creatable_problem
 from ensure_flydsl.support.launcher import command
-from ensure_flydsl.support.processes import CommandFailed
 from ensure_flydsl.support.urls import shown_location
 from ensure_flydsl.ways import Way, demands, falls_back, provisions, tries
 from ensure_flydsl.ways.checks import (
@@ -144,7 +143,7 @@ def check_repository(settings: Settings, environ: Mapping[str, str], checkout: O
     answered, out, shown = reach(repo, environ, TIMEOUT_S, settings)  # a local repository is only looked at
     if is_local_repo(where):
         path = repo_path(where)
-        if answered and not _is_repository(path):  # the run's fetch from it fails (exit 2), not its checkout
+        if answered and not is_repository(path):  # the run's fetch from it fails (exit 2), not its checkout
             answered, out = False, f"{path} is not a git repository"
         if not answered:
             return Check("repository", MISSING, f"{label}={shown}: {out}", f"point {label} at a FlyDSL clone or "
@@ -172,13 +171,6 @@ def check_repository(settings: Settings, environ: Mapping[str, str], checkout: O
                       "branch and tag)", Stage.FETCH)
     return Check("repository", WRONG, f"{shown} answers, but has no tag or branch {pin}", WRONG_PIN, blocking=True,
                  stage=Stage.CHECKOUT)
-
-
-def _is_repository(path: str) -> bool:
-    try:
-        return bool(read_git(path, "rev-parse", "--git-dir"))
-    except CommandFailed:
-        return False
 
 
 def check_index(ctx: RunContext, release: bool) -> Check:

@@ -24,7 +24,7 @@ from ensure_flydsl.source.git import Checkout, CommitFiles
 from ensure_flydsl.source.requirements import pin_as_tag, read_sources, release_tags
 from ensure_flydsl.source.root import RootKind, RootState, claim_root, classify_root, exclude_from_git, is_ours
 from ensure_flydsl.support import faults
-from ensure_flydsl.support.files import remove_tree
+from ensure_flydsl.support.files import folder_bytes, remove_tree
 from ensure_flydsl.support.processes import CommandFailed
 from ensure_flydsl.trees.local import HostStore
 from ensure_flydsl.ways import Way, demands, tries
@@ -172,11 +172,12 @@ def fetch(run: Run, early: Early, store: Optional[HostStore] = None) -> str:
     checkout.ensure_repository()
     exclude_from_git(root)
     shared = borrow_git_objects(run, store) if store is not None else None
-    before = checkout.objects_bytes()
+    objects = os.path.join(root, ".git", "objects")
+    before = folder_bytes(objects)
     commit = checkout.fetch_pin(pin, run.say, on_fetch=run.worked,
                                 on_tags=functools.partial(start_wheel_download, run, early, store))
-    after = checkout.objects_bytes()  # what the fetch added (a gc beside it: unknown)
-    run.facts.add_fetched("git", None if before is None or after is None or after < before else after - before)
+    after = folder_bytes(objects)  # what the fetch added (a gc beside it: unknown)
+    run.facts.add_fetched("git", None if after < before else after - before)
     if shared is not None:
         give_git_objects(run, shared, commit)
     run.say(f"pin {pin} is commit {commit}")

@@ -86,19 +86,18 @@ def evaluate(probe: Probe, floor: str, require: Sequence[str], first: Sequence[s
     if tree is None:
         where = ", ".join(f"{name} from {folder}" for name, folder in folders.items())
         return verdict(False, f"the modules come from different trees ({where})")
+    verdict = functools.partial(verdict, tree=tree, version=probe.version)
     if probe.version is None:
         why = probe.version_error or "flydsl has no __version__"
-        return verdict(False, f"{why}; cannot check it against the floor {floor}", tree=tree)
+        return verdict(False, f"{why}; cannot check it against the floor {floor}")
     try:
         ok = release_at_least(probe.version, floor)
     except InvalidVersion:
         return verdict(False, f"flydsl.__version__ {probe.version!r} cannot be parsed, so it cannot be shown to be "
-                       f">= {floor}", tree=tree, version=probe.version)
+                       f">= {floor}")
     if not ok:
-        return verdict(False, f"flydsl {probe.version} in {tree} is older than the floor {floor}", tree=tree,
-                       version=probe.version)
-    return verdict(True, f"flydsl {probe.version} >= {floor} and {', '.join(require)} import from one tree: {tree}",
-                   tree=tree, version=probe.version)
+        return verdict(False, f"flydsl {probe.version} in {tree} is older than the floor {floor}")
+    return verdict(True, f"flydsl {probe.version} >= {floor} and {', '.join(require)} import from one tree: {tree}")
 
 
 def imported_elsewhere(files: Mapping[str, str]) -> Optional[Tuple[str, str, str]]:
@@ -120,9 +119,7 @@ def imported_elsewhere(files: Mapping[str, str]) -> Optional[Tuple[str, str, str
 
 def _file_of(name: str) -> Optional[str]:
     """A module's file; for a namespace package, its first folder (sys.path changes never reach it)."""
-    module = sys.modules.get(name)
-    if module is None:
-        return None
+    module = sys.modules.get(name)  # None: not imported, and neither attribute below is there
     file = getattr(module, "__file__", None)
     if isinstance(file, str):
         return file
@@ -144,8 +141,7 @@ def shadow_candidates(require: Sequence[str]) -> List[str]:
 
 
 def shadowing(require: Sequence[str]) -> List[str]:
-    """What in the caller's working folder Python would import instead of the tree (it puts that folder first for
-    `python -c` and a script run there): a folder or module named as one of the tree's packages, said."""
+    """What in the caller's working folder Python imports instead of the tree (first on the path for `python -c`)."""
     found = [path for path in shadow_candidates(require) if os.path.exists(path)]
     return [f"{path} is imported instead of the tree by `python -c` and scripts run in {os.path.dirname(path)} "
             "(Python puts that folder first): import from another folder (`cd /`), or run `python -P` (3.11+)"

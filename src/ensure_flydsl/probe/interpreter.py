@@ -1,6 +1,5 @@
-"""Ask the target interpreter, in a subprocess, what it imports and from where, as the workflow will see it (the
-tree's folders first on PYTHONPATH).  FlyDSL is never imported into the tool's own process: it may run under
-another Python, and an import would pin a tree for the process's life."""
+"""Ask the target interpreter, in a subprocess, what it imports and from where with the tree's folders first on
+PYTHONPATH; never in the tool's process (another Python, perhaps, and an import would pin a tree for its life)."""
 
 from __future__ import annotations
 
@@ -50,8 +49,7 @@ class ProbeBroke(EnsureError):
 
 
 def _stop_group(proc: subprocess.Popen[bytes]) -> None:
-    """SIGKILL the probe's process group and reap it, its pipes closed unread (a process that left the group
-    may hold them)."""
+    """SIGKILL the probe's group and reap it, its pipes closed unread (a process that left the group may hold them)."""
     kill_group(proc.pid)
     for pipe in (proc.stdin, proc.stdout, proc.stderr):
         if pipe is not None:
@@ -59,12 +57,12 @@ def _stop_group(proc: subprocess.Popen[bytes]) -> None:
     proc.wait()
 
 
-def _collect(proc: subprocess.Popen[bytes], stdin: Optional[bytes], timeout: float) -> Tuple[bytes, bytes, bool]:
+def _collect(proc: subprocess.Popen[bytes], timeout: float) -> Tuple[bytes, bytes, bool]:
     """The last KEPT_BYTES of the probe's stdout and stderr (one printing without end never fills the tool's memory),
     and whether its group was killed after ``timeout`` s (then read 5 s more: one that left the group holds a pipe)."""
-    if proc.stdin is not None:
+    if proc.stdin is not None:  # an early probe, waiting for the word to go on
         with contextlib.suppress(BrokenPipeError):  # it died before reading
-            os.write(proc.stdin.fileno(), stdin or b"")
+            os.write(proc.stdin.fileno(), b"go\n")
         proc.stdin.close()
     assert proc.stdout is not None and proc.stderr is not None
     out, err = bytearray(), bytearray()
@@ -95,8 +93,7 @@ def _collect(proc: subprocess.Popen[bytes], stdin: Optional[bytes], timeout: flo
 
 
 def callers_folder() -> Optional[str]:
-    """Where the target interpreter runs: the caller's working folder (None: inherited), where a shim
-    (pyenv's, asdf's) picks the interpreter as the caller's own ``python3`` will; / when it is gone."""
+    """Where the probe runs: the caller's folder (None: inherited; / when gone), so a shim (pyenv's) picks as there."""
     try:
         os.getcwd()
     except OSError:
@@ -122,11 +119,11 @@ def _start(python: str, modules: Sequence[str], env: Mapping[str, str], script: 
 
 
 def _report(python: str, proc: subprocess.Popen[bytes], timeout: float, timeout_label: str,
-            read: Callable[[Dict[str, Any]], T], stdin: Optional[bytes] = None) -> Optional[T]:
+            read: Callable[[Dict[str, Any]], T]) -> Optional[T]:
     """``read`` of the probe's answer (a Python literal: no code runs); None when an early probe found a preloaded
     module stale; ProbeBroke when it was killed after ``timeout`` seconds or died before it could report."""
     try:
-        raw, err, timed_out = _collect(proc, stdin, timeout)
+        raw, err, timed_out = _collect(proc, timeout)
     except BaseException:
         _stop_group(proc)  # interrupted: leave no probe behind
         raise
@@ -168,11 +165,9 @@ def _report(python: str, proc: subprocess.Popen[bytes], timeout: float, timeout_
 def probe_environment(prefix: Sequence[str], environ: Optional[Mapping[str, str]]) -> Dict[str, str]:
     """The probe's environment: the tree's folders first on PYTHONPATH, as the env file will put them."""
     env = dict(os.environ if environ is None else environ)
-    pythonpath = joined_pythonpath(prefix, env.get("PYTHONPATH"))
-    if pythonpath:
-        env["PYTHONPATH"] = pythonpath
-    else:
-        env.pop("PYTHONPATH", None)
+    env["PYTHONPATH"] = joined_pythonpath(prefix, env.get("PYTHONPATH"))
+    if not env["PYTHONPATH"]:
+        del env["PYTHONPATH"]
     # Keep probed trees byte-for-byte as they were: no __pycache__ written into them by us.
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     return env
@@ -189,7 +184,7 @@ def run_probe(python: str, *, modules: Sequence[str], prefix: Sequence[str] = ()
 
 
 def _answer(python: str, proc: subprocess.Popen[bytes], pythonpath: str, started: float, timeout: float,
-            timeout_label: str, stdin: Optional[bytes] = None) -> Optional[Probe]:
+            timeout_label: str) -> Optional[Probe]:
     def read(data: Dict[str, Any]) -> Probe:
         results = tuple(ModuleResult(name, entry.get("file"), entry.get("error"))
                         for name, entry in data["modules"].items())
@@ -197,7 +192,7 @@ def _answer(python: str, proc: subprocess.Popen[bytes], pythonpath: str, started
                      version_error=data.get("version_error"), pythonpath=pythonpath,
                      seconds=time.monotonic() - started)
 
-    return _report(python, proc, timeout, timeout_label, read, stdin)
+    return _report(python, proc, timeout, timeout_label, read)
 
 
 class EarlyProbe:
@@ -218,8 +213,7 @@ class EarlyProbe:
         if self._key != (python, tuple(modules), tuple(prefix), dict(environ)):
             _stop_group(proc)
             return None
-        return _answer(python, proc, self._env.get("PYTHONPATH", ""), time.monotonic(), timeout,
-                       timeout_label, stdin=b"go\n")
+        return _answer(python, proc, self._env.get("PYTHONPATH", ""), time.monotonic(), timeout, timeout_label)
 
     def close(self) -> None:
         """Stop it if it was never asked (the run failed or took another way)."""
@@ -256,9 +250,8 @@ _MISSING = re.compile(r"No module named '([^']+)'")
 
 def broken_users(python: str, prefix: Sequence[str], environ: Mapping[str, str],
                  timeout: float) -> List[Dict[str, Optional[str]]]:
-    """Each of FLYDSL_USERS installed in ``python`` that fails to import with the tree first, for flydsl's sake
-    (one process loads one flydsl): its module, error and floor.  In a probe of its own, so that a crash of
-    those imports (torch, HIP) cannot fail the tree's verdict; one quick start where none is installed."""
+    """Each of FLYDSL_USERS that fails to import with the tree first for flydsl's sake: its module, error and floor;
+    in a probe of its own, so that a crash of those imports (torch, HIP) cannot fail the tree's verdict."""
     try:
         probe = run_probe(python, modules=FLYDSL_USERS, prefix=prefix, environ=environ, timeout=timeout)
     except ProbeBroke as exc:

@@ -131,6 +131,13 @@ def read_git(path: str, *args: str, stdin: bytes = b"", timeout: float = 30.0) -
     return proc.stdout
 
 
+def is_repository(path: str) -> bool:
+    try:
+        return bool(read_git(path, "rev-parse", "--git-dir"))
+    except CommandFailed:
+        return False
+
+
 def ls_remote_within(url: str, refs: Sequence[str], environ: Mapping[str, str], mirrors: GitMirrors,
                      timeout: float) -> "subprocess.CompletedProcess[bytes]":
     """``git ls-remote`` within ``timeout`` (the doctor's check); OSError, or TimeoutExpired past it."""
@@ -180,8 +187,7 @@ def repo_path(repo: str) -> str:
 
 
 def resolve_in(path: str, pin: str) -> Optional[str]:
-    """The commit ``pin`` names in the local repository at ``path`` (bare or not), or None: a tag, a branch, or a hash
-    (never what the repository's own HEAD or FETCH_HEAD names)."""
+    """The commit ``pin`` names in the repository ``path`` (a tag, branch or hash; not HEAD or FETCH_HEAD), or None."""
     for candidate in (f"refs/tags/{pin}", f"refs/remotes/origin/{pin}", f"refs/heads/{pin}",
                       *([pin] if HEX.match(pin) else [])):
         try:
@@ -392,9 +398,7 @@ class Checkout:
     def ensure_repository(self) -> None:
         """A git repository in the root whose origin is the repo (init it, or point origin at the repo)."""
         with failing_as(ExitCode.FETCH, f"cannot prepare a git repository in {self.root}", stage=Stage.FETCH):
-            try:
-                read_git(self.root, "rev-parse", "--git-dir")
-            except CommandFailed:  # none yet, or one a full disk tore (no HEAD): init completes it, keeps the rest
+            if not is_repository(self.root):  # none yet, or one a full disk tore (no HEAD): init completes it
                 cmd_output(["git", "init", "-q", self.root], env=git_env(os.environ, self.mirrors))
             try:
                 current = self.git("config", "--get", "remote.origin.url").strip()
@@ -403,18 +407,6 @@ class Checkout:
             else:
                 if current != self.repo:
                     self.git("remote", "set-url", "origin", self.repo)
-
-    def objects_bytes(self) -> Optional[int]:
-        """The bytes of the repository's objects, or None: what a fetch added is the difference."""
-        total = 0
-        try:
-            for folder, _, names in os.walk(os.path.join(self.root, ".git", "objects")):
-                for name in names:
-                    with contextlib.suppress(FileNotFoundError):  # a gc that runs beside us
-                        total += os.lstat(os.path.join(folder, name)).st_size
-        except OSError:
-            return None
-        return total
 
     def remote_refs(self) -> Dict[str, str]:
         """``git ls-remote``: ref name -> object, with annotated tags peeled (``refs/tags/v1^{}``)."""

@@ -139,8 +139,7 @@ class Walk:
 
 
 def find_requirements(required: Sequence[str], sources: Sources) -> Walk:
-    """Walk the module-level imports from ``required`` through the tree's packages and each module at its top (the
-    env file reaches those)."""
+    """Walk the unconditional imports from ``required`` through the tree's packages and the modules at its top."""
     tops = (entry[:-1] if entry.endswith("/") else entry[:-3] if entry.endswith(".py") else ""
             for entry in sources.entries("") or [])
     folders = {**{name: name for name in tops if name.isidentifier()}, **dict(PACKAGE_SOURCES)}
@@ -231,8 +230,7 @@ def absent_modules(required: Sequence[str], sources: Sources) -> List[Absent]:
 
 
 def read_sources(files: PinFiles) -> Sources:
-    """The ``.py`` files the walk may reach (the tree's packages, the top's modules and packages), and the listing of
-    every file."""
+    """The ``.py`` files the walk may reach (the tree's packages, the top's modules and packages), and the listing."""
     listing = files.listing()
     tops = tuple(f"{folder}/" for _, folder in PACKAGE_SOURCES) + tuple(
         p[:-len("__init__.py")] for p in listing if p.count("/") == 1 and p.endswith("/__init__.py"))

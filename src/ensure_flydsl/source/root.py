@@ -63,8 +63,7 @@ def _shown(names: List[str]) -> str:
 
 @dataclass(frozen=True)
 class Owner(Record):
-    """``owner.json``: the tool made the root, or adopted another tool's clean checkout.  A field of the wrong
-    type reads as its default."""
+    """``owner.json``: the tool made the root, or adopted another's clean checkout (a bad field: its default)."""
 
     created_root: bool = checked(fields.boolean, False, lenient=True)
     adopted: bool = checked(fields.boolean, False, lenient=True)

@@ -131,6 +131,16 @@ def move_aside(path: str) -> str:
     return target
 
 
+def folder_bytes(folder: str) -> int:
+    """The bytes of the files under ``folder`` (a file that goes away meanwhile, a gc's, counts nothing)."""
+    total = 0
+    for top, _, names in os.walk(folder):
+        for name in names:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(top, name)).st_size
+    return total
+
+
 def remove_tree(path: str) -> None:
     """Delete a folder this tool created (callers prove that first); a missing folder is fine."""
     if os.path.islink(path):

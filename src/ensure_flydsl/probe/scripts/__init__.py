@@ -1,6 +1,5 @@
-"""The scripts the tool runs inside the target interpreter (``python -c TEXT``: its folder stays off
-``sys.path``), as files ruff and mypy check.  Never imported: each runs on any CPython 3.6+, dependency-free.
-"""
+"""The scripts the tool runs in the target interpreter (``python -c TEXT``: their folder stays off ``sys.path``),
+as files ruff and mypy check; never imported: each runs on any CPython 3.6+, dependency-free."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""For each top-level name in argv[1] (comma-separated): "stdlib", "missing" or "present", found with
-``find_spec`` (no code of the module runs); answered as the import probe does.  Before 3.10 (no
-``sys.stdlib_module_names``) a module built in, frozen, or under the stdlib folders is the standard library's.
-"""
+"""Each top-level name in argv[1] (comma-separated): "stdlib", "missing" or "present", by ``find_spec`` (no code of
+it runs); before 3.10, a module built in, frozen, or under the stdlib folders is the standard library's."""
 import importlib.util
 import os
 import sys

@@ -1,8 +1,5 @@
-"""The import probe: import each module in argv[1] (comma-separated; argv[2]: those to preload first, the early
-probe).  The answer is one line ``result LITERAL`` on the descriptor that was stdout, progress lines before
-it.  LITERAL is a ``repr`` the tool reads with ``ast.literal_eval``: ``json`` imports ``re``, a third of the
-probe's start when the tree is quick.
-"""
+"""Import each module in argv[1] (comma-separated; argv[2]: those to preload, the early probe) and answer one line
+``result REPR`` on the descriptor that was stdout (a repr, not JSON: ``json`` imports ``re``, a third of the start)."""
 import importlib
 import importlib.util
 import os
@@ -98,15 +95,11 @@ for name in modules:
     except BaseException:
         pass
     results[name] = imported(name)
-version = None
+version = getattr(sys.modules.get("flydsl"), "__version__", None)
 version_error = None
-if "flydsl" in sys.modules:
-    version = getattr(sys.modules["flydsl"], "__version__", None)
-    if version is not None and not isinstance(version, str):
-        version_error = "flydsl.__version__ is not a string: %r" % (version,)
-        version = None
-    elif version is None:
-        version_error = "flydsl has no __version__"
+if "flydsl" in sys.modules and not isinstance(version, str):
+    bad = "flydsl has no __version__" if version is None else "flydsl.__version__ is not a string: %r" % (version,)
+    version_error, version = bad, None
 payload = {"python": info, "modules": results, "version": version, "version_error": version_error}
 os.write(out, ("result " + repr(payload) + "\n").encode())
 os.close(out)

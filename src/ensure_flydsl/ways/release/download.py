@@ -20,6 +20,7 @@ from ensure_flydsl.errors import EnsureError, ExitCode, Stage
 from ensure_flydsl.probe.interpreter import find_modules
 from ensure_flydsl.probe.results import Interpreter
 from ensure_flydsl.support import processes, space
+from ensure_flydsl.support.files import folder_bytes
 from ensure_flydsl.ways.package_index import pip_env
 
 _RETRY = "Retrying ("  # pip's retry after a stalled connection: no sign that the index answers
@@ -149,11 +150,7 @@ class WheelDownload:
                 return
             except subprocess.TimeoutExpired:
                 pass
-            now, grown = time.monotonic(), 0
-            for top, _, files in os.walk(self.folder):
-                for name in files:
-                    with contextlib.suppress(OSError):
-                        grown += os.lstat(os.path.join(top, name)).st_size
+            now, grown = time.monotonic(), folder_bytes(self.folder)
             if grown > size:  # bytes arrived (the first look counts those that came while nobody watched)
                 if grown > 0:
                     self._last_data = now
