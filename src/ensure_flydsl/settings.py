@@ -70,8 +70,7 @@ TRUSTED_ALLOWED = ("whitespace-separated public keys NAME:BASE64 (32-byte ed2551
 
 # -- each value, checked: a parser takes the name to blame and the text, and returns the value ----------------
 def _text(name: str, value: str, what: str, allowed: str = "", *, dash: bool = False, separated: bool = False) -> None:
-    """Valid UTF-8; with ``allowed``, no control characters (but between ``separated`` items) nor, with ``dash``, a
-    leading '-'."""
+    """UTF-8; with ``allowed``: no control character (bar between ``separated`` items), no leading '-' (``dash``)."""
     try:  # Python hands undecodable bytes over as lone surrogates; the env file and its twin must be valid text.
         value.encode("utf-8")
     except UnicodeEncodeError:
@@ -575,8 +574,7 @@ class PathClash(BadInput):
 
 
 def check_path_clashes(settings: Settings, environ: Mapping[str, str]) -> None:
-    """Refuse two of the tool's files at one path (compared resolved); the marker and the lock lie outside the
-    root and the tool's own folders."""
+    """Refuse two of the tool's files at one path (resolved), or a marker or lock in the root or the tool's folders."""
     def named(setting: str) -> str:
         return f"{settings.label(setting)}={getattr(settings, setting)!r}"
 
