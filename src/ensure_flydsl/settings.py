@@ -70,8 +70,7 @@ TRUSTED_ALLOWED = ("whitespace-separated public keys NAME:BASE64 (32-byte ed2551
 
 # -- each value, checked: a parser takes the name to blame and the text, and returns the value ----------------
 def _text(name: str, value: str, what: str, allowed: str = "", *, dash: bool = False, separated: bool = False) -> None:
-    """Valid UTF-8; with ``allowed``, no control characters (but between ``separated`` items) nor, with ``dash``, a
-    leading '-'."""
+    """UTF-8; with ``allowed``: no control character (bar between ``separated`` items), no leading '-' (``dash``)."""
     try:  # Python hands undecodable bytes over as lone surrogates; the env file and its twin must be valid text.
         value.encode("utf-8")
     except UnicodeEncodeError:
@@ -201,9 +200,9 @@ def parse_strategy(name: str, value: str) -> Strategy:
     return Strategy(value)
 
 
-def _number(allowed: str, below: float, *, whole: bool = False, zero_ok: bool = False,
+def _number(allowed: str, below: float, *, whole: bool = False, least: Optional[float] = None,
             none_ok: bool = False) -> Callable[[str, str], Optional[float]]:
-    """A parser of a number (> 0, or >= 0 when ``zero_ok``) below ``below``; ``none`` waits forever if ``none_ok``."""
+    """A parser of a number (> 0, or >= ``least``) below ``below``; ``none`` waits forever if ``none_ok``."""
 
     def parse(name: str, value: str) -> Optional[float]:
         if none_ok and value.strip().lower() in ("none", "inf", "infinite"):
@@ -212,7 +211,7 @@ def _number(allowed: str, below: float, *, whole: bool = False, zero_ok: bool = 
             number = int(value) if whole else float(value)
         except ValueError:
             number = float("nan")  # fails the range check
-        if not ((number >= 0 if zero_ok else number > 0) and number < below):
+        if not ((number > 0 if least is None else number >= least) and number < below):
             raise BadInput(name, value, allowed)
         return number
 
@@ -221,10 +220,12 @@ def _number(allowed: str, below: float, *, whole: bool = False, zero_ok: bool = 
 
 parse_jobs = _number("a whole number of parallel jobs from 1 to 4096", 4097, whole=True)
 parse_lock_timeout = _number("seconds to wait (a number >= 0), or 'none' to wait as long as it takes", 10**9,
-                             zero_ok=True, none_ok=True)
+                             least=0, none_ok=True)
 # A probe that may hang forever blocks the run, and a lease that never dies would stop a fleet: inf is refused.
 parse_probe_timeout = _number("seconds an import probe may take (a number > 0), such as 300", 10**9)
-parse_lease_ttl = _number("seconds a build lease lives without a heartbeat (a number > 0), such as 120", 10**6)
+# Its holder writes a heartbeat every TTL/4: a TTL below a second would write to the store in a tight loop.
+parse_lease_ttl = _number("seconds a build lease lives without a heartbeat (a number >= 1), such as 120", 10**6,
+                          least=1)
 
 
 def parse_cache(name: str, value: str) -> str:
@@ -573,8 +574,7 @@ class PathClash(BadInput):
 
 
 def check_path_clashes(settings: Settings, environ: Mapping[str, str]) -> None:
-    """Refuse two of the tool's files at one path (compared resolved); the marker and the lock lie outside the
-    root and the tool's own folders."""
+    """Refuse two of the tool's files at one path (resolved), or a marker or lock in the root or the tool's folders."""
     def named(setting: str) -> str:
         return f"{settings.label(setting)}={getattr(settings, setting)!r}"
 

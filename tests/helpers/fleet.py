@@ -150,6 +150,7 @@ BAD_RECORDS = {
     "failures_before true": dict(FAILED, failures_before=True),
     "failure a string": dict(FAILED, failures_before=1, failure="boom"),
     "ttl Infinity": {"ttl": float("inf")},
+    "ttl 1e-300": {"ttl": 1e-300},  # its holder would beat in a tight loop: FLYDSL_LEASE_TTL is at least 1 s
     "percent NaN": {"percent": float("nan")},
 }
 

@@ -105,7 +105,7 @@ def _rows() -> List[Row]:
     add("probe_timeout", "unparseable", "soon", "nan", "inf", "none", "$(touch {canary})")
     add("probe_timeout", "out of range", "0", "-1")
     add("lease_ttl", "unparseable", "soon", "nan", "inf", "none", "$(touch {canary})")
-    add("lease_ttl", "out of range", "0", "-1", "1e7")
+    add("lease_ttl", "out of range", "0", "-1", "1e-300", "1e7")
     add("cache", "newline", "{scratch}/a\nb")
     add("cache", "option-shaped", "-c core.sshCommand=touch {canary}", "--upload-pack=touch {canary}")
     add("cache", "under a regular file", "{file}/cache")

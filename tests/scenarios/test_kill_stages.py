@@ -473,3 +473,40 @@ def test_the_interpreter_replaced_after_success_is_detected_and_rebuilt_for(ws: 
     assert_one_tree(ws, python)
     record("damage", what="the interpreter replaced by another minor version", detected=True, repaired=True,
            survived=True)
+
+
+HOLD_ALIVE = """
+import os, signal, sys
+from ensure_flydsl.layout import run_reserve_file
+from ensure_flydsl.runs.records import RESERVE_BYTES, RunStore
+store = RunStore(sys.argv[1])
+store.hold_alive(sys.argv[2])  # as RunStore.begin and `start` do, before the run's record is written
+open(run_reserve_file(store.folder, sys.argv[2]), "wb").write(os.urandom(RESERVE_BYTES))
+if sys.argv[3] == "kill":
+    os.kill(os.getpid(), signal.SIGKILL)
+print("held", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_a_run_killed_before_its_record_leaves_no_alive_file_for_ever(ws: Workspace) -> None:
+    """A process killed between creating its run's alive file and writing its record left the alive file and its
+    64 KiB of room for ever (the prune went by records): the next run removes them once old and free, and never
+    the alive file of a run that holds it."""
+    dead, live = "20261208-000000-dead00", "20261208-000000-11fe00"
+    killed = subprocess.run([sys.executable, "-c", HOLD_ALIVE, ws.root, dead, "kill"], timeout=60)
+    assert killed.returncode == -signal.SIGKILL
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_ALIVE, ws.root, live, "hold"], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        store = RunStore(ws.root)
+        hour_ago = time.time() - 3600
+        for name in os.listdir(store.folder):
+            os.utime(os.path.join(store.folder, name), (hour_ago, hour_ago))
+        assert ws.run().returncode == 0  # a run: it prunes the records' folder
+        left = set(os.listdir(store.folder))
+        assert f"{dead}.alive" not in left and f"{dead}.reserve" not in left
+        assert {f"{live}.alive", f"{live}.reserve"} <= left and store.is_alive(live)
+    finally:
+        holder.communicate("", timeout=60)

@@ -401,7 +401,7 @@ def test_lease_objects_generations_and_unreadable_records(tmp_path: "os.PathLike
     assert leases.generations("tree", key) == [5]
 
 
-@pytest.mark.parametrize("value", ["0", "-5", "abc", "nan", "inf"])
+@pytest.mark.parametrize("value", ["0", "-5", "abc", "nan", "inf", "1e-300", "0.5"])
 def test_a_bad_lease_ttl_is_bad_input(ws: Workspace, value: str) -> None:
     out = ws.run(FLYDSL_LEASE_TTL=value)
     assert out.returncode == 64

@@ -259,3 +259,16 @@ def test_a_planted_record_s_root_is_shown_escaped_not_obeyed(ws: Workspace) -> N
     assert "\x1b" not in out.stdout and "\x07" not in out.stdout
     assert "/x\\x1b[2J\\x1b]0;owned\\x07\\nroot" in out.stdout
     assert planted["root"] in [r["root"] for r in runs(stats_json(ws))]  # JSON carries it as it is, escaped
+
+
+def test_a_clock_jumped_forward_never_removes_the_real_records(ws: Workspace) -> None:
+    """A run's record dated a year before now is what the next run sees once the clock jumped a year forward:
+    records older than 30 days were removed, so every real record went at the first run after the jump."""
+    assert ws.run().returncode == 0
+    [first] = records_of(ws)
+    path = os.path.join(timings_dir(ws.host_dir), f"{first['run_id']}.json")
+    year_ago = time.time() - 365 * 86400
+    os.utime(path, (year_ago, year_ago))
+    assert ws.run("--verify").returncode == 0  # a run that records itself, and prunes
+    assert [r["run_id"] for r in runs(stats_json(ws))][:1] == [first["run_id"]]
+    assert len(records_of(ws)) == 2

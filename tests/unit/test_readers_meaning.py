@@ -344,7 +344,7 @@ LEASE_BAD: Dict[str, st.SearchStrategy[Any]] = {
     "pid": st.sampled_from([-1, 2**31 + 1]), "percent": BAD_PERCENTS, "eta_s": st.sampled_from([-1.0, NAN, INF]),
     "ended": BAD_TIMES,
     "started": BAD_TIMES, "heartbeat": BAD_TIMES, "elapsed_s": BAD_TIMES,
-    "ttl": st.sampled_from([-1.0, 1e6, 1e300, NAN]),
+    "ttl": st.sampled_from([-1.0, 1e-300, 0.5, 1e6, 1e300, NAN]),
     "state": BAD_STATES.filter(lambda s: s != "building"), "host": BAD_TEXTS, "run_id": BAD_TEXTS,
     "step": BAD_TEXTS, "failures_before": st.sampled_from([-1, 10**7, True]),
     "failure": st.fixed_dictionaries({"stage": st.sampled_from(["build", "llvm", "verify"]), "exit_code": BAD_CODES,

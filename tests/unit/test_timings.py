@@ -102,7 +102,7 @@ def test_stats_answers_whatever_the_folder_holds(tmp_path_factory: Any, raw: Any
     assert len(data["runs"]) + data["skipped"]["count"] == 3
 
 
-def test_the_folder_keeps_the_newest_runs_of_the_last_days_and_nothing_else_is_touched(tmp_path: Any) -> None:
+def test_the_folder_keeps_the_newest_runs_and_nothing_else_is_touched(tmp_path: Any) -> None:
     environ = {"XDG_CACHE_HOME": str(tmp_path)}
     folder = timings_dir(str(host_cache_dir(environ)))
     now = time.time()

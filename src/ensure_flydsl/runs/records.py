@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import re
@@ -40,6 +41,7 @@ class RunState(StrEnum):
 RUNNING, SUCCEEDED, FAILED = RunState.RUNNING, RunState.SUCCEEDED, RunState.FAILED
 KINDS = ("blocking", "detached")
 KEEP_RECORDS = 20
+STRAY_AGE_S = 600.0  # a run's alive file is created a moment before it is flocked: one this old and free is a leftover
 # Room for a run's last words (its final record, the failure marker) on file systems of blocks up to 16 KiB;
 # random bytes, which a compressing file system counts too.
 RESERVE_BYTES = 64 << 10
@@ -178,11 +180,19 @@ class RunStore:
         return [r for r in self.records() if r.state == RUNNING and self.is_alive(r.run_id)]
 
     def prune(self) -> None:
-        """Keep the newest records (and never the current one's or a live run's); no ended run keeps room."""
+        """Keep the newest records (and never the current one's or a live run's); no ended run keeps room, and a
+        run killed before its record was written leaves nothing (its alive file and room, once old and free)."""
         names = sorted(self._record_ids())
         keep = set(names[-KEEP_RECORDS:]) | {self.current_id() or ""}
         for run_id in (name for name in names if not self.is_alive(name)):
             (self.release if run_id in keep else self.forget)(run_id)  # a killed run's room, or an old run whole
+        with contextlib.suppress(OSError):
+            for entry in os.scandir(self.folder):
+                run_id, _, suffix = entry.name.rpartition(".")
+                if (suffix in ("alive", "reserve") and is_new_run_id(run_id) and run_id not in names
+                        and time.time() - entry.stat(follow_symlinks=False).st_mtime > STRAY_AGE_S
+                        and not self.is_alive(run_id)):
+                    self.forget(run_id)
 
     def hold_alive(self, run_id: str) -> int:
         """Exclusively flock the run's alive file: the kernel drops the lock however the run dies, so a shared

@@ -26,7 +26,6 @@ T = TypeVar("T")
 
 TIMING_VERSION = 1
 KEEP_RUNS = 500  # a few hundred KB: a month of a busy host's runs
-KEEP_DAYS = 30.0
 MAX_RECORD_BYTES = 256 << 10  # a record is a few KB; a larger file is not one
 ROUNDING_S = 0.001  # a record's seconds are rounded to milliseconds: its stages may add up to a little more
 # The way a run took: what its call did (result.py: Action), the tree's origin when it made one (How), or failed.
@@ -177,7 +176,8 @@ def keep(environ: Mapping[str, str], record: Optional[TimingRecord]) -> bool:
 
 
 def prune(folder: str, *, keep_runs: int = KEEP_RUNS) -> None:
-    """Remove the records beyond the newest ``keep_runs`` or older than KEEP_DAYS (regular files named as records)."""
+    """Remove the records beyond the newest ``keep_runs`` (regular files named as records), whatever their age: an
+    age limit would remove every real record at the first run after the clock jumped forward."""
     try:
         entries = list(os.scandir(folder))
     except OSError:
@@ -190,11 +190,9 @@ def prune(folder: str, *, keep_runs: int = KEEP_RUNS) -> None:
                 dated.append((entry.stat(follow_symlinks=False).st_mtime, entry.path))
     now = time.time()
     dated.sort(key=lambda d: newest_real(d[0], now), reverse=True)
-    oldest = now - KEEP_DAYS * 86400.0
-    for index, (mtime, path) in enumerate(dated):
-        if index >= keep_runs or mtime < oldest:
-            with contextlib.suppress(OSError):
-                os.unlink(path)
+    for _, path in dated[keep_runs:]:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
 
 
 def newest_real(when: float, now: float) -> Tuple[bool, float]:

@@ -32,8 +32,9 @@ from ensure_flydsl.trees.backends import CacheCorrupt, CacheError, CacheUnreacha
 from ensure_flydsl.trees.manifest import check_name
 
 BUILDING, FAILED = "building", "failed"
-# FLYDSL_LEASE_TTL's bound: ``ttl: Infinity`` would make every waiter wait for ever for a holder that died.
-MAX_TTL_S = 10.0**6
+# FLYDSL_LEASE_TTL's bounds: ``ttl: Infinity`` would make every waiter wait for ever for a holder that died, and a
+# holder of a TTL below a second beats in a tight loop (a record with one is an unknown holder's, waited for by ours).
+MIN_TTL_S, MAX_TTL_S = 1.0, 10.0**6
 MAX_RECORD_BYTES = 64 << 10  # this tool writes a few hundred bytes
 MAX_REASON = 2000  # the holder writes at most this much of its failure's reason
 UNKNOWN_HOST = "an unknown host"
@@ -55,7 +56,7 @@ Progress = Callable[[], Tuple[Optional[str], Optional[float], Optional[float]]] 
 
 def _ttl(value: object) -> Optional[float]:
     found = number(value)
-    return found if found is not None and 0 <= found < MAX_TTL_S else None
+    return found if found is not None and (found == 0 or MIN_TTL_S <= found < MAX_TTL_S) else None  # 0: not said
 
 
 _TEXT = f"a text of 1 to {SHORT_TEXT_MAX} printable characters"  # FLYDSL_HOST_ID is held to the same rule
@@ -97,7 +98,7 @@ class LeaseRecord:
     # Recorded failures of this key before this generation, in this round.
     failures_before: int = checked(within(integer, 0, 10**6), 0, wanted=f"a whole number from 0 to {10**6}")
     # The holder's FLYDSL_LEASE_TTL: it beats every ttl/4 and is dead after ttl without one.
-    ttl: float = checked(_ttl, 0.0, wanted=f"what FLYDSL_LEASE_TTL allows (0 < ttl < {MAX_TTL_S:g} s)")
+    ttl: float = checked(_ttl, 0.0, wanted=f"what FLYDSL_LEASE_TTL allows ({MIN_TTL_S:g} <= ttl < {MAX_TTL_S:g} s)")
     state: str = checked(lambda v: one_of(v, (BUILDING, FAILED)), BUILDING, wanted=f"{BUILDING} or {FAILED}")
     beat: int = checked(within(integer, 0, 2**62), 0, wanted=f"a whole number from 0 to {2**62}")
     heartbeat: float = checked(seconds, 0.0, wanted=_TIME)  # the holder's wall clock at its last beat, for people
