@@ -212,11 +212,11 @@ API = {"__init__.py", "__main__.py", "api.py", "result.py", "version.py"}
 # and the answer's `mlir`, to be paid by issue 40's remaining work.)
 # (api +10: a Ctrl-C during the hand-off is exit 130 by a handler, as an exception it could become a RuntimeError;
 # +6: one before that handler is in place, during the front door's answer or signal's import, is exit 130 too)
-NOT_YET = {"api": 200, "cli": 1372, "settings.py": 605}
+NOT_YET = {"api": 200, "cli": 1373, "settings.py": 605}
 # The whole package: the issue's cap is 13,500 (and it closes at 12,500); until then a ceiling lowered as it shrinks
 # (what each change added or paid is in `git log -p` of this line; +21 at 16,186: six fixes of the warm answer;
-# +39 at 16,225: stop 56's reviews, about 37 fixes, most paid for by folds in their own parts).
-TOTAL_CEILING = 16225
+# +19 at 16,205: stop 56's reviews, 48 fixes, most paid for by folds in their own parts).
+TOTAL_CEILING = 16205
 
 
 def part_of(relative: str) -> str:
