@@ -7,6 +7,7 @@ import json
 import os
 import time
 from dataclasses import replace
+from typing import Tuple
 
 import pytest
 
@@ -71,16 +72,22 @@ def test_a_marker_whose_request_is_not_a_request_names_no_root(tmp_path: "os.Pat
         assert not marker.names("/x/R") and not withdraw_failure_marker(path, "/x/R") and os.path.exists(path)
 
 
-def test_a_run_that_recorded_its_own_failure_is_not_taken_for_dead(tmp_path: "os.PathLike[str]",
-                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    """`wait` read the run's record while it ran; the run then failed, recorded it and let its alive lock go.  The
-    stale "running" record is no death: the run's own failure, marker and timing record stay as it wrote them
-    (record_death rewrote the marker and put a dead run's timing record over the run's own)."""
+def _runs(tmp_path: "os.PathLike[str]", monkeypatch: pytest.MonkeyPatch) -> Tuple[Settings, RunStore]:
+    """A root's settings and its run records' folder, under ``tmp_path``."""
     base = os.path.join(str(tmp_path), "base")
     monkeypatch.setenv("XDG_CACHE_HOME", os.path.join(str(tmp_path), "cache"))
     settings = Settings(root=os.path.join(base, "FlyDSL"), fail_marker=os.path.join(base, ".flydsl_build.failed"))
     store = RunStore(settings.root)
     store.ensure_folder()
+    return settings, store
+
+
+def test_a_run_that_recorded_its_own_failure_is_not_taken_for_dead(tmp_path: "os.PathLike[str]",
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """`wait` read the run's record while it ran; the run then failed, recorded it and let its alive lock go.  The
+    stale "running" record is no death: the run's own failure, marker and timing record stay as it wrote them
+    (record_death rewrote the marker and put a dead run's timing record over the run's own)."""
+    settings, store = _runs(tmp_path, monkeypatch)
     stale = new_record(store, "20261207-161500-abcdef", request=settings.request(), fail_marker=settings.fail_marker,
                        log=settings.log_file, kind="blocking", pid=os.getpid(), step=Stage.BUILD, path_env=None)
     failure = Failure(Stage.BUILD, 5, "build.sh failed", "read the log")
@@ -136,11 +143,7 @@ def test_a_run_killed_between_its_failure_marker_and_its_record_keeps_its_own_fa
     """A run failed (exit 5), wrote its failure marker and its timing record, and was killed before its FAILED
     record: its death is recorded with the failure it said, the marker and the timing record stay its own (the
     death's exit 9 was written over them, and `wait` exited 9 where the marker said 5)."""
-    base = os.path.join(str(tmp_path), "base")
-    monkeypatch.setenv("XDG_CACHE_HOME", os.path.join(str(tmp_path), "cache"))
-    settings = Settings(root=os.path.join(base, "FlyDSL"), fail_marker=os.path.join(base, ".flydsl_build.failed"))
-    store = RunStore(settings.root)
-    store.ensure_folder()
+    settings, store = _runs(tmp_path, monkeypatch)
     run = new_record(store, "20261207-161500-abcdef", request=settings.request(), fail_marker=settings.fail_marker,
                      log=settings.log_file, kind="detached", pid=os.getpid(), step=Stage.BUILD, path_env=None)
     store.write(run)  # "running", and no alive lock: it was killed
@@ -162,11 +165,7 @@ def test_a_run_that_ended_while_the_clock_was_ahead_never_hides_a_later_one(
         tmp_path: "os.PathLike[str]", monkeypatch: pytest.MonkeyPatch) -> None:
     """Run A failed (exit 5) while the clock was an hour ahead; the clock was set right, and run B of the same request
     failed (exit 2).  `status` and `wait` answer B's failure (they took A's, the largest end time, for ever)."""
-    base = os.path.join(str(tmp_path), "base")
-    monkeypatch.setenv("XDG_CACHE_HOME", os.path.join(str(tmp_path), "cache"))
-    settings = Settings(root=os.path.join(base, "FlyDSL"), fail_marker=os.path.join(base, ".flydsl_build.failed"))
-    store = RunStore(settings.root)
-    store.ensure_folder()
+    settings, store = _runs(tmp_path, monkeypatch)
     now = time.time()
     for run_id, code, finished in (("20261207-171500-aaaaaa", 5, now + 3600), ("20261207-161600-bbbbbb", 2, now)):
         run = new_record(store, run_id, request=settings.request(), fail_marker=settings.fail_marker,
