@@ -362,3 +362,20 @@ def test_a_password_in_the_repository_url_is_never_shown(ws: Workspace) -> None:
     assert out.returncode == 2, out.stderr
     assert "cannot list the refs of https://fly:***@127.0.0.1:9/ROCm/FlyDSL.git" in out.stderr
     assert "s3cret" not in out.stdout + out.stderr + open(ws.log).read()
+
+
+def test_the_api_fetches_with_the_git_configuration_of_the_environment_it_is_given(
+        ws: Workspace, fixture_repo: FixtureRepo, tmp_path: "os.PathLike[str]") -> None:
+    """``ensure(environ=...)`` whose HOME's .gitconfig rewrites the upstream URL to a reachable copy fetches through
+    it: the git commands read the given environment, not the process's (exit 2 before: they used os.environ)."""
+    home = os.path.join(str(tmp_path), "job-home")
+    os.makedirs(home)
+    upstream = "https://unreachable.invalid/ROCm/FlyDSL.git"
+    with open(os.path.join(home, ".gitconfig"), "w") as handle:
+        handle.write(f'[url "{fixture_repo.path}"]\n\tinsteadOf = {upstream}\n')
+    given = {**ws.env, "HOME": home, "FLYDSL_REPO": upstream, "FLYDSL_PIN": fixture_repo.commits["dev"]}
+    code = "import json, sys, ensure_flydsl\nprint(ensure_flydsl.ensure(environ=json.loads(sys.argv[1])).how)"
+    out = subprocess.run([sys.executable, "-c", code, json.dumps(given)], env=ws.env, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, timeout=300, check=False)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["built"]

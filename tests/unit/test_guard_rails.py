@@ -215,8 +215,8 @@ API = {"__init__.py", "__main__.py", "api.py", "result.py", "version.py"}
 NOT_YET = {"api": 200, "cli": 1373, "settings.py": 605}
 # The whole package: the issue's cap is 13,500 (and it closes at 12,500); until then a ceiling lowered as it shrinks
 # (what each change added or paid is in `git log -p` of this line; +21 at 16,186: six fixes of the warm answer;
-# +19 at 16,205: stop 56's reviews, 42 fixes, most paid for by folds in their own parts).
-TOTAL_CEILING = 16205
+# +20 at 16,206: stop 56's reviews, 43 fixes, most paid for by folds in their own parts).
+TOTAL_CEILING = 16206
 
 
 def part_of(relative: str) -> str:

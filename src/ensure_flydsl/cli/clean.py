@@ -108,7 +108,7 @@ def _clean_runs(settings: Settings) -> List[str]:
 
 def _clean_root(root: str, settings: Settings, notes: List[str]) -> List[str]:
     info = owner(root)
-    foreign = foreign_files(Checkout.of(settings))
+    foreign = foreign_files(Checkout.of(settings, os.environ))  # the command line's own
     if (info is not None and info.created_root) and not foreign:
         _remove_root(root)
         return [root]

@@ -176,7 +176,7 @@ def _pin_moved(run: Run, commit: str) -> Optional[str]:
     """Under --exact-pin --verify, why the tree is not the pin's any more (one ``ls-remote``); offline: kept."""
     pin = run.settings.pin
     try:
-        now = Checkout.of(run.settings).remote_commit(pin)
+        now = Checkout.of(run.settings, run.environ).remote_commit(pin)
     except EnsureError as exc:
         run.say(f"{run.settings.label('verify')}: where {pin} points now is unknown ({exc.reason}); keeping the "
                 f"tree built from {commit[:12]}")

@@ -60,7 +60,7 @@ def provision(run: Run) -> Result:
         started.callback(early.stop_probe)
         with run.step(Stage.FETCH):
             commit = fetch(run, early, store)
-        versions = release_tags(Checkout.of(settings).tags_at(commit))  # X when a release tag vX names it
+        versions = release_tags(Checkout.of(settings, run.environ).tags_at(commit))  # X when a release tag vX names it
         release = versions[0] if versions else None
         # A stored tree of the pin whose probe answers: its imports are known to work as things are.
         unprobed = store is not None and StoreProvider(store, release, early).answers_unprobed(run, commit)
@@ -167,7 +167,7 @@ def fetch(run: Run, early: Early, store: Optional[HostStore] = None) -> str:
     """The pin's commit, fetched into the root's repository: objects and refs only, the work tree untouched."""
     settings, root = run.settings, run.settings.root
     pin = pin_as_tag(settings.pin) if demands(settings.strategy, Way.RELEASE) else settings.pin
-    checkout = Checkout.of(settings)
+    checkout = Checkout.of(settings, run.environ)
     checkout.clear_stale_git_locks(run.say)
     checkout.ensure_repository()
     exclude_from_git(root)
@@ -191,7 +191,7 @@ def refuse_local_changes(run: Run) -> bool:
     started = run.stamps.started_key("checkout") if is_ours(root) else None
     if started is not None and not run.stamps.done("checkout", started):
         return True
-    checkout = Checkout.of(run.settings)
+    checkout = Checkout.of(run.settings, run.environ)
     found = checkout.tracked_changes() if checkout.head_commit() else []
     changed = [path for code, path in found if set(code.strip()) != {"D"}]  # the checkout restores a deleted file
     if changed:
@@ -225,7 +225,7 @@ def checkout_pin(run: Run, commit: str, *, force: bool) -> None:
     """The pin's commit, checked out in the root (submodules come later, for a source build only)."""
     settings, root, stamps = run.settings, run.settings.root, run.stamps
     checkout_key = {"commit": commit}
-    checkout = Checkout.of(settings)
+    checkout = Checkout.of(settings, run.environ)
     head = checkout.head_commit()
     if force or not (stamps.done("checkout", checkout_key) and head == commit):
         stamps.begin("checkout", checkout_key)

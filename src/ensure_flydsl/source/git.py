@@ -8,7 +8,7 @@ import os
 import pathlib
 import re
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 from ensure_flydsl import layout
@@ -355,10 +355,11 @@ class Checkout:
     repo: str
     mirrors: GitMirrors
     silence_s: Optional[float] = None  # a network command silent this long stops (None: the setting's)
+    environ: Mapping[str, str] = field(default_factory=lambda: os.environ, compare=False)  # the run's
 
     @classmethod
-    def of(cls, settings: Settings) -> "Checkout":
-        return cls(settings.root, settings.repo, settings.git_mirrors)
+    def of(cls, settings: Settings, environ: Mapping[str, str]) -> "Checkout":
+        return cls(settings.root, settings.repo, settings.git_mirrors, environ=environ)
 
     @property
     def shown(self) -> str:
@@ -369,7 +370,7 @@ class Checkout:
         """Run git in the root; a network command silent for ``silence_s`` seconds stops: exit 2 naming the remote."""
         # git >= 2.38 refuses file:// submodules by default (CVE-2022-39253); a local mirror's are local too.
         extra = ["-c", "protocol.file.allow=always"] if is_local_repo(self.repo) else []
-        env = git_env(os.environ, self.mirrors, at=self.root)
+        env = git_env(self.environ, self.mirrors, at=self.root)
         sub = next((a for a in args if not a.startswith("-")), "")
         if sub not in _NETWORK or (sub == "submodule" and "update" not in args):
             return cmd_output(["git", *extra, "-C", self.root, *args], env=env)
@@ -399,7 +400,7 @@ class Checkout:
         """A git repository in the root whose origin is the repo (init it, or point origin at the repo)."""
         with failing_as(ExitCode.FETCH, f"cannot prepare a git repository in {self.root}", stage=Stage.FETCH):
             if not is_repository(self.root):  # none yet, or one a full disk tore (no HEAD): init completes it
-                cmd_output(["git", "init", "-q", self.root], env=git_env(os.environ, self.mirrors))
+                cmd_output(["git", "init", "-q", self.root], env=git_env(self.environ, self.mirrors))
             try:
                 current = self.git("config", "--get", "remote.origin.url").strip()
             except CommandFailed:  # no origin yet

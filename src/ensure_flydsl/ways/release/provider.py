@@ -140,7 +140,7 @@ class ReleaseProvider(Provider):
     def _prove(self, run: Run, commit: str, wheel: str) -> None:
         """Refuse a wheel whose package is not the checkout's ``python/flydsl``, before installing any of it."""
         settings = run.settings
-        files = tracked_sources(Checkout.of(settings), commit)
+        files = tracked_sources(Checkout.of(settings, run.environ), commit)
         found = wheels.check_provenance(wheel, os.path.join(settings.root, layout.FLYDSL_SOURCES), files)
         if found.foreign and not (found.differ or found.missing):
             raise Refused(ExitCode.ARTIFACT, f"the index's flydsl {self.version} wheel holds {len(found.foreign)} "
@@ -279,7 +279,7 @@ def release_suggestion(settings: Settings, interpreter: Interpreter, environ: Ma
     if not versions:
         return None
     modules = requirements.checked_modules(settings.require)
-    source = Checkout.of(settings)
+    source = Checkout.of(settings, environ)
     answer = requirements.release_holding(source, versions, modules, SUGGEST_TIMEOUT_S)
     text = suggestion_text(answer, modules, source.shown)
     if text is None or answer.commit is None:

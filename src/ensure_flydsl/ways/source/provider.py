@@ -92,7 +92,7 @@ class SourceProvider(Provider):
         with run.step(Stage.FETCH):  # the submodules: C++ dependencies a source build needs, a release does not
             if not run.stamps.done("submodules", {"commit": commit}):
                 run.stamps.begin("submodules")
-                if Checkout.of(settings).update_submodules():
+                if Checkout.of(settings, run.environ).update_submodules():
                     run.worked()
                     run.say("submodules updated")
                 run.stamps.finish("submodules", {"commit": commit})
