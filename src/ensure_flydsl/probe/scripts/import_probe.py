@@ -1,5 +1,5 @@
-"""Import each module in argv[1] (comma-separated; argv[2]: those to preload, the early probe) and answer one line
-``result REPR`` on the descriptor that was stdout (a repr, not JSON: ``json`` imports ``re``, a third of the start)."""
+"""The import probe: import each module in argv[1] (comma-separated; argv[2]: those to preload, the early probe);
+answer one line ``result REPR`` on the descriptor that was stdout (a repr, not JSON: ``json`` imports ``re``)."""
 import importlib
 import importlib.util
 import os
