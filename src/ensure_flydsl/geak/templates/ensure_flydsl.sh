@@ -103,7 +103,11 @@ if [ -z "${FLYDSL_SHIM_DIR:-}" ]; then
   esac
 fi
 # Every command the tool names in a message (a hint, a next step) is this script, as its caller invoked it.
-ENSURE_FLYDSL_COMMAND="bash $(quote "$0")"
+case $0 in  # no subshell on the warm path unless the name needs one
+  *\'*) script=$(quote "$0") ;;
+  *) script="'$0'" ;;
+esac
+ENSURE_FLYDSL_COMMAND="bash $script"
 export ENSURE_FLYDSL_COMMAND
 # -E -S: the tool's own imports come from the zipapp and the standard library alone (not the caller's
 # PYTHONPATH, nor site-packages and their .pth files); the environment itself is passed on untouched to
